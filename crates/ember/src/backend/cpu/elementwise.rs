@@ -1,0 +1,626 @@
+//! Elementwise CPU kernels: maps over one, two or three strided operands into a
+//! contiguous output, strided writes for in-place ops and copies, and dtype casts.
+//!
+//! The operations themselves are tiny traits ([`UnaryOp`], [`BinaryOp`]) with one
+//! generic float body (f16/bf16 compute in f32) and integer bodies.
+
+use super::walk::Walk;
+use super::{alloc_uninit, CpuData, CpuElem, PAR_CHUNK, PAR_MIN};
+use crate::dtype::{FloatDType, Real, WithDType};
+use crate::layout::Layout;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Runs `g(start, chunk)` over `out` in chunks, in parallel when `out` is large.
+#[inline]
+fn run_chunks<U: Send>(out: &mut [U], g: impl Fn(usize, &mut [U]) + Sync) {
+    if out.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_CHUNK)
+            .enumerate()
+            .for_each(|(i, c)| g(i * PAR_CHUNK, c));
+    } else {
+        g(0, out);
+    }
+}
+
+/// `out[i] = f(a[i])` over the elements of `la` in row-major order.
+pub(crate) fn map1<T, U>(a: &[T], la: &Layout, f: impl Fn(T) -> U + Sync) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: WithDType,
+{
+    let mut out = alloc_uninit::<U>(la.numel());
+    if let Some(r) = la.contiguous_range() {
+        let src = &a[r];
+        run_chunks(&mut out, |s, c| {
+            let n = c.len();
+            for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
+                *d = f(x);
+            }
+        });
+        return out;
+    }
+    let w = Walk::new(la.shape(), [la.strides()]);
+    run_chunks(&mut out, |s, c| {
+        w.for_each_run([la.offset()], s, s + c.len(), |pos, len, [o], [st]| {
+            let dst = &mut c[pos - s..pos - s + len];
+            if st == 1 {
+                for (d, &x) in dst.iter_mut().zip(&a[o..o + len]) {
+                    *d = f(x);
+                }
+            } else {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = f(a[o + i * st]);
+                }
+            }
+        })
+    });
+    out
+}
+
+/// `out[i] = f(a[i], b[i])` where `la` and `lb` are already broadcast to one shape.
+pub(crate) fn map2<T, U, V>(
+    a: &[T],
+    la: &Layout,
+    b: &[U],
+    lb: &Layout,
+    f: impl Fn(T, U) -> V + Sync,
+) -> Vec<V>
+where
+    T: Copy + Sync,
+    U: Copy + Sync,
+    V: WithDType,
+{
+    let mut out = alloc_uninit::<V>(la.numel());
+    if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
+        let (a, b) = (&a[ra], &b[rb]);
+        run_chunks(&mut out, |s, c| {
+            let n = c.len();
+            for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
+                *d = f(x, y);
+            }
+        });
+        return out;
+    }
+    let w = Walk::new(la.shape(), [la.strides(), lb.strides()]);
+    run_chunks(&mut out, |s, c| {
+        w.for_each_run(
+            [la.offset(), lb.offset()],
+            s,
+            s + c.len(),
+            |pos, len, [oa, ob], [sa, sb]| {
+                let dst = &mut c[pos - s..pos - s + len];
+                match (sa, sb) {
+                    (1, 1) => {
+                        for ((d, &x), &y) in dst.iter_mut().zip(&a[oa..oa + len]).zip(&b[ob..ob + len]) {
+                            *d = f(x, y);
+                        }
+                    }
+                    (1, 0) => {
+                        let y = b[ob];
+                        for (d, &x) in dst.iter_mut().zip(&a[oa..oa + len]) {
+                            *d = f(x, y);
+                        }
+                    }
+                    (0, 1) => {
+                        let x = a[oa];
+                        for (d, &y) in dst.iter_mut().zip(&b[ob..ob + len]) {
+                            *d = f(x, y);
+                        }
+                    }
+                    _ => {
+                        for (i, d) in dst.iter_mut().enumerate() {
+                            *d = f(a[oa + i * sa], b[ob + i * sb]);
+                        }
+                    }
+                }
+            },
+        )
+    });
+    out
+}
+
+/// `out[i] = f(a[i], b[i], c[i])` for three layouts broadcast to one shape.
+pub(crate) fn map3<A, B, C, V>(
+    (a, la): (&[A], &Layout),
+    (b, lb): (&[B], &Layout),
+    (c, lc): (&[C], &Layout),
+    f: impl Fn(A, B, C) -> V + Sync,
+) -> Vec<V>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    C: Copy + Sync,
+    V: WithDType,
+{
+    let mut out = alloc_uninit::<V>(la.numel());
+    let w = Walk::new(la.shape(), [la.strides(), lb.strides(), lc.strides()]);
+    run_chunks(&mut out, |s, chunk| {
+        w.for_each_run(
+            [la.offset(), lb.offset(), lc.offset()],
+            s,
+            s + chunk.len(),
+            |pos, len, [oa, ob, oc], [sa, sb, sc]| {
+                for (i, d) in chunk[pos - s..pos - s + len].iter_mut().enumerate() {
+                    *d = f(a[oa + i * sa], b[ob + i * sb], c[oc + i * sc]);
+                }
+            },
+        )
+    });
+    out
+}
+
+/// A raw pointer that may cross threads: used only to write disjoint elements.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    // a method (not field access) so closures capture the whole Send wrapper
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// `f(&mut dst[j], src[i])` for each element, where `ld` (the destination view) and
+/// `ls` have one shape. `ld` must not overlap itself (callers check `is_overlapping`).
+pub(crate) fn zip_mut<T, U>(
+    dst: &mut [T],
+    ld: &Layout,
+    src: &[U],
+    ls: &Layout,
+    f: impl Fn(&mut T, U) + Sync,
+) where
+    T: Copy + Send + Sync,
+    U: Copy + Sync,
+{
+    let n = ld.numel();
+    if n == 0 {
+        return;
+    }
+    assert!(ld.storage_extent() <= dst.len() && ls.storage_extent() <= src.len());
+    if let (Some(rd), Some(rs)) = (ld.contiguous_range(), ls.contiguous_range()) {
+        let (d, s) = (&mut dst[rd], &src[rs]);
+        if n >= PAR_MIN {
+            d.par_chunks_mut(PAR_CHUNK)
+                .zip(s.par_chunks(PAR_CHUNK))
+                .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, &x)| f(d, x)));
+        } else {
+            d.iter_mut().zip(s).for_each(|(d, &x)| f(d, x));
+        }
+        return;
+    }
+    let w = Walk::new(ld.shape(), [ld.strides(), ls.strides()]);
+    let base = SendPtr(dst.as_mut_ptr());
+    let body = |start: usize, end: usize| {
+        w.for_each_run(
+            [ld.offset(), ls.offset()],
+            start,
+            end,
+            |_, len, [od, os], [sd, ss]| {
+                for i in 0..len {
+                    // SAFETY: offsets lie within `dst` (extent checked above) and a
+                    // non-overlapping layout maps distinct positions to distinct
+                    // elements, so parallel chunks never write the same element.
+                    unsafe { f(&mut *base.get().add(od + i * sd), src[os + i * ss]) }
+                }
+            },
+        )
+    };
+    if n >= PAR_MIN {
+        (0..n.div_ceil(PAR_CHUNK))
+            .into_par_iter()
+            .for_each(|c| body(c * PAR_CHUNK, ((c + 1) * PAR_CHUNK).min(n)));
+    } else {
+        body(0, n);
+    }
+}
+
+/// `true` when two positions of the layout share an element (an expanded view).
+pub(crate) fn is_overlapping(l: &Layout) -> bool {
+    l.shape()
+        .iter()
+        .zip(l.strides())
+        .any(|(&n, &s)| n > 1 && s == 0)
+        || {
+            // strides that interleave (e.g. as_strided tricks) cannot be built by ember's
+            // views except through stride 0, so sorting strides is a complete check here
+            let mut dims: Vec<(usize, usize)> = l
+                .shape()
+                .iter()
+                .zip(l.strides())
+                .filter(|(&n, _)| n > 1)
+                .map(|(&n, &s)| (s, n))
+                .collect();
+            dims.sort_unstable();
+            let mut extent = 1;
+            let mut bad = false;
+            for (s, n) in dims {
+                if s < extent {
+                    bad = true;
+                }
+                extent = s * (n - 1) + extent.max(1);
+            }
+            bad
+        }
+}
+
+/// Converts any dtype to any dtype with PyTorch's casting rules.
+pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> CpuData {
+    fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::DType) -> CpuData {
+        use crate::DType::*;
+        match to {
+            Bool => CpuData::Bool(map1(v, l, |x| bool::from_f64(x.to_f64()))),
+            U8 => CpuData::U8(map1(v, l, |x| u8::from_f64(x.to_f64()))),
+            I64 => CpuData::I64(map1(v, l, |x| i64_from(x))),
+            F16 => CpuData::F16(map1(v, l, |x| f16::from_f64(x.to_f64()))),
+            BF16 => CpuData::BF16(map1(v, l, |x| bf16::from_f64(x.to_f64()))),
+            F32 => CpuData::F32(map1(v, l, |x| x.to_f64() as f32)),
+            F64 => CpuData::F64(map1(v, l, |x| x.to_f64())),
+        }
+    }
+    super::dispatch!(data, v => go(v, l, to))
+}
+
+/// A contiguous copy of the elements of `l`.
+pub(crate) fn contiguous_copy(data: &CpuData, l: &Layout) -> CpuData {
+    super::dispatch!(data, v => CpuElem::wrap(map1(v, l, |x| x)))
+}
+
+/// i64 from any element without the 2^53 rounding of a trip through f64.
+#[inline(always)]
+fn i64_from<T: WithDType>(x: T) -> i64 {
+    match T::DTYPE {
+        crate::DType::I64 => {
+            // SAFETY: T is i64 when its DTYPE is I64.
+            unsafe { std::mem::transmute_copy::<T, i64>(&x) }
+        }
+        _ => i64::from_f64(x.to_f64()),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Operations
+
+/// A one-operand elementwise operation.
+pub(crate) trait UnaryOp: Sync {
+    /// Integer and bool inputs are converted to float32 first (exp, log, ...).
+    const FLOAT_ONLY: bool;
+    fn f<F: Real>(&self, x: F) -> F;
+    fn i(&self, x: i64) -> i64 {
+        self.f(x as f64) as i64
+    }
+}
+
+/// A two-operand elementwise operation on one dtype.
+pub(crate) trait BinaryOp: Sync {
+    fn f<F: Real>(&self, a: F, b: F) -> F;
+    fn i(&self, a: i64, b: i64) -> i64;
+}
+
+/// Element types that the arithmetic ops run on.
+pub(crate) trait NumElem: WithDType {
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self;
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self;
+}
+
+macro_rules! num_float {
+    ($t:ty) => {
+        impl NumElem for $t {
+            #[inline(always)]
+            fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+                <$t>::from_acc(op.f(x.to_acc()))
+            }
+            #[inline(always)]
+            fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+                <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
+            }
+        }
+    };
+}
+num_float!(f32);
+num_float!(f64);
+num_float!(f16);
+num_float!(bf16);
+
+impl NumElem for i64 {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x)
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a, b)
+    }
+}
+
+// u8 arithmetic wraps modulo 256, like PyTorch's.
+impl NumElem for u8 {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x as i64) as u8
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a as i64, b as i64) as u8
+    }
+}
+
+// bool arithmetic: add is `or`, mul is `and`, maximum/minimum likewise (PyTorch's).
+impl NumElem for bool {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x as i64) != 0
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a as i64, b as i64) != 0
+    }
+}
+
+/// Applies `op` to every element; the output keeps the input dtype.
+pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> CpuData {
+    fn go<T: NumElem, O: UnaryOp>(v: &[T], l: &Layout, op: &O) -> CpuData {
+        T::wrap(map1(v, l, |x| T::unary(op, x)))
+    }
+    super::dispatch!(data, v => go(v, l, op))
+}
+
+/// Applies `op` to pairs of elements of one dtype (broadcast layouts).
+pub(crate) fn binary<O: BinaryOp>(
+    a: &CpuData,
+    la: &Layout,
+    b: &CpuData,
+    lb: &Layout,
+    op: &O,
+) -> CpuData {
+    fn go<T: NumElem, O: BinaryOp>(
+        a: &[T],
+        la: &Layout,
+        b: &CpuData,
+        lb: &Layout,
+        op: &O,
+    ) -> CpuData {
+        let b = T::slice(b).expect("binary: operands were cast to one dtype");
+        T::wrap(map2(a, la, b, lb, |x, y| T::binary(op, x, y)))
+    }
+    super::dispatch!(a, v => go(v, la, b, lb, op))
+}
+
+/// In place: `a[i] = op(a[i], b[i])` through `a`'s (non-overlapping) layout.
+pub(crate) fn binary_inplace<O: BinaryOp>(
+    a: &mut CpuData,
+    la: &Layout,
+    b: &CpuData,
+    lb: &Layout,
+    op: &O,
+) {
+    fn go<T: NumElem, O: BinaryOp>(
+        a: &mut [T],
+        la: &Layout,
+        b: &CpuData,
+        lb: &Layout,
+        op: &O,
+    ) {
+        let b = T::slice(b).expect("binary_inplace: operands were cast to one dtype");
+        zip_mut(a, la, b, lb, |d, y| *d = T::binary(op, *d, y));
+    }
+    super::dispatch!(a, v => go(v, la, b, lb, op))
+}
+
+/// Copies `src` (layout `ls`) into `dst` through the view `ld` of the same shape.
+pub(crate) fn copy_strided(dst: &mut CpuData, ld: &Layout, src: &CpuData, ls: &Layout) {
+    fn go<T: WithDType>(dst: &mut [T], ld: &Layout, src: &CpuData, ls: &Layout) {
+        let s = T::slice(src).expect("copy_strided: same dtype");
+        zip_mut(dst, ld, s, ls, |d, x| *d = x);
+    }
+    super::dispatch!(dst, v => go(v, ld, src, ls))
+}
+
+/// Comparison of two same-dtype operands into a bool tensor.
+pub(crate) fn compare(
+    a: &CpuData,
+    la: &Layout,
+    b: &CpuData,
+    lb: &Layout,
+    cmp: CmpOp,
+) -> CpuData {
+    fn go<T: WithDType>(a: &[T], la: &Layout, b: &CpuData, lb: &Layout, cmp: CmpOp) -> CpuData {
+        let b = T::slice(b).expect("compare: operands were cast to one dtype");
+        CpuData::Bool(match cmp {
+            CmpOp::Eq => map2(a, la, b, lb, |x, y| x == y),
+            CmpOp::Ne => map2(a, la, b, lb, |x, y| x != y),
+            CmpOp::Lt => map2(a, la, b, lb, |x, y| x < y),
+            CmpOp::Le => map2(a, la, b, lb, |x, y| x <= y),
+            CmpOp::Gt => map2(a, la, b, lb, |x, y| x > y),
+            CmpOp::Ge => map2(a, la, b, lb, |x, y| x >= y),
+        })
+    }
+    super::dispatch!(a, v => go(v, la, b, lb, cmp))
+}
+
+/// `cond ? a : b` elementwise; `a` and `b` share a dtype.
+pub(crate) fn where_(
+    cond: &[bool],
+    lc: &Layout,
+    a: &CpuData,
+    la: &Layout,
+    b: &CpuData,
+    lb: &Layout,
+) -> CpuData {
+    fn go<T: WithDType>(
+        cond: &[bool],
+        lc: &Layout,
+        a: &[T],
+        la: &Layout,
+        b: &CpuData,
+        lb: &Layout,
+    ) -> CpuData {
+        let b = T::slice(b).expect("where: operands were cast to one dtype");
+        T::wrap(map3((cond, lc), (a, la), (b, lb), |c, x, y| if c { x } else { y }))
+    }
+    super::dispatch!(a, v => go(cond, lc, v, la, b, lb))
+}
+
+/// The six comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+macro_rules! binop {
+    ($name:ident, |$a:ident, $b:ident| $f:expr, |$ia:ident, $ib:ident| $i:expr) => {
+        pub(crate) struct $name;
+        impl BinaryOp for $name {
+            #[inline(always)]
+            fn f<F: Real>(&self, $a: F, $b: F) -> F {
+                $f
+            }
+            #[inline(always)]
+            fn i(&self, $ia: i64, $ib: i64) -> i64 {
+                $i
+            }
+        }
+    };
+}
+binop!(Add, |a, b| a + b, |a, b| a.wrapping_add(b));
+binop!(Sub, |a, b| a - b, |a, b| a.wrapping_sub(b));
+binop!(Mul, |a, b| a * b, |a, b| a.wrapping_mul(b));
+// Division promotes integers to float before reaching a kernel; the integer body
+// (truncating, 0 on division by zero) exists only to complete the trait.
+binop!(Div, |a, b| a / b, |a, b| a.checked_div(b).unwrap_or(0));
+binop!(
+    Maximum,
+    |a, b| if a.is_nan() || b.is_nan() { F::nan() } else { a.max(b) },
+    |a, b| a.max(b)
+);
+binop!(
+    Minimum,
+    |a, b| if a.is_nan() || b.is_nan() { F::nan() } else { a.min(b) },
+    |a, b| a.min(b)
+);
+binop!(Pow, |a, b| a.powf(b), |a, b| int_pow(a, b));
+
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b >= 0 {
+        a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+    } else {
+        // the integer part of a^b for negative b
+        match a {
+            1 => 1,
+            -1 => {
+                if b % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        }
+    }
+}
+
+macro_rules! unop {
+    ($name:ident, $float_only:expr, |$x:ident| $f:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const FLOAT_ONLY: bool = $float_only;
+            #[inline(always)]
+            fn f<F: Real>(&self, $x: F) -> F {
+                $f
+            }
+        }
+    };
+    ($name:ident, $float_only:expr, |$x:ident| $f:expr, |$ix:ident| $i:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const FLOAT_ONLY: bool = $float_only;
+            #[inline(always)]
+            fn f<F: Real>(&self, $x: F) -> F {
+                $f
+            }
+            #[inline(always)]
+            fn i(&self, $ix: i64) -> i64 {
+                $i
+            }
+        }
+    };
+}
+unop!(Neg, false, |x| -x, |x| x.wrapping_neg());
+unop!(Abs, false, |x| x.abs(), |x| x.wrapping_abs());
+unop!(Exp, true, |x| x.exp());
+unop!(Log, true, |x| x.ln());
+unop!(Sqrt, true, |x| x.sqrt());
+unop!(Tanh, true, |x| x.tanh());
+unop!(Sin, true, |x| x.sin());
+unop!(Cos, true, |x| x.cos());
+unop!(Recip, true, |x| x.recip());
+unop!(Square, false, |x| x * x, |x| x.wrapping_mul(x));
+unop!(
+    Relu,
+    false,
+    |x| if x > F::zero() || x.is_nan() { x } else { F::zero() },
+    |x| x.max(0)
+);
+unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).exp()));
+unop!(Gelu, true, |x| F::c(0.5)
+    * x
+    * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+unop!(GeluTanh, true, |x| {
+    let k = F::c((2.0 / std::f64::consts::PI).sqrt());
+    F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())
+});
+
+/// `x^e` for a scalar exponent, with fast paths for the common exponents.
+pub(crate) struct PowScalar(pub f64);
+impl UnaryOp for PowScalar {
+    const FLOAT_ONLY: bool = false;
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        match self.0 {
+            2.0 => x * x,
+            0.5 => x.sqrt(),
+            1.0 => x,
+            e => x.powf(F::c(e)),
+        }
+    }
+    fn i(&self, x: i64) -> i64 {
+        int_pow(x, self.0 as i64)
+    }
+}
+
+/// Clamps into `[lo, hi]`; NaN stays NaN.
+pub(crate) struct Clamp(pub Option<f64>, pub Option<f64>);
+impl UnaryOp for Clamp {
+    const FLOAT_ONLY: bool = false;
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        let mut y = x;
+        if let Some(lo) = self.0 {
+            if y < F::c(lo) {
+                y = F::c(lo);
+            }
+        }
+        if let Some(hi) = self.1 {
+            if y > F::c(hi) {
+                y = F::c(hi);
+            }
+        }
+        y
+    }
+    fn i(&self, x: i64) -> i64 {
+        let mut y = x;
+        if let Some(lo) = self.0 {
+            y = y.max(lo.ceil() as i64);
+        }
+        if let Some(hi) = self.1 {
+            y = y.min(hi.floor() as i64);
+        }
+        y
+    }
+}

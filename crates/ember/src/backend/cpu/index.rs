@@ -1,0 +1,100 @@
+//! Indexing kernels: index_select, gather, scatter_add. Indices are validated by
+//! the caller (every value within the indexed dim).
+
+use crate::WithDType;
+use super::elementwise::{Add, NumElem};
+use super::walk::Walk;
+use super::{alloc_uninit, CpuData, CpuElem};
+use crate::layout::{contiguous_strides, Layout};
+
+/// Picks `idx` entries along `dim` of `src`: output shape is src's with
+/// `shape[dim] = idx.len()`.
+pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -> CpuData {
+    fn go<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[i64]) -> CpuData {
+        let mut shape: Vec<usize> = l.shape().to_vec();
+        shape[dim] = idx.len();
+        // walk the output shape, reading src with dim's stride zeroed; add the row offset
+        let mut strides: Vec<usize> = l.strides().to_vec();
+        let dim_stride = strides[dim];
+        strides[dim] = 0;
+        let out_strides = contiguous_strides(&shape);
+        let mut zeroed = out_strides.to_vec();
+        for (d, z) in zeroed.iter_mut().enumerate() {
+            *z = if d == dim { 1 } else { 0 };
+        }
+        let n: usize = shape.iter().product();
+        let mut out = alloc_uninit::<T>(n);
+        // K = 2: src offset without dim, and the position along dim (via a 0/1 stride)
+        let w = Walk::new(&shape, [&strides, &zeroed]);
+        w.for_each_run([l.offset(), 0], 0, n, |pos, len, [o, k], [s, sk]| {
+            for i in 0..len {
+                let row = idx[k + i * sk] as usize;
+                out[pos + i] = v[o + i * s + row * dim_stride];
+            }
+        });
+        T::wrap(out)
+    }
+    super::dispatch!(src, v => go(v, l, dim, idx))
+}
+
+/// `out[p] = src[p with dim replaced by idx[p]]` over the shape of `idx`.
+pub(crate) fn gather(
+    src: &CpuData,
+    l: &Layout,
+    dim: usize,
+    idx: &[i64],
+    idx_shape: &[usize],
+) -> CpuData {
+    fn go<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[i64], ishape: &[usize]) -> CpuData {
+        let mut strides: Vec<usize> = l.strides()[..ishape.len()].to_vec();
+        let dim_stride = strides[dim];
+        strides[dim] = 0;
+        let is = contiguous_strides(ishape);
+        let n = idx.len();
+        let mut out = alloc_uninit::<T>(n);
+        let w = Walk::new(ishape, [&strides, &is]);
+        w.for_each_run([l.offset(), 0], 0, n, |pos, len, [o, k], [s, sk]| {
+            for i in 0..len {
+                out[pos + i] = v[o + i * s + idx[k + i * sk] as usize * dim_stride];
+            }
+        });
+        T::wrap(out)
+    }
+    super::dispatch!(src, v => go(v, l, dim, idx, idx_shape))
+}
+
+/// In place on a contiguous `dst`: `dst[p with dim replaced by idx[p]] += src[p]`
+/// over the shape of `idx` (`src` is laid out by `ls`, at least that large).
+pub(crate) fn scatter_add(
+    dst: &mut CpuData,
+    dst_shape: &[usize],
+    dim: usize,
+    idx: &[i64],
+    idx_shape: &[usize],
+    src: &CpuData,
+    ls: &Layout,
+) {
+    fn go<T: NumElem>(
+        d: &mut [T],
+        dshape: &[usize],
+        dim: usize,
+        idx: &[i64],
+        ishape: &[usize],
+        src: &CpuData,
+        ls: &Layout,
+    ) {
+        let s = T::slice(src).expect("scatter_add: same dtype");
+        let mut ds = contiguous_strides(dshape).to_vec();
+        let dim_stride = ds[dim];
+        ds[dim] = 0;
+        let is = contiguous_strides(ishape);
+        let w = Walk::new(ishape, [&ds, &is, &ls.strides()[..ishape.len()]]);
+        w.for_each_run([0, 0, ls.offset()], 0, idx.len(), |_, len, [o, k, so], [st, sk, ss]| {
+            for i in 0..len {
+                let at = o + i * st + idx[k + i * sk] as usize * dim_stride;
+                d[at] = T::binary(&Add, d[at], s[so + i * ss]);
+            }
+        });
+    }
+    super::dispatch!(dst, v => go(v, dst_shape, dim, idx, idx_shape, src, ls))
+}

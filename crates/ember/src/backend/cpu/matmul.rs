@@ -1,0 +1,167 @@
+//! Matrix multiplication on the CPU through the `gemm` crate (f32, f64, f16;
+//! bf16 computes in f32), with a plain loop for integer dtypes.
+
+use super::walk::Walk;
+use super::{alloc_filled, alloc_uninit, CpuData, CpuElem};
+use crate::dtype::WithDType;
+use crate::layout::Layout;
+use gemm::Parallelism;
+use half::bf16;
+use rayon::prelude::*;
+
+/// Operands for a batched matmul: `a` is `batch + [m, k]`, `b` is `batch + [k, n]`
+/// (batch dims already broadcast, any strides).
+#[derive(Clone, Copy)]
+pub(crate) struct MatmulArgs<'a> {
+    pub a: (&'a CpuData, &'a Layout),
+    pub b: (&'a CpuData, &'a Layout),
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+/// Work below this many multiply-adds per matrix runs on one thread.
+const PAR_FLOPS: usize = 64 * 64 * 64;
+
+impl MatmulArgs<'_> {
+    fn batch(&self) -> (&[usize], usize) {
+        let la = self.a.1;
+        let batch = &la.shape()[..la.rank() - 2];
+        (batch, batch.iter().product())
+    }
+
+    /// Storage offsets of each batch's `a` and `b` matrices.
+    fn batch_offsets(&self) -> Vec<(usize, usize)> {
+        let (la, lb) = (self.a.1, self.b.1);
+        let (batch, count) = self.batch();
+        let r = batch.len();
+        let w = Walk::new(batch, [&la.strides()[..r], &lb.strides()[..r]]);
+        let mut offs = Vec::with_capacity(count);
+        w.for_each_run([la.offset(), lb.offset()], 0, count, |_, len, [oa, ob], [sa, sb]| {
+            for i in 0..len {
+                offs.push((oa + i * sa, ob + i * sb));
+            }
+        });
+        offs
+    }
+}
+
+/// Runs the batched product; the output is contiguous `batch + [m, n]`.
+pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
+    match args.a.0 {
+        CpuData::F32(a) => float_mm(a, args),
+        CpuData::F64(a) => float_mm(a, args),
+        CpuData::F16(a) => float_mm(a, args),
+        CpuData::BF16(_) => {
+            // accumulate in f32: convert, multiply, round once at the end
+            let (a, b) = (
+                super::elementwise::cast(args.a.0, args.a.1, crate::DType::F32),
+                super::elementwise::cast(args.b.0, args.b.1, crate::DType::F32),
+            );
+            let (la, lb) = (
+                Layout::contiguous(args.a.1.shape()),
+                Layout::contiguous(args.b.1.shape()),
+            );
+            let out = matmul(&MatmulArgs {
+                a: (&a, &la),
+                b: (&b, &lb),
+                ..*args
+            });
+            let lo = Layout::contiguous(&[out.len()]);
+            match out {
+                CpuData::F32(v) => CpuData::BF16(super::elementwise::map1(&v, &lo, bf16::from_f32)),
+                other => other,
+            }
+        }
+        CpuData::I64(a) => int_mm(a, args),
+        CpuData::U8(a) => int_mm(a, args),
+        CpuData::Bool(a) => int_mm(a, args),
+    }
+}
+
+fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(a: &[T], args: &MatmulArgs) -> CpuData {
+    let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
+    let (m, k, n) = (args.m, args.k, args.n);
+    let (_, count) = args.batch();
+    if k == 0 || m * n == 0 {
+        return T::wrap(alloc_filled(count * m * n, T::zero()));
+    }
+    let mut out = alloc_uninit::<T>(count * m * n);
+    let offs = args.batch_offsets();
+    let (la, lb) = (args.a.1, args.b.1);
+    let r = la.rank();
+    let (a_rs, a_cs) = (la.strides()[r - 2] as isize, la.strides()[r - 1] as isize);
+    let (b_rs, b_cs) = (lb.strides()[r - 2] as isize, lb.strides()[r - 1] as isize);
+    let one = |dst: &mut [T], (oa, ob): (usize, usize), par: Parallelism| {
+        // SAFETY: `dst` holds m*n elements written with row stride n; the operand
+        // offsets and strides come from layouts that lie within their storage.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr().add(oa),
+                a_cs,
+                a_rs,
+                b.as_ptr().add(ob),
+                b_cs,
+                b_rs,
+                T::zero(),
+                T::one(),
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    };
+    let big = m * n * k >= PAR_FLOPS;
+    if count > 1 && !big {
+        out.par_chunks_mut(m * n)
+            .zip(offs.par_iter())
+            .for_each(|(dst, &o)| one(dst, o, Parallelism::None));
+    } else {
+        let par = if big {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        for (dst, &o) in out.chunks_mut(m * n).zip(&offs) {
+            one(dst, o, par);
+        }
+    }
+    T::wrap(out)
+}
+
+/// Integer matmul: exact (wrapping) i64 arithmetic, rows in parallel.
+fn int_mm<T: WithDType>(a: &[T], args: &MatmulArgs) -> CpuData {
+    let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
+    let (m, k, n) = (args.m, args.k, args.n);
+    let (la, lb) = (args.a.1, args.b.1);
+    let r = la.rank();
+    let (a_rs, a_cs) = (la.strides()[r - 2], la.strides()[r - 1]);
+    let (b_rs, b_cs) = (lb.strides()[r - 2], lb.strides()[r - 1]);
+    let offs = args.batch_offsets();
+    let to = |x: T| i64::from_f64(x.to_f64());
+    let mut out = alloc_uninit::<T>(offs.len() * m * n);
+    if n > 0 {
+        out.par_chunks_mut(n).enumerate().for_each(|(row, dst)| {
+            let (bi, i) = (row / m, row % m);
+            let (oa, ob) = offs[bi];
+            for (j, d) in dst.iter_mut().enumerate() {
+                let mut acc = 0i64;
+                for p in 0..k {
+                    acc = acc.wrapping_add(
+                        to(a[oa + i * a_rs + p * a_cs]).wrapping_mul(to(b[ob + p * b_rs + j * b_cs])),
+                    );
+                }
+                *d = T::from_f64(acc as f64);
+            }
+        });
+    }
+    T::wrap(out)
+}

@@ -1,0 +1,273 @@
+//! CPU storage and kernels.
+//!
+//! Values live in a typed `Vec` per dtype ([`CpuData`]). Freed buffers of 64 KiB and
+//! more go back to a bounded pool and are handed out again for the next tensor of the
+//! same dtype and length: writing into a fresh large allocation costs several times
+//! the op itself in page faults, so reuse is what makes large elementwise ops fast.
+
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod reduce;
+pub(crate) mod walk;
+
+use crate::dtype::WithDType;
+use crate::DType;
+use half::{bf16, f16};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A typed buffer of host memory.
+#[derive(Clone, Debug)]
+pub enum CpuData {
+    Bool(Vec<bool>),
+    U8(Vec<u8>),
+    I64(Vec<i64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector inside a `CpuData` (by the given
+/// binding mode), for every dtype. The one place the dtype `match` is written.
+macro_rules! dispatch {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::backend::cpu::CpuData::Bool($v) => $body,
+            $crate::backend::cpu::CpuData::U8($v) => $body,
+            $crate::backend::cpu::CpuData::I64($v) => $body,
+            $crate::backend::cpu::CpuData::F16($v) => $body,
+            $crate::backend::cpu::CpuData::BF16($v) => $body,
+            $crate::backend::cpu::CpuData::F32($v) => $body,
+            $crate::backend::cpu::CpuData::F64($v) => $body,
+        }
+    };
+}
+/// Like `dispatch!` for the float dtypes; other dtypes evaluate `$other`.
+macro_rules! dispatch_float {
+    ($data:expr, $v:ident => $body:expr, $other:ident => $else:expr) => {
+        match $data {
+            $crate::backend::cpu::CpuData::F16($v) => $body,
+            $crate::backend::cpu::CpuData::BF16($v) => $body,
+            $crate::backend::cpu::CpuData::F32($v) => $body,
+            $crate::backend::cpu::CpuData::F64($v) => $body,
+            $other => $else,
+        }
+    };
+}
+pub(crate) use dispatch;
+pub(crate) use dispatch_float;
+
+/// Moves typed vectors in and out of [`CpuData`] (a supertrait of [`WithDType`];
+/// not nameable outside ember).
+pub trait CpuElem: Sized {
+    fn wrap(v: Vec<Self>) -> CpuData;
+    fn slice(d: &CpuData) -> Option<&[Self]>;
+    fn slice_mut(d: &mut CpuData) -> Option<&mut Vec<Self>>;
+}
+
+macro_rules! cpu_elem {
+    ($t:ty, $var:ident) => {
+        impl CpuElem for $t {
+            #[inline]
+            fn wrap(v: Vec<Self>) -> CpuData {
+                CpuData::$var(v)
+            }
+            #[inline]
+            fn slice(d: &CpuData) -> Option<&[Self]> {
+                match d {
+                    CpuData::$var(v) => Some(v),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn slice_mut(d: &mut CpuData) -> Option<&mut Vec<Self>> {
+                match d {
+                    CpuData::$var(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+cpu_elem!(bool, Bool);
+cpu_elem!(u8, U8);
+cpu_elem!(i64, I64);
+cpu_elem!(f16, F16);
+cpu_elem!(bf16, BF16);
+cpu_elem!(f32, F32);
+cpu_elem!(f64, F64);
+
+impl CpuData {
+    pub fn dtype(&self) -> DType {
+        dispatch!(self, v => elem_dtype(v))
+    }
+
+    pub fn len(&self) -> usize {
+        dispatch!(self, v => v.len())
+    }
+
+    fn bytes(&self) -> usize {
+        self.len() * self.dtype().size_in_bytes()
+    }
+}
+
+fn elem_dtype<T: WithDType>(_: &[T]) -> DType {
+    T::DTYPE
+}
+
+/// Host storage: a [`CpuData`] that returns its buffer to the pool when dropped.
+#[derive(Debug)]
+pub(crate) struct CpuStorage {
+    data: CpuData,
+}
+
+impl CpuStorage {
+    pub fn new(data: CpuData) -> Self {
+        CpuStorage { data }
+    }
+
+    pub fn data(&self) -> &CpuData {
+        &self.data
+    }
+
+    pub fn data_mut(&mut self) -> &mut CpuData {
+        &mut self.data
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        if self.data.bytes() >= MIN_POOLED_BYTES {
+            let data = std::mem::replace(&mut self.data, CpuData::U8(Vec::new()));
+            pool_put(data);
+        }
+    }
+}
+
+/// Buffers below this size come from (and go back to) the system allocator directly.
+const MIN_POOLED_BYTES: usize = 64 * 1024;
+
+struct Pool {
+    free: HashMap<(DType, usize), Vec<CpuData>>,
+    bytes: usize,
+    limit: usize,
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+fn default_limit() -> usize {
+    std::env::var("EMBER_CPU_POOL_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(512 << 20, |mb| mb << 20)
+}
+
+fn with_pool<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
+    let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let pool = guard.get_or_insert_with(|| Pool {
+        free: HashMap::new(),
+        bytes: 0,
+        limit: default_limit(),
+    });
+    f(pool)
+}
+
+fn pool_put(data: CpuData) {
+    let bytes = data.bytes();
+    with_pool(|p| {
+        if p.bytes + bytes <= p.limit {
+            p.bytes += bytes;
+            p.free.entry((data.dtype(), data.len())).or_default().push(data);
+        }
+        // otherwise `data` is dropped here and its memory goes back to the system
+    })
+}
+
+fn pool_take<T: WithDType>(len: usize) -> Option<Vec<T>> {
+    if len * std::mem::size_of::<T>() < MIN_POOLED_BYTES {
+        return None;
+    }
+    with_pool(|p| {
+        let list = p.free.get_mut(&(T::DTYPE, len))?;
+        let data = list.pop()?;
+        p.bytes -= len * T::DTYPE.size_in_bytes();
+        dispatch_take::<T>(data)
+    })
+}
+
+fn dispatch_take<T: WithDType>(mut d: CpuData) -> Option<Vec<T>> {
+    T::slice_mut(&mut d).map(std::mem::take)
+}
+
+/// A buffer of `len` elements whose contents are unspecified (a pooled buffer keeps
+/// old values): the caller must write every element.
+pub(crate) fn alloc_uninit<T: WithDType>(len: usize) -> Vec<T> {
+    pool_take(len).unwrap_or_else(|| vec![T::default(); len])
+}
+
+/// A buffer of `len` copies of `value`.
+pub(crate) fn alloc_filled<T: WithDType>(len: usize, value: T) -> Vec<T> {
+    match pool_take::<T>(len) {
+        Some(mut v) => {
+            fill(&mut v, value);
+            v
+        }
+        None => vec![value; len],
+    }
+}
+
+/// Fills a slice, in parallel when it is large.
+pub(crate) fn fill<T: Copy + Send + Sync>(v: &mut [T], value: T) {
+    use rayon::prelude::*;
+    if v.len() >= PAR_MIN {
+        v.par_chunks_mut(PAR_CHUNK).for_each(|c| c.fill(value));
+    } else {
+        v.fill(value);
+    }
+}
+
+/// Elementwise loops go parallel from this many elements on...
+pub(crate) const PAR_MIN: usize = 1 << 16;
+/// ...in chunks of this many elements.
+pub(crate) const PAR_CHUNK: usize = 1 << 15;
+
+/// Statistics of ember's pool of freed host buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuPoolStats {
+    /// Bytes held in freed buffers, ready for reuse.
+    pub pooled_bytes: usize,
+    /// The most the pool keeps (`EMBER_CPU_POOL_MB`, default 512 MiB).
+    pub limit_bytes: usize,
+}
+
+/// How much freed host memory ember keeps for reuse.
+pub fn pool_stats() -> CpuPoolStats {
+    with_pool(|p| CpuPoolStats {
+        pooled_bytes: p.bytes,
+        limit_bytes: p.limit,
+    })
+}
+
+/// Returns every pooled host buffer to the system allocator.
+pub fn empty_cache() {
+    let freed = with_pool(|p| {
+        p.bytes = 0;
+        std::mem::take(&mut p.free)
+    });
+    drop(freed);
+}
+
+/// Sets the most freed host memory ember keeps for reuse (0 disables pooling).
+pub fn set_pool_limit(bytes: usize) {
+    with_pool(|p| p.limit = bytes);
+    if pool_stats().pooled_bytes > bytes {
+        empty_cache();
+    }
+}

@@ -1,0 +1,18 @@
+//! Storage and kernels per device. Only this layer knows how values are held and
+//! how a kernel runs; the tensor layer validates and dispatches on [`Storage`].
+
+pub mod cpu;
+
+/// The values behind a tensor, on one device.
+#[derive(Debug)]
+pub(crate) enum Storage {
+    Cpu(cpu::CpuStorage),
+}
+
+impl Storage {
+    pub(crate) fn dtype(&self) -> crate::DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+        }
+    }
+}

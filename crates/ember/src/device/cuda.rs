@@ -1,0 +1,150 @@
+//! CUDA discovery: is a GPU usable, how many, and what are they.
+//!
+//! Nothing here panics or aborts on a machine without CUDA. The driver library is
+//! probed with `dlopen` before the first driver call (cudarc itself panics when
+//! a library is missing), and every failure becomes a reason string that
+//! [`Error::CudaUnavailable`] carries to the user.
+
+use crate::{Device, Error, Result};
+use cudarc::driver::{result as drv, sys};
+use std::sync::OnceLock;
+
+/// What the driver said at first use: the number of GPUs or why there are none.
+fn discovery() -> &'static std::result::Result<usize, String> {
+    static DISCOVERY: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+    DISCOVERY.get_or_init(|| {
+        if std::env::var_os("EMBER_DISABLE_CUDA").is_some_and(|v| v != "0") {
+            return Err("disabled by the EMBER_DISABLE_CUDA environment variable".into());
+        }
+        // SAFETY: only tries to dlopen the driver library by its usual names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(
+                "the NVIDIA driver library (libcuda.so) could not be loaded; install the \
+                 NVIDIA driver, or add the folder holding libcuda.so to LD_LIBRARY_PATH"
+                    .into(),
+            );
+        }
+        drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
+        let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+        if n <= 0 {
+            return Err("the NVIDIA driver is installed but reports no GPU".into());
+        }
+        Ok(n as usize)
+    })
+}
+
+/// `torch.cuda.is_available()`.
+pub fn is_available() -> bool {
+    device_count() > 0
+}
+
+/// `torch.cuda.device_count()`: 0 on a machine without a usable GPU.
+pub fn device_count() -> usize {
+    *discovery().as_ref().unwrap_or(&0)
+}
+
+/// Why no GPU can be used, or `None` when at least one can.
+pub fn unavailable_reason() -> Option<String> {
+    discovery().as_ref().err().cloned()
+}
+
+/// Returns an error unless `device` is a GPU that exists.
+pub(crate) fn check_device(device: Device) -> Result<()> {
+    if let Device::Cuda(i) = device {
+        match discovery() {
+            Err(reason) => {
+                return Err(Error::CudaUnavailable {
+                    reason: reason.clone(),
+                })
+            }
+            Ok(n) if i >= *n => {
+                return Err(Error::CudaUnavailable {
+                    reason: format!("device {device} requested but only {n} GPU(s) present (cuda:0..cuda:{})", n - 1),
+                })
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What `torch.cuda.get_device_properties(i)` reports, and a little more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceProperties {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor), e.g. (9, 0) for an H100.
+    pub compute_capability: (u32, u32),
+    pub multiprocessor_count: u32,
+    pub max_threads_per_block: u32,
+    pub max_shared_memory_per_block: usize,
+    pub warp_size: u32,
+    pub total_memory: usize,
+    pub l2_cache_size: usize,
+    pub clock_rate_khz: u32,
+    pub memory_bus_width_bits: u32,
+}
+
+fn cu_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// Properties of GPU `i`, read from the driver without creating a context.
+pub fn device_properties(i: usize) -> Result<DeviceProperties> {
+    check_device(Device::Cuda(i))?;
+    let dev = drv::device::get(i as i32).map_err(cu_err("cuDeviceGet"))?;
+    let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
+        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+        unsafe { drv::device::get_attribute(dev, a) }
+            .map(|v| v as u32)
+            .map_err(cu_err("cuDeviceGetAttribute"))
+    };
+    use sys::CUdevice_attribute::*;
+    Ok(DeviceProperties {
+        ordinal: i,
+        name: drv::device::get_name(dev).map_err(cu_err("cuDeviceGetName"))?,
+        compute_capability: (
+            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        multiprocessor_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        max_threads_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        max_shared_memory_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?
+            as usize,
+        warp_size: attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+        // SAFETY: as above.
+        total_memory: unsafe { drv::device::total_mem(dev) }.map_err(cu_err("cuDeviceTotalMem"))?,
+        l2_cache_size: attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+        clock_rate_khz: attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
+        memory_bus_width_bits: attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_gpu_is_an_error_not_a_panic() {
+        match unavailable_reason() {
+            Some(reason) => {
+                assert!(!is_available());
+                assert_eq!(device_count(), 0);
+                let e = check_device(Device::Cuda(0)).unwrap_err().to_string();
+                assert!(e.contains("CUDA is not available") && e.contains(&reason), "{e}");
+                assert!(device_properties(0).is_err());
+            }
+            None => {
+                assert!(is_available());
+                let p = device_properties(0).unwrap();
+                assert!(p.multiprocessor_count > 0 && p.total_memory > 0, "{p:?}");
+                let n = device_count();
+                assert!(check_device(Device::Cuda(n)).is_err());
+            }
+        }
+        assert!(check_device(Device::Cpu).is_ok());
+    }
+}

@@ -1,0 +1,171 @@
+//! Devices: where a tensor's values live.
+//!
+//! ```
+//! use ember::Device;
+//! let cpu: Device = "cpu".parse()?;
+//! assert_eq!(cpu, Device::Cpu);
+//! assert_eq!("cuda".parse::<Device>()?, Device::Cuda(0));
+//! assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+//! // PyTorch's `"cuda:0" if torch.cuda.is_available() else "cpu"`
+//! let dev = Device::cuda_if_available(0);
+//! println!("training on {dev}");
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// A device: the host CPU or one CUDA GPU, numbered from 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory and CPU kernels.
+    #[default]
+    Cpu,
+    /// The CUDA GPU with this ordinal.
+    Cuda(usize),
+}
+
+impl Device {
+    /// `cuda:i` when that GPU can be used, otherwise the CPU.
+    pub fn cuda_if_available(i: usize) -> Device {
+        if i < cuda::device_count() {
+            Device::Cuda(i)
+        } else {
+            Device::Cpu
+        }
+    }
+
+    /// d2l's `try_gpu(i)`: `cuda:i` if it exists, else the CPU.
+    pub fn try_gpu(i: usize) -> Device {
+        Device::cuda_if_available(i)
+    }
+
+    /// d2l's `try_all_gpus()`: every GPU, or `[cpu]` when there is none.
+    pub fn try_all_gpus() -> Vec<Device> {
+        let n = cuda::device_count();
+        if n == 0 {
+            vec![Device::Cpu]
+        } else {
+            (0..n).map(Device::Cuda).collect()
+        }
+    }
+
+    /// `true` for `Cuda(_)`.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+
+    /// `true` for `Cpu`.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self, Device::Cpu)
+    }
+
+    /// PyTorch's `device.type`: `"cpu"` or `"cuda"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda(_) => "cuda",
+        }
+    }
+
+    /// The GPU ordinal, `None` for the CPU.
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(i) => Some(*i),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = Error;
+
+    /// Accepts `cpu`, `cuda` (meaning `cuda:0`) and `cuda:N`, ignoring surrounding
+    /// whitespace and ASCII case.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::ParseDevice {
+            input: s.to_string(),
+        };
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            _ => {
+                let n = t
+                    .strip_prefix("cuda:")
+                    .or_else(|| t.strip_prefix("gpu:"))
+                    .ok_or_else(bad)?;
+                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                n.parse().map(Device::Cuda).map_err(|_| bad())
+            }
+        }
+    }
+}
+
+impl TryFrom<&str> for Device {
+    type Error = Error;
+    fn try_from(s: &str) -> Result<Self> {
+        s.parse()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepted_forms() {
+        assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+        assert_eq!(" CPU ".parse::<Device>().unwrap(), Device::Cpu);
+        assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(0));
+        assert_eq!("cuda:0".parse::<Device>().unwrap(), Device::Cuda(0));
+        assert_eq!("cuda:12".parse::<Device>().unwrap(), Device::Cuda(12));
+        for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3)] {
+            assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn parse_errors_list_accepted_forms() {
+        for bad in [
+            "", "cuda:", "cuda:-1", "cuda:x", "tpu", "cuda:1:2", "cuda: 1", "cuda:+1",
+        ] {
+            let e = bad.parse::<Device>().unwrap_err().to_string();
+            assert!(
+                e.contains("\"cpu\"") && e.contains("\"cuda:N\""),
+                "{bad:?} -> {e}"
+            );
+        }
+        // larger than usize
+        assert!("cuda:99999999999999999999999".parse::<Device>().is_err());
+    }
+
+    #[test]
+    fn helpers_fall_back_to_cpu_without_gpu() {
+        let n = cuda::device_count();
+        if n == 0 {
+            assert_eq!(Device::cuda_if_available(0), Device::Cpu);
+            assert_eq!(Device::try_gpu(1), Device::Cpu);
+            assert_eq!(Device::try_all_gpus(), vec![Device::Cpu]);
+        } else {
+            assert_eq!(Device::cuda_if_available(0), Device::Cuda(0));
+            assert_eq!(Device::try_all_gpus().len(), n);
+            assert_eq!(Device::try_gpu(n), Device::Cpu);
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Shapes, strides and views: a tensor's [`Layout`] over its storage.
+//!
+//! Strides and offsets are counted in elements. Views (transpose, narrow, expand,
+//! ...) only build a new `Layout`; the storage is shared.
+
+use crate::{Error, Result};
+use smallvec::SmallVec;
+
+/// A small vector of dimensions: no heap allocation up to rank 6.
+pub type Dims = SmallVec<[usize; 6]>;
+
+/// Shape, strides (in elements) and starting offset of a tensor in its storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub(crate) shape: Dims,
+    pub(crate) strides: Dims,
+    pub(crate) offset: usize,
+}
+
+/// Row-major strides for `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Dims {
+    let mut strides: Dims = SmallVec::from_elem(0, shape.len());
+    let mut s = 1;
+    for i in (0..shape.len()).rev() {
+        strides[i] = s;
+        s *= shape[i].max(1);
+    }
+    strides
+}
+
+/// Resolves a possibly negative dimension index against `rank`, PyTorch style.
+pub fn normalize_dim(op: &'static str, dim: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    // a 0-d tensor accepts dims -1 and 0, as in PyTorch
+    let wrap = r.max(1);
+    let d = if dim < 0 { dim + wrap } else { dim };
+    if d < 0 || d >= wrap {
+        return Err(Error::DimOutOfRange { op, dim, rank });
+    }
+    Ok(d as usize)
+}
+
+/// PyTorch's broadcasting rule: align trailing dims; each pair must be equal or one of them 1.
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
+    if a == b {
+        return Ok(a.into());
+    }
+    let n = a.len().max(b.len());
+    let mut out: Dims = SmallVec::from_elem(0, n);
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::Broadcast {
+                op,
+                lhs: a.to_vec(),
+                rhs: b.to_vec(),
+                dim: i,
+                a: da,
+                b: db,
+            });
+        };
+    }
+    Ok(out)
+}
+
+impl Layout {
+    /// A row-major layout starting at offset 0.
+    pub fn contiguous(shape: &[usize]) -> Layout {
+        Layout {
+            shape: shape.into(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Row-major and dense (size-1 dims may have any stride, as in PyTorch).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1;
+        for i in (0..self.shape.len()).rev() {
+            if self.shape[i] != 1 {
+                if self.strides[i] != expected {
+                    return false;
+                }
+                expected *= self.shape[i];
+            }
+        }
+        true
+    }
+
+    /// The contiguous element range `[offset, offset + numel)` when the layout is contiguous.
+    pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
+        self.is_contiguous()
+            .then(|| self.offset..self.offset + self.numel())
+    }
+
+    /// One past the largest storage index this layout touches (0 for empty layouts).
+    pub fn storage_extent(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&n, &s)| (n - 1) * s)
+                .sum::<usize>()
+            + 1
+    }
+
+    /// Strides of this layout broadcast to `shape` (stride 0 on expanded dims).
+    pub fn broadcast_to(&self, op: &'static str, shape: &[usize]) -> Result<Layout> {
+        if shape.len() < self.rank() {
+            return Err(Error::shape(
+                op,
+                &self.shape,
+                shape,
+                "cannot broadcast to fewer dimensions",
+            ));
+        }
+        let lead = shape.len() - self.rank();
+        let mut strides: Dims = SmallVec::from_elem(0, shape.len());
+        for (i, &n) in shape.iter().enumerate() {
+            if i < lead {
+                continue;
+            }
+            let (m, s) = (self.shape[i - lead], self.strides[i - lead]);
+            strides[i] = if m == n {
+                s
+            } else if m == 1 {
+                0
+            } else {
+                return Err(Error::shape(
+                    op,
+                    &self.shape,
+                    shape,
+                    format!("the expanded size ({n}) must match the existing size ({m}) at non-singleton dimension {i}"),
+                ));
+            };
+        }
+        Ok(Layout {
+            shape: shape.into(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
+    pub(crate) fn transpose(&self, a: usize, b: usize) -> Layout {
+        let mut l = self.clone();
+        l.shape.swap(a, b);
+        l.strides.swap(a, b);
+        l
+    }
+
+    pub(crate) fn permute(&self, perm: &[usize]) -> Layout {
+        Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        }
+    }
+
+    /// Elements `start, start + step, ...` below `end` along `dim`.
+    pub(crate) fn slice(&self, dim: usize, start: usize, end: usize, step: usize) -> Layout {
+        let mut l = self.clone();
+        let len = if end > start {
+            (end - start).div_ceil(step)
+        } else {
+            0
+        };
+        if len > 0 {
+            l.offset += start * self.strides[dim];
+        }
+        l.shape[dim] = len;
+        l.strides[dim] *= step;
+        l
+    }
+
+    /// Removes `dim`, fixing its index at `index`.
+    pub(crate) fn select(&self, dim: usize, index: usize) -> Layout {
+        let mut l = self.clone();
+        l.offset += index * self.strides[dim];
+        l.shape.remove(dim);
+        l.strides.remove(dim);
+        l
+    }
+
+    pub(crate) fn unsqueeze(&self, dim: usize) -> Layout {
+        let mut l = self.clone();
+        let s = if dim < self.rank() {
+            self.strides[dim] * self.shape[dim]
+        } else {
+            1
+        };
+        l.shape.insert(dim, 1);
+        l.strides.insert(dim, s);
+        l
+    }
+
+    /// A view with `shape` over the same elements, when the strides allow one
+    /// (PyTorch's `view` rule); `None` when a copy is needed.
+    pub(crate) fn view(&self, shape: &[usize]) -> Option<Layout> {
+        if self.is_contiguous() {
+            return Some(Layout {
+                shape: shape.into(),
+                strides: contiguous_strides(shape),
+                offset: self.offset,
+            });
+        }
+        if self.numel() == 0 {
+            return None;
+        }
+        // Walk the old dims from the back in chunks that are contiguous among
+        // themselves; each chunk must be covered exactly by a run of new dims.
+        let (old_shape, old_strides) = (&self.shape, &self.strides);
+        let mut new_strides: Dims = SmallVec::from_elem(0, shape.len());
+        let mut view_d = shape.len() as isize - 1;
+        let mut chunk_base_stride = *old_strides.last()?;
+        let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+        for tensor_d in (0..old_shape.len()).rev() {
+            tensor_numel *= old_shape[tensor_d];
+            let chunk_ends = tensor_d == 0
+                || (old_shape[tensor_d - 1] != 1
+                    && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+            if chunk_ends {
+                while view_d >= 0
+                    && (view_numel < tensor_numel || shape[view_d as usize] == 1)
+                {
+                    new_strides[view_d as usize] = view_numel * chunk_base_stride;
+                    view_numel *= shape[view_d as usize];
+                    view_d -= 1;
+                }
+                if view_numel != tensor_numel {
+                    return None;
+                }
+                if tensor_d > 0 {
+                    chunk_base_stride = old_strides[tensor_d - 1];
+                    tensor_numel = 1;
+                    view_numel = 1;
+                }
+            }
+        }
+        if view_d != -1 {
+            return None;
+        }
+        Some(Layout {
+            shape: shape.into(),
+            strides: new_strides,
+            offset: self.offset,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_and_contiguity() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert_eq!(l.strides(), &[12, 4, 1]);
+        assert!(l.is_contiguous());
+        let t = l.transpose(0, 2);
+        assert!(!t.is_contiguous());
+        assert_eq!(t.shape(), &[4, 3, 2]);
+        assert_eq!(l.storage_extent(), 24);
+    }
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(
+            broadcast_shapes("t", &[3, 1], &[1, 4]).unwrap().as_slice(),
+            &[3, 4]
+        );
+        assert_eq!(
+            broadcast_shapes("t", &[5, 1, 4], &[3, 1]).unwrap().as_slice(),
+            &[5, 3, 4]
+        );
+        assert_eq!(
+            broadcast_shapes("t", &[], &[2]).unwrap().as_slice(),
+            &[2]
+        );
+        assert_eq!(
+            broadcast_shapes("t", &[0, 1], &[1, 3]).unwrap().as_slice(),
+            &[0, 3]
+        );
+        let e = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err().to_string();
+        assert!(e.contains("add") && e.contains("(3)") && e.contains("(4)"), "{e}");
+    }
+
+    #[test]
+    fn views_of_non_contiguous_layouts() {
+        // transpose of [2,3] -> [3,2] strides [1,3]; viewing as [3,2,1] works, [6] does not
+        let t = Layout::contiguous(&[2, 3]).transpose(0, 1);
+        assert!(t.view(&[6]).is_none());
+        let v = t.view(&[3, 2, 1]).unwrap();
+        assert_eq!(&v.strides()[..2], &[1, 3]);
+        // a narrowed contiguous block: [4, 6] narrowed on dim 1 to 3 columns
+        let n = Layout::contiguous(&[4, 6]).slice(1, 0, 3, 1);
+        assert!(n.view(&[2, 2, 3]).is_some());
+        assert!(n.view(&[12]).is_none());
+        let v = n.view(&[2, 2, 3]).unwrap();
+        assert_eq!(v.strides(), &[12, 6, 1]);
+    }
+
+    #[test]
+    fn dims_wrap() {
+        assert_eq!(normalize_dim("t", -1, 3).unwrap(), 2);
+        assert_eq!(normalize_dim("t", 0, 0).unwrap(), 0);
+        assert_eq!(normalize_dim("t", -1, 0).unwrap(), 0);
+        let e = normalize_dim("sum", 3, 3).unwrap_err().to_string();
+        assert!(e.contains("[-3, 2]") && e.contains("got 3"), "{e}");
+    }
+}

@@ -1,0 +1,49 @@
+//! # ember
+//!
+//! GPU-accelerated tensors and deep learning with PyTorch's device model, in Rust.
+//!
+//! Every [`Tensor`] lives on a [`Device`] (`cpu`, `cuda:0`, ...). Operations follow
+//! PyTorch's semantics (broadcasting, type promotion, `torch.matmul` rules) and
+//! return [`Result`]: bad shapes, mixed devices and a missing GPU are errors, never
+//! panics.
+//!
+//! ```
+//! use ember::prelude::*;
+//!
+//! // PyTorch's `device = "cuda:0" if torch.cuda.is_available() else "cpu"`
+//! let device = Device::cuda_if_available(0);
+//! ember::manual_seed(0);
+//! let x = Tensor::randn([64, 3], &device)?;
+//! let w = Tensor::randn([3, 2], &device)?;
+//! let y = x.matmul(&w)?.relu()?.softmax(-1)?;
+//! assert_eq!(y.shape(), &[64, 2]);
+//! let total = y.sum_all()?.item::<f32>()?;
+//! assert!((total - 64.0).abs() < 1e-3);
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+mod backend;
+pub mod device;
+mod dtype;
+mod error;
+pub mod layout;
+mod tensor;
+
+pub use device::{cuda, Device};
+pub use dtype::{DType, FloatDType, WithDType};
+pub use error::{Error, Result};
+pub use tensor::{
+    manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg, IntoDims,
+    IntoShape, NdArray, Operand, Pool2dOptions, PrintOptions, Scalar, Tensor,
+};
+
+/// Host-side memory management (the pool of freed CPU buffers).
+pub mod cpu {
+    pub use crate::backend::cpu::{empty_cache, pool_stats, set_pool_limit, CpuPoolStats};
+    pub use crate::device::cpu::{cpu_info, CpuInfo};
+}
+
+/// The names most programs need: `use ember::prelude::*;`.
+pub mod prelude {
+    pub use crate::{Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor};
+}

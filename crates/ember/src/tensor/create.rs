@@ -1,0 +1,431 @@
+//! Making tensors (zeros, ones, full, arange, linspace, eye, random, from Rust data)
+//! and reading values back (`to_vec*`, `item`).
+
+use super::shape::{dims_of, IntoShape};
+use super::Tensor;
+use crate::backend::cpu::{alloc_filled, CpuData, CpuElem};
+use crate::dtype::WithDType;
+use crate::layout::Dims;
+use crate::{DType, Device, Error, Result};
+use half::{bf16, f16};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use smallvec::SmallVec;
+use std::sync::Mutex;
+
+/// Creation is possible only on devices ember can store tensors on.
+fn check_creatable(op: &'static str, device: &Device) -> Result<()> {
+    if device.is_cpu() {
+        return Ok(());
+    }
+    crate::device::cuda::check_device(*device)?;
+    Err(Error::UnsupportedDevice {
+        op,
+        device: *device,
+        msg: "this build of ember stores tensors on the CPU only".into(),
+    })
+}
+
+/// A contiguous tensor of `value` everywhere.
+fn filled<T: WithDType>(shape: &[usize], value: T) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_cpu(T::wrap(alloc_filled(n, value)), shape)
+}
+
+fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+    match dtype {
+        DType::Bool => filled(shape, bool::from_f64(value)),
+        DType::U8 => filled(shape, u8::from_f64(value)),
+        DType::I64 => filled(shape, i64::from_f64(value)),
+        DType::F16 => filled(shape, f16::from_f64(value)),
+        DType::BF16 => filled(shape, bf16::from_f64(value)),
+        DType::F32 => filled(shape, value as f32),
+        DType::F64 => filled(shape, value),
+    }
+}
+
+impl Tensor {
+    /// `torch.zeros(shape, dtype=..., device=...)`.
+    pub fn zeros(shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(shape, 0.0, dtype, device)
+    }
+
+    /// `torch.ones`.
+    pub fn ones(shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(shape, 1.0, dtype, device)
+    }
+
+    /// `torch.full`: `value` converted to `dtype` everywhere.
+    pub fn full(shape: impl IntoShape, value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+        let dims = dims_of("full", &shape)?;
+        check_creatable("full", device)?;
+        Ok(full_dtype(&dims, value, dtype))
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::zeros(self.shape(), self.dtype(), &self.device())
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::ones(self.shape(), self.dtype(), &self.device())
+    }
+
+    /// `value` with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::full(self.shape(), value, self.dtype(), &self.device())
+    }
+
+    /// A 0-dimensional tensor holding `value`.
+    pub fn scalar<T: WithDType>(value: T, device: &Device) -> Result<Tensor> {
+        check_creatable("scalar", device)?;
+        Ok(Tensor::from_cpu(T::wrap(vec![value]), &[]))
+    }
+
+    /// A tensor from (nested) Rust arrays, slices or vectors:
+    /// `Tensor::new(&[[1f32, 2.], [3., 4.]], &dev)`. Integer literals give int64,
+    /// like `torch.tensor([1, 2])`.
+    pub fn new<A: NdArray>(data: A, device: &Device) -> Result<Tensor> {
+        let shape = data.shape()?;
+        check_creatable("new", device)?;
+        let mut v = Vec::with_capacity(shape.iter().product());
+        data.push_to(&mut v);
+        Ok(Tensor::from_cpu(A::Elem::wrap(v), &shape))
+    }
+
+    /// A tensor of `shape` from a vector holding its elements in row-major order.
+    pub fn from_vec<T: WithDType>(
+        data: Vec<T>,
+        shape: impl IntoShape,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let dims = dims_of("from_vec", &shape)?;
+        let n: usize = dims.iter().product();
+        if n != data.len() {
+            return Err(Error::invalid(
+                "from_vec",
+                format!("shape {:?} needs {n} elements but the data has {}", dims.as_slice(), data.len()),
+            ));
+        }
+        check_creatable("from_vec", device)?;
+        Ok(Tensor::from_cpu(T::wrap(data), &dims))
+    }
+
+    /// Like [`from_vec`](Self::from_vec), copying from a slice.
+    pub fn from_slice<T: WithDType>(
+        data: &[T],
+        shape: impl IntoShape,
+        device: &Device,
+    ) -> Result<Tensor> {
+        Tensor::from_vec(data.to_vec(), shape, device)
+    }
+
+    /// `torch.arange(start, end)` with step 1; the dtype is `T`'s.
+    pub fn arange<T: WithDType>(start: T, end: T, device: &Device) -> Result<Tensor> {
+        Tensor::arange_step(start, end, T::from_f64(1.0), device)
+    }
+
+    /// `torch.arange(start, end, step)`: `ceil((end - start) / step)` values.
+    pub fn arange_step<T: WithDType>(
+        start: T,
+        end: T,
+        step: T,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+        if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
+            return Err(Error::invalid("arange", format!("step must be finite and non-zero, got start={s}, end={e}, step={st}")));
+        }
+        if (e - s) * st < 0.0 {
+            return Err(Error::invalid(
+                "arange",
+                format!("upper bound and larger bound inconsistent with step sign (start={s}, end={e}, step={st})"),
+            ));
+        }
+        check_creatable("arange", device)?;
+        let n = ((e - s) / st).ceil().max(0.0) as usize;
+        let v: Vec<T> = (0..n).map(|i| T::from_f64(s + i as f64 * st)).collect();
+        Ok(Tensor::from_cpu(T::wrap(v), &[n]))
+    }
+
+    /// `torch.linspace(start, end, steps)` in `dtype`.
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        check_creatable("linspace", device)?;
+        // Like PyTorch: fill the first half forward from `start` and the second half
+        // backward from `end`, so both endpoints are exact.
+        let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
+        let half = steps / 2;
+        let v: Vec<f64> = (0..steps)
+            .map(|i| {
+                if i < half {
+                    start + step * i as f64
+                } else {
+                    end - step * (steps - 1 - i) as f64
+                }
+            })
+            .collect();
+        Tensor::from_cpu(CpuData::F64(v), &[steps]).to_dtype(dtype)
+    }
+
+    /// The `n × n` identity matrix.
+    pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::eye_rect(n, n, dtype, device)
+    }
+
+    /// An `n × m` matrix with ones on the diagonal.
+    pub fn eye_rect(n: usize, m: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        check_creatable("eye", device)?;
+        let mut v = vec![0f64; n * m];
+        for i in 0..n.min(m) {
+            v[i * m + i] = 1.0;
+        }
+        Tensor::from_cpu(CpuData::F64(v), &[n, m]).to_dtype(dtype)
+    }
+
+    /// Uniform samples from `[0, 1)`, float32 (`torch.rand`).
+    pub fn rand(shape: impl IntoShape, device: &Device) -> Result<Tensor> {
+        Tensor::uniform(0.0, 1.0, shape, DType::F32, device)
+    }
+
+    /// Standard normal samples, float32 (`torch.randn`).
+    pub fn randn(shape: impl IntoShape, device: &Device) -> Result<Tensor> {
+        Tensor::normal(0.0, 1.0, shape, DType::F32, device)
+    }
+
+    /// Uniform samples from `[lo, hi)` in a float `dtype`.
+    pub fn uniform(lo: f64, hi: f64, shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+        let dims = dims_of("uniform", &shape)?;
+        check_float("uniform", dtype)?;
+        check_creatable("uniform", device)?;
+        let n = dims.iter().product();
+        let v: Vec<f64> = with_rng(|r| {
+            (0..n)
+                .map(|_| {
+                    // f32 draws for the f32-and-narrower dtypes keep the result below `hi`
+                    let u = if dtype == DType::F64 { r.random::<f64>() } else { r.random::<f32>() as f64 };
+                    lo + (hi - lo) * u
+                })
+                .collect()
+        });
+        Tensor::from_cpu(CpuData::F64(v), &dims).to_dtype(dtype)
+    }
+
+    /// Normal samples with `mean` and `std` in a float `dtype`.
+    pub fn normal(mean: f64, std: f64, shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+        let dims = dims_of("normal", &shape)?;
+        check_float("normal", dtype)?;
+        check_creatable("normal", device)?;
+        let n = dims.iter().product();
+        let v: Vec<f64> = with_rng(|r| {
+            (0..n)
+                .map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal))
+                .collect()
+        });
+        Tensor::from_cpu(CpuData::F64(v), &dims).to_dtype(dtype)
+    }
+
+    /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`).
+    pub fn randint(low: i64, high: i64, shape: impl IntoShape, device: &Device) -> Result<Tensor> {
+        let dims = dims_of("randint", &shape)?;
+        if high <= low {
+            return Err(Error::invalid("randint", format!("expected low < high, got low={low}, high={high}")));
+        }
+        check_creatable("randint", device)?;
+        let n = dims.iter().product();
+        let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
+        Ok(Tensor::from_cpu(CpuData::I64(v), &dims))
+    }
+
+    /// Uniform `[0, 1)` samples with this tensor's shape, dtype and device.
+    pub fn rand_like(&self) -> Result<Tensor> {
+        Tensor::uniform(0.0, 1.0, self.shape(), self.dtype(), &self.device())
+    }
+
+    /// Standard normal samples with this tensor's shape, dtype and device.
+    pub fn randn_like(&self) -> Result<Tensor> {
+        Tensor::normal(0.0, 1.0, self.shape(), self.dtype(), &self.device())
+    }
+
+    /// All elements, row-major, converted to `T`.
+    pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        let t = self.to_dtype(T::DTYPE)?;
+        Ok(t.with_cpu(|d, l| {
+            let v = T::slice(d).expect("to_vec: converted to T");
+            match l.contiguous_range() {
+                Some(r) => v[r].to_vec(),
+                None => crate::backend::cpu::elementwise::map1(v, l, |x| x),
+            }
+        }))
+    }
+
+    /// The values of a 1-D tensor, converted to `T`.
+    pub fn to_vec1<T: WithDType>(&self) -> Result<Vec<T>> {
+        self.expect_rank("to_vec1", 1)?;
+        self.to_vec()
+    }
+
+    /// The rows of a 2-D tensor, converted to `T`.
+    pub fn to_vec2<T: WithDType>(&self) -> Result<Vec<Vec<T>>> {
+        self.expect_rank("to_vec2", 2)?;
+        let v = self.to_vec::<T>()?;
+        let cols = self.shape()[1];
+        Ok((0..self.shape()[0]).map(|i| v[i * cols..(i + 1) * cols].to_vec()).collect())
+    }
+
+    /// The values of a 3-D tensor, converted to `T`.
+    pub fn to_vec3<T: WithDType>(&self) -> Result<Vec<Vec<Vec<T>>>> {
+        self.expect_rank("to_vec3", 3)?;
+        let v = self.to_vec::<T>()?;
+        let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
+        Ok((0..a)
+            .map(|i| (0..b).map(|j| v[(i * b + j) * c..(i * b + j + 1) * c].to_vec()).collect())
+            .collect())
+    }
+
+    /// The one value of a one-element tensor, converted to `T` (`tensor.item()`).
+    pub fn item<T: WithDType>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::invalid(
+                "item",
+                format!("a Tensor with {} elements cannot be converted to a scalar", self.numel()),
+            ));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
+    pub(crate) fn expect_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() != rank {
+            return Err(Error::invalid(
+                op,
+                format!("expected a {rank}-D tensor, got shape {:?}", self.shape()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_float(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::dtype(op, dtype, "expected a floating-point dtype"))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The global random generator
+
+/// PyTorch's default seed, so unseeded programs are repeatable too.
+const DEFAULT_SEED: u64 = 67280421310721;
+
+static RNG: Mutex<Option<ChaCha8Rng>> = Mutex::new(None);
+
+fn with_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
+    let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(DEFAULT_SEED)))
+}
+
+/// Seeds ember's global random generator (`torch.manual_seed`): the same seed gives
+/// the same sequence of random tensors.
+pub fn manual_seed(seed: u64) {
+    *RNG.lock().unwrap_or_else(|p| p.into_inner()) = Some(ChaCha8Rng::seed_from_u64(seed));
+}
+
+/// Runs `f` with the global generator (for shuffling, dropout masks, init).
+pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
+    with_rng(f)
+}
+
+// ---------------------------------------------------------------------------------
+// Nested Rust data
+
+/// Rust data that becomes a tensor: scalars, arrays, slices and vectors of them.
+pub trait NdArray {
+    /// The element type stored.
+    type Elem: WithDType;
+    /// The shape, or an error for ragged data.
+    fn shape(&self) -> Result<Dims>;
+    /// Appends the elements in row-major order.
+    fn push_to(&self, out: &mut Vec<Self::Elem>);
+}
+
+macro_rules! nd_scalar {
+    ($t:ty, $e:ty, $conv:expr) => {
+        impl NdArray for $t {
+            type Elem = $e;
+            fn shape(&self) -> Result<Dims> {
+                Ok(SmallVec::new())
+            }
+            fn push_to(&self, out: &mut Vec<$e>) {
+                out.push($conv(*self));
+            }
+        }
+    };
+}
+nd_scalar!(f32, f32, |x| x);
+nd_scalar!(f64, f64, |x| x);
+nd_scalar!(f16, f16, |x| x);
+nd_scalar!(bf16, bf16, |x| x);
+nd_scalar!(i64, i64, |x| x);
+nd_scalar!(i32, i64, |x: i32| x as i64);
+nd_scalar!(u8, u8, |x| x);
+nd_scalar!(bool, bool, |x| x);
+
+fn seq_shape<A: NdArray>(items: &[A]) -> Result<Dims> {
+    let inner = match items.first() {
+        Some(a) => a.shape()?,
+        None => SmallVec::new(),
+    };
+    for a in items.iter().skip(1) {
+        if a.shape()? != inner {
+            return Err(Error::invalid(
+                "new",
+                format!("ragged nested data: expected every element to have shape {:?}", inner.as_slice()),
+            ));
+        }
+    }
+    let mut s: Dims = smallvec::smallvec![items.len()];
+    s.extend_from_slice(&inner);
+    Ok(s)
+}
+
+impl<A: NdArray, const N: usize> NdArray for [A; N] {
+    type Elem = A::Elem;
+    fn shape(&self) -> Result<Dims> {
+        seq_shape(self)
+    }
+    fn push_to(&self, out: &mut Vec<A::Elem>) {
+        self.iter().for_each(|a| a.push_to(out));
+    }
+}
+
+impl<A: NdArray> NdArray for [A] {
+    type Elem = A::Elem;
+    fn shape(&self) -> Result<Dims> {
+        seq_shape(self)
+    }
+    fn push_to(&self, out: &mut Vec<A::Elem>) {
+        self.iter().for_each(|a| a.push_to(out));
+    }
+}
+
+impl<A: NdArray> NdArray for Vec<A> {
+    type Elem = A::Elem;
+    fn shape(&self) -> Result<Dims> {
+        seq_shape(self)
+    }
+    fn push_to(&self, out: &mut Vec<A::Elem>) {
+        self.iter().for_each(|a| a.push_to(out));
+    }
+}
+
+impl<A: NdArray + ?Sized> NdArray for &A {
+    type Elem = A::Elem;
+    fn shape(&self) -> Result<Dims> {
+        (**self).shape()
+    }
+    fn push_to(&self, out: &mut Vec<A::Elem>) {
+        (**self).push_to(out)
+    }
+}

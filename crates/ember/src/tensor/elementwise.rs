@@ -1,0 +1,419 @@
+//! Elementwise math with PyTorch's broadcasting and type promotion: arithmetic
+//! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
+
+use super::Tensor;
+use crate::backend::cpu::elementwise::{self as k, BinaryOp, CmpOp, UnaryOp};
+use crate::backend::cpu::CpuData;
+use crate::layout::{broadcast_shapes, Layout};
+use crate::{DType, Error, Result};
+
+/// A Python-style number operand: its kind (bool, int, float) drives type promotion
+/// the way a Python scalar does in PyTorch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as u8 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+
+    fn dtype(self) -> DType {
+        match self {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::I64,
+            Scalar::Float(_) => DType::F32,
+        }
+    }
+}
+
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident $(as $c:ty)?),*) => {$(
+        impl From<$t> for Scalar {
+            fn from(x: $t) -> Scalar { Scalar::$v(x $(as $c)?) }
+        }
+        impl From<$t> for Operand<'_> {
+            fn from(x: $t) -> Self { Operand::Scalar(Scalar::$v(x $(as $c)?)) }
+        }
+    )*};
+}
+scalar_from!(f64 => Float, f32 => Float as f64, i64 => Int, i32 => Int as i64, usize => Int as i64, bool => Bool);
+
+/// The right-hand side of a binary op: a tensor or a scalar.
+#[derive(Clone, Copy)]
+pub enum Operand<'a> {
+    Tensor(&'a Tensor),
+    Scalar(Scalar),
+}
+
+impl<'a> From<&'a Tensor> for Operand<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        Operand::Tensor(t)
+    }
+}
+
+impl From<Scalar> for Operand<'_> {
+    fn from(s: Scalar) -> Self {
+        Operand::Scalar(s)
+    }
+}
+
+/// A 0-d tensor holding `s` converted to `dtype`.
+fn scalar_tensor(s: Scalar, dtype: DType) -> Tensor {
+    let data = match s {
+        Scalar::Int(i) => CpuData::I64(vec![i]),
+        other => CpuData::F64(vec![other.to_f64()]),
+    };
+    let t = Tensor::from_cpu(data, &[]);
+    if t.dtype() == dtype {
+        t
+    } else {
+        let data = t.with_cpu(|d, l| k::cast(d, l, dtype));
+        Tensor::from_cpu(data, &[])
+    }
+}
+
+/// PyTorch's `can_cast`: floats do not go into ints or bools, ints not into bools.
+fn can_cast(from: DType, to: DType) -> bool {
+    !(from.is_float() && !to.is_float() || from.is_int() && to == DType::Bool)
+}
+
+impl Tensor {
+    /// The other operand as a tensor, and the dtype PyTorch computes `self op rhs` in.
+    fn promote_with(&self, op: &'static str, rhs: Operand) -> Result<(Tensor, DType)> {
+        match rhs {
+            Operand::Tensor(t) => {
+                super::same_device(op, &[self, t])?;
+                let dt = DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
+                Ok((t.clone(), dt))
+            }
+            Operand::Scalar(s) => {
+                let dt = DType::result_type(self.dtype(), false, s.dtype(), true);
+                // Python scalars never widen within a category: int tensor + int stays
+                // the tensor's dtype; int tensor + float is the default float32
+                let dt = match s {
+                    Scalar::Float(_) => DType::with_scalar(self.dtype(), true),
+                    _ if self.dtype() == DType::Bool => dt,
+                    _ => self.dtype(),
+                };
+                Ok((scalar_tensor(s, dt), dt))
+            }
+        }
+    }
+
+    /// `f(a, b)` after promotion and broadcasting, on the CPU data of both operands.
+    fn broadcast2<R>(
+        &self,
+        op: &'static str,
+        rhs: Operand,
+        float_only: bool,
+        f: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> R,
+    ) -> Result<(R, crate::layout::Dims, DType)> {
+        let (b, mut dt) = self.promote_with(op, rhs)?;
+        if float_only && !dt.is_float() {
+            dt = DType::F32;
+        }
+        let shape = broadcast_shapes(op, self.shape(), b.shape())?;
+        let a = self.to_dtype(dt)?;
+        let b = b.to_dtype(dt)?;
+        let la = a.layout().broadcast_to(op, &shape)?;
+        let lb = b.layout().broadcast_to(op, &shape)?;
+        let r = a.with_cpu(|da, _| {
+            if a.same_storage(&b) {
+                f(da, &la, da, &lb)
+            } else {
+                b.with_cpu(|db, _| f(da, &la, db, &lb))
+            }
+        });
+        Ok((r, shape, dt))
+    }
+
+    fn binary_op<O: BinaryOp>(&self, name: &'static str, rhs: Operand, op: &O, float_only: bool) -> Result<Tensor> {
+        if let Operand::Tensor(t) = rhs {
+            if name == "sub" && self.dtype() == DType::Bool && t.dtype() == DType::Bool {
+                return Err(Error::dtype("sub", DType::Bool, "subtracting two bool tensors is not supported; use logical_xor"));
+            }
+        }
+        let (data, shape, _) = self.broadcast2(name, rhs, float_only, |a, la, b, lb| k::binary(a, la, b, lb, op))?;
+        Ok(Tensor::from_cpu(data, &shape))
+    }
+
+    /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
+    /// result dtype can be cast to `self`'s.
+    fn binary_inplace<O: BinaryOp>(&self, name: &'static str, rhs: Operand, op: &O, float_only: bool) -> Result<()> {
+        let (b, mut dt) = self.promote_with(name, rhs)?;
+        if float_only && !dt.is_float() {
+            dt = DType::F32;
+        }
+        if !can_cast(dt, self.dtype()) {
+            return Err(Error::invalid(
+                name,
+                format!("result type {dt} can't be cast to the desired output type {}", self.dtype()),
+            ));
+        }
+        self.check_writable(name)?;
+        let shape = broadcast_shapes(name, self.shape(), b.shape())?;
+        if shape.as_slice() != self.shape() {
+            return Err(Error::shape(
+                name,
+                self.shape(),
+                b.shape(),
+                format!("output with shape {:?} doesn't match the broadcast shape {:?}", self.shape(), shape.as_slice()),
+            ));
+        }
+        if dt != self.dtype() {
+            let out = self.binary_op(name, Operand::Tensor(&b), op, float_only)?;
+            return self.copy_(&out);
+        }
+        // a snapshot when reading and writing the same storage
+        let b = if b.same_storage(self) { b.copy() } else { b };
+        let lb = b.layout().broadcast_to(name, self.shape())?;
+        let mut guard = self.write();
+        let crate::backend::Storage::Cpu(dst) = &mut *guard;
+        b.with_cpu(|db, _| k::binary_inplace(dst.data_mut(), self.layout(), db, &lb, op));
+        Ok(())
+    }
+
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        if k::is_overlapping(self.layout()) {
+            return Err(Error::invalid(
+                op,
+                "more than one element of the written-to tensor refers to a single memory location (an expanded view); call .contiguous() first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies `src` (broadcast to this shape, converted to this dtype) into this
+    /// tensor's elements, through views too (`Tensor.copy_`).
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        super::same_device("copy_", &[self, src])?;
+        self.check_writable("copy_")?;
+        let src = src.to_dtype(self.dtype())?;
+        let src = if src.same_storage(self) { src.copy() } else { src };
+        let ls = src.layout().broadcast_to("copy_", self.shape())?;
+        let mut guard = self.write();
+        let crate::backend::Storage::Cpu(dst) = &mut *guard;
+        src.with_cpu(|ds, _| k::copy_strided(dst.data_mut(), self.layout(), ds, &ls));
+        Ok(())
+    }
+
+    fn unary_op<O: UnaryOp>(&self, name: &'static str, op: &O) -> Result<Tensor> {
+        if self.dtype() == DType::Bool && !O::FLOAT_ONLY {
+            return Err(Error::dtype(name, DType::Bool, "convert with .to_dtype() first"));
+        }
+        let t = if O::FLOAT_ONLY && !self.dtype().is_float() {
+            self.to_dtype(DType::F32)?
+        } else {
+            self.clone()
+        };
+        let data = t.with_cpu(|d, l| k::unary(d, l, op));
+        Ok(Tensor::from_cpu(data, t.shape()))
+    }
+
+    fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
+        let (data, shape, _) = self.broadcast2(name, rhs, false, |a, la, b, lb| k::compare(a, la, b, lb, cmp))?;
+        Ok(Tensor::from_cpu(data, &shape))
+    }
+}
+
+macro_rules! binary_methods {
+    ($($(#[$doc:meta])* $name:ident, $inplace:ident, $op:expr, $float_only:expr;)*) => {$(
+        impl Tensor {
+            $(#[$doc])*
+            pub fn $name<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+                self.binary_op(stringify!($name), rhs.into(), &$op, $float_only)
+            }
+            #[doc = concat!("In-place `", stringify!($name), "`: writes the result into this tensor's elements.")]
+            pub fn $inplace<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<()> {
+                self.binary_inplace(stringify!($inplace), rhs.into(), &$op, $float_only)
+            }
+        }
+    )*};
+}
+binary_methods! {
+    /// `self + rhs` with broadcasting (`torch.add`).
+    add, add_, k::Add, false;
+    /// `self - rhs` with broadcasting.
+    sub, sub_, k::Sub, false;
+    /// `self * rhs` with broadcasting.
+    mul, mul_, k::Mul, false;
+    /// True division `self / rhs` (integers give float32, as in PyTorch).
+    div, div_, k::Div, true;
+    /// Elementwise maximum; NaN wins.
+    maximum, maximum_, k::Maximum, false;
+    /// Elementwise minimum; NaN wins.
+    minimum, minimum_, k::Minimum, false;
+}
+
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident, $op:expr;)*) => {$(
+        impl Tensor {
+            $(#[$doc])*
+            pub fn $name(&self) -> Result<Tensor> {
+                self.unary_op(stringify!($name), &$op)
+            }
+        }
+    )*};
+}
+unary_methods! {
+    /// `-x`.
+    neg, k::Neg;
+    /// `|x|`.
+    abs, k::Abs;
+    /// `e^x` (integers give float32).
+    exp, k::Exp;
+    /// Natural logarithm.
+    log, k::Log;
+    /// Square root.
+    sqrt, k::Sqrt;
+    /// Hyperbolic tangent.
+    tanh, k::Tanh;
+    /// Sine.
+    sin, k::Sin;
+    /// Cosine.
+    cos, k::Cos;
+    /// `1 / x`.
+    recip, k::Recip;
+    /// `x * x`.
+    square, k::Square;
+    /// `max(x, 0)`; NaN stays NaN.
+    relu, k::Relu;
+    /// `1 / (1 + e^-x)`.
+    sigmoid, k::Sigmoid;
+    /// GELU with the exact erf form (`nn.GELU()`).
+    gelu, k::Gelu;
+    /// GELU with the tanh approximation (`nn.GELU(approximate='tanh')`).
+    gelu_tanh, k::GeluTanh;
+}
+
+macro_rules! compare_methods {
+    ($($name:ident, $op:ident, $sym:literal;)*) => {$(
+        impl Tensor {
+            #[doc = concat!("`self ", $sym, " rhs` elementwise, as a bool tensor.")]
+            pub fn $name<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+                self.compare(stringify!($name), rhs.into(), CmpOp::$op)
+            }
+        }
+    )*};
+}
+compare_methods! {
+    eq, Eq, "==";
+    ne, Ne, "!=";
+    lt, Lt, "<";
+    le, Le, "<=";
+    gt, Gt, ">";
+    ge, Ge, ">=";
+}
+
+impl Tensor {
+    /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
+    pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
+        match exponent.into() {
+            Operand::Scalar(s) => {
+                if let (Scalar::Int(e), false) = (s, self.dtype().is_float()) {
+                    if e < 0 {
+                        return Err(Error::invalid("pow", "integers to negative integer powers are not allowed"));
+                    }
+                }
+                let t = if matches!(s, Scalar::Float(_)) && !self.dtype().is_float() {
+                    self.to_dtype(DType::F32)?
+                } else {
+                    self.clone()
+                };
+                t.unary_op("pow", &k::PowScalar(s.to_f64()))
+            }
+            rhs => self.binary_op("pow", rhs, &k::Pow, false),
+        }
+    }
+
+    /// Clamps into `[min, max]` (either bound optional); NaN stays NaN. A fractional
+    /// bound on an integer tensor gives float32, as in PyTorch.
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid("clamp", "at least one of 'min' or 'max' must not be None"));
+        }
+        let fractional = [min, max].iter().flatten().any(|b| b.fract() != 0.0);
+        let t = if fractional && !self.dtype().is_float() {
+            self.to_dtype(DType::F32)?
+        } else {
+            self.clone()
+        };
+        t.unary_op("clamp", &k::Clamp(min, max))
+    }
+
+    /// `clamp(min, None)`.
+    pub fn clamp_min(&self, min: f64) -> Result<Tensor> {
+        self.clamp(Some(min), None)
+    }
+
+    /// `clamp(None, max)`.
+    pub fn clamp_max(&self, max: f64) -> Result<Tensor> {
+        self.clamp(None, Some(max))
+    }
+
+    /// `torch.where(self, on_true, on_false)`: `self` is the bool condition; all three
+    /// broadcast together.
+    pub fn where_<'a, 'b>(&self, on_true: impl Into<Operand<'a>>, on_false: impl Into<Operand<'b>>) -> Result<Tensor> {
+        const OP: &str = "where";
+        if self.dtype() != DType::Bool {
+            return Err(Error::dtype(OP, self.dtype(), "the condition must be a bool tensor"));
+        }
+        let (x, y) = (on_true.into(), on_false.into());
+        let dt = match (x, y) {
+            (Operand::Tensor(a), Operand::Tensor(b)) => {
+                super::same_device(OP, &[self, a, b])?;
+                DType::result_type(a.dtype(), a.rank() == 0, b.dtype(), b.rank() == 0)
+            }
+            (Operand::Tensor(a), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Tensor(a)) => {
+                super::same_device(OP, &[self, a])?;
+                a.promote_with(OP, Operand::Scalar(s))?.1
+            }
+            (Operand::Scalar(a), Operand::Scalar(b)) => DType::promote(a.dtype(), b.dtype()),
+        };
+        let as_tensor = |o: Operand| match o {
+            Operand::Tensor(t) => t.to_dtype(dt),
+            Operand::Scalar(s) => Ok(scalar_tensor(s, dt)),
+        };
+        let (x, y) = (as_tensor(x)?, as_tensor(y)?);
+        let shape = broadcast_shapes(OP, self.shape(), x.shape())?;
+        let shape = broadcast_shapes(OP, &shape, y.shape())?;
+        let (lc, lx, ly) = (
+            self.layout().broadcast_to(OP, &shape)?,
+            x.layout().broadcast_to(OP, &shape)?,
+            y.layout().broadcast_to(OP, &shape)?,
+        );
+        let data = self.with_cpu(|c, _| {
+            let CpuData::Bool(c) = c else { unreachable!("checked bool above") };
+            x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
+        });
+        Ok(Tensor::from_cpu(data, &shape))
+    }
+
+    /// `value` where `mask` is true, else this tensor's elements (`masked_fill`).
+    /// The mask broadcasts to this tensor's shape; the dtype stays this tensor's.
+    pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
+        if mask.dtype() != DType::Bool {
+            return Err(Error::dtype("masked_fill", mask.dtype(), "the mask must be a bool tensor"));
+        }
+        super::same_device("masked_fill", &[self, mask])?;
+        let value = value.into();
+        if value.dtype().is_float() && !self.dtype().is_float() {
+            return Err(Error::invalid(
+                "masked_fill",
+                format!("value cannot be converted to type {} without overflow", self.dtype()),
+            ));
+        }
+        mask.layout().broadcast_to("masked_fill", self.shape())?;
+        let v = scalar_tensor(value, self.dtype());
+        let out = mask.where_(&v, self)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,222 @@
+//! Indexing: Python-style `t.i((.., 1..3, 2))`, and the index ops (`index_select`,
+//! `gather`, `scatter_add`, `one_hot`) that take int64 index tensors.
+
+use super::Tensor;
+use crate::backend::cpu::{index as k, CpuData};
+use crate::layout::normalize_dim;
+use crate::{DType, Error, Result};
+use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+
+/// One item of an index expression: a position (removes the dim) or a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idx {
+    /// `t[i]`: negative counts from the end.
+    At(i64),
+    /// `t[start:end:step]`.
+    Range {
+        start: Option<i64>,
+        end: Option<i64>,
+        step: usize,
+    },
+}
+
+impl From<i64> for Idx {
+    fn from(i: i64) -> Idx {
+        Idx::At(i)
+    }
+}
+impl From<i32> for Idx {
+    fn from(i: i32) -> Idx {
+        Idx::At(i as i64)
+    }
+}
+impl From<usize> for Idx {
+    fn from(i: usize) -> Idx {
+        Idx::At(i as i64)
+    }
+}
+impl From<RangeFull> for Idx {
+    fn from(_: RangeFull) -> Idx {
+        Idx::Range { start: None, end: None, step: 1 }
+    }
+}
+macro_rules! idx_ranges {
+    ($($t:ty),*) => {$(
+        impl From<Range<$t>> for Idx {
+            fn from(r: Range<$t>) -> Idx { Idx::Range { start: Some(r.start as i64), end: Some(r.end as i64), step: 1 } }
+        }
+        impl From<RangeFrom<$t>> for Idx {
+            fn from(r: RangeFrom<$t>) -> Idx { Idx::Range { start: Some(r.start as i64), end: None, step: 1 } }
+        }
+        impl From<RangeTo<$t>> for Idx {
+            fn from(r: RangeTo<$t>) -> Idx { Idx::Range { start: None, end: Some(r.end as i64), step: 1 } }
+        }
+        impl From<RangeInclusive<$t>> for Idx {
+            fn from(r: RangeInclusive<$t>) -> Idx {
+                let end = *r.end() as i64 + 1;
+                Idx::Range { start: Some(*r.start() as i64), end: Some(end), step: 1 }
+            }
+        }
+        impl From<RangeToInclusive<$t>> for Idx {
+            fn from(r: RangeToInclusive<$t>) -> Idx { Idx::Range { start: None, end: Some(r.end as i64 + 1), step: 1 } }
+        }
+    )*};
+}
+idx_ranges!(i64, i32, usize);
+
+/// Anything `Tensor::i` accepts: one [`Idx`]-convertible item or a tuple of them.
+pub trait IndexArg {
+    fn items(self) -> Vec<Idx>;
+}
+
+impl<T: Into<Idx>> IndexArg for T {
+    fn items(self) -> Vec<Idx> {
+        vec![self.into()]
+    }
+}
+
+macro_rules! index_tuple {
+    ($($n:ident),*) => {
+        impl<$($n: Into<Idx>),*> IndexArg for ($($n,)*) {
+            #[allow(non_snake_case)]
+            fn items(self) -> Vec<Idx> {
+                let ($($n,)*) = self;
+                vec![$($n.into()),*]
+            }
+        }
+    };
+}
+index_tuple!(A);
+index_tuple!(A, B);
+index_tuple!(A, B, C);
+index_tuple!(A, B, C, D);
+index_tuple!(A, B, C, D, E);
+index_tuple!(A, B, C, D, E, F);
+
+impl Tensor {
+    /// Python-style indexing, a view: `t.i(1)` is `t[1]`, `t.i((.., 1..3))` is
+    /// `t[:, 1:3]`, `t.i((0, 2..))` is `t[0, 2:]`.
+    pub fn i(&self, index: impl IndexArg) -> Result<Tensor> {
+        let items = index.items();
+        if items.len() > self.rank() {
+            return Err(Error::invalid(
+                "index",
+                format!("too many indices for tensor of dimension {}", self.rank()),
+            ));
+        }
+        let mut t = self.clone();
+        let mut dim = 0i64;
+        for it in items {
+            match it {
+                Idx::At(i) => t = t.select(dim, i)?,
+                Idx::Range { start, end, step } => {
+                    t = t.slice(dim, start, end, step)?;
+                    dim += 1;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// The index tensor's values as a contiguous vector, each checked to lie in
+    /// `[-size, size)` and wrapped to `[0, size)`.
+    fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
+        if index.dtype() != DType::I64 {
+            return Err(Error::dtype(op, index.dtype(), "indices must be an int64 tensor"));
+        }
+        let mut v = index.to_vec::<i64>()?;
+        for x in v.iter_mut() {
+            if *x < -(size as i64) || *x >= size as i64 {
+                return Err(Error::IndexOutOfRange { op, index: *x, dim, size });
+            }
+            if *x < 0 {
+                *x += size as i64;
+            }
+        }
+        Ok(v)
+    }
+
+    /// The entries `index` (1-D int64) along `dim` (`torch.index_select`).
+    pub fn index_select(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
+        super::same_device("index_select", &[self, index])?;
+        let d = normalize_dim("index_select", dim, self.rank())?;
+        if index.rank() > 1 {
+            return Err(Error::invalid("index_select", "index_select(): Index is supposed to be a vector"));
+        }
+        let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
+        let idx = Tensor::index_values("index_select", index, d, size)?;
+        if self.rank() == 0 {
+            return self.reshape([1])?.index_select(0, index)?.reshape(index.shape());
+        }
+        let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx));
+        let mut shape = self.shape().to_vec();
+        shape[d] = idx.len();
+        Ok(Tensor::from_cpu(data, &shape))
+    }
+
+    /// `out[i][j] = self[index[i][j]][j]` for `dim = 0` and likewise for other dims
+    /// (`torch.gather`); `index` has this tensor's rank and no larger sizes off `dim`.
+    pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
+        super::same_device("gather", &[self, index])?;
+        let d = normalize_dim("gather", dim, self.rank())?;
+        self.check_index_shape("gather", d, index)?;
+        let idx = Tensor::index_values("gather", index, d, self.shape().get(d).copied().unwrap_or(1))?;
+        let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()));
+        Ok(Tensor::from_cpu(data, index.shape()))
+    }
+
+    fn check_index_shape(&self, op: &'static str, d: usize, index: &Tensor) -> Result<()> {
+        if index.rank() != self.rank()
+            || index.shape().iter().zip(self.shape()).enumerate().any(|(i, (&a, &b))| i != d && a > b)
+        {
+            return Err(Error::shape(
+                op,
+                self.shape(),
+                index.shape(),
+                format!("index must have the same number of dimensions as input and no larger size off dimension {d}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A copy of this tensor with `src` values added at `index` along `dim`
+    /// (`torch.scatter_add`): `out[index[i][j]][j] += src[i][j]` for `dim = 0`.
+    pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        super::same_device("scatter_add", &[self, index, src])?;
+        let d = normalize_dim("scatter_add", dim, self.rank())?;
+        self.check_index_shape("scatter_add", d, index)?;
+        if src.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch { op: "scatter_add", lhs: self.dtype(), rhs: src.dtype() });
+        }
+        if src.rank() != index.rank() || index.shape().iter().zip(src.shape()).any(|(a, b)| a > b) {
+            return Err(Error::shape("scatter_add", index.shape(), src.shape(), "src must be at least as large as index in every dimension"));
+        }
+        let idx = Tensor::index_values("scatter_add", index, d, self.shape().get(d).copied().unwrap_or(1))?;
+        let out = self.copy();
+        {
+            let mut guard = out.write();
+            let crate::backend::Storage::Cpu(dst) = &mut *guard;
+            src.with_cpu(|s, ls| k::scatter_add(dst.data_mut(), self.shape(), d, &idx, index.shape(), s, ls));
+        }
+        Ok(out)
+    }
+
+    /// One-hot encoding of int64 class indices: a new last dim of `num_classes`
+    /// (`F.one_hot`), int64.
+    pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
+        if self.dtype() != DType::I64 {
+            return Err(Error::dtype("one_hot", self.dtype(), "one_hot is only applicable to index (int64) tensors"));
+        }
+        let v = self.to_vec::<i64>()?;
+        let mut out = vec![0i64; v.len() * num_classes];
+        for (i, &c) in v.iter().enumerate() {
+            if c < 0 || c as usize >= num_classes {
+                return Err(Error::IndexOutOfRange { op: "one_hot", index: c, dim: self.rank(), size: num_classes });
+            }
+            out[i * num_classes + c as usize] = 1;
+        }
+        let mut shape = self.shape().to_vec();
+        shape.push(num_classes);
+        Ok(Tensor::from_cpu(CpuData::I64(out), &shape))
+    }
+}

@@ -1,0 +1,258 @@
+//! The [`Tensor`] type: a cheap handle to values on one device.
+//!
+//! ```
+//! use ember::{Device, DType, Tensor};
+//! let dev = Device::Cpu;
+//! let a = Tensor::new(&[[1f32, 2.], [3., 4.]], &dev)?;
+//! let b = Tensor::ones([2, 2], DType::F32, &dev)?;
+//! let c = a.matmul(&b)?.add(1.0)?;
+//! assert_eq!(c.to_vec2::<f32>()?, vec![vec![4., 4.], vec![8., 8.]]);
+//! println!("{c}");
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+mod arith;
+mod create;
+mod display;
+mod elementwise;
+mod index;
+mod linalg;
+mod reduce;
+pub(crate) mod shape;
+mod views;
+
+pub use create::{manual_seed, with_global_rng, NdArray};
+pub use display::{set_print_options, PrintOptions};
+pub use elementwise::{Operand, Scalar};
+pub use index::{Idx, IndexArg};
+pub use linalg::{Conv2dOptions, Pool2dOptions};
+pub use shape::{IntoDims, IntoShape};
+
+use crate::backend::cpu::{CpuData, CpuStorage};
+use crate::backend::Storage;
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// An n-dimensional array of one dtype on one device.
+///
+/// Cloning is cheap (a reference count). Views (`reshape` of contiguous data,
+/// `transpose`, `narrow`, `expand`, ...) share the storage and only change the layout.
+#[derive(Clone)]
+pub struct Tensor(Arc<Inner>);
+
+struct Inner {
+    storage: Arc<RwLock<Storage>>,
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+}
+
+impl Tensor {
+    pub(crate) fn from_storage(storage: Storage, layout: Layout, device: Device) -> Tensor {
+        let dtype = storage.dtype();
+        Tensor(Arc::new(Inner {
+            storage: Arc::new(RwLock::new(storage)),
+            layout,
+            dtype,
+            device,
+        }))
+    }
+
+    /// A contiguous CPU tensor over `data` with `shape`.
+    pub(crate) fn from_cpu(data: CpuData, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        Tensor::from_storage(
+            Storage::Cpu(CpuStorage::new(data)),
+            Layout::contiguous(shape),
+            Device::Cpu,
+        )
+    }
+
+    /// A view of the same storage with another layout.
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor(Arc::new(Inner {
+            storage: self.0.storage.clone(),
+            layout,
+            dtype: self.0.dtype,
+            device: self.0.device,
+        }))
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
+        self.0.storage.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
+        self.0.storage.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the host data and layout (only CPU storage exists today).
+    pub(crate) fn with_cpu<R>(&self, f: impl FnOnce(&CpuData, &Layout) -> R) -> R {
+        let guard = self.read();
+        match &*guard {
+            Storage::Cpu(s) => f(s.data(), &self.0.layout),
+        }
+    }
+
+    /// `true` when both tensors view the same storage.
+    pub(crate) fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// `true` when nothing else holds this tensor's storage (safe to overwrite).
+    pub(crate) fn storage_is_unique(&self) -> bool {
+        Arc::strong_count(&self.0.storage) == 1 && Arc::strong_count(&self.0) == 1
+    }
+
+    /// The sizes of each dimension (`torch.Tensor.shape`).
+    pub fn shape(&self) -> &[usize] {
+        self.0.layout.shape()
+    }
+
+    /// Alias of [`shape`](Self::shape).
+    pub fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+
+    /// The size of dimension `dim` (negative counts from the end).
+    pub fn size(&self, dim: i64) -> Result<usize> {
+        let d = crate::layout::normalize_dim("size", dim, self.rank())?;
+        Ok(self.shape()[d])
+    }
+
+    /// Strides in elements.
+    pub fn stride(&self) -> &[usize] {
+        self.0.layout.strides()
+    }
+
+    /// The number of dimensions (`dim()` in PyTorch).
+    pub fn rank(&self) -> usize {
+        self.0.layout.rank()
+    }
+
+    /// Alias of [`rank`](Self::rank), PyTorch's name.
+    pub fn dim(&self) -> usize {
+        self.rank()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// Where the values live.
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+
+    /// `true` when on a GPU.
+    pub fn is_cuda(&self) -> bool {
+        self.0.device.is_cuda()
+    }
+
+    /// The layout (shape, strides, offset) over the storage.
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// `true` when the elements are dense and row-major.
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// This tensor on `device`: the same tensor when already there, else a copy.
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        if *device == self.device() {
+            return Ok(self.clone());
+        }
+        crate::device::cuda::check_device(*device)?;
+        Err(Error::UnsupportedDevice {
+            op: "to",
+            device: *device,
+            msg: "this build of ember stores tensors on the CPU only".into(),
+        })
+    }
+
+    /// Alias of [`to`](Self::to).
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        self.to(device)
+    }
+
+    /// A copy on the CPU (this tensor when already there).
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to(&Device::Cpu)
+    }
+
+    /// This tensor on `cuda:i`.
+    pub fn cuda(&self, i: usize) -> Result<Tensor> {
+        self.to(&Device::Cuda(i))
+    }
+
+    /// The values converted to `dtype` (this tensor when it already has it).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        let data = self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype));
+        Ok(Tensor::from_cpu(data, self.shape()))
+    }
+
+    /// A contiguous tensor with the same values (this tensor when already contiguous).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        Ok(self.copy())
+    }
+
+    /// A contiguous copy that owns new storage (`torch.clone`).
+    pub fn copy(&self) -> Tensor {
+        let data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy);
+        Tensor::from_cpu(data, self.shape())
+    }
+}
+
+/// Errors unless every tensor is on the same device (PyTorch's message).
+pub(crate) fn same_device(op: &'static str, ts: &[&Tensor]) -> Result<Device> {
+    let d = ts[0].device();
+    for t in &ts[1..] {
+        if t.device() != d {
+            let (a, b) = t.device().gpu_first(d);
+            return Err(Error::DeviceMismatch { op, a, b });
+        }
+    }
+    Ok(d)
+}
+
+impl Device {
+    /// PyTorch names the GPU first in its device-mismatch message.
+    fn gpu_first(self, other: Device) -> (Device, Device) {
+        if self.is_cuda() {
+            (self, other)
+        } else {
+            (other, self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_mismatch_message_matches_pytorch() {
+        let (a, b) = Device::Cuda(0).gpu_first(Device::Cpu);
+        let e = Error::DeviceMismatch { op: "add", a, b };
+        assert!(e.to_string().starts_with(
+            "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+        ));
+        let (a, b) = Device::Cpu.gpu_first(Device::Cuda(1));
+        assert_eq!((a, b), (Device::Cuda(1), Device::Cpu));
+    }
+}

@@ -1,0 +1,181 @@
+//! Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`, `var`, `std`) over
+//! all elements or chosen dims, and `softmax` / `log_softmax`.
+
+use super::shape::{dim_list, IntoDims};
+use super::Tensor;
+use crate::backend::cpu::reduce::{self as k, ReduceOp};
+use crate::layout::{normalize_dim, Dims};
+use crate::{Error, Result};
+
+impl Tensor {
+    /// Runs `op` over `dims` (all dims when `None`).
+    fn reduce_op(&self, name: &'static str, dims: Option<Dims>, keepdim: bool, op: ReduceOp) -> Result<Tensor> {
+        let dims: Dims = dims.unwrap_or_else(|| (0..self.rank()).collect());
+        let needs_float = matches!(op, ReduceOp::Mean | ReduceOp::Var(_));
+        if needs_float && !self.dtype().is_float() {
+            return Err(Error::dtype(
+                name,
+                self.dtype(),
+                "could not infer output dtype; input dtype must be floating point (use .to_dtype(DType::F32))",
+            ));
+        }
+        let empty_lane = dims.iter().any(|&d| self.shape()[d] == 0) || (self.rank() == 0 && self.numel() == 0);
+        if empty_lane && !matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var(_)) {
+            return Err(Error::invalid(
+                name,
+                format!("cannot perform reduction over a zero-size dimension (shape {:?}); there is no identity", self.shape()),
+            ));
+        }
+        let data = self.with_cpu(|d, l| k::reduce(d, l, &dims, op));
+        let shape: Dims = (0..self.rank())
+            .filter_map(|d| {
+                if !dims.contains(&d) {
+                    Some(self.shape()[d])
+                } else if keepdim {
+                    Some(1)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        Ok(Tensor::from_cpu(data, &shape))
+    }
+
+    fn reduce_dims(&self, name: &'static str, dims: impl IntoDims, keepdim: bool, op: ReduceOp) -> Result<Tensor> {
+        let dims = dim_list(name, &dims, self.rank())?;
+        self.reduce_op(name, Some(dims), keepdim, op)
+    }
+
+    /// Sum of all elements as a 0-d tensor (integers and bools sum to int64).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.reduce_op("sum", None, false, ReduceOp::Sum)
+    }
+
+    /// Sum over `dims`; `keepdim` keeps them with size 1.
+    pub fn sum(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("sum", dims, keepdim, ReduceOp::Sum)
+    }
+
+    /// Mean of all elements (float dtypes).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.reduce_op("mean", None, false, ReduceOp::Mean)
+    }
+
+    /// Mean over `dims`.
+    pub fn mean(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("mean", dims, keepdim, ReduceOp::Mean)
+    }
+
+    /// Largest element; NaN if any element is NaN.
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.reduce_op("max", None, false, ReduceOp::Max)
+    }
+
+    /// Largest values over `dims` (`torch.amax`).
+    pub fn max(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("max", dims, keepdim, ReduceOp::Max)
+    }
+
+    /// Smallest element; NaN if any element is NaN.
+    pub fn min_all(&self) -> Result<Tensor> {
+        self.reduce_op("min", None, false, ReduceOp::Min)
+    }
+
+    /// Smallest values over `dims` (`torch.amin`).
+    pub fn min(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("min", dims, keepdim, ReduceOp::Min)
+    }
+
+    /// Flat index (int64) of the first largest element.
+    pub fn argmax_all(&self) -> Result<Tensor> {
+        self.flatten_all()?.reduce_op("argmax", None, false, ReduceOp::ArgMax)
+    }
+
+    /// Index (int64) of the first largest element along `dim`.
+    pub fn argmax(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("argmax", dim, keepdim, ReduceOp::ArgMax)
+    }
+
+    /// Flat index (int64) of the first smallest element.
+    pub fn argmin_all(&self) -> Result<Tensor> {
+        self.flatten_all()?.reduce_op("argmin", None, false, ReduceOp::ArgMin)
+    }
+
+    /// Index (int64) of the first smallest element along `dim`.
+    pub fn argmin(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("argmin", dim, keepdim, ReduceOp::ArgMin)
+    }
+
+    /// `(values, indices)` of the maxima along `dim` (`torch.max(t, dim)`).
+    pub fn max_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        Ok((self.max(dim, keepdim)?, self.argmax(dim, keepdim)?))
+    }
+
+    /// `(values, indices)` of the minima along `dim`.
+    pub fn min_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        Ok((self.min(dim, keepdim)?, self.argmin(dim, keepdim)?))
+    }
+
+    /// Unbiased variance of all elements.
+    pub fn var_all(&self) -> Result<Tensor> {
+        self.reduce_op("var", None, false, ReduceOp::Var(1.0))
+    }
+
+    /// Unbiased variance over `dims` (`torch.var`, correction 1).
+    pub fn var(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.var_correction(dims, 1.0, keepdim)
+    }
+
+    /// Variance over `dims` dividing by `N - correction` (0 gives the population variance).
+    pub fn var_correction(&self, dims: impl IntoDims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims("var", dims, keepdim, ReduceOp::Var(correction))
+    }
+
+    /// Unbiased standard deviation of all elements.
+    pub fn std_all(&self) -> Result<Tensor> {
+        self.var_all()?.sqrt()
+    }
+
+    /// Unbiased standard deviation over `dims`.
+    pub fn std(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        self.var(dims, keepdim)?.sqrt()
+    }
+
+    /// Standard deviation over `dims` with the given correction.
+    pub fn std_correction(&self, dims: impl IntoDims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.var_correction(dims, correction, keepdim)?.sqrt()
+    }
+
+    fn softmax_impl(&self, name: &'static str, dim: i64, log: bool) -> Result<Tensor> {
+        let d = normalize_dim(name, dim, self.rank())?;
+        if !self.dtype().is_float() {
+            return Err(Error::dtype(name, self.dtype(), "softmax needs a floating-point tensor"));
+        }
+        if self.rank() == 0 {
+            return self.unsqueeze(0)?.softmax_impl(name, 0, log)?.squeeze(0);
+        }
+        // move `dim` last, compute over contiguous rows, move it back
+        let last = self.rank() - 1;
+        let t = if d == last { self.contiguous()? } else { self.transpose(d as i64, last as i64)?.contiguous()? };
+        let row = t.shape()[last];
+        let data = t
+            .with_cpu(|data, _| k::softmax_rows(data, row, log))
+            .ok_or_else(|| Error::dtype(name, self.dtype(), ""))?;
+        let out = Tensor::from_cpu(data, t.shape());
+        if d == last {
+            Ok(out)
+        } else {
+            out.transpose(d as i64, last as i64)?.contiguous()
+        }
+    }
+
+    /// Softmax along `dim`, computed stably (the row max is subtracted first).
+    pub fn softmax(&self, dim: i64) -> Result<Tensor> {
+        self.softmax_impl("softmax", dim, false)
+    }
+
+    /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`.
+    pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
+        self.softmax_impl("log_softmax", dim, true)
+    }
+}

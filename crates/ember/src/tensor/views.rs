@@ -1,0 +1,299 @@
+//! Views that share storage (reshape of contiguous data, transpose, permute, narrow,
+//! slicing, expand, squeeze/unsqueeze) and the joins and splits (cat, stack, split,
+//! chunk).
+
+use crate::WithDType;
+use super::shape::{dims_of, infer_shape, IntoShape};
+use super::Tensor;
+use crate::backend::cpu::elementwise::copy_strided;
+use crate::backend::cpu::{alloc_uninit, CpuData, CpuElem};
+use crate::layout::{normalize_dim, Dims, Layout};
+use crate::{DType, Error, Result};
+
+impl Tensor {
+    /// The same elements with a new shape (one size may be -1): a view when the
+    /// strides allow it, otherwise a copy (`torch.reshape`).
+    pub fn reshape(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let dims = infer_shape("reshape", &shape, self.numel())?;
+        match self.layout().view(&dims) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => Ok(self.copy().with_layout(Layout::contiguous(&dims))),
+        }
+    }
+
+    /// Like [`reshape`](Self::reshape) but never copies: an error when the strides do
+    /// not allow a view (`torch.Tensor.view`).
+    pub fn view(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let dims = infer_shape("view", &shape, self.numel())?;
+        match self.layout().view(&dims) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => Err(Error::invalid(
+                "view",
+                "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use .reshape(...) instead",
+            )),
+        }
+    }
+
+    /// Merges dims `start..=end` into one.
+    pub fn flatten(&self, start: i64, end: i64) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape([1]);
+        }
+        let s = normalize_dim("flatten", start, self.rank())?;
+        let e = normalize_dim("flatten", end, self.rank())?;
+        if s > e {
+            return Err(Error::invalid("flatten", "start_dim cannot come after end_dim"));
+        }
+        let mut shape: Dims = self.shape()[..s].into();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend_from_slice(&self.shape()[e + 1..]);
+        self.reshape(&shape[..])
+    }
+
+    /// All elements as a 1-D tensor.
+    pub fn flatten_all(&self) -> Result<Tensor> {
+        self.flatten(0, -1)
+    }
+
+    /// Removes `dim` when its size is 1 (a no-op otherwise, as in PyTorch).
+    pub fn squeeze(&self, dim: i64) -> Result<Tensor> {
+        let d = normalize_dim("squeeze", dim, self.rank())?;
+        if self.rank() == 0 || self.shape()[d] != 1 {
+            return Ok(self.clone());
+        }
+        Ok(self.with_layout(self.layout().select(d, 0)))
+    }
+
+    /// Removes every size-1 dim.
+    pub fn squeeze_all(&self) -> Result<Tensor> {
+        let mut l = self.layout().clone();
+        for d in (0..self.rank()).rev() {
+            if l.shape()[d] == 1 {
+                l = l.select(d, 0);
+            }
+        }
+        Ok(self.with_layout(l))
+    }
+
+    /// Inserts a size-1 dim at `dim` (which may be `rank`, or negative).
+    pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
+        let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
+        Ok(self.with_layout(self.layout().unsqueeze(d)))
+    }
+
+    /// Swaps two dims.
+    pub fn transpose(&self, dim0: i64, dim1: i64) -> Result<Tensor> {
+        if self.rank() == 0 {
+            normalize_dim("transpose", dim0, 0)?;
+            normalize_dim("transpose", dim1, 0)?;
+            return Ok(self.clone());
+        }
+        let a = normalize_dim("transpose", dim0, self.rank())?;
+        let b = normalize_dim("transpose", dim1, self.rank())?;
+        Ok(self.with_layout(self.layout().transpose(a, b)))
+    }
+
+    /// The transpose of a matrix (0-D and 1-D tensors are returned as they are).
+    pub fn t(&self) -> Result<Tensor> {
+        match self.rank() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            r => Err(Error::invalid("t", format!("t() expects a tensor with <= 2 dimensions, but self is {r}D"))),
+        }
+    }
+
+    /// Reorders the dims: dim `i` of the result is dim `perm[i]` of this tensor.
+    pub fn permute(&self, perm: impl super::shape::IntoDims) -> Result<Tensor> {
+        let raw = perm.to_dim_list();
+        if raw.len() != self.rank() {
+            return Err(Error::invalid(
+                "permute",
+                format!("number of dims in permutation ({}) doesn't match the tensor's ({})", raw.len(), self.rank()),
+            ));
+        }
+        let mut p: Dims = Dims::new();
+        for &d in raw.iter() {
+            let n = normalize_dim("permute", d, self.rank())?;
+            if p.contains(&n) {
+                return Err(Error::invalid("permute", format!("repeated dim {n} in permutation")));
+            }
+            p.push(n);
+        }
+        Ok(self.with_layout(self.layout().permute(&p)))
+    }
+
+    /// `len` elements of `dim` from `start` (a negative start counts from the end).
+    pub fn narrow(&self, dim: i64, start: i64, len: usize) -> Result<Tensor> {
+        let d = normalize_dim("narrow", dim, self.rank())?;
+        let n = self.shape()[d];
+        let s = if start < 0 { start + n as i64 } else { start };
+        if s < 0 || s as usize + len > n {
+            return Err(Error::invalid(
+                "narrow",
+                format!("start ({start}) + length ({len}) exceeds dimension size ({n}) of dim {d}"),
+            ));
+        }
+        Ok(self.with_layout(self.layout().slice(d, s as usize, s as usize + len, 1)))
+    }
+
+    /// Python's `t[start:end:step]` along `dim`: bounds may be negative and are
+    /// clamped to the size; `step` must be positive.
+    pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>, step: usize) -> Result<Tensor> {
+        let d = normalize_dim("slice", dim, self.rank())?;
+        if step == 0 {
+            return Err(Error::invalid("slice", "slice step must be positive"));
+        }
+        let n = self.shape()[d] as i64;
+        let fix = |v: i64| (if v < 0 { v + n } else { v }).clamp(0, n) as usize;
+        let s = start.map_or(0, fix);
+        let e = end.map_or(n as usize, fix);
+        Ok(self.with_layout(self.layout().slice(d, s, e.max(s), step)))
+    }
+
+    /// Index `index` along `dim`, removing that dim (`t[:, 2]`).
+    pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+        let d = normalize_dim("select", dim, self.rank())?;
+        let n = self.shape()[d];
+        let i = if index < 0 { index + n as i64 } else { index };
+        if i < 0 || i as usize >= n {
+            return Err(Error::IndexOutOfRange { op: "select", index, dim: d, size: n });
+        }
+        Ok(self.with_layout(self.layout().select(d, i as usize)))
+    }
+
+    /// A view with size-1 dims repeated to `shape` (`-1` keeps a size), new leading
+    /// dims allowed (`torch.Tensor.expand`).
+    pub fn expand(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let spec = shape.to_spec();
+        if spec.len() < self.rank() {
+            return Err(Error::invalid(
+                "expand",
+                format!("the number of sizes provided ({}) must be greater or equal to the number of dimensions in the tensor ({})", spec.len(), self.rank()),
+            ));
+        }
+        let lead = spec.len() - self.rank();
+        let mut dims: Dims = Dims::new();
+        for (i, &s) in spec.iter().enumerate() {
+            dims.push(match s {
+                -1 if i >= lead => self.shape()[i - lead],
+                s if s >= 0 => s as usize,
+                _ => return Err(Error::invalid("expand", format!("invalid size {s} for dim {i}"))),
+            });
+        }
+        Ok(self.with_layout(self.layout().broadcast_to("expand", &dims)?))
+    }
+
+    /// A view broadcast to `shape` (`torch.broadcast_to`).
+    pub fn broadcast_to(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let dims = dims_of("broadcast_to", &shape)?;
+        Ok(self.with_layout(self.layout().broadcast_to("broadcast_to", &dims)?))
+    }
+
+    /// Joins tensors along an existing `dim`; dtypes promote, other dims must match.
+    pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
+        super::same_device("cat", tensors)?;
+        let d = normalize_dim("cat", dim, first.rank())?;
+        if first.rank() == 0 {
+            return Err(Error::invalid("cat", "zero-dimensional tensors cannot be concatenated"));
+        }
+        let dtype = tensors.iter().skip(1).fold(first.dtype(), |a, t| DType::promote(a, t.dtype()));
+        let mut shape: Dims = first.shape().into();
+        shape[d] = 0;
+        for t in tensors {
+            if t.rank() != first.rank()
+                || t.shape().iter().zip(first.shape()).enumerate().any(|(i, (a, b))| i != d && a != b)
+            {
+                return Err(Error::shape("cat", first.shape(), t.shape(), format!("sizes must match except in dimension {d}")));
+            }
+            shape[d] += t.shape()[d];
+        }
+        let n: usize = shape.iter().product();
+        let mut out = alloc_data(dtype, n);
+        let full = Layout::contiguous(&shape);
+        let mut at = 0;
+        for t in tensors {
+            let len = t.shape()[d];
+            let t = t.to_dtype(dtype)?;
+            let dst = full.slice(d, at, at + len, 1);
+            t.with_cpu(|src, ls| copy_strided(&mut out, &dst, src, ls));
+            at += len;
+        }
+        Ok(Tensor::from_cpu(out, &shape))
+    }
+
+    /// Joins same-shape tensors along a new `dim`.
+    pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "expected a non-empty list of tensors"))?;
+        let d = normalize_dim("stack", dim, first.rank() + 1)?;
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(Error::shape("stack", first.shape(), t.shape(), "stack expects each tensor to be equal size"));
+            }
+        }
+        let us: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d as i64)).collect::<Result<_>>()?;
+        Tensor::cat(&us.iter().collect::<Vec<_>>(), d as i64)
+    }
+
+    /// Views of `size` elements along `dim` each (the last may be smaller).
+    pub fn split(&self, size: usize, dim: i64) -> Result<Vec<Tensor>> {
+        let d = normalize_dim("split", dim, self.rank())?;
+        if size == 0 && self.shape()[d] > 0 {
+            return Err(Error::invalid("split", "split_size must be positive for a non-empty dimension"));
+        }
+        let n = self.shape()[d];
+        if n == 0 {
+            return Ok(vec![self.clone()]);
+        }
+        (0..n.div_ceil(size))
+            .map(|i| self.narrow(d as i64, (i * size) as i64, size.min(n - i * size)))
+            .collect()
+    }
+
+    /// Views with the given sizes along `dim` (they must add up to its size).
+    pub fn split_with_sizes(&self, sizes: &[usize], dim: i64) -> Result<Vec<Tensor>> {
+        let d = normalize_dim("split_with_sizes", dim, self.rank())?;
+        if sizes.iter().sum::<usize>() != self.shape()[d] {
+            return Err(Error::invalid(
+                "split_with_sizes",
+                format!("split sizes {sizes:?} must sum to the size of dim {d} ({})", self.shape()[d]),
+            ));
+        }
+        let mut at = 0;
+        sizes
+            .iter()
+            .map(|&s| {
+                let v = self.narrow(d as i64, at as i64, s);
+                at += s;
+                v
+            })
+            .collect()
+    }
+
+    /// `chunks` views of near-equal size along `dim` (`torch.chunk`: size
+    /// `ceil(n / chunks)`, so fewer chunks may come back).
+    pub fn chunk(&self, chunks: usize, dim: i64) -> Result<Vec<Tensor>> {
+        if chunks == 0 {
+            return Err(Error::invalid("chunk", "chunk expects `chunks` to be greater than 0"));
+        }
+        let d = normalize_dim("chunk", dim, self.rank())?;
+        let n = self.shape()[d];
+        self.split(n.div_ceil(chunks).max(1), d as i64)
+    }
+}
+
+/// An output buffer of `n` elements of `dtype` that the caller fills completely.
+pub(crate) fn alloc_data(dtype: DType, n: usize) -> CpuData {
+    fn a<T: WithDType>(n: usize) -> CpuData {
+        T::wrap(alloc_uninit::<T>(n))
+    }
+    match dtype {
+        DType::Bool => a::<bool>(n),
+        DType::U8 => a::<u8>(n),
+        DType::I64 => a::<i64>(n),
+        DType::F16 => a::<half::f16>(n),
+        DType::BF16 => a::<half::bf16>(n),
+        DType::F32 => a::<f32>(n),
+        DType::F64 => a::<f64>(n),
+    }
+}
