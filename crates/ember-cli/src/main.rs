@@ -1,1 +1,43 @@
-fn main(){}
+//! The `ember` command: list devices and train a model on the best one.
+
+mod devices;
+mod train;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "ember",
+    version,
+    about = "GPU-accelerated tensors with PyTorch's device model"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the CPU and every CUDA GPU, or say why there is none.
+    Devices,
+    /// Train a classifier on a data set shipped in data/.
+    Train(train::TrainArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Devices) => devices::run(),
+        Some(Command::Train(args)) => train::run(&args),
+        // the main job: train on the best available device
+        None => train::run(&train::TrainArgs::default()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -155,7 +155,15 @@ impl FromStr for DType {
 
 /// A Rust type that can be a tensor element.
 pub trait WithDType:
-    Copy + Send + Sync + 'static + PartialOrd + PartialEq + fmt::Debug + Default + crate::backend::cpu::CpuElem
+    Copy
+    + Send
+    + Sync
+    + 'static
+    + PartialOrd
+    + PartialEq
+    + fmt::Debug
+    + Default
+    + crate::backend::cpu::CpuElem
 {
     /// The matching [`DType`].
     const DTYPE: DType;

@@ -48,8 +48,16 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Di
     let n = a.len().max(b.len());
     let mut out: Dims = SmallVec::from_elem(0, n);
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -248,9 +256,7 @@ impl Layout {
                 || (old_shape[tensor_d - 1] != 1
                     && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
             if chunk_ends {
-                while view_d >= 0
-                    && (view_numel < tensor_numel || shape[view_d as usize] == 1)
-                {
+                while view_d >= 0 && (view_numel < tensor_numel || shape[view_d as usize] == 1) {
                     new_strides[view_d as usize] = view_numel * chunk_base_stride;
                     view_numel *= shape[view_d as usize];
                     view_d -= 1;
@@ -298,19 +304,23 @@ mod tests {
             &[3, 4]
         );
         assert_eq!(
-            broadcast_shapes("t", &[5, 1, 4], &[3, 1]).unwrap().as_slice(),
+            broadcast_shapes("t", &[5, 1, 4], &[3, 1])
+                .unwrap()
+                .as_slice(),
             &[5, 3, 4]
         );
-        assert_eq!(
-            broadcast_shapes("t", &[], &[2]).unwrap().as_slice(),
-            &[2]
-        );
+        assert_eq!(broadcast_shapes("t", &[], &[2]).unwrap().as_slice(), &[2]);
         assert_eq!(
             broadcast_shapes("t", &[0, 1], &[1, 3]).unwrap().as_slice(),
             &[0, 3]
         );
-        let e = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err().to_string();
-        assert!(e.contains("add") && e.contains("(3)") && e.contains("(4)"), "{e}");
+        let e = broadcast_shapes("add", &[2, 3], &[4])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("add") && e.contains("(3)") && e.contains("(4)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub(crate) fn check_device(device: Device) -> Result<()> {
             }
             Ok(n) if i >= *n => {
                 return Err(Error::CudaUnavailable {
-                    reason: format!("device {device} requested but only {n} GPU(s) present (cuda:0..cuda:{})", n - 1),
+                    reason: format!(
+                        "device {device} requested but only {n} GPU(s) present (cuda:0..cuda:{})",
+                        n - 1
+                    ),
                 })
             }
             Ok(_) => {}
@@ -134,7 +137,10 @@ mod tests {
                 assert!(!is_available());
                 assert_eq!(device_count(), 0);
                 let e = check_device(Device::Cuda(0)).unwrap_err().to_string();
-                assert!(e.contains("CUDA is not available") && e.contains(&reason), "{e}");
+                assert!(
+                    e.contains("CUDA is not available") && e.contains(&reason),
+                    "{e}"
+                );
                 assert!(device_properties(0).is_err());
             }
             None => {

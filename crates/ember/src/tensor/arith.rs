@@ -27,7 +27,13 @@ macro_rules! tensor_op {
         impl<'a> $tr<&'a Tensor> for Tensor {
             type Output = Tensor;
             fn $m(self, rhs: &'a Tensor) -> Tensor {
-                reuse_or(self, Operand::Tensor(rhs), |t, r| t.$inplace(r), |t, r| t.$m(r), $sym)
+                reuse_or(
+                    self,
+                    Operand::Tensor(rhs),
+                    |t, r| t.$inplace(r),
+                    |t, r| t.$m(r),
+                    $sym,
+                )
             }
         }
         impl $tr<Tensor> for Tensor {
@@ -51,7 +57,13 @@ macro_rules! tensor_op {
         impl $tr<f64> for Tensor {
             type Output = Tensor;
             fn $m(self, rhs: f64) -> Tensor {
-                reuse_or(self, Operand::from(rhs), |t, r| t.$inplace(r), |t, r| t.$m(r), $sym)
+                reuse_or(
+                    self,
+                    Operand::from(rhs),
+                    |t, r| t.$inplace(r),
+                    |t, r| t.$m(r),
+                    $sym,
+                )
             }
         }
     };
@@ -73,8 +85,10 @@ fn reuse_or(
     let same_shape_dtype = match rhs {
         Operand::Tensor(r) => {
             !r.same_storage(&t)
-                && crate::layout::broadcast_shapes("op", t.shape(), r.shape()).is_ok_and(|s| s.as_slice() == t.shape())
-                && crate::DType::result_type(t.dtype(), t.rank() == 0, r.dtype(), r.rank() == 0) == t.dtype()
+                && crate::layout::broadcast_shapes("op", t.shape(), r.shape())
+                    .is_ok_and(|s| s.as_slice() == t.shape())
+                && crate::DType::result_type(t.dtype(), t.rank() == 0, r.dtype(), r.rank() == 0)
+                    == t.dtype()
         }
         Operand::Scalar(_) => t.dtype().is_float(),
     };

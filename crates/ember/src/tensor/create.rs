@@ -56,7 +56,12 @@ impl Tensor {
     }
 
     /// `torch.full`: `value` converted to `dtype` everywhere.
-    pub fn full(shape: impl IntoShape, value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+    pub fn full(
+        shape: impl IntoShape,
+        value: f64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         let dims = dims_of("full", &shape)?;
         check_creatable("full", device)?;
         Ok(full_dtype(&dims, value, dtype))
@@ -105,7 +110,11 @@ impl Tensor {
         if n != data.len() {
             return Err(Error::invalid(
                 "from_vec",
-                format!("shape {:?} needs {n} elements but the data has {}", dims.as_slice(), data.len()),
+                format!(
+                    "shape {:?} needs {n} elements but the data has {}",
+                    dims.as_slice(),
+                    data.len()
+                ),
             ));
         }
         check_creatable("from_vec", device)?;
@@ -127,15 +136,13 @@ impl Tensor {
     }
 
     /// `torch.arange(start, end, step)`: `ceil((end - start) / step)` values.
-    pub fn arange_step<T: WithDType>(
-        start: T,
-        end: T,
-        step: T,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn arange_step<T: WithDType>(start: T, end: T, step: T, device: &Device) -> Result<Tensor> {
         let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
         if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
-            return Err(Error::invalid("arange", format!("step must be finite and non-zero, got start={s}, end={e}, step={st}")));
+            return Err(Error::invalid(
+                "arange",
+                format!("step must be finite and non-zero, got start={s}, end={e}, step={st}"),
+            ));
         }
         if (e - s) * st < 0.0 {
             return Err(Error::invalid(
@@ -150,15 +157,25 @@ impl Tensor {
     }
 
     /// `torch.linspace(start, end, steps)` in `dtype`.
-    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+    pub fn linspace(
+        start: f64,
+        end: f64,
+        steps: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         check_creatable("linspace", device)?;
         // Like PyTorch: fill the first half forward from `start` and the second half
         // backward from `end`, so both endpoints are exact.
-        let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
+        let step = if steps > 1 {
+            (end - start) / (steps - 1) as f64
+        } else {
+            0.0
+        };
         let half = steps / 2;
         let v: Vec<f64> = (0..steps)
             .map(|i| {
-                if i < half {
+                if i < half || steps == 1 {
                     start + step * i as f64
                 } else {
                     end - step * (steps - 1 - i) as f64
@@ -194,7 +211,13 @@ impl Tensor {
     }
 
     /// Uniform samples from `[lo, hi)` in a float `dtype`.
-    pub fn uniform(lo: f64, hi: f64, shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+    pub fn uniform(
+        lo: f64,
+        hi: f64,
+        shape: impl IntoShape,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         let dims = dims_of("uniform", &shape)?;
         check_float("uniform", dtype)?;
         check_creatable("uniform", device)?;
@@ -203,7 +226,11 @@ impl Tensor {
             (0..n)
                 .map(|_| {
                     // f32 draws for the f32-and-narrower dtypes keep the result below `hi`
-                    let u = if dtype == DType::F64 { r.random::<f64>() } else { r.random::<f32>() as f64 };
+                    let u = if dtype == DType::F64 {
+                        r.random::<f64>()
+                    } else {
+                        r.random::<f32>() as f64
+                    };
                     lo + (hi - lo) * u
                 })
                 .collect()
@@ -212,7 +239,13 @@ impl Tensor {
     }
 
     /// Normal samples with `mean` and `std` in a float `dtype`.
-    pub fn normal(mean: f64, std: f64, shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+    pub fn normal(
+        mean: f64,
+        std: f64,
+        shape: impl IntoShape,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         let dims = dims_of("normal", &shape)?;
         check_float("normal", dtype)?;
         check_creatable("normal", device)?;
@@ -229,12 +262,24 @@ impl Tensor {
     pub fn randint(low: i64, high: i64, shape: impl IntoShape, device: &Device) -> Result<Tensor> {
         let dims = dims_of("randint", &shape)?;
         if high <= low {
-            return Err(Error::invalid("randint", format!("expected low < high, got low={low}, high={high}")));
+            return Err(Error::invalid(
+                "randint",
+                format!("expected low < high, got low={low}, high={high}"),
+            ));
         }
         check_creatable("randint", device)?;
         let n = dims.iter().product();
         let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
         Ok(Tensor::from_cpu(CpuData::I64(v), &dims))
+    }
+
+    /// A random permutation of `0..n`, int64 (`torch.randperm`).
+    pub fn randperm(n: usize, device: &Device) -> Result<Tensor> {
+        use rand::seq::SliceRandom;
+        check_creatable("randperm", device)?;
+        let mut v: Vec<i64> = (0..n as i64).collect();
+        with_rng(|r| v.shuffle(r));
+        Ok(Tensor::from_cpu(CpuData::I64(v), &[n]))
     }
 
     /// Uniform `[0, 1)` samples with this tensor's shape, dtype and device.
@@ -270,7 +315,9 @@ impl Tensor {
         self.expect_rank("to_vec2", 2)?;
         let v = self.to_vec::<T>()?;
         let cols = self.shape()[1];
-        Ok((0..self.shape()[0]).map(|i| v[i * cols..(i + 1) * cols].to_vec()).collect())
+        Ok((0..self.shape()[0])
+            .map(|i| v[i * cols..(i + 1) * cols].to_vec())
+            .collect())
     }
 
     /// The values of a 3-D tensor, converted to `T`.
@@ -279,7 +326,11 @@ impl Tensor {
         let v = self.to_vec::<T>()?;
         let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
         Ok((0..a)
-            .map(|i| (0..b).map(|j| v[(i * b + j) * c..(i * b + j + 1) * c].to_vec()).collect())
+            .map(|i| {
+                (0..b)
+                    .map(|j| v[(i * b + j) * c..(i * b + j + 1) * c].to_vec())
+                    .collect()
+            })
             .collect())
     }
 
@@ -288,7 +339,10 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(Error::invalid(
                 "item",
-                format!("a Tensor with {} elements cannot be converted to a scalar", self.numel()),
+                format!(
+                    "a Tensor with {} elements cannot be converted to a scalar",
+                    self.numel()
+                ),
             ));
         }
         Ok(self.to_vec::<T>()?[0])
@@ -381,7 +435,10 @@ fn seq_shape<A: NdArray>(items: &[A]) -> Result<Dims> {
         if a.shape()? != inner {
             return Err(Error::invalid(
                 "new",
-                format!("ragged nested data: expected every element to have shape {:?}", inner.as_slice()),
+                format!(
+                    "ragged nested data: expected every element to have shape {:?}",
+                    inner.as_slice()
+                ),
             ));
         }
     }

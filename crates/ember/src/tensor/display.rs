@@ -24,7 +24,13 @@ pub struct PrintOptions {
 
 impl Default for PrintOptions {
     fn default() -> Self {
-        PrintOptions { precision: 4, threshold: 1000, edgeitems: 3, linewidth: 80, sci_mode: None }
+        PrintOptions {
+            precision: 4,
+            threshold: 1000,
+            edgeitems: 3,
+            linewidth: 80,
+            sci_mode: None,
+        }
     }
 }
 
@@ -36,7 +42,10 @@ pub fn set_print_options(opts: PrintOptions) {
 }
 
 fn options() -> PrintOptions {
-    OPTIONS.read().unwrap_or_else(|p| p.into_inner()).unwrap_or_default()
+    OPTIONS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_default()
 }
 
 /// Python's `'{:.Ne}'`: mantissa with N digits and an exponent of at least two digits.
@@ -77,14 +86,25 @@ struct Formatter {
 
 impl Formatter {
     fn new(values: &[f64], dtype: DType, opts: &PrintOptions) -> Formatter {
-        let mut f = Formatter { float: dtype.is_float(), int_mode: true, sci_mode: false, width: 1, precision: opts.precision, dtype };
+        let mut f = Formatter {
+            float: dtype.is_float(),
+            int_mode: true,
+            sci_mode: false,
+            width: 1,
+            precision: opts.precision,
+            dtype,
+        };
         if !f.float {
             for &v in values {
                 f.width = f.width.max(f.plain(v).len());
             }
             return f;
         }
-        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite() && *v != 0.0).collect();
+        let finite: Vec<f64> = values
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite() && *v != 0.0)
+            .collect();
         if !finite.is_empty() {
             let abs = finite.iter().map(|v| v.abs());
             let (min, max) = abs.fold((f64::INFINITY, 0f64), |(lo, hi), a| (lo.min(a), hi.max(a)));
@@ -95,13 +115,21 @@ impl Formatter {
                     f.sci_mode = true;
                     f.width = finite.iter().map(|&v| sci(v, p).len()).max().unwrap_or(1);
                 } else {
-                    f.width = finite.iter().map(|&v| format!("{v:.0}").len() + 1).max().unwrap_or(1);
+                    f.width = finite
+                        .iter()
+                        .map(|&v| format!("{v:.0}").len() + 1)
+                        .max()
+                        .unwrap_or(1);
                 }
             } else if max / min > 1000.0 || max > 1e8 || min < 1e-4 {
                 f.sci_mode = true;
                 f.width = finite.iter().map(|&v| sci(v, p).len()).max().unwrap_or(1);
             } else {
-                f.width = finite.iter().map(|&v| format!("{v:.p$}").len()).max().unwrap_or(1);
+                f.width = finite
+                    .iter()
+                    .map(|&v| format!("{v:.p$}").len())
+                    .max()
+                    .unwrap_or(1);
             }
         }
         if let Some(s) = opts.sci_mode {
@@ -171,7 +199,10 @@ impl Printer<'_> {
             v.iter().map(|&x| self.fmt.format(x)).collect()
         };
         let lines: Vec<String> = items.chunks(per_line).map(|c| c.join(", ")).collect();
-        format!("[{}]", lines.join(&format!(",\n{}", " ".repeat(indent + 1))))
+        format!(
+            "[{}]",
+            lines.join(&format!(",\n{}", " ".repeat(indent + 1)))
+        )
     }
 
     fn tensor(&self, v: &[f64], shape: &[usize], indent: usize) -> String {
@@ -180,7 +211,8 @@ impl Printer<'_> {
             1 => self.vector(v, indent),
             r => {
                 let inner: usize = shape[1..].iter().product();
-                let sub = |i: usize| self.tensor(&v[i * inner..(i + 1) * inner], &shape[1..], indent + 1);
+                let sub =
+                    |i: usize| self.tensor(&v[i * inner..(i + 1) * inner], &shape[1..], indent + 1);
                 let e = self.opts.edgeitems;
                 let parts: Vec<String> = if self.summarize && shape[0] > 2 * e {
                     (0..e)
@@ -210,7 +242,11 @@ impl Tensor {
         let body = if self.numel() == 0 {
             if self.rank() != 1 {
                 let dims: Vec<String> = self.shape().iter().map(|d| d.to_string()).collect();
-                let tuple = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+                let tuple = if dims.len() == 1 {
+                    format!("({},)", dims[0])
+                } else {
+                    format!("({})", dims.join(", "))
+                };
                 suffixes.push(format!("size={tuple}"));
             }
             if self.dtype() != DType::F32 {
@@ -227,8 +263,16 @@ impl Tensor {
                 Err(e) => return format!("tensor(<unreadable: {e}>)"),
             };
             let summarize = self.numel() > opts.threshold;
-            let shown = if summarize { shown_values(&values, self.shape(), true, opts.edgeitems) } else { values.clone() };
-            let printer = Printer { fmt: Formatter::new(&shown, self.dtype(), &opts), opts: &opts, summarize };
+            let shown = if summarize {
+                shown_values(&values, self.shape(), true, opts.edgeitems)
+            } else {
+                values.clone()
+            };
+            let printer = Printer {
+                fmt: Formatter::new(&shown, self.dtype(), &opts),
+                opts: &opts,
+                summarize,
+            };
             printer.tensor(&values, self.shape(), indent)
         };
         let mut out = format!("{prefix}{body}");
@@ -256,7 +300,14 @@ impl fmt::Display for Tensor {
 impl fmt::Debug for Tensor {
     /// The PyTorch-style printout followed by shape and strides.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} [shape={:?}, stride={:?}, dtype={}]", self.render(), self.shape(), self.stride(), self.dtype())
+        write!(
+            f,
+            "{} [shape={:?}, stride={:?}, dtype={}]",
+            self.render(),
+            self.shape(),
+            self.stride(),
+            self.dtype()
+        )
     }
 }
 

@@ -91,7 +91,8 @@ impl Tensor {
         match rhs {
             Operand::Tensor(t) => {
                 super::same_device(op, &[self, t])?;
-                let dt = DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
+                let dt =
+                    DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
                 Ok((t.clone(), dt))
             }
             Operand::Scalar(s) => {
@@ -135,19 +136,37 @@ impl Tensor {
         Ok((r, shape, dt))
     }
 
-    fn binary_op<O: BinaryOp>(&self, name: &'static str, rhs: Operand, op: &O, float_only: bool) -> Result<Tensor> {
+    fn binary_op<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        rhs: Operand,
+        op: &O,
+        float_only: bool,
+    ) -> Result<Tensor> {
         if let Operand::Tensor(t) = rhs {
             if name == "sub" && self.dtype() == DType::Bool && t.dtype() == DType::Bool {
-                return Err(Error::dtype("sub", DType::Bool, "subtracting two bool tensors is not supported; use logical_xor"));
+                return Err(Error::dtype(
+                    "sub",
+                    DType::Bool,
+                    "subtracting two bool tensors is not supported; use logical_xor",
+                ));
             }
         }
-        let (data, shape, _) = self.broadcast2(name, rhs, float_only, |a, la, b, lb| k::binary(a, la, b, lb, op))?;
+        let (data, shape, _) = self.broadcast2(name, rhs, float_only, |a, la, b, lb| {
+            k::binary(a, la, b, lb, op)
+        })?;
         Ok(Tensor::from_cpu(data, &shape))
     }
 
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
     /// result dtype can be cast to `self`'s.
-    fn binary_inplace<O: BinaryOp>(&self, name: &'static str, rhs: Operand, op: &O, float_only: bool) -> Result<()> {
+    fn binary_inplace<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        rhs: Operand,
+        op: &O,
+        float_only: bool,
+    ) -> Result<()> {
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
@@ -155,7 +174,10 @@ impl Tensor {
         if !can_cast(dt, self.dtype()) {
             return Err(Error::invalid(
                 name,
-                format!("result type {dt} can't be cast to the desired output type {}", self.dtype()),
+                format!(
+                    "result type {dt} can't be cast to the desired output type {}",
+                    self.dtype()
+                ),
             ));
         }
         self.check_writable(name)?;
@@ -165,14 +187,19 @@ impl Tensor {
                 name,
                 self.shape(),
                 b.shape(),
-                format!("output with shape {:?} doesn't match the broadcast shape {:?}", self.shape(), shape.as_slice()),
+                format!(
+                    "output with shape {:?} doesn't match the broadcast shape {:?}",
+                    self.shape(),
+                    shape.as_slice()
+                ),
             ));
         }
         if dt != self.dtype() {
             let out = self.binary_op(name, Operand::Tensor(&b), op, float_only)?;
             return self.copy_(&out);
         }
-        // a snapshot when reading and writing the same storage
+        // in the result dtype; a snapshot when reading and writing the same storage
+        let b = b.to_dtype(dt)?;
         let b = if b.same_storage(self) { b.copy() } else { b };
         let lb = b.layout().broadcast_to(name, self.shape())?;
         let mut guard = self.write();
@@ -197,7 +224,11 @@ impl Tensor {
         super::same_device("copy_", &[self, src])?;
         self.check_writable("copy_")?;
         let src = src.to_dtype(self.dtype())?;
-        let src = if src.same_storage(self) { src.copy() } else { src };
+        let src = if src.same_storage(self) {
+            src.copy()
+        } else {
+            src
+        };
         let ls = src.layout().broadcast_to("copy_", self.shape())?;
         let mut guard = self.write();
         let crate::backend::Storage::Cpu(dst) = &mut *guard;
@@ -207,7 +238,11 @@ impl Tensor {
 
     fn unary_op<O: UnaryOp>(&self, name: &'static str, op: &O) -> Result<Tensor> {
         if self.dtype() == DType::Bool && !O::FLOAT_ONLY {
-            return Err(Error::dtype(name, DType::Bool, "convert with .to_dtype() first"));
+            return Err(Error::dtype(
+                name,
+                DType::Bool,
+                "convert with .to_dtype() first",
+            ));
         }
         let t = if O::FLOAT_ONLY && !self.dtype().is_float() {
             self.to_dtype(DType::F32)?
@@ -219,7 +254,9 @@ impl Tensor {
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
-        let (data, shape, _) = self.broadcast2(name, rhs, false, |a, la, b, lb| k::compare(a, la, b, lb, cmp))?;
+        let (data, shape, _) = self.broadcast2(name, rhs, false, |a, la, b, lb| {
+            k::compare(a, la, b, lb, cmp)
+        })?;
         Ok(Tensor::from_cpu(data, &shape))
     }
 }
@@ -320,7 +357,10 @@ impl Tensor {
             Operand::Scalar(s) => {
                 if let (Scalar::Int(e), false) = (s, self.dtype().is_float()) {
                     if e < 0 {
-                        return Err(Error::invalid("pow", "integers to negative integer powers are not allowed"));
+                        return Err(Error::invalid(
+                            "pow",
+                            "integers to negative integer powers are not allowed",
+                        ));
                     }
                 }
                 let t = if matches!(s, Scalar::Float(_)) && !self.dtype().is_float() {
@@ -338,7 +378,10 @@ impl Tensor {
     /// bound on an integer tensor gives float32, as in PyTorch.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
         if min.is_none() && max.is_none() {
-            return Err(Error::invalid("clamp", "at least one of 'min' or 'max' must not be None"));
+            return Err(Error::invalid(
+                "clamp",
+                "at least one of 'min' or 'max' must not be None",
+            ));
         }
         let fractional = [min, max].iter().flatten().any(|b| b.fract() != 0.0);
         let t = if fractional && !self.dtype().is_float() {
@@ -361,10 +404,18 @@ impl Tensor {
 
     /// `torch.where(self, on_true, on_false)`: `self` is the bool condition; all three
     /// broadcast together.
-    pub fn where_<'a, 'b>(&self, on_true: impl Into<Operand<'a>>, on_false: impl Into<Operand<'b>>) -> Result<Tensor> {
+    pub fn where_<'a, 'b>(
+        &self,
+        on_true: impl Into<Operand<'a>>,
+        on_false: impl Into<Operand<'b>>,
+    ) -> Result<Tensor> {
         const OP: &str = "where";
         if self.dtype() != DType::Bool {
-            return Err(Error::dtype(OP, self.dtype(), "the condition must be a bool tensor"));
+            return Err(Error::dtype(
+                OP,
+                self.dtype(),
+                "the condition must be a bool tensor",
+            ));
         }
         let (x, y) = (on_true.into(), on_false.into());
         let dt = match (x, y) {
@@ -391,7 +442,9 @@ impl Tensor {
             y.layout().broadcast_to(OP, &shape)?,
         );
         let data = self.with_cpu(|c, _| {
-            let CpuData::Bool(c) = c else { unreachable!("checked bool above") };
+            let CpuData::Bool(c) = c else {
+                unreachable!("checked bool above")
+            };
             x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
         });
         Ok(Tensor::from_cpu(data, &shape))
@@ -401,14 +454,21 @@ impl Tensor {
     /// The mask broadcasts to this tensor's shape; the dtype stays this tensor's.
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         if mask.dtype() != DType::Bool {
-            return Err(Error::dtype("masked_fill", mask.dtype(), "the mask must be a bool tensor"));
+            return Err(Error::dtype(
+                "masked_fill",
+                mask.dtype(),
+                "the mask must be a bool tensor",
+            ));
         }
         super::same_device("masked_fill", &[self, mask])?;
         let value = value.into();
         if value.dtype().is_float() && !self.dtype().is_float() {
             return Err(Error::invalid(
                 "masked_fill",
-                format!("value cannot be converted to type {} without overflow", self.dtype()),
+                format!(
+                    "value cannot be converted to type {} without overflow",
+                    self.dtype()
+                ),
             ));
         }
         mask.layout().broadcast_to("masked_fill", self.shape())?;

@@ -37,7 +37,11 @@ impl From<usize> for Idx {
 }
 impl From<RangeFull> for Idx {
     fn from(_: RangeFull) -> Idx {
-        Idx::Range { start: None, end: None, step: 1 }
+        Idx::Range {
+            start: None,
+            end: None,
+            step: 1,
+        }
     }
 }
 macro_rules! idx_ranges {
@@ -122,12 +126,21 @@ impl Tensor {
     /// `[-size, size)` and wrapped to `[0, size)`.
     fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
         if index.dtype() != DType::I64 {
-            return Err(Error::dtype(op, index.dtype(), "indices must be an int64 tensor"));
+            return Err(Error::dtype(
+                op,
+                index.dtype(),
+                "indices must be an int64 tensor",
+            ));
         }
         let mut v = index.to_vec::<i64>()?;
         for x in v.iter_mut() {
             if *x < -(size as i64) || *x >= size as i64 {
-                return Err(Error::IndexOutOfRange { op, index: *x, dim, size });
+                return Err(Error::IndexOutOfRange {
+                    op,
+                    index: *x,
+                    dim,
+                    size,
+                });
             }
             if *x < 0 {
                 *x += size as i64;
@@ -141,12 +154,18 @@ impl Tensor {
         super::same_device("index_select", &[self, index])?;
         let d = normalize_dim("index_select", dim, self.rank())?;
         if index.rank() > 1 {
-            return Err(Error::invalid("index_select", "index_select(): Index is supposed to be a vector"));
+            return Err(Error::invalid(
+                "index_select",
+                "index_select(): Index is supposed to be a vector",
+            ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
         let idx = Tensor::index_values("index_select", index, d, size)?;
         if self.rank() == 0 {
-            return self.reshape([1])?.index_select(0, index)?.reshape(index.shape());
+            return self
+                .reshape([1])?
+                .index_select(0, index)?
+                .reshape(index.shape());
         }
         let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx));
         let mut shape = self.shape().to_vec();
@@ -160,14 +179,24 @@ impl Tensor {
         super::same_device("gather", &[self, index])?;
         let d = normalize_dim("gather", dim, self.rank())?;
         self.check_index_shape("gather", d, index)?;
-        let idx = Tensor::index_values("gather", index, d, self.shape().get(d).copied().unwrap_or(1))?;
+        let idx = Tensor::index_values(
+            "gather",
+            index,
+            d,
+            self.shape().get(d).copied().unwrap_or(1),
+        )?;
         let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()));
         Ok(Tensor::from_cpu(data, index.shape()))
     }
 
     fn check_index_shape(&self, op: &'static str, d: usize, index: &Tensor) -> Result<()> {
         if index.rank() != self.rank()
-            || index.shape().iter().zip(self.shape()).enumerate().any(|(i, (&a, &b))| i != d && a > b)
+            || index
+                .shape()
+                .iter()
+                .zip(self.shape())
+                .enumerate()
+                .any(|(i, (&a, &b))| i != d && a > b)
         {
             return Err(Error::shape(
                 op,
@@ -186,17 +215,33 @@ impl Tensor {
         let d = normalize_dim("scatter_add", dim, self.rank())?;
         self.check_index_shape("scatter_add", d, index)?;
         if src.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch { op: "scatter_add", lhs: self.dtype(), rhs: src.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: "scatter_add",
+                lhs: self.dtype(),
+                rhs: src.dtype(),
+            });
         }
         if src.rank() != index.rank() || index.shape().iter().zip(src.shape()).any(|(a, b)| a > b) {
-            return Err(Error::shape("scatter_add", index.shape(), src.shape(), "src must be at least as large as index in every dimension"));
+            return Err(Error::shape(
+                "scatter_add",
+                index.shape(),
+                src.shape(),
+                "src must be at least as large as index in every dimension",
+            ));
         }
-        let idx = Tensor::index_values("scatter_add", index, d, self.shape().get(d).copied().unwrap_or(1))?;
+        let idx = Tensor::index_values(
+            "scatter_add",
+            index,
+            d,
+            self.shape().get(d).copied().unwrap_or(1),
+        )?;
         let out = self.copy();
         {
             let mut guard = out.write();
             let crate::backend::Storage::Cpu(dst) = &mut *guard;
-            src.with_cpu(|s, ls| k::scatter_add(dst.data_mut(), self.shape(), d, &idx, index.shape(), s, ls));
+            src.with_cpu(|s, ls| {
+                k::scatter_add(dst.data_mut(), self.shape(), d, &idx, index.shape(), s, ls)
+            });
         }
         Ok(out)
     }
@@ -205,13 +250,22 @@ impl Tensor {
     /// (`F.one_hot`), int64.
     pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
         if self.dtype() != DType::I64 {
-            return Err(Error::dtype("one_hot", self.dtype(), "one_hot is only applicable to index (int64) tensors"));
+            return Err(Error::dtype(
+                "one_hot",
+                self.dtype(),
+                "one_hot is only applicable to index (int64) tensors",
+            ));
         }
         let v = self.to_vec::<i64>()?;
         let mut out = vec![0i64; v.len() * num_classes];
         for (i, &c) in v.iter().enumerate() {
             if c < 0 || c as usize >= num_classes {
-                return Err(Error::IndexOutOfRange { op: "one_hot", index: c, dim: self.rank(), size: num_classes });
+                return Err(Error::IndexOutOfRange {
+                    op: "one_hot",
+                    index: c,
+                    dim: self.rank(),
+                    size: num_classes,
+                });
             }
             out[i * num_classes + c as usize] = 1;
         }

@@ -1,12 +1,11 @@
 //! `matmul` with `torch.matmul` semantics, `conv2d`, and 2-D max / average pooling.
 
-use crate::WithDType;
 use super::Tensor;
 use crate::backend::cpu::conv::{self, ConvShape, Pool, Window};
 use crate::backend::cpu::matmul::{matmul, MatmulArgs};
-use crate::backend::cpu::CpuElem;
 use crate::dtype::Real;
 use crate::layout::{broadcast_shapes, Dims};
+use crate::WithDType;
 use crate::{DType, Error, Result};
 
 impl Tensor {
@@ -18,16 +17,32 @@ impl Tensor {
         const OP: &str = "matmul";
         super::same_device(OP, &[self, rhs])?;
         if self.dtype() != rhs.dtype() {
-            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype(), rhs: rhs.dtype() });
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: self.dtype(),
+                rhs: rhs.dtype(),
+            });
         }
         if self.rank() == 0 || rhs.rank() == 0 {
             return Err(Error::invalid(
                 OP,
-                format!("both arguments to matmul need to be at least 1D, but they are {}D and {}D", self.rank(), rhs.rank()),
+                format!(
+                    "both arguments to matmul need to be at least 1D, but they are {}D and {}D",
+                    self.rank(),
+                    rhs.rank()
+                ),
             ));
         }
-        let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
-        let b = if rhs.rank() == 1 { rhs.unsqueeze(1)? } else { rhs.clone() };
+        let a = if self.rank() == 1 {
+            self.unsqueeze(0)?
+        } else {
+            self.clone()
+        };
+        let b = if rhs.rank() == 1 {
+            rhs.unsqueeze(1)?
+        } else {
+            rhs.clone()
+        };
         let (ra, rb) = (a.rank(), b.rank());
         let (m, ka) = (a.shape()[ra - 2], a.shape()[ra - 1]);
         let (kb, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
@@ -50,7 +65,13 @@ impl Tensor {
         let lb = b.layout().broadcast_to(OP, &with(ka, n))?;
         let data = a.with_cpu(|da, _| {
             b.with_cpu(|db, _| {
-                matmul(&MatmulArgs { a: (da, &la), b: (db, &lb), m, k: ka, n })
+                matmul(&MatmulArgs {
+                    a: (da, &la),
+                    b: (db, &lb),
+                    m,
+                    k: ka,
+                    n,
+                })
             })
         });
         // drop the dims that 1-D operands gained
@@ -67,27 +88,55 @@ impl Tensor {
 
     /// 2-D convolution (`F.conv2d`): input `[N, C, H, W]` (or `[C, H, W]`), weight
     /// `[O, C / groups, kH, kW]`, optional bias `[O]`.
-    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2dOptions) -> Result<Tensor> {
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Tensor> {
         const OP: &str = "conv2d";
         let mut ts = vec![self, weight];
         ts.extend(bias);
         super::same_device(OP, &ts)?;
         for t in &ts[1..] {
             if t.dtype() != self.dtype() {
-                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype(), rhs: t.dtype() });
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: self.dtype(),
+                    rhs: t.dtype(),
+                });
             }
         }
         if !self.dtype().is_float() {
-            return Err(Error::dtype(OP, self.dtype(), "convolution needs a floating-point input"));
+            return Err(Error::dtype(
+                OP,
+                self.dtype(),
+                "convolution needs a floating-point input",
+            ));
         }
         if self.rank() == 3 {
             return self.unsqueeze(0)?.conv2d(weight, bias, opts)?.squeeze(0);
         }
         if self.rank() != 4 || weight.rank() != 4 {
-            return Err(Error::shape(OP, self.shape(), weight.shape(), "expected a 3-D or 4-D input and a 4-D weight"));
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                weight.shape(),
+                "expected a 3-D or 4-D input and a 4-D weight",
+            ));
         }
-        let [n, c, h, w] = [self.shape()[0], self.shape()[1], self.shape()[2], self.shape()[3]];
-        let [o, cg, kh, kw] = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
+        let [n, c, h, w] = [
+            self.shape()[0],
+            self.shape()[1],
+            self.shape()[2],
+            self.shape()[3],
+        ];
+        let [o, cg, kh, kw] = [
+            weight.shape()[0],
+            weight.shape()[1],
+            weight.shape()[2],
+            weight.shape()[3],
+        ];
         let g = opts.groups;
         if g == 0 || c % g != 0 || o % g != 0 || cg * g != c {
             return Err(Error::shape(
@@ -99,28 +148,74 @@ impl Tensor {
         }
         if let Some(b) = bias {
             if b.shape() != [o] {
-                return Err(Error::shape(OP, b.shape(), &[o], "bias must have one value per output channel"));
+                return Err(Error::shape(
+                    OP,
+                    b.shape(),
+                    &[o],
+                    "bias must have one value per output channel",
+                ));
             }
         }
         opts.check(OP)?;
-        let win = Window { kernel: (kh, kw), stride: opts.stride, padding: opts.padding, dilation: opts.dilation };
-        let out_hw = Window::out_size(h, kh, win.stride.0, win.padding.0, win.dilation.0, false)
-            .zip(Window::out_size(w, kw, win.stride.1, win.padding.1, win.dilation.1, false));
-        let Some((oh, ow)) = out_hw else {
-            return Err(Error::shape(OP, self.shape(), weight.shape(), "kernel size (with dilation) can't be greater than the padded input size"));
+        let win = Window {
+            kernel: (kh, kw),
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
         };
-        let shape = ConvShape { n, c, h, w, o, groups: g, oh, ow, win };
+        let out_hw =
+            Window::out_size(h, kh, win.stride.0, win.padding.0, win.dilation.0, false).zip(
+                Window::out_size(w, kw, win.stride.1, win.padding.1, win.dilation.1, false),
+            );
+        let Some((oh, ow)) = out_hw else {
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                weight.shape(),
+                "kernel size (with dilation) can't be greater than the padded input size",
+            ));
+        };
+        let shape = ConvShape {
+            n,
+            c,
+            h,
+            w,
+            o,
+            groups: g,
+            oh,
+            ow,
+            win,
+        };
         // f16/bf16 convolve in f32
-        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) { DType::F32 } else { self.dtype() };
-        let (x, wt) = (self.to_dtype(work)?.contiguous()?, weight.to_dtype(work)?.contiguous()?);
+        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
+            DType::F32
+        } else {
+            self.dtype()
+        };
+        let (x, wt) = (
+            self.to_dtype(work)?.contiguous()?,
+            weight.to_dtype(work)?.contiguous()?,
+        );
         let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
-        fn run<T: WithDType + Real>(x: &Tensor, w: &Tensor, b: Option<&Tensor>, s: &ConvShape) -> crate::backend::cpu::CpuData {
+        fn run<T: WithDType + Real>(
+            x: &Tensor,
+            w: &Tensor,
+            b: Option<&Tensor>,
+            s: &ConvShape,
+        ) -> crate::backend::cpu::CpuData {
             x.with_cpu(|xd, xl| {
                 w.with_cpu(|wd, wl| {
                     let xs = &T::slice(xd).expect("conv2d: dtype checked")[xl.offset()..];
                     let ws = &T::slice(wd).expect("conv2d: dtype checked")[wl.offset()..];
                     let out = match b {
-                        Some(b) => b.with_cpu(|bd, bl| conv::conv2d(xs, ws, Some(&T::slice(bd).expect("conv2d: dtype checked")[bl.offset()..]), s)),
+                        Some(b) => b.with_cpu(|bd, bl| {
+                            conv::conv2d(
+                                xs,
+                                ws,
+                                Some(&T::slice(bd).expect("conv2d: dtype checked")[bl.offset()..]),
+                                s,
+                            )
+                        }),
                         None => conv::conv2d(xs, ws, None, s),
                     };
                     T::wrap(out)
@@ -136,31 +231,84 @@ impl Tensor {
 
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
         if !self.dtype().is_float() {
-            return Err(Error::dtype(op, self.dtype(), "pooling needs a floating-point input"));
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                "pooling needs a floating-point input",
+            ));
         }
         if self.rank() != 3 && self.rank() != 4 {
-            return Err(Error::invalid(op, format!("expected a 3-D or 4-D input, got shape {:?}", self.shape())));
+            return Err(Error::invalid(
+                op,
+                format!("expected a 3-D or 4-D input, got shape {:?}", self.shape()),
+            ));
         }
         let r = self.rank();
         let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
         let win = opts.window();
         let (kh, kw) = win.kernel;
-        if kh == 0 || kw == 0 || win.stride.0 == 0 || win.stride.1 == 0 || win.dilation.0 == 0 || win.dilation.1 == 0 {
-            return Err(Error::invalid(op, "kernel size, stride and dilation must be greater than zero"));
+        if kh == 0
+            || kw == 0
+            || win.stride.0 == 0
+            || win.stride.1 == 0
+            || win.dilation.0 == 0
+            || win.dilation.1 == 0
+        {
+            return Err(Error::invalid(
+                op,
+                "kernel size, stride and dilation must be greater than zero",
+            ));
         }
         if win.padding.0 * 2 > kh || win.padding.1 * 2 > kw {
             return Err(Error::invalid(op, format!("pad should be at most half of effective kernel size, but got pad={:?} and kernel_size={:?}", win.padding, win.kernel)));
         }
-        let oh = Window::out_size(h, kh, win.stride.0, win.padding.0, win.dilation.0, opts.ceil_mode);
-        let ow = Window::out_size(w, kw, win.stride.1, win.padding.1, win.dilation.1, opts.ceil_mode);
+        let oh = Window::out_size(
+            h,
+            kh,
+            win.stride.0,
+            win.padding.0,
+            win.dilation.0,
+            opts.ceil_mode,
+        );
+        let ow = Window::out_size(
+            w,
+            kw,
+            win.stride.1,
+            win.padding.1,
+            win.dilation.1,
+            opts.ceil_mode,
+        );
         let (Some(oh), Some(ow)) = (oh, ow) else {
-            return Err(Error::invalid(op, format!("output size is too small for input {:?}", self.shape())));
+            return Err(Error::invalid(
+                op,
+                format!("output size is too small for input {:?}", self.shape()),
+            ));
         };
         let planes = self.shape()[..r - 2].iter().product();
-        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) { DType::F32 } else { self.dtype() };
+        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
+            DType::F32
+        } else {
+            self.dtype()
+        };
         let x = self.to_dtype(work)?.contiguous()?;
-        fn run<T: WithDType + Real>(x: &Tensor, planes: usize, hw: (usize, usize), o: (usize, usize), win: Window, kind: Pool) -> crate::backend::cpu::CpuData {
-            x.with_cpu(|d, l| T::wrap(conv::pool2d(&T::slice(d).expect("pool2d: dtype checked")[l.offset()..], planes, hw, o, win, kind)))
+        fn run<T: WithDType + Real>(
+            x: &Tensor,
+            planes: usize,
+            hw: (usize, usize),
+            o: (usize, usize),
+            win: Window,
+            kind: Pool,
+        ) -> crate::backend::cpu::CpuData {
+            x.with_cpu(|d, l| {
+                T::wrap(conv::pool2d(
+                    &T::slice(d).expect("pool2d: dtype checked")[l.offset()..],
+                    planes,
+                    hw,
+                    o,
+                    win,
+                    kind,
+                ))
+            })
         }
         let data = match work {
             DType::F64 => run::<f64>(&x, planes, (h, w), (oh, ow), win, kind),
@@ -182,7 +330,13 @@ impl Tensor {
         if opts.dilation != (1, 1) {
             return Err(Error::invalid("avg_pool2d", "avg_pool2d has no dilation"));
         }
-        self.pool2d("avg_pool2d", &opts, Pool::Avg { count_include_pad: opts.count_include_pad })
+        self.pool2d(
+            "avg_pool2d",
+            &opts,
+            Pool::Avg {
+                count_include_pad: opts.count_include_pad,
+            },
+        )
     }
 }
 
@@ -198,7 +352,12 @@ pub struct Conv2dOptions {
 
 impl Default for Conv2dOptions {
     fn default() -> Self {
-        Conv2dOptions { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
+        Conv2dOptions {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: (1, 1),
+            groups: 1,
+        }
     }
 }
 
@@ -224,8 +383,12 @@ impl Conv2dOptions {
         self
     }
     fn check(&self, op: &'static str) -> Result<()> {
-        if self.stride.0 == 0 || self.stride.1 == 0 || self.dilation.0 == 0 || self.dilation.1 == 0 {
-            return Err(Error::invalid(op, "stride and dilation must be greater than zero"));
+        if self.stride.0 == 0 || self.stride.1 == 0 || self.dilation.0 == 0 || self.dilation.1 == 0
+        {
+            return Err(Error::invalid(
+                op,
+                "stride and dilation must be greater than zero",
+            ));
         }
         Ok(())
     }
@@ -251,7 +414,14 @@ impl Pool2dOptions {
     }
     /// A `kh × kw` window with stride equal to the window.
     pub fn rect(kh: usize, kw: usize) -> Self {
-        Pool2dOptions { kernel: (kh, kw), stride: None, padding: (0, 0), dilation: (1, 1), ceil_mode: false, count_include_pad: true }
+        Pool2dOptions {
+            kernel: (kh, kw),
+            stride: None,
+            padding: (0, 0),
+            dilation: (1, 1),
+            ceil_mode: false,
+            count_include_pad: true,
+        }
     }
     pub fn stride(mut self, s: usize) -> Self {
         self.stride = Some((s, s));
@@ -274,6 +444,11 @@ impl Pool2dOptions {
         self
     }
     fn window(&self) -> Window {
-        Window { kernel: self.kernel, stride: self.stride.unwrap_or(self.kernel), padding: self.padding, dilation: self.dilation }
+        Window {
+            kernel: self.kernel,
+            stride: self.stride.unwrap_or(self.kernel),
+            padding: self.padding,
+            dilation: self.dilation,
+        }
     }
 }

@@ -9,7 +9,13 @@ use crate::{Error, Result};
 
 impl Tensor {
     /// Runs `op` over `dims` (all dims when `None`).
-    fn reduce_op(&self, name: &'static str, dims: Option<Dims>, keepdim: bool, op: ReduceOp) -> Result<Tensor> {
+    fn reduce_op(
+        &self,
+        name: &'static str,
+        dims: Option<Dims>,
+        keepdim: bool,
+        op: ReduceOp,
+    ) -> Result<Tensor> {
         let dims: Dims = dims.unwrap_or_else(|| (0..self.rank()).collect());
         let needs_float = matches!(op, ReduceOp::Mean | ReduceOp::Var(_));
         if needs_float && !self.dtype().is_float() {
@@ -19,7 +25,8 @@ impl Tensor {
                 "could not infer output dtype; input dtype must be floating point (use .to_dtype(DType::F32))",
             ));
         }
-        let empty_lane = dims.iter().any(|&d| self.shape()[d] == 0) || (self.rank() == 0 && self.numel() == 0);
+        let empty_lane =
+            dims.iter().any(|&d| self.shape()[d] == 0) || (self.rank() == 0 && self.numel() == 0);
         if empty_lane && !matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var(_)) {
             return Err(Error::invalid(
                 name,
@@ -41,7 +48,13 @@ impl Tensor {
         Ok(Tensor::from_cpu(data, &shape))
     }
 
-    fn reduce_dims(&self, name: &'static str, dims: impl IntoDims, keepdim: bool, op: ReduceOp) -> Result<Tensor> {
+    fn reduce_dims(
+        &self,
+        name: &'static str,
+        dims: impl IntoDims,
+        keepdim: bool,
+        op: ReduceOp,
+    ) -> Result<Tensor> {
         let dims = dim_list(name, &dims, self.rank())?;
         self.reduce_op(name, Some(dims), keepdim, op)
     }
@@ -88,7 +101,8 @@ impl Tensor {
 
     /// Flat index (int64) of the first largest element.
     pub fn argmax_all(&self) -> Result<Tensor> {
-        self.flatten_all()?.reduce_op("argmax", None, false, ReduceOp::ArgMax)
+        self.flatten_all()?
+            .reduce_op("argmax", None, false, ReduceOp::ArgMax)
     }
 
     /// Index (int64) of the first largest element along `dim`.
@@ -98,7 +112,8 @@ impl Tensor {
 
     /// Flat index (int64) of the first smallest element.
     pub fn argmin_all(&self) -> Result<Tensor> {
-        self.flatten_all()?.reduce_op("argmin", None, false, ReduceOp::ArgMin)
+        self.flatten_all()?
+            .reduce_op("argmin", None, false, ReduceOp::ArgMin)
     }
 
     /// Index (int64) of the first smallest element along `dim`.
@@ -127,7 +142,12 @@ impl Tensor {
     }
 
     /// Variance over `dims` dividing by `N - correction` (0 gives the population variance).
-    pub fn var_correction(&self, dims: impl IntoDims, correction: f64, keepdim: bool) -> Result<Tensor> {
+    pub fn var_correction(
+        &self,
+        dims: impl IntoDims,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<Tensor> {
         self.reduce_dims("var", dims, keepdim, ReduceOp::Var(correction))
     }
 
@@ -142,21 +162,34 @@ impl Tensor {
     }
 
     /// Standard deviation over `dims` with the given correction.
-    pub fn std_correction(&self, dims: impl IntoDims, correction: f64, keepdim: bool) -> Result<Tensor> {
+    pub fn std_correction(
+        &self,
+        dims: impl IntoDims,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<Tensor> {
         self.var_correction(dims, correction, keepdim)?.sqrt()
     }
 
     fn softmax_impl(&self, name: &'static str, dim: i64, log: bool) -> Result<Tensor> {
         let d = normalize_dim(name, dim, self.rank())?;
         if !self.dtype().is_float() {
-            return Err(Error::dtype(name, self.dtype(), "softmax needs a floating-point tensor"));
+            return Err(Error::dtype(
+                name,
+                self.dtype(),
+                "softmax needs a floating-point tensor",
+            ));
         }
         if self.rank() == 0 {
             return self.unsqueeze(0)?.softmax_impl(name, 0, log)?.squeeze(0);
         }
         // move `dim` last, compute over contiguous rows, move it back
         let last = self.rank() - 1;
-        let t = if d == last { self.contiguous()? } else { self.transpose(d as i64, last as i64)?.contiguous()? };
+        let t = if d == last {
+            self.contiguous()?
+        } else {
+            self.transpose(d as i64, last as i64)?.contiguous()?
+        };
         let row = t.shape()[last];
         let data = t
             .with_cpu(|data, _| k::softmax_rows(data, row, log))

@@ -52,7 +52,10 @@ pub(crate) fn dims_of(op: &'static str, s: &impl IntoShape) -> Result<Dims> {
     spec.iter()
         .map(|&d| {
             usize::try_from(d).map_err(|_| {
-                Error::invalid(op, format!("negative dimension {d} in shape {:?}", spec.as_slice()))
+                Error::invalid(
+                    op,
+                    format!("negative dimension {d} in shape {:?}", spec.as_slice()),
+                )
             })
         })
         .collect()
@@ -79,14 +82,20 @@ pub(crate) fn infer_shape(op: &'static str, s: &impl IntoShape, numel: usize) ->
         if known == 0 || numel % known != 0 {
             return Err(Error::invalid(
                 op,
-                format!("shape '{:?}' is invalid for input of size {numel}", spec.as_slice()),
+                format!(
+                    "shape '{:?}' is invalid for input of size {numel}",
+                    spec.as_slice()
+                ),
             ));
         }
         out[i] = numel / known;
     } else if known != numel {
         return Err(Error::invalid(
             op,
-            format!("shape '{:?}' is invalid for input of size {numel}", spec.as_slice()),
+            format!(
+                "shape '{:?}' is invalid for input of size {numel}",
+                spec.as_slice()
+            ),
         ));
     }
     Ok(out)
@@ -121,7 +130,10 @@ pub(crate) fn dim_list(op: &'static str, d: &impl IntoDims, rank: usize) -> Resu
     for &x in d.to_dim_list().iter() {
         let n = normalize_dim(op, x, rank)?;
         if out.contains(&n) {
-            return Err(Error::invalid(op, format!("dim {n} appears multiple times in the list of dims")));
+            return Err(Error::invalid(
+                op,
+                format!("dim {n} appears multiple times in the list of dims"),
+            ));
         }
         out.push(n);
     }

@@ -2,12 +2,12 @@
 //! slicing, expand, squeeze/unsqueeze) and the joins and splits (cat, stack, split,
 //! chunk).
 
-use crate::WithDType;
 use super::shape::{dims_of, infer_shape, IntoShape};
 use super::Tensor;
 use crate::backend::cpu::elementwise::copy_strided;
-use crate::backend::cpu::{alloc_uninit, CpuData, CpuElem};
+use crate::backend::cpu::{alloc_uninit, CpuData};
 use crate::layout::{normalize_dim, Dims, Layout};
+use crate::WithDType;
 use crate::{DType, Error, Result};
 
 impl Tensor {
@@ -42,7 +42,10 @@ impl Tensor {
         let s = normalize_dim("flatten", start, self.rank())?;
         let e = normalize_dim("flatten", end, self.rank())?;
         if s > e {
-            return Err(Error::invalid("flatten", "start_dim cannot come after end_dim"));
+            return Err(Error::invalid(
+                "flatten",
+                "start_dim cannot come after end_dim",
+            ));
         }
         let mut shape: Dims = self.shape()[..s].into();
         shape.push(self.shape()[s..=e].iter().product());
@@ -98,7 +101,10 @@ impl Tensor {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
             2 => self.transpose(0, 1),
-            r => Err(Error::invalid("t", format!("t() expects a tensor with <= 2 dimensions, but self is {r}D"))),
+            r => Err(Error::invalid(
+                "t",
+                format!("t() expects a tensor with <= 2 dimensions, but self is {r}D"),
+            )),
         }
     }
 
@@ -108,14 +114,21 @@ impl Tensor {
         if raw.len() != self.rank() {
             return Err(Error::invalid(
                 "permute",
-                format!("number of dims in permutation ({}) doesn't match the tensor's ({})", raw.len(), self.rank()),
+                format!(
+                    "number of dims in permutation ({}) doesn't match the tensor's ({})",
+                    raw.len(),
+                    self.rank()
+                ),
             ));
         }
         let mut p: Dims = Dims::new();
         for &d in raw.iter() {
             let n = normalize_dim("permute", d, self.rank())?;
             if p.contains(&n) {
-                return Err(Error::invalid("permute", format!("repeated dim {n} in permutation")));
+                return Err(Error::invalid(
+                    "permute",
+                    format!("repeated dim {n} in permutation"),
+                ));
             }
             p.push(n);
         }
@@ -138,7 +151,13 @@ impl Tensor {
 
     /// Python's `t[start:end:step]` along `dim`: bounds may be negative and are
     /// clamped to the size; `step` must be positive.
-    pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>, step: usize) -> Result<Tensor> {
+    pub fn slice(
+        &self,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: usize,
+    ) -> Result<Tensor> {
         let d = normalize_dim("slice", dim, self.rank())?;
         if step == 0 {
             return Err(Error::invalid("slice", "slice step must be positive"));
@@ -156,7 +175,12 @@ impl Tensor {
         let n = self.shape()[d];
         let i = if index < 0 { index + n as i64 } else { index };
         if i < 0 || i as usize >= n {
-            return Err(Error::IndexOutOfRange { op: "select", index, dim: d, size: n });
+            return Err(Error::IndexOutOfRange {
+                op: "select",
+                index,
+                dim: d,
+                size: n,
+            });
         }
         Ok(self.with_layout(self.layout().select(d, i as usize)))
     }
@@ -177,7 +201,12 @@ impl Tensor {
             dims.push(match s {
                 -1 if i >= lead => self.shape()[i - lead],
                 s if s >= 0 => s as usize,
-                _ => return Err(Error::invalid("expand", format!("invalid size {s} for dim {i}"))),
+                _ => {
+                    return Err(Error::invalid(
+                        "expand",
+                        format!("invalid size {s} for dim {i}"),
+                    ))
+                }
             });
         }
         Ok(self.with_layout(self.layout().broadcast_to("expand", &dims)?))
@@ -191,20 +220,37 @@ impl Tensor {
 
     /// Joins tensors along an existing `dim`; dtypes promote, other dims must match.
     pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
         super::same_device("cat", tensors)?;
         let d = normalize_dim("cat", dim, first.rank())?;
         if first.rank() == 0 {
-            return Err(Error::invalid("cat", "zero-dimensional tensors cannot be concatenated"));
+            return Err(Error::invalid(
+                "cat",
+                "zero-dimensional tensors cannot be concatenated",
+            ));
         }
-        let dtype = tensors.iter().skip(1).fold(first.dtype(), |a, t| DType::promote(a, t.dtype()));
+        let dtype = tensors
+            .iter()
+            .skip(1)
+            .fold(first.dtype(), |a, t| DType::promote(a, t.dtype()));
         let mut shape: Dims = first.shape().into();
         shape[d] = 0;
         for t in tensors {
             if t.rank() != first.rank()
-                || t.shape().iter().zip(first.shape()).enumerate().any(|(i, (a, b))| i != d && a != b)
+                || t.shape()
+                    .iter()
+                    .zip(first.shape())
+                    .enumerate()
+                    .any(|(i, (a, b))| i != d && a != b)
             {
-                return Err(Error::shape("cat", first.shape(), t.shape(), format!("sizes must match except in dimension {d}")));
+                return Err(Error::shape(
+                    "cat",
+                    first.shape(),
+                    t.shape(),
+                    format!("sizes must match except in dimension {d}"),
+                ));
             }
             shape[d] += t.shape()[d];
         }
@@ -224,14 +270,24 @@ impl Tensor {
 
     /// Joins same-shape tensors along a new `dim`.
     pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "expected a non-empty list of tensors"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "expected a non-empty list of tensors"))?;
         let d = normalize_dim("stack", dim, first.rank() + 1)?;
         for t in tensors {
             if t.shape() != first.shape() {
-                return Err(Error::shape("stack", first.shape(), t.shape(), "stack expects each tensor to be equal size"));
+                return Err(Error::shape(
+                    "stack",
+                    first.shape(),
+                    t.shape(),
+                    "stack expects each tensor to be equal size",
+                ));
             }
         }
-        let us: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d as i64)).collect::<Result<_>>()?;
+        let us: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d as i64))
+            .collect::<Result<_>>()?;
         Tensor::cat(&us.iter().collect::<Vec<_>>(), d as i64)
     }
 
@@ -239,7 +295,10 @@ impl Tensor {
     pub fn split(&self, size: usize, dim: i64) -> Result<Vec<Tensor>> {
         let d = normalize_dim("split", dim, self.rank())?;
         if size == 0 && self.shape()[d] > 0 {
-            return Err(Error::invalid("split", "split_size must be positive for a non-empty dimension"));
+            return Err(Error::invalid(
+                "split",
+                "split_size must be positive for a non-empty dimension",
+            ));
         }
         let n = self.shape()[d];
         if n == 0 {
@@ -256,7 +315,10 @@ impl Tensor {
         if sizes.iter().sum::<usize>() != self.shape()[d] {
             return Err(Error::invalid(
                 "split_with_sizes",
-                format!("split sizes {sizes:?} must sum to the size of dim {d} ({})", self.shape()[d]),
+                format!(
+                    "split sizes {sizes:?} must sum to the size of dim {d} ({})",
+                    self.shape()[d]
+                ),
             ));
         }
         let mut at = 0;
@@ -274,7 +336,10 @@ impl Tensor {
     /// `ceil(n / chunks)`, so fewer chunks may come back).
     pub fn chunk(&self, chunks: usize, dim: i64) -> Result<Vec<Tensor>> {
         if chunks == 0 {
-            return Err(Error::invalid("chunk", "chunk expects `chunks` to be greater than 0"));
+            return Err(Error::invalid(
+                "chunk",
+                "chunk expects `chunks` to be greater than 0",
+            ));
         }
         let d = normalize_dim("chunk", dim, self.rank())?;
         let n = self.shape()[d];

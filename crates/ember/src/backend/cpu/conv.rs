@@ -1,9 +1,9 @@
 //! 2-D convolution (im2col + gemm per sample and group) and 2-D pooling, for
 //! contiguous NCHW f32/f64 inputs.
 
-use crate::WithDType;
 use super::{alloc_filled, alloc_uninit};
 use crate::dtype::Real;
+use crate::WithDType;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -18,7 +18,14 @@ pub(crate) struct Window {
 
 impl Window {
     /// Output size along one axis (PyTorch's formula, with ceil mode for pooling).
-    pub fn out_size(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> Option<usize> {
+    pub fn out_size(
+        input: usize,
+        k: usize,
+        s: usize,
+        p: usize,
+        d: usize,
+        ceil: bool,
+    ) -> Option<usize> {
         let eff = d * (k - 1) + 1;
         if input + 2 * p < eff {
             return None;
@@ -49,7 +56,12 @@ pub(crate) struct ConvShape {
 
 /// Fills `col` ([cg*kh*kw, oh*ow]) with the input patches of channels `c0..c0+cg`.
 fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: &mut [T]) {
-    let Window { kernel: (kh, kw), stride: (sh, sw), padding: (ph, pw), dilation: (dh, dw) } = s.win;
+    let Window {
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = s.win;
     let p = s.oh * s.ow;
     for ci in 0..cg {
         let plane = &x[(c0 + ci) * s.h * s.w..(c0 + ci + 1) * s.h * s.w];
@@ -91,10 +103,7 @@ where
     if p == 0 || s.n == 0 {
         return out;
     }
-    let direct = kh == 1
-        && kw == 1
-        && s.win.stride == (1, 1)
-        && s.win.padding == (0, 0);
+    let direct = kh == 1 && kw == 1 && s.win.stride == (1, 1) && s.win.padding == (0, 0);
     let big = og * kk * p >= 64 * 64 * 64;
     // one sample: im2col + gemm per group, then bias
     let sample = |ni: usize, dst: &mut [T], col: &mut Vec<T>, par: Parallelism| {
@@ -116,10 +125,25 @@ where
             // SAFETY: w is [og, kk], rhs is [kk, p], d is [og, p], all row-major.
             unsafe {
                 gemm::gemm(
-                    og, p, kk, d.as_mut_ptr(), 1, p as isize, false,
-                    w.as_ptr(), 1, kk as isize,
-                    rhs.as_ptr(), 1, p as isize,
-                    T::zero(), T::one(), false, false, false, par,
+                    og,
+                    p,
+                    kk,
+                    d.as_mut_ptr(),
+                    1,
+                    p as isize,
+                    false,
+                    w.as_ptr(),
+                    1,
+                    kk as isize,
+                    rhs.as_ptr(),
+                    1,
+                    p as isize,
+                    T::zero(),
+                    T::one(),
+                    false,
+                    false,
+                    false,
+                    par,
                 )
             }
         }
@@ -133,10 +157,16 @@ where
     if s.n > 1 && (!big || s.n >= rayon::current_num_threads()) {
         out.par_chunks_mut(s.o * p)
             .enumerate()
-            .for_each_init(Vec::new, |col, (ni, dst)| sample(ni, dst, col, Parallelism::None));
+            .for_each_init(Vec::new, |col, (ni, dst)| {
+                sample(ni, dst, col, Parallelism::None)
+            });
     } else {
         let mut col = Vec::new();
-        let par = if big { Parallelism::Rayon(0) } else { Parallelism::None };
+        let par = if big {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
         for (ni, dst) in out.chunks_mut(s.o * p).enumerate() {
             sample(ni, dst, &mut col, par);
         }
@@ -149,7 +179,9 @@ where
 pub(crate) enum Pool {
     Max,
     /// Average; `count_include_pad` counts padded positions in the divisor.
-    Avg { count_include_pad: bool },
+    Avg {
+        count_include_pad: bool,
+    },
 }
 
 /// Pools each of `planes` planes of size h×w into oh×ow.
@@ -162,64 +194,71 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     win: Window,
     kind: Pool,
 ) -> Vec<T> {
-    let Window { kernel: (kh, kw), stride: (sh, sw), padding: (ph, pw), dilation: (dh, dw) } = win;
+    let Window {
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = win;
     let mut out = alloc_filled(planes * oh * ow, T::zero());
     if oh * ow == 0 {
         return out;
     }
-    out.par_chunks_mut(oh * ow).enumerate().for_each(|(pi, dst)| {
-        let plane = &x[pi * h * w..(pi + 1) * h * w];
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let y0 = (oy * sh) as isize - ph as isize;
-                let x0 = (ox * sw) as isize - pw as isize;
-                let v = match kind {
-                    Pool::Max => {
-                        let mut m = T::neg_infinity();
-                        for ki in 0..kh {
-                            let iy = y0 + (ki * dh) as isize;
-                            if iy < 0 || iy >= h as isize {
-                                continue;
-                            }
-                            for kj in 0..kw {
-                                let ix = x0 + (kj * dw) as isize;
-                                if ix < 0 || ix >= w as isize {
+    out.par_chunks_mut(oh * ow)
+        .enumerate()
+        .for_each(|(pi, dst)| {
+            let plane = &x[pi * h * w..(pi + 1) * h * w];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let y0 = (oy * sh) as isize - ph as isize;
+                    let x0 = (ox * sw) as isize - pw as isize;
+                    let v = match kind {
+                        Pool::Max => {
+                            let mut m = T::neg_infinity();
+                            for ki in 0..kh {
+                                let iy = y0 + (ki * dh) as isize;
+                                if iy < 0 || iy >= h as isize {
                                     continue;
                                 }
-                                let v = plane[iy as usize * w + ix as usize];
-                                if v > m || v.is_nan() {
-                                    m = v;
-                                }
-                                if m.is_nan() {
-                                    break;
+                                for kj in 0..kw {
+                                    let ix = x0 + (kj * dw) as isize;
+                                    if ix < 0 || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let v = plane[iy as usize * w + ix as usize];
+                                    if v > m || v.is_nan() {
+                                        m = v;
+                                    }
+                                    if m.is_nan() {
+                                        break;
+                                    }
                                 }
                             }
+                            m
                         }
-                        m
-                    }
-                    Pool::Avg { count_include_pad } => {
-                        let ye = (y0 + kh as isize).min((h + ph) as isize);
-                        let xe = (x0 + kw as isize).min((w + pw) as isize);
-                        let pool_size = (ye - y0) * (xe - x0);
-                        let (ys, xs) = (y0.max(0), x0.max(0));
-                        let (ye, xe) = (ye.min(h as isize), xe.min(w as isize));
-                        let mut sum = T::zero();
-                        for iy in ys..ye {
-                            for ix in xs..xe {
-                                sum = sum + plane[iy as usize * w + ix as usize];
+                        Pool::Avg { count_include_pad } => {
+                            let ye = (y0 + kh as isize).min((h + ph) as isize);
+                            let xe = (x0 + kw as isize).min((w + pw) as isize);
+                            let pool_size = (ye - y0) * (xe - x0);
+                            let (ys, xs) = (y0.max(0), x0.max(0));
+                            let (ye, xe) = (ye.min(h as isize), xe.min(w as isize));
+                            let mut sum = T::zero();
+                            for iy in ys..ye {
+                                for ix in xs..xe {
+                                    sum = sum + plane[iy as usize * w + ix as usize];
+                                }
                             }
+                            let div = if count_include_pad {
+                                pool_size
+                            } else {
+                                (ye - ys) * (xe - xs)
+                            };
+                            sum / T::c(div as f64)
                         }
-                        let div = if count_include_pad {
-                            pool_size
-                        } else {
-                            (ye - ys) * (xe - xs)
-                        };
-                        sum / T::c(div as f64)
-                    }
-                };
-                dst[oy * ow + ox] = v;
+                    };
+                    dst[oy * ow + ox] = v;
+                }
             }
-        }
-    });
+        });
     out
 }

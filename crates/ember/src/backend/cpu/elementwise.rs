@@ -92,7 +92,9 @@ where
                 let dst = &mut c[pos - s..pos - s + len];
                 match (sa, sb) {
                     (1, 1) => {
-                        for ((d, &x), &y) in dst.iter_mut().zip(&a[oa..oa + len]).zip(&b[ob..ob + len]) {
+                        for ((d, &x), &y) in
+                            dst.iter_mut().zip(&a[oa..oa + len]).zip(&b[ob..ob + len])
+                        {
                             *d = f(x, y);
                         }
                     }
@@ -395,13 +397,7 @@ pub(crate) fn binary_inplace<O: BinaryOp>(
     lb: &Layout,
     op: &O,
 ) {
-    fn go<T: NumElem, O: BinaryOp>(
-        a: &mut [T],
-        la: &Layout,
-        b: &CpuData,
-        lb: &Layout,
-        op: &O,
-    ) {
+    fn go<T: NumElem, O: BinaryOp>(a: &mut [T], la: &Layout, b: &CpuData, lb: &Layout, op: &O) {
         let b = T::slice(b).expect("binary_inplace: operands were cast to one dtype");
         zip_mut(a, la, b, lb, |d, y| *d = T::binary(op, *d, y));
     }
@@ -418,13 +414,7 @@ pub(crate) fn copy_strided(dst: &mut CpuData, ld: &Layout, src: &CpuData, ls: &L
 }
 
 /// Comparison of two same-dtype operands into a bool tensor.
-pub(crate) fn compare(
-    a: &CpuData,
-    la: &Layout,
-    b: &CpuData,
-    lb: &Layout,
-    cmp: CmpOp,
-) -> CpuData {
+pub(crate) fn compare(a: &CpuData, la: &Layout, b: &CpuData, lb: &Layout, cmp: CmpOp) -> CpuData {
     fn go<T: WithDType>(a: &[T], la: &Layout, b: &CpuData, lb: &Layout, cmp: CmpOp) -> CpuData {
         let b = T::slice(b).expect("compare: operands were cast to one dtype");
         CpuData::Bool(match cmp {
@@ -457,7 +447,12 @@ pub(crate) fn where_(
         lb: &Layout,
     ) -> CpuData {
         let b = T::slice(b).expect("where: operands were cast to one dtype");
-        T::wrap(map3((cond, lc), (a, la), (b, lb), |c, x, y| if c { x } else { y }))
+        T::wrap(map3(
+            (cond, lc),
+            (a, la),
+            (b, lb),
+            |c, x, y| if c { x } else { y },
+        ))
     }
     super::dispatch!(a, v => go(cond, lc, v, la, b, lb))
 }
@@ -496,12 +491,20 @@ binop!(Mul, |a, b| a * b, |a, b| a.wrapping_mul(b));
 binop!(Div, |a, b| a / b, |a, b| a.checked_div(b).unwrap_or(0));
 binop!(
     Maximum,
-    |a, b| if a.is_nan() || b.is_nan() { F::nan() } else { a.max(b) },
+    |a, b| if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else {
+        a.max(b)
+    },
     |a, b| a.max(b)
 );
 binop!(
     Minimum,
-    |a, b| if a.is_nan() || b.is_nan() { F::nan() } else { a.min(b) },
+    |a, b| if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else {
+        a.min(b)
+    },
     |a, b| a.min(b)
 );
 binop!(Pow, |a, b| a.powf(b), |a, b| int_pow(a, b));
@@ -564,13 +567,18 @@ unop!(Square, false, |x| x * x, |x| x.wrapping_mul(x));
 unop!(
     Relu,
     false,
-    |x| if x > F::zero() || x.is_nan() { x } else { F::zero() },
+    |x| if x > F::zero() || x.is_nan() {
+        x
+    } else {
+        F::zero()
+    },
     |x| x.max(0)
 );
 unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).exp()));
 unop!(Gelu, true, |x| F::c(0.5)
     * x
-    * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+    * (F::one()
+        + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
 unop!(GeluTanh, true, |x| {
     let k = F::c((2.0 / std::f64::consts::PI).sqrt());
     F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())

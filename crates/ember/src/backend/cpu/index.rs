@@ -1,11 +1,11 @@
 //! Indexing kernels: index_select, gather, scatter_add. Indices are validated by
 //! the caller (every value within the indexed dim).
 
-use crate::WithDType;
 use super::elementwise::{Add, NumElem};
 use super::walk::Walk;
-use super::{alloc_uninit, CpuData, CpuElem};
+use super::{alloc_uninit, CpuData};
 use crate::layout::{contiguous_strides, Layout};
+use crate::WithDType;
 
 /// Picks `idx` entries along `dim` of `src`: output shape is src's with
 /// `shape[dim] = idx.len()`.
@@ -89,12 +89,17 @@ pub(crate) fn scatter_add(
         ds[dim] = 0;
         let is = contiguous_strides(ishape);
         let w = Walk::new(ishape, [&ds, &is, &ls.strides()[..ishape.len()]]);
-        w.for_each_run([0, 0, ls.offset()], 0, idx.len(), |_, len, [o, k, so], [st, sk, ss]| {
-            for i in 0..len {
-                let at = o + i * st + idx[k + i * sk] as usize * dim_stride;
-                d[at] = T::binary(&Add, d[at], s[so + i * ss]);
-            }
-        });
+        w.for_each_run(
+            [0, 0, ls.offset()],
+            0,
+            idx.len(),
+            |_, len, [o, k, so], [st, sk, ss]| {
+                for i in 0..len {
+                    let at = o + i * st + idx[k + i * sk] as usize * dim_stride;
+                    d[at] = T::binary(&Add, d[at], s[so + i * ss]);
+                }
+            },
+        );
     }
     super::dispatch!(dst, v => go(v, dst_shape, dim, idx, idx_shape, src, ls))
 }

@@ -2,7 +2,7 @@
 //! bf16 computes in f32), with a plain loop for integer dtypes.
 
 use super::walk::Walk;
-use super::{alloc_filled, alloc_uninit, CpuData, CpuElem};
+use super::{alloc_filled, alloc_uninit, CpuData};
 use crate::dtype::WithDType;
 use crate::layout::Layout;
 use gemm::Parallelism;
@@ -37,11 +37,16 @@ impl MatmulArgs<'_> {
         let r = batch.len();
         let w = Walk::new(batch, [&la.strides()[..r], &lb.strides()[..r]]);
         let mut offs = Vec::with_capacity(count);
-        w.for_each_run([la.offset(), lb.offset()], 0, count, |_, len, [oa, ob], [sa, sb]| {
-            for i in 0..len {
-                offs.push((oa + i * sa, ob + i * sb));
-            }
-        });
+        w.for_each_run(
+            [la.offset(), lb.offset()],
+            0,
+            count,
+            |_, len, [oa, ob], [sa, sb]| {
+                for i in 0..len {
+                    offs.push((oa + i * sa, ob + i * sb));
+                }
+            },
+        );
         offs
     }
 }
@@ -79,7 +84,10 @@ pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
     }
 }
 
-fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(a: &[T], args: &MatmulArgs) -> CpuData {
+fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
+    a: &[T],
+    args: &MatmulArgs,
+) -> CpuData {
     let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
     let (m, k, n) = (args.m, args.k, args.n);
     let (_, count) = args.batch();
@@ -156,7 +164,8 @@ fn int_mm<T: WithDType>(a: &[T], args: &MatmulArgs) -> CpuData {
                 let mut acc = 0i64;
                 for p in 0..k {
                     acc = acc.wrapping_add(
-                        to(a[oa + i * a_rs + p * a_cs]).wrapping_mul(to(b[ob + p * b_rs + j * b_cs])),
+                        to(a[oa + i * a_rs + p * a_cs])
+                            .wrapping_mul(to(b[ob + p * b_rs + j * b_cs])),
                     );
                 }
                 *d = T::from_f64(acc as f64);

@@ -184,7 +184,10 @@ fn pool_put(data: CpuData) {
     with_pool(|p| {
         if p.bytes + bytes <= p.limit {
             p.bytes += bytes;
-            p.free.entry((data.dtype(), data.len())).or_default().push(data);
+            p.free
+                .entry((data.dtype(), data.len()))
+                .or_default()
+                .push(data);
         }
         // otherwise `data` is dropped here and its memory goes back to the system
     })

@@ -5,11 +5,11 @@
 //! sub-slice when the reduced dims are contiguous (the common last-dim case),
 //! otherwise gathered into a scratch buffer.
 
-use crate::WithDType;
 use super::walk::Walk;
-use super::{alloc_uninit, CpuData, CpuElem, PAR_CHUNK, PAR_MIN};
+use super::{alloc_uninit, CpuData, PAR_CHUNK, PAR_MIN};
 use crate::dtype::{FloatDType, Real};
 use crate::layout::{Dims, Layout};
+use crate::WithDType;
 use num_traits::{Float, Zero};
 use rayon::prelude::*;
 
@@ -46,21 +46,26 @@ where
     let mut out = alloc_uninit::<U>(out_n);
     let work = |start: usize, chunk: &mut [U]| {
         let mut scratch: Vec<T> = Vec::new();
-        kept.for_each_run([l.offset()], start, start + chunk.len(), |pos, len, [o], [s]| {
-            for i in 0..len {
-                let base = o + i * s;
-                let lane: &[T] = if contiguous_lane {
-                    &data[base..base + lane_n]
-                } else {
-                    scratch.clear();
-                    red.for_each_run([base], 0, lane_n, |_, n, [ro], [rs]| {
-                        scratch.extend((0..n).map(|j| data[ro + j * rs]));
-                    });
-                    &scratch
-                };
-                chunk[pos - start + i] = f(lane);
-            }
-        });
+        kept.for_each_run(
+            [l.offset()],
+            start,
+            start + chunk.len(),
+            |pos, len, [o], [s]| {
+                for i in 0..len {
+                    let base = o + i * s;
+                    let lane: &[T] = if contiguous_lane {
+                        &data[base..base + lane_n]
+                    } else {
+                        scratch.clear();
+                        red.for_each_run([base], 0, lane_n, |_, n, [ro], [rs]| {
+                            scratch.extend((0..n).map(|j| data[ro + j * rs]));
+                        });
+                        &scratch
+                    };
+                    chunk[pos - start + i] = f(lane);
+                }
+            },
+        );
     };
     if out_n > 1 && out_n * lane_n >= PAR_MIN {
         // enough outputs per task to amortise the lane setup
@@ -173,16 +178,13 @@ fn arg_best<A: Copy>(it: impl Iterator<Item = A>, better: impl Fn(A, A) -> bool)
     best.map_or(0, |(i, _)| i as i64)
 }
 
-fn reduce_float<T: FloatDType>(
-    v: &[T],
-    l: &Layout,
-    dims: &[usize],
-    op: ReduceOp,
-) -> CpuData {
+fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp) -> CpuData {
     use ReduceOp::*;
     let nan = T::Acc::nan();
     match op {
-        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(sum_acc(s, T::to_acc)))),
+        Sum => T::wrap(reduce_lanes(v, l, dims, |s| {
+            T::from_acc(sum_acc(s, T::to_acc))
+        })),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
             T::from_acc(sum_acc(s, T::to_acc) / T::Acc::c(s.len() as f64))
         })),
@@ -234,7 +236,13 @@ pub(crate) fn softmax_rows(data: &CpuData, row: usize, log: bool) -> Option<CpuD
             let m = src
                 .iter()
                 .map(|v| v.to_acc())
-                .fold(T::Acc::neg_infinity(), |a, b| if b > a || b.is_nan() { b } else { a });
+                .fold(T::Acc::neg_infinity(), |a, b| {
+                    if b > a || b.is_nan() {
+                        b
+                    } else {
+                        a
+                    }
+                });
             // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
             let sum = sum_acc(src, |v: T| (v.to_acc() - m).exp());
             if log {
@@ -253,7 +261,9 @@ pub(crate) fn softmax_rows(data: &CpuData, row: usize, log: bool) -> Option<CpuD
             return T::wrap(out);
         }
         if x.len() >= PAR_MIN && x.len() / row > 1 {
-            x.par_chunks(row).zip(out.par_chunks_mut(row)).for_each(body);
+            x.par_chunks(row)
+                .zip(out.par_chunks_mut(row))
+                .for_each(body);
         } else {
             x.chunks(row).zip(out.chunks_mut(row)).for_each(body);
         }

@@ -1,0 +1,1042 @@
+#!/usr/bin/env python3
+"""Generates golden values for ember from real PyTorch (CPU).
+
+Run from anywhere:  python3 crates/ember/tests/golden/gen.py
+Writes cases.json next to this script. The inputs are fixed (torch.manual_seed(0)
+and arange formulas), so the output only changes when this script or the PyTorch
+version changes. crates/ember/tests/golden.rs replays every case through ember.
+
+Format (one case per line inside "cases"):
+  {"name", "family", "op", "params": {...}, "inputs": [INPUT...],
+   "expected": {"tensor": T} | {"tensors": [T...]} | {"str": s} | {"error": msg},
+   optional "rtol"/"atol" overriding the per-dtype defaults of the test}
+  INPUT: a tensor T, optionally with "pre": [view ops applied before the op,
+         to make non-contiguous inputs], or a Python scalar {"scalar": v, "kind":
+         "bool"|"int"|"float"}.
+  T: {"shape": [...], "dtype": "float32"|..., "data": [flat row-major values]};
+     non-finite floats are the strings "nan", "inf", "-inf"; bools are 0/1.
+     Long arithmetic progressions are stored as "progression": [start, step]
+     instead of "data": element i is start + i * step computed in f64, then
+     converted to the dtype.
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+torch.set_printoptions(profile="default")
+
+DTYPES = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int64": torch.int64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+NAME = {v: k for k, v in DTYPES.items()}
+
+# ----------------------------------------------------------------------------------
+# Encoding
+
+
+def _short(v, np_t):
+    """The shortest decimal that parses (as f64) and rounds to the same np_t value."""
+    s = str(np_t(v))
+    try:
+        f = float(s)
+    except ValueError:
+        return v
+    return f if np_t(f) == np_t(v) else v
+
+
+def enc_values(t):
+    flat = t.detach().contiguous().reshape(-1)
+    dt = t.dtype
+    if dt == torch.bool:
+        return [int(x) for x in flat.tolist()]
+    if dt in (torch.int64, torch.uint8):
+        return [int(x) for x in flat.tolist()]
+    out = []
+    for v in flat.double().tolist():  # exact for every float dtype
+        if math.isnan(v):
+            out.append("nan")
+        elif math.isinf(v):
+            out.append("inf" if v > 0 else "-inf")
+        elif dt == torch.float32:
+            out.append(_short(v, np.float32))
+        elif dt == torch.float16:
+            out.append(_short(v, np.float16))
+        else:
+            out.append(v)
+    return out
+
+
+def _progression(t):
+    """(start, step) when the flat values are exactly start + i * step (computed in
+    f64, then converted to the dtype), to keep long arange-like data short."""
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.numel() < 32 or t.dtype == torch.bool:
+        return None
+    v = flat.double()
+    start, step = v[0].item(), (v[1] - v[0]).item()
+    if not (math.isfinite(start) and math.isfinite(step)):
+        return None
+    gen = start + torch.arange(flat.numel(), dtype=torch.float64) * step
+    if torch.equal(gen.to(t.dtype), flat):
+        return [start, step]
+    return None
+
+
+def enc_tensor(t):
+    prog = _progression(t)
+    if prog is not None:
+        return {"shape": list(t.shape), "dtype": NAME[t.dtype], "progression": prog}
+    return {"shape": list(t.shape), "dtype": NAME[t.dtype], "data": enc_values(t)}
+
+
+class In:
+    """A tensor input: the base tensor plus view ops applied before the op."""
+
+    def __init__(self, t, pre=None):
+        self.base = t
+        self.pre = pre or []
+
+    def torch(self):
+        t = self.base
+        for p in self.pre:
+            t = apply_view(t, p["op"], p.get("args", []))
+        return t
+
+    def enc(self):
+        d = enc_tensor(self.base)
+        if self.pre:
+            d["pre"] = self.pre
+        return d
+
+
+class Sc:
+    """A Python scalar operand."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def torch(self):
+        return self.v
+
+    def enc(self):
+        kind = "bool" if isinstance(self.v, bool) else "int" if isinstance(self.v, int) else "float"
+        v = self.v
+        if isinstance(v, float) and not math.isfinite(v):
+            v = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        return {"scalar": v, "kind": kind}
+
+
+def apply_view(t, op, a):
+    if op == "transpose":
+        return t.transpose(a[0], a[1])
+    if op == "permute":
+        return t.permute(*a)
+    if op == "slice":  # dim, start, end, step
+        dim, s, e, st = a
+        idx = [slice(None)] * t.dim()
+        idx[dim] = slice(s, e, st)
+        return t[tuple(idx)]
+    if op == "narrow":
+        return t.narrow(a[0], a[1], a[2])
+    if op == "expand":
+        return t.expand(*a)
+    if op == "select":
+        return t.select(a[0], a[1])
+    if op == "unsqueeze":
+        return t.unsqueeze(a[0])
+    raise ValueError(op)
+
+
+# ----------------------------------------------------------------------------------
+# PyTorch reference semantics of every op the test knows
+
+BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+UNARY = {
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "abs": torch.abs,
+    "neg": torch.neg,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "recip": torch.reciprocal,
+    "square": torch.square,
+}
+
+
+def run_op(op, p, x):
+    a = x[0] if x else None
+    if op in BINARY or op in COMPARE:
+        return getattr(torch, op)(a, x[1])
+    if op in UNARY:
+        return UNARY[op](a)
+    if op == "clamp":
+        return torch.clamp(a, p.get("min"), p.get("max"))
+    if op == "where":
+        return torch.where(a, x[1], x[2])
+    if op == "masked_fill":
+        return a.masked_fill(x[1], x[2])
+    # reductions
+    if op in ("sum", "mean"):
+        f = getattr(torch, op)
+        return f(a) if p["dims"] is None else f(a, dim=p["dims"], keepdim=p["keepdim"])
+    if op in ("max", "min"):
+        if p["dims"] is None:
+            return getattr(a, op)()
+        return (torch.amax if op == "max" else torch.amin)(a, dim=p["dims"], keepdim=p["keepdim"])
+    if op in ("argmax", "argmin"):
+        f = getattr(torch, op)
+        return f(a) if p["dim"] is None else f(a, dim=p["dim"], keepdim=p["keepdim"])
+    if op in ("var", "std"):
+        f = getattr(torch, op)
+        if p["dims"] is None:
+            return f(a)
+        return f(a, dim=p["dims"], correction=p.get("correction", 1), keepdim=p["keepdim"])
+    if op == "softmax":
+        return torch.softmax(a, p["dim"])
+    if op == "log_softmax":
+        return torch.log_softmax(a, p["dim"])
+    if op == "matmul":
+        return torch.matmul(a, x[1])
+    # views and shape ops
+    if op == "reshape":
+        return a.reshape(p["shape"])
+    if op == "view":
+        return a.view(p["shape"])
+    if op == "flatten":
+        return a.flatten(p["start"], p["end"])
+    if op == "squeeze":
+        return a.squeeze(p["dim"]) if p.get("dim") is not None else a.squeeze()
+    if op == "unsqueeze":
+        return a.unsqueeze(p["dim"])
+    if op == "transpose":
+        return a.transpose(p["dim0"], p["dim1"])
+    if op == "t":
+        return a.t()
+    if op == "permute":
+        return a.permute(*p["perm"])
+    if op == "narrow":
+        return a.narrow(p["dim"], p["start"], p["len"])
+    if op == "slice":
+        return apply_view(a, "slice", [p["dim"], p["start"], p["end"], p["step"]])
+    if op == "select":
+        return a.select(p["dim"], p["index"])
+    if op == "index":
+        items = tuple(i if isinstance(i, int) else slice(i[0], i[1], i[2]) for i in p["items"])
+        return a[items]
+    if op == "expand":
+        return a.expand(*p["shape"])
+    if op == "contiguous":
+        return a.contiguous()
+    if op == "cat":
+        return torch.cat(x, p["dim"])
+    if op == "stack":
+        return torch.stack(x, p["dim"])
+    if op == "split":
+        return list(torch.split(a, p["size"], p["dim"]))
+    if op == "split_with_sizes":
+        return list(torch.split(a, p["sizes"], p["dim"]))
+    if op == "chunk":
+        return list(torch.chunk(a, p["chunks"], p["dim"]))
+    # indexing
+    if op == "index_select":
+        return torch.index_select(a, p["dim"], x[1])
+    if op == "gather":
+        return torch.gather(a, p["dim"], x[1])
+    if op == "scatter_add":
+        return a.scatter_add(p["dim"], x[1], x[2])
+    if op == "one_hot":
+        return F.one_hot(a, p["num_classes"])
+    # conv / pool
+    if op == "conv2d":
+        return F.conv2d(a, x[1], x[2] if len(x) > 2 else None, stride=tuple(p["stride"]),
+                        padding=tuple(p["padding"]), dilation=tuple(p["dilation"]), groups=p["groups"])
+    if op == "max_pool2d":
+        return F.max_pool2d(a, tuple(p["kernel"]), tuple(p["stride"]) if p["stride"] else None,
+                            tuple(p["padding"]), tuple(p["dilation"]), ceil_mode=p["ceil_mode"])
+    if op == "avg_pool2d":
+        return F.avg_pool2d(a, tuple(p["kernel"]), tuple(p["stride"]) if p["stride"] else None,
+                            tuple(p["padding"]), ceil_mode=p["ceil_mode"],
+                            count_include_pad=p["count_include_pad"])
+    # dtype and creation
+    if op == "to_dtype":
+        return a.to(DTYPES[p["dtype"]])
+    if op == "linspace":
+        return torch.linspace(p["start"], p["end"], p["steps"], dtype=DTYPES[p["dtype"]])
+    if op == "arange":
+        return torch.arange(p["start"], p["end"], p["step"], dtype=DTYPES[p["dtype"]])
+    if op == "eye":
+        m = p.get("m")
+        return torch.eye(p["n"], m if m is not None else p["n"], dtype=DTYPES[p["dtype"]])
+    if op in ("zeros", "ones"):
+        return getattr(torch, op)(p["shape"], dtype=DTYPES[p["dtype"]])
+    if op == "full":
+        return torch.full(p["shape"], p["value"], dtype=DTYPES[p["dtype"]])
+    if op == "print":
+        return str(a)
+    raise ValueError(f"unknown op {op}")
+
+
+# ----------------------------------------------------------------------------------
+# Case collection
+
+CASES = []
+NAMES = set()
+
+
+def case(family, name, op, inputs, params=None, rtol=None, atol=None):
+    params = params or {}
+    inputs = [i if isinstance(i, (In, Sc)) else In(i) if isinstance(i, torch.Tensor) else Sc(i)
+              for i in inputs]
+    name = f"{family}/{name}"
+    assert name not in NAMES, name
+    NAMES.add(name)
+    try:
+        out = run_op(op, params, [i.torch() for i in inputs])
+        if isinstance(out, str):
+            exp = {"str": out}
+        elif isinstance(out, list):
+            exp = {"tensors": [enc_tensor(o) for o in out]}
+        else:
+            exp = {"tensor": enc_tensor(out)}
+    except Exception as e:  # PyTorch refuses: ember must return an error too
+        exp = {"error": str(e).splitlines()[0][:200]}
+    c = {"name": name, "family": family, "op": op, "params": params,
+         "inputs": [i.enc() for i in inputs], "expected": exp}
+    if rtol is not None:
+        c["rtol"] = rtol
+    if atol is not None:
+        c["atol"] = atol
+    CASES.append(c)
+
+
+def rn(*shape, dtype=torch.float32, scale=1.0):
+    """randn rounded to 3 decimals (short JSON), then cast."""
+    return ((torch.randn(tuple(shape), dtype=torch.float64) * scale * 1000).round() / 1000).to(dtype)
+
+
+def ri(*shape, lo=-5, hi=6, dtype=torch.int64):
+    return torch.randint(lo, hi, tuple(shape)).to(dtype)
+
+
+def pos(*shape, dtype=torch.float32):
+    return ((torch.rand(tuple(shape), dtype=torch.float64) * 2 + 0.25) * 1000).round().div(1000).to(dtype)
+
+
+def T(v, dtype=None):
+    return torch.tensor(v, dtype=dtype)
+
+
+def ar(*shape, dtype=torch.float32, start=0):
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.arange(start, start + n, dtype=torch.float64).reshape(shape).to(dtype)
+
+
+# ---- elementwise binary with broadcasting ----------------------------------------
+FAM = "binary"
+SHAPES = [
+    ("same", [3, 4], [3, 4]),
+    ("bc_3x1_1x4", [3, 1], [1, 4]),
+    ("bc_2x1x4_3x1", [2, 1, 4], [3, 1]),
+    ("bc_4_2x3x4", [4], [2, 3, 4]),
+    ("bc_0d_2x3", [], [2, 3]),
+    ("bc_2x3_0d", [2, 3], []),
+    ("bc_0d_0d", [], []),
+    ("empty_2x0x3_1x3", [2, 0, 3], [1, 3]),
+    ("empty_0_1", [0], [1]),
+]
+for op in BINARY:
+    for sname, sa, sb in SHAPES:
+        if op == "pow":
+            a, b = pos(*sa), rn(*sb)
+        elif op == "div":
+            a, b = rn(*sa), pos(*sb)
+        else:
+            a, b = rn(*sa), rn(*sb)
+        case(FAM, f"{op}_{sname}", op, [a, b])
+# scalar operands
+for op in ["add", "sub", "mul", "div", "pow"]:
+    base = pos(2, 3) if op == "pow" else rn(2, 3)
+    case(FAM, f"{op}_float_scalar", op, [base, 2.5])
+    case(FAM, f"{op}_int_scalar", op, [base, 3])
+    case(FAM, f"{op}_neg_scalar", op, [base, -2.0])
+    case(FAM, f"{op}_float_scalar_f64", op, [base.double(), 0.75])
+case(FAM, "pow_half_scalar", "pow", [pos(5), 0.5])
+case(FAM, "pow_neg_base_frac_exp", "pow", [T([-2.0, -1.0, 0.0, 1.0, 4.0]), 0.5])
+case(FAM, "pow_zero_exp", "pow", [T([-2.0, 0.0, float("nan")]), 0.0])
+case(FAM, "pow_tensor_tensor_neg_base", "pow", [T([-2.0, -2.0, -3.0, 0.0]), T([2.0, 3.0, 0.5, -1.0])])
+case(FAM, "add_bool_scalar", "add", [rn(3), True])
+# non-contiguous operands
+case(FAM, "add_transposed_lhs", "add", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), rn(3, 4)])
+case(FAM, "mul_transposed_both", "mul", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]),
+                                         In(rn(4, 3), [{"op": "transpose", "args": [1, 0]}])])
+case(FAM, "sub_stepped_slice", "sub", [In(rn(3, 8), [{"op": "slice", "args": [1, 1, None, 2]}]), rn(4)])
+case(FAM, "div_expanded", "div", [In(rn(3, 1), [{"op": "expand", "args": [3, 5]}]), pos(3, 5)])
+case(FAM, "maximum_permuted", "maximum", [In(rn(2, 3, 4), [{"op": "permute", "args": [2, 0, 1]}]), rn(4, 1, 3)])
+# special values
+NANV = float("nan")
+INF = float("inf")
+SPEC = T([NANV, 1.0, -INF, INF, 0.0, -0.0, 2.0])
+SPEC2 = T([0.5, NANV, INF, INF, 0.0, 0.0, -INF])
+for op in BINARY:
+    case(FAM, f"{op}_special_values", op, [SPEC, SPEC2])
+case(FAM, "div_by_zero", "div", [T([1.0, -1.0, 0.0, 3.0]), T([0.0, 0.0, 0.0, -0.0])])
+case(FAM, "maximum_nan_scalarlike", "maximum", [T([NANV, 1.0, 5.0]), T(2.0)])
+case(FAM, "minimum_int64", "minimum", [ri(3, 4), ri(4)])
+case(FAM, "maximum_uint8", "maximum", [ri(6, lo=0, hi=255, dtype=torch.uint8), ri(6, lo=0, hi=255, dtype=torch.uint8)])
+case(FAM, "add_f64_bc", "add", [rn(2, 1, 3, dtype=torch.float64), rn(4, 1, dtype=torch.float64)])
+case(FAM, "mul_f16", "mul", [rn(3, 4, dtype=torch.float16), rn(4, dtype=torch.float16)])
+case(FAM, "add_bf16", "add", [rn(3, 4, dtype=torch.bfloat16), rn(3, 1, dtype=torch.bfloat16)])
+case(FAM, "div_bf16", "div", [rn(5, dtype=torch.bfloat16), pos(5, dtype=torch.bfloat16)])
+case(FAM, "sub_int64", "sub", [ri(2, 3), ri(3)])
+case(FAM, "mul_int64_large", "mul", [T([123456789, -98765, 3], torch.int64), T([1000, 1000000, -7], torch.int64)])
+case(FAM, "pow_int64_int_scalar", "pow", [ri(6), 3])
+case(FAM, "pow_int64_tensor", "pow", [ri(6), ri(6, lo=0, hi=4)])
+case(FAM, "shape_mismatch_error", "add", [rn(2, 3), rn(4)])
+
+# ---- type promotion ---------------------------------------------------------------
+FAM = "promotion"
+I = torch.int64
+U8 = torch.uint8
+B = torch.bool
+case(FAM, "i64_plus_f32", "add", [ri(2, 3), rn(2, 3)])
+case(FAM, "f32_mul_i64", "mul", [rn(3), ri(3)])
+case(FAM, "i64_plus_float_scalar", "add", [ri(4), 2.5])
+case(FAM, "i64_plus_int_scalar", "add", [ri(4), 2])
+case(FAM, "i64_mul_bool_scalar", "mul", [ri(4), True])
+case(FAM, "u8_plus_i64", "add", [ri(4, lo=0, hi=255, dtype=U8), ri(4)])
+case(FAM, "u8_plus_u8_wraps", "add", [T([200, 100, 255, 0], U8), T([100, 100, 1, 0], U8)])
+case(FAM, "u8_minus_u8_wraps", "sub", [T([1, 0, 10, 255], U8), T([2, 1, 5, 255], U8)])
+case(FAM, "u8_mul_int_scalar_wraps", "mul", [T([100, 3, 128], U8), 3])
+case(FAM, "u8_plus_float_scalar", "add", [T([1, 2, 250], U8), 1.5])
+case(FAM, "u8_plus_bool", "add", [T([1, 2, 250], U8), T([True, False, True])])
+case(FAM, "f16_plus_f32", "add", [rn(3, dtype=torch.float16), rn(3)])
+case(FAM, "f16_plus_bf16", "add", [rn(3, dtype=torch.float16), rn(3, dtype=torch.bfloat16)])
+case(FAM, "f16_plus_float_scalar", "add", [rn(3, dtype=torch.float16), 1.5])
+case(FAM, "bf16_mul_int_scalar", "mul", [rn(3, dtype=torch.bfloat16), 3])
+case(FAM, "f16_plus_i64", "add", [rn(3, dtype=torch.float16), ri(3)])
+case(FAM, "bf16_plus_u8", "add", [rn(3, dtype=torch.bfloat16), ri(3, lo=0, hi=9, dtype=U8)])
+case(FAM, "f32_plus_f64", "add", [rn(3), rn(3, dtype=torch.float64)])
+case(FAM, "bf16_plus_f32", "add", [rn(3, dtype=torch.bfloat16), rn(3)])
+case(FAM, "bool_plus_bool", "add", [T([True, True, False, False]), T([True, False, True, False])])
+case(FAM, "bool_mul_bool", "mul", [T([True, True, False, False]), T([True, False, True, False])])
+case(FAM, "bool_maximum_bool", "maximum", [T([True, True, False, False]), T([True, False, True, False])])
+case(FAM, "bool_plus_int_scalar", "add", [T([True, False]), 1])
+case(FAM, "bool_plus_float_scalar", "add", [T([True, False]), 1.5])
+case(FAM, "bool_plus_i64", "add", [T([True, False, True]), ri(3)])
+case(FAM, "bool_plus_f16", "add", [T([True, False, True]), rn(3, dtype=torch.float16)])
+case(FAM, "bool_minus_bool_error", "sub", [T([True, False]), T([True, True])])
+case(FAM, "f32_plus_0d_f64", "add", [rn(3), T(1.25, torch.float64)])
+case(FAM, "i64_plus_0d_f64", "add", [ri(3), T(1.25, torch.float64)])
+case(FAM, "i64_plus_0d_f16", "add", [ri(3), T(1.25, torch.float16)])
+case(FAM, "u8_plus_0d_i64", "add", [T([250, 3], U8), T(10, I)])
+case(FAM, "f16_plus_0d_f32", "add", [rn(3, dtype=torch.float16), T(0.1)])
+case(FAM, "0d_f32_plus_f16", "add", [T(0.1), rn(3, dtype=torch.float16)])
+case(FAM, "0d_f64_plus_0d_f32", "add", [T(0.1, torch.float64), T(0.2)])
+case(FAM, "0d_i64_plus_0d_f16", "mul", [T(3, I), T(0.5, torch.float16)])
+case(FAM, "bool_plus_0d_i64", "add", [T([True, False]), T(5, I)])
+case(FAM, "u8_plus_0d_f64", "add", [T([1, 2], U8), T(0.5, torch.float64)])
+case(FAM, "i64_div_i64", "div", [T([7, -7, 1, -1, 0, 6], I), T([2, 2, 0, 0, 0, -4], I)])
+case(FAM, "u8_div_u8", "div", [T([7, 255, 0], U8), T([2, 3, 0], U8)])
+case(FAM, "bool_div_bool", "div", [T([True, False]), T([True, True])])
+case(FAM, "i64_div_int_scalar", "div", [ri(5), 2])
+case(FAM, "i64_div_float_scalar", "div", [ri(5), 2.5])
+case(FAM, "i64_div_0d_i64", "div", [ri(5), T(4, I)])
+case(FAM, "i64_maximum_f32", "maximum", [ri(4), rn(4)])
+case(FAM, "i64_pow_float_scalar", "pow", [T([1, 4, 9], I), 0.5])
+case(FAM, "f32_pow_i64", "pow", [pos(3), T([2, 0, 3], I)])
+case(FAM, "i64_pow_neg_int_error", "pow", [T([1, 2], I), -1])
+case(FAM, "f16_div_f16", "div", [rn(4, dtype=torch.float16), pos(4, dtype=torch.float16)])
+case(FAM, "i64_sub_float_scalar_bc", "sub", [ri(2, 1), T([0.5, 1.5])])
+
+# ---- unary ----------------------------------------------------------------------
+FAM = "unary"
+for op in UNARY:
+    if op in ("log", "sqrt"):
+        x = pos(2, 5)
+    else:
+        x = rn(2, 5, scale=2.0)
+    case(FAM, f"{op}_f32", op, [x])
+    case(FAM, f"{op}_f64", op, [x.double()])
+    case(FAM, f"{op}_special", op, [T([NANV, INF, -INF, 0.0, -0.0, -1.0, 1e-30, 50.0, -50.0, 100.0])])
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16)])
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16)])
+    case(FAM, f"{op}_transposed", op, [In(rn(3, 4), [{"op": "transpose", "args": [0, 1]}])])
+    if op not in ("gelu", "gelu_tanh"):
+        case(FAM, f"{op}_int64", op, [ri(6)])
+case(FAM, "exp_0d", "exp", [T(1.5)])
+case(FAM, "tanh_empty", "tanh", [torch.zeros(0, 3)])
+case(FAM, "sigmoid_large_magnitude", "sigmoid", [T([-100.0, -20.0, 0.0, 20.0, 100.0])])
+case(FAM, "log_u8", "log", [T([0, 1, 200], U8)])
+case(FAM, "abs_u8", "abs", [T([0, 1, 200], U8)])
+case(FAM, "neg_u8", "neg", [T([0, 1, 200], U8)])
+case(FAM, "exp_bool", "exp", [T([True, False])])
+case(FAM, "clamp_both", "clamp", [rn(3, 4)], {"min": -0.5, "max": 0.5})
+case(FAM, "clamp_min_only", "clamp", [rn(3, 4)], {"min": 0.0, "max": None})
+case(FAM, "clamp_max_only", "clamp", [rn(3, 4)], {"min": None, "max": 0.25})
+case(FAM, "clamp_nan", "clamp", [T([NANV, -INF, INF, 0.3])], {"min": -1.0, "max": 1.0})
+case(FAM, "clamp_int_int_bounds", "clamp", [ri(8)], {"min": -2, "max": 3})
+case(FAM, "clamp_int_frac_bound", "clamp", [ri(8)], {"min": -2.5, "max": None})
+case(FAM, "clamp_f16", "clamp", [rn(6, dtype=torch.float16)], {"min": -0.3, "max": 0.7})
+case(FAM, "clamp_min_gt_max", "clamp", [rn(5)], {"min": 1.0, "max": -1.0})
+case(FAM, "clamp_u8", "clamp", [T([0, 5, 200], U8)], {"min": 3, "max": 100})
+
+# ---- comparisons ------------------------------------------------------------------
+FAM = "compare"
+ca = T([[1.0, 2.0, 3.0, NANV], [0.0, -1.0, 2.0, 5.0]])
+cb = T([2.0, 2.0, NANV, NANV])
+for op in COMPARE:
+    case(FAM, f"{op}_bc", op, [ca, cb])
+    case(FAM, f"{op}_float_scalar", op, [ca, 2.0])
+    case(FAM, f"{op}_int_vs_float", op, [T([1, 2, 3], I), T([1.5, 2.0, 2.5])])
+    case(FAM, f"{op}_3x1_1x4", op, [ri(3, 1, lo=0, hi=4), ri(1, 4, lo=0, hi=4)])
+case(FAM, "eq_bool_bool", "eq", [T([True, False, True]), T([True, True, False])])
+case(FAM, "lt_bool_bool", "lt", [T([True, False, True, False]), T([True, True, False, False])])
+case(FAM, "gt_u8_i64", "gt", [T([0, 200, 5], U8), T([-1, 100, 5], I)])
+case(FAM, "le_f16_f32", "le", [T([0.1, 0.5, 1.0], torch.float16), T([0.1, 0.5, 1.0])])
+case(FAM, "eq_int_float_scalar", "eq", [T([1, 2, 3], I), 2.0])
+case(FAM, "ne_int_frac_scalar", "ne", [T([1, 2, 3], I), 2.5])
+case(FAM, "ge_0d", "ge", [T(1.0), rn(5)])
+case(FAM, "lt_empty", "lt", [torch.zeros(0, 2), torch.zeros(2)])
+case(FAM, "eq_transposed", "eq", [In(ri(3, 2, lo=0, hi=2), [{"op": "transpose", "args": [0, 1]}]),
+                                  ri(2, 3, lo=0, hi=2)])
+case(FAM, "lt_u8_neg_int_scalar", "lt", [T([0, 200, 5], U8), -1])
+
+# ---- where / masked_fill ---------------------------------------------------------
+FAM = "where"
+cond = ri(3, 4, lo=0, hi=2).bool()
+case(FAM, "where_same_shape", "where", [cond, rn(3, 4), rn(3, 4)])
+case(FAM, "where_bc", "where", [ri(3, 1, lo=0, hi=2).bool(), rn(1, 4), rn(3, 4)])
+case(FAM, "where_bc_3way", "where", [ri(4, lo=0, hi=2).bool(), rn(3, 1), rn(2, 1, 1)])
+case(FAM, "where_tensor_float_scalar", "where", [cond, rn(3, 4), 0.0])
+case(FAM, "where_scalar_tensor", "where", [cond, -1.5, rn(3, 4)])
+case(FAM, "where_scalars", "where", [cond, 1.0, 0.0])
+case(FAM, "where_int_scalars", "where", [cond, 1, 0])
+case(FAM, "where_int_tensor_float_scalar", "where", [cond, ri(3, 4), 0.5])
+case(FAM, "where_i64_f32", "where", [cond, ri(3, 4), rn(3, 4)])
+case(FAM, "where_f16_f32", "where", [cond, rn(3, 4, dtype=torch.float16), rn(3, 4)])
+case(FAM, "where_f16_float_scalar", "where", [cond, rn(3, 4, dtype=torch.float16), 2.0])
+case(FAM, "where_0d_f64_f32", "where", [cond, T(2.0, torch.float64), rn(3, 4)])
+case(FAM, "where_transposed_cond", "where",
+     [In(ri(4, 3, lo=0, hi=2).bool(), [{"op": "transpose", "args": [0, 1]}]), rn(3, 4), rn(3, 4)])
+case(FAM, "where_non_bool_cond_error", "where", [ri(3), rn(3), rn(3)])
+case(FAM, "masked_fill_float", "masked_fill", [rn(3, 4), cond, -1.0])
+case(FAM, "masked_fill_neg_inf_bc", "masked_fill", [rn(2, 3, 4), ri(3, 1, lo=0, hi=2).bool(), -INF])
+case(FAM, "masked_fill_int", "masked_fill", [ri(3, 4), cond, 7])
+case(FAM, "masked_fill_int_float_value", "masked_fill", [ri(3, 4), cond, 2.5])
+case(FAM, "masked_fill_f16", "masked_fill", [rn(3, 4, dtype=torch.float16), cond, 0.1])
+case(FAM, "masked_fill_bool_value", "masked_fill", [rn(3, 4), cond, True])
+case(FAM, "masked_fill_transposed", "masked_fill",
+     [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), cond, 9.0])
+case(FAM, "masked_fill_0d_mask", "masked_fill", [rn(2, 2), T(True), 3.0])
+
+# ---- reductions -------------------------------------------------------------------
+FAM = "reduce"
+x3 = rn(2, 3, 3)
+DIMSETS = [("d0", [0]), ("d1", [1]), ("dneg1", [-1]), ("d0_2", [0, 2]), ("dneg1_neg3", [-1, -3]),
+           ("dall", [0, 1, 2]), ("dempty", [])]
+for op in ["sum", "mean", "max", "min"]:
+    case(FAM, f"{op}_all", op, [x3], {"dims": None, "keepdim": False})
+    for dn, dims in DIMSETS:
+        if op in ("max", "min") and dims == []:
+            continue  # amax(dim=[]) reduces everything in PyTorch; ember's max(&[]) differs by design
+        for kd in (False, True):
+            case(FAM, f"{op}_{dn}_{'keep' if kd else 'nokeep'}", op, [x3], {"dims": dims, "keepdim": kd})
+    # non-contiguous inputs
+    tr = [{"op": "transpose", "args": [0, 2]}]
+    case(FAM, f"{op}_transposed_d0", op, [In(x3, tr)], {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_transposed_d1_2", op, [In(x3, tr)], {"dims": [1, 2], "keepdim": True})
+    case(FAM, f"{op}_transposed_all", op, [In(x3, tr)], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_stepped_slice_dneg1", op, [In(rn(3, 9), [{"op": "slice", "args": [1, 0, None, 3]}])],
+         {"dims": [-1], "keepdim": False})
+    case(FAM, f"{op}_expanded_d0", op, [In(rn(1, 5), [{"op": "expand", "args": [4, 5]}])],
+         {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_f64_d1", op, [rn(3, 5, dtype=torch.float64)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_f16_d1", op, [rn(3, 6, dtype=torch.float16)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_bf16_d0", op, [rn(3, 6, dtype=torch.bfloat16)], {"dims": [0], "keepdim": True})
+    case(FAM, f"{op}_nan", op, [T([[1.0, NANV, 3.0], [1.0, 2.0, 3.0]])], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_0d", op, [T(2.5)], {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_large_lane", op, [rn(3, 67)], {"dims": [1], "keepdim": False}, atol=2e-5)
+    case(FAM, f"{op}_empty_dim", op, [torch.zeros(2, 0)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_empty_all", op, [torch.zeros(0, 3)], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_int64_d1", op, [ri(3, 4)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_int64_all", op, [ri(3, 4)], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_u8_d0", op, [ri(3, 4, lo=100, hi=255, dtype=U8)], {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_bool_all", op, [ri(3, 4, lo=0, hi=2).bool()], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_bool_d1", op, [ri(3, 4, lo=0, hi=2).bool()], {"dims": [1], "keepdim": False})
+case(FAM, "sum_f16_many", "sum", [rn(200, dtype=torch.float16)], {"dims": [0], "keepdim": False})
+case(FAM, "mean_f16_many", "mean", [rn(200, dtype=torch.float16)], {"dims": [0], "keepdim": False})
+case(FAM, "sum_cancellation", "sum", [T([1e8, 1.0, -1e8, 1.0])], {"dims": None, "keepdim": False})
+case(FAM, "max_inf", "max", [T([-INF, -INF])], {"dims": [0], "keepdim": False})
+case(FAM, "min_neg_zero_mix", "min", [T([[0.0, -0.0], [3.0, -2.0]])], {"dims": [0], "keepdim": False})
+case(FAM, "sum_bad_dim_error", "sum", [rn(2, 3)], {"dims": [2], "keepdim": False})
+case(FAM, "sum_repeated_dim_error", "sum", [rn(2, 3)], {"dims": [1, -1], "keepdim": False})
+xt = T([[1.0, 5.0, 5.0, 2.0], [7.0, 7.0, 0.0, 0.0], [3.0, 1.0, 3.0, 1.0]])
+for op in ["argmax", "argmin"]:
+    case(FAM, f"{op}_all", op, [x3], {"dim": None, "keepdim": False})
+    for d in [0, 1, 2, -1, -2]:
+        for kd in (False, True):
+            case(FAM, f"{op}_d{d}_{'keep' if kd else 'nokeep'}".replace("-", "neg"), op, [x3],
+                 {"dim": d, "keepdim": kd})
+    case(FAM, f"{op}_ties_d1", op, [xt], {"dim": 1, "keepdim": False})
+    case(FAM, f"{op}_ties_d0", op, [xt], {"dim": 0, "keepdim": False})
+    case(FAM, f"{op}_ties_all", op, [xt], {"dim": None, "keepdim": False})
+    case(FAM, f"{op}_transposed", op, [In(xt, [{"op": "transpose", "args": [0, 1]}])], {"dim": 1, "keepdim": False})
+    case(FAM, f"{op}_transposed_all", op, [In(xt, [{"op": "transpose", "args": [0, 1]}])],
+         {"dim": None, "keepdim": False})
+    case(FAM, f"{op}_nan", op, [T([[1.0, NANV, 3.0, NANV], [-INF, 2.0, INF, 0.0]])], {"dim": 1, "keepdim": False})
+    case(FAM, f"{op}_int64", op, [ri(3, 5)], {"dim": 1, "keepdim": True})
+    case(FAM, f"{op}_u8", op, [ri(3, 5, lo=0, hi=255, dtype=U8)], {"dim": 0, "keepdim": False})
+    case(FAM, f"{op}_f16", op, [rn(4, 5, dtype=torch.float16)], {"dim": -1, "keepdim": False})
+    case(FAM, f"{op}_0d", op, [T(3.0)], {"dim": 0, "keepdim": False})
+    case(FAM, f"{op}_empty_error", op, [torch.zeros(2, 0)], {"dim": 1, "keepdim": False})
+for op in ["var", "std"]:
+    case(FAM, f"{op}_all", op, [x3], {"dims": None})
+    for dn, dims in DIMSETS[:-1]:
+        for kd in (False, True):
+            case(FAM, f"{op}_{dn}_{'keep' if kd else 'nokeep'}", op, [x3], {"dims": dims, "keepdim": kd})
+    for corr in (0, 2):
+        case(FAM, f"{op}_correction{corr}_d1", op, [x3], {"dims": [1], "keepdim": False, "correction": corr})
+        case(FAM, f"{op}_correction{corr}_d0_2", op, [x3], {"dims": [0, 2], "keepdim": True, "correction": corr})
+    case(FAM, f"{op}_transposed_d0", op, [In(x3, [{"op": "transpose", "args": [0, 2]}])],
+         {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_f64", op, [rn(4, 6, dtype=torch.float64)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_f16", op, [rn(4, 6, dtype=torch.float16)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_single_element", op, [rn(3, 1)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_large_offset", op, [rn(4, 50) + 1000.0], {"dims": [1], "keepdim": False}, rtol=1e-4)
+    case(FAM, f"{op}_large_lane", op, [rn(2, 77)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_nan", op, [T([[1.0, NANV, 3.0], [1.0, 2.0, 3.0]])], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_int_error", op, [ri(3, 4)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_empty_dim", op, [torch.zeros(2, 0)], {"dims": [1], "keepdim": False})
+
+# ---- softmax ----------------------------------------------------------------------
+FAM = "softmax"
+for op in ["softmax", "log_softmax"]:
+    x = rn(2, 3, 5)
+    for d in [0, 1, 2, -1, -2]:
+        case(FAM, f"{op}_d{d}".replace("-", "neg"), op, [x], {"dim": d})
+    case(FAM, f"{op}_large_magnitude", op, [T([[1000.0, 1001.0, 1002.0], [-1e4, 0.0, 1e4], [-1000.0, -1000.5, -999.0]])],
+         {"dim": -1})
+    case(FAM, f"{op}_scaled_randn", op, [rn(4, 7, scale=100.0)], {"dim": 1})
+    case(FAM, f"{op}_masked_neg_inf", op, [T([[0.5, -INF, 1.5, -INF], [-INF, -INF, -INF, 2.0]])], {"dim": -1})
+    case(FAM, f"{op}_all_neg_inf_row", op, [T([[-INF, -INF], [1.0, 2.0]])], {"dim": 1})
+    case(FAM, f"{op}_nan", op, [T([[NANV, 1.0], [1.0, 2.0]])], {"dim": 1})
+    case(FAM, f"{op}_f64", op, [rn(3, 4, dtype=torch.float64, scale=10.0)], {"dim": -1})
+    case(FAM, f"{op}_f16", op, [rn(3, 4, dtype=torch.float16, scale=3.0)], {"dim": -1})
+    case(FAM, f"{op}_bf16", op, [rn(3, 4, dtype=torch.bfloat16, scale=3.0)], {"dim": 0})
+    case(FAM, f"{op}_transposed", op, [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1})
+    case(FAM, f"{op}_0d", op, [T(3.0)], {"dim": 0})
+    case(FAM, f"{op}_long_row", op, [rn(2, 90, scale=5.0)], {"dim": 1})
+    case(FAM, f"{op}_int_error", op, [ri(3)], {"dim": 0})
+    case(FAM, f"{op}_empty", op, [torch.zeros(0, 3)], {"dim": 1})
+
+# ---- matmul -----------------------------------------------------------------------
+FAM = "matmul"
+MM = [
+    ("1d_1d", [4], [4]),
+    ("1d_2d", [3], [3, 5]),
+    ("2d_1d", [4, 3], [3]),
+    ("2d_2d", [3, 4], [4, 5]),
+    ("3d_3d", [2, 3, 4], [2, 4, 5]),
+    ("bc_2x1x3x4_5x4x2", [2, 1, 3, 4], [5, 4, 2]),
+    ("bc_3d_2d", [2, 3, 4], [4, 2]),
+    ("bc_2d_3d", [3, 4], [2, 4, 2]),
+    ("1d_3d", [4], [2, 4, 3]),
+    ("3d_1d", [2, 3, 4], [4]),
+    ("bc_1x3x4_2x4x5", [1, 3, 4], [2, 4, 5]),
+    ("k0", [2, 0], [0, 3]),
+    ("n0", [3, 4], [4, 0]),
+    ("m0_batched", [2, 0, 4], [4, 3]),
+    ("1x1", [1, 1], [1, 1]),
+    ("big_k", [2, 131], [131, 2]),
+]
+for nm, sa, sb in MM:
+    case(FAM, f"f32_{nm}", "matmul", [rn(*sa), rn(*sb)], atol=1e-5)
+for nm, sa, sb in MM[:8]:
+    case(FAM, f"f64_{nm}", "matmul", [rn(*sa, dtype=torch.float64), rn(*sb, dtype=torch.float64)])
+    case(FAM, f"i64_{nm}", "matmul", [ri(*sa), ri(*sb)])
+for nm, sa, sb in [MM[3], MM[4], MM[5], MM[0]]:
+    case(FAM, f"f16_{nm}", "matmul", [rn(*sa, dtype=torch.float16), rn(*sb, dtype=torch.float16)],
+         rtol=2e-3, atol=2e-3)
+    case(FAM, f"bf16_{nm}", "matmul", [rn(*sa, dtype=torch.bfloat16), rn(*sb, dtype=torch.bfloat16)],
+         rtol=1.6e-2, atol=1.6e-2)
+tr = [{"op": "transpose", "args": [-1, -2]}]
+case(FAM, "f32_transposed_lhs", "matmul", [In(rn(4, 3), tr), rn(4, 5)])
+case(FAM, "f32_transposed_rhs", "matmul", [rn(3, 4), In(rn(5, 4), tr)])
+case(FAM, "f32_transposed_both", "matmul", [In(rn(4, 3), tr), In(rn(5, 4), tr)])
+case(FAM, "f32_batched_transposed", "matmul", [In(rn(2, 4, 3), tr), In(rn(2, 5, 4), tr)])
+case(FAM, "f32_permuted_batch", "matmul", [In(rn(3, 2, 4), [{"op": "permute", "args": [1, 0, 2]}]), rn(4, 2)])
+case(FAM, "f32_expanded_rhs", "matmul", [rn(2, 3, 4), In(rn(1, 4, 2), [{"op": "expand", "args": [2, 4, 2]}])])
+case(FAM, "f32_sliced_lhs", "matmul", [In(rn(6, 4), [{"op": "slice", "args": [0, 0, None, 2]}]), rn(4, 3)])
+case(FAM, "f64_transposed_both", "matmul", [In(rn(4, 3, dtype=torch.float64), tr),
+                                            In(rn(5, 4, dtype=torch.float64), tr)])
+case(FAM, "i64_transposed", "matmul", [In(ri(4, 3), tr), ri(4, 2)])
+case(FAM, "mismatch_error", "matmul", [rn(2, 3), rn(4, 2)])
+case(FAM, "dtype_mismatch_error", "matmul", [rn(2, 3), rn(3, 2, dtype=torch.float64)])
+case(FAM, "0d_error", "matmul", [T(1.0), rn(3)])
+case(FAM, "batch_bc_error", "matmul", [rn(2, 3, 4), rn(3, 4, 5)])
+
+# ---- views ------------------------------------------------------------------------
+FAM = "views"
+v = ar(2, 3, 4)
+case(FAM, "reshape_basic", "reshape", [v], {"shape": [4, 6]})
+case(FAM, "reshape_infer", "reshape", [v], {"shape": [-1, 2]})
+case(FAM, "reshape_to_0d", "reshape", [T([5.0])], {"shape": []})
+case(FAM, "reshape_permuted", "reshape", [In(v, [{"op": "permute", "args": [2, 0, 1]}])], {"shape": [4, 6]})
+case(FAM, "reshape_transposed_flat", "reshape", [In(v, [{"op": "transpose", "args": [0, 1]}])], {"shape": [-1]})
+case(FAM, "reshape_bad_error", "reshape", [v], {"shape": [5, -1]})
+case(FAM, "reshape_empty", "reshape", [torch.zeros(0, 4)], {"shape": [2, 0, -1]})
+case(FAM, "view_basic", "view", [v], {"shape": [6, 4]})
+case(FAM, "view_transposed_error", "view", [In(v, [{"op": "transpose", "args": [1, 2]}])], {"shape": [-1]})
+case(FAM, "view_split_dim_of_transposed", "view", [In(v, [{"op": "transpose", "args": [0, 2]}])],
+     {"shape": [2, 2, 3, 2]})
+case(FAM, "flatten_1_2", "flatten", [v], {"start": 1, "end": 2})
+case(FAM, "flatten_0_1", "flatten", [v], {"start": 0, "end": 1})
+case(FAM, "flatten_all", "flatten", [In(v, [{"op": "permute", "args": [1, 2, 0]}])], {"start": 0, "end": -1})
+case(FAM, "flatten_0d", "flatten", [T(3.0)], {"start": 0, "end": -1})
+case(FAM, "squeeze_dim", "squeeze", [ar(2, 1, 3)], {"dim": 1})
+case(FAM, "squeeze_noop", "squeeze", [ar(2, 1, 3)], {"dim": 0})
+case(FAM, "squeeze_neg", "squeeze", [ar(2, 3, 1)], {"dim": -1})
+case(FAM, "squeeze_all", "squeeze", [ar(1, 2, 1, 3, 1)], {"dim": None})
+case(FAM, "unsqueeze_0", "unsqueeze", [v], {"dim": 0})
+case(FAM, "unsqueeze_end", "unsqueeze", [v], {"dim": 3})
+case(FAM, "unsqueeze_neg", "unsqueeze", [v], {"dim": -2})
+case(FAM, "unsqueeze_0d", "unsqueeze", [T(2.0)], {"dim": 0})
+case(FAM, "transpose_0_2", "transpose", [v], {"dim0": 0, "dim1": 2})
+case(FAM, "transpose_neg", "transpose", [v], {"dim0": -1, "dim1": -2})
+case(FAM, "t_2d", "t", [ar(2, 3)])
+case(FAM, "t_1d", "t", [ar(3)])
+case(FAM, "t_3d_error", "t", [v])
+case(FAM, "permute_201", "permute", [v], {"perm": [2, 0, 1]})
+case(FAM, "permute_neg", "permute", [v], {"perm": [-1, 0, -2]})
+case(FAM, "permute_repeat_error", "permute", [v], {"perm": [0, 0, 1]})
+case(FAM, "narrow_1", "narrow", [v], {"dim": 1, "start": 1, "len": 2})
+case(FAM, "narrow_neg_start", "narrow", [v], {"dim": -1, "start": -3, "len": 2})
+case(FAM, "narrow_transposed", "narrow", [In(v, [{"op": "transpose", "args": [0, 2]}])],
+     {"dim": 0, "start": 1, "len": 2})
+case(FAM, "narrow_oob_error", "narrow", [v], {"dim": 2, "start": 3, "len": 2})
+case(FAM, "slice_step2", "slice", [ar(10)], {"dim": 0, "start": None, "end": None, "step": 2})
+case(FAM, "slice_step3_offset", "slice", [ar(4, 10)], {"dim": 1, "start": 1, "end": 9, "step": 3})
+case(FAM, "slice_neg_bounds", "slice", [ar(4, 10)], {"dim": -1, "start": -7, "end": -1, "step": 2})
+case(FAM, "slice_clamped", "slice", [ar(5)], {"dim": 0, "start": 2, "end": 100, "step": 1})
+case(FAM, "slice_empty", "slice", [ar(5)], {"dim": 0, "start": 4, "end": 2, "step": 1})
+case(FAM, "slice_of_transposed", "slice", [In(ar(4, 6), [{"op": "transpose", "args": [0, 1]}])],
+     {"dim": 0, "start": 1, "end": None, "step": 2})
+case(FAM, "select_1", "select", [v], {"dim": 1, "index": 2})
+case(FAM, "select_neg", "select", [v], {"dim": -1, "index": -1})
+case(FAM, "select_oob_error", "select", [v], {"dim": 0, "index": 2})
+case(FAM, "index_int_range", "index", [v], {"items": [1, [None, None, 2]]})
+case(FAM, "index_ranges", "index", [v], {"items": [[0, 2, 1], [1, 3, 1], [None, None, 3]]})
+case(FAM, "index_neg", "index", [v], {"items": [-1, -2]})
+case(FAM, "index_all_ints", "index", [v], {"items": [1, 2, 3]})
+case(FAM, "expand_basic", "expand", [ar(3, 1)], {"shape": [3, 4]})
+case(FAM, "expand_new_dims", "expand", [ar(3, 1)], {"shape": [2, 3, 5]})
+case(FAM, "expand_keep", "expand", [ar(1, 4)], {"shape": [3, -1]})
+case(FAM, "expand_0d", "expand", [T(7.0)], {"shape": [2, 2]})
+case(FAM, "expand_bad_error", "expand", [ar(3, 2)], {"shape": [3, 4]})
+case(FAM, "contiguous_permuted", "contiguous", [In(v, [{"op": "permute", "args": [1, 2, 0]}])])
+case(FAM, "contiguous_expanded_sliced", "contiguous",
+     [In(ar(3, 1), [{"op": "expand", "args": [3, 4]}, {"op": "slice", "args": [1, 0, None, 2]}])])
+case(FAM, "reshape_i64_permuted", "reshape", [In(ri(2, 3, 4), [{"op": "permute", "args": [1, 0, 2]}])],
+     {"shape": [3, 8]})
+case(FAM, "reshape_bool", "reshape", [ri(2, 3, lo=0, hi=2).bool()], {"shape": [3, 2]})
+
+# ---- joins and splits -----------------------------------------------------------
+FAM = "join"
+case(FAM, "cat_d0", "cat", [rn(2, 3), rn(1, 3), rn(3, 3)], {"dim": 0})
+case(FAM, "cat_d1", "cat", [rn(2, 3), rn(2, 1)], {"dim": 1})
+case(FAM, "cat_neg", "cat", [rn(2, 2, 3), rn(2, 2, 2)], {"dim": -1})
+case(FAM, "cat_promote", "cat", [ri(2, 2), rn(2, 2)], {"dim": 0})
+case(FAM, "cat_u8_bool", "cat", [T([1, 2], U8), T([True, False])], {"dim": 0})
+case(FAM, "cat_with_empty", "cat", [rn(2, 0), rn(2, 3)], {"dim": 1})
+case(FAM, "cat_transposed", "cat", [In(rn(3, 2), [{"op": "transpose", "args": [0, 1]}]), rn(2, 3)], {"dim": 0})
+case(FAM, "cat_single", "cat", [rn(2, 3)], {"dim": 1})
+case(FAM, "cat_mismatch_error", "cat", [rn(2, 3), rn(3, 2)], {"dim": 0})
+case(FAM, "cat_0d_error", "cat", [T(1.0), T(2.0)], {"dim": 0})
+case(FAM, "stack_d0", "stack", [rn(2, 3), rn(2, 3), rn(2, 3)], {"dim": 0})
+case(FAM, "stack_d1", "stack", [rn(2, 3), rn(2, 3)], {"dim": 1})
+case(FAM, "stack_last", "stack", [rn(2, 3), rn(2, 3)], {"dim": -1})
+case(FAM, "stack_0d", "stack", [T(1.0), T(2.0)], {"dim": 0})
+case(FAM, "stack_i64", "stack", [ri(3), ri(3)], {"dim": 1})
+case(FAM, "stack_mismatch_error", "stack", [rn(2, 3), rn(3, 2)], {"dim": 0})
+case(FAM, "split_even", "split", [ar(6, 2)], {"size": 2, "dim": 0})
+case(FAM, "split_uneven", "split", [ar(7, 2)], {"size": 3, "dim": 0})
+case(FAM, "split_d1", "split", [ar(2, 5)], {"size": 2, "dim": -1})
+case(FAM, "split_larger_than_dim", "split", [ar(2, 5)], {"size": 10, "dim": 1})
+case(FAM, "split_transposed", "split", [In(ar(3, 4), [{"op": "transpose", "args": [0, 1]}])], {"size": 3, "dim": 0})
+case(FAM, "split_with_sizes", "split_with_sizes", [ar(7, 2)], {"sizes": [1, 4, 2], "dim": 0})
+case(FAM, "split_with_sizes_zero", "split_with_sizes", [ar(2, 5)], {"sizes": [0, 5], "dim": 1})
+case(FAM, "split_with_sizes_error", "split_with_sizes", [ar(2, 5)], {"sizes": [2, 2], "dim": 1})
+for n, ch in [(6, 3), (6, 4), (5, 3), (5, 2), (2, 5), (7, 1), (1, 1)]:
+    case(FAM, f"chunk_{n}_into_{ch}", "chunk", [ar(n, 2)], {"chunks": ch, "dim": 0})
+case(FAM, "chunk_d1_neg", "chunk", [ar(2, 9)], {"chunks": 4, "dim": -1})
+
+# ---- indexing ---------------------------------------------------------------------
+FAM = "index"
+xi = rn(4, 5)
+case(FAM, "index_select_d0", "index_select", [xi, T([3, 0, 0, 2], I)], {"dim": 0})
+case(FAM, "index_select_d1", "index_select", [xi, T([4, 1], I)], {"dim": 1})
+case(FAM, "index_select_neg_dim", "index_select", [rn(2, 3, 4), T([1, 3, 1], I)], {"dim": -1})
+case(FAM, "index_select_transposed", "index_select",
+     [In(xi, [{"op": "transpose", "args": [0, 1]}]), T([0, 2], I)], {"dim": 1})
+case(FAM, "index_select_empty_index", "index_select", [xi, T([], I)], {"dim": 0})
+case(FAM, "index_select_i64", "index_select", [ri(3, 3), T([2, 2], I)], {"dim": 0})
+case(FAM, "index_select_oob_error", "index_select", [xi, T([4], I)], {"dim": 0})
+case(FAM, "gather_d0", "gather", [xi, T([[0, 1, 2, 3, 0], [3, 3, 3, 3, 3]], I)], {"dim": 0})
+case(FAM, "gather_d1", "gather", [xi, T([[0, 4], [1, 1], [2, 0], [4, 4]], I)], {"dim": 1})
+case(FAM, "gather_d1_smaller", "gather", [xi, T([[1], [0]], I)], {"dim": 1})
+case(FAM, "gather_3d_neg", "gather", [rn(2, 3, 4), ri(2, 3, 2, lo=0, hi=4)], {"dim": -1})
+case(FAM, "gather_transposed", "gather", [In(xi, [{"op": "transpose", "args": [0, 1]}]), T([[3, 0], [1, 1]], I)],
+     {"dim": 1})
+case(FAM, "gather_oob_error", "gather", [xi, T([[5]], I)], {"dim": 1})
+case(FAM, "scatter_add_d0", "scatter_add", [torch.zeros(3, 5), T([[0, 1, 2, 0, 0], [2, 0, 0, 1, 2]], I), rn(2, 5)],
+     {"dim": 0})
+case(FAM, "scatter_add_d1_dups", "scatter_add", [rn(2, 4), T([[0, 0, 3], [1, 1, 1]], I), rn(2, 3)], {"dim": 1})
+case(FAM, "scatter_add_src_larger", "scatter_add", [torch.zeros(3, 3), T([[1, 2]], I), rn(2, 4)], {"dim": 1})
+case(FAM, "scatter_add_i64", "scatter_add", [ri(2, 3), T([[2, 2, 0]], I), ri(1, 3)], {"dim": 1})
+case(FAM, "scatter_add_3d", "scatter_add", [torch.zeros(2, 3, 2), ri(2, 2, 2, lo=0, hi=3), rn(2, 2, 2)],
+     {"dim": 1})
+case(FAM, "one_hot_1d", "one_hot", [T([0, 2, 1, 3], I)], {"num_classes": 4})
+case(FAM, "one_hot_2d", "one_hot", [T([[0, 2], [1, 1]], I)], {"num_classes": 3})
+case(FAM, "one_hot_0d", "one_hot", [T(1, I)], {"num_classes": 2})
+case(FAM, "one_hot_oob_error", "one_hot", [T([0, 3], I)], {"num_classes": 3})
+case(FAM, "one_hot_float_error", "one_hot", [T([0.0, 1.0])], {"num_classes": 3})
+
+# ---- conv2d -----------------------------------------------------------------------
+FAM = "conv"
+
+
+def conv(name, xs, ws, bias=False, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+         dtype=torch.float32, rtol=None, atol=None):
+    ins = [rn(*xs, dtype=dtype), rn(*ws, dtype=dtype)]
+    if bias:
+        ins.append(rn(ws[0], dtype=dtype))
+    case(FAM, name, "conv2d", ins, {"stride": list(stride), "padding": list(padding),
+                                    "dilation": list(dilation), "groups": groups}, rtol=rtol, atol=atol)
+
+
+conv("basic", [1, 2, 5, 5], [3, 2, 3, 3], atol=1e-5)
+conv("bias", [2, 2, 5, 5], [3, 2, 3, 3], bias=True, atol=1e-5)
+conv("padding1", [1, 2, 5, 5], [3, 2, 3, 3], padding=(1, 1), atol=1e-5)
+conv("stride2", [1, 2, 7, 7], [2, 2, 3, 3], stride=(2, 2), atol=1e-5)
+conv("stride2_pad1", [1, 3, 6, 6], [4, 3, 3, 3], bias=True, stride=(2, 2), padding=(1, 1), atol=1e-5)
+conv("dilation2", [1, 2, 7, 7], [2, 2, 3, 3], dilation=(2, 2), atol=1e-5)
+conv("dilation2_pad2", [1, 2, 6, 6], [2, 2, 3, 3], dilation=(2, 2), padding=(2, 2), atol=1e-5)
+conv("groups2", [1, 4, 5, 5], [6, 2, 3, 3], groups=2, bias=True, atol=1e-5)
+conv("depthwise", [2, 3, 4, 4], [3, 1, 3, 3], groups=3, padding=(1, 1), atol=1e-5)
+conv("depthwise_multiplier", [1, 3, 5, 5], [6, 1, 3, 3], groups=3, bias=True, atol=1e-5)
+conv("kernel_2x3", [1, 2, 5, 6], [2, 2, 2, 3], atol=1e-5)
+conv("kernel_1x3_pad_0_1", [1, 2, 4, 5], [3, 2, 1, 3], padding=(0, 1), atol=1e-5)
+conv("stride_2_1", [1, 2, 7, 5], [2, 2, 3, 3], stride=(2, 1), atol=1e-5)
+conv("dilation_1_2_stride_1_2", [1, 1, 6, 8], [2, 1, 2, 2], dilation=(1, 2), stride=(1, 2), atol=1e-5)
+conv("pointwise", [2, 4, 3, 3], [5, 4, 1, 1], bias=True, atol=1e-5)
+conv("kernel_eq_input", [1, 2, 3, 3], [4, 2, 3, 3], atol=1e-5)
+conv("all_options", [1, 4, 9, 8], [4, 2, 3, 2], bias=True, stride=(2, 3), padding=(2, 1), dilation=(2, 1),
+     groups=2, atol=1e-5)
+conv("wide_channels", [1, 12, 3, 3], [4, 12, 3, 3], padding=(1, 1), atol=1e-4)
+conv("f64", [1, 2, 4, 4], [3, 2, 3, 3], bias=True, padding=(1, 1), dtype=torch.float64)
+conv("f16", [1, 2, 5, 5], [3, 2, 3, 3], bias=True, dtype=torch.float16, rtol=2e-3, atol=5e-3)
+conv("bf16", [1, 2, 5, 5], [3, 2, 3, 3], dtype=torch.bfloat16, rtol=1.6e-2, atol=3e-2)
+conv("unbatched_3d", [2, 5, 5], [3, 2, 3, 3], padding=(1, 1), atol=1e-5)
+case(FAM, "transposed_input", "conv2d",
+     [In(rn(1, 2, 5, 4), [{"op": "transpose", "args": [2, 3]}]), rn(2, 2, 3, 3)],
+     {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1}, atol=1e-5)
+case(FAM, "kernel_too_big_error", "conv2d", [rn(1, 1, 2, 2), rn(1, 1, 3, 3)],
+     {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1})
+case(FAM, "channel_mismatch_error", "conv2d", [rn(1, 3, 4, 4), rn(2, 2, 3, 3)],
+     {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1})
+
+# ---- pooling ----------------------------------------------------------------------
+FAM = "pool"
+
+
+def pool(op, name, xs, kernel, stride=None, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
+         count_include_pad=True, dtype=torch.float32, x=None, rtol=None, atol=None):
+    x = rn(*xs, dtype=dtype) if x is None else x
+    case(FAM, f"{op}_{name}", op, [x], {"kernel": list(kernel), "stride": list(stride) if stride else None,
+                                       "padding": list(padding), "dilation": list(dilation),
+                                       "ceil_mode": ceil_mode, "count_include_pad": count_include_pad},
+         rtol=rtol, atol=atol)
+
+
+for op in ["max_pool2d", "avg_pool2d"]:
+    pool(op, "k2", [1, 2, 4, 4], (2, 2))
+    pool(op, "k2_odd_input", [1, 1, 5, 5], (2, 2))
+    pool(op, "k3_s2_p1", [1, 2, 7, 7], (3, 3), (2, 2), (1, 1))
+    pool(op, "k3_s1_p1", [1, 2, 4, 4], (3, 3), (1, 1), (1, 1))
+    pool(op, "k2_ceil", [1, 1, 5, 5], (2, 2), ceil_mode=True)
+    pool(op, "k3_s2_ceil", [1, 1, 6, 6], (3, 3), (2, 2), ceil_mode=True)
+    pool(op, "k3_s2_p1_ceil", [1, 2, 6, 6], (3, 3), (2, 2), (1, 1), ceil_mode=True)
+    pool(op, "k2_s2_p1_ceil", [1, 1, 5, 5], (2, 2), (2, 2), (1, 1), ceil_mode=True)
+    pool(op, "rect_2x3", [1, 2, 6, 7], (2, 3))
+    pool(op, "rect_2x3_s_1x2", [1, 1, 5, 7], (2, 3), (1, 2))
+    pool(op, "unbatched_3d", [3, 4, 4], (2, 2))
+    pool(op, "f64", [1, 2, 5, 5], (3, 3), (2, 2), (1, 1), dtype=torch.float64)
+    pool(op, "f16", [1, 2, 4, 4], (2, 2), dtype=torch.float16)
+    pool(op, "bf16", [1, 2, 4, 4], (2, 2), dtype=torch.bfloat16)
+    pool(op, "pad_too_big_error", [1, 1, 4, 4], (2, 2), padding=(2, 2))
+    pool(op, "negative_inputs_padded", [1, 1, 4, 4], (3, 3), (2, 2), (1, 1), x=-pos(1, 1, 4, 4))
+    case(FAM, f"{op}_transposed_input", op, [In(rn(1, 1, 4, 6), [{"op": "transpose", "args": [2, 3]}])],
+         {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+          "count_include_pad": True})
+pool("avg_pool2d", "k3_s2_p1_no_pad_count", [1, 2, 7, 7], (3, 3), (2, 2), (1, 1), count_include_pad=False)
+pool("avg_pool2d", "k3_s1_p1_no_pad_count", [1, 1, 4, 4], (3, 3), (1, 1), (1, 1), count_include_pad=False)
+pool("avg_pool2d", "k3_s2_p1_ceil_no_pad_count", [1, 2, 6, 6], (3, 3), (2, 2), (1, 1), ceil_mode=True,
+     count_include_pad=False)
+pool("avg_pool2d", "k2_s2_p1_ceil_no_pad_count", [1, 1, 5, 5], (2, 2), (2, 2), (1, 1), ceil_mode=True,
+     count_include_pad=False)
+pool("max_pool2d", "dilation2", [1, 2, 7, 7], (3, 3), (1, 1), dilation=(2, 2))
+pool("max_pool2d", "dilation2_pad1_s2", [1, 1, 8, 8], (3, 3), (2, 2), (1, 1), dilation=(2, 2))
+pool("max_pool2d", "dilation_2_1_ceil", [1, 1, 7, 6], (2, 2), (2, 2), dilation=(2, 1), ceil_mode=True)
+pool("max_pool2d", "nan", [1, 1, 2, 4], (2, 2), x=T([[[[1.0, NANV, 3.0, 4.0], [0.0, 1.0, 2.0, -INF]]]]))
+pool("max_pool2d", "all_neg_inf", [1, 1, 2, 2], (2, 2), x=T([[[[-INF, -INF], [-INF, -INF]]]]))
+
+# ---- casts ------------------------------------------------------------------------
+FAM = "cast"
+fv = T([-2.7, -1.5, -0.5, 0.0, 0.49, 0.5, 1.5, 2.5, 2.7, 100.9])
+case(FAM, "f32_to_i64_trunc", "to_dtype", [fv], {"dtype": "int64"})
+case(FAM, "f32_to_u8_nonneg", "to_dtype", [T([0.0, 0.9, 1.5, 200.7, 255.0])], {"dtype": "uint8"})
+case(FAM, "f32_neg_to_u8", "to_dtype", [T([-1.0, -2.0, -3.7, -128.0, -255.0])], {"dtype": "uint8"})
+case(FAM, "f32_to_bool", "to_dtype", [T([0.0, -0.0, 0.5, -1.0, NANV, INF, 1e-30])], {"dtype": "bool"})
+case(FAM, "i64_to_bool", "to_dtype", [T([0, 1, -1, 2], I)], {"dtype": "bool"})
+case(FAM, "i64_to_u8_wrap", "to_dtype", [T([0, 255, 256, 300, -1, -256], I)], {"dtype": "uint8"})
+case(FAM, "i64_to_f32", "to_dtype", [T([0, -3, 16777217, 123456789], I)], {"dtype": "float32"})
+case(FAM, "i64_to_f16", "to_dtype", [T([0, -3, 2049, 70000], I)], {"dtype": "float16"})
+case(FAM, "bool_to_f32", "to_dtype", [T([True, False])], {"dtype": "float32"})
+case(FAM, "bool_to_i64", "to_dtype", [T([True, False])], {"dtype": "int64"})
+case(FAM, "u8_to_i64", "to_dtype", [T([0, 200, 255], U8)], {"dtype": "int64"})
+case(FAM, "u8_to_f16", "to_dtype", [T([0, 200, 255], U8)], {"dtype": "float16"})
+case(FAM, "f32_to_f16_round", "to_dtype", [T([0.1, 1.0 / 3.0, 65504.0, 65520.0, 1e5, -1e5, 1e-8, 6e-8, NANV, -INF])],
+     {"dtype": "float16"})
+case(FAM, "f32_to_bf16_round", "to_dtype", [T([0.1, 1.0 / 3.0, 1.00390625, 1.01171875, 3e38, 1e-40, NANV, INF])],
+     {"dtype": "bfloat16"})
+case(FAM, "f64_to_f32", "to_dtype", [T([0.1, 1e-50, 1e300, -1e300, 1.0 + 2 ** -30], torch.float64)],
+     {"dtype": "float32"})
+case(FAM, "f64_to_bf16_double_rounding", "to_dtype", [T([1.0 + 2 ** -8 + 2 ** -40, 1.0 + 2 ** -8], torch.float64)],
+     {"dtype": "bfloat16"})
+case(FAM, "f64_to_f16", "to_dtype", [T([0.1, 1.0 + 2 ** -11 + 2 ** -40, 1.0 + 2 ** -11], torch.float64)],
+     {"dtype": "float16"})
+case(FAM, "f16_to_f32", "to_dtype", [rn(5, dtype=torch.float16)], {"dtype": "float32"})
+case(FAM, "bf16_to_f16", "to_dtype", [T([0.1, 1e5, 3.0], torch.bfloat16)], {"dtype": "float16"})
+case(FAM, "f16_to_i64", "to_dtype", [T([-2.5, 3.75, 1000.0], torch.float16)], {"dtype": "int64"})
+case(FAM, "f64_to_i64", "to_dtype", [T([-2.999, 2.999, 1e15 + 0.5], torch.float64)], {"dtype": "int64"})
+case(FAM, "f32_to_i64_transposed", "to_dtype", [In(rn(2, 3, scale=5.0), [{"op": "transpose", "args": [0, 1]}])],
+     {"dtype": "int64"})
+case(FAM, "f32_to_f32_noop", "to_dtype", [rn(3)], {"dtype": "float32"})
+case(FAM, "bool_to_u8", "to_dtype", [T([True, False])], {"dtype": "uint8"})
+
+# ---- creation ---------------------------------------------------------------------
+FAM = "create"
+for s, e, n, dt in [(0, 1, 5, "float32"), (-1, 1, 7, "float32"), (0, 10, 1, "float32"), (5, 5, 3, "float32"),
+                    (0, 1, 0, "float32"), (0, 1, 11, "float64"), (10, -10, 6, "float32"), (0, 10, 5, "int64"),
+                    (0, 1, 100, "float32"), (0.1, 0.7, 4, "float16"), (-3, 3, 4, "bfloat16")]:
+    case(FAM, f"linspace_{s}_{e}_{n}_{dt}", "linspace", [], {"start": s, "end": e, "steps": n, "dtype": dt})
+for s, e, st, dt in [(0, 10, 1, "int64"), (5, -5, -3, "int64"), (2, 3, 5, "int64"), (0, 1, 0.1, "float32"),
+                     (1, 2.5, 0.5, "float32"), (0, 1, 0.1, "float64"), (-1, 1, 0.3, "float32"),
+                     (0, 0.3, 0.1, "float32"), (1, 0, -0.25, "float64"), (0, 5, 1, "float32"),
+                     (0, 0, 1, "int64"), (0, 2, 0.1, "float32"), (0, 10, 0, "int64"), (0, 10, -1, "int64")]:
+    case(FAM, f"arange_{s}_{e}_{st}_{dt}", "arange", [], {"start": s, "end": e, "step": st, "dtype": dt})
+case(FAM, "eye_3", "eye", [], {"n": 3, "dtype": "float32"})
+case(FAM, "eye_2x4", "eye", [], {"n": 2, "m": 4, "dtype": "float32"})
+case(FAM, "eye_4x2_i64", "eye", [], {"n": 4, "m": 2, "dtype": "int64"})
+case(FAM, "eye_0", "eye", [], {"n": 0, "dtype": "float32"})
+case(FAM, "eye_2_bool", "eye", [], {"n": 2, "dtype": "bool"})
+case(FAM, "zeros_f16", "zeros", [], {"shape": [2, 3], "dtype": "float16"})
+case(FAM, "ones_i64", "ones", [], {"shape": [3], "dtype": "int64"})
+case(FAM, "ones_0d", "ones", [], {"shape": [], "dtype": "float32"})
+case(FAM, "full_f32", "full", [], {"shape": [2, 2], "value": 0.1, "dtype": "float32"})
+case(FAM, "full_bf16", "full", [], {"shape": [2], "value": 3.3, "dtype": "bfloat16"})
+case(FAM, "full_bool", "full", [], {"shape": [2], "value": 1.0, "dtype": "bool"})
+case(FAM, "full_empty", "full", [], {"shape": [0, 2], "value": 1.0, "dtype": "float64"})
+
+# ---- printing ---------------------------------------------------------------------
+FAM = "print"
+PRINTS = [
+    ("int64_1d", T([1, 2, 3], I)),
+    ("int64_2d_mixed_width", T([[-1, 20], [300, -4000]], I)),
+    ("bool_1d", T([True, False, True])),
+    ("bool_2d", T([[True, False], [False, False]])),
+    ("float_fixed", T([[0.1234, -1.5], [2.25, 3.0]])),
+    ("float_all_integer", T([1.0, 2.0, -3.0])),
+    ("float_all_integer_sci", T([1.0, 10000.0])),
+    ("float_all_zero", T([0.0, 0.0, -0.0])),
+    ("float_sci_small", T([1e-5, 1.0, 2.5])),
+    ("float_sci_large", T([1e9, 2.0])),
+    ("float_sci_ratio", T([0.001, 3.5, -1.25])),
+    ("float_1e-4_boundary", T([0.0001, 1.0])),
+    ("float_large_integers", T([1e10, 3.0])),
+    ("float64", T([1.5, -2.25, 3.0], torch.float64)),
+    ("float64_digits", T([0.123456789, 2.0], torch.float64)),
+    ("float16", T([0.5, 1.0, -2.0], torch.float16)),
+    ("float16_fixed", T([0.1, 1.7], torch.float16)),
+    ("bfloat16", T([0.1, 1.7], torch.bfloat16)),
+    ("uint8", T([0, 7, 255], U8)),
+    ("scalar_float", T(3.5)),
+    ("scalar_int", T(-42, I)),
+    ("scalar_bool", T(True)),
+    ("scalar_f16", T(1.5, torch.float16)),
+    ("scalar_nan", T(NANV)),
+    ("empty_1d", torch.zeros(0)),
+    ("empty_2d", torch.zeros(2, 0)),
+    ("empty_3d_i64", torch.zeros(2, 0, 3, dtype=I)),
+    ("empty_f64", torch.zeros(0, dtype=torch.float64)),
+    ("summarised_1d", torch.arange(2000.0)),
+    ("summarised_2d", torch.arange(2000.0).reshape(40, 50)),
+    ("summarised_3d_i64", torch.arange(1200).reshape(12, 10, 10)),
+    ("summarised_float_frac", (torch.arange(1500.0) / 8.0 - 90.0)),
+    ("long_row_wrap", rn(30)),
+    ("long_int_row_wrap", torch.arange(50)),
+    ("long_rows_2d_wrap", rn(2, 15)),
+    ("long_row_f64_suffix_wrap", rn(12, dtype=torch.float64)),
+    ("nan_inf", T([NANV, INF, -INF, 1.5])),
+    ("nan_inf_integer_vals", T([NANV, INF, 2.0])),
+    ("only_nan", T([NANV, NANV])),
+    ("negative", T([-1.25, 3.5, -0.5])),
+    ("negative_ints", T([-1, -22, 333], I)),
+    ("small_3d", ar(2, 2, 3) - 5.0),
+    ("small_4d", ar(2, 1, 2, 2)),
+    ("randn_2d", rn(3, 4)),
+    ("sci_2d_neg", T([[1e-7, -2e3], [5.0, 1e5]])),
+    ("transposed", ar(2, 3).t()),
+]
+for nm, t in PRINTS:
+    if t.is_contiguous():
+        case(FAM, nm, "print", [t])
+    else:
+        case(FAM, nm, "print", [In(t.t().contiguous(), [{"op": "transpose", "args": [0, 1]}])])
+
+# ----------------------------------------------------------------------------------
+
+out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
+header = {"generator": "crates/ember/tests/golden/gen.py", "torch": torch.__version__.split("+")[0]}
+with open(out_path, "w") as f:
+    f.write("{" + json.dumps(header)[1:-1] + ',"cases":[\n')
+    f.write(",\n".join(json.dumps(c, separators=(",", ":"), allow_nan=False) for c in CASES))
+    f.write("\n]}\n")
+fams = {}
+for c in CASES:
+    fams[c["family"]] = fams.get(c["family"], 0) + 1
+print(f"wrote {len(CASES)} cases, {os.path.getsize(out_path)} bytes to {out_path}", file=sys.stderr)
+for k, v in fams.items():
+    print(f"  {k}: {v}", file=sys.stderr)

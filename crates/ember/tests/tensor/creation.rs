@@ -1,0 +1,196 @@
+use super::{assert_close, vals};
+use ember::prelude::*;
+use half::{bf16, f16};
+
+fn zeros_ones_full(dev: &Device) -> Result<()> {
+    for dt in DType::ALL {
+        let z = Tensor::zeros([2, 3], dt, dev)?;
+        assert_eq!(
+            (z.shape(), z.dtype(), z.device()),
+            (&[2usize, 3][..], dt, *dev)
+        );
+        assert_eq!(vals(&z), vec![0.0; 6]);
+        assert_eq!(vals(&Tensor::ones([4], dt, dev)?), vec![1.0; 4]);
+    }
+    assert_eq!(
+        vals(&Tensor::full([2, 2], 2.5, DType::F32, dev)?),
+        vec![2.5; 4]
+    );
+    assert_eq!(
+        vals(&Tensor::full([2], 2.7, DType::I64, dev)?),
+        vec![2.0; 2]
+    );
+    assert_eq!(vals(&Tensor::full((), 7.0, DType::F64, dev)?), vec![7.0]);
+    let e = Tensor::zeros([0, 4], DType::F32, dev)?;
+    assert_eq!((e.numel(), e.shape()), (0, &[0usize, 4][..]));
+    let a = Tensor::new(&[[1i64, 2], [3, 4]], dev)?;
+    assert_eq!(a.zeros_like()?.dtype(), DType::I64);
+    assert_eq!(vals(&a.ones_like()?), vec![1.0; 4]);
+    assert_eq!(vals(&a.full_like(9.0)?), vec![9.0; 4]);
+    Ok(())
+}
+
+fn arange_linspace_eye(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0i64, 5, dev)?;
+    assert_eq!(
+        (a.dtype(), a.to_vec1::<i64>()?),
+        (DType::I64, vec![0, 1, 2, 3, 4])
+    );
+    let f = Tensor::arange_step(0f32, 1.0, 0.25, dev)?;
+    assert_eq!(f.to_vec1::<f32>()?, vec![0.0, 0.25, 0.5, 0.75]);
+    let d = Tensor::arange_step(5i64, 0, -2, dev)?;
+    assert_eq!(d.to_vec1::<i64>()?, vec![5, 3, 1]);
+    assert_eq!(Tensor::arange(3i64, 3, dev)?.numel(), 0);
+    let l = Tensor::linspace(0.0, 1.0, 5, DType::F32, dev)?;
+    assert_eq!(l.to_vec1::<f32>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    assert_eq!(
+        Tensor::linspace(3.0, 9.0, 1, DType::F64, dev)?.to_vec1::<f64>()?,
+        vec![3.0]
+    );
+    assert_eq!(Tensor::linspace(0.0, 1.0, 0, DType::F64, dev)?.numel(), 0);
+    let e = Tensor::eye(3, DType::F32, dev)?;
+    assert_eq!(
+        e.to_vec2::<f32>()?,
+        vec![vec![1., 0., 0.], vec![0., 1., 0.], vec![0., 0., 1.]]
+    );
+    assert_eq!(
+        vals(&Tensor::eye_rect(2, 3, DType::U8, dev)?),
+        vec![1., 0., 0., 0., 1., 0.]
+    );
+    Ok(())
+}
+
+fn random_is_seeded(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(42);
+    let a = Tensor::rand([1000], dev)?;
+    let b = Tensor::randn([1000], dev)?;
+    ember::manual_seed(42);
+    assert_eq!(vals(&a), vals(&Tensor::rand([1000], dev)?));
+    assert_eq!(vals(&b), vals(&Tensor::randn([1000], dev)?));
+    let c = Tensor::rand([1000], dev)?;
+    assert_ne!(vals(&a), vals(&c), "the generator must advance");
+    let av = vals(&a);
+    assert!(av.iter().all(|&x| (0.0..1.0).contains(&x)));
+    let mean = av.iter().sum::<f64>() / 1000.0;
+    assert!((mean - 0.5).abs() < 0.05, "uniform mean {mean}");
+    let bv = vals(&b);
+    let m = bv.iter().sum::<f64>() / 1000.0;
+    let var = bv.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / 999.0;
+    assert!(
+        m.abs() < 0.1 && (var - 1.0).abs() < 0.15,
+        "normal mean {m} var {var}"
+    );
+    let u = Tensor::uniform(-2.0, -1.0, [500], DType::F64, dev)?;
+    assert!(vals(&u).iter().all(|&x| (-2.0..-1.0).contains(&x)));
+    let r = Tensor::randint(3, 6, [500], dev)?;
+    assert!(vals(&r).iter().all(|&x| (3.0..6.0).contains(&x)));
+    let p = Tensor::randperm(50, dev)?;
+    let mut pv = p.to_vec1::<i64>()?;
+    pv.sort();
+    assert_eq!(pv, (0..50).collect::<Vec<_>>());
+    assert_eq!(a.rand_like()?.shape(), a.shape());
+    assert_eq!(
+        Tensor::zeros([3], DType::F64, dev)?.randn_like()?.dtype(),
+        DType::F64
+    );
+    assert!(Tensor::uniform(0.0, 1.0, [2], DType::I64, dev).is_err());
+    Ok(())
+}
+
+fn from_rust_data(dev: &Device) -> Result<()> {
+    let t = Tensor::new(&[[[1f64, 2.], [3., 4.]], [[5., 6.], [7., 8.]]], dev)?;
+    assert_eq!(t.shape(), &[2, 2, 2]);
+    assert_eq!(t.to_vec3::<f64>()?[1][0], vec![5.0, 6.0]);
+    let i = Tensor::new(&[1, 2, 3], dev)?;
+    assert_eq!(i.dtype(), DType::I64, "integer literals become int64");
+    let v = Tensor::new(vec![vec![true, false], vec![false, true]], dev)?;
+    assert_eq!((v.dtype(), v.shape()), (DType::Bool, &[2usize, 2][..]));
+    assert!(
+        Tensor::new(vec![vec![1f32, 2.], vec![3.]], dev).is_err(),
+        "ragged data"
+    );
+    let s = Tensor::new(3.5f32, dev)?;
+    assert_eq!((s.rank(), s.item::<f32>()?), (0, 3.5));
+    let h = Tensor::new(&[f16::from_f32(1.5), f16::from_f32(-2.0)], dev)?;
+    assert_eq!(h.dtype(), DType::F16);
+    let b = Tensor::new(&[bf16::from_f32(0.5)], dev)?;
+    assert_eq!(b.item::<f32>()?, 0.5);
+    let fv = Tensor::from_vec(vec![1u8, 2, 3, 4, 5, 6], [2, 3], dev)?;
+    assert_eq!(fv.to_vec2::<u8>()?, vec![vec![1, 2, 3], vec![4, 5, 6]]);
+    assert!(Tensor::from_vec(vec![1f32; 5], [2, 3], dev).is_err());
+    assert!(Tensor::from_vec(vec![1f32; 5], [-1, 5], dev).is_err());
+    assert_eq!(
+        Tensor::from_slice(&[1i64, 2], [2, 1], dev)?.shape(),
+        &[2, 1]
+    );
+    assert_eq!(Tensor::scalar(7i64, dev)?.item::<f64>()?, 7.0);
+    assert_eq!(Tensor::new(&[0f32; 0], dev)?.shape(), &[0]);
+    // reading back checks the rank, and item needs exactly one element
+    assert!(t.to_vec1::<f64>().is_err() && t.to_vec2::<f64>().is_err());
+    assert!(t.item::<f64>().is_err());
+    Ok(())
+}
+
+fn dtype_conversions(dev: &Device) -> Result<()> {
+    let src = Tensor::new(&[-2.7f64, -0.5, 0.0, 1.5, 2.5, 300.0], dev)?;
+    let expect = |dt: DType| -> Vec<f64> {
+        match dt {
+            DType::Bool => vec![1., 1., 0., 1., 1., 1.],
+            // float -> int truncates toward zero; uint8 wraps like C: -2 -> 254, 300 -> 44
+            DType::U8 => vec![254., 0., 0., 1., 2., 44.],
+            DType::I64 => vec![-2., 0., 0., 1., 2., 300.],
+            _ => vec![-2.7, -0.5, 0.0, 1.5, 2.5, 300.0],
+        }
+    };
+    for dt in DType::ALL {
+        let c = src.to_dtype(dt)?;
+        assert_eq!(c.dtype(), dt);
+        let tol = match dt {
+            DType::F16 => 2e-3,
+            DType::BF16 => 1e-2,
+            DType::F32 => 1e-6,
+            _ => 0.0,
+        };
+        assert_close(&vals(&c), &expect(dt), tol, 0.0);
+        // and back from every dtype to every dtype
+        for dt2 in DType::ALL {
+            let back = c.to_dtype(dt2)?;
+            assert_eq!((back.dtype(), back.shape()), (dt2, c.shape()));
+        }
+    }
+    // large int64 values survive a round trip exactly
+    let big = Tensor::new(&[i64::MAX, i64::MIN + 1, 9007199254740993], dev)?;
+    assert_eq!(
+        big.to_dtype(DType::I64)?.to_vec1::<i64>()?,
+        vec![i64::MAX, i64::MIN + 1, 9007199254740993]
+    );
+    assert_eq!(big.contiguous()?.to_vec1::<i64>()?[2], 9007199254740993);
+    assert_eq!(big.t()?.copy().to_vec1::<i64>()?[2], 9007199254740993);
+    let same = src.to_dtype(DType::F64)?;
+    assert_eq!(vals(&same), vals(&src));
+    Ok(())
+}
+
+device_test!(
+    zeros_ones_full,
+    arange_linspace_eye,
+    random_is_seeded,
+    from_rust_data,
+    dtype_conversions
+);
+
+#[test]
+fn cuda_tensors_need_a_gpu() {
+    if ember::cuda::is_available() {
+        return;
+    }
+    let e = Tensor::zeros([2], DType::F32, &Device::Cuda(0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("CUDA is not available"), "{e}");
+    let t = Tensor::zeros([2], DType::F32, &Device::Cpu).unwrap();
+    assert!(t.to(&Device::Cuda(0)).is_err() && t.cuda(1).is_err());
+    assert!(Tensor::randn([2], &"cuda:0".parse().unwrap()).is_err());
+    assert_eq!(t.cpu().unwrap().device(), Device::Cpu);
+}

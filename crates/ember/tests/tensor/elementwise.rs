@@ -1,0 +1,284 @@
+use super::{assert_close, vals};
+use ember::prelude::*;
+
+fn t(dev: &Device, v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(v, shape, dev).unwrap()
+}
+
+fn arithmetic_broadcasts(dev: &Device) -> Result<()> {
+    let a = t(dev, &[1., 2., 3.], &[3, 1]);
+    let b = t(dev, &[10., 20., 30., 40.], &[1, 4]);
+    let s = a.add(&b)?;
+    assert_eq!(s.shape(), &[3, 4]);
+    assert_eq!(
+        vals(&s),
+        vec![11., 21., 31., 41., 12., 22., 32., 42., 13., 23., 33., 43.]
+    );
+    assert_eq!(vals(&b.sub(&a)?)[..4], [9., 19., 29., 39.]);
+    assert_eq!(vals(&a.mul(&b)?)[8..], [30., 60., 90., 120.]);
+    assert_eq!(vals(&b.div(&a)?)[4..8], [5., 10., 15., 20.]);
+    // leading dims and size-1 dims: [2,1,4] x [3,1] -> [2,3,4]
+    let c = Tensor::arange(0f32, 8., dev)?.reshape([2, 1, 4])?;
+    let d = t(dev, &[0., 100., 200.], &[3, 1]);
+    let e = c.add(&d)?;
+    assert_eq!(e.shape(), &[2, 3, 4]);
+    assert_eq!(vals(&e.i((1, 2))?), vec![204., 205., 206., 207.]);
+    // empty broadcast dims
+    let z = Tensor::zeros([0, 1], DType::F32, dev)?.add(&b)?;
+    assert_eq!(z.shape(), &[0, 4]);
+    // 0-d operands
+    let s0 = Tensor::new(2f32, dev)?;
+    assert_eq!(vals(&a.mul(&s0)?), vec![2., 4., 6.]);
+    assert_eq!(s0.add(&s0)?.rank(), 0);
+    Ok(())
+}
+
+fn scalar_operands_and_promotion(dev: &Device) -> Result<()> {
+    let i = Tensor::new(&[1i64, 2, 3], dev)?;
+    assert_eq!(i.add(1)?.dtype(), DType::I64);
+    assert_eq!(
+        i.add(0.5)?.dtype(),
+        DType::F32,
+        "int tensor + float scalar is float32"
+    );
+    assert_eq!(vals(&i.add(0.5)?), vec![1.5, 2.5, 3.5]);
+    let d = i.div(2)?;
+    assert_eq!(
+        (d.dtype(), vals(&d)),
+        (DType::F32, vec![0.5, 1.0, 1.5]),
+        "true division"
+    );
+    let f = t(dev, &[1., 2.], &[2]);
+    let f64t = Tensor::new(&[1f64, 2.], dev)?;
+    assert_eq!(f.add(&f64t)?.dtype(), DType::F64);
+    assert_eq!(
+        f.add(&Tensor::new(1f64, dev)?)?.dtype(),
+        DType::F32,
+        "0-d tensors do not widen"
+    );
+    assert_eq!(
+        i.add(&Tensor::new(1.5f64, dev)?)?.dtype(),
+        DType::F64,
+        "but do change category"
+    );
+    let u = Tensor::new(&[250u8, 10], dev)?;
+    assert_eq!(u.add(10)?.to_vec1::<u8>()?, vec![4, 20], "uint8 wraps");
+    assert_eq!(u.add(&i.narrow(0, 0, 2)?)?.dtype(), DType::I64);
+    let h = f.to_dtype(DType::F16)?;
+    assert_eq!(h.add(&f.to_dtype(DType::BF16)?)?.dtype(), DType::F32);
+    assert_eq!(h.mul(3.0)?.dtype(), DType::F16);
+    assert_eq!(vals(&h.mul(3.0)?), vec![3., 6.]);
+    let b = Tensor::new(&[true, false], dev)?;
+    assert_eq!(b.add(&b)?.dtype(), DType::Bool);
+    assert_eq!(b.add(1)?.dtype(), DType::I64);
+    assert_eq!(
+        vals(&b.mul(&Tensor::new(&[true, true], dev)?)?),
+        vec![1., 0.]
+    );
+    assert!(b.sub(&b).is_err(), "bool - bool is refused, as in PyTorch");
+    Ok(())
+}
+
+fn unary_math(dev: &Device) -> Result<()> {
+    let x = t(dev, &[-2., -0.5, 0., 0.5, 2.], &[5]);
+    let xs: Vec<f64> = vec![-2., -0.5, 0., 0.5, 2.];
+    let check = |got: Tensor, f: &dyn Fn(f64) -> f64| {
+        assert_close(
+            &vals(&got),
+            &xs.iter().map(|&v| f(v)).collect::<Vec<_>>(),
+            1e-6,
+            1e-7,
+        )
+    };
+    check(x.neg()?, &|v| -v);
+    check(x.abs()?, &|v| v.abs());
+    check(x.exp()?, &|v| v.exp());
+    check(x.tanh()?, &|v| v.tanh());
+    check(x.relu()?, &|v| v.max(0.0));
+    check(x.sigmoid()?, &|v| 1.0 / (1.0 + (-v).exp()));
+    check(x.gelu()?, &|v| 0.5 * v * (1.0 + libm::erf(v / 2f64.sqrt())));
+    check(x.square()?, &|v| v * v);
+    check(x.sin()?, &|v| v.sin());
+    check(x.clamp(Some(-1.0), Some(1.0))?, &|v| v.clamp(-1.0, 1.0));
+    check(x.clamp_min(0.25)?, &|v| v.max(0.25));
+    check(x.pow(2.0)?, &|v| v * v);
+    check(x.abs()?.sqrt()?, &|v| v.abs().sqrt());
+    check(x.abs()?.add(1.0)?.log()?, &|v| (v.abs() + 1.0).ln());
+    let gt = vals(&x.gelu_tanh()?);
+    assert!((gt[4] - 1.9546).abs() < 1e-3, "{gt:?}");
+    // integer inputs: exp and friends give float32, abs/neg keep int64
+    let i = Tensor::new(&[-1i64, 0, 2], dev)?;
+    assert_eq!(i.exp()?.dtype(), DType::F32);
+    assert_eq!(i.abs()?.to_vec1::<i64>()?, vec![1, 0, 2]);
+    assert_eq!(i.neg()?.to_vec1::<i64>()?, vec![1, 0, -2]);
+    assert_eq!(i.pow(2)?.to_vec1::<i64>()?, vec![1, 0, 4]);
+    assert_eq!(i.clamp(Some(0.0), None)?.to_vec1::<i64>()?, vec![0, 0, 2]);
+    assert!(i.pow(-1).is_err());
+    assert!(Tensor::new(&[true], dev)?.neg().is_err());
+    // NaN propagates through relu, clamp, maximum
+    let n = t(dev, &[f32::NAN, 1.], &[2]);
+    assert!(vals(&n.relu()?)[0].is_nan());
+    assert!(vals(&n.clamp(Some(0.0), Some(0.5))?)[0].is_nan());
+    assert!(vals(&n.maximum(&t(dev, &[0., 0.], &[2]))?)[0].is_nan());
+    // sigmoid of large magnitudes is finite
+    assert_eq!(
+        vals(&t(dev, &[-1000., 1000.], &[2]).sigmoid()?),
+        vec![0.0, 1.0]
+    );
+    // f16 math computes in f32 and rounds once
+    let h = x.to_dtype(DType::F16)?.exp()?;
+    assert_eq!(h.dtype(), DType::F16);
+    assert_close(
+        &vals(&h),
+        &xs.iter().map(|v| v.exp()).collect::<Vec<_>>(),
+        1e-3,
+        0.0,
+    );
+    Ok(())
+}
+
+fn binary_extras(dev: &Device) -> Result<()> {
+    let a = t(dev, &[1., 5., 3.], &[3]);
+    let b = t(dev, &[4., 2., 3.], &[3]);
+    assert_eq!(vals(&a.maximum(&b)?), vec![4., 5., 3.]);
+    assert_eq!(vals(&a.minimum(&b)?), vec![1., 2., 3.]);
+    assert_eq!(vals(&a.pow(&b)?), vec![1., 25., 27.]);
+    assert_eq!(vals(&a.pow(0.5)?)[0], 1.0);
+    Ok(())
+}
+
+fn comparisons_where_masked_fill(dev: &Device) -> Result<()> {
+    let a = t(dev, &[1., 2., 3., 4.], &[2, 2]);
+    let m = a.gt(2.0)?;
+    assert_eq!(m.dtype(), DType::Bool);
+    assert_eq!(
+        m.to_vec2::<bool>()?,
+        vec![vec![false, false], vec![true, true]]
+    );
+    assert_eq!(vals(&a.eq(&t(dev, &[1., 0.], &[2]))?), vec![1., 0., 0., 0.]);
+    assert_eq!(vals(&a.le(2)?), vec![1., 1., 0., 0.]);
+    assert_eq!(vals(&a.ne(2)?), vec![1., 0., 1., 1.]);
+    assert_eq!(vals(&a.lt(&a)?), vec![0.; 4]);
+    assert_eq!(vals(&a.ge(3.0)?), vec![0., 0., 1., 1.]);
+    // int tensor compared with a float scalar compares in float
+    assert_eq!(vals(&Tensor::new(&[1i64, 2], dev)?.lt(1.5)?), vec![1., 0.]);
+    let w = m.where_(&a, 0.0)?;
+    assert_eq!(vals(&w), vec![0., 0., 3., 4.]);
+    let cond = Tensor::new(&[true, false], dev)?;
+    let w2 = cond.where_(&a, &t(dev, &[-1., -2.], &[2, 1]))?;
+    assert_eq!(vals(&w2), vec![1., -1., 3., -2.]);
+    assert_eq!(cond.where_(1, 0)?.dtype(), DType::I64);
+    assert_eq!(cond.where_(1.0, 0)?.dtype(), DType::F32);
+    assert!(a.where_(&a, &a).is_err(), "condition must be bool");
+    let f = a.masked_fill(&m, -1.0)?;
+    assert_eq!(vals(&f), vec![1., 2., -1., -1.]);
+    let col = Tensor::new(&[[true], [false]], dev)?;
+    assert_eq!(vals(&a.masked_fill(&col, 0.0)?), vec![0., 0., 3., 4.]);
+    let i = Tensor::new(&[1i64, 2], dev)?;
+    assert!(
+        i.masked_fill(&cond, 0.5).is_err(),
+        "float value into an int tensor"
+    );
+    assert_eq!(i.masked_fill(&cond, 7)?.to_vec1::<i64>()?, vec![7, 2]);
+    assert!(a.masked_fill(&a, 0.0).is_err(), "mask must be bool");
+    Ok(())
+}
+
+fn non_contiguous_inputs(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?;
+    let at = a.t()?; // [3,2], strides [1,3]
+    assert!(!at.is_contiguous());
+    let s = at.add(&Tensor::ones([3, 2], DType::F32, dev)?)?;
+    assert_eq!(vals(&s), vec![1., 4., 2., 5., 3., 6.]);
+    assert_eq!(vals(&at.mul(&at)?), vec![0., 9., 1., 16., 4., 25.]);
+    let stepped = Tensor::arange(0f32, 10., dev)?.slice(0, Some(1), None, 3)?;
+    assert_close(&vals(&stepped.exp()?.log()?), &[1., 4., 7.], 1e-6, 0.0);
+    // big enough to take the parallel path, strided
+    let big = Tensor::arange(0f32, 300_000., dev)?
+        .reshape([600, 500])?
+        .t()?;
+    let y = big.mul(2.0)?;
+    let row1: Vec<f64> = (0..600).map(|i| 2.0 * (i * 500 + 1) as f64).collect();
+    assert_eq!(vals(&y.i(1)?), row1);
+    Ok(())
+}
+
+fn in_place_ops(dev: &Device) -> Result<()> {
+    let a = Tensor::zeros([2, 3], DType::F32, dev)?;
+    a.add_(1.0)?;
+    a.mul_(&t(dev, &[1., 2., 3.], &[3]))?;
+    assert_eq!(vals(&a), vec![1., 2., 3., 1., 2., 3.]);
+    // through a view: column 1 of a
+    let col = a.i((.., 1))?;
+    col.sub_(10.0)?;
+    assert_eq!(vals(&a), vec![1., -8., 3., 1., -8., 3.]);
+    // aliasing: a += a
+    a.add_(&a)?;
+    assert_eq!(vals(&a), vec![2., -16., 6., 2., -16., 6.]);
+    // transposed destination
+    let b = Tensor::zeros([3, 2], DType::F32, dev)?;
+    b.t()?
+        .copy_(&Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?)?;
+    assert_eq!(vals(&b), vec![0., 3., 1., 4., 2., 5.]);
+    // int tensor += float is refused; float += int is fine
+    let i = Tensor::new(&[1i64, 2], dev)?;
+    assert!(i.add_(0.5).is_err());
+    assert!(
+        i.div_(2).is_err(),
+        "true division result cannot go into int64"
+    );
+    let f = t(dev, &[1., 2.], &[2]);
+    f.add_(&i)?;
+    assert_eq!(vals(&f), vec![2., 4.]);
+    // the destination cannot grow by broadcasting, nor be an expanded view
+    assert!(f.add_(&Tensor::ones([2, 2], DType::F32, dev)?).is_err());
+    let e = Tensor::ones([1], DType::F32, dev)?.expand([3])?;
+    assert!(e.add_(1.0).is_err());
+    // f64 into f32 storage computes in f64 and casts
+    f.mul_(&Tensor::new(&[0.5f64, 0.25], dev)?)?;
+    assert_eq!((f.dtype(), vals(&f)), (DType::F32, vec![1., 1.]));
+    Ok(())
+}
+
+fn operators(dev: &Device) -> Result<()> {
+    let a = t(dev, &[1., 2.], &[2]);
+    let b = t(dev, &[3., 4.], &[2]);
+    assert_eq!(vals(&(&a + &b)), vec![4., 6.]);
+    assert_eq!(vals(&(&a - &b)), vec![-2., -2.]);
+    assert_eq!(vals(&(&a * 2.0)), vec![2., 4.]);
+    assert_eq!(vals(&(&b / &a)), vec![3., 2.]);
+    assert_eq!(vals(&(1.0 - &a)), vec![0., -1.]);
+    assert_eq!(vals(&(2.0 * &a)), vec![2., 4.]);
+    assert_eq!(vals(&(4.0 / &a)), vec![4., 2.]);
+    assert_eq!(vals(&-&a), vec![-1., -2.]);
+    // owned left operand: computed in place when nothing else holds it
+    let c = &a + &b;
+    let d = c * &a;
+    assert_eq!(vals(&d), vec![4., 12.]);
+    // ...and never when something else does
+    let e = a.clone();
+    let f = e + &b;
+    assert_eq!((vals(&a), vals(&f)), (vec![1., 2.], vec![4., 6.]));
+    let g = (&a * 1.0) + 1.0;
+    assert_eq!(vals(&g), vec![2., 3.]);
+    Ok(())
+}
+
+device_test!(
+    arithmetic_broadcasts,
+    scalar_operands_and_promotion,
+    unary_math,
+    binary_extras,
+    comparisons_where_masked_fill,
+    non_contiguous_inputs,
+    in_place_ops,
+    operators,
+);
+
+#[test]
+#[should_panic(expected = "must match the size of tensor b")]
+fn operators_panic_with_the_error_message() {
+    let a = Tensor::zeros([2], DType::F32, &Device::Cpu).unwrap();
+    let b = Tensor::zeros([3], DType::F32, &Device::Cpu).unwrap();
+    let _ = &a + &b;
+}

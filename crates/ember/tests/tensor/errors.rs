@@ -1,0 +1,156 @@
+//! Bad input is an error with a message that names the op, never a panic.
+
+use ember::prelude::*;
+
+/// Asserts `r` is an error whose message contains every fragment.
+#[track_caller]
+fn err_has<T: std::fmt::Debug>(r: Result<T>, fragments: &[&str]) {
+    let e = r.expect_err("expected an error").to_string();
+    for f in fragments {
+        assert!(e.contains(f), "error {e:?} does not mention {f:?}");
+    }
+}
+
+fn bad_input_is_an_error(dev: &Device) -> Result<()> {
+    let a = Tensor::zeros([2, 3], DType::F32, dev)?;
+    let b = Tensor::zeros([4], DType::F32, dev)?;
+    let i = Tensor::zeros([2, 3], DType::I64, dev)?;
+    err_has(a.add(&b), &["add", "(3)", "(4)", "[2, 3]", "[4]"]);
+    err_has(
+        a.mul(&Tensor::zeros([3, 3], DType::F32, dev)?),
+        &["mul", "dimension 0"],
+    );
+    err_has(
+        a.sum(2, false),
+        &["sum", "dimension out of range", "[-2, 1]", "got 2"],
+    );
+    err_has(a.sum([0, 0], false), &["sum", "multiple times"]);
+    err_has(a.mean(-3, true), &["mean", "got -3"]);
+    err_has(a.argmax(5, false), &["argmax"]);
+    err_has(a.softmax(3), &["softmax"]);
+    err_has(a.transpose(0, 2), &["transpose"]);
+    err_has(a.unsqueeze(4), &["unsqueeze"]);
+    err_has(a.squeeze(-3), &["squeeze"]);
+    err_has(a.narrow(2, 0, 1), &["narrow"]);
+    err_has(
+        a.reshape([4, 2]),
+        &["reshape", "invalid for input of size 6"],
+    );
+    err_has(a.view([7, -1]), &["view"]);
+    err_has(a.matmul(&a), &["matmul", "2x3 and 2x3"]);
+    err_has(
+        a.matmul(&i.t()?),
+        &["matmul", "same dtype", "float32", "int64"],
+    );
+    err_has(Tensor::new(1f32, dev)?.matmul(&a), &["at least 1D"]);
+    err_has(a.conv2d(&a, None, Conv2dOptions::default()), &["conv2d"]);
+    let x = Tensor::zeros([1, 3, 5, 5], DType::F32, dev)?;
+    let w = Tensor::zeros([2, 3, 3, 3], DType::F32, dev)?;
+    err_has(
+        x.conv2d(
+            &Tensor::zeros([2, 2, 3, 3], DType::F32, dev)?,
+            None,
+            Conv2dOptions::default(),
+        ),
+        &["conv2d", "channels"],
+    );
+    err_has(
+        x.conv2d(
+            &w,
+            Some(&Tensor::zeros([3], DType::F32, dev)?),
+            Conv2dOptions::default(),
+        ),
+        &["conv2d", "bias"],
+    );
+    err_has(
+        x.conv2d(&w, None, Conv2dOptions::default().groups(2)),
+        &["conv2d"],
+    );
+    err_has(
+        x.conv2d(&w, None, Conv2dOptions::default().stride(0)),
+        &["stride"],
+    );
+    err_has(
+        x.conv2d(
+            &Tensor::zeros([2, 3, 7, 7], DType::F32, dev)?,
+            None,
+            Conv2dOptions::default(),
+        ),
+        &["kernel size"],
+    );
+    err_has(
+        x.conv2d(&w.to_dtype(DType::F64)?, None, Conv2dOptions::default()),
+        &["conv2d", "float64"],
+    );
+    err_has(
+        x.to_dtype(DType::I64)?.max_pool2d(Pool2dOptions::new(2)),
+        &["max_pool2d", "int64"],
+    );
+    err_has(
+        a.max_pool2d(Pool2dOptions::new(2)),
+        &["max_pool2d", "3-D or 4-D"],
+    );
+    err_has(Tensor::cat(&[&a, &b], 0), &["cat"]);
+    err_has(Tensor::stack(&[&a, &b], 0), &["stack"]);
+    err_has(
+        a.index_select(0, &Tensor::new(&[5i64], dev)?),
+        &["index_select", "index 5", "size 2"],
+    );
+    err_has(
+        a.index_select(0, &Tensor::new(&[0.0f32], dev)?),
+        &["index_select", "int64"],
+    );
+    err_has(
+        a.gather(0, &Tensor::new(&[[0i64, 1, 2, 0]], dev)?),
+        &["gather"],
+    );
+    err_has(
+        a.scatter_add(0, &Tensor::new(&[[0i64]], dev)?, &i),
+        &["scatter_add"],
+    );
+    err_has(a.where_(&a, &a), &["where", "bool"]);
+    err_has(a.masked_fill(&a, 1.0), &["masked_fill", "bool"]);
+    err_has(i.mean_all(), &["mean", "int64"]);
+    err_has(i.add_(1.5), &["add_", "can't be cast"]);
+    err_has(
+        a.add_(&Tensor::zeros([2, 2, 3], DType::F32, dev)?),
+        &["add_", "broadcast shape"],
+    );
+    err_has(a.expand([3, 3]), &["expand"]);
+    err_has(a.split(0, 0), &["split"]);
+    err_has(a.item::<f32>(), &["item", "6 elements"]);
+    err_has(a.i((0, 0, 0)), &["too many indices"]);
+    err_has(a.select(1, 3), &["select", "index 3", "size 3"]);
+    err_has(a.permute([0]), &["permute"]);
+    err_has(a.clamp(None, None), &["clamp"]);
+    err_has(
+        Tensor::arange_step(0f32, 1.0, 0.0, dev),
+        &["arange", "step"],
+    );
+    err_has(Tensor::arange_step(0i64, 10, -1, dev), &["arange"]);
+    err_has(
+        Tensor::from_vec(vec![1f32; 3], [2, 2], dev),
+        &["from_vec", "4 elements", "has 3"],
+    );
+    err_has(
+        Tensor::zeros([2, -3], DType::F32, dev),
+        &["negative dimension"],
+    );
+    err_has(Tensor::randint(5, 5, [2], dev), &["randint"]);
+    Ok(())
+}
+
+device_test!(bad_input_is_an_error);
+
+#[test]
+fn parse_errors_list_the_accepted_forms() {
+    for s in ["gpu0", "cuda:a", "cuda:-1", "", "metal"] {
+        let e = s.parse::<Device>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"cpu\"") && e.contains("\"cuda\"") && e.contains("\"cuda:N\""),
+            "{e}"
+        );
+    }
+    let e = "f8".parse::<DType>().unwrap_err().to_string();
+    assert!(e.contains("float32") && e.contains("int64"), "{e}");
+}

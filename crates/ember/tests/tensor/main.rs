@@ -1,0 +1,55 @@
+//! Tensor op tests. Each op's test body takes a `&Device` and runs on the CPU and,
+//! where a GPU is present, on `cuda:0` (the CUDA variant says why it skipped).
+
+/// Makes `name::cpu` and `name::cuda` tests from `fn name(dev: &Device) -> Result<()>`.
+macro_rules! device_test {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn cpu() -> ember::Result<()> {
+                super::$name(&ember::Device::Cpu)
+            }
+            #[test]
+            fn cuda() -> ember::Result<()> {
+                if let Some(reason) = ember::cuda::unavailable_reason() {
+                    eprintln!("skipped {}::cuda: {reason}", stringify!($name));
+                    return Ok(());
+                }
+                super::$name(&ember::Device::Cuda(0))
+            }
+        }
+    )*};
+}
+
+/// Asserts two float slices agree within `atol + rtol * |expected|` (NaN matches NaN).
+#[track_caller]
+fn assert_close(got: &[f64], want: &[f64], rtol: f64, atol: f64) {
+    assert_eq!(got.len(), want.len(), "length: got {got:?}, want {want:?}");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= atol + rtol * w.abs();
+        assert!(
+            ok,
+            "element {i}: got {g}, want {w}\n got {got:?}\nwant {want:?}"
+        );
+    }
+}
+
+/// Tests that seed the global generator hold this so that no other test draws
+/// numbers between their `manual_seed` and their draws.
+fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The values of `t` as f64, row-major.
+fn vals(t: &ember::Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().expect("to_vec")
+}
+
+mod creation;
+mod elementwise;
+mod errors;
+mod linalg;
+mod props;
+mod reduce;
+mod views;

@@ -1,0 +1,156 @@
+use super::{assert_close, vals};
+use ember::prelude::*;
+
+fn sums_and_means(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0f32, 24., dev)?.reshape([2, 3, 4])?;
+    assert_eq!(a.sum_all()?.item::<f32>()?, 276.0);
+    assert_eq!(a.sum_all()?.rank(), 0);
+    let s1 = a.sum(1, false)?;
+    assert_eq!(s1.shape(), &[2, 4]);
+    assert_eq!(vals(&s1), vec![12., 15., 18., 21., 48., 51., 54., 57.]);
+    let s = a.sum([0, 2], true)?;
+    assert_eq!(
+        (s.shape(), vals(&s)),
+        (&[1usize, 3, 1][..], vec![60., 92., 124.])
+    );
+    assert_eq!(vals(&a.sum(-1, false)?)[..3], [6., 22., 38.]);
+    assert_eq!(vals(&a.mean(-1, false)?)[..3], [1.5, 5.5, 9.5]);
+    assert_eq!(a.mean_all()?.item::<f64>()?, 11.5);
+    // over a transposed (non-contiguous) input
+    let t = a.transpose(0, 2)?;
+    assert_eq!(vals(&t.sum(2, false)?), vals(&a.sum(0, false)?.t()?));
+    // integer and bool sums are int64
+    let i = Tensor::new(&[[1u8, 2], [3, 250]], dev)?;
+    assert_eq!(i.sum_all()?.dtype(), DType::I64);
+    assert_eq!(i.sum_all()?.item::<i64>()?, 256);
+    assert_eq!(
+        Tensor::new(&[true, true, false], dev)?
+            .sum_all()?
+            .item::<i64>()?,
+        2
+    );
+    assert!(
+        i.mean_all().is_err(),
+        "mean of integers needs a float dtype"
+    );
+    // empty reductions: sum is 0, mean is NaN, max has no identity
+    let e = Tensor::zeros([0, 3], DType::F32, dev)?;
+    assert_eq!(vals(&e.sum(0, false)?), vec![0.; 3]);
+    assert!(vals(&e.mean(0, false)?)[0].is_nan());
+    assert!(e.max(0, false).is_err());
+    assert_eq!(e.max(1, false)?.shape(), &[0]);
+    // a long sum in parallel chunks stays accurate
+    let ones = Tensor::ones([3_000_000], DType::F32, dev)?;
+    assert_eq!(ones.sum_all()?.item::<f32>()?, 3_000_000.0);
+    // f16 sums accumulate in f32
+    let h = Tensor::full([4096], 0.1, DType::F16, dev)?;
+    assert!((h.sum_all()?.item::<f64>()? - 409.5).abs() < 0.5);
+    Ok(())
+}
+
+fn max_min_arg(dev: &Device) -> Result<()> {
+    let a = Tensor::new(&[[3f32, 7., 7.], [9., -1., 2.]], dev)?;
+    assert_eq!(a.max_all()?.item::<f32>()?, 9.0);
+    assert_eq!(a.min_all()?.item::<f32>()?, -1.0);
+    assert_eq!(vals(&a.max(1, false)?), vec![7., 9.]);
+    assert_eq!(vals(&a.min(0, true)?), vec![3., -1., 2.]);
+    assert_eq!(
+        a.argmax(1, false)?.to_vec1::<i64>()?,
+        vec![1, 0],
+        "first of equal maxima"
+    );
+    assert_eq!(a.argmin(0, false)?.to_vec1::<i64>()?, vec![0, 1, 1]);
+    assert_eq!(a.argmax_all()?.item::<i64>()?, 3);
+    assert_eq!(a.argmin_all()?.item::<i64>()?, 4);
+    assert_eq!(a.argmax(-1, true)?.shape(), &[2, 1]);
+    let (v, i) = a.max_dim(0, false)?;
+    assert_eq!(
+        (vals(&v), i.to_vec1::<i64>()?),
+        (vec![9., 7., 7.], vec![1, 0, 0])
+    );
+    // NaN is the max and the min
+    let n = Tensor::new(&[1f32, f32::NAN, 3.], dev)?;
+    assert!(n.max_all()?.item::<f32>()?.is_nan());
+    assert!(n.min_all()?.item::<f32>()?.is_nan());
+    assert_eq!(n.argmax_all()?.item::<i64>()?, 1);
+    assert_eq!(n.argmin_all()?.item::<i64>()?, 1);
+    // integer max keeps the dtype
+    let i = Tensor::new(&[4i64, -9, 2], dev)?;
+    assert_eq!(
+        (i.max_all()?.dtype(), i.max_all()?.item::<i64>()?),
+        (DType::I64, 4)
+    );
+    assert_eq!(Tensor::new(&[5u8, 9], dev)?.min_all()?.item::<u8>()?, 5);
+    Ok(())
+}
+
+fn var_std(dev: &Device) -> Result<()> {
+    let a = Tensor::new(&[[1f64, 2., 3., 4.], [2., 4., 6., 8.]], dev)?;
+    assert_close(
+        &vals(&a.var(1, false)?),
+        &[5.0 / 3.0, 20.0 / 3.0],
+        1e-12,
+        0.0,
+    );
+    assert_close(
+        &vals(&a.var_correction(1, 0.0, false)?),
+        &[1.25, 5.0],
+        1e-12,
+        0.0,
+    );
+    assert_close(
+        &vals(&a.std(1, true)?),
+        &[(5.0f64 / 3.0).sqrt(), (20.0f64 / 3.0).sqrt()],
+        1e-12,
+        0.0,
+    );
+    assert_close(&vals(&a.var(0, false)?), &[0.5, 2.0, 4.5, 8.0], 1e-12, 0.0);
+    let all = a.var_all()?.item::<f64>()?;
+    let v: Vec<f64> = vals(&a);
+    let m = v.iter().sum::<f64>() / 8.0;
+    assert!((all - v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 7.0).abs() < 1e-12);
+    assert!((a.std_all()?.item::<f64>()? - all.sqrt()).abs() < 1e-12);
+    // one sample: unbiased variance is NaN (PyTorch gives nan with a warning)
+    assert!(Tensor::new(&[1f32], dev)?
+        .var_all()?
+        .item::<f32>()?
+        .is_nan());
+    assert!(Tensor::new(&[1i64, 2], dev)?.var_all().is_err());
+    Ok(())
+}
+
+fn softmax_family(dev: &Device) -> Result<()> {
+    let x = Tensor::new(&[[1f32, 2., 3.], [1000., 1001., 1002.]], dev)?;
+    let s = x.softmax(-1)?;
+    let e = [1f64.exp(), 2f64.exp(), 3f64.exp()];
+    let z: f64 = e.iter().sum();
+    let want: Vec<f64> = e.iter().map(|v| v / z).collect();
+    assert_close(&vals(&s)[..3], &want, 1e-6, 0.0);
+    assert_close(&vals(&s)[3..], &want, 1e-6, 0.0);
+    let ls = x.log_softmax(1)?;
+    assert_close(
+        &vals(&ls)[3..],
+        &want.iter().map(|v| v.ln()).collect::<Vec<_>>(),
+        1e-6,
+        1e-6,
+    );
+    // along dim 0 (not the last): columns sum to one
+    let c = x.softmax(0)?;
+    assert_close(&vals(&c.sum(0, false)?), &[1.0; 3], 1e-6, 0.0);
+    assert_close(&vals(&c.i(1)?), &[1.0; 3], 1e-6, 0.0);
+    // -inf entries get probability 0; a transposed input works
+    let m = Tensor::new(&[0f32, f32::NEG_INFINITY], dev)?;
+    assert_eq!(vals(&m.softmax(0)?), vec![1.0, 0.0]);
+    let t = x.t()?.softmax(0)?;
+    assert_close(&vals(&t.t()?), &vals(&s), 1e-6, 0.0);
+    assert!(Tensor::new(&[1i64], dev)?.softmax(0).is_err());
+    assert!(x.softmax(2).is_err());
+    let h = x.to_dtype(DType::BF16)?.softmax(-1)?;
+    assert_eq!(h.dtype(), DType::BF16);
+    assert_close(&vals(&h)[..3], &vals(&s)[..3], 1e-2, 1e-3);
+    // bf16 cannot tell 1000, 1001 and 1002 apart (spacing 4 there): equal shares
+    assert_close(&vals(&h)[3..], &[1.0 / 3.0; 3], 1e-2, 0.0);
+    Ok(())
+}
+
+device_test!(sums_and_means, max_min_arg, var_std, softmax_family);

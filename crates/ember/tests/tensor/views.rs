@@ -1,0 +1,218 @@
+use super::vals;
+use ember::prelude::*;
+
+fn reshape_view_flatten(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0f32, 12., dev)?;
+    let r = a.reshape([3, -1])?;
+    assert_eq!(
+        (r.shape(), r.stride()),
+        (&[3usize, 4][..], &[4usize, 1][..])
+    );
+    assert_eq!(vals(&a.view([2, 2, 3])?.i((1, 1))?), vec![9., 10., 11.]);
+    let t = r.t()?;
+    assert!(
+        t.view([12]).is_err(),
+        "a transposed matrix cannot be viewed flat"
+    );
+    assert_eq!(
+        vals(&t.reshape([12])?)[..4],
+        [0., 4., 8., 1.],
+        "reshape copies instead"
+    );
+    assert_eq!(r.flatten_all()?.shape(), &[12]);
+    let b = a.reshape([2, 3, 2])?;
+    assert_eq!(b.flatten(1, 2)?.shape(), &[2, 6]);
+    assert_eq!(b.flatten(0, 1)?.shape(), &[6, 2]);
+    assert_eq!(Tensor::new(5f32, dev)?.flatten_all()?.shape(), &[1]);
+    assert!(
+        a.reshape([5, -1]).is_err() && a.reshape([-1, -1]).is_err() && a.reshape([3, 3]).is_err()
+    );
+    // reshape of a view shares storage: writing through it changes the base
+    let v = a.view([3, 4])?;
+    v.i((0, 0))?.add_(100.0)?;
+    assert_eq!(vals(&a)[0], 100.0);
+    Ok(())
+}
+
+fn squeeze_unsqueeze_transpose_permute(dev: &Device) -> Result<()> {
+    let a = Tensor::zeros([2, 1, 3, 1], DType::F32, dev)?;
+    assert_eq!(a.squeeze(1)?.shape(), &[2, 3, 1]);
+    assert_eq!(
+        a.squeeze(0)?.shape(),
+        &[2, 1, 3, 1],
+        "no-op on a size that is not 1"
+    );
+    assert_eq!(a.squeeze(-1)?.shape(), &[2, 1, 3]);
+    assert_eq!(a.squeeze_all()?.shape(), &[2, 3]);
+    assert_eq!(a.unsqueeze(0)?.shape(), &[1, 2, 1, 3, 1]);
+    assert_eq!(a.unsqueeze(-1)?.shape(), &[2, 1, 3, 1, 1]);
+    assert_eq!(a.unsqueeze(4)?.shape(), &[2, 1, 3, 1, 1]);
+    let b = Tensor::arange(0f32, 24., dev)?.reshape([2, 3, 4])?;
+    let p = b.permute([2, 0, 1])?;
+    assert_eq!(
+        (p.shape(), p.stride()),
+        (&[4usize, 2, 3][..], &[1usize, 12, 4][..])
+    );
+    assert_eq!(vals(&p.i((1, 1))?), vec![13., 17., 21.]);
+    assert_eq!(vals(&b.transpose(0, -1)?.i((3, 2))?), vec![11., 23.]);
+    assert_eq!(b.t().map(|_| ()).is_err(), true, "t() needs <= 2 dims");
+    assert_eq!(Tensor::arange(0f32, 3., dev)?.t()?.shape(), &[3]);
+    assert!(b.permute([0, 0, 1]).is_err() && b.permute([0, 1]).is_err());
+    Ok(())
+}
+
+fn narrow_slice_select_index(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0i64, 20, dev)?.reshape([4, 5])?;
+    assert_eq!(
+        a.narrow(1, 1, 2)?.to_vec2::<i64>()?,
+        vec![vec![1, 2], vec![6, 7], vec![11, 12], vec![16, 17]]
+    );
+    assert_eq!(
+        a.narrow(0, -1, 1)?.to_vec2::<i64>()?,
+        vec![vec![15, 16, 17, 18, 19]]
+    );
+    assert!(a.narrow(1, 4, 2).is_err());
+    assert_eq!(
+        a.slice(1, Some(0), None, 2)?.i(0)?.to_vec1::<i64>()?,
+        vec![0, 2, 4]
+    );
+    assert_eq!(
+        a.slice(1, Some(-2), None, 1)?.i(1)?.to_vec1::<i64>()?,
+        vec![8, 9]
+    );
+    assert_eq!(
+        a.slice(0, Some(3), Some(100), 1)?.shape(),
+        &[1, 5],
+        "bounds clamp"
+    );
+    assert_eq!(a.slice(0, Some(3), Some(1), 1)?.shape(), &[0, 5]);
+    assert_eq!(a.select(1, -1)?.to_vec1::<i64>()?, vec![4, 9, 14, 19]);
+    assert!(a.select(0, 4).is_err());
+    assert_eq!(a.i((1..3, 2))?.to_vec1::<i64>()?, vec![7, 12]);
+    assert_eq!(a.i((.., ..=1))?.shape(), &[4, 2]);
+    assert_eq!(a.i(-1)?.to_vec1::<i64>()?, vec![15, 16, 17, 18, 19]);
+    assert_eq!(a.i((2, 3))?.item::<i64>()?, 13);
+    assert!(a.i((0, 0, 0)).is_err());
+    Ok(())
+}
+
+fn expand_and_contiguous(dev: &Device) -> Result<()> {
+    let a = Tensor::new(&[[1f32], [2.]], dev)?;
+    let e = a.expand([2, 3])?;
+    assert_eq!(
+        (e.stride(), vals(&e)),
+        (&[1usize, 0][..], vec![1., 1., 1., 2., 2., 2.])
+    );
+    assert_eq!(a.expand([4, -1, 3])?.shape(), &[4, 2, 3]);
+    assert!(a.expand([3, 3]).is_err());
+    assert_eq!(a.broadcast_to([2, 2])?.shape(), &[2, 2]);
+    let c = e.contiguous()?;
+    assert!(c.is_contiguous() && !e.is_contiguous());
+    assert_eq!(vals(&c), vals(&e));
+    let same = c.contiguous()?;
+    assert_eq!(same.stride(), c.stride());
+    Ok(())
+}
+
+fn cat_stack_split_chunk(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?;
+    let b = Tensor::arange(6f32, 9., dev)?.reshape([1, 3])?;
+    let c = Tensor::cat(&[&a, &b], 0)?;
+    assert_eq!(
+        (c.shape(), vals(&c)),
+        (&[3usize, 3][..], (0..9).map(|x| x as f64).collect())
+    );
+    let d = Tensor::cat(&[&a, &a.t()?.contiguous()?.reshape([2, 3])?], 1)?;
+    assert_eq!(d.shape(), &[2, 6]);
+    assert_eq!(vals(&d.i(1)?), vec![3., 4., 5., 4., 2., 5.]);
+    let t = a.t()?; // non-contiguous input
+    assert_eq!(
+        vals(&Tensor::cat(&[&t, &t], -1)?.i(0)?),
+        vec![0., 3., 0., 3.]
+    );
+    assert_eq!(
+        Tensor::cat(&[&a, &a.to_dtype(DType::F64)?], 0)?.dtype(),
+        DType::F64
+    );
+    assert!(Tensor::cat(&[&a, &b.reshape([3, 1])?], 0).is_err());
+    assert!(Tensor::cat(&[], 0).is_err());
+    let s = Tensor::stack(&[&a, &a], 1)?;
+    assert_eq!(s.shape(), &[2, 2, 3]);
+    assert_eq!(vals(&s.i((1, 1))?), vec![3., 4., 5.]);
+    assert!(Tensor::stack(&[&a, &b], 0).is_err());
+    let x = Tensor::arange(0i64, 10, dev)?;
+    let parts = x.split(4, 0)?;
+    assert_eq!(
+        parts.iter().map(|p| p.numel()).collect::<Vec<_>>(),
+        vec![4, 4, 2]
+    );
+    assert_eq!(parts[2].to_vec1::<i64>()?, vec![8, 9]);
+    let ws = x.split_with_sizes(&[1, 9], 0)?;
+    assert_eq!(ws[1].to_vec1::<i64>()?[0], 1);
+    assert!(x.split_with_sizes(&[1, 2], 0).is_err());
+    let ch = x.chunk(3, 0)?;
+    assert_eq!(
+        ch.iter().map(|p| p.numel()).collect::<Vec<_>>(),
+        vec![4, 4, 2]
+    );
+    assert_eq!(
+        Tensor::arange(0i64, 6, dev)?.chunk(4, 0)?.len(),
+        3,
+        "torch.chunk may return fewer"
+    );
+    assert!(x.chunk(0, 0).is_err());
+    Ok(())
+}
+
+fn index_ops(dev: &Device) -> Result<()> {
+    let a = Tensor::arange(0f32, 12., dev)?.reshape([3, 4])?;
+    let idx = Tensor::new(&[2i64, 0, -1], dev)?;
+    let r = a.index_select(0, &idx)?;
+    assert_eq!(r.shape(), &[3, 4]);
+    assert_eq!(vals(&r.i(0)?), vec![8., 9., 10., 11.]);
+    assert_eq!(vals(&r.i(2)?), vec![8., 9., 10., 11.]);
+    let c = a.index_select(1, &Tensor::new(&[3i64, 3], dev)?)?;
+    assert_eq!(vals(&c), vec![3., 3., 7., 7., 11., 11.]);
+    assert_eq!(
+        a.t()?.index_select(1, &Tensor::new(&[1i64], dev)?)?.shape(),
+        &[4, 1]
+    );
+    assert!(a.index_select(0, &Tensor::new(&[3i64], dev)?).is_err());
+    assert!(a.index_select(0, &Tensor::new(&[0f32], dev)?).is_err());
+    let g = a.gather(1, &Tensor::new(&[[0i64, 0], [1, 0], [3, 2]], dev)?)?;
+    assert_eq!(vals(&g), vec![0., 0., 5., 4., 11., 10.]);
+    let g0 = a.gather(0, &Tensor::new(&[[2i64, 1, 0, 0]], dev)?)?;
+    assert_eq!(vals(&g0), vec![8., 5., 2., 3.]);
+    assert!(a.gather(1, &Tensor::new(&[[4i64]], dev)?).is_err());
+    assert!(
+        a.gather(1, &Tensor::new(&[0i64], dev)?).is_err(),
+        "index rank must match"
+    );
+    let z = Tensor::zeros([2, 3], DType::F32, dev)?;
+    let src = Tensor::ones([2, 3], DType::F32, dev)?;
+    let sa = z.scatter_add(1, &Tensor::new(&[[0i64, 0, 2], [1, 1, 1]], dev)?, &src)?;
+    assert_eq!(vals(&sa), vec![2., 0., 1., 0., 3., 0.]);
+    assert_eq!(vals(&z), vec![0.; 6], "out of place");
+    let sa0 = z.scatter_add(0, &Tensor::new(&[[1i64, 0, 1]], dev)?, &src)?;
+    assert_eq!(vals(&sa0), vec![0., 1., 0., 1., 0., 1.]);
+    let oh = Tensor::new(&[0i64, 2, 1], dev)?.one_hot(3)?;
+    assert_eq!(
+        (oh.dtype(), oh.to_vec2::<i64>()?),
+        (
+            DType::I64,
+            vec![vec![1, 0, 0], vec![0, 0, 1], vec![0, 1, 0]]
+        )
+    );
+    assert!(Tensor::new(&[3i64], dev)?.one_hot(3).is_err());
+    assert!(Tensor::new(&[0f32], dev)?.one_hot(3).is_err());
+    Ok(())
+}
+
+device_test!(
+    reshape_view_flatten,
+    squeeze_unsqueeze_transpose_permute,
+    narrow_slice_select_index,
+    expand_and_contiguous,
+    cat_stack_split_chunk,
+    index_ops,
+);
