@@ -153,11 +153,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let elapsed = start.elapsed();
     let accuracy = |x: &Tensor, y: &Tensor| -> ember::Result<f64> {
         let pred = x.matmul(&w)?.add(&b)?.argmax(-1, false)?;
-        Ok(pred
-            .eq(y)?
-            .to_dtype(DType::F32)?
-            .mean_all()?
-            .item::<f64>()?)
+        pred.eq(y)?.to_dtype(DType::F32)?.mean_all()?.item::<f64>()
     };
     println!("device: {device}");
     println!(

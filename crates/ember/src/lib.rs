@@ -47,3 +47,8 @@ pub mod cpu {
 pub mod prelude {
     pub use crate::{Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor};
 }
+
+// Compile and run the README's examples as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

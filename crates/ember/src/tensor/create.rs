@@ -132,12 +132,19 @@ impl Tensor {
 
     /// `torch.arange(start, end)` with step 1; the dtype is `T`'s.
     pub fn arange<T: WithDType>(start: T, end: T, device: &Device) -> Result<Tensor> {
-        Tensor::arange_step(start, end, T::from_f64(1.0), device)
+        Tensor::arange_step(start.to_f64(), end.to_f64(), 1.0, T::DTYPE, device)
     }
 
-    /// `torch.arange(start, end, step)`: `ceil((end - start) / step)` values.
-    pub fn arange_step<T: WithDType>(start: T, end: T, step: T, device: &Device) -> Result<Tensor> {
-        let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+    /// `torch.arange(start, end, step, dtype=...)`: `ceil((end - start) / step)`
+    /// values `start + i * step`, computed in f64 and converted to `dtype`.
+    pub fn arange_step(
+        start: f64,
+        end: f64,
+        step: f64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let (s, e, st) = (start, end, step);
         if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
             return Err(Error::invalid(
                 "arange",
@@ -152,8 +159,14 @@ impl Tensor {
         }
         check_creatable("arange", device)?;
         let n = ((e - s) / st).ceil().max(0.0) as usize;
-        let v: Vec<T> = (0..n).map(|i| T::from_f64(s + i as f64 * st)).collect();
-        Ok(Tensor::from_cpu(T::wrap(v), &[n]))
+        if dtype == DType::I64 {
+            // exact integers, also beyond 2^53
+            let (s, st) = (s as i64, st as i64);
+            let v: Vec<i64> = (0..n as i64).map(|i| s + i * st).collect();
+            return Ok(Tensor::from_cpu(CpuData::I64(v), &[n]));
+        }
+        let v: Vec<f64> = (0..n).map(|i| s + i as f64 * st).collect();
+        Tensor::from_cpu(CpuData::F64(v), &[n]).to_dtype(dtype)
     }
 
     /// `torch.linspace(start, end, steps)` in `dtype`.

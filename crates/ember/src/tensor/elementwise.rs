@@ -462,15 +462,6 @@ impl Tensor {
         }
         super::same_device("masked_fill", &[self, mask])?;
         let value = value.into();
-        if value.dtype().is_float() && !self.dtype().is_float() {
-            return Err(Error::invalid(
-                "masked_fill",
-                format!(
-                    "value cannot be converted to type {} without overflow",
-                    self.dtype()
-                ),
-            ));
-        }
         mask.layout().broadcast_to("masked_fill", self.shape())?;
         let v = scalar_tensor(value, self.dtype());
         let out = mask.where_(&v, self)?;

@@ -16,7 +16,14 @@ impl Tensor {
         keepdim: bool,
         op: ReduceOp,
     ) -> Result<Tensor> {
-        let dims: Dims = dims.unwrap_or_else(|| (0..self.rank()).collect());
+        if self.rank() == 0 {
+            // a 0-d tensor reduces over its one element, whatever dim (0 or -1) was named
+            return self.reshape([1])?.reduce_op(name, None, false, op);
+        }
+        // like PyTorch, an empty dim list means every dim
+        let dims: Dims = dims
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| (0..self.rank()).collect());
         let needs_float = matches!(op, ReduceOp::Mean | ReduceOp::Var(_));
         if needs_float && !self.dtype().is_float() {
             return Err(Error::dtype(
@@ -25,8 +32,7 @@ impl Tensor {
                 "could not infer output dtype; input dtype must be floating point (use .to_dtype(DType::F32))",
             ));
         }
-        let empty_lane =
-            dims.iter().any(|&d| self.shape()[d] == 0) || (self.rank() == 0 && self.numel() == 0);
+        let empty_lane = dims.iter().any(|&d| self.shape()[d] == 0);
         if empty_lane && !matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var(_)) {
             return Err(Error::invalid(
                 name,
@@ -192,7 +198,7 @@ impl Tensor {
         };
         let row = t.shape()[last];
         let data = t
-            .with_cpu(|data, _| k::softmax_rows(data, row, log))
+            .with_cpu(|data, l| k::softmax_rows(data, l.offset()..l.offset() + l.numel(), row, log))
             .ok_or_else(|| Error::dtype(name, self.dtype(), ""))?;
         let out = Tensor::from_cpu(data, t.shape());
         if d == last {

@@ -79,7 +79,7 @@ pub(crate) fn infer_shape(op: &'static str, s: &impl IntoShape, numel: usize) ->
     }
     let mut out: Dims = spec.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::invalid(
                 op,
                 format!(

@@ -7,7 +7,7 @@ and arange formulas), so the output only changes when this script or the PyTorch
 version changes. crates/ember/tests/golden.rs replays every case through ember.
 
 Format (one case per line inside "cases"):
-  {"name", "family", "op", "params": {...}, "inputs": [INPUT...],
+  {"name": "FAMILY/CASE", "op", "params": {...} (absent when empty), "inputs": [INPUT...],
    "expected": {"tensor": T} | {"tensors": [T...]} | {"str": s} | {"error": msg},
    optional "rtol"/"atol" overriding the per-dtype defaults of the test}
   INPUT: a tensor T, optionally with "pre": [view ops applied before the op,
@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -311,7 +312,10 @@ def case(family, name, op, inputs, params=None, rtol=None, atol=None):
     assert name not in NAMES, name
     NAMES.add(name)
     try:
-        out = run_op(op, params, [i.torch() for i in inputs])
+        with warnings.catch_warnings():
+            # var/std with too few elements warn (and return nan/inf, which is recorded)
+            warnings.simplefilter("ignore")
+            out = run_op(op, params, [i.torch() for i in inputs])
         if isinstance(out, str):
             exp = {"str": out}
         elif isinstance(out, list):
@@ -320,8 +324,11 @@ def case(family, name, op, inputs, params=None, rtol=None, atol=None):
             exp = {"tensor": enc_tensor(out)}
     except Exception as e:  # PyTorch refuses: ember must return an error too
         exp = {"error": str(e).splitlines()[0][:200]}
-    c = {"name": name, "family": family, "op": op, "params": params,
-         "inputs": [i.enc() for i in inputs], "expected": exp}
+    c = {"name": name, "op": op}
+    if params:
+        c["params"] = params
+    c["inputs"] = [i.enc() for i in inputs]
+    c["expected"] = exp
     if rtol is not None:
         c["rtol"] = rtol
     if atol is not None:
@@ -340,6 +347,11 @@ def ri(*shape, lo=-5, hi=6, dtype=torch.int64):
 
 def pos(*shape, dtype=torch.float32):
     return ((torch.rand(tuple(shape), dtype=torch.float64) * 2 + 0.25) * 1000).round().div(1000).to(dtype)
+
+
+def d64(x):
+    """x as float64 with the same 3-decimal values (short JSON)."""
+    return (x.double() * 1000).round() / 1000
 
 
 def T(v, dtype=None):
@@ -381,7 +393,7 @@ for op in ["add", "sub", "mul", "div", "pow"]:
     case(FAM, f"{op}_float_scalar", op, [base, 2.5])
     case(FAM, f"{op}_int_scalar", op, [base, 3])
     case(FAM, f"{op}_neg_scalar", op, [base, -2.0])
-    case(FAM, f"{op}_float_scalar_f64", op, [base.double(), 0.75])
+    case(FAM, f"{op}_float_scalar_f64", op, [d64(base), 0.75])
 case(FAM, "pow_half_scalar", "pow", [pos(5), 0.5])
 case(FAM, "pow_neg_base_frac_exp", "pow", [T([-2.0, -1.0, 0.0, 1.0, 4.0]), 0.5])
 case(FAM, "pow_zero_exp", "pow", [T([-2.0, 0.0, float("nan")]), 0.0])
@@ -478,8 +490,13 @@ for op in UNARY:
     else:
         x = rn(2, 5, scale=2.0)
     case(FAM, f"{op}_f32", op, [x])
-    case(FAM, f"{op}_f64", op, [x.double()])
-    case(FAM, f"{op}_special", op, [T([NANV, INF, -INF, 0.0, -0.0, -1.0, 1e-30, 50.0, -50.0, 100.0])])
+    case(FAM, f"{op}_f64", op, [d64(x)])
+    special = [NANV, INF, -INF, 0.0, -0.0, -1.0, 1e-30, 50.0, -50.0, 100.0]
+    if op == "gelu":
+        # PyTorch's vectorised f32 GELU gives nan for +inf (its scalar path and f64
+        # give inf): an artefact of its erf approximation, not a behaviour to pin
+        special.remove(INF)
+    case(FAM, f"{op}_special", op, [T(special)])
     case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16)])
     case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16)])
     case(FAM, f"{op}_transposed", op, [In(rn(3, 4), [{"op": "transpose", "args": [0, 1]}])])
@@ -559,8 +576,6 @@ DIMSETS = [("d0", [0]), ("d1", [1]), ("dneg1", [-1]), ("d0_2", [0, 2]), ("dneg1_
 for op in ["sum", "mean", "max", "min"]:
     case(FAM, f"{op}_all", op, [x3], {"dims": None, "keepdim": False})
     for dn, dims in DIMSETS:
-        if op in ("max", "min") and dims == []:
-            continue  # amax(dim=[]) reduces everything in PyTorch; ember's max(&[]) differs by design
         for kd in (False, True):
             case(FAM, f"{op}_{dn}_{'keep' if kd else 'nokeep'}", op, [x3], {"dims": dims, "keepdim": kd})
     # non-contiguous inputs
@@ -643,8 +658,10 @@ for op in ["softmax", "log_softmax"]:
     case(FAM, f"{op}_all_neg_inf_row", op, [T([[-INF, -INF], [1.0, 2.0]])], {"dim": 1})
     case(FAM, f"{op}_nan", op, [T([[NANV, 1.0], [1.0, 2.0]])], {"dim": 1})
     case(FAM, f"{op}_f64", op, [rn(3, 4, dtype=torch.float64, scale=10.0)], {"dim": -1})
-    case(FAM, f"{op}_f16", op, [rn(3, 4, dtype=torch.float16, scale=3.0)], {"dim": -1})
-    case(FAM, f"{op}_bf16", op, [rn(3, 4, dtype=torch.bfloat16, scale=3.0)], {"dim": 0})
+    # log_softmax is x - max - log(sum): an absolute error of the order of the
+    # input's own rounding (f16 ulp is 4e-3 at 6) is expected, hence the atol
+    case(FAM, f"{op}_f16", op, [rn(3, 4, dtype=torch.float16, scale=3.0)], {"dim": -1}, rtol=1e-3, atol=1e-3)
+    case(FAM, f"{op}_bf16", op, [rn(3, 4, dtype=torch.bfloat16, scale=3.0)], {"dim": 0}, rtol=8e-3, atol=8e-3)
     case(FAM, f"{op}_transposed", op, [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1})
     case(FAM, f"{op}_0d", op, [T(3.0)], {"dim": 0})
     case(FAM, f"{op}_long_row", op, [rn(2, 90, scale=5.0)], {"dim": 1})
@@ -1019,12 +1036,72 @@ PRINTS = [
     ("randn_2d", rn(3, 4)),
     ("sci_2d_neg", T([[1e-7, -2e3], [5.0, 1e5]])),
     ("transposed", ar(2, 3).t()),
+    # the dtype suffix goes on its own line when it would pass 80 columns
+    ("f64_suffix_wraps", rn(8, dtype=torch.float64)),
+    # PyTorch wraps here only because "dtype=torch.float64" is 6 characters longer
+    # than ember's "dtype=float64"
+    ("f64_suffix_wrap_by_prefix_length", rn(6, dtype=torch.float64)),
 ]
 for nm, t in PRINTS:
     if t.is_contiguous():
         case(FAM, nm, "print", [t])
     else:
         case(FAM, nm, "print", [In(t.t().contiguous(), [{"op": "transpose", "args": [0, 1]}])])
+
+# ---- inputs that are views with a storage offset (narrow / select / slice) ------
+FAM = "offset"
+NB = [{"op": "narrow", "args": [0, 1, 2]}]  # rows 1..3 of a [3, ...] tensor: offset > 0
+case(FAM, "add_narrowed", "add", [In(rn(3, 4), NB), In(rn(3, 4), [{"op": "narrow", "args": [0, 0, 2]}])])
+case(FAM, "exp_selected", "exp", [In(rn(3, 4), [{"op": "select", "args": [0, 2]}])])
+case(FAM, "sum_narrowed_dneg1", "sum", [In(rn(3, 5), NB)], {"dims": [-1], "keepdim": False})
+case(FAM, "sum_narrowed_cols_d1", "sum", [In(rn(3, 6), [{"op": "narrow", "args": [1, 2, 3]}])],
+     {"dims": [1], "keepdim": False})
+case(FAM, "max_narrowed_all", "max", [In(rn(3, 5), NB)], {"dims": None, "keepdim": False})
+case(FAM, "mean_permuted_d0_2", "mean", [In(rn(2, 3, 4), [{"op": "permute", "args": [1, 2, 0]}])],
+     {"dims": [0, 2], "keepdim": False})
+case(FAM, "argmax_narrowed", "argmax", [In(rn(3, 5), NB)], {"dim": 1, "keepdim": False})
+case(FAM, "argmin_narrowed_all", "argmin", [In(rn(3, 5), NB)], {"dim": None, "keepdim": False})
+case(FAM, "var_narrowed", "var", [In(rn(3, 5), NB)], {"dims": [1], "keepdim": True})
+case(FAM, "softmax_narrowed", "softmax", [In(rn(3, 5), NB)], {"dim": -1})
+case(FAM, "log_softmax_narrowed_d0", "log_softmax", [In(rn(3, 5), NB)], {"dim": 0})
+case(FAM, "softmax_size1_dim", "softmax", [rn(3, 1)], {"dim": 1})
+case(FAM, "matmul_narrowed_lhs", "matmul", [In(rn(3, 4), NB), rn(4, 2)])
+case(FAM, "matmul_narrowed_rhs", "matmul", [rn(2, 4), In(rn(5, 3), [{"op": "narrow", "args": [0, 1, 4]}])])
+case(FAM, "matmul_selected_batch", "matmul", [In(rn(3, 2, 4), [{"op": "select", "args": [0, 1]}]),
+                                              In(rn(3, 4, 2), [{"op": "select", "args": [0, 2]}])])
+case(FAM, "matmul_1d_selected", "matmul", [In(rn(3, 4), [{"op": "select", "args": [0, 1]}]),
+                                           In(rn(4, 3), [{"op": "select", "args": [1, 2]}])])
+case(FAM, "conv2d_narrowed_batch", "conv2d", [In(rn(3, 2, 5, 5), NB), In(rn(4, 2, 3, 3), [{"op": "narrow", "args": [0, 1, 3]}]),
+                                              In(rn(5), [{"op": "narrow", "args": [0, 2, 3]}])],
+     {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1}, atol=1e-5)
+case(FAM, "max_pool2d_narrowed", "max_pool2d", [In(rn(3, 2, 4, 4), NB)],
+     {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+      "count_include_pad": True})
+case(FAM, "avg_pool2d_narrowed_channels", "avg_pool2d", [In(rn(1, 3, 4, 4), [{"op": "narrow", "args": [1, 1, 2]}])],
+     {"kernel": [2, 2], "stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False,
+      "count_include_pad": False})
+case(FAM, "index_select_narrowed", "index_select", [In(rn(3, 4), NB), In(T([0, 3, 2, 1], I), [{"op": "narrow", "args": [0, 1, 2]}])],
+     {"dim": 1})
+case(FAM, "gather_narrowed", "gather", [In(rn(3, 4), NB), In(T([[0, 1], [2, 3], [3, 3]], I), NB)], {"dim": 1})
+case(FAM, "scatter_add_noncontig_src_index", "scatter_add",
+     [torch.zeros(2, 4), In(T([[0, 1], [2, 3], [3, 0]], I), [{"op": "transpose", "args": [0, 1]}]),
+      In(rn(3, 2), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1})
+case(FAM, "scatter_add_narrowed_self", "scatter_add", [In(rn(3, 4), NB), T([[0, 0], [1, 3]], I), rn(2, 2)],
+     {"dim": 1})
+case(FAM, "one_hot_narrowed", "one_hot", [In(T([3, 0, 2, 1], I), [{"op": "narrow", "args": [0, 1, 3]}])],
+     {"num_classes": 4})
+case(FAM, "cat_narrowed", "cat", [In(rn(3, 2), NB), In(rn(2, 4), [{"op": "narrow", "args": [1, 1, 2]}])], {"dim": 0})
+case(FAM, "stack_selected", "stack", [In(rn(2, 3), [{"op": "select", "args": [0, 1]}]), rn(3)], {"dim": 0})
+case(FAM, "to_dtype_narrowed", "to_dtype", [In(rn(3, 4, scale=3.0), NB)], {"dtype": "int64"})
+case(FAM, "where_expanded_cond_narrowed", "where",
+     [In(ri(1, 4, lo=0, hi=2).bool(), [{"op": "expand", "args": [2, 4]}]), In(rn(3, 4), NB), 0.0])
+case(FAM, "masked_fill_narrowed", "masked_fill", [In(rn(3, 4), NB), ri(2, 4, lo=0, hi=2).bool(), -1.0])
+case(FAM, "reshape_narrowed", "reshape", [In(ar(3, 4), NB)], {"shape": [-1]})
+case(FAM, "view_narrowed", "view", [In(ar(3, 4), NB)], {"shape": [4, 2]})
+case(FAM, "reshape_narrowed_cols", "reshape", [In(ar(3, 4), [{"op": "narrow", "args": [1, 1, 2]}])], {"shape": [-1]})
+case(FAM, "split_narrowed", "split", [In(ar(3, 5), NB)], {"size": 2, "dim": 1})
+case(FAM, "print_narrowed", "print", [In(ar(3, 4), NB)])
+case(FAM, "print_selected_column", "print", [In(ar(3, 4), [{"op": "select", "args": [1, 2]}])])
 
 # ----------------------------------------------------------------------------------
 
@@ -1036,7 +1113,8 @@ with open(out_path, "w") as f:
     f.write("\n]}\n")
 fams = {}
 for c in CASES:
-    fams[c["family"]] = fams.get(c["family"], 0) + 1
+    fam = c["name"].split("/")[0]
+    fams[fam] = fams.get(fam, 0) + 1
 print(f"wrote {len(CASES)} cases, {os.path.getsize(out_path)} bytes to {out_path}", file=sys.stderr)
 for k, v in fams.items():
     print(f"  {k}: {v}", file=sys.stderr)

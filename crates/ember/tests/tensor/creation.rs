@@ -36,9 +36,9 @@ fn arange_linspace_eye(dev: &Device) -> Result<()> {
         (a.dtype(), a.to_vec1::<i64>()?),
         (DType::I64, vec![0, 1, 2, 3, 4])
     );
-    let f = Tensor::arange_step(0f32, 1.0, 0.25, dev)?;
+    let f = Tensor::arange_step(0.0, 1.0, 0.25, DType::F32, dev)?;
     assert_eq!(f.to_vec1::<f32>()?, vec![0.0, 0.25, 0.5, 0.75]);
-    let d = Tensor::arange_step(5i64, 0, -2, dev)?;
+    let d = Tensor::arange_step(5.0, 0.0, -2.0, DType::I64, dev)?;
     assert_eq!(d.to_vec1::<i64>()?, vec![5, 3, 1]);
     assert_eq!(Tensor::arange(3i64, 3, dev)?.numel(), 0);
     let l = Tensor::linspace(0.0, 1.0, 5, DType::F32, dev)?;

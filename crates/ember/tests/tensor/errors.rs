@@ -124,10 +124,13 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
     err_has(a.permute([0]), &["permute"]);
     err_has(a.clamp(None, None), &["clamp"]);
     err_has(
-        Tensor::arange_step(0f32, 1.0, 0.0, dev),
+        Tensor::arange_step(0.0, 1.0, 0.0, DType::F32, dev),
         &["arange", "step"],
     );
-    err_has(Tensor::arange_step(0i64, 10, -1, dev), &["arange"]);
+    err_has(
+        Tensor::arange_step(0.0, 10.0, -1.0, DType::I64, dev),
+        &["arange"],
+    );
     err_has(
         Tensor::from_vec(vec![1f32; 3], [2, 2], dev),
         &["from_vec", "4 elements", "has 3"],

@@ -53,7 +53,9 @@ where
             |pos, len, [o], [s]| {
                 for i in 0..len {
                     let base = o + i * s;
-                    let lane: &[T] = if contiguous_lane {
+                    let lane: &[T] = if lane_n == 0 {
+                        &[]
+                    } else if contiguous_lane {
                         &data[base..base + lane_n]
                     } else {
                         scratch.clear();
@@ -229,7 +231,12 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
 /// Softmax (or log-softmax) along rows of length `row` of a contiguous buffer,
 /// subtracting each row's max first so large inputs do not overflow. `None` for
 /// non-float dtypes.
-pub(crate) fn softmax_rows(data: &CpuData, row: usize, log: bool) -> Option<CpuData> {
+pub(crate) fn softmax_rows(
+    data: &CpuData,
+    range: std::ops::Range<usize>,
+    row: usize,
+    log: bool,
+) -> Option<CpuData> {
     fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> CpuData {
         let mut out = alloc_uninit::<T>(x.len());
         let body = |(src, dst): (&[T], &mut [T])| {
@@ -269,7 +276,7 @@ pub(crate) fn softmax_rows(data: &CpuData, row: usize, log: bool) -> Option<CpuD
         }
         T::wrap(out)
     }
-    super::dispatch_float!(data, v => Some(go(v, row, log)), _other => None)
+    super::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
 
 #[cfg(test)]

@@ -78,10 +78,12 @@ impl<const K: usize> Walk<K> {
         let mut pos = start;
         while pos < end {
             let mut offs = base;
-            for d in 0..r {
-                for k in 0..K {
-                    offs[k] += idx[d] * self.strides[k][d];
-                }
+            for (k, o) in offs.iter_mut().enumerate() {
+                *o += idx
+                    .iter()
+                    .zip(&self.strides[k])
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>();
             }
             let len = (inner - idx[r - 1]).min(end - pos);
             f(pos, len, offs, inner_strides);

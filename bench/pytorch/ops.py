@@ -1,0 +1,45 @@
+"""The workloads of crates/ember/benches/ops.rs through PyTorch, on the CPU.
+
+Prints one JSON line per row: {"name", "median_s", "iqr_s", "throughput", "unit"}.
+Timing: warm-up, then repeated timed calls; median and inter-quartile range.
+"""
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+
+def bench(name, fn, work, unit, min_time=2.0, min_iters=10, inner=1):
+    for _ in range(3):
+        fn()
+    samples = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < min_time or len(samples) < min_iters:
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    q = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    row = {"name": name, "median_s": med, "iqr_s": q[2] - q[0],
+           "throughput": (work / med) if work else None, "unit": unit}
+    print(json.dumps(row), flush=True)
+
+
+def main():
+    torch.manual_seed(0)
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
+    for n in (256, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        bench(f"matmul_f32/{n}", lambda: torch.matmul(a, b), 2 * n ** 3 / 1e9, "GFLOP/s")
+    for n in (1000, 4096):
+        a, b = torch.rand(n, n) + 0.5, torch.rand(n, n) + 0.5
+        bench(f"mul_f32/{n}", lambda: torch.mul(a, b), 3 * 4 * n * n / 1e9, "GB/s")
+    a, b = torch.ones(4, 4), torch.ones(4, 4)
+    bench("tiny_add_4x4", lambda: torch.add(a, b), None, "s/op", inner=1000)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+//! CPU benchmarks of the foundation ops, with the same workloads as
+//! `bench/pytorch/ops.py`:
+//! - matmul n×n×n f32 (throughput shown as elements/s = FLOP/s),
+//! - elementwise mul of n×n f32 (bytes/s counting two reads and one write),
+//! - a 4×4 add repeated (time per op: the per-op overhead).
+//!
+//! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ember::{DType, Device, Tensor};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn matmul(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let mut g = c.benchmark_group("matmul_f32");
+    for n in [256usize, 1024, 2048] {
+        ember::manual_seed(0);
+        let a = Tensor::randn([n, n], &dev).unwrap();
+        let b = Tensor::randn([n, n], &dev).unwrap();
+        g.throughput(Throughput::Elements(2 * (n * n * n) as u64));
+        g.sample_size(if n >= 2048 { 10 } else { 30 });
+        g.measurement_time(Duration::from_secs(if n >= 1024 { 8 } else { 4 }));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| {
+            bch.iter(|| black_box(a.matmul(&b).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+fn elementwise(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let mut g = c.benchmark_group("mul_f32");
+    for n in [1000usize, 4096] {
+        let a = Tensor::rand([n, n], &dev).unwrap().add(0.5).unwrap();
+        let b = Tensor::rand([n, n], &dev).unwrap().add(0.5).unwrap();
+        g.throughput(Throughput::Bytes(3 * 4 * (n * n) as u64));
+        g.sample_size(if n >= 4096 { 30 } else { 100 });
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bch, _| {
+            bch.iter(|| black_box(a.mul(&b).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+fn tiny_add(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let a = Tensor::ones([4, 4], DType::F32, &dev).unwrap();
+    let b = Tensor::ones([4, 4], DType::F32, &dev).unwrap();
+    c.bench_function("tiny_add_4x4", |bch| {
+        bch.iter(|| black_box(a.add(&b).unwrap()))
+    });
+}
+
+criterion_group!(benches, matmul, elementwise, tiny_add);
+criterion_main!(benches);
