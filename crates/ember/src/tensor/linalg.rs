@@ -23,6 +23,13 @@ impl Tensor {
                 rhs: rhs.dtype(),
             });
         }
+        if self.dtype() == DType::Bool {
+            return Err(Error::dtype(
+                OP,
+                DType::Bool,
+                "convert to an integer or float dtype first",
+            ));
+        }
         if self.rank() == 0 || rhs.rank() == 0 {
             return Err(Error::invalid(
                 OP,

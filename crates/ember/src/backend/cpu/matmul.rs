@@ -6,7 +6,6 @@ use super::{alloc_filled, alloc_uninit, CpuData};
 use crate::dtype::WithDType;
 use crate::layout::Layout;
 use gemm::Parallelism;
-use half::bf16;
 use rayon::prelude::*;
 
 /// Operands for a batched matmul: `a` is `batch + [m, k]`, `b` is `batch + [k, n]`
@@ -56,9 +55,9 @@ pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
     match args.a.0 {
         CpuData::F32(a) => float_mm(a, args),
         CpuData::F64(a) => float_mm(a, args),
-        CpuData::F16(a) => float_mm(a, args),
-        CpuData::BF16(_) => {
-            // accumulate in f32: convert, multiply, round once at the end
+        half @ (CpuData::F16(_) | CpuData::BF16(_)) => {
+            // accumulate in f32 across the whole k dim: convert, multiply, round once
+            let dtype = half.dtype();
             let (a, b) = (
                 super::elementwise::cast(args.a.0, args.a.1, crate::DType::F32),
                 super::elementwise::cast(args.b.0, args.b.1, crate::DType::F32),
@@ -72,15 +71,26 @@ pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
                 b: (&b, &lb),
                 ..*args
             });
-            let lo = Layout::contiguous(&[out.len()]);
-            match out {
-                CpuData::F32(v) => CpuData::BF16(super::elementwise::map1(&v, &lo, bf16::from_f32)),
-                other => other,
-            }
+            super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
         }
         CpuData::I64(a) => int_mm(a, args),
-        CpuData::U8(a) => int_mm(a, args),
-        CpuData::Bool(a) => int_mm(a, args),
+        small @ (CpuData::U8(_) | CpuData::Bool(_)) => {
+            let dtype = small.dtype();
+            let (a, b) = (
+                super::elementwise::cast(args.a.0, args.a.1, crate::DType::I64),
+                super::elementwise::cast(args.b.0, args.b.1, crate::DType::I64),
+            );
+            let (la, lb) = (
+                Layout::contiguous(args.a.1.shape()),
+                Layout::contiguous(args.b.1.shape()),
+            );
+            let out = matmul(&MatmulArgs {
+                a: (&a, &la),
+                b: (&b, &lb),
+                ..*args
+            });
+            super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
+        }
     }
 }
 
@@ -146,31 +156,29 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
 }
 
 /// Integer matmul: exact (wrapping) i64 arithmetic, rows in parallel.
-fn int_mm<T: WithDType>(a: &[T], args: &MatmulArgs) -> CpuData {
-    let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
+fn int_mm(a: &[i64], args: &MatmulArgs) -> CpuData {
+    let CpuData::I64(b) = args.b.0 else {
+        unreachable!("matmul: operands share a dtype")
+    };
     let (m, k, n) = (args.m, args.k, args.n);
     let (la, lb) = (args.a.1, args.b.1);
     let r = la.rank();
     let (a_rs, a_cs) = (la.strides()[r - 2], la.strides()[r - 1]);
     let (b_rs, b_cs) = (lb.strides()[r - 2], lb.strides()[r - 1]);
     let offs = args.batch_offsets();
-    let to = |x: T| i64::from_f64(x.to_f64());
-    let mut out = alloc_uninit::<T>(offs.len() * m * n);
+    let mut out = alloc_uninit::<i64>(offs.len() * m * n);
     if n > 0 {
         out.par_chunks_mut(n).enumerate().for_each(|(row, dst)| {
             let (bi, i) = (row / m, row % m);
             let (oa, ob) = offs[bi];
             for (j, d) in dst.iter_mut().enumerate() {
-                let mut acc = 0i64;
-                for p in 0..k {
-                    acc = acc.wrapping_add(
-                        to(a[oa + i * a_rs + p * a_cs])
-                            .wrapping_mul(to(b[ob + p * b_rs + j * b_cs])),
-                    );
-                }
-                *d = T::from_f64(acc as f64);
+                *d = (0..k).fold(0i64, |acc, p| {
+                    acc.wrapping_add(
+                        a[oa + i * a_rs + p * a_cs].wrapping_mul(b[ob + p * b_rs + j * b_cs]),
+                    )
+                });
             }
         });
     }
-    T::wrap(out)
+    CpuData::I64(out)
 }
