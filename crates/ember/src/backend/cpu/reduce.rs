@@ -81,18 +81,22 @@ where
     out
 }
 
-/// Sums a slice in 8 independent lanes (vectorisable, and more accurate than one
-/// running sum), splitting very long slices across threads.
+/// Sums a slice: blocks of up to 2048 elements in 8 independent lanes (vectorisable),
+/// combined pairwise, so the rounding error grows with log(n) rather than n; very
+/// long slices are split across threads.
 pub(crate) fn sum_acc<A, T>(x: &[T], to: impl Fn(T) -> A + Sync + Copy) -> A
 where
     A: Copy + Send + Sync + Zero,
     T: Copy + Sync,
 {
     if x.len() >= PAR_LANE {
-        return x
-            .par_chunks(PAR_LANE / 4)
-            .map(|c| sum_acc(c, to))
-            .reduce(A::zero, |a, b| a + b);
+        let (l, r) = x.split_at(x.len() / 2);
+        let (a, b) = rayon::join(|| sum_acc(l, to), || sum_acc(r, to));
+        return a + b;
+    }
+    if x.len() > 2048 {
+        let (l, r) = x.split_at(x.len() / 2);
+        return sum_acc(l, to) + sum_acc(r, to);
     }
     let mut acc = [A::zero(); 8];
     let chunks = x.chunks_exact(8);
@@ -296,6 +300,7 @@ mod tests {
     fn long_sums_are_accurate() {
         let v = vec![0.1f32; 1_000_000];
         let s = sum_acc(&v, |x| x);
-        assert!((s - 100_000.0).abs() < 1.0, "{s}");
+        // PyTorch's cascade sum gives 100000.0 here; a running f32 sum is off by ~1%
+        assert!((s - 100_000.0).abs() < 0.5, "{s}");
     }
 }
