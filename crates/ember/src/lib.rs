@@ -22,6 +22,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod autograd;
 mod backend;
 pub mod device;
 mod dtype;
@@ -29,6 +30,7 @@ mod error;
 pub mod layout;
 mod tensor;
 
+pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
 pub use device::{cuda, Device};
 pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};

@@ -92,7 +92,15 @@ fn reuse_or(
         }
         Operand::Scalar(_) => t.dtype().is_float(),
     };
-    if same_shape_dtype && t.storage_is_unique() && t.is_contiguous() && t.dtype().is_float() {
+    // in-place updates are not recorded: only when no gradient is being tracked
+    let tracked = crate::autograd::is_grad_enabled()
+        && (t.requires_grad() || matches!(rhs, Operand::Tensor(r) if r.requires_grad()));
+    if !tracked
+        && same_shape_dtype
+        && t.storage_is_unique()
+        && t.is_contiguous()
+        && t.dtype().is_float()
+    {
         ok(inplace(&t, rhs).map(|_| t), sym)
     } else {
         ok(fresh(&t, rhs), sym)

@@ -1,7 +1,7 @@
 //! Elementwise math with PyTorch's broadcasting and type promotion: arithmetic
 //! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
 
-use super::Tensor;
+use super::{grad, Tensor};
 use crate::backend::cpu::elementwise::{self as k, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::cpu::CpuData;
 use crate::layout::{broadcast_shapes, Layout};
@@ -152,10 +152,17 @@ impl Tensor {
                 ));
             }
         }
-        let (data, shape, _) = self.broadcast2(name, rhs, float_only, |a, la, b, lb| {
-            k::binary(a, la, b, lb, op)
-        })?;
-        Ok(Tensor::from_cpu(data, &shape))
+        let (b, _) = self.promote_with(name, rhs)?;
+        let (data, shape, _) =
+            self.broadcast2(name, Operand::Tensor(&b), float_only, |x, lx, y, ly| {
+                k::binary(x, lx, y, ly, op)
+            })?;
+        let out = Tensor::from_cpu(data, &shape);
+        Ok(Tensor::record(out, name, &[self, &b], |y| {
+            let (na, nb) = (self.requires_grad(), b.requires_grad());
+            let (a, b, y) = (self.detach(), b.detach(), y.clone());
+            move |g: &Tensor| grad::binary(name, (&a, na), (&b, nb), &y, g)
+        }))
     }
 
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
@@ -167,6 +174,7 @@ impl Tensor {
         op: &O,
         float_only: bool,
     ) -> Result<()> {
+        self.check_inplace_grad(name, rhs)?;
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
@@ -208,6 +216,18 @@ impl Tensor {
         Ok(())
     }
 
+    /// In-place ops are not recorded: refuse them where a gradient would be lost.
+    pub(crate) fn check_inplace_grad(&self, op: &'static str, rhs: Operand) -> Result<()> {
+        let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
+        if crate::autograd::is_grad_enabled() && (self.requires_grad() || rhs_grad) {
+            return Err(Error::invalid(
+                op,
+                "a tensor that requires grad is being used in an in-place operation; wrap the update in ember::no_grad(|| ...) or use the out-of-place op",
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
         if k::is_overlapping(self.layout()) {
             return Err(Error::invalid(
@@ -222,6 +242,7 @@ impl Tensor {
     /// tensor's elements, through views too (`Tensor.copy_`).
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         super::same_device("copy_", &[self, src])?;
+        self.check_inplace_grad("copy_", Operand::Tensor(src))?;
         self.check_writable("copy_")?;
         let src = src.to_dtype(self.dtype())?;
         let src = if src.same_storage(self) {
@@ -236,7 +257,12 @@ impl Tensor {
         Ok(())
     }
 
-    fn unary_op<O: UnaryOp>(&self, name: &'static str, op: &O) -> Result<Tensor> {
+    fn unary_op<O: UnaryOp>(
+        &self,
+        name: &'static str,
+        op: &O,
+        rule: grad::Unary,
+    ) -> Result<Tensor> {
         if self.dtype() == DType::Bool && !O::FLOAT_ONLY {
             return Err(Error::dtype(
                 name,
@@ -250,7 +276,11 @@ impl Tensor {
             self.clone()
         };
         let data = t.with_cpu(|d, l| k::unary(d, l, op));
-        Ok(Tensor::from_cpu(data, t.shape()))
+        let out = Tensor::from_cpu(data, t.shape());
+        Ok(Tensor::record(out, name, &[self], |y| {
+            let (x, y) = (t.detach(), y.clone());
+            move |g: &Tensor| Ok(vec![Some(rule.backward(&x, &y, g)?)])
+        }))
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
@@ -291,44 +321,46 @@ binary_methods! {
 }
 
 macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident, $op:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident, $op:expr, $rule:ident;)*) => {$(
         impl Tensor {
             $(#[$doc])*
             pub fn $name(&self) -> Result<Tensor> {
-                self.unary_op(stringify!($name), &$op)
+                self.unary_op(stringify!($name), &$op, grad::Unary::$rule)
             }
         }
     )*};
 }
 unary_methods! {
     /// `-x`.
-    neg, k::Neg;
+    neg, k::Neg, Neg;
     /// `|x|`.
-    abs, k::Abs;
+    abs, k::Abs, Abs;
     /// `e^x` (integers give float32).
-    exp, k::Exp;
+    exp, k::Exp, Exp;
     /// Natural logarithm.
-    log, k::Log;
+    log, k::Log, Log;
     /// Square root.
-    sqrt, k::Sqrt;
+    sqrt, k::Sqrt, Sqrt;
     /// Hyperbolic tangent.
-    tanh, k::Tanh;
+    tanh, k::Tanh, Tanh;
     /// Sine.
-    sin, k::Sin;
+    sin, k::Sin, Sin;
     /// Cosine.
-    cos, k::Cos;
+    cos, k::Cos, Cos;
     /// `1 / x`.
-    recip, k::Recip;
+    recip, k::Recip, Recip;
     /// `x * x`.
-    square, k::Square;
+    square, k::Square, Square;
     /// `max(x, 0)`; NaN stays NaN.
-    relu, k::Relu;
+    relu, k::Relu, Relu;
     /// `1 / (1 + e^-x)`.
-    sigmoid, k::Sigmoid;
+    sigmoid, k::Sigmoid, Sigmoid;
+    /// The error function.
+    erf, k::Erf, Erf;
     /// GELU with the exact erf form (`nn.GELU()`).
-    gelu, k::Gelu;
+    gelu, k::Gelu, Gelu;
     /// GELU with the tanh approximation (`nn.GELU(approximate='tanh')`).
-    gelu_tanh, k::GeluTanh;
+    gelu_tanh, k::GeluTanh, GeluTanh;
 }
 
 macro_rules! compare_methods {
@@ -368,7 +400,11 @@ impl Tensor {
                 } else {
                     self.clone()
                 };
-                t.unary_op("pow", &k::PowScalar(s.to_f64()))
+                t.unary_op(
+                    "pow",
+                    &k::PowScalar(s.to_f64()),
+                    grad::Unary::Pow(s.to_f64()),
+                )
             }
             rhs => self.binary_op("pow", rhs, &k::Pow, false),
         }
@@ -389,7 +425,7 @@ impl Tensor {
         } else {
             self.clone()
         };
-        t.unary_op("clamp", &k::Clamp(min, max))
+        t.unary_op("clamp", &k::Clamp(min, max), grad::Unary::Clamp(min, max))
     }
 
     /// `clamp(min, None)`.
@@ -447,7 +483,16 @@ impl Tensor {
             };
             x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
         });
-        Ok(Tensor::from_cpu(data, &shape))
+        let out = Tensor::from_cpu(data, &shape);
+        Ok(Tensor::record(out, OP, &[&x, &y], |_| {
+            let cond = self.detach();
+            let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());
+            move |g: &Tensor| {
+                let gx = crate::autograd::sum_to(&cond.where_(g, 0.0)?, &sx)?;
+                let gy = crate::autograd::sum_to(&cond.where_(0.0, g)?, &sy)?;
+                Ok(vec![Some(gx), Some(gy)])
+            }
+        }))
     }
 
     /// `value` where `mask` is true, else this tensor's elements (`masked_fill`).

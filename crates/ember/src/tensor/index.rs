@@ -170,7 +170,19 @@ impl Tensor {
         let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx));
         let mut shape = self.shape().to_vec();
         shape[d] = idx.len();
-        Ok(Tensor::from_cpu(data, &shape))
+        let out = Tensor::from_cpu(data, &shape);
+        Ok(Tensor::record(out, "index_select", &[self], |_| {
+            let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            let idx = Tensor::from_cpu(CpuData::I64(idx), &[index.numel()]);
+            move |g: &Tensor| {
+                // scatter the rows back: the index laid along `d`, broadcast over the rest
+                let mut ishape = vec![1usize; g.rank()];
+                ishape[d] = idx.numel();
+                let full = idx.reshape(&ishape)?.expand(g.shape())?.contiguous()?;
+                let z = Tensor::zeros(&shape, dtype, &device)?;
+                Ok(vec![Some(z.scatter_add(d as i64, &full, g)?)])
+            }
+        }))
     }
 
     /// `out[i][j] = self[index[i][j]][j]` for `dim = 0` and likewise for other dims
@@ -186,7 +198,15 @@ impl Tensor {
             self.shape().get(d).copied().unwrap_or(1),
         )?;
         let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()));
-        Ok(Tensor::from_cpu(data, index.shape()))
+        let out = Tensor::from_cpu(data, index.shape());
+        Ok(Tensor::record(out, "gather", &[self], |_| {
+            let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            let idx = Tensor::from_cpu(CpuData::I64(idx), index.shape());
+            move |g: &Tensor| {
+                let z = Tensor::zeros(&shape, dtype, &device)?;
+                Ok(vec![Some(z.scatter_add(d as i64, &idx, g)?)])
+            }
+        }))
     }
 
     fn check_index_shape(&self, op: &'static str, d: usize, index: &Tensor) -> Result<()> {
@@ -235,7 +255,7 @@ impl Tensor {
             d,
             self.shape().get(d).copied().unwrap_or(1),
         )?;
-        let out = self.copy();
+        let out = crate::no_grad(|| self.copy());
         {
             let mut guard = out.write();
             let crate::backend::Storage::Cpu(dst) = &mut *guard;
@@ -243,7 +263,26 @@ impl Tensor {
                 k::scatter_add(dst.data_mut(), self.shape(), d, &idx, index.shape(), s, ls)
             });
         }
-        Ok(out)
+        Ok(Tensor::record(out, "scatter_add", &[self, src], |_| {
+            let idx = Tensor::from_cpu(CpuData::I64(idx), index.shape());
+            let src_shape = src.shape().to_vec();
+            move |g: &Tensor| {
+                // src positions outside the index's extent received nothing
+                let picked = g.gather(d as i64, &idx)?;
+                let gs = if picked.shape() == src_shape.as_slice() {
+                    picked
+                } else {
+                    let z = Tensor::zeros(&src_shape, g.dtype(), &g.device())?;
+                    let mut region = z.clone();
+                    for (dim, &n) in picked.shape().iter().enumerate() {
+                        region = region.narrow(dim as i64, 0, n)?;
+                    }
+                    region.copy_(&picked)?;
+                    z
+                };
+                Ok(vec![Some(g.clone()), Some(gs)])
+            }
+        }))
     }
 
     /// One-hot encoding of int64 class indices: a new last dim of `num_classes`

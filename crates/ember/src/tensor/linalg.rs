@@ -8,6 +8,19 @@ use crate::layout::{broadcast_shapes, Dims};
 use crate::WithDType;
 use crate::{DType, Error, Result};
 
+/// A backward rule for an op whose gradient ember does not compute yet: backward
+/// through it fails with a clear error instead of silently dropping gradients.
+fn no_rule_yet(
+    op: &'static str,
+) -> impl FnOnce(&Tensor) -> Result<crate::autograd::Grads> + Send + Sync {
+    move |_| {
+        Err(Error::invalid(
+            "backward",
+            format!("the gradient of {op} is not implemented yet; compute it under ember::no_grad or detach its inputs"),
+        ))
+    }
+}
+
 impl Tensor {
     /// Matrix product with `torch.matmul` semantics: 1-D·1-D is a dot product, 2-D·2-D
     /// a matrix product, and higher ranks are batches of matrices whose batch dims
@@ -40,6 +53,7 @@ impl Tensor {
                 ),
             ));
         }
+        let _ng = crate::no_grad_guard();
         let a = if self.rank() == 1 {
             self.unsqueeze(0)?
         } else {
@@ -90,7 +104,31 @@ impl Tensor {
             let r = shape.len() - if rhs.rank() == 1 { 1 } else { 2 };
             shape.remove(r);
         }
-        Ok(Tensor::from_cpu(data, &shape))
+        drop(_ng);
+        let out = Tensor::from_cpu(data, &shape);
+        let full = with(m, n).to_vec();
+        Ok(Tensor::record(out, OP, &[self, rhs], |_| {
+            let (na, nb) = (self.requires_grad(), rhs.requires_grad());
+            let (a, b) = (a.detach(), b.detach());
+            let (sa, sb) = (self.shape().to_vec(), rhs.shape().to_vec());
+            move |g: &Tensor| {
+                // in the 2-D-or-more domain: dA = dC·Bᵀ, dB = Aᵀ·dC, summed over broadcast batch dims
+                let g = g.reshape(&full)?;
+                let ga = if na {
+                    let t = g.matmul(&b.transpose(-1, -2)?)?;
+                    Some(crate::autograd::sum_to(&t, a.shape())?.reshape(&sa)?)
+                } else {
+                    None
+                };
+                let gb = if nb {
+                    let t = a.transpose(-1, -2)?.matmul(&g)?;
+                    Some(crate::autograd::sum_to(&t, b.shape())?.reshape(&sb)?)
+                } else {
+                    None
+                };
+                Ok(vec![ga, gb])
+            }
+        }))
     }
 
     /// 2-D convolution (`F.conv2d`): input `[N, C, H, W]` (or `[C, H, W]`), weight
@@ -199,6 +237,7 @@ impl Tensor {
         } else {
             self.dtype()
         };
+        let ng = crate::no_grad_guard();
         let (x, wt) = (
             self.to_dtype(work)?.contiguous()?,
             weight.to_dtype(work)?.contiguous()?,
@@ -233,7 +272,11 @@ impl Tensor {
             DType::F64 => run::<f64>(&x, &wt, b.as_ref(), &shape),
             _ => run::<f32>(&x, &wt, b.as_ref(), &shape),
         };
-        Tensor::from_cpu(data, &[n, o, oh, ow]).to_dtype(self.dtype())
+        let out = Tensor::from_cpu(data, &[n, o, oh, ow]).to_dtype(self.dtype())?;
+        drop(ng);
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        Ok(Tensor::record(out, OP, &inputs, |_| no_rule_yet(OP)))
     }
 
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
@@ -297,6 +340,7 @@ impl Tensor {
         } else {
             self.dtype()
         };
+        let ng = crate::no_grad_guard();
         let x = self.to_dtype(work)?.contiguous()?;
         fn run<T: WithDType + Real>(
             x: &Tensor,
@@ -323,7 +367,9 @@ impl Tensor {
         };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
-        Tensor::from_cpu(data, &shape).to_dtype(self.dtype())
+        let out = Tensor::from_cpu(data, &shape).to_dtype(self.dtype())?;
+        drop(ng);
+        Ok(Tensor::record(out, op, &[self], |_| no_rule_yet(op)))
     }
 
     /// 2-D max pooling over `[N, C, H, W]` or `[C, H, W]` (`F.max_pool2d`); padded

@@ -15,6 +15,7 @@ mod arith;
 mod create;
 mod display;
 mod elementwise;
+mod grad;
 mod index;
 mod linalg;
 mod reduce;
@@ -28,11 +29,13 @@ pub use index::{Idx, IndexArg};
 pub use linalg::{Conv2dOptions, Pool2dOptions};
 pub use shape::{IntoDims, IntoShape};
 
+use crate::autograd::Node;
 use crate::backend::cpu::{CpuData, CpuStorage};
 use crate::backend::Storage;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An n-dimensional array of one dtype on one device.
 ///
@@ -46,6 +49,12 @@ struct Inner {
     layout: Layout,
     dtype: DType,
     device: Device,
+    /// Set on leaves by `requires_grad_`, and on every recorded op output.
+    requires_grad: AtomicBool,
+    /// The accumulated gradient of a leaf.
+    grad: Mutex<Option<Tensor>>,
+    /// How this tensor was computed, when it was recorded.
+    node: Option<Arc<Node>>,
 }
 
 impl Tensor {
@@ -56,6 +65,9 @@ impl Tensor {
             layout,
             dtype,
             device,
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+            node: None,
         }))
     }
 
@@ -69,14 +81,97 @@ impl Tensor {
         )
     }
 
-    /// A view of the same storage with another layout.
+    /// A view of the same storage with another layout (no autograd history: view
+    /// ops record their own node).
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
         Tensor(Arc::new(Inner {
             storage: self.0.storage.clone(),
             layout,
             dtype: self.0.dtype,
             device: self.0.device,
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+            node: None,
         }))
+    }
+
+    /// This tensor's values with `node` as their history.
+    pub(crate) fn with_node(&self, node: Node) -> Tensor {
+        Tensor(Arc::new(Inner {
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            dtype: self.0.dtype,
+            device: self.0.device,
+            requires_grad: AtomicBool::new(true),
+            grad: Mutex::new(None),
+            node: Some(Arc::new(node)),
+        }))
+    }
+
+    /// Identity of this tensor (not of its storage) for the autograd walk.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    pub(crate) fn node(&self) -> Option<&Arc<Node>> {
+        self.0.node.as_ref()
+    }
+
+    pub(crate) fn grad_slot(&self) -> MutexGuard<'_, Option<Tensor>> {
+        self.0.grad.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `true` when gradients flow to or through this tensor.
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Marks a leaf as needing a gradient (`tensor.requires_grad_()`); returns the
+    /// tensor itself for chaining. Only floating-point tensors can require gradients.
+    pub fn requires_grad_(self, on: bool) -> Result<Tensor> {
+        if on && !self.dtype().is_float() {
+            return Err(Error::dtype(
+                "requires_grad_",
+                self.dtype(),
+                "only tensors of floating point dtype can require gradients",
+            ));
+        }
+        if !on && self.node().is_some() {
+            return Err(Error::invalid(
+                "requires_grad_",
+                "you can only change requires_grad flags of leaf variables; use .detach()",
+            ));
+        }
+        self.0.requires_grad.store(on, Ordering::Relaxed);
+        Ok(self)
+    }
+
+    /// `true` for tensors not produced by a recorded op (parameters, inputs).
+    pub fn is_leaf(&self) -> bool {
+        self.node().is_none()
+    }
+
+    /// The gradient accumulated by `backward` (leaves only).
+    pub fn grad(&self) -> Option<Tensor> {
+        self.grad_slot().clone()
+    }
+
+    /// Replaces the accumulated gradient (`None` clears it, like `zero_grad`).
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        *self.grad_slot() = grad;
+    }
+
+    /// Clears the accumulated gradient.
+    pub fn zero_grad(&self) {
+        self.set_grad(None);
+    }
+
+    /// The same values, sharing storage, outside the graph (`tensor.detach()`).
+    pub fn detach(&self) -> Tensor {
+        if !self.requires_grad() && self.node().is_none() {
+            return self.clone();
+        }
+        self.with_layout(self.0.layout.clone())
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
@@ -200,7 +295,14 @@ impl Tensor {
             return Ok(self.clone());
         }
         let data = self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype));
-        Ok(Tensor::from_cpu(data, self.shape()))
+        let out = Tensor::from_cpu(data, self.shape());
+        if !dtype.is_float() {
+            return Ok(out);
+        }
+        let from = self.dtype();
+        Ok(Tensor::record(out, "to_dtype", &[self], |_| {
+            move |g: &Tensor| Ok(vec![Some(g.to_dtype(from)?)])
+        }))
     }
 
     /// A contiguous tensor with the same values (this tensor when already contiguous).
@@ -214,7 +316,10 @@ impl Tensor {
     /// A contiguous copy that owns new storage (`torch.clone`).
     pub fn copy(&self) -> Tensor {
         let data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy);
-        Tensor::from_cpu(data, self.shape())
+        let out = Tensor::from_cpu(data, self.shape());
+        Tensor::record(out, "copy", &[self], |_| {
+            |g: &Tensor| Ok(vec![Some(g.clone())])
+        })
     }
 }
 

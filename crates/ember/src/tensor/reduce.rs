@@ -7,6 +7,31 @@ use crate::backend::cpu::reduce::{self as k, ReduceOp};
 use crate::layout::{normalize_dim, Dims};
 use crate::{Error, Result};
 
+/// The gradient of a reduction of `x` over `dims` (output `y`, gradient `g`).
+fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    // the kept-dims shape: size 1 at every reduced dim
+    let kept: Vec<usize> = (0..x.rank())
+        .map(|d| if dims.contains(&d) { 1 } else { x.shape()[d] })
+        .collect();
+    let gk = g.reshape(&kept)?;
+    let count: usize = dims.iter().map(|&d| x.shape()[d]).product();
+    match op {
+        ReduceOp::Sum => gk.expand(x.shape()),
+        ReduceOp::Mean => gk.div(count as f64)?.expand(x.shape()),
+        ReduceOp::Max | ReduceOp::Min => {
+            // ties share the gradient evenly, as in PyTorch's amax/amin
+            let mask = x.eq(&y.reshape(&kept)?)?.to_dtype(g.dtype())?;
+            let n = mask.sum(dims.to_vec(), true)?;
+            gk.mul(&mask)?.div(&n)
+        }
+        ReduceOp::Var(c) => {
+            let mean = x.mean(dims.to_vec(), true)?;
+            gk.mul(&x.sub(&mean)?)?.mul(2.0 / (count as f64 - c))
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => g.zeros_like(),
+    }
+}
+
 impl Tensor {
     /// Runs `op` over `dims` (all dims when `None`).
     fn reduce_op(
@@ -51,7 +76,14 @@ impl Tensor {
                 }
             })
             .collect();
-        Ok(Tensor::from_cpu(data, &shape))
+        let out = Tensor::from_cpu(data, &shape);
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            return Ok(out); // indices have no gradient
+        }
+        Ok(Tensor::record(out, name, &[self], |y| {
+            let (x, y) = (self.detach(), y.clone());
+            move |g: &Tensor| Ok(vec![Some(reduce_grad(op, &x, &y, g, &dims)?)])
+        }))
     }
 
     fn reduce_dims(
@@ -190,22 +222,37 @@ impl Tensor {
             return self.unsqueeze(0)?.softmax_impl(name, 0, log)?.squeeze(0);
         }
         // move `dim` last, compute over contiguous rows, move it back
-        let last = self.rank() - 1;
-        let t = if d == last {
-            self.contiguous()?
-        } else {
-            self.transpose(d as i64, last as i64)?.contiguous()?
-        };
-        let row = t.shape()[last];
-        let data = t
-            .with_cpu(|data, l| k::softmax_rows(data, l.offset()..l.offset() + l.numel(), row, log))
-            .ok_or_else(|| Error::dtype(name, self.dtype(), ""))?;
-        let out = Tensor::from_cpu(data, t.shape());
-        if d == last {
-            Ok(out)
-        } else {
-            out.transpose(d as i64, last as i64)?.contiguous()
-        }
+        let out = crate::no_grad(|| -> Result<Tensor> {
+            let last = self.rank() - 1;
+            let t = if d == last {
+                self.contiguous()?
+            } else {
+                self.transpose(d as i64, last as i64)?.contiguous()?
+            };
+            let row = t.shape()[last];
+            let data = t
+                .with_cpu(|data, l| {
+                    k::softmax_rows(data, l.offset()..l.offset() + l.numel(), row, log)
+                })
+                .ok_or_else(|| Error::dtype(name, self.dtype(), ""))?;
+            let out = Tensor::from_cpu(data, t.shape());
+            if d == last {
+                Ok(out)
+            } else {
+                out.transpose(d as i64, last as i64)?.contiguous()
+            }
+        })?;
+        Ok(Tensor::record(out, name, &[self], |y| {
+            let y = y.clone();
+            move |g: &Tensor| {
+                let gx = if log {
+                    g.sub(&y.exp()?.mul(&g.sum(d, true)?)?)?
+                } else {
+                    y.mul(&g.sub(&g.mul(&y)?.sum(d, true)?)?)?
+                };
+                Ok(vec![Some(gx)])
+            }
+        }))
     }
 
     /// Softmax along `dim`, computed stably (the row max is subtracted first).

@@ -16,8 +16,14 @@ impl Tensor {
     pub fn reshape(&self, shape: impl IntoShape) -> Result<Tensor> {
         let dims = infer_shape("reshape", &shape, self.numel())?;
         match self.layout().view(&dims) {
-            Some(l) => Ok(self.with_layout(l)),
-            None => Ok(self.copy().with_layout(Layout::contiguous(&dims))),
+            Some(l) => Ok(self.view_as("reshape", l, ViewGrad::Reshape)),
+            None => {
+                let copied = self.copy().with_layout(Layout::contiguous(&dims));
+                Ok(Tensor::record(copied, "reshape", &[self], |_| {
+                    let shape = self.shape().to_vec();
+                    move |g: &Tensor| Ok(vec![Some(g.reshape(&shape)?)])
+                }))
+            }
         }
     }
 
@@ -26,7 +32,7 @@ impl Tensor {
     pub fn view(&self, shape: impl IntoShape) -> Result<Tensor> {
         let dims = infer_shape("view", &shape, self.numel())?;
         match self.layout().view(&dims) {
-            Some(l) => Ok(self.with_layout(l)),
+            Some(l) => Ok(self.view_as("view", l, ViewGrad::Reshape)),
             None => Err(Error::invalid(
                 "view",
                 "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use .reshape(...) instead",
@@ -64,7 +70,7 @@ impl Tensor {
         if self.rank() == 0 || self.shape()[d] != 1 {
             return Ok(self.clone());
         }
-        Ok(self.with_layout(self.layout().select(d, 0)))
+        Ok(self.view_as("squeeze", self.layout().select(d, 0), ViewGrad::Reshape))
     }
 
     /// Removes every size-1 dim.
@@ -75,13 +81,13 @@ impl Tensor {
                 l = l.select(d, 0);
             }
         }
-        Ok(self.with_layout(l))
+        Ok(self.view_as("squeeze", l, ViewGrad::Reshape))
     }
 
     /// Inserts a size-1 dim at `dim` (which may be `rank`, or negative).
     pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
         let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
-        Ok(self.with_layout(self.layout().unsqueeze(d)))
+        Ok(self.view_as("unsqueeze", self.layout().unsqueeze(d), ViewGrad::Reshape))
     }
 
     /// Swaps two dims.
@@ -93,7 +99,11 @@ impl Tensor {
         }
         let a = normalize_dim("transpose", dim0, self.rank())?;
         let b = normalize_dim("transpose", dim1, self.rank())?;
-        Ok(self.with_layout(self.layout().transpose(a, b)))
+        Ok(self.view_as(
+            "transpose",
+            self.layout().transpose(a, b),
+            ViewGrad::Transpose(a, b),
+        ))
     }
 
     /// The transpose of a matrix (0-D and 1-D tensors are returned as they are).
@@ -132,7 +142,11 @@ impl Tensor {
             }
             p.push(n);
         }
-        Ok(self.with_layout(self.layout().permute(&p)))
+        Ok(self.view_as(
+            "permute",
+            self.layout().permute(&p),
+            ViewGrad::Permute(p.to_vec()),
+        ))
     }
 
     /// `len` elements of `dim` from `start` (a negative start counts from the end).
@@ -146,7 +160,12 @@ impl Tensor {
                 format!("start ({start}) + length ({len}) exceeds dimension size ({n}) of dim {d}"),
             ));
         }
-        Ok(self.with_layout(self.layout().slice(d, s as usize, s as usize + len, 1)))
+        let (s, e) = (s as usize, s as usize + len);
+        Ok(self.view_as(
+            "narrow",
+            self.layout().slice(d, s, e, 1),
+            ViewGrad::region(move |t| Ok(t.with_layout(t.layout().slice(d, s, e, 1)))),
+        ))
     }
 
     /// Python's `t[start:end:step]` along `dim`: bounds may be negative and are
@@ -166,7 +185,12 @@ impl Tensor {
         let fix = |v: i64| (if v < 0 { v + n } else { v }).clamp(0, n) as usize;
         let s = start.map_or(0, fix);
         let e = end.map_or(n as usize, fix);
-        Ok(self.with_layout(self.layout().slice(d, s, e.max(s), step)))
+        let e = e.max(s);
+        Ok(self.view_as(
+            "slice",
+            self.layout().slice(d, s, e, step),
+            ViewGrad::region(move |t| Ok(t.with_layout(t.layout().slice(d, s, e, step)))),
+        ))
     }
 
     /// Index `index` along `dim`, removing that dim (`t[:, 2]`).
@@ -182,7 +206,12 @@ impl Tensor {
                 size: n,
             });
         }
-        Ok(self.with_layout(self.layout().select(d, i as usize)))
+        let i = i as usize;
+        Ok(self.view_as(
+            "select",
+            self.layout().select(d, i),
+            ViewGrad::region(move |t| Ok(t.with_layout(t.layout().select(d, i)))),
+        ))
     }
 
     /// A view with size-1 dims repeated to `shape` (`-1` keeps a size), new leading
@@ -209,13 +238,21 @@ impl Tensor {
                 }
             });
         }
-        Ok(self.with_layout(self.layout().broadcast_to("expand", &dims)?))
+        Ok(self.view_as(
+            "expand",
+            self.layout().broadcast_to("expand", &dims)?,
+            ViewGrad::Expand,
+        ))
     }
 
     /// A view broadcast to `shape` (`torch.broadcast_to`).
     pub fn broadcast_to(&self, shape: impl IntoShape) -> Result<Tensor> {
         let dims = dims_of("broadcast_to", &shape)?;
-        Ok(self.with_layout(self.layout().broadcast_to("broadcast_to", &dims)?))
+        Ok(self.view_as(
+            "broadcast_to",
+            self.layout().broadcast_to("broadcast_to", &dims)?,
+            ViewGrad::Expand,
+        ))
     }
 
     /// Joins tensors along an existing `dim`; dtypes promote, other dims must match.
@@ -265,7 +302,14 @@ impl Tensor {
             t.with_cpu(|src, ls| copy_strided(&mut out, &dst, src, ls));
             at += len;
         }
-        Ok(Tensor::from_cpu(out, &shape))
+        let out = Tensor::from_cpu(out, &shape);
+        Ok(Tensor::record(out, "cat", tensors, |_| {
+            let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
+            move |g: &Tensor| {
+                let parts = g.split_with_sizes(&sizes, d as i64)?;
+                Ok(parts.into_iter().map(Some).collect())
+            }
+        }))
     }
 
     /// Joins same-shape tensors along a new `dim`.
@@ -360,5 +404,58 @@ pub(crate) fn alloc_data(dtype: DType, n: usize) -> CpuData {
         DType::BF16 => a::<half::bf16>(n),
         DType::F32 => a::<f32>(n),
         DType::F64 => a::<f64>(n),
+    }
+}
+
+/// Re-applies a region view (narrow, slice, select) to another tensor.
+pub(crate) type RegionFn = Box<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
+
+/// How the gradient of a view goes back to its base.
+pub(crate) enum ViewGrad {
+    /// Same elements, another shape: reshape the gradient back.
+    Reshape,
+    Transpose(usize, usize),
+    Permute(Vec<usize>),
+    /// Broadcast: sum the gradient over the expanded dims.
+    Expand,
+    /// A region (narrow, slice, select): the gradient goes into that region of zeros.
+    Region(RegionFn),
+}
+
+impl ViewGrad {
+    fn region(f: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static) -> Self {
+        ViewGrad::Region(Box::new(f))
+    }
+}
+
+impl Tensor {
+    /// A view with `layout`, recording how its gradient returns to this tensor.
+    fn view_as(&self, name: &'static str, layout: Layout, rule: ViewGrad) -> Tensor {
+        let out = self.with_layout(layout);
+        Tensor::record(out, name, &[self], |_| {
+            let shape = self.shape().to_vec();
+            let dtype = self.dtype();
+            let device = self.device();
+            move |g: &Tensor| {
+                let gx = match rule {
+                    ViewGrad::Reshape => g.reshape(&shape)?,
+                    ViewGrad::Transpose(a, b) => g.transpose(a as i64, b as i64)?,
+                    ViewGrad::Permute(p) => {
+                        let mut inv = vec![0usize; p.len()];
+                        for (i, &d) in p.iter().enumerate() {
+                            inv[d] = i;
+                        }
+                        g.permute(inv)?
+                    }
+                    ViewGrad::Expand => crate::autograd::sum_to(g, &shape)?,
+                    ViewGrad::Region(view) => {
+                        let z = Tensor::zeros(&shape, dtype, &device)?;
+                        view(&z)?.copy_(g)?;
+                        z
+                    }
+                };
+                Ok(vec![Some(gx)])
+            }
+        })
     }
 }

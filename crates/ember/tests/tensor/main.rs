@@ -46,6 +46,7 @@ fn vals(t: &ember::Tensor) -> Vec<f64> {
     t.to_vec::<f64>().expect("to_vec")
 }
 
+mod autograd;
 mod creation;
 mod elementwise;
 mod errors;

@@ -644,6 +644,7 @@ unop!(
     |x| x.max(0)
 );
 unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).exp()));
+unop!(Erf, true, |x| x.erf());
 unop!(Gelu, true, |x| F::c(0.5)
     * x
     * (F::one()

@@ -1,0 +1,168 @@
+//! Gradient rules of the elementwise ops, in terms of tensor ops. Each takes the
+//! saved inputs `x` (and `a`, `b`), the saved output `y` and the output's gradient `g`.
+
+use super::Tensor;
+use crate::autograd::{sum_to, Grads};
+use crate::Result;
+
+/// The derivative of each one-input elementwise op.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Unary {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Tanh,
+    Sin,
+    Cos,
+    Recip,
+    Square,
+    Relu,
+    Sigmoid,
+    Erf,
+    Gelu,
+    GeluTanh,
+    Pow(f64),
+    Clamp(Option<f64>, Option<f64>),
+}
+
+impl Unary {
+    pub fn backward(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+        use Unary::*;
+        match self {
+            Neg => g.neg(),
+            // sign(x), with 0 at 0 as in PyTorch
+            Abs => g.mul(
+                &x.gt(0.0)?
+                    .to_dtype(x.dtype())?
+                    .sub(&x.lt(0.0)?.to_dtype(x.dtype())?)?,
+            ),
+            Exp => g.mul(y),
+            Log => g.div(x),
+            Sqrt => g.div(&y.mul(2.0)?),
+            Tanh => g.mul(&y.square()?.neg()?.add(1.0)?),
+            Sin => g.mul(&x.cos()?),
+            Cos => g.mul(&x.sin()?.neg()?),
+            Recip => g.mul(&y.square()?.neg()?),
+            Square => g.mul(&x.mul(2.0)?),
+            Relu => g.mul(&x.gt(0.0)?.to_dtype(g.dtype())?),
+            Sigmoid => g.mul(&y.mul(&y.neg()?.add(1.0)?)?),
+            Erf => g.mul(
+                &x.square()?
+                    .neg()?
+                    .exp()?
+                    .mul(2.0 / std::f64::consts::PI.sqrt())?,
+            ),
+            Gelu => {
+                // Φ(x) + x φ(x)
+                let phi_cdf = x
+                    .mul(std::f64::consts::FRAC_1_SQRT_2)?
+                    .erf()?
+                    .add(1.0)?
+                    .mul(0.5)?;
+                let pdf = x
+                    .square()?
+                    .mul(-0.5)?
+                    .exp()?
+                    .mul(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                g.mul(&phi_cdf.add(&x.mul(&pdf)?)?)
+            }
+            GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let inner = x.add(&x.pow(3.0)?.mul(0.044715)?)?.mul(k)?;
+                let t = inner.tanh()?;
+                let dinner = x.square()?.mul(3.0 * 0.044715)?.add(1.0)?.mul(k)?;
+                let d = t.add(1.0)?.mul(0.5)?.add(
+                    &x.mul(0.5)?
+                        .mul(&t.square()?.neg()?.add(1.0)?)?
+                        .mul(&dinner)?,
+                )?;
+                g.mul(&d)
+            }
+            Pow(e) => {
+                if e == 0.0 {
+                    g.zeros_like()
+                } else {
+                    g.mul(&x.pow(e - 1.0)?.mul(e)?)
+                }
+            }
+            Clamp(lo, hi) => {
+                let mut keep = x.eq(x)?; // true except at NaN
+                if let Some(lo) = lo {
+                    keep = keep.mul(&x.ge(lo)?)?;
+                }
+                if let Some(hi) = hi {
+                    keep = keep.mul(&x.le(hi)?)?;
+                }
+                g.mul(&keep.to_dtype(g.dtype())?)
+            }
+        }
+    }
+}
+
+/// Gradients of a broadcasting binary op for `a` and `b` (only those that need one).
+/// `na` / `nb` say whether `a` / `b` need a gradient.
+pub(crate) fn binary(
+    name: &str,
+    (a, na): (&Tensor, bool),
+    (b, nb): (&Tensor, bool),
+    y: &Tensor,
+    g: &Tensor,
+) -> Result<Grads> {
+    let to = |t: Tensor, like: &Tensor, need: bool| -> Result<Option<Tensor>> {
+        if need {
+            sum_to(&t, like.shape()).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let (ga, gb) = match name {
+        "add" => (g.clone(), g.clone()),
+        "sub" => (g.clone(), if nb { g.neg()? } else { g.clone() }),
+        "mul" => (
+            if na { g.mul(b)? } else { g.clone() },
+            if nb { g.mul(a)? } else { g.clone() },
+        ),
+        "div" => (
+            if na { g.div(b)? } else { g.clone() },
+            if nb {
+                g.mul(y)?.div(b)?.neg()?
+            } else {
+                g.clone()
+            },
+        ),
+        "maximum" | "minimum" => {
+            // the larger (smaller) input gets the gradient; ties split it evenly
+            let (win_a, win_b) = if name == "maximum" {
+                (a.gt(b)?, a.lt(b)?)
+            } else {
+                (a.lt(b)?, a.gt(b)?)
+            };
+            let tie = a.eq(b)?.to_dtype(g.dtype())?.mul(0.5)?;
+            (
+                g.mul(&win_a.to_dtype(g.dtype())?.add(&tie)?)?,
+                g.mul(&win_b.to_dtype(g.dtype())?.add(&tie)?)?,
+            )
+        }
+        "pow" => (
+            if na {
+                g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?
+            } else {
+                g.clone()
+            },
+            if nb {
+                g.mul(&y.mul(&a.log()?)?)?
+            } else {
+                g.clone()
+            },
+        ),
+        other => {
+            return Err(crate::Error::invalid(
+                "backward",
+                format!("no gradient rule for {other}"),
+            ));
+        }
+    };
+    Ok(vec![to(ga, a, na)?, to(gb, b, nb)?])
+}

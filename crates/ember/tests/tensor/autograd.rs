@@ -1,0 +1,242 @@
+//! Gradient checks: every backward rule against central finite differences in f64,
+//! plus the graph mechanics (accumulation, no_grad, detach, freeing).
+
+use super::{assert_close, vals};
+use ember::prelude::*;
+
+/// Checks d(sum(f(x) * w))/dx by finite differences for each input, where `w` is a
+/// fixed random weight so every output element matters.
+fn grad_check(
+    dev: &Device,
+    inputs: &[Tensor],
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+) -> Result<()> {
+    let xs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            t.to_dtype(DType::F64)
+                .and_then(|t| t.copy().requires_grad_(true))
+        })
+        .collect::<Result<_>>()?;
+    let out = f(&xs)?;
+    let w = Tensor::linspace(-1.0, 1.3, out.numel(), DType::F64, dev)?.reshape(out.shape())?;
+    out.mul(&w)?.sum_all()?.backward()?;
+    let eps = 1e-6;
+    for (k, x) in xs.iter().enumerate() {
+        let analytic = vals(&x.grad().expect("input has a gradient"));
+        let base = vals(x);
+        let mut numeric = vec![0.0; base.len()];
+        for i in 0..base.len() {
+            let eval = |delta: f64| -> Result<f64> {
+                let mut v = base.clone();
+                v[i] += delta;
+                let mut args: Vec<Tensor> = xs.iter().map(|t| t.detach()).collect();
+                args[k] = Tensor::from_vec(v, x.shape(), dev)?;
+                ember::no_grad(|| f(&args)?.mul(&w)?.sum_all()?.item::<f64>())
+            };
+            numeric[i] = (eval(eps)? - eval(-eps)?) / (2.0 * eps);
+        }
+        assert_close(&analytic, &numeric, 1e-5, 1e-6);
+    }
+    Ok(())
+}
+
+fn rn(dev: &Device, shape: &[usize]) -> Tensor {
+    Tensor::randn(shape, dev)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+}
+
+/// Positive inputs for log/sqrt/pow.
+fn pos(dev: &Device, shape: &[usize]) -> Tensor {
+    rn(dev, shape).abs().unwrap().add(0.5).unwrap()
+}
+
+fn elementwise_rules(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(10);
+    let (a, b) = (rn(dev, &[3, 4]), rn(dev, &[4]));
+    let (p, q) = (pos(dev, &[3, 4]), pos(dev, &[3, 1]));
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].add(&x[1]))?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].sub(&x[1]))?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].mul(&x[1]))?;
+    grad_check(dev, &[a.clone(), q.clone()], &|x| x[0].div(&x[1]))?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].maximum(&x[1]))?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].minimum(&x[1]))?;
+    grad_check(dev, &[p.clone(), q.clone()], &|x| x[0].pow(&x[1]))?;
+    grad_check(dev, &[a.clone()], &|x| {
+        x[0].add(2.0)?.mul(3.0)?.sub(1.0)?.div(4.0)
+    })?;
+    for f in [
+        Tensor::neg,
+        Tensor::exp,
+        Tensor::tanh,
+        Tensor::sin,
+        Tensor::cos,
+        Tensor::square,
+        Tensor::sigmoid,
+        Tensor::gelu,
+        Tensor::gelu_tanh,
+        Tensor::erf,
+    ] {
+        grad_check(dev, &[a.clone()], &|x| f(&x[0]))?;
+    }
+    for f in [
+        Tensor::log,
+        Tensor::sqrt,
+        Tensor::recip,
+        Tensor::abs,
+        Tensor::relu,
+    ] {
+        grad_check(dev, &[p.clone()], &|x| f(&x[0]))?;
+    }
+    // relu and abs away from their kink
+    let away = a.add(&a.gt(0.0)?.to_dtype(DType::F64)?.mul(0.2)?.sub(0.1)?)?;
+    grad_check(dev, &[away.clone()], &|x| x[0].relu())?;
+    grad_check(dev, &[away.clone()], &|x| x[0].abs())?;
+    grad_check(dev, &[p.clone()], &|x| x[0].pow(2.5))?;
+    grad_check(dev, &[away.clone()], &|x| x[0].clamp(Some(-0.5), Some(0.5)))?;
+    let cond = a.gt(0.2)?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| cond.where_(&x[0], &x[1]))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].masked_fill(&cond, 0.0))?;
+    Ok(())
+}
+
+fn reduction_rules(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(11);
+    let a = rn(dev, &[3, 4, 5]);
+    grad_check(dev, &[a.clone()], &|x| x[0].sum_all())?;
+    grad_check(dev, &[a.clone()], &|x| x[0].sum([0, 2], false))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].mean(1, true))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].mean_all())?;
+    grad_check(dev, &[a.clone()], &|x| x[0].max(-1, false))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].min(0, true))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].max_all())?;
+    grad_check(dev, &[a.clone()], &|x| x[0].var(1, false))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].std_correction(2, 0.0, true))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].softmax(-1))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].softmax(1))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].log_softmax(0))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].log_softmax(-1))?;
+    Ok(())
+}
+
+fn matmul_and_view_rules(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(12);
+    let (m, n) = (rn(dev, &[3, 4]), rn(dev, &[4, 2]));
+    grad_check(dev, &[m.clone(), n.clone()], &|x| x[0].matmul(&x[1]))?;
+    grad_check(dev, &[rn(dev, &[4]), n.clone()], &|x| x[0].matmul(&x[1]))?;
+    grad_check(dev, &[m.clone(), rn(dev, &[4])], &|x| x[0].matmul(&x[1]))?;
+    grad_check(dev, &[rn(dev, &[4]), rn(dev, &[4])], &|x| {
+        x[0].matmul(&x[1])
+    })?;
+    grad_check(dev, &[rn(dev, &[2, 1, 3, 4]), rn(dev, &[5, 4, 2])], &|x| {
+        x[0].matmul(&x[1])
+    })?;
+    grad_check(dev, &[m.clone(), rn(dev, &[2, 4])], &|x| {
+        x[0].matmul(&x[1].t()?)
+    })?;
+    let a = rn(dev, &[2, 3, 4]);
+    grad_check(dev, &[a.clone()], &|x| x[0].reshape([4, 6]))?;
+    grad_check(dev, &[a.clone()], &|x| {
+        x[0].transpose(0, 2)?.reshape([4, 6])
+    })?;
+    grad_check(dev, &[a.clone()], &|x| x[0].permute([2, 0, 1]))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].narrow(1, 1, 2))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].slice(2, Some(0), None, 2))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].select(0, 1))?;
+    grad_check(dev, &[a.clone()], &|x| x[0].i((.., 1..3, 2)))?;
+    grad_check(dev, &[a.clone()], &|x| {
+        x[0].unsqueeze(1)?.squeeze(1)?.flatten(0, 1)
+    })?;
+    grad_check(dev, &[rn(dev, &[3, 1])], &|x| x[0].expand([2, 3, 4]))?;
+    grad_check(dev, &[a.clone()], &|x| {
+        x[0].t().or_else(|_| x[0].transpose(0, 1))?.contiguous()
+    })?;
+    grad_check(dev, &[a.clone(), rn(dev, &[2, 1, 4])], &|x| {
+        Tensor::cat(&[&x[0], &x[1]], 1)
+    })?;
+    grad_check(dev, &[m.clone(), m.clone()], &|x| {
+        Tensor::stack(&[&x[0], &x[1]], 0)
+    })?;
+    grad_check(dev, &[m.clone()], &|x| Ok(x[0].chunk(2, 1)?[1].clone()))?;
+    // a cast passes the gradient through, converted back to the input's dtype
+    let c = m.copy().requires_grad_(true)?;
+    c.to_dtype(DType::F32)?.mul(3.0)?.sum_all()?.backward()?;
+    let gc = c.grad().unwrap();
+    assert_eq!((gc.dtype(), vals(&gc)), (DType::F64, vec![3.0; 12]));
+    let idx = Tensor::new(&[2i64, 0, 2], dev)?;
+    grad_check(dev, &[m.clone()], &|x| x[0].index_select(0, &idx))?;
+    grad_check(dev, &[m.clone()], &|x| x[0].index_select(1, &idx))?;
+    let gi = Tensor::new(&[[0i64, 3], [1, 1], [2, 0]], dev)?;
+    grad_check(dev, &[m.clone()], &|x| x[0].gather(1, &gi))?;
+    let src = rn(dev, &[3, 2]);
+    grad_check(dev, &[m.clone(), src.clone()], &|x| {
+        x[0].scatter_add(1, &gi, &x[1])
+    })?;
+    Ok(())
+}
+
+fn graph_mechanics(dev: &Device) -> Result<()> {
+    let x = Tensor::new(&[1f32, 2., 3.], dev)?.requires_grad_(true)?;
+    assert!(x.is_leaf() && x.requires_grad());
+    // a value used twice accumulates both paths
+    let y = x.mul(&x)?.add(&x)?.sum_all()?;
+    assert!(!y.is_leaf() && y.requires_grad());
+    y.backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![3., 5., 7.]);
+    // a second backward through the same graph is refused; a new graph accumulates
+    assert!(y.backward().is_err());
+    x.mul(2.0)?.sum_all()?.backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![5., 7., 9.]);
+    x.zero_grad();
+    assert!(x.grad().is_none());
+    // no_grad records nothing; detach cuts the graph but shares storage
+    let z = ember::no_grad(|| x.mul(2.0))?;
+    assert!(!z.requires_grad());
+    {
+        let _guard = ember::no_grad_guard();
+        assert!(!ember::is_grad_enabled());
+        assert!(!x.exp()?.requires_grad());
+    }
+    assert!(ember::is_grad_enabled());
+    let d = x.detach();
+    assert!(!d.requires_grad() && d.is_leaf());
+    assert!(x.mul(&d)?.requires_grad());
+    // ops on tensors that need no gradient record nothing
+    assert!(!d.add(1.0)?.requires_grad());
+    // backward needs a scalar (or an explicit gradient) and a graph
+    assert!(x.mul(2.0)?.backward().is_err());
+    x.mul(2.0)?
+        .backward_with(&Tensor::new(&[1f32, 0., 1.], dev)?)?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![2., 0., 2.]);
+    assert!(d.sum_all()?.backward().is_err());
+    // only float tensors can require grad; in-place updates of graph tensors are refused
+    assert!(Tensor::new(&[1i64], dev)?.requires_grad_(true).is_err());
+    assert!(x.add_(1.0).is_err());
+    ember::no_grad(|| x.add_(1.0))?;
+    assert_eq!(vals(&x), vec![2., 3., 4.]);
+    // operators on owned tensors that are tracked compute out of place
+    let w = x.mul(1.0)?;
+    let v = w + &x;
+    v.sum_all()?.backward()?;
+    // ops without a backward rule yet fail loudly in backward, not silently
+    let img = Tensor::ones([1, 1, 4, 4], DType::F32, dev)?.requires_grad_(true)?;
+    let pooled = img.max_pool2d(Pool2dOptions::new(2))?;
+    let e = pooled.sum_all()?.backward().unwrap_err().to_string();
+    assert!(
+        e.contains("max_pool2d") && e.contains("not implemented"),
+        "{e}"
+    );
+    Ok(())
+}
+
+device_test!(
+    elementwise_rules,
+    reduction_rules,
+    matmul_and_view_rules,
+    graph_mechanics
+);
