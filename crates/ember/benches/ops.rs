@@ -2,7 +2,8 @@
 //! `bench/pytorch/ops.py`:
 //! - matmul n×n×n f32 (throughput shown as elements/s = FLOP/s),
 //! - elementwise mul of n×n f32 (bytes/s counting two reads and one write),
-//! - a 4×4 add repeated (time per op: the per-op overhead).
+//! - a 4×4 add repeated (time per op: the per-op overhead), also with autograd
+//!   recording.
 //!
 //! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks).
 
@@ -49,6 +50,11 @@ fn tiny_add(c: &mut Criterion) {
     let b = Tensor::ones([4, 4], DType::F32, &dev).unwrap();
     c.bench_function("tiny_add_4x4", |bch| {
         bch.iter(|| black_box(a.add(&b).unwrap()))
+    });
+    // the same with `a` requiring a gradient: the op records its backward node
+    let ag = a.copy().requires_grad_(true).unwrap();
+    c.bench_function("tiny_add_4x4_grad", |bch| {
+        bch.iter(|| black_box(ag.add(&b).unwrap()))
     });
 }
 

@@ -28,6 +28,8 @@ pub mod device;
 mod dtype;
 mod error;
 pub mod layout;
+pub mod nn;
+pub mod optim;
 mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};

@@ -113,14 +113,10 @@ impl Tensor {
     fn broadcast2<R>(
         &self,
         op: &'static str,
-        rhs: Operand,
-        float_only: bool,
+        b: &Tensor,
+        dt: DType,
         f: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> R,
-    ) -> Result<(R, crate::layout::Dims, DType)> {
-        let (b, mut dt) = self.promote_with(op, rhs)?;
-        if float_only && !dt.is_float() {
-            dt = DType::F32;
-        }
+    ) -> Result<(R, crate::layout::Dims)> {
         let shape = broadcast_shapes(op, self.shape(), b.shape())?;
         let a = self.to_dtype(dt)?;
         let b = b.to_dtype(dt)?;
@@ -133,7 +129,7 @@ impl Tensor {
                 b.with_cpu(|db, _| f(da, &la, db, &lb))
             }
         });
-        Ok((r, shape, dt))
+        Ok((r, shape))
     }
 
     fn binary_op<O: BinaryOp>(
@@ -152,11 +148,12 @@ impl Tensor {
                 ));
             }
         }
-        let (b, _) = self.promote_with(name, rhs)?;
-        let (data, shape, _) =
-            self.broadcast2(name, Operand::Tensor(&b), float_only, |x, lx, y, ly| {
-                k::binary(x, lx, y, ly, op)
-            })?;
+        let (b, mut dt) = self.promote_with(name, rhs)?;
+        if float_only && !dt.is_float() {
+            dt = DType::F32;
+        }
+        let (data, shape) =
+            self.broadcast2(name, &b, dt, |x, lx, y, ly| k::binary(x, lx, y, ly, op))?;
         let out = Tensor::from_cpu(data, &shape);
         Ok(Tensor::record(out, name, &[self, &b], |y| {
             let (na, nb) = (self.requires_grad(), b.requires_grad());
@@ -284,9 +281,9 @@ impl Tensor {
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
-        let (data, shape, _) = self.broadcast2(name, rhs, false, |a, la, b, lb| {
-            k::compare(a, la, b, lb, cmp)
-        })?;
+        let (b, dt) = self.promote_with(name, rhs)?;
+        let (data, shape) =
+            self.broadcast2(name, &b, dt, |a, la, b, lb| k::compare(a, la, b, lb, cmp))?;
         Ok(Tensor::from_cpu(data, &shape))
     }
 }

@@ -51,6 +51,7 @@ mod creation;
 mod elementwise;
 mod errors;
 mod linalg;
+mod nn;
 mod props;
 mod reduce;
 mod views;

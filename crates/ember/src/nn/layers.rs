@@ -1,0 +1,252 @@
+//! Layers and activations.
+
+use super::{move_parameter, parameter, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// `y = x Wᵀ + b` (`nn.Linear`). Weights and bias start uniform in
+/// `±1/sqrt(in_features)`, PyTorch's default (Kaiming-uniform with a = √5).
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// A layer with bias.
+    pub fn new(in_features: usize, out_features: usize, device: &Device) -> Result<Linear> {
+        Linear::with_bias(in_features, out_features, true, device)
+    }
+
+    /// A layer with or without bias.
+    pub fn with_bias(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        device: &Device,
+    ) -> Result<Linear> {
+        let bound = if in_features > 0 {
+            1.0 / (in_features as f64).sqrt()
+        } else {
+            0.0
+        };
+        let weight = parameter(Tensor::uniform(
+            -bound,
+            bound,
+            [out_features, in_features],
+            DType::F32,
+            device,
+        )?)?;
+        let bias = if bias {
+            Some(parameter(Tensor::uniform(
+                -bound,
+                bound,
+                [out_features],
+                DType::F32,
+                device,
+            )?)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// A layer with the given weight `[out, in]` and bias `[out]` (copied into fresh
+    /// parameters).
+    pub fn from_weights(weight: &Tensor, bias: Option<&Tensor>) -> Result<Linear> {
+        if weight.rank() != 2 || bias.is_some_and(|b| b.shape() != [weight.shape()[0]]) {
+            return Err(Error::invalid(
+                "Linear",
+                format!(
+                    "expected weight [out, in] and bias [out], got {:?} and {:?}",
+                    weight.shape(),
+                    bias.map(|b| b.shape().to_vec())
+                ),
+            ));
+        }
+        Ok(Linear {
+            weight: parameter(weight.clone())?,
+            bias: bias.map(|b| parameter(b.clone())).transpose()?,
+        })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let in_features = self.weight.shape()[1];
+        if x.shape().last() != Some(&in_features) {
+            return Err(Error::shape(
+                "Linear",
+                x.shape(),
+                self.weight.shape(),
+                format!("the input's last dim must be in_features = {in_features}"),
+            ));
+        }
+        let y = x.matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".to_string(), b.clone()));
+        }
+        v
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.weight = move_parameter(&self.weight, device)?;
+        if let Some(b) = &self.bias {
+            self.bias = Some(move_parameter(b, device)?);
+        }
+        Ok(())
+    }
+}
+
+/// Layers applied in order (`nn.Sequential`); parameters are named `"<index>.<name>"`.
+#[derive(Default)]
+pub struct Sequential {
+    layers: Vec<Box<dyn Module>>,
+}
+
+impl Sequential {
+    pub fn new() -> Sequential {
+        Sequential::default()
+    }
+
+    /// Appends a layer.
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(mut self, layer: impl Module + 'static) -> Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+
+    /// The number of layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+}
+
+impl Module for Sequential {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = x.clone();
+        for layer in &self.layers {
+            h = layer.forward(&h)?;
+        }
+        Ok(h)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                l.named_parameters()
+                    .into_iter()
+                    .map(move |(n, p)| (format!("{i}.{n}"), p))
+            })
+            .collect()
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.layers.iter_mut().try_for_each(|l| l.to_device(device))
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.layers
+            .iter_mut()
+            .for_each(|l| l.set_training(training))
+    }
+}
+
+macro_rules! activation {
+    ($(#[$doc:meta])* $name:ident, $f:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+        impl Module for $name {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                x.$f()
+            }
+        }
+    };
+}
+activation!(/// `max(x, 0)`.
+    ReLU, relu);
+activation!(/// The logistic function.
+    Sigmoid, sigmoid);
+activation!(/// Hyperbolic tangent.
+    Tanh, tanh);
+activation!(/// GELU, exact (erf) form.
+    GELU, gelu);
+
+/// Softmax along a dim (`nn.Softmax(dim)`).
+#[derive(Clone, Copy, Debug)]
+pub struct Softmax(pub i64);
+
+impl Module for Softmax {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.softmax(self.0)
+    }
+}
+
+/// Flattens dims `start..=end` (`nn.Flatten()`: from 1 to -1).
+#[derive(Clone, Copy, Debug)]
+pub struct Flatten {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl Default for Flatten {
+    fn default() -> Self {
+        Flatten { start: 1, end: -1 }
+    }
+}
+
+impl Module for Flatten {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.flatten(self.start, self.end)
+    }
+}
+
+/// Zeroes each element with probability `p` in training and scales the rest by
+/// `1 / (1 - p)`; the identity in evaluation (`nn.Dropout`).
+#[derive(Clone, Copy, Debug)]
+pub struct Dropout {
+    p: f64,
+    training: bool,
+}
+
+impl Dropout {
+    pub fn new(p: f64) -> Result<Dropout> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid(
+                "Dropout",
+                format!("dropout probability has to be between 0 and 1, but got {p}"),
+            ));
+        }
+        Ok(Dropout { p, training: true })
+    }
+}
+
+impl Module for Dropout {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.training || self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        if self.p == 1.0 {
+            return x.mul(0.0);
+        }
+        let keep = Tensor::uniform(0.0, 1.0, x.shape(), DType::F32, &x.device())?.ge(self.p)?;
+        x.mul(&keep.to_dtype(x.dtype())?.mul(1.0 / (1.0 - self.p))?)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}

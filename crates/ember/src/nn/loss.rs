@@ -1,0 +1,149 @@
+//! Loss functions, as in `torch.nn.functional`.
+
+use crate::{DType, Error, Result, Tensor};
+
+/// How per-sample losses are combined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reduction {
+    #[default]
+    Mean,
+    Sum,
+    /// Per-sample losses.
+    None,
+}
+
+fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
+    match r {
+        Reduction::Mean => l.mean_all(),
+        Reduction::Sum => l.sum_all(),
+        Reduction::None => Ok(l),
+    }
+}
+
+fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<usize> {
+    if logits.rank() != 2 {
+        return Err(Error::invalid(
+            op,
+            format!("expected input of shape [N, C], got {:?}", logits.shape()),
+        ));
+    }
+    if target.dtype() != DType::I64 {
+        return Err(Error::dtype(
+            op,
+            target.dtype(),
+            "targets must be int64 class indices (use .to_dtype(DType::I64))",
+        ));
+    }
+    if target.shape() != [logits.shape()[0]] {
+        return Err(Error::shape(
+            op,
+            logits.shape(),
+            target.shape(),
+            "expected targets of shape [N]",
+        ));
+    }
+    let c = logits.shape()[1];
+    if let Some(&bad) = target
+        .to_vec::<i64>()?
+        .iter()
+        .find(|&&t| t < 0 || t as usize >= c)
+    {
+        return Err(Error::IndexOutOfRange {
+            op,
+            index: bad,
+            dim: 1,
+            size: c,
+        });
+    }
+    Ok(c)
+}
+
+/// Negative log-likelihood of log-probabilities `[N, C]` at int64 targets `[N]`.
+pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    check_targets("nll_loss", log_probs, target)?;
+    let picked = log_probs.gather(1, &target.unsqueeze(1)?)?.squeeze(1)?;
+    reduce(picked.neg()?, reduction)
+}
+
+/// Cross-entropy of logits `[N, C]` against int64 class indices `[N]`, mean over the
+/// batch (`F.cross_entropy`).
+pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
+    cross_entropy_with(logits, target, Reduction::Mean, 0.0)
+}
+
+/// Cross-entropy with a reduction and label smoothing `ε`: the target distribution
+/// puts `1 - ε` on the class and spreads `ε` evenly over all classes.
+pub fn cross_entropy_with(
+    logits: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    label_smoothing: f64,
+) -> Result<Tensor> {
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(Error::invalid(
+            "cross_entropy",
+            format!("label_smoothing must be in [0, 1], got {label_smoothing}"),
+        ));
+    }
+    check_targets("cross_entropy", logits, target)?;
+    let logp = logits.log_softmax(-1)?;
+    let nll = logp.gather(1, &target.unsqueeze(1)?)?.squeeze(1)?.neg()?;
+    let per_sample = if label_smoothing > 0.0 {
+        let smooth = logp.mean(-1, false)?.neg()?;
+        nll.mul(1.0 - label_smoothing)?
+            .add(&smooth.mul(label_smoothing)?)?
+    } else {
+        nll
+    };
+    reduce(per_sample, reduction)
+}
+
+/// Mean squared error (`F.mse_loss`); shapes must match.
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if input.shape() != target.shape() {
+        return Err(Error::shape(
+            "mse_loss",
+            input.shape(),
+            target.shape(),
+            "input and target must have the same shape",
+        ));
+    }
+    reduce(input.sub(target)?.square()?, reduction)
+}
+
+/// Binary cross-entropy on logits, computed stably as
+/// `max(x, 0) - x·y + log(1 + exp(-|x|))` (`F.binary_cross_entropy_with_logits`).
+pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if logits.shape() != target.shape() {
+        return Err(Error::shape(
+            "bce_with_logits",
+            logits.shape(),
+            target.shape(),
+            "logits and targets must have the same shape",
+        ));
+    }
+    if !target.dtype().is_float() {
+        return Err(Error::dtype(
+            "bce_with_logits",
+            target.dtype(),
+            "targets must be floating point probabilities",
+        ));
+    }
+    let l = crate::no_grad(|| {
+        logits
+            .relu()?
+            .sub(&logits.mul(target)?)?
+            .add(&logits.abs()?.neg()?.exp()?.add(1.0)?.log()?)
+    })?;
+    // its own rule: d/dx = sigmoid(x) - y everywhere (the composite has a kink at 0)
+    let l = Tensor::record(l, "bce_with_logits", &[logits, target], |_| {
+        let (x, y) = (logits.detach(), target.detach());
+        move |g: &Tensor| {
+            Ok(vec![
+                Some(g.mul(&x.sigmoid()?.sub(&y)?)?),
+                Some(g.mul(&x.neg()?)?),
+            ])
+        }
+    });
+    reduce(l, reduction)
+}

@@ -1,0 +1,245 @@
+//! Optimizers that update parameters in place on their device: SGD (momentum,
+//! dampening, Nesterov, weight decay), Adam and AdamW, with PyTorch's update rules.
+//!
+//! ```
+//! use ember::optim::{Optimizer, Sgd};
+//! use ember::prelude::*;
+//! let w = Tensor::new(&[1f32, -2.], &Device::Cpu)?.requires_grad_(true)?;
+//! let mut opt = Sgd::new(vec![w.clone()], 0.1);
+//! w.square()?.sum_all()?.backward()?; // d/dw = 2w
+//! opt.step()?;
+//! assert_eq!(w.to_vec1::<f32>()?, vec![0.8, -1.6]);
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+use crate::{Error, Result, Tensor};
+
+/// What every optimizer offers.
+pub trait Optimizer {
+    /// Applies one update from the parameters' current gradients (parameters with no
+    /// gradient are skipped).
+    fn step(&mut self) -> Result<()>;
+    /// Clears every parameter's gradient.
+    fn zero_grad(&self);
+    /// The learning rate.
+    fn lr(&self) -> f64;
+    /// Sets the learning rate (for schedulers).
+    fn set_lr(&mut self, lr: f64);
+}
+
+fn zero_all(params: &[Tensor]) {
+    params.iter().for_each(|p| p.zero_grad());
+}
+
+/// Stochastic gradient descent (`torch.optim.SGD`).
+pub struct Sgd {
+    params: Vec<Tensor>,
+    lr: f64,
+    momentum: f64,
+    dampening: f64,
+    nesterov: bool,
+    weight_decay: f64,
+    buffers: Vec<Option<Tensor>>,
+}
+
+impl Sgd {
+    /// Plain SGD with learning rate `lr`.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Sgd {
+        let n = params.len();
+        Sgd {
+            params,
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+            buffers: vec![None; n],
+        }
+    }
+
+    /// Momentum factor (0 disables it).
+    pub fn momentum(mut self, m: f64) -> Sgd {
+        self.momentum = m;
+        self
+    }
+
+    /// Dampening of the momentum.
+    pub fn dampening(mut self, d: f64) -> Sgd {
+        self.dampening = d;
+        self
+    }
+
+    /// Nesterov momentum (needs momentum > 0 and no dampening).
+    pub fn nesterov(mut self, on: bool) -> Result<Sgd> {
+        if on && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::invalid(
+                "SGD",
+                "Nesterov momentum requires a momentum and zero dampening",
+            ));
+        }
+        self.nesterov = on;
+        Ok(self)
+    }
+
+    /// L2 penalty added to the gradient.
+    pub fn weight_decay(mut self, wd: f64) -> Sgd {
+        self.weight_decay = wd;
+        self
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self) -> Result<()> {
+        let _ng = crate::no_grad_guard();
+        for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
+            let Some(mut g) = p.grad() else { continue };
+            if self.weight_decay != 0.0 {
+                g = g.add(&p.mul(self.weight_decay)?)?;
+            }
+            if self.momentum != 0.0 {
+                let b = match buf.take() {
+                    None => g.copy(),
+                    Some(b) => {
+                        b.mul_(self.momentum)?;
+                        b.add_(&g.mul(1.0 - self.dampening)?)?;
+                        b
+                    }
+                };
+                g = if self.nesterov {
+                    g.add(&b.mul(self.momentum)?)?
+                } else {
+                    b.clone()
+                };
+                *buf = Some(b);
+            }
+            p.sub_(&g.mul(self.lr)?)?;
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        zero_all(&self.params)
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+/// Adam (`torch.optim.Adam`), or AdamW with decoupled weight decay.
+pub struct Adam {
+    params: Vec<Tensor>,
+    lr: f64,
+    betas: (f64, f64),
+    eps: f64,
+    weight_decay: f64,
+    decoupled: bool,
+    step: u64,
+    m: Vec<Option<Tensor>>,
+    v: Vec<Option<Tensor>>,
+}
+
+impl Adam {
+    /// Adam with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, no weight decay.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+        let n = params.len();
+        Adam {
+            params,
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            step: 0,
+            m: vec![None; n],
+            v: vec![None; n],
+        }
+    }
+
+    /// AdamW (`torch.optim.AdamW`): weight decay 0.01 applied to the weights directly.
+    pub fn adamw(params: Vec<Tensor>, lr: f64) -> Adam {
+        Adam {
+            weight_decay: 1e-2,
+            decoupled: true,
+            ..Adam::new(params, lr)
+        }
+    }
+
+    pub fn betas(mut self, b1: f64, b2: f64) -> Adam {
+        self.betas = (b1, b2);
+        self
+    }
+
+    pub fn eps(mut self, eps: f64) -> Adam {
+        self.eps = eps;
+        self
+    }
+
+    /// L2 penalty (Adam) or decoupled decay (AdamW).
+    pub fn weight_decay(mut self, wd: f64) -> Adam {
+        self.weight_decay = wd;
+        self
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self) -> Result<()> {
+        let _ng = crate::no_grad_guard();
+        self.step += 1;
+        let (b1, b2) = self.betas;
+        let bc1 = 1.0 - b1.powi(self.step as i32);
+        let bc2 = 1.0 - b2.powi(self.step as i32);
+        for ((p, m), v) in self
+            .params
+            .iter()
+            .zip(self.m.iter_mut())
+            .zip(self.v.iter_mut())
+        {
+            let Some(mut g) = p.grad() else { continue };
+            if self.weight_decay != 0.0 {
+                if self.decoupled {
+                    p.mul_(1.0 - self.lr * self.weight_decay)?;
+                } else {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+            }
+            let m = match m {
+                Some(t) => t,
+                None => m.insert(p.zeros_like()?),
+            };
+            let v = match v {
+                Some(t) => t,
+                None => v.insert(p.zeros_like()?),
+            };
+            m.mul_(b1)?;
+            m.add_(&g.mul(1.0 - b1)?)?;
+            v.mul_(b2)?;
+            v.add_(&g.square()?.mul(1.0 - b2)?)?;
+            // PyTorch's form: p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
+            let denom = v.sqrt()?.div(bc2.sqrt())?.add(self.eps)?;
+            p.sub_(&m.div(&denom)?.mul(self.lr / bc1)?)?;
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        zero_all(&self.params)
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}

@@ -1,0 +1,122 @@
+"""Golden values for ember's nn, losses and optimizers, from PyTorch.
+
+Writes nn_cases.json next to this file:
+- losses: cross_entropy (mean/sum/none, label smoothing), nll, mse, bce_with_logits,
+  with their values and input gradients;
+- optimizers: five steps of SGD (plain, momentum+dampening, nesterov+weight decay),
+  Adam (with weight decay) and AdamW on a fixed quadratic-ish objective;
+- the Iris lesson: model 4 -> 8 -> 9 -> 3 (ReLU), CrossEntropyLoss, Adam lr 0.01,
+  seed 32, 80/20 split, 100 full-batch epochs: initial weights, the split, the loss
+  of every epoch and the final test accuracy.
+Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py
+"""
+import csv
+import json
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+torch.set_default_dtype(torch.float64)
+
+
+def flat(t):
+    return [float(x) for x in t.detach().reshape(-1).tolist()]
+
+
+def tensor_json(t):
+    return {"shape": list(t.shape), "values": flat(t)}
+
+
+def loss_cases():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4)
+    target = torch.tensor([0, 3, 1, 1, 2])
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    probs = torch.rand(3, 4)
+    out = []
+
+    def case(name, fn, inputs, extra=None):
+        ins = [i.clone().requires_grad_(True) for i in inputs]
+        v = fn(*ins)
+        v.backward(torch.linspace(-1, 1.3, v.numel()).reshape(v.shape) if v.dim() else None)
+        out.append({"name": name, "inputs": [tensor_json(i) for i in inputs], "extra": extra or {},
+                    "value": tensor_json(v), "grads": [tensor_json(i.grad) for i in ins]})
+
+    for red in ("mean", "sum", "none"):
+        case(f"cross_entropy_{red}", lambda l: F.cross_entropy(l, target, reduction=red), [logits],
+             {"target": target.tolist(), "reduction": red, "label_smoothing": 0.0})
+    case("cross_entropy_smooth", lambda l: F.cross_entropy(l, target, label_smoothing=0.1), [logits],
+         {"target": target.tolist(), "reduction": "mean", "label_smoothing": 0.1})
+    case("nll", lambda l: F.nll_loss(F.log_softmax(l, -1), target), [logits],
+         {"target": target.tolist(), "reduction": "mean"})
+    case("mse", lambda a, b: F.mse_loss(a, b), [x, y], {"reduction": "mean"})
+    case("mse_sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [x, y], {"reduction": "sum"})
+    big = torch.tensor([[-100.0, -3.0, 0.0, 2.5], [50.0, 0.0, -0.5, 1.0], [0.1, -0.1, 30.0, -30.0]])
+    case("bce_with_logits", lambda a, b: F.binary_cross_entropy_with_logits(a, b), [big, probs], {"reduction": "mean"})
+    return out
+
+
+def optimizer_cases():
+    out = []
+    configs = [
+        ("sgd", lambda p: torch.optim.SGD(p, lr=0.1), {"lr": 0.1}),
+        ("sgd_momentum", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1),
+         {"lr": 0.05, "momentum": 0.9, "dampening": 0.1}),
+        ("sgd_nesterov_wd", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01),
+         {"lr": 0.05, "momentum": 0.8, "nesterov": True, "weight_decay": 0.01}),
+        ("adam", lambda p: torch.optim.Adam(p, lr=0.01), {"lr": 0.01}),
+        ("adam_wd", lambda p: torch.optim.Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+         {"lr": 0.02, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1}),
+        ("adamw", lambda p: torch.optim.AdamW(p, lr=0.01), {"lr": 0.01}),
+    ]
+    for name, make, cfg in configs:
+        w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)
+        opt = make([w])
+        traj = []
+        for _ in range(5):
+            opt.zero_grad()
+            # a non-quadratic objective so every step's gradient differs
+            loss = (w ** 4).sum() * 0.1 + (w * torch.tensor([1.0, 2.0, -1.0, 0.5])).sum()
+            loss.backward()
+            opt.step()
+            traj.append(flat(w))
+        out.append({"name": name, "config": cfg, "init": [1.0, -2.0, 0.5, 3.0], "trajectory": traj})
+    return out
+
+
+def iris_case():
+    with open(os.path.join(ROOT, "data", "iris.csv")) as f:
+        rows = list(csv.reader(f))[1:]
+    X = torch.tensor([[float(v) for v in r[:4]] for r in rows], dtype=torch.float32)
+    y = torch.tensor([int(r[4]) for r in rows])
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(32))
+    tr, te = perm[:120], perm[120:]
+    torch.manual_seed(32)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 9), nn.ReLU(), nn.Linear(9, 3)).float()
+    init = {k: tensor_json(v) for k, v in model.state_dict().items()}
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(100):
+        loss = F.cross_entropy(model(X[tr]), y[tr])
+        losses.append(float(loss))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = float((model(X[te]).argmax(1) == y[te]).float().mean())
+    return {"init": init, "perm": perm.tolist(), "losses": losses, "test_accuracy": acc}
+
+
+def main():
+    data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(), "iris": iris_case()}
+    with open(os.path.join(HERE, "nn_cases.json"), "w") as f:
+        json.dump(data, f, indent=0)
+    print("iris: final loss %.4f, test accuracy %.3f" % (data["iris"]["losses"][-1], data["iris"]["test_accuracy"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+//! nn, losses and optimizers against PyTorch (tests/golden/nn_cases.json, made by
+//! tests/golden/gen_nn.py), and the Iris lesson trained to PyTorch's loss curve.
+
+use super::{assert_close, vals};
+use ember::nn::{self, Module, Reduction};
+use ember::optim::{Adam, Optimizer, Sgd};
+use ember::prelude::*;
+use serde_json::Value;
+
+fn cases() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("nn_cases.json"))
+        .expect("valid JSON")
+}
+
+fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let values: Vec<f64> = v["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    Tensor::from_vec(values, shape, dev)
+}
+
+fn reduction(v: &Value) -> Reduction {
+    match v["reduction"].as_str() {
+        Some("sum") => Reduction::Sum,
+        Some("none") => Reduction::None,
+        _ => Reduction::Mean,
+    }
+}
+
+fn losses_match_pytorch(dev: &Device) -> Result<()> {
+    for case in cases()["losses"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let inputs: Vec<Tensor> = case["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| tensor(t, dev).and_then(|t| t.requires_grad_(true)))
+            .collect::<Result<_>>()?;
+        let extra = &case["extra"];
+        let target = || -> Result<Tensor> {
+            let t: Vec<i64> = extra["target"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_i64().unwrap())
+                .collect();
+            Tensor::new(t, dev)
+        };
+        let out = match name {
+            n if n.starts_with("cross_entropy") => nn::cross_entropy_with(
+                &inputs[0],
+                &target()?,
+                reduction(extra),
+                extra["label_smoothing"].as_f64().unwrap(),
+            )?,
+            "nll" => nn::nll_loss(&inputs[0].log_softmax(-1)?, &target()?, reduction(extra))?,
+            n if n.starts_with("mse") => nn::mse_loss(&inputs[0], &inputs[1], reduction(extra))?,
+            "bce_with_logits" => nn::bce_with_logits(&inputs[0], &inputs[1], reduction(extra))?,
+            other => panic!("unknown loss case {other}"),
+        };
+        let want = tensor(&case["value"], dev)?;
+        assert_eq!(out.shape(), want.shape(), "{name}");
+        assert_close(&vals(&out), &vals(&want), 1e-10, 1e-12);
+        if out.rank() == 0 {
+            out.backward()?;
+        } else {
+            let w = Tensor::linspace(-1.0, 1.3, out.numel(), DType::F64, dev)?;
+            out.backward_with(&w)?;
+        }
+        for (i, g) in case["grads"].as_array().unwrap().iter().enumerate() {
+            let got = inputs[i].grad().expect("gradient");
+            assert_close(&vals(&got), &vals(&tensor(g, dev)?), 1e-9, 1e-12);
+        }
+    }
+    Ok(())
+}
+
+fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
+    for case in cases()["optimizers"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let cfg = &case["config"];
+        let f = |k: &str, d: f64| cfg[k].as_f64().unwrap_or(d);
+        let init: Vec<f64> = case["init"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let w = Tensor::new(init, dev)?.requires_grad_(true)?;
+        let params = vec![w.clone()];
+        let mut opt: Box<dyn Optimizer> = match name {
+            n if n.starts_with("sgd") => Box::new(
+                Sgd::new(params, f("lr", 0.0))
+                    .momentum(f("momentum", 0.0))
+                    .dampening(f("dampening", 0.0))
+                    .weight_decay(f("weight_decay", 0.0))
+                    .nesterov(cfg["nesterov"].as_bool().unwrap_or(false))?,
+            ),
+            "adamw" => Box::new(Adam::adamw(params, f("lr", 0.0))),
+            _ => {
+                let b = cfg["betas"]
+                    .as_array()
+                    .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()));
+                let (b1, b2) = b.unwrap_or((0.9, 0.999));
+                Box::new(
+                    Adam::new(params, f("lr", 0.0))
+                        .betas(b1, b2)
+                        .eps(f("eps", 1e-8))
+                        .weight_decay(f("weight_decay", 0.0)),
+                )
+            }
+        };
+        let c = Tensor::new(&[1f64, 2., -1., 0.5], dev)?;
+        for (step, want) in case["trajectory"].as_array().unwrap().iter().enumerate() {
+            opt.zero_grad();
+            let loss = w
+                .pow(4.0)?
+                .sum_all()?
+                .mul(0.1)?
+                .add(&w.mul(&c)?.sum_all()?)?;
+            loss.backward()?;
+            opt.step()?;
+            let want: Vec<f64> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            let got = vals(&w);
+            for (g, e) in got.iter().zip(&want) {
+                assert!(
+                    (g - e).abs() <= 1e-12 + 1e-10 * e.abs(),
+                    "{name} step {step}: got {got:?}, want {want:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn iris_lesson_matches_pytorch(dev: &Device) -> Result<()> {
+    let c = cases();
+    let iris = &c["iris"];
+    // the data shipped in data/, split as PyTorch split it
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/iris.csv"))
+        .expect("iris.csv");
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for line in text.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        xs.extend(cells[..4].iter().map(|v| v.parse::<f32>().unwrap()));
+        ys.push(cells[4].parse::<i64>().unwrap());
+    }
+    let x = Tensor::from_vec(xs, [150, 4], dev)?;
+    let y = Tensor::new(ys, dev)?;
+    let perm: Vec<i64> = iris["perm"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let (tr, te) = (
+        Tensor::new(perm[..120].to_vec(), dev)?,
+        Tensor::new(perm[120..].to_vec(), dev)?,
+    );
+    let (x_tr, y_tr) = (x.index_select(0, &tr)?, y.index_select(0, &tr)?);
+    let (x_te, y_te) = (x.index_select(0, &te)?, y.index_select(0, &te)?);
+    // PyTorch's initial weights
+    let init = &iris["init"];
+    let lin = |i: usize| -> Result<nn::Linear> {
+        let w = tensor(&init[format!("{i}.weight")], dev)?.to_dtype(DType::F32)?;
+        let b = tensor(&init[format!("{i}.bias")], dev)?.to_dtype(DType::F32)?;
+        nn::Linear::from_weights(&w, Some(&b))
+    };
+    let model = nn::Sequential::new()
+        .add(lin(0)?)
+        .add(nn::ReLU)
+        .add(lin(2)?)
+        .add(nn::ReLU)
+        .add(lin(4)?);
+    let mut opt = Adam::new(model.parameters(), 0.01);
+    let want: Vec<f64> = iris["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        let loss = nn::cross_entropy(&model.forward(&x_tr)?, &y_tr)?;
+        got.push(loss.item::<f64>()?);
+        opt.zero_grad();
+        loss.backward()?;
+        opt.step()?;
+    }
+    // float32 arithmetic in a different order: the curves agree to ~1e-4 relative
+    assert_close(&got, &want, 2e-3, 1e-4);
+    let acc = ember::no_grad(|| -> Result<f64> {
+        let pred = model.forward(&x_te)?.argmax(1, false)?;
+        pred.eq(&y_te)?
+            .to_dtype(DType::F32)?
+            .mean_all()?
+            .item::<f64>()
+    })?;
+    assert_eq!(acc, iris["test_accuracy"].as_f64().unwrap());
+    Ok(())
+}
+
+fn modules_and_errors(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(5);
+    let lin = nn::Linear::new(100, 50, dev)?;
+    let w = vals(&lin.weight);
+    let bound = 0.1;
+    assert!(
+        w.iter().all(|v| v.abs() <= bound),
+        "weights within ±1/sqrt(in)"
+    );
+    let var = w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64;
+    assert!(
+        (var - bound * bound / 3.0).abs() < 0.0008,
+        "uniform variance {var}"
+    );
+    assert!(lin.weight.requires_grad() && lin.weight.is_leaf());
+    let model = nn::Sequential::new()
+        .add(lin)
+        .add(nn::GELU)
+        .add(nn::Dropout::new(0.5)?)
+        .add(nn::Linear::with_bias(50, 2, false, dev)?);
+    let names: Vec<String> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, vec!["0.weight", "0.bias", "3.weight"]);
+    assert_eq!(model.num_parameters(), 100 * 50 + 50 + 100);
+    assert!(model.parameters().iter().all(|p| p.device() == *dev));
+    let x = Tensor::randn([8, 100], dev)?;
+    let mut model = model;
+    model.eval();
+    let a = model.forward(&x)?;
+    assert_eq!(
+        vals(&a),
+        vals(&model.forward(&x)?),
+        "eval mode is deterministic"
+    );
+    model.train();
+    assert_ne!(
+        vals(&model.forward(&x)?),
+        vals(&a),
+        "dropout is active in training"
+    );
+    // dropout keeps the expectation
+    let d = nn::Dropout::new(0.3)?;
+    let big = d.forward(&Tensor::ones([100_000], DType::F32, dev)?)?;
+    assert!((big.mean_all()?.item::<f64>()? - 1.0).abs() < 0.02);
+    assert!(nn::Dropout::new(1.5).is_err());
+    assert!(
+        model.forward(&Tensor::randn([8, 99], dev)?).is_err(),
+        "wrong in_features"
+    );
+    assert_eq!(
+        nn::Flatten::default()
+            .forward(&Tensor::zeros([2, 3, 4], DType::F32, dev)?)?
+            .shape(),
+        &[2, 12]
+    );
+    // loss input errors
+    let logits = Tensor::randn([4, 3], dev)?;
+    assert!(
+        nn::cross_entropy(&logits, &Tensor::new(&[0f32, 1., 2., 0.], dev)?).is_err(),
+        "float targets"
+    );
+    assert!(
+        nn::cross_entropy(&logits, &Tensor::new(&[0i64, 1, 2], dev)?).is_err(),
+        "wrong batch size"
+    );
+    assert!(
+        nn::cross_entropy(&logits, &Tensor::new(&[0i64, 1, 3, 0], dev)?).is_err(),
+        "class out of range"
+    );
+    assert!(nn::cross_entropy_with(
+        &logits,
+        &Tensor::new(&[0i64, 1, 2, 0], dev)?,
+        Reduction::Mean,
+        1.5
+    )
+    .is_err());
+    assert!(nn::mse_loss(
+        &logits,
+        &Tensor::zeros([4], DType::F32, dev)?,
+        Reduction::Mean
+    )
+    .is_err());
+    assert!(
+        Sgd::new(vec![], 0.1).nesterov(true).is_err(),
+        "nesterov needs momentum"
+    );
+    Ok(())
+}
+
+device_test!(
+    losses_match_pytorch,
+    optimizers_match_pytorch,
+    iris_lesson_matches_pytorch,
+    modules_and_errors
+);
