@@ -250,3 +250,90 @@ impl Module for Dropout {
         self.training = training;
     }
 }
+
+/// 2-D convolution layer (`nn.Conv2d`): weight `[out, in / groups, k, k]` and bias
+/// `[out]`, uniform in `±1/sqrt(fan_in)` with `fan_in = in / groups · k · k`.
+pub struct Conv2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: crate::Conv2dOptions,
+}
+
+impl Conv2d {
+    /// A square `kernel × kernel` convolution with bias and the given options.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        options: crate::Conv2dOptions,
+        device: &Device,
+    ) -> Result<Conv2d> {
+        let g = options.groups;
+        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
+            return Err(Error::invalid(
+                "Conv2d",
+                format!("in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({g})"),
+            ));
+        }
+        let fan_in = in_channels / g * kernel * kernel;
+        let bound = if fan_in > 0 {
+            1.0 / (fan_in as f64).sqrt()
+        } else {
+            0.0
+        };
+        let shape = [out_channels, in_channels / g, kernel, kernel];
+        Ok(Conv2d {
+            weight: parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?,
+            bias: Some(parameter(Tensor::uniform(
+                -bound,
+                bound,
+                [out_channels],
+                DType::F32,
+                device,
+            )?)?),
+            options,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv2d(&self.weight, self.bias.as_ref(), self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".to_string(), b.clone()));
+        }
+        v
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.weight = move_parameter(&self.weight, device)?;
+        if let Some(b) = &self.bias {
+            self.bias = Some(move_parameter(b, device)?);
+        }
+        Ok(())
+    }
+}
+
+/// 2-D max pooling layer (`nn.MaxPool2d`).
+#[derive(Clone, Copy, Debug)]
+pub struct MaxPool2d(pub crate::Pool2dOptions);
+
+impl Module for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.max_pool2d(self.0)
+    }
+}
+
+/// 2-D average pooling layer (`nn.AvgPool2d`).
+#[derive(Clone, Copy, Debug)]
+pub struct AvgPool2d(pub crate::Pool2dOptions);
+
+impl Module for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.avg_pool2d(self.0)
+    }
+}

@@ -18,7 +18,10 @@
 mod layers;
 mod loss;
 
-pub use layers::{Dropout, Flatten, Linear, ReLU, Sequential, Sigmoid, Softmax, Tanh, GELU};
+pub use layers::{
+    AvgPool2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Softmax,
+    Tanh, GELU,
+};
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
 
 use crate::{Device, Result, Tensor};

@@ -3,23 +3,11 @@
 use super::Tensor;
 use crate::backend::cpu::conv::{self, ConvShape, Pool, Window};
 use crate::backend::cpu::matmul::{matmul, MatmulArgs};
+use crate::backend::cpu::CpuData;
 use crate::dtype::Real;
 use crate::layout::{broadcast_shapes, Dims};
 use crate::WithDType;
 use crate::{DType, Error, Result};
-
-/// A backward rule for an op whose gradient ember does not compute yet: backward
-/// through it fails with a clear error instead of silently dropping gradients.
-fn no_rule_yet(
-    op: &'static str,
-) -> impl FnOnce(&Tensor) -> Result<crate::autograd::Grads> + Send + Sync {
-    move |_| {
-        Err(Error::invalid(
-            "backward",
-            format!("the gradient of {op} is not implemented yet; compute it under ember::no_grad or detach its inputs"),
-        ))
-    }
-}
 
 impl Tensor {
     /// Matrix product with `torch.matmul` semantics: 1-D·1-D is a dot product, 2-D·2-D
@@ -276,7 +264,40 @@ impl Tensor {
         drop(ng);
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
-        Ok(Tensor::record(out, OP, &inputs, |_| no_rule_yet(OP)))
+        Ok(Tensor::record(out, OP, &inputs, |_| {
+            let (x, wt) = (x.detach(), wt.detach());
+            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
+            let has_bias = bias.is_some();
+            move |g: &Tensor| {
+                let gc = g.to_dtype(work)?.contiguous()?;
+                fn back<T: WithDType + Real + std::ops::AddAssign>(
+                    x: &Tensor,
+                    w: &Tensor,
+                    g: &Tensor,
+                    s: &ConvShape,
+                ) -> (CpuData, CpuData) {
+                    let slice = |t: &Tensor| {
+                        t.with_cpu(|d, l| {
+                            T::slice(d).expect("conv2d: dtype checked")[l.offset()..].to_vec()
+                        })
+                    };
+                    let (gx, gw) = conv::conv2d_backward(&slice(x), &slice(w), &slice(g), s);
+                    (T::wrap(gx), T::wrap(gw))
+                }
+                let (gx, gw) = match work {
+                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape),
+                    _ => back::<f32>(&x, &wt, &gc, &shape),
+                };
+                let mut grads = vec![
+                    Some(Tensor::from_cpu(gx, &[n, c, h, w]).to_dtype(xdt)?),
+                    Some(Tensor::from_cpu(gw, &wshape).to_dtype(wdt)?),
+                ];
+                if has_bias {
+                    grads.push(Some(g.sum([0, 2, 3], false)?));
+                }
+                Ok(grads)
+            }
+        }))
     }
 
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
@@ -369,7 +390,41 @@ impl Tensor {
         shape.extend([oh, ow]);
         let out = Tensor::from_cpu(data, &shape).to_dtype(self.dtype())?;
         drop(ng);
-        Ok(Tensor::record(out, op, &[self], |_| no_rule_yet(op)))
+        Ok(Tensor::record(out, op, &[self], |_| {
+            let (x, xdt, xshape) = (x.detach(), self.dtype(), self.shape().to_vec());
+            move |g: &Tensor| {
+                let gc = g.to_dtype(work)?.contiguous()?;
+                fn back<T: WithDType + Real + std::ops::AddAssign>(
+                    x: &Tensor,
+                    g: &Tensor,
+                    planes: usize,
+                    hw: (usize, usize),
+                    o: (usize, usize),
+                    win: Window,
+                    kind: Pool,
+                ) -> CpuData {
+                    let slice = |t: &Tensor| {
+                        t.with_cpu(|d, l| {
+                            T::slice(d).expect("pool2d: dtype checked")[l.offset()..].to_vec()
+                        })
+                    };
+                    T::wrap(conv::pool2d_backward(
+                        &slice(x),
+                        &slice(g),
+                        planes,
+                        hw,
+                        o,
+                        win,
+                        kind,
+                    ))
+                }
+                let gx = match work {
+                    DType::F64 => back::<f64>(&x, &gc, planes, (h, w), (oh, ow), win, kind),
+                    _ => back::<f32>(&x, &gc, planes, (h, w), (oh, ow), win, kind),
+                };
+                Ok(vec![Some(Tensor::from_cpu(gx, &xshape).to_dtype(xdt)?)])
+            }
+        }))
     }
 
     /// 2-D max pooling over `[N, C, H, W]` or `[C, H, W]` (`F.max_pool2d`); padded

@@ -223,14 +223,64 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
     let w = x.mul(1.0)?;
     let v = w + &x;
     v.sum_all()?.backward()?;
-    // ops without a backward rule yet fail loudly in backward, not silently
-    let img = Tensor::ones([1, 1, 4, 4], DType::F32, dev)?.requires_grad_(true)?;
-    let pooled = img.max_pool2d(Pool2dOptions::new(2))?;
-    let e = pooled.sum_all()?.backward().unwrap_err().to_string();
-    assert!(
-        e.contains("max_pool2d") && e.contains("not implemented"),
-        "{e}"
-    );
+    Ok(())
+}
+
+fn conv_and_pool_rules(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(13);
+    let cases = [
+        // (n, c, h, w, o, k, stride, pad, dil, groups)
+        (2, 3, 6, 6, 4, 3, 1, 1, 1, 1),
+        (1, 4, 7, 5, 6, 2, 2, 0, 1, 2),
+        (2, 4, 6, 6, 4, 3, 1, 2, 2, 4),
+    ];
+    for (n, c, h, w, o, k, stride, pad, dil, groups) in cases {
+        let opts = Conv2dOptions::default()
+            .stride(stride)
+            .padding(pad)
+            .dilation(dil)
+            .groups(groups);
+        let (x, wt, b) = (
+            rn(dev, &[n, c, h, w]),
+            rn(dev, &[o, c / groups, k, k]),
+            rn(dev, &[o]),
+        );
+        grad_check(dev, &[x.clone(), wt.clone(), b.clone()], &|t| {
+            t[0].conv2d(&t[1], Some(&t[2]), opts)
+        })?;
+        grad_check(dev, &[x.clone(), wt.clone()], &|t| {
+            t[0].conv2d(&t[1], None, opts)
+        })?;
+    }
+    // unbatched input
+    grad_check(dev, &[rn(dev, &[2, 5, 5]), rn(dev, &[3, 2, 3, 3])], &|t| {
+        t[0].conv2d(&t[1], None, Conv2dOptions::default())
+    })?;
+    // pooling: distinct values so every window has a unique max
+    let x = Tensor::randperm(2 * 3 * 7 * 7, dev)?
+        .to_dtype(DType::F64)?
+        .mul(0.01)?
+        .reshape([2, 3, 7, 7])?;
+    for opts in [
+        Pool2dOptions::new(2),
+        Pool2dOptions::new(3).stride(2).padding(1),
+        Pool2dOptions::new(2).stride(1).dilation(2),
+        Pool2dOptions::new(2).ceil_mode(true),
+    ] {
+        grad_check(dev, &[x.clone()], &|t| t[0].max_pool2d(opts))?;
+    }
+    for opts in [
+        Pool2dOptions::new(2),
+        Pool2dOptions::new(3).stride(2).padding(1),
+        Pool2dOptions::new(3)
+            .stride(2)
+            .padding(1)
+            .count_include_pad(false),
+        Pool2dOptions::new(2).ceil_mode(true),
+    ] {
+        grad_check(dev, &[x.clone()], &|t| t[0].avg_pool2d(opts))?;
+    }
     Ok(())
 }
 
@@ -238,5 +288,6 @@ device_test!(
     elementwise_rules,
     reduction_rules,
     matmul_and_view_rules,
+    conv_and_pool_rules,
     graph_mechanics
 );

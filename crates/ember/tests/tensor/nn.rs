@@ -308,9 +308,57 @@ fn modules_and_errors(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A small CNN learns to tell two synthetic image classes apart: conv, pooling and
+/// their gradients working together through the optimizer.
+fn small_cnn_learns(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(21);
+    // class 0: a bright vertical bar, class 1: a bright horizontal bar, plus noise
+    let n = 64;
+    let noise = Tensor::randn([n, 1, 8, 8], dev)?.mul(0.3)?;
+    let labels: Vec<i64> = (0..n as i64).map(|i| i % 2).collect();
+    let mut bars = vec![0f32; n * 64];
+    for (i, &l) in labels.iter().enumerate() {
+        for j in 0..8 {
+            let at = if l == 0 { j * 8 + 3 } else { 3 * 8 + j };
+            bars[i * 64 + at] = 1.0;
+        }
+    }
+    let x = Tensor::from_vec(bars, [n, 1, 8, 8], dev)?.add(&noise)?;
+    let y = Tensor::new(labels, dev)?;
+    let opts = Conv2dOptions::default().padding(1);
+    let model = nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 4, 3, opts, dev)?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::AvgPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(16, 2, dev)?);
+    assert_eq!(model.num_parameters(), 4 * 9 + 4 + 16 * 2 + 2);
+    let mut opt = Adam::new(model.parameters(), 0.05);
+    let first = nn::cross_entropy(&model.forward(&x)?, &y)?.item::<f64>()?;
+    let mut last = first;
+    for _ in 0..60 {
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        opt.zero_grad();
+        loss.backward()?;
+        opt.step()?;
+        last = loss.item::<f64>()?;
+    }
+    assert!(last < 0.1 * first, "loss went from {first} to {last}");
+    let acc = ember::no_grad(|| {
+        let pred = model.forward(&x)?.argmax(1, false)?;
+        pred.eq(&y)?.to_dtype(DType::F32)?.mean_all()?.item::<f64>()
+    })?;
+    assert_eq!(acc, 1.0);
+    assert!(nn::Conv2d::new(3, 4, 3, Conv2dOptions::default().groups(2), dev).is_err());
+    Ok(())
+}
+
 device_test!(
     losses_match_pytorch,
     optimizers_match_pytorch,
     iris_lesson_matches_pytorch,
-    modules_and_errors
+    modules_and_errors,
+    small_cnn_learns,
 );

@@ -262,3 +262,212 @@ pub(crate) fn pool2d<T: WithDType + Real>(
         });
     out
 }
+
+/// Adds the columns of `col` ([cg*kh*kw, oh*ow]) back into the image planes of
+/// channels `0..cg` of `gx` (the adjoint of [`im2col`]).
+fn col2im<T: Copy + std::ops::AddAssign>(col: &[T], s: &ConvShape, cg: usize, gx: &mut [T]) {
+    let Window {
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = s.win;
+    let p = s.oh * s.ow;
+    for ci in 0..cg {
+        let plane = &mut gx[ci * s.h * s.w..(ci + 1) * s.h * s.w];
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let row = &col[((ci * kh + ki) * kw + kj) * p..][..p];
+                for oy in 0..s.oh {
+                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= s.h as isize {
+                        continue;
+                    }
+                    for ox in 0..s.ow {
+                        let ix = (ox * sw + kj * dw) as isize - pw as isize;
+                        if ix >= 0 && (ix as usize) < s.w {
+                            plane[iy as usize * s.w + ix as usize] += row[oy * s.ow + ox];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Gradients of conv2d with respect to its input and weight, given the output
+/// gradient `g` ([n, o, oh, ow]); all contiguous.
+pub(crate) fn conv2d_backward<T>(x: &[T], weight: &[T], g: &[T], s: &ConvShape) -> (Vec<T>, Vec<T>)
+where
+    T: WithDType + Real + std::ops::AddAssign,
+{
+    let (kh, kw) = s.win.kernel;
+    let (cg, og) = (s.c / s.groups, s.o / s.groups);
+    let kk = cg * kh * kw;
+    let p = s.oh * s.ow;
+    let mut gx = alloc_filled(s.n * s.c * s.h * s.w, T::zero());
+    let mut gw = alloc_filled(s.o * kk, T::zero());
+    if p == 0 || kk == 0 {
+        return (gx, gw);
+    }
+    let par = if og * kk * p >= 64 * 64 * 64 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    let mut col = vec![T::zero(); kk * p];
+    let mut col_grad = vec![T::zero(); kk * p];
+    for ni in 0..s.n {
+        let xs = &x[ni * s.c * s.h * s.w..(ni + 1) * s.c * s.h * s.w];
+        let gs = &g[ni * s.o * p..(ni + 1) * s.o * p];
+        let gxs = &mut gx[ni * s.c * s.h * s.w..(ni + 1) * s.c * s.h * s.w];
+        for grp in 0..s.groups {
+            im2col(xs, s, grp * cg, cg, &mut col);
+            let gout = &gs[grp * og * p..(grp + 1) * og * p];
+            let w = &weight[grp * og * kk..(grp + 1) * og * kk];
+            let gwg = &mut gw[grp * og * kk..(grp + 1) * og * kk];
+            // SAFETY: gwg is [og, kk], gout [og, p], col [kk, p] read transposed as
+            // [p, kk]; w [og, kk] read transposed as [kk, og]; col_grad [kk, p]; all
+            // row-major and in bounds.
+            unsafe {
+                // gw += gout · colᵀ
+                gemm::gemm(
+                    og,
+                    kk,
+                    p,
+                    gwg.as_mut_ptr(),
+                    1,
+                    kk as isize,
+                    true,
+                    gout.as_ptr(),
+                    1,
+                    p as isize,
+                    col.as_ptr(),
+                    p as isize,
+                    1,
+                    T::one(),
+                    T::one(),
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+                // col_grad = wᵀ · gout
+                gemm::gemm(
+                    kk,
+                    p,
+                    og,
+                    col_grad.as_mut_ptr(),
+                    1,
+                    p as isize,
+                    false,
+                    w.as_ptr(),
+                    kk as isize,
+                    1,
+                    gout.as_ptr(),
+                    1,
+                    p as isize,
+                    T::zero(),
+                    T::one(),
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+            col2im(
+                &col_grad,
+                s,
+                cg,
+                &mut gxs[grp * cg * s.h * s.w..(grp + 1) * cg * s.h * s.w],
+            );
+        }
+    }
+    (gx, gw)
+}
+
+/// The gradient of [`pool2d`] with respect to its input: max pooling sends each
+/// output's gradient to the (first) largest element of its window, average pooling
+/// spreads it over the window with the forward pass's divisor.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
+    x: &[T],
+    g: &[T],
+    planes: usize,
+    (h, w): (usize, usize),
+    (oh, ow): (usize, usize),
+    win: Window,
+    kind: Pool,
+) -> Vec<T> {
+    let Window {
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = win;
+    let mut gx = alloc_filled(planes * h * w, T::zero());
+    if oh * ow == 0 || h * w == 0 {
+        return gx;
+    }
+    gx.par_chunks_mut(h * w)
+        .enumerate()
+        .for_each(|(pi, gplane)| {
+            let plane = &x[pi * h * w..(pi + 1) * h * w];
+            let gout = &g[pi * oh * ow..(pi + 1) * oh * ow];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let gv = gout[oy * ow + ox];
+                    let y0 = (oy * sh) as isize - ph as isize;
+                    let x0 = (ox * sw) as isize - pw as isize;
+                    match kind {
+                        Pool::Max => {
+                            let mut best: Option<(usize, T)> = None;
+                            'win: for ki in 0..kh {
+                                let iy = y0 + (ki * dh) as isize;
+                                if iy < 0 || iy >= h as isize {
+                                    continue;
+                                }
+                                for kj in 0..kw {
+                                    let ix = x0 + (kj * dw) as isize;
+                                    if ix < 0 || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let at = iy as usize * w + ix as usize;
+                                    let v = plane[at];
+                                    if v.is_nan() {
+                                        best = Some((at, v));
+                                        break 'win;
+                                    }
+                                    if best.is_none_or(|(_, b)| v > b) {
+                                        best = Some((at, v));
+                                    }
+                                }
+                            }
+                            if let Some((at, _)) = best {
+                                gplane[at] += gv;
+                            }
+                        }
+                        Pool::Avg { count_include_pad } => {
+                            let ye = (y0 + kh as isize).min((h + ph) as isize);
+                            let xe = (x0 + kw as isize).min((w + pw) as isize);
+                            let pool_size = (ye - y0) * (xe - x0);
+                            let (ys, xs) = (y0.max(0), x0.max(0));
+                            let (ye, xe) = (ye.min(h as isize), xe.min(w as isize));
+                            let div = if count_include_pad {
+                                pool_size
+                            } else {
+                                (ye - ys) * (xe - xs)
+                            };
+                            let share = gv / T::c(div as f64);
+                            for iy in ys..ye {
+                                for ix in xs..xe {
+                                    gplane[iy as usize * w + ix as usize] += share;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    gx
+}
