@@ -243,3 +243,71 @@ impl Optimizer for Adam {
         self.lr = lr;
     }
 }
+
+/// Changes an optimizer's learning rate once per epoch (`scheduler.step()`).
+pub trait LrScheduler {
+    /// Advances one epoch and sets the optimizer's learning rate for the next one.
+    fn step(&mut self, opt: &mut dyn Optimizer);
+    /// The learning rate set by the last step (the initial one before any step).
+    fn last_lr(&self) -> f64;
+}
+
+/// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
+pub struct StepLr {
+    base: f64,
+    step_size: usize,
+    gamma: f64,
+    epoch: usize,
+}
+
+impl StepLr {
+    /// Starts from the optimizer's current learning rate.
+    pub fn new(opt: &dyn Optimizer, step_size: usize, gamma: f64) -> Result<StepLr> {
+        if step_size == 0 {
+            return Err(Error::invalid("StepLR", "step_size must be positive"));
+        }
+        Ok(StepLr { base: opt.lr(), step_size, gamma, epoch: 0 })
+    }
+}
+
+impl LrScheduler for StepLr {
+    fn step(&mut self, opt: &mut dyn Optimizer) {
+        self.epoch += 1;
+        opt.set_lr(self.last_lr());
+    }
+
+    fn last_lr(&self) -> f64 {
+        self.base * self.gamma.powi((self.epoch / self.step_size) as i32)
+    }
+}
+
+/// Cosine annealing from the initial rate down to `eta_min` over `t_max` epochs
+/// (`CosineAnnealingLR`, closed form).
+pub struct CosineAnnealingLr {
+    base: f64,
+    t_max: usize,
+    eta_min: f64,
+    epoch: usize,
+}
+
+impl CosineAnnealingLr {
+    /// Starts from the optimizer's current learning rate.
+    pub fn new(opt: &dyn Optimizer, t_max: usize, eta_min: f64) -> Result<CosineAnnealingLr> {
+        if t_max == 0 {
+            return Err(Error::invalid("CosineAnnealingLR", "T_max must be positive"));
+        }
+        Ok(CosineAnnealingLr { base: opt.lr(), t_max, eta_min, epoch: 0 })
+    }
+}
+
+impl LrScheduler for CosineAnnealingLr {
+    fn step(&mut self, opt: &mut dyn Optimizer) {
+        self.epoch += 1;
+        opt.set_lr(self.last_lr());
+    }
+
+    fn last_lr(&self) -> f64 {
+        let t = self.epoch as f64 / self.t_max as f64;
+        self.eta_min + (self.base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
+    }
+}

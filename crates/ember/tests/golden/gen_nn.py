@@ -88,6 +88,21 @@ def optimizer_cases():
     return out
 
 
+def scheduler_cases():
+    out = []
+    for name, make in [("step", lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)),
+                       ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001))]:
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        sched = make(opt)
+        lrs = []
+        for _ in range(12):
+            opt.step()
+            sched.step()
+            lrs.append(sched.get_last_lr()[0])
+        out.append({"name": name, "lrs": lrs})
+    return out
+
+
 def iris_case():
     with open(os.path.join(ROOT, "data", "iris.csv")) as f:
         rows = list(csv.reader(f))[1:]
@@ -102,7 +117,7 @@ def iris_case():
     losses = []
     for _ in range(100):
         loss = F.cross_entropy(model(X[tr]), y[tr])
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -112,7 +127,8 @@ def iris_case():
 
 
 def main():
-    data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(), "iris": iris_case()}
+    data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(),
+            "schedulers": scheduler_cases(), "iris": iris_case()}
     with open(os.path.join(HERE, "nn_cases.json"), "w") as f:
         json.dump(data, f, indent=0)
     print("iris: final loss %.4f, test accuracy %.3f" % (data["iris"]["losses"][-1], data["iris"]["test_accuracy"]))

@@ -355,10 +355,30 @@ fn small_cnn_learns(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
+    use ember::optim::{CosineAnnealingLr, LrScheduler, StepLr};
+    for case in cases()["schedulers"].as_array().unwrap() {
+        let mut opt = Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1);
+        let mut sched: Box<dyn LrScheduler> = match case["name"].as_str().unwrap() {
+            "step" => Box::new(StepLr::new(&opt, 3, 0.5)?),
+            _ => Box::new(CosineAnnealingLr::new(&opt, 10, 0.001)?),
+        };
+        for want in case["lrs"].as_array().unwrap() {
+            sched.step(&mut opt);
+            let want = want.as_f64().unwrap();
+            assert!((opt.lr() - want).abs() < 1e-12, "{}: {} vs {want}", case["name"], opt.lr());
+            assert_eq!(sched.last_lr(), opt.lr());
+        }
+    }
+    assert!(StepLr::new(&Sgd::new(vec![], 0.1), 0, 0.5).is_err());
+    Ok(())
+}
+
 device_test!(
     losses_match_pytorch,
     optimizers_match_pytorch,
     iris_lesson_matches_pytorch,
     modules_and_errors,
     small_cnn_learns,
+    schedulers_match_pytorch,
 );
