@@ -27,6 +27,7 @@ mod backend;
 pub mod device;
 mod dtype;
 mod error;
+pub mod io;
 pub mod layout;
 pub mod nn;
 pub mod optim;

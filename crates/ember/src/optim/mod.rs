@@ -25,6 +25,80 @@ pub trait Optimizer {
     fn lr(&self) -> f64;
     /// Sets the learning rate (for schedulers).
     fn set_lr(&mut self, lr: f64);
+    /// The state needed to resume exactly (moment buffers, step count, learning rate).
+    fn state(&self) -> Result<Vec<(String, Tensor)>>;
+    /// Restores what [`state`](Self::state) returned, for the same parameters.
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()>;
+}
+
+/// Named per-parameter buffers (`"{prefix}.{index}"`), for the ones that exist.
+fn buffers_state(prefix: &str, bufs: &[Option<Tensor>]) -> Vec<(String, Tensor)> {
+    bufs.iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.as_ref().map(|b| (format!("{prefix}.{i}"), b.clone())))
+        .collect()
+}
+
+/// Restores buffers saved by [`buffers_state`], checking each against its parameter.
+fn load_buffers(
+    prefix: &str,
+    params: &[Tensor],
+    state: &[(String, Tensor)],
+) -> Result<Vec<Option<Tensor>>> {
+    let mut out = vec![None; params.len()];
+    for (name, t) in state {
+        let Some(i) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let p = params.get(i).ok_or_else(|| {
+            Error::invalid(
+                "load_state",
+                format!("{name}: the optimizer has only {} parameters", params.len()),
+            )
+        })?;
+        if t.shape() != p.shape() {
+            return Err(Error::shape(
+                "load_state",
+                p.shape(),
+                t.shape(),
+                format!("{name} does not fit parameter {i}"),
+            ));
+        }
+        out[i] = Some(crate::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy());
+    }
+    Ok(out)
+}
+
+/// A scalar entry of an optimizer state, or an error naming it.
+fn scalar_entry(state: &[(String, Tensor)], name: &str) -> Result<f64> {
+    state
+        .iter()
+        .find(|(n, _)| n == name)
+        .ok_or_else(|| {
+            Error::invalid(
+                "load_state",
+                format!("the optimizer state has no {name:?} entry"),
+            )
+        })?
+        .1
+        .item::<f64>()
+}
+
+fn check_names(state: &[(String, Tensor)], allowed: &[&str]) -> Result<()> {
+    for (n, _) in state {
+        let head = n.split('.').next().unwrap_or("");
+        if !allowed.contains(&head) {
+            return Err(Error::invalid(
+                "load_state",
+                format!("unexpected optimizer state entry {n:?} (is the checkpoint from another optimizer?)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn zero_all(params: &[Tensor]) {
@@ -89,6 +163,19 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut s = buffers_state("momentum_buffer", &self.buffers);
+        s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        Ok(s)
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        check_names(state, &["momentum_buffer", "lr"])?;
+        self.buffers = load_buffers("momentum_buffer", &self.params, state)?;
+        self.lr = scalar_entry(state, "lr")?;
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
@@ -192,6 +279,26 @@ impl Adam {
 }
 
 impl Optimizer for Adam {
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut s = buffers_state("exp_avg", &self.m);
+        s.extend(buffers_state("exp_avg_sq", &self.v));
+        s.push((
+            "step".into(),
+            Tensor::scalar(self.step as i64, &crate::Device::Cpu)?,
+        ));
+        s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        Ok(s)
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        check_names(state, &["exp_avg", "exp_avg_sq", "step", "lr"])?;
+        self.m = load_buffers("exp_avg", &self.params, state)?;
+        self.v = load_buffers("exp_avg_sq", &self.params, state)?;
+        self.step = scalar_entry(state, "step")? as u64;
+        self.lr = scalar_entry(state, "lr")?;
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         self.step += 1;
@@ -266,7 +373,12 @@ impl StepLr {
         if step_size == 0 {
             return Err(Error::invalid("StepLR", "step_size must be positive"));
         }
-        Ok(StepLr { base: opt.lr(), step_size, gamma, epoch: 0 })
+        Ok(StepLr {
+            base: opt.lr(),
+            step_size,
+            gamma,
+            epoch: 0,
+        })
     }
 }
 
@@ -294,9 +406,17 @@ impl CosineAnnealingLr {
     /// Starts from the optimizer's current learning rate.
     pub fn new(opt: &dyn Optimizer, t_max: usize, eta_min: f64) -> Result<CosineAnnealingLr> {
         if t_max == 0 {
-            return Err(Error::invalid("CosineAnnealingLR", "T_max must be positive"));
+            return Err(Error::invalid(
+                "CosineAnnealingLR",
+                "T_max must be positive",
+            ));
         }
-        Ok(CosineAnnealingLr { base: opt.lr(), t_max, eta_min, epoch: 0 })
+        Ok(CosineAnnealingLr {
+            base: opt.lr(),
+            t_max,
+            eta_min,
+            epoch: 0,
+        })
     }
 }
 

@@ -50,6 +50,7 @@ mod autograd;
 mod creation;
 mod elementwise;
 mod errors;
+mod io;
 mod linalg;
 mod nn;
 mod props;

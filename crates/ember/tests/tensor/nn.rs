@@ -366,7 +366,12 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
         for want in case["lrs"].as_array().unwrap() {
             sched.step(&mut opt);
             let want = want.as_f64().unwrap();
-            assert!((opt.lr() - want).abs() < 1e-12, "{}: {} vs {want}", case["name"], opt.lr());
+            assert!(
+                (opt.lr() - want).abs() < 1e-12,
+                "{}: {} vs {want}",
+                case["name"],
+                opt.lr()
+            );
             assert_eq!(sched.last_lr(), opt.lr());
         }
     }

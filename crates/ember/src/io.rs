@@ -1,0 +1,280 @@
+//! Saving and loading named tensors as safetensors files (readable by PyTorch's
+//! `safetensors` package), model state dicts, and training checkpoints.
+//!
+//! Writes are atomic: the file is written beside its destination and renamed into
+//! place, so an interrupted save never leaves a half-written checkpoint.
+//!
+//! ```
+//! use ember::nn::{self, Module};
+//! use ember::prelude::*;
+//! let dev = Device::Cpu;
+//! let model = nn::Linear::new(3, 2, &dev)?;
+//! let path = std::env::temp_dir().join("ember-doc-linear.safetensors");
+//! ember::io::save_state_dict(&model, &path)?;
+//! let fresh = nn::Linear::new(3, 2, &dev)?;
+//! ember::io::load_state_dict(&fresh, &path)?;
+//! assert_eq!(fresh.weight.to_vec2::<f32>()?, model.weight.to_vec2::<f32>()?);
+//! # std::fs::remove_file(&path).ok();
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+use crate::nn::Module;
+use crate::optim::Optimizer;
+use crate::{DType, Device, Error, Result, Tensor};
+use half::{bf16, f16};
+use safetensors::tensor::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::path::Path;
+
+/// A tensor's bytes, little-endian and contiguous, ready to serialize.
+struct Raw {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for &Raw {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn raw(t: &Tensor) -> Result<Raw> {
+    let t = crate::no_grad(|| t.cpu())?;
+    let (dtype, bytes) = match t.dtype() {
+        DType::F32 => (
+            Dtype::F32,
+            bytemuck::cast_slice(&t.to_vec::<f32>()?).to_vec(),
+        ),
+        DType::F64 => (
+            Dtype::F64,
+            bytemuck::cast_slice(&t.to_vec::<f64>()?).to_vec(),
+        ),
+        DType::F16 => (
+            Dtype::F16,
+            bytemuck::cast_slice(&t.to_vec::<f16>()?).to_vec(),
+        ),
+        DType::BF16 => (
+            Dtype::BF16,
+            bytemuck::cast_slice(&t.to_vec::<bf16>()?).to_vec(),
+        ),
+        DType::I64 => (
+            Dtype::I64,
+            bytemuck::cast_slice(&t.to_vec::<i64>()?).to_vec(),
+        ),
+        DType::U8 => (Dtype::U8, t.to_vec::<u8>()?),
+        DType::Bool => (
+            Dtype::BOOL,
+            t.to_vec::<bool>()?.into_iter().map(u8::from).collect(),
+        ),
+    };
+    Ok(Raw {
+        dtype,
+        shape: t.shape().to_vec(),
+        bytes,
+    })
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes `tensors` to `path` as one safetensors file, atomically.
+pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let mut seen = HashSet::new();
+    for (name, _) in tensors {
+        if !seen.insert(name) {
+            return Err(Error::invalid(
+                "save",
+                format!("duplicate tensor name {name:?}"),
+            ));
+        }
+    }
+    let raws: Vec<(String, Raw)> = tensors
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), raw(t)?)))
+        .collect::<Result<_>>()?;
+    let bytes = safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), None)
+        .map_err(|e| Error::invalid("save", format!("{}: {e}", path.display())))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, &bytes).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err(path)(e)
+    })
+}
+
+/// Reads every tensor of a safetensors file (in the file's order) onto `device`.
+pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, Tensor)>> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
+        Error::invalid(
+            "load",
+            format!("{}: not a valid safetensors file ({e})", path.display()),
+        )
+    })?;
+    let mut out = Vec::new();
+    for (name, view) in file.iter() {
+        let shape = view.shape().to_vec();
+        let data = view.data();
+        let t = match view.dtype() {
+            Dtype::F32 => {
+                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f32>(data), shape, device)?
+            }
+            Dtype::F64 => {
+                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f64>(data), shape, device)?
+            }
+            Dtype::F16 => {
+                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f16>(data), shape, device)?
+            }
+            Dtype::BF16 => Tensor::from_vec(
+                bytemuck::pod_collect_to_vec::<u8, bf16>(data),
+                shape,
+                device,
+            )?,
+            Dtype::I64 => {
+                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, i64>(data), shape, device)?
+            }
+            Dtype::U8 => Tensor::from_vec(data.to_vec(), shape, device)?,
+            Dtype::BOOL => Tensor::from_vec(
+                data.iter().map(|&b| b != 0).collect::<Vec<bool>>(),
+                shape,
+                device,
+            )?,
+            other => {
+                return Err(Error::invalid(
+                    "load",
+                    format!(
+                        "{}: tensor {name:?} has dtype {other:?}, which ember does not support",
+                        path.display()
+                    ),
+                ))
+            }
+        };
+        out.push((name.to_string(), t));
+    }
+    Ok(out)
+}
+
+/// Saves a model's parameters under their `named_parameters` names.
+pub fn save_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
+    save(&model.named_parameters(), path)
+}
+
+/// Copies `state` into the model's parameters (converted to each parameter's dtype),
+/// after checking that the names and shapes match exactly.
+pub fn load_state_into(model: &dyn Module, state: &[(String, Tensor)], what: &str) -> Result<()> {
+    let params = model.named_parameters();
+    let have: HashSet<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
+    let want: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+    let mut missing: Vec<&str> = want.difference(&have).copied().collect();
+    let mut unexpected: Vec<&str> = have.difference(&want).copied().collect();
+    missing.sort_unstable();
+    unexpected.sort_unstable();
+    if !missing.is_empty() || !unexpected.is_empty() {
+        return Err(Error::invalid(
+            "load_state_dict",
+            format!("{what} does not match the model: missing keys {missing:?}, unexpected keys {unexpected:?}"),
+        ));
+    }
+    let mut pairs = Vec::with_capacity(params.len());
+    for (name, p) in &params {
+        let Some((_, t)) = state.iter().find(|(n, _)| n == name) else {
+            continue; // cannot happen: the key sets are equal
+        };
+        if t.shape() != p.shape() {
+            return Err(Error::shape(
+                "load_state_dict",
+                p.shape(),
+                t.shape(),
+                format!(
+                    "size mismatch for {name} in {what}: the model has {:?}, the file {:?}",
+                    p.shape(),
+                    t.shape()
+                ),
+            ));
+        }
+        pairs.push((p, t));
+    }
+    crate::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))
+}
+
+/// Loads a file written by [`save_state_dict`] into the model's parameters.
+pub fn load_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let device = model
+        .parameters()
+        .first()
+        .map_or(Device::Cpu, |p| p.device());
+    let state = load(path, &device)?;
+    load_state_into(model, &state, &path.display().to_string())
+}
+
+/// Saves model parameters (`model.*`) and optimizer state (`optim.*`) in one file,
+/// so training can resume exactly where it stopped.
+pub fn save_checkpoint(
+    model: &dyn Module,
+    opt: &dyn Optimizer,
+    path: impl AsRef<Path>,
+) -> Result<()> {
+    let mut all: Vec<(String, Tensor)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, t)| (format!("model.{n}"), t))
+        .collect();
+    all.extend(
+        opt.state()?
+            .into_iter()
+            .map(|(n, t)| (format!("optim.{n}"), t)),
+    );
+    save(&all, path)
+}
+
+/// Restores a checkpoint written by [`save_checkpoint`] into a model and an
+/// optimizer of the same architecture and kind.
+pub fn load_checkpoint(
+    model: &dyn Module,
+    opt: &mut dyn Optimizer,
+    path: impl AsRef<Path>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let device = model
+        .parameters()
+        .first()
+        .map_or(Device::Cpu, |p| p.device());
+    let all = load(path, &device)?;
+    let (mut params, mut state) = (Vec::new(), Vec::new());
+    for (n, t) in all {
+        if let Some(rest) = n.strip_prefix("model.") {
+            params.push((rest.to_string(), t));
+        } else if let Some(rest) = n.strip_prefix("optim.") {
+            state.push((rest.to_string(), t));
+        } else {
+            return Err(Error::invalid(
+                "load_checkpoint",
+                format!("{}: unexpected entry {n:?}", path.display()),
+            ));
+        }
+    }
+    load_state_into(model, &params, &path.display().to_string())?;
+    opt.load_state(&state)
+}
