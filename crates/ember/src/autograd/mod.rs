@@ -1,6 +1,6 @@
 //! Reverse-mode automatic differentiation.
 //!
-//! An operation records a [`Node`] on its output only when grad mode is on and one
+//! An operation records a node on its output only when grad mode is on and one
 //! of its inputs requires a gradient. The node holds the inputs (for the walk back)
 //! and a one-shot closure that maps the output's gradient to the inputs' gradients;
 //! the closure owns whatever the rule saved, so saved tensors are freed as soon as
