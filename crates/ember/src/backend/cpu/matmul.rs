@@ -50,47 +50,33 @@ impl MatmulArgs<'_> {
     }
 }
 
+/// The product computed in `work` (operands converted to contiguous copies), then
+/// converted back to the operands' dtype.
+fn via(args: &MatmulArgs, work: crate::DType) -> CpuData {
+    let dtype = args.a.0.dtype();
+    let a = super::elementwise::cast(args.a.0, args.a.1, work);
+    let b = super::elementwise::cast(args.b.0, args.b.1, work);
+    let (la, lb) = (
+        Layout::contiguous(args.a.1.shape()),
+        Layout::contiguous(args.b.1.shape()),
+    );
+    let out = matmul(&MatmulArgs {
+        a: (&a, &la),
+        b: (&b, &lb),
+        ..*args
+    });
+    super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
+}
+
 /// Runs the batched product; the output is contiguous `batch + [m, n]`.
 pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
     match args.a.0 {
         CpuData::F32(a) => float_mm(a, args),
         CpuData::F64(a) => float_mm(a, args),
-        half @ (CpuData::F16(_) | CpuData::BF16(_)) => {
-            // accumulate in f32 across the whole k dim: convert, multiply, round once
-            let dtype = half.dtype();
-            let (a, b) = (
-                super::elementwise::cast(args.a.0, args.a.1, crate::DType::F32),
-                super::elementwise::cast(args.b.0, args.b.1, crate::DType::F32),
-            );
-            let (la, lb) = (
-                Layout::contiguous(args.a.1.shape()),
-                Layout::contiguous(args.b.1.shape()),
-            );
-            let out = matmul(&MatmulArgs {
-                a: (&a, &la),
-                b: (&b, &lb),
-                ..*args
-            });
-            super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
-        }
+        // accumulate in f32 across the whole k dim: convert, multiply, round once
+        CpuData::F16(_) | CpuData::BF16(_) => via(args, crate::DType::F32),
         CpuData::I64(a) => int_mm(a, args),
-        small @ (CpuData::U8(_) | CpuData::Bool(_)) => {
-            let dtype = small.dtype();
-            let (a, b) = (
-                super::elementwise::cast(args.a.0, args.a.1, crate::DType::I64),
-                super::elementwise::cast(args.b.0, args.b.1, crate::DType::I64),
-            );
-            let (la, lb) = (
-                Layout::contiguous(args.a.1.shape()),
-                Layout::contiguous(args.b.1.shape()),
-            );
-            let out = matmul(&MatmulArgs {
-                a: (&a, &la),
-                b: (&b, &lb),
-                ..*args
-            });
-            super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
-        }
+        CpuData::U8(_) | CpuData::Bool(_) => via(args, crate::DType::I64),
     }
 }
 
