@@ -175,15 +175,16 @@ pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, Tens
     Ok(out)
 }
 
-/// Saves a model's parameters under their `named_parameters` names.
+/// Saves a model's parameters and buffers under their `state_dict` names.
 pub fn save_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
-    save(&model.named_parameters(), path)
+    save(&model.state_dict(), path)
 }
 
-/// Copies `state` into the model's parameters (converted to each parameter's dtype),
-/// after checking that the names and shapes match exactly.
+/// Copies `state` into the model's parameters and buffers (converted to each one's
+/// dtype), after checking that the names and shapes match exactly; on a mismatch
+/// nothing is changed.
 pub fn load_state_into(model: &dyn Module, state: &[(String, Tensor)], what: &str) -> Result<()> {
-    let params = model.named_parameters();
+    let params = model.state_dict();
     let have: HashSet<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
     let want: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
     let mut missing: Vec<&str> = want.difference(&have).copied().collect();
@@ -237,7 +238,7 @@ pub fn save_checkpoint(
     path: impl AsRef<Path>,
 ) -> Result<()> {
     let mut all: Vec<(String, Tensor)> = model
-        .named_parameters()
+        .state_dict()
         .into_iter()
         .map(|(n, t)| (format!("model.{n}"), t))
         .collect();

@@ -22,12 +22,15 @@ use std::sync::Mutex;
 
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
 pub(crate) type Grads = Vec<Option<Tensor>>;
-type BackwardFn = Box<dyn FnOnce(&Tensor) -> Result<Grads> + Send + Sync>;
+/// A rule: the output's gradient and the node's inputs to the inputs' gradients.
+type BackwardFn = Box<dyn FnOnce(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync>;
+type Inputs = smallvec::SmallVec<[Tensor; 2]>;
 
 /// How an op output was computed: its inputs and the rule that sends gradients back.
+/// It lives inside the output tensor, and is emptied by `backward`.
 pub(crate) struct Node {
     name: &'static str,
-    inner: Mutex<Option<(Vec<Tensor>, BackwardFn)>>,
+    inner: Mutex<Option<(Inputs, BackwardFn)>>,
 }
 
 thread_local! {
@@ -100,19 +103,38 @@ impl Tensor {
     where
         F: FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static,
     {
+        Tensor::record_inputs(out, name, inputs, |y| {
+            let f = rule(y);
+            move |g: &Tensor, _: &[Tensor]| f(g)
+        })
+    }
+
+    /// [`record`](Self::record) for rules that read the inputs from the node instead
+    /// of saving their own copies: a rule that captures nothing costs no allocation.
+    pub(crate) fn record_inputs<F>(
+        mut out: Tensor,
+        name: &'static str,
+        inputs: &[&Tensor],
+        rule: impl FnOnce(&Tensor) -> F,
+    ) -> Tensor
+    where
+        F: FnOnce(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync + 'static,
+    {
         if !needs_grad(inputs) {
             return out;
         }
+        // the rule sees `out` before it gets its node, so what it saves of the output
+        // cannot keep the node alive (no reference cycle)
+        let f: BackwardFn = Box::new(rule(&out));
         let node = Node {
             name,
-            // the rule sees `out` before it gets its node, so what it saves of the
-            // output cannot keep the node alive (no reference cycle)
-            inner: Mutex::new(Some((
-                inputs.iter().map(|t| (*t).clone()).collect(),
-                Box::new(rule(&out)) as BackwardFn,
-            ))),
+            inner: Mutex::new(Some((inputs.iter().map(|t| (*t).clone()).collect(), f))),
         };
-        out.with_node(node)
+        match out.set_node(node) {
+            Ok(()) => out,
+            // the rule kept a handle on `out`: give the node to a new handle
+            Err(node) => out.with_node(node),
+        }
     }
 
     /// Computes the gradient of this scalar with respect to every leaf that requires
@@ -191,7 +213,7 @@ impl Tensor {
                     let Some((inputs, rule)) = taken else {
                         continue;
                     };
-                    let gs = rule(&g)?;
+                    let gs = rule(&g, &inputs)?;
                     for (p, pg) in inputs.iter().zip(gs) {
                         let Some(pg) = pg else { continue };
                         if !p.requires_grad() {

@@ -130,6 +130,18 @@ impl Sequential {
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
+
+    fn prefixed(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+        let mut all = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            all.extend(
+                f(l.as_ref())
+                    .into_iter()
+                    .map(|(n, t)| (format!("{i}.{n}"), t)),
+            );
+        }
+        all
+    }
 }
 
 impl Module for Sequential {
@@ -142,15 +154,11 @@ impl Module for Sequential {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| {
-                l.named_parameters()
-                    .into_iter()
-                    .map(move |(n, p)| (format!("{i}.{n}"), p))
-            })
-            .collect()
+        self.prefixed(|l| l.named_parameters())
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.prefixed(|l| l.named_buffers())
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
@@ -335,5 +343,79 @@ pub struct AvgPool2d(pub crate::Pool2dOptions);
 impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.avg_pool2d(self.0)
+    }
+}
+
+/// A [`Linear`] layer whose `in_features` is taken from the first input it sees
+/// (`nn.LazyLinear`). Until then it has no parameters: run one forward pass (a dry
+/// run on a sample batch) before handing `parameters()` to an optimizer.
+pub struct LazyLinear {
+    out_features: usize,
+    bias: bool,
+    device: Device,
+    inner: std::sync::OnceLock<Linear>,
+}
+
+impl LazyLinear {
+    /// A layer with bias, materialised on `device` at the first forward.
+    pub fn new(out_features: usize, device: &Device) -> LazyLinear {
+        LazyLinear::with_bias(out_features, true, device)
+    }
+
+    /// A layer with or without bias.
+    pub fn with_bias(out_features: usize, bias: bool, device: &Device) -> LazyLinear {
+        LazyLinear {
+            out_features,
+            bias,
+            device: *device,
+            inner: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The inferred input size, once known.
+    pub fn in_features(&self) -> Option<usize> {
+        self.inner.get().map(|l| l.weight.shape()[1])
+    }
+
+    /// The materialised layer, once known.
+    pub fn linear(&self) -> Option<&Linear> {
+        self.inner.get()
+    }
+}
+
+impl Module for LazyLinear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.inner.get().is_none() {
+            let Some(&in_features) = x.shape().last() else {
+                return Err(Error::invalid(
+                    "LazyLinear",
+                    "the input must have at least one dim (the features)",
+                ));
+            };
+            let layer = Linear::with_bias(in_features, self.out_features, self.bias, &self.device)?;
+            // another thread may have won the race; its layer is used then
+            let _ = self.inner.set(layer);
+        }
+        match self.inner.get() {
+            Some(layer) => layer.forward(x),
+            None => Err(Error::invalid(
+                "LazyLinear",
+                "the layer failed to initialise",
+            )),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.inner
+            .get()
+            .map_or_else(Vec::new, |l| l.named_parameters())
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.device = *device;
+        match self.inner.get_mut() {
+            Some(l) => l.to_device(device),
+            None => Ok(()),
+        }
     }
 }

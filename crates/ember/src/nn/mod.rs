@@ -17,12 +17,14 @@
 
 mod layers;
 mod loss;
+mod norm;
 
 pub use layers::{
-    AvgPool2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Softmax,
-    Tanh, GELU,
+    AvgPool2d, Conv2d, Dropout, Flatten, LazyLinear, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
+    Softmax, Tanh, GELU,
 };
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
+pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 
 use crate::{Device, Result, Tensor};
 
@@ -34,6 +36,19 @@ pub trait Module: Send + Sync {
     /// The parameters with dotted names (`"0.weight"`), in a stable order.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         Vec::new()
+    }
+
+    /// The buffers: state that is saved with the model but not trained (batch
+    /// norm's running statistics), named like the parameters.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// Parameters then buffers: what `state_dict` files hold.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut all = self.named_parameters();
+        all.extend(self.named_buffers());
+        all
     }
 
     /// Moves every parameter (and buffer) to `device`.

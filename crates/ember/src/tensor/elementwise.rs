@@ -155,11 +155,31 @@ impl Tensor {
         let (data, shape) =
             self.broadcast2(name, &b, dt, |x, lx, y, ly| k::binary(x, lx, y, ly, op))?;
         let out = Tensor::from_cpu(data, &shape);
-        Ok(Tensor::record(out, name, &[self, &b], |y| {
-            let (na, nb) = (self.requires_grad(), b.requires_grad());
-            let (a, b, y) = (self.detach(), b.detach(), y.clone());
-            move |g: &Tensor| grad::binary(name, (&a, na), (&b, nb), &y, g)
-        }))
+        // the rules read the inputs from the node (backward runs without recording);
+        // only div and pow keep the output
+        if matches!(name, "div" | "pow") {
+            Ok(Tensor::record_inputs(out, name, &[self, &b], |y| {
+                let y = y.clone();
+                move |g: &Tensor, ab: &[Tensor]| grad::binary(name, &ab[0], &ab[1], Some(&y), g)
+            }))
+        } else {
+            // a rule that captures nothing is boxed without an allocation
+            macro_rules! rule {
+                ($op:literal) => {
+                    Tensor::record_inputs(out, name, &[self, &b], |_| {
+                        |g: &Tensor, ab: &[Tensor]| grad::binary($op, &ab[0], &ab[1], None, g)
+                    })
+                };
+            }
+            Ok(match name {
+                "add" => rule!("add"),
+                "sub" => rule!("sub"),
+                "mul" => rule!("mul"),
+                _ => Tensor::record_inputs(out, name, &[self, &b], |_| {
+                    move |g: &Tensor, ab: &[Tensor]| grad::binary(name, &ab[0], &ab[1], None, g)
+                }),
+            })
+        }
     }
 
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the

@@ -102,14 +102,20 @@ impl Unary {
 }
 
 /// Gradients of a broadcasting binary op for `a` and `b` (only those that need one).
-/// `na` / `nb` say whether `a` / `b` need a gradient.
+/// `y`, the output, is saved by the ops whose rules use it (div, pow).
 pub(crate) fn binary(
     name: &str,
-    (a, na): (&Tensor, bool),
-    (b, nb): (&Tensor, bool),
-    y: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    y: Option<&Tensor>,
     g: &Tensor,
 ) -> Result<Grads> {
+    let (na, nb) = (a.requires_grad(), b.requires_grad());
+    let y = || {
+        y.ok_or_else(|| {
+            crate::Error::invalid("backward", format!("{name}: the output was not saved"))
+        })
+    };
     let to = |t: Tensor, like: &Tensor, need: bool| -> Result<Option<Tensor>> {
         if need {
             sum_to(&t, like.shape()).map(Some)
@@ -127,7 +133,7 @@ pub(crate) fn binary(
         "div" => (
             if na { g.div(b)? } else { g.clone() },
             if nb {
-                g.mul(y)?.div(b)?.neg()?
+                g.mul(y()?)?.div(b)?.neg()?
             } else {
                 g.clone()
             },
@@ -152,7 +158,7 @@ pub(crate) fn binary(
                 g.clone()
             },
             if nb {
-                g.mul(&y.mul(&a.log()?)?)?
+                g.mul(&y()?.mul(&a.log()?)?)?
             } else {
                 g.clone()
             },

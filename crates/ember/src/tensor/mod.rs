@@ -54,7 +54,7 @@ struct Inner {
     /// The accumulated gradient of a leaf.
     grad: Mutex<Option<Tensor>>,
     /// How this tensor was computed, when it was recorded.
-    node: Option<Arc<Node>>,
+    node: Option<Node>,
 }
 
 impl Tensor {
@@ -104,7 +104,7 @@ impl Tensor {
             device: self.0.device,
             requires_grad: AtomicBool::new(true),
             grad: Mutex::new(None),
-            node: Some(Arc::new(node)),
+            node: Some(node),
         }))
     }
 
@@ -113,7 +113,20 @@ impl Tensor {
         Arc::as_ptr(&self.0) as usize
     }
 
-    pub(crate) fn node(&self) -> Option<&Arc<Node>> {
+    /// Attaches `node` to this tensor itself when no other handle shares it
+    /// (`Err(node)` otherwise).
+    pub(crate) fn set_node(&mut self, node: Node) -> std::result::Result<(), Node> {
+        match Arc::get_mut(&mut self.0) {
+            Some(inner) => {
+                inner.node = Some(node);
+                *inner.requires_grad.get_mut() = true;
+                Ok(())
+            }
+            None => Err(node),
+        }
+    }
+
+    pub(crate) fn node(&self) -> Option<&Node> {
         self.0.node.as_ref()
     }
 

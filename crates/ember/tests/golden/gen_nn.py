@@ -5,6 +5,9 @@ Writes nn_cases.json next to this file:
   with their values and input gradients;
 - optimizers: five steps of SGD (plain, momentum+dampening, nesterov+weight decay),
   Adam (with weight decay) and AdamW on a fixed quadratic-ish objective;
+- init: statistics of PyTorch's default initial parameters for large layers;
+- modules: Linear, Conv2d, BatchNorm1d/2d (train and eval, running statistics) and
+  a small CNN, with fixed parameters: outputs, input gradients, final buffers;
 - the Iris lesson: model 4 -> 8 -> 9 -> 3 (ReLU), CrossEntropyLoss, Adam lr 0.01,
   seed 32, 80/20 split, 100 full-batch epochs: initial weights, the split, the loss
   of every epoch and the final test accuracy.
@@ -103,6 +106,64 @@ def scheduler_cases():
     return out
 
 
+def init_cases():
+    """Each layer is built `repeats` times (enough for >= 10000 draws of its smallest
+    parameter) and the statistics are over all the draws."""
+    torch.manual_seed(0)
+    layers = {"linear_784_128": lambda: nn.Linear(784, 128), "conv_64_128_3": lambda: nn.Conv2d(64, 128, 3),
+              "conv_8_32_5_g4": lambda: nn.Conv2d(8, 32, 5, groups=4), "bn2d_16": lambda: nn.BatchNorm2d(16)}
+    out = []
+    for name, make in layers.items():
+        first = make().state_dict()
+        smallest = min(t.numel() for t in first.values())
+        repeats = 1 if name.startswith("bn") else -(-10000 // smallest)
+        draws = [first] + [make().state_dict() for _ in range(repeats - 1)]
+        for pname, t in first.items():
+            t = torch.cat([d[pname].double().reshape(-1) for d in draws])
+            out.append({"layer": name, "param": pname, "shape": list(first[pname].shape), "repeats": repeats,
+                        "min": float(t.min()), "max": float(t.max()), "mean": float(t.mean()),
+                        "std": float(t.std()) if t.numel() > 1 else 0.0})
+    return out
+
+
+def module_cases():
+    torch.manual_seed(1)
+    out = []
+
+    def randomize(m):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape) * 0.5 + (1.0 if p.dim() == 1 and "BatchNorm" in type(m).__name__ else 0.0))
+        return m
+
+    def run(name, m, steps):
+        m = m.float()
+        state = {k: tensor_json(v) for k, v in m.state_dict().items()}
+        recs = []
+        for mode, shape in steps:
+            m.train(mode == "train")
+            x = torch.randn(*shape, dtype=torch.float32) * 2 + 0.5
+            xg = x.clone().requires_grad_(True)
+            y = m(xg)
+            y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape).float())
+            recs.append({"mode": mode, "x": tensor_json(x), "y": tensor_json(y), "x_grad": tensor_json(xg.grad)})
+        final = {k: tensor_json(v) for k, v in m.state_dict().items()}
+        out.append({"name": name, "state": state, "steps": recs, "final_state": final})
+
+    run("linear", randomize(nn.Linear(5, 3)), [("train", (4, 5)), ("eval", (2, 7, 5))])
+    run("conv2d_s2_p1", randomize(nn.Conv2d(3, 4, 3, stride=2, padding=1)), [("train", (2, 3, 7, 7))])
+    run("bn1d", randomize(nn.BatchNorm1d(3)), [("train", (6, 3)), ("train", (5, 3)), ("eval", (4, 3))])
+    run("bn1d_3d", randomize(nn.BatchNorm1d(3)), [("train", (4, 3, 5)), ("eval", (2, 3, 5))])
+    run("bn2d", randomize(nn.BatchNorm2d(4)), [("train", (3, 4, 5, 5)), ("train", (2, 4, 5, 5)), ("eval", (2, 4, 5, 5))])
+    bn = randomize(nn.BatchNorm2d(2, momentum=None))
+    run("bn2d_cumulative", bn, [("train", (3, 2, 4, 4)), ("train", (3, 2, 4, 4)), ("train", (3, 2, 4, 4)), ("eval", (1, 2, 4, 4))])
+    run("bn2d_no_affine", nn.BatchNorm2d(3, affine=False), [("train", (2, 3, 4, 4)), ("eval", (2, 3, 4, 4))])
+    cnn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+    run("cnn", cnn, [("train", (3, 1, 8, 8)), ("eval", (2, 1, 8, 8))])
+    return out
+
+
 def iris_case():
     with open(os.path.join(ROOT, "data", "iris.csv")) as f:
         rows = list(csv.reader(f))[1:]
@@ -128,7 +189,8 @@ def iris_case():
 
 def main():
     data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(),
-            "schedulers": scheduler_cases(), "iris": iris_case()}
+            "schedulers": scheduler_cases(), "iris": iris_case(), "init": init_cases(),
+            "modules": module_cases()}
     with open(os.path.join(HERE, "nn_cases.json"), "w") as f:
         json.dump(data, f, indent=0)
     print("iris: final loss %.4f, test accuracy %.3f" % (data["iris"]["losses"][-1], data["iris"]["test_accuracy"]))

@@ -168,10 +168,10 @@ fn matmul_and_view_rules(dev: &Device) -> Result<()> {
     c.to_dtype(DType::F32)?.mul(3.0)?.sum_all()?.backward()?;
     let gc = c.grad().unwrap();
     assert_eq!((gc.dtype(), vals(&gc)), (DType::F64, vec![3.0; 12]));
-    let idx = Tensor::new(&[2i64, 0, 2], dev)?;
+    let idx = Tensor::new([2i64, 0, 2], dev)?;
     grad_check(dev, &[m.clone()], &|x| x[0].index_select(0, &idx))?;
     grad_check(dev, &[m.clone()], &|x| x[0].index_select(1, &idx))?;
-    let gi = Tensor::new(&[[0i64, 3], [1, 1], [2, 0]], dev)?;
+    let gi = Tensor::new([[0i64, 3], [1, 1], [2, 0]], dev)?;
     grad_check(dev, &[m.clone()], &|x| x[0].gather(1, &gi))?;
     let src = rn(dev, &[3, 2]);
     grad_check(dev, &[m.clone(), src.clone()], &|x| {
@@ -181,7 +181,7 @@ fn matmul_and_view_rules(dev: &Device) -> Result<()> {
 }
 
 fn graph_mechanics(dev: &Device) -> Result<()> {
-    let x = Tensor::new(&[1f32, 2., 3.], dev)?.requires_grad_(true)?;
+    let x = Tensor::new([1f32, 2., 3.], dev)?.requires_grad_(true)?;
     assert!(x.is_leaf() && x.requires_grad());
     // a value used twice accumulates both paths
     let y = x.mul(&x)?.add(&x)?.sum_all()?;
@@ -211,11 +211,11 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
     // backward needs a scalar (or an explicit gradient) and a graph
     assert!(x.mul(2.0)?.backward().is_err());
     x.mul(2.0)?
-        .backward_with(&Tensor::new(&[1f32, 0., 1.], dev)?)?;
+        .backward_with(&Tensor::new([1f32, 0., 1.], dev)?)?;
     assert_eq!(vals(&x.grad().unwrap()), vec![2., 0., 2.]);
     assert!(d.sum_all()?.backward().is_err());
     // only float tensors can require grad; in-place updates of graph tensors are refused
-    assert!(Tensor::new(&[1i64], dev)?.requires_grad_(true).is_err());
+    assert!(Tensor::new([1i64], dev)?.requires_grad_(true).is_err());
     assert!(x.add_(1.0).is_err());
     ember::no_grad(|| x.add_(1.0))?;
     assert_eq!(vals(&x), vec![2., 3., 4.]);

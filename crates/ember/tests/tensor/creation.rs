@@ -23,7 +23,7 @@ fn zeros_ones_full(dev: &Device) -> Result<()> {
     assert_eq!(vals(&Tensor::full((), 7.0, DType::F64, dev)?), vec![7.0]);
     let e = Tensor::zeros([0, 4], DType::F32, dev)?;
     assert_eq!((e.numel(), e.shape()), (0, &[0usize, 4][..]));
-    let a = Tensor::new(&[[1i64, 2], [3, 4]], dev)?;
+    let a = Tensor::new([[1i64, 2], [3, 4]], dev)?;
     assert_eq!(a.zeros_like()?.dtype(), DType::I64);
     assert_eq!(vals(&a.ones_like()?), vec![1.0; 4]);
     assert_eq!(vals(&a.full_like(9.0)?), vec![9.0; 4]);
@@ -99,10 +99,10 @@ fn random_is_seeded(dev: &Device) -> Result<()> {
 }
 
 fn from_rust_data(dev: &Device) -> Result<()> {
-    let t = Tensor::new(&[[[1f64, 2.], [3., 4.]], [[5., 6.], [7., 8.]]], dev)?;
+    let t = Tensor::new([[[1f64, 2.], [3., 4.]], [[5., 6.], [7., 8.]]], dev)?;
     assert_eq!(t.shape(), &[2, 2, 2]);
     assert_eq!(t.to_vec3::<f64>()?[1][0], vec![5.0, 6.0]);
-    let i = Tensor::new(&[1, 2, 3], dev)?;
+    let i = Tensor::new([1, 2, 3], dev)?;
     assert_eq!(i.dtype(), DType::I64, "integer literals become int64");
     let v = Tensor::new(vec![vec![true, false], vec![false, true]], dev)?;
     assert_eq!((v.dtype(), v.shape()), (DType::Bool, &[2usize, 2][..]));
@@ -112,9 +112,9 @@ fn from_rust_data(dev: &Device) -> Result<()> {
     );
     let s = Tensor::new(3.5f32, dev)?;
     assert_eq!((s.rank(), s.item::<f32>()?), (0, 3.5));
-    let h = Tensor::new(&[f16::from_f32(1.5), f16::from_f32(-2.0)], dev)?;
+    let h = Tensor::new([f16::from_f32(1.5), f16::from_f32(-2.0)], dev)?;
     assert_eq!(h.dtype(), DType::F16);
-    let b = Tensor::new(&[bf16::from_f32(0.5)], dev)?;
+    let b = Tensor::new([bf16::from_f32(0.5)], dev)?;
     assert_eq!(b.item::<f32>()?, 0.5);
     let fv = Tensor::from_vec(vec![1u8, 2, 3, 4, 5, 6], [2, 3], dev)?;
     assert_eq!(fv.to_vec2::<u8>()?, vec![vec![1, 2, 3], vec![4, 5, 6]]);
@@ -125,7 +125,7 @@ fn from_rust_data(dev: &Device) -> Result<()> {
         &[2, 1]
     );
     assert_eq!(Tensor::scalar(7i64, dev)?.item::<f64>()?, 7.0);
-    assert_eq!(Tensor::new(&[0f32; 0], dev)?.shape(), &[0]);
+    assert_eq!(Tensor::new([0f32; 0], dev)?.shape(), &[0]);
     // reading back checks the rank, and item needs exactly one element
     assert!(t.to_vec1::<f64>().is_err() && t.to_vec2::<f64>().is_err());
     assert!(t.item::<f64>().is_err());
@@ -133,7 +133,7 @@ fn from_rust_data(dev: &Device) -> Result<()> {
 }
 
 fn dtype_conversions(dev: &Device) -> Result<()> {
-    let src = Tensor::new(&[-2.7f64, -0.5, 0.0, 1.5, 2.5, 300.0], dev)?;
+    let src = Tensor::new([-2.7f64, -0.5, 0.0, 1.5, 2.5, 300.0], dev)?;
     let expect = |dt: DType| -> Vec<f64> {
         match dt {
             DType::Bool => vec![1., 1., 0., 1., 1., 1.],
@@ -160,7 +160,7 @@ fn dtype_conversions(dev: &Device) -> Result<()> {
         }
     }
     // large int64 values survive a round trip exactly
-    let big = Tensor::new(&[i64::MAX, i64::MIN + 1, 9007199254740993], dev)?;
+    let big = Tensor::new([i64::MAX, i64::MIN + 1, 9007199254740993], dev)?;
     assert_eq!(
         big.to_dtype(DType::I64)?.to_vec1::<i64>()?,
         vec![i64::MAX, i64::MIN + 1, 9007199254740993]

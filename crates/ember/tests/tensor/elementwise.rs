@@ -34,7 +34,7 @@ fn arithmetic_broadcasts(dev: &Device) -> Result<()> {
 }
 
 fn scalar_operands_and_promotion(dev: &Device) -> Result<()> {
-    let i = Tensor::new(&[1i64, 2, 3], dev)?;
+    let i = Tensor::new([1i64, 2, 3], dev)?;
     assert_eq!(i.add(1)?.dtype(), DType::I64);
     assert_eq!(
         i.add(0.5)?.dtype(),
@@ -49,7 +49,7 @@ fn scalar_operands_and_promotion(dev: &Device) -> Result<()> {
         "true division"
     );
     let f = t(dev, &[1., 2.], &[2]);
-    let f64t = Tensor::new(&[1f64, 2.], dev)?;
+    let f64t = Tensor::new([1f64, 2.], dev)?;
     assert_eq!(f.add(&f64t)?.dtype(), DType::F64);
     assert_eq!(
         f.add(&Tensor::new(1f64, dev)?)?.dtype(),
@@ -61,18 +61,18 @@ fn scalar_operands_and_promotion(dev: &Device) -> Result<()> {
         DType::F64,
         "but do change category"
     );
-    let u = Tensor::new(&[250u8, 10], dev)?;
+    let u = Tensor::new([250u8, 10], dev)?;
     assert_eq!(u.add(10)?.to_vec1::<u8>()?, vec![4, 20], "uint8 wraps");
     assert_eq!(u.add(&i.narrow(0, 0, 2)?)?.dtype(), DType::I64);
     let h = f.to_dtype(DType::F16)?;
     assert_eq!(h.add(&f.to_dtype(DType::BF16)?)?.dtype(), DType::F32);
     assert_eq!(h.mul(3.0)?.dtype(), DType::F16);
     assert_eq!(vals(&h.mul(3.0)?), vec![3., 6.]);
-    let b = Tensor::new(&[true, false], dev)?;
+    let b = Tensor::new([true, false], dev)?;
     assert_eq!(b.add(&b)?.dtype(), DType::Bool);
     assert_eq!(b.add(1)?.dtype(), DType::I64);
     assert_eq!(
-        vals(&b.mul(&Tensor::new(&[true, true], dev)?)?),
+        vals(&b.mul(&Tensor::new([true, true], dev)?)?),
         vec![1., 0.]
     );
     assert!(b.sub(&b).is_err(), "bool - bool is refused, as in PyTorch");
@@ -107,14 +107,14 @@ fn unary_math(dev: &Device) -> Result<()> {
     let gt = vals(&x.gelu_tanh()?);
     assert!((gt[4] - 1.9546).abs() < 1e-3, "{gt:?}");
     // integer inputs: exp and friends give float32, abs/neg keep int64
-    let i = Tensor::new(&[-1i64, 0, 2], dev)?;
+    let i = Tensor::new([-1i64, 0, 2], dev)?;
     assert_eq!(i.exp()?.dtype(), DType::F32);
     assert_eq!(i.abs()?.to_vec1::<i64>()?, vec![1, 0, 2]);
     assert_eq!(i.neg()?.to_vec1::<i64>()?, vec![1, 0, -2]);
     assert_eq!(i.pow(2)?.to_vec1::<i64>()?, vec![1, 0, 4]);
     assert_eq!(i.clamp(Some(0.0), None)?.to_vec1::<i64>()?, vec![0, 0, 2]);
     assert!(i.pow(-1).is_err());
-    assert!(Tensor::new(&[true], dev)?.neg().is_err());
+    assert!(Tensor::new([true], dev)?.neg().is_err());
     // NaN propagates through relu, clamp, maximum
     let n = t(dev, &[f32::NAN, 1.], &[2]);
     assert!(vals(&n.relu()?)[0].is_nan());
@@ -161,10 +161,10 @@ fn comparisons_where_masked_fill(dev: &Device) -> Result<()> {
     assert_eq!(vals(&a.lt(&a)?), vec![0.; 4]);
     assert_eq!(vals(&a.ge(3.0)?), vec![0., 0., 1., 1.]);
     // int tensor compared with a float scalar compares in float
-    assert_eq!(vals(&Tensor::new(&[1i64, 2], dev)?.lt(1.5)?), vec![1., 0.]);
+    assert_eq!(vals(&Tensor::new([1i64, 2], dev)?.lt(1.5)?), vec![1., 0.]);
     let w = m.where_(&a, 0.0)?;
     assert_eq!(vals(&w), vec![0., 0., 3., 4.]);
-    let cond = Tensor::new(&[true, false], dev)?;
+    let cond = Tensor::new([true, false], dev)?;
     let w2 = cond.where_(&a, &t(dev, &[-1., -2.], &[2, 1]))?;
     assert_eq!(vals(&w2), vec![1., -1., 3., -2.]);
     assert_eq!(cond.where_(1, 0)?.dtype(), DType::I64);
@@ -172,9 +172,9 @@ fn comparisons_where_masked_fill(dev: &Device) -> Result<()> {
     assert!(a.where_(&a, &a).is_err(), "condition must be bool");
     let f = a.masked_fill(&m, -1.0)?;
     assert_eq!(vals(&f), vec![1., 2., -1., -1.]);
-    let col = Tensor::new(&[[true], [false]], dev)?;
+    let col = Tensor::new([[true], [false]], dev)?;
     assert_eq!(vals(&a.masked_fill(&col, 0.0)?), vec![0., 0., 3., 4.]);
-    let i = Tensor::new(&[1i64, 2], dev)?;
+    let i = Tensor::new([1i64, 2], dev)?;
     assert_eq!(
         i.masked_fill(&cond, 2.5)?.to_vec1::<i64>()?,
         vec![2, 2],
@@ -222,7 +222,7 @@ fn in_place_ops(dev: &Device) -> Result<()> {
         .copy_(&Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?)?;
     assert_eq!(vals(&b), vec![0., 3., 1., 4., 2., 5.]);
     // int tensor += float is refused; float += int is fine
-    let i = Tensor::new(&[1i64, 2], dev)?;
+    let i = Tensor::new([1i64, 2], dev)?;
     assert!(i.add_(0.5).is_err());
     assert!(
         i.div_(2).is_err(),
@@ -236,7 +236,7 @@ fn in_place_ops(dev: &Device) -> Result<()> {
     let e = Tensor::ones([1], DType::F32, dev)?.expand([3])?;
     assert!(e.add_(1.0).is_err());
     // f64 into f32 storage computes in f64 and casts
-    f.mul_(&Tensor::new(&[0.5f64, 0.25], dev)?)?;
+    f.mul_(&Tensor::new([0.5f64, 0.25], dev)?)?;
     assert_eq!((f.dtype(), vals(&f)), (DType::F32, vec![1., 1.]));
     Ok(())
 }

@@ -93,19 +93,19 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
     err_has(Tensor::cat(&[&a, &b], 0), &["cat"]);
     err_has(Tensor::stack(&[&a, &b], 0), &["stack"]);
     err_has(
-        a.index_select(0, &Tensor::new(&[5i64], dev)?),
+        a.index_select(0, &Tensor::new([5i64], dev)?),
         &["index_select", "index 5", "size 2"],
     );
     err_has(
-        a.index_select(0, &Tensor::new(&[0.0f32], dev)?),
+        a.index_select(0, &Tensor::new([0.0f32], dev)?),
         &["index_select", "int64"],
     );
     err_has(
-        a.gather(0, &Tensor::new(&[[0i64, 1, 2, 0]], dev)?),
+        a.gather(0, &Tensor::new([[0i64, 1, 2, 0]], dev)?),
         &["gather"],
     );
     err_has(
-        a.scatter_add(0, &Tensor::new(&[[0i64]], dev)?, &i),
+        a.scatter_add(0, &Tensor::new([[0i64]], dev)?, &i),
         &["scatter_add"],
     );
     err_has(a.where_(&a, &a), &["where", "bool"]);

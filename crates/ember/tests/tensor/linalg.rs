@@ -19,7 +19,7 @@ fn ref_mm(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> V
 fn matmul_shapes(dev: &Device) -> Result<()> {
     let _g = super::rng_lock();
     ember::manual_seed(1);
-    let v = Tensor::new(&[1f32, 2., 3.], dev)?;
+    let v = Tensor::new([1f32, 2., 3.], dev)?;
     assert_eq!(v.matmul(&v)?.rank(), 0);
     assert_eq!(v.matmul(&v)?.item::<f32>()?, 14.0);
     let m = Tensor::arange(0f32, 6., dev)?.reshape([3, 2])?;
@@ -251,7 +251,7 @@ fn pooling(dev: &Device) -> Result<()> {
     let d = x.max_pool2d(Pool2dOptions::new(2).stride(1).dilation(2))?;
     assert_eq!(vals(&d), vec![10., 11., 14., 15.]);
     // NaN wins a max window
-    let n = Tensor::new(&[[[1f32, f32::NAN], [3., 4.]]], dev)?;
+    let n = Tensor::new([[[1f32, f32::NAN], [3., 4.]]], dev)?;
     assert!(vals(&n.max_pool2d(Pool2dOptions::new(2))?)[0].is_nan());
     assert!(
         x.max_pool2d(Pool2dOptions::new(2).padding(2)).is_err(),

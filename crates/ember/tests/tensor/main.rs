@@ -1,6 +1,9 @@
 //! Tensor op tests. Each op's test body takes a `&Device` and runs on the CPU and,
 //! where a GPU is present, on `cuda:0` (the CUDA variant says why it skipped).
 
+// `&[a.clone()]` reads better than `std::slice::from_ref(&a)` in the tests.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 /// Makes `name::cpu` and `name::cuda` tests from `fn name(dev: &Device) -> Result<()>`.
 macro_rules! device_test {
     ($($name:ident),* $(,)?) => {$(

@@ -120,7 +120,7 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
                 )
             }
         };
-        let c = Tensor::new(&[1f64, 2., -1., 0.5], dev)?;
+        let c = Tensor::new([1f64, 2., -1., 0.5], dev)?;
         for (step, want) in case["trajectory"].as_array().unwrap().iter().enumerate() {
             opt.zero_grad();
             let loss = w
@@ -277,20 +277,20 @@ fn modules_and_errors(dev: &Device) -> Result<()> {
     // loss input errors
     let logits = Tensor::randn([4, 3], dev)?;
     assert!(
-        nn::cross_entropy(&logits, &Tensor::new(&[0f32, 1., 2., 0.], dev)?).is_err(),
+        nn::cross_entropy(&logits, &Tensor::new([0f32, 1., 2., 0.], dev)?).is_err(),
         "float targets"
     );
     assert!(
-        nn::cross_entropy(&logits, &Tensor::new(&[0i64, 1, 2], dev)?).is_err(),
+        nn::cross_entropy(&logits, &Tensor::new([0i64, 1, 2], dev)?).is_err(),
         "wrong batch size"
     );
     assert!(
-        nn::cross_entropy(&logits, &Tensor::new(&[0i64, 1, 3, 0], dev)?).is_err(),
+        nn::cross_entropy(&logits, &Tensor::new([0i64, 1, 3, 0], dev)?).is_err(),
         "class out of range"
     );
     assert!(nn::cross_entropy_with(
         &logits,
-        &Tensor::new(&[0i64, 1, 2, 0], dev)?,
+        &Tensor::new([0i64, 1, 2, 0], dev)?,
         Reduction::Mean,
         1.5
     )
@@ -386,4 +386,260 @@ device_test!(
     modules_and_errors,
     small_cnn_learns,
     schedulers_match_pytorch,
+    init_matches_pytorch,
+    modules_match_pytorch,
+    batchnorm_and_lazy_linear,
 );
+
+/// PyTorch's default initial parameters (Kaiming-uniform weights, bias bounds,
+/// batch-norm ones/zeros): ember's layers of the same sizes draw from the same
+/// distributions (same range and moments within sampling error).
+fn init_matches_pytorch(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(11);
+    type Make<'a> = Box<dyn Fn() -> Result<Box<dyn Module>> + 'a>;
+    let layers: Vec<(&str, Make)> = vec![
+        (
+            "linear_784_128",
+            Box::new(|| Ok(Box::new(nn::Linear::new(784, 128, dev)?) as _)),
+        ),
+        (
+            "conv_64_128_3",
+            Box::new(|| {
+                Ok(Box::new(nn::Conv2d::new(64, 128, 3, Conv2dOptions::default(), dev)?) as _)
+            }),
+        ),
+        (
+            "conv_8_32_5_g4",
+            Box::new(|| {
+                Ok(Box::new(nn::Conv2d::new(
+                    8,
+                    32,
+                    5,
+                    Conv2dOptions::default().groups(4),
+                    dev,
+                )?) as _)
+            }),
+        ),
+        (
+            "bn2d_16",
+            Box::new(|| Ok(Box::new(nn::BatchNorm2d::new(16, dev)?) as _)),
+        ),
+    ];
+    let all = cases();
+    let cases = all["init"].as_array().unwrap();
+    let mut checked = 0;
+    for (name, make) in &layers {
+        let want: Vec<&Value> = cases.iter().filter(|c| c["layer"] == *name).collect();
+        let repeats = want[0]["repeats"].as_u64().unwrap();
+        let draws: Vec<Vec<(String, Tensor)>> = (0..repeats)
+            .map(|_| Ok(make()?.state_dict()))
+            .collect::<Result<_>>()?;
+        assert_eq!(draws[0].len(), want.len(), "{name}: number of entries");
+        for c in want {
+            let pname = c["param"].as_str().unwrap();
+            let pick =
+                |d: &Vec<(String, Tensor)>| d.iter().find(|(n, _)| n == pname).unwrap().1.clone();
+            let shape: Vec<usize> = serde_json::from_value(c["shape"].clone()).unwrap();
+            assert_eq!(pick(&draws[0]).shape(), shape.as_slice(), "{name}.{pname}");
+            let v: Vec<f64> = draws.iter().flat_map(|d| vals(&pick(d))).collect();
+            let n = v.len() as f64;
+            let mean = v.iter().sum::<f64>() / n;
+            let std =
+                (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+            let f = |k: &str| c[k].as_f64().unwrap();
+            let tol_range = 0.01 * f("max").abs().max(f("min").abs()) + 1e-12;
+            assert!(
+                (lo - f("min")).abs() <= tol_range,
+                "{name}.{pname} min {lo} vs {}",
+                f("min")
+            );
+            assert!(
+                (hi - f("max")).abs() <= tol_range,
+                "{name}.{pname} max {hi} vs {}",
+                f("max")
+            );
+            // the std of >= 10000 uniform draws is within ~1% of the distribution's
+            assert!(
+                (std - f("std")).abs() <= 0.05 * f("std") + 1e-12,
+                "{name}.{pname} std {std} vs {}",
+                f("std")
+            );
+            assert!(
+                (mean - f("mean")).abs() <= 5.0 * f("std") / n.sqrt() + 1e-12,
+                "{name}.{pname} mean {mean} vs {}",
+                f("mean")
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, cases.len());
+    Ok(())
+}
+
+fn golden_module(name: &str, dev: &Device) -> Result<Box<dyn Module>> {
+    Ok(match name {
+        "linear" => Box::new(nn::Linear::new(5, 3, dev)?),
+        "conv2d_s2_p1" => Box::new(nn::Conv2d::new(
+            3,
+            4,
+            3,
+            Conv2dOptions::default().stride(2).padding(1),
+            dev,
+        )?),
+        "bn1d" | "bn1d_3d" => Box::new(nn::BatchNorm1d::new(3, dev)?),
+        "bn2d" => Box::new(nn::BatchNorm2d::new(4, dev)?),
+        "bn2d_cumulative" => {
+            let mut bn = nn::BatchNorm2d::new(2, dev)?;
+            bn.momentum = None;
+            Box::new(bn)
+        }
+        "bn2d_no_affine" => Box::new(nn::BatchNorm2d::with_options(3, false, true, dev)?),
+        "cnn" => {
+            let model = nn::Sequential::new()
+                .add(nn::Conv2d::new(
+                    1,
+                    4,
+                    3,
+                    Conv2dOptions::default().padding(1),
+                    dev,
+                )?)
+                .add(nn::BatchNorm2d::new(4, dev)?)
+                .add(nn::ReLU)
+                .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+                .add(nn::Flatten::default())
+                .add(nn::LazyLinear::new(10, dev));
+            // a dry run materialises the lazy layer; the loaded state replaces all
+            model.forward(&Tensor::zeros([2, 1, 8, 8], DType::F32, dev)?)?;
+            Box::new(model)
+        }
+        other => panic!("no module for golden case {other}"),
+    })
+}
+
+fn state_of(v: &Value, dev: &Device) -> Result<Vec<(String, Tensor)>> {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), tensor(t, dev)?)))
+        .collect()
+}
+
+/// Module outputs, input gradients and batch-norm running statistics with
+/// PyTorch's parameters, in training and evaluation mode.
+fn modules_match_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    for case in all["modules"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let mut m = golden_module(name, dev)?;
+        ember::io::load_state_into(m.as_ref(), &state_of(&case["state"], dev)?, name)?;
+        for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            m.set_training(step["mode"] == "train");
+            let x = tensor(&step["x"], dev)?
+                .to_dtype(DType::F32)?
+                .requires_grad_(true)?;
+            let y = m.forward(&x)?;
+            let want = tensor(&step["y"], dev)?;
+            assert_eq!(y.shape(), want.shape(), "{name} step {i}");
+            assert_close(&vals(&y), &vals(&want), 1e-4, 1e-5);
+            let n = y.numel();
+            let g = Tensor::linspace(-1.0, 1.0, n, DType::F32, dev)?.reshape(y.shape())?;
+            y.backward_with(&g)?;
+            let gx = x.grad().expect("input gradient");
+            assert_close(
+                &vals(&gx),
+                &vals(&tensor(&step["x_grad"], dev)?),
+                1e-3,
+                1e-5,
+            );
+        }
+        let final_state = m.state_dict();
+        let want = state_of(&case["final_state"], dev)?;
+        assert_eq!(final_state.len(), want.len(), "{name}: state entries");
+        for (k, t) in want {
+            let got = &final_state.iter().find(|(n, _)| *n == k).unwrap().1;
+            assert_close(&vals(got), &vals(&t), 1e-5, 1e-6);
+        }
+    }
+    Ok(())
+}
+
+fn batchnorm_and_lazy_linear(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(3);
+    let bn = nn::BatchNorm2d::new(3, dev)?;
+    let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "weight",
+            "bias",
+            "running_mean",
+            "running_var",
+            "num_batches_tracked"
+        ]
+    );
+    assert_eq!(bn.parameters().len(), 2, "buffers are not parameters");
+    let err = bn
+        .forward(&Tensor::zeros([2, 3, 4], DType::F32, dev)?)
+        .unwrap_err();
+    assert!(err.to_string().contains("expected 4D input"), "{err}");
+    let err = bn
+        .forward(&Tensor::zeros([2, 5, 4, 4], DType::F32, dev)?)
+        .unwrap_err();
+    assert!(err.to_string().contains("5 channels"), "{err}");
+    let bn1 = nn::BatchNorm1d::new(3, dev)?;
+    let err = bn1
+        .forward(&Tensor::zeros([1, 3], DType::F32, dev)?)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("more than 1 value per channel"),
+        "{err}"
+    );
+    // a failed forward changed nothing
+    assert_eq!(vals(&bn1.named_buffers()[2].1), [0.0]);
+
+    let lazy = nn::LazyLinear::new(4, dev);
+    assert!(lazy.parameters().is_empty() && lazy.in_features().is_none());
+    let y = lazy.forward(&Tensor::randn([2, 7], dev)?)?;
+    assert_eq!(y.shape(), &[2, 4]);
+    assert_eq!(lazy.in_features(), Some(7));
+    let shapes: Vec<Vec<usize>> = lazy
+        .parameters()
+        .iter()
+        .map(|p| p.shape().to_vec())
+        .collect();
+    assert_eq!(shapes, [vec![4, 7], vec![4]]);
+    let w = vals(&lazy.parameters()[0]);
+    assert!(w.iter().all(|v| v.abs() <= 1.0 / 7f64.sqrt()));
+    assert!(
+        lazy.forward(&Tensor::randn([2, 6], dev)?).is_err(),
+        "in_features is fixed now"
+    );
+
+    // buffers go through state-dict files too
+    let dir = std::env::temp_dir().join(format!("ember-bn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("bn-{}.safetensors", dev));
+    let mut a = nn::BatchNorm2d::new(3, dev)?;
+    a.forward(&Tensor::randn([4, 3, 2, 2], dev)?)?;
+    ember::io::save_state_dict(&a, &path)?;
+    let b = nn::BatchNorm2d::new(3, dev)?;
+    ember::io::load_state_dict(&b, &path)?;
+    for ((n, x), (_, y)) in a.state_dict().iter().zip(b.state_dict().iter()) {
+        assert_eq!(vals(x), vals(y), "{n}");
+    }
+    assert_eq!(vals(&b.named_buffers()[2].1), [1.0]);
+    a.eval();
+    let x = Tensor::randn([2, 3, 2, 2], dev)?;
+    assert_eq!(
+        vals(&a.forward(&x)?),
+        vals(&a.forward(&x)?),
+        "eval is deterministic"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}

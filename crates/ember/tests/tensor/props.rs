@@ -93,7 +93,7 @@ proptest! {
         let a = Tensor::arange(0i64, total as i64, &dev).unwrap().reshape(&shape).unwrap();
         let t = if shape.len() >= 2 { a.transpose(0, -1).unwrap() } else { a.clone() };
         let flat = t.contiguous().unwrap().to_vec::<i64>().unwrap();
-        let d = if total % split == 0 { split } else { 1 };
+        let d = if total.is_multiple_of(split) { split } else { 1 };
         let r = t.reshape([d as i64, -1]).unwrap();
         prop_assert_eq!(r.to_vec::<i64>().unwrap(), flat.clone());
         if let Ok(v) = t.view([d as i64, -1]) {

@@ -20,11 +20,11 @@ fn sums_and_means(dev: &Device) -> Result<()> {
     let t = a.transpose(0, 2)?;
     assert_eq!(vals(&t.sum(2, false)?), vals(&a.sum(0, false)?.t()?));
     // integer and bool sums are int64
-    let i = Tensor::new(&[[1u8, 2], [3, 250]], dev)?;
+    let i = Tensor::new([[1u8, 2], [3, 250]], dev)?;
     assert_eq!(i.sum_all()?.dtype(), DType::I64);
     assert_eq!(i.sum_all()?.item::<i64>()?, 256);
     assert_eq!(
-        Tensor::new(&[true, true, false], dev)?
+        Tensor::new([true, true, false], dev)?
             .sum_all()?
             .item::<i64>()?,
         2
@@ -49,7 +49,7 @@ fn sums_and_means(dev: &Device) -> Result<()> {
 }
 
 fn max_min_arg(dev: &Device) -> Result<()> {
-    let a = Tensor::new(&[[3f32, 7., 7.], [9., -1., 2.]], dev)?;
+    let a = Tensor::new([[3f32, 7., 7.], [9., -1., 2.]], dev)?;
     assert_eq!(a.max_all()?.item::<f32>()?, 9.0);
     assert_eq!(a.min_all()?.item::<f32>()?, -1.0);
     assert_eq!(vals(&a.max(1, false)?), vec![7., 9.]);
@@ -69,23 +69,23 @@ fn max_min_arg(dev: &Device) -> Result<()> {
         (vec![9., 7., 7.], vec![1, 0, 0])
     );
     // NaN is the max and the min
-    let n = Tensor::new(&[1f32, f32::NAN, 3.], dev)?;
+    let n = Tensor::new([1f32, f32::NAN, 3.], dev)?;
     assert!(n.max_all()?.item::<f32>()?.is_nan());
     assert!(n.min_all()?.item::<f32>()?.is_nan());
     assert_eq!(n.argmax_all()?.item::<i64>()?, 1);
     assert_eq!(n.argmin_all()?.item::<i64>()?, 1);
     // integer max keeps the dtype
-    let i = Tensor::new(&[4i64, -9, 2], dev)?;
+    let i = Tensor::new([4i64, -9, 2], dev)?;
     assert_eq!(
         (i.max_all()?.dtype(), i.max_all()?.item::<i64>()?),
         (DType::I64, 4)
     );
-    assert_eq!(Tensor::new(&[5u8, 9], dev)?.min_all()?.item::<u8>()?, 5);
+    assert_eq!(Tensor::new([5u8, 9], dev)?.min_all()?.item::<u8>()?, 5);
     Ok(())
 }
 
 fn var_std(dev: &Device) -> Result<()> {
-    let a = Tensor::new(&[[1f64, 2., 3., 4.], [2., 4., 6., 8.]], dev)?;
+    let a = Tensor::new([[1f64, 2., 3., 4.], [2., 4., 6., 8.]], dev)?;
     assert_close(
         &vals(&a.var(1, false)?),
         &[5.0 / 3.0, 20.0 / 3.0],
@@ -111,16 +111,16 @@ fn var_std(dev: &Device) -> Result<()> {
     assert!((all - v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 7.0).abs() < 1e-12);
     assert!((a.std_all()?.item::<f64>()? - all.sqrt()).abs() < 1e-12);
     // one sample: unbiased variance is NaN (PyTorch gives nan with a warning)
-    assert!(Tensor::new(&[1f32], dev)?
+    assert!(Tensor::new([1f32], dev)?
         .var_all()?
         .item::<f32>()?
         .is_nan());
-    assert!(Tensor::new(&[1i64, 2], dev)?.var_all().is_err());
+    assert!(Tensor::new([1i64, 2], dev)?.var_all().is_err());
     Ok(())
 }
 
 fn softmax_family(dev: &Device) -> Result<()> {
-    let x = Tensor::new(&[[1f32, 2., 3.], [1000., 1001., 1002.]], dev)?;
+    let x = Tensor::new([[1f32, 2., 3.], [1000., 1001., 1002.]], dev)?;
     let s = x.softmax(-1)?;
     let e = [1f64.exp(), 2f64.exp(), 3f64.exp()];
     let z: f64 = e.iter().sum();
@@ -139,11 +139,11 @@ fn softmax_family(dev: &Device) -> Result<()> {
     assert_close(&vals(&c.sum(0, false)?), &[1.0; 3], 1e-6, 0.0);
     assert_close(&vals(&c.i(1)?), &[1.0; 3], 1e-6, 0.0);
     // -inf entries get probability 0; a transposed input works
-    let m = Tensor::new(&[0f32, f32::NEG_INFINITY], dev)?;
+    let m = Tensor::new([0f32, f32::NEG_INFINITY], dev)?;
     assert_eq!(vals(&m.softmax(0)?), vec![1.0, 0.0]);
     let t = x.t()?.softmax(0)?;
     assert_close(&vals(&t.t()?), &vals(&s), 1e-6, 0.0);
-    assert!(Tensor::new(&[1i64], dev)?.softmax(0).is_err());
+    assert!(Tensor::new([1i64], dev)?.softmax(0).is_err());
     assert!(x.softmax(2).is_err());
     let h = x.to_dtype(DType::BF16)?.softmax(-1)?;
     assert_eq!(h.dtype(), DType::BF16);

@@ -55,7 +55,7 @@ fn squeeze_unsqueeze_transpose_permute(dev: &Device) -> Result<()> {
     );
     assert_eq!(vals(&p.i((1, 1))?), vec![13., 17., 21.]);
     assert_eq!(vals(&b.transpose(0, -1)?.i((3, 2))?), vec![11., 23.]);
-    assert_eq!(b.t().map(|_| ()).is_err(), true, "t() needs <= 2 dims");
+    assert!(b.t().map(|_| ()).is_err(), "t() needs <= 2 dims");
     assert_eq!(Tensor::arange(0f32, 3., dev)?.t()?.shape(), &[3]);
     assert!(b.permute([0, 0, 1]).is_err() && b.permute([0, 1]).is_err());
     Ok(())
@@ -97,7 +97,7 @@ fn narrow_slice_select_index(dev: &Device) -> Result<()> {
 }
 
 fn expand_and_contiguous(dev: &Device) -> Result<()> {
-    let a = Tensor::new(&[[1f32], [2.]], dev)?;
+    let a = Tensor::new([[1f32], [2.]], dev)?;
     let e = a.expand([2, 3])?;
     assert_eq!(
         (e.stride(), vals(&e)),
@@ -166,36 +166,36 @@ fn cat_stack_split_chunk(dev: &Device) -> Result<()> {
 
 fn index_ops(dev: &Device) -> Result<()> {
     let a = Tensor::arange(0f32, 12., dev)?.reshape([3, 4])?;
-    let idx = Tensor::new(&[2i64, 0, -1], dev)?;
+    let idx = Tensor::new([2i64, 0, -1], dev)?;
     let r = a.index_select(0, &idx)?;
     assert_eq!(r.shape(), &[3, 4]);
     assert_eq!(vals(&r.i(0)?), vec![8., 9., 10., 11.]);
     assert_eq!(vals(&r.i(2)?), vec![8., 9., 10., 11.]);
-    let c = a.index_select(1, &Tensor::new(&[3i64, 3], dev)?)?;
+    let c = a.index_select(1, &Tensor::new([3i64, 3], dev)?)?;
     assert_eq!(vals(&c), vec![3., 3., 7., 7., 11., 11.]);
     assert_eq!(
-        a.t()?.index_select(1, &Tensor::new(&[1i64], dev)?)?.shape(),
+        a.t()?.index_select(1, &Tensor::new([1i64], dev)?)?.shape(),
         &[4, 1]
     );
-    assert!(a.index_select(0, &Tensor::new(&[3i64], dev)?).is_err());
-    assert!(a.index_select(0, &Tensor::new(&[0f32], dev)?).is_err());
-    let g = a.gather(1, &Tensor::new(&[[0i64, 0], [1, 0], [3, 2]], dev)?)?;
+    assert!(a.index_select(0, &Tensor::new([3i64], dev)?).is_err());
+    assert!(a.index_select(0, &Tensor::new([0f32], dev)?).is_err());
+    let g = a.gather(1, &Tensor::new([[0i64, 0], [1, 0], [3, 2]], dev)?)?;
     assert_eq!(vals(&g), vec![0., 0., 5., 4., 11., 10.]);
-    let g0 = a.gather(0, &Tensor::new(&[[2i64, 1, 0, 0]], dev)?)?;
+    let g0 = a.gather(0, &Tensor::new([[2i64, 1, 0, 0]], dev)?)?;
     assert_eq!(vals(&g0), vec![8., 5., 2., 3.]);
-    assert!(a.gather(1, &Tensor::new(&[[4i64]], dev)?).is_err());
+    assert!(a.gather(1, &Tensor::new([[4i64]], dev)?).is_err());
     assert!(
-        a.gather(1, &Tensor::new(&[0i64], dev)?).is_err(),
+        a.gather(1, &Tensor::new([0i64], dev)?).is_err(),
         "index rank must match"
     );
     let z = Tensor::zeros([2, 3], DType::F32, dev)?;
     let src = Tensor::ones([2, 3], DType::F32, dev)?;
-    let sa = z.scatter_add(1, &Tensor::new(&[[0i64, 0, 2], [1, 1, 1]], dev)?, &src)?;
+    let sa = z.scatter_add(1, &Tensor::new([[0i64, 0, 2], [1, 1, 1]], dev)?, &src)?;
     assert_eq!(vals(&sa), vec![2., 0., 1., 0., 3., 0.]);
     assert_eq!(vals(&z), vec![0.; 6], "out of place");
-    let sa0 = z.scatter_add(0, &Tensor::new(&[[1i64, 0, 1]], dev)?, &src)?;
+    let sa0 = z.scatter_add(0, &Tensor::new([[1i64, 0, 1]], dev)?, &src)?;
     assert_eq!(vals(&sa0), vec![0., 1., 0., 1., 0., 1.]);
-    let oh = Tensor::new(&[0i64, 2, 1], dev)?.one_hot(3)?;
+    let oh = Tensor::new([0i64, 2, 1], dev)?.one_hot(3)?;
     assert_eq!(
         (oh.dtype(), oh.to_vec2::<i64>()?),
         (
@@ -203,8 +203,8 @@ fn index_ops(dev: &Device) -> Result<()> {
             vec![vec![1, 0, 0], vec![0, 0, 1], vec![0, 1, 0]]
         )
     );
-    assert!(Tensor::new(&[3i64], dev)?.one_hot(3).is_err());
-    assert!(Tensor::new(&[0f32], dev)?.one_hot(3).is_err());
+    assert!(Tensor::new([3i64], dev)?.one_hot(3).is_err());
+    assert!(Tensor::new([0f32], dev)?.one_hot(3).is_err());
     Ok(())
 }
 

@@ -1,0 +1,220 @@
+//! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
+
+use super::{move_parameter, parameter, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
+/// (`BatchNorm1d`: `[N, C]` or `[N, C, L]`; `BatchNorm2d`: `[N, C, H, W]`).
+///
+/// In training, each channel is normalised with the batch's mean and biased
+/// variance, and the running statistics move towards the batch's (unbiased)
+/// statistics by `momentum`; in evaluation the running statistics are used.
+/// Buffers `running_mean`, `running_var` and `num_batches_tracked` are saved with
+/// the parameters (`weight`, `bias`), under PyTorch's names.
+pub struct BatchNorm<const D: usize> {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub running_mean: Option<Tensor>,
+    pub running_var: Option<Tensor>,
+    pub num_batches_tracked: Option<Tensor>,
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f64,
+    /// The running-average factor (default `0.1`); `None` gives a cumulative average.
+    pub momentum: Option<f64>,
+    training: bool,
+    features: usize,
+}
+
+/// `nn.BatchNorm1d`: inputs `[N, C]` or `[N, C, L]`.
+pub type BatchNorm1d = BatchNorm<1>;
+/// `nn.BatchNorm2d`: inputs `[N, C, H, W]`.
+pub type BatchNorm2d = BatchNorm<2>;
+
+impl<const D: usize> BatchNorm<D> {
+    /// A layer with PyTorch's defaults: affine (weight 1, bias 0), running statistics
+    /// tracked, `eps = 1e-5`, `momentum = 0.1`.
+    pub fn new(num_features: usize, device: &Device) -> Result<Self> {
+        Self::with_options(num_features, true, true, device)
+    }
+
+    /// A layer with or without the affine parameters and running statistics.
+    pub fn with_options(
+        num_features: usize,
+        affine: bool,
+        track_running_stats: bool,
+        device: &Device,
+    ) -> Result<Self> {
+        if num_features == 0 {
+            return Err(Error::invalid("BatchNorm", "num_features must be positive"));
+        }
+        let c = [num_features];
+        let (weight, bias) = if affine {
+            (
+                Some(parameter(Tensor::ones(c, DType::F32, device)?)?),
+                Some(parameter(Tensor::zeros(c, DType::F32, device)?)?),
+            )
+        } else {
+            (None, None)
+        };
+        let (running_mean, running_var, num_batches_tracked) = if track_running_stats {
+            (
+                Some(Tensor::zeros(c, DType::F32, device)?),
+                Some(Tensor::ones(c, DType::F32, device)?),
+                Some(Tensor::zeros([0usize; 0], DType::I64, device)?),
+            )
+        } else {
+            (None, None, None)
+        };
+        Ok(BatchNorm {
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            num_batches_tracked,
+            eps: 1e-5,
+            momentum: Some(0.1),
+            training: true,
+            features: num_features,
+        })
+    }
+
+    /// Whether the layer is in training mode.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    fn check_input(&self, x: &Tensor) -> Result<()> {
+        let ok_rank = if D == 1 {
+            x.rank() == 2 || x.rank() == 3
+        } else {
+            x.rank() == D + 2
+        };
+        if !ok_rank {
+            let want = if D == 1 {
+                "2D or 3D".to_string()
+            } else {
+                format!("{}D", D + 2)
+            };
+            return Err(Error::invalid(
+                "BatchNorm",
+                format!(
+                    "BatchNorm{D}d expected {want} input, got {}D input of shape {:?}",
+                    x.rank(),
+                    x.shape()
+                ),
+            ));
+        }
+        if x.shape()[1] != self.features {
+            return Err(Error::shape(
+                "BatchNorm",
+                x.shape(),
+                &[self.features],
+                format!(
+                    "the input has {} channels (dim 1) but the layer was built for {}",
+                    x.shape()[1],
+                    self.features
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<const D: usize> Module for BatchNorm<D> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.check_input(x)?;
+        let c = self.features;
+        // the per-channel statistics broadcast as [1, C, 1, ...]
+        let mut bshape = vec![1usize; x.rank()];
+        bshape[1] = c;
+        let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
+        let use_batch = self.training || self.running_mean.is_none();
+        let y = if use_batch {
+            let n = x.numel() / c;
+            if self.training && n <= 1 {
+                return Err(Error::invalid(
+                    "BatchNorm",
+                    format!(
+                        "expected more than 1 value per channel when training, got input of shape {:?}",
+                        x.shape()
+                    ),
+                ));
+            }
+            let mean = x.mean(dims.as_slice(), true)?;
+            let var = x.var_correction(dims.as_slice(), 0.0, true)?;
+            if self.training {
+                if let (Some(rm), Some(rv), Some(nb)) = (
+                    &self.running_mean,
+                    &self.running_var,
+                    &self.num_batches_tracked,
+                ) {
+                    crate::no_grad(|| -> Result<()> {
+                        nb.add_(1i64)?;
+                        let m = match self.momentum {
+                            Some(m) => m,
+                            None => 1.0 / nb.item::<i64>()? as f64,
+                        };
+                        let unbiased = n as f64 / (n - 1) as f64;
+                        let bm = mean.detach().reshape([c])?.to_dtype(rm.dtype())?;
+                        let bv = var.detach().reshape([c])?.to_dtype(rv.dtype())?;
+                        rm.mul_(1.0 - m)?;
+                        rm.add_(&bm.mul(m)?)?;
+                        rv.mul_(1.0 - m)?;
+                        rv.add_(&bv.mul(m * unbiased)?)
+                    })?;
+                }
+            }
+            x.sub(&mean)?.mul(&var.add(self.eps)?.sqrt()?.recip()?)?
+        } else {
+            let (Some(rm), Some(rv)) = (&self.running_mean, &self.running_var) else {
+                unreachable!("checked by use_batch")
+            };
+            let inv = rv.add(self.eps)?.sqrt()?.recip()?;
+            x.sub(&rm.reshape(bshape.as_slice())?)?
+                .mul(&inv.reshape(bshape.as_slice())?)?
+        };
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => y
+                .mul(&w.reshape(bshape.as_slice())?)?
+                .add(&b.reshape(bshape.as_slice())?),
+            _ => Ok(y),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        [("weight", &self.weight), ("bias", &self.bias)]
+            .into_iter()
+            .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
+            .collect()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        [
+            ("running_mean", &self.running_mean),
+            ("running_var", &self.running_var),
+            ("num_batches_tracked", &self.num_batches_tracked),
+        ]
+        .into_iter()
+        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
+        .collect()
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
+            *t = move_parameter(t, device)?;
+        }
+        let buffers = [
+            &mut self.running_mean,
+            &mut self.running_var,
+            &mut self.num_batches_tracked,
+        ];
+        for t in buffers.into_iter().flatten() {
+            *t = t.to(device)?;
+        }
+        Ok(())
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
