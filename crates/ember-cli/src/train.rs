@@ -1,95 +1,114 @@
-//! `ember train`: the lesson's Iris MLP (4 -> 8 -> 9 -> 3, ReLU), trained with
-//! cross-entropy and Adam, full batch, on the chosen device.
+//! `ember train`: a classifier on a data set shipped in `data/` (Iris or the UCI
+//! digits), trained by a [`Trial`] on the chosen device.
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use ember::data::{self, DataLoader, TensorDataset};
 use ember::nn::{self, Module};
-use ember::optim::{Adam, Optimizer};
+use ember::optim::Adam;
 use ember::prelude::*;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use ember::train::{Checkpoint, Progress, Trial};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Dataset {
+    /// Fisher's Iris: 150 flowers, 4 measurements, 3 species.
+    Iris,
+    /// UCI optical digits: 1797 images of 8×8 pixels, 10 classes.
+    Digits,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelKind {
+    /// A multi-layer perceptron (Iris: the lesson's 4-8-9-3; digits: 64-128-10).
+    Mlp,
+    /// A small convolutional network (digits only).
+    Cnn,
+}
 
 #[derive(Args, Clone, Debug)]
 pub struct TrainArgs {
     /// Data set to train on.
-    #[arg(value_parser = ["iris"], default_value = "iris")]
-    pub dataset: String,
+    #[arg(value_enum, default_value = "digits")]
+    pub dataset: Dataset,
     /// `auto` (the first GPU if there is one, else the CPU), `cpu`, or `cuda:N`.
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Passes over the training set.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
-    pub epochs: u32,
-    /// Learning rate (Adam).
-    #[arg(long, default_value_t = 0.01)]
-    pub lr: f64,
-    /// Seed for the train/test split.
+    /// Passes over the training set [default: iris 100, digits 15].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub epochs: Option<u32>,
+    /// Samples per batch [default: iris 120 (full batch), digits 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
+    /// Learning rate (Adam) [default: iris 0.01, digits 0.001 (cnn) / 0.01 (mlp)].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Model [default: iris mlp, digits cnn].
+    #[arg(long, value_enum)]
+    pub model: Option<ModelKind>,
+    /// Seed for the split, the initial weights and the shuffling.
     #[arg(long, default_value_t = 32)]
     pub seed: u64,
-    /// Folder holding the data sets (defaults to the project's `data/`).
-    #[arg(long)]
+    /// Write the loss and accuracy curves to FILE (SVG) and the history next to it
+    /// (same name, `.csv`).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Save a checkpoint to DIR after every epoch.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// Continue from the checkpoint in the --checkpoint DIR.
+    #[arg(long, requires = "checkpoint")]
+    pub resume: bool,
+    /// Folder holding the data sets [default: the project's `data/`].
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// Print only the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 impl Default for TrainArgs {
     fn default() -> Self {
         TrainArgs {
-            dataset: "iris".into(),
+            dataset: Dataset::Digits,
             device: "auto".into(),
-            epochs: 200,
-            lr: 0.01,
+            epochs: None,
+            batch_size: None,
+            lr: None,
+            model: None,
             seed: 32,
+            plot: None,
+            checkpoint: None,
+            resume: false,
             data: None,
+            quiet: false,
         }
     }
 }
 
-fn data_dir(arg: &Option<PathBuf>) -> PathBuf {
-    if let Some(d) = arg {
-        return d.clone();
+fn mlp(sizes: &[usize], dev: &Device) -> ember::Result<nn::Sequential> {
+    let mut model = nn::Sequential::new();
+    for (i, w) in sizes.windows(2).enumerate() {
+        if i > 0 {
+            model = model.add(nn::ReLU);
+        }
+        model = model.add(nn::Linear::new(w[0], w[1], dev)?);
     }
-    let here = PathBuf::from("data");
-    if here.join("iris.csv").exists() {
-        return here;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data")
+    Ok(model)
 }
 
-/// Reads a numeric CSV with a header; the last column is the integer class.
-fn read_csv(path: &Path) -> ember::Result<(Vec<f32>, Vec<i64>, usize)> {
-    let text = std::fs::read_to_string(path).map_err(|source| ember::Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let bad = |line: usize, msg: String| ember::Error::InvalidArgument {
-        op: "read_csv",
-        msg: format!("{}:{line}: {msg}", path.display()),
-    };
-    let mut lines = text.lines();
-    let header = lines.next().ok_or_else(|| bad(1, "empty file".into()))?;
-    let cols = header.split(',').count();
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    for (i, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let cells: Vec<&str> = line.split(',').collect();
-        if cells.len() != cols {
-            return Err(bad(
-                i + 2,
-                format!("expected {cols} columns, found {}", cells.len()),
-            ));
-        }
-        for c in &cells[..cols - 1] {
-            x.push(
-                c.trim()
-                    .parse::<f32>()
-                    .map_err(|_| bad(i + 2, format!("not a number: {c:?}")))?,
-            );
-        }
-        let t = cells[cols - 1].trim();
-        y.push(
-            t.parse::<i64>()
-                .map_err(|_| bad(i + 2, format!("not a class index: {t:?}")))?,
-        );
-    }
-    Ok((x, y, cols - 1))
+/// 1×8×8 → conv 16 → conv 32 → pool → 64 → 10.
+fn digits_cnn(dev: &Device) -> ember::Result<nn::Sequential> {
+    let same = Conv2dOptions::default().padding(1);
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 16, 3, same, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(16, 32, 3, same, dev)?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(32 * 4 * 4, 64, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(64, 10, dev)?))
 }
 
 pub fn run(args: &TrainArgs) -> ember::Result<()> {
@@ -97,80 +116,122 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         "auto" => Device::cuda_if_available(0),
         s => s.parse()?,
     };
-    let path = data_dir(&args.data).join(format!("{}.csv", args.dataset));
-    let (x, y, features) = read_csv(&path)?;
-    let n = y.len();
-    let classes = (*y.iter().max().unwrap_or(&0) + 1) as usize;
+    let file = match args.dataset {
+        Dataset::Iris => "iris.csv",
+        Dataset::Digits => "digits.csv",
+    };
+    let path = match &args.data {
+        Some(dir) => dir.join(file),
+        None => data::find_data_file(file)?,
+    };
+    let kind = args.model.unwrap_or(match args.dataset {
+        Dataset::Iris => ModelKind::Mlp,
+        Dataset::Digits => ModelKind::Cnn,
+    });
+    let (x, y) = match args.dataset {
+        Dataset::Iris => data::load_iris(&path)?,
+        // pixels 0..16 to 0..1
+        Dataset::Digits => {
+            let (x, y) = data::load_digits(&path)?;
+            (x.div(16.0)?, y)
+        }
+    };
+    let (x_train, x_test, y_train, y_test) = data::train_test_split(&x, &y, 0.2, args.seed)?;
+    let (n_train, n_test) = (y_train.numel(), y_test.numel());
 
-    // seeded shuffle, then an 80/20 split
     ember::manual_seed(args.seed);
-    let perm = Tensor::randperm(n, &Device::Cpu)?;
-    let x = Tensor::from_vec(x, [n, features], &Device::Cpu)?.index_select(0, &perm)?;
-    let y = Tensor::from_vec(y, [n], &Device::Cpu)?.index_select(0, &perm)?;
-    let n_train = n * 4 / 5;
-    let (x_train, x_test) = (
-        x.narrow(0, 0, n_train)?,
-        x.narrow(0, n_train as i64, n - n_train)?,
-    );
-    let (y_train, y_test) = (
-        y.narrow(0, 0, n_train)?,
-        y.narrow(0, n_train as i64, n - n_train)?,
-    );
-
-    // standardise with the training set's statistics
-    let mean = x_train.mean(0, true)?;
-    let std = x_train.std(0, true)?;
-    let prep = |t: &Tensor| -> ember::Result<Tensor> { t.sub(&mean)?.div(&std)?.to(&device) };
-    let (x_train, x_test) = (prep(&x_train)?, prep(&x_test)?);
-    let (y_train, y_test) = (y_train.to(&device)?, y_test.to(&device)?);
-
-    // the lesson's model: 4 -> 8 -> 9 -> 3 with ReLU, cross-entropy, Adam
-    ember::manual_seed(args.seed);
-    let mut model = nn::Sequential::new()
-        .add(nn::Linear::new(features, 8, &Device::Cpu)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(8, 9, &Device::Cpu)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(9, classes, &Device::Cpu)?);
-    model.to_device(&device)?;
-    let mut opt = Adam::new(model.parameters(), args.lr);
+    let cpu = Device::Cpu;
+    let (model, x_train, x_test, lr_default, epochs_default, batch_default) =
+        match (args.dataset, kind) {
+            (Dataset::Iris, ModelKind::Mlp) => {
+                (mlp(&[4, 8, 9, 3], &cpu)?, x_train, x_test, 0.01, 100, 120)
+            }
+            (Dataset::Iris, ModelKind::Cnn) => {
+                return Err(Error::InvalidArgument {
+                    op: "train",
+                    msg: "--model cnn needs image data: use it with digits".into(),
+                })
+            }
+            (Dataset::Digits, ModelKind::Mlp) => {
+                (mlp(&[64, 128, 10], &cpu)?, x_train, x_test, 0.01, 15, 64)
+            }
+            (Dataset::Digits, ModelKind::Cnn) => (
+                digits_cnn(&cpu)?,
+                x_train.reshape([n_train, 1, 8, 8])?,
+                x_test.reshape([n_test, 1, 8, 8])?,
+                0.001,
+                15,
+                64,
+            ),
+        };
+    let epochs = args.epochs.map_or(epochs_default, |e| e as usize);
+    let batch = args.batch_size.map_or(batch_default, |b| b as usize);
+    let lr = args.lr.unwrap_or(lr_default);
+    let params = model.num_parameters();
+    let opt = Adam::new(model.parameters(), lr);
+    let train = DataLoader::new(TensorDataset::new(x_train, y_train)?, batch)?.shuffle(args.seed);
+    let test = DataLoader::new(TensorDataset::new(x_test, y_test)?, 256)?;
     println!(
-        "training an MLP {features}-8-9-{classes} ({} parameters) on {} ({n_train} train / {} test rows) on {device}",
-        model.num_parameters(),
+        "training a {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
+        match kind {
+            ModelKind::Mlp => "MLP",
+            ModelKind::Cnn => "CNN",
+        },
         path.display(),
-        n - n_train
     );
-    let start = Instant::now();
-    let mut loss = f32::NAN;
-    for epoch in 1..=args.epochs {
-        let l = nn::cross_entropy(&model.forward(&x_train)?, &y_train)?;
-        opt.zero_grad();
-        l.backward()?;
-        opt.step()?;
-        if epoch == 1 || epoch % 50 == 0 || epoch == args.epochs {
-            loss = l.item::<f32>()?;
-            println!("epoch {epoch:>4}  loss {loss:.4}");
+    let mut trial = Trial::new(model, opt, nn::cross_entropy)
+        .metrics(&["loss", "accuracy"])?
+        .progress(if args.quiet {
+            Progress::Quiet
+        } else {
+            Progress::Auto
+        })
+        .to(&device)?
+        .with_generators(Some(train), Some(test), None);
+    if let Some(dir) = &args.checkpoint {
+        trial = trial.callback(Checkpoint::new(dir));
+        if args.resume {
+            trial = trial.resume(dir)?;
+            println!(
+                "resumed from {} after epoch {}",
+                dir.display(),
+                trial.history().len()
+            );
         }
     }
-    let elapsed = start.elapsed();
-    let accuracy = |x: &Tensor, y: &Tensor| -> ember::Result<f64> {
-        ember::no_grad(|| {
-            let pred = model.forward(x)?.argmax(-1, false)?;
-            pred.eq(y)?.to_dtype(DType::F32)?.mean_all()?.item::<f64>()
-        })
+    let history = trial.run(epochs)?.clone();
+    let Some(last) = history.last() else {
+        return Err(Error::InvalidArgument {
+            op: "train",
+            msg: "no epoch ran".into(),
+        });
+    };
+    let secs: f64 = history.records.iter().map(|r| r.seconds).sum();
+    let test = trial.evaluate()?;
+    let get = |name: &str| {
+        test.iter()
+            .find(|(n, _)| n == name)
+            .map_or(f64::NAN, |(_, v)| *v)
     };
     println!("device: {device}");
     println!(
-        "time per epoch: {:.1} µs ({} epochs in {:.1} ms)",
-        elapsed.as_secs_f64() * 1e6 / args.epochs as f64,
-        args.epochs,
-        elapsed.as_secs_f64() * 1e3
+        "time per epoch: {:.2} ms ({} epochs in {:.1} ms)",
+        secs * 1e3 / history.len() as f64,
+        history.len(),
+        secs * 1e3
     );
-    println!("final loss: {loss:.4}");
+    println!("final loss: {:.4}", last.get("loss").unwrap_or(f64::NAN));
     println!(
         "train accuracy: {:.1}%",
-        100.0 * accuracy(&x_train, &y_train)?
+        100.0 * last.get("acc").unwrap_or(f64::NAN)
     );
-    println!("test accuracy: {:.1}%", 100.0 * accuracy(&x_test, &y_test)?);
+    println!("test loss: {:.4}", get("loss"));
+    println!("test accuracy: {:.1}%", 100.0 * get("acc"));
+    if let Some(svg) = &args.plot {
+        history.write_svg(svg)?;
+        let csv = svg.with_extension("csv");
+        history.write_csv(&csv)?;
+        println!("curves: {} and {}", svg.display(), csv.display());
+    }
     Ok(())
 }

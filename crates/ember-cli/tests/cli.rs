@@ -24,9 +24,17 @@ fn devices_lists_the_cpu_and_the_gpus_or_why_none() {
     assert!(out.contains("best available device: "), "{out}");
 }
 
+fn percent(out: &str, prefix: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix:?} line in\n{out}"))
+}
+
 #[test]
 fn short_training_run_reports_device_loss_and_accuracy() {
-    let (ok, out, err) = ember(&["train", "iris", "--epochs", "30", "--device", "cpu"]);
+    // the Iris lesson: 100 full-batch epochs
+    let (ok, out, err) = ember(&["train", "iris", "--device", "cpu"]);
     assert!(ok, "{err}");
     for want in [
         "device: cpu",
@@ -36,12 +44,37 @@ fn short_training_run_reports_device_loss_and_accuracy() {
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
-    let acc: f64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("train accuracy: "))
-        .and_then(|v| v.trim_end_matches('%').parse().ok())
-        .expect("train accuracy line");
-    assert!(acc > 80.0, "{out}");
+    assert!(percent(&out, "test accuracy: ") >= 90.0, "{out}");
+    // not a terminal: one progress line per epoch on stderr
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("epoch ")).count(),
+        100,
+        "{err}"
+    );
+}
+
+#[test]
+fn plot_checkpoint_and_resume() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-{}", std::process::id()));
+    let (svg, ck) = (dir.join("curves.svg"), dir.join("ck"));
+    let (svg_s, ck_s) = (svg.to_str().unwrap(), ck.to_str().unwrap());
+    let common = ["train", "digits", "--model", "mlp", "--device", "cpu", "-q"];
+    let run = |extra: &[&str]| {
+        let args: Vec<&str> = common.iter().chain(extra).copied().collect();
+        ember(&args)
+    };
+    let (ok, out, err) = run(&["--epochs", "2", "--plot", svg_s, "--checkpoint", ck_s]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let csv = std::fs::read_to_string(dir.join("curves.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(ck.join("last.safetensors").exists(), "{out}");
+    let (ok, out, err) = run(&["--epochs", "4", "--checkpoint", ck_s, "--resume"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("after epoch 2"), "{out}");
+    assert!(out.contains("(4 epochs in"), "{out}");
+    assert!(percent(&out, "test accuracy: ") > 90.0, "{out}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -53,6 +86,10 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--lr", "fast"],
         &["frobnicate"],
         &["train", "iris", "--data", "/nonexistent"],
+        &["train", "iris", "--model", "cnn"],
+        &["train", "iris", "--batch-size", "0"],
+        &["train", "iris", "--resume"],
+        &["train", "digits", "--model", "rnn"],
     ] {
         let (ok, _, err) = ember(args);
         assert!(!ok, "{args:?} should fail");
@@ -76,8 +113,16 @@ fn help_describes_the_commands() {
         "{out}"
     );
     let (ok, out, _) = ember(&["train", "--help"]);
-    assert!(
-        ok && out.contains("--device") && out.contains("--epochs"),
-        "{out}"
-    );
+    for flag in [
+        "--device",
+        "--epochs",
+        "--batch-size",
+        "--lr",
+        "--model",
+        "--plot",
+        "--checkpoint",
+        "--resume",
+    ] {
+        assert!(ok && out.contains(flag), "{flag} missing from\n{out}");
+    }
 }

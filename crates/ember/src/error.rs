@@ -118,6 +118,19 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A data file (CSV, IDX, ...) is malformed. `line` is the 1-based line of the
+    /// problem where the format has lines.
+    #[error("{file}{}: {msg}", .line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Parse {
+        file: String,
+        line: Option<u64>,
+        msg: String,
+    },
+
+    /// A data file was not found in any of the places ember looks for data.
+    #[error("data file {name:?} not found; looked in: {}. Put it in ./data/ or set EMBER_DATA to the folder that holds it", .searched.join(", "))]
+    DataNotFound { name: String, searched: Vec<String> },
 }
 
 /// `Result` with [`Error`] as the error type.

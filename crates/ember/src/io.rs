@@ -230,45 +230,57 @@ pub fn load_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()>
     load_state_into(model, &state, &path.display().to_string())
 }
 
-/// Saves model parameters (`model.*`) and optimizer state (`optim.*`) in one file,
-/// so training can resume exactly where it stopped.
+/// Saves model parameters and buffers (`model.*`) and optimizer state (`optim.*`)
+/// in one file, so training can resume exactly where it stopped.
 pub fn save_checkpoint(
     model: &dyn Module,
     opt: &dyn Optimizer,
     path: impl AsRef<Path>,
 ) -> Result<()> {
-    let mut all: Vec<(String, Tensor)> = model
-        .state_dict()
-        .into_iter()
-        .map(|(n, t)| (format!("model.{n}"), t))
-        .collect();
-    all.extend(
-        opt.state()?
-            .into_iter()
-            .map(|(n, t)| (format!("optim.{n}"), t)),
-    );
+    save_checkpoint_with(model, opt, &[], path)
+}
+
+/// [`save_checkpoint`] with extra entries of the caller's (`trial.*`: an epoch
+/// count, a scheduler position...), returned by [`load_checkpoint`].
+pub fn save_checkpoint_with(
+    model: &dyn Module,
+    opt: &dyn Optimizer,
+    extra: &[(String, Tensor)],
+    path: impl AsRef<Path>,
+) -> Result<()> {
+    let prefixed = |p: &str, v: Vec<(String, Tensor)>| -> Vec<(String, Tensor)> {
+        v.into_iter()
+            .map(|(n, t)| (format!("{p}.{n}"), t))
+            .collect()
+    };
+    let mut all = prefixed("model", model.state_dict());
+    all.extend(prefixed("optim", opt.state()?));
+    all.extend(prefixed("trial", extra.to_vec()));
     save(&all, path)
 }
 
 /// Restores a checkpoint written by [`save_checkpoint`] into a model and an
-/// optimizer of the same architecture and kind.
+/// optimizer of the same architecture and kind, and returns the extra entries
+/// (without their `trial.` prefix). On an error neither is changed.
 pub fn load_checkpoint(
     model: &dyn Module,
     opt: &mut dyn Optimizer,
     path: impl AsRef<Path>,
-) -> Result<()> {
+) -> Result<Vec<(String, Tensor)>> {
     let path = path.as_ref();
     let device = model
         .parameters()
         .first()
         .map_or(Device::Cpu, |p| p.device());
     let all = load(path, &device)?;
-    let (mut params, mut state) = (Vec::new(), Vec::new());
+    let (mut params, mut state, mut extra) = (Vec::new(), Vec::new(), Vec::new());
     for (n, t) in all {
         if let Some(rest) = n.strip_prefix("model.") {
             params.push((rest.to_string(), t));
         } else if let Some(rest) = n.strip_prefix("optim.") {
             state.push((rest.to_string(), t));
+        } else if let Some(rest) = n.strip_prefix("trial.") {
+            extra.push((rest.to_string(), t));
         } else {
             return Err(Error::invalid(
                 "load_checkpoint",
@@ -276,6 +288,15 @@ pub fn load_checkpoint(
             ));
         }
     }
-    load_state_into(model, &params, &path.display().to_string())?;
-    opt.load_state(&state)
+    // the optimizer first (restored if anything fails), then the model, which
+    // checks everything before it copies
+    let before = opt.state()?;
+    let loaded = opt
+        .load_state(&state)
+        .and_then(|()| load_state_into(model, &params, &path.display().to_string()));
+    if let Err(e) = loaded {
+        opt.load_state(&before)?;
+        return Err(e);
+    }
+    Ok(extra)
 }

@@ -24,6 +24,7 @@
 
 pub mod autograd;
 mod backend;
+pub mod data;
 pub mod device;
 mod dtype;
 mod error;
@@ -32,6 +33,7 @@ pub mod layout;
 pub mod nn;
 pub mod optim;
 mod tensor;
+pub mod train;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
 pub use device::{cuda, Device};

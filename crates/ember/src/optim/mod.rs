@@ -12,6 +12,8 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod fused;
+
 use crate::{Error, Result, Tensor};
 
 /// What every optimizer offers.
@@ -29,6 +31,59 @@ pub trait Optimizer {
     fn state(&self) -> Result<Vec<(String, Tensor)>>;
     /// Restores what [`state`](Self::state) returned, for the same parameters.
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()>;
+    /// The parameters being optimized.
+    fn parameters(&self) -> &[Tensor];
+    /// Swaps in the same parameters after the model moved (`model.to_device`, which
+    /// makes new parameter tensors): the state moves to their devices. The count and
+    /// shapes must match the current parameters; on an error nothing changes.
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()>;
+}
+
+/// The checks and moves of [`Optimizer::set_parameters`] for `params` and their
+/// per-parameter buffers.
+fn replace_parameters(
+    params: &mut Vec<Tensor>,
+    new: Vec<Tensor>,
+    buffers: &mut [&mut Vec<Option<Tensor>>],
+) -> Result<()> {
+    if new.len() != params.len() {
+        return Err(Error::invalid(
+            "set_parameters",
+            format!(
+                "the optimizer has {} parameters, got {}",
+                params.len(),
+                new.len()
+            ),
+        ));
+    }
+    for (i, (p, q)) in params.iter().zip(&new).enumerate() {
+        if p.shape() != q.shape() {
+            return Err(Error::shape(
+                "set_parameters",
+                p.shape(),
+                q.shape(),
+                format!("parameter {i} changed shape"),
+            ));
+        }
+    }
+    let mut moved: Vec<Vec<Option<Tensor>>> = Vec::with_capacity(buffers.len());
+    for bufs in buffers.iter() {
+        let v = bufs
+            .iter()
+            .zip(&new)
+            .map(|(b, q)| {
+                b.as_ref()
+                    .map(|b| crate::no_grad(|| b.to(&q.device())))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        moved.push(v);
+    }
+    for (bufs, v) in buffers.iter_mut().zip(moved) {
+        **bufs = v;
+    }
+    *params = new;
+    Ok(())
 }
 
 /// Named per-parameter buffers (`"{prefix}.{index}"`), for the ones that exist.
@@ -176,6 +231,14 @@ impl Optimizer for Sgd {
         Ok(())
     }
 
+    fn parameters(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        replace_parameters(&mut self.params, params, &mut [&mut self.buffers])
+    }
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
@@ -299,6 +362,14 @@ impl Optimizer for Adam {
         Ok(())
     }
 
+    fn parameters(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])
+    }
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         self.step += 1;
@@ -312,13 +383,6 @@ impl Optimizer for Adam {
             .zip(self.v.iter_mut())
         {
             let Some(mut g) = p.grad() else { continue };
-            if self.weight_decay != 0.0 {
-                if self.decoupled {
-                    p.mul_(1.0 - self.lr * self.weight_decay)?;
-                } else {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
-            }
             let m = match m {
                 Some(t) => t,
                 None => m.insert(p.zeros_like()?),
@@ -327,6 +391,26 @@ impl Optimizer for Adam {
                 Some(t) => t,
                 None => v.insert(p.zeros_like()?),
             };
+            let h = fused::AdamStep {
+                lr: self.lr,
+                b1,
+                b2,
+                eps: self.eps,
+                bc1,
+                bc2,
+                weight_decay: self.weight_decay,
+                decoupled: self.decoupled,
+            };
+            if fused::adam_cpu(p, &g, m, v, h) {
+                continue;
+            }
+            if self.weight_decay != 0.0 {
+                if self.decoupled {
+                    p.mul_(1.0 - self.lr * self.weight_decay)?;
+                } else {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+            }
             m.mul_(b1)?;
             m.add_(&g.mul(1.0 - b1)?)?;
             v.mul_(b2)?;
@@ -357,6 +441,10 @@ pub trait LrScheduler {
     fn step(&mut self, opt: &mut dyn Optimizer);
     /// The learning rate set by the last step (the initial one before any step).
     fn last_lr(&self) -> f64;
+    /// Epochs stepped so far.
+    fn epoch(&self) -> usize;
+    /// Jumps to `epoch` (to resume from a checkpoint) without touching the optimizer.
+    fn set_epoch(&mut self, epoch: usize);
 }
 
 /// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
@@ -386,6 +474,14 @@ impl LrScheduler for StepLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
         opt.set_lr(self.last_lr());
+    }
+
+    fn epoch(&self) -> usize {
+        self.epoch
+    }
+
+    fn set_epoch(&mut self, epoch: usize) {
+        self.epoch = epoch;
     }
 
     fn last_lr(&self) -> f64 {
@@ -424,6 +520,14 @@ impl LrScheduler for CosineAnnealingLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
         opt.set_lr(self.last_lr());
+    }
+
+    fn epoch(&self) -> usize {
+        self.epoch
+    }
+
+    fn set_epoch(&mut self, epoch: usize) {
+        self.epoch = epoch;
     }
 
     fn last_lr(&self) -> f64 {

@@ -233,6 +233,11 @@ impl Tensor {
         Ok(())
     }
 
+    /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
+    pub(crate) fn relu_backward(&self, x: &Tensor) -> Result<Tensor> {
+        self.binary_op("relu_backward", Operand::Tensor(x), &k::ReluBackward, false)
+    }
+
     /// In-place ops are not recorded: refuse them where a gradient would be lost.
     pub(crate) fn check_inplace_grad(&self, op: &'static str, rhs: Operand) -> Result<()> {
         let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());

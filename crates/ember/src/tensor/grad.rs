@@ -46,7 +46,7 @@ impl Unary {
             Cos => g.mul(&x.sin()?.neg()?),
             Recip => g.mul(&y.square()?.neg()?),
             Square => g.mul(&x.mul(2.0)?),
-            Relu => g.mul(&x.gt(0.0)?.to_dtype(g.dtype())?),
+            Relu => g.relu_backward(x),
             Sigmoid => g.mul(&y.mul(&y.neg()?.add(1.0)?)?),
             Erf => g.mul(
                 &x.square()?

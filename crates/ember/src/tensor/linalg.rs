@@ -267,33 +267,47 @@ impl Tensor {
         Ok(Tensor::record(out, OP, &inputs, |_| {
             let (x, wt) = (x.detach(), wt.detach());
             let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
-            let has_bias = bias.is_some();
+            let need = (self.requires_grad(), weight.requires_grad());
+            let has_bias = bias.map(|b| b.requires_grad());
             move |g: &Tensor| {
                 let gc = g.to_dtype(work)?.contiguous()?;
+                type Grads2 = (Option<CpuData>, Option<CpuData>);
                 fn back<T: WithDType + Real + std::ops::AddAssign>(
                     x: &Tensor,
                     w: &Tensor,
                     g: &Tensor,
                     s: &ConvShape,
-                ) -> (CpuData, CpuData) {
-                    let slice = |t: &Tensor| {
-                        t.with_cpu(|d, l| {
-                            T::slice(d).expect("conv2d: dtype checked")[l.offset()..].to_vec()
+                    need: (bool, bool),
+                ) -> Grads2 {
+                    let ok = "conv2d: dtype checked";
+                    x.with_cpu(|xd, xl| {
+                        w.with_cpu(|wd, wl| {
+                            g.with_cpu(|gd, gl| {
+                                let xs = &T::slice(xd).expect(ok)[xl.offset()..];
+                                let ws = &T::slice(wd).expect(ok)[wl.offset()..];
+                                let gs = &T::slice(gd).expect(ok)[gl.offset()..];
+                                let (gx, gw) = conv::conv2d_backward(xs, ws, gs, s, need);
+                                (gx.map(T::wrap), gw.map(T::wrap))
+                            })
                         })
-                    };
-                    let (gx, gw) = conv::conv2d_backward(&slice(x), &slice(w), &slice(g), s);
-                    (T::wrap(gx), T::wrap(gw))
+                    })
                 }
                 let (gx, gw) = match work {
-                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape),
-                    _ => back::<f32>(&x, &wt, &gc, &shape),
+                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape, need),
+                    _ => back::<f32>(&x, &wt, &gc, &shape, need),
                 };
                 let mut grads = vec![
-                    Some(Tensor::from_cpu(gx, &[n, c, h, w]).to_dtype(xdt)?),
-                    Some(Tensor::from_cpu(gw, &wshape).to_dtype(wdt)?),
+                    gx.map(|d| Tensor::from_cpu(d, &[n, c, h, w]).to_dtype(xdt))
+                        .transpose()?,
+                    gw.map(|d| Tensor::from_cpu(d, &wshape).to_dtype(wdt))
+                        .transpose()?,
                 ];
-                if has_bias {
-                    grads.push(Some(g.sum([0, 2, 3], false)?));
+                if let Some(bias_grad) = has_bias {
+                    grads.push(if bias_grad {
+                        Some(g.sum([0, 2, 3], false)?)
+                    } else {
+                        None
+                    });
                 }
                 Ok(grads)
             }
@@ -361,66 +375,68 @@ impl Tensor {
         } else {
             self.dtype()
         };
+        // max pooling keeps the position of each maximum for the backward pass
+        let want_index = crate::autograd::needs_grad(&[self]);
         let ng = crate::no_grad_guard();
         let x = self.to_dtype(work)?.contiguous()?;
+        type Pooled = (crate::backend::cpu::CpuData, Option<Vec<u32>>);
         fn run<T: WithDType + Real>(
             x: &Tensor,
             planes: usize,
             hw: (usize, usize),
             o: (usize, usize),
-            win: Window,
-            kind: Pool,
-        ) -> crate::backend::cpu::CpuData {
+            (win, kind, want_index): (Window, Pool, bool),
+        ) -> Pooled {
             x.with_cpu(|d, l| {
-                T::wrap(conv::pool2d(
+                let (out, index) = conv::pool2d(
                     &T::slice(d).expect("pool2d: dtype checked")[l.offset()..],
                     planes,
                     hw,
                     o,
                     win,
                     kind,
-                ))
+                    want_index,
+                );
+                (T::wrap(out), index)
             })
         }
-        let data = match work {
-            DType::F64 => run::<f64>(&x, planes, (h, w), (oh, ow), win, kind),
-            _ => run::<f32>(&x, planes, (h, w), (oh, ow), win, kind),
+        let how = (win, kind, want_index);
+        let (data, index) = match work {
+            DType::F64 => run::<f64>(&x, planes, (h, w), (oh, ow), how),
+            _ => run::<f32>(&x, planes, (h, w), (oh, ow), how),
         };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
         let out = Tensor::from_cpu(data, &shape).to_dtype(self.dtype())?;
         drop(ng);
         Ok(Tensor::record(out, op, &[self], |_| {
-            let (x, xdt, xshape) = (x.detach(), self.dtype(), self.shape().to_vec());
+            let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
                 let gc = g.to_dtype(work)?.contiguous()?;
                 fn back<T: WithDType + Real + std::ops::AddAssign>(
-                    x: &Tensor,
                     g: &Tensor,
+                    index: Option<&[u32]>,
                     planes: usize,
                     hw: (usize, usize),
                     o: (usize, usize),
-                    win: Window,
-                    kind: Pool,
+                    (win, kind): (Window, Pool),
                 ) -> CpuData {
-                    let slice = |t: &Tensor| {
-                        t.with_cpu(|d, l| {
-                            T::slice(d).expect("pool2d: dtype checked")[l.offset()..].to_vec()
-                        })
-                    };
-                    T::wrap(conv::pool2d_backward(
-                        &slice(x),
-                        &slice(g),
-                        planes,
-                        hw,
-                        o,
-                        win,
-                        kind,
-                    ))
+                    g.with_cpu(|gd, gl| {
+                        T::wrap(conv::pool2d_backward(
+                            &T::slice(gd).expect("pool2d: dtype checked")[gl.offset()..],
+                            index,
+                            planes,
+                            hw,
+                            o,
+                            win,
+                            kind,
+                        ))
+                    })
                 }
+                let (idx, wk) = (index.as_deref(), (win, kind));
                 let gx = match work {
-                    DType::F64 => back::<f64>(&x, &gc, planes, (h, w), (oh, ow), win, kind),
-                    _ => back::<f32>(&x, &gc, planes, (h, w), (oh, ow), win, kind),
+                    DType::F64 => back::<f64>(&gc, idx, planes, (h, w), (oh, ow), wk),
+                    _ => back::<f32>(&gc, idx, planes, (h, w), (oh, ow), wk),
                 };
                 Ok(vec![Some(Tensor::from_cpu(gx, &xshape).to_dtype(xdt)?)])
             }

@@ -51,6 +51,7 @@ fn vals(t: &ember::Tensor) -> Vec<f64> {
 
 mod autograd;
 mod creation;
+mod data;
 mod elementwise;
 mod errors;
 mod io;
@@ -58,4 +59,5 @@ mod linalg;
 mod nn;
 mod props;
 mod reduce;
+mod train;
 mod views;

@@ -111,10 +111,7 @@ fn var_std(dev: &Device) -> Result<()> {
     assert!((all - v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 7.0).abs() < 1e-12);
     assert!((a.std_all()?.item::<f64>()? - all.sqrt()).abs() < 1e-12);
     // one sample: unbiased variance is NaN (PyTorch gives nan with a warning)
-    assert!(Tensor::new([1f32], dev)?
-        .var_all()?
-        .item::<f32>()?
-        .is_nan());
+    assert!(Tensor::new([1f32], dev)?.var_all()?.item::<f32>()?.is_nan());
     assert!(Tensor::new([1i64, 2], dev)?.var_all().is_err());
     Ok(())
 }

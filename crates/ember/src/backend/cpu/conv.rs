@@ -54,6 +54,24 @@ pub(crate) struct ConvShape {
     pub win: Window,
 }
 
+/// The range of `o` in `0..count` for which `o * stride + offset` lies in `0..size`.
+#[inline]
+fn span(offset: isize, stride: usize, size: usize, count: usize) -> (usize, usize) {
+    let st = stride as isize;
+    let lo = if offset >= 0 {
+        0
+    } else {
+        ((-offset + st - 1) / st) as usize
+    };
+    let end = size as isize - offset; // o * stride < end
+    let hi = if end <= 0 {
+        0
+    } else {
+        ((end + st - 1) / st) as usize
+    };
+    (lo.min(count), hi.min(count).max(lo.min(count)))
+}
+
 /// Fills `col` ([cg*kh*kw, oh*ow]) with the input patches of channels `c0..c0+cg`.
 fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: &mut [T]) {
     let Window {
@@ -66,23 +84,32 @@ fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: 
     for ci in 0..cg {
         let plane = &x[(c0 + ci) * s.h * s.w..(c0 + ci + 1) * s.h * s.w];
         for ki in 0..kh {
+            let (y_lo, y_hi) = span((ki * dh) as isize - ph as isize, sh, s.h, s.oh);
             for kj in 0..kw {
+                let xoff = (kj * dw) as isize - pw as isize;
+                let (x_lo, x_hi) = span(xoff, sw, s.w, s.ow);
                 let row = &mut col[((ci * kh + ki) * kw + kj) * p..][..p];
-                for oy in 0..s.oh {
-                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                row[..y_lo * s.ow].fill(T::default());
+                row[y_hi * s.ow..].fill(T::default());
+                for oy in y_lo..y_hi {
+                    let iy = oy * sh + ki * dh - ph;
+                    let src = &plane[iy * s.w..(iy + 1) * s.w];
                     let dst = &mut row[oy * s.ow..(oy + 1) * s.ow];
-                    if iy < 0 || iy >= s.h as isize {
-                        dst.fill(T::default());
+                    dst[..x_lo].fill(T::default());
+                    dst[x_hi..].fill(T::default());
+                    if x_lo == x_hi {
                         continue;
                     }
-                    let src = &plane[iy as usize * s.w..(iy as usize + 1) * s.w];
-                    for (ox, d) in dst.iter_mut().enumerate() {
-                        let ix = (ox * sw + kj * dw) as isize - pw as isize;
-                        *d = if ix >= 0 && (ix as usize) < s.w {
-                            src[ix as usize]
-                        } else {
-                            T::default()
-                        };
+                    let ix0 = (x_lo as isize * sw as isize + xoff) as usize;
+                    if sw == 1 {
+                        dst[x_lo..x_hi].copy_from_slice(&src[ix0..ix0 + (x_hi - x_lo)]);
+                    } else {
+                        for (d, v) in dst[x_lo..x_hi]
+                            .iter_mut()
+                            .zip(src[ix0..].iter().step_by(sw))
+                        {
+                            *d = *v;
+                        }
                     }
                 }
             }
@@ -184,7 +211,16 @@ pub(crate) enum Pool {
     },
 }
 
-/// Pools each of `planes` planes of size h×w into oh×ow.
+/// The window positions `k` in `0..kernel` with `start + k * dilation` in `0..size`.
+#[inline]
+fn taps(start: isize, kernel: usize, dilation: usize, size: usize) -> std::ops::Range<usize> {
+    let (lo, hi) = span(start, dilation, size, kernel);
+    lo..hi
+}
+
+/// Pools each of `planes` planes of size h×w into oh×ow. For max pooling with
+/// `want_index`, also returns the position in its plane of each output's element
+/// (the first largest, or the first NaN), for the backward pass.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pool2d<T: WithDType + Real>(
     x: &[T],
@@ -193,206 +229,101 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     (oh, ow): (usize, usize),
     win: Window,
     kind: Pool,
-) -> Vec<T> {
+    want_index: bool,
+) -> (Vec<T>, Option<Vec<u32>>) {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
         padding: (ph, pw),
         dilation: (dh, dw),
     } = win;
-    let mut out = alloc_filled(planes * oh * ow, T::zero());
+    let want_index = want_index && kind == Pool::Max;
+    let mut out = alloc_uninit::<T>(planes * oh * ow);
+    let mut index = if want_index {
+        vec![0u32; planes * oh * ow]
+    } else {
+        Vec::new()
+    };
     if oh * ow == 0 {
-        return out;
+        return (out, want_index.then_some(index));
     }
-    out.par_chunks_mut(oh * ow)
-        .enumerate()
-        .for_each(|(pi, dst)| {
-            let plane = &x[pi * h * w..(pi + 1) * h * w];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let y0 = (oy * sh) as isize - ph as isize;
-                    let x0 = (ox * sw) as isize - pw as isize;
-                    let v = match kind {
-                        Pool::Max => {
-                            let mut m = T::neg_infinity();
-                            for ki in 0..kh {
-                                let iy = y0 + (ki * dh) as isize;
-                                if iy < 0 || iy >= h as isize {
-                                    continue;
-                                }
-                                for kj in 0..kw {
-                                    let ix = x0 + (kj * dw) as isize;
-                                    if ix < 0 || ix >= w as isize {
-                                        continue;
-                                    }
-                                    let v = plane[iy as usize * w + ix as usize];
-                                    if v > m || v.is_nan() {
-                                        m = v;
-                                    }
-                                    if m.is_nan() {
-                                        break;
+    let plane_out = |pi: usize, dst: &mut [T], idx: &mut [u32]| {
+        let plane = &x[pi * h * w..(pi + 1) * h * w];
+        for oy in 0..oh {
+            let y0 = (oy * sh) as isize - ph as isize;
+            let ky = taps(y0, kh, dh, h);
+            for ox in 0..ow {
+                let x0 = (ox * sw) as isize - pw as isize;
+                let kx = taps(x0, kw, dw, w);
+                let at = |ki: usize, kj: usize| {
+                    (y0 + (ki * dh) as isize) as usize * w + (x0 + (kj * dw) as isize) as usize
+                };
+                let o = oy * ow + ox;
+                match kind {
+                    Pool::Max if ky.is_empty() || kx.is_empty() => {
+                        dst[o] = T::neg_infinity();
+                    }
+                    Pool::Max => {
+                        let mut m = T::neg_infinity();
+                        let mut best = at(ky.start, kx.start);
+                        'win: for ki in ky.clone() {
+                            for kj in kx.clone() {
+                                let a = at(ki, kj);
+                                let v = plane[a];
+                                if v > m || v.is_nan() {
+                                    m = v;
+                                    best = a;
+                                    if v.is_nan() {
+                                        break 'win;
                                     }
                                 }
                             }
-                            m
                         }
-                        Pool::Avg { count_include_pad } => {
+                        dst[o] = m;
+                        if want_index {
+                            idx[o] = best as u32;
+                        }
+                    }
+                    Pool::Avg { count_include_pad } => {
+                        let mut sum = T::zero();
+                        for ki in ky.clone() {
+                            for kj in kx.clone() {
+                                sum = sum + plane[at(ki, kj)];
+                            }
+                        }
+                        let div = if count_include_pad {
                             let ye = (y0 + kh as isize).min((h + ph) as isize);
                             let xe = (x0 + kw as isize).min((w + pw) as isize);
-                            let pool_size = (ye - y0) * (xe - x0);
-                            let (ys, xs) = (y0.max(0), x0.max(0));
-                            let (ye, xe) = (ye.min(h as isize), xe.min(w as isize));
-                            let mut sum = T::zero();
-                            for iy in ys..ye {
-                                for ix in xs..xe {
-                                    sum = sum + plane[iy as usize * w + ix as usize];
-                                }
-                            }
-                            let div = if count_include_pad {
-                                pool_size
-                            } else {
-                                (ye - ys) * (xe - xs)
-                            };
-                            sum / T::c(div as f64)
-                        }
-                    };
-                    dst[oy * ow + ox] = v;
-                }
-            }
-        });
-    out
-}
-
-/// Adds the columns of `col` ([cg*kh*kw, oh*ow]) back into the image planes of
-/// channels `0..cg` of `gx` (the adjoint of [`im2col`]).
-fn col2im<T: Copy + std::ops::AddAssign>(col: &[T], s: &ConvShape, cg: usize, gx: &mut [T]) {
-    let Window {
-        kernel: (kh, kw),
-        stride: (sh, sw),
-        padding: (ph, pw),
-        dilation: (dh, dw),
-    } = s.win;
-    let p = s.oh * s.ow;
-    for ci in 0..cg {
-        let plane = &mut gx[ci * s.h * s.w..(ci + 1) * s.h * s.w];
-        for ki in 0..kh {
-            for kj in 0..kw {
-                let row = &col[((ci * kh + ki) * kw + kj) * p..][..p];
-                for oy in 0..s.oh {
-                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
-                    if iy < 0 || iy >= s.h as isize {
-                        continue;
-                    }
-                    for ox in 0..s.ow {
-                        let ix = (ox * sw + kj * dw) as isize - pw as isize;
-                        if ix >= 0 && (ix as usize) < s.w {
-                            plane[iy as usize * s.w + ix as usize] += row[oy * s.ow + ox];
-                        }
+                            (ye - y0) * (xe - x0)
+                        } else {
+                            (ky.len() * kx.len()) as isize
+                        };
+                        dst[o] = sum / T::c(div as f64);
                     }
                 }
             }
         }
-    }
-}
-
-/// Gradients of conv2d with respect to its input and weight, given the output
-/// gradient `g` ([n, o, oh, ow]); all contiguous.
-pub(crate) fn conv2d_backward<T>(x: &[T], weight: &[T], g: &[T], s: &ConvShape) -> (Vec<T>, Vec<T>)
-where
-    T: WithDType + Real + std::ops::AddAssign,
-{
-    let (kh, kw) = s.win.kernel;
-    let (cg, og) = (s.c / s.groups, s.o / s.groups);
-    let kk = cg * kh * kw;
-    let p = s.oh * s.ow;
-    let mut gx = alloc_filled(s.n * s.c * s.h * s.w, T::zero());
-    let mut gw = alloc_filled(s.o * kk, T::zero());
-    if p == 0 || kk == 0 {
-        return (gx, gw);
-    }
-    let par = if og * kk * p >= 64 * 64 * 64 {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
     };
-    let mut col = vec![T::zero(); kk * p];
-    let mut col_grad = vec![T::zero(); kk * p];
-    for ni in 0..s.n {
-        let xs = &x[ni * s.c * s.h * s.w..(ni + 1) * s.c * s.h * s.w];
-        let gs = &g[ni * s.o * p..(ni + 1) * s.o * p];
-        let gxs = &mut gx[ni * s.c * s.h * s.w..(ni + 1) * s.c * s.h * s.w];
-        for grp in 0..s.groups {
-            im2col(xs, s, grp * cg, cg, &mut col);
-            let gout = &gs[grp * og * p..(grp + 1) * og * p];
-            let w = &weight[grp * og * kk..(grp + 1) * og * kk];
-            let gwg = &mut gw[grp * og * kk..(grp + 1) * og * kk];
-            // SAFETY: gwg is [og, kk], gout [og, p], col [kk, p] read transposed as
-            // [p, kk]; w [og, kk] read transposed as [kk, og]; col_grad [kk, p]; all
-            // row-major and in bounds.
-            unsafe {
-                // gw += gout · colᵀ
-                gemm::gemm(
-                    og,
-                    kk,
-                    p,
-                    gwg.as_mut_ptr(),
-                    1,
-                    kk as isize,
-                    true,
-                    gout.as_ptr(),
-                    1,
-                    p as isize,
-                    col.as_ptr(),
-                    p as isize,
-                    1,
-                    T::one(),
-                    T::one(),
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-                // col_grad = wᵀ · gout
-                gemm::gemm(
-                    kk,
-                    p,
-                    og,
-                    col_grad.as_mut_ptr(),
-                    1,
-                    p as isize,
-                    false,
-                    w.as_ptr(),
-                    kk as isize,
-                    1,
-                    gout.as_ptr(),
-                    1,
-                    p as isize,
-                    T::zero(),
-                    T::one(),
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-            }
-            col2im(
-                &col_grad,
-                s,
-                cg,
-                &mut gxs[grp * cg * s.h * s.w..(grp + 1) * cg * s.h * s.w],
-            );
-        }
+    if want_index {
+        out.par_chunks_mut(oh * ow)
+            .zip(index.par_chunks_mut(oh * ow))
+            .enumerate()
+            .for_each(|(pi, (dst, idx))| plane_out(pi, dst, idx));
+    } else {
+        out.par_chunks_mut(oh * ow)
+            .enumerate()
+            .for_each(|(pi, dst)| plane_out(pi, dst, &mut []));
     }
-    (gx, gw)
+    (out, want_index.then_some(index))
 }
 
 /// The gradient of [`pool2d`] with respect to its input: max pooling sends each
-/// output's gradient to the (first) largest element of its window, average pooling
-/// spreads it over the window with the forward pass's divisor.
+/// output's gradient to the element `index` recorded by the forward pass, average
+/// pooling spreads it over the window with the forward pass's divisor.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
-    x: &[T],
     g: &[T],
+    index: Option<&[u32]>,
     planes: usize,
     (h, w): (usize, usize),
     (oh, ow): (usize, usize),
@@ -412,56 +343,35 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
     gx.par_chunks_mut(h * w)
         .enumerate()
         .for_each(|(pi, gplane)| {
-            let plane = &x[pi * h * w..(pi + 1) * h * w];
             let gout = &g[pi * oh * ow..(pi + 1) * oh * ow];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let gv = gout[oy * ow + ox];
-                    let y0 = (oy * sh) as isize - ph as isize;
-                    let x0 = (ox * sw) as isize - pw as isize;
-                    match kind {
-                        Pool::Max => {
-                            let mut best: Option<(usize, T)> = None;
-                            'win: for ki in 0..kh {
-                                let iy = y0 + (ki * dh) as isize;
-                                if iy < 0 || iy >= h as isize {
-                                    continue;
-                                }
-                                for kj in 0..kw {
-                                    let ix = x0 + (kj * dw) as isize;
-                                    if ix < 0 || ix >= w as isize {
-                                        continue;
-                                    }
-                                    let at = iy as usize * w + ix as usize;
-                                    let v = plane[at];
-                                    if v.is_nan() {
-                                        best = Some((at, v));
-                                        break 'win;
-                                    }
-                                    if best.is_none_or(|(_, b)| v > b) {
-                                        best = Some((at, v));
-                                    }
-                                }
-                            }
-                            if let Some((at, _)) = best {
-                                gplane[at] += gv;
-                            }
-                        }
-                        Pool::Avg { count_include_pad } => {
-                            let ye = (y0 + kh as isize).min((h + ph) as isize);
-                            let xe = (x0 + kw as isize).min((w + pw) as isize);
-                            let pool_size = (ye - y0) * (xe - x0);
-                            let (ys, xs) = (y0.max(0), x0.max(0));
-                            let (ye, xe) = (ye.min(h as isize), xe.min(w as isize));
+            match (kind, index) {
+                (Pool::Max, Some(index)) => {
+                    let idx = &index[pi * oh * ow..(pi + 1) * oh * ow];
+                    for (&gv, &i) in gout.iter().zip(idx) {
+                        gplane[i as usize] += gv;
+                    }
+                }
+                (Pool::Max, None) => {} // the caller always passes the index
+                (Pool::Avg { count_include_pad }, _) => {
+                    for oy in 0..oh {
+                        let y0 = (oy * sh) as isize - ph as isize;
+                        let ky = taps(y0, kh, dh, h);
+                        for ox in 0..ow {
+                            let x0 = (ox * sw) as isize - pw as isize;
+                            let kx = taps(x0, kw, dw, w);
                             let div = if count_include_pad {
-                                pool_size
+                                let ye = (y0 + kh as isize).min((h + ph) as isize);
+                                let xe = (x0 + kw as isize).min((w + pw) as isize);
+                                (ye - y0) * (xe - x0)
                             } else {
-                                (ye - ys) * (xe - xs)
+                                (ky.len() * kx.len()) as isize
                             };
-                            let share = gv / T::c(div as f64);
-                            for iy in ys..ye {
-                                for ix in xs..xe {
-                                    gplane[iy as usize * w + ix as usize] += share;
+                            let share = gout[oy * ow + ox] / T::c(div as f64);
+                            for ki in ky.clone() {
+                                let iy = (y0 + (ki * dh) as isize) as usize;
+                                for kj in kx.clone() {
+                                    let ix = (x0 + (kj * dw) as isize) as usize;
+                                    gplane[iy * w + ix] += share;
                                 }
                             }
                         }
@@ -470,4 +380,175 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
             }
         });
     gx
+}
+
+/// Adds the columns of `col` ([cg*kh*kw, oh*ow]) back into the image planes of
+/// channels `0..cg` of `gx` (the adjoint of [`im2col`]).
+fn col2im<T: Copy + std::ops::AddAssign>(col: &[T], s: &ConvShape, cg: usize, gx: &mut [T]) {
+    let Window {
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = s.win;
+    let p = s.oh * s.ow;
+    for ci in 0..cg {
+        let plane = &mut gx[ci * s.h * s.w..(ci + 1) * s.h * s.w];
+        for ki in 0..kh {
+            let (y_lo, y_hi) = span((ki * dh) as isize - ph as isize, sh, s.h, s.oh);
+            for kj in 0..kw {
+                let xoff = (kj * dw) as isize - pw as isize;
+                let (x_lo, x_hi) = span(xoff, sw, s.w, s.ow);
+                if x_lo == x_hi {
+                    continue;
+                }
+                let ix0 = (x_lo as isize * sw as isize + xoff) as usize;
+                let row = &col[((ci * kh + ki) * kw + kj) * p..][..p];
+                for oy in y_lo..y_hi {
+                    let iy = oy * sh + ki * dh - ph;
+                    let dst = &mut plane[iy * s.w..(iy + 1) * s.w];
+                    let src = &row[oy * s.ow + x_lo..oy * s.ow + x_hi];
+                    if sw == 1 {
+                        for (d, v) in dst[ix0..ix0 + src.len()].iter_mut().zip(src) {
+                            *d += *v;
+                        }
+                    } else {
+                        for (d, v) in dst[ix0..].iter_mut().step_by(sw).zip(src) {
+                            *d += *v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Gradients of conv2d with respect to its input and weight (each only when
+/// asked for), given the output gradient `g` ([n, o, oh, ow]); all contiguous.
+///
+/// The batch is split into one chunk of samples per thread: each chunk writes its
+/// own samples' input gradient and sums its own weight gradient, and the partial
+/// weight gradients are added at the end.
+pub(crate) fn conv2d_backward<T>(
+    x: &[T],
+    weight: &[T],
+    g: &[T],
+    s: &ConvShape,
+    (need_x, need_w): (bool, bool),
+) -> (Option<Vec<T>>, Option<Vec<T>>)
+where
+    T: WithDType + Real + std::ops::AddAssign,
+{
+    let (kh, kw) = s.win.kernel;
+    let (cg, og) = (s.c / s.groups, s.o / s.groups);
+    let kk = cg * kh * kw;
+    let p = s.oh * s.ow;
+    let chw = s.c * s.h * s.w;
+    let mut gx = need_x.then(|| alloc_filled(s.n * chw, T::zero()));
+    if p == 0 || kk == 0 || s.n == 0 || !(need_x || need_w) {
+        return (gx, need_w.then(|| alloc_filled(s.o * kk, T::zero())));
+    }
+    let chunks = rayon::current_num_threads().clamp(1, s.n);
+    let per = s.n.div_ceil(chunks);
+    // one chunk of samples: its input gradient (into `gxc`) and its weight gradient
+    let chunk = |first: usize, gxc: Option<&mut [T]>| -> Option<Vec<T>> {
+        let last = (first + per).min(s.n);
+        let mut gw = need_w.then(|| vec![T::zero(); s.o * kk]);
+        let mut col = vec![T::zero(); if need_w { kk * p } else { 0 }];
+        let mut col_grad = vec![T::zero(); if need_x { kk * p } else { 0 }];
+        let mut gxc = gxc;
+        for ni in first..last {
+            let xs = &x[ni * chw..(ni + 1) * chw];
+            let gs = &g[ni * s.o * p..(ni + 1) * s.o * p];
+            for grp in 0..s.groups {
+                let gout = &gs[grp * og * p..(grp + 1) * og * p];
+                if let Some(gw) = gw.as_mut() {
+                    im2col(xs, s, grp * cg, cg, &mut col);
+                    let gwg = &mut gw[grp * og * kk..(grp + 1) * og * kk];
+                    // SAFETY: gwg is [og, kk], gout [og, p], col [kk, p] read
+                    // transposed as [p, kk]; row-major and in bounds.
+                    unsafe {
+                        // gw += gout · colᵀ
+                        gemm::gemm(
+                            og,
+                            kk,
+                            p,
+                            gwg.as_mut_ptr(),
+                            1,
+                            kk as isize,
+                            true,
+                            gout.as_ptr(),
+                            1,
+                            p as isize,
+                            col.as_ptr(),
+                            p as isize,
+                            1,
+                            T::one(),
+                            T::one(),
+                            false,
+                            false,
+                            false,
+                            Parallelism::None,
+                        );
+                    }
+                }
+                if let Some(gxc) = gxc.as_deref_mut() {
+                    let w = &weight[grp * og * kk..(grp + 1) * og * kk];
+                    // SAFETY: w [og, kk] read transposed as [kk, og]; gout [og, p];
+                    // col_grad [kk, p]; row-major and in bounds.
+                    unsafe {
+                        // col_grad = wᵀ · gout
+                        gemm::gemm(
+                            kk,
+                            p,
+                            og,
+                            col_grad.as_mut_ptr(),
+                            1,
+                            p as isize,
+                            false,
+                            w.as_ptr(),
+                            kk as isize,
+                            1,
+                            gout.as_ptr(),
+                            1,
+                            p as isize,
+                            T::zero(),
+                            T::one(),
+                            false,
+                            false,
+                            false,
+                            Parallelism::None,
+                        );
+                    }
+                    let off = (ni - first) * chw + grp * cg * s.h * s.w;
+                    col2im(&col_grad, s, cg, &mut gxc[off..off + cg * s.h * s.w]);
+                }
+            }
+        }
+        gw
+    };
+    let add = |a: Option<Vec<T>>, b: Option<Vec<T>>| match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += *y);
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    };
+    let gw = match gx.as_mut() {
+        Some(gx) => gx
+            .par_chunks_mut(per * chw)
+            .enumerate()
+            .map(|(ci, gxc)| chunk(ci * per, Some(gxc)))
+            .reduce(|| None, add),
+        None => (0..chunks)
+            .into_par_iter()
+            .map(|ci| chunk(ci * per, None))
+            .reduce(|| None, add),
+    };
+    let gw = if need_w {
+        gw.or_else(|| Some(alloc_filled(s.o * kk, T::zero())))
+    } else {
+        None
+    };
+    (gx, gw)
 }

@@ -577,6 +577,12 @@ binop!(
     |a, b| a.min(b)
 );
 binop!(Pow, |a, b| a.powf(b), |a, b| int_pow(a, b));
+// The gradient of relu in one pass: `g` where `x > 0`, else 0.
+binop!(
+    ReluBackward,
+    |g, x| if x > F::zero() { g } else { F::zero() },
+    |g, x| if x > 0 { g } else { 0 }
+);
 
 fn int_pow(a: i64, b: i64) -> i64 {
     if b >= 0 {

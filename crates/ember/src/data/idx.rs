@@ -1,0 +1,243 @@
+//! The IDX format of the MNIST files (`train-images-idx3-ubyte`, ...), raw or
+//! gzipped.
+//!
+//! An IDX file is: two zero bytes, a type byte, a byte with the number of
+//! dimensions, each dimension as a big-endian u32, then the values, big-endian,
+//! row-major.
+
+use crate::{DType, Device, Error, Result, Tensor};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The element types of the format: (type byte, name, bytes per value).
+const TYPES: [(u8, &str, usize); 6] = [
+    (0x08, "u8", 1),
+    (0x09, "i8", 1),
+    (0x0B, "i16", 2),
+    (0x0C, "i32", 4),
+    (0x0D, "f32", 4),
+    (0x0E, "f64", 8),
+];
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads an IDX file into a CPU tensor of the file's shape: u8 values give a
+/// uint8 tensor, i8/i16/i32 int64, f32 float32 and f64 float64. A gzipped file
+/// (`train-images-idx3-ubyte.gz`) is recognised by its magic bytes and
+/// decompressed.
+///
+/// A malformed file is an error, never a panic: wrong magic bytes, an unknown
+/// type, a truncated header or data, bytes after the data.
+pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    parse_idx(&bytes, &path.display().to_string())
+}
+
+/// Decodes the bytes of an IDX file (gzipped or not), like [`read_idx`]; `name`
+/// stands for the source in error messages.
+pub fn parse_idx(bytes: &[u8], name: &str) -> Result<Tensor> {
+    let err = |msg: String| Error::Parse {
+        file: name.to_string(),
+        line: None,
+        msg,
+    };
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| err(format!("cannot decompress the gzip data: {e}")))?;
+        return decode(&out, name);
+    }
+    decode(bytes, name)
+}
+
+/// Decodes uncompressed IDX bytes.
+fn decode(bytes: &[u8], name: &str) -> Result<Tensor> {
+    let err = |msg: String| Error::Parse {
+        file: name.to_string(),
+        line: None,
+        msg,
+    };
+    if bytes.len() < 4 {
+        return Err(err(format!(
+            "truncated IDX header: expected at least 4 bytes, found {}",
+            bytes.len()
+        )));
+    }
+    if bytes[0] != 0 || bytes[1] != 0 {
+        return Err(err(format!(
+            "not an IDX file: it starts with 0x{:02x} 0x{:02x}, expected 0x00 0x00",
+            bytes[0], bytes[1]
+        )));
+    }
+    let code = bytes[2];
+    let Some(&(_, tname, size)) = TYPES.iter().find(|t| t.0 == code) else {
+        return Err(err(format!(
+            "unknown IDX data type 0x{code:02x} (expected 0x08 u8, 0x09 i8, 0x0b i16, \
+             0x0c i32, 0x0d f32 or 0x0e f64)"
+        )));
+    };
+    let ndim = bytes[3] as usize;
+    let header = 4 + 4 * ndim;
+    if bytes.len() < header {
+        return Err(err(format!(
+            "truncated IDX header: {ndim} dimensions need {header} header bytes, found {}",
+            bytes.len()
+        )));
+    }
+    let dims: Vec<usize> = bytes[4..header]
+        .chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect();
+    let expected = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(size))
+        .ok_or_else(|| {
+            err(format!(
+                "the dimensions {dims:?} hold more {tname} values than memory can address"
+            ))
+        })?;
+    let data = &bytes[header..];
+    if data.len() < expected {
+        return Err(err(format!(
+            "truncated IDX data: shape {dims:?} of {tname} needs {expected} bytes after the \
+             header, found {}",
+            data.len()
+        )));
+    }
+    if data.len() > expected {
+        return Err(err(format!(
+            "{} trailing bytes after the IDX data (shape {dims:?} of {tname} needs {expected} \
+             bytes, found {})",
+            data.len() - expected,
+            data.len()
+        )));
+    }
+    let dev = Device::Cpu;
+    match code {
+        0x08 => Tensor::from_vec(data.to_vec(), dims, &dev),
+        0x09 => Tensor::from_vec(
+            data.iter().map(|&b| b as i8 as i64).collect::<Vec<_>>(),
+            dims,
+            &dev,
+        ),
+        0x0B => Tensor::from_vec(
+            data.chunks_exact(2)
+                .map(|c| i16::from_be_bytes([c[0], c[1]]) as i64)
+                .collect::<Vec<_>>(),
+            dims,
+            &dev,
+        ),
+        0x0C => Tensor::from_vec(
+            data.chunks_exact(4)
+                .map(|c| i32::from_be_bytes(c.try_into().expect("4 bytes")) as i64)
+                .collect::<Vec<_>>(),
+            dims,
+            &dev,
+        ),
+        0x0D => Tensor::from_vec(
+            data.chunks_exact(4)
+                .map(|c| f32::from_be_bytes(c.try_into().expect("4 bytes")))
+                .collect::<Vec<_>>(),
+            dims,
+            &dev,
+        ),
+        _ => Tensor::from_vec(
+            data.chunks_exact(8)
+                .map(|c| f64::from_be_bytes(c.try_into().expect("8 bytes")))
+                .collect::<Vec<_>>(),
+            dims,
+            &dev,
+        ),
+    }
+}
+
+/// The IDX bytes (uncompressed) of `tensor`: uint8 as u8, float32 as f32, float64
+/// as f64 and int64 as i32 (an error for values outside the i32 range). Other
+/// dtypes, more than 255 dimensions or a dimension above `u32::MAX` are errors.
+pub fn encode_idx(tensor: &Tensor) -> Result<Vec<u8>> {
+    const OP: &str = "write_idx";
+    let (code, size) = match tensor.dtype() {
+        DType::U8 => (0x08u8, 1),
+        DType::I64 => (0x0C, 4),
+        DType::F32 => (0x0D, 4),
+        DType::F64 => (0x0E, 8),
+        d => {
+            return Err(Error::dtype(
+                OP,
+                d,
+                "IDX stores uint8, int64 (as i32), float32 and float64; convert with to_dtype",
+            ))
+        }
+    };
+    let rank = u8::try_from(tensor.rank()).map_err(|_| {
+        Error::invalid(
+            OP,
+            format!(
+                "IDX files hold at most 255 dimensions, the tensor has {}",
+                tensor.rank()
+            ),
+        )
+    })?;
+    let mut out = Vec::with_capacity(4 + 4 * tensor.rank() + size * tensor.numel());
+    out.extend_from_slice(&[0, 0, code, rank]);
+    for &d in tensor.shape() {
+        let d = u32::try_from(d).map_err(|_| {
+            Error::invalid(
+                OP,
+                format!(
+                    "IDX dimensions are u32, {d} does not fit (shape {:?})",
+                    tensor.shape()
+                ),
+            )
+        })?;
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    match tensor.dtype() {
+        DType::U8 => out.extend(tensor.to_vec::<u8>()?),
+        DType::F32 => {
+            for x in tensor.to_vec::<f32>()? {
+                out.extend_from_slice(&x.to_be_bytes());
+            }
+        }
+        DType::F64 => {
+            for x in tensor.to_vec::<f64>()? {
+                out.extend_from_slice(&x.to_be_bytes());
+            }
+        }
+        _ => {
+            for x in tensor.to_vec::<i64>()? {
+                let x = i32::try_from(x).map_err(|_| {
+                    Error::invalid(
+                        OP,
+                        format!("IDX stores int64 tensors as i32, and {x} does not fit"),
+                    )
+                })?;
+                out.extend_from_slice(&x.to_be_bytes());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `tensor` as an IDX file (see [`encode_idx`] for the dtypes), gzipped
+/// when `path` ends in `.gz`.
+pub fn write_idx(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
+    let path = path.as_ref();
+    let raw = encode_idx(tensor)?;
+    let bytes = if path.extension().is_some_and(|e| e == "gz") {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&raw).map_err(io_err(path))?;
+        gz.finish().map_err(io_err(path))?
+    } else {
+        raw
+    };
+    std::fs::write(path, bytes).map_err(io_err(path))
+}

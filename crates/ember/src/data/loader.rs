@@ -1,0 +1,357 @@
+//! [`DataLoader`]: batches of a dataset, shuffled per epoch, optionally prepared
+//! ahead on a background thread.
+
+use super::Dataset;
+use crate::{Device, Error, Result, Tensor};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Batches of a [`Dataset`] (`torch.utils.data.DataLoader`).
+///
+/// Each pass over the loader ([`iter`](Self::iter), or `for batch in &loader`) is
+/// one epoch and yields `Result<(inputs, targets)>` batches of
+/// [`batch_size`](Self::batch_size) samples (the last one smaller unless
+/// [`drop_last`](Self::drop_last) is set). With [`shuffle`](Self::shuffle) the
+/// samples are visited in a new random order each epoch; the order depends only on
+/// the seed and the epoch number, so runs are repeatable and a resumed run can
+/// continue exactly where it stopped ([`set_epoch`](Self::set_epoch)).
+///
+/// By default two batches are prepared ahead on a background thread while the
+/// current one is used ([`prefetch`](Self::prefetch)); the batches are the same
+/// with or without prefetching.
+pub struct DataLoader {
+    dataset: Arc<dyn Dataset>,
+    batch_size: usize,
+    seed: Option<u64>,
+    drop_last: bool,
+    device: Option<Device>,
+    prefetch: usize,
+    next_epoch: AtomicU64,
+}
+
+impl DataLoader {
+    /// A loader over `dataset` in batches of `batch_size` samples, in order, not
+    /// shuffled, keeping the last partial batch, prefetching two batches.
+    /// `batch_size` 0 is an error.
+    pub fn new(dataset: impl Dataset + 'static, batch_size: usize) -> Result<Self> {
+        DataLoader::from_arc(Arc::new(dataset), batch_size)
+    }
+
+    /// Like [`new`](Self::new), for a dataset that is already shared.
+    pub fn from_arc(dataset: Arc<dyn Dataset>, batch_size: usize) -> Result<Self> {
+        if batch_size == 0 {
+            return Err(Error::invalid(
+                "DataLoader::new",
+                "batch_size should be a positive integer value, but got batch_size=0",
+            ));
+        }
+        Ok(DataLoader {
+            dataset,
+            batch_size,
+            seed: None,
+            drop_last: false,
+            device: None,
+            prefetch: 2,
+            next_epoch: AtomicU64::new(0),
+        })
+    }
+
+    /// Shuffles the samples each epoch: epoch `e` visits them in a permutation
+    /// drawn from a generator seeded with `seed` (stream `e`), so two loaders with
+    /// the same seed give the same batches, and each epoch a different order.
+    pub fn shuffle(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// With `true`, the last batch is skipped when it has fewer than
+    /// `batch_size` samples.
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// Moves every batch to `device` (`.to(device)`) before yielding it. Without
+    /// this, batches stay where the dataset makes them.
+    pub fn device(mut self, device: &Device) -> Self {
+        self.device = Some(*device);
+        self
+    }
+
+    /// Prepares up to `n` batches ahead on a background thread; `0` prepares each
+    /// batch when it is asked for, on the calling thread. The default is 2.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n;
+        self
+    }
+
+    /// The number of batches per epoch.
+    pub fn len(&self) -> usize {
+        let n = self.dataset.len();
+        if self.drop_last {
+            n / self.batch_size
+        } else {
+            n.div_ceil(self.batch_size)
+        }
+    }
+
+    /// `true` when an epoch has no batches.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The number of samples in the dataset (all of them, including those a
+    /// [`drop_last`](Self::drop_last) epoch skips).
+    pub fn num_samples(&self) -> usize {
+        self.dataset.len()
+    }
+
+    /// Samples per batch.
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// The shuffling seed, if shuffling.
+    pub fn seed(&self) -> Option<u64> {
+        self.seed
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Arc<dyn Dataset> {
+        &self.dataset
+    }
+
+    /// The epoch the next call to [`iter`](Self::iter) runs (0 at first).
+    pub fn next_epoch(&self) -> u64 {
+        self.next_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next call to [`iter`](Self::iter) run epoch `epoch` (and the
+    /// following calls `epoch + 1`, ...): to resume training from a checkpoint
+    /// with the same batches as an uninterrupted run.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.next_epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    /// The order in which epoch `epoch` visits the samples: `0..num_samples()`, or
+    /// its permutation for that epoch when shuffling.
+    pub fn sample_order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.dataset.len()).collect();
+        if let Some(seed) = self.seed {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(epoch);
+            order.shuffle(&mut rng);
+        }
+        order
+    }
+
+    /// The batches of the next epoch, and advances the epoch counter: successive
+    /// calls give successive epochs (a new order each time when shuffling).
+    pub fn iter(&self) -> Batches {
+        let epoch = self.next_epoch.fetch_add(1, Ordering::SeqCst);
+        self.epoch(epoch)
+    }
+
+    /// The batches of epoch `epoch`, leaving the epoch counter alone.
+    pub fn epoch(&self, epoch: u64) -> Batches {
+        let plan = Plan {
+            dataset: Arc::clone(&self.dataset),
+            order: self.sample_order(epoch),
+            batch_size: self.batch_size,
+            device: self.device,
+        };
+        let total = self.len();
+        let state = if self.prefetch == 0 || total == 0 {
+            State::Inline(plan)
+        } else {
+            spawn_worker(plan, total, self.prefetch)
+        };
+        Batches {
+            state,
+            next: 0,
+            total,
+        }
+    }
+}
+
+impl Clone for DataLoader {
+    /// A loader over the same dataset with the same settings, whose epoch counter
+    /// starts where this one's is now.
+    fn clone(&self) -> Self {
+        DataLoader {
+            dataset: Arc::clone(&self.dataset),
+            batch_size: self.batch_size,
+            seed: self.seed,
+            drop_last: self.drop_last,
+            device: self.device,
+            prefetch: self.prefetch,
+            next_epoch: AtomicU64::new(self.next_epoch()),
+        }
+    }
+}
+
+impl fmt::Debug for DataLoader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataLoader")
+            .field("num_samples", &self.num_samples())
+            .field("batch_size", &self.batch_size)
+            .field("shuffle_seed", &self.seed)
+            .field("drop_last", &self.drop_last)
+            .field("device", &self.device)
+            .field("prefetch", &self.prefetch)
+            .field("next_epoch", &self.next_epoch())
+            .finish()
+    }
+}
+
+impl IntoIterator for &DataLoader {
+    type Item = Result<(Tensor, Tensor)>;
+    type IntoIter = Batches;
+
+    /// [`DataLoader::iter`]: the next epoch.
+    fn into_iter(self) -> Batches {
+        self.iter()
+    }
+}
+
+/// What one epoch needs to make its batches, on any thread.
+struct Plan {
+    dataset: Arc<dyn Dataset>,
+    order: Vec<usize>,
+    batch_size: usize,
+    device: Option<Device>,
+}
+
+impl Plan {
+    fn batch(&self, b: usize) -> Result<(Tensor, Tensor)> {
+        let start = b * self.batch_size;
+        let end = (start + self.batch_size).min(self.order.len());
+        let (x, y) = self.dataset.get_batch(&self.order[start..end])?;
+        match &self.device {
+            Some(d) => Ok((x.to(d)?, y.to(d)?)),
+            None => Ok((x, y)),
+        }
+    }
+}
+
+type BatchResult = Result<(Tensor, Tensor)>;
+
+enum State {
+    /// Batches are made on demand.
+    Inline(Plan),
+    /// A worker thread makes them ahead.
+    Prefetch {
+        rx: Option<Receiver<BatchResult>>,
+        stop: Arc<AtomicBool>,
+        worker: Option<JoinHandle<()>>,
+    },
+}
+
+/// Starts the thread that prepares `total` batches, at most `ahead` of them
+/// waiting at any time; falls back to inline batches when no thread can start.
+fn spawn_worker(plan: Plan, total: usize, ahead: usize) -> State {
+    // the worker holds one finished batch while blocked in `send`: `ahead - 1` slots
+    let (tx, rx) = sync_channel::<BatchResult>(ahead - 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_w = Arc::clone(&stop);
+    let plan = Arc::new(plan);
+    let plan_w = Arc::clone(&plan);
+    let spawned = std::thread::Builder::new()
+        .name("ember-data-loader".into())
+        .spawn(move || {
+            for b in 0..total {
+                if stop_w.load(Ordering::Relaxed) {
+                    return;
+                }
+                // a dropped receiver means the consumer is gone
+                if tx.send(plan_w.batch(b)).is_err() {
+                    return;
+                }
+            }
+        });
+    match spawned {
+        Ok(worker) => State::Prefetch {
+            rx: Some(rx),
+            stop,
+            worker: Some(worker),
+        },
+        Err(_) => match Arc::try_unwrap(plan) {
+            Ok(plan) => State::Inline(plan),
+            // unreachable: the closure that held the other reference was dropped
+            Err(_) => State::Prefetch {
+                rx: None,
+                stop,
+                worker: None,
+            },
+        },
+    }
+}
+
+/// The batches of one epoch of a [`DataLoader`]: an iterator of
+/// `Result<(inputs, targets)>`.
+///
+/// Dropping it before the end stops its background thread (after the batch that
+/// thread is preparing, if any).
+pub struct Batches {
+    state: State,
+    next: usize,
+    total: usize,
+}
+
+impl Iterator for Batches {
+    type Item = Result<(Tensor, Tensor)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.total {
+            return None;
+        }
+        let item = match &mut self.state {
+            State::Inline(plan) => plan.batch(self.next),
+            State::Prefetch { rx, worker, .. } => {
+                match rx.as_ref().map(|rx| rx.recv()) {
+                    Some(Ok(item)) => item,
+                    // the worker ended early: it panicked (in a dataset's `get`)
+                    _ => {
+                        self.next = self.total;
+                        if let Some(Err(panic)) = worker.take().map(|w| w.join()) {
+                            std::panic::resume_unwind(panic);
+                        }
+                        return Some(Err(Error::invalid(
+                            "DataLoader",
+                            "the background thread preparing batches stopped early",
+                        )));
+                    }
+                }
+            }
+        };
+        self.next += 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.total - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Batches {}
+
+impl Drop for Batches {
+    fn drop(&mut self) {
+        if let State::Prefetch { rx, stop, worker } = &mut self.state {
+            stop.store(true, Ordering::Relaxed);
+            // dropping the receiver wakes a worker blocked in `send`
+            drop(rx.take());
+            if let Some(w) = worker.take() {
+                // a worker that panicked has nothing left to clean up
+                let _ = w.join();
+            }
+        }
+    }
+}

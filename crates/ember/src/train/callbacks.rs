@@ -1,0 +1,167 @@
+//! Things done at the end of each epoch: checkpoints, early stopping.
+
+use super::History;
+use crate::nn::Module;
+use crate::optim::{LrScheduler, Optimizer};
+use crate::{Error, Result, Tensor};
+use std::path::{Path, PathBuf};
+
+/// What a callback sees at the end of an epoch.
+pub struct EpochEnd<'a> {
+    /// Epochs completed (1-based number of the epoch that just ended).
+    pub epoch: usize,
+    pub history: &'a History,
+    pub model: &'a dyn Module,
+    pub optimizer: &'a dyn Optimizer,
+    pub scheduler: Option<&'a dyn LrScheduler>,
+}
+
+/// Whether training goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+/// Called by [`Trial::run`](super::Trial::run) after each epoch's record is added.
+pub trait Callback: Send {
+    fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control>;
+}
+
+/// Saves everything needed to resume after every epoch: `last.safetensors` (model
+/// parameters and buffers, optimizer state, the epoch count and the scheduler's
+/// position) and `history.csv` in `dir`. [`Trial::resume`](super::Trial::resume)
+/// reads them back.
+pub struct Checkpoint {
+    dir: PathBuf,
+}
+
+impl Checkpoint {
+    /// Checkpoints into `dir` (created if missing).
+    pub fn new(dir: impl AsRef<Path>) -> Checkpoint {
+        Checkpoint {
+            dir: dir.as_ref().to_path_buf(),
+        }
+    }
+
+    /// The checkpoint file in `dir`.
+    pub fn file(dir: impl AsRef<Path>) -> PathBuf {
+        dir.as_ref().join("last.safetensors")
+    }
+
+    /// The history file in `dir`.
+    pub fn history_file(dir: impl AsRef<Path>) -> PathBuf {
+        dir.as_ref().join("history.csv")
+    }
+}
+
+impl Callback for Checkpoint {
+    fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::Io {
+            path: self.dir.display().to_string(),
+            source: e,
+        })?;
+        let cpu = crate::Device::Cpu;
+        let mut extra = vec![("epoch".to_string(), Tensor::scalar(ctx.epoch as i64, &cpu)?)];
+        if let Some(s) = ctx.scheduler {
+            extra.push((
+                "scheduler_epoch".to_string(),
+                Tensor::scalar(s.epoch() as i64, &cpu)?,
+            ));
+        }
+        // the history first: a crash between the two writes leaves a checkpoint
+        // that is at most one epoch behind its history, never ahead of it
+        ctx.history.write_csv(Self::history_file(&self.dir))?;
+        crate::io::save_checkpoint_with(ctx.model, ctx.optimizer, &extra, Self::file(&self.dir))?;
+        Ok(Control::Continue)
+    }
+}
+
+/// Whether a smaller or a larger value of the monitored metric is better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Min,
+    Max,
+}
+
+/// Stops training when a metric has not improved by more than `min_delta` for
+/// `patience` epochs (torchbearer's / Keras' `EarlyStopping`).
+pub struct EarlyStopping {
+    monitor: String,
+    patience: usize,
+    min_delta: f64,
+    mode: Mode,
+    best: Option<f64>,
+    waited: usize,
+}
+
+impl EarlyStopping {
+    /// Watches `monitor` (for example `"val_loss"`, minimised, or `"val_acc"`,
+    /// maximised: the mode follows from the name, `Mode::Min` unless it ends in `acc`).
+    pub fn new(monitor: &str, patience: usize) -> EarlyStopping {
+        let mode = if monitor.ends_with("acc") {
+            Mode::Max
+        } else {
+            Mode::Min
+        };
+        EarlyStopping {
+            monitor: monitor.to_string(),
+            patience,
+            min_delta: 0.0,
+            mode,
+            best: None,
+            waited: 0,
+        }
+    }
+
+    /// The least change that counts as an improvement.
+    pub fn min_delta(mut self, d: f64) -> EarlyStopping {
+        self.min_delta = d.abs();
+        self
+    }
+
+    /// Overrides the direction.
+    pub fn mode(mut self, mode: Mode) -> EarlyStopping {
+        self.mode = mode;
+        self
+    }
+
+    /// The best value seen so far.
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+}
+
+impl Callback for EarlyStopping {
+    fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
+        let record = ctx.history.last().ok_or_else(|| {
+            Error::invalid("EarlyStopping", "called before any epoch was recorded")
+        })?;
+        let value = record.get(&self.monitor).ok_or_else(|| {
+            Error::invalid(
+                "EarlyStopping",
+                format!(
+                    "metric {:?} is not recorded (have {:?})",
+                    self.monitor,
+                    record.metrics.iter().map(|(n, _)| n).collect::<Vec<_>>()
+                ),
+            )
+        })?;
+        let improved = match (self.best, self.mode) {
+            (None, _) => true,
+            (Some(b), Mode::Min) => value < b - self.min_delta,
+            (Some(b), Mode::Max) => value > b + self.min_delta,
+        };
+        if improved {
+            self.best = Some(value);
+            self.waited = 0;
+            return Ok(Control::Continue);
+        }
+        self.waited += 1;
+        Ok(if self.waited >= self.patience {
+            Control::Stop
+        } else {
+            Control::Continue
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! Metrics accumulated over the batches of an epoch.
+
+use crate::{DType, Error, Result, Tensor};
+
+/// A quantity computed batch by batch and averaged over an epoch. Implement it for
+/// your own metrics and pass them to [`Trial::metric`](super::Trial::metric).
+pub trait Metric: Send {
+    /// The column name in the history (`"loss"`, `"acc"`, ...); validation values
+    /// get a `val_` prefix.
+    fn name(&self) -> String;
+    /// Forgets everything (called at the start of each phase).
+    fn reset(&mut self);
+    /// Adds one batch: the model's `output`, the `target` and the batch's mean loss.
+    fn update(&mut self, output: &Tensor, target: &Tensor, loss: f64) -> Result<()>;
+    /// The value over the batches seen since the last reset.
+    fn value(&self) -> f64;
+}
+
+/// The mean loss per sample.
+#[derive(Default)]
+pub struct Loss {
+    sum: f64,
+    n: usize,
+}
+
+impl Metric for Loss {
+    fn name(&self) -> String {
+        "loss".into()
+    }
+    fn reset(&mut self) {
+        *self = Loss::default();
+    }
+    fn update(&mut self, output: &Tensor, _: &Tensor, loss: f64) -> Result<()> {
+        let n = output.shape().first().copied().unwrap_or(1);
+        self.sum += loss * n as f64;
+        self.n += n;
+        Ok(())
+    }
+    fn value(&self) -> f64 {
+        self.sum / self.n.max(1) as f64
+    }
+}
+
+/// The fraction of samples whose target class is among the `k` highest scores
+/// (`k = 1`: accuracy). Outputs `[N, C]` scores, targets `[N]` class indices.
+pub struct TopKAccuracy {
+    k: usize,
+    correct: f64,
+    n: usize,
+}
+
+impl TopKAccuracy {
+    /// Top-`k` accuracy; `k` must be at least 1.
+    pub fn new(k: usize) -> Result<TopKAccuracy> {
+        if k == 0 {
+            return Err(Error::invalid("top-k accuracy", "k must be at least 1"));
+        }
+        Ok(TopKAccuracy {
+            k,
+            correct: 0.0,
+            n: 0,
+        })
+    }
+}
+
+impl Metric for TopKAccuracy {
+    fn name(&self) -> String {
+        if self.k == 1 {
+            "acc".into()
+        } else {
+            format!("top_{}_acc", self.k)
+        }
+    }
+    fn reset(&mut self) {
+        self.correct = 0.0;
+        self.n = 0;
+    }
+    fn update(&mut self, output: &Tensor, target: &Tensor, _: f64) -> Result<()> {
+        if output.rank() != 2 || target.shape() != [output.shape()[0]] {
+            return Err(Error::shape(
+                "accuracy",
+                output.shape(),
+                target.shape(),
+                "expected outputs [N, C] and class-index targets [N]",
+            ));
+        }
+        let target = target.to_dtype(DType::I64)?;
+        let correct = if self.k == 1 {
+            output.argmax(1, false)?.eq(&target)?
+        } else {
+            // the target is in the top k when fewer than k scores beat it
+            let score = output.gather(1, &target.unsqueeze(1)?)?;
+            let beaten_by = output.gt(&score)?.sum(1, false)?;
+            beaten_by.lt(self.k as i64)?
+        };
+        self.correct += correct.to_dtype(DType::F64)?.sum_all()?.item::<f64>()?;
+        self.n += target.numel();
+        Ok(())
+    }
+    fn value(&self) -> f64 {
+        self.correct / self.n.max(1) as f64
+    }
+}
+
+/// Builds a metric from its name: `loss`, `acc` / `accuracy`, `top_K_acc`
+/// (for example `top_5_acc`).
+pub fn metric_by_name(name: &str) -> Result<Box<dyn Metric>> {
+    match name {
+        "loss" => Ok(Box::new(Loss::default())),
+        "acc" | "accuracy" => Ok(Box::new(TopKAccuracy::new(1)?)),
+        _ => {
+            let k = name
+                .strip_prefix("top_")
+                .and_then(|r| r.strip_suffix("_acc"))
+                .and_then(|k| k.parse::<usize>().ok());
+            match k {
+                Some(k) => Ok(Box::new(TopKAccuracy::new(k)?)),
+                None => Err(Error::invalid(
+                    "Trial",
+                    format!(
+                        "unknown metric {name:?}: use loss, acc, accuracy, top_K_acc or a Metric"
+                    ),
+                )),
+            }
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The Trial training loop: history, metrics, callbacks, schedulers, checkpoints
+//! and resuming.
+
+use ember::data::{DataLoader, TensorDataset};
+use ember::nn::{self, Module};
+use ember::optim::{Adam, Sgd, StepLr};
+use ember::prelude::*;
+use ember::train::{Checkpoint, EarlyStopping, History, Metric, Progress, TopKAccuracy, Trial};
+
+/// Two Gaussian blobs, 4 units apart along both axes, labels 0/1.
+fn blobs(n: usize, seed: u64) -> Result<(Tensor, Tensor)> {
+    ember::manual_seed(seed);
+    let labels: Vec<i64> = (0..n as i64).map(|i| i % 2).collect();
+    let y = Tensor::from_vec(labels, [n], &Device::Cpu)?;
+    let x = Tensor::randn([n, 2], &Device::Cpu)?
+        .add(&y.to_dtype(DType::F32)?.unsqueeze(1)?.mul(4.0)?)?;
+    Ok((x, y))
+}
+
+fn loaders(seed: u64) -> Result<(DataLoader, DataLoader)> {
+    let (x, y) = blobs(96, seed)?;
+    let (xv, yv) = blobs(32, seed + 1)?;
+    Ok((
+        DataLoader::new(TensorDataset::new(x, y)?, 16)?.shuffle(seed),
+        DataLoader::new(TensorDataset::new(xv, yv)?, 32)?,
+    ))
+}
+
+fn model(seed: u64, dev: &Device) -> Result<nn::Sequential> {
+    ember::manual_seed(seed);
+    Ok(nn::Sequential::new()
+        .add(nn::Linear::new(2, 8, dev)?)
+        .add(nn::Tanh)
+        .add(nn::Linear::new(8, 2, dev)?))
+}
+
+fn trial_learns_and_records_history(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let (train, val) = loaders(1)?;
+    let m = model(2, &Device::Cpu)?;
+    let opt = Adam::new(m.parameters(), 0.05);
+    let mut trial = Trial::new(m, opt, nn::cross_entropy)
+        .metrics(&["loss", "acc", "top_2_acc"])?
+        .progress(Progress::Quiet)
+        .to(dev)?
+        .with_generators(Some(train), Some(val), None);
+    assert!(trial
+        .model()
+        .parameters()
+        .iter()
+        .all(|p| p.device() == *dev));
+    let h = trial.run(6)?.clone();
+    assert_eq!(h.len(), 6);
+    assert_eq!(
+        h.metric_names(),
+        [
+            "loss",
+            "acc",
+            "top_2_acc",
+            "val_loss",
+            "val_acc",
+            "val_top_2_acc"
+        ]
+    );
+    let loss = h.series("loss");
+    assert!(loss[5] < loss[0] * 0.5, "loss falls: {loss:?}");
+    let last = h.last().unwrap();
+    assert!(last.get("val_acc").unwrap() > 0.9, "{last:?}");
+    // with two classes the top-2 accuracy is 1 by definition
+    assert_eq!(last.get("top_2_acc"), Some(1.0));
+    assert!(last.seconds > 0.0 && last.samples_per_sec > 0.0);
+    assert_eq!(
+        h.records.iter().map(|r| r.epoch).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    // run(n) continues to n epochs in total
+    assert_eq!(trial.run(8)?.len(), 8);
+    // evaluate falls back to the validation loader; predict batches the input
+    let eval = trial.evaluate()?;
+    assert_eq!(
+        eval.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["loss", "acc", "top_2_acc"]
+    );
+    let (xv, _) = blobs(10, 9)?;
+    let out = trial.predict(&xv, 3)?;
+    assert_eq!(out.shape(), &[10, 2]);
+    assert_eq!(out.device(), *dev);
+    assert!(!out.requires_grad());
+    Ok(())
+}
+
+fn trial_resume_matches_uninterrupted(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let base = std::env::temp_dir().join(format!("ember-trial-{}-{dev}", std::process::id()));
+    let (dir_a, dir_b) = (base.join("a"), base.join("b"));
+    let make = |seed: u64, dir: &std::path::Path| -> Result<Trial> {
+        let (train, val) = loaders(3)?;
+        let m = model(seed, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1).momentum(0.9);
+        let sched = StepLr::new(&opt, 2, 0.5)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .metrics(&["loss", "acc"])?
+            .progress(Progress::Quiet)
+            .scheduler(sched)
+            .callback(Checkpoint::new(dir))
+            .to(dev)?
+            .with_generators(Some(train), Some(val), None))
+    };
+    // uninterrupted: 5 epochs
+    let mut a = make(4, &dir_a)?;
+    let ha = a.run(5)?.clone();
+    // interrupted after 3 epochs, then a fresh trial (other initial weights) resumes
+    let mut b = make(4, &dir_b)?;
+    b.run(3)?;
+    drop(b);
+    let mut c = make(99, &dir_b)?.resume(&dir_b)?;
+    assert_eq!(c.history().len(), 3);
+    let hc = c.run(5)?.clone();
+    for ((n, pa), (_, pc)) in a
+        .model()
+        .state_dict()
+        .iter()
+        .zip(c.model().state_dict().iter())
+    {
+        assert_eq!(super::vals(pa), super::vals(pc), "{n} after resuming");
+    }
+    assert_eq!(ha.series("loss"), hc.series("loss"));
+    assert_eq!(ha.series("val_acc"), hc.series("val_acc"));
+    let lrs: Vec<f64> = hc.records.iter().map(|r| r.lr).collect();
+    assert_eq!(
+        lrs,
+        [0.1, 0.1, 0.05, 0.05, 0.025],
+        "the scheduler resumed too"
+    );
+    assert_eq!(c.optimizer().lr(), a.optimizer().lr());
+    // a resume from a folder without a checkpoint is an error that names the file
+    let err = make(4, &base.join("none"))?
+        .resume(base.join("none"))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("history.csv"), "{err}");
+    std::fs::remove_dir_all(&base).ok();
+    Ok(())
+}
+
+device_test!(
+    trial_learns_and_records_history,
+    trial_resume_matches_uninterrupted
+);
+
+#[test]
+fn early_stopping_and_errors() -> Result<()> {
+    let _g = super::rng_lock();
+    let (train, val) = loaders(5)?;
+    let m = model(6, &Device::Cpu)?;
+    // lr 0: nothing improves after the first epoch
+    let opt = Sgd::new(m.parameters(), 0.0);
+    let mut trial = Trial::new(m, opt, nn::cross_entropy)
+        .progress(Progress::Quiet)
+        .callback(EarlyStopping::new("val_loss", 2))
+        .with_generators(Some(train.clone()), Some(val), None);
+    assert_eq!(
+        trial.run(10)?.len(),
+        3,
+        "best at epoch 1, two epochs without improvement"
+    );
+
+    let m = model(6, &Device::Cpu)?;
+    let opt = Sgd::new(m.parameters(), 0.1);
+    let mut trial = Trial::new(m, opt, nn::cross_entropy)
+        .progress(Progress::Quiet)
+        .callback(EarlyStopping::new("val_acc", 2))
+        .with_generators(Some(train.clone()), None, None);
+    let err = trial.run(3).unwrap_err();
+    assert!(
+        err.to_string().contains("\"val_acc\" is not recorded"),
+        "{err}"
+    );
+
+    let m = model(6, &Device::Cpu)?;
+    let opt = Sgd::new(m.parameters(), 0.1);
+    assert!(Trial::new(m, opt, nn::cross_entropy)
+        .metrics(&["f1"])
+        .is_err());
+    let m = model(6, &Device::Cpu)?;
+    let opt = Sgd::new(m.parameters(), 0.1);
+    let mut no_data = Trial::new(m, opt, nn::cross_entropy).progress(Progress::Quiet);
+    assert!(no_data.run(1).is_err());
+    assert!(no_data.evaluate().is_err());
+    Ok(())
+}
+
+#[test]
+fn top_k_accuracy_counts_the_target_among_the_k_best() -> Result<()> {
+    let out = Tensor::new(
+        [[0.1f32, 0.5, 0.4], [0.7, 0.2, 0.1], [0.2, 0.3, 0.5]],
+        &Device::Cpu,
+    )?;
+    let target = Tensor::new([2i64, 0, 0], &Device::Cpu)?;
+    let mut top1 = TopKAccuracy::new(1)?;
+    let mut top2 = TopKAccuracy::new(2)?;
+    top1.update(&out, &target, 0.0)?;
+    top2.update(&out, &target, 0.0)?;
+    assert!((top1.value() - 1.0 / 3.0).abs() < 1e-12);
+    assert!((top2.value() - 2.0 / 3.0).abs() < 1e-12);
+    assert_eq!(top2.name(), "top_2_acc");
+    assert!(TopKAccuracy::new(0).is_err());
+    let bad = Tensor::new([0i64, 1], &Device::Cpu)?;
+    assert!(top1.update(&out, &bad, 0.0).is_err());
+    Ok(())
+}
+
+#[test]
+fn history_csv_round_trip_and_svg_plot() -> Result<()> {
+    let _g = super::rng_lock();
+    let (train, val) = loaders(7)?;
+    let m = model(8, &Device::Cpu)?;
+    let opt = Adam::new(m.parameters(), 0.05);
+    let mut trial = Trial::new(m, opt, nn::cross_entropy)
+        .metrics(&["loss", "accuracy"])?
+        .progress(Progress::Quiet)
+        .with_generators(Some(train), Some(val), None);
+    let h = trial.run(3)?.clone();
+    let back = History::from_csv(&h.to_csv(), "test")?;
+    assert_eq!(back, h);
+    assert!(History::from_csv("a,b\n1,2\n", "x.csv").is_err());
+    let dir = std::env::temp_dir().join(format!("ember-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("curves.svg");
+    h.write_svg(&svg)?;
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("val_loss") && text.contains("acc"));
+    assert!(History::default().write_svg(dir.join("empty.svg")).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
