@@ -86,25 +86,11 @@ fn run<T: WithDType + Real>(
         &mut v[vo..vo + n],
         &g[go..go + n],
     );
-    let c = |x: f64| T::c(x);
-    let (b1, b2, one_b1, one_b2) = (c(h.b1), c(h.b2), c(1.0 - h.b1), c(1.0 - h.b2));
-    let (wd, decay) = (c(h.weight_decay), c(1.0 - h.lr * h.weight_decay));
-    let (sqrt_bc2, eps, step) = (c(h.bc2.sqrt()), c(h.eps), c(h.lr / h.bc1));
-    let (use_wd, decoupled) = (h.weight_decay != 0.0, h.decoupled);
-    // the same operations, in the same order, as the tensor-op form of Adam::step
-    let update = |(((p, m), v), &g): (((&mut T, &mut T), &mut T), &T)| {
-        let mut g = g;
-        if use_wd {
-            if decoupled {
-                *p = *p * decay;
-            } else {
-                g = g + *p * wd;
-            }
-        }
-        *m = *m * b1 + g * one_b1;
-        *v = *v * b2 + g * g * one_b2;
-        let denom = v.sqrt() / sqrt_bc2 + eps;
-        *p = *p - *m / denom * step;
+    let k = Consts::<T>::new(&h);
+    let chunk: ChunkFn<T> = match (h.weight_decay != 0.0, h.decoupled) {
+        (false, _) => adam_chunk::<T, false, false>,
+        (true, false) => adam_chunk::<T, true, false>,
+        (true, true) => adam_chunk::<T, true, true>,
     };
     const CHUNK: usize = 1 << 15;
     if n >= 4 * CHUNK {
@@ -112,19 +98,72 @@ fn run<T: WithDType + Real>(
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
-            .for_each(|(((p, m), v), g)| {
-                p.iter_mut()
-                    .zip(m.iter_mut())
-                    .zip(v.iter_mut())
-                    .zip(g)
-                    .for_each(update)
-            });
+            .for_each(|(((p, m), v), g)| chunk(p, m, v, g, &k));
     } else {
-        p.iter_mut()
-            .zip(m.iter_mut())
-            .zip(v.iter_mut())
-            .zip(g)
-            .for_each(update);
+        chunk(p, m, v, g, &k);
     }
     true
+}
+
+/// Updates one chunk of (parameter, first moment, second moment, gradient).
+type ChunkFn<T> = fn(&mut [T], &mut [T], &mut [T], &[T], &Consts<T>);
+
+/// The step's constants in the element type.
+struct Consts<T> {
+    b1: T,
+    b2: T,
+    one_b1: T,
+    one_b2: T,
+    wd: T,
+    decay: T,
+    sqrt_bc2: T,
+    eps: T,
+    step: T,
+}
+
+impl<T: Real> Consts<T> {
+    fn new(h: &AdamStep) -> Consts<T> {
+        let c = |x: f64| T::c(x);
+        Consts {
+            b1: c(h.b1),
+            b2: c(h.b2),
+            one_b1: c(1.0 - h.b1),
+            one_b2: c(1.0 - h.b2),
+            wd: c(h.weight_decay),
+            decay: c(1.0 - h.lr * h.weight_decay),
+            sqrt_bc2: c(h.bc2.sqrt()),
+            eps: c(h.eps),
+            step: c(h.lr / h.bc1),
+        }
+    }
+}
+
+/// One chunk, with the weight-decay variant fixed at compile time so that the
+/// loop has no branches (and vectorises). The operations and their order are
+/// those of the tensor-op form of `Adam::step`.
+fn adam_chunk<T: Real, const WD: bool, const DECOUPLED: bool>(
+    p: &mut [T],
+    m: &mut [T],
+    v: &mut [T],
+    g: &[T],
+    k: &Consts<T>,
+) {
+    let n = p.len();
+    let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
+    for i in 0..n {
+        let mut gi = g[i];
+        let mut pi = p[i];
+        if WD {
+            if DECOUPLED {
+                pi = pi * k.decay;
+            } else {
+                gi = gi + pi * k.wd;
+            }
+        }
+        let mi = m[i] * k.b1 + gi * k.one_b1;
+        let vi = v[i] * k.b2 + gi * gi * k.one_b2;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - mi / (vi.sqrt() / k.sqrt_bc2 + k.eps) * k.step;
+    }
 }

@@ -15,6 +15,11 @@ impl Tensor {
     /// broadcast. A 1-D operand gets a dim prepended (left) or appended (right) that
     /// is removed from the result. f16/bf16 accumulate in f32.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        /// Whether the last two dims are stored column-major (a transposed view).
+        fn is_transposed(t: &Tensor) -> bool {
+            let (r, st) = (t.rank(), t.stride());
+            r >= 2 && st[r - 2] == 1 && st[r - 1] != 1 && t.shape()[r - 2] > 1
+        }
         const OP: &str = "matmul";
         super::same_device(OP, &[self, rhs])?;
         if self.dtype() != rhs.dtype() {
@@ -102,14 +107,26 @@ impl Tensor {
             move |g: &Tensor| {
                 // in the 2-D-or-more domain: dA = dC·Bᵀ, dB = Aᵀ·dC, summed over broadcast batch dims
                 let g = g.reshape(&full)?;
+                // An operand stored transposed (`x.matmul(&w.t())`) gets its gradient
+                // computed transposed too, (Xᵀ)ᵀ, so that it comes out with the
+                // operand's own memory order and the gradient of the transpose view
+                // is contiguous again (no transposing copy).
                 let ga = if na {
-                    let t = g.matmul(&b.transpose(-1, -2)?)?;
+                    let t = if is_transposed(&a) {
+                        b.matmul(&g.transpose(-1, -2)?)?.transpose(-1, -2)?
+                    } else {
+                        g.matmul(&b.transpose(-1, -2)?)?
+                    };
                     Some(crate::autograd::sum_to(&t, a.shape())?.reshape(&sa)?)
                 } else {
                     None
                 };
                 let gb = if nb {
-                    let t = a.transpose(-1, -2)?.matmul(&g)?;
+                    let t = if is_transposed(&b) {
+                        g.transpose(-1, -2)?.matmul(&a)?.transpose(-1, -2)?
+                    } else {
+                        a.transpose(-1, -2)?.matmul(&g)?
+                    };
                     Some(crate::autograd::sum_to(&t, b.shape())?.reshape(&sb)?)
                 } else {
                     None
