@@ -39,6 +39,8 @@ def main():
         bench(f"mul_f32/{n}", lambda: torch.mul(a, b), 3 * 4 * n * n / 1e9, "GB/s")
     a, b = torch.ones(4, 4), torch.ones(4, 4)
     bench("tiny_add_4x4", lambda: torch.add(a, b), None, "s/op", inner=1000)
+    ag = a.clone().requires_grad_(True)
+    bench("tiny_add_4x4_grad", lambda: torch.add(ag, b), None, "s/op", inner=1000)
 
 
 if __name__ == "__main__":
