@@ -24,8 +24,27 @@ pub fn run() -> ember::Result<()> {
                     p.l2_cache_size >> 20,
                     p.max_threads_per_block,
                 );
+                let (free, total) = cuda::mem_get_info(&Device::Cuda(i))?;
+                println!(
+                    "  memory: {:.1} GiB free of {:.1} GiB",
+                    free as f64 / (1u64 << 30) as f64,
+                    total as f64 / (1u64 << 30) as f64
+                );
             }
         }
+    }
+    println!("cuda libraries:");
+    for lib in cuda::CudaLib::ALL {
+        match cuda::find_library(lib) {
+            Ok(src) => println!("  {}: {src}", lib.name()),
+            Err(why) => println!("  {}: not found: {why}", lib.name()),
+        }
+    }
+    match cuda::include_dirs().first() {
+        Some(d) => println!("  headers (cuda_fp16.h): {}", d.display()),
+        None => println!(
+            "  headers (cuda_fp16.h): not found (only user kernels that include them need them)"
+        ),
     }
     println!("best available device: {}", Device::cuda_if_available(0));
     Ok(())

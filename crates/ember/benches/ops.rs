@@ -52,7 +52,7 @@ fn tiny_add(c: &mut Criterion) {
         bch.iter(|| black_box(a.add(&b).unwrap()))
     });
     // the same with `a` requiring a gradient: the op records its backward node
-    let ag = a.copy().requires_grad_(true).unwrap();
+    let ag = a.copy().unwrap().requires_grad_(true).unwrap();
     c.bench_function("tiny_add_4x4_grad", |bch| {
         bch.iter(|| black_box(ag.add(&b).unwrap()))
     });

@@ -38,6 +38,14 @@ pub enum Error {
     #[error("CUDA error in {op}: {msg}")]
     Cuda { op: &'static str, msg: String },
 
+    /// A CUDA kernel did not compile; `log` is NVRTC's report, with line numbers.
+    #[error("CUDA kernel {name} failed to compile for {arch}:\n{log}")]
+    KernelCompile {
+        name: String,
+        arch: String,
+        log: String,
+    },
+
     /// Shapes of two operands do not fit the operation.
     #[error("{op}: shape mismatch between {} and {}{}", shape_str(.lhs), shape_str(.rhs), if .msg.is_empty() { String::new() } else { format!(" ({})", .msg) })]
     ShapeMismatch {

@@ -36,13 +36,25 @@ mod tensor;
 pub mod train;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
-pub use device::{cuda, Device};
+pub use device::Device;
 pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};
 pub use tensor::{
     manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg, IntoDims,
     IntoShape, NdArray, Operand, Pool2dOptions, PrintOptions, Scalar, Tensor,
 };
+
+/// CUDA devices: discovery and properties, synchronization, events, memory
+/// statistics of the caching allocator (`torch.cuda`).
+pub mod cuda {
+    pub use crate::backend::cuda::{
+        allow_tf32, empty_cache, host_fallback_count, max_memory_allocated, mem_get_info,
+        memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
+        synchronize, Event, MemoryStats,
+    };
+    pub use crate::device::cuda::*;
+    pub use crate::device::libs::{ensure as find_library, include_dirs, CudaLib, LibSource};
+}
 
 /// Host-side memory management (the pool of freed CPU buffers).
 pub mod cpu {

@@ -246,7 +246,7 @@ impl Tensor {
         let new = match slot.take() {
             Some(prev) => prev.add(&g)?,
             None if g.storage_is_unique() && g.is_contiguous() => g,
-            None => g.copy(),
+            None => g.copy()?,
         };
         *slot = Some(new.detach());
         Ok(())

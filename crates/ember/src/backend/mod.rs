@@ -2,17 +2,20 @@
 //! how a kernel runs; the tensor layer validates and dispatches on [`Storage`].
 
 pub mod cpu;
+pub mod cuda;
 
 /// The values behind a tensor, on one device.
 #[derive(Debug)]
 pub(crate) enum Storage {
     Cpu(cpu::CpuStorage),
+    Cuda(cuda::CudaStorage),
 }
 
 impl Storage {
     pub(crate) fn dtype(&self) -> crate::DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
         }
     }
 }

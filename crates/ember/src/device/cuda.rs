@@ -1,8 +1,8 @@
 //! CUDA discovery: is a GPU usable, how many, and what are they.
 //!
 //! Nothing here panics or aborts on a machine without CUDA. The driver library is
-//! probed with `dlopen` before the first driver call (cudarc itself panics when
-//! a library is missing), and every failure becomes a reason string that
+//! located (see [`libs`](super::libs)) before the first driver call (cudarc itself
+//! panics when a library is missing), and every failure becomes a reason string that
 //! [`Error::CudaUnavailable`] carries to the user.
 
 use crate::{Device, Error, Result};
@@ -13,17 +13,7 @@ use std::sync::OnceLock;
 fn discovery() -> &'static std::result::Result<usize, String> {
     static DISCOVERY: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
     DISCOVERY.get_or_init(|| {
-        if std::env::var_os("EMBER_DISABLE_CUDA").is_some_and(|v| v != "0") {
-            return Err("disabled by the EMBER_DISABLE_CUDA environment variable".into());
-        }
-        // SAFETY: only tries to dlopen the driver library by its usual names.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(
-                "the NVIDIA driver library (libcuda.so) could not be loaded; install the \
-                 NVIDIA driver, or add the folder holding libcuda.so to LD_LIBRARY_PATH"
-                    .into(),
-            );
-        }
+        crate::device::libs::ensure(crate::device::libs::CudaLib::Driver)?;
         drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
         let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
         if n <= 0 {

@@ -14,6 +14,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod libs;
 
 use crate::{Error, Result};
 use std::fmt;

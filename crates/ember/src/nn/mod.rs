@@ -85,7 +85,7 @@ pub trait Module: Send + Sync {
 
 /// A fresh leaf that requires a gradient, holding `t`'s values.
 pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
-    crate::no_grad(|| t.detach().copy()).requires_grad_(true)
+    crate::no_grad(|| t.detach().copy())?.requires_grad_(true)
 }
 
 /// A parameter moved to `device` (still a leaf that requires a gradient).

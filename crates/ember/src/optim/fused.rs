@@ -40,7 +40,10 @@ pub(crate) fn adam_cpu(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamSt
     let (mut pg, mut mg, mut vg) = (p.write(), m.write(), v.write());
     let gg = g.read();
     let (Storage::Cpu(ps), Storage::Cpu(ms), Storage::Cpu(vs), Storage::Cpu(gs)) =
-        (&mut *pg, &mut *mg, &mut *vg, &*gg);
+        (&mut *pg, &mut *mg, &mut *vg, &*gg)
+    else {
+        return false;
+    };
     let n = p.numel();
     let offs = [p, g, m, v].map(|t| t.layout().offset());
     match dt {
@@ -57,6 +60,53 @@ pub(crate) fn adam_cpu(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamSt
             h,
         ),
     }
+}
+
+/// [`adam_cpu`] for CUDA tensors: one kernel updates the parameter and both
+/// moments. Returns `Ok(false)` (and changes nothing) when the tensors do not
+/// qualify.
+pub(crate) fn adam_cuda(
+    p: &Tensor,
+    g: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    h: AdamStep,
+) -> crate::Result<bool> {
+    let all = [p, g, m, v];
+    let dt = p.dtype();
+    let eligible = matches!(dt, DType::F32 | DType::F64)
+        && all
+            .iter()
+            .all(|t| t.dtype() == dt && t.is_contiguous() && t.numel() == p.numel() && t.is_cuda())
+        && all.iter().all(|t| t.device() == p.device())
+        && !p.same_storage(m)
+        && !p.same_storage(v)
+        && !m.same_storage(v)
+        && ![p, m, v].iter().any(|t| t.same_storage(g));
+    if !eligible {
+        return Ok(false);
+    }
+    // the kernel writes p, m and v through the device pointers; read locks keep the
+    // storages alive, and nothing else writes them during the step
+    let (ps, gs, ms, vs) = (
+        p.cuda_storage(),
+        g.cuda_storage(),
+        m.cuda_storage(),
+        v.cuda_storage(),
+    );
+    let (Some(ps), Some(gs), Some(ms), Some(vs)) = (ps, gs, ms, vs) else {
+        return Ok(false);
+    };
+    let off = |t: &Tensor| t.layout().offset();
+    crate::backend::cuda::ops::adam(
+        (&ps, off(p)),
+        (&gs, off(g)),
+        (&ms, off(m)),
+        (&vs, off(v)),
+        p.numel(),
+        &h,
+    )?;
+    Ok(true)
 }
 
 type Datas<'a> = (

@@ -12,7 +12,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-mod fused;
+pub(crate) mod fused;
 
 use crate::{Error, Result, Tensor};
 
@@ -123,7 +123,7 @@ fn load_buffers(
                 format!("{name} does not fit parameter {i}"),
             ));
         }
-        out[i] = Some(crate::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy());
+        out[i] = Some(crate::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy()?);
     }
     Ok(out)
 }
@@ -248,7 +248,7 @@ impl Optimizer for Sgd {
             }
             if self.momentum != 0.0 {
                 let b = match buf.take() {
-                    None => g.copy(),
+                    None => g.copy()?,
                     Some(b) => {
                         b.mul_(self.momentum)?;
                         b.add_(&g.mul(1.0 - self.dampening)?)?;
@@ -401,7 +401,7 @@ impl Optimizer for Adam {
                 weight_decay: self.weight_decay,
                 decoupled: self.decoupled,
             };
-            if fused::adam_cpu(p, &g, m, v, h) {
+            if fused::adam_cpu(p, &g, m, v, h) || fused::adam_cuda(p, &g, m, v, h)? {
                 continue;
             }
             if self.weight_decay != 0.0 {

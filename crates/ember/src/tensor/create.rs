@@ -13,17 +13,9 @@ use rand_chacha::ChaCha8Rng;
 use smallvec::SmallVec;
 use std::sync::Mutex;
 
-/// Creation is possible only on devices ember can store tensors on.
-fn check_creatable(op: &'static str, device: &Device) -> Result<()> {
-    if device.is_cpu() {
-        return Ok(());
-    }
-    crate::device::cuda::check_device(*device)?;
-    Err(Error::UnsupportedDevice {
-        op,
-        device: *device,
-        msg: "this build of ember stores tensors on the CPU only".into(),
-    })
+/// Creation is possible only on devices that exist.
+fn check_creatable(_op: &'static str, device: &Device) -> Result<()> {
+    crate::device::cuda::check_device(*device)
 }
 
 /// A contiguous tensor of `value` everywhere.
@@ -64,6 +56,12 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("full", &shape)?;
         check_creatable("full", device)?;
+        if let Device::Cuda(i) = device {
+            let dev = crate::backend::cuda::dev(*i)?;
+            let n = dims.iter().product();
+            let st = crate::backend::cuda::ops::fill(&dev, dtype, n, value)?;
+            return Ok(Tensor::from_cuda(st, &dims));
+        }
         Ok(full_dtype(&dims, value, dtype))
     }
 
@@ -85,7 +83,7 @@ impl Tensor {
     /// A 0-dimensional tensor holding `value`.
     pub fn scalar<T: WithDType>(value: T, device: &Device) -> Result<Tensor> {
         check_creatable("scalar", device)?;
-        Ok(Tensor::from_cpu(T::wrap(vec![value]), &[]))
+        Tensor::from_host(T::wrap(vec![value]), &[], *device)
     }
 
     /// A tensor from (nested) Rust arrays, slices or vectors:
@@ -96,7 +94,7 @@ impl Tensor {
         check_creatable("new", device)?;
         let mut v = Vec::with_capacity(shape.iter().product());
         data.push_to(&mut v);
-        Ok(Tensor::from_cpu(A::Elem::wrap(v), &shape))
+        Tensor::from_host(A::Elem::wrap(v), &shape, *device)
     }
 
     /// A tensor of `shape` from a vector holding its elements in row-major order.
@@ -118,7 +116,7 @@ impl Tensor {
             ));
         }
         check_creatable("from_vec", device)?;
-        Ok(Tensor::from_cpu(T::wrap(data), &dims))
+        Tensor::from_host(T::wrap(data), &dims, *device)
     }
 
     /// Like [`from_vec`](Self::from_vec), copying from a slice.
@@ -163,10 +161,10 @@ impl Tensor {
             // exact integers, also beyond 2^53
             let (s, st) = (s as i64, st as i64);
             let v: Vec<i64> = (0..n as i64).map(|i| s + i * st).collect();
-            return Ok(Tensor::from_cpu(CpuData::I64(v), &[n]));
+            return Tensor::from_host(CpuData::I64(v), &[n], *device);
         }
         let v: Vec<f64> = (0..n).map(|i| s + i as f64 * st).collect();
-        Tensor::from_cpu(CpuData::F64(v), &[n]).to_dtype(dtype)
+        Tensor::from_host(CpuData::F64(v), &[n], *device)?.to_dtype(dtype)
     }
 
     /// `torch.linspace(start, end, steps)` in `dtype`.
@@ -195,7 +193,7 @@ impl Tensor {
                 }
             })
             .collect();
-        Tensor::from_cpu(CpuData::F64(v), &[steps]).to_dtype(dtype)
+        Tensor::from_host(CpuData::F64(v), &[steps], *device)?.to_dtype(dtype)
     }
 
     /// The `n × n` identity matrix.
@@ -210,7 +208,7 @@ impl Tensor {
         for i in 0..n.min(m) {
             v[i * m + i] = 1.0;
         }
-        Tensor::from_cpu(CpuData::F64(v), &[n, m]).to_dtype(dtype)
+        Tensor::from_host(CpuData::F64(v), &[n, m], *device)?.to_dtype(dtype)
     }
 
     /// Uniform samples from `[0, 1)`, float32 (`torch.rand`).
@@ -248,7 +246,7 @@ impl Tensor {
                 })
                 .collect()
         });
-        Tensor::from_cpu(CpuData::F64(v), &dims).to_dtype(dtype)
+        Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
     }
 
     /// Normal samples with `mean` and `std` in a float `dtype`.
@@ -268,7 +266,7 @@ impl Tensor {
                 .map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal))
                 .collect()
         });
-        Tensor::from_cpu(CpuData::F64(v), &dims).to_dtype(dtype)
+        Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
     }
 
     /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`).
@@ -283,7 +281,7 @@ impl Tensor {
         check_creatable("randint", device)?;
         let n = dims.iter().product();
         let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
-        Ok(Tensor::from_cpu(CpuData::I64(v), &dims))
+        Tensor::from_host(CpuData::I64(v), &dims, *device)
     }
 
     /// A random permutation of `0..n`, int64 (`torch.randperm`).
@@ -292,7 +290,7 @@ impl Tensor {
         check_creatable("randperm", device)?;
         let mut v: Vec<i64> = (0..n as i64).collect();
         with_rng(|r| v.shuffle(r));
-        Ok(Tensor::from_cpu(CpuData::I64(v), &[n]))
+        Tensor::from_host(CpuData::I64(v), &[n], *device)
     }
 
     /// Uniform `[0, 1)` samples with this tensor's shape, dtype and device.
@@ -308,13 +306,26 @@ impl Tensor {
     /// All elements, row-major, converted to `T`.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
         let t = self.to_dtype(T::DTYPE)?;
-        Ok(t.with_cpu(|d, l| {
+        if let Some(st) = t.cuda_storage() {
+            // reading values waits for the GPU; a contiguous range comes back as is
+            let t = match t.layout().contiguous_range() {
+                Some(_) => t.clone(),
+                None => {
+                    drop(st);
+                    t.contiguous()?
+                }
+            };
+            let st = t.cuda_storage().expect("still on the GPU");
+            let data = st.to_cpu_range(t.layout().offset(), t.numel())?;
+            return Ok(T::slice(&data).expect("to_vec: converted to T").to_vec());
+        }
+        t.with_cpu(|d, l| {
             let v = T::slice(d).expect("to_vec: converted to T");
             match l.contiguous_range() {
                 Some(r) => v[r].to_vec(),
                 None => crate::backend::cpu::elementwise::map1(v, l, |x| x),
             }
-        }))
+        })
     }
 
     /// The values of a 1-D tensor, converted to `T`.

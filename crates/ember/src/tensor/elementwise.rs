@@ -4,8 +4,10 @@
 use super::{grad, Tensor};
 use crate::backend::cpu::elementwise::{self as k, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::cpu::CpuData;
+use crate::backend::cuda::{ops as cuda_ops, CudaStorage};
+use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
-use crate::{DType, Error, Result};
+use crate::{DType, Device, Error, Result};
 
 /// A Python-style number operand: its kind (bool, int, float) drives type promotion
 /// the way a Python scalar does in PyTorch.
@@ -65,18 +67,26 @@ impl From<Scalar> for Operand<'_> {
     }
 }
 
-/// A 0-d tensor holding `s` converted to `dtype`.
-fn scalar_tensor(s: Scalar, dtype: DType) -> Tensor {
+/// A 0-d tensor on `device` holding `s` converted to `dtype`.
+fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
+    if let Device::Cuda(i) = device {
+        let dev = crate::backend::cuda::dev(i)?;
+        let v = match s {
+            Scalar::Bool(b) => b as u8 as f64,
+            other => other.to_f64(),
+        };
+        return Ok(Tensor::from_cuda(cuda_ops::fill(&dev, dtype, 1, v)?, &[]));
+    }
     let data = match s {
         Scalar::Int(i) => CpuData::I64(vec![i]),
         other => CpuData::F64(vec![other.to_f64()]),
     };
     let t = Tensor::from_cpu(data, &[]);
     if t.dtype() == dtype {
-        t
+        Ok(t)
     } else {
-        let data = t.with_cpu(|d, l| k::cast(d, l, dtype));
-        Tensor::from_cpu(data, &[])
+        let data = t.with_cpu(|d, l| k::cast(d, l, dtype))?;
+        Ok(Tensor::from_cpu(data, &[]))
     }
 }
 
@@ -104,32 +114,43 @@ impl Tensor {
                     _ if self.dtype() == DType::Bool => dt,
                     _ => self.dtype(),
                 };
-                Ok((scalar_tensor(s, dt), dt))
+                Ok((scalar_tensor(s, dt, self.device())?, dt))
             }
         }
     }
 
-    /// `f(a, b)` after promotion and broadcasting, on the CPU data of both operands.
-    fn broadcast2<R>(
+    /// The tensor `cpu(a, b)` or `cuda(a, b)` computes after promotion and
+    /// broadcasting (contiguous, of the broadcast shape).
+    fn broadcast2(
         &self,
         op: &'static str,
         b: &Tensor,
         dt: DType,
-        f: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> R,
-    ) -> Result<(R, crate::layout::Dims)> {
+        cpu: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> CpuData,
+        cuda: impl FnOnce(&CudaStorage, &Layout, &CudaStorage, &Layout) -> Result<CudaStorage>,
+    ) -> Result<Tensor> {
         let shape = broadcast_shapes(op, self.shape(), b.shape())?;
         let a = self.to_dtype(dt)?;
         let b = b.to_dtype(dt)?;
         let la = a.layout().broadcast_to(op, &shape)?;
         let lb = b.layout().broadcast_to(op, &shape)?;
-        let r = a.with_cpu(|da, _| {
-            if a.same_storage(&b) {
-                f(da, &la, da, &lb)
+        if let Some(sa) = a.cuda_storage() {
+            let out = if a.same_storage(&b) {
+                cuda(&sa, &la, &sa, &lb)?
             } else {
-                b.with_cpu(|db, _| f(da, &la, db, &lb))
+                let sb = b.cuda_storage().expect("same device checked");
+                cuda(&sa, &la, &sb, &lb)?
+            };
+            return Ok(Tensor::from_cuda(out, &shape));
+        }
+        let data = a.with_cpu(|da, _| {
+            if a.same_storage(&b) {
+                Ok(cpu(da, &la, da, &lb))
+            } else {
+                b.with_cpu(|db, _| cpu(da, &la, db, &lb))
             }
-        });
-        Ok((r, shape))
+        })??;
+        Ok(Tensor::from_cpu(data, &shape))
     }
 
     fn binary_op<O: BinaryOp>(
@@ -152,9 +173,13 @@ impl Tensor {
         if float_only && !dt.is_float() {
             dt = DType::F32;
         }
-        let (data, shape) =
-            self.broadcast2(name, &b, dt, |x, lx, y, ly| k::binary(x, lx, y, ly, op))?;
-        let out = Tensor::from_cpu(data, &shape);
+        let out = self.broadcast2(
+            name,
+            &b,
+            dt,
+            |x, lx, y, ly| k::binary(x, lx, y, ly, op),
+            |x, lx, y, ly| cuda_ops::binary(x, lx, y, ly, O::CUDA),
+        )?;
         // the rules read the inputs from the node (backward runs without recording);
         // only div and pow keep the output
         if matches!(name, "div" | "pow") {
@@ -225,12 +250,20 @@ impl Tensor {
         }
         // in the result dtype; a snapshot when reading and writing the same storage
         let b = b.to_dtype(dt)?;
-        let b = if b.same_storage(self) { b.copy() } else { b };
+        let b = if b.same_storage(self) { b.copy()? } else { b };
         let lb = b.layout().broadcast_to(name, self.shape())?;
+        if let Some(sb) = b.cuda_storage() {
+            let guard = self.write();
+            let Storage::Cuda(dst) = &*guard else {
+                unreachable!("same device checked")
+            };
+            return cuda_ops::binary_inplace(dst, self.layout(), &sb, &lb, O::CUDA);
+        }
         let mut guard = self.write();
-        let crate::backend::Storage::Cpu(dst) = &mut *guard;
-        b.with_cpu(|db, _| k::binary_inplace(dst.data_mut(), self.layout(), db, &lb, op));
-        Ok(())
+        let Storage::Cpu(dst) = &mut *guard else {
+            unreachable!("same device checked")
+        };
+        b.with_cpu(|db, _| k::binary_inplace(dst.data_mut(), self.layout(), db, &lb, op))
     }
 
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
@@ -268,15 +301,23 @@ impl Tensor {
         self.check_writable("copy_")?;
         let src = src.to_dtype(self.dtype())?;
         let src = if src.same_storage(self) {
-            src.copy()
+            src.copy()?
         } else {
             src
         };
         let ls = src.layout().broadcast_to("copy_", self.shape())?;
+        if let Some(ss) = src.cuda_storage() {
+            let guard = self.write();
+            let Storage::Cuda(dst) = &*guard else {
+                unreachable!("same device checked")
+            };
+            return cuda_ops::copy(&ss, &ls, dst, self.layout());
+        }
         let mut guard = self.write();
-        let crate::backend::Storage::Cpu(dst) = &mut *guard;
-        src.with_cpu(|ds, _| k::copy_strided(dst.data_mut(), self.layout(), ds, &ls));
-        Ok(())
+        let Storage::Cpu(dst) = &mut *guard else {
+            unreachable!("same device checked")
+        };
+        src.with_cpu(|ds, _| k::copy_strided(dst.data_mut(), self.layout(), ds, &ls))
     }
 
     fn unary_op<O: UnaryOp>(
@@ -297,8 +338,13 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let data = t.with_cpu(|d, l| k::unary(d, l, op));
-        let out = Tensor::from_cpu(data, t.shape());
+        let out = match t.cuda_storage() {
+            Some(st) => {
+                let (code, p0, p1) = op.cuda();
+                Tensor::from_cuda(cuda_ops::unary(&st, t.layout(), code, p0, p1)?, t.shape())
+            }
+            None => Tensor::from_cpu(t.with_cpu(|d, l| k::unary(d, l, op))?, t.shape()),
+        };
         Ok(Tensor::record(out, name, &[self], |y| {
             let (x, y) = (t.detach(), y.clone());
             move |g: &Tensor| Ok(vec![Some(rule.backward(&x, &y, g)?)])
@@ -307,9 +353,13 @@ impl Tensor {
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
         let (b, dt) = self.promote_with(name, rhs)?;
-        let (data, shape) =
-            self.broadcast2(name, &b, dt, |a, la, b, lb| k::compare(a, la, b, lb, cmp))?;
-        Ok(Tensor::from_cpu(data, &shape))
+        self.broadcast2(
+            name,
+            &b,
+            dt,
+            |a, la, b, lb| k::compare(a, la, b, lb, cmp),
+            |a, la, b, lb| cuda_ops::compare(a, la, b, lb, cuda_ops::cmp_code(cmp)),
+        )
     }
 }
 
@@ -489,7 +539,7 @@ impl Tensor {
         };
         let as_tensor = |o: Operand| match o {
             Operand::Tensor(t) => t.to_dtype(dt),
-            Operand::Scalar(s) => Ok(scalar_tensor(s, dt)),
+            Operand::Scalar(s) => scalar_tensor(s, dt, self.device()),
         };
         let (x, y) = (as_tensor(x)?, as_tensor(y)?);
         let shape = broadcast_shapes(OP, self.shape(), x.shape())?;
@@ -499,13 +549,19 @@ impl Tensor {
             x.layout().broadcast_to(OP, &shape)?,
             y.layout().broadcast_to(OP, &shape)?,
         );
-        let data = self.with_cpu(|c, _| {
-            let CpuData::Bool(c) = c else {
-                unreachable!("checked bool above")
-            };
-            x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
-        });
-        let out = Tensor::from_cpu(data, &shape);
+        let out = if let Some(sc) = self.cuda_storage() {
+            let (sx, sy) = (x.cuda_storage(), y.cuda_storage());
+            let (sx, sy) = (sx.expect("same device"), sy.expect("same device"));
+            Tensor::from_cuda(cuda_ops::where_(&sc, &lc, &sx, &lx, &sy, &ly)?, &shape)
+        } else {
+            let data = self.with_cpu(|c, _| {
+                let CpuData::Bool(c) = c else {
+                    unreachable!("checked bool above")
+                };
+                x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
+            })???;
+            Tensor::from_cpu(data, &shape)
+        };
         Ok(Tensor::record(out, OP, &[&x, &y], |_| {
             let cond = self.detach();
             let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());
@@ -530,7 +586,7 @@ impl Tensor {
         super::same_device("masked_fill", &[self, mask])?;
         let value = value.into();
         mask.layout().broadcast_to("masked_fill", self.shape())?;
-        let v = scalar_tensor(value, self.dtype());
+        let v = scalar_tensor(value, self.dtype(), self.device())?;
         let out = mask.where_(&v, self)?;
         Ok(out)
     }

@@ -3,6 +3,7 @@
 
 use super::Tensor;
 use crate::backend::cpu::{index as k, CpuData};
+use crate::backend::cuda::ops as cuda_ops;
 use crate::layout::normalize_dim;
 use crate::{DType, Error, Result};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
@@ -167,14 +168,26 @@ impl Tensor {
                 .index_select(0, index)?
                 .reshape(index.shape());
         }
-        let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx));
         let mut shape = self.shape().to_vec();
         shape[d] = idx.len();
-        let out = Tensor::from_cpu(data, &shape);
+        let out = match self.cuda_storage() {
+            Some(st) => {
+                // the validated indices (negatives wrapped) go to the GPU
+                let it = Tensor::from_host(CpuData::I64(idx.clone()), &[idx.len()], self.device())?;
+                let is = it.cuda_storage().expect("on the GPU");
+                let o = cuda_ops::index_select(&st, self.layout(), d, &is, idx.len())?;
+                Tensor::from_cuda(o, &shape)
+            }
+            None => {
+                let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx))?;
+                Tensor::from_cpu(data, &shape)
+            }
+        };
         Ok(Tensor::record(out, "index_select", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
-            let idx = Tensor::from_cpu(CpuData::I64(idx), &[index.numel()]);
+            let n_idx = index.numel();
             move |g: &Tensor| {
+                let idx = Tensor::from_host(CpuData::I64(idx), &[n_idx], g.device())?;
                 // scatter the rows back: the index laid along `d`, broadcast over the rest
                 let mut ishape = vec![1usize; g.rank()];
                 ishape[d] = idx.numel();
@@ -197,12 +210,24 @@ impl Tensor {
             d,
             self.shape().get(d).copied().unwrap_or(1),
         )?;
-        let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()));
-        let out = Tensor::from_cpu(data, index.shape());
+        let out = match self.cuda_storage() {
+            Some(st) => {
+                let it =
+                    Tensor::from_host(CpuData::I64(idx.clone()), index.shape(), self.device())?;
+                let is = it.cuda_storage().expect("on the GPU");
+                let o = cuda_ops::gather(&st, self.layout(), d, &is, index.shape())?;
+                Tensor::from_cuda(o, index.shape())
+            }
+            None => {
+                let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()))?;
+                Tensor::from_cpu(data, index.shape())
+            }
+        };
         Ok(Tensor::record(out, "gather", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
-            let idx = Tensor::from_cpu(CpuData::I64(idx), index.shape());
+            let ishape = index.shape().to_vec();
             move |g: &Tensor| {
+                let idx = Tensor::from_host(CpuData::I64(idx), &ishape, g.device())?;
                 let z = Tensor::zeros(&shape, dtype, &device)?;
                 Ok(vec![Some(z.scatter_add(d as i64, &idx, g)?)])
             }
@@ -255,18 +280,28 @@ impl Tensor {
             d,
             self.shape().get(d).copied().unwrap_or(1),
         )?;
-        let out = crate::no_grad(|| self.copy());
-        {
-            let mut guard = out.write();
-            let crate::backend::Storage::Cpu(dst) = &mut *guard;
+        let out = if self.is_cuda() && cuda_ops::has_scatter_add(self.dtype()) {
+            let out = crate::no_grad(|| self.copy())?;
+            {
+                let it =
+                    Tensor::from_host(CpuData::I64(idx.clone()), index.shape(), self.device())?;
+                let (so, is, ss) = (out.cuda_storage(), it.cuda_storage(), src.cuda_storage());
+                let (so, is, ss) = (so.expect("cuda"), is.expect("cuda"), ss.expect("cuda"));
+                cuda_ops::scatter_add(&so, self.shape(), d, &is, index.shape(), &ss, src.layout())?;
+            }
+            out
+        } else {
+            let mut data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)?;
             src.with_cpu(|s, ls| {
-                k::scatter_add(dst.data_mut(), self.shape(), d, &idx, index.shape(), s, ls)
-            });
-        }
+                k::scatter_add(&mut data, self.shape(), d, &idx, index.shape(), s, ls)
+            })?;
+            Tensor::from_host(data, self.shape(), self.device())?
+        };
         Ok(Tensor::record(out, "scatter_add", &[self, src], |_| {
-            let idx = Tensor::from_cpu(CpuData::I64(idx), index.shape());
+            let ishape = index.shape().to_vec();
             let src_shape = src.shape().to_vec();
             move |g: &Tensor| {
+                let idx = Tensor::from_host(CpuData::I64(idx), &ishape, g.device())?;
                 // src positions outside the index's extent received nothing
                 let picked = g.gather(d as i64, &idx)?;
                 let gs = if picked.shape() == src_shape.as_slice() {

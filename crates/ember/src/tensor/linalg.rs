@@ -4,6 +4,7 @@ use super::Tensor;
 use crate::backend::cpu::conv::{self, ConvShape, Pool, Window};
 use crate::backend::cpu::matmul::{matmul, MatmulArgs};
 use crate::backend::cpu::CpuData;
+use crate::backend::cuda::ops as cuda_ops;
 use crate::dtype::Real;
 use crate::layout::{broadcast_shapes, Dims};
 use crate::WithDType;
@@ -77,17 +78,24 @@ impl Tensor {
         };
         let la = a.layout().broadcast_to(OP, &with(m, ka))?;
         let lb = b.layout().broadcast_to(OP, &with(ka, n))?;
-        let data = a.with_cpu(|da, _| {
-            b.with_cpu(|db, _| {
-                matmul(&MatmulArgs {
-                    a: (da, &la),
-                    b: (db, &lb),
-                    m,
-                    k: ka,
-                    n,
+        let on_gpu = match (a.cuda_storage(), b.cuda_storage()) {
+            (Some(sa), Some(sb)) => cuda_ops::matmul(&sa, &la, &sb, &lb, m, ka, n)?,
+            _ => None,
+        };
+        let data = match on_gpu {
+            Some(_) => None,
+            None => Some(a.with_cpu(|da, _| {
+                b.with_cpu(|db, _| {
+                    matmul(&MatmulArgs {
+                        a: (da, &la),
+                        b: (db, &lb),
+                        m,
+                        k: ka,
+                        n,
+                    })
                 })
-            })
-        });
+            })??),
+        };
         // drop the dims that 1-D operands gained
         let mut shape = with(m, n);
         if rhs.rank() == 1 {
@@ -98,7 +106,11 @@ impl Tensor {
             shape.remove(r);
         }
         drop(_ng);
-        let out = Tensor::from_cpu(data, &shape);
+        let out = match (on_gpu, data) {
+            (Some(st), _) => Tensor::from_cuda(st, &shape),
+            (None, Some(d)) => Tensor::from_host(d, &shape, self.device())?,
+            (None, None) => unreachable!("one of the two paths ran"),
+        };
         let full = with(m, n).to_vec();
         Ok(Tensor::record(out, OP, &[self, rhs], |_| {
             let (na, nb) = (self.requires_grad(), rhs.requires_grad());
@@ -248,12 +260,16 @@ impl Tensor {
             weight.to_dtype(work)?.contiguous()?,
         );
         let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
+        if x.is_cuda() && g == 1 {
+            drop(ng);
+            return self.conv2d_cuda(weight, bias, (x, wt, b), shape, work);
+        }
         fn run<T: WithDType + Real>(
             x: &Tensor,
             w: &Tensor,
             b: Option<&Tensor>,
             s: &ConvShape,
-        ) -> crate::backend::cpu::CpuData {
+        ) -> Result<crate::backend::cpu::CpuData> {
             x.with_cpu(|xd, xl| {
                 w.with_cpu(|wd, wl| {
                     let xs = &T::slice(xd).expect("conv2d: dtype checked")[xl.offset()..];
@@ -266,18 +282,19 @@ impl Tensor {
                                 Some(&T::slice(bd).expect("conv2d: dtype checked")[bl.offset()..]),
                                 s,
                             )
-                        }),
+                        })?,
                         None => conv::conv2d(xs, ws, None, s),
                     };
-                    T::wrap(out)
-                })
-            })
+                    Ok(T::wrap(out))
+                })?
+            })?
         }
         let data = match work {
-            DType::F64 => run::<f64>(&x, &wt, b.as_ref(), &shape),
-            _ => run::<f32>(&x, &wt, b.as_ref(), &shape),
+            DType::F64 => run::<f64>(&x, &wt, b.as_ref(), &shape)?,
+            _ => run::<f32>(&x, &wt, b.as_ref(), &shape)?,
         };
-        let out = Tensor::from_cpu(data, &[n, o, oh, ow]).to_dtype(self.dtype())?;
+        let out =
+            Tensor::from_host(data, &[n, o, oh, ow], self.device())?.to_dtype(self.dtype())?;
         drop(ng);
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
@@ -295,7 +312,7 @@ impl Tensor {
                     g: &Tensor,
                     s: &ConvShape,
                     need: (bool, bool),
-                ) -> Grads2 {
+                ) -> Result<Grads2> {
                     let ok = "conv2d: dtype checked";
                     x.with_cpu(|xd, xl| {
                         w.with_cpu(|wd, wl| {
@@ -306,19 +323,83 @@ impl Tensor {
                                 let (gx, gw) = conv::conv2d_backward(xs, ws, gs, s, need);
                                 (gx.map(T::wrap), gw.map(T::wrap))
                             })
-                        })
-                    })
+                        })?
+                    })?
                 }
                 let (gx, gw) = match work {
-                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape, need),
-                    _ => back::<f32>(&x, &wt, &gc, &shape, need),
+                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape, need)?,
+                    _ => back::<f32>(&x, &wt, &gc, &shape, need)?,
                 };
+                let dev = g.device();
                 let mut grads = vec![
-                    gx.map(|d| Tensor::from_cpu(d, &[n, c, h, w]).to_dtype(xdt))
+                    gx.map(|d| Tensor::from_host(d, &[n, c, h, w], dev)?.to_dtype(xdt))
                         .transpose()?,
-                    gw.map(|d| Tensor::from_cpu(d, &wshape).to_dtype(wdt))
+                    gw.map(|d| Tensor::from_host(d, &wshape, dev)?.to_dtype(wdt))
                         .transpose()?,
                 ];
+                if let Some(bias_grad) = has_bias {
+                    grads.push(if bias_grad {
+                        Some(g.sum([0, 2, 3], false)?)
+                    } else {
+                        None
+                    });
+                }
+                Ok(grads)
+            }
+        }))
+    }
+
+    /// conv2d on a GPU (one group): the input's patches (im2col) times the weight
+    /// matrix through cuBLAS; the backward pass multiplies back and folds the
+    /// patches' gradient into the input's (col2im). `x`, `wt`, `b` are contiguous
+    /// in the `work` dtype (f32 or f64).
+    fn conv2d_cuda(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        (x, wt, b): (Tensor, Tensor, Option<Tensor>),
+        s: ConvShape,
+        work: DType,
+    ) -> Result<Tensor> {
+        let (n, c, h, w, o, oh, ow) = (s.n, s.c, s.h, s.w, s.o, s.oh, s.ow);
+        let (kh, kw) = s.win.kernel;
+        let (k, p) = (c * kh * kw, oh * ow);
+        let kc = cuda_ops::KConv::new((n, c), (h, w), (oh, ow), &s.win);
+        let ng = crate::no_grad_guard();
+        let col = {
+            let xs = x.cuda_storage().expect("on the GPU");
+            Tensor::from_cuda(cuda_ops::im2col(&xs, x.layout().offset(), &kc)?, &[n, k, p])
+        };
+        let wm = wt.reshape([o, k])?;
+        let mut y = wm.matmul(&col)?; // [n, o, p]
+        if let Some(b) = &b {
+            y = y.add(&b.reshape([1, o, 1])?)?;
+        }
+        let out = y.reshape([n, o, oh, ow])?.to_dtype(self.dtype())?;
+        drop(ng);
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        Ok(Tensor::record(out, "conv2d", &inputs, |_| {
+            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
+            let need = (self.requires_grad(), weight.requires_grad());
+            let has_bias = bias.map(|b| b.requires_grad());
+            move |g: &Tensor| {
+                let gc = g.to_dtype(work)?.contiguous()?.reshape([n, o, p])?;
+                let gx = if need.0 {
+                    let gcol = wm.t()?.matmul(&gc)?.contiguous()?; // [n, k, p]
+                    let st = gcol.cuda_storage().expect("on the GPU");
+                    let gx = cuda_ops::col2im(&st, gcol.layout().offset(), &kc)?;
+                    Some(Tensor::from_cuda(gx, &[n, c, h, w]).to_dtype(xdt)?)
+                } else {
+                    None
+                };
+                let gw = if need.1 {
+                    let gw = gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false)?; // [o, k]
+                    Some(gw.reshape(wshape.as_slice())?.to_dtype(wdt)?)
+                } else {
+                    None
+                };
+                let mut grads = vec![gx, gw];
                 if let Some(bias_grad) = has_bias {
                     grads.push(if bias_grad {
                         Some(g.sum([0, 2, 3], false)?)
@@ -396,6 +477,43 @@ impl Tensor {
         let want_index = crate::autograd::needs_grad(&[self]);
         let ng = crate::no_grad_guard();
         let x = self.to_dtype(work)?.contiguous()?;
+        if x.is_cuda() {
+            drop(ng);
+            let kc = cuda_ops::KConv::new((planes, 1), (h, w), (oh, ow), &win);
+            let avg = match kind {
+                Pool::Max => None,
+                Pool::Avg { count_include_pad } => Some(count_include_pad),
+            };
+            let mut shape = self.shape()[..r - 2].to_vec();
+            shape.extend([oh, ow]);
+            let (out, index) = {
+                let xs = x.cuda_storage().expect("on the GPU");
+                cuda_ops::pool2d(&xs, x.layout().offset(), &kc, avg, want_index)?
+            };
+            let index = index.map(|i| Tensor::from_cuda(i, &shape));
+            let out = {
+                let _ng = crate::no_grad_guard();
+                Tensor::from_cuda(out, &shape).to_dtype(self.dtype())?
+            };
+            return Ok(Tensor::record(out, op, &[self], |_| {
+                let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
+                move |g: &Tensor| {
+                    let gc = g.to_dtype(work)?.contiguous()?;
+                    let gs = gc.cuda_storage().expect("on the GPU");
+                    let is = index
+                        .as_ref()
+                        .map(|i| i.cuda_storage().expect("on the GPU"));
+                    let gx = cuda_ops::pool2d_backward(
+                        &gs,
+                        gc.layout().offset(),
+                        is.as_deref(),
+                        &kc,
+                        avg,
+                    )?;
+                    Ok(vec![Some(Tensor::from_cuda(gx, &xshape).to_dtype(xdt)?)])
+                }
+            }));
+        }
         type Pooled = (crate::backend::cpu::CpuData, Option<Vec<u32>>);
         fn run<T: WithDType + Real>(
             x: &Tensor,
@@ -403,7 +521,7 @@ impl Tensor {
             hw: (usize, usize),
             o: (usize, usize),
             (win, kind, want_index): (Window, Pool, bool),
-        ) -> Pooled {
+        ) -> Result<Pooled> {
             x.with_cpu(|d, l| {
                 let (out, index) = conv::pool2d(
                     &T::slice(d).expect("pool2d: dtype checked")[l.offset()..],
@@ -419,12 +537,12 @@ impl Tensor {
         }
         let how = (win, kind, want_index);
         let (data, index) = match work {
-            DType::F64 => run::<f64>(&x, planes, (h, w), (oh, ow), how),
-            _ => run::<f32>(&x, planes, (h, w), (oh, ow), how),
+            DType::F64 => run::<f64>(&x, planes, (h, w), (oh, ow), how)?,
+            _ => run::<f32>(&x, planes, (h, w), (oh, ow), how)?,
         };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
-        let out = Tensor::from_cpu(data, &shape).to_dtype(self.dtype())?;
+        let out = Tensor::from_host(data, &shape, self.device())?.to_dtype(self.dtype())?;
         drop(ng);
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
@@ -437,7 +555,7 @@ impl Tensor {
                     hw: (usize, usize),
                     o: (usize, usize),
                     (win, kind): (Window, Pool),
-                ) -> CpuData {
+                ) -> Result<CpuData> {
                     g.with_cpu(|gd, gl| {
                         T::wrap(conv::pool2d_backward(
                             &T::slice(gd).expect("pool2d: dtype checked")[gl.offset()..],
@@ -452,10 +570,12 @@ impl Tensor {
                 }
                 let (idx, wk) = (index.as_deref(), (win, kind));
                 let gx = match work {
-                    DType::F64 => back::<f64>(&gc, idx, planes, (h, w), (oh, ow), wk),
-                    _ => back::<f32>(&gc, idx, planes, (h, w), (oh, ow), wk),
+                    DType::F64 => back::<f64>(&gc, idx, planes, (h, w), (oh, ow), wk)?,
+                    _ => back::<f32>(&gc, idx, planes, (h, w), (oh, ow), wk)?,
                 };
-                Ok(vec![Some(Tensor::from_cpu(gx, &xshape).to_dtype(xdt)?)])
+                Ok(vec![Some(
+                    Tensor::from_host(gx, &xshape, g.device())?.to_dtype(xdt)?,
+                )])
             }
         }))
     }

@@ -31,6 +31,7 @@ pub use shape::{IntoDims, IntoShape};
 
 use crate::autograd::Node;
 use crate::backend::cpu::{CpuData, CpuStorage};
+use crate::backend::cuda::CudaStorage;
 use crate::backend::Storage;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
@@ -195,12 +196,49 @@ impl Tensor {
         self.0.storage.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the host data and layout (only CPU storage exists today).
-    pub(crate) fn with_cpu<R>(&self, f: impl FnOnce(&CpuData, &Layout) -> R) -> R {
+    /// Runs `f` on the host data and layout. For a CUDA tensor this is the host
+    /// fallback of an op without a CUDA kernel: the storage is copied to the host
+    /// (waiting for queued work) and counted in
+    /// [`cuda::host_fallback_count`](crate::cuda::host_fallback_count).
+    pub(crate) fn with_cpu<R>(&self, f: impl FnOnce(&CpuData, &Layout) -> R) -> Result<R> {
         let guard = self.read();
         match &*guard {
-            Storage::Cpu(s) => f(s.data(), &self.0.layout),
+            Storage::Cpu(s) => Ok(f(s.data(), &self.0.layout)),
+            Storage::Cuda(s) => {
+                let data = s.to_cpu()?;
+                drop(guard);
+                crate::backend::cuda::count_host_fallback();
+                Ok(f(&data, &self.0.layout))
+            }
         }
+    }
+
+    /// The CUDA storage of this tensor, when it has one (read-locked).
+    pub(crate) fn cuda_storage(&self) -> Option<CudaRead<'_>> {
+        let guard = self.read();
+        match &*guard {
+            Storage::Cuda(_) => Some(CudaRead(guard)),
+            Storage::Cpu(_) => None,
+        }
+    }
+
+    /// A contiguous tensor of host values on `device` (uploaded for a GPU).
+    pub(crate) fn from_host(data: CpuData, shape: &[usize], device: Device) -> Result<Tensor> {
+        match device {
+            Device::Cpu => Ok(Tensor::from_cpu(data, shape)),
+            Device::Cuda(i) => {
+                let dev = crate::backend::cuda::dev(i)?;
+                let s = CudaStorage::from_cpu(&dev, &data)?;
+                Ok(Tensor::from_cuda(s, shape))
+            }
+        }
+    }
+
+    /// A contiguous tensor over CUDA storage of `shape`'s size.
+    pub(crate) fn from_cuda(s: CudaStorage, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(s.len(), shape.iter().product::<usize>());
+        let device = s.dev().device();
+        Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape), device)
     }
 
     /// `true` when both tensors view the same storage.
@@ -274,17 +312,43 @@ impl Tensor {
         self.0.layout.is_contiguous()
     }
 
-    /// This tensor on `device`: the same tensor when already there, else a copy.
+    /// This tensor on `device`: the same tensor when already there, else a copy
+    /// (contiguous). Gradients flow back to the source device.
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if *device == self.device() {
             return Ok(self.clone());
         }
         crate::device::cuda::check_device(*device)?;
-        Err(Error::UnsupportedDevice {
-            op: "to",
-            device: *device,
-            msg: "this build of ember stores tensors on the CPU only".into(),
-        })
+        let out = {
+            let _ng = crate::no_grad_guard();
+            self.copy_to(*device)?
+        };
+        let from = self.device();
+        Ok(Tensor::record(out, "to", &[self], |_| {
+            move |g: &Tensor| Ok(vec![Some(g.to(&from)?)])
+        }))
+    }
+
+    /// A contiguous copy on `device` (no autograd record).
+    fn copy_to(&self, device: Device) -> Result<Tensor> {
+        let src = self.contiguous()?;
+        let guard = src.read();
+        let data = match &*guard {
+            Storage::Cpu(s) => {
+                let range = src.layout().offset()..src.layout().offset() + src.numel();
+                match device {
+                    Device::Cuda(i) => {
+                        let dev = crate::backend::cuda::dev(i)?;
+                        let st = CudaStorage::from_cpu_range(&dev, s.data(), range)?;
+                        return Ok(Tensor::from_cuda(st, self.shape()));
+                    }
+                    Device::Cpu => unreachable!("same device handled by the caller"),
+                }
+            }
+            Storage::Cuda(s) => s.to_cpu_range(src.layout().offset(), src.numel())?,
+        };
+        drop(guard);
+        Tensor::from_host(data, self.shape(), device)
     }
 
     /// Alias of [`to`](Self::to).
@@ -307,8 +371,17 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let data = self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype));
-        let out = Tensor::from_cpu(data, self.shape());
+        let out = match self.cuda_storage() {
+            Some(s) => Tensor::from_cuda(
+                crate::backend::cuda::ops::cast(&s, self.layout(), dtype)?,
+                self.shape(),
+            ),
+            None => {
+                let data =
+                    self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype))?;
+                Tensor::from_cpu(data, self.shape())
+            }
+        };
         if !dtype.is_float() {
             return Ok(out);
         }
@@ -323,16 +396,37 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        Ok(self.copy())
+        self.copy()
     }
 
     /// A contiguous copy that owns new storage (`torch.clone`).
-    pub fn copy(&self) -> Tensor {
-        let data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy);
-        let out = Tensor::from_cpu(data, self.shape());
-        Tensor::record(out, "copy", &[self], |_| {
+    pub fn copy(&self) -> Result<Tensor> {
+        let out = match self.cuda_storage() {
+            Some(s) => Tensor::from_cuda(
+                crate::backend::cuda::ops::contiguous(&s, self.layout())?,
+                self.shape(),
+            ),
+            None => Tensor::from_cpu(
+                self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)?,
+                self.shape(),
+            ),
+        };
+        Ok(Tensor::record(out, "copy", &[self], |_| {
             |g: &Tensor| Ok(vec![Some(g.clone())])
-        })
+        }))
+    }
+}
+
+/// A read lock on a tensor's storage known to be CUDA storage.
+pub(crate) struct CudaRead<'a>(RwLockReadGuard<'a, Storage>);
+
+impl std::ops::Deref for CudaRead<'_> {
+    type Target = CudaStorage;
+    fn deref(&self) -> &CudaStorage {
+        match &*self.0 {
+            Storage::Cuda(s) => s,
+            Storage::Cpu(_) => unreachable!("CudaRead holds CUDA storage"),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use crate::backend::cpu::elementwise::copy_strided;
 use crate::backend::cpu::{alloc_uninit, CpuData};
 use crate::layout::{normalize_dim, Dims, Layout};
 use crate::WithDType;
-use crate::{DType, Error, Result};
+use crate::{DType, Device, Error, Result};
 
 impl Tensor {
     /// The same elements with a new shape (one size may be -1): a view when the
@@ -18,7 +18,7 @@ impl Tensor {
         match self.layout().view(&dims) {
             Some(l) => Ok(self.view_as("reshape", l, ViewGrad::Reshape)),
             None => {
-                let copied = self.copy().with_layout(Layout::contiguous(&dims));
+                let copied = self.copy()?.with_layout(Layout::contiguous(&dims));
                 Ok(Tensor::record(copied, "reshape", &[self], |_| {
                     let shape = self.shape().to_vec();
                     move |g: &Tensor| Ok(vec![Some(g.reshape(&shape)?)])
@@ -292,17 +292,32 @@ impl Tensor {
             shape[d] += t.shape()[d];
         }
         let n: usize = shape.iter().product();
-        let mut out = alloc_data(dtype, n);
         let full = Layout::contiguous(&shape);
-        let mut at = 0;
-        for t in tensors {
-            let len = t.shape()[d];
-            let t = t.to_dtype(dtype)?;
-            let dst = full.slice(d, at, at + len, 1);
-            t.with_cpu(|src, ls| copy_strided(&mut out, &dst, src, ls));
-            at += len;
-        }
-        let out = Tensor::from_cpu(out, &shape);
+        let out = if let Device::Cuda(i) = first.device() {
+            let dev = crate::backend::cuda::dev(i)?;
+            let out = crate::backend::cuda::CudaStorage::alloc(&dev, dtype, n)?;
+            let mut at = 0;
+            for t in tensors {
+                let len = t.shape()[d];
+                let t = t.to_dtype(dtype)?;
+                let dst = full.slice(d, at, at + len, 1);
+                let src = t.cuda_storage().expect("same device checked");
+                crate::backend::cuda::ops::copy(&src, t.layout(), &out, &dst)?;
+                at += len;
+            }
+            Tensor::from_cuda(out, &shape)
+        } else {
+            let mut out = alloc_data(dtype, n);
+            let mut at = 0;
+            for t in tensors {
+                let len = t.shape()[d];
+                let t = t.to_dtype(dtype)?;
+                let dst = full.slice(d, at, at + len, 1);
+                t.with_cpu(|src, ls| copy_strided(&mut out, &dst, src, ls))?;
+                at += len;
+            }
+            Tensor::from_cpu(out, &shape)
+        };
         Ok(Tensor::record(out, "cat", tensors, |_| {
             let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
             move |g: &Tensor| {

@@ -15,7 +15,7 @@ fn grad_check(
         .iter()
         .map(|t| {
             t.to_dtype(DType::F64)
-                .and_then(|t| t.copy().requires_grad_(true))
+                .and_then(|t| t.copy()?.requires_grad_(true))
         })
         .collect::<Result<_>>()?;
     let out = f(&xs)?;
@@ -164,7 +164,7 @@ fn matmul_and_view_rules(dev: &Device) -> Result<()> {
     })?;
     grad_check(dev, &[m.clone()], &|x| Ok(x[0].chunk(2, 1)?[1].clone()))?;
     // a cast passes the gradient through, converted back to the input's dtype
-    let c = m.copy().requires_grad_(true)?;
+    let c = m.copy()?.requires_grad_(true)?;
     c.to_dtype(DType::F32)?.mul(3.0)?.sum_all()?.backward()?;
     let gc = c.grad().unwrap();
     assert_eq!((gc.dtype(), vals(&gc)), (DType::F64, vec![3.0; 12]));

@@ -166,7 +166,7 @@ fn dtype_conversions(dev: &Device) -> Result<()> {
         vec![i64::MAX, i64::MIN + 1, 9007199254740993]
     );
     assert_eq!(big.contiguous()?.to_vec1::<i64>()?[2], 9007199254740993);
-    assert_eq!(big.t()?.copy().to_vec1::<i64>()?[2], 9007199254740993);
+    assert_eq!(big.t()?.copy()?.to_vec1::<i64>()?[2], 9007199254740993);
     let same = src.to_dtype(DType::F64)?;
     assert_eq!(vals(&same), vals(&src));
     Ok(())

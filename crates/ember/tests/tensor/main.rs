@@ -51,6 +51,7 @@ fn vals(t: &ember::Tensor) -> Vec<f64> {
 
 mod autograd;
 mod creation;
+mod cuda;
 mod data;
 mod elementwise;
 mod errors;

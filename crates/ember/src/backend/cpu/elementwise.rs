@@ -6,6 +6,7 @@
 
 use super::walk::Walk;
 use super::{alloc_uninit, CpuData, CpuElem, PAR_CHUNK, PAR_MIN};
+use crate::backend::cuda::ops::{BinaryCode, UnaryCode};
 use crate::dtype::{FloatDType, Real, WithDType};
 use crate::layout::Layout;
 use half::{bf16, f16};
@@ -361,12 +362,16 @@ pub(crate) trait UnaryOp: Sync {
     fn i(&self, x: i64) -> i64 {
         self.f(x as f64) as i64
     }
+    /// The CUDA kernel's operation code and its two parameters.
+    fn cuda(&self) -> (UnaryCode, f64, f64);
 }
 
 /// A two-operand elementwise operation on one dtype.
 pub(crate) trait BinaryOp: Sync {
     fn f<F: Real>(&self, a: F, b: F) -> F;
     fn i(&self, a: i64, b: i64) -> i64;
+    /// The CUDA kernel's operation code.
+    const CUDA: BinaryCode;
 }
 
 /// Element types that the arithmetic ops run on.
@@ -541,6 +546,7 @@ macro_rules! binop {
     ($name:ident, |$a:ident, $b:ident| $f:expr, |$ia:ident, $ib:ident| $i:expr) => {
         pub(crate) struct $name;
         impl BinaryOp for $name {
+            const CUDA: BinaryCode = BinaryCode::$name;
             #[inline(always)]
             fn f<F: Real>(&self, $a: F, $b: F) -> F {
                 $f
@@ -612,6 +618,9 @@ macro_rules! unop {
             fn f<F: Real>(&self, $x: F) -> F {
                 $f
             }
+            fn cuda(&self) -> (UnaryCode, f64, f64) {
+                (UnaryCode::$name, 0.0, 0.0)
+            }
         }
     };
     ($name:ident, $float_only:expr, |$x:ident| $f:expr, |$ix:ident| $i:expr) => {
@@ -625,6 +634,9 @@ macro_rules! unop {
             #[inline(always)]
             fn i(&self, $ix: i64) -> i64 {
                 $i
+            }
+            fn cuda(&self) -> (UnaryCode, f64, f64) {
+                (UnaryCode::$name, 0.0, 0.0)
             }
         }
     };
@@ -676,6 +688,9 @@ impl UnaryOp for PowScalar {
     fn i(&self, x: i64) -> i64 {
         int_pow(x, self.0 as i64)
     }
+    fn cuda(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::PowScalar, self.0, 0.0)
+    }
 }
 
 /// Clamps into `[lo, hi]`; NaN stays NaN.
@@ -706,5 +721,12 @@ impl UnaryOp for Clamp {
             y = y.min(hi.floor() as i64);
         }
         y
+    }
+    fn cuda(&self) -> (UnaryCode, f64, f64) {
+        (
+            UnaryCode::Clamp,
+            self.0.unwrap_or(f64::NAN),
+            self.1.unwrap_or(f64::NAN),
+        )
     }
 }

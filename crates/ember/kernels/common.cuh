@@ -1,0 +1,163 @@
+// ember's common kernel definitions, placed before every ember kernel source.
+//
+// No CUDA header is included: f16 and bf16 are 16-bit structs converted with PTX
+// instructions, so ember's kernels compile with NVRTC alone, on any machine.
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned char u8;
+typedef unsigned short u16;
+
+#define EMBER_MAX_RANK 8
+
+// A strided view, passed to kernels by value (mirrors `KLayout` on the Rust side).
+// Elements are addressed by their row-major linear index over `shape`.
+struct Layout {
+    int rank;
+    int contiguous;  // 1 when element i lives at offset + i
+    i64 offset;
+    i64 shape[EMBER_MAX_RANK];
+    i64 strides[EMBER_MAX_RANK];
+};
+
+__device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
+    if (l.contiguous) return l.offset + i;
+    i64 off = l.offset;
+    for (int d = l.rank - 1; d >= 0; --d) {
+        i64 s = l.shape[d];
+        off += (i % s) * l.strides[d];
+        i /= s;
+    }
+    return off;
+}
+
+// Grid-stride loop over n elements.
+#define FOR_EACH(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+struct f16 { u16 bits; };
+struct bf16 { u16 bits; };
+
+__device__ __forceinline__ float f16_to_float(f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+__device__ __forceinline__ f16 float_to_f16(float f) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+    return r;
+}
+__device__ __forceinline__ float bf16_to_float(bf16 x) {
+    return __uint_as_float(((unsigned)x.bits) << 16);
+}
+// Round to nearest even, NaN kept quiet (works on every architecture).
+__device__ __forceinline__ bf16 float_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = (u16)((u >> 16) | 0x40);
+        return r;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    r.bits = (u16)(u >> 16);
+    return r;
+}
+
+template <typename T> struct is_float_t { static const bool value = false; };
+template <> struct is_float_t<f16> { static const bool value = true; };
+template <> struct is_float_t<bf16> { static const bool value = true; };
+template <> struct is_float_t<float> { static const bool value = true; };
+template <> struct is_float_t<double> { static const bool value = true; };
+
+// The type arithmetic runs in: float for f16/bf16/f32, double for f64, i64 for
+// the integer types and bool.
+template <typename T> struct acc_t { typedef i64 type; };
+template <> struct acc_t<f16> { typedef float type; };
+template <> struct acc_t<bf16> { typedef float type; };
+template <> struct acc_t<float> { typedef float type; };
+template <> struct acc_t<double> { typedef double type; };
+
+__device__ __forceinline__ float widen(f16 x) { return f16_to_float(x); }
+__device__ __forceinline__ float widen(bf16 x) { return bf16_to_float(x); }
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ i64 widen(i64 x) { return x; }
+__device__ __forceinline__ i64 widen(u8 x) { return (i64)x; }
+__device__ __forceinline__ i64 widen(bool x) { return x ? 1 : 0; }
+
+// Converts a widened value (float, double or i64) to T. Integer results wrap like
+// Rust's `as` on in-range values; bool is `v != 0`.
+template <typename T> struct narrow_t {
+    template <typename V> static __device__ __forceinline__ T from(V v) { return (T)v; }
+};
+template <> struct narrow_t<f16> {
+    template <typename V> static __device__ __forceinline__ f16 from(V v) { return float_to_f16((float)v); }
+};
+template <> struct narrow_t<bf16> {
+    template <typename V> static __device__ __forceinline__ bf16 from(V v) { return float_to_bf16((float)v); }
+};
+template <> struct narrow_t<bool> {
+    template <typename V> static __device__ __forceinline__ bool from(V v) { return v != (V)0; }
+};
+template <> struct narrow_t<u8> {
+    template <typename V> static __device__ __forceinline__ u8 from(V v) { return (u8)(i64)v; }
+};
+template <typename T, typename V> __device__ __forceinline__ T narrow(V v) { return narrow_t<T>::from(v); }
+
+template <typename V> __device__ __forceinline__ bool is_nan(V v) { return v != v; }
+
+// ember compiles each kernel file once per dtype, defining EMBER_T_<suffix> (only
+// what a program uses gets compiled); with no EMBER_T_* defined, every dtype is
+// instantiated. IF_<suffix>(x) keeps x only in the module of that dtype.
+#if !defined(EMBER_T_bool) && !defined(EMBER_T_u8) && !defined(EMBER_T_i64) && !defined(EMBER_T_f16) && \
+    !defined(EMBER_T_bf16) && !defined(EMBER_T_f32) && !defined(EMBER_T_f64)
+#define EMBER_T_bool
+#define EMBER_T_u8
+#define EMBER_T_i64
+#define EMBER_T_f16
+#define EMBER_T_bf16
+#define EMBER_T_f32
+#define EMBER_T_f64
+#endif
+#ifdef EMBER_T_bool
+#define IF_bool(x) x
+#else
+#define IF_bool(x)
+#endif
+#ifdef EMBER_T_u8
+#define IF_u8(x) x
+#else
+#define IF_u8(x)
+#endif
+#ifdef EMBER_T_i64
+#define IF_i64(x) x
+#else
+#define IF_i64(x)
+#endif
+#ifdef EMBER_T_f16
+#define IF_f16(x) x
+#else
+#define IF_f16(x)
+#endif
+#ifdef EMBER_T_bf16
+#define IF_bf16(x) x
+#else
+#define IF_bf16(x)
+#endif
+#ifdef EMBER_T_f32
+#define IF_f32(x) x
+#else
+#define IF_f32(x)
+#endif
+#ifdef EMBER_T_f64
+#define IF_f64(x) x
+#else
+#define IF_f64(x)
+#endif
+
+// Instantiates `MACRO(type, suffix)` for every dtype of this module.
+#define EMBER_ALL_TYPES(M)                                                                           \
+    IF_bool(M(bool, bool)) IF_u8(M(u8, u8)) IF_i64(M(i64, i64)) IF_f16(M(f16, f16))                  \
+        IF_bf16(M(bf16, bf16)) IF_f32(M(float, f32)) IF_f64(M(double, f64))
+#define EMBER_FLOAT_TYPES(M) IF_f16(M(f16, f16)) IF_bf16(M(bf16, bf16)) IF_f32(M(float, f32)) IF_f64(M(double, f64))

@@ -1,0 +1,270 @@
+// Elementwise kernels: fill, strided copy, cast, unary, binary (broadcast through
+// the layouts), in-place binary, comparisons and where. One template per
+// operation, instantiated for every dtype; the operation code is a uniform branch.
+
+// Unary operation codes (mirror `UnaryCode` in backend/cuda/ops.rs).
+#define U_NEG 0
+#define U_ABS 1
+#define U_EXP 2
+#define U_LOG 3
+#define U_SQRT 4
+#define U_TANH 5
+#define U_SIN 6
+#define U_COS 7
+#define U_RECIP 8
+#define U_SQUARE 9
+#define U_RELU 10
+#define U_SIGMOID 11
+#define U_ERF 12
+#define U_GELU 13
+#define U_GELU_TANH 14
+#define U_POW_SCALAR 15
+#define U_CLAMP 16
+
+// Binary operation codes (mirror `BinaryCode`).
+#define B_ADD 0
+#define B_SUB 1
+#define B_MUL 2
+#define B_DIV 3
+#define B_MAXIMUM 4
+#define B_MINIMUM 5
+#define B_POW 6
+#define B_RELU_BACKWARD 7
+
+// Comparison codes (mirror `CmpOp`).
+#define C_EQ 0
+#define C_NE 1
+#define C_LT 2
+#define C_LE 3
+#define C_GT 4
+#define C_GE 5
+
+template <typename T> __device__ __forceinline__ void fill_impl(T* out, i64 n, T v) {
+    FOR_EACH(i, n) { out[i] = v; }
+}
+
+template <typename T>
+__device__ __forceinline__ void copy_impl(const T* src, Layout ls, T* dst, Layout ld, i64 n) {
+    FOR_EACH(i, n) { dst[loc(ld, i)] = src[loc(ls, i)]; }
+}
+
+template <typename S, typename D>
+__device__ __forceinline__ void cast_impl(const S* src, Layout ls, D* dst, i64 n) {
+    FOR_EACH(i, n) { dst[i] = narrow<D>(widen(src[loc(ls, i)])); }
+}
+
+// --- floating point ---------------------------------------------------------------
+
+__device__ __forceinline__ float f_erf(float x) { return erff(x); }
+__device__ __forceinline__ double f_erf(double x) { return erf(x); }
+
+template <typename A> __device__ __forceinline__ A unary_float(int op, A x, double p0, double p1) {
+    switch (op) {
+    case U_NEG: return -x;
+    case U_ABS: return x < (A)0 ? -x : x;
+    case U_EXP: return exp(x);
+    case U_LOG: return log(x);
+    case U_SQRT: return sqrt(x);
+    case U_TANH: return tanh(x);
+    case U_SIN: return sin(x);
+    case U_COS: return cos(x);
+    case U_RECIP: return (A)1 / x;
+    case U_SQUARE: return x * x;
+    case U_RELU: return (x > (A)0 || is_nan(x)) ? x : (A)0;
+    case U_SIGMOID: return (A)1 / ((A)1 + exp(-x));
+    case U_ERF: return f_erf(x);
+    case U_GELU: return (A)0.5 * x * ((A)1 + f_erf(x * (A)0.70710678118654752440));
+    case U_GELU_TANH: {
+        const A k = (A)0.79788456080286535588;  // sqrt(2 / pi)
+        return (A)0.5 * x * ((A)1 + tanh(k * (x + (A)0.044715 * x * x * x)));
+    }
+    case U_POW_SCALAR:
+        if (p0 == 2.0) return x * x;
+        if (p0 == 0.5) return sqrt(x);
+        if (p0 == 1.0) return x;
+        return pow(x, (A)p0);
+    case U_CLAMP: {
+        A y = x;
+        if (!is_nan(p0) && y < (A)p0) y = (A)p0;
+        if (!is_nan(p1) && y > (A)p1) y = (A)p1;
+        return y;
+    }
+    }
+    return x;
+}
+
+template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b) {
+    switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MAXIMUM: return (is_nan(a) || is_nan(b)) ? (a + b) : (a > b ? a : b);
+    case B_MINIMUM: return (is_nan(a) || is_nan(b)) ? (a + b) : (a < b ? a : b);
+    case B_POW: return pow(a, b);
+    case B_RELU_BACKWARD: return b > (A)0 ? a : (A)0;
+    }
+    return a;
+}
+
+// --- integers (computed in i64, wrapping like the CPU kernels) --------------------
+
+__device__ __forceinline__ i64 wrap_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ i64 wrap_sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
+__device__ __forceinline__ i64 wrap_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+
+__device__ __forceinline__ i64 int_pow(i64 a, i64 b) {
+    if (b < 0) {
+        if (a == 1) return 1;
+        if (a == -1) return (b % 2 == 0) ? 1 : -1;
+        return 0;
+    }
+    i64 r = 1;
+    u64 e = (u64)b;
+    while (e) {
+        if (e & 1) r = wrap_mul(r, a);
+        a = wrap_mul(a, a);
+        e >>= 1;
+    }
+    return r;
+}
+
+__device__ __forceinline__ i64 unary_int(int op, i64 x, double p0, double p1) {
+    switch (op) {
+    case U_NEG: return wrap_sub(0, x);
+    case U_ABS: return x < 0 ? wrap_sub(0, x) : x;
+    case U_SQUARE: return wrap_mul(x, x);
+    case U_RELU: return x > 0 ? x : 0;
+    case U_POW_SCALAR: return int_pow(x, (i64)p0);
+    case U_CLAMP: {
+        i64 y = x;
+        if (!is_nan(p0)) { i64 lo = (i64)ceil(p0); if (y < lo) y = lo; }
+        if (!is_nan(p1)) { i64 hi = (i64)floor(p1); if (y > hi) y = hi; }
+        return y;
+    }
+    }
+    // float-only operations reach here only through the float path
+    return x;
+}
+
+__device__ __forceinline__ i64 binary_int(int op, i64 a, i64 b) {
+    switch (op) {
+    case B_ADD: return wrap_add(a, b);
+    case B_SUB: return wrap_sub(a, b);
+    case B_MUL: return wrap_mul(a, b);
+    case B_DIV:
+        if (b == 0 || (b == -1 && a == (i64)0x8000000000000000ull)) return 0;
+        return a / b;
+    case B_MAXIMUM: return a > b ? a : b;
+    case B_MINIMUM: return a < b ? a : b;
+    case B_POW: return int_pow(a, b);
+    case B_RELU_BACKWARD: return b > 0 ? a : 0;
+    }
+    return a;
+}
+
+template <typename T> __device__ __forceinline__ T apply_unary(int op, T x, double p0, double p1) {
+    if constexpr (is_float_t<T>::value) {
+        return narrow<T>(unary_float(op, widen(x), p0, p1));
+    } else {
+        return narrow<T>(unary_int(op, widen(x), p0, p1));
+    }
+}
+
+template <typename T> __device__ __forceinline__ T apply_binary(int op, T a, T b) {
+    if constexpr (is_float_t<T>::value) {
+        return narrow<T>(binary_float(op, widen(a), widen(b)));
+    } else {
+        return narrow<T>(binary_int(op, widen(a), widen(b)));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void unary_impl(const T* x, Layout lx, T* out, i64 n, int op, double p0, double p1) {
+    if (lx.contiguous) {
+        const T* xs = x + lx.offset;
+        FOR_EACH(i, n) { out[i] = apply_unary(op, xs[i], p0, p1); }
+    } else {
+        FOR_EACH(i, n) { out[i] = apply_unary(op, x[loc(lx, i)], p0, p1); }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void binary_impl(const T* a, Layout la, const T* b, Layout lb, T* out, i64 n, int op) {
+    if (la.contiguous && lb.contiguous) {
+        const T* as = a + la.offset;
+        const T* bs = b + lb.offset;
+        FOR_EACH(i, n) { out[i] = apply_binary(op, as[i], bs[i]); }
+    } else {
+        FOR_EACH(i, n) { out[i] = apply_binary(op, a[loc(la, i)], b[loc(lb, i)]); }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void binary_inplace_impl(T* a, Layout la, const T* b, Layout lb, i64 n, int op) {
+    FOR_EACH(i, n) {
+        i64 o = loc(la, i);
+        a[o] = apply_binary(op, a[o], b[loc(lb, i)]);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void compare_impl(const T* a, Layout la, const T* b, Layout lb, bool* out, i64 n, int op) {
+    FOR_EACH(i, n) {
+        auto x = widen(a[loc(la, i)]);
+        auto y = widen(b[loc(lb, i)]);
+        bool r = false;
+        switch (op) {
+        case C_EQ: r = x == y; break;
+        case C_NE: r = x != y; break;
+        case C_LT: r = x < y; break;
+        case C_LE: r = x <= y; break;
+        case C_GT: r = x > y; break;
+        case C_GE: r = x >= y; break;
+        }
+        out[i] = r;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void where_impl(const bool* c, Layout lc, const T* a, Layout la, const T* b, Layout lb, T* out, i64 n) {
+    FOR_EACH(i, n) { out[i] = c[loc(lc, i)] ? a[loc(la, i)] : b[loc(lb, i)]; }
+}
+
+#define ELEMENTWISE(T, S)                                                                            \
+    extern "C" __global__ void fill_##S(T* out, i64 n, T v) { fill_impl(out, n, v); }                \
+    extern "C" __global__ void copy_##S(const T* src, Layout ls, T* dst, Layout ld, i64 n) {        \
+        copy_impl(src, ls, dst, ld, n);                                                              \
+    }                                                                                                \
+    extern "C" __global__ void unary_##S(const T* x, Layout lx, T* out, i64 n, int op, double p0,   \
+                                         double p1) {                                                \
+        unary_impl(x, lx, out, n, op, p0, p1);                                                       \
+    }                                                                                                \
+    extern "C" __global__ void binary_##S(const T* a, Layout la, const T* b, Layout lb, T* out,     \
+                                          i64 n, int op) {                                           \
+        binary_impl(a, la, b, lb, out, n, op);                                                       \
+    }                                                                                                \
+    extern "C" __global__ void binary_inplace_##S(T* a, Layout la, const T* b, Layout lb, i64 n,    \
+                                                  int op) {                                          \
+        binary_inplace_impl(a, la, b, lb, n, op);                                                    \
+    }                                                                                                \
+    extern "C" __global__ void compare_##S(const T* a, Layout la, const T* b, Layout lb, bool* out, \
+                                           i64 n, int op) {                                          \
+        compare_impl(a, la, b, lb, out, n, op);                                                      \
+    }                                                                                                \
+    extern "C" __global__ void where_##S(const bool* c, Layout lc, const T* a, Layout la,           \
+                                         const T* b, Layout lb, T* out, i64 n) {                     \
+        where_impl(c, lc, a, la, b, lb, out, n);                                                     \
+    }
+EMBER_ALL_TYPES(ELEMENTWISE)
+
+// cast_<from>_<to> for every pair of dtypes
+#define CAST_TO(D, DS, S, SS)                                                                        \
+    extern "C" __global__ void cast_##SS##_##DS(const S* src, Layout ls, D* dst, i64 n) {           \
+        cast_impl(src, ls, dst, n);                                                                  \
+    }
+#define CAST_FROM(S, SS)                                                                             \
+    CAST_TO(bool, bool, S, SS) CAST_TO(u8, u8, S, SS) CAST_TO(i64, i64, S, SS)                       \
+    CAST_TO(f16, f16, S, SS) CAST_TO(bf16, bf16, S, SS) CAST_TO(float, f32, S, SS)                   \
+    CAST_TO(double, f64, S, SS)
+EMBER_ALL_TYPES(CAST_FROM)

@@ -1,0 +1,484 @@
+//! The caching allocator: device memory is taken from the driver in segments and
+//! handed out as blocks; freed blocks go back to a size-ordered pool and are reused
+//! without calling the driver, like PyTorch's CUDA caching allocator.
+//!
+//! - Sizes are rounded up to 512 bytes.
+//! - Requests up to 1 MiB come from the small pool (2 MiB segments); larger ones
+//!   from the large pool (20 MiB segments for requests under 10 MiB, otherwise the
+//!   request rounded up to 2 MiB).
+//! - The best-fitting free block is used; what it has beyond the request is split
+//!   off as a free block when it is at least 512 bytes (small pool) or 1 MiB (large).
+//! - A freed block merges with free neighbours of the same segment.
+//! - When the driver is out of memory, every segment with nothing allocated in it is
+//!   released and the request tried once more; then the caller gets
+//!   [`Error::OutOfMemory`](crate::Error::OutOfMemory) and the allocator is intact.
+//!
+//! All of ember's work on a device runs on one stream, so a block freed while a
+//! kernel still reads it can be handed to the next kernel on that stream safely.
+//! Segments are only returned to the driver after a synchronization.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the allocator needs from the driver (a fake one in tests).
+pub(crate) trait RawMemory {
+    /// A new device allocation of `bytes`, or `Err(true)` when the device is out of
+    /// memory (`Err(false)`: another driver error, with the message in `last_error`).
+    fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, bool>;
+    fn free(&mut self, ptr: u64);
+    /// (free, total) bytes on the device.
+    fn mem_info(&self) -> (usize, usize);
+    /// Waits for all queued work on the device.
+    fn synchronize(&self);
+    fn last_error(&self) -> String {
+        String::new()
+    }
+}
+
+const ROUND: usize = 512;
+const SMALL_MAX: usize = 1 << 20;
+const SMALL_SEGMENT: usize = 2 << 20;
+const LARGE_SEGMENT: usize = 20 << 20;
+const MIN_LARGE_ALLOC: usize = 10 << 20;
+const LARGE_ROUND: usize = 2 << 20;
+const MIN_LARGE_SPLIT: usize = 1 << 20;
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to).max(1) * to
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: usize,
+    segment: u64,
+    free: bool,
+    small: bool,
+}
+
+/// Memory statistics of one device (PyTorch's `torch.cuda.memory_stats` core).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes in blocks handed out to tensors (rounded sizes).
+    pub allocated: usize,
+    /// Bytes taken from the driver (allocated + cached).
+    pub reserved: usize,
+    /// The largest `allocated` since the start or the last peak reset.
+    pub peak_allocated: usize,
+    /// The largest `reserved` since the start or the last peak reset.
+    pub peak_reserved: usize,
+    /// Blocks handed out (including reuse) since the start.
+    pub num_allocs: u64,
+    /// Segments taken from the driver since the start.
+    pub num_device_mallocs: u64,
+    /// Segments returned to the driver since the start.
+    pub num_device_frees: u64,
+    /// Times the cache was emptied to retry an allocation that the driver refused.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed with out-of-memory.
+    pub num_ooms: u64,
+}
+
+/// Why an allocation failed.
+#[derive(Debug)]
+pub(crate) enum AllocError {
+    OutOfMemory {
+        requested: usize,
+        free: usize,
+        total: usize,
+        allocated: usize,
+        reserved: usize,
+    },
+    Driver(String),
+}
+
+pub(crate) struct Allocator<M: RawMemory> {
+    raw: M,
+    /// Every block, by address.
+    blocks: BTreeMap<u64, Block>,
+    /// Free blocks by (size, address), per pool.
+    free_small: BTreeSet<(usize, u64)>,
+    free_large: BTreeSet<(usize, u64)>,
+    /// Segment base -> size.
+    segments: BTreeMap<u64, usize>,
+    stats: MemoryStats,
+}
+
+impl<M: RawMemory> Allocator<M> {
+    pub fn new(raw: M) -> Self {
+        Allocator {
+            raw,
+            blocks: BTreeMap::new(),
+            free_small: BTreeSet::new(),
+            free_large: BTreeSet::new(),
+            segments: BTreeMap::new(),
+            stats: MemoryStats::default(),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn raw(&self) -> &M {
+        &self.raw
+    }
+
+    pub fn stats(&self) -> MemoryStats {
+        self.stats
+    }
+
+    pub fn reset_peak(&mut self) {
+        self.stats.peak_allocated = self.stats.allocated;
+        self.stats.peak_reserved = self.stats.reserved;
+    }
+
+    /// The size a request of `bytes` occupies.
+    pub fn rounded(bytes: usize) -> usize {
+        round_up(bytes, ROUND)
+    }
+
+    fn pool(&mut self, small: bool) -> &mut BTreeSet<(usize, u64)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
+    }
+
+    /// A block of at least `bytes`; returns its address.
+    pub fn alloc(&mut self, bytes: usize) -> std::result::Result<u64, AllocError> {
+        let size = Self::rounded(bytes);
+        let small = size <= SMALL_MAX;
+        let found = self.pool(small).range((size, 0)..).next().copied();
+        let addr = match found {
+            Some(key) => {
+                self.pool(small).remove(&key);
+                key.1
+            }
+            None => self.new_segment(size, small)?,
+        };
+        // split what is left over
+        let block = self
+            .blocks
+            .get_mut(&addr)
+            .expect("block of a free-list entry");
+        let rest = block.size - size;
+        let min_split = if small { ROUND } else { MIN_LARGE_SPLIT };
+        block.free = false;
+        if rest >= min_split {
+            block.size = size;
+            let tail = Block {
+                size: rest,
+                segment: block.segment,
+                free: true,
+                small,
+            };
+            let tail_addr = addr + size as u64;
+            self.blocks.insert(tail_addr, tail);
+            self.pool(small).insert((rest, tail_addr));
+        }
+        let got = self.blocks[&addr].size;
+        self.stats.allocated += got;
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
+        self.stats.num_allocs += 1;
+        Ok(addr)
+    }
+
+    fn new_segment(&mut self, size: usize, small: bool) -> std::result::Result<u64, AllocError> {
+        let seg = if small {
+            SMALL_SEGMENT
+        } else if size < MIN_LARGE_ALLOC {
+            LARGE_SEGMENT
+        } else {
+            round_up(size, LARGE_ROUND)
+        };
+        let base = match self.raw.malloc(seg) {
+            Ok(p) => p,
+            Err(true) => {
+                // free the cache and try once more
+                self.stats.num_alloc_retries += 1;
+                self.release_cached();
+                match self.raw.malloc(seg) {
+                    Ok(p) => p,
+                    Err(true) => {
+                        self.stats.num_ooms += 1;
+                        let (free, total) = self.raw.mem_info();
+                        return Err(AllocError::OutOfMemory {
+                            requested: size,
+                            free,
+                            total,
+                            allocated: self.stats.allocated,
+                            reserved: self.stats.reserved,
+                        });
+                    }
+                    Err(false) => return Err(AllocError::Driver(self.raw.last_error())),
+                }
+            }
+            Err(false) => return Err(AllocError::Driver(self.raw.last_error())),
+        };
+        self.stats.num_device_mallocs += 1;
+        self.stats.reserved += seg;
+        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+        self.segments.insert(base, seg);
+        self.blocks.insert(
+            base,
+            Block {
+                size: seg,
+                segment: base,
+                free: true,
+                small,
+            },
+        );
+        Ok(base)
+    }
+
+    /// Returns the block at `addr` to the pool.
+    pub fn free(&mut self, addr: u64) {
+        let Some(mut block) = self.blocks.get(&addr).copied() else {
+            debug_assert!(false, "free of an unknown block {addr:#x}");
+            return;
+        };
+        if block.free {
+            debug_assert!(false, "double free of {addr:#x}");
+            return;
+        }
+        self.stats.allocated -= block.size;
+        let mut start = addr;
+        // merge with the next block
+        let next = addr + block.size as u64;
+        if let Some(n) = self.blocks.get(&next).copied() {
+            if n.free && n.segment == block.segment {
+                self.pool(n.small).remove(&(n.size, next));
+                self.blocks.remove(&next);
+                block.size += n.size;
+            }
+        }
+        // merge with the previous block
+        if let Some((&paddr, &p)) = self.blocks.range(..addr).next_back() {
+            if p.free && p.segment == block.segment && paddr + p.size as u64 == addr {
+                self.pool(p.small).remove(&(p.size, paddr));
+                self.blocks.remove(&addr);
+                block.size += p.size;
+                start = paddr;
+            }
+        }
+        block.free = true;
+        self.blocks.insert(start, block);
+        self.pool(block.small).insert((block.size, start));
+    }
+
+    /// Returns every segment with nothing allocated in it to the driver
+    /// (`torch.cuda.empty_cache()`).
+    pub fn release_cached(&mut self) {
+        let empty: Vec<(u64, usize)> = self
+            .segments
+            .iter()
+            .filter(|(base, size)| {
+                self.blocks
+                    .get(base)
+                    .is_some_and(|b| b.free && b.size == **size)
+            })
+            .map(|(b, s)| (*b, *s))
+            .collect();
+        if empty.is_empty() {
+            return;
+        }
+        // blocks in the cache may still be read by queued kernels
+        self.raw.synchronize();
+        for (base, size) in empty {
+            let b = self.blocks.remove(&base).expect("segment block");
+            self.pool(b.small).remove(&(size, base));
+            self.segments.remove(&base);
+            self.raw.free(base);
+            self.stats.reserved -= size;
+            self.stats.num_device_frees += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pretend device with `capacity` bytes, handing out increasing addresses.
+    struct Fake {
+        capacity: usize,
+        used: usize,
+        next: u64,
+        live: BTreeMap<u64, usize>,
+        mallocs: usize,
+    }
+
+    impl Fake {
+        fn new(capacity: usize) -> Self {
+            Fake {
+                capacity,
+                used: 0,
+                next: 1 << 32,
+                live: BTreeMap::new(),
+                mallocs: 0,
+            }
+        }
+    }
+
+    impl RawMemory for Fake {
+        fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, bool> {
+            if self.used + bytes > self.capacity {
+                return Err(true);
+            }
+            self.mallocs += 1;
+            self.used += bytes;
+            let p = self.next;
+            self.next += bytes as u64 + 4096;
+            self.live.insert(p, bytes);
+            Ok(p)
+        }
+        fn free(&mut self, ptr: u64) {
+            let n = self.live.remove(&ptr).expect("freeing a live allocation");
+            self.used -= n;
+        }
+        fn mem_info(&self) -> (usize, usize) {
+            (self.capacity - self.used, self.capacity)
+        }
+        fn synchronize(&self) {}
+    }
+
+    const MB: usize = 1 << 20;
+
+    #[test]
+    fn rounds_and_counts() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(1).unwrap();
+        assert_eq!(a.stats().allocated, 512);
+        assert_eq!(a.stats().reserved, 2 * MB);
+        let q = a.alloc(1000).unwrap();
+        assert_eq!(
+            q,
+            p + 512,
+            "second small block carved from the same segment"
+        );
+        assert_eq!(a.stats().allocated, 512 + 1024);
+        a.free(p);
+        a.free(q);
+        assert_eq!(a.stats().allocated, 0);
+        assert_eq!(a.stats().reserved, 2 * MB, "freed blocks stay cached");
+        assert_eq!(a.raw().mallocs, 1);
+    }
+
+    #[test]
+    fn reuse_without_driver_calls() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(64 * MB).unwrap();
+        a.free(p);
+        for _ in 0..100 {
+            let q = a.alloc(64 * MB).unwrap();
+            assert_eq!(q, p);
+            a.free(q);
+        }
+        assert_eq!(a.raw().mallocs, 1);
+        assert_eq!(a.stats().num_device_mallocs, 1);
+        assert_eq!(a.stats().num_allocs, 101);
+    }
+
+    #[test]
+    fn split_and_merge() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        // 3 MiB from a 20 MiB large segment: the rest is split off
+        let p = a.alloc(3 * MB).unwrap();
+        let q = a.alloc(5 * MB).unwrap();
+        assert_eq!(q, p + 3 * MB as u64);
+        assert_eq!(a.stats().reserved, 20 * MB);
+        a.free(p);
+        a.free(q);
+        // everything merged back into one 20 MiB block
+        let r = a.alloc(20 * MB).unwrap();
+        assert_eq!(r, p);
+        assert_eq!(a.raw().mallocs, 1);
+        a.free(r);
+        a.release_cached();
+        assert_eq!(a.stats().reserved, 0);
+        assert_eq!(a.raw().used, 0);
+    }
+
+    #[test]
+    fn oom_frees_cache_retries_then_errors_and_recovers() {
+        let mut a = Allocator::new(Fake::new(100 * MB));
+        let p = a.alloc(60 * MB).unwrap();
+        a.free(p); // cached: 60 MiB reserved
+                   // 80 MiB does not fit next to the cached 60: the cache is freed and retried
+        let q = a.alloc(80 * MB).unwrap();
+        assert_eq!(a.stats().num_alloc_retries, 1);
+        assert_eq!(a.stats().reserved, 80 * MB);
+        // too large even with an empty cache
+        match a.alloc(500 * MB) {
+            Err(AllocError::OutOfMemory {
+                requested,
+                allocated,
+                reserved,
+                free,
+                ..
+            }) => {
+                assert_eq!(requested, 500 * MB);
+                assert_eq!(allocated, 80 * MB);
+                assert_eq!(reserved, 80 * MB);
+                assert_eq!(free, 20 * MB);
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        assert_eq!(a.stats().num_ooms, 1);
+        // the allocator still works
+        let r = a.alloc(MB).unwrap();
+        a.free(r);
+        a.free(q);
+        a.release_cached();
+        assert_eq!(a.raw().used, 0);
+    }
+
+    #[test]
+    fn peak_and_reset() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(4 * MB).unwrap();
+        let q = a.alloc(4 * MB).unwrap();
+        a.free(p);
+        assert_eq!(a.stats().peak_allocated, 8 * MB);
+        a.reset_peak();
+        assert_eq!(a.stats().peak_allocated, 4 * MB);
+        a.free(q);
+    }
+
+    #[test]
+    fn many_random_blocks_keep_invariants() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut a = Allocator::new(Fake::new(1 << 32));
+        let mut live: Vec<(u64, usize)> = Vec::new();
+        for _ in 0..2000 {
+            if live.is_empty() || rng.random_range(0..3) > 0 {
+                let n = if rng.random_bool(0.8) {
+                    rng.random_range(1..200_000)
+                } else {
+                    rng.random_range(1..30 * MB)
+                };
+                let p = a.alloc(n).unwrap();
+                // no overlap with any live block
+                let r = Allocator::<Fake>::rounded(n) as u64;
+                for &(q, m) in &live {
+                    let m = Allocator::<Fake>::rounded(m) as u64;
+                    assert!(p + r <= q || q + m <= p, "overlap");
+                }
+                live.push((p, n));
+            } else {
+                let i = rng.random_range(0..live.len());
+                let (p, _) = live.swap_remove(i);
+                a.free(p);
+            }
+            let in_use: usize = a.blocks.values().filter(|b| !b.free).map(|b| b.size).sum();
+            assert_eq!(a.stats().allocated, in_use);
+            for &(p, n) in &live {
+                assert!(a.blocks[&p].size >= Allocator::<Fake>::rounded(n));
+            }
+        }
+        for (p, _) in live.drain(..) {
+            a.free(p);
+        }
+        a.release_cached();
+        assert_eq!(a.stats().reserved, 0);
+        assert_eq!(a.raw().used, 0);
+    }
+}

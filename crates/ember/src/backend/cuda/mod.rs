@@ -1,0 +1,624 @@
+//! CUDA storage and the per-device runtime: one context and one stream per GPU,
+//! the caching allocator, ember's kernels (compiled by NVRTC at first use) and
+//! cuBLAS.
+//!
+//! Work is queued on the device's stream and returns at once; reading values back
+//! (`to_vec`, `item`, printing) waits for the stream. A kernel launch that fails
+//! reports the driver's error; nothing here panics when CUDA is missing, since
+//! every entry goes through [`dev`], which checks the device first.
+
+pub(crate) mod alloc;
+pub(crate) mod nvrtc;
+pub(crate) mod ops;
+
+use crate::backend::cpu::CpuData;
+use crate::device::libs::{self, CudaLib};
+use crate::{DType, Device, Error, Result};
+use alloc::{AllocError, Allocator, RawMemory};
+use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub use alloc::MemoryStats;
+
+/// A loaded kernel (a `CUfunction` handle, valid while its module stays loaded,
+/// which is for the life of the process).
+#[derive(Clone, Copy)]
+pub(crate) struct Func(sys::CUfunction);
+// SAFETY: CUfunction handles may be used from any thread once the context is current.
+unsafe impl Send for Func {}
+// SAFETY: as above; launching does not mutate the handle.
+unsafe impl Sync for Func {}
+
+struct Module(#[allow(dead_code)] sys::CUmodule);
+// SAFETY: a module handle is only stored, never used concurrently.
+unsafe impl Send for Module {}
+
+/// A cuBLAS handle bound to the device's stream.
+pub(crate) struct Blas(pub(crate) cudarc::cublas::sys::cublasHandle_t);
+// SAFETY: ember uses the handle under the device's blas mutex only.
+unsafe impl Send for Blas {}
+
+/// Device memory through the driver, for the caching allocator.
+pub(crate) struct DriverMemory {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    last_error: String,
+}
+
+impl RawMemory for DriverMemory {
+    fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, bool> {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: a plain allocation in the current context.
+        match unsafe { drv::malloc_sync(bytes) } {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                self.last_error = e.to_string();
+                Err(e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        }
+    }
+    fn free(&mut self, ptr: u64) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `ptr` came from malloc_sync and no block of it is in use.
+        let _ = unsafe { drv::free_sync(ptr) };
+    }
+    fn mem_info(&self) -> (usize, usize) {
+        let _ = self.ctx.bind_to_thread();
+        drv::mem_get_info().unwrap_or((0, 0))
+    }
+    fn synchronize(&self) {
+        let _ = self.stream.synchronize();
+    }
+    fn last_error(&self) -> String {
+        self.last_error.clone()
+    }
+}
+
+/// The runtime of one GPU.
+pub(crate) struct CudaDev {
+    pub ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Compute capability as `major * 10 + minor` (90 for an H100).
+    pub arch: u32,
+    pub sm_count: u32,
+    alloc: Mutex<Allocator<DriverMemory>>,
+    modules: Mutex<HashMap<(&'static str, DType), Module>>,
+    functions: Mutex<HashMap<String, Func>>,
+    blas: Mutex<Option<Blas>>,
+}
+
+fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+type Slot = OnceLock<std::result::Result<Arc<CudaDev>, String>>;
+
+fn slots() -> &'static [Slot] {
+    static SLOTS: OnceLock<Vec<Slot>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        (0..crate::device::cuda::device_count())
+            .map(|_| OnceLock::new())
+            .collect()
+    })
+}
+
+/// The runtime of `cuda:ordinal`, created at first use.
+pub(crate) fn dev(ordinal: usize) -> Result<Arc<CudaDev>> {
+    crate::device::cuda::check_device(Device::Cuda(ordinal))?;
+    let slot = slots().get(ordinal).ok_or_else(|| Error::CudaUnavailable {
+        reason: format!("no GPU cuda:{ordinal}"),
+    })?;
+    let d = slot
+        .get_or_init(|| {
+            CudaDev::new(ordinal)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|msg| Error::Cuda {
+            op: "initialising the device",
+            msg,
+        })?;
+    let _ = d.ctx.bind_to_thread();
+    Ok(d)
+}
+
+impl CudaDev {
+    fn new(ordinal: usize) -> Result<CudaDev> {
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+        // one stream per device: the per-allocation events cudarc can record are
+        // pure overhead here
+        // SAFETY: no CudaSlice of cudarc's is used with this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(cuda_err("cuDeviceGetAttribute"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_err("cuDeviceGetAttribute"))? as u32;
+        let raw = DriverMemory {
+            ctx: ctx.clone(),
+            stream: stream.clone(),
+            last_error: String::new(),
+        };
+        Ok(CudaDev {
+            ordinal,
+            ctx,
+            stream,
+            arch: (major * 10 + minor) as u32,
+            sm_count,
+            alloc: Mutex::new(Allocator::new(raw)),
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+            blas: Mutex::new(None),
+        })
+    }
+
+    pub fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    fn allocator(&self) -> MutexGuard<'_, Allocator<DriverMemory>> {
+        self.alloc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A device block of at least `bytes`.
+    pub fn malloc(&self, bytes: usize) -> Result<u64> {
+        self.allocator().alloc(bytes).map_err(|e| match e {
+            AllocError::OutOfMemory {
+                requested,
+                free,
+                total,
+                allocated,
+                reserved,
+            } => Error::OutOfMemory {
+                device: self.device(),
+                requested,
+                msg: format!(
+                    "GPU {} has a total capacity of {} of which {} is free; ember has {} \
+                     allocated to tensors and {} reserved in total (the cache was emptied \
+                     and the allocation retried)",
+                    self.ordinal,
+                    fmt_bytes(total),
+                    fmt_bytes(free),
+                    fmt_bytes(allocated),
+                    fmt_bytes(reserved)
+                ),
+            },
+            AllocError::Driver(msg) => Error::Cuda {
+                op: "cuMemAlloc",
+                msg,
+            },
+        })
+    }
+
+    pub fn free(&self, ptr: u64) {
+        self.allocator().free(ptr);
+    }
+
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.allocator().stats()
+    }
+
+    pub fn reset_peak(&self) {
+        self.allocator().reset_peak();
+    }
+
+    pub fn empty_cache(&self) {
+        self.allocator().release_cached();
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(cuda_err("cuStreamSynchronize"))
+    }
+
+    /// The kernel `name` of ember's kernel file `module`, from the module compiled
+    /// for `dtype` (the dtype in the kernel's name suffix).
+    pub(crate) fn func(&self, module: &'static str, dtype: DType, name: &str) -> Result<Func> {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Ok(*f);
+        }
+        let key = (module, dtype);
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let m = match modules.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().0,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let suffix = ops::suffix(dtype);
+                let src = nvrtc::ember_source(module, suffix).ok_or_else(|| Error::Cuda {
+                    op: "loading kernels",
+                    msg: format!("no kernel file {module}"),
+                })?;
+                let (cubin, _) = nvrtc::cubin(&format!("{module}_{suffix}"), &src, self.arch, &[])?;
+                e.insert(self.load_cubin(&cubin)?).0
+            }
+        };
+        let f = get_function(m, name)?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    fn load_cubin(&self, cubin: &[u8]) -> Result<Module> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda_err("cuCtxSetCurrent"))?;
+        // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
+        unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
+            .map(Module)
+            .map_err(cuda_err("cuModuleLoadData"))
+    }
+
+    /// Loads a user's compiled kernel (issue: user kernels share this path).
+    #[allow(dead_code)]
+    pub(crate) fn load_user_function(&self, cubin: &[u8], name: &str) -> Result<Func> {
+        let m = self.load_cubin(cubin)?;
+        // the module stays loaded as long as the process runs (Module has no Drop)
+        get_function(m.0, name)
+    }
+
+    /// Launches `f` on the device's stream.
+    ///
+    /// # Safety
+    /// `params` must point at values matching the kernel's parameter list, and
+    /// every device pointer among them must be valid for what the kernel accesses.
+    pub(crate) unsafe fn launch(
+        &self,
+        f: Func,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        drv::launch_kernel(f.0, grid, block, shared_mem, self.cu_stream(), params)
+            .map_err(cuda_err("cuLaunchKernel"))
+    }
+
+    /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
+    /// loops keep every multiprocessor busy without a huge grid.
+    pub(crate) fn grid_for(&self, n: usize, threads: u32) -> u32 {
+        let blocks = n.div_ceil(threads as usize).max(1);
+        blocks
+            .min(self.sm_count as usize * 32)
+            .min(u32::MAX as usize) as u32
+    }
+
+    /// The cuBLAS handle, created at first use.
+    pub(crate) fn blas(&self) -> Result<MutexGuard<'_, Option<Blas>>> {
+        let mut g = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            libs::ensure(CudaLib::Cublas).map_err(|reason| Error::CudaUnavailable { reason })?;
+            let h = cudarc::cublas::result::create_handle().map_err(|e| Error::Cuda {
+                op: "cublasCreate",
+                msg: e.to_string(),
+            })?;
+            // SAFETY: a fresh handle and this device's live stream.
+            unsafe { cudarc::cublas::result::set_stream(h, self.cu_stream() as _) }.map_err(
+                |e| Error::Cuda {
+                    op: "cublasSetStream",
+                    msg: e.to_string(),
+                },
+            )?;
+            *g = Some(Blas(h));
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn htod<T>(&self, dst: u64, src: &[T]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` holds at least `src.len()` elements (allocated for them).
+        unsafe { drv::memcpy_htod_async(dst, src, self.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyHtoDAsync"))
+    }
+
+    pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `src` holds at least `dst.len()` elements; the stream is
+        // synchronized before `dst` is read.
+        unsafe { drv::memcpy_dtoh_async(dst, src, self.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyDtoHAsync"))?;
+        self.synchronize()
+    }
+
+    pub(crate) fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie within live allocations of at least `bytes`.
+        unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyDtoDAsync"))
+    }
+}
+
+fn get_function(m: sys::CUmodule, name: &str) -> Result<Func> {
+    let cname = CString::new(name).map_err(|_| Error::invalid("kernel", "NUL in kernel name"))?;
+    // SAFETY: `m` is a loaded module that is never unloaded.
+    unsafe { drv::module::get_function(m, cname) }
+        .map(Func)
+        .map_err(|e| Error::Cuda {
+            op: "cuModuleGetFunction",
+            msg: format!("{name}: {e}"),
+        })
+}
+
+pub(crate) fn fmt_bytes(n: usize) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let x = n as f64;
+    if x >= GIB {
+        format!("{:.2} GiB", x / GIB)
+    } else if x >= MIB {
+        format!("{:.2} MiB", x / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Values on one GPU: a block from the caching allocator holding `len` elements of
+/// `dtype`, returned to the allocator when dropped.
+pub(crate) struct CudaStorage {
+    ptr: u64,
+    len: usize,
+    dtype: DType,
+    dev: Arc<CudaDev>,
+}
+
+impl std::fmt::Debug for CudaStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaStorage(cuda:{}, {} x {})",
+            self.dev.ordinal, self.len, self.dtype
+        )
+    }
+}
+
+impl Drop for CudaStorage {
+    fn drop(&mut self) {
+        self.dev.free(self.ptr);
+    }
+}
+
+impl CudaStorage {
+    /// Uninitialised storage for `len` elements.
+    pub fn alloc(dev: &Arc<CudaDev>, dtype: DType, len: usize) -> Result<CudaStorage> {
+        let ptr = dev.malloc(len * dtype.size_in_bytes())?;
+        Ok(CudaStorage {
+            ptr,
+            len,
+            dtype,
+            dev: dev.clone(),
+        })
+    }
+
+    /// A copy of host data.
+    pub fn from_cpu(dev: &Arc<CudaDev>, data: &CpuData) -> Result<CudaStorage> {
+        CudaStorage::from_cpu_range(dev, data, 0..data.len())
+    }
+
+    /// A copy of the elements `range` of host data.
+    pub fn from_cpu_range(
+        dev: &Arc<CudaDev>,
+        data: &CpuData,
+        range: std::ops::Range<usize>,
+    ) -> Result<CudaStorage> {
+        let s = CudaStorage::alloc(dev, data.dtype(), range.len())?;
+        crate::backend::cpu::dispatch!(data, v => dev.htod(s.ptr, &v[range]))?;
+        Ok(s)
+    }
+
+    /// The whole storage copied to the host (waits for queued work).
+    pub fn to_cpu(&self) -> Result<CpuData> {
+        self.to_cpu_range(0, self.len)
+    }
+
+    /// `n` elements from `offset` copied to the host (waits for queued work).
+    pub fn to_cpu_range(&self, offset: usize, n: usize) -> Result<CpuData> {
+        fn go<T: crate::WithDType>(s: &CudaStorage, offset: usize, n: usize) -> Result<CpuData> {
+            let mut v = crate::backend::cpu::alloc_uninit::<T>(n);
+            let at = s.ptr + (offset * std::mem::size_of::<T>()) as u64;
+            s.dev.dtoh(&mut v, at)?;
+            Ok(T::wrap(v))
+        }
+        debug_assert!(offset + n <= self.len);
+        match self.dtype {
+            DType::Bool => go::<bool>(self, offset, n),
+            DType::U8 => go::<u8>(self, offset, n),
+            DType::I64 => go::<i64>(self, offset, n),
+            DType::F16 => go::<half::f16>(self, offset, n),
+            DType::BF16 => go::<half::bf16>(self, offset, n),
+            DType::F32 => go::<f32>(self, offset, n),
+            DType::F64 => go::<f64>(self, offset, n),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn dev(&self) -> &Arc<CudaDev> {
+        &self.dev
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Public runtime functions (re-exported as `ember::cuda::*`)
+
+fn cuda_index(device: Device) -> Result<usize> {
+    match device {
+        Device::Cuda(i) => Ok(i),
+        Device::Cpu => Err(Error::invalid(
+            "cuda",
+            "expected a CUDA device (cuda:N), got cpu",
+        )),
+    }
+}
+
+/// Waits until all work queued on `device` has finished
+/// (`torch.cuda.synchronize(device)`). A no-op for the CPU.
+pub fn synchronize(device: &Device) -> Result<()> {
+    match device {
+        Device::Cpu => Ok(()),
+        Device::Cuda(i) => dev(*i)?.synchronize(),
+    }
+}
+
+/// The caching allocator's statistics for `device` (all zero before its first use).
+pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
+    let i = cuda_index(*device)?;
+    crate::device::cuda::check_device(*device)?;
+    Ok(match slots().get(i).and_then(|s| s.get()) {
+        Some(Ok(d)) => d.memory_stats(),
+        _ => MemoryStats::default(),
+    })
+}
+
+/// Bytes held by tensors on `device` (`torch.cuda.memory_allocated`).
+pub fn memory_allocated(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.allocated)
+}
+
+/// Bytes taken from the driver, cached blocks included (`torch.cuda.memory_reserved`).
+pub fn memory_reserved(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.reserved)
+}
+
+/// The most bytes held by tensors since the start or the last
+/// [`reset_peak_memory_stats`] (`torch.cuda.max_memory_allocated`).
+pub fn max_memory_allocated(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.peak_allocated)
+}
+
+/// Starts peak tracking again from the current usage.
+pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
+    dev(cuda_index(*device)?)?.reset_peak();
+    Ok(())
+}
+
+/// Returns cached, unused device memory to the driver (`torch.cuda.empty_cache`).
+pub fn empty_cache(device: &Device) -> Result<()> {
+    dev(cuda_index(*device)?)?.empty_cache();
+    Ok(())
+}
+
+/// (free, total) bytes of device memory as the driver sees them
+/// (`torch.cuda.mem_get_info`); creates the device's context.
+pub fn mem_get_info(device: &Device) -> Result<(usize, usize)> {
+    let d = dev(cuda_index(*device)?)?;
+    d.ctx.mem_get_info().map_err(cuda_err("cuMemGetInfo"))
+}
+
+static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets f32 matrix products use TF32 tensor cores (10-bit mantissa inputs, f32
+/// accumulate), like `torch.backends.cuda.matmul.allow_tf32 = True`. Off by default.
+pub fn set_allow_tf32(on: bool) {
+    ALLOW_TF32.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether f32 matrix products may use TF32.
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A point in a device's stream, for timing GPU work (`torch.cuda.Event(enable_timing=True)`).
+///
+/// ```no_run
+/// # use ember::prelude::*;
+/// let dev = Device::Cuda(0);
+/// let a = Tensor::randn([4096, 4096], &dev)?;
+/// let start = ember::cuda::Event::record(&dev)?;
+/// let c = a.matmul(&a)?;
+/// let end = ember::cuda::Event::record(&dev)?;
+/// println!("{:.3} ms", start.elapsed_ms(&end)?); // waits for `end`
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct Event {
+    ev: sys::CUevent,
+    dev: Arc<CudaDev>,
+}
+
+// SAFETY: a CUevent may be queried and destroyed from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Records an event on `device`'s stream now.
+    pub fn record(device: &Device) -> Result<Event> {
+        let d = dev(cuda_index(*device)?)?;
+        let ev = drv::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(cuda_err("cuEventCreate"))?;
+        let e = Event { ev, dev: d };
+        // SAFETY: a live event and the device's live stream.
+        unsafe { drv::event::record(e.ev, e.dev.cu_stream()) }
+            .map_err(cuda_err("cuEventRecord"))?;
+        Ok(e)
+    }
+
+    /// Waits until the work queued before this event has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: a live, recorded event.
+        unsafe { drv::event::synchronize(self.ev) }.map_err(cuda_err("cuEventSynchronize"))
+    }
+
+    /// Milliseconds of GPU time from this event to `end` (waits for `end`).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        end.synchronize()?;
+        // SAFETY: both events are live and recorded.
+        unsafe { drv::event::elapsed(self.ev, end.ev) }.map_err(cuda_err("cuEventElapsedTime"))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.dev.ctx.bind_to_thread();
+        // SAFETY: destroyed once; the driver defers destruction of pending events.
+        let _ = unsafe { drv::event::destroy(self.ev) };
+    }
+}
+
+static HOST_FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(crate) fn count_host_fallback() {
+    HOST_FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many times an operation on a CUDA tensor ran on the host because ember has
+/// no CUDA kernel for it yet (the values are copied to the host, computed there and
+/// copied back: correct, but slow). Benchmarks and tests read it to see which ops
+/// stay on the GPU.
+pub fn host_fallback_count() -> u64 {
+    HOST_FALLBACKS.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -1,0 +1,312 @@
+//! Run-time compilation of CUDA C with NVRTC, to the device's own machine code
+//! (a cubin for `sm_XY`, which sidesteps PTX-version mismatches between NVRTC and
+//! the driver), cached in memory and on disk.
+//!
+//! The disk cache lives in `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember/kernels`,
+//! else `~/.cache/ember/kernels`; entries are keyed by a hash of the source, the
+//! options, the architecture and NVRTC's version, and written atomically. Set
+//! `EMBER_KERNEL_CACHE=0` to compile every time.
+
+use crate::device::libs::{self, CudaLib};
+use crate::{Error, Result};
+use cudarc::nvrtc::{result as nv, sys as nvsys};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// ember's own kernel sources, embedded in the library.
+pub(crate) const COMMON: &str = include_str!("../../../kernels/common.cuh");
+pub(crate) const SOURCES: &[(&str, &str)] = &[
+    (
+        "elementwise",
+        include_str!("../../../kernels/elementwise.cu"),
+    ),
+    ("reduce", include_str!("../../../kernels/reduce.cu")),
+    ("nn", include_str!("../../../kernels/nn.cu")),
+    ("conv", include_str!("../../../kernels/conv.cu")),
+];
+
+/// The text NVRTC compiles for ember's kernel file `name`, instantiated for the
+/// dtype with kernel suffix `dtype` (`f32`, `i64`, ...) only.
+pub(crate) fn ember_source(name: &str, dtype: &str) -> Option<String> {
+    let (_, body) = SOURCES.iter().find(|(n, _)| *n == name)?;
+    Some(format!(
+        "#define EMBER_T_{dtype}\n{COMMON}\n#line 1 \"{name}.cu\"\n{body}"
+    ))
+}
+
+/// Makes NVRTC loadable, or says why it is not.
+pub(crate) fn ensure_nvrtc() -> Result<()> {
+    libs::ensure(CudaLib::Nvrtc)
+        .map(|_| ())
+        .map_err(|reason| Error::CudaUnavailable { reason })
+}
+
+/// NVRTC's (major, minor) version.
+pub(crate) fn version() -> Result<(i32, i32)> {
+    ensure_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { nvsys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| Error::Cuda {
+            op: "nvrtcVersion",
+            msg: e.to_string(),
+        })?;
+    Ok((major, minor))
+}
+
+/// The architectures this NVRTC can compile for, as `sm` numbers (75, 80, ...).
+#[cfg(test)]
+pub(crate) fn supported_archs() -> Result<Vec<u32>> {
+    ensure_nvrtc()?;
+    let mut n = 0;
+    // SAFETY: out-parameters sized by the first call.
+    unsafe {
+        nvsys::nvrtcGetNumSupportedArchs(&mut n)
+            .result()
+            .map_err(nv_err("nvrtcGetNumSupportedArchs"))?;
+        let mut v = vec![0i32; n as usize];
+        nvsys::nvrtcGetSupportedArchs(v.as_mut_ptr())
+            .result()
+            .map_err(nv_err("nvrtcGetSupportedArchs"))?;
+        Ok(v.into_iter().map(|a| a as u32).collect())
+    }
+}
+
+fn nv_err(op: &'static str) -> impl Fn(nv::NvrtcError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// Compiles `source` for `sm_{arch}` into a cubin. A compile error returns
+/// [`Error::KernelCompile`] with NVRTC's log (file names and line numbers).
+pub(crate) fn compile(name: &str, source: &str, arch: u32, options: &[String]) -> Result<Vec<u8>> {
+    ensure_nvrtc()?;
+    let src = CString::new(source)
+        .map_err(|_| Error::invalid("compile kernel", "the source contains a NUL byte"))?;
+    let cname = CString::new(format!("{name}.cu")).unwrap_or_default();
+    let prog = nv::create_program(&src, Some(&cname)).map_err(nv_err("nvrtcCreateProgram"))?;
+    let mut opts = vec![
+        format!("--gpu-architecture=sm_{arch}"),
+        "-std=c++17".to_string(),
+    ];
+    for d in libs::include_dirs() {
+        opts.push(format!("-I{}", d.display()));
+    }
+    opts.extend(options.iter().cloned());
+    if let Some(bad) = opts.iter().find(|o| o.contains('\0')) {
+        return Err(Error::invalid(
+            "compile kernel",
+            format!("option {bad:?} contains a NUL byte"),
+        ));
+    }
+    // SAFETY: `prog` is a live program until destroyed below.
+    let result = unsafe {
+        let compiled = nv::compile_program(prog, &opts);
+        let log = nv::get_program_log(prog)
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_default();
+        match compiled {
+            Err(_) => Err(Error::KernelCompile {
+                name: name.to_string(),
+                arch: format!("sm_{arch}"),
+                log: log.trim().to_string(),
+            }),
+            Ok(()) => {
+                let mut size = 0usize;
+                nvsys::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .map_err(nv_err("nvrtcGetCUBINSize"))
+                    .and_then(|()| {
+                        let mut cubin = vec![0u8; size];
+                        nvsys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast())
+                            .result()
+                            .map_err(nv_err("nvrtcGetCUBIN"))
+                            .map(|()| cubin)
+                    })
+            }
+        }
+    };
+    // SAFETY: created above, destroyed once.
+    let _ = unsafe { nv::destroy_program(prog) };
+    result
+}
+
+/// FNV-1a, 64 bits: a stable hash for cache keys (std's hasher may change between
+/// Rust releases).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if std::env::var_os("EMBER_KERNEL_CACHE").is_some_and(|v| v == "0") {
+        return None;
+    }
+    if let Some(d) = std::env::var_os("EMBER_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ember").join("kernels"))
+}
+
+type CubinCache = Mutex<HashMap<u64, Arc<Vec<u8>>>>;
+
+fn memory_cache() -> &'static CubinCache {
+    static CACHE: OnceLock<CubinCache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Where a cubin came from (for tests and `ember devices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CubinOrigin {
+    Memory,
+    Disk,
+    Compiled,
+}
+
+/// [`compile`] through the in-memory and on-disk caches.
+pub(crate) fn cubin(
+    name: &str,
+    source: &str,
+    arch: u32,
+    options: &[String],
+) -> Result<(Arc<Vec<u8>>, CubinOrigin)> {
+    let (major, minor) = version()?;
+    let ver = format!("{major}.{minor}");
+    let arch_s = arch.to_string();
+    let mut parts: Vec<&[u8]> = vec![source.as_bytes(), ver.as_bytes(), arch_s.as_bytes()];
+    parts.extend(options.iter().map(|o| o.as_bytes()));
+    let key = fnv1a(&parts);
+    if let Some(c) = memory_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+    {
+        return Ok((c.clone(), CubinOrigin::Memory));
+    }
+    let file = cache_dir().map(|d| d.join(format!("{name}-sm_{arch}-{key:016x}.cubin")));
+    let mut origin = CubinOrigin::Compiled;
+    let bytes = match file.as_ref().and_then(|f| std::fs::read(f).ok()) {
+        // a cubin is an ELF file; anything else in the cache is ignored
+        Some(b) if b.starts_with(b"\x7fELF") => {
+            origin = CubinOrigin::Disk;
+            b
+        }
+        _ => {
+            let b = compile(name, source, arch, options)?;
+            if let Some(f) = &file {
+                // best effort: a read-only cache only costs a recompile
+                if let Some(dir) = f.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = crate::io::write_atomic(f, &b);
+            }
+            b
+        }
+    };
+    let bytes = Arc::new(bytes);
+    memory_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, bytes.clone());
+    Ok((bytes, origin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles every ember kernel for three architectures. Without NVRTC the test
+    /// says so and passes, unless `EMBER_REQUIRE_NVRTC=1` (set by CI, which installs
+    /// NVRTC from PyPI) makes a missing NVRTC a failure.
+    #[test]
+    fn every_kernel_compiles_for_turing_ampere_hopper() {
+        if let Err(e) = ensure_nvrtc() {
+            assert!(
+                std::env::var_os("EMBER_REQUIRE_NVRTC").is_none_or(|v| v == "0"),
+                "EMBER_REQUIRE_NVRTC is set but NVRTC is missing: {e}"
+            );
+            eprintln!("skipped: {e}");
+            return;
+        }
+        // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13)
+        let archs = supported_archs().unwrap();
+        for arch in [75, 80, 90] {
+            assert!(archs.contains(&arch), "NVRTC lacks sm_{arch}: {archs:?}");
+            for (name, _) in SOURCES {
+                for dt in ["bool", "u8", "i64", "f16", "bf16", "f32", "f64"] {
+                    let src = ember_source(name, dt).unwrap();
+                    let cubin = compile(name, &src, arch, &[])
+                        .unwrap_or_else(|e| panic!("{name} ({dt}) for sm_{arch}: {e}"));
+                    assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn compile_errors_carry_the_log_with_line_numbers() {
+        if ensure_nvrtc().is_err() {
+            eprintln!("skipped: NVRTC not found");
+            return;
+        }
+        let src = "extern \"C\" __global__ void k(float* x) {\n  x[0] = undefined_thing;\n}\n";
+        let e = compile("broken", src, 80, &[]).unwrap_err().to_string();
+        assert!(e.contains("broken"), "{e}");
+        assert!(e.contains("undefined_thing"), "{e}");
+        assert!(e.contains("broken.cu(2)"), "{e}");
+    }
+
+    #[test]
+    fn disk_cache_skips_compilation() {
+        if ensure_nvrtc().is_err() {
+            eprintln!("skipped: NVRTC not found");
+            return;
+        }
+        // a unique source so that neither cache holds it yet
+        let tag = format!(
+            "{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let src = format!("extern \"C\" __global__ void k_{tag}(float* x) {{ x[0] = 1.0f; }}\n");
+        let (a, o1) = cubin("cache_test", &src, 80, &[]).unwrap();
+        assert_eq!(o1, CubinOrigin::Compiled);
+        let (b, o2) = cubin("cache_test", &src, 80, &[]).unwrap();
+        assert_eq!(o2, CubinOrigin::Memory);
+        assert_eq!(a, b);
+        if cache_dir().is_some() {
+            memory_cache().lock().unwrap().clear();
+            let (c, o3) = cubin("cache_test", &src, 80, &[]).unwrap();
+            assert_eq!(o3, CubinOrigin::Disk);
+            assert_eq!(a, c);
+        }
+    }
+
+    #[test]
+    fn hash_is_stable() {
+        // part boundaries count: ("ab", "c") and ("a", "bc") are different keys
+        assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+}

@@ -1,0 +1,1063 @@
+//! Launching ember's kernels on CUDA storage. Each function validates nothing the
+//! tensor layer has already checked (shapes, dtypes, devices); it only builds the
+//! by-value layout structs and the launch configuration.
+
+use super::{CudaDev, CudaStorage};
+use crate::layout::Layout;
+use crate::{DType, Error, Result};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Most dimensions a layout passed to a kernel may have (`EMBER_MAX_RANK`).
+pub(crate) const MAX_RANK: usize = 8;
+
+/// A strided view passed to kernels by value; mirrors `struct Layout` in
+/// kernels/common.cuh.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KLayout {
+    rank: i32,
+    contiguous: i32,
+    offset: i64,
+    shape: [i64; MAX_RANK],
+    strides: [i64; MAX_RANK],
+}
+
+impl KLayout {
+    pub fn new(op: &'static str, l: &Layout) -> Result<KLayout> {
+        KLayout::from_parts(op, l.shape(), l.strides(), l.offset(), l.is_contiguous())
+    }
+
+    pub fn from_parts(
+        op: &'static str,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+        contiguous: bool,
+    ) -> Result<KLayout> {
+        if shape.len() > MAX_RANK {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "tensors of more than {MAX_RANK} dimensions are not supported on CUDA (got {})",
+                    shape.len()
+                ),
+            ));
+        }
+        let mut k = KLayout {
+            rank: shape.len() as i32,
+            contiguous: contiguous as i32,
+            offset: offset as i64,
+            shape: [1; MAX_RANK],
+            strides: [0; MAX_RANK],
+        };
+        for (i, (&n, &s)) in shape.iter().zip(strides).enumerate() {
+            k.shape[i] = n as i64;
+            k.strides[i] = s as i64;
+        }
+        Ok(k)
+    }
+}
+
+/// The kernel-name suffix of a dtype.
+pub(crate) fn suffix(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "bool",
+        DType::U8 => "u8",
+        DType::I64 => "i64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    }
+}
+
+/// Unary operation codes (`U_*` in kernels/elementwise.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub(crate) enum UnaryCode {
+    Neg = 0,
+    Abs = 1,
+    Exp = 2,
+    Log = 3,
+    Sqrt = 4,
+    Tanh = 5,
+    Sin = 6,
+    Cos = 7,
+    Recip = 8,
+    Square = 9,
+    Relu = 10,
+    Sigmoid = 11,
+    Erf = 12,
+    Gelu = 13,
+    GeluTanh = 14,
+    PowScalar = 15,
+    Clamp = 16,
+}
+
+/// Binary operation codes (`B_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub(crate) enum BinaryCode {
+    Add = 0,
+    Sub = 1,
+    Mul = 2,
+    Div = 3,
+    Maximum = 4,
+    Minimum = 5,
+    Pow = 6,
+    ReluBackward = 7,
+}
+
+/// Reduction codes (`R_*` in kernels/reduce.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub(crate) enum ReduceCode {
+    Sum = 0,
+    Mean = 1,
+    Max = 2,
+    Min = 3,
+    ArgMax = 4,
+    ArgMin = 5,
+    Var = 6,
+}
+
+const THREADS: u32 = 256;
+
+/// A kernel argument: a pointer to the value, as cuLaunchKernel wants.
+macro_rules! args {
+    ($($x:expr),* $(,)?) => {
+        [$(&$x as *const _ as *mut c_void),*]
+    };
+}
+
+/// Launches `module::name` over `n` elements (1-D grid-stride).
+fn launch_n(
+    dev: &CudaDev,
+    module: &'static str,
+    dtype: DType,
+    name: &str,
+    n: usize,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let f = dev.func(module, dtype, name)?;
+    let grid = dev.grid_for(n, THREADS);
+    // SAFETY: the callers pass parameters matching the kernel signatures in
+    // kernels/*.cu, with device pointers to storage that holds the addressed elements.
+    unsafe { dev.launch(f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
+}
+
+fn new_out(dev: &Arc<CudaDev>, dtype: DType, n: usize) -> Result<CudaStorage> {
+    CudaStorage::alloc(dev, dtype, n)
+}
+
+/// A contiguous storage of `n` copies of `value` (given as the dtype's bits).
+pub(crate) fn fill(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: f64) -> Result<CudaStorage> {
+    let out = new_out(dev, dtype, n)?;
+    let name = format!("fill_{}", suffix(dtype));
+    let (p, n64) = (out.ptr(), n as i64);
+    macro_rules! go {
+        ($v:expr) => {{
+            let v = $v;
+            launch_n(dev, "elementwise", dtype, &name, n, &mut args![p, n64, v])
+        }};
+    }
+    match dtype {
+        DType::Bool => go!((value != 0.0) as u8),
+        DType::U8 => go!(value as u8),
+        DType::I64 => go!(value as i64),
+        DType::F16 => go!(half::f16::from_f64(value).to_bits()),
+        DType::BF16 => go!(half::bf16::from_f64(value).to_bits()),
+        DType::F32 => go!(value as f32),
+        DType::F64 => go!(value),
+    }?;
+    Ok(out)
+}
+
+/// `dst[ld] = src[ls]` for two views of the same shape and dtype.
+pub(crate) fn copy(src: &CudaStorage, ls: &Layout, dst: &CudaStorage, ld: &Layout) -> Result<()> {
+    let dev = src.dev();
+    let n = ls.numel();
+    if ls.is_contiguous() && ld.is_contiguous() {
+        let sz = src.dtype().size_in_bytes();
+        return dev.dtod(
+            dst.ptr() + (ld.offset() * sz) as u64,
+            src.ptr() + (ls.offset() * sz) as u64,
+            n * sz,
+        );
+    }
+    let (kl_s, kl_d) = (KLayout::new("copy", ls)?, KLayout::new("copy", ld)?);
+    let (ps, pd, n64) = (src.ptr(), dst.ptr(), n as i64);
+    let name = format!("copy_{}", suffix(src.dtype()));
+    launch_n(
+        dev,
+        "elementwise",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl_s, pd, kl_d, n64],
+    )
+}
+
+/// A contiguous copy of the view `l`.
+pub(crate) fn contiguous(src: &CudaStorage, l: &Layout) -> Result<CudaStorage> {
+    let out = new_out(src.dev(), src.dtype(), l.numel())?;
+    copy(src, l, &out, &Layout::contiguous(l.shape()))?;
+    Ok(out)
+}
+
+/// The view `l` converted to `to`, contiguous.
+pub(crate) fn cast(src: &CudaStorage, l: &Layout, to: DType) -> Result<CudaStorage> {
+    if to == src.dtype() {
+        return contiguous(src, l);
+    }
+    let n = l.numel();
+    let out = new_out(src.dev(), to, n)?;
+    let kl = KLayout::new("to_dtype", l)?;
+    let (ps, pd, n64) = (src.ptr(), out.ptr(), n as i64);
+    let name = format!("cast_{}_{}", suffix(src.dtype()), suffix(to));
+    launch_n(
+        src.dev(),
+        "elementwise",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl, pd, n64],
+    )?;
+    Ok(out)
+}
+
+/// `op(x)` elementwise into a new contiguous storage.
+pub(crate) fn unary(
+    x: &CudaStorage,
+    l: &Layout,
+    op: UnaryCode,
+    p0: f64,
+    p1: f64,
+) -> Result<CudaStorage> {
+    let n = l.numel();
+    let out = new_out(x.dev(), x.dtype(), n)?;
+    let kl = KLayout::new("unary", l)?;
+    let (px, po, n64, code) = (x.ptr(), out.ptr(), n as i64, op as i32);
+    let name = format!("unary_{}", suffix(x.dtype()));
+    launch_n(
+        x.dev(),
+        "elementwise",
+        x.dtype(),
+        &name,
+        n,
+        &mut args![px, kl, po, n64, code, p0, p1],
+    )?;
+    Ok(out)
+}
+
+/// `op(a, b)` over two broadcast views of one shape into a new contiguous storage.
+pub(crate) fn binary(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    op: BinaryCode,
+) -> Result<CudaStorage> {
+    let n = la.numel();
+    let out = new_out(a.dev(), a.dtype(), n)?;
+    let (ka, kb) = (KLayout::new("binary", la)?, KLayout::new("binary", lb)?);
+    let (pa, pb, po, n64, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, op as i32);
+    let name = format!("binary_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, pb, kb, po, n64, code],
+    )?;
+    Ok(out)
+}
+
+/// `a[la] = op(a[la], b[lb])` in place.
+pub(crate) fn binary_inplace(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    op: BinaryCode,
+) -> Result<()> {
+    let n = la.numel();
+    let (ka, kb) = (KLayout::new("binary_", la)?, KLayout::new("binary_", lb)?);
+    let (pa, pb, n64, code) = (a.ptr(), b.ptr(), n as i64, op as i32);
+    let name = format!("binary_inplace_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, pb, kb, n64, code],
+    )
+}
+
+/// A bool storage of `cmp(a, b)`; `cmp` is `CmpOp as i32` (0 = eq .. 5 = ge).
+pub(crate) fn compare(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    cmp: i32,
+) -> Result<CudaStorage> {
+    let n = la.numel();
+    let out = new_out(a.dev(), DType::Bool, n)?;
+    let (ka, kb) = (KLayout::new("compare", la)?, KLayout::new("compare", lb)?);
+    let (pa, pb, po, n64) = (a.ptr(), b.ptr(), out.ptr(), n as i64);
+    let name = format!("compare_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, pb, kb, po, n64, cmp],
+    )?;
+    Ok(out)
+}
+
+/// `c ? a : b` over three broadcast views.
+pub(crate) fn where_(
+    c: &CudaStorage,
+    lc: &Layout,
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+) -> Result<CudaStorage> {
+    let n = la.numel();
+    let out = new_out(a.dev(), a.dtype(), n)?;
+    let (kc, ka, kb) = (
+        KLayout::new("where", lc)?,
+        KLayout::new("where", la)?,
+        KLayout::new("where", lb)?,
+    );
+    let (pc, pa, pb, po, n64) = (c.ptr(), a.ptr(), b.ptr(), out.ptr(), n as i64);
+    let name = format!("where_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pc, kc, pa, ka, pb, kb, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// Reduces the view `l` over `dims` (sorted, unique) with `op`; `out_dtype` is the
+/// dtype itself or i64 (integer sums, arg-reductions). The output is contiguous over
+/// the kept dims.
+pub(crate) fn reduce(
+    x: &CudaStorage,
+    l: &Layout,
+    dims: &[usize],
+    op: ReduceCode,
+    correction: f64,
+    out_dtype: DType,
+) -> Result<CudaStorage> {
+    // permute the reduced dims to the end: output o reduces the lane o*lane..
+    let rank = l.rank();
+    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
+    let shape: Vec<usize> = perm.iter().map(|&d| l.shape()[d]).collect();
+    let strides: Vec<usize> = perm.iter().map(|&d| l.strides()[d]).collect();
+    let n_out: usize = kept.iter().map(|&d| l.shape()[d]).product();
+    let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
+    let contiguous = l.is_contiguous() && perm.iter().enumerate().all(|(i, &d)| i == d);
+    let kl = KLayout::from_parts("reduce", &shape, &strides, l.offset(), contiguous)?;
+    let dev = x.dev();
+    let out = new_out(dev, out_dtype, n_out)?;
+    if n_out == 0 {
+        return Ok(out);
+    }
+    let name = if out_dtype == x.dtype() {
+        format!("reduce_{}", suffix(x.dtype()))
+    } else {
+        format!("reduce_{}_i64", suffix(x.dtype()))
+    };
+    let f = dev.func("reduce", x.dtype(), &name)?;
+    let grid = n_out.min(65535 * 32) as u32;
+    let (px, po, no, ln, code) = (x.ptr(), out.ptr(), n_out as i64, lane as i64, op as i32);
+    let mut p = args![px, kl, po, no, ln, code, correction];
+    // SAFETY: parameters match `reduce_<T>[_i64]` in kernels/reduce.cu.
+    unsafe { dev.launch(f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
+/// Softmax or log-softmax over the rows of a contiguous view of `rows * cols`
+/// elements starting at `offset`.
+pub(crate) fn softmax_rows(
+    x: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, x.dtype(), rows * cols)?;
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        x.dtype(),
+        &format!("softmax_{}", suffix(x.dtype())),
+    )?;
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let (po, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
+    let mut p = args![px, po, r, c, lg];
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: parameters match `softmax_<T>`.
+    unsafe { dev.launch(f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
+/// `index_select(src, dim, idx)`: `idx` is a contiguous i64 storage of `n_idx`
+/// valid indices.
+pub(crate) fn index_select(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    n_idx: usize,
+) -> Result<CudaStorage> {
+    let mut shape = l.shape().to_vec();
+    shape[dim] = n_idx;
+    let mut strides = l.strides().to_vec();
+    let dim_stride = strides[dim] as i64;
+    strides[dim] = 0;
+    let n: usize = shape.iter().product();
+    let kl = KLayout::from_parts("index_select", &shape, &strides, l.offset(), false)?;
+    let out = new_out(src.dev(), src.dtype(), n)?;
+    let (ps, pi, po, n64, d) = (src.ptr(), idx.ptr(), out.ptr(), n as i64, dim as i32);
+    let name = format!("index_select_{}", suffix(src.dtype()));
+    launch_n(
+        src.dev(),
+        "nn",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl, dim_stride, d, pi, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// `gather(src, dim, idx)` with `idx` contiguous of shape `ishape`.
+pub(crate) fn gather(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    ishape: &[usize],
+) -> Result<CudaStorage> {
+    let mut strides = l.strides()[..ishape.len()].to_vec();
+    let dim_stride = strides[dim] as i64;
+    strides[dim] = 0;
+    let n: usize = ishape.iter().product();
+    let kl = KLayout::from_parts("gather", ishape, &strides, l.offset(), false)?;
+    let out = new_out(src.dev(), src.dtype(), n)?;
+    let (ps, pi, po, n64) = (src.ptr(), idx.ptr(), out.ptr(), n as i64);
+    let name = format!("gather_{}", suffix(src.dtype()));
+    launch_n(
+        src.dev(),
+        "nn",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl, dim_stride, pi, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// Whether [`scatter_add`] has a kernel for `dt` (atomics exist for these).
+pub(crate) fn has_scatter_add(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F64 | DType::I64)
+}
+
+/// In place on the contiguous `dst` of shape `dshape`:
+/// `dst[p with dim replaced by idx[p]] += src[p]` over idx's shape.
+pub(crate) fn scatter_add(
+    dst: &CudaStorage,
+    dshape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    ishape: &[usize],
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
+    let mut ds = crate::layout::contiguous_strides(dshape).to_vec();
+    let dim_stride = ds[dim] as i64;
+    ds[dim] = 0;
+    let n: usize = ishape.iter().product();
+    let kd = KLayout::from_parts("scatter_add", ishape, &ds, 0, false)?;
+    let ks = KLayout::from_parts(
+        "scatter_add",
+        ishape,
+        &ls.strides()[..ishape.len()],
+        ls.offset(),
+        false,
+    )?;
+    let (pd, pi, ps, n64) = (dst.ptr(), idx.ptr(), src.ptr(), n as i64);
+    let name = format!("scatter_add_{}", suffix(dst.dtype()));
+    launch_n(
+        dst.dev(),
+        "nn",
+        dst.dtype(),
+        &name,
+        n,
+        &mut args![pd, kd, dim_stride, pi, ps, ks, n64],
+    )
+}
+
+/// One Adam step on contiguous f32/f64 storages (offsets in elements).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn adam(
+    p: (&CudaStorage, usize),
+    g: (&CudaStorage, usize),
+    m: (&CudaStorage, usize),
+    v: (&CudaStorage, usize),
+    n: usize,
+    h: &crate::optim::fused::AdamStep,
+) -> Result<()> {
+    let sz = p.0.dtype().size_in_bytes() as u64;
+    let at = |s: (&CudaStorage, usize)| s.0.ptr() + s.1 as u64 * sz;
+    let (pp, pg, pm, pv) = (at(p), at(g), at(m), at(v));
+    let n64 = n as i64;
+    let dec = h.decoupled as i32;
+    let name = format!("adam_{}", suffix(p.0.dtype()));
+    launch_n(
+        p.0.dev(),
+        "nn",
+        p.0.dtype(),
+        &name,
+        n,
+        &mut args![
+            pp,
+            pg,
+            pm,
+            pv,
+            n64,
+            h.lr,
+            h.b1,
+            h.b2,
+            h.eps,
+            h.bc1,
+            h.bc2,
+            h.weight_decay,
+            dec
+        ],
+    )
+}
+
+/// Geometry of one conv2d or pooling call; mirrors `struct Conv` in kernels/conv.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KConv {
+    pub n: i64,
+    pub c: i64,
+    pub h: i64,
+    pub w: i64,
+    pub oh: i64,
+    pub ow: i64,
+    pub kh: i64,
+    pub kw: i64,
+    pub sh: i64,
+    pub sw: i64,
+    pub ph: i64,
+    pub pw: i64,
+    pub dh: i64,
+    pub dw: i64,
+}
+
+impl KConv {
+    /// `planes` (n·c) planes of `hw` pooled or convolved into `o` with window `win`.
+    pub fn new(
+        (n, c): (usize, usize),
+        (h, w): (usize, usize),
+        (oh, ow): (usize, usize),
+        win: &crate::backend::cpu::conv::Window,
+    ) -> KConv {
+        let i = |x: usize| x as i64;
+        KConv {
+            n: i(n),
+            c: i(c),
+            h: i(h),
+            w: i(w),
+            oh: i(oh),
+            ow: i(ow),
+            kh: i(win.kernel.0),
+            kw: i(win.kernel.1),
+            sh: i(win.stride.0),
+            sw: i(win.stride.1),
+            ph: i(win.padding.0),
+            pw: i(win.padding.1),
+            dh: i(win.dilation.0),
+            dw: i(win.dilation.1),
+        }
+    }
+}
+
+fn base_ptr(s: &CudaStorage, offset: usize) -> u64 {
+    s.ptr() + (offset * s.dtype().size_in_bytes()) as u64
+}
+
+/// The patches of a contiguous `[n, c, h, w]` input (from element `offset`) as
+/// `[n, c·kh·kw, oh·ow]` (f32/f64).
+pub(crate) fn im2col(x: &CudaStorage, offset: usize, g: &KConv) -> Result<CudaStorage> {
+    let n = (g.n * g.c * g.kh * g.kw * g.oh * g.ow) as usize;
+    let out = new_out(x.dev(), x.dtype(), n)?;
+    let (px, po, gg) = (base_ptr(x, offset), out.ptr(), *g);
+    let name = format!("im2col_{}", suffix(x.dtype()));
+    launch_n(x.dev(), "conv", x.dtype(), &name, n, &mut args![px, gg, po])?;
+    Ok(out)
+}
+
+/// The adjoint of [`im2col`]: `[n, c·kh·kw, oh·ow]` patches summed back into
+/// `[n, c, h, w]`.
+pub(crate) fn col2im(col: &CudaStorage, offset: usize, g: &KConv) -> Result<CudaStorage> {
+    let n = (g.n * g.c * g.h * g.w) as usize;
+    let out = new_out(col.dev(), col.dtype(), n)?;
+    let (pc, po, gg) = (base_ptr(col, offset), out.ptr(), *g);
+    let name = format!("col2im_{}", suffix(col.dtype()));
+    launch_n(
+        col.dev(),
+        "conv",
+        col.dtype(),
+        &name,
+        n,
+        &mut args![pc, gg, po],
+    )?;
+    Ok(out)
+}
+
+/// Max pooling (with the argmax index per output when `want_index`) or average
+/// pooling of a contiguous input; returns (output, index).
+pub(crate) fn pool2d(
+    x: &CudaStorage,
+    offset: usize,
+    g: &KConv,
+    avg: Option<bool>,
+    want_index: bool,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
+    let n = (g.n * g.c * g.oh * g.ow) as usize;
+    let dev = x.dev();
+    let out = new_out(dev, x.dtype(), n)?;
+    let (px, po, gg) = (base_ptr(x, offset), out.ptr(), *g);
+    let sfx = suffix(x.dtype());
+    match avg {
+        Some(include_pad) => {
+            let ip = include_pad as i32;
+            let name = format!("avg_pool_{sfx}");
+            launch_n(dev, "conv", x.dtype(), &name, n, &mut args![px, gg, po, ip])?;
+            Ok((out, None))
+        }
+        None => {
+            let index = if want_index {
+                Some(new_out(dev, DType::I64, n)?)
+            } else {
+                None
+            };
+            let pi: u64 = index.as_ref().map_or(0, |s| s.ptr());
+            let name = format!("max_pool_{sfx}");
+            launch_n(dev, "conv", x.dtype(), &name, n, &mut args![px, gg, po, pi])?;
+            Ok((out, index))
+        }
+    }
+}
+
+/// The input gradient of [`pool2d`] from the output gradient `gout` (contiguous).
+pub(crate) fn pool2d_backward(
+    gout: &CudaStorage,
+    offset: usize,
+    index: Option<&CudaStorage>,
+    g: &KConv,
+    avg: Option<bool>,
+) -> Result<CudaStorage> {
+    let dev = gout.dev();
+    let n_in = (g.n * g.c * g.h * g.w) as usize;
+    let n_out = (g.n * g.c * g.oh * g.ow) as usize;
+    let gx = fill(dev, gout.dtype(), n_in, 0.0)?;
+    let (pg, px, gg) = (base_ptr(gout, offset), gx.ptr(), *g);
+    let sfx = suffix(gout.dtype());
+    match (avg, index) {
+        (Some(include_pad), _) => {
+            let ip = include_pad as i32;
+            let name = format!("avg_pool_back_{sfx}");
+            launch_n(
+                dev,
+                "conv",
+                gout.dtype(),
+                &name,
+                n_out,
+                &mut args![pg, gg, px, ip],
+            )?;
+        }
+        (None, Some(idx)) => {
+            let pi = idx.ptr();
+            let name = format!("max_pool_back_{sfx}");
+            launch_n(
+                dev,
+                "conv",
+                gout.dtype(),
+                &name,
+                n_out,
+                &mut args![pg, pi, gg, px],
+            )?;
+        }
+        (None, None) => {
+            return Err(Error::invalid(
+                "max_pool2d backward",
+                "the forward pass kept no indices",
+            ))
+        }
+    }
+    Ok(gx)
+}
+
+/// Batched matrix product through cuBLAS: `a` is `batch + [m, k]`, `b` is
+/// `batch + [k, n]` (broadcast batch dims, any strides). Each operand's last two
+/// dims must be row- or column-major with a constant batch stride; otherwise it is
+/// copied contiguous first. f16/bf16 accumulate in f32; f32 uses TF32 only when
+/// [`allow_tf32`](super::allow_tf32) is on. Returns `None` for dtypes cuBLAS does
+/// not multiply (integers), which the caller computes another way.
+pub(crate) fn matmul(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Option<CudaStorage>> {
+    use cudarc::cublas::{result as blas, sys as bsys};
+    let dt = a.dtype();
+    if !matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    let dev = a.dev().clone();
+    let rank = la.rank();
+    let batch: usize = la.shape()[..rank - 2].iter().product();
+    let out = new_out(&dev, dt, batch * m * n)?;
+    if batch * m * n == 0 {
+        return Ok(Some(out));
+    }
+    if k == 0 {
+        let z = fill(&dev, dt, batch * m * n, 0.0)?;
+        return Ok(Some(z));
+    }
+    // Each operand as (storage, offset, transposed?, leading dim, batch stride).
+    struct Op {
+        _keep: Option<CudaStorage>,
+        ptr: u64,
+        trans: bool,
+        ld: i64,
+        stride: i64,
+    }
+    let prep = |s: &CudaStorage, l: &Layout, rows: usize, cols: usize| -> Result<Op> {
+        let st = l.strides();
+        let (rs, cs) = (st[rank - 2], st[rank - 1]);
+        let bstride = batch_stride(l);
+        let sz = s.dtype().size_in_bytes() as u64;
+        let base = s.ptr() + l.offset() as u64 * sz;
+        if let Some(bs) = bstride {
+            if cs == 1 && (rs >= cols.max(1) || rows == 1) {
+                return Ok(Op {
+                    _keep: None,
+                    ptr: base,
+                    trans: false,
+                    ld: rs.max(cols.max(1)) as i64,
+                    stride: bs as i64,
+                });
+            }
+            if rs == 1 && (cs >= rows.max(1) || cols == 1) {
+                return Ok(Op {
+                    _keep: None,
+                    ptr: base,
+                    trans: true,
+                    ld: cs.max(rows.max(1)) as i64,
+                    stride: bs as i64,
+                });
+            }
+        }
+        let c = contiguous(s, l)?;
+        let ptr = c.ptr();
+        Ok(Op {
+            _keep: Some(c),
+            ptr,
+            trans: false,
+            ld: cols.max(1) as i64,
+            stride: (rows * cols) as i64,
+        })
+    };
+    let oa = prep(a, la, m, k)?;
+    let ob = prep(b, lb, k, n)?;
+    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's "A" is our b.
+    let op = |t: bool| {
+        if t {
+            bsys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            bsys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    let (mm, nn, kk) = (n as i32, m as i32, k as i32);
+    let guard = dev.blas()?;
+    let h = guard.as_ref().expect("blas handle created").0;
+    let (pa, pb, pc) = (ob.ptr, oa.ptr, out.ptr());
+    let bcount = batch as i32;
+    let err = |e: cudarc::cublas::result::CublasError| Error::Cuda {
+        op: "cublasGemmStridedBatched",
+        msg: e.to_string(),
+    };
+    // SAFETY: pointers, leading dims and strides describe the operands' storage.
+    unsafe {
+        match dt {
+            DType::F32 => {
+                let mode = if super::allow_tf32() {
+                    bsys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+                } else {
+                    bsys::cublasMath_t::CUBLAS_DEFAULT_MATH
+                };
+                bsys::cublasSetMathMode(h, mode).result().map_err(err)?;
+                let (alpha, beta) = (1f32, 0f32);
+                blas::sgemm_strided_batched(
+                    h,
+                    op(ob.trans),
+                    op(oa.trans),
+                    mm,
+                    nn,
+                    kk,
+                    &alpha,
+                    pa as *const f32,
+                    ob.ld as i32,
+                    ob.stride,
+                    pb as *const f32,
+                    oa.ld as i32,
+                    oa.stride,
+                    &beta,
+                    pc as *mut f32,
+                    mm,
+                    (m * n) as i64,
+                    bcount,
+                )
+                .map_err(err)?;
+            }
+            DType::F64 => {
+                let (alpha, beta) = (1f64, 0f64);
+                blas::dgemm_strided_batched(
+                    h,
+                    op(ob.trans),
+                    op(oa.trans),
+                    mm,
+                    nn,
+                    kk,
+                    &alpha,
+                    pa as *const f64,
+                    ob.ld as i32,
+                    ob.stride,
+                    pb as *const f64,
+                    oa.ld as i32,
+                    oa.stride,
+                    &beta,
+                    pc as *mut f64,
+                    mm,
+                    (m * n) as i64,
+                    bcount,
+                )
+                .map_err(err)?;
+            }
+            _ => {
+                let ty = if dt == DType::F16 {
+                    bsys::cudaDataType_t::CUDA_R_16F
+                } else {
+                    bsys::cudaDataType_t::CUDA_R_16BF
+                };
+                let (alpha, beta) = (1f32, 0f32);
+                blas::gemm_strided_batched_ex(
+                    h,
+                    op(ob.trans),
+                    op(oa.trans),
+                    mm,
+                    nn,
+                    kk,
+                    &alpha as *const f32 as *const c_void,
+                    pa as *const c_void,
+                    ty,
+                    ob.ld as i32,
+                    ob.stride,
+                    pb as *const c_void,
+                    ty,
+                    oa.ld as i32,
+                    oa.stride,
+                    &beta as *const f32 as *const c_void,
+                    pc as *mut c_void,
+                    ty,
+                    mm,
+                    (m * n) as i64,
+                    bcount,
+                    bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+                .map_err(err)?;
+            }
+        }
+    }
+    drop(guard);
+    // the operands' temporary copies (if any) are freed after the queued GEMM: the
+    // allocator hands their blocks only to later work on the same stream
+    drop((oa, ob));
+    Ok(Some(out))
+}
+
+/// The stride between consecutive matrices when the batch dims of `l` collapse
+/// to one (a single matrix has stride 0); `None` when they do not.
+fn batch_stride(l: &Layout) -> Option<usize> {
+    let r = l.rank();
+    let (shape, strides) = (&l.shape()[..r - 2], &l.strides()[..r - 2]);
+    let dims: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&n, _)| n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    match dims.as_slice() {
+        [] => Some(0),
+        [(_, s)] => Some(*s),
+        _ => {
+            // collapsible when each outer stride is the inner stride times the inner size
+            for w in dims.windows(2) {
+                if w[0].1 != w[1].1 * w[1].0 {
+                    return None;
+                }
+            }
+            Some(dims.last().map_or(0, |d| d.1))
+        }
+    }
+}
+
+/// The kernels' comparison code of a [`CmpOp`](crate::backend::cpu::elementwise::CmpOp).
+pub(crate) fn cmp_code(c: crate::backend::cpu::elementwise::CmpOp) -> i32 {
+    use crate::backend::cpu::elementwise::CmpOp::*;
+    match c {
+        Eq => 0,
+        Ne => 1,
+        Lt => 2,
+        Le => 3,
+        Gt => 4,
+        Ge => 5,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Rust op codes and the kernels' `#define`s must agree.
+    #[test]
+    fn codes_match_kernel_defines() {
+        let src = [
+            include_str!("../../../kernels/elementwise.cu"),
+            include_str!("../../../kernels/reduce.cu"),
+        ]
+        .concat();
+        let define = |name: &str| -> i32 {
+            let line = src
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(name) && l.starts_with("#define"))
+                .unwrap_or_else(|| panic!("no #define {name}"));
+            line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        };
+        use BinaryCode as B;
+        use ReduceCode as R;
+        use UnaryCode as U;
+        let unary = [
+            (U::Neg, "U_NEG"),
+            (U::Abs, "U_ABS"),
+            (U::Exp, "U_EXP"),
+            (U::Log, "U_LOG"),
+            (U::Sqrt, "U_SQRT"),
+            (U::Tanh, "U_TANH"),
+            (U::Sin, "U_SIN"),
+            (U::Cos, "U_COS"),
+            (U::Recip, "U_RECIP"),
+            (U::Square, "U_SQUARE"),
+            (U::Relu, "U_RELU"),
+            (U::Sigmoid, "U_SIGMOID"),
+            (U::Erf, "U_ERF"),
+            (U::Gelu, "U_GELU"),
+            (U::GeluTanh, "U_GELU_TANH"),
+            (U::PowScalar, "U_POW_SCALAR"),
+            (U::Clamp, "U_CLAMP"),
+        ];
+        for (c, n) in unary {
+            assert_eq!(c as i32, define(n), "{n}");
+        }
+        let binary = [
+            (B::Add, "B_ADD"),
+            (B::Sub, "B_SUB"),
+            (B::Mul, "B_MUL"),
+            (B::Div, "B_DIV"),
+            (B::Maximum, "B_MAXIMUM"),
+            (B::Minimum, "B_MINIMUM"),
+            (B::Pow, "B_POW"),
+            (B::ReluBackward, "B_RELU_BACKWARD"),
+        ];
+        for (c, n) in binary {
+            assert_eq!(c as i32, define(n), "{n}");
+        }
+        let reduce = [
+            (R::Sum, "R_SUM"),
+            (R::Mean, "R_MEAN"),
+            (R::Max, "R_MAX"),
+            (R::Min, "R_MIN"),
+            (R::ArgMax, "R_ARGMAX"),
+            (R::ArgMin, "R_ARGMIN"),
+            (R::Var, "R_VAR"),
+        ];
+        for (c, n) in reduce {
+            assert_eq!(c as i32, define(n), "{n}");
+        }
+        use crate::backend::cpu::elementwise::CmpOp;
+        for (c, n) in [
+            (CmpOp::Eq, "C_EQ"),
+            (CmpOp::Ne, "C_NE"),
+            (CmpOp::Lt, "C_LT"),
+            (CmpOp::Le, "C_LE"),
+            (CmpOp::Gt, "C_GT"),
+            (CmpOp::Ge, "C_GE"),
+        ] {
+            assert_eq!(cmp_code(c), define(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn klayout_matches_the_kernel_struct_size() {
+        // int rank, int contiguous, i64 offset, i64 shape[8], i64 strides[8]
+        assert_eq!(std::mem::size_of::<KLayout>(), 4 + 4 + 8 + 64 + 64);
+        assert!(KLayout::from_parts("t", &[1; 9], &[1; 9], 0, true).is_err());
+    }
+
+    #[test]
+    fn batch_strides_collapse() {
+        let l = Layout::contiguous(&[2, 3, 4, 5]);
+        assert_eq!(batch_stride(&l), Some(20));
+        let l = Layout::contiguous(&[4, 5]);
+        assert_eq!(batch_stride(&l), Some(0));
+        // a transposed batch order does not collapse
+        let l = Layout::contiguous(&[2, 3, 4, 5]).permute(&[1, 0, 2, 3]);
+        assert_eq!(batch_stride(&l), None);
+        // broadcast batch (stride 0)
+        let l = Layout::contiguous(&[1, 4, 5])
+            .broadcast_to("t", &[3, 4, 5])
+            .unwrap();
+        assert_eq!(batch_stride(&l), Some(0));
+    }
+}

@@ -1,0 +1,271 @@
+//! CUDA-only behaviour: copies between devices, the caching allocator's
+//! statistics, out-of-memory recovery, events, and CUDA results against the CPU's
+//! on random inputs. Every test skips (saying why) where no GPU is present; the
+//! no-GPU behaviour is tested at the end.
+
+use super::{assert_close, rng_lock, vals};
+use ember::prelude::*;
+use ember::{cuda, Error};
+
+/// The first GPU, or `None` (with a message) when there is none.
+fn gpu(test: &str) -> Option<Device> {
+    match cuda::unavailable_reason() {
+        Some(reason) => {
+            eprintln!("skipped {test}: {reason}");
+            None
+        }
+        None => Some(Device::Cuda(0)),
+    }
+}
+
+#[test]
+fn copies_between_devices_keep_values_and_dtype() -> Result<()> {
+    let Some(dev) = gpu("copies_between_devices") else {
+        return Ok(());
+    };
+    for dt in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ] {
+        let a = Tensor::arange_step(0.0, 24.0, 1.0, DType::F64, &Device::Cpu)?
+            .to_dtype(dt)?
+            .reshape([2, 3, 4])?;
+        let g = a.to(&dev)?;
+        assert_eq!(g.device(), dev);
+        assert!(g.is_cuda());
+        assert_eq!((g.shape(), g.dtype()), (a.shape(), dt));
+        // a non-contiguous view goes over as its own values
+        let t = g.transpose(0, 2)?;
+        let back = t.cpu()?;
+        assert_eq!(back.device(), Device::Cpu);
+        assert_eq!(vals(&back), vals(&a.transpose(0, 2)?), "{dt}");
+        assert_eq!(vals(&g.cuda(0)?), vals(&a));
+    }
+    Ok(())
+}
+
+#[test]
+fn printing_names_the_device() -> Result<()> {
+    let Some(dev) = gpu("printing_names_the_device") else {
+        return Ok(());
+    };
+    let t = Tensor::new([1.5f32, -2.0], &dev)?;
+    assert_eq!(t.to_string(), "tensor([ 1.5000, -2.0000], device='cuda:0')");
+    Ok(())
+}
+
+#[test]
+fn mixed_devices_are_an_error() -> Result<()> {
+    let Some(dev) = gpu("mixed_devices_are_an_error") else {
+        return Ok(());
+    };
+    let a = Tensor::ones([2], DType::F32, &dev)?;
+    let b = Tensor::ones([2], DType::F32, &Device::Cpu)?;
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(
+        e.starts_with("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
+        "{e}"
+    );
+    assert!(a.matmul(&b.reshape([2, 1])?).is_err());
+    Ok(())
+}
+
+/// The op results of the GPU against the CPU's on the same random inputs.
+#[test]
+fn gpu_matches_cpu_on_random_inputs() -> Result<()> {
+    let Some(dev) = gpu("gpu_matches_cpu_on_random_inputs") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(11);
+    let cpu = Device::Cpu;
+    let x = Tensor::randn([37, 53], &cpu)?;
+    let y = Tensor::randn([53], &cpu)?;
+    let w = Tensor::randn([53, 29], &cpu)?;
+    let (xg, yg, wg) = (x.to(&dev)?, y.to(&dev)?, w.to(&dev)?);
+    let before = cuda::host_fallback_count();
+    type Op = fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>;
+    let ops: Vec<(&str, Op, f64)> = vec![
+        ("add", |x, y, _| x.add(y), 1e-6),
+        ("mul scalar", |x, _, _| x.mul(2.5), 1e-6),
+        ("div", |x, y, _| x.div(&y.abs()?.add(1.0)?), 1e-5),
+        ("exp", |x, _, _| x.exp(), 1e-5),
+        ("gelu", |x, _, _| x.gelu(), 1e-5),
+        ("relu t", |x, _, _| x.t()?.relu(), 0.0),
+        ("sum dim 0", |x, _, _| x.sum(0, false), 1e-4),
+        ("mean dim 1 keep", |x, _, _| x.mean(1, true), 1e-5),
+        ("max all", |x, _, _| x.max_all(), 0.0),
+        ("argmax 1", |x, _, _| x.argmax(1, false), 0.0),
+        ("var 1", |x, _, _| x.var(1, false), 1e-4),
+        ("softmax", |x, _, _| x.softmax(-1), 1e-5),
+        ("log_softmax 0", |x, _, _| x.log_softmax(0), 1e-5),
+        ("matmul", |x, _, w| x.matmul(w), 1e-4),
+        ("matmul tt", |x, _, w| w.t()?.matmul(&x.t()?), 1e-4),
+        ("lt + where", |x, y, _| x.lt(y)?.where_(x, 0.0), 0.0),
+        (
+            "to f16 and back",
+            |x, _, _| x.to_dtype(DType::F16)?.to_dtype(DType::F32),
+            0.0,
+        ),
+        ("cat", |x, _, _| Tensor::cat(&[x, &x.mul(2.0)?], 1), 0.0),
+        (
+            "index_select",
+            |x, _, _| {
+                let i = Tensor::new([3i64, 0, -1], &x.device())?;
+                x.index_select(0, &i)
+            },
+            0.0,
+        ),
+    ];
+    for (name, f, tol) in ops {
+        let want = f(&x, &y, &w)?;
+        let got = f(&xg, &yg, &wg)?;
+        assert!(got.is_cuda(), "{name} left the GPU");
+        assert_eq!(got.shape(), want.shape(), "{name}");
+        assert_eq!(got.dtype(), want.dtype(), "{name}");
+        assert_close(&vals(&got), &vals(&want), tol, tol);
+    }
+    assert_eq!(
+        cuda::host_fallback_count(),
+        before,
+        "an op above ran on the host instead of the GPU"
+    );
+    Ok(())
+}
+
+#[test]
+fn training_step_matches_cpu() -> Result<()> {
+    use ember::nn::{self, Module};
+    use ember::optim::{Adam, Optimizer};
+    let Some(dev) = gpu("training_step_matches_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    let run = |device: &Device| -> Result<Vec<f64>> {
+        ember::manual_seed(3);
+        let mut model = nn::Sequential::new()
+            .add(nn::Linear::new(4, 16, &Device::Cpu)?)
+            .add(nn::ReLU)
+            .add(nn::Linear::new(16, 3, &Device::Cpu)?);
+        model.to_device(device)?;
+        let mut opt = Adam::new(model.parameters(), 0.01);
+        let x = Tensor::randn([32, 4], &Device::Cpu)?.to(device)?;
+        let y = Tensor::randint(0, 3, [32], &Device::Cpu)?.to(device)?;
+        let mut losses = Vec::new();
+        for _ in 0..5 {
+            let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+            opt.zero_grad();
+            loss.backward()?;
+            opt.step()?;
+            losses.push(loss.item::<f64>()?);
+        }
+        assert!(model.parameters().iter().all(|p| p.device() == *device));
+        Ok(losses)
+    };
+    let want = run(&Device::Cpu)?;
+    let got = run(&dev)?;
+    assert_close(&got, &want, 1e-4, 1e-5);
+    Ok(())
+}
+
+#[test]
+fn allocator_statistics_and_reuse() -> Result<()> {
+    let Some(dev) = gpu("allocator_statistics_and_reuse") else {
+        return Ok(());
+    };
+    cuda::synchronize(&dev)?;
+    let base = cuda::memory_stats(&dev)?;
+    let a = Tensor::zeros([1024, 1024], DType::F32, &dev)?; // 4 MiB
+    let s1 = cuda::memory_stats(&dev)?;
+    assert_eq!(s1.allocated, base.allocated + (4 << 20));
+    assert!(s1.reserved >= s1.allocated);
+    assert!(cuda::max_memory_allocated(&dev)? >= s1.allocated);
+    drop(a);
+    let s2 = cuda::memory_stats(&dev)?;
+    assert_eq!(s2.allocated, base.allocated);
+    assert_eq!(s2.reserved, s1.reserved, "the freed block stays cached");
+    // the same size again comes from the cache, not the driver
+    let mallocs = s2.num_device_mallocs;
+    for _ in 0..10 {
+        let t = Tensor::ones([1024, 1024], DType::F32, &dev)?;
+        drop(t);
+    }
+    assert_eq!(cuda::memory_stats(&dev)?.num_device_mallocs, mallocs);
+    cuda::reset_peak_memory_stats(&dev)?;
+    assert_eq!(
+        cuda::max_memory_allocated(&dev)?,
+        cuda::memory_allocated(&dev)?
+    );
+    cuda::empty_cache(&dev)?;
+    assert!(cuda::memory_reserved(&dev)? <= s2.reserved);
+    Ok(())
+}
+
+#[test]
+fn out_of_memory_is_an_error_and_the_device_keeps_working() -> Result<()> {
+    let Some(dev) = gpu("out_of_memory") else {
+        return Ok(());
+    };
+    let total = cuda::device_properties(0)?.total_memory;
+    // twice the device's memory cannot be allocated
+    let n = total / 2; // f32 elements: 2 × total bytes
+    match Tensor::zeros([n, 4], DType::F32, &dev) {
+        Err(Error::OutOfMemory {
+            device, requested, ..
+        }) => {
+            assert_eq!(device, dev);
+            assert!(requested >= total * 2);
+        }
+        Err(e) => panic!("expected OutOfMemory, got {e}"),
+        Ok(_) => panic!("allocating {} bytes succeeded", total * 8),
+    }
+    let t = Tensor::ones([256], DType::F32, &dev)?;
+    assert_eq!(t.sum_all()?.item::<f32>()?, 256.0);
+    Ok(())
+}
+
+#[test]
+fn events_time_queued_work() -> Result<()> {
+    let Some(dev) = gpu("events_time_queued_work") else {
+        return Ok(());
+    };
+    let a = Tensor::randn([512, 512], &dev)?;
+    let start = cuda::Event::record(&dev)?;
+    let mut c = a.clone();
+    for _ in 0..10 {
+        c = c.matmul(&a)?.mul(1e-3)?;
+    }
+    let end = cuda::Event::record(&dev)?;
+    let ms = start.elapsed_ms(&end)?;
+    assert!(ms > 0.0 && ms.is_finite(), "{ms}");
+    cuda::synchronize(&dev)?;
+    Ok(())
+}
+
+#[test]
+fn without_a_gpu_cuda_requests_are_errors() -> Result<()> {
+    if cuda::is_available() {
+        eprintln!("skipped without_a_gpu: a GPU is present");
+        return Ok(());
+    }
+    let dev = Device::Cuda(0);
+    for r in [
+        Tensor::zeros([2], DType::F32, &dev),
+        Tensor::new([1f32], &dev),
+        Tensor::ones([2], DType::F32, &Device::Cpu)?.to(&dev),
+    ] {
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}");
+        assert!(e.to_string().contains("CUDA is not available"), "{e}");
+    }
+    assert!(cuda::synchronize(&dev).is_err());
+    assert!(cuda::memory_allocated(&dev).is_err());
+    assert!(cuda::Event::record(&dev).is_err());
+    assert_eq!(cuda::synchronize(&Device::Cpu).ok(), Some(()));
+    Ok(())
+}
