@@ -1,5 +1,6 @@
 //! The `ember` command: list devices and train a model on the best one.
 
+mod bench;
 mod devices;
 mod train;
 
@@ -23,6 +24,9 @@ enum Command {
     Devices,
     /// Train a classifier on a data set shipped in data/.
     Train(train::TrainArgs),
+    /// Time tensor operations on the CPU and the GPUs (median, throughput, share
+    /// of the device's measured ceiling, speed-up over the CPU).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Devices) => devices::run(),
         Some(Command::Train(args)) => train::run(&args),
+        Some(Command::Bench(args)) => bench::run(&args),
         // the main job: train on the best available device
         None => train::run(&train::TrainArgs::default()),
     };

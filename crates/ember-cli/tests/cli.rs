@@ -126,3 +126,38 @@ fn help_describes_the_commands() {
         assert!(ok && out.contains(flag), "{flag} missing from\n{out}");
     }
 }
+
+#[test]
+fn quick_cpu_benchmark_prints_a_table_and_json() {
+    let json = std::env::temp_dir().join(format!("ember-bench-{}.jsonl", std::process::id()));
+    let (ok, out, err) = ember(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for want in [
+        "copy 256x256 f32",
+        "mul 256x256 f32",
+        "matmul 128 f32",
+        "tiny add 4x4",
+        "GB/s",
+        "GFLOP/s",
+    ] {
+        assert!(out.contains(want), "{want:?} missing in\n{out}");
+    }
+    let lines = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(lines.lines().count(), 7, "{lines}");
+    assert!(lines
+        .lines()
+        .all(|l| l.starts_with("{\"device\": \"cpu\"") && l.contains("\"median_s\": ")));
+    std::fs::remove_file(&json).unwrap();
+    // a bad device or suite is a one-line error
+    let (ok, _, err) = ember(&["bench", "--device", "tpu"]);
+    assert!(!ok && err.contains("invalid device string"), "{err}");
+    let (ok, _, err) = ember(&["bench", "--device", "cpu", "--suite", "nope"]);
+    assert!(!ok && err.contains("unknown suite"), "{err}");
+}
