@@ -29,6 +29,7 @@ pub mod device;
 mod dtype;
 mod error;
 pub mod io;
+pub mod kernel;
 pub mod layout;
 pub mod nn;
 pub mod optim;

@@ -345,6 +345,6 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape.push(num_classes);
-        Ok(Tensor::from_cpu(CpuData::I64(out), &shape))
+        Tensor::from_host(CpuData::I64(out), &shape, self.device())
     }
 }

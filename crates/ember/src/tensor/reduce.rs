@@ -5,7 +5,7 @@ use super::shape::{dim_list, IntoDims};
 use super::Tensor;
 use crate::backend::cpu::reduce::{self as k, ReduceOp};
 use crate::layout::{normalize_dim, Dims};
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// The gradient of a reduction of `x` over `dims` (output `y`, gradient `g`).
 fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor, dims: &[usize]) -> Result<Tensor> {
@@ -310,5 +310,51 @@ impl Tensor {
     /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`.
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
         self.softmax_impl("log_softmax", dim, true)
+    }
+}
+
+impl Tensor {
+    /// `true` when every `|self - other| <= atol + rtol * |other|` (shapes
+    /// broadcast; NaN is never close), like `torch.allclose`.
+    pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> Result<bool> {
+        let _ng = crate::no_grad_guard();
+        let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
+        let diff = a.sub(&b)?.abs()?;
+        let tol = b.abs()?.mul(rtol)?.add(atol)?;
+        let close = diff
+            .le(&tol)?
+            .to_dtype(DType::I64)?
+            .sum_all()?
+            .item::<i64>()?;
+        Ok(close as usize == diff.numel())
+    }
+
+    /// The largest `|self - other|` (shapes broadcast); NaN when either holds NaN.
+    pub fn max_abs_diff(&self, other: &Tensor) -> Result<f64> {
+        let _ng = crate::no_grad_guard();
+        let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
+        let d = a.sub(&b)?.abs()?;
+        if d.numel() == 0 {
+            return Ok(0.0);
+        }
+        d.max_all()?.item::<f64>()
+    }
+
+    /// `Ok(())` when [`allclose`](Self::allclose), otherwise an error giving the
+    /// largest difference and the tolerances: for checking GPU results against the
+    /// CPU's.
+    pub fn assert_close(&self, other: &Tensor, rtol: f64, atol: f64) -> Result<()> {
+        if self.allclose(other, rtol, atol)? {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "assert_close",
+            format!(
+                "tensors differ: max |a - b| = {} (rtol {rtol}, atol {atol}; shapes {:?} and {:?})",
+                self.max_abs_diff(other)?,
+                self.shape(),
+                other.shape()
+            ),
+        ))
     }
 }

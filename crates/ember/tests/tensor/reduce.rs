@@ -150,4 +150,29 @@ fn softmax_family(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-device_test!(sums_and_means, max_min_arg, var_std, softmax_family);
+fn allclose_and_assert_close(dev: &Device) -> Result<()> {
+    let a = Tensor::new([1.0f32, 2.0, 3.0], dev)?;
+    let b = Tensor::new([1.0f32, 2.0001, 3.0], dev)?;
+    assert!(a.allclose(&b, 1e-3, 0.0)?);
+    assert!(!a.allclose(&b, 1e-6, 1e-6)?);
+    assert!((a.max_abs_diff(&b)? - 1e-4).abs() < 1e-6);
+    // broadcasting, and NaN is never close
+    assert!(a.allclose(&Tensor::new([[1.0f32, 2.0, 3.0]], dev)?, 0.0, 0.0)?);
+    let n = Tensor::new([f32::NAN], dev)?;
+    assert!(!n.allclose(&n, 1.0, 1.0)?);
+    let e = a.assert_close(&b, 1e-6, 1e-6).unwrap_err().to_string();
+    assert!(
+        e.contains("max |a - b| = 0.0000998") && e.contains("rtol 0.000001"),
+        "{e}"
+    );
+    a.assert_close(&b, 1e-3, 0.0)?;
+    Ok(())
+}
+
+device_test!(
+    sums_and_means,
+    max_min_arg,
+    var_std,
+    softmax_family,
+    allclose_and_assert_close
+);

@@ -268,8 +268,7 @@ impl CudaDev {
             .map_err(cuda_err("cuModuleLoadData"))
     }
 
-    /// Loads a user's compiled kernel (issue: user kernels share this path).
-    #[allow(dead_code)]
+    /// Loads a user's compiled kernel.
     pub(crate) fn load_user_function(&self, cubin: &[u8], name: &str) -> Result<Func> {
         let m = self.load_cubin(cubin)?;
         // the module stays loaded as long as the process runs (Module has no Drop)

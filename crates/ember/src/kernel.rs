@@ -1,0 +1,354 @@
+//! Your own CUDA kernels: CUDA C compiled at run time by NVRTC for the device's
+//! architecture and launched on ember's stream with a grid/block configuration,
+//! with tensors and scalars as arguments (what numba.cuda and CuPy's `RawKernel`
+//! offer in Python). No nvcc and no build script.
+//!
+//! ```no_run
+//! use ember::kernel::{Arg, Kernel, LaunchConfig};
+//! use ember::prelude::*;
+//!
+//! let dev = Device::Cuda(0);
+//! let src = r#"
+//! extern "C" __global__ void add_vectors(const float* a, const float* b, float* c, int n) {
+//!     int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) c[i] = a[i] + b[i];
+//! }"#;
+//! let k = Kernel::compile(src, "add_vectors", &dev)?;
+//! let n = 100_000;
+//! let a = Tensor::rand([n], &dev)?;
+//! let b = Tensor::rand([n], &dev)?;
+//! let c = Tensor::zeros([n], DType::F32, &dev)?;
+//! // the lessons' `ceil(N / 1024)` blocks of 1024 threads
+//! k.launch(
+//!     LaunchConfig::for_elements(n, 1024),
+//!     &[Arg::input(&a, DType::F32), Arg::input(&b, DType::F32), Arg::output(&c, DType::F32), Arg::I32(n as i32)],
+//! )?;
+//! assert!(c.allclose(&a.add(&b)?, 1e-6, 1e-6)?);
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+use crate::backend::cuda::{self, nvrtc, CudaDev, Func};
+use crate::{DType, Device, Error, Result, Tensor};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A compiled kernel, ready to launch on one device.
+pub struct Kernel {
+    name: String,
+    func: Func,
+    dev: Arc<CudaDev>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({} on {})", self.name, self.dev.device())
+    }
+}
+
+/// Compiles CUDA C for `sm_{arch}` (e.g. 90 for an H100) into a cubin, without a
+/// GPU: for checking that a kernel compiles. Errors carry NVRTC's log.
+pub fn compile_for_arch(source: &str, name: &str, arch: u32, options: &[&str]) -> Result<Vec<u8>> {
+    let opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    nvrtc::compile(name, source, arch, &opts)
+}
+
+impl Kernel {
+    /// Compiles the `extern "C" __global__` function `name` of `source` for
+    /// `device`'s architecture (cached in memory and on disk like ember's own
+    /// kernels). A compile error is [`Error::KernelCompile`] with NVRTC's log.
+    pub fn compile(source: &str, name: &str, device: &Device) -> Result<Kernel> {
+        Kernel::compile_with(source, name, device, &[])
+    }
+
+    /// [`compile`](Self::compile) with NVRTC options such as `-use_fast_math`.
+    pub fn compile_with(
+        source: &str,
+        name: &str,
+        device: &Device,
+        options: &[&str],
+    ) -> Result<Kernel> {
+        let Device::Cuda(i) = *device else {
+            return Err(Error::UnsupportedDevice {
+                op: "Kernel::compile",
+                device: *device,
+                msg: "CUDA kernels run on a GPU (cuda:N)".into(),
+            });
+        };
+        let dev = cuda::dev(i)?;
+        let opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+        let (cubin, _) = nvrtc::cubin(name, source, dev.arch, &opts)?;
+        let func = dev.load_user_function(&cubin, name)?;
+        Ok(Kernel {
+            name: name.to_string(),
+            func,
+            dev,
+        })
+    }
+
+    /// The device the kernel runs on.
+    pub fn device(&self) -> Device {
+        self.dev.device()
+    }
+
+    /// Queues the kernel on the device's stream (in order with ember's own
+    /// operations) with `config` and `args`, after checking the configuration
+    /// against the device's limits and each tensor's device, dtype and layout.
+    pub fn launch(&self, config: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let device = self.device();
+        let props = crate::device::cuda::device_properties(self.dev.ordinal)?;
+        config.check(&props)?;
+        // keep every tensor's storage locked (and alive) until the launch is queued
+        let mut guards = Vec::new();
+        let mut values: Vec<u64> = Vec::with_capacity(args.len());
+        for (k, a) in args.iter().enumerate() {
+            values.push(match *a {
+                Arg::Tensor { t, dtype, .. } => {
+                    if t.device() != device {
+                        return Err(Error::DeviceMismatch {
+                            op: "Kernel::launch",
+                            a: device,
+                            b: t.device(),
+                        });
+                    }
+                    if t.dtype() != dtype {
+                        return Err(Error::invalid(
+                            "Kernel::launch",
+                            format!(
+                                "argument {k}: the kernel takes {dtype} but the tensor is {}",
+                                t.dtype()
+                            ),
+                        ));
+                    }
+                    if !t.is_contiguous() {
+                        return Err(Error::invalid(
+                            "Kernel::launch",
+                            format!("argument {k}: the tensor is not contiguous; call .contiguous() first"),
+                        ));
+                    }
+                    let st = t.cuda_storage().expect("a tensor on the kernel's GPU");
+                    let ptr = st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64;
+                    guards.push(st);
+                    ptr
+                }
+                Arg::I32(v) => v as u32 as u64,
+                Arg::U32(v) => v as u64,
+                Arg::F32(v) => v.to_bits() as u64,
+                Arg::I64(v) => v as u64,
+                Arg::U64(v) => v,
+                Arg::F64(v) => v.to_bits(),
+            });
+        }
+        // each parameter points at its value's bytes; 4-byte values sit in the low
+        // half of their u64 (little-endian)
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: the device pointers lie in live storages (locked above); the
+        // parameter list is what the user declared for the kernel.
+        unsafe {
+            self.dev.launch(
+                self.func,
+                config.grid,
+                config.block,
+                config.shared_mem,
+                &mut params,
+            )
+        }
+    }
+}
+
+/// A kernel argument.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg<'a> {
+    /// A contiguous tensor on the kernel's device, passed as a pointer to its first
+    /// element; `dtype` is the element type the kernel expects.
+    Tensor {
+        t: &'a Tensor,
+        dtype: DType,
+        writes: bool,
+    },
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+impl<'a> Arg<'a> {
+    /// A tensor the kernel reads (`const T*`).
+    pub fn input(t: &'a Tensor, dtype: DType) -> Arg<'a> {
+        Arg::Tensor {
+            t,
+            dtype,
+            writes: false,
+        }
+    }
+
+    /// A tensor the kernel writes (`T*`). Its values change in place.
+    pub fn output(t: &'a Tensor, dtype: DType) -> Arg<'a> {
+        Arg::Tensor {
+            t,
+            dtype,
+            writes: true,
+        }
+    }
+}
+
+/// Grid and block dimensions and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_mem: u32,
+}
+
+impl LaunchConfig {
+    /// `grid` blocks of `block` threads, one-dimensional.
+    pub fn new(grid: u32, block: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            shared_mem: 0,
+        }
+    }
+
+    /// Enough blocks of `threads` threads for `n` elements (`ceil(n / threads)`).
+    pub fn for_elements(n: usize, threads: u32) -> LaunchConfig {
+        let blocks = n.div_ceil(threads.max(1) as usize).max(1);
+        LaunchConfig::new(blocks.min(u32::MAX as usize) as u32, threads)
+    }
+
+    /// This configuration with `bytes` of dynamic shared memory per block.
+    pub fn with_shared_mem(mut self, bytes: u32) -> LaunchConfig {
+        self.shared_mem = bytes;
+        self
+    }
+
+    /// Errors when the configuration exceeds what the device allows.
+    pub fn check(&self, p: &crate::device::cuda::DeviceProperties) -> Result<()> {
+        let (bx, by, bz) = self.block;
+        let (gx, gy, gz) = self.grid;
+        let bad = |msg: String| Err(Error::invalid("Kernel::launch", msg));
+        if [bx, by, bz, gx, gy, gz].contains(&0) {
+            return bad(format!(
+                "grid {:?} and block {:?} must be at least 1 in every dimension",
+                self.grid, self.block
+            ));
+        }
+        let threads = bx as u64 * by as u64 * bz as u64;
+        if threads > p.max_threads_per_block as u64 {
+            return bad(format!(
+                "block {:?} has {threads} threads; {} allows at most {} per block",
+                self.block, p.name, p.max_threads_per_block
+            ));
+        }
+        if bx > 1024 || by > 1024 || bz > 64 {
+            return bad(format!(
+                "block {:?} exceeds the per-dimension limits (1024, 1024, 64)",
+                self.block
+            ));
+        }
+        if gx > i32::MAX as u32 || gy > 65535 || gz > 65535 {
+            return bad(format!(
+                "grid {:?} exceeds the limits (2147483647, 65535, 65535)",
+                self.grid
+            ));
+        }
+        if self.shared_mem as usize > p.max_shared_memory_per_block {
+            return bad(format!(
+                "{} bytes of shared memory requested; {} allows {} per block",
+                self.shared_mem, p.name, p.max_shared_memory_per_block
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> crate::device::cuda::DeviceProperties {
+        crate::device::cuda::DeviceProperties {
+            ordinal: 0,
+            name: "test GPU".into(),
+            compute_capability: (9, 0),
+            multiprocessor_count: 132,
+            max_threads_per_block: 1024,
+            max_shared_memory_per_block: 49152,
+            warp_size: 32,
+            total_memory: 80 << 30,
+            l2_cache_size: 50 << 20,
+            clock_rate_khz: 1_980_000,
+            memory_bus_width_bits: 5120,
+        }
+    }
+
+    #[test]
+    fn lesson_config_is_ceil_n_over_threads() {
+        let c = LaunchConfig::for_elements(100_000, 1024);
+        assert_eq!(c.grid, (98, 1, 1));
+        assert_eq!(c.block, (1024, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1024, 1024).grid.0, 1);
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid.0, 1);
+        assert!(c.check(&h100()).is_ok());
+    }
+
+    #[test]
+    fn limits_are_checked_with_clear_errors() {
+        let p = h100();
+        let e = LaunchConfig::new(1, 2048)
+            .check(&p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2048 threads") && e.contains("at most 1024"),
+            "{e}"
+        );
+        let e = LaunchConfig::new(0, 32).check(&p).unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        let e = LaunchConfig::new(1, 32)
+            .with_shared_mem(100_000)
+            .check(&p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("100000 bytes of shared memory"), "{e}");
+        let mut c = LaunchConfig::new(1, 32);
+        c.grid.1 = 70_000;
+        assert!(c.check(&p).is_err());
+    }
+
+    #[test]
+    fn compile_errors_report_nvrtc_log() {
+        if nvrtc::ensure_nvrtc().is_err() {
+            eprintln!("skipped: NVRTC not found");
+            return;
+        }
+        let ok = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }";
+        let cubin = compile_for_arch(ok, "k", 80, &["-use_fast_math"]).unwrap();
+        assert!(cubin.starts_with(b"\x7fELF"));
+        let bad = "extern \"C\" __global__ void k(float* x) {\n  x[0] = y;\n}";
+        match compile_for_arch(bad, "my_kernel", 80, &[]) {
+            Err(Error::KernelCompile { name, arch, log }) => {
+                assert_eq!((name.as_str(), arch.as_str()), ("my_kernel", "sm_80"));
+                assert!(
+                    log.contains("my_kernel.cu(2)") && log.contains("\"y\""),
+                    "{log}"
+                );
+            }
+            other => panic!("expected a compile error, got {other:?}"),
+        }
+        let e = compile_for_arch(ok, "k", 80, &["--no-such-option"]).unwrap_err();
+        assert!(matches!(e, Error::KernelCompile { .. }), "{e}");
+    }
+
+    #[test]
+    fn compiling_for_the_cpu_is_an_error() {
+        let e = Kernel::compile("", "k", &Device::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cuda:N"), "{e}");
+    }
+}
