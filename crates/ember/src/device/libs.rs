@@ -123,6 +123,7 @@ fn env_dirs(var: &str) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The entries of `parent` whose names start with `prefix`, newest version first.
 fn glob_dirs(parent: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(parent)
         .map(|rd| {
@@ -234,16 +235,7 @@ fn locate(lib: CudaLib) -> Found {
             .find(|p| p.exists())?;
         for prefix in lib.companions() {
             // the newest of e.g. libnvrtc-builtins.so.13.0 / .so.13.2
-            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map(|rd| {
-                    rd.flatten()
-                        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                        .map(|e| e.path())
-                        .collect()
-                })
-                .unwrap_or_default();
-            found.sort();
-            if let Some(p) = found.last() {
+            if let Some(p) = glob_dirs(dir, prefix).first() {
                 if let Err(e) = preload(p) {
                     errors.push(e);
                 }

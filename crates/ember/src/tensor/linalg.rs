@@ -10,6 +10,23 @@ use crate::layout::{broadcast_shapes, Dims};
 use crate::WithDType;
 use crate::{DType, Error, Result};
 
+/// Adds the bias's entry to conv2d's gradients: nothing without a bias, `None`
+/// when the bias needs no gradient, else the output gradient summed per channel.
+fn push_bias_grad(
+    grads: &mut Vec<Option<Tensor>>,
+    has_bias: Option<bool>,
+    g: &Tensor,
+) -> Result<()> {
+    if let Some(needed) = has_bias {
+        grads.push(if needed {
+            Some(g.sum([0, 2, 3], false)?)
+        } else {
+            None
+        });
+    }
+    Ok(())
+}
+
 impl Tensor {
     /// Matrix product with `torch.matmul` semantics: 1-D·1-D is a dot product, 2-D·2-D
     /// a matrix product, and higher ranks are batches of matrices whose batch dims
@@ -337,13 +354,7 @@ impl Tensor {
                     gw.map(|d| Tensor::from_host(d, &wshape, dev)?.to_dtype(wdt))
                         .transpose()?,
                 ];
-                if let Some(bias_grad) = has_bias {
-                    grads.push(if bias_grad {
-                        Some(g.sum([0, 2, 3], false)?)
-                    } else {
-                        None
-                    });
-                }
+                push_bias_grad(&mut grads, has_bias, g)?;
                 Ok(grads)
             }
         }))
@@ -400,13 +411,7 @@ impl Tensor {
                     None
                 };
                 let mut grads = vec![gx, gw];
-                if let Some(bias_grad) = has_bias {
-                    grads.push(if bias_grad {
-                        Some(g.sum([0, 2, 3], false)?)
-                    } else {
-                        None
-                    });
-                }
+                push_bias_grad(&mut grads, has_bias, g)?;
                 Ok(grads)
             }
         }))
