@@ -255,6 +255,18 @@ pub(crate) fn softmax_rows(
                     }
                 });
             // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
+            if !log && std::mem::size_of::<T>() == std::mem::size_of::<T::Acc>() {
+                // f32/f64: each exp once, kept in the output, then scaled (same values
+                // as computing it twice: T is the accumulator type)
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = T::from_acc((v.to_acc() - m).exp());
+                }
+                let inv = sum_acc(dst, |v: T| v.to_acc()).recip();
+                for d in dst.iter_mut() {
+                    *d = T::from_acc(d.to_acc() * inv);
+                }
+                return;
+            }
             let sum = sum_acc(src, |v: T| (v.to_acc() - m).exp());
             if log {
                 let lse = sum.ln();
