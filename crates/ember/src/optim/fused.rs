@@ -20,21 +20,25 @@ pub(crate) struct AdamStep {
     pub decoupled: bool,
 }
 
-/// Applies one Adam step to `p` with gradient `g` and moments `m`, `v` in place,
-/// when all four are contiguous CPU tensors of one float dtype (f32/f64) with
-/// separate storage. Returns `false` (and changes nothing) otherwise.
-pub(crate) fn adam_cpu(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamStep) -> bool {
-    let all = [p, g, m, v];
+/// Whether one fused kernel can update `p`, `m`, `v` from `g`: all four contiguous,
+/// of one float dtype (f32/f64) and size, on `device`, with separate storage.
+fn fusable(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, device: crate::Device) -> bool {
     let dt = p.dtype();
-    let eligible = matches!(dt, DType::F32 | DType::F64)
-        && all.iter().all(|t| {
-            t.dtype() == dt && t.is_contiguous() && t.numel() == p.numel() && !t.is_cuda()
+    matches!(dt, DType::F32 | DType::F64)
+        && [p, g, m, v].iter().all(|t| {
+            t.dtype() == dt && t.is_contiguous() && t.numel() == p.numel() && t.device() == device
         })
         && !p.same_storage(m)
         && !p.same_storage(v)
         && !m.same_storage(v)
-        && ![p, m, v].iter().any(|t| t.same_storage(g));
-    if !eligible {
+        && ![p, m, v].iter().any(|t| t.same_storage(g))
+}
+
+/// Applies one Adam step to `p` with gradient `g` and moments `m`, `v` in place,
+/// when all four are contiguous CPU tensors of one float dtype (f32/f64) with
+/// separate storage. Returns `false` (and changes nothing) otherwise.
+pub(crate) fn adam_cpu(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamStep) -> bool {
+    if !fusable(p, g, m, v, crate::Device::Cpu) {
         return false;
     }
     let (mut pg, mut mg, mut vg) = (p.write(), m.write(), v.write());
@@ -46,7 +50,7 @@ pub(crate) fn adam_cpu(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamSt
     };
     let n = p.numel();
     let offs = [p, g, m, v].map(|t| t.layout().offset());
-    match dt {
+    match p.dtype() {
         DType::F32 => run::<f32>(
             (ps.data_mut(), ms.data_mut(), vs.data_mut(), gs.data()),
             offs,
@@ -72,18 +76,7 @@ pub(crate) fn adam_cuda(
     v: &Tensor,
     h: AdamStep,
 ) -> crate::Result<bool> {
-    let all = [p, g, m, v];
-    let dt = p.dtype();
-    let eligible = matches!(dt, DType::F32 | DType::F64)
-        && all
-            .iter()
-            .all(|t| t.dtype() == dt && t.is_contiguous() && t.numel() == p.numel() && t.is_cuda())
-        && all.iter().all(|t| t.device() == p.device())
-        && !p.same_storage(m)
-        && !p.same_storage(v)
-        && !m.same_storage(v)
-        && ![p, m, v].iter().any(|t| t.same_storage(g));
-    if !eligible {
+    if !p.is_cuda() || !fusable(p, g, m, v, p.device()) {
         return Ok(false);
     }
     // the kernel writes p, m and v through the device pointers; read locks keep the
