@@ -429,6 +429,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "{dev}: {} (compute capability {}.{}, {} SMs)",
                 p.name, p.compute_capability.0, p.compute_capability.1, p.multiprocessor_count
             );
+            if cuda::is_simulated() {
+                println!(
+                    "warning: {dev} is ember's CUDA simulator: its rows time CPU emulation, not a GPU"
+                );
+            }
         }
         let sizes = args.sizes.clone().unwrap_or_else(|| {
             if args.quick {

@@ -11,6 +11,12 @@ pub fn run() -> ember::Result<()> {
     match cuda::unavailable_reason() {
         Some(reason) => println!("cuda: not available: {reason}"),
         None => {
+            if cuda::is_simulated() {
+                println!(
+                    "cuda: simulated on the CPU (EMBER_CUDA_SIMULATOR is set): ember's GPU code \
+                     runs and its results are checked, but nothing here is a GPU"
+                );
+            }
             for i in 0..cuda::device_count() {
                 let p = cuda::device_properties(i)?;
                 println!(

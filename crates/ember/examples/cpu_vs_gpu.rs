@@ -27,6 +27,12 @@ fn main() -> Result<()> {
     let mut devices = vec![Device::Cpu];
     if ember::cuda::is_available() {
         devices.push(Device::Cuda(0));
+        if ember::cuda::is_simulated() {
+            println!(
+                "note: cuda:0 is ember's CUDA simulator (EMBER_CUDA_SIMULATOR): its times are \
+                 CPU emulation and say nothing of a GPU's speed"
+            );
+        }
     } else {
         println!(
             "no GPU ({}): timing the CPU only",

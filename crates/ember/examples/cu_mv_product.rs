@@ -30,6 +30,12 @@ fn main() -> Result<()> {
         println!("this example needs a GPU: {why}");
         return Ok(());
     }
+    if ember::cuda::is_simulated() {
+        println!(
+            "note: cuda:0 is ember's CUDA simulator (EMBER_CUDA_SIMULATOR): results are \
+             checked, but its times are CPU emulation and say nothing of a GPU's speed"
+        );
+    }
     let dev = Device::Cuda(0);
     let (rows, cols) = (100_000, 100);
     ember::manual_seed(0);

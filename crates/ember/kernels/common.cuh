@@ -38,6 +38,15 @@ __device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
 struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
 
+#ifdef EMBER_SIMULATOR
+// ember's CPU simulator of CUDA (backend/cuda/sim) has no PTX: the same rounding in C.
+__device__ __forceinline__ float f16_to_float(f16 x) { return __ember_sim_f16_to_f32(x.bits); }
+__device__ __forceinline__ f16 float_to_f16(float f) {
+    f16 r;
+    r.bits = __ember_sim_f32_to_f16(f);
+    return r;
+}
+#else
 __device__ __forceinline__ float f16_to_float(f16 x) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
@@ -48,6 +57,7 @@ __device__ __forceinline__ f16 float_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
     return r;
 }
+#endif
 __device__ __forceinline__ float bf16_to_float(bf16 x) {
     return __uint_as_float(((unsigned)x.bits) << 16);
 }

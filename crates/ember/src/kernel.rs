@@ -76,8 +76,7 @@ impl Kernel {
         };
         let dev = cuda::dev(i)?;
         let opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
-        let (cubin, _) = nvrtc::cubin(name, source, dev.arch, &opts)?;
-        let func = dev.load_user_function(&cubin, name)?;
+        let func = dev.load_user_function(source, name, &opts)?;
         Ok(Kernel {
             name: name.to_string(),
             func,

@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 fn discovery() -> &'static std::result::Result<usize, String> {
     static DISCOVERY: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
     DISCOVERY.get_or_init(|| {
+        if let Some(n) = crate::backend::cuda::sim::enabled() {
+            return Ok(n);
+        }
         crate::device::libs::ensure(crate::device::libs::CudaLib::Driver)?;
         drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
         let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
@@ -23,7 +26,9 @@ fn discovery() -> &'static std::result::Result<usize, String> {
     })
 }
 
-/// `torch.cuda.is_available()`.
+/// `torch.cuda.is_available()`. With `EMBER_CUDA_SIMULATOR=1` in the environment,
+/// simulated GPUs that run on the CPU stand in for real ones (see
+/// [`is_simulated`]).
 pub fn is_available() -> bool {
     device_count() > 0
 }
@@ -31,6 +36,13 @@ pub fn is_available() -> bool {
 /// `torch.cuda.device_count()`: 0 on a machine without a usable GPU.
 pub fn device_count() -> usize {
     *discovery().as_ref().unwrap_or(&0)
+}
+
+/// `true` when the `cuda:N` devices are ember's CPU simulator
+/// (`EMBER_CUDA_SIMULATOR`), which checks the logic of GPU code without a GPU but
+/// says nothing of its speed.
+pub fn is_simulated() -> bool {
+    crate::backend::cuda::sim::enabled().is_some()
 }
 
 /// Why no GPU can be used, or `None` when at least one can.
@@ -88,6 +100,9 @@ fn cu_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
 /// Properties of GPU `i`, read from the driver without creating a context.
 pub fn device_properties(i: usize) -> Result<DeviceProperties> {
     check_device(Device::Cuda(i))?;
+    if crate::backend::cuda::sim::enabled().is_some() {
+        return Ok(crate::backend::cuda::sim::properties(i));
+    }
     let dev = drv::device::get(i as i32).map_err(cu_err("cuDeviceGet"))?;
     let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet.

@@ -1,6 +1,6 @@
-//! CUDA-only behaviour: copies between devices, the caching allocator's
-//! statistics, out-of-memory recovery, events, and CUDA results against the CPU's
-//! on random inputs. Every test skips (saying why) where no GPU is present; the
+//! CUDA-only behaviour: copies between devices, events, and CUDA results against
+//! the CPU's on random inputs (the allocator's statistics are tested in their own
+//! process, in tests/cuda_memory.rs). Every test skips (saying why) where no GPU is present; the
 //! no-GPU behaviour is tested at the end.
 
 use super::{assert_close, rng_lock, vals};
@@ -170,62 +170,6 @@ fn training_step_matches_cpu() -> Result<()> {
     let want = run(&Device::Cpu)?;
     let got = run(&dev)?;
     assert_close(&got, &want, 1e-4, 1e-5);
-    Ok(())
-}
-
-#[test]
-fn allocator_statistics_and_reuse() -> Result<()> {
-    let Some(dev) = gpu("allocator_statistics_and_reuse") else {
-        return Ok(());
-    };
-    cuda::synchronize(&dev)?;
-    let base = cuda::memory_stats(&dev)?;
-    let a = Tensor::zeros([1024, 1024], DType::F32, &dev)?; // 4 MiB
-    let s1 = cuda::memory_stats(&dev)?;
-    assert_eq!(s1.allocated, base.allocated + (4 << 20));
-    assert!(s1.reserved >= s1.allocated);
-    assert!(cuda::max_memory_allocated(&dev)? >= s1.allocated);
-    drop(a);
-    let s2 = cuda::memory_stats(&dev)?;
-    assert_eq!(s2.allocated, base.allocated);
-    assert_eq!(s2.reserved, s1.reserved, "the freed block stays cached");
-    // the same size again comes from the cache, not the driver
-    let mallocs = s2.num_device_mallocs;
-    for _ in 0..10 {
-        let t = Tensor::ones([1024, 1024], DType::F32, &dev)?;
-        drop(t);
-    }
-    assert_eq!(cuda::memory_stats(&dev)?.num_device_mallocs, mallocs);
-    cuda::reset_peak_memory_stats(&dev)?;
-    assert_eq!(
-        cuda::max_memory_allocated(&dev)?,
-        cuda::memory_allocated(&dev)?
-    );
-    cuda::empty_cache(&dev)?;
-    assert!(cuda::memory_reserved(&dev)? <= s2.reserved);
-    Ok(())
-}
-
-#[test]
-fn out_of_memory_is_an_error_and_the_device_keeps_working() -> Result<()> {
-    let Some(dev) = gpu("out_of_memory") else {
-        return Ok(());
-    };
-    let total = cuda::device_properties(0)?.total_memory;
-    // twice the device's memory cannot be allocated
-    let n = total / 2; // f32 elements: 2 × total bytes
-    match Tensor::zeros([n, 4], DType::F32, &dev) {
-        Err(Error::OutOfMemory {
-            device, requested, ..
-        }) => {
-            assert_eq!(device, dev);
-            assert!(requested >= total * 2);
-        }
-        Err(e) => panic!("expected OutOfMemory, got {e}"),
-        Ok(_) => panic!("allocating {} bytes succeeded", total * 8),
-    }
-    let t = Tensor::ones([256], DType::F32, &dev)?;
-    assert_eq!(t.sum_all()?.item::<f32>()?, 256.0);
     Ok(())
 }
 

@@ -8,8 +8,10 @@
 //! every entry goes through [`dev`], which checks the device first.
 
 pub(crate) mod alloc;
+pub(crate) mod blas;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
+pub(crate) mod sim;
 
 use crate::backend::cpu::CpuData;
 use crate::device::libs::{self, CudaLib};
@@ -22,18 +24,34 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use alloc::MemoryStats;
 
-/// A loaded kernel (a `CUfunction` handle, valid while its module stays loaded,
-/// which is for the life of the process).
+/// A loaded kernel: a `CUfunction` handle (valid while its module stays loaded,
+/// which is for the life of the process) or a simulated kernel.
 #[derive(Clone, Copy)]
-pub(crate) struct Func(sys::CUfunction);
-// SAFETY: CUfunction handles may be used from any thread once the context is current.
+pub(crate) enum Func {
+    Driver(sys::CUfunction),
+    Sim(sim::SimFunc),
+}
+// SAFETY: CUfunction handles may be used from any thread once the context is
+// current; simulated kernels are plain function pointers.
 unsafe impl Send for Func {}
 // SAFETY: as above; launching does not mutate the handle.
 unsafe impl Sync for Func {}
 
-struct Module(#[allow(dead_code)] sys::CUmodule);
-// SAFETY: a module handle is only stored, never used concurrently.
+enum Module {
+    Driver(sys::CUmodule),
+    Sim(Arc<sim::SimModule>),
+}
+// SAFETY: a module handle is only used under the device's module lock.
 unsafe impl Send for Module {}
+
+impl Module {
+    fn function(&self, name: &str) -> Result<Func> {
+        match self {
+            Module::Driver(m) => get_function(*m, name),
+            Module::Sim(m) => m.function(name).map(Func::Sim),
+        }
+    }
+}
 
 /// A cuBLAS handle bound to the device's stream.
 pub(crate) struct Blas(pub(crate) cudarc::cublas::sys::cublasHandle_t);
@@ -47,44 +65,80 @@ pub(crate) struct DriverMemory {
     last_error: String,
 }
 
-impl RawMemory for DriverMemory {
+/// A device's memory as the caching allocator sees it: the driver's, or the
+/// simulator's.
+pub(crate) enum DeviceMemory {
+    Driver(DriverMemory),
+    Sim(sim::SimMemory),
+}
+
+impl RawMemory for DeviceMemory {
     fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, bool> {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: a plain allocation in the current context.
-        match unsafe { drv::malloc_sync(bytes) } {
-            Ok(p) => Ok(p),
-            Err(e) => {
-                self.last_error = e.to_string();
-                Err(e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY)
+        match self {
+            DeviceMemory::Driver(d) => {
+                let _ = d.ctx.bind_to_thread();
+                // SAFETY: a plain allocation in the current context.
+                match unsafe { drv::malloc_sync(bytes) } {
+                    Ok(p) => Ok(p),
+                    Err(e) => {
+                        d.last_error = e.to_string();
+                        Err(e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY)
+                    }
+                }
             }
+            DeviceMemory::Sim(s) => s.malloc(bytes),
         }
     }
     fn free(&mut self, ptr: u64) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: `ptr` came from malloc_sync and no block of it is in use.
-        let _ = unsafe { drv::free_sync(ptr) };
+        match self {
+            DeviceMemory::Driver(d) => {
+                let _ = d.ctx.bind_to_thread();
+                // SAFETY: `ptr` came from malloc_sync and no block of it is in use.
+                let _ = unsafe { drv::free_sync(ptr) };
+            }
+            DeviceMemory::Sim(s) => s.free(ptr),
+        }
     }
     fn mem_info(&self) -> (usize, usize) {
-        let _ = self.ctx.bind_to_thread();
-        drv::mem_get_info().unwrap_or((0, 0))
+        match self {
+            DeviceMemory::Driver(d) => {
+                let _ = d.ctx.bind_to_thread();
+                drv::mem_get_info().unwrap_or((0, 0))
+            }
+            DeviceMemory::Sim(s) => s.mem_info(),
+        }
     }
     fn synchronize(&self) {
-        let _ = self.stream.synchronize();
+        if let DeviceMemory::Driver(d) = self {
+            let _ = d.stream.synchronize();
+        }
     }
     fn last_error(&self) -> String {
-        self.last_error.clone()
+        match self {
+            DeviceMemory::Driver(d) => d.last_error.clone(),
+            DeviceMemory::Sim(_) => String::new(),
+        }
     }
+}
+
+/// What executes a device's work: the CUDA driver (one context and one stream) or
+/// the simulator (see [`sim`]), which runs everything on the CPU before returning.
+enum Runtime {
+    Driver {
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+    },
+    Sim,
 }
 
 /// The runtime of one GPU.
 pub(crate) struct CudaDev {
     pub ordinal: usize,
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    rt: Runtime,
     /// Compute capability as `major * 10 + minor` (90 for an H100).
     pub arch: u32,
     pub sm_count: u32,
-    alloc: Mutex<Allocator<DriverMemory>>,
+    alloc: Mutex<Allocator<DeviceMemory>>,
     modules: Mutex<HashMap<(&'static str, DType), Module>>,
     functions: Mutex<HashMap<String, Func>>,
     blas: Mutex<Option<Blas>>,
@@ -125,12 +179,21 @@ pub(crate) fn dev(ordinal: usize) -> Result<Arc<CudaDev>> {
             op: "initialising the device",
             msg,
         })?;
-    let _ = d.ctx.bind_to_thread();
+    d.bind();
     Ok(d)
 }
 
 impl CudaDev {
     fn new(ordinal: usize) -> Result<CudaDev> {
+        if sim::enabled().is_some() {
+            return Ok(CudaDev::with_runtime(
+                ordinal,
+                Runtime::Sim,
+                90,
+                sim::properties(ordinal).multiprocessor_count,
+                DeviceMemory::Sim(sim::SimMemory::new()),
+            ));
+        }
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
         // one stream per device: the per-allocation events cudarc can record are
         // pure overhead here
@@ -143,33 +206,64 @@ impl CudaDev {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda_err("cuDeviceGetAttribute"))? as u32;
-        let raw = DriverMemory {
+        let raw = DeviceMemory::Driver(DriverMemory {
             ctx: ctx.clone(),
             stream: stream.clone(),
             last_error: String::new(),
-        };
-        Ok(CudaDev {
+        });
+        Ok(CudaDev::with_runtime(
             ordinal,
-            ctx,
-            stream,
-            arch: (major * 10 + minor) as u32,
+            Runtime::Driver { ctx, stream },
+            (major * 10 + minor) as u32,
+            sm_count,
+            raw,
+        ))
+    }
+
+    fn with_runtime(
+        ordinal: usize,
+        rt: Runtime,
+        arch: u32,
+        sm_count: u32,
+        raw: DeviceMemory,
+    ) -> CudaDev {
+        CudaDev {
+            ordinal,
+            rt,
+            arch,
             sm_count,
             alloc: Mutex::new(Allocator::new(raw)),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             blas: Mutex::new(None),
-        })
+        }
+    }
+
+    /// Makes the device's context current on this thread (driver calls need it).
+    fn bind(&self) {
+        if let Runtime::Driver { ctx, .. } = &self.rt {
+            let _ = ctx.bind_to_thread();
+        }
     }
 
     pub fn device(&self) -> Device {
         Device::Cuda(self.ordinal)
     }
 
-    pub(crate) fn cu_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
+    /// `true` for a simulated GPU.
+    pub(crate) fn is_simulated(&self) -> bool {
+        matches!(self.rt, Runtime::Sim)
     }
 
-    fn allocator(&self) -> MutexGuard<'_, Allocator<DriverMemory>> {
+    /// The device's stream (the null stream for a simulated device).
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        match &self.rt {
+            Runtime::Driver { stream, .. } => stream.cu_stream(),
+            Runtime::Sim => std::ptr::null_mut(),
+        }
+    }
+
+    fn allocator(&self) -> MutexGuard<'_, Allocator<DeviceMemory>> {
         self.alloc.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -219,10 +313,22 @@ impl CudaDev {
         self.allocator().release_cached();
     }
 
+    /// (free, total) bytes of the device's memory.
+    pub fn mem_get_info(&self) -> Result<(usize, usize)> {
+        match &self.rt {
+            Runtime::Driver { ctx, .. } => ctx.mem_get_info().map_err(cuda_err("cuMemGetInfo")),
+            Runtime::Sim => Ok(self.allocator().raw_mem_info()),
+        }
+    }
+
     pub fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(cuda_err("cuStreamSynchronize"))
+        match &self.rt {
+            Runtime::Driver { stream, .. } => stream
+                .synchronize()
+                .map_err(cuda_err("cuStreamSynchronize")),
+            // simulated work is done when its call returns
+            Runtime::Sim => Ok(()),
+        }
     }
 
     /// The kernel `name` of ember's kernel file `module`, from the module compiled
@@ -239,18 +345,17 @@ impl CudaDev {
         let key = (module, dtype);
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         let m = match modules.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.get().0,
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let suffix = ops::suffix(dtype);
                 let src = nvrtc::ember_source(module, suffix).ok_or_else(|| Error::Cuda {
                     op: "loading kernels",
                     msg: format!("no kernel file {module}"),
                 })?;
-                let (cubin, _) = nvrtc::cubin(&format!("{module}_{suffix}"), &src, self.arch, &[])?;
-                e.insert(self.load_cubin(&cubin)?).0
+                e.insert(self.load_module(&format!("{module}_{suffix}"), &src, &[])?)
             }
         };
-        let f = get_function(m, name)?;
+        let f = m.function(name)?;
         self.functions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -258,21 +363,30 @@ impl CudaDev {
         Ok(f)
     }
 
-    fn load_cubin(&self, cubin: &[u8]) -> Result<Module> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(cuda_err("cuCtxSetCurrent"))?;
-        // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
-        unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
-            .map(Module)
-            .map_err(cuda_err("cuModuleLoadData"))
+    /// Compiles `source` for this device (through the caches) and loads it.
+    fn load_module(&self, name: &str, source: &str, options: &[String]) -> Result<Module> {
+        match &self.rt {
+            Runtime::Sim => Ok(Module::Sim(sim::compile(name, source, options)?)),
+            Runtime::Driver { ctx, .. } => {
+                let (cubin, _) = nvrtc::cubin(name, source, self.arch, options)?;
+                ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
+                // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
+                unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
+                    .map(Module::Driver)
+                    .map_err(cuda_err("cuModuleLoadData"))
+            }
+        }
     }
 
-    /// Loads a user's compiled kernel.
-    pub(crate) fn load_user_function(&self, cubin: &[u8], name: &str) -> Result<Func> {
-        let m = self.load_cubin(cubin)?;
+    /// Compiles and loads a user's kernel `name` from `source`.
+    pub(crate) fn load_user_function(
+        &self,
+        source: &str,
+        name: &str,
+        options: &[String],
+    ) -> Result<Func> {
         // the module stays loaded as long as the process runs (Module has no Drop)
-        get_function(m.0, name)
+        self.load_module(name, source, options)?.function(name)
     }
 
     /// Launches `f` on the device's stream.
@@ -288,8 +402,13 @@ impl CudaDev {
         shared_mem: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        drv::launch_kernel(f.0, grid, block, shared_mem, self.cu_stream(), params)
-            .map_err(cuda_err("cuLaunchKernel"))
+        match f {
+            Func::Driver(cf) => {
+                drv::launch_kernel(cf, grid, block, shared_mem, self.cu_stream(), params)
+                    .map_err(cuda_err("cuLaunchKernel"))
+            }
+            Func::Sim(sf) => sf.launch(grid, block, shared_mem, params),
+        }
     }
 
     /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
@@ -326,6 +445,11 @@ impl CudaDev {
         if src.is_empty() {
             return Ok(());
         }
+        if self.is_simulated() {
+            // SAFETY: `dst` holds at least `src.len()` elements (allocated for them).
+            unsafe { sim::memcpy(dst, src.as_ptr() as u64, std::mem::size_of_val(src)) };
+            return Ok(());
+        }
         // SAFETY: `dst` holds at least `src.len()` elements (allocated for them).
         unsafe { drv::memcpy_htod_async(dst, src, self.cu_stream()) }
             .map_err(cuda_err("cuMemcpyHtoDAsync"))
@@ -333,6 +457,11 @@ impl CudaDev {
 
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
         if dst.is_empty() {
+            return Ok(());
+        }
+        if self.is_simulated() {
+            // SAFETY: `src` holds at least `dst.len()` elements.
+            unsafe { sim::memcpy(dst.as_mut_ptr() as u64, src, std::mem::size_of_val(dst)) };
             return Ok(());
         }
         // SAFETY: `src` holds at least `dst.len()` elements; the stream is
@@ -346,6 +475,11 @@ impl CudaDev {
         if bytes == 0 {
             return Ok(());
         }
+        if self.is_simulated() {
+            // SAFETY: both ranges lie within live allocations of at least `bytes`.
+            unsafe { sim::memcpy(dst, src, bytes) };
+            return Ok(());
+        }
         // SAFETY: both ranges lie within live allocations of at least `bytes`.
         unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream()) }
             .map_err(cuda_err("cuMemcpyDtoDAsync"))
@@ -356,7 +490,7 @@ fn get_function(m: sys::CUmodule, name: &str) -> Result<Func> {
     let cname = CString::new(name).map_err(|_| Error::invalid("kernel", "NUL in kernel name"))?;
     // SAFETY: `m` is a loaded module that is never unloaded.
     unsafe { drv::module::get_function(m, cname) }
-        .map(Func)
+        .map(Func::Driver)
         .map_err(|e| Error::Cuda {
             op: "cuModuleGetFunction",
             msg: format!("{name}: {e}"),
@@ -534,8 +668,7 @@ pub fn empty_cache(device: &Device) -> Result<()> {
 /// (free, total) bytes of device memory as the driver sees them
 /// (`torch.cuda.mem_get_info`); creates the device's context.
 pub fn mem_get_info(device: &Device) -> Result<(usize, usize)> {
-    let d = dev(cuda_index(*device)?)?;
-    d.ctx.mem_get_info().map_err(cuda_err("cuMemGetInfo"))
+    dev(cuda_index(*device)?)?.mem_get_info()
 }
 
 static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -564,8 +697,15 @@ pub fn allow_tf32() -> bool {
 /// # Ok::<(), ember::Error>(())
 /// ```
 pub struct Event {
-    ev: sys::CUevent,
+    ev: EventKind,
     dev: Arc<CudaDev>,
+}
+
+enum EventKind {
+    Driver(sys::CUevent),
+    /// A simulated device has finished its work when the call that queued it
+    /// returns: the host clock at recording is the event's time.
+    Sim(std::time::Instant),
 }
 
 // SAFETY: a CUevent may be queried and destroyed from any thread.
@@ -577,34 +717,59 @@ impl Event {
     /// Records an event on `device`'s stream now.
     pub fn record(device: &Device) -> Result<Event> {
         let d = dev(cuda_index(*device)?)?;
+        if d.is_simulated() {
+            return Ok(Event {
+                ev: EventKind::Sim(std::time::Instant::now()),
+                dev: d,
+            });
+        }
         let ev = drv::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .map_err(cuda_err("cuEventCreate"))?;
-        let e = Event { ev, dev: d };
         // SAFETY: a live event and the device's live stream.
-        unsafe { drv::event::record(e.ev, e.dev.cu_stream()) }
-            .map_err(cuda_err("cuEventRecord"))?;
-        Ok(e)
+        unsafe { drv::event::record(ev, d.cu_stream()) }.map_err(cuda_err("cuEventRecord"))?;
+        Ok(Event {
+            ev: EventKind::Driver(ev),
+            dev: d,
+        })
     }
 
     /// Waits until the work queued before this event has finished.
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: a live, recorded event.
-        unsafe { drv::event::synchronize(self.ev) }.map_err(cuda_err("cuEventSynchronize"))
+        match self.ev {
+            // SAFETY: a live, recorded event.
+            EventKind::Driver(ev) => {
+                unsafe { drv::event::synchronize(ev) }.map_err(cuda_err("cuEventSynchronize"))
+            }
+            EventKind::Sim(_) => Ok(()),
+        }
     }
 
     /// Milliseconds of GPU time from this event to `end` (waits for `end`).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
         end.synchronize()?;
-        // SAFETY: both events are live and recorded.
-        unsafe { drv::event::elapsed(self.ev, end.ev) }.map_err(cuda_err("cuEventElapsedTime"))
+        match (&self.ev, &end.ev) {
+            // SAFETY: both events are live and recorded.
+            (EventKind::Driver(a), EventKind::Driver(b)) => {
+                unsafe { drv::event::elapsed(*a, *b) }.map_err(cuda_err("cuEventElapsedTime"))
+            }
+            (EventKind::Sim(a), EventKind::Sim(b)) => {
+                Ok(b.saturating_duration_since(*a).as_secs_f32() * 1e3)
+            }
+            _ => Err(Error::invalid(
+                "Event::elapsed_ms",
+                "the two events belong to different kinds of device",
+            )),
+        }
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let _ = self.dev.ctx.bind_to_thread();
-        // SAFETY: destroyed once; the driver defers destruction of pending events.
-        let _ = unsafe { drv::event::destroy(self.ev) };
+        if let EventKind::Driver(ev) = self.ev {
+            self.dev.bind();
+            // SAFETY: destroyed once; the driver defers destruction of pending events.
+            let _ = unsafe { drv::event::destroy(ev) };
+        }
     }
 }
 

@@ -141,7 +141,7 @@ pub(crate) fn compile(name: &str, source: &str, arch: u32, options: &[String]) -
 
 /// FNV-1a, 64 bits: a stable hash for cache keys (std's hasher may change between
 /// Rust releases).
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for p in parts {
         for &b in *p {
@@ -154,7 +154,7 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     if std::env::var_os("EMBER_KERNEL_CACHE").is_some_and(|v| v == "0") {
         return None;
     }

@@ -738,7 +738,6 @@ pub(crate) fn matmul(
     k: usize,
     n: usize,
 ) -> Result<Option<CudaStorage>> {
-    use cudarc::cublas::{result as blas, sys as bsys};
     let dt = a.dtype();
     if !matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
         return Ok(None);
@@ -801,116 +800,26 @@ pub(crate) fn matmul(
     let oa = prep(a, la, m, k)?;
     let ob = prep(b, lb, k, n)?;
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's "A" is our b.
-    let op = |t: bool| {
-        if t {
-            bsys::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            bsys::cublasOperation_t::CUBLAS_OP_N
-        }
-    };
-    let (mm, nn, kk) = (n as i32, m as i32, k as i32);
-    let guard = dev.blas()?;
-    let h = guard.as_ref().expect("blas handle created").0;
-    let (pa, pb, pc) = (ob.ptr, oa.ptr, out.ptr());
-    let bcount = batch as i32;
-    let err = |e: cudarc::cublas::result::CublasError| Error::Cuda {
-        op: "cublasGemmStridedBatched",
-        msg: e.to_string(),
+    let call = super::blas::GemmCall {
+        dtype: dt,
+        trans_a: ob.trans,
+        trans_b: oa.trans,
+        m: n as i32,
+        n: m as i32,
+        k: k as i32,
+        a: ob.ptr,
+        lda: ob.ld as i32,
+        stride_a: ob.stride,
+        b: oa.ptr,
+        ldb: oa.ld as i32,
+        stride_b: oa.stride,
+        c: out.ptr(),
+        ldc: n as i32,
+        stride_c: (m * n) as i64,
+        batch: batch as i32,
     };
     // SAFETY: pointers, leading dims and strides describe the operands' storage.
-    unsafe {
-        match dt {
-            DType::F32 => {
-                let mode = if super::allow_tf32() {
-                    bsys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
-                } else {
-                    bsys::cublasMath_t::CUBLAS_DEFAULT_MATH
-                };
-                bsys::cublasSetMathMode(h, mode).result().map_err(err)?;
-                let (alpha, beta) = (1f32, 0f32);
-                blas::sgemm_strided_batched(
-                    h,
-                    op(ob.trans),
-                    op(oa.trans),
-                    mm,
-                    nn,
-                    kk,
-                    &alpha,
-                    pa as *const f32,
-                    ob.ld as i32,
-                    ob.stride,
-                    pb as *const f32,
-                    oa.ld as i32,
-                    oa.stride,
-                    &beta,
-                    pc as *mut f32,
-                    mm,
-                    (m * n) as i64,
-                    bcount,
-                )
-                .map_err(err)?;
-            }
-            DType::F64 => {
-                let (alpha, beta) = (1f64, 0f64);
-                blas::dgemm_strided_batched(
-                    h,
-                    op(ob.trans),
-                    op(oa.trans),
-                    mm,
-                    nn,
-                    kk,
-                    &alpha,
-                    pa as *const f64,
-                    ob.ld as i32,
-                    ob.stride,
-                    pb as *const f64,
-                    oa.ld as i32,
-                    oa.stride,
-                    &beta,
-                    pc as *mut f64,
-                    mm,
-                    (m * n) as i64,
-                    bcount,
-                )
-                .map_err(err)?;
-            }
-            _ => {
-                let ty = if dt == DType::F16 {
-                    bsys::cudaDataType_t::CUDA_R_16F
-                } else {
-                    bsys::cudaDataType_t::CUDA_R_16BF
-                };
-                let (alpha, beta) = (1f32, 0f32);
-                blas::gemm_strided_batched_ex(
-                    h,
-                    op(ob.trans),
-                    op(oa.trans),
-                    mm,
-                    nn,
-                    kk,
-                    &alpha as *const f32 as *const c_void,
-                    pa as *const c_void,
-                    ty,
-                    ob.ld as i32,
-                    ob.stride,
-                    pb as *const c_void,
-                    ty,
-                    oa.ld as i32,
-                    oa.stride,
-                    &beta as *const f32 as *const c_void,
-                    pc as *mut c_void,
-                    ty,
-                    mm,
-                    (m * n) as i64,
-                    bcount,
-                    bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-                .map_err(err)?;
-            }
-        }
-    }
-    drop(guard);
+    unsafe { dev.gemm(&call) }?;
     // the operands' temporary copies (if any) are freed after the queued GEMM: the
     // allocator hands their blocks only to later work on the same stream
     drop((oa, ob));

@@ -1,0 +1,158 @@
+//! The simulator's cuBLAS: a reference strided-batched GEMM with cuBLAS's
+//! column-major contract and its argument checks, so that the parameters ember
+//! computes for cuBLAS are tested, not just the products.
+
+use crate::backend::cuda::blas::GemmCall;
+use crate::{DType, Error, Result};
+
+fn invalid(why: String) -> Error {
+    Error::Cuda {
+        op: "cublasGemmStridedBatched",
+        msg: format!("CUBLAS_STATUS_INVALID_VALUE (simulator: {why})"),
+    }
+}
+
+/// Reads element `i` of a device array of `dt` as f64.
+///
+/// # Safety
+/// `base` must point at an array of `dt` with more than `i` elements.
+unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
+    match dt {
+        DType::F32 => *(base as *const f32).offset(i as isize) as f64,
+        DType::F64 => *(base as *const f64).offset(i as isize),
+        DType::F16 => (*(base as *const half::f16).offset(i as isize)).to_f64(),
+        DType::BF16 => (*(base as *const half::bf16).offset(i as isize)).to_f64(),
+        _ => f64::NAN,
+    }
+}
+
+/// # Safety
+/// As [`read`].
+unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
+    match dt {
+        DType::F32 => *(base as *mut f32).offset(i as isize) = v as f32,
+        DType::F64 => *(base as *mut f64).offset(i as isize) = v,
+        // cuBLAS accumulates f16/bf16 products in f32 and rounds once
+        DType::F16 => *(base as *mut half::f16).offset(i as isize) = half::f16::from_f32(v as f32),
+        DType::BF16 => {
+            *(base as *mut half::bf16).offset(i as isize) = half::bf16::from_f32(v as f32)
+        }
+        _ => {}
+    }
+}
+
+/// `C_p = op(A_p)·op(B_p)` (alpha 1, beta 0) for p in 0..batch, column-major:
+/// `A_p` starts at `a + p·stride_a` with leading dimension `lda`, and so on.
+///
+/// # Safety
+/// The pointers, leading dimensions and strides must describe memory that holds
+/// every element they address.
+pub(crate) unsafe fn gemm(g: &GemmCall) -> Result<()> {
+    let (m, n, k) = (g.m as i64, g.n as i64, g.k as i64);
+    if m < 0 || n < 0 || k < 0 || g.batch < 0 {
+        return Err(invalid(format!(
+            "negative size m={m} n={n} k={k} batch={}",
+            g.batch
+        )));
+    }
+    let rows_a = if g.trans_a { k } else { m };
+    let rows_b = if g.trans_b { n } else { k };
+    for (what, ld, rows) in [
+        ("lda", g.lda, rows_a),
+        ("ldb", g.ldb, rows_b),
+        ("ldc", g.ldc, m),
+    ] {
+        if (ld as i64) < rows.max(1) {
+            return Err(invalid(format!("{what} = {ld} < max(1, {rows})")));
+        }
+    }
+    if !matches!(g.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+        return Err(invalid(format!("no GEMM for {}", g.dtype)));
+    }
+    let _lock = super::exec_lock();
+    let esz = g.dtype.size_in_bytes() as i64;
+    let (lda, ldb, ldc) = (g.lda as i64, g.ldb as i64, g.ldc as i64);
+    for p in 0..g.batch as i64 {
+        let a = g.a.wrapping_add_signed(p * g.stride_a * esz);
+        let b = g.b.wrapping_add_signed(p * g.stride_b * esz);
+        let c = g.c.wrapping_add_signed(p * g.stride_c * esz);
+        for j in 0..n {
+            for i in 0..m {
+                let mut acc = 0.0f64;
+                for l in 0..k {
+                    let av = if g.trans_a {
+                        read(g.dtype, a, l + i * lda)
+                    } else {
+                        read(g.dtype, a, i + l * lda)
+                    };
+                    let bv = if g.trans_b {
+                        read(g.dtype, b, j + l * ldb)
+                    } else {
+                        read(g.dtype, b, l + j * ldb)
+                    };
+                    acc += av * bv;
+                }
+                write(g.dtype, c, i + j * ldc, acc);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(a: &[f32], b: &[f32], c: &mut [f32], m: i32, n: i32, k: i32) -> GemmCall {
+        GemmCall {
+            dtype: DType::F32,
+            trans_a: false,
+            trans_b: false,
+            m,
+            n,
+            k,
+            a: a.as_ptr() as u64,
+            lda: m,
+            stride_a: 0,
+            b: b.as_ptr() as u64,
+            ldb: k,
+            stride_b: 0,
+            c: c.as_mut_ptr() as u64,
+            ldc: m,
+            stride_c: 0,
+            batch: 1,
+        }
+    }
+
+    #[test]
+    fn column_major_product_and_transposes() {
+        // A = [[1, 2, 3], [4, 5, 6]] (2x3) stored column-major: 1 4 2 5 3 6
+        let a = [1f32, 4., 2., 5., 3., 6.];
+        // B = [[1, 0], [0, 1], [1, 1]] (3x2) column-major: 1 0 1 0 1 1
+        let b = [1f32, 0., 1., 0., 1., 1.];
+        let mut c = [0f32; 4];
+        let g = call(&a, &b, &mut c, 2, 2, 3);
+        unsafe { gemm(&g).unwrap() };
+        // A·B = [[4, 5], [10, 11]] column-major: 4 10 5 11
+        assert_eq!(c, [4., 10., 5., 11.]);
+        // Aᵀ stored as its own 3x2 column-major array, used with trans_a
+        let at = [1f32, 2., 3., 4., 5., 6.];
+        let mut c2 = [0f32; 4];
+        let mut g = call(&at, &b, &mut c2, 2, 2, 3);
+        g.trans_a = true;
+        g.lda = 3;
+        unsafe { gemm(&g).unwrap() };
+        assert_eq!(c2, c);
+    }
+
+    #[test]
+    fn bad_leading_dimensions_are_refused_like_cublas() {
+        let a = [0f32; 6];
+        let b = [0f32; 6];
+        let mut c = [0f32; 4];
+        let mut g = call(&a, &b, &mut c, 2, 2, 3);
+        g.lda = 1;
+        let e = unsafe { gemm(&g) }.unwrap_err().to_string();
+        assert!(e.contains("lda = 1 < max(1, 2)"), "{e}");
+    }
+}

@@ -1,0 +1,605 @@
+//! ember's CUDA simulator: `cuda:N` devices that run on the CPU, for testing GPU
+//! code on machines without a GPU (what `NUMBA_ENABLE_CUDASIM` is to numba.cuda).
+//!
+//! Set `EMBER_CUDA_SIMULATOR=1` (or `=N` for N devices) and every CUDA code path of
+//! ember runs: the caching allocator, the kernels (the same `.cu` sources, compiled
+//! at first use by the host's C++ compiler instead of NVRTC, with
+//! [`prelude.h`](prelude.h) standing in for the CUDA runtime), the launch
+//! parameters built by `ops.rs`, user kernels from [`Kernel`](crate::kernel::Kernel),
+//! and matrix products through a reference GEMM that follows cuBLAS's column-major
+//! contract, argument checks included.
+//!
+//! What it checks: the logic of kernels and of the host code that drives them
+//! (indexing, layouts passed by value, reductions across warps and blocks, launch
+//! configurations, the row-/column-major mapping of GEMM calls). What it does not:
+//! timing, concurrency between threads of a block (they run one at a time, so
+//! atomics and races behave), the GPU's floating-point details (fast-math, fused
+//! multiply-adds), or the driver's behaviour. Results that pass here still have to
+//! be confirmed on a GPU.
+//!
+//! Environment: `EMBER_SIM_CXX` (the compiler, default `c++`), `EMBER_SIM_MEMORY_MB`
+//! (device memory per simulated GPU, default 4096). Compiled modules are cached next
+//! to NVRTC's cubins.
+
+mod gemm;
+
+pub(crate) use gemm::gemm;
+
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The runtime the simulated kernels are compiled against.
+const PRELUDE: &str = include_str!("prelude.h");
+
+/// The number of simulated GPUs asked for by `EMBER_CUDA_SIMULATOR`, if any.
+pub(crate) fn enabled() -> Option<usize> {
+    static N: OnceLock<Option<usize>> = OnceLock::new();
+    *N.get_or_init(|| {
+        let v = std::env::var("EMBER_CUDA_SIMULATOR").ok()?;
+        match v.trim() {
+            "" | "0" => None,
+            s => Some(s.parse::<usize>().unwrap_or(1).clamp(1, 16)),
+        }
+    })
+}
+
+/// Bytes of device memory each simulated GPU has.
+fn capacity() -> usize {
+    std::env::var("EMBER_SIM_MEMORY_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(4096)
+        << 20
+}
+
+/// What a simulated GPU reports as its properties.
+pub(crate) fn properties(ordinal: usize) -> crate::device::cuda::DeviceProperties {
+    crate::device::cuda::DeviceProperties {
+        ordinal,
+        name: "ember CUDA simulator (runs on the CPU)".into(),
+        compute_capability: (9, 0),
+        multiprocessor_count: 4,
+        max_threads_per_block: 1024,
+        max_shared_memory_per_block: 48 << 10,
+        warp_size: 32,
+        total_memory: capacity(),
+        l2_cache_size: 0,
+        clock_rate_khz: 0,
+        memory_bus_width_bits: 0,
+    }
+}
+
+/// Every launch and copy of every simulated GPU runs under this lock: a device
+/// executes one thing at a time, in the order it was queued, like a stream.
+fn exec_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------
+// Memory
+
+/// A simulated GPU's memory: host allocations (aligned like cudaMalloc's) counted
+/// against the device's capacity. New memory is filled with 0xFF bytes, so a kernel
+/// that reads what nothing wrote sees NaNs and -1s rather than zeros.
+pub(crate) struct SimMemory {
+    live: HashMap<u64, std::alloc::Layout>,
+    used: usize,
+    capacity: usize,
+}
+
+impl SimMemory {
+    pub fn new() -> SimMemory {
+        SimMemory {
+            live: HashMap::new(),
+            used: 0,
+            capacity: capacity(),
+        }
+    }
+
+    /// A new allocation, or `Err(true)` when it does not fit in the device.
+    pub fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, bool> {
+        if bytes > self.capacity - self.used {
+            return Err(true);
+        }
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 256).map_err(|_| true)?;
+        // SAFETY: a non-zero size with a valid alignment.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return Err(true);
+        }
+        // SAFETY: `p` holds `layout.size()` bytes.
+        unsafe { std::ptr::write_bytes(p, 0xff, layout.size()) };
+        self.used += bytes;
+        self.live.insert(p as u64, layout);
+        Ok(p as u64)
+    }
+
+    pub fn free(&mut self, ptr: u64) {
+        if let Some(layout) = self.live.remove(&ptr) {
+            self.used -= layout.size().min(self.used);
+            // SAFETY: allocated above with this layout and not freed before.
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+        }
+    }
+
+    pub fn mem_info(&self) -> (usize, usize) {
+        (self.capacity - self.used, self.capacity)
+    }
+}
+
+/// Copies `bytes` between two simulated-device or host addresses.
+///
+/// # Safety
+/// Both ranges must be valid for `bytes` bytes (device ranges lie in live blocks).
+pub(crate) unsafe fn memcpy(dst: u64, src: u64, bytes: usize) {
+    let _g = exec_lock();
+    // device ranges of different tensors never overlap; one copy within a tensor may
+    std::ptr::copy(src as *const u8, dst as *mut u8, bytes);
+}
+
+// ---------------------------------------------------------------------------------
+// Compiling and launching
+
+/// The launch configuration handed to a module's entry (mirrors `ember_sim::Launch`
+/// in prelude.h).
+#[repr(C)]
+struct SimLaunch {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    fibers: i32,
+}
+
+type Entry = unsafe extern "C" fn(*mut *mut c_void, *const SimLaunch) -> i32;
+type ErrorFn = unsafe extern "C" fn() -> *const c_char;
+
+/// A loaded kernel of a simulated module.
+#[derive(Clone, Copy)]
+pub(crate) struct SimFunc {
+    entry: Entry,
+    error: ErrorFn,
+    /// The module waits at barriers (`__syncthreads`, warp shuffles): its threads
+    /// need fibers.
+    fibers: bool,
+}
+
+impl SimFunc {
+    /// Runs the kernel over the whole grid before returning.
+    ///
+    /// # Safety
+    /// `params` must point at values of the kernel's parameter types, and every
+    /// pointer among them must be valid for what the kernel accesses.
+    pub(crate) unsafe fn launch(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let l = SimLaunch {
+            grid: [grid.0, grid.1, grid.2],
+            block: [block.0, block.1, block.2],
+            shared_mem,
+            fibers: self.fibers as i32,
+        };
+        let _g = exec_lock();
+        if (self.entry)(params.as_mut_ptr(), &l) != 0 {
+            let msg = CStr::from_ptr((self.error)())
+                .to_string_lossy()
+                .into_owned();
+            return Err(Error::Cuda {
+                op: "simulated kernel launch",
+                msg,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A compiled module: a shared library with one entry per `extern "C"` kernel.
+pub(crate) struct SimModule {
+    lib: libloading::Library,
+    fibers: bool,
+}
+
+impl SimModule {
+    pub fn function(&self, name: &str) -> Result<SimFunc> {
+        let sym = format!("__ember_sim_entry_{name}\0");
+        let missing = |e: libloading::Error| Error::Cuda {
+            op: "cuModuleGetFunction",
+            msg: format!("{name}: no extern \"C\" __global__ function of that name ({e})"),
+        };
+        // SAFETY: the entry and error symbols have these signatures (prelude.h).
+        unsafe {
+            let entry = *self.lib.get::<Entry>(sym.as_bytes()).map_err(missing)?;
+            let error = *self
+                .lib
+                .get::<ErrorFn>(b"__ember_sim_error\0")
+                .map_err(missing)?;
+            Ok(SimFunc {
+                entry,
+                error,
+                fibers: self.fibers,
+            })
+        }
+    }
+}
+
+/// The host compiler and its version line (part of the cache key).
+fn compiler() -> Result<&'static (String, String)> {
+    static CXX: OnceLock<std::result::Result<(String, String), String>> = OnceLock::new();
+    CXX.get_or_init(|| {
+        let cxx = std::env::var("EMBER_SIM_CXX").unwrap_or_else(|_| "c++".into());
+        let out = std::process::Command::new(&cxx)
+            .arg("--version")
+            .output()
+            .map_err(|e| {
+                format!(
+                    "the CUDA simulator compiles kernels with a C++ compiler, and `{cxx}` \
+                     could not be run ({e}); install g++ or clang++, or name one in EMBER_SIM_CXX"
+                )
+            })?;
+        let version = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        Ok((cxx, version))
+    })
+    .as_ref()
+    .map_err(|msg| Error::CudaUnavailable {
+        reason: msg.clone(),
+    })
+}
+
+/// Rewrites `extern __shared__ T name[];` (dynamic shared memory) as a pointer to
+/// the simulator's dynamic shared buffer.
+fn rewrite_dynamic_shared(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(at) = rest.find("extern __shared__") {
+        let (before, decl) = rest.split_at(at);
+        out.push_str(before);
+        let Some(end) = decl.find(';') else {
+            out.push_str(decl);
+            return out;
+        };
+        let body = decl["extern __shared__".len()..end].trim();
+        let body = body.trim_end_matches(|c: char| c == ']' || c == '[' || c.is_whitespace());
+        let split = body
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let (ty, name) = body.split_at(split);
+        let ty = ty.trim();
+        let ty = match ty.strip_prefix("__align__") {
+            // drop `__align__(n)`: the buffer is aligned to 256 bytes
+            Some(t) => t.split_once(')').map_or(ty, |(_, t)| t.trim()),
+            None => ty,
+        };
+        out.push_str(&format!(
+            "{ty}* const {name} = ({ty}*)::ember_sim::dyn_smem;"
+        ));
+        rest = &decl[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `extern "C"` kernels of a preprocessed source where `__global__` was defined
+/// as the marker.
+fn kernel_names(preprocessed: &str, marker: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = preprocessed;
+    while let Some(at) = rest.find(marker) {
+        let before = rest[..at].trim_end();
+        rest = &rest[at + marker.len()..];
+        if !before.ends_with("extern \"C\"") {
+            continue;
+        }
+        let t = rest.trim_start();
+        let Some(t) = t.strip_prefix("void") else {
+            continue;
+        };
+        let t = t.trim_start();
+        let name: String = t
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+fn run_compiler(args: &[&str], name: &str) -> Result<String> {
+    let (cxx, _) = compiler()?;
+    let out = std::process::Command::new(cxx)
+        .args(args)
+        .output()
+        .map_err(|e| Error::Cuda {
+            op: "simulator: running the C++ compiler",
+            msg: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(Error::KernelCompile {
+            name: name.to_string(),
+            arch: "the CUDA simulator (host C++)".into(),
+            log: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Compiles CUDA C `source` (file name `name`.cu in messages) for the simulator,
+/// through an in-memory and an on-disk cache. `options` may hold `-D` and `-I`
+/// options; other NVRTC options mean nothing here and are ignored.
+pub(crate) fn compile(name: &str, source: &str, options: &[String]) -> Result<Arc<SimModule>> {
+    type Cache = Mutex<HashMap<u64, Arc<SimModule>>>;
+    static MODULES: OnceLock<Cache> = OnceLock::new();
+    let (_, version) = compiler()?;
+    let opts: Vec<&str> = options
+        .iter()
+        .map(|s| s.as_str())
+        .filter(|o| o.starts_with("-D") || o.starts_with("-I"))
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![PRELUDE.as_bytes(), source.as_bytes(), version.as_bytes()];
+    parts.extend(opts.iter().map(|o| o.as_bytes()));
+    let key = super::nvrtc::fnv1a(&parts);
+    let modules = MODULES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = modules.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = cache.get(&key) {
+        return Ok(m.clone());
+    }
+    let fibers = ["__syncthreads", "__syncwarp", "__shfl"]
+        .iter()
+        .any(|w| source.contains(w));
+    let dir = super::nvrtc::cache_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join("ember-sim"))
+        .join("sim");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Cuda {
+        op: "simulator: creating the module cache",
+        msg: format!("{}: {e}", dir.display()),
+    })?;
+    let lib_path = dir.join(format!("{name}-{key:016x}.so"));
+    if !lib_path.is_file() {
+        build(name, source, &opts, &dir, &lib_path, key)?;
+    }
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    // SAFETY: a library built above from ember's prelude and the given source; its
+    // initialisers only set up static data.
+    let lib = unsafe { Library::open(Some(&lib_path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
+        Error::Cuda {
+            op: "simulator: loading a module",
+            msg: e.to_string(),
+        }
+    })?;
+    let m = Arc::new(SimModule {
+        lib: lib.into(),
+        fibers,
+    });
+    cache.insert(key, m.clone());
+    Ok(m)
+}
+
+fn build(
+    name: &str,
+    source: &str,
+    opts: &[&str],
+    dir: &std::path::Path,
+    lib_path: &std::path::Path,
+    key: u64,
+) -> Result<()> {
+    // unique per process and thread, renamed into place when complete
+    let tag = format!("{}-{:?}", std::process::id(), std::thread::current().id())
+        .replace(|c: char| !c.is_alphanumeric() && c != '-', "");
+    let cpp = dir.join(format!("{name}-{key:016x}.{tag}.cpp"));
+    let so = dir.join(format!("{name}-{key:016x}.{tag}.so"));
+    let body = rewrite_dynamic_shared(source);
+    let text = format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{body}\n");
+    let write = |p: &std::path::Path, s: &str| {
+        std::fs::write(p, s).map_err(|e| Error::Cuda {
+            op: "simulator: writing a source file",
+            msg: format!("{}: {e}", p.display()),
+        })
+    };
+    write(&cpp, &text)?;
+    let cpp_s = cpp.to_string_lossy().into_owned();
+    const MARK: &str = "__ember_sim_kernel_marker__";
+    let mut pre_args = vec!["-std=c++17", "-E", "-P", "-w", "-x", "c++"];
+    let mark_def = format!("-D__global__={MARK}");
+    pre_args.push(&mark_def);
+    pre_args.extend(opts);
+    pre_args.push(&cpp_s);
+    let pre = run_compiler(&pre_args, name);
+    let pre = match pre {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = std::fs::remove_file(&cpp);
+            return Err(e);
+        }
+    };
+    let names = kernel_names(&pre, MARK);
+    let mut full = text;
+    for n in &names {
+        full.push_str(&format!("EMBER_SIM_ENTRY({n})\n"));
+    }
+    write(&cpp, &full)?;
+    let so_s = so.to_string_lossy().into_owned();
+    let mut args = vec![
+        "-std=c++17",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        "-Wl,-Bsymbolic",
+        "-w",
+        "-x",
+        "c++",
+    ];
+    args.extend(opts);
+    args.extend([cpp_s.as_str(), "-o", so_s.as_str()]);
+    let built = run_compiler(&args, name);
+    let _ = std::fs::remove_file(&cpp);
+    built?;
+    std::fs::rename(&so, lib_path).map_err(|e| Error::Cuda {
+        op: "simulator: storing a module",
+        msg: format!("{}: {e}", lib_path.display()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles `src` for the simulator, or `None` (saying why) without a compiler.
+    fn compiled(name: &str, src: &str) -> Option<Arc<SimModule>> {
+        if let Err(e) = compiler() {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+        Some(compile(name, src, &[]).unwrap())
+    }
+
+    /// A block-wide tree reduction in dynamic shared memory, with a barrier per
+    /// level, over several blocks: what the fibers exist for.
+    #[test]
+    fn barriers_and_shared_memory_reduce_like_a_gpu() {
+        let src = r#"
+extern "C" __global__ void block_sums(const float* x, float* out, int n) {
+    extern __shared__ float part[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    part[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+extern "C" __global__ void warp_sums(const int* x, int* out) {
+    int v = x[threadIdx.x];
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+    if (threadIdx.x % 32 == 0) out[threadIdx.x / 32] = v;
+}"#;
+        let Some(m) = compiled("sim_test_reduce", src) else {
+            return;
+        };
+        let n = 1000i32;
+        let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut out = vec![0f32; 4];
+        let (px, po) = (x.as_ptr() as u64, out.as_mut_ptr() as u64);
+        let f = m.function("block_sums").unwrap();
+        let mut p = [
+            &px as *const _ as *mut c_void,
+            &po as *const _ as *mut c_void,
+            &n as *const _ as *mut c_void,
+        ];
+        unsafe { f.launch((4, 1, 1), (256, 1, 1), 256 * 4, &mut p) }.unwrap();
+        let want: Vec<f32> = (0..4)
+            .map(|b| ((b * 256)..((b + 1) * 256).min(1000)).sum::<i32>() as f32)
+            .collect();
+        assert_eq!(out, want);
+
+        let xi: Vec<i32> = (0..64).collect();
+        let mut oi = vec![0i32; 2];
+        let (pxi, poi) = (xi.as_ptr() as u64, oi.as_mut_ptr() as u64);
+        let g = m.function("warp_sums").unwrap();
+        let mut p = [
+            &pxi as *const _ as *mut c_void,
+            &poi as *const _ as *mut c_void,
+        ];
+        unsafe { g.launch((1, 1, 1), (64, 1, 1), 0, &mut p) }.unwrap();
+        assert_eq!(oi, [(0..32).sum::<i32>(), (32..64).sum::<i32>()]);
+    }
+
+    /// A barrier that only some threads reach hangs a GPU; the simulator says so.
+    #[test]
+    fn a_divergent_barrier_is_reported_not_hung() {
+        let src = r#"
+extern "C" __global__ void bad(int* x) {
+    if (threadIdx.x < 16) __syncthreads();
+    else x[threadIdx.x] = __shfl_down_sync(0xffffffffu, x[threadIdx.x], 1);
+}"#;
+        let Some(m) = compiled("sim_test_deadlock", src) else {
+            return;
+        };
+        let mut x = vec![0i32; 32];
+        let px = x.as_mut_ptr() as u64;
+        let mut p = [&px as *const _ as *mut c_void];
+        let f = m.function("bad").unwrap();
+        let e = unsafe { f.launch((1, 1, 1), (32, 1, 1), 0, &mut p) }
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("deadlock"), "{e}");
+    }
+
+    #[test]
+    fn compile_errors_carry_the_compilers_log() {
+        if compiler().is_err() {
+            eprintln!("skipped: no C++ compiler");
+            return;
+        }
+        let src = "extern \"C\" __global__ void k(float* x) {\n  x[0] = undefined_thing;\n}\n";
+        match compile("sim_broken", src, &[]) {
+            Err(Error::KernelCompile { name, log, .. }) => {
+                assert_eq!(name, "sim_broken");
+                assert!(
+                    log.contains("sim_broken.cu:2") && log.contains("undefined_thing"),
+                    "{log}"
+                );
+            }
+            Err(e) => panic!("expected a compile error, got {e}"),
+            Ok(_) => panic!("a broken kernel compiled"),
+        }
+        let m = compile(
+            "sim_ok",
+            "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }",
+            &[],
+        )
+        .unwrap();
+        let e = m.function("nope").err().unwrap().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn memory_is_bounded_and_poisoned() {
+        let mut mem = SimMemory::new();
+        let cap = mem.mem_info().1;
+        assert_eq!(mem.malloc(cap + 1), Err(true));
+        let p = mem.malloc(16).unwrap();
+        assert_eq!(p % 256, 0);
+        // fresh memory reads as NaN, not as zeros
+        assert!(unsafe { *(p as *const f32) }.is_nan());
+        assert_eq!(mem.mem_info().0, cap - 16);
+        mem.free(p);
+        assert_eq!(mem.mem_info().0, cap);
+    }
+
+    #[test]
+    fn dynamic_shared_memory_becomes_a_pointer() {
+        let s = "extern __shared__ float tile[];\n__global__ void k() { extern __shared__ __align__(16) double d[ ]; }";
+        let r = rewrite_dynamic_shared(s);
+        assert!(
+            r.contains("float* const tile = (float*)::ember_sim::dyn_smem;"),
+            "{r}"
+        );
+        assert!(
+            r.contains("double* const d = (double*)::ember_sim::dyn_smem;"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn kernel_names_are_the_extern_c_ones() {
+        let m = "__ember_sim_kernel_marker__";
+        let pre = format!(
+            "extern \"C\" {m} void add_f32(float* x) {{}}\nstatic {m} void helper() {{}}\n\
+             extern \"C\"   {m}\n void  mv (const float* a) {{}}"
+        );
+        assert_eq!(kernel_names(&pre, m), ["add_f32", "mv"]);
+    }
+}

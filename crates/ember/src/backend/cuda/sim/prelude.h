@@ -1,0 +1,427 @@
+// ember's CUDA simulator: what CUDA C needs to compile as C++ for the CPU, and a
+// scheduler that runs a launch's blocks one after another.
+//
+// Placed before every kernel source the simulator compiles (with the host's C++
+// compiler, at run time, like NVRTC on a GPU). Each block's threads run as fibers on
+// the calling thread: a kernel that never waits (no __syncthreads, no warp
+// shuffle) runs its threads as plain calls; otherwise every thread gets a stack and
+// yields at each barrier, and a warp's shuffles exchange values through slots.
+// The simulator checks logic (indexing, layouts, reductions, launch parameters),
+// not timing, memory coherence or the hardware's floating-point details.
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#define EMBER_SIMULATOR 1
+#ifndef __global__
+#define __global__
+#endif
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __shared__ static
+#define __constant__ static
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+struct dim3 {
+    unsigned int x, y, z;
+    dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace ember_sim {
+
+// Mirrors `SimLaunch` in sim/mod.rs.
+struct Launch {
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int shared_mem;
+    int fibers;  // 1 when the kernel may wait at a barrier
+};
+
+enum State { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+
+struct Fiber {
+    void* sp;  // saved stack pointer while switched out
+    char* stack;
+    uint3 idx;
+    int state;
+    uint64_t slot;  // the value a warp shuffle publishes
+};
+
+static const size_t STACK_BYTES = 128 * 1024;
+static const int MAX_THREADS = 1024;
+
+static Fiber fibers[MAX_THREADS];
+static int nthreads;
+static Fiber* cur;
+static void* sched_sp;
+static bool fiber_mode;
+static uint3 direct_idx;
+static uint3 block_idx;
+static dim3 grid_dim, block_dim;
+static void (*body)(void*);
+static void* body_arg;
+static char error[512];
+alignas(256) static char dyn_smem[228 * 1024];
+
+static inline uint3& thread_idx() { return fiber_mode ? cur->idx : direct_idx; }
+
+#if defined(__x86_64__)
+// swap(save, load): saves the callee-saved registers and the SSE/x87 control words
+// on the current stack, stores the stack pointer in *save, and resumes the stack
+// `load` (the layout `start_fiber` builds for a new fiber).
+extern "C" void ember_sim_swap(void** save, void* load) __attribute__((visibility("hidden")));
+__asm__(
+    ".text\n"
+    ".p2align 4\n"
+    ".globl ember_sim_swap\n"
+    ".hidden ember_sim_swap\n"
+    ".type ember_sim_swap,@function\n"
+    "ember_sim_swap:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  subq $8, %rsp\n"
+    "  stmxcsr (%rsp)\n"
+    "  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n"
+    "  fldcw 4(%rsp)\n"
+    "  addq $8, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size ember_sim_swap, .-ember_sim_swap\n");
+
+static void fiber_main();
+
+// A new fiber's stack: a frame that ember_sim_swap "returns" from into fiber_main.
+static void* start_fiber(char* stack) {
+    uintptr_t top = ((uintptr_t)(stack + STACK_BYTES)) & ~(uintptr_t)15;
+    uint64_t* sp = (uint64_t*)top;
+    *--sp = 0;                        // fiber_main's (never used) return address
+    *--sp = (uint64_t)&fiber_main;    // where the first swap returns to
+    for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12 r13 r14 r15
+    *--sp = 0x037F00001F80ull;        // mxcsr (low), x87 control word (high)
+    return sp;
+}
+static inline void to_scheduler() { ember_sim_swap(&cur->sp, sched_sp); }
+static inline void to_fiber(Fiber* f) { ember_sim_swap(&sched_sp, f->sp); }
+#else
+#error "ember's CUDA simulator supports x86-64 hosts"
+#endif
+
+static void fiber_main() {
+    body(body_arg);
+    cur->state = DONE;
+    to_scheduler();
+    abort();  // a finished fiber is never resumed
+}
+
+static inline void wait(int state) {
+    if (!fiber_mode) {
+        snprintf(error, sizeof error, "internal: barrier outside fiber mode");
+        abort();
+    }
+    cur->state = state;
+    to_scheduler();
+}
+
+static inline int linear_tid(const uint3& t) {
+    return (int)(t.x + t.y * block_dim.x + t.z * block_dim.x * block_dim.y);
+}
+
+// Reads lane `src` (of the caller's warp) of the value every lane publishes.
+template <class T> static T shfl(T v, int src, bool valid) {
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    cur->slot = bits;
+    wait(AT_WARP);
+    int warp0 = linear_tid(cur->idx) & ~31;
+    T r = v;
+    int s = warp0 + src;
+    if (valid && src >= 0 && src < 32 && s < nthreads && fibers[s].state != DONE) memcpy(&r, &fibers[s].slot, sizeof(T));
+    wait(AT_WARP);
+    return r;
+}
+
+static inline int lane_id() { return fiber_mode ? linear_tid(cur->idx) & 31 : linear_tid(direct_idx) & 31; }
+
+// Runs every block of the launch; returns 0, or -1 with `error` set.
+static int run_launch(const Launch* l) {
+    grid_dim = dim3(l->grid[0], l->grid[1], l->grid[2]);
+    block_dim = dim3(l->block[0], l->block[1], l->block[2]);
+    nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
+    fiber_mode = l->fibers != 0;
+    if (nthreads > MAX_THREADS) {
+        snprintf(error, sizeof error, "a block of %d threads exceeds %d", nthreads, MAX_THREADS);
+        return -1;
+    }
+    if (l->shared_mem > sizeof dyn_smem) {
+        snprintf(error, sizeof error, "%u bytes of dynamic shared memory exceed the simulator's %zu",
+                 l->shared_mem, sizeof dyn_smem);
+        return -1;
+    }
+    if (fiber_mode) {
+        for (int i = 0; i < nthreads; ++i) {
+            if (!fibers[i].stack) {
+                fibers[i].stack = (char*)malloc(STACK_BYTES);
+                if (!fibers[i].stack) {
+                    snprintf(error, sizeof error, "out of host memory for thread stacks");
+                    return -1;
+                }
+            }
+        }
+    }
+    for (unsigned bz = 0; bz < grid_dim.z; ++bz)
+        for (unsigned by = 0; by < grid_dim.y; ++by)
+            for (unsigned bx = 0; bx < grid_dim.x; ++bx) {
+                block_idx = uint3{bx, by, bz};
+                if (!fiber_mode) {
+                    for (unsigned tz = 0; tz < block_dim.z; ++tz)
+                        for (unsigned ty = 0; ty < block_dim.y; ++ty)
+                            for (unsigned tx = 0; tx < block_dim.x; ++tx) {
+                                direct_idx = uint3{tx, ty, tz};
+                                body(body_arg);
+                            }
+                    continue;
+                }
+                for (int i = 0; i < nthreads; ++i) {
+                    Fiber& f = fibers[i];
+                    f.idx = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y)};
+                    f.state = RUNNABLE;
+                    f.sp = start_fiber(f.stack);
+                }
+                for (;;) {
+                    for (int i = 0; i < nthreads; ++i) {
+                        if (fibers[i].state == RUNNABLE) {
+                            cur = &fibers[i];
+                            to_fiber(cur);
+                        }
+                    }
+                    // every thread now waits or is done: release a warp whose live
+                    // threads all wait at a shuffle, else the block at __syncthreads
+                    int live = 0, at_block = 0;
+                    bool released = false;
+                    for (int w = 0; w < nthreads; w += 32) {
+                        int lw = 0, aw = 0;
+                        for (int i = w; i < w + 32 && i < nthreads; ++i) {
+                            if (fibers[i].state != DONE) ++lw;
+                            if (fibers[i].state == AT_WARP) ++aw;
+                            if (fibers[i].state == AT_BLOCK) ++at_block;
+                        }
+                        live += lw;
+                        if (lw > 0 && aw == lw) {
+                            for (int i = w; i < w + 32 && i < nthreads; ++i)
+                                if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
+                            released = true;
+                        }
+                    }
+                    if (live == 0) break;
+                    if (released) continue;
+                    if (at_block == live) {
+                        for (int i = 0; i < nthreads; ++i)
+                            if (fibers[i].state == AT_BLOCK) fibers[i].state = RUNNABLE;
+                        continue;
+                    }
+                    snprintf(error, sizeof error,
+                             "deadlock in block (%u, %u, %u): %d of %d live threads wait at __syncthreads, "
+                             "the others at a warp-level operation",
+                             bx, by, bz, at_block, live);
+                    return -1;
+                }
+            }
+    return 0;
+}
+
+template <class... A, size_t... I>
+static std::tuple<A...> unpack(void** p, std::index_sequence<I...>) {
+    return std::tuple<A...>(*(typename std::remove_reference<A>::type*)p[I]...);
+}
+
+// Calls kernel `k` with the parameters cuLaunchKernel would copy from `params`.
+template <class... A> static int run(void (*k)(A...), void** params, const Launch* l) {
+    auto args = unpack<A...>(params, std::index_sequence_for<A...>{});
+    struct Call {
+        void (*k)(A...);
+        std::tuple<A...>* args;
+    } call{k, &args};
+    body = [](void* p) {
+        Call* c = (Call*)p;
+        std::apply(c->k, *c->args);
+    };
+    body_arg = &call;
+    error[0] = 0;
+    return run_launch(l);
+}
+
+// Round-to-nearest-even conversions between f32 and IEEE half (what PTX's cvt.rn does).
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ex = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+    if (ex == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? (0x200u | (man >> 13)) : 0u));
+    int e = (int)ex - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+    return (uint16_t)h;
+}
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu, x;
+    if (ex == 0) {
+        if (man == 0) {
+            x = sign;
+        } else {
+            int e = -1;
+            do {
+                ++e;
+                man <<= 1;
+            } while (!(man & 0x400u));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (ex == 31) {
+        x = sign | 0x7f800000u | (man << 13);
+    } else {
+        x = sign | ((ex - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+template <class To, class From> static inline To bit_cast(From v) {
+    static_assert(sizeof(To) == sizeof(From), "sizes differ");
+    To r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+}  // namespace ember_sim
+
+#define threadIdx (::ember_sim::thread_idx())
+#define blockIdx (::ember_sim::block_idx)
+#define blockDim (::ember_sim::block_dim)
+#define gridDim (::ember_sim::grid_dim)
+#define warpSize 32
+
+static inline void __syncthreads() { ::ember_sim::wait(::ember_sim::AT_BLOCK); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { ::ember_sim::wait(::ember_sim::AT_WARP); }
+static inline void __threadfence() {}
+static inline void __threadfence_block() {}
+template <class T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    int lane = ::ember_sim::lane_id();
+    return ::ember_sim::shfl(v, (lane & ~(width - 1)) + (src % width), true);
+}
+template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32) {
+    int lane = ::ember_sim::lane_id();
+    int src = lane + (int)d;
+    return ::ember_sim::shfl(v, src, (src & ~(width - 1)) == (lane & ~(width - 1)));
+}
+template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
+    int lane = ::ember_sim::lane_id();
+    int src = lane - (int)d;
+    return ::ember_sim::shfl(v, src, src >= 0 && (src & ~(width - 1)) == (lane & ~(width - 1)));
+}
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int m, int width = 32) {
+    int lane = ::ember_sim::lane_id();
+    int src = lane ^ m;
+    return ::ember_sim::shfl(v, src, (src & ~(width - 1)) == (lane & ~(width - 1)));
+}
+
+// Threads of one block run one at a time, so atomics are plain read-modify-writes.
+template <class T, class V> static inline T __ember_sim_atomic_add(T* p, V v) {
+    T old = *p;
+    *p = (T)(old + (T)v);
+    return old;
+}
+static inline float atomicAdd(float* p, float v) { return __ember_sim_atomic_add(p, v); }
+static inline double atomicAdd(double* p, double v) { return __ember_sim_atomic_add(p, v); }
+static inline int atomicAdd(int* p, int v) { return __ember_sim_atomic_add(p, v); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __ember_sim_atomic_add(p, v); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return __ember_sim_atomic_add(p, v);
+}
+template <class T> static inline T atomicExch(T* p, T v) {
+    T old = *p;
+    *p = v;
+    return old;
+}
+template <class T> static inline T atomicCAS(T* p, T cmp, T v) {
+    T old = *p;
+    if (old == cmp) *p = v;
+    return old;
+}
+template <class T> static inline T atomicMax(T* p, T v) {
+    T old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+template <class T> static inline T atomicMin(T* p, T v) {
+    T old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+
+template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {
+    return b < a ? b : a;
+}
+template <class A, class B> static inline typename std::common_type<A, B>::type max(A a, B b) {
+    return a < b ? b : a;
+}
+
+static inline float __int_as_float(int v) { return ember_sim::bit_cast<float>(v); }
+static inline int __float_as_int(float v) { return ember_sim::bit_cast<int>(v); }
+static inline float __uint_as_float(unsigned v) { return ember_sim::bit_cast<float>(v); }
+static inline unsigned __float_as_uint(float v) { return ember_sim::bit_cast<unsigned>(v); }
+static inline double __longlong_as_double(long long v) { return ember_sim::bit_cast<double>(v); }
+static inline long long __double_as_longlong(double v) { return ember_sim::bit_cast<long long>(v); }
+// glibc declares functions of these names; CUDA's fast intrinsics map to libm here
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __powf(x, y) powf(x, y)
+static inline float __fdividef(float x, float y) { return x / y; }
+static inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline uint16_t __ember_sim_f32_to_f16(float f) { return ember_sim::f32_to_f16(f); }
+static inline float __ember_sim_f16_to_f32(uint16_t h) { return ember_sim::f16_to_f32(h); }
+
+extern "C" __attribute__((visibility("default"))) const char* __ember_sim_error() { return ember_sim::error; }
+
+#define EMBER_SIM_ENTRY(name)                                                                   \
+    extern "C" __attribute__((visibility("default"))) int __ember_sim_entry_##name(             \
+        void** params, const ember_sim::Launch* l) {                                           \
+        return ember_sim::run(name, params, l);                                                 \
+    }
