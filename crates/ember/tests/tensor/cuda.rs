@@ -213,3 +213,149 @@ fn without_a_gpu_cuda_requests_are_errors() -> Result<()> {
     assert_eq!(cuda::synchronize(&Device::Cpu).ok(), Some(()));
     Ok(())
 }
+
+/// Every op family on every dtype, on strided views, against the CPU: the same
+/// values (within the dtype's precision), shape and dtype, or an error on both.
+#[test]
+fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
+    let Some(dev) = gpu("every_dtype_matches_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(5);
+    let cpu = Device::Cpu;
+    let base = Tensor::randn([7, 5], &cpu)?
+        .mul(3.0)?
+        .to_dtype(DType::F64)?;
+    let row = Tensor::randn([7], &cpu)?.mul(2.0)?.to_dtype(DType::F64)?;
+    let dtypes = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ];
+    let make = |t: &Tensor, dt: DType| -> Result<Tensor> {
+        match dt {
+            DType::Bool => t.gt(0.0),
+            DType::U8 => t.abs()?.mul(4.0)?.to_dtype(dt),
+            _ => t.to_dtype(dt),
+        }
+    };
+    type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let ops: Vec<(&str, Op)> = vec![
+        ("neg", |x, _| x.neg()),
+        ("abs", |x, _| x.abs()),
+        ("exp", |x, _| x.exp()),
+        ("log|x|+1", |x, _| x.abs()?.add(1)?.log()),
+        ("sqrt|x|", |x, _| x.abs()?.sqrt()),
+        ("tanh", |x, _| x.tanh()),
+        ("sin", |x, _| x.sin()),
+        ("cos", |x, _| x.cos()),
+        ("recip", |x, _| x.recip()),
+        ("square", |x, _| x.square()),
+        ("relu", |x, _| x.relu()),
+        ("sigmoid", |x, _| x.sigmoid()),
+        ("erf", |x, _| x.erf()),
+        ("gelu", |x, _| x.gelu()),
+        ("gelu_tanh", |x, _| x.gelu_tanh()),
+        ("pow 2", |x, _| x.pow(2)),
+        ("pow 0.5 of |x|", |x, _| x.abs()?.pow(0.5)),
+        ("clamp", |x, _| x.clamp(Some(-1.0), Some(2.0))),
+        ("add", |x, y| x.add(y)),
+        ("sub", |x, y| x.sub(y)),
+        ("mul", |x, y| x.mul(y)),
+        ("div", |x, y| x.div(&y.abs()?.add(1)?)),
+        ("maximum", |x, y| x.maximum(y)),
+        ("minimum", |x, y| x.minimum(y)),
+        ("pow tensor", |x, y| x.abs()?.pow(&y.abs()?)),
+        ("add scalar", |x, _| x.add(2)),
+        ("mul float scalar", |x, _| x.mul(2.5)),
+        ("eq", |x, y| x.eq(y)),
+        ("lt", |x, y| x.lt(y)),
+        ("ge scalar", |x, _| x.ge(1)),
+        ("where", |x, y| x.gt(y)?.where_(x, y)),
+        ("masked_fill", |x, y| x.masked_fill(&y.gt(0)?, 1)),
+        ("sum 0", |x, _| x.sum(0, false)),
+        ("sum all", |x, _| x.sum_all()),
+        ("mean 1", |x, _| x.mean(1, true)),
+        ("max 1", |x, _| x.max(1, false)),
+        ("min all", |x, _| x.min_all()),
+        ("argmax 1", |x, _| x.argmax(1, false)),
+        ("argmin 0", |x, _| x.argmin(0, true)),
+        ("var 1", |x, _| x.var(1, false)),
+        ("std all", |x, _| x.std_all()),
+        ("softmax", |x, _| x.softmax(-1)),
+        ("log_softmax 0", |x, _| x.log_softmax(0)),
+        ("matmul", |x, y| x.matmul(&y.unsqueeze(1)?)),
+        ("batched matmul", |x, _| {
+            let b = x.reshape([1, 5, 7])?.expand([3, 5, 7])?;
+            b.matmul(&x.t()?)
+        }),
+        ("cat", |x, y| Tensor::cat(&[x, &y.unsqueeze(0)?], 0)),
+        ("index_select", |x, _| {
+            x.index_select(1, &Tensor::new([6i64, 0, 2, 2], &x.device())?)
+        }),
+        ("gather", |x, _| {
+            let i = Tensor::new([[0i64, 4], [3, 3], [1, 0], [2, 1], [4, 4]], &x.device())?;
+            x.gather(1, &i)
+        }),
+        ("scatter_add", |x, _| {
+            let i = Tensor::new([[0i64, 1, 0, 2, 1, 0, 2]], &x.device())?.expand([5, 7])?;
+            x.zeros_like()?.narrow(1, 0, 3)?.scatter_add(1, &i, x)
+        }),
+        ("contiguous", |x, _| x.contiguous()),
+    ];
+    for dt in dtypes {
+        let mut refused = 0;
+        // x: a transposed (non-contiguous) 5x7 view; y: a row that broadcasts
+        let (xc, yc) = (make(&base, dt)?.t()?, make(&row, dt)?);
+        let (xg, yg) = (make(&base.to(&dev)?, dt)?.t()?, make(&row.to(&dev)?, dt)?);
+        assert_eq!(vals(&xg), vals(&xc), "{dt}: inputs differ");
+        let tol = match dt {
+            DType::F16 => 2e-3,
+            DType::BF16 => 1.6e-2,
+            DType::F32 => 2e-5,
+            _ => 1e-9,
+        };
+        for (name, f) in &ops {
+            match (f(&xc, &yc), f(&xg, &yg)) {
+                (Ok(want), Ok(got)) => {
+                    assert!(got.is_cuda(), "{name} ({dt}) left the GPU");
+                    assert_eq!(got.shape(), want.shape(), "{name} ({dt})");
+                    assert_eq!(got.dtype(), want.dtype(), "{name} ({dt})");
+                    let (g, w) = (vals(&got), vals(&want));
+                    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                        let ok = a == b
+                            || (a.is_nan() && b.is_nan())
+                            || (a - b).abs() <= tol * (1.0 + b.abs());
+                        assert!(ok, "{name} ({dt}) element {i}: cuda {a}, cpu {b}\n cuda {g:?}\n  cpu {w:?}");
+                    }
+                }
+                (Err(e), Err(_)) => {
+                    // every op here is defined for the float dtypes: an error there
+                    // is a broken case, not an unsupported dtype
+                    assert!(!matches!(dt, DType::F32 | DType::F64), "{name} ({dt}): {e}");
+                    refused += 1;
+                }
+                (Ok(_), Err(e)) => panic!("{name} ({dt}): the CPU computes it, CUDA fails: {e}"),
+                (Err(e), Ok(_)) => panic!("{name} ({dt}): CUDA computes it, the CPU fails: {e}"),
+            }
+        }
+        // integers refuse the float-only reductions and softmax; bools also refuse
+        // arithmetic (neg, abs, sub, ...), as in PyTorch: never most of the list
+        let limit = if dt == DType::Bool {
+            ops.len() / 2
+        } else {
+            ops.len() / 8
+        };
+        assert!(
+            refused <= limit,
+            "{dt}: {refused} of {} ops refused",
+            ops.len()
+        );
+    }
+    Ok(())
+}
