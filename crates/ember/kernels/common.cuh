@@ -117,6 +117,11 @@ template <typename T, typename V> __device__ __forceinline__ T narrow(V v) { ret
 
 template <typename V> __device__ __forceinline__ bool is_nan(V v) { return v != v; }
 
+// Integer arithmetic that wraps like Rust's wrapping_* (signed overflow is undefined in C).
+__device__ __forceinline__ i64 wrap_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ i64 wrap_sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
+__device__ __forceinline__ i64 wrap_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+
 // ember compiles each kernel file once per dtype, defining EMBER_T_<suffix> (only
 // what a program uses gets compiled); with no EMBER_T_* defined, every dtype is
 // instantiated. IF_<suffix>(x) keeps x only in the module of that dtype.

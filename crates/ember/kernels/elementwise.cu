@@ -109,9 +109,6 @@ template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b
 
 // --- integers (computed in i64, wrapping like the CPU kernels) --------------------
 
-__device__ __forceinline__ i64 wrap_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
-__device__ __forceinline__ i64 wrap_sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
-__device__ __forceinline__ i64 wrap_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
 
 __device__ __forceinline__ i64 int_pow(i64 a, i64 b) {
     if (b < 0) {

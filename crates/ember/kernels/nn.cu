@@ -20,11 +20,51 @@ __device__ void gather_impl(const T* src, Layout lo, i64 dim_stride, const i64* 
     FOR_EACH(i, n) { out[i] = src[loc(lo, i) + idx[i] * dim_stride]; }
 }
 
+// The bits of a 1- or 2-byte value, and back.
+__device__ __forceinline__ unsigned small_bits(u8 v) { return v; }
+__device__ __forceinline__ unsigned small_bits(bool v) { return v ? 1u : 0u; }
+__device__ __forceinline__ unsigned small_bits(f16 v) { return v.bits; }
+__device__ __forceinline__ unsigned small_bits(bf16 v) { return v.bits; }
+template <typename T> struct from_small_bits;
+template <> struct from_small_bits<u8> {
+    static __device__ __forceinline__ u8 get(unsigned b) { return (u8)b; }
+};
+template <> struct from_small_bits<bool> {
+    static __device__ __forceinline__ bool get(unsigned b) { return b != 0; }
+};
+template <> struct from_small_bits<f16> {
+    static __device__ __forceinline__ f16 get(unsigned b) { f16 r; r.bits = (u16)b; return r; }
+};
+template <> struct from_small_bits<bf16> {
+    static __device__ __forceinline__ bf16 get(unsigned b) { bf16 r; r.bits = (u16)b; return r; }
+};
+
+// Atomic `*p += v` for 1- and 2-byte types, which have no atomicAdd of their own:
+// a compare-and-swap loop on the aligned 32-bit word that holds the element. The
+// sum is computed like the CPU's: in float for f16/bf16, wrapping for u8, `or` for bool.
+template <typename T> __device__ __forceinline__ void atomic_add_small(T* p, T v) {
+    size_t addr = (size_t)p;
+    unsigned* word = (unsigned*)(addr & ~(size_t)3);
+    unsigned shift = (unsigned)(addr & 3) * 8;
+    unsigned mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+    unsigned old = *word, assumed;
+    do {
+        assumed = old;
+        T cur = from_small_bits<T>::get((assumed & mask) >> shift);
+        T next = narrow<T>(widen(cur) + widen(v));
+        old = atomicCAS(word, assumed, (assumed & ~mask) | ((small_bits(next) << shift) & mask));
+    } while (assumed != old);
+}
+
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(i64* p, i64 v) {
     atomicAdd((unsigned long long*)p, (unsigned long long)v);
 }
+__device__ __forceinline__ void atomic_add(u8* p, u8 v) { atomic_add_small(p, v); }
+__device__ __forceinline__ void atomic_add(bool* p, bool v) { atomic_add_small(p, v); }
+__device__ __forceinline__ void atomic_add(f16* p, f16 v) { atomic_add_small(p, v); }
+__device__ __forceinline__ void atomic_add(bf16* p, bf16 v) { atomic_add_small(p, v); }
 
 // dst[p with dim replaced by idx[p]] += src[p] over idx's shape; `ld` is the
 // contiguous dst's layout cut to idx's shape with strides[dim] = 0, `ls` src's.
@@ -49,7 +89,32 @@ EMBER_ALL_TYPES(INDEX)
                                                const T* src, Layout ls, i64 n) {                     \
         scatter_add_impl(dst, ld, dim_stride, idx, src, ls, n);                                      \
     }
-IF_f32(SCATTER(float, f32)) IF_f64(SCATTER(double, f64)) IF_i64(SCATTER(i64, i64))
+EMBER_ALL_TYPES(SCATTER)
+
+// Integer matrix products (cuBLAS multiplies floats only): out (contiguous, batch x
+// m x n) = a (batch x m x k) · b (batch x k x n), both broadcast layouts; the sum is
+// taken in i64, wrapping, and narrowed like the CPU's.
+template <typename T>
+__device__ void matmul_int_impl(const T* a, Layout la, const T* b, Layout lb, T* out, i64 m, i64 k, i64 n,
+                                i64 total) {
+    FOR_EACH(o, total) {
+        i64 j = o % n, i = (o / n) % m, bi = o / (m * n);
+        i64 acc = 0;
+        for (i64 l = 0; l < k; ++l) {
+            i64 x = widen(a[loc(la, (bi * m + i) * k + l)]);
+            i64 y = widen(b[loc(lb, (bi * k + l) * n + j)]);
+            acc = wrap_add(acc, wrap_mul(x, y));
+        }
+        out[o] = narrow<T>(acc);
+    }
+}
+
+#define MATMUL_INT(T, S)                                                                             \
+    extern "C" __global__ void matmul_int_##S(const T* a, Layout la, const T* b, Layout lb, T* out, \
+                                              i64 m, i64 k, i64 n, i64 total) {                     \
+        matmul_int_impl(a, la, b, lb, out, m, k, n, total);                                          \
+    }
+IF_u8(MATMUL_INT(u8, u8)) IF_i64(MATMUL_INT(i64, i64))
 
 // One Adam (or AdamW when decoupled) step on contiguous p, g, m, v of n elements.
 template <typename T>

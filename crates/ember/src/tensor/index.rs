@@ -280,7 +280,7 @@ impl Tensor {
             d,
             self.shape().get(d).copied().unwrap_or(1),
         )?;
-        let out = if self.is_cuda() && cuda_ops::has_scatter_add(self.dtype()) {
+        let out = if self.is_cuda() {
             let out = crate::no_grad(|| self.copy())?;
             {
                 let it =

@@ -277,7 +277,7 @@ impl Tensor {
             weight.to_dtype(work)?.contiguous()?,
         );
         let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
-        if x.is_cuda() && g == 1 {
+        if x.is_cuda() {
             drop(ng);
             return self.conv2d_cuda(weight, bias, (x, wt, b), shape, work);
         }
@@ -360,10 +360,12 @@ impl Tensor {
         }))
     }
 
-    /// conv2d on a GPU (one group): the input's patches (im2col) times the weight
-    /// matrix through cuBLAS; the backward pass multiplies back and folds the
-    /// patches' gradient into the input's (col2im). `x`, `wt`, `b` are contiguous
-    /// in the `work` dtype (f32 or f64).
+    /// conv2d on a GPU: the input's patches (im2col) times the weight matrix through
+    /// cuBLAS, one batched product over the groups (group `gi` owns patch rows
+    /// `gi·K/g ..`, so the patches view as `[n, g, K/g, p]` and the weight as
+    /// `[g, o/g, K/g]`); the backward pass multiplies back and folds the patches'
+    /// gradient into the input's (col2im). `x`, `wt`, `b` are contiguous in the
+    /// `work` dtype (f32 or f64).
     fn conv2d_cuda(
         &self,
         weight: &Tensor,
@@ -372,17 +374,19 @@ impl Tensor {
         s: ConvShape,
         work: DType,
     ) -> Result<Tensor> {
-        let (n, c, h, w, o, oh, ow) = (s.n, s.c, s.h, s.w, s.o, s.oh, s.ow);
+        let (n, c, h, w, o, oh, ow, g) = (s.n, s.c, s.h, s.w, s.o, s.oh, s.ow, s.groups);
         let (kh, kw) = s.win.kernel;
         let (k, p) = (c * kh * kw, oh * ow);
+        let (kg, og) = (k / g, o / g);
         let kc = cuda_ops::KConv::new((n, c), (h, w), (oh, ow), &s.win);
         let ng = crate::no_grad_guard();
         let col = {
             let xs = x.cuda_storage().expect("on the GPU");
             Tensor::from_cuda(cuda_ops::im2col(&xs, x.layout().offset(), &kc)?, &[n, k, p])
-        };
-        let wm = wt.reshape([o, k])?;
-        let mut y = wm.matmul(&col)?; // [n, o, p]
+        }
+        .reshape([n, g, kg, p])?;
+        let wm = wt.reshape([g, og, kg])?;
+        let mut y = wm.matmul(&col)?.reshape([n, o, p])?;
         if let Some(b) = &b {
             y = y.add(&b.reshape([1, o, 1])?)?;
         }
@@ -394,10 +398,11 @@ impl Tensor {
             let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
             let need = (self.requires_grad(), weight.requires_grad());
             let has_bias = bias.map(|b| b.requires_grad());
-            move |g: &Tensor| {
-                let gc = g.to_dtype(work)?.contiguous()?.reshape([n, o, p])?;
+            move |gy: &Tensor| {
+                let gc = gy.to_dtype(work)?.contiguous()?.reshape([n, g, og, p])?;
                 let gx = if need.0 {
-                    let gcol = wm.t()?.matmul(&gc)?.contiguous()?; // [n, k, p]
+                    // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
+                    let gcol = wm.transpose(-1, -2)?.matmul(&gc)?.contiguous()?;
                     let st = gcol.cuda_storage().expect("on the GPU");
                     let gx = cuda_ops::col2im(&st, gcol.layout().offset(), &kc)?;
                     Some(Tensor::from_cuda(gx, &[n, c, h, w]).to_dtype(xdt)?)
@@ -405,13 +410,14 @@ impl Tensor {
                     None
                 };
                 let gw = if need.1 {
-                    let gw = gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false)?; // [o, k]
+                    // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
+                    let gw = gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false)?;
                     Some(gw.reshape(wshape.as_slice())?.to_dtype(wdt)?)
                 } else {
                     None
                 };
                 let mut grads = vec![gx, gw];
-                push_bias_grad(&mut grads, has_bias, g)?;
+                push_bias_grad(&mut grads, has_bias, gy)?;
                 Ok(grads)
             }
         }))

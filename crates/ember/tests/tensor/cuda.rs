@@ -215,7 +215,8 @@ fn without_a_gpu_cuda_requests_are_errors() -> Result<()> {
 }
 
 /// Every op family on every dtype, on strided views, against the CPU: the same
-/// values (within the dtype's precision), shape and dtype, or an error on both.
+/// values (within the dtype's precision), shape and dtype, or an error on both; and
+/// every op runs on the GPU (no host fallback).
 #[test]
 fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
     let Some(dev) = gpu("every_dtype_matches_cpu") else {
@@ -307,7 +308,30 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
             x.zeros_like()?.narrow(1, 0, 3)?.scatter_add(1, &i, x)
         }),
         ("contiguous", |x, _| x.contiguous()),
+        ("depthwise conv2d", |x, _| {
+            let w = x.narrow(1, 0, 2)?.reshape([5, 1, 2, 1])?;
+            let opts = ember::Conv2dOptions::default().groups(5).padding(1);
+            x.reshape([1, 5, 7, 1])?
+                .conv2d(&w, Some(&x.select(1, 0)?), opts)
+        }),
+        ("conv2d", |x, _| {
+            let w = x.narrow(0, 0, 2)?.reshape([2, 1, 7, 1])?;
+            x.reshape([1, 1, 5, 7])?.conv2d(
+                &w.narrow(2, 0, 3)?,
+                None,
+                ember::Conv2dOptions::default(),
+            )
+        }),
+        ("max_pool2d", |x, _| {
+            x.reshape([1, 1, 5, 7])?
+                .max_pool2d(ember::Pool2dOptions::new(2).stride(1))
+        }),
+        ("avg_pool2d", |x, _| {
+            x.reshape([1, 5, 7])?
+                .avg_pool2d(ember::Pool2dOptions::new(2))
+        }),
     ];
+    let mut fallbacks: Vec<String> = Vec::new();
     for dt in dtypes {
         let mut refused = 0;
         // x: a transposed (non-contiguous) 5x7 view; y: a row that broadcasts
@@ -321,7 +345,13 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
             _ => 1e-9,
         };
         for (name, f) in &ops {
-            match (f(&xc, &yc), f(&xg, &yg)) {
+            let want = f(&xc, &yc);
+            let before = cuda::host_fallback_count();
+            let got = f(&xg, &yg);
+            if cuda::host_fallback_count() != before {
+                fallbacks.push(format!("{name} ({dt})"));
+            }
+            match (want, got) {
                 (Ok(want), Ok(got)) => {
                     assert!(got.is_cuda(), "{name} ({dt}) left the GPU");
                     assert_eq!(got.shape(), want.shape(), "{name} ({dt})");
@@ -344,12 +374,12 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
                 (Err(e), Ok(_)) => panic!("{name} ({dt}): CUDA computes it, the CPU fails: {e}"),
             }
         }
-        // integers refuse the float-only reductions and softmax; bools also refuse
-        // arithmetic (neg, abs, sub, ...), as in PyTorch: never most of the list
+        // integers refuse the float-only reductions, softmax, convolution and
+        // pooling; bools also refuse arithmetic (neg, abs, sub, ...), as in PyTorch
         let limit = if dt == DType::Bool {
             ops.len() / 2
         } else {
-            ops.len() / 8
+            ops.len() / 5
         };
         assert!(
             refused <= limit,
@@ -357,5 +387,9 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
             ops.len()
         );
     }
+    assert!(
+        fallbacks.is_empty(),
+        "ran on the host instead of the GPU: {fallbacks:?}"
+    );
     Ok(())
 }

@@ -773,16 +773,19 @@ impl Drop for Event {
     }
 }
 
-static HOST_FALLBACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-pub(crate) fn count_host_fallback() {
-    HOST_FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+thread_local! {
+    static HOST_FALLBACKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// How many times an operation on a CUDA tensor ran on the host because ember has
-/// no CUDA kernel for it yet (the values are copied to the host, computed there and
-/// copied back: correct, but slow). Benchmarks and tests read it to see which ops
-/// stay on the GPU.
+pub(crate) fn count_host_fallback() {
+    HOST_FALLBACKS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many times an operation on a CUDA tensor ran on the host, on the calling
+/// thread, because ember has no CUDA kernel for it (the values are copied to the
+/// host, computed there and copied back: correct, but slow). Per thread, so that a
+/// loop can check its own operations while other threads work; benchmarks and tests
+/// read it to see which ops stay on the GPU.
 pub fn host_fallback_count() -> u64 {
-    HOST_FALLBACKS.load(std::sync::atomic::Ordering::Relaxed)
+    HOST_FALLBACKS.with(|c| c.get())
 }

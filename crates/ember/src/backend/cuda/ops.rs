@@ -478,11 +478,6 @@ pub(crate) fn gather(
     Ok(out)
 }
 
-/// Whether [`scatter_add`] has a kernel for `dt` (atomics exist for these).
-pub(crate) fn has_scatter_add(dt: DType) -> bool {
-    matches!(dt, DType::F32 | DType::F64 | DType::I64)
-}
-
 /// In place on the contiguous `dst` of shape `dshape`:
 /// `dst[p with dim replaced by idx[p]] += src[p]` over idx's shape.
 pub(crate) fn scatter_add(
@@ -727,8 +722,8 @@ pub(crate) fn pool2d_backward(
 /// `batch + [k, n]` (broadcast batch dims, any strides). Each operand's last two
 /// dims must be row- or column-major with a constant batch stride; otherwise it is
 /// copied contiguous first. f16/bf16 accumulate in f32; f32 uses TF32 only when
-/// [`allow_tf32`](super::allow_tf32) is on. Returns `None` for dtypes cuBLAS does
-/// not multiply (integers), which the caller computes another way.
+/// [`allow_tf32`](super::allow_tf32) is on. Integers (u8, i64) go through ember's
+/// own kernel (cuBLAS multiplies floats only); `None` for bool, which has no product.
 pub(crate) fn matmul(
     a: &CudaStorage,
     la: &Layout,
@@ -739,12 +734,30 @@ pub(crate) fn matmul(
     n: usize,
 ) -> Result<Option<CudaStorage>> {
     let dt = a.dtype();
-    if !matches!(dt, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
-        return Ok(None);
-    }
-    let dev = a.dev().clone();
     let rank = la.rank();
     let batch: usize = la.shape()[..rank - 2].iter().product();
+    match dt {
+        DType::I64 | DType::U8 => return matmul_int(a, la, b, lb, (batch, m, k, n)).map(Some),
+        DType::Bool => return Ok(None),
+        _ => {}
+    }
+    // cuBLAS takes 32-bit sizes, leading dimensions and batch counts
+    let limit = i32::MAX as usize;
+    if [m, n, k, batch].iter().any(|&d| d > limit)
+        || la.strides()[rank - 2..]
+            .iter()
+            .chain(&lb.strides()[rank - 2..])
+            .any(|&s| s > limit)
+    {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "a {batch} x {m}x{k} by {k}x{n} product exceeds cuBLAS's 32-bit sizes and \
+                 leading dimensions on CUDA; split it into smaller products"
+            ),
+        ));
+    }
+    let dev = a.dev().clone();
     let out = new_out(&dev, dt, batch * m * n)?;
     if batch * m * n == 0 {
         return Ok(Some(out));
@@ -824,6 +837,35 @@ pub(crate) fn matmul(
     // allocator hands their blocks only to later work on the same stream
     drop((oa, ob));
     Ok(Some(out))
+}
+
+/// `a · b` for integer dtypes with ember's kernel: `(batch, m, k, n)` sizes over the
+/// broadcast layouts `la` (batch + [m, k]) and `lb` (batch + [k, n]).
+fn matmul_int(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    (batch, m, k, n): (usize, usize, usize, usize),
+) -> Result<CudaStorage> {
+    let total = batch * m * n;
+    if k == 0 {
+        return fill(a.dev(), a.dtype(), total, 0.0);
+    }
+    let out = new_out(a.dev(), a.dtype(), total)?;
+    let (ka, kb) = (KLayout::new("matmul", la)?, KLayout::new("matmul", lb)?);
+    let (pa, pb, po) = (a.ptr(), b.ptr(), out.ptr());
+    let (m64, k64, n64, t64) = (m as i64, k as i64, n as i64, total as i64);
+    let name = format!("matmul_int_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "nn",
+        a.dtype(),
+        &name,
+        total,
+        &mut args![pa, ka, pb, kb, po, m64, k64, n64, t64],
+    )?;
+    Ok(out)
 }
 
 /// The stride between consecutive matrices when the batch dims of `l` collapse
