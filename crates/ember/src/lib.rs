@@ -49,9 +49,9 @@ pub use tensor::{
 /// statistics of the caching allocator (`torch.cuda`).
 pub mod cuda {
     pub use crate::backend::cuda::{
-        allow_tf32, empty_cache, host_fallback_count, max_memory_allocated, mem_get_info,
-        memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
-        synchronize, Event, MemoryStats,
+        allow_tf32, empty_cache, host_fallback_count, host_memory_stats, max_memory_allocated,
+        mem_get_info, memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats,
+        set_allow_tf32, synchronize, Event, HostMemoryStats, MemoryStats,
     };
     pub use crate::device::cuda::*;
     pub use crate::device::libs::{ensure as find_library, include_dirs, CudaLib, LibSource};

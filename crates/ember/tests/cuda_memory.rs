@@ -77,3 +77,46 @@ fn out_of_memory_is_an_error_and_the_device_keeps_working() -> Result<()> {
     assert_eq!(t.sum_all()?.item::<f32>()?, 256.0);
     Ok(())
 }
+
+/// Uploads and downloads go through pinned blocks that are reused, in chunks for
+/// large transfers, with the values intact.
+#[test]
+fn copies_are_staged_through_reused_pinned_blocks() -> Result<()> {
+    let Some((dev, _turn)) = gpu("copies_are_staged") else {
+        return Ok(());
+    };
+    // 20 MiB: three chunks each way
+    let n = 5 << 20;
+    let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5 - 7.0).collect();
+    let before = cuda::host_memory_stats(&dev)?;
+    let t = Tensor::from_vec(host.clone(), [n], &Device::Cpu)?.to(&dev)?;
+    let back = t.to_vec::<f32>()?;
+    assert!(back == host, "values changed on the way");
+    let after = cuda::host_memory_stats(&dev)?;
+    assert!(after.staged_copies >= before.staged_copies + 6, "{after:?}");
+    assert!(
+        after.reserved > 0 && after.reserved <= 256 << 20,
+        "{after:?}"
+    );
+    // many small uploads reuse one small block instead of pinning more
+    let up = |i: usize| Tensor::new([i as f32; 16], &Device::Cpu)?.to_device_non_blocking(&dev);
+    let mut small = vec![up(0)?];
+    let reserved = cuda::host_memory_stats(&dev)?.reserved;
+    assert_eq!(reserved, after.reserved + (64 << 10));
+    for i in 1..200 {
+        small.push(up(i)?);
+    }
+    // (on a GPU a block is reused once its copy has run, so a fast loop may pin a
+    // few more; never one per copy)
+    let grown = (cuda::host_memory_stats(&dev)?.reserved - reserved) / (64 << 10);
+    assert!(
+        grown < 32,
+        "{grown} more blocks pinned for 199 small copies"
+    );
+    for (i, s) in small.iter().enumerate() {
+        assert_eq!(s.to_vec::<f32>()?, vec![i as f32; 16]);
+    }
+    cuda::empty_cache(&dev)?;
+    assert_eq!(cuda::host_memory_stats(&dev)?.reserved, 0);
+    Ok(())
+}

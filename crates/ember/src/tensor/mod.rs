@@ -314,6 +314,11 @@ impl Tensor {
 
     /// This tensor on `device`: the same tensor when already there, else a copy
     /// (contiguous). Gradients flow back to the source device.
+    ///
+    /// A copy to a GPU returns once the values are staged in pinned host memory; it
+    /// does not wait for the GPU (the copy runs in order with the device's other
+    /// work). A copy from a GPU waits for the work queued before it, since the values
+    /// are then read.
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if *device == self.device() {
             return Ok(self.clone());
@@ -353,6 +358,15 @@ impl Tensor {
 
     /// Alias of [`to`](Self::to).
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        self.to(device)
+    }
+
+    /// PyTorch's `.to(device, non_blocking=True)`, for data loaders: a copy from the
+    /// host to a GPU returns without waiting for the GPU. In ember every upload
+    /// behaves so (it is staged through pinned memory, see [`to`](Self::to)), so
+    /// this is [`to`](Self::to) under the name PyTorch users look for; a copy from a
+    /// GPU still waits, because its values are read on return.
+    pub fn to_device_non_blocking(&self, device: &Device) -> Result<Tensor> {
         self.to(device)
     }
 

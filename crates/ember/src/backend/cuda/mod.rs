@@ -11,6 +11,7 @@ pub(crate) mod alloc;
 pub(crate) mod blas;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
+pub(crate) mod pinned;
 pub(crate) mod sim;
 
 use crate::backend::cpu::CpuData;
@@ -142,6 +143,7 @@ pub(crate) struct CudaDev {
     modules: Mutex<HashMap<(&'static str, DType), Module>>,
     functions: Mutex<HashMap<String, Func>>,
     blas: Mutex<Option<Blas>>,
+    pinned: Mutex<pinned::PinnedPool>,
 }
 
 fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
@@ -236,6 +238,7 @@ impl CudaDev {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             blas: Mutex::new(None),
+            pinned: Mutex::new(pinned::PinnedPool::default()),
         }
     }
 
@@ -311,6 +314,7 @@ impl CudaDev {
 
     pub fn empty_cache(&self) {
         self.allocator().release_cached();
+        self.release_pinned_cache();
     }
 
     /// (free, total) bytes of the device's memory.
@@ -439,36 +443,6 @@ impl CudaDev {
             *g = Some(Blas(h));
         }
         Ok(g)
-    }
-
-    pub(crate) fn htod<T>(&self, dst: u64, src: &[T]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        if self.is_simulated() {
-            // SAFETY: `dst` holds at least `src.len()` elements (allocated for them).
-            unsafe { sim::memcpy(dst, src.as_ptr() as u64, std::mem::size_of_val(src)) };
-            return Ok(());
-        }
-        // SAFETY: `dst` holds at least `src.len()` elements (allocated for them).
-        unsafe { drv::memcpy_htod_async(dst, src, self.cu_stream()) }
-            .map_err(cuda_err("cuMemcpyHtoDAsync"))
-    }
-
-    pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        if self.is_simulated() {
-            // SAFETY: `src` holds at least `dst.len()` elements.
-            unsafe { sim::memcpy(dst.as_mut_ptr() as u64, src, std::mem::size_of_val(dst)) };
-            return Ok(());
-        }
-        // SAFETY: `src` holds at least `dst.len()` elements; the stream is
-        // synchronized before `dst` is read.
-        unsafe { drv::memcpy_dtoh_async(dst, src, self.cu_stream()) }
-            .map_err(cuda_err("cuMemcpyDtoHAsync"))?;
-        self.synchronize()
     }
 
     pub(crate) fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
@@ -659,10 +633,38 @@ pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Returns cached, unused device memory to the driver (`torch.cuda.empty_cache`).
+/// Returns cached, unused device memory to the driver (`torch.cuda.empty_cache`),
+/// and the idle pinned host blocks that stage copies.
 pub fn empty_cache(device: &Device) -> Result<()> {
     dev(cuda_index(*device)?)?.empty_cache();
     Ok(())
+}
+
+/// What ember's pinned host memory for copies to and from one GPU holds
+/// (`torch.cuda.host_memory_stats`' core).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostMemoryStats {
+    /// Bytes of page-locked host memory kept for staging copies.
+    pub reserved: usize,
+    /// Copies (or chunks of large copies) staged through it since the start.
+    pub staged_copies: u64,
+}
+
+/// Statistics of the pinned host memory that stages `device`'s copies (zero before
+/// its first copy). [`empty_cache`] returns the idle blocks.
+pub fn host_memory_stats(device: &Device) -> Result<HostMemoryStats> {
+    let i = cuda_index(*device)?;
+    crate::device::cuda::check_device(*device)?;
+    Ok(match slots().get(i).and_then(|s| s.get()) {
+        Some(Ok(d)) => {
+            let (reserved, staged_copies) = d.pinned_stats();
+            HostMemoryStats {
+                reserved,
+                staged_copies,
+            }
+        }
+        _ => HostMemoryStats::default(),
+    })
 }
 
 /// (free, total) bytes of device memory as the driver sees them
