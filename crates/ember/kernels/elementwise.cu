@@ -197,6 +197,36 @@ __device__ __forceinline__ void binary_impl(const T* a, Layout la, const T* b, L
     }
 }
 
+// The scalar operand of a tensor-scalar op, passed by value: floats as double,
+// integers and bools as i64 (exact beyond 2^53), converted to T like a 0-d tensor.
+template <typename T> __device__ __forceinline__ T scalar_as(double sf, i64 si) {
+    if constexpr (is_float_t<T>::value) {
+        return narrow<T>(sf);
+    } else {
+        return narrow<T>(si);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void binary_scalar_impl(const T* a, Layout la, T* out, i64 n, int op, double sf, i64 si) {
+    T b = scalar_as<T>(sf, si);
+    if (la.contiguous) {
+        const T* as = a + la.offset;
+        FOR_EACH(i, n) { out[i] = apply_binary(op, as[i], b); }
+    } else {
+        FOR_EACH(i, n) { out[i] = apply_binary(op, a[loc(la, i)], b); }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void binary_scalar_inplace_impl(T* a, Layout la, i64 n, int op, double sf, i64 si) {
+    T b = scalar_as<T>(sf, si);
+    FOR_EACH(i, n) {
+        i64 o = loc(la, i);
+        a[o] = apply_binary(op, a[o], b);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void binary_inplace_impl(T* a, Layout la, const T* b, Layout lb, i64 n, int op) {
     FOR_EACH(i, n) {
@@ -210,6 +240,25 @@ __device__ __forceinline__ void compare_impl(const T* a, Layout la, const T* b, 
     FOR_EACH(i, n) {
         auto x = widen(a[loc(la, i)]);
         auto y = widen(b[loc(lb, i)]);
+        bool r = false;
+        switch (op) {
+        case C_EQ: r = x == y; break;
+        case C_NE: r = x != y; break;
+        case C_LT: r = x < y; break;
+        case C_LE: r = x <= y; break;
+        case C_GT: r = x > y; break;
+        case C_GE: r = x >= y; break;
+        }
+        out[i] = r;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void compare_scalar_impl(const T* a, Layout la, bool* out, i64 n, int op, double sf,
+                                                    i64 si) {
+    auto y = widen(scalar_as<T>(sf, si));
+    FOR_EACH(i, n) {
+        auto x = widen(a[loc(la, i)]);
         bool r = false;
         switch (op) {
         case C_EQ: r = x == y; break;
@@ -245,9 +294,21 @@ __device__ __forceinline__ void where_impl(const bool* c, Layout lc, const T* a,
                                                   int op) {                                          \
         binary_inplace_impl(a, la, b, lb, n, op);                                                    \
     }                                                                                                \
+    extern "C" __global__ void binary_scalar_##S(const T* a, Layout la, T* out, i64 n, int op,      \
+                                                 double sf, i64 si) {                                \
+        binary_scalar_impl(a, la, out, n, op, sf, si);                                               \
+    }                                                                                                \
+    extern "C" __global__ void binary_scalar_inplace_##S(T* a, Layout la, i64 n, int op, double sf, \
+                                                         i64 si) {                                   \
+        binary_scalar_inplace_impl(a, la, n, op, sf, si);                                            \
+    }                                                                                                \
     extern "C" __global__ void compare_##S(const T* a, Layout la, const T* b, Layout lb, bool* out, \
                                            i64 n, int op) {                                          \
         compare_impl(a, la, b, lb, out, n, op);                                                      \
+    }                                                                                                \
+    extern "C" __global__ void compare_scalar_##S(const T* a, Layout la, bool* out, i64 n, int op,  \
+                                                  double sf, i64 si) {                               \
+        compare_scalar_impl(a, la, out, n, op, sf, si);                                              \
     }                                                                                                \
     extern "C" __global__ void where_##S(const bool* c, Layout lc, const T* a, Layout la,           \
                                          const T* b, Layout lb, T* out, i64 n) {                     \

@@ -19,6 +19,15 @@ pub enum Scalar {
 }
 
 impl Scalar {
+    /// The value as a kernel parameter pair: (as f64, as i64).
+    fn by_value(self) -> (f64, i64) {
+        match self {
+            Scalar::Bool(b) => (b as u8 as f64, b as i64),
+            Scalar::Int(i) => (i as f64, i),
+            Scalar::Float(f) => (f, f as i64),
+        }
+    }
+
     pub fn to_f64(self) -> f64 {
         match self {
             Scalar::Bool(b) => b as u8 as f64,
@@ -106,17 +115,47 @@ impl Tensor {
                 Ok((t.clone(), dt))
             }
             Operand::Scalar(s) => {
-                let dt = DType::result_type(self.dtype(), false, s.dtype(), true);
-                // Python scalars never widen within a category: int tensor + int stays
-                // the tensor's dtype; int tensor + float is the default float32
-                let dt = match s {
-                    Scalar::Float(_) => DType::with_scalar(self.dtype(), true),
-                    _ if self.dtype() == DType::Bool => dt,
-                    _ => self.dtype(),
-                };
+                let dt = self.scalar_dtype(s);
                 Ok((scalar_tensor(s, dt, self.device())?, dt))
             }
         }
+    }
+
+    /// The dtype PyTorch computes `self op s` in, for a Python-style scalar `s`.
+    fn scalar_dtype(&self, s: Scalar) -> DType {
+        let dt = DType::result_type(self.dtype(), false, s.dtype(), true);
+        // Python scalars never widen within a category: int tensor + int stays the
+        // tensor's dtype; int tensor + float is the default float32
+        match s {
+            Scalar::Float(_) => DType::with_scalar(self.dtype(), true),
+            _ if self.dtype() == DType::Bool => dt,
+            _ => self.dtype(),
+        }
+    }
+
+    /// `self op s` on a GPU with the scalar passed to the kernel by value (no
+    /// one-element tensor, one launch), when no gradient is recorded; `None` where
+    /// that does not apply.
+    fn scalar_op_cuda(
+        &self,
+        rhs: Operand,
+        float_only: bool,
+        kernel: impl FnOnce(&CudaStorage, &Layout, (f64, i64)) -> Result<CudaStorage>,
+    ) -> Result<Option<Tensor>> {
+        let Operand::Scalar(s) = rhs else {
+            return Ok(None);
+        };
+        if !self.is_cuda() || crate::autograd::needs_grad(&[self]) {
+            return Ok(None);
+        }
+        let mut dt = self.scalar_dtype(s);
+        if float_only && !dt.is_float() {
+            dt = DType::F32;
+        }
+        let a = self.to_dtype(dt)?;
+        let st = a.cuda_storage().expect("on the GPU");
+        let out = kernel(&st, a.layout(), s.by_value())?;
+        Ok(Some(Tensor::from_cuda(out, a.shape())))
     }
 
     /// The tensor `cpu(a, b)` or `cuda(a, b)` computes after promotion and
@@ -169,6 +208,11 @@ impl Tensor {
                 ));
             }
         }
+        if let Some(out) = self.scalar_op_cuda(rhs, float_only, |a, la, s| {
+            cuda_ops::binary_scalar(a, la, O::CUDA, s)
+        })? {
+            return Ok(out);
+        }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
@@ -217,6 +261,21 @@ impl Tensor {
         float_only: bool,
     ) -> Result<()> {
         self.check_inplace_grad(name, rhs)?;
+        if let (Operand::Scalar(s), true) = (rhs, self.is_cuda()) {
+            let mut dt = self.scalar_dtype(s);
+            if float_only && !dt.is_float() {
+                dt = DType::F32;
+            }
+            if dt == self.dtype() {
+                // the scalar goes to the kernel by value: one launch, no 0-d tensor
+                self.check_writable(name)?;
+                let guard = self.write();
+                let Storage::Cuda(dst) = &*guard else {
+                    unreachable!("a CUDA tensor")
+                };
+                return cuda_ops::binary_scalar_inplace(dst, self.layout(), O::CUDA, s.by_value());
+            }
+        }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
@@ -352,6 +411,12 @@ impl Tensor {
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
+        let code = cuda_ops::cmp_code(cmp);
+        if let Some(out) = self.scalar_op_cuda(rhs, false, |a, la, s| {
+            cuda_ops::compare_scalar(a, la, code, s)
+        })? {
+            return Ok(out);
+        }
         let (b, dt) = self.promote_with(name, rhs)?;
         self.broadcast2(
             name,

@@ -274,6 +274,20 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
         ("pow tensor", |x, y| x.abs()?.pow(&y.abs()?)),
         ("add scalar", |x, _| x.add(2)),
         ("mul float scalar", |x, _| x.mul(2.5)),
+        ("div int scalar", |x, _| x.div(3)),
+        ("maximum bool scalar", |x, _| x.maximum(true)),
+        ("lt float scalar", |x, _| x.lt(0.5)),
+        ("ne int scalar", |x, _| x.ne(1)),
+        ("sub_ int scalar in place", |x, _| {
+            let t = x.copy()?;
+            t.sub_(1)?;
+            Ok(t)
+        }),
+        ("mul_ float scalar in place, strided", |x, _| {
+            let t = x.zeros_like()?.add(x)?.t()?;
+            t.mul_(-1.5)?;
+            Ok(t)
+        }),
         ("eq", |x, y| x.eq(y)),
         ("lt", |x, y| x.lt(y)),
         ("ge scalar", |x, _| x.ge(1)),

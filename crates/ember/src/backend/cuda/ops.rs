@@ -278,6 +278,74 @@ pub(crate) fn binary(
     Ok(out)
 }
 
+/// `op(a, s)` elementwise for a scalar `s` passed by value (`sf` for float dtypes,
+/// `si` for integers and bools), into a new contiguous storage.
+pub(crate) fn binary_scalar(
+    a: &CudaStorage,
+    la: &Layout,
+    op: BinaryCode,
+    (sf, si): (f64, i64),
+) -> Result<CudaStorage> {
+    let n = la.numel();
+    let out = new_out(a.dev(), a.dtype(), n)?;
+    let ka = KLayout::new("binary", la)?;
+    let (pa, po, n64, code) = (a.ptr(), out.ptr(), n as i64, op as i32);
+    let name = format!("binary_scalar_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, po, n64, code, sf, si],
+    )?;
+    Ok(out)
+}
+
+/// `a[la] = op(a[la], s)` in place for a scalar `s` (as in [`binary_scalar`]).
+pub(crate) fn binary_scalar_inplace(
+    a: &CudaStorage,
+    la: &Layout,
+    op: BinaryCode,
+    (sf, si): (f64, i64),
+) -> Result<()> {
+    let n = la.numel();
+    let ka = KLayout::new("binary_", la)?;
+    let (pa, n64, code) = (a.ptr(), n as i64, op as i32);
+    let name = format!("binary_scalar_inplace_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, n64, code, sf, si],
+    )
+}
+
+/// A bool storage of `cmp(a, s)` for a scalar `s` (as in [`binary_scalar`]).
+pub(crate) fn compare_scalar(
+    a: &CudaStorage,
+    la: &Layout,
+    cmp: i32,
+    (sf, si): (f64, i64),
+) -> Result<CudaStorage> {
+    let n = la.numel();
+    let out = new_out(a.dev(), DType::Bool, n)?;
+    let ka = KLayout::new("compare", la)?;
+    let (pa, po, n64) = (a.ptr(), out.ptr(), n as i64);
+    let name = format!("compare_scalar_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "elementwise",
+        a.dtype(),
+        &name,
+        n,
+        &mut args![pa, ka, po, n64, cmp, sf, si],
+    )?;
+    Ok(out)
+}
+
 /// `a[la] = op(a[la], b[lb])` in place.
 pub(crate) fn binary_inplace(
     a: &CudaStorage,
