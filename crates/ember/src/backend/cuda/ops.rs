@@ -1057,6 +1057,81 @@ mod tests {
         }
     }
 
+    /// `static_assert`s that the kernel structs have Rust's sizes and (with
+    /// `offsets`) field offsets.
+    fn struct_checks(offsets: bool) -> String {
+        use std::mem::{offset_of, size_of};
+        let mut checks = vec![
+            format!(
+                "static_assert(sizeof(Layout) == {}, \"Layout size\");",
+                size_of::<KLayout>()
+            ),
+            format!(
+                "static_assert(sizeof(Conv) == {}, \"Conv size\");",
+                size_of::<KConv>()
+            ),
+        ];
+        if offsets {
+            let fields = [
+                ("Layout", "rank", offset_of!(KLayout, rank)),
+                ("Layout", "contiguous", offset_of!(KLayout, contiguous)),
+                ("Layout", "offset", offset_of!(KLayout, offset)),
+                ("Layout", "shape", offset_of!(KLayout, shape)),
+                ("Layout", "strides", offset_of!(KLayout, strides)),
+                ("Conv", "n", offset_of!(KConv, n)),
+                ("Conv", "w", offset_of!(KConv, w)),
+                ("Conv", "oh", offset_of!(KConv, oh)),
+                ("Conv", "kh", offset_of!(KConv, kh)),
+                ("Conv", "sh", offset_of!(KConv, sh)),
+                ("Conv", "ph", offset_of!(KConv, ph)),
+                ("Conv", "dw", offset_of!(KConv, dw)),
+            ];
+            for (ty, field, off) in fields {
+                checks.push(format!(
+                    "static_assert(__builtin_offsetof({ty}, {field}) == {off}, \"{ty}.{field}\");"
+                ));
+            }
+        }
+        super::super::nvrtc::ember_source("conv", "f32").unwrap() + &checks.join("\n")
+    }
+
+    /// The structs passed to kernels by value have Rust's sizes in NVRTC's compiler
+    /// (which has no `offsetof`; CUDA lays kernel parameters out like the host ABI).
+    /// Skips without NVRTC unless `EMBER_REQUIRE_NVRTC` is set.
+    #[test]
+    fn by_value_structs_match_under_nvrtc() {
+        let nv = super::super::nvrtc::ensure_nvrtc();
+        if let Err(e) = nv {
+            assert!(
+                std::env::var_os("EMBER_REQUIRE_NVRTC").is_none_or(|v| v == "0"),
+                "EMBER_REQUIRE_NVRTC is set but NVRTC is missing: {e}"
+            );
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let compile = |name, src: &str| super::super::nvrtc::compile(name, src, 80, &[]);
+        if let Err(e) = compile("abi_check", &struct_checks(false)) {
+            panic!("the kernel structs differ from Rust's: {e}");
+        }
+        // the check can fail: a wrong size does not compile
+        let bad = struct_checks(false).replace("sizeof(Layout) ==", "sizeof(Layout) + 8 ==");
+        assert!(compile("abi_check_bad", &bad).is_err());
+    }
+
+    /// Every field offset of the by-value structs matches Rust's, under the host C++
+    /// compiler of the CUDA simulator (skipped without one).
+    #[test]
+    fn by_value_structs_match_under_the_host_compiler() {
+        let src = struct_checks(true);
+        match super::super::sim::compile("abi_check", &src, &[]) {
+            Ok(_) => {}
+            Err(Error::CudaUnavailable { reason }) => eprintln!("skipped: {reason}"),
+            Err(e) => panic!("the kernel structs differ from Rust's: {e}"),
+        }
+        let bad = src.replace("(Conv, oh) ==", "(Conv, oh) + 8 ==");
+        assert!(super::super::sim::compile("abi_check_bad", &bad, &[]).is_err());
+    }
+
     #[test]
     fn klayout_matches_the_kernel_struct_size() {
         // int rank, int contiguous, i64 offset, i64 shape[8], i64 strides[8]

@@ -50,6 +50,7 @@ struct Launch {
     unsigned int shared_mem;
     int fibers;  // 1 when the kernel may wait at a barrier
 };
+static_assert(sizeof(Launch) == 32, "Launch mirrors SimLaunch");
 
 enum State { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
 
