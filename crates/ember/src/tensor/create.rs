@@ -233,6 +233,11 @@ impl Tensor {
         check_float("uniform", dtype)?;
         check_creatable("uniform", device)?;
         let n = dims.iter().product();
+        if let Device::Cuda(i) = device {
+            let dev = crate::backend::cuda::dev(*i)?;
+            let s = crate::backend::cuda::ops::random(&dev, dtype, n, false, lo, hi)?;
+            return Ok(Tensor::from_cuda(s, &dims));
+        }
         let v: Vec<f64> = with_rng(|r| {
             (0..n)
                 .map(|_| {
@@ -261,6 +266,11 @@ impl Tensor {
         check_float("normal", dtype)?;
         check_creatable("normal", device)?;
         let n = dims.iter().product();
+        if let Device::Cuda(i) = device {
+            let dev = crate::backend::cuda::dev(*i)?;
+            let s = crate::backend::cuda::ops::random(&dev, dtype, n, true, mean, std)?;
+            return Ok(Tensor::from_cuda(s, &dims));
+        }
         let v: Vec<f64> = with_rng(|r| {
             (0..n)
                 .map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal))
@@ -404,10 +414,26 @@ fn with_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
     f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(DEFAULT_SEED)))
 }
 
-/// Seeds ember's global random generator (`torch.manual_seed`): the same seed gives
-/// the same sequence of random tensors.
+/// The GPU generator's state: (seed, next Philox counter).
+static DEVICE_RNG: Mutex<(u64, u64)> = Mutex::new((DEFAULT_SEED, 0));
+
+/// Reserves `counters` consecutive Philox counters of the GPU generator; returns
+/// (seed, first counter).
+pub(crate) fn reserve_device_counters(counters: u64) -> (u64, u64) {
+    let mut g = DEVICE_RNG.lock().unwrap_or_else(|p| p.into_inner());
+    let at = *g;
+    g.1 = g.1.wrapping_add(counters);
+    at
+}
+
+/// Seeds ember's global random generators (`torch.manual_seed`): the same seed
+/// gives the same sequence of random tensors. The CPU draws from a ChaCha stream and
+/// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a
+/// seed gives repeatable values on each device, but not the same values on the CPU
+/// and on a GPU.
 pub fn manual_seed(seed: u64) {
     *RNG.lock().unwrap_or_else(|p| p.into_inner()) = Some(ChaCha8Rng::seed_from_u64(seed));
+    *DEVICE_RNG.lock().unwrap_or_else(|p| p.into_inner()) = (seed, 0);
 }
 
 /// Runs `f` with the global generator (for shuffling, dropout masks, init).

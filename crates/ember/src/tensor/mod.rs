@@ -12,7 +12,7 @@
 //! ```
 
 mod arith;
-mod create;
+pub(crate) mod create;
 mod display;
 mod elementwise;
 mod grad;

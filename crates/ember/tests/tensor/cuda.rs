@@ -407,3 +407,54 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
     );
     Ok(())
 }
+
+/// `rand`/`randn` draw on the device: the moments of each distribution, values in
+/// range, the same values again after the same seed, and new values on each call.
+#[test]
+fn random_tensors_are_drawn_on_the_device() -> Result<()> {
+    let Some(dev) = gpu("random_tensors_are_drawn_on_the_device") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    let n = 200_001; // not a multiple of the values per counter
+    for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        ember::manual_seed(7);
+        let before = cuda::host_fallback_count();
+        let z = Tensor::normal(1.0, 2.0, [n], dt, &dev)?;
+        let u = Tensor::uniform(-3.0, 5.0, [n], dt, &dev)?;
+        assert_eq!(cuda::host_fallback_count(), before);
+        assert!(z.is_cuda() && z.dtype() == dt && u.dtype() == dt);
+        let z = vals(&z);
+        let mean = z.iter().sum::<f64>() / n as f64;
+        let sd = (z.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        assert!(
+            (mean - 1.0).abs() < 0.02 && (sd - 2.0).abs() < 0.02,
+            "{dt}: {mean} {sd}"
+        );
+        // the normal's tails: P(|z| > 3 sd) = 0.0027
+        let tail = z.iter().filter(|x| (*x - 1.0).abs() > 6.0).count() as f64 / n as f64;
+        assert!((tail - 0.0027).abs() < 0.0008, "{dt}: tail {tail}");
+        let u = vals(&u);
+        assert!(
+            u.iter().all(|&x| (-3.0..=5.0).contains(&x)),
+            "{dt}: out of range"
+        );
+        let um = u.iter().sum::<f64>() / n as f64;
+        let uv = u.iter().map(|x| (x - um).powi(2)).sum::<f64>() / n as f64;
+        assert!(
+            (um - 1.0).abs() < 0.03 && (uv - 64.0 / 12.0).abs() < 0.05,
+            "{dt}: {um} {uv}"
+        );
+    }
+    ember::manual_seed(11);
+    let a = vals(&Tensor::randn([37], &dev)?);
+    let b = vals(&Tensor::randn([37], &dev)?);
+    ember::manual_seed(11);
+    assert_eq!(
+        vals(&Tensor::randn([37], &dev)?),
+        a,
+        "same seed, same values"
+    );
+    assert_ne!(a, b, "each draw continues the stream");
+    Ok(())
+}

@@ -25,6 +25,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("reduce", include_str!("../../../kernels/reduce.cu")),
     ("nn", include_str!("../../../kernels/nn.cu")),
     ("conv", include_str!("../../../kernels/conv.cu")),
+    ("random", include_str!("../../../kernels/random.cu")),
 ];
 
 /// The text NVRTC compiles for ember's kernel file `name`, instantiated for the
