@@ -1,12 +1,19 @@
-"""The workloads of `ember bench --suite ops`, through PyTorch, printing the same
-JSON rows (one per line). Usage:
-    python3 bench/pytorch/device_ops.py [--device cpu|cuda:N|all] [--sizes 1024,4096] [--lesson] [--quick]
+"""The workloads of `ember bench` (suites ops and train), through PyTorch, printing
+the same JSON rows (one per line). Usage:
+    python3 bench/pytorch/device_ops.py [--device cpu|cuda:N|all] [--suite ops|train|all]
+                                        [--sizes 1024,4096] [--lesson] [--quick]
 GPU rows are timed with CUDA events around repeated calls, after a warm-up."""
-import argparse, json, time
+import argparse, csv, json, os, time
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="all")
+p.add_argument("--suite", default="all", choices=["ops", "train", "all"])
+p.add_argument("--json", default=None)
 p.add_argument("--sizes", default=None)
 p.add_argument("--lesson", action="store_true")
 p.add_argument("--quick", action="store_true")
@@ -20,7 +27,7 @@ def sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def measure(dev, f):
+def measure(dev, f, budget):
     f(); sync(dev)
     t0 = time.perf_counter(); f(); sync(dev)
     one = max(time.perf_counter() - t0, 1e-9)
@@ -50,9 +57,12 @@ rows = []
 
 
 def row(dev, name, kind, amount, f):
-    med, p25, p75, n = measure(dev, f)
+    # whole training steps take long and vary more: more samples each (as ember)
+    med, p25, p75, n = measure(dev, f, budget * 5 if kind == "samples" else budget)
     tp = amount / med / 1e9 if kind else None
-    unit = {"flops": "GFLOP/s", "bytes": "GB/s", None: "s/call"}[kind]
+    if kind == "samples":
+        tp = amount / med
+    unit = {"flops": "GFLOP/s", "bytes": "GB/s", "samples": "samples/s", None: "s/call"}[kind]
     r = {"device": str(dev), "name": name, "median_s": med, "p25_s": p25, "p75_s": p75,
          "samples": n, "throughput": tp, "unit": unit, "framework": "pytorch " + torch.__version__}
     rows.append(r)
@@ -93,15 +103,107 @@ def suite(dev):
     t1, t2 = rand(4, 4), rand(4, 4)
     row(dev, "tiny add 4x4 (per op)", None, 0, lambda: t1 + t2)
     if gpu:
+        # PyTorch's default copies use ordinary (pageable) host memory, so the
+        # default rows and the "(pageable)" rows measure the same thing here;
+        # "(pinned)" copies from and to page-locked tensors
         nb = (1 << 20) if q else (16 << 20)
+        mb = nb >> 18
         host = torch.randn(nb)
-        row(dev, f"host to device {nb >> 20}M f32", "bytes", 4.0 * nb, lambda: host.to(dev))
         on_dev = host.to(dev)
-        row(dev, f"device to host {nb >> 20}M f32", "bytes", 4.0 * nb, lambda: on_dev.cpu())
+        for how in ["", " (pageable)"]:
+            row(dev, f"host to device {mb} MiB{how}", "bytes", 4.0 * nb, lambda: host.to(dev))
+            row(dev, f"device to host {mb} MiB{how}", "bytes", 4.0 * nb, lambda: on_dev.cpu())
+        pinned = host.pin_memory()
+        back = torch.empty(nb, pin_memory=True)
+        row(dev, f"host to device {mb} MiB (pinned)", "bytes", 4.0 * nb,
+            lambda: pinned.to(dev, non_blocking=True))
+        row(dev, f"device to host {mb} MiB (pinned)", "bytes", 4.0 * nb,
+            lambda: back.copy_(on_dev, non_blocking=True))
+
+
+def mlp(sizes):
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        if i > 0:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(a, b))
+    return nn.Sequential(*layers)
+
+
+def step(model, opt, x, y):
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def read_csv(name):
+    with open(os.path.join(ROOT, "data", name)) as f:
+        return list(csv.reader(f))[1:]
+
+
+def train_suite(dev):
+    """The models of crates/ember-cli/src/bench/train.rs; the loss stays on the device."""
+    gpu = dev.type == "cuda"
+    q = args.quick
+    rows_ = read_csv("iris.csv")
+    X = torch.tensor([[float(v) for v in r[:4]] for r in rows_])
+    Y = torch.tensor([int(r[4]) for r in rows_])
+    perm = torch.randperm(150, generator=torch.Generator().manual_seed(32))[:120]
+    x, y = X[perm].to(dev), Y[perm].to(dev)
+    epochs = 10 if q else 100
+
+    def iris():
+        torch.manual_seed(32)
+        model = mlp([4, 8, 9, 3]).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        for _ in range(epochs):
+            step(model, opt, x, y)
+
+    row(dev, f"train iris mlp, {epochs} epochs", "samples", 120 * epochs, iris)
+
+    b = 32 if q else 256
+    torch.manual_seed(0)
+    model = mlp([784, 1024, 1024, 10]).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    xb, yb = torch.randn(b, 784).to(dev), torch.randint(0, 10, (b,)).to(dev)
+    row(dev, f"train mlp 784-1024-1024-10 b{b}", "samples", b, lambda: step(model, opt, xb, yb))
+
+    b = 8 if q else 64
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Linear(128, 10)).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    xb, yb = torch.randn(b, 1, 28, 28).to(dev), torch.randint(0, 10, (b,)).to(dev)
+    row(dev, f"train cnn mnist-sized b{b}", "samples", b, lambda: step(model, opt, xb, yb))
+
+    rows_ = read_csv("digits.csv")
+    X = torch.tensor([[float(v) for v in r[:64]] for r in rows_]).div(16).reshape(-1, 1, 8, 8)
+    Y = torch.tensor([int(r[64]) for r in rows_])
+    perm = torch.randperm(len(Y), generator=torch.Generator().manual_seed(32))
+    xt, yt = X[perm[:1437]], Y[perm[:1437]]
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xt, yt), batch_size=64, shuffle=True,
+                                         generator=torch.Generator().manual_seed(32), pin_memory=gpu)
+    torch.manual_seed(32)
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def epoch():
+        for xb, yb in loader:
+            step(model, opt, xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True))
+
+    row(dev, f"train digits cnn epoch ({len(yt)} imgs, b64)", "samples", len(yt), epoch)
 
 
 devs = [torch.device("cpu")] + [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] \
     if args.device == "all" else [torch.device(args.device)]
-with torch.no_grad():
-    for d in devs:
-        suite(d)
+for d in devs:
+    if args.suite in ("ops", "all"):
+        with torch.no_grad():
+            suite(d)
+    if args.suite in ("train", "all"):
+        train_suite(d)
+if args.json:
+    with open(args.json, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -85,7 +85,7 @@ impl Default for TrainArgs {
     }
 }
 
-fn mlp(sizes: &[usize], dev: &Device) -> ember::Result<nn::Sequential> {
+pub(crate) fn mlp(sizes: &[usize], dev: &Device) -> ember::Result<nn::Sequential> {
     let mut model = nn::Sequential::new();
     for (i, w) in sizes.windows(2).enumerate() {
         if i > 0 {
@@ -97,7 +97,7 @@ fn mlp(sizes: &[usize], dev: &Device) -> ember::Result<nn::Sequential> {
 }
 
 /// 1×8×8 → conv 16 → conv 32 → pool → 64 → 10.
-fn digits_cnn(dev: &Device) -> ember::Result<nn::Sequential> {
+pub(crate) fn digits_cnn(dev: &Device) -> ember::Result<nn::Sequential> {
     let same = Conv2dOptions::default().padding(1);
     Ok(nn::Sequential::new()
         .add(nn::Conv2d::new(1, 16, 3, same, dev)?)

@@ -146,11 +146,22 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         "tiny add 4x4",
         "GB/s",
         "GFLOP/s",
+        "train iris mlp, 10 epochs",
+        "train mlp 784-1024-1024-10 b32",
+        "train cnn mnist-sized b8",
+        "train digits cnn epoch (1437 imgs, b64)",
+        "samples/s",
     ] {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 7, "{lines}");
+    assert_eq!(lines.lines().count(), 11, "{lines}");
+    // training rows carry their share of the GEMM rate measured in the ops suite
+    let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
+    assert!(
+        mlp.contains("\"unit\": \"samples/s\"") && !mlp.contains("\"share\": null"),
+        "{mlp}"
+    );
     assert!(lines
         .lines()
         .all(|l| l.starts_with("{\"device\": \"cpu\"") && l.contains("\"median_s\": ")));

@@ -48,6 +48,7 @@ pub use tensor::{
 /// CUDA devices: discovery and properties, synchronization, events, memory
 /// statistics of the caching allocator (`torch.cuda`).
 pub mod cuda {
+    pub use crate::backend::cuda::pinned::set_pinned_staging;
     pub use crate::backend::cuda::{
         allow_tf32, empty_cache, host_fallback_count, host_memory_stats, max_memory_allocated,
         mem_get_info, memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats,

@@ -17,6 +17,7 @@ use super::{CudaDev, Runtime};
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::MutexGuard;
 
 /// Largest piece of one transfer staged through one block.
@@ -29,6 +30,14 @@ const MIN_BLOCK: usize = 64 << 10;
 const STAGED_DOWNLOAD: usize = 1 << 20;
 /// Host copies from this size on run on several threads.
 const PARALLEL_COPY: usize = 1 << 20;
+
+static STAGING: AtomicBool = AtomicBool::new(true);
+
+/// Turns ember's pinned staging of copies on or off (on by default). Off, copies
+/// take the driver's pageable path; for measuring the difference (`ember bench`).
+pub fn set_pinned_staging(on: bool) {
+    STAGING.store(on, Ordering::Relaxed);
+}
 
 /// One pinned host block and the event recorded after the last device copy that
 /// used it.
@@ -152,6 +161,9 @@ impl CudaDev {
     /// A pinned block of at least `len` bytes whose last copy has finished, or
     /// `None` when pinned memory is not available.
     fn acquire_pinned(&self, len: usize) -> Result<Option<PinnedBlock>> {
+        if !STAGING.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let want = len.max(MIN_BLOCK).next_power_of_two();
         loop {
             let mut pool = self.pinned_pool();

@@ -1,0 +1,189 @@
+//! `ember bench`: timings of tensor operations and training steps on the CPU and
+//! the GPUs, done right (warm-up, synchronization or device events, medians), with
+//! throughput, the share of the device's own measured ceiling (copy bandwidth,
+//! large-GEMM rate) and the speed-up of each GPU row over the CPU.
+
+mod ops;
+pub mod stats;
+mod train;
+
+use clap::Args;
+use ember::cuda;
+use ember::prelude::*;
+use stats::{measure, table, Row, Work};
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Where to run: cpu, cuda:N, or all (the CPU and every GPU).
+    #[arg(long, default_value = "all")]
+    pub device: String,
+    /// Which workloads: ops (tensor operations), train (training steps), or all.
+    #[arg(long, default_value = "all")]
+    pub suite: String,
+    /// Square matmul sizes, comma-separated (default: 256,1024 on the CPU;
+    /// 1024,4096,8192 on a GPU).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Also run the lessons' comparison: a 10000×10000 matmul on every device.
+    #[arg(long)]
+    pub lesson: bool,
+    /// Short runs with small inputs (seconds in all), for a smoke test.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the rows as JSON lines to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// What every workload of one device's run shares.
+pub(crate) struct Ctx {
+    pub dev: Device,
+    pub budget: Duration,
+    pub quick: bool,
+}
+
+impl Ctx {
+    /// Times `f` on the device (showing progress) into a row.
+    pub fn row(&self, name: String, work: Work, f: impl FnMut() -> Result<()>) -> Result<Row> {
+        eprintln!("  {} {name} ...", self.dev);
+        let stats = measure(&self.dev, self.budget, f)?;
+        Ok(Row {
+            device: self.dev,
+            name,
+            stats,
+            work,
+            share: None,
+            speedup: None,
+            max_err: None,
+        })
+    }
+}
+
+fn devices(spec: &str) -> Result<Vec<Device>> {
+    if spec == "all" {
+        let mut v = vec![Device::Cpu];
+        v.extend((0..cuda::device_count()).map(Device::Cuda));
+        return Ok(v);
+    }
+    let d: Device = spec.parse()?;
+    if d.is_cuda() {
+        cuda::device_properties(d.index().unwrap_or(0))?;
+    }
+    Ok(vec![d])
+}
+
+/// Fills in each row's share of its device's ceilings: bytes against the copy
+/// bandwidth measured in the same run, FLOPs against the best f32 matmul.
+fn set_shares(rows: &mut [Row]) {
+    let devs: Vec<Device> = rows.iter().map(|r| r.device).collect();
+    for dev in devs {
+        let of = |pred: &dyn Fn(&Row) -> bool| {
+            rows.iter()
+                .filter(|r| r.device == dev && pred(r))
+                .filter_map(|r| r.rate())
+                .fold(0.0, f64::max)
+        };
+        let bandwidth = of(&|r| r.name.starts_with("copy "));
+        let gemm = of(&|r| r.name.starts_with("matmul ") && r.name.ends_with(" f32"));
+        for r in rows.iter_mut().filter(|r| r.device == dev) {
+            let rate = r.rate();
+            r.share = match (r.work, rate) {
+                (Work::Bytes(_), Some(x)) if bandwidth > 0.0 => Some(x / bandwidth),
+                (Work::Flops(_), Some(x)) | (Work::Samples { .. }, Some(x)) if gemm > 0.0 => {
+                    Some(x / gemm)
+                }
+                _ => None,
+            };
+        }
+    }
+}
+
+/// Fills in each GPU row's speed-up over the same row on the CPU.
+fn set_speedups(rows: &mut [Row]) {
+    let cpu: Vec<(String, f64)> = rows
+        .iter()
+        .filter(|r| r.device.is_cpu())
+        .map(|r| (r.name.clone(), r.stats.median))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.device.is_cuda()) {
+        r.speedup = cpu
+            .iter()
+            .find(|(n, _)| *n == r.name)
+            .map(|(_, t)| t / r.stats.median);
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let (ops, train) = match args.suite.as_str() {
+        "ops" => (true, false),
+        "train" => (false, true),
+        "all" => (true, true),
+        other => {
+            return Err(Error::InvalidArgument {
+                op: "bench",
+                msg: format!("unknown suite {other:?}; available: ops, train, all"),
+            })
+        }
+    };
+    let devs = devices(&args.device)?;
+    let budget = Duration::from_millis(if args.quick { 30 } else { 400 });
+    let cpu_info = ember::cpu::cpu_info();
+    println!("cpu: {} ({} threads)", cpu_info.model, cpu_info.threads);
+    let mut rows: Vec<Row> = Vec::new();
+    for dev in devs {
+        if let Device::Cuda(i) = dev {
+            let p = cuda::device_properties(i)?;
+            println!(
+                "{dev}: {} (compute capability {}.{}, {} SMs)",
+                p.name, p.compute_capability.0, p.compute_capability.1, p.multiprocessor_count
+            );
+            if cuda::is_simulated() {
+                println!(
+                    "warning: {dev} is ember's CUDA simulator: its rows time CPU emulation, not a GPU"
+                );
+            }
+        }
+        let sizes = args.sizes.clone().unwrap_or_else(|| {
+            if args.quick {
+                vec![128]
+            } else if dev.is_cuda() {
+                vec![1024, 4096, 8192]
+            } else {
+                vec![256, 1024]
+            }
+        });
+        let cx = Ctx {
+            dev,
+            budget,
+            quick: args.quick,
+        };
+        eprintln!("measuring on {dev}:");
+        if ops {
+            rows.extend(ops::suite(&cx, &sizes, args.lesson)?);
+        }
+        if train {
+            // whole training steps take long and vary more: more samples each
+            let cx = Ctx {
+                budget: budget * 5,
+                ..cx
+            };
+            rows.extend(train::suite(&cx)?);
+        }
+    }
+    set_shares(&mut rows);
+    set_speedups(&mut rows);
+    print!("{}", table(&rows));
+    println!(
+        "ceiling: bytes rows against the device's copy bandwidth, FLOP and training rows against \
+         its best f32 matmul (ops suite); spread: half the interquartile range"
+    );
+    if let Some(path) = &args.json {
+        let text: String = rows.iter().map(|r| r.json() + "\n").collect();
+        std::fs::write(path, text).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The `ops` suite: tensor operations (copy, elementwise, reductions, softmax,
+//! matrix products in every precision the device has, a convolution, per-op
+//! overhead, and copies between host and device).
+
+use super::stats::{Row, Work};
+use super::Ctx;
+use ember::prelude::*;
+use ember::{cuda, Tensor};
+
+/// The largest absolute difference between two tensors' values.
+pub(crate) fn max_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let (x, y) = (a.to_vec::<f64>()?, b.to_vec::<f64>()?);
+    Ok(x.iter()
+        .zip(&y)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f64::max))
+}
+
+/// The tensor-operation workloads on one device.
+pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>> {
+    let dev = cx.dev;
+    let gpu = dev.is_cuda();
+    let q = cx.quick;
+    let mut rows = Vec::new();
+    ember::manual_seed(0);
+    let rand = |shape: &[usize]| -> Result<Tensor> { Tensor::randn(shape, &Device::Cpu)?.to(&dev) };
+
+    // the bandwidth ceiling first: a plain copy of a buffer the size of the
+    // elementwise operands
+    let n = if q {
+        256
+    } else if gpu {
+        4096
+    } else {
+        2048
+    };
+    let x = rand(&[n, n])?;
+    let copy = cx.row(
+        format!("copy {n}x{n} f32"),
+        Work::Bytes(8.0 * (n * n) as f64),
+        || x.copy().map(drop),
+    )?;
+    drop(x);
+    rows.push(copy);
+
+    // elementwise, reductions, softmax
+    let (a, b) = (rand(&[n, n])?, rand(&[n, n])?);
+    let mut r = cx.row(
+        format!("mul {n}x{n} f32"),
+        Work::Bytes(12.0 * (n * n) as f64),
+        || a.mul(&b).map(drop),
+    )?;
+    r.max_err = check(&dev, &a.mul(&b)?, |c| c.mul(&b.cpu()?), &a)?;
+    rows.push(r);
+    let mut r = cx.row(
+        format!("sum {n}x{n} f32"),
+        Work::Bytes(4.0 * (n * n) as f64),
+        || a.sum_all().map(drop),
+    )?;
+    r.max_err = check(&dev, &a.sum_all()?, |c| c.sum_all(), &a)?;
+    rows.push(r);
+    let mut r = cx.row(
+        format!("softmax {n}x{n} f32"),
+        Work::Bytes(8.0 * (n * n) as f64),
+        || a.softmax(-1).map(drop),
+    )?;
+    r.max_err = check(&dev, &a.softmax(-1)?, |c| c.softmax(-1), &a)?;
+    rows.push(r);
+    drop((a, b));
+
+    // matrix products
+    let mut dtypes: Vec<(&str, DType, bool)> = vec![("f32", DType::F32, false)];
+    if gpu {
+        dtypes.extend([
+            ("tf32", DType::F32, true),
+            ("bf16", DType::BF16, false),
+            ("f16", DType::F16, false),
+        ]);
+    }
+    let mut sizes = sizes.to_vec();
+    if lesson && !sizes.contains(&10000) {
+        sizes.push(10000);
+    }
+    for &s in &sizes {
+        let (a32, b32) = (rand(&[s, s])?, rand(&[s, s])?);
+        for &(label, dt, tf32) in &dtypes {
+            let (a, b) = (a32.to_dtype(dt)?, b32.to_dtype(dt)?);
+            cuda::set_allow_tf32(tf32);
+            let mut r = cx.row(
+                format!("matmul {s} {label}"),
+                Work::Flops(2.0 * (s as f64).powi(3)),
+                || a.matmul(&b).map(drop),
+            )?;
+            if gpu {
+                // the first rows against the CPU's product (in f32)
+                let k = s.min(8);
+                let got = a.narrow(0, 0, k)?.matmul(&b)?.to_dtype(DType::F32)?;
+                let want = a32.cpu()?.narrow(0, 0, k)?.matmul(&b32.cpu()?)?;
+                r.max_err = Some(max_diff(&got.cpu()?, &want)?);
+            }
+            cuda::set_allow_tf32(false);
+            rows.push(r);
+        }
+    }
+
+    // a convolution layer of the MNIST-sized CNN
+    let (bn, c, o, hw) = if q { (8, 8, 16, 12) } else { (64, 32, 64, 26) };
+    let xc = rand(&[bn, c, hw, hw])?;
+    let wc = rand(&[o, c, 3, 3])?;
+    let ohw = (hw - 2) as f64;
+    let flops = 2.0 * (bn * o) as f64 * ohw * ohw * (c * 9) as f64;
+    let opts = Conv2dOptions::default();
+    let mut r = cx.row(
+        format!("conv2d {bn}x{c}x{hw}x{hw} k3 o{o}"),
+        Work::Flops(flops),
+        || xc.conv2d(&wc, None, opts).map(drop),
+    )?;
+    if gpu {
+        let got = xc.conv2d(&wc, None, opts)?.cpu()?;
+        let want = xc.cpu()?.conv2d(&wc.cpu()?, None, opts)?;
+        r.max_err = Some(max_diff(&got, &want)?);
+    }
+    rows.push(r);
+
+    // per-op overhead: a 4×4 add, launched again and again
+    let (t1, t2) = (rand(&[4, 4])?, rand(&[4, 4])?);
+    rows.push(cx.row("tiny add 4x4 (per op)".into(), Work::None, || {
+        t1.add(&t2).map(drop)
+    })?);
+
+    // copies between host memory and the GPU: ember's default (uploads staged
+    // through pinned blocks, large downloads in pinned chunks), then the driver's
+    // own path from and to ordinary pageable memory, for comparison
+    if gpu {
+        let nb = if q { 1 << 20 } else { 16 << 20 };
+        let mb = nb >> 18; // MiB of f32
+        let host = Tensor::randn([nb], &Device::Cpu)?;
+        let on_dev = host.to(&dev)?;
+        let bytes = Work::Bytes(4.0 * nb as f64);
+        for staged in [true, false] {
+            cuda::set_pinned_staging(staged);
+            let how = if staged { "" } else { " (pageable)" };
+            let up = cx.row(format!("host to device {mb} MiB{how}"), bytes, || {
+                host.to(&dev).map(drop)
+            });
+            let down = cx.row(format!("device to host {mb} MiB{how}"), bytes, || {
+                on_dev.cpu().map(drop)
+            });
+            cuda::set_pinned_staging(true);
+            rows.push(up?);
+            rows.push(down?);
+        }
+    }
+    Ok(rows)
+}
+
+/// For a GPU row: the largest difference between `got` and the CPU's answer
+/// `want(x on the CPU)`.
+fn check(
+    dev: &Device,
+    got: &Tensor,
+    want: impl FnOnce(&Tensor) -> Result<Tensor>,
+    x: &Tensor,
+) -> Result<Option<f64>> {
+    if !dev.is_cuda() {
+        return Ok(None);
+    }
+    let w = want(&x.cpu()?)?;
+    Ok(Some(max_diff(&got.cpu()?, &w)?))
+}

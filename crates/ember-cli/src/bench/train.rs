@@ -1,0 +1,171 @@
+//! The `train` suite: whole training steps (forward, backward, Adam) of the models
+//! the lessons and ember's examples train, on any device, in samples per second:
+//! - the Iris lesson: MLP 4 → 8 → 9 → 3, 100 full-batch epochs of 120 rows
+//!   (per-op overhead, nothing else);
+//! - an MLP 784 → 1024 → 1024 → 10 on batches of 256 (matrix products);
+//! - an MNIST-sized CNN (conv 32, conv 64, max-pool, fc 128, fc 10) on batches of 64
+//!   1×28×28 images (convolutions);
+//! - one epoch of `ember train digits` (its CNN, 1437 images in batches of 64,
+//!   through the DataLoader onto the device).
+//!
+//! `bench/pytorch/device_ops.py --suite train` runs the same models in PyTorch.
+
+use super::stats::{Row, Work};
+use super::Ctx;
+use crate::train::{digits_cnn, mlp};
+use ember::data::{DataLoader, TensorDataset};
+use ember::nn::{self, Module};
+use ember::optim::{Adam, Optimizer};
+use ember::prelude::*;
+
+/// One training step; the loss stays on the device (nothing waits for it).
+fn step(model: &nn::Sequential, opt: &mut Adam, x: &Tensor, y: &Tensor) -> Result<()> {
+    let loss = nn::cross_entropy(&model.forward(x)?, y)?;
+    opt.zero_grad();
+    loss.backward()?;
+    opt.step()
+}
+
+/// FLOPs of one training step of layers with these multiply-adds per batch:
+/// forward, weight gradients, and input gradients of every layer but the first
+/// (the data needs none).
+fn step_flops(macs: &[f64]) -> f64 {
+    let all: f64 = macs.iter().sum();
+    2.0 * all + 2.0 * all + 2.0 * (all - macs.first().copied().unwrap_or(0.0))
+}
+
+/// 1×28×28 → conv 32 → conv 64 → pool → 128 → 10 (PyTorch's MNIST example
+/// without dropout).
+fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
+    let o = Conv2dOptions::default();
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 32, 3, o, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(32, 64, 3, o, dev)?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(9216, 128, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(128, 10, dev)?))
+}
+
+pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
+    let dev = cx.dev;
+    let mut rows = Vec::new();
+
+    // the Iris lesson: the first 120 rows of a seeded permutation, as in its split
+    let (x, y) = ember::data::load_iris(ember::data::find_data_file("iris.csv")?)?;
+    ember::manual_seed(32);
+    let train = Tensor::randperm(150, &Device::Cpu)?.narrow(0, 0, 120)?;
+    let (x, y) = (
+        x.index_select(0, &train)?.to(&dev)?,
+        y.index_select(0, &train)?.to(&dev)?,
+    );
+    let epochs = if cx.quick { 10 } else { 100 };
+    rows.push(cx.row(
+        format!("train iris mlp, {epochs} epochs"),
+        Work::Samples {
+            n: (120 * epochs) as f64,
+            flops: None,
+        },
+        || {
+            ember::manual_seed(32);
+            let model = mlp(&[4, 8, 9, 3], &dev)?;
+            let mut opt = Adam::new(model.parameters(), 0.01);
+            for _ in 0..epochs {
+                step(&model, &mut opt, &x, &y)?;
+            }
+            Ok(())
+        },
+    )?);
+
+    // MLP 784-1024-1024-10
+    let b = if cx.quick { 32 } else { 256 };
+    ember::manual_seed(0);
+    let model = mlp(&[784, 1024, 1024, 10], &dev)?;
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let xb = Tensor::randn([b, 784], &Device::Cpu)?.to(&dev)?;
+    let yb = Tensor::randint(0, 10, [b], &Device::Cpu)?.to(&dev)?;
+    let macs = [784.0 * 1024.0, 1024.0 * 1024.0, 1024.0 * 10.0].map(|m| m * b as f64);
+    rows.push(cx.row(
+        format!("train mlp 784-1024-1024-10 b{b}"),
+        Work::Samples {
+            n: b as f64,
+            flops: Some(step_flops(&macs)),
+        },
+        || step(&model, &mut opt, &xb, &yb),
+    )?);
+    drop((model, opt));
+
+    // MNIST-sized CNN
+    let b = if cx.quick { 8 } else { 64 };
+    ember::manual_seed(0);
+    let model = mnist_cnn(&dev)?;
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let xb = Tensor::randn([b, 1, 28, 28], &Device::Cpu)?.to(&dev)?;
+    let yb = Tensor::randint(0, 10, [b], &Device::Cpu)?.to(&dev)?;
+    let macs = [
+        32.0 * 26.0 * 26.0 * 9.0,
+        64.0 * 24.0 * 24.0 * 32.0 * 9.0,
+        9216.0 * 128.0,
+        128.0 * 10.0,
+    ]
+    .map(|m| m * b as f64);
+    rows.push(cx.row(
+        format!("train cnn mnist-sized b{b}"),
+        Work::Samples {
+            n: b as f64,
+            flops: Some(step_flops(&macs)),
+        },
+        || step(&model, &mut opt, &xb, &yb),
+    )?);
+    drop((model, opt));
+
+    // an epoch of `ember train digits`, batches moved by the loader
+    let (x, y) = ember::data::load_digits(ember::data::find_data_file("digits.csv")?)?;
+    let x = x.div(16.0)?.reshape([1797, 1, 8, 8])?;
+    let (x_train, _, y_train, _) = ember::data::train_test_split(&x, &y, 0.2, 32)?;
+    let n = y_train.numel();
+    let loader = DataLoader::new(TensorDataset::new(x_train, y_train)?, 64)?
+        .shuffle(32)
+        .device(&dev);
+    ember::manual_seed(32);
+    let model = digits_cnn(&dev)?;
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let macs = [
+        16.0 * 64.0 * 9.0,
+        32.0 * 64.0 * 16.0 * 9.0,
+        512.0 * 64.0,
+        64.0 * 10.0,
+    ]
+    .map(|m| m * n as f64);
+    rows.push(cx.row(
+        format!("train digits cnn epoch ({n} imgs, b64)"),
+        Work::Samples {
+            n: n as f64,
+            flops: Some(step_flops(&macs)),
+        },
+        || {
+            for batch in loader.iter() {
+                let (x, y) = batch?;
+                step(&model, &mut opt, &x, &y)?;
+            }
+            Ok(())
+        },
+    )?);
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_flops_count_forward_and_both_gradients() {
+        // one layer: forward and weight gradient only (the input needs none)
+        assert_eq!(step_flops(&[10.0]), 40.0);
+        // two layers: the second also passes a gradient to its input
+        assert_eq!(step_flops(&[10.0, 5.0]), 30.0 + 30.0 + 10.0);
+    }
+}
