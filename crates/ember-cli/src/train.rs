@@ -48,8 +48,8 @@ pub struct TrainArgs {
     /// Seed for the split, the initial weights and the shuffling.
     #[arg(long, default_value_t = 32)]
     pub seed: u64,
-    /// Write the loss and accuracy curves to FILE (SVG) and the history next to it
-    /// (same name, `.csv`).
+    /// Write the loss and accuracy curves to FILE (.svg or .png) and the history
+    /// next to it (same name, `.csv`).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Save a checkpoint to DIR after every epoch.
@@ -112,6 +112,19 @@ pub(crate) fn digits_cnn(dev: &Device) -> ember::Result<nn::Sequential> {
 }
 
 pub fn run(args: &TrainArgs) -> ember::Result<()> {
+    // a plot that cannot be written fails now, not after the training
+    if let Some(plot) = &args.plot {
+        let ext = plot.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !ext.eq_ignore_ascii_case("svg") && !ext.eq_ignore_ascii_case("png") {
+            return Err(ember::Error::InvalidArgument {
+                op: "train",
+                msg: format!(
+                    "--plot {}: the file name must end in .svg or .png",
+                    plot.display()
+                ),
+            });
+        }
+    }
     let device = match args.device.as_str() {
         "auto" => Device::cuda_if_available(0),
         s => s.parse()?,
@@ -227,11 +240,11 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     );
     println!("test loss: {:.4}", get("loss"));
     println!("test accuracy: {:.1}%", 100.0 * get("acc"));
-    if let Some(svg) = &args.plot {
-        history.write_svg(svg)?;
-        let csv = svg.with_extension("csv");
+    if let Some(plot) = &args.plot {
+        history.write_plot(plot)?;
+        let csv = plot.with_extension("csv");
         history.write_csv(&csv)?;
-        println!("curves: {} and {}", svg.display(), csv.display());
+        println!("curves: {} and {}", plot.display(), csv.display());
     }
     Ok(())
 }

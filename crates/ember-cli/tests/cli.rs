@@ -69,8 +69,19 @@ fn plot_checkpoint_and_resume() {
     let csv = std::fs::read_to_string(dir.join("curves.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(ck.join("last.safetensors").exists(), "{out}");
-    let (ok, out, err) = run(&["--epochs", "4", "--checkpoint", ck_s, "--resume"]);
+    let png = dir.join("resumed.png");
+    let png_s = png.to_str().unwrap();
+    let (ok, out, err) = run(&[
+        "--epochs",
+        "4",
+        "--checkpoint",
+        ck_s,
+        "--resume",
+        "--plot",
+        png_s,
+    ]);
     assert!(ok, "{err}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n"));
     assert!(out.contains("after epoch 2"), "{out}");
     assert!(out.contains("(4 epochs in"), "{out}");
     assert!(percent(&out, "test accuracy: ") > 90.0, "{out}");
@@ -90,6 +101,7 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--batch-size", "0"],
         &["train", "iris", "--resume"],
         &["train", "digits", "--model", "rnn"],
+        &["train", "iris", "--plot", "curves.jpg"],
     ] {
         let (ok, _, err) = ember(args);
         assert!(!ok, "{args:?} should fail");
@@ -103,6 +115,12 @@ fn bad_flags_and_values_fail_with_one_line() {
     }
     let (_, _, err) = ember(&["train", "iris", "--device", "tpu"]);
     assert!(err.contains("\"cuda:N\""), "{err}");
+    // a plot file that cannot be written fails before any training
+    let (_, out, err) = ember(&["train", "iris", "--plot", "curves.jpg"]);
+    assert!(
+        err.contains(".svg or .png") && !out.contains("epoch"),
+        "{out}{err}"
+    );
 }
 
 #[test]

@@ -37,8 +37,9 @@ fn main() -> Result<()> {
     let history = trial.run(15)?.clone();
     let out = std::env::temp_dir();
     history.write_svg(out.join("ember-trial.svg"))?;
+    history.write_png(out.join("ember-trial.png"))?;
     history.write_csv(out.join("ember-trial.csv"))?;
     println!("final: {:?}", trial.evaluate()?);
-    println!("curves in {}", out.join("ember-trial.svg").display());
+    println!("curves in {}", out.join("ember-trial.{svg,png}").display());
     Ok(())
 }

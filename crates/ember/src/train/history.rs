@@ -159,14 +159,63 @@ impl History {
     pub fn write_svg(&self, path: impl AsRef<Path>) -> Result<()> {
         use plotters::prelude::*;
         let path = path.as_ref();
+        let size = self.plot_size()?;
+        let root = SVGBackend::new(path, size).into_drawing_area();
+        self.draw(root).map_err(|e| io_error(path, e))
+    }
+
+    /// The same plot as [`write_svg`](Self::write_svg), as a PNG image.
+    pub fn write_png(&self, path: impl AsRef<Path>) -> Result<()> {
+        use plotters::prelude::*;
+        let path = path.as_ref();
+        let (w, h) = self.plot_size()?;
+        let mut rgb = vec![0u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+            self.draw(root).map_err(|e| io_error(path, e))?;
+        }
+        let mut bytes = Vec::new();
+        let mut enc = png::Encoder::new(&mut bytes, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header()
+            .and_then(|mut wr| wr.write_image_data(&rgb))
+            .map_err(|e| io_error(path, e))?;
+        crate::io::write_atomic(path, &bytes)
+    }
+
+    /// [`write_svg`](Self::write_svg) or [`write_png`](Self::write_png), by the
+    /// file's extension.
+    pub fn write_plot(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("svg") => self.write_svg(path),
+            Some(e) if e.eq_ignore_ascii_case("png") => self.write_png(path),
+            _ => Err(Error::invalid(
+                "History",
+                format!(
+                    "cannot plot to {}: the file name must end in .svg or .png",
+                    path.display()
+                ),
+            )),
+        }
+    }
+
+    /// Pixels of the plot: one 480x360 panel for loss, one for accuracy if recorded.
+    fn plot_size(&self) -> Result<(u32, u32)> {
         if self.records.is_empty() {
             return Err(Error::invalid(
                 "History",
                 "nothing to plot: no epoch has run",
             ));
         }
+        Ok((480 * self.panels().len().max(1) as u32, 360))
+    }
+
+    /// The plot's panels: a title and the columns drawn in it.
+    fn panels(&self) -> Vec<(&'static str, Vec<String>)> {
         let names = self.metric_names();
-        let panels: Vec<(&str, Vec<&String>)> = [("loss", "loss"), ("accuracy", "acc")]
+        [("loss", "loss"), ("accuracy", "acc")]
             .into_iter()
             .map(|(title, key)| {
                 let cols = names
@@ -174,14 +223,23 @@ impl History {
                     .filter(|n| {
                         n.trim_start_matches("val_") == key || n.ends_with("_acc") && key == "acc"
                     })
-                    .collect();
+                    .cloned()
+                    .collect::<Vec<_>>();
                 (title, cols)
             })
-            .filter(|(_, cols): &(&str, Vec<&String>)| !cols.is_empty())
-            .collect();
-        let err = |e: &dyn std::fmt::Display| io_error(path, e);
-        let width = 480 * panels.len().max(1) as u32;
-        let root = SVGBackend::new(path, (width, 360)).into_drawing_area();
+            .filter(|(_, cols)| !cols.is_empty())
+            .collect()
+    }
+
+    /// Draws the panels on any plotters backend.
+    fn draw<DB: plotters::prelude::DrawingBackend>(
+        &self,
+        root: plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    ) -> std::result::Result<(), String> {
+        use plotters::prelude::*;
+        register_fonts()?;
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let panels = self.panels();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let areas = root.split_evenly((1, panels.len().max(1)));
         let epochs: Vec<f64> = self.records.iter().map(|r| r.epoch as f64).collect();
@@ -235,7 +293,22 @@ impl History {
                 .draw()
                 .map_err(|e| err(&e))?;
         }
-        root.present().map_err(|e| err(&e))?;
-        Ok(())
+        root.present().map_err(|e| err(&e))
     }
+}
+
+/// Text in plots is laid out and drawn with DejaVu Sans, embedded in ember, so
+/// plots look the same on machines without fonts.
+fn register_fonts() -> std::result::Result<(), String> {
+    static DONE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        use plotters::style::{register_font, FontStyle};
+        let font = dejavu::sans::regular();
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            register_font("sans-serif", style, font)
+                .map_err(|_| "the embedded plot font could not be read".to_string())?;
+        }
+        Ok(())
+    })
+    .clone()
 }

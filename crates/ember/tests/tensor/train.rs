@@ -231,6 +231,25 @@ fn history_csv_round_trip_and_svg_plot() -> Result<()> {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.contains("val_loss") && text.contains("acc"));
     assert!(History::default().write_svg(dir.join("empty.svg")).is_err());
+    // the same plot as a PNG: a valid image of the expected size, not blank
+    let png_path = dir.join("curves.png");
+    h.write_plot(&png_path)?;
+    let bytes = std::fs::read(&png_path).unwrap();
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut img = vec![0u8; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut img).unwrap();
+    assert_eq!((info.width, info.height), (960, 360));
+    let dark = img.chunks(3).filter(|p| p.iter().all(|&c| c < 64)).count();
+    assert!(
+        dark > 1000,
+        "the axes, labels and text draw dark pixels ({dark})"
+    );
+    let e = h
+        .write_plot(dir.join("curves.jpg"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(".svg or .png"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
