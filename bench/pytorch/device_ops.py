@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from train import mlp  # the MLP builder of the criterion counterpart, bench/pytorch/train.py
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 p = argparse.ArgumentParser()
@@ -119,15 +121,6 @@ def suite(dev):
             lambda: pinned.to(dev, non_blocking=True))
         row(dev, f"device to host {mb} MiB (pinned)", "bytes", 4.0 * nb,
             lambda: back.copy_(on_dev, non_blocking=True))
-
-
-def mlp(sizes):
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-        if i > 0:
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(a, b))
-    return nn.Sequential(*layers)
 
 
 def step(model, opt, x, y):

@@ -235,41 +235,28 @@ __device__ __forceinline__ void binary_inplace_impl(T* a, Layout la, const T* b,
     }
 }
 
+template <typename V> __device__ __forceinline__ bool apply_compare(int op, V x, V y) {
+    switch (op) {
+    case C_EQ: return x == y;
+    case C_NE: return x != y;
+    case C_LT: return x < y;
+    case C_LE: return x <= y;
+    case C_GT: return x > y;
+    case C_GE: return x >= y;
+    }
+    return false;
+}
+
 template <typename T>
 __device__ __forceinline__ void compare_impl(const T* a, Layout la, const T* b, Layout lb, bool* out, i64 n, int op) {
-    FOR_EACH(i, n) {
-        auto x = widen(a[loc(la, i)]);
-        auto y = widen(b[loc(lb, i)]);
-        bool r = false;
-        switch (op) {
-        case C_EQ: r = x == y; break;
-        case C_NE: r = x != y; break;
-        case C_LT: r = x < y; break;
-        case C_LE: r = x <= y; break;
-        case C_GT: r = x > y; break;
-        case C_GE: r = x >= y; break;
-        }
-        out[i] = r;
-    }
+    FOR_EACH(i, n) { out[i] = apply_compare(op, widen(a[loc(la, i)]), widen(b[loc(lb, i)])); }
 }
 
 template <typename T>
 __device__ __forceinline__ void compare_scalar_impl(const T* a, Layout la, bool* out, i64 n, int op, double sf,
                                                     i64 si) {
     auto y = widen(scalar_as<T>(sf, si));
-    FOR_EACH(i, n) {
-        auto x = widen(a[loc(la, i)]);
-        bool r = false;
-        switch (op) {
-        case C_EQ: r = x == y; break;
-        case C_NE: r = x != y; break;
-        case C_LT: r = x < y; break;
-        case C_LE: r = x <= y; break;
-        case C_GT: r = x > y; break;
-        case C_GE: r = x >= y; break;
-        }
-        out[i] = r;
-    }
+    FOR_EACH(i, n) { out[i] = apply_compare(op, widen(a[loc(la, i)]), y); }
 }
 
 template <typename T>

@@ -50,6 +50,30 @@ fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
         .add(nn::Linear::new(128, 10, dev)?))
 }
 
+/// A row timing one Adam step of the model `build` makes (after seeding 0) on a
+/// fixed random batch of `shape` with 10 classes; `macs` are the layers'
+/// multiply-adds per sample.
+fn step_row(
+    cx: &Ctx,
+    name: String,
+    build: impl FnOnce(&Device) -> Result<nn::Sequential>,
+    shape: &[usize],
+    macs: &[f64],
+) -> Result<Row> {
+    ember::manual_seed(0);
+    let model = build(&cx.dev)?;
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let x = Tensor::randn(shape, &Device::Cpu)?.to(&cx.dev)?;
+    let y = Tensor::randint(0, 10, [shape[0]], &Device::Cpu)?.to(&cx.dev)?;
+    let n = shape[0] as f64;
+    let macs: Vec<f64> = macs.iter().map(|m| m * n).collect();
+    let work = Work::Samples {
+        n,
+        flops: Some(step_flops(&macs)),
+    };
+    cx.row(name, work, || step(&model, &mut opt, &x, &y))
+}
+
 pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
     let dev = cx.dev;
     let mut rows = Vec::new();
@@ -80,47 +104,30 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         },
     )?);
 
-    // MLP 784-1024-1024-10
+    // MLP 784-1024-1024-10 and the MNIST-sized CNN: one step on a fixed batch
     let b = if cx.quick { 32 } else { 256 };
-    ember::manual_seed(0);
-    let model = mlp(&[784, 1024, 1024, 10], &dev)?;
-    let mut opt = Adam::new(model.parameters(), 1e-3);
-    let xb = Tensor::randn([b, 784], &Device::Cpu)?.to(&dev)?;
-    let yb = Tensor::randint(0, 10, [b], &Device::Cpu)?.to(&dev)?;
-    let macs = [784.0 * 1024.0, 1024.0 * 1024.0, 1024.0 * 10.0].map(|m| m * b as f64);
-    rows.push(cx.row(
+    let macs = [784.0 * 1024.0, 1024.0 * 1024.0, 1024.0 * 10.0];
+    rows.push(step_row(
+        cx,
         format!("train mlp 784-1024-1024-10 b{b}"),
-        Work::Samples {
-            n: b as f64,
-            flops: Some(step_flops(&macs)),
-        },
-        || step(&model, &mut opt, &xb, &yb),
+        |d| mlp(&[784, 1024, 1024, 10], d),
+        &[b, 784],
+        &macs,
     )?);
-    drop((model, opt));
-
-    // MNIST-sized CNN
     let b = if cx.quick { 8 } else { 64 };
-    ember::manual_seed(0);
-    let model = mnist_cnn(&dev)?;
-    let mut opt = Adam::new(model.parameters(), 1e-3);
-    let xb = Tensor::randn([b, 1, 28, 28], &Device::Cpu)?.to(&dev)?;
-    let yb = Tensor::randint(0, 10, [b], &Device::Cpu)?.to(&dev)?;
     let macs = [
         32.0 * 26.0 * 26.0 * 9.0,
         64.0 * 24.0 * 24.0 * 32.0 * 9.0,
         9216.0 * 128.0,
         128.0 * 10.0,
-    ]
-    .map(|m| m * b as f64);
-    rows.push(cx.row(
+    ];
+    rows.push(step_row(
+        cx,
         format!("train cnn mnist-sized b{b}"),
-        Work::Samples {
-            n: b as f64,
-            flops: Some(step_flops(&macs)),
-        },
-        || step(&model, &mut opt, &xb, &yb),
+        mnist_cnn,
+        &[b, 1, 28, 28],
+        &macs,
     )?);
-    drop((model, opt));
 
     // an epoch of `ember train digits`, batches moved by the loader
     let (x, y) = ember::data::load_digits(ember::data::find_data_file("digits.csv")?)?;
