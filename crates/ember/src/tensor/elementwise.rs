@@ -115,21 +115,27 @@ impl Tensor {
                 Ok((t.clone(), dt))
             }
             Operand::Scalar(s) => {
-                let dt = self.scalar_dtype(s);
+                let dt = self.scalar_dtype(s, false);
                 Ok((scalar_tensor(s, dt, self.device())?, dt))
             }
         }
     }
 
-    /// The dtype PyTorch computes `self op s` in, for a Python-style scalar `s`.
-    fn scalar_dtype(&self, s: Scalar) -> DType {
+    /// The dtype PyTorch computes `self op s` in, for a Python-style scalar `s`
+    /// (float32 at least when the op is `float_only`, like true division).
+    fn scalar_dtype(&self, s: Scalar, float_only: bool) -> DType {
         let dt = DType::result_type(self.dtype(), false, s.dtype(), true);
         // Python scalars never widen within a category: int tensor + int stays the
         // tensor's dtype; int tensor + float is the default float32
-        match s {
+        let dt = match s {
             Scalar::Float(_) => DType::with_scalar(self.dtype(), true),
             _ if self.dtype() == DType::Bool => dt,
             _ => self.dtype(),
+        };
+        if float_only && !dt.is_float() {
+            DType::F32
+        } else {
+            dt
         }
     }
 
@@ -148,11 +154,7 @@ impl Tensor {
         if !self.is_cuda() || crate::autograd::needs_grad(&[self]) {
             return Ok(None);
         }
-        let mut dt = self.scalar_dtype(s);
-        if float_only && !dt.is_float() {
-            dt = DType::F32;
-        }
-        let a = self.to_dtype(dt)?;
+        let a = self.to_dtype(self.scalar_dtype(s, float_only))?;
         let st = a.cuda_storage().expect("on the GPU");
         let out = kernel(&st, a.layout(), s.by_value())?;
         Ok(Some(Tensor::from_cuda(out, a.shape())))
@@ -262,11 +264,7 @@ impl Tensor {
     ) -> Result<()> {
         self.check_inplace_grad(name, rhs)?;
         if let (Operand::Scalar(s), true) = (rhs, self.is_cuda()) {
-            let mut dt = self.scalar_dtype(s);
-            if float_only && !dt.is_float() {
-                dt = DType::F32;
-            }
-            if dt == self.dtype() {
+            if self.scalar_dtype(s, float_only) == self.dtype() {
                 // the scalar goes to the kernel by value: one launch, no 0-d tensor
                 self.check_writable(name)?;
                 let guard = self.write();
