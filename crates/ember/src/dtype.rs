@@ -205,6 +205,8 @@ pub trait Real: num_traits::Float + Send + Sync + 'static + fmt::Debug + Default
     fn erf(self) -> Self;
     /// A constant.
     fn c(v: f64) -> Self;
+    /// e^x, written so that loops over it vectorize (f32: within 1 ulp; f64: libm).
+    fn vexp(self) -> Self;
 }
 
 impl Real for f32 {
@@ -216,6 +218,10 @@ impl Real for f32 {
     fn c(v: f64) -> Self {
         v as f32
     }
+    #[inline(always)]
+    fn vexp(self) -> Self {
+        crate::backend::cpu::vmath::exp_f32(self)
+    }
 }
 
 impl Real for f64 {
@@ -226,6 +232,10 @@ impl Real for f64 {
     #[inline(always)]
     fn c(v: f64) -> Self {
         v
+    }
+    #[inline(always)]
+    fn vexp(self) -> Self {
+        self.exp()
     }
 }
 

@@ -104,9 +104,11 @@ where
         let src = &a[r];
         write_contiguous(&mut out, |s, c| {
             let n = c.len();
-            for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
-                *d = f(x);
-            }
+            super::vmath::simd(|| {
+                for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
+                    *d = f(x);
+                }
+            })
         });
         return out;
     }
@@ -643,7 +645,7 @@ macro_rules! unop {
 }
 unop!(Neg, false, |x| -x, |x| x.wrapping_neg());
 unop!(Abs, false, |x| x.abs(), |x| x.wrapping_abs());
-unop!(Exp, true, |x| x.exp());
+unop!(Exp, true, |x| x.vexp());
 unop!(Log, true, |x| x.ln());
 unop!(Sqrt, true, |x| x.sqrt());
 unop!(Tanh, true, |x| x.tanh());
@@ -661,7 +663,7 @@ unop!(
     },
     |x| x.max(0)
 );
-unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).exp()));
+unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).vexp()));
 unop!(Erf, true, |x| x.erf());
 unop!(Gelu, true, |x| F::c(0.5)
     * x

@@ -10,6 +10,7 @@ pub(crate) mod elementwise;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod vmath;
 pub(crate) mod walk;
 
 use crate::dtype::WithDType;

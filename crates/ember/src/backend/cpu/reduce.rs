@@ -89,28 +89,55 @@ where
     A: Copy + Send + Sync + Zero,
     T: Copy + Sync,
 {
+    sum_blocks(x, &|b: &[T]| {
+        let mut acc = [A::zero(); 8];
+        let chunks = b.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for j in 0..8 {
+                acc[j] = acc[j] + to(c[j]);
+            }
+        }
+        let mut tail = A::zero();
+        for &v in rest {
+            tail = tail + to(v);
+        }
+        ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    })
+}
+
+/// The sum of the values themselves in their accumulator type; f32 goes through
+/// the SIMD sum (same blocks and pairwise combination as [`sum_acc`]).
+pub(crate) fn sum_values<T: FloatDType>(x: &[T]) -> T::Acc {
+    match as_f32(x) {
+        Some(f) => T::Acc::c(sum_blocks(f, &super::vmath::sum_f32) as f64),
+        None => sum_acc(x, T::to_acc),
+    }
+}
+
+/// `x` as `&[f32]` when `T` is f32.
+fn as_f32<T: 'static>(x: &[T]) -> Option<&[f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        // SAFETY: T is f32, so the slice is one of f32.
+        .then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
+}
+
+/// Splits `x` in halves down to blocks of at most 2048 elements (across threads for
+/// very long slices), sums each with `leaf` and adds the halves.
+fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
+    x: &[T],
+    leaf: &(impl Fn(&[T]) -> A + Sync),
+) -> A {
     if x.len() >= PAR_LANE {
         let (l, r) = x.split_at(x.len() / 2);
-        let (a, b) = rayon::join(|| sum_acc(l, to), || sum_acc(r, to));
+        let (a, b) = rayon::join(|| sum_blocks(l, leaf), || sum_blocks(r, leaf));
         return a + b;
     }
     if x.len() > 2048 {
         let (l, r) = x.split_at(x.len() / 2);
-        return sum_acc(l, to) + sum_acc(r, to);
+        return sum_blocks(l, leaf) + sum_blocks(r, leaf);
     }
-    let mut acc = [A::zero(); 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for j in 0..8 {
-            acc[j] = acc[j] + to(c[j]);
-        }
-    }
-    let mut tail = A::zero();
-    for &v in rest {
-        tail = tail + to(v);
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    leaf(x)
 }
 
 /// Which reduction.
@@ -188,11 +215,9 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
     use ReduceOp::*;
     let nan = T::Acc::nan();
     match op {
-        Sum => T::wrap(reduce_lanes(v, l, dims, |s| {
-            T::from_acc(sum_acc(s, T::to_acc))
-        })),
+        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(sum_values(s)))),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
-            T::from_acc(sum_acc(s, T::to_acc) / T::Acc::c(s.len() as f64))
+            T::from_acc(sum_values(s) / T::Acc::c(s.len() as f64))
         })),
         Max | Min => T::wrap(reduce_lanes(v, l, dims, |s| {
             let mut best: Option<T::Acc> = None;
@@ -232,6 +257,28 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
     }
 }
 
+/// The largest value of a row in the accumulator type, NaN if the row holds one;
+/// f32 through the SIMD max, other types in eight independent lanes.
+fn row_max<T: FloatDType>(src: &[T]) -> T::Acc {
+    if let Some(f) = as_f32(src) {
+        return T::Acc::c(super::vmath::max_f32(f) as f64);
+    }
+    // a lane that has seen NaN keeps it: nothing compares greater than NaN
+    let pick = |a: T::Acc, b: T::Acc| if b > a || b.is_nan() { b } else { a };
+    let mut lanes = [T::Acc::neg_infinity(); 8];
+    let chunks = src.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..8 {
+            lanes[j] = pick(lanes[j], c[j].to_acc());
+        }
+    }
+    let tail = rest
+        .iter()
+        .fold(T::Acc::neg_infinity(), |a, v| pick(a, v.to_acc()));
+    lanes.into_iter().fold(tail, pick)
+}
+
 /// Softmax (or log-softmax) along rows of length `row` of a contiguous buffer,
 /// subtracting each row's max first so large inputs do not overflow. `None` for
 /// non-float dtypes.
@@ -244,30 +291,21 @@ pub(crate) fn softmax_rows(
     fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> CpuData {
         let mut out = alloc_uninit::<T>(x.len());
         let body = |(src, dst): (&[T], &mut [T])| {
-            let m = src
-                .iter()
-                .map(|v| v.to_acc())
-                .fold(T::Acc::neg_infinity(), |a, b| {
-                    if b > a || b.is_nan() {
-                        b
-                    } else {
-                        a
-                    }
-                });
+            let m = row_max(src);
             // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
             if !log && std::mem::size_of::<T>() == std::mem::size_of::<T::Acc>() {
                 // f32/f64: each exp once, kept in the output, then scaled (same values
                 // as computing it twice: T is the accumulator type)
                 for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc((v.to_acc() - m).exp());
+                    *d = T::from_acc((v.to_acc() - m).vexp());
                 }
-                let inv = sum_acc(dst, |v: T| v.to_acc()).recip();
+                let inv = sum_values(dst).recip();
                 for d in dst.iter_mut() {
                     *d = T::from_acc(d.to_acc() * inv);
                 }
                 return;
             }
-            let sum = sum_acc(src, |v: T| (v.to_acc() - m).exp());
+            let sum = sum_acc(src, |v: T| (v.to_acc() - m).vexp());
             if log {
                 let lse = sum.ln();
                 for (d, &v) in dst.iter_mut().zip(src) {
@@ -276,13 +314,14 @@ pub(crate) fn softmax_rows(
             } else {
                 let inv = sum.recip();
                 for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc((v.to_acc() - m).exp() * inv);
+                    *d = T::from_acc((v.to_acc() - m).vexp() * inv);
                 }
             }
         };
         if row == 0 {
             return T::wrap(out);
         }
+        let body = |rows: (&[T], &mut [T])| super::vmath::simd(|| body(rows));
         if x.len() >= PAR_MIN && x.len() / row > 1 {
             x.par_chunks(row)
                 .zip(out.par_chunks_mut(row))
