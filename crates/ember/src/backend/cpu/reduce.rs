@@ -219,7 +219,9 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
             T::from_acc(sum_values(s) / T::Acc::c(s.len() as f64))
         })),
-        Max | Min => T::wrap(reduce_lanes(v, l, dims, |s| {
+        // empty lanes were refused before reaching here (no identity)
+        Max => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(row_max(s)))),
+        Min => T::wrap(reduce_lanes(v, l, dims, |s| {
             let mut best: Option<T::Acc> = None;
             for &x in s {
                 let x = x.to_acc();
@@ -227,7 +229,7 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
                     return T::from_acc(nan);
                 }
                 best = Some(match best {
-                    Some(b) if (op == Max && b >= x) || (op == Min && b <= x) => b,
+                    Some(b) if b <= x => b,
                     _ => x,
                 });
             }
@@ -257,8 +259,9 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
     }
 }
 
-/// The largest value of a row in the accumulator type, NaN if the row holds one;
-/// f32 through the SIMD max, other types in eight independent lanes.
+/// The largest value of a lane in the accumulator type, NaN if it holds one, -inf
+/// if empty (the max reduction and softmax); f32 through the SIMD max, other types
+/// in eight independent lanes.
 fn row_max<T: FloatDType>(src: &[T]) -> T::Acc {
     if let Some(f) = as_f32(src) {
         return T::Acc::c(super::vmath::max_f32(f) as f64);
