@@ -9,16 +9,8 @@ use ember::kernel::{Arg, Kernel, LaunchConfig};
 use ember::prelude::*;
 use std::time::Instant;
 
-const SRC: &str = r#"
-extern "C" __global__ void cu_mv_product(const float* m, const float* x, float* y, int rows, int cols) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows) {
-        float s = 0.0f;
-        for (int j = 0; j < cols; ++j) s += m[(long long)r * cols + j] * x[j];
-        y[r] = s;
-    }
-}
-"#;
+/// The kernel, CUDA C compiled by NVRTC at run time (no nvcc, no build script).
+const SRC: &str = include_str!("kernels/cu_mv_product.cu");
 
 fn median(mut t: Vec<f64>) -> f64 {
     t.sort_by(f64::total_cmp);

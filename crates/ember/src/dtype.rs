@@ -245,6 +245,17 @@ pub trait FloatDType: WithDType {
     type Acc: Real;
     fn to_acc(self) -> Self::Acc;
     fn from_acc(v: Self::Acc) -> Self;
+    /// The sum of a slice in the accumulator type: blocks of up to 2048 elements
+    /// summed in eight lanes and combined pairwise (f32 overrides it with SIMD code
+    /// that adds in the same order).
+    fn sum_slice(x: &[Self]) -> Self::Acc {
+        crate::backend::cpu::reduce::sum_acc(x, Self::to_acc)
+    }
+    /// The largest value of a slice in the accumulator type, NaN if it holds one,
+    /// -inf if empty (f32 overrides it with SIMD code).
+    fn max_slice(x: &[Self]) -> Self::Acc {
+        crate::backend::cpu::reduce::max_lanes(x)
+    }
 }
 
 macro_rules! float_dtype {
@@ -262,7 +273,23 @@ macro_rules! float_dtype {
         }
     };
 }
-float_dtype!(f32, f32, |x| x, |v| v);
+impl FloatDType for f32 {
+    type Acc = f32;
+    #[inline(always)]
+    fn to_acc(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_acc(v: f32) -> Self {
+        v
+    }
+    fn sum_slice(x: &[f32]) -> f32 {
+        crate::backend::cpu::reduce::sum_blocks(x, &crate::backend::cpu::vmath::sum_f32)
+    }
+    fn max_slice(x: &[f32]) -> f32 {
+        crate::backend::cpu::vmath::max_f32(x)
+    }
+}
 float_dtype!(f64, f64, |x| x, |v| v);
 float_dtype!(f16, f32, |x: f16| x.to_f32(), f16::from_f32);
 float_dtype!(bf16, f32, |x: bf16| x.to_f32(), bf16::from_f32);

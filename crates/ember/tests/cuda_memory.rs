@@ -4,22 +4,16 @@
 //! test binary of their own (no other test allocates on the device meanwhile) and
 //! take turns. Each skips, saying why, where no GPU is present.
 
+mod common;
+
 use ember::prelude::*;
 use ember::{cuda, Error};
 
 /// The first GPU and this binary's turn on it, or `None` (with a message).
 fn gpu(test: &str) -> Option<(Device, std::sync::MutexGuard<'static, ()>)> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    match cuda::unavailable_reason() {
-        Some(reason) => {
-            eprintln!("skipped {test}: {reason}");
-            None
-        }
-        None => Some((
-            Device::Cuda(0),
-            TURN.lock().unwrap_or_else(|p| p.into_inner()),
-        )),
-    }
+    let dev = common::gpu(test)?;
+    Some((dev, TURN.lock().unwrap_or_else(|p| p.into_inner())))
 }
 
 #[test]

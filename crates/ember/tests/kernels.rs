@@ -7,31 +7,12 @@ use ember::kernel::{Arg, Kernel, LaunchConfig};
 use ember::prelude::*;
 use ember::Error;
 
-const ADD: &str = r#"
-extern "C" __global__ void cu_add_vectors(const float* a, const float* b, float* c, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) c[i] = a[i] + b[i];
-}"#;
+mod common;
+use common::gpu;
 
-const MV: &str = r#"
-extern "C" __global__ void cu_mv_product(const float* m, const float* x, float* y, int rows, int cols) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows) {
-        float s = 0.0f;
-        for (int j = 0; j < cols; ++j) s += m[(long long)r * cols + j] * x[j];
-        y[r] = s;
-    }
-}"#;
-
-fn gpu(test: &str) -> Option<Device> {
-    match ember::cuda::unavailable_reason() {
-        Some(reason) => {
-            eprintln!("skipped {test}: {reason}");
-            None
-        }
-        None => Some(Device::Cuda(0)),
-    }
-}
+/// The lessons' kernels, the same files the examples launch.
+const ADD: &str = include_str!("../examples/kernels/cu_add_vectors.cu");
+const MV: &str = include_str!("../examples/kernels/cu_mv_product.cu");
 
 #[test]
 fn the_lessons_vector_add_matches_the_cpu() -> Result<()> {

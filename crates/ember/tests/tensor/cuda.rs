@@ -3,20 +3,9 @@
 //! process, in tests/cuda_memory.rs). Every test skips (saying why) where no GPU is present; the
 //! no-GPU behaviour is tested at the end.
 
-use super::{assert_close, rng_lock, vals};
+use super::{assert_close, gpu, rng_lock, vals};
 use ember::prelude::*;
 use ember::{cuda, Error};
-
-/// The first GPU, or `None` (with a message) when there is none.
-fn gpu(test: &str) -> Option<Device> {
-    match cuda::unavailable_reason() {
-        Some(reason) => {
-            eprintln!("skipped {test}: {reason}");
-            None
-        }
-        None => Some(Device::Cuda(0)),
-    }
-}
 
 #[test]
 fn copies_between_devices_keep_values_and_dtype() -> Result<()> {

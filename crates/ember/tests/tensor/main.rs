@@ -14,15 +14,18 @@ macro_rules! device_test {
             }
             #[test]
             fn cuda() -> ember::Result<()> {
-                if let Some(reason) = ember::cuda::unavailable_reason() {
-                    eprintln!("skipped {}::cuda: {reason}", stringify!($name));
-                    return Ok(());
+                match crate::common::gpu(concat!(stringify!($name), "::cuda")) {
+                    Some(dev) => super::$name(&dev),
+                    None => Ok(()),
                 }
-                super::$name(&ember::Device::Cuda(0))
             }
         }
     )*};
 }
+
+#[path = "../common/mod.rs"]
+mod common;
+use common::gpu;
 
 /// Asserts two float slices agree within `atol + rtol * |expected|` (NaN matches NaN).
 #[track_caller]

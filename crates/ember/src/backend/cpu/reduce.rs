@@ -106,25 +106,9 @@ where
     })
 }
 
-/// The sum of the values themselves in their accumulator type; f32 goes through
-/// the SIMD sum (same blocks and pairwise combination as [`sum_acc`]).
-pub(crate) fn sum_values<T: FloatDType>(x: &[T]) -> T::Acc {
-    match as_f32(x) {
-        Some(f) => T::Acc::c(sum_blocks(f, &super::vmath::sum_f32) as f64),
-        None => sum_acc(x, T::to_acc),
-    }
-}
-
-/// `x` as `&[f32]` when `T` is f32.
-fn as_f32<T: 'static>(x: &[T]) -> Option<&[f32]> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        // SAFETY: T is f32, so the slice is one of f32.
-        .then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
-}
-
 /// Splits `x` in halves down to blocks of at most 2048 elements (across threads for
 /// very long slices), sums each with `leaf` and adds the halves.
-fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
+pub(crate) fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
     x: &[T],
     leaf: &(impl Fn(&[T]) -> A + Sync),
 ) -> A {
@@ -215,12 +199,12 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
     use ReduceOp::*;
     let nan = T::Acc::nan();
     match op {
-        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(sum_values(s)))),
+        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
-            T::from_acc(sum_values(s) / T::Acc::c(s.len() as f64))
+            T::from_acc(T::sum_slice(s) / T::Acc::c(s.len() as f64))
         })),
         // empty lanes were refused before reaching here (no identity)
-        Max => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(row_max(s)))),
+        Max => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::max_slice(s)))),
         Min => T::wrap(reduce_lanes(v, l, dims, |s| {
             let mut best: Option<T::Acc> = None;
             for &x in s {
@@ -259,13 +243,10 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
     }
 }
 
-/// The largest value of a lane in the accumulator type, NaN if it holds one, -inf
-/// if empty (the max reduction and softmax); f32 through the SIMD max, other types
-/// in eight independent lanes.
-fn row_max<T: FloatDType>(src: &[T]) -> T::Acc {
-    if let Some(f) = as_f32(src) {
-        return T::Acc::c(super::vmath::max_f32(f) as f64);
-    }
+/// The largest value of a slice in the accumulator type in eight independent
+/// lanes, NaN if it holds one, -inf if empty: the default of
+/// [`FloatDType::max_slice`](crate::dtype::FloatDType::max_slice).
+pub(crate) fn max_lanes<T: FloatDType>(src: &[T]) -> T::Acc {
     // a lane that has seen NaN keeps it: nothing compares greater than NaN
     let pick = |a: T::Acc, b: T::Acc| if b > a || b.is_nan() { b } else { a };
     let mut lanes = [T::Acc::neg_infinity(); 8];
@@ -294,7 +275,7 @@ pub(crate) fn softmax_rows(
     fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> CpuData {
         let mut out = alloc_uninit::<T>(x.len());
         let body = |(src, dst): (&[T], &mut [T])| {
-            let m = row_max(src);
+            let m = T::max_slice(src);
             // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
             if !log && std::mem::size_of::<T>() == std::mem::size_of::<T::Acc>() {
                 // f32/f64: each exp once, kept in the output, then scaled (same values
@@ -302,7 +283,7 @@ pub(crate) fn softmax_rows(
                 for (d, &v) in dst.iter_mut().zip(src) {
                     *d = T::from_acc((v.to_acc() - m).vexp());
                 }
-                let inv = sum_values(dst).recip();
+                let inv = T::sum_slice(dst).recip();
                 for d in dst.iter_mut() {
                     *d = T::from_acc(d.to_acc() * inv);
                 }
