@@ -235,11 +235,11 @@ pub(crate) fn cubin(
 mod tests {
     use super::*;
 
-    /// Compiles every ember kernel for three architectures. Without NVRTC the test
-    /// says so and passes, unless `EMBER_REQUIRE_NVRTC=1` (set by CI, which installs
-    /// NVRTC from PyPI) makes a missing NVRTC a failure.
-    #[test]
-    fn every_kernel_compiles_for_turing_ampere_hopper() {
+    /// Compiles every ember kernel, for every dtype, for `sm_{arch}`. Without NVRTC
+    /// it says so and passes, unless `EMBER_REQUIRE_NVRTC=1` (set by CI, which
+    /// installs NVRTC from PyPI) makes a missing NVRTC a failure. One test per
+    /// architecture, so the test harness compiles them in parallel.
+    fn every_kernel_compiles_for(arch: u32) {
         if let Err(e) = ensure_nvrtc() {
             assert!(
                 std::env::var_os("EMBER_REQUIRE_NVRTC").is_none_or(|v| v == "0"),
@@ -248,19 +248,32 @@ mod tests {
             eprintln!("skipped: {e}");
             return;
         }
-        // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13)
         let archs = supported_archs().unwrap();
-        for arch in [75, 80, 90] {
-            assert!(archs.contains(&arch), "NVRTC lacks sm_{arch}: {archs:?}");
-            for (name, _) in SOURCES {
-                for dt in ["bool", "u8", "i64", "f16", "bf16", "f32", "f64"] {
-                    let src = ember_source(name, dt).unwrap();
-                    let cubin = compile(name, &src, arch, &[])
-                        .unwrap_or_else(|e| panic!("{name} ({dt}) for sm_{arch}: {e}"));
-                    assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
-                }
+        assert!(archs.contains(&arch), "NVRTC lacks sm_{arch}: {archs:?}");
+        for (name, _) in SOURCES {
+            for dt in ["bool", "u8", "i64", "f16", "bf16", "f32", "f64"] {
+                let src = ember_source(name, dt).unwrap();
+                let cubin = compile(name, &src, arch, &[])
+                    .unwrap_or_else(|e| panic!("{name} ({dt}) for sm_{arch}: {e}"));
+                assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
             }
         }
+    }
+
+    // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13)
+    #[test]
+    fn every_kernel_compiles_for_turing_sm75() {
+        every_kernel_compiles_for(75);
+    }
+
+    #[test]
+    fn every_kernel_compiles_for_ampere_sm80() {
+        every_kernel_compiles_for(80);
+    }
+
+    #[test]
+    fn every_kernel_compiles_for_hopper_sm90() {
+        every_kernel_compiles_for(90);
     }
 
     #[test]
