@@ -28,6 +28,23 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
     strides
 }
 
+/// The number of elements of `shape`, or an error naming `op` when the sizes
+/// multiply past what an address can count (skipping zeros, so that a shape like
+/// `[2^62, 2^62, 0]` is refused too: its strides would overflow).
+pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    let fits = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d.max(1)))
+        .is_some_and(|n| n <= isize::MAX as usize);
+    if !fits {
+        return Err(Error::invalid(
+            op,
+            format!("shape {shape:?} has more elements than memory can address"),
+        ));
+    }
+    Ok(shape.iter().product())
+}
+
 /// Resolves a possibly negative dimension index against `rank`, PyTorch style.
 pub fn normalize_dim(op: &'static str, dim: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
@@ -73,6 +90,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Di
             });
         };
     }
+    checked_numel(op, &out)?;
     Ok(out)
 }
 
@@ -143,6 +161,10 @@ impl Layout {
 
     /// Strides of this layout broadcast to `shape` (stride 0 on expanded dims).
     pub fn broadcast_to(&self, op: &'static str, shape: &[usize]) -> Result<Layout> {
+        if shape == self.shape.as_slice() {
+            // the common case of same-shape operands: nothing to check or change
+            return Ok(self.clone());
+        }
         if shape.len() < self.rank() {
             return Err(Error::shape(
                 op,
@@ -171,6 +193,7 @@ impl Layout {
                 ));
             };
         }
+        checked_numel(op, shape)?;
         Ok(Layout {
             shape: shape.into(),
             strides,

@@ -3,9 +3,9 @@
 
 use super::shape::{dims_of, IntoShape};
 use super::Tensor;
-use crate::backend::cpu::{alloc_filled, CpuData, CpuElem};
+use crate::backend::cpu::{alloc_filled, try_collect, CpuData, CpuElem};
 use crate::dtype::WithDType;
-use crate::layout::Dims;
+use crate::layout::{checked_numel, Dims};
 use crate::{DType, Device, Error, Result};
 use half::{bf16, f16};
 use rand::{RngExt, SeedableRng};
@@ -19,12 +19,12 @@ fn check_creatable(_op: &'static str, device: &Device) -> Result<()> {
 }
 
 /// A contiguous tensor of `value` everywhere.
-fn filled<T: WithDType>(shape: &[usize], value: T) -> Tensor {
+fn filled<T: WithDType>(shape: &[usize], value: T) -> Result<Tensor> {
     let n = shape.iter().product();
-    Tensor::from_cpu(T::wrap(alloc_filled(n, value)), shape)
+    Ok(Tensor::from_cpu(T::wrap(alloc_filled(n, value)?), shape))
 }
 
-fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
     match dtype {
         DType::Bool => filled(shape, bool::from_f64(value)),
         DType::U8 => filled(shape, u8::from_f64(value)),
@@ -62,7 +62,7 @@ impl Tensor {
             let st = crate::backend::cuda::ops::fill(&dev, dtype, n, value)?;
             return Ok(Tensor::from_cuda(st, &dims));
         }
-        Ok(full_dtype(&dims, value, dtype))
+        full_dtype(&dims, value, dtype)
     }
 
     /// Zeros with this tensor's shape, dtype and device.
@@ -156,14 +156,24 @@ impl Tensor {
             ));
         }
         check_creatable("arange", device)?;
-        let n = ((e - s) / st).ceil().max(0.0) as usize;
+        let count = ((e - s) / st).ceil().max(0.0);
+        if count > isize::MAX as f64 {
+            return Err(Error::invalid(
+                "arange",
+                format!(
+                    "{count} values (start={s}, end={e}, step={st}) are more than memory can hold"
+                ),
+            ));
+        }
+        let n = count as usize;
+        checked_numel("arange", &[n, DType::F64.size_in_bytes()])?;
         if dtype == DType::I64 {
             // exact integers, also beyond 2^53
             let (s, st) = (s as i64, st as i64);
-            let v: Vec<i64> = (0..n as i64).map(|i| s + i * st).collect();
+            let v = try_collect(n, (0..n as i64).map(|i| s + i * st))?;
             return Tensor::from_host(CpuData::I64(v), &[n], *device);
         }
-        let v: Vec<f64> = (0..n).map(|i| s + i as f64 * st).collect();
+        let v = try_collect(n, (0..n).map(|i| s + i as f64 * st))?;
         Tensor::from_host(CpuData::F64(v), &[n], *device)?.to_dtype(dtype)
     }
 
@@ -176,6 +186,7 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         check_creatable("linspace", device)?;
+        checked_numel("linspace", &[steps, DType::F64.size_in_bytes()])?;
         // Like PyTorch: fill the first half forward from `start` and the second half
         // backward from `end`, so both endpoints are exact.
         let step = if steps > 1 {
@@ -184,15 +195,16 @@ impl Tensor {
             0.0
         };
         let half = steps / 2;
-        let v: Vec<f64> = (0..steps)
-            .map(|i| {
+        let v = try_collect(
+            steps,
+            (0..steps).map(|i| {
                 if i < half || steps == 1 {
                     start + step * i as f64
                 } else {
                     end - step * (steps - 1 - i) as f64
                 }
-            })
-            .collect();
+            }),
+        )?;
         Tensor::from_host(CpuData::F64(v), &[steps], *device)?.to_dtype(dtype)
     }
 
@@ -204,7 +216,8 @@ impl Tensor {
     /// An `n × m` matrix with ones on the diagonal.
     pub fn eye_rect(n: usize, m: usize, dtype: DType, device: &Device) -> Result<Tensor> {
         check_creatable("eye", device)?;
-        let mut v = vec![0f64; n * m];
+        checked_numel("eye", &[n, m])?;
+        let mut v = alloc_filled(n * m, 0f64)?;
         for i in 0..n.min(m) {
             v[i * m + i] = 1.0;
         }
@@ -238,9 +251,10 @@ impl Tensor {
             let s = crate::backend::cuda::ops::random(&dev, dtype, n, false, lo, hi)?;
             return Ok(Tensor::from_cuda(s, &dims));
         }
-        let v: Vec<f64> = with_rng(|r| {
-            (0..n)
-                .map(|_| {
+        let v = with_rng(|r| {
+            try_collect(
+                n,
+                (0..n).map(|_| {
                     // f32 draws for the f32-and-narrower dtypes keep the result below `hi`
                     let u = if dtype == DType::F64 {
                         r.random::<f64>()
@@ -248,9 +262,9 @@ impl Tensor {
                         r.random::<f32>() as f64
                     };
                     lo + (hi - lo) * u
-                })
-                .collect()
-        });
+                }),
+            )
+        })?;
         Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
     }
 
@@ -271,11 +285,12 @@ impl Tensor {
             let s = crate::backend::cuda::ops::random(&dev, dtype, n, true, mean, std)?;
             return Ok(Tensor::from_cuda(s, &dims));
         }
-        let v: Vec<f64> = with_rng(|r| {
-            (0..n)
-                .map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal))
-                .collect()
-        });
+        let v = with_rng(|r| {
+            try_collect(
+                n,
+                (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
+            )
+        })?;
         Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
     }
 
@@ -290,7 +305,7 @@ impl Tensor {
         }
         check_creatable("randint", device)?;
         let n = dims.iter().product();
-        let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
+        let v = with_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))?;
         Tensor::from_host(CpuData::I64(v), &dims, *device)
     }
 
@@ -298,7 +313,8 @@ impl Tensor {
     pub fn randperm(n: usize, device: &Device) -> Result<Tensor> {
         use rand::seq::SliceRandom;
         check_creatable("randperm", device)?;
-        let mut v: Vec<i64> = (0..n as i64).collect();
+        checked_numel("randperm", &[n, DType::I64.size_in_bytes()])?;
+        let mut v = try_collect(n, 0..n as i64)?;
         with_rng(|r| v.shuffle(r));
         Tensor::from_host(CpuData::I64(v), &[n], *device)
     }
@@ -332,10 +348,10 @@ impl Tensor {
         t.with_cpu(|d, l| {
             let v = T::slice(d).expect("to_vec: converted to T");
             match l.contiguous_range() {
-                Some(r) => v[r].to_vec(),
+                Some(r) => crate::backend::cpu::try_collect(r.len(), v[r].iter().copied()),
                 None => crate::backend::cpu::elementwise::map1(v, l, |x| x),
             }
-        })
+        })?
     }
 
     /// The values of a 1-D tensor, converted to `T`.

@@ -94,7 +94,7 @@ fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
     if t.dtype() == dtype {
         Ok(t)
     } else {
-        let data = t.with_cpu(|d, l| k::cast(d, l, dtype))?;
+        let data = t.with_cpu(|d, l| k::cast(d, l, dtype))??;
         Ok(Tensor::from_cpu(data, &[]))
     }
 }
@@ -167,7 +167,7 @@ impl Tensor {
         op: &'static str,
         b: &Tensor,
         dt: DType,
-        cpu: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> CpuData,
+        cpu: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> Result<CpuData>,
         cuda: impl FnOnce(&CudaStorage, &Layout, &CudaStorage, &Layout) -> Result<CudaStorage>,
     ) -> Result<Tensor> {
         let shape = broadcast_shapes(op, self.shape(), b.shape())?;
@@ -186,9 +186,9 @@ impl Tensor {
         }
         let data = a.with_cpu(|da, _| {
             if a.same_storage(&b) {
-                Ok(cpu(da, &la, da, &lb))
+                cpu(da, &la, da, &lb)
             } else {
-                b.with_cpu(|db, _| cpu(da, &la, db, &lb))
+                b.with_cpu(|db, _| cpu(da, &la, db, &lb))?
             }
         })??;
         Ok(Tensor::from_cpu(data, &shape))
@@ -400,7 +400,7 @@ impl Tensor {
                 let (code, p0, p1) = op.cuda();
                 Tensor::from_cuda(cuda_ops::unary(&st, t.layout(), code, p0, p1)?, t.shape())
             }
-            None => Tensor::from_cpu(t.with_cpu(|d, l| k::unary(d, l, op))?, t.shape()),
+            None => Tensor::from_cpu(t.with_cpu(|d, l| k::unary(d, l, op))??, t.shape()),
         };
         Ok(Tensor::record(out, name, &[self], |y| {
             let (x, y) = (t.detach(), y.clone());
@@ -622,7 +622,7 @@ impl Tensor {
                     unreachable!("checked bool above")
                 };
                 x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
-            })???;
+            })????;
             Tensor::from_cpu(data, &shape)
         };
         Ok(Tensor::record(out, OP, &[&x, &y], |_| {

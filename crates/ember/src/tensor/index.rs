@@ -179,7 +179,7 @@ impl Tensor {
                 Tensor::from_cuda(o, &shape)
             }
             None => {
-                let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx))?;
+                let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx))??;
                 Tensor::from_cpu(data, &shape)
             }
         };
@@ -219,7 +219,8 @@ impl Tensor {
                 Tensor::from_cuda(o, index.shape())
             }
             None => {
-                let data = self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()))?;
+                let data =
+                    self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()))??;
                 Tensor::from_cpu(data, index.shape())
             }
         };
@@ -291,7 +292,7 @@ impl Tensor {
             }
             out
         } else {
-            let mut data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)?;
+            let mut data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)??;
             src.with_cpu(|s, ls| {
                 k::scatter_add(&mut data, self.shape(), d, &idx, index.shape(), s, ls)
             })?;
@@ -330,8 +331,11 @@ impl Tensor {
                 "one_hot is only applicable to index (int64) tensors",
             ));
         }
+        let mut shape = self.shape().to_vec();
+        shape.push(num_classes);
+        let n = crate::layout::checked_numel("one_hot", &shape)?;
         let v = self.to_vec::<i64>()?;
-        let mut out = vec![0i64; v.len() * num_classes];
+        let mut out = crate::backend::cpu::alloc_filled(n, 0i64)?;
         for (i, &c) in v.iter().enumerate() {
             if c < 0 || c as usize >= num_classes {
                 return Err(Error::IndexOutOfRange {
@@ -343,8 +347,6 @@ impl Tensor {
             }
             out[i * num_classes + c as usize] = 1;
         }
-        let mut shape = self.shape().to_vec();
-        shape.push(num_classes);
         Tensor::from_host(CpuData::I64(out), &shape, self.device())
     }
 }

@@ -6,7 +6,7 @@ use crate::backend::cpu::matmul::{matmul, MatmulArgs};
 use crate::backend::cpu::CpuData;
 use crate::backend::cuda::ops as cuda_ops;
 use crate::dtype::Real;
-use crate::layout::{broadcast_shapes, Dims};
+use crate::layout::{broadcast_shapes, checked_numel, Dims};
 use crate::WithDType;
 use crate::{DType, Error, Result};
 
@@ -93,6 +93,7 @@ impl Tensor {
             s.push(y);
             s
         };
+        checked_numel(OP, &with(m, n))?;
         let la = a.layout().broadcast_to(OP, &with(m, ka))?;
         let lb = b.layout().broadcast_to(OP, &with(ka, n))?;
         let on_gpu = match (a.cuda_storage(), b.cuda_storage()) {
@@ -111,7 +112,7 @@ impl Tensor {
                         n,
                     })
                 })
-            })??),
+            })???),
         };
         // drop the dims that 1-D operands gained
         let mut shape = with(m, n);
@@ -254,6 +255,9 @@ impl Tensor {
                 "kernel size (with dilation) can't be greater than the padded input size",
             ));
         };
+        // the output, and one sample's im2col columns
+        checked_numel(OP, &[n, o, oh, ow])?;
+        checked_numel(OP, &[c / g * kh * kw, oh * ow])?;
         let shape = ConvShape {
             n,
             c,
@@ -299,8 +303,8 @@ impl Tensor {
                                 Some(&T::slice(bd).expect("conv2d: dtype checked")[bl.offset()..]),
                                 s,
                             )
-                        })?,
-                        None => conv::conv2d(xs, ws, None, s),
+                        })??,
+                        None => conv::conv2d(xs, ws, None, s)?,
                     };
                     Ok(T::wrap(out))
                 })?
@@ -337,11 +341,11 @@ impl Tensor {
                                 let xs = &T::slice(xd).expect(ok)[xl.offset()..];
                                 let ws = &T::slice(wd).expect(ok)[wl.offset()..];
                                 let gs = &T::slice(gd).expect(ok)[gl.offset()..];
-                                let (gx, gw) = conv::conv2d_backward(xs, ws, gs, s, need);
-                                (gx.map(T::wrap), gw.map(T::wrap))
+                                let (gx, gw) = conv::conv2d_backward(xs, ws, gs, s, need)?;
+                                Ok((gx.map(T::wrap), gw.map(T::wrap)))
                             })
                         })?
-                    })?
+                    })??
                 }
                 let (gx, gw) = match work {
                     DType::F64 => back::<f64>(&x, &wt, &gc, &shape, need)?,
@@ -453,7 +457,7 @@ impl Tensor {
                 "kernel size, stride and dilation must be greater than zero",
             ));
         }
-        if win.padding.0 * 2 > kh || win.padding.1 * 2 > kw {
+        if win.padding.0 > kh / 2 || win.padding.1 > kw / 2 {
             return Err(Error::invalid(op, format!("pad should be at most half of effective kernel size, but got pad={:?} and kernel_size={:?}", win.padding, win.kernel)));
         }
         let oh = Window::out_size(
@@ -479,6 +483,7 @@ impl Tensor {
             ));
         };
         let planes = self.shape()[..r - 2].iter().product();
+        checked_numel(op, &[planes, oh, ow])?;
         let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
             DType::F32
         } else {
@@ -542,9 +547,9 @@ impl Tensor {
                     win,
                     kind,
                     want_index,
-                );
-                (T::wrap(out), index)
-            })
+                )?;
+                Ok((T::wrap(out), index))
+            })?
         }
         let how = (win, kind, want_index);
         let (data, index) = match work {
@@ -568,7 +573,7 @@ impl Tensor {
                     (win, kind): (Window, Pool),
                 ) -> Result<CpuData> {
                     g.with_cpu(|gd, gl| {
-                        T::wrap(conv::pool2d_backward(
+                        conv::pool2d_backward(
                             &T::slice(gd).expect("pool2d: dtype checked")[gl.offset()..],
                             index,
                             planes,
@@ -576,8 +581,9 @@ impl Tensor {
                             o,
                             win,
                             kind,
-                        ))
-                    })
+                        )
+                        .map(T::wrap)
+                    })?
                 }
                 let (idx, wk) = (index.as_deref(), (win, kind));
                 let gx = match work {

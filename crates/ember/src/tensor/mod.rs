@@ -392,7 +392,7 @@ impl Tensor {
             ),
             None => {
                 let data =
-                    self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype))?;
+                    self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype))??;
                 Tensor::from_cpu(data, self.shape())
             }
         };
@@ -421,7 +421,7 @@ impl Tensor {
                 self.shape(),
             ),
             None => Tensor::from_cpu(
-                self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)?,
+                self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)??,
                 self.shape(),
             ),
         };

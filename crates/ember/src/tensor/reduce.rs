@@ -107,7 +107,7 @@ impl Tensor {
                 )?;
                 Tensor::from_cuda(o, &shape)
             }
-            None => Tensor::from_cpu(self.with_cpu(|d, l| k::reduce(d, l, &dims, op))?, &shape),
+            None => Tensor::from_cpu(self.with_cpu(|d, l| k::reduce(d, l, &dims, op))??, &shape),
         };
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
             return Ok(out); // indices have no gradient
@@ -279,7 +279,7 @@ impl Tensor {
                         .with_cpu(|data, l| {
                             k::softmax_rows(data, l.offset()..l.offset() + l.numel(), row, log)
                         })?
-                        .ok_or_else(|| Error::dtype(name, self.dtype(), ""))?;
+                        .ok_or_else(|| Error::dtype(name, self.dtype(), ""))??;
                     Tensor::from_cpu(data, t.shape())
                 }
             };

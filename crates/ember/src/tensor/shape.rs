@@ -1,7 +1,7 @@
 //! Arguments that describe shapes and dims, so `[2, 3]`, `vec![2, 3]`, `&[2, -1]`
 //! and `t.shape()` all work where a shape is expected.
 
-use crate::layout::{normalize_dim, Dims};
+use crate::layout::{checked_numel, normalize_dim, Dims};
 use crate::{Error, Result};
 use smallvec::SmallVec;
 
@@ -46,10 +46,11 @@ impl IntoShape for usize {
     }
 }
 
-/// Checks that every size is non-negative.
+/// Checks that every size is non-negative and that the element count fits.
 pub(crate) fn dims_of(op: &'static str, s: &impl IntoShape) -> Result<Dims> {
     let spec = s.to_spec();
-    spec.iter()
+    let dims = spec
+        .iter()
         .map(|&d| {
             usize::try_from(d).map_err(|_| {
                 Error::invalid(
@@ -58,7 +59,9 @@ pub(crate) fn dims_of(op: &'static str, s: &impl IntoShape) -> Result<Dims> {
                 )
             })
         })
-        .collect()
+        .collect::<Result<Dims>>()?;
+    checked_numel(op, &dims)?;
+    Ok(dims)
 }
 
 /// Resolves one `-1` against `numel` (reshape/view).
@@ -74,7 +77,16 @@ pub(crate) fn infer_shape(op: &'static str, s: &impl IntoShape, numel: usize) ->
         } else if d < 0 {
             return Err(Error::invalid(op, format!("invalid shape dimension {d}")));
         } else {
-            known *= d as usize;
+            // a product past usize cannot equal any tensor's numel
+            known = known.checked_mul(d as usize).ok_or_else(|| {
+                Error::invalid(
+                    op,
+                    format!(
+                        "shape '{:?}' is invalid for input of size {numel}",
+                        spec.as_slice()
+                    ),
+                )
+            })?;
         }
     }
     let mut out: Dims = spec.iter().map(|&d| d.max(0) as usize).collect();

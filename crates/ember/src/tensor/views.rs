@@ -6,7 +6,7 @@ use super::shape::{dims_of, infer_shape, IntoShape};
 use super::Tensor;
 use crate::backend::cpu::elementwise::copy_strided;
 use crate::backend::cpu::{alloc_uninit, CpuData};
-use crate::layout::{normalize_dim, Dims, Layout};
+use crate::layout::{checked_numel, normalize_dim, Dims, Layout};
 use crate::WithDType;
 use crate::{DType, Device, Error, Result};
 
@@ -154,7 +154,7 @@ impl Tensor {
         let d = normalize_dim("narrow", dim, self.rank())?;
         let n = self.shape()[d];
         let s = if start < 0 { start + n as i64 } else { start };
-        if s < 0 || s as usize + len > n {
+        if s < 0 || (s as usize).checked_add(len).is_none_or(|end| end > n) {
             return Err(Error::invalid(
                 "narrow",
                 format!("start ({start}) + length ({len}) exceeds dimension size ({n}) of dim {d}"),
@@ -289,9 +289,9 @@ impl Tensor {
                     format!("sizes must match except in dimension {d}"),
                 ));
             }
-            shape[d] += t.shape()[d];
+            shape[d] = shape[d].saturating_add(t.shape()[d]);
         }
-        let n: usize = shape.iter().product();
+        let n = checked_numel("cat", &shape)?;
         let full = Layout::contiguous(&shape);
         let out = if let Device::Cuda(i) = first.device() {
             let dev = crate::backend::cuda::dev(i)?;
@@ -307,7 +307,7 @@ impl Tensor {
             }
             Tensor::from_cuda(out, &shape)
         } else {
-            let mut out = alloc_data(dtype, n);
+            let mut out = alloc_data(dtype, n)?;
             let mut at = 0;
             for t in tensors {
                 let len = t.shape()[d];
@@ -407,9 +407,9 @@ impl Tensor {
 }
 
 /// An output buffer of `n` elements of `dtype` that the caller fills completely.
-pub(crate) fn alloc_data(dtype: DType, n: usize) -> CpuData {
-    fn a<T: WithDType>(n: usize) -> CpuData {
-        T::wrap(alloc_uninit::<T>(n))
+pub(crate) fn alloc_data(dtype: DType, n: usize) -> Result<CpuData> {
+    fn a<T: WithDType>(n: usize) -> Result<CpuData> {
+        alloc_uninit::<T>(n).map(T::wrap)
     }
     match dtype {
         DType::Bool => a::<bool>(n),

@@ -1,6 +1,7 @@
 //! Bad input is an error with a message that names the op, never a panic.
 
 use ember::prelude::*;
+use ember::Error;
 
 /// Asserts `r` is an error whose message contains every fragment.
 #[track_caller]
@@ -144,6 +145,93 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
 }
 
 device_test!(bad_input_is_an_error);
+
+/// Sizes no memory can hold are errors, not overflows, panics or aborts, and the
+/// process goes on working after them.
+fn impossible_sizes_are_errors(dev: &Device) -> Result<()> {
+    let too_many = "more elements than memory can address";
+    err_has(
+        Tensor::zeros([1usize << 62, 8], DType::F32, dev),
+        &["full", too_many],
+    );
+    err_has(
+        Tensor::randn([1usize << 40, 1 << 40], dev),
+        &["normal", too_many],
+    );
+    // 2^60 float32 elements count fine but are 4 EiB: refused by the allocator,
+    // whatever the system's overcommit policy
+    let oom = Tensor::zeros([1usize << 30, 1 << 30], DType::F32, dev).unwrap_err();
+    match &oom {
+        Error::OutOfMemory {
+            device, requested, ..
+        } => {
+            assert_eq!(*device, *dev);
+            assert_eq!(*requested, 1usize << 62, "{oom}");
+        }
+        e => panic!("expected OutOfMemory, got {e}"),
+    }
+    assert!(oom.to_string().starts_with("out of memory on"), "{oom}");
+    err_has(
+        Tensor::ones([1usize << 31, 1 << 31], DType::F64, dev),
+        &["out of memory"],
+    );
+    err_has(
+        Tensor::arange_step(0.0, 1e30, 1e-30, DType::F32, dev),
+        &["arange", "more than memory can hold"],
+    );
+    err_has(
+        Tensor::linspace(0.0, 1.0, usize::MAX, DType::F32, dev),
+        &["linspace", too_many],
+    );
+    err_has(Tensor::eye(usize::MAX, DType::F32, dev), &["eye", too_many]);
+    err_has(Tensor::randperm(usize::MAX, dev), &["randperm", too_many]);
+    let labels = Tensor::new([1i64, 2], dev)?;
+    err_has(labels.one_hot(usize::MAX), &["one_hot", too_many]);
+
+    let t = Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?;
+    err_has(
+        t.narrow(1, 2, usize::MAX),
+        &["narrow", "exceeds dimension size"],
+    );
+    err_has(
+        t.reshape([1i64 << 40, 1 << 40, 0]),
+        &["reshape", "invalid for input of size 6"],
+    );
+    // expanded views hold one element; what they would produce cannot exist
+    let one = Tensor::ones([1, 1], DType::F32, dev)?;
+    err_has(one.expand([1usize << 40, 1 << 40]), &["expand", too_many]);
+    let (col, row) = (
+        one.expand([1usize << 40, 1])?,
+        one.expand([1, 1usize << 40])?,
+    );
+    err_has(col.add(&row), &["add", too_many]);
+    err_has(col.matmul(&row), &["matmul", too_many]);
+    err_has(
+        Tensor::cat(&[&col, &one.expand([usize::MAX >> 1, 1])?], 0),
+        &["cat", too_many],
+    );
+    let x = Tensor::zeros([1, 1, 4, 4], DType::F32, dev)?;
+    let w = Tensor::zeros([1, 1, 2, 2], DType::F32, dev)?;
+    err_has(
+        x.conv2d(&w, None, Conv2dOptions::default().padding(1 << 40)),
+        &["conv2d", too_many],
+    );
+    err_has(
+        x.conv2d(&w, None, Conv2dOptions::default().padding(usize::MAX)),
+        &["conv2d", "kernel size"],
+    );
+    err_has(
+        x.max_pool2d(Pool2dOptions::new(2).padding(usize::MAX)),
+        &["max_pool2d", "pad should be at most half"],
+    );
+
+    // nothing was lost: ordinary work goes on
+    let y = t.add(1.0)?.sum_all()?.item::<f32>()?;
+    assert_eq!(y, 21.0);
+    Ok(())
+}
+
+device_test!(impossible_sizes_are_errors);
 
 #[test]
 fn parse_errors_list_the_accepted_forms() {

@@ -1,11 +1,12 @@
 //! 2-D convolution (im2col + gemm per sample and group) and 2-D pooling, for
 //! contiguous NCHW f32/f64 inputs.
 
-use super::{alloc_filled, alloc_uninit};
+use super::{alloc_filled, alloc_uninit, host_oom, try_resize};
 use crate::dtype::Real;
-use crate::WithDType;
+use crate::{Result, WithDType};
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Geometry of a 2-D convolution or pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +18,8 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    /// Output size along one axis (PyTorch's formula, with ceil mode for pooling).
+    /// Output size along one axis (PyTorch's formula, with ceil mode for pooling);
+    /// `None` when the window does not fit or the sizes overflow.
     pub fn out_size(
         input: usize,
         k: usize,
@@ -26,11 +28,9 @@ impl Window {
         d: usize,
         ceil: bool,
     ) -> Option<usize> {
-        let eff = d * (k - 1) + 1;
-        if input + 2 * p < eff {
-            return None;
-        }
-        let span = input + 2 * p - eff;
+        let eff = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+        let padded = p.checked_mul(2)?.checked_add(input)?;
+        let span = padded.checked_sub(eff)?;
         let mut out = if ceil { span.div_ceil(s) } else { span / s } + 1;
         // the last window must start inside the input or the left padding
         if ceil && (out - 1) * s >= input + p {
@@ -118,7 +118,7 @@ fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: 
 }
 
 /// `out = conv2d(x, weight) + bias`, x: [n,c,h,w], weight: [o, c/groups, kh, kw].
-pub(crate) fn conv2d<T>(x: &[T], weight: &[T], bias: Option<&[T]>, s: &ConvShape) -> Vec<T>
+pub(crate) fn conv2d<T>(x: &[T], weight: &[T], bias: Option<&[T]>, s: &ConvShape) -> Result<Vec<T>>
 where
     T: WithDType + Real,
 {
@@ -126,10 +126,12 @@ where
     let (cg, og) = (s.c / s.groups, s.o / s.groups);
     let kk = cg * kh * kw;
     let p = s.oh * s.ow;
-    let mut out = alloc_uninit::<T>(s.n * s.o * p);
+    let mut out = alloc_uninit::<T>(s.n * s.o * p)?;
     if p == 0 || s.n == 0 {
-        return out;
+        return Ok(out);
     }
+    // set when a thread cannot get memory for its columns; the samples left are skipped
+    let no_memory = AtomicBool::new(false);
     let direct = kh == 1 && kw == 1 && s.win.stride == (1, 1) && s.win.padding == (0, 0);
     let big = og * kk * p >= 64 * 64 * 64;
     // one sample: im2col + gemm per group, then bias
@@ -139,7 +141,12 @@ where
             let rhs: &[T] = if direct {
                 &xs[g * cg * p..(g + 1) * cg * p]
             } else {
-                col.resize(kk * p, T::default());
+                if no_memory.load(Ordering::Relaxed)
+                    || try_resize(col, kk * p, T::default()).is_err()
+                {
+                    no_memory.store(true, Ordering::Relaxed);
+                    return;
+                }
                 im2col(xs, s, g * cg, cg, col);
                 col
             };
@@ -198,7 +205,10 @@ where
             sample(ni, dst, &mut col, par);
         }
     }
-    out
+    if no_memory.into_inner() {
+        return Err(host_oom((kk * p).saturating_mul(std::mem::size_of::<T>())));
+    }
+    Ok(out)
 }
 
 /// Pooling flavour.
@@ -230,7 +240,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     win: Window,
     kind: Pool,
     want_index: bool,
-) -> (Vec<T>, Option<Vec<u32>>) {
+) -> Result<(Vec<T>, Option<Vec<u32>>)> {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
@@ -238,14 +248,13 @@ pub(crate) fn pool2d<T: WithDType + Real>(
         dilation: (dh, dw),
     } = win;
     let want_index = want_index && kind == Pool::Max;
-    let mut out = alloc_uninit::<T>(planes * oh * ow);
-    let mut index = if want_index {
-        vec![0u32; planes * oh * ow]
-    } else {
-        Vec::new()
-    };
+    let mut out = alloc_uninit::<T>(planes * oh * ow)?;
+    let mut index = Vec::new();
+    if want_index {
+        try_resize(&mut index, planes * oh * ow, 0u32)?;
+    }
     if oh * ow == 0 {
-        return (out, want_index.then_some(index));
+        return Ok((out, want_index.then_some(index)));
     }
     let plane_out = |pi: usize, dst: &mut [T], idx: &mut [u32]| {
         let plane = &x[pi * h * w..(pi + 1) * h * w];
@@ -314,7 +323,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
             .enumerate()
             .for_each(|(pi, dst)| plane_out(pi, dst, &mut []));
     }
-    (out, want_index.then_some(index))
+    Ok((out, want_index.then_some(index)))
 }
 
 /// The gradient of [`pool2d`] with respect to its input: max pooling sends each
@@ -329,16 +338,16 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
     (oh, ow): (usize, usize),
     win: Window,
     kind: Pool,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
         padding: (ph, pw),
         dilation: (dh, dw),
     } = win;
-    let mut gx = alloc_filled(planes * h * w, T::zero());
+    let mut gx = alloc_filled(planes * h * w, T::zero())?;
     if oh * ow == 0 || h * w == 0 {
-        return gx;
+        return Ok(gx);
     }
     gx.par_chunks_mut(h * w)
         .enumerate()
@@ -379,7 +388,7 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
                 }
             }
         });
-    gx
+    Ok(gx)
 }
 
 /// Adds the columns of `col` ([cg*kh*kw, oh*ow]) back into the image planes of
@@ -423,6 +432,9 @@ fn col2im<T: Copy + std::ops::AddAssign>(col: &[T], s: &ConvShape, cg: usize, gx
     }
 }
 
+/// The gradients of conv2d's input and weight (each when asked for).
+pub(crate) type InputAndWeightGrads<T> = (Option<Vec<T>>, Option<Vec<T>>);
+
 /// Gradients of conv2d with respect to its input and weight (each only when
 /// asked for), given the output gradient `g` ([n, o, oh, ow]); all contiguous.
 ///
@@ -435,7 +447,7 @@ pub(crate) fn conv2d_backward<T>(
     g: &[T],
     s: &ConvShape,
     (need_x, need_w): (bool, bool),
-) -> (Option<Vec<T>>, Option<Vec<T>>)
+) -> Result<InputAndWeightGrads<T>>
 where
     T: WithDType + Real + std::ops::AddAssign,
 {
@@ -444,18 +456,19 @@ where
     let kk = cg * kh * kw;
     let p = s.oh * s.ow;
     let chw = s.c * s.h * s.w;
-    let mut gx = need_x.then(|| alloc_filled(s.n * chw, T::zero()));
+    let zeros = |n: usize| alloc_filled(n, T::zero());
+    let mut gx = need_x.then(|| zeros(s.n * chw)).transpose()?;
     if p == 0 || kk == 0 || s.n == 0 || !(need_x || need_w) {
-        return (gx, need_w.then(|| alloc_filled(s.o * kk, T::zero())));
+        return Ok((gx, need_w.then(|| zeros(s.o * kk)).transpose()?));
     }
     let chunks = rayon::current_num_threads().clamp(1, s.n);
     let per = s.n.div_ceil(chunks);
     // one chunk of samples: its input gradient (into `gxc`) and its weight gradient
-    let chunk = |first: usize, gxc: Option<&mut [T]>| -> Option<Vec<T>> {
+    let chunk = |first: usize, gxc: Option<&mut [T]>| -> Result<Option<Vec<T>>> {
         let last = (first + per).min(s.n);
-        let mut gw = need_w.then(|| vec![T::zero(); s.o * kk]);
-        let mut col = vec![T::zero(); if need_w { kk * p } else { 0 }];
-        let mut col_grad = vec![T::zero(); if need_x { kk * p } else { 0 }];
+        let mut gw = need_w.then(|| zeros(s.o * kk)).transpose()?;
+        let mut col = zeros(if need_w { kk * p } else { 0 })?;
+        let mut col_grad = zeros(if need_x { kk * p } else { 0 })?;
         let mut gxc = gxc;
         for ni in first..last {
             let xs = &x[ni * chw..(ni + 1) * chw];
@@ -525,7 +538,7 @@ where
                 }
             }
         }
-        gw
+        Ok(gw)
     };
     let add = |a: Option<Vec<T>>, b: Option<Vec<T>>| match (a, b) {
         (Some(mut a), Some(b)) => {
@@ -539,16 +552,16 @@ where
             .par_chunks_mut(per * chw)
             .enumerate()
             .map(|(ci, gxc)| chunk(ci * per, Some(gxc)))
-            .reduce(|| None, add),
+            .try_reduce(|| None, |a, b| Ok(add(a, b)))?,
         None => (0..chunks)
             .into_par_iter()
             .map(|ci| chunk(ci * per, None))
-            .reduce(|| None, add),
+            .try_reduce(|| None, |a, b| Ok(add(a, b)))?,
     };
-    let gw = if need_w {
-        gw.or_else(|| Some(alloc_filled(s.o * kk, T::zero())))
-    } else {
-        None
+    let gw = match (need_w, gw) {
+        (true, None) => Some(zeros(s.o * kk)?),
+        (true, gw) => gw,
+        (false, _) => None,
     };
-    (gx, gw)
+    Ok((gx, gw))
 }

@@ -9,12 +9,17 @@ use super::{alloc_uninit, CpuData, CpuElem, PAR_CHUNK, PAR_MIN};
 use crate::backend::cuda::ops::{BinaryCode, UnaryCode};
 use crate::dtype::{FloatDType, Real, WithDType};
 use crate::layout::Layout;
+use crate::Result;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 /// Runs `g(start, chunk)` over `out` in chunks, in parallel when `out` is large.
+///
+/// The parallel helpers take their bodies as `&dyn Fn`: rayon's machinery is then
+/// compiled once per element type instead of once per op and dtype (it was over
+/// half of ember's generated code), at the cost of one indirect call per chunk.
 #[inline]
-fn run_chunks<U: Send>(out: &mut [U], g: impl Fn(usize, &mut [U]) + Sync) {
+fn run_chunks<U: Send>(out: &mut [U], g: &(dyn Fn(usize, &mut [U]) + Sync)) {
     if out.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_CHUNK)
             .enumerate()
@@ -34,14 +39,14 @@ const STREAM_BLOCK: usize = 512;
 /// Large outputs are computed block by block into a small buffer that stays in L1 and
 /// streamed to memory from there, which keeps the op itself generic.
 #[inline]
-fn write_contiguous<U: WithDType>(out: &mut [U], body: impl Fn(usize, &mut [U]) + Sync) {
+fn write_contiguous<U: WithDType>(out: &mut [U], body: &(dyn Fn(usize, &mut [U]) + Sync)) {
     let streaming = cfg!(target_arch = "x86_64")
         && std::mem::size_of_val(out) >= STREAM_MIN_BYTES
         && (out.as_ptr() as usize).is_multiple_of(16);
     if !streaming {
         return run_chunks(out, body);
     }
-    run_chunks(out, |s, c| {
+    run_chunks(out, &|s, c| {
         let mut tmp = [U::default(); STREAM_BLOCK];
         let mut blocks = c.chunks_exact_mut(STREAM_BLOCK);
         let mut at = s;
@@ -94,15 +99,15 @@ fn stream_fence() {
 }
 
 /// `out[i] = f(a[i])` over the elements of `la` in row-major order.
-pub(crate) fn map1<T, U>(a: &[T], la: &Layout, f: impl Fn(T) -> U + Sync) -> Vec<U>
+pub(crate) fn map1<T, U>(a: &[T], la: &Layout, f: impl Fn(T) -> U + Sync) -> Result<Vec<U>>
 where
     T: Copy + Sync,
     U: WithDType,
 {
-    let mut out = alloc_uninit::<U>(la.numel());
+    let mut out = alloc_uninit::<U>(la.numel())?;
     if let Some(r) = la.contiguous_range() {
         let src = &a[r];
-        write_contiguous(&mut out, |s, c| {
+        write_contiguous(&mut out, &|s, c| {
             let n = c.len();
             super::vmath::simd(|| {
                 for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
@@ -110,10 +115,10 @@ where
                 }
             })
         });
-        return out;
+        return Ok(out);
     }
     let w = Walk::new(la.shape(), [la.strides()]);
-    run_chunks(&mut out, |s, c| {
+    run_chunks(&mut out, &|s, c| {
         w.for_each_run([la.offset()], s, s + c.len(), |pos, len, [o], [st]| {
             let dst = &mut c[pos - s..pos - s + len];
             if st == 1 {
@@ -127,7 +132,7 @@ where
             }
         })
     });
-    out
+    Ok(out)
 }
 
 /// `out[i] = f(a[i], b[i])` where `la` and `lb` are already broadcast to one shape.
@@ -137,25 +142,25 @@ pub(crate) fn map2<T, U, V>(
     b: &[U],
     lb: &Layout,
     f: impl Fn(T, U) -> V + Sync,
-) -> Vec<V>
+) -> Result<Vec<V>>
 where
     T: Copy + Sync,
     U: Copy + Sync,
     V: WithDType,
 {
-    let mut out = alloc_uninit::<V>(la.numel());
+    let mut out = alloc_uninit::<V>(la.numel())?;
     if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
         let (a, b) = (&a[ra], &b[rb]);
-        write_contiguous(&mut out, |s, c| {
+        write_contiguous(&mut out, &|s, c| {
             let n = c.len();
             for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
                 *d = f(x, y);
             }
         });
-        return out;
+        return Ok(out);
     }
     let w = Walk::new(la.shape(), [la.strides(), lb.strides()]);
-    run_chunks(&mut out, |s, c| {
+    run_chunks(&mut out, &|s, c| {
         w.for_each_run(
             [la.offset(), lb.offset()],
             s,
@@ -191,7 +196,7 @@ where
             },
         )
     });
-    out
+    Ok(out)
 }
 
 /// `out[i] = f(a[i], b[i], c[i])` for three layouts broadcast to one shape.
@@ -200,16 +205,16 @@ pub(crate) fn map3<A, B, C, V>(
     (b, lb): (&[B], &Layout),
     (c, lc): (&[C], &Layout),
     f: impl Fn(A, B, C) -> V + Sync,
-) -> Vec<V>
+) -> Result<Vec<V>>
 where
     A: Copy + Sync,
     B: Copy + Sync,
     C: Copy + Sync,
     V: WithDType,
 {
-    let mut out = alloc_uninit::<V>(la.numel());
+    let mut out = alloc_uninit::<V>(la.numel())?;
     let w = Walk::new(la.shape(), [la.strides(), lb.strides(), lc.strides()]);
-    run_chunks(&mut out, |s, chunk| {
+    run_chunks(&mut out, &|s, chunk| {
         w.for_each_run(
             [la.offset(), lb.offset(), lc.offset()],
             s,
@@ -221,7 +226,7 @@ where
             },
         )
     });
-    out
+    Ok(out)
 }
 
 /// A raw pointer that may cross threads: used only to write disjoint elements.
@@ -255,12 +260,14 @@ pub(crate) fn zip_mut<T, U>(
     assert!(ld.storage_extent() <= dst.len() && ls.storage_extent() <= src.len());
     if let (Some(rd), Some(rs)) = (ld.contiguous_range(), ls.contiguous_range()) {
         let (d, s) = (&mut dst[rd], &src[rs]);
+        let body = |d: &mut [T], s: &[U]| d.iter_mut().zip(s).for_each(|(d, &x)| f(d, x));
+        let body: &(dyn Fn(&mut [T], &[U]) + Sync) = &body;
         if n >= PAR_MIN {
             d.par_chunks_mut(PAR_CHUNK)
                 .zip(s.par_chunks(PAR_CHUNK))
-                .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, &x)| f(d, x)));
+                .for_each(|(d, s)| body(d, s));
         } else {
-            d.iter_mut().zip(s).for_each(|(d, &x)| f(d, x));
+            body(d, s);
         }
         return;
     }
@@ -281,6 +288,11 @@ pub(crate) fn zip_mut<T, U>(
             },
         )
     };
+    par_ranges(n, &body);
+}
+
+/// `body(start, end)` over `0..n` in chunks, in parallel when `n` is large.
+pub(crate) fn par_ranges(n: usize, body: &(dyn Fn(usize, usize) + Sync)) {
     if n >= PAR_MIN {
         (0..n.div_ceil(PAR_CHUNK))
             .into_par_iter()
@@ -320,25 +332,25 @@ pub(crate) fn is_overlapping(l: &Layout) -> bool {
 }
 
 /// Converts any dtype to any dtype with PyTorch's casting rules.
-pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> CpuData {
-    fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::DType) -> CpuData {
+pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuData> {
+    fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::DType) -> Result<CpuData> {
         use crate::DType::*;
-        match to {
-            Bool => CpuData::Bool(map1(v, l, |x| bool::from_f64(x.to_f64()))),
-            U8 => CpuData::U8(map1(v, l, |x| u8::from_f64(x.to_f64()))),
-            I64 => CpuData::I64(map1(v, l, |x| i64_from(x))),
-            F16 => CpuData::F16(map1(v, l, |x| f16::from_f64(x.to_f64()))),
-            BF16 => CpuData::BF16(map1(v, l, |x| bf16::from_f64(x.to_f64()))),
-            F32 => CpuData::F32(map1(v, l, |x| x.to_f64() as f32)),
-            F64 => CpuData::F64(map1(v, l, |x| x.to_f64())),
-        }
+        Ok(match to {
+            Bool => CpuData::Bool(map1(v, l, |x| bool::from_f64(x.to_f64()))?),
+            U8 => CpuData::U8(map1(v, l, |x| u8::from_f64(x.to_f64()))?),
+            I64 => CpuData::I64(map1(v, l, |x| i64_from(x))?),
+            F16 => CpuData::F16(map1(v, l, |x| f16::from_f64(x.to_f64()))?),
+            BF16 => CpuData::BF16(map1(v, l, |x| bf16::from_f64(x.to_f64()))?),
+            F32 => CpuData::F32(map1(v, l, |x| x.to_f64() as f32)?),
+            F64 => CpuData::F64(map1(v, l, |x| x.to_f64())?),
+        })
     }
     super::dispatch!(data, v => go(v, l, to))
 }
 
 /// A contiguous copy of the elements of `l`.
-pub(crate) fn contiguous_copy(data: &CpuData, l: &Layout) -> CpuData {
-    super::dispatch!(data, v => CpuElem::wrap(map1(v, l, |x| x)))
+pub(crate) fn contiguous_copy(data: &CpuData, l: &Layout) -> Result<CpuData> {
+    super::dispatch!(data, v => map1(v, l, |x| x).map(CpuElem::wrap))
 }
 
 /// i64 from any element without the 2^53 rounding of a trip through f64.
@@ -437,9 +449,9 @@ impl NumElem for bool {
 }
 
 /// Applies `op` to every element; the output keeps the input dtype.
-pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> CpuData {
-    fn go<T: NumElem, O: UnaryOp>(v: &[T], l: &Layout, op: &O) -> CpuData {
-        T::wrap(map1(v, l, |x| T::unary(op, x)))
+pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> Result<CpuData> {
+    fn go<T: NumElem, O: UnaryOp>(v: &[T], l: &Layout, op: &O) -> Result<CpuData> {
+        map1(v, l, |x| T::unary(op, x)).map(T::wrap)
     }
     super::dispatch!(data, v => go(v, l, op))
 }
@@ -451,16 +463,16 @@ pub(crate) fn binary<O: BinaryOp>(
     b: &CpuData,
     lb: &Layout,
     op: &O,
-) -> CpuData {
+) -> Result<CpuData> {
     fn go<T: NumElem, O: BinaryOp>(
         a: &[T],
         la: &Layout,
         b: &CpuData,
         lb: &Layout,
         op: &O,
-    ) -> CpuData {
+    ) -> Result<CpuData> {
         let b = T::slice(b).expect("binary: operands were cast to one dtype");
-        T::wrap(map2(a, la, b, lb, |x, y| T::binary(op, x, y)))
+        map2(a, la, b, lb, |x, y| T::binary(op, x, y)).map(T::wrap)
     }
     super::dispatch!(a, v => go(v, la, b, lb, op))
 }
@@ -490,17 +502,29 @@ pub(crate) fn copy_strided(dst: &mut CpuData, ld: &Layout, src: &CpuData, ls: &L
 }
 
 /// Comparison of two same-dtype operands into a bool tensor.
-pub(crate) fn compare(a: &CpuData, la: &Layout, b: &CpuData, lb: &Layout, cmp: CmpOp) -> CpuData {
-    fn go<T: WithDType>(a: &[T], la: &Layout, b: &CpuData, lb: &Layout, cmp: CmpOp) -> CpuData {
+pub(crate) fn compare(
+    a: &CpuData,
+    la: &Layout,
+    b: &CpuData,
+    lb: &Layout,
+    cmp: CmpOp,
+) -> Result<CpuData> {
+    fn go<T: WithDType>(
+        a: &[T],
+        la: &Layout,
+        b: &CpuData,
+        lb: &Layout,
+        cmp: CmpOp,
+    ) -> Result<CpuData> {
         let b = T::slice(b).expect("compare: operands were cast to one dtype");
-        CpuData::Bool(match cmp {
+        Ok(CpuData::Bool(match cmp {
             CmpOp::Eq => map2(a, la, b, lb, |x, y| x == y),
             CmpOp::Ne => map2(a, la, b, lb, |x, y| x != y),
             CmpOp::Lt => map2(a, la, b, lb, |x, y| x < y),
             CmpOp::Le => map2(a, la, b, lb, |x, y| x <= y),
             CmpOp::Gt => map2(a, la, b, lb, |x, y| x > y),
             CmpOp::Ge => map2(a, la, b, lb, |x, y| x >= y),
-        })
+        }?))
     }
     super::dispatch!(a, v => go(v, la, b, lb, cmp))
 }
@@ -513,7 +537,7 @@ pub(crate) fn where_(
     la: &Layout,
     b: &CpuData,
     lb: &Layout,
-) -> CpuData {
+) -> Result<CpuData> {
     fn go<T: WithDType>(
         cond: &[bool],
         lc: &Layout,
@@ -521,14 +545,15 @@ pub(crate) fn where_(
         la: &Layout,
         b: &CpuData,
         lb: &Layout,
-    ) -> CpuData {
+    ) -> Result<CpuData> {
         let b = T::slice(b).expect("where: operands were cast to one dtype");
-        T::wrap(map3(
+        map3(
             (cond, lc),
             (a, la),
             (b, lb),
             |c, x, y| if c { x } else { y },
-        ))
+        )
+        .map(T::wrap)
     }
     super::dispatch!(a, v => go(cond, lc, v, la, b, lb))
 }

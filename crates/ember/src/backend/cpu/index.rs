@@ -5,12 +5,12 @@ use super::elementwise::{Add, NumElem};
 use super::walk::Walk;
 use super::{alloc_uninit, CpuData};
 use crate::layout::{contiguous_strides, Layout};
-use crate::WithDType;
+use crate::{Result, WithDType};
 
 /// Picks `idx` entries along `dim` of `src`: output shape is src's with
 /// `shape[dim] = idx.len()`.
-pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -> CpuData {
-    fn go<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[i64]) -> CpuData {
+pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -> Result<CpuData> {
+    fn go<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[i64]) -> Result<CpuData> {
         let mut shape: Vec<usize> = l.shape().to_vec();
         shape[dim] = idx.len();
         // walk the output shape, reading src with dim's stride zeroed; add the row offset
@@ -23,7 +23,7 @@ pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -
             *z = if d == dim { 1 } else { 0 };
         }
         let n: usize = shape.iter().product();
-        let mut out = alloc_uninit::<T>(n);
+        let mut out = alloc_uninit::<T>(n)?;
         // K = 2: src offset without dim, and the position along dim (via a 0/1 stride)
         let w = Walk::new(&shape, [&strides, &zeroed]);
         w.for_each_run([l.offset(), 0], 0, n, |pos, len, [o, k], [s, sk]| {
@@ -32,7 +32,7 @@ pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -
                 out[pos + i] = v[o + i * s + row * dim_stride];
             }
         });
-        T::wrap(out)
+        Ok(T::wrap(out))
     }
     super::dispatch!(src, v => go(v, l, dim, idx))
 }
@@ -44,21 +44,27 @@ pub(crate) fn gather(
     dim: usize,
     idx: &[i64],
     idx_shape: &[usize],
-) -> CpuData {
-    fn go<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[i64], ishape: &[usize]) -> CpuData {
+) -> Result<CpuData> {
+    fn go<T: WithDType>(
+        v: &[T],
+        l: &Layout,
+        dim: usize,
+        idx: &[i64],
+        ishape: &[usize],
+    ) -> Result<CpuData> {
         let mut strides: Vec<usize> = l.strides()[..ishape.len()].to_vec();
         let dim_stride = strides[dim];
         strides[dim] = 0;
         let is = contiguous_strides(ishape);
         let n = idx.len();
-        let mut out = alloc_uninit::<T>(n);
+        let mut out = alloc_uninit::<T>(n)?;
         let w = Walk::new(ishape, [&strides, &is]);
         w.for_each_run([l.offset(), 0], 0, n, |pos, len, [o, k], [s, sk]| {
             for i in 0..len {
                 out[pos + i] = v[o + i * s + idx[k + i * sk] as usize * dim_stride];
             }
         });
-        T::wrap(out)
+        Ok(T::wrap(out))
     }
     super::dispatch!(src, v => go(v, l, dim, idx, idx_shape))
 }

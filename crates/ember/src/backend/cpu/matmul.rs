@@ -5,6 +5,7 @@ use super::walk::Walk;
 use super::{alloc_filled, alloc_uninit, CpuData};
 use crate::dtype::WithDType;
 use crate::layout::Layout;
+use crate::Result;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -52,10 +53,10 @@ impl MatmulArgs<'_> {
 
 /// The product computed in `work` (operands converted to contiguous copies), then
 /// converted back to the operands' dtype.
-fn via(args: &MatmulArgs, work: crate::DType) -> CpuData {
+fn via(args: &MatmulArgs, work: crate::DType) -> Result<CpuData> {
     let dtype = args.a.0.dtype();
-    let a = super::elementwise::cast(args.a.0, args.a.1, work);
-    let b = super::elementwise::cast(args.b.0, args.b.1, work);
+    let a = super::elementwise::cast(args.a.0, args.a.1, work)?;
+    let b = super::elementwise::cast(args.b.0, args.b.1, work)?;
     let (la, lb) = (
         Layout::contiguous(args.a.1.shape()),
         Layout::contiguous(args.b.1.shape()),
@@ -64,12 +65,12 @@ fn via(args: &MatmulArgs, work: crate::DType) -> CpuData {
         a: (&a, &la),
         b: (&b, &lb),
         ..*args
-    });
+    })?;
     super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
 }
 
 /// Runs the batched product; the output is contiguous `batch + [m, n]`.
-pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
+pub(crate) fn matmul(args: &MatmulArgs) -> Result<CpuData> {
     match args.a.0 {
         CpuData::F32(a) => float_mm(a, args),
         CpuData::F64(a) => float_mm(a, args),
@@ -83,14 +84,14 @@ pub(crate) fn matmul(args: &MatmulArgs) -> CpuData {
 fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
     a: &[T],
     args: &MatmulArgs,
-) -> CpuData {
+) -> Result<CpuData> {
     let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
     let (m, k, n) = (args.m, args.k, args.n);
     let (_, count) = args.batch();
     if k == 0 || m * n == 0 {
-        return T::wrap(alloc_filled(count * m * n, T::zero()));
+        return alloc_filled(count * m * n, T::zero()).map(T::wrap);
     }
-    let mut out = alloc_uninit::<T>(count * m * n);
+    let mut out = alloc_uninit::<T>(count * m * n)?;
     let offs = args.batch_offsets();
     let (la, lb) = (args.a.1, args.b.1);
     let r = la.rank();
@@ -138,11 +139,11 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
             one(dst, o, par);
         }
     }
-    T::wrap(out)
+    Ok(T::wrap(out))
 }
 
 /// Integer matmul: exact (wrapping) i64 arithmetic, rows in parallel.
-fn int_mm(a: &[i64], args: &MatmulArgs) -> CpuData {
+fn int_mm(a: &[i64], args: &MatmulArgs) -> Result<CpuData> {
     let CpuData::I64(b) = args.b.0 else {
         unreachable!("matmul: operands share a dtype")
     };
@@ -152,7 +153,7 @@ fn int_mm(a: &[i64], args: &MatmulArgs) -> CpuData {
     let (a_rs, a_cs) = (la.strides()[r - 2], la.strides()[r - 1]);
     let (b_rs, b_cs) = (lb.strides()[r - 2], lb.strides()[r - 1]);
     let offs = args.batch_offsets();
-    let mut out = alloc_uninit::<i64>(offs.len() * m * n);
+    let mut out = alloc_uninit::<i64>(offs.len() * m * n)?;
     if n > 0 {
         out.par_chunks_mut(n).enumerate().for_each(|(row, dst)| {
             let (bi, i) = (row / m, row % m);
@@ -166,5 +167,5 @@ fn int_mm(a: &[i64], args: &MatmulArgs) -> CpuData {
             }
         });
     }
-    CpuData::I64(out)
+    Ok(CpuData::I64(out))
 }

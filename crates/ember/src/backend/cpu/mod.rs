@@ -14,7 +14,7 @@ pub(crate) mod vmath;
 pub(crate) mod walk;
 
 use crate::dtype::WithDType;
-use crate::DType;
+use crate::{DType, Error, Result};
 use half::{bf16, f16};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -195,7 +195,7 @@ fn pool_put(data: CpuData) {
 }
 
 fn pool_take<T: WithDType>(len: usize) -> Option<Vec<T>> {
-    if len * std::mem::size_of::<T>() < MIN_POOLED_BYTES {
+    if len.saturating_mul(std::mem::size_of::<T>()) < MIN_POOLED_BYTES {
         return None;
     }
     with_pool(|p| {
@@ -210,21 +210,96 @@ fn dispatch_take<T: WithDType>(mut d: CpuData) -> Option<Vec<T>> {
     T::slice_mut(&mut d).map(std::mem::take)
 }
 
+/// The error for host memory the system would not give: like PyTorch's CPU
+/// allocator, a request that cannot be met is an error the caller can handle,
+/// where Rust's own allocation would abort the process.
+pub(crate) fn host_oom(bytes: usize) -> Error {
+    Error::OutOfMemory {
+        device: crate::Device::Cpu,
+        requested: bytes,
+        msg: "the system allocator refused the request".into(),
+    }
+}
+
+/// An empty vector with room for `len` elements, or [`host_oom`].
+fn reserve<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| host_oom(len.saturating_mul(std::mem::size_of::<T>())))?;
+    Ok(v)
+}
+
+/// `len` elements of all-zero bytes (`0`, `0.0`, `false` in every dtype ember
+/// stores), from zeroed pages that the system maps lazily.
+fn zeroed<T: WithDType>(len: usize) -> Result<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len)
+        .map_err(|_| host_oom(len.saturating_mul(std::mem::size_of::<T>())))?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(host_oom(layout.size()));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `len` Ts
+    // (capacity = len), and all-zero bytes are a valid value of each of the seven
+    // WithDType types (the trait is sealed: its supertrait CpuElem cannot be named
+    // outside ember).
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
+/// `true` when `value` is stored as all-zero bytes (`0.0` but not `-0.0`).
+fn is_zero_bytes<T: WithDType>(value: &T) -> bool {
+    // SAFETY: WithDType types are plain numbers without padding bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+    };
+    bytes.iter().all(|&b| b == 0)
+}
+
 /// A buffer of `len` elements whose contents are unspecified (a pooled buffer keeps
 /// old values): the caller must write every element.
-pub(crate) fn alloc_uninit<T: WithDType>(len: usize) -> Vec<T> {
-    pool_take(len).unwrap_or_else(|| vec![T::default(); len])
+pub(crate) fn alloc_uninit<T: WithDType>(len: usize) -> Result<Vec<T>> {
+    match pool_take(len) {
+        Some(v) => Ok(v),
+        None => zeroed(len),
+    }
 }
 
 /// A buffer of `len` copies of `value`.
-pub(crate) fn alloc_filled<T: WithDType>(len: usize, value: T) -> Vec<T> {
+pub(crate) fn alloc_filled<T: WithDType>(len: usize, value: T) -> Result<Vec<T>> {
     match pool_take::<T>(len) {
         Some(mut v) => {
             fill(&mut v, value);
-            v
+            Ok(v)
         }
-        None => vec![value; len],
+        None if is_zero_bytes(&value) => zeroed(len),
+        None => {
+            let mut v = Vec::new();
+            try_resize(&mut v, len, value)?;
+            Ok(v)
+        }
     }
+}
+
+/// Resizes `v` to `len` copies of `value` (keeping what it holds), or
+/// [`host_oom`] when the memory cannot be had.
+pub(crate) fn try_resize<T: Clone>(v: &mut Vec<T>, len: usize, value: T) -> Result<()> {
+    if len > v.len() {
+        v.try_reserve_exact(len - v.len())
+            .map_err(|_| host_oom(len.saturating_mul(std::mem::size_of::<T>())))?;
+    }
+    v.resize(len, value);
+    Ok(())
+}
+
+/// The items of `it` (at most `len` of them) collected into memory reserved
+/// up front, so that a size the system cannot hold is an error.
+pub(crate) fn try_collect<T>(len: usize, it: impl IntoIterator<Item = T>) -> Result<Vec<T>> {
+    let mut v = reserve(len)?;
+    v.extend(it.into_iter().take(len));
+    Ok(v)
 }
 
 /// Fills a slice, in parallel when it is large.

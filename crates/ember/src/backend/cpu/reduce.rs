@@ -9,6 +9,7 @@ use super::walk::Walk;
 use super::{alloc_uninit, CpuData, PAR_CHUNK, PAR_MIN};
 use crate::dtype::{FloatDType, Real};
 use crate::layout::{Dims, Layout};
+use crate::Result;
 use crate::WithDType;
 use num_traits::{Float, Zero};
 use rayon::prelude::*;
@@ -23,7 +24,7 @@ pub(crate) fn reduce_lanes<T, U>(
     l: &Layout,
     dims: &[usize],
     f: impl Fn(&[T]) -> U + Sync,
-) -> Vec<U>
+) -> Result<Vec<U>>
 where
     T: Copy + Send + Sync,
     U: WithDType,
@@ -43,7 +44,7 @@ where
     let kept = Walk::new(&ks, [&kst]);
     let red = Walk::new(&rs, [&rst]);
     let contiguous_lane = red.shape.len() <= 1 && red.strides[0].first().is_none_or(|&s| s == 1);
-    let mut out = alloc_uninit::<U>(out_n);
+    let mut out = alloc_uninit::<U>(out_n)?;
     let work = |start: usize, chunk: &mut [U]| {
         let mut scratch: Vec<T> = Vec::new();
         kept.for_each_run(
@@ -72,13 +73,14 @@ where
     if out_n > 1 && out_n * lane_n >= PAR_MIN {
         // enough outputs per task to amortise the lane setup
         let per = (PAR_CHUNK / lane_n.max(1)).max(1);
+        let work: &(dyn Fn(usize, &mut [U]) + Sync) = &work;
         out.par_chunks_mut(per)
             .enumerate()
             .for_each(|(i, c)| work(i * per, c));
     } else {
         work(0, &mut out);
     }
-    out
+    Ok(out)
 }
 
 /// Sums a slice: blocks of up to 2048 elements in 8 independent lanes (vectorisable),
@@ -110,7 +112,7 @@ where
 /// very long slices), sums each with `leaf` and adds the halves.
 pub(crate) fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
     x: &[T],
-    leaf: &(impl Fn(&[T]) -> A + Sync),
+    leaf: &(dyn Fn(&[T]) -> A + Sync),
 ) -> A {
     if x.len() >= PAR_LANE {
         let (l, r) = x.split_at(x.len() / 2);
@@ -139,29 +141,29 @@ pub(crate) enum ReduceOp {
 
 /// Runs `op` over `dims`. Sums of integers and bools give i64; arg-reductions give
 /// i64 indices into the lane; everything else keeps the dtype.
-pub(crate) fn reduce(data: &CpuData, l: &Layout, dims: &[usize], op: ReduceOp) -> CpuData {
+pub(crate) fn reduce(data: &CpuData, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<CpuData> {
     use ReduceOp::*;
-    match data {
-        CpuData::F32(v) => reduce_float(v, l, dims, op),
-        CpuData::F64(v) => reduce_float(v, l, dims, op),
-        CpuData::F16(v) => reduce_float(v, l, dims, op),
-        CpuData::BF16(v) => reduce_float(v, l, dims, op),
-        CpuData::I64(v) => reduce_int(v, l, dims, op, |x| x),
+    Ok(match data {
+        CpuData::F32(v) => reduce_float(v, l, dims, op)?,
+        CpuData::F64(v) => reduce_float(v, l, dims, op)?,
+        CpuData::F16(v) => reduce_float(v, l, dims, op)?,
+        CpuData::BF16(v) => reduce_float(v, l, dims, op)?,
+        CpuData::I64(v) => reduce_int(v, l, dims, op, |x| x)?,
         CpuData::U8(v) => match op {
-            Sum | ArgMax | ArgMin => reduce_int(v, l, dims, op, |x| x as i64),
+            Sum | ArgMax | ArgMin => reduce_int(v, l, dims, op, |x| x as i64)?,
             _ => CpuData::U8(reduce_lanes(v, l, dims, |s| match op {
                 Max => s.iter().copied().max().unwrap_or(0),
                 _ => s.iter().copied().min().unwrap_or(0),
-            })),
+            })?),
         },
         CpuData::Bool(v) => match op {
-            Sum | ArgMax | ArgMin => reduce_int(v, l, dims, op, |x| x as i64),
+            Sum | ArgMax | ArgMin => reduce_int(v, l, dims, op, |x| x as i64)?,
             _ => CpuData::Bool(reduce_lanes(v, l, dims, |s| match op {
                 Max => s.iter().any(|&b| b),
                 _ => s.iter().all(|&b| b),
-            })),
+            })?),
         },
-    }
+    })
 }
 
 fn reduce_int<T: Copy + Send + Sync>(
@@ -170,9 +172,9 @@ fn reduce_int<T: Copy + Send + Sync>(
     dims: &[usize],
     op: ReduceOp,
     to: impl Fn(T) -> i64 + Sync + Copy,
-) -> CpuData {
+) -> Result<CpuData> {
     use ReduceOp::*;
-    CpuData::I64(reduce_lanes(v, l, dims, |s| match op {
+    reduce_lanes(v, l, dims, |s| match op {
         Sum => s.iter().fold(0i64, |a, &x| a.wrapping_add(to(x))),
         Max => s.iter().map(|&x| to(x)).max().unwrap_or(0),
         Min => s.iter().map(|&x| to(x)).min().unwrap_or(0),
@@ -180,7 +182,8 @@ fn reduce_int<T: Copy + Send + Sync>(
         ArgMin => arg_best(s.iter().map(|&x| to(x)), |a, b| a < b),
         // mean and var of integers are rejected before reaching the kernel
         Mean | Var(_) => 0,
-    }))
+    })
+    .map(CpuData::I64)
 }
 
 /// Index of the first element that no later element beats.
@@ -195,16 +198,21 @@ fn arg_best<A: Copy>(it: impl Iterator<Item = A>, better: impl Fn(A, A) -> bool)
     best.map_or(0, |(i, _)| i as i64)
 }
 
-fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp) -> CpuData {
+fn reduce_float<T: FloatDType>(
+    v: &[T],
+    l: &Layout,
+    dims: &[usize],
+    op: ReduceOp,
+) -> Result<CpuData> {
     use ReduceOp::*;
     let nan = T::Acc::nan();
-    match op {
-        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))),
+    Ok(match op {
+        Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))?),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
             T::from_acc(T::sum_slice(s) / T::Acc::c(s.len() as f64))
-        })),
+        })?),
         // empty lanes were refused before reaching here (no identity)
-        Max => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::max_slice(s)))),
+        Max => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::max_slice(s)))?),
         Min => T::wrap(reduce_lanes(v, l, dims, |s| {
             let mut best: Option<T::Acc> = None;
             for &x in s {
@@ -218,18 +226,18 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
                 });
             }
             T::from_acc(best.unwrap_or(nan))
-        })),
+        })?),
         // NaN counts as the largest and the smallest value, as in PyTorch
         ArgMax => CpuData::I64(reduce_lanes(v, l, dims, |s| {
             arg_best(s.iter().map(|x| x.to_acc()), |a, b| {
                 !b.is_nan() && (a.is_nan() || a > b)
             })
-        })),
+        })?),
         ArgMin => CpuData::I64(reduce_lanes(v, l, dims, |s| {
             arg_best(s.iter().map(|x| x.to_acc()), |a, b| {
                 !b.is_nan() && (a.is_nan() || a < b)
             })
-        })),
+        })?),
         Var(correction) => T::wrap(reduce_lanes(v, l, dims, |s| {
             // two passes in f64: PyTorch-level accuracy for f32 inputs
             let n = s.len() as f64;
@@ -239,8 +247,8 @@ fn reduce_float<T: FloatDType>(v: &[T], l: &Layout, dims: &[usize], op: ReduceOp
                 d * d
             });
             T::from_f64(ss / (n - correction).max(0.0))
-        })),
-    }
+        })?),
+    })
 }
 
 /// The largest value of a slice in the accumulator type in eight independent
@@ -271,9 +279,9 @@ pub(crate) fn softmax_rows(
     range: std::ops::Range<usize>,
     row: usize,
     log: bool,
-) -> Option<CpuData> {
-    fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> CpuData {
-        let mut out = alloc_uninit::<T>(x.len());
+) -> Option<Result<CpuData>> {
+    fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> Result<CpuData> {
+        let mut out = alloc_uninit::<T>(x.len())?;
         let body = |(src, dst): (&[T], &mut [T])| {
             let m = T::max_slice(src);
             // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
@@ -303,7 +311,7 @@ pub(crate) fn softmax_rows(
             }
         };
         if row == 0 {
-            return T::wrap(out);
+            return Ok(T::wrap(out));
         }
         let body = |rows: (&[T], &mut [T])| super::vmath::simd(|| body(rows));
         if x.len() >= PAR_MIN && x.len() / row > 1 {
@@ -313,7 +321,7 @@ pub(crate) fn softmax_rows(
         } else {
             x.chunks(row).zip(out.chunks_mut(row)).for_each(body);
         }
-        T::wrap(out)
+        Ok(T::wrap(out))
     }
     super::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
@@ -327,7 +335,7 @@ mod tests {
         // shape [2,3,2], reduce dim 1
         let v: Vec<f32> = (0..12).map(|x| x as f32).collect();
         let l = Layout::contiguous(&[2, 3, 2]);
-        let out = reduce_lanes(&v, &l, &[1], |s| s.iter().sum::<f32>());
+        let out = reduce_lanes(&v, &l, &[1], |s| s.iter().sum::<f32>()).unwrap();
         assert_eq!(out, vec![6.0, 9.0, 24.0, 27.0]);
     }
 

@@ -512,7 +512,15 @@ impl Drop for CudaStorage {
 impl CudaStorage {
     /// Uninitialised storage for `len` elements.
     pub fn alloc(dev: &Arc<CudaDev>, dtype: DType, len: usize) -> Result<CudaStorage> {
-        let ptr = dev.malloc(len * dtype.size_in_bytes())?;
+        let bytes = len
+            .checked_mul(dtype.size_in_bytes())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::OutOfMemory {
+                device: dev.device(),
+                requested: len.saturating_mul(dtype.size_in_bytes()),
+                msg: "more than an address can count".into(),
+            })?;
+        let ptr = dev.malloc(bytes)?;
         Ok(CudaStorage {
             ptr,
             len,
@@ -545,7 +553,7 @@ impl CudaStorage {
     /// `n` elements from `offset` copied to the host (waits for queued work).
     pub fn to_cpu_range(&self, offset: usize, n: usize) -> Result<CpuData> {
         fn go<T: crate::WithDType>(s: &CudaStorage, offset: usize, n: usize) -> Result<CpuData> {
-            let mut v = crate::backend::cpu::alloc_uninit::<T>(n);
+            let mut v = crate::backend::cpu::alloc_uninit::<T>(n)?;
             let at = s.ptr + (offset * std::mem::size_of::<T>()) as u64;
             s.dev.dtoh(&mut v, at)?;
             Ok(T::wrap(v))
