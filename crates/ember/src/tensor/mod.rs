@@ -180,11 +180,10 @@ impl Tensor {
         self.set_grad(None);
     }
 
-    /// The same values, sharing storage, outside the graph (`tensor.detach()`).
+    /// The same values, sharing storage, outside the graph (`tensor.detach()`): a
+    /// new tensor whose `requires_grad` flag and gradient are its own, so that
+    /// `x.detach().requires_grad_(true)` leaves `x` as it was.
     pub fn detach(&self) -> Tensor {
-        if !self.requires_grad() && self.node().is_none() {
-            return self.clone();
-        }
         self.with_layout(self.0.layout.clone())
     }
 

@@ -208,6 +208,12 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
     assert!(x.mul(&d)?.requires_grad());
     // ops on tensors that need no gradient record nothing
     assert!(!d.add(1.0)?.requires_grad());
+    // a detached tensor's flag is its own, also when the original needs no gradient
+    let c = d.mul(1.0)?;
+    let e = c.detach().requires_grad_(true)?;
+    assert!(e.requires_grad() && !c.requires_grad());
+    d.detach().requires_grad_(true)?;
+    assert!(!d.requires_grad());
     // backward needs a scalar (or an explicit gradient) and a graph
     assert!(x.mul(2.0)?.backward().is_err());
     x.mul(2.0)?
