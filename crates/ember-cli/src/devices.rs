@@ -41,11 +41,26 @@ pub fn run() -> ember::Result<()> {
     }
     println!("cuda libraries:");
     for lib in cuda::CudaLib::ALL {
+        let optional = lib == cuda::CudaLib::Cudnn;
         match cuda::find_library(lib) {
+            Ok(src) if optional => match cuda::cudnn::version() {
+                Some(v) => println!("  {}: {src} (version {v})", lib.name()),
+                None => println!(
+                    "  {}: {src}, unusable: {}",
+                    lib.name(),
+                    cuda::cudnn::unavailable_reason().unwrap_or_default()
+                ),
+            },
             Ok(src) => println!("  {}: {src}", lib.name()),
+            Err(why) if optional => println!("  {}: not found (optional): {why}", lib.name()),
             Err(why) => println!("  {}: not found: {why}", lib.name()),
         }
     }
+    println!(
+        "  convolutions through cuDNN: {} (EMBER_CUDNN=1 or ember::cuda::cudnn::set_enabled \
+         switches them on where cuDNN is found)",
+        if cuda::cudnn::enabled() { "on" } else { "off" }
+    );
     match cuda::include_dirs().first() {
         Some(d) => println!("  headers (cuda_fp16.h): {}", d.display()),
         None => println!(

@@ -56,6 +56,15 @@ pub mod cuda {
     };
     pub use crate::device::cuda::*;
     pub use crate::device::libs::{ensure as find_library, include_dirs, CudaLib, LibSource};
+
+    /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): off by default
+    /// until ember's cuDNN path has run on a GPU; `set_enabled(true)` or
+    /// `EMBER_CUDNN=1` switches it on where the library is found.
+    pub mod cudnn {
+        pub use crate::backend::cuda::dnn::{
+            convolutions, enabled, is_available, set_enabled, unavailable_reason, version,
+        };
+    }
 }
 
 /// Host-side memory management (the pool of freed CPU buffers).

@@ -134,8 +134,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     for dev in devs {
         if let Device::Cuda(i) = dev {
             let p = cuda::device_properties(i)?;
+            let conv = if cuda::cudnn::enabled() && cuda::cudnn::is_available() {
+                "cuDNN"
+            } else {
+                "im2col + cuBLAS"
+            };
             println!(
-                "{dev}: {} (compute capability {}.{}, {} SMs)",
+                "{dev}: {} (compute capability {}.{}, {} SMs; convolutions: {conv})",
                 p.name, p.compute_capability.0, p.compute_capability.1, p.multiprocessor_count
             );
             if cuda::is_simulated() {

@@ -1,4 +1,4 @@
-//! Finding the CUDA libraries (driver, NVRTC, cuBLAS) and headers where
+//! Finding the CUDA libraries (driver, NVRTC, cuBLAS, cuDNN) and headers where
 //! users have them.
 //!
 //! cudarc opens each library by its usual file names through the system loader and
@@ -28,11 +28,19 @@ pub enum CudaLib {
     Nvrtc,
     /// `libcublas.so` (and `libcublasLt.so`): matrix multiplication.
     Cublas,
+    /// `libcudnn.so.9` (and its sub-libraries): convolutions, where switched on
+    /// with `ember::cuda::cudnn::set_enabled`. Optional.
+    Cudnn,
 }
 
 impl CudaLib {
     /// Every library, in the order `ember devices` lists them.
-    pub const ALL: [CudaLib; 3] = [CudaLib::Driver, CudaLib::Nvrtc, CudaLib::Cublas];
+    pub const ALL: [CudaLib; 4] = [
+        CudaLib::Driver,
+        CudaLib::Nvrtc,
+        CudaLib::Cublas,
+        CudaLib::Cudnn,
+    ];
 
     /// The file names tried, most specific first (CUDA 13 first, then older majors
     /// whose ABI cudarc also accepts).
@@ -41,6 +49,7 @@ impl CudaLib {
             CudaLib::Driver => &["libcuda.so.1", "libcuda.so"],
             CudaLib::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
             CudaLib::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
+            CudaLib::Cudnn => &["libcudnn.so.9"],
         }
     }
 
@@ -51,6 +60,15 @@ impl CudaLib {
             // NVRTC opens its builtins library by name when it compiles
             CudaLib::Nvrtc => &["libnvrtc-builtins.so"],
             CudaLib::Cublas => &["libcublasLt.so"],
+            // cuDNN 9 opens these by name from the one it was asked for
+            CudaLib::Cudnn => &[
+                "libcudnn_graph.so",
+                "libcudnn_ops.so",
+                "libcudnn_cnn.so",
+                "libcudnn_heuristic.so",
+                "libcudnn_engines_precompiled.so",
+                "libcudnn_engines_runtime_compiled.so",
+            ],
             _ => &[],
         }
     }
@@ -61,6 +79,7 @@ impl CudaLib {
             CudaLib::Driver => None,
             CudaLib::Nvrtc => Some("nvidia-cuda-nvrtc"),
             CudaLib::Cublas => Some("nvidia-cublas"),
+            CudaLib::Cudnn => Some("nvidia-cudnn-cu13"),
         }
     }
 
@@ -70,6 +89,7 @@ impl CudaLib {
             CudaLib::Driver => "driver",
             CudaLib::Nvrtc => "nvrtc",
             CudaLib::Cublas => "cublas",
+            CudaLib::Cudnn => "cudnn",
         }
     }
 }
@@ -281,6 +301,7 @@ fn locate(lib: CudaLib) -> Found {
             "; install the NVIDIA driver, or add the folder holding libcuda.so.1 to \
              LD_LIBRARY_PATH or EMBER_CUDA_LIB_DIR"
         }
+        CudaLib::Cudnn => "; install cuDNN 9 or the pip package ",
         _ => "; install the CUDA toolkit or the pip package ",
     });
     if let Some(pkg) = lib.pip_package() {

@@ -12,7 +12,7 @@ use crate::{DType, Error, Result};
 
 /// Adds the bias's entry to conv2d's gradients: nothing without a bias, `None`
 /// when the bias needs no gradient, else the output gradient summed per channel.
-fn push_bias_grad(
+pub(super) fn push_bias_grad(
     grads: &mut Vec<Option<Tensor>>,
     has_bias: Option<bool>,
     g: &Tensor,
@@ -359,69 +359,6 @@ impl Tensor {
                         .transpose()?,
                 ];
                 push_bias_grad(&mut grads, has_bias, g)?;
-                Ok(grads)
-            }
-        }))
-    }
-
-    /// conv2d on a GPU: the input's patches (im2col) times the weight matrix through
-    /// cuBLAS, one batched product over the groups (group `gi` owns patch rows
-    /// `gi·K/g ..`, so the patches view as `[n, g, K/g, p]` and the weight as
-    /// `[g, o/g, K/g]`); the backward pass multiplies back and folds the patches'
-    /// gradient into the input's (col2im). `x`, `wt`, `b` are contiguous in the
-    /// `work` dtype (f32 or f64).
-    fn conv2d_cuda(
-        &self,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        (x, wt, b): (Tensor, Tensor, Option<Tensor>),
-        s: ConvShape,
-        work: DType,
-    ) -> Result<Tensor> {
-        let (n, c, h, w, o, oh, ow, g) = (s.n, s.c, s.h, s.w, s.o, s.oh, s.ow, s.groups);
-        let (kh, kw) = s.win.kernel;
-        let (k, p) = (c * kh * kw, oh * ow);
-        let (kg, og) = (k / g, o / g);
-        let kc = cuda_ops::KConv::new((n, c), (h, w), (oh, ow), &s.win);
-        let ng = crate::no_grad_guard();
-        let col = {
-            let xs = x.cuda_storage().expect("on the GPU");
-            Tensor::from_cuda(cuda_ops::im2col(&xs, x.layout().offset(), &kc)?, &[n, k, p])
-        }
-        .reshape([n, g, kg, p])?;
-        let wm = wt.reshape([g, og, kg])?;
-        let mut y = wm.matmul(&col)?.reshape([n, o, p])?;
-        if let Some(b) = &b {
-            y = y.add(&b.reshape([1, o, 1])?)?;
-        }
-        let out = y.reshape([n, o, oh, ow])?.to_dtype(self.dtype())?;
-        drop(ng);
-        let mut inputs = vec![self, weight];
-        inputs.extend(bias);
-        Ok(Tensor::record(out, "conv2d", &inputs, |_| {
-            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
-            let need = (self.requires_grad(), weight.requires_grad());
-            let has_bias = bias.map(|b| b.requires_grad());
-            move |gy: &Tensor| {
-                let gc = gy.to_dtype(work)?.contiguous()?.reshape([n, g, og, p])?;
-                let gx = if need.0 {
-                    // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
-                    let gcol = wm.transpose(-1, -2)?.matmul(&gc)?.contiguous()?;
-                    let st = gcol.cuda_storage().expect("on the GPU");
-                    let gx = cuda_ops::col2im(&st, gcol.layout().offset(), &kc)?;
-                    Some(Tensor::from_cuda(gx, &[n, c, h, w]).to_dtype(xdt)?)
-                } else {
-                    None
-                };
-                let gw = if need.1 {
-                    // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
-                    let gw = gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false)?;
-                    Some(gw.reshape(wshape.as_slice())?.to_dtype(wdt)?)
-                } else {
-                    None
-                };
-                let mut grads = vec![gx, gw];
-                push_bias_grad(&mut grads, has_bias, gy)?;
                 Ok(grads)
             }
         }))

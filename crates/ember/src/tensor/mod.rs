@@ -12,6 +12,7 @@
 //! ```
 
 mod arith;
+mod conv_cuda;
 pub(crate) mod create;
 mod display;
 mod elementwise;

@@ -9,6 +9,7 @@
 
 pub(crate) mod alloc;
 pub(crate) mod blas;
+pub(crate) mod dnn;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod pinned;
@@ -143,6 +144,7 @@ pub(crate) struct CudaDev {
     modules: Mutex<HashMap<(&'static str, DType), Module>>,
     functions: Mutex<HashMap<String, Func>>,
     blas: Mutex<Option<Blas>>,
+    dnn: Mutex<Option<dnn::Dnn>>,
     pinned: Mutex<pinned::PinnedPool>,
 }
 
@@ -238,6 +240,7 @@ impl CudaDev {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             blas: Mutex::new(None),
+            dnn: Mutex::new(None),
             pinned: Mutex::new(pinned::PinnedPool::default()),
         }
     }

@@ -16,7 +16,7 @@ fn invalid(why: String) -> Error {
 ///
 /// # Safety
 /// `base` must point at an array of `dt` with more than `i` elements.
-unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
+pub(super) unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
     match dt {
         DType::F32 => *(base as *const f32).offset(i as isize) as f64,
         DType::F64 => *(base as *const f64).offset(i as isize),
@@ -28,7 +28,7 @@ unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
 
 /// # Safety
 /// As [`read`].
-unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
+pub(super) unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
     match dt {
         DType::F32 => *(base as *mut f32).offset(i as isize) = v as f32,
         DType::F64 => *(base as *mut f64).offset(i as isize) = v,

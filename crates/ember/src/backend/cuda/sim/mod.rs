@@ -6,8 +6,9 @@
 //! at first use by the host's C++ compiler instead of NVRTC, with
 //! [`prelude.h`](prelude.h) standing in for the CUDA runtime), the launch
 //! parameters built by `ops.rs`, user kernels from [`Kernel`](crate::kernel::Kernel),
-//! and matrix products through a reference GEMM that follows cuBLAS's column-major
-//! contract, argument checks included.
+//! matrix products through a reference GEMM that follows cuBLAS's column-major
+//! contract, argument checks included, and convolutions through a reference that
+//! follows cuDNN's (when `ember::cuda::cudnn` is switched on).
 //!
 //! What it checks: the logic of kernels and of the host code that drives them
 //! (indexing, layouts passed by value, reductions across warps and blocks, launch
@@ -21,8 +22,10 @@
 //! (device memory per simulated GPU, default 4096). Compiled modules are cached next
 //! to NVRTC's cubins.
 
+mod dnn;
 mod gemm;
 
+pub(crate) use dnn::conv;
 pub(crate) use gemm::gemm;
 
 use crate::{Error, Result};

@@ -1,0 +1,595 @@
+//! Convolutions through cuDNN, where it is present and switched on.
+//!
+//! [`set_enabled(true)`](set_enabled) (or `EMBER_CUDNN=1`) sends `conv2d` and its
+//! gradients on a GPU to cuDNN's convolution routines instead of ember's im2col +
+//! cuBLAS path. It is off by default because this code has not yet run on a GPU:
+//! on ember's simulator a reference with cuDNN's contract stands in for the library
+//! (NCHW tensors, KCRS filters, the output size checked, bad parameters refused),
+//! which tests everything up to the library calls themselves.
+//!
+//! Operands are contiguous NCHW in f32 or f64 (f16 and bf16 convolve in f32, as on
+//! the im2col path). f32 convolutions use FMA kernels unless TF32 is allowed with
+//! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
+//! is cuDNN's first heuristic choice whose workspace the caching allocator can
+//! provide, remembered per shape.
+
+use super::{CudaDev, CudaStorage, Runtime};
+use crate::backend::cpu::conv::ConvShape;
+use crate::device::libs::{self, CudaLib};
+use crate::{DType, Error, Result};
+use cudarc::cudnn::{result as dnn, sys};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{MutexGuard, OnceLock};
+
+/// 0: not decided yet (`EMBER_CUDNN` decides), 1: off, 2: on.
+static ENABLED: AtomicU8 = AtomicU8::new(0);
+
+/// Sends GPU convolutions to cuDNN when it is available
+/// (`torch.backends.cudnn.enabled`). Off by default until ember's cuDNN path has
+/// run on a GPU; `EMBER_CUDNN=1` switches it on for a whole program.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Whether GPU convolutions go to cuDNN when it is available.
+pub fn enabled() -> bool {
+    match ENABLED.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("EMBER_CUDNN").is_ok_and(|v| matches!(v.trim(), "1" | "true"));
+            // a set_enabled() racing with this first read wins
+            let _ = ENABLED.compare_exchange(
+                0,
+                if on { 2 } else { 1 },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            ENABLED.load(Ordering::Relaxed) == 2
+        }
+        v => v == 2,
+    }
+}
+
+/// The loaded cuDNN's version number (90100 for 9.1.0), or why none can be used.
+fn library() -> &'static std::result::Result<usize, String> {
+    static LIB: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        libs::ensure(CudaLib::Cudnn)?;
+        // SAFETY: a probe of the loader; cudarc panics on a missing library only in
+        // the calls after it.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("libcudnn.so.9 was found but does not load by name".into());
+        }
+        let v = dnn::get_version();
+        if v / 10000 != 9 {
+            return Err(format!("cuDNN version {v} found; ember needs cuDNN 9"));
+        }
+        Ok(v)
+    })
+}
+
+/// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
+/// simulator stands in for it (`torch.backends.cudnn.is_available()`).
+pub fn is_available() -> bool {
+    super::sim::enabled().is_some() || library().is_ok()
+}
+
+/// The version of the cuDNN library that loads (`torch.backends.cudnn.version()`),
+/// `None` where none does.
+pub fn version() -> Option<usize> {
+    library().as_ref().ok().copied()
+}
+
+/// Why cuDNN cannot be used, `None` where it can.
+pub fn unavailable_reason() -> Option<String> {
+    library().as_ref().err().cloned()
+}
+
+static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convolution passes (forward, input and weight gradients) this process
+/// has sent to cuDNN: a way to see that the switch took effect.
+pub fn convolutions() -> u64 {
+    PASSES.load(Ordering::Relaxed)
+}
+
+/// `true` when a convolution on a GPU should go to cuDNN.
+pub(crate) fn use_cudnn() -> bool {
+    enabled() && is_available()
+}
+
+/// Geometry of a convolution in cuDNN's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvGeom {
+    pub dtype: DType,
+    /// Input `[n, c, h, w]`.
+    pub x: [i32; 4],
+    /// Filter `[k, c / groups, r, s]`.
+    pub w: [i32; 4],
+    /// Output `[n, k, p, q]`.
+    pub y: [i32; 4],
+    pub pad: [i32; 2],
+    pub stride: [i32; 2],
+    pub dilation: [i32; 2],
+    pub groups: i32,
+}
+
+impl ConvGeom {
+    /// The geometry of `s` in `dtype`; `None` where cuDNN cannot take it (a size
+    /// past its 32-bit limit, or an empty tensor), which ember's own path handles.
+    pub fn new(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
+        let i0 = |v: usize| i32::try_from(v).ok();
+        let i = |v: usize| i0(v).filter(|&v| v > 0);
+        let win = &s.win;
+        Some(ConvGeom {
+            dtype,
+            x: [i(s.n)?, i(s.c)?, i(s.h)?, i(s.w)?],
+            w: [
+                i(s.o)?,
+                i(s.c / s.groups)?,
+                i(win.kernel.0)?,
+                i(win.kernel.1)?,
+            ],
+            y: [i(s.n)?, i(s.o)?, i(s.oh)?, i(s.ow)?],
+            pad: [i0(win.padding.0)?, i0(win.padding.1)?],
+            stride: [i(win.stride.0)?, i(win.stride.1)?],
+            dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
+            groups: i(s.groups)?,
+        })
+    }
+
+    /// The elements of `[n, c, h, w]`-like dims.
+    pub fn numel(d: [i32; 4]) -> usize {
+        d.iter().map(|&v| v as usize).product()
+    }
+}
+
+/// One of the three convolutions of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ConvPass {
+    /// `y = x ⋆ w`.
+    Forward,
+    /// `dx` from `dy` (in `y`) and `w`.
+    BackwardData,
+    /// `dw` from `x` and `dy` (in `y`).
+    BackwardFilter,
+}
+
+/// One call: device pointers to contiguous `x`, `w` and `y` arrays of the
+/// geometry's sizes. The pass reads two of them and overwrites the third (`y` holds
+/// `dy` in the backward passes).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvCall {
+    pub geom: ConvGeom,
+    pub pass: ConvPass,
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+}
+
+/// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`
+/// forward, `(w, dy)` for the input gradient, `(x, dy)` for the weight gradient)
+/// and returns the third, newly allocated.
+pub(crate) fn conv_pass(
+    pass: ConvPass,
+    geom: &ConvGeom,
+    (a, a_off): (&CudaStorage, usize),
+    (b, b_off): (&CudaStorage, usize),
+) -> Result<CudaStorage> {
+    let dev = a.dev();
+    let at = |s: &CudaStorage, off: usize| s.ptr() + (off * s.dtype().size_in_bytes()) as u64;
+    let (pa, pb) = (at(a, a_off), at(b, b_off));
+    let out_dims = match pass {
+        ConvPass::Forward => geom.y,
+        ConvPass::BackwardData => geom.x,
+        ConvPass::BackwardFilter => geom.w,
+    };
+    let out = CudaStorage::alloc(dev, geom.dtype, ConvGeom::numel(out_dims))?;
+    let po = out.ptr();
+    let (x, w, y) = match pass {
+        ConvPass::Forward => (pa, pb, po),
+        ConvPass::BackwardData => (po, pa, pb),
+        ConvPass::BackwardFilter => (pa, po, pb),
+    };
+    let call = ConvCall {
+        geom: *geom,
+        pass,
+        x,
+        w,
+        y,
+    };
+    // SAFETY: each pointer addresses a contiguous array of its operand's size: the
+    // inputs are contiguous tensors of these shapes (checked by conv2d) and the
+    // output was just allocated.
+    unsafe { dev.conv(&call)? };
+    PASSES.fetch_add(1, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// An algorithm of one of the three passes.
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(sys::cudnnConvolutionFwdAlgo_t),
+    BackwardData(sys::cudnnConvolutionBwdDataAlgo_t),
+    BackwardFilter(sys::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+/// A device's cuDNN handle (bound to its stream) and the algorithms chosen so far.
+pub(crate) struct Dnn {
+    handle: sys::cudnnHandle_t,
+    /// (geometry, pass, TF32 allowed) -> (algorithm, workspace bytes)
+    algos: HashMap<(ConvGeom, ConvPass, bool), (Algo, usize)>,
+}
+// SAFETY: the handle is used under the device's dnn mutex only.
+unsafe impl Send for Dnn {}
+
+fn dnn_err(op: &'static str) -> impl Fn(dnn::CudnnError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// The descriptors of one geometry, destroyed when dropped.
+struct Descriptors {
+    x: sys::cudnnTensorDescriptor_t,
+    w: sys::cudnnFilterDescriptor_t,
+    y: sys::cudnnTensorDescriptor_t,
+    conv: sys::cudnnConvolutionDescriptor_t,
+}
+
+impl Descriptors {
+    fn new(g: &ConvGeom, tf32: bool) -> Result<Descriptors> {
+        use sys::cudnnDataType_t::*;
+        use sys::cudnnMathType_t::*;
+        let (data, math) = match g.dtype {
+            // FMA kernels exclude TF32, which cuDNN's default math allows
+            DType::F32 => (
+                CUDNN_DATA_FLOAT,
+                if tf32 {
+                    CUDNN_DEFAULT_MATH
+                } else {
+                    CUDNN_FMA_MATH
+                },
+            ),
+            DType::F64 => (CUDNN_DATA_DOUBLE, CUDNN_DEFAULT_MATH),
+            dt => {
+                return Err(Error::dtype(
+                    "conv2d",
+                    dt,
+                    "ember's cuDNN path takes float32 or float64",
+                ))
+            }
+        };
+        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let mut d = Descriptors {
+            x: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+        };
+        // SAFETY: each descriptor is set right after its creation and destroyed once
+        // (by Drop, which skips the ones not created).
+        unsafe {
+            d.x =
+                dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?;
+            dnn::set_tensor4d_descriptor(d.x, nchw, data, g.x)
+                .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            d.y =
+                dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?;
+            dnn::set_tensor4d_descriptor(d.y, nchw, data, g.y)
+                .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
+            d.w =
+                dnn::create_filter_descriptor().map_err(dnn_err("cudnnCreateFilterDescriptor"))?;
+            dnn::set_filter4d_descriptor(d.w, data, nchw, g.w)
+                .map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
+            d.conv = dnn::create_convolution_descriptor()
+                .map_err(dnn_err("cudnnCreateConvolutionDescriptor"))?;
+            dnn::set_convolution2d_descriptor(
+                d.conv,
+                g.pad[0],
+                g.pad[1],
+                g.stride[0],
+                g.stride[1],
+                g.dilation[0],
+                g.dilation[1],
+                sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                data,
+            )
+            .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
+            dnn::set_convolution_group_count(d.conv, g.groups)
+                .map_err(dnn_err("cudnnSetConvolutionGroupCount"))?;
+            dnn::set_convolution_math_type(d.conv, math)
+                .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+        }
+        Ok(d)
+    }
+}
+
+impl Descriptors {
+    /// The output size cuDNN computes for these descriptors (host-only: no GPU
+    /// or handle needed).
+    fn output_dims(&self) -> Result<[i32; 4]> {
+        let (mut n, mut k, mut p, mut q) = (0i32, 0i32, 0i32, 0i32);
+        // SAFETY: live descriptors, four out-parameters.
+        unsafe {
+            sys::cudnnGetConvolution2dForwardOutputDim(
+                self.conv, self.x, self.w, &mut n, &mut k, &mut p, &mut q,
+            )
+        }
+        .result()
+        .map_err(dnn_err("cudnnGetConvolution2dForwardOutputDim"))?;
+        Ok([n, k, p, q])
+    }
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created by `new` and is destroyed once.
+        unsafe {
+            if !self.x.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.x);
+            }
+            if !self.y.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.y);
+            }
+            if !self.w.is_null() {
+                let _ = dnn::destroy_filter_descriptor(self.w);
+            }
+            if !self.conv.is_null() {
+                let _ = dnn::destroy_convolution_descriptor(self.conv);
+            }
+        }
+    }
+}
+
+/// Device memory for cuDNN's scratch space, returned to the caching allocator when
+/// dropped (work queued on the stream before that still owns it: the allocator
+/// hands the block only to later work on the same stream).
+struct Workspace<'a> {
+    dev: &'a CudaDev,
+    ptr: u64,
+    bytes: usize,
+}
+
+impl<'a> Workspace<'a> {
+    fn new(dev: &'a CudaDev, bytes: usize) -> Result<Workspace<'a>> {
+        let ptr = if bytes == 0 { 0 } else { dev.malloc(bytes)? };
+        Ok(Workspace { dev, ptr, bytes })
+    }
+}
+
+impl Drop for Workspace<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.dev.free(self.ptr);
+        }
+    }
+}
+
+/// The most algorithms cuDNN reports for any pass.
+const MAX_ALGOS: usize = 8;
+
+/// cuDNN's ranked heuristic choices for a pass: (algorithm, status, workspace).
+///
+/// # Safety
+/// `h` is a live handle and `d` describes the call.
+unsafe fn ranked(
+    h: sys::cudnnHandle_t,
+    d: &Descriptors,
+    pass: ConvPass,
+) -> Result<Vec<(Algo, bool, usize)>> {
+    use sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+    let mut count = 0i32;
+    macro_rules! query {
+        ($perf:ty, $get:path, $op:literal, $variant:ident, ($($arg:expr),*)) => {{
+            let mut perf: [MaybeUninit<$perf>; MAX_ALGOS] = [MaybeUninit::uninit(); MAX_ALGOS];
+            $get(h, $($arg),*, MAX_ALGOS as i32, &mut count, perf.as_mut_ptr().cast())
+                .map_err(dnn_err($op))?;
+            perf[..(count.clamp(0, MAX_ALGOS as i32) as usize)]
+                .iter()
+                .map(|p| {
+                    // SAFETY: cuDNN wrote the first `count` entries.
+                    let p = p.assume_init();
+                    (Algo::$variant(p.algo), p.status == CUDNN_STATUS_SUCCESS, p.memory)
+                })
+                .collect()
+        }};
+    }
+    Ok(match pass {
+        ConvPass::Forward => query!(
+            sys::cudnnConvolutionFwdAlgoPerf_t,
+            dnn::get_convolution_forward_algorithm,
+            "cudnnGetConvolutionForwardAlgorithm_v7",
+            Forward,
+            (d.x, d.w, d.conv, d.y)
+        ),
+        ConvPass::BackwardData => query!(
+            sys::cudnnConvolutionBwdDataAlgoPerf_t,
+            dnn::get_convolution_backward_data_algorithm,
+            "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+            BackwardData,
+            (d.w, d.y, d.conv, d.x)
+        ),
+        ConvPass::BackwardFilter => query!(
+            sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+            dnn::get_convolution_backward_filter_algorithm,
+            "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+            BackwardFilter,
+            (d.x, d.y, d.conv, d.w)
+        ),
+    })
+}
+
+impl CudaDev {
+    /// Queues `c` on the device's stream: cuDNN on a GPU, the simulator's
+    /// reference on a simulated one.
+    ///
+    /// # Safety
+    /// `c.x`, `c.w` and `c.y` must address contiguous device arrays with the sizes
+    /// of `c.geom`.
+    pub(crate) unsafe fn conv(&self, c: &ConvCall) -> Result<()> {
+        match &self.rt {
+            Runtime::Sim => super::sim::conv(c),
+            Runtime::Driver { .. } => self.cudnn_conv(c),
+        }
+    }
+
+    /// The device's cuDNN handle, created at first use.
+    fn dnn(&self) -> Result<MutexGuard<'_, Option<Dnn>>> {
+        let mut g = self.dnn.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            library()
+                .as_ref()
+                .map_err(|reason| Error::CudaUnavailable {
+                    reason: format!("cuDNN: {reason}"),
+                })?;
+            let h = dnn::create_handle().map_err(dnn_err("cudnnCreate"))?;
+            // SAFETY: a fresh handle and this device's live stream.
+            if let Err(e) = unsafe { dnn::set_stream(h, self.cu_stream() as sys::cudaStream_t) } {
+                // SAFETY: created above, used nowhere else.
+                let _ = unsafe { dnn::destroy_handle(h) };
+                return Err(dnn_err("cudnnSetStream")(e));
+            }
+            *g = Some(Dnn {
+                handle: h,
+                algos: HashMap::new(),
+            });
+        }
+        Ok(g)
+    }
+
+    unsafe fn cudnn_conv(&self, c: &ConvCall) -> Result<()> {
+        let mut guard = self.dnn()?;
+        let dnn_state = guard.as_mut().expect("created by dnn()");
+        let h = dnn_state.handle;
+        let tf32 = super::allow_tf32();
+        let d = Descriptors::new(&c.geom, tf32)?;
+        // cuDNN's output size must be ember's, or the arrays do not match
+        let o = d.output_dims()?;
+        if o != c.geom.y {
+            return Err(Error::Cuda {
+                op: "cudnnGetConvolution2dForwardOutputDim",
+                msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
+            });
+        }
+        let key = (c.geom, c.pass, tf32);
+        let (algo, ws_bytes) = match dnn_state.algos.get(&key) {
+            Some(&a) => a,
+            None => {
+                // the first that succeeds with a workspace the allocator can give
+                let mut pick = None;
+                for (algo, ok, bytes) in ranked(h, &d, c.pass)? {
+                    if ok && Workspace::new(self, bytes).is_ok() {
+                        pick = Some((algo, bytes));
+                        break;
+                    }
+                }
+                let a = pick.ok_or_else(|| Error::Cuda {
+                    op: "choosing a cuDNN algorithm",
+                    msg: format!("no {:?} algorithm fits in memory for {:?}", c.pass, c.geom),
+                })?;
+                dnn_state.algos.insert(key, a);
+                a
+            }
+        };
+        let ws = Workspace::new(self, ws_bytes)?;
+        let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
+        let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
+            (
+                (&one64 as *const f64).cast(),
+                (&zero64 as *const f64).cast(),
+            )
+        } else {
+            (
+                (&one32 as *const f32).cast(),
+                (&zero32 as *const f32).cast(),
+            )
+        };
+        let (x, w, y) = (c.x as *mut c_void, c.w as *mut c_void, c.y as *mut c_void);
+        let wsp = ws.ptr as *mut c_void;
+        match algo {
+            Algo::Forward(a) => dnn::convolution_forward(
+                h, one, d.x, x, d.w, w, d.conv, a, wsp, ws.bytes, zero, d.y, y,
+            )
+            .map_err(dnn_err("cudnnConvolutionForward")),
+            Algo::BackwardData(a) => dnn::convolution_backward_data(
+                h, one, d.w, w, d.y, y, d.conv, a, wsp, ws.bytes, zero, d.x, x,
+            )
+            .map_err(dnn_err("cudnnConvolutionBackwardData")),
+            Algo::BackwardFilter(a) => dnn::convolution_backward_filter(
+                h, one, d.x, x, d.y, y, d.conv, a, wsp, ws.bytes, zero, d.w, w,
+            )
+            .map_err(dnn_err("cudnnConvolutionBackwardFilter")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::conv::Window;
+
+    fn shape(
+        (n, c, h, w): (usize, usize, usize, usize),
+        (o, kh, kw): (usize, usize, usize),
+        (stride, padding, dilation): ((usize, usize), (usize, usize), (usize, usize)),
+        groups: usize,
+    ) -> ConvShape {
+        let win = Window {
+            kernel: (kh, kw),
+            stride,
+            padding,
+            dilation,
+        };
+        let out = |i, k, s, p, d| Window::out_size(i, k, s, p, d, false).unwrap();
+        ConvShape {
+            n,
+            c,
+            h,
+            w,
+            o,
+            groups,
+            oh: out(h, kh, stride.0, padding.0, dilation.0),
+            ow: out(w, kw, stride.1, padding.1, dilation.1),
+            win,
+        }
+    }
+
+    /// Where the cuDNN library loads (no GPU needed): it accepts ember's descriptors
+    /// and computes the output sizes ember computes.
+    #[test]
+    fn descriptors_and_output_sizes_agree_with_cudnn() {
+        if let Err(why) = library() {
+            eprintln!("skipped descriptors_and_output_sizes_agree_with_cudnn: {why}");
+            return;
+        }
+        let one = (1, 1);
+        let cases = [
+            shape((2, 3, 7, 6), (4, 3, 3), (one, (0, 0), one), 1),
+            shape((2, 3, 9, 8), (5, 3, 3), ((2, 2), one, one), 1),
+            shape((1, 2, 9, 9), (3, 3, 3), (one, (2, 2), (2, 2)), 1),
+            shape((2, 4, 6, 5), (6, 3, 3), (one, one, one), 2),
+            shape((1, 4, 6, 6), (4, 3, 3), (one, (0, 0), one), 4),
+            shape((2, 2, 8, 7), (3, 2, 3), ((2, 1), (0, 1), (1, 2)), 1),
+            shape((64, 32, 26, 26), (64, 3, 3), (one, (0, 0), one), 1),
+            shape((1, 1, 5, 5), (1, 5, 5), ((3, 3), (0, 0), one), 1),
+        ];
+        for s in &cases {
+            for dtype in [DType::F32, DType::F64] {
+                for tf32 in [false, true] {
+                    let g = ConvGeom::new(dtype, s).expect("a cuDNN geometry");
+                    let d = Descriptors::new(&g, tf32).unwrap();
+                    assert_eq!(d.output_dims().unwrap(), g.y, "{g:?}");
+                }
+            }
+        }
+        // a filter that does not fit the input is refused, not crashed on
+        let mut bad = ConvGeom::new(DType::F32, &cases[0]).expect("a cuDNN geometry");
+        bad.w[1] = 2;
+        let refused = Descriptors::new(&bad, false).and_then(|d| d.output_dims());
+        assert!(refused.is_err(), "{refused:?}");
+    }
+}

@@ -1,0 +1,204 @@
+//! The simulator's cuDNN: reference convolutions with cuDNN's contract (NCHW
+//! tensors, KCRS filters, cross-correlation, groups, the output size cuDNN
+//! computes), refusing what cuDNN refuses, so that the calls ember builds for cuDNN
+//! are tested and not only the numbers.
+
+use super::gemm::{read, write};
+use crate::backend::cuda::dnn::{ConvCall, ConvGeom, ConvPass};
+use crate::{DType, Error, Result};
+
+fn status(name: &str, why: String) -> Error {
+    Error::Cuda {
+        op: "cudnnConvolution",
+        msg: format!("{name} (simulator: {why})"),
+    }
+}
+
+/// cuDNN's output size along one axis.
+fn out_len(input: i32, pad: i32, filter: i32, stride: i32, dilation: i32) -> i64 {
+    let eff = (filter as i64 - 1) * dilation as i64 + 1;
+    let span = input as i64 + 2 * pad as i64 - eff;
+    if span < 0 {
+        return 0;
+    }
+    span / stride as i64 + 1
+}
+
+/// Runs `c` (alpha 1, beta 0), accumulating in f64.
+///
+/// # Safety
+/// `c.x`, `c.w` and `c.y` must address contiguous arrays with the sizes of `c.geom`.
+pub(crate) unsafe fn conv(c: &ConvCall) -> Result<()> {
+    let g: &ConvGeom = &c.geom;
+    let bad = |why: String| status("CUDNN_STATUS_BAD_PARAM", why);
+    if !matches!(g.dtype, DType::F32 | DType::F64) {
+        return Err(status(
+            "CUDNN_STATUS_NOT_SUPPORTED",
+            format!("ember's cuDNN path has no {} convolution", g.dtype),
+        ));
+    }
+    let positive =
+        g.x.iter()
+            .chain(&g.w)
+            .chain(&g.y)
+            .chain(&g.stride)
+            .chain(&g.dilation)
+            .all(|&v| v > 0);
+    if !positive || g.groups <= 0 || g.pad.iter().any(|&p| p < 0) {
+        return Err(bad(format!("sizes must be positive: {g:?}")));
+    }
+    let [n, cin, h, w] = g.x.map(|v| v as i64);
+    let [k, cg, r, s] = g.w.map(|v| v as i64);
+    let groups = g.groups as i64;
+    if cg * groups != cin || k % groups != 0 {
+        return Err(bad(format!(
+            "filter {:?} with {groups} groups does not fit input {:?}",
+            g.w, g.x
+        )));
+    }
+    let want = [
+        n,
+        k,
+        out_len(g.x[2], g.pad[0], g.w[2], g.stride[0], g.dilation[0]),
+        out_len(g.x[3], g.pad[1], g.w[3], g.stride[1], g.dilation[1]),
+    ];
+    if g.y.map(|v| v as i64) != want {
+        return Err(bad(format!("output {:?}, cuDNN computes {want:?}", g.y)));
+    }
+    let (p, q) = (want[2], want[3]);
+    let (u, v) = (g.stride[0] as i64, g.stride[1] as i64);
+    let (ph, pw) = (g.pad[0] as i64, g.pad[1] as i64);
+    let (dh, dw) = (g.dilation[0] as i64, g.dilation[1] as i64);
+    let kg = k / groups;
+    let (out, out_ptr) = match c.pass {
+        ConvPass::Forward => (ConvGeom::numel(g.y), c.y),
+        ConvPass::BackwardData => (ConvGeom::numel(g.x), c.x),
+        ConvPass::BackwardFilter => (ConvGeom::numel(g.w), c.w),
+    };
+    let _lock = super::exec_lock();
+    let mut acc = vec![0f64; out];
+    let dt = g.dtype;
+    for ni in 0..n {
+        for ki in 0..k {
+            let c0 = (ki / kg) * cg;
+            for pi in 0..p {
+                for qi in 0..q {
+                    let yi = ((ni * k + ki) * p + pi) * q + qi;
+                    for ci in 0..cg {
+                        for ri in 0..r {
+                            let ih = pi * u - ph + ri * dh;
+                            if !(0..h).contains(&ih) {
+                                continue;
+                            }
+                            for si in 0..s {
+                                let iw = qi * v - pw + si * dw;
+                                if !(0..w).contains(&iw) {
+                                    continue;
+                                }
+                                let xi = ((ni * cin + c0 + ci) * h + ih) * w + iw;
+                                let wi = ((ki * cg + ci) * r + ri) * s + si;
+                                match c.pass {
+                                    ConvPass::Forward => {
+                                        acc[yi as usize] += read(dt, c.x, xi) * read(dt, c.w, wi)
+                                    }
+                                    ConvPass::BackwardData => {
+                                        acc[xi as usize] += read(dt, c.y, yi) * read(dt, c.w, wi)
+                                    }
+                                    ConvPass::BackwardFilter => {
+                                        acc[wi as usize] += read(dt, c.x, xi) * read(dt, c.y, yi)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (i, &a) in acc.iter().enumerate() {
+        write(dt, out_ptr, i as i64, a);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geom(x: [i32; 4], w: [i32; 4], y: [i32; 4], groups: i32) -> ConvGeom {
+        ConvGeom {
+            dtype: DType::F32,
+            x,
+            w,
+            y,
+            pad: [0, 0],
+            stride: [1, 1],
+            dilation: [1, 1],
+            groups,
+        }
+    }
+
+    fn run(g: ConvGeom, pass: ConvPass, x: &mut [f32], w: &mut [f32], y: &mut [f32]) -> Result<()> {
+        let c = ConvCall {
+            geom: g,
+            pass,
+            x: x.as_mut_ptr() as u64,
+            w: w.as_mut_ptr() as u64,
+            y: y.as_mut_ptr() as u64,
+        };
+        // SAFETY: the slices have the sizes of `g`.
+        unsafe { conv(&c) }
+    }
+
+    #[test]
+    fn hand_worked_passes() {
+        // x = [[1 2 3] [4 5 6] [7 8 9]], w = [[1 0] [0 -1]]: y[i][j] = x[i][j] - x[i+1][j+1]
+        let g = geom([1, 1, 3, 3], [1, 1, 2, 2], [1, 1, 2, 2], 1);
+        let mut x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let mut w = vec![1.0, 0.0, 0.0, -1.0];
+        let mut y = vec![f32::NAN; 4];
+        run(g, ConvPass::Forward, &mut x, &mut w, &mut y).unwrap();
+        assert_eq!(y, [-4.0; 4]);
+        // dx for dy = 1: each x gets +1 where it meets w's corner 1, -1 where it meets -1
+        let mut dy = vec![1.0; 4];
+        let mut dx = vec![f32::NAN; 9];
+        run(g, ConvPass::BackwardData, &mut dx, &mut w, &mut dy).unwrap();
+        assert_eq!(dx, [1.0, 1.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, -1.0]);
+        // dw[r][s] = sum of the 2x2 window of x starting at (r, s)
+        let mut dw = vec![f32::NAN; 4];
+        run(g, ConvPass::BackwardFilter, &mut x, &mut dw, &mut dy).unwrap();
+        assert_eq!(dw, [12.0, 16.0, 24.0, 28.0]);
+    }
+
+    #[test]
+    fn refuses_what_cudnn_refuses() {
+        let mut buf = vec![0f32; 64];
+        let mut w = vec![0f32; 64];
+        let mut y = vec![0f32; 64];
+        let mut check = |g: ConvGeom, what: &str| {
+            let e = run(g, ConvPass::Forward, &mut buf, &mut w, &mut y).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains("CUDNN_STATUS_BAD_PARAM") && msg.contains(what),
+                "{msg}"
+            );
+        };
+        // an output size that is not cuDNN's
+        check(
+            geom([1, 1, 3, 3], [1, 1, 2, 2], [1, 1, 3, 3], 1),
+            "cuDNN computes",
+        );
+        // channels that the groups do not split
+        check(geom([1, 4, 3, 3], [2, 3, 2, 2], [1, 2, 2, 2], 1), "groups");
+        check(geom([1, 4, 3, 3], [3, 2, 2, 2], [1, 3, 2, 2], 2), "groups");
+        // empty tensors
+        check(
+            geom([0, 1, 3, 3], [1, 1, 2, 2], [0, 1, 2, 2], 1),
+            "positive",
+        );
+        let mut f16_geom = geom([1, 1, 3, 3], [1, 1, 2, 2], [1, 1, 2, 2], 1);
+        f16_geom.dtype = DType::F16;
+        let e = run(f16_geom, ConvPass::Forward, &mut buf, &mut w, &mut y).unwrap_err();
+        assert!(e.to_string().contains("NOT_SUPPORTED"), "{e}");
+    }
+}

@@ -1,0 +1,174 @@
+//! Convolutions through cuDNN against the CPU's, forward and backward. The cuDNN
+//! switch is global, so these tests have a process of their own and take turns.
+//! Without a GPU they say so and pass; on ember's simulator a reference with
+//! cuDNN's contract stands in for the library.
+
+mod common;
+
+use ember::cuda::cudnn;
+use ember::prelude::*;
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The GPU when cuDNN can be used there, or `None` after saying why not.
+fn cudnn_gpu(test: &str) -> Option<Device> {
+    let dev = common::gpu(test)?;
+    if !cudnn::is_available() {
+        eprintln!(
+            "skipped {test}: cuDNN is not available ({})",
+            cudnn::unavailable_reason().unwrap_or_default()
+        );
+        return None;
+    }
+    Some(dev)
+}
+
+/// Output, input gradient, weight gradient and bias gradient of
+/// `sum(conv2d(x, w, b) * r)` on `dev`, brought back to the CPU.
+fn conv_and_grads(
+    dev: &Device,
+    (x, w, b, r): (&Tensor, &Tensor, &Tensor, &Tensor),
+    opts: Conv2dOptions,
+) -> Result<Vec<Tensor>> {
+    // fresh leaves on `dev` (`to` returns the tensor itself on its own device)
+    let x = x.detach().to(dev)?.requires_grad_(true)?;
+    let w = w.detach().to(dev)?.requires_grad_(true)?;
+    let b = b.detach().to(dev)?.requires_grad_(true)?;
+    let y = x.conv2d(&w, Some(&b), opts)?;
+    y.mul(&r.to(dev)?)?.sum_all()?.backward()?;
+    let grad = |t: &Tensor, name: &str| {
+        t.grad()
+            .unwrap_or_else(|| panic!("no gradient for {name} on {dev}"))
+            .cpu()
+    };
+    Ok(vec![
+        y.detach().cpu()?,
+        grad(&x, "x")?,
+        grad(&w, "w")?,
+        grad(&b, "b")?,
+    ])
+}
+
+#[test]
+fn cudnn_convolutions_match_the_cpu() -> Result<()> {
+    let _turn = turn();
+    let Some(dev) = cudnn_gpu("cudnn_convolutions_match_the_cpu") else {
+        return Ok(());
+    };
+    let cpu = Device::Cpu;
+    let opts = Conv2dOptions::default;
+    // (input, weight, options): plain, strided and padded, dilated, grouped,
+    // depthwise, 1x1, rectangular
+    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions)> = vec![
+        ([2, 3, 7, 6], [4, 3, 3, 3], opts()),
+        ([2, 3, 9, 8], [5, 3, 3, 3], opts().stride(2).padding(1)),
+        ([1, 2, 9, 9], [3, 2, 3, 3], opts().dilation(2).padding(2)),
+        ([2, 4, 6, 5], [6, 2, 3, 3], opts().groups(2).padding(1)),
+        ([1, 4, 6, 6], [4, 1, 3, 3], opts().groups(4)),
+        ([3, 5, 4, 4], [2, 5, 1, 1], opts()),
+        (
+            [2, 2, 8, 7],
+            [3, 2, 2, 3],
+            Conv2dOptions {
+                stride: (2, 1),
+                padding: (0, 1),
+                dilation: (1, 2),
+                groups: 1,
+            },
+        ),
+    ];
+    cudnn::set_enabled(true);
+    let before = cudnn::convolutions();
+    ember::manual_seed(5);
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F64 { 1e-10 } else { 1e-4 };
+        for (xs, ws, o) in &cases {
+            let x = Tensor::randn(*xs, &cpu)?.to_dtype(dtype)?;
+            let w = Tensor::randn(*ws, &cpu)?.to_dtype(dtype)?;
+            let b = Tensor::randn([ws[0]], &cpu)?.to_dtype(dtype)?;
+            let y_shape = x.conv2d(&w, None, *o)?.shape().to_vec();
+            let r = Tensor::randn(y_shape, &cpu)?.to_dtype(dtype)?;
+            let want = conv_and_grads(&cpu, (&x, &w, &b, &r), *o)?;
+            let got = conv_and_grads(&dev, (&x, &w, &b, &r), *o)?;
+            for (what, (g, e)) in ["output", "input grad", "weight grad", "bias grad"]
+                .iter()
+                .zip(got.iter().zip(&want))
+            {
+                assert_eq!(g.shape(), e.shape(), "{what} of {xs:?} * {ws:?} {o:?}");
+                assert!(
+                    g.allclose(e, tol, tol)?,
+                    "{what} of {xs:?} * {ws:?} {o:?} ({dtype}): max difference {}",
+                    g.max_abs_diff(e)?
+                );
+            }
+        }
+    }
+    // every case ran its three passes through cuDNN
+    assert_eq!(cudnn::convolutions() - before, 2 * 3 * cases.len() as u64);
+
+    // half precision convolves in f32 and rounds once
+    let x = Tensor::randn([2, 3, 6, 6], &cpu)?;
+    let w = Tensor::randn([4, 3, 3, 3], &cpu)?;
+    let want = x.conv2d(&w, None, opts())?;
+    for dt in [DType::F16, DType::BF16] {
+        let (xh, wh) = (x.to_dtype(dt)?.to(&dev)?, w.to_dtype(dt)?.to(&dev)?);
+        let got = xh.conv2d(&wh, None, opts())?;
+        assert_eq!(got.dtype(), dt);
+        let d = got.cpu()?.max_abs_diff(&want)?;
+        assert!(d < 0.1, "{dt}: max difference {d}");
+    }
+    cudnn::set_enabled(false);
+    Ok(())
+}
+
+#[test]
+fn empty_batches_and_the_switch() -> Result<()> {
+    let _turn = turn();
+    let Some(dev) = cudnn_gpu("empty_batches_and_the_switch") else {
+        return Ok(());
+    };
+    let w = Tensor::ones([4, 3, 3, 3], DType::F32, &dev)?;
+    cudnn::set_enabled(true);
+    assert!(cudnn::enabled());
+    // cuDNN refuses empty tensors: an empty batch takes ember's own path
+    let before = cudnn::convolutions();
+    let x = Tensor::zeros([0, 3, 5, 5], DType::F32, &dev)?;
+    let y = x.conv2d(&w, None, Conv2dOptions::default())?;
+    assert_eq!(y.shape(), &[0, 4, 3, 3]);
+    // ... and so do zero input channels: the output is all zeros
+    let x0 = Tensor::zeros([1, 0, 5, 5], DType::F32, &dev)?;
+    let w0 = Tensor::zeros([4, 0, 3, 3], DType::F32, &dev)?;
+    let y0 = x0.conv2d(&w0, None, Conv2dOptions::default())?;
+    assert_eq!(y0.to_vec::<f32>()?, vec![0.0; 4 * 3 * 3]);
+    assert_eq!(cudnn::convolutions(), before);
+    // switched off, convolutions do not reach cuDNN
+    cudnn::set_enabled(false);
+    assert!(!cudnn::enabled());
+    let x = Tensor::ones([1, 3, 5, 5], DType::F32, &dev)?;
+    let y = x.conv2d(&w, None, Conv2dOptions::default())?;
+    assert_eq!(y.to_vec::<f32>()?, vec![27.0; 4 * 3 * 3]);
+    assert_eq!(cudnn::convolutions(), before);
+    Ok(())
+}
+
+#[test]
+fn missing_cudnn_is_reported() {
+    let _turn = turn();
+    match cudnn::unavailable_reason() {
+        // this machine has cuDNN: nothing to report
+        None => assert!(cudnn::version().is_some_and(|v| v / 10000 == 9)),
+        Some(reason) => {
+            assert!(cudnn::version().is_none());
+            // not found: the message names the library and how to get it
+            let ok = if reason.starts_with("the CUDA library") {
+                reason.contains("libcudnn.so.9") && reason.contains("nvidia-cudnn-cu13")
+            } else {
+                reason.contains("cuDNN") || reason.contains("EMBER_DISABLE_CUDA")
+            };
+            assert!(ok, "{reason}");
+        }
+    }
+}
