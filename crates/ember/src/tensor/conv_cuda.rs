@@ -1,7 +1,6 @@
 //! conv2d on a GPU: ember's im2col + cuBLAS path, and cuDNN's where it is
 //! switched on (`ember::cuda::cudnn`).
 
-use super::linalg::push_bias_grad;
 use super::Tensor;
 use crate::backend::cpu::conv::ConvShape;
 use crate::backend::cuda::dnn::{self, ConvGeom, ConvPass};
@@ -45,35 +44,26 @@ impl Tensor {
         }
         let out = y.reshape([n, o, oh, ow])?.to_dtype(self.dtype())?;
         drop(ng);
-        let mut inputs = vec![self, weight];
-        inputs.extend(bias);
-        Ok(Tensor::record(out, "conv2d", &inputs, |_| {
-            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
-            let need = (self.requires_grad(), weight.requires_grad());
-            let has_bias = bias.map(|b| b.requires_grad());
-            move |gy: &Tensor| {
-                let gc = gy.to_dtype(work)?.contiguous()?.reshape([n, g, og, p])?;
+        Ok(
+            self.record_conv2d(weight, bias, out, work, move |gc, need| {
+                let gc = gc.reshape([n, g, og, p])?;
                 let gx = if need.0 {
                     // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
                     let gcol = wm.transpose(-1, -2)?.matmul(&gc)?.contiguous()?;
                     let st = gcol.cuda_storage().expect("on the GPU");
                     let gx = cuda_ops::col2im(&st, gcol.layout().offset(), &kc)?;
-                    Some(Tensor::from_cuda(gx, &[n, c, h, w]).to_dtype(xdt)?)
+                    Some(Tensor::from_cuda(gx, &[n, c, h, w]))
                 } else {
                     None
                 };
-                let gw = if need.1 {
-                    // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
-                    let gw = gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false)?;
-                    Some(gw.reshape(wshape.as_slice())?.to_dtype(wdt)?)
-                } else {
-                    None
-                };
-                let mut grads = vec![gx, gw];
-                push_bias_grad(&mut grads, has_bias, gy)?;
-                Ok(grads)
-            }
-        }))
+                // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
+                let gw = need
+                    .1
+                    .then(|| gc.matmul(&col.transpose(-1, -2)?)?.sum(0, false))
+                    .transpose()?;
+                Ok((gx, gw))
+            }),
+        )
     }
 
     /// conv2d through cuDNN: the forward pass and both gradients are cuDNN's
@@ -107,21 +97,15 @@ impl Tensor {
         };
         let out = y.to_dtype(self.dtype())?;
         drop(ng);
-        let mut inputs = vec![self, weight];
-        inputs.extend(bias);
-        Ok(Tensor::record(out, "conv2d", &inputs, |_| {
-            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
-            let need = (self.requires_grad(), weight.requires_grad());
-            let has_bias = bias.map(|b| b.requires_grad());
-            move |gy: &Tensor| {
-                let gc = gy.to_dtype(work)?.contiguous()?;
+        Ok(
+            self.record_conv2d(weight, bias, out, work, move |gc, need| {
                 let gs = gc.cuda_storage();
                 let gs = (gs.as_deref().expect("on the GPU"), gc.layout().offset());
                 let gx = if need.0 {
                     let ws = wt.cuda_storage();
                     let ws = (ws.as_deref().expect("on the GPU"), wt.layout().offset());
                     let gx = dnn::conv_pass(ConvPass::BackwardData, &geom, ws, gs)?;
-                    Some(Tensor::from_cuda(gx, &[n, c, h, w]).to_dtype(xdt)?)
+                    Some(Tensor::from_cuda(gx, &[n, c, h, w]))
                 } else {
                     None
                 };
@@ -129,14 +113,12 @@ impl Tensor {
                     let xs = x.cuda_storage();
                     let xs = (xs.as_deref().expect("on the GPU"), x.layout().offset());
                     let gw = dnn::conv_pass(ConvPass::BackwardFilter, &geom, xs, gs)?;
-                    Some(Tensor::from_cuda(gw, &wshape).to_dtype(wdt)?)
+                    Some(Tensor::from_cuda(gw, &[ConvGeom::numel(geom.w)]))
                 } else {
                     None
                 };
-                let mut grads = vec![gx, gw];
-                push_bias_grad(&mut grads, has_bias, gy)?;
-                Ok(grads)
-            }
-        }))
+                Ok((gx, gw))
+            }),
+        )
     }
 }

@@ -12,22 +12,46 @@ use crate::{DType, Error, Result};
 
 /// Adds the bias's entry to conv2d's gradients: nothing without a bias, `None`
 /// when the bias needs no gradient, else the output gradient summed per channel.
-pub(super) fn push_bias_grad(
-    grads: &mut Vec<Option<Tensor>>,
-    has_bias: Option<bool>,
-    g: &Tensor,
-) -> Result<()> {
-    if let Some(needed) = has_bias {
-        grads.push(if needed {
-            Some(g.sum([0, 2, 3], false)?)
-        } else {
-            None
-        });
-    }
-    Ok(())
-}
+/// The input and weight gradients of a convolution, each where it is needed.
+pub(super) type ConvGrads = (Option<Tensor>, Option<Tensor>);
 
 impl Tensor {
+    /// Records `out` as `conv2d(self, weight, bias)` (every device's path shares
+    /// this). At backward time `grads` gets the output gradient, contiguous in the
+    /// `work` dtype, and which of the input and weight gradients are needed, and
+    /// returns those in `work` with the operands' numbers of elements; they are
+    /// given the operands' shapes and dtypes here, and the bias gradient is the
+    /// output gradient summed over batch and positions.
+    pub(super) fn record_conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        out: Tensor,
+        work: DType,
+        grads: impl FnOnce(&Tensor, (bool, bool)) -> Result<ConvGrads> + Send + Sync + 'static,
+    ) -> Tensor {
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        Tensor::record(out, "conv2d", &inputs, |_| {
+            let (xshape, xdt) = (self.shape().to_vec(), self.dtype());
+            let (wshape, wdt) = (weight.shape().to_vec(), weight.dtype());
+            let need = (self.requires_grad(), weight.requires_grad());
+            let bias_grad = bias.map(|b| b.requires_grad());
+            move |gy: &Tensor| {
+                let gc = gy.to_dtype(work)?.contiguous()?;
+                let (gx, gw) = grads(&gc, need)?;
+                let back = |g: Option<Tensor>, shape: &[usize], dt: DType| {
+                    g.map(|g| g.reshape(shape)?.to_dtype(dt)).transpose()
+                };
+                let mut out = vec![back(gx, &xshape, xdt)?, back(gw, &wshape, wdt)?];
+                if let Some(needed) = bias_grad {
+                    out.push(needed.then(|| gy.sum([0, 2, 3], false)).transpose()?);
+                }
+                Ok(out)
+            }
+        })
+    }
+
     /// Matrix product with `torch.matmul` semantics: 1-D·1-D is a dot product, 2-D·2-D
     /// a matrix product, and higher ranks are batches of matrices whose batch dims
     /// broadcast. A 1-D operand gets a dim prepended (left) or appended (right) that
@@ -317,15 +341,9 @@ impl Tensor {
         let out =
             Tensor::from_host(data, &[n, o, oh, ow], self.device())?.to_dtype(self.dtype())?;
         drop(ng);
-        let mut inputs = vec![self, weight];
-        inputs.extend(bias);
-        Ok(Tensor::record(out, OP, &inputs, |_| {
-            let (x, wt) = (x.detach(), wt.detach());
-            let (xdt, wdt, wshape) = (self.dtype(), weight.dtype(), weight.shape().to_vec());
-            let need = (self.requires_grad(), weight.requires_grad());
-            let has_bias = bias.map(|b| b.requires_grad());
-            move |g: &Tensor| {
-                let gc = g.to_dtype(work)?.contiguous()?;
+        let (x, wt) = (x.detach(), wt.detach());
+        Ok(
+            self.record_conv2d(weight, bias, out, work, move |gc, need| {
                 type Grads2 = (Option<CpuData>, Option<CpuData>);
                 fn back<T: WithDType + Real + std::ops::AddAssign>(
                     x: &Tensor,
@@ -348,20 +366,18 @@ impl Tensor {
                     })??
                 }
                 let (gx, gw) = match work {
-                    DType::F64 => back::<f64>(&x, &wt, &gc, &shape, need)?,
-                    _ => back::<f32>(&x, &wt, &gc, &shape, need)?,
+                    DType::F64 => back::<f64>(&x, &wt, gc, &shape, need)?,
+                    _ => back::<f32>(&x, &wt, gc, &shape, need)?,
                 };
-                let dev = g.device();
-                let mut grads = vec![
-                    gx.map(|d| Tensor::from_host(d, &[n, c, h, w], dev)?.to_dtype(xdt))
+                let dev = gc.device();
+                Ok((
+                    gx.map(|d| Tensor::from_host(d, &[n, c, h, w], dev))
                         .transpose()?,
-                    gw.map(|d| Tensor::from_host(d, &wshape, dev)?.to_dtype(wdt))
+                    gw.map(|d| Tensor::from_host(d, &[o, cg, kh, kw], dev))
                         .transpose()?,
-                ];
-                push_bias_grad(&mut grads, has_bias, g)?;
-                Ok(grads)
-            }
-        }))
+                ))
+            }),
+        )
     }
 
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
