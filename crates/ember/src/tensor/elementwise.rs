@@ -201,15 +201,7 @@ impl Tensor {
         op: &O,
         float_only: bool,
     ) -> Result<Tensor> {
-        if let Operand::Tensor(t) = rhs {
-            if name == "sub" && self.dtype() == DType::Bool && t.dtype() == DType::Bool {
-                return Err(Error::dtype(
-                    "sub",
-                    DType::Bool,
-                    "subtracting two bool tensors is not supported; use logical_xor",
-                ));
-            }
-        }
+        self.check_bool_sub(name, rhs)?;
         if let Some(out) = self.scalar_op_cuda(rhs, float_only, |a, la, s| {
             cuda_ops::binary_scalar(a, la, O::CUDA, s)
         })? {
@@ -253,6 +245,23 @@ impl Tensor {
         }
     }
 
+    /// PyTorch's rule: `-` between two bools (tensors or a scalar) is an error.
+    fn check_bool_sub(&self, name: &'static str, rhs: Operand) -> Result<()> {
+        let rhs_bool = match rhs {
+            Operand::Tensor(t) => t.dtype() == DType::Bool,
+            Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
+        };
+        if name.starts_with("sub") && self.dtype() == DType::Bool && rhs_bool {
+            return Err(Error::dtype(
+                name,
+                DType::Bool,
+                "subtracting bools is not supported: to invert a mask use logical_not(), \
+                 for where two masks differ logical_xor()",
+            ));
+        }
+        Ok(())
+    }
+
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
     /// result dtype can be cast to `self`'s.
     fn binary_inplace<O: BinaryOp>(
@@ -263,6 +272,7 @@ impl Tensor {
         float_only: bool,
     ) -> Result<()> {
         self.check_inplace_grad(name, rhs)?;
+        self.check_bool_sub(name, rhs)?;
         if let (Operand::Scalar(s), true) = (rhs, self.is_cuda()) {
             if self.scalar_dtype(s, float_only) == self.dtype() {
                 // the scalar goes to the kernel by value: one launch, no 0-d tensor

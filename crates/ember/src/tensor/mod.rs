@@ -19,6 +19,7 @@ mod elementwise;
 mod grad;
 mod index;
 mod linalg;
+mod logical;
 mod reduce;
 pub(crate) mod shape;
 mod views;

@@ -185,6 +185,46 @@ fn comparisons_where_masked_fill(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+fn logical_ops_and_bool_subtraction(dev: &Device) -> Result<()> {
+    let a = Tensor::new([0.0f32, 2.0, -0.0, f32::NAN], dev)?;
+    let b = Tensor::new([1i64, 0, 0, 3], dev)?;
+    let bools = |t: Tensor| t.to_vec1::<bool>();
+    // truth is "not zero": -0.0 is false, NaN is true (as in PyTorch)
+    assert_eq!(bools(a.logical_not()?)?, [true, false, true, false]);
+    assert_eq!(bools(a.logical_and(&b)?)?, [false, false, false, true]);
+    assert_eq!(bools(a.logical_or(&b)?)?, [true, true, false, true]);
+    assert_eq!(bools(a.logical_xor(&b)?)?, [true, true, false, false]);
+    let m = Tensor::new([[true, false]], dev)?;
+    let n = Tensor::new([[true], [false]], dev)?;
+    assert_eq!(
+        m.logical_xor(&n)?.to_vec2::<bool>()?,
+        [[false, true], [true, false]],
+        "broadcasts"
+    );
+    assert_eq!(m.logical_not()?.dtype(), DType::Bool);
+    // PyTorch refuses `-` between bools, scalar or tensor, in place or not
+    for e in [
+        m.sub(true).map(drop),
+        m.sub(&m).map(drop),
+        m.sub_(false),
+        m.sub_(&m),
+    ] {
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("logical_not") && e.contains("bool"), "{e}");
+    }
+    // a bool minus a number promotes, as in PyTorch
+    assert_eq!(m.sub(1)?.to_vec2::<i64>()?, [[0, -1]]);
+    if dev.is_cuda() {
+        let cpu = Tensor::new([true], &Device::Cpu)?;
+        let e = m.logical_and(&cpu).unwrap_err().to_string();
+        assert!(
+            e.contains("same device") && e.contains("logical_and"),
+            "{e}"
+        );
+    }
+    Ok(())
+}
+
 fn non_contiguous_inputs(dev: &Device) -> Result<()> {
     let a = Tensor::arange(0f32, 6., dev)?.reshape([2, 3])?;
     let at = a.t()?; // [3,2], strides [1,3]
@@ -271,6 +311,7 @@ device_test!(
     unary_math,
     binary_extras,
     comparisons_where_masked_fill,
+    logical_ops_and_bool_subtraction,
     non_contiguous_inputs,
     in_place_ops,
     operators,
