@@ -294,11 +294,12 @@ pub(crate) fn try_resize<T: Clone>(v: &mut Vec<T>, len: usize, value: T) -> Resu
     Ok(())
 }
 
-/// The items of `it` (at most `len` of them) collected into memory reserved
-/// up front, so that a size the system cannot hold is an error.
+/// The `len` items of `it` collected into memory reserved up front, so that a
+/// size the system cannot hold is an error.
 pub(crate) fn try_collect<T>(len: usize, it: impl IntoIterator<Item = T>) -> Result<Vec<T>> {
     let mut v = reserve(len)?;
-    v.extend(it.into_iter().take(len));
+    v.extend(it);
+    debug_assert_eq!(v.len(), len);
     Ok(v)
 }
 
