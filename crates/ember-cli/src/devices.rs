@@ -56,10 +56,14 @@ pub fn run() -> ember::Result<()> {
             Err(why) => println!("  {}: not found: {why}", lib.name()),
         }
     }
+    let state = match (cuda::cudnn::enabled(), cuda::cudnn::in_use()) {
+        (_, true) => "on",
+        (true, false) => "switched on, but cuDNN is not available",
+        (false, _) => "off",
+    };
     println!(
-        "  convolutions through cuDNN: {} (EMBER_CUDNN=1 or ember::cuda::cudnn::set_enabled \
-         switches them on where cuDNN is found)",
-        if cuda::cudnn::enabled() { "on" } else { "off" }
+        "  convolutions through cuDNN: {state} (EMBER_CUDNN=1 or ember::cuda::cudnn::set_enabled \
+         switches them on where cuDNN is found)"
     );
     match cuda::include_dirs().first() {
         Some(d) => println!("  headers (cuda_fp16.h): {}", d.display()),

@@ -62,7 +62,7 @@ pub mod cuda {
     /// `EMBER_CUDNN=1` switches it on where the library is found.
     pub mod cudnn {
         pub use crate::backend::cuda::dnn::{
-            convolutions, enabled, is_available, set_enabled, unavailable_reason, version,
+            convolutions, enabled, in_use, is_available, set_enabled, unavailable_reason, version,
         };
     }
 }

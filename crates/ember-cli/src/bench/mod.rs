@@ -134,7 +134,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     for dev in devs {
         if let Device::Cuda(i) = dev {
             let p = cuda::device_properties(i)?;
-            let conv = if cuda::cudnn::enabled() && cuda::cudnn::is_available() {
+            let conv = if cuda::cudnn::in_use() {
                 "cuDNN"
             } else {
                 "im2col + cuBLAS"

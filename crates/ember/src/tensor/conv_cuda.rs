@@ -23,7 +23,7 @@ impl Tensor {
         work: DType,
     ) -> Result<Tensor> {
         // cuDNN where switched on and able to take the shapes (not empty tensors)
-        if let Some(geom) = dnn::use_cudnn().then(|| ConvGeom::new(work, &s)).flatten() {
+        if let Some(geom) = dnn::in_use().then(|| ConvGeom::new(work, &s)).flatten() {
             return self.conv2d_cudnn(weight, bias, (x, wt, b), s, geom, work);
         }
         let (n, c, h, w, o, oh, ow, g) = (s.n, s.c, s.h, s.w, s.o, s.oh, s.ow, s.groups);

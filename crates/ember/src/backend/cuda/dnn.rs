@@ -95,8 +95,8 @@ pub fn convolutions() -> u64 {
     PASSES.load(Ordering::Relaxed)
 }
 
-/// `true` when a convolution on a GPU should go to cuDNN.
-pub(crate) fn use_cudnn() -> bool {
+/// Whether convolutions on a GPU go to cuDNN now: switched on, and available.
+pub fn in_use() -> bool {
     enabled() && is_available()
 }
 
@@ -140,6 +140,15 @@ impl ConvGeom {
         })
     }
 
+    /// The dims of the operand `pass` writes: `y`, `dx` or `dw`.
+    pub fn written(&self, pass: ConvPass) -> [i32; 4] {
+        match pass {
+            ConvPass::Forward => self.y,
+            ConvPass::BackwardData => self.x,
+            ConvPass::BackwardFilter => self.w,
+        }
+    }
+
     /// The elements of `[n, c, h, w]`-like dims.
     pub fn numel(d: [i32; 4]) -> usize {
         d.iter().map(|&v| v as usize).product()
@@ -169,6 +178,18 @@ pub(crate) struct ConvCall {
     pub y: u64,
 }
 
+impl ConvCall {
+    /// The operand the pass writes: its dims and its pointer.
+    pub fn output(&self) -> ([i32; 4], u64) {
+        let ptr = match self.pass {
+            ConvPass::Forward => self.y,
+            ConvPass::BackwardData => self.x,
+            ConvPass::BackwardFilter => self.w,
+        };
+        (self.geom.written(self.pass), ptr)
+    }
+}
+
 /// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`
 /// forward, `(w, dy)` for the input gradient, `(x, dy)` for the weight gradient)
 /// and returns the third, newly allocated.
@@ -181,12 +202,7 @@ pub(crate) fn conv_pass(
     let dev = a.dev();
     let at = |s: &CudaStorage, off: usize| s.ptr() + (off * s.dtype().size_in_bytes()) as u64;
     let (pa, pb) = (at(a, a_off), at(b, b_off));
-    let out_dims = match pass {
-        ConvPass::Forward => geom.y,
-        ConvPass::BackwardData => geom.x,
-        ConvPass::BackwardFilter => geom.w,
-    };
-    let out = CudaStorage::alloc(dev, geom.dtype, ConvGeom::numel(out_dims))?;
+    let out = CudaStorage::alloc(dev, geom.dtype, ConvGeom::numel(geom.written(pass)))?;
     let po = out.ptr();
     let (x, w, y) = match pass {
         ConvPass::Forward => (pa, pb, po),
@@ -306,9 +322,7 @@ impl Descriptors {
         }
         Ok(d)
     }
-}
 
-impl Descriptors {
     /// The output size cuDNN computes for these descriptors (host-only: no GPU
     /// or handle needed).
     fn output_dims(&self) -> Result<[i32; 4]> {
@@ -467,35 +481,33 @@ impl CudaDev {
         let h = dnn_state.handle;
         let tf32 = super::allow_tf32();
         let d = Descriptors::new(&c.geom, tf32)?;
-        // cuDNN's output size must be ember's, or the arrays do not match
-        let o = d.output_dims()?;
-        if o != c.geom.y {
-            return Err(Error::Cuda {
-                op: "cudnnGetConvolution2dForwardOutputDim",
-                msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
-            });
-        }
         let key = (c.geom, c.pass, tf32);
-        let (algo, ws_bytes) = match dnn_state.algos.get(&key) {
-            Some(&a) => a,
+        let (algo, ws) = match dnn_state.algos.get(&key) {
+            Some(&(algo, bytes)) => (algo, Workspace::new(self, bytes)?),
             None => {
-                // the first that succeeds with a workspace the allocator can give
-                let mut pick = None;
-                for (algo, ok, bytes) in ranked(h, &d, c.pass)? {
-                    if ok && Workspace::new(self, bytes).is_ok() {
-                        pick = Some((algo, bytes));
-                        break;
-                    }
+                // first time for this shape: cuDNN's output size must be ember's, or
+                // the arrays do not match
+                let o = d.output_dims()?;
+                if o != c.geom.y {
+                    return Err(Error::Cuda {
+                        op: "cudnnGetConvolution2dForwardOutputDim",
+                        msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
+                    });
                 }
-                let a = pick.ok_or_else(|| Error::Cuda {
-                    op: "choosing a cuDNN algorithm",
-                    msg: format!("no {:?} algorithm fits in memory for {:?}", c.pass, c.geom),
-                })?;
-                dnn_state.algos.insert(key, a);
-                a
+                // the first that succeeds with a workspace the allocator can give,
+                // which this call then uses
+                let pick = ranked(h, &d, c.pass)?
+                    .into_iter()
+                    .filter(|&(_, ok, _)| ok)
+                    .find_map(|(algo, _, bytes)| Some((algo, Workspace::new(self, bytes).ok()?)))
+                    .ok_or_else(|| Error::Cuda {
+                        op: "choosing a cuDNN algorithm",
+                        msg: format!("no {:?} algorithm fits in memory for {:?}", c.pass, c.geom),
+                    })?;
+                dnn_state.algos.insert(key, (pick.0, pick.1.bytes));
+                pick
             }
         };
-        let ws = Workspace::new(self, ws_bytes)?;
         let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
         let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
             (

@@ -70,13 +70,9 @@ pub(crate) unsafe fn conv(c: &ConvCall) -> Result<()> {
     let (ph, pw) = (g.pad[0] as i64, g.pad[1] as i64);
     let (dh, dw) = (g.dilation[0] as i64, g.dilation[1] as i64);
     let kg = k / groups;
-    let (out, out_ptr) = match c.pass {
-        ConvPass::Forward => (ConvGeom::numel(g.y), c.y),
-        ConvPass::BackwardData => (ConvGeom::numel(g.x), c.x),
-        ConvPass::BackwardFilter => (ConvGeom::numel(g.w), c.w),
-    };
+    let (out_dims, out_ptr) = c.output();
     let _lock = super::exec_lock();
-    let mut acc = vec![0f64; out];
+    let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
     let dt = g.dtype;
     for ni in 0..n {
         for ki in 0..k {
