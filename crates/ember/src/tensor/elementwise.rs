@@ -201,7 +201,7 @@ impl Tensor {
         op: &O,
         float_only: bool,
     ) -> Result<Tensor> {
-        self.check_bool_sub(name, rhs)?;
+        self.check_bool_sub::<O>(name, rhs)?;
         if let Some(out) = self.scalar_op_cuda(rhs, float_only, |a, la, s| {
             cuda_ops::binary_scalar(a, la, O::CUDA, s)
         })? {
@@ -246,12 +246,12 @@ impl Tensor {
     }
 
     /// PyTorch's rule: `-` between two bools (tensors or a scalar) is an error.
-    fn check_bool_sub(&self, name: &'static str, rhs: Operand) -> Result<()> {
+    fn check_bool_sub<O: BinaryOp>(&self, name: &'static str, rhs: Operand) -> Result<()> {
         let rhs_bool = match rhs {
             Operand::Tensor(t) => t.dtype() == DType::Bool,
             Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
         };
-        if name.starts_with("sub") && self.dtype() == DType::Bool && rhs_bool {
+        if O::CUDA == cuda_ops::BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
             return Err(Error::dtype(
                 name,
                 DType::Bool,
@@ -272,7 +272,7 @@ impl Tensor {
         float_only: bool,
     ) -> Result<()> {
         self.check_inplace_grad(name, rhs)?;
-        self.check_bool_sub(name, rhs)?;
+        self.check_bool_sub::<O>(name, rhs)?;
         if let (Operand::Scalar(s), true) = (rhs, self.is_cuda()) {
             if self.scalar_dtype(s, float_only) == self.dtype() {
                 // the scalar goes to the kernel by value: one launch, no 0-d tensor

@@ -10,8 +10,6 @@ use crate::layout::{broadcast_shapes, checked_numel, Dims};
 use crate::WithDType;
 use crate::{DType, Error, Result};
 
-/// Adds the bias's entry to conv2d's gradients: nothing without a bias, `None`
-/// when the bias needs no gradient, else the output gradient summed per channel.
 /// The input and weight gradients of a convolution, each where it is needed.
 pub(super) type ConvGrads = (Option<Tensor>, Option<Tensor>);
 
