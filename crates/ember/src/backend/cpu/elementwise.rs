@@ -292,7 +292,7 @@ pub(crate) fn zip_mut<T, U>(
 }
 
 /// `body(start, end)` over `0..n` in chunks, in parallel when `n` is large.
-pub(crate) fn par_ranges(n: usize, body: &(dyn Fn(usize, usize) + Sync)) {
+fn par_ranges(n: usize, body: &(dyn Fn(usize, usize) + Sync)) {
     if n >= PAR_MIN {
         (0..n.div_ceil(PAR_CHUNK))
             .into_par_iter()
