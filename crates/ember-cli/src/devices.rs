@@ -17,6 +17,9 @@ pub fn run() -> ember::Result<()> {
                      runs and its results are checked, but nothing here is a GPU"
                 );
             }
+            if let Some((major, minor)) = cuda::driver_version() {
+                println!("cuda: driver for CUDA {major}.{minor}");
+            }
             for i in 0..cuda::device_count() {
                 let p = cuda::device_properties(i)?;
                 println!(

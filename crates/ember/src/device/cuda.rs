@@ -18,12 +18,47 @@ fn discovery() -> &'static std::result::Result<usize, String> {
         }
         crate::device::libs::ensure(crate::device::libs::CudaLib::Driver)?;
         drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
+        let (major, minor) = read_driver_version()?;
+        if (major, minor) < MIN_DRIVER {
+            return Err(format!(
+                "the NVIDIA driver supports CUDA {major}.{minor}; ember needs a driver for CUDA \
+                 {}.{} or newer (R580 or later): it loads CUDA {}.{} driver functions and \
+                 runs kernels compiled by NVRTC {}.{}. Update the NVIDIA driver",
+                MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1
+            ));
+        }
         let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
         if n <= 0 {
             return Err("the NVIDIA driver is installed but reports no GPU".into());
         }
         Ok(n as usize)
     })
+}
+
+/// The oldest CUDA version whose driver ember runs on (the driver API it binds and
+/// the NVRTC that compiles its kernels are CUDA 13.0's).
+const MIN_DRIVER: (u32, u32) = (13, 0);
+
+fn read_driver_version() -> std::result::Result<(u32, u32), String> {
+    let mut v = 0i32;
+    // SAFETY: the driver library is loaded (checked by the caller) and `v` is a
+    // valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+}
+
+/// The CUDA version the installed NVIDIA driver supports, as (major, minor)
+/// (`(13, 0)` for a CUDA 13.0 driver), or `None` without a usable driver. A
+/// simulated GPU reports none.
+pub fn driver_version() -> Option<(u32, u32)> {
+    if crate::backend::cuda::sim::enabled().is_some() {
+        return None;
+    }
+    crate::device::libs::ensure(crate::device::libs::CudaLib::Driver).ok()?;
+    drv::init().ok()?;
+    read_driver_version().ok()
 }
 
 /// `torch.cuda.is_available()`. With `EMBER_CUDA_SIMULATOR=1` in the environment,

@@ -183,7 +183,7 @@ pub(crate) fn dev(ordinal: usize) -> Result<Arc<CudaDev>> {
             op: "initialising the device",
             msg,
         })?;
-    d.bind();
+    d.bind()?;
     Ok(d)
 }
 
@@ -245,10 +245,17 @@ impl CudaDev {
         }
     }
 
-    /// Makes the device's context current on this thread (driver calls need it).
-    fn bind(&self) {
-        if let Runtime::Driver { ctx, .. } = &self.rt {
-            let _ = ctx.bind_to_thread();
+    /// Makes the device's context current on this thread. Every driver, cuBLAS and
+    /// cuDNN call needs it: the device's stream is its context's NULL stream, which
+    /// the driver finds through the calling thread's current context, and a tensor
+    /// may be used from a thread that never made it current (or that made another
+    /// GPU's current since). Cheap when it already is (one driver TLS read).
+    pub(crate) fn bind(&self) -> Result<()> {
+        match &self.rt {
+            Runtime::Driver { ctx, .. } => {
+                ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
+            }
+            Runtime::Sim => Ok(()),
         }
     }
 
@@ -411,6 +418,7 @@ impl CudaDev {
     ) -> Result<()> {
         match f {
             Func::Driver(cf) => {
+                self.bind()?;
                 drv::launch_kernel(cf, grid, block, shared_mem, self.cu_stream(), params)
                     .map_err(cuda_err("cuLaunchKernel"))
             }
@@ -429,6 +437,7 @@ impl CudaDev {
 
     /// The cuBLAS handle, created at first use.
     pub(crate) fn blas(&self) -> Result<MutexGuard<'_, Option<Blas>>> {
+        self.bind()?;
         let mut g = self.blas.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             libs::ensure(CudaLib::Cublas).map_err(|reason| Error::CudaUnavailable { reason })?;
@@ -457,6 +466,7 @@ impl CudaDev {
             unsafe { sim::memcpy(dst, src, bytes) };
             return Ok(());
         }
+        self.bind()?;
         // SAFETY: both ranges lie within live allocations of at least `bytes`.
         unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream()) }
             .map_err(cuda_err("cuMemcpyDtoDAsync"))
@@ -736,6 +746,7 @@ impl Event {
                 dev: d,
             });
         }
+        d.bind()?;
         let ev = drv::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .map_err(cuda_err("cuEventCreate"))?;
         // SAFETY: a live event and the device's live stream.
@@ -779,7 +790,7 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         if let EventKind::Driver(ev) = self.ev {
-            self.dev.bind();
+            let _ = self.dev.bind();
             // SAFETY: destroyed once; the driver defers destruction of pending events.
             let _ = unsafe { drv::event::destroy(ev) };
         }

@@ -128,6 +128,7 @@ impl CudaDev {
             super::sim::memcpy(dst, src as u64, len);
             return Ok(());
         }
+        self.bind()?;
         sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.cu_stream())
             .result()
             .map_err(super::cuda_err("cuMemcpyHtoDAsync"))
@@ -143,6 +144,7 @@ impl CudaDev {
             super::sim::memcpy(dst as u64, src, len);
             return Ok(());
         }
+        self.bind()?;
         sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.cu_stream())
             .result()
             .map_err(super::cuda_err("cuMemcpyDtoHAsync"))
@@ -270,7 +272,7 @@ impl CudaDev {
                 unsafe { std::alloc::dealloc(b.ptr, layout) };
             }
             Some(ev) => {
-                self.bind();
+                let _ = self.bind();
                 // SAFETY: idle (its copy finished), allocated by alloc_pinned.
                 unsafe {
                     let _ = drv::event::destroy(ev);
@@ -288,13 +290,19 @@ impl CudaDev {
         } else {
             Ok(())
         };
-        self.pinned_pool().free.push(b);
+        // without its event the block may go back only once the stream has run the
+        // copy; if even that fails it stays out of the pool (still counted, never
+        // reused while the device might read or write it)
+        if recorded.is_ok() || self.synchronize().is_ok() {
+            self.pinned_pool().free.push(b);
+        }
         recorded
     }
 
     /// Marks `b` in flight until the work queued so far on the stream has run.
     fn record_block(&self, b: &mut PinnedBlock) -> Result<()> {
         if let Some(ev) = b.event {
+            self.bind()?;
             // SAFETY: a live event and the device's live stream.
             unsafe { drv::event::record(ev, self.cu_stream()) }.map_err(|e| Error::Cuda {
                 op: "cuEventRecord",
@@ -361,6 +369,22 @@ impl CudaDev {
     /// [`dtoh`](Self::dtoh) in chunks through up to three pinned blocks in flight.
     fn dtoh_staged(&self, dst: &mut [u8], src: u64) -> Result<()> {
         let mut pending: VecDeque<(PinnedBlock, usize, usize)> = VecDeque::new();
+        let copied = self.dtoh_staged_into(dst, src, &mut pending);
+        if copied.is_err() {
+            // blocks still in flight go back once the stream has finished with them
+            for (b, _, _) in pending.drain(..) {
+                let _ = self.release_pinned(b, true);
+            }
+        }
+        copied
+    }
+
+    fn dtoh_staged_into(
+        &self,
+        dst: &mut [u8],
+        src: u64,
+        pending: &mut VecDeque<(PinnedBlock, usize, usize)>,
+    ) -> Result<()> {
         let finish = |(mut b, at, len): (PinnedBlock, usize, usize), dst: &mut [u8]| {
             b.wait()?;
             host_copy(&mut dst[at..at + len], b.bytes(len));
@@ -383,7 +407,10 @@ impl CudaDev {
                 self.release_pinned(block, false)?;
                 return Err(e);
             }
-            self.record_block(&mut block)?;
+            if let Err(e) = self.record_block(&mut block) {
+                self.release_pinned(block, true)?;
+                return Err(e);
+            }
             pending.push_back((block, off, len));
             if pending.len() > 2 {
                 let p = pending.pop_front().expect("three pending");
