@@ -10,8 +10,9 @@
 //! Operands are contiguous NCHW in f32 or f64 (f16 and bf16 convolve in f32, as on
 //! the im2col path). f32 convolutions use FMA kernels unless TF32 is allowed with
 //! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
-//! is cuDNN's first heuristic choice whose workspace the caching allocator can
-//! provide, remembered per shape.
+//! is the first of cuDNN's heuristic choices that runs (its workspace allocated by
+//! the caching allocator, the call accepted), remembered per shape. Shapes cuDNN
+//! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
 use super::{CudaDev, CudaStorage, Runtime};
 use crate::backend::cpu::conv::ConvShape;
@@ -20,7 +21,6 @@ use crate::{DType, Error, Result};
 use cudarc::cudnn::{result as dnn, sys};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{MutexGuard, OnceLock};
 
@@ -65,6 +65,27 @@ fn library() -> &'static std::result::Result<usize, String> {
         let v = dnn::get_version();
         if v / 10000 != 9 {
             return Err(format!("cuDNN version {v} found; ember needs cuDNN 9"));
+        }
+        // cuDNN 9's front library loads its parts (ops, cnn) at first use: check
+        // that they load and match now rather than at the first convolution
+        // SAFETY: plain version probes of a loaded cuDNN 9.
+        let parts = unsafe {
+            [
+                ("ops", sys::cudnnOpsVersionCheck()),
+                ("cnn", sys::cudnnCnnVersionCheck()),
+            ]
+        };
+        for (part, status) in parts {
+            status.result().map_err(|e| {
+                format!(
+                    "cuDNN {}.{}.{} loads, but its {part} library (libcudnn_{part}.so.9) does not: {e}; \
+                     put the folder holding all of cuDNN's libraries on LD_LIBRARY_PATH or in \
+                     EMBER_CUDA_LIB_DIR",
+                    v / 10000,
+                    v % 10000 / 100,
+                    v % 100
+                )
+            })?;
         }
         Ok(v)
     })
@@ -117,13 +138,14 @@ pub(crate) struct ConvGeom {
 }
 
 impl ConvGeom {
-    /// The geometry of `s` in `dtype`; `None` where cuDNN cannot take it (a size
-    /// past its 32-bit limit, or an empty tensor), which ember's own path handles.
+    /// The geometry of `s` in `dtype`; `None` where cuDNN cannot take it (a size or
+    /// an operand's element count past its 32-bit limit, or an empty tensor), which
+    /// ember's own path handles.
     pub fn new(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
         let i0 = |v: usize| i32::try_from(v).ok();
         let i = |v: usize| i0(v).filter(|&v| v > 0);
         let win = &s.win;
-        Some(ConvGeom {
+        let g = ConvGeom {
             dtype,
             x: [i(s.n)?, i(s.c)?, i(s.h)?, i(s.w)?],
             w: [
@@ -137,7 +159,12 @@ impl ConvGeom {
             stride: [i(win.stride.0)?, i(win.stride.1)?],
             dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
             groups: i(s.groups)?,
-        })
+        };
+        // cuDNN also refuses tensors of more than 2^31 - 1 elements in all
+        [g.x, g.w, g.y]
+            .iter()
+            .all(|&d| ConvGeom::numel(d) <= i32::MAX as usize)
+            .then_some(g)
     }
 
     /// The dims of the operand `pass` writes: `y`, `dx` or `dw`.
@@ -235,8 +262,8 @@ enum Algo {
 /// A device's cuDNN handle (bound to its stream) and the algorithms chosen so far.
 pub(crate) struct Dnn {
     handle: sys::cudnnHandle_t,
-    /// (geometry, pass, TF32 allowed) -> (algorithm, workspace bytes)
-    algos: HashMap<(ConvGeom, ConvPass, bool), (Algo, usize)>,
+    /// (geometry, pass, TF32 allowed) -> the choice that ran
+    algos: HashMap<(ConvGeom, ConvPass, bool), Choice>,
 }
 // SAFETY: the handle is used under the device's dnn mutex only.
 unsafe impl Send for Dnn {}
@@ -386,7 +413,88 @@ impl Drop for Workspace<'_> {
 /// The most algorithms cuDNN reports for any pass.
 const MAX_ALGOS: usize = 8;
 
-/// cuDNN's ranked heuristic choices for a pass: (algorithm, status, workspace).
+/// One entry of cuDNN's heuristic answer. The three passes' perf structs share this
+/// layout; it is read as plain integers because a newer cuDNN may report values
+/// that the bindings' enums do not list.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct RawPerf {
+    algo: u32,
+    status: u32,
+    time: f32,
+    memory: usize,
+    determinism: u32,
+    math_type: u32,
+    reserved: [i32; 3],
+}
+
+const _: () = {
+    use std::mem::{align_of, size_of};
+    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
+    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionBwdDataAlgoPerf_t>());
+    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>());
+    assert!(align_of::<RawPerf>() == align_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
+};
+
+/// A way to run a pass: the algorithm, the math type it was ranked with, and its
+/// workspace size.
+#[derive(Clone, Copy, Debug)]
+struct Choice {
+    algo: Algo,
+    math: sys::cudnnMathType_t,
+    bytes: usize,
+}
+
+impl Choice {
+    /// The usable choice `p` describes for `pass`, if cuDNN reported success for it
+    /// with values ember knows.
+    fn from_perf(
+        p: &RawPerf,
+        pass: ConvPass,
+        math_rule: Option<sys::cudnnMathType_t>,
+    ) -> Option<Choice> {
+        use sys::cudnnMathType_t::*;
+        if p.status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32 {
+            return None;
+        }
+        let math = match p.math_type {
+            0 => CUDNN_DEFAULT_MATH,
+            1 => CUDNN_TENSOR_OP_MATH,
+            2 => CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+            3 => CUDNN_FMA_MATH,
+            _ => return None,
+        };
+        // SAFETY (each transmute): a value below the enum's COUNT is one of its
+        // variants (the enums are #[repr(u32)] and dense from 0).
+        let algo = unsafe {
+            match pass {
+                ConvPass::Forward if p.algo < 8 => Algo::Forward(std::mem::transmute::<
+                    u32,
+                    sys::cudnnConvolutionFwdAlgo_t,
+                >(p.algo)),
+                ConvPass::BackwardData if p.algo < 6 => {
+                    Algo::BackwardData(
+                        std::mem::transmute::<u32, sys::cudnnConvolutionBwdDataAlgo_t>(p.algo),
+                    )
+                }
+                ConvPass::BackwardFilter if p.algo < 7 => {
+                    Algo::BackwardFilter(std::mem::transmute::<
+                        u32,
+                        sys::cudnnConvolutionBwdFilterAlgo_t,
+                    >(p.algo))
+                }
+                _ => return None,
+            }
+        };
+        Some(Choice {
+            algo,
+            math: math_rule.unwrap_or(math),
+            bytes: p.memory,
+        })
+    }
+}
+
+/// cuDNN's heuristic choices for a pass, best first, those it reports as usable.
 ///
 /// # Safety
 /// `h` is a live handle and `d` describes the call.
@@ -394,47 +502,51 @@ unsafe fn ranked(
     h: sys::cudnnHandle_t,
     d: &Descriptors,
     pass: ConvPass,
-) -> Result<Vec<(Algo, bool, usize)>> {
-    use sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+    math_rule: Option<sys::cudnnMathType_t>,
+) -> Result<Vec<Choice>> {
+    let mut perf = [RawPerf::default(); MAX_ALGOS];
     let mut count = 0i32;
-    macro_rules! query {
-        ($perf:ty, $get:path, $op:literal, $variant:ident, ($($arg:expr),*)) => {{
-            let mut perf: [MaybeUninit<$perf>; MAX_ALGOS] = [MaybeUninit::uninit(); MAX_ALGOS];
-            $get(h, $($arg),*, MAX_ALGOS as i32, &mut count, perf.as_mut_ptr().cast())
-                .map_err(dnn_err($op))?;
-            perf[..(count.clamp(0, MAX_ALGOS as i32) as usize)]
-                .iter()
-                .map(|p| {
-                    // SAFETY: cuDNN wrote the first `count` entries.
-                    let p = p.assume_init();
-                    (Algo::$variant(p.algo), p.status == CUDNN_STATUS_SUCCESS, p.memory)
-                })
-                .collect()
-        }};
+    let (n, out) = (MAX_ALGOS as i32, perf.as_mut_ptr());
+    // SAFETY: `out` has room for MAX_ALGOS entries of the perf structs' layout.
+    match pass {
+        ConvPass::Forward => dnn::get_convolution_forward_algorithm(
+            h,
+            d.x,
+            d.w,
+            d.conv,
+            d.y,
+            n,
+            &mut count,
+            out.cast(),
+        )
+        .map_err(dnn_err("cudnnGetConvolutionForwardAlgorithm_v7"))?,
+        ConvPass::BackwardData => dnn::get_convolution_backward_data_algorithm(
+            h,
+            d.w,
+            d.y,
+            d.conv,
+            d.x,
+            n,
+            &mut count,
+            out.cast(),
+        )
+        .map_err(dnn_err("cudnnGetConvolutionBackwardDataAlgorithm_v7"))?,
+        ConvPass::BackwardFilter => dnn::get_convolution_backward_filter_algorithm(
+            h,
+            d.x,
+            d.y,
+            d.conv,
+            d.w,
+            n,
+            &mut count,
+            out.cast(),
+        )
+        .map_err(dnn_err("cudnnGetConvolutionBackwardFilterAlgorithm_v7"))?,
     }
-    Ok(match pass {
-        ConvPass::Forward => query!(
-            sys::cudnnConvolutionFwdAlgoPerf_t,
-            dnn::get_convolution_forward_algorithm,
-            "cudnnGetConvolutionForwardAlgorithm_v7",
-            Forward,
-            (d.x, d.w, d.conv, d.y)
-        ),
-        ConvPass::BackwardData => query!(
-            sys::cudnnConvolutionBwdDataAlgoPerf_t,
-            dnn::get_convolution_backward_data_algorithm,
-            "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-            BackwardData,
-            (d.w, d.y, d.conv, d.x)
-        ),
-        ConvPass::BackwardFilter => query!(
-            sys::cudnnConvolutionBwdFilterAlgoPerf_t,
-            dnn::get_convolution_backward_filter_algorithm,
-            "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-            BackwardFilter,
-            (d.x, d.y, d.conv, d.w)
-        ),
-    })
+    Ok(perf[..count.clamp(0, n) as usize]
+        .iter()
+        .filter_map(|p| Choice::from_perf(p, pass, math_rule))
+        .collect())
 }
 
 impl CudaDev {
@@ -453,6 +565,7 @@ impl CudaDev {
 
     /// The device's cuDNN handle, created at first use.
     fn dnn(&self) -> Result<MutexGuard<'_, Option<Dnn>>> {
+        self.bind()?;
         let mut g = self.dnn.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             library()
@@ -475,39 +588,70 @@ impl CudaDev {
         Ok(g)
     }
 
+    /// Runs `c` with the algorithm chosen for its shape before, or chooses one:
+    /// cuDNN's heuristic candidates are tried in rank order, and the first that runs
+    /// (its workspace allocated and cuDNN accepting the call) is remembered. A
+    /// remembered choice that fails (its workspace no longer fits, say) is chosen
+    /// again.
     unsafe fn cudnn_conv(&self, c: &ConvCall) -> Result<()> {
         let mut guard = self.dnn()?;
-        let dnn_state = guard.as_mut().expect("created by dnn()");
-        let h = dnn_state.handle;
+        let state = guard.as_mut().expect("created by dnn()");
+        let h = state.handle;
         let tf32 = super::allow_tf32();
         let d = Descriptors::new(&c.geom, tf32)?;
         let key = (c.geom, c.pass, tf32);
-        let (algo, ws) = match dnn_state.algos.get(&key) {
-            Some(&(algo, bytes)) => (algo, Workspace::new(self, bytes)?),
-            None => {
-                // first time for this shape: cuDNN's output size must be ember's, or
-                // the arrays do not match
-                let o = d.output_dims()?;
-                if o != c.geom.y {
-                    return Err(Error::Cuda {
-                        op: "cudnnGetConvolution2dForwardOutputDim",
-                        msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
-                    });
-                }
-                // the first that succeeds with a workspace the allocator can give,
-                // which this call then uses
-                let pick = ranked(h, &d, c.pass)?
-                    .into_iter()
-                    .filter(|&(_, ok, _)| ok)
-                    .find_map(|(algo, _, bytes)| Some((algo, Workspace::new(self, bytes).ok()?)))
-                    .ok_or_else(|| Error::Cuda {
-                        op: "choosing a cuDNN algorithm",
-                        msg: format!("no {:?} algorithm fits in memory for {:?}", c.pass, c.geom),
-                    })?;
-                dnn_state.algos.insert(key, (pick.0, pick.1.bytes));
-                pick
+        if let Some(choice) = state.algos.get(&key).copied() {
+            if self.run_choice(h, &d, c, choice).is_ok() {
+                return Ok(());
             }
-        };
+            state.algos.remove(&key);
+        }
+        // first time for this shape: cuDNN's output size must be ember's, or the
+        // arrays do not match
+        let o = d.output_dims()?;
+        if o != c.geom.y {
+            return Err(Error::Cuda {
+                op: "cudnnGetConvolution2dForwardOutputDim",
+                msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
+            });
+        }
+        // f32 without TF32 runs FMA kernels whatever the ranking's math type
+        let math_rule =
+            (c.geom.dtype == DType::F32 && !tf32).then_some(sys::cudnnMathType_t::CUDNN_FMA_MATH);
+        let mut last = None;
+        for choice in ranked(h, &d, c.pass, math_rule)? {
+            match self.run_choice(h, &d, c, choice) {
+                Ok(()) => {
+                    state.algos.insert(key, choice);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Cuda {
+            op: "choosing a cuDNN algorithm",
+            msg: format!(
+                "cuDNN proposes no usable {:?} algorithm for {:?}; \
+                 ember::cuda::cudnn::set_enabled(false) uses ember's own convolutions",
+                c.pass, c.geom
+            ),
+        }))
+    }
+
+    /// Queues `c` with `choice`'s algorithm and math type and a workspace for it.
+    ///
+    /// # Safety
+    /// As [`conv`](Self::conv); `h` is the device's handle, `d` describes `c`.
+    unsafe fn run_choice(
+        &self,
+        h: sys::cudnnHandle_t,
+        d: &Descriptors,
+        c: &ConvCall,
+        choice: Choice,
+    ) -> Result<()> {
+        dnn::set_convolution_math_type(d.conv, choice.math)
+            .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+        let ws = Workspace::new(self, choice.bytes)?;
         let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
         let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
             (
@@ -522,7 +666,7 @@ impl CudaDev {
         };
         let (x, w, y) = (c.x as *mut c_void, c.w as *mut c_void, c.y as *mut c_void);
         let wsp = ws.ptr as *mut c_void;
-        match algo {
+        match choice.algo {
             Algo::Forward(a) => dnn::convolution_forward(
                 h, one, d.x, x, d.w, w, d.conv, a, wsp, ws.bytes, zero, d.y, y,
             )
@@ -568,6 +712,51 @@ mod tests {
             ow: out(w, kw, stride.1, padding.1, dilation.1),
             win,
         }
+    }
+
+    #[test]
+    fn operands_past_cudnns_element_limit_are_left_to_ember() {
+        let one = (1, 1);
+        // every dim fits in i32, but the input has 2^31 elements
+        let big = shape((128, 64, 512, 512), (8, 1, 1), (one, (0, 0), one), 1);
+        assert!(ConvGeom::new(DType::F32, &big).is_none());
+        let ok = shape((127, 64, 512, 512), (8, 1, 1), (one, (0, 0), one), 1);
+        assert!(ConvGeom::new(DType::F32, &ok).is_some());
+    }
+
+    #[test]
+    fn heuristic_entries_are_read_without_trusting_their_values() {
+        use sys::cudnnMathType_t::*;
+        let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32;
+        let perf = |algo, status, math_type| RawPerf {
+            algo,
+            status,
+            memory: 1 << 20,
+            math_type,
+            ..RawPerf::default()
+        };
+        let c = Choice::from_perf(&perf(6, ok, 1), ConvPass::Forward, None).unwrap();
+        assert!(matches!(
+            c.algo,
+            Algo::Forward(sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD)
+        ));
+        assert_eq!((c.math, c.bytes), (CUDNN_TENSOR_OP_MATH, 1 << 20));
+        // f32 without TF32 keeps FMA whatever the entry says
+        let c = Choice::from_perf(
+            &perf(1, ok, 0),
+            ConvPass::BackwardData,
+            Some(CUDNN_FMA_MATH),
+        );
+        assert_eq!(c.unwrap().math, CUDNN_FMA_MATH);
+        // failed entries, and algorithms or math types past what ember knows
+        let not_supported = sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED as u32;
+        assert!(Choice::from_perf(&perf(0, not_supported, 0), ConvPass::Forward, None).is_none());
+        assert!(Choice::from_perf(&perf(8, ok, 0), ConvPass::Forward, None).is_none());
+        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardData, None).is_none());
+        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardFilter, None).is_some());
+        assert!(Choice::from_perf(&perf(7, ok, 0), ConvPass::BackwardFilter, None).is_none());
+        assert!(Choice::from_perf(&perf(0, 9999, 0), ConvPass::Forward, None).is_none());
+        assert!(Choice::from_perf(&perf(0, ok, 4), ConvPass::Forward, None).is_none());
     }
 
     /// Where the cuDNN library loads (no GPU needed): it accepts ember's descriptors
