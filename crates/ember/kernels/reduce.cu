@@ -1,7 +1,14 @@
 // Reductions over the trailing dimensions of a (permuted) layout: output element o
-// reduces the `lane` elements with linear indices o*lane .. o*lane+lane-1. One
-// block of threads per output element (grid-stride over outputs); partial results
-// meet through warp shuffles and shared memory.
+// reduces the `lane` elements with linear indices o*lane .. o*lane+lane-1. Three
+// shapes of work (ops.rs picks one):
+// - reduce_<T>: one block of threads per output (grid-stride over outputs);
+//   partial results meet through warp shuffles and shared memory;
+// - reduce_warp_<T>: one warp per output, for short lanes, where a block would
+//   leave most of its threads idle;
+// - reduce_partial_<T> then reduce_finish_<T>: few outputs over long lanes (a
+//   full sum): each lane is cut into `splits` chunks reduced by separate blocks
+//   into partials (value, index or count, and M2 for the variance), which a second
+//   kernel combines, so that every multiprocessor takes part.
 
 // Reduction codes (mirror `ReduceCode` in backend/cuda/ops.rs).
 #define R_SUM 0
@@ -125,6 +132,191 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
         reduce_impl<T, i64>(x, lx, out, n_out, lane, op, correction);                                \
     }
 EMBER_ALL_TYPES(REDUCE)
+
+// Sum over the warp; every lane gets the result.
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// Warp-wide best (value, index); valid in lane 0.
+template <typename A> __device__ __forceinline__ void warp_best(A& v, i64& idx, bool want_max) {
+    for (int d = 16; d > 0; d >>= 1) {
+        A ov = shfl_down(v, d);
+        i64 oi = __shfl_down_sync(0xffffffffu, idx, d);
+        if (better(ov, oi, v, idx, want_max)) { v = ov; idx = oi; }
+    }
+}
+
+// One warp per output. Every lane of a warp walks the same outputs, so the warp
+// stays whole at each shuffle.
+template <typename T, typename O>
+__device__ void reduce_warp_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, int op, double correction) {
+    typedef typename acc_t<T>::type A;
+    int l = threadIdx.x % 32;
+    i64 warps = (i64)gridDim.x * (blockDim.x / 32);
+    for (i64 o = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; o < n_out; o += warps) {
+        i64 base = o * lane;
+        if (op == R_SUM || op == R_MEAN || op == R_VAR) {
+            A s = (A)0;
+            for (i64 j = l; j < lane; j += 32) s += widen(x[loc(lx, base + j)]);
+            s = warp_sum(s);
+            if (op == R_VAR) {
+                A m = s / (A)lane, q = (A)0;
+                for (i64 j = l; j < lane; j += 32) {
+                    A d = widen(x[loc(lx, base + j)]) - m;
+                    q += d * d;
+                }
+                q = warp_sum(q);
+                if (l == 0) {
+                    double dof = (double)lane - correction;
+                    out[o] = narrow<O>(dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll));
+                }
+            } else if (l == 0) {
+                out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
+            }
+        } else {
+            bool want_max = (op == R_MAX || op == R_ARGMAX);
+            A best = (A)0;
+            i64 bi = -1;
+            for (i64 j = l; j < lane; j += 32) {
+                A v = widen(x[loc(lx, base + j)]);
+                if (better(v, j, best, bi, want_max)) { best = v; bi = j; }
+            }
+            warp_best(best, bi, want_max);
+            if (l == 0) {
+                if (op == R_ARGMAX || op == R_ARGMIN) out[o] = narrow<O>(bi);
+                else out[o] = narrow<O>(best);
+            }
+        }
+    }
+}
+
+// Partials: block b = o * splits + s reduces chunk s of output o's lane into slot
+// b: pv the sum, the best value or (variance) the chunk's mean; pi the best's index
+// in the lane or (variance) the chunk's count; pm the chunk's sum of squared
+// deviations (variance only).
+template <typename T>
+__device__ void reduce_partial_impl(const T* x, Layout lx, i64 n_out, i64 lane, i64 splits, int op,
+                                    typename acc_t<T>::type* pv, i64* pi, typename acc_t<T>::type* pm) {
+    typedef typename acc_t<T>::type A;
+    __shared__ A sv[32];
+    __shared__ i64 si[32];
+    __shared__ A mean_s;
+    i64 chunk = (lane + splits - 1) / splits;
+    for (i64 b = blockIdx.x; b < n_out * splits; b += gridDim.x) {
+        i64 o = b / splits, lo = (b % splits) * chunk;
+        i64 hi = lo + chunk < lane ? lo + chunk : lane;
+        i64 base = o * lane;
+        if (op == R_SUM || op == R_MEAN || op == R_VAR) {
+            A s = (A)0;
+            for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) s += widen(x[loc(lx, base + j)]);
+            s = block_sum(s, sv);
+            if (op == R_VAR) {
+                i64 count = hi > lo ? hi - lo : 0;
+                if (threadIdx.x == 0) mean_s = count > 0 ? s / (A)count : (A)0;
+                __syncthreads();
+                A m = mean_s, q = (A)0;
+                for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+                    A d = widen(x[loc(lx, base + j)]) - m;
+                    q += d * d;
+                }
+                q = block_sum(q, sv);
+                if (threadIdx.x == 0) { pv[b] = m; pi[b] = count; pm[b] = q; }
+            } else if (threadIdx.x == 0) {
+                pv[b] = s;
+            }
+        } else {
+            bool want_max = (op == R_MAX || op == R_ARGMAX);
+            A best = (A)0;
+            i64 bi = -1;
+            for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+                A v = widen(x[loc(lx, base + j)]);
+                if (better(v, j, best, bi, want_max)) { best = v; bi = j; }
+            }
+            block_best(best, bi, want_max, sv, si);
+            if (threadIdx.x == 0) { pv[b] = best; pi[b] = bi; }
+        }
+        __syncthreads();
+    }
+}
+
+// Combines each output's `splits` partials (one block per output). The variance
+// joins chunks exactly: the mean is the count-weighted mean of the chunks' means,
+// and M2 = sum of (M2_s + count_s * (mean_s - mean)^2).
+template <typename T, typename O>
+__device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64* pi,
+                                   const typename acc_t<T>::type* pm, O* out, i64 n_out, i64 lane,
+                                   i64 splits, int op, double correction) {
+    typedef typename acc_t<T>::type A;
+    __shared__ A sv[32];
+    __shared__ i64 si[32];
+    __shared__ A mean_s;
+    for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
+        i64 base = o * splits;
+        if (op == R_SUM || op == R_MEAN) {
+            A s = (A)0;
+            for (i64 t = threadIdx.x; t < splits; t += blockDim.x) s += pv[base + t];
+            s = block_sum(s, sv);
+            if (threadIdx.x == 0) out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
+        } else if (op == R_VAR) {
+            A s = (A)0;
+            for (i64 t = threadIdx.x; t < splits; t += blockDim.x) s += pv[base + t] * (A)pi[base + t];
+            s = block_sum(s, sv);
+            if (threadIdx.x == 0) mean_s = s / (A)lane;
+            __syncthreads();
+            A m = mean_s, q = (A)0;
+            for (i64 t = threadIdx.x; t < splits; t += blockDim.x) {
+                A d = pv[base + t] - m;
+                q += pm[base + t] + (A)pi[base + t] * d * d;
+            }
+            q = block_sum(q, sv);
+            if (threadIdx.x == 0) {
+                double dof = (double)lane - correction;
+                out[o] = narrow<O>(dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll));
+            }
+        } else {
+            bool want_max = (op == R_MAX || op == R_ARGMAX);
+            A best = (A)0;
+            i64 bi = -1;
+            for (i64 t = threadIdx.x; t < splits; t += blockDim.x)
+                if (better(pv[base + t], pi[base + t], best, bi, want_max)) { best = pv[base + t]; bi = pi[base + t]; }
+            block_best(best, bi, want_max, sv, si);
+            if (threadIdx.x == 0) {
+                if (op == R_ARGMAX || op == R_ARGMIN) out[o] = narrow<O>(bi);
+                else out[o] = narrow<O>(best);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define REDUCE_MORE(T, S)                                                                            \
+    extern "C" __global__ void reduce_warp_##S(const T* x, Layout lx, T* out, i64 n_out, i64 lane,  \
+                                               int op, double correction) {                          \
+        reduce_warp_impl<T, T>(x, lx, out, n_out, lane, op, correction);                             \
+    }                                                                                                \
+    extern "C" __global__ void reduce_warp_##S##_i64(const T* x, Layout lx, i64* out, i64 n_out,    \
+                                                     i64 lane, int op, double correction) {          \
+        reduce_warp_impl<T, i64>(x, lx, out, n_out, lane, op, correction);                           \
+    }                                                                                                \
+    extern "C" __global__ void reduce_partial_##S(const T* x, Layout lx, i64 n_out, i64 lane,       \
+                                                  i64 splits, int op, acc_t<T>::type* pv, i64* pi,   \
+                                                  acc_t<T>::type* pm) {                              \
+        reduce_partial_impl<T>(x, lx, n_out, lane, splits, op, pv, pi, pm);                          \
+    }                                                                                                \
+    extern "C" __global__ void reduce_finish_##S(const acc_t<T>::type* pv, const i64* pi,           \
+                                                 const acc_t<T>::type* pm, T* out, i64 n_out,        \
+                                                 i64 lane, i64 splits, int op, double correction) {  \
+        reduce_finish_impl<T, T>(pv, pi, pm, out, n_out, lane, splits, op, correction);              \
+    }                                                                                                \
+    extern "C" __global__ void reduce_finish_##S##_i64(const acc_t<T>::type* pv, const i64* pi,     \
+                                                       const acc_t<T>::type* pm, i64* out,           \
+                                                       i64 n_out, i64 lane, i64 splits, int op,      \
+                                                       double correction) {                          \
+        reduce_finish_impl<T, i64>(pv, pi, pm, out, n_out, lane, splits, op, correction);            \
+    }
+EMBER_ALL_TYPES(REDUCE_MORE)
 
 // Softmax (or log-softmax) over contiguous rows of length `cols`; one block per row.
 template <typename T>

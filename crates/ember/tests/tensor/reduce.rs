@@ -169,7 +169,68 @@ fn allclose_and_assert_close(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Every reduction against the CPU's, in the shapes that take the GPU's three
+/// kernels: long lanes over few outputs (split into chunks and combined), short
+/// lanes over many outputs (a warp each), and the rest (a block each).
+fn reductions_of_every_shape(dev: &Device) -> Result<()> {
+    ember::manual_seed(7);
+    for shape in [[3usize, 40_000], [1, 70_001], [2_000, 7], [40, 600], [5, 1]] {
+        // a mean far from zero tests the variance's joining of chunks
+        let x = Tensor::randn(shape, &Device::Cpu)? + 100.0;
+        let xd = x.to(dev)?;
+        let close = |got: &Tensor, want: &Tensor, tol: f64| {
+            assert_close(&vals(got), &vals(want), tol, tol);
+        };
+        close(&xd.sum(1, false)?, &x.sum(1, false)?, 1e-5);
+        close(&xd.mean(1, false)?, &x.mean(1, false)?, 1e-5);
+        close(&xd.var(1, false)?, &x.var(1, false)?, 1e-3);
+        close(&xd.max(1, false)?, &x.max(1, false)?, 0.0);
+        close(&xd.min(1, false)?, &x.min(1, false)?, 0.0);
+        for (got, want) in [
+            (xd.argmax(1, false)?, x.argmax(1, false)?),
+            (xd.argmin(1, false)?, x.argmin(1, false)?),
+        ] {
+            assert_eq!(got.to_vec1::<i64>()?, want.to_vec1::<i64>()?, "{shape:?}");
+        }
+        close(&xd.sum_all()?, &x.sum_all()?, 1e-5);
+        close(&xd.var_all()?, &x.var_all()?, 1e-3);
+        // f64 sums agree to rounding
+        let x64 = x.to_dtype(DType::F64)?;
+        close(&x64.to(dev)?.sum(1, false)?, &x64.sum(1, false)?, 1e-12);
+        close(&x64.to(dev)?.var(1, false)?, &x64.var(1, false)?, 1e-9);
+    }
+    // ties go to the first index and NaN wins, across chunks of a long lane
+    let mut v = vec![0f32; 100_000];
+    v[70_000] = 5.0;
+    v[20_000] = 5.0;
+    v[99_999] = -5.0;
+    v[50_000] = -5.0;
+    let t = Tensor::from_vec(v.clone(), [100_000], dev)?;
+    assert_eq!(t.argmax_all()?.item::<i64>()?, 20_000);
+    assert_eq!(t.argmin_all()?.item::<i64>()?, 50_000);
+    assert_eq!(t.max_all()?.item::<f32>()?, 5.0);
+    v[90_000] = f32::NAN;
+    v[60_000] = f32::NAN;
+    let t = Tensor::from_vec(v, [100_000], dev)?;
+    assert_eq!(t.argmax_all()?.item::<i64>()?, 60_000);
+    assert_eq!(t.argmin_all()?.item::<i64>()?, 60_000);
+    assert!(t.min_all()?.item::<f32>()?.is_nan());
+    // integer sums stay exact in int64, f16 means accumulate in f32
+    let i = Tensor::arange(0i64, 200_000, dev)?;
+    assert_eq!(i.sum_all()?.item::<i64>()?, 199_999 * 200_000 / 2);
+    let b = Tensor::ones([100_000], DType::Bool, dev)?;
+    assert_eq!(b.sum_all()?.item::<i64>()?, 100_000);
+    let h = Tensor::full([3, 50_000], 0.25, DType::F16, dev)?;
+    assert_eq!(vals(&h.mean(1, false)?), vec![0.25; 3]);
+    // a lane of one: variance NaN, correction 0 gives 0
+    let one = Tensor::ones([4, 1], DType::F32, dev)?;
+    assert!(vals(&one.var(1, false)?).iter().all(|v| v.is_nan()));
+    assert_eq!(vals(&one.var_correction(1, 0.0, false)?), vec![0.0; 4]);
+    Ok(())
+}
+
 device_test!(
+    reductions_of_every_shape,
     sums_and_means,
     max_min_arg,
     var_std,

@@ -447,18 +447,78 @@ pub(crate) fn reduce(
     if n_out == 0 {
         return Ok(out);
     }
-    let name = if out_dtype == x.dtype() {
-        format!("reduce_{}", suffix(x.dtype()))
-    } else {
-        format!("reduce_{}_i64", suffix(x.dtype()))
+    let (sx, i64_out) = (suffix(x.dtype()), out_dtype != x.dtype());
+    let name = |kind: &str| match i64_out {
+        false => format!("reduce{kind}_{sx}"),
+        true => format!("reduce{kind}_{sx}_i64"),
     };
-    let f = dev.func("reduce", x.dtype(), &name)?;
-    let grid = n_out.min(65535 * 32) as u32;
     let (px, po, no, ln, code) = (x.ptr(), out.ptr(), n_out as i64, lane as i64, op as i32);
-    let mut p = args![px, kl, po, no, ln, code, correction];
-    // SAFETY: parameters match `reduce_<T>[_i64]` in kernels/reduce.cu.
-    unsafe { dev.launch(f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    let cap = |blocks: usize| blocks.clamp(1, 65535 * 32) as u32;
+    match reduce_plan(n_out, lane, dev.sm_count as usize) {
+        ReducePlan::WarpPerOutput => {
+            let f = dev.func("reduce", x.dtype(), &name("_warp"))?;
+            let mut p = args![px, kl, po, no, ln, code, correction];
+            let grid = cap(n_out.div_ceil(THREADS as usize / 32));
+            // SAFETY: parameters match `reduce_warp_<T>[_i64]` in kernels/reduce.cu.
+            unsafe { dev.launch(f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+        ReducePlan::BlockPerOutput => {
+            let f = dev.func("reduce", x.dtype(), &name(""))?;
+            let mut p = args![px, kl, po, no, ln, code, correction];
+            // SAFETY: parameters match `reduce_<T>[_i64]` in kernels/reduce.cu.
+            unsafe { dev.launch(f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+        ReducePlan::Split(splits) => {
+            let slots = n_out * splits;
+            // three arrays of `slots` 8-byte entries: values (the accumulator type,
+            // at most 8 bytes), indices or counts, and the variance's M2
+            let partials = CudaStorage::alloc(dev, DType::I64, 3 * slots)?;
+            let pv = partials.ptr();
+            let (pi, pm) = (pv + 8 * slots as u64, pv + 16 * slots as u64);
+            let sp = splits as i64;
+            let f = dev.func("reduce", x.dtype(), &format!("reduce_partial_{sx}"))?;
+            let mut p = args![px, kl, no, ln, sp, code, pv, pi, pm];
+            // SAFETY: parameters match `reduce_partial_<T>`; the partial arrays hold
+            // `slots` entries each.
+            unsafe { dev.launch(f, (cap(slots), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+            let f = dev.func("reduce", x.dtype(), &name("_finish"))?;
+            let mut p = args![pv, pi, pm, po, no, ln, sp, code, correction];
+            // SAFETY: parameters match `reduce_finish_<T>[_i64]`; `partials` is
+            // freed after both launches, in stream order.
+            unsafe { dev.launch(f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+    }
     Ok(out)
+}
+
+/// How a reduction of `n_out` outputs over lanes of `lane` elements is spread over
+/// a GPU with `sm_count` multiprocessors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReducePlan {
+    /// Short lanes, enough of them: a warp per output (a block would leave most of
+    /// its threads idle).
+    WarpPerOutput,
+    /// A block per output.
+    BlockPerOutput,
+    /// Few outputs over long lanes (a full sum): each lane in this many chunks,
+    /// reduced by separate blocks and then combined.
+    Split(usize),
+}
+
+fn reduce_plan(n_out: usize, lane: usize, sm_count: usize) -> ReducePlan {
+    /// Lanes up to this long go a warp per output.
+    const WARP_LANE: usize = 512;
+    /// The fewest elements a chunk of a split lane holds.
+    const MIN_CHUNK: usize = 8192;
+    // blocks that keep every multiprocessor busy
+    let busy = sm_count.max(1) * 4;
+    if lane <= WARP_LANE && n_out >= sm_count {
+        ReducePlan::WarpPerOutput
+    } else if n_out < busy && lane >= 2 * MIN_CHUNK {
+        ReducePlan::Split(busy.div_ceil(n_out).min(lane / MIN_CHUNK))
+    } else {
+        ReducePlan::BlockPerOutput
+    }
 }
 
 /// Softmax or log-softmax over the rows of a contiguous view of `rows * cols`
@@ -1006,6 +1066,21 @@ pub(crate) fn cmp_code(c: crate::backend::cpu::elementwise::CmpOp) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reduction_plans() {
+        use ReducePlan::*;
+        // an H100: 132 multiprocessors, 528 blocks keep it busy
+        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
+        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
+        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
+        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
+    }
 
     /// The Rust op codes and the kernels' `#define`s must agree.
     #[test]
