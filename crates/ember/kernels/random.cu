@@ -52,6 +52,13 @@ __device__ __forceinline__ double unit_open_f64(unsigned a, unsigned b) {
 #define TWO_PI_F 6.2831853071795864769f
 #define TWO_PI 6.2831853071795864769
 
+// A uniform draw `v` in T; one that rounds up to `hi` becomes `lo`, so that samples
+// stay in [lo, hi) in every dtype.
+template <typename T> __device__ __forceinline__ T below(double v, double lo, double hi) {
+    T t = narrow<T>(v);
+    return (double)widen(t) < hi ? t : narrow<T>(lo);
+}
+
 // uniform: p0 + (p1 - p0) * u; normal: p0 + p1 * z (Box-Muller on pairs of uniforms).
 template <typename T>
 __device__ void random_impl(T* out, i64 n, u64 seed, u64 offset, int normal, double p0, double p1) {
@@ -69,7 +76,8 @@ __device__ void random_impl(T* out, i64 n, u64 seed, u64 offset, int normal, dou
                 v[0] = p0 + (p1 - p0) * unit_f64(r.v[0], r.v[1]);
                 v[1] = p0 + (p1 - p0) * unit_f64(r.v[2], r.v[3]);
             }
-            for (int j = 0; j < 2 && 2 * g + j < n; ++j) out[2 * g + j] = narrow<T>(v[j]);
+            for (int j = 0; j < 2 && 2 * g + j < n; ++j)
+                out[2 * g + j] = normal ? narrow<T>(v[j]) : below<T>(v[j], p0, p1);
         }
     } else {
         i64 groups = (n + 3) / 4;
@@ -87,7 +95,8 @@ __device__ void random_impl(T* out, i64 n, u64 seed, u64 offset, int normal, dou
             } else {
                 for (int h = 0; h < 4; ++h) v[h] = lo + span * unit_f32(r.v[h]);
             }
-            for (int j = 0; j < 4 && 4 * g + j < n; ++j) out[4 * g + j] = narrow<T>(v[j]);
+            for (int j = 0; j < 4 && 4 * g + j < n; ++j)
+                out[4 * g + j] = normal ? narrow<T>(v[j]) : below<T>(v[j], p0, p1);
         }
     }
 }

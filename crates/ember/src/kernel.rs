@@ -37,6 +37,10 @@ pub struct Kernel {
     name: String,
     func: Func,
     dev: Arc<CudaDev>,
+    /// The byte size of each parameter, as compiled.
+    params: Vec<usize>,
+    /// The device's limits, for checking launch configurations.
+    props: crate::device::cuda::DeviceProperties,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -79,6 +83,8 @@ impl Kernel {
         let func = dev.load_user_function(source, name, &opts)?;
         Ok(Kernel {
             name: name.to_string(),
+            params: func.param_sizes()?,
+            props: crate::device::cuda::device_properties(i)?,
             func,
             dev,
         })
@@ -89,13 +95,21 @@ impl Kernel {
         self.dev.device()
     }
 
+    /// The byte size of each of the kernel's parameters, as compiled (8 for a
+    /// pointer or a `long long`, 4 for an `int` or a `float`).
+    pub fn param_sizes(&self) -> &[usize] {
+        &self.params
+    }
+
     /// Queues the kernel on the device's stream (in order with ember's own
     /// operations) with `config` and `args`, after checking the configuration
-    /// against the device's limits and each tensor's device, dtype and layout.
+    /// against the device's limits, the arguments against the kernel's parameters
+    /// (their number and sizes: an `Arg::I32` for a `long long` is an error, not a
+    /// misread value), and each tensor's device, dtype and layout.
     pub fn launch(&self, config: LaunchConfig, args: &[Arg]) -> Result<()> {
         let device = self.device();
-        let props = crate::device::cuda::device_properties(self.dev.ordinal)?;
-        config.check(&props)?;
+        config.check(&self.props)?;
+        self.check_args(args)?;
         // keep every tensor's storage locked (and alive) until the launch is queued
         let mut guards = Vec::new();
         let mut values: Vec<u64> = Vec::with_capacity(args.len());
@@ -157,6 +171,37 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    fn check_args(&self, args: &[Arg]) -> Result<()> {
+        if args.len() != self.params.len() {
+            return Err(Error::invalid(
+                "Kernel::launch",
+                format!(
+                    "{} takes {} arguments, {} given",
+                    self.name,
+                    self.params.len(),
+                    args.len()
+                ),
+            ));
+        }
+        for (k, (a, &want)) in args.iter().zip(&self.params).enumerate() {
+            if a.size() != want {
+                return Err(Error::invalid(
+                    "Kernel::launch",
+                    format!(
+                        "argument {k} of {}: the kernel's parameter takes {want} bytes, but {} is \
+                         {} bytes (a pointer or long long is 8, an int or float 4)",
+                        self.name,
+                        a.describe(),
+                        a.size()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A kernel argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {
@@ -176,6 +221,26 @@ pub enum Arg<'a> {
 }
 
 impl<'a> Arg<'a> {
+    /// The bytes the argument takes in the kernel's parameter list.
+    fn size(&self) -> usize {
+        match self {
+            Arg::Tensor { .. } | Arg::I64(_) | Arg::U64(_) | Arg::F64(_) => 8,
+            Arg::I32(_) | Arg::U32(_) | Arg::F32(_) => 4,
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        match self {
+            Arg::Tensor { .. } => "a tensor (a device pointer)",
+            Arg::I32(_) => "Arg::I32",
+            Arg::U32(_) => "Arg::U32",
+            Arg::I64(_) => "Arg::I64",
+            Arg::U64(_) => "Arg::U64",
+            Arg::F32(_) => "Arg::F32",
+            Arg::F64(_) => "Arg::F64",
+        }
+    }
+
     /// A tensor the kernel reads (`const T*`).
     pub fn input(t: &'a Tensor, dtype: DType) -> Arg<'a> {
         Arg::Tensor {

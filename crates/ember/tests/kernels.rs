@@ -131,6 +131,35 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
         .unwrap_err()
         .to_string();
     assert!(e.contains("4096 threads"), "{e}");
+    // the arguments' number and sizes must be the kernel's parameters'
+    assert_eq!(k.param_sizes(), &[8, 8, 8, 4]);
+    let e = k
+        .launch(cfg, &[Arg::input(&c, DType::F32), Arg::I32(32)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("takes 4 arguments, 2 given"), "{e}");
+    let e = with(Arg::F32(0.0)).unwrap_err().to_string();
+    assert!(e.contains("argument 0 of cu_add_vectors"), "{e}");
+    let wide = k
+        .launch(
+            cfg,
+            &[
+                Arg::input(&c, DType::F32),
+                Arg::input(&c, DType::F32),
+                Arg::output(&c, DType::F32),
+                Arg::I64(32),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wide.contains("argument 3") && wide.contains("takes 4 bytes") && wide.contains("Arg::I64"),
+        "{wide}"
+    );
+    let src =
+        r#"extern "C" __global__ void mixed(const double* a, long long n, float s, char c) {}"#;
+    let mixed = Kernel::compile(src, "mixed", &dev)?;
+    assert_eq!(mixed.param_sizes(), &[8, 8, 4, 1]);
     // nothing was written by the refused launches
     assert_eq!(c.sum_all()?.item::<f32>()?, 0.0);
     Ok(())

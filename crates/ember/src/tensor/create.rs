@@ -254,13 +254,20 @@ impl Tensor {
             try_collect(
                 n,
                 (0..n).map(|_| {
-                    // f32 draws for the f32-and-narrower dtypes keep the result below `hi`
+                    // f32 draws for the f32-and-narrower dtypes
                     let u = if dtype == DType::F64 {
                         r.random::<f64>()
                     } else {
                         r.random::<f32>() as f64
                     };
-                    lo + (hi - lo) * u
+                    // rounded to the dtype now (the conversion below is then exact);
+                    // a draw that rounds up to `hi` becomes `lo`: samples in [lo, hi)
+                    let v = round_to(dtype, lo + (hi - lo) * u);
+                    if v < hi {
+                        v
+                    } else {
+                        round_to(dtype, lo)
+                    }
                 }),
             )
         })?;
@@ -549,5 +556,15 @@ impl<A: NdArray + ?Sized> NdArray for &A {
     }
     fn push_to(&self, out: &mut Vec<A::Elem>) {
         (**self).push_to(out)
+    }
+}
+
+/// `v` rounded to the nearest value of the float `dtype`.
+fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => v,
     }
 }

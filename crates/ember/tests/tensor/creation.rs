@@ -83,6 +83,12 @@ fn random_is_seeded(dev: &Device) -> Result<()> {
     );
     let u = Tensor::uniform(-2.0, -1.0, [500], DType::F64, dev)?;
     assert!(vals(&u).iter().all(|&x| (-2.0..-1.0).contains(&x)));
+    // draws that round up to `hi` in a narrow dtype (about 1 in 2048 for f16 on
+    // [1, 2), 1 in 256 for bf16) become `lo`: the interval stays half-open
+    for dtype in [DType::F16, DType::BF16] {
+        let u = vals(&Tensor::uniform(1.0, 2.0, [100_000], dtype, dev)?);
+        assert!(u.iter().all(|&x| (1.0..2.0).contains(&x)), "{dtype}");
+    }
     let r = Tensor::randint(3, 6, [500], dev)?;
     assert!(vals(&r).iter().all(|&x| (3.0..6.0).contains(&x)));
     let p = Tensor::randperm(50, dev)?;

@@ -39,6 +39,36 @@ unsafe impl Send for Func {}
 // SAFETY: as above; launching does not mutate the handle.
 unsafe impl Sync for Func {}
 
+impl Func {
+    /// The byte sizes of the kernel's parameters, in order (from the driver's
+    /// cuFuncGetParamInfo, or the simulator's compiled signature).
+    pub(crate) fn param_sizes(&self) -> Result<Vec<usize>> {
+        match self {
+            Func::Driver(f) => {
+                let mut sizes = Vec::new();
+                loop {
+                    let (mut offset, mut size) = (0usize, 0usize);
+                    // SAFETY: a loaded function and two out-parameters.
+                    let r =
+                        unsafe { sys::cuFuncGetParamInfo(*f, sizes.len(), &mut offset, &mut size) };
+                    match r {
+                        sys::cudaError_enum::CUDA_SUCCESS => sizes.push(size),
+                        // past the last parameter
+                        sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE => return Ok(sizes),
+                        e => {
+                            return Err(Error::Cuda {
+                                op: "cuFuncGetParamInfo",
+                                msg: format!("{e:?}"),
+                            })
+                        }
+                    }
+                }
+            }
+            Func::Sim(f) => Ok(f.param_sizes()),
+        }
+    }
+}
+
 enum Module {
     Driver(sys::CUmodule),
     Sim(Arc<sim::SimModule>),

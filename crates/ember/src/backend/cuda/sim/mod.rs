@@ -157,6 +157,7 @@ struct SimLaunch {
 }
 
 type Entry = unsafe extern "C" fn(*mut *mut c_void, *const SimLaunch) -> i32;
+type ParamsFn = unsafe extern "C" fn(*mut u64, i32) -> i32;
 type ErrorFn = unsafe extern "C" fn() -> *const c_char;
 
 /// A loaded kernel of a simulated module.
@@ -164,12 +165,28 @@ type ErrorFn = unsafe extern "C" fn() -> *const c_char;
 pub(crate) struct SimFunc {
     entry: Entry,
     error: ErrorFn,
+    params: ParamsFn,
     /// The module waits at barriers (`__syncthreads`, warp shuffles): its threads
     /// need fibers.
     fibers: bool,
 }
 
 impl SimFunc {
+    /// The byte sizes of the kernel's parameters, in order.
+    pub(crate) fn param_sizes(&self) -> Vec<usize> {
+        let mut out = vec![0u64; 64];
+        // SAFETY: the symbol has this signature (prelude.h) and writes at most
+        // `cap` entries.
+        let n = unsafe { (self.params)(out.as_mut_ptr(), out.len() as i32) }.max(0) as usize;
+        if n > out.len() {
+            out = vec![0u64; n];
+            // SAFETY: as above.
+            unsafe { (self.params)(out.as_mut_ptr(), n as i32) };
+        }
+        out.truncate(n);
+        out.into_iter().map(|s| s as usize).collect()
+    }
+
     /// Runs the kernel over the whole grid before returning.
     ///
     /// # Safety
@@ -218,6 +235,11 @@ impl SimModule {
         // SAFETY: the entry and error symbols have these signatures (prelude.h).
         unsafe {
             let entry = *self.lib.get::<Entry>(sym.as_bytes()).map_err(missing)?;
+            let params_sym = format!("__ember_sim_params_{name}\0");
+            let params = *self
+                .lib
+                .get::<ParamsFn>(params_sym.as_bytes())
+                .map_err(missing)?;
             let error = *self
                 .lib
                 .get::<ErrorFn>(b"__ember_sim_error\0")
@@ -225,6 +247,7 @@ impl SimModule {
             Ok(SimFunc {
                 entry,
                 error,
+                params,
                 fibers: self.fibers,
             })
         }

@@ -277,6 +277,15 @@ template <class... A> static int run(void (*k)(A...), void** params, const Launc
     return run_launch(l);
 }
 
+// The sizes of kernel `k`'s parameters, the first `cap` of them into `out`; returns
+// how many it has (what cuFuncGetParamInfo tells on a GPU).
+template <class... A> static int param_sizes(void (*)(A...), unsigned long long* out, int cap) {
+    const unsigned long long s[] = {sizeof(A)..., 0};
+    int n = (int)sizeof...(A);
+    for (int i = 0; i < n && i < cap; i++) out[i] = s[i];
+    return n;
+}
+
 // Round-to-nearest-even conversions between f32 and IEEE half (what PTX's cvt.rn does).
 static inline uint16_t f32_to_f16(float f) {
     uint32_t x;
@@ -425,4 +434,8 @@ extern "C" __attribute__((visibility("default"))) const char* __ember_sim_error(
     extern "C" __attribute__((visibility("default"))) int __ember_sim_entry_##name(             \
         void** params, const ember_sim::Launch* l) {                                           \
         return ember_sim::run(name, params, l);                                                 \
+    }                                                                                           \
+    extern "C" __attribute__((visibility("default"))) int __ember_sim_params_##name(            \
+        unsigned long long* out, int cap) {                                                     \
+        return ember_sim::param_sizes(name, out, cap);                                          \
     }
