@@ -120,19 +120,23 @@ IF_u8(MATMUL_INT(u8, u8)) IF_i64(MATMUL_INT(i64, i64))
 template <typename T>
 __device__ void adam_impl(T* p, const T* g, T* m, T* v, i64 n, double lr, double b1, double b2, double eps,
                           double bc1, double bc2, double wd, int decoupled) {
+    // the step's constants, once per thread in T (double math is slow on most GPUs)
+    const T decay = (T)(1.0 - lr * wd), wd_t = (T)wd, b1_t = (T)b1, b2_t = (T)b2;
+    const T one_b1 = (T)(1.0 - b1), one_b2 = (T)(1.0 - b2), eps_t = (T)eps;
+    const T sqrt_bc2 = (T)sqrt(bc2), step = (T)(lr / bc1);
     FOR_EACH(i, n) {
         T gi = g[i];
         T pi = p[i];
         if (wd != 0.0) {
-            if (decoupled) pi = pi * (T)(1.0 - lr * wd);
-            else gi = gi + (T)wd * pi;
+            if (decoupled) pi = pi * decay;
+            else gi = gi + wd_t * pi;
         }
-        T mi = (T)b1 * m[i] + (T)(1.0 - b1) * gi;
-        T vi = (T)b2 * v[i] + (T)(1.0 - b2) * gi * gi;
+        T mi = b1_t * m[i] + one_b1 * gi;
+        T vi = b2_t * v[i] + one_b2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        T denom = sqrt(vi) / (T)sqrt(bc2) + (T)eps;
-        p[i] = pi - (T)(lr / bc1) * mi / denom;
+        T denom = sqrt(vi) / sqrt_bc2 + eps_t;
+        p[i] = pi - step * mi / denom;
     }
 }
 

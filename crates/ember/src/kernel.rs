@@ -64,7 +64,9 @@ impl Kernel {
         Kernel::compile_with(source, name, device, &[])
     }
 
-    /// [`compile`](Self::compile) with NVRTC options such as `-use_fast_math`.
+    /// [`compile`](Self::compile) with NVRTC options such as `-use_fast_math`. A
+    /// kernel compiled with include folders of its own (`-I...`) is cached in
+    /// memory only, since its headers may change between runs.
     pub fn compile_with(
         source: &str,
         name: &str,

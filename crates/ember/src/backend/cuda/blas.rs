@@ -37,7 +37,15 @@ impl CudaDev {
     pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
         match &self.rt {
             Runtime::Sim => super::sim::gemm(g),
-            Runtime::Driver { .. } => self.cublas_gemm(g),
+            Runtime::Driver { .. } => match self.cublas_gemm(g) {
+                // cuBLAS allocates its handle and workspace outside ember's cache:
+                // hand it the cached memory and try once more
+                Err(Error::Cuda { msg, .. }) if msg.contains("CUBLAS_STATUS_ALLOC_FAILED") => {
+                    self.allocator().release_cached();
+                    self.cublas_gemm(g)
+                }
+                r => r,
+            },
         }
     }
 

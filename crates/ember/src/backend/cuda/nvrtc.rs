@@ -183,7 +183,17 @@ pub(crate) enum CubinOrigin {
     Compiled,
 }
 
-/// [`compile`] through the in-memory and on-disk caches.
+/// Whether `options` add include folders: headers there may change between runs
+/// without changing the cache key (the source and options), so such a kernel is
+/// cached in memory only.
+fn includes_user_headers(options: &[String]) -> bool {
+    options
+        .iter()
+        .any(|o| o.starts_with("-I") || o.starts_with("--include-path"))
+}
+
+/// [`compile`] through the in-memory and on-disk caches (memory only for kernels
+/// compiled with include folders of their own).
 pub(crate) fn cubin(
     name: &str,
     source: &str,
@@ -203,7 +213,9 @@ pub(crate) fn cubin(
     {
         return Ok((c.clone(), CubinOrigin::Memory));
     }
-    let file = cache_dir().map(|d| d.join(format!("{name}-sm_{arch}-{key:016x}.cubin")));
+    let file = cache_dir()
+        .filter(|_| !includes_user_headers(options))
+        .map(|d| d.join(format!("{name}-sm_{arch}-{key:016x}.cubin")));
     let mut origin = CubinOrigin::Compiled;
     let bytes = match file.as_ref().and_then(|f| std::fs::read(f).ok()) {
         // a cubin is an ELF file; anything else in the cache is ignored
@@ -234,6 +246,14 @@ pub(crate) fn cubin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_with_their_own_include_folders_skip_the_disk_cache() {
+        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(!includes_user_headers(&o(&["-use_fast_math", "-DN=4"])));
+        assert!(includes_user_headers(&o(&["-I/home/me/kernels"])));
+        assert!(includes_user_headers(&o(&["--include-path=inc"])));
+    }
 
     /// Compiles every ember kernel, for every dtype, for `sm_{arch}`. Without NVRTC
     /// it says so and passes, unless `EMBER_REQUIRE_NVRTC=1` (set by CI, which
