@@ -82,6 +82,8 @@ def suite(dev):
     a, b = rand(n, n), rand(n, n)
     row(dev, f"mul {n}x{n} f32", "bytes", 12.0 * n * n, lambda: a * b)
     row(dev, f"sum {n}x{n} f32", "bytes", 4.0 * n * n, lambda: a.sum())
+    row(dev, f"sum dim 0 of {n}x{n} f32", "bytes", 4.0 * n * n, lambda: a.sum(0))
+    row(dev, f"sum dim 1 of {n}x{n} f32", "bytes", 4.0 * n * n, lambda: a.sum(1))
     row(dev, f"softmax {n}x{n} f32", "bytes", 8.0 * n * n, lambda: a.softmax(-1))
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
         [128] if q else ([1024, 4096, 8192] if gpu else [256, 1024]))

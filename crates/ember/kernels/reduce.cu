@@ -8,7 +8,10 @@
 // - reduce_partial_<T> then reduce_finish_<T>: few outputs over long lanes (a
 //   full sum): each lane is cut into `splits` chunks reduced by separate blocks
 //   into partials (value, index or count, and M2 for the variance), which a second
-//   kernel combines, so that every multiprocessor takes part.
+//   kernel combines, so that every multiprocessor takes part;
+// - col_sum_<T>: sums and means over the leading dims of a contiguous array (a
+//   bias gradient, a mean over the batch), read across the columns so that
+//   neighbouring threads read neighbouring values.
 
 // Reduction codes (mirror `ReduceCode` in backend/cuda/ops.rs).
 #define R_SUM 0
@@ -317,6 +320,53 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
         reduce_finish_impl<T, i64>(pv, pi, pm, out, n_out, lane, splits, op, correction);            \
     }
 EMBER_ALL_TYPES(REDUCE_MORE)
+
+// Column sums: x is a contiguous [rows, cols] array (a reduction over leading
+// dims), out[y * cols + c] = (sum over this block row's share of rows of
+// x[r * cols + c]) / divisor. Blocks are 32 columns x 8 row slices: a warp reads 32
+// neighbouring values (coalesced), and blockIdx.y splits the rows when there are
+// too few column tiles to fill the GPU (each y then writes a row of partials, summed
+// by a second launch of the A -> O instance).
+#define COL_W 32
+#define COL_H 8
+template <typename T, typename O>
+__device__ void col_sum_impl(const T* x, O* out, i64 rows, i64 cols, double divisor) {
+    typedef typename acc_t<T>::type A;
+    __shared__ A part[COL_H][COL_W + 1];
+    i64 c = (i64)blockIdx.x * COL_W + threadIdx.x;
+    A s = (A)0;
+    if (c < cols)
+        for (i64 r = (i64)blockIdx.y * COL_H + threadIdx.y; r < rows; r += (i64)gridDim.y * COL_H)
+            s += widen(x[r * cols + c]);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        for (int k = 1; k < COL_H; ++k) s += part[k][threadIdx.x];
+        out[(i64)blockIdx.y * cols + c] = narrow<O>(divisor == 1.0 ? s : s / (A)divisor);
+    }
+}
+
+#define COL_SUM(T, S)                                                                                \
+    extern "C" __global__ void col_sum_##S(const T* x, T* out, i64 rows, i64 cols, double div) {    \
+        col_sum_impl<T, T>(x, out, rows, cols, div);                                                 \
+    }                                                                                                \
+    extern "C" __global__ void col_sum_##S##_i64(const T* x, i64* out, i64 rows, i64 cols,          \
+                                                 double div) {                                       \
+        col_sum_impl<T, i64>(x, out, rows, cols, div);                                               \
+    }                                                                                                \
+    extern "C" __global__ void col_sum_##S##_acc(const T* x, acc_t<T>::type* out, i64 rows,         \
+                                                 i64 cols, double div) {                             \
+        col_sum_impl<T, acc_t<T>::type>(x, out, rows, cols, div);                                    \
+    }                                                                                                \
+    extern "C" __global__ void col_sum_acc_##S(const acc_t<T>::type* x, T* out, i64 rows, i64 cols, \
+                                               double div) {                                         \
+        col_sum_impl<acc_t<T>::type, T>(x, out, rows, cols, div);                                    \
+    }                                                                                                \
+    extern "C" __global__ void col_sum_acc_##S##_i64(const acc_t<T>::type* x, i64* out, i64 rows,   \
+                                                     i64 cols, double div) {                         \
+        col_sum_impl<acc_t<T>::type, i64>(x, out, rows, cols, div);                                  \
+    }
+EMBER_ALL_TYPES(COL_SUM)
 
 // Softmax (or log-softmax) over contiguous rows of length `cols`; one block per row.
 template <typename T>

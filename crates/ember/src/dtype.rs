@@ -242,7 +242,7 @@ impl Real for f64 {
 /// Element types on which floating-point math runs. f16 and bf16 compute in f32.
 pub trait FloatDType: WithDType {
     /// The type arithmetic is carried out in.
-    type Acc: Real;
+    type Acc: Real + WithDType;
     fn to_acc(self) -> Self::Acc;
     fn from_acc(v: Self::Acc) -> Self;
     /// The sum of a slice in the accumulator type: blocks of up to 2048 elements

@@ -59,6 +59,16 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
     )?;
     r.max_err = check(&dev, &a.sum_all()?, |c| c.sum_all(), &a)?;
     rows.push(r);
+    // by columns (a bias gradient's shape) and by rows
+    for d in [0i64, 1] {
+        let mut r = cx.row(
+            format!("sum dim {d} of {n}x{n} f32"),
+            Work::Bytes(4.0 * (n * n) as f64),
+            || a.sum(d, false).map(drop),
+        )?;
+        r.max_err = check(&dev, &a.sum(d, false)?, |c| c.sum(d, false), &a)?;
+        rows.push(r);
+    }
     let mut r = cx.row(
         format!("softmax {n}x{n} f32"),
         Work::Bytes(8.0 * (n * n) as f64),

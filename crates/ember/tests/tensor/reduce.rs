@@ -199,6 +199,60 @@ fn reductions_of_every_shape(dev: &Device) -> Result<()> {
         close(&x64.to(dev)?.sum(1, false)?, &x64.sum(1, false)?, 1e-12);
         close(&x64.to(dev)?.var(1, false)?, &x64.var(1, false)?, 1e-9);
     }
+    // sums and means over leading dims (read by columns on the GPU, with the rows
+    // split in block rows when the columns are few)
+    for shape in [[40_000usize, 3], [7, 2_000], [5_000, 70], [1, 9]] {
+        let x = Tensor::randn(shape, &Device::Cpu)?;
+        let xd = x.to(dev)?;
+        for (got, want) in [
+            (xd.sum(0, false)?, x.sum(0, false)?),
+            (xd.mean(0, true)?, x.mean(0, true)?),
+            (
+                xd.to_dtype(DType::F64)?.sum(0, false)?,
+                x.to_dtype(DType::F64)?.sum(0, false)?,
+            ),
+        ] {
+            assert_eq!(got.shape(), want.shape());
+            assert_close(&vals(&got), &vals(&want), 1e-4, 1e-4);
+        }
+        // the same sums through the general path (the last dim of a transposed view)
+        assert_close(
+            &vals(&xd.sum(0, false)?),
+            &vals(&xd.t()?.sum(1, false)?),
+            1e-4,
+            1e-4,
+        );
+        // f16 columns accumulate in f32 through the partials
+        let h = Tensor::full(shape, 0.5, DType::F16, dev)?;
+        assert_eq!(vals(&h.mean(0, false)?), vec![0.5; shape[1]]);
+        // integer and bool column sums are exact int64
+        let i = Tensor::ones(shape, DType::U8, dev)?.mul(3)?;
+        assert_eq!(
+            i.sum(0, false)?.to_vec1::<i64>()?,
+            vec![3 * shape[0] as i64; shape[1]]
+        );
+        let b = Tensor::ones(shape, DType::Bool, dev)?;
+        assert_eq!(
+            b.sum(0, false)?.to_vec1::<i64>()?,
+            vec![shape[0] as i64; shape[1]]
+        );
+    }
+    // a long column in f32 is not summed one row after another (that drifts by
+    // about 1%: 100958 for a million 0.1s)
+    let tall = Tensor::full([1_000_000, 2], 0.1, DType::F32, dev)?;
+    let s = vals(&tall.sum(0, false)?);
+    eprintln!("column sums of a million 0.1s on {dev}: {s:?}");
+    assert!(s.iter().all(|v| (v - 100_000.0).abs() < 20.0), "{s:?}");
+    let x = Tensor::randn([30, 40, 5], &Device::Cpu)?;
+    let got = x.to(dev)?.sum([0, 1], false)?;
+    assert_close(&vals(&got), &vals(&x.sum([0, 1], false)?), 1e-4, 1e-4);
+    let got = x.to(dev)?.narrow(0, 3, 20)?.mean(0, false)?;
+    assert_close(
+        &vals(&got),
+        &vals(&x.narrow(0, 3, 20)?.mean(0, false)?),
+        1e-5,
+        1e-5,
+    );
     // ties go to the first index and NaN wins, across chunks of a long lane
     let mut v = vec![0f32; 100_000];
     v[70_000] = 5.0;

@@ -194,6 +194,13 @@ fn pool_put(data: CpuData) {
     })
 }
 
+/// Hands a scratch buffer to the pool, for a later allocation of the same size.
+pub(crate) fn recycle<T: WithDType>(v: Vec<T>) {
+    if std::mem::size_of_val(v.as_slice()) >= MIN_POOLED_BYTES {
+        pool_put(T::wrap(v));
+    }
+}
+
 fn pool_take<T: WithDType>(len: usize) -> Option<Vec<T>> {
     if len.saturating_mul(std::mem::size_of::<T>()) < MIN_POOLED_BYTES {
         return None;

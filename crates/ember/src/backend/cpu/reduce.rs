@@ -6,7 +6,7 @@
 //! otherwise gathered into a scratch buffer.
 
 use super::walk::Walk;
-use super::{alloc_uninit, CpuData, PAR_CHUNK, PAR_MIN};
+use super::{alloc_filled, alloc_uninit, recycle, CpuData, PAR_CHUNK, PAR_MIN};
 use crate::dtype::{FloatDType, Real};
 use crate::layout::{Dims, Layout};
 use crate::Result;
@@ -206,6 +206,21 @@ fn reduce_float<T: FloatDType>(
 ) -> Result<CpuData> {
     use ReduceOp::*;
     let nan = T::Acc::nan();
+    // sums and means over the leading dims of a contiguous array, by rows
+    let rows: usize = dims.iter().map(|&d| l.shape()[d]).product();
+    let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
+    if matches!(op, Sum | Mean) && l.is_contiguous() && leading && dims.len() < l.rank() && rows > 0
+    {
+        let cols = l.numel() / rows;
+        let sums = column_sums(&v[l.offset()..l.offset() + rows * cols], rows, cols)?;
+        let n = T::Acc::c(rows as f64);
+        let mut out = alloc_uninit::<T>(cols)?;
+        for (o, &s) in out.iter_mut().zip(&sums) {
+            *o = T::from_acc(if op == Mean { s / n } else { s });
+        }
+        recycle(sums);
+        return Ok(T::wrap(out));
+    }
     Ok(match op {
         Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))?),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
@@ -249,6 +264,94 @@ fn reduce_float<T: FloatDType>(
             T::from_f64(ss / (n - correction).max(0.0))
         })?),
     })
+}
+
+/// Rows summed one by one into per-column accumulators, at least this many (more
+/// for narrow arrays, up to [`COLUMN_BLOCK_MAX`], so that a block holds about
+/// [`COLUMN_BLOCK_ELEMS`] values); longer row ranges are halved and the halves'
+/// sums added.
+const COLUMN_BLOCK: usize = 128;
+const COLUMN_BLOCK_MAX: usize = 1024;
+const COLUMN_BLOCK_ELEMS: usize = 1 << 13;
+/// Columns summed together over a block's rows: their accumulators stay in the
+/// L1 cache.
+const COLUMN_TILE: usize = 2048;
+
+/// Per-column sums, in the accumulator type, of the contiguous `[rows, cols]` array
+/// `x` (a reduction over leading dims: a bias gradient, a mean over the batch).
+/// Rows are added into per-column accumulators, so the inner loop runs along a row
+/// (and vectorises) instead of striding down each column; row ranges are halved
+/// down to blocks of [`COLUMN_BLOCK`] to [`COLUMN_BLOCK_MAX`] rows and the halves
+/// added, so rounding grows with the block length and the log of the number of
+/// blocks, not with `rows`.
+pub(crate) fn column_sums<T: FloatDType>(x: &[T], rows: usize, cols: usize) -> Result<Vec<T::Acc>> {
+    // pooled buffers: fresh pages would cost more than the sums
+    let mut out = alloc_filled(cols, T::Acc::zero())?;
+    // few rows but wide: split the columns over threads instead
+    if rows < 2 * COLUMN_BLOCK && rows * cols >= PAR_MIN && cols >= 2 * COLUMN_TILE {
+        let width = cols.div_ceil(rayon::current_num_threads()).max(COLUMN_TILE);
+        out.par_chunks_mut(width)
+            .enumerate()
+            .try_for_each(|(i, o)| sum_rows(x, cols, 0..rows, i * width, o))?;
+    } else {
+        sum_rows(x, cols, 0..rows, 0, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Adds `x[r][c0 + j]` over `rows` into `out[j]` (zeroed by the caller).
+fn sum_rows<T: FloatDType>(
+    x: &[T],
+    cols: usize,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    out: &mut [T::Acc],
+) -> Result<()> {
+    let block = (COLUMN_BLOCK_ELEMS / cols.max(1)).clamp(COLUMN_BLOCK, COLUMN_BLOCK_MAX);
+    if rows.len() <= block {
+        for (t, o) in out.chunks_mut(COLUMN_TILE).enumerate() {
+            let c = c0 + t * COLUMN_TILE;
+            let width = o.len();
+            let row = |r: usize| &x[r * cols + c..r * cols + c + width];
+            // four rows per pass over the accumulators
+            let mut r = rows.start;
+            while r + 4 <= rows.end {
+                let rows4 = row(r)
+                    .iter()
+                    .zip(row(r + 1))
+                    .zip(row(r + 2))
+                    .zip(row(r + 3));
+                for (a, (((&p, &q), &u), &w)) in o.iter_mut().zip(rows4) {
+                    *a = *a + ((p.to_acc() + q.to_acc()) + (u.to_acc() + w.to_acc()));
+                }
+                r += 4;
+            }
+            for r in r..rows.end {
+                for (a, &v) in o.iter_mut().zip(row(r)) {
+                    *a = *a + v.to_acc();
+                }
+            }
+        }
+        return Ok(());
+    }
+    let mid = rows.start + rows.len() / 2;
+    let mut right = alloc_filled(out.len(), T::Acc::zero())?;
+    if rows.len() * out.len() >= PAR_MIN {
+        let (a, b) = rayon::join(
+            || sum_rows(x, cols, rows.start..mid, c0, out),
+            || sum_rows(x, cols, mid..rows.end, c0, &mut right),
+        );
+        a?;
+        b?;
+    } else {
+        sum_rows(x, cols, rows.start..mid, c0, out)?;
+        sum_rows(x, cols, mid..rows.end, c0, &mut right)?;
+    }
+    for (o, r) in out.iter_mut().zip(&right) {
+        *o = *o + *r;
+    }
+    recycle(right);
+    Ok(())
 }
 
 /// The largest value of a slice in the accumulator type in eight independent

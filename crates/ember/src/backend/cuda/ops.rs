@@ -447,6 +447,22 @@ pub(crate) fn reduce(
     if n_out == 0 {
         return Ok(out);
     }
+    // sums and means over the leading dims of a contiguous array: by columns
+    let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
+    if matches!(op, ReduceCode::Sum | ReduceCode::Mean)
+        && l.is_contiguous()
+        && leading
+        && dims.len() < rank
+        && lane > 0
+    {
+        let divisor = if op == ReduceCode::Mean {
+            lane as f64
+        } else {
+            1.0
+        };
+        col_sum(x, l.offset(), lane, n_out, divisor, out_dtype, &out)?;
+        return Ok(out);
+    }
     let (sx, i64_out) = (suffix(x.dtype()), out_dtype != x.dtype());
     let name = |kind: &str| match i64_out {
         false => format!("reduce{kind}_{sx}"),
@@ -489,6 +505,67 @@ pub(crate) fn reduce(
         }
     }
     Ok(out)
+}
+
+/// `out[c] = sum over r of x[r * cols + c] / divisor` for the contiguous
+/// `[rows, cols]` array at element `offset` of `x` (`col_sum_<T>` in reduce.cu).
+/// When the column tiles alone would leave the GPU idle, the rows are split over
+/// several block rows whose partials (in the accumulation type) a second launch
+/// sums.
+fn col_sum(
+    x: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    divisor: f64,
+    out_dtype: DType,
+    out: &CudaStorage,
+) -> Result<()> {
+    const COL_W: usize = 32;
+    const COL_H: u32 = 8;
+    let dev = x.dev();
+    let sx = suffix(x.dtype());
+    let i64_out = out_dtype != x.dtype();
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let tiles = cols.div_ceil(COL_W);
+    let busy = dev.sm_count.max(1) as usize * 4;
+    // each block row takes at least 64 rows
+    let splits = busy.div_ceil(tiles).min(rows.div_ceil(64)).clamp(1, 65535);
+    let grid_x = u32::try_from(tiles)
+        .map_err(|_| Error::invalid("sum", format!("{cols} columns exceed the GPU's grid")))?;
+    let (r, c) = (rows as i64, cols as i64);
+    let block = (COL_W as u32, COL_H, 1);
+    if splits == 1 {
+        let name = match i64_out {
+            false => format!("col_sum_{sx}"),
+            true => format!("col_sum_{sx}_i64"),
+        };
+        let f = dev.func("reduce", x.dtype(), &name)?;
+        let po = out.ptr();
+        let mut p = args![px, po, r, c, divisor];
+        // SAFETY: parameters match `col_sum_<T>[_i64]`; `x` holds rows * cols
+        // elements from `offset`, `out` holds cols.
+        return unsafe { dev.launch(f, (grid_x, 1, 1), block, 0, &mut p) };
+    }
+    // partials: `splits` rows of `cols` values in the accumulation type (at most
+    // 8 bytes each)
+    let partials = CudaStorage::alloc(dev, DType::I64, splits * cols)?;
+    let pp = partials.ptr();
+    let one = 1.0f64;
+    let f = dev.func("reduce", x.dtype(), &format!("col_sum_{sx}_acc"))?;
+    let mut p = args![px, pp, r, c, one];
+    // SAFETY: parameters match `col_sum_<T>_acc`; the partials hold splits * cols.
+    unsafe { dev.launch(f, (grid_x, splits as u32, 1), block, 0, &mut p) }?;
+    let name = match i64_out {
+        false => format!("col_sum_acc_{sx}"),
+        true => format!("col_sum_acc_{sx}_i64"),
+    };
+    let f = dev.func("reduce", x.dtype(), &name)?;
+    let (po, sr) = (out.ptr(), splits as i64);
+    let mut p = args![pp, po, sr, c, divisor];
+    // SAFETY: parameters match `col_sum_acc_<T>[_i64]`; `partials` is freed after
+    // both launches, in stream order.
+    unsafe { dev.launch(f, (grid_x, 1, 1), block, 0, &mut p) }
 }
 
 /// How a reduction of `n_out` outputs over lanes of `lane` elements is spread over
