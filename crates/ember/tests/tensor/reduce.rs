@@ -183,6 +183,9 @@ fn reductions_of_every_shape(dev: &Device) -> Result<()> {
         };
         close(&xd.sum(1, false)?, &x.sum(1, false)?, 1e-5);
         close(&xd.mean(1, false)?, &x.mean(1, false)?, 1e-5);
+        // the same through the general path (a transposed view)
+        close(&xd.sum(1, false)?, &xd.t()?.sum(0, false)?, 1e-5);
+        close(&xd.mean(1, false)?, &xd.t()?.mean(0, false)?, 1e-5);
         close(&xd.var(1, false)?, &x.var(1, false)?, 1e-3);
         close(&xd.max(1, false)?, &x.max(1, false)?, 0.0);
         close(&xd.min(1, false)?, &x.min(1, false)?, 0.0);

@@ -221,6 +221,34 @@ fn reduce_float<T: FloatDType>(
         recycle(sums);
         return Ok(T::wrap(out));
     }
+    // sums and means over a short contiguous last lane (a row of class scores, a
+    // pair of coordinates): one plain loop per output instead of the blocked sum
+    let trailing = dims
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| d == l.rank() - dims.len() + i);
+    if matches!(op, Sum | Mean)
+        && l.is_contiguous()
+        && trailing
+        && (1..=SHORT_LANE).contains(&rows)
+        && dims.len() < l.rank()
+    {
+        let x = &v[l.offset()..l.offset() + l.numel()];
+        let n = T::Acc::c(rows as f64);
+        let mut out = alloc_uninit::<T>(x.len() / rows)?;
+        let body = |(o, lane): (&mut T, &[T])| {
+            let s = lane.iter().fold(T::Acc::zero(), |a, &b| a + b.to_acc());
+            *o = T::from_acc(if op == Mean { s / n } else { s });
+        };
+        if x.len() >= PAR_MIN {
+            out.par_iter_mut()
+                .zip(x.par_chunks_exact(rows))
+                .for_each(body);
+        } else {
+            out.iter_mut().zip(x.chunks_exact(rows)).for_each(body);
+        }
+        return Ok(T::wrap(out));
+    }
     Ok(match op {
         Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))?),
         Mean => T::wrap(reduce_lanes(v, l, dims, |s| {
@@ -265,6 +293,9 @@ fn reduce_float<T: FloatDType>(
         })?),
     })
 }
+
+/// Contiguous last lanes up to this long are summed in one plain loop each.
+const SHORT_LANE: usize = 16;
 
 /// Rows summed one by one into per-column accumulators, at least this many (more
 /// for narrow arrays, up to [`COLUMN_BLOCK_MAX`], so that a block holds about
