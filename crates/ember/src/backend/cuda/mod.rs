@@ -176,6 +176,7 @@ pub(crate) struct CudaDev {
     blas: Mutex<Option<Blas>>,
     dnn: Mutex<Option<dnn::Dnn>>,
     pinned: Mutex<pinned::PinnedPool>,
+    compile_arch: OnceLock<std::result::Result<u32, String>>,
 }
 
 fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
@@ -272,6 +273,7 @@ impl CudaDev {
             blas: Mutex::new(None),
             dnn: Mutex::new(None),
             pinned: Mutex::new(pinned::PinnedPool::default()),
+            compile_arch: OnceLock::new(),
         }
     }
 
@@ -412,7 +414,7 @@ impl CudaDev {
         match &self.rt {
             Runtime::Sim => Ok(Module::Sim(sim::compile(name, source, options)?)),
             Runtime::Driver { ctx, .. } => {
-                let (cubin, _) = nvrtc::cubin(name, source, self.arch, options)?;
+                let (cubin, _) = nvrtc::cubin(name, source, self.compile_arch()?, options)?;
                 ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
                 // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
                 unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
@@ -420,6 +422,19 @@ impl CudaDev {
                     .map_err(cuda_err("cuModuleLoadData"))
             }
         }
+    }
+
+    /// The architecture NVRTC compiles this device's kernels for (its own where
+    /// NVRTC supports it), decided once.
+    fn compile_arch(&self) -> Result<u32> {
+        self.compile_arch
+            .get_or_init(|| {
+                let supported = nvrtc::supported_archs().map_err(|e| e.to_string())?;
+                let version = nvrtc::version().map_err(|e| e.to_string())?;
+                nvrtc::target_arch(self.arch, &supported, version)
+            })
+            .clone()
+            .map_err(|reason| Error::CudaUnavailable { reason })
     }
 
     /// Compiles and loads a user's kernel `name` from `source`.

@@ -58,8 +58,46 @@ pub(crate) fn version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// The architecture to compile for on a GPU of compute capability `arch`
+/// (`major * 10 + minor`), given the ones NVRTC supports: the GPU's own, else the
+/// newest of the same major version below it (a cubin runs on later minor
+/// revisions of its major version), else an error that says why.
+pub(crate) fn target_arch(
+    arch: u32,
+    supported: &[u32],
+    nvrtc: (i32, i32),
+) -> std::result::Result<u32, String> {
+    if supported.contains(&arch) {
+        return Ok(arch);
+    }
+    if let Some(&a) = supported
+        .iter()
+        .filter(|&&a| a / 10 == arch / 10 && a < arch)
+        .max()
+    {
+        return Ok(a);
+    }
+    let range = match (supported.iter().min(), supported.iter().max()) {
+        (Some(lo), Some(hi)) => format!("sm_{lo} to sm_{hi}"),
+        _ => "no architecture".into(),
+    };
+    let why = if supported.iter().all(|&a| a > arch) {
+        "this CUDA version no longer supports it; use an NVRTC (and driver) of an \
+         older CUDA that does"
+    } else {
+        "it is newer than this NVRTC; install a newer one (pip install nvidia-cuda-nvrtc)"
+    };
+    Err(format!(
+        "NVRTC {}.{} compiles for {range}, but the GPU is sm_{arch} (compute capability \
+         {}.{}): {why}",
+        nvrtc.0,
+        nvrtc.1,
+        arch / 10,
+        arch % 10
+    ))
+}
+
 /// The architectures this NVRTC can compile for, as `sm` numbers (75, 80, ...).
-#[cfg(test)]
 pub(crate) fn supported_archs() -> Result<Vec<u32>> {
     ensure_nvrtc()?;
     let mut n = 0;
@@ -246,6 +284,24 @@ pub(crate) fn cubin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_target_architecture_is_the_gpus_or_an_older_one_of_its_major() {
+        let cuda13 = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121];
+        let v = (13, 0);
+        assert_eq!(target_arch(90, &cuda13, v).unwrap(), 90);
+        assert_eq!(target_arch(86, &cuda13, v).unwrap(), 86);
+        // a minor revision this NVRTC does not list runs the major's newest below
+        assert_eq!(target_arch(122, &cuda13, v).unwrap(), 121);
+        assert_eq!(target_arch(92, &cuda13, v).unwrap(), 90);
+        let old = target_arch(70, &cuda13, v).unwrap_err();
+        assert!(
+            old.contains("sm_75 to sm_121") && old.contains("sm_70") && old.contains("no longer"),
+            "{old}"
+        );
+        let new = target_arch(130, &cuda13, v).unwrap_err();
+        assert!(new.contains("newer than this NVRTC"), "{new}");
+    }
 
     #[test]
     fn kernels_with_their_own_include_folders_skip_the_disk_cache() {
