@@ -194,7 +194,8 @@ fn conv2d_matches_reference(dev: &Device) -> Result<()> {
             .conv2d(&wt.to_dtype(DType::F64)?, None, opts)?;
         assert_eq!(y64.dtype(), DType::F64);
         let y3 = x.i(0)?.conv2d(&wt, bias, opts)?;
-        assert_close(&vals(&y3), &vals(&y.i(0)?), 1e-6, 1e-6);
+        // cuBLAS may pick another kernel (and summation order) for one image
+        assert_close(&vals(&y3), &vals(&y.i(0)?), 1e-5, 1e-5);
     }
     // bf16 computes in f32
     let x = Tensor::randn([1, 2, 5, 5], dev)?;

@@ -211,7 +211,14 @@ fn iris_lesson_matches_pytorch(dev: &Device) -> Result<()> {
             .mean_all()?
             .item::<f64>()
     })?;
-    assert_eq!(acc, iris["test_accuracy"].as_f64().unwrap());
+    let want = iris["test_accuracy"].as_f64().unwrap();
+    if dev.is_cuda() {
+        // cuBLAS sums in its own order: one of the 30 test flowers close to a
+        // class boundary may go the other way
+        assert!((acc - want).abs() <= 1.0 / 30.0 + 1e-9, "{acc} vs {want}");
+    } else {
+        assert_eq!(acc, want);
+    }
     Ok(())
 }
 
