@@ -531,7 +531,9 @@ fn col_sum(
     let busy = dev.sm_count.max(1) as usize * 4;
     // each block row takes at least 64 rows
     let splits = busy.div_ceil(tiles).min(rows.div_ceil(64)).clamp(1, 65535);
-    let grid_x = u32::try_from(tiles)
+    // gridDim.x is at most 2^31 - 1
+    let grid_x = i32::try_from(tiles)
+        .map(|t| t as u32)
         .map_err(|_| Error::invalid("sum", format!("{cols} columns exceed the GPU's grid")))?;
     let (r, c) = (rows as i64, cols as i64);
     let block = (COL_W as u32, COL_H, 1);
