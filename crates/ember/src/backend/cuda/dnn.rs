@@ -11,7 +11,8 @@
 //! the im2col path). f32 convolutions use FMA kernels unless TF32 is allowed with
 //! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
 //! is the first of cuDNN's heuristic choices that runs (its workspace allocated by
-//! the caching allocator, the call accepted), remembered per shape. Shapes cuDNN
+//! the caching allocator, the call accepted), remembered per shape with the shape's
+//! descriptors. Shapes cuDNN
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
 use super::{CudaDev, CudaStorage, Runtime};
@@ -264,6 +265,9 @@ pub(crate) struct Dnn {
     handle: sys::cudnnHandle_t,
     /// (geometry, pass, TF32 allowed) -> the choice that ran
     algos: HashMap<(ConvGeom, ConvPass, bool), Choice>,
+    /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
+    /// convolution descriptor's math type before it runs)
+    descs: HashMap<(ConvGeom, bool), Descriptors>,
 }
 // SAFETY: the handle is used under the device's dnn mutex only.
 unsafe impl Send for Dnn {}
@@ -281,6 +285,9 @@ struct Descriptors {
     w: sys::cudnnFilterDescriptor_t,
     y: sys::cudnnTensorDescriptor_t,
     conv: sys::cudnnConvolutionDescriptor_t,
+    /// The math type the heuristics are asked with (a pass that ran since may have
+    /// left another on `conv`).
+    math: sys::cudnnMathType_t,
 }
 
 impl Descriptors {
@@ -312,6 +319,7 @@ impl Descriptors {
             w: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
+            math,
         };
         // SAFETY: each descriptor is set right after its creation and destroyed once
         // (by Drop, which skips the ones not created).
@@ -583,6 +591,7 @@ impl CudaDev {
             *g = Some(Dnn {
                 handle: h,
                 algos: HashMap::new(),
+                descs: HashMap::new(),
             });
         }
         Ok(g)
@@ -598,10 +607,15 @@ impl CudaDev {
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
         let tf32 = super::allow_tf32();
-        let d = Descriptors::new(&c.geom, tf32)?;
+        let d = match state.descs.entry((c.geom, tf32)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Descriptors::new(&c.geom, tf32)?)
+            }
+        };
         let key = (c.geom, c.pass, tf32);
         if let Some(choice) = state.algos.get(&key).copied() {
-            if self.run_choice(h, &d, c, choice).is_ok() {
+            if self.run_choice(h, d, c, choice).is_ok() {
                 return Ok(());
             }
             state.algos.remove(&key);
@@ -618,9 +632,11 @@ impl CudaDev {
         // f32 without TF32 runs FMA kernels whatever the ranking's math type
         let math_rule =
             (c.geom.dtype == DType::F32 && !tf32).then_some(sys::cudnnMathType_t::CUDNN_FMA_MATH);
+        dnn::set_convolution_math_type(d.conv, d.math)
+            .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
-        for choice in ranked(h, &d, c.pass, math_rule)? {
-            match self.run_choice(h, &d, c, choice) {
+        for choice in ranked(h, d, c.pass, math_rule)? {
+            match self.run_choice(h, d, c, choice) {
                 Ok(()) => {
                     state.algos.insert(key, choice);
                     return Ok(());
