@@ -53,6 +53,18 @@ template <typename A> __device__ __forceinline__ bool better(A a, i64 ia, A b, i
     return want_max ? a > b : a < b;
 }
 
+// The unbiased-by-`correction` variance from the sum of squared deviations `q` of
+// `lane` values; NaN when there are no degrees of freedom left (PyTorch's).
+template <typename A> __device__ __forceinline__ A variance(A q, i64 lane, double correction) {
+    double dof = (double)lane - correction;
+    return dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll);
+}
+
+// What a max/min/argmax/argmin writes: the best value, or its index.
+template <typename O, typename A> __device__ __forceinline__ O best_out(int op, A best, i64 bi) {
+    return (op == R_ARGMAX || op == R_ARGMIN) ? narrow<O>(bi) : narrow<O>(best);
+}
+
 // Block-wide best (value, index); valid in thread 0.
 template <typename A>
 __device__ __forceinline__ void block_best(A& v, i64& idx, bool want_max, A* sv, i64* si) {
@@ -98,10 +110,7 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
                     q += d * d;
                 }
                 q = block_sum(q, sv);
-                if (threadIdx.x == 0) {
-                    double dof = (double)lane - correction;
-                    out[o] = narrow<O>(dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll));
-                }
+                if (threadIdx.x == 0) out[o] = narrow<O>(variance(q, lane, correction));
             } else if (threadIdx.x == 0) {
                 out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
             }
@@ -114,27 +123,11 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
                 if (better(v, j, best, bi, want_max)) { best = v; bi = j; }
             }
             block_best(best, bi, want_max, sv, si);
-            if (threadIdx.x == 0) {
-                if (op == R_ARGMAX || op == R_ARGMIN) out[o] = narrow<O>(bi);
-                else out[o] = narrow<O>(best);
-            }
+            if (threadIdx.x == 0) out[o] = best_out<O>(op, best, bi);
         }
         __syncthreads();
     }
 }
-
-// reduce_<T>: value reductions keeping the dtype (sum/mean/var of floats, max/min
-// of everything); reduce_<T>_i64: integer sums and arg-reductions.
-#define REDUCE(T, S)                                                                                 \
-    extern "C" __global__ void reduce_##S(const T* x, Layout lx, T* out, i64 n_out, i64 lane,       \
-                                          int op, double correction) {                               \
-        reduce_impl<T, T>(x, lx, out, n_out, lane, op, correction);                                  \
-    }                                                                                                \
-    extern "C" __global__ void reduce_##S##_i64(const T* x, Layout lx, i64* out, i64 n_out,         \
-                                                i64 lane, int op, double correction) {               \
-        reduce_impl<T, i64>(x, lx, out, n_out, lane, op, correction);                                \
-    }
-EMBER_ALL_TYPES(REDUCE)
 
 // Sum over the warp; every lane gets the result.
 template <typename A> __device__ __forceinline__ A warp_sum(A v) {
@@ -171,10 +164,7 @@ __device__ void reduce_warp_impl(const T* x, Layout lx, O* out, i64 n_out, i64 l
                     q += d * d;
                 }
                 q = warp_sum(q);
-                if (l == 0) {
-                    double dof = (double)lane - correction;
-                    out[o] = narrow<O>(dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll));
-                }
+                if (l == 0) out[o] = narrow<O>(variance(q, lane, correction));
             } else if (l == 0) {
                 out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
             }
@@ -187,10 +177,7 @@ __device__ void reduce_warp_impl(const T* x, Layout lx, O* out, i64 n_out, i64 l
                 if (better(v, j, best, bi, want_max)) { best = v; bi = j; }
             }
             warp_best(best, bi, want_max);
-            if (l == 0) {
-                if (op == R_ARGMAX || op == R_ARGMIN) out[o] = narrow<O>(bi);
-                else out[o] = narrow<O>(best);
-            }
+            if (l == 0) out[o] = best_out<O>(op, best, bi);
         }
     }
 }
@@ -274,10 +261,7 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
                 q += pm[base + t] + (A)pi[base + t] * d * d;
             }
             q = block_sum(q, sv);
-            if (threadIdx.x == 0) {
-                double dof = (double)lane - correction;
-                out[o] = narrow<O>(dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll));
-            }
+            if (threadIdx.x == 0) out[o] = narrow<O>(variance(q, lane, correction));
         } else {
             bool want_max = (op == R_MAX || op == R_ARGMAX);
             A best = (A)0;
@@ -285,16 +269,24 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
             for (i64 t = threadIdx.x; t < splits; t += blockDim.x)
                 if (better(pv[base + t], pi[base + t], best, bi, want_max)) { best = pv[base + t]; bi = pi[base + t]; }
             block_best(best, bi, want_max, sv, si);
-            if (threadIdx.x == 0) {
-                if (op == R_ARGMAX || op == R_ARGMIN) out[o] = narrow<O>(bi);
-                else out[o] = narrow<O>(best);
-            }
+            if (threadIdx.x == 0) out[o] = best_out<O>(op, best, bi);
         }
         __syncthreads();
     }
 }
 
-#define REDUCE_MORE(T, S)                                                                            \
+// reduce_<T>: value reductions keeping the dtype (sum/mean/var of floats, max/min
+// of everything); reduce_<T>_i64: integer sums and arg-reductions. Likewise for the
+// warp-per-output and finishing kernels.
+#define REDUCE(T, S)                                                                                 \
+    extern "C" __global__ void reduce_##S(const T* x, Layout lx, T* out, i64 n_out, i64 lane,       \
+                                          int op, double correction) {                               \
+        reduce_impl<T, T>(x, lx, out, n_out, lane, op, correction);                                  \
+    }                                                                                                \
+    extern "C" __global__ void reduce_##S##_i64(const T* x, Layout lx, i64* out, i64 n_out,         \
+                                                i64 lane, int op, double correction) {               \
+        reduce_impl<T, i64>(x, lx, out, n_out, lane, op, correction);                                \
+    }                                                                                                \
     extern "C" __global__ void reduce_warp_##S(const T* x, Layout lx, T* out, i64 n_out, i64 lane,  \
                                                int op, double correction) {                          \
         reduce_warp_impl<T, T>(x, lx, out, n_out, lane, op, correction);                             \
@@ -319,7 +311,7 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
                                                        double correction) {                          \
         reduce_finish_impl<T, i64>(pv, pi, pm, out, n_out, lane, splits, op, correction);            \
     }
-EMBER_ALL_TYPES(REDUCE_MORE)
+EMBER_ALL_TYPES(REDUCE)
 
 // Column sums: x is a contiguous [rows, cols] array (a reduction over leading
 // dims), out[y * cols + c] = (sum over this block row's share of rows of

@@ -305,6 +305,18 @@ impl Layout {
     }
 }
 
+/// Whether the sorted, unique dims `dims` are the first `dims.len()` dims.
+pub(crate) fn are_leading(dims: &[usize]) -> bool {
+    dims.iter().enumerate().all(|(i, &d)| i == d)
+}
+
+/// Whether the sorted, unique dims `dims` are the last `dims.len()` of `rank`.
+pub(crate) fn are_trailing(dims: &[usize], rank: usize) -> bool {
+    dims.iter()
+        .enumerate()
+        .all(|(i, &d)| d + dims.len() == rank + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +371,13 @@ mod tests {
         assert!(n.view(&[12]).is_none());
         let v = n.view(&[2, 2, 3]).unwrap();
         assert_eq!(v.strides(), &[12, 6, 1]);
+    }
+
+    #[test]
+    fn leading_and_trailing_dims() {
+        assert!(are_leading(&[0, 1]) && !are_leading(&[1]) && !are_leading(&[0, 2]));
+        assert!(are_trailing(&[1, 2], 3) && are_trailing(&[2], 3));
+        assert!(!are_trailing(&[1], 3) && !are_trailing(&[0, 2], 3));
     }
 
     #[test]

@@ -432,26 +432,21 @@ pub(crate) fn reduce(
     correction: f64,
     out_dtype: DType,
 ) -> Result<CudaStorage> {
-    // permute the reduced dims to the end: output o reduces the lane o*lane..
     let rank = l.rank();
-    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
-    let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
-    let shape: Vec<usize> = perm.iter().map(|&d| l.shape()[d]).collect();
-    let strides: Vec<usize> = perm.iter().map(|&d| l.strides()[d]).collect();
-    let n_out: usize = kept.iter().map(|&d| l.shape()[d]).product();
+    let n_out: usize = (0..rank)
+        .filter(|d| !dims.contains(d))
+        .map(|d| l.shape()[d])
+        .product();
     let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
-    let contiguous = l.is_contiguous() && perm.iter().enumerate().all(|(i, &d)| i == d);
-    let kl = KLayout::from_parts("reduce", &shape, &strides, l.offset(), contiguous)?;
     let dev = x.dev();
     let out = new_out(dev, out_dtype, n_out)?;
     if n_out == 0 {
         return Ok(out);
     }
     // sums and means over the leading dims of a contiguous array: by columns
-    let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
     if matches!(op, ReduceCode::Sum | ReduceCode::Mean)
         && l.is_contiguous()
-        && leading
+        && crate::layout::are_leading(dims)
         && dims.len() < rank
         && lane > 0
     {
@@ -463,11 +458,17 @@ pub(crate) fn reduce(
         col_sum(x, l.offset(), lane, n_out, divisor, out_dtype, &out)?;
         return Ok(out);
     }
-    let (sx, i64_out) = (suffix(x.dtype()), out_dtype != x.dtype());
-    let name = |kind: &str| match i64_out {
-        false => format!("reduce{kind}_{sx}"),
-        true => format!("reduce{kind}_{sx}_i64"),
-    };
+    // permute the reduced dims to the end: output o reduces the lane o*lane..
+    let perm: Vec<usize> = (0..rank)
+        .filter(|d| !dims.contains(d))
+        .chain(dims.iter().copied())
+        .collect();
+    let shape: Vec<usize> = perm.iter().map(|&d| l.shape()[d]).collect();
+    let strides: Vec<usize> = perm.iter().map(|&d| l.strides()[d]).collect();
+    let contiguous = l.is_contiguous() && perm.iter().enumerate().all(|(i, &d)| i == d);
+    let kl = KLayout::from_parts("reduce", &shape, &strides, l.offset(), contiguous)?;
+    let i64_out = out_dtype != x.dtype();
+    let name = |kind: &str| out_kernel(&format!("reduce{kind}"), x.dtype(), i64_out);
     let (px, po, no, ln, code) = (x.ptr(), out.ptr(), n_out as i64, lane as i64, op as i32);
     let cap = |blocks: usize| blocks.clamp(1, 65535 * 32) as u32;
     match reduce_plan(n_out, lane, dev.sm_count as usize) {
@@ -492,7 +493,11 @@ pub(crate) fn reduce(
             let pv = partials.ptr();
             let (pi, pm) = (pv + 8 * slots as u64, pv + 16 * slots as u64);
             let sp = splits as i64;
-            let f = dev.func("reduce", x.dtype(), &format!("reduce_partial_{sx}"))?;
+            let f = dev.func(
+                "reduce",
+                x.dtype(),
+                &out_kernel("reduce_partial", x.dtype(), false),
+            )?;
             let mut p = args![px, kl, no, ln, sp, code, pv, pi, pm];
             // SAFETY: parameters match `reduce_partial_<T>`; the partial arrays hold
             // `slots` entries each.
@@ -524,8 +529,7 @@ fn col_sum(
     const COL_W: usize = 32;
     const COL_H: u32 = 8;
     let dev = x.dev();
-    let sx = suffix(x.dtype());
-    let i64_out = out_dtype != x.dtype();
+    let (dt, i64_out) = (x.dtype(), out_dtype != x.dtype());
     let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
     let tiles = cols.div_ceil(COL_W);
     let busy = dev.sm_count.max(1) as usize * 4;
@@ -538,11 +542,7 @@ fn col_sum(
     let (r, c) = (rows as i64, cols as i64);
     let block = (COL_W as u32, COL_H, 1);
     if splits == 1 {
-        let name = match i64_out {
-            false => format!("col_sum_{sx}"),
-            true => format!("col_sum_{sx}_i64"),
-        };
-        let f = dev.func("reduce", x.dtype(), &name)?;
+        let f = dev.func("reduce", dt, &out_kernel("col_sum", dt, i64_out))?;
         let po = out.ptr();
         let mut p = args![px, po, r, c, divisor];
         // SAFETY: parameters match `col_sum_<T>[_i64]`; `x` holds rows * cols
@@ -554,20 +554,23 @@ fn col_sum(
     let partials = CudaStorage::alloc(dev, DType::I64, splits * cols)?;
     let pp = partials.ptr();
     let one = 1.0f64;
-    let f = dev.func("reduce", x.dtype(), &format!("col_sum_{sx}_acc"))?;
+    let f = dev.func("reduce", dt, &format!("col_sum_{}_acc", suffix(dt)))?;
     let mut p = args![px, pp, r, c, one];
     // SAFETY: parameters match `col_sum_<T>_acc`; the partials hold splits * cols.
     unsafe { dev.launch(f, (grid_x, splits as u32, 1), block, 0, &mut p) }?;
-    let name = match i64_out {
-        false => format!("col_sum_acc_{sx}"),
-        true => format!("col_sum_acc_{sx}_i64"),
-    };
-    let f = dev.func("reduce", x.dtype(), &name)?;
+    let f = dev.func("reduce", dt, &out_kernel("col_sum_acc", dt, i64_out))?;
     let (po, sr) = (out.ptr(), splits as i64);
     let mut p = args![pp, po, sr, c, divisor];
     // SAFETY: parameters match `col_sum_acc_<T>[_i64]`; `partials` is freed after
     // both launches, in stream order.
     unsafe { dev.launch(f, (grid_x, 1, 1), block, 0, &mut p) }
+}
+
+/// The name of kernel `base` for input `dtype`: `{base}_{suffix}`, with `_i64` for
+/// the instance that writes int64 (integer sums, arg-reductions).
+fn out_kernel(base: &str, dtype: DType, i64_out: bool) -> String {
+    let tail = if i64_out { "_i64" } else { "" };
+    format!("{base}_{}{tail}", suffix(dtype))
 }
 
 /// How a reduction of `n_out` outputs over lanes of `lane` elements is spread over
