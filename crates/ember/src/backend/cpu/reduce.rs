@@ -8,7 +8,7 @@
 use super::walk::Walk;
 use super::{alloc_filled, alloc_uninit, recycle, CpuData, PAR_CHUNK, PAR_MIN};
 use crate::dtype::{FloatDType, Real};
-use crate::layout::{Dims, Layout};
+use crate::layout::{are_leading, are_trailing, Dims, Layout};
 use crate::Result;
 use crate::WithDType;
 use num_traits::{Float, Zero};
@@ -206,48 +206,8 @@ fn reduce_float<T: FloatDType>(
 ) -> Result<CpuData> {
     use ReduceOp::*;
     let nan = T::Acc::nan();
-    // sums and means over the leading dims of a contiguous array, by rows
-    let rows: usize = dims.iter().map(|&d| l.shape()[d]).product();
-    let leading = dims.iter().enumerate().all(|(i, &d)| i == d);
-    if matches!(op, Sum | Mean) && l.is_contiguous() && leading && dims.len() < l.rank() && rows > 0
-    {
-        let cols = l.numel() / rows;
-        let sums = column_sums(&v[l.offset()..l.offset() + rows * cols], rows, cols)?;
-        let n = T::Acc::c(rows as f64);
-        let mut out = alloc_uninit::<T>(cols)?;
-        for (o, &s) in out.iter_mut().zip(&sums) {
-            *o = T::from_acc(if op == Mean { s / n } else { s });
-        }
-        recycle(sums);
-        return Ok(T::wrap(out));
-    }
-    // sums and means over a short contiguous last lane (a row of class scores, a
-    // pair of coordinates): one plain loop per output instead of the blocked sum
-    let trailing = dims
-        .iter()
-        .enumerate()
-        .all(|(i, &d)| d == l.rank() - dims.len() + i);
-    if matches!(op, Sum | Mean)
-        && l.is_contiguous()
-        && trailing
-        && (1..=SHORT_LANE).contains(&rows)
-        && dims.len() < l.rank()
-    {
-        let x = &v[l.offset()..l.offset() + l.numel()];
-        let n = T::Acc::c(rows as f64);
-        let mut out = alloc_uninit::<T>(x.len() / rows)?;
-        let body = |(o, lane): (&mut T, &[T])| {
-            let s = lane.iter().fold(T::Acc::zero(), |a, &b| a + b.to_acc());
-            *o = T::from_acc(if op == Mean { s / n } else { s });
-        };
-        if x.len() >= PAR_MIN {
-            out.par_iter_mut()
-                .zip(x.par_chunks_exact(rows))
-                .for_each(body);
-        } else {
-            out.iter_mut().zip(x.chunks_exact(rows)).for_each(body);
-        }
-        return Ok(T::wrap(out));
+    if let Some(out) = contiguous_sum(v, l, dims, op) {
+        return out;
     }
     Ok(match op {
         Sum => T::wrap(reduce_lanes(v, l, dims, |s| T::from_acc(T::sum_slice(s)))?),
@@ -292,6 +252,70 @@ fn reduce_float<T: FloatDType>(
             T::from_f64(ss / (n - correction).max(0.0))
         })?),
     })
+}
+
+/// Sums and means of a contiguous array over its leading dims (by rows, see
+/// [`column_sums`]) or over a short last lane (a row of class scores: one plain loop
+/// per output instead of the blocked sum); `None` for every other reduction.
+fn contiguous_sum<T: FloatDType>(
+    v: &[T],
+    l: &Layout,
+    dims: &[usize],
+    op: ReduceOp,
+) -> Option<Result<CpuData>> {
+    let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
+    if !matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+        || !l.is_contiguous()
+        || dims.len() >= l.rank()
+        || lane == 0
+    {
+        return None;
+    }
+    let x = &v[l.offset()..l.offset() + l.numel()];
+    let n = T::Acc::c(lane as f64);
+    let finish = |s: T::Acc| T::from_acc(if op == ReduceOp::Mean { s / n } else { s });
+    if are_leading(dims) {
+        return Some(leading_sums(x, lane, finish));
+    }
+    if !are_trailing(dims, l.rank()) || lane > SHORT_LANE {
+        return None;
+    }
+    Some(short_lane_sums(x, lane, finish))
+}
+
+/// `finish` of each column's sum of the contiguous `[rows, len / rows]` array `x`.
+fn leading_sums<T: FloatDType>(
+    x: &[T],
+    rows: usize,
+    finish: impl Fn(T::Acc) -> T,
+) -> Result<CpuData> {
+    let sums = column_sums(x, rows, x.len() / rows)?;
+    let mut out = alloc_uninit::<T>(sums.len())?;
+    for (o, &s) in out.iter_mut().zip(&sums) {
+        *o = finish(s);
+    }
+    recycle(sums);
+    Ok(T::wrap(out))
+}
+
+/// `finish` of the sum of each run of `lane` values of `x`, one plain loop each.
+fn short_lane_sums<T: FloatDType>(
+    x: &[T],
+    lane: usize,
+    finish: impl Fn(T::Acc) -> T + Sync,
+) -> Result<CpuData> {
+    let mut out = alloc_uninit::<T>(x.len() / lane)?;
+    let body = |(o, s): (&mut T, &[T])| {
+        *o = finish(s.iter().fold(T::Acc::zero(), |a, &b| a + b.to_acc()));
+    };
+    if x.len() >= PAR_MIN {
+        out.par_iter_mut()
+            .zip(x.par_chunks_exact(lane))
+            .for_each(body);
+    } else {
+        out.iter_mut().zip(x.chunks_exact(lane)).for_each(body);
+    }
+    Ok(T::wrap(out))
 }
 
 /// Contiguous last lanes up to this long are summed in one plain loop each.
