@@ -291,6 +291,7 @@ struct Descriptors {
 }
 
 impl Descriptors {
+    /// The descriptors of `g`, checked to give ember's output size.
     fn new(g: &ConvGeom, tf32: bool) -> Result<Descriptors> {
         use sys::cudnnDataType_t::*;
         use sys::cudnnMathType_t::*;
@@ -354,6 +355,14 @@ impl Descriptors {
                 .map_err(dnn_err("cudnnSetConvolutionGroupCount"))?;
             dnn::set_convolution_math_type(d.conv, math)
                 .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+        }
+        // cuDNN's output size must be ember's, or the arrays do not match
+        let o = d.output_dims()?;
+        if o != g.y {
+            return Err(Error::Cuda {
+                op: "cudnnGetConvolution2dForwardOutputDim",
+                msg: format!("cuDNN computes an output of {o:?}, ember {:?}", g.y),
+            });
         }
         Ok(d)
     }
@@ -620,18 +629,8 @@ impl CudaDev {
             }
             state.algos.remove(&key);
         }
-        // first time for this shape: cuDNN's output size must be ember's, or the
-        // arrays do not match
-        let o = d.output_dims()?;
-        if o != c.geom.y {
-            return Err(Error::Cuda {
-                op: "cudnnGetConvolution2dForwardOutputDim",
-                msg: format!("cuDNN computes an output of {o:?}, ember {:?}", c.geom.y),
-            });
-        }
-        // f32 without TF32 runs FMA kernels whatever the ranking's math type
-        let math_rule =
-            (c.geom.dtype == DType::F32 && !tf32).then_some(sys::cudnnMathType_t::CUDNN_FMA_MATH);
+        // FMA kernels (f32 without TF32) whatever the ranking's math type
+        let math_rule = (d.math == sys::cudnnMathType_t::CUDNN_FMA_MATH).then_some(d.math);
         dnn::set_convolution_math_type(d.conv, d.math)
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
