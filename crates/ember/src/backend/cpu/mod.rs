@@ -145,10 +145,7 @@ impl CpuStorage {
 
 impl Drop for CpuStorage {
     fn drop(&mut self) {
-        if self.data.bytes() >= MIN_POOLED_BYTES {
-            let data = std::mem::replace(&mut self.data, CpuData::U8(Vec::new()));
-            pool_put(data);
-        }
+        recycle_data(std::mem::replace(&mut self.data, CpuData::U8(Vec::new())));
     }
 }
 
@@ -194,11 +191,17 @@ fn pool_put(data: CpuData) {
     })
 }
 
-/// Hands a scratch buffer to the pool, for a later allocation of the same size.
-pub(crate) fn recycle<T: WithDType>(v: Vec<T>) {
-    if std::mem::size_of_val(v.as_slice()) >= MIN_POOLED_BYTES {
-        pool_put(T::wrap(v));
+/// Hands a buffer large enough to pool to the pool, for a later allocation of the
+/// same size; smaller ones go back to the system.
+fn recycle_data(data: CpuData) {
+    if data.bytes() >= MIN_POOLED_BYTES {
+        pool_put(data);
     }
+}
+
+/// [`recycle_data`] for a scratch vector.
+pub(crate) fn recycle<T: WithDType>(v: Vec<T>) {
+    recycle_data(T::wrap(v));
 }
 
 fn pool_take<T: WithDType>(len: usize) -> Option<Vec<T>> {
