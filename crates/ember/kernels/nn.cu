@@ -40,13 +40,26 @@ template <> struct from_small_bits<bf16> {
 };
 
 // Atomic `*p += v` for 1- and 2-byte types, which have no atomicAdd of their own:
-// a compare-and-swap loop on the aligned 32-bit word that holds the element. The
-// sum is computed like the CPU's: in float for f16/bf16, wrapping for u8, `or` for bool.
+// a compare-and-swap loop, computing the sum like the CPU: in float for f16/bf16,
+// wrapping for u8, `or` for bool. 2-byte elements swap on their own (16-bit
+// atomicCAS, sm_70+); bytes on the aligned 32-bit word that holds them, which the
+// driver's allocation granularity always covers (ember's uncached allocations are
+// rounded up to 4 bytes for the same reason).
 template <typename T> __device__ __forceinline__ void atomic_add_small(T* p, T v) {
+    if (sizeof(T) == 2) {
+        unsigned short* half = (unsigned short*)p;
+        unsigned short old = *half, assumed;
+        do {
+            assumed = old;
+            T next = narrow<T>(widen(from_small_bits<T>::get(assumed)) + widen(v));
+            old = atomicCAS(half, assumed, (unsigned short)small_bits(next));
+        } while (assumed != old);
+        return;
+    }
     size_t addr = (size_t)p;
     unsigned* word = (unsigned*)(addr & ~(size_t)3);
     unsigned shift = (unsigned)(addr & 3) * 8;
-    unsigned mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+    unsigned mask = 0xffu << shift;
     unsigned old = *word, assumed;
     do {
         assumed = old;

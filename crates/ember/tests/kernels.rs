@@ -180,3 +180,93 @@ fn compile_errors_and_missing_kernels_are_errors() {
     let e = Kernel::compile(ADD, "no_such_kernel", &dev).unwrap_err();
     assert!(e.to_string().contains("no_such_kernel"), "{e}");
 }
+
+/// The memory checker of `.ci/memcheck` (the simulator's kernels built with
+/// AddressSanitizer, one device allocation per tensor) reports what
+/// compute-sanitizer's memcheck would: a write one element past a tensor and a read
+/// past a `__shared__` array stop the program with the sanitizer's report, while
+/// the same kernel within bounds runs clean. Runs `memcheck_child` in a child
+/// process (the sanitizer's runtime must be loaded first); skips where the host
+/// compiler has no AddressSanitizer.
+#[test]
+fn the_simulators_memory_checker_reports_out_of_bounds_accesses() {
+    let cxx = std::env::var("EMBER_SIM_CXX").unwrap_or_else(|_| "c++".into());
+    let asan = std::process::Command::new(&cxx)
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if !std::path::Path::new(&asan).is_file() {
+        eprintln!("skipped the memory checker's test: `{cxx}` has no libasan.so");
+        return;
+    }
+    let run = |case: &str| {
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--ignored", "--exact", "memcheck_child", "--test-threads=1"])
+            .env("EMBER_CUDA_SIMULATOR", "1")
+            .env("EMBER_SIM_SANITIZE", "address")
+            .env("EMBER_CUDA_NO_CACHING", "1")
+            .env("LD_PRELOAD", &asan)
+            .env(
+                "ASAN_OPTIONS",
+                "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
+            )
+            .env("EMBER_MEMCHECK_CASE", case)
+            .output()
+            .expect("running the test binary");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = run("in_bounds");
+    assert!(ok && text.contains("1 passed"), "clean run failed:\n{text}");
+    let (ok, text) = run("past_the_end");
+    assert!(!ok, "a write past the tensor went unreported:\n{text}");
+    assert!(
+        text.contains("heap-buffer-overflow") && text.contains("memcheck_probe"),
+        "{text}"
+    );
+    let (ok, text) = run("shared");
+    assert!(!ok, "a read past shared memory went unreported:\n{text}");
+    assert!(
+        text.contains("global-buffer-overflow") && text.contains("memcheck_probe"),
+        "{text}"
+    );
+}
+
+/// The kernel the memory checker's test runs, within bounds or not as
+/// `EMBER_MEMCHECK_CASE` says (on its own it is skipped).
+#[test]
+#[ignore = "run by the_simulators_memory_checker_reports_out_of_bounds_accesses"]
+fn memcheck_child() -> Result<()> {
+    const PROBE: &str = r#"
+extern "C" __global__ void memcheck_probe(float* out, int n, int reach, int tile_reach) {
+    __shared__ float tile[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = (float)i;
+    __syncthreads();
+    if (i < n) out[i + reach] = tile[(threadIdx.x + tile_reach) % 128];
+}
+"#;
+    let (reach, tile_reach) = match std::env::var("EMBER_MEMCHECK_CASE").as_deref() {
+        Ok("past_the_end") => (1, 0),
+        Ok("shared") => (0, 1),
+        _ => (0, 0),
+    };
+    let dev = Device::Cuda(0);
+    let out = Tensor::zeros([64], DType::F32, &dev)?;
+    let k = Kernel::compile(PROBE, "memcheck_probe", &dev)?;
+    let args = [
+        Arg::output(&out, DType::F32),
+        Arg::I32(64),
+        Arg::I32(reach),
+        Arg::I32(tile_reach),
+    ];
+    k.launch(LaunchConfig::new(1, 64), &args)?;
+    let want: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    assert_eq!(out.to_vec::<f32>()?, want);
+    Ok(())
+}

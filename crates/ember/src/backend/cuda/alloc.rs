@@ -13,6 +13,12 @@
 //!   released and the request tried once more; then the caller gets
 //!   [`Error::OutOfMemory`](crate::Error::OutOfMemory) and the allocator is intact.
 //!
+//! With `EMBER_CUDA_NO_CACHING=1` (PyTorch's `PYTORCH_NO_CUDA_MEMORY_CACHING`) every
+//! block is its own driver allocation of the bytes asked for (in whole 4-byte
+//! words), given back when the block is freed: slow, but a memory checker
+//! (compute-sanitizer, or the simulator's AddressSanitizer) then sees where each
+//! tensor ends.
+//!
 //! All of ember's work on a device runs on one stream, so a block freed while a
 //! kernel still reads it can be handed to the next kernel on that stream safely.
 //! Segments are only returned to the driver after a synchronization.
@@ -100,6 +106,13 @@ pub(crate) struct Allocator<M: RawMemory> {
     /// Segment base -> size.
     segments: BTreeMap<u64, usize>,
     stats: MemoryStats,
+    /// false: one driver allocation per block, freed with it (no cache).
+    caching: bool,
+}
+
+/// Whether `EMBER_CUDA_NO_CACHING` asks for one driver allocation per tensor.
+pub(crate) fn caching_from_env() -> bool {
+    !std::env::var("EMBER_CUDA_NO_CACHING").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
 }
 
 impl<M: RawMemory> Allocator<M> {
@@ -111,6 +124,17 @@ impl<M: RawMemory> Allocator<M> {
             free_large: BTreeSet::new(),
             segments: BTreeMap::new(),
             stats: MemoryStats::default(),
+            caching: true,
+        }
+    }
+
+    /// An allocator without a cache: every block is one driver allocation of the
+    /// bytes asked for (rounded up to a 4-byte word), returned to the driver when
+    /// the block is freed.
+    pub fn without_cache(raw: M) -> Self {
+        Allocator {
+            caching: false,
+            ..Allocator::new(raw)
         }
     }
 
@@ -150,6 +174,9 @@ impl<M: RawMemory> Allocator<M> {
     pub fn alloc(&mut self, bytes: usize) -> std::result::Result<u64, AllocError> {
         let size = Self::rounded(bytes);
         let small = size <= SMALL_MAX;
+        if !self.caching {
+            return self.uncached(bytes, size, small);
+        }
         let found = self.pool(small).range((size, 0)..).next().copied();
         let addr = match found {
             Some(key) => {
@@ -179,10 +206,31 @@ impl<M: RawMemory> Allocator<M> {
             self.pool(small).insert((rest, tail_addr));
         }
         let got = self.blocks[&addr].size;
-        self.stats.allocated += got;
+        self.count_alloc(got);
+        Ok(addr)
+    }
+
+    /// Without a cache: a driver allocation of `bytes` (whole words), counted as `size`.
+    fn uncached(
+        &mut self,
+        bytes: usize,
+        size: usize,
+        small: bool,
+    ) -> std::result::Result<u64, AllocError> {
+        // whole 32-bit words: byte-sized atomics swap the word holding the byte
+        let addr = self.driver_alloc(round_up(bytes, 4), size)?;
+        self.add_segment(addr, size, small);
+        if let Some(b) = self.blocks.get_mut(&addr) {
+            b.free = false;
+        }
+        self.count_alloc(size);
+        Ok(addr)
+    }
+
+    fn count_alloc(&mut self, size: usize) {
+        self.stats.allocated += size;
         self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
         self.stats.num_allocs += 1;
-        Ok(addr)
     }
 
     fn new_segment(&mut self, size: usize, small: bool) -> std::result::Result<u64, AllocError> {
@@ -193,30 +241,13 @@ impl<M: RawMemory> Allocator<M> {
         } else {
             round_up(size, LARGE_ROUND)
         };
-        let base = match self.raw.malloc(seg) {
-            Ok(p) => p,
-            Err(true) => {
-                // free the cache and try once more
-                self.stats.num_alloc_retries += 1;
-                self.release_cached();
-                match self.raw.malloc(seg) {
-                    Ok(p) => p,
-                    Err(true) => {
-                        self.stats.num_ooms += 1;
-                        let (free, total) = self.raw.mem_info();
-                        return Err(AllocError::OutOfMemory {
-                            requested: size,
-                            free,
-                            total,
-                            allocated: self.stats.allocated,
-                            reserved: self.stats.reserved,
-                        });
-                    }
-                    Err(false) => return Err(AllocError::Driver(self.raw.last_error())),
-                }
-            }
-            Err(false) => return Err(AllocError::Driver(self.raw.last_error())),
-        };
+        let base = self.driver_alloc(seg, size)?;
+        self.add_segment(base, seg, small);
+        Ok(base)
+    }
+
+    /// Records a new driver allocation as a segment holding one free block.
+    fn add_segment(&mut self, base: u64, seg: usize, small: bool) {
         self.stats.num_device_mallocs += 1;
         self.stats.reserved += seg;
         self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
@@ -230,7 +261,35 @@ impl<M: RawMemory> Allocator<M> {
                 small,
             },
         );
-        Ok(base)
+    }
+
+    /// `bytes` from the driver; when it is out of memory, the cache is released and
+    /// the request tried once more. `size` is the request reported in the error.
+    fn driver_alloc(&mut self, bytes: usize, size: usize) -> std::result::Result<u64, AllocError> {
+        match self.raw.malloc(bytes) {
+            Ok(p) => Ok(p),
+            Err(true) => {
+                // free the cache and try once more
+                self.stats.num_alloc_retries += 1;
+                self.release_cached();
+                match self.raw.malloc(bytes) {
+                    Ok(p) => Ok(p),
+                    Err(true) => {
+                        self.stats.num_ooms += 1;
+                        let (free, total) = self.raw.mem_info();
+                        Err(AllocError::OutOfMemory {
+                            requested: size,
+                            free,
+                            total,
+                            allocated: self.stats.allocated,
+                            reserved: self.stats.reserved,
+                        })
+                    }
+                    Err(false) => Err(AllocError::Driver(self.raw.last_error())),
+                }
+            }
+            Err(false) => Err(AllocError::Driver(self.raw.last_error())),
+        }
     }
 
     /// Returns the block at `addr` to the pool.
@@ -244,6 +303,17 @@ impl<M: RawMemory> Allocator<M> {
             return;
         }
         self.stats.allocated -= block.size;
+        if !self.caching {
+            // queued kernels may still read the block: the driver's free waits for
+            // them (cuMemFree synchronizes), the simulator runs them in order
+            self.blocks.remove(&addr);
+            self.segments.remove(&addr);
+            self.raw.synchronize();
+            self.raw.free(addr);
+            self.stats.reserved -= block.size;
+            self.stats.num_device_frees += 1;
+            return;
+        }
         let mut start = addr;
         // merge with the next block
         let next = addr + block.size as u64;
@@ -379,6 +449,40 @@ mod tests {
         assert_eq!(a.raw().mallocs, 1);
         assert_eq!(a.stats().num_device_mallocs, 1);
         assert_eq!(a.stats().num_allocs, 101);
+    }
+
+    #[test]
+    fn without_cache_each_block_is_a_driver_allocation_of_its_bytes() {
+        let mut a = Allocator::without_cache(Fake::new(64 << 20));
+        let p = a.alloc(1000).unwrap();
+        let q = a.alloc(3 << 20).unwrap();
+        // the bytes asked for (in whole words), so a memory checker sees each
+        // tensor's end
+        assert_eq!(a.raw().live[&p], 1000);
+        let w = a.alloc(3).unwrap();
+        assert_eq!(a.raw().live[&w], 4);
+        a.free(w);
+        assert_eq!(a.raw().live[&q], 3 << 20);
+        let s = a.stats();
+        assert_eq!(s.allocated, 1024 + (3 << 20));
+        assert_eq!(s.reserved, s.allocated);
+        assert_eq!(s.num_device_mallocs, 3);
+        a.free(p);
+        assert!(!a.raw().live.contains_key(&p), "freed at once");
+        assert_eq!(a.stats().reserved, 3 << 20);
+        assert_eq!(a.stats().peak_reserved, 1024 + 512 + (3 << 20));
+        a.free(q);
+        assert!(a.raw().live.is_empty());
+        let s = a.stats();
+        assert_eq!((s.allocated, s.reserved, s.num_device_frees), (0, 0, 3));
+        // out of memory is still an error, and the allocator goes on
+        assert!(matches!(
+            a.alloc(65 << 20),
+            Err(AllocError::OutOfMemory { .. })
+        ));
+        let r = a.alloc(8).unwrap();
+        a.free(r);
+        assert!(a.raw().live.is_empty());
     }
 
     #[test]

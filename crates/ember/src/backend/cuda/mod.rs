@@ -267,7 +267,11 @@ impl CudaDev {
             rt,
             arch,
             sm_count,
-            alloc: Mutex::new(Allocator::new(raw)),
+            alloc: Mutex::new(if alloc::caching_from_env() {
+                Allocator::new(raw)
+            } else {
+                Allocator::without_cache(raw)
+            }),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             blas: Mutex::new(None),

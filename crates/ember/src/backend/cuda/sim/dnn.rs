@@ -71,6 +71,11 @@ pub(crate) unsafe fn conv(c: &ConvCall) -> Result<()> {
     let (dh, dw) = (g.dilation[0] as i64, g.dilation[1] as i64);
     let kg = k / groups;
     let (out_dims, out_ptr) = c.output();
+    let esz = g.dtype.size_in_bytes() as u64;
+    for (what, ptr, dims) in [("x", c.x, g.x), ("w", c.w, g.w), ("y", c.y, g.y)] {
+        let len = ConvGeom::numel(dims) as u64 * esz;
+        super::check_region("cudnnConvolution", what, ptr, len)?;
+    }
     let _lock = super::exec_lock();
     let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
     let dt = g.dtype;

@@ -69,9 +69,27 @@ pub(crate) unsafe fn gemm(g: &GemmCall) -> Result<()> {
     if !matches!(g.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
         return Err(invalid(format!("no GEMM for {}", g.dtype)));
     }
-    let _lock = super::exec_lock();
     let esz = g.dtype.size_in_bytes() as i64;
     let (lda, ldb, ldc) = (g.lda as i64, g.ldb as i64, g.ldc as i64);
+    if m > 0 && n > 0 && k > 0 && g.batch > 0 {
+        // the bytes each operand's elements span over the batch (strides >= 0)
+        let cols_a = if g.trans_a { m } else { k };
+        let cols_b = if g.trans_b { k } else { n };
+        for (what, base, rows, cols, ld, stride) in [
+            ("A", g.a, rows_a, cols_a, lda, g.stride_a),
+            ("B", g.b, rows_b, cols_b, ldb, g.stride_b),
+            ("C", g.c, m, n, ldc, g.stride_c),
+        ] {
+            let last = (rows - 1) + (cols - 1) * ld + (g.batch as i64 - 1) * stride.max(0);
+            super::check_region(
+                "cublasGemmStridedBatched",
+                &format!("operand {what}"),
+                base,
+                ((last + 1) * esz) as u64,
+            )?;
+        }
+    }
+    let _lock = super::exec_lock();
     for p in 0..g.batch as i64 {
         let a = g.a.wrapping_add_signed(p * g.stride_a * esz);
         let b = g.b.wrapping_add_signed(p * g.stride_b * esz);
@@ -143,6 +161,42 @@ mod tests {
         g.lda = 3;
         unsafe { gemm(&g).unwrap() };
         assert_eq!(c2, c);
+    }
+
+    /// Under the memory checker, an operand that the call's leading dimension or
+    /// batch stride stretches past its array is an error; the same call within
+    /// bounds runs.
+    #[test]
+    fn operands_past_their_arrays_are_reported_under_the_memory_checker() {
+        let Some((ok, text)) = super::super::run_test_under_sanitizer(
+            "backend::cuda::sim::gemm::tests::memcheck_child_gemm_overrun",
+        ) else {
+            return;
+        };
+        assert!(ok, "{text}");
+    }
+
+    #[test]
+    #[ignore = "run by operands_past_their_arrays_are_reported_under_the_memory_checker"]
+    fn memcheck_child_gemm_overrun() {
+        // heap arrays: the sanitizer's allocator puts a red zone after each
+        let a = vec![1f32; 6];
+        let b = vec![1f32; 6];
+        let mut c = vec![0f32; 4];
+        let g = call(&a, &b, &mut c, 2, 2, 3);
+        unsafe { gemm(&g).unwrap() };
+        assert_eq!(c, [3.; 4]);
+        let mut wide = g;
+        wide.lda = 3; // A's last column would end at element 2 + 2·3 = 8 > 5
+        let e = unsafe { gemm(&wide) }.unwrap_err().to_string();
+        assert!(e.contains("memory check: operand A"), "{e}");
+        let mut batched = g;
+        batched.batch = 2;
+        batched.stride_a = 6;
+        batched.stride_b = 0;
+        batched.stride_c = 0;
+        let e = unsafe { gemm(&batched) }.unwrap_err().to_string();
+        assert!(e.contains("memory check: operand A"), "{e}");
     }
 
     #[test]

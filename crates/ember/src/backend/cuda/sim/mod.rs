@@ -19,8 +19,12 @@
 //! be confirmed on a GPU.
 //!
 //! Environment: `EMBER_SIM_CXX` (the compiler, default `c++`), `EMBER_SIM_MEMORY_MB`
-//! (device memory per simulated GPU, default 4096). Compiled modules are cached next
-//! to NVRTC's cubins.
+//! (device memory per simulated GPU, default 4096), `EMBER_SIM_SANITIZE=address`
+//! (kernels built with the compiler's AddressSanitizer: with
+//! `EMBER_CUDA_NO_CACHING=1` and the sanitizer's runtime preloaded, a kernel that
+//! reads or writes outside a tensor, or outside its shared memory, stops the process
+//! with a report, like compute-sanitizer's memcheck; `.ci/memcheck` runs the tests
+//! this way). Compiled modules are cached next to NVRTC's cubins.
 
 mod dnn;
 mod gemm;
@@ -131,6 +135,44 @@ impl SimMemory {
     pub fn mem_info(&self) -> (usize, usize) {
         (self.capacity - self.used, self.capacity)
     }
+}
+
+/// With the sanitizer's runtime loaded (`.ci/memcheck`): an error when any of the
+/// bytes `[addr, addr + len)` lies outside live memory. The kernels are checked by
+/// the sanitizer itself; this gives the same check to the simulator's own cuBLAS and
+/// cuDNN (Rust code the sanitizer does not see), so an operand that a wrong leading
+/// dimension or batch stride stretches past its tensor is reported. Without the
+/// runtime it checks nothing.
+pub(crate) fn check_region(op: &'static str, what: &str, addr: u64, len: u64) -> Result<()> {
+    type Poisoned = unsafe extern "C" fn(*const c_void, usize) -> *const c_void;
+    static CHECK: OnceLock<Option<Poisoned>> = OnceLock::new();
+    let check = CHECK.get_or_init(|| {
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: the sanitizer's documented interface function, when present.
+        unsafe { this.get::<Poisoned>(b"__asan_region_is_poisoned\0") }
+            .ok()
+            .map(|f| *f)
+    });
+    let Some(check) = check else {
+        return Ok(());
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the function only reads the sanitizer's shadow memory for the range.
+    let bad = unsafe { check(addr as *const c_void, len as usize) };
+    if bad.is_null() {
+        return Ok(());
+    }
+    Err(Error::Cuda {
+        op,
+        msg: format!(
+            "simulator memory check: {what} spans bytes {addr:#x}..{:#x}, and {:#x} is \
+             outside live memory (past its tensor, or freed)",
+            addr + len,
+            bad as u64
+        ),
+    })
 }
 
 /// Copies `bytes` between two simulated-device or host addresses.
@@ -281,6 +323,35 @@ fn compiler() -> Result<&'static (String, String)> {
     })
 }
 
+/// The compiler flags `EMBER_SIM_SANITIZE` asks for (empty without it).
+fn sanitize_flags() -> Result<&'static [&'static str]> {
+    static FLAGS: OnceLock<std::result::Result<&'static [&'static str], String>> = OnceLock::new();
+    FLAGS
+        .get_or_init(|| {
+            let v = std::env::var("EMBER_SIM_SANITIZE").unwrap_or_default();
+            match v.trim() {
+                "" | "0" => Ok(&[][..]),
+                // the fibers' stacks are switched by hand: stack checks would
+                // misread them, so only heap (device memory) and globals (shared
+                // memory) are checked
+                "address" | "1" => Ok(&[
+                    "-fsanitize=address",
+                    "-fno-omit-frame-pointer",
+                    "-fno-sanitize-address-use-after-scope",
+                    "--param=asan-stack=0",
+                ][..]),
+                other => Err(format!(
+                    "EMBER_SIM_SANITIZE={other}: the simulator knows `address` only"
+                )),
+            }
+        })
+        .as_ref()
+        .map(|f| *f)
+        .map_err(|msg| Error::CudaUnavailable {
+            reason: msg.clone(),
+        })
+}
+
 /// Rewrites `extern __shared__ T name[];` (dynamic shared memory) as a pointer to
 /// the simulator's dynamic shared buffer.
 fn rewrite_dynamic_shared(src: &str) -> String {
@@ -372,8 +443,10 @@ pub(crate) fn compile(name: &str, source: &str, options: &[String]) -> Result<Ar
         .map(|s| s.as_str())
         .filter(|o| o.starts_with("-D") || o.starts_with("-I"))
         .collect();
+    let sanitize = sanitize_flags()?;
     let mut parts: Vec<&[u8]> = vec![PRELUDE.as_bytes(), source.as_bytes(), version.as_bytes()];
     parts.extend(opts.iter().map(|o| o.as_bytes()));
+    parts.extend(sanitize.iter().map(|o| o.as_bytes()));
     let key = super::nvrtc::fnv1a(&parts);
     let modules = MODULES.get_or_init(|| Mutex::new(HashMap::new()));
     let mut cache = modules.lock().unwrap_or_else(|p| p.into_inner());
@@ -398,9 +471,15 @@ pub(crate) fn compile(name: &str, source: &str, options: &[String]) -> Result<Ar
     // SAFETY: a library built above from ember's prelude and the given source; its
     // initialisers only set up static data.
     let lib = unsafe { Library::open(Some(&lib_path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
+        let hint = if sanitize.is_empty() {
+            ""
+        } else {
+            " (kernels built for EMBER_SIM_SANITIZE need the sanitizer's runtime loaded \
+             first: LD_PRELOAD=$(c++ -print-file-name=libasan.so), as .ci/memcheck does)"
+        };
         Error::Cuda {
             op: "simulator: loading a module",
-            msg: e.to_string(),
+            msg: format!("{e}{hint}"),
         }
     })?;
     let m = Arc::new(SimModule {
@@ -467,6 +546,7 @@ fn build(
         "c++",
     ];
     args.extend(opts);
+    args.extend(sanitize_flags()?);
     args.extend([cpp_s.as_str(), "-o", so_s.as_str()]);
     let built = run_compiler(&args, name);
     let _ = std::fs::remove_file(&cpp);
@@ -475,6 +555,38 @@ fn build(
         op: "simulator: storing a module",
         msg: format!("{}: {e}", lib_path.display()),
     })
+}
+
+/// Runs the test `name` of this test binary in a child process with the
+/// sanitizer's runtime loaded (as `.ci/memcheck` runs the tests): its success and
+/// output, or `None` (saying why) where the host compiler has no AddressSanitizer.
+#[cfg(test)]
+pub(crate) fn run_test_under_sanitizer(name: &str) -> Option<(bool, String)> {
+    let cxx = std::env::var("EMBER_SIM_CXX").unwrap_or_else(|_| "c++".into());
+    let asan = std::process::Command::new(&cxx)
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if !std::path::Path::new(&asan).is_file() {
+        eprintln!("skipped: `{cxx}` has no libasan.so");
+        return None;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--ignored", "--exact", name, "--test-threads=1"])
+        .env("LD_PRELOAD", &asan)
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
+        )
+        .output()
+        .expect("running the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success() && text.contains("1 passed"), text))
 }
 
 #[cfg(test)]
