@@ -181,6 +181,30 @@ fn compile_errors_and_missing_kernels_are_errors() {
     assert!(e.to_string().contains("no_such_kernel"), "{e}");
 }
 
+/// Runs this binary's ignored test `child` in a child process on the simulator with
+/// `env` (and no other simulator setting) and `EMBER_CHILD_CASE=case`: its success
+/// and output.
+fn run_child(child: &str, case: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--ignored", "--exact", child, "--test-threads=1"])
+        // only what `env` says, whatever pass this test runs in
+        .env_remove("EMBER_SIM_ORDER")
+        .env_remove("EMBER_SIM_SANITIZE")
+        .env_remove("EMBER_CUDA_NO_CACHING")
+        .env_remove("LD_PRELOAD")
+        .env("EMBER_CUDA_SIMULATOR", "1")
+        .env("EMBER_CHILD_CASE", case)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success() && text.contains("1 passed"), text)
+}
+
 /// The memory checker of `.ci/memcheck` (the simulator's kernels built with
 /// AddressSanitizer, one device allocation per tensor) reports what
 /// compute-sanitizer's memcheck would: a write one element past a tensor and a read
@@ -200,36 +224,24 @@ fn the_simulators_memory_checker_reports_out_of_bounds_accesses() {
         eprintln!("skipped the memory checker's test: `{cxx}` has no libasan.so");
         return;
     }
-    let run = |case: &str| {
-        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--ignored", "--exact", "memcheck_child", "--test-threads=1"])
-            .env("EMBER_CUDA_SIMULATOR", "1")
-            .env("EMBER_SIM_SANITIZE", "address")
-            .env("EMBER_CUDA_NO_CACHING", "1")
-            .env("LD_PRELOAD", &asan)
-            .env(
-                "ASAN_OPTIONS",
-                "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
-            )
-            .env("EMBER_MEMCHECK_CASE", case)
-            .output()
-            .expect("running the test binary");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    };
-    let (ok, text) = run("in_bounds");
-    assert!(ok && text.contains("1 passed"), "clean run failed:\n{text}");
-    let (ok, text) = run("past_the_end");
+    let env = [
+        ("EMBER_SIM_SANITIZE", "address"),
+        ("EMBER_CUDA_NO_CACHING", "1"),
+        ("LD_PRELOAD", asan.as_str()),
+        (
+            "ASAN_OPTIONS",
+            "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
+        ),
+    ];
+    let (ok, text) = run_child("memcheck_child", "in_bounds", &env);
+    assert!(ok, "clean run failed:\n{text}");
+    let (ok, text) = run_child("memcheck_child", "past_the_end", &env);
     assert!(!ok, "a write past the tensor went unreported:\n{text}");
     assert!(
         text.contains("heap-buffer-overflow") && text.contains("memcheck_probe"),
         "{text}"
     );
-    let (ok, text) = run("shared");
+    let (ok, text) = run_child("memcheck_child", "shared", &env);
     assert!(!ok, "a read past shared memory went unreported:\n{text}");
     assert!(
         text.contains("global-buffer-overflow") && text.contains("memcheck_probe"),
@@ -238,7 +250,7 @@ fn the_simulators_memory_checker_reports_out_of_bounds_accesses() {
 }
 
 /// The kernel the memory checker's test runs, within bounds or not as
-/// `EMBER_MEMCHECK_CASE` says (on its own it is skipped).
+/// `EMBER_CHILD_CASE` says (on its own it is skipped).
 #[test]
 #[ignore = "run by the_simulators_memory_checker_reports_out_of_bounds_accesses"]
 fn memcheck_child() -> Result<()> {
@@ -251,7 +263,7 @@ extern "C" __global__ void memcheck_probe(float* out, int n, int reach, int tile
     if (i < n) out[i + reach] = tile[(threadIdx.x + tile_reach) % 128];
 }
 "#;
-    let (reach, tile_reach) = match std::env::var("EMBER_MEMCHECK_CASE").as_deref() {
+    let (reach, tile_reach) = match std::env::var("EMBER_CHILD_CASE").as_deref() {
         Ok("past_the_end") => (1, 0),
         Ok("shared") => (0, 1),
         _ => (0, 0),
@@ -267,6 +279,71 @@ extern "C" __global__ void memcheck_probe(float* out, int n, int reach, int tile
     ];
     k.launch(LaunchConfig::new(1, 64), &args)?;
     let want: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    assert_eq!(out.to_vec::<f32>()?, want);
+    Ok(())
+}
+
+/// `EMBER_SIM_ORDER=reverse` (the order `.ci/memcheck` runs in) exposes a kernel
+/// that depends on the order of its threads or blocks: reading a neighbour's
+/// shared-memory value without `__syncthreads`, or a value a lower block wrote,
+/// works first-to-last and fails last-to-first. With the barrier it works both ways.
+#[test]
+fn reversed_order_exposes_kernels_that_depend_on_thread_order() {
+    for case in ["missing_barrier", "block_order"] {
+        let (ok, text) = run_child("order_child", case, &[]);
+        assert!(ok, "{case} in the usual order:\n{text}");
+        let (ok, text) = run_child("order_child", case, &[("EMBER_SIM_ORDER", "reverse")]);
+        assert!(!ok, "{case} passed in reverse order:\n{text}");
+    }
+    let (ok, text) = run_child(
+        "order_child",
+        "with_barrier",
+        &[("EMBER_SIM_ORDER", "reverse")],
+    );
+    assert!(ok, "with a barrier, in reverse order:\n{text}");
+}
+
+/// The kernels of `reversed_order_exposes_kernels_that_depend_on_thread_order`.
+#[test]
+#[ignore = "run by reversed_order_exposes_kernels_that_depend_on_thread_order"]
+fn order_child() -> Result<()> {
+    // thread i publishes i + 1, then reads its left neighbour's value; SYNC is
+    // __syncthreads() or nothing
+    const SHIFT: &str = r#"
+extern "C" __global__ void shift_left(float* out) {
+    __shared__ float tile[64];
+    int t = threadIdx.x;
+    tile[t] = (float)(t + 1);
+    SYNC;
+    out[t] = t > 0 ? tile[t - 1] : 0.0f;
+}
+"#;
+    // block b adds what block b - 1 left in `out` (a dependence between blocks
+    // that CUDA never promises)
+    const CHAIN: &str = r#"
+extern "C" __global__ void chain(float* out) {
+    int b = blockIdx.x;
+    if (threadIdx.x == 0) out[b] = (b > 0 ? out[b - 1] : 0.0f) + 1.0f;
+}
+"#;
+    let dev = Device::Cuda(0);
+    let case = std::env::var("EMBER_CHILD_CASE").unwrap_or_default();
+    let out = Tensor::zeros([64], DType::F32, &dev)?;
+    let args = [Arg::output(&out, DType::F32)];
+    let want: Vec<f32> = if case == "block_order" {
+        let k = Kernel::compile(CHAIN, "chain", &dev)?;
+        k.launch(LaunchConfig::new(64, 32), &args)?;
+        (1..=64).map(|i| i as f32).collect()
+    } else {
+        let sync = if case == "with_barrier" {
+            "-DSYNC=__syncthreads()"
+        } else {
+            "-DSYNC=(void)0"
+        };
+        let k = Kernel::compile_with(SHIFT, "shift_left", &dev, &[sync])?;
+        k.launch(LaunchConfig::new(1, 64), &args)?;
+        (0..64).map(|i| i as f32).collect()
+    };
     assert_eq!(out.to_vec::<f32>()?, want);
     Ok(())
 }

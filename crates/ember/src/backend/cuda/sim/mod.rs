@@ -24,7 +24,9 @@
 //! `EMBER_CUDA_NO_CACHING=1` and the sanitizer's runtime preloaded, a kernel that
 //! reads or writes outside a tensor, or outside its shared memory, stops the process
 //! with a report, like compute-sanitizer's memcheck; `.ci/memcheck` runs the tests
-//! this way). Compiled modules are cached next to NVRTC's cubins.
+//! this way), `EMBER_SIM_ORDER=reverse` (blocks, and threads between barriers, run
+//! last to first, which fails kernels that depend on their order). Compiled
+//! modules are cached next to NVRTC's cubins.
 
 mod dnn;
 mod gemm;
@@ -453,9 +455,6 @@ pub(crate) fn compile(name: &str, source: &str, options: &[String]) -> Result<Ar
     if let Some(m) = cache.get(&key) {
         return Ok(m.clone());
     }
-    let fibers = ["__syncthreads", "__syncwarp", "__shfl"]
-        .iter()
-        .any(|w| source.contains(w));
     let dir = super::nvrtc::cache_dir()
         .unwrap_or_else(|| std::env::temp_dir().join("ember-sim"))
         .join("sim");
@@ -482,6 +481,13 @@ pub(crate) fn compile(name: &str, source: &str, options: &[String]) -> Result<Ar
             msg: format!("{e}{hint}"),
         }
     })?;
+    // SAFETY: a `const int` the module defines (EMBER_SIM_FIBERS in prelude.h).
+    let fibers = unsafe { lib.get::<*const i32>(b"__ember_sim_fibers\0") }
+        .map(|p| unsafe { **p } != 0)
+        .map_err(|e| Error::Cuda {
+            op: "simulator: loading a module",
+            msg: e.to_string(),
+        })?;
     let m = Arc::new(SimModule {
         lib: lib.into(),
         fibers,
@@ -504,7 +510,8 @@ fn build(
     let cpp = dir.join(format!("{name}-{key:016x}.{tag}.cpp"));
     let so = dir.join(format!("{name}-{key:016x}.{tag}.so"));
     let body = rewrite_dynamic_shared(source);
-    let text = format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{body}\n");
+    const USER: &str = "#pragma ember_sim_user_source";
+    let text = format!("{PRELUDE}\n{USER}\n#line 1 \"{name}.cu\"\n{body}\n");
     let write = |p: &std::path::Path, s: &str| {
         std::fs::write(p, s).map_err(|e| Error::Cuda {
             op: "simulator: writing a source file",
@@ -528,7 +535,14 @@ fn build(
         }
     };
     let names = kernel_names(&pre, MARK);
+    // threads that may wait at a barrier or a shuffle need fibers; the macros and
+    // headers of the source are expanded here, the prelude's own uses left out
+    let user = pre.split_once(USER).map_or(pre.as_str(), |(_, u)| u);
+    let fibers = ["__syncthreads", "__syncwarp", "__shfl"]
+        .iter()
+        .any(|w| user.contains(w));
     let mut full = text;
+    full.push_str(&format!("EMBER_SIM_FIBERS({})\n", fibers as i32));
     for n in &names {
         full.push_str(&format!("EMBER_SIM_ENTRY({n})\n"));
     }

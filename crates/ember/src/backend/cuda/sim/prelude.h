@@ -169,8 +169,22 @@ template <class T> static T shfl(T v, int src, bool valid) {
 
 static inline int lane_id() { return fiber_mode ? linear_tid(cur->idx) & 31 : linear_tid(direct_idx) & 31; }
 
+// EMBER_SIM_ORDER=reverse runs the blocks of a launch, and the threads of a block
+// between barriers, last to first: a kernel whose result depends on the order
+// (a thread reading what another wrote without a barrier, a block waiting on a
+// later one) then fails where the usual first-to-last order hid it.
+static bool reverse_order() {
+    static int r = -1;
+    if (r < 0) {
+        const char* v = getenv("EMBER_SIM_ORDER");
+        r = v && strcmp(v, "reverse") == 0;
+    }
+    return r != 0;
+}
+
 // Runs every block of the launch; returns 0, or -1 with `error` set.
 static int run_launch(const Launch* l) {
+    const bool rev = reverse_order();
     grid_dim = dim3(l->grid[0], l->grid[1], l->grid[2]);
     block_dim = dim3(l->block[0], l->block[1], l->block[2]);
     nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
@@ -195,64 +209,68 @@ static int run_launch(const Launch* l) {
             }
         }
     }
-    for (unsigned bz = 0; bz < grid_dim.z; ++bz)
-        for (unsigned by = 0; by < grid_dim.y; ++by)
-            for (unsigned bx = 0; bx < grid_dim.x; ++bx) {
-                block_idx = uint3{bx, by, bz};
-                if (!fiber_mode) {
-                    for (unsigned tz = 0; tz < block_dim.z; ++tz)
-                        for (unsigned ty = 0; ty < block_dim.y; ++ty)
-                            for (unsigned tx = 0; tx < block_dim.x; ++tx) {
-                                direct_idx = uint3{tx, ty, tz};
-                                body(body_arg);
-                            }
-                    continue;
-                }
-                for (int i = 0; i < nthreads; ++i) {
-                    Fiber& f = fibers[i];
-                    f.idx = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y)};
-                    f.state = RUNNABLE;
-                    f.sp = start_fiber(f.stack);
-                }
-                for (;;) {
-                    for (int i = 0; i < nthreads; ++i) {
-                        if (fibers[i].state == RUNNABLE) {
-                            cur = &fibers[i];
-                            to_fiber(cur);
-                        }
-                    }
-                    // every thread now waits or is done: release a warp whose live
-                    // threads all wait at a shuffle, else the block at __syncthreads
-                    int live = 0, at_block = 0;
-                    bool released = false;
-                    for (int w = 0; w < nthreads; w += 32) {
-                        int lw = 0, aw = 0;
-                        for (int i = w; i < w + 32 && i < nthreads; ++i) {
-                            if (fibers[i].state != DONE) ++lw;
-                            if (fibers[i].state == AT_WARP) ++aw;
-                            if (fibers[i].state == AT_BLOCK) ++at_block;
-                        }
-                        live += lw;
-                        if (lw > 0 && aw == lw) {
-                            for (int i = w; i < w + 32 && i < nthreads; ++i)
-                                if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
-                            released = true;
-                        }
-                    }
-                    if (live == 0) break;
-                    if (released) continue;
-                    if (at_block == live) {
-                        for (int i = 0; i < nthreads; ++i)
-                            if (fibers[i].state == AT_BLOCK) fibers[i].state = RUNNABLE;
-                        continue;
-                    }
-                    snprintf(error, sizeof error,
-                             "deadlock in block (%u, %u, %u): %d of %d live threads wait at __syncthreads, "
-                             "the others at a warp-level operation",
-                             bx, by, bz, at_block, live);
-                    return -1;
+    const unsigned long long nblocks = (unsigned long long)grid_dim.x * grid_dim.y * grid_dim.z;
+    for (unsigned long long b = 0; b < nblocks; ++b) {
+        const unsigned long long lb = rev ? nblocks - 1 - b : b;
+        const unsigned bx = (unsigned)(lb % grid_dim.x);
+        const unsigned by = (unsigned)((lb / grid_dim.x) % grid_dim.y);
+        const unsigned bz = (unsigned)(lb / ((unsigned long long)grid_dim.x * grid_dim.y));
+        block_idx = uint3{bx, by, bz};
+        if (!fiber_mode) {
+            for (int t = 0; t < nthreads; ++t) {
+                const int i = rev ? nthreads - 1 - t : t;
+                direct_idx = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y,
+                                   i / (block_dim.x * block_dim.y)};
+                body(body_arg);
+            }
+            continue;
+        }
+        for (int i = 0; i < nthreads; ++i) {
+            Fiber& f = fibers[i];
+            f.idx = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y)};
+            f.state = RUNNABLE;
+            f.sp = start_fiber(f.stack);
+        }
+        for (;;) {
+            for (int t = 0; t < nthreads; ++t) {
+                const int i = rev ? nthreads - 1 - t : t;
+                if (fibers[i].state == RUNNABLE) {
+                    cur = &fibers[i];
+                    to_fiber(cur);
                 }
             }
+            // every thread now waits or is done: release a warp whose live
+            // threads all wait at a shuffle, else the block at __syncthreads
+            int live = 0, at_block = 0;
+            bool released = false;
+            for (int w = 0; w < nthreads; w += 32) {
+                int lw = 0, aw = 0;
+                for (int i = w; i < w + 32 && i < nthreads; ++i) {
+                    if (fibers[i].state != DONE) ++lw;
+                    if (fibers[i].state == AT_WARP) ++aw;
+                    if (fibers[i].state == AT_BLOCK) ++at_block;
+                }
+                live += lw;
+                if (lw > 0 && aw == lw) {
+                    for (int i = w; i < w + 32 && i < nthreads; ++i)
+                        if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
+                    released = true;
+                }
+            }
+            if (live == 0) break;
+            if (released) continue;
+            if (at_block == live) {
+                for (int i = 0; i < nthreads; ++i)
+                    if (fibers[i].state == AT_BLOCK) fibers[i].state = RUNNABLE;
+                continue;
+            }
+            snprintf(error, sizeof error,
+                     "deadlock in block (%u, %u, %u): %d of %d live threads wait at __syncthreads, "
+                     "the others at a warp-level operation",
+                     bx, by, bz, at_block, live);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -429,6 +447,10 @@ static inline uint16_t __ember_sim_f32_to_f16(float f) { return ember_sim::f32_t
 static inline float __ember_sim_f16_to_f32(uint16_t h) { return ember_sim::f16_to_f32(h); }
 
 extern "C" __attribute__((visibility("default"))) const char* __ember_sim_error() { return ember_sim::error; }
+
+// Whether the module's kernels may wait at barriers or shuffles (their threads then
+// run as fibers), found by ember in the preprocessed source.
+#define EMBER_SIM_FIBERS(n) extern "C" __attribute__((visibility("default"))) const int __ember_sim_fibers = n;
 
 #define EMBER_SIM_ENTRY(name)                                                                   \
     extern "C" __attribute__((visibility("default"))) int __ember_sim_entry_##name(             \
