@@ -139,6 +139,27 @@ impl SimMemory {
     }
 }
 
+type Poisoned = unsafe extern "C" fn(*const c_void, usize) -> *const c_void;
+
+/// The sanitizer's `__asan_region_is_poisoned`, when its runtime is loaded.
+fn region_checker() -> Option<Poisoned> {
+    static CHECK: OnceLock<Option<Poisoned>> = OnceLock::new();
+    *CHECK.get_or_init(|| {
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: the sanitizer's documented interface function, when present.
+        unsafe { this.get::<Poisoned>(b"__asan_region_is_poisoned\0") }
+            .ok()
+            .map(|f| *f)
+    })
+}
+
+/// Whether memory checks run (the sanitizer's runtime is loaded, as under
+/// `.ci/memcheck`).
+#[cfg(test)]
+pub(crate) fn memory_checker_active() -> bool {
+    region_checker().is_some()
+}
+
 /// With the sanitizer's runtime loaded (`.ci/memcheck`): an error when any of the
 /// bytes `[addr, addr + len)` lies outside live memory. The kernels are checked by
 /// the sanitizer itself; this gives the same check to the simulator's own cuBLAS and
@@ -146,16 +167,7 @@ impl SimMemory {
 /// dimension or batch stride stretches past its tensor is reported. Without the
 /// runtime it checks nothing.
 pub(crate) fn check_region(op: &'static str, what: &str, addr: u64, len: u64) -> Result<()> {
-    type Poisoned = unsafe extern "C" fn(*const c_void, usize) -> *const c_void;
-    static CHECK: OnceLock<Option<Poisoned>> = OnceLock::new();
-    let check = CHECK.get_or_init(|| {
-        let this = libloading::os::unix::Library::this();
-        // SAFETY: the sanitizer's documented interface function, when present.
-        unsafe { this.get::<Poisoned>(b"__asan_region_is_poisoned\0") }
-            .ok()
-            .map(|f| *f)
-    });
-    let Some(check) = check else {
+    let Some(check) = region_checker() else {
         return Ok(());
     };
     if len == 0 {
@@ -569,38 +581,6 @@ fn build(
         op: "simulator: storing a module",
         msg: format!("{}: {e}", lib_path.display()),
     })
-}
-
-/// Runs the test `name` of this test binary in a child process with the
-/// sanitizer's runtime loaded (as `.ci/memcheck` runs the tests): its success and
-/// output, or `None` (saying why) where the host compiler has no AddressSanitizer.
-#[cfg(test)]
-pub(crate) fn run_test_under_sanitizer(name: &str) -> Option<(bool, String)> {
-    let cxx = std::env::var("EMBER_SIM_CXX").unwrap_or_else(|_| "c++".into());
-    let asan = std::process::Command::new(&cxx)
-        .arg("-print-file-name=libasan.so")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if !std::path::Path::new(&asan).is_file() {
-        eprintln!("skipped: `{cxx}` has no libasan.so");
-        return None;
-    }
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--ignored", "--exact", name, "--test-threads=1"])
-        .env("LD_PRELOAD", &asan)
-        .env(
-            "ASAN_OPTIONS",
-            "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
-        )
-        .output()
-        .expect("running the test binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((out.status.success() && text.contains("1 passed"), text))
 }
 
 #[cfg(test)]
