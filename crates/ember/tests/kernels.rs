@@ -207,8 +207,9 @@ fn run_child(child: &str, case: &str, env: &[(&str, &str)]) -> (bool, String) {
 
 /// The memory checker of `.ci/memcheck` (the simulator's kernels built with
 /// AddressSanitizer, one device allocation per tensor) reports what
-/// compute-sanitizer's memcheck would: a write one element past a tensor and a read
-/// past a `__shared__` array stop the program with the sanitizer's report, while
+/// compute-sanitizer's memcheck would: a write one element past a tensor, a read
+/// past a `__shared__` array and a read past the dynamic shared memory the launch
+/// asked for stop the program with the sanitizer's report, while
 /// the same kernel within bounds runs clean. Runs `memcheck_child` in a child
 /// process (the sanitizer's runtime must be loaded first); skips where the host
 /// compiler has no AddressSanitizer.
@@ -233,8 +234,10 @@ fn the_simulators_memory_checker_reports_out_of_bounds_accesses() {
             "detect_leaks=0:verify_asan_link_order=0:halt_on_error=1",
         ),
     ];
-    let (ok, text) = run_child("memcheck_child", "in_bounds", &env);
-    assert!(ok, "clean run failed:\n{text}");
+    for case in ["in_bounds", "dynamic_in_bounds"] {
+        let (ok, text) = run_child("memcheck_child", case, &env);
+        assert!(ok, "clean run ({case}) failed:\n{text}");
+    }
     let (ok, text) = run_child("memcheck_child", "past_the_end", &env);
     assert!(!ok, "a write past the tensor went unreported:\n{text}");
     assert!(
@@ -245,6 +248,15 @@ fn the_simulators_memory_checker_reports_out_of_bounds_accesses() {
     assert!(!ok, "a read past shared memory went unreported:\n{text}");
     assert!(
         text.contains("global-buffer-overflow") && text.contains("memcheck_probe"),
+        "{text}"
+    );
+    let (ok, text) = run_child("memcheck_child", "dynamic_shared", &env);
+    assert!(
+        !ok,
+        "a read past the launch's dynamic shared memory went unreported:\n{text}"
+    );
+    assert!(
+        text.contains("use-after-poison") && text.contains("memcheck_dynamic"),
         "{text}"
     );
 }
@@ -263,21 +275,37 @@ extern "C" __global__ void memcheck_probe(float* out, int n, int reach, int tile
     if (i < n) out[i + reach] = tile[(threadIdx.x + tile_reach) % 128];
 }
 "#;
-    let (reach, tile_reach) = match std::env::var("EMBER_CHILD_CASE").as_deref() {
-        Ok("past_the_end") => (1, 0),
-        Ok("shared") => (0, 1),
+    // the same with the tile in dynamic shared memory of 64 floats
+    const DYNAMIC: &str = r#"
+extern "C" __global__ void memcheck_dynamic(float* out, int n, int reach, int tile_reach) {
+    extern __shared__ float tile[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = (float)i;
+    __syncthreads();
+    if (i < n) out[i + reach] = tile[(threadIdx.x + tile_reach) % 128];
+}
+"#;
+    let case = std::env::var("EMBER_CHILD_CASE").unwrap_or_default();
+    let (reach, tile_reach) = match case.as_str() {
+        "past_the_end" => (1, 0),
+        "shared" | "dynamic_shared" => (0, 1),
         _ => (0, 0),
     };
     let dev = Device::Cuda(0);
     let out = Tensor::zeros([64], DType::F32, &dev)?;
-    let k = Kernel::compile(PROBE, "memcheck_probe", &dev)?;
     let args = [
         Arg::output(&out, DType::F32),
         Arg::I32(64),
         Arg::I32(reach),
         Arg::I32(tile_reach),
     ];
-    k.launch(LaunchConfig::new(1, 64), &args)?;
+    if case.starts_with("dynamic") {
+        let k = Kernel::compile(DYNAMIC, "memcheck_dynamic", &dev)?;
+        k.launch(LaunchConfig::new(1, 64).with_shared_mem(64 * 4), &args)?;
+    } else {
+        let k = Kernel::compile(PROBE, "memcheck_probe", &dev)?;
+        k.launch(LaunchConfig::new(1, 64), &args)?;
+    }
     let want: Vec<f32> = (0..64).map(|i| i as f32).collect();
     assert_eq!(out.to_vec::<f32>()?, want);
     Ok(())

@@ -18,6 +18,9 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
 
 #define EMBER_SIMULATOR 1
 #ifndef __global__
@@ -198,6 +201,12 @@ static int run_launch(const Launch* l) {
                  l->shared_mem, sizeof dyn_smem);
         return -1;
     }
+#ifdef __SANITIZE_ADDRESS__
+    // under the memory checker, the dynamic shared memory past what the launch
+    // asked for cannot be touched
+    __asan_unpoison_memory_region(dyn_smem, sizeof dyn_smem);
+    __asan_poison_memory_region(dyn_smem + l->shared_mem, sizeof dyn_smem - l->shared_mem);
+#endif
     if (fiber_mode) {
         for (int i = 0; i < nthreads; ++i) {
             if (!fibers[i].stack) {
