@@ -3,6 +3,8 @@
 
 use super::{CudaDev, Runtime};
 use crate::{DType, Error, Result};
+use cudarc::cublas::result::CublasError;
+use cudarc::cublas::sys::cublasStatus_t;
 use std::ffi::c_void;
 
 /// `C_p = op(A_p)·op(B_p)` for p in 0..batch, column-major, with cuBLAS's meaning
@@ -37,19 +39,26 @@ impl CudaDev {
     pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
         match &self.rt {
             Runtime::Sim => super::sim::gemm(g),
-            Runtime::Driver { .. } => match self.cublas_gemm(g) {
-                // cuBLAS allocates its handle and workspace outside ember's cache:
-                // hand it the cached memory and try once more
-                Err(Error::Cuda { msg, .. }) if msg.contains("CUBLAS_STATUS_ALLOC_FAILED") => {
-                    self.allocator().release_cached();
-                    self.cublas_gemm(g)
+            Runtime::Driver { .. } => {
+                let status = |e: CublasError| Error::Cuda {
+                    op: "cublasGemmStridedBatched",
+                    msg: e.to_string(),
+                };
+                match self.cublas_gemm(g)? {
+                    // cuBLAS allocates its handle and workspace outside ember's
+                    // cache: hand it the cached memory and try once more
+                    Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
+                        self.allocator().release_cached();
+                        self.cublas_gemm(g)?.map_err(status)
+                    }
+                    r => r.map_err(status),
                 }
-                r => r,
-            },
+            }
         }
     }
 
-    unsafe fn cublas_gemm(&self, g: &GemmCall) -> Result<()> {
+    /// The cuBLAS call for `g`: ember's own errors outside, cuBLAS's status inside.
+    unsafe fn cublas_gemm(&self, g: &GemmCall) -> Result<std::result::Result<(), CublasError>> {
         use cudarc::cublas::{result as blas, sys as bsys};
         let op = |t: bool| {
             if t {
@@ -57,10 +66,6 @@ impl CudaDev {
             } else {
                 bsys::cublasOperation_t::CUBLAS_OP_N
             }
-        };
-        let err = |e: blas::CublasError| Error::Cuda {
-            op: "cublasGemmStridedBatched",
-            msg: e.to_string(),
         };
         let guard = self.blas()?;
         let h = guard.as_ref().expect("blas handle created").0;
@@ -72,9 +77,11 @@ impl CudaDev {
                 } else {
                     bsys::cublasMath_t::CUBLAS_DEFAULT_MATH
                 };
-                bsys::cublasSetMathMode(h, mode).result().map_err(err)?;
+                if let Err(e) = bsys::cublasSetMathMode(h, mode).result() {
+                    return Ok(Err(e));
+                }
                 let (alpha, beta) = (1f32, 0f32);
-                blas::sgemm_strided_batched(
+                Ok(blas::sgemm_strided_batched(
                     h,
                     ta,
                     tb,
@@ -93,12 +100,11 @@ impl CudaDev {
                     g.ldc,
                     g.stride_c,
                     g.batch,
-                )
-                .map_err(err)
+                ))
             }
             DType::F64 => {
                 let (alpha, beta) = (1f64, 0f64);
-                blas::dgemm_strided_batched(
+                Ok(blas::dgemm_strided_batched(
                     h,
                     ta,
                     tb,
@@ -117,8 +123,7 @@ impl CudaDev {
                     g.ldc,
                     g.stride_c,
                     g.batch,
-                )
-                .map_err(err)
+                ))
             }
             DType::F16 | DType::BF16 => {
                 let ty = if g.dtype == DType::F16 {
@@ -127,7 +132,7 @@ impl CudaDev {
                     bsys::cudaDataType_t::CUDA_R_16BF
                 };
                 let (alpha, beta) = (1f32, 0f32);
-                blas::gemm_strided_batched_ex(
+                Ok(blas::gemm_strided_batched_ex(
                     h,
                     ta,
                     tb,
@@ -151,8 +156,7 @@ impl CudaDev {
                     g.batch,
                     bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                     bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-                .map_err(err)
+                ))
             }
             dt => Err(Error::invalid(
                 "matmul",
