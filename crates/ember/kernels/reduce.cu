@@ -28,17 +28,22 @@ template <typename A> __device__ __forceinline__ A shfl_down(A v, int d) {
     return __shfl_down_sync(0xffffffffu, v, d);
 }
 
+// Sum over the warp; every lane gets the result.
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
 // Sum of `v` over the block; the result is valid in thread 0.
 template <typename A> __device__ __forceinline__ A block_sum(A v, A* shared) {
-    for (int d = 16; d > 0; d >>= 1) v += shfl_down(v, d);
+    v = warp_sum(v);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads();
     if (lane == 0) shared[warp] = v;
     __syncthreads();
     int nwarps = (blockDim.x + 31) / 32;
     v = threadIdx.x < nwarps ? shared[threadIdx.x] : (A)0;
-    if (warp == 0)
-        for (int d = 16; d > 0; d >>= 1) v += shfl_down(v, d);
+    if (warp == 0) v = warp_sum(v);
     return v;
 }
 
@@ -65,26 +70,26 @@ template <typename O, typename A> __device__ __forceinline__ O best_out(int op, 
     return (op == R_ARGMAX || op == R_ARGMIN) ? narrow<O>(bi) : narrow<O>(best);
 }
 
-// Block-wide best (value, index); valid in thread 0.
-template <typename A>
-__device__ __forceinline__ void block_best(A& v, i64& idx, bool want_max, A* sv, i64* si) {
+// Warp-wide best (value, index); valid in lane 0.
+template <typename A> __device__ __forceinline__ void warp_best(A& v, i64& idx, bool want_max) {
     for (int d = 16; d > 0; d >>= 1) {
         A ov = shfl_down(v, d);
         i64 oi = __shfl_down_sync(0xffffffffu, idx, d);
         if (better(ov, oi, v, idx, want_max)) { v = ov; idx = oi; }
     }
+}
+
+// Block-wide best (value, index); valid in thread 0.
+template <typename A>
+__device__ __forceinline__ void block_best(A& v, i64& idx, bool want_max, A* sv, i64* si) {
+    warp_best(v, idx, want_max);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads();
     if (lane == 0) { sv[warp] = v; si[warp] = idx; }
     __syncthreads();
     int nwarps = (blockDim.x + 31) / 32;
     if (threadIdx.x < nwarps) { v = sv[threadIdx.x]; idx = si[threadIdx.x]; } else { idx = -1; }
-    if (warp == 0)
-        for (int d = 16; d > 0; d >>= 1) {
-            A ov = shfl_down(v, d);
-            i64 oi = __shfl_down_sync(0xffffffffu, idx, d);
-            if (better(ov, oi, v, idx, want_max)) { v = ov; idx = oi; }
-        }
+    if (warp == 0) warp_best(v, idx, want_max);
 }
 
 // T: input dtype, O: output dtype. Sums of integers accumulate in i64; floats in
@@ -126,21 +131,6 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
             if (threadIdx.x == 0) out[o] = best_out<O>(op, best, bi);
         }
         __syncthreads();
-    }
-}
-
-// Sum over the warp; every lane gets the result.
-template <typename A> __device__ __forceinline__ A warp_sum(A v) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-
-// Warp-wide best (value, index); valid in lane 0.
-template <typename A> __device__ __forceinline__ void warp_best(A& v, i64& idx, bool want_max) {
-    for (int d = 16; d > 0; d >>= 1) {
-        A ov = shfl_down(v, d);
-        i64 oi = __shfl_down_sync(0xffffffffu, idx, d);
-        if (better(ov, oi, v, idx, want_max)) { v = ov; idx = oi; }
     }
 }
 
