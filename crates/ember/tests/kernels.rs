@@ -89,17 +89,19 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
     let a = Tensor::ones([8, 4], DType::F32, &dev)?;
     let c = Tensor::zeros([32], DType::F32, &dev)?;
     let cfg = LaunchConfig::for_elements(32, 32);
-    let with = |x: Arg| {
+    // the kernel's arguments with the first and the last one given
+    let launch = |cfg: LaunchConfig, first: Arg, last: Arg| {
         k.launch(
             cfg,
             &[
-                x,
+                first,
                 Arg::input(&c, DType::F32),
                 Arg::output(&c, DType::F32),
-                Arg::I32(32),
+                last,
             ],
         )
     };
+    let with = |x: Arg| launch(cfg, x, Arg::I32(32));
     // a dtype other than the one declared
     let e = with(Arg::input(&a.to_dtype(DType::F64)?, DType::F32))
         .unwrap_err()
@@ -118,18 +120,13 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
     .unwrap_err();
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
     // too many threads per block, checked against the device's limit
-    let e = k
-        .launch(
-            LaunchConfig::new(1, 4096),
-            &[
-                Arg::input(&c, DType::F32),
-                Arg::input(&c, DType::F32),
-                Arg::output(&c, DType::F32),
-                Arg::I32(32),
-            ],
-        )
-        .unwrap_err()
-        .to_string();
+    let e = launch(
+        LaunchConfig::new(1, 4096),
+        Arg::input(&c, DType::F32),
+        Arg::I32(32),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("4096 threads"), "{e}");
     // the arguments' number and sizes must be the kernel's parameters'
     assert_eq!(k.param_sizes(), &[8, 8, 8, 4]);
@@ -140,16 +137,7 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
     assert!(e.contains("takes 4 arguments, 2 given"), "{e}");
     let e = with(Arg::F32(0.0)).unwrap_err().to_string();
     assert!(e.contains("argument 0 of cu_add_vectors"), "{e}");
-    let wide = k
-        .launch(
-            cfg,
-            &[
-                Arg::input(&c, DType::F32),
-                Arg::input(&c, DType::F32),
-                Arg::output(&c, DType::F32),
-                Arg::I64(32),
-            ],
-        )
+    let wide = launch(cfg, Arg::input(&c, DType::F32), Arg::I64(32))
         .unwrap_err()
         .to_string();
     assert!(
