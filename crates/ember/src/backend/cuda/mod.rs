@@ -417,9 +417,9 @@ impl CudaDev {
     fn load_module(&self, name: &str, source: &str, options: &[String]) -> Result<Module> {
         match &self.rt {
             Runtime::Sim => Ok(Module::Sim(sim::compile(name, source, options)?)),
-            Runtime::Driver { ctx, .. } => {
+            Runtime::Driver { .. } => {
                 let (cubin, _) = nvrtc::cubin(name, source, self.compile_arch()?, options)?;
-                ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
+                self.bind()?;
                 // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
                 unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
                     .map(Module::Driver)
