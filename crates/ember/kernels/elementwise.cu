@@ -2,42 +2,8 @@
 // the layouts), in-place binary, comparisons and where. One template per
 // operation, instantiated for every dtype; the operation code is a uniform branch.
 
-// Unary operation codes (mirror `UnaryCode` in backend/cuda/ops.rs).
-#define U_NEG 0
-#define U_ABS 1
-#define U_EXP 2
-#define U_LOG 3
-#define U_SQRT 4
-#define U_TANH 5
-#define U_SIN 6
-#define U_COS 7
-#define U_RECIP 8
-#define U_SQUARE 9
-#define U_RELU 10
-#define U_SIGMOID 11
-#define U_ERF 12
-#define U_GELU 13
-#define U_GELU_TANH 14
-#define U_POW_SCALAR 15
-#define U_CLAMP 16
-
-// Binary operation codes (mirror `BinaryCode`).
-#define B_ADD 0
-#define B_SUB 1
-#define B_MUL 2
-#define B_DIV 3
-#define B_MAXIMUM 4
-#define B_MINIMUM 5
-#define B_POW 6
-#define B_RELU_BACKWARD 7
-
-// Comparison codes (mirror `CmpOp`).
-#define C_EQ 0
-#define C_NE 1
-#define C_LT 2
-#define C_LE 3
-#define C_GT 4
-#define C_GE 5
+// The operation codes U_*, B_* and C_* are defined in front of this file when it
+// is compiled, from the tables of ember's op vocabulary (backend/op).
 
 template <typename T> __device__ __forceinline__ void fill_impl(T* out, i64 n, T v) {
     FOR_EACH(i, n) { out[i] = v; }

@@ -13,14 +13,8 @@
 //   bias gradient, a mean over the batch), read across the columns so that
 //   neighbouring threads read neighbouring values.
 
-// Reduction codes (mirror `ReduceCode` in backend/cuda/ops.rs).
-#define R_SUM 0
-#define R_MEAN 1
-#define R_MAX 2
-#define R_MIN 3
-#define R_ARGMAX 4
-#define R_ARGMIN 5
-#define R_VAR 6
+// The reduction codes R_* are defined in front of this file when it is compiled,
+// from the tables of ember's op vocabulary (backend/op).
 
 #define REDUCE_THREADS 256
 

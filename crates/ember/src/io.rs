@@ -92,21 +92,6 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a
-/// rename, so that readers see the old file or the new one, never a part.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_err(path)(e)
-    })
-}
-
 /// Writes `tensors` to `path` as one safetensors file, atomically.
 pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
@@ -125,7 +110,7 @@ pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> 
         .collect::<Result<_>>()?;
     let bytes = safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), None)
         .map_err(|e| Error::invalid("save", format!("{}: {e}", path.display())))?;
-    write_atomic(path, &bytes)
+    crate::files::write_atomic(path, &bytes)
 }
 
 /// Reads every tensor of a safetensors file (in the file's order) onto `device`.

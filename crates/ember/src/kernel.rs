@@ -40,7 +40,7 @@ pub struct Kernel {
     /// The byte size of each parameter, as compiled.
     params: Vec<usize>,
     /// The device's limits, for checking launch configurations.
-    props: crate::device::cuda::DeviceProperties,
+    props: crate::backend::cuda::discover::DeviceProperties,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -86,7 +86,7 @@ impl Kernel {
         Ok(Kernel {
             name: name.to_string(),
             params: func.param_sizes()?,
-            props: crate::device::cuda::device_properties(i)?,
+            props: crate::backend::cuda::discover::device_properties(i)?,
             func,
             dev,
         })
@@ -293,7 +293,7 @@ impl LaunchConfig {
     }
 
     /// Errors when the configuration exceeds what the device allows.
-    pub fn check(&self, p: &crate::device::cuda::DeviceProperties) -> Result<()> {
+    pub fn check(&self, p: &crate::backend::cuda::discover::DeviceProperties) -> Result<()> {
         let (bx, by, bz) = self.block;
         let (gx, gy, gz) = self.grid;
         let bad = |msg: String| Err(Error::invalid("Kernel::launch", msg));
@@ -336,8 +336,8 @@ impl LaunchConfig {
 mod tests {
     use super::*;
 
-    fn h100() -> crate::device::cuda::DeviceProperties {
-        crate::device::cuda::DeviceProperties {
+    fn h100() -> crate::backend::cuda::discover::DeviceProperties {
+        crate::backend::cuda::discover::DeviceProperties {
             ordinal: 0,
             name: "test GPU".into(),
             compute_capability: (9, 0),

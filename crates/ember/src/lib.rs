@@ -28,6 +28,7 @@ pub mod data;
 pub mod device;
 mod dtype;
 mod error;
+mod files;
 pub mod io;
 pub mod kernel;
 pub mod layout;
@@ -48,14 +49,16 @@ pub use tensor::{
 /// CUDA devices: discovery and properties, synchronization, events, memory
 /// statistics of the caching allocator (`torch.cuda`).
 pub mod cuda {
+    pub use crate::backend::cuda::discover::*;
+    pub use crate::backend::cuda::libs::{
+        ensure as find_library, include_dirs, CudaLib, LibSource,
+    };
     pub use crate::backend::cuda::pinned::set_pinned_staging;
     pub use crate::backend::cuda::{
         allow_tf32, empty_cache, host_fallback_count, host_memory_stats, max_memory_allocated,
         mem_get_info, memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats,
         set_allow_tf32, synchronize, Event, HostMemoryStats, MemoryStats,
     };
-    pub use crate::device::cuda::*;
-    pub use crate::device::libs::{ensure as find_library, include_dirs, CudaLib, LibSource};
 
     /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): off by default
     /// until ember's cuDNN path has run on a GPU; `set_enabled(true)` or
@@ -69,8 +72,8 @@ pub mod cuda {
 
 /// Host-side memory management (the pool of freed CPU buffers).
 pub mod cpu {
-    pub use crate::backend::cpu::{empty_cache, pool_stats, set_pool_limit, CpuPoolStats};
-    pub use crate::device::cpu::{cpu_info, CpuInfo};
+    pub use crate::backend::cpu::info::{cpu_info, CpuInfo};
+    pub use crate::backend::host::{empty_cache, pool_stats, set_pool_limit, CpuPoolStats};
 }
 
 /// The names most programs need: `use ember::prelude::*;`.

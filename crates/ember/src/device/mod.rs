@@ -12,10 +12,6 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-pub mod cpu;
-pub mod cuda;
-pub mod libs;
-
 use crate::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
@@ -31,30 +27,6 @@ pub enum Device {
 }
 
 impl Device {
-    /// `cuda:i` when that GPU can be used, otherwise the CPU.
-    pub fn cuda_if_available(i: usize) -> Device {
-        if i < cuda::device_count() {
-            Device::Cuda(i)
-        } else {
-            Device::Cpu
-        }
-    }
-
-    /// d2l's `try_gpu(i)`: `cuda:i` if it exists, else the CPU.
-    pub fn try_gpu(i: usize) -> Device {
-        Device::cuda_if_available(i)
-    }
-
-    /// d2l's `try_all_gpus()`: every GPU, or `[cpu]` when there is none.
-    pub fn try_all_gpus() -> Vec<Device> {
-        let n = cuda::device_count();
-        if n == 0 {
-            vec![Device::Cpu]
-        } else {
-            (0..n).map(Device::Cuda).collect()
-        }
-    }
-
     /// `true` for `Cuda(_)`.
     pub fn is_cuda(&self) -> bool {
         matches!(self, Device::Cuda(_))
@@ -154,19 +126,5 @@ mod tests {
         }
         // larger than usize
         assert!("cuda:99999999999999999999999".parse::<Device>().is_err());
-    }
-
-    #[test]
-    fn helpers_fall_back_to_cpu_without_gpu() {
-        let n = cuda::device_count();
-        if n == 0 {
-            assert_eq!(Device::cuda_if_available(0), Device::Cpu);
-            assert_eq!(Device::try_gpu(1), Device::Cpu);
-            assert_eq!(Device::try_all_gpus(), vec![Device::Cpu]);
-        } else {
-            assert_eq!(Device::cuda_if_available(0), Device::Cuda(0));
-            assert_eq!(Device::try_all_gpus().len(), n);
-            assert_eq!(Device::try_gpu(n), Device::Cpu);
-        }
     }
 }

@@ -1,24 +1,11 @@
 //! One-pass parameter updates for CPU tensors: Adam reads and writes each element
 //! of the parameter and its two moments once, instead of once per tensor op.
 
+pub(crate) use crate::backend::op::AdamStep;
 use crate::backend::Storage;
 use crate::dtype::Real;
 use crate::{DType, Tensor, WithDType};
 use rayon::prelude::*;
-
-/// Adam's constants for one step.
-#[derive(Clone, Copy)]
-pub(crate) struct AdamStep {
-    pub lr: f64,
-    pub b1: f64,
-    pub b2: f64,
-    pub eps: f64,
-    /// Bias corrections `1 - b1^t`, `1 - b2^t`.
-    pub bc1: f64,
-    pub bc2: f64,
-    pub weight_decay: f64,
-    pub decoupled: bool,
-}
 
 /// Whether one fused kernel can update `p`, `m`, `v` from `g`: all four contiguous,
 /// of one float dtype (f32/f64) and size, on `device`, with separate storage.
@@ -103,10 +90,10 @@ pub(crate) fn adam_cuda(
 }
 
 type Datas<'a> = (
-    &'a mut crate::backend::cpu::CpuData,
-    &'a mut crate::backend::cpu::CpuData,
-    &'a mut crate::backend::cpu::CpuData,
-    &'a crate::backend::cpu::CpuData,
+    &'a mut crate::dtype::CpuData,
+    &'a mut crate::dtype::CpuData,
+    &'a mut crate::dtype::CpuData,
+    &'a crate::dtype::CpuData,
 );
 
 fn run<T: WithDType + Real>(

@@ -2,9 +2,9 @@
 //! switched on (`ember::cuda::cudnn`).
 
 use super::Tensor;
-use crate::backend::cpu::conv::ConvShape;
 use crate::backend::cuda::dnn::{self, ConvGeom, ConvPass};
 use crate::backend::cuda::ops as cuda_ops;
+use crate::backend::op::ConvShape;
 use crate::{DType, Result};
 
 impl Tensor {

@@ -3,19 +3,18 @@
 
 use super::shape::{dims_of, IntoShape};
 use super::Tensor;
-use crate::backend::cpu::{alloc_filled, try_collect, CpuData, CpuElem};
+use crate::backend::host::{alloc_filled, try_collect};
 use crate::dtype::WithDType;
+use crate::dtype::{CpuData, CpuElem};
 use crate::layout::{checked_numel, Dims};
 use crate::{DType, Device, Error, Result};
 use half::{bf16, f16};
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::RngExt;
 use smallvec::SmallVec;
-use std::sync::Mutex;
 
 /// Creation is possible only on devices that exist.
 fn check_creatable(_op: &'static str, device: &Device) -> Result<()> {
-    crate::device::cuda::check_device(*device)
+    crate::backend::cuda::discover::check_device(*device)
 }
 
 /// A contiguous tensor of `value` everywhere.
@@ -250,7 +249,7 @@ impl Tensor {
             let s = crate::backend::cuda::ops::random(&dev, dtype, n, false, lo, hi)?;
             return Ok(Tensor::from_cuda(s, &dims));
         }
-        let v = with_rng(|r| {
+        let v = crate::backend::cpu::random::with_global_rng(|r| {
             try_collect(
                 n,
                 (0..n).map(|_| {
@@ -291,7 +290,7 @@ impl Tensor {
             let s = crate::backend::cuda::ops::random(&dev, dtype, n, true, mean, std)?;
             return Ok(Tensor::from_cuda(s, &dims));
         }
-        let v = with_rng(|r| {
+        let v = crate::backend::cpu::random::with_global_rng(|r| {
             try_collect(
                 n,
                 (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
@@ -311,7 +310,9 @@ impl Tensor {
         }
         check_creatable("randint", device)?;
         let n = dims.iter().product();
-        let v = with_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))?;
+        let v = crate::backend::cpu::random::with_global_rng(|r| {
+            try_collect(n, (0..n).map(|_| r.random_range(low..high)))
+        })?;
         Tensor::from_host(CpuData::I64(v), &dims, *device)
     }
 
@@ -321,7 +322,7 @@ impl Tensor {
         check_creatable("randperm", device)?;
         checked_numel("randperm", &[n])?;
         let mut v = try_collect(n, 0..n as i64)?;
-        with_rng(|r| v.shuffle(r));
+        crate::backend::cpu::random::with_global_rng(|r| v.shuffle(r));
         Tensor::from_host(CpuData::I64(v), &[n], *device)
     }
 
@@ -354,7 +355,7 @@ impl Tensor {
         t.with_cpu(|d, l| {
             let v = T::slice(d).expect("to_vec: converted to T");
             match l.contiguous_range() {
-                Some(r) => crate::backend::cpu::try_collect(r.len(), v[r].iter().copied()),
+                Some(r) => crate::backend::host::try_collect(r.len(), v[r].iter().copied()),
                 None => crate::backend::cpu::elementwise::map1(v, l, |x| x),
             }
         })?
@@ -421,46 +422,6 @@ fn check_float(op: &'static str, dtype: DType) -> Result<()> {
     } else {
         Err(Error::dtype(op, dtype, "expected a floating-point dtype"))
     }
-}
-
-// ---------------------------------------------------------------------------------
-// The global random generator
-
-/// PyTorch's default seed, so unseeded programs are repeatable too.
-const DEFAULT_SEED: u64 = 67280421310721;
-
-static RNG: Mutex<Option<ChaCha8Rng>> = Mutex::new(None);
-
-fn with_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
-    let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(DEFAULT_SEED)))
-}
-
-/// The GPU generator's state: (seed, next Philox counter).
-static DEVICE_RNG: Mutex<(u64, u64)> = Mutex::new((DEFAULT_SEED, 0));
-
-/// Reserves `counters` consecutive Philox counters of the GPU generator; returns
-/// (seed, first counter).
-pub(crate) fn reserve_device_counters(counters: u64) -> (u64, u64) {
-    let mut g = DEVICE_RNG.lock().unwrap_or_else(|p| p.into_inner());
-    let at = *g;
-    g.1 = g.1.wrapping_add(counters);
-    at
-}
-
-/// Seeds ember's global random generators (`torch.manual_seed`): the same seed
-/// gives the same sequence of random tensors. The CPU draws from a ChaCha stream and
-/// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a
-/// seed gives repeatable values on each device, but not the same values on the CPU
-/// and on a GPU.
-pub fn manual_seed(seed: u64) {
-    *RNG.lock().unwrap_or_else(|p| p.into_inner()) = Some(ChaCha8Rng::seed_from_u64(seed));
-    *DEVICE_RNG.lock().unwrap_or_else(|p| p.into_inner()) = (seed, 0);
-}
-
-/// Runs `f` with the global generator (for shuffling, dropout masks, init).
-pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
-    with_rng(f)
 }
 
 // ---------------------------------------------------------------------------------

@@ -2,48 +2,14 @@
 //! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
 
 use super::{grad, Tensor};
-use crate::backend::cpu::elementwise::{self as k, BinaryOp, CmpOp, UnaryOp};
-use crate::backend::cpu::CpuData;
+use crate::backend::cpu::elementwise as k;
 use crate::backend::cuda::{ops as cuda_ops, CudaStorage};
+pub use crate::backend::op::Scalar;
+use crate::backend::op::{self as ops, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
+use crate::dtype::CpuData;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Device, Error, Result};
-
-/// A Python-style number operand: its kind (bool, int, float) drives type promotion
-/// the way a Python scalar does in PyTorch.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scalar {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-}
-
-impl Scalar {
-    /// The value as a kernel parameter pair: (as f64, as i64).
-    fn by_value(self) -> (f64, i64) {
-        match self {
-            Scalar::Bool(b) => (b as u8 as f64, b as i64),
-            Scalar::Int(i) => (i as f64, i),
-            Scalar::Float(f) => (f, f as i64),
-        }
-    }
-
-    pub fn to_f64(self) -> f64 {
-        match self {
-            Scalar::Bool(b) => b as u8 as f64,
-            Scalar::Int(i) => i as f64,
-            Scalar::Float(f) => f,
-        }
-    }
-
-    fn dtype(self) -> DType {
-        match self {
-            Scalar::Bool(_) => DType::Bool,
-            Scalar::Int(_) => DType::I64,
-            Scalar::Float(_) => DType::F32,
-        }
-    }
-}
 
 macro_rules! scalar_from {
     ($($t:ty => $v:ident $(as $c:ty)?),*) => {$(
@@ -203,7 +169,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.check_bool_sub::<O>(name, rhs)?;
         if let Some(out) = self.scalar_op_cuda(rhs, float_only, |a, la, s| {
-            cuda_ops::binary_scalar(a, la, O::CUDA, s)
+            cuda_ops::binary_scalar(a, la, O::CODE, s)
         })? {
             return Ok(out);
         }
@@ -216,7 +182,7 @@ impl Tensor {
             &b,
             dt,
             |x, lx, y, ly| k::binary(x, lx, y, ly, op),
-            |x, lx, y, ly| cuda_ops::binary(x, lx, y, ly, O::CUDA),
+            |x, lx, y, ly| cuda_ops::binary(x, lx, y, ly, O::CODE),
         )?;
         // the rules read the inputs from the node (backward runs without recording);
         // only div and pow keep the output
@@ -251,7 +217,7 @@ impl Tensor {
             Operand::Tensor(t) => t.dtype() == DType::Bool,
             Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
         };
-        if O::CUDA == cuda_ops::BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
+        if O::CODE == ops::BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
             return Err(Error::dtype(
                 name,
                 DType::Bool,
@@ -281,7 +247,7 @@ impl Tensor {
                 let Storage::Cuda(dst) = &*guard else {
                     unreachable!("a CUDA tensor")
                 };
-                return cuda_ops::binary_scalar_inplace(dst, self.layout(), O::CUDA, s.by_value());
+                return cuda_ops::binary_scalar_inplace(dst, self.layout(), O::CODE, s.by_value());
             }
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
@@ -324,7 +290,7 @@ impl Tensor {
             let Storage::Cuda(dst) = &*guard else {
                 unreachable!("same device checked")
             };
-            return cuda_ops::binary_inplace(dst, self.layout(), &sb, &lb, O::CUDA);
+            return cuda_ops::binary_inplace(dst, self.layout(), &sb, &lb, O::CODE);
         }
         let mut guard = self.write();
         let Storage::Cpu(dst) = &mut *guard else {
@@ -335,7 +301,12 @@ impl Tensor {
 
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
     pub(crate) fn relu_backward(&self, x: &Tensor) -> Result<Tensor> {
-        self.binary_op("relu_backward", Operand::Tensor(x), &k::ReluBackward, false)
+        self.binary_op(
+            "relu_backward",
+            Operand::Tensor(x),
+            &ops::ReluBackward,
+            false,
+        )
     }
 
     /// In-place ops are not recorded: refuse them where a gradient would be lost.
@@ -407,7 +378,7 @@ impl Tensor {
         };
         let out = match t.cuda_storage() {
             Some(st) => {
-                let (code, p0, p1) = op.cuda();
+                let (code, p0, p1) = op.code();
                 Tensor::from_cuda(cuda_ops::unary(&st, t.layout(), code, p0, p1)?, t.shape())
             }
             None => Tensor::from_cpu(t.with_cpu(|d, l| k::unary(d, l, op))??, t.shape()),
@@ -419,7 +390,7 @@ impl Tensor {
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
-        let code = cuda_ops::cmp_code(cmp);
+        let code = cmp as i32;
         if let Some(out) = self.scalar_op_cuda(rhs, false, |a, la, s| {
             cuda_ops::compare_scalar(a, la, code, s)
         })? {
@@ -431,7 +402,7 @@ impl Tensor {
             &b,
             dt,
             |a, la, b, lb| k::compare(a, la, b, lb, cmp),
-            |a, la, b, lb| cuda_ops::compare(a, la, b, lb, cuda_ops::cmp_code(cmp)),
+            |a, la, b, lb| cuda_ops::compare(a, la, b, lb, cmp as i32),
         )
     }
 }
@@ -452,17 +423,17 @@ macro_rules! binary_methods {
 }
 binary_methods! {
     /// `self + rhs` with broadcasting (`torch.add`).
-    add, add_, k::Add, false;
+    add, add_, ops::Add, false;
     /// `self - rhs` with broadcasting.
-    sub, sub_, k::Sub, false;
+    sub, sub_, ops::Sub, false;
     /// `self * rhs` with broadcasting.
-    mul, mul_, k::Mul, false;
+    mul, mul_, ops::Mul, false;
     /// True division `self / rhs` (integers give float32, as in PyTorch).
-    div, div_, k::Div, true;
+    div, div_, ops::Div, true;
     /// Elementwise maximum; NaN wins.
-    maximum, maximum_, k::Maximum, false;
+    maximum, maximum_, ops::Maximum, false;
     /// Elementwise minimum; NaN wins.
-    minimum, minimum_, k::Minimum, false;
+    minimum, minimum_, ops::Minimum, false;
 }
 
 macro_rules! unary_methods {
@@ -477,35 +448,35 @@ macro_rules! unary_methods {
 }
 unary_methods! {
     /// `-x`.
-    neg, k::Neg, Neg;
+    neg, ops::Neg, Neg;
     /// `|x|`.
-    abs, k::Abs, Abs;
+    abs, ops::Abs, Abs;
     /// `e^x` (integers give float32).
-    exp, k::Exp, Exp;
+    exp, ops::Exp, Exp;
     /// Natural logarithm.
-    log, k::Log, Log;
+    log, ops::Log, Log;
     /// Square root.
-    sqrt, k::Sqrt, Sqrt;
+    sqrt, ops::Sqrt, Sqrt;
     /// Hyperbolic tangent.
-    tanh, k::Tanh, Tanh;
+    tanh, ops::Tanh, Tanh;
     /// Sine.
-    sin, k::Sin, Sin;
+    sin, ops::Sin, Sin;
     /// Cosine.
-    cos, k::Cos, Cos;
+    cos, ops::Cos, Cos;
     /// `1 / x`.
-    recip, k::Recip, Recip;
+    recip, ops::Recip, Recip;
     /// `x * x`.
-    square, k::Square, Square;
+    square, ops::Square, Square;
     /// `max(x, 0)`; NaN stays NaN.
-    relu, k::Relu, Relu;
+    relu, ops::Relu, Relu;
     /// `1 / (1 + e^-x)`.
-    sigmoid, k::Sigmoid, Sigmoid;
+    sigmoid, ops::Sigmoid, Sigmoid;
     /// The error function.
-    erf, k::Erf, Erf;
+    erf, ops::Erf, Erf;
     /// GELU with the exact erf form (`nn.GELU()`).
-    gelu, k::Gelu, Gelu;
+    gelu, ops::Gelu, Gelu;
     /// GELU with the tanh approximation (`nn.GELU(approximate='tanh')`).
-    gelu_tanh, k::GeluTanh, GeluTanh;
+    gelu_tanh, ops::GeluTanh, GeluTanh;
 }
 
 macro_rules! compare_methods {
@@ -547,11 +518,11 @@ impl Tensor {
                 };
                 t.unary_op(
                     "pow",
-                    &k::PowScalar(s.to_f64()),
+                    &ops::PowScalar(s.to_f64()),
                     grad::Unary::Pow(s.to_f64()),
                 )
             }
-            rhs => self.binary_op("pow", rhs, &k::Pow, false),
+            rhs => self.binary_op("pow", rhs, &ops::Pow, false),
         }
     }
 
@@ -570,7 +541,7 @@ impl Tensor {
         } else {
             self.clone()
         };
-        t.unary_op("clamp", &k::Clamp(min, max), grad::Unary::Clamp(min, max))
+        t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
     }
 
     /// `clamp(min, None)`.

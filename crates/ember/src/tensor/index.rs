@@ -2,8 +2,9 @@
 //! `gather`, `scatter_add`, `one_hot`) that take int64 index tensors.
 
 use super::Tensor;
-use crate::backend::cpu::{index as k, CpuData};
+use crate::backend::cpu::index as k;
 use crate::backend::cuda::ops as cuda_ops;
+use crate::dtype::CpuData;
 use crate::layout::normalize_dim;
 use crate::{DType, Error, Result};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
@@ -335,7 +336,7 @@ impl Tensor {
         shape.push(num_classes);
         let n = crate::layout::checked_numel("one_hot", &shape)?;
         let v = self.to_vec::<i64>()?;
-        let mut out = crate::backend::cpu::alloc_filled(n, 0i64)?;
+        let mut out = crate::backend::host::alloc_filled(n, 0i64)?;
         for (i, &c) in v.iter().enumerate() {
             if c < 0 || c as usize >= num_classes {
                 return Err(Error::IndexOutOfRange {

@@ -1,10 +1,11 @@
 //! `matmul` with `torch.matmul` semantics, `conv2d`, and 2-D max / average pooling.
 
 use super::Tensor;
-use crate::backend::cpu::conv::{self, ConvShape, Pool, Window};
+use crate::backend::cpu::conv;
 use crate::backend::cpu::matmul::{matmul, MatmulArgs};
-use crate::backend::cpu::CpuData;
 use crate::backend::cuda::ops as cuda_ops;
+use crate::backend::op::{ConvShape, Pool, Window};
+use crate::dtype::CpuData;
 use crate::dtype::Real;
 use crate::layout::{broadcast_shapes, checked_numel, Dims};
 use crate::WithDType;
@@ -312,7 +313,7 @@ impl Tensor {
             w: &Tensor,
             b: Option<&Tensor>,
             s: &ConvShape,
-        ) -> Result<crate::backend::cpu::CpuData> {
+        ) -> Result<crate::dtype::CpuData> {
             x.with_cpu(|xd, xl| {
                 w.with_cpu(|wd, wl| {
                     let xs = &T::slice(xd).expect("conv2d: dtype checked")[xl.offset()..];
@@ -481,7 +482,7 @@ impl Tensor {
                 }
             }));
         }
-        type Pooled = (crate::backend::cpu::CpuData, Option<Vec<u32>>);
+        type Pooled = (crate::dtype::CpuData, Option<Vec<u32>>);
         fn run<T: WithDType + Real>(
             x: &Tensor,
             planes: usize,

@@ -24,7 +24,9 @@ mod reduce;
 pub(crate) mod shape;
 mod views;
 
-pub use create::{manual_seed, with_global_rng, NdArray};
+pub use crate::backend::cpu::random::with_global_rng;
+pub use crate::backend::manual_seed;
+pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};
 pub use elementwise::{Operand, Scalar};
 pub use index::{Idx, IndexArg};
@@ -32,9 +34,10 @@ pub use linalg::{Conv2dOptions, Pool2dOptions};
 pub use shape::{IntoDims, IntoShape};
 
 use crate::autograd::Node;
-use crate::backend::cpu::{CpuData, CpuStorage};
+use crate::backend::cpu::CpuStorage;
 use crate::backend::cuda::CudaStorage;
 use crate::backend::Storage;
+use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -324,7 +327,7 @@ impl Tensor {
         if *device == self.device() {
             return Ok(self.clone());
         }
-        crate::device::cuda::check_device(*device)?;
+        crate::backend::cuda::discover::check_device(*device)?;
         let out = {
             let _ng = crate::no_grad_guard();
             self.copy_to(*device)?

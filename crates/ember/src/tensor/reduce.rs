@@ -3,7 +3,8 @@
 
 use super::shape::{dim_list, IntoDims};
 use super::Tensor;
-use crate::backend::cpu::reduce::{self as k, ReduceOp};
+use crate::backend::cpu::reduce as k;
+use crate::backend::op::ReduceOp;
 use crate::layout::{normalize_dim, Dims};
 use crate::{DType, Error, Result};
 
@@ -77,7 +78,7 @@ impl Tensor {
             .collect();
         let out = match self.cuda_storage() {
             Some(st) => {
-                use crate::backend::cuda::ops::ReduceCode as R;
+                use crate::backend::op::ReduceCode as R;
                 let (code, correction) = match op {
                     ReduceOp::Sum => (R::Sum, 0.0),
                     ReduceOp::Mean => (R::Mean, 0.0),

@@ -5,7 +5,8 @@
 use super::shape::{dims_of, infer_shape, IntoShape};
 use super::Tensor;
 use crate::backend::cpu::elementwise::copy_strided;
-use crate::backend::cpu::{alloc_uninit, CpuData};
+use crate::backend::host::alloc_uninit;
+use crate::dtype::CpuData;
 use crate::layout::{checked_numel, normalize_dim, Dims, Layout};
 use crate::WithDType;
 use crate::{DType, Device, Error, Result};

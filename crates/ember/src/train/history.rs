@@ -181,7 +181,7 @@ impl History {
         enc.write_header()
             .and_then(|mut wr| wr.write_image_data(&rgb))
             .map_err(|e| io_error(path, e))?;
-        crate::io::write_atomic(path, &bytes)
+        crate::files::write_atomic(path, &bytes)
     }
 
     /// [`write_svg`](Self::write_svg) or [`write_png`](Self::write_png), by the

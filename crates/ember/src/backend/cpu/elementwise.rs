@@ -5,9 +5,10 @@
 //! generic float body (f16/bf16 compute in f32) and integer bodies.
 
 use super::walk::Walk;
-use super::{alloc_uninit, CpuData, CpuElem, PAR_CHUNK, PAR_MIN};
-use crate::backend::cuda::ops::{BinaryCode, UnaryCode};
-use crate::dtype::{FloatDType, Real, WithDType};
+use crate::backend::host::{alloc_uninit, PAR_CHUNK, PAR_MIN};
+use crate::backend::op::{BinaryOp, CmpOp, NumElem, UnaryOp};
+use crate::dtype::WithDType;
+use crate::dtype::{CpuData, CpuElem};
 use crate::layout::Layout;
 use crate::Result;
 use half::{bf16, f16};
@@ -345,12 +346,12 @@ pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuDa
             F64 => CpuData::F64(map1(v, l, |x| x.to_f64())?),
         })
     }
-    super::dispatch!(data, v => go(v, l, to))
+    crate::dtype::dispatch!(data, v => go(v, l, to))
 }
 
 /// A contiguous copy of the elements of `l`.
 pub(crate) fn contiguous_copy(data: &CpuData, l: &Layout) -> Result<CpuData> {
-    super::dispatch!(data, v => map1(v, l, |x| x).map(CpuElem::wrap))
+    crate::dtype::dispatch!(data, v => map1(v, l, |x| x).map(CpuElem::wrap))
 }
 
 /// i64 from any element without the 2^53 rounding of a trip through f64.
@@ -365,95 +366,12 @@ fn i64_from<T: WithDType>(x: T) -> i64 {
     }
 }
 
-// ---------------------------------------------------------------------------------
-// Operations
-
-/// A one-operand elementwise operation.
-pub(crate) trait UnaryOp: Sync {
-    /// Integer and bool inputs are converted to float32 first (exp, log, ...).
-    const FLOAT_ONLY: bool;
-    fn f<F: Real>(&self, x: F) -> F;
-    fn i(&self, x: i64) -> i64 {
-        self.f(x as f64) as i64
-    }
-    /// The CUDA kernel's operation code and its two parameters.
-    fn cuda(&self) -> (UnaryCode, f64, f64);
-}
-
-/// A two-operand elementwise operation on one dtype.
-pub(crate) trait BinaryOp: Sync {
-    fn f<F: Real>(&self, a: F, b: F) -> F;
-    fn i(&self, a: i64, b: i64) -> i64;
-    /// The CUDA kernel's operation code.
-    const CUDA: BinaryCode;
-}
-
-/// Element types that the arithmetic ops run on.
-pub(crate) trait NumElem: WithDType {
-    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self;
-    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self;
-}
-
-macro_rules! num_float {
-    ($t:ty) => {
-        impl NumElem for $t {
-            #[inline(always)]
-            fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-                <$t>::from_acc(op.f(x.to_acc()))
-            }
-            #[inline(always)]
-            fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-                <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
-            }
-        }
-    };
-}
-num_float!(f32);
-num_float!(f64);
-num_float!(f16);
-num_float!(bf16);
-
-impl NumElem for i64 {
-    #[inline(always)]
-    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-        op.i(x)
-    }
-    #[inline(always)]
-    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-        op.i(a, b)
-    }
-}
-
-// u8 arithmetic wraps modulo 256, like PyTorch's.
-impl NumElem for u8 {
-    #[inline(always)]
-    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-        op.i(x as i64) as u8
-    }
-    #[inline(always)]
-    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-        op.i(a as i64, b as i64) as u8
-    }
-}
-
-// bool arithmetic: add is `or`, mul is `and`, maximum/minimum likewise (PyTorch's).
-impl NumElem for bool {
-    #[inline(always)]
-    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-        op.i(x as i64) != 0
-    }
-    #[inline(always)]
-    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-        op.i(a as i64, b as i64) != 0
-    }
-}
-
 /// Applies `op` to every element; the output keeps the input dtype.
 pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> Result<CpuData> {
     fn go<T: NumElem, O: UnaryOp>(v: &[T], l: &Layout, op: &O) -> Result<CpuData> {
         map1(v, l, |x| T::unary(op, x)).map(T::wrap)
     }
-    super::dispatch!(data, v => go(v, l, op))
+    crate::dtype::dispatch!(data, v => go(v, l, op))
 }
 
 /// Applies `op` to pairs of elements of one dtype (broadcast layouts).
@@ -474,7 +392,7 @@ pub(crate) fn binary<O: BinaryOp>(
         let b = T::slice(b).expect("binary: operands were cast to one dtype");
         map2(a, la, b, lb, |x, y| T::binary(op, x, y)).map(T::wrap)
     }
-    super::dispatch!(a, v => go(v, la, b, lb, op))
+    crate::dtype::dispatch!(a, v => go(v, la, b, lb, op))
 }
 
 /// In place: `a[i] = op(a[i], b[i])` through `a`'s (non-overlapping) layout.
@@ -489,7 +407,7 @@ pub(crate) fn binary_inplace<O: BinaryOp>(
         let b = T::slice(b).expect("binary_inplace: operands were cast to one dtype");
         zip_mut(a, la, b, lb, |d, y| *d = T::binary(op, *d, y));
     }
-    super::dispatch!(a, v => go(v, la, b, lb, op))
+    crate::dtype::dispatch!(a, v => go(v, la, b, lb, op))
 }
 
 /// Copies `src` (layout `ls`) into `dst` through the view `ld` of the same shape.
@@ -498,7 +416,7 @@ pub(crate) fn copy_strided(dst: &mut CpuData, ld: &Layout, src: &CpuData, ls: &L
         let s = T::slice(src).expect("copy_strided: same dtype");
         zip_mut(dst, ld, s, ls, |d, x| *d = x);
     }
-    super::dispatch!(dst, v => go(v, ld, src, ls))
+    crate::dtype::dispatch!(dst, v => go(v, ld, src, ls))
 }
 
 /// Comparison of two same-dtype operands into a bool tensor.
@@ -526,7 +444,7 @@ pub(crate) fn compare(
             CmpOp::Ge => map2(a, la, b, lb, |x, y| x >= y),
         }?))
     }
-    super::dispatch!(a, v => go(v, la, b, lb, cmp))
+    crate::dtype::dispatch!(a, v => go(v, la, b, lb, cmp))
 }
 
 /// `cond ? a : b` elementwise; `a` and `b` share a dtype.
@@ -555,205 +473,5 @@ pub(crate) fn where_(
         )
         .map(T::wrap)
     }
-    super::dispatch!(a, v => go(cond, lc, v, la, b, lb))
-}
-
-/// The six comparisons.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CmpOp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-macro_rules! binop {
-    ($name:ident, |$a:ident, $b:ident| $f:expr, |$ia:ident, $ib:ident| $i:expr) => {
-        pub(crate) struct $name;
-        impl BinaryOp for $name {
-            const CUDA: BinaryCode = BinaryCode::$name;
-            #[inline(always)]
-            fn f<F: Real>(&self, $a: F, $b: F) -> F {
-                $f
-            }
-            #[inline(always)]
-            fn i(&self, $ia: i64, $ib: i64) -> i64 {
-                $i
-            }
-        }
-    };
-}
-binop!(Add, |a, b| a + b, |a, b| a.wrapping_add(b));
-binop!(Sub, |a, b| a - b, |a, b| a.wrapping_sub(b));
-binop!(Mul, |a, b| a * b, |a, b| a.wrapping_mul(b));
-// Division promotes integers to float before reaching a kernel; the integer body
-// (truncating, 0 on division by zero) exists only to complete the trait.
-binop!(Div, |a, b| a / b, |a, b| a.checked_div(b).unwrap_or(0));
-binop!(
-    Maximum,
-    |a, b| if a.is_nan() || b.is_nan() {
-        F::nan()
-    } else {
-        a.max(b)
-    },
-    |a, b| a.max(b)
-);
-binop!(
-    Minimum,
-    |a, b| if a.is_nan() || b.is_nan() {
-        F::nan()
-    } else {
-        a.min(b)
-    },
-    |a, b| a.min(b)
-);
-binop!(Pow, |a, b| a.powf(b), |a, b| int_pow(a, b));
-// The gradient of relu in one pass: `g` where `x > 0`, else 0.
-binop!(
-    ReluBackward,
-    |g, x| if x > F::zero() { g } else { F::zero() },
-    |g, x| if x > 0 { g } else { 0 }
-);
-
-fn int_pow(a: i64, b: i64) -> i64 {
-    if b >= 0 {
-        a.wrapping_pow(b.min(u32::MAX as i64) as u32)
-    } else {
-        // the integer part of a^b for negative b
-        match a {
-            1 => 1,
-            -1 => {
-                if b % 2 == 0 {
-                    1
-                } else {
-                    -1
-                }
-            }
-            _ => 0,
-        }
-    }
-}
-
-macro_rules! unop {
-    ($name:ident, $float_only:expr, |$x:ident| $f:expr) => {
-        pub(crate) struct $name;
-        impl UnaryOp for $name {
-            const FLOAT_ONLY: bool = $float_only;
-            #[inline(always)]
-            fn f<F: Real>(&self, $x: F) -> F {
-                $f
-            }
-            fn cuda(&self) -> (UnaryCode, f64, f64) {
-                (UnaryCode::$name, 0.0, 0.0)
-            }
-        }
-    };
-    ($name:ident, $float_only:expr, |$x:ident| $f:expr, |$ix:ident| $i:expr) => {
-        pub(crate) struct $name;
-        impl UnaryOp for $name {
-            const FLOAT_ONLY: bool = $float_only;
-            #[inline(always)]
-            fn f<F: Real>(&self, $x: F) -> F {
-                $f
-            }
-            #[inline(always)]
-            fn i(&self, $ix: i64) -> i64 {
-                $i
-            }
-            fn cuda(&self) -> (UnaryCode, f64, f64) {
-                (UnaryCode::$name, 0.0, 0.0)
-            }
-        }
-    };
-}
-unop!(Neg, false, |x| -x, |x| x.wrapping_neg());
-unop!(Abs, false, |x| x.abs(), |x| x.wrapping_abs());
-unop!(Exp, true, |x| x.vexp());
-unop!(Log, true, |x| x.ln());
-unop!(Sqrt, true, |x| x.sqrt());
-unop!(Tanh, true, |x| x.tanh());
-unop!(Sin, true, |x| x.sin());
-unop!(Cos, true, |x| x.cos());
-unop!(Recip, true, |x| x.recip());
-unop!(Square, false, |x| x * x, |x| x.wrapping_mul(x));
-unop!(
-    Relu,
-    false,
-    |x| if x > F::zero() || x.is_nan() {
-        x
-    } else {
-        F::zero()
-    },
-    |x| x.max(0)
-);
-unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).vexp()));
-unop!(Erf, true, |x| x.erf());
-unop!(Gelu, true, |x| F::c(0.5)
-    * x
-    * (F::one()
-        + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
-unop!(GeluTanh, true, |x| {
-    let k = F::c((2.0 / std::f64::consts::PI).sqrt());
-    F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())
-});
-
-/// `x^e` for a scalar exponent, with fast paths for the common exponents.
-pub(crate) struct PowScalar(pub f64);
-impl UnaryOp for PowScalar {
-    const FLOAT_ONLY: bool = false;
-    #[inline(always)]
-    fn f<F: Real>(&self, x: F) -> F {
-        match self.0 {
-            2.0 => x * x,
-            0.5 => x.sqrt(),
-            1.0 => x,
-            e => x.powf(F::c(e)),
-        }
-    }
-    fn i(&self, x: i64) -> i64 {
-        int_pow(x, self.0 as i64)
-    }
-    fn cuda(&self) -> (UnaryCode, f64, f64) {
-        (UnaryCode::PowScalar, self.0, 0.0)
-    }
-}
-
-/// Clamps into `[lo, hi]`; NaN stays NaN.
-pub(crate) struct Clamp(pub Option<f64>, pub Option<f64>);
-impl UnaryOp for Clamp {
-    const FLOAT_ONLY: bool = false;
-    #[inline(always)]
-    fn f<F: Real>(&self, x: F) -> F {
-        let mut y = x;
-        if let Some(lo) = self.0 {
-            if y < F::c(lo) {
-                y = F::c(lo);
-            }
-        }
-        if let Some(hi) = self.1 {
-            if y > F::c(hi) {
-                y = F::c(hi);
-            }
-        }
-        y
-    }
-    fn i(&self, x: i64) -> i64 {
-        let mut y = x;
-        if let Some(lo) = self.0 {
-            y = y.max(lo.ceil() as i64);
-        }
-        if let Some(hi) = self.1 {
-            y = y.min(hi.floor() as i64);
-        }
-        y
-    }
-    fn cuda(&self) -> (UnaryCode, f64, f64) {
-        (
-            UnaryCode::Clamp,
-            self.0.unwrap_or(f64::NAN),
-            self.1.unwrap_or(f64::NAN),
-        )
-    }
+    crate::dtype::dispatch!(a, v => go(cond, lc, v, la, b, lb))
 }

@@ -1,9 +1,10 @@
 //! Indexing kernels: index_select, gather, scatter_add. Indices are validated by
 //! the caller (every value within the indexed dim).
 
-use super::elementwise::{Add, NumElem};
 use super::walk::Walk;
-use super::{alloc_uninit, CpuData};
+use crate::backend::host::alloc_uninit;
+use crate::backend::op::{Add, NumElem};
+use crate::dtype::CpuData;
 use crate::layout::{contiguous_strides, Layout};
 use crate::{Result, WithDType};
 
@@ -34,7 +35,7 @@ pub(crate) fn index_select(src: &CpuData, l: &Layout, dim: usize, idx: &[i64]) -
         });
         Ok(T::wrap(out))
     }
-    super::dispatch!(src, v => go(v, l, dim, idx))
+    crate::dtype::dispatch!(src, v => go(v, l, dim, idx))
 }
 
 /// `out[p] = src[p with dim replaced by idx[p]]` over the shape of `idx`.
@@ -66,7 +67,7 @@ pub(crate) fn gather(
         });
         Ok(T::wrap(out))
     }
-    super::dispatch!(src, v => go(v, l, dim, idx, idx_shape))
+    crate::dtype::dispatch!(src, v => go(v, l, dim, idx, idx_shape))
 }
 
 /// In place on a contiguous `dst`: `dst[p with dim replaced by idx[p]] += src[p]`
@@ -107,5 +108,5 @@ pub(crate) fn scatter_add(
             },
         );
     }
-    super::dispatch!(dst, v => go(v, dst_shape, dim, idx, idx_shape, src, ls))
+    crate::dtype::dispatch!(dst, v => go(v, dst_shape, dim, idx, idx_shape, src, ls))
 }

@@ -2,7 +2,8 @@
 //! bf16 computes in f32), with a plain loop for integer dtypes.
 
 use super::walk::Walk;
-use super::{alloc_filled, alloc_uninit, CpuData};
+use crate::backend::host::{alloc_filled, alloc_uninit};
+use crate::dtype::CpuData;
 use crate::dtype::WithDType;
 use crate::layout::Layout;
 use crate::Result;

@@ -6,7 +6,9 @@
 //! otherwise gathered into a scratch buffer.
 
 use super::walk::Walk;
-use super::{alloc_filled, alloc_uninit, recycle, CpuData, PAR_CHUNK, PAR_MIN};
+use crate::backend::host::{alloc_filled, alloc_uninit, recycle, PAR_CHUNK, PAR_MIN};
+use crate::backend::op::ReduceOp;
+use crate::dtype::CpuData;
 use crate::dtype::{FloatDType, Real};
 use crate::layout::{are_leading, are_trailing, Dims, Layout};
 use crate::Result;
@@ -16,6 +18,31 @@ use rayon::prelude::*;
 
 /// Lanes longer than this are themselves reduced in parallel chunks.
 const PAR_LANE: usize = 1 << 18;
+
+/// Sums and maxima of whole slices in the accumulator type, the inner loops of the
+/// float reductions (f32 overrides both with SIMD code that adds in the same order).
+pub(crate) trait SliceMath: FloatDType {
+    /// Blocks of up to 2048 elements summed in eight lanes and combined pairwise.
+    fn sum_slice(x: &[Self]) -> Self::Acc {
+        sum_acc(x, Self::to_acc)
+    }
+    /// The largest value, NaN if the slice holds one, -inf if it is empty.
+    fn max_slice(x: &[Self]) -> Self::Acc {
+        max_lanes(x)
+    }
+}
+
+impl SliceMath for f64 {}
+impl SliceMath for half::f16 {}
+impl SliceMath for half::bf16 {}
+impl SliceMath for f32 {
+    fn sum_slice(x: &[f32]) -> f32 {
+        sum_blocks(x, &super::vmath::sum_f32)
+    }
+    fn max_slice(x: &[f32]) -> f32 {
+        super::vmath::max_f32(x)
+    }
+}
 
 /// Calls `f` on each output's lane (the elements over the reduced `dims`, in row-major
 /// order) and collects the results in the row-major order of the kept dims.
@@ -126,19 +153,6 @@ pub(crate) fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
     leaf(x)
 }
 
-/// Which reduction.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum ReduceOp {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    ArgMax,
-    ArgMin,
-    /// Variance with the given correction (1 = unbiased).
-    Var(f64),
-}
-
 /// Runs `op` over `dims`. Sums of integers and bools give i64; arg-reductions give
 /// i64 indices into the lane; everything else keeps the dtype.
 pub(crate) fn reduce(data: &CpuData, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<CpuData> {
@@ -198,7 +212,7 @@ fn arg_best<A: Copy>(it: impl Iterator<Item = A>, better: impl Fn(A, A) -> bool)
     best.map_or(0, |(i, _)| i as i64)
 }
 
-fn reduce_float<T: FloatDType>(
+fn reduce_float<T: SliceMath>(
     v: &[T],
     l: &Layout,
     dims: &[usize],
@@ -257,7 +271,7 @@ fn reduce_float<T: FloatDType>(
 /// Sums and means of a contiguous array over its leading dims (by rows, see
 /// [`column_sums`]) or over a short last lane (a row of class scores: one plain loop
 /// per output instead of the blocked sum); `None` for every other reduction.
-fn contiguous_sum<T: FloatDType>(
+fn contiguous_sum<T: SliceMath>(
     v: &[T],
     l: &Layout,
     dims: &[usize],
@@ -284,7 +298,7 @@ fn contiguous_sum<T: FloatDType>(
 }
 
 /// `finish` of each column's sum of the contiguous `[rows, len / rows]` array `x`.
-fn leading_sums<T: FloatDType>(
+fn leading_sums<T: SliceMath>(
     x: &[T],
     rows: usize,
     finish: impl Fn(T::Acc) -> T,
@@ -299,7 +313,7 @@ fn leading_sums<T: FloatDType>(
 }
 
 /// `finish` of the sum of each run of `lane` values of `x`, one plain loop each.
-fn short_lane_sums<T: FloatDType>(
+fn short_lane_sums<T: SliceMath>(
     x: &[T],
     lane: usize,
     finish: impl Fn(T::Acc) -> T + Sync,
@@ -339,7 +353,7 @@ const COLUMN_TILE: usize = 2048;
 /// down to blocks of [`COLUMN_BLOCK`] to [`COLUMN_BLOCK_MAX`] rows and the halves
 /// added, so rounding grows with the block length and the log of the number of
 /// blocks, not with `rows`.
-pub(crate) fn column_sums<T: FloatDType>(x: &[T], rows: usize, cols: usize) -> Result<Vec<T::Acc>> {
+pub(crate) fn column_sums<T: SliceMath>(x: &[T], rows: usize, cols: usize) -> Result<Vec<T::Acc>> {
     // pooled buffers: fresh pages would cost more than the sums
     let mut out = alloc_filled(cols, T::Acc::zero())?;
     // few rows but wide: split the columns over threads instead
@@ -355,7 +369,7 @@ pub(crate) fn column_sums<T: FloatDType>(x: &[T], rows: usize, cols: usize) -> R
 }
 
 /// Adds `x[r][c0 + j]` over `rows` into `out[j]` (zeroed by the caller).
-fn sum_rows<T: FloatDType>(
+fn sum_rows<T: SliceMath>(
     x: &[T],
     cols: usize,
     rows: std::ops::Range<usize>,
@@ -411,7 +425,7 @@ fn sum_rows<T: FloatDType>(
 
 /// The largest value of a slice in the accumulator type in eight independent
 /// lanes, NaN if it holds one, -inf if empty: the default of
-/// [`FloatDType::max_slice`](crate::dtype::FloatDType::max_slice).
+/// [`SliceMath::max_slice`].
 pub(crate) fn max_lanes<T: FloatDType>(src: &[T]) -> T::Acc {
     // a lane that has seen NaN keeps it: nothing compares greater than NaN
     let pick = |a: T::Acc, b: T::Acc| if b > a || b.is_nan() { b } else { a };
@@ -438,7 +452,7 @@ pub(crate) fn softmax_rows(
     row: usize,
     log: bool,
 ) -> Option<Result<CpuData>> {
-    fn go<T: FloatDType>(x: &[T], row: usize, log: bool) -> Result<CpuData> {
+    fn go<T: SliceMath>(x: &[T], row: usize, log: bool) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(x.len())?;
         let body = |(src, dst): (&[T], &mut [T])| {
             let m = T::max_slice(src);
@@ -481,7 +495,7 @@ pub(crate) fn softmax_rows(
         }
         Ok(T::wrap(out))
     }
-    super::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
+    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
 use super::{CudaDev, CudaStorage, Runtime};
-use crate::backend::cpu::conv::ConvShape;
-use crate::device::libs::{self, CudaLib};
+use crate::backend::cuda::libs::{self, CudaLib};
+use crate::backend::op::ConvShape;
 use crate::{DType, Error, Result};
 use cudarc::cudnn::{result as dnn, sys};
 use std::collections::HashMap;
@@ -701,7 +701,7 @@ impl CudaDev {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::conv::Window;
+    use crate::backend::op::Window;
 
     fn shape(
         (n, c, h, w): (usize, usize, usize, usize),

@@ -9,17 +9,20 @@
 
 pub(crate) mod alloc;
 pub(crate) mod blas;
+pub mod discover;
 pub(crate) mod dnn;
+pub mod libs;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod pinned;
+pub(crate) mod random;
 pub(crate) mod sim;
 
-use crate::backend::cpu::CpuData;
-use crate::device::libs::{self, CudaLib};
+use crate::dtype::CpuData;
 use crate::{DType, Device, Error, Result};
 use alloc::{AllocError, Allocator, RawMemory};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
+use libs::CudaLib;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -191,7 +194,7 @@ type Slot = OnceLock<std::result::Result<Arc<CudaDev>, String>>;
 fn slots() -> &'static [Slot] {
     static SLOTS: OnceLock<Vec<Slot>> = OnceLock::new();
     SLOTS.get_or_init(|| {
-        (0..crate::device::cuda::device_count())
+        (0..crate::backend::cuda::discover::device_count())
             .map(|_| OnceLock::new())
             .collect()
     })
@@ -199,7 +202,7 @@ fn slots() -> &'static [Slot] {
 
 /// The runtime of `cuda:ordinal`, created at first use.
 pub(crate) fn dev(ordinal: usize) -> Result<Arc<CudaDev>> {
-    crate::device::cuda::check_device(Device::Cuda(ordinal))?;
+    crate::backend::cuda::discover::check_device(Device::Cuda(ordinal))?;
     let slot = slots().get(ordinal).ok_or_else(|| Error::CudaUnavailable {
         reason: format!("no GPU cuda:{ordinal}"),
     })?;
@@ -603,7 +606,7 @@ impl CudaStorage {
         range: std::ops::Range<usize>,
     ) -> Result<CudaStorage> {
         let s = CudaStorage::alloc(dev, data.dtype(), range.len())?;
-        crate::backend::cpu::dispatch!(data, v => dev.htod(s.ptr, &v[range]))?;
+        crate::dtype::dispatch!(data, v => dev.htod(s.ptr, &v[range]))?;
         Ok(s)
     }
 
@@ -615,7 +618,7 @@ impl CudaStorage {
     /// `n` elements from `offset` copied to the host (waits for queued work).
     pub fn to_cpu_range(&self, offset: usize, n: usize) -> Result<CpuData> {
         fn go<T: crate::WithDType>(s: &CudaStorage, offset: usize, n: usize) -> Result<CpuData> {
-            let mut v = crate::backend::cpu::alloc_uninit::<T>(n)?;
+            let mut v = crate::backend::host::alloc_uninit::<T>(n)?;
             let at = s.ptr + (offset * std::mem::size_of::<T>()) as u64;
             s.dev.dtoh(&mut v, at)?;
             Ok(T::wrap(v))
@@ -674,7 +677,7 @@ pub fn synchronize(device: &Device) -> Result<()> {
 /// The caching allocator's statistics for `device` (all zero before its first use).
 pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
     let i = cuda_index(*device)?;
-    crate::device::cuda::check_device(*device)?;
+    crate::backend::cuda::discover::check_device(*device)?;
     Ok(match slots().get(i).and_then(|s| s.get()) {
         Some(Ok(d)) => d.memory_stats(),
         _ => MemoryStats::default(),
@@ -724,7 +727,7 @@ pub struct HostMemoryStats {
 /// its first copy). [`empty_cache`] returns the idle blocks.
 pub fn host_memory_stats(device: &Device) -> Result<HostMemoryStats> {
     let i = cuda_index(*device)?;
-    crate::device::cuda::check_device(*device)?;
+    crate::backend::cuda::discover::check_device(*device)?;
     Ok(match slots().get(i).and_then(|s| s.get()) {
         Some(Ok(d)) => {
             let (reserved, staged_copies) = d.pinned_stats();

@@ -7,7 +7,7 @@
 //! options, the architecture and NVRTC's version, and written atomically. Set
 //! `EMBER_KERNEL_CACHE=0` to compile every time.
 
-use crate::device::libs::{self, CudaLib};
+use crate::backend::cuda::libs::{self, CudaLib};
 use crate::{Error, Result};
 use cudarc::nvrtc::{result as nv, sys as nvsys};
 use std::collections::HashMap;
@@ -29,11 +29,13 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The text NVRTC compiles for ember's kernel file `name`, instantiated for the
-/// dtype with kernel suffix `dtype` (`f32`, `i64`, ...) only.
+/// dtype with kernel suffix `dtype` (`f32`, `i64`, ...) only. The operation codes
+/// come first, generated from the op vocabulary's tables.
 pub(crate) fn ember_source(name: &str, dtype: &str) -> Option<String> {
     let (_, body) = SOURCES.iter().find(|(n, _)| *n == name)?;
+    let codes = crate::backend::op::kernel_defines();
     Some(format!(
-        "#define EMBER_T_{dtype}\n{COMMON}\n#line 1 \"{name}.cu\"\n{body}"
+        "#define EMBER_T_{dtype}\n{codes}{COMMON}\n#line 1 \"{name}.cu\"\n{body}"
     ))
 }
 
@@ -268,7 +270,7 @@ pub(crate) fn cubin(
                 if let Some(dir) = f.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                let _ = crate::io::write_atomic(f, &b);
+                let _ = crate::files::write_atomic(f, &b);
             }
             b
         }

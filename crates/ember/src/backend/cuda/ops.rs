@@ -3,6 +3,7 @@
 //! by-value layout structs and the launch configuration.
 
 use super::{CudaDev, CudaStorage};
+use crate::backend::op::{BinaryCode, ReduceCode, UnaryCode};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -70,56 +71,6 @@ pub(crate) fn suffix(dt: DType) -> &'static str {
         DType::F32 => "f32",
         DType::F64 => "f64",
     }
-}
-
-/// Unary operation codes (`U_*` in kernels/elementwise.cu).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(i32)]
-pub(crate) enum UnaryCode {
-    Neg = 0,
-    Abs = 1,
-    Exp = 2,
-    Log = 3,
-    Sqrt = 4,
-    Tanh = 5,
-    Sin = 6,
-    Cos = 7,
-    Recip = 8,
-    Square = 9,
-    Relu = 10,
-    Sigmoid = 11,
-    Erf = 12,
-    Gelu = 13,
-    GeluTanh = 14,
-    PowScalar = 15,
-    Clamp = 16,
-}
-
-/// Binary operation codes (`B_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(i32)]
-pub(crate) enum BinaryCode {
-    Add = 0,
-    Sub = 1,
-    Mul = 2,
-    Div = 3,
-    Maximum = 4,
-    Minimum = 5,
-    Pow = 6,
-    ReluBackward = 7,
-}
-
-/// Reduction codes (`R_*` in kernels/reduce.cu).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(i32)]
-pub(crate) enum ReduceCode {
-    Sum = 0,
-    Mean = 1,
-    Max = 2,
-    Min = 3,
-    ArgMax = 4,
-    ArgMin = 5,
-    Var = 6,
 }
 
 const THREADS: u32 = 256;
@@ -737,7 +688,7 @@ pub(crate) fn random(
     let out = new_out(dev, dtype, n)?;
     let per = if dtype == DType::F64 { 2 } else { 4 };
     let counters = n.div_ceil(per);
-    let (seed, offset) = crate::tensor::create::reserve_device_counters(counters as u64);
+    let (seed, offset) = super::random::reserve_counters(counters as u64);
     let (po, n64, nrm) = (out.ptr(), n as i64, normal as i32);
     let name = format!("random_{}", suffix(dtype));
     launch_n(
@@ -759,7 +710,7 @@ pub(crate) fn adam(
     m: (&CudaStorage, usize),
     v: (&CudaStorage, usize),
     n: usize,
-    h: &crate::optim::fused::AdamStep,
+    h: &crate::backend::op::AdamStep,
 ) -> Result<()> {
     let sz = p.0.dtype().size_in_bytes() as u64;
     let at = |s: (&CudaStorage, usize)| s.0.ptr() + s.1 as u64 * sz;
@@ -817,7 +768,7 @@ impl KConv {
         (n, c): (usize, usize),
         (h, w): (usize, usize),
         (oh, ow): (usize, usize),
-        win: &crate::backend::cpu::conv::Window,
+        win: &crate::backend::op::Window,
     ) -> KConv {
         let i = |x: usize| x as i64;
         KConv {
@@ -1132,19 +1083,6 @@ fn batch_stride(l: &Layout) -> Option<usize> {
     }
 }
 
-/// The kernels' comparison code of a [`CmpOp`](crate::backend::cpu::elementwise::CmpOp).
-pub(crate) fn cmp_code(c: crate::backend::cpu::elementwise::CmpOp) -> i32 {
-    use crate::backend::cpu::elementwise::CmpOp::*;
-    match c {
-        Eq => 0,
-        Ne => 1,
-        Lt => 2,
-        Le => 3,
-        Gt => 4,
-        Ge => 5,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1162,84 +1100,6 @@ mod tests {
         assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
         assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
         assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
-    }
-
-    /// The Rust op codes and the kernels' `#define`s must agree.
-    #[test]
-    fn codes_match_kernel_defines() {
-        let src = [
-            include_str!("../../../kernels/elementwise.cu"),
-            include_str!("../../../kernels/reduce.cu"),
-        ]
-        .concat();
-        let define = |name: &str| -> i32 {
-            let line = src
-                .lines()
-                .find(|l| l.split_whitespace().nth(1) == Some(name) && l.starts_with("#define"))
-                .unwrap_or_else(|| panic!("no #define {name}"));
-            line.split_whitespace().nth(2).unwrap().parse().unwrap()
-        };
-        use BinaryCode as B;
-        use ReduceCode as R;
-        use UnaryCode as U;
-        let unary = [
-            (U::Neg, "U_NEG"),
-            (U::Abs, "U_ABS"),
-            (U::Exp, "U_EXP"),
-            (U::Log, "U_LOG"),
-            (U::Sqrt, "U_SQRT"),
-            (U::Tanh, "U_TANH"),
-            (U::Sin, "U_SIN"),
-            (U::Cos, "U_COS"),
-            (U::Recip, "U_RECIP"),
-            (U::Square, "U_SQUARE"),
-            (U::Relu, "U_RELU"),
-            (U::Sigmoid, "U_SIGMOID"),
-            (U::Erf, "U_ERF"),
-            (U::Gelu, "U_GELU"),
-            (U::GeluTanh, "U_GELU_TANH"),
-            (U::PowScalar, "U_POW_SCALAR"),
-            (U::Clamp, "U_CLAMP"),
-        ];
-        for (c, n) in unary {
-            assert_eq!(c as i32, define(n), "{n}");
-        }
-        let binary = [
-            (B::Add, "B_ADD"),
-            (B::Sub, "B_SUB"),
-            (B::Mul, "B_MUL"),
-            (B::Div, "B_DIV"),
-            (B::Maximum, "B_MAXIMUM"),
-            (B::Minimum, "B_MINIMUM"),
-            (B::Pow, "B_POW"),
-            (B::ReluBackward, "B_RELU_BACKWARD"),
-        ];
-        for (c, n) in binary {
-            assert_eq!(c as i32, define(n), "{n}");
-        }
-        let reduce = [
-            (R::Sum, "R_SUM"),
-            (R::Mean, "R_MEAN"),
-            (R::Max, "R_MAX"),
-            (R::Min, "R_MIN"),
-            (R::ArgMax, "R_ARGMAX"),
-            (R::ArgMin, "R_ARGMIN"),
-            (R::Var, "R_VAR"),
-        ];
-        for (c, n) in reduce {
-            assert_eq!(c as i32, define(n), "{n}");
-        }
-        use crate::backend::cpu::elementwise::CmpOp;
-        for (c, n) in [
-            (CmpOp::Eq, "C_EQ"),
-            (CmpOp::Ne, "C_NE"),
-            (CmpOp::Lt, "C_LT"),
-            (CmpOp::Le, "C_LE"),
-            (CmpOp::Gt, "C_GT"),
-            (CmpOp::Ge, "C_GE"),
-        ] {
-            assert_eq!(cmp_code(c), define(n), "{n}");
-        }
     }
 
     /// `static_assert`s that the kernel structs have Rust's sizes and (with
@@ -1373,7 +1233,7 @@ mod tests {
         let mut p = args![po, c64, seed, offset];
         unsafe { dev.launch(f, (4, 1, 1), (THREADS, 1, 1), 0, &mut p) }.unwrap();
         let words: Vec<u32> = match out.to_cpu().unwrap() {
-            crate::backend::cpu::CpuData::I64(v) => v
+            crate::dtype::CpuData::I64(v) => v
                 .iter()
                 .flat_map(|&x| [x as u64 as u32, (x as u64 >> 32) as u32])
                 .collect(),

@@ -1,4 +1,13 @@
-//! Element types and PyTorch's type-promotion rules.
+//! Element types and PyTorch's type-promotion rules, the typed host buffers
+//! ([`CpuData`]) that hold values of each, and the float math traits kernels are
+//! written against.
+
+mod host;
+mod math;
+
+pub(crate) use host::{dispatch, dispatch_float};
+pub use host::{CpuData, CpuElem};
+pub use math::{FloatDType, Real};
 
 use crate::{Error, Result};
 use half::{bf16, f16};
@@ -155,15 +164,7 @@ impl FromStr for DType {
 
 /// A Rust type that can be a tensor element.
 pub trait WithDType:
-    Copy
-    + Send
-    + Sync
-    + 'static
-    + PartialOrd
-    + PartialEq
-    + fmt::Debug
-    + Default
-    + crate::backend::cpu::CpuElem
+    Copy + Send + Sync + 'static + PartialOrd + PartialEq + fmt::Debug + Default + host::CpuElem
 {
     /// The matching [`DType`].
     const DTYPE: DType;
@@ -198,101 +199,6 @@ with_dtype!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
 with_dtype!(u8, U8, |x: u8| x as f64, |v: f64| (v as i64) as u8);
 with_dtype!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v
     != 0.0);
-
-/// The float types arithmetic is carried out in (f32 and f64).
-pub trait Real: num_traits::Float + Send + Sync + 'static + fmt::Debug + Default {
-    /// The error function.
-    fn erf(self) -> Self;
-    /// A constant.
-    fn c(v: f64) -> Self;
-    /// e^x, written so that loops over it vectorize (f32: within 1 ulp; f64: libm).
-    fn vexp(self) -> Self;
-}
-
-impl Real for f32 {
-    #[inline(always)]
-    fn erf(self) -> Self {
-        libm::erff(self)
-    }
-    #[inline(always)]
-    fn c(v: f64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn vexp(self) -> Self {
-        crate::backend::cpu::vmath::exp_f32(self)
-    }
-}
-
-impl Real for f64 {
-    #[inline(always)]
-    fn erf(self) -> Self {
-        libm::erf(self)
-    }
-    #[inline(always)]
-    fn c(v: f64) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn vexp(self) -> Self {
-        self.exp()
-    }
-}
-
-/// Element types on which floating-point math runs. f16 and bf16 compute in f32.
-pub trait FloatDType: WithDType {
-    /// The type arithmetic is carried out in.
-    type Acc: Real + WithDType;
-    fn to_acc(self) -> Self::Acc;
-    fn from_acc(v: Self::Acc) -> Self;
-    /// The sum of a slice in the accumulator type: blocks of up to 2048 elements
-    /// summed in eight lanes and combined pairwise (f32 overrides it with SIMD code
-    /// that adds in the same order).
-    fn sum_slice(x: &[Self]) -> Self::Acc {
-        crate::backend::cpu::reduce::sum_acc(x, Self::to_acc)
-    }
-    /// The largest value of a slice in the accumulator type, NaN if it holds one,
-    /// -inf if empty (f32 overrides it with SIMD code).
-    fn max_slice(x: &[Self]) -> Self::Acc {
-        crate::backend::cpu::reduce::max_lanes(x)
-    }
-}
-
-macro_rules! float_dtype {
-    ($t:ty, $acc:ty, $to:expr, $from:expr) => {
-        impl FloatDType for $t {
-            type Acc = $acc;
-            #[inline(always)]
-            fn to_acc(self) -> $acc {
-                $to(self)
-            }
-            #[inline(always)]
-            fn from_acc(v: $acc) -> Self {
-                $from(v)
-            }
-        }
-    };
-}
-impl FloatDType for f32 {
-    type Acc = f32;
-    #[inline(always)]
-    fn to_acc(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_acc(v: f32) -> Self {
-        v
-    }
-    fn sum_slice(x: &[f32]) -> f32 {
-        crate::backend::cpu::reduce::sum_blocks(x, &crate::backend::cpu::vmath::sum_f32)
-    }
-    fn max_slice(x: &[f32]) -> f32 {
-        crate::backend::cpu::vmath::max_f32(x)
-    }
-}
-float_dtype!(f64, f64, |x| x, |v| v);
-float_dtype!(f16, f32, |x: f16| x.to_f32(), f16::from_f32);
-float_dtype!(bf16, f32, |x: bf16| x.to_f32(), bf16::from_f32);
 
 #[cfg(test)]
 mod tests {

@@ -128,7 +128,8 @@ pub fn ensure(lib: CudaLib) -> std::result::Result<LibSource, String> {
 }
 
 /// What [`ensure`] found for every library it was asked about so far.
-pub fn loaded() -> Vec<(CudaLib, std::result::Result<LibSource, String>)> {
+#[cfg(test)]
+fn loaded() -> Vec<(CudaLib, std::result::Result<LibSource, String>)> {
     let map = found().lock().unwrap_or_else(|p| p.into_inner());
     map.iter().map(|(k, v)| (*k, v.clone())).collect()
 }

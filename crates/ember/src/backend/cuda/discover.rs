@@ -16,7 +16,7 @@ fn discovery() -> &'static std::result::Result<usize, String> {
         if let Some(n) = crate::backend::cuda::sim::enabled() {
             return Ok(n);
         }
-        crate::device::libs::ensure(crate::device::libs::CudaLib::Driver)?;
+        crate::backend::cuda::libs::ensure(crate::backend::cuda::libs::CudaLib::Driver)?;
         drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
         let (major, minor) = read_driver_version()?;
         if (major, minor) < MIN_DRIVER {
@@ -56,7 +56,7 @@ pub fn driver_version() -> Option<(u32, u32)> {
     if crate::backend::cuda::sim::enabled().is_some() {
         return None;
     }
-    crate::device::libs::ensure(crate::device::libs::CudaLib::Driver).ok()?;
+    crate::backend::cuda::libs::ensure(crate::backend::cuda::libs::CudaLib::Driver).ok()?;
     drv::init().ok()?;
     read_driver_version().ok()
 }
@@ -106,6 +106,32 @@ pub(crate) fn check_device(device: Device) -> Result<()> {
         }
     }
     Ok(())
+}
+
+impl Device {
+    /// `cuda:i` when that GPU can be used, otherwise the CPU.
+    pub fn cuda_if_available(i: usize) -> Device {
+        if i < device_count() {
+            Device::Cuda(i)
+        } else {
+            Device::Cpu
+        }
+    }
+
+    /// d2l's `try_gpu(i)`: `cuda:i` if it exists, else the CPU.
+    pub fn try_gpu(i: usize) -> Device {
+        Device::cuda_if_available(i)
+    }
+
+    /// d2l's `try_all_gpus()`: every GPU, or `[cpu]` when there is none.
+    pub fn try_all_gpus() -> Vec<Device> {
+        let n = device_count();
+        if n == 0 {
+            vec![Device::Cpu]
+        } else {
+            (0..n).map(Device::Cuda).collect()
+        }
+    }
 }
 
 /// What `torch.cuda.get_device_properties(i)` reports, and a little more.
@@ -192,5 +218,19 @@ mod tests {
             }
         }
         assert!(check_device(Device::Cpu).is_ok());
+    }
+
+    #[test]
+    fn helpers_fall_back_to_cpu_without_gpu() {
+        let n = device_count();
+        if n == 0 {
+            assert_eq!(Device::cuda_if_available(0), Device::Cpu);
+            assert_eq!(Device::try_gpu(1), Device::Cpu);
+            assert_eq!(Device::try_all_gpus(), vec![Device::Cpu]);
+        } else {
+            assert_eq!(Device::cuda_if_available(0), Device::Cuda(0));
+            assert_eq!(Device::try_all_gpus().len(), n);
+            assert_eq!(Device::try_gpu(n), Device::Cpu);
+        }
     }
 }

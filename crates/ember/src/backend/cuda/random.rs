@@ -1,0 +1,21 @@
+//! The GPUs' random generator: a Philox4x32-10 counter stream for the process,
+//! seeded by `manual_seed`. Each draw reserves a range of counters, so draws never
+//! overlap and repeat for the same seed and sequence of calls.
+
+use std::sync::Mutex;
+
+/// (seed, next Philox counter).
+static STATE: Mutex<(u64, u64)> = Mutex::new((super::super::DEFAULT_SEED, 0));
+
+/// Restarts the stream from `seed`.
+pub(crate) fn seed(seed: u64) {
+    *STATE.lock().unwrap_or_else(|p| p.into_inner()) = (seed, 0);
+}
+
+/// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
+pub(crate) fn reserve_counters(counters: u64) -> (u64, u64) {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let at = *g;
+    g.1 = g.1.wrapping_add(counters);
+    at
+}

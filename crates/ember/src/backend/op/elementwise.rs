@@ -1,0 +1,327 @@
+//! The elementwise operations: one-operand ([`UnaryOp`]), two-operand
+//! ([`BinaryOp`]) and comparisons ([`CmpOp`]). Each op is a zero-sized struct whose
+//! scalar functions are the CPU's definition of the op (f16/bf16 compute in f32,
+//! integers wrap, bools act as `or`/`and`), and whose code names the same op in the
+//! CUDA kernels (`U_*`, `B_*`, `C_*`, generated into their source from these
+//! tables).
+
+use crate::dtype::{FloatDType, Real, WithDType};
+use half::{bf16, f16};
+
+codes! {
+    /// Unary operation codes (`U_*` in the kernels).
+    pub(crate) enum UnaryCode prefix "U_" {
+        Neg = 0 => "NEG",
+        Abs = 1 => "ABS",
+        Exp = 2 => "EXP",
+        Log = 3 => "LOG",
+        Sqrt = 4 => "SQRT",
+        Tanh = 5 => "TANH",
+        Sin = 6 => "SIN",
+        Cos = 7 => "COS",
+        Recip = 8 => "RECIP",
+        Square = 9 => "SQUARE",
+        Relu = 10 => "RELU",
+        Sigmoid = 11 => "SIGMOID",
+        Erf = 12 => "ERF",
+        Gelu = 13 => "GELU",
+        GeluTanh = 14 => "GELU_TANH",
+        PowScalar = 15 => "POW_SCALAR",
+        Clamp = 16 => "CLAMP",
+    }
+}
+
+codes! {
+    /// Binary operation codes (`B_*` in the kernels).
+    pub(crate) enum BinaryCode prefix "B_" {
+        Add = 0 => "ADD",
+        Sub = 1 => "SUB",
+        Mul = 2 => "MUL",
+        Div = 3 => "DIV",
+        Maximum = 4 => "MAXIMUM",
+        Minimum = 5 => "MINIMUM",
+        Pow = 6 => "POW",
+        ReluBackward = 7 => "RELU_BACKWARD",
+    }
+}
+
+codes! {
+    /// The six comparisons (`C_*` in the kernels).
+    pub(crate) enum CmpOp prefix "C_" {
+        Eq = 0 => "EQ",
+        Ne = 1 => "NE",
+        Lt = 2 => "LT",
+        Le = 3 => "LE",
+        Gt = 4 => "GT",
+        Ge = 5 => "GE",
+    }
+}
+
+/// A one-operand elementwise operation.
+pub(crate) trait UnaryOp: Sync {
+    /// Integer and bool inputs are converted to float32 first (exp, log, ...).
+    const FLOAT_ONLY: bool;
+    fn f<F: Real>(&self, x: F) -> F;
+    fn i(&self, x: i64) -> i64 {
+        self.f(x as f64) as i64
+    }
+    /// The kernels' operation code and its two parameters.
+    fn code(&self) -> (UnaryCode, f64, f64);
+}
+
+/// A two-operand elementwise operation on one dtype.
+pub(crate) trait BinaryOp: Sync {
+    fn f<F: Real>(&self, a: F, b: F) -> F;
+    fn i(&self, a: i64, b: i64) -> i64;
+    /// The kernels' operation code (also what selects the gradient rule).
+    const CODE: BinaryCode;
+}
+
+/// Element types that the arithmetic ops run on.
+pub(crate) trait NumElem: WithDType {
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self;
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self;
+}
+
+macro_rules! num_float {
+    ($t:ty) => {
+        impl NumElem for $t {
+            #[inline(always)]
+            fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+                <$t>::from_acc(op.f(x.to_acc()))
+            }
+            #[inline(always)]
+            fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+                <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
+            }
+        }
+    };
+}
+num_float!(f32);
+num_float!(f64);
+num_float!(f16);
+num_float!(bf16);
+
+impl NumElem for i64 {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x)
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a, b)
+    }
+}
+
+// u8 arithmetic wraps modulo 256, like PyTorch's.
+impl NumElem for u8 {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x as i64) as u8
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a as i64, b as i64) as u8
+    }
+}
+
+// bool arithmetic: add is `or`, mul is `and`, maximum/minimum likewise (PyTorch's).
+impl NumElem for bool {
+    #[inline(always)]
+    fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+        op.i(x as i64) != 0
+    }
+    #[inline(always)]
+    fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+        op.i(a as i64, b as i64) != 0
+    }
+}
+
+macro_rules! binop {
+    ($name:ident, |$a:ident, $b:ident| $f:expr, |$ia:ident, $ib:ident| $i:expr) => {
+        pub(crate) struct $name;
+        impl BinaryOp for $name {
+            const CODE: BinaryCode = BinaryCode::$name;
+            #[inline(always)]
+            fn f<F: Real>(&self, $a: F, $b: F) -> F {
+                $f
+            }
+            #[inline(always)]
+            fn i(&self, $ia: i64, $ib: i64) -> i64 {
+                $i
+            }
+        }
+    };
+}
+binop!(Add, |a, b| a + b, |a, b| a.wrapping_add(b));
+binop!(Sub, |a, b| a - b, |a, b| a.wrapping_sub(b));
+binop!(Mul, |a, b| a * b, |a, b| a.wrapping_mul(b));
+// Division promotes integers to float before reaching a kernel; the integer body
+// (truncating, 0 on division by zero) exists only to complete the trait.
+binop!(Div, |a, b| a / b, |a, b| a.checked_div(b).unwrap_or(0));
+binop!(
+    Maximum,
+    |a, b| if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else {
+        a.max(b)
+    },
+    |a, b| a.max(b)
+);
+binop!(
+    Minimum,
+    |a, b| if a.is_nan() || b.is_nan() {
+        F::nan()
+    } else {
+        a.min(b)
+    },
+    |a, b| a.min(b)
+);
+binop!(Pow, |a, b| a.powf(b), |a, b| int_pow(a, b));
+// The gradient of relu in one pass: `g` where `x > 0`, else 0.
+binop!(
+    ReluBackward,
+    |g, x| if x > F::zero() { g } else { F::zero() },
+    |g, x| if x > 0 { g } else { 0 }
+);
+
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b >= 0 {
+        a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+    } else {
+        // the integer part of a^b for negative b
+        match a {
+            1 => 1,
+            -1 => {
+                if b % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        }
+    }
+}
+
+macro_rules! unop {
+    ($name:ident, $float_only:expr, |$x:ident| $f:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const FLOAT_ONLY: bool = $float_only;
+            #[inline(always)]
+            fn f<F: Real>(&self, $x: F) -> F {
+                $f
+            }
+            fn code(&self) -> (UnaryCode, f64, f64) {
+                (UnaryCode::$name, 0.0, 0.0)
+            }
+        }
+    };
+    ($name:ident, $float_only:expr, |$x:ident| $f:expr, |$ix:ident| $i:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const FLOAT_ONLY: bool = $float_only;
+            #[inline(always)]
+            fn f<F: Real>(&self, $x: F) -> F {
+                $f
+            }
+            #[inline(always)]
+            fn i(&self, $ix: i64) -> i64 {
+                $i
+            }
+            fn code(&self) -> (UnaryCode, f64, f64) {
+                (UnaryCode::$name, 0.0, 0.0)
+            }
+        }
+    };
+}
+unop!(Neg, false, |x| -x, |x| x.wrapping_neg());
+unop!(Abs, false, |x| x.abs(), |x| x.wrapping_abs());
+unop!(Exp, true, |x| x.vexp());
+unop!(Log, true, |x| x.ln());
+unop!(Sqrt, true, |x| x.sqrt());
+unop!(Tanh, true, |x| x.tanh());
+unop!(Sin, true, |x| x.sin());
+unop!(Cos, true, |x| x.cos());
+unop!(Recip, true, |x| x.recip());
+unop!(Square, false, |x| x * x, |x| x.wrapping_mul(x));
+unop!(
+    Relu,
+    false,
+    |x| if x > F::zero() || x.is_nan() {
+        x
+    } else {
+        F::zero()
+    },
+    |x| x.max(0)
+);
+unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).vexp()));
+unop!(Erf, true, |x| x.erf());
+unop!(Gelu, true, |x| F::c(0.5)
+    * x
+    * (F::one()
+        + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+unop!(GeluTanh, true, |x| {
+    let k = F::c((2.0 / std::f64::consts::PI).sqrt());
+    F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())
+});
+
+/// `x^e` for a scalar exponent, with fast paths for the common exponents.
+pub(crate) struct PowScalar(pub f64);
+impl UnaryOp for PowScalar {
+    const FLOAT_ONLY: bool = false;
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        match self.0 {
+            2.0 => x * x,
+            0.5 => x.sqrt(),
+            1.0 => x,
+            e => x.powf(F::c(e)),
+        }
+    }
+    fn i(&self, x: i64) -> i64 {
+        int_pow(x, self.0 as i64)
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::PowScalar, self.0, 0.0)
+    }
+}
+
+/// Clamps into `[lo, hi]`; NaN stays NaN.
+pub(crate) struct Clamp(pub Option<f64>, pub Option<f64>);
+impl UnaryOp for Clamp {
+    const FLOAT_ONLY: bool = false;
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        let mut y = x;
+        if let Some(lo) = self.0 {
+            if y < F::c(lo) {
+                y = F::c(lo);
+            }
+        }
+        if let Some(hi) = self.1 {
+            if y > F::c(hi) {
+                y = F::c(hi);
+            }
+        }
+        y
+    }
+    fn i(&self, x: i64) -> i64 {
+        let mut y = x;
+        if let Some(lo) = self.0 {
+            y = y.max(lo.ceil() as i64);
+        }
+        if let Some(hi) = self.1 {
+            y = y.min(hi.floor() as i64);
+        }
+        y
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (
+            UnaryCode::Clamp,
+            self.0.unwrap_or(f64::NAN),
+            self.1.unwrap_or(f64::NAN),
+        )
+    }
+}

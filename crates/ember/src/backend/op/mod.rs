@@ -1,0 +1,166 @@
+//! The op vocabulary: what each primitive computes, said once for every device.
+//!
+//! Device-neutral structs and enums with the CPU's scalar definition of each op
+//! (`UnaryOp::f`, `BinaryOp::i`, ...), the operation codes the CUDA kernels switch
+//! on (their `#define`s are generated from the tables here into the kernel source
+//! when it is compiled, see [`kernel_defines`]), the geometry of convolutions and
+//! pooling, and the constants of fused optimizer steps. Both backends and the
+//! tensor layer import from here; nothing here imports a backend.
+
+/// Declares an operation-code enum and the table of its kernel names:
+/// `Name = value => "KERNEL_NAME"`, with `prefix` before each kernel name.
+macro_rules! codes {
+    ($(#[$m:meta])* $vis:vis enum $name:ident prefix $prefix:literal {
+        $($variant:ident = $value:literal => $cname:literal,)*
+    }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(i32)]
+        $vis enum $name {
+            $($variant = $value,)*
+        }
+
+        impl $name {
+            /// Every code with its name in the kernels.
+            pub(crate) const DEFINES: &'static [(&'static str, i32)] =
+                &[$((concat!($prefix, $cname), $value),)*];
+        }
+    };
+}
+
+mod conv;
+mod elementwise;
+mod optim;
+mod reduce;
+
+pub(crate) use conv::{ConvShape, Pool, Window};
+pub(crate) use elementwise::*;
+pub(crate) use optim::AdamStep;
+pub(crate) use reduce::{ReduceCode, ReduceOp};
+
+use crate::DType;
+
+/// Every operation code the kernels use, as `#define NAME VALUE` lines: the
+/// kernels' source gets these in front, so the codes cannot drift from Rust's.
+pub(crate) fn kernel_defines() -> String {
+    [
+        UnaryCode::DEFINES,
+        BinaryCode::DEFINES,
+        CmpOp::DEFINES,
+        ReduceCode::DEFINES,
+    ]
+    .concat()
+    .iter()
+    .map(|(name, value)| format!("#define {name} {value}\n"))
+    .collect()
+}
+
+/// A Python-style number operand: its kind (bool, int, float) drives type promotion
+/// the way a Python scalar does in PyTorch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    /// The value as a kernel parameter pair: (as f64, as i64).
+    pub(crate) fn by_value(self) -> (f64, i64) {
+        match self {
+            Scalar::Bool(b) => (b as u8 as f64, b as i64),
+            Scalar::Int(i) => (i as f64, i),
+            Scalar::Float(f) => (f, f as i64),
+        }
+    }
+
+    /// The value as an f64 (`true` is 1).
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as u8 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+
+    /// The dtype PyTorch gives the scalar on its own: bool, int64 or float32.
+    pub(crate) fn dtype(self) -> DType {
+        match self {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::I64,
+            Scalar::Float(_) => DType::F32,
+        }
+    }
+
+    /// The value converted to `T` as a cast to `T`'s dtype converts it (integers
+    /// exactly, also past 2^53).
+    #[inline]
+    pub(crate) fn to<T: crate::WithDType>(self) -> T {
+        match self {
+            Scalar::Int(i) if T::DTYPE == DType::I64 => {
+                // SAFETY: T is i64 when its DTYPE is I64.
+                unsafe { std::mem::transmute_copy::<i64, T>(&i) }
+            }
+            other => T::from_f64(other.to_f64()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_defines_name_every_code_once() {
+        let text = kernel_defines();
+        for table in [
+            UnaryCode::DEFINES,
+            BinaryCode::DEFINES,
+            CmpOp::DEFINES,
+            ReduceCode::DEFINES,
+        ] {
+            let mut values: Vec<i32> = table.iter().map(|(_, v)| *v).collect();
+            values.sort_unstable();
+            values.dedup();
+            assert_eq!(values.len(), table.len(), "a code is used twice: {table:?}");
+            for (name, value) in table {
+                assert_eq!(text.matches(&format!("#define {name} ")).count(), 1);
+                assert!(text.contains(&format!("#define {name} {value}\n")));
+            }
+        }
+        assert_eq!(UnaryCode::Clamp as i32, 16);
+        assert_eq!(CmpOp::Ge as i32, 5);
+    }
+
+    /// The kernel files define no operation code themselves: they get them all from
+    /// [`kernel_defines`].
+    #[test]
+    fn kernel_files_do_not_copy_the_codes() {
+        let sources = [
+            include_str!("../../../kernels/elementwise.cu"),
+            include_str!("../../../kernels/reduce.cu"),
+            include_str!("../../../kernels/common.cuh"),
+        ];
+        for src in sources {
+            for line in src
+                .lines()
+                .filter(|l| l.trim_start().starts_with("#define"))
+            {
+                let name = line.split_whitespace().nth(1).unwrap_or("");
+                assert!(
+                    !["U_", "B_", "C_", "R_"].iter().any(|p| name.starts_with(p)),
+                    "a kernel file defines {name} itself"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scalars_convert_like_a_cast() {
+        assert_eq!(Scalar::Int(-2).to::<u8>(), 254);
+        assert_eq!(Scalar::Int(i64::MAX).to::<i64>(), i64::MAX);
+        assert_eq!(Scalar::Float(2.7).to::<i64>(), 2);
+        assert_eq!(Scalar::Bool(true).to::<f32>(), 1.0);
+        assert!(Scalar::Float(0.5).to::<bool>());
+    }
+}

@@ -1,0 +1,57 @@
+//! The reductions.
+
+/// Which reduction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+    /// Variance with the given correction (1 = unbiased).
+    Var(f64),
+}
+
+codes! {
+    /// Reduction codes (`R_*` in the kernels).
+    pub(crate) enum ReduceCode prefix "R_" {
+        Sum = 0 => "SUM",
+        Mean = 1 => "MEAN",
+        Max = 2 => "MAX",
+        Min = 3 => "MIN",
+        ArgMax = 4 => "ARGMAX",
+        ArgMin = 5 => "ARGMIN",
+        Var = 6 => "VAR",
+    }
+}
+
+impl ReduceOp {
+    /// The kernels' code and the correction (variance only, else 0).
+    pub(crate) fn code(self) -> (ReduceCode, f64) {
+        match self {
+            ReduceOp::Sum => (ReduceCode::Sum, 0.0),
+            ReduceOp::Mean => (ReduceCode::Mean, 0.0),
+            ReduceOp::Max => (ReduceCode::Max, 0.0),
+            ReduceOp::Min => (ReduceCode::Min, 0.0),
+            ReduceOp::ArgMax => (ReduceCode::ArgMax, 0.0),
+            ReduceOp::ArgMin => (ReduceCode::ArgMin, 0.0),
+            ReduceOp::Var(c) => (ReduceCode::Var, c),
+        }
+    }
+
+    /// `true` for argmax / argmin, whose output is int64 indices.
+    pub(crate) fn is_arg(self) -> bool {
+        matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+
+    /// The output dtype for an input of `dtype`: int64 for arg-reductions and sums
+    /// of integers and bools, the input's dtype otherwise.
+    pub(crate) fn out_dtype(self, dtype: crate::DType) -> crate::DType {
+        if self.is_arg() || (self == ReduceOp::Sum && !dtype.is_float()) {
+            crate::DType::I64
+        } else {
+            dtype
+        }
+    }
+}
