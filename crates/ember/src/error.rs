@@ -23,7 +23,7 @@ pub enum Error {
     },
 
     /// A device string could not be parsed.
-    #[error("invalid device string {input:?}: expected one of \"cpu\", \"cuda\", \"cuda:N\" (N = 0, 1, ...)")]
+    #[error("invalid device string {input:?}: expected one of \"cpu\", \"cuda\", \"cuda:N\" (N = 0, 1, ...), \"meta\"")]
     ParseDevice { input: String },
 
     /// A dtype string could not be parsed.

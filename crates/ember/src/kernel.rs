@@ -85,7 +85,7 @@ impl Kernel {
         let func = dev.load_user_function(source, name, &opts)?;
         Ok(Kernel {
             name: name.to_string(),
-            params: func.param_sizes()?,
+            params: dev.param_sizes(&func)?,
             props: crate::backend::cuda::discover::device_properties(i)?,
             func,
             dev,
@@ -163,7 +163,7 @@ impl Kernel {
         // parameter list is what the user declared for the kernel.
         unsafe {
             self.dev.launch(
-                self.func,
+                &self.func,
                 config.grid,
                 config.block,
                 config.shared_mem,

@@ -1,6 +1,7 @@
 //! Storage and kernels per device. Only this layer knows how values are held and
 //! how a kernel runs; the tensor layer validates and dispatches on [`Storage`].
 
+pub(crate) mod alloc;
 pub mod cpu;
 pub mod cuda;
 pub mod host;

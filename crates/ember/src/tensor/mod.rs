@@ -235,6 +235,7 @@ impl Tensor {
                 let s = CudaStorage::from_cpu(&dev, &data)?;
                 Ok(Tensor::from_cuda(s, shape))
             }
+            Device::Meta => Err(Error::invalid("meta", "not yet")),
         }
     }
 
@@ -352,6 +353,7 @@ impl Tensor {
                         return Ok(Tensor::from_cuda(st, self.shape()));
                     }
                     Device::Cpu => unreachable!("same device handled by the caller"),
+                    Device::Meta => return Err(Error::invalid("meta", "not yet")),
                 }
             }
             Storage::Cuda(s) => s.to_cpu_range(src.layout().offset(), src.numel())?,

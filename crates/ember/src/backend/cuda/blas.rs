@@ -1,7 +1,8 @@
 //! Matrix products on a device: one strided-batched GEMM call in cuBLAS's terms,
-//! executed by cuBLAS on a GPU or by the simulator's reference.
+//! executed by cuBLAS on a GPU (here) or by the simulator's reference.
 
-use super::{CudaDev, Runtime};
+use super::driver::Driver;
+use super::runtime::Workspaces;
 use crate::{DType, Error, Result};
 use cudarc::cublas::result::CublasError;
 use cudarc::cublas::sys::cublasStatus_t;
@@ -30,35 +31,59 @@ pub(crate) struct GemmCall {
     pub batch: i32,
 }
 
-impl CudaDev {
-    /// Queues `g` on the device's stream.
+/// A cuBLAS handle bound to the device's stream.
+pub(crate) struct Blas(cudarc::cublas::sys::cublasHandle_t);
+// SAFETY: ember uses the handle under the device's blas mutex only.
+unsafe impl Send for Blas {}
+
+impl Driver {
+    /// Queues `g` on the device's stream through cuBLAS.
     ///
     /// # Safety
     /// The pointers, leading dimensions and strides of `g` must describe live device
     /// memory holding every element they address.
-    pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
-        match &self.rt {
-            Runtime::Sim => super::sim::gemm(g),
-            Runtime::Driver { .. } => {
-                let status = |e: CublasError| Error::Cuda {
-                    op: "cublasGemmStridedBatched",
-                    msg: e.to_string(),
-                };
-                match self.cublas_gemm(g)? {
-                    // cuBLAS allocates its handle and workspace outside ember's
-                    // cache: hand it the cached memory and try once more
-                    Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
-                        self.allocator().release_cached();
-                        self.cublas_gemm(g)?.map_err(status)
-                    }
-                    r => r.map_err(status),
-                }
+    pub(super) unsafe fn cublas_gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
+        let status = |e: CublasError| Error::Cuda {
+            op: "cublasGemmStridedBatched",
+            msg: e.to_string(),
+        };
+        match self.cublas_call(g)? {
+            // cuBLAS allocates its handle and workspace outside ember's cache: hand
+            // it the cached memory and try once more
+            Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
+                ws.release_cached();
+                self.cublas_call(g)?.map_err(status)
             }
+            r => r.map_err(status),
         }
     }
 
+    /// The cuBLAS handle, created at first use.
+    fn blas_handle(&self) -> Result<std::sync::MutexGuard<'_, Option<Blas>>> {
+        use super::runtime::Runtime;
+        self.bind()?;
+        let mut g = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            super::libs::ensure(super::libs::CudaLib::Cublas)
+                .map_err(|reason| Error::CudaUnavailable { reason })?;
+            let h = cudarc::cublas::result::create_handle().map_err(|e| Error::Cuda {
+                op: "cublasCreate",
+                msg: e.to_string(),
+            })?;
+            // SAFETY: a fresh handle and this device's live stream.
+            unsafe { cudarc::cublas::result::set_stream(h, self.cu_stream() as _) }.map_err(
+                |e| Error::Cuda {
+                    op: "cublasSetStream",
+                    msg: e.to_string(),
+                },
+            )?;
+            *g = Some(Blas(h));
+        }
+        Ok(g)
+    }
+
     /// The cuBLAS call for `g`: ember's own errors outside, cuBLAS's status inside.
-    unsafe fn cublas_gemm(&self, g: &GemmCall) -> Result<std::result::Result<(), CublasError>> {
+    unsafe fn cublas_call(&self, g: &GemmCall) -> Result<std::result::Result<(), CublasError>> {
         use cudarc::cublas::{result as blas, sys as bsys};
         let op = |t: bool| {
             if t {
@@ -67,7 +92,7 @@ impl CudaDev {
                 bsys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let guard = self.blas()?;
+        let guard = self.blas_handle()?;
         let h = guard.as_ref().expect("blas handle created").0;
         let (ta, tb) = (op(g.trans_a), op(g.trans_b));
         match g.dtype {

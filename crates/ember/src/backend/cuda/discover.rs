@@ -1,64 +1,23 @@
-//! CUDA discovery: is a GPU usable, how many, and what are they.
-//!
-//! Nothing here panics or aborts on a machine without CUDA. The driver library is
-//! located (see [`libs`](super::libs)) before the first driver call (cudarc itself
-//! panics when a library is missing), and every failure becomes a reason string that
+//! CUDA discovery: is a GPU usable, how many, and what are they. The runtime's
+//! system (the driver's or the simulator's) answers; nothing here panics or aborts
+//! on a machine without CUDA, and every failure becomes a reason string that
 //! [`Error::CudaUnavailable`] carries to the user.
 
+use super::runtime::system;
 use crate::{Device, Error, Result};
-use cudarc::driver::{result as drv, sys};
 use std::sync::OnceLock;
 
-/// What the driver said at first use: the number of GPUs or why there are none.
+/// What discovery said at first use: the number of GPUs or why there are none.
 fn discovery() -> &'static std::result::Result<usize, String> {
     static DISCOVERY: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
-    DISCOVERY.get_or_init(|| {
-        if let Some(n) = crate::backend::cuda::sim::enabled() {
-            return Ok(n);
-        }
-        crate::backend::cuda::libs::ensure(crate::backend::cuda::libs::CudaLib::Driver)?;
-        drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
-        let (major, minor) = read_driver_version()?;
-        if (major, minor) < MIN_DRIVER {
-            return Err(format!(
-                "the NVIDIA driver supports CUDA {major}.{minor}; ember needs a driver for CUDA \
-                 {}.{} or newer (R580 or later): it loads CUDA {}.{} driver functions and \
-                 runs kernels compiled by NVRTC {}.{}. Update the NVIDIA driver",
-                MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1
-            ));
-        }
-        let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
-        if n <= 0 {
-            return Err("the NVIDIA driver is installed but reports no GPU".into());
-        }
-        Ok(n as usize)
-    })
-}
-
-/// The oldest CUDA version whose driver ember runs on (the driver API it binds and
-/// the NVRTC that compiles its kernels are CUDA 13.0's).
-const MIN_DRIVER: (u32, u32) = (13, 0);
-
-fn read_driver_version() -> std::result::Result<(u32, u32), String> {
-    let mut v = 0i32;
-    // SAFETY: the driver library is loaded (checked by the caller) and `v` is a
-    // valid out-pointer.
-    unsafe { sys::cuDriverGetVersion(&mut v) }
-        .result()
-        .map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
-    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+    DISCOVERY.get_or_init(|| system().discover())
 }
 
 /// The CUDA version the installed NVIDIA driver supports, as (major, minor)
 /// (`(13, 0)` for a CUDA 13.0 driver), or `None` without a usable driver. A
 /// simulated GPU reports none.
 pub fn driver_version() -> Option<(u32, u32)> {
-    if crate::backend::cuda::sim::enabled().is_some() {
-        return None;
-    }
-    crate::backend::cuda::libs::ensure(crate::backend::cuda::libs::CudaLib::Driver).ok()?;
-    drv::init().ok()?;
-    read_driver_version().ok()
+    system().driver_version()
 }
 
 /// `torch.cuda.is_available()`. With `EMBER_CUDA_SIMULATOR=1` in the environment,
@@ -77,7 +36,7 @@ pub fn device_count() -> usize {
 /// (`EMBER_CUDA_SIMULATOR`), which checks the logic of GPU code without a GPU but
 /// says nothing of its speed.
 pub fn is_simulated() -> bool {
-    crate::backend::cuda::sim::enabled().is_some()
+    system().is_simulated()
 }
 
 /// Why no GPU can be used, or `None` when at least one can.
@@ -151,45 +110,10 @@ pub struct DeviceProperties {
     pub memory_bus_width_bits: u32,
 }
 
-fn cu_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
-    move |e| Error::Cuda {
-        op,
-        msg: e.to_string(),
-    }
-}
-
-/// Properties of GPU `i`, read from the driver without creating a context.
+/// Properties of GPU `i`, read without creating a context.
 pub fn device_properties(i: usize) -> Result<DeviceProperties> {
     check_device(Device::Cuda(i))?;
-    if crate::backend::cuda::sim::enabled().is_some() {
-        return Ok(crate::backend::cuda::sim::properties(i));
-    }
-    let dev = drv::device::get(i as i32).map_err(cu_err("cuDeviceGet"))?;
-    let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
-        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-        unsafe { drv::device::get_attribute(dev, a) }
-            .map(|v| v as u32)
-            .map_err(cu_err("cuDeviceGetAttribute"))
-    };
-    use sys::CUdevice_attribute::*;
-    Ok(DeviceProperties {
-        ordinal: i,
-        name: drv::device::get_name(dev).map_err(cu_err("cuDeviceGetName"))?,
-        compute_capability: (
-            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        ),
-        multiprocessor_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        max_threads_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-        max_shared_memory_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?
-            as usize,
-        warp_size: attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
-        // SAFETY: as above.
-        total_memory: unsafe { drv::device::total_mem(dev) }.map_err(cu_err("cuDeviceTotalMem"))?,
-        l2_cache_size: attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
-        clock_rate_khz: attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
-        memory_bus_width_bits: attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?,
-    })
+    system().properties(i)
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! descriptors. Shapes cuDNN
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
-use super::{CudaDev, CudaStorage, Runtime};
+use super::driver::Driver;
+use super::runtime::{Runtime, Workspaces};
+use super::CudaStorage;
 use crate::backend::cuda::libs::{self, CudaLib};
 use crate::backend::op::ConvShape;
 use crate::{DType, Error, Result};
@@ -54,7 +56,7 @@ pub fn enabled() -> bool {
 }
 
 /// The loaded cuDNN's version number (90100 for 9.1.0), or why none can be used.
-fn library() -> &'static std::result::Result<usize, String> {
+pub(crate) fn library() -> &'static std::result::Result<usize, String> {
     static LIB: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
     LIB.get_or_init(|| {
         libs::ensure(CudaLib::Cudnn)?;
@@ -95,7 +97,7 @@ fn library() -> &'static std::result::Result<usize, String> {
 /// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
 /// simulator stands in for it (`torch.backends.cudnn.is_available()`).
 pub fn is_available() -> bool {
-    super::sim::enabled().is_some() || library().is_ok()
+    super::runtime::system().dnn().is_ok()
 }
 
 /// The version of the cuDNN library that loads (`torch.backends.cudnn.version()`),
@@ -407,22 +409,22 @@ impl Drop for Descriptors {
 /// dropped (work queued on the stream before that still owns it: the allocator
 /// hands the block only to later work on the same stream).
 struct Workspace<'a> {
-    dev: &'a CudaDev,
+    ws: &'a dyn Workspaces,
     ptr: u64,
     bytes: usize,
 }
 
 impl<'a> Workspace<'a> {
-    fn new(dev: &'a CudaDev, bytes: usize) -> Result<Workspace<'a>> {
-        let ptr = if bytes == 0 { 0 } else { dev.malloc(bytes)? };
-        Ok(Workspace { dev, ptr, bytes })
+    fn new(ws: &'a dyn Workspaces, bytes: usize) -> Result<Workspace<'a>> {
+        let ptr = if bytes == 0 { 0 } else { ws.alloc(bytes)? };
+        Ok(Workspace { ws, ptr, bytes })
     }
 }
 
 impl Drop for Workspace<'_> {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            self.dev.free(self.ptr);
+            self.ws.free(self.ptr);
         }
     }
 }
@@ -566,22 +568,9 @@ unsafe fn ranked(
         .collect())
 }
 
-impl CudaDev {
-    /// Queues `c` on the device's stream: cuDNN on a GPU, the simulator's
-    /// reference on a simulated one.
-    ///
-    /// # Safety
-    /// `c.x`, `c.w` and `c.y` must address contiguous device arrays with the sizes
-    /// of `c.geom`.
-    pub(crate) unsafe fn conv(&self, c: &ConvCall) -> Result<()> {
-        match &self.rt {
-            Runtime::Sim => super::sim::conv(c),
-            Runtime::Driver { .. } => self.cudnn_conv(c),
-        }
-    }
-
+impl Driver {
     /// The device's cuDNN handle, created at first use.
-    fn dnn(&self) -> Result<MutexGuard<'_, Option<Dnn>>> {
+    fn dnn_handle(&self) -> Result<MutexGuard<'_, Option<Dnn>>> {
         self.bind()?;
         let mut g = self.dnn.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
@@ -611,8 +600,8 @@ impl CudaDev {
     /// (its workspace allocated and cuDNN accepting the call) is remembered. A
     /// remembered choice that fails (its workspace no longer fits, say) is chosen
     /// again.
-    unsafe fn cudnn_conv(&self, c: &ConvCall) -> Result<()> {
-        let mut guard = self.dnn()?;
+    pub(super) unsafe fn cudnn_conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
+        let mut guard = self.dnn_handle()?;
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
         let tf32 = super::allow_tf32();
@@ -624,7 +613,7 @@ impl CudaDev {
         };
         let key = (c.geom, c.pass, tf32);
         if let Some(choice) = state.algos.get(&key).copied() {
-            if self.run_choice(h, d, c, choice).is_ok() {
+            if self.run_choice(h, d, c, choice, ws).is_ok() {
                 return Ok(());
             }
             state.algos.remove(&key);
@@ -635,7 +624,7 @@ impl CudaDev {
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
         for choice in ranked(h, d, c.pass, math_rule)? {
-            match self.run_choice(h, d, c, choice) {
+            match self.run_choice(h, d, c, choice, ws) {
                 Ok(()) => {
                     state.algos.insert(key, choice);
                     return Ok(());
@@ -656,17 +645,18 @@ impl CudaDev {
     /// Queues `c` with `choice`'s algorithm and math type and a workspace for it.
     ///
     /// # Safety
-    /// As [`conv`](Self::conv); `h` is the device's handle, `d` describes `c`.
+    /// As [`Runtime::conv`]; `h` is the device's handle, `d` describes `c`.
     unsafe fn run_choice(
         &self,
         h: sys::cudnnHandle_t,
         d: &Descriptors,
         c: &ConvCall,
         choice: Choice,
+        ws: &dyn Workspaces,
     ) -> Result<()> {
         dnn::set_convolution_math_type(d.conv, choice.math)
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
-        let ws = Workspace::new(self, choice.bytes)?;
+        let ws = Workspace::new(ws, choice.bytes)?;
         let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
         let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
             (

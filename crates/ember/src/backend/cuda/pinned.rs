@@ -13,9 +13,9 @@
 //! caching allocator. If pinned memory cannot be had, copies take the pageable path:
 //! slower, never an error.
 
-use super::{CudaDev, Runtime};
-use crate::{Error, Result};
-use cudarc::driver::{result as drv, sys};
+use super::device::CudaDev;
+use super::runtime::RtEvent;
+use crate::Result;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::MutexGuard;
@@ -44,13 +44,11 @@ pub fn set_pinned_staging(on: bool) {
 pub(crate) struct PinnedBlock {
     ptr: *mut u8,
     size: usize,
-    /// `None` on a simulated device, whose copies finish before they return.
-    event: Option<sys::CUevent>,
+    event: RtEvent,
     in_flight: bool,
 }
 
-// SAFETY: the block is plain host memory; the event handle may be used from any
-// thread.
+// SAFETY: the block is plain host memory, used by one thread at a time.
 unsafe impl Send for PinnedBlock {}
 
 /// A device's cached pinned blocks.
@@ -66,27 +64,6 @@ pub(crate) struct PinnedPool {
 }
 
 impl PinnedBlock {
-    /// `true` once the device copy that last used the block has finished.
-    fn idle(&self) -> bool {
-        match (self.in_flight, self.event) {
-            (false, _) | (true, None) => true,
-            // SAFETY: a live event recorded on this device's stream.
-            (true, Some(ev)) => unsafe { drv::event::query(ev) }.is_ok(),
-        }
-    }
-
-    fn wait(&mut self) -> Result<()> {
-        if let (true, Some(ev)) = (self.in_flight, self.event) {
-            // SAFETY: as above.
-            unsafe { drv::event::synchronize(ev) }.map_err(|e| Error::Cuda {
-                op: "cuEventSynchronize",
-                msg: e.to_string(),
-            })?;
-        }
-        self.in_flight = false;
-        Ok(())
-    }
-
     fn bytes(&mut self, len: usize) -> &mut [u8] {
         debug_assert!(len <= self.size);
         // SAFETY: the block holds `size` bytes and nothing else refers to it while
@@ -118,20 +95,27 @@ fn as_bytes_mut<T>(v: &mut [T]) -> &mut [u8] {
 }
 
 impl CudaDev {
+    /// `true` once the device copy that last used `b` has finished.
+    fn block_idle(&self, b: &PinnedBlock) -> bool {
+        !b.in_flight || self.rt().event_done(&b.event)
+    }
+
+    /// Waits for the device copy that last used `b`.
+    fn block_wait(&self, b: &mut PinnedBlock) -> Result<()> {
+        if b.in_flight {
+            self.rt().event_synchronize(&b.event)?;
+        }
+        b.in_flight = false;
+        Ok(())
+    }
+
     /// Queues a copy of `len` bytes from pinned `src` to device `dst`.
     ///
     /// # Safety
-    /// `src` must be pinned (or any host memory on a simulated device) and stay
-    /// untouched until the copy has run; `dst` must hold `len` bytes.
+    /// `src` must be pinned and stay untouched until the copy has run; `dst` must
+    /// hold `len` bytes.
     unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
-        if self.is_simulated() {
-            super::sim::memcpy(dst, src as u64, len);
-            return Ok(());
-        }
-        self.bind()?;
-        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.cu_stream())
-            .result()
-            .map_err(super::cuda_err("cuMemcpyHtoDAsync"))
+        self.rt().htod(dst, src, len)
     }
 
     /// Queues a copy of `len` bytes from device `src` to host `dst`.
@@ -140,14 +124,7 @@ impl CudaDev {
     /// `dst` must hold `len` bytes and not be read before the copy has run (the
     /// stream synchronized or an event after it passed); `src` must hold `len` bytes.
     unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
-        if self.is_simulated() {
-            super::sim::memcpy(dst as u64, src, len);
-            return Ok(());
-        }
-        self.bind()?;
-        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.cu_stream())
-            .result()
-            .map_err(super::cuda_err("cuMemcpyDtoHAsync"))
+        self.rt().dtoh(dst, src, len)
     }
 
     fn pinned_pool(&self) -> MutexGuard<'_, PinnedPool> {
@@ -173,7 +150,11 @@ impl CudaDev {
                 return Ok(None);
             }
             // 1. a cached block of this size class whose last copy is done
-            if let Some(i) = pool.free.iter().position(|b| b.size == want && b.idle()) {
+            if let Some(i) = pool
+                .free
+                .iter()
+                .position(|b| b.size == want && self.block_idle(b))
+            {
                 let mut b = pool.free.swap_remove(i);
                 b.in_flight = false;
                 pool.uses += 1;
@@ -184,7 +165,7 @@ impl CudaDev {
                 let (idle, busy): (Vec<_>, Vec<_>) = pool
                     .free
                     .drain(..)
-                    .partition(|b| b.size != want && b.idle());
+                    .partition(|b| b.size != want && self.block_idle(b));
                 pool.free = busy;
                 for b in idle {
                     pool.total -= b.size;
@@ -212,7 +193,7 @@ impl CudaDev {
                 let mut b = pool.free.swap_remove(i);
                 pool.uses += 1;
                 drop(pool);
-                b.wait()?;
+                self.block_wait(&mut b)?;
                 return Ok(Some(b));
             }
             // ...or for any, which then makes room on the next round
@@ -221,65 +202,32 @@ impl CudaDev {
                 return Ok(None);
             };
             drop(pool);
-            b.wait()?;
+            self.block_wait(&mut b)?;
             self.pinned_pool().free.push(b);
         }
     }
 
     fn alloc_pinned(&self, size: usize) -> std::result::Result<PinnedBlock, String> {
-        match &self.rt {
-            Runtime::Sim => {
-                let layout =
-                    std::alloc::Layout::from_size_align(size, 4096).map_err(|e| e.to_string())?;
-                // SAFETY: a non-zero size with a valid alignment.
-                let ptr = unsafe { std::alloc::alloc(layout) };
-                if ptr.is_null() {
-                    return Err("out of host memory".into());
-                }
-                Ok(PinnedBlock {
-                    ptr,
-                    size,
-                    event: None,
-                    in_flight: false,
-                })
-            }
-            Runtime::Driver { ctx, .. } => {
-                let _ = ctx.bind_to_thread();
-                // SAFETY: a plain allocation in the current context.
-                let ptr = unsafe { drv::malloc_host(size, 0) }.map_err(|e| e.to_string())?;
-                let event = drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                    .map_err(|e| {
-                        // SAFETY: allocated just above, never used.
-                        let _ = unsafe { drv::free_host(ptr) };
-                        e.to_string()
-                    })?;
-                Ok(PinnedBlock {
-                    ptr: ptr.cast(),
-                    size,
-                    event: Some(event),
-                    in_flight: false,
-                })
+        let ptr = self.rt().alloc_host(size)?;
+        match self.rt().event_create(false) {
+            Ok(event) => Ok(PinnedBlock {
+                ptr,
+                size,
+                event,
+                in_flight: false,
+            }),
+            Err(e) => {
+                // SAFETY: allocated just above, never used.
+                unsafe { self.rt().free_host(ptr, size) };
+                Err(e.to_string())
             }
         }
     }
 
     fn free_pinned(&self, b: PinnedBlock) {
-        match b.event {
-            None => {
-                let layout = std::alloc::Layout::from_size_align(b.size, 4096)
-                    .expect("the layout it was allocated with");
-                // SAFETY: allocated by alloc_pinned with this layout; idle.
-                unsafe { std::alloc::dealloc(b.ptr, layout) };
-            }
-            Some(ev) => {
-                let _ = self.bind();
-                // SAFETY: idle (its copy finished), allocated by alloc_pinned.
-                unsafe {
-                    let _ = drv::event::destroy(ev);
-                    let _ = drv::free_host(b.ptr.cast());
-                }
-            }
-        }
+        // SAFETY: idle (its copy finished), allocated by alloc_pinned with its size.
+        unsafe { self.rt().free_host(b.ptr, b.size) };
+        self.rt().event_destroy(b.event);
     }
 
     /// Hands a block back; `queued` says a device copy that uses it was just queued
@@ -301,14 +249,7 @@ impl CudaDev {
 
     /// Marks `b` in flight until the work queued so far on the stream has run.
     fn record_block(&self, b: &mut PinnedBlock) -> Result<()> {
-        if let Some(ev) = b.event {
-            self.bind()?;
-            // SAFETY: a live event and the device's live stream.
-            unsafe { drv::event::record(ev, self.cu_stream()) }.map_err(|e| Error::Cuda {
-                op: "cuEventRecord",
-                msg: e.to_string(),
-            })?;
-        }
+        self.rt().event_record(&mut b.event)?;
         b.in_flight = true;
         Ok(())
     }
@@ -318,7 +259,7 @@ impl CudaDev {
         let mut pool = self.pinned_pool();
         let blocks: Vec<PinnedBlock> = pool.free.drain(..).collect();
         for mut b in blocks {
-            if b.wait().is_ok() {
+            if self.block_wait(&mut b).is_ok() {
                 pool.total -= b.size;
                 self.free_pinned(b);
             } else {
@@ -386,7 +327,7 @@ impl CudaDev {
         pending: &mut VecDeque<(PinnedBlock, usize, usize)>,
     ) -> Result<()> {
         let finish = |(mut b, at, len): (PinnedBlock, usize, usize), dst: &mut [u8]| {
-            b.wait()?;
+            self.block_wait(&mut b)?;
             host_copy(&mut dst[at..at + len], b.bytes(len));
             self.release_pinned(b, false)
         };

@@ -30,9 +30,11 @@
 
 mod dnn;
 mod gemm;
+mod runtime;
 
 pub(crate) use dnn::conv;
 pub(crate) use gemm::gemm;
+pub(crate) use runtime::SimSystem;
 
 use crate::{Error, Result};
 use std::collections::HashMap;

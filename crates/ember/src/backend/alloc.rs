@@ -138,11 +138,6 @@ impl<M: RawMemory> Allocator<M> {
         }
     }
 
-    /// (free, total) bytes of the device, as its memory reports them.
-    pub fn raw_mem_info(&self) -> (usize, usize) {
-        self.raw.mem_info()
-    }
-
     #[cfg(test)]
     pub fn raw(&self) -> &M {
         &self.raw

@@ -1,0 +1,381 @@
+//! The NVIDIA driver's side of the runtime seam: discovery through the driver API,
+//! and one context and stream per GPU, with kernels compiled by NVRTC, GEMMs by
+//! cuBLAS (`blas.rs`) and convolutions by cuDNN (`dnn.rs`).
+//!
+//! Nothing here panics or aborts on a machine without CUDA: the driver library is
+//! located (see [`libs`](super::libs)) before the first driver call (cudarc itself
+//! panics when a library is missing), and every failure becomes a reason string
+//! that [`Error::CudaUnavailable`] carries to the user.
+
+use super::blas::{Blas, GemmCall};
+use super::discover::DeviceProperties;
+use super::dnn::{ConvCall, Dnn};
+use super::libs::{self, CudaLib};
+use super::nvrtc;
+use super::runtime::{Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces};
+use crate::{Error, Result};
+use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub(crate) fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// The oldest CUDA version whose driver ember runs on (the driver API it binds and
+/// the NVRTC that compiles its kernels are CUDA 13.0's).
+const MIN_DRIVER: (u32, u32) = (13, 0);
+
+fn read_driver_version() -> std::result::Result<(u32, u32), String> {
+    let mut v = 0i32;
+    // SAFETY: the driver library is loaded (checked by the caller) and `v` is a
+    // valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+}
+
+/// GPUs as the driver finds them.
+pub(crate) struct DriverSystem;
+
+impl System for DriverSystem {
+    fn discover(&self) -> std::result::Result<usize, String> {
+        libs::ensure(CudaLib::Driver)?;
+        drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
+        let (major, minor) = read_driver_version()?;
+        if (major, minor) < MIN_DRIVER {
+            return Err(format!(
+                "the NVIDIA driver supports CUDA {major}.{minor}; ember needs a driver for CUDA \
+                 {}.{} or newer (R580 or later): it loads CUDA {}.{} driver functions and \
+                 runs kernels compiled by NVRTC {}.{}. Update the NVIDIA driver",
+                MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1, MIN_DRIVER.0, MIN_DRIVER.1
+            ));
+        }
+        let n = drv::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+        if n <= 0 {
+            return Err("the NVIDIA driver is installed but reports no GPU".into());
+        }
+        Ok(n as usize)
+    }
+
+    fn properties(&self, i: usize) -> Result<DeviceProperties> {
+        let dev = drv::device::get(i as i32).map_err(cuda_err("cuDeviceGet"))?;
+        let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
+            // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+            unsafe { drv::device::get_attribute(dev, a) }
+                .map(|v| v as u32)
+                .map_err(cuda_err("cuDeviceGetAttribute"))
+        };
+        use sys::CUdevice_attribute::*;
+        Ok(DeviceProperties {
+            ordinal: i,
+            name: drv::device::get_name(dev).map_err(cuda_err("cuDeviceGetName"))?,
+            compute_capability: (
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ),
+            multiprocessor_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_shared_memory_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?
+                as usize,
+            warp_size: attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+            // SAFETY: as above.
+            total_memory: unsafe { drv::device::total_mem(dev) }
+                .map_err(cuda_err("cuDeviceTotalMem"))?,
+            l2_cache_size: attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            clock_rate_khz: attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
+            memory_bus_width_bits: attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?,
+        })
+    }
+
+    fn driver_version(&self) -> Option<(u32, u32)> {
+        libs::ensure(CudaLib::Driver).ok()?;
+        drv::init().ok()?;
+        read_driver_version().ok()
+    }
+
+    fn is_simulated(&self) -> bool {
+        false
+    }
+
+    fn dnn(&self) -> std::result::Result<(), String> {
+        super::dnn::library()
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| e.clone())
+    }
+
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Runtime>> {
+        Ok(Arc::new(Driver::new(ordinal)?))
+    }
+}
+
+/// One GPU through the driver: its context and ember's stream on it.
+pub(crate) struct Driver {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: u32,
+    sm_count: u32,
+    /// The cuBLAS handle, created at first use.
+    pub(super) blas: Mutex<Option<Blas>>,
+    /// The cuDNN handle and its choices, created at first use.
+    pub(super) dnn: Mutex<Option<Dnn>>,
+    /// The architecture NVRTC compiles for, decided once.
+    compile_arch: OnceLock<std::result::Result<u32, String>>,
+}
+
+impl Driver {
+    fn new(ordinal: usize) -> Result<Driver> {
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
+        // one stream per device: the per-allocation events cudarc can record are
+        // pure overhead here
+        // SAFETY: no CudaSlice of cudarc's is used with this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(cuda_err("cuDeviceGetAttribute"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_err("cuDeviceGetAttribute"))? as u32;
+        Ok(Driver {
+            ctx,
+            stream,
+            arch: (major * 10 + minor) as u32,
+            sm_count,
+            blas: Mutex::new(None),
+            dnn: Mutex::new(None),
+            compile_arch: OnceLock::new(),
+        })
+    }
+
+    /// The device's stream (its context's NULL stream). Every driver, cuBLAS and
+    /// cuDNN call needs the context current on the calling thread ([`bind`]): the
+    /// driver finds the stream through it, and a tensor may be used from a thread
+    /// that never made it current (or that made another GPU's current since).
+    ///
+    /// [`bind`]: Runtime::bind
+    pub(super) fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// The architecture NVRTC compiles this device's kernels for (its own where
+    /// NVRTC supports it).
+    fn compile_arch(&self) -> Result<u32> {
+        self.compile_arch
+            .get_or_init(|| {
+                let supported = nvrtc::supported_archs().map_err(|e| e.to_string())?;
+                let version = nvrtc::version().map_err(|e| e.to_string())?;
+                nvrtc::target_arch(self.arch, &supported, version)
+            })
+            .clone()
+            .map_err(|reason| Error::CudaUnavailable { reason })
+    }
+}
+
+/// A driver event.
+struct DriverEvent(sys::CUevent);
+// SAFETY: a CUevent may be recorded, queried and destroyed from any thread.
+unsafe impl Send for DriverEvent {}
+// SAFETY: as above.
+unsafe impl Sync for DriverEvent {}
+
+/// A loaded kernel: valid while its module stays loaded, which is for the life of
+/// the process.
+struct DriverFunc(sys::CUfunction);
+// SAFETY: CUfunction handles may be used from any thread once the context is
+// current; launching does not mutate the handle.
+unsafe impl Send for DriverFunc {}
+// SAFETY: as above.
+unsafe impl Sync for DriverFunc {}
+
+/// A loaded module (never unloaded).
+struct DriverModule(sys::CUmodule);
+// SAFETY: a module handle is only used under the device's module lock.
+unsafe impl Send for DriverModule {}
+
+impl LoadedModule for DriverModule {
+    fn function(&self, name: &str) -> Result<Func> {
+        let cname =
+            CString::new(name).map_err(|_| Error::invalid("kernel", "NUL in kernel name"))?;
+        // SAFETY: a loaded module that is never unloaded.
+        unsafe { drv::module::get_function(self.0, cname) }
+            .map(|f| Func::new(DriverFunc(f)))
+            .map_err(|e| Error::Cuda {
+                op: "cuModuleGetFunction",
+                msg: format!("{name}: {e}"),
+            })
+    }
+}
+
+impl Runtime for Driver {
+    fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda_err("cuCtxSetCurrent"))
+    }
+
+    fn malloc(&self, bytes: usize) -> std::result::Result<u64, MallocError> {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: a plain allocation in the current context.
+        unsafe { drv::malloc_sync(bytes) }.map_err(|e| MallocError {
+            out_of_memory: e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY,
+            msg: e.to_string(),
+        })
+    }
+
+    fn free(&self, ptr: u64) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `ptr` came from malloc_sync and no queued work uses it.
+        let _ = unsafe { drv::free_sync(ptr) };
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(cuda_err("cuMemGetInfo"))
+    }
+
+    fn alloc_host(&self, bytes: usize) -> std::result::Result<*mut u8, String> {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: a plain allocation in the current context.
+        unsafe { drv::malloc_host(bytes, 0) }
+            .map(|p| p.cast())
+            .map_err(|e| e.to_string())
+    }
+
+    unsafe fn free_host(&self, ptr: *mut u8, _bytes: usize) {
+        let _ = self.ctx.bind_to_thread();
+        let _ = drv::free_host(ptr.cast());
+    }
+
+    unsafe fn htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.cu_stream())
+            .result()
+            .map_err(cuda_err("cuMemcpyHtoDAsync"))
+    }
+
+    unsafe fn dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        self.bind()?;
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.cu_stream())
+            .result()
+            .map_err(cuda_err("cuMemcpyDtoHAsync"))
+    }
+
+    unsafe fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.bind()?;
+        drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream())
+            .map_err(cuda_err("cuMemcpyDtoDAsync"))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(cuda_err("cuStreamSynchronize"))
+    }
+
+    fn event_create(&self, timing: bool) -> Result<RtEvent> {
+        self.bind()?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let ev = drv::event::create(flags).map_err(cuda_err("cuEventCreate"))?;
+        Ok(RtEvent::new(DriverEvent(ev)))
+    }
+
+    fn event_record(&self, e: &mut RtEvent) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a live event and the device's live stream.
+        unsafe { drv::event::record(e.get::<DriverEvent>().0, self.cu_stream()) }
+            .map_err(cuda_err("cuEventRecord"))
+    }
+
+    fn event_done(&self, e: &RtEvent) -> bool {
+        // SAFETY: a live event.
+        unsafe { drv::event::query(e.get::<DriverEvent>().0) }.is_ok()
+    }
+
+    fn event_synchronize(&self, e: &RtEvent) -> Result<()> {
+        // SAFETY: a live event.
+        unsafe { drv::event::synchronize(e.get::<DriverEvent>().0) }
+            .map_err(cuda_err("cuEventSynchronize"))
+    }
+
+    fn event_elapsed_ms(&self, start: &RtEvent, end: &RtEvent) -> Result<f32> {
+        let (a, b) = (start.get::<DriverEvent>().0, end.get::<DriverEvent>().0);
+        // SAFETY: both events are live and recorded.
+        unsafe { drv::event::elapsed(a, b) }.map_err(cuda_err("cuEventElapsedTime"))
+    }
+
+    fn event_destroy(&self, e: RtEvent) {
+        let _ = self.bind();
+        // SAFETY: destroyed once; the driver defers destruction of pending events.
+        let _ = unsafe { drv::event::destroy(e.into_inner::<DriverEvent>().0) };
+    }
+
+    fn load_module(
+        &self,
+        name: &str,
+        source: &str,
+        options: &[String],
+    ) -> Result<Box<dyn LoadedModule>> {
+        let (cubin, _) = nvrtc::cubin(name, source, self.compile_arch()?, options)?;
+        self.bind()?;
+        // SAFETY: `cubin` is a complete ELF image produced by NVRTC for this device.
+        unsafe { drv::module::load_data(cubin.as_ptr().cast()) }
+            .map(|m| Box::new(DriverModule(m)) as Box<dyn LoadedModule>)
+            .map_err(cuda_err("cuModuleLoadData"))
+    }
+
+    fn param_sizes(&self, f: &Func) -> Result<Vec<usize>> {
+        let f = f.get::<DriverFunc>().0;
+        let mut sizes = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: a loaded function and two out-parameters.
+            let r = unsafe { sys::cuFuncGetParamInfo(f, sizes.len(), &mut offset, &mut size) };
+            match r {
+                sys::cudaError_enum::CUDA_SUCCESS => sizes.push(size),
+                // past the last parameter
+                sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE => return Ok(sizes),
+                e => {
+                    return Err(Error::Cuda {
+                        op: "cuFuncGetParamInfo",
+                        msg: format!("{e:?}"),
+                    })
+                }
+            }
+        }
+    }
+
+    unsafe fn launch(
+        &self,
+        f: &Func,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        let f = f.get::<DriverFunc>().0;
+        drv::launch_kernel(f, grid, block, shared_mem, self.cu_stream(), params)
+            .map_err(cuda_err("cuLaunchKernel"))
+    }
+
+    unsafe fn gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
+        self.cublas_gemm(g, ws)
+    }
+
+    unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
+        self.cudnn_conv(c, ws)
+    }
+}

@@ -1,0 +1,169 @@
+//! Kernels of `kernels/nn.cu`: the index ops, integer matrix products and the
+//! fused Adam step.
+
+use super::{fill, launch_n, new_out, suffix, KLayout};
+use crate::backend::cuda::CudaStorage;
+use crate::layout::Layout;
+use crate::Result;
+use std::ffi::c_void;
+
+/// `index_select(src, dim, idx)`: `idx` is a contiguous i64 storage of `n_idx`
+/// valid indices.
+pub(crate) fn index_select(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    n_idx: usize,
+) -> Result<CudaStorage> {
+    let mut shape = l.shape().to_vec();
+    shape[dim] = n_idx;
+    let mut strides = l.strides().to_vec();
+    let dim_stride = strides[dim] as i64;
+    strides[dim] = 0;
+    let n: usize = shape.iter().product();
+    let kl = KLayout::from_parts("index_select", &shape, &strides, l.offset(), false)?;
+    let out = new_out(src.dev(), src.dtype(), n)?;
+    let (ps, pi, po, n64, d) = (src.ptr(), idx.ptr(), out.ptr(), n as i64, dim as i32);
+    let name = format!("index_select_{}", suffix(src.dtype()));
+    launch_n(
+        src.dev(),
+        "nn",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl, dim_stride, d, pi, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// `gather(src, dim, idx)` with `idx` contiguous of shape `ishape`.
+pub(crate) fn gather(
+    src: &CudaStorage,
+    l: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    ishape: &[usize],
+) -> Result<CudaStorage> {
+    let mut strides = l.strides()[..ishape.len()].to_vec();
+    let dim_stride = strides[dim] as i64;
+    strides[dim] = 0;
+    let n: usize = ishape.iter().product();
+    let kl = KLayout::from_parts("gather", ishape, &strides, l.offset(), false)?;
+    let out = new_out(src.dev(), src.dtype(), n)?;
+    let (ps, pi, po, n64) = (src.ptr(), idx.ptr(), out.ptr(), n as i64);
+    let name = format!("gather_{}", suffix(src.dtype()));
+    launch_n(
+        src.dev(),
+        "nn",
+        src.dtype(),
+        &name,
+        n,
+        &mut args![ps, kl, dim_stride, pi, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// In place on the contiguous `dst` of shape `dshape`:
+/// `dst[p with dim replaced by idx[p]] += src[p]` over idx's shape.
+pub(crate) fn scatter_add(
+    dst: &CudaStorage,
+    dshape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    ishape: &[usize],
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
+    let mut ds = crate::layout::contiguous_strides(dshape).to_vec();
+    let dim_stride = ds[dim] as i64;
+    ds[dim] = 0;
+    let n: usize = ishape.iter().product();
+    let kd = KLayout::from_parts("scatter_add", ishape, &ds, 0, false)?;
+    let ks = KLayout::from_parts(
+        "scatter_add",
+        ishape,
+        &ls.strides()[..ishape.len()],
+        ls.offset(),
+        false,
+    )?;
+    let (pd, pi, ps, n64) = (dst.ptr(), idx.ptr(), src.ptr(), n as i64);
+    let name = format!("scatter_add_{}", suffix(dst.dtype()));
+    launch_n(
+        dst.dev(),
+        "nn",
+        dst.dtype(),
+        &name,
+        n,
+        &mut args![pd, kd, dim_stride, pi, ps, ks, n64],
+    )
+}
+
+/// One Adam step on contiguous f32/f64 storages (offsets in elements).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn adam(
+    p: (&CudaStorage, usize),
+    g: (&CudaStorage, usize),
+    m: (&CudaStorage, usize),
+    v: (&CudaStorage, usize),
+    n: usize,
+    h: &crate::backend::op::AdamStep,
+) -> Result<()> {
+    let sz = p.0.dtype().size_in_bytes() as u64;
+    let at = |s: (&CudaStorage, usize)| s.0.ptr() + s.1 as u64 * sz;
+    let (pp, pg, pm, pv) = (at(p), at(g), at(m), at(v));
+    let n64 = n as i64;
+    let dec = h.decoupled as i32;
+    let name = format!("adam_{}", suffix(p.0.dtype()));
+    launch_n(
+        p.0.dev(),
+        "nn",
+        p.0.dtype(),
+        &name,
+        n,
+        &mut args![
+            pp,
+            pg,
+            pm,
+            pv,
+            n64,
+            h.lr,
+            h.b1,
+            h.b2,
+            h.eps,
+            h.bc1,
+            h.bc2,
+            h.weight_decay,
+            dec
+        ],
+    )
+}
+
+/// `a · b` for integer dtypes with ember's kernel: `(batch, m, k, n)` sizes over the
+/// broadcast layouts `la` (batch + [m, k]) and `lb` (batch + [k, n]).
+pub(crate) fn matmul_int(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    (batch, m, k, n): (usize, usize, usize, usize),
+) -> Result<CudaStorage> {
+    let total = batch * m * n;
+    if k == 0 {
+        return fill(a.dev(), a.dtype(), total, 0.0);
+    }
+    let out = new_out(a.dev(), a.dtype(), total)?;
+    let (ka, kb) = (KLayout::new("matmul", la)?, KLayout::new("matmul", lb)?);
+    let (pa, pb, po) = (a.ptr(), b.ptr(), out.ptr());
+    let (m64, k64, n64, t64) = (m as i64, k as i64, n as i64, total as i64);
+    let name = format!("matmul_int_{}", suffix(a.dtype()));
+    launch_n(
+        a.dev(),
+        "nn",
+        a.dtype(),
+        &name,
+        total,
+        &mut args![pa, ka, pb, kb, po, m64, k64, n64, t64],
+    )?;
+    Ok(out)
+}

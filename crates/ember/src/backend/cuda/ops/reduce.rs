@@ -1,0 +1,239 @@
+//! Kernels of `kernels/reduce.cu`: reductions over dims (a warp, a block or
+//! several blocks per output), column sums, and the softmax family.
+
+use super::{new_out, suffix, KLayout, THREADS};
+use crate::backend::cuda::CudaStorage;
+use crate::backend::op::ReduceCode;
+use crate::layout::Layout;
+use crate::{DType, Error, Result};
+use std::ffi::c_void;
+
+/// Reduces the view `l` over `dims` (sorted, unique) with `op`; `out_dtype` is the
+/// dtype itself or i64 (integer sums, arg-reductions). The output is contiguous over
+/// the kept dims.
+pub(crate) fn reduce(
+    x: &CudaStorage,
+    l: &Layout,
+    dims: &[usize],
+    op: ReduceCode,
+    correction: f64,
+    out_dtype: DType,
+) -> Result<CudaStorage> {
+    let rank = l.rank();
+    let n_out: usize = (0..rank)
+        .filter(|d| !dims.contains(d))
+        .map(|d| l.shape()[d])
+        .product();
+    let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
+    let dev = x.dev();
+    let out = new_out(dev, out_dtype, n_out)?;
+    if n_out == 0 {
+        return Ok(out);
+    }
+    // sums and means over the leading dims of a contiguous array: by columns
+    if matches!(op, ReduceCode::Sum | ReduceCode::Mean)
+        && l.is_contiguous()
+        && crate::layout::are_leading(dims)
+        && dims.len() < rank
+        && lane > 0
+    {
+        let divisor = if op == ReduceCode::Mean {
+            lane as f64
+        } else {
+            1.0
+        };
+        col_sum(x, l.offset(), lane, n_out, divisor, out_dtype, &out)?;
+        return Ok(out);
+    }
+    // permute the reduced dims to the end: output o reduces the lane o*lane..
+    let perm: Vec<usize> = (0..rank)
+        .filter(|d| !dims.contains(d))
+        .chain(dims.iter().copied())
+        .collect();
+    let shape: Vec<usize> = perm.iter().map(|&d| l.shape()[d]).collect();
+    let strides: Vec<usize> = perm.iter().map(|&d| l.strides()[d]).collect();
+    let contiguous = l.is_contiguous() && perm.iter().enumerate().all(|(i, &d)| i == d);
+    let kl = KLayout::from_parts("reduce", &shape, &strides, l.offset(), contiguous)?;
+    let i64_out = out_dtype != x.dtype();
+    let name = |kind: &str| out_kernel(&format!("reduce{kind}"), x.dtype(), i64_out);
+    let (px, po, no, ln, code) = (x.ptr(), out.ptr(), n_out as i64, lane as i64, op as i32);
+    let cap = |blocks: usize| blocks.clamp(1, 65535 * 32) as u32;
+    match reduce_plan(n_out, lane, dev.sm_count as usize) {
+        ReducePlan::WarpPerOutput => {
+            let f = dev.func("reduce", x.dtype(), &name("_warp"))?;
+            let mut p = args![px, kl, po, no, ln, code, correction];
+            let grid = cap(n_out.div_ceil(THREADS as usize / 32));
+            // SAFETY: parameters match `reduce_warp_<T>[_i64]` in kernels/reduce.cu.
+            unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+        ReducePlan::BlockPerOutput => {
+            let f = dev.func("reduce", x.dtype(), &name(""))?;
+            let mut p = args![px, kl, po, no, ln, code, correction];
+            // SAFETY: parameters match `reduce_<T>[_i64]` in kernels/reduce.cu.
+            unsafe { dev.launch(&f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+        ReducePlan::Split(splits) => {
+            let slots = n_out * splits;
+            // three arrays of `slots` 8-byte entries: values (the accumulator type,
+            // at most 8 bytes), indices or counts, and the variance's M2
+            let partials = CudaStorage::alloc(dev, DType::I64, 3 * slots)?;
+            let pv = partials.ptr();
+            let (pi, pm) = (pv + 8 * slots as u64, pv + 16 * slots as u64);
+            let sp = splits as i64;
+            let f = dev.func(
+                "reduce",
+                x.dtype(),
+                &out_kernel("reduce_partial", x.dtype(), false),
+            )?;
+            let mut p = args![px, kl, no, ln, sp, code, pv, pi, pm];
+            // SAFETY: parameters match `reduce_partial_<T>`; the partial arrays hold
+            // `slots` entries each.
+            unsafe { dev.launch(&f, (cap(slots), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+            let f = dev.func("reduce", x.dtype(), &name("_finish"))?;
+            let mut p = args![pv, pi, pm, po, no, ln, sp, code, correction];
+            // SAFETY: parameters match `reduce_finish_<T>[_i64]`; `partials` is
+            // freed after both launches, in stream order.
+            unsafe { dev.launch(&f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+        }
+    }
+    Ok(out)
+}
+
+/// `out[c] = sum over r of x[r * cols + c] / divisor` for the contiguous
+/// `[rows, cols]` array at element `offset` of `x` (`col_sum_<T>` in reduce.cu).
+/// When the column tiles alone would leave the GPU idle, the rows are split over
+/// several block rows whose partials (in the accumulation type) a second launch
+/// sums.
+fn col_sum(
+    x: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    divisor: f64,
+    out_dtype: DType,
+    out: &CudaStorage,
+) -> Result<()> {
+    const COL_W: usize = 32;
+    const COL_H: u32 = 8;
+    let dev = x.dev();
+    let (dt, i64_out) = (x.dtype(), out_dtype != x.dtype());
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let tiles = cols.div_ceil(COL_W);
+    let busy = dev.sm_count.max(1) as usize * 4;
+    // each block row takes at least 64 rows
+    let splits = busy.div_ceil(tiles).min(rows.div_ceil(64)).clamp(1, 65535);
+    // gridDim.x is at most 2^31 - 1
+    let grid_x = i32::try_from(tiles)
+        .map(|t| t as u32)
+        .map_err(|_| Error::invalid("sum", format!("{cols} columns exceed the GPU's grid")))?;
+    let (r, c) = (rows as i64, cols as i64);
+    let block = (COL_W as u32, COL_H, 1);
+    if splits == 1 {
+        let f = dev.func("reduce", dt, &out_kernel("col_sum", dt, i64_out))?;
+        let po = out.ptr();
+        let mut p = args![px, po, r, c, divisor];
+        // SAFETY: parameters match `col_sum_<T>[_i64]`; `x` holds rows * cols
+        // elements from `offset`, `out` holds cols.
+        return unsafe { dev.launch(&f, (grid_x, 1, 1), block, 0, &mut p) };
+    }
+    // partials: `splits` rows of `cols` values in the accumulation type (at most
+    // 8 bytes each)
+    let partials = CudaStorage::alloc(dev, DType::I64, splits * cols)?;
+    let pp = partials.ptr();
+    let one = 1.0f64;
+    let f = dev.func("reduce", dt, &format!("col_sum_{}_acc", suffix(dt)))?;
+    let mut p = args![px, pp, r, c, one];
+    // SAFETY: parameters match `col_sum_<T>_acc`; the partials hold splits * cols.
+    unsafe { dev.launch(&f, (grid_x, splits as u32, 1), block, 0, &mut p) }?;
+    let f = dev.func("reduce", dt, &out_kernel("col_sum_acc", dt, i64_out))?;
+    let (po, sr) = (out.ptr(), splits as i64);
+    let mut p = args![pp, po, sr, c, divisor];
+    // SAFETY: parameters match `col_sum_acc_<T>[_i64]`; `partials` is freed after
+    // both launches, in stream order.
+    unsafe { dev.launch(&f, (grid_x, 1, 1), block, 0, &mut p) }
+}
+
+/// The name of kernel `base` for input `dtype`: `{base}_{suffix}`, with `_i64` for
+/// the instance that writes int64 (integer sums, arg-reductions).
+fn out_kernel(base: &str, dtype: DType, i64_out: bool) -> String {
+    let tail = if i64_out { "_i64" } else { "" };
+    format!("{base}_{}{tail}", suffix(dtype))
+}
+
+/// How a reduction of `n_out` outputs over lanes of `lane` elements is spread over
+/// a GPU with `sm_count` multiprocessors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReducePlan {
+    /// Short lanes, enough of them: a warp per output (a block would leave most of
+    /// its threads idle).
+    WarpPerOutput,
+    /// A block per output.
+    BlockPerOutput,
+    /// Few outputs over long lanes (a full sum): each lane in this many chunks,
+    /// reduced by separate blocks and then combined.
+    Split(usize),
+}
+
+fn reduce_plan(n_out: usize, lane: usize, sm_count: usize) -> ReducePlan {
+    /// Lanes up to this long go a warp per output.
+    const WARP_LANE: usize = 512;
+    /// The fewest elements a chunk of a split lane holds.
+    const MIN_CHUNK: usize = 8192;
+    // blocks that keep every multiprocessor busy
+    let busy = sm_count.max(1) * 4;
+    if lane <= WARP_LANE && n_out >= sm_count {
+        ReducePlan::WarpPerOutput
+    } else if n_out < busy && lane >= 2 * MIN_CHUNK {
+        ReducePlan::Split(busy.div_ceil(n_out).min(lane / MIN_CHUNK))
+    } else {
+        ReducePlan::BlockPerOutput
+    }
+}
+
+/// Softmax or log-softmax over the rows of a contiguous view of `rows * cols`
+/// elements starting at `offset`.
+pub(crate) fn softmax_rows(
+    x: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, x.dtype(), rows * cols)?;
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        x.dtype(),
+        &format!("softmax_{}", suffix(x.dtype())),
+    )?;
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let (po, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
+    let mut p = args![px, po, r, c, lg];
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: parameters match `softmax_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduction_plans() {
+        use ReducePlan::*;
+        // an H100: 132 multiprocessors, 528 blocks keep it busy
+        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
+        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
+        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
+        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
+    }
+}

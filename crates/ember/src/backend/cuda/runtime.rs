@@ -1,0 +1,211 @@
+//! The seam between ember's CUDA code and what executes it: the NVIDIA driver
+//! (with cuBLAS and cuDNN) or ember's simulator, chosen once per process by
+//! [`system`]. Everything above this file (the device, the caching allocator, the
+//! pinned copies, the kernel launches of `ops`) talks to a [`Runtime`] and never
+//! asks which one it is.
+//!
+//! A runtime hands out opaque handles (loaded modules, kernel functions, events)
+//! and is the only code that looks inside them.
+
+use super::blas::GemmCall;
+use super::discover::DeviceProperties;
+use super::dnn::ConvCall;
+use crate::Result;
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+/// How GPUs are found and opened: the driver's way or the simulator's.
+pub(crate) trait System: Send + Sync {
+    /// The number of usable GPUs, or why there is none.
+    fn discover(&self) -> std::result::Result<usize, String>;
+    /// What `torch.cuda.get_device_properties(i)` reports (`i` exists).
+    fn properties(&self, i: usize) -> Result<DeviceProperties>;
+    /// The CUDA version the driver supports; `None` without one (or simulated).
+    fn driver_version(&self) -> Option<(u32, u32)>;
+    /// `true` for the simulator (reported to users; nothing in ember branches on it).
+    fn is_simulated(&self) -> bool;
+    /// Whether convolutions can go to cuDNN (or the simulator's stand-in for it),
+    /// or why not.
+    fn dnn(&self) -> std::result::Result<(), String>;
+    /// The runtime of GPU `ordinal` (one context and stream).
+    fn open(&self, ordinal: usize) -> Result<Arc<dyn Runtime>>;
+}
+
+/// The system of this process: the simulator when `EMBER_CUDA_SIMULATOR` asks for
+/// it, else the driver. Decided at first use.
+pub(crate) fn system() -> &'static dyn System {
+    static SYSTEM: OnceLock<Box<dyn System>> = OnceLock::new();
+    SYSTEM
+        .get_or_init(|| match super::sim::enabled() {
+            Some(n) => Box::new(super::sim::SimSystem::new(n)),
+            None => Box::new(super::driver::DriverSystem),
+        })
+        .as_ref()
+}
+
+/// A device allocation that failed: out of memory (the caching allocator then
+/// frees its cache and retries) or another error of the runtime's.
+#[derive(Debug)]
+pub(crate) struct MallocError {
+    pub out_of_memory: bool,
+    pub msg: String,
+}
+
+/// Device memory that library calls (cuBLAS, cuDNN workspaces) take from ember's
+/// caching allocator.
+pub(crate) trait Workspaces {
+    /// A block of at least `bytes` from the allocator.
+    fn alloc(&self, bytes: usize) -> Result<u64>;
+    /// Gives a block from [`alloc`](Self::alloc) back (work queued before still
+    /// owns it: blocks go only to later work on the same stream).
+    fn free(&self, ptr: u64);
+    /// Returns the allocator's cached blocks to the runtime, for a library whose own
+    /// allocation failed.
+    fn release_cached(&self);
+}
+
+/// One GPU: its context, its stream, and what runs there. Work is queued in order
+/// on the stream; copies to the host and `synchronize` wait for it.
+pub(crate) trait Runtime: Send + Sync {
+    /// The number of multiprocessors.
+    fn sm_count(&self) -> u32;
+    /// Makes the device's context current on the calling thread (cheap when it is).
+    fn bind(&self) -> Result<()>;
+
+    /// A new device allocation of `bytes`.
+    fn malloc(&self, bytes: usize) -> std::result::Result<u64, MallocError>;
+    /// Frees an allocation of [`malloc`](Self::malloc) no queued work uses.
+    fn free(&self, ptr: u64);
+    /// (free, total) bytes of device memory.
+    fn mem_info(&self) -> Result<(usize, usize)>;
+    /// Page-locked host memory of `bytes` for staging copies.
+    fn alloc_host(&self, bytes: usize) -> std::result::Result<*mut u8, String>;
+    /// Frees a block of [`alloc_host`](Self::alloc_host) no queued copy uses.
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc_host(bytes)` and is freed once.
+    unsafe fn free_host(&self, ptr: *mut u8, bytes: usize);
+
+    /// Queues a copy of `bytes` from host `src` to device `dst`.
+    ///
+    /// # Safety
+    /// `src` holds `bytes` (pinned, or the driver stages it) and stays untouched
+    /// until the copy has run; `dst` holds `bytes`.
+    unsafe fn htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+    /// Queues a copy of `bytes` from device `src` to host `dst`.
+    ///
+    /// # Safety
+    /// `dst` holds `bytes` and is not read before the copy has run; `src` holds
+    /// `bytes`.
+    unsafe fn dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
+    /// Queues a copy between two device ranges.
+    ///
+    /// # Safety
+    /// Both ranges lie within live allocations of at least `bytes`.
+    unsafe fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    /// Waits until all queued work has finished.
+    fn synchronize(&self) -> Result<()>;
+
+    /// A new event (`timing` for elapsed-time queries).
+    fn event_create(&self, timing: bool) -> Result<RtEvent>;
+    /// Records `e` on the stream now.
+    fn event_record(&self, e: &mut RtEvent) -> Result<()>;
+    /// `true` once the work queued before the last record of `e` has finished.
+    fn event_done(&self, e: &RtEvent) -> bool;
+    /// Waits for the work queued before the last record of `e`.
+    fn event_synchronize(&self, e: &RtEvent) -> Result<()>;
+    /// Milliseconds of device time from `start` to `end` (both recorded, done).
+    fn event_elapsed_ms(&self, start: &RtEvent, end: &RtEvent) -> Result<f32>;
+    /// Destroys an event (the runtime defers it while the event is pending).
+    fn event_destroy(&self, e: RtEvent);
+
+    /// Compiles `source` for this device (through the caches) and loads it; `name`
+    /// names the module in messages and cache files.
+    fn load_module(
+        &self,
+        name: &str,
+        source: &str,
+        options: &[String],
+    ) -> Result<Box<dyn LoadedModule>>;
+    /// The byte sizes of a kernel's parameters, in order.
+    fn param_sizes(&self, f: &Func) -> Result<Vec<usize>>;
+    /// Queues `f` on the stream.
+    ///
+    /// # Safety
+    /// `params` point at values matching the kernel's parameter list, and every
+    /// device pointer among them is valid for what the kernel accesses.
+    unsafe fn launch(
+        &self,
+        f: &Func,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()>;
+
+    /// Queues a strided-batched GEMM (cuBLAS's contract).
+    ///
+    /// # Safety
+    /// The pointers, leading dimensions and strides of `g` describe live device
+    /// memory holding every element they address.
+    unsafe fn gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()>;
+    /// Queues a convolution pass (cuDNN's contract).
+    ///
+    /// # Safety
+    /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
+    /// `c.geom`.
+    unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
+}
+
+/// A compiled module loaded on one device.
+pub(crate) trait LoadedModule: Send {
+    /// The kernel `name` (an `extern "C" __global__` function).
+    fn function(&self, name: &str) -> Result<Func>;
+}
+
+/// A kernel function of one runtime (opaque outside it).
+#[derive(Clone)]
+pub(crate) struct Func(Arc<dyn Any + Send + Sync>);
+
+impl Func {
+    pub(crate) fn new<T: Any + Send + Sync>(f: T) -> Func {
+        Func(Arc::new(f))
+    }
+
+    /// The runtime's own view of the function.
+    pub(crate) fn get<T: Any>(&self) -> &T {
+        self.0
+            .downcast_ref()
+            .expect("a kernel function of the runtime that loaded it")
+    }
+}
+
+/// An event of one runtime (opaque outside it).
+pub(crate) struct RtEvent(Box<dyn Any + Send + Sync>);
+
+impl RtEvent {
+    pub(crate) fn new<T: Any + Send + Sync>(e: T) -> RtEvent {
+        RtEvent(Box::new(e))
+    }
+
+    pub(crate) fn get<T: Any>(&self) -> &T {
+        self.0
+            .downcast_ref()
+            .expect("an event of the runtime that made it")
+    }
+
+    pub(crate) fn get_mut<T: Any>(&mut self) -> &mut T {
+        self.0
+            .downcast_mut()
+            .expect("an event of the runtime that made it")
+    }
+
+    pub(crate) fn into_inner<T: Any>(self) -> T {
+        *self
+            .0
+            .downcast()
+            .ok()
+            .expect("an event of the runtime that made it")
+    }
+}

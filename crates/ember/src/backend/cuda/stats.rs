@@ -1,0 +1,192 @@
+//! The public face of the CUDA runtime (re-exported as `ember::cuda::*`):
+//! synchronization, memory statistics, events, TF32 and the host-fallback count.
+
+use super::device::{dev, existing, CudaDev};
+use super::runtime::RtEvent;
+use crate::backend::alloc::MemoryStats;
+use crate::{Device, Error, Result};
+use std::sync::Arc;
+
+fn cuda_index(device: Device) -> Result<usize> {
+    match device {
+        Device::Cuda(i) => Ok(i),
+        other => Err(Error::invalid(
+            "cuda",
+            format!("expected a CUDA device (cuda:N), got {other}"),
+        )),
+    }
+}
+
+/// Waits until all work queued on `device` has finished
+/// (`torch.cuda.synchronize(device)`). A no-op for the CPU and `meta`.
+pub fn synchronize(device: &Device) -> Result<()> {
+    match device {
+        Device::Cuda(i) => dev(*i)?.synchronize(),
+        // nothing runs asynchronously there
+        Device::Cpu | Device::Meta => Ok(()),
+    }
+}
+
+/// The caching allocator's statistics for `device` (all zero before its first use).
+pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
+    let i = cuda_index(*device)?;
+    super::discover::check_device(*device)?;
+    Ok(existing(i).map_or_else(MemoryStats::default, |d| d.memory_stats()))
+}
+
+/// Bytes held by tensors on `device` (`torch.cuda.memory_allocated`).
+pub fn memory_allocated(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.allocated)
+}
+
+/// Bytes taken from the driver, cached blocks included (`torch.cuda.memory_reserved`).
+pub fn memory_reserved(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.reserved)
+}
+
+/// The most bytes held by tensors since the start or the last
+/// [`reset_peak_memory_stats`] (`torch.cuda.max_memory_allocated`).
+pub fn max_memory_allocated(device: &Device) -> Result<usize> {
+    Ok(memory_stats(device)?.peak_allocated)
+}
+
+/// Starts peak tracking again from the current usage.
+pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
+    dev(cuda_index(*device)?)?.reset_peak();
+    Ok(())
+}
+
+/// Returns cached, unused device memory to the driver (`torch.cuda.empty_cache`),
+/// and the idle pinned host blocks that stage copies.
+pub fn empty_cache(device: &Device) -> Result<()> {
+    dev(cuda_index(*device)?)?.empty_cache();
+    Ok(())
+}
+
+/// What ember's pinned host memory for copies to and from one GPU holds
+/// (`torch.cuda.host_memory_stats`' core).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostMemoryStats {
+    /// Bytes of page-locked host memory kept for staging copies.
+    pub reserved: usize,
+    /// Copies (or chunks of large copies) staged through it since the start.
+    pub staged_copies: u64,
+}
+
+/// Statistics of the pinned host memory that stages `device`'s copies (zero before
+/// its first copy). [`empty_cache`] returns the idle blocks.
+pub fn host_memory_stats(device: &Device) -> Result<HostMemoryStats> {
+    let i = cuda_index(*device)?;
+    super::discover::check_device(*device)?;
+    Ok(existing(i).map_or_else(HostMemoryStats::default, |d| {
+        let (reserved, staged_copies) = d.pinned_stats();
+        HostMemoryStats {
+            reserved,
+            staged_copies,
+        }
+    }))
+}
+
+/// (free, total) bytes of device memory as the driver sees them
+/// (`torch.cuda.mem_get_info`); creates the device's context.
+pub fn mem_get_info(device: &Device) -> Result<(usize, usize)> {
+    dev(cuda_index(*device)?)?.mem_get_info()
+}
+
+static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets f32 matrix products use TF32 tensor cores (10-bit mantissa inputs, f32
+/// accumulate), like `torch.backends.cuda.matmul.allow_tf32 = True`. Off by default.
+pub fn set_allow_tf32(on: bool) {
+    ALLOW_TF32.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether f32 matrix products may use TF32.
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A point in a device's stream, for timing GPU work (`torch.cuda.Event(enable_timing=True)`).
+///
+/// ```no_run
+/// # use ember::prelude::*;
+/// let dev = Device::Cuda(0);
+/// let a = Tensor::randn([4096, 4096], &dev)?;
+/// let start = ember::cuda::Event::record(&dev)?;
+/// let c = a.matmul(&a)?;
+/// let end = ember::cuda::Event::record(&dev)?;
+/// println!("{:.3} ms", start.elapsed_ms(&end)?); // waits for `end`
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct Event {
+    ev: Option<RtEvent>,
+    dev: Arc<CudaDev>,
+}
+
+impl Event {
+    /// Records an event on `device`'s stream now.
+    pub fn record(device: &Device) -> Result<Event> {
+        let d = dev(cuda_index(*device)?)?;
+        let mut ev = d.rt().event_create(true)?;
+        if let Err(e) = d.rt().event_record(&mut ev) {
+            d.rt().event_destroy(ev);
+            return Err(e);
+        }
+        Ok(Event {
+            ev: Some(ev),
+            dev: d,
+        })
+    }
+
+    fn raw(&self) -> &RtEvent {
+        self.ev
+            .as_ref()
+            .expect("an event is destroyed only by drop")
+    }
+
+    /// Waits until the work queued before this event has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.dev.rt().event_synchronize(self.raw())
+    }
+
+    /// Milliseconds of GPU time from this event to `end` (waits for `end`).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        if !Arc::ptr_eq(&self.dev, &end.dev) {
+            return Err(Error::invalid(
+                "Event::elapsed_ms",
+                format!(
+                    "the events were recorded on two devices ({} and {})",
+                    self.dev.device(),
+                    end.dev.device()
+                ),
+            ));
+        }
+        end.synchronize()?;
+        self.dev.rt().event_elapsed_ms(self.raw(), end.raw())
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Some(ev) = self.ev.take() {
+            self.dev.rt().event_destroy(ev);
+        }
+    }
+}
+
+thread_local! {
+    static HOST_FALLBACKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+pub(crate) fn count_host_fallback() {
+    HOST_FALLBACKS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many times an operation on a CUDA tensor ran on the host, on the calling
+/// thread, because ember has no CUDA kernel for it (the values are copied to the
+/// host, computed there and copied back: correct, but slow). Per thread, so that a
+/// loop can check its own operations while other threads work; benchmarks and tests
+/// read it to see which ops stay on the GPU.
+pub fn host_fallback_count() -> u64 {
+    HOST_FALLBACKS.with(|c| c.get())
+}
