@@ -107,6 +107,13 @@ pub enum Error {
         msg: String,
     },
 
+    /// Values were asked of a tensor on the `meta` device, which has none.
+    #[error("{op}: meta tensors have no data (a tensor on the meta device has a shape, dtype and strides but no values); {hint}")]
+    MetaNoData {
+        op: &'static str,
+        hint: &'static str,
+    },
+
     /// Any other invalid argument, with an explanation.
     #[error("{op}: {msg}")]
     InvalidArgument { op: &'static str, msg: String },

@@ -140,9 +140,10 @@ impl Kernel {
                             format!("argument {k}: the tensor is not contiguous; call .contiguous() first"),
                         ));
                     }
-                    let st = t.cuda_storage().expect("a tensor on the kernel's GPU");
+                    let guard = t.read();
+                    let st = guard.as_cuda().expect("a tensor on the kernel's GPU");
                     let ptr = st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64;
-                    guards.push(st);
+                    guards.push(guard);
                     ptr
                 }
                 Arg::I32(v) => v as u32 as u64,

@@ -201,6 +201,36 @@ impl Layout {
         })
     }
 
+    /// `true` when two positions of the layout share an element (an expanded view).
+    pub fn is_overlapping(&self) -> bool {
+        let l = self;
+        l.shape()
+            .iter()
+            .zip(l.strides())
+            .any(|(&n, &s)| n > 1 && s == 0)
+            || {
+                // strides that interleave (e.g. as_strided tricks) cannot be built by ember's
+                // views except through stride 0, so sorting strides is a complete check here
+                let mut dims: Vec<(usize, usize)> = l
+                    .shape()
+                    .iter()
+                    .zip(l.strides())
+                    .filter(|(&n, _)| n > 1)
+                    .map(|(&n, &s)| (s, n))
+                    .collect();
+                dims.sort_unstable();
+                let mut extent = 1;
+                let mut bad = false;
+                for (s, n) in dims {
+                    if s < extent {
+                        bad = true;
+                    }
+                    extent = s * (n - 1) + extent.max(1);
+                }
+                bad
+            }
+    }
+
     pub(crate) fn transpose(&self, a: usize, b: usize) -> Layout {
         let mut l = self.clone();
         l.shape.swap(a, b);

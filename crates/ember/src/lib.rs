@@ -55,9 +55,9 @@ pub mod cuda {
     };
     pub use crate::backend::cuda::pinned::set_pinned_staging;
     pub use crate::backend::cuda::{
-        allow_tf32, empty_cache, host_fallback_count, host_memory_stats, max_memory_allocated,
-        mem_get_info, memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats,
-        set_allow_tf32, synchronize, Event, HostMemoryStats, MemoryStats,
+        allow_tf32, empty_cache, host_memory_stats, max_memory_allocated, mem_get_info,
+        memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
+        synchronize, Event, HostMemoryStats, MemoryStats,
     };
 
     /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): off by default
@@ -70,6 +70,13 @@ pub mod cuda {
     }
 }
 
+/// The `meta` device's accounting: a hook that sees every meta allocation and free,
+/// with the training phase and the module that asked (what a memory estimator
+/// replays). See [`Device::Meta`].
+pub mod meta {
+    pub use crate::backend::meta::account::*;
+}
+
 /// Host-side memory management (the pool of freed CPU buffers).
 pub mod cpu {
     pub use crate::backend::cpu::info::{cpu_info, CpuInfo};
@@ -78,6 +85,8 @@ pub mod cpu {
 
 /// The names most programs need: `use ember::prelude::*;`.
 pub mod prelude {
+    pub use crate::nn::Module;
+    pub use crate::optim::Optimizer;
     pub use crate::{Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor};
 }
 

@@ -170,6 +170,7 @@ impl Tensor {
             ));
         }
         let _no_grad = no_grad_guard();
+        let _phase = crate::meta::enter_phase(crate::meta::Phase::Backward);
         // topological order of the nodes reachable from self (iterative DFS)
         let mut order: Vec<Tensor> = Vec::new();
         let mut seen: HashMap<usize, ()> = HashMap::new();

@@ -1,11 +1,24 @@
-//! Storage and kernels per device. Only this layer knows how values are held and
-//! how a kernel runs; the tensor layer validates and dispatches on [`Storage`].
+//! Storage and kernels per device: the only layer that knows how values are held
+//! and how a kernel runs.
+//!
+//! - [`storage`]: the one dispatch point, [`Storage`] `{ Cpu, Cuda, Meta }` with a
+//!   method per primitive, and the [`BackendStorage`] trait every device implements;
+//! - [`op`]: the op vocabulary (what each primitive computes, device-neutral);
+//! - [`cpu`], [`cuda`], [`meta`]: the devices; they never import each other, and
+//!   nothing here imports the tensor, nn, optim, io or train layers;
+//! - [`host`]: the host memory pool both the CPU and CUDA copies draw on;
+//!   [`alloc`]: the caching allocator's logic (CUDA memory, and the memory
+//!   estimator's replay of meta allocations).
 
 pub(crate) mod alloc;
 pub mod cpu;
 pub mod cuda;
 pub mod host;
+pub mod meta;
 pub(crate) mod op;
+pub(crate) mod storage;
+
+pub(crate) use storage::{Dist, Storage};
 
 /// PyTorch's default seed, so unseeded programs are repeatable too.
 const DEFAULT_SEED: u64 = 67280421310721;
@@ -14,24 +27,8 @@ const DEFAULT_SEED: u64 = 67280421310721;
 /// gives the same sequence of random tensors. The CPU draws from a ChaCha stream and
 /// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a
 /// seed gives repeatable values on each device, but not the same values on the CPU
-/// and on a GPU.
+/// and on a GPU. (`meta` tensors draw nothing.)
 pub fn manual_seed(seed: u64) {
     cpu::random::seed(seed);
     cuda::random::seed(seed);
-}
-
-/// The values behind a tensor, on one device.
-#[derive(Debug)]
-pub(crate) enum Storage {
-    Cpu(cpu::CpuStorage),
-    Cuda(cuda::CudaStorage),
-}
-
-impl Storage {
-    pub(crate) fn dtype(&self) -> crate::DType {
-        match self {
-            Storage::Cpu(s) => s.dtype(),
-            Storage::Cuda(s) => s.dtype(),
-        }
-    }
 }

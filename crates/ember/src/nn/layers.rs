@@ -1,6 +1,6 @@
 //! Layers and activations.
 
-use super::{move_parameter, parameter, Module};
+use super::{assign, empty_parameter, move_parameter, parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// `y = x Wᵀ + b` (`nn.Linear`). Weights and bias start uniform in
@@ -23,11 +23,7 @@ impl Linear {
         bias: bool,
         device: &Device,
     ) -> Result<Linear> {
-        let bound = if in_features > 0 {
-            1.0 / (in_features as f64).sqrt()
-        } else {
-            0.0
-        };
+        let bound = uniform_bound(in_features);
         let weight = parameter(Tensor::uniform(
             -bound,
             bound,
@@ -102,6 +98,43 @@ impl Module for Linear {
         }
         Ok(())
     }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        empty_weight_bias(&mut self.weight, &mut self.bias, device)
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        let bound = uniform_bound(self.weight.shape()[1]);
+        reset_uniform(&self.weight, self.bias.as_ref(), bound)
+    }
+}
+
+/// PyTorch's default bound `1/sqrt(fan_in)` of Linear and Conv2d weights and biases
+/// (Kaiming-uniform with a = √5), 0 for an empty fan-in.
+fn uniform_bound(fan_in: usize) -> f64 {
+    if fan_in > 0 {
+        1.0 / (fan_in as f64).sqrt()
+    } else {
+        0.0
+    }
+}
+
+/// Draws `weight` (then `bias`) again, uniform in `±bound`, in place.
+fn reset_uniform(weight: &Tensor, bias: Option<&Tensor>, bound: f64) -> Result<()> {
+    for p in std::iter::once(weight).chain(bias) {
+        let fresh = Tensor::uniform(-bound, bound, p.shape(), p.dtype(), &p.device())?;
+        assign(p, &fresh)?;
+    }
+    Ok(())
+}
+
+/// `to_empty` of a weight and an optional bias.
+fn empty_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, device: &Device) -> Result<()> {
+    *w = empty_parameter(w, device)?;
+    if let Some(t) = b {
+        *t = empty_parameter(t, device)?;
+    }
+    Ok(())
 }
 
 /// Layers applied in order (`nn.Sequential`); parameters are named `"<index>.<name>"`.
@@ -147,7 +180,9 @@ impl Sequential {
 impl Module for Sequential {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut h = x.clone();
-        for layer in &self.layers {
+        for (i, layer) in self.layers.iter().enumerate() {
+            // meta allocations say which layer asked (`"3"`, `"3.1"`, ...)
+            let _scope = crate::meta::enter_module(i);
             h = layer.forward(&h)?;
         }
         Ok(h)
@@ -163,6 +198,16 @@ impl Module for Sequential {
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
         self.layers.iter_mut().try_for_each(|l| l.to_device(device))
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.layers.iter_mut().try_for_each(|l| l.to_empty(device))
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        self.layers
+            .iter_mut()
+            .try_for_each(|l| l.reset_parameters())
     }
 
     fn set_training(&mut self, training: bool) {
@@ -283,12 +328,7 @@ impl Conv2d {
                 format!("in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({g})"),
             ));
         }
-        let fan_in = in_channels / g * kernel * kernel;
-        let bound = if fan_in > 0 {
-            1.0 / (fan_in as f64).sqrt()
-        } else {
-            0.0
-        };
+        let bound = uniform_bound(in_channels / g * kernel * kernel);
         let shape = [out_channels, in_channels / g, kernel, kernel];
         Ok(Conv2d {
             weight: parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?,
@@ -323,6 +363,15 @@ impl Module for Conv2d {
             self.bias = Some(move_parameter(b, device)?);
         }
         Ok(())
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        empty_weight_bias(&mut self.weight, &mut self.bias, device)
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        let fan_in: usize = self.weight.shape()[1..].iter().product();
+        reset_uniform(&self.weight, self.bias.as_ref(), uniform_bound(fan_in))
     }
 }
 
@@ -415,6 +464,21 @@ impl Module for LazyLinear {
         self.device = *device;
         match self.inner.get_mut() {
             Some(l) => l.to_device(device),
+            None => Ok(()),
+        }
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.device = *device;
+        match self.inner.get_mut() {
+            Some(l) => l.to_empty(device),
+            None => Ok(()),
+        }
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        match self.inner.get_mut() {
+            Some(l) => l.reset_parameters(),
             None => Ok(()),
         }
     }

@@ -51,8 +51,40 @@ pub trait Module: Send + Sync {
         all
     }
 
-    /// Moves every parameter (and buffer) to `device`.
+    /// Moves every parameter (and buffer) to `device`. A model on `meta` has no
+    /// values to move: use [`to_empty`](Self::to_empty) for it.
     fn to_device(&mut self, _device: &Device) -> Result<()> {
+        Ok(())
+    }
+
+    /// Replaces every parameter and buffer with uninitialised storage of its shape
+    /// and dtype on `device` (`module.to_empty(device=...)`), typically for a model
+    /// built on `meta`; then [`reset_parameters`](Self::reset_parameters) or load a
+    /// state dict. Parameters stay leaves that require a gradient.
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::prelude::*;
+    /// // the structure first, without memory or random draws...
+    /// let mut model = nn::Sequential::new()
+    ///     .add(nn::Linear::new(784, 1024, &Device::Meta)?)
+    ///     .add(nn::ReLU)
+    ///     .add(nn::Linear::new(1024, 10, &Device::Meta)?);
+    /// let y = model.forward(&Tensor::zeros([64, 784], DType::F32, &Device::Meta)?)?;
+    /// assert_eq!((y.shape(), y.device()), (&[64, 10][..], Device::Meta));
+    /// // ...then the memory, and the initial values
+    /// model.to_empty(&Device::Cpu)?;
+    /// model.reset_parameters()?;
+    /// assert_eq!(model.parameters()[0].device(), Device::Cpu);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    fn to_empty(&mut self, _device: &Device) -> Result<()> {
+        Ok(())
+    }
+
+    /// Initialises the parameters and buffers again as a new module does
+    /// (`reset_parameters()`), drawing from the global generator.
+    fn reset_parameters(&mut self) -> Result<()> {
         Ok(())
     }
 
@@ -86,6 +118,17 @@ pub trait Module: Send + Sync {
 /// A fresh leaf that requires a gradient, holding `t`'s values.
 pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
     crate::no_grad(|| t.detach().copy())?.requires_grad_(true)
+}
+
+/// Uninitialised storage of `p`'s shape and dtype on `device`, a leaf that requires
+/// a gradient as `p` does.
+pub(crate) fn empty_parameter(p: &Tensor, device: &Device) -> Result<Tensor> {
+    Tensor::empty(p.shape(), p.dtype(), device)?.requires_grad_(p.requires_grad())
+}
+
+/// Overwrites `p`'s values with `values` (outside the graph).
+pub(crate) fn assign(p: &Tensor, values: &Tensor) -> Result<()> {
+    crate::no_grad(|| p.copy_(values))
 }
 
 /// A parameter moved to `device` (still a leaf that requires a gradient).

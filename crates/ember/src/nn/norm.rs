@@ -1,6 +1,6 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
-use super::{move_parameter, parameter, Module};
+use super::{assign, empty_parameter, move_parameter, parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
@@ -210,6 +210,33 @@ impl<const D: usize> Module for BatchNorm<D> {
         ];
         for t in buffers.into_iter().flatten() {
             *t = t.to(device)?;
+        }
+        Ok(())
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
+            *t = empty_parameter(t, device)?;
+        }
+        let buffers = [
+            &mut self.running_mean,
+            &mut self.running_var,
+            &mut self.num_batches_tracked,
+        ];
+        for t in buffers.into_iter().flatten() {
+            *t = Tensor::empty(t.shape(), t.dtype(), device)?;
+        }
+        Ok(())
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        // weight 1, bias 0; running mean 0, variance 1, no batches tracked
+        let ones = [&self.weight, &self.running_var];
+        let zeros = [&self.bias, &self.running_mean, &self.num_batches_tracked];
+        for (ts, v) in [(&ones[..], 1.0), (&zeros[..], 0.0)] {
+            for t in ts.iter().copied().flatten() {
+                assign(t, &t.full_like(v)?)?;
+            }
         }
         Ok(())
     }

@@ -241,6 +241,7 @@ impl Optimizer for Sgd {
 
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
+        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
         for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
             let Some(mut g) = p.grad() else { continue };
             if self.weight_decay != 0.0 {
@@ -372,6 +373,7 @@ impl Optimizer for Adam {
 
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
+        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
         self.step += 1;
         let (b1, b2) = self.betas;
         let bc1 = 1.0 - b1.powi(self.step as i32);
@@ -401,7 +403,7 @@ impl Optimizer for Adam {
                 weight_decay: self.weight_decay,
                 decoupled: self.decoupled,
             };
-            if fused::adam_cpu(p, &g, m, v, h) || fused::adam_cuda(p, &g, m, v, h)? {
+            if fused::adam(p, &g, m, v, h)? {
                 continue;
             }
             if self.weight_decay != 0.0 {

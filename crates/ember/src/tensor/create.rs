@@ -4,6 +4,8 @@
 use super::shape::{dims_of, IntoShape};
 use super::Tensor;
 use crate::backend::host::{alloc_filled, try_collect};
+use crate::backend::op::Scalar;
+use crate::backend::{Dist, Storage};
 use crate::dtype::WithDType;
 use crate::dtype::{CpuData, CpuElem};
 use crate::layout::{checked_numel, Dims};
@@ -13,26 +15,8 @@ use rand::RngExt;
 use smallvec::SmallVec;
 
 /// Creation is possible only on devices that exist.
-fn check_creatable(_op: &'static str, device: &Device) -> Result<()> {
-    crate::backend::cuda::discover::check_device(*device)
-}
-
-/// A contiguous tensor of `value` everywhere.
-fn filled<T: WithDType>(shape: &[usize], value: T) -> Result<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::from_cpu(T::wrap(alloc_filled(n, value)?), shape))
-}
-
-fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
-    match dtype {
-        DType::Bool => filled(shape, bool::from_f64(value)),
-        DType::U8 => filled(shape, u8::from_f64(value)),
-        DType::I64 => filled(shape, i64::from_f64(value)),
-        DType::F16 => filled(shape, f16::from_f64(value)),
-        DType::BF16 => filled(shape, bf16::from_f64(value)),
-        DType::F32 => filled(shape, value as f32),
-        DType::F64 => filled(shape, value),
-    }
+fn check_creatable(device: &Device) -> Result<()> {
+    Storage::check_device(*device)
 }
 
 impl Tensor {
@@ -54,14 +38,37 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         let dims = dims_of("full", &shape)?;
-        check_creatable("full", device)?;
-        if let Device::Cuda(i) = device {
-            let dev = crate::backend::cuda::dev(*i)?;
-            let n = dims.iter().product();
-            let st = crate::backend::cuda::ops::fill(&dev, dtype, n, value)?;
-            return Ok(Tensor::from_cuda(st, &dims));
-        }
-        full_dtype(&dims, value, dtype)
+        Tensor::full_scalar(&dims, Scalar::Float(value), dtype, *device)
+    }
+
+    /// A contiguous tensor of `s` converted to `dtype` (as a cast converts it).
+    pub(crate) fn full_scalar(
+        shape: &[usize],
+        s: Scalar,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let n = shape.iter().product();
+        Ok(Tensor::from_storage(
+            Storage::full(device, dtype, n, s)?,
+            shape,
+        ))
+    }
+
+    /// `torch.empty`: a tensor whose values are unspecified until written (for
+    /// buffers filled next, and [`Module::to_empty`](crate::nn::Module::to_empty)).
+    pub fn empty(shape: impl IntoShape, dtype: DType, device: &Device) -> Result<Tensor> {
+        let dims = dims_of("empty", &shape)?;
+        let n = dims.iter().product();
+        Ok(Tensor::from_storage(
+            Storage::empty(*device, dtype, n)?,
+            &dims,
+        ))
+    }
+
+    /// [`empty`](Self::empty) with this tensor's shape, dtype and device.
+    pub fn empty_like(&self) -> Result<Tensor> {
+        Tensor::empty(self.shape(), self.dtype(), &self.device())
     }
 
     /// Zeros with this tensor's shape, dtype and device.
@@ -81,7 +88,6 @@ impl Tensor {
 
     /// A 0-dimensional tensor holding `value`.
     pub fn scalar<T: WithDType>(value: T, device: &Device) -> Result<Tensor> {
-        check_creatable("scalar", device)?;
         Tensor::from_host(T::wrap(vec![value]), &[], *device)
     }
 
@@ -90,7 +96,7 @@ impl Tensor {
     /// like `torch.tensor([1, 2])`.
     pub fn new<A: NdArray>(data: A, device: &Device) -> Result<Tensor> {
         let shape = data.shape()?;
-        check_creatable("new", device)?;
+        check_creatable(device)?;
         let mut v = Vec::with_capacity(shape.iter().product());
         data.push_to(&mut v);
         Tensor::from_host(A::Elem::wrap(v), &shape, *device)
@@ -114,7 +120,6 @@ impl Tensor {
                 ),
             ));
         }
-        check_creatable("from_vec", device)?;
         Tensor::from_host(T::wrap(data), &dims, *device)
     }
 
@@ -154,7 +159,7 @@ impl Tensor {
                 format!("upper bound and larger bound inconsistent with step sign (start={s}, end={e}, step={st})"),
             ));
         }
-        check_creatable("arange", device)?;
+        check_creatable(device)?;
         let count = ((e - s) / st).ceil().max(0.0);
         if count > isize::MAX as f64 {
             return Err(Error::invalid(
@@ -168,11 +173,14 @@ impl Tensor {
         if dtype == DType::I64 {
             // exact integers, also beyond 2^53
             let (s, st) = (s as i64, st as i64);
-            let v = try_collect(n, (0..n as i64).map(|i| s + i * st))?;
-            return Tensor::from_host(CpuData::I64(v), &[n], *device);
+            return Tensor::from_host_with(&[n], DType::I64, *device, || {
+                try_collect(n, (0..n as i64).map(|i| s + i * st)).map(CpuData::I64)
+            });
         }
-        let v = try_collect(n, (0..n).map(|i| s + i as f64 * st))?;
-        Tensor::from_host(CpuData::F64(v), &[n], *device)?.to_dtype(dtype)
+        Tensor::from_host_with(&[n], DType::F64, *device, || {
+            try_collect(n, (0..n).map(|i| s + i as f64 * st)).map(CpuData::F64)
+        })?
+        .to_dtype(dtype)
     }
 
     /// `torch.linspace(start, end, steps)` in `dtype`.
@@ -183,7 +191,7 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
-        check_creatable("linspace", device)?;
+        check_creatable(device)?;
         checked_numel("linspace", &[steps])?;
         // Like PyTorch: fill the first half forward from `start` and the second half
         // backward from `end`, so both endpoints are exact.
@@ -193,17 +201,17 @@ impl Tensor {
             0.0
         };
         let half = steps / 2;
-        let v = try_collect(
-            steps,
-            (0..steps).map(|i| {
+        Tensor::from_host_with(&[steps], DType::F64, *device, || {
+            let v = (0..steps).map(|i| {
                 if i < half || steps == 1 {
                     start + step * i as f64
                 } else {
                     end - step * (steps - 1 - i) as f64
                 }
-            }),
-        )?;
-        Tensor::from_host(CpuData::F64(v), &[steps], *device)?.to_dtype(dtype)
+            });
+            try_collect(steps, v).map(CpuData::F64)
+        })?
+        .to_dtype(dtype)
     }
 
     /// The `n × n` identity matrix.
@@ -213,13 +221,16 @@ impl Tensor {
 
     /// An `n × m` matrix with ones on the diagonal.
     pub fn eye_rect(n: usize, m: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-        check_creatable("eye", device)?;
+        check_creatable(device)?;
         checked_numel("eye", &[n, m])?;
-        let mut v = alloc_filled(n * m, 0f64)?;
-        for i in 0..n.min(m) {
-            v[i * m + i] = 1.0;
-        }
-        Tensor::from_host(CpuData::F64(v), &[n, m], *device)?.to_dtype(dtype)
+        Tensor::from_host_with(&[n, m], DType::F64, *device, || {
+            let mut v = alloc_filled(n * m, 0f64)?;
+            for i in 0..n.min(m) {
+                v[i * m + i] = 1.0;
+            }
+            Ok(CpuData::F64(v))
+        })?
+        .to_dtype(dtype)
     }
 
     /// Uniform samples from `[0, 1)`, float32 (`torch.rand`).
@@ -242,35 +253,15 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("uniform", &shape)?;
         check_float("uniform", dtype)?;
-        check_creatable("uniform", device)?;
-        let n = dims.iter().product();
-        if let Device::Cuda(i) = device {
-            let dev = crate::backend::cuda::dev(*i)?;
-            let s = crate::backend::cuda::ops::random(&dev, dtype, n, false, lo, hi)?;
-            return Ok(Tensor::from_cuda(s, &dims));
-        }
-        let v = crate::backend::cpu::random::with_global_rng(|r| {
-            try_collect(
-                n,
-                (0..n).map(|_| {
-                    // f32 draws for the f32-and-narrower dtypes
-                    let u = if dtype == DType::F64 {
-                        r.random::<f64>()
-                    } else {
-                        r.random::<f32>() as f64
-                    };
-                    // rounded to the dtype now (the conversion below is then exact);
-                    // a draw that rounds up to `hi` becomes `lo`: samples in [lo, hi)
-                    let v = round_to(dtype, lo + (hi - lo) * u);
-                    if v < hi {
-                        v
-                    } else {
-                        round_to(dtype, lo)
-                    }
-                }),
-            )
-        })?;
-        Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
+        Tensor::random(&dims, dtype, *device, Dist::Uniform(lo, hi))
+    }
+
+    fn random(shape: &[usize], dtype: DType, device: Device, dist: Dist) -> Result<Tensor> {
+        let n = shape.iter().product();
+        Ok(Tensor::from_storage(
+            Storage::random(device, dtype, n, dist)?,
+            shape,
+        ))
     }
 
     /// Normal samples with `mean` and `std` in a float `dtype`.
@@ -283,20 +274,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("normal", &shape)?;
         check_float("normal", dtype)?;
-        check_creatable("normal", device)?;
-        let n = dims.iter().product();
-        if let Device::Cuda(i) = device {
-            let dev = crate::backend::cuda::dev(*i)?;
-            let s = crate::backend::cuda::ops::random(&dev, dtype, n, true, mean, std)?;
-            return Ok(Tensor::from_cuda(s, &dims));
-        }
-        let v = crate::backend::cpu::random::with_global_rng(|r| {
-            try_collect(
-                n,
-                (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
-            )
-        })?;
-        Tensor::from_host(CpuData::F64(v), &dims, *device)?.to_dtype(dtype)
+        Tensor::random(&dims, dtype, *device, Dist::Normal(mean, std))
     }
 
     /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`).
@@ -308,22 +286,24 @@ impl Tensor {
                 format!("expected low < high, got low={low}, high={high}"),
             ));
         }
-        check_creatable("randint", device)?;
+        check_creatable(device)?;
         let n = dims.iter().product();
-        let v = crate::backend::cpu::random::with_global_rng(|r| {
-            try_collect(n, (0..n).map(|_| r.random_range(low..high)))
-        })?;
-        Tensor::from_host(CpuData::I64(v), &dims, *device)
+        Tensor::from_host_with(&dims, DType::I64, *device, || {
+            super::with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))
+                .map(CpuData::I64)
+        })
     }
 
     /// A random permutation of `0..n`, int64 (`torch.randperm`).
     pub fn randperm(n: usize, device: &Device) -> Result<Tensor> {
         use rand::seq::SliceRandom;
-        check_creatable("randperm", device)?;
+        check_creatable(device)?;
         checked_numel("randperm", &[n])?;
-        let mut v = try_collect(n, 0..n as i64)?;
-        crate::backend::cpu::random::with_global_rng(|r| v.shuffle(r));
-        Tensor::from_host(CpuData::I64(v), &[n], *device)
+        Tensor::from_host_with(&[n], DType::I64, *device, || {
+            let mut v = try_collect(n, 0..n as i64)?;
+            super::with_global_rng(|r| v.shuffle(r));
+            Ok(CpuData::I64(v))
+        })
     }
 
     /// Uniform `[0, 1)` samples with this tensor's shape, dtype and device.
@@ -338,27 +318,17 @@ impl Tensor {
 
     /// All elements, row-major, converted to `T`.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        self.values("to_vec")
+    }
+
+    /// All elements, row-major, converted to `T` (`op` names the caller in errors:
+    /// reading a `meta` tensor is one). Waits for queued GPU work.
+    pub(crate) fn values<T: WithDType>(&self, op: &'static str) -> Result<Vec<T>> {
         let t = self.to_dtype(T::DTYPE)?;
-        if let Some(st) = t.cuda_storage() {
-            // reading values waits for the GPU; a contiguous range comes back as is
-            let t = match t.layout().contiguous_range() {
-                Some(_) => t.clone(),
-                None => {
-                    drop(st);
-                    t.contiguous()?
-                }
-            };
-            let st = t.cuda_storage().expect("still on the GPU");
-            let data = st.to_cpu_range(t.layout().offset(), t.numel())?;
-            return Ok(T::slice(&data).expect("to_vec: converted to T").to_vec());
-        }
-        t.with_cpu(|d, l| {
-            let v = T::slice(d).expect("to_vec: converted to T");
-            match l.contiguous_range() {
-                Some(r) => crate::backend::host::try_collect(r.len(), v[r].iter().copied()),
-                None => crate::backend::cpu::elementwise::map1(v, l, |x| x),
-            }
-        })?
+        let mut data = t.read().to_host(t.layout(), op)?;
+        Ok(std::mem::take(
+            T::slice_mut(&mut data).expect("to_vec: converted to T"),
+        ))
     }
 
     /// The values of a 1-D tensor, converted to `T`.
@@ -402,7 +372,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(self.to_vec::<T>()?[0])
+        Ok(self.values::<T>("item")?[0])
     }
 
     pub(crate) fn expect_rank(&self, op: &'static str, rank: usize) -> Result<()> {
@@ -517,15 +487,5 @@ impl<A: NdArray + ?Sized> NdArray for &A {
     }
     fn push_to(&self, out: &mut Vec<A::Elem>) {
         (**self).push_to(out)
-    }
-}
-
-/// `v` rounded to the nearest value of the float `dtype`.
-fn round_to(dtype: DType, v: f64) -> f64 {
-    match dtype {
-        DType::F32 => v as f32 as f64,
-        DType::F16 => f16::from_f64(v).to_f64(),
-        DType::BF16 => bf16::from_f64(v).to_f64(),
-        _ => v,
     }
 }

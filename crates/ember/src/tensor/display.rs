@@ -230,6 +230,16 @@ impl Printer<'_> {
     }
 }
 
+/// A shape as a Python tuple: `(2, 3)`, `(3,)`, `()`.
+fn size_tuple(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    }
+}
+
 impl Tensor {
     fn render(&self) -> String {
         let opts = options();
@@ -239,15 +249,16 @@ impl Tensor {
         if self.device() != Device::Cpu {
             suffixes.push(format!("device='{}'", self.device()));
         }
-        let body = if self.numel() == 0 {
+        let body = if !self.read().holds_values() {
+            // PyTorch's form for meta tensors: the size instead of values
+            suffixes.push(format!("size={}", size_tuple(self.shape())));
+            if self.dtype() != DType::F32 {
+                suffixes.push(format!("dtype={}", self.dtype()));
+            }
+            "...".to_string()
+        } else if self.numel() == 0 {
             if self.rank() != 1 {
-                let dims: Vec<String> = self.shape().iter().map(|d| d.to_string()).collect();
-                let tuple = if dims.len() == 1 {
-                    format!("({},)", dims[0])
-                } else {
-                    format!("({})", dims.join(", "))
-                };
-                suffixes.push(format!("size={tuple}"));
+                suffixes.push(format!("size={}", size_tuple(self.shape())));
             }
             if self.dtype() != DType::F32 {
                 suffixes.push(format!("dtype={}", self.dtype()));
@@ -258,7 +269,7 @@ impl Tensor {
                 suffixes.push(format!("dtype={}", self.dtype()));
             }
             // values as f64 in row-major order (exact for every dtype we print)
-            let values: Vec<f64> = match self.to_vec::<f64>() {
+            let values: Vec<f64> = match self.values::<f64>("print") {
                 Ok(v) => v,
                 Err(e) => return format!("tensor(<unreadable: {e}>)"),
             };

@@ -1,13 +1,10 @@
 //! Elementwise math with PyTorch's broadcasting and type promotion: arithmetic
 //! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
 
-use super::{grad, Tensor};
-use crate::backend::cpu::elementwise as k;
-use crate::backend::cuda::{ops as cuda_ops, CudaStorage};
+use super::{grad, Storages, Tensor};
 pub use crate::backend::op::Scalar;
-use crate::backend::op::{self as ops, BinaryOp, CmpOp, UnaryOp};
+use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
-use crate::dtype::CpuData;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Device, Error, Result};
 
@@ -44,25 +41,7 @@ impl From<Scalar> for Operand<'_> {
 
 /// A 0-d tensor on `device` holding `s` converted to `dtype`.
 fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
-    if let Device::Cuda(i) = device {
-        let dev = crate::backend::cuda::dev(i)?;
-        let v = match s {
-            Scalar::Bool(b) => b as u8 as f64,
-            other => other.to_f64(),
-        };
-        return Ok(Tensor::from_cuda(cuda_ops::fill(&dev, dtype, 1, v)?, &[]));
-    }
-    let data = match s {
-        Scalar::Int(i) => CpuData::I64(vec![i]),
-        other => CpuData::F64(vec![other.to_f64()]),
-    };
-    let t = Tensor::from_cpu(data, &[]);
-    if t.dtype() == dtype {
-        Ok(t)
-    } else {
-        let data = t.with_cpu(|d, l| k::cast(d, l, dtype))??;
-        Ok(Tensor::from_cpu(data, &[]))
-    }
+    Tensor::full_scalar(&[], s, dtype, device)
 }
 
 /// PyTorch's `can_cast`: floats do not go into ints or bools, ints not into bools.
@@ -105,59 +84,35 @@ impl Tensor {
         }
     }
 
-    /// `self op s` on a GPU with the scalar passed to the kernel by value (no
-    /// one-element tensor, one launch), when no gradient is recorded; `None` where
-    /// that does not apply.
-    fn scalar_op_cuda(
+    /// `self op s` with the scalar passed to the kernel by value (no one-element
+    /// tensor), computed by `f` in the dtype PyTorch computes it in.
+    fn scalar_op(
         &self,
-        rhs: Operand,
+        s: Scalar,
         float_only: bool,
-        kernel: impl FnOnce(&CudaStorage, &Layout, (f64, i64)) -> Result<CudaStorage>,
-    ) -> Result<Option<Tensor>> {
-        let Operand::Scalar(s) = rhs else {
-            return Ok(None);
-        };
-        if !self.is_cuda() || crate::autograd::needs_grad(&[self]) {
-            return Ok(None);
-        }
+        f: impl FnOnce(&Storage, &Layout, Scalar) -> Result<Storage>,
+    ) -> Result<Tensor> {
         let a = self.to_dtype(self.scalar_dtype(s, float_only))?;
-        let st = a.cuda_storage().expect("on the GPU");
-        let out = kernel(&st, a.layout(), s.by_value())?;
-        Ok(Some(Tensor::from_cuda(out, a.shape())))
+        a.map_storage(a.shape(), |st, l| f(st, l, s))
     }
 
-    /// The tensor `cpu(a, b)` or `cuda(a, b)` computes after promotion and
-    /// broadcasting (contiguous, of the broadcast shape).
+    /// The tensor `f(a, b)` computes after promotion to `dt` and broadcasting
+    /// (contiguous, of the broadcast shape).
     fn broadcast2(
         &self,
         op: &'static str,
         b: &Tensor,
         dt: DType,
-        cpu: impl FnOnce(&CpuData, &Layout, &CpuData, &Layout) -> Result<CpuData>,
-        cuda: impl FnOnce(&CudaStorage, &Layout, &CudaStorage, &Layout) -> Result<CudaStorage>,
+        f: impl FnOnce(&Storage, &Layout, &Storage, &Layout) -> Result<Storage>,
     ) -> Result<Tensor> {
         let shape = broadcast_shapes(op, self.shape(), b.shape())?;
         let a = self.to_dtype(dt)?;
         let b = b.to_dtype(dt)?;
         let la = a.layout().broadcast_to(op, &shape)?;
         let lb = b.layout().broadcast_to(op, &shape)?;
-        if let Some(sa) = a.cuda_storage() {
-            let out = if a.same_storage(&b) {
-                cuda(&sa, &la, &sa, &lb)?
-            } else {
-                let sb = b.cuda_storage().expect("same device checked");
-                cuda(&sa, &la, &sb, &lb)?
-            };
-            return Ok(Tensor::from_cuda(out, &shape));
-        }
-        let data = a.with_cpu(|da, _| {
-            if a.same_storage(&b) {
-                cpu(da, &la, da, &lb)
-            } else {
-                b.with_cpu(|db, _| cpu(da, &la, db, &lb))?
-            }
-        })??;
-        Ok(Tensor::from_cpu(data, &shape))
+        let st = Storages::read(&[&a, &b]);
+        let out = f(st.get(0), &la, st.get(1), &lb)?;
+        Ok(Tensor::from_storage(out, &shape))
     }
 
     fn binary_op<O: BinaryOp>(
@@ -168,46 +123,28 @@ impl Tensor {
         float_only: bool,
     ) -> Result<Tensor> {
         self.check_bool_sub::<O>(name, rhs)?;
-        if let Some(out) = self.scalar_op_cuda(rhs, float_only, |a, la, s| {
-            cuda_ops::binary_scalar(a, la, O::CODE, s)
-        })? {
-            return Ok(out);
+        if let Operand::Scalar(s) = rhs {
+            if !crate::autograd::needs_grad(&[self]) {
+                return self.scalar_op(s, float_only, |st, l, s| st.binary_scalar(l, s, op));
+            }
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
         }
-        let out = self.broadcast2(
-            name,
-            &b,
-            dt,
-            |x, lx, y, ly| k::binary(x, lx, y, ly, op),
-            |x, lx, y, ly| cuda_ops::binary(x, lx, y, ly, O::CODE),
-        )?;
+        let out = self.broadcast2(name, &b, dt, |x, lx, y, ly| x.binary(lx, y, ly, op))?;
         // the rules read the inputs from the node (backward runs without recording);
-        // only div and pow keep the output
-        if matches!(name, "div" | "pow") {
+        // only div and pow keep the output, and a rule that captures nothing is
+        // boxed without an allocation
+        if matches!(O::CODE, BinaryCode::Div | BinaryCode::Pow) {
             Ok(Tensor::record_inputs(out, name, &[self, &b], |y| {
                 let y = y.clone();
-                move |g: &Tensor, ab: &[Tensor]| grad::binary(name, &ab[0], &ab[1], Some(&y), g)
+                move |g: &Tensor, ab: &[Tensor]| grad::binary(O::CODE, &ab[0], &ab[1], Some(&y), g)
             }))
         } else {
-            // a rule that captures nothing is boxed without an allocation
-            macro_rules! rule {
-                ($op:literal) => {
-                    Tensor::record_inputs(out, name, &[self, &b], |_| {
-                        |g: &Tensor, ab: &[Tensor]| grad::binary($op, &ab[0], &ab[1], None, g)
-                    })
-                };
-            }
-            Ok(match name {
-                "add" => rule!("add"),
-                "sub" => rule!("sub"),
-                "mul" => rule!("mul"),
-                _ => Tensor::record_inputs(out, name, &[self, &b], |_| {
-                    move |g: &Tensor, ab: &[Tensor]| grad::binary(name, &ab[0], &ab[1], None, g)
-                }),
-            })
+            Ok(Tensor::record_inputs(out, name, &[self, &b], |_| {
+                |g: &Tensor, ab: &[Tensor]| grad::binary(O::CODE, &ab[0], &ab[1], None, g)
+            }))
         }
     }
 
@@ -217,7 +154,7 @@ impl Tensor {
             Operand::Tensor(t) => t.dtype() == DType::Bool,
             Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
         };
-        if O::CODE == ops::BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
+        if O::CODE == BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
             return Err(Error::dtype(
                 name,
                 DType::Bool,
@@ -239,15 +176,11 @@ impl Tensor {
     ) -> Result<()> {
         self.check_inplace_grad(name, rhs)?;
         self.check_bool_sub::<O>(name, rhs)?;
-        if let (Operand::Scalar(s), true) = (rhs, self.is_cuda()) {
+        if let Operand::Scalar(s) = rhs {
             if self.scalar_dtype(s, float_only) == self.dtype() {
-                // the scalar goes to the kernel by value: one launch, no 0-d tensor
+                // the scalar goes to the kernel by value: one pass, no 0-d tensor
                 self.check_writable(name)?;
-                let guard = self.write();
-                let Storage::Cuda(dst) = &*guard else {
-                    unreachable!("a CUDA tensor")
-                };
-                return cuda_ops::binary_scalar_inplace(dst, self.layout(), O::CODE, s.by_value());
+                return self.write().binary_scalar_inplace(self.layout(), s, op);
             }
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
@@ -285,18 +218,8 @@ impl Tensor {
         let b = b.to_dtype(dt)?;
         let b = if b.same_storage(self) { b.copy()? } else { b };
         let lb = b.layout().broadcast_to(name, self.shape())?;
-        if let Some(sb) = b.cuda_storage() {
-            let guard = self.write();
-            let Storage::Cuda(dst) = &*guard else {
-                unreachable!("same device checked")
-            };
-            return cuda_ops::binary_inplace(dst, self.layout(), &sb, &lb, O::CODE);
-        }
-        let mut guard = self.write();
-        let Storage::Cpu(dst) = &mut *guard else {
-            unreachable!("same device checked")
-        };
-        b.with_cpu(|db, _| k::binary_inplace(dst.data_mut(), self.layout(), db, &lb, op))
+        let src = b.read();
+        self.write().binary_inplace(self.layout(), &src, &lb, op)
     }
 
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
@@ -322,7 +245,7 @@ impl Tensor {
     }
 
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
-        if k::is_overlapping(self.layout()) {
+        if self.layout().is_overlapping() {
             return Err(Error::invalid(
                 op,
                 "more than one element of the written-to tensor refers to a single memory location (an expanded view); call .contiguous() first",
@@ -344,18 +267,8 @@ impl Tensor {
             src
         };
         let ls = src.layout().broadcast_to("copy_", self.shape())?;
-        if let Some(ss) = src.cuda_storage() {
-            let guard = self.write();
-            let Storage::Cuda(dst) = &*guard else {
-                unreachable!("same device checked")
-            };
-            return cuda_ops::copy(&ss, &ls, dst, self.layout());
-        }
-        let mut guard = self.write();
-        let Storage::Cpu(dst) = &mut *guard else {
-            unreachable!("same device checked")
-        };
-        src.with_cpu(|ds, _| k::copy_strided(dst.data_mut(), self.layout(), ds, &ls))
+        let from = src.read();
+        from.copy_into(&ls, &mut self.write(), self.layout())
     }
 
     fn unary_op<O: UnaryOp>(
@@ -376,13 +289,7 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let out = match t.cuda_storage() {
-            Some(st) => {
-                let (code, p0, p1) = op.code();
-                Tensor::from_cuda(cuda_ops::unary(&st, t.layout(), code, p0, p1)?, t.shape())
-            }
-            None => Tensor::from_cpu(t.with_cpu(|d, l| k::unary(d, l, op))??, t.shape()),
-        };
+        let out = t.map_storage(t.shape(), |s, l| s.unary(l, op))?;
         Ok(Tensor::record(out, name, &[self], |y| {
             let (x, y) = (t.detach(), y.clone());
             move |g: &Tensor| Ok(vec![Some(rule.backward(&x, &y, g)?)])
@@ -390,20 +297,12 @@ impl Tensor {
     }
 
     fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
-        let code = cmp as i32;
-        if let Some(out) = self.scalar_op_cuda(rhs, false, |a, la, s| {
-            cuda_ops::compare_scalar(a, la, code, s)
-        })? {
-            return Ok(out);
+        // comparisons have no gradient: a scalar always goes to the kernel by value
+        if let Operand::Scalar(s) = rhs {
+            return self.scalar_op(s, false, |st, l, s| st.compare_scalar(l, s, cmp));
         }
         let (b, dt) = self.promote_with(name, rhs)?;
-        self.broadcast2(
-            name,
-            &b,
-            dt,
-            |a, la, b, lb| k::compare(a, la, b, lb, cmp),
-            |a, la, b, lb| cuda_ops::compare(a, la, b, lb, cmp as i32),
-        )
+        self.broadcast2(name, &b, dt, |a, la, b, lb| a.compare(la, b, lb, cmp))
     }
 }
 
@@ -593,19 +492,10 @@ impl Tensor {
             x.layout().broadcast_to(OP, &shape)?,
             y.layout().broadcast_to(OP, &shape)?,
         );
-        let out = if let Some(sc) = self.cuda_storage() {
-            let (sx, sy) = (x.cuda_storage(), y.cuda_storage());
-            let (sx, sy) = (sx.expect("same device"), sy.expect("same device"));
-            Tensor::from_cuda(cuda_ops::where_(&sc, &lc, &sx, &lx, &sy, &ly)?, &shape)
-        } else {
-            let data = self.with_cpu(|c, _| {
-                let CpuData::Bool(c) = c else {
-                    unreachable!("checked bool above")
-                };
-                x.with_cpu(|dx, _| y.with_cpu(|dy, _| k::where_(c, &lc, dx, &lx, dy, &ly)))
-            })????;
-            Tensor::from_cpu(data, &shape)
-        };
+        let st = Storages::read(&[self, &x, &y]);
+        let out = st.get(0).where_(&lc, st.get(1), &lx, st.get(2), &ly)?;
+        drop(st);
+        let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, OP, &[&x, &y], |_| {
             let cond = self.detach();
             let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());

@@ -3,6 +3,7 @@
 
 use super::Tensor;
 use crate::autograd::{sum_to, Grads};
+use crate::backend::op::BinaryCode;
 use crate::Result;
 
 /// The derivative of each one-input elementwise op.
@@ -104,7 +105,7 @@ impl Unary {
 /// Gradients of a broadcasting binary op for `a` and `b` (only those that need one).
 /// `y`, the output, is saved by the ops whose rules use it (div, pow).
 pub(crate) fn binary(
-    name: &str,
+    op: BinaryCode,
     a: &Tensor,
     b: &Tensor,
     y: Option<&Tensor>,
@@ -113,7 +114,7 @@ pub(crate) fn binary(
     let (na, nb) = (a.requires_grad(), b.requires_grad());
     let y = || {
         y.ok_or_else(|| {
-            crate::Error::invalid("backward", format!("{name}: the output was not saved"))
+            crate::Error::invalid("backward", format!("{op:?}: the output was not saved"))
         })
     };
     let to = |t: Tensor, like: &Tensor, need: bool| -> Result<Option<Tensor>> {
@@ -123,14 +124,14 @@ pub(crate) fn binary(
             Ok(None)
         }
     };
-    let (ga, gb) = match name {
-        "add" => (g.clone(), g.clone()),
-        "sub" => (g.clone(), if nb { g.neg()? } else { g.clone() }),
-        "mul" => (
+    let (ga, gb) = match op {
+        BinaryCode::Add => (g.clone(), g.clone()),
+        BinaryCode::Sub => (g.clone(), if nb { g.neg()? } else { g.clone() }),
+        BinaryCode::Mul => (
             if na { g.mul(b)? } else { g.clone() },
             if nb { g.mul(a)? } else { g.clone() },
         ),
-        "div" => (
+        BinaryCode::Div => (
             if na { g.div(b)? } else { g.clone() },
             if nb {
                 g.mul(y()?)?.div(b)?.neg()?
@@ -138,9 +139,9 @@ pub(crate) fn binary(
                 g.clone()
             },
         ),
-        "maximum" | "minimum" => {
+        BinaryCode::Maximum | BinaryCode::Minimum => {
             // the larger (smaller) input gets the gradient; ties split it evenly
-            let (win_a, win_b) = if name == "maximum" {
+            let (win_a, win_b) = if op == BinaryCode::Maximum {
                 (a.gt(b)?, a.lt(b)?)
             } else {
                 (a.lt(b)?, a.gt(b)?)
@@ -151,7 +152,7 @@ pub(crate) fn binary(
                 g.mul(&win_b.to_dtype(g.dtype())?.add(&tie)?)?,
             )
         }
-        "pow" => (
+        BinaryCode::Pow => (
             if na {
                 g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?
             } else {
@@ -163,12 +164,16 @@ pub(crate) fn binary(
                 g.clone()
             },
         ),
-        other => {
-            return Err(crate::Error::invalid(
-                "backward",
-                format!("no gradient rule for {other}"),
-            ));
-        }
+        // relu's backward `a · [b > 0]` (a gradient `a`, relu's input `b`): linear
+        // in `a`, flat in `b` wherever it is differentiable
+        BinaryCode::ReluBackward => (
+            if na {
+                g.mul(&b.gt(0.0)?.to_dtype(g.dtype())?)?
+            } else {
+                g.clone()
+            },
+            if nb { g.zeros_like()? } else { g.clone() },
+        ),
     };
     Ok(vec![to(ga, a, na)?, to(gb, b, nb)?])
 }

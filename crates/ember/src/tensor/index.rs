@@ -1,10 +1,7 @@
 //! Indexing: Python-style `t.i((.., 1..3, 2))`, and the index ops (`index_select`,
 //! `gather`, `scatter_add`, `one_hot`) that take int64 index tensors.
 
-use super::Tensor;
-use crate::backend::cpu::index as k;
-use crate::backend::cuda::ops as cuda_ops;
-use crate::dtype::CpuData;
+use super::{Storages, Tensor};
 use crate::layout::normalize_dim;
 use crate::{DType, Error, Result};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
@@ -124,9 +121,16 @@ impl Tensor {
         Ok(t)
     }
 
-    /// The index tensor's values as a contiguous vector, each checked to lie in
-    /// `[-size, size)` and wrapped to `[0, size)`.
-    fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
+    /// The index tensor's values, contiguous on its device, each checked to lie in
+    /// `[-size, size)` (or `[0, size)` without `negative`) and wrapped to
+    /// `[0, size)`.
+    fn index_values(
+        op: &'static str,
+        index: &Tensor,
+        dim: usize,
+        size: usize,
+        negative: bool,
+    ) -> Result<Tensor> {
         if index.dtype() != DType::I64 {
             return Err(Error::dtype(
                 op,
@@ -134,21 +138,7 @@ impl Tensor {
                 "indices must be an int64 tensor",
             ));
         }
-        let mut v = index.to_vec::<i64>()?;
-        for x in v.iter_mut() {
-            if *x < -(size as i64) || *x >= size as i64 {
-                return Err(Error::IndexOutOfRange {
-                    op,
-                    index: *x,
-                    dim,
-                    size,
-                });
-            }
-            if *x < 0 {
-                *x += size as i64;
-            }
-        }
-        Ok(v)
+        index.map_storage(index.shape(), |s, l| s.indices(l, op, dim, size, negative))
     }
 
     /// The entries `index` (1-D int64) along `dim` (`torch.index_select`).
@@ -162,36 +152,27 @@ impl Tensor {
             ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
-        let idx = Tensor::index_values("index_select", index, d, size)?;
+        let idx = Tensor::index_values("index_select", index, d, size, true)?;
         if self.rank() == 0 {
             return self
                 .reshape([1])?
                 .index_select(0, index)?
                 .reshape(index.shape());
         }
+        let n_idx = idx.numel();
         let mut shape = self.shape().to_vec();
-        shape[d] = idx.len();
-        let out = match self.cuda_storage() {
-            Some(st) => {
-                // the validated indices (negatives wrapped) go to the GPU
-                let it = Tensor::from_host(CpuData::I64(idx.clone()), &[idx.len()], self.device())?;
-                let is = it.cuda_storage().expect("on the GPU");
-                let o = cuda_ops::index_select(&st, self.layout(), d, &is, idx.len())?;
-                Tensor::from_cuda(o, &shape)
-            }
-            None => {
-                let data = self.with_cpu(|data, l| k::index_select(data, l, d, &idx))??;
-                Tensor::from_cpu(data, &shape)
-            }
+        shape[d] = n_idx;
+        let out = {
+            let st = Storages::read(&[self, &idx]);
+            st.get(0).index_select(self.layout(), d, st.get(1), n_idx)?
         };
+        let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, "index_select", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
-            let n_idx = index.numel();
             move |g: &Tensor| {
-                let idx = Tensor::from_host(CpuData::I64(idx), &[n_idx], g.device())?;
                 // scatter the rows back: the index laid along `d`, broadcast over the rest
                 let mut ishape = vec![1usize; g.rank()];
-                ishape[d] = idx.numel();
+                ishape[d] = n_idx;
                 let full = idx.reshape(&ishape)?.expand(g.shape())?.contiguous()?;
                 let z = Tensor::zeros(&shape, dtype, &device)?;
                 Ok(vec![Some(z.scatter_add(d as i64, &full, g)?)])
@@ -205,31 +186,17 @@ impl Tensor {
         super::same_device("gather", &[self, index])?;
         let d = normalize_dim("gather", dim, self.rank())?;
         self.check_index_shape("gather", d, index)?;
-        let idx = Tensor::index_values(
-            "gather",
-            index,
-            d,
-            self.shape().get(d).copied().unwrap_or(1),
-        )?;
-        let out = match self.cuda_storage() {
-            Some(st) => {
-                let it =
-                    Tensor::from_host(CpuData::I64(idx.clone()), index.shape(), self.device())?;
-                let is = it.cuda_storage().expect("on the GPU");
-                let o = cuda_ops::gather(&st, self.layout(), d, &is, index.shape())?;
-                Tensor::from_cuda(o, index.shape())
-            }
-            None => {
-                let data =
-                    self.with_cpu(|data, l| k::gather(data, l, d, &idx, index.shape()))??;
-                Tensor::from_cpu(data, index.shape())
-            }
+        let size = self.shape().get(d).copied().unwrap_or(1);
+        let idx = Tensor::index_values("gather", index, d, size, true)?;
+        let out = {
+            let st = Storages::read(&[self, &idx]);
+            st.get(0)
+                .gather(self.layout(), d, st.get(1), index.shape())?
         };
+        let out = Tensor::from_storage(out, index.shape());
         Ok(Tensor::record(out, "gather", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
-            let ishape = index.shape().to_vec();
             move |g: &Tensor| {
-                let idx = Tensor::from_host(CpuData::I64(idx), &ishape, g.device())?;
                 let z = Tensor::zeros(&shape, dtype, &device)?;
                 Ok(vec![Some(z.scatter_add(d as i64, &idx, g)?)])
             }
@@ -276,34 +243,22 @@ impl Tensor {
                 "src must be at least as large as index in every dimension",
             ));
         }
-        let idx = Tensor::index_values(
-            "scatter_add",
-            index,
-            d,
-            self.shape().get(d).copied().unwrap_or(1),
-        )?;
-        let out = if self.is_cuda() {
-            let out = crate::no_grad(|| self.copy())?;
-            {
-                let it =
-                    Tensor::from_host(CpuData::I64(idx.clone()), index.shape(), self.device())?;
-                let (so, is, ss) = (out.cuda_storage(), it.cuda_storage(), src.cuda_storage());
-                let (so, is, ss) = (so.expect("cuda"), is.expect("cuda"), ss.expect("cuda"));
-                cuda_ops::scatter_add(&so, self.shape(), d, &is, index.shape(), &ss, src.layout())?;
-            }
-            out
-        } else {
-            let mut data = self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)??;
-            src.with_cpu(|s, ls| {
-                k::scatter_add(&mut data, self.shape(), d, &idx, index.shape(), s, ls)
-            })?;
-            Tensor::from_host(data, self.shape(), self.device())?
-        };
+        let size = self.shape().get(d).copied().unwrap_or(1);
+        let idx = Tensor::index_values("scatter_add", index, d, size, true)?;
+        let out = crate::no_grad(|| self.copy())?;
+        {
+            let st = Storages::read(&[&idx, src]);
+            out.write().scatter_add(
+                self.shape(),
+                d,
+                st.get(0),
+                index.shape(),
+                (st.get(1), src.layout()),
+            )?;
+        }
         Ok(Tensor::record(out, "scatter_add", &[self, src], |_| {
-            let ishape = index.shape().to_vec();
             let src_shape = src.shape().to_vec();
             move |g: &Tensor| {
-                let idx = Tensor::from_host(CpuData::I64(idx), &ishape, g.device())?;
                 // src positions outside the index's extent received nothing
                 let picked = g.gather(d as i64, &idx)?;
                 let gs = if picked.shape() == src_shape.as_slice() {
@@ -334,20 +289,10 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape.push(num_classes);
-        let n = crate::layout::checked_numel("one_hot", &shape)?;
-        let v = self.to_vec::<i64>()?;
-        let mut out = crate::backend::host::alloc_filled(n, 0i64)?;
-        for (i, &c) in v.iter().enumerate() {
-            if c < 0 || c as usize >= num_classes {
-                return Err(Error::IndexOutOfRange {
-                    op: "one_hot",
-                    index: c,
-                    dim: self.rank(),
-                    size: num_classes,
-                });
-            }
-            out[i * num_classes + c as usize] = 1;
-        }
-        Tensor::from_host(CpuData::I64(out), &shape, self.device())
+        crate::layout::checked_numel("one_hot", &shape)?;
+        let idx = Tensor::index_values("one_hot", self, self.rank(), num_classes, false)?;
+        // each index against 0..num_classes, broadcast along a new last dim
+        let classes = Tensor::arange(0i64, num_classes as i64, &self.device())?;
+        idx.unsqueeze(-1)?.eq(&classes)?.to_dtype(DType::I64)
     }
 }

@@ -12,34 +12,35 @@
 //! ```
 
 mod arith;
-mod conv_cuda;
+mod conv;
 pub(crate) mod create;
 mod display;
 mod elementwise;
 mod grad;
 mod index;
-mod linalg;
 mod logical;
+mod matmul;
+mod pool;
 mod reduce;
 pub(crate) mod shape;
 mod views;
 
 pub use crate::backend::cpu::random::with_global_rng;
 pub use crate::backend::manual_seed;
+pub use conv::Conv2dOptions;
 pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};
 pub use elementwise::{Operand, Scalar};
 pub use index::{Idx, IndexArg};
-pub use linalg::{Conv2dOptions, Pool2dOptions};
+pub use pool::Pool2dOptions;
 pub use shape::{IntoDims, IntoShape};
 
 use crate::autograd::Node;
-use crate::backend::cpu::CpuStorage;
-use crate::backend::cuda::CudaStorage;
 use crate::backend::Storage;
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -64,27 +65,22 @@ struct Inner {
 }
 
 impl Tensor {
-    pub(crate) fn from_storage(storage: Storage, layout: Layout, device: Device) -> Tensor {
-        let dtype = storage.dtype();
+    /// A tensor over `storage` with `layout`.
+    pub(crate) fn with_storage(storage: Storage, layout: Layout) -> Tensor {
         Tensor(Arc::new(Inner {
+            dtype: storage.dtype(),
+            device: storage.device(),
             storage: Arc::new(RwLock::new(storage)),
             layout,
-            dtype,
-            device,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
             node: None,
         }))
     }
 
-    /// A contiguous CPU tensor over `data` with `shape`.
-    pub(crate) fn from_cpu(data: CpuData, shape: &[usize]) -> Tensor {
-        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
-        Tensor::from_storage(
-            Storage::Cpu(CpuStorage::new(data)),
-            Layout::contiguous(shape),
-            Device::Cpu,
-        )
+    /// A contiguous tensor of `shape` over `storage` (of that many elements).
+    pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Tensor {
+        Tensor::with_storage(storage, Layout::contiguous(shape))
     }
 
     /// A view of the same storage with another layout (no autograd history: view
@@ -200,50 +196,39 @@ impl Tensor {
         self.0.storage.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the host data and layout. For a CUDA tensor this is the host
-    /// fallback of an op without a CUDA kernel: the storage is copied to the host
-    /// (waiting for queued work) and counted in
-    /// [`cuda::host_fallback_count`](crate::cuda::host_fallback_count).
-    pub(crate) fn with_cpu<R>(&self, f: impl FnOnce(&CpuData, &Layout) -> R) -> Result<R> {
-        let guard = self.read();
-        match &*guard {
-            Storage::Cpu(s) => Ok(f(s.data(), &self.0.layout)),
-            Storage::Cuda(s) => {
-                let data = s.to_cpu()?;
-                drop(guard);
-                crate::backend::cuda::count_host_fallback();
-                Ok(f(&data, &self.0.layout))
-            }
-        }
-    }
-
-    /// The CUDA storage of this tensor, when it has one (read-locked).
-    pub(crate) fn cuda_storage(&self) -> Option<CudaRead<'_>> {
-        let guard = self.read();
-        match &*guard {
-            Storage::Cuda(_) => Some(CudaRead(guard)),
-            Storage::Cpu(_) => None,
-        }
+    /// A new tensor of `shape` from what `f` computes of this tensor's storage and
+    /// layout.
+    pub(crate) fn map_storage(
+        &self,
+        shape: &[usize],
+        f: impl FnOnce(&Storage, &Layout) -> Result<Storage>,
+    ) -> Result<Tensor> {
+        let out = f(&self.read(), self.layout())?;
+        Ok(Tensor::from_storage(out, shape))
     }
 
     /// A contiguous tensor of host values on `device` (uploaded for a GPU).
     pub(crate) fn from_host(data: CpuData, shape: &[usize], device: Device) -> Result<Tensor> {
-        match device {
-            Device::Cpu => Ok(Tensor::from_cpu(data, shape)),
-            Device::Cuda(i) => {
-                let dev = crate::backend::cuda::dev(i)?;
-                let s = CudaStorage::from_cpu(&dev, &data)?;
-                Ok(Tensor::from_cuda(s, shape))
-            }
-            Device::Meta => Err(Error::invalid("meta", "not yet")),
-        }
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        Ok(Tensor::from_storage(
+            Storage::from_host(device, data)?,
+            shape,
+        ))
     }
 
-    /// A contiguous tensor over CUDA storage of `shape`'s size.
-    pub(crate) fn from_cuda(s: CudaStorage, shape: &[usize]) -> Tensor {
-        debug_assert_eq!(s.len(), shape.iter().product::<usize>());
-        let device = s.dev().device();
-        Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape), device)
+    /// [`from_host`](Self::from_host) of the values `make` computes, which the
+    /// `meta` device never asks for.
+    pub(crate) fn from_host_with(
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        make: impl FnOnce() -> Result<CpuData>,
+    ) -> Result<Tensor> {
+        let n = shape.iter().product();
+        Ok(Tensor::from_storage(
+            Storage::from_host_with(device, dtype, n, make)?,
+            shape,
+        ))
     }
 
     /// `true` when both tensors view the same storage.
@@ -328,38 +313,11 @@ impl Tensor {
         if *device == self.device() {
             return Ok(self.clone());
         }
-        crate::backend::cuda::discover::check_device(*device)?;
-        let out = {
-            let _ng = crate::no_grad_guard();
-            self.copy_to(*device)?
-        };
+        let out = self.map_storage(self.shape(), |s, l| s.to_device(l, *device))?;
         let from = self.device();
         Ok(Tensor::record(out, "to", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to(&from)?)])
         }))
-    }
-
-    /// A contiguous copy on `device` (no autograd record).
-    fn copy_to(&self, device: Device) -> Result<Tensor> {
-        let src = self.contiguous()?;
-        let guard = src.read();
-        let data = match &*guard {
-            Storage::Cpu(s) => {
-                let range = src.layout().offset()..src.layout().offset() + src.numel();
-                match device {
-                    Device::Cuda(i) => {
-                        let dev = crate::backend::cuda::dev(i)?;
-                        let st = CudaStorage::from_cpu_range(&dev, s.data(), range)?;
-                        return Ok(Tensor::from_cuda(st, self.shape()));
-                    }
-                    Device::Cpu => unreachable!("same device handled by the caller"),
-                    Device::Meta => return Err(Error::invalid("meta", "not yet")),
-                }
-            }
-            Storage::Cuda(s) => s.to_cpu_range(src.layout().offset(), src.numel())?,
-        };
-        drop(guard);
-        Tensor::from_host(data, self.shape(), device)
     }
 
     /// Alias of [`to`](Self::to).
@@ -391,17 +349,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let out = match self.cuda_storage() {
-            Some(s) => Tensor::from_cuda(
-                crate::backend::cuda::ops::cast(&s, self.layout(), dtype)?,
-                self.shape(),
-            ),
-            None => {
-                let data =
-                    self.with_cpu(|d, l| crate::backend::cpu::elementwise::cast(d, l, dtype))??;
-                Tensor::from_cpu(data, self.shape())
-            }
-        };
+        let out = self.map_storage(self.shape(), |s, l| s.to_dtype(l, dtype))?;
         if !dtype.is_float() {
             return Ok(out);
         }
@@ -421,32 +369,42 @@ impl Tensor {
 
     /// A contiguous copy that owns new storage (`torch.clone`).
     pub fn copy(&self) -> Result<Tensor> {
-        let out = match self.cuda_storage() {
-            Some(s) => Tensor::from_cuda(
-                crate::backend::cuda::ops::contiguous(&s, self.layout())?,
-                self.shape(),
-            ),
-            None => Tensor::from_cpu(
-                self.with_cpu(crate::backend::cpu::elementwise::contiguous_copy)??,
-                self.shape(),
-            ),
-        };
+        let out = self.map_storage(self.shape(), |s, l| s.copy(l))?;
         Ok(Tensor::record(out, "copy", &[self], |_| {
             |g: &Tensor| Ok(vec![Some(g.clone())])
         }))
     }
 }
 
-/// A read lock on a tensor's storage known to be CUDA storage.
-pub(crate) struct CudaRead<'a>(RwLockReadGuard<'a, Storage>);
+/// Read locks on the storages of several tensors, each storage locked once even
+/// when tensors share it (a second read lock of one `RwLock` on a thread can
+/// deadlock against a waiting writer).
+pub(crate) struct Storages<'a> {
+    guards: SmallVec<[RwLockReadGuard<'a, Storage>; 4]>,
+    which: SmallVec<[usize; 4]>,
+}
 
-impl std::ops::Deref for CudaRead<'_> {
-    type Target = CudaStorage;
-    fn deref(&self) -> &CudaStorage {
-        match &*self.0 {
-            Storage::Cuda(s) => s,
-            Storage::Cpu(_) => unreachable!("CudaRead holds CUDA storage"),
+impl<'a> Storages<'a> {
+    pub(crate) fn read(ts: &[&'a Tensor]) -> Storages<'a> {
+        let mut guards: SmallVec<[RwLockReadGuard<'a, Storage>; 4]> = SmallVec::new();
+        let mut owners: SmallVec<[&Tensor; 4]> = SmallVec::new();
+        let mut which = SmallVec::new();
+        for t in ts {
+            match owners.iter().position(|o| o.same_storage(t)) {
+                Some(i) => which.push(i),
+                None => {
+                    which.push(guards.len());
+                    owners.push(t);
+                    guards.push(t.read());
+                }
+            }
         }
+        Storages { guards, which }
+    }
+
+    /// The storage of the `i`-th tensor.
+    pub(crate) fn get(&self, i: usize) -> &Storage {
+        &self.guards[self.which[i]]
     }
 }
 

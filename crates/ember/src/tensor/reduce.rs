@@ -3,7 +3,6 @@
 
 use super::shape::{dim_list, IntoDims};
 use super::Tensor;
-use crate::backend::cpu::reduce as k;
 use crate::backend::op::ReduceOp;
 use crate::layout::{normalize_dim, Dims};
 use crate::{DType, Error, Result};
@@ -76,40 +75,7 @@ impl Tensor {
                 }
             })
             .collect();
-        let out = match self.cuda_storage() {
-            Some(st) => {
-                use crate::backend::op::ReduceCode as R;
-                let (code, correction) = match op {
-                    ReduceOp::Sum => (R::Sum, 0.0),
-                    ReduceOp::Mean => (R::Mean, 0.0),
-                    ReduceOp::Max => (R::Max, 0.0),
-                    ReduceOp::Min => (R::Min, 0.0),
-                    ReduceOp::ArgMax => (R::ArgMax, 0.0),
-                    ReduceOp::ArgMin => (R::ArgMin, 0.0),
-                    ReduceOp::Var(c) => (R::Var, c),
-                };
-                let int_sum = op == ReduceOp::Sum && !self.dtype().is_float();
-                let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
-                let out_dt = if int_sum || arg {
-                    crate::DType::I64
-                } else {
-                    self.dtype()
-                };
-                let mut sorted = dims.to_vec();
-                sorted.sort_unstable();
-                sorted.dedup();
-                let o = crate::backend::cuda::ops::reduce(
-                    &st,
-                    self.layout(),
-                    &sorted,
-                    code,
-                    correction,
-                    out_dt,
-                )?;
-                Tensor::from_cuda(o, &shape)
-            }
-            None => Tensor::from_cpu(self.with_cpu(|d, l| k::reduce(d, l, &dims, op))??, &shape),
-        };
+        let out = self.map_storage(&shape, |s, l| s.reduce(l, &dims, op))?;
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
             return Ok(out); // indices have no gradient
         }
@@ -262,28 +228,7 @@ impl Tensor {
             } else {
                 self.transpose(d as i64, last as i64)?.contiguous()?
             };
-            let row = t.shape()[last];
-            let out = match t.cuda_storage() {
-                Some(st) => {
-                    let rows = t.numel().checked_div(row).unwrap_or(0);
-                    let o = crate::backend::cuda::ops::softmax_rows(
-                        &st,
-                        t.layout().offset(),
-                        rows,
-                        row,
-                        log,
-                    )?;
-                    Tensor::from_cuda(o, t.shape())
-                }
-                None => {
-                    let data = t
-                        .with_cpu(|data, l| {
-                            k::softmax_rows(data, l.offset()..l.offset() + l.numel(), row, log)
-                        })?
-                        .ok_or_else(|| Error::dtype(name, self.dtype(), ""))??;
-                    Tensor::from_cpu(data, t.shape())
-                }
-            };
+            let out = t.map_storage(t.shape(), |s, l| s.softmax(l, log))?;
             if d == last {
                 Ok(out)
             } else {

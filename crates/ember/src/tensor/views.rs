@@ -4,12 +4,9 @@
 
 use super::shape::{dims_of, infer_shape, IntoShape};
 use super::Tensor;
-use crate::backend::cpu::elementwise::copy_strided;
-use crate::backend::host::alloc_uninit;
-use crate::dtype::CpuData;
+use crate::backend::Storage;
 use crate::layout::{checked_numel, normalize_dim, Dims, Layout};
-use crate::WithDType;
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     /// The same elements with a new shape (one size may be -1): a view when the
@@ -294,31 +291,16 @@ impl Tensor {
         }
         let n = checked_numel("cat", &shape)?;
         let full = Layout::contiguous(&shape);
-        let out = if let Device::Cuda(i) = first.device() {
-            let dev = crate::backend::cuda::dev(i)?;
-            let out = crate::backend::cuda::CudaStorage::alloc(&dev, dtype, n)?;
-            let mut at = 0;
-            for t in tensors {
-                let len = t.shape()[d];
-                let t = t.to_dtype(dtype)?;
-                let dst = full.slice(d, at, at + len, 1);
-                let src = t.cuda_storage().expect("same device checked");
-                crate::backend::cuda::ops::copy(&src, t.layout(), &out, &dst)?;
-                at += len;
-            }
-            Tensor::from_cuda(out, &shape)
-        } else {
-            let mut out = alloc_data(dtype, n)?;
-            let mut at = 0;
-            for t in tensors {
-                let len = t.shape()[d];
-                let t = t.to_dtype(dtype)?;
-                let dst = full.slice(d, at, at + len, 1);
-                t.with_cpu(|src, ls| copy_strided(&mut out, &dst, src, ls))?;
-                at += len;
-            }
-            Tensor::from_cpu(out, &shape)
-        };
+        let mut out = Storage::empty(first.device(), dtype, n)?;
+        let mut at = 0;
+        for t in tensors {
+            let len = t.shape()[d];
+            let t = t.to_dtype(dtype)?;
+            let dst = full.slice(d, at, at + len, 1);
+            t.read().copy_into(t.layout(), &mut out, &dst)?;
+            at += len;
+        }
+        let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, "cat", tensors, |_| {
             let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
             move |g: &Tensor| {
@@ -404,22 +386,6 @@ impl Tensor {
         let d = normalize_dim("chunk", dim, self.rank())?;
         let n = self.shape()[d];
         self.split(n.div_ceil(chunks).max(1), d as i64)
-    }
-}
-
-/// An output buffer of `n` elements of `dtype` that the caller fills completely.
-pub(crate) fn alloc_data(dtype: DType, n: usize) -> Result<CpuData> {
-    fn a<T: WithDType>(n: usize) -> Result<CpuData> {
-        alloc_uninit::<T>(n).map(T::wrap)
-    }
-    match dtype {
-        DType::Bool => a::<bool>(n),
-        DType::U8 => a::<u8>(n),
-        DType::I64 => a::<i64>(n),
-        DType::F16 => a::<half::f16>(n),
-        DType::BF16 => a::<half::bf16>(n),
-        DType::F32 => a::<f32>(n),
-        DType::F64 => a::<f64>(n),
     }
 }
 

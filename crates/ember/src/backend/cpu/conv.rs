@@ -185,7 +185,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     win: Window,
     kind: Pool,
     want_index: bool,
-) -> Result<(Vec<T>, Option<Vec<u32>>)> {
+) -> Result<(Vec<T>, Option<Vec<i64>>)> {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
@@ -196,12 +196,12 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     let mut out = alloc_uninit::<T>(planes * oh * ow)?;
     let mut index = Vec::new();
     if want_index {
-        try_resize(&mut index, planes * oh * ow, 0u32)?;
+        try_resize(&mut index, planes * oh * ow, 0i64)?;
     }
     if oh * ow == 0 {
         return Ok((out, want_index.then_some(index)));
     }
-    let plane_out = |pi: usize, dst: &mut [T], idx: &mut [u32]| {
+    let plane_out = |pi: usize, dst: &mut [T], idx: &mut [i64]| {
         let plane = &x[pi * h * w..(pi + 1) * h * w];
         for oy in 0..oh {
             let y0 = (oy * sh) as isize - ph as isize;
@@ -235,7 +235,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
                         }
                         dst[o] = m;
                         if want_index {
-                            idx[o] = best as u32;
+                            idx[o] = best as i64;
                         }
                     }
                     Pool::Avg { count_include_pad } => {
@@ -277,7 +277,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
     g: &[T],
-    index: Option<&[u32]>,
+    index: Option<&[i64]>,
     planes: usize,
     (h, w): (usize, usize),
     (oh, ow): (usize, usize),

@@ -6,7 +6,7 @@
 
 use super::walk::Walk;
 use crate::backend::host::{alloc_uninit, PAR_CHUNK, PAR_MIN};
-use crate::backend::op::{BinaryOp, CmpOp, NumElem, UnaryOp};
+use crate::backend::op::{BinaryOp, CmpOp, NumElem, Scalar, UnaryOp};
 use crate::dtype::WithDType;
 use crate::dtype::{CpuData, CpuElem};
 use crate::layout::Layout;
@@ -303,35 +303,6 @@ fn par_ranges(n: usize, body: &(dyn Fn(usize, usize) + Sync)) {
     }
 }
 
-/// `true` when two positions of the layout share an element (an expanded view).
-pub(crate) fn is_overlapping(l: &Layout) -> bool {
-    l.shape()
-        .iter()
-        .zip(l.strides())
-        .any(|(&n, &s)| n > 1 && s == 0)
-        || {
-            // strides that interleave (e.g. as_strided tricks) cannot be built by ember's
-            // views except through stride 0, so sorting strides is a complete check here
-            let mut dims: Vec<(usize, usize)> = l
-                .shape()
-                .iter()
-                .zip(l.strides())
-                .filter(|(&n, _)| n > 1)
-                .map(|(&n, &s)| (s, n))
-                .collect();
-            dims.sort_unstable();
-            let mut extent = 1;
-            let mut bad = false;
-            for (s, n) in dims {
-                if s < extent {
-                    bad = true;
-                }
-                extent = s * (n - 1) + extent.max(1);
-            }
-            bad
-        }
-}
-
 /// Converts any dtype to any dtype with PyTorch's casting rules.
 pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuData> {
     fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::DType) -> Result<CpuData> {
@@ -474,4 +445,51 @@ pub(crate) fn where_(
         .map(T::wrap)
     }
     crate::dtype::dispatch!(a, v => go(cond, lc, v, la, b, lb))
+}
+
+/// `op(a[i], s)` for a scalar converted to the dtype (as a cast converts it).
+pub(crate) fn binary_scalar<O: BinaryOp>(
+    data: &CpuData,
+    l: &Layout,
+    s: Scalar,
+    op: &O,
+) -> Result<CpuData> {
+    fn go<T: NumElem, O: BinaryOp>(v: &[T], l: &Layout, s: Scalar, op: &O) -> Result<CpuData> {
+        let y: T = s.to();
+        map1(v, l, |x| T::binary(op, x, y)).map(T::wrap)
+    }
+    crate::dtype::dispatch!(data, v => go(v, l, s, op))
+}
+
+/// In place: `a[i] = op(a[i], s)` through `a`'s (non-overlapping) layout.
+pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
+    data: &mut CpuData,
+    l: &Layout,
+    s: Scalar,
+    op: &O,
+) {
+    fn go<T: NumElem, O: BinaryOp>(v: &mut [T], l: &Layout, s: Scalar, op: &O) {
+        let y: T = s.to();
+        // every position reads the one "element" of a broadcast unit
+        let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
+        let unit = unit.expect("a 0-d layout broadcasts to any shape");
+        zip_mut(v, l, &[()], &unit, |d, ()| *d = T::binary(op, *d, y));
+    }
+    crate::dtype::dispatch!(data, v => go(v, l, s, op))
+}
+
+/// A bool buffer of `cmp(a[i], s)` for a scalar converted to the dtype.
+pub(crate) fn compare_scalar(a: &CpuData, la: &Layout, s: Scalar, cmp: CmpOp) -> Result<CpuData> {
+    fn go<T: WithDType>(a: &[T], la: &Layout, s: Scalar, cmp: CmpOp) -> Result<CpuData> {
+        let y: T = s.to();
+        Ok(CpuData::Bool(match cmp {
+            CmpOp::Eq => map1(a, la, |x| x == y),
+            CmpOp::Ne => map1(a, la, |x| x != y),
+            CmpOp::Lt => map1(a, la, |x| x < y),
+            CmpOp::Le => map1(a, la, |x| x <= y),
+            CmpOp::Gt => map1(a, la, |x| x > y),
+            CmpOp::Ge => map1(a, la, |x| x >= y),
+        }?))
+    }
+    crate::dtype::dispatch!(a, v => go(v, la, s, cmp))
 }

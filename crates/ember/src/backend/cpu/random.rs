@@ -2,7 +2,12 @@
 //! `manual_seed`, that random tensors, shuffles, dropout masks and initialisation
 //! draw from.
 
-use rand::SeedableRng;
+use crate::backend::host::try_collect;
+use crate::backend::storage::Dist;
+use crate::dtype::CpuData;
+use crate::layout::Layout;
+use crate::{DType, Result};
+use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Mutex;
 
@@ -17,4 +22,47 @@ pub(crate) fn seed(seed: u64) {
 pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
     let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
     f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED)))
+}
+
+/// `n` draws of `dist` in the float `dtype`: f32 draws for the f32-and-narrower
+/// dtypes, f64 for float64, computed in f64 and rounded once.
+pub(crate) fn draw(dtype: DType, n: usize, dist: Dist) -> Result<CpuData> {
+    let v = with_global_rng(|r| match dist {
+        Dist::Uniform(lo, hi) => try_collect(
+            n,
+            (0..n).map(|_| {
+                let u = if dtype == DType::F64 {
+                    r.random::<f64>()
+                } else {
+                    r.random::<f32>() as f64
+                };
+                // rounded to the dtype now (the conversion below is then exact); a
+                // draw that rounds up to `hi` becomes `lo`: samples in [lo, hi)
+                let v = round_to(dtype, lo + (hi - lo) * u);
+                if v < hi {
+                    v
+                } else {
+                    round_to(dtype, lo)
+                }
+            }),
+        ),
+        Dist::Normal(mean, std) => try_collect(
+            n,
+            (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
+        ),
+    })?;
+    if dtype == DType::F64 {
+        return Ok(CpuData::F64(v));
+    }
+    super::elementwise::cast(&CpuData::F64(v), &Layout::contiguous(&[n]), dtype)
+}
+
+/// `v` rounded to the nearest value of the float `dtype`.
+fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
 }

@@ -173,20 +173,3 @@ impl Drop for Event {
         }
     }
 }
-
-thread_local! {
-    static HOST_FALLBACKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-pub(crate) fn count_host_fallback() {
-    HOST_FALLBACKS.with(|c| c.set(c.get() + 1));
-}
-
-/// How many times an operation on a CUDA tensor ran on the host, on the calling
-/// thread, because ember has no CUDA kernel for it (the values are copied to the
-/// host, computed there and copied back: correct, but slow). Per thread, so that a
-/// loop can check its own operations while other threads work; benchmarks and tests
-/// read it to see which ops stay on the GPU.
-pub fn host_fallback_count() -> u64 {
-    HOST_FALLBACKS.with(|c| c.get())
-}

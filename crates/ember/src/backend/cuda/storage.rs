@@ -1,8 +1,14 @@
 //! Values on one GPU.
 
 use super::device::CudaDev;
+use super::ops;
+use crate::backend::op::{
+    wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+};
+use crate::backend::storage::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
-use crate::{DType, Error, Result};
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
 use std::sync::Arc;
 
 /// Values on one GPU: a block from the caching allocator holding `len` elements of
@@ -95,15 +101,219 @@ impl CudaStorage {
         self.dtype
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
     pub fn dev(&self) -> &Arc<CudaDev> {
         &self.dev
+    }
+}
+
+impl CudaStorage {
+    /// `n` copies of `value` converted to `dtype`.
+    pub fn full(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: f64) -> Result<CudaStorage> {
+        ops::fill(dev, dtype, n, value)
+    }
+
+    /// `n` draws of `dist` from the GPUs' Philox stream.
+    pub fn random(dev: &Arc<CudaDev>, dtype: DType, n: usize, dist: Dist) -> Result<CudaStorage> {
+        match dist {
+            Dist::Uniform(lo, hi) => ops::random(dev, dtype, n, false, lo, hi),
+            Dist::Normal(mean, std) => ops::random(dev, dtype, n, true, mean, std),
+        }
+    }
+
+    fn pool_geometry(s: &PoolShape, kind: Pool) -> (ops::KConv, Option<bool>) {
+        let kc = ops::KConv::new((s.planes, 1), (s.h, s.w), (s.oh, s.ow), &s.win);
+        let avg = match kind {
+            Pool::Max => None,
+            Pool::Avg { count_include_pad } => Some(count_include_pad),
+        };
+        (kc, avg)
+    }
+}
+
+impl BackendStorage for CudaStorage {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> Device {
+        self.dev.device()
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        ops::cast(self, l, dtype)
+    }
+
+    fn copy(&self, l: &Layout) -> Result<Self> {
+        ops::contiguous(self, l)
+    }
+
+    fn copy_into(&self, l: &Layout, dst: &mut Self, ld: &Layout) -> Result<()> {
+        ops::copy(self, l, dst, ld)
+    }
+
+    fn to_host(&self, l: &Layout, _op: &'static str) -> Result<CpuData> {
+        // reading values waits for the GPU; a contiguous range comes back as is
+        match l.contiguous_range() {
+            Some(r) => self.to_cpu_range(r.start, r.len()),
+            None => ops::contiguous(self, l)?.to_cpu(),
+        }
+    }
+
+    fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Self> {
+        let (code, p0, p1) = op.code();
+        ops::unary(self, l, code, p0, p1)
+    }
+
+    fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, _op: &O) -> Result<Self> {
+        ops::binary(self, l, rhs, lr, O::CODE)
+    }
+
+    fn binary_scalar<O: BinaryOp>(&self, l: &Layout, s: Scalar, _op: &O) -> Result<Self> {
+        ops::binary_scalar(self, l, O::CODE, s.by_value())
+    }
+
+    fn binary_inplace<O: BinaryOp>(
+        &mut self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        _op: &O,
+    ) -> Result<()> {
+        ops::binary_inplace(self, l, rhs, lr, O::CODE)
+    }
+
+    fn binary_scalar_inplace<O: BinaryOp>(&mut self, l: &Layout, s: Scalar, _op: &O) -> Result<()> {
+        ops::binary_scalar_inplace(self, l, O::CODE, s.by_value())
+    }
+
+    fn compare(&self, l: &Layout, rhs: &Self, lr: &Layout, op: CmpOp) -> Result<Self> {
+        ops::compare(self, l, rhs, lr, op as i32)
+    }
+
+    fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Self> {
+        ops::compare_scalar(self, l, op as i32, s.by_value())
+    }
+
+    fn where_(&self, l: &Layout, a: &Self, la: &Layout, b: &Self, lb: &Layout) -> Result<Self> {
+        ops::where_(self, l, a, la, b, lb)
+    }
+
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        let (code, correction) = op.code();
+        ops::reduce(self, l, dims, code, correction, op.out_dtype(self.dtype))
+    }
+
+    fn softmax(&self, l: &Layout, log: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::softmax_rows(self, l.offset(), rows, row, log)
+    }
+
+    fn matmul(
+        &self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<Self> {
+        ops::matmul(self, l, rhs, lr, m, k, n)?
+            .ok_or_else(|| Error::dtype("matmul", self.dtype, "no product of bools"))
+    }
+
+    fn conv2d(
+        &self,
+        l: &Layout,
+        w: (&Self, &Layout),
+        b: Option<(&Self, &Layout)>,
+        s: &ConvShape,
+    ) -> Result<Self> {
+        ops::conv2d((self, l), w, b, s)
+    }
+
+    fn conv2d_backward(
+        &self,
+        l: &Layout,
+        w: (&Self, &Layout),
+        gy: (&Self, &Layout),
+        s: &ConvShape,
+        need: (bool, bool),
+    ) -> Result<ConvGrads<Self>> {
+        ops::conv2d_backward((self, l), w, gy, s, need)
+    }
+
+    fn pool2d(
+        &self,
+        l: &Layout,
+        s: &PoolShape,
+        kind: Pool,
+        want_index: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        let (kc, avg) = CudaStorage::pool_geometry(s, kind);
+        ops::pool2d(self, l.offset(), &kc, avg, want_index)
+    }
+
+    fn pool2d_backward(
+        &self,
+        l: &Layout,
+        index: Option<&Self>,
+        s: &PoolShape,
+        kind: Pool,
+    ) -> Result<Self> {
+        let (kc, avg) = CudaStorage::pool_geometry(s, kind);
+        ops::pool2d_backward(self, l.offset(), index, &kc, avg)
+    }
+
+    fn indices(
+        &self,
+        l: &Layout,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        negative: bool,
+    ) -> Result<Self> {
+        // checked on the host: one small copy down and up per call
+        let CpuData::I64(mut v) = self.to_host(l, op)? else {
+            return Err(Error::dtype(
+                op,
+                self.dtype,
+                "indices must be an int64 tensor",
+            ));
+        };
+        wrap_indices(&mut v, op, dim, size, negative)?;
+        CudaStorage::from_cpu(&self.dev, &CpuData::I64(v))
+    }
+
+    fn index_select(&self, l: &Layout, dim: usize, idx: &Self, n: usize) -> Result<Self> {
+        ops::index_select(self, l, dim, idx, n)
+    }
+
+    fn gather(&self, l: &Layout, dim: usize, idx: &Self, ishape: &[usize]) -> Result<Self> {
+        ops::gather(self, l, dim, idx, ishape)
+    }
+
+    fn scatter_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        ishape: &[usize],
+        (src, ls): (&Self, &Layout),
+    ) -> Result<()> {
+        ops::scatter_add(self, shape, dim, idx, ishape, src, ls)
+    }
+
+    fn adam(
+        (p, po): (&mut Self, usize),
+        g: (&Self, usize),
+        (m, mo): (&mut Self, usize),
+        (v, vo): (&mut Self, usize),
+        n: usize,
+        h: &AdamStep,
+    ) -> Result<()> {
+        ops::adam((&*p, po), g, (&*m, mo), (&*v, vo), n, h)
     }
 }

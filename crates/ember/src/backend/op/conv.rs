@@ -55,3 +55,15 @@ pub(crate) enum Pool {
         count_include_pad: bool,
     },
 }
+
+/// Shapes of one pooling call: `planes` (batch × channels) planes of `h × w`
+/// pooled into `oh × ow`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolShape {
+    pub planes: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub win: Window,
+}

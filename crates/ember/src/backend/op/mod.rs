@@ -30,11 +30,13 @@ macro_rules! codes {
 
 mod conv;
 mod elementwise;
+mod index;
 mod optim;
 mod reduce;
 
-pub(crate) use conv::{ConvShape, Pool, Window};
+pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
+pub(crate) use index::wrap_indices;
 pub(crate) use optim::AdamStep;
 pub(crate) use reduce::{ReduceCode, ReduceOp};
 

@@ -11,6 +11,7 @@ macro_rules! args {
 }
 
 mod conv;
+mod convolution;
 mod elementwise;
 mod matmul;
 mod nn;
@@ -18,6 +19,7 @@ mod random;
 mod reduce;
 
 pub(crate) use conv::*;
+pub(crate) use convolution::{conv2d, conv2d_backward};
 pub(crate) use elementwise::*;
 pub(crate) use matmul::*;
 pub(crate) use nn::*;

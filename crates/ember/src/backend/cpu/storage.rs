@@ -1,0 +1,389 @@
+//! CPU storage: a [`CpuData`] buffer, and the CPU's answer to every primitive.
+
+use super::{conv, elementwise as ew, index, matmul, optim, random, reduce};
+use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
+use crate::backend::op::{
+    wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+};
+use crate::backend::storage::{BackendStorage, ConvGrads, Dist};
+use crate::dtype::{CpuData, CpuElem, Real};
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result, WithDType};
+
+/// Runs `$body` with `$t` the Rust type of the dtype `$dt`.
+macro_rules! with_dtype {
+    ($dt:expr, $t:ident => $body:expr) => {
+        match $dt {
+            DType::Bool => {
+                type $t = bool;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$t` as f32 or f64 for the work dtype of convolutions and
+/// pooling; other dtypes are an error (the tensor layer converts first).
+macro_rules! with_float {
+    ($op:expr, $dt:expr, $t:ident => $body:expr) => {
+        match $dt {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            dt => Err(Error::dtype($op, dt, "computed in float32 or float64")),
+        }
+    };
+}
+
+/// Host storage: a [`CpuData`] that returns its buffer to the pool when dropped.
+#[derive(Debug)]
+pub(crate) struct CpuStorage {
+    data: CpuData,
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        recycle_data(std::mem::replace(&mut self.data, CpuData::U8(Vec::new())));
+    }
+}
+
+impl CpuStorage {
+    pub fn new(data: CpuData) -> Self {
+        CpuStorage { data }
+    }
+
+    pub fn data(&self) -> &CpuData {
+        &self.data
+    }
+
+    /// `n` copies of `value` converted to `dtype`.
+    pub fn full(dtype: DType, n: usize, value: Scalar) -> Result<Self> {
+        fn go<T: WithDType>(n: usize, value: Scalar) -> Result<CpuData> {
+            alloc_filled(n, value.to::<T>()).map(T::wrap)
+        }
+        Ok(CpuStorage::new(with_dtype!(dtype, T => go::<T>(n, value))?))
+    }
+
+    /// `n` elements whose values are unspecified.
+    pub fn empty(dtype: DType, n: usize) -> Result<Self> {
+        fn go<T: WithDType>(n: usize) -> Result<CpuData> {
+            alloc_uninit::<T>(n).map(T::wrap)
+        }
+        Ok(CpuStorage::new(with_dtype!(dtype, T => go::<T>(n))?))
+    }
+
+    /// `n` draws of `dist` from the CPU's generator.
+    pub fn random(dtype: DType, n: usize, dist: Dist) -> Result<Self> {
+        random::draw(dtype, n, dist).map(CpuStorage::new)
+    }
+
+    /// The `T` elements of this storage from `l`'s offset on (a float dtype the
+    /// tensor layer chose).
+    fn floats<T: WithDType>(&self, l: &Layout) -> &[T] {
+        &T::slice(&self.data).expect("operands converted to the work dtype")[l.offset()..]
+    }
+}
+
+impl BackendStorage for CpuStorage {
+    fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        ew::cast(&self.data, l, dtype).map(CpuStorage::new)
+    }
+
+    fn copy(&self, l: &Layout) -> Result<Self> {
+        ew::contiguous_copy(&self.data, l).map(CpuStorage::new)
+    }
+
+    fn copy_into(&self, l: &Layout, dst: &mut Self, ld: &Layout) -> Result<()> {
+        ew::copy_strided(&mut dst.data, ld, &self.data, l);
+        Ok(())
+    }
+
+    fn to_host(&self, l: &Layout, _op: &'static str) -> Result<CpuData> {
+        ew::contiguous_copy(&self.data, l)
+    }
+
+    fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Self> {
+        ew::unary(&self.data, l, op).map(CpuStorage::new)
+    }
+
+    fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, op: &O) -> Result<Self> {
+        ew::binary(&self.data, l, &rhs.data, lr, op).map(CpuStorage::new)
+    }
+
+    fn binary_scalar<O: BinaryOp>(&self, l: &Layout, s: Scalar, op: &O) -> Result<Self> {
+        ew::binary_scalar(&self.data, l, s, op).map(CpuStorage::new)
+    }
+
+    fn binary_inplace<O: BinaryOp>(
+        &mut self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        op: &O,
+    ) -> Result<()> {
+        ew::binary_inplace(&mut self.data, l, &rhs.data, lr, op);
+        Ok(())
+    }
+
+    fn binary_scalar_inplace<O: BinaryOp>(&mut self, l: &Layout, s: Scalar, op: &O) -> Result<()> {
+        ew::binary_scalar_inplace(&mut self.data, l, s, op);
+        Ok(())
+    }
+
+    fn compare(&self, l: &Layout, rhs: &Self, lr: &Layout, op: CmpOp) -> Result<Self> {
+        ew::compare(&self.data, l, &rhs.data, lr, op).map(CpuStorage::new)
+    }
+
+    fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Self> {
+        ew::compare_scalar(&self.data, l, s, op).map(CpuStorage::new)
+    }
+
+    fn where_(&self, l: &Layout, a: &Self, la: &Layout, b: &Self, lb: &Layout) -> Result<Self> {
+        let cond = bool::slice(&self.data).expect("the condition is a bool tensor");
+        ew::where_(cond, l, &a.data, la, &b.data, lb).map(CpuStorage::new)
+    }
+
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        reduce::reduce(&self.data, l, dims, op).map(CpuStorage::new)
+    }
+
+    fn softmax(&self, l: &Layout, log: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let range = l.offset()..l.offset() + l.numel();
+        reduce::softmax_rows(&self.data, range, row, log)
+            .ok_or_else(|| Error::dtype("softmax", self.dtype(), "needs a floating-point tensor"))?
+            .map(CpuStorage::new)
+    }
+
+    fn matmul(
+        &self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<Self> {
+        matmul::matmul(&matmul::MatmulArgs {
+            a: (&self.data, l),
+            b: (&rhs.data, lr),
+            m,
+            k,
+            n,
+        })
+        .map(CpuStorage::new)
+    }
+
+    fn conv2d(
+        &self,
+        l: &Layout,
+        (w, lw): (&Self, &Layout),
+        b: Option<(&Self, &Layout)>,
+        s: &ConvShape,
+    ) -> Result<Self> {
+        fn go<T: WithDType + Real>(
+            (x, lx): (&CpuStorage, &Layout),
+            (w, lw): (&CpuStorage, &Layout),
+            b: Option<(&CpuStorage, &Layout)>,
+            s: &ConvShape,
+        ) -> Result<CpuData> {
+            let bias = b.map(|(b, lb)| b.floats::<T>(lb));
+            conv::conv2d(x.floats::<T>(lx), w.floats::<T>(lw), bias, s).map(T::wrap)
+        }
+        with_float!("conv2d", self.dtype(), T => go::<T>((self, l), (w, lw), b, s))
+            .map(CpuStorage::new)
+    }
+
+    fn conv2d_backward(
+        &self,
+        l: &Layout,
+        (w, lw): (&Self, &Layout),
+        (gy, lg): (&Self, &Layout),
+        s: &ConvShape,
+        need: (bool, bool),
+    ) -> Result<ConvGrads<Self>> {
+        fn go<T: WithDType + Real + std::ops::AddAssign>(
+            x: &[T],
+            w: &[T],
+            g: &[T],
+            s: &ConvShape,
+            need: (bool, bool),
+        ) -> Result<ConvGrads<CpuStorage>> {
+            let (gx, gw) = conv::conv2d_backward(x, w, g, s, need)?;
+            let wrap = |v: Vec<T>| CpuStorage::new(T::wrap(v));
+            Ok((gx.map(wrap), gw.map(wrap)))
+        }
+        with_float!("conv2d", self.dtype(), T => go::<T>(
+            self.floats(l),
+            w.floats(lw),
+            gy.floats(lg),
+            s,
+            need
+        ))
+    }
+
+    fn pool2d(
+        &self,
+        l: &Layout,
+        s: &PoolShape,
+        kind: Pool,
+        want_index: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        fn go<T: WithDType + Real>(
+            x: &[T],
+            s: &PoolShape,
+            kind: Pool,
+            want_index: bool,
+        ) -> Result<(CpuStorage, Option<CpuStorage>)> {
+            let (out, index) = conv::pool2d(
+                x,
+                s.planes,
+                (s.h, s.w),
+                (s.oh, s.ow),
+                s.win,
+                kind,
+                want_index,
+            )?;
+            Ok((
+                CpuStorage::new(T::wrap(out)),
+                index.map(|i| CpuStorage::new(CpuData::I64(i))),
+            ))
+        }
+        with_float!("pool2d", self.dtype(), T => go::<T>(self.floats(l), s, kind, want_index))
+    }
+
+    fn pool2d_backward(
+        &self,
+        l: &Layout,
+        index: Option<&Self>,
+        s: &PoolShape,
+        kind: Pool,
+    ) -> Result<Self> {
+        fn go<T: WithDType + Real + std::ops::AddAssign>(
+            g: &[T],
+            index: Option<&[i64]>,
+            s: &PoolShape,
+            kind: Pool,
+        ) -> Result<CpuData> {
+            conv::pool2d_backward(g, index, s.planes, (s.h, s.w), (s.oh, s.ow), s.win, kind)
+                .map(T::wrap)
+        }
+        if kind == Pool::Max && index.is_none() {
+            return Err(Error::invalid(
+                "max_pool2d backward",
+                "the forward pass kept no indices",
+            ));
+        }
+        let index = index.map(|i| i64::slice(&i.data).expect("int64 indices"));
+        with_float!("pool2d", self.dtype(), T => go::<T>(self.floats(l), index, s, kind))
+            .map(CpuStorage::new)
+    }
+
+    fn indices(
+        &self,
+        l: &Layout,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        negative: bool,
+    ) -> Result<Self> {
+        let data = ew::contiguous_copy(&self.data, l)?;
+        let CpuData::I64(mut v) = data else {
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                "indices must be an int64 tensor",
+            ));
+        };
+        wrap_indices(&mut v, op, dim, size, negative)?;
+        Ok(CpuStorage::new(CpuData::I64(v)))
+    }
+
+    fn index_select(&self, l: &Layout, dim: usize, idx: &Self, _n: usize) -> Result<Self> {
+        index::index_select(&self.data, l, dim, idx.int64()).map(CpuStorage::new)
+    }
+
+    fn gather(&self, l: &Layout, dim: usize, idx: &Self, ishape: &[usize]) -> Result<Self> {
+        index::gather(&self.data, l, dim, idx.int64(), ishape).map(CpuStorage::new)
+    }
+
+    fn scatter_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        ishape: &[usize],
+        (src, ls): (&Self, &Layout),
+    ) -> Result<()> {
+        index::scatter_add(
+            &mut self.data,
+            shape,
+            dim,
+            idx.int64(),
+            ishape,
+            &src.data,
+            ls,
+        );
+        Ok(())
+    }
+
+    fn adam(
+        (p, po): (&mut Self, usize),
+        (g, go): (&Self, usize),
+        (m, mo): (&mut Self, usize),
+        (v, vo): (&mut Self, usize),
+        n: usize,
+        h: &AdamStep,
+    ) -> Result<()> {
+        optim::adam(
+            (&mut p.data, po),
+            (&g.data, go),
+            (&mut m.data, mo),
+            (&mut v.data, vo),
+            n,
+            h,
+        )
+    }
+}
+
+impl CpuStorage {
+    /// The values of a storage of validated indices.
+    fn int64(&self) -> &[i64] {
+        i64::slice(&self.data).expect("indices are int64")
+    }
+}

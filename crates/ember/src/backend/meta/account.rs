@@ -1,0 +1,181 @@
+//! Accounting for meta allocations: a hook that sees every allocation and free of
+//! meta storage, and the phase of training and the module that asked for it.
+//!
+//! Meta tensors hold no memory, but they know how much they would: a hook installed
+//! on a thread ([`set_hook`]) receives a [`MetaEvent`] for each meta storage made
+//! on that thread and for its release (on whatever thread drops it). The event
+//! carries the bytes, the dtype and element count, the training [`Phase`] (forward
+//! unless inside `backward` or an optimizer's `step`) and the dotted path of the
+//! module running (`"features.3"`, as `named_parameters` names them). That is what
+//! a memory estimator replays through the CUDA caching allocator's logic.
+//!
+//! ```
+//! use ember::meta::{AllocHook, MetaEvent};
+//! use ember::prelude::*;
+//! use std::sync::{atomic::{AtomicUsize, Ordering}, Arc};
+//!
+//! #[derive(Default)]
+//! struct Live(AtomicUsize);
+//! impl AllocHook for Live {
+//!     fn alloc(&self, e: &MetaEvent) { self.0.fetch_add(e.bytes, Ordering::Relaxed); }
+//!     fn free(&self, e: &MetaEvent) { self.0.fetch_sub(e.bytes, Ordering::Relaxed); }
+//! }
+//! let live = Arc::new(Live::default());
+//! ember::meta::with_hook(live.clone(), || -> ember::Result<()> {
+//!     let x = Tensor::zeros([256, 1024], DType::F32, &Device::Meta)?;
+//!     assert_eq!(live.0.load(Ordering::Relaxed), 1 << 20);
+//!     drop(x);
+//!     Ok(())
+//! })?;
+//! assert_eq!(live.0.load(Ordering::Relaxed), 0);
+//! # Ok::<(), ember::Error>(())
+//! ```
+
+use crate::DType;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Where in a training step an allocation happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Phase {
+    /// The forward pass (and anything outside backward and optimizer steps).
+    #[default]
+    Forward,
+    /// Inside `backward`.
+    Backward,
+    /// Inside an optimizer's `step`.
+    Optimizer,
+}
+
+/// One allocation or free of meta storage.
+#[derive(Clone, Copy, Debug)]
+pub struct MetaEvent<'a> {
+    /// Identifies the storage: its allocation and its free carry the same id.
+    pub id: u64,
+    /// The bytes the storage would take (element count × element size).
+    pub bytes: usize,
+    pub dtype: DType,
+    pub numel: usize,
+    /// The phase when the event happened.
+    pub phase: Phase,
+    /// The dotted path of the module running when the event happened (`""` outside
+    /// any `Sequential`).
+    pub module: &'a str,
+}
+
+/// Receives the meta allocations of the threads it is installed on.
+pub trait AllocHook: Send + Sync {
+    /// A meta storage was made.
+    fn alloc(&self, event: &MetaEvent);
+    /// A meta storage was dropped (its last tensor went away).
+    fn free(&self, event: &MetaEvent);
+}
+
+thread_local! {
+    static HOOK: RefCell<Option<Arc<dyn AllocHook>>> = const { RefCell::new(None) };
+    static PHASE: Cell<Phase> = const { Cell::new(Phase::Forward) };
+    static MODULE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Installs `hook` for meta allocations made on this thread (`None` removes it);
+/// returns the previous one.
+pub fn set_hook(hook: Option<Arc<dyn AllocHook>>) -> Option<Arc<dyn AllocHook>> {
+    HOOK.with(|h| std::mem::replace(&mut *h.borrow_mut(), hook))
+}
+
+/// Runs `f` with `hook` installed on this thread, then restores the previous hook.
+pub fn with_hook<R>(hook: Arc<dyn AllocHook>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn AllocHook>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_hook(self.0.take());
+        }
+    }
+    let _restore = Restore(set_hook(Some(hook)));
+    f()
+}
+
+/// The phase this thread is in.
+pub fn phase() -> Phase {
+    PHASE.with(|p| p.get())
+}
+
+/// Restores the previous phase when dropped.
+pub struct PhaseGuard {
+    previous: Phase,
+}
+
+impl Drop for PhaseGuard {
+    fn drop(&mut self) {
+        PHASE.with(|p| p.set(self.previous));
+    }
+}
+
+/// Marks this thread as in `phase` until the guard drops (autograd's `backward`
+/// and the optimizers' `step` do this).
+pub fn enter_phase(phase: Phase) -> PhaseGuard {
+    PhaseGuard {
+        previous: PHASE.with(|p| p.replace(phase)),
+    }
+}
+
+/// Restores the previous module path when dropped.
+pub struct ModuleGuard {
+    len: usize,
+}
+
+impl Drop for ModuleGuard {
+    fn drop(&mut self) {
+        MODULE.with(|m| m.borrow_mut().truncate(self.len));
+    }
+}
+
+/// Appends `name` to this thread's module path until the guard drops
+/// (`Sequential::forward` does this for each child, so paths read like
+/// `named_parameters`' names).
+pub fn enter_module(name: impl std::fmt::Display) -> ModuleGuard {
+    use std::fmt::Write;
+    MODULE.with(|m| {
+        let mut m = m.borrow_mut();
+        let len = m.len();
+        if !m.is_empty() {
+            m.push('.');
+        }
+        // into the thread's own buffer: no allocation once it has grown
+        let _ = write!(m, "{name}");
+        ModuleGuard { len }
+    })
+}
+
+/// The dotted path of the module running on this thread.
+pub fn module_path() -> String {
+    MODULE.with(|m| m.borrow().clone())
+}
+
+/// The hook of this thread, for a new storage to report to.
+pub(super) fn current_hook() -> Option<Arc<dyn AllocHook>> {
+    HOOK.with(|h| h.borrow().clone())
+}
+
+/// A new storage id.
+pub(super) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Calls `f` with an event for the storage `id` as of now on this thread.
+pub(super) fn report(id: u64, dtype: DType, numel: usize, f: impl FnOnce(&MetaEvent)) {
+    let phase = phase();
+    MODULE.with(|m| {
+        let m = m.borrow();
+        f(&MetaEvent {
+            id,
+            bytes: numel.saturating_mul(dtype.size_in_bytes()),
+            dtype,
+            numel,
+            phase,
+            module: &m,
+        })
+    })
+}

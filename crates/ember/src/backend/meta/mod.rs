@@ -1,0 +1,259 @@
+//! The `meta` backend: storage with a dtype and an element count but no values.
+//!
+//! Every primitive gives a storage of its output's dtype and size and computes
+//! nothing, so the tensor layer's validation, shape arithmetic and autograd run
+//! unchanged: a model's forward and backward pass and an optimizer step on meta
+//! tensors take microseconds per op and allocate only metadata. Reading values is
+//! [`Error::MetaNoData`]. Each storage reports its allocation and its release to
+//! the accounting hook of the thread that made it ([`account`]).
+
+pub mod account;
+
+use crate::backend::op::{
+    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+};
+use crate::backend::storage::{BackendStorage, ConvGrads};
+use crate::dtype::CpuData;
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
+use account::AllocHook;
+use std::sync::Arc;
+
+/// A storage that would hold `len` elements of `dtype`.
+pub(crate) struct MetaStorage {
+    dtype: DType,
+    len: usize,
+    id: u64,
+    /// The hook that saw the allocation sees the release.
+    hook: Option<Arc<dyn AllocHook>>,
+}
+
+impl std::fmt::Debug for MetaStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MetaStorage({} x {})", self.len, self.dtype)
+    }
+}
+
+impl MetaStorage {
+    /// A storage of `len` elements of `dtype` (reported to this thread's hook).
+    pub fn new(dtype: DType, len: usize) -> Result<MetaStorage> {
+        let hook = account::current_hook();
+        let id = account::next_id();
+        if let Some(h) = &hook {
+            account::report(id, dtype, len, |e| h.alloc(e));
+        }
+        Ok(MetaStorage {
+            dtype,
+            len,
+            id,
+            hook,
+        })
+    }
+
+    fn like(&self, len: usize) -> Result<MetaStorage> {
+        MetaStorage::new(self.dtype, len)
+    }
+}
+
+impl Drop for MetaStorage {
+    fn drop(&mut self) {
+        if let Some(h) = &self.hook {
+            account::report(self.id, self.dtype, self.len, |e| h.free(e));
+        }
+    }
+}
+
+impl BackendStorage for MetaStorage {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> Device {
+        Device::Meta
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        MetaStorage::new(dtype, l.numel())
+    }
+
+    fn copy(&self, l: &Layout) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn copy_into(&self, _l: &Layout, _dst: &mut Self, _ld: &Layout) -> Result<()> {
+        Ok(())
+    }
+
+    fn to_host(&self, _l: &Layout, op: &'static str) -> Result<CpuData> {
+        Err(Error::MetaNoData {
+            op,
+            hint: "build the tensor on a real device to read values",
+        })
+    }
+
+    fn unary<O: UnaryOp>(&self, l: &Layout, _op: &O) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn binary<O: BinaryOp>(&self, l: &Layout, _rhs: &Self, _lr: &Layout, _op: &O) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn binary_scalar<O: BinaryOp>(&self, l: &Layout, _s: Scalar, _op: &O) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn binary_inplace<O: BinaryOp>(
+        &mut self,
+        _l: &Layout,
+        _rhs: &Self,
+        _lr: &Layout,
+        _op: &O,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn binary_scalar_inplace<O: BinaryOp>(
+        &mut self,
+        _l: &Layout,
+        _s: Scalar,
+        _op: &O,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn compare(&self, l: &Layout, _rhs: &Self, _lr: &Layout, _op: CmpOp) -> Result<Self> {
+        MetaStorage::new(DType::Bool, l.numel())
+    }
+
+    fn compare_scalar(&self, l: &Layout, _s: Scalar, _op: CmpOp) -> Result<Self> {
+        MetaStorage::new(DType::Bool, l.numel())
+    }
+
+    fn where_(&self, l: &Layout, a: &Self, _la: &Layout, _b: &Self, _lb: &Layout) -> Result<Self> {
+        a.like(l.numel())
+    }
+
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
+        let kept = (0..l.rank())
+            .filter(|d| !dims.contains(d))
+            .map(|d| l.shape()[d])
+            .product();
+        MetaStorage::new(op.out_dtype(self.dtype), kept)
+    }
+
+    fn softmax(&self, l: &Layout, _log: bool) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn matmul(
+        &self,
+        l: &Layout,
+        _rhs: &Self,
+        _lr: &Layout,
+        (m, _k, n): (usize, usize, usize),
+    ) -> Result<Self> {
+        let batch: usize = l.shape()[..l.rank() - 2].iter().product();
+        self.like(batch * m * n)
+    }
+
+    fn conv2d(
+        &self,
+        _l: &Layout,
+        _w: (&Self, &Layout),
+        _b: Option<(&Self, &Layout)>,
+        s: &ConvShape,
+    ) -> Result<Self> {
+        self.like(s.n * s.o * s.oh * s.ow)
+    }
+
+    fn conv2d_backward(
+        &self,
+        _l: &Layout,
+        _w: (&Self, &Layout),
+        _gy: (&Self, &Layout),
+        s: &ConvShape,
+        need: (bool, bool),
+    ) -> Result<ConvGrads<Self>> {
+        let (kh, kw) = s.win.kernel;
+        let gx = need
+            .0
+            .then(|| self.like(s.n * s.c * s.h * s.w))
+            .transpose()?;
+        let gw = need
+            .1
+            .then(|| self.like(s.o * (s.c / s.groups) * kh * kw))
+            .transpose()?;
+        Ok((gx, gw))
+    }
+
+    fn pool2d(
+        &self,
+        _l: &Layout,
+        s: &PoolShape,
+        _kind: Pool,
+        want_index: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        let n = s.planes * s.oh * s.ow;
+        let index = want_index
+            .then(|| MetaStorage::new(DType::I64, n))
+            .transpose()?;
+        Ok((self.like(n)?, index))
+    }
+
+    fn pool2d_backward(
+        &self,
+        _l: &Layout,
+        _index: Option<&Self>,
+        s: &PoolShape,
+        _kind: Pool,
+    ) -> Result<Self> {
+        self.like(s.planes * s.h * s.w)
+    }
+
+    fn indices(
+        &self,
+        l: &Layout,
+        _op: &'static str,
+        _dim: usize,
+        _size: usize,
+        _negative: bool,
+    ) -> Result<Self> {
+        // values unknown: nothing to check, as on PyTorch's meta device
+        MetaStorage::new(DType::I64, l.numel())
+    }
+
+    fn index_select(&self, l: &Layout, dim: usize, _idx: &Self, n: usize) -> Result<Self> {
+        let rest: usize = (0..l.rank())
+            .filter(|&d| d != dim)
+            .map(|d| l.shape()[d])
+            .product();
+        self.like(rest * n)
+    }
+
+    fn gather(&self, _l: &Layout, _dim: usize, _idx: &Self, ishape: &[usize]) -> Result<Self> {
+        self.like(ishape.iter().product())
+    }
+
+    fn scatter_add(
+        &mut self,
+        _shape: &[usize],
+        _dim: usize,
+        _idx: &Self,
+        _ishape: &[usize],
+        _src: (&Self, &Layout),
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn adam(
+        _p: (&mut Self, usize),
+        _g: (&Self, usize),
+        _m: (&mut Self, usize),
+        _v: (&mut Self, usize),
+        _n: usize,
+        _h: &AdamStep,
+    ) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,690 @@
+//! The one dispatch point: [`Storage`], the values behind a tensor on one device,
+//! with a method per primitive that hands the work to that device's backend.
+//!
+//! Every backend implements [`BackendStorage`], so a primitive added to the trait
+//! must be written for every device before ember compiles, and a device added to
+//! [`Storage`] makes each `match` below name what it lacks. The tensor layer has
+//! already validated the operands (same device, dtypes, broadcast shapes) and
+//! computed the output's shape and dtype when it calls in here; a backend only
+//! computes. Outputs are new contiguous storages.
+
+use super::cpu::CpuStorage;
+use super::cuda::CudaStorage;
+use super::meta::MetaStorage;
+use super::op::{AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp};
+use crate::dtype::CpuData;
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
+
+/// A random distribution for [`Storage::random`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Dist {
+    /// Uniform in `[lo, hi)`.
+    Uniform(f64, f64),
+    /// Normal with mean and standard deviation.
+    Normal(f64, f64),
+}
+
+/// The input and weight gradients of a convolution, each where it was asked for.
+pub(crate) type ConvGrads<S> = (Option<S>, Option<S>);
+
+/// What every device's storage computes. Layouts are in elements of the storage;
+/// outputs are contiguous.
+pub(crate) trait BackendStorage: Sized {
+    fn dtype(&self) -> DType;
+    fn device(&self) -> Device;
+
+    // ---- copies and casts
+    /// The elements of `l` converted to `dtype`.
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self>;
+    /// The elements of `l`, copied.
+    fn copy(&self, l: &Layout) -> Result<Self>;
+    /// `dst[ld] = self[l]` for views of one shape and dtype (`ld` does not overlap
+    /// itself).
+    fn copy_into(&self, l: &Layout, dst: &mut Self, ld: &Layout) -> Result<()>;
+    /// The elements of `l` in host memory, row-major (`op` names the caller in
+    /// errors). Waits for queued work.
+    fn to_host(&self, l: &Layout, op: &'static str) -> Result<CpuData>;
+
+    // ---- elementwise
+    fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Self>;
+    /// `op(self[l], rhs[lr])` over two views broadcast to one shape, one dtype.
+    fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, op: &O) -> Result<Self>;
+    /// `op(self[l], s)` with `s` converted to the dtype as a cast converts it.
+    fn binary_scalar<O: BinaryOp>(&self, l: &Layout, s: Scalar, op: &O) -> Result<Self>;
+    /// `self[l] = op(self[l], rhs[lr])`.
+    fn binary_inplace<O: BinaryOp>(
+        &mut self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        op: &O,
+    ) -> Result<()>;
+    /// `self[l] = op(self[l], s)`.
+    fn binary_scalar_inplace<O: BinaryOp>(&mut self, l: &Layout, s: Scalar, op: &O) -> Result<()>;
+    /// A bool storage of `op(self[l], rhs[lr])`.
+    fn compare(&self, l: &Layout, rhs: &Self, lr: &Layout, op: CmpOp) -> Result<Self>;
+    /// A bool storage of `op(self[l], s)`.
+    fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Self>;
+    /// `self[l] ? a[la] : b[lb]` where `self` is bool and `a`, `b` share a dtype.
+    fn where_(&self, l: &Layout, a: &Self, la: &Layout, b: &Self, lb: &Layout) -> Result<Self>;
+
+    // ---- reductions
+    /// Reduces the view `l` over `dims` (sorted, unique, each of size > 0 unless
+    /// the op has an identity); the output holds the kept dims, in
+    /// `op.out_dtype(dtype)`.
+    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self>;
+    /// Softmax or log-softmax of each row (the last dim) of the contiguous view `l`
+    /// of a float dtype.
+    fn softmax(&self, l: &Layout, log: bool) -> Result<Self>;
+
+    // ---- linear algebra
+    /// Batched `self[l] · rhs[lr]`: `l` is `batch + [m, k]`, `lr` is `batch + [k, n]`
+    /// (batch dims broadcast); the output is `batch + [m, n]`.
+    fn matmul(
+        &self,
+        l: &Layout,
+        rhs: &Self,
+        lr: &Layout,
+        mkn: (usize, usize, usize),
+    ) -> Result<Self>;
+    /// `conv2d(x, w) + b` of contiguous f32/f64 views (`self` is `x`).
+    fn conv2d(
+        &self,
+        l: &Layout,
+        w: (&Self, &Layout),
+        b: Option<(&Self, &Layout)>,
+        s: &ConvShape,
+    ) -> Result<Self>;
+    /// The gradients of `conv2d(x, w)` from the output's gradient `gy`, for the
+    /// input and the weight as `need` asks (`self` is `x`; all contiguous).
+    fn conv2d_backward(
+        &self,
+        l: &Layout,
+        w: (&Self, &Layout),
+        gy: (&Self, &Layout),
+        s: &ConvShape,
+        need: (bool, bool),
+    ) -> Result<ConvGrads<Self>>;
+    /// Max or average pooling of the contiguous view `l` of a float dtype; with
+    /// `want_index`, max pooling also returns the int64 position in its plane of
+    /// each output's element.
+    fn pool2d(
+        &self,
+        l: &Layout,
+        s: &PoolShape,
+        kind: Pool,
+        want_index: bool,
+    ) -> Result<(Self, Option<Self>)>;
+    /// The input gradient of [`pool2d`](Self::pool2d) from the output's gradient
+    /// (`self`, contiguous view `l`).
+    fn pool2d_backward(
+        &self,
+        l: &Layout,
+        index: Option<&Self>,
+        s: &PoolShape,
+        kind: Pool,
+    ) -> Result<Self>;
+
+    // ---- indexing
+    /// The int64 indices of the view `l`, each checked to lie in `[-size, size)`
+    /// and wrapped to `[0, size)` (in `[0, size)` without `negative`; `op` and
+    /// `dim` name them in errors), contiguous.
+    fn indices(
+        &self,
+        l: &Layout,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        negative: bool,
+    ) -> Result<Self>;
+    /// Entries `idx` (from [`indices`](Self::indices), `n` of them) along `dim`.
+    fn index_select(&self, l: &Layout, dim: usize, idx: &Self, n: usize) -> Result<Self>;
+    /// `torch.gather` along `dim` with valid contiguous indices of shape `ishape`.
+    fn gather(&self, l: &Layout, dim: usize, idx: &Self, ishape: &[usize]) -> Result<Self>;
+    /// In place on this contiguous storage of `shape`: `self[.. idx[p] ..] += src[p]`
+    /// along `dim` for every position `p` of `ishape`.
+    fn scatter_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        ishape: &[usize],
+        src: (&Self, &Layout),
+    ) -> Result<()>;
+
+    // ---- fused optimizer steps
+    /// One Adam step on `n` contiguous f32/f64 elements from each offset: the
+    /// parameter `p` and the moments `m`, `v` are updated in place from `g`.
+    fn adam(
+        p: (&mut Self, usize),
+        g: (&Self, usize),
+        m: (&mut Self, usize),
+        v: (&mut Self, usize),
+        n: usize,
+        h: &AdamStep,
+    ) -> Result<()>;
+}
+
+/// The values behind a tensor, on one device.
+#[derive(Debug)]
+pub(crate) enum Storage {
+    Cpu(CpuStorage),
+    Cuda(CudaStorage),
+    Meta(MetaStorage),
+}
+
+/// Applies `$body` to the backend storage inside `$s` (bound as `$x`) and wraps the
+/// result in the same variant.
+macro_rules! each {
+    ($s:expr, |$x:ident| $body:expr) => {
+        match $s {
+            Storage::Cpu($x) => Storage::Cpu($body),
+            Storage::Cuda($x) => Storage::Cuda($body),
+            Storage::Meta($x) => Storage::Meta($body),
+        }
+    };
+}
+
+/// Like [`each`] for two storages of one device; storages of two devices (which
+/// the tensor layer refuses before) are an error.
+macro_rules! pair {
+    ($op:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        match ($a, $b) {
+            (Storage::Cpu($x), Storage::Cpu($y)) => Storage::Cpu($body),
+            (Storage::Cuda($x), Storage::Cuda($y)) => Storage::Cuda($body),
+            (Storage::Meta($x), Storage::Meta($y)) => Storage::Meta($body),
+            (a, b) => return Err(mismatch($op, a.device(), b.device())),
+        }
+    };
+}
+
+/// The error for storages of two devices in one primitive.
+fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
+    let (a, b) = if b.is_cuda() && !a.is_cuda() {
+        (b, a)
+    } else {
+        (a, b)
+    };
+    Error::DeviceMismatch { op, a, b }
+}
+
+impl Storage {
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
+            Storage::Meta(s) => s.dtype(),
+        }
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(s) => s.device(),
+            Storage::Cuda(s) => s.device(),
+            Storage::Meta(s) => s.device(),
+        }
+    }
+
+    /// `false` for `meta` storage, which has no values to read.
+    pub(crate) fn holds_values(&self) -> bool {
+        match self {
+            Storage::Cpu(_) | Storage::Cuda(_) => true,
+            Storage::Meta(_) => false,
+        }
+    }
+
+    /// The CUDA storage, for user kernels (`ember::kernel`), which run only there.
+    pub(crate) fn as_cuda(&self) -> Option<&CudaStorage> {
+        match self {
+            Storage::Cuda(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Errors unless `device` exists (a GPU that is not there, or no GPU at all).
+    pub(crate) fn check_device(device: Device) -> Result<()> {
+        match device {
+            Device::Cuda(_) => super::cuda::discover::check_device(device),
+            Device::Cpu | Device::Meta => Ok(()),
+        }
+    }
+
+    // ---- creation
+
+    /// `n` elements of `value` (converted to `dtype` as a cast converts it) on
+    /// `device`.
+    pub(crate) fn full(device: Device, dtype: DType, n: usize, value: Scalar) -> Result<Storage> {
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, n, value)?),
+            Device::Cuda(i) => Storage::Cuda(CudaStorage::full(
+                &super::cuda::dev(i)?,
+                dtype,
+                n,
+                value.to_f64(),
+            )?),
+            Device::Meta => Storage::Meta(MetaStorage::new(dtype, n)?),
+        })
+    }
+
+    /// `n` elements of `dtype` on `device` whose values are unspecified: the caller
+    /// writes every one (or the user asked for `empty`).
+    pub(crate) fn empty(device: Device, dtype: DType, n: usize) -> Result<Storage> {
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::empty(dtype, n)?),
+            Device::Cuda(i) => Storage::Cuda(CudaStorage::alloc(&super::cuda::dev(i)?, dtype, n)?),
+            Device::Meta => Storage::Meta(MetaStorage::new(dtype, n)?),
+        })
+    }
+
+    /// Host values on `device` (kept for the CPU, uploaded to a GPU).
+    pub(crate) fn from_host(device: Device, data: CpuData) -> Result<Storage> {
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::new(data)),
+            Device::Cuda(i) => Storage::Cuda(CudaStorage::from_cpu(&super::cuda::dev(i)?, &data)?),
+            Device::Meta => Storage::Meta(MetaStorage::new(data.dtype(), data.len())?),
+        })
+    }
+
+    /// [`from_host`](Self::from_host) of the `n` values of `dtype` that `make`
+    /// computes, which `meta` never calls (no values, no random draws).
+    pub(crate) fn from_host_with(
+        device: Device,
+        dtype: DType,
+        n: usize,
+        make: impl FnOnce() -> Result<CpuData>,
+    ) -> Result<Storage> {
+        match device {
+            Device::Meta => Ok(Storage::Meta(MetaStorage::new(dtype, n)?)),
+            _ => {
+                let data = make()?;
+                debug_assert_eq!((data.dtype(), data.len()), (dtype, n));
+                Storage::from_host(device, data)
+            }
+        }
+    }
+
+    /// `n` random values of the float `dtype` from the device's generator.
+    pub(crate) fn random(device: Device, dtype: DType, n: usize, dist: Dist) -> Result<Storage> {
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::random(dtype, n, dist)?),
+            Device::Cuda(i) => {
+                Storage::Cuda(CudaStorage::random(&super::cuda::dev(i)?, dtype, n, dist)?)
+            }
+            Device::Meta => Storage::Meta(MetaStorage::new(dtype, n)?),
+        })
+    }
+
+    /// The elements of `l` copied to another device (contiguous).
+    pub(crate) fn to_device(&self, l: &Layout, device: Device) -> Result<Storage> {
+        let n = l.numel();
+        Ok(match (self, device) {
+            (_, Device::Meta) => Storage::Meta(MetaStorage::new(self.dtype(), n)?),
+            (Storage::Meta(_), _) => {
+                return Err(Error::MetaNoData {
+                    op: "to",
+                    hint: "to move a model built on meta to a device, allocate it there with \
+                           to_empty and initialise its parameters",
+                })
+            }
+            (Storage::Cpu(s), Device::Cuda(i)) => {
+                let dev = super::cuda::dev(i)?;
+                match l.contiguous_range() {
+                    Some(r) => Storage::Cuda(CudaStorage::from_cpu_range(&dev, s.data(), r)?),
+                    None => Storage::Cuda(CudaStorage::from_cpu(&dev, s.copy(l)?.data())?),
+                }
+            }
+            // from a GPU: to the host first
+            (s, d) => Storage::from_host(d, s.to_host(l, "to")?)?,
+        })
+    }
+
+    // ---- copies and casts
+
+    pub(crate) fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Storage> {
+        Ok(each!(self, |s| s.to_dtype(l, dtype)?))
+    }
+
+    pub(crate) fn copy(&self, l: &Layout) -> Result<Storage> {
+        Ok(each!(self, |s| s.copy(l)?))
+    }
+
+    pub(crate) fn copy_into(&self, l: &Layout, dst: &mut Storage, ld: &Layout) -> Result<()> {
+        match (self, dst) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => a.copy_into(l, b, ld),
+            (Storage::Cuda(a), Storage::Cuda(b)) => a.copy_into(l, b, ld),
+            (Storage::Meta(a), Storage::Meta(b)) => a.copy_into(l, b, ld),
+            (a, b) => Err(mismatch("copy_", a.device(), b.device())),
+        }
+    }
+
+    pub(crate) fn to_host(&self, l: &Layout, op: &'static str) -> Result<CpuData> {
+        match self {
+            Storage::Cpu(s) => s.to_host(l, op),
+            Storage::Cuda(s) => s.to_host(l, op),
+            Storage::Meta(s) => s.to_host(l, op),
+        }
+    }
+
+    // ---- elementwise
+
+    pub(crate) fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Storage> {
+        Ok(each!(self, |s| s.unary(l, op)?))
+    }
+
+    pub(crate) fn binary<O: BinaryOp>(
+        &self,
+        l: &Layout,
+        rhs: &Storage,
+        lr: &Layout,
+        op: &O,
+    ) -> Result<Storage> {
+        Ok(pair!("binary op", self, rhs, |a, b| a.binary(l, b, lr, op)?))
+    }
+
+    pub(crate) fn binary_scalar<O: BinaryOp>(
+        &self,
+        l: &Layout,
+        s: Scalar,
+        op: &O,
+    ) -> Result<Storage> {
+        Ok(each!(self, |x| x.binary_scalar(l, s, op)?))
+    }
+
+    pub(crate) fn binary_inplace<O: BinaryOp>(
+        &mut self,
+        l: &Layout,
+        rhs: &Storage,
+        lr: &Layout,
+        op: &O,
+    ) -> Result<()> {
+        match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => a.binary_inplace(l, b, lr, op),
+            (Storage::Cuda(a), Storage::Cuda(b)) => a.binary_inplace(l, b, lr, op),
+            (Storage::Meta(a), Storage::Meta(b)) => a.binary_inplace(l, b, lr, op),
+            (a, b) => Err(mismatch("in-place op", a.device(), b.device())),
+        }
+    }
+
+    pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
+        &mut self,
+        l: &Layout,
+        s: Scalar,
+        op: &O,
+    ) -> Result<()> {
+        match self {
+            Storage::Cpu(x) => x.binary_scalar_inplace(l, s, op),
+            Storage::Cuda(x) => x.binary_scalar_inplace(l, s, op),
+            Storage::Meta(x) => x.binary_scalar_inplace(l, s, op),
+        }
+    }
+
+    pub(crate) fn compare(
+        &self,
+        l: &Layout,
+        rhs: &Storage,
+        lr: &Layout,
+        op: CmpOp,
+    ) -> Result<Storage> {
+        Ok(pair!("comparison", self, rhs, |a, b| a.compare(l, b, lr, op)?))
+    }
+
+    pub(crate) fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Storage> {
+        Ok(each!(self, |x| x.compare_scalar(l, s, op)?))
+    }
+
+    pub(crate) fn where_(
+        &self,
+        l: &Layout,
+        a: &Storage,
+        la: &Layout,
+        b: &Storage,
+        lb: &Layout,
+    ) -> Result<Storage> {
+        Ok(match (self, a, b) {
+            (Storage::Cpu(c), Storage::Cpu(x), Storage::Cpu(y)) => {
+                Storage::Cpu(c.where_(l, x, la, y, lb)?)
+            }
+            (Storage::Cuda(c), Storage::Cuda(x), Storage::Cuda(y)) => {
+                Storage::Cuda(c.where_(l, x, la, y, lb)?)
+            }
+            (Storage::Meta(c), Storage::Meta(x), Storage::Meta(y)) => {
+                Storage::Meta(c.where_(l, x, la, y, lb)?)
+            }
+            (c, x, y) => {
+                let other = [x.device(), y.device()]
+                    .into_iter()
+                    .find(|d| *d != c.device())
+                    .unwrap_or(c.device());
+                return Err(mismatch("where", c.device(), other));
+            }
+        })
+    }
+
+    // ---- reductions
+
+    pub(crate) fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Storage> {
+        Ok(each!(self, |s| s.reduce(l, dims, op)?))
+    }
+
+    pub(crate) fn softmax(&self, l: &Layout, log: bool) -> Result<Storage> {
+        Ok(each!(self, |s| s.softmax(l, log)?))
+    }
+
+    // ---- linear algebra
+
+    pub(crate) fn matmul(
+        &self,
+        l: &Layout,
+        rhs: &Storage,
+        lr: &Layout,
+        mkn: (usize, usize, usize),
+    ) -> Result<Storage> {
+        Ok(pair!("matmul", self, rhs, |a, b| a.matmul(l, b, lr, mkn)?))
+    }
+
+    pub(crate) fn conv2d(
+        &self,
+        l: &Layout,
+        (w, lw): (&Storage, &Layout),
+        b: Option<(&Storage, &Layout)>,
+        s: &ConvShape,
+    ) -> Result<Storage> {
+        Ok(match (self, w, b) {
+            (Storage::Cpu(x), Storage::Cpu(w), None) => {
+                Storage::Cpu(x.conv2d(l, (w, lw), None, s)?)
+            }
+            (Storage::Cpu(x), Storage::Cpu(w), Some((Storage::Cpu(b), lb))) => {
+                Storage::Cpu(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
+            }
+            (Storage::Cuda(x), Storage::Cuda(w), None) => {
+                Storage::Cuda(x.conv2d(l, (w, lw), None, s)?)
+            }
+            (Storage::Cuda(x), Storage::Cuda(w), Some((Storage::Cuda(b), lb))) => {
+                Storage::Cuda(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
+            }
+            (Storage::Meta(x), Storage::Meta(w), None) => {
+                Storage::Meta(x.conv2d(l, (w, lw), None, s)?)
+            }
+            (Storage::Meta(x), Storage::Meta(w), Some((Storage::Meta(b), lb))) => {
+                Storage::Meta(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
+            }
+            (x, w, b) => {
+                let other = [Some(w.device()), b.map(|b| b.0.device())]
+                    .into_iter()
+                    .flatten()
+                    .find(|d| *d != x.device())
+                    .unwrap_or(x.device());
+                return Err(mismatch("conv2d", x.device(), other));
+            }
+        })
+    }
+
+    pub(crate) fn conv2d_backward(
+        &self,
+        l: &Layout,
+        (w, lw): (&Storage, &Layout),
+        (gy, lg): (&Storage, &Layout),
+        s: &ConvShape,
+        need: (bool, bool),
+    ) -> Result<ConvGrads<Storage>> {
+        fn wrap<S>(g: ConvGrads<S>, f: fn(S) -> Storage) -> ConvGrads<Storage> {
+            (g.0.map(f), g.1.map(f))
+        }
+        Ok(match (self, w, gy) {
+            (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(g)) => wrap(
+                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
+                Storage::Cpu,
+            ),
+            (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(g)) => wrap(
+                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
+                Storage::Cuda,
+            ),
+            (Storage::Meta(x), Storage::Meta(w), Storage::Meta(g)) => wrap(
+                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
+                Storage::Meta,
+            ),
+            (x, w, g) => {
+                let other = [w.device(), g.device()]
+                    .into_iter()
+                    .find(|d| *d != x.device())
+                    .unwrap_or(x.device());
+                return Err(mismatch("conv2d backward", x.device(), other));
+            }
+        })
+    }
+
+    pub(crate) fn pool2d(
+        &self,
+        l: &Layout,
+        s: &PoolShape,
+        kind: Pool,
+        want_index: bool,
+    ) -> Result<(Storage, Option<Storage>)> {
+        Ok(match self {
+            Storage::Cpu(x) => {
+                let (y, i) = x.pool2d(l, s, kind, want_index)?;
+                (Storage::Cpu(y), i.map(Storage::Cpu))
+            }
+            Storage::Cuda(x) => {
+                let (y, i) = x.pool2d(l, s, kind, want_index)?;
+                (Storage::Cuda(y), i.map(Storage::Cuda))
+            }
+            Storage::Meta(x) => {
+                let (y, i) = x.pool2d(l, s, kind, want_index)?;
+                (Storage::Meta(y), i.map(Storage::Meta))
+            }
+        })
+    }
+
+    pub(crate) fn pool2d_backward(
+        &self,
+        l: &Layout,
+        index: Option<&Storage>,
+        s: &PoolShape,
+        kind: Pool,
+    ) -> Result<Storage> {
+        Ok(match (self, index) {
+            (Storage::Cpu(g), None) => Storage::Cpu(g.pool2d_backward(l, None, s, kind)?),
+            (Storage::Cpu(g), Some(Storage::Cpu(i))) => {
+                Storage::Cpu(g.pool2d_backward(l, Some(i), s, kind)?)
+            }
+            (Storage::Cuda(g), None) => Storage::Cuda(g.pool2d_backward(l, None, s, kind)?),
+            (Storage::Cuda(g), Some(Storage::Cuda(i))) => {
+                Storage::Cuda(g.pool2d_backward(l, Some(i), s, kind)?)
+            }
+            (Storage::Meta(g), None) => Storage::Meta(g.pool2d_backward(l, None, s, kind)?),
+            (Storage::Meta(g), Some(Storage::Meta(i))) => {
+                Storage::Meta(g.pool2d_backward(l, Some(i), s, kind)?)
+            }
+            (g, Some(i)) => return Err(mismatch("pool2d backward", g.device(), i.device())),
+        })
+    }
+
+    // ---- indexing
+
+    pub(crate) fn indices(
+        &self,
+        l: &Layout,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        negative: bool,
+    ) -> Result<Storage> {
+        Ok(each!(self, |s| s.indices(l, op, dim, size, negative)?))
+    }
+
+    pub(crate) fn index_select(
+        &self,
+        l: &Layout,
+        dim: usize,
+        idx: &Storage,
+        n: usize,
+    ) -> Result<Storage> {
+        Ok(pair!("index_select", self, idx, |s, i| s
+            .index_select(l, dim, i, n)?))
+    }
+
+    pub(crate) fn gather(
+        &self,
+        l: &Layout,
+        dim: usize,
+        idx: &Storage,
+        ishape: &[usize],
+    ) -> Result<Storage> {
+        Ok(pair!("gather", self, idx, |s, i| s.gather(l, dim, i, ishape)?))
+    }
+
+    pub(crate) fn scatter_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Storage,
+        ishape: &[usize],
+        (src, ls): (&Storage, &Layout),
+    ) -> Result<()> {
+        match (self, idx, src) {
+            (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
+                d.scatter_add(shape, dim, i, ishape, (s, ls))
+            }
+            (Storage::Cuda(d), Storage::Cuda(i), Storage::Cuda(s)) => {
+                d.scatter_add(shape, dim, i, ishape, (s, ls))
+            }
+            (Storage::Meta(d), Storage::Meta(i), Storage::Meta(s)) => {
+                d.scatter_add(shape, dim, i, ishape, (s, ls))
+            }
+            (d, i, s) => {
+                let other = [i.device(), s.device()]
+                    .into_iter()
+                    .find(|x| *x != d.device())
+                    .unwrap_or(d.device());
+                Err(mismatch("scatter_add", d.device(), other))
+            }
+        }
+    }
+
+    // ---- fused optimizer steps
+
+    /// One Adam step in place (see [`BackendStorage::adam`]).
+    pub(crate) fn adam(
+        (p, po): (&mut Storage, usize),
+        (g, go): (&Storage, usize),
+        (m, mo): (&mut Storage, usize),
+        (v, vo): (&mut Storage, usize),
+        n: usize,
+        h: &AdamStep,
+    ) -> Result<()> {
+        match (p, g, m, v) {
+            (Storage::Cpu(p), Storage::Cpu(g), Storage::Cpu(m), Storage::Cpu(v)) => {
+                CpuStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
+            }
+            (Storage::Cuda(p), Storage::Cuda(g), Storage::Cuda(m), Storage::Cuda(v)) => {
+                CudaStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
+            }
+            (Storage::Meta(p), Storage::Meta(g), Storage::Meta(m), Storage::Meta(v)) => {
+                MetaStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
+            }
+            (p, g, _, _) => Err(mismatch("Adam step", p.device(), g.device())),
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! `conv2d`: validation, shapes and the gradient's bookkeeping; each device's
+//! backend computes.
+
+use super::{Storages, Tensor};
+use crate::backend::op::{ConvShape, Window};
+use crate::layout::checked_numel;
+use crate::{DType, Error, Result};
+
+/// The input and weight gradients of a convolution, each where it is needed.
+type ConvGrads = (Option<Tensor>, Option<Tensor>);
+
+impl Tensor {
+    /// Records `out` as `conv2d(self, weight, bias)` (every device's path shares
+    /// this). At backward time `grads` gets the output gradient, contiguous in the
+    /// `work` dtype, and which of the input and weight gradients are needed, and
+    /// returns those in `work` with the operands' numbers of elements; they are
+    /// given the operands' shapes and dtypes here, and the bias gradient is the
+    /// output gradient summed over batch and positions.
+    fn record_conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        out: Tensor,
+        work: DType,
+        grads: impl FnOnce(&Tensor, (bool, bool)) -> Result<ConvGrads> + Send + Sync + 'static,
+    ) -> Tensor {
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        Tensor::record(out, "conv2d", &inputs, |_| {
+            let (xshape, xdt) = (self.shape().to_vec(), self.dtype());
+            let (wshape, wdt) = (weight.shape().to_vec(), weight.dtype());
+            let need = (self.requires_grad(), weight.requires_grad());
+            let bias_grad = bias.map(|b| b.requires_grad());
+            move |gy: &Tensor| {
+                let gc = gy.to_dtype(work)?.contiguous()?;
+                let (gx, gw) = grads(&gc, need)?;
+                let back = |g: Option<Tensor>, shape: &[usize], dt: DType| {
+                    g.map(|g| g.reshape(shape)?.to_dtype(dt)).transpose()
+                };
+                let mut out = vec![back(gx, &xshape, xdt)?, back(gw, &wshape, wdt)?];
+                if let Some(needed) = bias_grad {
+                    out.push(needed.then(|| gy.sum([0, 2, 3], false)).transpose()?);
+                }
+                Ok(out)
+            }
+        })
+    }
+
+    /// 2-D convolution (`F.conv2d`): input `[N, C, H, W]` (or `[C, H, W]`), weight
+    /// `[O, C / groups, kH, kW]`, optional bias `[O]`.
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Tensor> {
+        const OP: &str = "conv2d";
+        let mut ts = vec![self, weight];
+        ts.extend(bias);
+        super::same_device(OP, &ts)?;
+        for t in &ts[1..] {
+            if t.dtype() != self.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    lhs: self.dtype(),
+                    rhs: t.dtype(),
+                });
+            }
+        }
+        if !self.dtype().is_float() {
+            return Err(Error::dtype(
+                OP,
+                self.dtype(),
+                "convolution needs a floating-point input",
+            ));
+        }
+        if self.rank() == 3 {
+            return self.unsqueeze(0)?.conv2d(weight, bias, opts)?.squeeze(0);
+        }
+        if self.rank() != 4 || weight.rank() != 4 {
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                weight.shape(),
+                "expected a 3-D or 4-D input and a 4-D weight",
+            ));
+        }
+        let [n, c, h, w] = [
+            self.shape()[0],
+            self.shape()[1],
+            self.shape()[2],
+            self.shape()[3],
+        ];
+        let [o, cg, kh, kw] = [
+            weight.shape()[0],
+            weight.shape()[1],
+            weight.shape()[2],
+            weight.shape()[3],
+        ];
+        let g = opts.groups;
+        if g == 0 || c % g != 0 || o % g != 0 || cg * g != c {
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                weight.shape(),
+                format!("expected input with {} channels (weight's in-channels × groups = {cg} × {g}) and out-channels divisible by groups", cg * g),
+            ));
+        }
+        if let Some(b) = bias {
+            if b.shape() != [o] {
+                return Err(Error::shape(
+                    OP,
+                    b.shape(),
+                    &[o],
+                    "bias must have one value per output channel",
+                ));
+            }
+        }
+        opts.check(OP)?;
+        let win = Window {
+            kernel: (kh, kw),
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
+        };
+        let out_hw =
+            Window::out_size(h, kh, win.stride.0, win.padding.0, win.dilation.0, false).zip(
+                Window::out_size(w, kw, win.stride.1, win.padding.1, win.dilation.1, false),
+            );
+        let Some((oh, ow)) = out_hw else {
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                weight.shape(),
+                "kernel size (with dilation) can't be greater than the padded input size",
+            ));
+        };
+        // the output, and one sample's im2col columns
+        checked_numel(OP, &[n, o, oh, ow])?;
+        checked_numel(OP, &[c / g * kh * kw, oh * ow])?;
+        let shape = ConvShape {
+            n,
+            c,
+            h,
+            w,
+            o,
+            groups: g,
+            oh,
+            ow,
+            win,
+        };
+        // f16/bf16 convolve in f32, on every device
+        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
+            DType::F32
+        } else {
+            self.dtype()
+        };
+        let ng = crate::no_grad_guard();
+        let (x, wt) = (
+            self.to_dtype(work)?.contiguous()?,
+            weight.to_dtype(work)?.contiguous()?,
+        );
+        let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
+        let y = {
+            let mut ts = vec![&x, &wt];
+            ts.extend(&b);
+            let st = Storages::read(&ts);
+            let b = b.as_ref().map(|b| (st.get(2), b.layout()));
+            st.get(0)
+                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &shape)?
+        };
+        let out = Tensor::from_storage(y, &[n, o, oh, ow]).to_dtype(self.dtype())?;
+        drop(ng);
+        let (x, wt) = (x.detach(), wt.detach());
+        Ok(
+            self.record_conv2d(weight, bias, out, work, move |gc, need| {
+                let st = Storages::read(&[&x, &wt, gc]);
+                let (gx, gw) = st.get(0).conv2d_backward(
+                    x.layout(),
+                    (st.get(1), wt.layout()),
+                    (st.get(2), gc.layout()),
+                    &shape,
+                    need,
+                )?;
+                Ok((
+                    gx.map(|s| Tensor::from_storage(s, &[n, c, h, w])),
+                    gw.map(|s| Tensor::from_storage(s, &[o, cg, kh, kw])),
+                ))
+            }),
+        )
+    }
+}
+
+/// Stride, padding, dilation and groups of a convolution (PyTorch's defaults:
+/// 1, 0, 1, 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: (1, 1),
+            groups: 1,
+        }
+    }
+}
+
+impl Conv2dOptions {
+    /// The same stride along both axes.
+    pub fn stride(mut self, s: usize) -> Self {
+        self.stride = (s, s);
+        self
+    }
+    /// The same zero padding on both axes.
+    pub fn padding(mut self, p: usize) -> Self {
+        self.padding = (p, p);
+        self
+    }
+    /// The same dilation on both axes.
+    pub fn dilation(mut self, d: usize) -> Self {
+        self.dilation = (d, d);
+        self
+    }
+    /// Channel groups (`groups = C` is a depthwise convolution).
+    pub fn groups(mut self, g: usize) -> Self {
+        self.groups = g;
+        self
+    }
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.stride.0 == 0 || self.stride.1 == 0 || self.dilation.0 == 0 || self.dilation.1 == 0
+        {
+            return Err(Error::invalid(
+                op,
+                "stride and dilation must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! 2-D max and average pooling: validation, shapes and the gradient's
+//! bookkeeping; each device's backend computes.
+
+use super::Tensor;
+use crate::backend::op::{Pool, PoolShape, Window};
+use crate::layout::checked_numel;
+use crate::{DType, Error, Result};
+
+impl Tensor {
+    fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                "pooling needs a floating-point input",
+            ));
+        }
+        if self.rank() != 3 && self.rank() != 4 {
+            return Err(Error::invalid(
+                op,
+                format!("expected a 3-D or 4-D input, got shape {:?}", self.shape()),
+            ));
+        }
+        let r = self.rank();
+        let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
+        let win = opts.window();
+        let (kh, kw) = win.kernel;
+        if kh == 0
+            || kw == 0
+            || win.stride.0 == 0
+            || win.stride.1 == 0
+            || win.dilation.0 == 0
+            || win.dilation.1 == 0
+        {
+            return Err(Error::invalid(
+                op,
+                "kernel size, stride and dilation must be greater than zero",
+            ));
+        }
+        if win.padding.0 > kh / 2 || win.padding.1 > kw / 2 {
+            return Err(Error::invalid(op, format!("pad should be at most half of effective kernel size, but got pad={:?} and kernel_size={:?}", win.padding, win.kernel)));
+        }
+        let oh = Window::out_size(
+            h,
+            kh,
+            win.stride.0,
+            win.padding.0,
+            win.dilation.0,
+            opts.ceil_mode,
+        );
+        let ow = Window::out_size(
+            w,
+            kw,
+            win.stride.1,
+            win.padding.1,
+            win.dilation.1,
+            opts.ceil_mode,
+        );
+        let (Some(oh), Some(ow)) = (oh, ow) else {
+            return Err(Error::invalid(
+                op,
+                format!("output size is too small for input {:?}", self.shape()),
+            ));
+        };
+        let planes = self.shape()[..r - 2].iter().product();
+        checked_numel(op, &[planes, oh, ow])?;
+        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
+            DType::F32
+        } else {
+            self.dtype()
+        };
+        // max pooling keeps the position of each maximum for the backward pass
+        let want_index = crate::autograd::needs_grad(&[self]);
+        let ps = PoolShape {
+            planes,
+            h,
+            w,
+            oh,
+            ow,
+            win,
+        };
+        let mut shape = self.shape()[..r - 2].to_vec();
+        shape.extend([oh, ow]);
+        let (out, index) = {
+            let _ng = crate::no_grad_guard();
+            let x = self.to_dtype(work)?.contiguous()?;
+            let (out, index) = x.read().pool2d(x.layout(), &ps, kind, want_index)?;
+            let out = Tensor::from_storage(out, &shape).to_dtype(self.dtype())?;
+            (out, index.map(|i| Tensor::from_storage(i, &shape)))
+        };
+        Ok(Tensor::record(out, op, &[self], |_| {
+            let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
+            move |g: &Tensor| {
+                let gc = g.to_dtype(work)?.contiguous()?;
+                let gx = {
+                    let idx = index.as_ref().map(|i| i.read());
+                    gc.read()
+                        .pool2d_backward(gc.layout(), idx.as_deref(), &ps, kind)?
+                };
+                Ok(vec![Some(Tensor::from_storage(gx, &xshape).to_dtype(xdt)?)])
+            }
+        }))
+    }
+
+    /// 2-D max pooling over `[N, C, H, W]` or `[C, H, W]` (`F.max_pool2d`); padded
+    /// positions never win, NaN does.
+    pub fn max_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
+        self.pool2d("max_pool2d", &opts, Pool::Max)
+    }
+
+    /// 2-D average pooling (`F.avg_pool2d`); `count_include_pad` as in PyTorch.
+    pub fn avg_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
+        if opts.dilation != (1, 1) {
+            return Err(Error::invalid("avg_pool2d", "avg_pool2d has no dilation"));
+        }
+        self.pool2d(
+            "avg_pool2d",
+            &opts,
+            Pool::Avg {
+                count_include_pad: opts.count_include_pad,
+            },
+        )
+    }
+}
+
+/// Window of a 2-D pooling: kernel, stride (defaults to the kernel), padding,
+/// dilation (max pooling only), ceil mode, and `count_include_pad` (average only,
+/// default true as in PyTorch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dOptions {
+    pub kernel: (usize, usize),
+    pub stride: Option<(usize, usize)>,
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub ceil_mode: bool,
+    pub count_include_pad: bool,
+}
+
+impl Pool2dOptions {
+    /// A square `k × k` window with stride `k`.
+    pub fn new(k: usize) -> Self {
+        Pool2dOptions::rect(k, k)
+    }
+    /// A `kh × kw` window with stride equal to the window.
+    pub fn rect(kh: usize, kw: usize) -> Self {
+        Pool2dOptions {
+            kernel: (kh, kw),
+            stride: None,
+            padding: (0, 0),
+            dilation: (1, 1),
+            ceil_mode: false,
+            count_include_pad: true,
+        }
+    }
+    pub fn stride(mut self, s: usize) -> Self {
+        self.stride = Some((s, s));
+        self
+    }
+    pub fn padding(mut self, p: usize) -> Self {
+        self.padding = (p, p);
+        self
+    }
+    pub fn dilation(mut self, d: usize) -> Self {
+        self.dilation = (d, d);
+        self
+    }
+    pub fn ceil_mode(mut self, on: bool) -> Self {
+        self.ceil_mode = on;
+        self
+    }
+    pub fn count_include_pad(mut self, on: bool) -> Self {
+        self.count_include_pad = on;
+        self
+    }
+    fn window(&self) -> Window {
+        Window {
+            kernel: self.kernel,
+            stride: self.stride.unwrap_or(self.kernel),
+            padding: self.padding,
+            dilation: self.dilation,
+        }
+    }
+}
