@@ -64,7 +64,7 @@ pub mod cuda {
     /// until ember's cuDNN path has run on a GPU; `set_enabled(true)` or
     /// `EMBER_CUDNN=1` switches it on where the library is found.
     pub mod cudnn {
-        pub use crate::backend::cuda::dnn::{
+        pub use crate::backend::cuda::cudnn::{
             convolutions, enabled, in_use, is_available, set_enabled, unavailable_reason, version,
         };
     }

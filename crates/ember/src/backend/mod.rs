@@ -2,7 +2,8 @@
 //! and how a kernel runs.
 //!
 //! - [`storage`]: the one dispatch point, [`Storage`] `{ Cpu, Cuda, Meta }` with a
-//!   method per primitive, and the [`BackendStorage`] trait every device implements;
+//!   method per primitive; [`primitives`]: the `BackendStorage` trait every device
+//!   implements;
 //! - [`op`]: the op vocabulary (what each primitive computes, device-neutral);
 //! - [`cpu`], [`cuda`], [`meta`]: the devices; they never import each other, and
 //!   nothing here imports the tensor, nn, optim, io or train layers;
@@ -16,9 +17,12 @@ pub mod cuda;
 pub mod host;
 pub mod meta;
 pub(crate) mod op;
+pub(crate) mod primitives;
 pub(crate) mod storage;
 
-pub(crate) use storage::{Dist, Storage};
+pub use cpu::random::with_global_rng;
+pub(crate) use primitives::Dist;
+pub(crate) use storage::Storage;
 
 /// PyTorch's default seed, so unseeded programs are repeatable too.
 const DEFAULT_SEED: u64 = 67280421310721;

@@ -1,170 +1,17 @@
 //! The one dispatch point: [`Storage`], the values behind a tensor on one device,
-//! with a method per primitive that hands the work to that device's backend.
-//!
-//! Every backend implements [`BackendStorage`], so a primitive added to the trait
-//! must be written for every device before ember compiles, and a device added to
-//! [`Storage`] makes each `match` below name what it lacks. The tensor layer has
-//! already validated the operands (same device, dtypes, broadcast shapes) and
-//! computed the output's shape and dtype when it calls in here; a backend only
-//! computes. Outputs are new contiguous storages.
+//! with a method per primitive that hands the work to that device's backend. A
+//! device added to [`Storage`] makes each `match` below name what it lacks; a
+//! primitive added to [`BackendStorage`] must be written for every device before
+//! ember compiles.
 
 use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp};
+use super::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
-
-/// A random distribution for [`Storage::random`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Dist {
-    /// Uniform in `[lo, hi)`.
-    Uniform(f64, f64),
-    /// Normal with mean and standard deviation.
-    Normal(f64, f64),
-}
-
-/// The input and weight gradients of a convolution, each where it was asked for.
-pub(crate) type ConvGrads<S> = (Option<S>, Option<S>);
-
-/// What every device's storage computes. Layouts are in elements of the storage;
-/// outputs are contiguous.
-pub(crate) trait BackendStorage: Sized {
-    fn dtype(&self) -> DType;
-    fn device(&self) -> Device;
-
-    // ---- copies and casts
-    /// The elements of `l` converted to `dtype`.
-    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Self>;
-    /// The elements of `l`, copied.
-    fn copy(&self, l: &Layout) -> Result<Self>;
-    /// `dst[ld] = self[l]` for views of one shape and dtype (`ld` does not overlap
-    /// itself).
-    fn copy_into(&self, l: &Layout, dst: &mut Self, ld: &Layout) -> Result<()>;
-    /// The elements of `l` in host memory, row-major (`op` names the caller in
-    /// errors). Waits for queued work.
-    fn to_host(&self, l: &Layout, op: &'static str) -> Result<CpuData>;
-
-    // ---- elementwise
-    fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Self>;
-    /// `op(self[l], rhs[lr])` over two views broadcast to one shape, one dtype.
-    fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, op: &O) -> Result<Self>;
-    /// `op(self[l], s)` with `s` converted to the dtype as a cast converts it.
-    fn binary_scalar<O: BinaryOp>(&self, l: &Layout, s: Scalar, op: &O) -> Result<Self>;
-    /// `self[l] = op(self[l], rhs[lr])`.
-    fn binary_inplace<O: BinaryOp>(
-        &mut self,
-        l: &Layout,
-        rhs: &Self,
-        lr: &Layout,
-        op: &O,
-    ) -> Result<()>;
-    /// `self[l] = op(self[l], s)`.
-    fn binary_scalar_inplace<O: BinaryOp>(&mut self, l: &Layout, s: Scalar, op: &O) -> Result<()>;
-    /// A bool storage of `op(self[l], rhs[lr])`.
-    fn compare(&self, l: &Layout, rhs: &Self, lr: &Layout, op: CmpOp) -> Result<Self>;
-    /// A bool storage of `op(self[l], s)`.
-    fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Self>;
-    /// `self[l] ? a[la] : b[lb]` where `self` is bool and `a`, `b` share a dtype.
-    fn where_(&self, l: &Layout, a: &Self, la: &Layout, b: &Self, lb: &Layout) -> Result<Self>;
-
-    // ---- reductions
-    /// Reduces the view `l` over `dims` (sorted, unique, each of size > 0 unless
-    /// the op has an identity); the output holds the kept dims, in
-    /// `op.out_dtype(dtype)`.
-    fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self>;
-    /// Softmax or log-softmax of each row (the last dim) of the contiguous view `l`
-    /// of a float dtype.
-    fn softmax(&self, l: &Layout, log: bool) -> Result<Self>;
-
-    // ---- linear algebra
-    /// Batched `self[l] · rhs[lr]`: `l` is `batch + [m, k]`, `lr` is `batch + [k, n]`
-    /// (batch dims broadcast); the output is `batch + [m, n]`.
-    fn matmul(
-        &self,
-        l: &Layout,
-        rhs: &Self,
-        lr: &Layout,
-        mkn: (usize, usize, usize),
-    ) -> Result<Self>;
-    /// `conv2d(x, w) + b` of contiguous f32/f64 views (`self` is `x`).
-    fn conv2d(
-        &self,
-        l: &Layout,
-        w: (&Self, &Layout),
-        b: Option<(&Self, &Layout)>,
-        s: &ConvShape,
-    ) -> Result<Self>;
-    /// The gradients of `conv2d(x, w)` from the output's gradient `gy`, for the
-    /// input and the weight as `need` asks (`self` is `x`; all contiguous).
-    fn conv2d_backward(
-        &self,
-        l: &Layout,
-        w: (&Self, &Layout),
-        gy: (&Self, &Layout),
-        s: &ConvShape,
-        need: (bool, bool),
-    ) -> Result<ConvGrads<Self>>;
-    /// Max or average pooling of the contiguous view `l` of a float dtype; with
-    /// `want_index`, max pooling also returns the int64 position in its plane of
-    /// each output's element.
-    fn pool2d(
-        &self,
-        l: &Layout,
-        s: &PoolShape,
-        kind: Pool,
-        want_index: bool,
-    ) -> Result<(Self, Option<Self>)>;
-    /// The input gradient of [`pool2d`](Self::pool2d) from the output's gradient
-    /// (`self`, contiguous view `l`).
-    fn pool2d_backward(
-        &self,
-        l: &Layout,
-        index: Option<&Self>,
-        s: &PoolShape,
-        kind: Pool,
-    ) -> Result<Self>;
-
-    // ---- indexing
-    /// The int64 indices of the view `l`, each checked to lie in `[-size, size)`
-    /// and wrapped to `[0, size)` (in `[0, size)` without `negative`; `op` and
-    /// `dim` name them in errors), contiguous.
-    fn indices(
-        &self,
-        l: &Layout,
-        op: &'static str,
-        dim: usize,
-        size: usize,
-        negative: bool,
-    ) -> Result<Self>;
-    /// Entries `idx` (from [`indices`](Self::indices), `n` of them) along `dim`.
-    fn index_select(&self, l: &Layout, dim: usize, idx: &Self, n: usize) -> Result<Self>;
-    /// `torch.gather` along `dim` with valid contiguous indices of shape `ishape`.
-    fn gather(&self, l: &Layout, dim: usize, idx: &Self, ishape: &[usize]) -> Result<Self>;
-    /// In place on this contiguous storage of `shape`: `self[.. idx[p] ..] += src[p]`
-    /// along `dim` for every position `p` of `ishape`.
-    fn scatter_add(
-        &mut self,
-        shape: &[usize],
-        dim: usize,
-        idx: &Self,
-        ishape: &[usize],
-        src: (&Self, &Layout),
-    ) -> Result<()>;
-
-    // ---- fused optimizer steps
-    /// One Adam step on `n` contiguous f32/f64 elements from each offset: the
-    /// parameter `p` and the moments `m`, `v` are updated in place from `g`.
-    fn adam(
-        p: (&mut Self, usize),
-        g: (&Self, usize),
-        m: (&mut Self, usize),
-        v: (&mut Self, usize),
-        n: usize,
-        h: &AdamStep,
-    ) -> Result<()>;
-}
 
 /// The values behind a tensor, on one device.
 #[derive(Debug)]

@@ -25,8 +25,7 @@ mod reduce;
 pub(crate) mod shape;
 mod views;
 
-pub use crate::backend::cpu::random::with_global_rng;
-pub use crate::backend::manual_seed;
+pub use crate::backend::{manual_seed, with_global_rng};
 pub use conv::Conv2dOptions;
 pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};

@@ -3,7 +3,7 @@
 //! draw from.
 
 use crate::backend::host::try_collect;
-use crate::backend::storage::Dist;
+use crate::backend::primitives::Dist;
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Result};

@@ -5,7 +5,7 @@ use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
     wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
 };
-use crate::backend::storage::{BackendStorage, ConvGrads, Dist};
+use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result, WithDType};

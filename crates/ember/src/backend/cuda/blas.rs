@@ -1,68 +1,55 @@
-//! Matrix products on a device: one strided-batched GEMM call in cuBLAS's terms,
-//! executed by cuBLAS on a GPU (here) or by the simulator's reference.
+//! cuBLAS: the driver's GEMMs (the simulator has its reference in `sim/gemm.rs`).
 
-use super::driver::Driver;
+use super::calls::GemmCall;
 use super::runtime::Workspaces;
 use crate::{DType, Error, Result};
 use cudarc::cublas::result::CublasError;
-use cudarc::cublas::sys::cublasStatus_t;
+use cudarc::cublas::sys::{cublasHandle_t, cublasStatus_t};
+use cudarc::driver::sys::CUstream;
 use std::ffi::c_void;
+use std::sync::{Mutex, MutexGuard};
 
-/// `C_p = op(A_p)·op(B_p)` for p in 0..batch, column-major, with cuBLAS's meaning
-/// of every field (`op` transposes when `trans_*`; `ld*` are leading dimensions;
-/// strides are in elements). f16/bf16 accumulate in f32.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct GemmCall {
-    pub dtype: DType,
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub m: i32,
-    pub n: i32,
-    pub k: i32,
-    pub a: u64,
-    pub lda: i32,
-    pub stride_a: i64,
-    pub b: u64,
-    pub ldb: i32,
-    pub stride_b: i64,
-    pub c: u64,
-    pub ldc: i32,
-    pub stride_c: i64,
-    pub batch: i32,
+/// A cuBLAS handle on one device's stream.
+struct Handle(cublasHandle_t);
+// SAFETY: ember uses the handle under its mutex only.
+unsafe impl Send for Handle {}
+
+/// One device's cuBLAS, its handle created at first use.
+#[derive(Default)]
+pub(crate) struct Blas {
+    handle: Mutex<Option<Handle>>,
 }
 
-/// A cuBLAS handle bound to the device's stream.
-pub(crate) struct Blas(cudarc::cublas::sys::cublasHandle_t);
-// SAFETY: ember uses the handle under the device's blas mutex only.
-unsafe impl Send for Blas {}
-
-impl Driver {
-    /// Queues `g` on the device's stream through cuBLAS.
+impl Blas {
+    /// Queues `g` on `stream` (the device's context current on this thread).
     ///
     /// # Safety
     /// The pointers, leading dimensions and strides of `g` must describe live device
-    /// memory holding every element they address.
-    pub(super) unsafe fn cublas_gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
+    /// memory holding every element they address; `stream` is the device's.
+    pub(crate) unsafe fn gemm(
+        &self,
+        stream: CUstream,
+        g: &GemmCall,
+        ws: &dyn Workspaces,
+    ) -> Result<()> {
         let status = |e: CublasError| Error::Cuda {
             op: "cublasGemmStridedBatched",
             msg: e.to_string(),
         };
-        match self.cublas_call(g)? {
+        match self.call(stream, g)? {
             // cuBLAS allocates its handle and workspace outside ember's cache: hand
             // it the cached memory and try once more
             Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
                 ws.release_cached();
-                self.cublas_call(g)?.map_err(status)
+                self.call(stream, g)?.map_err(status)
             }
             r => r.map_err(status),
         }
     }
 
-    /// The cuBLAS handle, created at first use.
-    fn blas_handle(&self) -> Result<std::sync::MutexGuard<'_, Option<Blas>>> {
-        use super::runtime::Runtime;
-        self.bind()?;
-        let mut g = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+    /// The cuBLAS handle, created at first use on `stream`.
+    fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Handle>>> {
+        let mut g = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             super::libs::ensure(super::libs::CudaLib::Cublas)
                 .map_err(|reason| Error::CudaUnavailable { reason })?;
@@ -71,19 +58,23 @@ impl Driver {
                 msg: e.to_string(),
             })?;
             // SAFETY: a fresh handle and this device's live stream.
-            unsafe { cudarc::cublas::result::set_stream(h, self.cu_stream() as _) }.map_err(
-                |e| Error::Cuda {
+            unsafe { cudarc::cublas::result::set_stream(h, stream as _) }.map_err(|e| {
+                Error::Cuda {
                     op: "cublasSetStream",
                     msg: e.to_string(),
-                },
-            )?;
-            *g = Some(Blas(h));
+                }
+            })?;
+            *g = Some(Handle(h));
         }
         Ok(g)
     }
 
     /// The cuBLAS call for `g`: ember's own errors outside, cuBLAS's status inside.
-    unsafe fn cublas_call(&self, g: &GemmCall) -> Result<std::result::Result<(), CublasError>> {
+    unsafe fn call(
+        &self,
+        stream: CUstream,
+        g: &GemmCall,
+    ) -> Result<std::result::Result<(), CublasError>> {
         use cudarc::cublas::{result as blas, sys as bsys};
         let op = |t: bool| {
             if t {
@@ -92,8 +83,8 @@ impl Driver {
                 bsys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let guard = self.blas_handle()?;
-        let h = guard.as_ref().expect("blas handle created").0;
+        let guard = self.handle(stream)?;
+        let h = guard.as_ref().expect("the handle was created").0;
         let (ta, tb) = (op(g.trans_a), op(g.trans_b));
         match g.dtype {
             DType::F32 => {

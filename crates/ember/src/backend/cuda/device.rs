@@ -2,9 +2,8 @@
 //! allocator over its memory, the kernels loaded on it and the pinned blocks that
 //! stage its copies. Created at first use of `cuda:N` and kept for the process.
 
-use super::blas::GemmCall;
-use super::dnn::ConvCall;
-use super::pinned::PinnedPool;
+use super::calls::{ConvCall, GemmCall};
+use super::pinned::{Pinned, PinnedPool};
 use super::runtime::{Func, LoadedModule, Runtime, Workspaces};
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, AllocError, Allocator, MemoryStats, RawMemory};
@@ -48,7 +47,7 @@ pub(crate) struct CudaDev {
     alloc: Mutex<Allocator<RtMemory>>,
     modules: Mutex<HashMap<(&'static str, DType), Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
-    pub(super) pinned: Mutex<PinnedPool>,
+    pinned: Mutex<PinnedPool>,
 }
 
 type Slot = OnceLock<std::result::Result<Arc<CudaDev>, String>>;
@@ -94,7 +93,7 @@ pub(crate) fn existing(ordinal: usize) -> Option<Arc<CudaDev>> {
 
 impl CudaDev {
     fn new(ordinal: usize) -> Result<CudaDev> {
-        let rt = super::runtime::system().open(ordinal)?;
+        let rt = discover::system().open(ordinal)?;
         let raw = RtMemory {
             rt: rt.clone(),
             last_error: String::new(),
@@ -176,7 +175,31 @@ impl CudaDev {
 
     pub fn empty_cache(&self) {
         self.allocator().release_cached();
-        self.release_pinned_cache();
+        self.pinned().release_cache();
+    }
+
+    /// Copies through this device's pinned blocks.
+    fn pinned(&self) -> Pinned<'_> {
+        Pinned {
+            rt: self.rt.as_ref(),
+            pool: &self.pinned,
+        }
+    }
+
+    /// Queues a copy of `src` to device address `dst` and returns once `src` may be
+    /// dropped (the values wait in pinned blocks until the device has copied them).
+    pub(crate) fn htod<T>(&self, dst: u64, src: &[T]) -> Result<()> {
+        self.pinned().htod(dst, src)
+    }
+
+    /// Copies device address `src` into `dst`, waiting for the work queued before.
+    pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
+        self.pinned().dtoh(dst, src)
+    }
+
+    /// Statistics of the pinned blocks: (bytes held, blocks handed out so far).
+    pub(crate) fn pinned_stats(&self) -> (usize, u64) {
+        self.pinned().stats()
     }
 
     /// (free, total) bytes of the device's memory.

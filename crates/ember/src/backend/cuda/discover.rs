@@ -3,9 +3,22 @@
 //! on a machine without CUDA, and every failure becomes a reason string that
 //! [`Error::CudaUnavailable`] carries to the user.
 
-use super::runtime::system;
+pub use super::runtime::DeviceProperties;
+use super::runtime::System;
 use crate::{Device, Error, Result};
 use std::sync::OnceLock;
+
+/// The system of this process: the simulator when `EMBER_CUDA_SIMULATOR` asks for
+/// it, else the driver. Decided at first use; the only place that asks which.
+pub(crate) fn system() -> &'static dyn System {
+    static SYSTEM: OnceLock<Box<dyn System>> = OnceLock::new();
+    SYSTEM
+        .get_or_init(|| match super::sim::enabled() {
+            Some(n) => Box::new(super::sim::SimSystem::new(n)),
+            None => Box::new(super::driver::DriverSystem),
+        })
+        .as_ref()
+}
 
 /// What discovery said at first use: the number of GPUs or why there are none.
 fn discovery() -> &'static std::result::Result<usize, String> {
@@ -91,23 +104,6 @@ impl Device {
             (0..n).map(Device::Cuda).collect()
         }
     }
-}
-
-/// What `torch.cuda.get_device_properties(i)` reports, and a little more.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceProperties {
-    pub ordinal: usize,
-    pub name: String,
-    /// Compute capability (major, minor), e.g. (9, 0) for an H100.
-    pub compute_capability: (u32, u32),
-    pub multiprocessor_count: u32,
-    pub max_threads_per_block: u32,
-    pub max_shared_memory_per_block: usize,
-    pub warp_size: u32,
-    pub total_memory: usize,
-    pub l2_cache_size: usize,
-    pub clock_rate_khz: u32,
-    pub memory_bus_width_bits: u32,
 }
 
 /// Properties of GPU `i`, read without creating a context.

@@ -15,45 +15,15 @@
 //! descriptors. Shapes cuDNN
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
-use super::driver::Driver;
-use super::runtime::{Runtime, Workspaces};
-use super::CudaStorage;
-use crate::backend::cuda::libs::{self, CudaLib};
-use crate::backend::op::ConvShape;
+use super::calls::{ConvCall, ConvGeom, ConvPass};
+use super::libs::{self, CudaLib};
+use super::runtime::Workspaces;
 use crate::{DType, Error, Result};
 use cudarc::cudnn::{result as dnn, sys};
+use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{MutexGuard, OnceLock};
-
-/// 0: not decided yet (`EMBER_CUDNN` decides), 1: off, 2: on.
-static ENABLED: AtomicU8 = AtomicU8::new(0);
-
-/// Sends GPU convolutions to cuDNN when it is available
-/// (`torch.backends.cudnn.enabled`). Off by default until ember's cuDNN path has
-/// run on a GPU; `EMBER_CUDNN=1` switches it on for a whole program.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-}
-
-/// Whether GPU convolutions go to cuDNN when it is available.
-pub fn enabled() -> bool {
-    match ENABLED.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var("EMBER_CUDNN").is_ok_and(|v| matches!(v.trim(), "1" | "true"));
-            // a set_enabled() racing with this first read wins
-            let _ = ENABLED.compare_exchange(
-                0,
-                if on { 2 } else { 1 },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            ENABLED.load(Ordering::Relaxed) == 2
-        }
-        v => v == 2,
-    }
-}
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The loaded cuDNN's version number (90100 for 9.1.0), or why none can be used.
 pub(crate) fn library() -> &'static std::result::Result<usize, String> {
@@ -94,166 +64,6 @@ pub(crate) fn library() -> &'static std::result::Result<usize, String> {
     })
 }
 
-/// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
-/// simulator stands in for it (`torch.backends.cudnn.is_available()`).
-pub fn is_available() -> bool {
-    super::runtime::system().dnn().is_ok()
-}
-
-/// The version of the cuDNN library that loads (`torch.backends.cudnn.version()`),
-/// `None` where none does.
-pub fn version() -> Option<usize> {
-    library().as_ref().ok().copied()
-}
-
-/// Why cuDNN cannot be used, `None` where it can.
-pub fn unavailable_reason() -> Option<String> {
-    library().as_ref().err().cloned()
-}
-
-static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many convolution passes (forward, input and weight gradients) this process
-/// has sent to cuDNN: a way to see that the switch took effect.
-pub fn convolutions() -> u64 {
-    PASSES.load(Ordering::Relaxed)
-}
-
-/// Whether convolutions on a GPU go to cuDNN now: switched on, and available.
-pub fn in_use() -> bool {
-    enabled() && is_available()
-}
-
-/// Geometry of a convolution in cuDNN's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct ConvGeom {
-    pub dtype: DType,
-    /// Input `[n, c, h, w]`.
-    pub x: [i32; 4],
-    /// Filter `[k, c / groups, r, s]`.
-    pub w: [i32; 4],
-    /// Output `[n, k, p, q]`.
-    pub y: [i32; 4],
-    pub pad: [i32; 2],
-    pub stride: [i32; 2],
-    pub dilation: [i32; 2],
-    pub groups: i32,
-}
-
-impl ConvGeom {
-    /// The geometry of `s` in `dtype`; `None` where cuDNN cannot take it (a size or
-    /// an operand's element count past its 32-bit limit, or an empty tensor), which
-    /// ember's own path handles.
-    pub fn new(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
-        let i0 = |v: usize| i32::try_from(v).ok();
-        let i = |v: usize| i0(v).filter(|&v| v > 0);
-        let win = &s.win;
-        let g = ConvGeom {
-            dtype,
-            x: [i(s.n)?, i(s.c)?, i(s.h)?, i(s.w)?],
-            w: [
-                i(s.o)?,
-                i(s.c / s.groups)?,
-                i(win.kernel.0)?,
-                i(win.kernel.1)?,
-            ],
-            y: [i(s.n)?, i(s.o)?, i(s.oh)?, i(s.ow)?],
-            pad: [i0(win.padding.0)?, i0(win.padding.1)?],
-            stride: [i(win.stride.0)?, i(win.stride.1)?],
-            dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
-            groups: i(s.groups)?,
-        };
-        // cuDNN also refuses tensors of more than 2^31 - 1 elements in all
-        [g.x, g.w, g.y]
-            .iter()
-            .all(|&d| ConvGeom::numel(d) <= i32::MAX as usize)
-            .then_some(g)
-    }
-
-    /// The dims of the operand `pass` writes: `y`, `dx` or `dw`.
-    pub fn written(&self, pass: ConvPass) -> [i32; 4] {
-        match pass {
-            ConvPass::Forward => self.y,
-            ConvPass::BackwardData => self.x,
-            ConvPass::BackwardFilter => self.w,
-        }
-    }
-
-    /// The elements of `[n, c, h, w]`-like dims.
-    pub fn numel(d: [i32; 4]) -> usize {
-        d.iter().map(|&v| v as usize).product()
-    }
-}
-
-/// One of the three convolutions of a layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ConvPass {
-    /// `y = x ⋆ w`.
-    Forward,
-    /// `dx` from `dy` (in `y`) and `w`.
-    BackwardData,
-    /// `dw` from `x` and `dy` (in `y`).
-    BackwardFilter,
-}
-
-/// One call: device pointers to contiguous `x`, `w` and `y` arrays of the
-/// geometry's sizes. The pass reads two of them and overwrites the third (`y` holds
-/// `dy` in the backward passes).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ConvCall {
-    pub geom: ConvGeom,
-    pub pass: ConvPass,
-    pub x: u64,
-    pub w: u64,
-    pub y: u64,
-}
-
-impl ConvCall {
-    /// The operand the pass writes: its dims and its pointer.
-    pub fn output(&self) -> ([i32; 4], u64) {
-        let ptr = match self.pass {
-            ConvPass::Forward => self.y,
-            ConvPass::BackwardData => self.x,
-            ConvPass::BackwardFilter => self.w,
-        };
-        (self.geom.written(self.pass), ptr)
-    }
-}
-
-/// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`
-/// forward, `(w, dy)` for the input gradient, `(x, dy)` for the weight gradient)
-/// and returns the third, newly allocated.
-pub(crate) fn conv_pass(
-    pass: ConvPass,
-    geom: &ConvGeom,
-    (a, a_off): (&CudaStorage, usize),
-    (b, b_off): (&CudaStorage, usize),
-) -> Result<CudaStorage> {
-    let dev = a.dev();
-    let at = |s: &CudaStorage, off: usize| s.ptr() + (off * s.dtype().size_in_bytes()) as u64;
-    let (pa, pb) = (at(a, a_off), at(b, b_off));
-    let out = CudaStorage::alloc(dev, geom.dtype, ConvGeom::numel(geom.written(pass)))?;
-    let po = out.ptr();
-    let (x, w, y) = match pass {
-        ConvPass::Forward => (pa, pb, po),
-        ConvPass::BackwardData => (po, pa, pb),
-        ConvPass::BackwardFilter => (pa, po, pb),
-    };
-    let call = ConvCall {
-        geom: *geom,
-        pass,
-        x,
-        w,
-        y,
-    };
-    // SAFETY: each pointer addresses a contiguous array of its operand's size: the
-    // inputs are contiguous tensors of these shapes (checked by conv2d) and the
-    // output was just allocated.
-    unsafe { dev.conv(&call)? };
-    PASSES.fetch_add(1, Ordering::Relaxed);
-    Ok(out)
-}
-
 /// An algorithm of one of the three passes.
 #[derive(Clone, Copy, Debug)]
 enum Algo {
@@ -262,8 +72,14 @@ enum Algo {
     BackwardFilter(sys::cudnnConvolutionBwdFilterAlgo_t),
 }
 
+/// One device's cuDNN, its handle created at first use.
+#[derive(Default)]
+pub(crate) struct Cudnn {
+    state: Mutex<Option<Dnn>>,
+}
+
 /// A device's cuDNN handle (bound to its stream) and the algorithms chosen so far.
-pub(crate) struct Dnn {
+struct Dnn {
     handle: sys::cudnnHandle_t,
     /// (geometry, pass, TF32 allowed) -> the choice that ran
     algos: HashMap<(ConvGeom, ConvPass, bool), Choice>,
@@ -568,11 +384,10 @@ unsafe fn ranked(
         .collect())
 }
 
-impl Driver {
-    /// The device's cuDNN handle, created at first use.
-    fn dnn_handle(&self) -> Result<MutexGuard<'_, Option<Dnn>>> {
-        self.bind()?;
-        let mut g = self.dnn.lock().unwrap_or_else(|p| p.into_inner());
+impl Cudnn {
+    /// The device's cuDNN handle, created at first use on `stream`.
+    fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Dnn>>> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             library()
                 .as_ref()
@@ -581,7 +396,7 @@ impl Driver {
                 })?;
             let h = dnn::create_handle().map_err(dnn_err("cudnnCreate"))?;
             // SAFETY: a fresh handle and this device's live stream.
-            if let Err(e) = unsafe { dnn::set_stream(h, self.cu_stream() as sys::cudaStream_t) } {
+            if let Err(e) = unsafe { dnn::set_stream(h, stream as sys::cudaStream_t) } {
                 // SAFETY: created above, used nowhere else.
                 let _ = unsafe { dnn::destroy_handle(h) };
                 return Err(dnn_err("cudnnSetStream")(e));
@@ -600,8 +415,17 @@ impl Driver {
     /// (its workspace allocated and cuDNN accepting the call) is remembered. A
     /// remembered choice that fails (its workspace no longer fits, say) is chosen
     /// again.
-    pub(super) unsafe fn cudnn_conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
-        let mut guard = self.dnn_handle()?;
+    ///
+    /// # Safety
+    /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
+    /// `c.geom`; `stream` is the device's, its context current on this thread.
+    pub(crate) unsafe fn conv(
+        &self,
+        stream: CUstream,
+        c: &ConvCall,
+        ws: &dyn Workspaces,
+    ) -> Result<()> {
+        let mut guard = self.handle(stream)?;
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
         let tf32 = super::allow_tf32();
@@ -645,7 +469,7 @@ impl Driver {
     /// Queues `c` with `choice`'s algorithm and math type and a workspace for it.
     ///
     /// # Safety
-    /// As [`Runtime::conv`]; `h` is the device's handle, `d` describes `c`.
+    /// As [`conv`](Self::conv); `h` is the device's handle, `d` describes `c`.
     unsafe fn run_choice(
         &self,
         h: sys::cudnnHandle_t,
@@ -691,7 +515,7 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::op::Window;
+    use crate::backend::op::{ConvShape, Window};
 
     fn shape(
         (n, c, h, w): (usize, usize, usize, usize),

@@ -7,16 +7,18 @@
 //! panics when a library is missing), and every failure becomes a reason string
 //! that [`Error::CudaUnavailable`] carries to the user.
 
-use super::blas::{Blas, GemmCall};
-use super::discover::DeviceProperties;
-use super::dnn::{ConvCall, Dnn};
+use super::blas::Blas;
+use super::calls::{ConvCall, GemmCall};
+use super::dnn::Cudnn;
 use super::libs::{self, CudaLib};
 use super::nvrtc;
-use super::runtime::{Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces};
+use super::runtime::{
+    DeviceProperties, Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces,
+};
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 pub(crate) fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
     move |e| Error::Cuda {
@@ -120,10 +122,8 @@ pub(crate) struct Driver {
     stream: Arc<CudaStream>,
     arch: u32,
     sm_count: u32,
-    /// The cuBLAS handle, created at first use.
-    pub(super) blas: Mutex<Option<Blas>>,
-    /// The cuDNN handle and its choices, created at first use.
-    pub(super) dnn: Mutex<Option<Dnn>>,
+    blas: Blas,
+    dnn: Cudnn,
     /// The architecture NVRTC compiles for, decided once.
     compile_arch: OnceLock<std::result::Result<u32, String>>,
 }
@@ -147,8 +147,8 @@ impl Driver {
             stream,
             arch: (major * 10 + minor) as u32,
             sm_count,
-            blas: Mutex::new(None),
-            dnn: Mutex::new(None),
+            blas: Blas::default(),
+            dnn: Cudnn::default(),
             compile_arch: OnceLock::new(),
         })
     }
@@ -159,7 +159,7 @@ impl Driver {
     /// that never made it current (or that made another GPU's current since).
     ///
     /// [`bind`]: Runtime::bind
-    pub(super) fn cu_stream(&self) -> sys::CUstream {
+    fn cu_stream(&self) -> sys::CUstream {
         self.stream.cu_stream()
     }
 
@@ -372,10 +372,12 @@ impl Runtime for Driver {
     }
 
     unsafe fn gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
-        self.cublas_gemm(g, ws)
+        self.bind()?;
+        self.blas.gemm(self.cu_stream(), g, ws)
     }
 
     unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
-        self.cudnn_conv(c, ws)
+        self.bind()?;
+        self.dnn.conv(self.cu_stream(), c, ws)
     }
 }

@@ -17,6 +17,8 @@
 //! first.
 
 pub(crate) mod blas;
+pub(crate) mod calls;
+pub(crate) mod cudnn;
 pub(crate) mod device;
 pub mod discover;
 pub(crate) mod dnn;

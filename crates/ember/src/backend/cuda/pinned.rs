@@ -13,11 +13,11 @@
 //! caching allocator. If pinned memory cannot be had, copies take the pageable path:
 //! slower, never an error.
 
-use super::device::CudaDev;
-use super::runtime::RtEvent;
+use super::runtime::{RtEvent, Runtime};
 use crate::Result;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::sync::MutexGuard;
 
 /// Largest piece of one transfer staged through one block.
@@ -94,16 +94,22 @@ fn as_bytes_mut<T>(v: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
-impl CudaDev {
+/// A device's pinned copies: its runtime and its pool of blocks.
+pub(crate) struct Pinned<'a> {
+    pub rt: &'a dyn Runtime,
+    pub pool: &'a Mutex<PinnedPool>,
+}
+
+impl Pinned<'_> {
     /// `true` once the device copy that last used `b` has finished.
     fn block_idle(&self, b: &PinnedBlock) -> bool {
-        !b.in_flight || self.rt().event_done(&b.event)
+        !b.in_flight || self.rt.event_done(&b.event)
     }
 
     /// Waits for the device copy that last used `b`.
     fn block_wait(&self, b: &mut PinnedBlock) -> Result<()> {
         if b.in_flight {
-            self.rt().event_synchronize(&b.event)?;
+            self.rt.event_synchronize(&b.event)?;
         }
         b.in_flight = false;
         Ok(())
@@ -115,7 +121,7 @@ impl CudaDev {
     /// `src` must be pinned and stay untouched until the copy has run; `dst` must
     /// hold `len` bytes.
     unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
-        self.rt().htod(dst, src, len)
+        self.rt.htod(dst, src, len)
     }
 
     /// Queues a copy of `len` bytes from device `src` to host `dst`.
@@ -124,15 +130,15 @@ impl CudaDev {
     /// `dst` must hold `len` bytes and not be read before the copy has run (the
     /// stream synchronized or an event after it passed); `src` must hold `len` bytes.
     unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
-        self.rt().dtoh(dst, src, len)
+        self.rt.dtoh(dst, src, len)
     }
 
     fn pinned_pool(&self) -> MutexGuard<'_, PinnedPool> {
-        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Statistics of the pinned pool: (bytes held, blocks handed out so far).
-    pub(crate) fn pinned_stats(&self) -> (usize, u64) {
+    pub(crate) fn stats(&self) -> (usize, u64) {
         let p = self.pinned_pool();
         (p.total, p.uses)
     }
@@ -208,8 +214,8 @@ impl CudaDev {
     }
 
     fn alloc_pinned(&self, size: usize) -> std::result::Result<PinnedBlock, String> {
-        let ptr = self.rt().alloc_host(size)?;
-        match self.rt().event_create(false) {
+        let ptr = self.rt.alloc_host(size)?;
+        match self.rt.event_create(false) {
             Ok(event) => Ok(PinnedBlock {
                 ptr,
                 size,
@@ -218,7 +224,7 @@ impl CudaDev {
             }),
             Err(e) => {
                 // SAFETY: allocated just above, never used.
-                unsafe { self.rt().free_host(ptr, size) };
+                unsafe { self.rt.free_host(ptr, size) };
                 Err(e.to_string())
             }
         }
@@ -226,8 +232,8 @@ impl CudaDev {
 
     fn free_pinned(&self, b: PinnedBlock) {
         // SAFETY: idle (its copy finished), allocated by alloc_pinned with its size.
-        unsafe { self.rt().free_host(b.ptr, b.size) };
-        self.rt().event_destroy(b.event);
+        unsafe { self.rt.free_host(b.ptr, b.size) };
+        self.rt.event_destroy(b.event);
     }
 
     /// Hands a block back; `queued` says a device copy that uses it was just queued
@@ -241,7 +247,7 @@ impl CudaDev {
         // without its event the block may go back only once the stream has run the
         // copy; if even that fails it stays out of the pool (still counted, never
         // reused while the device might read or write it)
-        if recorded.is_ok() || self.synchronize().is_ok() {
+        if recorded.is_ok() || self.rt.synchronize().is_ok() {
             self.pinned_pool().free.push(b);
         }
         recorded
@@ -249,13 +255,13 @@ impl CudaDev {
 
     /// Marks `b` in flight until the work queued so far on the stream has run.
     fn record_block(&self, b: &mut PinnedBlock) -> Result<()> {
-        self.rt().event_record(&mut b.event)?;
+        self.rt.event_record(&mut b.event)?;
         b.in_flight = true;
         Ok(())
     }
 
     /// Empties the pinned cache (blocks whose copies are done).
-    pub(crate) fn release_pinned_cache(&self) {
+    pub(crate) fn release_cache(&self) {
         let mut pool = self.pinned_pool();
         let blocks: Vec<PinnedBlock> = pool.free.drain(..).collect();
         for mut b in blocks {
@@ -304,7 +310,7 @@ impl CudaDev {
         }
         // SAFETY: `src` holds `dst.len()` bytes; `dst` is read after the synchronize.
         unsafe { self.copy_dtoh_async(dst.as_mut_ptr(), src, dst.len()) }?;
-        self.synchronize()
+        self.rt.synchronize()
     }
 
     /// [`dtoh`](Self::dtoh) in chunks through up to three pinned blocks in flight.
@@ -341,7 +347,7 @@ impl CudaDev {
                 let rest = &mut dst[off..];
                 // SAFETY: as in `dtoh`.
                 unsafe { self.copy_dtoh_async(rest.as_mut_ptr(), src + off as u64, rest.len()) }?;
-                return self.synchronize();
+                return self.rt.synchronize();
             };
             // SAFETY: the block holds `len` bytes and is read only after its event.
             if let Err(e) = unsafe { self.copy_dtoh_async(block.ptr, src + off as u64, len) } {

@@ -1,19 +1,34 @@
 //! The seam between ember's CUDA code and what executes it: the NVIDIA driver
 //! (with cuBLAS and cuDNN) or ember's simulator, chosen once per process by
-//! [`system`]. Everything above this file (the device, the caching allocator, the
+//! [`system`](super::discover::system). Everything above this file (the device, the caching allocator, the
 //! pinned copies, the kernel launches of `ops`) talks to a [`Runtime`] and never
 //! asks which one it is.
 //!
 //! A runtime hands out opaque handles (loaded modules, kernel functions, events)
 //! and is the only code that looks inside them.
 
-use super::blas::GemmCall;
-use super::discover::DeviceProperties;
-use super::dnn::ConvCall;
+use super::calls::{ConvCall, GemmCall};
 use crate::Result;
 use std::any::Any;
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+/// What `torch.cuda.get_device_properties(i)` reports, and a little more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceProperties {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor), e.g. (9, 0) for an H100.
+    pub compute_capability: (u32, u32),
+    pub multiprocessor_count: u32,
+    pub max_threads_per_block: u32,
+    pub max_shared_memory_per_block: usize,
+    pub warp_size: u32,
+    pub total_memory: usize,
+    pub l2_cache_size: usize,
+    pub clock_rate_khz: u32,
+    pub memory_bus_width_bits: u32,
+}
 
 /// How GPUs are found and opened: the driver's way or the simulator's.
 pub(crate) trait System: Send + Sync {
@@ -30,18 +45,6 @@ pub(crate) trait System: Send + Sync {
     fn dnn(&self) -> std::result::Result<(), String>;
     /// The runtime of GPU `ordinal` (one context and stream).
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Runtime>>;
-}
-
-/// The system of this process: the simulator when `EMBER_CUDA_SIMULATOR` asks for
-/// it, else the driver. Decided at first use.
-pub(crate) fn system() -> &'static dyn System {
-    static SYSTEM: OnceLock<Box<dyn System>> = OnceLock::new();
-    SYSTEM
-        .get_or_init(|| match super::sim::enabled() {
-            Some(n) => Box::new(super::sim::SimSystem::new(n)),
-            None => Box::new(super::driver::DriverSystem),
-        })
-        .as_ref()
 }
 
 /// A device allocation that failed: out of memory (the caching allocator then

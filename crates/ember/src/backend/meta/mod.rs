@@ -12,7 +12,7 @@ pub mod account;
 use crate::backend::op::{
     AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
 };
-use crate::backend::storage::{BackendStorage, ConvGrads};
+use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};

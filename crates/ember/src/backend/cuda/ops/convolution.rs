@@ -7,7 +7,8 @@
 //! layer, its gradient summed) the same way on both paths.
 
 use super::{binary, col2im, im2col, matmul, reduce, KConv};
-use crate::backend::cuda::dnn::{self, ConvGeom, ConvPass};
+use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
+use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{BinaryCode, ConvShape, ReduceCode};
 use crate::layout::Layout;
@@ -39,7 +40,7 @@ pub(crate) fn conv2d(
 ) -> Result<CudaStorage> {
     // cuDNN where switched on and able to take the shapes (not empty tensors)
     if let Some(geom) = dnn::in_use().then(|| ConvGeom::new(x.dtype(), s)).flatten() {
-        let y = dnn::conv_pass(ConvPass::Forward, &geom, (x, lx.offset()), (w, lw.offset()))?;
+        let y = conv_pass(ConvPass::Forward, &geom, (x, lx.offset()), (w, lw.offset()))?;
         return match b {
             Some(b) => add_bias(y, b, s),
             None => Ok(y),
@@ -71,11 +72,11 @@ pub(crate) fn conv2d_backward(
         let gyo = (gy, lg.offset());
         let gx = need
             .0
-            .then(|| dnn::conv_pass(ConvPass::BackwardData, &geom, (w, lw.offset()), gyo))
+            .then(|| conv_pass(ConvPass::BackwardData, &geom, (w, lw.offset()), gyo))
             .transpose()?;
         let gw = need
             .1
-            .then(|| dnn::conv_pass(ConvPass::BackwardFilter, &geom, (x, lx.offset()), gyo))
+            .then(|| conv_pass(ConvPass::BackwardFilter, &geom, (x, lx.offset()), gyo))
             .transpose()?;
         return Ok((gx, gw));
     }
@@ -127,4 +128,38 @@ fn weight_layout(lw: &Layout, s: &ConvShape, transposed: bool) -> Result<Layout>
     let mut shape = vec![s.n];
     shape.extend_from_slice(l.shape());
     l.broadcast_to("conv2d", &shape)
+}
+
+/// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`
+/// forward, `(w, dy)` for the input gradient, `(x, dy)` for the weight gradient)
+/// and returns the third, newly allocated.
+pub(crate) fn conv_pass(
+    pass: ConvPass,
+    geom: &ConvGeom,
+    (a, a_off): (&CudaStorage, usize),
+    (b, b_off): (&CudaStorage, usize),
+) -> Result<CudaStorage> {
+    let dev = a.dev();
+    let at = |s: &CudaStorage, off: usize| s.ptr() + (off * s.dtype().size_in_bytes()) as u64;
+    let (pa, pb) = (at(a, a_off), at(b, b_off));
+    let out = CudaStorage::alloc(dev, geom.dtype, ConvGeom::numel(geom.written(pass)))?;
+    let po = out.ptr();
+    let (x, w, y) = match pass {
+        ConvPass::Forward => (pa, pb, po),
+        ConvPass::BackwardData => (po, pa, pb),
+        ConvPass::BackwardFilter => (pa, po, pb),
+    };
+    let call = ConvCall {
+        geom: *geom,
+        pass,
+        x,
+        w,
+        y,
+    };
+    // SAFETY: each pointer addresses a contiguous array of its operand's size: the
+    // inputs are contiguous tensors of these shapes (checked by conv2d) and the
+    // output was just allocated.
+    unsafe { dev.conv(&call)? };
+    dnn::count_pass();
+    Ok(out)
 }

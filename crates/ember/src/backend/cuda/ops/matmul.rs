@@ -101,7 +101,7 @@ pub(crate) fn matmul(
     let oa = prep(a, la, m, k)?;
     let ob = prep(b, lb, k, n)?;
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's "A" is our b.
-    let call = crate::backend::cuda::blas::GemmCall {
+    let call = crate::backend::cuda::calls::GemmCall {
         dtype: dt,
         trans_a: ob.trans,
         trans_b: oa.trans,

@@ -4,7 +4,7 @@
 //! are tested and not only the numbers.
 
 use super::gemm::{read, write};
-use crate::backend::cuda::dnn::{ConvCall, ConvGeom, ConvPass};
+use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::{DType, Error, Result};
 
 fn status(name: &str, why: String) -> Error {

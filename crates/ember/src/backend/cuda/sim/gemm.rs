@@ -2,7 +2,7 @@
 //! column-major contract and its argument checks, so that the parameters ember
 //! computes for cuBLAS are tested, not just the products.
 
-use crate::backend::cuda::blas::GemmCall;
+use crate::backend::cuda::calls::GemmCall;
 use crate::{DType, Error, Result};
 
 fn invalid(why: String) -> Error {

@@ -66,8 +66,8 @@ fn capacity() -> usize {
 }
 
 /// What a simulated GPU reports as its properties.
-pub(crate) fn properties(ordinal: usize) -> crate::backend::cuda::discover::DeviceProperties {
-    crate::backend::cuda::discover::DeviceProperties {
+pub(crate) fn properties(ordinal: usize) -> crate::backend::cuda::runtime::DeviceProperties {
+    crate::backend::cuda::runtime::DeviceProperties {
         ordinal,
         name: "ember CUDA simulator (runs on the CPU)".into(),
         compute_capability: (9, 0),

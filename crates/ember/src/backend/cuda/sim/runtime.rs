@@ -5,11 +5,9 @@
 //! every event is done as soon as it is recorded.
 
 use super::{compile, conv, gemm, memcpy, properties, SimFunc, SimMemory, SimModule};
-use crate::backend::cuda::blas::GemmCall;
-use crate::backend::cuda::discover::DeviceProperties;
-use crate::backend::cuda::dnn::ConvCall;
+use crate::backend::cuda::calls::{ConvCall, GemmCall};
 use crate::backend::cuda::runtime::{
-    Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces,
+    DeviceProperties, Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces,
 };
 use crate::Result;
 use std::ffi::c_void;

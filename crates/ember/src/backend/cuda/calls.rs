@@ -1,0 +1,126 @@
+//! The calls the runtime's libraries take, in their own terms: a strided-batched
+//! GEMM as cuBLAS sees it, and a convolution pass as cuDNN sees it. The driver
+//! hands them to the libraries; the simulator runs references with the same
+//! contracts.
+
+use crate::backend::op::ConvShape;
+use crate::DType;
+
+/// `C_p = op(A_p)·op(B_p)` for p in 0..batch, column-major, with cuBLAS's meaning
+/// of every field (`op` transposes when `trans_*`; `ld*` are leading dimensions;
+/// strides are in elements). f16/bf16 accumulate in f32.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemmCall {
+    pub dtype: DType,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: u64,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: u64,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub c: u64,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+}
+
+/// Geometry of a convolution in cuDNN's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ConvGeom {
+    pub dtype: DType,
+    /// Input `[n, c, h, w]`.
+    pub x: [i32; 4],
+    /// Filter `[k, c / groups, r, s]`.
+    pub w: [i32; 4],
+    /// Output `[n, k, p, q]`.
+    pub y: [i32; 4],
+    pub pad: [i32; 2],
+    pub stride: [i32; 2],
+    pub dilation: [i32; 2],
+    pub groups: i32,
+}
+
+impl ConvGeom {
+    /// The geometry of `s` in `dtype`; `None` where cuDNN cannot take it (a size or
+    /// an operand's element count past its 32-bit limit, or an empty tensor), which
+    /// ember's own path handles.
+    pub fn new(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
+        let i0 = |v: usize| i32::try_from(v).ok();
+        let i = |v: usize| i0(v).filter(|&v| v > 0);
+        let win = &s.win;
+        let g = ConvGeom {
+            dtype,
+            x: [i(s.n)?, i(s.c)?, i(s.h)?, i(s.w)?],
+            w: [
+                i(s.o)?,
+                i(s.c / s.groups)?,
+                i(win.kernel.0)?,
+                i(win.kernel.1)?,
+            ],
+            y: [i(s.n)?, i(s.o)?, i(s.oh)?, i(s.ow)?],
+            pad: [i0(win.padding.0)?, i0(win.padding.1)?],
+            stride: [i(win.stride.0)?, i(win.stride.1)?],
+            dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
+            groups: i(s.groups)?,
+        };
+        // cuDNN also refuses tensors of more than 2^31 - 1 elements in all
+        [g.x, g.w, g.y]
+            .iter()
+            .all(|&d| ConvGeom::numel(d) <= i32::MAX as usize)
+            .then_some(g)
+    }
+
+    /// The dims of the operand `pass` writes: `y`, `dx` or `dw`.
+    pub fn written(&self, pass: ConvPass) -> [i32; 4] {
+        match pass {
+            ConvPass::Forward => self.y,
+            ConvPass::BackwardData => self.x,
+            ConvPass::BackwardFilter => self.w,
+        }
+    }
+
+    /// The elements of `[n, c, h, w]`-like dims.
+    pub fn numel(d: [i32; 4]) -> usize {
+        d.iter().map(|&v| v as usize).product()
+    }
+}
+
+/// One of the three convolutions of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ConvPass {
+    /// `y = x ⋆ w`.
+    Forward,
+    /// `dx` from `dy` (in `y`) and `w`.
+    BackwardData,
+    /// `dw` from `x` and `dy` (in `y`).
+    BackwardFilter,
+}
+
+/// One call: device pointers to contiguous `x`, `w` and `y` arrays of the
+/// geometry's sizes. The pass reads two of them and overwrites the third (`y` holds
+/// `dy` in the backward passes).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvCall {
+    pub geom: ConvGeom,
+    pub pass: ConvPass,
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+}
+
+impl ConvCall {
+    /// The operand the pass writes: its dims and its pointer.
+    pub fn output(&self) -> ([i32; 4], u64) {
+        let ptr = match self.pass {
+            ConvPass::Forward => self.y,
+            ConvPass::BackwardData => self.x,
+            ConvPass::BackwardFilter => self.w,
+        };
+        (self.geom.written(self.pass), ptr)
+    }
+}
