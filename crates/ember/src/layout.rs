@@ -10,20 +10,32 @@ use smallvec::SmallVec;
 pub type Dims = SmallVec<[usize; 6]>;
 
 /// Shape, strides (in elements) and starting offset of a tensor in its storage.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Layout {
     pub(crate) shape: Dims,
     pub(crate) strides: Dims,
     pub(crate) offset: usize,
 }
 
+// by hand: `SmallVec`'s own `clone` goes element by element through an iterator,
+// and every op clones layouts
+impl Clone for Layout {
+    fn clone(&self) -> Layout {
+        Layout {
+            shape: Dims::from_slice(&self.shape),
+            strides: Dims::from_slice(&self.strides),
+            offset: self.offset,
+        }
+    }
+}
+
 /// Row-major strides for `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
-    let mut strides: Dims = SmallVec::from_elem(0, shape.len());
+    let mut strides = Dims::from_slice(shape);
     let mut s = 1;
-    for i in (0..shape.len()).rev() {
-        strides[i] = s;
-        s *= shape[i].max(1);
+    for (st, &n) in strides.iter_mut().zip(shape).rev() {
+        *st = s;
+        s *= n.max(1);
     }
     strides
 }
@@ -60,7 +72,7 @@ pub fn normalize_dim(op: &'static str, dim: i64, rank: usize) -> Result<usize> {
 /// PyTorch's broadcasting rule: align trailing dims; each pair must be equal or one of them 1.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
     if a == b {
-        return Ok(a.into());
+        return Ok(Dims::from_slice(a));
     }
     let n = a.len().max(b.len());
     let mut out: Dims = SmallVec::from_elem(0, n);
@@ -98,7 +110,7 @@ impl Layout {
     /// A row-major layout starting at offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
-            shape: shape.into(),
+            shape: Dims::from_slice(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -127,12 +139,12 @@ impl Layout {
     /// Row-major and dense (size-1 dims may have any stride, as in PyTorch).
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1;
-        for i in (0..self.shape.len()).rev() {
-            if self.shape[i] != 1 {
-                if self.strides[i] != expected {
+        for (&n, &s) in self.shape.iter().zip(self.strides.iter()).rev() {
+            if n != 1 {
+                if s != expected {
                     return false;
                 }
-                expected *= self.shape[i];
+                expected *= n;
             }
         }
         true
@@ -140,8 +152,18 @@ impl Layout {
 
     /// The contiguous element range `[offset, offset + numel)` when the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
-        self.is_contiguous()
-            .then(|| self.offset..self.offset + self.numel())
+        // is_contiguous and numel in one pass (a size-1 dim adds nothing to either)
+        let (shape, strides) = (self.shape.as_slice(), self.strides.as_slice());
+        let mut numel = 1;
+        for (&n, &s) in shape.iter().zip(strides).rev() {
+            if n != 1 {
+                if s != numel {
+                    return None;
+                }
+                numel *= n;
+            }
+        }
+        Some(self.offset..self.offset + numel)
     }
 
     /// One past the largest storage index this layout touches (0 for empty layouts).
@@ -195,7 +217,7 @@ impl Layout {
         }
         checked_numel(op, shape)?;
         Ok(Layout {
-            shape: shape.into(),
+            shape: Dims::from_slice(shape),
             strides,
             offset: self.offset,
         })
@@ -288,7 +310,7 @@ impl Layout {
     pub(crate) fn view(&self, shape: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             return Some(Layout {
-                shape: shape.into(),
+                shape: Dims::from_slice(shape),
                 strides: contiguous_strides(shape),
                 offset: self.offset,
             });
@@ -328,7 +350,7 @@ impl Layout {
             return None;
         }
         Some(Layout {
-            shape: shape.into(),
+            shape: Dims::from_slice(shape),
             strides: new_strides,
             offset: self.offset,
         })

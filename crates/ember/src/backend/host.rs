@@ -122,6 +122,29 @@ fn zeroed<T: WithDType>(len: usize) -> Result<Vec<T>> {
     Ok(unsafe { Vec::from_raw_parts(p, len, len) })
 }
 
+/// [`zeroed`] for a buffer under [`MIN_POOLED_BYTES`]: allocated, then cleared.
+fn small_zeroed<T: WithDType>(len: usize) -> Result<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len)
+        .map_err(|_| host_oom(len.saturating_mul(std::mem::size_of::<T>())))?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(host_oom(layout.size()));
+    }
+    // an allocation cleared right away would be compiled into calloc, whose path
+    // through the allocator is the slow one this function avoids
+    let p = std::hint::black_box(p);
+    // SAFETY: `p` holds `len` Ts; all-zero bytes are a valid value of each of them
+    // (as in `zeroed`), and the Vec owns the allocation with capacity `len`.
+    unsafe {
+        std::ptr::write_bytes(p, 0, len);
+        Ok(Vec::from_raw_parts(p, len, len))
+    }
+}
+
 /// `true` when `value` is stored as all-zero bytes (`0.0` but not `-0.0`).
 fn is_zero_bytes<T: WithDType>(value: &T) -> bool {
     // SAFETY: WithDType types are plain numbers without padding bytes.
@@ -134,10 +157,14 @@ fn is_zero_bytes<T: WithDType>(value: &T) -> bool {
 /// A buffer of `len` elements whose contents are unspecified (a pooled buffer keeps
 /// old values): the caller must write every element.
 pub(crate) fn alloc_uninit<T: WithDType>(len: usize) -> Result<Vec<T>> {
-    match pool_take(len) {
-        Some(v) => Ok(v),
-        None => zeroed(len),
+    if let Some(v) = pool_take(len) {
+        return Ok(v);
     }
+    if len.saturating_mul(std::mem::size_of::<T>()) < MIN_POOLED_BYTES {
+        // small: the allocator's fast path (calloc takes a slower one)
+        return small_zeroed(len);
+    }
+    zeroed(len)
 }
 
 /// A buffer of `len` copies of `value`.

@@ -95,7 +95,7 @@ impl CpuData {
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.len() * self.dtype().size_in_bytes()
+        dispatch!(self, v => std::mem::size_of_val(v.as_slice()))
     }
 }
 

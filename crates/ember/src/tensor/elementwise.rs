@@ -1,12 +1,13 @@
 //! Elementwise math with PyTorch's broadcasting and type promotion: arithmetic
 //! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
 
-use super::{grad, Storages, Tensor};
+use super::{grad, with_storages2, Storages, Tensor};
 pub use crate::backend::op::Scalar;
 use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Device, Error, Result};
+use std::borrow::Cow;
 
 macro_rules! scalar_from {
     ($($t:ty => $v:ident $(as $c:ty)?),*) => {$(
@@ -51,17 +52,21 @@ fn can_cast(from: DType, to: DType) -> bool {
 
 impl Tensor {
     /// The other operand as a tensor, and the dtype PyTorch computes `self op rhs` in.
-    fn promote_with(&self, op: &'static str, rhs: Operand) -> Result<(Tensor, DType)> {
+    fn promote_with<'a>(
+        &self,
+        op: &'static str,
+        rhs: Operand<'a>,
+    ) -> Result<(Cow<'a, Tensor>, DType)> {
         match rhs {
             Operand::Tensor(t) => {
                 super::same_device(op, &[self, t])?;
                 let dt =
                     DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
-                Ok((t.clone(), dt))
+                Ok((Cow::Borrowed(t), dt))
             }
             Operand::Scalar(s) => {
                 let dt = self.scalar_dtype(s, false);
-                Ok((scalar_tensor(s, dt, self.device())?, dt))
+                Ok((Cow::Owned(scalar_tensor(s, dt, self.device())?), dt))
             }
         }
     }
@@ -93,7 +98,7 @@ impl Tensor {
         f: impl FnOnce(&Storage, &Layout, Scalar) -> Result<Storage>,
     ) -> Result<Tensor> {
         let a = self.to_dtype(self.scalar_dtype(s, float_only))?;
-        a.map_storage(a.shape(), |st, l| f(st, l, s))
+        a.map_storage_same(|st, l| f(st, l, s))
     }
 
     /// The tensor `f(a, b)` computes after promotion to `dt` and broadcasting
@@ -105,13 +110,15 @@ impl Tensor {
         dt: DType,
         f: impl FnOnce(&Storage, &Layout, &Storage, &Layout) -> Result<Storage>,
     ) -> Result<Tensor> {
-        let shape = broadcast_shapes(op, self.shape(), b.shape())?;
-        let a = self.to_dtype(dt)?;
-        let b = b.to_dtype(dt)?;
-        let la = a.layout().broadcast_to(op, &shape)?;
-        let lb = b.layout().broadcast_to(op, &shape)?;
-        let st = Storages::read(&[&a, &b]);
-        let out = f(st.get(0), &la, st.get(1), &lb)?;
+        let (a, b) = (self.as_dtype(dt)?, b.as_dtype(dt)?);
+        if a.shape() == b.shape() {
+            // the common case: nothing to broadcast
+            let out = with_storages2(&a, &b, |sa, sb| f(sa, a.layout(), sb, b.layout()))?;
+            return Ok(Tensor::from_storage_like(out, a.layout()));
+        }
+        let shape = broadcast_shapes(op, a.shape(), b.shape())?;
+        let (la, lb) = (a.layout_as(op, &shape)?, b.layout_as(op, &shape)?);
+        let out = with_storages2(&a, &b, |sa, sb| f(sa, &la, sb, &lb))?;
         Ok(Tensor::from_storage(out, &shape))
     }
 
@@ -289,7 +296,7 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let out = t.map_storage(t.shape(), |s, l| s.unary(l, op))?;
+        let out = t.map_storage_same(|s, l| s.unary(l, op))?;
         Ok(Tensor::record(out, name, &[self], |y| {
             let (x, y) = (t.detach(), y.clone());
             move |g: &Tensor| Ok(vec![Some(rule.backward(&x, &y, g)?)])

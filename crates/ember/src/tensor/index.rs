@@ -138,7 +138,7 @@ impl Tensor {
                 "indices must be an int64 tensor",
             ));
         }
-        index.map_storage(index.shape(), |s, l| s.indices(l, op, dim, size, negative))
+        index.map_storage_same(|s, l| s.indices(l, op, dim, size, negative))
     }
 
     /// The entries `index` (1-D int64) along `dim` (`torch.index_select`).

@@ -82,6 +82,17 @@ impl Tensor {
         Tensor::with_storage(storage, Layout::contiguous(shape))
     }
 
+    /// [`from_storage`](Self::from_storage) with `like`'s shape (its layout reused
+    /// when it is already contiguous from offset 0).
+    pub(crate) fn from_storage_like(storage: Storage, like: &Layout) -> Tensor {
+        let layout = if like.offset() == 0 && like.is_contiguous() {
+            like.clone()
+        } else {
+            Layout::contiguous(like.shape())
+        };
+        Tensor::with_storage(storage, layout)
+    }
+
     /// A view of the same storage with another layout (no autograd history: view
     /// ops record their own node).
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
@@ -195,6 +206,16 @@ impl Tensor {
         self.0.storage.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A new tensor of this tensor's shape from what `f` computes of its storage
+    /// and layout.
+    pub(crate) fn map_storage_same(
+        &self,
+        f: impl FnOnce(&Storage, &Layout) -> Result<Storage>,
+    ) -> Result<Tensor> {
+        let out = f(&self.read(), self.layout())?;
+        Ok(Tensor::from_storage_like(out, self.layout()))
+    }
+
     /// A new tensor of `shape` from what `f` computes of this tensor's storage and
     /// layout.
     pub(crate) fn map_storage(
@@ -296,6 +317,21 @@ impl Tensor {
         &self.0.layout
     }
 
+    /// This tensor's layout broadcast to `shape` (borrowed when it has that shape).
+    pub(crate) fn layout_as(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+    ) -> Result<std::borrow::Cow<'_, Layout>> {
+        if self.shape() == shape {
+            Ok(std::borrow::Cow::Borrowed(self.layout()))
+        } else {
+            self.layout()
+                .broadcast_to(op, shape)
+                .map(std::borrow::Cow::Owned)
+        }
+    }
+
     /// `true` when the elements are dense and row-major.
     pub fn is_contiguous(&self) -> bool {
         self.0.layout.is_contiguous()
@@ -312,7 +348,7 @@ impl Tensor {
         if *device == self.device() {
             return Ok(self.clone());
         }
-        let out = self.map_storage(self.shape(), |s, l| s.to_device(l, *device))?;
+        let out = self.map_storage_same(|s, l| s.to_device(l, *device))?;
         let from = self.device();
         Ok(Tensor::record(out, "to", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to(&from)?)])
@@ -348,7 +384,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let out = self.map_storage(self.shape(), |s, l| s.to_dtype(l, dtype))?;
+        let out = self.map_storage_same(|s, l| s.to_dtype(l, dtype))?;
         if !dtype.is_float() {
             return Ok(out);
         }
@@ -356,6 +392,15 @@ impl Tensor {
         Ok(Tensor::record(out, "to_dtype", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to_dtype(from)?)])
         }))
+    }
+
+    /// This tensor in `dtype`: borrowed when it has that dtype, else converted.
+    pub(crate) fn as_dtype(&self, dtype: DType) -> Result<std::borrow::Cow<'_, Tensor>> {
+        if dtype == self.dtype() {
+            Ok(std::borrow::Cow::Borrowed(self))
+        } else {
+            self.to_dtype(dtype).map(std::borrow::Cow::Owned)
+        }
     }
 
     /// A contiguous tensor with the same values (this tensor when already contiguous).
@@ -368,10 +413,25 @@ impl Tensor {
 
     /// A contiguous copy that owns new storage (`torch.clone`).
     pub fn copy(&self) -> Result<Tensor> {
-        let out = self.map_storage(self.shape(), |s, l| s.copy(l))?;
+        let out = self.map_storage_same(|s, l| s.copy(l))?;
         Ok(Tensor::record(out, "copy", &[self], |_| {
             |g: &Tensor| Ok(vec![Some(g.clone())])
         }))
+    }
+}
+
+/// Runs `f` on the storages of `a` and `b`, locking a shared storage once (see
+/// [`Storages`]).
+pub(crate) fn with_storages2<R>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl FnOnce(&Storage, &Storage) -> R,
+) -> R {
+    let ga = a.read();
+    if a.same_storage(b) {
+        f(&ga, &ga)
+    } else {
+        f(&ga, &b.read())
     }
 }
 

@@ -228,7 +228,7 @@ impl Tensor {
             } else {
                 self.transpose(d as i64, last as i64)?.contiguous()?
             };
-            let out = t.map_storage(t.shape(), |s, l| s.softmax(l, log))?;
+            let out = t.map_storage_same(|s, l| s.softmax(l, log))?;
             if d == last {
                 Ok(out)
             } else {
