@@ -42,19 +42,10 @@ fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<u
             "expected targets of shape [N]",
         ));
     }
+    // each class in [0, C), checked on the targets' device (a meta tensor has no
+    // values to check)
     let c = logits.shape()[1];
-    if let Some(&bad) = target
-        .to_vec::<i64>()?
-        .iter()
-        .find(|&&t| t < 0 || t as usize >= c)
-    {
-        return Err(Error::IndexOutOfRange {
-            op,
-            index: bad,
-            dim: 1,
-            size: c,
-        });
-    }
+    Tensor::index_values(op, target, 1, c, false)?;
     Ok(c)
 }
 

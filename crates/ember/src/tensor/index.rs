@@ -124,7 +124,7 @@ impl Tensor {
     /// The index tensor's values, contiguous on its device, each checked to lie in
     /// `[-size, size)` (or `[0, size)` without `negative`) and wrapped to
     /// `[0, size)`.
-    fn index_values(
+    pub(crate) fn index_values(
         op: &'static str,
         index: &Tensor,
         dim: usize,

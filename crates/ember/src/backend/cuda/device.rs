@@ -39,13 +39,16 @@ impl RawMemory for RtMemory {
     }
 }
 
+/// One of ember's kernel files compiled for one dtype.
+type ModuleKey = (&'static str, DType);
+
 /// The runtime of one GPU.
 pub(crate) struct CudaDev {
     pub ordinal: usize,
     rt: Arc<dyn Runtime>,
     pub sm_count: u32,
     alloc: Mutex<Allocator<RtMemory>>,
-    modules: Mutex<HashMap<(&'static str, DType), Box<dyn LoadedModule>>>,
+    modules: Mutex<HashMap<ModuleKey, Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
     pinned: Mutex<PinnedPool>,
 }

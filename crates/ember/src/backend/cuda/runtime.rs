@@ -205,10 +205,9 @@ impl RtEvent {
     }
 
     pub(crate) fn into_inner<T: Any>(self) -> T {
-        *self
-            .0
-            .downcast()
-            .ok()
-            .expect("an event of the runtime that made it")
+        match self.0.downcast() {
+            Ok(e) => *e,
+            Err(_) => panic!("an event of the runtime that made it"),
+        }
     }
 }
