@@ -194,10 +194,13 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     } = win;
     let want_index = want_index && kind == Pool::Max;
     let mut out = alloc_uninit::<T>(planes * oh * ow)?;
-    let mut index = Vec::new();
-    if want_index {
-        try_resize(&mut index, planes * oh * ow, 0i64)?;
-    }
+    // from the pool, as the next step's index is the same size: the index goes
+    // back to the pool with its tensor
+    let mut index = if want_index {
+        alloc_filled(planes * oh * ow, 0i64)?
+    } else {
+        Vec::new()
+    };
     if oh * ow == 0 {
         return Ok((out, want_index.then_some(index)));
     }
