@@ -3,7 +3,7 @@
 //! - matmul n×n×n f32 (throughput shown as elements/s = FLOP/s),
 //! - elementwise mul of n×n f32 (bytes/s counting two reads and one write),
 //! - a 4×4 add repeated (time per op: the per-op overhead), also with autograd
-//!   recording.
+//!   recording, and on `meta`.
 //!
 //! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks).
 
@@ -55,6 +55,11 @@ fn tiny_add(c: &mut Criterion) {
     let ag = a.copy().unwrap().requires_grad_(true).unwrap();
     c.bench_function("tiny_add_4x4_grad", |bch| {
         bch.iter(|| black_box(ag.add(&b).unwrap()))
+    });
+    // the same op on `meta`: everything but the arithmetic
+    let (am, bm) = (a.to(&Device::Meta).unwrap(), b.to(&Device::Meta).unwrap());
+    c.bench_function("tiny_add_4x4_meta", |bch| {
+        bch.iter(|| black_box(am.add(&bm).unwrap()))
     });
 }
 

@@ -156,5 +156,26 @@ fn cnn(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, iris, mlp_step, cnn);
+/// One training step of the digits CNN on `meta` (no values: validation, shapes,
+/// autograd and the optimizer's bookkeeping only): what a memory estimate costs.
+fn meta_step(c: &mut Criterion) {
+    let dev = Device::Meta;
+    let model = digits_cnn(&dev);
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let x = Tensor::randn([64, 1, 8, 8], &dev).unwrap();
+    let y = Tensor::randint(0, 10, [64], &dev).unwrap();
+    let mut g = c.benchmark_group("digits_cnn");
+    g.bench_function("meta_step_b64", |b| {
+        b.iter(|| {
+            opt.zero_grad();
+            let loss = nn::cross_entropy(&model.forward(&x).unwrap(), &y).unwrap();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            black_box(loss)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, iris, mlp_step, cnn, meta_step);
 criterion_main!(benches);
