@@ -129,6 +129,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         "auto" => Device::cuda_if_available(0),
         s => s.parse()?,
     };
+    if device.is_meta() {
+        return Err(ember::Error::UnsupportedDevice {
+            op: "train",
+            device,
+            msg: "training reads losses and accuracies, and a meta tensor has no values; \
+                  train on cpu or cuda:N"
+                .into(),
+        });
+    }
     let file = match args.dataset {
         Dataset::Iris => "iris.csv",
         Dataset::Digits => "digits.csv",

@@ -102,6 +102,8 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--resume"],
         &["train", "digits", "--model", "rnn"],
         &["train", "iris", "--plot", "curves.jpg"],
+        &["train", "iris", "--device", "meta"],
+        &["bench", "--device", "meta", "--quick"],
     ] {
         let (ok, _, err) = ember(args);
         assert!(!ok, "{args:?} should fail");
@@ -115,6 +117,12 @@ fn bad_flags_and_values_fail_with_one_line() {
     }
     let (_, _, err) = ember(&["train", "iris", "--device", "tpu"]);
     assert!(err.contains("\"cuda:N\""), "{err}");
+    // `meta` parses, but has no values to train on or to time
+    let (_, out, err) = ember(&["train", "iris", "--device", "meta"]);
+    assert!(
+        err.contains("no values") && !out.contains("epoch"),
+        "{out}{err}"
+    );
     // a plot file that cannot be written fails before any training
     let (_, out, err) = ember(&["train", "iris", "--plot", "curves.jpg"]);
     assert!(

@@ -70,6 +70,15 @@ fn devices(spec: &str) -> Result<Vec<Device>> {
     if d.is_cuda() {
         cuda::device_properties(d.index().unwrap_or(0))?;
     }
+    if d.is_meta() {
+        return Err(Error::UnsupportedDevice {
+            op: "bench",
+            device: d,
+            msg: "a meta tensor has no values to compute: bench cpu or cuda:N \
+                  (`cargo bench -p ember` times meta ops)"
+                .into(),
+        });
+    }
     Ok(vec![d])
 }
 
