@@ -1,7 +1,7 @@
 // Convolution helpers (im2col / col2im for cuBLAS-based conv2d) and 2-D pooling,
 // on contiguous NCHW tensors of f32 or f64.
 
-// Geometry of one conv2d / pooling call (mirrors `KConv` in backend/cuda/ops.rs).
+// Geometry of one conv2d / pooling call (mirrors `KConv` in backend/cuda/ops/conv.rs).
 struct Conv {
     i64 n, c, h, w;      // input
     i64 oh, ow;          // output plane

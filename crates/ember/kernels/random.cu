@@ -5,7 +5,7 @@
 //
 // A draw of n values uses counters offset .. offset + ceil(n / per): `per` is 4
 // values per counter for f32/f16/bf16 and 2 for f64 (53-bit doubles from pairs of
-// words). Mirrors `philox4x32_10` in the tests of backend/cuda/ops.rs, which checks
+// words). Mirrors `philox4x32_10` in the tests of backend/cuda/ops/random.rs, which checks
 // it against the published known-answer vectors.
 
 struct Philox4 {

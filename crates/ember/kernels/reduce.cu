@@ -1,6 +1,6 @@
 // Reductions over the trailing dimensions of a (permuted) layout: output element o
 // reduces the `lane` elements with linear indices o*lane .. o*lane+lane-1. Three
-// shapes of work (ops.rs picks one):
+// shapes of work (backend/cuda/ops/reduce.rs picks one):
 // - reduce_<T>: one block of threads per output (grid-stride over outputs);
 //   partial results meet through warp shuffles and shared memory;
 // - reduce_warp_<T>: one warp per output, for short lanes, where a block would

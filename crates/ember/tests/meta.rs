@@ -561,6 +561,7 @@ fn to_empty_and_reset_parameters_materialise_a_meta_model() -> Result<()> {
 /// gradients flow back to the source's device as meta tensors cannot.
 #[test]
 fn to_meta_keeps_the_metadata() -> Result<()> {
+    let _g = rng_lock();
     let x = Tensor::randn([3, 4], &Device::Cpu)?.t()?;
     let m = x.to(&META)?;
     assert_eq!(

@@ -5,7 +5,7 @@
 //! ember runs: the caching allocator, the kernels (the same `.cu` sources, compiled
 //! at first use by the host's C++ compiler instead of NVRTC, with
 //! [`prelude.h`](prelude.h) standing in for the CUDA runtime), the launch
-//! parameters built by `ops.rs`, user kernels from [`Kernel`](crate::kernel::Kernel),
+//! parameters built by `ops/`, user kernels from [`Kernel`](crate::kernel::Kernel),
 //! matrix products through a reference GEMM that follows cuBLAS's column-major
 //! contract, argument checks included, and convolutions through a reference that
 //! follows cuDNN's (when `ember::cuda::cudnn` is switched on).
