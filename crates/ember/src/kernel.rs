@@ -28,6 +28,7 @@
 //! ```
 
 use crate::backend::cuda::{self, nvrtc, CudaDev, Func};
+use crate::tensor::Storages;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -112,39 +113,50 @@ impl Kernel {
         let device = self.device();
         config.check(&self.props)?;
         self.check_args(args)?;
-        // keep every tensor's storage locked (and alive) until the launch is queued
-        let mut guards = Vec::new();
-        let mut values: Vec<u64> = Vec::with_capacity(args.len());
+        // validate the tensors first, then keep their storages locked (and alive)
+        // until the launch is queued, each storage once however often it is passed
+        let mut tensors: Vec<&Tensor> = Vec::new();
         for (k, a) in args.iter().enumerate() {
+            if let Arg::Tensor { t, dtype, .. } = *a {
+                if t.device() != device {
+                    return Err(Error::DeviceMismatch {
+                        op: "Kernel::launch",
+                        a: device,
+                        b: t.device(),
+                    });
+                }
+                if t.dtype() != dtype {
+                    return Err(Error::invalid(
+                        "Kernel::launch",
+                        format!(
+                            "argument {k}: the kernel takes {dtype} but the tensor is {}",
+                            t.dtype()
+                        ),
+                    ));
+                }
+                if !t.is_contiguous() {
+                    return Err(Error::invalid(
+                        "Kernel::launch",
+                        format!(
+                            "argument {k}: the tensor is not contiguous; call .contiguous() first"
+                        ),
+                    ));
+                }
+                tensors.push(t);
+            }
+        }
+        let storages = Storages::read(&tensors);
+        let mut next = 0;
+        let mut values: Vec<u64> = Vec::with_capacity(args.len());
+        for a in args {
             values.push(match *a {
                 Arg::Tensor { t, dtype, .. } => {
-                    if t.device() != device {
-                        return Err(Error::DeviceMismatch {
-                            op: "Kernel::launch",
-                            a: device,
-                            b: t.device(),
-                        });
-                    }
-                    if t.dtype() != dtype {
-                        return Err(Error::invalid(
-                            "Kernel::launch",
-                            format!(
-                                "argument {k}: the kernel takes {dtype} but the tensor is {}",
-                                t.dtype()
-                            ),
-                        ));
-                    }
-                    if !t.is_contiguous() {
-                        return Err(Error::invalid(
-                            "Kernel::launch",
-                            format!("argument {k}: the tensor is not contiguous; call .contiguous() first"),
-                        ));
-                    }
-                    let guard = t.read();
-                    let st = guard.as_cuda().expect("a tensor on the kernel's GPU");
-                    let ptr = st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64;
-                    guards.push(guard);
-                    ptr
+                    let st = storages
+                        .get(next)
+                        .as_cuda()
+                        .expect("a tensor on the kernel's GPU");
+                    next += 1;
+                    st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64
                 }
                 Arg::I32(v) => v as u32 as u64,
                 Arg::U32(v) => v as u64,

@@ -71,8 +71,8 @@ pub mod cuda {
 }
 
 /// The `meta` device's accounting: a hook that sees every meta allocation and free,
-/// with the training phase and the module that asked (what a memory estimator
-/// replays). See [`Device::Meta`].
+/// with the training phase and the module that asked (what an estimate of a
+/// step's memory needs). See [`Device::Meta`].
 pub mod meta {
     pub use crate::backend::meta::account::*;
 }

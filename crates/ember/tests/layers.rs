@@ -18,15 +18,70 @@ fn sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The lines of `text` (comments left out) that name one of `forbidden`, as
-/// `line: text`.
-fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim_start().starts_with("//"))
-        .filter(|(_, l)| forbidden.iter().any(|f| l.contains(f)))
-        .map(|(i, l)| format!("{}: {}", i + 1, l.trim()))
+/// The full paths a `use` tree names: `crate::{a::X, b::{c, d}}` gives
+/// `crate::a::X`, `crate::b::c`, `crate::b::d`.
+fn expand(tree: &str) -> Vec<String> {
+    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = tree.find('{') else {
+        return vec![tree];
+    };
+    let (head, inner) = (&tree[..open], &tree[open + 1..tree.len() - 1]);
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand(&format!("{head}{p}")))
         .collect()
+}
+
+/// What `text` (comments left out) names of `forbidden`, as `line: text`: in its
+/// code, and in the paths its `use` trees expand to.
+fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut bad = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].trim_start();
+        if l.starts_with("//") {
+            i += 1;
+            continue;
+        }
+        // a `use` tree, possibly over several lines
+        if let Some(rest) = l
+            .strip_prefix("use ")
+            .or_else(|| l.split_once(" use ").map(|(_, r)| r))
+        {
+            let mut tree = rest.to_string();
+            let first = i;
+            while !tree.contains(';') && i + 1 < lines.len() {
+                i += 1;
+                tree.push_str(lines[i]);
+            }
+            let tree = tree.split(';').next().unwrap_or("");
+            let tree = tree.split(" as ").next().unwrap_or("");
+            for path in expand(tree) {
+                if forbidden.iter().any(|f| path.contains(f)) {
+                    bad.push(format!("{}: use {path}", first + 1));
+                }
+            }
+        } else if forbidden.iter().any(|f| l.contains(f)) {
+            bad.push(format!("{}: {}", i + 1, l.trim()));
+        }
+        i += 1;
+    }
+    bad
 }
 
 /// Every rule's violations in the files under `src/<dir>`.
@@ -115,12 +170,23 @@ fn the_tensor_layer_reaches_devices_only_through_storage() {
     );
 }
 
-/// The checker finds what it looks for (and skips comments).
+/// The checker finds what it looks for, in plain and grouped imports and in code
+/// (and skips comments).
 #[test]
 fn the_checker_finds_a_violation() {
-    let text = "use crate::tensor::Tensor;\n// crate::nn in a comment\nfn f() {}\n";
+    let text = "use crate::tensor::Tensor;\n// crate::nn in a comment\nuse crate::{\n    dtype::DType,\n    optim::{Adam, Sgd},\n};\nfn f() { crate::io::save(); }\n";
     assert_eq!(
         violations(text, ABOVE_THE_BACKEND),
-        vec!["1: use crate::tensor::Tensor;".to_string()]
+        vec![
+            "1: use crate::tensor::Tensor".to_string(),
+            "3: use crate::optim::Adam".to_string(),
+            "3: use crate::optim::Sgd".to_string(),
+            "7: fn f() { crate::io::save(); }".to_string(),
+        ]
     );
+    assert!(violations(
+        "use crate::{dtype::DType, layout::Layout};",
+        ABOVE_THE_BACKEND
+    )
+    .is_empty());
 }

@@ -573,3 +573,39 @@ fn to_meta_keeps_the_metadata() -> Result<()> {
     assert_eq!(s.dtype(), DType::F32);
     Ok(())
 }
+
+/// A user's module that holds state but does not implement `to_empty` or
+/// `reset_parameters` is told so; one without state needs neither.
+#[test]
+fn the_default_to_empty_refuses_modules_with_state() -> Result<()> {
+    struct Scale(Tensor);
+    impl Module for Scale {
+        fn forward(&self, x: &Tensor) -> Result<Tensor> {
+            x.mul(&self.0)
+        }
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            vec![("scale".into(), self.0.clone())]
+        }
+    }
+    struct Double;
+    impl Module for Double {
+        fn forward(&self, x: &Tensor) -> Result<Tensor> {
+            x.add(x)
+        }
+    }
+    let mut s = Scale(Tensor::ones([3], DType::F32, &META)?);
+    let err = s.to_empty(&Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("to_empty"), "{err}");
+    assert!(err.contains("does not implement"), "{err}");
+    let err = s.reset_parameters().unwrap_err().to_string();
+    assert!(err.contains("reset_parameters"), "{err}");
+    assert_eq!(
+        s.0.device(),
+        META,
+        "the failed call left the module as it was"
+    );
+    let mut d = Double;
+    d.to_empty(&Device::Cpu)?;
+    d.reset_parameters()?;
+    Ok(())
+}

@@ -8,8 +8,8 @@
 //! - [`cpu`], [`cuda`], [`meta`]: the devices; they never import each other, and
 //!   nothing here imports the tensor, nn, optim, io or train layers;
 //! - [`host`]: the host memory pool both the CPU and CUDA copies draw on;
-//!   [`alloc`]: the caching allocator's logic (CUDA memory, and the memory
-//!   estimator's replay of meta allocations).
+//!   [`alloc`]: the caching allocator's logic (CUDA memory today; generic over
+//!   the memory it manages, so that meta allocations can be replayed through it).
 
 pub(crate) mod alloc;
 pub mod cpu;

@@ -21,6 +21,14 @@ pub(crate) enum Storage {
     Meta(MetaStorage),
 }
 
+/// Any storage: the catch-all arms name every variant, so that a new device makes
+/// each `match` here fail to compile until it has its own arm.
+macro_rules! any {
+    () => {
+        Storage::Cpu(_) | Storage::Cuda(_) | Storage::Meta(_)
+    };
+}
+
 /// Applies `$body` to the backend storage inside `$s` (bound as `$x`) and wraps the
 /// result in the same variant.
 macro_rules! each {
@@ -41,7 +49,7 @@ macro_rules! pair {
             (Storage::Cpu($x), Storage::Cpu($y)) => Storage::Cpu($body),
             (Storage::Cuda($x), Storage::Cuda($y)) => Storage::Cuda($body),
             (Storage::Meta($x), Storage::Meta($y)) => Storage::Meta($body),
-            (a, b) => return Err(mismatch($op, a.device(), b.device())),
+            (a @ any!(), b) => return Err(mismatch($op, a.device(), b.device())),
         }
     };
 }
@@ -104,12 +112,9 @@ impl Storage {
     pub(crate) fn full(device: Device, dtype: DType, n: usize, value: Scalar) -> Result<Storage> {
         Ok(match device {
             Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, n, value)?),
-            Device::Cuda(i) => Storage::Cuda(CudaStorage::full(
-                &super::cuda::dev(i)?,
-                dtype,
-                n,
-                value.to_f64(),
-            )?),
+            Device::Cuda(i) => {
+                Storage::Cuda(CudaStorage::full(&super::cuda::dev(i)?, dtype, n, value)?)
+            }
             Device::Meta => Storage::Meta(MetaStorage::new(dtype, n)?),
         })
     }
@@ -143,7 +148,7 @@ impl Storage {
     ) -> Result<Storage> {
         match device {
             Device::Meta => Ok(Storage::Meta(MetaStorage::new(dtype, n)?)),
-            _ => {
+            Device::Cpu | Device::Cuda(_) => {
                 let data = make()?;
                 debug_assert_eq!((data.dtype(), data.len()), (dtype, n));
                 Storage::from_host(device, data)
@@ -182,7 +187,9 @@ impl Storage {
                 }
             }
             // from a GPU: to the host first
-            (s, d) => Storage::from_host(d, s.to_host(l, "to")?)?,
+            (s @ (Storage::Cpu(_) | Storage::Cuda(_)), d @ (Device::Cpu | Device::Cuda(_))) => {
+                Storage::from_host(d, s.to_host(l, "to")?)?
+            }
         })
     }
 
@@ -201,7 +208,7 @@ impl Storage {
             (Storage::Cpu(a), Storage::Cpu(b)) => a.copy_into(l, b, ld),
             (Storage::Cuda(a), Storage::Cuda(b)) => a.copy_into(l, b, ld),
             (Storage::Meta(a), Storage::Meta(b)) => a.copy_into(l, b, ld),
-            (a, b) => Err(mismatch("copy_", a.device(), b.device())),
+            (a @ any!(), b) => Err(mismatch("copy_", a.device(), b.device())),
         }
     }
 
@@ -249,7 +256,7 @@ impl Storage {
             (Storage::Cpu(a), Storage::Cpu(b)) => a.binary_inplace(l, b, lr, op),
             (Storage::Cuda(a), Storage::Cuda(b)) => a.binary_inplace(l, b, lr, op),
             (Storage::Meta(a), Storage::Meta(b)) => a.binary_inplace(l, b, lr, op),
-            (a, b) => Err(mismatch("in-place op", a.device(), b.device())),
+            (a @ any!(), b) => Err(mismatch("in-place op", a.device(), b.device())),
         }
     }
 
@@ -298,7 +305,7 @@ impl Storage {
             (Storage::Meta(c), Storage::Meta(x), Storage::Meta(y)) => {
                 Storage::Meta(c.where_(l, x, la, y, lb)?)
             }
-            (c, x, y) => {
+            (c @ any!(), x, y) => {
                 let other = [x.device(), y.device()]
                     .into_iter()
                     .find(|d| *d != c.device())
@@ -356,7 +363,7 @@ impl Storage {
             (Storage::Meta(x), Storage::Meta(w), Some((Storage::Meta(b), lb))) => {
                 Storage::Meta(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
             }
-            (x, w, b) => {
+            (x @ any!(), w, b) => {
                 let other = [Some(w.device()), b.map(|b| b.0.device())]
                     .into_iter()
                     .flatten()
@@ -391,7 +398,7 @@ impl Storage {
                 x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
                 Storage::Meta,
             ),
-            (x, w, g) => {
+            (x @ any!(), w, g) => {
                 let other = [w.device(), g.device()]
                     .into_iter()
                     .find(|d| *d != x.device())
@@ -444,7 +451,9 @@ impl Storage {
             (Storage::Meta(g), Some(Storage::Meta(i))) => {
                 Storage::Meta(g.pool2d_backward(l, Some(i), s, kind)?)
             }
-            (g, Some(i)) => return Err(mismatch("pool2d backward", g.device(), i.device())),
+            (g @ any!(), Some(i)) => {
+                return Err(mismatch("pool2d backward", g.device(), i.device()))
+            }
         })
     }
 
@@ -500,7 +509,7 @@ impl Storage {
             (Storage::Meta(d), Storage::Meta(i), Storage::Meta(s)) => {
                 d.scatter_add(shape, dim, i, ishape, (s, ls))
             }
-            (d, i, s) => {
+            (d @ any!(), i, s) => {
                 let other = [i.device(), s.device()]
                     .into_iter()
                     .find(|x| *x != d.device())
@@ -531,7 +540,7 @@ impl Storage {
             (Storage::Meta(p), Storage::Meta(g), Storage::Meta(m), Storage::Meta(v)) => {
                 MetaStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
             }
-            (p, g, _, _) => Err(mismatch("Adam step", p.device(), g.device())),
+            (p @ any!(), g, _, _) => Err(mismatch("Adam step", p.device(), g.device())),
         }
     }
 }

@@ -20,7 +20,8 @@ fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
     }
 }
 
-fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<usize> {
+/// The targets `[N]` as validated `[N, 1]` indices into the classes of `[N, C]`.
+fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     if logits.rank() != 2 {
         return Err(Error::invalid(
             op,
@@ -42,17 +43,15 @@ fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<u
             "expected targets of shape [N]",
         ));
     }
-    // each class in [0, C), checked on the targets' device (a meta tensor has no
-    // values to check)
-    let c = logits.shape()[1];
-    Tensor::index_values(op, target, 1, c, false)?;
-    Ok(c)
+    // each class in [0, C), checked once (a meta tensor has no values to check):
+    // the picked column of each row
+    Tensor::index_values(op, target, 1, logits.shape()[1], false)?.unsqueeze(1)
 }
 
 /// Negative log-likelihood of log-probabilities `[N, C]` at int64 targets `[N]`.
 pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    check_targets("nll_loss", log_probs, target)?;
-    let picked = log_probs.gather(1, &target.unsqueeze(1)?)?.squeeze(1)?;
+    let idx = check_targets("nll_loss", log_probs, target)?;
+    let picked = log_probs.gather_valid(1, idx)?.squeeze(1)?;
     reduce(picked.neg()?, reduction)
 }
 
@@ -76,9 +75,9 @@ pub fn cross_entropy_with(
             format!("label_smoothing must be in [0, 1], got {label_smoothing}"),
         ));
     }
-    check_targets("cross_entropy", logits, target)?;
+    let idx = check_targets("cross_entropy", logits, target)?;
     let logp = logits.log_softmax(-1)?;
-    let nll = logp.gather(1, &target.unsqueeze(1)?)?.squeeze(1)?.neg()?;
+    let nll = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
     let per_sample = if label_smoothing > 0.0 {
         let smooth = logp.mean(-1, false)?.neg()?;
         nll.mul(1.0 - label_smoothing)?

@@ -78,14 +78,18 @@ pub trait Module: Send + Sync {
     /// assert_eq!(model.parameters()[0].device(), Device::Cpu);
     /// # Ok::<(), ember::Error>(())
     /// ```
+    ///
+    /// A module with parameters or buffers must implement it; the default is for
+    /// modules without state (activations, pooling), and refuses the others.
     fn to_empty(&mut self, _device: &Device) -> Result<()> {
-        Ok(())
+        stateless(self, "to_empty")
     }
 
     /// Initialises the parameters and buffers again as a new module does
-    /// (`reset_parameters()`), drawing from the global generator.
+    /// (`reset_parameters()`), drawing from the global generator. Like
+    /// [`to_empty`](Self::to_empty), the default is for modules without state.
     fn reset_parameters(&mut self) -> Result<()> {
-        Ok(())
+        stateless(self, "reset_parameters")
     }
 
     /// Switches between training (`true`) and evaluation behaviour (dropout, batch norm).
@@ -112,6 +116,19 @@ pub trait Module: Send + Sync {
     /// `model.eval()`.
     fn eval(&mut self) {
         self.set_training(false)
+    }
+}
+
+/// `Ok` for a module without parameters or buffers; an error naming `op` (a method
+/// such a module has to implement) otherwise.
+fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
+    if m.named_parameters().is_empty() && m.named_buffers().is_empty() {
+        Ok(())
+    } else {
+        Err(crate::Error::invalid(
+            op,
+            "this module has parameters or buffers but does not implement it",
+        ))
     }
 }
 

@@ -150,17 +150,29 @@ impl<const D: usize> Module for BatchNorm<D> {
                 ) {
                     crate::no_grad(|| -> Result<()> {
                         nb.add_(1i64)?;
-                        let m = match self.momentum {
-                            Some(m) => m,
-                            None => 1.0 / nb.item::<i64>()? as f64,
-                        };
                         let unbiased = n as f64 / (n - 1) as f64;
                         let bm = mean.detach().reshape([c])?.to_dtype(rm.dtype())?;
                         let bv = var.detach().reshape([c])?.to_dtype(rv.dtype())?;
-                        rm.mul_(1.0 - m)?;
-                        rm.add_(&bm.mul(m)?)?;
-                        rv.mul_(1.0 - m)?;
-                        rv.add_(&bv.mul(m * unbiased)?)
+                        match self.momentum {
+                            Some(m) => {
+                                rm.mul_(1.0 - m)?;
+                                rm.add_(&bm.mul(m)?)?;
+                                rv.mul_(1.0 - m)?;
+                                rv.add_(&bv.mul(m * unbiased)?)
+                            }
+                            None => {
+                                // a cumulative average, m = 1 / batches, computed on
+                                // the device (in f64, rounded once as the scalars
+                                // above are) rather than read back
+                                let m = nb.to_dtype(DType::F64)?.recip()?;
+                                let keep = m.neg()?.add(1.0)?.to_dtype(rm.dtype())?;
+                                rm.mul_(&keep)?;
+                                rm.add_(&bm.mul(&m.to_dtype(rm.dtype())?)?)?;
+                                rv.mul_(&keep)?;
+                                let take = m.mul(unbiased)?.to_dtype(rv.dtype())?;
+                                rv.add_(&bv.mul(&take)?)
+                            }
+                        }
                     })?;
                 }
             }

@@ -324,6 +324,11 @@ impl Tensor {
     /// All elements, row-major, converted to `T` (`op` names the caller in errors:
     /// reading a `meta` tensor is one). Waits for queued GPU work.
     pub(crate) fn values<T: WithDType>(&self, op: &'static str) -> Result<Vec<T>> {
+        if !self.read().holds_values() {
+            // meta's answer is its no-data error; asked before converting, since a
+            // meta conversion would be reported as an allocation
+            return self.read().to_host(self.layout(), op).map(|_| Vec::new());
+        }
         let t = self.to_dtype(T::DTYPE)?;
         let mut data = t.read().to_host(t.layout(), op)?;
         Ok(std::mem::take(

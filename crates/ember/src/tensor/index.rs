@@ -188,12 +188,18 @@ impl Tensor {
         self.check_index_shape("gather", d, index)?;
         let size = self.shape().get(d).copied().unwrap_or(1);
         let idx = Tensor::index_values("gather", index, d, size, true)?;
+        self.gather_valid(d, idx)
+    }
+
+    /// [`gather`](Self::gather) along the normalised `dim` with indices already
+    /// validated and wrapped by [`index_values`](Self::index_values) (contiguous
+    /// int64 of a checked shape).
+    pub(crate) fn gather_valid(&self, d: usize, idx: Tensor) -> Result<Tensor> {
         let out = {
             let st = Storages::read(&[self, &idx]);
-            st.get(0)
-                .gather(self.layout(), d, st.get(1), index.shape())?
+            st.get(0).gather(self.layout(), d, st.get(1), idx.shape())?
         };
-        let out = Tensor::from_storage(out, index.shape());
+        let out = Tensor::from_storage(out, idx.shape());
         Ok(Tensor::record(out, "gather", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             move |g: &Tensor| {

@@ -48,6 +48,29 @@ fn printing_names_the_device() -> Result<()> {
     Ok(())
 }
 
+/// Fills convert their value as the CPU does (a negative integer wraps into uint8;
+/// a large int64 stays exact), and a bool tensor reads back as bools even when its
+/// bytes were never written.
+#[test]
+fn fills_convert_as_the_cpu_does() -> Result<()> {
+    let Some(dev) = gpu("fills_convert_as_the_cpu_does") else {
+        return Ok(());
+    };
+    let u = Tensor::full([3], -2.0, DType::U8, &dev)?;
+    assert_eq!(u.to_vec::<u8>()?, vec![254; 3]);
+    let big = (1i64 << 53) + 1; // not a float64
+    let i = Tensor::zeros([2], DType::I64, &dev)?;
+    let mask = Tensor::new([true, false], &dev)?;
+    assert_eq!(i.masked_fill(&mask, big)?.to_vec::<i64>()?, vec![big, 0]);
+    let m = Tensor::zeros([2], DType::U8, &dev)?.masked_fill(&mask, -2i64)?;
+    assert_eq!(m.to_vec::<u8>()?, vec![254, 0]);
+    let ones = Tensor::ones([2, 2], DType::Bool, &dev)?;
+    assert_eq!(ones.to_vec::<bool>()?, vec![true; 4]);
+    let e = Tensor::empty([5], DType::Bool, &dev)?;
+    assert_eq!(e.to_vec::<bool>()?.len(), 5);
+    Ok(())
+}
+
 #[test]
 fn mixed_devices_are_an_error() -> Result<()> {
     let Some(dev) = gpu("mixed_devices_are_an_error") else {

@@ -470,6 +470,16 @@ pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
 ) {
     fn go<T: NumElem, O: BinaryOp>(v: &mut [T], l: &Layout, s: Scalar, op: &O) {
         let y: T = s.to();
+        if let Some(r) = l.contiguous_range() {
+            let body = |c: &mut [T]| c.iter_mut().for_each(|d| *d = T::binary(op, *d, y));
+            let v = &mut v[r];
+            if v.len() >= PAR_MIN {
+                v.par_chunks_mut(PAR_CHUNK).for_each(body);
+            } else {
+                body(v);
+            }
+            return;
+        }
         // every position reads the one "element" of a broadcast unit
         let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
         let unit = unit.expect("a 0-d layout broadcasts to any shape");

@@ -1,5 +1,5 @@
 //! The public face of the CUDA runtime (re-exported as `ember::cuda::*`):
-//! synchronization, memory statistics, events, TF32 and the host-fallback count.
+//! synchronization, memory statistics, events and TF32.
 
 use super::device::{dev, existing, CudaDev};
 use super::runtime::RtEvent;

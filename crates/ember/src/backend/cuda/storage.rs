@@ -87,7 +87,16 @@ impl CudaStorage {
         }
         debug_assert!(offset + n <= self.len);
         match self.dtype {
-            DType::Bool => go::<bool>(self, offset, n),
+            // as bytes, then to bools: a byte other than 0 or 1 (a user kernel's, or
+            // memory never written) is `true`, never an invalid `bool`
+            DType::Bool => match go::<u8>(self, offset, n)? {
+                CpuData::U8(v) => {
+                    let b = crate::backend::host::try_collect(n, v.iter().map(|&x| x != 0));
+                    crate::backend::host::recycle(v);
+                    Ok(CpuData::Bool(b?))
+                }
+                _ => unreachable!("downloaded as u8"),
+            },
             DType::U8 => go::<u8>(self, offset, n),
             DType::I64 => go::<i64>(self, offset, n),
             DType::F16 => go::<half::f16>(self, offset, n),
@@ -111,8 +120,8 @@ impl CudaStorage {
 }
 
 impl CudaStorage {
-    /// `n` copies of `value` converted to `dtype`.
-    pub fn full(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: f64) -> Result<CudaStorage> {
+    /// `n` copies of `value` converted to `dtype` as a cast converts it.
+    pub fn full(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: Scalar) -> Result<CudaStorage> {
         ops::fill(dev, dtype, n, value)
     }
 

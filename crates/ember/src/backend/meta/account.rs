@@ -6,8 +6,8 @@
 //! on that thread and for its release (on whatever thread drops it). The event
 //! carries the bytes, the dtype and element count, the training [`Phase`] (forward
 //! unless inside `backward` or an optimizer's `step`) and the dotted path of the
-//! module running (`"features.3"`, as `named_parameters` names them). That is what
-//! a memory estimator replays through the CUDA caching allocator's logic.
+//! module running (`"features.3"`, as `named_parameters` names them): what an
+//! estimate of a step's memory needs, before anything runs on a GPU.
 //!
 //! ```
 //! use ember::meta::{AllocHook, MetaEvent};
@@ -164,18 +164,20 @@ pub(super) fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Calls `f` with an event for the storage `id` as of now on this thread.
+/// Calls `f` with an event for the storage `id` as of now on this thread. Safe in
+/// a `Drop` at any time: while the thread's locals are torn down, or from a hook
+/// that itself enters a module, the event carries the default phase or no module.
 pub(super) fn report(id: u64, dtype: DType, numel: usize, f: impl FnOnce(&MetaEvent)) {
-    let phase = phase();
-    MODULE.with(|m| {
-        let m = m.borrow();
-        f(&MetaEvent {
-            id,
-            bytes: numel.saturating_mul(dtype.size_in_bytes()),
-            dtype,
-            numel,
-            phase,
-            module: &m,
-        })
+    let phase = PHASE.try_with(|p| p.get()).unwrap_or_default();
+    let module = MODULE
+        .try_with(|m| m.try_borrow().map(|m| m.clone()).unwrap_or_default())
+        .unwrap_or_default();
+    f(&MetaEvent {
+        id,
+        bytes: numel.saturating_mul(dtype.size_in_bytes()),
+        dtype,
+        numel,
+        phase,
+        module: &module,
     })
 }

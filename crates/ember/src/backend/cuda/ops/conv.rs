@@ -3,6 +3,7 @@
 
 use super::{base_ptr, fill, launch_n, new_out, suffix};
 use crate::backend::cuda::CudaStorage;
+use crate::backend::op::Scalar;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
 
@@ -129,7 +130,7 @@ pub(crate) fn pool2d_backward(
     let dev = gout.dev();
     let n_in = (g.n * g.c * g.h * g.w) as usize;
     let n_out = (g.n * g.c * g.oh * g.ow) as usize;
-    let gx = fill(dev, gout.dtype(), n_in, 0.0)?;
+    let gx = fill(dev, gout.dtype(), n_in, Scalar::Int(0))?;
     let (pg, px, gg) = (base_ptr(gout, offset), gx.ptr(), *g);
     let sfx = suffix(gout.dtype());
     match (avg, index) {

@@ -3,14 +3,20 @@
 
 use super::{launch_n, new_out, suffix, KLayout};
 use crate::backend::cuda::{CudaDev, CudaStorage};
-use crate::backend::op::{BinaryCode, UnaryCode};
+use crate::backend::op::{BinaryCode, Scalar, UnaryCode};
 use crate::layout::Layout;
 use crate::{DType, Result};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// A contiguous storage of `n` copies of `value` (given as the dtype's bits).
-pub(crate) fn fill(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: f64) -> Result<CudaStorage> {
+/// A contiguous storage of `n` copies of `value`, converted to `dtype` as a cast
+/// converts it (integers exactly, out-of-range integers wrapping like the CPU's).
+pub(crate) fn fill(
+    dev: &Arc<CudaDev>,
+    dtype: DType,
+    n: usize,
+    value: Scalar,
+) -> Result<CudaStorage> {
     let out = new_out(dev, dtype, n)?;
     let name = format!("fill_{}", suffix(dtype));
     let (p, n64) = (out.ptr(), n as i64);
@@ -21,13 +27,13 @@ pub(crate) fn fill(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: f64) -> Re
         }};
     }
     match dtype {
-        DType::Bool => go!((value != 0.0) as u8),
-        DType::U8 => go!(value as u8),
-        DType::I64 => go!(value as i64),
-        DType::F16 => go!(half::f16::from_f64(value).to_bits()),
-        DType::BF16 => go!(half::bf16::from_f64(value).to_bits()),
-        DType::F32 => go!(value as f32),
-        DType::F64 => go!(value),
+        DType::Bool => go!(value.to::<bool>() as u8),
+        DType::U8 => go!(value.to::<u8>()),
+        DType::I64 => go!(value.to::<i64>()),
+        DType::F16 => go!(value.to::<half::f16>().to_bits()),
+        DType::BF16 => go!(value.to::<half::bf16>().to_bits()),
+        DType::F32 => go!(value.to::<f32>()),
+        DType::F64 => go!(value.to::<f64>()),
     }?;
     Ok(out)
 }

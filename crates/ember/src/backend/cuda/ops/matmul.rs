@@ -3,6 +3,7 @@
 
 use super::{contiguous, fill, matmul_int, new_out};
 use crate::backend::cuda::CudaStorage;
+use crate::backend::op::Scalar;
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 
@@ -51,7 +52,7 @@ pub(crate) fn matmul(
         return Ok(Some(out));
     }
     if k == 0 {
-        let z = fill(&dev, dt, batch * m * n, 0.0)?;
+        let z = fill(&dev, dt, batch * m * n, Scalar::Int(0))?;
         return Ok(Some(z));
     }
     // Each operand as (storage, offset, transposed?, leading dim, batch stride).

@@ -3,6 +3,7 @@
 
 use super::{fill, launch_n, new_out, suffix, KLayout};
 use crate::backend::cuda::CudaStorage;
+use crate::backend::op::Scalar;
 use crate::layout::Layout;
 use crate::Result;
 use std::ffi::c_void;
@@ -150,7 +151,7 @@ pub(crate) fn matmul_int(
 ) -> Result<CudaStorage> {
     let total = batch * m * n;
     if k == 0 {
-        return fill(a.dev(), a.dtype(), total, 0.0);
+        return fill(a.dev(), a.dtype(), total, Scalar::Int(0));
     }
     let out = new_out(a.dev(), a.dtype(), total)?;
     let (ka, kb) = (KLayout::new("matmul", la)?, KLayout::new("matmul", lb)?);
