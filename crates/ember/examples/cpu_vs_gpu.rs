@@ -3,7 +3,7 @@
 //! finished before the clock is read (reading the result back to the host waits
 //! for it).
 //!
-//! Run: `cargo run --release --example cpu_vs_gpu`
+//! Run: `cargo run --release -p ember --example cpu_vs_gpu`
 
 use ember::prelude::*;
 use std::time::Instant;

@@ -3,7 +3,7 @@
 //! and timed (device events, warm-up, median) against the CPU and against ember's
 //! built-in `add`.
 //!
-//! Run: `cargo run --release --example cu_add_vectors` (needs a GPU; without one it
+//! Run: `cargo run --release -p ember --example cu_add_vectors` (needs a GPU; without one it
 //! says so and exits).
 
 use ember::kernel::{Arg, Kernel, LaunchConfig};

@@ -2,7 +2,7 @@
 //! one thread per row, checked against the CPU and timed against the CPU and
 //! ember's built-in `matmul` (cuBLAS).
 //!
-//! Run: `cargo run --release --example cu_mv_product` (needs a GPU; without one it
+//! Run: `cargo run --release -p ember --example cu_mv_product` (needs a GPU; without one it
 //! says so and exits).
 
 use ember::kernel::{Arg, Kernel, LaunchConfig};

@@ -2,7 +2,7 @@
 //! tensors there, copy them between devices, and see the error when two devices
 //! meet in one op.
 //!
-//! Run: `cargo run --example device_basics`
+//! Run: `cargo run -p ember --example device_basics`
 
 use ember::prelude::*;
 

@@ -1,7 +1,7 @@
 //! The lessons' hand-written training loop on Iris: the model moved to the device,
 //! the data moved to the device, then zero_grad / backward / step for 100 epochs.
 //!
-//! Run: `cargo run --release --example iris_loop`
+//! Run: `cargo run --release -p ember --example iris_loop`
 
 use ember::data;
 use ember::nn::{self, Module};

@@ -2,7 +2,7 @@
 //! metrics, validation after every epoch, a progress bar, early stopping, and the
 //! curves written as SVG and CSV.
 //!
-//! Run: `cargo run --release --example trial`
+//! Run: `cargo run --release -p ember --example trial`
 
 use ember::data::{self, DataLoader, TensorDataset};
 use ember::nn::{self, Module};
