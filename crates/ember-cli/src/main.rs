@@ -2,6 +2,7 @@
 
 mod bench;
 mod devices;
+mod estimate;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,9 @@ enum Command {
     Devices,
     /// Train a classifier on a data set shipped in data/.
     Train(train::TrainArgs),
+    /// The device memory a model's training step needs, computed before running
+    /// it (on the meta device, through ember's CUDA caching allocator).
+    Estimate(estimate::EstimateArgs),
     /// Time tensor operations on the CPU and the GPUs (median, throughput, share
     /// of the device's measured ceiling, speed-up over the CPU).
     Bench(bench::BenchArgs),
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
         Some(Command::Devices) => devices::run(),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Estimate(args)) => estimate::run(&args),
         // the main job: train on the best available device
         None => train::run(&train::TrainArgs::default()),
     };

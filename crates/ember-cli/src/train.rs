@@ -3,6 +3,7 @@
 
 use clap::{Args, ValueEnum};
 use ember::data::{self, DataLoader, TensorDataset};
+use ember::models::{digits_cnn, mlp};
 use ember::nn::{self, Module};
 use ember::optim::Adam;
 use ember::prelude::*;
@@ -83,32 +84,6 @@ impl Default for TrainArgs {
             quiet: false,
         }
     }
-}
-
-pub(crate) fn mlp(sizes: &[usize], dev: &Device) -> ember::Result<nn::Sequential> {
-    let mut model = nn::Sequential::new();
-    for (i, w) in sizes.windows(2).enumerate() {
-        if i > 0 {
-            model = model.add(nn::ReLU);
-        }
-        model = model.add(nn::Linear::new(w[0], w[1], dev)?);
-    }
-    Ok(model)
-}
-
-/// 1×8×8 → conv 16 → conv 32 → pool → 64 → 10.
-pub(crate) fn digits_cnn(dev: &Device) -> ember::Result<nn::Sequential> {
-    let same = Conv2dOptions::default().padding(1);
-    Ok(nn::Sequential::new()
-        .add(nn::Conv2d::new(1, 16, 3, same, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Conv2d::new(16, 32, 3, same, dev)?)
-        .add(nn::ReLU)
-        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(32 * 4 * 4, 64, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(64, 10, dev)?))
 }
 
 pub fn run(args: &TrainArgs) -> ember::Result<()> {

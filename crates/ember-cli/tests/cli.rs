@@ -200,3 +200,69 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
     let (ok, _, err) = ember(&["bench", "--device", "cpu", "--suite", "nope"]);
     assert!(!ok && err.contains("unknown suite"), "{err}");
 }
+
+#[test]
+fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
+    let (ok, out, err) = ember(&["estimate", "--model", "alexnet", "--batch-size", "128"]);
+    assert!(ok, "{err}");
+    for want in [
+        "61,100,840 parameters",
+        "features.0",
+        "[128, 64, 55, 55]",
+        "classifier.6",
+        "peak allocated: ",
+        "peak reserved: ",
+        "optimizer state",
+        "activations",
+    ] {
+        assert!(out.contains(want), "{want:?} missing in\n{out}");
+    }
+    let (ok, out, err) = ember(&[
+        "estimate",
+        "--model",
+        "resnet18",
+        "--input",
+        "3x32x32",
+        "--memory",
+        "4GiB",
+        "--max-batch",
+    ]);
+    assert!(ok, "{err}");
+    let best: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("largest batch size that fits: "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no largest batch in\n{out}"));
+    assert!(best > 128, "{out}");
+    assert!(out.contains("batch size 128 fits on 4GiB"), "{out}");
+    for (args, want) in [
+        (
+            &["estimate", "--model", "lenet"][..],
+            "the models are alexnet",
+        ),
+        (
+            &["estimate", "--model", "alexnet", "--input", "3x32x32"],
+            "the last module to finish was features.",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--memory", "12 parsecs"],
+            "unknown unit",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--max-batch"],
+            "--max-batch needs",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--input", "3x0x7"],
+            "positive sizes",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--device", "cpu"],
+            "CUDA device",
+        ),
+    ] {
+        let (ok, _, err) = ember(args);
+        assert!(!ok, "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

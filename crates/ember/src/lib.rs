@@ -32,6 +32,8 @@ mod files;
 pub mod io;
 pub mod kernel;
 pub mod layout;
+pub mod memory;
+pub mod models;
 pub mod nn;
 pub mod optim;
 mod tensor;

@@ -485,6 +485,10 @@ fn run(case: &Case, dev: Device) -> R<Out> {
                 a().avg_pool2d(o)
             })
         }
+        "adaptive_avg_pool2d" => {
+            use ember::nn::Module;
+            one(ember::nn::AdaptiveAvgPool2d::new(p.pair("output")).forward(a()))
+        }
         "to_dtype" => one(a().to_dtype(p.dtype())),
         "linspace" => one(Tensor::linspace(
             p.f("start"),

@@ -12,8 +12,8 @@
 
 use super::stats::{Row, Work};
 use super::Ctx;
-use crate::train::{digits_cnn, mlp};
 use ember::data::{DataLoader, TensorDataset};
+use ember::models::{digits_cnn, mlp};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer};
 use ember::prelude::*;

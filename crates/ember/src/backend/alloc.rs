@@ -48,6 +48,20 @@ const MIN_LARGE_ALLOC: usize = 10 << 20;
 const LARGE_ROUND: usize = 2 << 20;
 const MIN_LARGE_SPLIT: usize = 1 << 20;
 
+/// `n` bytes as people read them: GiB or MiB with two decimals, else bytes.
+pub fn fmt_bytes(n: usize) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let x = n as f64;
+    if x >= GIB {
+        format!("{:.2} GiB", x / GIB)
+    } else if x >= MIB {
+        format!("{:.2} MiB", x / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to).max(1) * to
 }
@@ -150,6 +164,12 @@ impl<M: RawMemory> Allocator<M> {
     pub fn reset_peak(&mut self) {
         self.stats.peak_allocated = self.stats.allocated;
         self.stats.peak_reserved = self.stats.reserved;
+    }
+
+    /// The size of the block handed out at `addr` (its request rounded up, and
+    /// more where what was left of a free block was too small to split off).
+    pub fn block_size(&self, addr: u64) -> Option<usize> {
+        self.blocks.get(&addr).map(|b| b.size)
     }
 
     /// The size a request of `bytes` occupies.

@@ -1,6 +1,6 @@
 //! Layers and activations.
 
-use super::{assign, empty_parameter, move_parameter, parameter, Module};
+use super::{assign, empty_parameter, fresh_parameter, move_parameter, parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// `y = x Wᵀ + b` (`nn.Linear`). Weights and bias start uniform in
@@ -24,7 +24,7 @@ impl Linear {
         device: &Device,
     ) -> Result<Linear> {
         let bound = uniform_bound(in_features);
-        let weight = parameter(Tensor::uniform(
+        let weight = fresh_parameter(Tensor::uniform(
             -bound,
             bound,
             [out_features, in_features],
@@ -32,7 +32,7 @@ impl Linear {
             device,
         )?)?;
         let bias = if bias {
-            Some(parameter(Tensor::uniform(
+            Some(fresh_parameter(Tensor::uniform(
                 -bound,
                 bound,
                 [out_features],
@@ -137,10 +137,30 @@ fn empty_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, device: &Device) ->
     Ok(())
 }
 
-/// Layers applied in order (`nn.Sequential`); parameters are named `"<index>.<name>"`.
+/// Layers applied in order (`nn.Sequential`). Each child has a name: its index
+/// (`"0"`, `"1"`, ...) when added with [`add`](Sequential::add), or the name given
+/// to [`add_named`](Sequential::add_named) (`"features"`, `"conv1"`), as PyTorch's
+/// `nn.Sequential(OrderedDict(...))`. Parameters and buffers are named
+/// `"<child>.<name>"`, and `forward` enters each child's name as the module path
+/// of the meta device's accounting ([`crate::meta::enter_module`]).
+///
+/// ```
+/// use ember::nn::{self, Module};
+/// use ember::prelude::*;
+/// let dev = Device::Meta;
+/// let head = nn::Sequential::new()
+///     .add(nn::Dropout::new(0.5)?)
+///     .add(nn::Linear::new(8, 2, &dev)?);
+/// let model = nn::Sequential::new()
+///     .add_named("features", nn::Linear::new(4, 8, &dev)?)?
+///     .add_named("classifier", head)?;
+/// let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["features.weight", "features.bias", "classifier.1.weight", "classifier.1.bias"]);
+/// # Ok::<(), ember::Error>(())
+/// ```
 #[derive(Default)]
 pub struct Sequential {
-    layers: Vec<Box<dyn Module>>,
+    layers: Vec<(String, Box<dyn Module>)>,
 }
 
 impl Sequential {
@@ -148,11 +168,48 @@ impl Sequential {
         Sequential::default()
     }
 
-    /// Appends a layer.
+    /// Appends a layer, named by its index (`"0"`, `"1"`, ...).
     #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, layer: impl Module + 'static) -> Sequential {
-        self.layers.push(Box::new(layer));
+        let name = self.layers.len().to_string();
+        self.layers.push((name, Box::new(layer)));
         self
+    }
+
+    /// Appends a layer under `name` (`self.add_module(name, layer)`), which then
+    /// prefixes its parameter and buffer names and its module path.
+    ///
+    /// Errors for an empty name, a name with a `.` (the separator of paths), a name
+    /// already used, and a number other than the layer's index (which could clash
+    /// with the index names of [`add`](Sequential::add)).
+    pub fn add_named(
+        mut self,
+        name: impl Into<String>,
+        layer: impl Module + 'static,
+    ) -> Result<Sequential> {
+        let name = name.into();
+        let index = self.layers.len();
+        let problem = if name.is_empty() {
+            Some("a child's name can't be empty".to_string())
+        } else if name.contains('.') {
+            Some("a child's name can't contain \".\"".to_string())
+        } else if self.layers.iter().any(|(n, _)| *n == name) {
+            Some("a child of that name exists already".to_string())
+        } else if name.bytes().all(|c| c.is_ascii_digit()) && name != index.to_string() {
+            Some(format!(
+                "a numeric name must be the child's index ({index}), as `add` names it"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(Error::invalid(
+                "Sequential::add_named",
+                format!("{problem}: {name:?}"),
+            ));
+        }
+        self.layers.push((name, Box::new(layer)));
+        Ok(self)
     }
 
     /// The number of layers.
@@ -164,13 +221,27 @@ impl Sequential {
         self.layers.is_empty()
     }
 
+    /// The children's names, in order (the names of `named_children()`).
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.layers.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The child called `name` (an index name such as `"0"`, or a name given to
+    /// [`add_named`](Sequential::add_named)).
+    pub fn get(&self, name: &str) -> Option<&dyn Module> {
+        self.layers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| l.as_ref())
+    }
+
     fn prefixed(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
         let mut all = Vec::new();
-        for (i, l) in self.layers.iter().enumerate() {
+        for (name, l) in &self.layers {
             all.extend(
                 f(l.as_ref())
                     .into_iter()
-                    .map(|(n, t)| (format!("{i}.{n}"), t)),
+                    .map(|(n, t)| (format!("{name}.{n}"), t)),
             );
         }
         all
@@ -180,10 +251,11 @@ impl Sequential {
 impl Module for Sequential {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut h = x.clone();
-        for (i, layer) in self.layers.iter().enumerate() {
-            // meta allocations say which layer asked (`"3"`, `"3.1"`, ...)
-            let _scope = crate::meta::enter_module(i);
+        for (name, layer) in &self.layers {
+            // meta allocations say which layer asked (`"3"`, `"features.3"`, ...)
+            let _scope = crate::meta::enter_module(name);
             h = layer.forward(&h)?;
+            crate::meta::module_output(h.shape(), h.dtype());
         }
         Ok(h)
     }
@@ -197,23 +269,27 @@ impl Module for Sequential {
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.layers.iter_mut().try_for_each(|l| l.to_device(device))
+        self.layers
+            .iter_mut()
+            .try_for_each(|(_, l)| l.to_device(device))
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
-        self.layers.iter_mut().try_for_each(|l| l.to_empty(device))
+        self.layers
+            .iter_mut()
+            .try_for_each(|(_, l)| l.to_empty(device))
     }
 
     fn reset_parameters(&mut self) -> Result<()> {
         self.layers
             .iter_mut()
-            .try_for_each(|l| l.reset_parameters())
+            .try_for_each(|(_, l)| l.reset_parameters())
     }
 
     fn set_training(&mut self, training: bool) {
         self.layers
             .iter_mut()
-            .for_each(|l| l.set_training(training))
+            .for_each(|(_, l)| l.set_training(training))
     }
 }
 
@@ -304,8 +380,8 @@ impl Module for Dropout {
     }
 }
 
-/// 2-D convolution layer (`nn.Conv2d`): weight `[out, in / groups, k, k]` and bias
-/// `[out]`, uniform in `±1/sqrt(fan_in)` with `fan_in = in / groups · k · k`.
+/// 2-D convolution layer (`nn.Conv2d`): weight `[out, in / groups, k, k]` and an
+/// optional bias `[out]`, uniform in `±1/sqrt(fan_in)` with `fan_in = in / groups · k · k`.
 pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
@@ -321,6 +397,30 @@ impl Conv2d {
         options: crate::Conv2dOptions,
         device: &Device,
     ) -> Result<Conv2d> {
+        Conv2d::with_bias(in_channels, out_channels, kernel, true, options, device)
+    }
+
+    /// A square `kernel × kernel` convolution with or without bias
+    /// (`nn.Conv2d(..., bias=False)`, as before a batch norm). The weight is drawn
+    /// first, then the bias, as PyTorch does, so the same seed gives the same
+    /// weight either way.
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::prelude::*;
+    /// let conv = nn::Conv2d::with_bias(3, 64, 7, false, Conv2dOptions::default(), &Device::Meta)?;
+    /// assert!(conv.bias.is_none());
+    /// assert_eq!(conv.num_parameters(), 64 * 3 * 7 * 7);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn with_bias(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        bias: bool,
+        options: crate::Conv2dOptions,
+        device: &Device,
+    ) -> Result<Conv2d> {
         let g = options.groups;
         if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
             return Err(Error::invalid(
@@ -330,15 +430,21 @@ impl Conv2d {
         }
         let bound = uniform_bound(in_channels / g * kernel * kernel);
         let shape = [out_channels, in_channels / g, kernel, kernel];
-        Ok(Conv2d {
-            weight: parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?,
-            bias: Some(parameter(Tensor::uniform(
+        let weight = fresh_parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?;
+        let bias = if bias {
+            Some(fresh_parameter(Tensor::uniform(
                 -bound,
                 bound,
                 [out_channels],
                 DType::F32,
                 device,
-            )?)?),
+            )?)?)
+        } else {
+            None
+        };
+        Ok(Conv2d {
+            weight,
+            bias,
             options,
         })
     }
@@ -393,6 +499,101 @@ impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.avg_pool2d(self.0)
     }
+}
+
+/// 2-D average pooling to a fixed output size (`nn.AdaptiveAvgPool2d((oh, ow))`) over
+/// `[N, C, H, W]` or `[C, H, W]`: output cell `(i, j)` averages input rows
+/// `floor(i·H/oh) .. ceil((i+1)·H/oh)` and the columns likewise, PyTorch's windows
+/// (which overlap where `H` is not a multiple of `oh`).
+///
+/// A composite of tensor ops, so it runs (and differentiates) on every device: a
+/// mean over `H` and `W` for `(1, 1)`, `avg_pool2d` with kernel = stride = `H/oh ×
+/// W/ow` when the sizes divide, otherwise a mean over each window of rows, then of
+/// columns (narrow, mean, cat).
+///
+/// ```
+/// use ember::nn::{self, Module};
+/// use ember::prelude::*;
+/// let x = Tensor::arange(0f32, 10.0, &Device::Cpu)?.reshape([1, 1, 1, 10])?;
+/// let y = nn::AdaptiveAvgPool2d::new((1, 3)).forward(&x)?;
+/// // windows 0..4, 3..7, 6..10
+/// assert_eq!(y.to_vec::<f32>()?, [1.5, 4.5, 7.5]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveAvgPool2d {
+    /// The output's `(height, width)`.
+    pub output: (usize, usize),
+}
+
+impl AdaptiveAvgPool2d {
+    pub fn new(output: (usize, usize)) -> AdaptiveAvgPool2d {
+        AdaptiveAvgPool2d { output }
+    }
+}
+
+impl Module for AdaptiveAvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        adaptive_avg_pool2d(x, self.output)
+    }
+}
+
+fn adaptive_avg_pool2d(x: &Tensor, (oh, ow): (usize, usize)) -> Result<Tensor> {
+    const OP: &str = "adaptive_avg_pool2d";
+    let r = x.rank();
+    if r != 3 && r != 4 {
+        return Err(Error::invalid(
+            OP,
+            format!("expected a 3-D or 4-D input, got shape {:?}", x.shape()),
+        ));
+    }
+    if !x.dtype().is_float() {
+        return Err(Error::dtype(
+            OP,
+            x.dtype(),
+            "pooling needs a floating-point input",
+        ));
+    }
+    if oh == 0 || ow == 0 {
+        return Err(Error::invalid(
+            OP,
+            format!("the output size must be positive, got ({oh}, {ow})"),
+        ));
+    }
+    let (h, w) = (x.shape()[r - 2], x.shape()[r - 1]);
+    if h == 0 || w == 0 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "expected an input with non-zero height and width, got shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let (dh, dw) = (r as i64 - 2, r as i64 - 1);
+    if (oh, ow) == (1, 1) {
+        return x.mean([dh, dw], true);
+    }
+    if h.is_multiple_of(oh) && w.is_multiple_of(ow) {
+        return x.avg_pool2d(crate::Pool2dOptions::rect(h / oh, w / ow));
+    }
+    // the windows of each dim in turn: a mean over a rectangle is the mean over its
+    // rows of the means over its columns
+    let pool_dim = |t: &Tensor, dim: i64, size: usize, out: usize| -> Result<Tensor> {
+        if size == out {
+            return Ok(t.clone());
+        }
+        let cells = (0..out)
+            .map(|i| {
+                let start = i * size / out;
+                let end = ((i + 1) * size).div_ceil(out);
+                t.narrow(dim, start as i64, end - start)?.mean(dim, true)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&cells.iter().collect::<Vec<_>>(), dim)
+    };
+    let y = pool_dim(x, dh, h, oh)?;
+    pool_dim(&y, dw, w, ow)
 }
 
 /// A [`Linear`] layer whose `in_features` is taken from the first input it sees

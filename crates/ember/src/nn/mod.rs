@@ -20,8 +20,8 @@ mod loss;
 mod norm;
 
 pub use layers::{
-    AvgPool2d, Conv2d, Dropout, Flatten, LazyLinear, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
-    Softmax, Tanh, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, LazyLinear, Linear, MaxPool2d, ReLU,
+    Sequential, Sigmoid, Softmax, Tanh, GELU,
 };
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
@@ -119,6 +119,59 @@ pub trait Module: Send + Sync {
     }
 }
 
+/// A boxed module is a module (`models::by_name` returns one): every method goes to
+/// the module inside, so a `Box<dyn Module>` can be handed to what takes `impl
+/// Module` (a `Sequential`, a `Trial`, an estimate).
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (**self).forward(x)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        (**self).named_parameters()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).named_buffers()
+    }
+
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        (**self).state_dict()
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        (**self).to_device(device)
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        (**self).to_empty(device)
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        (**self).reset_parameters()
+    }
+
+    fn set_training(&mut self, training: bool) {
+        (**self).set_training(training)
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        (**self).parameters()
+    }
+
+    fn num_parameters(&self) -> usize {
+        (**self).num_parameters()
+    }
+
+    fn train(&mut self) {
+        (**self).train()
+    }
+
+    fn eval(&mut self) {
+        (**self).eval()
+    }
+}
+
 /// `Ok` for a module without parameters or buffers; an error naming `op` (a method
 /// such a module has to implement) otherwise.
 fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
@@ -132,9 +185,17 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
     }
 }
 
-/// A fresh leaf that requires a gradient, holding `t`'s values.
+/// A fresh leaf that requires a gradient, holding `t`'s values (copied: `t` may
+/// share its storage with the caller's tensors).
 pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
     crate::no_grad(|| t.detach().copy())?.requires_grad_(true)
+}
+
+/// [`parameter`] for a tensor just made (drawn or filled) and owned by no one
+/// else: it becomes the leaf itself, without a copy (on a GPU, building a layer
+/// then needs its weight's memory once, not twice).
+pub(crate) fn fresh_parameter(t: Tensor) -> Result<Tensor> {
+    t.requires_grad_(true)
 }
 
 /// Uninitialised storage of `p`'s shape and dtype on `device`, a leaf that requires

@@ -1,6 +1,6 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
-use super::{assign, empty_parameter, move_parameter, parameter, Module};
+use super::{assign, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
@@ -50,8 +50,8 @@ impl<const D: usize> BatchNorm<D> {
         let c = [num_features];
         let (weight, bias) = if affine {
             (
-                Some(parameter(Tensor::ones(c, DType::F32, device)?)?),
-                Some(parameter(Tensor::zeros(c, DType::F32, device)?)?),
+                Some(fresh_parameter(Tensor::ones(c, DType::F32, device)?)?),
+                Some(fresh_parameter(Tensor::zeros(c, DType::F32, device)?)?),
             )
         } else {
             (None, None)

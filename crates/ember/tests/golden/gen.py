@@ -278,6 +278,8 @@ def run_op(op, p, x):
         return F.avg_pool2d(a, tuple(p["kernel"]), tuple(p["stride"]) if p["stride"] else None,
                             tuple(p["padding"]), ceil_mode=p["ceil_mode"],
                             count_include_pad=p["count_include_pad"])
+    if op == "adaptive_avg_pool2d":
+        return F.adaptive_avg_pool2d(a, tuple(p["output"]))
     # dtype and creation
     if op == "to_dtype":
         return a.to(DTYPES[p["dtype"]])
@@ -1102,6 +1104,38 @@ case(FAM, "reshape_narrowed_cols", "reshape", [In(ar(3, 4), [{"op": "narrow", "a
 case(FAM, "split_narrowed", "split", [In(ar(3, 5), NB)], {"size": 2, "dim": 1})
 case(FAM, "print_narrowed", "print", [In(ar(3, 4), NB)])
 case(FAM, "print_selected_column", "print", [In(ar(3, 4), [{"op": "select", "args": [1, 2]}])])
+
+# ---- adaptive average pooling (nn::AdaptiveAvgPool2d) -------------------------------
+# last, so that the random inputs of the cases above stay as they were
+FAM = "adaptive_pool"
+
+
+def apool(name, xs, out, dtype=torch.float32, x=None, rtol=None, atol=None):
+    x = rn(*xs, dtype=dtype) if x is None else x
+    case(FAM, f"adaptive_avg_pool2d_{name}", "adaptive_avg_pool2d", [x], {"output": list(out)},
+         rtol=rtol, atol=atol)
+
+
+apool("global_1x1", [2, 3, 5, 7], (1, 1))
+apool("divisible_8x6_to_4x2", [1, 2, 8, 6], (4, 2))
+apool("same_size", [1, 2, 3, 4], (3, 4))
+apool("overlapping_5x7_to_3x4", [2, 2, 5, 7], (3, 4))
+apool("one_dim_divisible_6x5_to_3x2", [1, 2, 6, 5], (3, 2))
+apool("upsample_2x3_to_5x4", [1, 2, 2, 3], (5, 4))
+apool("alexnet_13x13_to_6x6", [1, 2, 13, 13], (6, 6))
+apool("vgg_9x9_to_7x7", [1, 1, 9, 9], (7, 7))
+apool("row_1x10_to_1x3", [1, 1, 1, 10], (1, 3), x=ar(1, 1, 1, 10))
+apool("unbatched_3d", [3, 5, 6], (2, 4))
+apool("unbatched_3d_global", [3, 4, 4], (1, 1))
+apool("f64", [1, 2, 7, 5], (3, 2), dtype=torch.float64)
+apool("f16", [1, 2, 6, 6], (4, 4), dtype=torch.float16, rtol=2e-3, atol=2e-3)
+apool("empty_batch", [0, 2, 4, 4], (2, 3))
+case(FAM, "adaptive_avg_pool2d_transposed_input", "adaptive_avg_pool2d",
+     [In(rn(1, 2, 7, 5), [{"op": "transpose", "args": [2, 3]}])], {"output": [3, 3]})
+apool("rank2_error", [5, 5], (2, 2))
+apool("rank5_error", [1, 1, 2, 4, 4], (2, 2))
+apool("empty_height_error", [1, 2, 0, 5], (2, 2))
+apool("int_error", [1, 1, 4, 4], (2, 2), x=ri(1, 1, 4, 4))
 
 # ----------------------------------------------------------------------------------
 

@@ -287,6 +287,13 @@ fn conv_and_pool_rules(dev: &Device) -> Result<()> {
     ] {
         grad_check(dev, &[x.clone()], &|t| t[0].avg_pool2d(opts))?;
     }
+    // adaptive average pooling: global, divisible, overlapping windows, upsampling
+    for output in [(1, 1), (7, 1), (3, 4), (9, 8)] {
+        let pool = ember::nn::AdaptiveAvgPool2d::new(output);
+        grad_check(dev, &[x.clone()], &|t| {
+            ember::nn::Module::forward(&pool, &t[0])
+        })?;
+    }
     Ok(())
 }
 

@@ -396,6 +396,7 @@ device_test!(
     init_matches_pytorch,
     modules_match_pytorch,
     batchnorm_and_lazy_linear,
+    named_children_and_layers_for_models,
 );
 
 /// PyTorch's default initial parameters (Kaiming-uniform weights, bias bounds,
@@ -648,5 +649,96 @@ fn batchnorm_and_lazy_linear(dev: &Device) -> Result<()> {
         "eval is deterministic"
     );
     std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+/// `Sequential::add_named`, `Conv2d` without bias and `AdaptiveAvgPool2d`'s errors
+/// (its values are golden cases, `adaptive_pool/` in tests/golden/cases.json).
+fn named_children_and_layers_for_models(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(11);
+    let names =
+        |m: &dyn Module| -> Vec<String> { m.state_dict().into_iter().map(|(n, _)| n).collect() };
+    // index names for `add`, given names for `add_named`, nested
+    let block = nn::Sequential::new()
+        .add(nn::Linear::new(3, 4, dev)?)
+        .add(nn::ReLU)
+        .add_named("2", nn::BatchNorm1d::new(4, dev)?)?;
+    let mut model = nn::Sequential::new()
+        .add_named("stem", nn::Linear::new(2, 3, dev)?)?
+        .add_named("body", block)?
+        .add(nn::Linear::new(4, 1, dev)?);
+    assert_eq!(model.names().collect::<Vec<_>>(), ["stem", "body", "2"]);
+    assert!(model.get("body").is_some() && model.get("0").is_none());
+    assert_eq!(
+        names(&model),
+        [
+            "stem.weight",
+            "stem.bias",
+            "body.0.weight",
+            "body.0.bias",
+            "body.2.weight",
+            "body.2.bias",
+            "2.weight",
+            "2.bias",
+            "body.2.running_mean",
+            "body.2.running_var",
+            "body.2.num_batches_tracked"
+        ]
+    );
+    assert_eq!(
+        model.forward(&Tensor::randn([5, 2], dev)?)?.shape(),
+        &[5, 1]
+    );
+    model.to_empty(dev)?;
+    model.reset_parameters()?;
+    assert_eq!(vals(&model.named_buffers()[1].1), [1.0; 4]);
+    for bad in ["", "a.b", "stem", "7"] {
+        let err = nn::Sequential::new()
+            .add_named("stem", nn::ReLU)?
+            .add_named(bad, nn::ReLU)
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} was accepted"));
+        assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+    }
+
+    // Conv2d without bias: the weight is drawn as with a bias
+    ember::manual_seed(12);
+    let with = nn::Conv2d::new(3, 4, 3, Conv2dOptions::default(), dev)?;
+    ember::manual_seed(12);
+    let mut without = nn::Conv2d::with_bias(3, 4, 3, false, Conv2dOptions::default(), dev)?;
+    assert_eq!(vals(&with.weight), vals(&without.weight));
+    assert_eq!(names(&without), ["weight"]);
+    let x = Tensor::randn([2, 3, 5, 5], dev)?;
+    let want = x.conv2d(&without.weight, None, Conv2dOptions::default())?;
+    assert_eq!(vals(&without.forward(&x)?), vals(&want));
+    without.to_empty(&Device::Meta)?;
+    assert!(without.bias.is_none() && without.weight.device() == Device::Meta);
+    without.to_empty(dev)?;
+    without.reset_parameters()?;
+    assert!(vals(&without.weight)
+        .iter()
+        .all(|v| v.abs() <= 1.0 / 27f64.sqrt()));
+    assert!(without.weight.requires_grad());
+
+    // AdaptiveAvgPool2d: errors rather than panics
+    let pool = |o| nn::AdaptiveAvgPool2d::new(o);
+    let x = Tensor::randn([1, 2, 4, 4], dev)?;
+    for (o, what) in [((0, 2), "must be positive"), ((2, 0), "must be positive")] {
+        let err = pool(o).forward(&x).unwrap_err();
+        assert!(err.to_string().contains(what), "{err}");
+    }
+    let err = pool((2, 2))
+        .forward(&Tensor::randn([4, 4], dev)?)
+        .unwrap_err();
+    assert!(err.to_string().contains("3-D or 4-D"), "{err}");
+    let err = pool((1, 1))
+        .forward(&Tensor::zeros([1, 2, 3, 0], DType::F32, dev)?)
+        .unwrap_err();
+    assert!(err.to_string().contains("[1, 2, 3, 0]"), "{err}");
+    // the gradient of a global pool spreads evenly
+    let x = Tensor::randn([2, 3, 5, 5], dev)?.requires_grad_(true)?;
+    pool((1, 1)).forward(&x)?.sum_all()?.backward()?;
+    assert_close(&vals(&x.grad().unwrap()), &[1.0 / 25.0; 150], 1e-6, 1e-7);
     Ok(())
 }

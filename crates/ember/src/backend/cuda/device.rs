@@ -6,7 +6,7 @@ use super::calls::{ConvCall, GemmCall};
 use super::pinned::{Pinned, PinnedPool};
 use super::runtime::{Func, LoadedModule, Runtime, Workspaces};
 use super::{discover, nvrtc, ops};
-use crate::backend::alloc::{self, AllocError, Allocator, MemoryStats, RawMemory};
+use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
 use crate::{DType, Device, Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -324,18 +324,5 @@ impl Workspaces for CudaDev {
     }
     fn release_cached(&self) {
         self.allocator().release_cached();
-    }
-}
-
-pub(crate) fn fmt_bytes(n: usize) -> String {
-    const GIB: f64 = (1u64 << 30) as f64;
-    const MIB: f64 = (1u64 << 20) as f64;
-    let x = n as f64;
-    if x >= GIB {
-        format!("{:.2} GiB", x / GIB)
-    } else if x >= MIB {
-        format!("{:.2} MiB", x / MIB)
-    } else {
-        format!("{n} bytes")
     }
 }

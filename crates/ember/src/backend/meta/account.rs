@@ -62,6 +62,10 @@ pub struct MetaEvent<'a> {
     /// The dotted path of the module running when the event happened (`""` outside
     /// any `Sequential`).
     pub module: &'a str,
+    /// A buffer a CUDA op uses inside itself and frees before it returns (a
+    /// convolution's patch matrix), not a tensor: reported so that an estimate of
+    /// device memory sees it; its free follows before the op returns.
+    pub workspace: bool,
 }
 
 /// Receives the meta allocations of the threads it is installed on.
@@ -70,6 +74,10 @@ pub trait AllocHook: Send + Sync {
     fn alloc(&self, event: &MetaEvent);
     /// A meta storage was dropped (its last tensor went away).
     fn free(&self, event: &MetaEvent);
+    /// A module finished its forward pass with an output of `shape` and `dtype`
+    /// (`module` is its dotted path). Reported by `Sequential` for each child, on
+    /// every device; by default ignored.
+    fn module_output(&self, _module: &str, _shape: &[usize], _dtype: DType) {}
 }
 
 thread_local! {
@@ -153,6 +161,19 @@ pub fn module_path() -> String {
     MODULE.with(|m| m.borrow().clone())
 }
 
+/// Reports the output of the module running on this thread (its path is the
+/// current [`module_path`]) to this thread's hook, if any. Modules that run
+/// children call it after each child's forward, inside the child's scope.
+pub fn module_output(shape: &[usize], dtype: DType) {
+    let Some(hook) = HOOK.try_with(|h| h.borrow().clone()).ok().flatten() else {
+        return;
+    };
+    let module = MODULE
+        .try_with(|m| m.try_borrow().map(|m| m.clone()).unwrap_or_default())
+        .unwrap_or_default();
+    hook.module_output(&module, shape, dtype);
+}
+
 /// The hook of this thread, for a new storage to report to.
 pub(super) fn current_hook() -> Option<Arc<dyn AllocHook>> {
     HOOK.with(|h| h.borrow().clone())
@@ -167,7 +188,13 @@ pub(super) fn next_id() -> u64 {
 /// Calls `f` with an event for the storage `id` as of now on this thread. Safe in
 /// a `Drop` at any time: while the thread's locals are torn down, or from a hook
 /// that itself enters a module, the event carries the default phase or no module.
-pub(super) fn report(id: u64, dtype: DType, numel: usize, f: impl FnOnce(&MetaEvent)) {
+pub(super) fn report(
+    id: u64,
+    dtype: DType,
+    numel: usize,
+    workspace: bool,
+    f: impl FnOnce(&MetaEvent),
+) {
     let phase = PHASE.try_with(|p| p.get()).unwrap_or_default();
     let module = MODULE
         .try_with(|m| m.try_borrow().map(|m| m.clone()).unwrap_or_default())
@@ -179,5 +206,6 @@ pub(super) fn report(id: u64, dtype: DType, numel: usize, f: impl FnOnce(&MetaEv
         numel,
         phase,
         module: &module,
+        workspace,
     })
 }

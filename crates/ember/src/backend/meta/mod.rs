@@ -24,6 +24,8 @@ pub(crate) struct MetaStorage {
     dtype: DType,
     len: usize,
     id: u64,
+    /// A CUDA op's internal buffer rather than a tensor (see [`MetaStorage::workspace`]).
+    workspace: bool,
     /// The hook that saw the allocation sees the release.
     hook: Option<Arc<dyn AllocHook>>,
 }
@@ -37,15 +39,27 @@ impl std::fmt::Debug for MetaStorage {
 impl MetaStorage {
     /// A storage of `len` elements of `dtype` (reported to this thread's hook).
     pub fn new(dtype: DType, len: usize) -> Result<MetaStorage> {
+        MetaStorage::reported(dtype, len, false)
+    }
+
+    /// A buffer that ember's CUDA backend allocates inside an op and frees before
+    /// the op returns (a convolution's patch matrix): reported as a workspace, so
+    /// that an estimate of device memory sees it at the moment it would exist.
+    fn workspace(dtype: DType, len: usize) -> Result<MetaStorage> {
+        MetaStorage::reported(dtype, len, true)
+    }
+
+    fn reported(dtype: DType, len: usize, workspace: bool) -> Result<MetaStorage> {
         let hook = account::current_hook();
         let id = account::next_id();
         if let Some(h) = &hook {
-            account::report(id, dtype, len, |e| h.alloc(e));
+            account::report(id, dtype, len, workspace, |e| h.alloc(e));
         }
         Ok(MetaStorage {
             dtype,
             len,
             id,
+            workspace,
             hook,
         })
     }
@@ -58,9 +72,15 @@ impl MetaStorage {
 impl Drop for MetaStorage {
     fn drop(&mut self) {
         if let Some(h) = &self.hook {
-            account::report(self.id, self.dtype, self.len, |e| h.free(e));
+            account::report(self.id, self.dtype, self.len, self.workspace, |e| h.free(e));
         }
     }
+}
+
+/// The elements of a convolution's patch matrix (im2col): `[n, c·kh·kw, oh·ow]`.
+fn patches(s: &ConvShape) -> usize {
+    let (kh, kw) = s.win.kernel;
+    s.n * s.c * kh * kw * s.oh * s.ow
 }
 
 impl BackendStorage for MetaStorage {
@@ -161,10 +181,22 @@ impl BackendStorage for MetaStorage {
         &self,
         _l: &Layout,
         _w: (&Self, &Layout),
-        _b: Option<(&Self, &Layout)>,
+        b: Option<(&Self, &Layout)>,
         s: &ConvShape,
     ) -> Result<Self> {
-        self.like(s.n * s.o * s.oh * s.ow)
+        // as ember's CUDA path: the patches, their product with the weight, and
+        // (with a bias) the sum written to a new output, each alive until the op ends
+        let y = s.n * s.o * s.oh * s.ow;
+        let _patches = MetaStorage::workspace(self.dtype, patches(s))?;
+        let product = self.like(y)?;
+        match b {
+            Some(_) => {
+                let out = self.like(y);
+                drop(product);
+                out
+            }
+            None => Ok(product),
+        }
     }
 
     fn conv2d_backward(
@@ -175,14 +207,25 @@ impl BackendStorage for MetaStorage {
         s: &ConvShape,
         need: (bool, bool),
     ) -> Result<ConvGrads<Self>> {
+        // as ember's CUDA path: the input's gradient folds the patches' gradient
+        // back; the weight's sums a per-sample product of the output's gradient and
+        // the patches over the batch
         let (kh, kw) = s.win.kernel;
+        let per_sample = s.o * (s.c / s.groups) * kh * kw;
         let gx = need
             .0
-            .then(|| self.like(s.n * s.c * s.h * s.w))
+            .then(|| {
+                let _gpatches = MetaStorage::workspace(self.dtype, patches(s))?;
+                self.like(s.n * s.c * s.h * s.w)
+            })
             .transpose()?;
         let gw = need
             .1
-            .then(|| self.like(s.o * (s.c / s.groups) * kh * kw))
+            .then(|| {
+                let _patches = MetaStorage::workspace(self.dtype, patches(s))?;
+                let _products = MetaStorage::workspace(self.dtype, s.n * per_sample)?;
+                self.like(per_sample)
+            })
             .transpose()?;
         Ok((gx, gw))
     }

@@ -1,0 +1,180 @@
+//! `ember estimate`: the device memory a model's training step needs, computed on
+//! the `meta` device before anything runs on a GPU.
+
+use clap::{Args, ValueEnum};
+use ember::memory::{parse_bytes, Estimator};
+use ember::optim::{Adam, Optimizer, Sgd};
+use ember::prelude::*;
+use ember::{cuda, models};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerKind {
+    /// SGD with momentum 0.9 (one buffer per parameter).
+    Sgd,
+    /// Adam (two moments per parameter).
+    Adam,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct EstimateArgs {
+    /// The model: one of ember::models (alexnet, vgg11, vgg16, resnet18,
+    /// resnet50, mlp, cnn).
+    #[arg(long)]
+    pub model: String,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
+    pub batch_size: u64,
+    /// One sample's shape, `CxHxW` for images [default: 3x224x224; mlp 64; cnn 1x8x8].
+    #[arg(long, value_name = "SHAPE")]
+    pub input: Option<String>,
+    /// Classes of the classifier [default: 1000; mlp and cnn 10].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
+    pub classes: Option<u64>,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: OptimizerKind,
+    /// The parameters' dtype (only float32 until modules can change dtype).
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Estimate inference (a forward pass under no_grad) instead of training.
+    #[arg(long)]
+    pub inference: bool,
+    /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
+    #[arg(long, conflicts_with = "memory")]
+    pub device: Option<String>,
+    /// The memory to check the estimate against, e.g. 12GiB, 80GB.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Find the largest batch size that fits (needs --device or --memory).
+    #[arg(long)]
+    pub max_batch: bool,
+}
+
+/// Where the estimate is checked: bytes available, what they are, and the
+/// compute capability's major version where known.
+struct Target {
+    capacity: usize,
+    what: String,
+    major: Option<u32>,
+}
+
+fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
+    if let Some(m) = &args.memory {
+        return Ok(Some(Target {
+            capacity: parse_bytes(m)?,
+            what: format!("{m} of memory"),
+            major: None,
+        }));
+    }
+    let Some(d) = &args.device else {
+        return Ok(None);
+    };
+    let dev: Device = d.parse()?;
+    let Device::Cuda(i) = dev else {
+        return Err(invalid(format!("--device {dev}: the estimate is for a CUDA device (cuda:N); use --memory SIZE to check against a size"),
+        ));
+    };
+    let (free, total) = cuda::mem_get_info(&dev)?;
+    let props = cuda::device_properties(i)?;
+    Ok(Some(Target {
+        capacity: free,
+        what: format!(
+            "{dev} ({}: {} free of {})",
+            props.name,
+            bytes(free),
+            bytes(total)
+        ),
+        major: Some(props.compute_capability.0),
+    }))
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op: "estimate",
+        msg: msg.into(),
+    }
+}
+
+fn bytes(n: usize) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    format!("{:.2} GiB", n as f64 / GIB)
+}
+
+/// `3x224x224` as `[3, 224, 224]`.
+fn parse_shape(s: &str) -> ember::Result<Vec<usize>> {
+    let dims: Option<Vec<usize>> = s
+        .split(['x', 'X', ','])
+        .map(|p| p.trim().parse::<usize>().ok().filter(|&d| d > 0))
+        .collect();
+    dims.filter(|d| !d.is_empty() && d.len() <= 4).ok_or_else(|| {
+        invalid(format!("--input {s:?}: write one sample's shape as positive sizes joined by x, such as 3x224x224"),
+        )
+    })
+}
+
+pub fn run(args: &EstimateArgs) -> ember::Result<()> {
+    let name = args.model.to_ascii_lowercase();
+    if !models::NAMES.contains(&name.as_str()) {
+        return Err(invalid(format!(
+            "unknown model {:?}; the models are {}",
+            args.model,
+            models::NAMES.join(", ")
+        )));
+    }
+    if args.dtype != "f32" && args.dtype != "float32" {
+        return Err(invalid(format!(
+            "--dtype {}: ember's modules are built in float32 and cannot yet be converted to \
+                 another dtype, so only f32 can be estimated",
+            args.dtype
+        )));
+    }
+    let small = matches!(name.as_str(), "mlp" | "cnn");
+    let input = match &args.input {
+        Some(s) => parse_shape(s)?,
+        None if name == "mlp" => vec![64],
+        None if name == "cnn" => vec![1, 8, 8],
+        None => vec![3, 224, 224],
+    };
+    let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
+    let target = target(args)?;
+    let build_name = name.clone();
+    let mut est = Estimator::new(move |dev| models::by_name(&build_name, classes, dev))
+        .input(&input)
+        .training(!args.inference);
+    est = match args.optimizer {
+        OptimizerKind::Sgd => est.optimizer(|p| {
+            let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01).momentum(0.9));
+            Ok(o)
+        }),
+        OptimizerKind::Adam => est.optimizer(|p| {
+            let o: Box<dyn Optimizer> = Box::new(Adam::new(p, 1e-3));
+            Ok(o)
+        }),
+    };
+    // cuBLAS's workspace: the target's size, else Hopper's (the larger)
+    est = est.compute_capability(target.as_ref().and_then(|t| t.major).unwrap_or(9));
+    let batch = args.batch_size as usize;
+    let e = est.estimate(batch)?;
+    print!("{e}");
+    let Some(t) = target else {
+        if args.max_batch {
+            return Err(invalid(
+                "--max-batch needs the memory to fit in: --device cuda:N or --memory SIZE",
+            ));
+        }
+        return Ok(());
+    };
+    let verdict = if e.fits(t.capacity) {
+        "fits"
+    } else {
+        "does NOT fit"
+    };
+    println!("batch size {batch} {verdict} on {}", t.what);
+    if args.max_batch {
+        match est.max_batch(batch, t.capacity, 1 << 24)? {
+            Some(b) => println!("largest batch size that fits: {b}"),
+            None => println!("not even a batch of one fits"),
+        }
+    }
+    Ok(())
+}

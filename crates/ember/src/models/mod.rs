@@ -1,0 +1,231 @@
+//! A model zoo: torchvision's AlexNet, VGG and ResNet architectures, and the small
+//! models of ember's lessons.
+//!
+//! The torchvision models have torchvision's exact layers and state-dict names
+//! (`features.0.weight`, `layer1.0.downsample.1.running_mean`, `fc.bias`), so
+//! their parameter counts and memory match PyTorch's. Built on
+//! [`Device::Meta`] they cost no memory and draw no numbers: that is how a memory
+//! estimate runs them, with the module paths of the meta device's accounting
+//! following the same names (`layer1.0.conv1`).
+//!
+//! ```
+//! use ember::models;
+//! use ember::prelude::*;
+//! let model = models::resnet18(1000, &Device::Meta)?;
+//! assert_eq!(model.num_parameters(), 11_689_512);
+//! let x = Tensor::zeros([8, 3, 224, 224], DType::F32, &Device::Meta)?;
+//! assert_eq!(model.forward(&x)?.shape(), &[8, 1000]);
+//! # Ok::<(), ember::Error>(())
+//! ```
+//!
+//! Initialisation: every layer starts as ember's layers do, which is PyTorch's
+//! default layer initialisation (`Conv2d` and `Linear` uniform in
+//! `±1/sqrt(fan_in)`, batch norm weight 1 and bias 0), not the initialisation
+//! torchvision's constructors apply afterwards (Kaiming-normal convolutions,
+//! `N(0, 0.01)` VGG classifier weights). Shapes, names and counts are the same;
+//! load a state dict for torchvision's values.
+//!
+//! Differences from torchvision that change no state or shape: ReLU is out of
+//! place (torchvision's is `inplace=True`), the residual sum is out of place (a new
+//! tensor rather than `out += identity`), and `torch.flatten(x, 1)` of
+//! AlexNet, VGG and ResNet is a stateless child named `flatten` (so it has a module
+//! path of its own).
+
+mod resnet;
+
+pub use resnet::{BasicBlock, Bottleneck};
+
+use crate::nn::{self, Module, Sequential};
+use crate::{Conv2dOptions, Device, Error, Pool2dOptions, Result};
+
+/// The names [`by_name`] knows, in the order it lists them: torchvision's models,
+/// then the digits lesson's `mlp` (64 → 128 → classes) and `cnn` ([`digits_cnn`]
+/// with `num_classes` outputs), which take `[N, 64]` and `[N, 1, 8, 8]` inputs.
+pub const NAMES: &[&str] = &[
+    "alexnet", "vgg11", "vgg16", "resnet18", "resnet50", "mlp", "cnn",
+];
+
+/// The model called `name` (one of [`NAMES`]) with `num_classes` outputs on
+/// `device`; an error listing the names for any other.
+///
+/// ```
+/// use ember::models;
+/// use ember::prelude::*;
+/// let vgg = models::by_name("vgg16", 1000, &Device::Meta)?;
+/// assert_eq!(vgg.num_parameters(), 138_357_544);
+/// assert!(models::by_name("vgg19", 1000, &Device::Meta).is_err());
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn by_name(name: &str, num_classes: usize, device: &Device) -> Result<Box<dyn Module>> {
+    Ok(match name {
+        "alexnet" => Box::new(alexnet(num_classes, device)?),
+        "vgg11" => Box::new(vgg11(num_classes, device)?),
+        "vgg16" => Box::new(vgg16(num_classes, device)?),
+        "resnet18" => Box::new(resnet18(num_classes, device)?),
+        "resnet50" => Box::new(resnet50(num_classes, device)?),
+        "mlp" => Box::new(mlp(&[64, 128, num_classes], device)?),
+        "cnn" => Box::new(cnn(num_classes, device)?),
+        _ => {
+            return Err(Error::invalid(
+                "models::by_name",
+                format!(
+                    "unknown model {name:?}: expected one of {}",
+                    NAMES.join(", ")
+                ),
+            ))
+        }
+    })
+}
+
+fn relu_conv(
+    seq: Sequential,
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+    options: Conv2dOptions,
+    device: &Device,
+) -> Result<Sequential> {
+    Ok(seq
+        .add(nn::Conv2d::new(c_in, c_out, kernel, options, device)?)
+        .add(nn::ReLU))
+}
+
+/// torchvision's `alexnet(num_classes=...)` (the one-GPU variant of "One weird
+/// trick...", 61,100,840 parameters for 1000 classes): `features` (five
+/// convolutions, three max pools), `avgpool` (adaptive, 6 × 6), `flatten`,
+/// `classifier` (dropout 0.5, 9216 → 4096 → 4096 → `num_classes`). Inputs of at
+/// least 63 × 63; 224 × 224 as trained.
+pub fn alexnet(num_classes: usize, device: &Device) -> Result<Sequential> {
+    let conv = Conv2dOptions::default;
+    let pool = || nn::MaxPool2d(Pool2dOptions::new(3).stride(2));
+    let mut f = Sequential::new();
+    f = relu_conv(f, 3, 64, 11, conv().stride(4).padding(2), device)?.add(pool());
+    f = relu_conv(f, 64, 192, 5, conv().padding(2), device)?.add(pool());
+    f = relu_conv(f, 192, 384, 3, conv().padding(1), device)?;
+    f = relu_conv(f, 384, 256, 3, conv().padding(1), device)?;
+    f = relu_conv(f, 256, 256, 3, conv().padding(1), device)?.add(pool());
+    let classifier = Sequential::new()
+        .add(nn::Dropout::new(0.5)?)
+        .add(nn::Linear::new(256 * 6 * 6, 4096, device)?)
+        .add(nn::ReLU)
+        .add(nn::Dropout::new(0.5)?)
+        .add(nn::Linear::new(4096, 4096, device)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(4096, num_classes, device)?);
+    classifier_model(f, (6, 6), classifier)
+}
+
+/// `features`, `avgpool`, `flatten`, `classifier`: AlexNet's and VGG's layout.
+fn classifier_model(
+    features: Sequential,
+    pooled: (usize, usize),
+    classifier: Sequential,
+) -> Result<Sequential> {
+    Sequential::new()
+        .add_named("features", features)?
+        .add_named("avgpool", nn::AdaptiveAvgPool2d::new(pooled))?
+        .add_named("flatten", nn::Flatten::default())?
+        .add_named("classifier", classifier)
+}
+
+/// A VGG layer configuration: a convolution's output channels, or `0` for a max pool.
+const VGG_A: &[usize] = &[64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0];
+const VGG_D: &[usize] = &[
+    64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0,
+];
+
+/// torchvision's `vgg11()`, configuration A without batch norm (132,863,336
+/// parameters for 1000 classes).
+pub fn vgg11(num_classes: usize, device: &Device) -> Result<Sequential> {
+    vgg(VGG_A, num_classes, device)
+}
+
+/// torchvision's `vgg16()`, configuration D without batch norm (138,357,544
+/// parameters for 1000 classes).
+pub fn vgg16(num_classes: usize, device: &Device) -> Result<Sequential> {
+    vgg(VGG_D, num_classes, device)
+}
+
+/// `features` (3 × 3 convolutions with padding 1 and ReLU, 2 × 2 max pools),
+/// `avgpool` (adaptive, 7 × 7), `flatten`, `classifier` (25088 → 4096 → 4096 →
+/// `num_classes`, ReLU and dropout 0.5 between). Inputs of at least 32 × 32.
+fn vgg(config: &[usize], num_classes: usize, device: &Device) -> Result<Sequential> {
+    let mut f = Sequential::new();
+    let mut c_in = 3;
+    for &c in config {
+        if c == 0 {
+            f = f.add(nn::MaxPool2d(Pool2dOptions::new(2)));
+        } else {
+            f = relu_conv(f, c_in, c, 3, Conv2dOptions::default().padding(1), device)?;
+            c_in = c;
+        }
+    }
+    let classifier = Sequential::new()
+        .add(nn::Linear::new(512 * 7 * 7, 4096, device)?)
+        .add(nn::ReLU)
+        .add(nn::Dropout::new(0.5)?)
+        .add(nn::Linear::new(4096, 4096, device)?)
+        .add(nn::ReLU)
+        .add(nn::Dropout::new(0.5)?)
+        .add(nn::Linear::new(4096, num_classes, device)?);
+    classifier_model(f, (7, 7), classifier)
+}
+
+/// torchvision's `resnet18()`: [`BasicBlock`]s, two per stage (11,689,512
+/// parameters for 1000 classes).
+pub fn resnet18(num_classes: usize, device: &Device) -> Result<Sequential> {
+    resnet::resnet::<BasicBlock>(&[2, 2, 2, 2], num_classes, device)
+}
+
+/// torchvision's `resnet50()`: [`Bottleneck`] blocks (ResNet v1.5, the stride on
+/// the 3 × 3 convolution), 3, 4, 6 and 3 per stage (25,557,032 parameters for 1000
+/// classes).
+pub fn resnet50(num_classes: usize, device: &Device) -> Result<Sequential> {
+    resnet::resnet::<Bottleneck>(&[3, 4, 6, 3], num_classes, device)
+}
+
+/// A multilayer perceptron `sizes[0] → sizes[1] → ... → sizes[n-1]`: `Linear`
+/// layers with ReLU between (none after the last), children `0`, `1`, ... as
+/// `nn.Sequential` numbers them. Parameters are drawn layer by layer, weight then
+/// bias, as PyTorch draws them.
+///
+/// ```
+/// use ember::models;
+/// use ember::prelude::*;
+/// let iris = models::mlp(&[4, 8, 9, 3], &Device::Cpu)?;
+/// assert_eq!(iris.len(), 5);
+/// assert_eq!(iris.num_parameters(), 4 * 8 + 8 + 8 * 9 + 9 + 9 * 3 + 3);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn mlp(sizes: &[usize], device: &Device) -> Result<Sequential> {
+    let mut model = Sequential::new();
+    for (i, w) in sizes.windows(2).enumerate() {
+        if i > 0 {
+            model = model.add(nn::ReLU);
+        }
+        model = model.add(nn::Linear::new(w[0], w[1], device)?);
+    }
+    Ok(model)
+}
+
+/// The digits lesson's CNN, for `[N, 1, 8, 8]` images and 10 classes: conv 3 × 3
+/// (16, padding 1), ReLU, conv 3 × 3 (32, padding 1), ReLU, max pool 2, flatten,
+/// 512 → 64, ReLU, 64 → 10.
+pub fn digits_cnn(device: &Device) -> Result<Sequential> {
+    cnn(10, device)
+}
+
+/// [`digits_cnn`] with `num_classes` outputs.
+fn cnn(num_classes: usize, device: &Device) -> Result<Sequential> {
+    let same = Conv2dOptions::default().padding(1);
+    Ok(Sequential::new()
+        .add(nn::Conv2d::new(1, 16, 3, same, device)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(16, 32, 3, same, device)?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(32 * 4 * 4, 64, device)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(64, num_classes, device)?))
+}

@@ -1,0 +1,328 @@
+//! torchvision's ResNet: the residual blocks and the network around them.
+
+use crate::nn::{self, BatchNorm2d, Conv2d, Module, Sequential};
+use crate::{Conv2dOptions, Device, Pool2dOptions, Result, Tensor};
+
+/// A child's forward inside its module scope (`conv1` of `layer1.0` runs as
+/// `layer1.0.conv1` for the meta device's accounting), as `Sequential` runs its
+/// children.
+fn child(name: &str, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
+    let _scope = crate::meta::enter_module(name);
+    let y = module.forward(x)?;
+    crate::meta::module_output(y.shape(), y.dtype());
+    Ok(y)
+}
+
+/// A 3 × 3 convolution without bias, padding 1 (torchvision's `conv3x3`).
+fn conv3x3(c_in: usize, c_out: usize, stride: usize, device: &Device) -> Result<Conv2d> {
+    let options = Conv2dOptions::default().stride(stride).padding(1);
+    Conv2d::with_bias(c_in, c_out, 3, false, options, device)
+}
+
+/// A 1 × 1 convolution without bias (torchvision's `conv1x1`).
+fn conv1x1(c_in: usize, c_out: usize, stride: usize, device: &Device) -> Result<Conv2d> {
+    let options = Conv2dOptions::default().stride(stride);
+    Conv2d::with_bias(c_in, c_out, 1, false, options, device)
+}
+
+/// The shortcut's projection where the block changes the shape (a stride or a
+/// channel count): 1 × 1 convolution and batch norm, children `0` and `1`.
+fn downsample(
+    c_in: usize,
+    c_out: usize,
+    stride: usize,
+    device: &Device,
+) -> Result<Option<Sequential>> {
+    if stride == 1 && c_in == c_out {
+        return Ok(None);
+    }
+    Ok(Some(
+        Sequential::new()
+            .add(conv1x1(c_in, c_out, stride, device)?)
+            .add(BatchNorm2d::new(c_out, device)?),
+    ))
+}
+
+/// Parameters or buffers of named children, prefixed with their names.
+fn prefixed(
+    children: Vec<(&'static str, &dyn Module)>,
+    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
+) -> Vec<(String, Tensor)> {
+    let mut all = Vec::new();
+    for (name, m) in children {
+        all.extend(f(m).into_iter().map(|(n, t)| (format!("{name}.{n}"), t)));
+    }
+    all
+}
+
+/// Implements `Module` for a block from its `run` (the forward) and its
+/// `children`/`children_mut` (the state, in torchvision's order).
+macro_rules! block_module {
+    ($t:ty) => {
+        impl Module for $t {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                self.run(x)
+            }
+
+            fn named_parameters(&self) -> Vec<(String, Tensor)> {
+                prefixed(self.children(), |m| m.named_parameters())
+            }
+
+            fn named_buffers(&self) -> Vec<(String, Tensor)> {
+                prefixed(self.children(), |m| m.named_buffers())
+            }
+
+            fn to_device(&mut self, device: &Device) -> Result<()> {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.to_device(device))
+            }
+
+            fn to_empty(&mut self, device: &Device) -> Result<()> {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.to_empty(device))
+            }
+
+            fn reset_parameters(&mut self) -> Result<()> {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.reset_parameters())
+            }
+
+            fn set_training(&mut self, training: bool) {
+                self.children_mut()
+                    .into_iter()
+                    .for_each(|(_, m)| m.set_training(training))
+            }
+        }
+    };
+}
+
+/// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,
+/// `stride`), `bn1`, ReLU, `conv2` (3 × 3), `bn2`, plus the input, or its
+/// `downsample` projection where the shape changes, then ReLU. The forward enters
+/// the module scopes `conv1`, `bn1`, `relu`, `conv2`, `bn2`, `downsample`.
+pub struct BasicBlock {
+    pub conv1: Conv2d,
+    pub bn1: BatchNorm2d,
+    pub conv2: Conv2d,
+    pub bn2: BatchNorm2d,
+    pub downsample: Option<Sequential>,
+}
+
+impl BasicBlock {
+    /// The output has `planes * EXPANSION` channels.
+    pub const EXPANSION: usize = 1;
+
+    /// A block from `inplanes` to `planes` channels; `stride` 2 halves the height
+    /// and width. The shortcut is projected (`downsample`: 1 × 1 convolution with
+    /// `stride`, batch norm) when `stride != 1` or the channels change, as
+    /// torchvision's `_make_layer` does.
+    pub fn new(
+        inplanes: usize,
+        planes: usize,
+        stride: usize,
+        device: &Device,
+    ) -> Result<BasicBlock> {
+        Ok(BasicBlock {
+            conv1: conv3x3(inplanes, planes, stride, device)?,
+            bn1: BatchNorm2d::new(planes, device)?,
+            conv2: conv3x3(planes, planes, 1, device)?,
+            bn2: BatchNorm2d::new(planes, device)?,
+            downsample: downsample(inplanes, planes * Self::EXPANSION, stride, device)?,
+        })
+    }
+
+    fn run(&self, x: &Tensor) -> Result<Tensor> {
+        let out = child("conv1", &self.conv1, x)?;
+        let out = child("bn1", &self.bn1, &out)?;
+        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("conv2", &self.conv2, &out)?;
+        let out = child("bn2", &self.bn2, &out)?;
+        let identity = match &self.downsample {
+            Some(d) => child("downsample", d, x)?,
+            None => x.clone(),
+        };
+        child("relu", &nn::ReLU, &out.add(&identity)?)
+    }
+
+    fn children(&self) -> Vec<(&'static str, &dyn Module)> {
+        let mut v: Vec<(&'static str, &dyn Module)> = vec![
+            ("conv1", &self.conv1),
+            ("bn1", &self.bn1),
+            ("conv2", &self.conv2),
+            ("bn2", &self.bn2),
+        ];
+        if let Some(d) = &self.downsample {
+            v.push(("downsample", d));
+        }
+        v
+    }
+
+    fn children_mut(&mut self) -> Vec<(&'static str, &mut dyn Module)> {
+        let mut v: Vec<(&'static str, &mut dyn Module)> = vec![
+            ("conv1", &mut self.conv1),
+            ("bn1", &mut self.bn1),
+            ("conv2", &mut self.conv2),
+            ("bn2", &mut self.bn2),
+        ];
+        if let Some(d) = &mut self.downsample {
+            v.push(("downsample", d));
+        }
+        v
+    }
+}
+
+block_module!(BasicBlock);
+
+/// ResNet-50/101/152's residual block (torchvision's `Bottleneck`, ResNet v1.5):
+/// `conv1` (1 × 1 to `planes`), `bn1`, ReLU, `conv2` (3 × 3, `stride`), `bn2`,
+/// ReLU, `conv3` (1 × 1 to `4 · planes`), `bn3`, plus the input or its
+/// `downsample` projection, then ReLU. The forward enters the module scopes of
+/// those names (`relu` for each ReLU).
+pub struct Bottleneck {
+    pub conv1: Conv2d,
+    pub bn1: BatchNorm2d,
+    pub conv2: Conv2d,
+    pub bn2: BatchNorm2d,
+    pub conv3: Conv2d,
+    pub bn3: BatchNorm2d,
+    pub downsample: Option<Sequential>,
+}
+
+impl Bottleneck {
+    /// The output has `planes * EXPANSION` channels.
+    pub const EXPANSION: usize = 4;
+
+    /// A block from `inplanes` to `4 · planes` channels through a `planes`-wide 3
+    /// × 3 convolution with `stride`; the shortcut is projected when `stride != 1`
+    /// or `inplanes != 4 · planes`.
+    pub fn new(
+        inplanes: usize,
+        planes: usize,
+        stride: usize,
+        device: &Device,
+    ) -> Result<Bottleneck> {
+        let out = planes * Self::EXPANSION;
+        Ok(Bottleneck {
+            conv1: conv1x1(inplanes, planes, 1, device)?,
+            bn1: BatchNorm2d::new(planes, device)?,
+            conv2: conv3x3(planes, planes, stride, device)?,
+            bn2: BatchNorm2d::new(planes, device)?,
+            conv3: conv1x1(planes, out, 1, device)?,
+            bn3: BatchNorm2d::new(out, device)?,
+            downsample: downsample(inplanes, out, stride, device)?,
+        })
+    }
+
+    fn run(&self, x: &Tensor) -> Result<Tensor> {
+        let out = child("conv1", &self.conv1, x)?;
+        let out = child("bn1", &self.bn1, &out)?;
+        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("conv2", &self.conv2, &out)?;
+        let out = child("bn2", &self.bn2, &out)?;
+        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("conv3", &self.conv3, &out)?;
+        let out = child("bn3", &self.bn3, &out)?;
+        let identity = match &self.downsample {
+            Some(d) => child("downsample", d, x)?,
+            None => x.clone(),
+        };
+        child("relu", &nn::ReLU, &out.add(&identity)?)
+    }
+
+    fn children(&self) -> Vec<(&'static str, &dyn Module)> {
+        let mut v: Vec<(&'static str, &dyn Module)> = vec![
+            ("conv1", &self.conv1),
+            ("bn1", &self.bn1),
+            ("conv2", &self.conv2),
+            ("bn2", &self.bn2),
+            ("conv3", &self.conv3),
+            ("bn3", &self.bn3),
+        ];
+        if let Some(d) = &self.downsample {
+            v.push(("downsample", d));
+        }
+        v
+    }
+
+    fn children_mut(&mut self) -> Vec<(&'static str, &mut dyn Module)> {
+        let mut v: Vec<(&'static str, &mut dyn Module)> = vec![
+            ("conv1", &mut self.conv1),
+            ("bn1", &mut self.bn1),
+            ("conv2", &mut self.conv2),
+            ("bn2", &mut self.bn2),
+            ("conv3", &mut self.conv3),
+            ("bn3", &mut self.bn3),
+        ];
+        if let Some(d) = &mut self.downsample {
+            v.push(("downsample", d));
+        }
+        v
+    }
+}
+
+block_module!(Bottleneck);
+
+/// What `resnet` needs of a block type.
+pub(super) trait Block: Module + Sized + 'static {
+    const EXPANSION: usize;
+    fn build(inplanes: usize, planes: usize, stride: usize, device: &Device) -> Result<Self>;
+}
+
+impl Block for BasicBlock {
+    const EXPANSION: usize = BasicBlock::EXPANSION;
+    fn build(inplanes: usize, planes: usize, stride: usize, device: &Device) -> Result<Self> {
+        BasicBlock::new(inplanes, planes, stride, device)
+    }
+}
+
+impl Block for Bottleneck {
+    const EXPANSION: usize = Bottleneck::EXPANSION;
+    fn build(inplanes: usize, planes: usize, stride: usize, device: &Device) -> Result<Self> {
+        Bottleneck::new(inplanes, planes, stride, device)
+    }
+}
+
+/// torchvision's `ResNet(block, layers, num_classes)`: `conv1` (7 × 7, stride 2,
+/// padding 3, no bias), `bn1`, `relu`, `maxpool` (3, stride 2, padding 1),
+/// `layer1` .. `layer4` (64, 128, 256, 512 planes; the first block of layers 2-4
+/// with stride 2), `avgpool` (adaptive, 1 × 1), `flatten`, `fc`.
+pub(super) fn resnet<B: Block>(
+    layers: &[usize; 4],
+    num_classes: usize,
+    device: &Device,
+) -> Result<Sequential> {
+    let stem = Conv2dOptions::default().stride(2).padding(3);
+    let mut model = Sequential::new()
+        .add_named("conv1", Conv2d::with_bias(3, 64, 7, false, stem, device)?)?
+        .add_named("bn1", BatchNorm2d::new(64, device)?)?
+        .add_named("relu", nn::ReLU)?
+        .add_named(
+            "maxpool",
+            nn::MaxPool2d(Pool2dOptions::new(3).stride(2).padding(1)),
+        )?;
+    let mut inplanes = 64;
+    for (i, (&blocks, planes)) in layers.iter().zip([64, 128, 256, 512]).enumerate() {
+        let stride = if i == 0 { 1 } else { 2 };
+        let mut layer = Sequential::new();
+        for b in 0..blocks {
+            layer = layer.add(B::build(
+                inplanes,
+                planes,
+                if b == 0 { stride } else { 1 },
+                device,
+            )?);
+            inplanes = planes * B::EXPANSION;
+        }
+        model = model.add_named(format!("layer{}", i + 1), layer)?;
+    }
+    model
+        .add_named("avgpool", nn::AdaptiveAvgPool2d::new((1, 1)))?
+        .add_named("flatten", nn::Flatten::default())?
+        .add_named(
+            "fc",
+            nn::Linear::new(512 * B::EXPANSION, num_classes, device)?,
+        )
+}

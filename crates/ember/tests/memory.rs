@@ -1,0 +1,291 @@
+//! The memory estimator: its numbers add up and are exact where they can be, it
+//! agrees with the caching allocator's measured peak on a (simulated) GPU, its
+//! batch search agrees with estimates around it, and bad input is an error.
+//!
+//! The comparison with measurement reads the device's process-wide counters, so it
+//! lives in this binary and takes turns; it skips, saying why, without a GPU (CI
+//! runs it on the CUDA simulator, whose caching allocator is ember's real one).
+
+mod common;
+
+use ember::memory::{parse_bytes, Estimator, Phase};
+use ember::nn::{self, Module};
+use ember::optim::{Adam, Optimizer, Sgd};
+use ember::prelude::*;
+use ember::{cuda, models, Conv2dOptions, Pool2dOptions};
+
+fn mlp(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new()
+        .add(nn::Linear::new(784, 1024, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(1024, 1024, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(1024, 10, dev)?))
+}
+
+/// The digits CNN of `ember train digits` (8x8 images).
+fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
+    models::digits_cnn(dev)
+}
+
+fn resnet18(dev: &Device) -> Result<nn::Sequential> {
+    models::resnet18(10, dev)
+}
+
+fn alexnet(dev: &Device) -> Result<nn::Sequential> {
+    models::alexnet(10, dev)
+}
+
+/// An MNIST-sized CNN with a batch norm (buffers) and stride.
+fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 32, 3, Conv2dOptions::default(), dev)?)
+        .add(nn::BatchNorm2d::new(32, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(
+            32,
+            64,
+            3,
+            Conv2dOptions {
+                stride: (2, 2),
+                ..Default::default()
+            },
+            dev,
+        )?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(64 * 6 * 6, 128, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(128, 10, dev)?))
+}
+
+fn sgd(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
+    Ok(Box::new(Sgd::new(p, 0.01).momentum(0.9)))
+}
+
+fn adam(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
+    Ok(Box::new(Adam::new(p, 1e-3)))
+}
+
+#[test]
+fn the_breakdown_adds_up_and_the_state_is_exact() -> Result<()> {
+    for (name, est) in [
+        ("mlp adam", Estimator::new(mlp).input([784]).estimate(64)?),
+        (
+            "cnn sgd",
+            Estimator::new(mnist_cnn)
+                .input([1, 28, 28])
+                .optimizer(sgd)
+                .estimate(32)?,
+        ),
+    ] {
+        assert_eq!(est.at_peak.total(), est.peak_allocated, "{name}");
+        assert!(est.peak_reserved >= est.peak_allocated, "{name}");
+        // parameters and optimizer state are exact
+        let m = if name.starts_with("mlp") {
+            mlp(&Device::Meta)?
+        } else {
+            mnist_cnn(&Device::Meta)?
+        };
+        let n: usize = m.parameters().iter().map(|p| p.numel()).sum();
+        assert_eq!(est.parameters, n, "{name}");
+        assert_eq!(est.parameter_bytes, 4 * n, "{name}");
+        assert_eq!(est.gradient_bytes, 4 * n, "{name}");
+        let moments = if name.ends_with("adam") { 2 } else { 1 };
+        assert_eq!(est.optimizer_state_bytes, moments * 4 * n, "{name}");
+        // at the peak, every parameter and buffer is alive
+        assert_eq!(est.at_peak.parameters, est.parameter_bytes, "{name}");
+        assert_eq!(est.at_peak.buffers, est.buffer_bytes, "{name}");
+        // the second step's peak holds the first step's optimizer state
+        assert!(est.peak_at.step >= 1, "{name}: {:?}", est.peak_at);
+        assert_eq!(
+            est.at_peak.optimizer_state, est.optimizer_state_bytes,
+            "{name}"
+        );
+        assert!(est.at_peak.inputs > 0 && est.at_peak.rounding < est.peak_allocated);
+    }
+    // batch norm's running statistics are buffers
+    let est = Estimator::new(mnist_cnn).input([1, 28, 28]).estimate(8)?;
+    assert_eq!(est.buffer_bytes, 2 * 32 * 4 + 8);
+    Ok(())
+}
+
+#[test]
+fn inference_needs_less_than_training() -> Result<()> {
+    let e = Estimator::new(mlp).input([784]);
+    let train = e.estimate(256)?;
+    let infer = Estimator::new(mlp)
+        .input([784])
+        .training(false)
+        .estimate(256)?;
+    assert!(!infer.training);
+    assert_eq!(infer.at_peak.gradients + infer.at_peak.optimizer_state, 0);
+    assert!(infer.peak_allocated < train.peak_allocated);
+    assert_ne!(infer.peak_at.phase, Phase::Backward);
+    assert_eq!(train.peak_at.phase, Phase::Backward);
+    Ok(())
+}
+
+#[test]
+fn activations_grow_with_the_batch() -> Result<()> {
+    let e = Estimator::new(digits_cnn).input([1, 8, 8]);
+    let (a, b) = (e.estimate(64)?, e.estimate(128)?);
+    assert_eq!(a.parameter_bytes, b.parameter_bytes);
+    assert!(b.peak_allocated > a.peak_allocated);
+    // a convolution's patch matrix is counted where the CUDA path makes one
+    assert!(a.at_peak.workspaces > 0 || a.at_peak.temporaries > 0);
+    Ok(())
+}
+
+/// The search's answer fits and the next batch does not. (Memory is not quite
+/// monotonic in the batch size: which pool and segment size a tensor gets
+/// changes with its size, so a larger batch can occasionally fit where a smaller
+/// one does not; like any bisection, the search finds a boundary.)
+#[test]
+fn max_batch_is_the_largest_batch_that_fits() -> Result<()> {
+    let e = Estimator::new(mlp).input([784]).compute_capability(9);
+    for capacity in [100 << 20, 1 << 30] {
+        let best = e.max_batch(64, capacity, 1 << 20)?.expect("a batch fits");
+        assert!(e.estimate(best)?.fits(capacity), "{best}");
+        assert!(!e.estimate(best + 1)?.fits(capacity), "{best}");
+    }
+    // searching down from a batch that does not fit
+    let best = e
+        .max_batch(1 << 14, 100 << 20, 1 << 20)?
+        .expect("a batch fits");
+    assert!(e.estimate(best)?.fits(100 << 20) && !e.estimate(best + 1)?.fits(100 << 20));
+    let none = e.max_batch(8, 1 << 20, 1 << 16)?;
+    assert_eq!(none, None, "1 MiB holds not even the model");
+    assert_eq!(
+        e.max_batch(8, 1 << 30, 100)?,
+        Some(100),
+        "the limit caps it"
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_input_is_an_error() -> Result<()> {
+    let e = Estimator::new(mlp).input([784]);
+    assert!(e
+        .estimate(0)
+        .unwrap_err()
+        .to_string()
+        .contains("batch size"));
+    let err = Estimator::new(mlp).estimate(4).unwrap_err().to_string();
+    assert!(err.contains(".input"), "{err}");
+    // an input the model cannot take: the error names the shapes
+    let err = Estimator::new(mlp)
+        .input([100])
+        .estimate(4)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("100") && err.contains("784"), "{err}");
+    let err = Estimator::new(digits_cnn)
+        .input([1, 1, 1])
+        .estimate(4)
+        .unwrap_err()
+        .to_string();
+    // the pooling layer's own shapes, the batch's, and the module before it
+    assert!(err.contains("[4, 1, 1, 1]"), "{err}");
+    assert!(err.contains("last module to finish was 3"), "{err}");
+    // a constructor that ignores the device it is given
+    let err = Estimator::new(|_| mlp(&Device::Cpu))
+        .input([784])
+        .estimate(4)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("device it is given"), "{err}");
+    for (s, want) in [
+        ("12GiB", 12usize << 30),
+        ("12 GiB", 12 << 30),
+        ("1.5G", 3 << 29),
+        ("80GB", 80_000_000_000),
+        ("512MiB", 512 << 20),
+        ("4096", 4096),
+    ] {
+        assert_eq!(parse_bytes(s)?, want, "{s}");
+    }
+    for s in ["", "GiB", "-3GiB", "12 parsecs", "0", "1e30GB"] {
+        assert!(parse_bytes(s).is_err(), "{s:?}");
+    }
+    Ok(())
+}
+
+/// The same steps run on `cuda:0`, from a fresh allocator: the estimate's peak is
+/// within 5% of `max_memory_allocated` (minus what was allocated before).
+#[test]
+fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
+    let Some(dev) = common::gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
+        return Ok(());
+    };
+    type Build = fn(&Device) -> Result<nn::Sequential>;
+    type MakeOpt = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
+    let cases: [(&str, Build, Vec<usize>, usize, MakeOpt); 6] = [
+        ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam),
+        ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam),
+        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd),
+        (
+            "mnist cnn with batch norm, sgd",
+            mnist_cnn,
+            vec![1, 28, 28],
+            16,
+            sgd,
+        ),
+        ("resnet-18 on 32x32, sgd", resnet18, vec![3, 32, 32], 4, sgd),
+        ("alexnet on 63x63, sgd", alexnet, vec![3, 63, 63], 2, sgd),
+    ];
+    for (name, build, input, batch, opt) in cases {
+        let est = Estimator::new(build)
+            .input(&input)
+            .optimizer(opt)
+            .estimate(batch)?;
+        let measured = measure(&dev, build, &input, batch, opt, est.steps)?;
+        let err = (est.peak_allocated as f64 - measured as f64).abs() / measured as f64;
+        eprintln!(
+            "{name}: estimated {} bytes, measured {measured} ({:.2}% off)",
+            est.peak_allocated,
+            100.0 * err
+        );
+        assert!(err <= 0.05, "{name}: estimated {est}\nmeasured {measured}");
+    }
+    Ok(())
+}
+
+/// The estimator's loop on a real device: the peak allocated above what was
+/// allocated before.
+fn measure(
+    dev: &Device,
+    build: fn(&Device) -> Result<nn::Sequential>,
+    input: &[usize],
+    batch: usize,
+    opt: fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>,
+    steps: usize,
+) -> Result<usize> {
+    cuda::synchronize(dev)?;
+    cuda::empty_cache(dev)?;
+    let base = cuda::memory_allocated(dev)?;
+    cuda::reset_peak_memory_stats(dev)?;
+    let mut shape = vec![batch];
+    shape.extend_from_slice(input);
+    // the batch, made on the host
+    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?;
+    let ys = Tensor::randint(0, 10, [batch], &Device::Cpu)?;
+    {
+        let model = build(dev)?;
+        let mut o = opt(model.parameters())?;
+        for _ in 0..steps {
+            let (x, y) = (xs.to(dev)?, ys.to(dev)?);
+            let out = model.forward(&x)?;
+            let loss = nn::cross_entropy(&out, &y)?;
+            loss.backward()?;
+            drop((loss, out));
+            o.step()?;
+            o.zero_grad();
+            drop((x, y));
+        }
+    }
+    cuda::synchronize(dev)?;
+    Ok(cuda::max_memory_allocated(dev)? - base)
+}
