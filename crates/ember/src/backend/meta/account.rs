@@ -162,7 +162,7 @@ pub fn module_path() -> String {
 }
 
 /// Reports the output of the module running on this thread (its path is the
-/// current [`module_path`]) to this thread's hook, if any. Modules that run
+/// current [`module_path()`]) to this thread's hook, if any. Modules that run
 /// children call it after each child's forward, inside the child's scope.
 pub fn module_output(shape: &[usize], dtype: DType) {
     let Some(hook) = HOOK.try_with(|h| h.borrow().clone()).ok().flatten() else {
