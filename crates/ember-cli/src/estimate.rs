@@ -2,7 +2,7 @@
 //! the `meta` device before anything runs on a GPU.
 
 use clap::{Args, ValueEnum};
-use ember::memory::{parse_bytes, Estimator};
+use ember::memory::{fmt_bytes, parse_bytes, Estimator};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
 use ember::{cuda, models};
@@ -81,8 +81,8 @@ fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
         what: format!(
             "{dev} ({}: {} free of {})",
             props.name,
-            bytes(free),
-            bytes(total)
+            fmt_bytes(free),
+            fmt_bytes(total)
         ),
         major: Some(props.compute_capability.0),
     }))
@@ -93,11 +93,6 @@ fn invalid(msg: impl Into<String>) -> Error {
         op: "estimate",
         msg: msg.into(),
     }
-}
-
-fn bytes(n: usize) -> String {
-    const GIB: f64 = (1u64 << 30) as f64;
-    format!("{:.2} GiB", n as f64 / GIB)
 }
 
 /// `3x224x224` as `[3, 224, 224]`.

@@ -21,14 +21,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 fn mlp(sizes: &[usize], dev: &Device) -> nn::Sequential {
-    let mut model = nn::Sequential::new();
-    for (i, w) in sizes.windows(2).enumerate() {
-        if i > 0 {
-            model = model.add(nn::ReLU);
-        }
-        model = model.add(nn::Linear::new(w[0], w[1], dev).unwrap());
-    }
-    model
+    ember::models::mlp(sizes, dev).unwrap()
 }
 
 fn step(model: &nn::Sequential, opt: &mut Adam, x: &Tensor, y: &Tensor) -> f32 {
@@ -99,17 +92,7 @@ fn mnist_cnn(dev: &Device) -> nn::Sequential {
 }
 
 fn digits_cnn(dev: &Device) -> nn::Sequential {
-    let same = Conv2dOptions::default().padding(1);
-    nn::Sequential::new()
-        .add(nn::Conv2d::new(1, 16, 3, same, dev).unwrap())
-        .add(nn::ReLU)
-        .add(nn::Conv2d::new(16, 32, 3, same, dev).unwrap())
-        .add(nn::ReLU)
-        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(512, 64, dev).unwrap())
-        .add(nn::ReLU)
-        .add(nn::Linear::new(64, 10, dev).unwrap())
+    ember::models::digits_cnn(dev).unwrap()
 }
 
 fn cnn(c: &mut Criterion) {

@@ -15,12 +15,7 @@ use ember::prelude::*;
 use ember::{cuda, models, Conv2dOptions, Pool2dOptions};
 
 fn mlp(dev: &Device) -> Result<nn::Sequential> {
-    Ok(nn::Sequential::new()
-        .add(nn::Linear::new(784, 1024, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(1024, 1024, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(1024, 10, dev)?))
+    models::mlp(&[784, 1024, 1024, 10], dev)
 }
 
 /// The digits CNN of `ember train digits` (8x8 images).

@@ -395,20 +395,9 @@ fn meta_tensors_print_their_size() -> Result<()> {
     Ok(())
 }
 
-/// The digits CNN of `ember train digits` (1×8×8 → conv 16 → conv 32 → pool → 64 →
-/// 10) on `dev`.
+/// The digits CNN of `ember train digits` on `dev`.
 fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
-    let same = Conv2dOptions::default().padding(1);
-    Ok(nn::Sequential::new()
-        .add(nn::Conv2d::new(1, 16, 3, same, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Conv2d::new(16, 32, 3, same, dev)?)
-        .add(nn::ReLU)
-        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(32 * 4 * 4, 64, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(64, 10, dev)?))
+    ember::models::digits_cnn(dev)
 }
 
 /// A whole training step runs on meta: forward, loss, backward, optimizer step

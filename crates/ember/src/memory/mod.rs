@@ -41,7 +41,7 @@
 
 mod report;
 
-use crate::backend::alloc::{Allocator, RawMemory};
+use crate::backend::alloc::{AllocError, Allocator, RawMemory};
 use crate::meta::{AllocHook, MetaEvent};
 use crate::nn::Module;
 use crate::optim::{Adam, Optimizer};
@@ -49,6 +49,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use crate::backend::alloc::fmt_bytes;
 pub use report::{parse_bytes, ModuleRow};
 
 /// The part of a training step an allocation happens in.
@@ -200,7 +201,7 @@ impl Estimate {
         }
         capacity
             .checked_sub(self.outside_allocator)
-            .is_some_and(|c| runs_within(&self.events, c))
+            .is_some_and(|c| matches!(replay(&self.events, Some(c)), Ok(Some(_))))
     }
 }
 
@@ -304,7 +305,8 @@ impl<M: Module> Estimator<M> {
         let events = std::mem::take(&mut *lock(&trace.events));
         let modules = std::mem::take(&mut *lock(&trace.modules));
         let outputs = std::mem::take(&mut *lock(&trace.outputs));
-        let replay = replay(&events)?;
+        let replay = replay(&events, None)?
+            .ok_or_else(|| Error::invalid("estimate", "the unlimited replay ran out of memory"))?;
         let at_peak = replay.breakdown(&events, summary.buffer_bytes);
         let rows = report::module_rows(&events, &replay, &modules, &outputs, &summary.names);
         Ok(Estimate {
@@ -592,31 +594,6 @@ impl RawMemory for Ledger {
     fn synchronize(&self) {}
 }
 
-/// Replays `events` through the caching allocator on a device of `capacity`
-/// bytes: whether every allocation succeeds (the allocator releasing its cache
-/// and retrying where the device is full, as it does on a GPU).
-fn runs_within(events: &[Event], capacity: usize) -> bool {
-    let mut alloc = Allocator::new(Ledger::new(Some(capacity)));
-    let mut addr: HashMap<u64, u64> = HashMap::new();
-    for e in events {
-        match *e {
-            Event::Alloc { id, bytes, .. } => match alloc.alloc(bytes) {
-                Ok(a) => {
-                    addr.insert(id, a);
-                }
-                Err(_) => return false,
-            },
-            Event::Free { id } => {
-                if let Some(a) = addr.remove(&id) {
-                    alloc.free(a);
-                }
-            }
-            Event::Mark { .. } => {}
-        }
-    }
-    true
-}
-
 /// How an allocation counts, from when it was made and whether it outlived the
 /// phase that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -654,10 +631,12 @@ pub(crate) struct Replay {
     pub lives: HashMap<u64, Life>,
 }
 
-/// Replays `events` through ember's caching allocator and classifies each
-/// allocation.
-fn replay(events: &[Event]) -> Result<Replay> {
-    let mut alloc = Allocator::new(Ledger::new(None));
+/// Replays `events` through ember's caching allocator on a device of `capacity`
+/// bytes (`None`: unlimited) and classifies each allocation; `None` when an
+/// allocation fails even after the allocator released its cache and retried, as
+/// it does on a GPU.
+fn replay(events: &[Event], capacity: Option<usize>) -> Result<Option<Replay>> {
+    let mut alloc = Allocator::new(Ledger::new(capacity));
     let mut addr: HashMap<u64, u64> = HashMap::new();
     let mut lives: HashMap<u64, Life> = HashMap::new();
     // per allocation: the mark it was made in and the mark it was freed in
@@ -680,9 +659,16 @@ fn replay(events: &[Event]) -> Result<Replay> {
                 workspace,
                 module,
             } => {
-                let a = alloc.alloc(bytes).map_err(|e| {
-                    Error::invalid("estimate", format!("the allocator's replay failed: {e:?}"))
-                })?;
+                let a = match alloc.alloc(bytes) {
+                    Ok(a) => a,
+                    Err(AllocError::OutOfMemory { .. }) => return Ok(None),
+                    Err(AllocError::Driver(e)) => {
+                        return Err(Error::invalid(
+                            "estimate",
+                            format!("the allocator's replay failed: {e}"),
+                        ))
+                    }
+                };
                 addr.insert(id, a);
                 let block = alloc.block_size(a).unwrap_or(0);
                 let mark = marks.len().saturating_sub(1);
@@ -738,18 +724,18 @@ fn replay(events: &[Event]) -> Result<Replay> {
         };
     }
     out.lives = lives;
-    Ok(out)
+    Ok(Some(out))
 }
 
 impl Replay {
     /// What was allocated just after the peak event, by category; the model's
     /// state splits into parameters and `buffer_bytes` of buffers.
     fn breakdown(&self, events: &[Event], buffer_bytes: usize) -> Breakdown {
-        let mut live: HashMap<u64, ()> = HashMap::new();
+        let mut live = std::collections::HashSet::new();
         for e in events.iter().take(self.peak_event + 1) {
             match *e {
                 Event::Alloc { id, .. } => {
-                    live.insert(id, ());
+                    live.insert(id);
                 }
                 Event::Free { id } => {
                     live.remove(&id);
@@ -758,7 +744,7 @@ impl Replay {
             }
         }
         let mut b = Breakdown::default();
-        for id in live.keys() {
+        for id in &live {
             if let Some(l) = self.lives.get(id) {
                 b.add(l.category, l.bytes);
                 b.rounding += l.block - l.bytes;

@@ -99,6 +99,39 @@ macro_rules! block_module {
     };
 }
 
+/// `children` and `children_mut` of a block: its fields `$f` in order, then
+/// `downsample` where there is one.
+macro_rules! block_children {
+    ($($f:ident),*) => {
+        fn children(&self) -> Vec<(&'static str, &dyn Module)> {
+            let mut v: Vec<(&'static str, &dyn Module)> = vec![$((stringify!($f), &self.$f)),*];
+            if let Some(d) = &self.downsample {
+                v.push(("downsample", d));
+            }
+            v
+        }
+
+        fn children_mut(&mut self) -> Vec<(&'static str, &mut dyn Module)> {
+            let mut v: Vec<(&'static str, &mut dyn Module)> =
+                vec![$((stringify!($f), &mut self.$f)),*];
+            if let Some(d) = &mut self.downsample {
+                v.push(("downsample", d));
+            }
+            v
+        }
+    };
+}
+
+/// The end of a block: `out` plus the input (or its `downsample` projection),
+/// then ReLU.
+fn residual(downsample: Option<&Sequential>, x: &Tensor, out: Tensor) -> Result<Tensor> {
+    let identity = match downsample {
+        Some(d) => child("downsample", d, x)?,
+        None => x.clone(),
+    };
+    child("relu", &nn::ReLU, &out.add(&identity)?)
+}
+
 /// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,
 /// `stride`), `bn1`, ReLU, `conv2` (3 × 3), `bn2`, plus the input, or its
 /// `downsample` projection where the shape changes, then ReLU. The forward enters
@@ -140,38 +173,10 @@ impl BasicBlock {
         let out = child("relu", &nn::ReLU, &out)?;
         let out = child("conv2", &self.conv2, &out)?;
         let out = child("bn2", &self.bn2, &out)?;
-        let identity = match &self.downsample {
-            Some(d) => child("downsample", d, x)?,
-            None => x.clone(),
-        };
-        child("relu", &nn::ReLU, &out.add(&identity)?)
+        residual(self.downsample.as_ref(), x, out)
     }
 
-    fn children(&self) -> Vec<(&'static str, &dyn Module)> {
-        let mut v: Vec<(&'static str, &dyn Module)> = vec![
-            ("conv1", &self.conv1),
-            ("bn1", &self.bn1),
-            ("conv2", &self.conv2),
-            ("bn2", &self.bn2),
-        ];
-        if let Some(d) = &self.downsample {
-            v.push(("downsample", d));
-        }
-        v
-    }
-
-    fn children_mut(&mut self) -> Vec<(&'static str, &mut dyn Module)> {
-        let mut v: Vec<(&'static str, &mut dyn Module)> = vec![
-            ("conv1", &mut self.conv1),
-            ("bn1", &mut self.bn1),
-            ("conv2", &mut self.conv2),
-            ("bn2", &mut self.bn2),
-        ];
-        if let Some(d) = &mut self.downsample {
-            v.push(("downsample", d));
-        }
-        v
-    }
+    block_children!(conv1, bn1, conv2, bn2);
 }
 
 block_module!(BasicBlock);
@@ -225,42 +230,10 @@ impl Bottleneck {
         let out = child("relu", &nn::ReLU, &out)?;
         let out = child("conv3", &self.conv3, &out)?;
         let out = child("bn3", &self.bn3, &out)?;
-        let identity = match &self.downsample {
-            Some(d) => child("downsample", d, x)?,
-            None => x.clone(),
-        };
-        child("relu", &nn::ReLU, &out.add(&identity)?)
+        residual(self.downsample.as_ref(), x, out)
     }
 
-    fn children(&self) -> Vec<(&'static str, &dyn Module)> {
-        let mut v: Vec<(&'static str, &dyn Module)> = vec![
-            ("conv1", &self.conv1),
-            ("bn1", &self.bn1),
-            ("conv2", &self.conv2),
-            ("bn2", &self.bn2),
-            ("conv3", &self.conv3),
-            ("bn3", &self.bn3),
-        ];
-        if let Some(d) = &self.downsample {
-            v.push(("downsample", d));
-        }
-        v
-    }
-
-    fn children_mut(&mut self) -> Vec<(&'static str, &mut dyn Module)> {
-        let mut v: Vec<(&'static str, &mut dyn Module)> = vec![
-            ("conv1", &mut self.conv1),
-            ("bn1", &mut self.bn1),
-            ("conv2", &mut self.conv2),
-            ("bn2", &mut self.bn2),
-            ("conv3", &mut self.conv3),
-            ("bn3", &mut self.bn3),
-        ];
-        if let Some(d) = &mut self.downsample {
-            v.push(("downsample", d));
-        }
-        v
-    }
+    block_children!(conv1, bn1, conv2, bn2, conv3, bn3);
 }
 
 block_module!(Bottleneck);
