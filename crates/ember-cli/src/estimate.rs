@@ -33,7 +33,8 @@ pub struct EstimateArgs {
     /// The optimizer.
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerKind,
-    /// The parameters' dtype (only float32 until modules can change dtype).
+    /// The dtype of the parameters, the inputs and the computation: f32, bf16,
+    /// f16 (or f64).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Estimate inference (a forward pass under no_grad) instead of training.
@@ -95,15 +96,15 @@ fn invalid(msg: impl Into<String>) -> Error {
     }
 }
 
-/// `3x224x224` as `[3, 224, 224]`.
-fn parse_shape(s: &str) -> ember::Result<Vec<usize>> {
+/// `3x224x224` as `[3, 224, 224]` (an error naming `op` otherwise).
+pub(crate) fn parse_shape(s: &str, op: &'static str) -> ember::Result<Vec<usize>> {
     let dims: Option<Vec<usize>> = s
         .split(['x', 'X', ','])
         .map(|p| p.trim().parse::<usize>().ok().filter(|&d| d > 0))
         .collect();
-    dims.filter(|d| !d.is_empty() && d.len() <= 4).ok_or_else(|| {
-        invalid(format!("--input {s:?}: write one sample's shape as positive sizes joined by x, such as 3x224x224"),
-        )
+    dims.filter(|d| !d.is_empty() && d.len() <= 4).ok_or_else(|| Error::InvalidArgument {
+        op,
+        msg: format!("--input {s:?}: write one sample's shape as positive sizes joined by x, such as 3x224x224"),
     })
 }
 
@@ -116,16 +117,16 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             models::NAMES.join(", ")
         )));
     }
-    if args.dtype != "f32" && args.dtype != "float32" {
+    let dtype: DType = args.dtype.parse()?;
+    if !dtype.is_float() {
         return Err(invalid(format!(
-            "--dtype {}: ember's modules are built in float32 and cannot yet be converted to \
-                 another dtype, so only f32 can be estimated",
+            "--dtype {}: a model's parameters are floating point: use f32, bf16, f16 or f64",
             args.dtype
         )));
     }
     let small = matches!(name.as_str(), "mlp" | "cnn");
     let input = match &args.input {
-        Some(s) => parse_shape(s)?,
+        Some(s) => parse_shape(s, "estimate")?,
         None if name == "mlp" => vec![64],
         None if name == "cnn" => vec![1, 8, 8],
         None => vec![3, 224, 224],
@@ -135,6 +136,7 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let build_name = name.clone();
     let mut est = Estimator::new(move |dev| models::by_name(&build_name, classes, dev))
         .input(&input)
+        .dtype(dtype)
         .training(!args.inference);
     est = match args.optimizer {
         OptimizerKind::Sgd => est.optimizer(|p| {

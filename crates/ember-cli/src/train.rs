@@ -1,14 +1,21 @@
 //! `ember train`: a classifier on a data set shipped in `data/` (Iris or the UCI
-//! digits), trained by a [`Trial`] on the chosen device.
+//! digits), or a model of the zoo on random images (`fake`), trained by a
+//! [`Trial`] on the chosen device. On a GPU the training step's memory is estimated
+//! first (on the meta device): a run that would not fit is refused before it
+//! starts, and the measured peak is printed next to the estimate after it.
 
+use crate::estimate::parse_shape;
 use clap::{Args, ValueEnum};
+use ember::cuda;
 use ember::data::{self, DataLoader, TensorDataset};
-use ember::models::{digits_cnn, mlp};
+use ember::memory::{fmt_bytes, Estimate, Estimator};
+use ember::models::{self, digits_cnn, mlp};
 use ember::nn::{self, Module};
-use ember::optim::Adam;
+use ember::optim::{Adam, Optimizer};
 use ember::prelude::*;
 use ember::train::{Checkpoint, Progress, Trial};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Dataset {
@@ -16,14 +23,9 @@ pub enum Dataset {
     Iris,
     /// UCI optical digits: 1797 images of 8×8 pixels, 10 classes.
     Digits,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModelKind {
-    /// A multi-layer perceptron (Iris: the lesson's 4-8-9-3; digits: 64-128-10).
-    Mlp,
-    /// A small convolutional network (digits only).
-    Cnn,
+    /// Random images and labels (torchvision's FakeData) of --input's shape and
+    /// --classes: for the speed and memory of the model zoo's image models.
+    Fake,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -43,9 +45,27 @@ pub struct TrainArgs {
     /// Learning rate (Adam) [default: iris 0.01, digits 0.001 (cnn) / 0.01 (mlp)].
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Model [default: iris mlp, digits cnn].
-    #[arg(long, value_enum)]
-    pub model: Option<ModelKind>,
+    /// Model: mlp or cnn, or on fake data any of ember::models (alexnet, vgg11,
+    /// vgg16, resnet18, resnet50) [default: iris mlp, digits cnn, fake resnet18].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Fake data: one sample's shape [default: 3x224x224; mlp 64; cnn 1x8x8].
+    #[arg(long, value_name = "SHAPE")]
+    pub input: Option<String>,
+    /// Fake data: the number of classes [default: 1000; mlp and cnn 10].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
+    pub classes: Option<u64>,
+    /// Fake data: the number of samples (a fifth of them for testing).
+    #[arg(long, default_value_t = 640, value_parser = clap::value_parser!(u64).range(2..=(1 << 24)))]
+    pub samples: u64,
+    /// Print the estimate of the training step's memory (`ember estimate`) before
+    /// training.
+    #[arg(long)]
+    pub estimate: bool,
+    /// Train on a GPU even when the estimate says the step does not fit in its free
+    /// memory.
+    #[arg(long)]
+    pub skip_memory_check: bool,
     /// Seed for the split, the initial weights and the shuffling.
     #[arg(long, default_value_t = 32)]
     pub seed: u64,
@@ -76,6 +96,11 @@ impl Default for TrainArgs {
             batch_size: None,
             lr: None,
             model: None,
+            input: None,
+            classes: None,
+            samples: 640,
+            estimate: false,
+            skip_memory_check: false,
             seed: 32,
             plot: None,
             checkpoint: None,
@@ -113,69 +138,31 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
                 .into(),
         });
     }
-    let file = match args.dataset {
-        Dataset::Iris => "iris.csv",
-        Dataset::Digits => "digits.csv",
-    };
-    let path = match &args.data {
-        Some(dir) => dir.join(file),
-        None => data::find_data_file(file)?,
-    };
-    let kind = args.model.unwrap_or(match args.dataset {
-        Dataset::Iris => ModelKind::Mlp,
-        Dataset::Digits => ModelKind::Cnn,
-    });
-    let (x, y) = match args.dataset {
-        Dataset::Iris => data::load_iris(&path)?,
-        // pixels 0..16 to 0..1
-        Dataset::Digits => {
-            let (x, y) = data::load_digits(&path)?;
-            (x.div(16.0)?, y)
-        }
-    };
-    let (x_train, x_test, y_train, y_test) = data::train_test_split(&x, &y, 0.2, args.seed)?;
-    let (n_train, n_test) = (y_train.numel(), y_test.numel());
+    let data = load(args)?;
+    let (n_train, n_test) = (data.y_train.numel(), data.y_test.numel());
+    let epochs = args.epochs.map_or(data.epochs, |e| e as usize);
+    let batch = args.batch_size.map_or(data.batch, |b| b as usize);
+    let lr = args.lr.unwrap_or(data.lr);
+    let eval_batch = 256;
+    // the estimate (on meta: it also checks, before anything is drawn or loaded on
+    // a device, that the model takes the input), and on a GPU the check that the
+    // training fits
+    let checked = memory_check(args, &data, &device, batch, eval_batch, lr)?;
 
     ember::manual_seed(args.seed);
-    let cpu = Device::Cpu;
-    let (model, x_train, x_test, lr_default, epochs_default, batch_default) =
-        match (args.dataset, kind) {
-            (Dataset::Iris, ModelKind::Mlp) => {
-                (mlp(&[4, 8, 9, 3], &cpu)?, x_train, x_test, 0.01, 100, 120)
-            }
-            (Dataset::Iris, ModelKind::Cnn) => {
-                return Err(Error::InvalidArgument {
-                    op: "train",
-                    msg: "--model cnn needs image data: use it with digits".into(),
-                })
-            }
-            (Dataset::Digits, ModelKind::Mlp) => {
-                (mlp(&[64, 128, 10], &cpu)?, x_train, x_test, 0.01, 15, 64)
-            }
-            (Dataset::Digits, ModelKind::Cnn) => (
-                digits_cnn(&cpu)?,
-                x_train.reshape([n_train, 1, 8, 8])?,
-                x_test.reshape([n_test, 1, 8, 8])?,
-                0.001,
-                15,
-                64,
-            ),
-        };
-    let epochs = args.epochs.map_or(epochs_default, |e| e as usize);
-    let batch = args.batch_size.map_or(batch_default, |b| b as usize);
-    let lr = args.lr.unwrap_or(lr_default);
+    let model = (data.build)(&Device::Cpu)?;
     let params = model.num_parameters();
     let opt = Adam::new(model.parameters(), lr);
-    let train = DataLoader::new(TensorDataset::new(x_train, y_train)?, batch)?.shuffle(args.seed);
-    let test = DataLoader::new(TensorDataset::new(x_test, y_test)?, 256)?;
+    let train =
+        DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?.shuffle(args.seed);
+    let test = DataLoader::new(TensorDataset::new(data.x_test, data.y_test)?, eval_batch)?;
     println!(
-        "training a {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
-        match kind {
-            ModelKind::Mlp => "MLP",
-            ModelKind::Cnn => "CNN",
-        },
-        path.display(),
+        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
+        data.model, data.source,
     );
+    if device.is_cuda() {
+        cuda::reset_peak_memory_stats(&device)?;
+    }
     let mut trial = Trial::new(model, opt, nn::cross_entropy)
         .metrics(&["loss", "accuracy"])?
         .progress(if args.quiet {
@@ -230,5 +217,287 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         history.write_csv(&csv)?;
         println!("curves: {} and {}", plot.display(), csv.display());
     }
+    if device.is_cuda() {
+        let measured = cuda::max_memory_allocated(&device)?;
+        print!("peak memory allocated: {} measured", fmt_bytes(measured));
+        let (train, eval) = &checked;
+        println!(
+            ", {} estimated (training step {}, evaluation {})",
+            fmt_bytes(train.peak_allocated.max(eval.peak_allocated)),
+            fmt_bytes(train.peak_allocated),
+            fmt_bytes(eval.peak_allocated)
+        );
+    }
     Ok(())
+}
+
+/// Builds the model on the device it is given.
+type Build = Arc<dyn Fn(&Device) -> ember::Result<Box<dyn Module>> + Send + Sync>;
+
+/// A data set split for training and testing, the model for it (built by
+/// `build` on the device given), and the defaults that suit them.
+struct Data {
+    x_train: Tensor,
+    x_test: Tensor,
+    y_train: Tensor,
+    y_test: Tensor,
+    /// What the samples are, for the first line printed.
+    source: String,
+    /// The model's name as printed (`ResNet-18`) and as `ember::models` knows it
+    /// (`resnet18`).
+    model: String,
+    name: String,
+    classes: usize,
+    build: Build,
+    /// One sample's shape.
+    input: Vec<usize>,
+    lr: f64,
+    epochs: usize,
+    batch: usize,
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op: "train",
+        msg: msg.into(),
+    }
+}
+
+fn load(args: &TrainArgs) -> ember::Result<Data> {
+    let name = match &args.model {
+        Some(m) => m.to_ascii_lowercase(),
+        None => match args.dataset {
+            Dataset::Iris => "mlp".into(),
+            Dataset::Digits => "cnn".into(),
+            Dataset::Fake => "resnet18".into(),
+        },
+    };
+    if !models::NAMES.contains(&name.as_str()) {
+        return Err(invalid(format!(
+            "unknown model {name:?}; the models are {}",
+            models::NAMES.join(", ")
+        )));
+    }
+    if args.dataset != Dataset::Fake && (args.input.is_some() || args.classes.is_some()) {
+        return Err(invalid(
+            "--input and --classes set the shape of fake data; iris and digits have their own",
+        ));
+    }
+    let image_model = !matches!(name.as_str(), "mlp" | "cnn");
+    if args.dataset != Dataset::Fake && image_model {
+        return Err(invalid(format!(
+            "--model {name} takes colour images (3xHxW); train it on \
+             fake data (`ember train fake --model {name}`), or use mlp or cnn"
+        )));
+    }
+    if args.dataset == Dataset::Fake {
+        return fake(args, name);
+    }
+    let file = match args.dataset {
+        Dataset::Iris => "iris.csv",
+        _ => "digits.csv",
+    };
+    let path = match &args.data {
+        Some(dir) => dir.join(file),
+        None => data::find_data_file(file)?,
+    };
+    let (x, y) = match args.dataset {
+        Dataset::Iris => data::load_iris(&path)?,
+        // pixels 0..16 to 0..1
+        _ => {
+            let (x, y) = data::load_digits(&path)?;
+            (x.div(16.0)?, y)
+        }
+    };
+    let (x_train, x_test, y_train, y_test) = data::train_test_split(&x, &y, 0.2, args.seed)?;
+    let (n_train, n_test) = (y_train.numel(), y_test.numel());
+    let boxed = |m: ember::Result<nn::Sequential>| m.map(|m| Box::new(m) as Box<dyn Module>);
+    let (build, input, x_train, x_test, lr, epochs, batch): (Build, _, _, _, _, _, _) =
+        match (args.dataset, name.as_str()) {
+            (Dataset::Iris, "mlp") => (
+                Arc::new(move |d: &Device| boxed(mlp(&[4, 8, 9, 3], d))),
+                vec![4],
+                x_train,
+                x_test,
+                0.01,
+                100,
+                120,
+            ),
+            (Dataset::Iris, _) => {
+                return Err(invalid("--model cnn needs image data: use it with digits"))
+            }
+            (_, "mlp") => (
+                Arc::new(move |d: &Device| boxed(mlp(&[64, 128, 10], d))),
+                vec![64],
+                x_train,
+                x_test,
+                0.01,
+                15,
+                64,
+            ),
+            _ => (
+                Arc::new(move |d: &Device| boxed(digits_cnn(d))),
+                vec![1, 8, 8],
+                x_train.reshape([n_train, 1, 8, 8])?,
+                x_test.reshape([n_test, 1, 8, 8])?,
+                0.001,
+                15,
+                64,
+            ),
+        };
+    Ok(Data {
+        x_train,
+        x_test,
+        y_train,
+        y_test,
+        source: path.display().to_string(),
+        model: display_name(&name),
+        name,
+        classes: if args.dataset == Dataset::Iris { 3 } else { 10 },
+        build,
+        input,
+        lr,
+        epochs,
+        batch,
+    })
+}
+
+/// How a model is called in print.
+fn display_name(name: &str) -> String {
+    match name {
+        "mlp" => "MLP".into(),
+        "cnn" => "CNN".into(),
+        "alexnet" => "AlexNet".into(),
+        "vgg11" => "VGG-11".into(),
+        "vgg16" => "VGG-16".into(),
+        "resnet18" => "ResNet-18".into(),
+        "resnet50" => "ResNet-50".into(),
+        other => other.into(),
+    }
+}
+
+/// Random images in [0, 1) and random labels (torchvision's `FakeData`), drawn
+/// from the seed.
+fn fake(args: &TrainArgs, name: String) -> ember::Result<Data> {
+    let small = matches!(name.as_str(), "mlp" | "cnn");
+    let input = match &args.input {
+        Some(s) => parse_shape(s, "train")?,
+        None if name == "mlp" => vec![64],
+        None if name == "cnn" => vec![1, 8, 8],
+        None => vec![3, 224, 224],
+    };
+    let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
+    let n = args.samples as usize;
+    let n_test = (n / 5).max(1);
+    ember::manual_seed(args.seed);
+    let draw = |count: usize| -> ember::Result<(Tensor, Tensor)> {
+        let mut shape = vec![count];
+        shape.extend_from_slice(&input);
+        Ok((
+            Tensor::rand(shape.as_slice(), &Device::Cpu)?,
+            Tensor::randint(0, classes as i64, [count], &Device::Cpu)?,
+        ))
+    };
+    let (x_train, y_train) = draw(n - n_test)?;
+    let (x_test, y_test) = draw(n_test)?;
+    let shape: Vec<String> = input.iter().map(|d| d.to_string()).collect();
+    let model_name = name.clone();
+    Ok(Data {
+        x_train,
+        x_test,
+        y_train,
+        y_test,
+        source: format!("fake data ({} images, {classes} classes)", shape.join("x")),
+        model: display_name(&name),
+        name,
+        classes,
+        build: Arc::new(move |d: &Device| models::by_name(&model_name, classes, d)),
+        input,
+        lr: 0.001,
+        epochs: 1,
+        batch: 64,
+    })
+}
+
+/// Estimates the training step (Adam, cross-entropy) at `batch` and the
+/// evaluation at `eval_batch` on the meta device (which fails, naming the layer,
+/// for an input the model cannot take); prints the training estimate with
+/// `--estimate`. On a GPU, refuses (with the largest batch that fits) when either
+/// does not fit in its free memory, unless `--skip-memory-check`.
+fn memory_check(
+    args: &TrainArgs,
+    data: &Data,
+    device: &Device,
+    batch: usize,
+    eval_batch: usize,
+    lr: f64,
+) -> ember::Result<(Estimate, Estimate)> {
+    let target = match device {
+        Device::Cuda(i) => Some((cuda::mem_get_info(device)?.0, cuda::device_properties(*i)?)),
+        _ => None,
+    };
+    let major = target.as_ref().map_or(9, |(_, p)| p.compute_capability.0);
+    let estimator = || {
+        let build = data.build.clone();
+        Estimator::new(move |d| build(d))
+            .input(&data.input)
+            .optimizer(move |p| {
+                let o: Box<dyn Optimizer> = Box::new(Adam::new(p, lr));
+                Ok(o)
+            })
+            .compute_capability(major)
+    };
+    let est = estimator();
+    let train = est.estimate(batch)?;
+    let eval = estimator()
+        .training(false)
+        .estimate(eval_batch.min(data.x_test.shape()[0]).max(1))?;
+    if args.estimate {
+        print!("{train}");
+    }
+    let Some((free, props)) = target else {
+        return Ok((train, eval));
+    };
+    if args.skip_memory_check || (train.fits(free) && eval.fits(free)) {
+        return Ok((train, eval));
+    }
+    let (what, e) = if train.fits(free) {
+        ("evaluating", &eval)
+    } else {
+        ("training", &train)
+    };
+    let largest = if train.fits(free) {
+        None
+    } else {
+        est.max_batch(batch, free, batch)?
+    };
+    let advice = match largest {
+        Some(b) => format!("the largest batch that fits is {b} (--batch-size {b})"),
+        None => "not even a batch of one fits".into(),
+    };
+    let shape: Vec<String> = data.input.iter().map(|d| d.to_string()).collect();
+    let see = match args.dataset {
+        // the lesson's 4-8-9-3 network is not one of ember::models
+        Dataset::Iris => String::new(),
+        _ => format!(
+            "; `ember estimate --model {} --input {} --classes {} --optimizer adam \
+             --batch-size {} --device {device}` shows where the memory goes",
+            data.name,
+            shape.join("x"),
+            data.classes,
+            e.batch_size,
+        ),
+    };
+    Err(invalid(format!(
+        "{what} {} at batch {} needs an estimated {} (peak allocated {}, reserved {}), and \
+         {device} ({}) has {} free: not started; {advice}{see}; --skip-memory-check trains \
+         anyway",
+        data.model,
+        e.batch_size,
+        fmt_bytes(e.required()),
+        fmt_bytes(e.peak_allocated),
+        fmt_bytes(e.peak_reserved),
+        props.name,
+        fmt_bytes(free),
+    )))
 }

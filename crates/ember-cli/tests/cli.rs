@@ -101,6 +101,10 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--batch-size", "0"],
         &["train", "iris", "--resume"],
         &["train", "digits", "--model", "rnn"],
+        &["train", "digits", "--model", "vgg16"],
+        &["train", "iris", "--input", "3x3"],
+        &["train", "fake", "--model", "vgg16", "--input", "3x16x16"],
+        &["train", "fake", "--samples", "1"],
         &["train", "iris", "--plot", "curves.jpg"],
         &["train", "iris", "--device", "meta"],
         &["bench", "--device", "meta", "--quick"],
@@ -117,6 +121,15 @@ fn bad_flags_and_values_fail_with_one_line() {
     }
     let (_, _, err) = ember(&["train", "iris", "--device", "tpu"]);
     assert!(err.contains("\"cuda:N\""), "{err}");
+    let (_, _, err) = ember(&["train", "digits", "--model", "vgg16"]);
+    assert!(err.contains("ember train fake --model vgg16"), "{err}");
+    // an input the model cannot take fails on meta, naming the layer, before any
+    // data is drawn or training starts
+    let (_, out, err) = ember(&["train", "fake", "--model", "vgg16", "--input", "3x16x16"]);
+    assert!(
+        err.contains("max_pool2d") && err.contains("features.29") && out.is_empty(),
+        "{out}{err}"
+    );
     // `meta` parses, but has no values to train on or to time
     let (_, out, err) = ember(&["train", "iris", "--device", "meta"]);
     assert!(
@@ -265,4 +278,129 @@ fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
         assert!(!ok, "{args:?}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `ember` with the CUDA simulator standing in for a GPU of `memory_mb` MiB
+/// (set on the child, so it runs in every test pass).
+fn ember_on_simulator(args: &[&str], memory_mb: usize) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args)
+        .env("EMBER_CUDA_SIMULATOR", "1")
+        .env("EMBER_SIM_MEMORY_MB", memory_mb.to_string())
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("running ember");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn train_estimates_on_the_cpu_and_refuses_a_gpu_run_that_cannot_fit() {
+    let (ok, out, err) = ember(&[
+        "train",
+        "fake",
+        "--model",
+        "resnet18",
+        "--input",
+        "3x32x32",
+        "--classes",
+        "10",
+        "--samples",
+        "20",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--estimate",
+        "-q",
+    ]);
+    assert!(ok, "{err}");
+    for want in [
+        "layer4.1",
+        "peak allocated:",
+        "training ResNet-18 (11181642 parameters)",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    // AlexNet with Adam at batch 512 on a 1.1 GB GPU: refused up front, with the
+    // largest batch that fits
+    let args = [
+        "train",
+        "fake",
+        "--model",
+        "alexnet",
+        "--input",
+        "3x64x64",
+        "--samples",
+        "40",
+        "--batch-size",
+        "512",
+        "--device",
+        "cuda:0",
+    ];
+    let (ok, out, err) = ember_on_simulator(&args, 1100);
+    assert!(!ok && !out.contains("epoch"), "{out}{err}");
+    for want in [
+        "needs an estimated",
+        "not started",
+        "--skip-memory-check",
+        "--optimizer adam",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+    let best: usize = err
+        .split("the largest batch that fits is ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no largest batch in\n{err}"));
+    // the batch it names fits, and one more does not
+    let fits = |b: usize| {
+        let b = b.to_string();
+        let (ok, out, err) = ember(&[
+            "estimate",
+            "--model",
+            "alexnet",
+            "--input",
+            "3x64x64",
+            "--optimizer",
+            "adam",
+            "--batch-size",
+            &b,
+            "--memory",
+            "1100MiB",
+        ]);
+        assert!(ok, "{err}");
+        !out.contains("does NOT fit")
+    };
+    assert!(best > 1 && best < 512, "{err}");
+    assert!(fits(best) && !fits(best + 1), "{best}: {err}");
+}
+
+#[test]
+fn train_on_a_gpu_prints_the_measured_peak_next_to_the_estimate() {
+    let (ok, out, err) = ember_on_simulator(
+        &[
+            "train", "digits", "--device", "cuda:0", "--epochs", "1", "-q",
+        ],
+        4096,
+    );
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("peak memory allocated: "))
+        .unwrap_or_else(|| panic!("no peak line in\n{out}"));
+    // "peak memory allocated: 14.66 MiB measured, 14.21 MiB estimated (...)"
+    let mib = |s: &str| -> f64 {
+        let v: Vec<&str> = s.split_whitespace().collect();
+        assert_eq!(v[1], "MiB", "{line}");
+        v[0].parse().unwrap()
+    };
+    let rest = line.trim_start_matches("peak memory allocated: ");
+    let (measured, estimated) = rest.split_once(" measured, ").unwrap();
+    let (measured, estimated) = (mib(measured), mib(estimated));
+    assert!((measured - estimated).abs() / measured <= 0.05, "{line}");
 }

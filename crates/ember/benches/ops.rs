@@ -63,5 +63,10 @@ fn tiny_add(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, matmul, elementwise, tiny_add);
+criterion_group! {
+    name = benches;
+    // the report's plots need a system font, which a bare machine may lack
+    config = Criterion::default().without_plots();
+    targets = matmul, elementwise, tiny_add
+}
 criterion_main!(benches);

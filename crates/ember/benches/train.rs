@@ -160,5 +160,10 @@ fn meta_step(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, iris, mlp_step, cnn, meta_step);
+criterion_group! {
+    name = benches;
+    // the report's plots need a system font, which a bare machine may lack
+    config = Criterion::default().without_plots();
+    targets = iris, mlp_step, cnn, meta_step
+}
 criterion_main!(benches);

@@ -217,26 +217,63 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     };
     type Build = fn(&Device) -> Result<nn::Sequential>;
     type MakeOpt = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
-    let cases: [(&str, Build, Vec<usize>, usize, MakeOpt); 6] = [
-        ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam),
-        ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam),
-        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd),
+    /// name, model, one sample's shape, batch, optimizer, dtype
+    type Case = (&'static str, Build, Vec<usize>, usize, MakeOpt, DType);
+    let f32 = DType::F32;
+    let bf16 = DType::BF16;
+    let cases: [Case; 8] = [
+        ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam, f32),
+        ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam, f32),
+        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
+        (
+            "digits cnn in bf16, sgd",
+            digits_cnn,
+            vec![1, 8, 8],
+            256,
+            sgd,
+            bf16,
+        ),
         (
             "mnist cnn with batch norm, sgd",
             mnist_cnn,
             vec![1, 28, 28],
             16,
             sgd,
+            f32,
         ),
-        ("resnet-18 on 32x32, sgd", resnet18, vec![3, 32, 32], 4, sgd),
-        ("alexnet on 63x63, sgd", alexnet, vec![3, 63, 63], 2, sgd),
+        (
+            "resnet-18 on 32x32, sgd",
+            resnet18,
+            vec![3, 32, 32],
+            4,
+            sgd,
+            f32,
+        ),
+        (
+            "resnet-18 on 32x32 in bf16, sgd",
+            resnet18,
+            vec![3, 32, 32],
+            4,
+            sgd,
+            bf16,
+        ),
+        (
+            "alexnet on 63x63, sgd",
+            alexnet,
+            vec![3, 63, 63],
+            2,
+            sgd,
+            f32,
+        ),
     ];
-    for (name, build, input, batch, opt) in cases {
+    for (name, build, input, batch, opt, dtype) in cases {
         let est = Estimator::new(build)
             .input(&input)
             .optimizer(opt)
+            .dtype(dtype)
             .estimate(batch)?;
-        let measured = measure(&dev, build, &input, batch, opt, est.steps)?;
+        assert_eq!(est.dtype, dtype);
+        let measured = measure(&dev, build, &input, batch, opt, dtype, est.steps)?;
         let err = (est.peak_allocated as f64 - measured as f64).abs() / measured as f64;
         eprintln!(
             "{name}: estimated {} bytes, measured {measured} ({:.2}% off)",
@@ -248,7 +285,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     Ok(())
 }
 
-/// The estimator's loop on a real device: the peak allocated above what was
+/// The estimator's loop on a real device (the model built on the host in `dtype`): the peak allocated above what was
 /// allocated before.
 fn measure(
     dev: &Device,
@@ -256,6 +293,7 @@ fn measure(
     input: &[usize],
     batch: usize,
     opt: fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>,
+    dtype: DType,
     steps: usize,
 ) -> Result<usize> {
     cuda::synchronize(dev)?;
@@ -265,10 +303,13 @@ fn measure(
     let mut shape = vec![batch];
     shape.extend_from_slice(input);
     // the batch, made on the host
-    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?;
+    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
     let ys = Tensor::randint(0, 10, [batch], &Device::Cpu)?;
     {
-        let model = build(dev)?;
+        // built on the host, converted, then moved, as a training script does
+        let mut model = build(&Device::Cpu)?;
+        model.to_dtype(dtype)?;
+        model.to_device(dev)?;
         let mut o = opt(model.parameters())?;
         for _ in 0..steps {
             let (x, y) = (xs.to(dev)?, ys.to(dev)?);

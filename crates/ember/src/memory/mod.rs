@@ -226,6 +226,7 @@ pub struct Estimator<M> {
     training: bool,
     steps: usize,
     outside: usize,
+    dtype: Option<DType>,
 }
 
 impl<M: Module> Estimator<M> {
@@ -239,6 +240,7 @@ impl<M: Module> Estimator<M> {
             training: true,
             steps: 2,
             outside: 0,
+            dtype: None,
         }
     }
 
@@ -267,6 +269,14 @@ impl<M: Module> Estimator<M> {
     /// evaluation mode, no loss, no optimizer.
     pub fn training(mut self, on: bool) -> Self {
         self.training = on;
+        self
+    }
+
+    /// Converts the model to `dtype` (a floating-point type) after building it
+    /// ([`Module::to_dtype`]); the inputs take the parameters' dtype. Default: the
+    /// model as built (float32 for ember's layers).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = Some(dtype);
         self
     }
 
@@ -302,7 +312,7 @@ impl<M: Module> Estimator<M> {
         let trace = Arc::new(Trace::default());
         let run = crate::meta::with_hook(trace.clone(), || self.run(&trace, batch_size));
         let summary = run?;
-        let events = std::mem::take(&mut *lock(&trace.events));
+        let events = without_setup_temporaries(std::mem::take(&mut *lock(&trace.events)));
         let modules = std::mem::take(&mut *lock(&trace.modules));
         let outputs = std::mem::take(&mut *lock(&trace.outputs));
         let replay = replay(&events, None)?
@@ -370,6 +380,9 @@ impl<M: Module> Estimator<M> {
         let meta = Device::Meta;
         trace.mark(0, Phase::Setup);
         let mut model = (self.build)(&meta)?;
+        if let Some(d) = self.dtype {
+            model.to_dtype(d)?;
+        }
         let state = model.state_dict();
         if let Some((name, t)) = state.iter().find(|(_, t)| t.device() != meta) {
             return Err(Error::invalid(
@@ -471,6 +484,42 @@ struct Summary {
     optimizer_state_bytes: usize,
     /// Parameter names and element counts, for the module table.
     names: Vec<(String, usize)>,
+}
+
+/// `events` less the allocations made and freed while the model and optimizer
+/// were being built (a float32 weight converted to bfloat16, an initialiser's
+/// draw): the steps start from the state setup leaves, as they do on a GPU when the
+/// model is built on the CPU and moved there, where such buffers never exist.
+fn without_setup_temporaries(events: Vec<Event>) -> Vec<Event> {
+    let setup_end = events
+        .iter()
+        .skip(1)
+        .position(|e| matches!(e, Event::Mark { .. }))
+        .map_or(events.len(), |i| i + 1);
+    let made: std::collections::HashSet<u64> = events[..setup_end]
+        .iter()
+        .filter_map(|e| match *e {
+            Event::Alloc { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    let dropped: std::collections::HashSet<u64> = events[..setup_end]
+        .iter()
+        .filter_map(|e| match *e {
+            Event::Free { id } if made.contains(&id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    if dropped.is_empty() {
+        return events;
+    }
+    events
+        .into_iter()
+        .filter(|e| match *e {
+            Event::Alloc { id, .. } | Event::Free { id } => !dropped.contains(&id),
+            Event::Mark { .. } => true,
+        })
+        .collect()
 }
 
 /// One entry of the trace.

@@ -84,6 +84,12 @@ macro_rules! block_module {
                     .try_for_each(|(_, m)| m.to_empty(device))
             }
 
+            fn to_dtype(&mut self, dtype: crate::DType) -> Result<()> {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.to_dtype(dtype))
+            }
+
             fn reset_parameters(&mut self) -> Result<()> {
                 self.children_mut()
                     .into_iter()

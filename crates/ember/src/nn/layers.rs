@@ -1,6 +1,8 @@
 //! Layers and activations.
 
-use super::{assign, empty_parameter, fresh_parameter, move_parameter, parameter, Module};
+use super::{
+    assign, cast_state, empty_parameter, fresh_parameter, move_parameter, parameter, Module,
+};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// `y = x Wᵀ + b` (`nn.Linear`). Weights and bias start uniform in
@@ -103,6 +105,10 @@ impl Module for Linear {
         empty_weight_bias(&mut self.weight, &mut self.bias, device)
     }
 
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        cast_weight_bias(&mut self.weight, &mut self.bias, dtype)
+    }
+
     fn reset_parameters(&mut self) -> Result<()> {
         let bound = uniform_bound(self.weight.shape()[1]);
         reset_uniform(&self.weight, self.bias.as_ref(), bound)
@@ -133,6 +139,14 @@ fn empty_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, device: &Device) ->
     *w = empty_parameter(w, device)?;
     if let Some(t) = b {
         *t = empty_parameter(t, device)?;
+    }
+    Ok(())
+}
+
+fn cast_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, dtype: DType) -> Result<()> {
+    *w = cast_state(w, dtype)?;
+    if let Some(t) = b {
+        *t = cast_state(t, dtype)?;
     }
     Ok(())
 }
@@ -278,6 +292,13 @@ impl Module for Sequential {
         self.layers
             .iter_mut()
             .try_for_each(|(_, l)| l.to_empty(device))
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        super::float_target(dtype)?;
+        self.layers
+            .iter_mut()
+            .try_for_each(|(_, l)| l.to_dtype(dtype))
     }
 
     fn reset_parameters(&mut self) -> Result<()> {
@@ -475,6 +496,10 @@ impl Module for Conv2d {
         empty_weight_bias(&mut self.weight, &mut self.bias, device)
     }
 
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        cast_weight_bias(&mut self.weight, &mut self.bias, dtype)
+    }
+
     fn reset_parameters(&mut self) -> Result<()> {
         let fan_in: usize = self.weight.shape()[1..].iter().product();
         reset_uniform(&self.weight, self.bias.as_ref(), uniform_bound(fan_in))
@@ -603,6 +628,9 @@ pub struct LazyLinear {
     out_features: usize,
     bias: bool,
     device: Device,
+    /// The parameters' dtype once made ([`Module::to_dtype`] before the first
+    /// forward sets it).
+    dtype: DType,
     inner: std::sync::OnceLock<Linear>,
 }
 
@@ -618,6 +646,7 @@ impl LazyLinear {
             out_features,
             bias,
             device: *device,
+            dtype: DType::F32,
             inner: std::sync::OnceLock::new(),
         }
     }
@@ -642,7 +671,9 @@ impl Module for LazyLinear {
                     "the input must have at least one dim (the features)",
                 ));
             };
-            let layer = Linear::with_bias(in_features, self.out_features, self.bias, &self.device)?;
+            let mut layer =
+                Linear::with_bias(in_features, self.out_features, self.bias, &self.device)?;
+            layer.to_dtype(self.dtype)?;
             // another thread may have won the race; its layer is used then
             let _ = self.inner.set(layer);
         }
@@ -673,6 +704,15 @@ impl Module for LazyLinear {
         self.device = *device;
         match self.inner.get_mut() {
             Some(l) => l.to_empty(device),
+            None => Ok(()),
+        }
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        super::float_target(dtype)?;
+        self.dtype = dtype;
+        match self.inner.get_mut() {
+            Some(l) => l.to_dtype(dtype),
             None => Ok(()),
         }
     }

@@ -26,7 +26,7 @@ pub use layers::{
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 
-use crate::{Device, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 
 /// A layer or model: a forward function over parameters it owns.
 pub trait Module: Send + Sync {
@@ -83,6 +83,27 @@ pub trait Module: Send + Sync {
     /// modules without state (activations, pooling), and refuses the others.
     fn to_empty(&mut self, _device: &Device) -> Result<()> {
         stateless(self, "to_empty")
+    }
+
+    /// Converts the floating-point parameters and buffers to `dtype`
+    /// (`module.to(dtype)`); integer buffers (batch norm's `num_batches_tracked`)
+    /// keep theirs, and parameters stay leaves that require a gradient. `dtype`
+    /// must be a floating-point type.
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::prelude::*;
+    /// let mut layer = nn::Linear::new(4, 2, &Device::Cpu)?;
+    /// layer.to_dtype(DType::BF16)?;
+    /// assert_eq!(layer.parameters()[0].dtype(), DType::BF16);
+    /// assert!(layer.to_dtype(DType::I64).is_err());
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    ///
+    /// Like [`to_empty`](Self::to_empty), the default is for modules without state.
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        float_target(dtype)?;
+        stateless(self, "to_dtype")
     }
 
     /// Initialises the parameters and buffers again as a new module does
@@ -147,6 +168,10 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).to_empty(device)
     }
 
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        (**self).to_dtype(dtype)
+    }
+
     fn reset_parameters(&mut self) -> Result<()> {
         (**self).reset_parameters()
     }
@@ -183,6 +208,29 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
             "this module has parameters or buffers but does not implement it",
         ))
     }
+}
+
+/// `Ok` for a floating-point `dtype`, the one kind a module converts to.
+pub(crate) fn float_target(dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(crate::Error::invalid(
+            "to_dtype",
+            format!("a module converts only to a floating-point dtype, not {dtype}"),
+        ))
+    }
+}
+
+/// `t` converted to `dtype` when it is floating point (a parameter stays a leaf
+/// that requires a gradient); integer and bool tensors, and tensors already of
+/// `dtype`, as they are.
+pub(crate) fn cast_state(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    float_target(dtype)?;
+    if !t.dtype().is_float() || t.dtype() == dtype {
+        return Ok(t.clone());
+    }
+    crate::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
 }
 
 /// A fresh leaf that requires a gradient, holding `t`'s values (copied: `t` may

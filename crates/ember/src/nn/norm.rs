@@ -1,6 +1,6 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
-use super::{assign, empty_parameter, fresh_parameter, move_parameter, Module};
+use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
@@ -237,6 +237,20 @@ impl<const D: usize> Module for BatchNorm<D> {
         ];
         for t in buffers.into_iter().flatten() {
             *t = Tensor::empty(t.shape(), t.dtype(), device)?;
+        }
+        Ok(())
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        let all = [
+            &mut self.weight,
+            &mut self.bias,
+            &mut self.running_mean,
+            &mut self.running_var,
+            &mut self.num_batches_tracked,
+        ];
+        for t in all.into_iter().flatten() {
+            *t = cast_state(t, dtype)?;
         }
         Ok(())
     }

@@ -303,9 +303,11 @@ impl Trial {
         for batch in loader.epoch(epoch as u64 - 1) {
             let (x, y) = batch?;
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
+            // the last step's gradients go before the forward pass, not after it,
+            // so that they and this step's activations are never alive together
+            self.optimizer.zero_grad();
             let out = self.model.forward(&x)?;
             let loss = (self.loss_fn)(&out, &y)?;
-            self.optimizer.zero_grad();
             loss.backward()?;
             self.optimizer.step()?;
             let loss_v = loss.item::<f64>()?;

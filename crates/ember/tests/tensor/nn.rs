@@ -397,6 +397,7 @@ device_test!(
     modules_match_pytorch,
     batchnorm_and_lazy_linear,
     named_children_and_layers_for_models,
+    modules_convert_to_another_dtype,
 );
 
 /// PyTorch's default initial parameters (Kaiming-uniform weights, bias bounds,
@@ -740,5 +741,52 @@ fn named_children_and_layers_for_models(dev: &Device) -> Result<()> {
     let x = Tensor::randn([2, 3, 5, 5], dev)?.requires_grad_(true)?;
     pool((1, 1)).forward(&x)?.sum_all()?.backward()?;
     assert_close(&vals(&x.grad().unwrap()), &[1.0 / 25.0; 150], 1e-6, 1e-7);
+    Ok(())
+}
+
+/// `Module::to_dtype` (`module.to(dtype)`): floating-point parameters and buffers
+/// convert, integer buffers stay, parameters stay leaves; the model then trains in
+/// that dtype; integer targets are refused.
+fn modules_convert_to_another_dtype(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(5);
+    let mut model = nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 2, 3, Conv2dOptions::default(), dev)?)
+        .add(nn::BatchNorm2d::new(2, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Flatten::default())
+        .add(nn::LazyLinear::new(3, dev));
+    let before = model.state_dict();
+    model.to_dtype(DType::BF16)?;
+    for ((name, old), (_, new)) in before.iter().zip(model.state_dict().iter()) {
+        let want = if name.ends_with("num_batches_tracked") {
+            DType::I64
+        } else {
+            DType::BF16
+        };
+        assert_eq!(new.dtype(), want, "{name}");
+        assert_eq!(vals(new), vals(&old.to_dtype(want)?), "{name}");
+        assert_eq!(new.requires_grad(), old.requires_grad(), "{name}");
+        assert_eq!(new.device(), *dev, "{name}");
+    }
+    // the lazy layer, made at the first forward, is made in bfloat16
+    let x = Tensor::randn([4, 1, 5, 5], dev)?.to_dtype(DType::BF16)?;
+    let y = Tensor::from_slice(&[0i64, 1, 2, 1], [4], dev)?;
+    let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+    assert_eq!(loss.dtype(), DType::BF16);
+    loss.backward()?;
+    for (name, p) in model.named_parameters() {
+        assert_eq!(p.dtype(), DType::BF16, "{name}");
+        assert_eq!(p.grad().map(|g| g.dtype()), Some(DType::BF16), "{name}");
+    }
+    // back to float32 (the values bfloat16 kept), and refusals
+    model.to_dtype(DType::F32)?;
+    assert!(model.parameters().iter().all(|p| p.dtype() == DType::F32));
+    for bad in [DType::I64, DType::U8, DType::Bool] {
+        let err = model.to_dtype(bad).unwrap_err();
+        assert!(err.to_string().contains("floating-point"), "{err}");
+        assert!(nn::ReLU.to_dtype(bad).is_err());
+    }
+    assert!(model.parameters().iter().all(|p| p.dtype() == DType::F32));
     Ok(())
 }
