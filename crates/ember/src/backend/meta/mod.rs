@@ -78,11 +78,6 @@ impl Drop for MetaStorage {
 }
 
 /// The elements of a convolution's patch matrix (im2col): `[n, c·kh·kw, oh·ow]`.
-fn patches(s: &ConvShape) -> usize {
-    let (kh, kw) = s.win.kernel;
-    s.n * s.c * kh * kw * s.oh * s.ow
-}
-
 impl BackendStorage for MetaStorage {
     fn dtype(&self) -> DType {
         self.dtype
@@ -184,11 +179,25 @@ impl BackendStorage for MetaStorage {
         b: Option<(&Self, &Layout)>,
         s: &ConvShape,
     ) -> Result<Self> {
-        // as ember's CUDA path: the patches, their product with the weight, and
-        // (with a bias) the sum written to a new output, each alive until the op ends
+        // as ember's CUDA path (backend/cuda/ops/convolution.rs): the patches and
+        // their product with the weight, in one pass or in passes of `chunk`
+        // samples copied into the output; with a bias, the sum written to a new
+        // output
         let y = s.n * s.o * s.oh * s.ow;
-        let _patches = MetaStorage::workspace(self.dtype, patches(s))?;
-        let product = self.like(y)?;
+        let chunk = s.samples_per_pass(self.dtype.size_in_bytes());
+        let product = if chunk >= s.n {
+            let _patches = MetaStorage::workspace(self.dtype, s.n * s.patches_per_sample())?;
+            self.like(y)?
+        } else {
+            let out = self.like(y)?;
+            for n0 in (0..s.n).step_by(chunk) {
+                let n = chunk.min(s.n - n0);
+                let patches = MetaStorage::workspace(self.dtype, n * s.patches_per_sample())?;
+                let _part = MetaStorage::workspace(self.dtype, n * s.o * s.oh * s.ow)?;
+                drop(patches);
+            }
+            out
+        };
         match b {
             Some(_) => {
                 let out = self.like(y);
@@ -209,22 +218,59 @@ impl BackendStorage for MetaStorage {
     ) -> Result<ConvGrads<Self>> {
         // as ember's CUDA path: the input's gradient folds the patches' gradient
         // back; the weight's sums a per-sample product of the output's gradient and
-        // the patches over the batch
-        let (kh, kw) = s.win.kernel;
-        let per_sample = s.o * (s.c / s.groups) * kh * kw;
+        // the patches over the batch; in passes of `chunk` samples when the
+        // patches of the batch exceed the budget
+        let dt = self.dtype;
+        let weight = s.weight_numel();
+        let chunk = s.samples_per_pass(dt.size_in_bytes());
+        // one pass's buffers; the result as `result` makes it
+        let input_grad = |n: usize, result: fn(DType, usize) -> Result<MetaStorage>| {
+            let _gpatches = MetaStorage::workspace(dt, n * s.patches_per_sample())?;
+            result(dt, n * s.c * s.h * s.w)
+        };
+        let weight_part = |n: usize, result: fn(DType, usize) -> Result<MetaStorage>| {
+            let patches = MetaStorage::workspace(dt, n * s.patches_per_sample())?;
+            let _products = MetaStorage::workspace(dt, n * weight)?;
+            drop(patches);
+            result(dt, weight)
+        };
+        if chunk >= s.n {
+            let gx = need
+                .0
+                .then(|| input_grad(s.n, MetaStorage::new))
+                .transpose()?;
+            let gw = need
+                .1
+                .then(|| weight_part(s.n, MetaStorage::new))
+                .transpose()?;
+            return Ok((gx, gw));
+        }
+        let passes: Vec<usize> = (0..s.n)
+            .step_by(chunk)
+            .map(|n0| chunk.min(s.n - n0))
+            .collect();
         let gx = need
             .0
-            .then(|| {
-                let _gpatches = MetaStorage::workspace(self.dtype, patches(s))?;
-                self.like(s.n * s.c * s.h * s.w)
+            .then(|| -> Result<MetaStorage> {
+                let gx = self.like(s.n * s.c * s.h * s.w)?;
+                for &n in &passes {
+                    input_grad(n, MetaStorage::workspace)?;
+                }
+                Ok(gx)
             })
             .transpose()?;
         let gw = need
             .1
-            .then(|| {
-                let _patches = MetaStorage::workspace(self.dtype, patches(s))?;
-                let _products = MetaStorage::workspace(self.dtype, s.n * per_sample)?;
-                self.like(per_sample)
+            .then(|| -> Result<MetaStorage> {
+                let mut sum = weight_part(passes[0], MetaStorage::workspace)?;
+                for (i, &n) in passes.iter().enumerate().skip(1) {
+                    let part = weight_part(n, MetaStorage::workspace)?;
+                    // the running sum: a workspace until the last, which is returned
+                    let last = i + 1 == passes.len();
+                    sum = MetaStorage::reported(dt, weight, !last)?;
+                    drop(part);
+                }
+                Ok(sum)
             })
             .transpose()?;
         Ok((gx, gw))

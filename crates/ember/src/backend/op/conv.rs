@@ -46,6 +46,55 @@ pub(crate) struct ConvShape {
     pub win: Window,
 }
 
+/// The most bytes of per-sample buffers ember's CUDA convolution makes at once (the
+/// im2col patch matrix `[samples, c·kh·kw, oh·ow]`, and for the weight gradient one
+/// `[o, c/g·kh·kw]` product per sample), unless `EMBER_CONV_PATCH_BYTES` says
+/// otherwise (read once per process).
+pub(crate) const PATCH_BYTES: usize = 64 << 20;
+
+fn patch_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var("EMBER_CONV_PATCH_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(PATCH_BYTES)
+    })
+}
+
+impl ConvShape {
+    /// The patches of one sample, in elements.
+    pub fn patches_per_sample(&self) -> usize {
+        let (kh, kw) = self.win.kernel;
+        self.c * kh * kw * self.oh * self.ow
+    }
+
+    /// The weight's elements (`o · c/g · kh · kw`): one sample's product in the
+    /// weight gradient.
+    pub fn weight_numel(&self) -> usize {
+        let (kh, kw) = self.win.kernel;
+        self.o * (self.c / self.groups.max(1)) * kh * kw
+    }
+
+    /// Samples per pass of the im2col path: as many as keep a pass's per-sample
+    /// buffers (patches and weight-gradient products) of `elem_bytes`-byte elements
+    /// within the budget ([`PATCH_BYTES`]), at least one, at most the batch. The
+    /// CUDA backend and the meta device's mirror of its memory both use it.
+    pub fn samples_per_pass(&self, elem_bytes: usize) -> usize {
+        let per = (self.patches_per_sample() + self.weight_numel()).saturating_mul(elem_bytes);
+        let n = self.n.max(1);
+        if per == 0 {
+            return n;
+        }
+        (patch_bytes() / per).clamp(1, n)
+    }
+
+    /// This shape for `n` of its samples.
+    pub fn with_batch(&self, n: usize) -> ConvShape {
+        ConvShape { n, ..*self }
+    }
+}
+
 /// Pooling flavour.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Pool {

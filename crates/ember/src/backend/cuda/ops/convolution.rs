@@ -2,11 +2,14 @@
 //! matrix through cuBLAS, one batched product over the groups (group `gi` owns
 //! patch rows `gi·K/g ..`, so the patches view as `[n, g, K/g, p]` and the weight
 //! as `[g, o/g, K/g]`); the backward pass multiplies back and folds the patches'
-//! gradient into the input's (col2im). Where cuDNN is switched on and can take the
-//! shapes, its convolutions run instead. The bias is added (and, by the tensor
+//! gradient into the input's (col2im). The patches of a large batch would not fit
+//! (VGG-16's second convolution at batch 128 makes 14.8 GB of them), so the batch
+//! goes through in passes whose patches stay within a budget
+//! ([`ConvShape::samples_per_pass`]), each writing its part of the output. Where
+//! cuDNN is switched on and can take the shapes, its convolutions run instead. The bias is added (and, by the tensor
 //! layer, its gradient summed) the same way on both paths.
 
-use super::{binary, col2im, im2col, matmul, reduce, KConv};
+use super::{binary, col2im, im2col, matmul, new_out, reduce, KConv};
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
@@ -47,16 +50,45 @@ pub(crate) fn conv2d(
         };
     }
     let (g, og, kg, p) = dims(s);
-    let kc = KConv::new((s.n, s.c), (s.h, s.w), (s.oh, s.ow), &s.win);
-    let col = im2col(x, lx.offset(), &kc)?;
-    // [g, og, kg] (the same weight for every sample) · [n, g, kg, p] = [n, g, og, p]
-    let lwm = weight_layout(lw, s, false)?;
-    let lcol = Layout::contiguous(&[s.n, g, kg, p]);
-    let y = matmul(w, &lwm, &col, &lcol, og, kg, p)?.expect("a float product");
+    let chunk = s.samples_per_pass(x.dtype().size_in_bytes());
+    if chunk >= s.n {
+        let kc = kconv(s);
+        let col = im2col(x, lx.offset(), &kc)?;
+        // [g, og, kg] (the same weight for every sample) · [n, g, kg, p] = [n, g, og, p]
+        let lwm = weight_layout(lw, s, false)?;
+        let lcol = Layout::contiguous(&[s.n, g, kg, p]);
+        let y = matmul(w, &lwm, &col, &lcol, og, kg, p)?.expect("a float product");
+        return match b {
+            Some(b) => add_bias(y, b, s),
+            None => Ok(y),
+        };
+    }
+    // in passes of `chunk` samples, each product copied to its place in y
+    let dev = x.dev();
+    let sz = x.dtype().size_in_bytes();
+    let y = new_out(dev, x.dtype(), s.n * s.o * p)?;
+    for n0 in (0..s.n).step_by(chunk) {
+        let sc = s.with_batch(chunk.min(s.n - n0));
+        let col = im2col(x, lx.offset() + n0 * s.c * s.h * s.w, &kconv(&sc))?;
+        let lwm = weight_layout(lw, &sc, false)?;
+        let lcol = Layout::contiguous(&[sc.n, g, kg, p]);
+        let part = matmul(w, &lwm, &col, &lcol, og, kg, p)?.expect("a float product");
+        drop(col);
+        dev.dtod(
+            y.ptr() + (n0 * s.o * p * sz) as u64,
+            part.ptr(),
+            sc.n * s.o * p * sz,
+        )?;
+    }
     match b {
         Some(b) => add_bias(y, b, s),
         None => Ok(y),
     }
+}
+
+/// The im2col geometry of `s`.
+fn kconv(s: &ConvShape) -> KConv {
+    KConv::new((s.n, s.c), (s.h, s.w), (s.oh, s.ow), &s.win)
 }
 
 /// The input and weight gradients of [`conv2d`] from the output's gradient `gy`
@@ -81,30 +113,97 @@ pub(crate) fn conv2d_backward(
         return Ok((gx, gw));
     }
     let (g, og, kg, p) = dims(s);
-    let kc = KConv::new((s.n, s.c), (s.h, s.w), (s.oh, s.ow), &s.win);
+    let chunk = s.samples_per_pass(x.dtype().size_in_bytes());
+    if chunk >= s.n {
+        let gx = need
+            .0
+            .then(|| input_grad(w, lw, (gy, lg.offset()), s))
+            .transpose()?;
+        let gw = need
+            .1
+            .then(|| weight_grad_part((x, lx.offset()), (gy, lg.offset()), s))
+            .transpose()?;
+        return Ok((gx, gw));
+    }
+    // in passes of `chunk` samples: each pass's input gradient copied to its place,
+    // the weight gradient summed over the passes
+    let dev = x.dev();
+    let sz = x.dtype().size_in_bytes();
+    let gx = need
+        .0
+        .then(|| -> Result<CudaStorage> {
+            let gx = new_out(dev, x.dtype(), s.n * s.c * s.h * s.w)?;
+            for n0 in (0..s.n).step_by(chunk) {
+                let sc = s.with_batch(chunk.min(s.n - n0));
+                let part = input_grad(w, lw, (gy, lg.offset() + n0 * s.o * p), &sc)?;
+                let len = s.c * s.h * s.w;
+                dev.dtod(
+                    gx.ptr() + (n0 * len * sz) as u64,
+                    part.ptr(),
+                    sc.n * len * sz,
+                )?;
+            }
+            Ok(gx)
+        })
+        .transpose()?;
+    let gw = need
+        .1
+        .then(|| -> Result<CudaStorage> {
+            let lw = Layout::contiguous(&[g, og, kg]);
+            let mut sum: Option<CudaStorage> = None;
+            for n0 in (0..s.n).step_by(chunk) {
+                let sc = s.with_batch(chunk.min(s.n - n0));
+                let xs = (x, lx.offset() + n0 * s.c * s.h * s.w);
+                let part = weight_grad_part(xs, (gy, lg.offset() + n0 * s.o * p), &sc)?;
+                sum = Some(match sum {
+                    None => part,
+                    Some(acc) => binary(&acc, &lw, &part, &lw, BinaryCode::Add)?,
+                });
+            }
+            Ok(sum.expect("at least one sample"))
+        })
+        .transpose()?;
+    Ok((gx, gw))
+}
+
+/// The input gradient `[n, c, h, w]` of `s`'s samples from their output gradient
+/// (contiguous `[n, o, oh, ow]` from element `gy.1`).
+fn input_grad(
+    w: &CudaStorage,
+    lw: &Layout,
+    (gy, off): (&CudaStorage, usize),
+    s: &ConvShape,
+) -> Result<CudaStorage> {
+    let (g, og, kg, p) = dims(s);
     let lgc = Layout {
-        offset: lg.offset(),
+        offset: off,
         ..Layout::contiguous(&[s.n, g, og, p])
     };
-    let gx = if need.0 {
-        // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
-        let lwt = weight_layout(lw, s, true)?;
-        let gcol = matmul(w, &lwt, gy, &lgc, kg, og, p)?.expect("a float product");
-        Some(col2im(&gcol, 0, &kc)?)
-    } else {
-        None
+    // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
+    let lwt = weight_layout(lw, s, true)?;
+    let gcol = matmul(w, &lwt, gy, &lgc, kg, og, p)?.expect("a float product");
+    col2im(&gcol, 0, &kconv(s))
+}
+
+/// The weight gradient `[g, og, kg]` from `s`'s samples: their input (contiguous
+/// `[n, c, h, w]` from element `x.1`) and output gradient (from `gy.1`).
+fn weight_grad_part(
+    (x, xoff): (&CudaStorage, usize),
+    (gy, gyoff): (&CudaStorage, usize),
+    s: &ConvShape,
+) -> Result<CudaStorage> {
+    let (g, og, kg, p) = dims(s);
+    let lgc = Layout {
+        offset: gyoff,
+        ..Layout::contiguous(&[s.n, g, og, p])
     };
-    let gw = if need.1 {
-        // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
-        let col = im2col(x, lx.offset(), &kc)?;
-        let lcolt = Layout::contiguous(&[s.n, g, kg, p]).permute(&[0, 1, 3, 2]);
-        let t = matmul(gy, &lgc, &col, &lcolt, og, p, kg)?.expect("a float product");
-        let lt = Layout::contiguous(&[s.n, g, og, kg]);
-        Some(reduce(&t, &lt, &[0], ReduceCode::Sum, 0.0, t.dtype())?)
-    } else {
-        None
-    };
-    Ok((gx, gw))
+    // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
+    let col = im2col(x, xoff, &kconv(s))?;
+    let lcolt = Layout::contiguous(&[s.n, g, kg, p]).permute(&[0, 1, 3, 2]);
+    let t = matmul(gy, &lgc, &col, &lcolt, og, p, kg)?.expect("a float product");
+    drop(col);
+    let lt = Layout::contiguous(&[s.n, g, og, kg]);
+    reduce(&t, &lt, &[0], ReduceCode::Sum, 0.0, t.dtype())
 }
 
 /// (groups, out-channels per group, patch rows per group, output positions).
