@@ -185,8 +185,13 @@ impl BackendStorage for MetaStorage {
         // output
         let y = s.n * s.o * s.oh * s.ow;
         let chunk = s.samples_per_pass(self.dtype.size_in_bytes());
+        // one pass: the patches live until the op returns (through the bias add)
+        let mut _patches = None;
         let product = if chunk >= s.n {
-            let _patches = MetaStorage::workspace(self.dtype, s.n * s.patches_per_sample())?;
+            _patches = Some(MetaStorage::workspace(
+                self.dtype,
+                s.n * s.patches_per_sample(),
+            )?);
             self.like(y)?
         } else {
             let out = self.like(y)?;
