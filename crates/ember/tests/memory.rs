@@ -31,6 +31,10 @@ fn alexnet(dev: &Device) -> Result<nn::Sequential> {
     models::alexnet(10, dev)
 }
 
+fn vgg11(dev: &Device) -> Result<nn::Sequential> {
+    models::vgg11(10, dev)
+}
+
 /// An MNIST-sized CNN with a batch norm (buffers) and stride.
 fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
     Ok(nn::Sequential::new()
@@ -221,7 +225,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     type Case = (&'static str, Build, Vec<usize>, usize, MakeOpt, DType);
     let f32 = DType::F32;
     let bf16 = DType::BF16;
-    let cases: [Case; 8] = [
+    let cases: [Case; 9] = [
         ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam, f32),
         ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam, f32),
         ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
@@ -265,6 +269,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             sgd,
             f32,
         ),
+        ("vgg-11 on 32x32, sgd", vgg11, vec![3, 32, 32], 2, sgd, f32),
     ];
     for (name, build, input, batch, opt, dtype) in cases {
         let est = Estimator::new(build)
