@@ -3,6 +3,7 @@
 mod bench;
 mod devices;
 mod estimate;
+mod paths;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -12,7 +13,9 @@ use std::process::ExitCode;
 #[command(
     name = "ember",
     version,
-    about = "GPU-accelerated tensors with PyTorch's device model"
+    about = "GPU-accelerated tensors with PyTorch's device model",
+    after_help = "With no command, `ember` trains the digits CNN on the best available device \
+                  (the same as `ember train digits`)."
 )]
 struct Cli {
     #[command(subcommand)]

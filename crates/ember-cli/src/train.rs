@@ -42,8 +42,9 @@ pub struct TrainArgs {
     /// Samples per batch [default: iris 120 (full batch), digits 64].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
-    /// Learning rate (Adam) [default: iris 0.01, digits 0.001 (cnn) / 0.01 (mlp)].
-    #[arg(long)]
+    /// Learning rate (Adam) [default: iris 0.01, digits 0.001 (cnn) / 0.01 (mlp);
+    /// fake 0.001].
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Model: mlp or cnn, or on fake data any of ember::models (alexnet, vgg11,
     /// vgg16, resnet18, resnet50) [default: iris mlp, digits cnn, fake resnet18].
@@ -125,6 +126,28 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             });
         }
     }
+    if let Some(plot) = &args.plot {
+        crate::paths::writable_file(plot, "--plot")?;
+    }
+    if let Some(dir) = &args.checkpoint {
+        if args.resume {
+            if !dir.is_dir() {
+                return Err(invalid(format!(
+                    "--resume: there is no checkpoint folder {} to resume from",
+                    dir.display()
+                )));
+            }
+        } else {
+            crate::paths::writable_dir(dir, "--checkpoint")?;
+        }
+    }
+    if let Some(lr) = args.lr {
+        if !(lr.is_finite() && lr >= 0.0) {
+            return Err(invalid(format!(
+                "--lr {lr}: the learning rate must be a finite number, 0 or more"
+            )));
+        }
+    }
     let device = match args.device.as_str() {
         "auto" => Device::cuda_if_available(0),
         s => s.parse()?,
@@ -199,9 +222,10 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     };
     println!("device: {device}");
     println!(
-        "time per epoch: {:.2} ms ({} epochs in {:.1} ms)",
+        "time per epoch: {:.2} ms ({} epoch{} in {:.1} ms)",
         secs * 1e3 / history.len() as f64,
         history.len(),
+        if history.len() == 1 { "" } else { "s" },
         secs * 1e3
     );
     println!("final loss: {:.4}", last.get("loss").unwrap_or(f64::NAN));

@@ -404,3 +404,75 @@ fn train_on_a_gpu_prints_the_measured_peak_next_to_the_estimate() {
     let (measured, estimated) = (mib(measured), mib(estimated));
     assert!((measured - estimated).abs() / measured <= 0.05, "{line}");
 }
+
+#[test]
+fn output_paths_and_values_are_checked_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (file_s, dir_s) = (file.to_str().unwrap(), dir.to_str().unwrap());
+    let missing = dir.join("no-checkpoint");
+    let plot_in_file = file.join("curves.svg");
+    for (args, want) in [
+        (
+            vec!["train", "iris", "--lr", "-1"],
+            "--lr -1: the learning rate",
+        ),
+        (
+            vec!["train", "iris", "--lr", "inf"],
+            "--lr inf: the learning rate",
+        ),
+        (
+            vec!["train", "iris", "--checkpoint", file_s],
+            "this is a file",
+        ),
+        (
+            vec!["train", "iris", "--plot", plot_in_file.to_str().unwrap()],
+            "a folder is needed",
+        ),
+        (
+            vec![
+                "train",
+                "iris",
+                "--checkpoint",
+                missing.to_str().unwrap(),
+                "--resume",
+            ],
+            "there is no checkpoint folder",
+        ),
+        (vec!["bench", "--sizes", "0", "--quick"], "at least 1"),
+        (
+            vec!["bench", "--json", dir_s, "--quick"],
+            "this is a folder",
+        ),
+    ] {
+        let (ok, out, err) = ember(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !out.contains("training") && !out.contains("epoch"),
+            "{args:?}: {out}"
+        );
+    }
+    // a plot in folders that do not exist yet: they are made before training
+    let plot = dir.join("new/deeper/curves.svg");
+    let (ok, out, err) = ember(&[
+        "train",
+        "iris",
+        "--epochs",
+        "1",
+        "-q",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(plot.exists(), "{out}");
+    assert!(out.contains("(1 epoch in"), "{out}");
+    let (_, help, _) = ember(&["--help"]);
+    assert!(
+        help.contains("With no command, `ember` trains the digits CNN"),
+        "{help}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -135,6 +135,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             })
         }
     };
+    if let Some(path) = &args.json {
+        crate::paths::writable_file(path, "--json")?;
+    }
+    if args.sizes.as_ref().is_some_and(|s| s.contains(&0)) {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            msg: "--sizes: every matmul size must be at least 1".into(),
+        });
+    }
     let devs = devices(&args.device)?;
     let budget = Duration::from_millis(if args.quick { 30 } else { 400 });
     let cpu_info = ember::cpu::cpu_info();
