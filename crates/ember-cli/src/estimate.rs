@@ -140,11 +140,11 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
         .training(!args.inference);
     est = match args.optimizer {
         OptimizerKind::Sgd => est.optimizer(|p| {
-            let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01).momentum(0.9));
+            let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?);
             Ok(o)
         }),
         OptimizerKind::Adam => est.optimizer(|p| {
-            let o: Box<dyn Optimizer> = Box::new(Adam::new(p, 1e-3));
+            let o: Box<dyn Optimizer> = Box::new(Adam::new(p, 1e-3)?);
             Ok(o)
         }),
     };

@@ -37,6 +37,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `ember devices | head` ends quietly when head stops reading, as Unix tools
+    // do, instead of panicking on the closed pipe (Rust ignores SIGPIPE by default)
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default action before any thread is started
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Devices) => devices::run(),

@@ -152,6 +152,10 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         "auto" => Device::cuda_if_available(0),
         s => s.parse()?,
     };
+    // a GPU that is not there is an error now, before anything is loaded or printed
+    if let Device::Cuda(i) = device {
+        cuda::device_properties(i)?;
+    }
     if device.is_meta() {
         return Err(ember::Error::UnsupportedDevice {
             op: "train",
@@ -175,18 +179,27 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     ember::manual_seed(args.seed);
     let model = (data.build)(&Device::Cpu)?;
     let params = model.num_parameters();
-    let opt = Adam::new(model.parameters(), lr);
+    let opt = Adam::new(model.parameters(), lr)?;
     let train =
         DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?.shuffle(args.seed);
     let test = DataLoader::new(TensorDataset::new(data.x_test, data.y_test)?, eval_batch)?;
-    println!(
-        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
-        data.model, data.source,
-    );
     if device.is_cuda() {
         cuda::reset_peak_memory_stats(&device)?;
     }
+    let mut config = vec![
+        ("dataset", format!("{:?}", args.dataset).to_lowercase()),
+        ("model", data.name.clone()),
+        ("seed", args.seed.to_string()),
+        ("lr", lr.to_string()),
+    ];
+    if args.dataset == Dataset::Fake {
+        let input: Vec<String> = data.input.iter().map(|d| d.to_string()).collect();
+        config.push(("input", input.join("x")));
+        config.push(("classes", data.classes.to_string()));
+        config.push(("samples", args.samples.to_string()));
+    }
     let mut trial = Trial::new(model, opt, nn::cross_entropy)
+        .config(config)
         .metrics(&["loss", "accuracy"])?
         .progress(if args.quiet {
             Progress::Quiet
@@ -195,16 +208,28 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         })
         .to(&device)?
         .with_generators(Some(train), Some(test), None);
+    let mut resumed = None;
     if let Some(dir) = &args.checkpoint {
         trial = trial.callback(Checkpoint::new(dir));
         if args.resume {
             trial = trial.resume(dir)?;
-            println!(
-                "resumed from {} after epoch {}",
-                dir.display(),
-                trial.history().len()
-            );
+            let done = trial.history().len();
+            if done >= epochs {
+                println!(
+                    "nothing to do: the checkpoint in {} is at epoch {done}, and --epochs {epochs} asks for no more (ask for more than {done} epochs to continue it)",
+                    dir.display()
+                );
+                return Ok(());
+            }
+            resumed = Some((dir, done));
         }
+    }
+    println!(
+        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
+        data.model, data.source,
+    );
+    if let Some((dir, done)) = resumed {
+        println!("resumed from {} after epoch {done}", dir.display());
     }
     let history = trial.run(epochs)?.clone();
     let Some(last) = history.last() else {
@@ -466,7 +491,7 @@ fn memory_check(
         Estimator::new(move |d| build(d))
             .input(&data.input)
             .optimizer(move |p| {
-                let o: Box<dyn Optimizer> = Box::new(Adam::new(p, lr));
+                let o: Box<dyn Optimizer> = Box::new(Adam::new(p, lr)?);
                 Ok(o)
             })
             .compute_capability(major)

@@ -85,6 +85,42 @@ fn plot_checkpoint_and_resume() {
     assert!(out.contains("after epoch 2"), "{out}");
     assert!(out.contains("(4 epochs in"), "{out}");
     assert!(percent(&out, "test accuracy: ") > 90.0, "{out}");
+    // a finished run asked for no more epochs: nothing to do, nothing trained
+    let (ok, out, err) = run(&["--epochs", "3", "--checkpoint", ck_s, "--resume"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("nothing to do") && out.contains("at epoch 4") && !out.contains("training"),
+        "{out}"
+    );
+    // a setting that changes the result is refused, naming it, before training
+    for (flag, value, want) in [
+        ("--batch-size", "32", "batch_size is 64 there and 32 here"),
+        ("--lr", "0.1", "lr is 0.01 there and 0.1 here"),
+        ("--seed", "5", "seed is 32 there and 5 here"),
+    ] {
+        let (ok, out, err) = run(&[
+            "--epochs",
+            "6",
+            "--checkpoint",
+            ck_s,
+            "--resume",
+            flag,
+            value,
+        ]);
+        assert!(!ok, "{flag} {value}: {out}");
+        assert!(
+            err.contains(want) && !out.contains("training"),
+            "{flag} {value}: {out}{err}"
+        );
+    }
+    // a damaged checkpoint is refused, naming the tensor
+    let file = ck.join("last.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    let (ok, _, err) = run(&["--epochs", "6", "--checkpoint", ck_s, "--resume"]);
+    assert!(!ok && err.contains("is damaged"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -121,6 +157,22 @@ fn bad_flags_and_values_fail_with_one_line() {
     }
     let (_, _, err) = ember(&["train", "iris", "--device", "tpu"]);
     assert!(err.contains("\"cuda:N\""), "{err}");
+    // PyTorch has no `gpu` device, and neither has ember; a GPU that is not there
+    // is an error before the run's first line
+    for dev in ["gpu", "gpu:0"] {
+        let (ok, _, err) = ember(&["train", "iris", "--device", dev]);
+        assert!(!ok && err.contains("invalid device string"), "{err}");
+    }
+    let (ok, out, err) = ember(&["train", "iris", "--device", "cuda:7", "--epochs", "1"]);
+    if std::env::var_os("EMBER_CUDA_SIMULATOR").is_none() {
+        assert!(!ok && out.is_empty(), "{out}{err}");
+    } else {
+        // the simulator has one device
+        assert!(
+            !ok && out.is_empty() && err.contains("cuda:7"),
+            "{out}{err}"
+        );
+    }
     let (_, _, err) = ember(&["train", "digits", "--model", "vgg16"]);
     assert!(err.contains("ember train fake --model vgg16"), "{err}");
     // an input the model cannot take fails on meta, naming the layer, before any
@@ -142,6 +194,29 @@ fn bad_flags_and_values_fail_with_one_line() {
         err.contains(".svg or .png") && !out.contains("epoch"),
         "{out}{err}"
     );
+}
+
+#[test]
+fn bench_says_why_it_has_no_gpu_rows_and_output_can_be_cut_short() {
+    if std::env::var_os("EMBER_CUDA_SIMULATOR").is_none() {
+        let (ok, out, err) = ember(&["bench", "--quick", "--suite", "ops", "--sizes", "16"]);
+        assert!(ok, "{err}");
+        assert!(out.contains("cuda: no rows ("), "{out}");
+    }
+    // a reader that stops early (`ember devices | head -1`) ends ember quietly
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(["bench", "--quick", "--suite", "ops", "--sizes", "16"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running ember");
+    let mut first = [0u8; 1];
+    use std::io::Read;
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // the pipe is closed here (the handle dropped), with most of the output unread
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -16,7 +16,7 @@ fn estimator(name: &'static str) -> Estimator<Box<dyn ember::nn::Module>> {
     Estimator::new(move |dev| models::by_name(name, 1000, dev))
         .input([3, 224, 224])
         .optimizer(|p| {
-            let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01).momentum(0.9));
+            let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?);
             Ok(o)
         })
         .compute_capability(9)

@@ -50,7 +50,7 @@ fn iris(c: &mut Criterion) {
         b.iter(|| {
             ember::manual_seed(32);
             let model = mlp(&[4, 8, 9, 3], &dev);
-            let mut opt = Adam::new(model.parameters(), 0.01);
+            let mut opt = Adam::new(model.parameters(), 0.01).unwrap();
             let mut last = 0.0;
             for _ in 0..100 {
                 last = step(&model, &mut opt, &x, &y);
@@ -65,7 +65,7 @@ fn mlp_step(c: &mut Criterion) {
     let dev = Device::Cpu;
     ember::manual_seed(0);
     let model = mlp(&[784, 1024, 1024, 10], &dev);
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3).unwrap();
     let x = Tensor::randn([256, 784], &dev).unwrap();
     let y = Tensor::randint(0, 10, [256], &dev).unwrap();
     let mut g = c.benchmark_group("mlp_784_1024_1024_10");
@@ -99,7 +99,7 @@ fn cnn(c: &mut Criterion) {
     let dev = Device::Cpu;
     ember::manual_seed(0);
     let model = mnist_cnn(&dev);
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3).unwrap();
     let x = Tensor::randn([64, 1, 28, 28], &dev).unwrap();
     let y = Tensor::randint(0, 10, [64], &dev).unwrap();
     let mut g = c.benchmark_group("cnn_mnist");
@@ -121,7 +121,7 @@ fn cnn(c: &mut Criterion) {
         .prefetch(0);
     ember::manual_seed(32);
     let model = digits_cnn(&dev);
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3).unwrap();
     let mut g = c.benchmark_group("digits_cnn");
     g.throughput(Throughput::Elements(n as u64));
     g.sample_size(20);
@@ -144,7 +144,7 @@ fn cnn(c: &mut Criterion) {
 fn meta_step(c: &mut Criterion) {
     let dev = Device::Meta;
     let model = digits_cnn(&dev);
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3).unwrap();
     let x = Tensor::randn([64, 1, 8, 8], &dev).unwrap();
     let y = Tensor::randint(0, 10, [64], &dev).unwrap();
     let mut g = c.benchmark_group("digits_cnn");

@@ -25,7 +25,7 @@ fn main() -> Result<()> {
     let (x_train, y_train) = (x_train.to(&device)?, y_train.to(&device)?);
     let (x_test, y_test) = (x_test.to(&device)?, y_test.to(&device)?);
 
-    let mut opt = Adam::new(model.parameters(), 0.01);
+    let mut opt = Adam::new(model.parameters(), 0.01)?;
     for epoch in 1..=100 {
         let loss = nn::cross_entropy(&model.forward(&x_train)?, &y_train)?;
         opt.zero_grad();

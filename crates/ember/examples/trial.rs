@@ -27,7 +27,7 @@ fn main() -> Result<()> {
         .add(nn::MaxPool2d(Pool2dOptions::new(2)))
         .add(nn::Flatten::default())
         .add(nn::Linear::new(16 * 4 * 4, 10, &dev)?);
-    let opt = Adam::new(model.parameters(), 0.005);
+    let opt = Adam::new(model.parameters(), 0.005)?;
 
     let mut trial = Trial::new(model, opt, nn::cross_entropy)
         .metrics(&["loss", "accuracy", "top_2_acc"])?

@@ -52,12 +52,18 @@ template <typename A> __device__ __forceinline__ bool better(A a, i64 ia, A b, i
     return want_max ? a > b : a < b;
 }
 
-// The unbiased-by-`correction` variance from the sum of squared deviations `q` of
-// `lane` values; NaN when there are no degrees of freedom left (PyTorch's).
-template <typename A> __device__ __forceinline__ A variance(A q, i64 lane, double correction) {
+// The unbiased-by-`correction` variance (R_VAR) or its square root (R_STD) from
+// the sum of squared deviations `q` of `lane` values; NaN when there are no degrees
+// of freedom left (PyTorch's). Variances accumulate in double for every float
+// dtype: the squares of f32 values near 1e30 overflow a float, and the standard
+// deviation is taken before narrowing, so it stays finite where the variance is not.
+__device__ __forceinline__ double variance(double q, i64 lane, double correction, int op) {
     double dof = (double)lane - correction;
-    return dof > 0 ? q / (A)dof : (A)__longlong_as_double(0x7ff8000000000000ll);
+    double v = dof > 0 ? q / dof : __longlong_as_double(0x7ff8000000000000ll);
+    return op == R_STD ? sqrt(v) : v;
 }
+
+__device__ __forceinline__ bool is_var(int op) { return op == R_VAR || op == R_STD; }
 
 // What a max/min/argmax/argmin writes: the best value, or its index.
 template <typename O, typename A> __device__ __forceinline__ O best_out(int op, A best, i64 bi) {
@@ -93,24 +99,28 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
     typedef decltype(widen(x[0])) A;
     __shared__ A sv[32];
     __shared__ i64 si[32];
+    __shared__ double sd[32];
     for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
         i64 base = o * lane;
-        if (op == R_SUM || op == R_MEAN || op == R_VAR) {
+        if (is_var(op)) {
+            double s = 0;
+            for (i64 j = threadIdx.x; j < lane; j += blockDim.x) s += (double)widen(x[loc(lx, base + j)]);
+            s = block_sum(s, sd);
+            __shared__ double mean_s;
+            if (threadIdx.x == 0) mean_s = s / (double)lane;
+            __syncthreads();
+            double m = mean_s, q = 0;
+            for (i64 j = threadIdx.x; j < lane; j += blockDim.x) {
+                double d = (double)widen(x[loc(lx, base + j)]) - m;
+                q += d * d;
+            }
+            q = block_sum(q, sd);
+            if (threadIdx.x == 0) out[o] = narrow<O>((A)variance(q, lane, correction, op));
+        } else if (op == R_SUM || op == R_MEAN) {
             A s = (A)0;
             for (i64 j = threadIdx.x; j < lane; j += blockDim.x) s += widen(x[loc(lx, base + j)]);
             s = block_sum(s, sv);
-            if (op == R_VAR) {
-                __shared__ A mean_s;
-                if (threadIdx.x == 0) mean_s = s / (A)lane;
-                __syncthreads();
-                A m = mean_s, q = (A)0;
-                for (i64 j = threadIdx.x; j < lane; j += blockDim.x) {
-                    A d = widen(x[loc(lx, base + j)]) - m;
-                    q += d * d;
-                }
-                q = block_sum(q, sv);
-                if (threadIdx.x == 0) out[o] = narrow<O>(variance(q, lane, correction));
-            } else if (threadIdx.x == 0) {
+            if (threadIdx.x == 0) {
                 out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
             }
         } else {
@@ -137,19 +147,22 @@ __device__ void reduce_warp_impl(const T* x, Layout lx, O* out, i64 n_out, i64 l
     i64 warps = (i64)gridDim.x * (blockDim.x / 32);
     for (i64 o = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; o < n_out; o += warps) {
         i64 base = o * lane;
-        if (op == R_SUM || op == R_MEAN || op == R_VAR) {
+        if (is_var(op)) {
+            double s = 0;
+            for (i64 j = l; j < lane; j += 32) s += (double)widen(x[loc(lx, base + j)]);
+            s = warp_sum(s);
+            double m = s / (double)lane, q = 0;
+            for (i64 j = l; j < lane; j += 32) {
+                double d = (double)widen(x[loc(lx, base + j)]) - m;
+                q += d * d;
+            }
+            q = warp_sum(q);
+            if (l == 0) out[o] = narrow<O>((A)variance(q, lane, correction, op));
+        } else if (op == R_SUM || op == R_MEAN) {
             A s = (A)0;
             for (i64 j = l; j < lane; j += 32) s += widen(x[loc(lx, base + j)]);
             s = warp_sum(s);
-            if (op == R_VAR) {
-                A m = s / (A)lane, q = (A)0;
-                for (i64 j = l; j < lane; j += 32) {
-                    A d = widen(x[loc(lx, base + j)]) - m;
-                    q += d * d;
-                }
-                q = warp_sum(q);
-                if (l == 0) out[o] = narrow<O>(variance(q, lane, correction));
-            } else if (l == 0) {
+            if (l == 0) {
                 out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
             }
         } else {
@@ -168,36 +181,44 @@ __device__ void reduce_warp_impl(const T* x, Layout lx, O* out, i64 n_out, i64 l
 
 // Partials: block b = o * splits + s reduces chunk s of output o's lane into slot
 // b: pv the sum, the best value or (variance) the chunk's mean; pi the best's index
-// in the lane or (variance) the chunk's count; pm the chunk's sum of squared
-// deviations (variance only).
+// in the lane or (variance) the chunk's count; pm (variance only) the chunk's root
+// mean square deviation sqrt(M2 / count), which a float holds where M2 overflows.
 template <typename T>
 __device__ void reduce_partial_impl(const T* x, Layout lx, i64 n_out, i64 lane, i64 splits, int op,
                                     typename acc_t<T>::type* pv, i64* pi, typename acc_t<T>::type* pm) {
     typedef typename acc_t<T>::type A;
     __shared__ A sv[32];
     __shared__ i64 si[32];
-    __shared__ A mean_s;
+    __shared__ double sd[32];
+    __shared__ double mean_s;
     i64 chunk = (lane + splits - 1) / splits;
     for (i64 b = blockIdx.x; b < n_out * splits; b += gridDim.x) {
         i64 o = b / splits, lo = (b % splits) * chunk;
         i64 hi = lo + chunk < lane ? lo + chunk : lane;
         i64 base = o * lane;
-        if (op == R_SUM || op == R_MEAN || op == R_VAR) {
+        if (is_var(op)) {
+            double s = 0;
+            for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) s += (double)widen(x[loc(lx, base + j)]);
+            s = block_sum(s, sd);
+            i64 count = hi > lo ? hi - lo : 0;
+            if (threadIdx.x == 0) mean_s = count > 0 ? s / (double)count : 0.0;
+            __syncthreads();
+            double m = mean_s, q = 0;
+            for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+                double d = (double)widen(x[loc(lx, base + j)]) - m;
+                q += d * d;
+            }
+            q = block_sum(q, sd);
+            if (threadIdx.x == 0) {
+                pv[b] = (A)m;
+                pi[b] = count;
+                pm[b] = (A)(count > 0 ? sqrt(q / (double)count) : 0.0);
+            }
+        } else if (op == R_SUM || op == R_MEAN) {
             A s = (A)0;
             for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) s += widen(x[loc(lx, base + j)]);
             s = block_sum(s, sv);
-            if (op == R_VAR) {
-                i64 count = hi > lo ? hi - lo : 0;
-                if (threadIdx.x == 0) mean_s = count > 0 ? s / (A)count : (A)0;
-                __syncthreads();
-                A m = mean_s, q = (A)0;
-                for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-                    A d = widen(x[loc(lx, base + j)]) - m;
-                    q += d * d;
-                }
-                q = block_sum(q, sv);
-                if (threadIdx.x == 0) { pv[b] = m; pi[b] = count; pm[b] = q; }
-            } else if (threadIdx.x == 0) {
+            if (threadIdx.x == 0) {
                 pv[b] = s;
             }
         } else {
@@ -216,8 +237,8 @@ __device__ void reduce_partial_impl(const T* x, Layout lx, i64 n_out, i64 lane, 
 }
 
 // Combines each output's `splits` partials (one block per output). The variance
-// joins chunks exactly: the mean is the count-weighted mean of the chunks' means,
-// and M2 = sum of (M2_s + count_s * (mean_s - mean)^2).
+// joins chunks exactly, in double: the mean is the count-weighted mean of the
+// chunks' means, and M2 = sum of (count_s * rms_s^2 + count_s * (mean_s - mean)^2).
 template <typename T, typename O>
 __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64* pi,
                                    const typename acc_t<T>::type* pm, O* out, i64 n_out, i64 lane,
@@ -225,7 +246,8 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
     typedef typename acc_t<T>::type A;
     __shared__ A sv[32];
     __shared__ i64 si[32];
-    __shared__ A mean_s;
+    __shared__ double sd[32];
+    __shared__ double mean_s;
     for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
         i64 base = o * splits;
         if (op == R_SUM || op == R_MEAN) {
@@ -233,19 +255,19 @@ __device__ void reduce_finish_impl(const typename acc_t<T>::type* pv, const i64*
             for (i64 t = threadIdx.x; t < splits; t += blockDim.x) s += pv[base + t];
             s = block_sum(s, sv);
             if (threadIdx.x == 0) out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
-        } else if (op == R_VAR) {
-            A s = (A)0;
-            for (i64 t = threadIdx.x; t < splits; t += blockDim.x) s += pv[base + t] * (A)pi[base + t];
-            s = block_sum(s, sv);
-            if (threadIdx.x == 0) mean_s = s / (A)lane;
+        } else if (is_var(op)) {
+            double s = 0;
+            for (i64 t = threadIdx.x; t < splits; t += blockDim.x) s += (double)pv[base + t] * (double)pi[base + t];
+            s = block_sum(s, sd);
+            if (threadIdx.x == 0) mean_s = s / (double)lane;
             __syncthreads();
-            A m = mean_s, q = (A)0;
+            double m = mean_s, q = 0;
             for (i64 t = threadIdx.x; t < splits; t += blockDim.x) {
-                A d = pv[base + t] - m;
-                q += pm[base + t] + (A)pi[base + t] * d * d;
+                double d = (double)pv[base + t] - m, r = (double)pm[base + t], c = (double)pi[base + t];
+                q += c * r * r + c * d * d;
             }
-            q = block_sum(q, sv);
-            if (threadIdx.x == 0) out[o] = narrow<O>(variance(q, lane, correction));
+            q = block_sum(q, sd);
+            if (threadIdx.x == 0) out[o] = narrow<O>((A)variance(q, lane, correction, op));
         } else {
             bool want_max = (op == R_MAX || op == R_ARGMAX);
             A best = (A)0;

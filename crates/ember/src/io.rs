@@ -4,6 +4,13 @@
 //! Writes are atomic: the file is written beside its destination and renamed into
 //! place, so an interrupted save never leaves a half-written checkpoint.
 //!
+//! Every file ember writes carries a CRC-32 of each tensor's bytes in the
+//! safetensors metadata (`crc32.NAME`), checked when the file is read: a tensor
+//! changed on disk after it was saved is an error naming it. Files without
+//! checksums (written by PyTorch's `safetensors`) load as they are. State dicts
+//! and checkpoints holding NaN or infinite values are refused by default, naming
+//! the tensor ([`LoadOptions::allow_non_finite`] lets them through).
+//!
 //! ```
 //! use ember::nn::{self, Module};
 //! use ember::prelude::*;
@@ -24,8 +31,35 @@ use crate::{DType, Device, Error, Result, Tensor};
 use half::{bf16, f16};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+
+/// The metadata key holding a tensor's checksum.
+fn crc_key(name: &str) -> String {
+    format!("crc32.{name}")
+}
+
+/// How state dicts and checkpoints are loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Load floating-point tensors holding NaN or infinite values (refused by
+    /// default: a model that diverged before it was saved is rarely what a user
+    /// means to continue from).
+    pub allow_non_finite: bool,
+}
+
+impl LoadOptions {
+    /// The defaults: non-finite values refused.
+    pub fn new() -> LoadOptions {
+        LoadOptions::default()
+    }
+
+    /// Lets NaN and infinite values through.
+    pub fn allow_non_finite(mut self, allow: bool) -> LoadOptions {
+        self.allow_non_finite = allow;
+        self
+    }
+}
 
 /// A tensor's bytes, little-endian and contiguous, ready to serialize.
 struct Raw {
@@ -92,8 +126,19 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes `tensors` to `path` as one safetensors file, atomically.
+/// Writes `tensors` to `path` as one safetensors file, atomically, with a checksum
+/// of each tensor.
 pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> {
+    save_with_metadata(tensors, &[], path)
+}
+
+/// [`save`] with string metadata of the caller's (read back by [`metadata`]).
+/// Keys starting with `crc32.` are ember's own and refused.
+pub fn save_with_metadata(
+    tensors: &[(String, Tensor)],
+    metadata: &[(String, String)],
+    path: impl AsRef<Path>,
+) -> Result<()> {
     let path = path.as_ref();
     let mut seen = HashSet::new();
     for (name, _) in tensors {
@@ -104,44 +149,144 @@ pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> 
             ));
         }
     }
+    let mut info: HashMap<String, String> = HashMap::new();
+    for (k, v) in metadata {
+        if k.starts_with("crc32.") || info.insert(k.clone(), v.clone()).is_some() {
+            return Err(Error::invalid(
+                "save",
+                format!("metadata key {k:?} is reserved or repeated"),
+            ));
+        }
+    }
     let raws: Vec<(String, Raw)> = tensors
         .iter()
         .map(|(n, t)| Ok((n.clone(), raw(t)?)))
         .collect::<Result<_>>()?;
-    let bytes = safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), None)
+    for (n, r) in &raws {
+        info.insert(crc_key(n), format!("{:08x}", crc32fast::hash(&r.bytes)));
+    }
+    let bytes = safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), Some(info))
         .map_err(|e| Error::invalid("save", format!("{}: {e}", path.display())))?;
     crate::files::write_atomic(path, &bytes)
 }
 
-/// Reads every tensor of a safetensors file (in the file's order) onto `device`.
-pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, Tensor)>> {
+/// The string metadata of a safetensors file (empty when it has none), without
+/// its checksums.
+pub fn metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
-        Error::invalid(
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let mut out: Vec<(String, String)> = meta
+        .metadata()
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with("crc32."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+fn not_safetensors(path: &Path, e: safetensors::SafeTensorError) -> Error {
+    Error::invalid(
+        "load",
+        format!("{}: not a valid safetensors file ({e})", path.display()),
+    )
+}
+
+/// Refuses a float tensor holding NaN or infinity, naming it.
+fn check_finite<T: Copy + Into<f64>>(path: &Path, name: &str, v: &[T]) -> Result<()> {
+    let bad = v.iter().filter(|x| !(**x).into().is_finite()).count();
+    if bad > 0 {
+        return Err(Error::invalid(
             "load",
-            format!("{}: not a valid safetensors file ({e})", path.display()),
-        )
-    })?;
+            format!(
+                "{}: tensor {name:?} holds {bad} NaN or infinite value{} of {}; refusing to \
+                 load it (the run it was saved from had diverged?). To load it anyway, use \
+                 LoadOptions::new().allow_non_finite(true)",
+                path.display(),
+                if bad == 1 { "" } else { "s" },
+                v.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads every tensor of a safetensors file (in the file's order) onto `device`,
+/// checking the checksums ember wrote (a file without them loads as it is). Values
+/// are not checked: NaN and infinity load.
+pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, Tensor)>> {
+    load_checked(path.as_ref(), device, true)
+}
+
+fn load_checked(
+    path: &Path,
+    device: &Device,
+    allow_non_finite: bool,
+) -> Result<Vec<(String, Tensor)>> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let sums = meta.metadata().clone().unwrap_or_default();
+    for key in sums.keys() {
+        if let Some(name) = key.strip_prefix("crc32.") {
+            if file.tensor(name).is_err() {
+                return Err(Error::invalid(
+                    "load",
+                    format!(
+                        "{}: the file lists a checksum for tensor {name:?} but has no such tensor (the file is damaged)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+    }
     let mut out = Vec::new();
     for (name, view) in file.iter() {
         let shape = view.shape().to_vec();
         let data = view.data();
+        if let Some(want) = sums.get(&crc_key(name)) {
+            let got = format!("{:08x}", crc32fast::hash(data));
+            if !got.eq_ignore_ascii_case(want) {
+                return Err(Error::invalid(
+                    "load",
+                    format!(
+                        "{}: tensor {name:?} is damaged: its bytes have checksum {got}, the file recorded {want} when it was saved",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         let t = match view.dtype() {
             Dtype::F32 => {
-                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f32>(data), shape, device)?
+                let v = bytemuck::pod_collect_to_vec::<u8, f32>(data);
+                if !allow_non_finite {
+                    check_finite(path, name, &v)?;
+                }
+                Tensor::from_vec(v, shape, device)?
             }
             Dtype::F64 => {
-                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f64>(data), shape, device)?
+                let v = bytemuck::pod_collect_to_vec::<u8, f64>(data);
+                if !allow_non_finite {
+                    check_finite(path, name, &v)?;
+                }
+                Tensor::from_vec(v, shape, device)?
             }
             Dtype::F16 => {
-                Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f16>(data), shape, device)?
+                let v = bytemuck::pod_collect_to_vec::<u8, f16>(data);
+                if !allow_non_finite {
+                    check_finite(path, name, &v)?;
+                }
+                Tensor::from_vec(v, shape, device)?
             }
-            Dtype::BF16 => Tensor::from_vec(
-                bytemuck::pod_collect_to_vec::<u8, bf16>(data),
-                shape,
-                device,
-            )?,
+            Dtype::BF16 => {
+                let v = bytemuck::pod_collect_to_vec::<u8, bf16>(data);
+                if !allow_non_finite {
+                    check_finite(path, name, &v)?;
+                }
+                Tensor::from_vec(v, shape, device)?
+            }
             Dtype::I64 => {
                 Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, i64>(data), shape, device)?
             }
@@ -210,14 +355,25 @@ pub fn load_state_into(model: &dyn Module, state: &[(String, Tensor)], what: &st
     crate::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))
 }
 
-/// Loads a file written by [`save_state_dict`] into the model's parameters.
+/// Loads a file written by [`save_state_dict`] (or PyTorch's `save_file` of a
+/// state dict) into the model's parameters. NaN or infinite values are refused,
+/// naming the tensor; [`load_state_dict_with`] can allow them.
 pub fn load_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
+    load_state_dict_with(model, path, LoadOptions::default())
+}
+
+/// [`load_state_dict`] with options.
+pub fn load_state_dict_with(
+    model: &dyn Module,
+    path: impl AsRef<Path>,
+    options: LoadOptions,
+) -> Result<()> {
     let path = path.as_ref();
     let device = model
         .parameters()
         .first()
         .map_or(Device::Cpu, |p| p.device());
-    let state = load(path, &device)?;
+    let state = load_checked(path, &device, options.allow_non_finite)?;
     load_state_into(model, &state, &path.display().to_string())
 }
 
@@ -239,6 +395,18 @@ pub fn save_checkpoint_with(
     extra: &[(String, Tensor)],
     path: impl AsRef<Path>,
 ) -> Result<()> {
+    save_checkpoint_full(model, opt, extra, &[], path)
+}
+
+/// [`save_checkpoint_with`] plus string metadata (a run's configuration, which
+/// [`metadata`] reads back).
+pub fn save_checkpoint_full(
+    model: &dyn Module,
+    opt: &dyn Optimizer,
+    extra: &[(String, Tensor)],
+    metadata: &[(String, String)],
+    path: impl AsRef<Path>,
+) -> Result<()> {
     let prefixed = |p: &str, v: Vec<(String, Tensor)>| -> Vec<(String, Tensor)> {
         v.into_iter()
             .map(|(n, t)| (format!("{p}.{n}"), t))
@@ -247,23 +415,35 @@ pub fn save_checkpoint_with(
     let mut all = prefixed("model", model.state_dict());
     all.extend(prefixed("optim", opt.state()?));
     all.extend(prefixed("trial", extra.to_vec()));
-    save(&all, path)
+    save_with_metadata(&all, metadata, path)
 }
 
 /// Restores a checkpoint written by [`save_checkpoint`] into a model and an
 /// optimizer of the same architecture and kind, and returns the extra entries
-/// (without their `trial.` prefix). On an error neither is changed.
+/// (without their `trial.` prefix). On an error neither is changed. NaN or
+/// infinite values are refused ([`load_checkpoint_with`] can allow them), and so
+/// is an optimizer state with an entry missing.
 pub fn load_checkpoint(
     model: &dyn Module,
     opt: &mut dyn Optimizer,
     path: impl AsRef<Path>,
+) -> Result<Vec<(String, Tensor)>> {
+    load_checkpoint_with(model, opt, path, LoadOptions::default())
+}
+
+/// [`load_checkpoint`] with options.
+pub fn load_checkpoint_with(
+    model: &dyn Module,
+    opt: &mut dyn Optimizer,
+    path: impl AsRef<Path>,
+    options: LoadOptions,
 ) -> Result<Vec<(String, Tensor)>> {
     let path = path.as_ref();
     let device = model
         .parameters()
         .first()
         .map_or(Device::Cpu, |p| p.device());
-    let all = load(path, &device)?;
+    let all = load_checked(path, &device, options.allow_non_finite)?;
     let (mut params, mut state, mut extra) = (Vec::new(), Vec::new(), Vec::new());
     for (n, t) in all {
         if let Some(rest) = n.strip_prefix("model.") {

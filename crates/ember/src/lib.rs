@@ -40,6 +40,7 @@ mod tensor;
 pub mod train;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
+pub use backend::generator::Generator;
 pub use device::Device;
 pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};

@@ -116,7 +116,7 @@ fn the_estimate_follows_the_passes() -> Result<()> {
         return Ok(());
     }
     let sgd = |p: Vec<Tensor>| -> Result<Box<dyn Optimizer>> {
-        Ok(Box::new(Sgd::new(p, 0.01).momentum(0.9)))
+        Ok(Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?))
     };
     let batch = 9;
     // one sample's patches: 3·3·3·64·4 = 6,912 bytes in the first convolution,

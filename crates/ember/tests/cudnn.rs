@@ -15,15 +15,14 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 
 /// The GPU when cuDNN can be used there, or `None` after saying why not.
 fn cudnn_gpu(test: &str) -> Option<Device> {
-    let dev = common::gpu(test)?;
-    if !cudnn::is_available() {
-        eprintln!(
-            "skipped {test}: cuDNN is not available ({})",
-            cudnn::unavailable_reason().unwrap_or_default()
-        );
-        return None;
-    }
-    Some(dev)
+    common::gpu_unless(test, || {
+        (!cudnn::is_available()).then(|| {
+            format!(
+                "cuDNN is not available: {}",
+                cudnn::unavailable_reason().unwrap_or_default()
+            )
+        })
+    })
 }
 
 /// Output, input gradient, weight gradient and bias gradient of

@@ -18,7 +18,7 @@ fn mlp(dev: &Device) -> Result<nn::Sequential> {
 }
 
 fn adam(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
-    Ok(Box::new(Adam::new(p, 1e-3)))
+    Ok(Box::new(Adam::new(p, 1e-3)?))
 }
 
 /// Whether two training steps at `batch` run on `dev` without running out of

@@ -60,11 +60,11 @@ fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
 }
 
 fn sgd(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
-    Ok(Box::new(Sgd::new(p, 0.01).momentum(0.9)))
+    Ok(Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?))
 }
 
 fn adam(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
-    Ok(Box::new(Adam::new(p, 1e-3)))
+    Ok(Box::new(Adam::new(p, 1e-3)?))
 }
 
 #[test]

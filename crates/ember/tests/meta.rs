@@ -293,8 +293,11 @@ fn bad_input_on_meta_gives_the_cpus_errors() -> Result<()> {
             let x = t[3].narrow(2, 0, 2)?;
             one(x.conv2d(&t[4], None, Conv2dOptions::default()))
         }),
-        ("max_pool2d of ints", |t| {
-            one(t[9].reshape([1, 3, 4])?.max_pool2d(Pool2dOptions::new(2)))
+        ("max_pool2d of bools", |t| {
+            one(t[9]
+                .reshape([1, 3, 4])?
+                .gt(0)?
+                .max_pool2d(Pool2dOptions::new(2)))
         }),
         ("index_select of floats", |t| {
             one(t[0].index_select(0, &t[1]))
@@ -413,8 +416,8 @@ fn a_training_step_of_the_digits_cnn_runs_on_meta() -> Result<()> {
     let x = Tensor::randn([64, 1, 8, 8], &META)?;
     let y = Tensor::randint(0, 10, [64], &META)?;
     for mut opt in [
-        Box::new(Adam::new(params.clone(), 1e-3)) as Box<dyn Optimizer>,
-        Box::new(Sgd::new(params.clone(), 0.1).momentum(0.9)),
+        Box::new(Adam::new(params.clone(), 1e-3)?) as Box<dyn Optimizer>,
+        Box::new(Sgd::new(params.clone(), 0.1)?.momentum(0.9)?),
     ] {
         for _ in 0..2 {
             opt.zero_grad();
@@ -461,7 +464,7 @@ impl ember::meta::AllocHook for Log {
 fn the_hook_sees_every_meta_allocation_with_phase_and_module() -> Result<()> {
     use ember::meta::Phase;
     let model = digits_cnn(&META)?;
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3)?;
     let x = Tensor::randn([32, 1, 8, 8], &META)?;
     let y = Tensor::randint(0, 10, [32], &META)?;
     let log = Arc::new(Log::default());

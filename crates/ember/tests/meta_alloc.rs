@@ -63,7 +63,7 @@ fn a_meta_training_step_allocates_only_metadata() -> Result<()> {
         .add(nn::Linear::new(32 * 4 * 4, 64, &dev)?)
         .add(nn::ReLU)
         .add(nn::Linear::new(64, 10, &dev)?);
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3)?;
     let batch = 8192;
     let x = Tensor::randn([batch, 1, 8, 8], &dev)?;
     let y = Tensor::randint(0, 10, [batch], &dev)?;

@@ -148,6 +148,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let budget = Duration::from_millis(if args.quick { 30 } else { 400 });
     let cpu_info = ember::cpu::cpu_info();
     println!("cpu: {} ({} threads)", cpu_info.model, cpu_info.threads);
+    if args.device == "all" && !devs.iter().any(|d| d.is_cuda()) {
+        let why = cuda::unavailable_reason().unwrap_or_else(|| "no GPU found".into());
+        println!("cuda: no rows ({why})");
+    }
     let mut rows: Vec<Row> = Vec::new();
     for dev in devs {
         if let Device::Cuda(i) = dev {

@@ -62,7 +62,7 @@ fn step_row(
 ) -> Result<Row> {
     ember::manual_seed(0);
     let model = build(&cx.dev)?;
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3)?;
     let x = Tensor::randn(shape, &Device::Cpu)?.to(&cx.dev)?;
     let y = Tensor::randint(0, 10, [shape[0]], &Device::Cpu)?.to(&cx.dev)?;
     let n = shape[0] as f64;
@@ -96,7 +96,7 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         || {
             ember::manual_seed(32);
             let model = mlp(&[4, 8, 9, 3], &dev)?;
-            let mut opt = Adam::new(model.parameters(), 0.01);
+            let mut opt = Adam::new(model.parameters(), 0.01)?;
             for _ in 0..epochs {
                 step(&model, &mut opt, &x, &y)?;
             }
@@ -139,7 +139,7 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         .device(&dev);
     ember::manual_seed(32);
     let model = digits_cnn(&dev)?;
-    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut opt = Adam::new(model.parameters(), 1e-3)?;
     let macs = [
         16.0 * 64.0 * 9.0,
         32.0 * 64.0 * 16.0 * 9.0,

@@ -18,19 +18,31 @@
 use crate::{Error, Result, Tensor};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
 pub(crate) type Grads = Vec<Option<Tensor>>;
 /// A rule: the output's gradient and the node's inputs to the inputs' gradients.
 type BackwardFn = Box<dyn FnOnce(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync>;
+/// A rule that saved nothing of the forward pass's values (a view's), which
+/// backward can run again.
+type ReusableFn = Arc<dyn Fn(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync>;
 type Inputs = smallvec::SmallVec<[Tensor; 2]>;
 
+enum Rule {
+    /// Frees what it saved when it runs: a second backward through it is an error.
+    Once(BackwardFn),
+    /// Kept after it runs, as PyTorch keeps nodes that saved no tensors: graphs
+    /// that share a view can each be backpropagated through it.
+    Reusable(ReusableFn),
+}
+
 /// How an op output was computed: its inputs and the rule that sends gradients back.
-/// It lives inside the output tensor, and is emptied by `backward`.
+/// It lives inside the output tensor, and is emptied by `backward` (unless its
+/// rule is reusable).
 pub(crate) struct Node {
     name: &'static str,
-    inner: Mutex<Option<(Inputs, BackwardFn)>>,
+    inner: Mutex<Option<(Inputs, Rule)>>,
 }
 
 thread_local! {
@@ -112,7 +124,7 @@ impl Tensor {
     /// [`record`](Self::record) for rules that read the inputs from the node instead
     /// of saving their own copies: a rule that captures nothing costs no allocation.
     pub(crate) fn record_inputs<F>(
-        mut out: Tensor,
+        out: Tensor,
         name: &'static str,
         inputs: &[&Tensor],
         rule: impl FnOnce(&Tensor) -> F,
@@ -126,14 +138,38 @@ impl Tensor {
         // the rule sees `out` before it gets its node, so what it saves of the output
         // cannot keep the node alive (no reference cycle)
         let f: BackwardFn = Box::new(rule(&out));
+        out.attach(name, inputs, Rule::Once(f))
+    }
+
+    /// [`record`](Self::record) for a rule that saves nothing of the forward
+    /// values (views): its node survives backward, so two graphs that share the
+    /// output can each backpropagate through it.
+    pub(crate) fn record_reusable<F>(
+        out: Tensor,
+        name: &'static str,
+        inputs: &[&Tensor],
+        rule: impl FnOnce(&Tensor) -> F,
+    ) -> Tensor
+    where
+        F: Fn(&Tensor) -> Result<Grads> + Send + Sync + 'static,
+    {
+        if !needs_grad(inputs) {
+            return out;
+        }
+        let f = rule(&out);
+        let f: ReusableFn = Arc::new(move |g: &Tensor, _: &[Tensor]| f(g));
+        out.attach(name, inputs, Rule::Reusable(f))
+    }
+
+    fn attach(mut self, name: &'static str, inputs: &[&Tensor], rule: Rule) -> Tensor {
         let node = Node {
             name,
-            inner: Mutex::new(Some((inputs.iter().map(|t| (*t).clone()).collect(), f))),
+            inner: Mutex::new(Some((inputs.iter().map(|t| (*t).clone()).collect(), rule))),
         };
-        match out.set_node(node) {
-            Ok(()) => out,
-            // the rule kept a handle on `out`: give the node to a new handle
-            Err(node) => out.with_node(node),
+        match self.set_node(node) {
+            Ok(()) => self,
+            // the rule kept a handle on the output: give the node to a new handle
+            Err(node) => self.with_node(node),
         }
     }
 
@@ -210,11 +246,23 @@ impl Tensor {
             match t.node() {
                 None => t.accumulate_grad(g)?,
                 Some(node) => {
-                    let taken = node.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    let Some((inputs, rule)) = taken else {
-                        continue;
+                    let (inputs, gs) = {
+                        let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
+                        match slot.take() {
+                            None => continue,
+                            Some((inputs, Rule::Once(rule))) => {
+                                drop(slot);
+                                let gs = rule(&g, &inputs)?;
+                                (inputs, gs)
+                            }
+                            Some((inputs, Rule::Reusable(rule))) => {
+                                *slot = Some((inputs.clone(), Rule::Reusable(rule.clone())));
+                                drop(slot);
+                                let gs = rule(&g, &inputs)?;
+                                (inputs, gs)
+                            }
+                        }
                     };
-                    let gs = rule(&g, &inputs)?;
                     for (p, pg) in inputs.iter().zip(gs) {
                         let Some(pg) = pg else { continue };
                         if !p.requires_grad() {

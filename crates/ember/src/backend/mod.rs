@@ -14,6 +14,7 @@
 pub(crate) mod alloc;
 pub mod cpu;
 pub mod cuda;
+pub mod generator;
 pub mod host;
 pub mod meta;
 pub(crate) mod op;

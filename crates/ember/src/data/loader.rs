@@ -70,6 +70,14 @@ impl DataLoader {
         self
     }
 
+    /// Shuffles with a seed drawn from `generator` (PyTorch's
+    /// `DataLoader(generator=g)`): loaders given generators seeded alike shuffle
+    /// alike, whatever other threads draw from the global stream.
+    pub fn generator(self, generator: &crate::Generator) -> Self {
+        let seed = generator.next_u64();
+        self.shuffle(seed)
+    }
+
     /// With `true`, the last batch is skipped when it has fewer than
     /// `batch_size` samples.
     pub fn drop_last(mut self, drop_last: bool) -> Self {
@@ -118,6 +126,11 @@ impl DataLoader {
     /// Samples per batch.
     pub fn batch_size(&self) -> usize {
         self.batch_size
+    }
+
+    /// Whether a last, smaller batch is skipped ([`drop_last`](Self::drop_last)).
+    pub fn drops_last(&self) -> bool {
+        self.drop_last
     }
 
     /// The shuffling seed, if shuffling.

@@ -88,13 +88,11 @@ impl FromStr for Device {
         let t = s.trim().to_ascii_lowercase();
         match t.as_str() {
             "cpu" => Ok(Device::Cpu),
-            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            // PyTorch has no "gpu" device type, and neither does ember
+            "cuda" => Ok(Device::Cuda(0)),
             "meta" => Ok(Device::Meta),
             _ => {
-                let n = t
-                    .strip_prefix("cuda:")
-                    .or_else(|| t.strip_prefix("gpu:"))
-                    .ok_or_else(bad)?;
+                let n = t.strip_prefix("cuda:").ok_or_else(bad)?;
                 if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
                     return Err(bad());
                 }

@@ -236,7 +236,7 @@ impl<M: Module> Estimator<M> {
             build: Box::new(build),
             input: Vec::new(),
             loss: Box::new(crate::nn::cross_entropy),
-            optimizer: Box::new(|p| Ok(Box::new(Adam::new(p, 1e-3)))),
+            optimizer: Box::new(|p| Ok(Box::new(Adam::new(p, 1e-3)?))),
             training: true,
             steps: 2,
             outside: 0,

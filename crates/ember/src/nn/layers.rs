@@ -366,10 +366,11 @@ impl Module for Flatten {
 
 /// Zeroes each element with probability `p` in training and scales the rest by
 /// `1 / (1 - p)`; the identity in evaluation (`nn.Dropout`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Dropout {
     p: f64,
     training: bool,
+    generator: Option<crate::Generator>,
 }
 
 impl Dropout {
@@ -380,7 +381,17 @@ impl Dropout {
                 format!("dropout probability has to be between 0 and 1, but got {p}"),
             ));
         }
-        Ok(Dropout { p, training: true })
+        Ok(Dropout {
+            p,
+            training: true,
+            generator: None,
+        })
+    }
+
+    /// Draws the masks from `generator` instead of the global stream.
+    pub fn generator(mut self, generator: &crate::Generator) -> Dropout {
+        self.generator = Some(generator.clone());
+        self
     }
 }
 
@@ -392,7 +403,12 @@ impl Module for Dropout {
         if self.p == 1.0 {
             return x.mul(0.0);
         }
-        let keep = Tensor::uniform(0.0, 1.0, x.shape(), DType::F32, &x.device())?.ge(self.p)?;
+        let draw = || Tensor::uniform(0.0, 1.0, x.shape(), DType::F32, &x.device());
+        let u = match &self.generator {
+            Some(g) => g.scope(draw)?,
+            None => draw()?,
+        };
+        let keep = u.ge(self.p)?;
         x.mul(&keep.to_dtype(x.dtype())?.mul(1.0 / (1.0 - self.p))?)
     }
 

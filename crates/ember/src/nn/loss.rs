@@ -101,8 +101,12 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
     reduce(input.sub(target)?.square()?, reduction)
 }
 
-/// Binary cross-entropy on logits, computed stably as
-/// `max(x, 0) - x·y + log(1 + exp(-|x|))` (`F.binary_cross_entropy_with_logits`).
+/// Binary cross-entropy on logits (`F.binary_cross_entropy_with_logits`),
+/// computed stably as PyTorch computes it: `(1 - y)·x - log_sigmoid(x)` with
+/// `log_sigmoid(x) = min(x, 0) - log(1 + exp(-|x|))`. At infinite logits the
+/// values are PyTorch's: `+inf` with target 0 (or 0.5) is `inf`; `+inf` with
+/// target 1, and `-inf` with any target, are NaN (`0·inf`, `-inf + inf`). The
+/// gradient `sigmoid(x) - y` is finite everywhere.
 pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     if logits.shape() != target.shape() {
         return Err(Error::shape(
@@ -120,10 +124,10 @@ pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -
         ));
     }
     let l = crate::no_grad(|| {
-        logits
-            .relu()?
-            .sub(&logits.mul(target)?)?
-            .add(&logits.abs()?.neg()?.exp()?.add(1.0)?.log()?)
+        let log_sigmoid = logits
+            .clamp_max(0.0)?
+            .sub(&logits.abs()?.neg()?.exp()?.add(1.0)?.log()?)?;
+        target.neg()?.add(1.0)?.mul(logits)?.sub(&log_sigmoid)
     })?;
     // its own rule: d/dx = sigmoid(x) - y everywhere (the composite has a kink at 0)
     let l = Tensor::record(l, "bce_with_logits", &[logits, target], |_| {

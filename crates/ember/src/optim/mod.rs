@@ -17,7 +17,7 @@ pub(crate) mod fused;
 use crate::{Error, Result, Tensor};
 
 /// What every optimizer offers.
-pub trait Optimizer {
+pub trait Optimizer: Send {
     /// Applies one update from the parameters' current gradients (parameters with no
     /// gradient are skipped).
     fn step(&mut self) -> Result<()>;
@@ -37,6 +37,12 @@ pub trait Optimizer {
     /// makes new parameter tensors): the state moves to their devices. The count and
     /// shapes must match the current parameters; on an error nothing changes.
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()>;
+    /// The optimizer's kind and hyper-parameters other than the learning rate, as
+    /// (name, value) text: a checkpoint records them so that resuming with another
+    /// optimizer setting is refused. The default is none.
+    fn config(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// The checks and moves of [`Optimizer::set_parameters`] for `params` and their
@@ -92,6 +98,60 @@ fn buffers_state(prefix: &str, bufs: &[Option<Tensor>]) -> Vec<(String, Tensor)>
         .enumerate()
         .filter_map(|(i, b)| b.as_ref().map(|b| (format!("{prefix}.{i}"), b.clone())))
         .collect()
+}
+
+/// Which parameters have per-parameter state (`has_state`: 1 where any of `bufs`
+/// holds a buffer), saved so that loading can tell a parameter that never had state
+/// from an entry missing from the file.
+fn state_mask(n: usize, bufs: &[&[Option<Tensor>]]) -> Result<(String, Tensor)> {
+    let mask: Vec<u8> = (0..n)
+        .map(|i| u8::from(bufs.iter().any(|b| b.get(i).is_some_and(Option::is_some))))
+        .collect();
+    Ok((
+        "has_state".into(),
+        Tensor::from_vec(mask, [n], &crate::Device::Cpu)?,
+    ))
+}
+
+/// Checks loaded buffers against a saved `has_state` mask: a parameter marked as
+/// having state must have every one of its buffers, and one not marked must have
+/// none. States saved before the mask existed are taken as they are.
+fn check_mask(
+    state: &[(String, Tensor)],
+    n: usize,
+    loaded: &[(&str, &[Option<Tensor>])],
+) -> Result<()> {
+    let Some((_, mask)) = state.iter().find(|(k, _)| k == "has_state") else {
+        return Ok(());
+    };
+    let mask = mask.to_dtype(crate::DType::I64)?.to_vec::<i64>()?;
+    if mask.len() != n {
+        return Err(Error::invalid(
+            "load_state",
+            format!(
+                "the optimizer state is for {} parameters, this optimizer has {n}",
+                mask.len()
+            ),
+        ));
+    }
+    for (i, &m) in mask.iter().enumerate() {
+        for (name, bufs) in loaded {
+            let has = bufs[i].is_some();
+            if m != 0 && !has {
+                return Err(Error::invalid(
+                    "load_state",
+                    format!("the optimizer state has no {name}.{i} entry, but parameter {i} had state when it was saved (the file is incomplete)"),
+                ));
+            }
+            if m == 0 && has {
+                return Err(Error::invalid(
+                    "load_state",
+                    format!("the optimizer state has an entry {name}.{i} for parameter {i}, which had no state when it was saved"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Restores buffers saved by [`buffers_state`], checking each against its parameter.
@@ -156,6 +216,30 @@ fn check_names(state: &[(String, Tensor)], allowed: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// A learning rate must be a finite number at least 0 (PyTorch: "Invalid learning
+/// rate"; PyTorch lets NaN through, ember does not).
+fn check_lr(op: &'static str, lr: f64) -> Result<()> {
+    if !lr.is_finite() || lr < 0.0 {
+        return Err(Error::invalid(
+            op,
+            format!("Invalid learning rate: {lr} (it must be a finite number >= 0)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A hyper-parameter that must be finite and at least 0 (`what` names it as
+/// PyTorch's messages do: "weight_decay value", "epsilon value", "momentum value").
+fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result<()> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(Error::invalid(
+            op,
+            format!("Invalid {what}: {v} (it must be a finite number >= 0)"),
+        ));
+    }
+    Ok(())
+}
+
 fn zero_all(params: &[Tensor]) {
     params.iter().for_each(|p| p.zero_grad());
 }
@@ -172,10 +256,11 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// Plain SGD with learning rate `lr`.
-    pub fn new(params: Vec<Tensor>, lr: f64) -> Sgd {
+    /// Plain SGD with learning rate `lr`, which must be finite and at least 0.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Result<Sgd> {
+        check_lr("SGD", lr)?;
         let n = params.len();
-        Sgd {
+        Ok(Sgd {
             params,
             lr,
             momentum: 0.0,
@@ -183,19 +268,38 @@ impl Sgd {
             nesterov: false,
             weight_decay: 0.0,
             buffers: vec![None; n],
+        })
+    }
+
+    /// Momentum factor (0 disables it; negative or not finite is an error).
+    pub fn momentum(mut self, m: f64) -> Result<Sgd> {
+        check_non_negative("SGD", "momentum value", m)?;
+        if self.nesterov && m <= 0.0 {
+            return Err(Error::invalid(
+                "SGD",
+                "Nesterov momentum requires a momentum and zero dampening",
+            ));
         }
-    }
-
-    /// Momentum factor (0 disables it).
-    pub fn momentum(mut self, m: f64) -> Sgd {
         self.momentum = m;
-        self
+        Ok(self)
     }
 
-    /// Dampening of the momentum.
-    pub fn dampening(mut self, d: f64) -> Sgd {
+    /// Dampening of the momentum (must be finite; Nesterov needs it to be 0).
+    pub fn dampening(mut self, d: f64) -> Result<Sgd> {
+        if !d.is_finite() {
+            return Err(Error::invalid(
+                "SGD",
+                format!("Invalid dampening value: {d}"),
+            ));
+        }
+        if self.nesterov && d != 0.0 {
+            return Err(Error::invalid(
+                "SGD",
+                "Nesterov momentum requires a momentum and zero dampening",
+            ));
+        }
         self.dampening = d;
-        self
+        Ok(self)
     }
 
     /// Nesterov momentum (needs momentum > 0 and no dampening).
@@ -210,24 +314,30 @@ impl Sgd {
         Ok(self)
     }
 
-    /// L2 penalty added to the gradient.
-    pub fn weight_decay(mut self, wd: f64) -> Sgd {
+    /// L2 penalty added to the gradient (negative or not finite is an error).
+    pub fn weight_decay(mut self, wd: f64) -> Result<Sgd> {
+        check_non_negative("SGD", "weight_decay value", wd)?;
         self.weight_decay = wd;
-        self
+        Ok(self)
     }
 }
 
 impl Optimizer for Sgd {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
+        s.push(state_mask(self.params.len(), &[&self.buffers])?);
         s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
         Ok(s)
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        check_names(state, &["momentum_buffer", "lr"])?;
-        self.buffers = load_buffers("momentum_buffer", &self.params, state)?;
-        self.lr = scalar_entry(state, "lr")?;
+        check_names(state, &["momentum_buffer", "has_state", "lr"])?;
+        let buffers = load_buffers("momentum_buffer", &self.params, state)?;
+        check_mask(state, self.params.len(), &[("momentum_buffer", &buffers)])?;
+        let lr = scalar_entry(state, "lr")?;
+        check_lr("load_state", lr)?;
+        self.buffers = buffers;
+        self.lr = lr;
         Ok(())
     }
 
@@ -237,6 +347,16 @@ impl Optimizer for Sgd {
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
         replace_parameters(&mut self.params, params, &mut [&mut self.buffers])
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        vec![
+            ("optimizer".into(), "SGD".into()),
+            ("momentum".into(), self.momentum.to_string()),
+            ("dampening".into(), self.dampening.to_string()),
+            ("nesterov".into(), self.nesterov.to_string()),
+            ("weight_decay".into(), self.weight_decay.to_string()),
+        ]
     }
 
     fn step(&mut self) -> Result<()> {
@@ -296,9 +416,11 @@ pub struct Adam {
 
 impl Adam {
     /// Adam with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, no weight decay.
-    pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+    /// `lr` must be finite and at least 0.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Result<Adam> {
+        check_lr("Adam", lr)?;
         let n = params.len();
-        Adam {
+        Ok(Adam {
             params,
             lr,
             betas: (0.9, 0.999),
@@ -308,32 +430,45 @@ impl Adam {
             step: 0,
             m: vec![None; n],
             v: vec![None; n],
-        }
+        })
     }
 
     /// AdamW (`torch.optim.AdamW`): weight decay 0.01 applied to the weights directly.
-    pub fn adamw(params: Vec<Tensor>, lr: f64) -> Adam {
-        Adam {
+    pub fn adamw(params: Vec<Tensor>, lr: f64) -> Result<Adam> {
+        Ok(Adam {
             weight_decay: 1e-2,
             decoupled: true,
-            ..Adam::new(params, lr)
+            ..Adam::new(params, lr)?
+        })
+    }
+
+    /// The moments' decay rates, each in [0, 1) (PyTorch's "Invalid beta parameter
+    /// at index 0/1" otherwise).
+    pub fn betas(mut self, b1: f64, b2: f64) -> Result<Adam> {
+        for (i, b) in [b1, b2].into_iter().enumerate() {
+            if !(0.0..1.0).contains(&b) {
+                return Err(Error::invalid(
+                    "Adam",
+                    format!("Invalid beta parameter at index {i}: {b} (it must be in [0, 1))"),
+                ));
+            }
         }
-    }
-
-    pub fn betas(mut self, b1: f64, b2: f64) -> Adam {
         self.betas = (b1, b2);
-        self
+        Ok(self)
     }
 
-    pub fn eps(mut self, eps: f64) -> Adam {
+    /// The term added to the denominator (finite, at least 0).
+    pub fn eps(mut self, eps: f64) -> Result<Adam> {
+        check_non_negative("Adam", "epsilon value", eps)?;
         self.eps = eps;
-        self
+        Ok(self)
     }
 
-    /// L2 penalty (Adam) or decoupled decay (AdamW).
-    pub fn weight_decay(mut self, wd: f64) -> Adam {
+    /// L2 penalty (Adam) or decoupled decay (AdamW), finite and at least 0.
+    pub fn weight_decay(mut self, wd: f64) -> Result<Adam> {
+        check_non_negative("Adam", "weight_decay value", wd)?;
         self.weight_decay = wd;
-        self
+        Ok(self)
     }
 
     /// Steps taken so far.
@@ -346,6 +481,7 @@ impl Optimizer for Adam {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("exp_avg", &self.m);
         s.extend(buffers_state("exp_avg_sq", &self.v));
+        s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
         s.push((
             "step".into(),
             Tensor::scalar(self.step as i64, &crate::Device::Cpu)?,
@@ -355,11 +491,24 @@ impl Optimizer for Adam {
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        check_names(state, &["exp_avg", "exp_avg_sq", "step", "lr"])?;
-        self.m = load_buffers("exp_avg", &self.params, state)?;
-        self.v = load_buffers("exp_avg_sq", &self.params, state)?;
-        self.step = scalar_entry(state, "step")? as u64;
-        self.lr = scalar_entry(state, "lr")?;
+        check_names(state, &["exp_avg", "exp_avg_sq", "has_state", "step", "lr"])?;
+        let m = load_buffers("exp_avg", &self.params, state)?;
+        let v = load_buffers("exp_avg_sq", &self.params, state)?;
+        check_mask(
+            state,
+            self.params.len(),
+            &[("exp_avg", &m), ("exp_avg_sq", &v)],
+        )?;
+        let step = scalar_entry(state, "step")?;
+        let lr = scalar_entry(state, "lr")?;
+        check_lr("load_state", lr)?;
+        if !(step >= 0.0 && step.fract() == 0.0) {
+            return Err(Error::invalid(
+                "load_state",
+                format!("the optimizer state's step count {step} is not a whole number >= 0"),
+            ));
+        }
+        (self.m, self.v, self.step, self.lr) = (m, v, step as u64, lr);
         Ok(())
     }
 
@@ -369,6 +518,19 @@ impl Optimizer for Adam {
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
         replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        let kind = if self.decoupled { "AdamW" } else { "Adam" };
+        vec![
+            ("optimizer".into(), kind.into()),
+            (
+                "betas".into(),
+                format!("({}, {})", self.betas.0, self.betas.1),
+            ),
+            ("eps".into(), self.eps.to_string()),
+            ("weight_decay".into(), self.weight_decay.to_string()),
+        ]
     }
 
     fn step(&mut self) -> Result<()> {
@@ -438,7 +600,7 @@ impl Optimizer for Adam {
 }
 
 /// Changes an optimizer's learning rate once per epoch (`scheduler.step()`).
-pub trait LrScheduler {
+pub trait LrScheduler: Send {
     /// Advances one epoch and sets the optimizer's learning rate for the next one.
     fn step(&mut self, opt: &mut dyn Optimizer);
     /// The learning rate set by the last step (the initial one before any step).

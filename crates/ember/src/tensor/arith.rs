@@ -1,12 +1,24 @@
-//! `std::ops` operators for notebook-style code: `&a + &b`, `&a * 2.0`, `1.0 - &a`,
-//! `-&a`.
+//! `std::ops` operators for notebook-style code: `&a + &b`, `&a * 2.0`, `&a - 1`,
+//! `1.0 - &a`, `2 / &a`, `-&a`.
 //!
 //! # Panics
 //!
 //! Operators cannot return `Result`, so they **panic** with ember's error message
 //! when the operation fails (shapes that do not broadcast, tensors on two devices,
-//! ...). Use the methods (`a.add(&b)?`) wherever failure must be handled. Owned
-//! left operands (`a + &b`) reuse `a`'s buffer when nothing else holds it.
+//! a bool in a subtraction, ...). Every operator has a method that returns the
+//! error instead, to use wherever failure must be handled:
+//!
+//! | operator | method |
+//! |---|---|
+//! | `&a + &b`, `&a + 2.0`, `2.0 + &a` | `a.add(&b)?`, `a.add(2.0)?` |
+//! | `&a - &b`, `&a - 2.0` | `a.sub(&b)?`, `a.sub(2.0)?` |
+//! | `2.0 - &a`, `2 - &a` | `a.rsub(2.0)?`, `a.rsub(2)?` |
+//! | `&a * &b`, `&a * 2.0`, `2.0 * &a` | `a.mul(&b)?`, `a.mul(2.0)?` |
+//! | `&a / &b`, `&a / 2.0` | `a.div(&b)?`, `a.div(2.0)?` |
+//! | `2.0 / &a`, `2 / &a` | `a.rdiv(2.0)?`, `a.rdiv(2)?` |
+//! | `-&a` | `a.neg()?` |
+//!
+//! Owned left operands (`a + &b`) reuse `a`'s buffer when nothing else holds it.
 
 use super::elementwise::Operand;
 use super::Tensor;
@@ -18,6 +30,7 @@ fn ok(r: crate::Result<Tensor>, op: &str) -> Tensor {
 
 macro_rules! tensor_op {
     ($tr:ident, $m:ident, $inplace:ident, $sym:literal) => {
+        #[doc = concat!("`&a ", $sym, " &b`; panics on failure, use [`Tensor::", stringify!($m), "`] to get the error.")]
         impl<'a> $tr<&'a Tensor> for &Tensor {
             type Output = Tensor;
             fn $m(self, rhs: &'a Tensor) -> Tensor {
@@ -48,6 +61,7 @@ macro_rules! tensor_op {
                 $tr::$m(self, &rhs)
             }
         }
+        #[doc = concat!("`&a ", $sym, " 2.0`; panics on failure, use [`Tensor::", stringify!($m), "`] to get the error.")]
         impl $tr<f64> for &Tensor {
             type Output = Tensor;
             fn $m(self, rhs: f64) -> Tensor {
@@ -107,32 +121,104 @@ fn reuse_or(
     }
 }
 
-// scalar on the left: 2.0 * &t, 1.0 - &t, 1.0 / &t
-impl Add<&Tensor> for f64 {
-    type Output = Tensor;
-    fn add(self, rhs: &Tensor) -> Tensor {
-        ok(rhs.add(self), "+")
-    }
+// scalar on the left: 2.0 * &t, 1.0 - &t, 1.0 / &t, and the same with integers
+// (`2 - &t`); each panics where its method returns the error:
+// `2.0 + &t` is `t.add(2.0)?`, `2.0 * &t` is `t.mul(2.0)?`, `2.0 - &t` is
+// `t.rsub(2.0)?` and `2.0 / &t` is `t.rdiv(2.0)?`.
+macro_rules! scalar_lhs {
+    ($($s:ty),*) => {$(
+        #[doc = concat!("`", stringify!($s), " + &t`; panics on failure, use [`Tensor::add`] to get the error.")]
+        impl Add<&Tensor> for $s {
+            type Output = Tensor;
+            fn add(self, rhs: &Tensor) -> Tensor {
+                ok(rhs.add(self), "+")
+            }
+        }
+        #[doc = concat!("`", stringify!($s), " * &t`; panics on failure, use [`Tensor::mul`] to get the error.")]
+        impl Mul<&Tensor> for $s {
+            type Output = Tensor;
+            fn mul(self, rhs: &Tensor) -> Tensor {
+                ok(rhs.mul(self), "*")
+            }
+        }
+        #[doc = concat!("`", stringify!($s), " - &t`; panics on failure (a bool tensor, ...), use [`Tensor::rsub`] to get the error.")]
+        impl Sub<&Tensor> for $s {
+            type Output = Tensor;
+            fn sub(self, rhs: &Tensor) -> Tensor {
+                ok(rhs.rsub(self), "-")
+            }
+        }
+        #[doc = concat!("`", stringify!($s), " / &t` (true division); panics on failure, use [`Tensor::rdiv`] to get the error.")]
+        impl Div<&Tensor> for $s {
+            type Output = Tensor;
+            fn div(self, rhs: &Tensor) -> Tensor {
+                ok(rhs.rdiv(self), "/")
+            }
+        }
+        impl Add<Tensor> for $s {
+            type Output = Tensor;
+            fn add(self, rhs: Tensor) -> Tensor {
+                self + &rhs
+            }
+        }
+        impl Mul<Tensor> for $s {
+            type Output = Tensor;
+            fn mul(self, rhs: Tensor) -> Tensor {
+                self * &rhs
+            }
+        }
+        impl Sub<Tensor> for $s {
+            type Output = Tensor;
+            fn sub(self, rhs: Tensor) -> Tensor {
+                self - &rhs
+            }
+        }
+        impl Div<Tensor> for $s {
+            type Output = Tensor;
+            fn div(self, rhs: Tensor) -> Tensor {
+                self / &rhs
+            }
+        }
+    )*};
 }
-impl Mul<&Tensor> for f64 {
-    type Output = Tensor;
-    fn mul(self, rhs: &Tensor) -> Tensor {
-        ok(rhs.mul(self), "*")
-    }
-}
-impl Sub<&Tensor> for f64 {
-    type Output = Tensor;
-    fn sub(self, rhs: &Tensor) -> Tensor {
-        ok(Tensor::neg(rhs).and_then(|n| Tensor::add(&n, self)), "-")
-    }
-}
-impl Div<&Tensor> for f64 {
-    type Output = Tensor;
-    fn div(self, rhs: &Tensor) -> Tensor {
-        ok(rhs.recip().and_then(|r| Tensor::mul(&r, self)), "/")
-    }
-}
+scalar_lhs!(f64, i64);
 
+// an integer on the right: &t + 2, &t - 2, &t * 2, &t / 2 (the methods with an int)
+macro_rules! int_rhs {
+    ($($s:ty),*) => {$(
+        #[doc = concat!("`&t + ", stringify!($s), "`; panics on failure, use [`Tensor::add`] to get the error.")]
+        impl Add<$s> for &Tensor {
+            type Output = Tensor;
+            fn add(self, rhs: $s) -> Tensor {
+                ok(Tensor::add(self, rhs), "+")
+            }
+        }
+        #[doc = concat!("`&t - ", stringify!($s), "`; panics on failure, use [`Tensor::sub`] to get the error.")]
+        impl Sub<$s> for &Tensor {
+            type Output = Tensor;
+            fn sub(self, rhs: $s) -> Tensor {
+                ok(Tensor::sub(self, rhs), "-")
+            }
+        }
+        #[doc = concat!("`&t * ", stringify!($s), "`; panics on failure, use [`Tensor::mul`] to get the error.")]
+        impl Mul<$s> for &Tensor {
+            type Output = Tensor;
+            fn mul(self, rhs: $s) -> Tensor {
+                ok(Tensor::mul(self, rhs), "*")
+            }
+        }
+        #[doc = concat!("`&t / ", stringify!($s), "` (true division); panics on failure, use [`Tensor::div`] to get the error.")]
+        impl Div<$s> for &Tensor {
+            type Output = Tensor;
+            fn div(self, rhs: $s) -> Tensor {
+                ok(Tensor::div(self, rhs), "/")
+            }
+        }
+    )*};
+}
+int_rhs!(i64);
+
+/// `-&a`; panics on failure (a bool tensor), use [`Tensor::neg`] to get the error.
 impl Neg for &Tensor {
     type Output = Tensor;
     fn neg(self) -> Tensor {

@@ -14,6 +14,59 @@ use half::{bf16, f16};
 use rand::RngExt;
 use smallvec::SmallVec;
 
+/// The C++ name PyTorch's overflow errors give a dtype.
+fn cpp_type_name(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "bool",
+        DType::U8 => "uint8_t",
+        DType::I64 => "int64_t",
+        DType::F16 => "c10::Half",
+        DType::BF16 => "c10::BFloat16",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// PyTorch's checked conversion of a Python number into `dtype` (`fill_`, `full`,
+/// `masked_fill`, `linspace`'s endpoints): an error when the value does not fit.
+/// Integers in `[-255, 255]` wrap into uint8; floats must lie in `[0, 256)`
+/// (uint8) or `[-2^63, 2^63)` (int64) and not be NaN; a finite value beyond a
+/// float dtype's largest is an error, infinities and NaN are not; bools take
+/// anything.
+pub(crate) fn check_fill_value(op: &'static str, s: Scalar, dtype: DType) -> Result<()> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    let fits = match (s, dtype) {
+        (Scalar::Bool(_), _) | (_, DType::Bool | DType::F64) => true,
+        (Scalar::Int(i), DType::U8) => (-255..=255).contains(&i),
+        (Scalar::Int(_), DType::I64) => true,
+        (Scalar::Float(f), DType::U8) => (0.0..256.0).contains(&f),
+        (Scalar::Float(f), DType::I64) => (-TWO_63..TWO_63).contains(&f),
+        (s, DType::F16 | DType::BF16 | DType::F32) => {
+            let v = s.to_f64();
+            let max = match dtype {
+                DType::F16 => f16::MAX.to_f64(),
+                DType::BF16 => bf16::MAX.to_f64(),
+                _ => f32::MAX as f64,
+            };
+            !v.is_finite() || v.abs() <= max
+        }
+    };
+    if fits {
+        return Ok(());
+    }
+    let shown = match s {
+        Scalar::Int(i) => i.to_string(),
+        other => format!("{:?}", other.to_f64()),
+    };
+    Err(Error::invalid(
+        op,
+        format!(
+            "value cannot be converted to type {} without overflow (value {shown}, dtype {dtype})",
+            cpp_type_name(dtype)
+        ),
+    ))
+}
+
 /// Creation is possible only on devices that exist.
 fn check_creatable(device: &Device) -> Result<()> {
     Storage::check_device(*device)
@@ -30,15 +83,21 @@ impl Tensor {
         Tensor::full(shape, 1.0, dtype, device)
     }
 
-    /// `torch.full`: `value` converted to `dtype` everywhere.
+    /// `torch.full`: `value` (a float, an integer or a bool, like a Python number)
+    /// converted to `dtype` everywhere. As in PyTorch, a value the dtype cannot hold
+    /// is an error: a float outside `[0, 256)` (or NaN) for uint8, outside the int64
+    /// range (or NaN) for int64, a finite float beyond the largest float16, bfloat16
+    /// or float32; integers in `[-255, 255]` wrap into uint8 (`-1` is 255).
     pub fn full(
         shape: impl IntoShape,
-        value: f64,
+        value: impl Into<Scalar>,
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
         let dims = dims_of("full", &shape)?;
-        Tensor::full_scalar(&dims, Scalar::Float(value), dtype, *device)
+        let value = value.into();
+        check_fill_value("full", value, dtype)?;
+        Tensor::full_scalar(&dims, value, dtype, *device)
     }
 
     /// A contiguous tensor of `s` converted to `dtype` (as a cast converts it).
@@ -81,8 +140,9 @@ impl Tensor {
         Tensor::ones(self.shape(), self.dtype(), &self.device())
     }
 
-    /// `value` with this tensor's shape, dtype and device.
-    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+    /// `value` with this tensor's shape, dtype and device (checked as in
+    /// [`full`](Self::full)).
+    pub fn full_like(&self, value: impl Into<Scalar>) -> Result<Tensor> {
         Tensor::full(self.shape(), value, self.dtype(), &self.device())
     }
 
@@ -183,32 +243,65 @@ impl Tensor {
         .to_dtype(dtype)
     }
 
-    /// `torch.linspace(start, end, steps)` in `dtype`.
+    /// `torch.linspace(start, end, steps)` in `dtype`. `start` and `end` are Python
+    /// numbers (floats, integers or bools), converted to `dtype` first as PyTorch
+    /// converts them (an error when they do not fit, see [`full`](Self::full)):
+    /// for integer dtypes the endpoints are truncated to integers, the step is
+    /// `(end - start) / (steps - 1)` in f64 and each value is truncated back, so
+    /// `linspace(0, 10, 4)` in int64 is `[0, 3, 6, 10]`. Bool is refused.
     pub fn linspace(
-        start: f64,
-        end: f64,
+        start: impl Into<Scalar>,
+        end: impl Into<Scalar>,
         steps: usize,
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
+        let (start, end) = (start.into(), end.into());
+        if dtype == DType::Bool {
+            return Err(Error::dtype(
+                "linspace",
+                dtype,
+                "\"linspace_cpu\" not implemented for 'Bool'",
+            ));
+        }
+        check_fill_value("linspace", start, dtype)?;
+        check_fill_value("linspace", end, dtype)?;
         check_creatable(device)?;
         checked_numel("linspace", &[steps])?;
         // Like PyTorch: fill the first half forward from `start` and the second half
         // backward from `end`, so both endpoints are exact.
-        let step = if steps > 1 {
-            (end - start) / (steps - 1) as f64
-        } else {
-            0.0
-        };
-        let half = steps / 2;
-        Tensor::from_host_with(&[steps], DType::F64, *device, || {
-            let v = (0..steps).map(|i| {
+        let fill = |start: f64, end: f64| {
+            let step = if steps > 1 {
+                (end - start) / (steps - 1) as f64
+            } else {
+                0.0
+            };
+            let half = steps / 2;
+            (0..steps).map(move |i| {
                 if i < half || steps == 1 {
                     start + step * i as f64
                 } else {
                     end - step * (steps - 1 - i) as f64
                 }
-            });
+            })
+        };
+        if !dtype.is_float() {
+            // the endpoints in the integer dtype (truncated, uint8 wrapping), the
+            // values computed in f64 and truncated back
+            let (a, b) = (start.to::<i64>(), end.to::<i64>());
+            let (a, b) = if dtype == DType::U8 {
+                (start.to::<u8>() as i64, end.to::<u8>() as i64)
+            } else {
+                (a, b)
+            };
+            let v = fill(a as f64, b as f64);
+            return Tensor::from_host_with(&[steps], DType::I64, *device, || {
+                try_collect(steps, v.map(|x| x as i64)).map(CpuData::I64)
+            })?
+            .to_dtype(dtype);
+        }
+        let v = fill(start.to_f64(), end.to_f64());
+        Tensor::from_host_with(&[steps], DType::F64, *device, || {
             try_collect(steps, v).map(CpuData::F64)
         })?
         .to_dtype(dtype)

@@ -3,7 +3,7 @@
 
 use super::{grad, with_storages2, Storages, Tensor};
 pub use crate::backend::op::Scalar;
-use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
+use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryCode, UnaryOp};
 use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Device, Error, Result};
@@ -43,6 +43,45 @@ impl From<Scalar> for Operand<'_> {
 /// A 0-d tensor on `device` holding `s` converted to `dtype`.
 fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
     Tensor::full_scalar(&[], s, dtype, device)
+}
+
+/// The name PyTorch's C++ kernels give a dtype in their "not implemented for"
+/// errors.
+pub(crate) fn torch_dtype_name(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "Bool",
+        DType::U8 => "Byte",
+        DType::I64 => "Long",
+        DType::F16 => "Half",
+        DType::BF16 => "BFloat16",
+        DType::F32 => "Float",
+        DType::F64 => "Double",
+    }
+}
+
+/// Whether an operand is a bool tensor or a bool scalar.
+fn operand_is_bool(o: Operand) -> bool {
+    match o {
+        Operand::Tensor(t) => t.dtype() == DType::Bool,
+        Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
+    }
+}
+
+/// PyTorch refuses `a - b` when either operand is a bool (tensor or scalar), with
+/// these two reasons.
+fn check_bool_sub(name: &'static str, a_bool: bool, b_bool: bool) -> Result<()> {
+    let hint = match (a_bool, b_bool) {
+        (true, true) => {
+            "Subtraction, the `-` operator, with two bool tensors is not supported. \
+             Use the `^` or `logical_xor()` operator instead."
+        }
+        (true, false) | (false, true) => {
+            "Subtraction, the `-` operator, with a bool tensor is not supported. \
+             If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        }
+        (false, false) => return Ok(()),
+    };
+    Err(Error::dtype(name, DType::Bool, hint))
 }
 
 /// PyTorch's `can_cast`: floats do not go into ints or bools, ints not into bools.
@@ -155,19 +194,11 @@ impl Tensor {
         }
     }
 
-    /// PyTorch's rule: `-` between two bools (tensors or a scalar) is an error.
+    /// PyTorch's rule: `-` with a bool operand (tensor or scalar) on either side is
+    /// an error, with PyTorch's reason.
     fn check_bool_sub<O: BinaryOp>(&self, name: &'static str, rhs: Operand) -> Result<()> {
-        let rhs_bool = match rhs {
-            Operand::Tensor(t) => t.dtype() == DType::Bool,
-            Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
-        };
-        if O::CODE == BinaryCode::Sub && self.dtype() == DType::Bool && rhs_bool {
-            return Err(Error::dtype(
-                name,
-                DType::Bool,
-                "subtracting bools is not supported: to invert a mask use logical_not(), \
-                 for where two masks differ logical_xor()",
-            ));
+        if O::CODE == BinaryCode::Sub {
+            check_bool_sub(name, self.dtype() == DType::Bool, operand_is_bool(rhs))?;
         }
         Ok(())
     }
@@ -284,6 +315,18 @@ impl Tensor {
         op: &O,
         rule: grad::Unary,
     ) -> Result<Tensor> {
+        if matches!(op.code().0, UnaryCode::Gelu | UnaryCode::GeluTanh) && !self.dtype().is_float()
+        {
+            // PyTorch's GELU kernels exist for floating-point dtypes only
+            return Err(Error::dtype(
+                name,
+                self.dtype(),
+                format!(
+                    "\"GeluKernelImpl\" not implemented for '{}'; convert with .to_dtype() first",
+                    torch_dtype_name(self.dtype())
+                ),
+            ));
+        }
         if self.dtype() == DType::Bool && !O::FLOAT_ONLY {
             return Err(Error::dtype(
                 name,
@@ -405,6 +448,46 @@ compare_methods! {
 }
 
 impl Tensor {
+    /// `scalar - self` (`torch.rsub(self, scalar)`, Python's `2 - t`), with the
+    /// type promotion of a Python number: an int scalar keeps an integer tensor's
+    /// dtype, a float one makes it float32. A bool on either side is an error, as in
+    /// PyTorch. The operators `1.0 - &t` and `2 - &t` panic where this returns the
+    /// error.
+    pub fn rsub(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
+        let s = scalar.into();
+        check_bool_sub(
+            "rsub",
+            matches!(s, Scalar::Bool(_)),
+            self.dtype() == DType::Bool,
+        )?;
+        let dt = self.scalar_dtype(s, false);
+        self.scalar_lhs(s, dt, |a, b| a.sub(b))
+    }
+
+    /// `f(scalar, self)` in `dt`; f16 and bf16 compute in float32 (the scalar is
+    /// not rounded to the half dtype first, as in PyTorch) and round once.
+    fn scalar_lhs(
+        &self,
+        s: Scalar,
+        dt: DType,
+        f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if matches!(dt, DType::F16 | DType::BF16) {
+            let lhs = scalar_tensor(s, DType::F32, self.device())?;
+            return f(&lhs, &self.to_dtype(DType::F32)?)?.to_dtype(dt);
+        }
+        f(&scalar_tensor(s, dt, self.device())?, self)
+    }
+
+    /// `scalar / self`, true division (`torch.div(scalar, self)`, Python's
+    /// `2 / t`): integers and bools give float32, as in PyTorch. The operators
+    /// `1.0 / &t` and `2 / &t` panic where this returns the error.
+    pub fn rdiv(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
+        let s = scalar.into();
+        let dt = self.scalar_dtype(s, true);
+        self.scalar_lhs(s, dt, |a, b| a.div(b))
+    }
+
     /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
         match exponent.into() {
@@ -417,47 +500,92 @@ impl Tensor {
                         ));
                     }
                 }
-                let t = if matches!(s, Scalar::Float(_)) && !self.dtype().is_float() {
-                    self.to_dtype(DType::F32)?
-                } else {
-                    self.clone()
-                };
+                if let (DType::Bool, Scalar::Bool(e)) = (self.dtype(), s) {
+                    // bool ** bool stays bool: x ** True is x, x ** False is 1
+                    return if e {
+                        Ok(self.clone())
+                    } else {
+                        self.ones_like()
+                    };
+                }
+                // the dtype PyTorch computes in: bool ** int is int64, ints ** float
+                // are float32
+                let t = self.to_dtype(self.scalar_dtype(s, false))?;
                 t.unary_op(
                     "pow",
                     &ops::PowScalar(s.to_f64()),
                     grad::Unary::Pow(s.to_f64()),
                 )
             }
-            rhs => self.binary_op("pow", rhs, &ops::Pow, false),
+            rhs => {
+                if let Operand::Tensor(e) = rhs {
+                    if self.dtype() == DType::Bool && e.dtype() == DType::Bool {
+                        return Err(Error::dtype(
+                            "pow",
+                            DType::Bool,
+                            "\"pow\" not implemented for 'Bool'",
+                        ));
+                    }
+                }
+                self.binary_op("pow", rhs, &ops::Pow, false)
+            }
         }
     }
 
-    /// Clamps into `[min, max]` (either bound optional); NaN stays NaN. A fractional
-    /// bound on an integer tensor gives float32, as in PyTorch.
-    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+    /// Limits every element to `[min, max]` (`torch.clamp`); NaN stays NaN. The
+    /// bounds are Python-style scalars: an integer tensor clamped by float bounds
+    /// (`Some(3.0)`) is computed in float32, by integer bounds (`Some(3)`) in its
+    /// own dtype, as in PyTorch. A uint8 `min` above 255 or `max` below 0 is an
+    /// error. Give `None` a type when both are `None`: `clamp::<f64>(None, None)`
+    /// (an error, as in PyTorch).
+    pub fn clamp<S: Into<Scalar>>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
+        let (min, max) = (min.map(Into::into), max.map(Into::into));
         if min.is_none() && max.is_none() {
             return Err(Error::invalid(
                 "clamp",
                 "at least one of 'min' or 'max' must not be None",
             ));
         }
-        let fractional = [min, max].iter().flatten().any(|b| b.fract() != 0.0);
-        let t = if fractional && !self.dtype().is_float() {
-            self.to_dtype(DType::F32)?
-        } else {
-            self.clone()
+        let bounds = [min, max];
+        let float = bounds
+            .iter()
+            .flatten()
+            .any(|b| matches!(b, Scalar::Float(_)));
+        let dt = match self.dtype() {
+            d if float => DType::with_scalar(d, true),
+            DType::Bool => DType::I64,
+            d => d,
         };
+        if dt == DType::U8 {
+            for (which, b, bad) in [("min", min, 255i64), ("max", max, 0)] {
+                if let Some(Scalar::Int(v)) = b {
+                    if (which == "min" && v > bad) || (which == "max" && v < bad) {
+                        return Err(Error::invalid(
+                            "clamp",
+                            format!("Clamp {which} value {v} is outside the representable range of Byte"),
+                        ));
+                    }
+                }
+            }
+        }
+        let t = if dt == self.dtype() {
+            self.clone()
+        } else {
+            self.to_dtype(dt)?
+        };
+        let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
+        let (min, max) = (f(min), f(max));
         t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
     }
 
     /// `clamp(min, None)`.
-    pub fn clamp_min(&self, min: f64) -> Result<Tensor> {
-        self.clamp(Some(min), None)
+    pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(Some(min.into()), None)
     }
 
     /// `clamp(None, max)`.
-    pub fn clamp_max(&self, max: f64) -> Result<Tensor> {
-        self.clamp(None, Some(max))
+    pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(None, Some(max.into()))
     }
 
     /// `torch.where(self, on_true, on_false)`: `self` is the bool condition; all three
@@ -515,7 +643,8 @@ impl Tensor {
     }
 
     /// `value` where `mask` is true, else this tensor's elements (`masked_fill`).
-    /// The mask broadcasts to this tensor's shape; the dtype stays this tensor's.
+    /// The mask broadcasts to this tensor's shape; the dtype stays this tensor's. A
+    /// value the dtype cannot hold is an error, as in [`Tensor::full`].
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         if mask.dtype() != DType::Bool {
             return Err(Error::dtype(
@@ -526,6 +655,8 @@ impl Tensor {
         }
         super::same_device("masked_fill", &[self, mask])?;
         let value = value.into();
+        // a value the dtype cannot hold is an error, as in PyTorch (see `full`)
+        super::create::check_fill_value("masked_fill", value, self.dtype())?;
         mask.layout().broadcast_to("masked_fill", self.shape())?;
         let v = scalar_tensor(value, self.dtype(), self.device())?;
         let out = mask.where_(&v, self)?;

@@ -89,12 +89,14 @@ impl Unary {
                 }
             }
             Clamp(lo, hi) => {
+                // PyTorch's rule: the gradient passes strictly inside the bounds
+                // (`min < x < max`); at a bound, outside, at NaN (or a NaN bound) 0
                 let mut keep = x.eq(x)?; // true except at NaN
                 if let Some(lo) = lo {
-                    keep = keep.mul(&x.ge(lo)?)?;
+                    keep = keep.mul(&x.gt(lo)?)?;
                 }
                 if let Some(hi) = hi {
-                    keep = keep.mul(&x.le(hi)?)?;
+                    keep = keep.mul(&x.lt(hi)?)?;
                 }
                 g.mul(&keep.to_dtype(g.dtype())?)
             }

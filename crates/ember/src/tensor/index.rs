@@ -141,7 +141,8 @@ impl Tensor {
         index.map_storage_same(|s, l| s.indices(l, op, dim, size, negative))
     }
 
-    /// The entries `index` (1-D int64) along `dim` (`torch.index_select`).
+    /// The entries `index` (1-D int64) along `dim` (`torch.index_select`). Each
+    /// index must lie in `[0, size)`: negative indices are an error, as in PyTorch.
     pub fn index_select(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         super::same_device("index_select", &[self, index])?;
         let d = normalize_dim("index_select", dim, self.rank())?;
@@ -152,7 +153,7 @@ impl Tensor {
             ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
-        let idx = Tensor::index_values("index_select", index, d, size, true)?;
+        let idx = Tensor::index_values("index_select", index, d, size, false)?;
         if self.rank() == 0 {
             return self
                 .reshape([1])?
@@ -182,12 +183,13 @@ impl Tensor {
 
     /// `out[i][j] = self[index[i][j]][j]` for `dim = 0` and likewise for other dims
     /// (`torch.gather`); `index` has this tensor's rank and no larger sizes off `dim`.
+    /// Indices must lie in `[0, size)` (negative ones are an error, as in PyTorch).
     pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         super::same_device("gather", &[self, index])?;
         let d = normalize_dim("gather", dim, self.rank())?;
         self.check_index_shape("gather", d, index)?;
         let size = self.shape().get(d).copied().unwrap_or(1);
-        let idx = Tensor::index_values("gather", index, d, size, true)?;
+        let idx = Tensor::index_values("gather", index, d, size, false)?;
         self.gather_valid(d, idx)
     }
 
@@ -230,6 +232,7 @@ impl Tensor {
 
     /// A copy of this tensor with `src` values added at `index` along `dim`
     /// (`torch.scatter_add`): `out[index[i][j]][j] += src[i][j]` for `dim = 0`.
+    /// Indices must lie in `[0, size)` (negative ones are an error, as in PyTorch).
     pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         super::same_device("scatter_add", &[self, index, src])?;
         let d = normalize_dim("scatter_add", dim, self.rank())?;
@@ -250,7 +253,15 @@ impl Tensor {
             ));
         }
         let size = self.shape().get(d).copied().unwrap_or(1);
-        let idx = Tensor::index_values("scatter_add", index, d, size, true)?;
+        let idx = Tensor::index_values("scatter_add", index, d, size, false)?;
+        self.scatter_add_valid(d, idx, src)
+    }
+
+    /// [`scatter_add`](Self::scatter_add) along the normalised `dim` with indices
+    /// already validated (contiguous int64 of a checked shape, no larger than
+    /// `src`): no check, so no copy of the indices to the host on CUDA.
+    pub(crate) fn scatter_add_valid(&self, d: usize, idx: Tensor, src: &Tensor) -> Result<Tensor> {
+        let index = &idx;
         let out = crate::no_grad(|| self.copy())?;
         {
             let st = Storages::read(&[&idx, src]);
@@ -266,7 +277,8 @@ impl Tensor {
             let src_shape = src.shape().to_vec();
             move |g: &Tensor| {
                 // src positions outside the index's extent received nothing
-                let picked = g.gather(d as i64, &idx)?;
+                // (the indices were validated by the forward pass)
+                let picked = g.gather_valid(d, idx.clone())?;
                 let gs = if picked.shape() == src_shape.as_slice() {
                     picked
                 } else {

@@ -8,11 +8,21 @@ use crate::{DType, Error, Result};
 
 impl Tensor {
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
-        if !self.dtype().is_float() {
+        // PyTorch pools int64 (max and average) and uint8 (max only), not bools
+        let int = !self.dtype().is_float();
+        let int_ok = match self.dtype() {
+            DType::I64 => true,
+            DType::U8 => kind == Pool::Max,
+            _ => !int,
+        };
+        if !int_ok {
             return Err(Error::dtype(
                 op,
                 self.dtype(),
-                "pooling needs a floating-point input",
+                format!(
+                    "\"{op}\" not implemented for '{}'",
+                    super::elementwise::torch_dtype_name(self.dtype())
+                ),
             ));
         }
         if self.rank() != 3 && self.rank() != 4 {
@@ -64,13 +74,19 @@ impl Tensor {
         };
         let planes = self.shape()[..r - 2].iter().product();
         checked_numel(op, &[planes, oh, ow])?;
-        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
+        // integers pool through f64: max pooling picks each maximum's position
+        // there and reads the integer back (exact), average pooling truncates the
+        // mean toward zero as PyTorch's integer division does (exact while the
+        // window sums stay below 2^53)
+        let work = if int {
+            DType::F64
+        } else if matches!(self.dtype(), DType::F16 | DType::BF16) {
             DType::F32
         } else {
             self.dtype()
         };
         // max pooling keeps the position of each maximum for the backward pass
-        let want_index = crate::autograd::needs_grad(&[self]);
+        let want_index = crate::autograd::needs_grad(&[self]) || (int && kind == Pool::Max);
         let ps = PoolShape {
             planes,
             h,
@@ -88,6 +104,18 @@ impl Tensor {
             let out = Tensor::from_storage(out, &shape).to_dtype(self.dtype())?;
             (out, index.map(|i| Tensor::from_storage(i, &shape)))
         };
+        if int {
+            // integers have no gradient
+            return match (kind, index) {
+                (Pool::Max, Some(index)) => {
+                    let _ng = crate::no_grad_guard();
+                    let planes_x = self.contiguous()?.reshape([planes, h * w])?;
+                    let idx = index.reshape([planes, oh * ow])?.contiguous()?;
+                    planes_x.gather_valid(1, idx)?.reshape(&shape)
+                }
+                _ => Ok(out),
+            };
+        }
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
@@ -103,12 +131,13 @@ impl Tensor {
     }
 
     /// 2-D max pooling over `[N, C, H, W]` or `[C, H, W]` (`F.max_pool2d`); padded
-    /// positions never win, NaN does.
+    /// positions never win, NaN does. Float, int64 and uint8 inputs, as in PyTorch.
     pub fn max_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
         self.pool2d("max_pool2d", &opts, Pool::Max)
     }
 
     /// 2-D average pooling (`F.avg_pool2d`); `count_include_pad` as in PyTorch.
+    /// Float and int64 inputs; int64 means are truncated toward zero, as PyTorch's.
     pub fn avg_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
         if opts.dilation != (1, 1) {
             return Err(Error::invalid("avg_pool2d", "avg_pool2d has no dilation"));

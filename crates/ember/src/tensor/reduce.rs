@@ -28,6 +28,13 @@ fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor, dims: &[usize])
             let mean = x.mean(dims.to_vec(), true)?;
             gk.mul(&x.sub(&mean)?)?.mul(2.0 / (count as f64 - c))
         }
+        ReduceOp::Std(c) => {
+            // (x - mean) / ((N - correction) · std), as PyTorch's std_backward
+            let mean = x.mean(dims.to_vec(), true)?;
+            gk.div(&y.reshape(&kept)?)?
+                .mul(&x.sub(&mean)?)?
+                .div(count as f64 - c)
+        }
         ReduceOp::ArgMax | ReduceOp::ArgMin => g.zeros_like(),
     }
 }
@@ -49,7 +56,7 @@ impl Tensor {
         let dims: Dims = dims
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| (0..self.rank()).collect());
-        let needs_float = matches!(op, ReduceOp::Mean | ReduceOp::Var(_));
+        let needs_float = matches!(op, ReduceOp::Mean | ReduceOp::Var(_) | ReduceOp::Std(_));
         if needs_float && !self.dtype().is_float() {
             return Err(Error::dtype(
                 name,
@@ -58,7 +65,12 @@ impl Tensor {
             ));
         }
         let empty_lane = dims.iter().any(|&d| self.shape()[d] == 0);
-        if empty_lane && !matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var(_)) {
+        if empty_lane
+            && !matches!(
+                op,
+                ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Var(_) | ReduceOp::Std(_)
+            )
+        {
             return Err(Error::invalid(
                 name,
                 format!("cannot perform reduction over a zero-size dimension (shape {:?}); there is no identity", self.shape()),
@@ -136,36 +148,102 @@ impl Tensor {
         self.reduce_dims("min", dims, keepdim, ReduceOp::Min)
     }
 
-    /// Flat index (int64) of the first largest element.
+    /// PyTorch has no argmax / argmin of bools.
+    fn check_arg_dtype(&self, name: &'static str) -> Result<()> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::dtype(
+                name,
+                DType::Bool,
+                format!("{name}(): does not support bool input (convert with .to_dtype() first)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Flat index (int64) of the first largest element. Bool is refused, as in
+    /// PyTorch.
     pub fn argmax_all(&self) -> Result<Tensor> {
+        self.check_arg_dtype("argmax")?;
         self.flatten_all()?
             .reduce_op("argmax", None, false, ReduceOp::ArgMax)
     }
 
-    /// Index (int64) of the first largest element along `dim`.
+    /// Index (int64) of the first largest element along `dim`. Bool is refused.
     pub fn argmax(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        self.check_arg_dtype("argmax")?;
         self.reduce_dims("argmax", dim, keepdim, ReduceOp::ArgMax)
     }
 
-    /// Flat index (int64) of the first smallest element.
+    /// Flat index (int64) of the first smallest element. Bool is refused.
     pub fn argmin_all(&self) -> Result<Tensor> {
+        self.check_arg_dtype("argmin")?;
         self.flatten_all()?
             .reduce_op("argmin", None, false, ReduceOp::ArgMin)
     }
 
-    /// Index (int64) of the first smallest element along `dim`.
+    /// Index (int64) of the first smallest element along `dim`. Bool is refused.
     pub fn argmin(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        self.check_arg_dtype("argmin")?;
         self.reduce_dims("argmin", dim, keepdim, ReduceOp::ArgMin)
     }
 
-    /// `(values, indices)` of the maxima along `dim` (`torch.max(t, dim)`).
+    /// `(values, indices)` of the maxima along `dim` (`torch.max(t, dim)`). The
+    /// gradient goes wholly to the returned index (among ties, the first), as in
+    /// PyTorch; [`max`](Self::max) (`amax`) shares it among ties instead.
     pub fn max_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        Ok((self.max(dim, keepdim)?, self.argmax(dim, keepdim)?))
+        self.best_along("max", dim, keepdim, ReduceOp::Max, ReduceOp::ArgMax)
     }
 
-    /// `(values, indices)` of the minima along `dim`.
+    /// `(values, indices)` of the minima along `dim`; the gradient goes to the
+    /// returned index, as in [`max_dim`](Self::max_dim).
     pub fn min_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        Ok((self.min(dim, keepdim)?, self.argmin(dim, keepdim)?))
+        self.best_along("min", dim, keepdim, ReduceOp::Min, ReduceOp::ArgMin)
+    }
+
+    /// The values and indices of `max_dim` / `min_dim`, with the values' gradient
+    /// scattered to the indices.
+    fn best_along(
+        &self,
+        name: &'static str,
+        dim: i64,
+        keepdim: bool,
+        value_op: ReduceOp,
+        arg_op: ReduceOp,
+    ) -> Result<(Tensor, Tensor)> {
+        let (values, index) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
+            Ok((
+                self.reduce_dims(name, dim, true, value_op)?,
+                self.reduce_dims(name, dim, true, arg_op)?,
+            ))
+        })?;
+        // a 0-d tensor reduces to one element along its one (implicit) dim
+        let d = if self.rank() == 0 {
+            0
+        } else {
+            normalize_dim(name, dim, self.rank())?
+        };
+        let values = Tensor::record(values, name, &[self], |_| {
+            let (x, idx) = (self.detach(), index.clone());
+            move |g: &Tensor| {
+                let gx = if x.rank() == 0 {
+                    g.reshape(x.shape())?
+                } else {
+                    // the indices came from argmax / argmin: no check needed
+                    let gk = g.reshape(idx.shape())?.contiguous()?;
+                    x.zeros_like()?.scatter_add_valid(d, idx.clone(), &gk)?
+                };
+                Ok(vec![Some(gx)])
+            }
+        });
+        if keepdim || self.rank() == 0 {
+            let (v, i) = if self.rank() == 0 {
+                (values.reshape([0usize; 0])?, index.reshape([0usize; 0])?)
+            } else {
+                (values, index)
+            };
+            return Ok((v, i));
+        }
+        Ok((values.squeeze(d as i64)?, index.squeeze(d as i64)?))
     }
 
     /// Unbiased variance of all elements.
@@ -188,14 +266,16 @@ impl Tensor {
         self.reduce_dims("var", dims, keepdim, ReduceOp::Var(correction))
     }
 
-    /// Unbiased standard deviation of all elements.
+    /// Unbiased standard deviation of all elements. Computed in f64 (the square
+    /// root too) and then narrowed, so values near 1e30 in float32 have a finite
+    /// standard deviation even where their variance overflows, as in PyTorch.
     pub fn std_all(&self) -> Result<Tensor> {
-        self.var_all()?.sqrt()
+        self.reduce_op("std", None, false, ReduceOp::Std(1.0))
     }
 
     /// Unbiased standard deviation over `dims`.
     pub fn std(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
-        self.var(dims, keepdim)?.sqrt()
+        self.std_correction(dims, 1.0, keepdim)
     }
 
     /// Standard deviation over `dims` with the given correction.
@@ -205,7 +285,7 @@ impl Tensor {
         correction: f64,
         keepdim: bool,
     ) -> Result<Tensor> {
-        self.var_correction(dims, correction, keepdim)?.sqrt()
+        self.reduce_dims("std", dims, keepdim, ReduceOp::Std(correction))
     }
 
     fn softmax_impl(&self, name: &'static str, dim: i64, log: bool) -> Result<Tensor> {

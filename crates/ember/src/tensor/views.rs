@@ -414,14 +414,14 @@ impl Tensor {
     /// A view with `layout`, recording how its gradient returns to this tensor.
     fn view_as(&self, name: &'static str, layout: Layout, rule: ViewGrad) -> Tensor {
         let out = self.with_layout(layout);
-        Tensor::record(out, name, &[self], |_| {
+        Tensor::record_reusable(out, name, &[self], |_| {
             let shape = self.shape().to_vec();
             let dtype = self.dtype();
             let device = self.device();
             move |g: &Tensor| {
-                let gx = match rule {
+                let gx = match &rule {
                     ViewGrad::Reshape => g.reshape(&shape)?,
-                    ViewGrad::Transpose(a, b) => g.transpose(a as i64, b as i64)?,
+                    ViewGrad::Transpose(a, b) => g.transpose(*a as i64, *b as i64)?,
                     ViewGrad::Permute(p) => {
                         let mut inv = vec![0usize; p.len()];
                         for (i, &d) in p.iter().enumerate() {

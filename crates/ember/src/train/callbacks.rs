@@ -14,6 +14,9 @@ pub struct EpochEnd<'a> {
     pub model: &'a dyn Module,
     pub optimizer: &'a dyn Optimizer,
     pub scheduler: Option<&'a dyn LrScheduler>,
+    /// The run's configuration ([`Trial::run_config`](super::Trial::run_config)),
+    /// which a [`Checkpoint`] records.
+    pub config: &'a [(String, String)],
 }
 
 /// Whether training goes on.
@@ -72,7 +75,18 @@ impl Callback for Checkpoint {
         // the history first: a crash between the two writes leaves a checkpoint
         // that is at most one epoch behind its history, never ahead of it
         ctx.history.write_csv(Self::history_file(&self.dir))?;
-        crate::io::save_checkpoint_with(ctx.model, ctx.optimizer, &extra, Self::file(&self.dir))?;
+        let meta: Vec<(String, String)> = ctx
+            .config
+            .iter()
+            .map(|(k, v)| (format!("config.{k}"), v.clone()))
+            .collect();
+        crate::io::save_checkpoint_full(
+            ctx.model,
+            ctx.optimizer,
+            &extra,
+            &meta,
+            Self::file(&self.dir),
+        )?;
         Ok(Control::Continue)
     }
 }

@@ -13,7 +13,8 @@ pub struct EpochRecord {
     pub metrics: Vec<(String, f64)>,
     /// The learning rate used during the epoch.
     pub lr: f64,
-    /// Wall time of the epoch (training and validation), in seconds.
+    /// Wall time of the epoch's training pass (validation not included), in
+    /// seconds: the time `samples_per_sec` is measured over.
     pub seconds: f64,
     /// Training samples per second.
     pub samples_per_sec: f64,

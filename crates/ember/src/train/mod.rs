@@ -18,7 +18,7 @@
 //! let x = Tensor::randn([64, 2], &Device::Cpu)?.add(&y.to_dtype(DType::F32)?.unsqueeze(1)?.mul(4.0)?)?;
 //! let train = DataLoader::new(TensorDataset::new(x, y)?, 16)?.shuffle(1);
 //! let model = nn::Sequential::new().add(nn::Linear::new(2, 2, &Device::Cpu)?);
-//! let opt = Adam::new(model.parameters(), 0.1);
+//! let opt = Adam::new(model.parameters(), 0.1)?;
 //! let mut trial = Trial::new(model, opt, nn::cross_entropy)
 //!     .metrics(&["loss", "accuracy"])?
 //!     .progress(Progress::Quiet)
@@ -75,6 +75,7 @@ pub struct Trial {
     scheduler: Option<Box<dyn LrScheduler>>,
     progress: Progress,
     history: History,
+    config: Vec<(String, String)>,
 }
 
 impl Trial {
@@ -101,7 +102,58 @@ impl Trial {
             scheduler: None,
             progress: Progress::Auto,
             history: History::default(),
+            config: Vec::new(),
         }
+    }
+
+    /// Adds settings of the run that change its result (data set, model, seed,
+    /// initial learning rate...), as (name, value) pairs; a name given again
+    /// replaces its value. With the ones the trial knows itself (see
+    /// [`run_config`](Self::run_config)), a [`Checkpoint`] records them and
+    /// [`resume`](Self::resume) refuses a checkpoint whose values differ, naming
+    /// the setting.
+    pub fn config<K: Into<String>, V: ToString>(
+        mut self,
+        entries: impl IntoIterator<Item = (K, V)>,
+    ) -> Trial {
+        for (k, v) in entries {
+            let (k, v) = (k.into(), v.to_string());
+            match self.config.iter_mut().find(|(n, _)| *n == k) {
+                Some(e) => e.1 = v,
+                None => self.config.push((k, v)),
+            }
+        }
+        self
+    }
+
+    /// The run's configuration: the entries given to [`config`](Self::config),
+    /// the optimizer's kind and hyper-parameters ([`Optimizer::config`], as
+    /// `optimizer` and `optimizer.NAME`) and, once the training loader is set, its
+    /// batch size, sample count, shuffling seed and `drop_last`.
+    pub fn run_config(&self) -> Vec<(String, String)> {
+        self.config_with(self.train.as_ref())
+    }
+
+    fn config_with(&self, train: Option<&DataLoader>) -> Vec<(String, String)> {
+        let mut c = self.config.clone();
+        for (k, v) in self.optimizer.config() {
+            let k = if k == "optimizer" {
+                k
+            } else {
+                format!("optimizer.{k}")
+            };
+            c.push((k, v));
+        }
+        if let Some(t) = train {
+            c.push(("batch_size".into(), t.batch_size().to_string()));
+            c.push(("train_samples".into(), t.num_samples().to_string()));
+            c.push((
+                "shuffle_seed".into(),
+                t.seed().map_or("none".into(), |s| s.to_string()),
+            ));
+            c.push(("drop_last".into(), t.drops_last().to_string()));
+        }
+        c
     }
 
     /// Replaces the metrics by the named ones (`loss`, `acc`/`accuracy`,
@@ -165,9 +217,25 @@ impl Trial {
     /// epoch count and history. A following [`run`](Self::run) continues from
     /// there and, with seeded shuffling and no randomness in the model, ends in
     /// the same state as an uninterrupted run.
+    ///
+    /// A checkpoint saved with a different [`run_config`](Self::run_config) is
+    /// refused with the settings that differ (set the training loader first, so
+    /// that its settings are compared too). A file damaged on disk, or holding NaN
+    /// or infinite values, is refused too ([`io::load_checkpoint`](crate::io::load_checkpoint)).
     pub fn resume(mut self, dir: impl AsRef<Path>) -> Result<Trial> {
         let dir = dir.as_ref();
         let file = Checkpoint::file(dir);
+        if !file.is_file() {
+            return Err(Error::invalid(
+                "resume",
+                format!(
+                    "there is no checkpoint to resume from in {} (no {})",
+                    dir.display(),
+                    file.display()
+                ),
+            ));
+        }
+        self.check_config(dir, &file)?;
         let hist_file = Checkpoint::history_file(dir);
         let text = std::fs::read_to_string(&hist_file).map_err(|e| Error::Io {
             path: hist_file.display().to_string(),
@@ -205,6 +273,49 @@ impl Trial {
         Ok(self)
     }
 
+    /// Refuses a checkpoint whose recorded configuration differs from this run's.
+    fn check_config(&self, dir: &Path, file: &Path) -> Result<()> {
+        let saved: Vec<(String, String)> = crate::io::metadata(file)?
+            .into_iter()
+            .filter_map(|(k, v)| k.strip_prefix("config.").map(|k| (k.to_string(), v)))
+            .collect();
+        if saved.is_empty() {
+            return Ok(()); // a checkpoint from before configurations were recorded
+        }
+        let here = self.run_config();
+        // the loader's settings are compared only when the loader is set
+        let loader_keys = ["batch_size", "train_samples", "shuffle_seed", "drop_last"];
+        let skip = |k: &str| self.train.is_none() && loader_keys.contains(&k);
+        let mut diffs = Vec::new();
+        for (k, v) in &saved {
+            if skip(k) {
+                continue;
+            }
+            match here.iter().find(|(n, _)| n == k) {
+                Some((_, w)) if w == v => {}
+                Some((_, w)) => diffs.push(format!("{k} is {v} there and {w} here")),
+                None => diffs.push(format!("{k} is {v} there and not set here")),
+            }
+        }
+        for (k, w) in &here {
+            if !skip(k) && !saved.iter().any(|(n, _)| n == k) {
+                diffs.push(format!("{k} is not set there and is {w} here"));
+            }
+        }
+        if diffs.is_empty() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "resume",
+            format!(
+                "the checkpoint in {} was saved by a run with other settings: {}. Resume \
+                 with the same settings, or start a new run in another folder",
+                dir.display(),
+                diffs.join("; ")
+            ),
+        ))
+    }
+
     /// Trains until `epochs` epochs have run in total (torchbearer's `run`: after
     /// [`resume`](Self::resume) it continues), unless a callback stops it first.
     pub fn run(&mut self, epochs: usize) -> Result<&History> {
@@ -222,6 +333,7 @@ impl Trial {
 
     fn run_with(&mut self, train: &DataLoader, epochs: usize) -> Result<()> {
         let val = self.val.take();
+        let config = self.config_with(Some(train));
         let result = (|| {
             while self.history.len() < epochs {
                 let epoch = self.history.len() + 1;
@@ -240,7 +352,7 @@ impl Trial {
                     epoch,
                     metrics,
                     lr,
-                    seconds: start.elapsed().as_secs_f64(),
+                    seconds: train_secs,
                     samples_per_sec: train.num_samples() as f64 / train_secs.max(1e-12),
                 };
                 if self.progress != Progress::Quiet {
@@ -254,6 +366,7 @@ impl Trial {
                     model: self.model.as_ref(),
                     optimizer: self.optimizer.as_ref(),
                     scheduler: self.scheduler.as_deref(),
+                    config: &config,
                 };
                 for c in self.callbacks.iter_mut() {
                     stop |= c.on_epoch_end(&ctx)? == Control::Stop;

@@ -1,15 +1,122 @@
 //! Helpers shared by the test binaries.
+//!
+//! Every test that needs `cuda:0` asks [`gpu`] (or [`gpu_unless`]) for it, which
+//! counts the tests that ran there and those that skipped. A skipped test passes
+//! ("ok") and libtest captures what it prints, so at exit the binary writes one
+//! line to the real stderr, shown in plain `cargo test` output:
+//!
+//! ```text
+//! device tests: 0 ran on cuda:0, 57 skipped (no GPU: <reason>)
+//! device tests: 57 ran on cuda:0 (CUDA simulator), 0 skipped
+//! ```
+//!
+//! (nothing when no test of the binary asked for a GPU).
+
+// not every test binary uses every helper
+#![allow(dead_code)]
 
 use ember::Device;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
 
-/// The first GPU, or `None` after printing why `test` skipped (no GPU, no driver, or
+/// The first GPU, or `None` after noting why `test` skipped (no GPU, no driver, or
 /// a CUDA library missing: the reason names it).
 pub fn gpu(test: &str) -> Option<Device> {
-    match ember::cuda::unavailable_reason() {
+    gpu_unless(test, || None)
+}
+
+/// As [`gpu`], but `test` also skips when `missing` gives a reason (something else
+/// it needs, such as cuDNN, is absent); `missing` is asked only when a GPU is there.
+pub fn gpu_unless(test: &str, missing: impl FnOnce() -> Option<String>) -> Option<Device> {
+    HOOK.call_once(|| {
+        // SAFETY: `print_summary` is an `extern "C" fn()` that does not unwind
+        // (it catches any panic) and touches only this module's statics.
+        unsafe {
+            libc::atexit(print_summary);
+        }
+    });
+    let reason = match ember::cuda::unavailable_reason() {
+        Some(reason) => Some(format!("no GPU: {reason}")),
+        None => missing(),
+    };
+    match reason {
         Some(reason) => {
             eprintln!("skipped {test}: {reason}");
+            SKIPPED.fetch_add(1, Ordering::SeqCst);
+            let mut first = FIRST_REASON.lock().unwrap_or_else(|p| p.into_inner());
+            match &*first {
+                None => *first = Some(reason),
+                Some(r) if *r != reason => OTHER_REASONS.store(true, Ordering::SeqCst),
+                Some(_) => {}
+            }
             None
         }
-        None => Some(Device::Cuda(0)),
+        None => {
+            let dev = Device::Cuda(0);
+            LABEL.get_or_init(|| device_label(dev));
+            RAN.fetch_add(1, Ordering::SeqCst);
+            Some(dev)
+        }
     }
+}
+
+static HOOK: Once = Once::new();
+static RAN: AtomicUsize = AtomicUsize::new(0);
+static SKIPPED: AtomicUsize = AtomicUsize::new(0);
+/// The first skip's reason; `OTHER_REASONS` when a later skip gave another.
+static FIRST_REASON: Mutex<Option<String>> = Mutex::new(None);
+static OTHER_REASONS: AtomicBool = AtomicBool::new(false);
+/// The device the tests ran on, as the summary names it (read while ember is
+/// still running, not at exit).
+static LABEL: OnceLock<String> = OnceLock::new();
+
+/// `cuda:0 (CUDA simulator)` or `cuda:0 (<the GPU's name>)`.
+fn device_label(dev: Device) -> String {
+    if ember::cuda::is_simulated() {
+        format!("{dev} (CUDA simulator)")
+    } else {
+        match ember::cuda::device_properties(0) {
+            Ok(p) => format!("{dev} ({})", p.name),
+            Err(_) => dev.to_string(),
+        }
+    }
+}
+
+/// The summary line, or `None` when no test asked for a GPU.
+fn summary() -> Option<String> {
+    let ran = RAN.load(Ordering::SeqCst);
+    let skipped = SKIPPED.load(Ordering::SeqCst);
+    if ran + skipped == 0 {
+        return None;
+    }
+    let label = LABEL.get().map_or("cuda:0", String::as_str);
+    let mut line = format!("device tests: {ran} ran on {label}, {skipped} skipped");
+    if skipped > 0 {
+        // at exit no test holds the lock; should one, the reason is left out
+        // rather than waited for
+        if let Ok(first) = FIRST_REASON.try_lock() {
+            if let Some(reason) = &*first {
+                let more = if OTHER_REASONS.load(Ordering::SeqCst) {
+                    ", among other reasons"
+                } else {
+                    ""
+                };
+                line.push_str(&format!(" ({reason}{more})"));
+            }
+        }
+    }
+    Some(line)
+}
+
+/// Writes the summary to the process's stderr: not through `eprintln!`, whose
+/// output libtest captures (and which is gone by the time this runs).
+extern "C" fn print_summary() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(line) = summary() {
+            use std::io::Write;
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+            let _ = err.flush();
+        }
+    });
 }

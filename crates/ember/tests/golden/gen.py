@@ -8,11 +8,14 @@ version changes. crates/ember/tests/golden.rs replays every case through ember.
 
 Format (one case per line inside "cases"):
   {"name": "FAMILY/CASE", "op", "params": {...} (absent when empty), "inputs": [INPUT...],
-   "expected": {"tensor": T} | {"tensors": [T...]} | {"str": s} | {"error": msg},
+   "expected": {"tensor": T} | {"tensors": [T...]} | {"str": s}
+             | {"error": msg, "kind": KIND},
    optional "rtol"/"atol" overriding the per-dtype defaults of the test}
   INPUT: a tensor T, optionally with "pre": [view ops applied before the op,
          to make non-contiguous inputs], or a Python scalar {"scalar": v, "kind":
          "bool"|"int"|"float"}.
+  KIND: the ember::Error variant ember must return where PyTorch raises, mapped
+        from PyTorch's exception and message by ERROR_KINDS below.
   T: {"shape": [...], "dtype": "float32"|..., "data": [flat row-major values]};
      non-finite floats are the strings "nan", "inf", "-inf"; bools are 0/1.
      Long arithmetic progressions are stored as "progression": [start, step]
@@ -23,6 +26,7 @@ Format (one case per line inside "cases"):
 import json
 import math
 import os
+import re
 import sys
 import warnings
 
@@ -294,9 +298,51 @@ def run_op(op, p, x):
         return getattr(torch, op)(p["shape"], dtype=DTYPES[p["dtype"]])
     if op == "full":
         return torch.full(p["shape"], p["value"], dtype=DTYPES[p["dtype"]])
+    if op == "bce_with_logits":
+        return F.binary_cross_entropy_with_logits(a, x[1], reduction=p["reduction"])
+    if op == "rsub":  # scalar - tensor
+        return torch.rsub(a, x[1])
+    if op == "rdiv":  # scalar / tensor
+        return x[1] / a
+    if op == "max_dim":  # (values, indices) of torch.max(t, dim)
+        return list(torch.max(a, p["dim"], keepdim=p["keepdim"]))
     if op == "print":
         return str(a)
     raise ValueError(f"unknown op {op}")
+
+
+# ----------------------------------------------------------------------------------
+# Error kinds: the ember::Error variant that stands for each PyTorch refusal, by the
+# first pattern that matches PyTorch's message (checked in order).
+
+ERROR_KINDS = [
+    (r"must match the size of tensor b", "Broadcast"),
+    (r"Dimension out of range", "DimOutOfRange"),
+    (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
+     r"|Class values must be smaller", "IndexOutOfRange"),
+    (r"to have the same dtype", "DTypeMismatch"),
+    (r"not implemented for '|does not support bool input|could not infer output dtype"
+     r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
+     r"|Subtraction, the `-` operator", "UnsupportedDType"),
+    (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
+     r"|The expanded size of the tensor|channels, but got"
+     r"|Kernel size can't be greater", "ShapeMismatch"),
+    (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
+     r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
+     r"|unspecified dimension size -1 can be any value|pad should be at most half|step must be nonzero"
+     r"|inconsistent with step sign|Input dimension should be at least|Expected 3D or 4D tensor"
+     r"|Expected input to have non-zero size|Output size is too small|need to be at least 1D"
+     r"|split_with_sizes expects|is invalid for input of size|exceeds dimension size"
+     r"|outside the representable range", "InvalidArgument"),
+]
+
+
+def error_kind(e):
+    msg = str(e)
+    for pattern, kind in ERROR_KINDS:
+        if re.search(pattern, msg):
+            return kind
+    raise ValueError(f"no ember error kind for PyTorch's {type(e).__name__}: {msg!r} (add it to ERROR_KINDS)")
 
 
 # ----------------------------------------------------------------------------------
@@ -325,10 +371,11 @@ def case(family, name, op, inputs, params=None, rtol=None, atol=None):
         else:
             exp = {"tensor": enc_tensor(out)}
     except Exception as e:  # PyTorch refuses: ember must return an error too
-        exp = {"error": str(e).splitlines()[0][:200]}
+        exp = {"error": str(e).splitlines()[0][:200], "kind": error_kind(e)}
     c = {"name": name, "op": op}
     if params:
-        c["params"] = params
+        # non-finite float parameters as the strings "nan", "inf", "-inf"
+        c["params"] = {k: Sc(v).enc()["scalar"] if isinstance(v, float) else v for k, v in params.items()}
     c["inputs"] = [i.enc() for i in inputs]
     c["expected"] = exp
     if rtol is not None:
@@ -1136,6 +1183,181 @@ apool("rank2_error", [5, 5], (2, 2))
 apool("rank5_error", [1, 1, 2, 4, 4], (2, 2))
 apool("empty_height_error", [1, 2, 0, 5], (2, 2))
 apool("int_error", [1, 1, 4, 4], (2, 2), x=ri(1, 1, 4, 4))
+
+
+# ---- PyTorch parity: gradients aside, the classes of discrepancies fixed together --
+# (fixed inputs, after every random draw above)
+
+# integer linspace: endpoints converted to the dtype (truncated; ints wrap into
+# uint8), values start + i * step in f64 truncated; out-of-range endpoints refused
+FAM = "linspace_int"
+for s_, e_, n, dt in [(0, 10, 4, "int64"), (0, 10, 5, "int64"), (-5, 5, 4, "int64"), (0.5, 9.7, 4, "int64"),
+                      (-2.7, 3.9, 5, "int64"), (10, 0, 4, "int64"), (0, -10, 4, "int64"), (-1.5, 1.5, 3, "int64"),
+                      (-7.9, -0.5, 6, "int64"), (5, 0, 7, "int64"), (0, 100, 7, "int64"), (7.9, 10, 1, "int64"),
+                      (-2 ** 62, 2 ** 62, 3, "int64"), (0, 10, 4, "uint8"), (0.5, 9.7, 4, "uint8"),
+                      (-5, 5, 4, "uint8"), (255.5, 0, 3, "uint8"), (0, 1e20, 4, "int64"),
+                      (0, 300, 4, "uint8"), (-0.9, 10, 3, "uint8"), (0, 1, 5, "bool"), (0, 1e39, 3, "float32"),
+                      (0, 1e5, 3, "float16")]:
+    case(FAM, f"linspace_{s_}_{e_}_{n}_{dt}", "linspace", [], {"start": s_, "end": e_, "steps": n, "dtype": dt})
+
+# var / std of float32 values whose squares overflow float32: the variance may be
+# inf (it is: 1e60), the standard deviation is not
+FAM = "var_large"
+big = T([1e30, 2e30, 3e30])
+case(FAM, "var_1e30_all", "var", [big], {"dims": None})
+case(FAM, "std_1e30_all", "std", [big], {"dims": None})
+case(FAM, "std_1e30_d0_correction0", "std", [big], {"dims": [0], "keepdim": False, "correction": 0})
+case(FAM, "std_1e30_rows", "std", [T([[1e30, 2e30, 3e30], [-1e30, 0.0, 5e29]])], {"dims": [1], "keepdim": True})
+case(FAM, "std_3e38", "std", [T([3e38, -3e38, 3e38])], {"dims": None})
+# a long lane (split across blocks on a GPU): each square overflows float32, the
+# variance does not
+long_lane = (torch.arange(4096, dtype=torch.float64) * 1e16 + 1e19).to(torch.float32)
+case(FAM, "var_long_lane_1e19", "var", [long_lane], {"dims": [0], "keepdim": False}, rtol=1e-4)
+case(FAM, "std_long_lane_1e19", "std", [long_lane], {"dims": [0], "keepdim": False}, rtol=1e-4)
+long_big = (torch.arange(4096, dtype=torch.float64) * 1e27 + 1e30).to(torch.float32)
+case(FAM, "std_long_lane_1e30", "std", [long_big], {"dims": None}, rtol=1e-4)
+case(FAM, "var_long_lane_1e30", "var", [long_big], {"dims": None})
+case(FAM, "std_f16_1e4", "std", [T([1e4, 2e4, 3e4], torch.float16)], {"dims": None})
+case(FAM, "var_f16_1e4", "var", [T([1e4, 2e4, 3e4], torch.float16)], {"dims": None})
+case(FAM, "std_bf16_1e30", "std", [T([1e30, 2e30, 3e30], torch.bfloat16)], {"dims": [0], "keepdim": False})
+
+# binary_cross_entropy_with_logits at infinite logits
+FAM = "bce"
+bx = T([INF, -INF, INF, -INF, INF, -INF, 0.0, 100.0, -100.0, 3.5])
+by = T([0.0, 0.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.0, 1.0, 0.25])
+case(FAM, "inf_logits_none", "bce_with_logits", [bx, by], {"reduction": "none"})
+case(FAM, "inf_logits_mean", "bce_with_logits", [bx, by], {"reduction": "mean"})
+case(FAM, "finite_sum", "bce_with_logits", [bx[6:], by[6:]], {"reduction": "sum"})
+case(FAM, "large_logits_f64", "bce_with_logits", [T([50.0, -50.0, 20.0, -20.0], torch.float64),
+                                                 T([1.0, 0.0, 0.0, 1.0], torch.float64)], {"reduction": "none"})
+case(FAM, "inf_logits_f16", "bce_with_logits", [bx.half(), by.half()], {"reduction": "none"}, rtol=2e-3, atol=2e-3)
+
+# inputs PyTorch refuses
+FAM = "refuse"
+bt, bf = T([True, False, True]), T([False, False, True])
+it3, ft3 = T([1, 2, 3], I), T([1.5, -2.0, 0.25])
+case(FAM, "sub_bool_i64", "sub", [bt, it3])
+case(FAM, "sub_i64_bool", "sub", [it3, bt])
+case(FAM, "sub_f32_bool", "sub", [ft3, bt])
+case(FAM, "sub_bool_int_scalar", "sub", [bt, 1])
+case(FAM, "sub_bool_float_scalar", "sub", [bt, 1.5])
+case(FAM, "sub_bool_bool_scalar", "sub", [bt, True])
+case(FAM, "sub_i64_bool_scalar", "sub", [it3, True])
+case(FAM, "pow_bool_bool", "pow", [bt, bf])
+case(FAM, "pow_bool_int_scalar", "pow", [bt, 2])
+case(FAM, "pow_bool_bool_scalar_true", "pow", [bt, True])
+case(FAM, "pow_bool_bool_scalar_false", "pow", [bt, False])
+case(FAM, "pow_bool_float_scalar", "pow", [bt, 0.5])
+case(FAM, "pow_i64_bool", "pow", [it3, bt])
+case(FAM, "pow_f32_bool", "pow", [ft3, bt])
+case(FAM, "argmax_bool_all", "argmax", [bt], {"dim": None, "keepdim": False})
+case(FAM, "argmax_bool_d0", "argmax", [bt], {"dim": 0, "keepdim": False})
+case(FAM, "argmin_bool_all", "argmin", [bt], {"dim": None, "keepdim": False})
+case(FAM, "argmin_bool_d0", "argmin", [bt], {"dim": 0, "keepdim": True})
+case(FAM, "gelu_bool", "gelu", [bt])
+case(FAM, "gelu_int64", "gelu", [it3])
+case(FAM, "gelu_tanh_bool", "gelu_tanh", [bt])
+case(FAM, "gelu_tanh_u8", "gelu_tanh", [T([1, 2], U8)])
+for v, dt in [(300, "uint8"), (-1, "uint8"), (-255, "uint8"), (-256, "uint8"), (255, "uint8"), (256, "uint8"),
+              (255.5, "uint8"), (-0.5, "uint8"), (-1.0, "uint8"), (256.0, "uint8"), (NANV, "uint8"), (-0.0, "uint8"),
+              (1e20, "int64"), (NANV, "int64"), (INF, "int64"), (-9.3e18, "int64"), (9.2e18, "int64"), (-1.5, "int64"),
+              (1e39, "float32"), (-3.5e38, "float32"), (3.4e38, "float32"), (INF, "float32"), (NANV, "float32"),
+              (70000.0, "float16"), (65504.0, "float16"), (70000, "float16"), (-INF, "float16"), (1e39, "bfloat16"),
+              (3.3e38, "bfloat16"), (1e300, "float64"), (1e39, "bool"), (NANV, "bool"), (-1, "bool"), (True, "uint8")]:
+    case(FAM, f"full_{v}_{dt}", "full", [], {"shape": [3], "value": v, "dtype": dt})
+u8z = T([0, 0, 0], U8)
+mk = T([True, False, True])
+case(FAM, "masked_fill_u8_300", "masked_fill", [u8z, mk, 300])
+case(FAM, "masked_fill_u8_neg1", "masked_fill", [u8z, mk, -1])
+case(FAM, "masked_fill_u8_neg256", "masked_fill", [u8z, mk, -256])
+case(FAM, "masked_fill_u8_neg_float", "masked_fill", [u8z, mk, -1.0])
+case(FAM, "masked_fill_u8_255_5", "masked_fill", [u8z, mk, 255.5])
+case(FAM, "masked_fill_u8_none_masked_300", "masked_fill", [u8z, T([False, False, False]), 300])
+case(FAM, "masked_fill_i64_1e20", "masked_fill", [T([0, 0, 0], I), mk, 1e20])
+case(FAM, "masked_fill_i64_nan", "masked_fill", [T([0, 0, 0], I), mk, NANV])
+case(FAM, "masked_fill_f32_1e39", "masked_fill", [T([0.0, 0.0, 0.0]), mk, 1e39])
+case(FAM, "masked_fill_f16_70000", "masked_fill", [T([0.0, 0.0, 0.0], torch.float16), mk, 70000.0])
+case(FAM, "masked_fill_f16_inf", "masked_fill", [T([0.0, 0.0, 0.0], torch.float16), mk, INF])
+case(FAM, "masked_fill_bool_70000", "masked_fill", [T([False, False, False]), mk, 70000])
+xi4 = T([[0.5, 1.5, 2.5], [3.5, 4.5, 5.5]])
+case(FAM, "index_select_negative", "index_select", [xi4, T([0, -1], I)], {"dim": 1})
+case(FAM, "index_select_negative_d0", "index_select", [xi4, T([-2], I)], {"dim": 0})
+case(FAM, "gather_negative", "gather", [xi4, T([[0, -1], [1, 2]], I)], {"dim": 1})
+case(FAM, "gather_negative_d0", "gather", [xi4, T([[-1, 0, 1]], I)], {"dim": 0})
+case(FAM, "scatter_add_negative", "scatter_add", [torch.zeros(2, 3), T([[0, -1]], I), T([[1.0, 2.0]])], {"dim": 1})
+case(FAM, "scatter_add_negative_d0", "scatter_add", [torch.zeros(2, 3), T([[-1, 0, 1]], I), T([[1.0, 2.0, 3.0]])],
+     {"dim": 0})
+
+# inputs PyTorch accepts: ceil-mode windows wider than the input, integer pooling
+FAM = "pool_accept"
+x22 = T([[[[1.0, 2.0], [3.0, 4.0]]]])
+for k, s_, p_ in [(3, 2, 1), (3, 2, 0), (3, 3, 1), (5, 2, 2), (3, 1, 0), (4, 2, 2)]:
+    for op in ["max_pool2d", "avg_pool2d"]:
+        for cm in (False, True):
+            case(FAM, f"{op}_2x2_k{k}_s{s_}_p{p_}_{'ceil' if cm else 'floor'}", op, [x22],
+                 {"kernel": [k, k], "stride": [s_, s_], "padding": [p_, p_], "dilation": [1, 1], "ceil_mode": cm,
+                  "count_include_pad": True})
+case(FAM, "avg_pool2d_2x2_k3_s2_p1_ceil_no_pad_count", "avg_pool2d", [x22],
+     {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": True,
+      "count_include_pad": False})
+case(FAM, "max_pool2d_1x1_k3_s2_p1_ceil", "max_pool2d", [T([[[[7.0]]]])],
+     {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": True,
+      "count_include_pad": True})
+xl = torch.arange(-8, 17, dtype=torch.int64).reshape(1, 1, 5, 5) * 3
+for op in ["max_pool2d", "avg_pool2d"]:
+    for nm, k, s_, p_, cm, cip in [("k2", 2, None, 0, False, True), ("k3_s2_p1", 3, 2, 1, False, True),
+                                   ("k3_s2_p1_ceil", 3, 2, 1, True, True), ("k3_s2_p1_no_pad_count", 3, 2, 1, False, False),
+                                   ("k2_s1", 2, 1, 0, False, True)]:
+        case(FAM, f"{op}_int64_{nm}", op, [xl],
+             {"kernel": [k, k], "stride": [s_, s_] if s_ else None, "padding": [p_, p_], "dilation": [1, 1],
+              "ceil_mode": cm, "count_include_pad": cip})
+    case(FAM, f"{op}_u8", op, [(xl.abs() * 10).to(U8)],
+         {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+          "count_include_pad": True})
+    case(FAM, f"{op}_bool", op, [xl > 0],
+         {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+          "count_include_pad": True})
+
+# a scalar on the left: rsub / rdiv
+FAM = "scalar_lhs"
+case(FAM, "rsub_f32_float", "rsub", [ft3, 2.5])
+case(FAM, "rsub_f32_int", "rsub", [ft3, 2])
+case(FAM, "rsub_i64_int", "rsub", [it3, 2])
+case(FAM, "rsub_i64_float", "rsub", [it3, 0.5])
+case(FAM, "rsub_u8_int_wraps", "rsub", [T([1, 2], U8), 300])
+case(FAM, "rsub_f16_float", "rsub", [T([1.0, 2.0], torch.float16), 1.5])
+case(FAM, "rsub_bool_int_error", "rsub", [bt, 1])
+case(FAM, "rsub_bool_bool_error", "rsub", [bt, True])
+case(FAM, "rsub_i64_bool_error", "rsub", [it3, True])
+case(FAM, "rdiv_f32_float", "rdiv", [ft3, 2.5])
+case(FAM, "rdiv_f32_int", "rdiv", [ft3, 2])
+case(FAM, "rdiv_i64_int", "rdiv", [it3, 2])
+case(FAM, "rdiv_u8_float", "rdiv", [T([1, 0], U8), 2.0])
+case(FAM, "rdiv_bool_bool", "rdiv", [T([True, False]), True])
+case(FAM, "rdiv_f64_int", "rdiv", [T([0.5, -4.0], torch.float64), 3])
+case(FAM, "rdiv_f16_float", "rdiv", [T([1.0, 2.0], torch.float16), 1e5])
+
+# torch.max(t, dim): values and indices (ties: the first), bools too
+FAM = "max_dim"
+case(FAM, "ties_d1", "max_dim", [T([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], {"dim": 1, "keepdim": False})
+case(FAM, "ties_d0_keep", "max_dim", [T([[1.0, 3.0, 3.0], [2.0, 3.0, 2.0]])], {"dim": 0, "keepdim": True})
+case(FAM, "nan", "max_dim", [T([[1.0, NANV, 3.0], [2.0, 2.0, 2.0]])], {"dim": -1, "keepdim": False})
+case(FAM, "bool", "max_dim", [T([[False, True, True], [False, False, False]])], {"dim": 1, "keepdim": False})
+case(FAM, "int64_0d", "max_dim", [T(5, I)], {"dim": 0, "keepdim": False})
+
+# clamp's bounds are Python scalars: a float bound (even a whole one) promotes an
+# integer tensor to float32, an int bound keeps its dtype; bool with int bounds is
+# int64; a uint8 min above 255 (or max below 0) is refused
+FAM = "clamp_kind"
+case(FAM, "u8_whole_float_min", "clamp", [T([1, 5, 200], U8)], {"min": 3.0, "max": None})
+case(FAM, "u8_int_min", "clamp", [T([1, 5, 200], U8)], {"min": 3, "max": None})
+case(FAM, "u8_int_max_above_range", "clamp", [T([1, 5, 200], U8)], {"min": None, "max": 300})
+case(FAM, "u8_int_min_below_range", "clamp", [T([1, 5, 200], U8)], {"min": -7, "max": None})
+case(FAM, "u8_min_300", "clamp", [T([1, 5, 200], U8)], {"min": 300, "max": None})
+case(FAM, "u8_max_neg", "clamp", [T([1, 5, 200], U8)], {"min": None, "max": -1})
+case(FAM, "i64_whole_float_bounds", "clamp", [T([-4, 1, 9], I)], {"min": -2.0, "max": 3.0})
+case(FAM, "bool_int_min", "clamp", [T([True, False])], {"min": 0, "max": None})
+case(FAM, "bool_float_min", "clamp", [T([True, False])], {"min": 0.5, "max": None})
 
 # ----------------------------------------------------------------------------------
 

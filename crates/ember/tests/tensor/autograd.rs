@@ -304,3 +304,136 @@ device_test!(
     conv_and_pool_rules,
     graph_mechanics
 );
+
+// ---- PyTorch's gradients at ties, at clamp's bounds and at infinite logits -------
+
+/// `max(dim)` / `min(dim)` give the whole gradient to the returned index (the
+/// first among ties); `amax`/`amin` (`max`/`min` over dims) keep sharing it.
+fn max_min_dim_grad_goes_to_the_index(dev: &Device) -> Result<()> {
+    let data = [1.0f32, 3.0, 3.0, 2.0, 2.0, 2.0];
+    let x = Tensor::from_slice(&data, [2, 3], dev)?.requires_grad_(true)?;
+    let (v, i) = x.max_dim(1, false)?;
+    assert_eq!(i.to_vec::<i64>()?, vec![1, 0]);
+    v.sum_all()?.backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![0.0, 1.0, 0.0, 1.0, 0.0, 0.0]);
+
+    let x = Tensor::from_slice(&data, [2, 3], dev)?.requires_grad_(true)?;
+    let (v, i) = x.min_dim(-1, true)?;
+    assert_eq!(v.shape(), &[2, 1]);
+    assert_eq!(i.to_vec::<i64>()?, vec![0, 0]);
+    v.mul(&Tensor::from_slice(&[2.0f32, 5.0], [2, 1], dev)?)?
+        .sum_all()?
+        .backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![2.0, 0.0, 0.0, 5.0, 0.0, 0.0]);
+
+    // amax keeps splitting ties evenly, as torch.amax does
+    let x = Tensor::from_slice(&data, [2, 3], dev)?.requires_grad_(true)?;
+    x.max(1, false)?.sum_all()?.backward()?;
+    assert_close(
+        &vals(&x.grad().unwrap()),
+        &[0.0, 0.5, 0.5, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0],
+        1e-6,
+        1e-7,
+    );
+    Ok(())
+}
+
+/// clamp passes the gradient only strictly inside the bounds (PyTorch 2.x):
+/// values from torch.
+fn clamp_grad_at_the_bounds(dev: &Device) -> Result<()> {
+    let xs = [
+        -1.0f64,
+        -0.5,
+        0.0,
+        0.5,
+        1.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    let grad = |min: Option<f64>, max: Option<f64>| -> Result<Vec<f64>> {
+        let x = Tensor::from_slice(&xs, [8], dev)?.requires_grad_(true)?;
+        x.clamp(min, max)?.sum_all()?.backward()?;
+        Ok(vals(&x.grad().unwrap()))
+    };
+    let both = [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    assert_eq!(grad(Some(-0.5), Some(0.5))?, both);
+    assert_eq!(
+        grad(Some(-0.5), None)?,
+        [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    );
+    assert_eq!(
+        grad(None, Some(0.5))?,
+        [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    );
+    assert_eq!(grad(Some(0.5), Some(0.5))?, [0.0; 8]);
+    assert_eq!(grad(Some(0.5), Some(-0.5))?, [0.0; 8]);
+    assert_eq!(
+        grad(Some(f64::NEG_INFINITY), Some(f64::INFINITY))?,
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    );
+    Ok(())
+}
+
+/// binary_cross_entropy_with_logits at ±inf: PyTorch's values (inf, NaN) and a
+/// finite gradient `sigmoid(x) - y`.
+fn bce_with_logits_at_infinite_logits(dev: &Device) -> Result<()> {
+    let inf = f64::INFINITY;
+    let x = Tensor::from_slice(&[inf, -inf, inf, -inf, inf, -inf, 0.0f32 as f64], [7], dev)?
+        .to_dtype(DType::F32)?
+        .requires_grad_(true)?;
+    let y = Tensor::from_slice(&[0.0f32, 0.0, 1.0, 1.0, 0.5, 0.5, 0.5], [7], dev)?;
+    let l = ember::nn::bce_with_logits(&x, &y, ember::nn::Reduction::None)?;
+    let nan = f64::NAN;
+    assert_close(
+        &vals(&l),
+        &[inf, nan, nan, nan, inf, nan, std::f64::consts::LN_2],
+        1e-6,
+        1e-7,
+    );
+    l.sum_all()?.backward()?;
+    assert_eq!(
+        vals(&x.grad().unwrap()),
+        vec![1.0, 0.0, 0.0, -1.0, 0.5, -0.5, 0.0]
+    );
+    Ok(())
+}
+
+/// std's gradient (its own reduction now) against finite differences.
+fn std_grad_matches_finite_differences(dev: &Device) -> Result<()> {
+    let x = Tensor::from_slice(&[0.3f64, -1.2, 2.5, 0.7, 1.1, -0.4], [2, 3], dev)?;
+    grad_check(dev, &[x.clone()], &|t| t[0].std(1, true))?;
+    grad_check(dev, &[x.clone()], &|t| t[0].std_correction(0, 0.0, false))?;
+    grad_check(dev, &[x], &|t| t[0].std_all())
+}
+
+device_test!(
+    max_min_dim_grad_goes_to_the_index,
+    clamp_grad_at_the_bounds,
+    bce_with_logits_at_infinite_logits,
+    std_grad_matches_finite_differences,
+);
+
+fn graphs_sharing_a_view_each_backpropagate(dev: &Device) -> Result<()> {
+    // PyTorch keeps nodes that saved no tensors (views), so each of two graphs
+    // built on one view can run backward through it
+    let x = Tensor::new([1f32, 2., 3., 4.], dev)?.requires_grad_(true)?;
+    let v = x.reshape([2, 2])?;
+    v.mul(2.0)?.sum_all()?.backward()?;
+    v.mul(3.0)?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, [5.0; 4]);
+    // a chain of views (transpose, then a region)
+    let t = x.reshape([2, 2])?.t()?.narrow(0, 0, 1)?;
+    t.sum_all()?.backward()?;
+    t.mul(2.0)?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, [8.0, 5.0, 8.0, 5.0]);
+    // a node that saved tensors is still used up by its backward
+    let h = x.mul(&x)?;
+    let hv = h.reshape([4])?;
+    hv.sum_all()?.backward()?;
+    let e = hv.sum_all()?.backward().unwrap_err().to_string();
+    assert!(e.contains("second time"), "{e}");
+    Ok(())
+}
+
+device_test!(graphs_sharing_a_view_each_backpropagate);

@@ -200,3 +200,103 @@ fn cuda_tensors_need_a_gpu() {
     assert!(Tensor::randn([2], &"cuda:0".parse().unwrap()).is_err());
     assert_eq!(t.cpu().unwrap().device(), Device::Cpu);
 }
+
+// ---- PyTorch parity: integer linspace, std of huge float32, pooling ---------------
+
+/// Integer linspace: the endpoints truncated to the dtype first, the values in f64
+/// truncated back (values from torch).
+fn linspace_in_integers(dev: &Device) -> Result<()> {
+    let ints = |s: f64, e: f64, n: usize| -> Result<Vec<i64>> {
+        Tensor::linspace(s, e, n, DType::I64, dev)?.to_vec::<i64>()
+    };
+    assert_eq!(ints(0.0, 10.0, 4)?, vec![0, 3, 6, 10]);
+    assert_eq!(ints(0.0, 10.0, 5)?, vec![0, 2, 5, 7, 10]);
+    assert_eq!(ints(-5.0, 5.0, 4)?, vec![-5, -1, 1, 5]);
+    assert_eq!(ints(0.5, 9.7, 4)?, vec![0, 3, 6, 9]);
+    assert_eq!(ints(-2.7, 3.9, 5)?, vec![-2, 0, 0, 1, 3]);
+    assert_eq!(ints(5.0, 0.0, 7)?, vec![5, 4, 3, 2, 1, 0, 0]);
+    assert_eq!(ints(-7.9, -0.5, 6)?, vec![-7, -5, -4, -2, -1, 0]);
+    let u = Tensor::linspace(-5, 5, 4, DType::U8, dev)?;
+    assert_eq!(u.to_vec::<u8>()?, vec![251, 169, 87, 5]);
+    assert!(Tensor::linspace(0, 300, 4, DType::U8, dev).is_err());
+    assert!(Tensor::linspace(0.0, 1e20, 4, DType::I64, dev).is_err());
+    assert!(Tensor::linspace(0, 1, 5, DType::Bool, dev).is_err());
+    Ok(())
+}
+
+/// float32 values near 1e30: the variance overflows (1e60, as in PyTorch), the
+/// standard deviation does not; over a long lane (split across blocks on a GPU)
+/// too, where each square overflows float32 but the variance does not.
+fn std_of_huge_float32(dev: &Device) -> Result<()> {
+    let x = Tensor::from_slice(&[1e30f32, 2e30, 3e30], [3], dev)?;
+    assert!(x.var_all()?.item::<f32>()?.is_infinite());
+    assert_close(&vals(&x.std_all()?), &[1e30], 1e-6, 0.0);
+    assert_close(
+        &vals(&x.std_correction(0, 0.0, false)?),
+        &[8.164966e29],
+        1e-6,
+        0.0,
+    );
+    let n = 4096;
+    let v: Vec<f32> = (0..n).map(|i| (1e19 + i as f64 * 1e16) as f32).collect();
+    let long = Tensor::from_vec(v, [n], dev)?;
+    // variance of an arithmetic progression: step^2 * n (n + 1) / 12
+    let want = 1e32 * (n * (n + 1)) as f64 / 12.0;
+    assert_close(&vals(&long.var(0, false)?), &[want], 1e-4, 0.0);
+    assert_close(&vals(&long.std_all()?), &[want.sqrt()], 1e-4, 0.0);
+    let h = Tensor::from_slice(&[1e4f32, 2e4, 3e4], [3], dev)?.to_dtype(DType::F16)?;
+    assert_eq!(vals(&h.std_all()?), vec![10000.0]);
+    assert!(vals(&h.var_all()?)[0].is_infinite());
+    Ok(())
+}
+
+/// Ceil-mode windows wider than the input, and int64 / uint8 pooling (values from
+/// torch).
+fn pooling_accepted_like_pytorch(dev: &Device) -> Result<()> {
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [1, 1, 2, 2], dev)?;
+    let o = Pool2dOptions::new(3).stride(2).ceil_mode(true);
+    let m = x.max_pool2d(o)?;
+    assert_eq!((m.shape(), vals(&m)), (&[1usize, 1, 1, 1][..], vec![4.0]));
+    assert_eq!(vals(&x.avg_pool2d(o)?), vec![2.5]);
+    let a = x.avg_pool2d(o.padding(1))?;
+    assert_close(&vals(&a), &[1.1111111, 1.0, 1.1666666, 1.0], 1e-6, 1e-7);
+    assert!(x
+        .max_pool2d(Pool2dOptions::new(3).stride(1).ceil_mode(true))
+        .is_err());
+
+    let xi = Tensor::arange(0i64, 16, dev)?.reshape([1, 1, 4, 4])?;
+    let m = xi.max_pool2d(Pool2dOptions::new(2))?;
+    assert_eq!(
+        (m.dtype(), m.to_vec::<i64>()?),
+        (DType::I64, vec![5, 7, 13, 15])
+    );
+    assert_eq!(
+        xi.avg_pool2d(Pool2dOptions::new(2))?.to_vec::<i64>()?,
+        vec![2, 4, 10, 12]
+    );
+    assert_eq!(
+        xi.neg()?
+            .avg_pool2d(Pool2dOptions::new(2))?
+            .to_vec::<i64>()?,
+        vec![-2, -4, -10, -12]
+    );
+    let o = Pool2dOptions::new(3)
+        .stride(2)
+        .padding(1)
+        .count_include_pad(false);
+    assert_eq!(xi.avg_pool2d(o)?.to_vec::<i64>()?, vec![2, 4, 8, 10]);
+    let u = xi.to_dtype(DType::U8)?;
+    assert_eq!(
+        u.max_pool2d(Pool2dOptions::new(2))?.to_vec::<u8>()?,
+        vec![5, 7, 13, 15]
+    );
+    assert!(u.avg_pool2d(Pool2dOptions::new(2)).is_err());
+    assert!(xi.gt(3)?.max_pool2d(Pool2dOptions::new(2)).is_err());
+    Ok(())
+}
+
+device_test!(
+    linspace_in_integers,
+    std_of_huge_float32,
+    pooling_accepted_like_pytorch
+);

@@ -56,7 +56,7 @@ fn fills_convert_as_the_cpu_does() -> Result<()> {
     let Some(dev) = gpu("fills_convert_as_the_cpu_does") else {
         return Ok(());
     };
-    let u = Tensor::full([3], -2.0, DType::U8, &dev)?;
+    let u = Tensor::full([3], -2, DType::U8, &dev)?; // an int wraps; -2.0 is refused, as in PyTorch
     assert_eq!(u.to_vec::<u8>()?, vec![254; 3]);
     let big = (1i64 << 53) + 1; // not a float64
     let i = Tensor::zeros([2], DType::I64, &dev)?;
@@ -127,7 +127,8 @@ fn gpu_matches_cpu_on_random_inputs() -> Result<()> {
         (
             "index_select",
             |x, _, _| {
-                let i = Tensor::new([3i64, 0, -1], &x.device())?;
+                let last = x.shape()[0] as i64 - 1; // negative indices are refused, as in PyTorch
+                let i = Tensor::new([3i64, 0, last], &x.device())?;
                 x.index_select(0, &i)
             },
             0.0,
@@ -159,7 +160,7 @@ fn training_step_matches_cpu() -> Result<()> {
             .add(nn::ReLU)
             .add(nn::Linear::new(16, 3, &Device::Cpu)?);
         model.to_device(device)?;
-        let mut opt = Adam::new(model.parameters(), 0.01);
+        let mut opt = Adam::new(model.parameters(), 0.01)?;
         let x = Tensor::randn([32, 4], &Device::Cpu)?.to(device)?;
         let y = Tensor::randint(0, 3, [32], &Device::Cpu)?.to(device)?;
         let mut losses = Vec::new();

@@ -114,7 +114,12 @@ fn unary_math(dev: &Device) -> Result<()> {
     assert_eq!(i.abs()?.to_vec1::<i64>()?, vec![1, 0, 2]);
     assert_eq!(i.neg()?.to_vec1::<i64>()?, vec![1, 0, -2]);
     assert_eq!(i.pow(2)?.to_vec1::<i64>()?, vec![1, 0, 4]);
-    assert_eq!(i.clamp(Some(0.0), None)?.to_vec1::<i64>()?, vec![0, 0, 2]);
+    // bounds are Python-style scalars: an int bound keeps int64, a float one
+    // (whole or not) gives float32
+    assert_eq!(i.clamp(Some(0), None)?.dtype(), DType::I64);
+    assert_eq!(i.clamp(Some(0), None)?.to_vec1::<i64>()?, vec![0, 0, 2]);
+    assert_eq!(i.clamp(Some(0.0), None)?.dtype(), DType::F32);
+    assert_eq!(i.clamp_min(0.0)?.to_vec1::<f32>()?, vec![0.0, 0.0, 2.0]);
     assert!(i.pow(-1).is_err());
     assert!(Tensor::new([true], dev)?.neg().is_err());
     // NaN propagates through relu, clamp, maximum
@@ -212,10 +217,17 @@ fn logical_ops_and_bool_subtraction(dev: &Device) -> Result<()> {
         m.sub_(&m),
     ] {
         let e = e.unwrap_err().to_string();
-        assert!(e.contains("logical_not") && e.contains("bool"), "{e}");
+        assert!(
+            e.contains("logical_xor") && e.contains("two bool tensors"),
+            "{e}"
+        );
     }
-    // a bool minus a number promotes, as in PyTorch
-    assert_eq!(m.sub(1)?.to_vec2::<i64>()?, [[0, -1]]);
+    // a bool minus a number is refused too, as in PyTorch
+    let e = m.sub(1).unwrap_err().to_string();
+    assert!(
+        e.contains("logical_not") && e.contains("with a bool tensor"),
+        "{e}"
+    );
     if dev.is_cuda() {
         let cpu = Tensor::new([true], &Device::Cpu)?;
         let e = m.logical_and(&cpu).unwrap_err().to_string();
@@ -326,3 +338,126 @@ fn operators_panic_with_the_error_message() {
     let b = Tensor::zeros([3], DType::F32, &Device::Cpu).unwrap();
     let _ = &a + &b;
 }
+
+// ---- PyTorch parity: refusals with PyTorch's reasons, scalars on the left --------
+
+/// Subtraction with a bool on either side, pow/argmax/argmin/gelu on bools, fill
+/// values a dtype cannot hold and negative indices are errors of PyTorch's kind,
+/// carrying PyTorch's reason.
+fn refused_like_pytorch(dev: &Device) -> Result<()> {
+    let b = Tensor::from_slice(&[true, false], [2], dev)?;
+    let i = Tensor::from_slice(&[1i64, 2], [2], dev)?;
+    let f = Tensor::from_slice(&[1.0f32, 2.0], [2], dev)?;
+    let msg = |r: Result<Tensor>| match r {
+        Err(e @ ember::Error::UnsupportedDType { .. }) => e.to_string(),
+        other => panic!("expected an UnsupportedDType error, got {other:?}"),
+    };
+    assert!(msg(b.sub(&b)).contains("with two bool tensors is not supported"));
+    for r in [
+        b.sub(&i),
+        i.sub(&b),
+        f.sub(&b),
+        b.sub(1),
+        b.sub(1.5),
+        b.rsub(1),
+        i.rsub(true),
+    ] {
+        assert!(
+            msg(r).contains("If you are trying to invert a mask, use the `~` or `logical_not()`")
+        );
+    }
+    assert!(msg(b.rsub(true)).contains("two bool tensors"));
+    assert!(msg(b.pow(&b)).contains("\"pow\" not implemented for 'Bool'"));
+    assert!(msg(b.argmax(0, false)).contains("argmax(): does not support bool input"));
+    assert!(msg(b.argmin_all()).contains("argmin(): does not support bool input"));
+    assert!(msg(b.gelu()).contains("GeluKernelImpl"));
+    assert!(msg(i.gelu_tanh()).contains("not implemented for 'Long'"));
+    // ... while these are fine, as in PyTorch
+    assert_eq!(b.pow(2)?.dtype(), DType::I64);
+    assert_eq!(b.pow(2)?.to_vec::<i64>()?, vec![1, 0]);
+    assert_eq!(b.pow(false)?.to_vec::<bool>()?, vec![true, true]);
+    assert_eq!(b.max_dim(0, false)?.1.to_vec::<i64>()?, vec![0]);
+
+    let overflow = |r: Result<Tensor>| match r {
+        Err(e @ ember::Error::InvalidArgument { .. }) => {
+            assert!(e.to_string().contains("without overflow"), "{e}")
+        }
+        other => panic!("expected an overflow error, got {other:?}"),
+    };
+    overflow(Tensor::full([2], 300, DType::U8, dev));
+    overflow(Tensor::full([2], -1.0, DType::U8, dev));
+    overflow(Tensor::full([2], f64::NAN, DType::U8, dev));
+    overflow(Tensor::full([2], 1e20, DType::I64, dev));
+    overflow(Tensor::full([2], f64::NAN, DType::I64, dev));
+    overflow(Tensor::full([2], 1e39, DType::F32, dev));
+    overflow(Tensor::full([2], 70000.0, DType::F16, dev));
+    overflow(Tensor::zeros([2], DType::U8, dev)?.masked_fill(&b, 300));
+    overflow(Tensor::zeros([2], DType::I64, dev)?.masked_fill(&b, f64::NAN));
+    assert_eq!(
+        Tensor::full([2], -1, DType::U8, dev)?.to_vec::<u8>()?,
+        vec![255, 255]
+    );
+    assert_eq!(
+        Tensor::full([2], 255.5, DType::U8, dev)?.to_vec::<u8>()?,
+        vec![255, 255]
+    );
+    assert!(Tensor::full([1], f64::INFINITY, DType::F16, dev)?.to_vec::<f64>()?[0].is_infinite());
+    assert_eq!(
+        Tensor::zeros([2], DType::U8, dev)?
+            .masked_fill(&b, -1)?
+            .to_vec::<u8>()?,
+        vec![255, 0]
+    );
+
+    let oob = |r: Result<Tensor>| match r {
+        Err(ember::Error::IndexOutOfRange { index: -1, .. }) => {}
+        other => panic!("expected an index error for -1, got {other:?}"),
+    };
+    let neg = Tensor::from_slice(&[-1i64], [1], dev)?;
+    oob(f.index_select(0, &neg));
+    oob(f.gather(0, &neg));
+    oob(Tensor::zeros([2], DType::F32, dev)?.scatter_add(0, &neg, &f));
+    Ok(())
+}
+
+/// `rsub` / `rdiv` (and the operators with a scalar on the left) promote like
+/// PyTorch's `2 - t` and `2 / t`.
+fn scalar_on_the_left(dev: &Device) -> Result<()> {
+    let i = Tensor::from_slice(&[1i64, 2, 4], [3], dev)?;
+    let f = Tensor::from_slice(&[0.5f32, -2.0, 4.0], [3], dev)?;
+    let r = i.rsub(2)?;
+    assert_eq!(
+        (r.dtype(), r.to_vec::<i64>()?),
+        (DType::I64, vec![1, 0, -2])
+    );
+    let r = i.rsub(0.5)?;
+    assert_eq!((r.dtype(), vals(&r)), (DType::F32, vec![-0.5, -1.5, -3.5]));
+    let r = i.rdiv(2)?;
+    assert_eq!((r.dtype(), vals(&r)), (DType::F32, vec![2.0, 1.0, 0.5]));
+    assert_eq!(vals(&(1.0 - &f)), vec![0.5, 3.0, -3.0]);
+    assert_eq!(vals(&(2 - &f)), vec![1.5, 4.0, -2.0]);
+    assert_eq!(vals(&(1.0 / &f)), vec![2.0, -0.5, 0.25]);
+    assert_eq!(vals(&(2 / &i)), vec![2.0, 1.0, 0.5]);
+    assert_eq!((2 - &i).to_vec::<i64>()?, vec![1, 0, -2]);
+    assert_eq!((&i * 3).to_vec::<i64>()?, vec![3, 6, 12]);
+    let u = Tensor::from_slice(&[1u8, 2], [2], dev)?;
+    assert_eq!(u.rsub(300)?.to_vec::<u8>()?, vec![43, 42]);
+    // f16: the scalar is not rounded to f16 before dividing (PyTorch: [inf, 49984])
+    let h = Tensor::from_slice(&[1.0f32, 2.0], [2], dev)?.to_dtype(DType::F16)?;
+    assert_eq!(vals(&h.rdiv(1e5)?), vec![f64::INFINITY, 49984.0]);
+    // gradients flow through the tensor operand
+    let x = Tensor::from_slice(&[0.5f64, 2.0], [2], dev)?.requires_grad_(true)?;
+    x.rsub(1.0)?.add(&x.rdiv(2.0)?)?.sum_all()?.backward()?;
+    assert_eq!(vals(&x.grad().unwrap()), vec![-1.0 - 8.0, -1.0 - 0.5]);
+    Ok(())
+}
+
+/// A bool on the left of `-` panics with PyTorch's reason (the method returns it).
+#[test]
+#[should_panic(expected = "logical_not")]
+fn scalar_minus_bool_panics_with_the_reason() {
+    let b = Tensor::from_slice(&[true], [1], &Device::Cpu).unwrap();
+    let _ = 1.0 - &b;
+}
+
+device_test!(refused_like_pytorch, scalar_on_the_left);

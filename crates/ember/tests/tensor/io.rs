@@ -21,7 +21,7 @@ fn round_trip_and_errors(dev: &Device) -> Result<()> {
             ))
         })
         .collect::<Result<_>>()?;
-    let path = tmp("all.safetensors");
+    let path = tmp(&format!("all-{dev}.safetensors"));
     ember::io::save(&ts, &path)?;
     let back = ember::io::load(&path, dev)?;
     assert_eq!(back.len(), ts.len());
@@ -37,7 +37,7 @@ fn round_trip_and_errors(dev: &Device) -> Result<()> {
     }
     // a truncated file and a missing file are errors
     let bytes = std::fs::read(&path).unwrap();
-    let cut = tmp("cut.safetensors");
+    let cut = tmp(&format!("cut-{dev}.safetensors"));
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let e = ember::io::load(&cut, dev).unwrap_err().to_string();
     assert!(e.contains("not a valid safetensors file"), "{e}");
@@ -49,7 +49,7 @@ fn round_trip_and_errors(dev: &Device) -> Result<()> {
         .add(nn::Linear::new(3, 4, dev)?)
         .add(nn::ReLU)
         .add(nn::Linear::new(4, 2, dev)?);
-    let p = tmp("model.safetensors");
+    let p = tmp(&format!("model-{dev}.safetensors"));
     ember::io::save_state_dict(&model, &p)?;
     let other = nn::Sequential::new()
         .add(nn::Linear::new(3, 5, dev)?)
@@ -95,19 +95,19 @@ fn checkpoint_resumes_training(dev: &Device) -> Result<()> {
         Ok(last)
     };
     let full = make()?;
-    let mut opt = Adam::new(full.parameters(), 0.01);
+    let mut opt = Adam::new(full.parameters(), 0.01)?;
     let uninterrupted = train(&full, &mut opt, 40)?;
     let first = make()?;
-    let mut opt1 = Adam::new(first.parameters(), 0.01);
+    let mut opt1 = Adam::new(first.parameters(), 0.01)?;
     train(&first, &mut opt1, 20)?;
-    let path = tmp("ckpt.safetensors");
+    let path = tmp(&format!("ckpt-{dev}.safetensors"));
     ember::io::save_checkpoint(&first, &opt1, &path)?;
     // a fresh model and optimizer continue from the file
     let resumed = nn::Sequential::new()
         .add(nn::Linear::new(4, 8, dev)?)
         .add(nn::ReLU)
         .add(nn::Linear::new(8, 3, dev)?);
-    let mut opt2 = Adam::new(resumed.parameters(), 0.5);
+    let mut opt2 = Adam::new(resumed.parameters(), 0.5)?;
     ember::io::load_checkpoint(&resumed, &mut opt2, &path)?;
     assert_eq!((opt2.lr(), opt2.steps()), (0.01, 20));
     let last = train(&resumed, &mut opt2, 20)?;
@@ -116,10 +116,247 @@ fn checkpoint_resumes_training(dev: &Device) -> Result<()> {
         "resumed training must match the uninterrupted run"
     );
     // another optimizer's state is refused
-    let mut sgd = ember::optim::Sgd::new(resumed.parameters(), 0.1);
+    let mut sgd = ember::optim::Sgd::new(resumed.parameters(), 0.1)?;
     assert!(ember::io::load_checkpoint(&resumed, &mut sgd, &path).is_err());
     std::fs::remove_file(&path).ok();
     Ok(())
 }
 
-device_test!(round_trip_and_errors, checkpoint_resumes_training);
+/// The name of the tensor whose bytes end last in a safetensors file (the one a
+/// flip of the file's last byte lands in).
+fn last_tensor(bytes: &[u8]) -> String {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data_len = bytes.len() - 8 - n;
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, v)| {
+            *k != "__metadata__" && v["data_offsets"][1].as_u64() == Some(data_len as u64)
+        })
+        .map(|(k, _)| k.clone())
+        .expect("a tensor ends at the end of the file")
+}
+
+fn checksums_catch_damage(dev: &Device) -> Result<()> {
+    let model = nn::Sequential::new()
+        .add(nn::Linear::new(3, 4, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(4, 2, dev)?);
+    let p = tmp(&format!("crc-{dev}.safetensors"));
+    ember::io::save_state_dict(&model, &p)?;
+    let mut bytes = std::fs::read(&p).unwrap();
+    let last = last_tensor(&bytes);
+    // one flipped bit in the data: an error naming the tensor, for both readers
+    let end = bytes.len() - 1;
+    bytes[end] ^= 0x10;
+    std::fs::write(&p, &bytes).unwrap();
+    for e in [
+        ember::io::load(&p, dev).unwrap_err(),
+        ember::io::load_state_dict(&model, &p).unwrap_err(),
+    ] {
+        let e = e.to_string();
+        assert!(e.contains(&format!("tensor {last:?} is damaged")), "{e}");
+    }
+    // flipped back, it loads
+    bytes[end] ^= 0x10;
+    std::fs::write(&p, &bytes).unwrap();
+    ember::io::load_state_dict(&model, &p)?;
+
+    // a file without checksums (as PyTorch's safetensors writes them) loads, and
+    // its own metadata is kept
+    let header =
+        br#"{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let mut plain = (header.len() as u64).to_le_bytes().to_vec();
+    plain.extend_from_slice(header);
+    plain.extend_from_slice(bytemuck_f32(&[1.5, -2.0]));
+    std::fs::write(&p, &plain).unwrap();
+    let back = ember::io::load(&p, dev)?;
+    assert_eq!(back[0].0, "w");
+    assert_eq!(back[0].1.to_vec::<f32>()?, [1.5, -2.0]);
+    assert_eq!(
+        ember::io::metadata(&p)?,
+        [("format".to_string(), "pt".to_string())]
+    );
+
+    // metadata of the caller's round-trips; ember's checksum keys are reserved
+    let t = vec![("a".to_string(), Tensor::ones([2], DType::F32, dev)?)];
+    let meta = vec![("run".to_string(), "7".to_string())];
+    ember::io::save_with_metadata(&t, &meta, &p)?;
+    assert_eq!(ember::io::metadata(&p)?, meta);
+    let bad = vec![("crc32.a".to_string(), "0".to_string())];
+    assert!(ember::io::save_with_metadata(&t, &bad, &p).is_err());
+    std::fs::remove_file(&p).ok();
+    Ok(())
+}
+
+fn bytemuck_f32(v: &[f32]) -> &[u8] {
+    // the test's own little-endian view (x86 and ARM Linux are little-endian)
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn non_finite_values_are_refused(dev: &Device) -> Result<()> {
+    let model = nn::Linear::new(3, 2, dev)?;
+    let mut w = model.weight.to_vec::<f32>()?;
+    w[4] = f32::NAN;
+    w[5] = f32::INFINITY;
+    ember::no_grad(|| model.weight.copy_(&Tensor::from_vec(w, [2, 3], dev)?))?;
+    let p = tmp(&format!("nan-{dev}.safetensors"));
+    ember::io::save_state_dict(&model, &p)?;
+    let fresh = nn::Linear::new(3, 2, dev)?;
+    let before = fresh.weight.to_vec::<f32>()?;
+    let e = ember::io::load_state_dict(&fresh, &p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tensor \"weight\" holds 2 NaN or infinite values of 6")
+            && e.contains("allow_non_finite"),
+        "{e}"
+    );
+    assert_eq!(fresh.weight.to_vec::<f32>()?, before, "nothing is loaded");
+    // allowed on request, and the plain reader does not judge values
+    let opts = ember::io::LoadOptions::new().allow_non_finite(true);
+    ember::io::load_state_dict_with(&fresh, &p, opts)?;
+    assert!(fresh.weight.to_vec::<f32>()?[4].is_nan());
+    assert_eq!(ember::io::load(&p, dev)?.len(), 2);
+    // checkpoints too, in every float dtype
+    for dt in [DType::F64, DType::F16, DType::BF16] {
+        let t = vec![(
+            "model.weight".to_string(),
+            Tensor::from_vec(vec![1.0f64, f64::NEG_INFINITY], [2], dev)?.to_dtype(dt)?,
+        )];
+        ember::io::save(&t, &p)?;
+        let m = nn::Linear::new(1, 2, dev)?;
+        let mut opt = Adam::new(m.parameters(), 0.1)?;
+        let e = ember::io::load_checkpoint(&m, &mut opt, &p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"model.weight\" holds 1 NaN or infinite value of 2"),
+            "{dt}: {e}"
+        );
+    }
+    std::fs::remove_file(&p).ok();
+    Ok(())
+}
+
+fn missing_optimizer_state_is_an_error(dev: &Device) -> Result<()> {
+    let model = nn::Sequential::new()
+        .add(nn::Linear::new(2, 3, dev)?)
+        .add(nn::Linear::new(3, 1, dev)?);
+    let mut opt = Adam::new(model.parameters(), 0.1)?;
+    let x = Tensor::ones([4, 2], DType::F32, dev)?;
+    // only the second layer learns: the first layer's parameters have no state
+    model.forward(&x)?.sum_all()?.backward()?;
+    model.parameters()[0].zero_grad();
+    model.parameters()[1].zero_grad();
+    opt.step()?;
+    let state = opt.state()?;
+    let names: Vec<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        names.contains(&"exp_avg.2") && !names.contains(&"exp_avg.0"),
+        "{names:?}"
+    );
+    // the complete state loads; with an entry gone it is an error naming it
+    let mut fresh = Adam::new(model.parameters(), 0.1)?;
+    fresh.load_state(&state)?;
+    for gone in ["exp_avg_sq.3", "exp_avg.2"] {
+        let cut: Vec<(String, Tensor)> = state.iter().filter(|(n, _)| n != gone).cloned().collect();
+        let e = fresh.load_state(&cut).unwrap_err().to_string();
+        assert!(e.contains(&format!("no {gone} entry")), "{e}");
+    }
+    // an entry for a parameter that had none is refused too
+    let mut extra = state.clone();
+    extra.push(("exp_avg.0".into(), Tensor::zeros([3, 2], DType::F32, dev)?));
+    assert!(fresh.load_state(&extra).is_err());
+    // and through a checkpoint file, leaving model and optimizer as they were
+    let p = tmp(&format!("partial-{dev}.safetensors"));
+    let mut all: Vec<(String, Tensor)> = model
+        .state_dict()
+        .into_iter()
+        .map(|(n, t)| (format!("model.{n}"), t))
+        .collect();
+    all.extend(
+        state
+            .iter()
+            .filter(|(n, _)| n != "exp_avg.3")
+            .map(|(n, t)| (format!("optim.{n}"), t.clone())),
+    );
+    ember::io::save(&all, &p)?;
+    let mut opt3 = Adam::new(model.parameters(), 0.5)?;
+    let e = ember::io::load_checkpoint(&model, &mut opt3, &p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no exp_avg.3 entry"), "{e}");
+    assert_eq!((opt3.lr(), opt3.steps()), (0.5, 0));
+    std::fs::remove_file(&p).ok();
+    Ok(())
+}
+
+device_test!(
+    round_trip_and_errors,
+    checkpoint_resumes_training,
+    checksums_catch_damage,
+    non_finite_values_are_refused,
+    missing_optimizer_state_is_an_error
+);
+
+#[test]
+fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
+    use ember::optim::Sgd;
+    let p = || vec![Tensor::zeros([2], DType::F32, &Device::Cpu).unwrap()];
+    for lr in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = Sgd::new(p(), lr).err().expect("refused").to_string();
+        assert!(e.contains("Invalid learning rate"), "{e}");
+        assert!(Adam::new(p(), lr).is_err());
+        assert!(Adam::adamw(p(), lr).is_err());
+    }
+    assert!(Sgd::new(p(), 0.0).is_ok(), "PyTorch allows lr 0");
+    let e = Adam::new(p(), 1e-3)?
+        .betas(1.0, 0.999)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Invalid beta parameter at index 0"), "{e}");
+    let e = Adam::new(p(), 1e-3)?
+        .betas(0.9, -0.1)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Invalid beta parameter at index 1"), "{e}");
+    assert!(Adam::new(p(), 1e-3)?.betas(0.0, 0.0).is_ok());
+    assert!(Adam::new(p(), 1e-3)?.betas(0.9, f64::NAN).is_err());
+    let e = Adam::new(p(), 1e-3)?.eps(-1e-8).err().unwrap().to_string();
+    assert!(e.contains("Invalid epsilon value"), "{e}");
+    let e = Adam::new(p(), 1e-3)?
+        .weight_decay(-0.1)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Invalid weight_decay value"), "{e}");
+    let e = Sgd::new(p(), 0.1)?
+        .weight_decay(-0.1)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Invalid weight_decay value"), "{e}");
+    let e = Sgd::new(p(), 0.1)?
+        .momentum(-0.5)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Invalid momentum value"), "{e}");
+    // Nesterov needs momentum and no dampening, in either order of the calls
+    assert!(Sgd::new(p(), 0.1)?.nesterov(true).is_err());
+    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
+    assert!(n.dampening(0.1).is_err());
+    // a loaded state with a bad learning rate is refused
+    let mut opt = Sgd::new(p(), 0.1)?;
+    let mut state = opt.state()?;
+    state.retain(|(n, _)| n != "lr");
+    state.push(("lr".into(), Tensor::scalar(f64::NAN, &Device::Cpu)?));
+    assert!(opt.load_state(&state).is_err());
+    assert_eq!(opt.lr(), 0.1);
+    Ok(())
+}

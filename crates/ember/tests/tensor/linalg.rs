@@ -263,7 +263,297 @@ fn pooling(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `[rows, cols]` taken from the row-major `[prows, pcols]` parent `data` at
+/// `(r0, c0)`, transposed when `t`: the values of
+/// `parent.narrow(0, r0, ..).narrow(1, c0, ..)` (then `.t()`), by hand.
+fn block(
+    data: &[f64],
+    pcols: usize,
+    (r0, c0): (usize, usize),
+    rows: usize,
+    cols: usize,
+    t: bool,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        for j in 0..cols {
+            let (r, c) = if t {
+                (r0 + j, c0 + i)
+            } else {
+                (r0 + i, c0 + j)
+            };
+            out.push(data[r * pcols + c]);
+        }
+    }
+    out
+}
+
+/// Products whose operands are views of narrowed matrices, transposed or not, left,
+/// right and both: a transposed operand's leading dimension is its parent's row
+/// length, not its own size, and it starts at an offset into the parent. Against a
+/// naive triple loop, with the gradients of the parents.
+fn matmul_of_transposed_narrowed_views(dev: &Device) -> Result<()> {
+    for (m, k, n) in [
+        (5, 3, 4),
+        (17, 9, 6),
+        (1, 4, 3),
+        (6, 1, 2),
+        (4, 7, 1),
+        (33, 20, 40),
+    ] {
+        // parents with spare rows and columns on every side of the operands
+        let (apr, apc) = (m.max(k) + 3, m.max(k) + 5);
+        let (bpr, bpc) = (k.max(n) + 2, k.max(n) + 4);
+        let apd: Vec<f64> = (0..apr * apc)
+            .map(|i| ((i * 13 + 5) % 17) as f64 - 8.0)
+            .collect();
+        let bpd: Vec<f64> = (0..bpr * bpc)
+            .map(|i| ((i * 7 + 3) % 19) as f64 - 9.0)
+            .collect();
+        for dt in [DType::F32, DType::F64, DType::I64] {
+            let ap = Tensor::from_vec(apd.clone(), [apr, apc], dev)?.to_dtype(dt)?;
+            let bp = Tensor::from_vec(bpd.clone(), [bpr, bpc], dev)?.to_dtype(dt)?;
+            // (description, operand, its values)
+            let lefts = [
+                (
+                    "a.narrow.t",
+                    ap.narrow(0, 1, k)?.narrow(1, 2, m)?.t()?,
+                    block(&apd, apc, (1, 2), m, k, true),
+                ),
+                (
+                    "a.narrow",
+                    ap.narrow(0, 2, m)?.narrow(1, 1, k)?,
+                    block(&apd, apc, (2, 1), m, k, false),
+                ),
+            ];
+            let rights = [
+                (
+                    "b.narrow.t",
+                    bp.narrow(0, 2, n)?.narrow(1, 1, k)?.t()?,
+                    block(&bpd, bpc, (2, 1), k, n, true),
+                ),
+                (
+                    "b.narrow",
+                    bp.narrow(0, 1, k)?.narrow(1, 3, n)?,
+                    block(&bpd, bpc, (1, 3), k, n, false),
+                ),
+            ];
+            for (an, a, av) in &lefts {
+                for (bn, b, bv) in &rights {
+                    let want = ref_mm(av, bv, 1, m, k, n);
+                    let c = a.matmul(b)?;
+                    assert_eq!((c.shape(), c.dtype()), (&[m, n][..], dt));
+                    assert_eq!(vals(&c), want, "{an} x {bn}, {m}x{k}x{n} {dt}");
+                }
+            }
+            if dt == DType::I64 {
+                continue;
+            }
+            // gradients reach the parents' narrowed blocks (and nothing else): dA =
+            // R·Bᵀ, dB = Aᵀ·R for the loss sum(A·B * R)
+            let r: Vec<f64> = (0..m * n).map(|i| ((i * 5 + 1) % 7) as f64 - 3.0).collect();
+            let rt = Tensor::from_vec(r.clone(), [m, n], dev)?.to_dtype(dt)?;
+            for (ai, bi) in [(0, 0), (0, 1), (1, 0)] {
+                let apg = ap.detach().requires_grad_(true)?;
+                let bpg = bp.detach().requires_grad_(true)?;
+                let (a, av) = if ai == 0 {
+                    (apg.narrow(0, 1, k)?.narrow(1, 2, m)?.t()?, &lefts[0].2)
+                } else {
+                    (apg.narrow(0, 2, m)?.narrow(1, 1, k)?, &lefts[1].2)
+                };
+                let (b, bv) = if bi == 0 {
+                    (bpg.narrow(0, 2, n)?.narrow(1, 1, k)?.t()?, &rights[0].2)
+                } else {
+                    (bpg.narrow(0, 1, k)?.narrow(1, 3, n)?, &rights[1].2)
+                };
+                a.matmul(&b)?.mul(&rt)?.sum_all()?.backward()?;
+                let mut want_a = vec![0.0; apr * apc];
+                for i in 0..m {
+                    for p in 0..k {
+                        let g: f64 = (0..n).map(|j| r[i * n + j] * bv[p * n + j]).sum();
+                        let (pr, pc) = if ai == 0 {
+                            (1 + p, 2 + i)
+                        } else {
+                            (2 + i, 1 + p)
+                        };
+                        want_a[pr * apc + pc] = g;
+                    }
+                }
+                let mut want_b = vec![0.0; bpr * bpc];
+                for p in 0..k {
+                    for j in 0..n {
+                        let g: f64 = (0..m).map(|i| av[i * k + p] * r[i * n + j]).sum();
+                        let (pr, pc) = if bi == 0 {
+                            (2 + j, 1 + p)
+                        } else {
+                            (1 + p, 3 + j)
+                        };
+                        want_b[pr * bpc + pc] = g;
+                    }
+                }
+                let what = format!("{m}x{k}x{n} {dt}, operands {ai} {bi}");
+                let ga = apg.grad().expect("a's parent has a gradient");
+                let gb = bpg.grad().expect("b's parent has a gradient");
+                assert_eq!(vals(&ga), want_a, "dA of {what}");
+                assert_eq!(vals(&gb), want_b, "dB of {what}");
+            }
+        }
+    }
+    // batched: a batch of transposed narrowed matrices (constant batch stride)
+    let (bt, m, k, n) = (3, 5, 4, 6);
+    let apd: Vec<f64> = (0..bt * 6 * 9)
+        .map(|i| ((i * 11 + 2) % 13) as f64 - 6.0)
+        .collect();
+    let bpd: Vec<f64> = (0..bt * 7 * 8)
+        .map(|i| ((i * 3 + 1) % 11) as f64 - 5.0)
+        .collect();
+    let ap = Tensor::from_vec(apd.clone(), [bt, 6, 9], dev)?;
+    let bp = Tensor::from_vec(bpd.clone(), [bt, 7, 8], dev)?;
+    // a[b] = ap[b, 1..1+k, 2..2+m]ᵀ, b[b] = bp[b, 1..1+n, 3..3+k]ᵀ
+    let a = ap.narrow(1, 1, k)?.narrow(2, 2, m)?.transpose(1, 2)?;
+    let b = bp.narrow(1, 1, n)?.narrow(2, 3, k)?.transpose(1, 2)?;
+    let mut av = Vec::new();
+    let mut bv = Vec::new();
+    for i in 0..bt {
+        av.extend(block(&apd[i * 54..(i + 1) * 54], 9, (1, 2), m, k, true));
+        bv.extend(block(&bpd[i * 56..(i + 1) * 56], 8, (1, 3), k, n, true));
+    }
+    let want = ref_mm(&av, &bv, bt, m, k, n);
+    assert_close(&vals(&a.matmul(&b)?), &want, 1e-6, 1e-5);
+    Ok(())
+}
+
+/// Reference gradients of `sum(conv2d(x, w, b) * r)` in f64 by direct loops:
+/// (input, weight, bias).
+#[allow(clippy::too_many_arguments)]
+fn ref_conv_grads(
+    x: &[f64],
+    xs: [usize; 4],
+    w: &[f64],
+    ws: [usize; 4],
+    r: &[f64],
+    stride: usize,
+    pad: usize,
+    groups: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let [n, c, h, wd] = xs;
+    let [o, cg, kh, kw] = ws;
+    let oh = (h + 2 * pad - kh) / stride + 1;
+    let ow = (wd + 2 * pad - kw) / stride + 1;
+    let og = o / groups;
+    let (mut gx, mut gw, mut gb) = (vec![0.0; x.len()], vec![0.0; w.len()], vec![0.0; o]);
+    for ni in 0..n {
+        for oc in 0..o {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let g = r[((ni * o + oc) * oh + y) * ow + xx];
+                    gb[oc] += g;
+                    for ci in 0..cg {
+                        let cin = (oc / og) * cg + ci;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (y * stride + ky) as isize - pad as isize;
+                                let ix = (xx * stride + kx) as isize - pad as isize;
+                                if iy < 0 || ix < 0 || iy as usize >= h || ix as usize >= wd {
+                                    continue;
+                                }
+                                let xi = ((ni * c + cin) * h + iy as usize) * wd + ix as usize;
+                                let wi = ((oc * cg + ci) * kh + ky) * kw + kx;
+                                gw[wi] += g * x[xi];
+                                gx[xi] += g * w[wi];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (gx, gw, gb)
+}
+
+/// Asserts `got` is within `tol * (1 + |want|)` of `want` elementwise.
+#[track_caller]
+fn close(got: &Tensor, want: &[f64], tol: f64, what: &str) {
+    let got = vals(got);
+    let ok = got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= tol * (1.0 + w.abs()));
+    assert!(ok, "{what}:\n got {got:?}\nwant {want:?}");
+}
+
+/// conv2d's weight and bias gradients when the input needs none (a network's first
+/// layer), at batch sizes that do not divide among the threads, and with the input
+/// gradient too; against direct loops.
+fn conv2d_weight_gradient_without_an_input_gradient(dev: &Device) -> Result<()> {
+    // (c, h, w, o, k, stride, pad, groups)
+    let shapes = [
+        (3, 6, 5, 4, 3, 1, 1, 1),
+        (4, 7, 7, 6, 3, 2, 0, 2),
+        (1, 5, 5, 2, 2, 1, 0, 1),
+    ];
+    for (c, h, wd, o, k, stride, pad, groups) in shapes {
+        for n in [1, 2, 3, 5, 7, 9, 17] {
+            let xs = [n, c, h, wd];
+            let ws = [o, c / groups, k, k];
+            let xd: Vec<f64> = (0..n * c * h * wd)
+                .map(|i| ((i * 7 + 3) % 11) as f64 / 4.0 - 1.25)
+                .collect();
+            let wdv: Vec<f64> = (0..ws.iter().product::<usize>())
+                .map(|i| ((i * 5 + 2) % 9) as f64 / 4.0 - 1.0)
+                .collect();
+            let bd: Vec<f64> = (0..o).map(|i| i as f64 - 1.5).collect();
+            let opts = Conv2dOptions::default()
+                .stride(stride)
+                .padding(pad)
+                .groups(groups);
+            let oh = (h + 2 * pad - k) / stride + 1;
+            let ow = (wd + 2 * pad - k) / stride + 1;
+            let rd: Vec<f64> = (0..n * o * oh * ow)
+                .map(|i| ((i * 3 + 1) % 7) as f64 - 3.0)
+                .collect();
+            let (gx_want, gw_want, gb_want) =
+                ref_conv_grads(&xd, xs, &wdv, ws, &rd, stride, pad, groups);
+            for dt in [DType::F32, DType::F64] {
+                let tol = if dt == DType::F32 { 1e-4 } else { 1e-10 };
+                let what = format!("batch {n}, {xs:?} by {ws:?}, {opts:?} {dt}");
+                let r = Tensor::from_vec(rd.clone(), [n, o, oh, ow], dev)?.to_dtype(dt)?;
+                for input_grad in [false, true] {
+                    let x = Tensor::from_vec(xd.clone(), xs, dev)?
+                        .to_dtype(dt)?
+                        .requires_grad_(input_grad)?;
+                    let w = Tensor::from_vec(wdv.clone(), ws, dev)?
+                        .to_dtype(dt)?
+                        .requires_grad_(true)?;
+                    let b = Tensor::from_vec(bd.clone(), [o], dev)?
+                        .to_dtype(dt)?
+                        .requires_grad_(true)?;
+                    x.conv2d(&w, Some(&b), opts)?
+                        .mul(&r)?
+                        .sum_all()?
+                        .backward()?;
+                    let gw = w.grad().expect("the weight's gradient");
+                    assert_eq!(gw.shape(), &ws[..]);
+                    close(&gw, &gw_want, tol, &format!("weight gradient, {what}"));
+                    let gb = b.grad().expect("the bias's gradient");
+                    close(&gb, &gb_want, tol, &format!("bias gradient, {what}"));
+                    if input_grad {
+                        let gx = x.grad().expect("the input's gradient");
+                        close(&gx, &gx_want, tol, &format!("input gradient, {what}"));
+                    } else {
+                        assert!(x.grad().is_none(), "{what}");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 device_test!(
+    matmul_of_transposed_narrowed_views,
+    conv2d_weight_gradient_without_an_input_gradient,
     matmul_shapes,
     matmul_large_parallel,
     conv2d_matches_reference,

@@ -1,5 +1,6 @@
 //! Tensor op tests. Each op's test body takes a `&Device` and runs on the CPU and,
-//! where a GPU is present, on `cuda:0` (the CUDA variant says why it skipped).
+//! where a GPU is present, on `cuda:0` (a skipped CUDA variant passes; the binary
+//! prints how many ran and skipped, and why, at exit: see `common::gpu`).
 
 // `&[a.clone()]` reads better than `std::slice::from_ref(&a)` in the tests.
 #![allow(clippy::cloned_ref_to_slice_refs)]
@@ -63,5 +64,6 @@ mod linalg;
 mod nn;
 mod props;
 mod reduce;
+mod thin;
 mod train;
 mod views;

@@ -100,23 +100,23 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
         let params = vec![w.clone()];
         let mut opt: Box<dyn Optimizer> = match name {
             n if n.starts_with("sgd") => Box::new(
-                Sgd::new(params, f("lr", 0.0))
-                    .momentum(f("momentum", 0.0))
-                    .dampening(f("dampening", 0.0))
-                    .weight_decay(f("weight_decay", 0.0))
+                Sgd::new(params, f("lr", 0.0))?
+                    .momentum(f("momentum", 0.0))?
+                    .dampening(f("dampening", 0.0))?
+                    .weight_decay(f("weight_decay", 0.0))?
                     .nesterov(cfg["nesterov"].as_bool().unwrap_or(false))?,
             ),
-            "adamw" => Box::new(Adam::adamw(params, f("lr", 0.0))),
+            "adamw" => Box::new(Adam::adamw(params, f("lr", 0.0))?),
             _ => {
                 let b = cfg["betas"]
                     .as_array()
                     .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()));
                 let (b1, b2) = b.unwrap_or((0.9, 0.999));
                 Box::new(
-                    Adam::new(params, f("lr", 0.0))
-                        .betas(b1, b2)
-                        .eps(f("eps", 1e-8))
-                        .weight_decay(f("weight_decay", 0.0)),
+                    Adam::new(params, f("lr", 0.0))?
+                        .betas(b1, b2)?
+                        .eps(f("eps", 1e-8))?
+                        .weight_decay(f("weight_decay", 0.0))?,
                 )
             }
         };
@@ -187,7 +187,7 @@ fn iris_lesson_matches_pytorch(dev: &Device) -> Result<()> {
         .add(lin(2)?)
         .add(nn::ReLU)
         .add(lin(4)?);
-    let mut opt = Adam::new(model.parameters(), 0.01);
+    let mut opt = Adam::new(model.parameters(), 0.01)?;
     let want: Vec<f64> = iris["losses"]
         .as_array()
         .unwrap()
@@ -309,7 +309,7 @@ fn modules_and_errors(dev: &Device) -> Result<()> {
     )
     .is_err());
     assert!(
-        Sgd::new(vec![], 0.1).nesterov(true).is_err(),
+        Sgd::new(vec![], 0.1)?.nesterov(true).is_err(),
         "nesterov needs momentum"
     );
     Ok(())
@@ -342,7 +342,7 @@ fn small_cnn_learns(dev: &Device) -> Result<()> {
         .add(nn::Flatten::default())
         .add(nn::Linear::new(16, 2, dev)?);
     assert_eq!(model.num_parameters(), 4 * 9 + 4 + 16 * 2 + 2);
-    let mut opt = Adam::new(model.parameters(), 0.05);
+    let mut opt = Adam::new(model.parameters(), 0.05)?;
     let first = nn::cross_entropy(&model.forward(&x)?, &y)?.item::<f64>()?;
     let mut last = first;
     for _ in 0..60 {
@@ -365,7 +365,7 @@ fn small_cnn_learns(dev: &Device) -> Result<()> {
 fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
     use ember::optim::{CosineAnnealingLr, LrScheduler, StepLr};
     for case in cases()["schedulers"].as_array().unwrap() {
-        let mut opt = Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1);
+        let mut opt = Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1)?;
         let mut sched: Box<dyn LrScheduler> = match case["name"].as_str().unwrap() {
             "step" => Box::new(StepLr::new(&opt, 3, 0.5)?),
             _ => Box::new(CosineAnnealingLr::new(&opt, 10, 0.001)?),
@@ -382,7 +382,7 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
             assert_eq!(sched.last_lr(), opt.lr());
         }
     }
-    assert!(StepLr::new(&Sgd::new(vec![], 0.1), 0, 0.5).is_err());
+    assert!(StepLr::new(&Sgd::new(vec![], 0.1)?, 0, 0.5).is_err());
     Ok(())
 }
 

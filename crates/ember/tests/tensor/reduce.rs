@@ -288,7 +288,176 @@ fn reductions_of_every_shape(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The elements of each output of a reduction over `dims` of the row-major `data`
+/// of `shape`, by plain loops: outputs in row-major order of the kept dims, each
+/// lane's elements in row-major order of the reduced dims.
+fn lanes_by_hand(data: &[f64], shape: &[usize], dims: &[usize]) -> Vec<Vec<f64>> {
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).collect();
+    let outputs: usize = kept.iter().map(|&d| shape[d]).product();
+    let mut lanes = vec![Vec::new(); outputs];
+    for (flat, &v) in data.iter().enumerate() {
+        let mut index = vec![0; shape.len()];
+        let mut rest = flat;
+        for d in (0..shape.len()).rev() {
+            index[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        let mut out = 0;
+        for &d in &kept {
+            out = out * shape[d] + index[d];
+        }
+        lanes[out].push(v);
+    }
+    lanes
+}
+
+/// Reductions over several dims of contiguous tensors (the fast paths: by columns
+/// over leading dims, short and long contiguous trailing lanes, on the CPU and the
+/// GPU), of a contiguous view at an offset, and of a non-contiguous view with the
+/// same values, against sums, means, maxima, minima and variances by hand.
+fn reductions_over_several_dims(dev: &Device) -> Result<()> {
+    // (shape, the dim lists reduced over)
+    let cases: [(&[usize], &[&[usize]]); 9] = [
+        (
+            &[2, 3, 4],
+            &[&[0, 1], &[1, 2], &[0, 2], &[0], &[1], &[2], &[0, 1, 2]],
+        ),
+        // trailing lanes of 16 (the last summed in one plain loop) and of 17
+        (&[4, 4, 4], &[&[1, 2], &[0, 1]]),
+        (&[3, 1, 17], &[&[1, 2], &[0, 1]]),
+        (&[5, 7, 40], &[&[0, 1], &[1, 2], &[0, 2]]),
+        (
+            &[3, 2, 5, 4],
+            &[&[0, 1, 2], &[1, 2, 3], &[0, 1], &[2, 3], &[0, 3]],
+        ),
+        // many rows over few columns: the GPU splits the rows in block rows
+        (&[130, 3, 5], &[&[0, 1], &[1, 2], &[0, 2]]),
+        // more rows than one block of the CPU's column sums (halved and added)
+        (&[550, 2, 3], &[&[0, 1]]),
+        // few rows, wide: the CPU splits the columns over threads (CPU only)
+        (&[2, 4, 8192], &[&[0, 1], &[1, 2]]),
+        (&[1, 1, 6], &[&[0, 1], &[1, 2]]),
+    ];
+    for (shape, dim_lists) in cases {
+        let n: usize = shape.iter().product();
+        if n >= 1 << 16 && matches!(dev, Device::Cuda(_)) {
+            // a CPU path; slow on the simulator
+            continue;
+        }
+        // small integers (sums exact in f32), not symmetric, with repeats
+        let data: Vec<f64> = (0..n).map(|i| ((i * 37 + 11) % 29) as f64 - 13.0).collect();
+        // the same values one row further into a larger contiguous array
+        let row: usize = shape[1..].iter().product();
+        let mut padded = vec![1e6; row];
+        padded.extend(&data);
+        padded.extend(vec![-1e6; row]);
+        let mut big_shape = shape.to_vec();
+        big_shape[0] += 2;
+        for dt in [DType::F32, DType::F64] {
+            let a = Tensor::from_vec(data.clone(), shape, dev)?.to_dtype(dt)?;
+            let at_offset = Tensor::from_vec(padded.clone(), big_shape.as_slice(), dev)?
+                .to_dtype(dt)?
+                .narrow(0, 1, shape[0])?;
+            // the same values in a transposed memory order
+            let rev: Vec<usize> = (0..shape.len()).rev().collect();
+            let strided = a.permute(rev.clone())?.contiguous()?.permute(rev)?;
+            assert!(a.is_contiguous() && at_offset.is_contiguous());
+            assert!(!strided.is_contiguous() || shape.iter().filter(|&&s| s > 1).count() < 2);
+            for &dims in dim_lists {
+                let lanes = lanes_by_hand(&data, shape, dims);
+                let sums: Vec<f64> = lanes.iter().map(|l| l.iter().sum()).collect();
+                let means: Vec<f64> = lanes
+                    .iter()
+                    .zip(&sums)
+                    .map(|(l, s)| s / l.len() as f64)
+                    .collect();
+                let maxima: Vec<f64> = lanes
+                    .iter()
+                    .map(|l| l.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                    .collect();
+                let minima: Vec<f64> = lanes
+                    .iter()
+                    .map(|l| l.iter().copied().fold(f64::INFINITY, f64::min))
+                    .collect();
+                let variances: Vec<f64> = lanes
+                    .iter()
+                    .zip(&means)
+                    .map(|(l, m)| {
+                        l.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (l.len() - 1) as f64
+                    })
+                    .collect();
+                let lane = lanes[0].len();
+                for keepdim in [false, true] {
+                    let want_shape: Vec<usize> = (0..shape.len())
+                        .filter_map(|d| match (dims.contains(&d), keepdim) {
+                            (false, _) => Some(shape[d]),
+                            (true, true) => Some(1),
+                            (true, false) => None,
+                        })
+                        .collect();
+                    let dl = dims.to_vec();
+                    for (name, t) in [
+                        ("contiguous", &a),
+                        ("contiguous at an offset", &at_offset),
+                        ("strided", &strided),
+                    ] {
+                        let what = format!("{name} {dt} {shape:?} over {dims:?} keepdim {keepdim}");
+                        let mut results = vec![
+                            ("sum", t.sum(dl.clone(), keepdim)?, &sums),
+                            ("mean", t.mean(dl.clone(), keepdim)?, &means),
+                            ("max", t.max(dl.clone(), keepdim)?, &maxima),
+                            ("min", t.min(dl.clone(), keepdim)?, &minima),
+                        ];
+                        if lane > 1 {
+                            results.push(("var", t.var(dl.clone(), keepdim)?, &variances));
+                        }
+                        for (op, got, want) in results {
+                            assert_eq!(got.shape(), want_shape.as_slice(), "{op} of {what}");
+                            assert_eq!(got.dtype(), dt, "{op} of {what}");
+                            let got = vals(&got);
+                            let ok = got.len() == want.len()
+                                && got
+                                    .iter()
+                                    .zip(want.iter())
+                                    .all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs()));
+                            assert!(ok, "{op} of {what}:\n got {got:?}\nwant {want:?}");
+                        }
+                    }
+                }
+            }
+            // the arg-reductions over each single dim, first index of a tie
+            for d in 0..shape.len() {
+                let lanes = lanes_by_hand(&data, shape, &[d]);
+                let first = |better: fn(f64, f64) -> bool| -> Vec<i64> {
+                    lanes
+                        .iter()
+                        .map(|l| {
+                            let mut best = 0;
+                            for (i, &v) in l.iter().enumerate() {
+                                if better(v, l[best]) {
+                                    best = i;
+                                }
+                            }
+                            best as i64
+                        })
+                        .collect()
+                };
+                let (amax, amin) = (first(|a, b| a > b), first(|a, b| a < b));
+                for t in [&a, &at_offset, &strided] {
+                    let what = format!("{dt} {shape:?} over {d}, strides {:?}", t.stride());
+                    let got = t.argmax(d as i64, false)?.flatten_all()?;
+                    assert_eq!(got.to_vec1::<i64>()?, amax, "argmax of {what}");
+                    let got = t.argmin(d as i64, false)?.flatten_all()?;
+                    assert_eq!(got.to_vec1::<i64>()?, amin, "argmin of {what}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 device_test!(
+    reductions_over_several_dims,
     reductions_of_every_shape,
     sums_and_means,
     max_min_arg,

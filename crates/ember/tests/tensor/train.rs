@@ -38,7 +38,7 @@ fn trial_learns_and_records_history(dev: &Device) -> Result<()> {
     let _g = super::rng_lock();
     let (train, val) = loaders(1)?;
     let m = model(2, &Device::Cpu)?;
-    let opt = Adam::new(m.parameters(), 0.05);
+    let opt = Adam::new(m.parameters(), 0.05)?;
     let mut trial = Trial::new(m, opt, nn::cross_entropy)
         .metrics(&["loss", "acc", "top_2_acc"])?
         .progress(Progress::Quiet)
@@ -96,7 +96,7 @@ fn trial_resume_matches_uninterrupted(dev: &Device) -> Result<()> {
     let make = |seed: u64, dir: &std::path::Path| -> Result<Trial> {
         let (train, val) = loaders(3)?;
         let m = model(seed, &Device::Cpu)?;
-        let opt = Sgd::new(m.parameters(), 0.1).momentum(0.9);
+        let opt = Sgd::new(m.parameters(), 0.1)?.momentum(0.9)?;
         let sched = StepLr::new(&opt, 2, 0.5)?;
         Ok(Trial::new(m, opt, nn::cross_entropy)
             .metrics(&["loss", "acc"])?
@@ -138,8 +138,78 @@ fn trial_resume_matches_uninterrupted(dev: &Device) -> Result<()> {
         .resume(base.join("none"))
         .err()
         .unwrap();
-    assert!(err.to_string().contains("history.csv"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("there is no checkpoint to resume from in"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&base).ok();
+    Ok(())
+}
+
+#[test]
+fn resume_refuses_a_checkpoint_of_other_settings() -> Result<()> {
+    let _g = super::rng_lock();
+    let dir = std::env::temp_dir().join(format!("ember-trial-cfg-{}", std::process::id()));
+    let make = |batch: usize, momentum: f64, data: &str| -> Result<Trial> {
+        let (x, y) = blobs(96, 3)?;
+        let train = DataLoader::new(TensorDataset::new(x, y)?, batch)?.shuffle(3);
+        let m = model(4, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1)?.momentum(momentum)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .config([("data", data), ("seed", "3")])
+            .progress(Progress::Quiet)
+            .callback(Checkpoint::new(&dir))
+            .with_generators(Some(train), None, None))
+    };
+    let mut t = make(16, 0.9, "blobs")?;
+    t.run(2)?;
+    let cfg = t.run_config();
+    let get = |k: &str| cfg.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(
+        (
+            get("data"),
+            get("optimizer"),
+            get("optimizer.momentum"),
+            get("batch_size")
+        ),
+        (Some("blobs"), Some("SGD"), Some("0.9"), Some("16"))
+    );
+    // the same settings resume
+    assert_eq!(make(16, 0.9, "blobs")?.resume(&dir)?.history().len(), 2);
+    // each setting that changes the result is named when it differs
+    for (trial, want) in [
+        (make(8, 0.9, "blobs")?, "batch_size is 16 there and 8 here"),
+        (
+            make(16, 0.5, "blobs")?,
+            "optimizer.momentum is 0.9 there and 0.5 here",
+        ),
+        (
+            make(16, 0.9, "rings")?,
+            "data is blobs there and rings here",
+        ),
+        (
+            make(16, 0.9, "blobs")?.config([("model", "mlp")]),
+            "model is not set there and is mlp here",
+        ),
+    ] {
+        let e = trial.resume(&dir).err().expect("refused").to_string();
+        assert!(e.contains(want) && e.contains("other settings"), "{e}");
+    }
+    // another optimizer
+    let (x, y) = blobs(96, 3)?;
+    let train = DataLoader::new(TensorDataset::new(x, y)?, 16)?.shuffle(3);
+    let m = model(4, &Device::Cpu)?;
+    let adam = Adam::new(m.parameters(), 0.1)?;
+    let e = Trial::new(m, adam, nn::cross_entropy)
+        .config([("data", "blobs"), ("seed", "3")])
+        .with_generators(Some(train), None, None)
+        .resume(&dir)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("optimizer is SGD there and Adam here"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
 
@@ -154,7 +224,7 @@ fn early_stopping_and_errors() -> Result<()> {
     let (train, val) = loaders(5)?;
     let m = model(6, &Device::Cpu)?;
     // lr 0: nothing improves after the first epoch
-    let opt = Sgd::new(m.parameters(), 0.0);
+    let opt = Sgd::new(m.parameters(), 0.0)?;
     let mut trial = Trial::new(m, opt, nn::cross_entropy)
         .progress(Progress::Quiet)
         .callback(EarlyStopping::new("val_loss", 2))
@@ -166,7 +236,7 @@ fn early_stopping_and_errors() -> Result<()> {
     );
 
     let m = model(6, &Device::Cpu)?;
-    let opt = Sgd::new(m.parameters(), 0.1);
+    let opt = Sgd::new(m.parameters(), 0.1)?;
     let mut trial = Trial::new(m, opt, nn::cross_entropy)
         .progress(Progress::Quiet)
         .callback(EarlyStopping::new("val_acc", 2))
@@ -178,12 +248,12 @@ fn early_stopping_and_errors() -> Result<()> {
     );
 
     let m = model(6, &Device::Cpu)?;
-    let opt = Sgd::new(m.parameters(), 0.1);
+    let opt = Sgd::new(m.parameters(), 0.1)?;
     assert!(Trial::new(m, opt, nn::cross_entropy)
         .metrics(&["f1"])
         .is_err());
     let m = model(6, &Device::Cpu)?;
-    let opt = Sgd::new(m.parameters(), 0.1);
+    let opt = Sgd::new(m.parameters(), 0.1)?;
     let mut no_data = Trial::new(m, opt, nn::cross_entropy).progress(Progress::Quiet);
     assert!(no_data.run(1).is_err());
     assert!(no_data.evaluate().is_err());
@@ -215,7 +285,7 @@ fn history_csv_round_trip_and_svg_plot() -> Result<()> {
     let _g = super::rng_lock();
     let (train, val) = loaders(7)?;
     let m = model(8, &Device::Cpu)?;
-    let opt = Adam::new(m.parameters(), 0.05);
+    let opt = Adam::new(m.parameters(), 0.05)?;
     let mut trial = Trial::new(m, opt, nn::cross_entropy)
         .metrics(&["loss", "accuracy"])?
         .progress(Progress::Quiet)
@@ -251,5 +321,99 @@ fn history_csv_round_trip_and_svg_plot() -> Result<()> {
         .to_string();
     assert!(e.contains(".svg or .png"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+fn generators_give_each_thread_its_own_stream(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let draw = |g: &ember::Generator| -> Result<Vec<f32>> {
+        g.scope(|| Tensor::randn([64], dev)?.to_vec::<f32>())
+    };
+    // the same seed, the same values; another seed, others
+    let a = draw(&ember::Generator::new(3))?;
+    assert_eq!(a, draw(&ember::Generator::new(3))?);
+    assert_ne!(a, draw(&ember::Generator::new(4))?);
+    // a clone shares the stream: two draws continue each other
+    let g = ember::Generator::new(3);
+    let (h, first) = (g.clone(), draw(&g)?);
+    assert_eq!(first, a);
+    assert_ne!(draw(&h)?, a);
+    h.manual_seed(3);
+    assert_eq!(draw(&g)?, a);
+    assert_eq!(g.initial_seed(), 3);
+    // the global stream does not move inside a scope
+    ember::manual_seed(11);
+    let g1 = Tensor::rand([8], dev)?.to_vec::<f32>()?;
+    let g2 = Tensor::rand([8], dev)?.to_vec::<f32>()?;
+    ember::manual_seed(11);
+    assert_eq!(Tensor::rand([8], dev)?.to_vec::<f32>()?, g1);
+    draw(&ember::Generator::new(5))?;
+    assert_eq!(Tensor::rand([8], dev)?.to_vec::<f32>()?, g2);
+    // threads with generators of their own get the values they get alone, while
+    // this thread draws from the global stream all along
+    let alone: Vec<Vec<f32>> = (0..3)
+        .map(|i| draw(&ember::Generator::new(100 + i)))
+        .collect::<Result<_>>()?;
+    let dev = *dev;
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || -> Result<Vec<f32>> {
+                let g = ember::Generator::new(100 + i);
+                let mut last = Vec::new();
+                for _ in 0..20 {
+                    g.manual_seed(100 + i);
+                    last = g.scope(|| Tensor::randn([64], &dev)?.to_vec::<f32>())?;
+                }
+                Ok(last)
+            })
+        })
+        .collect();
+    for _ in 0..50 {
+        Tensor::randn([64], &dev)?;
+    }
+    for (h, want) in handles.into_iter().zip(&alone) {
+        assert_eq!(&h.join().unwrap()?, want);
+    }
+    // dropout masks and shuffling from generators
+    let x = Tensor::ones([4, 32], DType::F32, &dev)?;
+    let mask = |seed: u64| -> Result<Vec<f32>> {
+        let d = nn::Dropout::new(0.5)?.generator(&ember::Generator::new(seed));
+        d.forward(&x)?.to_vec::<f32>()
+    };
+    assert_eq!(mask(1)?, mask(1)?);
+    assert_ne!(mask(1)?, mask(2)?);
+    let (x, y) = blobs(32, 1)?;
+    let order = |seed: u64| -> Result<Vec<usize>> {
+        let l = DataLoader::new(TensorDataset::new(x.clone(), y.clone())?, 8)?
+            .generator(&ember::Generator::new(seed));
+        Ok(l.sample_order(0))
+    };
+    assert_eq!(order(9)?, order(9)?);
+    assert_ne!(order(9)?, order(10)?);
+    Ok(())
+}
+
+device_test!(generators_give_each_thread_its_own_stream);
+
+#[test]
+fn a_trial_can_move_to_another_thread() -> Result<()> {
+    fn send<T: Send>(t: T) -> T {
+        t
+    }
+    let (train, _) = loaders(2)?;
+    let m = model(2, &Device::Cpu)?;
+    let opt = Adam::new(m.parameters(), 0.05)?;
+    let trial = send(
+        Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .with_generators(Some(train), None, None),
+    );
+    let epochs = std::thread::spawn(move || -> Result<usize> {
+        let mut trial = trial;
+        Ok(trial.run(2)?.len())
+    })
+    .join()
+    .unwrap()?;
+    assert_eq!(epochs, 2);
     Ok(())
 }

@@ -166,7 +166,11 @@ fn cat_stack_split_chunk(dev: &Device) -> Result<()> {
 
 fn index_ops(dev: &Device) -> Result<()> {
     let a = Tensor::arange(0f32, 12., dev)?.reshape([3, 4])?;
-    let idx = Tensor::new([2i64, 0, -1], dev)?;
+    // negative indices are refused, as in PyTorch ("index out of range in self")
+    assert!(a
+        .index_select(0, &Tensor::new([2i64, 0, -1], dev)?)
+        .is_err());
+    let idx = Tensor::new([2i64, 0, 2], dev)?;
     let r = a.index_select(0, &idx)?;
     assert_eq!(r.shape(), &[3, 4]);
     assert_eq!(vals(&r.i(0)?), vec![8., 9., 10., 11.]);

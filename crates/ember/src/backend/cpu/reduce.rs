@@ -195,7 +195,7 @@ fn reduce_int<T: Copy + Send + Sync>(
         ArgMax => arg_best(s.iter().map(|&x| to(x)), |a, b| a > b),
         ArgMin => arg_best(s.iter().map(|&x| to(x)), |a, b| a < b),
         // mean and var of integers are rejected before reaching the kernel
-        Mean | Var(_) => 0,
+        Mean | Var(_) | Std(_) => 0,
     })
     .map(CpuData::I64)
 }
@@ -255,15 +255,22 @@ fn reduce_float<T: SliceMath>(
                 !b.is_nan() && (a.is_nan() || a < b)
             })
         })?),
-        Var(correction) => T::wrap(reduce_lanes(v, l, dims, |s| {
-            // two passes in f64: PyTorch-level accuracy for f32 inputs
+        Var(correction) | Std(correction) => T::wrap(reduce_lanes(v, l, dims, |s| {
+            // two passes in f64: PyTorch-level accuracy for f32 inputs, and no
+            // overflow of the squares of f32 values (the standard deviation of
+            // values near 1e30 is finite even where their variance is not)
             let n = s.len() as f64;
             let mean = sum_acc(s, |x: T| x.to_f64()) / n;
             let ss = sum_acc(s, |x: T| {
                 let d = x.to_f64() - mean;
                 d * d
             });
-            T::from_f64(ss / (n - correction).max(0.0))
+            let var = ss / (n - correction).max(0.0);
+            T::from_f64(if matches!(op, Std(_)) {
+                var.sqrt()
+            } else {
+                var
+            })
         })?),
     })
 }

@@ -13,7 +13,16 @@ pub(crate) fn seed(seed: u64) {
 }
 
 /// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
+/// Inside a [`Generator::scope`](crate::Generator::scope), from the scope's generator.
 pub(crate) fn reserve_counters(counters: u64) -> (u64, u64) {
+    let own = crate::backend::generator::with_current(|s| {
+        let at = s.philox;
+        s.philox.1 = s.philox.1.wrapping_add(counters);
+        at
+    });
+    if let Some(at) = own {
+        return at;
+    }
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let at = *g;
     g.1 = g.1.wrapping_add(counters);

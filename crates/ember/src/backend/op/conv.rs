@@ -22,13 +22,16 @@ impl Window {
     ) -> Option<usize> {
         let eff = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
         let padded = p.checked_mul(2)?.checked_add(input)?;
-        let span = padded.checked_sub(eff)?;
-        let mut out = if ceil { span.div_ceil(s) } else { span / s } + 1;
+        // PyTorch's `(padded - eff + (ceil ? s - 1 : 0)) / s + 1`, rounded down: in
+        // ceil mode a window wider than the (padded) input still gives one output
+        // when it starts inside the input
+        let num = padded.checked_add(if ceil { s - 1 } else { 0 })?;
+        let mut out = num.checked_sub(eff)? / s + 1;
         // the last window must start inside the input or the left padding
         if ceil && (out - 1) * s >= input + p {
             out -= 1;
         }
-        Some(out)
+        (out > 0).then_some(out)
     }
 }
 

@@ -11,6 +11,9 @@ pub(crate) enum ReduceOp {
     ArgMin,
     /// Variance with the given correction (1 = unbiased).
     Var(f64),
+    /// Standard deviation with the given correction: the square root is taken in
+    /// the accumulation precision, before narrowing to the dtype.
+    Std(f64),
 }
 
 codes! {
@@ -23,11 +26,12 @@ codes! {
         ArgMax = 4 => "ARGMAX",
         ArgMin = 5 => "ARGMIN",
         Var = 6 => "VAR",
+        Std = 7 => "STD",
     }
 }
 
 impl ReduceOp {
-    /// The kernels' code and the correction (variance only, else 0).
+    /// The kernels' code and the correction (variance and std only, else 0).
     pub(crate) fn code(self) -> (ReduceCode, f64) {
         match self {
             ReduceOp::Sum => (ReduceCode::Sum, 0.0),
@@ -37,6 +41,7 @@ impl ReduceOp {
             ReduceOp::ArgMax => (ReduceCode::ArgMax, 0.0),
             ReduceOp::ArgMin => (ReduceCode::ArgMin, 0.0),
             ReduceOp::Var(c) => (ReduceCode::Var, c),
+            ReduceOp::Std(c) => (ReduceCode::Std, c),
         }
     }
 

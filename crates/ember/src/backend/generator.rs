@@ -1,0 +1,114 @@
+//! Random generator objects (`torch.Generator`): a seeded stream of its own for
+//! each device kind, that a thread draws from instead of the global one inside
+//! [`Generator::scope`]. Threads with generators of their own get reproducible
+//! values however the threads interleave, and leave the global stream alone.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The streams of one generator: the CPU's ChaCha stream and the GPUs' Philox
+/// (seed, next counter), both started from the generator's seed.
+pub(crate) struct Streams {
+    seed: u64,
+    pub(crate) cpu: ChaCha8Rng,
+    pub(crate) philox: (u64, u64),
+}
+
+impl Streams {
+    fn new(seed: u64) -> Streams {
+        Streams {
+            seed,
+            cpu: ChaCha8Rng::seed_from_u64(seed),
+            philox: (seed, 0),
+        }
+    }
+}
+
+/// A random generator with its own seed and position (`torch.Generator`).
+///
+/// Clones share the stream, as a PyTorch generator object passed around does.
+/// Random creation, dropout masks and weight initialisation draw from it inside
+/// [`scope`](Self::scope) (on the calling thread only); [`nn::Dropout::generator`](crate::nn::Dropout::generator)
+/// and [`DataLoader::generator`](crate::data::DataLoader::generator) take one directly.
+///
+/// ```
+/// use ember::{Device, Generator, Tensor};
+/// let g = Generator::new(7);
+/// let a = g.scope(|| Tensor::randn([3], &Device::Cpu))?;
+/// let b = Generator::new(7).scope(|| Tensor::randn([3], &Device::Cpu))?;
+/// assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+/// # Ok::<(), ember::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Generator(Arc<Mutex<Streams>>);
+
+impl std::fmt::Debug for Generator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Generator(seed={})", self.initial_seed())
+    }
+}
+
+impl Default for Generator {
+    /// A generator started from PyTorch's default seed.
+    fn default() -> Generator {
+        Generator::new(super::DEFAULT_SEED)
+    }
+}
+
+thread_local! {
+    /// The generators of the scopes open on this thread, innermost last.
+    static CURRENT: RefCell<Vec<Generator>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Generator {
+    /// A generator started from `seed`.
+    pub fn new(seed: u64) -> Generator {
+        Generator(Arc::new(Mutex::new(Streams::new(seed))))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Streams> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Restarts the streams from `seed` (`generator.manual_seed(seed)`).
+    pub fn manual_seed(&self, seed: u64) -> &Generator {
+        *self.lock() = Streams::new(seed);
+        self
+    }
+
+    /// The seed the streams started from (`generator.initial_seed()`).
+    pub fn initial_seed(&self) -> u64 {
+        self.lock().seed
+    }
+
+    /// A 64-bit value drawn from the CPU stream (for seeding something else).
+    pub fn next_u64(&self) -> u64 {
+        use rand::Rng;
+        self.lock().cpu.next_u64()
+    }
+
+    /// Runs `f` with every random draw made on this thread (random tensors on any
+    /// device, dropout masks, initialisation, permutations) taken from this
+    /// generator instead of the global one. Scopes nest; the innermost wins.
+    pub fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Pop;
+        impl Drop for Pop {
+            fn drop(&mut self) {
+                CURRENT.with(|c| c.borrow_mut().pop());
+            }
+        }
+        CURRENT.with(|c| c.borrow_mut().push(self.clone()));
+        let _pop = Pop;
+        f()
+    }
+}
+
+/// Runs `f` with the streams of the generator in scope on this thread, if any
+/// (`None`: the caller uses the global stream).
+pub(crate) fn with_current<R>(f: impl FnOnce(&mut Streams) -> R) -> Option<R> {
+    let g = CURRENT.with(|c| c.borrow().last().cloned())?;
+    let mut s = g.lock();
+    Some(f(&mut s))
+}
