@@ -5,7 +5,7 @@
 //! use ember::optim::{Optimizer, Sgd};
 //! use ember::prelude::*;
 //! let w = Tensor::new(&[1f32, -2.], &Device::Cpu)?.requires_grad_(true)?;
-//! let mut opt = Sgd::new(vec![w.clone()], 0.1);
+//! let mut opt = Sgd::new(vec![w.clone()], 0.1)?;
 //! w.square()?.sum_all()?.backward()?; // d/dw = 2w
 //! opt.step()?;
 //! assert_eq!(w.to_vec1::<f32>()?, vec![0.8, -1.6]);

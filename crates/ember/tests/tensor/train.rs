@@ -417,3 +417,44 @@ fn a_trial_can_move_to_another_thread() -> Result<()> {
     assert_eq!(epochs, 2);
     Ok(())
 }
+
+/// An optimizer of a user's that says nothing of its settings (the trait's
+/// default `config`).
+struct Quiet(Sgd);
+
+impl ember::optim::Optimizer for Quiet {
+    fn step(&mut self) -> Result<()> {
+        self.0.step()
+    }
+    fn zero_grad(&self) {
+        self.0.zero_grad()
+    }
+    fn lr(&self) -> f64 {
+        self.0.lr()
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.0.set_lr(lr)
+    }
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        self.0.state()
+    }
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        self.0.load_state(state)
+    }
+    fn parameters(&self) -> &[Tensor] {
+        self.0.parameters()
+    }
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        self.0.set_parameters(params)
+    }
+}
+
+#[test]
+fn an_optimizer_without_a_config_records_none() -> Result<()> {
+    let m = model(1, &Device::Cpu)?;
+    let opt = Quiet(Sgd::new(m.parameters(), 0.1)?);
+    assert!(ember::optim::Optimizer::config(&opt).is_empty());
+    let trial = Trial::new(m, opt, nn::cross_entropy).config([("seed", 1)]);
+    assert_eq!(trial.run_config(), [("seed".to_string(), "1".to_string())]);
+    Ok(())
+}
