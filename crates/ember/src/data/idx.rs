@@ -32,7 +32,9 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 /// decompressed.
 ///
 /// A malformed file is an error, never a panic: wrong magic bytes, an unknown
-/// type, a truncated header or data, bytes after the data.
+/// type, a truncated header or data, bytes after the data. A gzipped file is
+/// inflated no further than its header allows (see [`parse_idx`]), so a small
+/// file that would decompress to gigabytes is refused with bounded memory.
 pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(io_err(path))?;
@@ -41,48 +43,175 @@ pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
 
 /// Decodes the bytes of an IDX file (gzipped or not), like [`read_idx`]; `name`
 /// stands for the source in error messages.
+///
+/// Gzipped data is inflated only as far as its header allows: once the header
+/// is read, at most one byte more than the values it announces is decompressed,
+/// so a small file that inflates to gigabytes (a "gzip bomb") is refused without
+/// being expanded. A header that announces more bytes than the compressed file
+/// could possibly hold is refused before anything else is inflated.
 pub fn parse_idx(bytes: &[u8], name: &str) -> Result<Tensor> {
-    let err = |msg: String| Error::Parse {
-        file: name.to_string(),
-        line: None,
-        msg,
-    };
     if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| err(format!("cannot decompress the gzip data: {e}")))?;
-        return decode(&out, name);
+        return decode(&inflate(bytes, name)?, name);
     }
     decode(bytes, name)
 }
 
-/// Decodes uncompressed IDX bytes.
-fn decode(bytes: &[u8], name: &str) -> Result<Tensor> {
-    let err = |msg: String| Error::Parse {
+/// The most bytes that deflate can produce from one compressed byte: a block
+/// codes at most 258 repeated bytes with one bit for the length and one for the
+/// distance, 1032 to 1; rounded up for the gzip framing.
+const MAX_GZIP_RATIO: u64 = 1100;
+
+fn parse_err(name: &str, msg: String) -> Error {
+    Error::Parse {
         file: name.to_string(),
         line: None,
         msg,
+    }
+}
+
+/// Reads from the gzip stream `gz` until `buf` is full or the stream ends;
+/// returns how many bytes were read.
+fn read_full(gz: &mut impl Read, buf: &mut [u8], name: &str) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match gz.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(parse_err(
+                    name,
+                    format!("cannot decompress the gzip data: {e}"),
+                ))
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Decompresses a gzipped IDX file: its header, then no more than the values
+/// that header announces plus one byte (which, if present, shows the stream is
+/// too long). Returns the uncompressed header and values.
+fn inflate(bytes: &[u8], name: &str) -> Result<Vec<u8>> {
+    let mut gz = flate2::read::MultiGzDecoder::new(bytes);
+    let mut out = vec![0u8; 4];
+    let got = read_full(&mut gz, &mut out, name)?;
+    if got < 4 {
+        return Err(parse_err(
+            name,
+            format!(
+                "truncated IDX header in the gzip data: expected at least 4 bytes, found {got}"
+            ),
+        ));
+    }
+    let (tname, size) = check_magic(&out, name)?;
+    let ndim = out[3] as usize;
+    let header = 4 + 4 * ndim;
+    out.resize(header, 0);
+    let got = read_full(&mut gz, &mut out[4..], name)?;
+    if got < 4 * ndim {
+        return Err(parse_err(
+            name,
+            format!(
+                "truncated IDX header in the gzip data: {ndim} dimensions need {header} \
+                 header bytes, found {}",
+                4 + got
+            ),
+        ));
+    }
+    let (dims, expected) = payload_len(&out, tname, size, name)?;
+    let limit = (bytes.len() as u64).saturating_mul(MAX_GZIP_RATIO);
+    if expected as u64 > limit {
+        return Err(parse_err(
+            name,
+            format!(
+                "the IDX header announces shape {dims:?}, {expected} bytes of values, but \
+                 {} bytes of gzip data cannot decompress to more than {limit} bytes \
+                 (damaged header or truncated file)",
+                bytes.len()
+            ),
+        ));
+    }
+    // `take` bounds what is inflated, and so the memory, by the header's promise.
+    let mut rest = gz.take(expected as u64 + 1);
+    rest.read_to_end(&mut out)
+        .map_err(|e| parse_err(name, format!("cannot decompress the gzip data: {e}")))?;
+    let found = out.len() - header;
+    if found > expected {
+        return Err(parse_err(
+            name,
+            format!(
+                "the gzip data decompresses to more than the IDX header announces: shape \
+                 {dims:?} needs {expected} bytes after the header, and the stream goes on \
+                 past that (trailing data or a gzip bomb; decompression stopped there)"
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Checks the magic bytes and type byte of an IDX header (`head` holds at least
+/// 4 bytes); returns the type's name and bytes per value.
+fn check_magic(head: &[u8], name: &str) -> Result<(&'static str, usize)> {
+    if head[0] != 0 || head[1] != 0 {
+        return Err(parse_err(
+            name,
+            format!(
+                "not an IDX file: it starts with 0x{:02x} 0x{:02x}, expected 0x00 0x00",
+                head[0], head[1]
+            ),
+        ));
+    }
+    let code = head[2];
+    let Some(&(_, tname, size)) = TYPES.iter().find(|t| t.0 == code) else {
+        return Err(parse_err(
+            name,
+            format!(
+                "unknown IDX data type 0x{code:02x} (expected 0x08 u8, 0x09 i8, 0x0b i16, \
+                 0x0c i32, 0x0d f32 or 0x0e f64)"
+            ),
+        ));
     };
+    Ok((tname, size))
+}
+
+/// The dimensions of a complete IDX header and the number of bytes of values
+/// they announce, or an error when that count overflows.
+fn payload_len(head: &[u8], tname: &str, size: usize, name: &str) -> Result<(Vec<usize>, usize)> {
+    let dims: Vec<usize> = head[4..]
+        .chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect();
+    // Zero sizes are skipped in the bound, as tensor shapes require: `[0, 2^32 - 1,
+    // 2^32 - 1, 2^32 - 1]` holds no values but its strides would overflow.
+    let fits = dims
+        .iter()
+        .try_fold(size, |n, &d| n.checked_mul(d.max(1)))
+        .is_some_and(|n| n <= isize::MAX as usize);
+    if !fits {
+        return Err(parse_err(
+            name,
+            format!(
+                "the dimensions {dims:?} hold more {tname} values than memory can address \
+                 (zero sizes aside, their product overflows)"
+            ),
+        ));
+    }
+    let expected = dims.iter().product::<usize>() * size;
+    Ok((dims, expected))
+}
+
+/// Decodes uncompressed IDX bytes.
+fn decode(bytes: &[u8], name: &str) -> Result<Tensor> {
+    let err = |msg: String| parse_err(name, msg);
     if bytes.len() < 4 {
         return Err(err(format!(
             "truncated IDX header: expected at least 4 bytes, found {}",
             bytes.len()
         )));
     }
-    if bytes[0] != 0 || bytes[1] != 0 {
-        return Err(err(format!(
-            "not an IDX file: it starts with 0x{:02x} 0x{:02x}, expected 0x00 0x00",
-            bytes[0], bytes[1]
-        )));
-    }
+    let (tname, size) = check_magic(bytes, name)?;
     let code = bytes[2];
-    let Some(&(_, tname, size)) = TYPES.iter().find(|t| t.0 == code) else {
-        return Err(err(format!(
-            "unknown IDX data type 0x{code:02x} (expected 0x08 u8, 0x09 i8, 0x0b i16, \
-             0x0c i32, 0x0d f32 or 0x0e f64)"
-        )));
-    };
     let ndim = bytes[3] as usize;
     let header = 4 + 4 * ndim;
     if bytes.len() < header {
@@ -91,19 +220,7 @@ fn decode(bytes: &[u8], name: &str) -> Result<Tensor> {
             bytes.len()
         )));
     }
-    let dims: Vec<usize> = bytes[4..header]
-        .chunks_exact(4)
-        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
-        .collect();
-    let expected = dims
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .and_then(|n| n.checked_mul(size))
-        .ok_or_else(|| {
-            err(format!(
-                "the dimensions {dims:?} hold more {tname} values than memory can address"
-            ))
-        })?;
+    let (dims, expected) = payload_len(&bytes[..header], tname, size, name)?;
     let data = &bytes[header..];
     if data.len() < expected {
         return Err(err(format!(
