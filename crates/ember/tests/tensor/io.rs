@@ -351,6 +351,13 @@ fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
     assert!(Sgd::new(p(), 0.1)?.nesterov(true).is_err());
     let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
     assert!(n.dampening(0.1).is_err());
+    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
+    assert!(
+        n.momentum(0.0).is_err(),
+        "Nesterov keeps needing a momentum"
+    );
+    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
+    assert!(n.momentum(0.5).is_ok());
     // a loaded state with a bad learning rate is refused
     let mut opt = Sgd::new(p(), 0.1)?;
     let mut state = opt.state()?;
