@@ -188,6 +188,7 @@ device_test!(
 
 #[test]
 fn cuda_tensors_need_a_gpu() {
+    let _g = super::rng_lock();
     if ember::cuda::is_available() {
         return;
     }

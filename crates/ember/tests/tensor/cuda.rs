@@ -182,6 +182,7 @@ fn training_step_matches_cpu() -> Result<()> {
 
 #[test]
 fn events_time_queued_work() -> Result<()> {
+    let _g = super::rng_lock();
     let Some(dev) = gpu("events_time_queued_work") else {
         return Ok(());
     };

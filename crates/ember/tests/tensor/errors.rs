@@ -13,6 +13,7 @@ fn err_has<T: std::fmt::Debug>(r: Result<T>, fragments: &[&str]) {
 }
 
 fn bad_input_is_an_error(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let a = Tensor::zeros([2, 3], DType::F32, dev)?;
     let b = Tensor::zeros([4], DType::F32, dev)?;
     let i = Tensor::zeros([2, 3], DType::I64, dev)?;
@@ -150,6 +151,7 @@ device_test!(bad_input_is_an_error);
 /// Sizes no memory can hold are errors, not overflows, panics or aborts, and the
 /// process goes on working after them.
 fn impossible_sizes_are_errors(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let too_many = "more elements than memory can address";
     err_has(
         Tensor::zeros([1usize << 62, 8], DType::F32, dev),

@@ -10,6 +10,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 }
 
 fn round_trip_and_errors(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let ts: Vec<(String, Tensor)> = DType::ALL
         .iter()
         .map(|&d| {
@@ -140,6 +141,7 @@ fn last_tensor(bytes: &[u8]) -> String {
 }
 
 fn checksums_catch_damage(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let model = nn::Sequential::new()
         .add(nn::Linear::new(3, 4, dev)?)
         .add(nn::ReLU)
@@ -197,6 +199,7 @@ fn bytemuck_f32(v: &[f32]) -> &[u8] {
 }
 
 fn non_finite_values_are_refused(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let model = nn::Linear::new(3, 2, dev)?;
     let mut w = model.weight.to_vec::<f32>()?;
     w[4] = f32::NAN;
@@ -242,6 +245,7 @@ fn non_finite_values_are_refused(dev: &Device) -> Result<()> {
 }
 
 fn missing_optimizer_state_is_an_error(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
     let model = nn::Sequential::new()
         .add(nn::Linear::new(2, 3, dev)?)
         .add(nn::Linear::new(3, 1, dev)?);

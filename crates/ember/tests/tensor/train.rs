@@ -397,6 +397,7 @@ device_test!(generators_give_each_thread_its_own_stream);
 
 #[test]
 fn a_trial_can_move_to_another_thread() -> Result<()> {
+    let _g = super::rng_lock();
     fn send<T: Send>(t: T) -> T {
         t
     }
@@ -451,6 +452,7 @@ impl ember::optim::Optimizer for Quiet {
 
 #[test]
 fn an_optimizer_without_a_config_records_none() -> Result<()> {
+    let _g = super::rng_lock();
     let m = model(1, &Device::Cpu)?;
     let opt = Quiet(Sgd::new(m.parameters(), 0.1)?);
     assert!(ember::optim::Optimizer::config(&opt).is_empty());
