@@ -194,6 +194,21 @@ fn not_safetensors(path: &Path, e: safetensors::SafeTensorError) -> Error {
     )
 }
 
+/// A float tensor's values from its bytes, refused (naming it) when `check` is set
+/// and they hold NaN or infinity.
+fn decode_floats<T: bytemuck::Pod + Into<f64>>(
+    path: &Path,
+    name: &str,
+    data: &[u8],
+    check: bool,
+) -> Result<Vec<T>> {
+    let v = bytemuck::pod_collect_to_vec::<u8, T>(data);
+    if check {
+        check_finite(path, name, &v)?;
+    }
+    Ok(v)
+}
+
 /// Refuses a float tensor holding NaN or infinity, naming it.
 fn check_finite<T: Copy + Into<f64>>(path: &Path, name: &str, v: &[T]) -> Result<()> {
     let bad = v.iter().filter(|x| !(**x).into().is_finite()).count();
@@ -259,34 +274,26 @@ fn load_checked(
             }
         }
         let t = match view.dtype() {
-            Dtype::F32 => {
-                let v = bytemuck::pod_collect_to_vec::<u8, f32>(data);
-                if !allow_non_finite {
-                    check_finite(path, name, &v)?;
-                }
-                Tensor::from_vec(v, shape, device)?
-            }
-            Dtype::F64 => {
-                let v = bytemuck::pod_collect_to_vec::<u8, f64>(data);
-                if !allow_non_finite {
-                    check_finite(path, name, &v)?;
-                }
-                Tensor::from_vec(v, shape, device)?
-            }
-            Dtype::F16 => {
-                let v = bytemuck::pod_collect_to_vec::<u8, f16>(data);
-                if !allow_non_finite {
-                    check_finite(path, name, &v)?;
-                }
-                Tensor::from_vec(v, shape, device)?
-            }
-            Dtype::BF16 => {
-                let v = bytemuck::pod_collect_to_vec::<u8, bf16>(data);
-                if !allow_non_finite {
-                    check_finite(path, name, &v)?;
-                }
-                Tensor::from_vec(v, shape, device)?
-            }
+            Dtype::F32 => Tensor::from_vec(
+                decode_floats::<f32>(path, name, data, !allow_non_finite)?,
+                shape,
+                device,
+            )?,
+            Dtype::F64 => Tensor::from_vec(
+                decode_floats::<f64>(path, name, data, !allow_non_finite)?,
+                shape,
+                device,
+            )?,
+            Dtype::F16 => Tensor::from_vec(
+                decode_floats::<f16>(path, name, data, !allow_non_finite)?,
+                shape,
+                device,
+            )?,
+            Dtype::BF16 => Tensor::from_vec(
+                decode_floats::<bf16>(path, name, data, !allow_non_finite)?,
+                shape,
+                device,
+            )?,
             Dtype::I64 => {
                 Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, i64>(data), shape, device)?
             }

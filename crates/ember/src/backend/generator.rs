@@ -105,10 +105,15 @@ impl Generator {
     }
 }
 
-/// Runs `f` with the streams of the generator in scope on this thread, if any
-/// (`None`: the caller uses the global stream).
-pub(crate) fn with_current<R>(f: impl FnOnce(&mut Streams) -> R) -> Option<R> {
-    let g = CURRENT.with(|c| c.borrow().last().cloned())?;
-    let mut s = g.lock();
-    Some(f(&mut s))
+/// The generator of the innermost scope open on this thread, if any (`None`: the
+/// caller draws from the global stream).
+pub(crate) fn current() -> Option<Generator> {
+    CURRENT.with(|c| c.borrow().last().cloned())
+}
+
+impl Generator {
+    /// This generator's streams, locked.
+    pub(crate) fn streams(&self) -> MutexGuard<'_, Streams> {
+        self.lock()
+    }
 }

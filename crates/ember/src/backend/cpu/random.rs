@@ -21,11 +21,9 @@ pub(crate) fn seed(seed: u64) {
 /// Runs `f` with the global generator (for shuffling, dropout masks, init).
 /// Inside a [`Generator::scope`](crate::Generator::scope), the scope's generator.
 pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
-    let mut f = Some(f);
-    if let Some(r) = crate::backend::generator::with_current(|s| (f.take().unwrap())(&mut s.cpu)) {
-        return r;
+    if let Some(g) = crate::backend::generator::current() {
+        return f(&mut g.streams().cpu);
     }
-    let f = f.take().expect("not used by a generator");
     let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
     f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED)))
 }

@@ -15,16 +15,13 @@ pub(crate) fn seed(seed: u64) {
 /// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
 /// Inside a [`Generator::scope`](crate::Generator::scope), from the scope's generator.
 pub(crate) fn reserve_counters(counters: u64) -> (u64, u64) {
-    let own = crate::backend::generator::with_current(|s| {
-        let at = s.philox;
-        s.philox.1 = s.philox.1.wrapping_add(counters);
+    let reserve = |state: &mut (u64, u64)| {
+        let at = *state;
+        state.1 = state.1.wrapping_add(counters);
         at
-    });
-    if let Some(at) = own {
-        return at;
+    };
+    match crate::backend::generator::current() {
+        Some(g) => reserve(&mut g.streams().philox),
+        None => reserve(&mut STATE.lock().unwrap_or_else(|p| p.into_inner())),
     }
-    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let at = *g;
-    g.1 = g.1.wrapping_add(counters);
-    at
 }
