@@ -1,10 +1,29 @@
 //! Reverse-mode automatic differentiation.
 //!
 //! An operation records a node on its output only when grad mode is on and one
-//! of its inputs requires a gradient. The node holds the inputs (for the walk back)
-//! and a one-shot closure that maps the output's gradient to the inputs' gradients;
-//! the closure owns whatever the rule saved, so saved tensors are freed as soon as
-//! `backward` has used them. Each rule is written beside its forward op.
+//! of its inputs requires a gradient. The node holds an edge per input (the input
+//! and the node that computed it when the op ran) and a one-shot closure that maps
+//! the output's gradient to the inputs' gradients; the closure owns whatever the
+//! rule saved, so saved tensors are freed as soon as `backward` has used them. Each
+//! rule is written beside its forward op.
+//!
+//! In-place ops are recorded as in PyTorch: each storage counts its writes
+//! ([`Tensor::version`]), and a rule whose saved values were overwritten since the
+//! op ran fails at backward with PyTorch's "modified by an inplace operation"
+//! error; a rule that does not read them does not care.
+//!
+//! ```
+//! use ember::prelude::*;
+//! let x = Tensor::new(&[1f64, 2., 3.], &Device::Cpu)?.requires_grad_(true)?;
+//! let h = x.mul(2.0)?;
+//! h.add_(1.0)?; // recorded: h = 2x + 1
+//! h.square()?.sum_all()?.backward()?; // d/dx (2x + 1)² = 4 (2x + 1)
+//! assert_eq!(x.grad().unwrap().to_vec1::<f64>()?, vec![12., 20., 28.]);
+//! let y = x.exp()?;
+//! y.add_(1.0)?; // exp's rule reads its output, which is now overwritten
+//! assert!(y.sum_all()?.backward().is_err());
+//! # Ok::<(), ember::Error>(())
+//! ```
 //!
 //! ```
 //! use ember::prelude::*;
@@ -23,11 +42,10 @@ use std::sync::{Arc, Mutex};
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
 pub(crate) type Grads = Vec<Option<Tensor>>;
 /// A rule: the output's gradient and the node's inputs to the inputs' gradients.
-type BackwardFn = Box<dyn FnOnce(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync>;
+type BackwardFn = Box<dyn FnOnce(&Tensor, &Inputs) -> Result<Grads> + Send + Sync>;
 /// A rule that saved nothing of the forward pass's values (a view's), which
 /// backward can run again.
-type ReusableFn = Arc<dyn Fn(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync>;
-type Inputs = smallvec::SmallVec<[Tensor; 2]>;
+type ReusableFn = Arc<dyn Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync>;
 
 enum Rule {
     /// Frees what it saved when it runs: a second backward through it is an error.
@@ -37,12 +55,119 @@ enum Rule {
     Reusable(ReusableFn),
 }
 
+/// One input of a node, as it was when the op ran: the tensor (a leaf's gradient
+/// goes into it; a rule may read its values; other inputs are held as detached
+/// aliases), the node that computed it then (a
+/// later in-place op on the tensor gives the tensor a new node, not this edge),
+/// whether a gradient flows to it, and its version.
+#[derive(Clone)]
+struct Edge {
+    value: Tensor,
+    node: Option<Arc<Node>>,
+    needs: bool,
+    version: u64,
+}
+
+/// A node's inputs as its rule sees them: values are checked against the
+/// version the op saw.
+pub(crate) struct Inputs(smallvec::SmallVec<[Edge; 2]>);
+
+impl Inputs {
+    /// The `i`-th input's values; an error when an in-place op changed them since.
+    pub(crate) fn get(&self, i: usize) -> Result<&Tensor> {
+        let e = &self.0[i];
+        check_version(&e.value, e.version)?;
+        Ok(&e.value)
+    }
+
+    /// `true` when a gradient flows to the `i`-th input.
+    pub(crate) fn needs(&self, i: usize) -> bool {
+        self.0[i].needs
+    }
+
+    /// The `i`-th input's shape (never changed by in-place ops).
+    pub(crate) fn shape(&self, i: usize) -> &[usize] {
+        self.0[i].value.shape()
+    }
+}
+
+/// A tensor a rule keeps for backward (`ctx.save_for_backward`): its values, and
+/// the version they had, so that backward can tell when an in-place op overwrote
+/// them.
+pub(crate) struct Saved {
+    t: Tensor,
+    version: u64,
+}
+
+impl Saved {
+    /// The saved values; an error when an in-place op changed them since.
+    pub(crate) fn get(&self) -> Result<&Tensor> {
+        check_version(&self.t, self.version)?;
+        Ok(&self.t)
+    }
+}
+
+impl Tensor {
+    /// Keeps this tensor's values for a backward rule (detached: a saved output
+    /// cannot keep its own node alive).
+    pub(crate) fn save(&self) -> Saved {
+        Saved {
+            t: self.detach(),
+            version: self.version(),
+        }
+    }
+}
+
+thread_local! {
+    /// The node whose rule is running, named in a saved-tensor error.
+    static RUNNING: Cell<&'static str> = const { Cell::new("") };
+}
+
+/// PyTorch's error for a saved tensor that an in-place op has overwritten.
+fn check_version(t: &Tensor, saved: u64) -> Result<()> {
+    let now = t.version();
+    if now == saved {
+        return Ok(());
+    }
+    let node = RUNNING.with(|r| r.get());
+    Err(Error::invalid(
+        "backward",
+        format!(
+            "one of the variables needed for gradient computation has been modified by an inplace operation: [{} {:?}], saved by {node}, is at version {now}; expected version {saved} instead. Use the out-of-place op, or .copy() the tensor before modifying it",
+            t.dtype(),
+            t.shape(),
+        ),
+    ))
+}
+
 /// How an op output was computed: its inputs and the rule that sends gradients back.
-/// It lives inside the output tensor, and is emptied by `backward` (unless its
-/// rule is reusable).
+/// The output tensor holds it, and so does every later op's edge to that output;
+/// `backward` empties it (unless its rule is reusable).
 pub(crate) struct Node {
     name: &'static str,
     inner: Mutex<Option<(Inputs, Rule)>>,
+}
+
+/// A vertex of the backward walk: a node, or a leaf whose `.grad()` receives.
+enum Vertex {
+    Node(Arc<Node>),
+    Leaf(Tensor),
+}
+
+impl Vertex {
+    fn key(&self) -> usize {
+        match self {
+            Vertex::Node(n) => Arc::as_ptr(n) as usize,
+            Vertex::Leaf(t) => t.id(),
+        }
+    }
+
+    fn of(edge: &Edge) -> Vertex {
+        match &edge.node {
+            Some(n) => Vertex::Node(n.clone()),
+            None => Vertex::Leaf(edge.value.clone()),
+        }
+    }
 }
 
 thread_local! {
@@ -117,7 +242,7 @@ impl Tensor {
     {
         Tensor::record_inputs(out, name, inputs, |y| {
             let f = rule(y);
-            move |g: &Tensor, _: &[Tensor]| f(g)
+            move |g: &Tensor, _: &Inputs| f(g)
         })
     }
 
@@ -130,7 +255,7 @@ impl Tensor {
         rule: impl FnOnce(&Tensor) -> F,
     ) -> Tensor
     where
-        F: FnOnce(&Tensor, &[Tensor]) -> Result<Grads> + Send + Sync + 'static,
+        F: FnOnce(&Tensor, &Inputs) -> Result<Grads> + Send + Sync + 'static,
     {
         if !needs_grad(inputs) {
             return out;
@@ -157,19 +282,48 @@ impl Tensor {
             return out;
         }
         let f = rule(&out);
-        let f: ReusableFn = Arc::new(move |g: &Tensor, _: &[Tensor]| f(g));
+        let f: ReusableFn = Arc::new(move |g: &Tensor, _: &Inputs| f(g));
         out.attach(name, inputs, Rule::Reusable(f))
     }
 
     fn attach(mut self, name: &'static str, inputs: &[&Tensor], rule: Rule) -> Tensor {
-        let node = Node {
+        let edges = inputs
+            .iter()
+            .map(|t| Edge {
+                // a leaf that requires grad is the vertex its gradient goes to;
+                // any other input only lends its values, through an alias (an
+                // input that later takes this node in place must not hold it: a
+                // cycle)
+                value: if t.requires_grad() && t.is_leaf() {
+                    (*t).clone()
+                } else {
+                    t.detach()
+                },
+                node: t.node(),
+                needs: t.requires_grad(),
+                version: t.version(),
+            })
+            .collect();
+        let node = Arc::new(Node {
             name,
-            inner: Mutex::new(Some((inputs.iter().map(|t| (*t).clone()).collect(), rule))),
-        };
-        match self.set_node(node) {
-            Ok(()) => self,
-            // the rule kept a handle on the output: give the node to a new handle
-            Err(node) => self.with_node(node),
+            inner: Mutex::new(Some((Inputs(edges), rule))),
+        });
+        if self.is_unique_handle() {
+            self.set_node(node);
+            self
+        } else {
+            // the rule kept a handle on the output: give the node to a new handle,
+            // so that the rule's handle does not hold its own node (a cycle)
+            self.with_node(node)
+        }
+    }
+
+    /// Gives this tensor the history of `out`, whose values were just written into
+    /// it: the end of a recorded in-place op. Ops recorded earlier keep the old
+    /// history in their edges.
+    pub(crate) fn take_history(&self, out: &Tensor) {
+        if let Some(node) = out.node() {
+            self.set_node(node);
         }
     }
 
@@ -207,26 +361,29 @@ impl Tensor {
         }
         let _no_grad = no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Backward);
-        // topological order of the nodes reachable from self (iterative DFS)
-        let mut order: Vec<Tensor> = Vec::new();
+        let root = match self.node() {
+            Some(n) => Vertex::Node(n),
+            None => Vertex::Leaf(self.clone()),
+        };
+        let root_key = root.key();
+        // topological order of the vertices reachable from the root (iterative DFS)
+        let mut order: Vec<Vertex> = Vec::new();
         let mut seen: HashMap<usize, ()> = HashMap::new();
-        let mut stack: Vec<(Tensor, bool)> = vec![(self.clone(), false)];
-        while let Some((t, expanded)) = stack.pop() {
+        let mut stack: Vec<(Vertex, bool)> = vec![(root, false)];
+        while let Some((v, expanded)) = stack.pop() {
             if expanded {
-                order.push(t);
+                order.push(v);
                 continue;
             }
-            if seen.insert(t.id(), ()).is_some() {
+            if seen.insert(v.key(), ()).is_some() {
                 continue;
             }
-            stack.push((t.clone(), true));
-            if let Some(node) = t.node() {
+            let mut children = Vec::new();
+            if let Vertex::Node(node) = &v {
                 let guard = node.inner.lock().unwrap_or_else(|p| p.into_inner());
                 match &*guard {
                     Some((inputs, _)) => {
-                        for p in inputs.iter().filter(|p| p.requires_grad()) {
-                            stack.push((p.clone(), false));
-                        }
+                        children.extend(inputs.0.iter().filter(|e| e.needs).map(Vertex::of))
                     }
                     None => {
                         return Err(Error::invalid(
@@ -236,54 +393,63 @@ impl Tensor {
                     }
                 }
             }
+            stack.push((v, true));
+            stack.extend(children.into_iter().map(|c| (c, false)));
         }
         let mut grads: HashMap<usize, Tensor> = HashMap::new();
-        grads.insert(self.id(), grad.to_dtype(self.dtype())?);
-        for t in order.iter().rev() {
-            let Some(g) = grads.remove(&t.id()) else {
+        grads.insert(root_key, grad.to_dtype(self.dtype())?);
+        for v in order.iter().rev() {
+            let Some(g) = grads.remove(&v.key()) else {
                 continue;
             };
-            match t.node() {
-                None => t.accumulate_grad(g)?,
-                Some(node) => {
-                    let (inputs, gs) = {
-                        let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
-                        match slot.take() {
-                            None => continue,
-                            Some((inputs, Rule::Once(rule))) => {
-                                drop(slot);
-                                let gs = rule(&g, &inputs)?;
-                                (inputs, gs)
-                            }
-                            Some((inputs, Rule::Reusable(rule))) => {
-                                *slot = Some((inputs.clone(), Rule::Reusable(rule.clone())));
-                                drop(slot);
-                                let gs = rule(&g, &inputs)?;
-                                (inputs, gs)
-                            }
-                        }
-                    };
-                    for (p, pg) in inputs.iter().zip(gs) {
-                        let Some(pg) = pg else { continue };
-                        if !p.requires_grad() {
-                            continue;
-                        }
-                        if pg.shape() != p.shape() {
-                            return Err(Error::shape(
-                                "backward",
-                                p.shape(),
-                                pg.shape(),
-                                format!("the gradient rule of {} returned a gradient of the wrong shape", node.name),
-                            ));
-                        }
-                        let pg = pg.to_dtype(p.dtype())?;
-                        let sum = match grads.remove(&p.id()) {
-                            Some(prev) => prev.add(&pg)?,
-                            None => pg,
-                        };
-                        grads.insert(p.id(), sum);
+            let node = match v {
+                Vertex::Leaf(t) => {
+                    t.accumulate_grad(g)?;
+                    continue;
+                }
+                Vertex::Node(node) => node,
+            };
+            let (inputs, gs) = {
+                let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
+                let _running = Running::enter(node.name);
+                match slot.take() {
+                    None => continue,
+                    Some((inputs, Rule::Once(rule))) => {
+                        drop(slot);
+                        let gs = rule(&g, &inputs)?;
+                        (inputs, gs)
+                    }
+                    Some((inputs, Rule::Reusable(rule))) => {
+                        *slot = Some((Inputs(inputs.0.clone()), Rule::Reusable(rule.clone())));
+                        drop(slot);
+                        let gs = rule(&g, &inputs)?;
+                        (inputs, gs)
                     }
                 }
+            };
+            for (e, pg) in inputs.0.iter().zip(gs) {
+                let Some(pg) = pg else { continue };
+                if !e.needs {
+                    continue;
+                }
+                if pg.shape() != e.value.shape() {
+                    return Err(Error::shape(
+                        "backward",
+                        e.value.shape(),
+                        pg.shape(),
+                        format!(
+                            "the gradient rule of {} returned a gradient of the wrong shape",
+                            node.name
+                        ),
+                    ));
+                }
+                let pg = pg.to_dtype(e.value.dtype())?;
+                let key = Vertex::of(e).key();
+                let sum = match grads.remove(&key) {
+                    Some(prev) => prev.add(&pg)?,
+                    None => pg,
+                };
+                grads.insert(key, sum);
             }
         }
         Ok(())
@@ -299,5 +465,20 @@ impl Tensor {
         };
         *slot = Some(new.detach());
         Ok(())
+    }
+}
+
+/// Names the node whose rule runs until dropped (for [`check_version`]'s message).
+struct Running(&'static str);
+
+impl Running {
+    fn enter(name: &'static str) -> Running {
+        Running(RUNNING.with(|r| r.replace(name)))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(self.0));
     }
 }

@@ -131,10 +131,11 @@ pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -
     })?;
     // its own rule: d/dx = sigmoid(x) - y everywhere (the composite has a kink at 0)
     let l = Tensor::record(l, "bce_with_logits", &[logits, target], |_| {
-        let (x, y) = (logits.detach(), target.detach());
+        let (x, y) = (logits.save(), target.save());
         move |g: &Tensor| {
+            let (x, y) = (x.get()?, y.get()?);
             Ok(vec![
-                Some(g.mul(&x.sigmoid()?.sub(&y)?)?),
+                Some(g.mul(&x.sigmoid()?.sub(y)?)?),
                 Some(g.mul(&x.neg()?)?),
             ])
         }

@@ -171,10 +171,12 @@ impl Tensor {
         };
         let out = Tensor::from_storage(y, &[n, o, oh, ow]).to_dtype(self.dtype())?;
         drop(ng);
-        let (x, wt) = (x.detach(), wt.detach());
+        // both are saved, as PyTorch's convolution saves its input and weight
+        let (x, wt) = (x.save(), wt.save());
         Ok(
             self.record_conv2d(weight, bias, out, work, move |gc, need| {
-                let st = Storages::read(&[&x, &wt, gc]);
+                let (x, wt) = (x.get()?, wt.get()?);
+                let st = Storages::read(&[x, wt, gc]);
                 let (gx, gw) = st.get(0).conv2d_backward(
                     x.layout(),
                     (st.get(1), wt.layout()),

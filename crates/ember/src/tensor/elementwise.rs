@@ -2,6 +2,7 @@
 //! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
 
 use super::{grad, with_storages2, Storages, Tensor};
+use crate::autograd::{Inputs, Saved};
 pub use crate::backend::op::Scalar;
 use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryCode, UnaryOp};
 use crate::backend::Storage;
@@ -180,16 +181,16 @@ impl Tensor {
         }
         let out = self.broadcast2(name, &b, dt, |x, lx, y, ly| x.binary(lx, y, ly, op))?;
         // the rules read the inputs from the node (backward runs without recording);
-        // only div and pow keep the output, and a rule that captures nothing is
-        // boxed without an allocation
-        if matches!(O::CODE, BinaryCode::Div | BinaryCode::Pow) {
+        // only pow keeps the output, and a rule that captures nothing is boxed
+        // without an allocation
+        if O::CODE == BinaryCode::Pow {
             Ok(Tensor::record_inputs(out, name, &[self, &b], |y| {
-                let y = y.clone();
-                move |g: &Tensor, ab: &[Tensor]| grad::binary(O::CODE, &ab[0], &ab[1], Some(&y), g)
+                let y = y.save();
+                move |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, Some(&y), g)
             }))
         } else {
             Ok(Tensor::record_inputs(out, name, &[self, &b], |_| {
-                |g: &Tensor, ab: &[Tensor]| grad::binary(O::CODE, &ab[0], &ab[1], None, g)
+                |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
             }))
         }
     }
@@ -204,7 +205,8 @@ impl Tensor {
     }
 
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
-    /// result dtype can be cast to `self`'s.
+    /// result dtype can be cast to `self`'s. Recorded when a gradient is tracked (see
+    /// [`check_inplace_target`](Self::check_inplace_target)).
     fn binary_inplace<O: BinaryOp>(
         &self,
         name: &'static str,
@@ -212,10 +214,10 @@ impl Tensor {
         op: &O,
         float_only: bool,
     ) -> Result<()> {
-        self.check_inplace_grad(name, rhs)?;
         self.check_bool_sub::<O>(name, rhs)?;
+        let recorded = self.check_inplace_target(name, rhs)?;
         if let Operand::Scalar(s) = rhs {
-            if self.scalar_dtype(s, float_only) == self.dtype() {
+            if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
                 // the scalar goes to the kernel by value: one pass, no 0-d tensor
                 self.check_writable(name)?;
                 return self.write().binary_scalar_inplace(self.layout(), s, op);
@@ -248,6 +250,22 @@ impl Tensor {
                 ),
             ));
         }
+        if recorded {
+            // out of place on the old values (a copy of them where the rule reads
+            // them, since they are about to be overwritten), then written back
+            let reads_self = match O::CODE {
+                BinaryCode::Mul | BinaryCode::Div => b.requires_grad(),
+                BinaryCode::Maximum | BinaryCode::Minimum => true,
+                _ => false,
+            };
+            let a = if reads_self {
+                self.copy()?
+            } else {
+                self.clone()
+            };
+            let out = a.binary_op(name, Operand::Tensor(&b), op, float_only)?;
+            return self.write_history(&out.to_dtype(self.dtype())?);
+        }
         if dt != self.dtype() {
             let out = self.binary_op(name, Operand::Tensor(&b), op, float_only)?;
             return self.copy_(&out);
@@ -260,6 +278,23 @@ impl Tensor {
         self.write().binary_inplace(self.layout(), &src, &lb, op)
     }
 
+    /// Writes `out`'s values (this tensor's shape and dtype) into this tensor and
+    /// makes `out`'s node its history: the end of a recorded in-place op.
+    fn write_history(&self, out: &Tensor) -> Result<()> {
+        // reading and writing one storage (`h.copy_(&h)`): a snapshot first, so
+        // that one lock is taken at a time
+        let values = if out.same_storage(self) {
+            crate::no_grad(|| out.copy())?
+        } else {
+            out.clone()
+        };
+        {
+            let from = values.read();
+            from.copy_into(values.layout(), &mut self.write(), self.layout())?;
+        }
+        self.take_history(out);
+        Ok(())
+    }
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
     pub(crate) fn relu_backward(&self, x: &Tensor) -> Result<Tensor> {
         self.binary_op(
@@ -270,16 +305,42 @@ impl Tensor {
         )
     }
 
-    /// In-place ops are not recorded: refuse them where a gradient would be lost.
-    pub(crate) fn check_inplace_grad(&self, op: &'static str, rhs: Operand) -> Result<()> {
+    /// Whether an in-place op on this tensor must be recorded (a gradient is
+    /// tracked through it), and an error where PyTorch refuses it or ember cannot
+    /// record it:
+    /// - a leaf that requires a gradient (PyTorch's error; update it inside
+    ///   [`no_grad`](crate::no_grad), as optimizers do);
+    /// - a view, or a tensor with live views, while recording: PyTorch rewrites the
+    ///   history of the view's base and of its other views, which ember does not
+    ///   do yet.
+    pub(crate) fn check_inplace_target(&self, op: &'static str, rhs: Operand) -> Result<bool> {
         let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
-        if crate::autograd::is_grad_enabled() && (self.requires_grad() || rhs_grad) {
+        // an integer or bool tensor never carries a gradient: written, not recorded
+        // (a float operand is then refused by the cast check, as in PyTorch)
+        if !crate::autograd::is_grad_enabled()
+            || !(self.requires_grad() || rhs_grad)
+            || !self.dtype().is_float()
+        {
+            return Ok(false);
+        }
+        if self.requires_grad() && self.is_leaf() {
             return Err(Error::invalid(
                 op,
-                "a tensor that requires grad is being used in an in-place operation; wrap the update in ember::no_grad(|| ...) or use the out-of-place op",
+                "a leaf Variable that requires grad is being used in an in-place operation. Update it inside ember::no_grad(|| ...) (as optimizers do) or use the out-of-place op",
             ));
         }
-        Ok(())
+        if self.is_view() || self.live_views() > 0 {
+            let which = if self.is_view() {
+                "this tensor is a view"
+            } else {
+                "views of this tensor are alive (yours, or ones a recorded op keeps as its input)"
+            };
+            return Err(Error::invalid(
+                op,
+                format!("an in-place op while autograd records, and {which}: ember does not rewrite a view's history after an in-place op (PyTorch does); use the out-of-place op, or make the views after the in-place op"),
+            ));
+        }
+        Ok(true)
     }
 
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
@@ -293,11 +354,17 @@ impl Tensor {
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this
-    /// tensor's elements, through views too (`Tensor.copy_`).
+    /// tensor's elements, through views too (`Tensor.copy_`). Recorded by autograd
+    /// when `src` or this tensor requires grad: `src` gets the gradient, the old
+    /// values a zero one (PyTorch's rule); while recording, a view or a tensor with
+    /// live views is refused.
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         super::same_device("copy_", &[self, src])?;
-        self.check_inplace_grad("copy_", Operand::Tensor(src))?;
+        let recorded = self.check_inplace_target("copy_", Operand::Tensor(src))?;
         self.check_writable("copy_")?;
+        if recorded {
+            return self.copy_recorded(src);
+        }
         let src = src.to_dtype(self.dtype())?;
         let src = if src.same_storage(self) {
             src.copy()?
@@ -307,6 +374,24 @@ impl Tensor {
         let ls = src.layout().broadcast_to("copy_", self.shape())?;
         let from = src.read();
         from.copy_into(&ls, &mut self.write(), self.layout())
+    }
+
+    /// `copy_` while autograd records: the old values get a zero gradient and
+    /// `src` the gradient summed to its shape (PyTorch's rule).
+    fn copy_recorded(&self, src: &Tensor) -> Result<()> {
+        src.layout().broadcast_to("copy_", self.shape())?;
+        let values = crate::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
+        let values = Tensor::record(values, "copy_", &[self, src], |_| {
+            let (dst_shape, src_shape) = (self.shape().to_vec(), src.shape().to_vec());
+            let (dst_needs, dst_dt, dst_dev) = (self.requires_grad(), self.dtype(), self.device());
+            move |g: &Tensor| {
+                let gd = dst_needs
+                    .then(|| Tensor::zeros(&dst_shape, dst_dt, &dst_dev))
+                    .transpose()?;
+                Ok(vec![gd, Some(crate::autograd::sum_to(g, &src_shape)?)])
+            }
+        });
+        self.write_history(&values)
     }
 
     fn unary_op<O: UnaryOp>(
@@ -341,8 +426,13 @@ impl Tensor {
         };
         let out = t.map_storage_same(|s, l| s.unary(l, op))?;
         Ok(Tensor::record(out, name, &[self], |y| {
-            let (x, y) = (t.detach(), y.clone());
-            move |g: &Tensor| Ok(vec![Some(rule.backward(&x, &y, g)?)])
+            let (sx, sy) = rule.saves();
+            let (x, y) = (sx.then(|| t.save()), sy.then(|| y.save()));
+            move |g: &Tensor| {
+                let x = x.as_ref().map(Saved::get).transpose()?;
+                let y = y.as_ref().map(Saved::get).transpose()?;
+                Ok(vec![Some(rule.backward(x, y, g)?)])
+            }
         }))
     }
 
@@ -363,7 +453,7 @@ macro_rules! binary_methods {
             pub fn $name<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<Tensor> {
                 self.binary_op(stringify!($name), rhs.into(), &$op, $float_only)
             }
-            #[doc = concat!("In-place `", stringify!($name), "`: writes the result into this tensor's elements.")]
+            #[doc = concat!("In-place `", stringify!($name), "`: writes the result into this tensor's elements. Recorded by autograd when a gradient flows through it, as in PyTorch (a leaf that requires grad is refused; so is a view, or a tensor with live views, while recording).")]
             pub fn $inplace<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<()> {
                 self.binary_inplace(stringify!($inplace), rhs.into(), &$op, $float_only)
             }
@@ -632,9 +722,10 @@ impl Tensor {
         drop(st);
         let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, OP, &[&x, &y], |_| {
-            let cond = self.detach();
+            let cond = self.save();
             let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());
             move |g: &Tensor| {
+                let cond = cond.get()?;
                 let gx = crate::autograd::sum_to(&cond.where_(g, 0.0)?, &sx)?;
                 let gy = crate::autograd::sum_to(&cond.where_(0.0, g)?, &sy)?;
                 Ok(vec![Some(gx), Some(gy)])

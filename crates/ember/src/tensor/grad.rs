@@ -2,7 +2,7 @@
 //! saved inputs `x` (and `a`, `b`), the saved output `y` and the output's gradient `g`.
 
 use super::Tensor;
-use crate::autograd::{sum_to, Grads};
+use crate::autograd::{sum_to, Grads, Inputs, Saved};
 use crate::backend::op::BinaryCode;
 use crate::Result;
 
@@ -29,8 +29,28 @@ pub(crate) enum Unary {
 }
 
 impl Unary {
-    pub fn backward(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    /// Which values the rule reads: (the input, the output). Only those are saved,
+    /// so an in-place change to the other is no error (PyTorch's rule).
+    pub fn saves(self) -> (bool, bool) {
         use Unary::*;
+        match self {
+            Neg => (false, false),
+            Exp | Sqrt | Tanh | Recip | Sigmoid | Relu => (false, true),
+            _ => (true, false),
+        }
+    }
+
+    /// The input's gradient; `x` and `y` are the saved input and output (`None`
+    /// where [`saves`](Self::saves) says the rule does not read them).
+    pub fn backward(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
+        use Unary::*;
+        let missing =
+            || crate::Error::invalid("backward", format!("{self:?}: a value was not saved"));
+        let (x, y) = match self.saves() {
+            (true, _) => (x.ok_or_else(missing)?, g),
+            (false, true) => (g, y.ok_or_else(missing)?),
+            (false, false) => (g, g),
+        };
         match self {
             Neg => g.neg(),
             // sign(x), with 0 at 0 as in PyTorch
@@ -47,7 +67,8 @@ impl Unary {
             Cos => g.mul(&x.sin()?.neg()?),
             Recip => g.mul(&y.square()?.neg()?),
             Square => g.mul(&x.mul(2.0)?),
-            Relu => g.relu_backward(x),
+            // y > 0 exactly where x > 0 (NaN in both), and PyTorch saves the output
+            Relu => g.relu_backward(y),
             Sigmoid => g.mul(&y.mul(&y.neg()?.add(1.0)?)?),
             Erf => g.mul(
                 &x.square()?
@@ -104,24 +125,23 @@ impl Unary {
     }
 }
 
-/// Gradients of a broadcasting binary op for `a` and `b` (only those that need one).
-/// `y`, the output, is saved by the ops whose rules use it (div, pow).
-pub(crate) fn binary(
-    op: BinaryCode,
-    a: &Tensor,
-    b: &Tensor,
-    y: Option<&Tensor>,
-    g: &Tensor,
-) -> Result<Grads> {
-    let (na, nb) = (a.requires_grad(), b.requires_grad());
-    let y = || {
-        y.ok_or_else(|| {
-            crate::Error::invalid("backward", format!("{op:?}: the output was not saved"))
-        })
+/// Gradients of a broadcasting binary op for its inputs `a` and `b` (only those
+/// that need one). `y`, the output, is saved by the op whose rule uses it (pow). Each rule reads only the values it needs, so an in-place change to a value
+/// it does not read is no error (PyTorch's rule).
+pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor) -> Result<Grads> {
+    let (na, nb) = (ins.needs(0), ins.needs(1));
+    let a = || ins.get(0);
+    let b = || ins.get(1);
+    let y = || match y {
+        Some(y) => y.get(),
+        None => Err(crate::Error::invalid(
+            "backward",
+            format!("{op:?}: the output was not saved"),
+        )),
     };
-    let to = |t: Tensor, like: &Tensor, need: bool| -> Result<Option<Tensor>> {
+    let to = |t: Tensor, i: usize, need: bool| -> Result<Option<Tensor>> {
         if need {
-            sum_to(&t, like.shape()).map(Some)
+            sum_to(&t, ins.shape(i)).map(Some)
         } else {
             Ok(None)
         }
@@ -130,19 +150,22 @@ pub(crate) fn binary(
         BinaryCode::Add => (g.clone(), g.clone()),
         BinaryCode::Sub => (g.clone(), if nb { g.neg()? } else { g.clone() }),
         BinaryCode::Mul => (
-            if na { g.mul(b)? } else { g.clone() },
-            if nb { g.mul(a)? } else { g.clone() },
+            if na { g.mul(b()?)? } else { g.clone() },
+            if nb { g.mul(a()?)? } else { g.clone() },
         ),
         BinaryCode::Div => (
-            if na { g.div(b)? } else { g.clone() },
+            if na { g.div(b()?)? } else { g.clone() },
+            // -g · (a / b) / b, reading a and b as PyTorch's rule does
             if nb {
-                g.mul(y()?)?.div(b)?.neg()?
+                let b = b()?;
+                g.mul(&a()?.div(b)?.div(b)?)?.neg()?
             } else {
                 g.clone()
             },
         ),
         BinaryCode::Maximum | BinaryCode::Minimum => {
             // the larger (smaller) input gets the gradient; ties split it evenly
+            let (a, b) = (a()?, b()?);
             let (win_a, win_b) = if op == BinaryCode::Maximum {
                 (a.gt(b)?, a.lt(b)?)
             } else {
@@ -156,12 +179,13 @@ pub(crate) fn binary(
         }
         BinaryCode::Pow => (
             if na {
+                let (a, b) = (a()?, b()?);
                 g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?
             } else {
                 g.clone()
             },
             if nb {
-                g.mul(&y()?.mul(&a.log()?)?)?
+                g.mul(&y()?.mul(&a()?.log()?)?)?
             } else {
                 g.clone()
             },
@@ -170,12 +194,12 @@ pub(crate) fn binary(
         // in `a`, flat in `b` wherever it is differentiable
         BinaryCode::ReluBackward => (
             if na {
-                g.mul(&b.gt(0.0)?.to_dtype(g.dtype())?)?
+                g.mul(&b()?.gt(0.0)?.to_dtype(g.dtype())?)?
             } else {
                 g.clone()
             },
             if nb { g.zeros_like()? } else { g.clone() },
         ),
     };
-    Ok(vec![to(ga, a, na)?, to(gb, b, nb)?])
+    Ok(vec![to(ga, 0, na)?, to(gb, 1, nb)?])
 }

@@ -170,11 +170,16 @@ impl Tensor {
         let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, "index_select", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            let idx = idx.save();
             move |g: &Tensor| {
                 // scatter the rows back: the index laid along `d`, broadcast over the rest
                 let mut ishape = vec![1usize; g.rank()];
                 ishape[d] = n_idx;
-                let full = idx.reshape(&ishape)?.expand(g.shape())?.contiguous()?;
+                let full = idx
+                    .get()?
+                    .reshape(&ishape)?
+                    .expand(g.shape())?
+                    .contiguous()?;
                 let z = Tensor::zeros(&shape, dtype, &device)?;
                 Ok(vec![Some(z.scatter_add(d as i64, &full, g)?)])
             }
@@ -204,9 +209,10 @@ impl Tensor {
         let out = Tensor::from_storage(out, idx.shape());
         Ok(Tensor::record(out, "gather", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            let idx = idx.save();
             move |g: &Tensor| {
                 let z = Tensor::zeros(&shape, dtype, &device)?;
-                Ok(vec![Some(z.scatter_add(d as i64, &idx, g)?)])
+                Ok(vec![Some(z.scatter_add(d as i64, idx.get()?, g)?)])
             }
         }))
     }
@@ -275,10 +281,11 @@ impl Tensor {
         }
         Ok(Tensor::record(out, "scatter_add", &[self, src], |_| {
             let src_shape = src.shape().to_vec();
+            let idx = idx.save();
             move |g: &Tensor| {
                 // src positions outside the index's extent received nothing
                 // (the indices were validated by the forward pass)
-                let picked = g.gather_valid(d, idx.clone())?;
+                let picked = g.gather_valid(d, idx.get()?.clone())?;
                 let gs = if picked.shape() == src_shape.as_slice() {
                     picked
                 } else {

@@ -1,6 +1,7 @@
 //! `matmul` with `torch.matmul` semantics.
 
 use super::{Storages, Tensor};
+use crate::autograd::Saved;
 use crate::layout::{broadcast_shapes, checked_numel, Dims};
 use crate::{DType, Error, Result};
 
@@ -90,32 +91,46 @@ impl Tensor {
         let full = with(m, n).to_vec();
         Ok(Tensor::record(out, OP, &[self, rhs], |_| {
             let (na, nb) = (self.requires_grad(), rhs.requires_grad());
-            let (a, b) = (a.detach(), b.detach());
+            // each operand's values are saved only when the other's gradient needs them
+            let (ta, tb) = (is_transposed(&a), is_transposed(&b));
+            let (a_shape, b_shape) = (a.shape().to_vec(), b.shape().to_vec());
+            let (a, b) = (nb.then(|| a.save()), na.then(|| b.save()));
             let (sa, sb) = (self.shape().to_vec(), rhs.shape().to_vec());
             move |g: &Tensor| {
                 // in the 2-D-or-more domain: dA = dC·Bᵀ, dB = Aᵀ·dC, summed over broadcast batch dims
                 let g = g.reshape(&full)?;
+                fn saved(s: &Option<Saved>) -> Result<&Tensor> {
+                    match s {
+                        Some(s) => s.get(),
+                        None => Err(Error::invalid(
+                            "backward",
+                            "matmul: an operand was not saved",
+                        )),
+                    }
+                }
                 // An operand stored transposed (`x.matmul(&w.t())`) gets its gradient
                 // computed transposed too, (Xᵀ)ᵀ, so that it comes out with the
                 // operand's own memory order and the gradient of the transpose view
                 // is contiguous again (no transposing copy).
                 let ga = if na {
-                    let t = if is_transposed(&a) {
+                    let b = saved(&b)?;
+                    let t = if ta {
                         b.matmul(&g.transpose(-1, -2)?)?.transpose(-1, -2)?
                     } else {
                         g.matmul(&b.transpose(-1, -2)?)?
                     };
-                    Some(crate::autograd::sum_to(&t, a.shape())?.reshape(&sa)?)
+                    Some(crate::autograd::sum_to(&t, &a_shape)?.reshape(&sa)?)
                 } else {
                     None
                 };
                 let gb = if nb {
-                    let t = if is_transposed(&b) {
-                        g.transpose(-1, -2)?.matmul(&a)?.transpose(-1, -2)?
+                    let a = saved(&a)?;
+                    let t = if tb {
+                        g.transpose(-1, -2)?.matmul(a)?.transpose(-1, -2)?
                     } else {
                         a.transpose(-1, -2)?.matmul(&g)?
                     };
-                    Some(crate::autograd::sum_to(&t, b.shape())?.reshape(&sb)?)
+                    Some(crate::autograd::sum_to(&t, &b_shape)?.reshape(&sb)?)
                 } else {
                     None
                 };

@@ -40,7 +40,7 @@ use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An n-dimensional array of one dtype on one device.
@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 pub struct Tensor(Arc<Inner>);
 
 struct Inner {
-    storage: Arc<RwLock<Storage>>,
+    storage: Arc<Shared>,
     layout: Layout,
     dtype: DType,
     device: Device,
@@ -59,8 +59,30 @@ struct Inner {
     requires_grad: AtomicBool,
     /// The accumulated gradient of a leaf.
     grad: Mutex<Option<Tensor>>,
-    /// How this tensor was computed, when it was recorded.
-    node: Option<Node>,
+    /// How this tensor was computed, when it was recorded. A recorded in-place op
+    /// replaces it (the consumers of the old values keep the old node).
+    node: Mutex<Option<Arc<Node>>>,
+    /// Made by a view op (reshape, transpose, narrow, ...): counted in the
+    /// storage's live views while it exists.
+    is_view: bool,
+}
+
+/// What every tensor over one storage shares: the values, and PyTorch's version
+/// counter (bumped by every write, checked by the tensors autograd saved).
+struct Shared {
+    data: RwLock<Storage>,
+    version: AtomicU64,
+    /// How many view tensors over this storage exist (a recorded in-place op is
+    /// refused while any does: ember does not rebase a view's history).
+    views: AtomicUsize,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.is_view {
+            self.storage.views.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Tensor {
@@ -69,11 +91,16 @@ impl Tensor {
         Tensor(Arc::new(Inner {
             dtype: storage.dtype(),
             device: storage.device(),
-            storage: Arc::new(RwLock::new(storage)),
+            storage: Arc::new(Shared {
+                data: RwLock::new(storage),
+                version: AtomicU64::new(0),
+                views: AtomicUsize::new(0),
+            }),
             layout,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
-            node: None,
+            node: Mutex::new(None),
+            is_view: false,
         }))
     }
 
@@ -96,28 +123,50 @@ impl Tensor {
     /// A view of the same storage with another layout (no autograd history: view
     /// ops record their own node).
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        self.alias(layout, true, None)
+    }
+
+    /// Another handle on this storage: a view or not, with `node` as its history.
+    fn alias(&self, layout: Layout, is_view: bool, node: Option<Arc<Node>>) -> Tensor {
+        if is_view {
+            self.0.storage.views.fetch_add(1, Ordering::Relaxed);
+        }
         Tensor(Arc::new(Inner {
             storage: self.0.storage.clone(),
             layout,
             dtype: self.0.dtype,
             device: self.0.device,
-            requires_grad: AtomicBool::new(false),
+            requires_grad: AtomicBool::new(node.is_some()),
             grad: Mutex::new(None),
-            node: None,
+            node: Mutex::new(node),
+            is_view,
         }))
     }
 
+    /// A handle on these values with another layout that is not counted as a view
+    /// (for a fresh copy that no other handle sees).
+    pub(crate) fn with_layout_owned(&self, layout: Layout) -> Tensor {
+        self.alias(layout, false, None)
+    }
+
     /// This tensor's values with `node` as their history.
-    pub(crate) fn with_node(&self, node: Node) -> Tensor {
-        Tensor(Arc::new(Inner {
-            storage: self.0.storage.clone(),
-            layout: self.0.layout.clone(),
-            dtype: self.0.dtype,
-            device: self.0.device,
-            requires_grad: AtomicBool::new(true),
-            grad: Mutex::new(None),
-            node: Some(node),
-        }))
+    pub(crate) fn with_node(&self, node: Arc<Node>) -> Tensor {
+        self.alias(self.0.layout.clone(), self.0.is_view, Some(node))
+    }
+
+    /// The storage's version: how many writes it has seen (`tensor._version`).
+    pub fn version(&self) -> u64 {
+        self.0.storage.version.load(Ordering::Acquire)
+    }
+
+    /// `true` for a tensor made by a view op.
+    pub(crate) fn is_view(&self) -> bool {
+        self.0.is_view
+    }
+
+    /// How many view tensors over this tensor's storage exist.
+    pub(crate) fn live_views(&self) -> usize {
+        self.0.storage.views.load(Ordering::Relaxed)
     }
 
     /// Identity of this tensor (not of its storage) for the autograd walk.
@@ -125,21 +174,31 @@ impl Tensor {
         Arc::as_ptr(&self.0) as usize
     }
 
-    /// Attaches `node` to this tensor itself when no other handle shares it
-    /// (`Err(node)` otherwise).
-    pub(crate) fn set_node(&mut self, node: Node) -> std::result::Result<(), Node> {
-        match Arc::get_mut(&mut self.0) {
-            Some(inner) => {
-                inner.node = Some(node);
-                *inner.requires_grad.get_mut() = true;
-                Ok(())
-            }
-            None => Err(node),
-        }
+    /// Makes `node` this tensor's history (every handle on it sees the change).
+    pub(crate) fn set_node(&self, node: Arc<Node>) {
+        *self.0.node.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        self.0.requires_grad.store(true, Ordering::Relaxed);
     }
 
-    pub(crate) fn node(&self) -> Option<&Node> {
-        self.0.node.as_ref()
+    /// `true` when no other handle shares this tensor (its `Inner`).
+    pub(crate) fn is_unique_handle(&mut self) -> bool {
+        Arc::get_mut(&mut self.0).is_some()
+    }
+
+    pub(crate) fn node(&self) -> Option<Arc<Node>> {
+        self.0
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn has_node(&self) -> bool {
+        self.0
+            .node
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     pub(crate) fn grad_slot(&self) -> MutexGuard<'_, Option<Tensor>> {
@@ -161,7 +220,7 @@ impl Tensor {
                 "only tensors of floating point dtype can require gradients",
             ));
         }
-        if !on && self.node().is_some() {
+        if !on && self.has_node() {
             return Err(Error::invalid(
                 "requires_grad_",
                 "you can only change requires_grad flags of leaf variables; use .detach()",
@@ -173,7 +232,7 @@ impl Tensor {
 
     /// `true` for tensors not produced by a recorded op (parameters, inputs).
     pub fn is_leaf(&self) -> bool {
-        self.node().is_none()
+        !self.has_node()
     }
 
     /// The gradient accumulated by `backward` (leaves only).
@@ -195,15 +254,25 @@ impl Tensor {
     /// new tensor whose `requires_grad` flag and gradient are its own, so that
     /// `x.detach().requires_grad_(true)` leaves `x` as it was.
     pub fn detach(&self) -> Tensor {
-        self.with_layout(self.0.layout.clone())
+        self.alias(self.0.layout.clone(), false, None)
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
-        self.0.storage.read().unwrap_or_else(|p| p.into_inner())
+        self.0
+            .storage
+            .data
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The storage for writing; counts as a write for the version counter.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
-        self.0.storage.write().unwrap_or_else(|p| p.into_inner())
+        self.0.storage.version.fetch_add(1, Ordering::AcqRel);
+        self.0
+            .storage
+            .data
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new tensor of this tensor's shape from what `f` computes of its storage
@@ -503,5 +572,41 @@ mod tests {
         ));
         let (a, b) = Device::Cpu.gpu_first(Device::Cuda(1));
         assert_eq!((a, b), (Device::Cuda(1), Device::Cpu));
+    }
+
+    /// A tensor that took a node in place is freed with its graph when dropped
+    /// (its node's edges hold aliases, not the tensor: no cycle).
+    #[test]
+    fn inplace_history_does_not_keep_the_tensor_alive() -> Result<()> {
+        let x = Tensor::new([1f32, 2., 3.], &Device::Cpu)?.requires_grad_(true)?;
+        let b = Tensor::new([1f32, 1., 1.], &Device::Cpu)?;
+        for op in 0..4 {
+            let h = x.mul(2.0)?;
+            match op {
+                0 => h.add_(1.0)?,
+                1 => h.mul_(&x.mul(1.0)?)?,
+                2 => h.copy_(&b)?,
+                _ => h.add_(&h.detach())?,
+            }
+            let (inner, storage) = (Arc::downgrade(&h.0), Arc::downgrade(&h.0.storage));
+            drop(h);
+            assert!(
+                inner.upgrade().is_none(),
+                "op {op}: the tensor outlived its handles"
+            );
+            assert!(
+                storage.upgrade().is_none(),
+                "op {op}: the storage outlived its tensors"
+            );
+        }
+        // a graph that still uses the old values keeps only the storage it needs
+        let h = x.mul(2.0)?;
+        let z = h.mul(&h)?;
+        h.add_(1.0)?;
+        let inner = Arc::downgrade(&h.0);
+        drop(h);
+        assert!(inner.upgrade().is_none());
+        drop(z);
+        Ok(())
     }
 }

@@ -3,33 +3,58 @@
 
 use super::shape::{dim_list, IntoDims};
 use super::Tensor;
+use crate::autograd::Saved;
 use crate::backend::op::ReduceOp;
 use crate::layout::{normalize_dim, Dims};
 use crate::{DType, Error, Result};
 
 /// The gradient of a reduction of `x` over `dims` (output `y`, gradient `g`).
-fn reduce_grad(op: ReduceOp, x: &Tensor, y: &Tensor, g: &Tensor, dims: &[usize]) -> Result<Tensor> {
+/// Which values a reduction's rule reads: (the input, the output).
+fn reduce_saves(op: ReduceOp) -> (bool, bool) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::ArgMax | ReduceOp::ArgMin => (false, false),
+        ReduceOp::Var(_) => (true, false),
+        ReduceOp::Max | ReduceOp::Min | ReduceOp::Std(_) => (true, true),
+    }
+}
+
+/// The input's gradient of a reduction over `dims` of an input of `shape`; `x` and
+/// `y` are the saved input and output where [`reduce_saves`] says the rule reads them.
+fn reduce_grad(
+    op: ReduceOp,
+    shape: &[usize],
+    x: Option<&Tensor>,
+    y: Option<&Tensor>,
+    g: &Tensor,
+    dims: &[usize],
+) -> Result<Tensor> {
     // the kept-dims shape: size 1 at every reduced dim
-    let kept: Vec<usize> = (0..x.rank())
-        .map(|d| if dims.contains(&d) { 1 } else { x.shape()[d] })
+    let kept: Vec<usize> = (0..shape.len())
+        .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
         .collect();
     let gk = g.reshape(&kept)?;
-    let count: usize = dims.iter().map(|&d| x.shape()[d]).product();
+    let count: usize = dims.iter().map(|&d| shape[d]).product();
+    let missing = || crate::Error::invalid("backward", format!("{op:?}: a value was not saved"));
+    let x = || x.ok_or_else(missing);
+    let y = || y.ok_or_else(missing);
     match op {
-        ReduceOp::Sum => gk.expand(x.shape()),
-        ReduceOp::Mean => gk.div(count as f64)?.expand(x.shape()),
+        ReduceOp::Sum => gk.expand(shape),
+        ReduceOp::Mean => gk.div(count as f64)?.expand(shape),
         ReduceOp::Max | ReduceOp::Min => {
+            let (x, y) = (x()?, y()?);
             // ties share the gradient evenly, as in PyTorch's amax/amin
             let mask = x.eq(&y.reshape(&kept)?)?.to_dtype(g.dtype())?;
             let n = mask.sum(dims.to_vec(), true)?;
             gk.mul(&mask)?.div(&n)
         }
         ReduceOp::Var(c) => {
+            let x = x()?;
             let mean = x.mean(dims.to_vec(), true)?;
             gk.mul(&x.sub(&mean)?)?.mul(2.0 / (count as f64 - c))
         }
         ReduceOp::Std(c) => {
             // (x - mean) / ((N - correction) · std), as PyTorch's std_backward
+            let (x, y) = (x()?, y()?);
             let mean = x.mean(dims.to_vec(), true)?;
             gk.div(&y.reshape(&kept)?)?
                 .mul(&x.sub(&mean)?)?
@@ -92,8 +117,14 @@ impl Tensor {
             return Ok(out); // indices have no gradient
         }
         Ok(Tensor::record(out, name, &[self], |y| {
-            let (x, y) = (self.detach(), y.clone());
-            move |g: &Tensor| Ok(vec![Some(reduce_grad(op, &x, &y, g, &dims)?)])
+            let (sx, sy) = reduce_saves(op);
+            let (x, y) = (sx.then(|| self.save()), sy.then(|| y.save()));
+            let shape = self.shape().to_vec();
+            move |g: &Tensor| {
+                let x = x.as_ref().map(Saved::get).transpose()?;
+                let y = y.as_ref().map(Saved::get).transpose()?;
+                Ok(vec![Some(reduce_grad(op, &shape, x, y, g, &dims)?)])
+            }
         }))
     }
 
@@ -223,14 +254,16 @@ impl Tensor {
             normalize_dim(name, dim, self.rank())?
         };
         let values = Tensor::record(values, name, &[self], |_| {
-            let (x, idx) = (self.detach(), index.clone());
+            let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            let idx = index.save();
             move |g: &Tensor| {
-                let gx = if x.rank() == 0 {
-                    g.reshape(x.shape())?
+                let gx = if shape.is_empty() {
+                    g.reshape(&shape)?
                 } else {
                     // the indices came from argmax / argmin: no check needed
+                    let idx = idx.get()?;
                     let gk = g.reshape(idx.shape())?.contiguous()?;
-                    x.zeros_like()?.scatter_add_valid(d, idx.clone(), &gk)?
+                    Tensor::zeros(&shape, dtype, &device)?.scatter_add_valid(d, idx.clone(), &gk)?
                 };
                 Ok(vec![Some(gx)])
             }
@@ -316,12 +349,13 @@ impl Tensor {
             }
         })?;
         Ok(Tensor::record(out, name, &[self], |y| {
-            let y = y.clone();
+            let y = y.save();
             move |g: &Tensor| {
+                let y = y.get()?;
                 let gx = if log {
                     g.sub(&y.exp()?.mul(&g.sum(d, true)?)?)?
                 } else {
-                    y.mul(&g.sub(&g.mul(&y)?.sum(d, true)?)?)?
+                    y.mul(&g.sub(&g.mul(y)?.sum(d, true)?)?)?
                 };
                 Ok(vec![Some(gx)])
             }

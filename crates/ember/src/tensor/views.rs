@@ -16,7 +16,7 @@ impl Tensor {
         match self.layout().view(&dims) {
             Some(l) => Ok(self.view_as("reshape", l, ViewGrad::Reshape)),
             None => {
-                let copied = self.copy()?.with_layout(Layout::contiguous(&dims));
+                let copied = self.copy()?.with_layout_owned(Layout::contiguous(&dims));
                 Ok(Tensor::record(copied, "reshape", &[self], |_| {
                     let shape = self.shape().to_vec();
                     move |g: &Tensor| Ok(vec![Some(g.reshape(&shape)?)])

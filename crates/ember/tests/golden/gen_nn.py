@@ -8,6 +8,8 @@ Writes nn_cases.json next to this file:
 - init: statistics of PyTorch's default initial parameters for large layers;
 - modules: Linear, Conv2d, BatchNorm1d/2d (train and eval, running statistics) and
   a small CNN, with fixed parameters: outputs, input gradients, final buffers;
+- in-place ops in a graph: short programs that modify tensors of a graph in place
+  (version counters, saved tensors, leaves), with the gradients or PyTorch's error;
 - the Iris lesson: model 4 -> 8 -> 9 -> 3 (ReLU), CrossEntropyLoss, Adam lr 0.01,
   seed 32, 80/20 split, 100 full-batch epochs: initial weights, the split, the loss
   of every epoch and the final test accuracy.
@@ -187,10 +189,100 @@ def iris_case():
     return {"init": init, "perm": perm.tolist(), "losses": losses, "test_accuracy": acc}
 
 
+INPLACE_PHRASES = ["has been modified by an inplace operation",
+                   "a leaf Variable that requires grad is being used in an in-place operation",
+                   "can't be cast to the desired output type"]
+
+
+def inplace_cases():
+    """Each program gets leaves x and b (float64 [3], requiring grad) and returns a
+    scalar to backpropagate; tests/tensor/nn.rs runs the same programs by name."""
+    def p_add(x, b):
+        h = x * 2; h.add_(b); return (h * h).sum()
+
+    def p_mul(x, b):
+        h = x * 2; h.mul_(b); return h.sum()
+
+    def p_div(x, b):
+        h = x * 2; h.div_(b); return h.sum()
+
+    def p_sub_chain(x, b):
+        h = x * 2; h.add_(b); h.mul_(3); h.sub_(x); return (h * b).sum()
+
+    def p_scalar_ops(x, b):
+        h = x * b; h.mul_(2.5); h.sub_(1); h.div_(4); return (h * h).sum()
+
+    def p_saved_output(x, b):
+        y = x.exp(); y.add_(1); return y.sum()
+
+    def p_saved_input(x, b):
+        h = x * 2; z = h * h; h.add_(1); return z.sum()
+
+    def p_unsaved_input(x, b):
+        h = x * 2; z = h.sigmoid(); h.add_(b); return (z + h).sum()
+
+    def p_mul_self(x, b):
+        h = x * 2; h.mul_(h); return h.sum()
+
+    def p_leaf(x, b):
+        x.add_(1); return x.sum()
+
+    def p_buffer(x, b):
+        buf = torch.zeros(3); buf.add_(x); return (buf * b).sum()
+
+    def p_copy(x, b):
+        h = x * 2; h.copy_(b); return (h * h).sum()
+
+    def p_copy_broadcast(x, b):
+        h = x * 2; h.copy_(b[1:2].detach() * 0 + b.sum()); return (h * x).sum()
+
+    def p_detached_alias(x, b):
+        h = x * 2; d = h.detach(); z = h * h; d.add_(1); return z.sum()
+
+    def p_no_grad_update(x, b):
+        h = x * 2
+        with torch.no_grad():
+            h.add_(1)
+        return (h * b).sum()
+
+    def p_matmul_saved(x, b):
+        w = b * 1; z = x.matmul(w); w.add_(1); return z
+
+    def p_matmul_unsaved(x, b):
+        w = b * 1; z = w.matmul(x.detach()); w.add_(1); return z + w.sum()
+
+    def p_dtype(x, b):
+        h = (x * 2).float(); h.add_(b); return (h * h).sum()
+
+    def p_int_target(x, b):
+        t = torch.tensor([1, 2, 3]); t.add_(b); return t.sum()
+
+    def p_sum_then_modify(x, b):
+        h = x * 3; s = h.sum(); h.mul_(b); return s + h.sum()
+
+    out = []
+    torch.manual_seed(7)
+    x0, b0 = torch.randn(3), torch.rand(3) + 0.5
+    for name, f in list(locals().items()):
+        if not name.startswith("p_"):
+            continue
+        x, b = x0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        c = {"name": name[2:], "inputs": [tensor_json(x0), tensor_json(b0)]}
+        try:
+            f(x, b).backward()
+            c["grads"] = [tensor_json(t.grad) if t.grad is not None else None for t in (x, b)]
+        except RuntimeError as e:
+            c["error"] = str(e).splitlines()[0]
+            # the words ember's message must contain too
+            c["phrase"] = next(p for p in INPLACE_PHRASES if p in c["error"])
+        out.append(c)
+    return out
+
+
 def main():
     data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(),
             "schedulers": scheduler_cases(), "iris": iris_case(), "init": init_cases(),
-            "modules": module_cases()}
+            "modules": module_cases(), "inplace": inplace_cases()}
     with open(os.path.join(HERE, "nn_cases.json"), "w") as f:
         json.dump(data, f, indent=0)
     print("iris: final loss %.4f, test accuracy %.3f" % (data["iris"]["losses"][-1], data["iris"]["test_accuracy"]))

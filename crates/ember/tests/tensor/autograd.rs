@@ -220,9 +220,11 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
         .backward_with(&Tensor::new([1f32, 0., 1.], dev)?)?;
     assert_eq!(vals(&x.grad().unwrap()), vec![2., 0., 2.]);
     assert!(d.sum_all()?.backward().is_err());
-    // only float tensors can require grad; in-place updates of graph tensors are refused
+    // only float tensors can require grad; a leaf that does is not updated in place
+    // while recording (PyTorch's error)
     assert!(Tensor::new([1i64], dev)?.requires_grad_(true).is_err());
-    assert!(x.add_(1.0).is_err());
+    let e = x.add_(1.0).unwrap_err().to_string();
+    assert!(e.contains("a leaf Variable that requires grad"), "{e}");
     ember::no_grad(|| x.add_(1.0))?;
     assert_eq!(vals(&x), vec![2., 3., 4.]);
     // operators on owned tensors that are tracked compute out of place
@@ -437,3 +439,86 @@ fn graphs_sharing_a_view_each_backpropagate(dev: &Device) -> Result<()> {
 }
 
 device_test!(graphs_sharing_a_view_each_backpropagate);
+
+fn inplace_ops_and_views(dev: &Device) -> Result<()> {
+    // the version counter counts writes, shared by views and detached aliases
+    let x = Tensor::new([1f32, 2., 3., 4.], dev)?;
+    let (v, d) = (x.narrow(0, 1, 2)?, x.detach());
+    assert_eq!(x.version(), 0);
+    v.add_(1.0)?;
+    d.mul_(2.0)?;
+    x.copy_(&x.mul(1.0)?)?;
+    assert_eq!((x.version(), v.version(), d.version()), (3, 3, 3));
+    assert_eq!(vals(&x), vec![2., 6., 8., 8.]);
+    // while autograd records, a view is not written in place, nor a tensor that
+    // has live views (ember does not rewrite a view's history as PyTorch does)
+    let w = Tensor::new([1f32, 2., 3., 4.], dev)?.requires_grad_(true)?;
+    let h = w.mul(2.0)?;
+    let e = h.narrow(0, 0, 2)?.mul_(3.0).unwrap_err().to_string();
+    assert!(e.contains("this tensor is a view"), "{e}");
+    let t = h.reshape([2, 2])?;
+    let e = h.add_(1.0).unwrap_err().to_string();
+    assert!(e.contains("views of this tensor are alive"), "{e}");
+    drop(t);
+    h.add_(1.0)?;
+    h.sum_all()?.backward()?;
+    assert_eq!(vals(&w.grad().unwrap()), vec![2.; 4]);
+    // a buffer that needs no gradient, written from one that does: views refused
+    let buf = Tensor::zeros([4], DType::F32, dev)?;
+    let e = buf.narrow(0, 0, 2)?.copy_(&w.narrow(0, 0, 2)?).unwrap_err();
+    assert!(e.to_string().contains("this tensor is a view"), "{e}");
+    // ... and allowed outside the graph
+    ember::no_grad(|| buf.narrow(0, 0, 2)?.copy_(&w.narrow(0, 0, 2)?))?;
+    assert_eq!(vals(&buf), vec![1., 2., 0., 0.]);
+    // an in-place op gives the tensor a new history; earlier consumers keep the old
+    w.zero_grad();
+    let h = w.mul(2.0)?;
+    let before = h.mul(3.0)?; // 6 w
+    h.mul_(&w)?; // 2 w²
+    assert!(!h.is_leaf() && h.requires_grad());
+    before.add(&h)?.sum_all()?.backward()?;
+    assert_eq!(vals(&w.grad().unwrap()), vec![10., 14., 18., 22.]);
+    // maximum_ reads the old values (a copy of them is kept); ties split
+    w.zero_grad();
+    let m = Tensor::new([2f32, 2., 2., 2.], dev)?.requires_grad_(true)?;
+    let h = w.mul(1.0)?;
+    h.maximum_(&m)?;
+    h.sum_all()?.backward()?;
+    assert_eq!(vals(&w.grad().unwrap()), vec![0., 0.5, 1., 1.]);
+    assert_eq!(vals(&m.grad().unwrap()), vec![1., 0.5, 0., 0.]);
+    // an operand that is the tensor itself, and copies from its own storage
+    for (case, want) in [
+        ("h += h", 4.),
+        ("copy of itself", 2.),
+        ("copy of its alias", 0.),
+    ] {
+        w.zero_grad();
+        let h = w.mul(2.0)?;
+        match case {
+            "h += h" => h.add_(&h)?,
+            "copy of itself" => h.copy_(&h)?,
+            _ => h.copy_(&h.detach())?,
+        }
+        h.sum_all()?.backward()?;
+        assert_eq!(vals(&w.grad().unwrap()), vec![want; 4], "{case}");
+    }
+    // an integer tensor is written, never recorded (it cannot carry a gradient)
+    let t = Tensor::zeros([4], DType::I64, dev)?;
+    t.copy_(&w.mul(1.5)?)?;
+    assert!(!t.requires_grad() && t.is_leaf());
+    assert_eq!(t.to_vec::<i64>()?, vec![1, 3, 4, 6]);
+    assert!(t.add_(&w).is_err());
+    // a second backward through the in-place node is the usual error
+    let h = w.mul(2.0)?;
+    h.sub_(1.0)?;
+    let l = h.square()?.sum_all()?;
+    l.backward()?;
+    assert!(l
+        .backward()
+        .unwrap_err()
+        .to_string()
+        .contains("second time"));
+    Ok(())
+}
+
+device_test!(inplace_ops_and_views);

@@ -386,8 +386,164 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// One of gen_nn.py's in-place programs on leaves `x` and `b` (float64 [3]).
+fn inplace_program(name: &str, x: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let dev = &x.device();
+    match name {
+        "add" => {
+            let h = x.mul(2.0)?;
+            h.add_(b)?;
+            h.mul(&h)?.sum_all()
+        }
+        "mul" => {
+            let h = x.mul(2.0)?;
+            h.mul_(b)?;
+            h.sum_all()
+        }
+        "div" => {
+            let h = x.mul(2.0)?;
+            h.div_(b)?;
+            h.sum_all()
+        }
+        "sub_chain" => {
+            let h = x.mul(2.0)?;
+            h.add_(b)?;
+            h.mul_(3.0)?;
+            h.sub_(x)?;
+            h.mul(b)?.sum_all()
+        }
+        "scalar_ops" => {
+            let h = x.mul(b)?;
+            h.mul_(2.5)?;
+            h.sub_(1)?;
+            h.div_(4)?;
+            h.mul(&h)?.sum_all()
+        }
+        "saved_output" => {
+            let y = x.exp()?;
+            y.add_(1)?;
+            y.sum_all()
+        }
+        "saved_input" => {
+            let h = x.mul(2.0)?;
+            let z = h.mul(&h)?;
+            h.add_(1)?;
+            z.sum_all()
+        }
+        "unsaved_input" => {
+            let h = x.mul(2.0)?;
+            let z = h.sigmoid()?;
+            h.add_(b)?;
+            z.add(&h)?.sum_all()
+        }
+        "mul_self" => {
+            let h = x.mul(2.0)?;
+            h.mul_(&h)?;
+            h.sum_all()
+        }
+        "leaf" => {
+            x.add_(1)?;
+            x.sum_all()
+        }
+        "buffer" => {
+            let buf = Tensor::zeros([3], DType::F64, dev)?;
+            buf.add_(x)?;
+            buf.mul(b)?.sum_all()
+        }
+        "copy" => {
+            let h = x.mul(2.0)?;
+            h.copy_(b)?;
+            h.mul(&h)?.sum_all()
+        }
+        "copy_broadcast" => {
+            let h = x.mul(2.0)?;
+            h.copy_(&b.narrow(0, 1, 1)?.detach().mul(0.0)?.add(&b.sum_all()?)?)?;
+            h.mul(x)?.sum_all()
+        }
+        "detached_alias" => {
+            let h = x.mul(2.0)?;
+            let d = h.detach();
+            let z = h.mul(&h)?;
+            d.add_(1)?;
+            z.sum_all()
+        }
+        "no_grad_update" => {
+            let h = x.mul(2.0)?;
+            ember::no_grad(|| h.add_(1))?;
+            h.mul(b)?.sum_all()
+        }
+        "matmul_saved" => {
+            let w = b.mul(1.0)?;
+            let z = x.matmul(&w)?;
+            w.add_(1)?;
+            Ok(z)
+        }
+        "matmul_unsaved" => {
+            let w = b.mul(1.0)?;
+            let z = w.matmul(&x.detach())?;
+            w.add_(1)?;
+            z.add(&w.sum_all()?)
+        }
+        "dtype" => {
+            let h = x.mul(2.0)?.to_dtype(DType::F32)?;
+            h.add_(b)?;
+            assert_eq!(h.dtype(), DType::F32);
+            h.mul(&h)?.sum_all()
+        }
+        "int_target" => {
+            let t = Tensor::new([1i64, 2, 3], dev)?;
+            t.add_(b)?;
+            t.sum_all()
+        }
+        "sum_then_modify" => {
+            let h = x.mul(3.0)?;
+            let s = h.sum_all()?;
+            h.mul_(b)?;
+            s.add(&h.sum_all()?)
+        }
+        other => panic!("no in-place program {other} (gen_nn.py and nn.rs disagree)"),
+    }
+}
+
+fn inplace_ops_in_a_graph_match_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    let cases = all["inplace"].as_array().unwrap();
+    assert!(cases.len() >= 20);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let x = tensor(&case["inputs"][0], dev)?.requires_grad_(true)?;
+        let b = tensor(&case["inputs"][1], dev)?.requires_grad_(true)?;
+        let got = inplace_program(name, &x, &b).and_then(|l| l.backward());
+        if let Some(want) = case["error"].as_str() {
+            let e = got.expect_err(name);
+            assert!(
+                matches!(e, ember::Error::InvalidArgument { .. }),
+                "{name}: {e:?}"
+            );
+            let phrase = case["phrase"].as_str().unwrap();
+            assert!(
+                e.to_string().contains(phrase),
+                "{name}: {e} (PyTorch: {want})"
+            );
+            continue;
+        }
+        got.unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (t, g) in [&x, &b].into_iter().zip(case["grads"].as_array().unwrap()) {
+            match (t.grad(), g.is_null()) {
+                (None, true) => {}
+                (Some(got), false) => {
+                    assert_close(&vals(&got), &vals(&tensor(g, dev)?), 1e-6, 1e-9)
+                }
+                (got, _) => panic!("{name}: gradient {got:?}, PyTorch's {g}"),
+            }
+        }
+    }
+    Ok(())
+}
+
 device_test!(
     losses_match_pytorch,
+    inplace_ops_in_a_graph_match_pytorch,
     optimizers_match_pytorch,
     iris_lesson_matches_pytorch,
     modules_and_errors,
