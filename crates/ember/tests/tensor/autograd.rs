@@ -508,6 +508,19 @@ fn inplace_ops_and_views(dev: &Device) -> Result<()> {
     assert!(!t.requires_grad() && t.is_leaf());
     assert_eq!(t.to_vec::<i64>()?, vec![1, 3, 4, 6]);
     assert!(t.add_(&w).is_err());
+    // neg saves nothing (PyTorch's rule), so its input may change afterwards
+    w.zero_grad();
+    let h = w.mul(2.0)?;
+    let y = h.neg()?;
+    h.add_(1.0)?;
+    y.sum_all()?.backward()?;
+    assert_eq!(vals(&w.grad().unwrap()), vec![-2.; 4]);
+    // a float scalar into an integer tensor: refused, recording or not (PyTorch)
+    let e = t.add_(2.5).unwrap_err().to_string();
+    assert!(
+        e.contains("can't be cast to the desired output type"),
+        "{e}"
+    );
     // a second backward through the in-place node is the usual error
     let h = w.mul(2.0)?;
     h.sub_(1.0)?;
