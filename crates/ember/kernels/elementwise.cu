@@ -55,8 +55,39 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
         if (!is_nan(p1) && y > (A)p1) y = (A)p1;
         return y;
     }
+    case U_SILU: return x / ((A)1 + exp(-x));
+    case U_SOFTPLUS: {
+        const A bx = x * (A)p0;
+        return bx > (A)p1 ? x : log1p(exp(bx)) / (A)p0;
+    }
+    case U_ELU: return x > (A)0 ? x : expm1(x) * (A)p0;
+    case U_LEAKY_RELU: return x > (A)0 ? x : x * (A)p0;
+    case U_LOG1P: return log1p(x);
+    case U_EXPM1: return expm1(x);
+    case U_FLOOR: return floor(x);
+    case U_CEIL: return ceil(x);
+    case U_ROUND: return rint(x);  // halves to even
+    case U_TRUNC: return trunc(x);
+    case U_SIGN: return x > (A)0 ? (A)1 : (x < (A)0 ? (A)-1 : (A)0);  // NaN gives 0
+    case U_RSQRT: return (A)1 / sqrt(x);
+    case U_LOG2: return log2(x);
+    case U_TAN: return tan(x);
+    case U_ATAN: return atan(x);
     }
     return x;
+}
+
+// floor(a / b) from fmod, as the CPU computes it (a quotient just below an integer
+// is not rounded up to it by the division)
+template <typename A> __device__ __forceinline__ A floor_div(A a, A b) {
+    if (b == (A)0) return a / b;
+    const A m = fmod(a, b);
+    A div = (a - m) / b;
+    if (m != (A)0 && ((b < (A)0) != (m < (A)0))) div -= (A)1;
+    if (div == (A)0) return copysign((A)0, a / b);
+    A q = floor(div);
+    if (div - q > (A)0.5) q += (A)1;
+    return q;
 }
 
 template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b) {
@@ -69,6 +100,14 @@ template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b
     case B_MINIMUM: return (is_nan(a) || is_nan(b)) ? (a + b) : (a < b ? a : b);
     case B_POW: return pow(a, b);
     case B_RELU_BACKWARD: return b > (A)0 ? a : (A)0;
+    case B_ATAN2: return atan2(a, b);
+    case B_REMAINDER: {
+        A m = fmod(a, b);
+        if (m != (A)0 && ((b < (A)0) != (m < (A)0))) m += b;
+        return m;
+    }
+    case B_FMOD: return fmod(a, b);
+    case B_FLOOR_DIVIDE: return floor_div(a, b);
     }
     return a;
 }
@@ -98,6 +137,7 @@ __device__ __forceinline__ i64 unary_int(int op, i64 x, double p0, double p1) {
     case U_ABS: return x < 0 ? wrap_sub(0, x) : x;
     case U_SQUARE: return wrap_mul(x, x);
     case U_RELU: return x > 0 ? x : 0;
+    case U_SIGN: return x > 0 ? 1 : (x < 0 ? -1 : 0);
     case U_POW_SCALAR: return int_pow(x, (i64)p0);
     case U_CLAMP: {
         i64 y = x;
@@ -122,6 +162,20 @@ __device__ __forceinline__ i64 binary_int(int op, i64 a, i64 b) {
     case B_MINIMUM: return a < b ? a : b;
     case B_POW: return int_pow(a, b);
     case B_RELU_BACKWARD: return b > 0 ? a : 0;
+    // integer division by zero is refused before a kernel runs; 0 keeps it defined
+    case B_REMAINDER: {
+        if (b == 0) return 0;
+        if (b == -1) return 0;
+        const i64 m = a % b;
+        return (m != 0 && ((b < 0) != (m < 0))) ? wrap_add(m, b) : m;
+    }
+    case B_FMOD: return (b == 0 || b == -1) ? 0 : a % b;
+    case B_FLOOR_DIVIDE: {
+        if (b == 0) return 0;
+        if (b == -1) return wrap_sub(0, a);
+        const i64 q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+    }
     }
     return a;
 }

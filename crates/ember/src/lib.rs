@@ -46,7 +46,7 @@ pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};
 pub use tensor::{
     manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg, IntoDims,
-    IntoShape, NdArray, Operand, Pool2dOptions, PrintOptions, Scalar, Tensor,
+    IntoShape, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions, Scalar, Tensor,
 };
 
 /// CUDA devices: discovery and properties, synchronization, events, memory

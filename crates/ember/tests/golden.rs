@@ -15,7 +15,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use ember::{Conv2dOptions, DType, Device, Idx, Operand, Pool2dOptions, Tensor};
+use ember::{Conv2dOptions, DType, Device, Idx, Operand, PadMode, Pool2dOptions, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -38,6 +38,13 @@ struct Case {
     expected: Expected,
     rtol: Option<f64>,
     atol: Option<f64>,
+    /// The gradient the output is backpropagated with, when the case checks
+    /// gradients.
+    grad_out: Option<TensorSpec>,
+    /// PyTorch's gradient of each input (null: not a float tensor, or none).
+    grads: Option<Vec<Option<TensorSpec>>>,
+    /// PyTorch's error at backward (an op without a derivative).
+    grad_error: Option<String>,
 }
 
 /// A tensor (with optional view ops applied before the op) or a Python scalar.
@@ -261,7 +268,9 @@ impl Arg {
     }
 }
 
-fn build_input(i: &Input, dev: &Device) -> R<Arg> {
+/// The input, and with `grad` the leaf (its base before the pre views) that
+/// requires grad, for floating-point tensors.
+fn build_input(i: &Input, dev: &Device, grad: bool) -> R<(Arg, Option<Tensor>)> {
     if let Some(v) = &i.scalar {
         let s = match i.kind.as_deref() {
             Some("bool") => ember::Scalar::Bool(v.as_bool().expect("bool scalar")),
@@ -269,10 +278,18 @@ fn build_input(i: &Input, dev: &Device) -> R<Arg> {
             Some("float") => ember::Scalar::Float(num(v)),
             k => panic!("bad scalar kind {k:?}"),
         };
-        return Ok(Arg::S(s));
+        return Ok((Arg::S(s), None));
     }
     let spec = i.tensor.as_ref().expect("tensor input");
-    Ok(Arg::T(apply_pre(spec.build(dev), &i.pre)?))
+    let base = spec.build(dev);
+    let leaf = if grad && base.dtype().is_float() {
+        let l = base.requires_grad_(true).map_err(e)?;
+        Some(l)
+    } else {
+        None
+    };
+    let base = leaf.clone().unwrap_or_else(|| spec.build(dev));
+    Ok((Arg::T(apply_pre(base, &i.pre)?), leaf))
 }
 
 // ---------------------------------------------------------------------------------
@@ -347,8 +364,40 @@ fn run(case: &Case, dev: Device) -> R<Out> {
     let args: Vec<Arg> = case
         .inputs
         .iter()
-        .map(|i| build_input(i, &dev))
+        .map(|i| build_input(i, &dev, false).map(|(a, _)| a))
         .collect::<R<_>>()?;
+    eval(case, dev, &args)
+}
+
+/// The op's output backpropagated with `grad_out` (ones without one): each
+/// input's gradient (`None` where the input is not a float tensor or got none).
+fn run_grad(case: &Case, dev: Device, grad_out: Option<&TensorSpec>) -> R<Vec<Option<Tensor>>> {
+    let (args, leaves): (Vec<Arg>, Vec<Option<Tensor>>) = case
+        .inputs
+        .iter()
+        .map(|i| build_input(i, &dev, true))
+        .collect::<R<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let out = match eval(case, dev, &args)? {
+        Out::One(t) => t,
+        _ => panic!(
+            "case {}: gradients of an op with one output only",
+            case.name
+        ),
+    };
+    let go = match grad_out {
+        Some(g) => g.build(&dev),
+        None => out.ones_like().map_err(e)?,
+    };
+    out.backward_with(&go).map_err(e)?;
+    Ok(leaves
+        .iter()
+        .map(|l| l.as_ref().and_then(Tensor::grad))
+        .collect())
+}
+
+fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
     let p = P(&case.params);
     let a = || args[0].t();
     let one = |r: ember::Result<Tensor>| r.map(Out::One).map_err(e);
@@ -572,6 +621,49 @@ fn run(case: &Case, dev: Device) -> R<Out> {
         "rdiv" => one(a().rdiv(args[1].s())),
         "max_dim" => many(a().max_dim(p.i("dim"), keep()).map(|(v, i)| vec![v, i])),
         "print" => Ok(Out::Str(format!("{}", a()))),
+        // issue 20
+        "silu" => one(a().silu()),
+        "log1p" => one(a().log1p()),
+        "expm1" => one(a().expm1()),
+        "rsqrt" => one(a().rsqrt()),
+        "log2" => one(a().log2()),
+        "tan" => one(a().tan()),
+        "atan" => one(a().atan()),
+        "erf" => one(a().erf()),
+        "floor" => one(a().floor()),
+        "ceil" => one(a().ceil()),
+        "trunc" => one(a().trunc()),
+        "round" => one(a().round()),
+        "sign" => one(a().sign()),
+        "isnan" => one(a().isnan()),
+        "isinf" => one(a().isinf()),
+        "isfinite" => one(a().isfinite()),
+        "softplus" => one(a().softplus(p.f("beta"), p.f("threshold"))),
+        "elu" => one(a().elu(p.f("alpha"))),
+        "leaky_relu" => one(a().leaky_relu(p.f("slope"))),
+        "nan_to_num" => one(a().nan_to_num(p.f("nan"), p.opt_f("posinf"), p.opt_f("neginf"))),
+        "atan2" => one(a().atan2(args[1].op())),
+        "remainder" => one(a().remainder(args[1].op())),
+        "fmod" => one(a().fmod(args[1].op())),
+        "floor_divide" => one(a().floor_divide(args[1].op())),
+        "flip" => one(a().flip(p.list("dims"))),
+        "roll" => one(a().roll(&p.list("shifts"), &p.list("dims"))),
+        "repeat" => {
+            let sizes: Vec<usize> = p.list("sizes").iter().map(|&s| s as usize).collect();
+            one(a().repeat(&sizes))
+        }
+        "tril" => one(a().tril(p.i("diagonal"))),
+        "triu" => one(a().triu(p.i("diagonal"))),
+        "pad" => {
+            let mode = match p.get("mode").as_str() {
+                Some("constant") => PadMode::Constant(p.f("value")),
+                Some("reflect") => PadMode::Reflect,
+                Some("replicate") => PadMode::Replicate,
+                Some("circular") => PadMode::Circular,
+                m => panic!("pad mode {m:?}"),
+            };
+            one(a().pad(&p.list("pads"), mode))
+        }
         other => panic!("unknown op {other}"),
     }
 }
@@ -793,13 +885,47 @@ fn check(case: &Case, dev: Device) -> R<Verdict> {
             case.name
         ),
     };
-    done.map(|()| Verdict::Pass)
+    done?;
+    if let Some(go) = &case.grad_out {
+        let grads = run_grad(case, dev, Some(go)).map_err(|m| format!("backward: {m}"))?;
+        let want = case.grads.as_ref().expect("grads beside grad_out");
+        for (k, (g, w)) in grads.iter().zip(want).enumerate() {
+            match (g, w) {
+                (Some(g), Some(w)) => {
+                    // PyTorch's half-precision backward formulas round at each
+                    // step (`-0.5 * grad * result.pow(3)` for rsqrt), ember's
+                    // compute in float32 and round once: a few ulps apart
+                    let rtol = match (case.rtol, g.dtype()) {
+                        (None, d @ (DType::F16 | DType::BF16)) => Some(4.0 * default_tol(d).0),
+                        (r, _) => r,
+                    };
+                    compare_tensor(g, w, rtol, case.atol)
+                        .map_err(|m| format!("gradient of input {k}: {m}"))?
+                }
+                (None, None) => {}
+                (g, _) => {
+                    return Err(format!(
+                        "gradient of input {k}: PyTorch has {}, ember {}",
+                        if w.is_some() { "one" } else { "none" },
+                        if g.is_some() { "one" } else { "none" }
+                    ))
+                }
+            }
+        }
+    } else if let Some(msg) = &case.grad_error {
+        if run_grad(case, dev, None).is_ok() {
+            return Err(format!(
+                "PyTorch's backward raises ({msg}) but ember's succeeds"
+            ));
+        }
+    }
+    Ok(Verdict::Pass)
 }
 
 /// Whether PyTorch raises for this case because of the input's values (an index
 /// out of range), which a meta tensor does not have: the CPU's error says so.
 fn raises_for_values(case: &Case) -> bool {
-    matches!(run(case, Device::Cpu), Err(e) if e.contains("out of bounds"))
+    matches!(run(case, Device::Cpu), Err(e) if e.contains("out of bounds") || e.contains("ZeroDivisionError"))
 }
 
 /// Replays every case on `dev` and fails with every mismatch.

@@ -76,6 +76,50 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("erf", |t| one(t[0].erf())),
         ("gelu", |t| one(t[0].gelu())),
         ("gelu_tanh", |t| one(t[0].gelu_tanh())),
+        ("silu", |t| one(t[0].silu())),
+        ("softplus", |t| one(t[12].softplus(2.0, 5.0))),
+        ("elu", |t| one(t[0].elu(1.0))),
+        ("leaky_relu", |t| one(t[0].leaky_relu(0.01))),
+        ("log1p", |t| one(t[14].log1p())),
+        ("expm1 of ints", |t| one(t[9].expm1())),
+        ("rsqrt", |t| one(t[14].rsqrt())),
+        ("log2", |t| one(t[14].log2())),
+        ("tan", |t| one(t[0].tan())),
+        ("atan", |t| one(t[0].atan())),
+        ("floor", |t| one(t[0].floor())),
+        ("ceil of u8", |t| one(t[9].ceil())),
+        ("trunc", |t| one(t[12].trunc())),
+        ("round", |t| one(t[0].round())),
+        ("sign", |t| one(t[0].sign())),
+        ("sign of bools", |t| one(t[8].sign())),
+        ("isnan", |t| one(t[0].isnan())),
+        ("isinf of u8", |t| one(t[9].isinf())),
+        ("isfinite", |t| one(t[12].isfinite())),
+        ("nan_to_num", |t| {
+            one(t[0].nan_to_num(0.0, None, Some(-1.0)))
+        }),
+        ("atan2", |t| one(t[0].atan2(&t[1]))),
+        ("remainder", |t| one(t[0].remainder(&t[14]))),
+        ("fmod scalar", |t| one(t[0].fmod(0.5))),
+        ("floor_divide u8", |t| one(t[9].floor_divide(3i64))),
+        ("flip", |t| one(t[3].flip([0, 2]))),
+        ("roll", |t| one(t[3].roll(&[1, -2], &[0, 2]))),
+        ("roll flattened", |t| one(t[0].roll(&[3], &[]))),
+        ("repeat", |t| one(t[0].repeat(&[2, 1, 3]))),
+        ("tril", |t| one(t[3].tril(0))),
+        ("triu of bools", |t| one(t[8].triu(1))),
+        ("pad constant", |t| {
+            one(t[3].pad(&[1, 2, -1, 0], ember::PadMode::Constant(0.5)))
+        }),
+        ("pad reflect", |t| {
+            one(t[10].pad(&[2, 1], ember::PadMode::Reflect))
+        }),
+        ("pad replicate", |t| {
+            one(t[10].pad(&[1, 1, 1, 1], ember::PadMode::Replicate))
+        }),
+        ("pad circular", |t| {
+            one(t[10].pad(&[1, 2], ember::PadMode::Circular))
+        }),
         ("clamp", |t| one(t[0].clamp(Some(-0.5), Some(0.5)))),
         ("clamp int by float", |t| one(t[9].clamp_min(2.5))),
         ("clamp_max", |t| one(t[9].clamp_max(4.0))),

@@ -334,6 +334,81 @@ activation!(/// Hyperbolic tangent.
     Tanh, tanh);
 activation!(/// GELU, exact (erf) form.
     GELU, gelu);
+activation!(/// SiLU (swish): `x · sigmoid(x)`.
+    SiLU, silu);
+
+/// Returns its input (`nn.Identity`): a placeholder where a model may or may not
+/// have a layer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Identity;
+
+impl Module for Identity {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.clone())
+    }
+}
+
+/// `x` where `x > 0`, else `negative_slope · x` (`nn.LeakyReLU`; the default slope
+/// is 0.01).
+#[derive(Clone, Copy, Debug)]
+pub struct LeakyReLU {
+    pub negative_slope: f64,
+}
+
+impl Default for LeakyReLU {
+    fn default() -> Self {
+        LeakyReLU {
+            negative_slope: 0.01,
+        }
+    }
+}
+
+impl Module for LeakyReLU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.leaky_relu(self.negative_slope)
+    }
+}
+
+/// `log(1 + e^(βx)) / β`, linear above `threshold` (`nn.Softplus`; defaults
+/// `beta = 1`, `threshold = 20`).
+#[derive(Clone, Copy, Debug)]
+pub struct Softplus {
+    pub beta: f64,
+    pub threshold: f64,
+}
+
+impl Default for Softplus {
+    fn default() -> Self {
+        Softplus {
+            beta: 1.0,
+            threshold: 20.0,
+        }
+    }
+}
+
+impl Module for Softplus {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.softplus(self.beta, self.threshold)
+    }
+}
+
+/// `x` where `x > 0`, else `alpha · (e^x - 1)` (`nn.ELU`; default `alpha = 1`).
+#[derive(Clone, Copy, Debug)]
+pub struct ELU {
+    pub alpha: f64,
+}
+
+impl Default for ELU {
+    fn default() -> Self {
+        ELU { alpha: 1.0 }
+    }
+}
+
+impl Module for ELU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.elu(self.alpha)
+    }
+}
 
 /// Softmax along a dim (`nn.Softmax(dim)`).
 #[derive(Clone, Copy, Debug)]

@@ -20,8 +20,8 @@ mod loss;
 mod norm;
 
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, LazyLinear, Linear, MaxPool2d, ReLU,
-    Sequential, Sigmoid, Softmax, Tanh, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Identity, LazyLinear, LeakyReLU,
+    Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus, Tanh, ELU, GELU,
 };
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};

@@ -4,7 +4,7 @@
 use super::{grad, with_storages2, Storages, Tensor};
 use crate::autograd::{Inputs, Saved};
 pub use crate::backend::op::Scalar;
-use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryCode, UnaryOp};
+use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Device, Error, Result};
@@ -170,6 +170,7 @@ impl Tensor {
         float_only: bool,
     ) -> Result<Tensor> {
         self.check_bool_sub::<O>(name, rhs)?;
+        self.check_division::<O>(name, rhs, float_only)?;
         if let Operand::Scalar(s) = rhs {
             if !crate::autograd::needs_grad(&[self]) {
                 return self.scalar_op(s, float_only, |st, l, s| st.binary_scalar(l, s, op));
@@ -204,6 +205,54 @@ impl Tensor {
         Ok(())
     }
 
+    /// PyTorch's refusals for `remainder`, `fmod` and `floor_divide`: bool operands
+    /// (in the dtype they compute in) and an integer division by zero (its
+    /// `ZeroDivisionError`). A tensor divisor's zeros are counted on its device,
+    /// which waits for it; a meta tensor has no values to check.
+    fn check_division<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        rhs: Operand,
+        float_only: bool,
+    ) -> Result<()> {
+        let kernel = match O::CODE {
+            BinaryCode::Remainder => "remainder_cpu",
+            BinaryCode::Fmod => "fmod_cpu",
+            BinaryCode::FloorDivide => "div_floor_cpu",
+            _ => return Ok(()),
+        };
+        let dt = match rhs {
+            Operand::Tensor(t) => {
+                DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0)
+            }
+            Operand::Scalar(s) => self.scalar_dtype(s, float_only),
+        };
+        if dt == DType::Bool {
+            return Err(Error::dtype(
+                name,
+                DType::Bool,
+                format!("\"{kernel}\" not implemented for 'Bool'"),
+            ));
+        }
+        if dt.is_float() {
+            return Ok(());
+        }
+        let zero = match rhs {
+            Operand::Scalar(s) => s.to_f64() == 0.0,
+            Operand::Tensor(t) if t.device() == Device::Meta => false,
+            Operand::Tensor(t) => {
+                crate::no_grad(|| t.eq(0)?.to_dtype(DType::I64)?.sum_all()?.item::<i64>())? > 0
+            }
+        };
+        if zero {
+            return Err(Error::invalid(
+                name,
+                "ZeroDivisionError: integer division by zero",
+            ));
+        }
+        Ok(())
+    }
+
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
     /// result dtype can be cast to `self`'s. Recorded when a gradient is tracked (see
     /// [`check_inplace_target`](Self::check_inplace_target)).
@@ -215,6 +264,7 @@ impl Tensor {
         float_only: bool,
     ) -> Result<()> {
         self.check_bool_sub::<O>(name, rhs)?;
+        self.check_division::<O>(name, rhs, float_only)?;
         let recorded = self.check_inplace_target(name, rhs)?;
         if let Operand::Scalar(s) = rhs {
             if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
@@ -255,7 +305,8 @@ impl Tensor {
             // them, since they are about to be overwritten), then written back
             let reads_self = match O::CODE {
                 BinaryCode::Mul | BinaryCode::Div => b.requires_grad(),
-                BinaryCode::Maximum | BinaryCode::Minimum => true,
+                BinaryCode::Maximum | BinaryCode::Minimum | BinaryCode::Atan2 => true,
+                BinaryCode::Remainder | BinaryCode::Fmod => b.requires_grad(),
                 _ => false,
             };
             let a = if reads_self {
@@ -400,14 +451,13 @@ impl Tensor {
         op: &O,
         rule: grad::Unary,
     ) -> Result<Tensor> {
-        if matches!(op.code().0, UnaryCode::Gelu | UnaryCode::GeluTanh) && !self.dtype().is_float()
-        {
-            // PyTorch's GELU kernels exist for floating-point dtypes only
+        if let (Some(kernel), false) = (O::FLOAT_KERNEL, self.dtype().is_float()) {
+            // PyTorch's kernels for these exist for floating-point dtypes only
             return Err(Error::dtype(
                 name,
                 self.dtype(),
                 format!(
-                    "\"GeluKernelImpl\" not implemented for '{}'; convert with .to_dtype() first",
+                    "\"{kernel}\" not implemented for '{}'; convert with .to_dtype() first",
                     torch_dtype_name(self.dtype())
                 ),
             ));
@@ -473,6 +523,17 @@ binary_methods! {
     maximum, maximum_, ops::Maximum, false;
     /// Elementwise minimum; NaN wins.
     minimum, minimum_, ops::Minimum, false;
+    /// `atan2(self, rhs)`: the angle of the point `(rhs, self)` (integers give
+    /// float32).
+    atan2, atan2_, ops::Atan2, true;
+    /// Python's modulo `self % rhs` (`torch.remainder`): the result has the
+    /// divisor's sign. Integer division by zero is an error, as in PyTorch.
+    remainder, remainder_, ops::Remainder, false;
+    /// C's `fmod(self, rhs)` (`torch.fmod`): the result has the dividend's sign.
+    fmod, fmod_, ops::Fmod, false;
+    /// `floor(self / rhs)` (`torch.floor_divide`, Python's `//`); integers stay
+    /// integers. Not differentiable: backward through it is an error, as in PyTorch.
+    floor_divide, floor_divide_, ops::FloorDivide, false;
 }
 
 macro_rules! unary_methods {
@@ -516,6 +577,30 @@ unary_methods! {
     gelu, ops::Gelu, Gelu;
     /// GELU with the tanh approximation (`nn.GELU(approximate='tanh')`).
     gelu_tanh, ops::GeluTanh, GeluTanh;
+    /// SiLU (swish): `x · sigmoid(x)` (`F.silu`); floating-point dtypes only.
+    silu, ops::Silu, Silu;
+    /// `ln(1 + x)`, accurate near 0.
+    log1p, ops::Log1p, Log1p;
+    /// `e^x - 1`, accurate near 0.
+    expm1, ops::Expm1, Expm1;
+    /// `1 / sqrt(x)`.
+    rsqrt, ops::Rsqrt, Rsqrt;
+    /// Base-2 logarithm.
+    log2, ops::Log2, Log2;
+    /// Tangent.
+    tan, ops::Tan, Tan;
+    /// Arctangent.
+    atan, ops::Atan, Atan;
+    /// Rounds down; integers are returned as they are (a copy), bools refused, as in
+    /// PyTorch. The gradient is 0.
+    floor, ops::Floor, Zero;
+    /// Rounds up (integers unchanged; gradient 0).
+    ceil, ops::Ceil, Zero;
+    /// Rounds toward zero (integers unchanged; gradient 0).
+    trunc, ops::Trunc, Zero;
+    /// Rounds to the nearest integer, halves to even as in PyTorch (`round(2.5)` is
+    /// 2); integers unchanged; gradient 0.
+    round, ops::Round, Zero;
 }
 
 macro_rules! compare_methods {
@@ -538,6 +623,94 @@ compare_methods! {
 }
 
 impl Tensor {
+    /// -1, 0 or 1 by the sign of each element (`torch.sign`): NaN gives 0, a bool
+    /// tensor is returned as it is (a copy), integers keep their dtype. The gradient
+    /// is 0.
+    pub fn sign(&self) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return crate::no_grad(|| self.copy());
+        }
+        self.unary_op("sign", &ops::Sign, grad::Unary::Zero)
+    }
+
+    /// Whether each element is NaN (`torch.isnan`); false for integers and bools.
+    pub fn isnan(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            self.ne(self)
+        } else {
+            self.full_like_bool(false)
+        }
+    }
+
+    /// Whether each element is +∞ or -∞ (`torch.isinf`).
+    pub fn isinf(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            self.abs()?.eq(f64::INFINITY)
+        } else {
+            self.full_like_bool(false)
+        }
+    }
+
+    /// Whether each element is finite: neither NaN nor infinite (`torch.isfinite`).
+    pub fn isfinite(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            // false for NaN (every comparison with it is) and for ±∞
+            self.abs()?.lt(f64::INFINITY)
+        } else {
+            self.full_like_bool(true)
+        }
+    }
+
+    fn full_like_bool(&self, v: bool) -> Result<Tensor> {
+        Tensor::full(self.shape(), v, DType::Bool, &self.device())
+    }
+
+    /// NaN replaced by `nan`, +∞ by `posinf` and -∞ by `neginf`, which default
+    /// to the dtype's largest and lowest finite values (`torch.nan_to_num`).
+    /// Integers and bools are returned as they are (a copy). The gradient passes
+    /// where the element was finite.
+    pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return self.copy();
+        }
+        let max = match self.dtype() {
+            DType::F16 => half::f16::MAX.to_f64(),
+            DType::BF16 => half::bf16::MAX.to_f64(),
+            DType::F32 => f32::MAX as f64,
+            _ => f64::MAX,
+        };
+        let y = self.isnan()?.where_(nan, self)?;
+        let y = self.eq(f64::INFINITY)?.where_(posinf.unwrap_or(max), &y)?;
+        self.eq(f64::NEG_INFINITY)?
+            .where_(neginf.unwrap_or(-max), &y)
+    }
+
+    /// `log(1 + e^(βx)) / β`, and `x` itself where `βx > threshold` (`F.softplus`;
+    /// PyTorch's defaults are `beta = 1`, `threshold = 20`). Floating-point only.
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Result<Tensor> {
+        self.unary_op(
+            "softplus",
+            &ops::Softplus { beta, threshold },
+            grad::Unary::Softplus(beta, threshold),
+        )
+    }
+
+    /// ELU: `x` where `x > 0`, else `alpha · (e^x - 1)` (`F.elu`, default
+    /// `alpha = 1`). Floating-point only.
+    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
+        self.unary_op("elu", &ops::Elu(alpha), grad::Unary::Elu(alpha))
+    }
+
+    /// `x` where `x > 0`, else `negative_slope · x` (`F.leaky_relu`, default
+    /// slope 0.01). Floating-point only.
+    pub fn leaky_relu(&self, negative_slope: f64) -> Result<Tensor> {
+        self.unary_op(
+            "leaky_relu",
+            &ops::LeakyRelu(negative_slope),
+            grad::Unary::LeakyRelu(negative_slope),
+        )
+    }
+
     /// `scalar - self` (`torch.rsub(self, scalar)`, Python's `2 - t`), with the
     /// type promotion of a Python number: an int scalar keeps an integer tensor's
     /// dtype, a float one makes it float32. A bool on either side is an error, as in

@@ -4,7 +4,7 @@
 use super::Tensor;
 use crate::autograd::{sum_to, Grads, Inputs, Saved};
 use crate::backend::op::BinaryCode;
-use crate::Result;
+use crate::{DType, Result};
 
 /// The derivative of each one-input elementwise op.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +26,18 @@ pub(crate) enum Unary {
     GeluTanh,
     Pow(f64),
     Clamp(Option<f64>, Option<f64>),
+    Silu,
+    Softplus(f64, f64),
+    Elu(f64),
+    LeakyRelu(f64),
+    Log1p,
+    Expm1,
+    Rsqrt,
+    Log2,
+    Tan,
+    Atan,
+    /// Rounding and sign: a zero gradient, as in PyTorch.
+    Zero,
 }
 
 impl Unary {
@@ -34,8 +46,8 @@ impl Unary {
     pub fn saves(self) -> (bool, bool) {
         use Unary::*;
         match self {
-            Neg => (false, false),
-            Exp | Sqrt | Tanh | Recip | Sigmoid | Relu => (false, true),
+            Neg | Zero => (false, false),
+            Exp | Sqrt | Tanh | Recip | Sigmoid | Relu | Expm1 | Rsqrt | Tan => (false, true),
             _ => (true, false),
         }
     }
@@ -43,6 +55,21 @@ impl Unary {
     /// The input's gradient; `x` and `y` are the saved input and output (`None`
     /// where [`saves`](Self::saves) says the rule does not read them).
     pub fn backward(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
+        let dt = g.dtype();
+        if matches!(dt, DType::F16 | DType::BF16) {
+            // computed in float32 and rounded once, as PyTorch's fused backward
+            // kernels do for the half dtypes (a composite in f16/bf16 would round
+            // at every step)
+            let up = |t: Option<&Tensor>| t.map(|t| t.to_dtype(DType::F32)).transpose();
+            let (x, y) = (up(x)?, up(y)?);
+            return self
+                .backward_in(x.as_ref(), y.as_ref(), &g.to_dtype(DType::F32)?)?
+                .to_dtype(dt);
+        }
+        self.backward_in(x, y, g)
+    }
+
+    fn backward_in(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
         use Unary::*;
         let missing =
             || crate::Error::invalid("backward", format!("{self:?}: a value was not saved"));
@@ -109,6 +136,35 @@ impl Unary {
                     g.mul(&x.pow(e - 1.0)?.mul(e)?)
                 }
             }
+            Silu => {
+                // s (1 + x (1 - s)) with s = sigmoid(x)
+                let s = x.sigmoid()?;
+                g.mul(&s.mul(&x.mul(&s.neg()?.add(1.0)?)?.add(1.0)?)?)
+            }
+            Softplus(beta, threshold) => {
+                // sigmoid(βx) below the threshold, 1 above it
+                let bx = x.mul(beta)?;
+                let above = bx.gt(threshold)?;
+                g.mul(&above.where_(1.0, &bx.sigmoid()?)?)
+            }
+            Elu(alpha) => {
+                let neg = x.exp()?.mul(alpha)?;
+                g.mul(&x.le(0.0)?.where_(&neg, 1.0)?)
+            }
+            LeakyRelu(slope) => g.mul(
+                &x.gt(0.0)?
+                    .to_dtype(x.dtype())?
+                    .mul(1.0 - slope)?
+                    .add(slope)?,
+            ),
+            Log1p => g.div(&x.add(1.0)?),
+            Expm1 => g.mul(&y.add(1.0)?),
+            // -1/2 · y^3
+            Rsqrt => g.mul(&y.pow(3.0)?.mul(-0.5)?),
+            Log2 => g.div(&x.mul(std::f64::consts::LN_2)?),
+            Tan => g.mul(&y.square()?.add(1.0)?),
+            Atan => g.div(&x.square()?.add(1.0)?),
+            Zero => g.zeros_like(),
             Clamp(lo, hi) => {
                 // PyTorch's rule: the gradient passes strictly inside the bounds
                 // (`min < x < max`); at a bound, outside, at NaN (or a NaN bound) 0
@@ -190,6 +246,41 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
                 g.clone()
             },
         ),
+        BinaryCode::Atan2 => {
+            // (b, -a) / (a² + b²)
+            let (a, b) = (a()?, b()?);
+            let r = a.square()?.add(&b.square()?)?.recip()?;
+            (
+                if na { g.mul(&b.mul(&r)?)? } else { g.clone() },
+                if nb {
+                    g.mul(&a.mul(&r)?)?.neg()?
+                } else {
+                    g.clone()
+                },
+            )
+        }
+        // a - b·q with q = floor(a / b) (remainder) or trunc(a / b) (fmod), flat
+        // in q: the gradients are g and -g·q, as PyTorch's rules
+        BinaryCode::Remainder | BinaryCode::Fmod => (
+            g.clone(),
+            if nb {
+                let (a, b) = (a()?, b()?);
+                let q = if op == BinaryCode::Remainder {
+                    a.floor_divide(b)?
+                } else {
+                    a.div(b)?.trunc()?
+                };
+                g.mul(&q)?.neg()?
+            } else {
+                g.clone()
+            },
+        ),
+        BinaryCode::FloorDivide => {
+            return Err(crate::Error::invalid(
+                "backward",
+                "the derivative for floor_divide is not implemented (as in PyTorch)",
+            ))
+        }
         // relu's backward `a · [b > 0]` (a gradient `a`, relu's input `b`): linear
         // in `a`, flat in `b` wherever it is differentiable
         BinaryCode::ReluBackward => (

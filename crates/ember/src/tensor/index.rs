@@ -160,6 +160,14 @@ impl Tensor {
                 .index_select(0, index)?
                 .reshape(index.shape());
         }
+        self.index_select_valid(d, idx)
+    }
+
+    /// [`index_select`](Self::index_select) along the normalised `dim` of a tensor
+    /// of rank ≥ 1, with indices that are known to lie in `[0, size)` (built by
+    /// ember itself, or checked by [`index_values`](Self::index_values)): 1-D int64
+    /// on this tensor's device.
+    pub(crate) fn index_select_valid(&self, d: usize, idx: Tensor) -> Result<Tensor> {
         let n_idx = idx.numel();
         let mut shape = self.shape().to_vec();
         shape[d] = n_idx;

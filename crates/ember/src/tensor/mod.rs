@@ -21,6 +21,7 @@ mod index;
 mod logical;
 mod matmul;
 mod pool;
+mod rearrange;
 mod reduce;
 pub(crate) mod shape;
 mod views;
@@ -32,6 +33,7 @@ pub use display::{set_print_options, PrintOptions};
 pub use elementwise::{Operand, Scalar};
 pub use index::{Idx, IndexArg};
 pub use pool::Pool2dOptions;
+pub use rearrange::PadMode;
 pub use shape::{IntoDims, IntoShape};
 
 use crate::autograd::Node;

@@ -10,7 +10,11 @@ Format (one case per line inside "cases"):
   {"name": "FAMILY/CASE", "op", "params": {...} (absent when empty), "inputs": [INPUT...],
    "expected": {"tensor": T} | {"tensors": [T...]} | {"str": s}
              | {"error": msg, "kind": KIND},
-   optional "rtol"/"atol" overriding the per-dtype defaults of the test}
+   optional "rtol"/"atol" overriding the per-dtype defaults of the test,
+   optional "grad_out": T and "grads": [T | null per input]: the op's output
+   backpropagated with grad_out (fixed values) into every floating-point tensor
+   input (its base before "pre" views), and the gradient each got (null where
+   the input is not a float tensor or got none)}
   INPUT: a tensor T, optionally with "pre": [view ops applied before the op,
          to make non-contiguous inputs], or a Python scalar {"scalar": v, "kind":
          "bool"|"int"|"float"}.
@@ -308,7 +312,55 @@ def run_op(op, p, x):
         return list(torch.max(a, p["dim"], keepdim=p["keepdim"]))
     if op == "print":
         return str(a)
+    # issue 20: activations, rounding, predicates, elementwise binary, rearranging
+    if op in NEW_UNARY:
+        return NEW_UNARY[op](a)
+    if op in NEW_BINARY:
+        return getattr(torch, op)(a, x[1])
+    if op == "softplus":
+        return F.softplus(a, beta=p["beta"], threshold=p["threshold"])
+    if op == "elu":
+        return F.elu(a, alpha=p["alpha"])
+    if op == "leaky_relu":
+        return F.leaky_relu(a, negative_slope=p["slope"])
+    if op == "nan_to_num":
+        return torch.nan_to_num(a, nan=p["nan"], posinf=p.get("posinf"), neginf=p.get("neginf"))
+    if op == "flip":
+        return torch.flip(a, p["dims"])
+    if op == "roll":
+        return torch.roll(a, p["shifts"], p["dims"])
+    if op == "repeat":
+        return a.repeat(*p["sizes"])
+    if op == "tril":
+        return torch.tril(a, p["diagonal"])
+    if op == "triu":
+        return torch.triu(a, p["diagonal"])
+    if op == "pad":
+        if p["mode"] == "constant":
+            return F.pad(a, p["pads"], mode="constant", value=p["value"])
+        return F.pad(a, p["pads"], mode=p["mode"])
     raise ValueError(f"unknown op {op}")
+
+
+NEW_UNARY = {
+    "silu": F.silu,
+    "log1p": torch.log1p,
+    "expm1": torch.expm1,
+    "rsqrt": torch.rsqrt,
+    "log2": torch.log2,
+    "tan": torch.tan,
+    "atan": torch.atan,
+    "erf": torch.erf,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "trunc": torch.trunc,
+    "round": torch.round,
+    "sign": torch.sign,
+    "isnan": torch.isnan,
+    "isinf": torch.isinf,
+    "isfinite": torch.isfinite,
+}
+NEW_BINARY = ["atan2", "remainder", "fmod", "floor_divide"]
 
 
 # ----------------------------------------------------------------------------------
@@ -333,7 +385,10 @@ ERROR_KINDS = [
      r"|inconsistent with step sign|Input dimension should be at least|Expected 3D or 4D tensor"
      r"|Expected input to have non-zero size|Output size is too small|need to be at least 1D"
      r"|split_with_sizes expects|is invalid for input of size|exceeds dimension size"
-     r"|outside the representable range", "InvalidArgument"),
+     r"|outside the representable range|ZeroDivisionError|Padding length|Padding size"
+     r"|shifts and dimensions must align|Number of dimensions of repeat dims"
+     r"|input tensor must have at least 2 dimensions|wrapping around more than once"
+     r"|length must be non-negative", "InvalidArgument"),
 ]
 
 
@@ -352,7 +407,35 @@ CASES = []
 NAMES = set()
 
 
-def case(family, name, op, inputs, params=None, rtol=None, atol=None):
+def grad_out_for(out):
+    """Fixed upstream gradient values for `out` (not drawn from the random stream,
+    so that adding gradient cases does not move later cases' inputs)."""
+    n = out.numel()
+    v = ((torch.arange(n, dtype=torch.float64) * 0.37 + 0.11).sin() * 1000).round() / 1000
+    return v.reshape(out.shape).to(out.dtype)
+
+
+def backprop(op, params, inputs):
+    """(grad_out, [grad or None per input]) of `op` at `inputs`."""
+    leaves, args = [], []
+    for i in inputs:
+        if isinstance(i, In) and i.base.dtype.is_floating_point:
+            leaf = i.base.detach().clone().requires_grad_(True)
+            t = leaf
+            for p in i.pre:
+                t = apply_view(t, p["op"], p.get("args", []))
+            leaves.append(leaf)
+            args.append(t)
+        else:
+            leaves.append(None)
+            args.append(i.torch())
+    out = run_op(op, params, args)
+    go = grad_out_for(out)
+    out.backward(go)
+    return go, [None if l is None or l.grad is None else l.grad for l in leaves]
+
+
+def case(family, name, op, inputs, params=None, rtol=None, atol=None, grad=False):
     params = params or {}
     inputs = [i if isinstance(i, (In, Sc)) else In(i) if isinstance(i, torch.Tensor) else Sc(i)
               for i in inputs]
@@ -378,6 +461,14 @@ def case(family, name, op, inputs, params=None, rtol=None, atol=None):
         c["params"] = {k: Sc(v).enc()["scalar"] if isinstance(v, float) else v for k, v in params.items()}
     c["inputs"] = [i.enc() for i in inputs]
     c["expected"] = exp
+    if grad and "error" not in exp:
+        try:
+            go, grads = backprop(op, params, inputs)
+            c["grad_out"] = enc_tensor(go)
+            c["grads"] = [None if g is None else enc_tensor(g) for g in grads]
+        except RuntimeError as e:
+            # backward refused (floor_divide): ember's backward must fail too
+            c["grad_error"] = str(e).splitlines()[0][:200]
     if rtol is not None:
         c["rtol"] = rtol
     if atol is not None:
@@ -1358,6 +1449,146 @@ case(FAM, "u8_max_neg", "clamp", [T([1, 5, 200], U8)], {"min": None, "max": -1})
 case(FAM, "i64_whole_float_bounds", "clamp", [T([-4, 1, 9], I)], {"min": -2.0, "max": 3.0})
 case(FAM, "bool_int_min", "clamp", [T([True, False])], {"min": 0, "max": None})
 case(FAM, "bool_float_min", "clamp", [T([True, False])], {"min": 0.5, "max": None})
+
+# ---- issue 20: activations, rounding, predicates (forward and backward) -----------
+# (after every draw above, so that the earlier cases' inputs stay as they were)
+FAM = "unary2"
+NOT_DIFFERENTIABLE = ("isnan", "isinf", "isfinite")
+SPECIAL2 = [NANV, INF, -INF, 0.0, -0.0, -1.0, 1e-30, 50.0, -50.0, 100.0, 0.5, -0.5, 1.5, -2.5, 2.5, 1e-4]
+for op in NEW_UNARY:
+    g = op not in NOT_DIFFERENTIABLE
+    if op in ("rsqrt", "log2"):
+        x = pos(2, 5)
+    elif op == "log1p":
+        x = pos(2, 5) - 0.2
+    elif op == "tan":
+        x = rn(2, 5, scale=0.6)
+    else:
+        x = rn(2, 5, scale=2.0)
+    case(FAM, f"{op}_f32", op, [x], grad=g)
+    case(FAM, f"{op}_f64", op, [d64(x)], grad=g)
+    case(FAM, f"{op}_special", op, [T(SPECIAL2)])
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16)], grad=g)
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16)], grad=g)
+    case(FAM, f"{op}_transposed", op, [In(rn(3, 4), [{"op": "transpose", "args": [0, 1]}])], grad=g)
+    case(FAM, f"{op}_int64", op, [ri(6)])
+    case(FAM, f"{op}_u8", op, [T([0, 1, 7, 200], U8)])
+    case(FAM, f"{op}_bool", op, [T([True, False])])
+# gradients at the special points where the rule has a branch
+for op in ("silu", "floor", "round", "sign", "expm1", "atan", "erf"):
+    case(FAM, f"{op}_special_grad", op, [T([-0.0, 0.0, -1.0, 1.5, -2.5, 3.0, 1e-4])], grad=True)
+
+FAM = "activation"
+ACT = [("softplus", {"beta": 1.0, "threshold": 20.0}), ("softplus", {"beta": 2.0, "threshold": 5.0}),
+       ("softplus", {"beta": 0.5, "threshold": 1.0}), ("elu", {"alpha": 1.0}), ("elu", {"alpha": 0.5}),
+       ("leaky_relu", {"slope": 0.01}), ("leaky_relu", {"slope": 0.2})]
+for k, (op, prm) in enumerate(ACT):
+    case(FAM, f"{op}_{k}_f32", op, [rn(3, 5, scale=3.0)], prm, grad=True)
+    case(FAM, f"{op}_{k}_f64", op, [d64(rn(3, 5, scale=3.0))], prm, grad=True)
+    case(FAM, f"{op}_{k}_special", op, [T([NANV, INF, -INF, 0.0, -0.0, 2.5, 3.0, 20.0, 21.0, -30.0])], prm)
+    case(FAM, f"{op}_{k}_boundary_grad", op, [T([-0.0, 0.0, 2.5, 3.0, 20.0, 21.0, -30.0])], prm, grad=True)
+    case(FAM, f"{op}_{k}_bf16", op, [rn(6, dtype=torch.bfloat16, scale=3.0)], prm, grad=True)
+    case(FAM, f"{op}_{k}_f16", op, [rn(6, dtype=torch.float16, scale=3.0)], prm)
+    case(FAM, f"{op}_{k}_int64", op, [ri(4)], prm)
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    case(FAM, f"nan_to_num_default_{NAME[dt]}", "nan_to_num", [T([NANV, INF, -INF, 1.5, -0.0], dt)],
+         {"nan": 0.0, "posinf": None, "neginf": None}, grad=True)
+case(FAM, "nan_to_num_values", "nan_to_num", [T([NANV, INF, -INF, 1.5])],
+     {"nan": -1.0, "posinf": 100.0, "neginf": -7.5}, grad=True)
+case(FAM, "nan_to_num_int64", "nan_to_num", [ri(5)], {"nan": 0.0, "posinf": None, "neginf": None})
+case(FAM, "nan_to_num_bool", "nan_to_num", [T([True, False])], {"nan": 0.0, "posinf": None, "neginf": None})
+
+# remainder (Python's %), fmod (C's), floor_divide (//) and atan2: signs, zeros,
+# integer division by zero (an error), bool (an error), broadcasting, scalars
+FAM = "binary2"
+SIGNS_A = [7.5, -7.5, 7.5, -7.5, 6.0, -6.0, 0.0, -0.0, 5.0, 1e-3]
+SIGNS_B = [2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 2.0, -2.0, 0.0, 0.3]
+for op in NEW_BINARY:
+    g = op != "floor_divide"
+    case(FAM, f"{op}_f32", op, [rn(3, 4, scale=3.0), pos(3, 4)], grad=True)
+    case(FAM, f"{op}_f64", op, [d64(rn(3, 4, scale=3.0)), -d64(pos(3, 4))], grad=g)
+    case(FAM, f"{op}_signs", op, [T(SIGNS_A), T(SIGNS_B)])
+    case(FAM, f"{op}_special", op, [T([NANV, INF, -INF, INF, 1.0, -1.0, 0.0]), T([1.0, 2.0, 2.0, INF, INF, -INF, -0.0])])
+    case(FAM, f"{op}_broadcast", op, [rn(2, 3, scale=4.0), In(pos(3, 1), [{"op": "transpose", "args": [0, 1]}])], grad=g)
+    case(FAM, f"{op}_f16", op, [rn(5, dtype=torch.float16, scale=3.0), pos(5, dtype=torch.float16)])
+    case(FAM, f"{op}_bf16", op, [rn(5, dtype=torch.bfloat16, scale=3.0), pos(5, dtype=torch.bfloat16)])
+    case(FAM, f"{op}_int64", op, [T([7, -7, 7, -7, 0, 9, -9223372036854775807], I), T([2, 2, -2, -2, 3, -1, -1], I)])
+    case(FAM, f"{op}_int64_zero_divisor", op, [T([7, 8], I), T([2, 0], I)])
+    if op != "atan2":  # torch.atan2 takes tensors only
+        case(FAM, f"{op}_int64_zero_scalar", op, [T([7, 8], I), 0])
+    case(FAM, f"{op}_u8", op, [T([7, 200, 5], U8), T([2, 7, 255], U8)])
+    if op != "atan2":  # torch.atan2 takes tensors only
+        case(FAM, f"{op}_u8_neg_scalar", op, [T([7, 200, 5], U8), -3])
+    case(FAM, f"{op}_bool", op, [T([True, False]), T([True, True])])
+    if op != "atan2":  # torch.atan2 takes tensors only
+        case(FAM, f"{op}_int_float_scalar", op, [T([7, -7, 3], I), 2.5])
+    if op != "atan2":  # torch.atan2 takes tensors only
+        case(FAM, f"{op}_float_int_scalar", op, [rn(4, scale=5.0), -3], grad=g)
+    case(FAM, f"{op}_int_float_tensor", op, [T([7, -7, 3], I), T([2.5, 2.5, -1.5])])
+    case(FAM, f"{op}_0d_int_with_f16", op, [T(5, I), rn(3, dtype=torch.float16)])
+
+# ---- issue 20: rearranging (flip, roll, repeat, tril/triu, pad) -------------------
+FAM = "rearrange"
+x3 = rn(2, 3, 4)
+for dims in ([0], [-1], [0, 2], [], [1, -1]):
+    case(FAM, f"flip_{'_'.join(map(str, dims)) or 'none'}", "flip", [x3], {"dims": dims}, grad=True)
+case(FAM, "flip_int64", "flip", [ri(3, 2)], {"dims": [0, 1]})
+case(FAM, "flip_bool", "flip", [T([[True, False, False]])], {"dims": [1]})
+case(FAM, "flip_transposed", "flip", [In(rn(3, 4), [{"op": "transpose", "args": [0, 1]}])], {"dims": [1]}, grad=True)
+case(FAM, "flip_repeated_dim", "flip", [x3], {"dims": [0, 0]})
+case(FAM, "flip_dim_out_of_range", "flip", [x3], {"dims": [3]})
+case(FAM, "flip_0d", "flip", [T(1.5)], {"dims": [0]})
+for shifts, dims in (([1], [0]), ([2, -1], [0, 2]), ([-5], [2]), ([2], []), ([7], [1]), ([0], [1])):
+    case(FAM, f"roll_{shifts}_{dims}".replace(" ", ""), "roll", [x3], {"shifts": shifts, "dims": dims}, grad=True)
+case(FAM, "roll_int64", "roll", [ri(5)], {"shifts": [2], "dims": [0]})
+case(FAM, "roll_misaligned", "roll", [x3], {"shifts": [1], "dims": [0, 1]})
+case(FAM, "roll_empty_dim", "roll", [torch.zeros(0, 3)], {"shifts": [1], "dims": [0]})
+for sizes in ([2, 1, 3], [2, 2, 1, 2], [1, 0, 2], [1, 1, 1]):
+    case(FAM, f"repeat_{'_'.join(map(str, sizes))}", "repeat", [x3], {"sizes": sizes}, grad=True)
+case(FAM, "repeat_1d_to_2d", "repeat", [ri(3)], {"sizes": [2, 2]})
+case(FAM, "repeat_too_few", "repeat", [x3], {"sizes": [2, 2]})
+case(FAM, "repeat_bool", "repeat", [T([True, False])], {"sizes": [3]})
+for op in ("tril", "triu"):
+    for k in (0, 1, -1, 5, -5):
+        case(FAM, f"{op}_{k}", op, [x3], {"diagonal": k}, grad=True)
+    case(FAM, f"{op}_int64", op, [ri(3, 3)], {"diagonal": 0})
+    case(FAM, f"{op}_bool", op, [torch.ones(2, 3, dtype=torch.bool)], {"diagonal": 0})
+    case(FAM, f"{op}_1d", op, [rn(3)], {"diagonal": 0})
+    case(FAM, f"{op}_wide_transposed", op, [In(rn(5, 2), [{"op": "transpose", "args": [0, 1]}])],
+         {"diagonal": 1}, grad=True)
+PADS = [
+    ("const_last", rn(2, 3), [1, 2], "constant", 0.0),
+    ("const_two_dims", rn(1, 2, 3), [1, 1, 2, 0], "constant", 1.5),
+    ("const_crop", rn(1, 2, 4), [-1, 2], "constant", 0.0),
+    ("const_crop_both", rn(2, 5), [-1, -2, 1, 0], "constant", -1.0),
+    ("const_all_dims", rn(2, 2), [1, 0, 0, 1], "constant", 0.0),
+    ("const_int_fraction", ri(3), [1, 1], "constant", 2.5),
+    ("const_bool", T([True, False]), [1, 0], "constant", 1.0),
+    ("const_odd", rn(2, 3), [1], "constant", 0.0),
+    ("const_too_long", rn(2, 3), [1, 1, 1, 1, 1, 1], "constant", 0.0),
+    ("const_crop_too_much", rn(1, 3), [-2, -2], "constant", 0.0),
+    ("reflect_1d", rn(1, 2, 4), [2, 1], "reflect", 0.0),
+    ("reflect_2d", rn(1, 2, 3, 4), [1, 1, 2, 1], "reflect", 0.0),
+    ("reflect_2d_unbatched", rn(2, 3, 4), [1, 3, 1, 0], "reflect", 0.0),
+    ("reflect_3d", rn(1, 1, 2, 3, 3), [1, 1, 1, 2, 1, 0], "reflect", 0.0),
+    ("reflect_negative", rn(1, 2, 5), [-1, 2], "reflect", 0.0),
+    ("reflect_int64", ri(1, 2, 3), [1, 1], "reflect", 0.0),
+    ("reflect_too_wide", rn(1, 2, 3), [3, 3], "reflect", 0.0),
+    ("reflect_rank_1", rn(3), [1, 1], "reflect", 0.0),
+    ("reflect_rank_4_one_dim", rn(1, 1, 2, 3), [1, 1], "reflect", 0.0),
+    ("replicate_1d", rn(1, 2, 3), [3, 0], "replicate", 0.0),
+    ("replicate_2d", rn(1, 1, 2, 3), [2, 2, 1, 3], "replicate", 0.0),
+    ("replicate_negative", rn(1, 2, 3), [-1, 2], "replicate", 0.0),
+    ("replicate_bool", T([[[True, False]]]), [1, 1], "replicate", 0.0),
+    ("circular_1d", rn(1, 2, 3), [1, 2], "circular", 0.0),
+    ("circular_2d", rn(1, 1, 3, 3), [1, 1, 3, 0], "circular", 0.0),
+    ("circular_too_wide", rn(1, 2, 3), [4, 0], "circular", 0.0),
+]
+for name, x, pads, mode, value in PADS:
+    case(FAM, f"pad_{name}", "pad", [x], {"pads": pads, "mode": mode, "value": value},
+         grad=x.dtype.is_floating_point)
+case(FAM, "pad_reflect_transposed", "pad", [In(rn(1, 4, 3), [{"op": "transpose", "args": [1, 2]}])],
+     {"pads": [2, 1], "mode": "reflect", "value": 0.0}, grad=True)
 
 # ----------------------------------------------------------------------------------
 

@@ -541,7 +541,55 @@ fn inplace_ops_in_a_graph_match_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The activation modules apply their function with PyTorch's default arguments
+/// (values as `torch.nn` gives them for the same input).
+fn activation_modules_use_pytorchs_defaults(dev: &Device) -> Result<()> {
+    use ember::nn::{Identity, LeakyReLU, Module, SiLU, Softplus, ELU};
+    let x = Tensor::new([-2.0f64, 0.0, 1.0, 25.0], dev)?;
+    let close = |m: &dyn Module, want: [f64; 4]| -> Result<()> {
+        let got = m.forward(&x)?.to_vec::<f64>()?;
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                "{m:?}: {got:?} vs {want:?}",
+                m = std::any::type_name_of_val(m)
+            );
+        }
+        Ok(())
+    };
+    // torch.nn.LeakyReLU()(x), Softplus()(x) (linear above 20), ELU()(x), SiLU()(x)
+    close(&LeakyReLU::default(), [-0.02, 0.0, 1.0, 25.0])?;
+    close(
+        &Softplus::default(),
+        [
+            0.1269280110429725,
+            std::f64::consts::LN_2,
+            1.3132616875182228,
+            25.0,
+        ],
+    )?;
+    close(&ELU::default(), [-0.8646647167633873, 0.0, 1.0, 25.0])?;
+    close(
+        &SiLU,
+        [
+            -0.2384058440442351,
+            0.0,
+            0.7310585786300049,
+            24.9999999996528,
+        ],
+    )?;
+    close(&Identity, [-2.0, 0.0, 1.0, 25.0])?;
+    close(
+        &LeakyReLU {
+            negative_slope: 0.5,
+        },
+        [-1.0, 0.0, 1.0, 25.0],
+    )?;
+    Ok(())
+}
+
 device_test!(
+    activation_modules_use_pytorchs_defaults,
     losses_match_pytorch,
     inplace_ops_in_a_graph_match_pytorch,
     optimizers_match_pytorch,

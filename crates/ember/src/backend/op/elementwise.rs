@@ -28,6 +28,21 @@ codes! {
         GeluTanh = 14 => "GELU_TANH",
         PowScalar = 15 => "POW_SCALAR",
         Clamp = 16 => "CLAMP",
+        Silu = 17 => "SILU",
+        Softplus = 18 => "SOFTPLUS",
+        Elu = 19 => "ELU",
+        LeakyRelu = 20 => "LEAKY_RELU",
+        Log1p = 21 => "LOG1P",
+        Expm1 = 22 => "EXPM1",
+        Floor = 23 => "FLOOR",
+        Ceil = 24 => "CEIL",
+        Round = 25 => "ROUND",
+        Trunc = 26 => "TRUNC",
+        Sign = 27 => "SIGN",
+        Rsqrt = 28 => "RSQRT",
+        Log2 = 29 => "LOG2",
+        Tan = 30 => "TAN",
+        Atan = 31 => "ATAN",
     }
 }
 
@@ -42,6 +57,10 @@ codes! {
         Minimum = 5 => "MINIMUM",
         Pow = 6 => "POW",
         ReluBackward = 7 => "RELU_BACKWARD",
+        Atan2 = 8 => "ATAN2",
+        Remainder = 9 => "REMAINDER",
+        Fmod = 10 => "FMOD",
+        FloorDivide = 11 => "FLOOR_DIVIDE",
     }
 }
 
@@ -61,6 +80,10 @@ codes! {
 pub(crate) trait UnaryOp: Sync {
     /// Integer and bool inputs are converted to float32 first (exp, log, ...).
     const FLOAT_ONLY: bool;
+    /// For ops PyTorch implements for floating-point dtypes only (activations such
+    /// as GELU and SiLU), the name of its CPU kernel, which its error for an
+    /// integer or bool input names.
+    const FLOAT_KERNEL: Option<&'static str> = None;
     fn f<F: Real>(&self, x: F) -> F;
     fn i(&self, x: i64) -> i64 {
         self.f(x as f64) as i64
@@ -185,6 +208,62 @@ binop!(
     |g, x| if x > 0 { g } else { 0 }
 );
 
+binop!(Atan2, |a, b| a.atan2(b), |a, b| (a as f64).atan2(b as f64)
+    as i64);
+// Python's modulo: the result takes the divisor's sign. Integer division by zero
+// is refused before a kernel runs (PyTorch's ZeroDivisionError).
+binop!(
+    Remainder,
+    |a, b| {
+        let m = a % b;
+        if m != F::zero() && (b < F::zero()) != (m < F::zero()) {
+            m + b
+        } else {
+            m
+        }
+    },
+    |a, b| {
+        let m = a.checked_rem(b).unwrap_or(0);
+        if m != 0 && (b < 0) != (m < 0) {
+            m.wrapping_add(b)
+        } else {
+            m
+        }
+    }
+);
+// C's fmod: the result takes the dividend's sign.
+binop!(Fmod, |a, b| a % b, |a, b| a.checked_rem(b).unwrap_or(0));
+binop!(FloorDivide, |a, b| floor_div(a, b), |a, b| {
+    let q = a.wrapping_div(if b == 0 { 1 } else { b });
+    if b != 0 && a.wrapping_rem(b) != 0 && (a < 0) != (b < 0) {
+        q - 1
+    } else {
+        q
+    }
+});
+
+/// `floor(a / b)` computed from `fmod` as PyTorch does, so that a quotient just
+/// below an integer is not rounded up to it by the division.
+#[inline(always)]
+fn floor_div<F: Real>(a: F, b: F) -> F {
+    if b == F::zero() {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != F::zero() && (b < F::zero()) != (m < F::zero()) {
+        div = div - F::one();
+    }
+    if div == F::zero() {
+        return F::zero().copysign(a / b);
+    }
+    let mut q = div.floor();
+    if div - q > F::c(0.5) {
+        q = q + F::one();
+    }
+    q
+}
+
 fn int_pow(a: i64, b: i64) -> i64 {
     if b >= 0 {
         a.wrapping_pow(b.min(u32::MAX as i64) as u32)
@@ -209,6 +288,20 @@ macro_rules! unop {
         pub(crate) struct $name;
         impl UnaryOp for $name {
             const FLOAT_ONLY: bool = $float_only;
+            #[inline(always)]
+            fn f<F: Real>(&self, $x: F) -> F {
+                $f
+            }
+            fn code(&self) -> (UnaryCode, f64, f64) {
+                (UnaryCode::$name, 0.0, 0.0)
+            }
+        }
+    };
+    ($name:ident, kernel $kernel:literal, |$x:ident| $f:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const FLOAT_ONLY: bool = false;
+            const FLOAT_KERNEL: Option<&'static str> = Some($kernel);
             #[inline(always)]
             fn f<F: Real>(&self, $x: F) -> F {
                 $f
@@ -258,11 +351,49 @@ unop!(
 );
 unop!(Sigmoid, true, |x| F::one() / (F::one() + (-x).vexp()));
 unop!(Erf, true, |x| x.erf());
-unop!(Gelu, true, |x| F::c(0.5)
+unop!(Log1p, true, |x| x.ln_1p());
+unop!(Expm1, true, |x| x.exp_m1());
+unop!(Rsqrt, true, |x| x.sqrt().recip());
+unop!(Log2, true, |x| x.log2());
+unop!(Tan, true, |x| x.tan());
+unop!(Atan, true, |x| x.atan());
+// rounding leaves integers as they are (PyTorch returns a copy)
+unop!(Floor, false, |x| x.floor(), |x| x);
+unop!(Ceil, false, |x| x.ceil(), |x| x);
+unop!(Trunc, false, |x| x.trunc(), |x| x);
+// halves to even, as PyTorch's (and IEEE's default) rounding
+unop!(
+    Round,
+    false,
+    |x| {
+        let r = x.round();
+        if (r - x).abs() == F::c(0.5) {
+            (x * F::c(0.5)).round() * F::c(2.0)
+        } else {
+            r
+        }
+    },
+    |x| x
+);
+// -1, 0 or 1; NaN gives 0, as in PyTorch
+unop!(
+    Sign,
+    false,
+    |x| if x > F::zero() {
+        F::one()
+    } else if x < F::zero() {
+        -F::one()
+    } else {
+        F::zero()
+    },
+    |x| x.signum()
+);
+unop!(Silu, kernel "silu_cpu", |x| x / (F::one() + (-x).vexp()));
+unop!(Gelu, kernel "GeluKernelImpl", |x| F::c(0.5)
     * x
     * (F::one()
         + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
-unop!(GeluTanh, true, |x| {
+unop!(GeluTanh, kernel "GeluKernelImpl", |x| {
     let k = F::c((2.0 / std::f64::consts::PI).sqrt());
     F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())
 });
@@ -323,5 +454,63 @@ impl UnaryOp for Clamp {
             self.0.unwrap_or(f64::NAN),
             self.1.unwrap_or(f64::NAN),
         )
+    }
+}
+
+/// `log(1 + e^(βx)) / β`, and `x` itself where `βx > threshold` (`F.softplus`).
+pub(crate) struct Softplus {
+    pub beta: f64,
+    pub threshold: f64,
+}
+impl UnaryOp for Softplus {
+    const FLOAT_ONLY: bool = false;
+    const FLOAT_KERNEL: Option<&'static str> = Some("softplus_cpu");
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        let bx = x * F::c(self.beta);
+        if bx > F::c(self.threshold) {
+            x
+        } else {
+            bx.vexp().ln_1p() / F::c(self.beta)
+        }
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::Softplus, self.beta, self.threshold)
+    }
+}
+
+/// `x` where `x > 0`, else `α (e^x - 1)` (`F.elu`).
+pub(crate) struct Elu(pub f64);
+impl UnaryOp for Elu {
+    const FLOAT_ONLY: bool = false;
+    const FLOAT_KERNEL: Option<&'static str> = Some("elu_cpu");
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        if x > F::zero() {
+            x
+        } else {
+            x.exp_m1() * F::c(self.0)
+        }
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::Elu, self.0, 0.0)
+    }
+}
+
+/// `x` where `x > 0`, else `slope · x` (`F.leaky_relu`).
+pub(crate) struct LeakyRelu(pub f64);
+impl UnaryOp for LeakyRelu {
+    const FLOAT_ONLY: bool = false;
+    const FLOAT_KERNEL: Option<&'static str> = Some("leaky_relu_cpu");
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        if x > F::zero() {
+            x
+        } else {
+            x * F::c(self.0)
+        }
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::LeakyRelu, self.0, 0.0)
     }
 }

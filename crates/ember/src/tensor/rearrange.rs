@@ -1,0 +1,298 @@
+//! Ops that move or mask elements without arithmetic: `flip`, `roll`, `repeat`,
+//! `tril`/`triu` and `pad`. Each is a composite of views, `cat`, `index_select`
+//! with indices ember builds itself (in range by construction, so not checked on
+//! the device) and `masked_fill`: they run on every device and autograd needs no
+//! rule of their own.
+
+use super::shape::{dim_list, IntoDims};
+use super::{Scalar, Tensor};
+use crate::layout::normalize_dim;
+use crate::{DType, Error, Result};
+
+/// How [`Tensor::pad`] fills the new border (`F.pad`'s `mode`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PadMode {
+    /// A constant value (`mode="constant"`, `value=`).
+    Constant(f64),
+    /// The mirror image without the edge element: `[1, 2, 3]` padded by 2 on the
+    /// left gives `[3, 2, 1, 2, 3]`.
+    Reflect,
+    /// The edge element repeated.
+    Replicate,
+    /// The other end's elements, as if the dim were a ring.
+    Circular,
+}
+
+impl PadMode {
+    fn name(self) -> &'static str {
+        match self {
+            PadMode::Constant(_) => "constant",
+            PadMode::Reflect => "reflect",
+            PadMode::Replicate => "replicate",
+            PadMode::Circular => "circular",
+        }
+    }
+}
+
+impl Tensor {
+    /// The elements in reverse order along each of `dims` (`torch.flip`): a copy.
+    pub fn flip(&self, dims: impl IntoDims) -> Result<Tensor> {
+        let dims = dim_list("flip", &dims, self.rank().max(1))?;
+        if self.rank() == 0 {
+            return self.copy();
+        }
+        let mut t = self.clone();
+        for &d in &dims {
+            let n = self.shape()[d];
+            let idx: Vec<i64> = (0..n as i64).rev().collect();
+            t = t.index_select_valid(d, self.indices(idx)?)?;
+        }
+        if dims.is_empty() {
+            t = t.copy()?;
+        }
+        Ok(t)
+    }
+
+    /// The elements shifted by `shifts[i]` along `dims[i]`, those pushed past the
+    /// end coming back at the start (`torch.roll`). With no dims, the tensor is
+    /// rolled as if flattened and keeps its shape.
+    pub fn roll(&self, shifts: &[i64], dims: &[i64]) -> Result<Tensor> {
+        if dims.is_empty() {
+            if shifts.len() != 1 {
+                return Err(Error::invalid(
+                    "roll",
+                    format!(
+                        "shifts and dimensions must align. shifts: {}, dims:0",
+                        shifts.len()
+                    ),
+                ));
+            }
+            return self
+                .flatten_all()?
+                .roll(shifts, &[0])?
+                .reshape(self.shape());
+        }
+        if shifts.len() != dims.len() {
+            return Err(Error::invalid(
+                "roll",
+                format!(
+                    "shifts and dimensions must align. shifts: {}, dims:{}",
+                    shifts.len(),
+                    dims.len()
+                ),
+            ));
+        }
+        let mut t = self.clone();
+        for (&shift, &dim) in shifts.iter().zip(dims) {
+            let d = normalize_dim("roll", dim, self.rank())?;
+            let n = self.shape()[d] as i64;
+            let s = if n == 0 { 0 } else { shift.rem_euclid(n) };
+            if s != 0 {
+                let tail = t.narrow(d as i64, n - s, s as usize)?;
+                let head = t.narrow(d as i64, 0, (n - s) as usize)?;
+                t = Tensor::cat(&[&tail, &head], d as i64)?;
+            }
+        }
+        if t.same_storage(self) {
+            t = t.copy()?;
+        }
+        Ok(t)
+    }
+
+    /// The tensor tiled `sizes[i]` times along each dim (`Tensor.repeat`); `sizes`
+    /// may be longer than the rank, adding leading dims.
+    pub fn repeat(&self, sizes: &[usize]) -> Result<Tensor> {
+        if sizes.len() < self.rank() {
+            return Err(Error::invalid(
+                "repeat",
+                "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor",
+            ));
+        }
+        let lead = sizes.len() - self.rank();
+        let mut shape = vec![1usize; lead];
+        shape.extend_from_slice(self.shape());
+        // [r0, s0, r1, s1, ...]: each size behind its repeat count, expanded, then
+        // merged pairwise
+        let mut split = Vec::with_capacity(2 * sizes.len());
+        let mut expanded = Vec::with_capacity(2 * sizes.len());
+        for (&r, &s) in sizes.iter().zip(&shape) {
+            split.extend([1, s]);
+            expanded.extend([r, s]);
+        }
+        let out: Vec<usize> = sizes.iter().zip(&shape).map(|(r, s)| r * s).collect();
+        self.reshape(&split)?
+            .expand(&expanded)?
+            .contiguous()?
+            .reshape(&out)
+    }
+
+    /// The lower triangle of the last two dims (`torch.tril`): elements with
+    /// `col - row <= diagonal` are kept, the rest set to 0.
+    pub fn tril(&self, diagonal: i64) -> Result<Tensor> {
+        self.triangle("tril", diagonal, true)
+    }
+
+    /// The upper triangle of the last two dims (`torch.triu`): elements with
+    /// `col - row >= diagonal` are kept, the rest set to 0.
+    pub fn triu(&self, diagonal: i64) -> Result<Tensor> {
+        self.triangle("triu", diagonal, false)
+    }
+
+    fn triangle(&self, op: &'static str, k: i64, lower: bool) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Err(Error::invalid(
+                op,
+                format!("{op}: input tensor must have at least 2 dimensions"),
+            ));
+        }
+        let (m, n) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
+        let drop: Vec<bool> = (0..m as i64)
+            .flat_map(|i| (0..n as i64).map(move |j| if lower { j - i > k } else { j - i < k }))
+            .collect();
+        let mask = Tensor::from_vec(drop, [m, n], &self.device())?;
+        let zero = if self.dtype() == DType::Bool {
+            Scalar::Bool(false)
+        } else {
+            Scalar::Int(0)
+        };
+        self.masked_fill(&mask, zero)
+    }
+
+    /// Pads (or, with negative amounts, crops) the last dims (`F.pad`): `pads` is
+    /// `[left, right]` for the last dim, then `[top, bottom]` for the one before,
+    /// and so on. `Reflect`, `Replicate` and `Circular` pad the last 1, 2 or 3 dims
+    /// of an input with one or two leading (batch, channel) dims, as in PyTorch.
+    pub fn pad(&self, pads: &[i64], mode: PadMode) -> Result<Tensor> {
+        if !pads.len().is_multiple_of(2) {
+            return Err(Error::invalid(
+                "pad",
+                "Padding length must be divisible by 2",
+            ));
+        }
+        let k = pads.len() / 2;
+        if k > self.rank() {
+            return Err(Error::invalid(
+                "pad",
+                format!(
+                    "Padding length should be less than or equal to two times the input dimension but got padding length {} and input of dimension {}",
+                    pads.len(),
+                    self.rank()
+                ),
+            ));
+        }
+        if !matches!(mode, PadMode::Constant(_)) {
+            if !(1..=3).contains(&k) || !(k + 1..=k + 2).contains(&self.rank()) {
+                return Err(Error::invalid(
+                    "pad",
+                    format!(
+                        "Padding size {} is not supported for {}D input tensor ({} padding pads the last 1, 2 or 3 dims of an input with 1 or 2 more dims)",
+                        pads.len(),
+                        self.rank(),
+                        mode.name()
+                    ),
+                ));
+            }
+            if mode == PadMode::Replicate && self.dtype() == DType::Bool {
+                return Err(Error::dtype(
+                    "pad",
+                    DType::Bool,
+                    format!("\"replication_pad{k}d\" not implemented for 'Bool'"),
+                ));
+            }
+        }
+        let mut t = self.clone();
+        for i in 0..k {
+            let d = self.rank() - 1 - i;
+            let (l, r) = (pads[2 * i], pads[2 * i + 1]);
+            let n = self.shape()[d] as i64;
+            let len = n + l + r;
+            if len < 0 || (len == 0 && !matches!(mode, PadMode::Constant(_))) {
+                return Err(Error::invalid(
+                    "pad",
+                    format!(
+                        "padding ({l}, {r}) at dimension {d} of input {:?} leaves a negative or empty size",
+                        self.shape()
+                    ),
+                ));
+            }
+            t = match mode {
+                PadMode::Constant(v) => t.pad_constant(d, l, r, v)?,
+                _ => {
+                    let index = |j: i64| match mode {
+                        PadMode::Reflect => {
+                            let p = j.rem_euclid(2 * (n - 1).max(1));
+                            if p < n {
+                                p
+                            } else {
+                                2 * (n - 1) - p
+                            }
+                        }
+                        PadMode::Replicate => j.clamp(0, n - 1),
+                        _ => j.rem_euclid(n),
+                    };
+                    match mode {
+                        PadMode::Reflect if l >= n || r >= n => {
+                            return Err(Error::invalid(
+                                "pad",
+                                format!(
+                                    "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",
+                                    self.shape()
+                                ),
+                            ))
+                        }
+                        PadMode::Circular if l > n || r > n => {
+                            return Err(Error::invalid(
+                                "pad",
+                                "Padding value causes wrapping around more than once.",
+                            ))
+                        }
+                        PadMode::Replicate if n == 0 => {
+                            return Err(Error::invalid(
+                                "pad",
+                                format!("input tensor has an empty dimension {d} to replicate"),
+                            ))
+                        }
+                        _ => {}
+                    }
+                    let idx: Vec<i64> = (-l..n + r).map(index).collect();
+                    t.index_select_valid(d, self.indices(idx)?)?
+                }
+            };
+        }
+        if t.same_storage(self) {
+            t = t.copy()?;
+        }
+        Ok(t)
+    }
+
+    /// `l` elements of `value` before and `r` after along `d` (negative: cropped).
+    fn pad_constant(&self, d: usize, l: i64, r: i64, value: f64) -> Result<Tensor> {
+        let n = self.shape()[d] as i64;
+        let start = (-l).max(0);
+        let end = n - (-r).max(0);
+        let mut t = self.narrow(d as i64, start, (end - start).max(0) as usize)?;
+        // PyTorch casts the value to the tensor's dtype (2.5 pads an int tensor with 2)
+        let value = match self.dtype() {
+            DType::Bool => Scalar::Bool(value != 0.0),
+            dt if dt.is_float() => Scalar::Float(value),
+            _ => Scalar::Int(value as i64),
+        };
+        let mut parts = Vec::new();
+        for amount in [l, r] {
+            let mut shape = t.shape().to_vec();
+            shape[d] = amount.max(0) as usize;
+            parts.push(Tensor::full(&shape, value, self.dtype(), &self.device())?);
+        }
+        if l > 0 || r > 0 {
+            t = Tensor::cat(&[&parts[0], &t, &parts[1]], d as i64)?;
+        }
+        Ok(t)
+    }
+
+    /// Indices ember built (each in range by construction) as a 1-D int64 tensor
+    /// on this tensor's device.
+    fn indices(&self, idx: Vec<i64>) -> Result<Tensor> {
+        let n = idx.len();
+        Tensor::from_vec(idx, [n], &self.device())
+    }
+}
