@@ -406,3 +406,37 @@ __device__ void softmax_impl(const T* x, T* out, i64 rows, i64 cols, int is_log)
         softmax_impl(x, out, rows, cols, is_log);                                                    \
     }
 EMBER_FLOAT_TYPES(SOFTMAX)
+
+// Cumulative sum (S_SUM) or product (S_PROD) along the middle axis of
+// (outer, n, inner) contiguous elements: one thread per line. float32 accumulates
+// in double, as the CPU does (PyTorch's CPU kernels accumulate it so); int64 wraps.
+template <typename T> struct scan_t { typedef typename acc_t<T>::type type; };
+template <> struct scan_t<float> { typedef double type; };
+
+__device__ __forceinline__ i64 scan_step(int op, i64 a, i64 x) {
+    return op == S_SUM ? wrap_add(a, x) : wrap_mul(a, x);
+}
+template <typename A> __device__ __forceinline__ A scan_step(int op, A a, A x) {
+    return op == S_SUM ? a + x : a * x;
+}
+
+template <typename T>
+__device__ __forceinline__ void cumulative_impl(const T* x, T* y, i64 outer, i64 n, i64 inner, int op) {
+    typedef typename scan_t<T>::type A;
+    FOR_EACH(t, outer * inner) {
+        const i64 base = (t / inner) * n * inner + t % inner;
+        A acc = op == S_SUM ? (A)0 : (A)1;
+        for (i64 j = 0; j < n; j++) {
+            acc = scan_step(op, acc, (A)widen(x[base + j * inner]));
+            y[base + j * inner] = narrow<T>(acc);
+        }
+    }
+}
+
+#define CUMULATIVE(T, S)                                                                             \
+    extern "C" __global__ void cumulative_##S(const T* x, T* out, i64 outer, i64 n, i64 inner,      \
+                                              int op) {                                              \
+        cumulative_impl(x, out, outer, n, inner, op);                                                \
+    }
+EMBER_FLOAT_TYPES(CUMULATIVE)
+IF_i64(CUMULATIVE(i64, i64))

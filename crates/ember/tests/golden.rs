@@ -664,6 +664,30 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             };
             one(a().pad(&p.list("pads"), mode))
         }
+        "cumsum" => one(a().cumsum(p.i("dim"))),
+        "cumprod" => one(a().cumprod(p.i("dim"))),
+        "prod" => one(match p.opt_i("dim") {
+            None => a().prod_all(),
+            Some(d) => a().prod(d, keep()),
+        }),
+        "all" | "any" => {
+            let all = case.op == "all";
+            one(match (p.is_null("dims"), all) {
+                (true, true) => a().all_all(),
+                (true, false) => a().any_all(),
+                (false, true) => a().all(p.list("dims"), keep()),
+                (false, false) => a().any(p.list("dims"), keep()),
+            })
+        }
+        "logsumexp" => one(a().logsumexp(p.list("dims"), keep())),
+        "vector_norm" => {
+            let dims = if p.is_null("dims") {
+                vec![]
+            } else {
+                p.list("dims")
+            };
+            one(a().vector_norm(p.f("ord"), dims, keep()))
+        }
         other => panic!("unknown op {other}"),
     }
 }

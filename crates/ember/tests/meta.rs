@@ -178,6 +178,18 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("std_correction", |t| {
             one(t[10].std_correction(-1, 2.0, false))
         }),
+        ("cumsum", |t| one(t[3].cumsum(1))),
+        ("cumsum of bools", |t| one(t[8].cumsum(0))),
+        ("cumprod", |t| one(t[12].cumprod(-1))),
+        ("prod", |t| one(t[0].prod(1, true))),
+        ("prod_all of u8", |t| one(t[9].prod_all())),
+        ("all", |t| one(t[9].all(0, false))),
+        ("any", |t| one(t[0].any([0, 1], true))),
+        ("all_all", |t| one(t[8].all_all())),
+        ("any_all", |t| one(t[9].any_all())),
+        ("logsumexp", |t| one(t[3].logsumexp([0, 2], false))),
+        ("vector_norm", |t| one(t[10].vector_norm(3.0, [1], true))),
+        ("norm", |t| one(t[0].norm())),
         ("softmax", |t| one(t[3].softmax(1))),
         ("log_softmax", |t| one(t[12].log_softmax(-1))),
         // linear algebra, convolution, pooling

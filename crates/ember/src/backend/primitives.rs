@@ -6,7 +6,9 @@
 //!
 //! [`Storage`]: super::Storage
 
-use super::op::{AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp};
+use super::op::{
+    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Result};
@@ -72,6 +74,11 @@ pub(crate) trait BackendStorage: Sized {
     /// Softmax or log-softmax of each row (the last dim) of the contiguous view `l`
     /// of a float dtype.
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self>;
+    /// Cumulative sum or product along `dim` of the contiguous view `l`, in its
+    /// dtype (int64 or a float dtype: the tensor layer converts the others);
+    /// float32 and float64 accumulate in float64, f16 and bf16 in float32, as
+    /// PyTorch's CPU kernels do. The output is contiguous, of `l`'s shape.
+    fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self>;
 
     // ---- linear algebra
     /// Batched `self[l] · rhs[lr]`: `l` is `batch + [m, k]`, `lr` is `batch + [k, n]`

@@ -7,7 +7,9 @@
 use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
-use super::op::{AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp};
+use super::op::{
+    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+};
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
@@ -323,6 +325,10 @@ impl Storage {
 
     pub(crate) fn softmax(&self, l: &Layout, log: bool) -> Result<Storage> {
         Ok(each!(self, |s| s.softmax(l, log)?))
+    }
+
+    pub(crate) fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Storage> {
+        Ok(each!(self, |s| s.cumulative(l, dim, op)?))
     }
 
     // ---- linear algebra

@@ -14,6 +14,7 @@
 mod arith;
 mod conv;
 pub(crate) mod create;
+mod cumulative;
 mod display;
 mod elementwise;
 mod grad;

@@ -339,6 +339,17 @@ def run_op(op, p, x):
         if p["mode"] == "constant":
             return F.pad(a, p["pads"], mode="constant", value=p["value"])
         return F.pad(a, p["pads"], mode=p["mode"])
+    if op in ("cumsum", "cumprod"):
+        return getattr(torch, op)(a, p["dim"])
+    if op == "prod":
+        return torch.prod(a) if p["dim"] is None else torch.prod(a, p["dim"], keepdim=p["keepdim"])
+    if op in ("all", "any"):
+        f = getattr(torch, op)
+        return f(a) if p["dims"] is None else f(a, dim=tuple(p["dims"]), keepdim=p["keepdim"])
+    if op == "logsumexp":
+        return torch.logsumexp(a, p["dims"], keepdim=p["keepdim"])
+    if op == "vector_norm":
+        return torch.linalg.vector_norm(a, p["ord"], dim=p["dims"], keepdim=p["keepdim"])
     raise ValueError(f"unknown op {op}")
 
 
@@ -375,7 +386,7 @@ ERROR_KINDS = [
     (r"to have the same dtype", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
-     r"|Subtraction, the `-` operator", "UnsupportedDType"),
+     r"|Subtraction, the `-` operator|Expected a floating point or complex tensor", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater", "ShapeMismatch"),
@@ -388,7 +399,7 @@ ERROR_KINDS = [
      r"|outside the representable range|ZeroDivisionError|Padding length|Padding size"
      r"|shifts and dimensions must align|Number of dimensions of repeat dims"
      r"|input tensor must have at least 2 dimensions|wrapping around more than once"
-     r"|length must be non-negative", "InvalidArgument"),
+     r"|length must be non-negative|does not have an identity", "InvalidArgument"),
 ]
 
 
@@ -1589,6 +1600,67 @@ for name, x, pads, mode, value in PADS:
          grad=x.dtype.is_floating_point)
 case(FAM, "pad_reflect_transposed", "pad", [In(rn(1, 4, 3), [{"op": "transpose", "args": [1, 2]}])],
      {"pads": [2, 1], "mode": "reflect", "value": 0.0}, grad=True)
+
+# ---- issue 20: scans and the reductions on them -----------------------------------
+FAM = "scan"
+for op in ("cumsum", "cumprod"):
+    for d in (0, 1, -1):
+        case(FAM, f"{op}_d{d}", op, [rn(3, 4)], {"dim": d}, grad=True)
+    case(FAM, f"{op}_3d_middle", op, [rn(2, 3, 4)], {"dim": 1}, grad=True)
+    case(FAM, f"{op}_f64", op, [d64(rn(2, 5))], {"dim": 1}, grad=True)
+    case(FAM, f"{op}_transposed", op, [In(rn(3, 4), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1}, grad=True)
+    case(FAM, f"{op}_int64", op, [ri(2, 4)], {"dim": 1})
+    case(FAM, f"{op}_u8", op, [T([[200, 100], [3, 4]], U8)], {"dim": 0})
+    case(FAM, f"{op}_bool", op, [T([[True, False, True], [True, True, False]])], {"dim": 1})
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16)], {"dim": 0}, grad=True)
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16)], {"dim": 0}, grad=True)
+    case(FAM, f"{op}_0d", op, [T(2.5)], {"dim": 0}, grad=True)
+    case(FAM, f"{op}_0d_dim1", op, [T(2.5)], {"dim": 1})
+    case(FAM, f"{op}_dim_out_of_range", op, [rn(3, 4)], {"dim": 2})
+    case(FAM, f"{op}_empty", op, [torch.zeros(0, 3)], {"dim": 0})
+    case(FAM, f"{op}_long_f32", op, [rn(3, 300)], {"dim": 1}, grad=True)
+ZEROS = T([[1.5, 0.0, 2.0, 0.0, -3.0], [0.0, 2.0, 0.5, 1.0, 4.0], [2.0, -1.0, 0.5, 3.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
+case(FAM, "cumprod_zeros", "cumprod", [ZEROS], {"dim": 1}, grad=True)
+case(FAM, "cumprod_zeros_f64_d0", "cumprod", [d64(ZEROS)], {"dim": 0}, grad=True)
+for dim, keep in ((None, False), (0, False), (1, True), (-1, False)):
+    case(FAM, f"prod_{dim}_{keep}", "prod", [rn(3, 4)], {"dim": dim, "keepdim": keep}, grad=True)
+    case(FAM, f"prod_zeros_{dim}_{keep}", "prod", [ZEROS], {"dim": dim, "keepdim": keep}, grad=True)
+case(FAM, "prod_int64", "prod", [ri(2, 3)], {"dim": 1, "keepdim": False})
+case(FAM, "prod_u8_all", "prod", [T([[2, 3], [4, 5]], U8)], {"dim": None, "keepdim": False})
+case(FAM, "prod_bool", "prod", [T([[True, False], [True, True]])], {"dim": 1, "keepdim": False})
+case(FAM, "prod_empty_dim", "prod", [torch.zeros(0, 3)], {"dim": 0, "keepdim": False})
+case(FAM, "prod_empty_dim_keep", "prod", [torch.zeros(2, 0)], {"dim": 1, "keepdim": True})
+case(FAM, "prod_0d", "prod", [T(-2.0)], {"dim": 0, "keepdim": False}, grad=True)
+LOGIC = T([[0.0, 1.0, NANV], [0.0, 0.0, 0.0], [2.0, -1.0, 3.0]])
+for op in ("all", "any"):
+    case(FAM, f"{op}_every", op, [LOGIC], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_d1", op, [LOGIC], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_d0_keep", op, [LOGIC], {"dims": [0], "keepdim": True})
+    case(FAM, f"{op}_both", op, [LOGIC], {"dims": [0, 1], "keepdim": False})
+    case(FAM, f"{op}_int64", op, [T([[0, 3], [2, 5]], I)], {"dims": [1], "keepdim": False})
+    case(FAM, f"{op}_u8", op, [T([[0, 3], [2, 5]], U8)], {"dims": [0], "keepdim": False})
+    case(FAM, f"{op}_u8_every", op, [T([[0, 3], [2, 5]], U8)], {"dims": None, "keepdim": False})
+    case(FAM, f"{op}_bool", op, [T([[True, False], [True, True]])], {"dims": [1], "keepdim": True})
+    case(FAM, f"{op}_empty", op, [torch.zeros(0, 3)], {"dims": [0], "keepdim": False})
+for dims, keep in (([1], False), ([0, 1], True), ([-1], True), ([0, 2], False)):
+    x = rn(2, 3, 4, scale=3.0)
+    case(FAM, f"logsumexp_{dims}_{keep}".replace(" ", ""), "logsumexp", [x], {"dims": dims, "keepdim": keep}, grad=True)
+case(FAM, "logsumexp_large", "logsumexp", [T([[1000.0, 1000.0, -5.0], [-1000.0, -999.0, -1001.0]])], {"dims": [1], "keepdim": False}, grad=True)
+case(FAM, "logsumexp_inf", "logsumexp", [T([[-INF, -INF, -INF], [INF, 1.0, 2.0], [-INF, 0.0, 1.0]])], {"dims": [1], "keepdim": False})
+case(FAM, "logsumexp_int64", "logsumexp", [ri(2, 3)], {"dims": [1], "keepdim": False})
+case(FAM, "logsumexp_f16", "logsumexp", [rn(2, 4, dtype=torch.float16)], {"dims": [1], "keepdim": False}, grad=True)
+case(FAM, "logsumexp_empty", "logsumexp", [torch.zeros(0, 3)], {"dims": [0], "keepdim": False})
+NORM_X = T([[0.0, 0.0, 0.0, 0.0], [1.5, -2.0, 0.0, 0.5], [-3.0, 3.0, 1.0, -1.0]])
+for ord_ in (2.0, 1.0, INF, -INF, 0.0, 3.0, 0.5, -1.0, 1.5):
+    case(FAM, f"vector_norm_{ord_}_all", "vector_norm", [rn(3, 4)], {"ord": ord_, "dims": None, "keepdim": False}, grad=True)
+    case(FAM, f"vector_norm_{ord_}_rows", "vector_norm", [NORM_X], {"ord": ord_, "dims": [1], "keepdim": False}, grad=True)
+    case(FAM, f"vector_norm_{ord_}_cols_keep", "vector_norm", [d64(NORM_X)], {"ord": ord_, "dims": [0], "keepdim": True}, grad=True)
+case(FAM, "vector_norm_3d_dims", "vector_norm", [rn(2, 3, 4)], {"ord": 2.0, "dims": [0, 2], "keepdim": False}, grad=True)
+case(FAM, "vector_norm_int", "vector_norm", [ri(3)], {"ord": 2.0, "dims": None, "keepdim": False})
+case(FAM, "vector_norm_empty_inf", "vector_norm", [torch.zeros(0)], {"ord": INF, "dims": None, "keepdim": False})
+case(FAM, "vector_norm_empty_2", "vector_norm", [torch.zeros(0, 2)], {"ord": 2.0, "dims": [0], "keepdim": False})
+case(FAM, "vector_norm_0d", "vector_norm", [T(-2.5)], {"ord": 2.0, "dims": None, "keepdim": False}, grad=True)
+case(FAM, "vector_norm_f16", "vector_norm", [rn(5, dtype=torch.float16)], {"ord": 2.0, "dims": None, "keepdim": False}, grad=True)
 
 # ----------------------------------------------------------------------------------
 

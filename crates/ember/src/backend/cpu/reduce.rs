@@ -7,7 +7,7 @@
 
 use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle, PAR_CHUNK, PAR_MIN};
-use crate::backend::op::ReduceOp;
+use crate::backend::op::{ReduceOp, ScanOp};
 use crate::dtype::CpuData;
 use crate::dtype::{FloatDType, Real};
 use crate::layout::{are_leading, are_trailing, Dims, Layout};
@@ -151,6 +151,88 @@ pub(crate) fn sum_blocks<T: Sync, A: Copy + Send + std::ops::Add<Output = A>>(
         return sum_blocks(l, leaf) + sum_blocks(r, leaf);
     }
     leaf(x)
+}
+
+/// Cumulative sum or product of the contiguous elements `range` of `data`, seen
+/// as `(outer, n, inner)` (see [`scan_shape`](crate::backend::op::scan_shape)),
+/// along the middle axis. Floats accumulate in `A` (f64 for f32 and f64, f32 for
+/// the half types); int64 wraps.
+pub(crate) fn cumulative(
+    data: &CpuData,
+    range: std::ops::Range<usize>,
+    (outer, n, inner): (usize, usize, usize),
+    op: ScanOp,
+) -> Result<CpuData> {
+    fn go<T: Copy + Send + Sync + WithDType, A: Copy + Send + Sync>(
+        x: &[T],
+        (outer, n, inner): (usize, usize, usize),
+        init: A,
+        step: impl Fn(A, T) -> A + Sync,
+        out: impl Fn(A) -> T + Sync,
+    ) -> Result<Vec<T>> {
+        let mut y = alloc_uninit::<T>(x.len())?;
+        let block = n * inner;
+        if block == 0 {
+            return Ok(y);
+        }
+        let scan = |(xb, yb): (&[T], &mut [T])| {
+            for i in 0..inner {
+                let mut acc = init;
+                for j in 0..n {
+                    acc = step(acc, xb[j * inner + i]);
+                    yb[j * inner + i] = out(acc);
+                }
+            }
+        };
+        if x.len() >= PAR_MIN && outer > 1 {
+            x.par_chunks(block)
+                .zip(y.par_chunks_mut(block))
+                .for_each(scan);
+        } else {
+            x.chunks(block).zip(y.chunks_mut(block)).for_each(scan);
+        }
+        debug_assert_eq!(x.len(), outer * block);
+        Ok(y)
+    }
+    let sum = op == ScanOp::Sum;
+    let g = (outer, n, inner);
+    macro_rules! float {
+        ($v:expr, $acc:ty, $to:expr, $from:expr) => {
+            if sum {
+                go(&$v[range], g, 0 as $acc, |a, x| a + $to(x), $from)?
+            } else {
+                go(&$v[range], g, 1 as $acc, |a, x| a * $to(x), $from)?
+            }
+        };
+    }
+    Ok(match data {
+        CpuData::F32(v) => CpuData::F32(float!(v, f64, |x: f32| x as f64, |a: f64| a as f32)),
+        CpuData::F64(v) => CpuData::F64(float!(v, f64, |x: f64| x, |a: f64| a)),
+        CpuData::F16(v) => CpuData::F16(float!(
+            v,
+            f32,
+            |x: half::f16| x.to_f32(),
+            half::f16::from_f32
+        )),
+        CpuData::BF16(v) => CpuData::BF16(float!(
+            v,
+            f32,
+            |x: half::bf16| x.to_f32(),
+            half::bf16::from_f32
+        )),
+        CpuData::I64(v) => CpuData::I64(if sum {
+            go(&v[range], g, 0i64, |a, x| a.wrapping_add(x), |a| a)?
+        } else {
+            go(&v[range], g, 1i64, |a, x| a.wrapping_mul(x), |a| a)?
+        }),
+        other => {
+            return Err(crate::Error::dtype(
+                "cumulative",
+                other.dtype(),
+                "the tensor layer converts to int64 first",
+            ))
+        }
+    })
 }
 
 /// Runs `op` over `dims`. Sums of integers and bools give i64; arg-reductions give

@@ -3,7 +3,8 @@
 use super::{conv, elementwise as ew, index, matmul, optim, random, reduce};
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
-    wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+    scan_shape, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -182,6 +183,11 @@ impl BackendStorage for CpuStorage {
 
     fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
         reduce::reduce(&self.data, l, dims, op).map(CpuStorage::new)
+    }
+
+    fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
+        let range = l.offset()..l.offset() + l.numel();
+        reduce::cumulative(&self.data, range, scan_shape(l.shape(), dim), op).map(CpuStorage::new)
     }
 
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self> {

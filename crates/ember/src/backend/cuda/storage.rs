@@ -3,7 +3,8 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+    scan_shape, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -214,6 +215,11 @@ impl BackendStorage for CudaStorage {
     fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
         let (code, correction) = op.code();
         ops::reduce(self, l, dims, code, correction, op.out_dtype(self.dtype))
+    }
+
+    fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
+        let (outer, n, inner) = scan_shape(l.shape(), dim);
+        ops::cumulative(self, l.offset(), (outer, n, inner), op)
     }
 
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self> {

@@ -10,7 +10,7 @@
 pub mod account;
 
 use crate::backend::op::{
-    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, UnaryOp,
+    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -158,6 +158,10 @@ impl BackendStorage for MetaStorage {
     }
 
     fn softmax(&self, l: &Layout, _log: bool) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn cumulative(&self, l: &Layout, _dim: usize, _op: ScanOp) -> Result<Self> {
         self.like(l.numel())
     }
 

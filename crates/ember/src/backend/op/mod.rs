@@ -38,7 +38,7 @@ pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
 pub(crate) use index::wrap_indices;
 pub(crate) use optim::AdamStep;
-pub(crate) use reduce::{ReduceCode, ReduceOp};
+pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
 
 use crate::DType;
 
@@ -50,6 +50,7 @@ pub(crate) fn kernel_defines() -> String {
         BinaryCode::DEFINES,
         CmpOp::DEFINES,
         ReduceCode::DEFINES,
+        ScanOp::DEFINES,
     ]
     .concat()
     .iter()
@@ -120,6 +121,7 @@ mod tests {
             BinaryCode::DEFINES,
             CmpOp::DEFINES,
             ReduceCode::DEFINES,
+            ScanOp::DEFINES,
         ] {
             let mut values: Vec<i32> = table.iter().map(|(_, v)| *v).collect();
             values.sort_unstable();

@@ -60,3 +60,20 @@ impl ReduceOp {
         }
     }
 }
+
+codes! {
+    /// Cumulative operations along a dim (`S_*` in the kernels): `cumsum`,
+    /// `cumprod`.
+    pub(crate) enum ScanOp prefix "S_" {
+        Sum = 0 => "SUM",
+        Prod = 1 => "PROD",
+    }
+}
+
+/// The geometry of a scan over a contiguous array: `outer` blocks of `n` steps of
+/// `inner` elements each; element `(o, j, i)` is at `(o * n + j) * inner + i`.
+pub(crate) fn scan_shape(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    let outer = shape[..dim].iter().product();
+    let inner = shape[dim + 1..].iter().product();
+    (outer, shape.get(dim).copied().unwrap_or(1), inner)
+}

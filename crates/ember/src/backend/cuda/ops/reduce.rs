@@ -3,7 +3,7 @@
 
 use super::{new_out, suffix, KLayout, THREADS};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::ReduceCode;
+use crate::backend::op::{ReduceCode, ScanOp};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -214,6 +214,37 @@ pub(crate) fn softmax_rows(
     let mut p = args![px, po, r, c, lg];
     let grid = rows.min(65535 * 32) as u32;
     // SAFETY: parameters match `softmax_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
+/// Cumulative sum or product along the middle axis of `(outer, n, inner)`
+/// contiguous elements from `offset`: one thread per `(outer, inner)` line,
+/// stepping along it (neighbouring threads read neighbouring elements when
+/// `inner > 1`).
+pub(crate) fn cumulative(
+    x: &CudaStorage,
+    offset: usize,
+    (outer, n, inner): (usize, usize, usize),
+    op: ScanOp,
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let total = outer * n * inner;
+    let out = new_out(dev, x.dtype(), total)?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        x.dtype(),
+        &format!("cumulative_{}", suffix(x.dtype())),
+    )?;
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let (po, o, len, i, code) = (out.ptr(), outer as i64, n as i64, inner as i64, op as i32);
+    let mut p = args![px, po, o, len, i, code];
+    let lines = outer * inner;
+    let grid = lines.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
+    // SAFETY: parameters match `cumulative_<T>`.
     unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
     Ok(out)
 }
