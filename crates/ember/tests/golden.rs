@@ -664,6 +664,13 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             };
             one(a().pad(&p.list("pads"), mode))
         }
+        "bmm" => one(a().bmm(args[1].t())),
+        "outer" => one(a().outer(args[1].t())),
+        "einsum" => {
+            let ts: Vec<&Tensor> = args.iter().map(Arg::t).collect();
+            let eq = p.get("equation").as_str().expect("equation");
+            one(Tensor::einsum(eq, &ts))
+        }
         "cumsum" => one(a().cumsum(p.i("dim"))),
         "cumprod" => one(a().cumprod(p.i("dim"))),
         "prod" => one(match p.opt_i("dim") {

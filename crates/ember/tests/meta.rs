@@ -178,6 +178,14 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("std_correction", |t| {
             one(t[10].std_correction(-1, 2.0, false))
         }),
+        ("bmm", |t| one(t[10].bmm(&t[11]))),
+        ("outer", |t| one(t[13].outer(&t[13]))),
+        ("einsum", |t| {
+            one(Tensor::einsum("bij,bjk->bki", &[&t[10], &t[11]]))
+        }),
+        ("einsum ellipsis", |t| {
+            one(Tensor::einsum("...i,...i", &[&t[0], &t[1]]))
+        }),
         ("cumsum", |t| one(t[3].cumsum(1))),
         ("cumsum of bools", |t| one(t[8].cumsum(0))),
         ("cumprod", |t| one(t[12].cumprod(-1))),

@@ -16,6 +16,7 @@ mod conv;
 pub(crate) mod create;
 mod cumulative;
 mod display;
+mod einsum;
 mod elementwise;
 mod grad;
 mod index;

@@ -339,6 +339,12 @@ def run_op(op, p, x):
         if p["mode"] == "constant":
             return F.pad(a, p["pads"], mode="constant", value=p["value"])
         return F.pad(a, p["pads"], mode=p["mode"])
+    if op == "bmm":
+        return torch.bmm(a, x[1])
+    if op == "outer":
+        return torch.outer(a, x[1])
+    if op == "einsum":
+        return torch.einsum(p["equation"], *x)
     if op in ("cumsum", "cumprod"):
         return getattr(torch, op)(a, p["dim"])
     if op == "prod":
@@ -383,13 +389,14 @@ ERROR_KINDS = [
     (r"Dimension out of range", "DimOutOfRange"),
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
      r"|Class values must be smaller", "IndexOutOfRange"),
-    (r"to have the same dtype", "DTypeMismatch"),
+    (r"to have the same dtype|expected scalar type", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
-     r"|Kernel size can't be greater", "ShapeMismatch"),
+     r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously",
+     "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
      r"|unspecified dimension size -1 can be any value|pad should be at most half|step must be nonzero"
@@ -399,7 +406,8 @@ ERROR_KINDS = [
      r"|outside the representable range|ZeroDivisionError|Padding length|Padding size"
      r"|shifts and dimensions must align|Number of dimensions of repeat dims"
      r"|input tensor must have at least 2 dimensions|wrapping around more than once"
-     r"|length must be non-negative|does not have an identity", "InvalidArgument"),
+     r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
+     r"|einsum\(\): ", "InvalidArgument"),
 ]
 
 
@@ -1661,6 +1669,49 @@ case(FAM, "vector_norm_empty_inf", "vector_norm", [torch.zeros(0)], {"ord": INF,
 case(FAM, "vector_norm_empty_2", "vector_norm", [torch.zeros(0, 2)], {"ord": 2.0, "dims": [0], "keepdim": False})
 case(FAM, "vector_norm_0d", "vector_norm", [T(-2.5)], {"ord": 2.0, "dims": None, "keepdim": False}, grad=True)
 case(FAM, "vector_norm_f16", "vector_norm", [rn(5, dtype=torch.float16)], {"ord": 2.0, "dims": None, "keepdim": False}, grad=True)
+
+# ---- issue 20: bmm, outer, einsum ---------------------------------------------------
+FAM = "products"
+case(FAM, "bmm", "bmm", [rn(2, 3, 4), rn(2, 4, 5)], grad=True)
+case(FAM, "bmm_transposed", "bmm", [In(rn(2, 4, 3), [{"op": "transpose", "args": [1, 2]}]), rn(2, 4, 2)], grad=True)
+case(FAM, "bmm_int64", "bmm", [ri(2, 2, 3), ri(2, 3, 2)])
+case(FAM, "bmm_2d", "bmm", [rn(3, 4), rn(4, 5)])
+case(FAM, "bmm_batch_mismatch", "bmm", [rn(2, 3, 4), rn(1, 4, 5)])
+case(FAM, "bmm_inner_mismatch", "bmm", [rn(2, 3, 4), rn(2, 3, 4)])
+case(FAM, "bmm_dtypes", "bmm", [rn(2, 3, 4), d64(rn(2, 4, 5))])
+case(FAM, "outer", "outer", [rn(3), rn(4)], grad=True)
+case(FAM, "outer_promotes", "outer", [ri(3), rn(2)], grad=True)
+case(FAM, "outer_2d", "outer", [rn(2, 3), rn(2)])
+EINSUM = [
+    ("matmul", "ij,jk->ik", [rn(3, 4), rn(4, 5)]),
+    ("implicit", "ij,jk", [rn(3, 4), rn(4, 5)]),
+    ("batched", "bij,bjk->bik", [rn(2, 3, 4), rn(2, 4, 5)]),
+    ("attention_scores", "bhqd,bhkd->bhqk", [rn(2, 2, 3, 4), rn(2, 2, 5, 4)]),
+    ("attention_values", "bhqk,bhkd->bqhd", [rn(2, 2, 3, 5), rn(2, 2, 5, 4)]),
+    ("ellipsis", "...qd,...kd->...qk", [rn(2, 3, 4), rn(2, 5, 4)]),
+    ("ellipsis_broadcast", "...ij,...jk->...ik", [rn(2, 1, 3, 4), rn(3, 4, 2)]),
+    ("dot", "i,i->", [rn(5), rn(5)]),
+    ("outer", "i,j->ij", [rn(3), rn(4)]),
+    ("transpose", "ij->ji", [rn(3, 4)]),
+    ("sum_rows", "ij->i", [rn(3, 4)]),
+    ("sum_all", "ij->", [rn(3, 4)]),
+    ("bilinear", "bi,ij,bj->b", [rn(2, 3), rn(3, 4), rn(2, 4)]),
+    ("sum_only_one_side", "ijk,jl->il", [rn(2, 3, 4), rn(3, 5)]),
+    ("batch_broadcast_1", "bij,bjk->bik", [rn(1, 3, 4), rn(2, 4, 5)]),
+    ("contracted_broadcast_1", "ij,jk->ik", [rn(3, 1), rn(4, 5)]),
+    ("permuted_output", "abc,cd->dba", [rn(2, 3, 4), rn(4, 5)]),
+    ("int64", "ij,jk->ik", [ri(2, 3), ri(3, 2)]),
+    ("wrong_rank", "ij,jk->ik", [rn(2, 3, 4), rn(4, 5)]),
+    ("unknown_output", "ij,jk->iz", [rn(3, 4), rn(4, 5)]),
+    ("size_mismatch", "ij,jk->ik", [rn(3, 4), rn(3, 4)]),
+    ("too_many_operands", "ij->ij", [rn(3, 4), rn(3, 4)]),
+    ("bad_char", "i1,jk->ik", [rn(3, 4), rn(4, 5)]),
+    ("dtypes", "ij,jk->ik", [rn(3, 4), d64(rn(4, 5))]),
+    ("repeated_output", "ij,jk->ii", [rn(3, 4), rn(4, 5)]),
+]
+for name, eq, xs in EINSUM:
+    g = all(x.dtype.is_floating_point for x in xs)
+    case(FAM, f"einsum_{name}", "einsum", xs, {"equation": eq}, grad=g)
 
 # ----------------------------------------------------------------------------------
 
