@@ -440,3 +440,38 @@ __device__ __forceinline__ void cumulative_impl(const T* x, T* y, i64 outer, i64
     }
 EMBER_FLOAT_TYPES(CUMULATIVE)
 IF_i64(CUMULATIVE(i64, i64))
+
+// argsort: the thread of element (o, j, i) counts the elements of its line that
+// sort before it (ties: the smaller index first, a stable sort; NaN above every
+// number) and writes j at that rank. Every element has a distinct rank, so each
+// output is written once.
+template <typename A> __device__ __forceinline__ bool sorts_before(A a, i64 ia, A b, i64 ib, int desc) {
+    const bool na = is_nan(a), nb = is_nan(b);
+    if (na || nb) {
+        if (na && nb) return ia < ib;
+        return desc ? na : nb;  // NaN is the largest
+    }
+    if (a == b) return ia < ib;
+    return desc ? a > b : a < b;
+}
+
+template <typename T>
+__device__ __forceinline__ void argsort_impl(const T* x, i64* out, i64 total, i64 n, i64 inner, int desc) {
+    FOR_EACH(t, total) {
+        const i64 i = t % inner, j = (t / inner) % n, o = t / (inner * n);
+        const i64 base = o * n * inner + i;
+        const auto v = widen(x[t]);
+        i64 rank = 0;
+        for (i64 k = 0; k < n; k++) {
+            if (sorts_before(widen(x[base + k * inner]), k, v, j, desc)) rank++;
+        }
+        out[base + rank * inner] = j;
+    }
+}
+
+#define ARGSORT(T, S)                                                                                \
+    extern "C" __global__ void argsort_##S(const T* x, i64* out, i64 total, i64 n, i64 inner,       \
+                                           int desc) {                                               \
+        argsort_impl(x, out, total, n, inner, desc);                                                 \
+    }
+EMBER_ALL_TYPES(ARGSORT)

@@ -186,6 +186,10 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("einsum ellipsis", |t| {
             one(Tensor::einsum("...i,...i", &[&t[0], &t[1]]))
         }),
+        ("sort", |t| t[0].sort(1, false).map(|(v, i)| vec![v, i])),
+        ("argsort", |t| one(t[9].argsort(0, true))),
+        ("topk", |t| t[3].topk(2, -1, true).map(|(v, i)| vec![v, i])),
+        ("multinomial", |t| one(t[14].multinomial(2, false))),
         ("cumsum", |t| one(t[3].cumsum(1))),
         ("cumsum of bools", |t| one(t[8].cumsum(0))),
         ("cumprod", |t| one(t[12].cumprod(-1))),
@@ -416,6 +420,10 @@ fn meta_tensors_have_no_values_to_read() -> Result<()> {
     no_data(t.sum_all()?.item::<f32>().map(drop), "item");
     no_data(t.to(&Device::Cpu).map(drop), "to(cpu)");
     no_data(t.allclose(&t, 0.0, 0.0).map(drop), "allclose");
+    // output sizes that depend on the values (PyTorch's meta device cannot size
+    // them either)
+    no_data(t.nonzero().map(drop), "nonzero");
+    no_data(t.masked_select(&t.gt(0.0)?).map(drop), "masked_select");
     let e = t.sum_all()?.item::<f32>().unwrap_err().to_string();
     assert!(e.starts_with("item: meta tensors have no data"), "{e}");
     // like PyTorch, item() of several elements is the size error first

@@ -79,6 +79,10 @@ pub(crate) trait BackendStorage: Sized {
     /// float32 and float64 accumulate in float64, f16 and bf16 in float32, as
     /// PyTorch's CPU kernels do. The output is contiguous, of `l`'s shape.
     fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self>;
+    /// The int64 indices that sort each line along `dim` of the contiguous view
+    /// `l`, ascending or descending, stable (equal elements keep their order); NaN
+    /// sorts above every number, as in PyTorch.
+    fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Self>;
 
     // ---- linear algebra
     /// Batched `self[l] · rhs[lr]`: `l` is `batch + [m, k]`, `lr` is `batch + [k, n]`

@@ -331,6 +331,10 @@ impl Storage {
         Ok(each!(self, |s| s.cumulative(l, dim, op)?))
     }
 
+    pub(crate) fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Storage> {
+        Ok(each!(self, |s| s.argsort(l, dim, descending)?))
+    }
+
     // ---- linear algebra
 
     pub(crate) fn matmul(

@@ -26,6 +26,7 @@ mod pool;
 mod rearrange;
 mod reduce;
 pub(crate) mod shape;
+mod sort;
 mod views;
 
 pub use crate::backend::{manual_seed, with_global_rng};

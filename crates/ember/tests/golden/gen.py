@@ -339,6 +339,22 @@ def run_op(op, p, x):
         if p["mode"] == "constant":
             return F.pad(a, p["pads"], mode="constant", value=p["value"])
         return F.pad(a, p["pads"], mode=p["mode"])
+    if op == "sort":
+        return list(torch.sort(a, dim=p["dim"], descending=p["descending"], stable=True))
+    if op == "sort_values":
+        return torch.sort(a, dim=p["dim"], descending=p["descending"], stable=True).values
+    if op == "argsort":
+        return torch.argsort(a, dim=p["dim"], descending=p["descending"], stable=True)
+    if op == "topk":
+        return list(torch.topk(a, p["k"], dim=p["dim"], largest=p["largest"]))
+    if op == "topk_values":
+        return torch.topk(a, p["k"], dim=p["dim"], largest=p["largest"]).values
+    if op == "nonzero":
+        return torch.nonzero(a)
+    if op == "masked_select":
+        return torch.masked_select(a, x[1])
+    if op == "multinomial":
+        return torch.multinomial(a, p["n"], replacement=p["replacement"])
     if op == "bmm":
         return torch.bmm(a, x[1])
     if op == "outer":
@@ -392,7 +408,8 @@ ERROR_KINDS = [
     (r"to have the same dtype|expected scalar type", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
-     r"|Subtraction, the `-` operator|Expected a floating point or complex tensor", "UnsupportedDType"),
+     r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
+     r"|expected BoolTensor for mask|only supports floating-point dtypes", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously",
@@ -407,7 +424,8 @@ ERROR_KINDS = [
      r"|shifts and dimensions must align|Number of dimensions of repeat dims"
      r"|input tensor must have at least 2 dimensions|wrapping around more than once"
      r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
-     r"|einsum\(\): ", "InvalidArgument"),
+     r"|einsum\(\): |selected index k out of range|prob_dist must be|contains either `inf`"
+     r"|invalid multinomial distribution|samples without replacement", "InvalidArgument"),
 ]
 
 
@@ -1712,6 +1730,52 @@ EINSUM = [
 for name, eq, xs in EINSUM:
     g = all(x.dtype.is_floating_point for x in xs)
     case(FAM, f"einsum_{name}", "einsum", xs, {"equation": eq}, grad=g)
+
+# ---- issue 20: sorting and selecting -----------------------------------------------
+FAM = "sort"
+SORTME = T([[3.0, NANV, -1.0, 2.0, -1.0, 0.0], [INF, -INF, 0.5, -0.0, 0.0, 7.0], [1.0, 1.0, 1.0, -2.0, NANV, NANV]])
+for desc in (False, True):
+    tag = "desc" if desc else "asc"
+    case(FAM, f"sort_{tag}", "sort", [SORTME], {"dim": 1, "descending": desc})
+    case(FAM, f"sort_{tag}_d0", "sort", [SORTME], {"dim": 0, "descending": desc})
+    case(FAM, f"argsort_{tag}", "argsort", [SORTME], {"dim": -1, "descending": desc})
+    case(FAM, f"sort_values_{tag}", "sort_values", [rn(3, 5)], {"dim": 1, "descending": desc}, grad=True)
+    case(FAM, f"sort_values_{tag}_3d_middle", "sort_values", [rn(2, 4, 3)], {"dim": 1, "descending": desc}, grad=True)
+    case(FAM, f"sort_int64_{tag}", "sort", [ri(3, 6)], {"dim": 1, "descending": desc})
+    case(FAM, f"sort_u8_{tag}", "sort", [T([[200, 3, 3, 0, 255]], U8)], {"dim": 1, "descending": desc})
+    case(FAM, f"sort_bool_{tag}", "sort", [T([[True, False, True, False]])], {"dim": 1, "descending": desc})
+    case(FAM, f"sort_f16_{tag}", "sort", [rn(2, 5, dtype=torch.float16)], {"dim": 1, "descending": desc})
+    case(FAM, f"argsort_transposed_{tag}", "argsort", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1, "descending": desc})
+case(FAM, "sort_0d", "sort", [T(2.5)], {"dim": 0, "descending": False})
+case(FAM, "sort_empty", "sort", [torch.zeros(2, 0)], {"dim": 1, "descending": False})
+case(FAM, "sort_dim_out_of_range", "sort", [rn(2, 3)], {"dim": 2, "descending": False})
+case(FAM, "argsort_long_line", "argsort", [rn(2, 700)], {"dim": 1, "descending": True})
+for k, largest in ((1, True), (3, True), (2, False), (5, True), (0, True)):
+    case(FAM, f"topk_{k}_{largest}", "topk", [rn(3, 5)], {"k": k, "dim": 1, "largest": largest})
+    case(FAM, f"topk_values_{k}_{largest}", "topk_values", [rn(3, 5)], {"k": k, "dim": -1, "largest": largest}, grad=k > 0)
+case(FAM, "topk_d0", "topk", [rn(4, 3)], {"k": 2, "dim": 0, "largest": True})
+case(FAM, "topk_int64", "topk", [T([[5, 1, 9, -3, 7]], I)], {"k": 3, "dim": 1, "largest": True})
+case(FAM, "topk_nan", "topk", [T([[1.0, NANV, 3.0, -INF]])], {"k": 2, "dim": 1, "largest": True})
+case(FAM, "topk_too_many", "topk", [rn(3, 5)], {"k": 6, "dim": 1, "largest": True})
+case(FAM, "nonzero", "nonzero", [T([[0.0, 1.5, 0.0], [NANV, 0.0, -2.0]])])
+case(FAM, "nonzero_3d_int", "nonzero", [T([[[0, 1], [2, 0]], [[0, 0], [3, 4]]], I)])
+case(FAM, "nonzero_bool_1d", "nonzero", [T([False, True, True, False])])
+case(FAM, "nonzero_none", "nonzero", [torch.zeros(2, 3)])
+case(FAM, "nonzero_0d", "nonzero", [T(3.0)])
+MASK = T([[True, False, True], [False, False, True]])
+case(FAM, "masked_select", "masked_select", [rn(2, 3), MASK], grad=True)
+case(FAM, "masked_select_broadcast_mask", "masked_select", [rn(2, 3), T([True, False, True])], grad=True)
+case(FAM, "masked_select_broadcast_input", "masked_select", [rn(3), MASK], grad=True)
+case(FAM, "masked_select_int", "masked_select", [ri(2, 3), MASK])
+case(FAM, "masked_select_not_bool", "masked_select", [rn(2, 3), ri(2, 3)])
+case(FAM, "masked_select_shapes", "masked_select", [rn(2, 3), T([True, False])])
+# multinomial draws differ from PyTorch's generator: only its refusals are golden
+case(FAM, "multinomial_negative", "multinomial", [T([0.5, -0.1, 0.6])], {"n": 1, "replacement": True})
+case(FAM, "multinomial_nan", "multinomial", [T([[0.5, NANV], [0.1, 0.2]])], {"n": 1, "replacement": True})
+case(FAM, "multinomial_zero_sum", "multinomial", [T([[0.0, 0.0], [0.1, 0.2]])], {"n": 1, "replacement": True})
+case(FAM, "multinomial_too_many", "multinomial", [T([0.5, 0.5])], {"n": 3, "replacement": False})
+case(FAM, "multinomial_rank_3", "multinomial", [torch.ones(1, 2, 3)], {"n": 1, "replacement": True})
+case(FAM, "multinomial_int", "multinomial", [T([1, 2], I)], {"n": 1, "replacement": True})
 
 # ----------------------------------------------------------------------------------
 

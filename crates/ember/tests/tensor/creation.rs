@@ -178,7 +178,71 @@ fn dtype_conversions(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `multinomial` draws each category with its weight's share: frequencies of
+/// 40 000 draws within 5 standard deviations of `n·p`; without replacement every
+/// row holds distinct categories, never one of weight 0, and the first draw has
+/// the same distribution; a seed repeats the draws.
+fn multinomial_draws_by_weight(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(11);
+    let w = Tensor::new([[1.0f32, 2.0, 0.0, 7.0], [5.0, 0.0, 5.0, 0.0]], dev)?;
+    let n = 20_000;
+    let draws = w.multinomial(n, true)?;
+    assert_eq!(draws.shape(), &[2, n]);
+    for (row, p) in draws
+        .to_vec2::<i64>()?
+        .iter()
+        .zip([[0.1, 0.2, 0.0, 0.7], [0.5, 0.0, 0.5, 0.0]])
+    {
+        for (c, &pc) in p.iter().enumerate() {
+            let count = row.iter().filter(|&&x| x == c as i64).count() as f64;
+            let (mean, sd) = (n as f64 * pc, (n as f64 * pc * (1.0 - pc)).sqrt());
+            assert!(
+                (count - mean).abs() <= 5.0 * sd + 1e-9,
+                "category {c}: {count} of {n}, expected {mean}"
+            );
+        }
+    }
+    // without replacement: distinct, weight-0 categories last or never
+    let picks = w
+        .repeat(&[500, 1])?
+        .multinomial(2, false)?
+        .to_vec2::<i64>()?;
+    let mut first = [0usize; 4];
+    for (r, p) in picks.iter().enumerate() {
+        assert_ne!(p[0], p[1], "row {r}: {p:?}");
+        if r % 2 == 1 {
+            assert!(p.iter().all(|&c| c == 0 || c == 2), "row {r}: {p:?}");
+        } else {
+            assert!(p.iter().all(|&c| c != 2), "row {r}: {p:?}");
+            first[p[0] as usize] += 1;
+        }
+    }
+    // the first pick of the even rows is a draw with the weights 0.1, 0.2, 0, 0.7
+    for (c, pc) in [0.1f64, 0.2, 0.0, 0.7].iter().enumerate() {
+        let (mean, sd) = (500.0 * pc, (500.0 * pc * (1.0 - pc)).sqrt());
+        assert!(
+            (first[c] as f64 - mean).abs() <= 5.0 * sd + 1e-9,
+            "first pick {c}: {}",
+            first[c]
+        );
+    }
+    // all categories without replacement: a permutation of the nonzero ones first
+    let all = Tensor::new([3.0f64, 1.0, 2.0], dev)?
+        .multinomial(3, false)?
+        .to_vec1::<i64>()?;
+    let mut sorted = all.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 1, 2]);
+    ember::manual_seed(5);
+    let a = w.multinomial(8, true)?.to_vec2::<i64>()?;
+    ember::manual_seed(5);
+    assert_eq!(w.multinomial(8, true)?.to_vec2::<i64>()?, a);
+    Ok(())
+}
+
 device_test!(
+    multinomial_draws_by_weight,
     zeros_ones_full,
     arange_linspace_eye,
     random_is_seeded,

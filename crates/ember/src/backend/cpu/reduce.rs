@@ -235,6 +235,78 @@ pub(crate) fn cumulative(
     })
 }
 
+/// The int64 indices that sort each `(outer, inner)` line of the contiguous
+/// elements `range` of `data` along the middle axis (see
+/// [`scan_shape`](crate::backend::op::scan_shape)); stable; NaN above every number.
+pub(crate) fn argsort(
+    data: &CpuData,
+    range: std::ops::Range<usize>,
+    (outer, n, inner): (usize, usize, usize),
+    descending: bool,
+) -> Result<CpuData> {
+    fn go<T: Copy + Send + Sync, K: PartialOrd + Copy>(
+        x: &[T],
+        (outer, n, inner): (usize, usize, usize),
+        descending: bool,
+        key: impl Fn(T) -> K + Sync,
+        is_nan: impl Fn(K) -> bool + Sync,
+    ) -> Result<Vec<i64>> {
+        let mut out = alloc_uninit::<i64>(x.len())?;
+        let block = n * inner;
+        if block == 0 {
+            return Ok(out);
+        }
+        // NaN above every number; equal keys keep their order (a stable sort)
+        let order = |a: K, b: K| -> std::cmp::Ordering {
+            use std::cmp::Ordering::*;
+            let o = match (is_nan(a), is_nan(b)) {
+                (true, true) => Equal,
+                (true, false) => Greater,
+                (false, true) => Less,
+                _ => a.partial_cmp(&b).unwrap_or(Equal),
+            };
+            if descending {
+                o.reverse()
+            } else {
+                o
+            }
+        };
+        let sort_block = |(xb, ob): (&[T], &mut [i64])| {
+            let mut line: Vec<(K, i64)> = Vec::with_capacity(n);
+            for i in 0..inner {
+                line.clear();
+                line.extend((0..n).map(|j| (key(xb[j * inner + i]), j as i64)));
+                line.sort_by(|a, b| order(a.0, b.0));
+                for (j, &(_, idx)) in line.iter().enumerate() {
+                    ob[j * inner + i] = idx;
+                }
+            }
+        };
+        if outer > 1 && x.len() >= PAR_MIN {
+            x.par_chunks(block)
+                .zip(out.par_chunks_mut(block))
+                .for_each(sort_block);
+        } else {
+            x.chunks(block)
+                .zip(out.chunks_mut(block))
+                .for_each(sort_block);
+        }
+        Ok(out)
+    }
+    let g = (outer, n, inner);
+    let d = descending;
+    let no_nan = |_: i64| false;
+    Ok(CpuData::I64(match data {
+        CpuData::F32(v) => go(&v[range], g, d, |x| x, f32::is_nan)?,
+        CpuData::F64(v) => go(&v[range], g, d, |x| x, f64::is_nan)?,
+        CpuData::F16(v) => go(&v[range], g, d, |x| x.to_f32(), f32::is_nan)?,
+        CpuData::BF16(v) => go(&v[range], g, d, |x| x.to_f32(), f32::is_nan)?,
+        CpuData::I64(v) => go(&v[range], g, d, |x| x, no_nan)?,
+        CpuData::U8(v) => go(&v[range], g, d, |x| x as i64, no_nan)?,
+        CpuData::Bool(v) => go(&v[range], g, d, |x| x as i64, no_nan)?,
+    }))
+}
+
 /// Runs `op` over `dims`. Sums of integers and bools give i64; arg-reductions give
 /// i64 indices into the lane; everything else keeps the dtype.
 pub(crate) fn reduce(data: &CpuData, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<CpuData> {

@@ -185,6 +185,12 @@ impl BackendStorage for CpuStorage {
         reduce::reduce(&self.data, l, dims, op).map(CpuStorage::new)
     }
 
+    fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Self> {
+        let range = l.offset()..l.offset() + l.numel();
+        reduce::argsort(&self.data, range, scan_shape(l.shape(), dim), descending)
+            .map(CpuStorage::new)
+    }
+
     fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
         let range = l.offset()..l.offset() + l.numel();
         reduce::cumulative(&self.data, range, scan_shape(l.shape(), dim), op).map(CpuStorage::new)

@@ -217,6 +217,10 @@ impl BackendStorage for CudaStorage {
         ops::reduce(self, l, dims, code, correction, op.out_dtype(self.dtype))
     }
 
+    fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Self> {
+        ops::argsort(self, l.offset(), scan_shape(l.shape(), dim), descending)
+    }
+
     fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
         let (outer, n, inner) = scan_shape(l.shape(), dim);
         ops::cumulative(self, l.offset(), (outer, n, inner), op)

@@ -165,6 +165,10 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
+    fn argsort(&self, l: &Layout, _dim: usize, _descending: bool) -> Result<Self> {
+        MetaStorage::new(DType::I64, l.numel())
+    }
+
     fn matmul(
         &self,
         l: &Layout,

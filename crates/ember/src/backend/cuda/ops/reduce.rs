@@ -249,6 +249,38 @@ pub(crate) fn cumulative(
     Ok(out)
 }
 
+/// The indices that sort each `(outer, inner)` line along the middle axis of
+/// contiguous elements from `offset`: each thread ranks one element against its
+/// line (stable, NaN last ascending), so a line of `n` costs `n²` comparisons
+/// spread over `n` threads: quick for the lines of sequence models (a vocabulary
+/// of a few thousand), slow for very long ones.
+pub(crate) fn argsort(
+    x: &CudaStorage,
+    offset: usize,
+    (outer, n, inner): (usize, usize, usize),
+    descending: bool,
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let total = outer * n * inner;
+    let out = new_out(dev, DType::I64, total)?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        x.dtype(),
+        &format!("argsort_{}", suffix(x.dtype())),
+    )?;
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let (po, len, i, desc) = (out.ptr(), n as i64, inner as i64, descending as i32);
+    let t = total as i64;
+    let mut p = args![px, po, t, len, i, desc];
+    let grid = total.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
+    // SAFETY: parameters match `argsort_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,190 @@
+//! Sorting and selecting: `sort`, `argsort`, `topk` (the `argsort` primitive, the
+//! values gathered, so their gradient is gather's), `nonzero`, `masked_select` and
+//! `multinomial` sampling.
+
+use super::Tensor;
+use crate::layout::normalize_dim;
+use crate::{DType, Device, Error, Result};
+
+impl Tensor {
+    /// The indices (int64) that sort this tensor along `dim` (`torch.argsort`,
+    /// with `stable=True`: equal elements keep their order). NaN sorts above every
+    /// number, as in PyTorch.
+    pub fn argsort(&self, dim: i64, descending: bool) -> Result<Tensor> {
+        let d = normalize_dim("argsort", dim, self.rank().max(1))?;
+        if self.rank() == 0 {
+            return Tensor::zeros((), DType::I64, &self.device());
+        }
+        let x = self.contiguous()?;
+        let idx = x.read().argsort(x.layout(), d, descending)?;
+        Ok(Tensor::from_storage(idx, self.shape()))
+    }
+
+    /// The values sorted along `dim` and the indices they came from
+    /// (`torch.sort(t, dim, descending, stable=True)`). The gradient flows back to
+    /// where each value came from.
+    pub fn sort(&self, dim: i64, descending: bool) -> Result<(Tensor, Tensor)> {
+        let idx = self.argsort(dim, descending)?;
+        if self.rank() == 0 {
+            return Ok((self.copy()?, idx));
+        }
+        let d = normalize_dim("sort", dim, self.rank())?;
+        Ok((self.gather_valid(d, idx.clone())?, idx))
+    }
+
+    /// The `k` largest (or smallest, with `largest = false`) elements along `dim`,
+    /// in sorted order, and their indices (`torch.topk(t, k, dim, largest,
+    /// sorted=True)`). Among equal elements the first ones are taken.
+    pub fn topk(&self, k: usize, dim: i64, largest: bool) -> Result<(Tensor, Tensor)> {
+        let d = normalize_dim("topk", dim, self.rank().max(1))?;
+        let n = self.shape().get(d).copied().unwrap_or(1);
+        if k > n {
+            return Err(Error::invalid("topk", "selected index k out of range"));
+        }
+        if self.rank() == 0 && k == 1 {
+            return self.sort(0, largest);
+        }
+        if self.rank() == 0 {
+            return self.reshape([1])?.topk(k, 0, largest);
+        }
+        let idx = self
+            .argsort(d as i64, largest)?
+            .narrow(d as i64, 0, k)?
+            .contiguous()?;
+        Ok((self.gather_valid(d, idx.clone())?, idx))
+    }
+
+    /// The indices of the nonzero elements (`torch.nonzero`): an int64 tensor of
+    /// shape `[count, rank]`, in row-major order. The count depends on the values,
+    /// so a tensor on a GPU is read back (a synchronisation); a meta tensor has no
+    /// values to count.
+    pub fn nonzero(&self) -> Result<Tensor> {
+        let flat = self.positions("nonzero")?;
+        let rank = self.rank();
+        let mut out = Vec::with_capacity(flat.len() * rank);
+        for &f in &flat {
+            let mut rest = f as usize;
+            let at = out.len();
+            out.resize(at + rank, 0);
+            for d in (0..rank).rev() {
+                let s = self.shape()[d];
+                out[at + d] = (rest % s) as i64;
+                rest /= s;
+            }
+        }
+        Tensor::from_vec(out, [flat.len(), rank], &self.device())
+    }
+
+    /// The elements where `mask` (bool, broadcasting with this tensor) is true, as
+    /// a 1-D tensor in row-major order (`torch.masked_select`). The count depends
+    /// on the mask's values, which are read back to the host.
+    pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
+        super::same_device("masked_select", &[self, mask])?;
+        if mask.dtype() != DType::Bool {
+            return Err(Error::dtype(
+                "masked_select",
+                mask.dtype(),
+                "masked_select: expected BoolTensor for mask",
+            ));
+        }
+        let shape = crate::layout::broadcast_shapes("masked_select", self.shape(), mask.shape())?;
+        let x = self.broadcast_to(&shape[..])?;
+        let m = mask.broadcast_to(&shape[..])?;
+        let at = m.positions("masked_select")?;
+        let n = at.len();
+        let idx = Tensor::from_vec(at, [n], &self.device())?;
+        x.reshape([x.numel()])?.index_select_valid(0, idx)
+    }
+
+    /// Flat row-major positions of the nonzero elements, read on the host.
+    fn positions(&self, op: &'static str) -> Result<Vec<i64>> {
+        if self.device() == Device::Meta {
+            return Err(Error::MetaNoData {
+                op,
+                hint: "the result's size depends on the values",
+            });
+        }
+        let nz = self.ne(0)?.to_vec::<bool>()?;
+        Ok(nz
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b)
+            .map(|(i, _)| i as i64)
+            .collect())
+    }
+
+    /// Draws `num_samples` category indices from each row of non-negative weights
+    /// (1-D: one distribution; 2-D: one per row), with or without replacement
+    /// (`torch.multinomial`). Draws come from the generator in scope (the global
+    /// one by default), on this tensor's device. The weights are checked as
+    /// PyTorch does (finite, non-negative, a positive sum per row), which reads
+    /// them back to the host.
+    pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Result<Tensor> {
+        const OP: &str = "multinomial";
+        if !self.dtype().is_float() {
+            return Err(Error::dtype(
+                OP,
+                self.dtype(),
+                "multinomial only supports floating-point dtypes for input",
+            ));
+        }
+        if self.rank() == 0 || self.rank() > 2 {
+            return Err(Error::invalid(OP, "prob_dist must be 1 or 2 dim"));
+        }
+        let n = self.shape()[self.rank() - 1];
+        if n == 0 {
+            return Err(Error::invalid(
+                OP,
+                "multinomial: the number of categories cannot be zero",
+            ));
+        }
+        if !replacement && num_samples > n {
+            return Err(Error::invalid(
+                OP,
+                "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
+            ));
+        }
+        let p = crate::no_grad(|| self.detach().to_dtype(DType::F32))?;
+        let rows = if self.rank() == 1 {
+            p.reshape([1, n])?
+        } else {
+            p.clone()
+        };
+        if self.device() != Device::Meta {
+            let bad = rows.isfinite()?.logical_not()?.logical_or(&rows.lt(0.0)?)?;
+            if bad.any_all()?.item::<bool>()? {
+                return Err(Error::invalid(
+                    OP,
+                    "probability tensor contains either `inf`, `nan` or element < 0",
+                ));
+            }
+            if rows.sum(1, false)?.le(0.0)?.any_all()?.item::<bool>()? {
+                return Err(Error::invalid(
+                    OP,
+                    "invalid multinomial distribution (sum of probabilities <= 0)",
+                ));
+            }
+        }
+        let r = rows.shape()[0];
+        // the exponential race: category i wins with weight p_i / E_i, E_i ~ Exp(1)
+        // independent; the winner is distributed as p / sum(p), and the order of the
+        // first k is a draw of k without replacement
+        let race = |shape: &[usize]| -> Result<Tensor> {
+            let u = Tensor::rand(shape, &self.device())?;
+            // 1 - u lies in (0, 1]: -log of it is finite
+            u.neg()?.add(1.0)?.log()?.neg()
+        };
+        let out = if replacement {
+            let e = race(&[r, num_samples, n])?;
+            rows.unsqueeze(1)?.div(&e)?.argmax(-1, false)?
+        } else {
+            let e = race(&[r, n])?;
+            rows.div(&e)?.topk(num_samples, -1, true)?.1
+        };
+        if self.rank() == 1 {
+            out.reshape([num_samples])
+        } else {
+            Ok(out)
+        }
+    }
+}
