@@ -664,6 +664,35 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             };
             one(a().pad(&p.list("pads"), mode))
         }
+        "layer_norm" => {
+            let w = p.b("weight").then(|| args[1].t());
+            let b = p.b("bias").then(|| args[1 + p.b("weight") as usize].t());
+            let shape: Vec<usize> = p.list("shape").iter().map(|&d| d as usize).collect();
+            one(ember::nn::layer_norm(a(), &shape, w, b, p.f("eps")))
+        }
+        "rms_norm" => {
+            let shape: Vec<usize> = p.list("shape").iter().map(|&d| d as usize).collect();
+            one(ember::nn::rms_norm(
+                a(),
+                &shape,
+                args.get(1).map(Arg::t),
+                p.opt_f("eps"),
+            ))
+        }
+        "embedding" => one(ember::nn::embedding(
+            a(),
+            args[1].t(),
+            p.opt_i("padding_idx"),
+        )),
+        "sdpa" => one(ember::nn::scaled_dot_product_attention(
+            a(),
+            args[1].t(),
+            args[2].t(),
+            args.get(3).map(Arg::t),
+            0.0,
+            p.b("is_causal"),
+            p.opt_f("scale"),
+        )),
         "sort" => many(
             a().sort(p.i("dim"), p.b("descending"))
                 .map(|(v, i)| vec![v, i]),

@@ -190,6 +190,27 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("argsort", |t| one(t[9].argsort(0, true))),
         ("topk", |t| t[3].topk(2, -1, true).map(|(v, i)| vec![v, i])),
         ("multinomial", |t| one(t[14].multinomial(2, false))),
+        ("embedding", |t| {
+            one(ember::nn::embedding(&t[13], &t[0].t()?, Some(1)))
+        }),
+        ("layer_norm", |t| {
+            one(ember::nn::layer_norm(&t[3], &[6, 6], None, None, 1e-5))
+        }),
+        ("rms_norm", |t| {
+            one(ember::nn::rms_norm(&t[12], &[4], None, None))
+        }),
+        ("dropout", |t| one(ember::nn::dropout(&t[0], 0.3, true))),
+        ("sdpa causal", |t| {
+            one(ember::nn::scaled_dot_product_attention(
+                &t[10],
+                &t[10],
+                &t[11].narrow(1, 0, 3)?,
+                None,
+                0.1,
+                true,
+                None,
+            ))
+        }),
         ("cumsum", |t| one(t[3].cumsum(1))),
         ("cumsum of bools", |t| one(t[8].cumsum(0))),
         ("cumprod", |t| one(t[12].cumprod(-1))),

@@ -15,10 +15,14 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod embed_norm;
+pub mod functional;
 mod layers;
 mod loss;
 mod norm;
 
+pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
+pub use functional::{dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention};
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Identity, LazyLinear, LeakyReLU,
     Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus, Tanh, ELU, GELU,

@@ -18,6 +18,7 @@ mod cumulative;
 mod display;
 mod einsum;
 mod elementwise;
+pub(crate) use elementwise::torch_dtype_name;
 mod grad;
 mod index;
 mod logical;

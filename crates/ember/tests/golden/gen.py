@@ -339,6 +339,17 @@ def run_op(op, p, x):
         if p["mode"] == "constant":
             return F.pad(a, p["pads"], mode="constant", value=p["value"])
         return F.pad(a, p["pads"], mode=p["mode"])
+    if op == "layer_norm":
+        w = x[1] if p["weight"] else None
+        b = x[1 + p["weight"]] if p["bias"] else None
+        return F.layer_norm(a, p["shape"], w, b, eps=p["eps"])
+    if op == "rms_norm":
+        return F.rms_norm(a, p["shape"], x[1] if len(x) > 1 else None, eps=p["eps"])
+    if op == "embedding":
+        return F.embedding(a, x[1], padding_idx=p["padding_idx"])
+    if op == "sdpa":
+        return F.scaled_dot_product_attention(a, x[1], x[2], attn_mask=x[3] if len(x) > 3 else None,
+                                              is_causal=p["is_causal"], scale=p["scale"])
     if op == "sort":
         return list(torch.sort(a, dim=p["dim"], descending=p["descending"], stable=True))
     if op == "sort_values":
@@ -405,14 +416,16 @@ ERROR_KINDS = [
     (r"Dimension out of range", "DimOutOfRange"),
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
      r"|Class values must be smaller", "IndexOutOfRange"),
-    (r"to have the same dtype|expected scalar type", "DTypeMismatch"),
+    (r"to have the same dtype|expected scalar type|all inputs must share same datatype", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
-     r"|expected BoolTensor for mask|only supports floating-point dtypes", "UnsupportedDType"),
+     r"|expected BoolTensor for mask|only supports floating-point dtypes"
+     r"|have one of the following scalar types|Expected attn_mask dtype", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
-     r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously",
+     r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
+     r"|Given normalized_shape|Expected weight to be of same shape",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -425,7 +438,8 @@ ERROR_KINDS = [
      r"|input tensor must have at least 2 dimensions|wrapping around more than once"
      r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
      r"|einsum\(\): |selected index k out of range|prob_dist must be|contains either `inf`"
-     r"|invalid multinomial distribution|samples without replacement", "InvalidArgument"),
+     r"|invalid multinomial distribution|samples without replacement|must be 2-D|Padding_idx must be"
+     r"|should not be set when is_causal|at least 2 dimensional", "InvalidArgument"),
 ]
 
 
@@ -1776,6 +1790,83 @@ case(FAM, "multinomial_zero_sum", "multinomial", [T([[0.0, 0.0], [0.1, 0.2]])], 
 case(FAM, "multinomial_too_many", "multinomial", [T([0.5, 0.5])], {"n": 3, "replacement": False})
 case(FAM, "multinomial_rank_3", "multinomial", [torch.ones(1, 2, 3)], {"n": 1, "replacement": True})
 case(FAM, "multinomial_int", "multinomial", [T([1, 2], I)], {"n": 1, "replacement": True})
+
+# ---- issue 20: embedding, normalisation, attention ----------------------------------
+FAM = "seq"
+for name, xs, shape, w, b, eps in [
+    ("last", rn(2, 3, 4, scale=2.0), [4], True, True, 1e-5),
+    ("two_dims", rn(2, 3, 4), [3, 4], True, True, 1e-5),
+    ("no_affine", rn(3, 5), [5], False, False, 1e-5),
+    ("weight_only", rn(3, 5), [5], True, False, 1e-3),
+    ("f64", d64(rn(2, 6)), [6], True, True, 1e-5),
+    ("bf16", rn(2, 8, dtype=torch.bfloat16), [8], False, False, 1e-5),
+    ("f16", rn(2, 8, dtype=torch.float16), [8], False, False, 1e-5),
+    ("constant_rows", T([[2.0, 2.0, 2.0], [1.0, -1.0, 0.0]]), [3], False, False, 1e-5),
+    ("transposed", In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), [4], True, True, 1e-5),
+    ("bad_shape", rn(2, 3, 4), [3], False, False, 1e-5),
+    ("bad_weight", rn(2, 3, 4), [4], True, False, 1e-5),
+    ("int", ri(2, 4), [4], False, False, 1e-5),
+    ("bf16_f32_affine", rn(2, 8, dtype=torch.bfloat16), [8], True, True, 1e-5),
+]:
+    n = 1
+    for d in shape:
+        n *= d
+    ws = [rn(*shape, dtype=xs.base.dtype if isinstance(xs, In) else xs.dtype)] if w else []
+    if name == "bad_weight":
+        ws = [rn(3)]
+    bs = [rn(*shape, dtype=xs.base.dtype if isinstance(xs, In) else xs.dtype)] if b else []
+    if name == "bf16_f32_affine":  # PyTorch's one mixed case: half input, float32 parameters
+        ws, bs = [rn(*shape)], [rn(*shape)]
+    # PyTorch's mixed-dtype kernel rounds its parameter gradients through bf16
+    case(FAM, f"layer_norm_{name}", "layer_norm", [xs] + ws + bs,
+         {"shape": shape, "weight": w, "bias": b, "eps": eps}, grad=name not in ("int", "bad_shape", "bad_weight"),
+         rtol=2e-2 if name == "bf16_f32_affine" else None)
+case(FAM, "layer_norm_f64_f32_weight", "layer_norm", [d64(rn(2, 4)), rn(4)],
+     {"shape": [4], "weight": True, "bias": False, "eps": 1e-5})
+for name, xs, shape, w, eps in [
+    ("last", rn(2, 3, 4, scale=2.0), [4], True, None),
+    ("two_dims", rn(2, 3, 4), [3, 4], True, 1e-6),
+    ("no_weight", rn(3, 5), [5], False, None),
+    ("f64", d64(rn(2, 6)), [6], True, None),
+    ("bf16", rn(2, 8, dtype=torch.bfloat16), [8], False, None),
+    ("zeros", torch.zeros(2, 3), [3], False, None),
+    ("bad_shape", rn(2, 3, 4), [3], False, None),
+    ("int", ri(2, 4), [4], False, None),
+]:
+    ws = [rn(*shape)] if w else []
+    case(FAM, f"rms_norm_{name}", "rms_norm", [xs] + ws, {"shape": shape, "eps": eps},
+         grad=name not in ("int", "bad_shape"))
+EMB = rn(6, 3)
+for name, idx, pad in [("1d", T([0, 5, 2, 2], I), None), ("2d", T([[1, 2], [2, 4]], I), None),
+                       ("padding", T([[1, 0, 3], [0, 0, 5]], I), 0), ("padding_negative", T([1, 5, 5, 2], I), -1),
+                       ("0d", T(3, I), None), ("out_of_range", T([1, 6], I), None),
+                       ("negative", T([1, -1], I), None), ("float_indices", T([1.0, 2.0]), None),
+                       ("padding_out_of_range", T([1], I), 6)]:
+    case(FAM, f"embedding_{name}", "embedding", [idx, EMB], {"padding_idx": pad},
+         grad=name in ("1d", "2d", "padding", "padding_negative", "0d"))
+case(FAM, "embedding_1d_weight", "embedding", [T([1], I), rn(6)], {"padding_idx": None})
+Q, K, V = rn(2, 2, 3, 4), rn(2, 2, 5, 4), rn(2, 2, 5, 6)
+CAUSAL_LS = T([[True, False, False, False, False], [True, True, False, False, False], [True, True, True, True, True]])
+for name, xs, causal, scale in [
+    ("plain", [Q, K, V], False, None),
+    ("scale", [Q, K, V], False, 0.3),
+    ("causal", [Q, K, V], True, None),
+    ("causal_square", [rn(2, 4, 4), rn(2, 4, 4), rn(2, 4, 3)], True, None),
+    ("bool_mask", [Q, K, V, CAUSAL_LS], False, None),
+    ("bool_mask_broadcast_keys", [Q, K, V, T([[True, True, False, True, False]])], False, None),
+    ("float_mask", [Q, K, V, rn(3, 5)], False, None),
+    ("masked_row", [Q, K, V, T([[True, True, False, False, False], [False] * 5, [True] * 5])], False, None),
+    ("3d", [rn(2, 3, 4), rn(2, 5, 4), rn(2, 5, 2)], False, None),
+    ("broadcast_batch", [rn(2, 2, 3, 4), rn(1, 2, 5, 4), rn(1, 2, 5, 4)], False, None),
+    ("f64", [d64(Q), d64(K), d64(V)], True, None),
+    ("mask_and_causal", [Q, K, V, CAUSAL_LS], True, None),
+    ("bad_mask", [Q, K, V, T([[True, False]])], False, None),
+    ("int_mask", [Q, K, V, T([[1, 0, 1, 0, 1]], I)], False, None),
+    ("dtypes", [Q, d64(K), V], False, None),
+    ("rank_1", [rn(4), rn(4), rn(4)], False, None),
+]:
+    err = name in ("mask_and_causal", "bad_mask", "int_mask", "dtypes", "rank_1")
+    case(FAM, f"sdpa_{name}", "sdpa", xs, {"is_causal": causal, "scale": scale}, grad=not err)
 
 # ----------------------------------------------------------------------------------
 

@@ -588,7 +588,102 @@ fn activation_modules_use_pytorchs_defaults(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Embedding, LayerNorm and RMSNorm have PyTorch's parameter names, shapes and
+/// initial values, apply their functions (golden-tested against PyTorch), keep
+/// the padding row at zero without a gradient, and convert like other modules.
+fn embedding_and_norm_modules(dev: &Device) -> Result<()> {
+    use ember::nn::{self, Embedding, LayerNorm, Module, RMSNorm};
+    let _g = super::rng_lock();
+    ember::manual_seed(3);
+    let names = |m: &dyn Module| -> Vec<(String, Vec<usize>)> {
+        m.named_parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.shape().to_vec()))
+            .collect()
+    };
+    // Embedding(1000, 16, padding_idx=-1): N(0, 1) weights, the last row zero
+    let e = Embedding::with_padding(1000, 16, Some(-1), dev)?;
+    assert_eq!(names(&e), [("weight".to_string(), vec![1000, 16])]);
+    assert_eq!(e.padding_idx, Some(999));
+    let w = e.weight.to_vec2::<f32>()?;
+    assert!(w[999].iter().all(|&v| v == 0.0));
+    let all: Vec<f64> = w[..999].iter().flatten().map(|&v| v as f64).collect();
+    let mean = all.iter().sum::<f64>() / all.len() as f64;
+    let sd = (all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / all.len() as f64).sqrt();
+    assert!(
+        mean.abs() < 0.03 && (sd - 1.0).abs() < 0.03,
+        "mean {mean}, sd {sd}"
+    );
+    let idx = Tensor::new([[3i64, 999], [999, 5]], dev)?;
+    let y = e.forward(&idx)?;
+    assert_eq!(y.shape(), &[2, 2, 16]);
+    y.sum_all()?.backward()?;
+    let g = e.weight.grad().expect("a gradient").to_vec2::<f32>()?;
+    assert!(
+        g[999].iter().all(|&v| v == 0.0),
+        "the padding row gets no gradient"
+    );
+    assert!(g[3].iter().all(|&v| v == 1.0) && g[5].iter().all(|&v| v == 1.0));
+    assert!(Embedding::with_padding(4, 2, Some(4), dev).is_err());
+    assert!(e.forward(&Tensor::new([1000i64], dev)?).is_err());
+
+    // LayerNorm([2, 3]): weight ones, bias zeros; without bias; without affine
+    let ln = LayerNorm::new(&[2, 3], dev)?;
+    assert_eq!(
+        names(&ln),
+        [
+            ("weight".to_string(), vec![2, 3]),
+            ("bias".to_string(), vec![2, 3])
+        ]
+    );
+    assert_eq!(ln.weight.as_ref().unwrap().to_vec2::<f32>()?, [[1.0; 3]; 2]);
+    assert_eq!(ln.bias.as_ref().unwrap().to_vec2::<f32>()?, [[0.0; 3]; 2]);
+    assert_eq!(ln.eps, 1e-5);
+    let no_bias = LayerNorm::with_options(&[3], 1e-6, true, false, dev)?;
+    assert_eq!(names(&no_bias), [("weight".to_string(), vec![3])]);
+    assert!(LayerNorm::with_options(&[3], 1e-5, false, true, dev)?
+        .named_parameters()
+        .is_empty());
+    let x = Tensor::randn([4, 2, 3], dev)?;
+    let want = nn::layer_norm(&x, &[2, 3], ln.weight.as_ref(), ln.bias.as_ref(), 1e-5)?;
+    assert_eq!(ln.forward(&x)?.to_vec3::<f32>()?, want.to_vec3::<f32>()?);
+    // each normalised sample has mean 0 and (biased) variance 1
+    let s = ln.forward(&x)?.flatten(1, -1)?;
+    assert!(s.mean(1, false)?.abs()?.max_all()?.item::<f32>()? < 1e-6);
+    assert!(
+        (s.var_correction(1, 0.0, false)?
+            .sub(1.0)?
+            .abs()?
+            .max_all()?
+            .item::<f32>()?)
+            < 1e-4
+    );
+
+    // RMSNorm([3]): weight ones, eps None (the machine epsilon)
+    let mut rms = RMSNorm::new(&[3], dev)?;
+    assert_eq!(names(&rms), [("weight".to_string(), vec![3])]);
+    assert_eq!(rms.eps, None);
+    let x = Tensor::new([[3.0f32, 4.0, 0.0]], dev)?;
+    // x / sqrt(mean(x²)) = x / sqrt(25/3)
+    let got = rms.forward(&x)?.to_vec2::<f32>()?;
+    let r = (25.0f32 / 3.0).sqrt();
+    for (g, w) in got[0].iter().zip([3.0 / r, 4.0 / r, 0.0]) {
+        assert!((g - w).abs() < 1e-6, "{got:?}");
+    }
+    rms.to_dtype(DType::F64)?;
+    assert_eq!(rms.weight.as_ref().unwrap().dtype(), DType::F64);
+    assert!(rms.weight.as_ref().unwrap().requires_grad());
+    let mut ln2 = LayerNorm::new(&[3], dev)?;
+    ln2.to_empty(&Device::Meta)?;
+    assert_eq!(ln2.weight.as_ref().unwrap().device(), Device::Meta);
+    ln2.to_empty(dev)?;
+    ln2.reset_parameters()?;
+    assert_eq!(ln2.weight.as_ref().unwrap().to_vec1::<f32>()?, [1.0; 3]);
+    Ok(())
+}
+
 device_test!(
+    embedding_and_norm_modules,
     activation_modules_use_pytorchs_defaults,
     losses_match_pytorch,
     inplace_ops_in_a_graph_match_pytorch,

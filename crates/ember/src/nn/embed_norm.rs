@@ -1,0 +1,256 @@
+//! `nn.Embedding`, `nn.LayerNorm` and `nn.RMSNorm`, with PyTorch's parameter
+//! names, shapes and initial values.
+
+use super::functional::{embedding, layer_norm, rms_norm};
+use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Runs `f` on each present parameter slot.
+fn each(slots: [&mut Option<Tensor>; 2], f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<()> {
+    for t in slots.into_iter().flatten() {
+        *t = f(t)?;
+    }
+    Ok(())
+}
+
+/// The named present parameters.
+fn named(slots: [(&str, &Option<Tensor>); 2]) -> Vec<(String, Tensor)> {
+    slots
+        .into_iter()
+        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
+        .collect()
+}
+
+/// A lookup table of `num_embeddings` vectors of size `embedding_dim`
+/// (`nn.Embedding`): the input is int64 indices of any shape, the output has one
+/// more dim. `weight` starts standard normal, with the `padding_idx` row zero (and
+/// that row gets no gradient).
+pub struct Embedding {
+    pub weight: Tensor,
+    pub padding_idx: Option<i64>,
+}
+
+impl Embedding {
+    pub fn new(num_embeddings: usize, embedding_dim: usize, device: &Device) -> Result<Embedding> {
+        Embedding::with_padding(num_embeddings, embedding_dim, None, device)
+    }
+
+    /// With a padding row (negative counts from the end, as in PyTorch).
+    pub fn with_padding(
+        num_embeddings: usize,
+        embedding_dim: usize,
+        padding_idx: Option<i64>,
+        device: &Device,
+    ) -> Result<Embedding> {
+        let n = num_embeddings as i64;
+        let padding_idx = padding_idx
+            .map(|p| {
+                let q = if p < 0 { p + n } else { p };
+                if (0..n).contains(&q) {
+                    Ok(q)
+                } else {
+                    Err(Error::invalid(
+                        "Embedding",
+                        "Padding_idx must be within num_embeddings",
+                    ))
+                }
+            })
+            .transpose()?;
+        let weight = Tensor::randn([num_embeddings, embedding_dim], device)?;
+        let e = Embedding {
+            weight: fresh_parameter(weight)?,
+            padding_idx,
+        };
+        e.zero_padding_row()?;
+        Ok(e)
+    }
+
+    fn zero_padding_row(&self) -> Result<()> {
+        if let Some(p) = self.padding_idx {
+            crate::no_grad(|| {
+                self.weight.narrow(0, p, 1)?.copy_(&Tensor::zeros(
+                    [1, self.weight.shape()[1]],
+                    self.weight.dtype(),
+                    &self.weight.device(),
+                )?)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Module for Embedding {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        embedding(x, &self.weight, self.padding_idx)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".to_string(), self.weight.clone())]
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.weight = move_parameter(&self.weight, device)?;
+        Ok(())
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.weight = empty_parameter(&self.weight, device)?;
+        Ok(())
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.weight = cast_state(&self.weight, dtype)?;
+        Ok(())
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        let w = &self.weight;
+        assign(
+            w,
+            &Tensor::normal(0.0, 1.0, w.shape(), w.dtype(), &w.device())?,
+        )?;
+        self.zero_padding_row()
+    }
+}
+
+/// Layer normalisation over the trailing dims `normalized_shape` (`nn.LayerNorm`):
+/// `weight` ones and `bias` zeros of that shape (either may be left out), `eps`
+/// `1e-5`.
+pub struct LayerNorm {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub normalized_shape: Vec<usize>,
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// With PyTorch's defaults: affine weight and bias, `eps = 1e-5`.
+    pub fn new(normalized_shape: &[usize], device: &Device) -> Result<LayerNorm> {
+        LayerNorm::with_options(normalized_shape, 1e-5, true, true, device)
+    }
+
+    /// `elementwise_affine = false` leaves out both parameters, `bias = false` the
+    /// bias only.
+    pub fn with_options(
+        normalized_shape: &[usize],
+        eps: f64,
+        elementwise_affine: bool,
+        bias: bool,
+        device: &Device,
+    ) -> Result<LayerNorm> {
+        let ones = || -> Result<Tensor> {
+            fresh_parameter(Tensor::ones(normalized_shape, DType::F32, device)?)
+        };
+        let zeros = || -> Result<Tensor> {
+            fresh_parameter(Tensor::zeros(normalized_shape, DType::F32, device)?)
+        };
+        Ok(LayerNorm {
+            weight: elementwise_affine.then(ones).transpose()?,
+            bias: (elementwise_affine && bias).then(zeros).transpose()?,
+            normalized_shape: normalized_shape.to_vec(),
+            eps,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        layer_norm(
+            x,
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        named([("weight", &self.weight), ("bias", &self.bias)])
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| {
+            move_parameter(t, device)
+        })
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| {
+            empty_parameter(t, device)
+        })
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| cast_state(t, dtype))
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        for (t, v) in [(&self.weight, 1.0), (&self.bias, 0.0)] {
+            if let Some(t) = t {
+                assign(t, &t.full_like(v)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Root-mean-square normalisation over the trailing dims (`nn.RMSNorm`): `weight`
+/// ones (unless left out); `eps` `None` uses the machine epsilon, as PyTorch.
+pub struct RMSNorm {
+    pub weight: Option<Tensor>,
+    pub normalized_shape: Vec<usize>,
+    pub eps: Option<f64>,
+}
+
+impl RMSNorm {
+    pub fn new(normalized_shape: &[usize], device: &Device) -> Result<RMSNorm> {
+        RMSNorm::with_options(normalized_shape, None, true, device)
+    }
+
+    pub fn with_options(
+        normalized_shape: &[usize],
+        eps: Option<f64>,
+        elementwise_affine: bool,
+        device: &Device,
+    ) -> Result<RMSNorm> {
+        let weight = elementwise_affine
+            .then(|| fresh_parameter(Tensor::ones(normalized_shape, DType::F32, device)?))
+            .transpose()?;
+        Ok(RMSNorm {
+            weight,
+            normalized_shape: normalized_shape.to_vec(),
+            eps,
+        })
+    }
+}
+
+impl Module for RMSNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        rms_norm(x, &self.normalized_shape, self.weight.as_ref(), self.eps)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        named([("weight", &self.weight), ("bias", &None)])
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut None], |t| move_parameter(t, device))
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut None], |t| {
+            empty_parameter(t, device)
+        })
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        each([&mut self.weight, &mut None], |t| cast_state(t, dtype))
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        if let Some(w) = &self.weight {
+            assign(w, &w.ones_like()?)?;
+        }
+        Ok(())
+    }
+}
