@@ -15,12 +15,17 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod attention;
 mod embed_norm;
 pub mod functional;
 mod layers;
 mod loss;
 mod norm;
 
+pub use attention::{
+    square_subsequent_mask, Activation, AttentionOptions, DecoderMasks, MultiheadAttention,
+    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
+};
 pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
 pub use functional::{dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention};
 pub use layers::{

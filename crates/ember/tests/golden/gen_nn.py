@@ -13,11 +13,16 @@ Writes nn_cases.json next to this file:
 - the Iris lesson: model 4 -> 8 -> 9 -> 3 (ReLU), CrossEntropyLoss, Adam lr 0.01,
   seed 32, 80/20 split, 100 full-batch epochs: initial weights, the split, the loss
   of every epoch and the final test accuracy.
-Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py
+- sequence modules: MultiheadAttention (masks, weights), transformer encoder and
+  decoder layers and an encoder stack, in float64: outputs and the gradients of
+  every input and parameter.
+Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
+(only the named sections are regenerated; the others are kept).
 """
 import csv
 import json
 import os
+import sys
 
 import torch
 import torch.nn as nn
@@ -279,11 +284,111 @@ def inplace_cases():
     return out
 
 
+def seq_module_cases():
+    """Attention and transformer modules in float64 with random parameters: outputs,
+    attention weights, and the gradients of every input and parameter for a fixed
+    output gradient."""
+    torch.manual_seed(20)
+    out = []
+
+    def randomize(m):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape) * 0.3)
+        return m
+
+    def mask_json(t):
+        # -inf (a float mask's blocked entries) as the string "-inf": JSON has no infinity
+        vals = [float(x) for x in t.reshape(-1).tolist()]
+        return {"shape": list(t.shape), "values": [v if v != float("-inf") else "-inf" for v in vals],
+                "bool": t.dtype == torch.bool}
+
+    def run(name, kind, config, m, inputs, masks, call):
+        m = randomize(m).double()
+        m.eval()
+        state = {k: tensor_json(v) for k, v in m.state_dict().items()}
+        ins = {k: v.clone().double().requires_grad_(True) for k, v in inputs.items()}
+        y, w = call(m, ins, masks)
+        loss = (y * torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)).sum()
+        if w is not None:
+            loss = loss + (w * torch.linspace(0.5, -0.5, w.numel(), dtype=torch.float64).reshape(w.shape)).sum()
+        loss.backward()
+        out.append({"name": name, "kind": kind, "config": config, "state": state,
+                    "inputs": {k: tensor_json(v) for k, v in ins.items()},
+                    "masks": {k: mask_json(v) for k, v in masks.items()},
+                    "output": tensor_json(y), "weights": tensor_json(w) if w is not None else None,
+                    "input_grads": {k: tensor_json(v.grad) for k, v in ins.items()},
+                    "param_grads": {k: tensor_json(p.grad) for k, p in m.named_parameters()}})
+
+    def mha_call(kw):
+        def call(m, ins, masks):
+            x = ins["query"]
+            k = ins.get("key", x)
+            v = ins.get("value", k)
+            return m(x, k, v, key_padding_mask=masks.get("key_padding_mask"), attn_mask=masks.get("attn_mask"), **kw)
+        return call
+
+    cfg = {"embed_dim": 8, "num_heads": 2, "batch_first": False, "bias": True}
+    run("mha_self", "mha", cfg, nn.MultiheadAttention(8, 2), {"query": torch.randn(4, 3, 8)}, {},
+        mha_call({"need_weights": True}))
+    cfg = {"embed_dim": 8, "num_heads": 2, "batch_first": True, "bias": True}
+    kpm = torch.tensor([[False, False, True, False, True], [False, False, False, False, False]])
+    run("mha_cross_masks", "mha", cfg, nn.MultiheadAttention(8, 2, batch_first=True),
+        {"query": torch.randn(2, 3, 8), "key": torch.randn(2, 5, 8), "value": torch.randn(2, 5, 8)},
+        {"key_padding_mask": kpm, "attn_mask": torch.randn(3, 5)},
+        mha_call({"need_weights": True, "average_attn_weights": False}))
+    cfg = {"embed_dim": 8, "num_heads": 4, "batch_first": False, "bias": False}
+    blocked = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
+    run("mha_unbatched_bool_mask", "mha", cfg, nn.MultiheadAttention(8, 4, bias=False),
+        {"query": torch.randn(3, 8)}, {"attn_mask": blocked}, mha_call({"need_weights": True}))
+    causal = nn.Transformer.generate_square_subsequent_mask(4)
+    pad = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    for norm_first, act in ((False, "relu"), (True, "gelu")):
+        cfg = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "norm_first": norm_first, "activation": act}
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation=act, batch_first=True,
+                                           norm_first=norm_first)
+        run(f"encoder_layer_{'pre' if norm_first else 'post'}_{act}", "encoder_layer", cfg, layer,
+            {"src": torch.randn(2, 4, 8)}, {"mask": causal, "src_key_padding_mask": pad},
+            lambda m, ins, masks: (m(ins["src"], src_mask=masks["mask"],
+                                     src_key_padding_mask=masks["src_key_padding_mask"]), None))
+    cfg = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "norm_first": False, "activation": "relu", "num_layers": 2}
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8), enable_nested_tensor=False)
+    run("encoder_stack", "encoder", cfg, enc, {"src": torch.randn(2, 4, 8)}, {"mask": causal},
+        lambda m, ins, masks: (m(ins["src"], mask=masks["mask"]), None))
+    cfg = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "norm_first": False, "activation": "relu"}
+    dec = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    run("decoder_layer", "decoder_layer", cfg, dec, {"tgt": torch.randn(2, 4, 8), "memory": torch.randn(2, 5, 8)},
+        {"tgt_mask": causal, "memory_key_padding_mask": kpm},
+        lambda m, ins, masks: (m(ins["tgt"], ins["memory"], tgt_mask=masks["tgt_mask"],
+                                 memory_key_padding_mask=masks["memory_key_padding_mask"]), None))
+    return out
+
+
+SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
+            "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
+            "seq_modules": seq_module_cases}
+
+
 def main():
-    data = {"torch": torch.__version__, "losses": loss_cases(), "optimizers": optimizer_cases(),
-            "schedulers": scheduler_cases(), "iris": iris_case(), "init": init_cases(),
-            "modules": module_cases(), "inplace": inplace_cases()}
-    with open(os.path.join(HERE, "nn_cases.json"), "w") as f:
+    """All sections, or only those named on the command line (the others are kept
+    from the existing file: regenerating float32 sections on another CPU changes
+    their last digits, which is noise in a review)."""
+    path = os.path.join(HERE, "nn_cases.json")
+    only = sys.argv[1:]
+    unknown = [s for s in only if s not in SECTIONS]
+    if unknown:
+        sys.exit(f"unknown sections {unknown}; known: {list(SECTIONS)}")
+    if only:
+        with open(path) as f:
+            data = json.load(f)
+    else:
+        data = {}
+    data["torch"] = torch.__version__
+    for name, make in SECTIONS.items():
+        if not only or name in only:
+            data[name] = make()
+    with open(path, "w") as f:
         json.dump(data, f, indent=0)
     print("iris: final loss %.4f, test accuracy %.3f" % (data["iris"]["losses"][-1], data["iris"]["test_accuracy"]))
 

@@ -24,7 +24,10 @@ fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|x| x.as_f64().unwrap())
+        .map(|x| match x.as_str() {
+            Some("-inf") => f64::NEG_INFINITY,
+            _ => x.as_f64().unwrap(),
+        })
         .collect();
     Tensor::from_vec(values, shape, dev)
 }
@@ -682,7 +685,251 @@ fn embedding_and_norm_modules(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// MultiheadAttention (masks, attention weights), transformer encoder and decoder
+/// layers (post- and pre-norm, ReLU and GELU) and an encoder stack, in float64
+/// with PyTorch's parameters: outputs, attention weights and the gradients of
+/// every input and every parameter (tests/golden/gen_nn.py, `seq_modules`).
+fn seq_modules_match_pytorch(dev: &Device) -> Result<()> {
+    use nn::{
+        Activation, AttentionOptions, DecoderMasks, LayerNorm, MultiheadAttention,
+        TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
+    };
+    let all = cases();
+    let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
+        let want = tensor(want, dev)?;
+        assert_eq!(got.shape(), want.shape(), "{what}: shape");
+        let (g, w) = (vals(got), vals(&want));
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-9 + 1e-7 * b.abs(),
+                "{what} [{i}]: {a} vs {b}"
+            );
+        }
+        Ok(())
+    };
+    let cases = all["seq_modules"].as_array().unwrap();
+    assert!(cases.len() >= 7, "{} sequence-module cases", cases.len());
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let c = &case["config"];
+        let u = |k: &str| c[k].as_u64().unwrap() as usize;
+        let options = || TransformerOptions {
+            dim_feedforward: u("dim_feedforward"),
+            dropout: 0.0,
+            activation: if c["activation"] == "gelu" {
+                Activation::Gelu
+            } else {
+                Activation::Relu
+            },
+            batch_first: true,
+            norm_first: c["norm_first"].as_bool().unwrap(),
+            ..Default::default()
+        };
+        let ins: Vec<(String, Tensor)> = case["inputs"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), tensor(v, dev)?.requires_grad_(true)?)))
+            .collect::<Result<_>>()?;
+        let input = |k: &str| ins.iter().find(|(n, _)| n == k).map(|(_, t)| t);
+        let masks: Vec<(String, Tensor)> = case["masks"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                let t = tensor(v, dev)?;
+                Ok((k.clone(), if v["bool"] == true { t.ne(0.0)? } else { t }))
+            })
+            .collect::<Result<_>>()?;
+        let mask = |k: &str| masks.iter().find(|(n, _)| n == k).map(|(_, t)| t);
+        let module: Box<dyn Module>;
+        let (y, w) = match case["kind"].as_str().unwrap() {
+            "mha" => {
+                let mut m = MultiheadAttention::with_options(
+                    u("embed_dim"),
+                    u("num_heads"),
+                    0.0,
+                    c["bias"].as_bool().unwrap(),
+                    c["batch_first"].as_bool().unwrap(),
+                    dev,
+                )?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                m.set_training(false);
+                let q = input("query").unwrap();
+                let k = input("key").unwrap_or(q);
+                let v = input("value").unwrap_or(k);
+                let opts = AttentionOptions {
+                    key_padding_mask: mask("key_padding_mask"),
+                    attn_mask: mask("attn_mask"),
+                    need_weights: true,
+                    average_attn_weights: name != "mha_cross_masks",
+                    ..Default::default()
+                };
+                let (y, w) = m.attend(q, k, v, opts)?;
+                module = Box::new(m);
+                (y, w)
+            }
+            "encoder_layer" => {
+                let mut m = TransformerEncoderLayer::new(u("d_model"), u("nhead"), options(), dev)?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                m.set_training(false);
+                let y = m.forward_masked(
+                    input("src").unwrap(),
+                    mask("mask"),
+                    mask("src_key_padding_mask"),
+                )?;
+                module = Box::new(m);
+                (y, None)
+            }
+            "encoder" => {
+                let layer = TransformerEncoderLayer::new(u("d_model"), u("nhead"), options(), dev)?;
+                let norm = LayerNorm::new(&[u("d_model")], dev)?;
+                let mut m = TransformerEncoder::new(layer, u("num_layers"), Some(norm))?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                m.set_training(false);
+                let y = m.forward_masked(input("src").unwrap(), mask("mask"), None)?;
+                module = Box::new(m);
+                (y, None)
+            }
+            "decoder_layer" => {
+                let mut m = TransformerDecoderLayer::new(u("d_model"), u("nhead"), options(), dev)?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                m.set_training(false);
+                let masks = DecoderMasks {
+                    tgt_mask: mask("tgt_mask"),
+                    memory_key_padding_mask: mask("memory_key_padding_mask"),
+                    ..Default::default()
+                };
+                let y = m.decode(input("tgt").unwrap(), input("memory").unwrap(), masks)?;
+                module = Box::new(m);
+                (y, None)
+            }
+            other => panic!("unknown kind {other}"),
+        };
+        close(&format!("{name}: output"), &y, &case["output"])?;
+        let ramp = |t: &Tensor, a: f64, b: f64| -> Result<Tensor> {
+            Tensor::linspace(a, b, t.numel(), DType::F64, dev)?.reshape(t.shape())
+        };
+        let mut loss = y.mul(&ramp(&y, -1.0, 1.0)?)?.sum_all()?;
+        if let Some(w) = &w {
+            close(&format!("{name}: weights"), w, &case["weights"])?;
+            loss = loss.add(&w.mul(&ramp(w, 0.5, -0.5)?)?.sum_all()?)?;
+        }
+        loss.backward()?;
+        for (k, t) in &ins {
+            let g = t
+                .grad()
+                .unwrap_or_else(|| panic!("{name}: no gradient for {k}"));
+            close(
+                &format!("{name}: gradient of {k}"),
+                &g,
+                &case["input_grads"][k],
+            )?;
+        }
+        let params = module.named_parameters();
+        let want = case["param_grads"].as_object().unwrap();
+        assert_eq!(
+            params.len(),
+            want.len(),
+            "{name}: parameters {:?}",
+            params.iter().map(|p| &p.0).collect::<Vec<_>>()
+        );
+        for (k, p) in &params {
+            let g = p
+                .grad()
+                .unwrap_or_else(|| panic!("{name}: no gradient for {k}"));
+            close(&format!("{name}: gradient of {k}"), &g, &want[k])?;
+        }
+    }
+    Ok(())
+}
+
+/// Bad input to the attention modules is an error naming the module and shapes;
+/// the encoder stack's layers start as copies under PyTorch's names; dropout acts
+/// in training only.
+fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
+    use nn::{
+        AttentionOptions, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer,
+        TransformerOptions,
+    };
+    let _g = super::rng_lock();
+    let msg = |r: Result<(Tensor, Option<Tensor>)>| r.map(drop).unwrap_err().to_string();
+    let e = MultiheadAttention::new(10, 3, dev)
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("embed_dim must be divisible by num_heads"),
+        "{e}"
+    );
+    let m = MultiheadAttention::new(8, 2, dev)?;
+    let x = Tensor::randn([3, 2, 8], dev)?; // [L, N, E]
+    let bad_mask = Tensor::zeros([2, 2], DType::Bool, dev)?;
+    let o = AttentionOptions {
+        attn_mask: Some(&bad_mask),
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x, &x, &x, o)).contains("attn_mask"));
+    let bad_kpm = Tensor::zeros([3, 3], DType::Bool, dev)?;
+    let o = AttentionOptions {
+        key_padding_mask: Some(&bad_kpm),
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x, &x, &x, o)).contains("key_padding_mask"));
+    let o = AttentionOptions {
+        is_causal: true,
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x, &x, &x, o)).contains("Need attn_mask"));
+    let x4 = Tensor::randn([1, 3, 2, 8], dev)?;
+    assert!(msg(m.attend(&x4, &x4, &x4, AttentionOptions::default())).contains("3-D"));
+    let x6 = Tensor::randn([3, 2, 6], dev)?;
+    assert!(msg(m.attend(&x6, &x6, &x6, AttentionOptions::default()))
+        .contains("embedding dimension of 8"));
+    // unbatched [L, E] works and gives [L, E] and weights [L, S]
+    let (y, w) = m.attend(
+        &x.select(1, 0)?,
+        &x.select(1, 0)?,
+        &x.select(1, 0)?,
+        AttentionOptions::default(),
+    )?;
+    assert_eq!((y.shape(), w.unwrap().shape()), (&[3, 8][..], &[3, 3][..]));
+
+    let opts = TransformerOptions {
+        dim_feedforward: 16,
+        dropout: 0.5,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut enc = TransformerEncoder::new(TransformerEncoderLayer::new(8, 2, opts, dev)?, 2, None)?;
+    let p = enc.named_parameters();
+    assert_eq!(p.len(), 2 * 12);
+    assert_eq!(p[0].0, "layers.0.self_attn.in_proj_weight");
+    assert_eq!(p[12].0, "layers.1.self_attn.in_proj_weight");
+    assert_eq!(vals(&p[0].1), vals(&p[12].1), "the layers start as copies");
+    assert!(p.iter().any(|(n, _)| n == "layers.1.norm2.bias"));
+    let src = Tensor::randn([2, 4, 8], dev)?;
+    ember::manual_seed(1);
+    let a = enc.forward(&src)?;
+    ember::manual_seed(2);
+    let b = enc.forward(&src)?;
+    assert_ne!(vals(&a), vals(&b), "dropout in training");
+    enc.eval();
+    assert_eq!(
+        vals(&enc.forward(&src)?),
+        vals(&enc.forward(&src)?),
+        "no dropout in evaluation"
+    );
+    Ok(())
+}
+
 device_test!(
+    attention_modules_refuse_bad_input,
+    seq_modules_match_pytorch,
     embedding_and_norm_modules,
     activation_modules_use_pytorchs_defaults,
     losses_match_pytorch,
