@@ -21,6 +21,7 @@ pub mod functional;
 mod layers;
 mod loss;
 mod norm;
+mod recurrent;
 
 pub use attention::{
     square_subsequent_mask, Activation, AttentionOptions, DecoderMasks, MultiheadAttention,
@@ -34,6 +35,7 @@ pub use layers::{
 };
 pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
+pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 
 use crate::{DType, Device, Result, Tensor};
 

@@ -362,6 +362,50 @@ def seq_module_cases():
         {"tgt_mask": causal, "memory_key_padding_mask": kpm},
         lambda m, ins, masks: (m(ins["tgt"], ins["memory"], tgt_mask=masks["tgt_mask"],
                                  memory_key_padding_mask=masks["memory_key_padding_mask"]), None))
+    # recurrent layers: the output, h_n (and c_n) flattened into one vector
+    def rnn_call(lstm):
+        def call(m, ins, masks):
+            x = ins["x"]
+            if lstm:
+                y, (h, c) = m(x, (ins["h0"], ins["c0"])) if "h0" in ins else m(x)
+                return torch.cat([y.reshape(-1), h.reshape(-1), c.reshape(-1)]), None
+            y, h = m(x, ins["h0"]) if "h0" in ins else m(x)
+            return torch.cat([y.reshape(-1), h.reshape(-1)]), None
+        return call
+
+    def cell_call(lstm):
+        def call(m, ins, masks):
+            if lstm:
+                h, c = m(ins["x"], (ins["h0"], ins["c0"]))
+                return torch.cat([h.reshape(-1), c.reshape(-1)]), None
+            return m(ins["x"], ins["h0"]).reshape(-1), None
+        return call
+
+    for name, kind, kw, x_shape, state_shape in [
+        ("lstm_2layer_bidirectional", "lstm", {"num_layers": 2, "bidirectional": True}, (3, 2, 5), (4, 2, 4)),
+        ("lstm_no_bias_zero_state", "lstm", {"bias": False}, (3, 2, 5), None),
+        ("lstm_unbatched", "lstm", {"num_layers": 2}, (4, 5), (2, 4)),
+        ("gru_2layer_batch_first", "gru", {"num_layers": 2, "batch_first": True}, (2, 3, 5), (2, 2, 4)),
+        ("gru_bidirectional", "gru", {"bidirectional": True}, (3, 2, 5), (2, 2, 4)),
+    ]:
+        lstm = kind == "lstm"
+        m = (nn.LSTM if lstm else nn.GRU)(5, 4, **kw)
+        ins = {"x": torch.randn(*x_shape)}
+        if state_shape:
+            ins["h0"] = torch.randn(*state_shape)
+            if lstm:
+                ins["c0"] = torch.randn(*state_shape)
+        cfg = {"input_size": 5, "hidden_size": 4, "num_layers": kw.get("num_layers", 1),
+               "bidirectional": kw.get("bidirectional", False), "batch_first": kw.get("batch_first", False),
+               "bias": kw.get("bias", True)}
+        run(name, kind, cfg, m, ins, {}, rnn_call(lstm))
+    for kind in ("lstm_cell", "gru_cell"):
+        lstm = kind == "lstm_cell"
+        m = (nn.LSTMCell if lstm else nn.GRUCell)(5, 4)
+        ins = {"x": torch.randn(2, 5), "h0": torch.randn(2, 4)}
+        if lstm:
+            ins["c0"] = torch.randn(2, 4)
+        run(kind, kind, {"input_size": 5, "hidden_size": 4}, m, ins, {}, cell_call(lstm))
     return out
 
 

@@ -708,7 +708,7 @@ fn seq_modules_match_pytorch(dev: &Device) -> Result<()> {
         Ok(())
     };
     let cases = all["seq_modules"].as_array().unwrap();
-    assert!(cases.len() >= 7, "{} sequence-module cases", cases.len());
+    assert!(cases.len() >= 14, "{} sequence-module cases", cases.len());
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let c = &case["config"];
@@ -807,6 +807,61 @@ fn seq_modules_match_pytorch(dev: &Device) -> Result<()> {
                 let y = m.decode(input("tgt").unwrap(), input("memory").unwrap(), masks)?;
                 module = Box::new(m);
                 (y, None)
+            }
+            "lstm" | "gru" => {
+                let options = nn::RnnOptions {
+                    num_layers: u("num_layers"),
+                    bias: c["bias"].as_bool().unwrap(),
+                    batch_first: c["batch_first"].as_bool().unwrap(),
+                    dropout: 0.0,
+                    bidirectional: c["bidirectional"].as_bool().unwrap(),
+                };
+                let x = input("x").unwrap();
+                let flat = |ts: &[&Tensor]| -> Result<Tensor> {
+                    let v: Vec<Tensor> =
+                        ts.iter().map(|t| t.flatten_all()).collect::<Result<_>>()?;
+                    Tensor::cat(&v.iter().collect::<Vec<_>>(), 0)
+                };
+                if case["kind"] == "lstm" {
+                    let mut m =
+                        nn::LSTM::with_options(u("input_size"), u("hidden_size"), options, dev)?;
+                    m.to_dtype(DType::F64)?;
+                    ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                    let state = input("h0").map(|h| (h, input("c0").unwrap()));
+                    let (y, (h, c)) = m.forward_state(x, state)?;
+                    module = Box::new(m);
+                    (flat(&[&y, &h, &c])?, None)
+                } else {
+                    let mut m =
+                        nn::GRU::with_options(u("input_size"), u("hidden_size"), options, dev)?;
+                    m.to_dtype(DType::F64)?;
+                    ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                    let (y, h) = m.forward_state(x, input("h0"))?;
+                    module = Box::new(m);
+                    (flat(&[&y, &h])?, None)
+                }
+            }
+            "lstm_cell" => {
+                let mut m = nn::LSTMCell::new(u("input_size"), u("hidden_size"), dev)?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                let (h, c) = m.step(
+                    input("x").unwrap(),
+                    Some((input("h0").unwrap(), input("c0").unwrap())),
+                )?;
+                module = Box::new(m);
+                (
+                    Tensor::cat(&[&h.flatten_all()?, &c.flatten_all()?], 0)?,
+                    None,
+                )
+            }
+            "gru_cell" => {
+                let mut m = nn::GRUCell::new(u("input_size"), u("hidden_size"), dev)?;
+                m.to_dtype(DType::F64)?;
+                ember::io::load_state_into(&m, &state_of(&case["state"], dev)?, name)?;
+                let h = m.step(input("x").unwrap(), input("h0"))?;
+                module = Box::new(m);
+                (h.flatten_all()?, None)
             }
             other => panic!("unknown kind {other}"),
         };
@@ -924,6 +979,77 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
         vals(&enc.forward(&src)?),
         "no dropout in evaluation"
     );
+
+    // recurrent layers: ranks, sizes and states are checked, with PyTorch's names
+    let opts = nn::RnnOptions {
+        num_layers: 2,
+        dropout: 0.5,
+        bidirectional: true,
+        ..Default::default()
+    };
+    let mut lstm = nn::LSTM::with_options(3, 4, opts, dev)?;
+    let names: Vec<String> = lstm
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names.len(), 16);
+    assert_eq!(
+        &names[..5],
+        [
+            "weight_ih_l0",
+            "weight_hh_l0",
+            "bias_ih_l0",
+            "bias_hh_l0",
+            "weight_ih_l0_reverse"
+        ]
+    );
+    assert_eq!(
+        lstm.named_parameters()[8].1.shape(),
+        &[16, 8],
+        "layer 1 reads both directions"
+    );
+    let e = lstm
+        .forward(&Tensor::randn([2, 3, 4, 3], dev)?)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Expected input to be 2D or 3D, got 4D"), "{e}");
+    let e = lstm
+        .forward(&Tensor::randn([5, 2, 4], dev)?)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input_size. Expected 3, got 4"), "{e}");
+    let x = Tensor::randn([5, 2, 3], dev)?;
+    let h = Tensor::zeros([2, 2, 4], DType::F32, dev)?;
+    let e = lstm
+        .forward_state(&x, Some((&h, &h)))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Expected hidden size (4, 2, 4)"), "{e}");
+    let (y, (hn, cn)) = lstm.forward_state(&x, None)?;
+    assert_eq!(
+        (y.shape(), hn.shape(), cn.shape()),
+        (&[5, 2, 8][..], &[4, 2, 4][..], &[4, 2, 4][..])
+    );
+    ember::manual_seed(1);
+    let a = lstm.forward(&x)?;
+    ember::manual_seed(2);
+    assert_ne!(
+        vals(&a),
+        vals(&lstm.forward(&x)?),
+        "dropout between layers in training"
+    );
+    lstm.eval();
+    assert_eq!(vals(&lstm.forward(&x)?), vals(&lstm.forward(&x)?));
+    let cell = nn::GRUCell::new(3, 4, dev)?;
+    let e = cell
+        .step(&Tensor::randn([2, 5], dev)?, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("inconsistent input_size"), "{e}");
+    assert_eq!(cell.step(&Tensor::randn([3], dev)?, None)?.shape(), &[4]);
+    assert!(nn::GRU::with_options(3, 0, nn::RnnOptions::default(), dev).is_err());
     Ok(())
 }
 
