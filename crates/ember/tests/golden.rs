@@ -664,6 +664,93 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             };
             one(a().pad(&p.list("pads"), mode))
         }
+        "cross_entropy_opts" | "nll_loss_opts" => {
+            use ember::nn::{LossOptions, Reduction};
+            let w = (!p.is_null("weight"))
+                .then(|| {
+                    let v: Vec<f64> = p
+                        .get("weight")
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(num)
+                        .collect();
+                    Tensor::from_vec(v, [p.get("weight").as_array().unwrap().len()], &dev)
+                        .and_then(|t| t.to_dtype(a().dtype()))
+                })
+                .transpose()
+                .map_err(e)?;
+            let opts = LossOptions {
+                weight: w.as_ref(),
+                ignore_index: p.i("ignore_index"),
+                reduction: match p.get("reduction").as_str() {
+                    Some("none") => Reduction::None,
+                    Some("sum") => Reduction::Sum,
+                    _ => Reduction::Mean,
+                },
+                label_smoothing: p.opt_f("label_smoothing").unwrap_or(0.0),
+            };
+            one(if case.op == "nll_loss_opts" {
+                ember::nn::nll_loss_opts(a(), args[1].t(), opts)
+            } else {
+                ember::nn::cross_entropy_opts(a(), args[1].t(), opts)
+            })
+        }
+        "bce_opts" => {
+            use ember::nn::Reduction;
+            let nested = |k: &str| -> ember::Result<Option<Tensor>> {
+                if p.is_null(k) {
+                    return Ok(None);
+                }
+                // a list, or a list of one-element lists (a column)
+                let v = p.get(k).as_array().unwrap();
+                let column = v[0].is_array();
+                let vals: Vec<f64> = v
+                    .iter()
+                    .map(|x| if column { num(&x[0]) } else { num(x) })
+                    .collect();
+                let shape: Vec<usize> = if column {
+                    vec![v.len(), 1]
+                } else {
+                    vec![v.len()]
+                };
+                Tensor::from_vec(vals, shape, &dev)?
+                    .to_dtype(a().dtype())
+                    .map(Some)
+            };
+            let (w, pw) = (
+                nested("weight").map_err(e)?,
+                nested("pos_weight").map_err(e)?,
+            );
+            let r = match p.get("reduction").as_str() {
+                Some("none") => Reduction::None,
+                Some("sum") => Reduction::Sum,
+                _ => Reduction::Mean,
+            };
+            one(ember::nn::bce_with_logits_opts(
+                a(),
+                args[1].t(),
+                w.as_ref(),
+                pw.as_ref(),
+                r,
+            ))
+        }
+        "conv2d_same" => {
+            if p.i("stride") != 1 {
+                let mut m = ember::nn::Conv2d::new(
+                    args[1].t().shape()[1],
+                    args[1].t().shape()[0],
+                    args[1].t().shape()[2],
+                    Conv2dOptions::default().stride(p.u("stride")),
+                    &dev,
+                )
+                .map_err(e)?;
+                m.weight = args[1].t().clone();
+                return one(m.padding_same().map(|_| a().clone()));
+            }
+            let d = p.pair("dilation");
+            one(a().conv2d_same(args[1].t(), args.get(2).map(Arg::t), d, p.u("groups")))
+        }
         "layer_norm" => {
             let w = p.b("weight").then(|| args[1].t());
             let b = p.b("bias").then(|| args[1 + p.b("weight") as usize].t());

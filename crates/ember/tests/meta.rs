@@ -211,6 +211,29 @@ fn ops() -> Vec<(&'static str, Op)> {
                 None,
             ))
         }),
+        ("cross_entropy_opts spatial", |t| {
+            let target = t[3].select(1, 0)?.gt(0.0)?.to_dtype(DType::I64)?;
+            let opts = nn::LossOptions {
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            one(nn::cross_entropy_opts(&t[3], &target, opts))
+        }),
+        ("cross_entropy probabilities", |t| {
+            one(nn::cross_entropy(&t[0], &t[14]))
+        }),
+        ("bce pos_weight", |t| {
+            one(nn::bce_with_logits_opts(
+                &t[0],
+                &t[14],
+                None,
+                Some(&t[1]),
+                Reduction::Sum,
+            ))
+        }),
+        ("conv2d_same", |t| {
+            one(t[3].conv2d_same(&t[4], Some(&t[5]), (1, 1), 1))
+        }),
         ("cumsum", |t| one(t[3].cumsum(1))),
         ("cumsum of bools", |t| one(t[8].cumsum(0))),
         ("cumprod", |t| one(t[12].cumprod(-1))),
@@ -394,7 +417,7 @@ fn bad_input_on_meta_gives_the_cpus_errors() -> Result<()> {
         ("gather shape", |t| one(t[0].gather(0, &t[6]))),
         ("one_hot of floats", |t| one(t[0].one_hot(3))),
         ("cross_entropy target", |t| {
-            one(nn::cross_entropy(&t[0], &t[0]))
+            one(nn::cross_entropy(&t[0], &t[1].narrow(0, 0, 3)?))
         }),
         ("mse shapes", |t| {
             one(nn::mse_loss(&t[0], &t[2], Reduction::Mean))

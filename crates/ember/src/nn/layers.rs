@@ -498,6 +498,9 @@ pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     pub options: crate::Conv2dOptions,
+    /// `padding="same"`: the output keeps the input's size (stride 1; the
+    /// padding of `options` is then not used). See [`Conv2d::padding_same`].
+    pub same: bool,
 }
 
 impl Conv2d {
@@ -558,12 +561,30 @@ impl Conv2d {
             weight,
             bias,
             options,
+            same: false,
         })
+    }
+
+    /// The layer with `padding="same"` (`nn.Conv2d(..., padding="same")`): refused
+    /// for a stride other than 1, as in PyTorch.
+    pub fn padding_same(mut self) -> Result<Conv2d> {
+        if self.options.stride != (1, 1) {
+            return Err(Error::invalid(
+                "Conv2d",
+                "padding='same' is not supported for strided convolutions",
+            ));
+        }
+        self.same = true;
+        Ok(self)
     }
 }
 
 impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.same {
+            let o = self.options;
+            return x.conv2d_same(&self.weight, self.bias.as_ref(), o.dilation, o.groups);
+        }
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 

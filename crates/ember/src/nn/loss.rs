@@ -20,45 +20,21 @@ fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
     }
 }
 
-/// The targets `[N]` as validated `[N, 1]` indices into the classes of `[N, C]`.
-fn check_targets(op: &'static str, logits: &Tensor, target: &Tensor) -> Result<Tensor> {
-    if logits.rank() != 2 {
-        return Err(Error::invalid(
-            op,
-            format!("expected input of shape [N, C], got {:?}", logits.shape()),
-        ));
-    }
-    if target.dtype() != DType::I64 {
-        return Err(Error::dtype(
-            op,
-            target.dtype(),
-            "targets must be int64 class indices (use .to_dtype(DType::I64))",
-        ));
-    }
-    if target.shape() != [logits.shape()[0]] {
-        return Err(Error::shape(
-            op,
-            logits.shape(),
-            target.shape(),
-            "expected targets of shape [N]",
-        ));
-    }
-    // each class in [0, C), checked once (a meta tensor has no values to check):
-    // the picked column of each row
-    Tensor::index_values(op, target, 1, logits.shape()[1], false)?.unsqueeze(1)
-}
-
-/// Negative log-likelihood of log-probabilities `[N, C]` at int64 targets `[N]`.
+/// Negative log-likelihood of log-probabilities `[N, C]` at int64 targets `[N]`
+/// (`F.nll_loss`; a target of -100 is ignored, as there). See [`nll_loss_opts`]
+/// for the other layouts and arguments.
 pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    let idx = check_targets("nll_loss", log_probs, target)?;
-    let picked = log_probs.gather_valid(1, idx)?.squeeze(1)?;
-    reduce(picked.neg()?, reduction)
+    let opts = LossOptions {
+        reduction,
+        ..Default::default()
+    };
+    nll_loss_opts(log_probs, target, opts)
 }
 
 /// Cross-entropy of logits `[N, C]` against int64 class indices `[N]`, mean over the
-/// batch (`F.cross_entropy`).
+/// batch (`F.cross_entropy`; a target of -100 is ignored, as there).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
-    cross_entropy_with(logits, target, Reduction::Mean, 0.0)
+    cross_entropy_opts(logits, target, LossOptions::default())
 }
 
 /// Cross-entropy with a reduction and label smoothing `ε`: the target distribution
@@ -69,23 +45,225 @@ pub fn cross_entropy_with(
     reduction: Reduction,
     label_smoothing: f64,
 ) -> Result<Tensor> {
-    if !(0.0..=1.0).contains(&label_smoothing) {
+    let opts = LossOptions {
+        reduction,
+        label_smoothing,
+        ..Default::default()
+    };
+    cross_entropy_opts(logits, target, opts)
+}
+
+/// The keyword arguments of [`cross_entropy_opts`] and [`nll_loss_opts`], with
+/// PyTorch's defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct LossOptions<'a> {
+    /// A weight per class `[C]`; a weighted mean divides by the targets' weights.
+    pub weight: Option<&'a Tensor>,
+    /// Targets equal to it add nothing and do not count in the mean (default
+    /// -100).
+    pub ignore_index: i64,
+    pub reduction: Reduction,
+    /// Cross-entropy only: `1 - ε` on the target class, `ε` spread over all.
+    pub label_smoothing: f64,
+}
+
+impl Default for LossOptions<'_> {
+    fn default() -> Self {
+        LossOptions {
+            weight: None,
+            ignore_index: -100,
+            reduction: Reduction::Mean,
+            label_smoothing: 0.0,
+        }
+    }
+}
+
+/// `F.cross_entropy` with all its arguments: `input` is `[N, C]`, `[N, C, d1,
+/// ...]` or unbatched `[C]`; `target` holds int64 class indices of the input's
+/// shape without the class dim, or class probabilities of the input's shape.
+pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    let ls = opts.label_smoothing;
+    if !(0.0..=1.0).contains(&ls) {
         return Err(Error::invalid(
             "cross_entropy",
-            format!("label_smoothing must be in [0, 1], got {label_smoothing}"),
+            format!("label_smoothing must be in [0, 1], got {ls}"),
         ));
     }
-    let idx = check_targets("cross_entropy", logits, target)?;
-    let logp = logits.log_softmax(-1)?;
-    let nll = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
-    let per_sample = if label_smoothing > 0.0 {
-        let smooth = logp.mean(-1, false)?.neg()?;
-        nll.mul(1.0 - label_smoothing)?
-            .add(&smooth.mul(label_smoothing)?)?
-    } else {
-        nll
+    let (x, shape) = classes_last("cross_entropy", input)?;
+    let logp = x.log_softmax(-1)?;
+    if input.shape() == target.shape() {
+        return soft_cross_entropy(&logp, target, &shape, opts);
+    }
+    weighted_nll("cross_entropy", &logp, input, target, &shape, opts)
+}
+
+/// `F.nll_loss` with all its arguments, on log-probabilities of the layouts of
+/// [`cross_entropy_opts`] (class indices only; `label_smoothing` must be 0).
+pub fn nll_loss_opts(log_probs: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    if opts.label_smoothing != 0.0 {
+        return Err(Error::invalid(
+            "nll_loss",
+            "nll_loss has no label smoothing",
+        ));
+    }
+    let (x, shape) = classes_last("nll_loss", log_probs)?;
+    weighted_nll("nll_loss", &x, log_probs, target, &shape, opts)
+}
+
+/// `[M, C]` rows with the classes last, and the shape of the per-element losses.
+fn classes_last(op: &'static str, input: &Tensor) -> Result<(Tensor, Vec<usize>)> {
+    match input.rank() {
+        0 => Err(Error::invalid(
+            op,
+            "input must have at least one dim (the classes)",
+        )),
+        1 => Ok((input.unsqueeze(0)?, vec![])),
+        r => {
+            let c = input.shape()[1];
+            let mut perm: Vec<i64> = vec![0];
+            perm.extend((2..r as i64).collect::<Vec<_>>());
+            perm.push(1);
+            let mut shape = vec![input.shape()[0]];
+            shape.extend_from_slice(&input.shape()[2..]);
+            let m: usize = shape.iter().product();
+            Ok((input.permute(perm)?.reshape([m, c])?, shape))
+        }
+    }
+}
+
+/// Checks a per-class weight of `c` classes.
+fn check_weight(op: &'static str, w: Option<&Tensor>, c: usize) -> Result<()> {
+    match w {
+        Some(w) if w.shape() != [c] => Err(Error::shape(
+            op,
+            w.shape(),
+            &[c],
+            format!(
+                "weight tensor should be defined either for all {c} classes or no classes but got weight tensor of shape: {:?}",
+                w.shape()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The (weighted, smoothed) negative log-likelihood of rows `logp [M, C]` at
+/// class indices.
+fn weighted_nll(
+    op: &'static str,
+    logp: &Tensor,
+    input: &Tensor,
+    target: &Tensor,
+    shape: &[usize],
+    opts: LossOptions,
+) -> Result<Tensor> {
+    let c = logp.shape()[1];
+    check_weight(op, opts.weight, c)?;
+    if target.shape() != shape {
+        let msg = if input.rank() == 2 && target.rank() == 1 {
+            format!(
+                "Expected input batch_size ({}) to match target batch_size ({}).",
+                input.shape()[0],
+                target.shape()[0]
+            )
+        } else {
+            format!("Expected target size {shape:?}, got {:?}", target.shape())
+        };
+        return Err(Error::shape(op, input.shape(), target.shape(), msg));
+    }
+    if target.dtype() != DType::I64 {
+        return Err(Error::dtype(
+            op,
+            target.dtype(),
+            format!(
+                "expected target dtype to be Long, but got {}",
+                target.dtype()
+            ),
+        ));
+    }
+    let m = logp.shape()[0];
+    let t = target.reshape([m])?;
+    let valid = t.ne(opts.ignore_index)?;
+    let safe = valid.where_(&t, 0i64)?;
+    if target.device() != crate::Device::Meta {
+        let bad = safe.lt(0)?.logical_or(&safe.ge(c as i64)?)?;
+        if bad.any_all()?.item::<bool>()? {
+            let first = safe.masked_select(&bad)?.to_vec::<i64>()?[0];
+            return Err(Error::IndexOutOfRange {
+                op,
+                index: first,
+                dim: 1,
+                size: c,
+            });
+        }
+    }
+    let idx = safe.unsqueeze(1)?;
+    let valid_f = valid.to_dtype(logp.dtype())?;
+    // the weight of each row's target (0 where ignored)
+    let wt = match opts.weight {
+        Some(w) => w
+            .to_dtype(logp.dtype())?
+            .index_select_valid(0, safe.clone())?
+            .mul(&valid_f)?,
+        None => valid_f.clone(),
     };
-    reduce(per_sample, reduction)
+    let nll = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?.mul(&wt)?;
+    let red = |l: Tensor, denominator: &Tensor| -> Result<Tensor> {
+        match opts.reduction {
+            Reduction::Mean => l.sum_all()?.div(&denominator.sum_all()?),
+            Reduction::Sum => l.sum_all(),
+            Reduction::None => l.reshape(shape),
+        }
+    };
+    let ls = opts.label_smoothing;
+    let loss = red(nll, &wt)?;
+    if ls == 0.0 {
+        return Ok(loss);
+    }
+    let per_class = match opts.weight {
+        Some(w) => logp.mul(&w.to_dtype(logp.dtype())?)?,
+        None => logp.clone(),
+    };
+    let smooth = per_class.sum(-1, false)?.neg()?.mul(&valid_f)?;
+    let smooth = red(smooth, &wt)?;
+    loss.mul(1.0 - ls)?.add(&smooth.mul(ls / c as f64)?)
+}
+
+/// Cross-entropy against class probabilities `target` (the input's shape).
+fn soft_cross_entropy(
+    logp: &Tensor,
+    target: &Tensor,
+    shape: &[usize],
+    opts: LossOptions,
+) -> Result<Tensor> {
+    const OP: &str = "cross_entropy";
+    let c = logp.shape()[1];
+    check_weight(OP, opts.weight, c)?;
+    if !target.dtype().is_float() {
+        return Err(Error::dtype(
+            OP,
+            target.dtype(),
+            "class-probability targets must be floating point",
+        ));
+    }
+    let (t, _) = classes_last(OP, target)?;
+    let ls = opts.label_smoothing;
+    let t = if ls > 0.0 {
+        t.mul(1.0 - ls)?.add(ls / c as f64)?
+    } else {
+        t
+    };
+    let per_class = logp.mul(&t)?;
+    let per_class = match opts.weight {
+        Some(w) => per_class.mul(w)?,
+        None => per_class,
+    };
+    let l = per_class.sum(-1, false)?.neg()?;
+    match opts.reduction {
+        Reduction::Mean => l.mean_all(),
+        Reduction::Sum => l.sum_all(),
+        Reduction::None => l.reshape(shape),
+    }
 }
 
 /// Mean squared error (`F.mse_loss`); shapes must match.
@@ -137,6 +315,84 @@ pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -
             Ok(vec![
                 Some(g.mul(&x.sigmoid()?.sub(y)?)?),
                 Some(g.mul(&x.neg()?)?),
+            ])
+        }
+    });
+    reduce(l, reduction)
+}
+
+/// `F.binary_cross_entropy_with_logits` with its `weight` (rescales each
+/// element's loss; broadcasts to the input) and `pos_weight` (weighs the positive
+/// term, one value per class of the last dim; broadcasts too):
+/// `w · [(1 - y)·x + (1 + (p - 1)·y)·softplus(-x)]`, with `softplus(-x)` computed
+/// as `log(1 + e^-|x|) + max(-x, 0)`, as PyTorch does.
+pub fn bce_with_logits_opts(
+    logits: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    pos_weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "bce_with_logits";
+    if pos_weight.is_none() {
+        let l = bce_with_logits(logits, target, Reduction::None)?;
+        let l = match weight {
+            Some(w) => l.mul(w)?,
+            None => l,
+        };
+        return reduce(l, reduction);
+    }
+    if logits.shape() != target.shape() {
+        return Err(Error::shape(
+            OP,
+            logits.shape(),
+            target.shape(),
+            "logits and targets must have the same shape",
+        ));
+    }
+    let p = pos_weight.expect("checked above");
+    for w in [Some(p), weight].into_iter().flatten() {
+        crate::layout::broadcast_shapes(OP, w.shape(), logits.shape())?;
+    }
+    let (x, y) = (logits, target);
+    // softplus(-x) = log1p(e^-|x|) + max(-x, 0) = -log_sigmoid(x)
+    let softplus_neg = |x: &Tensor| -> Result<Tensor> {
+        x.abs()?
+            .neg()?
+            .exp()?
+            .log1p()?
+            .add(&x.neg()?.clamp_min(0.0)?)
+    };
+    let scaled = |l: Tensor, w: Option<&Tensor>| match w {
+        Some(w) => l.mul(w),
+        None => Ok(l),
+    };
+    let l = crate::no_grad(|| -> Result<Tensor> {
+        let log_weight = p.sub(1.0)?.mul(y)?.add(1.0)?;
+        let l = y
+            .neg()?
+            .add(1.0)?
+            .mul(x)?
+            .add(&log_weight.mul(&softplus_neg(x)?)?)?;
+        scaled(l, weight)
+    })?;
+    // PyTorch's rules (the weights get no gradient):
+    // d/dx = w·((1 + (p - 1)·y)·sigmoid(x) - p·y), d/dy = w·((p - 1)·softplus(-x) - x)
+    let l = Tensor::record(l, OP, &[x, y], |_| {
+        let (xs, ys) = (x.save(), y.save());
+        let (p, w) = (p.detach(), weight.map(Tensor::detach));
+        move |g: &Tensor| {
+            let (x, y) = (xs.get()?, ys.get()?);
+            let gx = p
+                .sub(1.0)?
+                .mul(y)?
+                .add(1.0)?
+                .mul(&x.sigmoid()?)?
+                .sub(&p.mul(y)?)?;
+            let gy = p.sub(1.0)?.mul(&softplus_neg(x)?)?.sub(x)?;
+            Ok(vec![
+                Some(g.mul(&scaled(gx, w.as_ref())?)?),
+                Some(g.mul(&scaled(gy, w.as_ref())?)?),
             ])
         }
     });

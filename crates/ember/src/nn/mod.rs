@@ -33,7 +33,10 @@ pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Identity, LazyLinear, LeakyReLU,
     Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus, Tanh, ELU, GELU,
 };
-pub use loss::{bce_with_logits, cross_entropy, cross_entropy_with, mse_loss, nll_loss, Reduction};
+pub use loss::{
+    bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,
+    mse_loss, nll_loss, nll_loss_opts, LossOptions, Reduction,
+};
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 

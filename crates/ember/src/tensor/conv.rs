@@ -46,6 +46,47 @@ impl Tensor {
         })
     }
 
+    /// 2-D convolution with `padding="same"` (`F.conv2d(x, w, padding="same")`):
+    /// stride 1, and the output keeps the input's height and width. Where the
+    /// padding a dim needs is odd, the extra row or column goes after the input
+    /// (bottom, right), as in PyTorch.
+    pub fn conv2d_same(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        dilation: (usize, usize),
+        groups: usize,
+    ) -> Result<Tensor> {
+        if weight.rank() != 4 {
+            return Err(Error::invalid(
+                "conv2d",
+                format!("expected a 4-D weight, got {:?}", weight.shape()),
+            ));
+        }
+        let (kh, kw) = (weight.shape()[2], weight.shape()[3]);
+        let total = (
+            dilation.0 * kh.saturating_sub(1),
+            dilation.1 * kw.saturating_sub(1),
+        );
+        let (ph, pw) = (total.0 / 2, total.1 / 2);
+        let extra = (total.0 - 2 * ph, total.1 - 2 * pw);
+        let x = if extra != (0, 0) {
+            self.pad(
+                &[0, extra.1 as i64, 0, extra.0 as i64],
+                super::PadMode::Constant(0.0),
+            )?
+        } else {
+            self.clone()
+        };
+        let opts = Conv2dOptions {
+            stride: (1, 1),
+            padding: (ph, pw),
+            dilation,
+            groups,
+        };
+        x.conv2d(weight, bias, opts)
+    }
+
     /// 2-D convolution (`F.conv2d`): input `[N, C, H, W]` (or `[C, H, W]`), weight
     /// `[O, C / groups, kH, kW]`, optional bias `[O]`.
     pub fn conv2d(

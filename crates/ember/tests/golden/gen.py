@@ -339,6 +339,19 @@ def run_op(op, p, x):
         if p["mode"] == "constant":
             return F.pad(a, p["pads"], mode="constant", value=p["value"])
         return F.pad(a, p["pads"], mode=p["mode"])
+    if op in ("cross_entropy_opts", "nll_loss_opts"):
+        w = None if p["weight"] is None else torch.tensor(p["weight"], dtype=a.dtype)
+        if op == "nll_loss_opts":
+            return F.nll_loss(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"])
+        return F.cross_entropy(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"],
+                               label_smoothing=p["label_smoothing"])
+    if op == "bce_opts":
+        w = None if p["weight"] is None else torch.tensor(p["weight"], dtype=a.dtype)
+        pw = None if p["pos_weight"] is None else torch.tensor(p["pos_weight"], dtype=a.dtype)
+        return F.binary_cross_entropy_with_logits(a, x[1], weight=w, pos_weight=pw, reduction=p["reduction"])
+    if op == "conv2d_same":
+        return F.conv2d(a, x[1], x[2] if len(x) > 2 else None, padding="same", stride=p["stride"],
+                        dilation=tuple(p["dilation"]), groups=p["groups"])
     if op == "layer_norm":
         w = x[1] if p["weight"] else None
         b = x[1 + p["weight"]] if p["bias"] else None
@@ -415,17 +428,18 @@ ERROR_KINDS = [
     (r"must match the size of tensor b", "Broadcast"),
     (r"Dimension out of range", "DimOutOfRange"),
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
-     r"|Class values must be smaller", "IndexOutOfRange"),
+     r"|Class values must be smaller|Target -?\d+ is out of bounds", "IndexOutOfRange"),
     (r"to have the same dtype|expected scalar type|all inputs must share same datatype", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
      r"|expected BoolTensor for mask|only supports floating-point dtypes"
-     r"|have one of the following scalar types|Expected attn_mask dtype", "UnsupportedDType"),
+     r"|have one of the following scalar types|Expected attn_mask dtype|expected target dtype", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
-     r"|Given normalized_shape|Expected weight to be of same shape",
+     r"|Given normalized_shape|Expected weight to be of same shape|to match target batch_size"
+     r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -439,7 +453,7 @@ ERROR_KINDS = [
      r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
      r"|einsum\(\): |selected index k out of range|prob_dist must be|contains either `inf`"
      r"|invalid multinomial distribution|samples without replacement|must be 2-D|Padding_idx must be"
-     r"|should not be set when is_causal|at least 2 dimensional", "InvalidArgument"),
+     r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions", "InvalidArgument"),
 ]
 
 
@@ -1867,6 +1881,64 @@ for name, xs, causal, scale in [
 ]:
     err = name in ("mask_and_causal", "bad_mask", "int_mask", "dtypes", "rank_1")
     case(FAM, f"sdpa_{name}", "sdpa", xs, {"is_causal": causal, "scale": scale}, grad=not err)
+
+# ---- issue 20: loss arguments and padding="same" ------------------------------------
+FAM = "loss_args"
+LOGITS = rn(5, 4, scale=2.0)
+TGT = T([0, 3, -100, 1, 3], I)
+W4 = [0.5, 2.0, 1.0, 0.25]
+for red in ("mean", "sum", "none"):
+    for w in (None, W4):
+        for ls in (0.0, 0.2):
+            tag = f"{red}_{'w' if w else 'nw'}_{ls}"
+            case(FAM, f"ce_ignore_{tag}", "cross_entropy_opts", [LOGITS, TGT],
+                 {"weight": w, "ignore_index": -100, "reduction": red, "label_smoothing": ls}, grad=True)
+    case(FAM, f"nll_ignore_{red}", "nll_loss_opts", [LOGITS.log_softmax(1), TGT],
+         {"weight": W4, "ignore_index": -100, "reduction": red}, grad=True)
+case(FAM, "ce_custom_ignore", "cross_entropy_opts", [LOGITS, T([0, 3, 2, 1, 2], I)],
+     {"weight": None, "ignore_index": 2, "reduction": "mean", "label_smoothing": 0.0}, grad=True)
+case(FAM, "ce_all_ignored", "cross_entropy_opts", [LOGITS, T([-100] * 5, I)],
+     {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0})
+X4 = rn(2, 3, 4, 5)
+T4 = ri(2, 4, 5, lo=0, hi=3)
+for red in ("mean", "none"):
+    case(FAM, f"ce_spatial_{red}", "cross_entropy_opts", [X4, T4],
+         {"weight": [1.0, 2.0, 0.5], "ignore_index": -100, "reduction": red, "label_smoothing": 0.1}, grad=True)
+    case(FAM, f"ce_probabilities_{red}", "cross_entropy_opts", [LOGITS, rn(5, 4).softmax(1)],
+         {"weight": None, "ignore_index": -100, "reduction": red, "label_smoothing": 0.0}, grad=True)
+case(FAM, "ce_probabilities_weighted_smoothed", "cross_entropy_opts", [X4, rn(2, 3, 4, 5).softmax(1)],
+     {"weight": [1.0, 2.0, 0.5], "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.3}, grad=True)
+case(FAM, "ce_unbatched", "cross_entropy_opts", [rn(4), T(2, I)],
+     {"weight": W4, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}, grad=True)
+case(FAM, "ce_f64", "cross_entropy_opts", [d64(LOGITS), TGT],
+     {"weight": W4, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.1}, grad=True)
+for name, xs in [("target_out_of_range", [LOGITS, T([0, 4, 1, 1, 1], I)]),
+                 ("target_negative", [LOGITS, T([0, -1, 1, 1, 1], I)]),
+                 ("target_batch", [LOGITS, T([0, 1], I)]),
+                 ("target_spatial", [X4, ri(2, 4, 3, lo=0, hi=3)]),
+                 ("target_float", [LOGITS, T([0.0, 1.0, 2.0, 1.0, 0.0])]),
+                 ("probabilities_shape", [LOGITS, rn(5, 3)])]:
+    case(FAM, f"ce_{name}", "cross_entropy_opts", xs,
+         {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0})
+case(FAM, "ce_weight_shape", "cross_entropy_opts", [LOGITS, TGT],
+     {"weight": [1.0, 2.0, 3.0], "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0})
+BX, BY = rn(3, 4, scale=2.0), pos(3, 4) / 2.5
+for name, w, pw, red in [("pos_weight", None, [2.0, 0.5, 1.0, 3.0], "mean"),
+                         ("pos_weight_sum", None, [2.0, 0.5, 1.0, 3.0], "sum"),
+                         ("weight_and_pos_weight", [1.0, 0.0, 2.0, 0.5], [2.0, 0.5, 1.0, 3.0], "none"),
+                         ("weight_only", [[1.0], [0.5], [2.0]], None, "mean"),
+                         ("pos_weight_bad", None, [2.0, 0.5], "mean")]:
+    case(FAM, f"bce_{name}", "bce_opts", [BX, BY], {"weight": w, "pos_weight": pw, "reduction": red},
+         grad=name != "pos_weight_bad")
+case(FAM, "bce_pos_weight_zero_logit", "bce_opts", [T([[0.0, -0.0, 1e-3]]), T([[1.0, 0.0, 0.5]])],
+     {"weight": None, "pos_weight": [3.0, 3.0, 3.0], "reduction": "none"}, grad=True)
+FAM = "conv_same"
+for name, xs, dil, groups in [("k3", [rn(2, 3, 5, 6), rn(4, 3, 3, 3), rn(4)], (1, 1), 1),
+                              ("k4_even", [rn(1, 2, 5, 5), rn(3, 2, 4, 4)], (1, 1), 1),
+                              ("k2x3_dilated", [rn(1, 2, 6, 7), rn(2, 2, 2, 3), rn(2)], (2, 3), 1),
+                              ("grouped", [rn(1, 4, 5, 5), rn(4, 2, 3, 3)], (1, 1), 2)]:
+    case(FAM, name, "conv2d_same", xs, {"stride": 1, "dilation": list(dil), "groups": groups}, grad=True)
+case(FAM, "strided", "conv2d_same", [rn(1, 2, 5, 5), rn(3, 2, 3, 3)], {"stride": 2, "dilation": [1, 1], "groups": 1})
 
 # ----------------------------------------------------------------------------------
 
