@@ -16,8 +16,10 @@
 //! ```
 
 mod attention;
+mod clip;
 mod embed_norm;
 pub mod functional;
+pub mod init;
 mod layers;
 mod loss;
 mod norm;
@@ -27,6 +29,7 @@ pub use attention::{
     square_subsequent_mask, Activation, AttentionOptions, DecoderMasks, MultiheadAttention,
     TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
 };
+pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
 pub use functional::{dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention};
 pub use layers::{

@@ -13,6 +13,9 @@
 //! ```
 
 pub(crate) mod fused;
+mod schedule;
+
+pub use schedule::{LambdaLr, LinearLr, OneCycleLr, ReduceLrOnPlateau, SequentialLr};
 
 use crate::{Error, Result, Tensor};
 

@@ -99,17 +99,34 @@ def optimizer_cases():
 
 
 def scheduler_cases():
+    """The learning rate after construction ("initial") and after each step."""
+    S = torch.optim.lr_scheduler
     out = []
-    for name, make in [("step", lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)),
-                       ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001))]:
+    metrics = [1.0, 0.9, 0.95, 0.95, 0.95, 0.8, 0.85, 0.85, 0.85, 0.85, 0.7, 0.7]
+    cases = [
+        ("step", lambda o: S.StepLR(o, step_size=3, gamma=0.5), 12),
+        ("cosine", lambda o: S.CosineAnnealingLR(o, T_max=10, eta_min=0.001), 12),
+        ("linear_warmup", lambda o: S.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=4), 8),
+        ("linear_decay", lambda o: S.LinearLR(o, start_factor=1.0, end_factor=0.2, total_iters=5), 8),
+        ("lambda", lambda o: S.LambdaLR(o, lambda e: 0.95 ** e), 8),
+        ("sequential", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.25, 1.0, 3),
+                                                    S.CosineAnnealingLR(o, T_max=8, eta_min=0.001)], [3]), 12),
+        ("onecycle", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=12, cycle_momentum=False), 11),
+        ("plateau", lambda o: S.ReduceLROnPlateau(o, factor=0.5, patience=2, cooldown=1), len(metrics)),
+    ]
+    import warnings
+    for name, make, steps in cases:
         opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-        sched = make(opt)
-        lrs = []
-        for _ in range(12):
-            opt.step()
-            sched.step()
-            lrs.append(sched.get_last_lr()[0])
-        out.append({"name": name, "lrs": lrs})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sched = make(opt)
+            initial = opt.param_groups[0]["lr"]
+            lrs = []
+            for k in range(steps):
+                opt.step()
+                sched.step(metrics[k]) if name == "plateau" else sched.step()
+                lrs.append(opt.param_groups[0]["lr"])
+        out.append({"name": name, "initial": initial, "lrs": lrs, "metrics": metrics[:steps] if name == "plateau" else []})
     return out
 
 
@@ -409,9 +426,32 @@ def seq_module_cases():
     return out
 
 
+def clip_cases():
+    """clip_grad_norm_ (norm types 2, 1, inf, 3; a max_norm above the norm) and
+    clip_grad_value_ on three gradients: the total norm and the clipped gradients."""
+    torch.manual_seed(5)
+    grads = [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2) * 3]
+    out = []
+    for name, kind, arg, norm_type in [("norm2", "norm", 1.0, 2.0), ("norm1", "norm", 2.0, 1.0),
+                                       ("norm_inf", "norm", 0.5, float("inf")), ("norm3", "norm", 1.5, 3.0),
+                                       ("norm_not_clipped", "norm", 100.0, 2.0), ("value", "value", 0.7, None)]:
+        ps = [torch.zeros_like(g, requires_grad=True) for g in grads]
+        for p, g in zip(ps, grads):
+            p.grad = g.clone()
+        if kind == "norm":
+            total = float(torch.nn.utils.clip_grad_norm_(ps, arg, norm_type=norm_type))
+        else:
+            torch.nn.utils.clip_grad_value_(ps, arg)
+            total = None
+        out.append({"name": name, "kind": kind, "arg": arg, "norm_type": "inf" if norm_type == float("inf") else norm_type,
+                    "grads": [tensor_json(g) for g in grads], "total": total,
+                    "clipped": [tensor_json(p.grad) for p in ps]})
+    return out
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
-            "seq_modules": seq_module_cases}
+            "seq_modules": seq_module_cases, "clip": clip_cases}
 
 
 def main():

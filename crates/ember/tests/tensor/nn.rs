@@ -366,26 +366,62 @@ fn small_cnn_learns(dev: &Device) -> Result<()> {
 }
 
 fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
-    use ember::optim::{CosineAnnealingLr, LrScheduler, StepLr};
-    for case in cases()["schedulers"].as_array().unwrap() {
+    use ember::optim::{
+        CosineAnnealingLr, LambdaLr, LinearLr, LrScheduler, OneCycleLr, ReduceLrOnPlateau,
+        SequentialLr, StepLr,
+    };
+    let cases = cases();
+    let cases = cases["schedulers"].as_array().unwrap();
+    assert!(cases.len() >= 8);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
         let mut opt = Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1)?;
-        let mut sched: Box<dyn LrScheduler> = match case["name"].as_str().unwrap() {
-            "step" => Box::new(StepLr::new(&opt, 3, 0.5)?),
-            _ => Box::new(CosineAnnealingLr::new(&opt, 10, 0.001)?),
-        };
-        for want in case["lrs"].as_array().unwrap() {
-            sched.step(&mut opt);
+        let close = |got: f64, want: &Value, what: &str| {
             let want = want.as_f64().unwrap();
-            assert!(
-                (opt.lr() - want).abs() < 1e-12,
-                "{}: {} vs {want}",
-                case["name"],
-                opt.lr()
-            );
+            assert!((got - want).abs() < 1e-12, "{name} {what}: {got} vs {want}");
+        };
+        if name == "plateau" {
+            let mut p = ReduceLrOnPlateau::new(0.5, 2)?;
+            p.cooldown = 1;
+            let metrics = case["metrics"].as_array().unwrap();
+            for (k, (m, want)) in metrics
+                .iter()
+                .zip(case["lrs"].as_array().unwrap())
+                .enumerate()
+            {
+                p.step_metric(&mut opt, m.as_f64().unwrap());
+                close(opt.lr(), want, &format!("step {k}"));
+            }
+            continue;
+        }
+        let mut sched: Box<dyn LrScheduler> = match name {
+            "step" => Box::new(StepLr::new(&opt, 3, 0.5)?),
+            "cosine" => Box::new(CosineAnnealingLr::new(&opt, 10, 0.001)?),
+            "linear_warmup" => Box::new(LinearLr::new(&mut opt, 0.1, 1.0, 4)?),
+            "linear_decay" => Box::new(LinearLr::new(&mut opt, 1.0, 0.2, 5)?),
+            "lambda" => Box::new(LambdaLr::new(&mut opt, |e| 0.95f64.powi(e as i32))),
+            "sequential" => {
+                let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.25, 1.0, 3)?);
+                // each schedule reads the initial rate, as PyTorch's do
+                opt.set_lr(0.1);
+                let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, 8, 0.001)?);
+                Box::new(SequentialLr::new(&mut opt, vec![warm, cos], vec![3])?)
+            }
+            "onecycle" => Box::new(OneCycleLr::new(&mut opt, 0.5, 12, 0.3, 25.0, 1e4)?),
+            other => panic!("unknown schedule {other}"),
+        };
+        close(opt.lr(), &case["initial"], "initial");
+        for (k, want) in case["lrs"].as_array().unwrap().iter().enumerate() {
+            sched.step(&mut opt);
+            close(opt.lr(), want, &format!("step {k}"));
             assert_eq!(sched.last_lr(), opt.lr());
         }
     }
     assert!(StepLr::new(&Sgd::new(vec![], 0.1)?, 0, 0.5).is_err());
+    let mut opt = Sgd::new(vec![], 0.1)?;
+    assert!(LinearLr::new(&mut opt, 0.0, 1.0, 3).is_err());
+    assert!(OneCycleLr::new(&mut opt, 0.1, 0, 0.3, 25.0, 1e4).is_err());
+    assert!(ReduceLrOnPlateau::new(1.5, 2).is_err());
     Ok(())
 }
 
@@ -1053,7 +1089,134 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// clip_grad_norm_ (norm types 2, 1, ∞, 3) and clip_grad_value_ give PyTorch's
+/// total norm and clipped gradients.
+fn gradient_clipping_matches_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    let cases = all["clip"].as_array().unwrap();
+    assert_eq!(cases.len(), 6);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let params: Vec<Tensor> = case["grads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let g = tensor(g, dev)?.to_dtype(DType::F32)?;
+                let p = g.zeros_like()?.requires_grad_(true)?;
+                p.set_grad(Some(g));
+                Ok(p)
+            })
+            .collect::<Result<_>>()?;
+        let arg = case["arg"].as_f64().unwrap();
+        if case["kind"] == "norm" {
+            let norm_type = match &case["norm_type"] {
+                Value::String(_) => f64::INFINITY,
+                v => v.as_f64().unwrap(),
+            };
+            let total = nn::clip_grad_norm_(&params, arg, norm_type, false)?.item::<f32>()? as f64;
+            let want = case["total"].as_f64().unwrap();
+            assert!(
+                (total - want).abs() <= 1e-5 * want,
+                "{name}: total {total} vs {want}"
+            );
+        } else {
+            nn::clip_grad_value_(&params, arg)?;
+        }
+        for (p, want) in params.iter().zip(case["clipped"].as_array().unwrap()) {
+            assert_close(
+                &vals(&p.grad().unwrap()),
+                &vals(&tensor(want, dev)?),
+                1e-5,
+                1e-6,
+            );
+        }
+    }
+    // no gradients: a zero norm; a non-finite norm refused on request
+    let p = Tensor::zeros([2], DType::F32, dev)?.requires_grad_(true)?;
+    assert_eq!(
+        nn::clip_grad_norm_(&[p.clone()], 1.0, 2.0, false)?.item::<f32>()?,
+        0.0
+    );
+    p.set_grad(Some(Tensor::new([f32::NAN, 1.0], dev)?));
+    assert!(nn::clip_grad_norm_(&[p], 1.0, 2.0, true).is_err());
+    Ok(())
+}
+
+/// nn::init draws from the distributions PyTorch documents: Kaiming and Xavier
+/// bounds and standard deviations from the fans, a truncated normal inside its
+/// bounds with the truncated distribution's spread, orthogonal matrices.
+fn init_functions_draw_pytorchs_distributions(dev: &Device) -> Result<()> {
+    use nn::init::{self, FanMode, Nonlinearity};
+    let _g = super::rng_lock();
+    ember::manual_seed(9);
+    let stats = |t: &Tensor| -> Result<(f64, f64, f64)> {
+        let v = vals(t);
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        Ok((mean, sd, v.iter().fold(0.0f64, |m, x| m.max(x.abs()))))
+    };
+    // [256, 64, 3, 3]: fan_in 576, fan_out 2304
+    let w = Tensor::zeros([256, 64, 3, 3], DType::F32, dev)?.requires_grad_(true)?;
+    assert_eq!(init::fans(&w)?, (576, 2304));
+    init::kaiming_uniform_(&w, FanMode::FanIn, Nonlinearity::Relu)?;
+    let bound = 2f64.sqrt() * (3.0 / 576.0f64).sqrt();
+    let (m, sd, max) = stats(&w)?;
+    assert!(
+        max <= bound && max > 0.99 * bound && m.abs() < 2e-3,
+        "{m} {sd} {max} {bound}"
+    );
+    assert!((sd - bound / 3f64.sqrt()).abs() < 0.01 * sd);
+    assert!(w.requires_grad() && w.is_leaf());
+    init::kaiming_normal_(&w, FanMode::FanOut, Nonlinearity::Relu)?;
+    let (_, sd, _) = stats(&w)?;
+    assert!((sd - (2.0 / 2304.0f64).sqrt()).abs() < 0.01 * sd, "{sd}");
+    init::xavier_uniform_(&w, 1.0)?;
+    let (_, _, max) = stats(&w)?;
+    assert!(max <= (6.0 / 2880.0f64).sqrt() && max > 0.99 * (6.0 / 2880.0f64).sqrt());
+    init::xavier_normal_(&w, 2.0)?;
+    let (_, sd, _) = stats(&w)?;
+    assert!((sd - 2.0 * (2.0 / 2880.0f64).sqrt()).abs() < 0.01 * sd);
+    // the normal truncated to [-2, 2] has standard deviation 0.8796
+    init::trunc_normal_(&w, 0.0, 1.0, -2.0, 2.0)?;
+    let (m, sd, max) = stats(&w)?;
+    assert!(
+        max <= 2.0 && m.abs() < 5e-3 && (sd - 0.8796).abs() < 5e-3,
+        "{m} {sd} {max}"
+    );
+    assert!(init::trunc_normal_(&w, 0.0, 1.0, 1.0, 1.0).is_err());
+    for v in [0.0, 1.0, 0.5] {
+        init::constant_(&w, v)?;
+        assert!(vals(&w).iter().all(|&x| x == v));
+    }
+    init::zeros_(&w)?;
+    init::ones_(&w)?;
+    assert!(vals(&w).iter().all(|&x| x == 1.0));
+    assert!(init::fans(&Tensor::zeros([3], DType::F32, dev)?).is_err());
+    assert!(
+        (init::calculate_gain(Nonlinearity::LeakyRelu(0.2)) - (2.0 / 1.04f64).sqrt()).abs() < 1e-12
+    );
+    assert_eq!(init::calculate_gain(Nonlinearity::Tanh), 5.0 / 3.0);
+    // orthogonal: rows orthonormal for a wide matrix, columns for a tall one
+    for shape in [[3usize, 5], [6, 4]] {
+        let q = Tensor::zeros(shape, DType::F64, dev)?;
+        init::orthogonal_(&q, 2.0)?;
+        let g = if shape[0] <= shape[1] {
+            q.matmul(&q.t()?)?
+        } else {
+            q.t()?.matmul(&q)?
+        };
+        let k = shape[0].min(shape[1]);
+        let eye = Tensor::eye(k, DType::F64, dev)?.mul(4.0)?;
+        assert_close(&vals(&g), &vals(&eye), 1e-10, 1e-10);
+    }
+    Ok(())
+}
+
 device_test!(
+    gradient_clipping_matches_pytorch,
+    init_functions_draw_pytorchs_distributions,
     attention_modules_refuse_bad_input,
     seq_modules_match_pytorch,
     embedding_and_norm_modules,

@@ -1,0 +1,62 @@
+//! Gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`).
+
+use crate::{Error, Result, Tensor};
+
+/// Scales the gradients of `params` together so that their joint `norm_type`-norm
+/// is at most `max_norm` (`clip_grad_norm_`): each gradient is multiplied by
+/// `min(1, max_norm / (total + 1e-6))`, on its device, with no host
+/// synchronisation. Returns the total norm before clipping (a 0-d tensor).
+/// Parameters without a gradient are skipped; with none at all the norm is 0.
+/// `error_if_nonfinite` refuses a NaN or infinite total (reading it back).
+pub fn clip_grad_norm_(
+    params: &[Tensor],
+    max_norm: f64,
+    norm_type: f64,
+    error_if_nonfinite: bool,
+) -> Result<Tensor> {
+    crate::no_grad(|| {
+        let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
+        let Some(first) = grads.first() else {
+            let dev = params
+                .first()
+                .map(Tensor::device)
+                .unwrap_or(crate::Device::Cpu);
+            return Tensor::zeros((), crate::DType::F32, &dev);
+        };
+        // the norm of the per-gradient norms is the norm of all their elements
+        let norms: Vec<Tensor> = grads
+            .iter()
+            .map(|g| {
+                g.vector_norm(norm_type, Vec::<i64>::new(), false)?
+                    .to_dtype(first.dtype())?
+                    .to(&first.device())
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&Tensor> = norms.iter().collect();
+        let total = Tensor::stack(&refs, 0)?.vector_norm(norm_type, Vec::<i64>::new(), false)?;
+        if error_if_nonfinite && !total.isfinite()?.item::<bool>()? {
+            return Err(Error::invalid(
+                "clip_grad_norm_",
+                format!(
+                    "The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+                ),
+            ));
+        }
+        let coef = total.add(1e-6)?.recip()?.mul(max_norm)?.clamp_max(1.0)?;
+        for g in &grads {
+            g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
+        }
+        Ok(total)
+    })
+}
+
+/// Clamps every gradient of `params` into `[-clip_value, clip_value]` in place
+/// (`clip_grad_value_`).
+pub fn clip_grad_value_(params: &[Tensor], clip_value: f64) -> Result<()> {
+    crate::no_grad(|| {
+        for g in params.iter().filter_map(Tensor::grad) {
+            g.copy_(&g.clamp(Some(-clip_value), Some(clip_value))?)?;
+        }
+        Ok(())
+    })
+}

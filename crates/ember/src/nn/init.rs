@@ -1,0 +1,239 @@
+//! Parameter initialisation in place (`torch.nn.init`): each function overwrites
+//! the tensor's values outside the graph (a parameter stays a leaf), drawing from
+//! the generator in scope, and returns the tensor for chaining.
+
+use super::assign;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// How a weight's fans are chosen for Kaiming initialisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FanMode {
+    /// Preserves the forward pass's variance (PyTorch's default).
+    #[default]
+    FanIn,
+    /// Preserves the backward pass's variance.
+    FanOut,
+}
+
+/// The activation after a layer, for [`calculate_gain`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Nonlinearity {
+    Linear,
+    Sigmoid,
+    Tanh,
+    Relu,
+    /// With its negative slope.
+    LeakyRelu(f64),
+    Selu,
+}
+
+/// The recommended gain for an activation (`nn.init.calculate_gain`): 1 for
+/// linear and sigmoid, 5/3 for tanh, √2 for ReLU, `sqrt(2 / (1 + slope²))` for
+/// leaky ReLU, 3/4 for SELU.
+pub fn calculate_gain(n: Nonlinearity) -> f64 {
+    match n {
+        Nonlinearity::Linear | Nonlinearity::Sigmoid => 1.0,
+        Nonlinearity::Tanh => 5.0 / 3.0,
+        Nonlinearity::Relu => 2f64.sqrt(),
+        Nonlinearity::LeakyRelu(a) => (2.0 / (1.0 + a * a)).sqrt(),
+        Nonlinearity::Selu => 0.75,
+    }
+}
+
+/// `(fan_in, fan_out)` of a weight: `shape[1]` and `shape[0]` times the product of
+/// the remaining (receptive-field) dims; at least 2-D, as in PyTorch.
+pub fn fans(t: &Tensor) -> Result<(usize, usize)> {
+    if t.rank() < 2 {
+        return Err(Error::invalid(
+            "init",
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions",
+        ));
+    }
+    let receptive: usize = t.shape()[2..].iter().product();
+    Ok((t.shape()[1] * receptive, t.shape()[0] * receptive))
+}
+
+fn float(op: &'static str, t: &Tensor) -> Result<()> {
+    if t.dtype().is_float() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            op,
+            t.dtype(),
+            "initialises floating-point tensors",
+        ))
+    }
+}
+
+fn fill_from(t: &Tensor, values: Tensor) -> Result<Tensor> {
+    assign(t, &values.to_dtype(t.dtype())?.to(&t.device())?)?;
+    Ok(t.clone())
+}
+
+/// Uniform in `[low, high)` (`nn.init.uniform_`).
+pub fn uniform_(t: &Tensor, low: f64, high: f64) -> Result<Tensor> {
+    float("uniform_", t)?;
+    fill_from(
+        t,
+        Tensor::uniform(low, high, t.shape(), t.dtype(), &t.device())?,
+    )
+}
+
+/// Normal with `mean` and `std` (`nn.init.normal_`).
+pub fn normal_(t: &Tensor, mean: f64, std: f64) -> Result<Tensor> {
+    float("normal_", t)?;
+    fill_from(
+        t,
+        Tensor::normal(mean, std, t.shape(), t.dtype(), &t.device())?,
+    )
+}
+
+/// Every element `value` (`nn.init.constant_`).
+pub fn constant_(t: &Tensor, value: f64) -> Result<Tensor> {
+    fill_from(t, t.full_like(value)?)
+}
+
+/// Zeros (`nn.init.zeros_`).
+pub fn zeros_(t: &Tensor) -> Result<Tensor> {
+    constant_(t, 0.0)
+}
+
+/// Ones (`nn.init.ones_`).
+pub fn ones_(t: &Tensor) -> Result<Tensor> {
+    constant_(t, 1.0)
+}
+
+/// The standard deviation of Kaiming initialisation.
+fn kaiming_std(t: &Tensor, mode: FanMode, n: Nonlinearity) -> Result<f64> {
+    let (fan_in, fan_out) = fans(t)?;
+    let fan = match mode {
+        FanMode::FanIn => fan_in,
+        FanMode::FanOut => fan_out,
+    };
+    if fan == 0 {
+        return Err(Error::invalid(
+            "init",
+            "Initializing zero-element tensors is a no-op",
+        ));
+    }
+    Ok(calculate_gain(n) / (fan as f64).sqrt())
+}
+
+/// He initialisation, uniform in `±gain·sqrt(3 / fan)` (`nn.init.kaiming_uniform_`;
+/// PyTorch's defaults are `FanIn` and `LeakyRelu(0.0)`).
+pub fn kaiming_uniform_(t: &Tensor, mode: FanMode, n: Nonlinearity) -> Result<Tensor> {
+    float("kaiming_uniform_", t)?;
+    let bound = 3f64.sqrt() * kaiming_std(t, mode, n)?;
+    uniform_(t, -bound, bound)
+}
+
+/// He initialisation, normal with std `gain / sqrt(fan)` (`nn.init.kaiming_normal_`).
+pub fn kaiming_normal_(t: &Tensor, mode: FanMode, n: Nonlinearity) -> Result<Tensor> {
+    float("kaiming_normal_", t)?;
+    let std = kaiming_std(t, mode, n)?;
+    normal_(t, 0.0, std)
+}
+
+/// Glorot initialisation, uniform in `±gain·sqrt(6 / (fan_in + fan_out))`
+/// (`nn.init.xavier_uniform_`).
+pub fn xavier_uniform_(t: &Tensor, gain: f64) -> Result<Tensor> {
+    float("xavier_uniform_", t)?;
+    let (fi, fo) = fans(t)?;
+    let bound = gain * (6.0 / (fi + fo).max(1) as f64).sqrt();
+    uniform_(t, -bound, bound)
+}
+
+/// Glorot initialisation, normal with std `gain·sqrt(2 / (fan_in + fan_out))`
+/// (`nn.init.xavier_normal_`).
+pub fn xavier_normal_(t: &Tensor, gain: f64) -> Result<Tensor> {
+    float("xavier_normal_", t)?;
+    let (fi, fo) = fans(t)?;
+    normal_(t, 0.0, gain * (2.0 / (fi + fo).max(1) as f64).sqrt())
+}
+
+/// A normal distribution with `mean` and `std` truncated to `[a, b]`
+/// (`nn.init.trunc_normal_`; PyTorch's defaults `0, 1, -2, 2`): values outside
+/// are drawn again until every one lies inside (the truncated distribution
+/// exactly), on the host, then copied to the tensor's device.
+pub fn trunc_normal_(t: &Tensor, mean: f64, std: f64, a: f64, b: f64) -> Result<Tensor> {
+    float("trunc_normal_", t)?;
+    if a.partial_cmp(&b) != Some(std::cmp::Ordering::Less) {
+        return Err(Error::invalid(
+            "trunc_normal_",
+            format!("the bounds must satisfy a < b, got a = {a}, b = {b}"),
+        ));
+    }
+    let n = t.numel();
+    let mut out = Vec::with_capacity(n);
+    // each round keeps the draws inside [a, b]; at least one in a million lands
+    // there for any reasonable bounds, so the rounds end
+    let mut rounds = 0;
+    while out.len() < n {
+        let want = (n - out.len()).max(16);
+        let draws = Tensor::normal(mean, std, [want], DType::F64, &Device::Cpu)?.to_vec::<f64>()?;
+        out.extend(
+            draws
+                .into_iter()
+                .filter(|&v| (a..=b).contains(&v))
+                .take(n - out.len()),
+        );
+        rounds += 1;
+        if rounds > 1_000_000 {
+            return Err(Error::invalid(
+                "trunc_normal_",
+                "the interval [a, b] holds almost none of the distribution's mass",
+            ));
+        }
+    }
+    fill_from(t, Tensor::from_vec(out, t.shape(), &Device::Cpu)?)
+}
+
+/// A (semi-)orthogonal matrix times `gain` (`nn.init.orthogonal_`): the Q of the
+/// QR decomposition of a standard normal matrix, its columns' signs fixed by R's
+/// diagonal, as PyTorch does; a tensor of more than 2 dims is seen as
+/// `[shape[0], rest]`. Computed on the host.
+pub fn orthogonal_(t: &Tensor, gain: f64) -> Result<Tensor> {
+    float("orthogonal_", t)?;
+    if t.rank() < 2 {
+        return Err(Error::invalid(
+            "orthogonal_",
+            "Only tensors with 2 or more dimensions are supported",
+        ));
+    }
+    let rows = t.shape()[0];
+    let cols = t.numel() / rows.max(1);
+    if rows == 0 || cols == 0 {
+        return Ok(t.clone());
+    }
+    // QR of the tall orientation: m × k with m >= k
+    let (m, k) = (rows.max(cols), rows.min(cols));
+    let a = Tensor::normal(0.0, 1.0, [m, k], DType::F64, &Device::Cpu)?.to_vec2::<f64>()?;
+    // modified Gram-Schmidt on the columns, twice for orthogonality in floating
+    // point; R's diagonal (the norms) comes out positive, which is the sign
+    // convention PyTorch imposes on its QR
+    let mut q: Vec<Vec<f64>> = (0..k).map(|j| (0..m).map(|i| a[i][j]).collect()).collect();
+    for j in 0..k {
+        let (done, rest) = q.split_at_mut(j);
+        let col = &mut rest[0];
+        for _pass in 0..2 {
+            for prev in done.iter() {
+                let dot: f64 = prev.iter().zip(col.iter()).map(|(a, b)| a * b).sum();
+                for (c, p) in col.iter_mut().zip(prev) {
+                    *c -= dot * p;
+                }
+            }
+        }
+        let norm = col.iter().map(|v| v * v).sum::<f64>().sqrt();
+        for v in col.iter_mut() {
+            *v /= norm;
+        }
+    }
+    let mut flat = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            // Q is m × k (columns q[j]); the result is Q or its transpose
+            flat[r * cols + c] = gain * if rows >= cols { q[c][r] } else { q[r][c] };
+        }
+    }
+    fill_from(t, Tensor::from_vec(flat, t.shape(), &Device::Cpu)?)
+}
