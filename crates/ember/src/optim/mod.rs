@@ -12,9 +12,11 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod adaptive;
 pub(crate) mod fused;
 mod schedule;
 
+pub use adaptive::{Adagrad, RmsProp};
 pub use schedule::{LambdaLr, LinearLr, OneCycleLr, ReduceLrOnPlateau, SequentialLr};
 
 use crate::{Error, Result, Tensor};

@@ -82,6 +82,14 @@ def optimizer_cases():
         ("adam_wd", lambda p: torch.optim.Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
          {"lr": 0.02, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1}),
         ("adamw", lambda p: torch.optim.AdamW(p, lr=0.01), {"lr": 0.01}),
+        ("rmsprop", lambda p: torch.optim.RMSprop(p, lr=0.01), {"lr": 0.01}),
+        ("rmsprop_full", lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.1,
+                                                       momentum=0.5, centered=True),
+         {"lr": 0.01, "alpha": 0.9, "eps": 1e-6, "weight_decay": 0.1, "momentum": 0.5, "centered": True}),
+        ("adagrad", lambda p: torch.optim.Adagrad(p, lr=0.1), {"lr": 0.1}),
+        ("adagrad_full", lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
+                                                       initial_accumulator_value=0.2, eps=1e-6),
+         {"lr": 0.1, "lr_decay": 0.05, "weight_decay": 0.1, "initial_accumulator_value": 0.2, "eps": 1e-6}),
     ]
     for name, make, cfg in configs:
         w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)

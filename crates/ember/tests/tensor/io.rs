@@ -317,6 +317,27 @@ fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
         assert!(Adam::adamw(p(), lr).is_err());
     }
     assert!(Sgd::new(p(), 0.0).is_ok(), "PyTorch allows lr 0");
+    for lr in [-1.0, f64::NAN] {
+        assert!(ember::optim::RmsProp::new(p(), lr).is_err());
+        assert!(ember::optim::Adagrad::new(p(), lr).is_err());
+    }
+    let rms = || ember::optim::RmsProp::new(p(), 0.01).unwrap();
+    for e in [
+        rms().alpha(-0.5).err(),
+        rms().eps(-1.0).err(),
+        rms().momentum(f64::NAN).err(),
+        rms().weight_decay(-1.0).err(),
+    ] {
+        assert!(e.expect("refused").to_string().contains("Invalid"));
+    }
+    let ada = || ember::optim::Adagrad::new(p(), 0.01).unwrap();
+    for e in [
+        ada().lr_decay(-1.0).err(),
+        ada().initial_accumulator_value(-1.0).err(),
+        ada().eps(f64::INFINITY).err(),
+    ] {
+        assert!(e.expect("refused").to_string().contains("Invalid"));
+    }
     let e = Adam::new(p(), 1e-3)?
         .betas(1.0, 0.999)
         .err()

@@ -110,6 +110,21 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
                     .nesterov(cfg["nesterov"].as_bool().unwrap_or(false))?,
             ),
             "adamw" => Box::new(Adam::adamw(params, f("lr", 0.0))?),
+            n if n.starts_with("rmsprop") => Box::new(
+                ember::optim::RmsProp::new(params, f("lr", 0.0))?
+                    .alpha(f("alpha", 0.99))?
+                    .eps(f("eps", 1e-8))?
+                    .weight_decay(f("weight_decay", 0.0))?
+                    .momentum(f("momentum", 0.0))?
+                    .centered(cfg["centered"].as_bool().unwrap_or(false)),
+            ),
+            n if n.starts_with("adagrad") => Box::new(
+                ember::optim::Adagrad::new(params, f("lr", 0.0))?
+                    .lr_decay(f("lr_decay", 0.0))?
+                    .weight_decay(f("weight_decay", 0.0))?
+                    .initial_accumulator_value(f("initial_accumulator_value", 0.0))?
+                    .eps(f("eps", 1e-10))?,
+            ),
             _ => {
                 let b = cfg["betas"]
                     .as_array()

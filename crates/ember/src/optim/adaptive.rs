@@ -1,0 +1,318 @@
+//! RMSprop and Adagrad (`torch.optim.RMSprop`, `torch.optim.Adagrad`), with
+//! PyTorch's update rules, defaults and checks.
+
+use super::{
+    buffers_state, check_lr, check_mask, check_names, check_non_negative, load_buffers,
+    replace_parameters, scalar_entry, state_mask, zero_all, Optimizer,
+};
+use crate::{Device, Error, Result, Tensor};
+
+/// RMSprop: divides each gradient by a running root mean square of the past ones
+/// (`torch.optim.RMSprop`; defaults `alpha = 0.99`, `eps = 1e-8`, no weight decay,
+/// momentum or centering).
+pub struct RmsProp {
+    params: Vec<Tensor>,
+    lr: f64,
+    alpha: f64,
+    eps: f64,
+    weight_decay: f64,
+    momentum: f64,
+    centered: bool,
+    square_avg: Vec<Option<Tensor>>,
+    momentum_buffer: Vec<Option<Tensor>>,
+    grad_avg: Vec<Option<Tensor>>,
+}
+
+impl RmsProp {
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Result<RmsProp> {
+        check_lr("RMSprop", lr)?;
+        let n = params.len();
+        Ok(RmsProp {
+            params,
+            lr,
+            alpha: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            momentum: 0.0,
+            centered: false,
+            square_avg: vec![None; n],
+            momentum_buffer: vec![None; n],
+            grad_avg: vec![None; n],
+        })
+    }
+
+    /// The smoothing constant of the running mean of squares.
+    pub fn alpha(mut self, alpha: f64) -> Result<RmsProp> {
+        check_non_negative("RMSprop", "alpha value", alpha)?;
+        self.alpha = alpha;
+        Ok(self)
+    }
+
+    pub fn eps(mut self, eps: f64) -> Result<RmsProp> {
+        check_non_negative("RMSprop", "epsilon value", eps)?;
+        self.eps = eps;
+        Ok(self)
+    }
+
+    pub fn weight_decay(mut self, wd: f64) -> Result<RmsProp> {
+        check_non_negative("RMSprop", "weight_decay value", wd)?;
+        self.weight_decay = wd;
+        Ok(self)
+    }
+
+    pub fn momentum(mut self, m: f64) -> Result<RmsProp> {
+        check_non_negative("RMSprop", "momentum value", m)?;
+        self.momentum = m;
+        Ok(self)
+    }
+
+    /// Normalise by the variance (the mean square minus the squared mean) instead.
+    pub fn centered(mut self, on: bool) -> RmsProp {
+        self.centered = on;
+        self
+    }
+}
+
+impl Optimizer for RmsProp {
+    fn step(&mut self) -> Result<()> {
+        let _ng = crate::no_grad_guard();
+        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let a = self.alpha;
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(mut g) = p.grad() else { continue };
+            if self.weight_decay != 0.0 {
+                g = g.add(&p.mul(self.weight_decay)?)?;
+            }
+            let sq = self.square_avg[i].get_or_insert(p.zeros_like()?);
+            sq.mul_(a)?;
+            sq.add_(&g.square()?.mul(1.0 - a)?)?;
+            let avg = if self.centered {
+                let ga = self.grad_avg[i].get_or_insert(p.zeros_like()?);
+                ga.mul_(a)?;
+                ga.add_(&g.mul(1.0 - a)?)?;
+                sq.sub(&ga.square()?)?.sqrt()?.add(self.eps)?
+            } else {
+                sq.sqrt()?.add(self.eps)?
+            };
+            if self.momentum > 0.0 {
+                let buf = self.momentum_buffer[i].get_or_insert(p.zeros_like()?);
+                buf.mul_(self.momentum)?;
+                buf.add_(&g.div(&avg)?)?;
+                p.sub_(&buf.mul(self.lr)?)?;
+            } else {
+                p.sub_(&g.div(&avg)?.mul(self.lr)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        zero_all(&self.params)
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut s = buffers_state("square_avg", &self.square_avg);
+        s.extend(buffers_state("momentum_buffer", &self.momentum_buffer));
+        s.extend(buffers_state("grad_avg", &self.grad_avg));
+        s.push(state_mask(self.params.len(), &[&self.square_avg])?);
+        s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
+        Ok(s)
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        check_names(
+            state,
+            &[
+                "square_avg",
+                "momentum_buffer",
+                "grad_avg",
+                "has_state",
+                "lr",
+            ],
+        )?;
+        let sq = load_buffers("square_avg", &self.params, state)?;
+        let mb = load_buffers("momentum_buffer", &self.params, state)?;
+        let ga = load_buffers("grad_avg", &self.params, state)?;
+        check_mask(state, self.params.len(), &[("square_avg", &sq)])?;
+        let lr = scalar_entry(state, "lr")?;
+        check_lr("load_state", lr)?;
+        (
+            self.square_avg,
+            self.momentum_buffer,
+            self.grad_avg,
+            self.lr,
+        ) = (sq, mb, ga, lr);
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        replace_parameters(
+            &mut self.params,
+            params,
+            &mut [
+                &mut self.square_avg,
+                &mut self.momentum_buffer,
+                &mut self.grad_avg,
+            ],
+        )
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        vec![
+            ("optimizer".into(), "RMSprop".into()),
+            ("alpha".into(), self.alpha.to_string()),
+            ("eps".into(), self.eps.to_string()),
+            ("weight_decay".into(), self.weight_decay.to_string()),
+            ("momentum".into(), self.momentum.to_string()),
+            ("centered".into(), self.centered.to_string()),
+        ]
+    }
+}
+
+/// Adagrad: divides each gradient by the root of the sum of all past squared
+/// gradients (`torch.optim.Adagrad`; defaults `lr_decay = 0`, no weight decay,
+/// `initial_accumulator_value = 0`, `eps = 1e-10`).
+pub struct Adagrad {
+    params: Vec<Tensor>,
+    lr: f64,
+    lr_decay: f64,
+    weight_decay: f64,
+    initial_accumulator_value: f64,
+    eps: f64,
+    sum: Vec<Option<Tensor>>,
+    steps: u64,
+}
+
+impl Adagrad {
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Result<Adagrad> {
+        check_lr("Adagrad", lr)?;
+        let n = params.len();
+        Ok(Adagrad {
+            params,
+            lr,
+            lr_decay: 0.0,
+            weight_decay: 0.0,
+            initial_accumulator_value: 0.0,
+            eps: 1e-10,
+            sum: vec![None; n],
+            steps: 0,
+        })
+    }
+
+    /// The learning rate at step `t` is `lr / (1 + (t - 1)·lr_decay)`.
+    pub fn lr_decay(mut self, d: f64) -> Result<Adagrad> {
+        check_non_negative("Adagrad", "lr_decay value", d)?;
+        self.lr_decay = d;
+        Ok(self)
+    }
+
+    pub fn weight_decay(mut self, wd: f64) -> Result<Adagrad> {
+        check_non_negative("Adagrad", "weight_decay value", wd)?;
+        self.weight_decay = wd;
+        Ok(self)
+    }
+
+    pub fn initial_accumulator_value(mut self, v: f64) -> Result<Adagrad> {
+        check_non_negative("Adagrad", "initial_accumulator_value", v)?;
+        self.initial_accumulator_value = v;
+        Ok(self)
+    }
+
+    pub fn eps(mut self, eps: f64) -> Result<Adagrad> {
+        check_non_negative("Adagrad", "epsilon value", eps)?;
+        self.eps = eps;
+        Ok(self)
+    }
+}
+
+impl Optimizer for Adagrad {
+    fn step(&mut self) -> Result<()> {
+        let _ng = crate::no_grad_guard();
+        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        self.steps += 1;
+        let clr = self.lr / (1.0 + (self.steps - 1) as f64 * self.lr_decay);
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(mut g) = p.grad() else { continue };
+            if self.weight_decay != 0.0 {
+                g = g.add(&p.mul(self.weight_decay)?)?;
+            }
+            let s = self.sum[i].get_or_insert(p.full_like(self.initial_accumulator_value)?);
+            s.add_(&g.square()?)?;
+            p.sub_(&g.div(&s.sqrt()?.add(self.eps)?)?.mul(clr)?)?;
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        zero_all(&self.params)
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut s = buffers_state("sum", &self.sum);
+        s.push(state_mask(self.params.len(), &[&self.sum])?);
+        s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
+        s.push((
+            "step".into(),
+            Tensor::scalar(self.steps as f64, &Device::Cpu)?,
+        ));
+        Ok(s)
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        check_names(state, &["sum", "has_state", "lr", "step"])?;
+        let sum = load_buffers("sum", &self.params, state)?;
+        check_mask(state, self.params.len(), &[("sum", &sum)])?;
+        let lr = scalar_entry(state, "lr")?;
+        check_lr("load_state", lr)?;
+        let steps = scalar_entry(state, "step")?;
+        if !(steps >= 0.0 && steps.fract() == 0.0) {
+            return Err(Error::invalid(
+                "load_state",
+                format!("invalid step count {steps}"),
+            ));
+        }
+        (self.sum, self.lr, self.steps) = (sum, lr, steps as u64);
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        replace_parameters(&mut self.params, params, &mut [&mut self.sum])
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        vec![
+            ("optimizer".into(), "Adagrad".into()),
+            ("lr_decay".into(), self.lr_decay.to_string()),
+            ("weight_decay".into(), self.weight_decay.to_string()),
+            (
+                "initial_accumulator_value".into(),
+                self.initial_accumulator_value.to_string(),
+            ),
+            ("eps".into(), self.eps.to_string()),
+        ]
+    }
+}
