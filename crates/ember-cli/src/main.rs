@@ -4,6 +4,7 @@ mod bench;
 mod devices;
 mod estimate;
 mod paths;
+mod text;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ enum Command {
     /// The device memory a model's training step needs, computed before running
     /// it (on the meta device, through ember's CUDA caching allocator).
     Estimate(estimate::EstimateArgs),
+    /// Text from a character model saved by `ember train text --checkpoint DIR`.
+    Generate(text::GenerateArgs),
     /// Time tensor operations on the CPU and the GPUs (median, throughput, share
     /// of the device's measured ceiling, speed-up over the CPU).
     Bench(bench::BenchArgs),
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Estimate(args)) => estimate::run(&args),
+        Some(Command::Generate(args)) => text::generate(&args),
         // the main job: train on the best available device
         None => train::run(&train::TrainArgs::default()),
     };

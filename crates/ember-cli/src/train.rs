@@ -26,6 +26,9 @@ pub enum Dataset {
     /// Random images and labels (torchvision's FakeData) of --input's shape and
     /// --classes: for the speed and memory of the model zoo's image models.
     Fake,
+    /// The King James New Testament (data/kjv-new-testament.txt), for a
+    /// character-level GPT (the options marked "Text:").
+    Text,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -86,6 +89,8 @@ pub struct TrainArgs {
     /// Print only the summary.
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub text: crate::text::TextArgs,
 }
 
 impl Default for TrainArgs {
@@ -108,6 +113,7 @@ impl Default for TrainArgs {
             resume: false,
             data: None,
             quiet: false,
+            text: Default::default(),
         }
     }
 }
@@ -155,6 +161,9 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     // a GPU that is not there is an error now, before anything is loaded or printed
     if let Device::Cuda(i) = device {
         cuda::device_properties(i)?;
+    }
+    if args.dataset == Dataset::Text && !device.is_meta() {
+        return crate::text::run(args, device);
     }
     if device.is_meta() {
         return Err(ember::Error::UnsupportedDevice {
@@ -319,6 +328,7 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
             Dataset::Iris => "mlp".into(),
             Dataset::Digits => "cnn".into(),
             Dataset::Fake => "resnet18".into(),
+            Dataset::Text => unreachable!("the text model is trained by text::run"),
         },
     };
     if !models::NAMES.contains(&name.as_str()) {

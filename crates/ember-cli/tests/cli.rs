@@ -551,3 +551,93 @@ fn output_paths_and_values_are_checked_before_any_work() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `ember train text` trains a (tiny, here) character GPT on the shipped text,
+/// reports the validation loss beside the unigram baseline, saves the model with
+/// its vocabulary, and `ember generate` samples from it; bad options are refused
+/// before training.
+#[test]
+fn text_model_trains_saves_and_generates() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-text-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = ember(&[
+        "train",
+        "text",
+        "--device",
+        "cpu",
+        "--steps",
+        "4",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "16",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--eval-batches",
+        "1",
+        "--sample",
+        "30",
+        "--top-k",
+        "5",
+        "--checkpoint",
+        d,
+    ]);
+    assert!(ok, "{err}");
+    let val: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("validation loss: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no validation loss in\n{out}"));
+    assert!(val.is_finite() && val > 0.0, "{out}");
+    assert!(out.contains("unigram baseline 2.98"), "{out}");
+    assert!(out.contains("step     4/4"), "{out}");
+    let sample = out
+        .split("sample (temperature 0.8, top-k 5):\n")
+        .nth(1)
+        .expect("a sample");
+    assert!(
+        sample.starts_with("And Jesus said") && sample.trim_end().chars().count() >= 44,
+        "{sample}"
+    );
+    let (ok, gen, err) = ember(&[
+        "generate",
+        "--checkpoint",
+        d,
+        "--chars",
+        "20",
+        "--prompt",
+        "Amen",
+        "--device",
+        "cpu",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        gen.starts_with("Amen") && gen.trim_end().chars().count() >= 24,
+        "{gen}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    for (args, want) in [
+        (
+            &["train", "text", "--epochs", "2"][..],
+            "--steps, not --epochs",
+        ),
+        (
+            &["train", "text", "--width", "10", "--heads", "4"][..],
+            "a multiple of --heads",
+        ),
+        (&["train", "text", "--steps", "0"][..], "must be positive"),
+        (
+            &["generate", "--checkpoint", "/nonexistent/ember"][..],
+            "char-gpt.safetensors",
+        ),
+    ] {
+        let (ok, _, err) = ember(args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -31,8 +31,10 @@
 //! AlexNet, VGG and ResNet is a stateless child named `flatten` (so it has a module
 //! path of its own).
 
+mod gpt;
 mod resnet;
 
+pub use gpt::{CharGpt, GptConfig};
 pub use resnet::{BasicBlock, Bottleneck};
 
 use crate::nn::{self, Module, Sequential};

@@ -1,0 +1,316 @@
+//! `ember train text` and `ember generate`: a character-level GPT
+//! ([`CharGpt`]) trained on the New Testament shipped in `data/`, with AdamW,
+//! linear warm-up and cosine decay, gradient clipping and a validation split;
+//! the model is saved with its vocabulary, and text is sampled from it.
+
+use crate::train::TrainArgs;
+use clap::Args;
+use ember::data::{find_data_file, CharCorpus, Split};
+use ember::models::{CharGpt, GptConfig};
+use ember::nn::{self, Module};
+use ember::optim::{Adam, CosineAnnealingLr, LinearLr, LrScheduler, Optimizer, SequentialLr};
+use ember::prelude::*;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The text shipped in `data/` (see data/README.md).
+pub const TEXT_FILE: &str = "kjv-new-testament.txt";
+/// The file a checkpoint folder holds.
+const MODEL_FILE: &str = "char-gpt.safetensors";
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op: "train text",
+        msg: msg.into(),
+    }
+}
+
+/// The model's shape and the training's settings, from the command line.
+pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
+    let t = &args.text;
+    if args.epochs.is_some() {
+        return Err(invalid("a language model trains for --steps, not --epochs"));
+    }
+    if args.model.is_some()
+        || args.input.is_some()
+        || args.classes.is_some()
+        || args.resume
+        || args.plot.is_some()
+    {
+        return Err(invalid(
+            "--model, --input, --classes, --resume and --plot are for the classifiers; the text model takes --layers, --heads, --width, --context",
+        ));
+    }
+    let batch = args.batch_size.map_or(32, |b| b as usize);
+    let lr = args.lr.unwrap_or(3e-3);
+    if t.steps == 0
+        || t.eval_every == 0
+        || t.context == 0
+        || t.layers == 0
+        || t.heads == 0
+        || t.width == 0
+        || !t.width.is_multiple_of(t.heads)
+    {
+        return Err(invalid(format!(
+            "--steps, --eval-every, --context, --layers and --heads must be positive and --width ({}) a multiple of --heads ({})",
+            t.width, t.heads
+        )));
+    }
+    if !(0.0..1.0).contains(&t.dropout) {
+        return Err(invalid(format!(
+            "--dropout {}: must be in [0, 1)",
+            t.dropout
+        )));
+    }
+    let path = match &args.data {
+        Some(dir) => dir.join(TEXT_FILE),
+        None => find_data_file(TEXT_FILE)?,
+    };
+    ember::manual_seed(args.seed);
+    let corpus = CharCorpus::from_file(&path, 0.1)?;
+    let config = GptConfig {
+        vocab_size: corpus.vocab_size(),
+        context: t.context,
+        layers: t.layers,
+        heads: t.heads,
+        width: t.width,
+        dropout: t.dropout,
+    };
+    let mut model = CharGpt::new(config, &device)?;
+    let params = model.parameters();
+    let mut opt = Adam::adamw(params.clone(), lr)?;
+    // a tenth of the steps to warm up linearly, then cosine decay to lr / 10
+    let warmup = (t.steps / 10).max(1).min(t.steps);
+    let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.01, 1.0, warmup)?);
+    opt.set_lr(lr);
+    let decay_steps = (t.steps - warmup).max(1);
+    let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, decay_steps, lr / 10.0)?);
+    let mut sched = SequentialLr::new(&mut opt, vec![warm, cos], vec![warmup])?;
+    let baseline = corpus.unigram_loss();
+    let (n_train, n_val) = (corpus.ids(Split::Train).len(), corpus.ids(Split::Val).len());
+    if !args.quiet {
+        println!(
+            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (warm-up {warmup} steps, cosine decay), on {device}",
+            t.layers, t.heads, t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size()
+        );
+        println!("unigram baseline: {baseline:.3} nats per character on the validation text");
+    }
+    let eval = |model: &mut CharGpt| -> ember::Result<f64> {
+        model.eval();
+        let mut total = 0.0;
+        for _ in 0..t.eval_batches {
+            let (x, y) = corpus.batch(Split::Val, batch, t.context, &device)?;
+            total += ember::no_grad(|| model.loss(&x, &y))?.item::<f32>()? as f64;
+        }
+        model.train();
+        Ok(total / t.eval_batches.max(1) as f64)
+    };
+    let start = Instant::now();
+    let mut train_loss = f64::NAN;
+    let mut val = f64::NAN;
+    for step in 1..=t.steps {
+        let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
+        let loss = model.loss(&x, &y)?;
+        opt.zero_grad();
+        loss.backward()?;
+        nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
+        opt.step()?;
+        sched.step(&mut opt);
+        if step % t.eval_every == 0 || step == t.steps {
+            train_loss = loss.item::<f32>()? as f64;
+            val = eval(&mut model)?;
+            if !args.quiet {
+                let secs = start.elapsed().as_secs_f64();
+                println!(
+                    "step {step:>5}/{}  train loss {train_loss:.3}  validation loss {val:.3}  {:.2} steps/s  {secs:.0} s",
+                    t.steps,
+                    step as f64 / secs
+                );
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("device: {device}");
+    println!(
+        "time: {secs:.1} s ({:.1} ms per step)",
+        secs * 1e3 / t.steps as f64
+    );
+    println!("final train loss: {train_loss:.4}");
+    println!("validation loss: {val:.4} (unigram baseline {baseline:.4})");
+    if let Some(dir) = &args.checkpoint {
+        save(&model, &corpus, dir)?;
+        println!("model: {}", dir.join(MODEL_FILE).display());
+    }
+    if t.sample > 0 {
+        model.eval();
+        let prompt = corpus
+            .encode(&t.prompt)
+            .map_err(|e| invalid(format!("--prompt: {e}")))?;
+        let text = corpus.decode(&model.generate(&prompt, t.sample, t.temperature, t.top_k)?)?;
+        println!(
+            "sample (temperature {}, top-k {}):\n{}{text}",
+            t.temperature,
+            t.top_k.map_or("all".into(), |k| k.to_string()),
+            t.prompt
+        );
+    }
+    Ok(())
+}
+
+/// The model's weights, its vocabulary and shape in one safetensors file.
+fn save(model: &CharGpt, corpus: &CharCorpus, dir: &Path) -> ember::Result<()> {
+    let c = model.config;
+    let vocab: String = corpus.vocab().iter().collect();
+    let meta = vec![
+        ("vocab".to_string(), vocab),
+        ("context".to_string(), c.context.to_string()),
+        ("layers".to_string(), c.layers.to_string()),
+        ("heads".to_string(), c.heads.to_string()),
+        ("width".to_string(), c.width.to_string()),
+    ];
+    let state: Vec<(String, Tensor)> = model
+        .state_dict()
+        .into_iter()
+        .map(|(n, t)| Ok((n, t.to(&Device::Cpu)?)))
+        .collect::<ember::Result<_>>()?;
+    ember::io::save_with_metadata(&state, &meta, dir.join(MODEL_FILE))
+}
+
+/// The options of `ember train text` (beside the common ones).
+#[derive(Args, Clone, Debug)]
+pub struct TextArgs {
+    /// Text: optimizer steps.
+    #[arg(long, default_value_t = 300)]
+    pub steps: usize,
+    /// Text: characters of context.
+    #[arg(long, default_value_t = 128)]
+    pub context: usize,
+    /// Text: transformer blocks.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// Text: attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Text: embedding width.
+    #[arg(long, default_value_t = 128)]
+    pub width: usize,
+    /// Text: dropout in the blocks.
+    #[arg(long, default_value_t = 0.0)]
+    pub dropout: f64,
+    /// Text: validate every N steps.
+    #[arg(long, default_value_t = 100)]
+    pub eval_every: usize,
+    /// Text: batches averaged for a validation loss.
+    #[arg(long, default_value_t = 8)]
+    pub eval_batches: usize,
+    /// Text: print N sampled characters after training.
+    #[arg(long, default_value_t = 0)]
+    pub sample: usize,
+    /// Text: sampling temperature (0 takes the most likely character).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f64,
+    /// Text: sample among the K most likely characters only.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Text: the text the sample continues.
+    #[arg(long, default_value = "And Jesus said")]
+    pub prompt: String,
+}
+
+impl Default for TextArgs {
+    fn default() -> Self {
+        TextArgs {
+            steps: 300,
+            context: 128,
+            layers: 4,
+            heads: 4,
+            width: 128,
+            dropout: 0.0,
+            eval_every: 100,
+            eval_batches: 8,
+            sample: 0,
+            temperature: 0.8,
+            top_k: None,
+            prompt: "And Jesus said".into(),
+        }
+    }
+}
+
+/// `ember generate`: text from a model saved by `ember train text --checkpoint DIR`.
+#[derive(Args, Clone, Debug)]
+pub struct GenerateArgs {
+    /// The folder `ember train text --checkpoint` saved the model in.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// Characters to generate.
+    #[arg(long, default_value_t = 500)]
+    pub chars: usize,
+    /// Sampling temperature (0 takes the most likely character).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f64,
+    /// Sample among the K most likely characters only.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// The text to continue.
+    #[arg(long, default_value = "And Jesus said")]
+    pub prompt: String,
+    /// Seed of the draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// `auto`, `cpu` or `cuda:N`.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+/// Loads the model and prints `--prompt` and what follows it.
+pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
+    let path = args.checkpoint.join(MODEL_FILE);
+    let meta = ember::io::metadata(&path)?;
+    let get = |k: &str| -> ember::Result<String> {
+        meta.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "generate",
+                msg: format!(
+                    "{}: no {k:?} entry; is this a model saved by `ember train text`?",
+                    path.display()
+                ),
+            })
+    };
+    let num = |k: &str| -> ember::Result<usize> {
+        get(k)?.parse().map_err(|_| Error::InvalidArgument {
+            op: "generate",
+            msg: format!("{}: the {k:?} entry is not a number", path.display()),
+        })
+    };
+    let vocab: String = get("vocab")?;
+    let corpus = CharCorpus::new(&vocab, 0.0)?;
+    let device = match args.device.as_str() {
+        "auto" => Device::cuda_if_available(0),
+        s => s.parse()?,
+    };
+    let config = GptConfig {
+        vocab_size: corpus.vocab_size(),
+        context: num("context")?,
+        layers: num("layers")?,
+        heads: num("heads")?,
+        width: num("width")?,
+        dropout: 0.0,
+    };
+    let mut model = CharGpt::new(config, &Device::Cpu)?;
+    ember::io::load_state_dict(&model, &path)?;
+    model.to_device(&device)?;
+    model.eval();
+    ember::manual_seed(args.seed);
+    let prompt = corpus
+        .encode(&args.prompt)
+        .map_err(|e| Error::InvalidArgument {
+            op: "generate",
+            msg: format!("--prompt: {e}"),
+        })?;
+    let text =
+        corpus.decode(&model.generate(&prompt, args.chars, args.temperature, args.top_k)?)?;
+    println!("{}{text}", args.prompt);
+    Ok(())
+}

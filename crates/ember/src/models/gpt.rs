@@ -1,0 +1,221 @@
+//! A character-level GPT: token and position embeddings, pre-norm transformer
+//! blocks with causal self-attention and a GELU feed-forward, a final layer norm
+//! and a linear head over the vocabulary (the decoder-only layout of GPT-2, with
+//! PyTorch's `nn.TransformerEncoderLayer(norm_first=True)` as the block).
+
+use crate::nn::{
+    self, init, Activation, Embedding, LayerNorm, Linear, Module, TransformerEncoder,
+    TransformerEncoderLayer, TransformerOptions,
+};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// The shape of a [`CharGpt`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GptConfig {
+    pub vocab_size: usize,
+    /// The longest input (positions have learned embeddings up to it).
+    pub context: usize,
+    pub layers: usize,
+    pub heads: usize,
+    /// The embedding width (the feed-forward is 4 times wider).
+    pub width: usize,
+    pub dropout: f64,
+}
+
+/// A decoder-only transformer over character ids.
+pub struct CharGpt {
+    pub tok_emb: Embedding,
+    pub pos_emb: Embedding,
+    pub blocks: TransformerEncoder,
+    pub ln_f: LayerNorm,
+    pub head: Linear,
+    pub config: GptConfig,
+}
+
+impl CharGpt {
+    /// Weights drawn as GPT-2's: normal with standard deviation 0.02, biases zero
+    /// (layer norms: weight 1, bias 0).
+    pub fn new(config: GptConfig, device: &Device) -> Result<CharGpt> {
+        let c = config;
+        if c.heads == 0 || !c.width.is_multiple_of(c.heads) || c.context == 0 || c.vocab_size == 0 {
+            return Err(Error::invalid(
+                "CharGpt",
+                format!("width ({}) must be a positive multiple of heads ({}), context and vocabulary positive", c.width, c.heads),
+            ));
+        }
+        let opts = TransformerOptions {
+            dim_feedforward: 4 * c.width,
+            dropout: c.dropout,
+            activation: Activation::Gelu,
+            batch_first: true,
+            norm_first: true,
+            ..Default::default()
+        };
+        let layer = TransformerEncoderLayer::new(c.width, c.heads, opts, device)?;
+        let model = CharGpt {
+            tok_emb: Embedding::new(c.vocab_size, c.width, device)?,
+            pos_emb: Embedding::new(c.context, c.width, device)?,
+            blocks: TransformerEncoder::new(layer, c.layers, None)?,
+            ln_f: LayerNorm::new(&[c.width], device)?,
+            head: Linear::new(c.width, c.vocab_size, device)?,
+            config,
+        };
+        for (name, p) in model.named_parameters() {
+            if name.contains("norm") || name.starts_with("ln_f") {
+                continue;
+            }
+            if name.ends_with("bias") {
+                init::zeros_(&p)?;
+            } else {
+                init::normal_(&p, 0.0, 0.02)?;
+            }
+        }
+        Ok(model)
+    }
+
+    fn children(&self) -> [(&'static str, &dyn Module); 5] {
+        [
+            ("tok_emb", &self.tok_emb),
+            ("pos_emb", &self.pos_emb),
+            ("blocks", &self.blocks),
+            ("ln_f", &self.ln_f),
+            ("head", &self.head),
+        ]
+    }
+
+    fn children_mut(&mut self) -> [&mut dyn Module; 5] {
+        [
+            &mut self.tok_emb,
+            &mut self.pos_emb,
+            &mut self.blocks,
+            &mut self.ln_f,
+            &mut self.head,
+        ]
+    }
+
+    /// The next-character logits `[B, T, vocab]` of ids `[B, T]` (`T` at most the
+    /// context).
+    pub fn logits(&self, idx: &Tensor) -> Result<Tensor> {
+        if idx.rank() != 2 || idx.shape()[1] > self.config.context || idx.shape()[1] == 0 {
+            return Err(Error::shape(
+                "CharGpt",
+                idx.shape(),
+                &[self.config.context],
+                format!(
+                    "expected ids [batch, length] with 1 <= length <= {}, got {:?}",
+                    self.config.context,
+                    idx.shape()
+                ),
+            ));
+        }
+        let t = idx.shape()[1];
+        let pos = Tensor::arange(0i64, t as i64, &idx.device())?;
+        let x = self
+            .tok_emb
+            .forward(idx)?
+            .add(&self.pos_emb.forward(&pos)?)?;
+        // PyTorch's convention: true where attention is not allowed (the future)
+        let causal = Tensor::ones([t, t], DType::Bool, &idx.device())?.triu(1)?;
+        let h = self.blocks.forward_masked(&x, Some(&causal), None)?;
+        self.head.forward(&self.ln_f.forward(&h)?)
+    }
+
+    /// The mean cross-entropy of predicting `targets [B, T]` from `idx [B, T]`.
+    pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        let logits = self.logits(idx)?;
+        let v = self.config.vocab_size;
+        let n = targets.numel();
+        nn::cross_entropy(&logits.reshape([n, v])?, &targets.reshape([n])?)
+    }
+
+    /// `n` more ids after `prompt`, each drawn from the softmax of the last
+    /// position's logits divided by `temperature` (0 takes the most likely),
+    /// among the `top_k` most likely when given. Runs without recording a graph;
+    /// set the model to evaluation first to turn dropout off.
+    pub fn generate(
+        &self,
+        prompt: &[i64],
+        n: usize,
+        temperature: f64,
+        top_k: Option<usize>,
+    ) -> Result<Vec<i64>> {
+        if prompt.is_empty() {
+            return Err(Error::invalid(
+                "generate",
+                "the prompt needs at least one id",
+            ));
+        }
+        if temperature.is_nan() || temperature < 0.0 {
+            return Err(Error::invalid(
+                "generate",
+                format!("temperature must be >= 0, got {temperature}"),
+            ));
+        }
+        let dev = self.head.weight.device();
+        let mut ids = prompt.to_vec();
+        crate::no_grad(|| {
+            for _ in 0..n {
+                let start = ids.len().saturating_sub(self.config.context);
+                let window = &ids[start..];
+                let x = Tensor::from_vec(window.to_vec(), [1, window.len()], &dev)?;
+                let last = self
+                    .logits(&x)?
+                    .select(1, window.len() as i64 - 1)?
+                    .squeeze(0)?;
+                let next = if temperature == 0.0 {
+                    last.argmax_all()?.item::<i64>()?
+                } else {
+                    let mut l = last.to_dtype(DType::F32)?.div(temperature)?;
+                    if let Some(k) = top_k.filter(|&k| k < self.config.vocab_size && k > 0) {
+                        let kth = l.topk(k, 0, true)?.0.select(0, k as i64 - 1)?;
+                        l = l.masked_fill(&l.lt(&kth)?, f64::NEG_INFINITY)?;
+                    }
+                    l.softmax(0)?.multinomial(1, true)?.item::<i64>()?
+                };
+                ids.push(next);
+            }
+            Ok(ids[prompt.len()..].to_vec())
+        })
+    }
+}
+
+impl Module for CharGpt {
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        self.logits(idx)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.children()
+            .into_iter()
+            .flat_map(|(c, m)| {
+                m.named_parameters()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("{c}.{n}"), t))
+            })
+            .collect()
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.children_mut()
+            .into_iter()
+            .try_for_each(|m| m.to_device(device))
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.children_mut()
+            .into_iter()
+            .try_for_each(|m| m.to_empty(device))
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.children_mut()
+            .into_iter()
+            .try_for_each(|m| m.to_dtype(dtype))
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.children_mut()
+            .into_iter()
+            .for_each(|m| m.set_training(training))
+    }
+}
