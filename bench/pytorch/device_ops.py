@@ -190,6 +190,50 @@ def train_suite(dev):
 
     row(dev, f"train digits cnn epoch ({len(yt)} imgs, b64)", "samples", len(yt), epoch)
 
+    # sequence models: a transformer encoder layer's forward and backward, and a
+    # step of `ember train text`'s character GPT (AdamW, clipping)
+    b, t, w = (4, 32, 64) if q else (32, 128, 256)
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(w, 8, 4 * w, dropout=0.0, batch_first=True).to(dev)
+    xs = torch.randn(b, t, w).to(dev)
+
+    def encoder():
+        layer.zero_grad()
+        layer(xs).square().mean().backward()
+
+    row(dev, f"transformer encoder layer fwd+bwd b{b} l{t} w{w}", "samples", b, encoder)
+
+    b, t, w = (4, 32, 32) if q else (32, 128, 128)
+    v = 73
+    torch.manual_seed(0)
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb, self.pos_emb = nn.Embedding(v, w), nn.Embedding(t, w)
+            layer = nn.TransformerEncoderLayer(w, 4, 4 * w, dropout=0.0, activation="gelu", batch_first=True,
+                                               norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+            self.ln_f, self.head = nn.LayerNorm(w), nn.Linear(w, v)
+            self.register_buffer("mask", torch.ones(t, t, dtype=torch.bool).triu(1))
+
+        def forward(self, idx):
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+            return self.head(self.ln_f(self.blocks(x, mask=self.mask)))
+
+    gpt = Gpt().to(dev)
+    opt = torch.optim.AdamW(gpt.parameters(), lr=3e-3)
+    xi, yi = torch.randint(0, v, (b, t)).to(dev), torch.randint(0, v, (b, t)).to(dev)
+
+    def gpt_step():
+        loss = F.cross_entropy(gpt(xi).reshape(-1, v), yi.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
+        opt.step()
+
+    row(dev, f"train char-gpt 4x{w} ctx{t} b{b}", "samples", b, gpt_step)
+
 
 devs = [torch.device("cpu")] + [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] \
     if args.device == "all" else [torch.device(args.device)]

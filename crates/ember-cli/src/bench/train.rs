@@ -161,6 +161,60 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
             Ok(())
         },
     )?);
+
+    // sequence models: a transformer encoder layer's forward and backward, and a
+    // step of `ember train text`'s character GPT (AdamW, clipping)
+    let (b, t, w) = if cx.quick { (4, 32, 64) } else { (32, 128, 256) };
+    ember::manual_seed(0);
+    let opts = nn::TransformerOptions {
+        dim_feedforward: 4 * w,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let layer = nn::TransformerEncoderLayer::new(w, 8, opts, &dev)?;
+    let xs = Tensor::randn([b, t, w], &Device::Cpu)?.to(&dev)?;
+    rows.push(cx.row(
+        format!("transformer encoder layer fwd+bwd b{b} l{t} w{w}"),
+        Work::Samples {
+            n: b as f64,
+            flops: None,
+        },
+        || {
+            layer.parameters().iter().for_each(|p| p.zero_grad());
+            layer.forward(&xs)?.square()?.mean_all()?.backward()
+        },
+    )?);
+
+    let (b, t, w) = if cx.quick { (4, 32, 32) } else { (32, 128, 128) };
+    ember::manual_seed(0);
+    let config = ember::models::GptConfig {
+        vocab_size: 73,
+        context: t,
+        layers: 4,
+        heads: 4,
+        width: w,
+        dropout: 0.0,
+    };
+    let gpt = ember::models::CharGpt::new(config, &dev)?;
+    let params = gpt.parameters();
+    let mut opt = Adam::adamw(params.clone(), 3e-3)?;
+    let xi = Tensor::randint(0, 73, [b, t], &Device::Cpu)?.to(&dev)?;
+    let yi = Tensor::randint(0, 73, [b, t], &Device::Cpu)?.to(&dev)?;
+    rows.push(cx.row(
+        format!("train char-gpt 4x{w} ctx{t} b{b}"),
+        Work::Samples {
+            n: b as f64,
+            flops: None,
+        },
+        || {
+            let loss = gpt.loss(&xi, &yi)?;
+            opt.zero_grad();
+            loss.backward()?;
+            nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
+            opt.step()
+        },
+    )?);
     Ok(rows)
 }
 
