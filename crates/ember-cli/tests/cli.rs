@@ -266,12 +266,14 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         "train mlp 784-1024-1024-10 b32",
         "train cnn mnist-sized b8",
         "train digits cnn epoch (1437 imgs, b64)",
+        "transformer encoder layer fwd+bwd b4 l32 w64",
+        "train char-gpt 4x32 ctx32 b4",
         "samples/s",
     ] {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 13, "{lines}");
+    assert_eq!(lines.lines().count(), 15, "{lines}");
     // training rows carry their share of the GEMM rate measured in the ops suite
     let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
     assert!(

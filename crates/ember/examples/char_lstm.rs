@@ -12,13 +12,20 @@ use ember::optim::{Adam, Optimizer};
 use ember::prelude::*;
 
 fn main() -> ember::Result<()> {
-    let steps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+    let steps: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     let dev = Device::cuda_if_available(0);
     ember::manual_seed(1);
     let corpus = CharCorpus::from_file(find_data_file("kjv-new-testament.txt")?, 0.1)?;
     let (v, width, context) = (corpus.vocab_size(), 128, 64);
     let emb = Embedding::new(v, width, &dev)?;
-    let opts = RnnOptions { num_layers: 2, batch_first: true, ..Default::default() };
+    let opts = RnnOptions {
+        num_layers: 2,
+        batch_first: true,
+        ..Default::default()
+    };
     let lstm = LSTM::with_options(width, width, opts, &dev)?;
     let head = Linear::new(width, v, &dev)?;
     let mut params = emb.parameters();
@@ -62,8 +69,14 @@ fn main() -> ember::Result<()> {
             let x = Tensor::from_vec(input.clone(), [1, input.len()], &dev)?;
             let s = state.as_ref().map(|(h, c)| (h, c));
             let (out, (h, c)) = lstm.forward_state(&emb.forward(&x)?, s)?;
-            let last = head.forward(&out.select(1, input.len() as i64 - 1)?)?.squeeze(0)?;
-            let next = last.div(0.8)?.softmax(0)?.multinomial(1, true)?.item::<i64>()?;
+            let last = head
+                .forward(&out.select(1, input.len() as i64 - 1)?)?
+                .squeeze(0)?;
+            let next = last
+                .div(0.8)?
+                .softmax(0)?
+                .multinomial(1, true)?
+                .item::<i64>()?;
             text.push_str(&corpus.decode(&[next])?);
             input = vec![next];
             state = Some((h, c));

@@ -164,7 +164,11 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
 
     // sequence models: a transformer encoder layer's forward and backward, and a
     // step of `ember train text`'s character GPT (AdamW, clipping)
-    let (b, t, w) = if cx.quick { (4, 32, 64) } else { (32, 128, 256) };
+    let (b, t, w) = if cx.quick {
+        (4, 32, 64)
+    } else {
+        (32, 128, 256)
+    };
     ember::manual_seed(0);
     let opts = nn::TransformerOptions {
         dim_feedforward: 4 * w,
@@ -186,7 +190,11 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         },
     )?);
 
-    let (b, t, w) = if cx.quick { (4, 32, 32) } else { (32, 128, 128) };
+    let (b, t, w) = if cx.quick {
+        (4, 32, 32)
+    } else {
+        (32, 128, 128)
+    };
     ember::manual_seed(0);
     let config = ember::models::GptConfig {
         vocab_size: 73,
