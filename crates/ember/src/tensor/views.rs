@@ -227,6 +227,15 @@ impl Tensor {
         for (i, &s) in spec.iter().enumerate() {
             dims.push(match s {
                 -1 if i >= lead => self.shape()[i - lead],
+                -1 => {
+                    // PyTorch's shape error: -1 cannot keep a size that is not there
+                    return Err(Error::shape(
+                        "expand",
+                        self.shape(),
+                        &spec.iter().map(|&d| d.max(0) as usize).collect::<Vec<_>>(),
+                        format!("The expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension {i}"),
+                    ));
+                }
                 s if s >= 0 => s as usize,
                 _ => {
                     return Err(Error::invalid(

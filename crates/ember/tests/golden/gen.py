@@ -439,7 +439,8 @@ ERROR_KINDS = [
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
      r"|Given normalized_shape|Expected weight to be of same shape|to match target batch_size"
-     r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input",
+     r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input"
+     r"|Size does not match at dimension",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -1939,6 +1940,18 @@ for name, xs, dil, groups in [("k3", [rn(2, 3, 5, 6), rn(4, 3, 3, 3), rn(4)], (1
                               ("grouped", [rn(1, 4, 5, 5), rn(4, 2, 3, 3)], (1, 1), 2)]:
     case(FAM, name, "conv2d_same", xs, {"stride": 1, "dilation": list(dil), "groups": groups}, grad=True)
 case(FAM, "strided", "conv2d_same", [rn(1, 2, 5, 5), rn(3, 2, 3, 3)], {"stride": 2, "dilation": [1, 1], "groups": 1})
+
+# ---- corners found by mutation testing (bench/results/2026-11-24-mutants-shard0-partial.md)
+FAM = "mutation_corners"
+case(FAM, "clamp_u8_min_255", "clamp", [T([1, 5, 200], U8)], {"min": 255, "max": None})
+case(FAM, "clamp_u8_max_0", "clamp", [T([1, 5, 200], U8)], {"min": None, "max": 0})
+case(FAM, "reshape_empty_with_zero_dim", "reshape", [torch.zeros(0, 6)], {"shape": [0, 2, 3]})
+case(FAM, "reshape_empty_zero_and_infer", "reshape", [torch.zeros(0, 6)], {"shape": [0, -1]})
+case(FAM, "expand_infer_in_new_leading_dim", "expand", [T([1.0, 2.0, 3.0])], {"shape": [-1, 3]})
+case(FAM, "expand_infer_in_existing_dim", "expand", [T([[1.0], [2.0]])], {"shape": [4, -1, 3]})
+case(FAM, "gather_index_longer_along_dim", "gather", [ar(2, 3), T([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 1]], I)],
+     {"dim": 0})
+case(FAM, "gather_index_longer_off_dim", "gather", [ar(2, 3), T([[1, 0, 1, 2]], I)], {"dim": 0})
 
 # ----------------------------------------------------------------------------------
 
