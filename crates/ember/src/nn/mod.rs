@@ -17,6 +17,7 @@
 
 mod attention;
 mod clip;
+mod containers;
 mod embed_norm;
 pub mod functional;
 pub mod init;
@@ -30,6 +31,7 @@ pub use attention::{
     TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
 };
 pub use clip::{clip_grad_norm_, clip_grad_value_};
+pub use containers::{ModuleDict, ModuleList};
 pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
 pub use functional::{dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention};
 pub use layers::{

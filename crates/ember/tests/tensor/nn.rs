@@ -1710,3 +1710,78 @@ fn char_corpus_and_gpt() -> Result<()> {
     assert!(m.generate(&[], 3, 1.0, None).is_err());
     Ok(())
 }
+
+/// ModuleList and ModuleDict name their children's parameters as PyTorch's do,
+/// move and convert them, switch them to evaluation, and have no forward.
+#[test]
+fn module_list_and_dict() -> Result<()> {
+    let dev = Device::Cpu;
+    let mut list: nn::ModuleList = (0..3)
+        .map(|_| nn::Linear::new(4, 4, &dev))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .collect();
+    list.push(nn::Dropout::new(0.5)?);
+    assert_eq!(list.len(), 4);
+    let names: Vec<String> = list
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        ["0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+    );
+    let x = Tensor::randn([2, 4], &dev)?;
+    let mut h = x.clone();
+    for m in list.iter() {
+        h = m.forward(&h)?;
+    }
+    assert_eq!(h.shape(), &[2, 4]);
+    assert_eq!(list[1].forward(&x)?.shape(), &[2, 4]);
+    assert!(list
+        .forward(&x)
+        .unwrap_err()
+        .to_string()
+        .contains("no forward"));
+    list.eval();
+    assert_eq!(
+        vals(&list[3].forward(&x)?),
+        vals(&x),
+        "dropout off in evaluation"
+    );
+    list.to_dtype(DType::F64)?;
+    assert!(list
+        .parameters()
+        .iter()
+        .all(|p| p.dtype() == DType::F64 && p.requires_grad()));
+
+    let mut dict = nn::ModuleDict::new();
+    dict.insert("encoder", nn::Linear::new(4, 8, &dev)?)?;
+    dict.insert("norm", nn::LayerNorm::new(&[8], &dev)?)?;
+    assert!(dict.insert("a.b", nn::ReLU).is_err() && dict.insert("", nn::ReLU).is_err());
+    let keys: Vec<&str> = dict.keys().collect();
+    assert_eq!(keys, ["encoder", "norm"]);
+    let names: Vec<String> = dict
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        ["encoder.weight", "encoder.bias", "norm.weight", "norm.bias"]
+    );
+    dict.insert("encoder", nn::Linear::with_bias(4, 8, false, &dev)?)?;
+    assert_eq!(dict.len(), 2);
+    assert_eq!(dict.named_parameters().len(), 3, "replaced in place");
+    let y = dict
+        .get("norm")
+        .unwrap()
+        .forward(&dict.get("encoder").unwrap().forward(&x)?)?;
+    assert_eq!(y.shape(), &[2, 8]);
+    assert!(dict.get("decoder").is_none());
+    assert!(dict.forward(&x).is_err());
+    dict.to_empty(&Device::Meta)?;
+    assert!(dict.parameters().iter().all(|p| p.device() == Device::Meta));
+    Ok(())
+}
