@@ -277,11 +277,13 @@ impl Tensor {
                 0.0
             };
             let half = steps / 2;
+            // fused multiply-adds, as PyTorch's vectorised CPU kernel computes
+            // them (one rounding: an integer linspace truncates the difference)
             (0..steps).map(move |i| {
                 if i < half || steps == 1 {
-                    start + step * i as f64
+                    step.mul_add(i as f64, start)
                 } else {
-                    end - step * (steps - 1 - i) as f64
+                    (-step).mul_add((steps - 1 - i) as f64, end)
                 }
             })
         };

@@ -1951,6 +1951,12 @@ case(FAM, "expand_infer_in_new_leading_dim", "expand", [T([1.0, 2.0, 3.0])], {"s
 case(FAM, "expand_infer_in_existing_dim", "expand", [T([[1.0], [2.0]])], {"shape": [4, -1, 3]})
 case(FAM, "gather_index_longer_along_dim", "gather", [ar(2, 3), T([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 1]], I)],
      {"dim": 0})
+# PyTorch's CPU fill uses fused multiply-adds: -3 + 3 * (4 / 6) is -0.9999999999999999
+# there, and the integer linspace truncates it to 0
+for s_, e_, n_ in ((-3, 1, 7), (-3, 7, 7), (-3, 11, 7), (-3, 9, 10), (0, 10, 31), (-7, 13, 9)):
+    case(FAM, f"linspace_int_{s_}_{e_}_{n_}", "linspace", [], {"start": s_, "end": e_, "steps": n_, "dtype": "int64"})
+    case(FAM, f"linspace_f64_{s_}_{e_}_{n_}", "linspace", [], {"start": s_, "end": e_, "steps": n_, "dtype": "float64"},
+         rtol=0.0, atol=0.0)
 case(FAM, "gather_index_longer_off_dim", "gather", [ar(2, 3), T([[1, 0, 1, 2]], I)], {"dim": 0})
 
 # ----------------------------------------------------------------------------------
