@@ -282,13 +282,12 @@ fn build_input(i: &Input, dev: &Device, grad: bool) -> R<(Arg, Option<Tensor>)> 
     }
     let spec = i.tensor.as_ref().expect("tensor input");
     let base = spec.build(dev);
-    let leaf = if grad && base.dtype().is_float() {
+    let (base, leaf) = if grad && base.dtype().is_float() {
         let l = base.requires_grad_(true).map_err(e)?;
-        Some(l)
+        (l.clone(), Some(l))
     } else {
-        None
+        (base, None)
     };
-    let base = leaf.clone().unwrap_or_else(|| spec.build(dev));
     Ok((Arg::T(apply_pre(base, &i.pre)?), leaf))
 }
 

@@ -334,14 +334,14 @@ pub fn bce_with_logits_opts(
     reduction: Reduction,
 ) -> Result<Tensor> {
     const OP: &str = "bce_with_logits";
-    if pos_weight.is_none() {
+    let Some(p) = pos_weight else {
         let l = bce_with_logits(logits, target, Reduction::None)?;
         let l = match weight {
             Some(w) => l.mul(w)?,
             None => l,
         };
         return reduce(l, reduction);
-    }
+    };
     if logits.shape() != target.shape() {
         return Err(Error::shape(
             OP,
@@ -350,7 +350,6 @@ pub fn bce_with_logits_opts(
             "logits and targets must have the same shape",
         ));
     }
-    let p = pos_weight.expect("checked above");
     for w in [Some(p), weight].into_iter().flatten() {
         crate::layout::broadcast_shapes(OP, w.shape(), logits.shape())?;
     }

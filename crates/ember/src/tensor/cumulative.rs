@@ -260,10 +260,10 @@ fn cumprod_backward(x: &Tensor, y: &Tensor, g: &Tensor, dim: i64) -> Result<Tens
 /// The gradient of the `ord`-norm `y` of `x` over `dims` (`y` and `g` with the
 /// reduced dims kept as 1), as PyTorch's `norm_backward`.
 fn norm_backward(x: &Tensor, y: &Tensor, g: &Tensor, ord: f64, dims: &[usize]) -> Result<Tensor> {
-    let at_zero = y.eq(0.0)?;
+    let at_zero = || y.eq(0.0);
     match ord {
         1.0 => x.sign()?.mul(g),
-        2.0 => x.mul(&g.div(y)?.masked_fill(&at_zero, 0.0)?),
+        2.0 => x.mul(&g.div(y)?.masked_fill(&at_zero()?, 0.0)?),
         p if p.is_infinite() => {
             // shared evenly among the elements that reach the norm
             let hit = x.abs()?.eq(y)?.to_dtype(x.dtype())?;
@@ -281,7 +281,7 @@ fn norm_backward(x: &Tensor, y: &Tensor, g: &Tensor, ord: f64, dims: &[usize]) -
             } else {
                 x.mul(&x.abs()?.pow(p - 2.0)?)?
             };
-            scaled.mul(&g.div(&y.pow(p - 1.0)?)?.masked_fill(&at_zero, 0.0)?)
+            scaled.mul(&g.div(&y.pow(p - 1.0)?)?.masked_fill(&at_zero()?, 0.0)?)
         }
     }
 }
