@@ -8,7 +8,7 @@ use clap::Args;
 use ember::data::{find_data_file, CharCorpus, Split};
 use ember::models::{CharGpt, GptConfig};
 use ember::nn::{self, Module};
-use ember::optim::{Adam, CosineAnnealingLr, LinearLr, LrScheduler, Optimizer, SequentialLr};
+use ember::optim::{split_for_weight_decay, Adam, Groups, LrScheduler, Optimizer, SequentialLr};
 use ember::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -78,19 +78,20 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     };
     let mut model = CharGpt::new(config, &device)?;
     let params = model.parameters();
-    let mut opt = Adam::adamw(params.clone(), lr)?;
+    // no weight decay on biases and the norms' scales, as GPT training does
+    let (decay, no_decay) = split_for_weight_decay(params.clone());
+    let mut opt = Groups::new(vec![
+        Box::new(Adam::adamw(decay, lr)?),
+        Box::new(Adam::adamw(no_decay, lr)?.weight_decay(0.0)?),
+    ])?;
     // a tenth of the steps to warm up linearly, then cosine decay to lr / 10
     let warmup = (t.steps / 10).max(1).min(t.steps);
-    let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.01, 1.0, warmup)?);
-    opt.set_lr(lr);
-    let decay_steps = (t.steps - warmup).max(1);
-    let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, decay_steps, lr / 10.0)?);
-    let mut sched = SequentialLr::new(&mut opt, vec![warm, cos], vec![warmup])?;
+    let mut sched = SequentialLr::warmup_cosine(&mut opt, warmup, t.steps, lr / 10.0)?;
     let baseline = corpus.unigram_loss();
     let (n_train, n_val) = (corpus.ids(Split::Train).len(), corpus.ids(Split::Val).len());
     if !args.quiet {
         println!(
-            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (warm-up {warmup} steps, cosine decay), on {device}",
+            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {warmup} steps, cosine decay), on {device}",
             t.layers, t.heads, t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size()
         );
         println!("unigram baseline: {baseline:.3} nats per character on the validation text");

@@ -1,6 +1,6 @@
 //! A character-level GPT trained on the New Testament shipped in data/ (the same
-//! model and loop as `ember train text`, in a few lines): AdamW with warm-up and
-//! cosine decay, gradient clipping, validation against the unigram baseline,
+//! model and loop as `ember train text`, in a few lines): AdamW over two
+//! parameter groups (no weight decay on biases and norms), warm-up and cosine decay, gradient clipping, validation against the unigram baseline,
 //! and a sample of the text it learned.
 //!
 //! `cargo run --release -p ember --example char_gpt [STEPS]` (default 300)
@@ -8,7 +8,7 @@
 use ember::data::{find_data_file, CharCorpus, Split};
 use ember::models::{CharGpt, GptConfig};
 use ember::nn::{self, Module};
-use ember::optim::{Adam, CosineAnnealingLr, LinearLr, LrScheduler, Optimizer, SequentialLr};
+use ember::optim::{split_for_weight_decay, Adam, Groups, LrScheduler, Optimizer, SequentialLr};
 use ember::prelude::*;
 
 fn main() -> ember::Result<()> {
@@ -29,12 +29,14 @@ fn main() -> ember::Result<()> {
     };
     let mut model = CharGpt::new(config, &dev)?;
     let params = model.parameters();
-    let mut opt = Adam::adamw(params.clone(), 3e-3)?;
-    let warmup = (steps / 10).max(1);
-    let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.01, 1.0, warmup)?);
-    opt.set_lr(3e-3);
-    let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, steps - warmup, 3e-4)?);
-    let mut sched = SequentialLr::new(&mut opt, vec![warm, cos], vec![warmup])?;
+    // two parameter groups: weight decay on matrices only, not biases and norms
+    let (decay, no_decay) = split_for_weight_decay(params.clone());
+    let mut opt = Groups::new(vec![
+        Box::new(Adam::adamw(decay, 3e-3)?),
+        Box::new(Adam::adamw(no_decay, 3e-3)?.weight_decay(0.0)?),
+    ])?;
+    let warmup = (steps / 10).max(1).min(steps);
+    let mut sched = SequentialLr::warmup_cosine(&mut opt, warmup, steps, 3e-4)?;
     println!(
         "{} parameters on {dev}; the unigram baseline is {:.3} nats per character",
         model.num_parameters(),

@@ -2,8 +2,8 @@
 //! PyTorch's update rules, defaults and checks.
 
 use super::{
-    buffers_state, check_lr, check_mask, check_names, check_non_negative, load_buffers,
-    replace_parameters, scalar_entry, state_mask, zero_all, Optimizer,
+    buffers_state, check_lr, check_mask, check_names, check_non_negative, cycled_state,
+    load_buffers, load_cycled, replace_parameters, scalar_entry, state_mask, zero_all, Optimizer,
 };
 use crate::{Device, Error, Result, Tensor};
 
@@ -17,6 +17,8 @@ pub struct RmsProp {
     eps: f64,
     weight_decay: f64,
     momentum: f64,
+    /// The momentum a one-cycle schedule has set, in place of `momentum`.
+    cycled: Option<f64>,
     centered: bool,
     square_avg: Vec<Option<Tensor>>,
     momentum_buffer: Vec<Option<Tensor>>,
@@ -34,6 +36,7 @@ impl RmsProp {
             eps: 1e-8,
             weight_decay: 0.0,
             momentum: 0.0,
+            cycled: None,
             centered: false,
             square_avg: vec![None; n],
             momentum_buffer: vec![None; n],
@@ -78,25 +81,35 @@ impl Optimizer for RmsProp {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
         let a = self.alpha;
+        let momentum = self.cycled.unwrap_or(self.momentum);
         for (i, p) in self.params.iter().enumerate() {
             let Some(mut g) = p.grad() else { continue };
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
-            let sq = self.square_avg[i].get_or_insert(p.zeros_like()?);
+            let sq = match &mut self.square_avg[i] {
+                Some(t) => t,
+                none => none.insert(p.zeros_like()?),
+            };
             sq.mul_(a)?;
             sq.add_(&g.square()?.mul(1.0 - a)?)?;
             let avg = if self.centered {
-                let ga = self.grad_avg[i].get_or_insert(p.zeros_like()?);
+                let ga = match &mut self.grad_avg[i] {
+                    Some(t) => t,
+                    none => none.insert(p.zeros_like()?),
+                };
                 ga.mul_(a)?;
                 ga.add_(&g.mul(1.0 - a)?)?;
                 sq.sub(&ga.square()?)?.sqrt()?.add(self.eps)?
             } else {
                 sq.sqrt()?.add(self.eps)?
             };
-            if self.momentum > 0.0 {
-                let buf = self.momentum_buffer[i].get_or_insert(p.zeros_like()?);
-                buf.mul_(self.momentum)?;
+            if momentum > 0.0 {
+                let buf = match &mut self.momentum_buffer[i] {
+                    Some(t) => t,
+                    none => none.insert(p.zeros_like()?),
+                };
+                buf.mul_(momentum)?;
                 buf.add_(&g.div(&avg)?)?;
                 p.sub_(&buf.mul(self.lr)?)?;
             } else {
@@ -124,7 +137,18 @@ impl Optimizer for RmsProp {
         s.extend(buffers_state("grad_avg", &self.grad_avg));
         s.push(state_mask(self.params.len(), &[&self.square_avg])?);
         s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
+        cycled_state(&mut s, self.cycled)?;
         Ok(s)
+    }
+
+    fn cycled_momentum(&self) -> Option<f64> {
+        Some(self.cycled.unwrap_or(self.momentum))
+    }
+
+    fn set_cycled_momentum(&mut self, m: f64) -> Result<()> {
+        check_non_negative("RMSprop", "momentum value", m)?;
+        self.cycled = Some(m);
+        Ok(())
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
@@ -136,6 +160,7 @@ impl Optimizer for RmsProp {
                 "grad_avg",
                 "has_state",
                 "lr",
+                "cycled_momentum",
             ],
         )?;
         let sq = load_buffers("square_avg", &self.params, state)?;
@@ -144,12 +169,16 @@ impl Optimizer for RmsProp {
         check_mask(state, self.params.len(), &[("square_avg", &sq)])?;
         let lr = scalar_entry(state, "lr")?;
         check_lr("load_state", lr)?;
+        let cycled = load_cycled(state, |m| {
+            check_non_negative("RMSprop", "momentum value", m)
+        })?;
         (
             self.square_avg,
             self.momentum_buffer,
             self.grad_avg,
             self.lr,
-        ) = (sq, mb, ga, lr);
+            self.cycled,
+        ) = (sq, mb, ga, lr, cycled);
         Ok(())
     }
 
@@ -248,7 +277,10 @@ impl Optimizer for Adagrad {
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
-            let s = self.sum[i].get_or_insert(p.full_like(self.initial_accumulator_value)?);
+            let s = match &mut self.sum[i] {
+                Some(t) => t,
+                none => none.insert(p.full_like(self.initial_accumulator_value)?),
+            };
             s.add_(&g.square()?)?;
             p.sub_(&g.div(&s.sqrt()?.add(self.eps)?)?.mul(clr)?)?;
         }

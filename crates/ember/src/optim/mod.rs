@@ -1,5 +1,7 @@
 //! Optimizers that update parameters in place on their device: SGD (momentum,
-//! dampening, Nesterov, weight decay), Adam and AdamW, with PyTorch's update rules.
+//! dampening, Nesterov, weight decay), Adam and AdamW, RMSprop and Adagrad, with
+//! PyTorch's update rules; parameter [`Groups`] with their own settings; and
+//! learning-rate schedules that move every group.
 //!
 //! ```
 //! use ember::optim::{Optimizer, Sgd};
@@ -14,10 +16,14 @@
 
 mod adaptive;
 pub(crate) mod fused;
+mod groups;
 mod schedule;
 
 pub use adaptive::{Adagrad, RmsProp};
-pub use schedule::{LambdaLr, LinearLr, OneCycleLr, ReduceLrOnPlateau, SequentialLr};
+pub use groups::{split_for_weight_decay, Groups};
+pub use schedule::{
+    Anneal, LambdaLr, LinearLr, OneCycleLr, OneCycleOptions, ReduceLrOnPlateau, SequentialLr,
+};
 
 use crate::{Error, Result, Tensor};
 
@@ -48,6 +54,70 @@ pub trait Optimizer: Send {
     fn config(&self) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Each parameter group's learning rate, in order (one entry for an optimizer
+    /// without [`Groups`]).
+    fn group_lrs(&self) -> Vec<f64> {
+        vec![self.lr()]
+    }
+    /// Sets each group's learning rate, one entry per group as
+    /// [`group_lrs`](Self::group_lrs) lists them (what schedulers call); missing
+    /// entries leave their groups as they are.
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        if let Some(&lr) = lrs.first() {
+            self.set_lr(lr);
+        }
+    }
+    /// The momentum a one-cycle schedule varies (SGD's and RMSprop's `momentum`,
+    /// Adam's first beta), or `None` for an optimizer without one (Adagrad).
+    fn cycled_momentum(&self) -> Option<f64> {
+        None
+    }
+    /// Sets that momentum for the steps that follow (PyTorch's OneCycleLR writes
+    /// it into the parameter groups). The constructed value stays in
+    /// [`config`](Self::config); the current one is part of [`state`](Self::state).
+    fn set_cycled_momentum(&mut self, m: f64) -> Result<()> {
+        Err(Error::invalid(
+            "cycle_momentum",
+            format!("optimizer must support momentum or beta1 with `cycle_momentum` option enabled (cannot set {m})"),
+        ))
+    }
+}
+
+/// Where a one-cycle schedule has put the momentum: a `cycled_momentum` state
+/// entry, present only once it has.
+fn cycled_state(s: &mut Vec<(String, Tensor)>, cycled: Option<f64>) -> Result<()> {
+    if let Some(m) = cycled {
+        s.push((
+            "cycled_momentum".into(),
+            Tensor::scalar(m, &crate::Device::Cpu)?,
+        ));
+    }
+    Ok(())
+}
+
+/// The `cycled_momentum` entry of a state, if it has one, checked with `check`.
+fn load_cycled(
+    state: &[(String, Tensor)],
+    check: impl Fn(f64) -> Result<()>,
+) -> Result<Option<f64>> {
+    if !state.iter().any(|(n, _)| n == "cycled_momentum") {
+        return Ok(None);
+    }
+    let m = scalar_entry(state, "cycled_momentum")?;
+    check(m)?;
+    Ok(Some(m))
+}
+
+/// A beta of Adam must lie in [0, 1) (PyTorch's "Invalid beta parameter at
+/// index i").
+fn check_beta(i: usize, b: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&b) {
+        return Err(Error::invalid(
+            "Adam",
+            format!("Invalid beta parameter at index {i}: {b} (it must be in [0, 1))"),
+        ));
+    }
+    Ok(())
 }
 
 /// The checks and moves of [`Optimizer::set_parameters`] for `params` and their
@@ -257,6 +327,8 @@ pub struct Sgd {
     dampening: f64,
     nesterov: bool,
     weight_decay: f64,
+    /// The momentum a one-cycle schedule has set, in place of `momentum`.
+    cycled: Option<f64>,
     buffers: Vec<Option<Tensor>>,
 }
 
@@ -272,12 +344,19 @@ impl Sgd {
             dampening: 0.0,
             nesterov: false,
             weight_decay: 0.0,
+            cycled: None,
             buffers: vec![None; n],
         })
     }
 
     /// Momentum factor (0 disables it; negative or not finite is an error).
     pub fn momentum(mut self, m: f64) -> Result<Sgd> {
+        self.check_momentum(m)?;
+        self.momentum = m;
+        Ok(self)
+    }
+
+    fn check_momentum(&self, m: f64) -> Result<()> {
         check_non_negative("SGD", "momentum value", m)?;
         if self.nesterov && m <= 0.0 {
             return Err(Error::invalid(
@@ -285,8 +364,7 @@ impl Sgd {
                 "Nesterov momentum requires a momentum and zero dampening",
             ));
         }
-        self.momentum = m;
-        Ok(self)
+        Ok(())
     }
 
     /// Dampening of the momentum (must be finite; Nesterov needs it to be 0).
@@ -332,17 +410,33 @@ impl Optimizer for Sgd {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
         s.push(state_mask(self.params.len(), &[&self.buffers])?);
         s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        check_names(state, &["momentum_buffer", "has_state", "lr"])?;
+        check_names(
+            state,
+            &["momentum_buffer", "has_state", "lr", "cycled_momentum"],
+        )?;
         let buffers = load_buffers("momentum_buffer", &self.params, state)?;
         check_mask(state, self.params.len(), &[("momentum_buffer", &buffers)])?;
         let lr = scalar_entry(state, "lr")?;
         check_lr("load_state", lr)?;
+        let cycled = load_cycled(state, |m| self.check_momentum(m))?;
         self.buffers = buffers;
         self.lr = lr;
+        self.cycled = cycled;
+        Ok(())
+    }
+
+    fn cycled_momentum(&self) -> Option<f64> {
+        Some(self.cycled.unwrap_or(self.momentum))
+    }
+
+    fn set_cycled_momentum(&mut self, m: f64) -> Result<()> {
+        self.check_momentum(m)?;
+        self.cycled = Some(m);
         Ok(())
     }
 
@@ -367,22 +461,23 @@ impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let momentum = self.cycled.unwrap_or(self.momentum);
         for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
             let Some(mut g) = p.grad() else { continue };
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
-            if self.momentum != 0.0 {
+            if momentum != 0.0 {
                 let b = match buf.take() {
                     None => g.copy()?,
                     Some(b) => {
-                        b.mul_(self.momentum)?;
+                        b.mul_(momentum)?;
                         b.add_(&g.mul(1.0 - self.dampening)?)?;
                         b
                     }
                 };
                 g = if self.nesterov {
-                    g.add(&b.mul(self.momentum)?)?
+                    g.add(&b.mul(momentum)?)?
                 } else {
                     b.clone()
                 };
@@ -414,6 +509,8 @@ pub struct Adam {
     eps: f64,
     weight_decay: f64,
     decoupled: bool,
+    /// The first beta a one-cycle schedule has set, in place of `betas.0`.
+    cycled: Option<f64>,
     step: u64,
     m: Vec<Option<Tensor>>,
     v: Vec<Option<Tensor>>,
@@ -432,6 +529,7 @@ impl Adam {
             eps: 1e-8,
             weight_decay: 0.0,
             decoupled: false,
+            cycled: None,
             step: 0,
             m: vec![None; n],
             v: vec![None; n],
@@ -450,14 +548,8 @@ impl Adam {
     /// The moments' decay rates, each in [0, 1) (PyTorch's "Invalid beta parameter
     /// at index 0/1" otherwise).
     pub fn betas(mut self, b1: f64, b2: f64) -> Result<Adam> {
-        for (i, b) in [b1, b2].into_iter().enumerate() {
-            if !(0.0..1.0).contains(&b) {
-                return Err(Error::invalid(
-                    "Adam",
-                    format!("Invalid beta parameter at index {i}: {b} (it must be in [0, 1))"),
-                ));
-            }
-        }
+        check_beta(0, b1)?;
+        check_beta(1, b2)?;
         self.betas = (b1, b2);
         Ok(self)
     }
@@ -492,11 +584,32 @@ impl Optimizer for Adam {
             Tensor::scalar(self.step as i64, &crate::Device::Cpu)?,
         ));
         s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
 
+    fn cycled_momentum(&self) -> Option<f64> {
+        Some(self.cycled.unwrap_or(self.betas.0))
+    }
+
+    fn set_cycled_momentum(&mut self, m: f64) -> Result<()> {
+        check_beta(0, m)?;
+        self.cycled = Some(m);
+        Ok(())
+    }
+
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        check_names(state, &["exp_avg", "exp_avg_sq", "has_state", "step", "lr"])?;
+        check_names(
+            state,
+            &[
+                "exp_avg",
+                "exp_avg_sq",
+                "has_state",
+                "step",
+                "lr",
+                "cycled_momentum",
+            ],
+        )?;
         let m = load_buffers("exp_avg", &self.params, state)?;
         let v = load_buffers("exp_avg_sq", &self.params, state)?;
         check_mask(
@@ -513,7 +626,8 @@ impl Optimizer for Adam {
                 format!("the optimizer state's step count {step} is not a whole number >= 0"),
             ));
         }
-        (self.m, self.v, self.step, self.lr) = (m, v, step as u64, lr);
+        let cycled = load_cycled(state, |b| check_beta(0, b))?;
+        (self.m, self.v, self.step, self.lr, self.cycled) = (m, v, step as u64, lr, cycled);
         Ok(())
     }
 
@@ -542,7 +656,7 @@ impl Optimizer for Adam {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
         self.step += 1;
-        let (b1, b2) = self.betas;
+        let (b1, b2) = (self.cycled.unwrap_or(self.betas.0), self.betas.1);
         let bc1 = 1.0 - b1.powi(self.step as i32);
         let bc2 = 1.0 - b2.powi(self.step as i32);
         for ((p, m), v) in self
@@ -604,45 +718,73 @@ impl Optimizer for Adam {
     }
 }
 
-/// Changes an optimizer's learning rate once per epoch (`scheduler.step()`).
+/// Changes an optimizer's learning rate once per epoch (`scheduler.step()`), in
+/// every parameter group: each group follows the schedule from its own initial
+/// rate, as PyTorch's schedulers do.
 pub trait LrScheduler: Send {
-    /// Advances one epoch and sets the optimizer's learning rate for the next one.
+    /// Advances one epoch and sets the optimizer's learning rates for the next one.
     fn step(&mut self, opt: &mut dyn Optimizer);
-    /// The learning rate set by the last step (the initial one before any step).
+    /// The first group's learning rate set by the last step (the initial one
+    /// before any step).
     fn last_lr(&self) -> f64;
+    /// Every group's learning rate set by the last step.
+    fn last_lrs(&self) -> Vec<f64> {
+        vec![self.last_lr()]
+    }
     /// Epochs stepped so far.
     fn epoch(&self) -> usize;
     /// Jumps to `epoch` (to resume from a checkpoint) without touching the optimizer.
     fn set_epoch(&mut self, epoch: usize);
 }
 
+/// The groups' current rates, which a schedule starts from (the optimizer's
+/// `lr()` alone if it lists no groups).
+fn initial_rates(opt: &dyn Optimizer) -> Vec<f64> {
+    let lrs = opt.group_lrs();
+    if lrs.is_empty() {
+        vec![opt.lr()]
+    } else {
+        lrs
+    }
+}
+
+/// The rates a closed-form schedule gives each group at its epoch: `rate(base)`
+/// for each group's initial rate.
+fn group_rates(bases: &[f64], rate: impl Fn(f64) -> f64) -> Vec<f64> {
+    bases.iter().map(|&b| rate(b)).collect()
+}
+
 /// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
 pub struct StepLr {
-    base: f64,
+    bases: Vec<f64>,
     step_size: usize,
     gamma: f64,
     epoch: usize,
 }
 
 impl StepLr {
-    /// Starts from the optimizer's current learning rate.
+    /// Starts from the optimizer's current learning rates.
     pub fn new(opt: &dyn Optimizer, step_size: usize, gamma: f64) -> Result<StepLr> {
         if step_size == 0 {
             return Err(Error::invalid("StepLR", "step_size must be positive"));
         }
         Ok(StepLr {
-            base: opt.lr(),
+            bases: initial_rates(opt),
             step_size,
             gamma,
             epoch: 0,
         })
+    }
+
+    fn rate(&self, base: f64) -> f64 {
+        base * self.gamma.powi((self.epoch / self.step_size) as i32)
     }
 }
 
 impl LrScheduler for StepLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
-        opt.set_lr(self.last_lr());
+        opt.set_group_lrs(&self.last_lrs());
     }
 
     fn epoch(&self) -> usize {
@@ -654,21 +796,25 @@ impl LrScheduler for StepLr {
     }
 
     fn last_lr(&self) -> f64 {
-        self.base * self.gamma.powi((self.epoch / self.step_size) as i32)
+        self.rate(self.bases[0])
+    }
+
+    fn last_lrs(&self) -> Vec<f64> {
+        group_rates(&self.bases, |b| self.rate(b))
     }
 }
 
 /// Cosine annealing from the initial rate down to `eta_min` over `t_max` epochs
 /// (`CosineAnnealingLR`, closed form).
 pub struct CosineAnnealingLr {
-    base: f64,
+    bases: Vec<f64>,
     t_max: usize,
     eta_min: f64,
     epoch: usize,
 }
 
 impl CosineAnnealingLr {
-    /// Starts from the optimizer's current learning rate.
+    /// Starts from the optimizer's current learning rates.
     pub fn new(opt: &dyn Optimizer, t_max: usize, eta_min: f64) -> Result<CosineAnnealingLr> {
         if t_max == 0 {
             return Err(Error::invalid(
@@ -677,18 +823,23 @@ impl CosineAnnealingLr {
             ));
         }
         Ok(CosineAnnealingLr {
-            base: opt.lr(),
+            bases: initial_rates(opt),
             t_max,
             eta_min,
             epoch: 0,
         })
+    }
+
+    fn rate(&self, base: f64) -> f64 {
+        let t = self.epoch as f64 / self.t_max as f64;
+        self.eta_min + (base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
     }
 }
 
 impl LrScheduler for CosineAnnealingLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
-        opt.set_lr(self.last_lr());
+        opt.set_group_lrs(&self.last_lrs());
     }
 
     fn epoch(&self) -> usize {
@@ -700,7 +851,10 @@ impl LrScheduler for CosineAnnealingLr {
     }
 
     fn last_lr(&self) -> f64 {
-        let t = self.epoch as f64 / self.t_max as f64;
-        self.eta_min + (self.base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
+        self.rate(self.bases[0])
+    }
+
+    fn last_lrs(&self) -> Vec<f64> {
+        group_rates(&self.bases, |b| self.rate(b))
     }
 }

@@ -3,14 +3,14 @@
 //! another (`SequentialLR`), the one-cycle policy (`OneCycleLR`), and the
 //! metric-driven `ReduceLROnPlateau`.
 
-use super::{LrScheduler, Optimizer};
+use super::{group_rates, initial_rates, LrScheduler, Optimizer};
 use crate::{Error, Result};
 
 /// The learning rate times a factor going linearly from `start_factor` to
 /// `end_factor` over `total_iters` epochs, then staying there (`LinearLR`; a
 /// warm-up with `start_factor < 1`).
 pub struct LinearLr {
-    base: f64,
+    bases: Vec<f64>,
     start: f64,
     end: f64,
     total: usize,
@@ -39,29 +39,36 @@ impl LinearLr {
             ));
         }
         let s = LinearLr {
-            base: opt.lr(),
+            bases: initial_rates(opt),
             start: start_factor,
             end: end_factor,
             total: total_iters,
             epoch: 0,
         };
-        opt.set_lr(s.last_lr());
+        opt.set_group_lrs(&s.last_lrs());
         Ok(s)
+    }
+
+    fn factor(&self) -> f64 {
+        let t = if self.total == 0 {
+            1.0
+        } else {
+            self.epoch.min(self.total) as f64 / self.total as f64
+        };
+        self.start + (self.end - self.start) * t
     }
 }
 
 impl LrScheduler for LinearLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
-        opt.set_lr(self.last_lr());
+        opt.set_group_lrs(&self.last_lrs());
     }
     fn last_lr(&self) -> f64 {
-        let t = if self.total == 0 {
-            1.0
-        } else {
-            self.epoch.min(self.total) as f64 / self.total as f64
-        };
-        self.base * (self.start + (self.end - self.start) * t)
+        self.bases[0] * self.factor()
+    }
+    fn last_lrs(&self) -> Vec<f64> {
+        group_rates(&self.bases, |b| b * self.factor())
     }
     fn epoch(&self) -> usize {
         self.epoch
@@ -73,7 +80,7 @@ impl LrScheduler for LinearLr {
 
 /// The initial learning rate times `f(epoch)` (`LambdaLR`).
 pub struct LambdaLr {
-    base: f64,
+    bases: Vec<f64>,
     f: Box<dyn Fn(usize) -> f64 + Send>,
     epoch: usize,
 }
@@ -82,11 +89,11 @@ impl LambdaLr {
     /// Sets the optimizer's rate to `f(0)` times it, as PyTorch does.
     pub fn new(opt: &mut dyn Optimizer, f: impl Fn(usize) -> f64 + Send + 'static) -> LambdaLr {
         let s = LambdaLr {
-            base: opt.lr(),
+            bases: initial_rates(opt),
             f: Box::new(f),
             epoch: 0,
         };
-        opt.set_lr(s.last_lr());
+        opt.set_group_lrs(&s.last_lrs());
         s
     }
 }
@@ -94,10 +101,14 @@ impl LambdaLr {
 impl LrScheduler for LambdaLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
-        opt.set_lr(self.last_lr());
+        opt.set_group_lrs(&self.last_lrs());
     }
     fn last_lr(&self) -> f64 {
-        self.base * (self.f)(self.epoch)
+        self.bases[0] * (self.f)(self.epoch)
+    }
+    fn last_lrs(&self) -> Vec<f64> {
+        let f = (self.f)(self.epoch);
+        group_rates(&self.bases, |b| b * f)
     }
     fn epoch(&self) -> usize {
         self.epoch
@@ -145,8 +156,35 @@ impl SequentialLr {
             epoch: 0,
         };
         s.set_epoch(0);
-        opt.set_lr(s.last_lr());
+        opt.set_group_lrs(&s.last_lrs());
         Ok(s)
+    }
+
+    /// The usual transformer schedule: a linear warm-up over `warmup` steps from
+    /// a hundredth of each group's current rate up to it, then cosine decay to
+    /// `min_lr` by step `total` (`SequentialLR` of `LinearLR(0.01, 1, warmup)`
+    /// and `CosineAnnealingLR(total - warmup, min_lr)`).
+    pub fn warmup_cosine(
+        opt: &mut dyn Optimizer,
+        warmup: usize,
+        total: usize,
+        min_lr: f64,
+    ) -> Result<SequentialLr> {
+        if warmup == 0 || warmup > total {
+            return Err(Error::invalid(
+                "warmup_cosine",
+                format!(
+                    "the warm-up ({warmup} steps) must be at least 1 and at most the {total} steps"
+                ),
+            ));
+        }
+        let peak = initial_rates(opt);
+        let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(opt, 0.01, 1.0, warmup)?);
+        opt.set_group_lrs(&peak);
+        let decay = (total - warmup).max(1);
+        let cos: Box<dyn LrScheduler> =
+            Box::new(super::CosineAnnealingLr::new(opt, decay, min_lr)?);
+        SequentialLr::new(opt, vec![warm, cos], vec![warmup])
     }
 
     /// The schedule in charge at `epoch` and its own epoch count.
@@ -160,10 +198,13 @@ impl SequentialLr {
 impl LrScheduler for SequentialLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.set_epoch(self.epoch + 1);
-        opt.set_lr(self.last_lr());
+        opt.set_group_lrs(&self.last_lrs());
     }
     fn last_lr(&self) -> f64 {
         self.schedulers[self.current(self.epoch).0].last_lr()
+    }
+    fn last_lrs(&self) -> Vec<f64> {
+        self.schedulers[self.current(self.epoch).0].last_lrs()
     }
     fn epoch(&self) -> usize {
         self.epoch
@@ -175,31 +216,99 @@ impl LrScheduler for SequentialLr {
     }
 }
 
+/// How a one-cycle phase goes from its start to its end value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Anneal {
+    /// Half a cosine (PyTorch's default, `anneal_strategy="cos"`).
+    Cos,
+    /// A straight line (`anneal_strategy="linear"`).
+    Linear,
+}
+
+impl Anneal {
+    fn at(self, start: f64, end: f64, pct: f64) -> f64 {
+        match self {
+            Anneal::Cos => end + (start - end) / 2.0 * ((std::f64::consts::PI * pct).cos() + 1.0),
+            Anneal::Linear => (end - start) * pct + start,
+        }
+    }
+}
+
+/// The settings of [`OneCycleLr`] other than the peak rate and the length;
+/// `Default` gives PyTorch's.
+#[derive(Clone, Copy, Debug)]
+pub struct OneCycleOptions {
+    /// The share of the cycle spent raising the rate (0.3).
+    pub pct_start: f64,
+    pub anneal: Anneal,
+    /// Vary the momentum inversely to the rate (true): SGD's and RMSprop's
+    /// momentum, Adam's first beta; an optimizer without one is refused.
+    pub cycle_momentum: bool,
+    /// The momentum at the peak rate (0.85).
+    pub base_momentum: f64,
+    /// The momentum at the lowest rates (0.95).
+    pub max_momentum: f64,
+    /// The initial rate is `max_lr / div_factor` (25).
+    pub div_factor: f64,
+    /// The final rate is the initial one over `final_div_factor` (1e4).
+    pub final_div_factor: f64,
+    /// Up, back down to the initial rate, then to the final one (false: up, then
+    /// down to the final rate).
+    pub three_phase: bool,
+}
+
+impl Default for OneCycleOptions {
+    fn default() -> Self {
+        OneCycleOptions {
+            pct_start: 0.3,
+            anneal: Anneal::Cos,
+            cycle_momentum: true,
+            base_momentum: 0.85,
+            max_momentum: 0.95,
+            div_factor: 25.0,
+            final_div_factor: 1e4,
+            three_phase: false,
+        }
+    }
+}
+
+/// One phase of the cycle: the step it ends at, and its start and end rate and
+/// momentum.
+#[derive(Clone, Copy, Debug)]
+struct Phase {
+    end_step: f64,
+    lr: (f64, f64),
+    momentum: (f64, f64),
+}
+
 /// The one-cycle policy (`OneCycleLR`, stepped once per batch): from
 /// `max_lr / div_factor` up to `max_lr` over the first `pct_start` of
-/// `total_steps` (cosine), then down to `initial / final_div_factor` (cosine).
-/// PyTorch also cycles the momentum by default; ember's schedules set the
-/// learning rate only. Steps past `total_steps` keep the final rate (PyTorch
-/// raises an error there).
+/// `total_steps`, then down to the initial rate over `final_div_factor`
+/// (optionally in two phases), while the momentum goes the other way between
+/// `max_momentum` and `base_momentum`. Every parameter group follows the same
+/// rates, as PyTorch's do for a single `max_lr`. Steps past `total_steps` keep
+/// the final values (PyTorch raises an error there).
 pub struct OneCycleLr {
-    initial: f64,
-    max_lr: f64,
-    min_lr: f64,
-    warmup_end: f64,
+    phases: Vec<Phase>,
+    anneal: Anneal,
+    cycle_momentum: bool,
+    groups: usize,
     total: usize,
     epoch: usize,
 }
 
 impl OneCycleLr {
-    /// PyTorch's defaults are `pct_start = 0.3`, `div_factor = 25`,
-    /// `final_div_factor = 1e4`. Sets the optimizer's rate to the initial one.
-    pub fn new(
+    /// PyTorch's defaults ([`OneCycleOptions::default`]). Sets the optimizer's
+    /// rate (and momentum) to the initial ones.
+    pub fn new(opt: &mut dyn Optimizer, max_lr: f64, total_steps: usize) -> Result<OneCycleLr> {
+        OneCycleLr::with_options(opt, max_lr, total_steps, OneCycleOptions::default())
+    }
+
+    pub fn with_options(
         opt: &mut dyn Optimizer,
         max_lr: f64,
         total_steps: usize,
-        pct_start: f64,
-        div_factor: f64,
-        final_div_factor: f64,
+        o: OneCycleOptions,
     ) -> Result<OneCycleLr> {
         if total_steps == 0 {
             return Err(Error::invalid(
@@ -207,45 +316,148 @@ impl OneCycleLr {
                 "Expected positive integer total_steps, but got 0",
             ));
         }
-        if !(0.0..=1.0).contains(&pct_start) {
+        if !(0.0..=1.0).contains(&o.pct_start) {
             return Err(Error::invalid(
                 "OneCycleLR",
-                format!("Expected float between 0 and 1 pct_start, but got {pct_start}"),
+                format!(
+                    "Expected float between 0 and 1 pct_start, but got {}",
+                    o.pct_start
+                ),
             ));
         }
-        let initial = max_lr / div_factor;
+        for (what, v) in [
+            ("max_lr", max_lr),
+            ("div_factor", o.div_factor),
+            ("final_div_factor", o.final_div_factor),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid(
+                    "OneCycleLR",
+                    format!("{what} must be a finite number > 0, got {v}"),
+                ));
+            }
+        }
+        if o.cycle_momentum {
+            if opt.cycled_momentum().is_none() {
+                return Err(Error::invalid(
+                    "OneCycleLR",
+                    "optimizer must support momentum or beta1 with `cycle_momentum` option enabled",
+                ));
+            }
+            // both values are checked by the optimizer before any step uses them;
+            // on a refusal the optimizer keeps the momentum it had
+            let had = opt.cycled_momentum();
+            if let Err(e) = opt
+                .set_cycled_momentum(o.base_momentum)
+                .and_then(|()| opt.set_cycled_momentum(o.max_momentum))
+            {
+                if let Some(m) = had {
+                    let _ = opt.set_cycled_momentum(m);
+                }
+                return Err(e);
+            }
+        }
+        let initial = max_lr / o.div_factor;
+        let min_lr = initial / o.final_div_factor;
+        let (lo, hi) = (o.base_momentum, o.max_momentum);
+        let up = o.pct_start * total_steps as f64 - 1.0;
+        let last = total_steps as f64 - 1.0;
+        let phases = if o.three_phase {
+            vec![
+                Phase {
+                    end_step: up,
+                    lr: (initial, max_lr),
+                    momentum: (hi, lo),
+                },
+                Phase {
+                    end_step: 2.0 * o.pct_start * total_steps as f64 - 2.0,
+                    lr: (max_lr, initial),
+                    momentum: (lo, hi),
+                },
+                Phase {
+                    end_step: last,
+                    lr: (initial, min_lr),
+                    momentum: (hi, hi),
+                },
+            ]
+        } else {
+            vec![
+                Phase {
+                    end_step: up,
+                    lr: (initial, max_lr),
+                    momentum: (hi, lo),
+                },
+                Phase {
+                    end_step: last,
+                    lr: (max_lr, min_lr),
+                    momentum: (lo, hi),
+                },
+            ]
+        };
         let s = OneCycleLr {
-            initial,
-            max_lr,
-            min_lr: initial / final_div_factor,
-            warmup_end: pct_start * total_steps as f64 - 1.0,
+            phases,
+            anneal: o.anneal,
+            cycle_momentum: o.cycle_momentum,
+            groups: initial_rates(opt).len(),
             total: total_steps,
             epoch: 0,
         };
-        opt.set_lr(s.last_lr());
+        s.apply(opt);
         Ok(s)
     }
-}
 
-/// Cosine from `start` (at `pct = 0`) to `end` (at `pct = 1`).
-fn cos_anneal(start: f64, end: f64, pct: f64) -> f64 {
-    end + (start - end) / 2.0 * ((std::f64::consts::PI * pct).cos() + 1.0)
+    /// The rate and momentum at the current step (PyTorch's phase walk).
+    fn values(&self) -> (f64, f64) {
+        let step = self.epoch.min(self.total) as f64;
+        let i = self
+            .phases
+            .iter()
+            .position(|p| step <= p.end_step)
+            .unwrap_or(self.phases.len() - 1);
+        let start = if i == 0 {
+            0.0
+        } else {
+            self.phases[i - 1].end_step
+        };
+        let p = self.phases[i];
+        let len = p.end_step - start;
+        // a phase of no length is at its end (PyTorch divides by zero there)
+        let pct = if len > 0.0 {
+            ((step - start) / len).min(1.0)
+        } else {
+            1.0
+        };
+        (
+            self.anneal.at(p.lr.0, p.lr.1, pct),
+            self.anneal.at(p.momentum.0, p.momentum.1, pct),
+        )
+    }
+
+    /// The momentum set by the last step.
+    pub fn last_momentum(&self) -> Option<f64> {
+        self.cycle_momentum.then(|| self.values().1)
+    }
+
+    fn apply(&self, opt: &mut dyn Optimizer) {
+        let (lr, m) = self.values();
+        opt.set_group_lrs(&vec![lr; self.groups]);
+        if self.cycle_momentum {
+            // every value on the cycle lies between the two checked in `new`
+            let _ = opt.set_cycled_momentum(m);
+        }
+    }
 }
 
 impl LrScheduler for OneCycleLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         self.epoch += 1;
-        opt.set_lr(self.last_lr());
+        self.apply(opt);
     }
     fn last_lr(&self) -> f64 {
-        let step = self.epoch.min(self.total) as f64;
-        let last = self.total as f64 - 1.0;
-        if step <= self.warmup_end {
-            cos_anneal(self.initial, self.max_lr, step / self.warmup_end)
-        } else {
-            let pct = (step - self.warmup_end) / (last - self.warmup_end);
-            cos_anneal(self.max_lr, self.min_lr, pct.min(1.0))
-        }
+        self.values().0
+    }
+    fn last_lrs(&self) -> Vec<f64> {
+        vec![self.values().0; self.groups]
     }
     fn epoch(&self) -> usize {
         self.epoch
@@ -258,7 +470,7 @@ impl LrScheduler for OneCycleLr {
 /// Lowers the learning rate by `factor` when a metric has stopped improving for
 /// `patience` epochs (`ReduceLROnPlateau`, mode `min`, relative threshold); after
 /// a reduction, `cooldown` epochs pass before counting again; the rate never
-/// goes below `min_lr`. Step it with the metric: [`step_metric`](Self::step_metric).
+/// goes below `min_lr`. Each parameter group is lowered on its own. Step it with the metric: [`step_metric`](Self::step_metric).
 pub struct ReduceLrOnPlateau {
     pub factor: f64,
     pub patience: usize,
@@ -331,11 +543,19 @@ impl ReduceLrOnPlateau {
             self.bad_epochs = 0;
         }
         if self.bad_epochs > self.patience {
-            let old = opt.lr();
-            let new = (old * self.factor).max(self.min_lr);
-            if old - new > self.eps {
-                opt.set_lr(new);
-            }
+            let lrs: Vec<f64> = opt
+                .group_lrs()
+                .into_iter()
+                .map(|old| {
+                    let new = (old * self.factor).max(self.min_lr);
+                    if old - new > self.eps {
+                        new
+                    } else {
+                        old
+                    }
+                })
+                .collect();
+            opt.set_group_lrs(&lrs);
             self.cooldown_left = self.cooldown;
             self.bad_epochs = 0;
         }

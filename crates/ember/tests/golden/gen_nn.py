@@ -5,6 +5,9 @@ Writes nn_cases.json next to this file:
   with their values and input gradients;
 - optimizers: five steps of SGD (plain, momentum+dampening, nesterov+weight decay),
   Adam (with weight decay) and AdamW on a fixed quadratic-ish objective;
+- schedulers: every schedule's learning rates over two parameter groups, and the
+  momentum one-cycle schedules cycle;
+- groups: AdamW and SGD over two parameter groups with their own settings;
 - init: statistics of PyTorch's default initial parameters for large layers;
 - modules: Linear, Conv2d, BatchNorm1d/2d (train and eval, running statistics) and
   a small CNN, with fixed parameters: outputs, input gradients, final buffers;
@@ -107,7 +110,10 @@ def optimizer_cases():
 
 
 def scheduler_cases():
-    """The learning rate after construction ("initial") and after each step."""
+    """The learning rates after construction ("initial") and after each step, for an
+    optimizer of two parameter groups (lr 0.1 and 0.02): "lrs" is the first
+    group's, "group_lrs" both; one-cycle cases also record the momentum (SGD's
+    momentum, Adam's first beta) of the first group."""
     S = torch.optim.lr_scheduler
     out = []
     metrics = [1.0, 0.9, 0.95, 0.95, 0.95, 0.8, 0.85, 0.85, 0.85, 0.85, 0.7, 0.7]
@@ -120,21 +126,66 @@ def scheduler_cases():
         ("sequential", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.25, 1.0, 3),
                                                     S.CosineAnnealingLR(o, T_max=8, eta_min=0.001)], [3]), 12),
         ("onecycle", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=12, cycle_momentum=False), 11),
+        ("onecycle_momentum", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=12), 11),
+        ("onecycle_adam_three_phase_linear",
+         lambda o: S.OneCycleLR(o, max_lr=0.3, total_steps=15, pct_start=0.25, anneal_strategy="linear",
+                                three_phase=True, base_momentum=0.8, max_momentum=0.9, div_factor=10.0,
+                                final_div_factor=100.0), 14),
         ("plateau", lambda o: S.ReduceLROnPlateau(o, factor=0.5, patience=2, cooldown=1), len(metrics)),
     ]
     import warnings
     for name, make, steps in cases:
-        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        groups = [{"params": [torch.zeros(1, requires_grad=True)]},
+                  {"params": [torch.zeros(1, requires_grad=True)], "lr": 0.02}]
+        adam = "adam" in name
+        opt = torch.optim.Adam(groups, lr=0.1) if adam else torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+
+        def momentum():
+            g = opt.param_groups[0]
+            return g["betas"][0] if adam else g["momentum"]
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sched = make(opt)
-            initial = opt.param_groups[0]["lr"]
-            lrs = []
+            initial = [g["lr"] for g in opt.param_groups]
+            initial_momentum = momentum()
+            lrs, momenta = [], []
             for k in range(steps):
                 opt.step()
                 sched.step(metrics[k]) if name == "plateau" else sched.step()
-                lrs.append(opt.param_groups[0]["lr"])
-        out.append({"name": name, "initial": initial, "lrs": lrs, "metrics": metrics[:steps] if name == "plateau" else []})
+                lrs.append([g["lr"] for g in opt.param_groups])
+                momenta.append(momentum())
+        out.append({"name": name, "initial": initial[0], "initial_groups": initial,
+                    "lrs": [l[0] for l in lrs], "group_lrs": lrs,
+                    "initial_momentum": initial_momentum, "momenta": momenta,
+                    "metrics": metrics[:steps] if name == "plateau" else []})
+    return out
+
+
+def group_cases():
+    """Parameter groups: a matrix and a bias trained together with their own
+    learning rate, weight decay (and momentum) for five steps."""
+    out = []
+    configs = [
+        ("adamw", lambda w, b: torch.optim.AdamW([{"params": [w], "weight_decay": 0.1},
+                                                  {"params": [b], "weight_decay": 0.0, "lr": 0.05}], lr=0.01)),
+        ("sgd", lambda w, b: torch.optim.SGD([{"params": [w], "momentum": 0.9, "weight_decay": 0.01},
+                                              {"params": [b], "lr": 0.2}], lr=0.05)),
+    ]
+    for name, make in configs:
+        w = torch.tensor([[1.0, -2.0], [0.5, 3.0]], requires_grad=True)
+        b = torch.tensor([0.3, -0.7], requires_grad=True)
+        opt = make(w, b)
+        x = torch.tensor([[1.0, 2.0], [-1.0, 0.5], [0.25, -3.0]])
+        traj = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ((x @ w + b) ** 2).tanh().sum() + (w ** 4).sum() * 0.05
+            loss.backward()
+            opt.step()
+            traj.append({"w": flat(w), "b": flat(b)})
+        out.append({"name": name, "x": flat(x), "init_w": [1.0, -2.0, 0.5, 3.0], "init_b": [0.3, -0.7],
+                    "trajectory": traj})
     return out
 
 
@@ -458,6 +509,7 @@ def clip_cases():
 
 
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
+            "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases}
 

@@ -382,30 +382,51 @@ fn small_cnn_learns(dev: &Device) -> Result<()> {
 
 fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
     use ember::optim::{
-        CosineAnnealingLr, LambdaLr, LinearLr, LrScheduler, OneCycleLr, ReduceLrOnPlateau,
-        SequentialLr, StepLr,
+        Anneal, CosineAnnealingLr, Groups, LambdaLr, LinearLr, LrScheduler, OneCycleLr,
+        OneCycleOptions, ReduceLrOnPlateau, SequentialLr, StepLr,
     };
     let cases = cases();
     let cases = cases["schedulers"].as_array().unwrap();
-    assert!(cases.len() >= 8);
+    assert!(cases.len() >= 10);
+    let f64s = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let mut opt = Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1)?;
-        let close = |got: f64, want: &Value, what: &str| {
-            let want = want.as_f64().unwrap();
+        // two parameter groups (lr 0.1 and 0.02), as the PyTorch optimizer has
+        let p = || Tensor::zeros([1], DType::F32, dev);
+        let mut opt = if name.contains("adam") {
+            Groups::new(vec![
+                Box::new(Adam::new(vec![p()?], 0.1)?),
+                Box::new(Adam::new(vec![p()?], 0.02)?),
+            ])?
+        } else {
+            Groups::new(vec![
+                Box::new(Sgd::new(vec![p()?], 0.1)?.momentum(0.9)?),
+                Box::new(Sgd::new(vec![p()?], 0.02)?.momentum(0.9)?),
+            ])?
+        };
+        let close = |got: f64, want: f64, what: &str| {
             assert!((got - want).abs() < 1e-12, "{name} {what}: {got} vs {want}");
         };
+        let close_all = |got: Vec<f64>, want: Vec<f64>, what: &str| {
+            assert_eq!(got.len(), want.len(), "{name} {what}");
+            for (g, w) in got.into_iter().zip(want) {
+                close(g, w, what);
+            }
+        };
+        let group_lrs = case["group_lrs"].as_array().unwrap();
         if name == "plateau" {
             let mut p = ReduceLrOnPlateau::new(0.5, 2)?;
             p.cooldown = 1;
-            let metrics = case["metrics"].as_array().unwrap();
-            for (k, (m, want)) in metrics
-                .iter()
-                .zip(case["lrs"].as_array().unwrap())
-                .enumerate()
-            {
-                p.step_metric(&mut opt, m.as_f64().unwrap());
-                close(opt.lr(), want, &format!("step {k}"));
+            let metrics = f64s(&case["metrics"]);
+            for (k, (m, want)) in metrics.iter().zip(group_lrs).enumerate() {
+                p.step_metric(&mut opt, *m);
+                close_all(opt.group_lrs(), f64s(want), &format!("step {k}"));
             }
             continue;
         }
@@ -417,25 +438,80 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
             "lambda" => Box::new(LambdaLr::new(&mut opt, |e| 0.95f64.powi(e as i32))),
             "sequential" => {
                 let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.25, 1.0, 3)?);
-                // each schedule reads the initial rate, as PyTorch's do
-                opt.set_lr(0.1);
+                // each schedule reads the initial rates, as PyTorch's do
+                opt.set_group_lrs(&[0.1, 0.02]);
                 let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, 8, 0.001)?);
                 Box::new(SequentialLr::new(&mut opt, vec![warm, cos], vec![3])?)
             }
-            "onecycle" => Box::new(OneCycleLr::new(&mut opt, 0.5, 12, 0.3, 25.0, 1e4)?),
+            "onecycle" => Box::new(OneCycleLr::with_options(
+                &mut opt,
+                0.5,
+                12,
+                OneCycleOptions {
+                    cycle_momentum: false,
+                    ..Default::default()
+                },
+            )?),
+            "onecycle_momentum" => Box::new(OneCycleLr::new(&mut opt, 0.5, 12)?),
+            "onecycle_adam_three_phase_linear" => Box::new(OneCycleLr::with_options(
+                &mut opt,
+                0.3,
+                15,
+                OneCycleOptions {
+                    pct_start: 0.25,
+                    anneal: Anneal::Linear,
+                    three_phase: true,
+                    base_momentum: 0.8,
+                    max_momentum: 0.9,
+                    div_factor: 10.0,
+                    final_div_factor: 100.0,
+                    ..Default::default()
+                },
+            )?),
             other => panic!("unknown schedule {other}"),
         };
-        close(opt.lr(), &case["initial"], "initial");
-        for (k, want) in case["lrs"].as_array().unwrap().iter().enumerate() {
+        close_all(opt.group_lrs(), f64s(&case["initial_groups"]), "initial");
+        close(
+            opt.cycled_momentum().unwrap(),
+            case["initial_momentum"].as_f64().unwrap(),
+            "initial momentum",
+        );
+        let momenta = f64s(&case["momenta"]);
+        for (k, want) in group_lrs.iter().enumerate() {
             sched.step(&mut opt);
-            close(opt.lr(), want, &format!("step {k}"));
+            close_all(opt.group_lrs(), f64s(want), &format!("step {k}"));
+            assert_eq!(sched.last_lrs(), opt.group_lrs());
             assert_eq!(sched.last_lr(), opt.lr());
+            close(
+                opt.cycled_momentum().unwrap(),
+                momenta[k],
+                &format!("momentum at step {k}"),
+            );
         }
     }
     assert!(StepLr::new(&Sgd::new(vec![], 0.1)?, 0, 0.5).is_err());
     let mut opt = Sgd::new(vec![], 0.1)?;
     assert!(LinearLr::new(&mut opt, 0.0, 1.0, 3).is_err());
-    assert!(OneCycleLr::new(&mut opt, 0.1, 0, 0.3, 25.0, 1e4).is_err());
+    assert!(OneCycleLr::new(&mut opt, 0.1, 0).is_err());
+    // Adagrad has no momentum to cycle (PyTorch's error), unless asked not to
+    let mut ada = ember::optim::Adagrad::new(vec![], 0.1)?;
+    let e = OneCycleLr::new(&mut ada, 0.1, 10).err().unwrap();
+    assert!(
+        e.to_string().contains("must support momentum or beta1"),
+        "{e}"
+    );
+    let no_cycle = OneCycleOptions {
+        cycle_momentum: false,
+        ..Default::default()
+    };
+    OneCycleLr::with_options(&mut ada, 0.1, 10, no_cycle)?;
+    // a momentum Adam cannot take as its first beta is refused before any step
+    let mut adam = Adam::new(vec![], 0.1)?;
+    let bad = OneCycleOptions {
+        max_momentum: 1.0,
+        ..Default::default()
+    };
+    assert!(OneCycleLr::with_options(&mut adam, 0.1, 10, bad).is_err());
     assert!(ReduceLrOnPlateau::new(1.5, 2).is_err());
     Ok(())
 }
@@ -1229,7 +1305,87 @@ fn init_functions_draw_pytorchs_distributions(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// AdamW and SGD over two parameter groups with their own learning rate, weight
+/// decay and momentum follow PyTorch's trajectories; the groups' state and
+/// configuration stay apart, and a parameter in two groups is refused.
+fn parameter_groups_match_pytorch(dev: &Device) -> Result<()> {
+    use ember::optim::{split_for_weight_decay, Groups};
+    let cases = cases();
+    for case in cases["groups"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let v = |k: &str| -> Vec<f64> {
+            case[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        };
+        let w = Tensor::from_vec(v("init_w"), [2, 2], dev)?.requires_grad_(true)?;
+        let b = Tensor::new(v("init_b"), dev)?.requires_grad_(true)?;
+        let x = Tensor::from_vec(v("x"), [3, 2], dev)?;
+        // the split puts the matrix in the first group and the bias in the second
+        let (decay, no_decay) = split_for_weight_decay(vec![b.clone(), w.clone()]);
+        assert_eq!((decay.len(), no_decay.len()), (1, 1));
+        let mut opt = match name {
+            "adamw" => Groups::new(vec![
+                Box::new(Adam::adamw(decay, 0.01)?.weight_decay(0.1)?),
+                Box::new(Adam::adamw(no_decay, 0.05)?.weight_decay(0.0)?),
+            ])?,
+            "sgd" => Groups::new(vec![
+                Box::new(Sgd::new(decay, 0.05)?.momentum(0.9)?.weight_decay(0.01)?),
+                Box::new(Sgd::new(no_decay, 0.2)?),
+            ])?,
+            other => panic!("unknown case {other}"),
+        };
+        for want in case["trajectory"].as_array().unwrap() {
+            opt.zero_grad();
+            let y = x.matmul(&w)?.add(&b)?.square()?.tanh()?.sum_all()?;
+            let loss = y.add(&w.pow(4.0)?.sum_all()?.mul(0.05)?)?;
+            loss.backward()?;
+            opt.step()?;
+            for (t, key) in [(&w, "w"), (&b, "b")] {
+                let want: Vec<f64> = want[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                assert_close(&vals(t), &want, 1e-5, 1e-5);
+            }
+        }
+        // state and configuration are per group, and load back into the groups
+        let state = opt.state()?;
+        assert!(state.iter().any(|(k, _)| k.starts_with("group0.")));
+        assert!(state.iter().all(|(k, _)| k.starts_with("group")));
+        let config = opt.config();
+        assert!(
+            config.iter().any(|(k, _)| k == "group1.weight_decay"),
+            "{config:?}"
+        );
+        opt.load_state(&state)?;
+        let mut foreign = state.clone();
+        foreign.push(("group7.lr".into(), Tensor::scalar(0.1, &Device::Cpu)?));
+        let e = opt.load_state(&foreign).err().unwrap();
+        assert!(e.to_string().contains("group7.lr"), "{e}");
+        assert_eq!(opt.group_lrs().len(), 2);
+    }
+    let w = Tensor::zeros([2], DType::F32, dev)?.requires_grad_(true)?;
+    let twice = Groups::new(vec![
+        Box::new(Sgd::new(vec![w.clone()], 0.1)?),
+        Box::new(Sgd::new(vec![w.clone()], 0.2)?),
+    ]);
+    let e = twice.err().unwrap();
+    assert!(
+        e.to_string().contains("more than one parameter group"),
+        "{e}"
+    );
+    assert!(Groups::new(vec![]).is_err());
+    Ok(())
+}
+
 device_test!(
+    parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
     attention_modules_refuse_bad_input,
