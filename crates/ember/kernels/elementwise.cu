@@ -108,6 +108,12 @@ template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b
     }
     case B_FMOD: return fmod(a, b);
     case B_FLOOR_DIVIDE: return floor_div(a, b);
+    case B_GELU_BACKWARD: {
+        // a · (Φ(b) + b·φ(b)): GELU's gradient a at its input b
+        const A cdf = (A)0.5 * ((A)1 + erf(b * (A)0.70710678118654752440));
+        const A pdf = exp((A)-0.5 * b * b) * (A)0.39894228040143267794;
+        return a * (cdf + b * pdf);
+    }
     }
     return a;
 }

@@ -407,6 +407,84 @@ __device__ void softmax_impl(const T* x, T* out, i64 rows, i64 cols, int is_log)
     }
 EMBER_FLOAT_TYPES(SOFTMAX)
 
+// Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
+// row: the mean, then the mean square of the deviations (two passes, in the
+// accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd and rstd.
+template <typename T>
+__device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, double eps, int rms) {
+    typedef decltype(widen(x[0])) A;
+    __shared__ A sv[32];
+    __shared__ A row_mean, row_rstd;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        T* yr = out + r * cols;
+        A m = (A)0;
+        if (!rms) {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) m += widen(xr[j]);
+            m = block_sum(m, sv);
+            if (threadIdx.x == 0) row_mean = m / (A)cols;
+            __syncthreads();
+            m = row_mean;
+        }
+        A ss = (A)0;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A d = widen(xr[j]) - m;
+            ss += d * d;
+        }
+        ss = block_sum(ss, sv);
+        if (threadIdx.x == 0) {
+            row_rstd = (A)1 / sqrt(ss / (A)cols + (A)eps);
+            rstd[r] = narrow<T>(row_rstd);
+        }
+        __syncthreads();
+        const A s = row_rstd;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = narrow<T>((widen(xr[j]) - m) * s);
+        __syncthreads();
+    }
+}
+
+// The input gradient of norm_rows: rstd * (g - mean(g) - xhat * mean(g * xhat)) per
+// row (no mean(g) term for RMS normalisation); one block per row.
+template <typename T>
+__device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd, T* out, i64 rows,
+                                        i64 cols, int rms) {
+    typedef decltype(widen(g[0])) A;
+    __shared__ A sv[32];
+    __shared__ A mean_g, mean_gx;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* gr = g + r * cols;
+        const T* xr = xhat + r * cols;
+        T* dr = out + r * cols;
+        A sg = (A)0, sgx = (A)0;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A gj = widen(gr[j]);
+            sg += gj;
+            sgx += gj * widen(xr[j]);
+        }
+        sg = block_sum(sg, sv);
+        if (threadIdx.x == 0) mean_g = rms ? (A)0 : sg / (A)cols;
+        __syncthreads();
+        sgx = block_sum(sgx, sv);
+        if (threadIdx.x == 0) mean_gx = sgx / (A)cols;
+        __syncthreads();
+        const A mg = mean_g, mgx = mean_gx, s = widen(rstd[r]);
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
+            dr[j] = narrow<T>(s * (widen(gr[j]) - mg - widen(xr[j]) * mgx));
+        __syncthreads();
+    }
+}
+
+#define NORM_ROWS(T, S)                                                                              \
+    extern "C" __global__ void norm_rows_##S(const T* x, T* out, T* rstd, i64 rows, i64 cols,       \
+                                             double eps, int rms) {                                 \
+        norm_rows_impl(x, out, rstd, rows, cols, eps, rms);                                          \
+    }                                                                                                \
+    extern "C" __global__ void norm_rows_backward_##S(const T* g, const T* xhat, const T* rstd,     \
+                                                      T* out, i64 rows, i64 cols, int rms) {        \
+        norm_rows_backward_impl(g, xhat, rstd, out, rows, cols, rms);                                \
+    }
+EMBER_FLOAT_TYPES(NORM_ROWS)
+
 // Cumulative sum (S_SUM) or product (S_PROD) along the middle axis of
 // (outer, n, inner) contiguous elements: one thread per line. float32 accumulates
 // in double, as the CPU does (PyTorch's CPU kernels accumulate it so); int64 wraps.

@@ -74,6 +74,17 @@ pub(crate) trait BackendStorage: Sized {
     /// Softmax or log-softmax of each row (the last dim) of the contiguous view `l`
     /// of a float dtype.
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self>;
+    /// Normalises each row (the last dim) of the contiguous view `l` of a float
+    /// dtype: `(x - mean) · rstd` (`rms`: `x · rstd`), `rstd = 1 / sqrt(var + eps)`
+    /// with the biased variance (`rms`: the mean square). Returns the normalised
+    /// rows and each row's `rstd`, both in `l`'s dtype.
+    fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)>;
+    /// The input gradient of [`norm_rows`](Self::norm_rows) from its output's
+    /// gradient (`self`, contiguous view `l`), its output `xhat` and `rstd`
+    /// (contiguous storages of the same dtype):
+    /// `rstd · (g - mean(g) - xhat · mean(g · xhat))` per row (`rms`: without
+    /// `mean(g)`).
+    fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self>;
     /// Cumulative sum or product along `dim` of the contiguous view `l`, in its
     /// dtype (int64 or a float dtype: the tensor layer converts the others);
     /// float32 and float64 accumulate in float64, f16 and bf16 in float32, as

@@ -327,6 +327,44 @@ impl Storage {
         Ok(each!(self, |s| s.softmax(l, log)?))
     }
 
+    pub(crate) fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Storage, Storage)> {
+        Ok(match self {
+            Storage::Cpu(s) => {
+                let (y, r) = s.norm_rows(l, eps, rms)?;
+                (Storage::Cpu(y), Storage::Cpu(r))
+            }
+            Storage::Cuda(s) => {
+                let (y, r) = s.norm_rows(l, eps, rms)?;
+                (Storage::Cuda(y), Storage::Cuda(r))
+            }
+            Storage::Meta(s) => {
+                let (y, r) = s.norm_rows(l, eps, rms)?;
+                (Storage::Meta(y), Storage::Meta(r))
+            }
+        })
+    }
+
+    pub(crate) fn norm_rows_backward(
+        &self,
+        l: &Layout,
+        xhat: &Storage,
+        rstd: &Storage,
+        rms: bool,
+    ) -> Result<Storage> {
+        Ok(match (self, xhat, rstd) {
+            (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(r)) => {
+                Storage::Cpu(g.norm_rows_backward(l, x, r, rms)?)
+            }
+            (Storage::Cuda(g), Storage::Cuda(x), Storage::Cuda(r)) => {
+                Storage::Cuda(g.norm_rows_backward(l, x, r, rms)?)
+            }
+            (Storage::Meta(g), Storage::Meta(x), Storage::Meta(r)) => {
+                Storage::Meta(g.norm_rows_backward(l, x, r, rms)?)
+            }
+            (g @ any!(), x, _) => return Err(mismatch("layer_norm", g.device(), x.device())),
+        })
+    }
+
     pub(crate) fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Storage> {
         Ok(each!(self, |s| s.cumulative(l, dim, op)?))
     }

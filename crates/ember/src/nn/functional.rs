@@ -134,10 +134,7 @@ pub fn layer_norm(
         }
     }
     let xf = upcast(OP, "LayerNormKernelImpl", x)?;
-    let mean = xf.mean(&dims[..], true)?;
-    let centred = xf.sub(&mean)?;
-    let var = centred.square()?.mean(&dims[..], true)?;
-    let mut y = centred.mul(&var.add(eps)?.rsqrt()?)?;
+    let mut y = normalize(OP, &xf, &dims, eps, false)?;
     if let Some(w) = weight {
         y = y.mul(&w.to_dtype(y.dtype())?)?;
     }
@@ -145,6 +142,28 @@ pub fn layer_norm(
         y = y.add(&b.to_dtype(y.dtype())?)?;
     }
     y.to_dtype(x.dtype())
+}
+
+/// `x` normalised over its trailing `dims` (centred unless `rms`): rows of the
+/// normalised size go through the fused primitive; an empty tensor is computed
+/// from the definition (its statistics are NaN, as PyTorch's).
+fn normalize(op: &'static str, x: &Tensor, dims: &[i64], eps: f64, rms: bool) -> Result<Tensor> {
+    // the trailing dims, as `norm_dims` gives them
+    let n: usize = dims.iter().map(|&d| x.shape()[d as usize]).product();
+    if x.numel() > 0 {
+        let rows = x.numel() / n;
+        return x
+            .reshape([rows, n])?
+            .normalize_rows(op, eps, rms)?
+            .reshape(x.shape());
+    }
+    let centred = if rms {
+        x.clone()
+    } else {
+        x.sub(&x.mean(dims, true)?)?
+    };
+    let var = centred.square()?.mean(dims, true)?;
+    centred.mul(&var.add(eps)?.rsqrt()?)
 }
 
 /// Root-mean-square normalisation over the trailing dims (`F.rms_norm`):
@@ -165,8 +184,7 @@ pub fn rms_norm(
     } else {
         f32::EPSILON as f64
     });
-    let scale = xf.square()?.mean(&dims[..], true)?.add(eps)?.rsqrt()?;
-    let y = xf.mul(&scale)?.to_dtype(x.dtype())?;
+    let y = normalize(OP, &xf, &dims, eps, true)?.to_dtype(x.dtype())?;
     match weight {
         Some(w) => y.mul(w),
         None => Ok(y),
@@ -255,7 +273,8 @@ pub fn scaled_dot_product_attention(
     let e = q.shape()[q.rank() - 1];
     let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
-    let scores = q.matmul(&k.transpose(-2, -1)?)?.mul(scale)?;
+    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
+    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     if let Some(m) = attn_mask {
         // the mask broadcasts to the scores (PyTorch adds it to them)
         crate::layout::broadcast_shapes(OP, m.shape(), scores.shape())?;
@@ -274,9 +293,15 @@ pub fn scaled_dot_product_attention(
         Some(a) => {
             let masked = scores.masked_fill(&a.logical_not()?, f64::NEG_INFINITY)?;
             let w = masked.softmax(-1)?;
-            // a query with no key to attend to: zeros, not NaN
+            // a query with no key to attend to: zeros, not NaN (a mask in host
+            // memory is read to skip this pass where every query has a key)
             let none = a.logical_not()?.all(-1, true)?;
-            w.masked_fill(&none, 0.0)?
+            let any_empty = !none.device().is_cpu() || none.any_all()?.item::<bool>()?;
+            if any_empty {
+                w.masked_fill(&none, 0.0)?
+            } else {
+                w
+            }
         }
         None => scores.softmax(-1)?,
     };

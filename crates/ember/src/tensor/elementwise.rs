@@ -346,6 +346,16 @@ impl Tensor {
         self.take_history(out);
         Ok(())
     }
+    /// `self` (a gradient) times GELU's derivative at `x`, in one pass.
+    pub(crate) fn gelu_backward(&self, x: &Tensor) -> Result<Tensor> {
+        self.binary_op(
+            "gelu_backward",
+            Operand::Tensor(x),
+            &ops::GeluBackward,
+            false,
+        )
+    }
+
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
     pub(crate) fn relu_backward(&self, x: &Tensor) -> Result<Tensor> {
         self.binary_op(

@@ -103,20 +103,8 @@ impl Unary {
                     .exp()?
                     .mul(2.0 / std::f64::consts::PI.sqrt())?,
             ),
-            Gelu => {
-                // Φ(x) + x φ(x)
-                let phi_cdf = x
-                    .mul(std::f64::consts::FRAC_1_SQRT_2)?
-                    .erf()?
-                    .add(1.0)?
-                    .mul(0.5)?;
-                let pdf = x
-                    .square()?
-                    .mul(-0.5)?
-                    .exp()?
-                    .mul(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
-                g.mul(&phi_cdf.add(&x.mul(&pdf)?)?)
-            }
+            // Φ(x) + x φ(x), in one pass
+            Gelu => g.gelu_backward(x),
             GeluTanh => {
                 let k = (2.0 / std::f64::consts::PI).sqrt();
                 let inner = x.add(&x.pow(3.0)?.mul(0.044715)?)?.mul(k)?;
@@ -281,6 +269,27 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
                 "the derivative for floor_divide is not implemented (as in PyTorch)",
             ))
         }
+        // GELU's backward `a · G'(b)` (a gradient `a`, GELU's input `b`): linear in
+        // `a`; in `b`, G''(x) = φ(x)·(2 - x²)
+        BinaryCode::GeluBackward => (
+            if na {
+                g.gelu_backward(b()?)?
+            } else {
+                g.clone()
+            },
+            if nb {
+                let x = b()?;
+                let pdf = x
+                    .square()?
+                    .mul(-0.5)?
+                    .exp()?
+                    .mul(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                let curv = pdf.mul(&x.square()?.neg()?.add(2.0)?)?;
+                g.mul(a()?)?.mul(&curv)?
+            } else {
+                g.clone()
+            },
+        ),
         // relu's backward `a · [b > 0]` (a gradient `a`, relu's input `b`): linear
         // in `a`, flat in `b` wherever it is differentiable
         BinaryCode::ReluBackward => (

@@ -42,6 +42,9 @@ impl Tensor {
                 ),
             ));
         }
+        if self.rank() >= 3 && rhs.rank() <= 2 && self.shape()[self.rank() - 1] == rhs.shape()[0] {
+            return self.folded_matmul(rhs);
+        }
         let _ng = crate::no_grad_guard();
         let a = if self.rank() == 1 {
             self.unsqueeze(0)?
@@ -137,5 +140,20 @@ impl Tensor {
                 Ok(vec![ga, gb])
             }
         }))
+    }
+
+    /// `[..., m, k] @ [k, n]` (or `[k]`) as one `[rows, k] @ [k, n]` product, as
+    /// PyTorch folds it: the batch becomes rows, so the weight's gradient is one
+    /// product too, not a product per batch entry summed afterwards.
+    fn folded_matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let r = self.rank();
+        let k = self.shape()[r - 1];
+        let rows: usize = self.shape()[..r - 1].iter().product();
+        let out = self.reshape([rows, k])?.matmul(rhs)?;
+        let mut shape = self.shape()[..r - 1].to_vec();
+        if rhs.rank() == 2 {
+            shape.push(rhs.shape()[1]);
+        }
+        out.reshape(shape)
     }
 }

@@ -362,6 +362,40 @@ impl Tensor {
         }))
     }
 
+    /// Each row (the last dim) normalised in one pass forward and one backward on
+    /// every device: `(x - mean) / sqrt(var + eps)` with the biased variance, or
+    /// `x / sqrt(mean(x²) + eps)` with `rms` (`op` names it in errors). The
+    /// tensor must be of a float dtype, with at least one dim.
+    pub(crate) fn normalize_rows(&self, op: &'static str, eps: f64, rms: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() || self.rank() == 0 {
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                "normalisation needs a floating-point tensor with at least one dim",
+            ));
+        }
+        let (y, rstd) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
+            let x = self.contiguous()?;
+            let (y, rstd) = x.read().norm_rows(x.layout(), eps, rms)?;
+            let row = *self.shape().last().unwrap_or(&1);
+            let rows = self.numel().checked_div(row).unwrap_or(0);
+            Ok((
+                Tensor::from_storage(y, self.shape()),
+                Tensor::from_storage(rstd, &[rows]),
+            ))
+        })?;
+        Ok(Tensor::record(y, op, &[self], |y| {
+            let y = y.save();
+            move |g: &Tensor| {
+                let (g, y) = (g.contiguous()?, y.get()?);
+                let gx = g.map_storage_same(|s, l| {
+                    s.norm_rows_backward(l, &y.read(), &rstd.read(), rms)
+                })?;
+                Ok(vec![Some(gx)])
+            }
+        }))
+    }
+
     /// Softmax along `dim`, computed stably (the row max is subtracted first).
     pub fn softmax(&self, dim: i64) -> Result<Tensor> {
         self.softmax_impl("softmax", dim, false)

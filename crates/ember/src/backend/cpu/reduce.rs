@@ -659,6 +659,137 @@ pub(crate) fn softmax_rows(
     crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
 
+/// Normalises each row of `row` elements: `(x - mean) · rstd`, or `x · rstd` with
+/// `rms`, where `rstd = 1 / sqrt(var + eps)` (the biased variance; the mean square
+/// with `rms`), two passes over the row in the accumulator type. Returns the
+/// normalised rows and each row's `rstd`, in the input's dtype; `None` for a dtype
+/// that is not float.
+pub(crate) fn norm_rows(
+    data: &CpuData,
+    range: std::ops::Range<usize>,
+    row: usize,
+    eps: f64,
+    rms: bool,
+) -> Option<Result<(CpuData, CpuData)>> {
+    fn go<T: SliceMath>(x: &[T], row: usize, eps: f64, rms: bool) -> Result<(CpuData, CpuData)> {
+        let rows = x.len().checked_div(row).unwrap_or(0);
+        let mut out = alloc_uninit::<T>(x.len())?;
+        let mut rstd = alloc_uninit::<T>(rows)?;
+        let (n, eps) = (T::Acc::c(row as f64), T::Acc::c(eps));
+        let body = |((src, dst), r): ((&[T], &mut [T]), &mut T)| {
+            super::vmath::simd(|| {
+                let mean = if rms {
+                    T::Acc::zero()
+                } else {
+                    T::sum_slice(src) / n
+                };
+                let ss = sum_acc(src, |v: T| {
+                    let d = v.to_acc() - mean;
+                    d * d
+                });
+                let s = (ss / n + eps).sqrt().recip();
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = T::from_acc((v.to_acc() - mean) * s);
+                }
+                *r = T::from_acc(s);
+            })
+        };
+        if rows > 0 {
+            if x.len() >= PAR_MIN && rows > 1 {
+                x.par_chunks(row)
+                    .zip(out.par_chunks_mut(row))
+                    .zip(rstd.par_iter_mut())
+                    .for_each(body);
+            } else {
+                x.chunks(row)
+                    .zip(out.chunks_mut(row))
+                    .zip(rstd.iter_mut())
+                    .for_each(body);
+            }
+        }
+        Ok((T::wrap(out), T::wrap(rstd)))
+    }
+    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, eps, rms)), _other => None)
+}
+
+/// The input gradient of [`norm_rows`] from its output's gradient `g`, the
+/// normalised rows `xhat` and each row's `rstd` (all contiguous, one float dtype):
+/// `rstd · (g - mean(g) - xhat · mean(g · xhat))`, without the `mean(g)` term for
+/// `rms`. `None` when the dtypes are not one float dtype.
+pub(crate) fn norm_rows_backward(
+    g: (&CpuData, std::ops::Range<usize>),
+    xhat: (&CpuData, std::ops::Range<usize>),
+    rstd: (&CpuData, std::ops::Range<usize>),
+    row: usize,
+    rms: bool,
+) -> Option<Result<CpuData>> {
+    fn go<T: SliceMath + crate::dtype::CpuElem>(
+        g: &[T],
+        xh: &[T],
+        rstd: &[T],
+        row: usize,
+        rms: bool,
+    ) -> Result<CpuData> {
+        let mut out = alloc_uninit::<T>(g.len())?;
+        let n = T::Acc::c(row as f64);
+        type Row<'a, T> = (((&'a [T], &'a [T]), &'a mut [T]), &'a T);
+        let body = |(((gr, xr), dst), &r): Row<T>| {
+            super::vmath::simd(|| {
+                let mg = if rms {
+                    T::Acc::zero()
+                } else {
+                    T::sum_slice(gr) / n
+                };
+                let mut acc = [T::Acc::zero(); 8];
+                let (gc, xc) = (gr.chunks_exact(8), xr.chunks_exact(8));
+                let (gt, xt) = (gc.remainder(), xc.remainder());
+                for (a, b) in gc.zip(xc) {
+                    for j in 0..8 {
+                        acc[j] = acc[j] + a[j].to_acc() * b[j].to_acc();
+                    }
+                }
+                let mut gx = acc.iter().fold(T::Acc::zero(), |s, &v| s + v);
+                for (a, b) in gt.iter().zip(xt) {
+                    gx = gx + a.to_acc() * b.to_acc();
+                }
+                let mgx = gx / n;
+                let r = r.to_acc();
+                for ((d, a), b) in dst.iter_mut().zip(gr).zip(xr) {
+                    *d = T::from_acc(r * (a.to_acc() - mg - b.to_acc() * mgx));
+                }
+            })
+        };
+        if let Some(rows) = g.len().checked_div(row) {
+            if g.len() >= PAR_MIN && rows > 1 {
+                g.par_chunks(row)
+                    .zip(xh.par_chunks(row))
+                    .zip(out.par_chunks_mut(row))
+                    .zip(rstd.par_iter())
+                    .for_each(body);
+            } else {
+                g.chunks(row)
+                    .zip(xh.chunks(row))
+                    .zip(out.chunks_mut(row))
+                    .zip(rstd.iter())
+                    .for_each(body);
+            }
+        }
+        Ok(T::wrap(out))
+    }
+    let (gd, gr) = g;
+    let (xd, xr) = xhat;
+    let (rd, rr) = rstd;
+    /// `d`'s elements if they are `like`'s type.
+    fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
+        T::slice(d)
+    }
+    crate::dtype::dispatch_float!(gd, v => {
+        let xh = same(v, xd)?;
+        let rs = same(v, rd)?;
+        Some(go(&v[gr], &xh[xr], &rs[rr], row, rms))
+    }, _other => None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

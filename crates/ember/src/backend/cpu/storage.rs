@@ -204,6 +204,36 @@ impl BackendStorage for CpuStorage {
             .map(CpuStorage::new)
     }
 
+    fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let range = l.offset()..l.offset() + l.numel();
+        let (y, r) = reduce::norm_rows(&self.data, range, row, eps, rms).ok_or_else(|| {
+            Error::dtype("layer_norm", self.dtype(), "needs a floating-point tensor")
+        })??;
+        Ok((CpuStorage::new(y), CpuStorage::new(r)))
+    }
+
+    fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let range = l.offset()..l.offset() + l.numel();
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        reduce::norm_rows_backward(
+            (&self.data, range.clone()),
+            (&xhat.data, 0..l.numel()),
+            (&rstd.data, 0..rows),
+            row,
+            rms,
+        )
+        .ok_or_else(|| {
+            Error::dtype(
+                "layer_norm",
+                self.dtype(),
+                "the gradient, normalised rows and rstd must share one float dtype",
+            )
+        })?
+        .map(CpuStorage::new)
+    }
+
     fn matmul(
         &self,
         l: &Layout,

@@ -232,6 +232,18 @@ impl BackendStorage for CudaStorage {
         ops::softmax_rows(self, l.offset(), rows, row, log)
     }
 
+    fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::norm_rows(self, l.offset(), rows, row, eps, rms)
+    }
+
+    fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::norm_rows_backward(self, l.offset(), xhat, rstd, rows, row, rms)
+    }
+
     fn matmul(
         &self,
         l: &Layout,

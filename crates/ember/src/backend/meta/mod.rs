@@ -161,6 +161,24 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
+    fn norm_rows(&self, l: &Layout, _eps: f64, _rms: bool) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        Ok((
+            self.like(l.numel())?,
+            self.like(l.numel().checked_div(row).unwrap_or(0))?,
+        ))
+    }
+
+    fn norm_rows_backward(
+        &self,
+        l: &Layout,
+        _xhat: &Self,
+        _rstd: &Self,
+        _rms: bool,
+    ) -> Result<Self> {
+        self.like(l.numel())
+    }
+
     fn cumulative(&self, l: &Layout, _dim: usize, _op: ScanOp) -> Result<Self> {
         self.like(l.numel())
     }

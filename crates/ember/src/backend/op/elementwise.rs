@@ -61,6 +61,7 @@ codes! {
         Remainder = 9 => "REMAINDER",
         Fmod = 10 => "FMOD",
         FloorDivide = 11 => "FLOOR_DIVIDE",
+        GeluBackward = 12 => "GELU_BACKWARD",
     }
 }
 
@@ -207,6 +208,17 @@ binop!(
     |g, x| if x > F::zero() { g } else { F::zero() },
     |g, x| if x > 0 { g } else { 0 }
 );
+
+// The gradient of (erf) GELU in one pass: `g · (Φ(x) + x·φ(x))` (floats only).
+binop!(GeluBackward, |g, x| g * gelu_derivative(x), |g, _x| g);
+
+/// d/dx of x·Φ(x): Φ(x) + x·φ(x), with the vectorisable erf and e^x.
+#[inline(always)]
+fn gelu_derivative<F: Real>(x: F) -> F {
+    let cdf = F::c(0.5) * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).verf());
+    let pdf = (F::c(-0.5) * x * x).vexp() * F::c(0.398_942_280_401_432_7);
+    cdf + x * pdf
+}
 
 binop!(Atan2, |a, b| a.atan2(b), |a, b| (a as f64).atan2(b as f64)
     as i64);
@@ -392,7 +404,7 @@ unop!(Silu, kernel "silu_cpu", |x| x / (F::one() + (-x).vexp()));
 unop!(Gelu, kernel "GeluKernelImpl", |x| F::c(0.5)
     * x
     * (F::one()
-        + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+        + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).verf()));
 unop!(GeluTanh, kernel "GeluKernelImpl", |x| {
     let k = F::c((2.0 / std::f64::consts::PI).sqrt());
     F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).tanh())

@@ -218,6 +218,67 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
+/// Normalised rows and each row's rstd (one block per row; see
+/// `BackendStorage::norm_rows`).
+pub(crate) fn norm_rows(
+    x: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    eps: f64,
+    rms: bool,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dev = x.dev();
+    let out = new_out(dev, x.dtype(), rows * cols)?;
+    let rstd = new_out(dev, x.dtype(), rows)?;
+    if rows * cols == 0 {
+        return Ok((out, rstd));
+    }
+    let f = dev.func(
+        "reduce",
+        x.dtype(),
+        &format!("norm_rows_{}", suffix(x.dtype())),
+    )?;
+    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let (po, pr, r, c, rm) = (out.ptr(), rstd.ptr(), rows as i64, cols as i64, rms as i32);
+    let mut p = args![px, po, pr, r, c, eps, rm];
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: parameters match `norm_rows_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok((out, rstd))
+}
+
+/// The input gradient of [`norm_rows`] from the output's gradient `g` (from
+/// `offset`), the normalised rows and rstd (one block per row).
+pub(crate) fn norm_rows_backward(
+    g: &CudaStorage,
+    offset: usize,
+    xhat: &CudaStorage,
+    rstd: &CudaStorage,
+    rows: usize,
+    cols: usize,
+    rms: bool,
+) -> Result<CudaStorage> {
+    let dev = g.dev();
+    let out = new_out(dev, g.dtype(), rows * cols)?;
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        g.dtype(),
+        &format!("norm_rows_backward_{}", suffix(g.dtype())),
+    )?;
+    let pg = g.ptr() + (offset * g.dtype().size_in_bytes()) as u64;
+    let (px, pr, po) = (xhat.ptr(), rstd.ptr(), out.ptr());
+    let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
+    let mut p = args![pg, px, pr, po, r, c, rm];
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: parameters match `norm_rows_backward_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
 /// Cumulative sum or product along the middle axis of `(outer, n, inner)`
 /// contiguous elements from `offset`: one thread per `(outer, inner)` line,
 /// stepping along it (neighbouring threads read neighbouring elements when
