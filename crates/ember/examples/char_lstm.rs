@@ -1,14 +1,15 @@
 //! A character-level LSTM language model on the New Testament shipped in data/:
 //! embedding, a two-layer `nn::LSTM` (PyTorch's layout and gates), a linear head;
-//! truncated backpropagation through time over windows of 64 characters, Adam,
-//! gradient clipping; then text sampled one character at a time, carrying the
+//! truncated backpropagation through time over windows of 64 characters, Adam
+//! with the one-cycle schedule (the rate up then down, Adam's first beta the other
+//! way), gradient clipping; then text sampled one character at a time, carrying the
 //! LSTM's state from step to step.
 //!
 //! `cargo run --release -p ember --example char_lstm [STEPS]` (default 200)
 
 use ember::data::{find_data_file, CharCorpus, Split};
 use ember::nn::{self, Embedding, Linear, Module, RnnOptions, LSTM};
-use ember::optim::{Adam, Optimizer};
+use ember::optim::{Adam, LrScheduler, OneCycleLr, Optimizer};
 use ember::prelude::*;
 
 fn main() -> ember::Result<()> {
@@ -32,6 +33,8 @@ fn main() -> ember::Result<()> {
     params.extend(lstm.parameters());
     params.extend(head.parameters());
     let mut opt = Adam::new(params.clone(), 5e-3)?;
+    // stepped once per batch: up to 1e-2 over the first 30% of the steps, then down
+    let mut sched = OneCycleLr::new(&mut opt, 1e-2, steps)?;
     let loss_of = |x: &Tensor, y: &Tensor| -> ember::Result<Tensor> {
         let h = lstm.forward(&emb.forward(x)?)?; // [B, T, width]
         let logits = head.forward(&h)?;
@@ -50,6 +53,7 @@ fn main() -> ember::Result<()> {
         loss.backward()?;
         nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
         opt.step()?;
+        sched.step(&mut opt);
         if step % 50 == 0 || step == steps {
             let (vx, vy) = corpus.batch(Split::Val, 64, context, &dev)?;
             let val = ember::no_grad(|| loss_of(&vx, &vy))?.item::<f32>()?;
