@@ -407,6 +407,40 @@ __device__ void softmax_impl(const T* x, T* out, i64 rows, i64 cols, int is_log)
     }
 EMBER_FLOAT_TYPES(SOFTMAX)
 
+// The input gradient of softmax over contiguous rows from the output's gradient g and
+// the output y: y * (g - sum(g * y)), or for log-softmax g - exp(y) * sum(g); one
+// block per row.
+template <typename T>
+__device__ void softmax_backward_impl(const T* g, const T* y, T* out, i64 rows, i64 cols, int is_log) {
+    typedef decltype(widen(g[0])) A;
+    __shared__ A sv[32];
+    __shared__ A row_sum;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* gr = g + r * cols;
+        const T* yr = y + r * cols;
+        T* dr = out + r * cols;
+        A s = (A)0;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
+            s += is_log ? widen(gr[j]) : widen(gr[j]) * widen(yr[j]);
+        s = block_sum(s, sv);
+        if (threadIdx.x == 0) row_sum = s;
+        __syncthreads();
+        s = row_sum;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A gj = widen(gr[j]), yj = widen(yr[j]);
+            dr[j] = narrow<T>(is_log ? gj - exp(yj) * s : yj * (gj - s));
+        }
+        __syncthreads();
+    }
+}
+
+#define SOFTMAX_BACKWARD(T, S)                                                                       \
+    extern "C" __global__ void softmax_backward_##S(const T* g, const T* y, T* out, i64 rows,       \
+                                                    i64 cols, int is_log) {                         \
+        softmax_backward_impl(g, y, out, rows, cols, is_log);                                        \
+    }
+EMBER_FLOAT_TYPES(SOFTMAX_BACKWARD)
+
 // Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
 // row: the mean, then the mean square of the deviations (two passes, in the
 // accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd and rstd.

@@ -74,6 +74,11 @@ pub(crate) trait BackendStorage: Sized {
     /// Softmax or log-softmax of each row (the last dim) of the contiguous view `l`
     /// of a float dtype.
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self>;
+    /// The input gradient of [`softmax`](Self::softmax) over each row from the
+    /// output's gradient (`self`, contiguous view `l`) and the output `y`
+    /// (contiguous view `ly`, same shape and dtype): `y · (g - Σ g·y)`, or for
+    /// log-softmax `g - exp(y) · Σ g`.
+    fn softmax_backward(&self, l: &Layout, y: &Self, ly: &Layout, log: bool) -> Result<Self>;
     /// Normalises each row (the last dim) of the contiguous view `l` of a float
     /// dtype: `(x - mean) · rstd` (`rms`: `x · rstd`), `rstd = 1 / sqrt(var + eps)`
     /// with the biased variance (`rms`: the mean square). Returns the normalised

@@ -327,6 +327,17 @@ impl Storage {
         Ok(each!(self, |s| s.softmax(l, log)?))
     }
 
+    pub(crate) fn softmax_backward(
+        &self,
+        l: &Layout,
+        y: &Storage,
+        ly: &Layout,
+        log: bool,
+    ) -> Result<Storage> {
+        Ok(pair!("softmax", self, y, |g, y| g
+            .softmax_backward(l, y, ly, log)?))
+    }
+
     pub(crate) fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Storage, Storage)> {
         Ok(match self {
             Storage::Cpu(s) => {

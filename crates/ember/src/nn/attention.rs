@@ -268,9 +268,10 @@ impl MultiheadAttention {
             y.reshape([n, t, h, d])?.transpose(1, 2)
         };
         let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
+        // scaling the queries ([N, H, L, D]) costs less than scaling the scores
         let mut scores = qh
-            .matmul(&kh.transpose(2, 3)?)?
-            .mul(1.0 / (d as f64).sqrt())?;
+            .mul(1.0 / (d as f64).sqrt())?
+            .matmul(&kh.transpose(2, 3)?)?;
         if let Some(m) = opts.attn_mask {
             let m = match m.rank() {
                 2 if m.shape() == [l, s] => m.clone(),

@@ -352,6 +352,14 @@ impl Tensor {
             let y = y.save();
             move |g: &Tensor| {
                 let y = y.get()?;
+                if d + 1 == y.rank() && y.is_contiguous() && g.dtype() == y.dtype() {
+                    // over the last dim: one pass per row
+                    let g = g.contiguous()?;
+                    let gx = g.map_storage_same(|s, l| {
+                        s.softmax_backward(l, &y.read(), y.layout(), log)
+                    })?;
+                    return Ok(vec![Some(gx)]);
+                }
                 let gx = if log {
                     g.sub(&y.exp()?.mul(&g.sum(d, true)?)?)?
                 } else {

@@ -856,21 +856,22 @@ FAM = "softmax"
 for op in ["softmax", "log_softmax"]:
     x = rn(2, 3, 5)
     for d in [0, 1, 2, -1, -2]:
-        case(FAM, f"{op}_d{d}".replace("-", "neg"), op, [x], {"dim": d})
+        case(FAM, f"{op}_d{d}".replace("-", "neg"), op, [x], {"dim": d}, grad=True)
     case(FAM, f"{op}_large_magnitude", op, [T([[1000.0, 1001.0, 1002.0], [-1e4, 0.0, 1e4], [-1000.0, -1000.5, -999.0]])],
-         {"dim": -1})
-    case(FAM, f"{op}_scaled_randn", op, [rn(4, 7, scale=100.0)], {"dim": 1})
+         {"dim": -1}, grad=True)
+    case(FAM, f"{op}_scaled_randn", op, [rn(4, 7, scale=100.0)], {"dim": 1}, grad=True)
     case(FAM, f"{op}_masked_neg_inf", op, [T([[0.5, -INF, 1.5, -INF], [-INF, -INF, -INF, 2.0]])], {"dim": -1})
     case(FAM, f"{op}_all_neg_inf_row", op, [T([[-INF, -INF], [1.0, 2.0]])], {"dim": 1})
     case(FAM, f"{op}_nan", op, [T([[NANV, 1.0], [1.0, 2.0]])], {"dim": 1})
-    case(FAM, f"{op}_f64", op, [rn(3, 4, dtype=torch.float64, scale=10.0)], {"dim": -1})
+    case(FAM, f"{op}_f64", op, [rn(3, 4, dtype=torch.float64, scale=10.0)], {"dim": -1}, grad=True)
     # log_softmax is x - max - log(sum): an absolute error of the order of the
     # input's own rounding (f16 ulp is 4e-3 at 6) is expected, hence the atol
-    case(FAM, f"{op}_f16", op, [rn(3, 4, dtype=torch.float16, scale=3.0)], {"dim": -1}, rtol=1e-3, atol=1e-3)
-    case(FAM, f"{op}_bf16", op, [rn(3, 4, dtype=torch.bfloat16, scale=3.0)], {"dim": 0}, rtol=8e-3, atol=8e-3)
-    case(FAM, f"{op}_transposed", op, [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1})
+    case(FAM, f"{op}_f16", op, [rn(3, 4, dtype=torch.float16, scale=3.0)], {"dim": -1}, rtol=1e-3, atol=1e-3, grad=True)
+    case(FAM, f"{op}_bf16", op, [rn(3, 4, dtype=torch.bfloat16, scale=3.0)], {"dim": 0}, rtol=8e-3, atol=8e-3, grad=True)
+    case(FAM, f"{op}_transposed", op, [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1},
+         grad=True)
     case(FAM, f"{op}_0d", op, [T(3.0)], {"dim": 0})
-    case(FAM, f"{op}_long_row", op, [rn(2, 90, scale=5.0)], {"dim": 1})
+    case(FAM, f"{op}_long_row", op, [rn(2, 90, scale=5.0)], {"dim": 1}, grad=True)
     case(FAM, f"{op}_int_error", op, [ri(3)], {"dim": 0})
     case(FAM, f"{op}_empty", op, [torch.zeros(0, 3)], {"dim": 1})
 

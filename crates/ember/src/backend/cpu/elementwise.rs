@@ -154,9 +154,11 @@ where
         let (a, b) = (&a[ra], &b[rb]);
         write_contiguous(&mut out, &|s, c| {
             let n = c.len();
-            for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
-                *d = f(x, y);
-            }
+            super::vmath::simd(|| {
+                for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
+                    *d = f(x, y);
+                }
+            })
         });
         return Ok(out);
     }
@@ -221,8 +223,33 @@ where
             s,
             s + chunk.len(),
             |pos, len, [oa, ob, oc], [sa, sb, sc]| {
-                for (i, d) in chunk[pos - s..pos - s + len].iter_mut().enumerate() {
-                    *d = f(a[oa + i * sa], b[ob + i * sb], c[oc + i * sc]);
+                let dst = &mut chunk[pos - s..pos - s + len];
+                match (sa, sb, sc) {
+                    // the runs of `where` and `masked_fill`: contiguous operands, or
+                    // a broadcast fill value, in loops that vectorise
+                    (1, 1, 1) => {
+                        let (a, b, c) = (&a[oa..oa + len], &b[ob..ob + len], &c[oc..oc + len]);
+                        for (((d, &x), &y), &z) in dst.iter_mut().zip(a).zip(b).zip(c) {
+                            *d = f(x, y, z);
+                        }
+                    }
+                    (1, 0, 1) => {
+                        let (a, y, c) = (&a[oa..oa + len], b[ob], &c[oc..oc + len]);
+                        for ((d, &x), &z) in dst.iter_mut().zip(a).zip(c) {
+                            *d = f(x, y, z);
+                        }
+                    }
+                    (1, 1, 0) => {
+                        let (a, b, z) = (&a[oa..oa + len], &b[ob..ob + len], c[oc]);
+                        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+                            *d = f(x, y, z);
+                        }
+                    }
+                    _ => {
+                        for (i, d) in dst.iter_mut().enumerate() {
+                            *d = f(a[oa + i * sa], b[ob + i * sb], c[oc + i * sc]);
+                        }
+                    }
                 }
             },
         )

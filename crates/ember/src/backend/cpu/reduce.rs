@@ -659,6 +659,71 @@ pub(crate) fn softmax_rows(
     crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
 
+/// The input gradient of [`softmax_rows`] from the output's gradient `g` and the
+/// output `y` (one float dtype, rows of `row` elements): `y · (g - Σ g·y)`, or
+/// `g - exp(y) · Σ g` for log-softmax, summed in the accumulator type. `None` when
+/// the dtypes are not one float dtype.
+pub(crate) fn softmax_backward_rows(
+    g: (&CpuData, std::ops::Range<usize>),
+    y: (&CpuData, std::ops::Range<usize>),
+    row: usize,
+    log: bool,
+) -> Option<Result<CpuData>> {
+    fn go<T: SliceMath>(g: &[T], y: &[T], row: usize, log: bool) -> Result<CpuData> {
+        let mut out = alloc_uninit::<T>(g.len())?;
+        let body = |((gr, yr), dst): ((&[T], &[T]), &mut [T])| {
+            super::vmath::simd(|| {
+                if log {
+                    let s = T::sum_slice(gr);
+                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
+                        *d = T::from_acc(a.to_acc() - b.to_acc().vexp() * s);
+                    }
+                } else {
+                    let mut acc = [T::Acc::zero(); 8];
+                    let (gc, yc) = (gr.chunks_exact(8), yr.chunks_exact(8));
+                    let (gt, yt) = (gc.remainder(), yc.remainder());
+                    for (a, b) in gc.zip(yc) {
+                        for j in 0..8 {
+                            acc[j] = acc[j] + a[j].to_acc() * b[j].to_acc();
+                        }
+                    }
+                    let mut s = acc.iter().fold(T::Acc::zero(), |s, &v| s + v);
+                    for (a, b) in gt.iter().zip(yt) {
+                        s = s + a.to_acc() * b.to_acc();
+                    }
+                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
+                        *d = T::from_acc(b.to_acc() * (a.to_acc() - s));
+                    }
+                }
+            })
+        };
+        if let Some(rows) = g.len().checked_div(row) {
+            if g.len() >= PAR_MIN && rows > 1 {
+                g.par_chunks(row)
+                    .zip(y.par_chunks(row))
+                    .zip(out.par_chunks_mut(row))
+                    .for_each(body);
+            } else {
+                g.chunks(row)
+                    .zip(y.chunks(row))
+                    .zip(out.chunks_mut(row))
+                    .for_each(body);
+            }
+        }
+        Ok(T::wrap(out))
+    }
+    /// `d`'s elements if they are `like`'s type.
+    fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
+        T::slice(d)
+    }
+    let (gd, gr) = g;
+    let (yd, yr) = y;
+    crate::dtype::dispatch_float!(gd, v => {
+        let ys = same(v, yd)?;
+        Some(go(&v[gr], &ys[yr], row, log))
+    }, _other => None)
+}
+
 /// Normalises each row of `row` elements: `(x - mean) · rstd`, or `x · rstd` with
 /// `rms`, where `rstd = 1 / sqrt(var + eps)` (the biased variance; the mean square
 /// with `rms`), two passes over the row in the accumulator type. Returns the

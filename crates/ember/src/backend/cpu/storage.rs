@@ -204,6 +204,24 @@ impl BackendStorage for CpuStorage {
             .map(CpuStorage::new)
     }
 
+    fn softmax_backward(&self, l: &Layout, y: &Self, ly: &Layout, log: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        reduce::softmax_backward_rows(
+            (&self.data, l.offset()..l.offset() + l.numel()),
+            (&y.data, ly.offset()..ly.offset() + ly.numel()),
+            row,
+            log,
+        )
+        .ok_or_else(|| {
+            Error::dtype(
+                "softmax",
+                self.dtype(),
+                "the gradient and the output must share one float dtype",
+            )
+        })?
+        .map(CpuStorage::new)
+    }
+
     fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let range = l.offset()..l.offset() + l.numel();

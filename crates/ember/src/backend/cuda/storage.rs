@@ -232,6 +232,12 @@ impl BackendStorage for CudaStorage {
         ops::softmax_rows(self, l.offset(), rows, row, log)
     }
 
+    fn softmax_backward(&self, l: &Layout, y: &Self, ly: &Layout, log: bool) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::softmax_backward_rows(self, l.offset(), (y, ly.offset()), rows, row, log)
+    }
+
     fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);

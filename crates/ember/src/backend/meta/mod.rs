@@ -161,6 +161,10 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
+    fn softmax_backward(&self, l: &Layout, _y: &Self, _ly: &Layout, _log: bool) -> Result<Self> {
+        self.like(l.numel())
+    }
+
     fn norm_rows(&self, l: &Layout, _eps: f64, _rms: bool) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         Ok((

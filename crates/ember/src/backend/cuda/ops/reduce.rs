@@ -218,6 +218,37 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
+/// The input gradient of softmax (or log-softmax) over rows from the output's
+/// gradient `g` and the output `y` (each from its offset; one block per row).
+pub(crate) fn softmax_backward_rows(
+    g: &CudaStorage,
+    offset: usize,
+    (y, y_offset): (&CudaStorage, usize),
+    rows: usize,
+    cols: usize,
+    log: bool,
+) -> Result<CudaStorage> {
+    let dev = g.dev();
+    let out = new_out(dev, g.dtype(), rows * cols)?;
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    let f = dev.func(
+        "reduce",
+        g.dtype(),
+        &format!("softmax_backward_{}", suffix(g.dtype())),
+    )?;
+    let size = g.dtype().size_in_bytes() as u64;
+    let pg = g.ptr() + offset as u64 * size;
+    let py = y.ptr() + y_offset as u64 * size;
+    let (po, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
+    let mut p = args![pg, py, po, r, c, lg];
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: parameters match `softmax_backward_<T>`.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
 /// Normalised rows and each row's rstd (one block per row; see
 /// `BackendStorage::norm_rows`).
 pub(crate) fn norm_rows(
