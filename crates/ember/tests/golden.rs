@@ -633,6 +633,7 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
         "ceil" => one(a().ceil()),
         "trunc" => one(a().trunc()),
         "round" => one(a().round()),
+        "round_decimals" => one(a().round_decimals(p.i("decimals"))),
         "sign" => one(a().sign()),
         "isnan" => one(a().isnan()),
         "isinf" => one(a().isinf()),

@@ -63,9 +63,18 @@ impl Tensor {
     /// without `->` the output holds the labels that appear once, in alphabetical
     /// order. Labels missing from the output are summed over. Operands are
     /// contracted pairwise from the left, each pair by one batched `matmul`.
-    /// A label repeated within one operand (a diagonal, `"ii->i"`) is refused.
+    /// A label repeated within one operand takes the diagonal (`"ii->i"`, the
+    /// trace `"ii"`, `"bii->bi"`).
     pub fn einsum(equation: &str, operands: &[&Tensor]) -> Result<Tensor> {
         let (inputs, output) = parse(equation, operands)?;
+        // each operand with its diagonals taken: every label once per operand
+        let (operands, inputs): (Vec<Tensor>, Vec<Labels>) = operands
+            .iter()
+            .zip(inputs)
+            .map(|(t, labels)| diagonals(t, labels))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
         let mut acc = (operands[0].clone(), inputs[0].clone());
         for (k, (t, labels)) in operands.iter().zip(&inputs).enumerate().skip(1) {
             // keep what the output or a later operand still needs
@@ -166,14 +175,24 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
             labels.extend((0..n_ell).map(|i| ELLIPSIS_BASE + (MAX_ELLIPSIS - n_ell + i) as u8));
         }
         labels.extend(after.bytes());
-        if let Some(l) = repeated(&labels) {
-            return Err(Error::invalid(
-                "einsum",
-                format!(
-                    "einsum(): subscript {} appears twice in operand {k} (a diagonal): not supported by ember yet",
-                    l as char
-                ),
-            ));
+        // a label repeated within the operand takes its diagonal (checked here)
+        let mut seen: Vec<(u8, usize)> = Vec::new();
+        for (d, &l) in labels.iter().enumerate() {
+            match seen.iter().find(|(x, _)| *x == l) {
+                Some(&(_, first)) if t.shape()[first] != t.shape()[d] => {
+                    return Err(Error::invalid(
+                        "einsum",
+                        format!(
+                            "einsum(): subscript {} is repeated for operand {k} but the sizes don't match, {} != {}",
+                            l as char,
+                            t.shape()[d],
+                            t.shape()[first]
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => seen.push((l, d)),
+            }
         }
         inputs.push(labels);
     }
@@ -262,6 +281,31 @@ fn unique<'a>(labels: impl IntoIterator<Item = &'a u8>) -> Labels {
         }
     }
     out
+}
+
+/// `t` with the diagonal taken for each label repeated in `labels` (sizes
+/// checked by `parse`): the elements where the two dims' indices agree, as
+/// `sum(t · eye, second dim)`, so that autograd gives the gradient to the
+/// diagonal only. The result keeps `t`'s dtype; the label stays at its first
+/// position.
+fn diagonals(t: &Tensor, mut labels: Labels) -> Result<(Tensor, Labels)> {
+    let mut t = t.clone();
+    while let Some(l) = repeated(&labels) {
+        let first = labels.iter().position(|&x| x == l).unwrap_or(0);
+        let second = labels.iter().rposition(|&x| x == l).unwrap_or(first);
+        let n = t.shape()[first];
+        let mut shape = vec![1; t.rank()];
+        shape[first] = n;
+        shape[second] = n;
+        let eye = Tensor::eye(n, t.dtype(), &t.device())?.reshape(shape)?;
+        let dt = t.dtype();
+        t = t.mul(&eye)?.sum(second as i64, false)?;
+        if t.dtype() != dt {
+            t = t.to_dtype(dt)?;
+        }
+        labels.remove(second);
+    }
+    Ok((t, labels))
 }
 
 fn repeated(labels: &[u8]) -> Option<u8> {

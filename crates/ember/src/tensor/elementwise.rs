@@ -633,6 +633,44 @@ compare_methods! {
 }
 
 impl Tensor {
+    /// Rounds to `decimals` decimal places (`torch.round(x, decimals=d)`): halves
+    /// to even, as `round`; a negative `decimals` rounds to tens, hundreds, ... .
+    /// Computed as PyTorch's kernel does, `round(x · 10^d) / 10^d` (or
+    /// `round(x / 10^-d) · 10^-d`), in float32 for f16/bf16. Float dtypes only
+    /// (PyTorch refuses integers here, even with `decimals = 0`). Gradient 0.
+    pub fn round_decimals(&self, decimals: i64) -> Result<Tensor> {
+        let dt = self.dtype();
+        if !dt.is_float() {
+            let kernel = if decimals == 0 {
+                "round_vml_cpu"
+            } else {
+                "round_cpu"
+            };
+            return Err(Error::dtype(
+                "round",
+                dt,
+                format!(
+                    "\"{kernel}\" not implemented for '{}'",
+                    torch_dtype_name(dt)
+                ),
+            ));
+        }
+        if decimals == 0 {
+            return self.round();
+        }
+        let x = match dt {
+            DType::F16 | DType::BF16 => self.to_dtype(DType::F32)?,
+            _ => self.clone(),
+        };
+        let ten = 10f64.powi(decimals.unsigned_abs().min(i32::MAX as u64) as i32);
+        let y = if decimals > 0 {
+            x.mul(ten)?.round()?.div(ten)?
+        } else {
+            x.div(ten)?.round()?.mul(ten)?
+        };
+        y.to_dtype(dt)
+    }
+
     /// -1, 0 or 1 by the sign of each element (`torch.sign`): NaN gives 0, a bool
     /// tensor is returned as it is (a copy), integers keep their dtype. The gradient
     /// is 0.
