@@ -66,7 +66,11 @@ fn main() -> ember::Result<()> {
         let pred = ember::no_grad(|| logits_of(x))?.argmax(-1, false)?;
         let right = pred.eq(y)?;
         let per_digit = right.to_dtype(DType::F64)?.mean_all()?.item::<f64>()?;
-        let whole = right.all(1, false)?.to_dtype(DType::F64)?.mean_all()?.item::<f64>()?;
+        let whole = right
+            .all(1, false)?
+            .to_dtype(DType::F64)?
+            .mean_all()?
+            .item::<f64>()?;
         Ok((per_digit, whole))
     };
     println!(
@@ -77,7 +81,10 @@ fn main() -> ember::Result<()> {
     for step in 1..=steps {
         let (x, y) = batch(64)?;
         let logits = logits_of(&x)?;
-        let loss = nn::cross_entropy(&logits.reshape([64 * LEN, DIGITS])?, &y.reshape([64 * LEN])?)?;
+        let loss = nn::cross_entropy(
+            &logits.reshape([64 * LEN, DIGITS])?,
+            &y.reshape([64 * LEN])?,
+        )?;
         opt.zero_grad();
         loss.backward()?;
         nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;

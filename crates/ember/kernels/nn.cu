@@ -86,6 +86,15 @@ __device__ void scatter_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* i
     FOR_EACH(i, n) { atomic_add(dst + loc(ld, i) + idx[i] * dim_stride, src[loc(ls, i)]); }
 }
 
+// dst[.., idx[j], ..] += src[.., j, ..] along a dim: `ld` is the contiguous dst's
+// layout cut to src's shape with strides[dim] = 0; src is contiguous, j is element
+// i's coordinate along the dim (`inner` elements after it, `nidx` indices).
+template <typename T>
+__device__ void index_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* idx, i64 inner, i64 nidx,
+                               const T* src, i64 n) {
+    FOR_EACH(i, n) { atomic_add(dst + loc(ld, i) + idx[(i / inner) % nidx] * dim_stride, src[i]); }
+}
+
 #define INDEX(T, S)                                                                                  \
     extern "C" __global__ void index_select_##S(const T* src, Layout lo, i64 dim_stride, int dim,   \
                                                 const i64* idx, T* out, i64 n) {                     \
@@ -103,6 +112,13 @@ EMBER_ALL_TYPES(INDEX)
         scatter_add_impl(dst, ld, dim_stride, idx, src, ls, n);                                      \
     }
 EMBER_ALL_TYPES(SCATTER)
+
+#define INDEX_ADD(T, S)                                                                              \
+    extern "C" __global__ void index_add_##S(T* dst, Layout ld, i64 dim_stride, const i64* idx,     \
+                                             i64 inner, i64 nidx, const T* src, i64 n) {            \
+        index_add_impl(dst, ld, dim_stride, idx, inner, nidx, src, n);                               \
+    }
+EMBER_ALL_TYPES(INDEX_ADD)
 
 // Integer matrix products (cuBLAS multiplies floats only): out (contiguous, batch x
 // m x n) = a (batch x m x k) · b (batch x k x n), both broadcast layouts; the sum is

@@ -175,6 +175,18 @@ pub(crate) trait BackendStorage: Sized {
         src: (&Self, &Layout),
     ) -> Result<()>;
 
+    /// In place on this contiguous storage of `shape`: `self[.., idx[j], ..] +=
+    /// src[.., j, ..]` along `dim` for each of the 1-D indices `idx` (valid); `src`
+    /// is a contiguous view of `shape` with `idx.len()` entries along `dim`
+    /// (`torch.index_add_`, index_select's backward).
+    fn index_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        src: (&Self, &Layout),
+    ) -> Result<()>;
+
     // ---- fused optimizer steps
     /// One Adam step on `n` contiguous f32/f64 elements from each offset: the
     /// parameter `p` and the moments `m`, `v` are updated in place from `g`.

@@ -550,6 +550,33 @@ impl Storage {
         Ok(pair!("gather", self, idx, |s, i| s.gather(l, dim, i, ishape)?))
     }
 
+    pub(crate) fn index_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Storage,
+        (src, ls): (&Storage, &Layout),
+    ) -> Result<()> {
+        match (self, idx, src) {
+            (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
+                d.index_add(shape, dim, i, (s, ls))
+            }
+            (Storage::Cuda(d), Storage::Cuda(i), Storage::Cuda(s)) => {
+                d.index_add(shape, dim, i, (s, ls))
+            }
+            (Storage::Meta(d), Storage::Meta(i), Storage::Meta(s)) => {
+                d.index_add(shape, dim, i, (s, ls))
+            }
+            (d @ any!(), i, s) => {
+                let other = [i.device(), s.device()]
+                    .into_iter()
+                    .find(|x| *x != d.device())
+                    .unwrap_or(d.device());
+                Err(mismatch("index_add", d.device(), other))
+            }
+        }
+    }
+
     pub(crate) fn scatter_add(
         &mut self,
         shape: &[usize],

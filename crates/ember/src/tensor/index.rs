@@ -180,16 +180,16 @@ impl Tensor {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             let idx = idx.save();
             move |g: &Tensor| {
-                // scatter the rows back: the index laid along `d`, broadcast over the rest
-                let mut ishape = vec![1usize; g.rank()];
-                ishape[d] = n_idx;
-                let full = idx
-                    .get()?
-                    .reshape(&ishape)?
-                    .expand(g.shape())?
-                    .contiguous()?;
+                // add the rows back where they came from (index_add: the 1-D index
+                // as it is, no index expanded to the gradient's shape)
+                let g = g.contiguous()?;
                 let z = Tensor::zeros(&shape, dtype, &device)?;
-                Ok(vec![Some(z.scatter_add(d as i64, &full, g)?)])
+                {
+                    let st = Storages::read(&[idx.get()?, &g]);
+                    z.write()
+                        .index_add(&shape, d, st.get(0), (st.get(1), g.layout()))?;
+                }
+                Ok(vec![Some(z)])
             }
         }))
     }

@@ -1021,13 +1021,16 @@ case(FAM, "chunk_d1_neg", "chunk", [ar(2, 9)], {"chunks": 4, "dim": -1})
 # ---- indexing ---------------------------------------------------------------------
 FAM = "index"
 xi = rn(4, 5)
-case(FAM, "index_select_d0", "index_select", [xi, T([3, 0, 0, 2], I)], {"dim": 0})
-case(FAM, "index_select_d1", "index_select", [xi, T([4, 1], I)], {"dim": 1})
-case(FAM, "index_select_neg_dim", "index_select", [rn(2, 3, 4), T([1, 3, 1], I)], {"dim": -1})
+case(FAM, "index_select_d0", "index_select", [xi, T([3, 0, 0, 2], I)], {"dim": 0}, grad=True)
+case(FAM, "index_select_d1", "index_select", [xi, T([4, 1], I)], {"dim": 1}, grad=True)
+case(FAM, "index_select_neg_dim", "index_select", [rn(2, 3, 4), T([1, 3, 1], I)], {"dim": -1}, grad=True)
 case(FAM, "index_select_transposed", "index_select",
      [In(xi, [{"op": "transpose", "args": [0, 1]}]), T([0, 2], I)], {"dim": 1})
-case(FAM, "index_select_empty_index", "index_select", [xi, T([], I)], {"dim": 0})
+case(FAM, "index_select_empty_index", "index_select", [xi, T([], I)], {"dim": 0}, grad=True)
 case(FAM, "index_select_i64", "index_select", [ri(3, 3), T([2, 2], I)], {"dim": 0})
+# the gradient adds the rows back, repeated indices summed, along a middle dim too
+case(FAM, "index_select_d1_middle_repeats", "index_select", [torch.linspace(-1, 1, 24).reshape(2, 4, 3), T([2, 0, 2, 2, 3], I)], {"dim": 1},
+     grad=True)
 case(FAM, "index_select_oob_error", "index_select", [xi, T([4], I)], {"dim": 0})
 case(FAM, "gather_d0", "gather", [xi, T([[0, 1, 2, 3, 0], [3, 3, 3, 3, 3]], I)], {"dim": 0})
 case(FAM, "gather_d1", "gather", [xi, T([[0, 4], [1, 1], [2, 0], [4, 4]], I)], {"dim": 1})

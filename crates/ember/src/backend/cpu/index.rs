@@ -72,6 +72,44 @@ pub(crate) fn gather(
 
 /// In place on a contiguous `dst`: `dst[p with dim replaced by idx[p]] += src[p]`
 /// over the shape of `idx` (`src` is laid out by `ls`, at least that large).
+/// `dst[.., idx[j], ..] += src[.., j, ..]` along `dim` of the contiguous `dst`
+/// (of `dst_shape`) from the contiguous view `ls` of `src`: whole runs of the
+/// trailing dims at a time.
+pub(crate) fn index_add(
+    dst: &mut CpuData,
+    dst_shape: &[usize],
+    dim: usize,
+    idx: &[i64],
+    src: &CpuData,
+    ls: &Layout,
+) {
+    fn go<T: NumElem>(
+        d: &mut [T],
+        dshape: &[usize],
+        dim: usize,
+        idx: &[i64],
+        src: &CpuData,
+        ls: &Layout,
+    ) {
+        let s = T::slice(src).expect("index_add: same dtype");
+        let s = &s[ls.offset()..ls.offset() + ls.numel()];
+        let size = dshape[dim];
+        let inner: usize = dshape[dim + 1..].iter().product();
+        let outer: usize = dshape[..dim].iter().product();
+        let n = idx.len();
+        for o in 0..outer {
+            for (j, &k) in idx.iter().enumerate() {
+                let at = (o * size + k as usize) * inner;
+                let from = (o * n + j) * inner;
+                for (a, &b) in d[at..at + inner].iter_mut().zip(&s[from..from + inner]) {
+                    *a = T::binary(&Add, *a, b);
+                }
+            }
+        }
+    }
+    crate::dtype::dispatch!(dst, v => go(v, dst_shape, dim, idx, src, ls))
+}
+
 pub(crate) fn scatter_add(
     dst: &mut CpuData,
     dst_shape: &[usize],

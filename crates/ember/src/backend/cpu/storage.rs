@@ -402,6 +402,17 @@ impl BackendStorage for CpuStorage {
         index::gather(&self.data, l, dim, idx.int64(), ishape).map(CpuStorage::new)
     }
 
+    fn index_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        (src, ls): (&Self, &Layout),
+    ) -> Result<()> {
+        index::index_add(&mut self.data, shape, dim, idx.int64(), &src.data, ls);
+        Ok(())
+    }
+
     fn scatter_add(
         &mut self,
         shape: &[usize],

@@ -332,6 +332,16 @@ impl BackendStorage for CudaStorage {
         ops::gather(self, l, dim, idx, ishape)
     }
 
+    fn index_add(
+        &mut self,
+        shape: &[usize],
+        dim: usize,
+        idx: &Self,
+        (src, ls): (&Self, &Layout),
+    ) -> Result<()> {
+        ops::index_add(self, shape, dim, idx, src, ls)
+    }
+
     fn scatter_add(
         &mut self,
         shape: &[usize],

@@ -359,6 +359,16 @@ impl BackendStorage for MetaStorage {
         self.like(ishape.iter().product())
     }
 
+    fn index_add(
+        &mut self,
+        _shape: &[usize],
+        _dim: usize,
+        _idx: &Self,
+        _src: (&Self, &Layout),
+    ) -> Result<()> {
+        Ok(())
+    }
+
     fn scatter_add(
         &mut self,
         _shape: &[usize],

@@ -100,6 +100,41 @@ pub(crate) fn scatter_add(
     )
 }
 
+/// `dst[.., idx[j], ..] += src[.., j, ..]` along `dim` of the contiguous `dst`
+/// from the contiguous view `ls` of `src` (one thread per source element,
+/// atomic adds: indices may repeat).
+pub(crate) fn index_add(
+    dst: &CudaStorage,
+    dshape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
+    let n_idx = ls.shape()[dim];
+    let inner: usize = dshape[dim + 1..].iter().product();
+    let n = ls.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut ds = crate::layout::contiguous_strides(dshape).to_vec();
+    let dim_stride = ds[dim] as i64;
+    ds[dim] = 0;
+    let kd = KLayout::from_parts("index_add", ls.shape(), &ds, 0, false)?;
+    let src_at = src.ptr() + (ls.offset() * src.dtype().size_in_bytes()) as u64;
+    let (pd, pi, n64, inner64, nidx64) =
+        (dst.ptr(), idx.ptr(), n as i64, inner as i64, n_idx as i64);
+    let name = format!("index_add_{}", suffix(dst.dtype()));
+    launch_n(
+        dst.dev(),
+        "nn",
+        dst.dtype(),
+        &name,
+        n,
+        &mut args![pd, kd, dim_stride, pi, inner64, nidx64, src_at, n64],
+    )
+}
+
 /// One Adam step on contiguous f32/f64 storages (offsets in elements).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn adam(
