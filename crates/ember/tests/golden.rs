@@ -771,15 +771,25 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             args[1].t(),
             p.opt_i("padding_idx"),
         )),
-        "sdpa" => one(ember::nn::scaled_dot_product_attention(
-            a(),
-            args[1].t(),
-            args[2].t(),
-            args.get(3).map(Arg::t),
-            0.0,
-            p.b("is_causal"),
-            p.opt_f("scale"),
-        )),
+        "sdpa" | "sdpa_memory_efficient" => {
+            use ember::nn::functional::{with_attention_path, AttentionPath};
+            let path = if case.op == "sdpa" {
+                AttentionPath::Math
+            } else {
+                AttentionPath::MemoryEfficient
+            };
+            one(with_attention_path(path, || {
+                ember::nn::scaled_dot_product_attention(
+                    a(),
+                    args[1].t(),
+                    args[2].t(),
+                    args.get(3).map(Arg::t),
+                    0.0,
+                    p.b("is_causal"),
+                    p.opt_f("scale"),
+                )
+            }))
+        }
         "sort" => many(
             a().sort(p.i("dim"), p.b("descending"))
                 .map(|(v, i)| vec![v, i]),

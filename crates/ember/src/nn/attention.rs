@@ -268,6 +268,47 @@ impl MultiheadAttention {
             y.reshape([n, t, h, d])?.transpose(1, 2)
         };
         let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
+        let dropping = self.training && self.dropout > 0.0;
+        if !opts.need_weights && !dropping && opts.key_padding_mask.is_none() {
+            // no weights asked for: the path that keeps no [L, S] weights for
+            // backward (a masked-out row gives NaN, as softmax does here)
+            let bias = match opts.attn_mask {
+                Some(m) if m.shape() == [l, s] || m.shape() == [n * h, l, s] => {
+                    let m = if m.rank() == 3 {
+                        m.reshape([n, h, l, s])?
+                    } else {
+                        m.clone()
+                    };
+                    Some(if m.dtype() == DType::Bool {
+                        Tensor::zeros(m.shape(), qh.dtype(), &qh.device())?
+                            .masked_fill(&m, f64::NEG_INFINITY)?
+                    } else {
+                        m
+                    })
+                }
+                _ => None,
+            };
+            if bias.is_some() || opts.attn_mask.is_none() {
+                let scale = 1.0 / (d as f64).sqrt();
+                if let Some(o) = crate::nn::functional::attention_saving_memory(
+                    &qh,
+                    &kh,
+                    &vh,
+                    bias.as_ref(),
+                    scale,
+                    false,
+                )? {
+                    let o = o.transpose(1, 2)?.reshape([n, l, e])?;
+                    let out = self.out_proj.forward(&o)?;
+                    let out = match (batched, self.batch_first) {
+                        (false, _) => out.squeeze(0)?,
+                        (true, true) => out,
+                        (true, false) => out.transpose(0, 1)?,
+                    };
+                    return Ok((out, None));
+                }
+            }
+        }
         // scaling the queries ([N, H, L, D]) costs less than scaling the scores
         let mut scores = qh
             .mul(1.0 / (d as f64).sqrt())?

@@ -273,12 +273,32 @@ pub fn scaled_dot_product_attention(
     let e = q.shape()[q.rank() - 1];
     let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
-    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
-    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     if let Some(m) = attn_mask {
         // the mask broadcasts to the scores (PyTorch adds it to them)
-        crate::layout::broadcast_shapes(OP, m.shape(), scores.shape())?;
+        let mut sshape = q.shape()[..q.rank() - 1].to_vec();
+        sshape.push(s);
+        crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
+    if dropout_p == 0.0 {
+        // without dropout: the path that keeps no [L, S] weights for backward
+        let bias = match attn_mask {
+            Some(m) if m.dtype() == DType::Bool => Some(
+                Tensor::zeros(m.shape(), q.dtype(), &q.device())?
+                    .masked_fill(&m.logical_not()?, f64::NEG_INFINITY)?,
+            ),
+            Some(m) => Some(m.clone()),
+            None if is_causal => Some(Tensor::zeros([l, s], q.dtype(), &q.device())?.masked_fill(
+                &Tensor::ones([l, s], DType::Bool, &q.device())?.triu(1)?,
+                f64::NEG_INFINITY,
+            )?),
+            None => None,
+        };
+        if let Some(out) = attention_saving_memory(q, k, v, bias.as_ref(), scale, true)? {
+            return Ok(out);
+        }
+    }
+    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
+    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
         Some(m) if m.dtype() == DType::Bool => Some(m.clone()),
@@ -307,4 +327,203 @@ pub fn scaled_dot_product_attention(
     };
     let weights = dropout(&weights, dropout_p, dropout_p > 0.0)?;
     weights.matmul(v)
+}
+
+/// Which computation `scaled_dot_product_attention` and `MultiheadAttention`
+/// (without weights asked for, dropout or a key padding mask) use, chosen per
+/// thread like PyTorch's `torch.backends.cuda.sdp_kernel` switches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// The memory-saving path where the scores of one call exceed 2²² elements
+    /// (16 MiB in f32) or no gradient is recorded; the plain path otherwise, whose
+    /// backward is faster because it keeps the weights (default).
+    #[default]
+    Auto,
+    /// The memory-saving path wherever it applies: no `[L, S]` weights are kept
+    /// for backward, which recomputes them a group of heads at a time.
+    MemoryEfficient,
+    /// The plain path: the weights are materialised and kept for backward.
+    Math,
+}
+
+thread_local! {
+    static ATTENTION_PATH: std::cell::Cell<AttentionPath> =
+        const { std::cell::Cell::new(AttentionPath::Auto) };
+}
+
+/// This thread's attention path.
+pub fn attention_path() -> AttentionPath {
+    ATTENTION_PATH.with(|p| p.get())
+}
+
+/// Runs `f` with this thread's attention path set to `path` (restored after).
+pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
+    struct Restore(AttentionPath);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ATTENTION_PATH.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(ATTENTION_PATH.with(|p| p.replace(path)));
+    f()
+}
+
+/// Attention that keeps no `[L, S]` matrix for backward (where
+/// [`attention_path`] asks for it): `softmax(q·kᵀ·scale + bias)·v` computed a
+/// group of heads at a time (at most about 4M scores at once),
+/// saving only the inputs, the output and each row's log-sum-exp; the backward
+/// recomputes each group's weights from them (the memory-efficient attention of
+/// the GPU libraries, written with tensor ops so that every device runs it).
+/// `bias` is additive (`-inf` where a key is masked), shaped `[L, S]` or like the
+/// batch + `[L, S]`, without a gradient. A row with every key masked gives zeros
+/// (`empty_rows_zero`, SDPA's convention) or NaN (softmax's, MultiheadAttention's).
+/// `None` where it does not apply (dtypes other than f32/f64, batch dims that
+/// differ between q, k and v, another bias shape): the caller computes it plainly.
+pub(crate) fn attention_saving_memory(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: Option<&Tensor>,
+    scale: f64,
+    empty_rows_zero: bool,
+) -> Result<Option<Tensor>> {
+    let r = q.rank();
+    let dt = q.dtype();
+    if r < 2
+        || k.rank() != r
+        || v.rank() != r
+        || !matches!(dt, DType::F32 | DType::F64)
+        || k.dtype() != dt
+        || v.dtype() != dt
+        || q.shape()[..r - 2] != k.shape()[..r - 2]
+        || q.shape()[..r - 2] != v.shape()[..r - 2]
+        || k.shape()[r - 2] != v.shape()[r - 2]
+        || k.shape()[r - 1] != q.shape()[r - 1]
+    {
+        return Ok(None);
+    }
+    let batch = &q.shape()[..r - 2];
+    let n: usize = batch.iter().product();
+    let (l, e) = (q.shape()[r - 2], q.shape()[r - 1]);
+    let (s, ev) = (k.shape()[r - 2], v.shape()[r - 1]);
+    let bias = match bias {
+        None => None,
+        Some(b) if b.requires_grad() || b.dtype() != dt => return Ok(None),
+        Some(b) if b.shape() == [l, s] => Some((b.clone(), false)),
+        Some(b) if b.shape()[..] == [batch, &[l, s]].concat()[..] => {
+            Some((b.reshape([n, l, s])?, true))
+        }
+        Some(_) => return Ok(None),
+    };
+    if n * l * s == 0 {
+        return Ok(None);
+    }
+    match attention_path() {
+        AttentionPath::Math => return Ok(None),
+        AttentionPath::Auto if crate::is_grad_enabled() && n * l * s <= 1 << 22 => return Ok(None),
+        _ => {}
+    }
+    let (q3, k3, v3) = (
+        q.reshape([n, l, e])?,
+        k.reshape([n, s, e])?,
+        v.reshape([n, s, ev])?,
+    );
+    let group = ((1usize << 22) / (l * s)).clamp(1, n);
+    let weights = move |q3: &Tensor,
+                        k3: &Tensor,
+                        bias: &Option<(Tensor, bool)>,
+                        h: usize,
+                        len: usize,
+                        lse: Option<&Tensor>|
+          -> Result<(Tensor, Tensor)> {
+        group_weights(q3, k3, bias, (h, len), lse, scale, empty_rows_zero)
+    };
+    let (out, lse) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
+        let (mut outs, mut lses) = (Vec::new(), Vec::new());
+        for h in (0..n).step_by(group) {
+            let len = group.min(n - h);
+            let (w, m) = weights(&q3, &k3, &bias, h, len, None)?;
+            outs.push(w.matmul(&v3.narrow(0, h as i64, len)?)?);
+            lses.push(m);
+        }
+        let outs: Vec<&Tensor> = outs.iter().collect();
+        let lses: Vec<&Tensor> = lses.iter().collect();
+        Ok((Tensor::cat(&outs, 0)?, Tensor::cat(&lses, 0)?))
+    })?;
+    let mut shape = batch.to_vec();
+    shape.extend([l, ev]);
+    let out = out.reshape(&shape)?;
+    let (qs, ks, vs) = (q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec());
+    Ok(Some(Tensor::record(
+        out,
+        "scaled_dot_product_attention",
+        &[q, k, v],
+        |y| {
+            let (y, qsv, ksv, vsv) = (y.save(), q.save(), k.save(), v.save());
+            move |g: &Tensor| {
+                let q3 = qsv.get()?.reshape([n, l, e])?;
+                let k3 = ksv.get()?.reshape([n, s, e])?;
+                let v3 = vsv.get()?.reshape([n, s, ev])?;
+                let g = g.reshape([n, l, ev])?;
+                let o = y.get()?.reshape([n, l, ev])?;
+                // D = rowsum(dO ∘ O): the softmax backward's row term
+                let d = g.mul(&o)?.sum(-1, true)?;
+                let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+                for h in (0..n).step_by(group) {
+                    let len = group.min(n - h);
+                    let (w, _) = weights(&q3, &k3, &bias, h, len, Some(&lse))?;
+                    let gc = g.narrow(0, h as i64, len)?;
+                    let vc = v3.narrow(0, h as i64, len)?;
+                    dvs.push(w.transpose(1, 2)?.matmul(&gc)?);
+                    let dw = gc.matmul(&vc.transpose(1, 2)?)?;
+                    let ds = w.mul(&dw.sub(&d.narrow(0, h as i64, len)?)?)?.mul(scale)?;
+                    dqs.push(ds.matmul(&k3.narrow(0, h as i64, len)?)?);
+                    dks.push(ds.transpose(1, 2)?.matmul(&q3.narrow(0, h as i64, len)?)?);
+                }
+                let join = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
+                    let refs: Vec<&Tensor> = parts.iter().collect();
+                    Tensor::cat(&refs, 0)?.reshape(shape)
+                };
+                Ok(vec![
+                    Some(join(dqs, &qs)?),
+                    Some(join(dks, &ks)?),
+                    Some(join(dvs, &vs)?),
+                ])
+            }
+        },
+    )))
+}
+
+/// The attention weights of heads `[h, h + len)`: `exp(scores - lse)` with `lse`
+/// computed here when not given; a fully masked row's `-inf` is shifted by 0 (its
+/// weights become 0) when `empty_rows_zero`, otherwise it gives NaN as softmax does.
+fn group_weights(
+    q3: &Tensor,
+    k3: &Tensor,
+    bias: &Option<(Tensor, bool)>,
+    (h, len): (usize, usize),
+    lse: Option<&Tensor>,
+    scale: f64,
+    empty_rows_zero: bool,
+) -> Result<(Tensor, Tensor)> {
+    let qc = q3.narrow(0, h as i64, len)?;
+    let kc = k3.narrow(0, h as i64, len)?;
+    let mut sc = qc.mul(scale)?.matmul(&kc.transpose(1, 2)?)?;
+    if let Some((b, per_head)) = bias {
+        sc = if *per_head {
+            sc.add(&b.narrow(0, h as i64, len)?)?
+        } else {
+            sc.add(b)?
+        };
+    }
+    let m = match lse {
+        Some(m) => m.narrow(0, h as i64, len)?,
+        None => sc.logsumexp(-1, true)?,
+    };
+    let shift = if empty_rows_zero {
+        m.isinf()?.where_(0.0, &m)?
+    } else {
+        m.clone()
+    };
+    Ok((sc.sub(&shift)?.exp()?, m))
 }

@@ -360,7 +360,7 @@ def run_op(op, p, x):
         return F.rms_norm(a, p["shape"], x[1] if len(x) > 1 else None, eps=p["eps"])
     if op == "embedding":
         return F.embedding(a, x[1], padding_idx=p["padding_idx"])
-    if op == "sdpa":
+    if op in ("sdpa", "sdpa_memory_efficient"):
         return F.scaled_dot_product_attention(a, x[1], x[2], attn_mask=x[3] if len(x) > 3 else None,
                                               is_causal=p["is_causal"], scale=p["scale"])
     if op == "sort":
@@ -1893,7 +1893,7 @@ for name, idx, pad in [("1d", T([0, 5, 2, 2], I), None), ("2d", T([[1, 2], [2, 4
 case(FAM, "embedding_1d_weight", "embedding", [T([1], I), rn(6)], {"padding_idx": None})
 Q, K, V = rn(2, 2, 3, 4), rn(2, 2, 5, 4), rn(2, 2, 5, 6)
 CAUSAL_LS = T([[True, False, False, False, False], [True, True, False, False, False], [True, True, True, True, True]])
-for name, xs, causal, scale in [
+SDPA = [
     ("plain", [Q, K, V], False, None),
     ("scale", [Q, K, V], False, 0.3),
     ("causal", [Q, K, V], True, None),
@@ -1910,9 +1910,16 @@ for name, xs, causal, scale in [
     ("int_mask", [Q, K, V, T([[1, 0, 1, 0, 1]], I)], False, None),
     ("dtypes", [Q, d64(K), V], False, None),
     ("rank_1", [rn(4), rn(4), rn(4)], False, None),
-]:
+]
+for name, xs, causal, scale in SDPA:
     err = name in ("mask_and_causal", "bad_mask", "int_mask", "dtypes", "rank_1")
     case(FAM, f"sdpa_{name}", "sdpa", xs, {"is_causal": causal, "scale": scale}, grad=not err)
+# the same cases through ember's memory-saving attention (it keeps no weights for
+# backward and recomputes them there); "sdpa" runs the path that keeps them
+for name, xs, causal, scale in SDPA:
+    err = name in ("mask_and_causal", "bad_mask", "int_mask", "dtypes", "rank_1")
+    case(FAM, f"sdpa_memory_efficient_{name}", "sdpa_memory_efficient", xs, {"is_causal": causal, "scale": scale},
+         grad=not err)
 
 # ---- issue 20: loss arguments and padding="same" ------------------------------------
 FAM = "loss_args"

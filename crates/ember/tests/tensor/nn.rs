@@ -816,7 +816,17 @@ fn embedding_and_norm_modules(dev: &Device) -> Result<()> {
 /// layers (post- and pre-norm, ReLU and GELU) and an encoder stack, in float64
 /// with PyTorch's parameters: outputs, attention weights and the gradients of
 /// every input and every parameter (tests/golden/gen_nn.py, `seq_modules`).
+/// The sequence modules against PyTorch with each attention path: the one that
+/// keeps the weights (the default at these sizes) and the memory-saving one.
 fn seq_modules_match_pytorch(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    for path in [AttentionPath::Auto, AttentionPath::MemoryEfficient] {
+        with_attention_path(path, || seq_modules_match_pytorch_with(dev))?;
+    }
+    Ok(())
+}
+
+fn seq_modules_match_pytorch_with(dev: &Device) -> Result<()> {
     use nn::{
         Activation, AttentionOptions, DecoderMasks, LayerNorm, MultiheadAttention,
         TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
