@@ -145,14 +145,16 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     if t.sample > 0 {
         model.eval();
         let prompt = corpus
-            .encode(&t.prompt)
+            .encode(&t.sampling.prompt)
             .map_err(|e| invalid(format!("--prompt: {e}")))?;
-        let text = corpus.decode(&model.generate(&prompt, t.sample, t.temperature, t.top_k)?)?;
+        let sm = &t.sampling;
+        let text =
+            corpus.decode(&model.generate(&prompt, t.sample, sm.temperature, sm.top_k)?)?;
         println!(
             "sample (temperature {}, top-k {}):\n{}{text}",
-            t.temperature,
-            t.top_k.map_or("all".into(), |k| k.to_string()),
-            t.prompt
+            sm.temperature,
+            sm.top_k.map_or("all".into(), |k| k.to_string()),
+            sm.prompt
         );
     }
     Ok(())
@@ -207,15 +209,32 @@ pub struct TextArgs {
     /// Text: print N sampled characters after training.
     #[arg(long, default_value_t = 0)]
     pub sample: usize,
-    /// Text: sampling temperature (0 takes the most likely character).
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// How text is sampled, shared by `train text --sample` and `generate`.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Sampling temperature (0 takes the most likely character).
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f64,
-    /// Text: sample among the K most likely characters only.
+    /// Sample among the K most likely characters only.
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// Text: the text the sample continues.
+    /// The text the sample continues.
     #[arg(long, default_value = "And Jesus said")]
     pub prompt: String,
+}
+
+impl Default for SamplingArgs {
+    fn default() -> Self {
+        SamplingArgs {
+            temperature: 0.8,
+            top_k: None,
+            prompt: "And Jesus said".into(),
+        }
+    }
 }
 
 impl Default for TextArgs {
@@ -230,9 +249,7 @@ impl Default for TextArgs {
             eval_every: 100,
             eval_batches: 8,
             sample: 0,
-            temperature: 0.8,
-            top_k: None,
-            prompt: "And Jesus said".into(),
+            sampling: SamplingArgs::default(),
         }
     }
 }
@@ -246,15 +263,8 @@ pub struct GenerateArgs {
     /// Characters to generate.
     #[arg(long, default_value_t = 500)]
     pub chars: usize,
-    /// Sampling temperature (0 takes the most likely character).
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f64,
-    /// Sample among the K most likely characters only.
-    #[arg(long)]
-    pub top_k: Option<usize>,
-    /// The text to continue.
-    #[arg(long, default_value = "And Jesus said")]
-    pub prompt: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Seed of the draws.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -305,13 +315,13 @@ pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
     model.eval();
     ember::manual_seed(args.seed);
     let prompt = corpus
-        .encode(&args.prompt)
+        .encode(&args.sampling.prompt)
         .map_err(|e| Error::InvalidArgument {
             op: "generate",
             msg: format!("--prompt: {e}"),
         })?;
-    let text =
-        corpus.decode(&model.generate(&prompt, args.chars, args.temperature, args.top_k)?)?;
-    println!("{}{text}", args.prompt);
+    let sm = &args.sampling;
+    let text = corpus.decode(&model.generate(&prompt, args.chars, sm.temperature, sm.top_k)?)?;
+    println!("{}{text}", sm.prompt);
     Ok(())
 }
