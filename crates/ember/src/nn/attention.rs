@@ -268,70 +268,23 @@ impl MultiheadAttention {
             y.reshape([n, t, h, d])?.transpose(1, 2)
         };
         let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
-        let dropping = self.training && self.dropout > 0.0;
-        if !opts.need_weights && !dropping && opts.key_padding_mask.is_none() {
-            // no weights asked for: the path that keeps no [L, S] weights for
-            // backward (a masked-out row gives NaN, as softmax does here)
-            let bias = match opts.attn_mask {
-                Some(m) if m.shape() == [l, s] || m.shape() == [n * h, l, s] => {
-                    let m = if m.rank() == 3 {
-                        m.reshape([n, h, l, s])?
-                    } else {
-                        m.clone()
-                    };
-                    Some(if m.dtype() == DType::Bool {
-                        Tensor::zeros(m.shape(), qh.dtype(), &qh.device())?
-                            .masked_fill(&m, f64::NEG_INFINITY)?
-                    } else {
-                        m
-                    })
-                }
-                _ => None,
-            };
-            if bias.is_some() || opts.attn_mask.is_none() {
-                let scale = 1.0 / (d as f64).sqrt();
-                if let Some(o) = crate::nn::functional::attention_saving_memory(
-                    &qh,
-                    &kh,
-                    &vh,
-                    bias.as_ref(),
-                    scale,
-                    false,
-                )? {
-                    let o = o.transpose(1, 2)?.reshape([n, l, e])?;
-                    let out = self.out_proj.forward(&o)?;
-                    let out = match (batched, self.batch_first) {
-                        (false, _) => out.squeeze(0)?,
-                        (true, true) => out,
-                        (true, false) => out.transpose(0, 1)?,
-                    };
-                    return Ok((out, None));
-                }
-            }
-        }
-        // scaling the queries ([N, H, L, D]) costs less than scaling the scores
-        let mut scores = qh
-            .mul(1.0 / (d as f64).sqrt())?
-            .matmul(&kh.transpose(2, 3)?)?;
-        if let Some(m) = opts.attn_mask {
-            let m = match m.rank() {
-                2 if m.shape() == [l, s] => m.clone(),
-                3 if m.shape() == [n * h, l, s] => m.reshape([n, h, l, s])?,
-                _ => {
-                    return Err(Error::shape(
-                        OP,
+        let attn_mask = match opts.attn_mask {
+            None => None,
+            Some(m) if m.shape() == [l, s] => Some(m.clone()),
+            Some(m) if m.shape() == [n * h, l, s] => Some(m.reshape([n, h, l, s])?),
+            Some(m) => {
+                return Err(Error::shape(
+                    OP,
+                    m.shape(),
+                    &[l, s],
+                    format!(
+                        "The shape of the attn_mask is {:?}, but should be ({l}, {s}) or ({}, {l}, {s}).",
                         m.shape(),
-                        &[l, s],
-                        format!(
-                            "The shape of the attn_mask is {:?}, but should be ({l}, {s}) or ({}, {l}, {s}).",
-                            m.shape(),
-                            n * h
-                        ),
-                    ))
-                }
-            };
-            scores = add_mask(&scores, &m)?;
-        }
+                        n * h
+                    ),
+                ))
+            }
+        };
         if let Some(m) = opts.key_padding_mask {
             if m.shape() != [n, s] {
                 return Err(Error::shape(
@@ -344,26 +297,55 @@ impl MultiheadAttention {
                     ),
                 ));
             }
-            scores = add_mask(&scores, &m.reshape([n, 1, 1, s])?)?;
         }
-        let weights = scores.softmax(-1)?;
-        let dropped = dropout(&weights, self.dropout, self.training)?;
-        let out = dropped.matmul(&vh)?.transpose(1, 2)?.reshape([n, l, e])?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let dropping = self.training && self.dropout > 0.0;
+        // no weights asked for: the path that keeps no [L, S] weights for backward
+        // (a masked-out row gives NaN, as softmax does here), where it applies
+        let saving = if !opts.need_weights && !dropping && opts.key_padding_mask.is_none() {
+            let bias = || {
+                attn_mask
+                    .as_ref()
+                    .map(|m| crate::nn::functional::mask_bias(m, true, qh.dtype()))
+                    .transpose()
+            };
+            crate::nn::functional::attention_saving_memory(&qh, &kh, &vh, bias, scale, false)?
+        } else {
+            None
+        };
+        let (heads, weights) = match saving {
+            Some(o) => (o, None),
+            None => {
+                // scaling the queries ([N, H, L, D]) costs less than scaling the scores
+                let mut scores = qh.mul(scale)?.matmul(&kh.transpose(2, 3)?)?;
+                if let Some(m) = &attn_mask {
+                    scores = add_mask(&scores, m)?;
+                }
+                if let Some(m) = opts.key_padding_mask {
+                    scores = add_mask(&scores, &m.reshape([n, 1, 1, s])?)?;
+                }
+                let weights = scores.softmax(-1)?;
+                let dropped = dropout(&weights, self.dropout, self.training)?;
+                (dropped.matmul(&vh)?, Some(weights))
+            }
+        };
+        let out = heads.transpose(1, 2)?.reshape([n, l, e])?;
         let out = self.out_proj.forward(&out)?;
         let out = match (batched, self.batch_first) {
             (false, _) => out.squeeze(0)?,
             (true, true) => out,
             (true, false) => out.transpose(0, 1)?,
         };
-        let weights = if opts.need_weights {
-            let w = if opts.average_attn_weights {
-                weights.mean(1, false)?
-            } else {
-                weights
-            };
-            Some(if batched { w } else { w.squeeze(0)? })
-        } else {
-            None
+        let weights = match weights {
+            Some(w) if opts.need_weights => {
+                let w = if opts.average_attn_weights {
+                    w.mean(1, false)?
+                } else {
+                    w
+                };
+                Some(if batched { w } else { w.squeeze(0)? })
+            }
+            _ => None,
         };
         Ok((out, weights))
     }

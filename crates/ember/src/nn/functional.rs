@@ -279,43 +279,40 @@ pub fn scaled_dot_product_attention(
         sshape.push(s);
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
-    if dropout_p == 0.0 {
-        // without dropout: the path that keeps no [L, S] weights for backward
-        let bias = match attn_mask {
-            Some(m) if m.dtype() == DType::Bool => Some(
-                Tensor::zeros(m.shape(), q.dtype(), &q.device())?
-                    .masked_fill(&m.logical_not()?, f64::NEG_INFINITY)?,
-            ),
-            Some(m) => Some(m.clone()),
-            None if is_causal => Some(Tensor::zeros([l, s], q.dtype(), &q.device())?.masked_fill(
-                &Tensor::ones([l, s], DType::Bool, &q.device())?.triu(1)?,
-                f64::NEG_INFINITY,
-            )?),
-            None => None,
-        };
-        if let Some(out) = attention_saving_memory(q, k, v, bias.as_ref(), scale, true)? {
-            return Ok(out);
-        }
-    }
-    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
-    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
         Some(m) if m.dtype() == DType::Bool => Some(m.clone()),
         _ if is_causal => Some(Tensor::ones([l, s], DType::Bool, &q.device())?.tril(0)?),
         _ => None,
     };
+    if dropout_p == 0.0 {
+        // without dropout: the path that keeps no [L, S] weights for backward
+        let bias = || -> Result<Option<Tensor>> {
+            Ok(match (attn_mask, &allowed) {
+                (Some(m), _) if m.dtype() != DType::Bool => Some(m.clone()),
+                (_, Some(a)) => Some(mask_bias(a, false, q.dtype())?),
+                _ => None,
+            })
+        };
+        if let Some(out) = attention_saving_memory(q, k, v, bias, scale, true)? {
+            return Ok(out);
+        }
+    }
+    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
+    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     let scores = match attn_mask {
         Some(m) if m.dtype() != DType::Bool => scores.add(m)?,
         _ => scores,
     };
     let weights = match &allowed {
         Some(a) => {
-            let masked = scores.masked_fill(&a.logical_not()?, f64::NEG_INFINITY)?;
-            let w = masked.softmax(-1)?;
+            let blocked = a.logical_not()?;
+            let w = scores
+                .masked_fill(&blocked, f64::NEG_INFINITY)?
+                .softmax(-1)?;
             // a query with no key to attend to: zeros, not NaN (a mask in host
             // memory is read to skip this pass where every query has a key)
-            let none = a.logical_not()?.all(-1, true)?;
+            let none = blocked.all(-1, true)?;
             let any_empty = !none.device().is_cpu() || none.any_all()?.item::<bool>()?;
             if any_empty {
                 w.masked_fill(&none, 0.0)?
@@ -327,6 +324,22 @@ pub fn scaled_dot_product_attention(
     };
     let weights = dropout(&weights, dropout_p, dropout_p > 0.0)?;
     weights.matmul(v)
+}
+
+/// An attention mask as the additive bias the memory-saving path takes: a float
+/// mask as it is; a bool mask as 0 and `-inf`, `-inf` where it is `true` when
+/// `true_masks` (MultiheadAttention's convention) or where it is `false`
+/// (SDPA's: `true` allows).
+pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Tensor> {
+    if m.dtype() != DType::Bool {
+        return Ok(m.clone());
+    }
+    let masked = if true_masks {
+        m.clone()
+    } else {
+        m.logical_not()?
+    };
+    Tensor::zeros(m.shape(), dtype, &m.device())?.masked_fill(&masked, f64::NEG_INFINITY)
 }
 
 /// Which computation `scaled_dot_product_attention` and `MultiheadAttention`
@@ -383,7 +396,7 @@ pub(crate) fn attention_saving_memory(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    bias: Option<&Tensor>,
+    bias: impl FnOnce() -> Result<Option<Tensor>>,
     scale: f64,
     empty_rows_zero: bool,
 ) -> Result<Option<Tensor>> {
@@ -406,15 +419,6 @@ pub(crate) fn attention_saving_memory(
     let n: usize = batch.iter().product();
     let (l, e) = (q.shape()[r - 2], q.shape()[r - 1]);
     let (s, ev) = (k.shape()[r - 2], v.shape()[r - 1]);
-    let bias = match bias {
-        None => None,
-        Some(b) if b.requires_grad() || b.dtype() != dt => return Ok(None),
-        Some(b) if b.shape() == [l, s] => Some((b.clone(), false)),
-        Some(b) if b.shape()[..] == [batch, &[l, s]].concat()[..] => {
-            Some((b.reshape([n, l, s])?, true))
-        }
-        Some(_) => return Ok(None),
-    };
     if n * l * s == 0 {
         return Ok(None);
     }
@@ -423,26 +427,27 @@ pub(crate) fn attention_saving_memory(
         AttentionPath::Auto if crate::is_grad_enabled() && n * l * s <= 1 << 22 => return Ok(None),
         _ => {}
     }
+    // the bias is built only once this path is taken
+    let bias = match bias()? {
+        None => None,
+        Some(b) if b.requires_grad() || b.dtype() != dt => return Ok(None),
+        Some(b) if b.shape() == [l, s] => Some((b, false)),
+        Some(b) if b.shape()[..] == [batch, &[l, s]].concat()[..] => {
+            Some((b.reshape([n, l, s])?, true))
+        }
+        Some(_) => return Ok(None),
+    };
     let (q3, k3, v3) = (
         q.reshape([n, l, e])?,
         k.reshape([n, s, e])?,
         v.reshape([n, s, ev])?,
     );
     let group = ((1usize << 22) / (l * s)).clamp(1, n);
-    let weights = move |q3: &Tensor,
-                        k3: &Tensor,
-                        bias: &Option<(Tensor, bool)>,
-                        h: usize,
-                        len: usize,
-                        lse: Option<&Tensor>|
-          -> Result<(Tensor, Tensor)> {
-        group_weights(q3, k3, bias, (h, len), lse, scale, empty_rows_zero)
-    };
     let (out, lse) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
         let (mut outs, mut lses) = (Vec::new(), Vec::new());
         for h in (0..n).step_by(group) {
             let len = group.min(n - h);
-            let (w, m) = weights(&q3, &k3, &bias, h, len, None)?;
+            let (w, m) = group_weights(&q3, &k3, &bias, (h, len), None, scale, empty_rows_zero)?;
             outs.push(w.matmul(&v3.narrow(0, h as i64, len)?)?);
             lses.push(m);
         }
@@ -471,7 +476,9 @@ pub(crate) fn attention_saving_memory(
                 let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
                 for h in (0..n).step_by(group) {
                     let len = group.min(n - h);
-                    let (w, _) = weights(&q3, &k3, &bias, h, len, Some(&lse))?;
+                    let hl = (h, len);
+                    let (w, _) =
+                        group_weights(&q3, &k3, &bias, hl, Some(&lse), scale, empty_rows_zero)?;
                     let gc = g.narrow(0, h as i64, len)?;
                     let vc = v3.narrow(0, h as i64, len)?;
                     dvs.push(w.transpose(1, 2)?.matmul(&gc)?);

@@ -197,26 +197,7 @@ impl Optimizer for Groups {
     /// Hands each group its share of `params` (the same order as
     /// [`parameters`](Optimizer::parameters)).
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
-        if params.len() != self.params.len() {
-            return Err(Error::invalid(
-                "set_parameters",
-                format!(
-                    "the optimizer has {} parameters, got {}",
-                    self.params.len(),
-                    params.len()
-                ),
-            ));
-        }
-        for (i, (p, q)) in self.params.iter().zip(&params).enumerate() {
-            if p.shape() != q.shape() {
-                return Err(Error::shape(
-                    "set_parameters",
-                    p.shape(),
-                    q.shape(),
-                    format!("parameter {i} changed shape"),
-                ));
-            }
-        }
+        super::check_replacement(&self.params, &params)?;
         let mut rest = params.as_slice();
         for i in 0..self.groups.len() {
             let (mine, others) = rest.split_at(self.groups[i].parameters().len());

@@ -122,11 +122,9 @@ fn check_beta(i: usize, b: f64) -> Result<()> {
 
 /// The checks and moves of [`Optimizer::set_parameters`] for `params` and their
 /// per-parameter buffers.
-fn replace_parameters(
-    params: &mut Vec<Tensor>,
-    new: Vec<Tensor>,
-    buffers: &mut [&mut Vec<Option<Tensor>>],
-) -> Result<()> {
+/// The checks of [`Optimizer::set_parameters`]: as many parameters, each of the
+/// same shape.
+fn check_replacement(params: &[Tensor], new: &[Tensor]) -> Result<()> {
     if new.len() != params.len() {
         return Err(Error::invalid(
             "set_parameters",
@@ -137,7 +135,7 @@ fn replace_parameters(
             ),
         ));
     }
-    for (i, (p, q)) in params.iter().zip(&new).enumerate() {
+    for (i, (p, q)) in params.iter().zip(new).enumerate() {
         if p.shape() != q.shape() {
             return Err(Error::shape(
                 "set_parameters",
@@ -147,6 +145,15 @@ fn replace_parameters(
             ));
         }
     }
+    Ok(())
+}
+
+fn replace_parameters(
+    params: &mut Vec<Tensor>,
+    new: Vec<Tensor>,
+    buffers: &mut [&mut Vec<Option<Tensor>>],
+) -> Result<()> {
+    check_replacement(params, &new)?;
     let mut moved: Vec<Vec<Option<Tensor>>> = Vec::with_capacity(buffers.len());
     for bufs in buffers.iter() {
         let v = bufs

@@ -362,13 +362,16 @@ impl OneCycleLr {
         let (lo, hi) = (o.base_momentum, o.max_momentum);
         let up = o.pct_start * total_steps as f64 - 1.0;
         let last = total_steps as f64 - 1.0;
+        // up to the peak, the momentum down; then down to the final rate, in one
+        // phase or (three_phase) back to the initial rate first
+        let rise = Phase {
+            end_step: up,
+            lr: (initial, max_lr),
+            momentum: (hi, lo),
+        };
         let phases = if o.three_phase {
             vec![
-                Phase {
-                    end_step: up,
-                    lr: (initial, max_lr),
-                    momentum: (hi, lo),
-                },
+                rise,
                 Phase {
                     end_step: 2.0 * o.pct_start * total_steps as f64 - 2.0,
                     lr: (max_lr, initial),
@@ -382,11 +385,7 @@ impl OneCycleLr {
             ]
         } else {
             vec![
-                Phase {
-                    end_step: up,
-                    lr: (initial, max_lr),
-                    momentum: (hi, lo),
-                },
+                rise,
                 Phase {
                     end_step: last,
                     lr: (max_lr, min_lr),

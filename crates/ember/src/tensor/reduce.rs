@@ -352,7 +352,7 @@ impl Tensor {
             let y = y.save();
             move |g: &Tensor| {
                 let y = y.get()?;
-                if d + 1 == y.rank() && y.is_contiguous() && g.dtype() == y.dtype() {
+                if d + 1 == y.rank() && y.is_contiguous() {
                     // over the last dim: one pass per row
                     let g = g.contiguous()?;
                     let gx = g.map_storage_same(|s, l| {

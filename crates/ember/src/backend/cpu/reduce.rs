@@ -659,6 +659,31 @@ pub(crate) fn softmax_rows(
     crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, log)), _other => None)
 }
 
+/// `Σ a·b` of two rows in the accumulator type, in eight independent lanes (a
+/// loop that vectorises).
+#[inline(always)]
+fn dot_acc<T: SliceMath>(a: &[T], b: &[T]) -> T::Acc {
+    let mut acc = [T::Acc::zero(); 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (at, bt) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for j in 0..8 {
+            acc[j] = acc[j] + x[j].to_acc() * y[j].to_acc();
+        }
+    }
+    let mut s = acc.iter().fold(T::Acc::zero(), |s, &v| s + v);
+    for (x, y) in at.iter().zip(bt) {
+        s = s + x.to_acc() * y.to_acc();
+    }
+    s
+}
+
+/// `d`'s elements if they are `like`'s type (for the second and third operands
+/// of a primitive dispatched on its first).
+fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
+    T::slice(d)
+}
+
 /// The input gradient of [`softmax_rows`] from the output's gradient `g` and the
 /// output `y` (one float dtype, rows of `row` elements): `y · (g - Σ g·y)`, or
 /// `g - exp(y) · Σ g` for log-softmax, summed in the accumulator type. `None` when
@@ -679,18 +704,7 @@ pub(crate) fn softmax_backward_rows(
                         *d = T::from_acc(a.to_acc() - b.to_acc().vexp() * s);
                     }
                 } else {
-                    let mut acc = [T::Acc::zero(); 8];
-                    let (gc, yc) = (gr.chunks_exact(8), yr.chunks_exact(8));
-                    let (gt, yt) = (gc.remainder(), yc.remainder());
-                    for (a, b) in gc.zip(yc) {
-                        for j in 0..8 {
-                            acc[j] = acc[j] + a[j].to_acc() * b[j].to_acc();
-                        }
-                    }
-                    let mut s = acc.iter().fold(T::Acc::zero(), |s, &v| s + v);
-                    for (a, b) in gt.iter().zip(yt) {
-                        s = s + a.to_acc() * b.to_acc();
-                    }
+                    let s = dot_acc(gr, yr);
                     for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
                         *d = T::from_acc(b.to_acc() * (a.to_acc() - s));
                     }
@@ -711,10 +725,6 @@ pub(crate) fn softmax_backward_rows(
             }
         }
         Ok(T::wrap(out))
-    }
-    /// `d`'s elements if they are `like`'s type.
-    fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
-        T::slice(d)
     }
     let (gd, gr) = g;
     let (yd, yr) = y;
@@ -805,19 +815,7 @@ pub(crate) fn norm_rows_backward(
                 } else {
                     T::sum_slice(gr) / n
                 };
-                let mut acc = [T::Acc::zero(); 8];
-                let (gc, xc) = (gr.chunks_exact(8), xr.chunks_exact(8));
-                let (gt, xt) = (gc.remainder(), xc.remainder());
-                for (a, b) in gc.zip(xc) {
-                    for j in 0..8 {
-                        acc[j] = acc[j] + a[j].to_acc() * b[j].to_acc();
-                    }
-                }
-                let mut gx = acc.iter().fold(T::Acc::zero(), |s, &v| s + v);
-                for (a, b) in gt.iter().zip(xt) {
-                    gx = gx + a.to_acc() * b.to_acc();
-                }
-                let mgx = gx / n;
+                let mgx = dot_acc(gr, xr) / n;
                 let r = r.to_acc();
                 for ((d, a), b) in dst.iter_mut().zip(gr).zip(xr) {
                     *d = T::from_acc(r * (a.to_acc() - mg - b.to_acc() * mgx));
@@ -844,10 +842,6 @@ pub(crate) fn norm_rows_backward(
     let (gd, gr) = g;
     let (xd, xr) = xhat;
     let (rd, rr) = rstd;
-    /// `d`'s elements if they are `like`'s type.
-    fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
-        T::slice(d)
-    }
     crate::dtype::dispatch_float!(gd, v => {
         let xh = same(v, xd)?;
         let rs = same(v, rd)?;

@@ -117,6 +117,25 @@ pub(super) fn launch_n(
     unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
 }
 
+/// Launches `name` with one block of `THREADS` per row (the kernels loop when
+/// there are more rows than blocks); the same contract as [`launch_n`].
+pub(super) fn launch_rows(
+    dev: &CudaDev,
+    module: &'static str,
+    dtype: DType,
+    name: &str,
+    rows: usize,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let f = dev.func(module, dtype, name)?;
+    let grid = rows.min(65535 * 32) as u32;
+    // SAFETY: as in `launch_n`: the callers pass parameters matching the kernel.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
+}
+
 pub(super) fn new_out(dev: &Arc<CudaDev>, dtype: DType, n: usize) -> Result<CudaStorage> {
     CudaStorage::alloc(dev, dtype, n)
 }

@@ -1,7 +1,7 @@
 //! Kernels of `kernels/nn.cu`: the index ops, integer matrix products and the
 //! fused Adam step.
 
-use super::{fill, launch_n, new_out, suffix, KLayout};
+use super::{base_ptr, fill, launch_n, new_out, suffix, KLayout};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
 use crate::layout::Layout;
@@ -121,7 +121,7 @@ pub(crate) fn index_add(
     let dim_stride = ds[dim] as i64;
     ds[dim] = 0;
     let kd = KLayout::from_parts("index_add", ls.shape(), &ds, 0, false)?;
-    let src_at = src.ptr() + (ls.offset() * src.dtype().size_in_bytes()) as u64;
+    let src_at = base_ptr(src, ls.offset());
     let (pd, pi, n64, inner64, nidx64) =
         (dst.ptr(), idx.ptr(), n as i64, inner as i64, n_idx as i64);
     let name = format!("index_add_{}", suffix(dst.dtype()));

@@ -1,7 +1,7 @@
 //! Kernels of `kernels/reduce.cu`: reductions over dims (a warp, a block or
 //! several blocks per output), column sums, and the softmax family.
 
-use super::{new_out, suffix, KLayout, THREADS};
+use super::{base_ptr, launch_rows, new_out, suffix, KLayout, THREADS};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{ReduceCode, ScanOp};
 use crate::layout::Layout;
@@ -201,20 +201,20 @@ pub(crate) fn softmax_rows(
 ) -> Result<CudaStorage> {
     let dev = x.dev();
     let out = new_out(dev, x.dtype(), rows * cols)?;
-    if rows * cols == 0 {
+    if cols == 0 {
         return Ok(out);
     }
-    let f = dev.func(
+    let (px, po) = (base_ptr(x, offset), out.ptr());
+    let (r, c, lg) = (rows as i64, cols as i64, log as i32);
+    let name = format!("softmax_{}", suffix(x.dtype()));
+    launch_rows(
+        dev,
         "reduce",
         x.dtype(),
-        &format!("softmax_{}", suffix(x.dtype())),
+        &name,
+        rows,
+        &mut args![px, po, r, c, lg],
     )?;
-    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
-    let (po, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
-    let mut p = args![px, po, r, c, lg];
-    let grid = rows.min(65535 * 32) as u32;
-    // SAFETY: parameters match `softmax_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
     Ok(out)
 }
 
@@ -230,22 +230,20 @@ pub(crate) fn softmax_backward_rows(
 ) -> Result<CudaStorage> {
     let dev = g.dev();
     let out = new_out(dev, g.dtype(), rows * cols)?;
-    if rows * cols == 0 {
+    if cols == 0 {
         return Ok(out);
     }
-    let f = dev.func(
+    let (pg, py, po) = (base_ptr(g, offset), base_ptr(y, y_offset), out.ptr());
+    let (r, c, lg) = (rows as i64, cols as i64, log as i32);
+    let name = format!("softmax_backward_{}", suffix(g.dtype()));
+    launch_rows(
+        dev,
         "reduce",
         g.dtype(),
-        &format!("softmax_backward_{}", suffix(g.dtype())),
+        &name,
+        rows,
+        &mut args![pg, py, po, r, c, lg],
     )?;
-    let size = g.dtype().size_in_bytes() as u64;
-    let pg = g.ptr() + offset as u64 * size;
-    let py = y.ptr() + y_offset as u64 * size;
-    let (po, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
-    let mut p = args![pg, py, po, r, c, lg];
-    let grid = rows.min(65535 * 32) as u32;
-    // SAFETY: parameters match `softmax_backward_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
     Ok(out)
 }
 
@@ -262,20 +260,20 @@ pub(crate) fn norm_rows(
     let dev = x.dev();
     let out = new_out(dev, x.dtype(), rows * cols)?;
     let rstd = new_out(dev, x.dtype(), rows)?;
-    if rows * cols == 0 {
+    if cols == 0 {
         return Ok((out, rstd));
     }
-    let f = dev.func(
+    let (px, po, pr) = (base_ptr(x, offset), out.ptr(), rstd.ptr());
+    let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
+    let name = format!("norm_rows_{}", suffix(x.dtype()));
+    launch_rows(
+        dev,
         "reduce",
         x.dtype(),
-        &format!("norm_rows_{}", suffix(x.dtype())),
+        &name,
+        rows,
+        &mut args![px, po, pr, r, c, eps, rm],
     )?;
-    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
-    let (po, pr, r, c, rm) = (out.ptr(), rstd.ptr(), rows as i64, cols as i64, rms as i32);
-    let mut p = args![px, po, pr, r, c, eps, rm];
-    let grid = rows.min(65535 * 32) as u32;
-    // SAFETY: parameters match `norm_rows_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
     Ok((out, rstd))
 }
 
@@ -292,21 +290,20 @@ pub(crate) fn norm_rows_backward(
 ) -> Result<CudaStorage> {
     let dev = g.dev();
     let out = new_out(dev, g.dtype(), rows * cols)?;
-    if rows * cols == 0 {
+    if cols == 0 {
         return Ok(out);
     }
-    let f = dev.func(
+    let (pg, px, pr, po) = (base_ptr(g, offset), xhat.ptr(), rstd.ptr(), out.ptr());
+    let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
+    let name = format!("norm_rows_backward_{}", suffix(g.dtype()));
+    launch_rows(
+        dev,
         "reduce",
         g.dtype(),
-        &format!("norm_rows_backward_{}", suffix(g.dtype())),
+        &name,
+        rows,
+        &mut args![pg, px, pr, po, r, c, rm],
     )?;
-    let pg = g.ptr() + (offset * g.dtype().size_in_bytes()) as u64;
-    let (px, pr, po) = (xhat.ptr(), rstd.ptr(), out.ptr());
-    let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
-    let mut p = args![pg, px, pr, po, r, c, rm];
-    let grid = rows.min(65535 * 32) as u32;
-    // SAFETY: parameters match `norm_rows_backward_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
     Ok(out)
 }
 
