@@ -4,9 +4,14 @@ use ember::{cuda, Device};
 
 pub fn run() -> ember::Result<()> {
     let cpu = ember::cpu::cpu_info();
+    let threads = match (cpu.threads, cpu.caller_in_pool) {
+        (1, _) => "1 worker thread".to_string(),
+        (n, true) => format!("{n} worker threads, the main thread one of them"),
+        (n, false) => format!("{n} worker threads"),
+    };
     println!(
-        "cpu: {} ({} logical cores, {} worker threads)",
-        cpu.model, cpu.logical_cores, cpu.threads
+        "cpu: {} ({} logical cores, {threads})",
+        cpu.model, cpu.logical_cores
     );
     match cuda::unavailable_reason() {
         Some(reason) => println!("cuda: not available: {reason}"),

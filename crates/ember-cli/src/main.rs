@@ -48,6 +48,11 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // the main thread works in the CPU pool instead of sleeping through each op;
+    // nothing has built the pool yet, so this cannot fail but is not fatal if it does
+    if let Err(e) = ember::cpu::init_threads(None) {
+        eprintln!("warning: {e}");
+    }
     let result = match cli.command {
         Some(Command::Devices) => devices::run(),
         Some(Command::Train(args)) => train::run(&args),

@@ -3,8 +3,13 @@
 use std::process::Command;
 
 fn ember(args: &[&str]) -> (bool, String, String) {
+    ember_with(args, &[])
+}
+
+fn ember_with(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ember"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .expect("running ember");
@@ -22,6 +27,16 @@ fn devices_lists_the_cpu_and_the_gpus_or_why_none() {
     assert!(out.contains("cpu: ") && out.contains("cores"), "{out}");
     assert!(out.contains("cuda:"), "{out}");
     assert!(out.contains("best available device: "), "{out}");
+    // the main thread works in the CPU pool (ember::cpu::init_threads), except
+    // where the pool has one thread, which is then a thread of its own
+    let (ok, out, _) = ember_with(&["devices"], &[("RAYON_NUM_THREADS", "3")]);
+    assert!(ok);
+    assert!(
+        out.contains("3 worker threads, the main thread one of them"),
+        "{out}"
+    );
+    let (ok, out, _) = ember_with(&["devices"], &[("RAYON_NUM_THREADS", "1")]);
+    assert!(ok && out.contains(", 1 worker thread)"), "{out}");
 }
 
 fn percent(out: &str, prefix: &str) -> f64 {

@@ -82,7 +82,7 @@ pub mod meta {
 
 /// Host-side memory management (the pool of freed CPU buffers).
 pub mod cpu {
-    pub use crate::backend::cpu::info::{cpu_info, CpuInfo};
+    pub use crate::backend::cpu::info::{cpu_info, init_threads, CpuInfo};
     pub use crate::backend::host::{empty_cache, pool_stats, set_pool_limit, CpuPoolStats};
 }
 

@@ -110,11 +110,14 @@ where
         let src = &a[r];
         write_contiguous(&mut out, &|s, c| {
             let n = c.len();
-            super::vmath::simd(|| {
-                for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
-                    *d = f(x);
-                }
-            })
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    for (d, &x) in c.iter_mut().zip(&src[s..s + n]) {
+                        *d = f(x);
+                    }
+                },
+            )
         });
         return Ok(out);
     }
@@ -154,11 +157,14 @@ where
         let (a, b) = (&a[ra], &b[rb]);
         write_contiguous(&mut out, &|s, c| {
             let n = c.len();
-            super::vmath::simd(|| {
-                for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
-                    *d = f(x, y);
-                }
-            })
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    for ((d, &x), &y) in c.iter_mut().zip(&a[s..s + n]).zip(&b[s..s + n]) {
+                        *d = f(x, y);
+                    }
+                },
+            )
         });
         return Ok(out);
     }

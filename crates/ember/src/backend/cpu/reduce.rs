@@ -615,38 +615,47 @@ pub(crate) fn softmax_rows(
 ) -> Option<Result<CpuData>> {
     fn go<T: SliceMath>(x: &[T], row: usize, log: bool) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(x.len())?;
-        let body = |(src, dst): (&[T], &mut [T])| {
-            let m = T::max_slice(src);
-            // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
-            if !log && std::mem::size_of::<T>() == std::mem::size_of::<T::Acc>() {
-                // f32/f64: each exp once, kept in the output, then scaled (same values
-                // as computing it twice: T is the accumulator type)
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc((v.to_acc() - m).vexp());
+        // inlined into each of vmath::simd's copies
+        let body = {
+            #[inline(always)]
+            |(src, dst): (&[T], &mut [T])| {
+                let m = T::max_slice(src);
+                // a row of -inf stays finite-free: exp(-inf - -inf) is NaN, as in PyTorch
+                if !log && std::mem::size_of::<T>() == std::mem::size_of::<T::Acc>() {
+                    // f32/f64: each exp once, kept in the output, then scaled (same values
+                    // as computing it twice: T is the accumulator type)
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = T::from_acc((v.to_acc() - m).vexp());
+                    }
+                    let inv = T::sum_slice(dst).recip();
+                    for d in dst.iter_mut() {
+                        *d = T::from_acc(d.to_acc() * inv);
+                    }
+                    return;
                 }
-                let inv = T::sum_slice(dst).recip();
-                for d in dst.iter_mut() {
-                    *d = T::from_acc(d.to_acc() * inv);
-                }
-                return;
-            }
-            let sum = sum_acc(src, |v: T| (v.to_acc() - m).vexp());
-            if log {
-                let lse = sum.ln();
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc(v.to_acc() - m - lse);
-                }
-            } else {
-                let inv = sum.recip();
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc((v.to_acc() - m).vexp() * inv);
+                let sum = sum_acc(src, |v: T| (v.to_acc() - m).vexp());
+                if log {
+                    let lse = sum.ln();
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = T::from_acc(v.to_acc() - m - lse);
+                    }
+                } else {
+                    let inv = sum.recip();
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = T::from_acc((v.to_acc() - m).vexp() * inv);
+                    }
                 }
             }
         };
         if row == 0 {
             return Ok(T::wrap(out));
         }
-        let body = |rows: (&[T], &mut [T])| super::vmath::simd(|| body(rows));
+        let body = |rows: (&[T], &mut [T])| {
+            super::vmath::simd(
+                #[inline(always)]
+                || body(rows),
+            )
+        };
         if x.len() >= PAR_MIN && x.len() / row > 1 {
             x.par_chunks(row)
                 .zip(out.par_chunks_mut(row))
@@ -697,19 +706,22 @@ pub(crate) fn softmax_backward_rows(
     fn go<T: SliceMath>(g: &[T], y: &[T], row: usize, log: bool) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(g.len())?;
         let body = |((gr, yr), dst): ((&[T], &[T]), &mut [T])| {
-            super::vmath::simd(|| {
-                if log {
-                    let s = T::sum_slice(gr);
-                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
-                        *d = T::from_acc(a.to_acc() - b.to_acc().vexp() * s);
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    if log {
+                        let s = T::sum_slice(gr);
+                        for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
+                            *d = T::from_acc(a.to_acc() - b.to_acc().vexp() * s);
+                        }
+                    } else {
+                        let s = dot_acc(gr, yr);
+                        for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
+                            *d = T::from_acc(b.to_acc() * (a.to_acc() - s));
+                        }
                     }
-                } else {
-                    let s = dot_acc(gr, yr);
-                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(yr) {
-                        *d = T::from_acc(b.to_acc() * (a.to_acc() - s));
-                    }
-                }
-            })
+                },
+            )
         };
         if let Some(rows) = g.len().checked_div(row) {
             if g.len() >= PAR_MIN && rows > 1 {
@@ -752,22 +764,25 @@ pub(crate) fn norm_rows(
         let mut rstd = alloc_uninit::<T>(rows)?;
         let (n, eps) = (T::Acc::c(row as f64), T::Acc::c(eps));
         let body = |((src, dst), r): ((&[T], &mut [T]), &mut T)| {
-            super::vmath::simd(|| {
-                let mean = if rms {
-                    T::Acc::zero()
-                } else {
-                    T::sum_slice(src) / n
-                };
-                let ss = sum_acc(src, |v: T| {
-                    let d = v.to_acc() - mean;
-                    d * d
-                });
-                let s = (ss / n + eps).sqrt().recip();
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = T::from_acc((v.to_acc() - mean) * s);
-                }
-                *r = T::from_acc(s);
-            })
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    let mean = if rms {
+                        T::Acc::zero()
+                    } else {
+                        T::sum_slice(src) / n
+                    };
+                    let ss = sum_acc(src, |v: T| {
+                        let d = v.to_acc() - mean;
+                        d * d
+                    });
+                    let s = (ss / n + eps).sqrt().recip();
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = T::from_acc((v.to_acc() - mean) * s);
+                    }
+                    *r = T::from_acc(s);
+                },
+            )
         };
         if rows > 0 {
             if x.len() >= PAR_MIN && rows > 1 {
@@ -809,18 +824,21 @@ pub(crate) fn norm_rows_backward(
         let n = T::Acc::c(row as f64);
         type Row<'a, T> = (((&'a [T], &'a [T]), &'a mut [T]), &'a T);
         let body = |(((gr, xr), dst), &r): Row<T>| {
-            super::vmath::simd(|| {
-                let mg = if rms {
-                    T::Acc::zero()
-                } else {
-                    T::sum_slice(gr) / n
-                };
-                let mgx = dot_acc(gr, xr) / n;
-                let r = r.to_acc();
-                for ((d, a), b) in dst.iter_mut().zip(gr).zip(xr) {
-                    *d = T::from_acc(r * (a.to_acc() - mg - b.to_acc() * mgx));
-                }
-            })
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    let mg = if rms {
+                        T::Acc::zero()
+                    } else {
+                        T::sum_slice(gr) / n
+                    };
+                    let mgx = dot_acc(gr, xr) / n;
+                    let r = r.to_acc();
+                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(xr) {
+                        *d = T::from_acc(r * (a.to_acc() - mg - b.to_acc() * mgx));
+                    }
+                },
+            )
         };
         if let Some(rows) = g.len().checked_div(row) {
             if g.len() >= PAR_MIN && rows > 1 {

@@ -2,17 +2,27 @@
 //! sums and maxima of f32 slices written with intrinsics. (The branch-free e^x lives
 //! with the float math traits in `dtype`.)
 
-/// Runs `f` compiled for AVX2 when the CPU has it (and plainly otherwise): the
-/// loops LLVM vectorizes inside `f` then use 256-bit registers instead of the
-/// baseline's 128-bit SSE2. Meant for hot loops over slices; `f` is inlined into
-/// the AVX2 copy, so keep it small.
+/// Runs `f` compiled for AVX-512 or AVX2, whichever the CPU has (and plainly
+/// otherwise): the loops LLVM vectorizes inside `f` then use 512- or 256-bit
+/// registers instead of the baseline's 128-bit SSE2. Meant for hot loops over
+/// slices; `f` is inlined into each copy, so keep it small. The results are the
+/// same in every copy: LLVM does not reorder float arithmetic or fuse
+/// multiply-adds on its own, so only the width of the vectors changes.
 #[inline(always)]
 pub(crate) fn simd<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+        unsafe fn wide<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
         #[target_feature(enable = "avx2")]
         unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
             f()
+        }
+        if avx512() {
+            // SAFETY: the CPU supports these features, checked just above.
+            return unsafe { wide(f) };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
@@ -20,6 +30,16 @@ pub(crate) fn simd<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     f()
+}
+
+/// `true` when the CPU has the AVX-512 subsets [`simd`] compiles for.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
 /// Sum of an f32 slice in 32 independent lanes, combined pairwise (the same order
