@@ -240,7 +240,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     if let Some((dir, done)) = resumed {
         println!("resumed from {} after epoch {done}", dir.display());
     }
+    let syncs_before = device
+        .is_cuda()
+        .then(|| cuda::host_syncs(&device))
+        .transpose()?;
     let history = trial.run(epochs)?.clone();
+    let syncs = match syncs_before {
+        Some(b) => Some(cuda::host_syncs(&device)? - b),
+        None => None,
+    };
     let Some(last) = history.last() else {
         return Err(Error::InvalidArgument {
             op: "train",
@@ -274,6 +282,14 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         let csv = plot.with_extension("csv");
         history.write_csv(&csv)?;
         println!("curves: {} and {}", plot.display(), csv.display());
+    }
+    if let Some(syncs) = syncs {
+        // the epochs this run trained, each a pass over the training set
+        let steps = (epochs - resumed.as_ref().map_or(0, |r| r.1)) * n_train.div_ceil(batch);
+        println!(
+            "host waits for the GPU while training: {syncs} in {steps} steps ({:.2} per step)",
+            syncs as f64 / steps.max(1) as f64
+        );
     }
     if device.is_cuda() {
         let measured = cuda::max_memory_allocated(&device)?;

@@ -495,6 +495,16 @@ fn train_on_a_gpu_prints_the_measured_peak_next_to_the_estimate() {
     let (measured, estimated) = rest.split_once(" measured, ").unwrap();
     let (measured, estimated) = (mib(measured), mib(estimated));
     assert!((measured - estimated).abs() / measured <= 0.05, "{line}");
+    // the host waits for the GPU when it reads the epoch's loss and metrics, not
+    // at every step
+    let waits = out
+        .lines()
+        .find_map(|l| l.strip_prefix("host waits for the GPU while training: "))
+        .unwrap_or_else(|| panic!("no host-wait line in\n{out}"));
+    let (n, rest) = waits.split_once(" in ").unwrap();
+    let n: usize = n.parse().unwrap();
+    let steps: usize = rest.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(steps == 1437usize.div_ceil(64) && n <= 4, "{waits}");
 }
 
 #[test]
@@ -657,4 +667,70 @@ fn text_model_trains_saves_and_generates() {
         let (ok, _, err) = ember(args);
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// A stand-in for the NVIDIA driver that reports one GPU of compute capability
+/// 1.1 and nothing else: what a machine with a driver but without NVRTC, cuBLAS
+/// or a supported architecture looks like to ember.
+const FAKE_DRIVER: &str = r#"
+#include <stddef.h>
+int cuInit(unsigned flags) { return 0; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int d) { *v = 1; return 0; }
+int cuDeviceGetName(char *name, int len, int d) { if (len > 0) name[0] = 0; return 0; }
+int cuDeviceTotalMem_v2(size_t *b, int d) { *b = 1 << 30; return 0; }
+int cuGetErrorString(int e, const char **s) { *s = "fake driver"; return 0; }
+int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_FAKE"; return 0; }
+"#;
+
+#[test]
+fn a_gpu_ember_cannot_use_is_not_chosen() {
+    let dir = std::env::temp_dir().join(format!("ember-fake-driver-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("fake.c");
+    std::fs::write(&src, FAKE_DRIVER).unwrap();
+    let lib = dir.join("libcuda.so.1");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        println!("skipped a_gpu_ember_cannot_use_is_not_chosen: no C compiler (cc) to build a stand-in driver");
+        return;
+    }
+    // only the stand-in driver is found: no loader path, CUDA install or pip wheel
+    // (HOME points at an empty folder)
+    let out = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .arg("devices")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &dir)
+        .env("EMBER_CUDA_LIB_DIR", &dir)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("running ember");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("driver: {}", lib.display())),
+        "the stand-in driver was not the one loaded: {text}"
+    );
+    assert!(text.contains("best available device: cpu"), "{text}");
+    // why: NVRTC is missing here; where a CUDA install provides it (and cuBLAS),
+    // compute capability 1.1 is what no NVRTC compiles for
+    let reason = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cuda: not available: "))
+        .unwrap_or_else(|| panic!("no reason given: {text}"));
+    assert!(
+        reason.starts_with("the NVIDIA driver reports 1 GPU(s), but ember cannot ")
+            && (reason.contains("libnvrtc")
+                || reason.contains("libcublas")
+                || reason.contains("sm_11")),
+        "{reason}"
+    );
 }

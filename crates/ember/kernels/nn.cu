@@ -106,6 +106,27 @@ __device__ void index_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* idx
     }
 EMBER_ALL_TYPES(INDEX)
 
+// Indices checked and wrapped on the device, so that a training step does not wait
+// for the GPU to check them on the host: out[i] = idx[i], plus `size` where it is
+// negative and `negative` allows that. An index outside [-size or 0, size) becomes
+// 0 (no kernel after this one reads outside its tensor), and the first one found
+// is written to the check's two flag words (1, the index) for the host to report
+// at its next synchronisation.
+extern "C" __global__ void check_indices(const i64* idx, Layout li, i64* out, i64 size, int negative,
+                                         unsigned long long* flag, i64 n) {
+    FOR_EACH(i, n) {
+        i64 x = idx[loc(li, i)];
+        i64 lo = negative ? -size : 0;
+        if (x < lo || x >= size) {
+            if (atomicCAS(flag, 0ull, 1ull) == 0ull) flag[1] = (unsigned long long)x;
+            x = 0;
+        } else if (x < 0) {
+            x += size;
+        }
+        out[i] = x;
+    }
+}
+
 #define SCATTER(T, S)                                                                                \
     extern "C" __global__ void scatter_add_##S(T* dst, Layout ld, i64 dim_stride, const i64* idx,   \
                                                const T* src, Layout ls, i64 n) {                     \

@@ -58,7 +58,7 @@ pub mod cuda {
     };
     pub use crate::backend::cuda::pinned::set_pinned_staging;
     pub use crate::backend::cuda::{
-        allow_tf32, empty_cache, host_memory_stats, max_memory_allocated, mem_get_info,
+        allow_tf32, empty_cache, host_memory_stats, host_syncs, max_memory_allocated, mem_get_info,
         memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
         synchronize, Event, HostMemoryStats, MemoryStats,
     };

@@ -125,3 +125,102 @@ fn copies_are_staged_through_reused_pinned_blocks() -> Result<()> {
     assert_eq!(cuda::host_memory_stats(&dev)?.reserved, 0);
     Ok(())
 }
+
+/// Host waits during `steps` calls of `step` after one warm-up call.
+fn syncs_in(dev: &Device, steps: usize, step: &mut dyn FnMut() -> Result<()>) -> Result<u64> {
+    step()?;
+    let before = cuda::host_syncs(dev)?;
+    for _ in 0..steps {
+        step()?;
+    }
+    Ok(cuda::host_syncs(dev)? - before)
+}
+
+#[test]
+fn training_steps_never_wait_for_the_gpu() -> Result<()> {
+    let Some((dev, _turn)) = gpu("training_steps_never_wait_for_the_gpu") else {
+        return Ok(());
+    };
+    use ember::nn::{self, Module};
+    use ember::optim::{Adam, Optimizer};
+    // reading values waits, and is counted
+    let t = Tensor::ones([3], DType::F32, &dev)?;
+    let before = cuda::host_syncs(&dev)?;
+    t.to_vec::<f32>()?;
+    cuda::synchronize(&dev)?;
+    assert_eq!(cuda::host_syncs(&dev)? - before, 2);
+
+    // the MLP and the digits CNN: forward, cross-entropy, backward, Adam
+    ember::manual_seed(0);
+    let mut models: Vec<(&str, Box<dyn Module>, Tensor)> = vec![
+        (
+            "mlp",
+            Box::new(ember::models::mlp(&[64, 32, 10], &dev)?),
+            Tensor::randn([16, 64], &dev)?,
+        ),
+        (
+            "digits cnn",
+            Box::new(ember::models::digits_cnn(&dev)?),
+            Tensor::randn([16, 1, 8, 8], &dev)?,
+        ),
+    ];
+    let y = Tensor::randint(0, 10, [16], &dev)?;
+    for (name, model, x) in &mut models {
+        let mut opt = Adam::new(model.parameters(), 1e-3)?;
+        let n = syncs_in(&dev, 3, &mut || {
+            let loss = nn::cross_entropy(&model.forward(x)?, &y)?;
+            opt.zero_grad();
+            loss.backward()?;
+            nn::clip_grad_norm_(&model.parameters(), 1.0, 2.0, false)?;
+            opt.step()
+        })?;
+        assert_eq!(n, 0, "{name}: {n} host waits in 3 training steps");
+    }
+    // the character GPT, AdamW over two parameter groups, clipping
+    let config = ember::models::GptConfig {
+        vocab_size: 20,
+        context: 16,
+        layers: 2,
+        heads: 2,
+        width: 16,
+        dropout: 0.1,
+    };
+    let gpt = ember::models::CharGpt::new(config, &dev)?;
+    let params = gpt.parameters();
+    let (decay, no_decay) = ember::optim::split_for_weight_decay(params.clone());
+    let mut opt = ember::optim::Groups::new(vec![
+        Box::new(Adam::adamw(decay, 1e-3)?),
+        Box::new(Adam::new(no_decay, 1e-3)?),
+    ])?;
+    let xi = Tensor::randint(0, 20, [4, 16], &dev)?;
+    let yi = Tensor::randint(0, 20, [4, 16], &dev)?;
+    let n = syncs_in(&dev, 3, &mut || {
+        let loss = gpt.loss(&xi, &yi)?;
+        opt.zero_grad();
+        loss.backward()?;
+        nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
+        opt.step()
+    })?;
+    assert_eq!(n, 0, "char GPT: {n} host waits in 3 training steps");
+
+    // a bad target is found on the device and reported, with the loss's name, at
+    // the next wait; once
+    let logits = Tensor::randn([2, 10], &dev)?;
+    let bad = Tensor::from_slice(&[3i64, 12], [2], &dev)?;
+    let loss = nn::cross_entropy(&logits, &bad)?;
+    match loss.item::<f32>() {
+        Err(Error::IndexOutOfRange {
+            op,
+            index: 12,
+            dim: 1,
+            size: 10,
+        }) => assert_eq!(op, "cross_entropy"),
+        other => panic!("expected the bad target at the next wait, got {other:?}"),
+    }
+    cuda::synchronize(&dev)?;
+    // a bad index queued by another thread is that thread's error, not this one's
+    let other = std::thread::spawn(move || nn::cross_entropy(&logits, &bad).map(|_| ()));
+    other.join().expect("the other thread")?;
+    cuda::synchronize(&dev)?;
+    Ok(())
+}

@@ -365,7 +365,11 @@ fn run(case: &Case, dev: Device) -> R<Out> {
         .iter()
         .map(|i| build_input(i, &dev, false).map(|(a, _)| a))
         .collect::<R<_>>()?;
-    eval(case, dev, &args)
+    let out = eval(case, dev, &args)?;
+    // a GPU checks indices on the device and reports a bad one at the next
+    // synchronisation, as PyTorch's device-side asserts surface
+    ember::cuda::synchronize(&dev).map_err(e)?;
+    Ok(out)
 }
 
 /// The op's output backpropagated with `grad_out` (ones without one): each

@@ -151,7 +151,8 @@ pub(crate) trait BackendStorage: Sized {
     // ---- indexing
     /// The int64 indices of the view `l`, each checked to lie in `[-size, size)`
     /// and wrapped to `[0, size)` (in `[0, size)` without `negative`; `op` and
-    /// `dim` name them in errors), contiguous.
+    /// `dim` name them in errors), contiguous. A GPU checks them on the device and
+    /// reports a bad one at its next synchronisation (the index becomes 0).
     fn indices(
         &self,
         l: &Layout,

@@ -184,19 +184,9 @@ fn weighted_nll(
     let m = logp.shape()[0];
     let t = target.reshape([m])?;
     let valid = t.ne(opts.ignore_index)?;
-    let safe = valid.where_(&t, 0i64)?;
-    if target.device() != crate::Device::Meta {
-        let bad = safe.lt(0)?.logical_or(&safe.ge(c as i64)?)?;
-        if bad.any_all()?.item::<bool>()? {
-            let first = safe.masked_select(&bad)?.to_vec::<i64>()?[0];
-            return Err(Error::IndexOutOfRange {
-                op,
-                index: first,
-                dim: 1,
-                size: c,
-            });
-        }
-    }
+    // checked where the targets are: at once on the CPU, on a GPU without waiting
+    // for it (a bad target is reported at the next synchronisation)
+    let safe = Tensor::index_values(op, &valid.where_(&t, 0i64)?, 1, c, false)?;
     let idx = safe.unsqueeze(1)?;
     let valid_f = valid.to_dtype(logp.dtype())?;
     // the weight of each row's target (0 where ignored)

@@ -4,22 +4,45 @@ use crate::{DType, Error, Result, Tensor};
 
 /// A quantity computed batch by batch and averaged over an epoch. Implement it for
 /// your own metrics and pass them to [`Trial::metric`](super::Trial::metric).
+///
+/// Keep what `update` accumulates on the batch's device, as the metrics here do:
+/// reading a value there (`item`, `to_vec`) makes the host wait for the GPU at
+/// every step, where `value` reads once per epoch.
 pub trait Metric: Send {
     /// The column name in the history (`"loss"`, `"acc"`, ...); validation values
     /// get a `val_` prefix.
     fn name(&self) -> String;
     /// Forgets everything (called at the start of each phase).
     fn reset(&mut self);
-    /// Adds one batch: the model's `output`, the `target` and the batch's mean loss.
-    fn update(&mut self, output: &Tensor, target: &Tensor, loss: f64) -> Result<()>;
+    /// Adds one batch: the model's `output`, the `target` and the batch's mean
+    /// loss (a 0-d tensor on the output's device, not part of any graph).
+    fn update(&mut self, output: &Tensor, target: &Tensor, loss: &Tensor) -> Result<()>;
     /// The value over the batches seen since the last reset.
-    fn value(&self) -> f64;
+    fn value(&self) -> Result<f64>;
+}
+
+/// `total + x`, or `x` for the first batch (kept in f64 on `x`'s device).
+fn accumulate(total: &mut Option<Tensor>, x: &Tensor) -> Result<()> {
+    let x = x.to_dtype(DType::F64)?;
+    *total = Some(match total.take() {
+        Some(t) => t.add(&x)?,
+        None => x,
+    });
+    Ok(())
+}
+
+/// `total / n`, read from the device (0 before any batch).
+fn mean(total: &Option<Tensor>, n: usize) -> Result<f64> {
+    match total {
+        Some(t) => Ok(t.item::<f64>()? / n.max(1) as f64),
+        None => Ok(0.0),
+    }
 }
 
 /// The mean loss per sample.
 #[derive(Default)]
 pub struct Loss {
-    sum: f64,
+    sum: Option<Tensor>,
     n: usize,
 }
 
@@ -30,14 +53,17 @@ impl Metric for Loss {
     fn reset(&mut self) {
         *self = Loss::default();
     }
-    fn update(&mut self, output: &Tensor, _: &Tensor, loss: f64) -> Result<()> {
+    fn update(&mut self, output: &Tensor, _: &Tensor, loss: &Tensor) -> Result<()> {
         let n = output.shape().first().copied().unwrap_or(1);
-        self.sum += loss * n as f64;
+        accumulate(
+            &mut self.sum,
+            &loss.detach().to_dtype(DType::F64)?.mul(n as f64)?,
+        )?;
         self.n += n;
         Ok(())
     }
-    fn value(&self) -> f64 {
-        self.sum / self.n.max(1) as f64
+    fn value(&self) -> Result<f64> {
+        mean(&self.sum, self.n)
     }
 }
 
@@ -45,7 +71,7 @@ impl Metric for Loss {
 /// (`k = 1`: accuracy). Outputs `[N, C]` scores, targets `[N]` class indices.
 pub struct TopKAccuracy {
     k: usize,
-    correct: f64,
+    correct: Option<Tensor>,
     n: usize,
 }
 
@@ -57,7 +83,7 @@ impl TopKAccuracy {
         }
         Ok(TopKAccuracy {
             k,
-            correct: 0.0,
+            correct: None,
             n: 0,
         })
     }
@@ -72,10 +98,10 @@ impl Metric for TopKAccuracy {
         }
     }
     fn reset(&mut self) {
-        self.correct = 0.0;
+        self.correct = None;
         self.n = 0;
     }
-    fn update(&mut self, output: &Tensor, target: &Tensor, _: f64) -> Result<()> {
+    fn update(&mut self, output: &Tensor, target: &Tensor, _: &Tensor) -> Result<()> {
         if output.rank() != 2 || target.shape() != [output.shape()[0]] {
             return Err(Error::shape(
                 "accuracy",
@@ -93,12 +119,12 @@ impl Metric for TopKAccuracy {
             let beaten_by = output.gt(&score)?.sum(1, false)?;
             beaten_by.lt(self.k as i64)?
         };
-        self.correct += correct.to_dtype(DType::F64)?.sum_all()?.item::<f64>()?;
+        accumulate(&mut self.correct, &correct.to_dtype(DType::I64)?.sum_all()?)?;
         self.n += target.numel();
         Ok(())
     }
-    fn value(&self) -> f64 {
-        self.correct / self.n.max(1) as f64
+    fn value(&self) -> Result<f64> {
+        mean(&self.correct, self.n)
     }
 }
 

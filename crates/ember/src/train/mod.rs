@@ -412,6 +412,7 @@ impl Trial {
         self.metrics.iter_mut().for_each(|m| m.reset());
         let bar = self.bar(loader.len(), epoch, epochs);
         let start = Instant::now();
+        let mut shown = start;
         let mut seen = 0usize;
         for batch in loader.epoch(epoch as u64 - 1) {
             let (x, y) = batch?;
@@ -423,24 +424,32 @@ impl Trial {
             let loss = (self.loss_fn)(&out, &y)?;
             loss.backward()?;
             self.optimizer.step()?;
-            let loss_v = loss.item::<f64>()?;
-            let out = out.detach();
+            let (out, loss) = (out.detach(), loss.detach());
             crate::no_grad(|| {
                 self.metrics
                     .iter_mut()
-                    .try_for_each(|m| m.update(&out, &y, loss_v))
+                    .try_for_each(|m| m.update(&out, &y, &loss))
             })?;
             seen += x.shape().first().copied().unwrap_or(1);
             if let Some(bar) = &bar {
                 bar.inc(1);
-                let rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
-                bar.set_message(format!("loss {loss_v:.4} · {rate:.0} samples/s"));
+                // the loss is read (a wait for the GPU) a few times a second, not
+                // at every step
+                if shown.elapsed().as_secs_f64() >= 0.25 {
+                    shown = Instant::now();
+                    let loss_v = loss.item::<f64>()?;
+                    let rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                    bar.set_message(format!("loss {loss_v:.4} · {rate:.0} samples/s"));
+                }
             }
         }
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        Ok(self.metrics.iter().map(|m| (m.name(), m.value())).collect())
+        self.metrics
+            .iter()
+            .map(|m| Ok((m.name(), m.value()?)))
+            .collect()
     }
 
     /// The metrics over a loader in evaluation mode, without a graph.
@@ -452,13 +461,16 @@ impl Trial {
             let (x, y) = batch?;
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
             let out = self.model.forward(&x)?;
-            let loss = (self.loss_fn)(&out, &y)?.item::<f64>()?;
+            let loss = (self.loss_fn)(&out, &y)?;
             for m in self.metrics.iter_mut() {
-                m.update(&out, &y, loss)?;
+                m.update(&out, &y, &loss)?;
             }
         }
         self.model.train();
-        Ok(self.metrics.iter().map(|m| (m.name(), m.value())).collect())
+        self.metrics
+            .iter()
+            .map(|m| Ok((m.name(), m.value()?)))
+            .collect()
     }
 
     /// The metrics on the test loader (the validation loader when there is none),

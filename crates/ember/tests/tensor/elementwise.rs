@@ -409,7 +409,9 @@ fn refused_like_pytorch(dev: &Device) -> Result<()> {
         vec![255, 0]
     );
 
-    let oob = |r: Result<Tensor>| match r {
+    // on a GPU the indices are checked on the device: the error comes at the
+    // next synchronisation
+    let oob = |r: Result<Tensor>| match r.and_then(|t| ember::cuda::synchronize(dev).map(|_| t)) {
         Err(ember::Error::IndexOutOfRange { index: -1, .. }) => {}
         other => panic!("expected an index error for -1, got {other:?}"),
     };

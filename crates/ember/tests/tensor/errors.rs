@@ -1,5 +1,6 @@
 //! Bad input is an error with a message that names the op, never a panic.
 
+use super::synced;
 use ember::prelude::*;
 use ember::Error;
 
@@ -96,7 +97,7 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
     err_has(Tensor::cat(&[&a, &b], 0), &["cat"]);
     err_has(Tensor::stack(&[&a, &b], 0), &["stack"]);
     err_has(
-        a.index_select(0, &Tensor::new([5i64], dev)?),
+        synced(a.index_select(0, &Tensor::new([5i64], dev)?)),
         &["index_select", "index 5", "size 2"],
     );
     err_has(

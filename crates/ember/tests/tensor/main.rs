@@ -49,6 +49,14 @@ fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// The values of `t` as f64, row-major.
+/// `r` once its device has finished it: a GPU checks indices on the device and
+/// reports a bad one at the next wait, which this is (a no-op on the CPU).
+fn synced(r: ember::Result<ember::Tensor>) -> ember::Result<ember::Tensor> {
+    let t = r?;
+    ember::cuda::synchronize(&t.device())?;
+    Ok(t)
+}
+
 fn vals(t: &ember::Tensor) -> Vec<f64> {
     t.to_vec::<f64>().expect("to_vec")
 }

@@ -10,6 +10,7 @@ use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats,
 use crate::{DType, Device, Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A device's memory as the caching allocator sees it.
@@ -51,7 +52,34 @@ pub(crate) struct CudaDev {
     modules: Mutex<HashMap<ModuleKey, Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
     pinned: Mutex<PinnedPool>,
+    /// Times the host waited for this device: copies to the host and
+    /// `synchronize` calls ([`CudaDev::host_syncs`]).
+    syncs: AtomicU64,
+    index_checks: Mutex<IndexChecks>,
 }
+
+/// The index checks queued on a device since its last synchronisation. Each has
+/// a slot of two words in `flags` (0 while it found nothing; else 1 and the bad
+/// index) and remembers the thread that queued it: a bad index is that thread's
+/// error, returned by its next wait for the device (another thread's wait keeps
+/// it for that thread), so threads sharing a GPU do not get each other's errors.
+#[derive(Default)]
+struct IndexChecks {
+    flags: Option<u64>,
+    pending: Vec<IndexCheck>,
+    /// Errors found at another thread's wait, each for its thread's next one.
+    found: Vec<(std::thread::ThreadId, Error)>,
+}
+
+struct IndexCheck {
+    op: &'static str,
+    dim: usize,
+    size: usize,
+    thread: std::thread::ThreadId,
+}
+
+/// Index checks a device holds between two waits; one more waits first.
+const INDEX_CHECK_SLOTS: usize = 4096;
 
 type Slot = OnceLock<std::result::Result<Arc<CudaDev>, String>>;
 
@@ -113,6 +141,8 @@ impl CudaDev {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             pinned: Mutex::new(PinnedPool::default()),
+            syncs: AtomicU64::new(0),
+            index_checks: Mutex::new(IndexChecks::default()),
         })
     }
 
@@ -195,9 +225,86 @@ impl CudaDev {
         self.pinned().htod(dst, src)
     }
 
-    /// Copies device address `src` into `dst`, waiting for the work queued before.
+    /// Copies device address `src` into `dst`, waiting for the work queued before;
+    /// an error when an index check queued before failed.
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
-        self.pinned().dtoh(dst, src)
+        self.pinned().dtoh(dst, src)?;
+        self.synced()
+    }
+
+    /// How many times the host has waited for this device so far: copies of values
+    /// to the host (`to_vec`, `item`, printing, a CPU copy) and `synchronize`.
+    pub(crate) fn host_syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Registers an index check of `op` (along `dim` of size `size`) about to be
+    /// queued: the address of its two flag words.
+    pub(crate) fn index_check(&self, op: &'static str, dim: usize, size: usize) -> Result<u64> {
+        let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        if c.pending.len() == INDEX_CHECK_SLOTS {
+            // every slot in use since the last wait: wait now, to free them
+            drop(c);
+            self.rt.synchronize()?;
+            self.synced()?;
+            c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        let flags = match c.flags {
+            Some(f) => f,
+            None => {
+                // outside the caching allocator: kept for the process, and not
+                // counted in the memory statistics of tensors
+                let f = self
+                    .rt
+                    .malloc(INDEX_CHECK_SLOTS * 16)
+                    .map_err(|e| Error::Cuda {
+                        op: "cuMemAlloc",
+                        msg: e.msg,
+                    })?;
+                self.pinned().htod(f, &vec![0u64; 2 * INDEX_CHECK_SLOTS])?;
+                *c.flags.insert(f)
+            }
+        };
+        let slot = flags + 16 * c.pending.len() as u64;
+        c.pending.push(IndexCheck {
+            op,
+            dim,
+            size,
+            thread: std::thread::current().id(),
+        });
+        Ok(slot)
+    }
+
+    /// After the host waited for the device: counts the wait, and returns the
+    /// first bad index this thread's checks found (PyTorch reports its
+    /// device-side asserts at the next synchronisation too).
+    fn synced(&self) -> Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let me = std::thread::current().id();
+        let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(flags) = c.flags.filter(|_| !c.pending.is_empty()) {
+            let pending = std::mem::take(&mut c.pending);
+            let mut words = vec![0u64; 2 * pending.len()];
+            self.pinned().dtoh(&mut words, flags)?;
+            if words.iter().any(|&w| w != 0) {
+                self.pinned().htod(flags, &vec![0u64; words.len()])?;
+            }
+            for (check, w) in pending.iter().zip(words.chunks_exact(2)) {
+                if w[0] != 0 && !c.found.iter().any(|(t, _)| *t == check.thread) {
+                    let e = Error::IndexOutOfRange {
+                        op: check.op,
+                        index: w[1] as i64,
+                        dim: check.dim,
+                        size: check.size,
+                    };
+                    c.found.push((check.thread, e));
+                }
+            }
+        }
+        match c.found.iter().position(|(t, _)| *t == me) {
+            Some(i) => Err(c.found.remove(i).1),
+            None => Ok(()),
+        }
     }
 
     /// Statistics of the pinned blocks: (bytes held, blocks handed out so far).
@@ -211,7 +318,8 @@ impl CudaDev {
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        self.rt.synchronize()
+        self.rt.synchronize()?;
+        self.synced()
     }
 
     /// The kernel `name` of ember's kernel file `module`, from the module compiled

@@ -41,6 +41,43 @@ fn read_driver_version() -> std::result::Result<(u32, u32), String> {
     Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
 }
 
+/// Whether ember can run on the driver's `n` GPUs: NVRTC and cuBLAS load, and
+/// NVRTC compiles for every GPU's architecture. Without this a machine with the
+/// driver alone would pick `cuda:0` and fail at the first op instead of using
+/// the CPU; with it, discovery says what is missing.
+fn usable(n: usize) -> std::result::Result<(), String> {
+    let cannot = |what: &str, why: String| {
+        format!("the NVIDIA driver reports {n} GPU(s), but ember cannot {what}: {why}")
+    };
+    let compile = "compile its kernels for them";
+    libs::ensure(CudaLib::Nvrtc).map_err(|e| cannot(compile, e))?;
+    libs::ensure(CudaLib::Cublas).map_err(|e| cannot("multiply matrices on them (cuBLAS)", e))?;
+    let supported = nvrtc::supported_archs().map_err(|e| cannot(compile, e.to_string()))?;
+    let version = nvrtc::version().map_err(|e| cannot(compile, e.to_string()))?;
+    for i in 0..n {
+        let arch = compute_capability(i).map_err(|e| cannot("read their properties", e))?;
+        nvrtc::target_arch(arch.0 * 10 + arch.1, &supported, version)
+            .map_err(|e| cannot(compile, format!("cuda:{i}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// GPU `i`'s compute capability, read without creating a context.
+fn compute_capability(i: usize) -> std::result::Result<(u32, u32), String> {
+    let dev = drv::device::get(i as i32).map_err(|e| format!("cuDeviceGet failed: {e}"))?;
+    let attr = |a: sys::CUdevice_attribute| -> std::result::Result<u32, String> {
+        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+        unsafe { drv::device::get_attribute(dev, a) }
+            .map(|v| v as u32)
+            .map_err(|e| format!("cuDeviceGetAttribute failed: {e}"))
+    };
+    use sys::CUdevice_attribute::*;
+    Ok((
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
+}
+
 /// GPUs as the driver finds them.
 pub(crate) struct DriverSystem;
 
@@ -61,6 +98,7 @@ impl System for DriverSystem {
         if n <= 0 {
             return Err("the NVIDIA driver is installed but reports no GPU".into());
         }
+        usable(n as usize)?;
         Ok(n as usize)
     }
 

@@ -27,6 +27,18 @@ pub fn synchronize(device: &Device) -> Result<()> {
     }
 }
 
+/// How many times the host has waited for `device` so far: each copy of values
+/// to the host (`to_vec`, `item`, printing, `to(cpu)`) and each [`synchronize`].
+/// Read it before and after a training step to see the step's hidden waits (a
+/// GPU step that waits for nothing lets the host queue the next one meanwhile);
+/// `ember train` prints it per step. 0 for a GPU not used yet; an error for the
+/// CPU and `meta`, which never wait.
+pub fn host_syncs(device: &Device) -> Result<u64> {
+    let i = cuda_index(*device)?;
+    super::discover::check_device(*device)?;
+    Ok(existing(i).map_or(0, |d| d.host_syncs()))
+}
+
 /// The caching allocator's statistics for `device` (all zero before its first use).
 pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
     let i = cuda_index(*device)?;

@@ -3,8 +3,8 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    scan_shape, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, UnaryOp,
+    scan_shape, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp,
+    UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -312,16 +312,14 @@ impl BackendStorage for CudaStorage {
         size: usize,
         negative: bool,
     ) -> Result<Self> {
-        // checked on the host: one small copy down and up per call
-        let CpuData::I64(mut v) = self.to_host(l, op)? else {
+        if self.dtype != DType::I64 {
             return Err(Error::dtype(
                 op,
                 self.dtype,
                 "indices must be an int64 tensor",
             ));
-        };
-        wrap_indices(&mut v, op, dim, size, negative)?;
-        CudaStorage::from_cpu(&self.dev, &CpuData::I64(v))
+        }
+        ops::check_indices(self, l, op, dim, size, negative)
     }
 
     fn index_select(&self, l: &Layout, dim: usize, idx: &Self, n: usize) -> Result<Self> {

@@ -5,7 +5,7 @@ use super::{base_ptr, fill, launch_n, new_out, suffix, KLayout};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
 use crate::layout::Layout;
-use crate::Result;
+use crate::{DType, Result};
 use std::ffi::c_void;
 
 /// `index_select(src, dim, idx)`: `idx` is a contiguous i64 storage of `n_idx`
@@ -34,6 +34,37 @@ pub(crate) fn index_select(
         &name,
         n,
         &mut args![ps, kl, dim_stride, d, pi, po, n64],
+    )?;
+    Ok(out)
+}
+
+/// `idx`'s values, contiguous, checked to lie in `[-size, size)` (`[0, size)`
+/// without `negative`) and wrapped to `[0, size)`, on the device: a bad index is
+/// reported as `op`'s error at the device's next synchronisation (the way
+/// PyTorch's device-side asserts surface), not by a copy to the host now.
+pub(crate) fn check_indices(
+    idx: &CudaStorage,
+    l: &Layout,
+    op: &'static str,
+    dim: usize,
+    size: usize,
+    negative: bool,
+) -> Result<CudaStorage> {
+    let n = l.numel();
+    let out = new_out(idx.dev(), DType::I64, n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let kl = KLayout::new(op, l)?;
+    let flag = idx.dev().index_check(op, dim, size)?;
+    let (pi, po, size, neg, n64) = (idx.ptr(), out.ptr(), size as i64, negative as i32, n as i64);
+    launch_n(
+        idx.dev(),
+        "nn",
+        DType::I64,
+        "check_indices",
+        n,
+        &mut args![pi, kl, po, size, neg, flag, n64],
     )?;
     Ok(out)
 }
