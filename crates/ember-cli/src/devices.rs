@@ -59,7 +59,10 @@ pub fn run() -> ember::Result<()> {
                     cuda::cudnn::unavailable_reason().unwrap_or_default()
                 ),
             },
-            Ok(src) => println!("  {}: {src}", lib.name()),
+            Ok(src) => match cuda::library_version(lib) {
+                Some(v) => println!("  {}: {src} (version {v})", lib.name()),
+                None => println!("  {}: {src}", lib.name()),
+            },
             Err(why) if optional => println!("  {}: not found (optional): {why}", lib.name()),
             Err(why) => println!("  {}: not found: {why}", lib.name()),
         }

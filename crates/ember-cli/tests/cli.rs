@@ -27,6 +27,12 @@ fn devices_lists_the_cpu_and_the_gpus_or_why_none() {
     assert!(out.contains("cpu: ") && out.contains("cores"), "{out}");
     assert!(out.contains("cuda:"), "{out}");
     assert!(out.contains("best available device: "), "{out}");
+    // a library found is shown with the version that loaded
+    if let Some(nvrtc) = out.lines().find(|l| l.starts_with("  nvrtc: /")) {
+        assert!(nvrtc.contains("(version 1"), "{nvrtc}");
+    } else {
+        println!("(no NVRTC here: its version line is not checked)");
+    }
     // the main thread works in the CPU pool (ember::cpu::init_threads), except
     // where the pool has one thread, which is then a thread of its own
     let (ok, out, _) = ember_with(&["devices"], &[("RAYON_NUM_THREADS", "3")]);

@@ -1395,6 +1395,16 @@ fn parameter_groups_match_pytorch(dev: &Device) -> Result<()> {
         "{e}"
     );
     assert!(Groups::new(vec![]).is_err());
+    // each group read and changed on its own
+    let mut two = Groups::new(vec![
+        Box::new(Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.1)?),
+        Box::new(Sgd::new(vec![Tensor::zeros([1], DType::F32, dev)?], 0.2)?),
+    ])?;
+    assert_eq!((two.len(), two.is_empty()), (2, false));
+    assert_eq!(two.group(1).map(|g| g.lr()), Some(0.2));
+    assert!(two.group(2).is_none() && two.group_mut(2).is_none());
+    two.group_mut(0).expect("group 0").set_lr(0.05);
+    assert_eq!(two.group_lrs(), vec![0.05, 0.2]);
     Ok(())
 }
 

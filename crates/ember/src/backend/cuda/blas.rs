@@ -181,3 +181,22 @@ impl Blas {
         }
     }
 }
+
+/// The version of the cuBLAS library loaded (`13.1.0`), or `None` where it is not
+/// found.
+pub(crate) fn loaded_version() -> Option<String> {
+    super::libs::ensure(super::libs::CudaLib::Cublas).ok()?;
+    let prop = |p: cudarc::cublas::sys::libraryPropertyType| -> Option<i32> {
+        let mut v = 0;
+        // SAFETY: the library is loaded (checked above) and `v` is an out-parameter.
+        let status = unsafe { cudarc::cublas::sys::cublasGetProperty(p, &mut v) };
+        (status == cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS).then_some(v)
+    };
+    use cudarc::cublas::sys::libraryPropertyType::*;
+    Some(format!(
+        "{}.{}.{}",
+        prop(MAJOR_VERSION)?,
+        prop(MINOR_VERSION)?,
+        prop(PATCH_LEVEL)?
+    ))
+}

@@ -33,6 +33,22 @@ pub fn driver_version() -> Option<(u32, u32)> {
     system().driver_version()
 }
 
+/// The version of `lib` that was loaded (`13.0`, `13.1.0`, the cuDNN number), or
+/// `None` where it is not found (the driver's: the CUDA version it supports; none
+/// under the simulator). What `ember devices` shows next to each library's file.
+pub fn library_version(lib: super::libs::CudaLib) -> Option<String> {
+    use super::libs::CudaLib;
+    match lib {
+        CudaLib::Driver => driver_version().map(|(a, b)| format!("CUDA {a}.{b}")),
+        CudaLib::Nvrtc => super::libs::ensure(CudaLib::Nvrtc)
+            .ok()
+            .and_then(|_| super::nvrtc::version().ok())
+            .map(|(a, b)| format!("{a}.{b}")),
+        CudaLib::Cublas => super::blas::loaded_version(),
+        CudaLib::Cudnn => super::cudnn::version().map(|v| v.to_string()),
+    }
+}
+
 /// `torch.cuda.is_available()`. With `EMBER_CUDA_SIMULATOR=1` in the environment,
 /// simulated GPUs that run on the CPU stand in for real ones (see
 /// [`is_simulated`]).
