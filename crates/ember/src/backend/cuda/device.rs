@@ -238,9 +238,17 @@ impl CudaDev {
         self.syncs.load(Ordering::Relaxed)
     }
 
-    /// Registers an index check of `op` (along `dim` of size `size`) about to be
-    /// queued: the address of its two flag words.
-    pub(crate) fn index_check(&self, op: &'static str, dim: usize, size: usize) -> Result<u64> {
+    /// Queues an index check of `op` (along `dim` of size `size`): `launch` gets
+    /// the address of its two flag words and queues the kernel, under the lock
+    /// that a wait takes to read the flags (so no wait reads a slot whose kernel
+    /// is not queued yet).
+    pub(crate) fn index_check(
+        &self,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        launch: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         if c.pending.len() == INDEX_CHECK_SLOTS {
             // every slot in use since the last wait: wait now, to free them
@@ -265,14 +273,14 @@ impl CudaDev {
                 *c.flags.insert(f)
             }
         };
-        let slot = flags + 16 * c.pending.len() as u64;
+        launch(flags + 16 * c.pending.len() as u64)?;
         c.pending.push(IndexCheck {
             op,
             dim,
             size,
             thread: std::thread::current().id(),
         });
-        Ok(slot)
+        Ok(())
     }
 
     /// After the host waited for the device: counts the wait, and returns the

@@ -56,16 +56,17 @@ pub(crate) fn check_indices(
         return Ok(out);
     }
     let kl = KLayout::new(op, l)?;
-    let flag = idx.dev().index_check(op, dim, size)?;
-    let (pi, po, size, neg, n64) = (idx.ptr(), out.ptr(), size as i64, negative as i32, n as i64);
-    launch_n(
-        idx.dev(),
-        "nn",
-        DType::I64,
-        "check_indices",
-        n,
-        &mut args![pi, kl, po, size, neg, flag, n64],
-    )?;
+    let (pi, po, sz, neg, n64) = (idx.ptr(), out.ptr(), size as i64, negative as i32, n as i64);
+    idx.dev().index_check(op, dim, size, |flag| {
+        launch_n(
+            idx.dev(),
+            "nn",
+            DType::I64,
+            "check_indices",
+            n,
+            &mut args![pi, kl, po, sz, neg, flag, n64],
+        )
+    })?;
     Ok(out)
 }
 
