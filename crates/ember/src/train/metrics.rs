@@ -119,7 +119,7 @@ impl Metric for TopKAccuracy {
             let beaten_by = output.gt(&score)?.sum(1, false)?;
             beaten_by.lt(self.k as i64)?
         };
-        accumulate(&mut self.correct, &correct.to_dtype(DType::I64)?.sum_all()?)?;
+        accumulate(&mut self.correct, &correct.sum_all()?)?;
         self.n += target.numel();
         Ok(())
     }

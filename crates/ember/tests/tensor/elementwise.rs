@@ -411,7 +411,7 @@ fn refused_like_pytorch(dev: &Device) -> Result<()> {
 
     // on a GPU the indices are checked on the device: the error comes at the
     // next synchronisation
-    let oob = |r: Result<Tensor>| match r.and_then(|t| ember::cuda::synchronize(dev).map(|_| t)) {
+    let oob = |r: Result<Tensor>| match super::synced(r) {
         Err(ember::Error::IndexOutOfRange { index: -1, .. }) => {}
         other => panic!("expected an index error for -1, got {other:?}"),
     };

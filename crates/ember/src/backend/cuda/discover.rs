@@ -40,9 +40,9 @@ pub fn library_version(lib: super::libs::CudaLib) -> Option<String> {
     use super::libs::CudaLib;
     match lib {
         CudaLib::Driver => driver_version().map(|(a, b)| format!("CUDA {a}.{b}")),
-        CudaLib::Nvrtc => super::libs::ensure(CudaLib::Nvrtc)
+        // NVRTC's calls locate the library first (an error, never a panic)
+        CudaLib::Nvrtc => super::nvrtc::version()
             .ok()
-            .and_then(|_| super::nvrtc::version().ok())
             .map(|(a, b)| format!("{a}.{b}")),
         CudaLib::Cublas => super::blas::loaded_version(),
         CudaLib::Cudnn => super::cudnn::version().map(|v| v.to_string()),

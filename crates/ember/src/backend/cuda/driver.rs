@@ -55,27 +55,14 @@ fn usable(n: usize) -> std::result::Result<(), String> {
     let supported = nvrtc::supported_archs().map_err(|e| cannot(compile, e.to_string()))?;
     let version = nvrtc::version().map_err(|e| cannot(compile, e.to_string()))?;
     for i in 0..n {
-        let arch = compute_capability(i).map_err(|e| cannot("read their properties", e))?;
-        nvrtc::target_arch(arch.0 * 10 + arch.1, &supported, version)
+        let (major, minor) = DriverSystem
+            .properties(i)
+            .map_err(|e| cannot("read their properties", e.to_string()))?
+            .compute_capability;
+        nvrtc::target_arch(major * 10 + minor, &supported, version)
             .map_err(|e| cannot(compile, format!("cuda:{i}: {e}")))?;
     }
     Ok(())
-}
-
-/// GPU `i`'s compute capability, read without creating a context.
-fn compute_capability(i: usize) -> std::result::Result<(u32, u32), String> {
-    let dev = drv::device::get(i as i32).map_err(|e| format!("cuDeviceGet failed: {e}"))?;
-    let attr = |a: sys::CUdevice_attribute| -> std::result::Result<u32, String> {
-        // SAFETY: `dev` is a valid device handle from cuDeviceGet.
-        unsafe { drv::device::get_attribute(dev, a) }
-            .map(|v| v as u32)
-            .map_err(|e| format!("cuDeviceGetAttribute failed: {e}"))
-    };
-    use sys::CUdevice_attribute::*;
-    Ok((
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-    ))
 }
 
 /// GPUs as the driver finds them.

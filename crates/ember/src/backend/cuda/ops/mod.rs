@@ -107,14 +107,15 @@ pub(super) fn launch_n(
     n: usize,
     params: &mut [*mut c_void],
 ) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    let f = dev.func(module, dtype, name)?;
-    let grid = dev.grid_for(n, THREADS);
-    // SAFETY: the callers pass parameters matching the kernel signatures in
-    // kernels/*.cu, with device pointers to storage that holds the addressed elements.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
+    launch_blocks(
+        dev,
+        module,
+        dtype,
+        name,
+        n,
+        dev.grid_for(n, THREADS),
+        params,
+    )
 }
 
 /// Launches `name` with one block of `THREADS` per row (the kernels loop when
@@ -127,12 +128,27 @@ pub(super) fn launch_rows(
     rows: usize,
     params: &mut [*mut c_void],
 ) -> Result<()> {
-    if rows == 0 {
+    let grid = rows.min(65535 * 32) as u32;
+    launch_blocks(dev, module, dtype, name, rows, grid, params)
+}
+
+/// Launches `grid` blocks of `THREADS` of `module::name`, nothing when there is no
+/// work (`items` is 0).
+fn launch_blocks(
+    dev: &CudaDev,
+    module: &'static str,
+    dtype: DType,
+    name: &str,
+    items: usize,
+    grid: u32,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    if items == 0 {
         return Ok(());
     }
     let f = dev.func(module, dtype, name)?;
-    let grid = rows.min(65535 * 32) as u32;
-    // SAFETY: as in `launch_n`: the callers pass parameters matching the kernel.
+    // SAFETY: the callers pass parameters matching the kernel signatures in
+    // kernels/*.cu, with device pointers to storage that holds the addressed elements.
     unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
 }
 
