@@ -11,18 +11,47 @@ typedef unsigned short u16;
 #define EMBER_MAX_RANK 8
 
 // A strided view, passed to kernels by value (mirrors `KLayout` on the Rust side).
-// Elements are addressed by their row-major linear index over `shape`.
+// Elements are addressed by their row-major linear index over `shape`, which is
+// below the view's element count.
 struct Layout {
     int rank;
     int contiguous;  // 1 when element i lives at offset + i
     i64 offset;
     i64 shape[EMBER_MAX_RANK];
     i64 strides[EMBER_MAX_RANK];
+    // With `small` (fewer than 2^31 elements), a linear index is split into
+    // coordinates in 32 bits, dividing by shape[d] as (umulhi(i, magic[d]) + i) >>
+    // shift[d] instead of a 64-bit division (which takes dozens of instructions).
+    unsigned magic[EMBER_MAX_RANK];
+    unsigned char shift[EMBER_MAX_RANK];
+    int small;
+    int reserved;
 };
+
+#ifndef EMBER_SIMULATOR
+__device__ __forceinline__ unsigned ember_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+#else
+__device__ __forceinline__ unsigned ember_umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+#endif
 
 __device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
     if (l.contiguous) return l.offset + i;
     i64 off = l.offset;
+    if (l.small) {
+        unsigned u = (unsigned)i;
+#pragma unroll
+        for (int d = EMBER_MAX_RANK - 1; d > 0; --d) {
+            if (d < l.rank) {
+                const unsigned q = (ember_umulhi(u, l.magic[d]) + u) >> l.shift[d];
+                off += (i64)(u - q * (unsigned)l.shape[d]) * l.strides[d];
+                u = q;
+            }
+        }
+        // the index is below the element count, so the outermost coordinate is u
+        return l.rank > 0 ? off + (i64)u * l.strides[0] : off;
+    }
     for (int d = l.rank - 1; d >= 0; --d) {
         i64 s = l.shape[d];
         off += (i % s) * l.strides[d];

@@ -31,7 +31,13 @@ use crate::backend::cuda::{self, nvrtc, CudaDev, Func};
 use crate::tensor::Storages;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+pub use crate::backend::cuda::runtime::FuncAttributes;
+
+/// The dynamic shared memory every kernel may use without opting in.
+const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
 
 /// A compiled kernel, ready to launch on one device.
 pub struct Kernel {
@@ -42,6 +48,11 @@ pub struct Kernel {
     params: Vec<usize>,
     /// The device's limits, for checking launch configurations.
     props: crate::backend::cuda::discover::DeviceProperties,
+    /// The compiled function's own limits.
+    attrs: FuncAttributes,
+    /// The dynamic shared memory the function may use now (raised through the
+    /// opt-in attribute when a launch asks for more).
+    dynamic_shared: AtomicU32,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -88,9 +99,20 @@ impl Kernel {
             name: name.to_string(),
             params: dev.param_sizes(&func)?,
             props: crate::backend::cuda::discover::device_properties(i)?,
+            attrs: dev.rt().func_attributes(&func)?,
+            dynamic_shared: AtomicU32::new(DEFAULT_DYNAMIC_SHARED),
             func,
             dev,
         })
+    }
+
+    /// What the compiled code allows: the most threads per block (below the
+    /// device's limit where the kernel's register use or `__launch_bounds__` says
+    /// so), registers per thread and static shared memory (numba's
+    /// `kernel.max_threads_per_block`, CuPy's `RawKernel.attributes`). On the CUDA
+    /// simulator, registers and static shared memory read 0.
+    pub fn attributes(&self) -> FuncAttributes {
+        self.attrs
     }
 
     /// The device the kernel runs on.
@@ -112,6 +134,7 @@ impl Kernel {
     pub fn launch(&self, config: LaunchConfig, args: &[Arg]) -> Result<()> {
         let device = self.device();
         config.check(&self.props)?;
+        self.check_function_limits(&config)?;
         self.check_args(args)?;
         // validate the tensors first, then keep their storages locked (and alive)
         // until the launch is queued, each storage once however often it is passed
@@ -172,6 +195,7 @@ impl Kernel {
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
+        self.allow_dynamic_shared(config.shared_mem)?;
         // SAFETY: the device pointers lie in live storages (locked above); the
         // parameter list is what the user declared for the kernel.
         unsafe {
@@ -187,6 +211,59 @@ impl Kernel {
 }
 
 impl Kernel {
+    /// Errors when `config` asks for more than the compiled function allows: more
+    /// threads than its registers leave room for, or more shared memory (its static
+    /// arrays and the dynamic request) than the device gives a block.
+    fn check_function_limits(&self, config: &LaunchConfig) -> Result<()> {
+        let (a, p) = (&self.attrs, &self.props);
+        let (bx, by, bz) = config.block;
+        let threads = bx as u64 * by as u64 * bz as u64;
+        if threads > a.max_threads_per_block as u64 {
+            return Err(Error::invalid(
+                "Kernel::launch",
+                format!(
+                    "block {:?} has {threads} threads; {} allows at most {} per block as \
+                     compiled ({} registers per thread, or its __launch_bounds__), although {} \
+                     allows {}: use smaller blocks, or limit registers \
+                     (__launch_bounds__, -maxrregcount)",
+                    config.block,
+                    self.name,
+                    a.max_threads_per_block,
+                    a.registers,
+                    p.name,
+                    p.max_threads_per_block
+                ),
+            ));
+        }
+        let total = a.static_shared_bytes + config.shared_mem as usize;
+        if total > p.max_shared_memory_per_block_optin {
+            return Err(Error::invalid(
+                "Kernel::launch",
+                format!(
+                    "{} bytes of dynamic shared memory requested; with {}'s {} bytes of \
+                     static shared memory that is {total}, and {} allows {} per block",
+                    config.shared_mem,
+                    self.name,
+                    a.static_shared_bytes,
+                    p.name,
+                    p.max_shared_memory_per_block_optin
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Opts the function in to `bytes` of dynamic shared memory when that is more
+    /// than it may use now (above 48 KiB; checked against the device before).
+    fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        if bytes <= self.dynamic_shared.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.dev.rt().set_max_dynamic_shared(&self.func, bytes)?;
+        self.dynamic_shared.fetch_max(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn check_args(&self, args: &[Arg]) -> Result<()> {
         if args.len() != self.params.len() {
             return Err(Error::invalid(
@@ -305,7 +382,9 @@ impl LaunchConfig {
         self
     }
 
-    /// Errors when the configuration exceeds what the device allows.
+    /// Errors when the configuration exceeds what the device allows (shared memory
+    /// up to the device's opt-in limit; [`Kernel::launch`] also checks the compiled
+    /// function's own limits).
     pub fn check(&self, p: &crate::backend::cuda::discover::DeviceProperties) -> Result<()> {
         let (bx, by, bz) = self.block;
         let (gx, gy, gz) = self.grid;
@@ -335,10 +414,14 @@ impl LaunchConfig {
                 self.grid
             ));
         }
-        if self.shared_mem as usize > p.max_shared_memory_per_block {
+        if self.shared_mem as usize > p.max_shared_memory_per_block_optin {
             return bad(format!(
-                "{} bytes of shared memory requested; {} allows {} per block",
-                self.shared_mem, p.name, p.max_shared_memory_per_block
+                "{} bytes of shared memory requested; {} allows {} per block ({} without \
+                 the opt-in that Kernel::launch makes for larger requests)",
+                self.shared_mem,
+                p.name,
+                p.max_shared_memory_per_block_optin,
+                p.max_shared_memory_per_block
             ));
         }
         Ok(())
@@ -357,6 +440,7 @@ mod tests {
             multiprocessor_count: 132,
             max_threads_per_block: 1024,
             max_shared_memory_per_block: 49152,
+            max_shared_memory_per_block_optin: 232448,
             warp_size: 32,
             total_memory: 80 << 30,
             l2_cache_size: 50 << 20,
@@ -388,12 +472,24 @@ mod tests {
         );
         let e = LaunchConfig::new(0, 32).check(&p).unwrap_err().to_string();
         assert!(e.contains("at least 1"), "{e}");
-        let e = LaunchConfig::new(1, 32)
+        // above 48 KiB with the opt-in, up to the device's opt-in limit
+        assert!(LaunchConfig::new(1, 32)
             .with_shared_mem(100_000)
+            .check(&p)
+            .is_ok());
+        assert!(LaunchConfig::new(1, 32)
+            .with_shared_mem(232_448)
+            .check(&p)
+            .is_ok());
+        let e = LaunchConfig::new(1, 32)
+            .with_shared_mem(232_449)
             .check(&p)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("100000 bytes of shared memory"), "{e}");
+        assert!(
+            e.contains("232449 bytes of shared memory") && e.contains("allows 232448"),
+            "{e}"
+        );
         let mut c = LaunchConfig::new(1, 32);
         c.grid.1 = 70_000;
         assert!(c.check(&p).is_err());

@@ -153,6 +153,86 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
     Ok(())
 }
 
+/// A kernel whose compiled code allows fewer threads than the device (here through
+/// `__launch_bounds__`, which caps its registers so: a GPU reports the same limit)
+/// is refused above that limit with both limits named; at the limit it runs.
+#[test]
+fn the_compiled_functions_thread_limit_is_checked() -> Result<()> {
+    let Some(dev) = gpu("function_thread_limit") else {
+        return Ok(());
+    };
+    let src = r#"
+extern "C" __global__ void __launch_bounds__(256) twice(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 2.0f;
+}"#;
+    let k = Kernel::compile(src, "twice", &dev)?;
+    assert_eq!(k.attributes().max_threads_per_block, 256);
+    let x = Tensor::ones([512], DType::F32, &dev)?;
+    let args = [Arg::output(&x, DType::F32), Arg::I32(512)];
+    let e = k
+        .launch(LaunchConfig::new(1, 512), &args)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("512 threads")
+            && e.contains("twice allows at most 256")
+            && e.contains("allows 1024"),
+        "{e}"
+    );
+    // nothing ran
+    assert_eq!(x.sum_all()?.item::<f32>()?, 512.0);
+    k.launch(LaunchConfig::new(2, 256), &args)?;
+    assert_eq!(x.sum_all()?.item::<f32>()?, 1024.0);
+    Ok(())
+}
+
+/// Dynamic shared memory above 48 KiB: the launch opts the kernel in (the driver,
+/// and the simulator like it, refuses such a launch otherwise) up to the device's
+/// opt-in limit; beyond it the launch is refused before anything runs.
+#[test]
+fn dynamic_shared_memory_above_48_kib_is_opted_in() -> Result<()> {
+    let Some(dev) = gpu("large_dynamic_shared") else {
+        return Ok(());
+    };
+    let src = r#"
+extern "C" __global__ void reverse_through_shared(const float* x, float* y, int n) {
+    extern __shared__ float buf[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = x[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];
+}"#;
+    let k = Kernel::compile(src, "reverse_through_shared", &dev)?;
+    let n = 25_000; // 100 000 bytes of shared memory
+    let x = Tensor::arange(0f32, n as f32, &dev)?;
+    let y = Tensor::zeros([n], DType::F32, &dev)?;
+    let args = [
+        Arg::input(&x, DType::F32),
+        Arg::output(&y, DType::F32),
+        Arg::I32(n as i32),
+    ];
+    let props = ember::cuda::device_properties(0)?;
+    if props.max_shared_memory_per_block_optin < 100_000 {
+        eprintln!(
+            "skipped the 100 KB launch: {} allows {} bytes per block",
+            props.name, props.max_shared_memory_per_block_optin
+        );
+        return Ok(());
+    }
+    k.launch(LaunchConfig::new(1, 256).with_shared_mem(100_000), &args)?;
+    assert_eq!(y.max_abs_diff(&x.flip(0)?)?, 0.0);
+    let too_much = props.max_shared_memory_per_block_optin as u32 + 4;
+    let e = k
+        .launch(LaunchConfig::new(1, 256).with_shared_mem(too_much), &args)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("{too_much} bytes of shared memory")),
+        "{e}"
+    );
+    Ok(())
+}
+
 #[test]
 fn compile_errors_and_missing_kernels_are_errors() {
     let Some(dev) = gpu("compile_errors") else {

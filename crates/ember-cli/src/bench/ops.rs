@@ -52,6 +52,24 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
     )?;
     r.max_err = check(&dev, &a.mul(&b)?, |c| c.mul(&b.cpu()?), &a)?;
     rows.push(r);
+    // broadcast and strided operands: the kernels' index arithmetic, not only
+    // their bandwidth (a bias row added to every row; a transposed operand)
+    let bias = rand(&[n])?;
+    let mut r = cx.row(
+        format!("add bias {n}x{n} + {n} f32"),
+        Work::Bytes(8.0 * (n * n) as f64),
+        || a.add(&bias).map(drop),
+    )?;
+    r.max_err = check(&dev, &a.add(&bias)?, |c| c.add(&bias.cpu()?), &a)?;
+    rows.push(r);
+    let bt = b.t()?;
+    let mut r = cx.row(
+        format!("add transposed {n}x{n} f32"),
+        Work::Bytes(12.0 * (n * n) as f64),
+        || a.add(&bt).map(drop),
+    )?;
+    r.max_err = check(&dev, &a.add(&bt)?, |c| c.add(&bt.cpu()?), &a)?;
+    rows.push(r);
     let mut r = cx.row(
         format!("sum {n}x{n} f32"),
         Work::Bytes(4.0 * (n * n) as f64),

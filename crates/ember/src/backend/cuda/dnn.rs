@@ -10,9 +10,9 @@
 //! Operands are contiguous NCHW in f32 or f64 (f16 and bf16 convolve in f32, as on
 //! the im2col path). f32 convolutions use FMA kernels unless TF32 is allowed with
 //! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
-//! is the first of cuDNN's heuristic choices that runs (its workspace allocated by
-//! the caching allocator, the call accepted), remembered per shape with the shape's
-//! descriptors. Shapes cuDNN
+//! is the first of cuDNN's heuristic choices that runs (its workspace, of the size
+//! cuDNN gives for that algorithm, allocated by the caching allocator, the call
+//! accepted), remembered per shape with the shape's descriptors. Shapes cuDNN
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
 use super::calls::{ConvCall, ConvGeom, ConvPass};
@@ -272,12 +272,39 @@ const _: () = {
 };
 
 /// A way to run a pass: the algorithm, the math type it was ranked with, and its
-/// workspace size.
+/// workspace size (the heuristic's estimate until [`sized`] asks cuDNN for this
+/// algorithm's own).
 #[derive(Clone, Copy, Debug)]
 struct Choice {
     algo: Algo,
     math: sys::cudnnMathType_t,
     bytes: usize,
+}
+
+/// `choice` with the workspace cuDNN says its algorithm needs for `d` under its
+/// math type (`cudnnGetConvolution*WorkspaceSize`), which may differ from the
+/// heuristic's figure.
+///
+/// # Safety
+/// `h` is a live handle and `d` describes the call.
+unsafe fn sized(h: sys::cudnnHandle_t, d: &Descriptors, choice: Choice) -> Result<Choice> {
+    dnn::set_convolution_math_type(d.conv, choice.math)
+        .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+    let bytes = match choice.algo {
+        Algo::Forward(a) => {
+            dnn::get_convolution_forward_workspace_size(h, d.x, d.w, d.conv, d.y, a)
+                .map_err(dnn_err("cudnnGetConvolutionForwardWorkspaceSize"))?
+        }
+        Algo::BackwardData(a) => {
+            dnn::get_convolution_backward_data_workspace_size(h, d.w, d.y, d.conv, d.x, a)
+                .map_err(dnn_err("cudnnGetConvolutionBackwardDataWorkspaceSize"))?
+        }
+        Algo::BackwardFilter(a) => {
+            dnn::get_convolution_backward_filter_workspace_size(h, d.x, d.y, d.conv, d.w, a)
+                .map_err(dnn_err("cudnnGetConvolutionBackwardFilterWorkspaceSize"))?
+        }
+    };
+    Ok(Choice { bytes, ..choice })
 }
 
 impl Choice {
@@ -448,6 +475,13 @@ impl Cudnn {
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
         for choice in ranked(h, d, c.pass, math_rule)? {
+            let choice = match sized(h, d, choice) {
+                Ok(choice) => choice,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
             match self.run_choice(h, d, c, choice, ws) {
                 Ok(()) => {
                     state.algos.insert(key, choice);

@@ -13,7 +13,8 @@ use super::dnn::Cudnn;
 use super::libs::{self, CudaLib};
 use super::nvrtc;
 use super::runtime::{
-    DeviceProperties, Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, System,
+    Workspaces,
 };
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
@@ -109,6 +110,9 @@ impl System for DriverSystem {
             max_threads_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             max_shared_memory_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?
                 as usize,
+            max_shared_memory_per_block_optin: attr(
+                CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )? as usize,
             warp_size: attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
             // SAFETY: as above.
             total_memory: unsafe { drv::device::total_mem(dev) }
@@ -380,6 +384,36 @@ impl Runtime for Driver {
                 }
             }
         }
+    }
+
+    fn func_attributes(&self, f: &Func) -> Result<FuncAttributes> {
+        let f = f.get::<DriverFunc>().0;
+        use sys::CUfunction_attribute_enum::*;
+        let attr = |a| {
+            // SAFETY: a loaded function; the attribute is read only.
+            unsafe { drv::function::get_function_attribute(f, a) }
+                .map(|v| v.max(0) as u32)
+                .map_err(cuda_err("cuFuncGetAttribute"))
+        };
+        Ok(FuncAttributes {
+            max_threads_per_block: attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            registers: attr(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_shared_bytes: attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)? as usize,
+        })
+    }
+
+    fn set_max_dynamic_shared(&self, f: &Func, bytes: u32) -> Result<()> {
+        self.bind()?;
+        let f = f.get::<DriverFunc>().0;
+        // SAFETY: a loaded function; the driver checks the value against the device.
+        unsafe {
+            drv::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .map_err(cuda_err("cuFuncSetAttribute"))
     }
 
     unsafe fn launch(

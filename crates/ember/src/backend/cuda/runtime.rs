@@ -22,7 +22,11 @@ pub struct DeviceProperties {
     pub compute_capability: (u32, u32),
     pub multiprocessor_count: u32,
     pub max_threads_per_block: u32,
+    /// Shared memory a block may use without asking (48 KiB on every GPU since Volta).
     pub max_shared_memory_per_block: usize,
+    /// Shared memory a block may use once a kernel opts in (`cudaFuncSetAttribute`
+    /// with the maximum dynamic size): 227 KiB on Hopper, 163 KiB on an A100.
+    pub max_shared_memory_per_block_optin: usize,
     pub warp_size: u32,
     pub total_memory: usize,
     pub l2_cache_size: usize,
@@ -133,6 +137,12 @@ pub(crate) trait Runtime: Send + Sync {
     ) -> Result<Box<dyn LoadedModule>>;
     /// The byte sizes of a kernel's parameters, in order.
     fn param_sizes(&self, f: &Func) -> Result<Vec<usize>>;
+    /// What `f`'s compiled code allows.
+    fn func_attributes(&self, f: &Func) -> Result<FuncAttributes>;
+    /// Lets `f` use up to `bytes` of dynamic shared memory per block (the opt-in
+    /// beyond 48 KiB; `bytes` plus its static shared memory within the device's
+    /// opt-in limit).
+    fn set_max_dynamic_shared(&self, f: &Func, bytes: u32) -> Result<()>;
     /// Queues `f` on the stream.
     ///
     /// # Safety
@@ -159,6 +169,18 @@ pub(crate) trait Runtime: Send + Sync {
     /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
     /// `c.geom`.
     unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
+}
+
+/// What the compiled code of one kernel allows (`cuFuncGetAttribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncAttributes {
+    /// The most threads a block of this kernel may have: the device's limit, or
+    /// less where its register use (or `__launch_bounds__`) does not allow more.
+    pub max_threads_per_block: u32,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of statically declared `__shared__` memory per block.
+    pub static_shared_bytes: usize,
 }
 
 /// A compiled module loaded on one device.

@@ -1,7 +1,7 @@
 //! conv2d on a GPU from the kernels: the input's patches (im2col) times the weight
-//! matrix through cuBLAS, one batched product over the groups (group `gi` owns
-//! patch rows `gi·K/g ..`, so the patches view as `[n, g, K/g, p]` and the weight
-//! as `[g, o/g, K/g]`); the backward pass multiplies back and folds the patches'
+//! matrix through cuBLAS, strided-batched products over the samples and groups
+//! (group `gi` owns patch rows `gi·K/g ..`, so the patches view as `[n, g, K/g, p]`
+//! and the weight as `[g, o/g, K/g]`, shared by the samples without a copy); the backward pass multiplies back and folds the patches'
 //! gradient into the input's (col2im). The patches of a large batch would not fit
 //! (VGG-16's second convolution at batch 128 makes 14.8 GB of them), so the batch
 //! goes through in passes whose patches stay within a budget
@@ -9,11 +9,12 @@
 //! cuDNN is switched on and can take the shapes, its convolutions run instead. The bias is added (and, by the tensor
 //! layer, its gradient summed) the same way on both paths.
 
-use super::{binary, col2im, im2col, matmul, new_out, reduce, KConv};
+use super::{binary, col2im, fill, im2col, matmul, new_out, reduce, KConv};
+use crate::backend::cuda::calls::GemmCall;
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{BinaryCode, ConvShape, ReduceCode};
+use crate::backend::op::{BinaryCode, ConvShape, ReduceCode, Scalar};
 use crate::layout::Layout;
 use crate::Result;
 
@@ -49,15 +50,12 @@ pub(crate) fn conv2d(
             None => Ok(y),
         };
     }
-    let (g, og, kg, p) = dims(s);
+    let p = s.oh * s.ow;
     let chunk = s.samples_per_pass(x.dtype().size_in_bytes());
     if chunk >= s.n {
         let kc = kconv(s);
         let col = im2col(x, lx.offset(), &kc)?;
-        // [g, og, kg] (the same weight for every sample) · [n, g, kg, p] = [n, g, og, p]
-        let lwm = weight_layout(lw, s, false)?;
-        let lcol = Layout::contiguous(&[s.n, g, kg, p]);
-        let y = matmul(w, &lwm, &col, &lcol, og, kg, p)?.expect("a float product");
+        let y = weight_product((w, lw.offset()), false, (&col, 0), s)?;
         return match b {
             Some(b) => add_bias(y, b, s),
             None => Ok(y),
@@ -70,9 +68,7 @@ pub(crate) fn conv2d(
     for n0 in (0..s.n).step_by(chunk) {
         let sc = s.with_batch(chunk.min(s.n - n0));
         let col = im2col(x, lx.offset() + n0 * s.c * s.h * s.w, &kconv(&sc))?;
-        let lwm = weight_layout(lw, &sc, false)?;
-        let lcol = Layout::contiguous(&[sc.n, g, kg, p]);
-        let part = matmul(w, &lwm, &col, &lcol, og, kg, p)?.expect("a float product");
+        let part = weight_product((w, lw.offset()), false, (&col, 0), &sc)?;
         drop(col);
         dev.dtod(
             y.ptr() + (n0 * s.o * p * sz) as u64,
@@ -174,14 +170,8 @@ fn input_grad(
     (gy, off): (&CudaStorage, usize),
     s: &ConvShape,
 ) -> Result<CudaStorage> {
-    let (g, og, kg, p) = dims(s);
-    let lgc = Layout {
-        offset: off,
-        ..Layout::contiguous(&[s.n, g, og, p])
-    };
     // [g, kg, og] · [n, g, og, p] = [n, g, kg, p], i.e. [n, k, p]
-    let lwt = weight_layout(lw, s, true)?;
-    let gcol = matmul(w, &lwt, gy, &lgc, kg, og, p)?.expect("a float product");
+    let gcol = weight_product((w, lw.offset()), true, (gy, off), s)?;
     col2im(&gcol, 0, &kconv(s))
 }
 
@@ -213,20 +203,76 @@ fn dims(s: &ConvShape) -> (usize, usize, usize, usize) {
     (g, s.o / g, s.c * kh * kw / g, s.oh * s.ow)
 }
 
-/// The weight `[o, c/g, kh, kw]` viewed as `[g, og, kg]` (or transposed,
-/// `[g, kg, og]`), broadcast over the batch: `[n, g, .., ..]`.
-fn weight_layout(lw: &Layout, s: &ConvShape, transposed: bool) -> Result<Layout> {
-    let (g, og, kg, _) = dims(s);
-    let mut l = Layout {
-        offset: lw.offset(),
-        ..Layout::contiguous(&[g, og, kg])
-    };
-    if transposed {
-        l = l.permute(&[0, 2, 1]);
+/// The weight `[o, c/g, kh, kw]` (contiguous from element `w.1`), viewed as `[g,
+/// og, kg]` (or transposed, `[g, kg, og]`), times every sample's `[g, rows, p]`
+/// block of `r` (contiguous `[n, g, rows, p]` from element `r.1`; `rows` is `kg`,
+/// or `og` transposed): a new contiguous `[n, g, og, p]` (or `[n, g, kg, p]`).
+///
+/// The weight is shared by the samples, so the `n · g` products cannot be one
+/// strided batch (the weight's offset repeats every `g` products) unless `g` is 1.
+/// Rather than copying the weight once per sample, this queues one strided-batched
+/// GEMM per group (batched over the samples, the weight's batch stride 0) or one
+/// per sample (batched over the groups), whichever makes fewer calls: a single
+/// call without groups.
+fn weight_product(
+    (w, w_off): (&CudaStorage, usize),
+    transposed: bool,
+    (r, r_off): (&CudaStorage, usize),
+    s: &ConvShape,
+) -> Result<CudaStorage> {
+    let (g, og, kg, p) = dims(s);
+    // out[M, p] = W'[M, K] · r[K, p] for each (sample, group)
+    let (m, k) = if transposed { (kg, og) } else { (og, kg) };
+    let dev = r.dev();
+    let dt = r.dtype();
+    let sz = dt.size_in_bytes() as u64;
+    let len = s.n * g * m * p;
+    if k == 0 {
+        // no output channels: the input's gradient is zero
+        return fill(dev, dt, len, Scalar::Int(0));
     }
-    let mut shape = vec![s.n];
-    shape.extend_from_slice(l.shape());
-    l.broadcast_to("conv2d", &shape)
+    let out = new_out(dev, dt, len)?;
+    if len == 0 {
+        return Ok(out);
+    }
+    let w_at = |gi: usize| w.ptr() + (w_off + gi * og * kg) as u64 * sz;
+    let r_at = |ni: usize, gi: usize| r.ptr() + (r_off + (ni * g + gi) * k * p) as u64 * sz;
+    let out_at = |ni: usize, gi: usize| out.ptr() + ((ni * g + gi) * m * p) as u64 * sz;
+    // strides between consecutive products, in elements: (weight, r, out)
+    let (per_group, count) = if g <= s.n { (true, g) } else { (false, s.n) };
+    let (batch, strides) = if per_group {
+        (s.n, (0, g * k * p, g * m * p))
+    } else {
+        (g, (og * kg, k * p, m * p))
+    };
+    for i in 0..count {
+        let (ni, gi) = if per_group { (0, i) } else { (i, 0) };
+        // row-major out = W'·r is column-major outᵀ = rᵀ·W'ᵀ: cuBLAS's A is r
+        let call = GemmCall {
+            dtype: dt,
+            trans_a: false,
+            trans_b: transposed,
+            m: p as i32,
+            n: m as i32,
+            k: k as i32,
+            a: r_at(ni, gi),
+            lda: p as i32,
+            stride_a: strides.1 as i64,
+            b: w_at(gi),
+            // W' is W ([og, kg] row-major) or its transpose: leading dim kg either way
+            ldb: kg as i32,
+            stride_b: strides.0 as i64,
+            c: out_at(ni, gi),
+            ldc: p as i32,
+            stride_c: strides.2 as i64,
+            batch: batch as i32,
+        };
+        // SAFETY: every product's operands lie within `w`'s weight, `r`'s `n · g`
+        // blocks of `k · p` and the new `out`, as the offsets and strides above
+        // address them (the shapes come from the validated ConvShape).
+        unsafe { dev.gemm(&call) }?;
+    }
+    Ok(out)
 }
 
 /// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`

@@ -50,7 +50,10 @@ pub(crate) fn copy(src: &CudaStorage, ls: &Layout, dst: &CudaStorage, ld: &Layou
             n * sz,
         );
     }
-    let (kl_s, kl_d) = (KLayout::new("copy", ls)?, KLayout::new("copy", ld)?);
+    let (kl_s, kl_d) = (
+        KLayout::coalesced("copy", ls)?,
+        KLayout::coalesced("copy", ld)?,
+    );
     let (ps, pd, n64) = (src.ptr(), dst.ptr(), n as i64);
     let name = format!("copy_{}", suffix(src.dtype()));
     launch_n(
@@ -77,7 +80,7 @@ pub(crate) fn cast(src: &CudaStorage, l: &Layout, to: DType) -> Result<CudaStora
     }
     let n = l.numel();
     let out = new_out(src.dev(), to, n)?;
-    let kl = KLayout::new("to_dtype", l)?;
+    let kl = KLayout::coalesced("to_dtype", l)?;
     let (ps, pd, n64) = (src.ptr(), out.ptr(), n as i64);
     let name = format!("cast_{}_{}", suffix(src.dtype()), suffix(to));
     launch_n(
@@ -101,7 +104,7 @@ pub(crate) fn unary(
 ) -> Result<CudaStorage> {
     let n = l.numel();
     let out = new_out(x.dev(), x.dtype(), n)?;
-    let kl = KLayout::new("unary", l)?;
+    let kl = KLayout::coalesced("unary", l)?;
     let (px, po, n64, code) = (x.ptr(), out.ptr(), n as i64, op as i32);
     let name = format!("unary_{}", suffix(x.dtype()));
     launch_n(
@@ -125,7 +128,10 @@ pub(crate) fn binary(
 ) -> Result<CudaStorage> {
     let n = la.numel();
     let out = new_out(a.dev(), a.dtype(), n)?;
-    let (ka, kb) = (KLayout::new("binary", la)?, KLayout::new("binary", lb)?);
+    let (ka, kb) = (
+        KLayout::coalesced("binary", la)?,
+        KLayout::coalesced("binary", lb)?,
+    );
     let (pa, pb, po, n64, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, op as i32);
     let name = format!("binary_{}", suffix(a.dtype()));
     launch_n(
@@ -149,7 +155,7 @@ pub(crate) fn binary_scalar(
 ) -> Result<CudaStorage> {
     let n = la.numel();
     let out = new_out(a.dev(), a.dtype(), n)?;
-    let ka = KLayout::new("binary", la)?;
+    let ka = KLayout::coalesced("binary", la)?;
     let (pa, po, n64, code) = (a.ptr(), out.ptr(), n as i64, op as i32);
     let name = format!("binary_scalar_{}", suffix(a.dtype()));
     launch_n(
@@ -171,7 +177,7 @@ pub(crate) fn binary_scalar_inplace(
     (sf, si): (f64, i64),
 ) -> Result<()> {
     let n = la.numel();
-    let ka = KLayout::new("binary_", la)?;
+    let ka = KLayout::coalesced("binary_", la)?;
     let (pa, n64, code) = (a.ptr(), n as i64, op as i32);
     let name = format!("binary_scalar_inplace_{}", suffix(a.dtype()));
     launch_n(
@@ -193,7 +199,7 @@ pub(crate) fn compare_scalar(
 ) -> Result<CudaStorage> {
     let n = la.numel();
     let out = new_out(a.dev(), DType::Bool, n)?;
-    let ka = KLayout::new("compare", la)?;
+    let ka = KLayout::coalesced("compare", la)?;
     let (pa, po, n64) = (a.ptr(), out.ptr(), n as i64);
     let name = format!("compare_scalar_{}", suffix(a.dtype()));
     launch_n(
@@ -216,7 +222,10 @@ pub(crate) fn binary_inplace(
     op: BinaryCode,
 ) -> Result<()> {
     let n = la.numel();
-    let (ka, kb) = (KLayout::new("binary_", la)?, KLayout::new("binary_", lb)?);
+    let (ka, kb) = (
+        KLayout::coalesced("binary_", la)?,
+        KLayout::coalesced("binary_", lb)?,
+    );
     let (pa, pb, n64, code) = (a.ptr(), b.ptr(), n as i64, op as i32);
     let name = format!("binary_inplace_{}", suffix(a.dtype()));
     launch_n(
@@ -239,7 +248,10 @@ pub(crate) fn compare(
 ) -> Result<CudaStorage> {
     let n = la.numel();
     let out = new_out(a.dev(), DType::Bool, n)?;
-    let (ka, kb) = (KLayout::new("compare", la)?, KLayout::new("compare", lb)?);
+    let (ka, kb) = (
+        KLayout::coalesced("compare", la)?,
+        KLayout::coalesced("compare", lb)?,
+    );
     let (pa, pb, po, n64) = (a.ptr(), b.ptr(), out.ptr(), n as i64);
     let name = format!("compare_{}", suffix(a.dtype()));
     launch_n(
@@ -265,9 +277,9 @@ pub(crate) fn where_(
     let n = la.numel();
     let out = new_out(a.dev(), a.dtype(), n)?;
     let (kc, ka, kb) = (
-        KLayout::new("where", lc)?,
-        KLayout::new("where", la)?,
-        KLayout::new("where", lb)?,
+        KLayout::coalesced("where", lc)?,
+        KLayout::coalesced("where", la)?,
+        KLayout::coalesced("where", lb)?,
     );
     let (pc, pa, pb, po, n64) = (c.ptr(), a.ptr(), b.ptr(), out.ptr(), n as i64);
     let name = format!("where_{}", suffix(a.dtype()));

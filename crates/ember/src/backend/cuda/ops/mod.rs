@@ -36,7 +36,8 @@ use std::sync::Arc;
 pub(crate) const MAX_RANK: usize = 8;
 
 /// A strided view passed to kernels by value; mirrors `struct Layout` in
-/// kernels/common.cuh.
+/// kernels/common.cuh. Kernels address it by a linear index below its element
+/// count.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct KLayout {
@@ -45,11 +46,78 @@ pub(crate) struct KLayout {
     offset: i64,
     shape: [i64; MAX_RANK],
     strides: [i64; MAX_RANK],
+    /// `magic[d]` and `shift[d]` divide a 32-bit index by `shape[d]`
+    /// ([`FastDiv`]); used when `small` is 1 (fewer than 2^31 elements).
+    magic: [u32; MAX_RANK],
+    shift: [u8; MAX_RANK],
+    small: i32,
+    reserved: i32,
+}
+
+/// Division of `n < 2^31` by a fixed divisor `d` as `(umulhi(n, magic) + n) >>
+/// shift`: a multiply, an add and a shift on the GPU instead of a division
+/// (Granlund and Montgomery's method: `shift = ceil(log2 d)`, `magic =
+/// floor(2^32 (2^shift - d) / d) + 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FastDiv {
+    pub magic: u32,
+    pub shift: u8,
+}
+
+impl FastDiv {
+    /// The multiplier and shift for `d` (1 ≤ d < 2^31).
+    pub fn new(d: u32) -> FastDiv {
+        debug_assert!(d >= 1 && d < 1 << 31);
+        let shift = 32 - (d - 1).leading_zeros(); // ceil(log2 d); 0 for 1
+        let magic = (((1u64 << 32) * ((1u64 << shift) - d as u64)) / d as u64 + 1) as u32;
+        FastDiv {
+            magic,
+            shift: shift as u8,
+        }
+    }
+
+    /// `n / d` the way the kernels compute it.
+    #[cfg(test)]
+    pub fn div(self, n: u32) -> u32 {
+        let hi = ((n as u64 * self.magic as u64) >> 32) as u32;
+        (hi + n) >> self.shift
+    }
 }
 
 impl KLayout {
     pub fn new(op: &'static str, l: &Layout) -> Result<KLayout> {
         KLayout::from_parts(op, l.shape(), l.strides(), l.offset(), l.is_contiguous())
+    }
+
+    /// The view `l` with dimensions merged where that addresses the same elements:
+    /// size-1 dimensions dropped and a dimension folded into the next where its
+    /// stride is the next one's stride times its size (a broadcast `[N, C, H, W]`
+    /// bias of strides `[0, 1, 0, 0]` becomes `[N, C, H·W]`, `[0, 1, 0]`), so the
+    /// kernel splits an index into fewer coordinates. Only for kernels that address
+    /// the layout through `loc` alone (not by its dimensions).
+    pub fn coalesced(op: &'static str, l: &Layout) -> Result<KLayout> {
+        if l.is_contiguous() {
+            return KLayout::from_parts(op, &[l.numel()], &[1], l.offset(), true);
+        }
+        let mut shape: Vec<usize> = Vec::with_capacity(l.shape().len());
+        let mut strides: Vec<usize> = Vec::with_capacity(l.shape().len());
+        for (&n, &st) in l.shape().iter().zip(l.strides()) {
+            if n == 1 {
+                continue;
+            }
+            match (shape.last_mut(), strides.last_mut()) {
+                (Some(pn), Some(ps)) if *ps == st * n => {
+                    *pn *= n;
+                    *ps = st;
+                }
+                _ => {
+                    shape.push(n);
+                    strides.push(st);
+                }
+            }
+        }
+        let contiguous = shape.is_empty() || (shape.len() == 1 && strides[0] == 1);
+        KLayout::from_parts(op, &shape, &strides, l.offset(), contiguous)
     }
 
     pub fn from_parts(
@@ -68,16 +136,27 @@ impl KLayout {
                 ),
             ));
         }
+        let numel = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
+        let small = numel.is_some_and(|n| n < 1 << 31);
         let mut k = KLayout {
             rank: shape.len() as i32,
             contiguous: contiguous as i32,
             offset: offset as i64,
             shape: [1; MAX_RANK],
             strides: [0; MAX_RANK],
+            magic: [1; MAX_RANK],
+            shift: [0; MAX_RANK],
+            small: small as i32,
+            reserved: 0,
         };
         for (i, (&n, &s)) in shape.iter().zip(strides).enumerate() {
             k.shape[i] = n as i64;
             k.strides[i] = s as i64;
+            if small && n > 0 {
+                let f = FastDiv::new(n as u32);
+                k.magic[i] = f.magic;
+                k.shift[i] = f.shift;
+            }
         }
         Ok(k)
     }
@@ -186,6 +265,9 @@ mod tests {
                 ("Layout", "offset", offset_of!(KLayout, offset)),
                 ("Layout", "shape", offset_of!(KLayout, shape)),
                 ("Layout", "strides", offset_of!(KLayout, strides)),
+                ("Layout", "magic", offset_of!(KLayout, magic)),
+                ("Layout", "shift", offset_of!(KLayout, shift)),
+                ("Layout", "small", offset_of!(KLayout, small)),
                 ("Conv", "n", offset_of!(KConv, n)),
                 ("Conv", "w", offset_of!(KConv, w)),
                 ("Conv", "oh", offset_of!(KConv, oh)),
@@ -242,8 +324,113 @@ mod tests {
 
     #[test]
     fn klayout_matches_the_kernel_struct_size() {
-        // int rank, int contiguous, i64 offset, i64 shape[8], i64 strides[8]
-        assert_eq!(std::mem::size_of::<KLayout>(), 4 + 4 + 8 + 64 + 64);
+        // int rank, int contiguous, i64 offset, i64 shape[8], i64 strides[8],
+        // unsigned magic[8], unsigned char shift[8], int small, int reserved
+        assert_eq!(
+            std::mem::size_of::<KLayout>(),
+            4 + 4 + 8 + 64 + 64 + 32 + 8 + 4 + 4
+        );
         assert!(KLayout::from_parts("t", &[1; 9], &[1; 9], 0, true).is_err());
+    }
+
+    /// The kernels' 32-bit division by a shape's size is exact for every index
+    /// below 2^31: every divisor up to 4096 against the indices near each multiple
+    /// and the range's ends, and random divisors and indices.
+    #[test]
+    fn fast_division_is_exact_below_2_pow_31() {
+        let max = (1u32 << 31) - 1;
+        let check = |d: u32, n: u32| {
+            assert_eq!(FastDiv::new(d).div(n), n / d, "{n} / {d}");
+        };
+        for d in 1..=4096u32 {
+            for n in [0, 1, d - 1, d, d + 1, max, max - 1, max - d, max / d * d] {
+                check(d, n);
+            }
+            let last = max / d;
+            for q in [1, 2, 3, last / 2, last] {
+                let m = q.saturating_mul(d);
+                for n in [m.saturating_sub(1), m, m.saturating_add(1)] {
+                    check(d, n.min(max));
+                }
+            }
+        }
+        // a fixed-seed generator (xorshift) for the rest
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200_000 {
+            let d = (next() % max as u64) as u32 + 1;
+            let d = if next() % 2 == 0 {
+                d >> (next() % 31)
+            } else {
+                d
+            }
+            .max(1);
+            check(d, (next() % (max as u64 + 1)) as u32);
+        }
+        for d in [max, 1 << 30, (1 << 30) + 1, 65_537, 3, 7, 641] {
+            for n in [max, max - 1, 0, d - 1] {
+                check(d, n);
+            }
+        }
+    }
+
+    /// Coalescing keeps every element where it was.
+    #[test]
+    fn coalesced_layouts_address_the_same_elements() {
+        use crate::layout::Layout;
+        let locate = |k: &KLayout, mut i: usize| -> usize {
+            if k.contiguous == 1 {
+                return k.offset as usize + i;
+            }
+            let mut off = k.offset as usize;
+            for d in (0..k.rank as usize).rev() {
+                let n = k.shape[d] as usize;
+                off += (i % n) * k.strides[d] as usize;
+                i /= n;
+            }
+            off
+        };
+        let base = Layout::contiguous(&[2, 3, 4, 5]);
+        let views = [
+            base.clone(),
+            base.permute(&[0, 2, 1, 3]),
+            base.slice(2, 1, 3, 1),
+            Layout::contiguous(&[3, 1, 1])
+                .broadcast_to("t", &[2, 3, 4, 5])
+                .unwrap(),
+            Layout::contiguous(&[5])
+                .broadcast_to("t", &[2, 3, 4, 5])
+                .unwrap(),
+            Layout::contiguous(&[4, 1])
+                .broadcast_to("t", &[2, 3, 4, 5])
+                .unwrap(),
+            base.slice(0, 1, 2, 1).slice(3, 0, 4, 1),
+            base.slice(3, 0, 5, 2),
+            base.transpose(0, 3),
+        ];
+        for l in &views {
+            let k = KLayout::coalesced("t", l).unwrap();
+            let plain = KLayout::new("t", l).unwrap();
+            for i in 0..l.numel() {
+                assert_eq!(locate(&k, i), locate(&plain, i), "{l:?} element {i}");
+            }
+        }
+        // the broadcast bias of a convolution's output loses a dimension
+        let bias = Layout::contiguous(&[3, 1, 1])
+            .broadcast_to("t", &[2, 3, 4, 5])
+            .unwrap();
+        let k = KLayout::coalesced("t", &bias).unwrap();
+        assert_eq!(
+            (k.rank, &k.shape[..3], &k.strides[..3]),
+            (3, &[2, 3, 20][..], &[0, 1, 0][..])
+        );
+        // a narrowed outer dim of a contiguous array is one run
+        let k = KLayout::coalesced("t", &base.slice(0, 1, 2, 1)).unwrap();
+        assert_eq!(k.contiguous, 1);
     }
 }

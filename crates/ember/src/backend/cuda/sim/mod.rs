@@ -65,6 +65,13 @@ fn capacity() -> usize {
         << 20
 }
 
+/// The shared memory a simulated block may use once its kernel opts in: an H100's
+/// 227 KiB.
+pub(crate) const SIM_SHARED_OPTIN: usize = 227 << 10;
+
+/// A block's threads without `__launch_bounds__`: every GPU's limit.
+const SIM_MAX_THREADS: u32 = 1024;
+
 /// What a simulated GPU reports as its properties.
 pub(crate) fn properties(ordinal: usize) -> crate::backend::cuda::runtime::DeviceProperties {
     crate::backend::cuda::runtime::DeviceProperties {
@@ -74,6 +81,8 @@ pub(crate) fn properties(ordinal: usize) -> crate::backend::cuda::runtime::Devic
         multiprocessor_count: 4,
         max_threads_per_block: 1024,
         max_shared_memory_per_block: 48 << 10,
+        // Hopper's opt-in limit (the simulator's dynamic shared buffer holds it)
+        max_shared_memory_per_block_optin: SIM_SHARED_OPTIN,
         warp_size: 32,
         total_memory: capacity(),
         l2_cache_size: 0,
@@ -219,7 +228,7 @@ type ParamsFn = unsafe extern "C" fn(*mut u64, i32) -> i32;
 type ErrorFn = unsafe extern "C" fn() -> *const c_char;
 
 /// A loaded kernel of a simulated module.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct SimFunc {
     entry: Entry,
     error: ErrorFn,
@@ -227,6 +236,13 @@ pub(crate) struct SimFunc {
     /// The module waits at barriers (`__syncthreads`, warp shuffles): its threads
     /// need fibers.
     fibers: bool,
+    /// The most threads a block may have: the first value of the kernel's
+    /// `__launch_bounds__`, which is what a GPU's compiler also caps it at
+    /// (register use has no meaning here).
+    pub(crate) max_threads: u32,
+    /// The dynamic shared memory a launch may ask for: 48 KiB until the kernel
+    /// opts in to more (`cuFuncSetAttribute`), as on a GPU.
+    dyn_limit: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl SimFunc {
@@ -245,7 +261,26 @@ impl SimFunc {
         out.into_iter().map(|s| s as usize).collect()
     }
 
-    /// Runs the kernel over the whole grid before returning.
+    /// Raises the dynamic shared memory a launch may ask for, refusing what a GPU
+    /// with the simulator's properties refuses.
+    pub(crate) fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        if bytes as usize > SIM_SHARED_OPTIN {
+            return Err(Error::Cuda {
+                op: "cuFuncSetAttribute",
+                msg: format!(
+                    "CUDA_ERROR_INVALID_VALUE: {bytes} bytes of dynamic shared memory exceed \
+                     the device's opt-in limit of {SIM_SHARED_OPTIN}"
+                ),
+            });
+        }
+        self.dyn_limit
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Runs the kernel over the whole grid before returning. A block larger than
+    /// the kernel's `__launch_bounds__`, or more dynamic shared memory than the
+    /// kernel was allowed, is refused as the driver refuses it.
     ///
     /// # Safety
     /// `params` must point at values of the kernel's parameter types, and every
@@ -257,6 +292,27 @@ impl SimFunc {
         shared_mem: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let threads = block.0 as u64 * block.1 as u64 * block.2 as u64;
+        let refuse = |msg: String| {
+            Err(Error::Cuda {
+                op: "cuLaunchKernel",
+                msg,
+            })
+        };
+        if threads > self.max_threads as u64 {
+            return refuse(format!(
+                "CUDA_ERROR_INVALID_VALUE: a block of {threads} threads; the kernel allows {}",
+                self.max_threads
+            ));
+        }
+        let limit = self.dyn_limit.load(std::sync::atomic::Ordering::Relaxed);
+        if shared_mem > limit {
+            return refuse(format!(
+                "CUDA_ERROR_INVALID_VALUE: {shared_mem} bytes of dynamic shared memory; the \
+                 kernel may use {limit} (more needs cuFuncSetAttribute's \
+                 MAX_DYNAMIC_SHARED_SIZE_BYTES)"
+            ));
+        }
         let l = SimLaunch {
             grid: [grid.0, grid.1, grid.2],
             block: [block.0, block.1, block.2],
@@ -302,11 +358,20 @@ impl SimModule {
                 .lib
                 .get::<ErrorFn>(b"__ember_sim_error\0")
                 .map_err(missing)?;
+            let bounds_sym = format!("__ember_sim_maxthreads_{name}\0");
+            // SAFETY: a `const int` (EMBER_SIM_MAX_THREADS in prelude.h), present for
+            // kernels declared with __launch_bounds__.
+            let max_threads = match self.lib.get::<*const i32>(bounds_sym.as_bytes()) {
+                Ok(p) => (**p).clamp(1, SIM_MAX_THREADS as i32) as u32,
+                Err(_) => SIM_MAX_THREADS,
+            };
             Ok(SimFunc {
                 entry,
                 error,
                 params,
                 fibers: self.fibers,
+                max_threads,
+                dyn_limit: Arc::new(std::sync::atomic::AtomicU32::new(48 << 10)),
             })
         }
     }
@@ -401,10 +466,57 @@ fn rewrite_dynamic_shared(src: &str) -> String {
     out
 }
 
+/// What `__launch_bounds__(...)` becomes in the pass that finds the kernels.
+const BOUNDS_MARK: &str = "__ember_sim_launch_bounds__";
+
+/// A kernel of a module: its name and the text of its `__launch_bounds__`'
+/// first argument (the most threads per block), if it has one.
+#[derive(Debug, PartialEq)]
+struct KernelDecl {
+    name: String,
+    max_threads: Option<String>,
+}
+
+/// Strips a `BOUNDS_MARK(args)` from the front of `t`, returning the first
+/// argument's text and the rest.
+fn strip_bounds(t: &str) -> Option<(String, &str)> {
+    let t = t.trim_start().strip_prefix(BOUNDS_MARK)?.trim_start();
+    let t = t.strip_prefix('(')?;
+    let (mut depth, mut end) = (1, None);
+    for (i, c) in t.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let end = end?;
+    let args = &t[..end];
+    let mut depth = 0;
+    let first_end = args
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            c == ',' && depth == 0
+        })
+        .map_or(args.len(), |(i, _)| i);
+    Some((args[..first_end].trim().to_string(), &t[end + 1..]))
+}
+
 /// The `extern "C"` kernels of a preprocessed source where `__global__` was defined
-/// as the marker.
-fn kernel_names(preprocessed: &str, marker: &str) -> Vec<String> {
-    let mut names = Vec::new();
+/// as the marker and `__launch_bounds__` as [`BOUNDS_MARK`].
+fn kernel_decls(preprocessed: &str, marker: &str) -> Vec<KernelDecl> {
+    let mut decls: Vec<KernelDecl> = Vec::new();
     let mut rest = preprocessed;
     while let Some(at) = rest.find(marker) {
         let before = rest[..at].trim_end();
@@ -412,20 +524,34 @@ fn kernel_names(preprocessed: &str, marker: &str) -> Vec<String> {
         if !before.ends_with("extern \"C\"") {
             continue;
         }
-        let t = rest.trim_start();
-        let Some(t) = t.strip_prefix("void") else {
+        // `__launch_bounds__` stands before or after the return type
+        let mut t = rest;
+        let mut bounds = None;
+        if let Some((b, after)) = strip_bounds(t) {
+            bounds = Some(b);
+            t = after;
+        }
+        let Some(after_void) = t.trim_start().strip_prefix("void") else {
             continue;
         };
-        let t = t.trim_start();
+        t = after_void;
+        if let Some((b, after)) = strip_bounds(t) {
+            bounds = Some(b);
+            t = after;
+        }
         let name: String = t
+            .trim_start()
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
-        if !name.is_empty() && !names.contains(&name) {
-            names.push(name);
+        if !name.is_empty() && !decls.iter().any(|d| d.name == name) {
+            decls.push(KernelDecl {
+                name,
+                max_threads: bounds,
+            });
         }
     }
-    names
+    decls
 }
 
 fn run_compiler(args: &[&str], name: &str) -> Result<String> {
@@ -538,6 +664,8 @@ fn build(
     let mut pre_args = vec!["-std=c++17", "-E", "-P", "-w", "-x", "c++"];
     let mark_def = format!("-D__global__={MARK}");
     pre_args.push(&mark_def);
+    let bounds_def = format!("-D__launch_bounds__(...)={BOUNDS_MARK}(__VA_ARGS__)");
+    pre_args.push(&bounds_def);
     pre_args.extend(opts);
     pre_args.push(&cpp_s);
     let pre = run_compiler(&pre_args, name);
@@ -548,7 +676,7 @@ fn build(
             return Err(e);
         }
     };
-    let names = kernel_names(&pre, MARK);
+    let decls = kernel_decls(&pre, MARK);
     // threads that may wait at a barrier or a shuffle need fibers; the macros and
     // headers of the source are expanded here, the prelude's own uses left out
     let user = pre.split_once(USER).map_or(pre.as_str(), |(_, u)| u);
@@ -557,8 +685,11 @@ fn build(
         .any(|w| user.contains(w));
     let mut full = text;
     full.push_str(&format!("EMBER_SIM_FIBERS({})\n", fibers as i32));
-    for n in &names {
-        full.push_str(&format!("EMBER_SIM_ENTRY({n})\n"));
+    for d in &decls {
+        full.push_str(&format!("EMBER_SIM_ENTRY({})\n", d.name));
+        if let Some(t) = &d.max_threads {
+            full.push_str(&format!("EMBER_SIM_MAX_THREADS({}, ({t}))\n", d.name));
+        }
     }
     write(&cpp, &full)?;
     let so_s = so.to_string_lossy().into_owned();
@@ -734,6 +865,27 @@ extern "C" __global__ void bad(int* x) {
             "extern \"C\" {m} void add_f32(float* x) {{}}\nstatic {m} void helper() {{}}\n\
              extern \"C\"   {m}\n void  mv (const float* a) {{}}"
         );
-        assert_eq!(kernel_names(&pre, m), ["add_f32", "mv"]);
+        let names: Vec<String> = kernel_decls(&pre, m).into_iter().map(|d| d.name).collect();
+        assert_eq!(names, ["add_f32", "mv"]);
+    }
+
+    #[test]
+    fn launch_bounds_are_read_before_or_after_the_return_type() {
+        let m = "__ember_sim_kernel_marker__";
+        let b = BOUNDS_MARK;
+        let pre = format!(
+            "extern \"C\" {m} void {b}(256) k1(float* x) {{}}\n\
+             extern \"C\" {m} {b}( 2 * 64 , 4) void k2() {{}}\n\
+             extern \"C\" {m} void k3() {{}}"
+        );
+        let decls = kernel_decls(&pre, m);
+        let got: Vec<(&str, Option<&str>)> = decls
+            .iter()
+            .map(|d| (d.name.as_str(), d.max_threads.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [("k1", Some("256")), ("k2", Some("2 * 64")), ("k3", None)]
+        );
     }
 }

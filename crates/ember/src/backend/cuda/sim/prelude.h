@@ -33,7 +33,9 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __constant__ static
+#ifndef __launch_bounds__
 #define __launch_bounds__(...)
+#endif
 #define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 {
@@ -460,6 +462,10 @@ extern "C" __attribute__((visibility("default"))) const char* __ember_sim_error(
 // Whether the module's kernels may wait at barriers or shuffles (their threads then
 // run as fibers), found by ember in the preprocessed source.
 #define EMBER_SIM_FIBERS(n) extern "C" __attribute__((visibility("default"))) const int __ember_sim_fibers = n;
+
+// The most threads per block of a kernel declared with __launch_bounds__.
+#define EMBER_SIM_MAX_THREADS(name, n) \
+    extern "C" __attribute__((visibility("default"))) const int __ember_sim_maxthreads_##name = (n);
 
 #define EMBER_SIM_ENTRY(name)                                                                   \
     extern "C" __attribute__((visibility("default"))) int __ember_sim_entry_##name(             \

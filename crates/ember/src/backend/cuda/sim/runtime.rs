@@ -7,7 +7,8 @@
 use super::{compile, conv, gemm, memcpy, properties, SimFunc, SimMemory, SimModule};
 use crate::backend::cuda::calls::{ConvCall, GemmCall};
 use crate::backend::cuda::runtime::{
-    DeviceProperties, Func, LoadedModule, MallocError, RtEvent, Runtime, System, Workspaces,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, System,
+    Workspaces,
 };
 use crate::Result;
 use std::ffi::c_void;
@@ -183,6 +184,19 @@ impl Runtime for Sim {
 
     fn param_sizes(&self, f: &Func) -> Result<Vec<usize>> {
         Ok(f.get::<SimFunc>().param_sizes())
+    }
+
+    fn func_attributes(&self, f: &Func) -> Result<FuncAttributes> {
+        // no registers here; static __shared__ arrays are not measured either
+        Ok(FuncAttributes {
+            max_threads_per_block: f.get::<SimFunc>().max_threads,
+            registers: 0,
+            static_shared_bytes: 0,
+        })
+    }
+
+    fn set_max_dynamic_shared(&self, f: &Func, bytes: u32) -> Result<()> {
+        f.get::<SimFunc>().set_max_dynamic_shared(bytes)
     }
 
     unsafe fn launch(
