@@ -59,6 +59,22 @@ fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
         .add(nn::Linear::new(128, 10, dev)?))
 }
 
+/// A CNN with grouped convolutions (the weight shared by every sample of a group:
+/// nothing of it is copied per sample).
+fn grouped_cnn(dev: &Device) -> Result<nn::Sequential> {
+    let groups = |g| Conv2dOptions {
+        groups: g,
+        ..Default::default()
+    };
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(8, 64, 3, groups(4), dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(64, 64, 3, groups(64), dev)?)
+        .add(nn::ReLU)
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(64 * 12 * 12, 10, dev)?))
+}
+
 fn sgd(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
     Ok(Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?))
 }
@@ -225,7 +241,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     type Case = (&'static str, Build, Vec<usize>, usize, MakeOpt, DType);
     let f32 = DType::F32;
     let bf16 = DType::BF16;
-    let cases: [Case; 9] = [
+    let cases: [Case; 10] = [
         ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam, f32),
         ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam, f32),
         ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
@@ -270,6 +286,14 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             f32,
         ),
         ("vgg-11 on 32x32, sgd", vgg11, vec![3, 32, 32], 2, sgd, f32),
+        (
+            "grouped cnn, adam",
+            grouped_cnn,
+            vec![8, 16, 16],
+            16,
+            adam,
+            f32,
+        ),
     ];
     for (name, build, input, batch, opt, dtype) in cases {
         let est = Estimator::new(build)
@@ -297,6 +321,8 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             256,
         ),
         ("alexnet on 63x63, inference", alexnet, vec![3, 63, 63], 4),
+        // groups of 4 (fewer than the samples) and of 64 (more)
+        ("grouped cnn, inference", grouped_cnn, vec![8, 16, 16], 16),
     ] {
         let est = Estimator::new(build)
             .input(&input)
