@@ -203,7 +203,7 @@ extern "C" __global__ void reverse_through_shared(const float* x, float* y, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];
 }"#;
     let k = Kernel::compile(src, "reverse_through_shared", &dev)?;
-    let n = 25_000; // 100 000 bytes of shared memory
+    let n: usize = 25_000; // 100 000 bytes of shared memory
     let x = Tensor::arange(0f32, n as f32, &dev)?;
     let y = Tensor::zeros([n], DType::F32, &dev)?;
     let args = [

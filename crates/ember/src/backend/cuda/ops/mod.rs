@@ -67,7 +67,7 @@ pub(crate) struct FastDiv {
 impl FastDiv {
     /// The multiplier and shift for `d` (1 ≤ d < 2^31).
     pub fn new(d: u32) -> FastDiv {
-        debug_assert!(d >= 1 && d < 1 << 31);
+        debug_assert!((1..1 << 31).contains(&d));
         let shift = 32 - (d - 1).leading_zeros(); // ceil(log2 d); 0 for 1
         let magic = (((1u64 << 32) * ((1u64 << shift) - d as u64)) / d as u64 + 1) as u32;
         FastDiv {
