@@ -233,6 +233,38 @@ extern "C" __global__ void reverse_through_shared(const float* x, float* y, int 
     Ok(())
 }
 
+/// Work on a GPU is asynchronous, on the simulator too (its stream runs on a
+/// thread of its own): a launch returns before its kernel has run, an event
+/// recorded after it stays pending until the kernel has finished, and reading the
+/// result waits for it.
+#[test]
+fn launches_return_before_their_kernels_have_run() -> Result<()> {
+    let Some(dev) = gpu("asynchronous_launches") else {
+        return Ok(());
+    };
+    // one thread, 10^8 dependent steps: a fraction of a second on a GPU or the CPU
+    let src = r#"
+extern "C" __global__ void spin(float* out, long long n) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    float acc = 0.0f;
+    for (long long i = 0; i < n; ++i) acc = acc * 0.999999f + 1.0f;
+    out[0] = acc;
+}"#;
+    let k = Kernel::compile(src, "spin", &dev)?;
+    let out = Tensor::zeros([1], DType::F32, &dev)?;
+    let args = [Arg::output(&out, DType::F32), Arg::I64(100_000_000)];
+    ember::cuda::synchronize(&dev)?;
+    k.launch(LaunchConfig::new(1, 32), &args)?;
+    let ev = ember::cuda::Event::record(&dev)?;
+    assert!(!ev.query(), "the kernel had run when its launch returned");
+    ev.synchronize()?;
+    assert!(ev.query());
+    // 1e6 (1 - 0.999999^1e8) in float32 arithmetic
+    let v = out.item::<f32>()?;
+    assert!(v > 9.0e5 && v < 1.1e6, "{v}");
+    Ok(())
+}
+
 #[test]
 fn compile_errors_and_missing_kernels_are_errors() {
     let Some(dev) = gpu("compile_errors") else {

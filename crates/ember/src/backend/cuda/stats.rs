@@ -156,6 +156,12 @@ impl Event {
             .expect("an event is destroyed only by drop")
     }
 
+    /// `true` once the work queued before this event has finished, without
+    /// waiting (`torch.cuda.Event.query()`).
+    pub fn query(&self) -> bool {
+        self.dev.rt().event_done(self.raw())
+    }
+
     /// Waits until the work queued before this event has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.dev.rt().event_synchronize(self.raw())

@@ -30,11 +30,15 @@
 
 mod dnn;
 mod gemm;
+mod queue;
 mod runtime;
 
-pub(crate) use dnn::conv;
-pub(crate) use gemm::gemm;
+pub(crate) use dnn::conv_job;
+pub(crate) use gemm::gemm_job;
 pub(crate) use runtime::SimSystem;
+
+/// Work queued on a simulated GPU, run later by its stream's thread.
+pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -278,20 +282,10 @@ impl SimFunc {
         Ok(())
     }
 
-    /// Runs the kernel over the whole grid before returning. A block larger than
-    /// the kernel's `__launch_bounds__`, or more dynamic shared memory than the
-    /// kernel was allowed, is refused as the driver refuses it.
-    ///
-    /// # Safety
-    /// `params` must point at values of the kernel's parameter types, and every
-    /// pointer among them must be valid for what the kernel accesses.
-    pub(crate) unsafe fn launch(
-        &self,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        shared_mem: u32,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
+    /// Refuses a block larger than the kernel's `__launch_bounds__`, or more
+    /// dynamic shared memory than the kernel was allowed, as the driver refuses
+    /// such a launch (at the call, not when it runs).
+    pub(crate) fn check_launch(&self, block: (u32, u32, u32), shared_mem: u32) -> Result<()> {
         let threads = block.0 as u64 * block.1 as u64 * block.2 as u64;
         let refuse = |msg: String| {
             Err(Error::Cuda {
@@ -313,6 +307,72 @@ impl SimFunc {
                  MAX_DYNAMIC_SHARED_SIZE_BYTES)"
             ));
         }
+        Ok(())
+    }
+
+    /// Copies the values `params` point at (the driver copies a launch's
+    /// parameters when it is queued) and returns the work that runs the kernel
+    /// with them, after checking the launch ([`check_launch`](Self::check_launch)).
+    ///
+    /// # Safety
+    /// `params` must point at values of the kernel's parameter types, and every
+    /// device pointer among them must be valid for what the kernel accesses when
+    /// the work runs.
+    pub(crate) unsafe fn launch_job(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &[*mut c_void],
+    ) -> Result<Job> {
+        self.check_launch(block, shared_mem)?;
+        let sizes = self.param_sizes();
+        if sizes.len() != params.len() {
+            return Err(Error::Cuda {
+                op: "cuLaunchKernel",
+                msg: format!(
+                    "CUDA_ERROR_INVALID_VALUE: {} parameters given, the kernel takes {}",
+                    params.len(),
+                    sizes.len()
+                ),
+            });
+        }
+        // each value in 16-byte-aligned words of its own
+        let mut values: Vec<Vec<u128>> = sizes
+            .iter()
+            .zip(params)
+            .map(|(&size, &p)| {
+                let mut v = vec![0u128; size.div_ceil(16).max(1)];
+                std::ptr::copy_nonoverlapping(p as *const u8, v.as_mut_ptr().cast::<u8>(), size);
+                v
+            })
+            .collect();
+        let f = self.clone();
+        Ok(Box::new(move || {
+            let mut ptrs: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| v.as_mut_ptr().cast::<c_void>())
+                .collect();
+            // SAFETY: the pointers address copies of values of the kernel's
+            // parameter types; the device pointers among them are the caller's.
+            unsafe { f.launch(grid, block, shared_mem, &mut ptrs) }
+        }))
+    }
+
+    /// Runs the kernel over the whole grid before returning, after
+    /// [`check_launch`](Self::check_launch).
+    ///
+    /// # Safety
+    /// `params` must point at values of the kernel's parameter types, and every
+    /// pointer among them must be valid for what the kernel accesses.
+    pub(crate) unsafe fn launch(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.check_launch(block, shared_mem)?;
         let l = SimLaunch {
             grid: [grid.0, grid.1, grid.2],
             block: [block.0, block.1, block.2],
