@@ -277,6 +277,8 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
     for want in [
         "copy 256x256 f32",
         "mul 256x256 f32",
+        "add bias 256x256 + 256 f32",
+        "add transposed 256x256 f32",
         "sum dim 0 of 256x256 f32",
         "sum dim 1 of 256x256 f32",
         "matmul 128 f32",
@@ -294,7 +296,7 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 15, "{lines}");
+    assert_eq!(lines.lines().count(), 17, "{lines}");
     // training rows carry their share of the GEMM rate measured in the ops suite
     let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
     assert!(

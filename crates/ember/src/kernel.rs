@@ -31,13 +31,13 @@ use crate::backend::cuda::{self, nvrtc, CudaDev, Func};
 use crate::tensor::Storages;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use crate::backend::cuda::runtime::FuncAttributes;
 
-/// The dynamic shared memory every kernel may use without opting in.
-const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
+/// The shared memory (static and dynamic together) a block may use without the
+/// opt-in, on every GPU since Volta.
+const DEFAULT_SHARED: usize = 48 << 10;
 
 /// A compiled kernel, ready to launch on one device.
 pub struct Kernel {
@@ -50,9 +50,10 @@ pub struct Kernel {
     props: crate::backend::cuda::discover::DeviceProperties,
     /// The compiled function's own limits.
     attrs: FuncAttributes,
-    /// The dynamic shared memory the function may use now (raised through the
-    /// opt-in attribute when a launch asks for more).
-    dynamic_shared: AtomicU32,
+    /// The dynamic shared memory the function may use now: what 48 KiB leaves
+    /// beside its static shared memory, raised through the opt-in attribute when a
+    /// launch asks for more (only ever raised, under this lock).
+    dynamic_shared: Mutex<u32>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -95,12 +96,15 @@ impl Kernel {
         let dev = cuda::dev(i)?;
         let opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
         let func = dev.load_user_function(source, name, &opts)?;
+        let attrs = dev.rt().func_attributes(&func)?;
         Ok(Kernel {
             name: name.to_string(),
             params: dev.param_sizes(&func)?,
             props: crate::backend::cuda::discover::device_properties(i)?,
-            attrs: dev.rt().func_attributes(&func)?,
-            dynamic_shared: AtomicU32::new(DEFAULT_DYNAMIC_SHARED),
+            attrs,
+            dynamic_shared: Mutex::new(
+                DEFAULT_SHARED.saturating_sub(attrs.static_shared_bytes) as u32
+            ),
             func,
             dev,
         })
@@ -254,13 +258,17 @@ impl Kernel {
     }
 
     /// Opts the function in to `bytes` of dynamic shared memory when that is more
-    /// than it may use now (above 48 KiB; checked against the device before).
+    /// than it may use now (more than 48 KiB with its static shared memory;
+    /// checked against the device's opt-in limit before).
     fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
-        if bytes <= self.dynamic_shared.load(Ordering::Relaxed) {
-            return Ok(());
+        let mut allowed = self
+            .dynamic_shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if bytes > *allowed {
+            self.dev.rt().set_max_dynamic_shared(&self.func, bytes)?;
+            *allowed = bytes;
         }
-        self.dev.rt().set_max_dynamic_shared(&self.func, bytes)?;
-        self.dynamic_shared.fetch_max(bytes, Ordering::Relaxed);
         Ok(())
     }
 

@@ -328,9 +328,13 @@ impl Runtime for Driver {
             .map_err(cuda_err("cuEventRecord"))
     }
 
-    fn event_done(&self, e: &RtEvent) -> bool {
+    fn event_query(&self, e: &RtEvent) -> Result<bool> {
         // SAFETY: a live event.
-        unsafe { drv::event::query(e.get::<DriverEvent>().0) }.is_ok()
+        match unsafe { drv::event::query(e.get::<DriverEvent>().0) } {
+            Ok(()) => Ok(true),
+            Err(drv::DriverError(sys::cudaError_enum::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(e) => Err(cuda_err("cuEventQuery")(e)),
+        }
     }
 
     fn event_synchronize(&self, e: &RtEvent) -> Result<()> {

@@ -103,7 +103,8 @@ pub(crate) struct Pinned<'a> {
 impl Pinned<'_> {
     /// `true` once the device copy that last used `b` has finished.
     fn block_idle(&self, b: &PinnedBlock) -> bool {
-        !b.in_flight || self.rt.event_done(&b.event)
+        // (a block whose copy failed counts as busy: waiting for it reports the error)
+        !b.in_flight || self.rt.event_query(&b.event).unwrap_or(false)
     }
 
     /// Waits for the device copy that last used `b`.

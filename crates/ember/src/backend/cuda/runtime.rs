@@ -118,8 +118,10 @@ pub(crate) trait Runtime: Send + Sync {
     fn event_create(&self, timing: bool) -> Result<RtEvent>;
     /// Records `e` on the stream now.
     fn event_record(&self, e: &mut RtEvent) -> Result<()>;
-    /// `true` once the work queued before the last record of `e` has finished.
-    fn event_done(&self, e: &RtEvent) -> bool;
+    /// `true` once the work queued before the last record of `e` has finished,
+    /// `false` while it runs; an error of that work (the context's sticky error
+    /// on a GPU) as an error.
+    fn event_query(&self, e: &RtEvent) -> Result<bool>;
     /// Waits for the work queued before the last record of `e`.
     fn event_synchronize(&self, e: &RtEvent) -> Result<()>;
     /// Milliseconds of device time from `start` to `end` (both recorded, done).

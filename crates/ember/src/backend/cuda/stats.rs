@@ -156,10 +156,11 @@ impl Event {
             .expect("an event is destroyed only by drop")
     }
 
-    /// `true` once the work queued before this event has finished, without
-    /// waiting (`torch.cuda.Event.query()`).
-    pub fn query(&self) -> bool {
-        self.dev.rt().event_done(self.raw())
+    /// `true` once the work queued before this event has finished, `false` while
+    /// it runs, without waiting (`torch.cuda.Event.query()`); an error of that
+    /// work is returned as an error.
+    pub fn query(&self) -> Result<bool> {
+        self.dev.rt().event_query(self.raw())
     }
 
     /// Waits until the work queued before this event has finished.

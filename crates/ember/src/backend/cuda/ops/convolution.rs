@@ -16,7 +16,7 @@ use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{BinaryCode, ConvShape, ReduceCode, Scalar};
 use crate::layout::Layout;
-use crate::Result;
+use crate::{Error, Result};
 
 /// `[o]` bias added along the channels of the contiguous `[n, o, p]` output.
 fn add_bias(
@@ -227,6 +227,16 @@ fn weight_product(
     let dt = r.dtype();
     let sz = dt.size_in_bytes() as u64;
     let len = s.n * g * m * p;
+    // cuBLAS takes 32-bit sizes and batch counts
+    if [m, k, p, s.n, g].iter().any(|&d| d > i32::MAX as usize) {
+        return Err(Error::invalid(
+            "conv2d",
+            format!(
+                "a {m}x{k} by {k}x{p} product per sample and group exceeds cuBLAS's 32-bit \
+                 sizes on CUDA; split the input into smaller images"
+            ),
+        ));
+    }
     if k == 0 {
         // no output channels: the input's gradient is zero
         return fill(dev, dt, len, Scalar::Int(0));

@@ -137,7 +137,8 @@ impl KLayout {
             ));
         }
         let numel = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
-        let small = numel.is_some_and(|n| n < 1 << 31);
+        // (an empty view launches nothing, and may have a dimension of 2^31 or more)
+        let small = numel.is_some_and(|n| (1..1 << 31).contains(&n));
         let mut k = KLayout {
             rank: shape.len() as i32,
             contiguous: contiguous as i32,
@@ -152,7 +153,7 @@ impl KLayout {
         for (i, (&n, &s)) in shape.iter().zip(strides).enumerate() {
             k.shape[i] = n as i64;
             k.strides[i] = s as i64;
-            if small && n > 0 {
+            if small {
                 let f = FastDiv::new(n as u32);
                 k.magic[i] = f.magic;
                 k.shift[i] = f.shift;
@@ -331,6 +332,21 @@ mod tests {
             4 + 4 + 8 + 64 + 64 + 32 + 8 + 4 + 4
         );
         assert!(KLayout::from_parts("t", &[1; 9], &[1; 9], 0, true).is_err());
+        // an empty view with a dimension past 32 bits takes the 64-bit path
+        let k = KLayout::from_parts("t", &[0, 1 << 32], &[0, 1], 0, false).unwrap();
+        assert_eq!(k.small, 0);
+        assert_eq!(
+            KLayout::from_parts("t", &[1 << 31], &[1], 0, false)
+                .unwrap()
+                .small,
+            0
+        );
+        assert_eq!(
+            KLayout::from_parts("t", &[(1 << 31) - 1], &[1], 0, false)
+                .unwrap()
+                .small,
+            1
+        );
     }
 
     /// The kernels' 32-bit division by a shape's size is exact for every index

@@ -12,11 +12,15 @@
 //!
 //! What it checks: the logic of kernels and of the host code that drives them
 //! (indexing, layouts passed by value, reductions across warps and blocks, launch
-//! configurations, the row-/column-major mapping of GEMM calls). What it does not:
-//! timing, concurrency between threads of a block (they run one at a time, so
-//! atomics and races behave), the GPU's floating-point details (fast-math, fused
-//! multiply-adds), or the driver's behaviour. Results that pass here still have to
-//! be confirmed on a GPU.
+//! configurations, the row-/column-major mapping of GEMM calls), and the host's
+//! side of asynchronous execution: each simulated GPU runs its stream on a thread
+//! of its own ([`queue`]), so a read before a wait, a pinned buffer reused while
+//! its copy is queued or an event trusted too early shows up as wrong values.
+//! What it does not: timing, concurrency between threads of a block (they run one
+//! at a time, so atomics and races behave), the GPU's floating-point details
+//! (fast-math, fused multiply-adds), several streams of one device, or the
+//! driver's other behaviour. Results that pass here still have to be confirmed on
+//! a GPU.
 //!
 //! Environment: `EMBER_SIM_CXX` (the compiler, default `c++`), `EMBER_SIM_MEMORY_MB`
 //! (device memory per simulated GPU, default 4096), `EMBER_SIM_SANITIZE=address`

@@ -4,9 +4,10 @@
 //! the copy that reads it has run, or trusts an event that has not passed, sees
 //! stale data in CI, as it would on a GPU, instead of the right values by luck.
 //!
-//! An error of queued work (a kernel that stops at a deadlock, an access the
-//! memory checker refuses) is kept and returned by the next wait, as a GPU's
-//! asynchronous errors surface at the next synchronisation.
+//! An error of queued work (a kernel that stops at a deadlock or traps) is
+//! returned by every wait after it, as a GPU's asynchronous errors are: they
+//! surface at the next synchronisation and stay (the context is unusable), so a
+//! wait whose result is ignored cannot hide one from the next.
 
 use super::Job;
 use crate::{Error, Result};
@@ -28,7 +29,7 @@ struct State {
     queued: u64,
     /// Every job up to this one has finished.
     done: u64,
-    /// The first error of queued work not yet returned by a wait.
+    /// The first error of queued work: every wait returns it from then on.
     error: Option<String>,
 }
 
@@ -109,16 +110,26 @@ impl Queue {
     }
 
     /// Waits until job `k` and every job before it have finished; then returns
-    /// the first error of queued work since the last wait, if any.
+    /// the first error of queued work, if there was one.
     pub(crate) fn wait_for(&self, k: u64) -> Result<()> {
         let mut s = self.lock();
         while s.done < k {
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
         }
-        match s.error.take() {
+        Queue::sticky(&s)
+    }
+
+    /// The error of earlier work, if any, without waiting.
+    pub(crate) fn check(&self) -> Result<()> {
+        Queue::sticky(&self.lock())
+    }
+
+    fn sticky(s: &State) -> Result<()> {
+        match &s.error {
             Some(msg) => Err(Error::Cuda {
-                op: "simulated work queued before this wait",
-                msg,
+                op: "simulated work queued before this call (the device is unusable from \
+                     then on, as after a GPU's asynchronous error)",
+                msg: msg.clone(),
             }),
             None => Ok(()),
         }
@@ -130,13 +141,75 @@ impl Queue {
         self.wait_for(k)
     }
 
-    /// Waits for everything queued so far, leaving an error of that work for the
-    /// next [`wait_for`](Self::wait_for).
+    /// Waits for everything queued so far, without reporting an error (the next
+    /// wait does).
     pub(crate) fn drain(&self) {
         let mut s = self.lock();
         let k = s.queued;
         while s.done < k {
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_runs_in_order_and_its_errors_reach_the_next_wait() {
+        let q = Queue::start("ember-sim-test".into()).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        // a job that waits for the host, so the first wait below finds work queued
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = gate.clone();
+        let first = q.push(Box::new(move || {
+            let (open, cv) = &*g;
+            let mut o = open.lock().unwrap();
+            while !*o {
+                o = cv.wait(o).unwrap();
+            }
+            Ok(())
+        }));
+        for i in 0..100 {
+            let l = log.clone();
+            q.push(Box::new(move || {
+                l.lock().unwrap().push(i);
+                Ok(())
+            }));
+        }
+        assert!(!q.is_done(first), "queued work ran before the host let it");
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        q.push(Box::new(|| Err(Error::invalid("k", "the first error"))));
+        q.push(Box::new(|| Err(Error::invalid("k", "a later error"))));
+        // drain waits without reporting
+        q.drain();
+        assert_eq!(*log.lock().unwrap(), (0..100).collect::<Vec<_>>());
+        let e = q.wait_all().unwrap_err().to_string();
+        assert!(e.contains("the first error"), "{e}");
+        // the error stays, for every later wait and check
+        let k = q.push(Box::new(|| Ok(())));
+        assert!(q
+            .wait_for(k)
+            .unwrap_err()
+            .to_string()
+            .contains("the first error"));
+        assert!(q.is_done(k) && q.check().is_err());
+    }
+
+    #[test]
+    fn a_panic_in_queued_work_is_an_error_and_the_stream_goes_on() {
+        let q = Queue::start("ember-sim-test".into()).unwrap();
+        q.push(Box::new(|| panic!("a kernel's bug")));
+        let ran = Arc::new(Mutex::new(false));
+        let r = ran.clone();
+        let k = q.push(Box::new(move || {
+            *r.lock().unwrap() = true;
+            Ok(())
+        }));
+        let e = q.wait_for(k).unwrap_err().to_string();
+        assert!(e.contains("a kernel's bug"), "{e}");
+        assert!(*ran.lock().unwrap());
     }
 }

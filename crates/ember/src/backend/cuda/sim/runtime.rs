@@ -95,6 +95,8 @@ impl Sim {
 struct SimEvent {
     job: u64,
     at: Arc<Mutex<Option<Instant>>>,
+    /// Created for timing (`cuEventElapsedTime` refuses other events).
+    timing: bool,
 }
 
 impl SimEvent {
@@ -234,10 +236,11 @@ impl Runtime for Sim {
         self.stream.wait_all()
     }
 
-    fn event_create(&self, _timing: bool) -> Result<RtEvent> {
+    fn event_create(&self, timing: bool) -> Result<RtEvent> {
         Ok(RtEvent::new(SimEvent {
             job: 0,
             at: Arc::new(Mutex::new(None)),
+            timing,
         }))
     }
 
@@ -248,12 +251,15 @@ impl Runtime for Sim {
             *mark.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             Ok(())
         }));
-        *e.get_mut::<SimEvent>() = SimEvent { job, at };
+        let e = e.get_mut::<SimEvent>();
+        e.job = job;
+        e.at = at;
         Ok(())
     }
 
-    fn event_done(&self, e: &RtEvent) -> bool {
-        self.stream.is_done(e.get::<SimEvent>().job)
+    fn event_query(&self, e: &RtEvent) -> Result<bool> {
+        self.stream.check()?;
+        Ok(self.stream.is_done(e.get::<SimEvent>().job))
     }
 
     fn event_synchronize(&self, e: &RtEvent) -> Result<()> {
@@ -261,6 +267,12 @@ impl Runtime for Sim {
     }
 
     fn event_elapsed_ms(&self, start: &RtEvent, end: &RtEvent) -> Result<f32> {
+        if !(start.get::<SimEvent>().timing && end.get::<SimEvent>().timing) {
+            return Err(crate::Error::Cuda {
+                op: "cuEventElapsedTime",
+                msg: "CUDA_ERROR_INVALID_HANDLE: an event was created without timing".into(),
+            });
+        }
         match (start.get::<SimEvent>().time(), end.get::<SimEvent>().time()) {
             (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
             _ => Err(crate::Error::Cuda {
