@@ -60,6 +60,38 @@ __device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
     return off;
 }
 
+// loc() that also gives element i's coordinate along dimension `dim` (below the
+// rank), found in the same pass: what the index kernels need for the index to read.
+__device__ __forceinline__ i64 loc_at(const Layout& l, i64 i, int dim, i64& coord) {
+    i64 off = l.offset;
+    if (l.small) {
+        unsigned u = (unsigned)i;
+        unsigned c = 0;
+#pragma unroll
+        for (int d = EMBER_MAX_RANK - 1; d > 0; --d) {
+            if (d < l.rank) {
+                const unsigned q = (ember_umulhi(u, l.magic[d]) + u) >> l.shift[d];
+                const unsigned r = u - q * (unsigned)l.shape[d];
+                if (d == dim) c = r;
+                off += (i64)r * l.strides[d];
+                u = q;
+            }
+        }
+        if (dim == 0) c = u;
+        coord = c;
+        return l.rank > 0 ? off + (i64)u * l.strides[0] : off;
+    }
+    coord = 0;
+    for (int d = l.rank - 1; d >= 0; --d) {
+        const i64 s = l.shape[d];
+        const i64 r = i % s;
+        if (d == dim) coord = r;
+        off += r * l.strides[d];
+        i /= s;
+    }
+    return off;
+}
+
 // Grid-stride loop over n elements.
 #define FOR_EACH(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

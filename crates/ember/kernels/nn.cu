@@ -5,11 +5,9 @@
 template <typename T>
 __device__ void index_select_impl(const T* src, Layout lo, i64 dim_stride, int dim, const i64* idx, T* out, i64 n) {
     FOR_EACH(i, n) {
-        // position along dim of output element i
-        i64 inner = 1;
-        for (int d = lo.rank - 1; d > dim; --d) inner *= lo.shape[d];
-        i64 k = (i / inner) % lo.shape[dim];
-        out[i] = src[loc(lo, i) + idx[k] * dim_stride];
+        i64 k;  // position along dim of output element i
+        const i64 at = loc_at(lo, i, dim, k);
+        out[i] = src[at + idx[k] * dim_stride];
     }
 }
 
@@ -86,13 +84,17 @@ __device__ void scatter_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* i
     FOR_EACH(i, n) { atomic_add(dst + loc(ld, i) + idx[i] * dim_stride, src[loc(ls, i)]); }
 }
 
-// dst[.., idx[j], ..] += src[.., j, ..] along a dim: `ld` is the contiguous dst's
+// dst[.., idx[j], ..] += src[.., j, ..] along `dim`: `ld` is the contiguous dst's
 // layout cut to src's shape with strides[dim] = 0; src is contiguous, j is element
-// i's coordinate along the dim (`inner` elements after it, `nidx` indices).
+// i's coordinate along the dim.
 template <typename T>
-__device__ void index_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* idx, i64 inner, i64 nidx,
-                               const T* src, i64 n) {
-    FOR_EACH(i, n) { atomic_add(dst + loc(ld, i) + idx[(i / inner) % nidx] * dim_stride, src[i]); }
+__device__ void index_add_impl(T* dst, Layout ld, i64 dim_stride, const i64* idx, int dim, const T* src,
+                               i64 n) {
+    FOR_EACH(i, n) {
+        i64 j;
+        const i64 at = loc_at(ld, i, dim, j);
+        atomic_add(dst + at + idx[j] * dim_stride, src[i]);
+    }
 }
 
 #define INDEX(T, S)                                                                                  \
@@ -136,8 +138,8 @@ EMBER_ALL_TYPES(SCATTER)
 
 #define INDEX_ADD(T, S)                                                                              \
     extern "C" __global__ void index_add_##S(T* dst, Layout ld, i64 dim_stride, const i64* idx,     \
-                                             i64 inner, i64 nidx, const T* src, i64 n) {            \
-        index_add_impl(dst, ld, dim_stride, idx, inner, nidx, src, n);                               \
+                                             int dim, const T* src, i64 n) {                         \
+        index_add_impl(dst, ld, dim_stride, idx, dim, src, n);                                       \
     }
 EMBER_ALL_TYPES(INDEX_ADD)
 

@@ -143,8 +143,6 @@ pub(crate) fn index_add(
     src: &CudaStorage,
     ls: &Layout,
 ) -> Result<()> {
-    let n_idx = ls.shape()[dim];
-    let inner: usize = dshape[dim + 1..].iter().product();
     let n = ls.numel();
     if n == 0 {
         return Ok(());
@@ -154,8 +152,7 @@ pub(crate) fn index_add(
     ds[dim] = 0;
     let kd = KLayout::from_parts("index_add", ls.shape(), &ds, 0, false)?;
     let src_at = base_ptr(src, ls.offset());
-    let (pd, pi, n64, inner64, nidx64) =
-        (dst.ptr(), idx.ptr(), n as i64, inner as i64, n_idx as i64);
+    let (pd, pi, n64, d) = (dst.ptr(), idx.ptr(), n as i64, dim as i32);
     let name = format!("index_add_{}", suffix(dst.dtype()));
     launch_n(
         dst.dev(),
@@ -163,7 +160,7 @@ pub(crate) fn index_add(
         dst.dtype(),
         &name,
         n,
-        &mut args![pd, kd, dim_stride, pi, inner64, nidx64, src_at, n64],
+        &mut args![pd, kd, dim_stride, pi, d, src_at, n64],
     )
 }
 
