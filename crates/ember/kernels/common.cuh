@@ -36,32 +36,9 @@ __device__ __forceinline__ unsigned ember_umulhi(unsigned a, unsigned b) {
 }
 #endif
 
-__device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
-    if (l.contiguous) return l.offset + i;
-    i64 off = l.offset;
-    if (l.small) {
-        unsigned u = (unsigned)i;
-#pragma unroll
-        for (int d = EMBER_MAX_RANK - 1; d > 0; --d) {
-            if (d < l.rank) {
-                const unsigned q = (ember_umulhi(u, l.magic[d]) + u) >> l.shift[d];
-                off += (i64)(u - q * (unsigned)l.shape[d]) * l.strides[d];
-                u = q;
-            }
-        }
-        // the index is below the element count, so the outermost coordinate is u
-        return l.rank > 0 ? off + (i64)u * l.strides[0] : off;
-    }
-    for (int d = l.rank - 1; d >= 0; --d) {
-        i64 s = l.shape[d];
-        off += (i % s) * l.strides[d];
-        i /= s;
-    }
-    return off;
-}
-
-// loc() that also gives element i's coordinate along dimension `dim` (below the
-// rank), found in the same pass: what the index kernels need for the index to read.
+// The offset of element i of a strided view, and its coordinate along dimension
+// `dim` (below the rank; -1 for none), found in the same pass: what the index
+// kernels need for the index to read.
 __device__ __forceinline__ i64 loc_at(const Layout& l, i64 i, int dim, i64& coord) {
     i64 off = l.offset;
     if (l.small) {
@@ -90,6 +67,12 @@ __device__ __forceinline__ i64 loc_at(const Layout& l, i64 i, int dim, i64& coor
         i /= s;
     }
     return off;
+}
+
+__device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
+    if (l.contiguous) return l.offset + i;
+    i64 unused;
+    return loc_at(l, i, -1, unused);
 }
 
 // Grid-stride loop over n elements.

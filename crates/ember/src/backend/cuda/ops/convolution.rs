@@ -1,8 +1,9 @@
 //! conv2d on a GPU from the kernels: the input's patches (im2col) times the weight
 //! matrix through cuBLAS, strided-batched products over the samples and groups
 //! (group `gi` owns patch rows `gi·K/g ..`, so the patches view as `[n, g, K/g, p]`
-//! and the weight as `[g, o/g, K/g]`, shared by the samples without a copy); the backward pass multiplies back and folds the patches'
-//! gradient into the input's (col2im). The patches of a large batch would not fit
+//! and the weight as `[g, o/g, K/g]`, shared by the samples without a copy); the
+//! backward pass multiplies back and folds the patches' gradient into the input's
+//! (col2im). The patches of a large batch would not fit
 //! (VGG-16's second convolution at batch 128 makes 14.8 GB of them), so the batch
 //! goes through in passes whose patches stay within a budget
 //! ([`ConvShape::samples_per_pass`]), each writing its part of the output. Where

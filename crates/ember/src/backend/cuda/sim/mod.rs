@@ -240,7 +240,8 @@ type ErrorFn = unsafe extern "C" fn() -> *const c_char;
 pub(crate) struct SimFunc {
     entry: Entry,
     error: ErrorFn,
-    params: ParamsFn,
+    /// The byte sizes of the kernel's parameters, read from the module once.
+    params: Arc<[usize]>,
     /// The module waits at barriers (`__syncthreads`, warp shuffles): its threads
     /// need fibers.
     fibers: bool,
@@ -253,20 +254,26 @@ pub(crate) struct SimFunc {
     dyn_limit: Arc<std::sync::atomic::AtomicU32>,
 }
 
+/// The byte sizes of a kernel's parameters, in order, from its module's table.
+///
+/// # Safety
+/// `f` is a module's `__ember_sim_params_<name>` (prelude.h).
+unsafe fn param_sizes(f: ParamsFn) -> Vec<usize> {
+    let mut out = vec![0u64; 64];
+    // `f` writes at most `cap` entries and returns the count
+    let n = f(out.as_mut_ptr(), out.len() as i32).max(0) as usize;
+    if n > out.len() {
+        out = vec![0u64; n];
+        f(out.as_mut_ptr(), n as i32);
+    }
+    out.truncate(n);
+    out.into_iter().map(|s| s as usize).collect()
+}
+
 impl SimFunc {
     /// The byte sizes of the kernel's parameters, in order.
     pub(crate) fn param_sizes(&self) -> Vec<usize> {
-        let mut out = vec![0u64; 64];
-        // SAFETY: the symbol has this signature (prelude.h) and writes at most
-        // `cap` entries.
-        let n = unsafe { (self.params)(out.as_mut_ptr(), out.len() as i32) }.max(0) as usize;
-        if n > out.len() {
-            out = vec![0u64; n];
-            // SAFETY: as above.
-            unsafe { (self.params)(out.as_mut_ptr(), n as i32) };
-        }
-        out.truncate(n);
-        out.into_iter().map(|s| s as usize).collect()
+        self.params.to_vec()
     }
 
     /// Raises the dynamic shared memory a launch may ask for, refusing what a GPU
@@ -330,7 +337,7 @@ impl SimFunc {
         params: &[*mut c_void],
     ) -> Result<Job> {
         self.check_launch(block, shared_mem)?;
-        let sizes = self.param_sizes();
+        let sizes = &self.params;
         if sizes.len() != params.len() {
             return Err(Error::Cuda {
                 op: "cuLaunchKernel",
@@ -359,7 +366,7 @@ impl SimFunc {
                 .collect();
             // SAFETY: the pointers address copies of values of the kernel's
             // parameter types; the device pointers among them are the caller's.
-            unsafe { f.launch(grid, block, shared_mem, &mut ptrs) }
+            unsafe { f.run(grid, block, shared_mem, &mut ptrs) }
         }))
     }
 
@@ -367,8 +374,8 @@ impl SimFunc {
     /// [`check_launch`](Self::check_launch).
     ///
     /// # Safety
-    /// `params` must point at values of the kernel's parameter types, and every
-    /// pointer among them must be valid for what the kernel accesses.
+    /// As [`run`](Self::run).
+    #[cfg(test)]
     pub(crate) unsafe fn launch(
         &self,
         grid: (u32, u32, u32),
@@ -377,6 +384,21 @@ impl SimFunc {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         self.check_launch(block, shared_mem)?;
+        self.run(grid, block, shared_mem, params)
+    }
+
+    /// Runs the kernel over the whole grid (a launch already checked).
+    ///
+    /// # Safety
+    /// `params` must point at values of the kernel's parameter types, and every
+    /// pointer among them must be valid for what the kernel accesses.
+    unsafe fn run(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         let l = SimLaunch {
             grid: [grid.0, grid.1, grid.2],
             block: [block.0, block.1, block.2],
@@ -414,10 +436,11 @@ impl SimModule {
         unsafe {
             let entry = *self.lib.get::<Entry>(sym.as_bytes()).map_err(missing)?;
             let params_sym = format!("__ember_sim_params_{name}\0");
-            let params = *self
+            let params_fn = *self
                 .lib
                 .get::<ParamsFn>(params_sym.as_bytes())
                 .map_err(missing)?;
+            let params = param_sizes(params_fn).into();
             let error = *self
                 .lib
                 .get::<ErrorFn>(b"__ember_sim_error\0")
