@@ -1,8 +1,16 @@
-//! The caching allocator's statistics and out-of-memory recovery on `cuda:0`.
+//! The caching allocator's statistics and out-of-memory recovery on `cuda:0`, and
+//! streams: the order of work across them and the reuse of memory they share.
 //!
-//! These tests read the device's process-wide memory counters, so they live in a
-//! test binary of their own (no other test allocates on the device meanwhile) and
-//! take turns. Each skips, saying why, where no GPU is present.
+//! These tests read the device's process-wide memory counters, or depend on which
+//! block the allocator hands out next, so they live in a test binary of their own
+//! (no other test allocates on the device meanwhile) and take turns. Each skips,
+//! saying why, where no GPU is present.
+//!
+//! On the simulator a stream's work runs only when something waits for it, so a
+//! missing wait or a block reused too early gives wrong values every time; the
+//! tests named `the_simulator_shows_*` check that it does (on a GPU the same
+//! mistakes are races whose outcome depends on timing, so they run there only as
+//! their correct counterparts).
 
 mod common;
 
@@ -90,6 +98,8 @@ fn copies_are_staged_through_reused_pinned_blocks() -> Result<()> {
     let Some((dev, _turn)) = gpu("copies_are_staged") else {
         return Ok(());
     };
+    // no pinned blocks cached by the tests before
+    cuda::empty_cache(&dev)?;
     // 20 MiB: three chunks each way
     let n = 5 << 20;
     let host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5 - 7.0).collect();
@@ -232,6 +242,219 @@ fn training_steps_never_wait_for_the_gpu() -> Result<()> {
     // a bad index queued by another thread is that thread's error, not this one's
     let other = std::thread::spawn(move || nn::cross_entropy(&logits, &bad).map(|_| ()));
     other.join().expect("the other thread")?;
+    cuda::synchronize(&dev)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Streams
+
+/// `n` values of `v` made on the current stream (a fill kernel, queued).
+fn filled(n: usize, v: f64, dev: &Device) -> Result<Tensor> {
+    Tensor::full([n], v, DType::F32, dev)
+}
+
+#[test]
+fn streams_are_ordered_by_events_and_waits() -> Result<()> {
+    let Some((dev, _turn)) = gpu("streams_are_ordered_by_events_and_waits") else {
+        return Ok(());
+    };
+    let main = cuda::current_stream(&dev)?;
+    assert_eq!(main, cuda::default_stream(&dev)?);
+    let side = cuda::Stream::new(&dev)?;
+    assert_ne!(side, main);
+    assert_eq!(side.device(), dev);
+    let x = filled(1000, 3.25, &dev)?;
+    // the side stream starts after the fill
+    side.wait_stream(&main)?;
+    let y = cuda::with_stream(&side, || {
+        assert_eq!(cuda::current_stream(&dev).unwrap(), side);
+        x.mul(2.0)
+    })?;
+    x.record_stream(&side)?;
+    // back on the default stream, which waits for the product through an event
+    assert_eq!(cuda::current_stream(&dev)?, main);
+    let done = side.record_event()?;
+    main.wait_event(&done)?;
+    let z = y.add(1.0)?;
+    assert_eq!(z.to_vec::<f32>()?, vec![7.5; 1000]);
+    // reading on the side stream itself waits for that stream alone
+    let w = cuda::with_stream(&side, || y.sub(0.5)?.to_vec::<f32>())?;
+    assert_eq!(w, vec![6.0; 1000]);
+    // Event::wait is Stream::wait_event the other way round
+    let e = cuda::Event::record(&dev)?;
+    e.wait(&side)?;
+    side.synchronize()?;
+    assert!(side.query()? && e.query()?);
+    Ok(())
+}
+
+#[test]
+fn the_simulator_shows_a_missing_stream_wait() -> Result<()> {
+    let Some((dev, _turn)) = gpu("the_simulator_shows_a_missing_stream_wait") else {
+        return Ok(());
+    };
+    if !cuda::is_simulated() {
+        println!("the_simulator_shows_a_missing_stream_wait: skipped (a race on a GPU)");
+        return Ok(());
+    }
+    let side = cuda::Stream::new(&dev)?;
+    // (a value no other test writes, so a reused block cannot hold it by chance)
+    let x = filled(1000, 5.125, &dev)?;
+    // no wait: the side stream reads x before the default stream has filled it
+    let y = cuda::with_stream(&side, || x.mul(2.0)?.to_vec::<f32>())?;
+    x.record_stream(&side)?;
+    assert!(
+        y.iter().any(|&v| v != 10.25),
+        "the side stream saw the fill it never waited for"
+    );
+    cuda::synchronize(&dev)?;
+    Ok(())
+}
+
+/// A block freed after work on another stream used it goes to new tensors only
+/// once that work has finished: `record_stream` (PyTorch's).
+#[test]
+fn a_block_used_on_another_stream_waits_for_it_before_reuse() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_block_used_on_another_stream_waits_for_it_before_reuse") else {
+        return Ok(());
+    };
+    let main = cuda::current_stream(&dev)?;
+    let side = cuda::Stream::new(&dev)?;
+    let caching = !std::env::var("EMBER_CUDA_NO_CACHING").is_ok_and(|v| v != "0");
+    // sizes of 10 MiB and more get segments of their own, so the block freed is
+    // the best fit for the next request of its size
+    let (with_record, without) = ((14 << 20) / 4, (10 << 20) / 4);
+    for (record, n) in [(true, with_record), (false, without)] {
+        let shows_mistakes = cuda::is_simulated() && caching;
+        if !record && !shows_mistakes {
+            // without record_stream the outcome is a race on a GPU (and without a
+            // cache nothing is reused)
+            continue;
+        }
+        let x = filled(n, 1.0, &dev)?;
+        side.wait_stream(&main)?;
+        let y = cuda::with_stream(&side, || x.mul(2.0))?;
+        if record {
+            x.record_stream(&side)?;
+        }
+        drop(x);
+        // a tensor of the same size on the default stream, written at once
+        let w = filled(n, 7.0, &dev)?;
+        main.wait_stream(&side)?;
+        let got = y.to_vec::<f32>()?;
+        if record {
+            assert!(
+                got.iter().all(|&v| v == 2.0),
+                "the side stream's input was reused early"
+            );
+        } else {
+            // the simulator shows the mistake: the block went to `w`, whose fill ran
+            // before the side stream read it
+            assert!(
+                got.iter().all(|&v| v == 14.0),
+                "the simulator missed an early reuse"
+            );
+        }
+        assert!(w.to_vec::<f32>()?.iter().all(|&v| v == 7.0));
+    }
+    // once the side stream's work is done the block is reused as before
+    let x = filled(without, 1.0, &dev)?;
+    let y = cuda::with_stream(&side, || {
+        side.wait_stream(&main)?;
+        x.mul(2.0)
+    })?;
+    x.record_stream(&side)?;
+    drop(x);
+    side.synchronize()?;
+    let before = cuda::memory_stats(&dev)?.num_device_mallocs;
+    let w = filled(without, 7.0, &dev)?;
+    if caching {
+        assert_eq!(cuda::memory_stats(&dev)?.num_device_mallocs, before);
+    }
+    drop((w, y));
+    Ok(())
+}
+
+#[test]
+fn streams_come_from_a_pool_and_each_thread_has_its_own_current_stream() -> Result<()> {
+    let Some((dev, _turn)) = gpu("streams_come_from_a_pool") else {
+        return Ok(());
+    };
+    let first = cuda::Stream::new(&dev)?;
+    let more: Vec<cuda::Stream> = (0..40)
+        .map(|_| cuda::Stream::new(&dev))
+        .collect::<Result<_>>()?;
+    // 32 streams, handed out in turn
+    let distinct: std::collections::BTreeSet<String> = std::iter::once(&first)
+        .chain(&more)
+        .map(|s| format!("{s:?}"))
+        .collect();
+    assert_eq!(distinct.len(), 32, "{distinct:?}");
+    assert!(more
+        .iter()
+        .all(|s| *s != cuda::default_stream(&dev).unwrap()));
+    // nested choices, restored in order, also after a panic
+    let (a, b) = (&more[0], &more[1]);
+    cuda::with_stream(a, || {
+        cuda::with_stream(b, || assert_eq!(cuda::current_stream(&dev).unwrap(), *b));
+        assert_eq!(cuda::current_stream(&dev).unwrap(), *a);
+        // another thread starts on the default stream
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(
+                    cuda::current_stream(&dev).unwrap(),
+                    cuda::default_stream(&dev).unwrap()
+                )
+            });
+        });
+    });
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cuda::with_stream(a, || panic!("inside"))
+    }));
+    assert!(caught.is_err());
+    assert_eq!(cuda::current_stream(&dev)?, cuda::default_stream(&dev)?);
+    // a stream's wait counts as a host wait
+    let before = cuda::host_syncs(&dev)?;
+    a.synchronize()?;
+    assert_eq!(cuda::host_syncs(&dev)?, before + 1);
+    // streams are of CUDA devices only; tensors record streams of their device
+    assert!(cuda::Stream::new(&Device::Cpu).is_err());
+    assert!(cuda::current_stream(&Device::Meta).is_err());
+    let cpu = Tensor::zeros([2], DType::F32, &Device::Cpu)?;
+    assert!(matches!(
+        cpu.record_stream(a),
+        Err(Error::DeviceMismatch { .. })
+    ));
+    Ok(())
+}
+
+/// A bad index found by a check queued on a side stream is reported by the wait
+/// for that stream (or the device), not lost.
+#[test]
+fn an_index_error_on_a_side_stream_is_reported_by_its_wait() -> Result<()> {
+    let Some((dev, _turn)) = gpu("an_index_error_on_a_side_stream") else {
+        return Ok(());
+    };
+    let side = cuda::Stream::new(&dev)?;
+    let t = Tensor::arange(0f32, 4f32, &dev)?;
+    let bad = Tensor::new([0i64, 9], &dev)?;
+    side.wait_stream(&cuda::current_stream(&dev)?)?;
+    let _ = cuda::with_stream(&side, || t.index_select(0, &bad))?;
+    // a wait for the default stream does not see it...
+    assert_eq!(t.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0]);
+    // ...the side stream's does
+    match side.synchronize() {
+        Err(Error::IndexOutOfRange { index: 9, .. }) => {}
+        other => panic!("expected the bad index, got {other:?}"),
+    }
+    // and it is reported once
+    side.synchronize()?;
+    let _ = cuda::with_stream(&side, || t.index_select(0, &bad))?;
+    assert!(matches!(
+        cuda::synchronize(&dev),
+        Err(Error::IndexOutOfRange { index: 9, .. })
+    ));
     cuda::synchronize(&dev)?;
     Ok(())
 }

@@ -19,11 +19,17 @@
 //! (compute-sanitizer, or the simulator's AddressSanitizer) then sees where each
 //! tensor ends.
 //!
-//! All of ember's work on a device runs on one stream, so a block freed while a
-//! kernel still reads it can be handed to the next kernel on that stream safely.
-//! Segments are only returned to the driver after a synchronization.
+//! Memory is kept per stream. A segment belongs to the stream of the allocation
+//! that made it, and its blocks go only to later allocations on that stream: work
+//! queued there runs in order, so a block freed while a kernel still reads it can
+//! be handed to the next kernel on that stream safely. A block that work on
+//! another stream used is made known with [`Allocator::record_stream`]
+//! (`Tensor.record_stream` in PyTorch): when it is freed, an event is recorded
+//! on each such stream and the block returns to its pool only once they have all
+//! passed. Segments are only returned to the driver after a synchronization.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::backend::cuda::runtime::StreamId;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What the allocator needs from the driver (a fake one in tests).
 pub(crate) trait RawMemory {
@@ -38,6 +44,15 @@ pub(crate) trait RawMemory {
     fn last_error(&self) -> String {
         String::new()
     }
+    /// A marker of a point in a stream's work.
+    type Event;
+    /// An event recorded on `s` now, or `None` when none can be (the caller then
+    /// waits for the device instead).
+    fn record(&mut self, s: StreamId) -> Option<Self::Event>;
+    /// `true` once the work queued on its stream before `e` has finished (an
+    /// event whose work failed never passes).
+    fn passed(&self, e: &Self::Event) -> bool;
+    fn destroy(&mut self, e: Self::Event);
 }
 
 const ROUND: usize = 512;
@@ -72,7 +87,12 @@ struct Block {
     segment: u64,
     free: bool,
     small: bool,
+    /// The stream whose pool the block's segment belongs to.
+    stream: StreamId,
 }
+
+/// Free blocks of one pool by (stream, size, address).
+type Pool = BTreeSet<(StreamId, usize, u64)>;
 
 /// Memory statistics of one device (PyTorch's `torch.cuda.memory_stats` core).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,9 +134,15 @@ pub(crate) struct Allocator<M: RawMemory> {
     raw: M,
     /// Every block, by address.
     blocks: BTreeMap<u64, Block>,
-    /// Free blocks by (size, address), per pool.
-    free_small: BTreeSet<(usize, u64)>,
-    free_large: BTreeSet<(usize, u64)>,
+    /// Free blocks by (stream, size, address), per pool.
+    free_small: Pool,
+    free_large: Pool,
+    /// Streams other than its own that used a block handed out
+    /// ([`record_stream`](Self::record_stream)).
+    stream_uses: HashMap<u64, Vec<StreamId>>,
+    /// Blocks freed while work on other streams may still use them, with the
+    /// events that say when it has finished.
+    pending: Vec<(u64, Vec<M::Event>)>,
     /// Segment base -> size.
     segments: BTreeMap<u64, usize>,
     stats: MemoryStats,
@@ -136,6 +162,8 @@ impl<M: RawMemory> Allocator<M> {
             blocks: BTreeMap::new(),
             free_small: BTreeSet::new(),
             free_large: BTreeSet::new(),
+            stream_uses: HashMap::new(),
+            pending: Vec::new(),
             segments: BTreeMap::new(),
             stats: MemoryStats::default(),
             caching: true,
@@ -177,7 +205,7 @@ impl<M: RawMemory> Allocator<M> {
         round_up(bytes, ROUND)
     }
 
-    fn pool(&mut self, small: bool) -> &mut BTreeSet<(usize, u64)> {
+    fn pool(&mut self, small: bool) -> &mut Pool {
         if small {
             &mut self.free_small
         } else {
@@ -185,20 +213,29 @@ impl<M: RawMemory> Allocator<M> {
         }
     }
 
-    /// A block of at least `bytes`; returns its address.
-    pub fn alloc(&mut self, bytes: usize) -> std::result::Result<u64, AllocError> {
+    /// A block of at least `bytes` for work on `stream`; returns its address.
+    pub fn alloc(
+        &mut self,
+        bytes: usize,
+        stream: StreamId,
+    ) -> std::result::Result<u64, AllocError> {
         let size = Self::rounded(bytes);
         let small = size <= SMALL_MAX;
         if !self.caching {
-            return self.uncached(bytes, size, small);
+            return self.uncached(bytes, size, small, stream);
         }
-        let found = self.pool(small).range((size, 0)..).next().copied();
+        self.process_events();
+        let found = self
+            .pool(small)
+            .range((stream, size, 0)..=(stream, usize::MAX, u64::MAX))
+            .next()
+            .copied();
         let addr = match found {
             Some(key) => {
                 self.pool(small).remove(&key);
-                key.1
+                key.2
             }
-            None => self.new_segment(size, small)?,
+            None => self.new_segment(size, small, stream)?,
         };
         // split what is left over
         let block = self
@@ -215,10 +252,11 @@ impl<M: RawMemory> Allocator<M> {
                 segment: block.segment,
                 free: true,
                 small,
+                stream,
             };
             let tail_addr = addr + size as u64;
             self.blocks.insert(tail_addr, tail);
-            self.pool(small).insert((rest, tail_addr));
+            self.pool(small).insert((stream, rest, tail_addr));
         }
         let got = self.blocks[&addr].size;
         self.count_alloc(got);
@@ -231,10 +269,11 @@ impl<M: RawMemory> Allocator<M> {
         bytes: usize,
         size: usize,
         small: bool,
+        stream: StreamId,
     ) -> std::result::Result<u64, AllocError> {
         // whole 32-bit words: byte-sized atomics swap the word holding the byte
         let addr = self.driver_alloc(round_up(bytes, 4), size)?;
-        self.add_segment(addr, size, small);
+        self.add_segment(addr, size, small, stream);
         if let Some(b) = self.blocks.get_mut(&addr) {
             b.free = false;
         }
@@ -248,7 +287,12 @@ impl<M: RawMemory> Allocator<M> {
         self.stats.num_allocs += 1;
     }
 
-    fn new_segment(&mut self, size: usize, small: bool) -> std::result::Result<u64, AllocError> {
+    fn new_segment(
+        &mut self,
+        size: usize,
+        small: bool,
+        stream: StreamId,
+    ) -> std::result::Result<u64, AllocError> {
         let seg = if small {
             SMALL_SEGMENT
         } else if size < MIN_LARGE_ALLOC {
@@ -257,12 +301,13 @@ impl<M: RawMemory> Allocator<M> {
             round_up(size, LARGE_ROUND)
         };
         let base = self.driver_alloc(seg, size)?;
-        self.add_segment(base, seg, small);
+        self.add_segment(base, seg, small, stream);
         Ok(base)
     }
 
-    /// Records a new driver allocation as a segment holding one free block.
-    fn add_segment(&mut self, base: u64, seg: usize, small: bool) {
+    /// Records a new driver allocation as a segment of `stream` holding one free
+    /// block.
+    fn add_segment(&mut self, base: u64, seg: usize, small: bool, stream: StreamId) {
         self.stats.num_device_mallocs += 1;
         self.stats.reserved += seg;
         self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
@@ -274,6 +319,7 @@ impl<M: RawMemory> Allocator<M> {
                 segment: base,
                 free: true,
                 small,
+                stream,
             },
         );
     }
@@ -307,9 +353,61 @@ impl<M: RawMemory> Allocator<M> {
         }
     }
 
-    /// Returns the block at `addr` to the pool.
+    /// Marks the block handed out at `addr` as used by work on `stream` too: when
+    /// it is freed, it waits for the work queued there by then before it is
+    /// handed out again. `false` for an address that is not a block handed out.
+    pub fn record_stream(&mut self, addr: u64, stream: StreamId) -> bool {
+        let Some(block) = self.blocks.get(&addr) else {
+            return false;
+        };
+        if block.free {
+            return false;
+        }
+        if block.stream != stream {
+            let uses = self.stream_uses.entry(addr).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+        }
+        true
+    }
+
+    /// Returns the blocks whose other streams' work has finished to their pools.
+    fn process_events(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        for (addr, events) in pending {
+            if events.iter().all(|e| self.raw.passed(e)) {
+                for e in events {
+                    self.raw.destroy(e);
+                }
+                self.free_block(addr);
+            } else {
+                self.pending.push((addr, events));
+            }
+        }
+    }
+
+    /// Waits for the device, then returns every pending block to its pool.
+    fn synchronize_and_free_events(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.raw.synchronize();
+        for (addr, events) in std::mem::take(&mut self.pending) {
+            for e in events {
+                self.raw.destroy(e);
+            }
+            self.free_block(addr);
+        }
+    }
+
+    /// Gives back the block at `addr`: to its pool, or, when work on other streams
+    /// used it, to its pool once that work has finished.
     pub fn free(&mut self, addr: u64) {
-        let Some(mut block) = self.blocks.get(&addr).copied() else {
+        let Some(block) = self.blocks.get(&addr).copied() else {
             debug_assert!(false, "free of an unknown block {addr:#x}");
             return;
         };
@@ -318,23 +416,57 @@ impl<M: RawMemory> Allocator<M> {
             return;
         }
         self.stats.allocated -= block.size;
+        let uses = self.stream_uses.remove(&addr).unwrap_or_default();
         if !self.caching {
-            // queued kernels may still read the block: the driver's free waits for
-            // them (cuMemFree synchronizes), the simulator runs them in order
-            self.blocks.remove(&addr);
-            self.segments.remove(&addr);
-            self.raw.synchronize();
-            self.raw.free(addr);
-            self.stats.reserved -= block.size;
-            self.stats.num_device_frees += 1;
+            // the driver's free waits for every stream
+            self.release_block(addr, block);
             return;
         }
+        if !uses.is_empty() {
+            let mut events = Vec::with_capacity(uses.len());
+            for s in uses {
+                match self.raw.record(s) {
+                    Some(e) => events.push(e),
+                    None => {
+                        // no event to wait for: wait for the device
+                        for e in events.drain(..) {
+                            self.raw.destroy(e);
+                        }
+                        self.raw.synchronize();
+                        break;
+                    }
+                }
+            }
+            if !events.is_empty() {
+                self.pending.push((addr, events));
+                return;
+            }
+        }
+        self.free_block(addr);
+    }
+
+    /// Without a cache: returns the block's allocation to the driver.
+    fn release_block(&mut self, addr: u64, block: Block) {
+        // queued kernels may still read the block: wait for every stream (the
+        // driver's free would too)
+        self.blocks.remove(&addr);
+        self.segments.remove(&addr);
+        self.raw.synchronize();
+        self.raw.free(addr);
+        self.stats.reserved -= block.size;
+        self.stats.num_device_frees += 1;
+    }
+
+    /// Returns a block no work needs any more to its stream's pool, merged with
+    /// its free neighbours.
+    fn free_block(&mut self, addr: u64) {
+        let mut block = self.blocks[&addr];
         let mut start = addr;
         // merge with the next block
         let next = addr + block.size as u64;
         if let Some(n) = self.blocks.get(&next).copied() {
             if n.free && n.segment == block.segment {
-                self.pool(n.small).remove(&(n.size, next));
+                self.pool(n.small).remove(&(n.stream, n.size, next));
                 self.blocks.remove(&next);
                 block.size += n.size;
             }
@@ -342,7 +474,7 @@ impl<M: RawMemory> Allocator<M> {
         // merge with the previous block
         if let Some((&paddr, &p)) = self.blocks.range(..addr).next_back() {
             if p.free && p.segment == block.segment && paddr + p.size as u64 == addr {
-                self.pool(p.small).remove(&(p.size, paddr));
+                self.pool(p.small).remove(&(p.stream, p.size, paddr));
                 self.blocks.remove(&addr);
                 block.size += p.size;
                 start = paddr;
@@ -350,12 +482,14 @@ impl<M: RawMemory> Allocator<M> {
         }
         block.free = true;
         self.blocks.insert(start, block);
-        self.pool(block.small).insert((block.size, start));
+        self.pool(block.small)
+            .insert((block.stream, block.size, start));
     }
 
     /// Returns every segment with nothing allocated in it to the driver
     /// (`torch.cuda.empty_cache()`).
     pub fn release_cached(&mut self) {
+        self.synchronize_and_free_events();
         let empty: Vec<(u64, usize)> = self
             .segments
             .iter()
@@ -373,7 +507,7 @@ impl<M: RawMemory> Allocator<M> {
         self.raw.synchronize();
         for (base, size) in empty {
             let b = self.blocks.remove(&base).expect("segment block");
-            self.pool(b.small).remove(&(size, base));
+            self.pool(b.small).remove(&(b.stream, size, base));
             self.segments.remove(&base);
             self.raw.free(base);
             self.stats.reserved -= size;
@@ -427,17 +561,26 @@ mod tests {
             (self.capacity - self.used, self.capacity)
         }
         fn synchronize(&self) {}
+        type Event = ();
+        fn record(&mut self, _s: StreamId) -> Option<()> {
+            None
+        }
+        fn passed(&self, _e: &()) -> bool {
+            true
+        }
+        fn destroy(&mut self, _e: ()) {}
     }
 
     const MB: usize = 1 << 20;
+    const S0: StreamId = StreamId(0);
 
     #[test]
     fn rounds_and_counts() {
         let mut a = Allocator::new(Fake::new(1 << 30));
-        let p = a.alloc(1).unwrap();
+        let p = a.alloc(1, S0).unwrap();
         assert_eq!(a.stats().allocated, 512);
         assert_eq!(a.stats().reserved, 2 * MB);
-        let q = a.alloc(1000).unwrap();
+        let q = a.alloc(1000, S0).unwrap();
         assert_eq!(
             q,
             p + 512,
@@ -454,10 +597,10 @@ mod tests {
     #[test]
     fn reuse_without_driver_calls() {
         let mut a = Allocator::new(Fake::new(1 << 30));
-        let p = a.alloc(64 * MB).unwrap();
+        let p = a.alloc(64 * MB, S0).unwrap();
         a.free(p);
         for _ in 0..100 {
-            let q = a.alloc(64 * MB).unwrap();
+            let q = a.alloc(64 * MB, S0).unwrap();
             assert_eq!(q, p);
             a.free(q);
         }
@@ -469,12 +612,12 @@ mod tests {
     #[test]
     fn without_cache_each_block_is_a_driver_allocation_of_its_bytes() {
         let mut a = Allocator::without_cache(Fake::new(64 << 20));
-        let p = a.alloc(1000).unwrap();
-        let q = a.alloc(3 << 20).unwrap();
+        let p = a.alloc(1000, S0).unwrap();
+        let q = a.alloc(3 << 20, S0).unwrap();
         // the bytes asked for (in whole words), so a memory checker sees each
         // tensor's end
         assert_eq!(a.raw().live[&p], 1000);
-        let w = a.alloc(3).unwrap();
+        let w = a.alloc(3, S0).unwrap();
         assert_eq!(a.raw().live[&w], 4);
         a.free(w);
         assert_eq!(a.raw().live[&q], 3 << 20);
@@ -492,10 +635,10 @@ mod tests {
         assert_eq!((s.allocated, s.reserved, s.num_device_frees), (0, 0, 3));
         // out of memory is still an error, and the allocator goes on
         assert!(matches!(
-            a.alloc(65 << 20),
+            a.alloc(65 << 20, S0),
             Err(AllocError::OutOfMemory { .. })
         ));
-        let r = a.alloc(8).unwrap();
+        let r = a.alloc(8, S0).unwrap();
         a.free(r);
         assert!(a.raw().live.is_empty());
     }
@@ -504,14 +647,14 @@ mod tests {
     fn split_and_merge() {
         let mut a = Allocator::new(Fake::new(1 << 30));
         // 3 MiB from a 20 MiB large segment: the rest is split off
-        let p = a.alloc(3 * MB).unwrap();
-        let q = a.alloc(5 * MB).unwrap();
+        let p = a.alloc(3 * MB, S0).unwrap();
+        let q = a.alloc(5 * MB, S0).unwrap();
         assert_eq!(q, p + 3 * MB as u64);
         assert_eq!(a.stats().reserved, 20 * MB);
         a.free(p);
         a.free(q);
         // everything merged back into one 20 MiB block
-        let r = a.alloc(20 * MB).unwrap();
+        let r = a.alloc(20 * MB, S0).unwrap();
         assert_eq!(r, p);
         assert_eq!(a.raw().mallocs, 1);
         a.free(r);
@@ -523,14 +666,14 @@ mod tests {
     #[test]
     fn oom_frees_cache_retries_then_errors_and_recovers() {
         let mut a = Allocator::new(Fake::new(100 * MB));
-        let p = a.alloc(60 * MB).unwrap();
+        let p = a.alloc(60 * MB, S0).unwrap();
         a.free(p); // cached: 60 MiB reserved
                    // 80 MiB does not fit next to the cached 60: the cache is freed and retried
-        let q = a.alloc(80 * MB).unwrap();
+        let q = a.alloc(80 * MB, S0).unwrap();
         assert_eq!(a.stats().num_alloc_retries, 1);
         assert_eq!(a.stats().reserved, 80 * MB);
         // too large even with an empty cache
-        match a.alloc(500 * MB) {
+        match a.alloc(500 * MB, S0) {
             Err(AllocError::OutOfMemory {
                 requested,
                 allocated,
@@ -547,7 +690,7 @@ mod tests {
         }
         assert_eq!(a.stats().num_ooms, 1);
         // the allocator still works
-        let r = a.alloc(MB).unwrap();
+        let r = a.alloc(MB, S0).unwrap();
         a.free(r);
         a.free(q);
         a.release_cached();
@@ -557,8 +700,8 @@ mod tests {
     #[test]
     fn peak_and_reset() {
         let mut a = Allocator::new(Fake::new(1 << 30));
-        let p = a.alloc(4 * MB).unwrap();
-        let q = a.alloc(4 * MB).unwrap();
+        let p = a.alloc(4 * MB, S0).unwrap();
+        let q = a.alloc(4 * MB, S0).unwrap();
         a.free(p);
         assert_eq!(a.stats().peak_allocated, 8 * MB);
         a.reset_peak();
@@ -579,7 +722,7 @@ mod tests {
                 } else {
                     rng.random_range(1..30 * MB)
                 };
-                let p = a.alloc(n).unwrap();
+                let p = a.alloc(n, S0).unwrap();
                 // no overlap with any live block
                 let r = Allocator::<Fake>::rounded(n) as u64;
                 for &(q, m) in &live {

@@ -2,6 +2,7 @@
 //! ahead on a background thread.
 
 use super::Dataset;
+use crate::cuda::{self, Stream};
 use crate::{Device, Error, Result, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -87,9 +88,13 @@ impl DataLoader {
 
     /// Moves every batch to `device` before yielding it (PyTorch's `pin_memory=True`
     /// with `.to(device, non_blocking=True)`): for a GPU, the background thread
-    /// stages each batch in pinned host memory and queues its copy without waiting
-    /// for the GPU, so loading overlaps the training step in flight. Without this,
-    /// batches stay where the dataset makes them.
+    /// stages each batch in pinned host memory and queues its copy on the device's
+    /// copy stream, without waiting for the GPU, so the upload of the next batch
+    /// overlaps the training step in flight. The batch handed out is ordered
+    /// after its upload on the current stream of the thread that takes it (an
+    /// event, no host wait), and its memory is kept from the next uploads until
+    /// that stream's work on it has finished. Without this, batches stay where the
+    /// dataset makes them.
     pub fn device(mut self, device: &Device) -> Self {
         self.device = Some(*device);
         self
@@ -245,18 +250,43 @@ struct Plan {
 }
 
 impl Plan {
-    fn batch(&self, b: usize) -> Result<(Tensor, Tensor)> {
+    fn batch(&self, b: usize) -> BatchResult {
         let start = b * self.batch_size;
         let end = (start + self.batch_size).min(self.order.len());
         let (x, y) = self.dataset.get_batch(&self.order[start..end])?;
         match &self.device {
-            Some(d) => Ok((x.to_device_non_blocking(d)?, y.to_device_non_blocking(d)?)),
-            None => Ok((x, y)),
+            Some(Device::Cuda(i)) => {
+                // uploaded on the copy stream; the taker's stream waits for `ready`
+                let copy = Stream::copy_stream(&Device::Cuda(*i))?;
+                let d = Device::Cuda(*i);
+                let (x, y) = cuda::with_stream(&copy, || -> Result<_> {
+                    Ok((x.to_device_non_blocking(&d)?, y.to_device_non_blocking(&d)?))
+                })?;
+                let ready = copy.record_event()?;
+                Ok((x, y, Some(ready)))
+            }
+            Some(d) => Ok((x.to(d)?, y.to(d)?, None)),
+            None => Ok((x, y, None)),
         }
     }
 }
 
-type BatchResult = Result<(Tensor, Tensor)>;
+/// A batch, and for one uploaded to a GPU the event after its upload.
+type BatchResult = Result<(Tensor, Tensor, Option<cuda::Event>)>;
+
+/// Orders the use of a batch on the calling thread's current stream after its
+/// upload, and keeps its memory from reuse by the copy stream until that use
+/// has finished.
+fn hand_out(batch: BatchResult) -> Result<(Tensor, Tensor)> {
+    let (x, y, ready) = batch?;
+    if let Some(ready) = ready {
+        let here = cuda::current_stream(&ready.device())?;
+        here.wait_event(&ready)?;
+        x.record_stream(&here)?;
+        y.record_stream(&here)?;
+    }
+    Ok((x, y))
+}
 
 enum State {
     /// Batches are made on demand.
@@ -328,10 +358,10 @@ impl Iterator for Batches {
             return None;
         }
         let item = match &mut self.state {
-            State::Inline(plan) => plan.batch(self.next),
+            State::Inline(plan) => hand_out(plan.batch(self.next)),
             State::Prefetch { rx, worker, .. } => {
                 match rx.as_ref().map(|rx| rx.recv()) {
-                    Some(Ok(item)) => item,
+                    Some(Ok(item)) => hand_out(item),
                     // the worker ended early: it panicked (in a dataset's `get`)
                     _ => {
                         self.next = self.total;

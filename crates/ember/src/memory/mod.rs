@@ -42,6 +42,7 @@
 mod report;
 
 use crate::backend::alloc::{AllocError, Allocator, RawMemory};
+use crate::backend::cuda::runtime::StreamId;
 use crate::meta::{AllocHook, MetaEvent};
 use crate::nn::Module;
 use crate::optim::{Adam, Optimizer};
@@ -636,6 +637,15 @@ impl RawMemory for Ledger {
     fn free(&mut self, ptr: u64) {
         self.used -= self.sizes.remove(&ptr).unwrap_or(0);
     }
+    // a replay runs on one stream: no block waits for another's events
+    type Event = ();
+    fn record(&mut self, _s: StreamId) -> Option<()> {
+        None
+    }
+    fn passed(&self, _e: &()) -> bool {
+        true
+    }
+    fn destroy(&mut self, _e: ()) {}
     fn mem_info(&self) -> (usize, usize) {
         let c = self.capacity.unwrap_or(usize::MAX / 2);
         (c - self.used, c)
@@ -708,7 +718,7 @@ fn replay(events: &[Event], capacity: Option<usize>) -> Result<Option<Replay>> {
                 workspace,
                 module,
             } => {
-                let a = match alloc.alloc(bytes) {
+                let a = match alloc.alloc(bytes, StreamId(0)) {
                     Ok(a) => a,
                     Err(AllocError::OutOfMemory { .. }) => return Ok(None),
                     Err(AllocError::Driver(e)) => {

@@ -444,6 +444,28 @@ impl Tensor {
         self.to(device)
     }
 
+    /// Tells the caching allocator that work queued on `stream` uses this tensor's
+    /// memory (`Tensor.record_stream`): when the tensor is freed, its block goes to
+    /// new tensors only after the work queued on `stream` by then has finished.
+    /// Needed when a tensor made on one stream is used on another and may be
+    /// dropped before that stream's work has run (the allocator otherwise hands
+    /// its block to the next tensor of the stream that made it at once). An error
+    /// for a tensor that is not on the stream's device.
+    pub fn record_stream(&self, stream: &crate::cuda::Stream) -> Result<()> {
+        let g = self.read();
+        match g.as_cuda() {
+            Some(st) if st.dev().device() == stream.device() => {
+                st.dev().record_stream(st.ptr(), stream.id);
+                Ok(())
+            }
+            _ => Err(Error::DeviceMismatch {
+                op: "record_stream",
+                a: self.device(),
+                b: stream.device(),
+            }),
+        }
+    }
+
     /// A copy on the CPU (this tensor when already there).
     pub fn cpu(&self) -> Result<Tensor> {
         self.to(&Device::Cpu)

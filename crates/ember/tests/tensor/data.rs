@@ -269,15 +269,33 @@ fn default_get_batch_stacks() -> Result<()> {
     Ok(())
 }
 
+/// Batches moved to a device hold the values the same loader makes on the CPU;
+/// on a GPU they are uploaded on the copy stream, and used here on the current
+/// stream, which must wait for each upload (on the simulator, which runs a
+/// stream's work only when something waits for it, a missing wait reads memory
+/// not yet written).
 fn loader_moves_batches(dev: &Device) -> Result<()> {
-    let l = DataLoader::new(numbered(9)?, 4)?.shuffle(1).device(dev);
-    let mut n = 0;
-    for b in &l {
-        let (x, y) = b?;
-        assert_eq!((x.device(), y.device()), (*dev, *dev));
-        n += y.numel();
+    for prefetch in [0, 2] {
+        let l = DataLoader::new(numbered(9)?, 4)?
+            .shuffle(1)
+            .prefetch(prefetch)
+            .device(dev);
+        let on_cpu = DataLoader::new(numbered(9)?, 4)?.shuffle(1);
+        let mut n = 0;
+        for (b, c) in l.iter().zip(on_cpu.iter()) {
+            let ((x, y), (cx, cy)) = (b?, c?);
+            assert_eq!((x.device(), y.device()), (*dev, *dev));
+            // computed on the device, read back
+            assert_eq!(
+                vals(&x.mul(2.0)?),
+                vals(&cx.mul(2.0)?),
+                "prefetch {prefetch}"
+            );
+            assert_eq!(y.add(1)?.to_vec1::<i64>()?, cy.add(1)?.to_vec1::<i64>()?);
+            n += y.numel();
+        }
+        assert_eq!(n, 9);
     }
-    assert_eq!(n, 9);
     Ok(())
 }
 

@@ -9,8 +9,8 @@ use cudarc::driver::sys::CUstream;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
-/// A cuBLAS handle on one device's stream.
-struct Handle(cublasHandle_t);
+/// A cuBLAS handle of one device and the stream it is bound to now.
+struct Handle(cublasHandle_t, CUstream);
 // SAFETY: ember uses the handle under its mutex only.
 unsafe impl Send for Handle {}
 
@@ -47,7 +47,7 @@ impl Blas {
         }
     }
 
-    /// The cuBLAS handle, created at first use on `stream`.
+    /// The cuBLAS handle (created at first use), bound to `stream`.
     fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Handle>>> {
         let mut g = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
@@ -57,14 +57,19 @@ impl Blas {
                 op: "cublasCreate",
                 msg: e.to_string(),
             })?;
-            // SAFETY: a fresh handle and this device's live stream.
-            unsafe { cudarc::cublas::result::set_stream(h, stream as _) }.map_err(|e| {
+            *g = Some(Handle(h, std::ptr::null_mut()));
+        }
+        let handle = g.as_mut().expect("created above");
+        if handle.1 != stream {
+            // SAFETY: a live handle and a live stream of this device; the handle is
+            // used under this lock only, so the stream stays until the call.
+            unsafe { cudarc::cublas::result::set_stream(handle.0, stream as _) }.map_err(|e| {
                 Error::Cuda {
                     op: "cublasSetStream",
                     msg: e.to_string(),
                 }
             })?;
-            *g = Some(Handle(h));
+            handle.1 = stream;
         }
         Ok(g)
     }

@@ -1,13 +1,19 @@
-//! One GPU as ember uses it: its runtime (driver or simulator), the caching
-//! allocator over its memory, the kernels loaded on it and the pinned blocks that
-//! stage its copies. Created at first use of `cuda:N` and kept for the process.
+//! One GPU as ember uses it: its runtime (driver or simulator), its streams, the
+//! caching allocator over its memory, the kernels loaded on it and the pinned
+//! blocks that stage its copies. Created at first use of `cuda:N` and kept for the
+//! process.
+//!
+//! Work goes to the calling thread's current stream of the device: the default
+//! stream unless [`with_current_stream`] chose another (PyTorch's current stream
+//! is per thread and device too).
 
 use super::calls::{ConvCall, GemmCall};
 use super::pinned::{Pinned, PinnedPool};
-use super::runtime::{Func, LoadedModule, Runtime, Workspaces};
+use super::runtime::{Func, LoadedModule, RtEvent, Runtime, StreamId, Workspaces};
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
 use crate::{DType, Device, Error, Result};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +44,59 @@ impl RawMemory for RtMemory {
     fn last_error(&self) -> String {
         self.last_error.clone()
     }
+    type Event = RtEvent;
+    fn record(&mut self, s: StreamId) -> Option<RtEvent> {
+        let mut e = self.rt.event_create(false).ok()?;
+        match self.rt.event_record(&mut e, s) {
+            Ok(()) => Some(e),
+            Err(_) => {
+                self.rt.event_destroy(e);
+                None
+            }
+        }
+    }
+    fn passed(&self, e: &RtEvent) -> bool {
+        self.rt.event_query(e).unwrap_or(false)
+    }
+    fn destroy(&mut self, e: RtEvent) {
+        self.rt.event_destroy(e)
+    }
 }
+
+thread_local! {
+    /// This thread's current stream of each device that has one other than its
+    /// default: (ordinal, stream), innermost last.
+    static CURRENT: RefCell<Vec<(usize, StreamId)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `s` as this thread's current stream of `cuda:ordinal` (the one
+/// before is current again afterwards, also when `f` panics).
+pub(crate) fn with_current_stream<R>(ordinal: usize, s: StreamId, f: impl FnOnce() -> R) -> R {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.borrow_mut().pop());
+        }
+    }
+    CURRENT.with(|c| c.borrow_mut().push((ordinal, s)));
+    let _restore = Restore;
+    f()
+}
+
+/// This thread's current stream of `cuda:ordinal`.
+pub(crate) fn current_stream(ordinal: usize) -> StreamId {
+    CURRENT.with(|c| {
+        c.borrow()
+            .iter()
+            .rev()
+            .find(|(o, _)| *o == ordinal)
+            .map_or(StreamId(0), |(_, s)| *s)
+    })
+}
+
+/// Streams handed to users: up to this many are made per device, then they are
+/// handed out again in turn (PyTorch's stream pool).
+const USER_STREAMS: usize = 32;
 
 /// One of ember's kernel files compiled for one dtype.
 type ModuleKey = (&'static str, DType);
@@ -56,25 +114,48 @@ pub(crate) struct CudaDev {
     /// `synchronize` calls ([`CudaDev::host_syncs`]).
     syncs: AtomicU64,
     index_checks: Mutex<IndexChecks>,
+    /// The stream that ember's background uploads use (made at first use).
+    copy_stream: OnceLock<std::result::Result<StreamId, String>>,
+    /// The streams made for users, and how many have been handed out.
+    user_streams: Mutex<(Vec<StreamId>, usize)>,
 }
 
-/// The index checks queued on a device since its last synchronisation. Each has
-/// a slot of two words in `flags` (0 while it found nothing; else 1 and the bad
-/// index) and remembers the thread that queued it: a bad index is that thread's
-/// error, returned by its next wait for the device (another thread's wait keeps
-/// it for that thread), so threads sharing a GPU do not get each other's errors.
-#[derive(Default)]
+/// The index checks queued on a device and not yet read. Each has a slot of two
+/// words in `flags` (0 while it found nothing; else 1 and the bad index) and
+/// remembers the stream it was queued on and the thread that queued it: a wait
+/// for that stream (or the device) reads it, and a bad index is that thread's
+/// error, returned by its next wait (another thread's wait keeps it for that
+/// thread), so threads sharing a GPU do not get each other's errors.
 struct IndexChecks {
     flags: Option<u64>,
     pending: Vec<IndexCheck>,
+    /// Slots no check holds.
+    free: Vec<usize>,
+    /// Slots that found a bad index and were cleared by a copy on their stream:
+    /// free again after the next wait for the whole device.
+    cleared: Vec<usize>,
     /// Errors found at another thread's wait, each for its thread's next one.
     found: Vec<(std::thread::ThreadId, Error)>,
+}
+
+impl Default for IndexChecks {
+    fn default() -> Self {
+        IndexChecks {
+            flags: None,
+            pending: Vec::new(),
+            free: (0..INDEX_CHECK_SLOTS).rev().collect(),
+            cleared: Vec::new(),
+            found: Vec::new(),
+        }
+    }
 }
 
 struct IndexCheck {
     op: &'static str,
     dim: usize,
     size: usize,
+    slot: usize,
+    stream: StreamId,
     thread: std::thread::ThreadId,
 }
 
@@ -143,7 +224,60 @@ impl CudaDev {
             pinned: Mutex::new(PinnedPool::default()),
             syncs: AtomicU64::new(0),
             index_checks: Mutex::new(IndexChecks::default()),
+            copy_stream: OnceLock::new(),
+            user_streams: Mutex::new((Vec::new(), 0)),
         })
+    }
+
+    /// The calling thread's current stream of this device.
+    pub(crate) fn stream(&self) -> StreamId {
+        current_stream(self.ordinal)
+    }
+
+    /// The stream ember's background uploads use (the DataLoader's), made at first
+    /// use.
+    pub(crate) fn copy_stream(&self) -> Result<StreamId> {
+        self.copy_stream
+            .get_or_init(|| self.rt.stream_create().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|msg| Error::Cuda {
+                op: "cuStreamCreate",
+                msg,
+            })
+    }
+
+    /// A stream for a user: a new one until [`USER_STREAMS`] exist, then the
+    /// existing ones in turn.
+    pub(crate) fn user_stream(&self) -> Result<StreamId> {
+        let mut g = self.user_streams.lock().unwrap_or_else(|p| p.into_inner());
+        let (made, handed) = &mut *g;
+        let s = if made.len() < USER_STREAMS {
+            let s = self.rt.stream_create()?;
+            made.push(s);
+            s
+        } else {
+            made[*handed % USER_STREAMS]
+        };
+        *handed += 1;
+        Ok(s)
+    }
+
+    /// Makes work queued on `s` from now on wait for `e`'s work.
+    pub(crate) fn stream_wait(&self, s: StreamId, e: &RtEvent) -> Result<()> {
+        self.rt.stream_wait(s, e)
+    }
+
+    /// Waits for the work queued on `s` (a host wait, counted); an error when an
+    /// index check queued there failed.
+    pub(crate) fn stream_synchronize(&self, s: StreamId) -> Result<()> {
+        self.rt.stream_synchronize(s)?;
+        self.synced(Some(s))
+    }
+
+    /// Marks the block at `ptr` as used by work on `s` (see
+    /// [`Allocator::record_stream`]).
+    pub(crate) fn record_stream(&self, ptr: u64, s: StreamId) {
+        self.allocator().record_stream(ptr, s);
     }
 
     /// What executes this device's work.
@@ -164,9 +298,10 @@ impl CudaDev {
         self.alloc.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A device block of at least `bytes`.
+    /// A device block of at least `bytes`, for work on the current stream.
     pub fn malloc(&self, bytes: usize) -> Result<u64> {
-        self.allocator().alloc(bytes).map_err(|e| match e {
+        let s = self.stream();
+        self.allocator().alloc(bytes, s).map_err(|e| match e {
             AllocError::OutOfMemory {
                 requested,
                 free,
@@ -211,11 +346,16 @@ impl CudaDev {
         self.pinned().release_cache();
     }
 
-    /// Copies through this device's pinned blocks.
+    /// Copies through this device's pinned blocks, on the current stream.
     fn pinned(&self) -> Pinned<'_> {
+        self.pinned_on(self.stream())
+    }
+
+    fn pinned_on(&self, stream: StreamId) -> Pinned<'_> {
         Pinned {
             rt: self.rt.as_ref(),
             pool: &self.pinned,
+            stream,
         }
     }
 
@@ -225,11 +365,12 @@ impl CudaDev {
         self.pinned().htod(dst, src)
     }
 
-    /// Copies device address `src` into `dst`, waiting for the work queued before;
-    /// an error when an index check queued before failed.
+    /// Copies device address `src` into `dst`, waiting for the work queued before
+    /// on the current stream; an error when an index check queued there failed.
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
-        self.pinned().dtoh(dst, src)?;
-        self.synced()
+        let s = self.stream();
+        self.pinned_on(s).dtoh(dst, src)?;
+        self.synced(Some(s))
     }
 
     /// How many times the host has waited for this device so far: copies of values
@@ -250,11 +391,11 @@ impl CudaDev {
         launch: impl FnOnce(u64) -> Result<()>,
     ) -> Result<()> {
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
-        if c.pending.len() == INDEX_CHECK_SLOTS {
+        if c.free.is_empty() {
             // every slot in use since the last wait: wait now, to free them
             drop(c);
             self.rt.synchronize()?;
-            self.synced()?;
+            self.synced(None)?;
             c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         }
         let flags = match c.flags {
@@ -269,36 +410,64 @@ impl CudaDev {
                         op: "cuMemAlloc",
                         msg: e.msg,
                     })?;
-                self.pinned().htod(f, &vec![0u64; 2 * INDEX_CHECK_SLOTS])?;
+                // zeroed before any stream's check may write a slot
+                let s = self.stream();
+                self.pinned_on(s)
+                    .htod(f, &vec![0u64; 2 * INDEX_CHECK_SLOTS])?;
+                self.rt.stream_synchronize(s)?;
                 *c.flags.insert(f)
             }
         };
-        launch(flags + 16 * c.pending.len() as u64)?;
+        let slot = *c.free.last().expect("a free slot");
+        launch(flags + 16 * slot as u64)?;
+        c.free.pop();
         c.pending.push(IndexCheck {
             op,
             dim,
             size,
+            slot,
+            stream: self.stream(),
             thread: std::thread::current().id(),
         });
         Ok(())
     }
 
-    /// After the host waited for the device: counts the wait, and returns the
-    /// first bad index this thread's checks found (PyTorch reports its
-    /// device-side asserts at the next synchronisation too).
-    fn synced(&self) -> Result<()> {
+    /// After the host waited for stream `waited` (`None`: the whole device):
+    /// counts the wait, reads the index checks queued there, and returns the first
+    /// bad index this thread's checks found (PyTorch reports its device-side
+    /// asserts at the next synchronisation too).
+    fn synced(&self, waited: Option<StreamId>) -> Result<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         let me = std::thread::current().id();
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(flags) = c.flags.filter(|_| !c.pending.is_empty()) {
-            let pending = std::mem::take(&mut c.pending);
-            let mut words = vec![0u64; 2 * pending.len()];
-            self.pinned().dtoh(&mut words, flags)?;
-            if words.iter().any(|&w| w != 0) {
-                self.pinned().htod(flags, &vec![0u64; words.len()])?;
-            }
-            for (check, w) in pending.iter().zip(words.chunks_exact(2)) {
-                if w[0] != 0 && !c.found.iter().any(|(t, _)| *t == check.thread) {
+        if waited.is_none() {
+            let cleared = std::mem::take(&mut c.cleared);
+            c.free.extend(cleared);
+        }
+        let (done, rest): (Vec<IndexCheck>, Vec<IndexCheck>) = std::mem::take(&mut c.pending)
+            .into_iter()
+            .partition(|k| waited.is_none_or(|s| k.stream == s));
+        c.pending = rest;
+        if let (Some(flags), false) = (c.flags, done.is_empty()) {
+            // the slots from the lowest to the highest read, in one copy on a
+            // stream the wait covered
+            let s = waited.unwrap_or(done[0].stream);
+            let lo = done.iter().map(|k| k.slot).min().expect("a check");
+            let hi = done.iter().map(|k| k.slot).max().expect("a check");
+            let mut words = vec![0u64; 2 * (hi - lo + 1)];
+            self.pinned_on(s).dtoh(&mut words, flags + 16 * lo as u64)?;
+            for check in &done {
+                let w = &words[2 * (check.slot - lo)..2 * (check.slot - lo) + 2];
+                if w[0] == 0 {
+                    c.free.push(check.slot);
+                    continue;
+                }
+                // cleared by a copy queued on the check's stream; the slot is
+                // reused only after a wait for the whole device has seen it run
+                self.pinned_on(check.stream)
+                    .htod(flags + 16 * check.slot as u64, &[0u64, 0])?;
+                c.cleared.push(check.slot);
+                if !c.found.iter().any(|(t, _)| *t == check.thread) {
                     let e = Error::IndexOutOfRange {
                         op: check.op,
                         index: w[1] as i64,
@@ -325,9 +494,10 @@ impl CudaDev {
         self.rt.mem_info()
     }
 
+    /// Waits for every stream of the device.
     pub fn synchronize(&self) -> Result<()> {
         self.rt.synchronize()?;
-        self.synced()
+        self.synced(None)
     }
 
     /// The kernel `name` of ember's kernel file `module`, from the module compiled
@@ -381,7 +551,7 @@ impl CudaDev {
         self.rt.param_sizes(f)
     }
 
-    /// Launches `f` on the device's stream.
+    /// Launches `f` on the current stream.
     ///
     /// # Safety
     /// `params` must point at values matching the kernel's parameter list, and
@@ -394,7 +564,8 @@ impl CudaDev {
         shared_mem: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        self.rt.launch(f, grid, block, shared_mem, params)
+        self.rt
+            .launch(self.stream(), f, grid, block, shared_mem, params)
     }
 
     /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
@@ -406,20 +577,20 @@ impl CudaDev {
             .min(u32::MAX as usize) as u32
     }
 
-    /// Queues `g` on the device's stream.
+    /// Queues `g` on the current stream.
     ///
     /// # Safety
     /// As [`Runtime::gemm`].
     pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
-        self.rt.gemm(g, self)
+        self.rt.gemm(self.stream(), g, self)
     }
 
-    /// Queues `c` on the device's stream.
+    /// Queues `c` on the current stream.
     ///
     /// # Safety
     /// As [`Runtime::conv`].
     pub(crate) unsafe fn conv(&self, c: &ConvCall) -> Result<()> {
-        self.rt.conv(c, self)
+        self.rt.conv(self.stream(), c, self)
     }
 
     pub(crate) fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
@@ -427,7 +598,7 @@ impl CudaDev {
             return Ok(());
         }
         // SAFETY: both ranges lie within live allocations of at least `bytes`.
-        unsafe { self.rt.dtod(dst, src, bytes) }
+        unsafe { self.rt.dtod(self.stream(), dst, src, bytes) }
     }
 }
 

@@ -78,9 +78,12 @@ pub(crate) struct Cudnn {
     state: Mutex<Option<Dnn>>,
 }
 
-/// A device's cuDNN handle (bound to its stream) and the algorithms chosen so far.
+/// A device's cuDNN handle (bound to the stream of its last call) and the
+/// algorithms chosen so far.
 struct Dnn {
     handle: sys::cudnnHandle_t,
+    /// The stream the handle is bound to now.
+    stream: CUstream,
     /// (geometry, pass, TF32 allowed) -> the choice that ran
     algos: HashMap<(ConvGeom, ConvPass, bool), Choice>,
     /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
@@ -412,7 +415,7 @@ unsafe fn ranked(
 }
 
 impl Cudnn {
-    /// The device's cuDNN handle, created at first use on `stream`.
+    /// The device's cuDNN handle (created at first use), bound to `stream`.
     fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Dnn>>> {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
@@ -422,17 +425,20 @@ impl Cudnn {
                     reason: format!("cuDNN: {reason}"),
                 })?;
             let h = dnn::create_handle().map_err(dnn_err("cudnnCreate"))?;
-            // SAFETY: a fresh handle and this device's live stream.
-            if let Err(e) = unsafe { dnn::set_stream(h, stream as sys::cudaStream_t) } {
-                // SAFETY: created above, used nowhere else.
-                let _ = unsafe { dnn::destroy_handle(h) };
-                return Err(dnn_err("cudnnSetStream")(e));
-            }
             *g = Some(Dnn {
                 handle: h,
+                stream: std::ptr::null_mut(),
                 algos: HashMap::new(),
                 descs: HashMap::new(),
             });
+        }
+        let state = g.as_mut().expect("created above");
+        if state.stream != stream {
+            // SAFETY: a live handle and a live stream of this device (the handle is
+            // used under this lock only).
+            unsafe { dnn::set_stream(state.handle, stream as sys::cudaStream_t) }
+                .map_err(dnn_err("cudnnSetStream"))?;
+            state.stream = stream;
         }
         Ok(g)
     }

@@ -13,13 +13,14 @@ use super::dnn::Cudnn;
 use super::libs::{self, CudaLib};
 use super::nvrtc;
 use super::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, System,
-    Workspaces,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, StreamId,
+    System, Workspaces, MAX_STREAMS,
 };
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) fn cuda_err(op: &'static str) -> impl Fn(drv::DriverError) -> Error {
     move |e| Error::Cuda {
@@ -145,10 +146,14 @@ impl System for DriverSystem {
     }
 }
 
-/// One GPU through the driver: its context and ember's stream on it.
+/// One GPU through the driver: its context and ember's streams on it.
 pub(crate) struct Driver {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// The streams made so far (`StreamId` indexes them), read without a lock
+    /// at every launch.
+    streams: Vec<AtomicPtr<sys::CUstream_st>>,
+    /// The same streams, owned (created under this lock).
+    owned: Mutex<Vec<Arc<CudaStream>>>,
     arch: u32,
     sm_count: u32,
     blas: Blas,
@@ -160,11 +165,17 @@ pub(crate) struct Driver {
 impl Driver {
     fn new(ordinal: usize) -> Result<Driver> {
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("cuCtxCreate"))?;
-        // one stream per device: the per-allocation events cudarc can record are
-        // pure overhead here
+        // ember orders its streams itself: the per-allocation events cudarc can
+        // record are pure overhead here
         // SAFETY: no CudaSlice of cudarc's is used with this context.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // the default stream is a stream of ember's own, not the legacy NULL
+        // stream (which would wait for, and hold up, every other stream)
+        let stream = ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+        let streams: Vec<AtomicPtr<sys::CUstream_st>> = (0..MAX_STREAMS)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        streams[0].store(stream.cu_stream(), Ordering::Release);
         let (major, minor) = ctx
             .compute_capability()
             .map_err(cuda_err("cuDeviceGetAttribute"))?;
@@ -173,7 +184,8 @@ impl Driver {
             .map_err(cuda_err("cuDeviceGetAttribute"))? as u32;
         Ok(Driver {
             ctx,
-            stream,
+            streams,
+            owned: Mutex::new(vec![stream]),
             arch: (major * 10 + minor) as u32,
             sm_count,
             blas: Blas::default(),
@@ -182,14 +194,24 @@ impl Driver {
         })
     }
 
-    /// The device's stream (its context's NULL stream). Every driver, cuBLAS and
-    /// cuDNN call needs the context current on the calling thread ([`bind`]): the
-    /// driver finds the stream through it, and a tensor may be used from a thread
-    /// that never made it current (or that made another GPU's current since).
+    /// The driver's handle of stream `s`. Every driver, cuBLAS and cuDNN call
+    /// needs the context current on the calling thread ([`bind`]): a tensor may
+    /// be used from a thread that never made it current (or that made another
+    /// GPU's current since).
     ///
     /// [`bind`]: Runtime::bind
-    fn cu_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
+    fn cu_stream(&self, s: StreamId) -> Result<sys::CUstream> {
+        let p = self
+            .streams
+            .get(s.0 as usize)
+            .map_or(std::ptr::null_mut(), |p| p.load(Ordering::Acquire));
+        if p.is_null() {
+            return Err(Error::Cuda {
+                op: "selecting a stream",
+                msg: format!("stream {} was never created on this device", s.0),
+            });
+        }
+        Ok(p)
     }
 
     /// The architecture NVRTC compiles this device's kernels for (its own where
@@ -284,30 +306,74 @@ impl Runtime for Driver {
         let _ = drv::free_host(ptr.cast());
     }
 
-    unsafe fn htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+    fn stream_create(&self) -> Result<StreamId> {
+        let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
+        if owned.len() == MAX_STREAMS {
+            return Err(Error::Cuda {
+                op: "cuStreamCreate",
+                msg: format!("a device has at most {MAX_STREAMS} of ember's streams"),
+            });
+        }
+        let s = self.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+        let id = owned.len();
+        self.streams[id].store(s.cu_stream(), Ordering::Release);
+        owned.push(s);
+        Ok(StreamId(id as u32))
+    }
+
+    fn stream_wait(&self, s: StreamId, e: &RtEvent) -> Result<()> {
         self.bind()?;
-        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.cu_stream())
+        // SAFETY: a live stream and a live event of this context.
+        unsafe {
+            drv::stream::wait_event(
+                self.cu_stream(s)?,
+                e.get::<DriverEvent>().0,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(cuda_err("cuStreamWaitEvent"))
+    }
+
+    fn stream_synchronize(&self, s: StreamId) -> Result<()> {
+        let st = self.cu_stream(s)?;
+        self.bind()?;
+        // SAFETY: a live stream.
+        unsafe { drv::stream::synchronize(st) }.map_err(cuda_err("cuStreamSynchronize"))
+    }
+
+    fn stream_query(&self, s: StreamId) -> Result<bool> {
+        let st = self.cu_stream(s)?;
+        self.bind()?;
+        // SAFETY: a live stream.
+        match unsafe { sys::cuStreamQuery(st) } {
+            sys::cudaError_enum::CUDA_SUCCESS => Ok(true),
+            sys::cudaError_enum::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(cuda_err("cuStreamQuery")(drv::DriverError(e))),
+        }
+    }
+
+    unsafe fn htod(&self, s: StreamId, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.cu_stream(s)?)
             .result()
             .map_err(cuda_err("cuMemcpyHtoDAsync"))
     }
 
-    unsafe fn dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn dtoh(&self, s: StreamId, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         self.bind()?;
-        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.cu_stream())
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.cu_stream(s)?)
             .result()
             .map_err(cuda_err("cuMemcpyDtoHAsync"))
     }
 
-    unsafe fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn dtod(&self, s: StreamId, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.bind()?;
-        drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream())
+        drv::memcpy_dtod_async(dst, src, bytes, self.cu_stream(s)?)
             .map_err(cuda_err("cuMemcpyDtoDAsync"))
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(cuda_err("cuStreamSynchronize"))
+        self.ctx.synchronize().map_err(cuda_err("cuCtxSynchronize"))
     }
 
     fn event_create(&self, timing: bool) -> Result<RtEvent> {
@@ -321,10 +387,10 @@ impl Runtime for Driver {
         Ok(RtEvent::new(DriverEvent(ev)))
     }
 
-    fn event_record(&self, e: &mut RtEvent) -> Result<()> {
+    fn event_record(&self, e: &mut RtEvent, s: StreamId) -> Result<()> {
         self.bind()?;
-        // SAFETY: a live event and the device's live stream.
-        unsafe { drv::event::record(e.get::<DriverEvent>().0, self.cu_stream()) }
+        // SAFETY: a live event and a live stream of the device.
+        unsafe { drv::event::record(e.get::<DriverEvent>().0, self.cu_stream(s)?) }
             .map_err(cuda_err("cuEventRecord"))
     }
 
@@ -422,6 +488,7 @@ impl Runtime for Driver {
 
     unsafe fn launch(
         &self,
+        s: StreamId,
         f: &Func,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
@@ -430,17 +497,17 @@ impl Runtime for Driver {
     ) -> Result<()> {
         self.bind()?;
         let f = f.get::<DriverFunc>().0;
-        drv::launch_kernel(f, grid, block, shared_mem, self.cu_stream(), params)
+        drv::launch_kernel(f, grid, block, shared_mem, self.cu_stream(s)?, params)
             .map_err(cuda_err("cuLaunchKernel"))
     }
 
-    unsafe fn gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn gemm(&self, s: StreamId, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {
         self.bind()?;
-        self.blas.gemm(self.cu_stream(), g, ws)
+        self.blas.gemm(self.cu_stream(s)?, g, ws)
     }
 
-    unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
         self.bind()?;
-        self.dnn.conv(self.cu_stream(), c, ws)
+        self.dnn.conv(self.cu_stream(s)?, c, ws)
     }
 }

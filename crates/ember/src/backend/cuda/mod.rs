@@ -8,11 +8,13 @@
 //!   pinned staging in [`pinned`]);
 //! - [`storage`]: values on a GPU; [`ops`]: launching ember's kernels, one file per
 //!   kernel family of `kernels/*.cu`;
+//! - [`stream`]: streams for users, and each thread's current stream;
 //! - [`discover`], [`libs`], [`stats`]: discovery, the libraries found, and the
 //!   public statistics (`ember::cuda::*`).
 //!
-//! Work is queued on the device's stream and returns at once; reading values back
-//! (`to_vec`, `item`, printing) waits for the stream. Nothing here panics when CUDA
+//! Work is queued on the calling thread's current stream of the device and
+//! returns at once; reading values back (`to_vec`, `item`, printing) waits for that
+//! stream. Nothing here panics when CUDA
 //! is missing: every entry goes through [`device::dev`], which checks the device
 //! first.
 
@@ -32,9 +34,11 @@ pub(crate) mod runtime;
 pub(crate) mod sim;
 pub(crate) mod stats;
 pub(crate) mod storage;
+pub(crate) mod stream;
 
 pub use crate::backend::alloc::MemoryStats;
 pub(crate) use device::{dev, CudaDev};
 pub(crate) use runtime::Func;
 pub use stats::*;
 pub(crate) use storage::CudaStorage;
+pub use stream::{current_stream, default_stream, with_stream, Stream};

@@ -13,7 +13,7 @@
 //! caching allocator. If pinned memory cannot be had, copies take the pageable path:
 //! slower, never an error.
 
-use super::runtime::{RtEvent, Runtime};
+use super::runtime::{RtEvent, Runtime, StreamId};
 use crate::Result;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,10 +94,13 @@ fn as_bytes_mut<T>(v: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
-/// A device's pinned copies: its runtime and its pool of blocks.
+/// A device's pinned copies on one of its streams: its runtime and its pool of
+/// blocks.
 pub(crate) struct Pinned<'a> {
     pub rt: &'a dyn Runtime,
     pub pool: &'a Mutex<PinnedPool>,
+    /// The stream the copies are queued on.
+    pub stream: StreamId,
 }
 
 impl Pinned<'_> {
@@ -122,7 +125,7 @@ impl Pinned<'_> {
     /// `src` must be pinned and stay untouched until the copy has run; `dst` must
     /// hold `len` bytes.
     unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
-        self.rt.htod(dst, src, len)
+        self.rt.htod(self.stream, dst, src, len)
     }
 
     /// Queues a copy of `len` bytes from device `src` to host `dst`.
@@ -131,7 +134,7 @@ impl Pinned<'_> {
     /// `dst` must hold `len` bytes and not be read before the copy has run (the
     /// stream synchronized or an event after it passed); `src` must hold `len` bytes.
     unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
-        self.rt.dtoh(dst, src, len)
+        self.rt.dtoh(self.stream, dst, src, len)
     }
 
     fn pinned_pool(&self) -> MutexGuard<'_, PinnedPool> {
@@ -256,7 +259,7 @@ impl Pinned<'_> {
 
     /// Marks `b` in flight until the work queued so far on the stream has run.
     fn record_block(&self, b: &mut PinnedBlock) -> Result<()> {
-        self.rt.event_record(&mut b.event)?;
+        self.rt.event_record(&mut b.event, self.stream)?;
         b.in_flight = true;
         Ok(())
     }
@@ -300,7 +303,8 @@ impl Pinned<'_> {
         Ok(())
     }
 
-    /// Copies device address `src` into `dst`, waiting for the work queued before.
+    /// Copies device address `src` into `dst`, waiting for the work queued before
+    /// on the stream.
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
         let dst = as_bytes_mut(dst);
         if dst.is_empty() {
@@ -311,7 +315,7 @@ impl Pinned<'_> {
         }
         // SAFETY: `src` holds `dst.len()` bytes; `dst` is read after the synchronize.
         unsafe { self.copy_dtoh_async(dst.as_mut_ptr(), src, dst.len()) }?;
-        self.rt.synchronize()
+        self.rt.stream_synchronize(self.stream)
     }
 
     /// [`dtoh`](Self::dtoh) in chunks through up to three pinned blocks in flight.
@@ -348,7 +352,7 @@ impl Pinned<'_> {
                 let rest = &mut dst[off..];
                 // SAFETY: as in `dtoh`.
                 unsafe { self.copy_dtoh_async(rest.as_mut_ptr(), src + off as u64, rest.len()) }?;
-                return self.rt.synchronize();
+                return self.rt.stream_synchronize(self.stream);
             };
             // SAFETY: the block holds `len` bytes and is read only after its event.
             if let Err(e) = unsafe { self.copy_dtoh_async(block.ptr, src + off as u64, len) } {

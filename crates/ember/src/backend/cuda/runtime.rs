@@ -47,7 +47,7 @@ pub(crate) trait System: Send + Sync {
     /// Whether convolutions can go to cuDNN (or the simulator's stand-in for it),
     /// or why not.
     fn dnn(&self) -> std::result::Result<(), String>;
-    /// The runtime of GPU `ordinal` (one context and stream).
+    /// The runtime of GPU `ordinal` (one context; its default stream made).
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Runtime>>;
 }
 
@@ -72,8 +72,20 @@ pub(crate) trait Workspaces {
     fn release_cached(&self);
 }
 
-/// One GPU: its context, its stream, and what runs there. Work is queued in order
-/// on the stream; copies to the host and `synchronize` wait for it.
+/// A stream of one device: work queued on it runs in order; work on two streams
+/// may overlap unless an event orders it ([`Runtime::stream_wait`]). Stream 0 is
+/// the device's default (ember's own stream, not the driver's legacy NULL
+/// stream, which would serialise with every other); others come from
+/// [`Runtime::stream_create`] and live as long as the process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct StreamId(pub u32);
+
+/// The most streams one device has (PyTorch keeps a pool of 32 per priority and
+/// hands them out in turn; ember's pool is the same size, plus its own two).
+pub(crate) const MAX_STREAMS: usize = 34;
+
+/// One GPU: its context, its streams, and what runs there. Work is queued in order
+/// on a stream; copies to pageable host memory and the synchronisations wait for it.
 pub(crate) trait Runtime: Send + Sync {
     /// The number of multiprocessors.
     fn sm_count(&self) -> u32;
@@ -94,30 +106,40 @@ pub(crate) trait Runtime: Send + Sync {
     /// `ptr` came from `alloc_host(bytes)` and is freed once.
     unsafe fn free_host(&self, ptr: *mut u8, bytes: usize);
 
-    /// Queues a copy of `bytes` from host `src` to device `dst`.
+    /// A new stream (non-blocking: it never waits for the legacy NULL stream).
+    fn stream_create(&self) -> Result<StreamId>;
+    /// Makes work queued on `s` from now on wait until `e`'s work has finished,
+    /// without making the host wait.
+    fn stream_wait(&self, s: StreamId, e: &RtEvent) -> Result<()>;
+    /// Waits until the work queued on `s` has finished.
+    fn stream_synchronize(&self, s: StreamId) -> Result<()>;
+    /// `true` when the work queued on `s` has finished, without waiting.
+    fn stream_query(&self, s: StreamId) -> Result<bool>;
+
+    /// Queues a copy of `bytes` from host `src` to device `dst` on `s`.
     ///
     /// # Safety
     /// `src` holds `bytes` (pinned, or the driver stages it) and stays untouched
     /// until the copy has run; `dst` holds `bytes`.
-    unsafe fn htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
-    /// Queues a copy of `bytes` from device `src` to host `dst`.
+    unsafe fn htod(&self, s: StreamId, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+    /// Queues a copy of `bytes` from device `src` to host `dst` on `s`.
     ///
     /// # Safety
     /// `dst` holds `bytes` and is not read before the copy has run; `src` holds
     /// `bytes`.
-    unsafe fn dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
-    /// Queues a copy between two device ranges.
+    unsafe fn dtoh(&self, s: StreamId, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
+    /// Queues a copy between two device ranges on `s`.
     ///
     /// # Safety
     /// Both ranges lie within live allocations of at least `bytes`.
-    unsafe fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
-    /// Waits until all queued work has finished.
+    unsafe fn dtod(&self, s: StreamId, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    /// Waits until all work queued on every stream of the device has finished.
     fn synchronize(&self) -> Result<()>;
 
     /// A new event (`timing` for elapsed-time queries).
     fn event_create(&self, timing: bool) -> Result<RtEvent>;
-    /// Records `e` on the stream now.
-    fn event_record(&self, e: &mut RtEvent) -> Result<()>;
+    /// Records `e` on stream `s` now.
+    fn event_record(&self, e: &mut RtEvent, s: StreamId) -> Result<()>;
     /// `true` once the work queued before the last record of `e` has finished,
     /// `false` while it runs; an error of that work (the context's sticky error
     /// on a GPU) as an error.
@@ -145,13 +167,14 @@ pub(crate) trait Runtime: Send + Sync {
     /// beyond 48 KiB; `bytes` plus its static shared memory within the device's
     /// opt-in limit).
     fn set_max_dynamic_shared(&self, f: &Func, bytes: u32) -> Result<()>;
-    /// Queues `f` on the stream.
+    /// Queues `f` on stream `s`.
     ///
     /// # Safety
     /// `params` point at values matching the kernel's parameter list, and every
     /// device pointer among them is valid for what the kernel accesses.
     unsafe fn launch(
         &self,
+        s: StreamId,
         f: &Func,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
@@ -159,18 +182,18 @@ pub(crate) trait Runtime: Send + Sync {
         params: &mut [*mut c_void],
     ) -> Result<()>;
 
-    /// Queues a strided-batched GEMM (cuBLAS's contract).
+    /// Queues a strided-batched GEMM (cuBLAS's contract) on `s`.
     ///
     /// # Safety
     /// The pointers, leading dimensions and strides of `g` describe live device
     /// memory holding every element they address.
-    unsafe fn gemm(&self, g: &GemmCall, ws: &dyn Workspaces) -> Result<()>;
-    /// Queues a convolution pass (cuDNN's contract).
+    unsafe fn gemm(&self, s: StreamId, g: &GemmCall, ws: &dyn Workspaces) -> Result<()>;
+    /// Queues a convolution pass (cuDNN's contract) on `s`.
     ///
     /// # Safety
     /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
     /// `c.geom`.
-    unsafe fn conv(&self, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
 }
 
 /// What the compiled code of one kernel allows (`cuFuncGetAttribute`).

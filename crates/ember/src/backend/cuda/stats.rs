@@ -118,7 +118,8 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A point in a device's stream, for timing GPU work (`torch.cuda.Event(enable_timing=True)`).
+/// A point in a device's stream, for timing GPU work and for ordering streams
+/// (`torch.cuda.Event(enable_timing=True)`).
 ///
 /// ```no_run
 /// # use ember::prelude::*;
@@ -136,11 +137,21 @@ pub struct Event {
 }
 
 impl Event {
-    /// Records an event on `device`'s stream now.
+    /// Records an event on `device`'s current stream now.
     pub fn record(device: &Device) -> Result<Event> {
         let d = dev(cuda_index(*device)?)?;
+        let s = d.stream();
+        Event::record_at(d, s)
+    }
+
+    /// Records an event on `stream` now.
+    pub fn record_on(stream: &super::Stream) -> Result<Event> {
+        Event::record_at(stream.dev.clone(), stream.id)
+    }
+
+    fn record_at(d: Arc<CudaDev>, s: super::runtime::StreamId) -> Result<Event> {
         let mut ev = d.rt().event_create(true)?;
-        if let Err(e) = d.rt().event_record(&mut ev) {
+        if let Err(e) = d.rt().event_record(&mut ev, s) {
             d.rt().event_destroy(ev);
             return Err(e);
         }
@@ -150,7 +161,18 @@ impl Event {
         })
     }
 
-    fn raw(&self) -> &RtEvent {
+    /// The device the event was recorded on.
+    pub fn device(&self) -> Device {
+        self.dev.device()
+    }
+
+    /// Makes the work queued on `stream` from now on wait for this event's work
+    /// (`Event.wait(stream)`); the host does not wait.
+    pub fn wait(&self, stream: &super::Stream) -> Result<()> {
+        stream.wait_event(self)
+    }
+
+    pub(crate) fn raw(&self) -> &RtEvent {
         self.ev
             .as_ref()
             .expect("an event is destroyed only by drop")

@@ -1,8 +1,15 @@
 //! A simulated GPU's stream: work queued by the host runs later, in order, on a
-//! thread of its own, as a GPU runs a stream's work while the host goes on. So a
-//! host that reads a result before waiting for it, reuses a pinned buffer before
-//! the copy that reads it has run, or trusts an event that has not passed, sees
-//! stale data in CI, as it would on a GPU, instead of the right values by luck.
+//! thread of its own, as a GPU runs a stream's work while the host goes on.
+//!
+//! It runs as late as it may: a job runs only once something waits for it (the
+//! host, through a synchronisation, a copy to pageable memory or an event; another
+//! stream, through an event it waits for), or once the queue is full, as a
+//! GPU's launch queue is. An event query that finds its work not yet run lets it
+//! run, so a host polling an event sees it pass, later. So a host that reads a
+//! result before waiting for it, reuses a pinned buffer before the copy that
+//! reads it has run, or trusts an event that has not passed, and a stream that
+//! uses another's results without waiting for its event, sees stale data in CI
+//! every time, instead of the right values by luck of timing.
 //!
 //! An error of queued work (a kernel that stops at a deadlock or traps) is
 //! returned by every wait after it, as a GPU's asynchronous errors are: they
@@ -14,7 +21,11 @@ use crate::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// The work queued on one simulated GPU and the thread that runs it.
+/// The most jobs a stream holds before a push waits (a GPU's launch queue holds
+/// about a thousand).
+const DEPTH: u64 = 1024;
+
+/// The work queued on one simulated stream and the thread that runs it.
 pub(crate) struct Queue {
     state: Mutex<State>,
     /// Signalled when work is queued (for the thread) and when work finishes (for
@@ -29,6 +40,8 @@ struct State {
     queued: u64,
     /// Every job up to this one has finished.
     done: u64,
+    /// Jobs up to this one may run (something waits for them).
+    demand: u64,
     /// The first error of queued work: every wait returns it from then on.
     error: Option<String>,
 }
@@ -61,8 +74,8 @@ impl Queue {
             let (k, job) = {
                 let mut s = self.lock();
                 loop {
-                    if let Some(j) = s.jobs.pop_front() {
-                        break j;
+                    if s.jobs.front().is_some_and(|(k, _)| *k <= s.demand) {
+                        break s.jobs.pop_front().expect("a front job");
                     }
                     s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
@@ -89,14 +102,32 @@ impl Queue {
         }
     }
 
-    /// Queues `job`; returns its number (for [`wait_for`](Self::wait_for)).
+    /// Queues `job`; returns its number (for [`wait_for`](Self::wait_for)). With
+    /// [`DEPTH`] jobs waiting, the oldest is let run first (and this call waits for
+    /// room, as a launch into a GPU's full queue does).
     pub(crate) fn push(&self, job: Job) -> u64 {
         let mut s = self.lock();
+        if s.queued - s.done >= DEPTH {
+            let k = s.queued - DEPTH + 1;
+            s.demand = s.demand.max(k);
+            self.changed.notify_all();
+            while s.done < k {
+                s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+        }
         s.queued += 1;
         let k = s.queued;
         s.jobs.push_back((k, job));
-        self.changed.notify_all();
         k
+    }
+
+    /// Lets job `k` and those before it run, without waiting for them.
+    pub(crate) fn release(&self, k: u64) {
+        let mut s = self.lock();
+        if k > s.demand {
+            s.demand = k;
+            self.changed.notify_all();
+        }
     }
 
     /// The number of the last job queued (0 before any).
@@ -112,6 +143,7 @@ impl Queue {
     /// Waits until job `k` and every job before it have finished; then returns
     /// the first error of queued work, if there was one.
     pub(crate) fn wait_for(&self, k: u64) -> Result<()> {
+        self.release(k);
         let mut s = self.lock();
         while s.done < k {
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -144,8 +176,9 @@ impl Queue {
     /// Waits for everything queued so far, without reporting an error (the next
     /// wait does).
     pub(crate) fn drain(&self) {
+        let k = self.last();
+        self.release(k);
         let mut s = self.lock();
-        let k = s.queued;
         while s.done < k {
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
         }

@@ -2,9 +2,9 @@
 //! memory, whose kernels are the same `.cu` sources compiled by the host's C++
 //! compiler, and whose cuBLAS and cuDNN are references with the libraries'
 //! contracts. Work is checked when it is queued (as the driver and the libraries
-//! refuse bad calls) and runs later on the device's stream thread
-//! ([`Queue`]), so the host's waits, events and pinned copies are exercised as
-//! on a GPU. Copies follow the driver's rules for host memory: from pageable
+//! refuse bad calls) and runs later on its stream's thread ([`Queue`]), so the
+//! host's waits, events, pinned copies and the ordering of streams by events are
+//! exercised as on a GPU. Copies follow the driver's rules for host memory: from pageable
 //! memory the source is taken at once, to pageable memory the copy is waited
 //! for; to and from pinned blocks ([`alloc_host`](Runtime::alloc_host)) they run
 //! in the stream's order.
@@ -13,10 +13,10 @@ use super::queue::Queue;
 use super::{compile, conv_job, gemm_job, memcpy, properties, Job, SimFunc, SimMemory, SimModule};
 use crate::backend::cuda::calls::{ConvCall, GemmCall};
 use crate::backend::cuda::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, System,
-    Workspaces,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, StreamId,
+    System, Workspaces, MAX_STREAMS,
 };
-use crate::Result;
+use crate::{Error, Result};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -56,9 +56,10 @@ impl System for SimSystem {
 
     fn open(&self, ordinal: usize) -> Result<Arc<dyn Runtime>> {
         Ok(Arc::new(Sim {
+            ordinal,
             sm_count: properties(ordinal).multiprocessor_count,
             memory: Mutex::new(SimMemory::new()),
-            stream: Queue::start(format!("ember-sim-cuda:{ordinal}"))?,
+            streams: Mutex::new(vec![Queue::start(format!("ember-sim-cuda:{ordinal}"))?]),
             pinned: Mutex::new(Vec::new()),
         }))
     }
@@ -66,10 +67,12 @@ impl System for SimSystem {
 
 /// One simulated GPU.
 struct Sim {
+    ordinal: usize,
     sm_count: u32,
     memory: Mutex<SimMemory>,
-    /// The device's stream: work queued here runs on a thread of its own.
-    stream: Arc<Queue>,
+    /// The device's streams (`StreamId` indexes them): the work queued on each
+    /// runs on a thread of its own.
+    streams: Mutex<Vec<Arc<Queue>>>,
     /// The host blocks of `alloc_host` (address, bytes): copies to and from them
     /// are queued like kernels; other host memory is copied at the call.
     pinned: Mutex<Vec<(usize, usize)>>,
@@ -85,14 +88,46 @@ impl Sim {
             .any(|&(a, n)| ptr >= a && ptr + bytes <= a + n)
     }
 
-    fn queue(&self, job: Job) -> u64 {
-        self.stream.push(job)
+    /// The queue of stream `s`.
+    fn stream(&self, s: StreamId) -> Result<Arc<Queue>> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(s.0 as usize)
+            .cloned()
+            .ok_or_else(|| Error::Cuda {
+                op: "selecting a stream",
+                msg: format!("stream {} was never created on this device", s.0),
+            })
+    }
+
+    /// Every stream, in the order they were made.
+    fn all_streams(&self) -> Vec<Arc<Queue>> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits for the work of every stream, without reporting its errors (as
+    /// cuMemFree waits for the device; the next wait reports them).
+    fn drain_all(&self) {
+        for q in self.all_streams() {
+            q.drain();
+        }
+    }
+
+    fn queue(&self, s: StreamId, job: Job) -> Result<(Arc<Queue>, u64)> {
+        let q = self.stream(s)?;
+        let k = q.push(job);
+        Ok((q, k))
     }
 }
 
-/// A simulated event: the job that records it, and the host clock when that job
-/// ran (`None` until then).
+/// A simulated event: the stream and job that recorded it last (none before its
+/// first record), and the host clock when that job ran (`None` until then).
 struct SimEvent {
+    queue: Option<Arc<Queue>>,
     job: u64,
     at: Arc<Mutex<Option<Instant>>>,
     /// Created for timing (`cuEventElapsedTime` refuses other events).
@@ -135,7 +170,7 @@ impl Runtime for Sim {
 
     fn free(&self, ptr: u64) {
         // cuMemFree waits for the device first (errors stay for the next wait)
-        self.stream.drain();
+        self.drain_all();
         self.memory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -168,7 +203,7 @@ impl Runtime for Sim {
 
     unsafe fn free_host(&self, ptr: *mut u8, bytes: usize) {
         // cuMemFreeHost waits for the device first
-        self.stream.drain();
+        self.drain_all();
         self.pinned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -178,7 +213,47 @@ impl Runtime for Sim {
         std::alloc::dealloc(ptr, layout);
     }
 
-    unsafe fn htod(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+    fn stream_create(&self) -> Result<StreamId> {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if streams.len() == MAX_STREAMS {
+            return Err(Error::Cuda {
+                op: "cuStreamCreate",
+                msg: format!("a device has at most {MAX_STREAMS} of ember's streams"),
+            });
+        }
+        let id = streams.len();
+        streams.push(Queue::start(format!(
+            "ember-sim-cuda:{}-s{id}",
+            self.ordinal
+        ))?);
+        Ok(StreamId(id as u32))
+    }
+
+    fn stream_wait(&self, s: StreamId, e: &RtEvent) -> Result<()> {
+        let e = e.get::<SimEvent>();
+        // waiting for an event never recorded waits for nothing (as on a GPU)
+        if let Some(q) = e.queue.clone() {
+            let k = e.job;
+            self.queue(s, Box::new(move || q.wait_for(k)))?;
+        }
+        Ok(())
+    }
+
+    fn stream_synchronize(&self, s: StreamId) -> Result<()> {
+        self.stream(s)?.wait_all()
+    }
+
+    fn stream_query(&self, s: StreamId) -> Result<bool> {
+        let q = self.stream(s)?;
+        q.check()?;
+        let last = q.last();
+        let done = q.is_done(last);
+        // time passes: what was not done is let run, for the next query
+        q.release(last);
+        Ok(done)
+    }
+
+    unsafe fn htod(&self, s: StreamId, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -186,23 +261,29 @@ impl Runtime for Sim {
             let src = src as u64;
             // SAFETY: the caller keeps the pinned source untouched until the copy has
             // run, and `dst` holds `bytes`.
-            self.queue(Box::new(move || {
-                unsafe { memcpy(dst, src, bytes) };
-                Ok(())
-            }));
+            self.queue(
+                s,
+                Box::new(move || {
+                    unsafe { memcpy(dst, src, bytes) };
+                    Ok(())
+                }),
+            )?;
         } else {
             // the driver stages pageable memory before the call returns
             let staged = std::slice::from_raw_parts(src, bytes).to_vec();
-            self.queue(Box::new(move || {
-                // SAFETY: `dst` holds `bytes`; `staged` is this job's own.
-                unsafe { memcpy(dst, staged.as_ptr() as u64, bytes) };
-                Ok(())
-            }));
+            self.queue(
+                s,
+                Box::new(move || {
+                    // SAFETY: `dst` holds `bytes`; `staged` is this job's own.
+                    unsafe { memcpy(dst, staged.as_ptr() as u64, bytes) };
+                    Ok(())
+                }),
+            )?;
         }
         Ok(())
     }
 
-    unsafe fn dtoh(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn dtoh(&self, s: StreamId, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
@@ -210,72 +291,102 @@ impl Runtime for Sim {
         let dst = dst as u64;
         // SAFETY: `src` holds `bytes`; `dst` is not read before the copy has run
         // (for pageable memory, this call waits for it as the driver's does).
-        let k = self.queue(Box::new(move || {
-            unsafe { memcpy(dst, src, bytes) };
-            Ok(())
-        }));
+        let (q, k) = self.queue(
+            s,
+            Box::new(move || {
+                unsafe { memcpy(dst, src, bytes) };
+                Ok(())
+            }),
+        )?;
         if pinned {
             Ok(())
         } else {
-            self.stream.wait_for(k)
+            q.wait_for(k)
         }
     }
 
-    unsafe fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn dtod(&self, s: StreamId, dst: u64, src: u64, bytes: usize) -> Result<()> {
         if bytes > 0 {
             // SAFETY: both ranges lie in live device blocks (the caller's contract).
-            self.queue(Box::new(move || {
-                unsafe { memcpy(dst, src, bytes) };
-                Ok(())
-            }));
+            self.queue(
+                s,
+                Box::new(move || {
+                    unsafe { memcpy(dst, src, bytes) };
+                    Ok(())
+                }),
+            )?;
         }
         Ok(())
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.stream.wait_all()
+        // every stream, in the order they were made; the first error is returned
+        let mut first = Ok(());
+        for q in self.all_streams() {
+            let r = q.wait_all();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
 
     fn event_create(&self, timing: bool) -> Result<RtEvent> {
         Ok(RtEvent::new(SimEvent {
+            queue: None,
             job: 0,
             at: Arc::new(Mutex::new(None)),
             timing,
         }))
     }
 
-    fn event_record(&self, e: &mut RtEvent) -> Result<()> {
+    fn event_record(&self, e: &mut RtEvent, s: StreamId) -> Result<()> {
         let at = Arc::new(Mutex::new(None));
         let mark = at.clone();
-        let job = self.queue(Box::new(move || {
-            *mark.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            Ok(())
-        }));
+        let (q, job) = self.queue(
+            s,
+            Box::new(move || {
+                *mark.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                Ok(())
+            }),
+        )?;
         let e = e.get_mut::<SimEvent>();
+        e.queue = Some(q);
         e.job = job;
         e.at = at;
         Ok(())
     }
 
     fn event_query(&self, e: &RtEvent) -> Result<bool> {
-        self.stream.check()?;
-        Ok(self.stream.is_done(e.get::<SimEvent>().job))
+        let e = e.get::<SimEvent>();
+        let Some(q) = &e.queue else {
+            return Ok(true);
+        };
+        q.check()?;
+        let done = q.is_done(e.job);
+        // time passes: the event's work is let run, for the next query
+        q.release(e.job);
+        Ok(done)
     }
 
     fn event_synchronize(&self, e: &RtEvent) -> Result<()> {
-        self.stream.wait_for(e.get::<SimEvent>().job)
+        let e = e.get::<SimEvent>();
+        match &e.queue {
+            Some(q) => q.wait_for(e.job),
+            None => Ok(()),
+        }
     }
 
     fn event_elapsed_ms(&self, start: &RtEvent, end: &RtEvent) -> Result<f32> {
         if !(start.get::<SimEvent>().timing && end.get::<SimEvent>().timing) {
-            return Err(crate::Error::Cuda {
+            return Err(Error::Cuda {
                 op: "cuEventElapsedTime",
                 msg: "CUDA_ERROR_INVALID_HANDLE: an event was created without timing".into(),
             });
         }
         match (start.get::<SimEvent>().time(), end.get::<SimEvent>().time()) {
             (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
-            _ => Err(crate::Error::Cuda {
+            _ => Err(Error::Cuda {
                 op: "cuEventElapsedTime",
                 msg: "CUDA_ERROR_NOT_READY: an event has not been recorded or has not \
                       completed"
@@ -314,6 +425,7 @@ impl Runtime for Sim {
 
     unsafe fn launch(
         &self,
+        s: StreamId,
         f: &Func,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
@@ -323,19 +435,16 @@ impl Runtime for Sim {
         let job = f
             .get::<SimFunc>()
             .launch_job(grid, block, shared_mem, params)?;
-        self.queue(job);
-        Ok(())
+        self.queue(s, job).map(|_| ())
     }
 
-    unsafe fn gemm(&self, g: &GemmCall, _ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn gemm(&self, s: StreamId, g: &GemmCall, _ws: &dyn Workspaces) -> Result<()> {
         let job = gemm_job(g)?;
-        self.queue(job);
-        Ok(())
+        self.queue(s, job).map(|_| ())
     }
 
-    unsafe fn conv(&self, c: &ConvCall, _ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall, _ws: &dyn Workspaces) -> Result<()> {
         let job = conv_job(c)?;
-        self.queue(job);
-        Ok(())
+        self.queue(s, job).map(|_| ())
     }
 }
