@@ -130,8 +130,8 @@ impl Kernel {
         &self.params
     }
 
-    /// Queues the kernel on the device's stream (in order with ember's own
-    /// operations) with `config` and `args`, after checking the configuration
+    /// Queues the kernel on the current stream of its device (in order with
+    /// ember's own operations there) with `config` and `args`, after checking the configuration
     /// against the device's limits, the arguments against the kernel's parameters
     /// (their number and sizes: an `Arg::I32` for a `long long` is an error, not a
     /// misread value), and each tensor's device, dtype and layout.

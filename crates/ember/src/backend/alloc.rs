@@ -390,10 +390,11 @@ impl<M: RawMemory> Allocator<M> {
         }
     }
 
-    /// Waits for the device, then returns every pending block to its pool.
-    fn synchronize_and_free_events(&mut self) {
+    /// Waits for the device, then returns every pending block to its pool;
+    /// `false` when there was none (and nothing waited).
+    fn synchronize_and_free_events(&mut self) -> bool {
         if self.pending.is_empty() {
-            return;
+            return false;
         }
         self.raw.synchronize();
         for (addr, events) in std::mem::take(&mut self.pending) {
@@ -402,6 +403,7 @@ impl<M: RawMemory> Allocator<M> {
             }
             self.free_block(addr);
         }
+        true
     }
 
     /// Gives back the block at `addr`: to its pool, or, when work on other streams
@@ -489,7 +491,7 @@ impl<M: RawMemory> Allocator<M> {
     /// Returns every segment with nothing allocated in it to the driver
     /// (`torch.cuda.empty_cache()`).
     pub fn release_cached(&mut self) {
-        self.synchronize_and_free_events();
+        let synced = self.synchronize_and_free_events();
         let empty: Vec<(u64, usize)> = self
             .segments
             .iter()
@@ -504,7 +506,9 @@ impl<M: RawMemory> Allocator<M> {
             return;
         }
         // blocks in the cache may still be read by queued kernels
-        self.raw.synchronize();
+        if !synced {
+            self.raw.synchronize();
+        }
         for (base, size) in empty {
             let b = self.blocks.remove(&base).expect("segment block");
             self.pool(b.small).remove(&(b.stream, size, base));
@@ -527,6 +531,14 @@ mod tests {
         next: u64,
         live: BTreeMap<u64, usize>,
         mallocs: usize,
+        /// Whether events can be recorded.
+        events: bool,
+        /// Every event recorded so far has passed (set by the test, and by a
+        /// synchronize).
+        passed: std::cell::Cell<bool>,
+        /// Events recorded and not destroyed, and synchronizations.
+        live_events: usize,
+        syncs: std::cell::Cell<usize>,
     }
 
     impl Fake {
@@ -537,6 +549,10 @@ mod tests {
                 next: 1 << 32,
                 live: BTreeMap::new(),
                 mallocs: 0,
+                events: true,
+                passed: std::cell::Cell::new(true),
+                live_events: 0,
+                syncs: std::cell::Cell::new(0),
             }
         }
     }
@@ -560,15 +576,92 @@ mod tests {
         fn mem_info(&self) -> (usize, usize) {
             (self.capacity - self.used, self.capacity)
         }
-        fn synchronize(&self) {}
-        type Event = ();
-        fn record(&mut self, _s: StreamId) -> Option<()> {
-            None
+        fn synchronize(&self) {
+            self.passed.set(true);
+            self.syncs.set(self.syncs.get() + 1);
         }
-        fn passed(&self, _e: &()) -> bool {
-            true
+        type Event = StreamId;
+        fn record(&mut self, s: StreamId) -> Option<StreamId> {
+            self.live_events += self.events as usize;
+            self.events.then_some(s)
         }
-        fn destroy(&mut self, _e: ()) {}
+        fn passed(&self, _e: &StreamId) -> bool {
+            self.passed.get()
+        }
+        fn destroy(&mut self, _e: StreamId) {
+            self.live_events -= 1;
+        }
+    }
+
+    const S1: StreamId = StreamId(1);
+
+    #[test]
+    fn each_stream_has_its_own_blocks() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(3 * MB, S0).unwrap();
+        let q = a.alloc(3 * MB, S1).unwrap();
+        assert_eq!(a.raw().mallocs, 2, "a segment per stream");
+        a.free(p);
+        // the free block of stream 0 does not go to stream 1...
+        let r = a.alloc(3 * MB, S1).unwrap();
+        assert_ne!(r, p);
+        // ...but to stream 0's next request
+        assert_eq!(a.alloc(3 * MB, S0).unwrap(), p);
+        a.free(q);
+        a.free(r);
+        a.free(p);
+        a.release_cached();
+        assert_eq!((a.stats().reserved, a.raw().used), (0, 0));
+    }
+
+    #[test]
+    fn a_block_used_on_another_stream_waits_for_its_event() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(3 * MB, S0).unwrap();
+        assert!(a.record_stream(p, S1));
+        assert!(a.record_stream(p, S0), "its own stream needs no event");
+        assert!(!a.record_stream(p + 512, S1), "not a block handed out");
+        a.raw.passed.set(false);
+        a.free(p);
+        assert_eq!(a.stats().allocated, 0, "freed for the statistics at once");
+        assert_eq!(a.raw().live_events, 1, "one event, on stream 1");
+        // stream 1's work has not finished: the block is not handed out
+        let q = a.alloc(3 * MB, S0).unwrap();
+        assert_ne!(q, p);
+        a.free(q);
+        // it has: the block is back in stream 0's pool (merged with its neighbour)
+        a.raw.passed.set(true);
+        assert_eq!(a.alloc(3 * MB, S0).unwrap(), p);
+        assert_eq!(a.raw().live_events, 0);
+        assert_eq!(a.raw().syncs.get(), 0, "no wait for the device");
+        a.free(p);
+        // a recorded use is forgotten once the block is freed
+        let p = a.alloc(3 * MB, S0).unwrap();
+        a.free(p);
+        assert_eq!(a.raw().live_events, 0);
+    }
+
+    #[test]
+    fn pending_blocks_are_waited_for_when_the_cache_is_emptied_or_no_event_can_be_had() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        let p = a.alloc(12 * MB, S0).unwrap();
+        a.record_stream(p, S1);
+        a.raw.passed.set(false);
+        a.free(p);
+        a.release_cached();
+        assert_eq!(a.raw().syncs.get(), 1);
+        assert_eq!(
+            (a.stats().reserved, a.raw().used, a.raw().live_events),
+            (0, 0, 0)
+        );
+        // without events the free waits for the device, and the block is free at once
+        a.raw.events = false;
+        let p = a.alloc(12 * MB, S0).unwrap();
+        a.record_stream(p, S1);
+        a.raw.passed.set(false);
+        a.free(p);
+        assert_eq!(a.raw().syncs.get(), 2);
+        assert_eq!(a.alloc(12 * MB, S0).unwrap(), p);
     }
 
     const MB: usize = 1 << 20;

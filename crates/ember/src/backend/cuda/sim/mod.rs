@@ -13,13 +13,17 @@
 //! What it checks: the logic of kernels and of the host code that drives them
 //! (indexing, layouts passed by value, reductions across warps and blocks, launch
 //! configurations, the row-/column-major mapping of GEMM calls), and the host's
-//! side of asynchronous execution: each simulated GPU runs its stream on a thread
-//! of its own ([`queue`]), so a read before a wait, a pinned buffer reused while
-//! its copy is queued or an event trusted too early shows up as wrong values.
+//! side of asynchronous execution: each stream of a simulated GPU runs on a thread
+//! of its own ([`queue`]), and only when something waits for its work, so a read
+//! before a wait, a pinned buffer reused while its copy is queued, an event
+//! trusted too early, a stream that uses another's results without waiting for
+//! them, or a block reused while another stream still reads it (no
+//! `record_stream`) shows up as wrong values.
 //! What it does not: timing, concurrency between threads of a block (they run one
-//! at a time, so atomics and races behave), the GPU's floating-point details
-//! (fast-math, fused multiply-adds), several streams of one device, or the
-//! driver's other behaviour. Results that pass here still have to be confirmed on
+//! at a time, so atomics and races behave), work of two streams running at the
+//! same time (one job runs at a time, so a race between streams shows only as the
+//! order the waits choose), the GPU's floating-point details (fast-math, fused
+//! multiply-adds), or the driver's other behaviour. Results that pass here still have to be confirmed on
 //! a GPU.
 //!
 //! Environment: `EMBER_SIM_CXX` (the compiler, default `c++`), `EMBER_SIM_MEMORY_MB`

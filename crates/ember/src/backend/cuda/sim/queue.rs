@@ -232,6 +232,38 @@ mod tests {
     }
 
     #[test]
+    fn work_runs_only_once_something_waits_for_it_or_the_queue_is_full() {
+        let q = Queue::start("ember-sim-test".into()).unwrap();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let job = |i: u64| -> Job {
+            let r = ran.clone();
+            Box::new(move || {
+                r.lock().unwrap().push(i);
+                Ok(())
+            })
+        };
+        let a = q.push(job(1));
+        let b = q.push(job(2));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(ran.lock().unwrap().is_empty(), "ran before anything waited");
+        // a query lets the work run, later
+        assert!(!q.is_done(a));
+        q.release(a);
+        q.wait_for(a).unwrap();
+        assert_eq!(*ran.lock().unwrap(), vec![1]);
+        assert!(!q.is_done(b));
+        q.wait_all().unwrap();
+        assert_eq!(*ran.lock().unwrap(), vec![1, 2]);
+        // a full queue lets its oldest work run
+        for i in 0..DEPTH + 10 {
+            q.push(job(100 + i));
+        }
+        assert!(ran.lock().unwrap().len() >= 12);
+        q.drain();
+        assert_eq!(ran.lock().unwrap().len() as u64, 2 + DEPTH + 10);
+    }
+
+    #[test]
     fn a_panic_in_queued_work_is_an_error_and_the_stream_goes_on() {
         let q = Queue::start("ember-sim-test".into()).unwrap();
         q.push(Box::new(|| panic!("a kernel's bug")));
