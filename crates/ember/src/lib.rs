@@ -49,8 +49,8 @@ pub use tensor::{
     IntoShape, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions, Scalar, Tensor,
 };
 
-/// CUDA devices: discovery and properties, streams, synchronization, events,
-/// memory statistics of the caching allocator (`torch.cuda`).
+/// CUDA devices: discovery and properties, streams, graphs, synchronization,
+/// events, memory statistics of the caching allocator (`torch.cuda`).
 pub mod cuda {
     pub use crate::backend::cuda::discover::*;
     pub use crate::backend::cuda::libs::{
@@ -62,7 +62,7 @@ pub mod cuda {
         memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
         synchronize, Event, HostMemoryStats, MemoryStats,
     };
-    pub use crate::backend::cuda::{current_stream, default_stream, with_stream, Stream};
+    pub use crate::backend::cuda::{current_stream, default_stream, with_stream, Graph, Stream};
 
     /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): off by default
     /// until ember's cuDNN path has run on a GPU; `set_enabled(true)` or

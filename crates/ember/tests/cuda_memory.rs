@@ -458,3 +458,198 @@ fn an_index_error_on_a_side_stream_is_reported_by_its_wait() -> Result<()> {
     cuda::synchronize(&dev)?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------
+// CUDA graphs
+
+#[test]
+fn a_graph_replay_writes_what_eager_work_writes() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_graph_replay_writes_what_eager_work_writes") else {
+        return Ok(());
+    };
+    ember::manual_seed(3);
+    let w = Tensor::randn([32, 16], &dev)?;
+    let pick = Tensor::new([2i64, 0, 5], &dev)?; // static index input
+    let x = Tensor::zeros([8, 32], DType::F32, &dev)?; // static input
+    let f = |x: &Tensor, pick: &Tensor| -> Result<(Tensor, Tensor)> {
+        let h = x.matmul(&w)?.relu()?;
+        let rows = h.index_select(0, pick)?;
+        Ok((h.sum(1, false)?, rows.mul(0.5)?.add(1.0)?))
+    };
+    f(&x, &pick)?; // warm-up: kernels compiled before the capture
+    let (graph, (sums, rows)) = cuda::Graph::capture(&dev, || f(&x, &pick))?;
+    assert_eq!(graph.device(), dev);
+    // an eager tensor made after the capture never shares the graph's memory
+    let other = Tensor::full([8, 16], 7.0, DType::F32, &dev)?;
+    for step in 0..4 {
+        let input = Tensor::randn([8, 32], &dev)?;
+        let idx = Tensor::new([step as i64, 7 - step as i64, 3], &dev)?;
+        x.copy_(&input)?;
+        pick.copy_(&idx)?;
+        graph.replay()?;
+        let (want_sums, want_rows) = f(&input, &idx)?;
+        assert_eq!(
+            sums.to_vec::<f32>()?,
+            want_sums.to_vec::<f32>()?,
+            "step {step}"
+        );
+        assert_eq!(
+            rows.to_vec::<f32>()?,
+            want_rows.to_vec::<f32>()?,
+            "step {step}"
+        );
+    }
+    assert!(other.to_vec::<f32>()?.iter().all(|&v| v == 7.0));
+    // a bad index in a replay is reported by the next wait, as outside graphs
+    pick.copy_(&Tensor::new([0i64, 8, 1], &dev)?)?;
+    graph.replay()?;
+    match cuda::synchronize(&dev) {
+        Err(Error::IndexOutOfRange { index: 8, op, .. }) => assert_eq!(op, "index_select"),
+        other => panic!("expected the bad index at the next wait, got {other:?}"),
+    }
+    pick.copy_(&Tensor::new([1i64, 1, 1], &dev)?)?;
+    graph.replay()?;
+    cuda::synchronize(&dev)?;
+    Ok(())
+}
+
+#[test]
+fn a_captured_training_step_trains_as_eager_steps_do() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_captured_training_step_trains_as_eager_steps_do") else {
+        return Ok(());
+    };
+    use ember::nn::{self, Module};
+    use ember::optim::{Optimizer, Sgd};
+    ember::manual_seed(5);
+    let graphed = ember::models::mlp(&[12, 24, 4], &dev)?;
+    let eager = ember::models::mlp(&[12, 24, 4], &dev)?;
+    ember::no_grad(|| -> Result<()> {
+        for (a, b) in graphed.parameters().iter().zip(eager.parameters()) {
+            b.copy_(a)?;
+        }
+        Ok(())
+    })?;
+    let mut opt_g = Sgd::new(graphed.parameters(), 0.1)?.momentum(0.9)?;
+    let mut opt_e = Sgd::new(eager.parameters(), 0.1)?.momentum(0.9)?;
+    let batches: Vec<(Tensor, Tensor)> = (0..5)
+        .map(|_| {
+            Ok((
+                Tensor::randn([6, 12], &dev)?,
+                Tensor::randint(0, 4, [6], &dev)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let step = |model: &dyn Module, opt: &mut Sgd, x: &Tensor, y: &Tensor| -> Result<Tensor> {
+        opt.zero_grad();
+        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
+        loss.backward()?;
+        opt.step()?;
+        Ok(loss.detach())
+    };
+    // step 1 eager on both (the momentum buffers are made), then the graph
+    let (xs, ys) = (batches[0].0.copy()?, batches[0].1.copy()?);
+    step(&graphed, &mut opt_g, &xs, &ys)?;
+    step(&eager, &mut opt_e, &batches[0].0, &batches[0].1)?;
+    let (graph, loss) = cuda::Graph::capture(&dev, || step(&graphed, &mut opt_g, &xs, &ys))?;
+    for (i, (x, y)) in batches.iter().enumerate().skip(1) {
+        xs.copy_(x)?;
+        ys.copy_(y)?;
+        graph.replay()?;
+        let want = step(&eager, &mut opt_e, x, y)?;
+        assert_eq!(loss.item::<f32>()?, want.item::<f32>()?, "step {i}");
+    }
+    for (a, b) in graphed.parameters().iter().zip(eager.parameters()) {
+        assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    }
+    Ok(())
+}
+
+#[test]
+fn what_a_graph_cannot_hold_is_an_error_and_the_gpu_goes_on() -> Result<()> {
+    let Some((dev, _turn)) = gpu("what_a_graph_cannot_hold") else {
+        return Ok(());
+    };
+    let x = Tensor::ones([4], DType::F32, &dev)?;
+    x.add(1.0)?; // warm-up
+    let refused = |what: &str, r: Result<()>| match r {
+        Err(Error::InvalidArgument {
+            op: "cuda::Graph",
+            msg,
+        }) => {
+            assert!(msg.contains(what), "{msg}")
+        }
+        other => panic!("{what}: expected an error, got {other:?}"),
+    };
+    refused(
+        "copying values from the host",
+        cuda::Graph::capture(&dev, || Tensor::new([1f32], &dev).map(|_| ())).map(|_| ()),
+    );
+    refused(
+        "reading values",
+        cuda::Graph::capture(&dev, || x.add(1.0)?.to_vec::<f32>().map(|_| ())).map(|_| ()),
+    );
+    refused(
+        "random numbers",
+        cuda::Graph::capture(&dev, || Tensor::rand([4], &dev).map(|_| ())).map(|_| ()),
+    );
+    refused(
+        "waiting for the GPU",
+        cuda::Graph::capture(&dev, || cuda::synchronize(&dev)).map(|_| ()),
+    );
+    refused(
+        "graphs do not nest",
+        cuda::Graph::capture(&dev, || cuda::Graph::capture(&dev, || Ok(())).map(|_| ()))
+            .map(|_| ()),
+    );
+    assert!(cuda::Graph::capture(&Device::Cpu, || Ok(())).is_err());
+    // the device works on, and captures again
+    assert_eq!(x.add(2.0)?.to_vec::<f32>()?, vec![3.0; 4]);
+    let (g, y) = cuda::Graph::capture(&dev, || x.mul(4.0))?;
+    g.replay()?;
+    assert_eq!(y.to_vec::<f32>()?, vec![4.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_graphs_memory_is_its_own") else {
+        return Ok(());
+    };
+    let x = Tensor::full([1 << 16], 2.0, DType::F32, &dev)?;
+    x.mul(3.0)?.add(1.0)?; // warm-up
+    cuda::synchronize(&dev)?;
+    cuda::empty_cache(&dev)?;
+    let reserved = cuda::memory_reserved(&dev)?;
+    let allocated = cuda::memory_allocated(&dev)? - (1 << 18);
+    let (g, y) = cuda::Graph::capture(&dev, move || {
+        // a temporary freed inside the capture, and the input, made before it,
+        // freed there too: the replays read both
+        let t = x.mul(3.0)?;
+        drop(x);
+        t.add(1.0)
+    })?;
+    // eager tensors of their size made now take other memory
+    let eager: Vec<Tensor> = (0..4)
+        .map(|i| Tensor::full([1 << 16], i as f64, DType::F32, &dev))
+        .collect::<Result<_>>()?;
+    g.replay()?;
+    assert!(y.to_vec::<f32>()?.iter().all(|&v| v == 7.0));
+    for (i, e) in eager.iter().enumerate() {
+        assert!(
+            e.to_vec::<f32>()?.iter().all(|&v| v == i as f32),
+            "tensor {i}"
+        );
+    }
+    // emptying the cache keeps the graph's pool
+    cuda::empty_cache(&dev)?;
+    g.replay()?;
+    assert!(y.to_vec::<f32>()?.iter().all(|&v| v == 7.0));
+    drop((g, y, eager));
+    cuda::empty_cache(&dev)?;
+    assert_eq!(cuda::memory_allocated(&dev)?, allocated);
+    assert!(
+        cuda::memory_reserved(&dev)? <= reserved,
+        "the graph's pool was kept"
+    );
+    Ok(())
+}

@@ -27,9 +27,16 @@
 //! (`Tensor.record_stream` in PyTorch): when it is freed, an event is recorded
 //! on each such stream and the block returns to its pool only once they have all
 //! passed. Segments are only returned to the driver after a synchronization.
+//!
+//! While a CUDA graph is captured, the capturing stream's requests come from a
+//! private pool of the graph ([`Allocator::begin_capture`]): the graph's replays
+//! use those addresses, so its pool is never handed to other work or released
+//! while the graph lives, and blocks from elsewhere freed during the capture
+//! (which captured work may read) are held until the graph is dropped
+//! ([`Allocator::release_graph`]): PyTorch's graph pools, simplified.
 
 use crate::backend::cuda::runtime::StreamId;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// What the allocator needs from the driver (a fake one in tests).
 pub(crate) trait RawMemory {
@@ -143,6 +150,14 @@ pub(crate) struct Allocator<M: RawMemory> {
     /// Blocks freed while work on other streams may still use them, with the
     /// events that say when it has finished.
     pending: Vec<(u64, Vec<M::Event>)>,
+    /// The capture under way: (the stream captured, the graph's private pool).
+    capture: Option<(StreamId, StreamId)>,
+    /// The private pools of graphs alive (their blocks are never released).
+    graph_pools: HashSet<StreamId>,
+    /// Blocks of other pools freed during a graph's capture, held for the graph.
+    held: HashMap<StreamId, Vec<u64>>,
+    /// The id of the next graph pool (above every stream's).
+    next_pool: u32,
     /// Segment base -> size.
     segments: BTreeMap<u64, usize>,
     stats: MemoryStats,
@@ -164,6 +179,10 @@ impl<M: RawMemory> Allocator<M> {
             free_large: BTreeSet::new(),
             stream_uses: HashMap::new(),
             pending: Vec::new(),
+            capture: None,
+            graph_pools: HashSet::new(),
+            held: HashMap::new(),
+            next_pool: 1 << 16,
             segments: BTreeMap::new(),
             stats: MemoryStats::default(),
             caching: true,
@@ -213,12 +232,52 @@ impl<M: RawMemory> Allocator<M> {
         }
     }
 
+    /// Starts the capture of a graph on `stream`: its requests come from a new
+    /// private pool from now on. Returns the pool; `None` while another capture
+    /// is under way.
+    pub fn begin_capture(&mut self, stream: StreamId) -> Option<StreamId> {
+        if self.capture.is_some() {
+            return None;
+        }
+        let pool = StreamId(self.next_pool);
+        self.next_pool += 1;
+        self.capture = Some((stream, pool));
+        self.graph_pools.insert(pool);
+        Some(pool)
+    }
+
+    /// Ends the capture under way; its pool and held blocks stay the graph's.
+    pub fn end_capture(&mut self) {
+        self.capture = None;
+    }
+
+    /// After a graph is dropped and its launches have finished: the blocks held
+    /// for it go back to their pools, and its pool may be released.
+    pub fn release_graph(&mut self, pool: StreamId) {
+        if self.capture.is_some_and(|(_, p)| p == pool) {
+            self.capture = None;
+        }
+        self.graph_pools.remove(&pool);
+        for addr in self.held.remove(&pool).unwrap_or_default() {
+            if self.caching {
+                self.free_block(addr);
+            } else {
+                let block = self.blocks[&addr];
+                self.release_block(addr, block);
+            }
+        }
+    }
+
     /// A block of at least `bytes` for work on `stream`; returns its address.
     pub fn alloc(
         &mut self,
         bytes: usize,
         stream: StreamId,
     ) -> std::result::Result<u64, AllocError> {
+        let stream = match self.capture {
+            Some((s, pool)) if s == stream => pool,
+            _ => stream,
+        };
         let size = Self::rounded(bytes);
         let small = size <= SMALL_MAX;
         if !self.caching {
@@ -419,6 +478,20 @@ impl<M: RawMemory> Allocator<M> {
         }
         self.stats.allocated -= block.size;
         let uses = self.stream_uses.remove(&addr).unwrap_or_default();
+        if let Some((_, pool)) = self.capture {
+            // captured work may read a block from before the capture: it waits
+            // for the graph
+            if block.stream != pool {
+                self.held.entry(pool).or_default().push(addr);
+                return;
+            }
+        }
+        if !self.caching && self.graph_pools.contains(&block.stream) {
+            // without a cache a freed block goes back to the driver: a graph's own
+            // waits for the graph
+            self.held.entry(block.stream).or_default().push(addr);
+            return;
+        }
         if !self.caching {
             // the driver's free waits for every stream
             self.release_block(addr, block);
@@ -496,9 +569,9 @@ impl<M: RawMemory> Allocator<M> {
             .segments
             .iter()
             .filter(|(base, size)| {
-                self.blocks
-                    .get(base)
-                    .is_some_and(|b| b.free && b.size == **size)
+                self.blocks.get(base).is_some_and(|b| {
+                    b.free && b.size == **size && !self.graph_pools.contains(&b.stream)
+                })
             })
             .map(|(b, s)| (*b, *s))
             .collect();

@@ -9,14 +9,14 @@
 
 use super::calls::{ConvCall, GemmCall};
 use super::pinned::{Pinned, PinnedPool};
-use super::runtime::{Func, LoadedModule, RtEvent, Runtime, StreamId, Workspaces};
+use super::runtime::{Func, LoadedModule, RtEvent, RtGraph, Runtime, StreamId, Workspaces};
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
 use crate::{DType, Device, Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A device's memory as the caching allocator sees it.
@@ -118,6 +118,37 @@ pub(crate) struct CudaDev {
     copy_stream: OnceLock<std::result::Result<StreamId, String>>,
     /// The streams made for users, and how many have been handed out.
     user_streams: Mutex<(Vec<StreamId>, usize)>,
+    /// The stream graphs are captured on (made at first use).
+    capture_stream: OnceLock<std::result::Result<StreamId, String>>,
+    /// The capture under way, if any (one per device at a time).
+    capture: Mutex<Option<Capture>>,
+    /// Whether `capture` holds one (read without the lock on every copy).
+    capturing: AtomicBool,
+}
+
+/// A graph's capture under way.
+struct Capture {
+    stream: StreamId,
+    pool: StreamId,
+    thread: std::thread::ThreadId,
+    /// The index checks captured (their slots belong to the graph).
+    checks: Vec<GraphCheck>,
+}
+
+/// An index check inside a graph: armed again at each replay.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GraphCheck {
+    op: &'static str,
+    dim: usize,
+    size: usize,
+    slot: usize,
+}
+
+/// What a capture leaves for its graph.
+pub(crate) struct Captured {
+    pub graph: RtGraph,
+    pub pool: StreamId,
+    pub checks: Vec<GraphCheck>,
 }
 
 /// The index checks queued on a device and not yet read. Each has a slot of two
@@ -157,6 +188,8 @@ struct IndexCheck {
     slot: usize,
     stream: StreamId,
     thread: std::thread::ThreadId,
+    /// The slot belongs to a graph (it is not freed when the check is read).
+    graph: bool,
 }
 
 /// Index checks a device holds between two waits; one more waits first.
@@ -226,7 +259,150 @@ impl CudaDev {
             index_checks: Mutex::new(IndexChecks::default()),
             copy_stream: OnceLock::new(),
             user_streams: Mutex::new((Vec::new(), 0)),
+            capture_stream: OnceLock::new(),
+            capture: Mutex::new(None),
+            capturing: AtomicBool::new(false),
         })
+    }
+
+    fn capture_state(&self) -> MutexGuard<'_, Option<Capture>> {
+        self.capture.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `true` when the calling thread is capturing a graph on its current stream.
+    pub(crate) fn is_capturing(&self) -> bool {
+        if !self.capturing.load(Ordering::Acquire) {
+            return false;
+        }
+        let me = std::thread::current().id();
+        let s = self.stream();
+        self.capture_state()
+            .as_ref()
+            .is_some_and(|c| c.thread == me && c.stream == s)
+    }
+
+    /// An error naming `what` when the calling thread is capturing a graph: work
+    /// that a graph cannot hold (a host copy, a wait, fresh random numbers).
+    pub(crate) fn refuse_in_capture(&self, what: &str, why: &str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(Error::invalid(
+                "cuda::Graph",
+                format!(
+                    "{what} while a CUDA graph is captured on {}: {why}",
+                    self.device()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The stream graphs are captured on: a stream of its own, so that no other
+    /// thread's work lands in a capture.
+    pub(crate) fn capture_stream(&self) -> Result<StreamId> {
+        self.capture_stream
+            .get_or_init(|| self.rt.stream_create().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|msg| Error::Cuda {
+                op: "cuStreamCreate",
+                msg,
+            })
+    }
+
+    /// Starts capturing the work the calling thread queues on `s` into a graph,
+    /// its memory from a private pool.
+    pub(crate) fn begin_capture(&self, s: StreamId) -> Result<()> {
+        let mut c = self.capture_state();
+        if c.is_some() {
+            return Err(Error::invalid(
+                "cuda::Graph",
+                format!(
+                    "another graph is being captured on {} (one at a time per GPU)",
+                    self.device()
+                ),
+            ));
+        }
+        let pool = self
+            .allocator()
+            .begin_capture(s)
+            .expect("no capture under way");
+        if let Err(e) = self.rt.capture_begin(s) {
+            self.allocator().release_graph(pool);
+            return Err(e);
+        }
+        *c = Some(Capture {
+            stream: s,
+            pool,
+            thread: std::thread::current().id(),
+            checks: Vec::new(),
+        });
+        self.capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends the capture under way and returns its graph.
+    pub(crate) fn end_capture(&self) -> Result<Captured> {
+        let c = self
+            .capture_state()
+            .take()
+            .expect("a capture under way, begun by this thread");
+        self.capturing.store(false, Ordering::Release);
+        self.allocator().end_capture();
+        match self.rt.capture_end(c.stream) {
+            Ok(graph) => Ok(Captured {
+                graph,
+                pool: c.pool,
+                checks: c.checks,
+            }),
+            Err(e) => {
+                // nothing captured ever ran
+                self.forget_graph(c.pool, &c.checks);
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues `g` on the current stream and arms its index checks there.
+    pub(crate) fn launch_graph(&self, g: &RtGraph, checks: &[GraphCheck]) -> Result<()> {
+        let s = self.stream();
+        self.refuse_in_capture("replaying a graph", "graphs do not nest")?;
+        let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        self.rt.graph_launch(g, s)?;
+        let me = std::thread::current().id();
+        for k in checks {
+            if !c.pending.iter().any(|p| p.slot == k.slot) {
+                c.pending.push(IndexCheck {
+                    op: k.op,
+                    dim: k.dim,
+                    size: k.size,
+                    slot: k.slot,
+                    stream: s,
+                    thread: me,
+                    graph: true,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// After a graph is dropped: waits for its launches, then gives its memory
+    /// and its index-check slots back.
+    pub(crate) fn drop_graph(&self, g: RtGraph, pool: StreamId, checks: &[GraphCheck]) {
+        // its launches may still run (errors stay for the next wait)
+        let _ = self.rt.synchronize();
+        self.rt.graph_destroy(g);
+        self.forget_graph(pool, checks);
+    }
+
+    fn forget_graph(&self, pool: StreamId, checks: &[GraphCheck]) {
+        self.allocator().release_graph(pool);
+        let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        for k in checks {
+            // a check still to be read frees its slot when it is read
+            match c.pending.iter_mut().find(|p| p.slot == k.slot) {
+                Some(p) => p.graph = false,
+                None => c.free.push(k.slot),
+            }
+        }
     }
 
     /// The calling thread's current stream of this device.
@@ -270,6 +446,7 @@ impl CudaDev {
     /// Waits for the work queued on `s` (a host wait, counted); an error when an
     /// index check queued there failed.
     pub(crate) fn stream_synchronize(&self, s: StreamId) -> Result<()> {
+        self.refuse_in_capture("waiting for a stream", "a capture runs nothing to wait for")?;
         self.rt.stream_synchronize(s)?;
         self.synced(Some(s))
     }
@@ -362,12 +539,21 @@ impl CudaDev {
     /// Queues a copy of `src` to device address `dst` and returns once `src` may be
     /// dropped (the values wait in pinned blocks until the device has copied them).
     pub(crate) fn htod<T>(&self, dst: u64, src: &[T]) -> Result<()> {
+        self.refuse_in_capture(
+            "copying values from the host",
+            "each replay would copy again, from a staging buffer reused since; make \
+             the tensor before the capture and copy into it before each replay",
+        )?;
         self.pinned().htod(dst, src)
     }
 
     /// Copies device address `src` into `dst`, waiting for the work queued before
     /// on the current stream; an error when an index check queued there failed.
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
+        self.refuse_in_capture(
+            "reading values",
+            "captured work does not run until the graph is replayed",
+        )?;
         let s = self.stream();
         self.pinned_on(s).dtoh(dst, src)?;
         self.synced(Some(s))
@@ -421,6 +607,18 @@ impl CudaDev {
         let slot = *c.free.last().expect("a free slot");
         launch(flags + 16 * slot as u64)?;
         c.free.pop();
+        if self.is_capturing() {
+            // the graph's: armed at each replay
+            if let Some(cap) = self.capture_state().as_mut() {
+                cap.checks.push(GraphCheck {
+                    op,
+                    dim,
+                    size,
+                    slot,
+                });
+            }
+            return Ok(());
+        }
         c.pending.push(IndexCheck {
             op,
             dim,
@@ -428,6 +626,7 @@ impl CudaDev {
             slot,
             stream: self.stream(),
             thread: std::thread::current().id(),
+            graph: false,
         });
         Ok(())
     }
@@ -459,14 +658,19 @@ impl CudaDev {
             for check in &done {
                 let w = &words[2 * (check.slot - lo)..2 * (check.slot - lo) + 2];
                 if w[0] == 0 {
-                    c.free.push(check.slot);
+                    if !check.graph {
+                        c.free.push(check.slot);
+                    }
                     continue;
                 }
                 // cleared by a copy queued on the check's stream; the slot is
                 // reused only after a wait for the whole device has seen it run
+                // (a graph's slot stays the graph's)
                 self.pinned_on(check.stream)
                     .htod(flags + 16 * check.slot as u64, &[0u64, 0])?;
-                c.cleared.push(check.slot);
+                if !check.graph {
+                    c.cleared.push(check.slot);
+                }
                 if !c.found.iter().any(|(t, _)| *t == check.thread) {
                     let e = Error::IndexOutOfRange {
                         op: check.op,
@@ -496,6 +700,7 @@ impl CudaDev {
 
     /// Waits for every stream of the device.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_in_capture("waiting for the GPU", "a capture runs nothing to wait for")?;
         self.rt.synchronize()?;
         self.synced(None)
     }

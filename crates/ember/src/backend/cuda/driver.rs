@@ -13,8 +13,8 @@ use super::dnn::Cudnn;
 use super::libs::{self, CudaLib};
 use super::nvrtc;
 use super::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, StreamId,
-    System, Workspaces, MAX_STREAMS,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, RtGraph, Runtime,
+    StreamId, System, Workspaces, MAX_STREAMS,
 };
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
@@ -235,6 +235,13 @@ unsafe impl Send for DriverEvent {}
 // SAFETY: as above.
 unsafe impl Sync for DriverEvent {}
 
+/// An executable graph.
+struct DriverGraph(sys::CUgraphExec);
+// SAFETY: an executable graph may be launched and destroyed from any thread.
+unsafe impl Send for DriverGraph {}
+// SAFETY: as above.
+unsafe impl Sync for DriverGraph {}
+
 /// A loaded kernel: valid while its module stays loaded, which is for the life of
 /// the process.
 struct DriverFunc(sys::CUfunction);
@@ -276,11 +283,23 @@ impl Runtime for Driver {
 
     fn malloc(&self, bytes: usize) -> std::result::Result<u64, MallocError> {
         let _ = self.ctx.bind_to_thread();
+        // the caching allocator takes new segments while a graph is captured (its
+        // private pool): cuMemAlloc is not stream work, and the relaxed mode lets
+        // this thread call it without invalidating the capture (PyTorch's
+        // allocator does the same)
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: swaps this thread's mode; restored below.
+        let swapped = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result();
         // SAFETY: a plain allocation in the current context.
-        unsafe { drv::malloc_sync(bytes) }.map_err(|e| MallocError {
+        let r = unsafe { drv::malloc_sync(bytes) }.map_err(|e| MallocError {
             out_of_memory: e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY,
             msg: e.to_string(),
-        })
+        });
+        if swapped.is_ok() {
+            // SAFETY: puts back the mode swapped out above.
+            let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        }
+        r
     }
 
     fn free(&self, ptr: u64) {
@@ -499,6 +518,53 @@ impl Runtime for Driver {
         let f = f.get::<DriverFunc>().0;
         drv::launch_kernel(f, grid, block, shared_mem, self.cu_stream(s)?, params)
             .map_err(cuda_err("cuLaunchKernel"))
+    }
+
+    fn capture_begin(&self, s: StreamId) -> Result<()> {
+        let st = self.cu_stream(s)?;
+        self.bind()?;
+        // thread-local: other threads' work on other streams goes on meanwhile
+        // SAFETY: a live stream of this context, not under capture (ember checks).
+        unsafe {
+            sys::cuStreamBeginCapture_v2(
+                st,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .result()
+        .map_err(cuda_err("cuStreamBeginCapture"))
+    }
+
+    fn capture_end(&self, s: StreamId) -> Result<RtGraph> {
+        let st = self.cu_stream(s)?;
+        self.bind()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream's capture was begun by this thread.
+        unsafe { sys::cuStreamEndCapture(st, &mut graph) }
+            .result()
+            .map_err(cuda_err("cuStreamEndCapture"))?;
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: a graph just captured; it is not needed once instantiated.
+        let made = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }.result();
+        // SAFETY: as above.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+        made.map_err(cuda_err("cuGraphInstantiate"))?;
+        Ok(RtGraph::new(DriverGraph(exec)))
+    }
+
+    fn graph_launch(&self, g: &RtGraph, s: StreamId) -> Result<()> {
+        let st = self.cu_stream(s)?;
+        self.bind()?;
+        // SAFETY: a live executable graph of this context and a live stream.
+        unsafe { sys::cuGraphLaunch(g.get::<DriverGraph>().0, st) }
+            .result()
+            .map_err(cuda_err("cuGraphLaunch"))
+    }
+
+    fn graph_destroy(&self, g: RtGraph) {
+        let _ = self.bind();
+        // SAFETY: destroyed once, after its launches (the caller waited for them).
+        let _ = unsafe { sys::cuGraphExecDestroy(g.into_inner::<DriverGraph>().0) };
     }
 
     unsafe fn gemm(&self, s: StreamId, g: &GemmCall, ws: &dyn Workspaces) -> Result<()> {

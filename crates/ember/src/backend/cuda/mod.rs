@@ -8,7 +8,8 @@
 //!   pinned staging in [`pinned`]);
 //! - [`storage`]: values on a GPU; [`ops`]: launching ember's kernels, one file per
 //!   kernel family of `kernels/*.cu`;
-//! - [`stream`]: streams for users, and each thread's current stream;
+//! - [`stream`]: streams for users, and each thread's current stream; [`graph`]:
+//!   CUDA graphs;
 //! - [`discover`], [`libs`], [`stats`]: discovery, the libraries found, and the
 //!   public statistics (`ember::cuda::*`).
 //!
@@ -25,6 +26,7 @@ pub(crate) mod device;
 pub mod discover;
 pub(crate) mod dnn;
 pub(crate) mod driver;
+pub(crate) mod graph;
 pub mod libs;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
@@ -38,6 +40,7 @@ pub(crate) mod stream;
 
 pub use crate::backend::alloc::MemoryStats;
 pub(crate) use device::{dev, CudaDev};
+pub use graph::Graph;
 pub(crate) use runtime::Func;
 pub use stats::*;
 pub(crate) use storage::CudaStorage;

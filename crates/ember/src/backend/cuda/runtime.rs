@@ -182,6 +182,16 @@ pub(crate) trait Runtime: Send + Sync {
         params: &mut [*mut c_void],
     ) -> Result<()>;
 
+    /// Starts capturing the work queued on `s` into a graph instead of running it
+    /// (`cuStreamBeginCapture`); only this thread's calls may capture.
+    fn capture_begin(&self, s: StreamId) -> Result<()>;
+    /// Ends the capture on `s` and returns its work as a graph ready to launch.
+    fn capture_end(&self, s: StreamId) -> Result<RtGraph>;
+    /// Queues the work of `g` on `s` (`cuGraphLaunch`).
+    fn graph_launch(&self, g: &RtGraph, s: StreamId) -> Result<()>;
+    /// Destroys a graph whose launches have finished.
+    fn graph_destroy(&self, g: RtGraph);
+
     /// Queues a strided-batched GEMM (cuBLAS's contract) on `s`.
     ///
     /// # Safety
@@ -231,30 +241,35 @@ impl Func {
     }
 }
 
-/// An event of one runtime (opaque outside it).
-pub(crate) struct RtEvent(Box<dyn Any + Send + Sync>);
+/// A handle of one runtime (an event, a graph), opaque outside it.
+pub(crate) struct Opaque(Box<dyn Any + Send + Sync>);
 
-impl RtEvent {
-    pub(crate) fn new<T: Any + Send + Sync>(e: T) -> RtEvent {
-        RtEvent(Box::new(e))
+/// An event of one runtime.
+pub(crate) type RtEvent = Opaque;
+/// A captured graph of one runtime, ready to launch.
+pub(crate) type RtGraph = Opaque;
+
+impl Opaque {
+    pub(crate) fn new<T: Any + Send + Sync>(e: T) -> Opaque {
+        Opaque(Box::new(e))
     }
 
     pub(crate) fn get<T: Any>(&self) -> &T {
         self.0
             .downcast_ref()
-            .expect("an event of the runtime that made it")
+            .expect("a handle of the runtime that made it")
     }
 
     pub(crate) fn get_mut<T: Any>(&mut self) -> &mut T {
         self.0
             .downcast_mut()
-            .expect("an event of the runtime that made it")
+            .expect("a handle of the runtime that made it")
     }
 
     pub(crate) fn into_inner<T: Any>(self) -> T {
         match self.0.downcast() {
             Ok(e) => *e,
-            Err(_) => panic!("an event of the runtime that made it"),
+            Err(_) => panic!("a handle of the runtime that made it"),
         }
     }
 }

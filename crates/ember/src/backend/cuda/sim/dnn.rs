@@ -29,7 +29,7 @@ fn out_len(input: i32, pad: i32, filter: i32, stride: i32, dilation: i32) -> i64
 ///
 /// # Safety
 /// `c.x`, `c.w` and `c.y` must address contiguous arrays with the sizes of `c.geom`.
-pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Job> {
+pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
     let c = *c;
     let g: ConvGeom = c.geom;
     let bad = |why: String| status("CUDNN_STATUS_BAD_PARAM", why);
@@ -78,7 +78,7 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Job> {
         let len = ConvGeom::numel(dims) as u64 * esz;
         super::check_region("cudnnConvolution", what, ptr, len)?;
     }
-    Ok(Box::new(move || {
+    Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
         let dt = g.dtype;

@@ -48,7 +48,7 @@ pub(super) unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
 /// # Safety
 /// The pointers, leading dimensions and strides must describe memory that holds
 /// every element they address.
-pub(crate) unsafe fn gemm_job(g: &GemmCall) -> Result<super::Job> {
+pub(crate) unsafe fn gemm_job(g: &GemmCall) -> Result<super::Work> {
     let g = *g;
     let (m, n, k) = (g.m as i64, g.n as i64, g.k as i64);
     if m < 0 || n < 0 || k < 0 || g.batch < 0 {
@@ -91,7 +91,7 @@ pub(crate) unsafe fn gemm_job(g: &GemmCall) -> Result<super::Job> {
             )?;
         }
     }
-    Ok(Box::new(move || {
+    Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         for p in 0..g.batch as i64 {
             let a = g.a.wrapping_add_signed(p * g.stride_a * esz);

@@ -48,6 +48,10 @@ pub(crate) use runtime::SimSystem;
 /// Work queued on a simulated GPU, run later by its stream's thread.
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
+/// Work that can run again (a launch, a library call, a device copy): what a
+/// graph captures and replays.
+pub(crate) type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
@@ -339,7 +343,7 @@ impl SimFunc {
         block: (u32, u32, u32),
         shared_mem: u32,
         params: &[*mut c_void],
-    ) -> Result<Job> {
+    ) -> Result<Work> {
         self.check_launch(block, shared_mem)?;
         let sizes = &self.params;
         if sizes.len() != params.len() {
@@ -353,7 +357,7 @@ impl SimFunc {
             });
         }
         // each value in 16-byte-aligned words of its own
-        let mut values: Vec<Vec<u128>> = sizes
+        let values: Vec<Vec<u128>> = sizes
             .iter()
             .zip(params)
             .map(|(&size, &p)| {
@@ -363,7 +367,9 @@ impl SimFunc {
             })
             .collect();
         let f = self.clone();
-        Ok(Box::new(move || {
+        Ok(Arc::new(move || {
+            // a kernel may change its parameters: each run gets copies of its own
+            let mut values = values.clone();
             let mut ptrs: Vec<*mut c_void> = values
                 .iter_mut()
                 .map(|v| v.as_mut_ptr().cast::<c_void>())

@@ -10,13 +10,16 @@
 //! in the stream's order.
 
 use super::queue::Queue;
-use super::{compile, conv_job, gemm_job, memcpy, properties, Job, SimFunc, SimMemory, SimModule};
+use super::{
+    compile, conv_job, gemm_job, memcpy, properties, Job, SimFunc, SimMemory, SimModule, Work,
+};
 use crate::backend::cuda::calls::{ConvCall, GemmCall};
 use crate::backend::cuda::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, Runtime, StreamId,
-    System, Workspaces, MAX_STREAMS,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, RtGraph, Runtime,
+    StreamId, System, Workspaces, MAX_STREAMS,
 };
 use crate::{Error, Result};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -61,6 +64,7 @@ impl System for SimSystem {
             memory: Mutex::new(SimMemory::new()),
             streams: Mutex::new(vec![Queue::start(format!("ember-sim-cuda:{ordinal}"))?]),
             pinned: Mutex::new(Vec::new()),
+            captures: Mutex::new(HashMap::new()),
         }))
     }
 }
@@ -76,6 +80,23 @@ struct Sim {
     /// The host blocks of `alloc_host` (address, bytes): copies to and from them
     /// are queued like kernels; other host memory is copied at the call.
     pinned: Mutex<Vec<(usize, usize)>>,
+    /// The streams being captured, by which thread, and the work captured so far
+    /// on each.
+    captures: Mutex<HashMap<StreamId, (std::thread::ThreadId, Vec<Work>)>>,
+}
+
+/// A captured graph: its work, in the order it was queued.
+struct SimGraph(Vec<Work>);
+
+/// The driver's refusal of an operation that a stream under capture cannot hold.
+fn not_capturable(op: &'static str, what: &str) -> Error {
+    Error::Cuda {
+        op,
+        msg: format!(
+            "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: {what} cannot be captured (the capture \
+             is invalidated)"
+        ),
+    }
 }
 
 impl Sim {
@@ -117,10 +138,35 @@ impl Sim {
         }
     }
 
+    fn captures(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<StreamId, (std::thread::ThreadId, Vec<Work>)>> {
+        self.captures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An error when `s` is being captured: `op` (a host copy, an event, a wait)
+    /// is not something a graph holds.
+    fn not_capturing(&self, s: StreamId, op: &'static str, what: &str) -> Result<()> {
+        if self.captures().contains_key(&s) {
+            return Err(not_capturable(op, what));
+        }
+        Ok(())
+    }
+
+    /// Queues a job that runs once (a copy from or to the host, an event).
     fn queue(&self, s: StreamId, job: Job) -> Result<(Arc<Queue>, u64)> {
         let q = self.stream(s)?;
         let k = q.push(job);
         Ok((q, k))
+    }
+
+    /// Queues work that a graph may hold: captured when `s` is being captured.
+    fn queue_work(&self, s: StreamId, work: Work) -> Result<()> {
+        if let Some((_, captured)) = self.captures().get_mut(&s) {
+            captured.push(work);
+            return Ok(());
+        }
+        self.queue(s, Box::new(move || work())).map(|_| ())
     }
 }
 
@@ -230,6 +276,7 @@ impl Runtime for Sim {
     }
 
     fn stream_wait(&self, s: StreamId, e: &RtEvent) -> Result<()> {
+        self.not_capturing(s, "cuStreamWaitEvent", "a wait for another stream's event")?;
         let e = e.get::<SimEvent>();
         // waiting for an event never recorded waits for nothing (as on a GPU)
         if let Some(q) = e.queue.clone() {
@@ -240,6 +287,7 @@ impl Runtime for Sim {
     }
 
     fn stream_synchronize(&self, s: StreamId) -> Result<()> {
+        self.not_capturing(s, "cuStreamSynchronize", "a host wait")?;
         self.stream(s)?.wait_all()
     }
 
@@ -257,6 +305,7 @@ impl Runtime for Sim {
         if bytes == 0 {
             return Ok(());
         }
+        self.not_capturing(s, "cuMemcpyHtoDAsync", "a copy from host memory")?;
         if self.is_pinned(src as usize, bytes) {
             let src = src as u64;
             // SAFETY: the caller keeps the pinned source untouched until the copy has
@@ -287,6 +336,7 @@ impl Runtime for Sim {
         if bytes == 0 {
             return Ok(());
         }
+        self.not_capturing(s, "cuMemcpyDtoHAsync", "a copy to host memory")?;
         let pinned = self.is_pinned(dst as usize, bytes);
         let dst = dst as u64;
         // SAFETY: `src` holds `bytes`; `dst` is not read before the copy has run
@@ -308,9 +358,9 @@ impl Runtime for Sim {
     unsafe fn dtod(&self, s: StreamId, dst: u64, src: u64, bytes: usize) -> Result<()> {
         if bytes > 0 {
             // SAFETY: both ranges lie in live device blocks (the caller's contract).
-            self.queue(
+            self.queue_work(
                 s,
-                Box::new(move || {
+                Arc::new(move || {
                     unsafe { memcpy(dst, src, bytes) };
                     Ok(())
                 }),
@@ -320,6 +370,13 @@ impl Runtime for Sim {
     }
 
     fn synchronize(&self) -> Result<()> {
+        let me = std::thread::current().id();
+        if self.captures().values().any(|(t, _)| *t == me) {
+            return Err(not_capturable(
+                "cuCtxSynchronize",
+                "a wait for the whole device by a thread capturing a stream",
+            ));
+        }
         // every stream, in the order they were made; the first error is returned
         let mut first = Ok(());
         for q in self.all_streams() {
@@ -341,6 +398,7 @@ impl Runtime for Sim {
     }
 
     fn event_record(&self, e: &mut RtEvent, s: StreamId) -> Result<()> {
+        self.not_capturing(s, "cuEventRecord", "an event (ember captures one stream)")?;
         let at = Arc::new(Mutex::new(None));
         let mark = at.clone();
         let (q, job) = self.queue(
@@ -435,16 +493,55 @@ impl Runtime for Sim {
         let job = f
             .get::<SimFunc>()
             .launch_job(grid, block, shared_mem, params)?;
-        self.queue(s, job).map(|_| ())
+        self.queue_work(s, job)
     }
+
+    fn capture_begin(&self, s: StreamId) -> Result<()> {
+        self.stream(s)?;
+        let mut c = self.captures();
+        if c.contains_key(&s) {
+            return Err(Error::Cuda {
+                op: "cuStreamBeginCapture",
+                msg: "CUDA_ERROR_ILLEGAL_STATE: the stream is already being captured".into(),
+            });
+        }
+        c.insert(s, (std::thread::current().id(), Vec::new()));
+        Ok(())
+    }
+
+    fn capture_end(&self, s: StreamId) -> Result<RtGraph> {
+        match self.captures().remove(&s) {
+            Some((_, work)) => Ok(RtGraph::new(SimGraph(work))),
+            None => Err(Error::Cuda {
+                op: "cuStreamEndCapture",
+                msg: "CUDA_ERROR_ILLEGAL_STATE: the stream is not being captured".into(),
+            }),
+        }
+    }
+
+    fn graph_launch(&self, g: &RtGraph, s: StreamId) -> Result<()> {
+        self.not_capturing(
+            s,
+            "cuGraphLaunch",
+            "a graph launch (graphs do not nest here)",
+        )?;
+        let q = self.stream(s)?;
+        for w in &g.get::<SimGraph>().0 {
+            let w = w.clone();
+            q.push(Box::new(move || w()));
+        }
+        Ok(())
+    }
+
+    fn graph_destroy(&self, _g: RtGraph) {}
 
     unsafe fn gemm(&self, s: StreamId, g: &GemmCall, _ws: &dyn Workspaces) -> Result<()> {
         let job = gemm_job(g)?;
-        self.queue(s, job).map(|_| ())
+        self.queue_work(s, job)
     }
 
     unsafe fn conv(&self, s: StreamId, c: &ConvCall, _ws: &dyn Workspaces) -> Result<()> {
         let job = conv_job(c)?;
-        self.queue(s, job).map(|_| ())
+        self.queue_work(s, job)
     }
 }
