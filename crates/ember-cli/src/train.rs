@@ -11,7 +11,7 @@ use ember::data::{self, DataLoader, TensorDataset};
 use ember::memory::{fmt_bytes, Estimate, Estimator};
 use ember::models::{self, digits_cnn, mlp};
 use ember::nn::{self, Module};
-use ember::optim::{Adam, Optimizer};
+use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
 use ember::train::{Checkpoint, Progress, Trial};
 use std::path::PathBuf;
@@ -45,10 +45,18 @@ pub struct TrainArgs {
     /// Samples per batch [default: iris 120 (full batch), digits 64].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
-    /// Learning rate (Adam) [default: iris 0.01, digits 0.001 (cnn) / 0.01 (mlp);
-    /// fake 0.001].
+    /// Learning rate [default for Adam: iris 0.01, digits 0.001 (cnn) / 0.01
+    /// (mlp); fake 0.001; for SGD 0.05].
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
+    /// The optimizer: adam, or sgd (momentum 0.9).
+    #[arg(long, value_enum, default_value = "adam")]
+    pub optimizer: crate::estimate::OptimizerKind,
+    /// On a GPU, capture the training step in a CUDA graph after its first step
+    /// and replay it (one launch per step instead of one per kernel); needs
+    /// `--optimizer sgd`.
+    #[arg(long)]
+    pub cuda_graphs: bool,
     /// Model: mlp or cnn, or on fake data any of ember::models (alexnet, vgg11,
     /// vgg16, resnet18, resnet50) [default: iris mlp, digits cnn, fake resnet18].
     #[arg(long)]
@@ -101,6 +109,8 @@ impl Default for TrainArgs {
             epochs: None,
             batch_size: None,
             lr: None,
+            optimizer: crate::estimate::OptimizerKind::Adam,
+            cuda_graphs: false,
             model: None,
             input: None,
             classes: None,
@@ -178,17 +188,23 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let (n_train, n_test) = (data.y_train.numel(), data.y_test.numel());
     let epochs = args.epochs.map_or(data.epochs, |e| e as usize);
     let batch = args.batch_size.map_or(data.batch, |b| b as usize);
-    let lr = args.lr.unwrap_or(data.lr);
+    let sgd = args.optimizer == crate::estimate::OptimizerKind::Sgd;
+    let lr = args.lr.unwrap_or(if sgd { 0.05 } else { data.lr });
+    if args.cuda_graphs && !sgd {
+        return Err(ember::Error::InvalidArgument {
+            op: "train",
+            msg: "--cuda-graphs needs --optimizer sgd (Adam's step cannot be captured yet)".into(),
+        });
+    }
     let eval_batch = 256;
     // the estimate (on meta: it also checks, before anything is drawn or loaded on
     // a device, that the model takes the input), and on a GPU the check that the
     // training fits
-    let checked = memory_check(args, &data, &device, batch, eval_batch, lr)?;
+    let checked = memory_check(args, &data, &device, batch, eval_batch, lr, sgd)?;
 
     ember::manual_seed(args.seed);
     let model = (data.build)(&Device::Cpu)?;
     let params = model.num_parameters();
-    let opt = Adam::new(model.parameters(), lr)?;
     let train =
         DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?.shuffle(args.seed);
     let test = DataLoader::new(TensorDataset::new(data.x_test, data.y_test)?, eval_batch)?;
@@ -207,8 +223,16 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         config.push(("classes", data.classes.to_string()));
         config.push(("samples", args.samples.to_string()));
     }
-    let mut trial = Trial::new(model, opt, nn::cross_entropy)
+    let trial = if sgd {
+        let opt = Sgd::new(model.parameters(), lr)?.momentum(0.9)?;
+        Trial::new(model, opt, nn::cross_entropy)
+    } else {
+        let opt = Adam::new(model.parameters(), lr)?;
+        Trial::new(model, opt, nn::cross_entropy)
+    };
+    let mut trial = trial
         .config(config)
+        .cuda_graphs(args.cuda_graphs)
         .metrics(&["loss", "accuracy"])?
         .progress(if args.quiet {
             Progress::Quiet
@@ -234,8 +258,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         }
     }
     println!(
-        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, Adam lr {lr}, on {device}",
-        data.model, data.source,
+        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, {} lr {lr}, on {device}{}",
+        data.model,
+        data.source,
+        if sgd { "SGD (momentum 0.9)" } else { "Adam" },
+        if args.cuda_graphs && device.is_cuda() {
+            ", the step captured in a CUDA graph"
+        } else {
+            ""
+        },
     );
     if let Some((dir, done)) = resumed {
         println!("resumed from {} after epoch {done}", dir.display());
@@ -290,6 +321,12 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             "host waits for the GPU while training: {syncs} in {steps} steps ({:.2} per step)",
             syncs as f64 / steps.max(1) as f64
         );
+        if args.cuda_graphs {
+            println!(
+                "steps replayed from a CUDA graph: {} of {steps}",
+                trial.graph_replays()
+            );
+        }
     }
     if device.is_cuda() {
         let measured = cuda::max_memory_allocated(&device)?;
@@ -494,7 +531,7 @@ fn fake(args: &TrainArgs, name: String) -> ember::Result<Data> {
     })
 }
 
-/// Estimates the training step (Adam, cross-entropy) at `batch` and the
+/// Estimates the training step (Adam or SGD, cross-entropy) at `batch` and the
 /// evaluation at `eval_batch` on the meta device (which fails, naming the layer,
 /// for an input the model cannot take); prints the training estimate with
 /// `--estimate`. On a GPU, refuses (with the largest batch that fits) when either
@@ -506,6 +543,7 @@ fn memory_check(
     batch: usize,
     eval_batch: usize,
     lr: f64,
+    sgd: bool,
 ) -> ember::Result<(Estimate, Estimate)> {
     let target = match device {
         Device::Cuda(i) => Some((cuda::mem_get_info(device)?.0, cuda::device_properties(*i)?)),
@@ -517,7 +555,11 @@ fn memory_check(
         Estimator::new(move |d| build(d))
             .input(&data.input)
             .optimizer(move |p| {
-                let o: Box<dyn Optimizer> = Box::new(Adam::new(p, lr)?);
+                let o: Box<dyn Optimizer> = if sgd {
+                    Box::new(Sgd::new(p, lr)?.momentum(0.9)?)
+                } else {
+                    Box::new(Adam::new(p, lr)?)
+                };
                 Ok(o)
             })
             .compute_capability(major)

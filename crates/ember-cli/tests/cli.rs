@@ -164,6 +164,8 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "fake", "--samples", "1"],
         &["train", "iris", "--plot", "curves.jpg"],
         &["train", "iris", "--device", "meta"],
+        &["train", "iris", "--cuda-graphs"],
+        &["train", "iris", "--optimizer", "lbfgs"],
         &["bench", "--device", "meta", "--quick"],
     ] {
         let (ok, _, err) = ember(args);
@@ -513,6 +515,36 @@ fn train_on_a_gpu_prints_the_measured_peak_next_to_the_estimate() {
     let n: usize = n.parse().unwrap();
     let steps: usize = rest.split_whitespace().next().unwrap().parse().unwrap();
     assert!(steps == 1437usize.div_ceil(64) && n <= 4, "{waits}");
+}
+
+#[test]
+fn train_with_cuda_graphs_replays_the_captured_step() {
+    let (ok, out, err) = ember_on_simulator(
+        &[
+            "train",
+            "digits",
+            "--model",
+            "mlp",
+            "--device",
+            "cuda:0",
+            "--epochs",
+            "1",
+            "-q",
+            "--optimizer",
+            "sgd",
+            "--cuda-graphs",
+        ],
+        4096,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("SGD (momentum 0.9) lr 0.05"), "{out}");
+    assert!(out.contains("the step captured in a CUDA graph"), "{out}");
+    // 1437 samples in batches of 64: 22 full batches (the first eager), one partial
+    assert!(
+        out.contains("steps replayed from a CUDA graph: 21 of 23"),
+        "{out}"
+    );
+    assert!(percent(&out, "test accuracy: ") >= 70.0, "{out}");
 }
 
 #[test]

@@ -108,6 +108,10 @@ impl Optimizer for Groups {
         self.groups.iter().flat_map(|g| g.group_lrs()).collect()
     }
 
+    fn capturable(&self) -> bool {
+        self.groups.iter().all(|g| g.capturable())
+    }
+
     fn set_group_lrs(&mut self, lrs: &[f64]) {
         let mut rest = lrs;
         for g in &mut self.groups {

@@ -72,6 +72,16 @@ pub trait Optimizer: Send {
     fn cycled_momentum(&self) -> Option<f64> {
         None
     }
+    /// Whether a [`step`](Self::step) after the first can be captured in a CUDA
+    /// graph and replayed ([`cuda::Graph`](crate::cuda::Graph)): it updates its
+    /// state in place and reads nothing on the host that changes from step to
+    /// step but the learning rate and momentum (which a replay does not see
+    /// change: [`Trial`](crate::train::Trial) captures again when they do). SGD
+    /// is; Adam is not yet (its bias corrections are computed on the host each
+    /// step). The default is `false`.
+    fn capturable(&self) -> bool {
+        false
+    }
     /// Sets that momentum for the steps that follow (PyTorch's OneCycleLR writes
     /// it into the parameter groups). The constructed value stays in
     /// [`config`](Self::config); the current one is part of [`state`](Self::state).
@@ -445,6 +455,12 @@ impl Optimizer for Sgd {
         self.check_momentum(m)?;
         self.cycled = Some(m);
         Ok(())
+    }
+
+    /// The momentum buffers are made at the first step and updated in place
+    /// after it.
+    fn capturable(&self) -> bool {
+        true
     }
 
     fn parameters(&self) -> &[Tensor] {

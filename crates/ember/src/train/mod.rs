@@ -76,6 +76,44 @@ pub struct Trial {
     progress: Progress,
     history: History,
     config: Vec<(String, String)>,
+    /// Whether training steps are captured in a CUDA graph ([`Trial::cuda_graphs`]).
+    cuda_graphs: bool,
+    /// An eager step has run since the trial was built or moved (kernels compiled,
+    /// the optimizer's state made): a step may be captured.
+    warmed: bool,
+    step_graph: Option<StepGraph>,
+    /// Training steps replayed from a CUDA graph so far.
+    replays: u64,
+}
+
+/// One training step: the last step's gradients cleared (before the forward pass,
+/// not after it, so that they and this step's activations are never alive
+/// together), forward, loss, backward, optimizer step. Returns the outputs and
+/// the loss, detached.
+fn train_step(
+    model: &dyn Module,
+    optimizer: &mut dyn Optimizer,
+    loss_fn: &LossFn,
+    x: &Tensor,
+    y: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    optimizer.zero_grad();
+    let out = model.forward(x)?;
+    let loss = loss_fn(&out, y)?;
+    loss.backward()?;
+    optimizer.step()?;
+    Ok((out.detach(), loss.detach()))
+}
+
+/// A training step captured in a CUDA graph, with its static inputs and outputs.
+struct StepGraph {
+    graph: crate::cuda::Graph,
+    x: Tensor,
+    y: Tensor,
+    out: Tensor,
+    loss: Tensor,
+    /// The learning rates and momentum the step was captured with.
+    key: (Vec<f64>, Option<f64>),
 }
 
 impl Trial {
@@ -103,6 +141,10 @@ impl Trial {
             progress: Progress::Auto,
             history: History::default(),
             config: Vec::new(),
+            cuda_graphs: false,
+            warmed: false,
+            step_graph: None,
+            replays: 0,
         }
     }
 
@@ -175,10 +217,37 @@ impl Trial {
     /// Moves the model (and the optimizer's state) to `device`; batches are moved
     /// there as they arrive.
     pub fn to(mut self, device: &Device) -> Result<Trial> {
+        self.step_graph = None;
+        self.warmed = false;
         self.model.to_device(device)?;
         self.optimizer.set_parameters(self.model.parameters())?;
         self.device = *device;
         Ok(self)
+    }
+
+    /// How many training steps so far were replays of a captured step
+    /// ([`cuda_graphs`](Self::cuda_graphs)).
+    pub fn graph_replays(&self) -> u64 {
+        self.replays
+    }
+
+    /// Captures the training step (gradients cleared, forward, loss, backward,
+    /// optimizer step) in a CUDA graph after the first eager step, and replays it
+    /// for every batch of the same shapes: a step then costs one launch instead of
+    /// one per kernel, which is what small models on a GPU are bound by
+    /// (`torch.cuda.make_graphed_callables`' whole-step form). A batch of other
+    /// shapes (the last, partial one) runs eagerly; a change of learning rate or
+    /// momentum (a scheduler) captures the step again. The optimizer must be
+    /// [capturable](Optimizer::capturable) (SGD), and the step must not draw
+    /// random numbers (dropout) or copy from the host: otherwise
+    /// [`run`](Self::run) returns the error that says which. Off by default; on
+    /// a device other than a GPU it changes nothing.
+    pub fn cuda_graphs(mut self, on: bool) -> Trial {
+        self.cuda_graphs = on;
+        if !on {
+            self.step_graph = None;
+        }
+        self
     }
 
     /// The loaders for training, validation (run after each training epoch) and
@@ -242,6 +311,9 @@ impl Trial {
             source: e,
         })?;
         let history = History::from_csv(&text, &hist_file.display().to_string())?;
+        // the optimizer's state is replaced: a captured step would update the old
+        self.step_graph = None;
+        self.warmed = false;
         let extra =
             crate::io::load_checkpoint(self.model.as_ref(), self.optimizer.as_mut(), &file)?;
         let get = |name: &str| -> Result<Option<usize>> {
@@ -417,14 +489,20 @@ impl Trial {
         for batch in loader.epoch(epoch as u64 - 1) {
             let (x, y) = batch?;
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
-            // the last step's gradients go before the forward pass, not after it,
-            // so that they and this step's activations are never alive together
-            self.optimizer.zero_grad();
-            let out = self.model.forward(&x)?;
-            let loss = (self.loss_fn)(&out, &y)?;
-            loss.backward()?;
-            self.optimizer.step()?;
-            let (out, loss) = (out.detach(), loss.detach());
+            let (out, loss) = match self.graph_step(&x, &y)? {
+                Some(replayed) => replayed,
+                None => {
+                    let r = train_step(
+                        self.model.as_ref(),
+                        self.optimizer.as_mut(),
+                        &self.loss_fn,
+                        &x,
+                        &y,
+                    )?;
+                    self.warmed = true;
+                    r
+                }
+            };
             crate::no_grad(|| {
                 self.metrics
                     .iter_mut()
@@ -450,6 +528,67 @@ impl Trial {
             .iter()
             .map(|m| Ok((m.name(), m.value()?)))
             .collect()
+    }
+
+    /// The step of `(x, y)` through the captured graph (captured first when
+    /// there is none for these shapes and settings), or `None` for an eager step.
+    fn graph_step(&mut self, x: &Tensor, y: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        if !self.cuda_graphs || !self.device.is_cuda() {
+            return Ok(None);
+        }
+        let key = (self.optimizer.group_lrs(), self.optimizer.cycled_momentum());
+        let fits = |t: &Tensor, s: &Tensor| t.shape() == s.shape() && t.dtype() == s.dtype();
+        if let Some(g) = &self.step_graph {
+            if !(fits(x, &g.x) && fits(y, &g.y)) {
+                return Ok(None);
+            }
+            if g.key == key {
+                g.x.copy_(x)?;
+                g.y.copy_(y)?;
+                g.graph.replay()?;
+                self.replays += 1;
+                return Ok(Some((g.out.clone(), g.loss.clone())));
+            }
+            // captured with another learning rate or momentum
+            self.step_graph = None;
+        }
+        if !self.warmed {
+            return Ok(None);
+        }
+        if !self.optimizer.capturable() {
+            let name = self
+                .optimizer
+                .config()
+                .into_iter()
+                .find(|(k, _)| k == "optimizer")
+                .map_or("this optimizer".to_string(), |(_, v)| v);
+            return Err(Error::invalid(
+                "Trial::cuda_graphs",
+                format!(
+                    "{name}'s step cannot be captured in a CUDA graph (it reads state \
+                     on the host that changes every step); use SGD, or train without \
+                     cuda_graphs"
+                ),
+            ));
+        }
+        let (xs, ys) = (x.copy()?, y.copy()?);
+        let (model, optimizer, loss_fn) =
+            (self.model.as_ref(), self.optimizer.as_mut(), &self.loss_fn);
+        let (graph, (out, loss)) = crate::cuda::Graph::capture(&self.device, || {
+            train_step(model, optimizer, loss_fn, &xs, &ys)
+        })?;
+        graph.replay()?;
+        self.replays += 1;
+        let g = StepGraph {
+            graph,
+            x: xs,
+            y: ys,
+            out: out.clone(),
+            loss: loss.clone(),
+            key,
+        };
+        self.step_graph = Some(g);
+        Ok(Some((out, loss)))
     }
 
     /// The metrics over a loader in evaluation mode, without a graph.

@@ -213,9 +213,90 @@ fn resume_refuses_a_checkpoint_of_other_settings() -> Result<()> {
     Ok(())
 }
 
+/// With `cuda_graphs`, a trial's steps are replays of one captured step (on a
+/// GPU; elsewhere the option changes nothing) and train exactly as eager steps:
+/// the partial last batch runs eagerly, and a learning rate changed by a
+/// scheduler is captured again.
+fn trial_with_cuda_graphs_trains_as_without(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let run = |graphs: bool| -> Result<(Vec<f64>, Vec<Vec<f32>>, u64)> {
+        let (x, y) = blobs(96, 4)?;
+        // 96 = 4 x 20 + 16: a partial batch per epoch
+        let train = DataLoader::new(TensorDataset::new(x, y)?, 20)?.shuffle(4);
+        let m = model(5, dev)?;
+        let opt = Sgd::new(m.parameters(), 0.2)?.momentum(0.9)?;
+        let sched = StepLr::new(&opt, 2, 0.5)?;
+        let mut trial = Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .scheduler(sched)
+            .cuda_graphs(graphs)
+            .with_generators(Some(train), None, None);
+        let h = trial.run(4)?.series("loss");
+        let params = trial
+            .model()
+            .parameters()
+            .iter()
+            .map(|p| p.to_vec::<f32>())
+            .collect::<Result<_>>()?;
+        Ok((h, params, trial.graph_replays()))
+    };
+    let (eager_loss, eager_params, none) = run(false)?;
+    let (graph_loss, graph_params, replays) = run(true)?;
+    assert_eq!(none, 0);
+    if dev.is_cuda() {
+        // 4 full batches an epoch, the first step eager
+        assert_eq!(replays, 4 * 4 - 1, "steps replayed");
+    } else {
+        assert_eq!(replays, 0);
+    }
+    assert_eq!(graph_loss, eager_loss);
+    assert_eq!(graph_params, eager_params);
+    assert!(graph_loss[3] < graph_loss[0], "{graph_loss:?}");
+    if dev.is_cuda() {
+        // Adam's step is not capturable; dropout draws random numbers
+        let (x, y) = blobs(32, 1)?;
+        let m = model(5, dev)?;
+        let opt = Adam::new(m.parameters(), 0.01)?;
+        let e = Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .cuda_graphs(true)
+            .with_generators(
+                Some(DataLoader::new(
+                    TensorDataset::new(x.clone(), y.clone())?,
+                    8,
+                )?),
+                None,
+                None,
+            )
+            .run(1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Adam's step cannot be captured"), "{e}");
+        let m = nn::Sequential::new()
+            .add(nn::Linear::new(2, 8, dev)?)
+            .add(nn::Dropout::new(0.5)?)
+            .add(nn::Linear::new(8, 2, dev)?);
+        let opt = Sgd::new(m.parameters(), 0.1)?;
+        let e = Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .cuda_graphs(true)
+            .with_generators(
+                Some(DataLoader::new(TensorDataset::new(x, y)?, 8)?),
+                None,
+                None,
+            )
+            .run(1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("random numbers"), "{e}");
+    }
+    Ok(())
+}
+
 device_test!(
     trial_learns_and_records_history,
-    trial_resume_matches_uninterrupted
+    trial_resume_matches_uninterrupted,
+    trial_with_cuda_graphs_trains_as_without
 );
 
 #[test]
