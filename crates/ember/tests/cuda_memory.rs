@@ -561,6 +561,30 @@ fn a_captured_training_step_trains_as_eager_steps_do() -> Result<()> {
     for (a, b) in graphed.parameters().iter().zip(eager.parameters()) {
         assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
     }
+    // Adam in its capturable form counts its steps on the device: the replays
+    // count, the capture does not
+    let mut adam = ember::optim::Adam::new(graphed.parameters(), 1e-3)?;
+    assert!(!adam.capturable() && adam.make_capturable()?);
+    let adam_step = |opt: &mut ember::optim::Adam| -> Result<Tensor> {
+        opt.zero_grad();
+        let loss = nn::cross_entropy(&graphed.forward(&xs)?, &ys)?;
+        loss.backward()?;
+        opt.step()?;
+        Ok(loss.detach())
+    };
+    adam_step(&mut adam)?;
+    let (graph, _) = cuda::Graph::capture(&dev, || adam_step(&mut adam))?;
+    for _ in 0..3 {
+        graph.replay()?;
+    }
+    assert_eq!(adam.steps(), 4);
+    let step = adam
+        .state()?
+        .into_iter()
+        .find(|(n, _)| n == "step")
+        .unwrap()
+        .1;
+    assert_eq!(step.item::<i64>()?, 4);
     Ok(())
 }
 

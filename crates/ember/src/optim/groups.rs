@@ -112,6 +112,14 @@ impl Optimizer for Groups {
         self.groups.iter().all(|g| g.capturable())
     }
 
+    fn make_capturable(&mut self) -> Result<bool> {
+        let mut all = true;
+        for g in &mut self.groups {
+            all &= g.make_capturable()?;
+        }
+        Ok(all)
+    }
+
     fn set_group_lrs(&mut self, lrs: &[f64]) {
         let mut rest = lrs;
         for g in &mut self.groups {

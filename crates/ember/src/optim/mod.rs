@@ -82,6 +82,13 @@ pub trait Optimizer: Send {
     fn capturable(&self) -> bool {
         false
     }
+    /// Switches to a form of the step that can be captured, where the optimizer
+    /// has one (Adam: the step count and bias corrections kept on the device,
+    /// PyTorch's `capturable=True`); returns whether its steps are capturable
+    /// now. The default changes nothing.
+    fn make_capturable(&mut self) -> Result<bool> {
+        Ok(self.capturable())
+    }
     /// Sets that momentum for the steps that follow (PyTorch's OneCycleLR writes
     /// it into the parameter groups). The constructed value stays in
     /// [`config`](Self::config); the current one is part of [`state`](Self::state).
@@ -90,6 +97,56 @@ pub trait Optimizer: Send {
             "cycle_momentum",
             format!("optimizer must support momentum or beta1 with `cycle_momentum` option enabled (cannot set {m})"),
         ))
+    }
+}
+
+/// A boxed optimizer is one (an optimizer chosen at run time, passed to
+/// [`Trial::new`](crate::train::Trial::new)): every method goes to the box's.
+impl Optimizer for Box<dyn Optimizer> {
+    fn step(&mut self) -> Result<()> {
+        (**self).step()
+    }
+    fn zero_grad(&self) {
+        (**self).zero_grad()
+    }
+    fn lr(&self) -> f64 {
+        (**self).lr()
+    }
+    fn set_lr(&mut self, lr: f64) {
+        (**self).set_lr(lr)
+    }
+    fn state(&self) -> Result<Vec<(String, Tensor)>> {
+        (**self).state()
+    }
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        (**self).load_state(state)
+    }
+    fn parameters(&self) -> &[Tensor] {
+        (**self).parameters()
+    }
+    fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
+        (**self).set_parameters(params)
+    }
+    fn config(&self) -> Vec<(String, String)> {
+        (**self).config()
+    }
+    fn group_lrs(&self) -> Vec<f64> {
+        (**self).group_lrs()
+    }
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        (**self).set_group_lrs(lrs)
+    }
+    fn cycled_momentum(&self) -> Option<f64> {
+        (**self).cycled_momentum()
+    }
+    fn capturable(&self) -> bool {
+        (**self).capturable()
+    }
+    fn make_capturable(&mut self) -> Result<bool> {
+        (**self).make_capturable()
+    }
+    fn set_cycled_momentum(&mut self, m: f64) -> Result<()> {
+        (**self).set_cycled_momentum(m)
     }
 }
 
@@ -537,6 +594,11 @@ pub struct Adam {
     step: u64,
     m: Vec<Option<Tensor>>,
     v: Vec<Option<Tensor>>,
+    /// Capturable form ([`Optimizer::make_capturable`]): the step count on the
+    /// parameters' device (made at the next step from `step`), read by the
+    /// bias corrections there.
+    capturable: bool,
+    step_on_device: Option<Tensor>,
 }
 
 impl Adam {
@@ -556,6 +618,8 @@ impl Adam {
             step: 0,
             m: vec![None; n],
             v: vec![None; n],
+            capturable: false,
+            step_on_device: None,
         })
     }
 
@@ -591,9 +655,79 @@ impl Adam {
         Ok(self)
     }
 
-    /// Steps taken so far.
+    /// Steps taken so far (in the capturable form, read from the device: a wait
+    /// for it, counting replays of captured steps).
     pub fn steps(&self) -> u64 {
-        self.step
+        self.device_steps().unwrap_or(self.step)
+    }
+
+    /// The step count kept on the device, when there is one.
+    fn device_steps(&self) -> Option<u64> {
+        let t = self.step_on_device.as_ref()?;
+        t.item::<f64>().ok().map(|v| v as u64)
+    }
+
+    /// The capturable step: the count and the bias corrections computed on the
+    /// device, the update made of tensor operations that read them (no value
+    /// that changes from step to step passed from the host).
+    fn capturable_step(&mut self, b1: f64, b2: f64) -> Result<()> {
+        let Some(first) = self.params.first() else {
+            return Ok(());
+        };
+        let t = match &self.step_on_device {
+            Some(t) => t.clone(),
+            None => self
+                .step_on_device
+                .insert(Tensor::scalar(self.step as f64, &first.device())?)
+                .clone(),
+        };
+        t.add_(1.0)?;
+        self.step += 1;
+        // 1 - b^t as exp(t ln b): ln 0 = -inf gives 1 for a beta of 0
+        let correction = |b: f64| -> Result<Tensor> { t.mul(b.ln())?.exp()?.neg()?.add(1.0) };
+        let (bc1, bc2) = (correction(b1)?, correction(b2)?);
+        // lr / bc1 and sqrt(bc2), in each parameter dtype once
+        let mut per_dtype: Vec<(crate::DType, Tensor, Tensor)> = Vec::new();
+        for ((p, m), v) in self
+            .params
+            .iter()
+            .zip(self.m.iter_mut())
+            .zip(self.v.iter_mut())
+        {
+            let Some(mut g) = p.grad() else { continue };
+            let dt = p.dtype();
+            let (step_size, sqrt_bc2) = match per_dtype.iter().find(|(d, _, _)| *d == dt) {
+                Some((_, a, b)) => (a.clone(), b.clone()),
+                None => {
+                    let a = bc1.recip()?.mul(self.lr)?.to_dtype(dt)?;
+                    let b = bc2.sqrt()?.to_dtype(dt)?;
+                    per_dtype.push((dt, a.clone(), b.clone()));
+                    (a, b)
+                }
+            };
+            let m = match m {
+                Some(t) => t,
+                None => m.insert(p.zeros_like()?),
+            };
+            let v = match v {
+                Some(t) => t,
+                None => v.insert(p.zeros_like()?),
+            };
+            if self.weight_decay != 0.0 {
+                if self.decoupled {
+                    p.mul_(1.0 - self.lr * self.weight_decay)?;
+                } else {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+            }
+            m.mul_(b1)?;
+            m.add_(&g.mul(1.0 - b1)?)?;
+            v.mul_(b2)?;
+            v.add_(&g.square()?.mul(1.0 - b2)?)?;
+            let denom = v.sqrt()?.div(&sqrt_bc2)?.add(self.eps)?;
+            p.sub_(&m.div(&denom)?.mul(&step_size)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -604,7 +738,7 @@ impl Optimizer for Adam {
         s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
         s.push((
             "step".into(),
-            Tensor::scalar(self.step as i64, &crate::Device::Cpu)?,
+            Tensor::scalar(self.steps() as i64, &crate::Device::Cpu)?,
         ));
         s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
         cycled_state(&mut s, self.cycled)?;
@@ -651,7 +785,17 @@ impl Optimizer for Adam {
         }
         let cycled = load_cycled(state, |b| check_beta(0, b))?;
         (self.m, self.v, self.step, self.lr, self.cycled) = (m, v, step as u64, lr, cycled);
+        self.step_on_device = None;
         Ok(())
+    }
+
+    fn capturable(&self) -> bool {
+        self.capturable
+    }
+
+    fn make_capturable(&mut self) -> Result<bool> {
+        self.capturable = true;
+        Ok(true)
     }
 
     fn parameters(&self) -> &[Tensor] {
@@ -659,7 +803,11 @@ impl Optimizer for Adam {
     }
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
-        replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])
+        replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])?;
+        // the count moves with the parameters (made again on their device)
+        self.step = self.steps();
+        self.step_on_device = None;
+        Ok(())
     }
 
     fn config(&self) -> Vec<(String, String)> {
@@ -678,8 +826,11 @@ impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
-        self.step += 1;
         let (b1, b2) = (self.cycled.unwrap_or(self.betas.0), self.betas.1);
+        if self.capturable {
+            return self.capturable_step(b1, b2);
+        }
+        self.step += 1;
         let bc1 = 1.0 - b1.powi(self.step as i32);
         let bc2 = 1.0 - b2.powi(self.step as i32);
         for ((p, m), v) in self

@@ -237,11 +237,11 @@ impl Trial {
     /// one per kernel, which is what small models on a GPU are bound by
     /// (`torch.cuda.make_graphed_callables`' whole-step form). A batch of other
     /// shapes (the last, partial one) runs eagerly; a change of learning rate or
-    /// momentum (a scheduler) captures the step again. The optimizer must be
-    /// [capturable](Optimizer::capturable) (SGD), and the step must not draw
-    /// random numbers (dropout) or copy from the host: otherwise
-    /// [`run`](Self::run) returns the error that says which. Off by default; on
-    /// a device other than a GPU it changes nothing.
+    /// momentum (a scheduler) captures the step again. The optimizer is switched
+    /// to its [capturable](Optimizer::make_capturable) form (SGD and Adam have
+    /// one), and the step must not draw random numbers (dropout) or copy from the
+    /// host: otherwise [`run`](Self::run) returns the error that says which. Off
+    /// by default; on a device other than a GPU it changes nothing.
     pub fn cuda_graphs(mut self, on: bool) -> Trial {
         self.cuda_graphs = on;
         if !on {
@@ -552,10 +552,13 @@ impl Trial {
             // captured with another learning rate or momentum
             self.step_graph = None;
         }
+        // the capturable form from the first step on, so that every step computes
+        // alike
+        let capturable = self.optimizer.make_capturable()?;
         if !self.warmed {
             return Ok(None);
         }
-        if !self.optimizer.capturable() {
+        if !capturable {
             let name = self
                 .optimizer
                 .config()
@@ -566,8 +569,8 @@ impl Trial {
                 "Trial::cuda_graphs",
                 format!(
                     "{name}'s step cannot be captured in a CUDA graph (it reads state \
-                     on the host that changes every step); use SGD, or train without \
-                     cuda_graphs"
+                     on the host that changes every step); use SGD or Adam, or train \
+                     without cuda_graphs"
                 ),
             ));
         }

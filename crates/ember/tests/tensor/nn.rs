@@ -88,8 +88,16 @@ fn losses_match_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Every optimizer follows PyTorch's trajectory; Adam and AdamW also in their
+/// capturable form (PyTorch's `capturable=True`: the step count and bias
+/// corrections on the device).
 fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
-    for case in cases()["optimizers"].as_array().unwrap() {
+    let all = cases()["optimizers"].as_array().unwrap().clone();
+    let adams = all
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with("adam"))
+        .map(|c| (c, true));
+    for (case, capturable) in all.iter().map(|c| (c, false)).chain(adams) {
         let name = case["name"].as_str().unwrap();
         let cfg = &case["config"];
         let f = |k: &str, d: f64| cfg[k].as_f64().unwrap_or(d);
@@ -138,6 +146,10 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
                 )
             }
         };
+        if capturable {
+            assert!(opt.make_capturable()?, "{name}");
+        }
+        let name = format!("{name}{}", if capturable { " (capturable)" } else { "" });
         let c = Tensor::new([1f64, 2., -1., 0.5], dev)?;
         for (step, want) in case["trajectory"].as_array().unwrap().iter().enumerate() {
             opt.zero_grad();
