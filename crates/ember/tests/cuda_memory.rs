@@ -426,6 +426,17 @@ fn streams_come_from_a_pool_and_each_thread_has_its_own_current_stream() -> Resu
         cpu.record_stream(a),
         Err(Error::DeviceMismatch { .. })
     ));
+    // with the pool handed out, ember's own streams are still there
+    let x = Tensor::ones([4], DType::F32, &dev)?;
+    let (g, y) = cuda::Graph::capture(&dev, || x.add(1.0))?;
+    g.replay()?;
+    assert_eq!(y.to_vec::<f32>()?, vec![2.0; 4]);
+    let data = ember::data::TensorDataset::new(
+        Tensor::ones([4, 2], DType::F32, &Device::Cpu)?,
+        Tensor::zeros([4], DType::I64, &Device::Cpu)?,
+    )?;
+    let l = ember::data::DataLoader::new(data, 2)?.device(&dev);
+    assert_eq!(l.iter().count(), 2);
     Ok(())
 }
 
@@ -626,6 +637,20 @@ fn what_a_graph_cannot_hold_is_an_error_and_the_gpu_goes_on() -> Result<()> {
             .map(|_| ()),
     );
     assert!(cuda::Graph::capture(&Device::Cpu, || Ok(())).is_err());
+    let side = cuda::Stream::new(&dev)?;
+    refused(
+        "another stream",
+        cuda::Graph::capture(&dev, || cuda::with_stream(&side, || x.add(1.0)).map(|_| ()))
+            .map(|_| ()),
+    );
+    // a panic inside a capture ends it
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cuda::Graph::capture(&dev, || -> Result<()> {
+            x.add(1.0)?;
+            panic!("inside a capture")
+        })
+    }));
+    assert!(caught.is_err());
     // the device works on, and captures again
     assert_eq!(x.add(2.0)?.to_vec::<f32>()?, vec![3.0; 4]);
     let (g, y) = cuda::Graph::capture(&dev, || x.mul(4.0))?;
@@ -675,5 +700,26 @@ fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
         cuda::memory_reserved(&dev)? <= reserved,
         "the graph's pool was kept"
     );
+    // a dropped graph's memory goes back to the driver without emptying the
+    // cache: at once, or when its last output is dropped
+    let reserved = cuda::memory_reserved(&dev)?;
+    let x = Tensor::full([1 << 18], 2.0, DType::F32, &dev)?;
+    for outputs_first in [true, false] {
+        let (g, y) = cuda::Graph::capture(&dev, || x.mul(3.0)?.add(1.0))?;
+        g.replay()?;
+        assert!(y.to_vec::<f32>()?.iter().all(|&v| v == 7.0));
+        assert!(cuda::memory_reserved(&dev)? > reserved);
+        if outputs_first {
+            drop(y);
+            drop(g);
+        } else {
+            drop(g);
+            assert!(cuda::memory_reserved(&dev)? > reserved, "y is still alive");
+            drop(y);
+        }
+        let now = cuda::memory_reserved(&dev)?;
+        // (x's own segment on top)
+        assert!(now <= reserved + (2 << 20), "{now} > {reserved}");
+    }
     Ok(())
 }

@@ -6,7 +6,10 @@
 //! - an MNIST-sized CNN (conv 32, conv 64, max-pool, fc 128, fc 10) on batches of 64
 //!   1×28×28 images (convolutions);
 //! - one epoch of `ember train digits` (its CNN, 1437 images in batches of 64,
-//!   through the DataLoader onto the device).
+//!   through the DataLoader onto the device);
+//! - a transformer encoder layer and a step of the character GPT;
+//! - on a GPU, the Iris steps and the GPT step again as replays of a captured
+//!   CUDA graph (Adam in its capturable form), against the eager rows above.
 //!
 //! `bench/pytorch/device_ops.py --suite train` runs the same models in PyTorch.
 
@@ -222,6 +225,75 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
             nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
             opt.step()
         },
+    )?);
+    if dev.is_cuda() {
+        rows.extend(graph_rows(
+            cx,
+            (&x, &y),
+            epochs,
+            (&gpt, &xi, &yi),
+            (b, t, w),
+        )?);
+    }
+    Ok(rows)
+}
+
+/// A training step (gradients cleared first, as a captured step must) whose
+/// optimizer is switched to its capturable form, run once eagerly and then
+/// captured; returns the graph.
+fn captured_step(
+    dev: &Device,
+    opt: &mut dyn Optimizer,
+    mut step: impl FnMut(&mut dyn Optimizer) -> Result<()>,
+) -> Result<ember::cuda::Graph> {
+    opt.make_capturable()?;
+    step(opt)?;
+    let (g, ()) = ember::cuda::Graph::capture(dev, || step(opt))?;
+    Ok(g)
+}
+
+/// The GPU-only rows: the Iris lesson's steps and a character-GPT step replayed
+/// from CUDA graphs (the launch overhead paid once per step).
+fn graph_rows(
+    cx: &Ctx,
+    (x, y): (&Tensor, &Tensor),
+    epochs: usize,
+    (gpt, xi, yi): (&ember::models::CharGpt, &Tensor, &Tensor),
+    (b, t, w): (usize, usize, usize),
+) -> Result<Vec<Row>> {
+    let dev = cx.dev;
+    let mut rows = Vec::new();
+    ember::manual_seed(32);
+    let model = mlp(&[4, 8, 9, 3], &dev)?;
+    let mut opt = Adam::new(model.parameters(), 0.01)?;
+    let g = captured_step(&dev, &mut opt, |opt| {
+        opt.zero_grad();
+        nn::cross_entropy(&model.forward(x)?, y)?.backward()?;
+        opt.step()
+    })?;
+    rows.push(cx.row(
+        format!("train iris mlp, {epochs} epochs, cuda graph"),
+        Work::Samples {
+            n: (120 * epochs) as f64,
+            flops: None,
+        },
+        || (0..epochs).try_for_each(|_| g.replay()),
+    )?);
+    let params = gpt.parameters();
+    let mut opt = Adam::adamw(params.clone(), 3e-3)?;
+    let g = captured_step(&dev, &mut opt, |opt| {
+        opt.zero_grad();
+        gpt.loss(xi, yi)?.backward()?;
+        nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
+        opt.step()
+    })?;
+    rows.push(cx.row(
+        format!("train char-gpt 4x{w} ctx{t} b{b}, cuda graph"),
+        Work::Samples {
+            n: b as f64,
+            flops: None,
+        },
+        || g.replay(),
     )?);
     Ok(rows)
 }

@@ -154,6 +154,9 @@ pub(crate) struct Allocator<M: RawMemory> {
     capture: Option<(StreamId, StreamId)>,
     /// The private pools of graphs alive (their blocks are never released).
     graph_pools: HashSet<StreamId>,
+    /// The pools of graphs dropped: nothing allocates from them again, so each
+    /// of their segments goes back to the driver once it is all free.
+    dead_pools: HashSet<StreamId>,
     /// Blocks of other pools freed during a graph's capture, held for the graph.
     held: HashMap<StreamId, Vec<u64>>,
     /// The id of the next graph pool (above every stream's).
@@ -181,6 +184,7 @@ impl<M: RawMemory> Allocator<M> {
             pending: Vec::new(),
             capture: None,
             graph_pools: HashSet::new(),
+            dead_pools: HashSet::new(),
             held: HashMap::new(),
             next_pool: 1 << 16,
             segments: BTreeMap::new(),
@@ -252,12 +256,14 @@ impl<M: RawMemory> Allocator<M> {
     }
 
     /// After a graph is dropped and its launches have finished: the blocks held
-    /// for it go back to their pools, and its pool may be released.
+    /// for it go back to their pools, and its pool's free segments to the driver
+    /// (the rest as they become free).
     pub fn release_graph(&mut self, pool: StreamId) {
         if self.capture.is_some_and(|(_, p)| p == pool) {
             self.capture = None;
         }
         self.graph_pools.remove(&pool);
+        self.dead_pools.insert(pool);
         for addr in self.held.remove(&pool).unwrap_or_default() {
             if self.caching {
                 self.free_block(addr);
@@ -266,6 +272,29 @@ impl<M: RawMemory> Allocator<M> {
                 self.release_block(addr, block);
             }
         }
+        let empty: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(base, size)| {
+                self.blocks
+                    .get(base)
+                    .is_some_and(|b| b.free && b.size == **size && b.stream == pool)
+            })
+            .map(|(b, _)| *b)
+            .collect();
+        for base in empty {
+            self.release_segment(base);
+        }
+    }
+
+    /// Returns the free segment at `base` to the driver (no queued work uses it).
+    fn release_segment(&mut self, base: u64) {
+        let size = self.segments.remove(&base).expect("a segment");
+        let b = self.blocks.remove(&base).expect("segment block");
+        self.pool(b.small).remove(&(b.stream, size, base));
+        self.raw.free(base);
+        self.stats.reserved -= size;
+        self.stats.num_device_frees += 1;
     }
 
     /// A block of at least `bytes` for work on `stream`; returns its address.
@@ -283,7 +312,10 @@ impl<M: RawMemory> Allocator<M> {
         if !self.caching {
             return self.uncached(bytes, size, small, stream);
         }
-        self.process_events();
+        // querying events is not allowed while a stream is captured
+        if self.capture.is_none() {
+            self.process_events();
+        }
         let found = self
             .pool(small)
             .range((stream, size, 0)..=(stream, usize::MAX, u64::MAX))
@@ -388,6 +420,18 @@ impl<M: RawMemory> Allocator<M> {
     fn driver_alloc(&mut self, bytes: usize, size: usize) -> std::result::Result<u64, AllocError> {
         match self.raw.malloc(bytes) {
             Ok(p) => Ok(p),
+            // a capture may not wait for the device (what emptying the cache does)
+            Err(true) if self.capture.is_some() => {
+                self.stats.num_ooms += 1;
+                let (free, total) = self.raw.mem_info();
+                Err(AllocError::OutOfMemory {
+                    requested: size,
+                    free,
+                    total,
+                    allocated: self.stats.allocated,
+                    reserved: self.stats.reserved,
+                })
+            }
             Err(true) => {
                 // free the cache and try once more
                 self.stats.num_alloc_retries += 1;
@@ -480,8 +524,9 @@ impl<M: RawMemory> Allocator<M> {
         let uses = self.stream_uses.remove(&addr).unwrap_or_default();
         if let Some((_, pool)) = self.capture {
             // captured work may read a block from before the capture: it waits
-            // for the graph
-            if block.stream != pool {
+            // for the graph (as does one of the graph's that another stream used:
+            // no event can be recorded for it during the capture)
+            if block.stream != pool || !uses.is_empty() {
                 self.held.entry(pool).or_default().push(addr);
                 return;
             }
@@ -559,11 +604,22 @@ impl<M: RawMemory> Allocator<M> {
         self.blocks.insert(start, block);
         self.pool(block.small)
             .insert((block.stream, block.size, start));
+        if self.dead_pools.contains(&block.stream) && self.segments.get(&start) == Some(&block.size)
+        {
+            // the last block of a dropped graph's segment: queued work may still
+            // read it
+            self.raw.synchronize();
+            self.release_segment(start);
+        }
     }
 
     /// Returns every segment with nothing allocated in it to the driver
     /// (`torch.cuda.empty_cache()`).
     pub fn release_cached(&mut self) {
+        if self.capture.is_some() {
+            // a capture may not wait for the device: the cache stays
+            return;
+        }
         let synced = self.synchronize_and_free_events();
         let empty: Vec<(u64, usize)> = self
             .segments
@@ -582,13 +638,8 @@ impl<M: RawMemory> Allocator<M> {
         if !synced {
             self.raw.synchronize();
         }
-        for (base, size) in empty {
-            let b = self.blocks.remove(&base).expect("segment block");
-            self.pool(b.small).remove(&(b.stream, size, base));
-            self.segments.remove(&base);
-            self.raw.free(base);
-            self.stats.reserved -= size;
-            self.stats.num_device_frees += 1;
+        for (base, _) in empty {
+            self.release_segment(base);
         }
     }
 }

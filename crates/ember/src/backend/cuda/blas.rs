@@ -6,18 +6,38 @@ use crate::{DType, Error, Result};
 use cudarc::cublas::result::CublasError;
 use cudarc::cublas::sys::{cublasHandle_t, cublasStatus_t};
 use cudarc::driver::sys::CUstream;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
-/// A cuBLAS handle of one device and the stream it is bound to now.
-struct Handle(cublasHandle_t, CUstream);
+/// A cuBLAS handle of one device, the stream it is bound to now, and a workspace
+/// per stream (address, bytes; 0 bytes where none could be had).
+struct Handle(cublasHandle_t, CUstream, HashMap<usize, (u64, usize)>);
 // SAFETY: ember uses the handle under its mutex only.
 unsafe impl Send for Handle {}
 
 /// One device's cuBLAS, its handle created at first use.
-#[derive(Default)]
+///
+/// One handle serves every stream, under a lock, and each stream gets a
+/// workspace of its own (`cublasSetWorkspace`, as PyTorch gives each handle and
+/// stream one): with the handle's single default workspace, products queued on
+/// two streams could run at once over the same scratch memory, and a capture
+/// could not hold the library's own allocation.
 pub(crate) struct Blas {
     handle: Mutex<Option<Handle>>,
+    /// The workspace size: NVIDIA's recommendation for the architecture (32 MiB
+    /// from Hopper on, 4 MiB before), what ember's memory estimate counts.
+    workspace: usize,
+}
+
+impl Blas {
+    /// cuBLAS for a device of compute capability `major`.
+    pub(crate) fn new(major: u32) -> Blas {
+        Blas {
+            handle: Mutex::new(None),
+            workspace: if major >= 9 { 32 << 20 } else { 4 << 20 },
+        }
+    }
 }
 
 impl Blas {
@@ -36,19 +56,24 @@ impl Blas {
             op: "cublasGemmStridedBatched",
             msg: e.to_string(),
         };
-        match self.call(stream, g)? {
+        match self.call(stream, g, ws)? {
             // cuBLAS allocates its handle and workspace outside ember's cache: hand
             // it the cached memory and try once more
             Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
                 ws.release_cached();
-                self.call(stream, g)?.map_err(status)
+                self.call(stream, g, ws)?.map_err(status)
             }
             r => r.map_err(status),
         }
     }
 
-    /// The cuBLAS handle (created at first use), bound to `stream`.
-    fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Handle>>> {
+    /// The cuBLAS handle (created at first use), bound to `stream` and its
+    /// workspace (made at the stream's first product).
+    fn handle(
+        &self,
+        stream: CUstream,
+        ws: &dyn Workspaces,
+    ) -> Result<MutexGuard<'_, Option<Handle>>> {
         let mut g = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             super::libs::ensure(super::libs::CudaLib::Cublas)
@@ -57,7 +82,7 @@ impl Blas {
                 op: "cublasCreate",
                 msg: e.to_string(),
             })?;
-            *g = Some(Handle(h, std::ptr::null_mut()));
+            *g = Some(Handle(h, std::ptr::null_mut(), HashMap::new()));
         }
         let handle = g.as_mut().expect("created above");
         if handle.1 != stream {
@@ -69,6 +94,22 @@ impl Blas {
                     msg: e.to_string(),
                 }
             })?;
+            let (ptr, bytes) = *handle.2.entry(stream as usize).or_insert_with(|| {
+                // without one cuBLAS takes algorithms that need no workspace
+                ws.device_alloc(self.workspace)
+                    .map_or((0, 0), |p| (p, self.workspace))
+            });
+            // SAFETY: a live handle; the workspace lives for the process and only
+            // this stream's products use it.
+            let set = unsafe {
+                cudarc::cublas::sys::cublasSetWorkspace_v2(handle.0, ptr as *mut c_void, bytes)
+            };
+            if set != cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(Error::Cuda {
+                    op: "cublasSetWorkspace",
+                    msg: format!("{set:?}"),
+                });
+            }
             handle.1 = stream;
         }
         Ok(g)
@@ -79,6 +120,7 @@ impl Blas {
         &self,
         stream: CUstream,
         g: &GemmCall,
+        ws: &dyn Workspaces,
     ) -> Result<std::result::Result<(), CublasError>> {
         use cudarc::cublas::{result as blas, sys as bsys};
         let op = |t: bool| {
@@ -88,7 +130,7 @@ impl Blas {
                 bsys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let guard = self.handle(stream)?;
+        let guard = self.handle(stream, ws)?;
         let h = guard.as_ref().expect("the handle was created").0;
         let (ta, tb) = (op(g.trans_a), op(g.trans_b));
         match g.dtype {

@@ -115,11 +115,11 @@ pub(crate) struct CudaDev {
     syncs: AtomicU64,
     index_checks: Mutex<IndexChecks>,
     /// The stream that ember's background uploads use (made at first use).
-    copy_stream: OnceLock<std::result::Result<StreamId, String>>,
+    copy_stream: Mutex<Option<StreamId>>,
     /// The streams made for users, and how many have been handed out.
     user_streams: Mutex<(Vec<StreamId>, usize)>,
     /// The stream graphs are captured on (made at first use).
-    capture_stream: OnceLock<std::result::Result<StreamId, String>>,
+    capture_stream: Mutex<Option<StreamId>>,
     /// The capture under way, if any (one per device at a time).
     capture: Mutex<Option<Capture>>,
     /// Whether `capture` holds one (read without the lock on every copy).
@@ -257,9 +257,9 @@ impl CudaDev {
             pinned: Mutex::new(PinnedPool::default()),
             syncs: AtomicU64::new(0),
             index_checks: Mutex::new(IndexChecks::default()),
-            copy_stream: OnceLock::new(),
+            copy_stream: Mutex::new(None),
             user_streams: Mutex::new((Vec::new(), 0)),
-            capture_stream: OnceLock::new(),
+            capture_stream: Mutex::new(None),
             capture: Mutex::new(None),
             capturing: AtomicBool::new(false),
         })
@@ -299,18 +299,45 @@ impl CudaDev {
     /// The stream graphs are captured on: a stream of its own, so that no other
     /// thread's work lands in a capture.
     pub(crate) fn capture_stream(&self) -> Result<StreamId> {
-        self.capture_stream
-            .get_or_init(|| self.rt.stream_create().map_err(|e| e.to_string()))
-            .clone()
-            .map_err(|msg| Error::Cuda {
-                op: "cuStreamCreate",
-                msg,
-            })
+        self.own_stream(&self.capture_stream)
+    }
+
+    /// The stream in `slot`, made at first use (a failure is returned, and the
+    /// next call tries again).
+    fn own_stream(&self, slot: &Mutex<Option<StreamId>>) -> Result<StreamId> {
+        let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+        match *s {
+            Some(id) => Ok(id),
+            None => Ok(*s.insert(self.rt.stream_create()?)),
+        }
+    }
+
+    /// An error when the calling thread captures a graph and `s` is not the
+    /// stream it captures: work there would run at once, outside the graph, and
+    /// any order between the two would break the capture.
+    fn check_capture_stream(&self, s: StreamId) -> Result<()> {
+        if !self.capturing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let me = std::thread::current().id();
+        match self.capture_state().as_ref() {
+            Some(c) if c.thread == me && c.stream != s => Err(Error::invalid(
+                "cuda::Graph",
+                format!(
+                    "queueing work on another stream of {} while a CUDA graph is captured: \
+                     a capture holds one stream's work",
+                    self.device()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Starts capturing the work the calling thread queues on `s` into a graph,
     /// its memory from a private pool.
     pub(crate) fn begin_capture(&self, s: StreamId) -> Result<()> {
+        // the index-check flags are made (a copy and a wait) before, not inside
+        self.index_flags()?;
         let mut c = self.capture_state();
         if c.is_some() {
             return Err(Error::invalid(
@@ -354,7 +381,9 @@ impl CudaDev {
                 checks: c.checks,
             }),
             Err(e) => {
-                // nothing captured ever ran
+                // nothing captured ever ran; blocks held for the graph may still
+                // be read by other streams' work queued before
+                let _ = self.rt.synchronize();
                 self.forget_graph(c.pool, &c.checks);
                 Err(e)
             }
@@ -413,13 +442,7 @@ impl CudaDev {
     /// The stream ember's background uploads use (the DataLoader's), made at first
     /// use.
     pub(crate) fn copy_stream(&self) -> Result<StreamId> {
-        self.copy_stream
-            .get_or_init(|| self.rt.stream_create().map_err(|e| e.to_string()))
-            .clone()
-            .map_err(|msg| Error::Cuda {
-                op: "cuStreamCreate",
-                msg,
-            })
+        self.own_stream(&self.copy_stream)
     }
 
     /// A stream for a user: a new one until [`USER_STREAMS`] exist, then the
@@ -559,6 +582,12 @@ impl CudaDev {
         self.synced(Some(s))
     }
 
+    /// Counts a wait of the host for this device outside [`synced`](Self::synced)
+    /// (an event's).
+    pub(crate) fn count_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// How many times the host has waited for this device so far: copies of values
     /// to the host (`to_vec`, `item`, printing, a CPU copy) and `synchronize`.
     pub(crate) fn host_syncs(&self) -> u64 {
@@ -576,34 +605,24 @@ impl CudaDev {
         size: usize,
         launch: impl FnOnce(u64) -> Result<()>,
     ) -> Result<()> {
+        let flags = self.index_flags()?;
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         if c.free.is_empty() {
+            if self.is_capturing() {
+                return Err(Error::invalid(
+                    "cuda::Graph",
+                    format!(
+                        "more than {INDEX_CHECK_SLOTS} index checks in one capture on {}",
+                        self.device()
+                    ),
+                ));
+            }
             // every slot in use since the last wait: wait now, to free them
             drop(c);
             self.rt.synchronize()?;
             self.synced(None)?;
             c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         }
-        let flags = match c.flags {
-            Some(f) => f,
-            None => {
-                // outside the caching allocator: kept for the process, and not
-                // counted in the memory statistics of tensors
-                let f = self
-                    .rt
-                    .malloc(INDEX_CHECK_SLOTS * 16)
-                    .map_err(|e| Error::Cuda {
-                        op: "cuMemAlloc",
-                        msg: e.msg,
-                    })?;
-                // zeroed before any stream's check may write a slot
-                let s = self.stream();
-                self.pinned_on(s)
-                    .htod(f, &vec![0u64; 2 * INDEX_CHECK_SLOTS])?;
-                self.rt.stream_synchronize(s)?;
-                *c.flags.insert(f)
-            }
-        };
         let slot = *c.free.last().expect("a free slot");
         launch(flags + 16 * slot as u64)?;
         c.free.pop();
@@ -629,6 +648,34 @@ impl CudaDev {
             graph: false,
         });
         Ok(())
+    }
+
+    /// The device words the index checks write, made and zeroed at first use
+    /// (outside the caching allocator: kept for the process, and not counted in
+    /// the memory statistics of tensors).
+    fn index_flags(&self) -> Result<u64> {
+        let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = c.flags {
+            return Ok(f);
+        }
+        let f = self
+            .rt
+            .malloc(INDEX_CHECK_SLOTS * 16)
+            .map_err(|e| Error::Cuda {
+                op: "cuMemAlloc",
+                msg: e.msg,
+            })?;
+        // zeroed before any stream's check may write a slot
+        let s = self.stream();
+        let zeroed = self
+            .pinned_on(s)
+            .htod(f, &vec![0u64; 2 * INDEX_CHECK_SLOTS])
+            .and_then(|()| self.rt.stream_synchronize(s));
+        if let Err(e) = zeroed {
+            self.rt.free(f);
+            return Err(e);
+        }
+        Ok(*c.flags.insert(f))
     }
 
     /// After the host waited for stream `waited` (`None`: the whole device):
@@ -769,8 +816,9 @@ impl CudaDev {
         shared_mem: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        self.rt
-            .launch(self.stream(), f, grid, block, shared_mem, params)
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        self.rt.launch(s, f, grid, block, shared_mem, params)
     }
 
     /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
@@ -787,7 +835,9 @@ impl CudaDev {
     /// # Safety
     /// As [`Runtime::gemm`].
     pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
-        self.rt.gemm(self.stream(), g, self)
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        self.rt.gemm(s, g, self)
     }
 
     /// Queues `c` on the current stream.
@@ -795,7 +845,9 @@ impl CudaDev {
     /// # Safety
     /// As [`Runtime::conv`].
     pub(crate) unsafe fn conv(&self, c: &ConvCall) -> Result<()> {
-        self.rt.conv(self.stream(), c, self)
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        self.rt.conv(s, c, self)
     }
 
     pub(crate) fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
@@ -803,7 +855,10 @@ impl CudaDev {
             return Ok(());
         }
         // SAFETY: both ranges lie within live allocations of at least `bytes`.
-        unsafe { self.rt.dtod(self.stream(), dst, src, bytes) }
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        // SAFETY: as above.
+        unsafe { self.rt.dtod(s, dst, src, bytes) }
     }
 }
 
@@ -816,5 +871,11 @@ impl Workspaces for CudaDev {
     }
     fn release_cached(&self) {
         self.allocator().release_cached();
+    }
+    fn device_alloc(&self, bytes: usize) -> Result<u64> {
+        self.rt.malloc(bytes).map_err(|e| Error::Cuda {
+            op: "cuMemAlloc",
+            msg: e.msg,
+        })
     }
 }

@@ -188,7 +188,7 @@ impl Driver {
             owned: Mutex::new(vec![stream]),
             arch: (major * 10 + minor) as u32,
             sm_count,
-            blas: Blas::default(),
+            blas: Blas::new(major as u32),
             dnn: Cudnn::default(),
             compile_arch: OnceLock::new(),
         })
@@ -392,7 +392,25 @@ impl Runtime for Driver {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.ctx.synchronize().map_err(cuda_err("cuCtxSynchronize"))
+        // every stream of ember's in turn rather than cuCtxSynchronize, which is
+        // not allowed while any stream of the context is captured (by any
+        // thread); a stream under capture runs nothing to wait for
+        self.bind()?;
+        let n = self.owned.lock().unwrap_or_else(|p| p.into_inner()).len();
+        for i in 0..n {
+            let st = self.cu_stream(StreamId(i as u32))?;
+            let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: a live stream and an out-parameter.
+            unsafe { sys::cuStreamIsCapturing(st, &mut status) }
+                .result()
+                .map_err(cuda_err("cuStreamIsCapturing"))?;
+            if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+                continue;
+            }
+            // SAFETY: a live stream.
+            unsafe { drv::stream::synchronize(st) }.map_err(cuda_err("cuStreamSynchronize"))?;
+        }
+        Ok(())
     }
 
     fn event_create(&self, timing: bool) -> Result<RtEvent> {

@@ -31,7 +31,9 @@
 //! Inside a capture these are errors, naming what to do instead: copies from or
 //! to the host (`Tensor::new`, `to_vec`, `item`), waits for the GPU, random
 //! numbers (`rand`, `randn`, dropout), work on other streams, and a second
-//! capture on the same GPU. A bad index found by a captured check is reported by
+//! capture on the same GPU. While a capture is under way the caching allocator
+//! neither empties its cache nor looks at events (neither is allowed then): an
+//! allocation that does not fit fails at once. A bad index found by a captured check is reported by
 //! the first wait after the replay that found it, as outside graphs.
 
 use super::device::{dev, with_current_stream, CudaDev, GraphCheck};
@@ -75,8 +77,20 @@ impl Graph {
         d.rt().event_destroy(ready);
         waited?;
         d.begin_capture(side)?;
-        let out = with_current_stream(d.ordinal, side, f);
+        // the capture ends whatever `f` does, a panic included
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_current_stream(d.ordinal, side, f)
+        }));
         let captured = d.end_capture();
+        let out = match out {
+            Ok(out) => out,
+            Err(panic) => {
+                if let Ok(c) = captured {
+                    d.drop_graph(c.graph, c.pool, &c.checks);
+                }
+                std::panic::resume_unwind(panic);
+            }
+        };
         match (out, captured) {
             (Ok(r), Ok(c)) => Ok((
                 Graph {

@@ -70,6 +70,9 @@ pub(crate) trait Workspaces {
     /// Returns the allocator's cached blocks to the runtime, for a library whose own
     /// allocation failed.
     fn release_cached(&self);
+    /// Device memory outside the caching allocator, kept for the process (a
+    /// library's per-stream workspace).
+    fn device_alloc(&self, bytes: usize) -> Result<u64>;
 }
 
 /// A stream of one device: work queued on it runs in order; work on two streams
@@ -80,9 +83,10 @@ pub(crate) trait Workspaces {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct StreamId(pub u32);
 
-/// The most streams one device has (PyTorch keeps a pool of 32 per priority and
-/// hands them out in turn; ember's pool is the same size, plus its own two).
-pub(crate) const MAX_STREAMS: usize = 34;
+/// The most streams one device has: the default, a pool of 32 for users (PyTorch
+/// keeps 32 per priority and hands them out in turn), the copy stream and the
+/// capture stream.
+pub(crate) const MAX_STREAMS: usize = 35;
 
 /// One GPU: its context, its streams, and what runs there. Work is queued in order
 /// on a stream; copies to pageable host memory and the synchronisations wait for it.

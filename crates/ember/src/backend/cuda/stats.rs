@@ -185,9 +185,12 @@ impl Event {
         self.dev.rt().event_query(self.raw())
     }
 
-    /// Waits until the work queued before this event has finished.
+    /// Waits until the work queued before this event has finished (a host wait,
+    /// counted by [`host_syncs`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.dev.rt().event_synchronize(self.raw())
+        self.dev.rt().event_synchronize(self.raw())?;
+        self.dev.count_sync();
+        Ok(())
     }
 
     /// Milliseconds of GPU time from this event to `end` (waits for `end`).
