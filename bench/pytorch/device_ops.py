@@ -238,6 +238,42 @@ def train_suite(dev):
 
     row(dev, f"train char-gpt 4x{w} ctx{t} b{b}", "samples", b, gpt_step)
 
+    if dev.type != "cuda":
+        return
+    # on a GPU, the Iris steps and the GPT step replayed from CUDA graphs (the
+    # whole-network capture of PyTorch's CUDA graph notes; Adam capturable)
+
+    def graphed(opt, body):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            body()
+        return g
+
+    torch.manual_seed(32)
+    model = mlp([4, 8, 9, 3]).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+    g_iris = graphed(opt, lambda: (F.cross_entropy(model(x), y).backward(), opt.step()))
+    row(dev, f"train iris mlp, {epochs} epochs, cuda graph", "samples", 120 * epochs,
+        lambda: [g_iris.replay() for _ in range(epochs)])
+
+    gpt_opt = torch.optim.AdamW(gpt.parameters(), lr=3e-3, capturable=True)
+
+    def gpt_body():
+        F.cross_entropy(gpt(xi).reshape(-1, v), yi.reshape(-1)).backward()
+        torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
+        gpt_opt.step()
+
+    g_gpt = graphed(gpt_opt, gpt_body)
+    row(dev, f"train char-gpt 4x{w} ctx{t} b{b}, cuda graph", "samples", b, g_gpt.replay)
+
 
 devs = [torch.device("cpu")] + [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] \
     if args.device == "all" else [torch.device(args.device)]

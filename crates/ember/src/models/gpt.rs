@@ -30,6 +30,10 @@ pub struct CharGpt {
     pub ln_f: LayerNorm,
     pub head: Linear,
     pub config: GptConfig,
+    /// The positions `0..t` and the causal mask of each length and device used so
+    /// far: made once (on the host, then copied), not at every forward pass, so a
+    /// step copies nothing from the host and can be captured in a CUDA graph.
+    fixed: std::sync::Mutex<Vec<(usize, Device, Tensor, Tensor)>>,
 }
 
 impl CharGpt {
@@ -59,6 +63,7 @@ impl CharGpt {
             ln_f: LayerNorm::new(&[c.width], device)?,
             head: Linear::new(c.width, c.vocab_size, device)?,
             config,
+            fixed: std::sync::Mutex::new(Vec::new()),
         };
         for (name, p) in model.named_parameters() {
             if name.contains("norm") || name.starts_with("ln_f") {
@@ -109,15 +114,27 @@ impl CharGpt {
             ));
         }
         let t = idx.shape()[1];
-        let pos = Tensor::arange(0i64, t as i64, &idx.device())?;
+        let (pos, causal) = self.positions_and_mask(t, idx.device())?;
         let x = self
             .tok_emb
             .forward(idx)?
             .add(&self.pos_emb.forward(&pos)?)?;
-        // PyTorch's convention: true where attention is not allowed (the future)
-        let causal = Tensor::ones([t, t], DType::Bool, &idx.device())?.triu(1)?;
         let h = self.blocks.forward_masked(&x, Some(&causal), None)?;
         self.head.forward(&self.ln_f.forward(&h)?)
+    }
+
+    /// The positions `0..t` and the causal mask (PyTorch's convention: true where
+    /// attention is not allowed, the future) for sequences of length `t` on
+    /// `device`.
+    fn positions_and_mask(&self, t: usize, device: Device) -> Result<(Tensor, Tensor)> {
+        let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, p, m)) = fixed.iter().find(|(l, d, _, _)| *l == t && *d == device) {
+            return Ok((p.clone(), m.clone()));
+        }
+        let pos = Tensor::arange(0i64, t as i64, &device)?;
+        let causal = Tensor::ones([t, t], DType::Bool, &device)?.triu(1)?;
+        fixed.push((t, device, pos.clone(), causal.clone()));
+        Ok((pos, causal))
     }
 
     /// The mean cross-entropy of predicting `targets [B, T]` from `idx [B, T]`.
@@ -196,12 +213,14 @@ impl Module for CharGpt {
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.fixed.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.children_mut()
             .into_iter()
             .try_for_each(|m| m.to_device(device))
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.fixed.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.children_mut()
             .into_iter()
             .try_for_each(|m| m.to_empty(device))
