@@ -41,6 +41,11 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             "--model, --input, --classes, --resume and --plot are for the classifiers; the text model takes --layers, --heads, --width, --context",
         ));
     }
+    if args.optimizer != crate::estimate::OptimizerKind::Adam || args.cuda_graphs {
+        return Err(invalid(
+            "--optimizer and --cuda-graphs are for the classifiers: the text model trains with AdamW, its learning rate changing at every step (warm-up, cosine decay), which a replayed graph would not see",
+        ));
+    }
     let batch = args.batch_size.map_or(32, |b| b as usize);
     let lr = args.lr.unwrap_or(3e-3);
     if t.steps == 0

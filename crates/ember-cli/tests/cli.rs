@@ -165,6 +165,7 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--plot", "curves.jpg"],
         &["train", "iris", "--device", "meta"],
         &["train", "iris", "--optimizer", "lbfgs"],
+        &["train", "text", "--cuda-graphs", "--steps", "1"],
         &["bench", "--device", "meta", "--quick"],
     ] {
         let (ok, _, err) = ember(args);

@@ -109,9 +109,16 @@ extern "C" __global__ void philox_raw(unsigned* out, i64 counters, u64 seed, u64
     }
 }
 
+// random_graph_S: the same draws inside a CUDA graph, the seed and the first
+// counter read from `state` (written before each replay) plus this draw's place in
+// the graph, so that every replay draws new numbers.
 #define RANDOM(T, S)                                                                                 \
     extern "C" __global__ void random_##S(T* out, i64 n, u64 seed, u64 offset, int normal, double p0, \
                                           double p1) {                                               \
         random_impl(out, n, seed, offset, normal, p0, p1);                                           \
+    }                                                                                                \
+    extern "C" __global__ void random_graph_##S(T* out, i64 n, const u64* state, u64 intra,          \
+                                                int normal, double p0, double p1) {                  \
+        random_impl(out, n, state[0], state[1] + intra, normal, p0, p1);                             \
     }
 EMBER_FLOAT_TYPES(RANDOM)

@@ -624,10 +624,6 @@ fn what_a_graph_cannot_hold_is_an_error_and_the_gpu_goes_on() -> Result<()> {
         cuda::Graph::capture(&dev, || x.add(1.0)?.to_vec::<f32>().map(|_| ())).map(|_| ()),
     );
     refused(
-        "random numbers",
-        cuda::Graph::capture(&dev, || Tensor::rand([4], &dev).map(|_| ())).map(|_| ()),
-    );
-    refused(
         "waiting for the GPU",
         cuda::Graph::capture(&dev, || cuda::synchronize(&dev)).map(|_| ()),
     );
@@ -656,6 +652,33 @@ fn what_a_graph_cannot_hold_is_an_error_and_the_gpu_goes_on() -> Result<()> {
     let (g, y) = cuda::Graph::capture(&dev, || x.mul(4.0))?;
     g.replay()?;
     assert_eq!(y.to_vec::<f32>()?, vec![4.0; 4]);
+    Ok(())
+}
+
+/// A captured random draw draws new numbers at each replay: the numbers the same
+/// draws made eagerly would give, from the same seed.
+#[test]
+fn a_graph_draws_new_random_numbers_at_each_replay() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_graph_draws_new_random_numbers") else {
+        return Ok(());
+    };
+    Tensor::rand([8], &dev)?; // warm-up
+    let draw = || -> Result<(Tensor, Tensor)> {
+        Ok((
+            Tensor::rand([1000], &dev)?,
+            Tensor::randn([333], &dev)?.mul(2.0)?,
+        ))
+    };
+    ember::manual_seed(11);
+    let eager: Vec<(Tensor, Tensor)> = (0..3).map(|_| draw()).collect::<Result<_>>()?;
+    ember::manual_seed(11);
+    let (g, (u, n)) = cuda::Graph::capture(&dev, draw)?;
+    for (i, (eu, en)) in eager.iter().enumerate() {
+        g.replay()?;
+        assert_eq!(u.to_vec::<f32>()?, eu.to_vec::<f32>()?, "replay {i}");
+        assert_eq!(n.to_vec::<f32>()?, en.to_vec::<f32>()?, "replay {i}");
+    }
+    assert_ne!(eager[0].0.to_vec::<f32>()?, eager[1].0.to_vec::<f32>()?);
     Ok(())
 }
 

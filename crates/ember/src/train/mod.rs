@@ -239,9 +239,10 @@ impl Trial {
     /// shapes (the last, partial one) runs eagerly; a change of learning rate or
     /// momentum (a scheduler) captures the step again. The optimizer is switched
     /// to its [capturable](Optimizer::make_capturable) form (SGD and Adam have
-    /// one), and the step must not draw random numbers (dropout) or copy from the
-    /// host: otherwise [`run`](Self::run) returns the error that says which. Off
-    /// by default; on a device other than a GPU it changes nothing.
+    /// one), and the step must not copy from the host: otherwise
+    /// [`run`](Self::run) returns the error that says which. Random draws
+    /// (dropout) are replayed with new numbers, the same as eager steps draw.
+    /// Off by default; on a device other than a GPU it changes nothing.
     pub fn cuda_graphs(mut self, on: bool) -> Trial {
         self.cuda_graphs = on;
         if !on {

@@ -133,6 +133,17 @@ struct Capture {
     thread: std::thread::ThreadId,
     /// The index checks captured (their slots belong to the graph).
     checks: Vec<GraphCheck>,
+    /// The random draws captured: the device words their seed and first counter
+    /// are read from, and how many counters they use in all.
+    random: Option<GraphRandom>,
+}
+
+/// A graph's random draws: before each replay, `counters` Philox counters are
+/// reserved from the generator and written, with its seed, at `state`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GraphRandom {
+    pub state: u64,
+    pub counters: u64,
 }
 
 /// An index check inside a graph: armed again at each replay.
@@ -149,6 +160,7 @@ pub(crate) struct Captured {
     pub graph: RtGraph,
     pub pool: StreamId,
     pub checks: Vec<GraphCheck>,
+    pub random: Option<GraphRandom>,
 }
 
 /// The index checks queued on a device and not yet read. Each has a slot of two
@@ -361,6 +373,7 @@ impl CudaDev {
             pool,
             thread: std::thread::current().id(),
             checks: Vec::new(),
+            random: None,
         });
         self.capturing.store(true, Ordering::Release);
         Ok(())
@@ -379,21 +392,61 @@ impl CudaDev {
                 graph,
                 pool: c.pool,
                 checks: c.checks,
+                random: c.random,
             }),
             Err(e) => {
                 // nothing captured ever ran; blocks held for the graph may still
                 // be read by other streams' work queued before
                 let _ = self.rt.synchronize();
-                self.forget_graph(c.pool, &c.checks);
+                self.forget_graph(c.pool, &c.checks, c.random);
                 Err(e)
             }
         }
     }
 
-    /// Queues `g` on the current stream and arms its index checks there.
-    pub(crate) fn launch_graph(&self, g: &RtGraph, checks: &[GraphCheck]) -> Result<()> {
+    /// Inside a capture by the calling thread: a random draw of `counters`
+    /// Philox counters joins the graph's; returns the address of the graph's
+    /// (seed, first counter) words and the draw's place after that counter.
+    /// `None` outside a capture.
+    pub(crate) fn graph_random(&self, counters: u64) -> Result<Option<(u64, u64)>> {
+        if !self.is_capturing() {
+            return Ok(None);
+        }
+        let mut c = self.capture_state();
+        let Some(cap) = c.as_mut() else {
+            return Ok(None);
+        };
+        let r = match &mut cap.random {
+            Some(r) => r,
+            None => {
+                // outside the caching allocator, freed with the graph
+                let state = self.rt.malloc(16).map_err(|e| Error::Cuda {
+                    op: "cuMemAlloc",
+                    msg: e.msg,
+                })?;
+                cap.random.insert(GraphRandom { state, counters: 0 })
+            }
+        };
+        let intra = r.counters;
+        r.counters += counters;
+        Ok(Some((r.state, intra)))
+    }
+
+    /// Queues `g` on the current stream and arms its index checks there; the
+    /// counters of its random draws are reserved from the generator first, and
+    /// written (with the seed) where the draws read them.
+    pub(crate) fn launch_graph(
+        &self,
+        g: &RtGraph,
+        checks: &[GraphCheck],
+        random: Option<GraphRandom>,
+    ) -> Result<()> {
         let s = self.stream();
         self.refuse_in_capture("replaying a graph", "graphs do not nest")?;
+        if let Some(r) = random {
+            let (seed, offset) = super::random::reserve_counters(r.counters);
+            self.htod(r.state, &[seed, offset])?;
+        }
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         self.rt.graph_launch(g, s)?;
         let me = std::thread::current().id();
@@ -415,14 +468,23 @@ impl CudaDev {
 
     /// After a graph is dropped: waits for its launches, then gives its memory
     /// and its index-check slots back.
-    pub(crate) fn drop_graph(&self, g: RtGraph, pool: StreamId, checks: &[GraphCheck]) {
+    pub(crate) fn drop_graph(
+        &self,
+        g: RtGraph,
+        pool: StreamId,
+        checks: &[GraphCheck],
+        random: Option<GraphRandom>,
+    ) {
         // its launches may still run (errors stay for the next wait)
         let _ = self.rt.synchronize();
         self.rt.graph_destroy(g);
-        self.forget_graph(pool, checks);
+        self.forget_graph(pool, checks, random);
     }
 
-    fn forget_graph(&self, pool: StreamId, checks: &[GraphCheck]) {
+    fn forget_graph(&self, pool: StreamId, checks: &[GraphCheck], random: Option<GraphRandom>) {
+        if let Some(r) = random {
+            self.rt.free(r.state);
+        }
         self.allocator().release_graph(pool);
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
         for k in checks {

@@ -28,15 +28,19 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 //!
+//! Random draws (`rand`, `randn`, dropout) are captured so that each replay draws
+//! new numbers: before a replay the counters they use are reserved from the
+//! generator, as the same draws made eagerly would reserve them, so a seeded run
+//! draws the same numbers with or without a graph.
+//!
 //! Inside a capture these are errors, naming what to do instead: copies from or
-//! to the host (`Tensor::new`, `to_vec`, `item`), waits for the GPU, random
-//! numbers (`rand`, `randn`, dropout), work on other streams, and a second
-//! capture on the same GPU. While a capture is under way the caching allocator
+//! to the host (`Tensor::new`, `to_vec`, `item`), waits for the GPU, work on
+//! other streams, and a second capture on the same GPU. While a capture is under way the caching allocator
 //! neither empties its cache nor looks at events (neither is allowed then): an
 //! allocation that does not fit fails at once. A bad index found by a captured check is reported by
 //! the first wait after the replay that found it, as outside graphs.
 
-use super::device::{dev, with_current_stream, CudaDev, GraphCheck};
+use super::device::{dev, with_current_stream, CudaDev, GraphCheck, GraphRandom};
 use super::runtime::{RtGraph, StreamId};
 use crate::{Device, Error, Result};
 use std::sync::Arc;
@@ -47,6 +51,7 @@ pub struct Graph {
     graph: Option<RtGraph>,
     pool: StreamId,
     checks: Vec<GraphCheck>,
+    random: Option<GraphRandom>,
 }
 
 impl Graph {
@@ -86,7 +91,7 @@ impl Graph {
             Ok(out) => out,
             Err(panic) => {
                 if let Ok(c) = captured {
-                    d.drop_graph(c.graph, c.pool, &c.checks);
+                    d.drop_graph(c.graph, c.pool, &c.checks, c.random);
                 }
                 std::panic::resume_unwind(panic);
             }
@@ -98,11 +103,12 @@ impl Graph {
                     graph: Some(c.graph),
                     pool: c.pool,
                     checks: c.checks,
+                    random: c.random,
                 },
                 r,
             )),
             (Err(e), Ok(c)) => {
-                d.drop_graph(c.graph, c.pool, &c.checks);
+                d.drop_graph(c.graph, c.pool, &c.checks, c.random);
                 Err(e)
             }
             (_, Err(e)) => Err(e),
@@ -116,7 +122,7 @@ impl Graph {
             .graph
             .as_ref()
             .expect("a graph is destroyed only by drop");
-        self.dev.launch_graph(g, &self.checks)
+        self.dev.launch_graph(g, &self.checks, self.random)
     }
 
     /// The device the graph runs on.
@@ -136,7 +142,7 @@ impl Drop for Graph {
     /// still held stay valid).
     fn drop(&mut self) {
         if let Some(g) = self.graph.take() {
-            self.dev.drop_graph(g, self.pool, &self.checks);
+            self.dev.drop_graph(g, self.pool, &self.checks, self.random);
         }
     }
 }

@@ -128,11 +128,6 @@ impl CudaStorage {
 
     /// `n` draws of `dist` from the GPUs' Philox stream.
     pub fn random(dev: &Arc<CudaDev>, dtype: DType, n: usize, dist: Dist) -> Result<CudaStorage> {
-        dev.refuse_in_capture(
-            "drawing random numbers (rand, randn, dropout)",
-            "the seed and offset are fixed at the call, so every replay would draw the \
-             same numbers; ember's random ops are not graph-safe yet",
-        )?;
         match dist {
             Dist::Uniform(lo, hi) => ops::random(dev, dtype, n, false, lo, hi),
             Dist::Normal(mean, std) => ops::random(dev, dtype, n, true, mean, std),
