@@ -418,10 +418,20 @@ impl<M: RawMemory> Allocator<M> {
     /// `bytes` from the driver; when it is out of memory, the cache is released and
     /// the request tried once more. `size` is the request reported in the error.
     fn driver_alloc(&mut self, bytes: usize, size: usize) -> std::result::Result<u64, AllocError> {
-        match self.raw.malloc(bytes) {
+        let first = match self.raw.malloc(bytes) {
+            // a capture may not wait for the device (what emptying the cache does):
+            // no second try then
+            Err(true) if self.capture.is_none() => {
+                // free the cache and try once more
+                self.stats.num_alloc_retries += 1;
+                self.release_cached();
+                self.raw.malloc(bytes)
+            }
+            r => r,
+        };
+        match first {
             Ok(p) => Ok(p),
-            // a capture may not wait for the device (what emptying the cache does)
-            Err(true) if self.capture.is_some() => {
+            Err(true) => {
                 self.stats.num_ooms += 1;
                 let (free, total) = self.raw.mem_info();
                 Err(AllocError::OutOfMemory {
@@ -431,26 +441,6 @@ impl<M: RawMemory> Allocator<M> {
                     allocated: self.stats.allocated,
                     reserved: self.stats.reserved,
                 })
-            }
-            Err(true) => {
-                // free the cache and try once more
-                self.stats.num_alloc_retries += 1;
-                self.release_cached();
-                match self.raw.malloc(bytes) {
-                    Ok(p) => Ok(p),
-                    Err(true) => {
-                        self.stats.num_ooms += 1;
-                        let (free, total) = self.raw.mem_info();
-                        Err(AllocError::OutOfMemory {
-                            requested: size,
-                            free,
-                            total,
-                            allocated: self.stats.allocated,
-                            reserved: self.stats.reserved,
-                        })
-                    }
-                    Err(false) => Err(AllocError::Driver(self.raw.last_error())),
-                }
             }
             Err(false) => Err(AllocError::Driver(self.raw.last_error())),
         }

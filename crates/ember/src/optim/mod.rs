@@ -694,7 +694,7 @@ impl Adam {
             .zip(self.m.iter_mut())
             .zip(self.v.iter_mut())
         {
-            let Some(mut g) = p.grad() else { continue };
+            let Some(g) = p.grad() else { continue };
             let dt = p.dtype();
             let (step_size, sqrt_bc2) = match per_dtype.iter().find(|(d, _, _)| *d == dt) {
                 Some((_, a, b)) => (a.clone(), b.clone()),
@@ -713,22 +713,47 @@ impl Adam {
                 Some(t) => t,
                 None => v.insert(p.zeros_like()?),
             };
-            if self.weight_decay != 0.0 {
-                if self.decoupled {
-                    p.mul_(1.0 - self.lr * self.weight_decay)?;
-                } else {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
-            }
-            m.mul_(b1)?;
-            m.add_(&g.mul(1.0 - b1)?)?;
-            v.mul_(b2)?;
-            v.add_(&g.square()?.mul(1.0 - b2)?)?;
-            let denom = v.sqrt()?.div(&sqrt_bc2)?.add(self.eps)?;
-            p.sub_(&m.div(&denom)?.mul(&step_size)?)?;
+            let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
+            adam_update(
+                p,
+                g,
+                (m, v),
+                (b1, b2),
+                (lr, eps, wd, decoupled),
+                (&step_size).into(),
+                (&sqrt_bc2).into(),
+            )?;
         }
         Ok(())
     }
+}
+
+/// Adam's update of `p` from its gradient `g` in tensor operations, PyTorch's
+/// form: `p -= step_size · m / (sqrt(v) / sqrt_bc2 + eps)`, where `step_size` is
+/// `lr / bc1`; the corrections are numbers, or tensors on the device (the
+/// capturable form).
+fn adam_update(
+    p: &Tensor,
+    mut g: Tensor,
+    (m, v): (&Tensor, &Tensor),
+    (b1, b2): (f64, f64),
+    (lr, eps, weight_decay, decoupled): (f64, f64, f64, bool),
+    step_size: crate::Operand<'_>,
+    sqrt_bc2: crate::Operand<'_>,
+) -> Result<()> {
+    if weight_decay != 0.0 {
+        if decoupled {
+            p.mul_(1.0 - lr * weight_decay)?;
+        } else {
+            g = g.add(&p.mul(weight_decay)?)?;
+        }
+    }
+    m.mul_(b1)?;
+    m.add_(&g.mul(1.0 - b1)?)?;
+    v.mul_(b2)?;
+    v.add_(&g.square()?.mul(1.0 - b2)?)?;
+    let denom = v.sqrt()?.div(sqrt_bc2)?.add(eps)?;
+    p.sub_(&m.div(&denom)?.mul(step_size)?)
 }
 
 impl Optimizer for Adam {
@@ -839,7 +864,7 @@ impl Optimizer for Adam {
             .zip(self.m.iter_mut())
             .zip(self.v.iter_mut())
         {
-            let Some(mut g) = p.grad() else { continue };
+            let Some(g) = p.grad() else { continue };
             let m = match m {
                 Some(t) => t,
                 None => m.insert(p.zeros_like()?),
@@ -861,20 +886,17 @@ impl Optimizer for Adam {
             if fused::adam(p, &g, m, v, h)? {
                 continue;
             }
-            if self.weight_decay != 0.0 {
-                if self.decoupled {
-                    p.mul_(1.0 - self.lr * self.weight_decay)?;
-                } else {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
-            }
-            m.mul_(b1)?;
-            m.add_(&g.mul(1.0 - b1)?)?;
-            v.mul_(b2)?;
-            v.add_(&g.square()?.mul(1.0 - b2)?)?;
-            // PyTorch's form: p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
-            let denom = v.sqrt()?.div(bc2.sqrt())?.add(self.eps)?;
-            p.sub_(&m.div(&denom)?.mul(self.lr / bc1)?)?;
+            let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
+            let (step_size, sqrt_bc2) = (lr / bc1, bc2.sqrt());
+            adam_update(
+                p,
+                g,
+                (m, v),
+                (b1, b2),
+                (lr, eps, wd, decoupled),
+                step_size.into(),
+                sqrt_bc2.into(),
+            )?;
         }
         Ok(())
     }

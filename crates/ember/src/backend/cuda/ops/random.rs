@@ -22,28 +22,23 @@ pub(crate) fn random(
     let per = if dtype == DType::F64 { 2 } else { 4 };
     let counters = n.div_ceil(per);
     let (po, n64, nrm) = (out.ptr(), n as i64, normal as i32);
-    if let Some((state, intra)) = dev.graph_random(counters as u64)? {
-        // inside a capture: the seed and first counter are read at each replay
-        let name = format!("random_graph_{}", suffix(dtype));
-        launch_n(
-            dev,
-            "random",
-            dtype,
-            &name,
-            counters,
-            &mut args![po, n64, state, intra, nrm, p0, p1],
-        )?;
-        return Ok(out);
-    }
-    let (seed, offset) = crate::backend::cuda::random::reserve_counters(counters as u64);
-    let name = format!("random_{}", suffix(dtype));
+    // inside a capture the seed and first counter are read at each replay from
+    // device words (`a`), the draw placed `b` counters after that counter
+    let (kernel, a, b) = match dev.graph_random(counters as u64)? {
+        Some((state, intra)) => ("random_graph", state, intra),
+        None => {
+            let (seed, offset) = crate::backend::cuda::random::reserve_counters(counters as u64);
+            ("random", seed, offset)
+        }
+    };
+    let name = format!("{kernel}_{}", suffix(dtype));
     launch_n(
         dev,
         "random",
         dtype,
         &name,
         counters,
-        &mut args![po, n64, seed, offset, nrm, p0, p1],
+        &mut args![po, n64, a, b, nrm, p0, p1],
     )?;
     Ok(out)
 }
