@@ -705,14 +705,7 @@ impl Adam {
                     (a, b)
                 }
             };
-            let m = match m {
-                Some(t) => t,
-                None => m.insert(p.zeros_like()?),
-            };
-            let v = match v {
-                Some(t) => t,
-                None => v.insert(p.zeros_like()?),
-            };
+            let (m, v) = (moment(p, m)?, moment(p, v)?);
             let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
             adam_update(
                 p,
@@ -725,6 +718,14 @@ impl Adam {
             )?;
         }
         Ok(())
+    }
+}
+
+/// A moment buffer of `p`, made (zeros) at its first step.
+fn moment<'a>(p: &Tensor, slot: &'a mut Option<Tensor>) -> Result<&'a Tensor> {
+    match slot {
+        Some(t) => Ok(t),
+        None => Ok(slot.insert(p.zeros_like()?)),
     }
 }
 
@@ -865,14 +866,7 @@ impl Optimizer for Adam {
             .zip(self.v.iter_mut())
         {
             let Some(g) = p.grad() else { continue };
-            let m = match m {
-                Some(t) => t,
-                None => m.insert(p.zeros_like()?),
-            };
-            let v = match v {
-                Some(t) => t,
-                None => v.insert(p.zeros_like()?),
-            };
+            let (m, v) = (moment(p, m)?, moment(p, v)?);
             let h = fused::AdamStep {
                 lr: self.lr,
                 b1,
