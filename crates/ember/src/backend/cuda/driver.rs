@@ -73,7 +73,18 @@ pub(crate) struct DriverSystem;
 impl System for DriverSystem {
     fn discover(&self) -> std::result::Result<usize, String> {
         libs::ensure(CudaLib::Driver)?;
-        drv::init().map_err(|e| format!("cuInit failed: {e}"))?;
+        drv::init().map_err(|e| {
+            if e.0 == sys::CUresult::CUDA_ERROR_STUB_LIBRARY {
+                // seen on a GPU machine whose LD_LIBRARY_PATH named the toolkit's
+                // lib/stubs folder ahead of the driver's
+                "cuInit failed: the libcuda.so.1 that was loaded is the CUDA toolkit's stub \
+                 (from a folder named stubs), not the NVIDIA driver's; take that folder out of \
+                 LD_LIBRARY_PATH, or point EMBER_CUDA_LIB_DIR at the driver's folder"
+                    .to_string()
+            } else {
+                format!("cuInit failed: {e}")
+            }
+        })?;
         let (major, minor) = read_driver_version()?;
         if (major, minor) < MIN_DRIVER {
             return Err(format!(
