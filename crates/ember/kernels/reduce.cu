@@ -92,6 +92,30 @@ __device__ __forceinline__ void block_best(A& v, i64& idx, bool want_max, A* sv,
     if (warp == 0) warp_best(v, idx, want_max);
 }
 
+// This thread's share of the sum of lane elements lo..hi of the lane at `base`:
+// elements lo + threadIdx.x, then every blockDim.x. Four independent accumulators
+// keep four loads in flight per thread (one add waiting on each load left the
+// memory system idle: a full sum of 4096x4096 floats ran at 30% of copy bandwidth
+// on an H200), and a contiguous layout skips loc's test in the loop.
+template <typename T, typename A>
+__device__ __forceinline__ A thread_sum(const T* x, const Layout& lx, i64 base, i64 lo, i64 hi) {
+    A s0 = (A)0, s1 = (A)0, s2 = (A)0, s3 = (A)0;
+    i64 step = blockDim.x, j = lo + threadIdx.x;
+    if (lx.contiguous) {
+        const T* p = x + lx.offset + base;
+        for (; j + 3 * step < hi; j += 4 * step) {
+            s0 += widen(p[j]);
+            s1 += widen(p[j + step]);
+            s2 += widen(p[j + 2 * step]);
+            s3 += widen(p[j + 3 * step]);
+        }
+        for (; j < hi; j += step) s0 += widen(p[j]);
+    } else {
+        for (; j < hi; j += step) s0 += widen(x[loc(lx, base + j)]);
+    }
+    return (s0 + s1) + (s2 + s3);
+}
+
 // T: input dtype, O: output dtype. Sums of integers accumulate in i64; floats in
 // float (f16, bf16, f32) or double (f64).
 template <typename T, typename O>
@@ -117,9 +141,7 @@ __device__ void reduce_impl(const T* x, Layout lx, O* out, i64 n_out, i64 lane, 
             q = block_sum(q, sd);
             if (threadIdx.x == 0) out[o] = narrow<O>((A)variance(q, lane, correction, op));
         } else if (op == R_SUM || op == R_MEAN) {
-            A s = (A)0;
-            for (i64 j = threadIdx.x; j < lane; j += blockDim.x) s += widen(x[loc(lx, base + j)]);
-            s = block_sum(s, sv);
+            A s = block_sum(thread_sum<T, A>(x, lx, base, 0, lane), sv);
             if (threadIdx.x == 0) {
                 out[o] = narrow<O>(op == R_MEAN ? s / (A)lane : s);
             }
@@ -215,9 +237,7 @@ __device__ void reduce_partial_impl(const T* x, Layout lx, i64 n_out, i64 lane, 
                 pm[b] = (A)(count > 0 ? sqrt(q / (double)count) : 0.0);
             }
         } else if (op == R_SUM || op == R_MEAN) {
-            A s = (A)0;
-            for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) s += widen(x[loc(lx, base + j)]);
-            s = block_sum(s, sv);
+            A s = block_sum(thread_sum<T, A>(x, lx, base, lo, hi), sv);
             if (threadIdx.x == 0) {
                 pv[b] = s;
             }
