@@ -22,6 +22,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+pub mod amp;
 pub mod autograd;
 mod backend;
 pub mod data;
@@ -39,6 +40,7 @@ pub mod optim;
 mod tensor;
 pub mod train;
 
+pub use amp::{autocast, autocast_guard};
 pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
 pub use backend::generator::Generator;
 pub use device::Device;

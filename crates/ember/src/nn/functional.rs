@@ -121,6 +121,13 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     const OP: &str = "layer_norm";
+    let mut ts = vec![x];
+    ts.extend(weight);
+    ts.extend(bias);
+    if let Some(c) = crate::amp::to_f32_cuda(&ts)? {
+        let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
+        return layer_norm(&c[0], normalized_shape, w, b, eps);
+    }
     let dims = norm_dims(OP, x, normalized_shape, &[weight, bias])?;
     for p in [weight, bias].into_iter().flatten() {
         // the parameters share the input's dtype, or are float32 for a half input
@@ -229,6 +236,17 @@ pub fn scaled_dot_product_attention(
     scale: Option<f64>,
 ) -> Result<Tensor> {
     const OP: &str = "scaled_dot_product_attention";
+    let mut ts = vec![q, k, v];
+    ts.extend(attn_mask.filter(|m| m.dtype().is_float()));
+    if let Some(c) = crate::amp::lower(&ts)? {
+        let mask = match attn_mask {
+            Some(m) if m.dtype().is_float() => Some(&c[3]),
+            m => m,
+        };
+        return scaled_dot_product_attention(
+            &c[0], &c[1], &c[2], mask, dropout_p, is_causal, scale,
+        );
+    }
     if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
         return Err(Error::invalid(
             OP,

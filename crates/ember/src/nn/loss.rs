@@ -82,6 +82,9 @@ impl Default for LossOptions<'_> {
 /// ...]` or unbatched `[C]`; `target` holds int64 class indices of the input's
 /// shape without the class dim, or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    if let Some(c) = crate::amp::to_f32(&[input, target])? {
+        return cross_entropy_opts(&c[0], &c[1], opts);
+    }
     let ls = opts.label_smoothing;
     if !(0.0..=1.0).contains(&ls) {
         return Err(Error::invalid(
@@ -100,6 +103,9 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
 /// `F.nll_loss` with all its arguments, on log-probabilities of the layouts of
 /// [`cross_entropy_opts`] (class indices only; `label_smoothing` must be 0).
 pub fn nll_loss_opts(log_probs: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    if let Some(c) = crate::amp::to_f32(&[log_probs, target])? {
+        return nll_loss_opts(&c[0], &c[1], opts);
+    }
     if opts.label_smoothing != 0.0 {
         return Err(Error::invalid(
             "nll_loss",
@@ -258,6 +264,9 @@ fn soft_cross_entropy(
 
 /// Mean squared error (`F.mse_loss`); shapes must match.
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some(c) = crate::amp::to_f32(&[input, target])? {
+        return mse_loss(&c[0], &c[1], reduction);
+    }
     if input.shape() != target.shape() {
         return Err(Error::shape(
             "mse_loss",
@@ -276,6 +285,9 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
 /// target 1, and `-inf` with any target, are NaN (`0·inf`, `-inf + inf`). The
 /// gradient `sigmoid(x) - y` is finite everywhere.
 pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some(c) = crate::amp::to_f32(&[logits, target])? {
+        return bce_with_logits(&c[0], &c[1], reduction);
+    }
     if logits.shape() != target.shape() {
         return Err(Error::shape(
             "bce_with_logits",

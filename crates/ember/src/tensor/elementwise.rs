@@ -461,6 +461,11 @@ impl Tensor {
         op: &O,
         rule: grad::Unary,
     ) -> Result<Tensor> {
+        if crate::amp::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+                return c[0].unary_op(name, op, rule);
+            }
+        }
         if let (Some(kernel), false) = (O::FLOAT_KERNEL, self.dtype().is_float()) {
             // PyTorch's kernels for these exist for floating-point dtypes only
             return Err(Error::dtype(

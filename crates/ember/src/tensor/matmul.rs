@@ -17,6 +17,9 @@ impl Tensor {
             r >= 2 && st[r - 2] == 1 && st[r - 1] != 1 && t.shape()[r - 2] > 1
         }
         const OP: &str = "matmul";
+        if let Some(c) = crate::amp::lower(&[self, rhs])? {
+            return c[0].matmul(&c[1]);
+        }
         super::same_device(OP, &[self, rhs])?;
         if self.dtype() != rhs.dtype() {
             return Err(Error::DTypeMismatch {

@@ -73,6 +73,11 @@ impl Tensor {
         keepdim: bool,
         op: ReduceOp,
     ) -> Result<Tensor> {
+        if crate::amp::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+                return c[0].reduce_op(name, dims, keepdim, op);
+            }
+        }
         if self.rank() == 0 {
             // a 0-d tensor reduces over its one element, whatever dim (0 or -1) was named
             return self.reshape([1])?.reduce_op(name, None, false, op);
@@ -322,6 +327,9 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, name: &'static str, dim: i64, log: bool) -> Result<Tensor> {
+        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+            return c[0].softmax_impl(name, dim, log);
+        }
         let d = normalize_dim(name, dim, self.rank())?;
         if !self.dtype().is_float() {
             return Err(Error::dtype(

@@ -61,6 +61,7 @@ fn vals(t: &ember::Tensor) -> Vec<f64> {
     t.to_vec::<f64>().expect("to_vec")
 }
 
+mod amp;
 mod autograd;
 mod creation;
 mod cuda;

@@ -1,0 +1,131 @@
+"""Golden values for ember's mixed precision (ember::amp), from PyTorch's CPU autocast.
+
+Writes amp_cases.json next to this file:
+- dtypes: the dtype of each op's output inside torch.autocast("cpu", torch.bfloat16),
+  for inputs of given dtypes (the lower-precision list, the float32 list, ops on
+  neither list, promotion between a bfloat16 and a float32 operand, float64 left
+  alone);
+- models: a small MLP and a small CNN with fixed float32 parameters, run forward
+  under CPU bf16 autocast with a cross-entropy loss and backward: the output
+  (bfloat16), the loss (float32) and every parameter's gradient (float32);
+- scaler: a GradScaler (init_scale 8, growth_interval 2) over a scripted run of
+  SGD steps in which some steps' gradients hold an infinity or a NaN: the scale
+  after each update(), whether each step was taken, the parameters at the end,
+  and the state_dict.
+Run from anywhere: python3 crates/ember/tests/golden/gen_amp.py
+"""
+import json
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BF = torch.bfloat16
+
+
+def flat(t):
+    return [float(x) for x in t.detach().float().reshape(-1).tolist()]
+
+
+def tj(t):
+    return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "values": flat(t)}
+
+
+def dtype_cases():
+    torch.manual_seed(0)
+    f32 = lambda *s: torch.randn(*s)
+    cases = []
+
+    def case(name, fn, *inputs):
+        with torch.autocast("cpu", dtype=BF):
+            out = fn(*inputs)
+        cases.append({"name": name, "inputs": [str(i.dtype).replace("torch.", "") for i in inputs],
+                      "out": str(out.dtype).replace("torch.", "")})
+
+    a, b = f32(3, 4), f32(4, 5)
+    case("matmul", torch.matmul, a, b)
+    case("matmul_f64", torch.matmul, a.double(), b.double())
+    case("bmm", torch.bmm, f32(2, 3, 4), f32(2, 4, 5))
+    case("linear", F.linear, a, f32(5, 4), f32(5))
+    case("conv2d", F.conv2d, f32(1, 2, 5, 5), f32(3, 2, 3, 3), f32(3))
+    case("sdpa", F.scaled_dot_product_attention, f32(1, 2, 3, 4), f32(1, 2, 3, 4), f32(1, 2, 3, 4))
+    case("softmax_f32", lambda x: x.softmax(-1), a)
+    case("softmax_bf16", lambda x: x.softmax(-1), a.to(BF))
+    case("log_softmax_bf16", lambda x: x.log_softmax(-1), a.to(BF))
+    case("layer_norm_bf16", lambda x, w, c: F.layer_norm(x, (4,), w, c), a.to(BF), f32(4), f32(4))
+    case("cross_entropy_bf16", lambda x, t: F.cross_entropy(x, t), a.to(BF), torch.tensor([0, 3, 1]))
+    case("mse_loss_bf16", F.mse_loss, a.to(BF), a)
+    case("bce_with_logits_bf16", F.binary_cross_entropy_with_logits, a.to(BF), a.sigmoid())
+    case("nll_loss_bf16", lambda x, t: F.nll_loss(x, t), a.to(BF), torch.tensor([0, 3, 1]))
+    case("add_bf16_f32", torch.add, a.to(BF), a)
+    case("relu_bf16", torch.relu, a.to(BF))
+    case("relu_f32", torch.relu, a)
+    case("sum_bf16", torch.sum, a.to(BF))
+    case("exp_bf16", torch.exp, a.to(BF))
+    case("max_pool2d_bf16", lambda x: F.max_pool2d(x, 2), f32(1, 2, 4, 4).to(BF))
+    return cases
+
+
+def model_cases():
+    out = []
+
+    def run(name, model, x, target):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=BF):
+            y = model(x)
+            loss = F.cross_entropy(y, target)
+        loss.backward()
+        out.append({
+            "name": name,
+            "params": [[n, tj(p)] for n, p in model.named_parameters()],
+            "x": tj(x), "target": [int(t) for t in target],
+            "out": tj(y), "loss": tj(loss),
+            "grads": [[n, tj(p.grad)] for n, p in model.named_parameters()],
+        })
+
+    torch.manual_seed(1)
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    run("mlp", mlp, torch.randn(6, 4), torch.tensor([0, 2, 1, 1, 0, 2]))
+    torch.manual_seed(2)
+    cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 3))
+    run("cnn", cnn, torch.randn(5, 1, 8, 8), torch.tensor([0, 2, 1, 1, 0]))
+    return out
+
+
+def scaler_case():
+    # w starts at [1, -2]; each step's loss is sum(w * c) for a scripted c (so the
+    # gradient is c, scaled); steps 2 and 5 put an infinity or a NaN in it
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0, growth_factor=2.0, backoff_factor=0.5,
+                                  growth_interval=2)
+    grads = [[0.5, 1.0], [1.0, float("inf")], [0.25, -0.5], [1.0, 1.0], [float("nan"), 0.0],
+             [0.5, 0.5], [0.5, 0.5], [-1.0, 2.0]]
+    scales, stepped = [], []
+    for c in grads:
+        opt.zero_grad()
+        loss = (w * torch.tensor(c)).sum()
+        scaler.scale(loss).backward()
+        before = w.detach().clone()
+        scaler.step(opt)
+        stepped.append(not torch.equal(before, w.detach()))
+        scaler.update()
+        scales.append(scaler.get_scale())
+    sd = scaler.state_dict()
+    # infinities and NaNs as text (JSON has no number for them)
+    return {"grads": [[str(x) for x in c] for c in grads], "scales": scales, "stepped": stepped, "w": flat(w),
+            "state": {k: float(v) for k, v in sd.items()}}
+
+
+def main():
+    data = {"torch": torch.__version__.split("+")[0], "dtypes": dtype_cases(),
+            "models": model_cases(), "scaler": scaler_case()}
+    with open(os.path.join(HERE, "amp_cases.json"), "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+//! Mixed precision against PyTorch's CPU autocast (tests/golden/amp_cases.json, made
+//! by tests/golden/gen_amp.py): the dtype each op gives inside autocast, a small
+//! MLP's and CNN's outputs and gradients in bfloat16, and GradScaler's scale over a
+//! scripted run with infinities; on `cuda:0` too, with CUDA's own float32 list.
+
+use super::assert_close;
+use ember::amp::{autocast_guard_for, DeviceType, GradScaler};
+use ember::nn::{self, Module};
+use ember::optim::{Optimizer, Sgd};
+use ember::prelude::*;
+use serde_json::Value;
+
+fn cases() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/amp_cases.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("amp_cases.json"))
+        .expect("valid JSON")
+}
+
+fn dtype_named(s: &str) -> DType {
+    match s {
+        "float32" => DType::F32,
+        "float64" => DType::F64,
+        "bfloat16" => DType::BF16,
+        "float16" => DType::F16,
+        "int64" => DType::I64,
+        other => panic!("dtype {other}"),
+    }
+}
+
+fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let values: Vec<f64> = v["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    Tensor::from_vec(values, shape, dev)?.to_dtype(dtype_named(v["dtype"].as_str().unwrap()))
+}
+
+fn vals(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+fn device_type(dev: &Device) -> DeviceType {
+    if dev.is_cuda() {
+        DeviceType::Cuda
+    } else {
+        DeviceType::Cpu
+    }
+}
+
+/// PyTorch's CUDA autocast runs these in float32 where its CPU autocast keeps the
+/// input's dtype (`softmax`, `log_softmax` and `sum` with a lower-precision input
+/// give float32; `layer_norm` and `exp` are on its float32 list).
+const CUDA_IN_F32: &[&str] = &[
+    "softmax_bf16",
+    "log_softmax_bf16",
+    "layer_norm_bf16",
+    "sum_bf16",
+    "exp_bf16",
+];
+
+pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
+    let all = cases();
+    let mut checked = 0;
+    for c in all["dtypes"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let ins: Vec<DType> = c["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| dtype_named(d.as_str().unwrap()))
+            .collect();
+        // inputs of the case's dtypes; values that every op accepts
+        let make = |shape: &[usize], dt: DType| -> Result<Tensor> {
+            Tensor::rand(shape.to_vec(), dev)?.to_dtype(dt)
+        };
+        let [a, b, c3] = [
+            ins[0],
+            *ins.get(1).unwrap_or(&DType::F32),
+            *ins.get(2).unwrap_or(&DType::F32),
+        ];
+        let _ac = autocast_guard_for(device_type(dev), Some(DType::BF16))?;
+        let out = match name {
+            "matmul" | "matmul_f64" => make(&[3, 4], a)?.matmul(&make(&[4, 5], b)?)?,
+            "bmm" => make(&[2, 3, 4], a)?.bmm(&make(&[2, 4, 5], b)?)?,
+            "linear" => {
+                let lin = nn::Linear::from_weights(&make(&[5, 4], b)?, Some(&make(&[5], c3)?))?;
+                lin.forward(&make(&[3, 4], a)?)?
+            }
+            "conv2d" => make(&[1, 2, 5, 5], a)?.conv2d(
+                &make(&[3, 2, 3, 3], b)?,
+                Some(&make(&[3], c3)?),
+                Conv2dOptions::default(),
+            )?,
+            "sdpa" => {
+                let q = make(&[1, 2, 3, 4], a)?;
+                nn::functional::scaled_dot_product_attention(&q, &q, &q, None, 0.0, false, None)?
+            }
+            "softmax_f32" | "softmax_bf16" => make(&[3, 4], a)?.softmax(-1)?,
+            "log_softmax_bf16" => make(&[3, 4], a)?.log_softmax(-1)?,
+            "layer_norm_bf16" => nn::functional::layer_norm(
+                &make(&[3, 4], a)?,
+                &[4],
+                Some(&make(&[4], b)?),
+                Some(&make(&[4], c3)?),
+                1e-5,
+            )?,
+            "cross_entropy_bf16" | "nll_loss_bf16" => {
+                let t = Tensor::new(vec![0i64, 3, 1], dev)?;
+                let x = make(&[3, 4], a)?;
+                if name == "nll_loss_bf16" {
+                    nn::nll_loss(&x, &t, nn::Reduction::Mean)?
+                } else {
+                    nn::cross_entropy(&x, &t)?
+                }
+            }
+            "mse_loss_bf16" => {
+                nn::mse_loss(&make(&[3, 4], a)?, &make(&[3, 4], b)?, nn::Reduction::Mean)?
+            }
+            "bce_with_logits_bf16" => {
+                nn::bce_with_logits(&make(&[3, 4], a)?, &make(&[3, 4], b)?, nn::Reduction::Mean)?
+            }
+            "add_bf16_f32" => make(&[3, 4], a)?.add(&make(&[3, 4], b)?)?,
+            "relu_bf16" | "relu_f32" => make(&[3, 4], a)?.relu()?,
+            "sum_bf16" => make(&[3, 4], a)?.sum_all()?,
+            "exp_bf16" => make(&[3, 4], a)?.exp()?,
+            "max_pool2d_bf16" => make(&[1, 2, 4, 4], a)?.max_pool2d(Pool2dOptions::new(2))?,
+            other => panic!("no ember op for the case {other}"),
+        };
+        let mut want = dtype_named(c["out"].as_str().unwrap());
+        if dev.is_cuda() && CUDA_IN_F32.contains(&name) {
+            want = DType::F32;
+        }
+        assert_eq!(out.dtype(), want, "{name} on {dev}");
+        checked += 1;
+    }
+    assert_eq!(checked, 20);
+    Ok(())
+}
+
+/// The golden model's parameters copied into ember's, by PyTorch's names.
+fn load(model: &dyn Module, params: &Value, dev: &Device) -> Result<()> {
+    let _ng = ember::no_grad_guard();
+    let named = model.named_parameters();
+    let want = params.as_array().unwrap();
+    assert_eq!(named.len(), want.len());
+    for ((n, p), w) in named.iter().zip(want) {
+        assert_eq!(n, w[0].as_str().unwrap());
+        p.copy_(&tensor(&w[1], dev)?)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn models_match_pytorch_in_bf16(dev: &Device) -> Result<()> {
+    let all = cases();
+    for case in all["models"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let model: Box<dyn Module> = match name {
+            "mlp" => Box::new(
+                nn::Sequential::new()
+                    .add(nn::Linear::new(4, 8, dev)?)
+                    .add(nn::ReLU)
+                    .add(nn::Linear::new(8, 3, dev)?),
+            ),
+            _ => Box::new(
+                nn::Sequential::new()
+                    .add(nn::Conv2d::new(1, 4, 3, Conv2dOptions::default(), dev)?)
+                    .add(nn::ReLU)
+                    .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+                    .add(nn::Flatten::default())
+                    .add(nn::Linear::new(36, 3, dev)?),
+            ),
+        };
+        load(model.as_ref(), &case["params"], dev)?;
+        let x = tensor(&case["x"], dev)?;
+        let target: Vec<i64> = case["target"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_i64().unwrap())
+            .collect();
+        let target = Tensor::new(target, dev)?;
+        let (out, loss) = {
+            let _ac = autocast_guard_for(device_type(dev), Some(DType::BF16))?;
+            let out = model.forward(&x)?;
+            let loss = nn::cross_entropy(&out, &target)?;
+            (out, loss)
+        };
+        loss.backward()?;
+        assert_eq!(
+            (out.dtype(), loss.dtype()),
+            (DType::BF16, DType::F32),
+            "{name}"
+        );
+        // bfloat16 keeps 8 bits: values agree to a few of its units in the last place
+        assert_close(&vals(&out), &vals(&tensor(&case["out"], dev)?), 2e-2, 2e-2);
+        assert_close(
+            &vals(&loss),
+            &vals(&tensor(&case["loss"], dev)?),
+            1e-2,
+            1e-3,
+        );
+        for ((n, p), g) in model
+            .named_parameters()
+            .iter()
+            .zip(case["grads"].as_array().unwrap())
+        {
+            let got = p.grad().expect("a gradient");
+            assert_eq!(
+                got.dtype(),
+                DType::F32,
+                "{name}.{n}: master weights keep float32"
+            );
+            let want = tensor(&g[1], dev)?;
+            let scale = vals(&want).iter().fold(0f64, |m, v| m.max(v.abs()));
+            assert_close(&vals(&got), &vals(&want), 3e-2, 2e-2 * scale.max(1e-3));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    let s = &all["scaler"];
+    let w = Tensor::new(vec![1f32, -2.], dev)?.requires_grad_(true)?;
+    let mut opt = Sgd::new(vec![w.clone()], 0.1)?;
+    let mut scaler = GradScaler::with_options(8.0, 2.0, 0.5, 2)?;
+    let (mut scales, mut stepped) = (vec![], vec![]);
+    for c in s["grads"].as_array().unwrap() {
+        let c: Vec<f32> = c
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().parse().unwrap())
+            .collect();
+        opt.zero_grad();
+        let loss = w.mul(&Tensor::new(c, dev)?)?.sum_all()?;
+        scaler.scale(&loss)?.backward()?;
+        stepped.push(scaler.step(&mut opt)?);
+        scaler.update()?;
+        scales.push(scaler.get_scale());
+    }
+    let want_scales: Vec<f64> = s["scales"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let want_stepped: Vec<bool> = s["stepped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_bool().unwrap())
+        .collect();
+    assert_eq!(scales, want_scales);
+    assert_eq!(stepped, want_stepped);
+    let want_w: Vec<f64> = s["w"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_close(&vals(&w), &want_w, 1e-6, 1e-6);
+    for (k, v) in scaler.state_dict() {
+        assert_eq!(s["state"][&k].as_f64(), Some(v), "state_dict {k}");
+    }
+    // a new scaler resumes from the state
+    let mut again = GradScaler::new();
+    again.load_state_dict(&scaler.state_dict())?;
+    assert_eq!(again.state_dict(), scaler.state_dict());
+    Ok(())
+}
+
+pub(crate) fn grad_scaler_refuses_like_pytorch(dev: &Device) -> Result<()> {
+    let w = Tensor::new(vec![1f32, -2.], dev)?.requires_grad_(true)?;
+    let mut opt = Sgd::new(vec![w.clone()], 0.1)?;
+    let mut scaler = GradScaler::new();
+    let msg = |r: Result<()>| r.unwrap_err().to_string();
+    scaler.scale(&w.sum_all()?)?.backward()?;
+    scaler.unscale_(&opt)?;
+    assert!(msg(scaler.unscale_(&opt)).contains("unscale_() has already been called"));
+    assert!(scaler.step(&mut opt)?);
+    assert!(scaler
+        .step(&mut opt)
+        .unwrap_err()
+        .to_string()
+        .contains("step() has already been called"));
+    assert!(msg(scaler.unscale_(&opt)).contains("unscale_() is being called after step()"));
+    scaler.update()?;
+    assert!(msg(scaler.update()).contains("No inf checks were recorded prior to update."));
+    // float16 gradients: the master weights must be float32
+    let h = Tensor::new(vec![1f32], dev)?
+        .to_dtype(DType::F16)?
+        .requires_grad_(true)?;
+    let opt16 = Sgd::new(vec![h.clone()], 0.1)?;
+    h.sum_all()?.backward()?;
+    assert!(msg(scaler.unscale_(&opt16)).contains("Attempting to unscale FP16 gradients."));
+    for (g, b) in [(1.0, 0.5), (2.0, 1.0), (f64::NAN, 0.5)] {
+        let e = GradScaler::with_options(8.0, g, b, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must be"), "{e}");
+    }
+    // disabled: everything passes through (bfloat16 or float32 training)
+    let mut off = GradScaler::new().enabled(false);
+    let loss = w.square()?.sum_all()?;
+    assert_eq!(vals(&off.scale(&loss)?), vals(&loss));
+    opt.zero_grad();
+    off.scale(&loss)?.backward()?;
+    let before = vals(&w);
+    assert!(off.step(&mut opt)?);
+    off.update()?;
+    assert_ne!(vals(&w), before);
+    assert_eq!(off.get_scale(), 1.0);
+    Ok(())
+}
+
+#[test]
+fn autocast_to_an_integer_or_wide_dtype_is_an_error() {
+    for dt in [DType::I64, DType::F64] {
+        let e = ember::autocast(dt, || ()).unwrap_err().to_string();
+        assert!(
+            e.contains("autocast only supports bfloat16 and float16"),
+            "{e}"
+        );
+    }
+}
+
+device_test!(
+    dtypes_follow_pytorchs_lists,
+    models_match_pytorch_in_bf16,
+    grad_scaler_matches_pytorch,
+    grad_scaler_refuses_like_pytorch,
+);
