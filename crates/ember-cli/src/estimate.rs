@@ -15,6 +15,24 @@ pub enum OptimizerKind {
     Adam,
 }
 
+/// The lower precision of `--amp` (mixed-precision training).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AmpKind {
+    /// bfloat16: float32's range, no loss scaling.
+    Bf16,
+    /// float16: the loss scaled dynamically (a GradScaler).
+    F16,
+}
+
+impl AmpKind {
+    pub fn dtype(self) -> ember::DType {
+        match self {
+            AmpKind::Bf16 => ember::DType::BF16,
+            AmpKind::F16 => ember::DType::F16,
+        }
+    }
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct EstimateArgs {
     /// The model: one of ember::models (alexnet, vgg11, vgg16, resnet18,

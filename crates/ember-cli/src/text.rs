@@ -47,6 +47,8 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         ));
     }
     let batch = args.batch_size.map_or(32, |b| b as usize);
+    let amp = args.amp.map(|a| a.dtype());
+    let mut scaler = ember::amp::GradScaler::new().enabled(amp == Some(DType::F16));
     let lr = args.lr.unwrap_or(3e-3);
     if t.steps == 0
         || t.eval_every == 0
@@ -96,8 +98,13 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     let (n_train, n_val) = (corpus.ids(Split::Train).len(), corpus.ids(Split::Val).len());
     if !args.quiet {
         println!(
-            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {warmup} steps, cosine decay), on {device}",
-            t.layers, t.heads, t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size()
+            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {warmup} steps, cosine decay), on {device}{}",
+            t.layers, t.heads, t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size(),
+            match amp {
+                Some(DType::F16) => ", autocast float16 with loss scaling".to_string(),
+                Some(dt) => format!(", autocast {dt}"),
+                None => String::new(),
+            }
         );
         println!("unigram baseline: {baseline:.3} nats per character on the validation text");
     }
@@ -106,6 +113,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         let mut total = 0.0;
         for _ in 0..t.eval_batches {
             let (x, y) = corpus.batch(Split::Val, batch, t.context, &device)?;
+            let _ac = amp.map(ember::autocast_guard).transpose()?;
             total += ember::no_grad(|| model.loss(&x, &y))?.item::<f32>()? as f64;
         }
         model.train();
@@ -116,11 +124,18 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     let mut val = f64::NAN;
     for step in 1..=t.steps {
         let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
-        let loss = model.loss(&x, &y)?;
+        let loss = {
+            let _ac = amp.map(ember::autocast_guard).transpose()?;
+            model.loss(&x, &y)?
+        };
         opt.zero_grad();
-        loss.backward()?;
+        // with float16 the loss is scaled, and the gradients unscaled before
+        // clipping; otherwise the scaler passes everything through
+        scaler.scale(&loss)?.backward()?;
+        scaler.unscale_(&opt)?;
         nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
-        opt.step()?;
+        scaler.step(&mut opt)?;
+        scaler.update()?;
         sched.step(&mut opt);
         if step % t.eval_every == 0 || step == t.steps {
             train_loss = loss.item::<f32>()? as f64;

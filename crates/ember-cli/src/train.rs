@@ -57,6 +57,11 @@ pub struct TrainArgs {
     /// capturable form).
     #[arg(long)]
     pub cuda_graphs: bool,
+    /// Mixed precision: the forward passes under autocast to bf16 or f16
+    /// (products and convolutions in it, parameters kept in float32; f16 also
+    /// scales the loss).
+    #[arg(long, value_enum)]
+    pub amp: Option<crate::estimate::AmpKind>,
     /// Model: mlp or cnn, or on fake data any of ember::models (alexnet, vgg11,
     /// vgg16, resnet18, resnet50) [default: iris mlp, digits cnn, fake resnet18].
     #[arg(long)]
@@ -111,6 +116,7 @@ impl Default for TrainArgs {
             lr: None,
             optimizer: crate::estimate::OptimizerKind::Adam,
             cuda_graphs: false,
+            amp: None,
             model: None,
             input: None,
             classes: None,
@@ -227,6 +233,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let mut trial = trial
         .config(config)
         .cuda_graphs(args.cuda_graphs)
+        .amp(args.amp.map(|a| a.dtype()))?
         .metrics(&["loss", "accuracy"])?
         .progress(if args.quiet {
             Progress::Quiet
@@ -252,10 +259,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         }
     }
     println!(
-        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, {} lr {lr}, on {device}{}",
+        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, {} lr {lr}, on {device}{}{}",
         data.model,
         data.source,
         if sgd { "SGD (momentum 0.9)" } else { "Adam" },
+        match args.amp.map(|a| a.dtype()) {
+            Some(dt) if dt == ember::DType::F16 => ", autocast float16 with loss scaling".to_string(),
+            Some(dt) => format!(", autocast {dt}"),
+            None => String::new(),
+        },
         if args.cuda_graphs && device.is_cuda() {
             ", the step captured in a CUDA graph"
         } else {
@@ -544,6 +556,7 @@ fn memory_check(
         _ => None,
     };
     let major = target.as_ref().map_or(9, |(_, p)| p.compute_capability.0);
+    let amp = args.amp.map(|a| a.dtype());
     let estimator = || {
         let build = data.build.clone();
         Estimator::new(move |d| build(d))
@@ -557,6 +570,7 @@ fn memory_check(
                 Ok(o)
             })
             .compute_capability(major)
+            .amp(amp)
     };
     let est = estimator();
     let train = est.estimate(batch)?;

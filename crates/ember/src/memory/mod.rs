@@ -228,6 +228,7 @@ pub struct Estimator<M> {
     steps: usize,
     outside: usize,
     dtype: Option<DType>,
+    amp: Option<DType>,
 }
 
 impl<M: Module> Estimator<M> {
@@ -242,6 +243,7 @@ impl<M: Module> Estimator<M> {
             steps: 2,
             outside: 0,
             dtype: None,
+            amp: None,
         }
     }
 
@@ -278,6 +280,15 @@ impl<M: Module> Estimator<M> {
     /// model as built (float32 for ember's layers).
     pub fn dtype(mut self, dtype: DType) -> Self {
         self.dtype = Some(dtype);
+        self
+    }
+
+    /// Runs the forward passes and the loss under autocast to `dtype`
+    /// ([`amp`](crate::amp), as `Trial::amp` does; `meta` follows CUDA's lists), so
+    /// that the estimate counts the lower-precision activations and the casts of
+    /// the parameters.
+    pub fn amp(mut self, dtype: Option<DType>) -> Self {
+        self.amp = dtype;
         self
     }
 
@@ -419,6 +430,7 @@ impl<M: Module> Estimator<M> {
             trace.mark(0, Phase::Inputs);
             let x = Tensor::empty(shape.as_slice(), dtype, &meta)?;
             trace.mark(0, Phase::Forward);
+            let _ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
             drop((out, x));
             return Ok(summary);
@@ -430,8 +442,10 @@ impl<M: Module> Estimator<M> {
             let x = Tensor::empty(shape.as_slice(), dtype, &meta)?;
             let y = Tensor::empty([batch], DType::I64, &meta)?;
             trace.mark(step, Phase::Forward);
+            let ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
             let loss = (self.loss)(&out, &y)?;
+            drop(ac);
             trace.mark(step, Phase::Backward);
             loss.backward()?;
             drop((loss, out));

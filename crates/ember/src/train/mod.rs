@@ -37,10 +37,11 @@ pub use callbacks::{Callback, Checkpoint, Control, EarlyStopping, EpochEnd, Mode
 pub use history::{EpochRecord, History};
 pub use metrics::{metric_by_name, Loss, Metric, TopKAccuracy};
 
+use crate::amp::GradScaler;
 use crate::data::DataLoader;
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
-use crate::{Device, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
@@ -84,25 +85,55 @@ pub struct Trial {
     step_graph: Option<StepGraph>,
     /// Training steps replayed from a CUDA graph so far.
     replays: u64,
+    /// The autocast dtype of the forward passes ([`Trial::amp`]).
+    amp: Option<DType>,
+    /// Loss scaling, for float16 autocast.
+    scaler: Option<GradScaler>,
 }
 
 /// One training step: the last step's gradients cleared (before the forward pass,
 /// not after it, so that they and this step's activations are never alive
 /// together), forward, loss, backward, optimizer step. Returns the outputs and
 /// the loss, detached.
+/// With `amp`, the forward pass and the loss run under autocast to that dtype,
+/// and with a `scaler` the loss is scaled and the step skipped when a gradient
+/// is not finite.
 fn train_step(
     model: &dyn Module,
     optimizer: &mut dyn Optimizer,
     loss_fn: &LossFn,
+    (amp, scaler): (Option<DType>, Option<&mut GradScaler>),
     x: &Tensor,
     y: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     optimizer.zero_grad();
+    let (out, loss) = forward_loss(model, loss_fn, amp, x, y)?;
+    match scaler {
+        Some(s) => {
+            s.scale(&loss)?.backward()?;
+            s.step(optimizer)?;
+            s.update()?;
+        }
+        None => {
+            loss.backward()?;
+            optimizer.step()?;
+        }
+    }
+    Ok((out.detach(), loss.detach()))
+}
+
+/// The model's output and the loss, under autocast to `amp` when given.
+fn forward_loss(
+    model: &dyn Module,
+    loss_fn: &LossFn,
+    amp: Option<DType>,
+    x: &Tensor,
+    y: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let _ac = amp.map(crate::amp::autocast_guard).transpose()?;
     let out = model.forward(x)?;
     let loss = loss_fn(&out, y)?;
-    loss.backward()?;
-    optimizer.step()?;
-    Ok((out.detach(), loss.detach()))
+    Ok((out, loss))
 }
 
 /// A training step captured in a CUDA graph, with its static inputs and outputs.
@@ -145,7 +176,32 @@ impl Trial {
             warmed: false,
             step_graph: None,
             replays: 0,
+            amp: None,
+            scaler: None,
         }
+    }
+
+    /// Runs the forward passes and the loss under autocast to `dtype`
+    /// (`DType::BF16` or `DType::F16`; `None`, the default, for none): products and
+    /// convolutions in that precision, the parameters kept in float32 (see
+    /// [`amp`](crate::amp)). Float16 also scales the loss with a [`GradScaler`]
+    /// (PyTorch's defaults), which skips steps whose gradients overflow; bfloat16,
+    /// with float32's range, needs none. The setting is part of the
+    /// [`run_config`](Self::run_config). Float16 is refused with
+    /// [`cuda_graphs`](Self::cuda_graphs): the scaler reads a flag on the host at
+    /// every step.
+    pub fn amp(mut self, dtype: Option<DType>) -> Result<Trial> {
+        if let Some(dt) = dtype {
+            drop(crate::amp::autocast_guard(dt)?);
+        }
+        self.amp = dtype;
+        self.scaler = (dtype == Some(DType::F16)).then(GradScaler::new);
+        Ok(self)
+    }
+
+    /// The loss scaler of float16 training ([`amp`](Self::amp)), if any.
+    pub fn grad_scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
     }
 
     /// Adds settings of the run that change its result (data set, model, seed,
@@ -178,6 +234,9 @@ impl Trial {
 
     fn config_with(&self, train: Option<&DataLoader>) -> Vec<(String, String)> {
         let mut c = self.config.clone();
+        if let Some(dt) = self.amp {
+            c.push(("amp".into(), dt.to_string()));
+        }
         for (k, v) in self.optimizer.config() {
             let k = if k == "optimizer" {
                 k
@@ -497,6 +556,7 @@ impl Trial {
                         self.model.as_ref(),
                         self.optimizer.as_mut(),
                         &self.loss_fn,
+                        (self.amp, self.scaler.as_mut()),
                         &x,
                         &y,
                     )?;
@@ -575,11 +635,23 @@ impl Trial {
                 ),
             ));
         }
+        if self.scaler.is_some() {
+            return Err(Error::invalid(
+                "Trial::cuda_graphs",
+                "float16 autocast scales the loss with a GradScaler, which reads a flag \
+                 on the host at every step: a CUDA graph cannot replay that; use bfloat16 \
+                 autocast (no scaler), or train without cuda_graphs",
+            ));
+        }
         let (xs, ys) = (x.copy()?, y.copy()?);
-        let (model, optimizer, loss_fn) =
-            (self.model.as_ref(), self.optimizer.as_mut(), &self.loss_fn);
+        let (model, optimizer, loss_fn, amp) = (
+            self.model.as_ref(),
+            self.optimizer.as_mut(),
+            &self.loss_fn,
+            self.amp,
+        );
         let (graph, (out, loss)) = crate::cuda::Graph::capture(&self.device, || {
-            train_step(model, optimizer, loss_fn, &xs, &ys)
+            train_step(model, optimizer, loss_fn, (amp, None), &xs, &ys)
         })?;
         graph.replay()?;
         self.replays += 1;
@@ -603,8 +675,7 @@ impl Trial {
         for batch in loader.epoch(epoch) {
             let (x, y) = batch?;
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
-            let out = self.model.forward(&x)?;
-            let loss = (self.loss_fn)(&out, &y)?;
+            let (out, loss) = forward_loss(self.model.as_ref(), &self.loss_fn, self.amp, &x, &y)?;
             for m in self.metrics.iter_mut() {
                 m.update(&out, &y, &loss)?;
             }

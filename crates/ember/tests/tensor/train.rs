@@ -301,7 +301,77 @@ fn trial_with_cuda_graphs_trains_as_without(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `Trial::amp`: bfloat16 and float16 autocast train as float32 does (within
+/// noise), with the parameters kept in float32; float16's loss scaler runs and is
+/// refused together with CUDA graphs; the setting is part of the run's config.
+fn trial_with_amp_trains_as_f32_does(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let run = |amp: Option<DType>| -> Result<(Vec<f64>, f64, Trial)> {
+        let (train, val) = loaders(1)?;
+        let m = model(2, &Device::Cpu)?;
+        let opt = Adam::new(m.parameters(), 0.05)?;
+        let mut trial = Trial::new(m, opt, nn::cross_entropy)
+            .metrics(&["loss", "acc"])?
+            .progress(Progress::Quiet)
+            .amp(amp)?
+            .to(dev)?
+            .with_generators(Some(train), Some(val), None);
+        let h = trial.run(6)?.clone();
+        let acc = h.last().unwrap().get("val_acc").unwrap();
+        Ok((h.series("loss"), acc, trial))
+    };
+    let (f32_loss, f32_acc, _) = run(None)?;
+    for dt in [DType::BF16, DType::F16] {
+        let (loss, acc, trial) = run(Some(dt))?;
+        assert!(loss[5] < loss[0] * 0.5, "{dt}: the loss falls: {loss:?}");
+        assert!(
+            (loss[5] - f32_loss[5]).abs() < 0.05 + 0.2 * f32_loss[5],
+            "{dt}: final loss {} against float32's {}",
+            loss[5],
+            f32_loss[5]
+        );
+        assert!(
+            acc >= f32_acc - 0.07,
+            "{dt}: accuracy {acc} against {f32_acc}"
+        );
+        assert!(trial
+            .model()
+            .parameters()
+            .iter()
+            .all(|p| p.dtype() == DType::F32));
+        let amp = trial.run_config().into_iter().find(|(k, _)| k == "amp");
+        assert_eq!(amp.map(|(_, v)| v), Some(dt.to_string()));
+        // float16 scales the loss; after 6 clean epochs of 3 steps the scale stays
+        // at PyTorch's initial 65536 (it grows only after 2000 good steps)
+        let scale = trial.grad_scaler().map(|s| s.get_scale());
+        assert_eq!(scale, (dt == DType::F16).then_some(65536.0), "{dt}");
+    }
+    let m = model(2, &Device::Cpu)?;
+    let opt = Adam::new(m.parameters(), 0.05)?;
+    let e = Trial::new(m, opt, nn::cross_entropy)
+        .amp(Some(DType::I64))
+        .err()
+        .expect("an integer autocast dtype is refused")
+        .to_string();
+    assert!(e.contains("only supports bfloat16 and float16"), "{e}");
+    if dev.is_cuda() {
+        let (train, _) = loaders(1)?;
+        let m = model(2, &Device::Cpu)?;
+        let opt = Adam::new(m.parameters(), 0.05)?;
+        let mut trial = Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .amp(Some(DType::F16))?
+            .cuda_graphs(true)
+            .to(dev)?
+            .with_generators(Some(train), None, None);
+        let e = trial.run(1).unwrap_err().to_string();
+        assert!(e.contains("GradScaler"), "{e}");
+    }
+    Ok(())
+}
+
 device_test!(
+    trial_with_amp_trains_as_f32_does,
     trial_learns_and_records_history,
     trial_resume_matches_uninterrupted,
     trial_with_cuda_graphs_trains_as_without
