@@ -264,7 +264,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         data.source,
         if sgd { "SGD (momentum 0.9)" } else { "Adam" },
         match args.amp.map(|a| a.dtype()) {
-            Some(dt) if dt == ember::DType::F16 => ", autocast float16 with loss scaling".to_string(),
+            Some(ember::DType::F16) => ", autocast float16 with loss scaling".to_string(),
             Some(dt) => format!(", autocast {dt}"),
             None => String::new(),
         },

@@ -546,6 +546,45 @@ fn train_with_cuda_graphs_replays_the_captured_step() {
 }
 
 #[test]
+fn train_with_amp_says_so_and_learns() {
+    for (amp, says) in [
+        ("bf16", "autocast bfloat16"),
+        ("f16", "autocast float16 with loss scaling"),
+    ] {
+        let (ok, out, err) = ember(&["train", "iris", "--amp", amp, "-q"]);
+        assert!(ok, "{err}");
+        assert!(out.contains(says), "{out}");
+        assert!(percent(&out, "test accuracy: ") >= 90.0, "{out}");
+    }
+    // bfloat16 on the simulated GPU, with its step captured in a CUDA graph
+    let (ok, out, err) = ember_on_simulator(
+        &[
+            "train",
+            "digits",
+            "--model",
+            "mlp",
+            "--device",
+            "cuda:0",
+            "--epochs",
+            "1",
+            "-q",
+            "--amp",
+            "bf16",
+            "--cuda-graphs",
+        ],
+        4096,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("steps replayed from a CUDA graph: 21 of 23"),
+        "{out}"
+    );
+    assert!(percent(&out, "test accuracy: ") >= 70.0, "{out}");
+    let (ok, _, err) = ember(&["train", "iris", "--amp", "f32"]);
+    assert!(!ok && err.contains("invalid value 'f32'"), "{err}");
+}
+
+#[test]
 fn output_paths_and_values_are_checked_before_any_work() {
     let dir = std::env::temp_dir().join(format!("ember-cli-paths-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

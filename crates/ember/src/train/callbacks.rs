@@ -17,6 +17,9 @@ pub struct EpochEnd<'a> {
     /// The run's configuration ([`Trial::run_config`](super::Trial::run_config)),
     /// which a [`Checkpoint`] records.
     pub config: &'a [(String, String)],
+    /// The loss scaler of float16 training ([`Trial::amp`](super::Trial::amp)),
+    /// whose state a [`Checkpoint`] keeps.
+    pub grad_scaler: Option<&'a crate::amp::GradScaler>,
 }
 
 /// Whether training goes on.
@@ -71,6 +74,11 @@ impl Callback for Checkpoint {
                 "scheduler_epoch".to_string(),
                 Tensor::scalar(s.epoch() as i64, &cpu)?,
             ));
+        }
+        if let Some(s) = ctx.grad_scaler {
+            for (k, v) in s.state_dict() {
+                extra.push((format!("grad_scaler.{k}"), Tensor::scalar(v, &cpu)?));
+            }
         }
         // the history first: a crash between the two writes leaves a checkpoint
         // that is at most one epoch behind its history, never ahead of it

@@ -199,6 +199,14 @@ impl Trial {
         Ok(self)
     }
 
+    /// Scales the loss with `scaler` (its own settings; call after
+    /// [`amp`](Self::amp), which sets PyTorch's defaults for float16). A scaler
+    /// works without autocast too (float32 training, as PyTorch allows).
+    pub fn grad_scaler_with(mut self, scaler: GradScaler) -> Trial {
+        self.scaler = Some(scaler);
+        self
+    }
+
     /// The loss scaler of float16 training ([`amp`](Self::amp)), if any.
     pub fn grad_scaler(&self) -> Option<&GradScaler> {
         self.scaler.as_ref()
@@ -401,6 +409,19 @@ impl Trial {
         if let (Some(s), Some(e)) = (self.scheduler.as_mut(), get("scheduler_epoch")?) {
             s.set_epoch(e);
         }
+        if let Some(scaler) = self.scaler.as_mut() {
+            let state: Vec<(String, f64)> = extra
+                .iter()
+                .filter_map(|(n, t)| n.strip_prefix("grad_scaler.").map(|k| (k, t)))
+                .map(|(k, t)| Ok((k.to_string(), t.item::<f64>()?)))
+                .collect::<Result<_>>()?;
+            scaler.load_state_dict(&state).map_err(|e| {
+                Error::invalid(
+                    "resume",
+                    format!("{}: the loss scaler: {e}", file.display()),
+                )
+            })?;
+        }
         self.history = history;
         Ok(self)
     }
@@ -499,6 +520,7 @@ impl Trial {
                     optimizer: self.optimizer.as_ref(),
                     scheduler: self.scheduler.as_deref(),
                     config: &config,
+                    grad_scaler: self.scaler.as_ref(),
                 };
                 for c in self.callbacks.iter_mut() {
                     stop |= c.on_epoch_end(&ctx)? == Control::Stop;

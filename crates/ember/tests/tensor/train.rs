@@ -1,6 +1,7 @@
 //! The Trial training loop: history, metrics, callbacks, schedulers, checkpoints
 //! and resuming.
 
+use ember::amp::GradScaler;
 use ember::data::{DataLoader, TensorDataset};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer, Sgd, StepLr};
@@ -346,6 +347,44 @@ fn trial_with_amp_trains_as_f32_does(dev: &Device) -> Result<()> {
         let scale = trial.grad_scaler().map(|s| s.get_scale());
         assert_eq!(scale, (dt == DType::F16).then_some(65536.0), "{dt}");
     }
+    // float16 with a scaler that grows every 2 steps: interrupted after 2 epochs
+    // and resumed, it ends as the uninterrupted run (the scale is in the checkpoint)
+    let base = std::env::temp_dir().join(format!("ember-amp-{}-{dev}", std::process::id()));
+    let make = |seed: u64, dir: &std::path::Path| -> Result<Trial> {
+        let (train, val) = loaders(3)?;
+        let m = model(seed, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1)?.momentum(0.9)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .amp(Some(DType::F16))?
+            .grad_scaler_with(GradScaler::with_options(8.0, 2.0, 0.5, 2)?)
+            .callback(Checkpoint::new(dir))
+            .to(dev)?
+            .with_generators(Some(train), Some(val), None))
+    };
+    let mut a = make(4, &base.join("a"))?;
+    a.run(4)?;
+    let mut b = make(4, &base.join("b"))?;
+    b.run(2)?;
+    let mid = b.grad_scaler().unwrap().get_scale();
+    assert!(mid > 8.0, "the scale grew: {mid}");
+    drop(b);
+    let mut c = make(99, &base.join("b"))?.resume(base.join("b"))?;
+    assert_eq!(c.grad_scaler().unwrap().get_scale(), mid);
+    c.run(4)?;
+    assert_eq!(
+        a.grad_scaler().unwrap().state_dict(),
+        c.grad_scaler().unwrap().state_dict()
+    );
+    for ((n, pa), (_, pc)) in a
+        .model()
+        .state_dict()
+        .iter()
+        .zip(c.model().state_dict().iter())
+    {
+        assert_eq!(super::vals(pa), super::vals(pc), "{n} after resuming");
+    }
+    std::fs::remove_dir_all(&base).ok();
     let m = model(2, &Device::Cpu)?;
     let opt = Adam::new(m.parameters(), 0.05)?;
     let e = Trial::new(m, opt, nn::cross_entropy)
