@@ -96,6 +96,8 @@ def suite(dev):
     dtypes = [("f32", torch.float32, False)]
     if gpu:
         dtypes += [("tf32", torch.float32, True), ("bf16", torch.bfloat16, False), ("f16", torch.float16, False)]
+    else:
+        dtypes += [("bf16", torch.bfloat16, False)]
     for s in sizes:
         a32, b32 = rand(s, s), rand(s, s)
         for label, dt, tf32 in dtypes:
@@ -129,8 +131,9 @@ def suite(dev):
             lambda: back.copy_(on_dev, non_blocking=True))
 
 
-def step(model, opt, x, y):
-    loss = F.cross_entropy(model(x), y)
+def step(model, opt, x, y, amp=None):
+    with torch.autocast(x.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+        loss = F.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -167,6 +170,8 @@ def train_suite(dev):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     xb, yb = torch.randn(b, 784).to(dev), torch.randint(0, 10, (b,)).to(dev)
     row(dev, f"train mlp 784-1024-1024-10 b{b}", "samples", b, lambda: step(model, opt, xb, yb))
+    row(dev, f"train mlp 784-1024-1024-10 b{b}, autocast bf16", "samples", b,
+        lambda: step(model, opt, xb, yb, torch.bfloat16))
 
     b = 8 if q else 64
     torch.manual_seed(0)
@@ -175,6 +180,8 @@ def train_suite(dev):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     xb, yb = torch.randn(b, 1, 28, 28).to(dev), torch.randint(0, 10, (b,)).to(dev)
     row(dev, f"train cnn mnist-sized b{b}", "samples", b, lambda: step(model, opt, xb, yb))
+    row(dev, f"train cnn mnist-sized b{b}, autocast bf16", "samples", b,
+        lambda: step(model, opt, xb, yb, torch.bfloat16))
 
     rows_ = read_csv("digits.csv")
     X = torch.tensor([[float(v) for v in r[:64]] for r in rows_]).div(16).reshape(-1, 1, 8, 8)

@@ -97,6 +97,7 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
     drop((a, b));
 
     // matrix products
+    // (bf16 on the CPU too: mixed-precision training's products)
     let mut dtypes: Vec<(&str, DType, bool)> = vec![("f32", DType::F32, false)];
     if gpu {
         dtypes.extend([
@@ -104,6 +105,8 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
             ("bf16", DType::BF16, false),
             ("f16", DType::F16, false),
         ]);
+    } else {
+        dtypes.push(("bf16", DType::BF16, false));
     }
     let mut sizes = sizes.to_vec();
     if lesson && !sizes.contains(&10000) {

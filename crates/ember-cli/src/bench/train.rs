@@ -23,7 +23,20 @@ use ember::prelude::*;
 
 /// One training step; the loss stays on the device (nothing waits for it).
 fn step(model: &nn::Sequential, opt: &mut Adam, x: &Tensor, y: &Tensor) -> Result<()> {
+    step_amp(model, opt, x, y, None)
+}
+
+/// [`step`] with the forward pass and the loss under autocast to `amp`.
+fn step_amp(
+    model: &nn::Sequential,
+    opt: &mut Adam,
+    x: &Tensor,
+    y: &Tensor,
+    amp: Option<DType>,
+) -> Result<()> {
+    let ac = amp.map(ember::autocast_guard).transpose()?;
     let loss = nn::cross_entropy(&model.forward(x)?, y)?;
+    drop(ac);
     opt.zero_grad();
     loss.backward()?;
     opt.step()
@@ -53,16 +66,16 @@ fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
         .add(nn::Linear::new(128, 10, dev)?))
 }
 
-/// A row timing one Adam step of the model `build` makes (after seeding 0) on a
-/// fixed random batch of `shape` with 10 classes; `macs` are the layers'
-/// multiply-adds per sample.
-fn step_row(
+/// Rows timing one Adam step of the model `build` makes (after seeding 0) on a
+/// fixed random batch of `shape` with 10 classes, in float32 and under bfloat16
+/// autocast; `macs` are the layers' multiply-adds per sample.
+fn step_rows(
     cx: &Ctx,
     name: String,
     build: impl FnOnce(&Device) -> Result<nn::Sequential>,
     shape: &[usize],
     macs: &[f64],
-) -> Result<Row> {
+) -> Result<Vec<Row>> {
     ember::manual_seed(0);
     let model = build(&cx.dev)?;
     let mut opt = Adam::new(model.parameters(), 1e-3)?;
@@ -74,7 +87,14 @@ fn step_row(
         n,
         flops: Some(step_flops(&macs)),
     };
-    cx.row(name, work, || step(&model, &mut opt, &x, &y))
+    Ok(vec![
+        cx.row(name.clone(), work.clone(), || {
+            step(&model, &mut opt, &x, &y)
+        })?,
+        cx.row(format!("{name}, autocast bf16"), work, || {
+            step_amp(&model, &mut opt, &x, &y, Some(DType::BF16))
+        })?,
+    ])
 }
 
 pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
@@ -112,7 +132,7 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
     // MLP 784-1024-1024-10 and the MNIST-sized CNN: one step on a fixed batch
     let b = if cx.quick { 32 } else { 256 };
     let macs = [784.0 * 1024.0, 1024.0 * 1024.0, 1024.0 * 10.0];
-    rows.push(step_row(
+    rows.extend(step_rows(
         cx,
         format!("train mlp 784-1024-1024-10 b{b}"),
         |d| mlp(&[784, 1024, 1024, 10], d),
@@ -126,7 +146,7 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         9216.0 * 128.0,
         128.0 * 10.0,
     ];
-    rows.push(step_row(
+    rows.extend(step_rows(
         cx,
         format!("train cnn mnist-sized b{b}"),
         mnist_cnn,
