@@ -66,8 +66,10 @@ thread_local! {
     static STATE: Cell<[Option<DType>; 2]> = const { Cell::new([None, None]) };
     /// How many autocast regions are open (the cache empties when the last closes).
     static DEPTH: Cell<usize> = const { Cell::new(0) };
-    /// Casts of parameters made in the open regions, by (tensor, dtype).
-    static CACHE: RefCell<HashMap<(usize, DType), Tensor>> = RefCell::new(HashMap::new());
+    /// Casts of parameters made in the open regions, by (tensor, dtype), with the
+    /// parameter itself: held, its address cannot be reused by another tensor
+    /// while the entry lives.
+    static CACHE: RefCell<HashMap<(usize, DType), (Tensor, Tensor)>> = RefCell::new(HashMap::new());
 }
 
 /// Restores the autocast state from before it was made when dropped; the
@@ -169,11 +171,11 @@ fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
         return t.to_dtype(dtype);
     }
     let key = (t.id(), dtype);
-    if let Some(c) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
+    if let Some((_, c)) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
         return Ok(c);
     }
     let c = t.to_dtype(dtype)?;
-    CACHE.with(|m| m.borrow_mut().insert(key, c.clone()));
+    CACHE.with(|m| m.borrow_mut().insert(key, (t.clone(), c.clone())));
     Ok(c)
 }
 
@@ -197,6 +199,12 @@ pub(crate) fn lower(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
+}
+
+/// Whether [`lower`] would cast any of `ts` (without casting).
+pub(crate) fn would_lower(ts: &[&Tensor]) -> bool {
+    ts.iter()
+        .any(|t| lower_dtype(t).is_some_and(|dt| dt != t.dtype()))
 }
 
 /// One tensor for the lower precision (a module's own parameter that its op
@@ -251,7 +259,6 @@ const CUDA_F32_OPS: &[&str] = &[
     "acos",
     "softplus",
     "sum",
-    "prod",
 ];
 
 /// Whether PyTorch's CUDA autocast runs the op named `name` in float32.
@@ -269,7 +276,8 @@ pub(crate) fn to_f32_cuda(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     to_f32_on(ts, &[DeviceType::Cuda])
 }
 
-/// Where a [`GradScaler`] is in its step: PyTorch's per-optimizer stage.
+/// Where a [`GradScaler`] is in its step (PyTorch keeps one per optimizer; this
+/// scaler serves one optimizer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     Ready,
@@ -299,6 +307,8 @@ enum Stage {
 ///
 /// The check for infinities runs on the device and adds one flag per step;
 /// `step` reads that flag, the one host wait of the step (as PyTorch's does).
+/// A scaler serves one optimizer (PyTorch's keeps a stage per optimizer, for
+/// several optimizers stepped with one scaler).
 /// With `enabled(false)` (bfloat16 or float32 training, which need no scaling)
 /// every method passes through: `scale` returns the loss, `step` steps.
 #[derive(Clone, Debug)]
@@ -503,15 +513,17 @@ impl GradScaler {
             ));
         };
         let found = found.item::<f32>()? > 0.0;
+        // the scale is a float32 tensor in PyTorch, multiplied by a double factor
+        let scale = self.scale as f32 as f64;
         if found {
-            self.scale = (self.scale as f32 * self.backoff_factor as f32) as f64;
+            self.scale = (scale * self.backoff_factor) as f32 as f64;
             self.growth_tracker = 0;
         } else {
             self.growth_tracker += 1;
             if self.growth_tracker == self.growth_interval {
-                let grown = self.scale as f32 * self.growth_factor as f32;
+                let grown = scale * self.growth_factor;
                 if grown.is_finite() {
-                    self.scale = grown as f64;
+                    self.scale = grown as f32 as f64;
                 }
                 self.growth_tracker = 0;
             }
@@ -521,8 +533,11 @@ impl GradScaler {
     }
 
     /// PyTorch's `state_dict()`: `scale`, `growth_factor`, `backoff_factor`,
-    /// `growth_interval` and `_growth_tracker`.
+    /// `growth_interval` and `_growth_tracker`; empty when disabled.
     pub fn state_dict(&self) -> Vec<(String, f64)> {
+        if !self.enabled {
+            return Vec::new();
+        }
         vec![
             ("scale".into(), self.scale),
             ("growth_factor".into(), self.growth_factor),
@@ -533,8 +548,11 @@ impl GradScaler {
     }
 
     /// Restores what [`state_dict`](Self::state_dict) returned; every key must be
-    /// there and valid (nothing changes on an error).
+    /// there and valid (nothing changes on an error). A disabled scaler ignores it.
     pub fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
         let get = |k: &str| {
             state
                 .iter()

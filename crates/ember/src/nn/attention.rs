@@ -255,8 +255,16 @@ impl MultiheadAttention {
             ));
         }
         let d = e / h;
-        let w = &self.in_proj_weight;
-        let b = self.in_proj_bias.as_ref();
+        // under autocast the packed projection and its bias are cast here, whole
+        // (each once per region), so that q, k and v come out in the lower
+        // precision like the product that makes them
+        let w = &crate::amp::lower_one(&self.in_proj_weight)?;
+        let b = self
+            .in_proj_bias
+            .as_ref()
+            .map(crate::amp::lower_one)
+            .transpose()?;
+        let b = b.as_ref();
         let project = |x: &Tensor, i: i64| -> Result<Tensor> {
             let y = x.matmul(&w.narrow(0, i * e as i64, e)?.t()?)?;
             let y = match b {

@@ -420,7 +420,10 @@ pub(crate) fn attention_saving_memory(
 ) -> Result<Option<Tensor>> {
     let r = q.rank();
     let dt = q.dtype();
+    // (its backward recomputes products outside autocast: inputs that autocast
+    // would cast take the plain path, whose ops autocast handles one by one)
     if r < 2
+        || crate::amp::would_lower(&[q, k, v])
         || k.rank() != r
         || v.rank() != r
         || !matches!(dt, DType::F32 | DType::F64)

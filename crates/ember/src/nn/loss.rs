@@ -336,6 +336,14 @@ pub fn bce_with_logits_opts(
     reduction: Reduction,
 ) -> Result<Tensor> {
     const OP: &str = "bce_with_logits";
+    let mut ts = vec![logits, target];
+    ts.extend(weight);
+    ts.extend(pos_weight);
+    if let Some(c) = crate::amp::to_f32(&ts)? {
+        let w = weight.map(|_| &c[2]);
+        let pw = pos_weight.map(|_| &c[ts.len() - 1]);
+        return bce_with_logits_opts(&c[0], &c[1], w, pw, reduction);
+    }
     let Some(p) = pos_weight else {
         let l = bce_with_logits(logits, target, Reduction::None)?;
         let l = match weight {

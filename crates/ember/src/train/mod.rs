@@ -485,6 +485,17 @@ impl Trial {
     }
 
     fn run_with(&mut self, train: &DataLoader, epochs: usize) -> Result<()> {
+        if self.cuda_graphs
+            && self.device.is_cuda()
+            && self.scaler.as_ref().is_some_and(|s| s.is_enabled())
+        {
+            return Err(Error::invalid(
+                "Trial::cuda_graphs",
+                "the loss is scaled with a GradScaler (float16 autocast), which reads a \
+                 flag on the host at every step: a CUDA graph cannot replay that; use \
+                 bfloat16 autocast (no scaler), or train without cuda_graphs",
+            ));
+        }
         let val = self.val.take();
         let config = self.config_with(Some(train));
         let result = (|| {
@@ -655,14 +666,6 @@ impl Trial {
                      on the host that changes every step); use SGD or Adam, or train \
                      without cuda_graphs"
                 ),
-            ));
-        }
-        if self.scaler.is_some() {
-            return Err(Error::invalid(
-                "Trial::cuda_graphs",
-                "float16 autocast scales the loss with a GradScaler, which reads a flag \
-                 on the host at every step: a CUDA graph cannot replay that; use bfloat16 \
-                 autocast (no scaler), or train without cuda_graphs",
             ));
         }
         let (xs, ys) = (x.copy()?, y.copy()?);

@@ -322,6 +322,74 @@ pub(crate) fn grad_scaler_refuses_like_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The sequence layers under autocast: attention (also on its memory-saving
+/// path, whose backward recomputes products outside autocast), a transformer
+/// encoder layer and an LSTM run forward and backward, their parameters get
+/// float32 gradients close to float32 training's, and the LSTM's products and
+/// state stay in bfloat16.
+pub(crate) fn sequence_layers_train_under_autocast(dev: &Device) -> Result<()> {
+    use nn::functional::{with_attention_path, AttentionPath};
+    let _g = super::rng_lock();
+    ember::manual_seed(0);
+    let opts = nn::TransformerOptions {
+        dim_feedforward: 32,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let layer = nn::TransformerEncoderLayer::new(16, 2, opts, dev)?;
+    let lstm = nn::LSTM::new(16, 8, dev)?;
+    let x = Tensor::randn([2, 5, 16], dev)?;
+    let grads = |m: &dyn Module| -> Vec<Vec<f64>> {
+        m.parameters()
+            .iter()
+            .map(|p| {
+                let g = p.grad().expect("a gradient");
+                assert_eq!(g.dtype(), DType::F32);
+                vals(&g)
+            })
+            .collect()
+    };
+    let close = |got: &[Vec<f64>], want: &[Vec<f64>], what: &str| {
+        for (g, w) in got.iter().zip(want) {
+            let scale = w.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-6);
+            assert!(g.iter().all(|v| v.is_finite()), "{what}: {g:?}");
+            assert_close(g, w, 0.0, 0.06 * scale);
+        }
+    };
+    let run_layer = |amp: bool, path: AttentionPath| -> Result<Vec<Vec<f64>>> {
+        layer.parameters().iter().for_each(|p| p.set_grad(None));
+        let loss = with_attention_path(path, || -> Result<Tensor> {
+            let _ac = autocast_guard_for(device_type(dev), amp.then_some(DType::BF16))?;
+            layer.forward(&x)?.square()?.mean_all()
+        })?;
+        loss.backward()?;
+        Ok(grads(&layer))
+    };
+    let want = run_layer(false, AttentionPath::Math)?;
+    for path in [AttentionPath::Math, AttentionPath::MemoryEfficient] {
+        close(
+            &run_layer(true, path)?,
+            &want,
+            &format!("encoder layer, {path:?}"),
+        );
+    }
+    let run_lstm = |amp: bool| -> Result<(DType, Vec<Vec<f64>>)> {
+        lstm.parameters().iter().for_each(|p| p.set_grad(None));
+        let _ac = autocast_guard_for(device_type(dev), amp.then_some(DType::BF16))?;
+        let (out, _) = lstm.forward_state(&x, None)?;
+        let loss = out.to_dtype(DType::F32)?.square()?.mean_all()?;
+        drop(_ac);
+        loss.backward()?;
+        Ok((out.dtype(), grads(&lstm)))
+    };
+    let (_, want) = run_lstm(false)?;
+    let (dt, got) = run_lstm(true)?;
+    assert_eq!(dt, DType::BF16, "the LSTM's output under autocast");
+    close(&got, &want, "lstm");
+    Ok(())
+}
+
 #[test]
 fn autocast_to_an_integer_or_wide_dtype_is_an_error() {
     for dt in [DType::I64, DType::F64] {
@@ -338,4 +406,5 @@ device_test!(
     models_match_pytorch_in_bf16,
     grad_scaler_matches_pytorch,
     grad_scaler_refuses_like_pytorch,
+    sequence_layers_train_under_autocast,
 );
