@@ -88,9 +88,7 @@ fn step_rows(
         flops: Some(step_flops(&macs)),
     };
     Ok(vec![
-        cx.row(name.clone(), work.clone(), || {
-            step(&model, &mut opt, &x, &y)
-        })?,
+        cx.row(name.clone(), work, || step(&model, &mut opt, &x, &y))?,
         cx.row(format!("{name}, autocast bf16"), work, || {
             step_amp(&model, &mut opt, &x, &y, Some(DType::BF16))
         })?,
