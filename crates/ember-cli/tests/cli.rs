@@ -284,12 +284,15 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         "sum dim 0 of 256x256 f32",
         "sum dim 1 of 256x256 f32",
         "matmul 128 f32",
+        "matmul 128 bf16",
         "tiny add 4x4",
         "GB/s",
         "GFLOP/s",
         "train iris mlp, 10 epochs",
         "train mlp 784-1024-1024-10 b32",
+        "train mlp 784-1024-1024-10 b32, autocast bf16",
         "train cnn mnist-sized b8",
+        "train cnn mnist-sized b8, autocast bf16",
         "train digits cnn epoch (1437 imgs, b64)",
         "transformer encoder layer fwd+bwd b4 l32 w64",
         "train char-gpt 4x32 ctx32 b4",
@@ -298,7 +301,7 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 17, "{lines}");
+    assert_eq!(lines.lines().count(), 20, "{lines}");
     // training rows carry their share of the GEMM rate measured in the ops suite
     let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
     assert!(
