@@ -158,6 +158,12 @@ pub fn is_autocast_enabled(device_type: DeviceType) -> bool {
     autocast_dtype(device_type).is_some()
 }
 
+/// Whether autocast is off on every device type (the usual case: the ops' hooks
+/// return at once, without looking at their inputs).
+fn all_off() -> bool {
+    STATE.with(|s| s.get()) == [None, None]
+}
+
 /// Whether autocast casts `t` (an enabled device type, and float32, float16 or
 /// bfloat16: float64 is never cast), and to what, for a lower-precision op.
 fn lower_dtype(t: &Tensor) -> Option<DType> {
@@ -183,6 +189,9 @@ fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// autocast casts them, or None when it changes none of them (autocast off, or
 /// already cast: the op then runs as it is).
 pub(crate) fn lower(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    if all_off() {
+        return Ok(None);
+    }
     let want: Vec<Option<DType>> = ts.iter().map(|t| lower_dtype(t)).collect();
     if ts
         .iter()
@@ -219,6 +228,9 @@ pub(crate) fn lower_one(t: &Tensor) -> Result<Tensor> {
 /// For an op that autocast runs in float32 on `which` device types: `ts` with
 /// float16 and bfloat16 tensors cast to float32, or None when none needs it.
 fn to_f32_on(ts: &[&Tensor], which: &[DeviceType]) -> Result<Option<Vec<Tensor>>> {
+    if all_off() {
+        return Ok(None);
+    }
     let casts = |t: &Tensor| {
         let ty = DeviceType::of(&t.device());
         which.contains(&ty)
