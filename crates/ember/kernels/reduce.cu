@@ -387,43 +387,98 @@ __device__ void col_sum_impl(const T* x, O* out, i64 rows, i64 cols, double divi
 EMBER_ALL_TYPES(COL_SUM)
 
 // Softmax (or log-softmax) over contiguous rows of length `cols`; one block per row.
+// With `cached` (the launch's dynamic shared memory holds a row of accumulator
+// values), the row is read from global memory once: the first pass keeps it in
+// shared memory while it finds the maximum, the exponentials' sum and the output
+// read it there. Longer rows are read three times.
+extern __shared__ __align__(16) unsigned char softmax_row[];
+
+// The larger of a and b; a NaN in either wins (PyTorch's softmax of a row with a
+// NaN is NaN throughout).
+template <typename A> __device__ __forceinline__ A nan_max(A a, A b) {
+    return (b > a || b != b) ? b : a;
+}
+
+// Maximum over the block (NaN wins); the result is valid in thread 0.
+template <typename A> __device__ __forceinline__ A block_max(A v, A* shared) {
+    for (int d = 16; d > 0; d >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    int nwarps = (blockDim.x + 31) / 32;
+    v = shared[threadIdx.x < nwarps ? threadIdx.x : 0];
+    if (warp == 0)
+        for (int d = 16; d > 0; d >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+}
+
 template <typename T>
-__device__ void softmax_impl(const T* x, T* out, i64 rows, i64 cols, int is_log) {
+__device__ void softmax_impl(const T* x, T* out, i64 rows, i64 cols, int is_log, int cached) {
     typedef decltype(widen(x[0])) A;
     __shared__ A sv[32];
-    __shared__ i64 si[32];
     __shared__ A row_max, row_sum;
+    A* row = reinterpret_cast<A*>(softmax_row);
+    const i64 step = blockDim.x;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * cols;
         T* yr = out + r * cols;
-        A m = (A)0;
-        i64 mi = -1;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-            A v = widen(xr[j]);
-            if (better(v, j, m, mi, true)) { m = v; mi = j; }
+        // any element of the row starts the maximum; four loads in flight per thread
+        A m0 = widen(xr[0]), m1 = m0, m2 = m0, m3 = m0;
+        i64 j = threadIdx.x;
+        for (; j + 3 * step < cols; j += 4 * step) {
+            A v0 = widen(xr[j]), v1 = widen(xr[j + step]), v2 = widen(xr[j + 2 * step]),
+              v3 = widen(xr[j + 3 * step]);
+            if (cached) {
+                row[j] = v0;
+                row[j + step] = v1;
+                row[j + 2 * step] = v2;
+                row[j + 3 * step] = v3;
+            }
+            m0 = nan_max(m0, v0);
+            m1 = nan_max(m1, v1);
+            m2 = nan_max(m2, v2);
+            m3 = nan_max(m3, v3);
         }
-        block_best(m, mi, true, sv, si);
+        for (; j < cols; j += step) {
+            A v = widen(xr[j]);
+            if (cached) row[j] = v;
+            m0 = nan_max(m0, v);
+        }
+        A m = block_max(nan_max(nan_max(m0, m1), nan_max(m2, m3)), sv);
         if (threadIdx.x == 0) row_max = m;
         __syncthreads();
         m = row_max;
-        A s = (A)0;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) s += exp(widen(xr[j]) - m);
-        s = block_sum(s, sv);
+        A s0 = (A)0, s1 = (A)0;
+        j = threadIdx.x;
+        for (; j + step < cols; j += 2 * step) {
+            A v0 = cached ? row[j] : widen(xr[j]);
+            A v1 = cached ? row[j + step] : widen(xr[j + step]);
+            s0 += exp(v0 - m);
+            s1 += exp(v1 - m);
+        }
+        for (; j < cols; j += step) s0 += exp((cached ? row[j] : widen(xr[j])) - m);
+        A s = block_sum(s0 + s1, sv);
         if (threadIdx.x == 0) row_sum = s;
         __syncthreads();
         s = row_sum;
-        A lse = log(s);
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-            A d = widen(xr[j]) - m;
-            yr[j] = narrow<T>(is_log ? d - lse : exp(d) / s);
+        if (is_log) {
+            A lse = log(s);
+            for (j = threadIdx.x; j < cols; j += step)
+                yr[j] = narrow<T>((cached ? row[j] : widen(xr[j])) - m - lse);
+        } else {
+            A inv = (A)1 / s;
+            for (j = threadIdx.x; j < cols; j += step)
+                yr[j] = narrow<T>(exp((cached ? row[j] : widen(xr[j])) - m) * inv);
         }
         __syncthreads();
     }
 }
 
 #define SOFTMAX(T, S)                                                                                \
-    extern "C" __global__ void softmax_##S(const T* x, T* out, i64 rows, i64 cols, int is_log) {    \
-        softmax_impl(x, out, rows, cols, is_log);                                                    \
+    extern "C" __global__ void softmax_##S(const T* x, T* out, i64 rows, i64 cols, int is_log,      \
+                                           int cached) {                                             \
+        softmax_impl(x, out, rows, cols, is_log, cached);                                            \
     }
 EMBER_FLOAT_TYPES(SOFTMAX)
 

@@ -151,6 +151,62 @@ fn softmax_family(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Softmax and log-softmax over rows of every length class against the CPU's: rows
+/// the GPU keeps in shared memory (up to 8192 floats, 4096 doubles), longer ones it
+/// reads three times, widths that are not multiples of the block's unrolled loads;
+/// a row holding a NaN, a row of -inf and a row holding +inf are NaN throughout
+/// (PyTorch's results).
+fn softmax_rows_of_every_length(dev: &Device) -> Result<()> {
+    for (cols, dt) in [
+        (1usize, DType::F32),
+        (7, DType::F32),
+        (1023, DType::F32),
+        (1029, DType::BF16),
+        (8192, DType::F32),
+        (8193, DType::F32),
+        (4097, DType::F64),
+        (20000, DType::F32),
+    ] {
+        let cpu = Tensor::randn([3, cols], &Device::Cpu)?
+            .mul(4.0)?
+            .to_dtype(dt)?;
+        let x = cpu.to(dev)?;
+        for log in [false, true] {
+            let (got, want) = if log {
+                (x.log_softmax(-1)?, cpu.log_softmax(-1)?)
+            } else {
+                (x.softmax(-1)?, cpu.softmax(-1)?)
+            };
+            assert_eq!(got.dtype(), dt);
+            let tol = if dt == DType::BF16 { 1e-2 } else { 1e-5 };
+            assert_close(&vals(&got), &vals(&want), tol, 1e-6);
+        }
+    }
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    for cols in [5usize, 9000] {
+        let mut rows = vec![0f32; 4 * cols];
+        rows[2] = nan; // row 0: a NaN
+        rows[cols..2 * cols].fill(-inf); // row 1: all -inf
+        rows[2 * cols + cols - 1] = inf; // row 2: one +inf
+        let x = Tensor::from_vec(rows, [4, cols], dev)?;
+        for log in [false, true] {
+            let s = vals(&if log {
+                x.log_softmax(1)?
+            } else {
+                x.softmax(1)?
+            });
+            assert!(s[..3 * cols].iter().all(|v| v.is_nan()), "{cols} {log}");
+            let uniform = if log {
+                -(cols as f64).ln()
+            } else {
+                1.0 / cols as f64
+            };
+            assert!(s[3 * cols..].iter().all(|&v| (v - uniform).abs() < 1e-6));
+        }
+    }
+    Ok(())
+}
+
 fn allclose_and_assert_close(dev: &Device) -> Result<()> {
     let a = Tensor::new([1.0f32, 2.0, 3.0], dev)?;
     let b = Tensor::new([1.0f32, 2.0001, 3.0], dev)?;
@@ -463,5 +519,6 @@ device_test!(
     max_min_arg,
     var_std,
     softmax_family,
+    softmax_rows_of_every_length,
     allclose_and_assert_close
 );

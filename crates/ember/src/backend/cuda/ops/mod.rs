@@ -208,8 +208,28 @@ pub(super) fn launch_rows(
     rows: usize,
     params: &mut [*mut c_void],
 ) -> Result<()> {
+    launch_rows_shared(dev, module, dtype, name, rows, 0, params)
+}
+
+/// [`launch_rows`] with `shared` bytes of dynamic shared memory per block.
+pub(super) fn launch_rows_shared(
+    dev: &CudaDev,
+    module: &'static str,
+    dtype: DType,
+    name: &str,
+    rows: usize,
+    shared: u32,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
     let grid = rows.min(65535 * 32) as u32;
-    launch_blocks(dev, module, dtype, name, rows, grid, params)
+    let f = dev.func(module, dtype, name)?;
+    // SAFETY: the callers pass parameters matching the kernel signatures in
+    // kernels/*.cu, with device pointers to storage that holds the addressed elements;
+    // `shared` is within the 48 KiB every kernel may use.
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), shared, params) }
 }
 
 /// Launches `grid` blocks of `THREADS` of `module::name`, nothing when there is no

@@ -1,7 +1,7 @@
 //! Kernels of `kernels/reduce.cu`: reductions over dims (a warp, a block or
 //! several blocks per output), column sums, and the softmax family.
 
-use super::{base_ptr, launch_rows, new_out, suffix, KLayout, THREADS};
+use super::{base_ptr, launch_rows, launch_rows_shared, new_out, suffix, KLayout, THREADS};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{ReduceCode, ScanOp};
 use crate::layout::Layout;
@@ -190,6 +190,10 @@ fn reduce_plan(n_out: usize, lane: usize, sm_count: usize) -> ReducePlan {
     }
 }
 
+/// The longest row (in bytes of accumulator values) that softmax keeps in shared
+/// memory: 32 KiB leaves room for six blocks of 256 threads on a multiprocessor.
+const SOFTMAX_ROW_BYTES: usize = 32 << 10;
+
 /// Softmax or log-softmax over the rows of a contiguous view of `rows * cols`
 /// elements starting at `offset`.
 pub(crate) fn softmax_rows(
@@ -205,15 +209,21 @@ pub(crate) fn softmax_rows(
         return Ok(out);
     }
     let (px, po) = (base_ptr(x, offset), out.ptr());
-    let (r, c, lg) = (rows as i64, cols as i64, log as i32);
+    // a row of accumulator values (double for f64, float otherwise) in shared
+    // memory, so that the input is read once, where it fits in SOFTMAX_ROW_BYTES
+    let acc = if x.dtype() == DType::F64 { 8 } else { 4 };
+    let cached = cols * acc <= SOFTMAX_ROW_BYTES;
+    let shared = if cached { (cols * acc) as u32 } else { 0 };
+    let (r, c, lg, ca) = (rows as i64, cols as i64, log as i32, cached as i32);
     let name = format!("softmax_{}", suffix(x.dtype()));
-    launch_rows(
+    launch_rows_shared(
         dev,
         "reduce",
         x.dtype(),
         &name,
         rows,
-        &mut args![px, po, r, c, lg],
+        shared,
+        &mut args![px, po, r, c, lg, ca],
     )?;
     Ok(out)
 }
