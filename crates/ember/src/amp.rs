@@ -270,7 +270,13 @@ const CUDA_F32_OPS: &[&str] = &[
     "asin",
     "acos",
     "softplus",
+    "pow",
     "sum",
+    "prod",
+    "cumsum",
+    "cumprod",
+    "logsumexp",
+    "vector_norm",
 ];
 
 /// Whether PyTorch's CUDA autocast runs the op named `name` in float32.
@@ -288,13 +294,30 @@ pub(crate) fn to_f32_cuda(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     to_f32_on(ts, &[DeviceType::Cuda])
 }
 
-/// Where a [`GradScaler`] is in its step (PyTorch keeps one per optimizer; this
-/// scaler serves one optimizer).
+/// Where a [`GradScaler`] is in its step with one optimizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     Ready,
     Unscaled,
     Stepped,
+}
+
+/// A [`GradScaler`]'s record of one optimizer between two updates (PyTorch's
+/// per-optimizer state): its stage, the count of gradients holding an infinity
+/// or NaN (on the device), and that count's verdict once `step` has read it.
+#[derive(Clone, Debug)]
+struct OptimizerState {
+    /// The optimizer's address: the optimizer this record belongs to while it
+    /// lives (records last until the next update).
+    key: usize,
+    stage: Stage,
+    found_inf: Option<Tensor>,
+    found: Option<bool>,
+}
+
+/// Identifies an optimizer by its address, as PyTorch's `id(optimizer)`.
+fn optimizer_key(o: &dyn crate::optim::Optimizer) -> usize {
+    o as *const dyn crate::optim::Optimizer as *const () as usize
 }
 
 /// Dynamic loss scaling for float16 training (`torch.amp.GradScaler`): the loss
@@ -318,9 +341,10 @@ enum Stage {
 /// ```
 ///
 /// The check for infinities runs on the device and adds one flag per step;
-/// `step` reads that flag, the one host wait of the step (as PyTorch's does).
-/// A scaler serves one optimizer (PyTorch's keeps a stage per optimizer, for
-/// several optimizers stepped with one scaler).
+/// `step` reads that flag, the one host wait of the step (as PyTorch's does;
+/// `update` reuses what `step` read). One scaler can serve several optimizers, as
+/// PyTorch's: each is unscaled and stepped once (in any order), then one `update`
+/// lowers the scale if any of them found an infinity or NaN.
 /// With `enabled(false)` (bfloat16 or float32 training, which need no scaling)
 /// every method passes through: `scale` returns the loss, `step` steps.
 #[derive(Clone, Debug)]
@@ -331,9 +355,8 @@ pub struct GradScaler {
     backoff_factor: f64,
     growth_interval: u64,
     growth_tracker: u64,
-    stage: Stage,
-    /// This step's count of gradients holding an infinity or NaN, on the device.
-    found_inf: Option<Tensor>,
+    /// The optimizers unscaled or stepped since the last update.
+    optimizers: Vec<OptimizerState>,
 }
 
 impl Default for GradScaler {
@@ -353,8 +376,7 @@ impl GradScaler {
             backoff_factor: 0.5,
             growth_interval: 2000,
             growth_tracker: 0,
-            stage: Stage::Ready,
-            found_inf: None,
+            optimizers: Vec::new(),
         }
     }
 
@@ -428,7 +450,8 @@ impl GradScaler {
         if !self.enabled {
             return Ok(());
         }
-        match self.stage {
+        let i = self.state_of(optimizer);
+        match self.optimizers[i].stage {
             Stage::Unscaled => {
                 return Err(Error::invalid(
                     "GradScaler::unscale_",
@@ -472,8 +495,9 @@ impl GradScaler {
             let s = Tensor::full((), inv, DType::F32, &g.device())?;
             g.mul_(&s)?;
         }
-        self.found_inf = found;
-        self.stage = Stage::Unscaled;
+        let state = &mut self.optimizers[i];
+        state.found_inf = found;
+        state.stage = Stage::Unscaled;
         Ok(())
     }
 
@@ -485,16 +509,18 @@ impl GradScaler {
             optimizer.step()?;
             return Ok(true);
         }
-        if self.stage == Stage::Stepped {
+        let i = self.state_of(optimizer);
+        if self.optimizers[i].stage == Stage::Stepped {
             return Err(Error::invalid(
                 "GradScaler::step",
                 "step() has already been called since the last update().",
             ));
         }
-        if self.stage == Stage::Ready {
+        if self.optimizers[i].stage == Stage::Ready {
             self.unscale_(optimizer)?;
         }
-        let skip = match &self.found_inf {
+        let state = &mut self.optimizers[i];
+        let skip = match &state.found_inf {
             Some(f) => f.item::<f32>()? > 0.0,
             None => {
                 return Err(Error::invalid(
@@ -503,7 +529,8 @@ impl GradScaler {
                 ))
             }
         };
-        self.stage = Stage::Stepped;
+        state.found = Some(skip);
+        state.stage = Stage::Stepped;
         if skip {
             return Ok(false);
         }
@@ -518,13 +545,22 @@ impl GradScaler {
         if !self.enabled {
             return Ok(());
         }
-        let Some(found) = self.found_inf.take() else {
+        if self.optimizers.iter().all(|o| o.found_inf.is_none()) {
             return Err(Error::invalid(
                 "GradScaler::update",
                 "No inf checks were recorded prior to update.",
             ));
-        };
-        let found = found.item::<f32>()? > 0.0;
+        }
+        // what step read, or (unscaled but not stepped) the device's count now
+        let mut found = false;
+        for o in &self.optimizers {
+            found |= match (o.found, &o.found_inf) {
+                (Some(f), _) => f,
+                (None, Some(t)) => t.item::<f32>()? > 0.0,
+                (None, None) => false,
+            };
+        }
+        self.optimizers.clear();
         // the scale is a float32 tensor in PyTorch, multiplied by a double factor
         let scale = self.scale as f32 as f64;
         if found {
@@ -540,8 +576,24 @@ impl GradScaler {
                 self.growth_tracker = 0;
             }
         }
-        self.stage = Stage::Ready;
         Ok(())
+    }
+
+    /// The index of `optimizer`'s record, made at its first use since the update.
+    fn state_of(&mut self, optimizer: &dyn crate::optim::Optimizer) -> usize {
+        let key = optimizer_key(optimizer);
+        match self.optimizers.iter().position(|o| o.key == key) {
+            Some(i) => i,
+            None => {
+                self.optimizers.push(OptimizerState {
+                    key,
+                    stage: Stage::Ready,
+                    found_inf: None,
+                    found: None,
+                });
+                self.optimizers.len() - 1
+            }
+        }
     }
 
     /// PyTorch's `state_dict()`: `scale`, `growth_factor`, `backoff_factor`,

@@ -21,6 +21,11 @@ impl Tensor {
     }
 
     fn scan(&self, name: &'static str, dim: i64, op: ScanOp) -> Result<Tensor> {
+        if crate::amp::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+                return c[0].scan(name, dim, op);
+            }
+        }
         let d = normalize_dim(name, dim, self.rank().max(1))?;
         let x = if self.dtype().is_float() {
             self.clone()
@@ -49,6 +54,10 @@ impl Tensor {
     /// The product over `dim` (`torch.prod(t, dim)`); integers and bools multiply
     /// in int64; an empty dim gives 1.
     pub fn prod(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        // on both device types' autocast float32 lists
+        if let Some(c) = crate::amp::to_f32(&[self])? {
+            return c[0].prod(dim, keepdim);
+        }
         let d = normalize_dim("prod", dim, self.rank().max(1))?;
         if self.rank() == 0 {
             return self.cumprod(0);
@@ -117,6 +126,11 @@ impl Tensor {
     /// (`torch.logsumexp`); integers give float32. An empty dim gives -∞. The
     /// gradient is the softmax over `dims`.
     pub fn logsumexp(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        if crate::amp::cuda_runs_in_f32("logsumexp") {
+            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+                return c[0].logsumexp(dims, keepdim);
+            }
+        }
         let x = if self.dtype().is_float() {
             self.clone()
         } else {
@@ -160,6 +174,11 @@ impl Tensor {
     /// gradient at a zero norm is 0, as PyTorch's.
     pub fn vector_norm(&self, ord: f64, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
         let name = "vector_norm";
+        if crate::amp::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+                return c[0].vector_norm(ord, dims, keepdim);
+            }
+        }
         if !self.dtype().is_float() {
             return Err(Error::dtype(
                 name,

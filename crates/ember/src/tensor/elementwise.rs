@@ -806,7 +806,21 @@ impl Tensor {
 
     /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
-        match exponent.into() {
+        let exponent = exponent.into();
+        // on CUDA's autocast float32 list (base and exponent)
+        if crate::amp::cuda_runs_in_f32("pow") {
+            let cast = match exponent {
+                Operand::Tensor(e) => crate::amp::to_f32_cuda(&[self, e])?,
+                _ => crate::amp::to_f32_cuda(&[self])?,
+            };
+            if let Some(c) = cast {
+                return match exponent {
+                    Operand::Tensor(_) => c[0].pow(&c[1]),
+                    other => c[0].pow(other),
+                };
+            }
+        }
+        match exponent {
             Operand::Scalar(s) => {
                 if let (Scalar::Int(e), false) = (s, self.dtype().is_float()) {
                     if e < 0 {

@@ -65,6 +65,15 @@ def dtype_cases():
     case("sum_bf16", torch.sum, a.to(BF))
     case("exp_bf16", torch.exp, a.to(BF))
     case("max_pool2d_bf16", lambda x: F.max_pool2d(x, 2), f32(1, 2, 4, 4).to(BF))
+    # the scans, products, norms and powers (CUDA's float32 list; on the CPU only
+    # prod is on it)
+    case("pow_bf16", lambda x: x.pow(2.0), a.to(BF))
+    case("pow_tensor_bf16", torch.pow, a.abs().to(BF), a.to(BF))
+    case("cumsum_bf16", lambda x: x.cumsum(1), a.to(BF))
+    case("cumprod_bf16", lambda x: x.cumprod(1), a.to(BF))
+    case("prod_bf16", lambda x: x.prod(1), a.to(BF))
+    case("logsumexp_bf16", lambda x: x.logsumexp(1), a.to(BF))
+    case("vector_norm_bf16", lambda x: torch.linalg.vector_norm(x), a.to(BF))
     return cases
 
 
@@ -91,6 +100,13 @@ def model_cases():
     torch.manual_seed(2)
     cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 3))
     run("cnn", cnn, torch.randn(5, 1, 8, 8), torch.tensor([0, 2, 1, 1, 0]))
+    # a transformer encoder layer (post-norm, no dropout) and a classifier over
+    # its flattened output: attention and the feed-forward products in bfloat16, the
+    # residual sums and layer norms in float32
+    torch.manual_seed(3)
+    tf = nn.Sequential(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True),
+                       nn.Flatten(), nn.Linear(4 * 8, 3))
+    run("transformer", tf, torch.randn(5, 4, 8), torch.tensor([0, 2, 1, 1, 0]))
     return out
 
 
@@ -119,9 +135,38 @@ def scaler_case():
             "state": {k: float(v) for k, v in sd.items()}}
 
 
+def scaler_two_optimizers_case():
+    # one scaler, two optimizers (w1 with SGD, w2 with Adam); an infinity in w1's
+    # gradient at step 2 and a NaN in w2's at step 4: each optimizer skips only its
+    # own bad step, and the scale backs off after either
+    w1 = torch.tensor([1.0, -2.0], requires_grad=True)
+    w2 = torch.tensor([0.5, 3.0], requires_grad=True)
+    o1 = torch.optim.SGD([w1], lr=0.1)
+    o2 = torch.optim.Adam([w2], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=2)
+    grads = [([0.5, 1.0], [1.0, -1.0]), ([float("inf"), 1.0], [0.5, 0.5]), ([0.25, 0.5], [1.0, 2.0]),
+             ([1.0, 1.0], [float("nan"), 1.0]), ([0.5, -0.5], [0.25, 0.25]), ([1.0, 2.0], [-1.0, 1.0])]
+    scales, stepped = [], []
+    for c1, c2 in grads:
+        o1.zero_grad()
+        o2.zero_grad()
+        loss = (w1 * torch.tensor(c1)).sum() + (w2 * torch.tensor(c2)).sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(o2)  # unscaled first, stepped last: the order is free
+        b1, b2 = w1.detach().clone(), w2.detach().clone()
+        scaler.step(o1)
+        scaler.step(o2)
+        stepped.append([not torch.equal(b1, w1.detach()), not torch.equal(b2, w2.detach())])
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return {"grads": [[[str(x) for x in c] for c in cs] for cs in grads], "scales": scales,
+            "stepped": stepped, "w1": flat(w1), "w2": flat(w2)}
+
+
 def main():
     data = {"torch": torch.__version__.split("+")[0], "dtypes": dtype_cases(),
-            "models": model_cases(), "scaler": scaler_case()}
+            "models": model_cases(), "scaler": scaler_case(),
+            "scaler_two_optimizers": scaler_two_optimizers_case()}
     with open(os.path.join(HERE, "amp_cases.json"), "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")

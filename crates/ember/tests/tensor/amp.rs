@@ -6,7 +6,7 @@
 use super::assert_close;
 use ember::amp::{autocast_guard_for, DeviceType, GradScaler};
 use ember::nn::{self, Module};
-use ember::optim::{Optimizer, Sgd};
+use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
 use serde_json::Value;
 
@@ -64,6 +64,12 @@ const CUDA_IN_F32: &[&str] = &[
     "layer_norm_bf16",
     "sum_bf16",
     "exp_bf16",
+    "pow_bf16",
+    "pow_tensor_bf16",
+    "cumsum_bf16",
+    "cumprod_bf16",
+    "logsumexp_bf16",
+    "vector_norm_bf16",
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
@@ -132,6 +138,13 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             "sum_bf16" => make(&[3, 4], a)?.sum_all()?,
             "exp_bf16" => make(&[3, 4], a)?.exp()?,
             "max_pool2d_bf16" => make(&[1, 2, 4, 4], a)?.max_pool2d(Pool2dOptions::new(2))?,
+            "pow_bf16" => make(&[3, 4], a)?.pow(2.0)?,
+            "pow_tensor_bf16" => make(&[3, 4], a)?.pow(&make(&[3, 4], b)?)?,
+            "cumsum_bf16" => make(&[3, 4], a)?.cumsum(1)?,
+            "cumprod_bf16" => make(&[3, 4], a)?.cumprod(1)?,
+            "prod_bf16" => make(&[3, 4], a)?.prod(1, false)?,
+            "logsumexp_bf16" => make(&[3, 4], a)?.logsumexp(1, false)?,
+            "vector_norm_bf16" => make(&[3, 4], a)?.vector_norm(2.0, Vec::<i64>::new(), false)?,
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -141,7 +154,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 27);
     Ok(())
 }
 
@@ -169,6 +182,20 @@ pub(crate) fn models_match_pytorch_in_bf16(dev: &Device) -> Result<()> {
                     .add(nn::ReLU)
                     .add(nn::Linear::new(8, 3, dev)?),
             ),
+            "transformer" => {
+                let opts = nn::TransformerOptions {
+                    dim_feedforward: 16,
+                    dropout: 0.0,
+                    batch_first: true,
+                    ..Default::default()
+                };
+                Box::new(
+                    nn::Sequential::new()
+                        .add(nn::TransformerEncoderLayer::new(8, 2, opts, dev)?)
+                        .add(nn::Flatten::default())
+                        .add(nn::Linear::new(32, 3, dev)?),
+                )
+            }
             _ => Box::new(
                 nn::Sequential::new()
                     .add(nn::Conv2d::new(1, 4, 3, Conv2dOptions::default(), dev)?)
@@ -275,6 +302,81 @@ pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
     let mut again = GradScaler::new();
     again.load_state_dict(&scaler.state_dict())?;
     assert_eq!(again.state_dict(), scaler.state_dict());
+    Ok(())
+}
+
+/// One scaler for two optimizers (PyTorch's per-optimizer state): each skips its
+/// own bad step, the scale backs off after either, and the unscale/step order is
+/// free.
+pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
+    let all = cases();
+    let s = &all["scaler_two_optimizers"];
+    let w1 = Tensor::new(vec![1f32, -2.], dev)?.requires_grad_(true)?;
+    let w2 = Tensor::new(vec![0.5f32, 3.], dev)?.requires_grad_(true)?;
+    let mut o1 = Sgd::new(vec![w1.clone()], 0.1)?;
+    let mut o2 = Adam::new(vec![w2.clone()], 0.1)?;
+    let mut scaler = GradScaler::with_options(4.0, 2.0, 0.5, 2)?;
+    let parse = |c: &Value| -> Vec<f32> {
+        c.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().parse().unwrap())
+            .collect()
+    };
+    let (mut scales, mut stepped) = (vec![], vec![]);
+    for cs in s["grads"].as_array().unwrap() {
+        let (c1, c2) = (parse(&cs[0]), parse(&cs[1]));
+        o1.zero_grad();
+        o2.zero_grad();
+        let loss = w1
+            .mul(&Tensor::new(c1, dev)?)?
+            .sum_all()?
+            .add(&w2.mul(&Tensor::new(c2, dev)?)?.sum_all()?)?;
+        scaler.scale(&loss)?.backward()?;
+        scaler.unscale_(&o2)?;
+        let s1 = scaler.step(&mut o1)?;
+        let s2 = scaler.step(&mut o2)?;
+        stepped.push(vec![s1, s2]);
+        scaler.update()?;
+        scales.push(scaler.get_scale());
+    }
+    let want: Vec<f64> = s["scales"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(scales, want);
+    let want: Vec<Vec<bool>> = s["stepped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p.as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_bool().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(stepped, want);
+    for (w, k) in [(&w1, "w1"), (&w2, "w2")] {
+        let want: Vec<f64> = s[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_close(&vals(w), &want, 1e-5, 1e-6);
+    }
+    // a second step of one optimizer before the update is still refused
+    let loss = w1.sum_all()?.add(&w2.sum_all()?)?;
+    scaler.scale(&loss)?.backward()?;
+    scaler.step(&mut o1)?;
+    let e = scaler.step(&mut o1).unwrap_err().to_string();
+    assert!(e.contains("step() has already been called"), "{e}");
+    scaler.step(&mut o2)?;
+    scaler.update()?;
     Ok(())
 }
 
@@ -429,5 +531,6 @@ device_test!(
     models_match_pytorch_in_bf16,
     grad_scaler_matches_pytorch,
     grad_scaler_refuses_like_pytorch,
+    grad_scaler_serves_two_optimizers,
     sequence_layers_train_under_autocast,
 );
