@@ -110,6 +110,16 @@ def suite(dev):
     flops = 2.0 * bn * o * (hw - 2) ** 2 * c * 9
     row(dev, f"conv2d {bn}x{c}x{hw}x{hw} k3 o{o}", "flops", flops,
         lambda: torch.nn.functional.conv2d(xc, wc))
+    bn, c, o, hw = (8, 4, 8, 8) if q else (64, 16, 32, 8)
+    xs, ws = rand(bn, c, hw, hw).requires_grad_(), rand(o, c, 3, 3).requires_grad_()
+
+    def conv_step():
+        with torch.enable_grad():  # the ops suite runs under no_grad
+            torch.nn.functional.conv2d(xs, ws, padding=1).sum().backward()
+        xs.grad = ws.grad = None
+
+    row(dev, f"conv2d fwd+bwd {bn}x{c}x{hw}x{hw} k3 p1 o{o}", "flops", 3.0 * 2.0 * bn * o * hw * hw * c * 9,
+        conv_step)
     t1, t2 = rand(4, 4), rand(4, 4)
     row(dev, "tiny add 4x4 (per op)", None, 0, lambda: t1 + t2)
     if gpu:

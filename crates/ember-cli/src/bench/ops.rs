@@ -153,6 +153,27 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
     }
     rows.push(r);
 
+    // the digits CNN's second layer, forward and both gradients: a small
+    // convolution, where the cost of each call matters more than its arithmetic
+    let (bn, c, o, hw) = if q { (8, 4, 8, 8) } else { (64, 16, 32, 8) };
+    let xs = rand(&[bn, c, hw, hw])?.requires_grad_(true)?;
+    let ws = rand(&[o, c, 3, 3])?.requires_grad_(true)?;
+    let pad1 = Conv2dOptions {
+        padding: (1, 1),
+        ..Conv2dOptions::default()
+    };
+    let flops = 3.0 * 2.0 * (bn * o * hw * hw * c * 9) as f64;
+    rows.push(cx.row(
+        format!("conv2d fwd+bwd {bn}x{c}x{hw}x{hw} k3 p1 o{o}"),
+        Work::Flops(flops),
+        || {
+            xs.conv2d(&ws, None, pad1)?.sum_all()?.backward()?;
+            xs.set_grad(None);
+            ws.set_grad(None);
+            Ok(())
+        },
+    )?);
+
     // per-op overhead: a 4×4 add, launched again and again
     let (t1, t2) = (rand(&[4, 4])?, rand(&[4, 4])?);
     rows.push(cx.row("tiny add 4x4 (per op)".into(), Work::None, || {

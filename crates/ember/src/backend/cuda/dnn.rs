@@ -12,7 +12,8 @@
 //! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
 //! is the first of cuDNN's heuristic choices that runs (its workspace, of the size
 //! cuDNN gives for that algorithm, allocated by the caching allocator, the call
-//! accepted), remembered per shape with the shape's descriptors. Shapes cuDNN
+//! accepted), remembered per shape with the shape's descriptors
+//! (`EMBER_CUDNN_LOG=1` prints each choice on stderr). Shapes cuDNN
 //! cannot take (an operand of 2^31 elements or more) go to ember's own path.
 
 use super::calls::{ConvCall, ConvGeom, ConvPass};
@@ -24,6 +25,12 @@ use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Whether `EMBER_CUDNN_LOG` asks for each shape's algorithm choice on stderr.
+fn log_choices() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("EMBER_CUDNN_LOG").is_some_and(|v| v != "0"))
+}
 
 /// The loaded cuDNN's version number (90100 for 9.1.0), or why none can be used.
 pub(crate) fn library() -> &'static std::result::Result<usize, String> {
@@ -490,6 +497,12 @@ impl Cudnn {
             };
             match self.run_choice(h, d, c, choice, ws) {
                 Ok(()) => {
+                    if log_choices() {
+                        eprintln!(
+                            "ember: cuDNN {:?} of {:?}: {:?}, math {:?}, workspace {} bytes",
+                            c.pass, c.geom, choice.algo, choice.math, choice.bytes
+                        );
+                    }
                     state.algos.insert(key, choice);
                     return Ok(());
                 }
