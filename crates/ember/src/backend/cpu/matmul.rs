@@ -1,5 +1,9 @@
-//! Matrix multiplication on the CPU through the `gemm` crate (f32, f64, f16;
-//! bf16 computes in f32), with a plain loop for integer dtypes.
+//! Matrix multiplication on the CPU through the `gemm` crate (f32, f64; f16 and
+//! bf16 compute in f32), with a plain loop for integer dtypes.
+//!
+//! f16 does not use the `gemm` crate's own f16 product: it adds each block of the
+//! depth dimension into an f16 output, rounding to f16 between blocks, where
+//! PyTorch (and ember) accumulate the whole sum in f32 and round once.
 
 use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit};
