@@ -480,21 +480,30 @@ impl GradScaler {
         let _ng = crate::no_grad_guard();
         // the reciprocal in double, then float, as PyTorch's
         let inv = (1.0 / self.scale) as f32;
-        let mut found: Option<Tensor> = None;
+        // sum(g - g) is 0 for finite gradients and NaN as soon as one element is
+        // infinite or NaN (it cannot overflow): two launches per gradient, and the
+        // sums meet in one flag
+        let mut sums: Vec<Tensor> = Vec::with_capacity(grads.len());
         for g in &grads {
-            let bad = g
-                .isfinite()?
-                .logical_not()?
-                .any_all()?
-                .to_dtype(DType::F32)?;
-            found = Some(match found {
-                Some(f) if f.device() == bad.device() => f.add(&bad)?,
-                Some(f) => f.add(&bad.to(&f.device())?)?,
-                None => bad,
+            let probe = g.sub(g)?.sum_all()?.to_dtype(DType::F32)?;
+            sums.push(match sums.first() {
+                Some(f) if f.device() != probe.device() => probe.to(&f.device())?,
+                _ => probe,
             });
             let s = Tensor::full((), inv, DType::F32, &g.device())?;
             g.mul_(&s)?;
         }
+        let found = if sums.is_empty() {
+            None
+        } else {
+            let refs: Vec<&Tensor> = sums.iter().collect();
+            Some(
+                Tensor::stack(&refs, 0)?
+                    .sum_all()?
+                    .isnan()?
+                    .to_dtype(DType::F32)?,
+            )
+        };
         let state = &mut self.optimizers[i];
         state.found_inf = found;
         state.stage = Stage::Unscaled;
