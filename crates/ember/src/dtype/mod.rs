@@ -192,8 +192,16 @@ macro_rules! with_dtype {
 }
 with_dtype!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
 with_dtype!(f64, F64, |x: f64| x, |v: f64| v);
-with_dtype!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
-with_dtype!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
+// A double becomes f16 or bf16 through float, as in PyTorch (`c10::Half` and
+// `c10::BFloat16` are built from a float): two roundings, which differ from one in
+// rare halfway cases; and `half`'s direct bf16 conversion from f64 misrounds
+// float's subnormal range.
+with_dtype!(f16, F16, |x: f16| x.to_f64(), |v: f64| f16::from_f32(
+    v as f32
+));
+with_dtype!(bf16, BF16, |x: bf16| x.to_f64(), |v: f64| bf16::from_f32(
+    v as f32
+));
 with_dtype!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
 // Casting a float to uint8 wraps like C (and PyTorch on x86): go through i64.
 with_dtype!(u8, U8, |x: u8| x as f64, |v: f64| (v as i64) as u8);
@@ -234,6 +242,29 @@ mod tests {
 
     #[test]
     fn casts() {
+        // PyTorch 2.15's results: a double rounds to float first, then to the
+        // half type (1 + 2^-8 + 2^-30 is above bf16's halfway point, its float is
+        // on it, and the tie goes to even); float's subnormals round to nearest even
+        assert_eq!(
+            <bf16 as WithDType>::from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-30)).to_f64(),
+            1.0
+        );
+        assert_eq!(
+            <f16 as WithDType>::from_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)).to_f64(),
+            1.0
+        );
+        for (bits, want) in [
+            (0x0020_7fffu32, 0x20u16),
+            (0x0020_8000, 0x20),
+            (0x0020_8001, 0x21),
+        ] {
+            let v = f32::from_bits(bits) as f64;
+            assert_eq!(
+                <bf16 as WithDType>::from_f64(v).to_bits(),
+                want,
+                "{bits:#x}"
+            );
+        }
         assert_eq!(u8::from_f64(-1.0), 255);
         assert_eq!(i64::from_f64(-2.7), -2);
         assert!(bool::from_f64(0.5));

@@ -138,6 +138,36 @@ fn from_rust_data(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Doubles become float16 and bfloat16 through float32, as in PyTorch (two
+/// roundings), and float32's subnormals round to the nearest bfloat16 (values from
+/// PyTorch 2.15: `torch.tensor([x], dtype=torch.float64).to(torch.bfloat16)`).
+fn half_types_round_like_pytorch(dev: &Device) -> Result<()> {
+    let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+    let y = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+    let t = Tensor::new([x, y], dev)?;
+    assert_eq!(t.to_dtype(DType::BF16)?.to_vec1::<half::bf16>()?[0].to_f64(), 1.0);
+    assert_eq!(t.to_dtype(DType::F16)?.to_vec1::<half::f16>()?[1].to_f64(), 1.0);
+    assert_eq!(
+        Tensor::full([1], x, DType::BF16, dev)?.to_vec1::<half::bf16>()?[0].to_f64(),
+        1.0
+    );
+    let sub: Vec<f32> = [0x0020_7fffu32, 0x0020_8000, 0x0020_8001]
+        .iter()
+        .map(|&b| f32::from_bits(b))
+        .collect();
+    for src in [DType::F32, DType::F64] {
+        let t = Tensor::new(sub.clone(), dev)?.to_dtype(src)?;
+        let bits: Vec<u16> = t
+            .to_dtype(DType::BF16)?
+            .to_vec1::<half::bf16>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits, vec![0x20, 0x20, 0x21], "from {src:?} on {dev}");
+    }
+    Ok(())
+}
+
 fn dtype_conversions(dev: &Device) -> Result<()> {
     let src = Tensor::new([-2.7f64, -0.5, 0.0, 1.5, 2.5, 300.0], dev)?;
     let expect = |dt: DType| -> Vec<f64> {
@@ -247,7 +277,8 @@ device_test!(
     arange_linspace_eye,
     random_is_seeded,
     from_rust_data,
-    dtype_conversions
+    dtype_conversions,
+    half_types_round_like_pytorch
 );
 
 #[test]

@@ -344,8 +344,8 @@ pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuDa
             Bool => CpuData::Bool(map1(v, l, |x| bool::from_f64(x.to_f64()))?),
             U8 => CpuData::U8(map1(v, l, |x| u8::from_f64(x.to_f64()))?),
             I64 => CpuData::I64(map1(v, l, |x| i64_from(x))?),
-            F16 => CpuData::F16(map1(v, l, |x| f16::from_f64(x.to_f64()))?),
-            BF16 => CpuData::BF16(map1(v, l, |x| bf16::from_f64(x.to_f64()))?),
+            F16 => CpuData::F16(map1(v, l, |x| <f16 as WithDType>::from_f64(x.to_f64()))?),
+            BF16 => CpuData::BF16(map1(v, l, |x| <bf16 as WithDType>::from_f64(x.to_f64()))?),
             F32 => CpuData::F32(map1(v, l, |x| x.to_f64() as f32)?),
             F64 => CpuData::F64(map1(v, l, |x| x.to_f64())?),
         })

@@ -4,7 +4,7 @@
 
 use crate::backend::host::try_collect;
 use crate::backend::primitives::Dist;
-use crate::dtype::CpuData;
+use crate::dtype::{CpuData, WithDType};
 use crate::layout::Layout;
 use crate::{DType, Result};
 use rand::{RngExt, SeedableRng};
@@ -65,8 +65,8 @@ pub(crate) fn draw(dtype: DType, n: usize, dist: Dist) -> Result<CpuData> {
 fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F32 => v as f32 as f64,
-        DType::F16 => half::f16::from_f64(v).to_f64(),
-        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F16 => <half::f16 as WithDType>::from_f64(v).to_f64(),
+        DType::BF16 => <half::bf16 as WithDType>::from_f64(v).to_f64(),
         _ => v,
     }
 }
