@@ -145,8 +145,14 @@ fn half_types_round_like_pytorch(dev: &Device) -> Result<()> {
     let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
     let y = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     let t = Tensor::new([x, y], dev)?;
-    assert_eq!(t.to_dtype(DType::BF16)?.to_vec1::<half::bf16>()?[0].to_f64(), 1.0);
-    assert_eq!(t.to_dtype(DType::F16)?.to_vec1::<half::f16>()?[1].to_f64(), 1.0);
+    assert_eq!(
+        t.to_dtype(DType::BF16)?.to_vec1::<half::bf16>()?[0].to_f64(),
+        1.0
+    );
+    assert_eq!(
+        t.to_dtype(DType::F16)?.to_vec1::<half::f16>()?[1].to_f64(),
+        1.0
+    );
     assert_eq!(
         Tensor::full([1], x, DType::BF16, dev)?.to_vec1::<half::bf16>()?[0].to_f64(),
         1.0
