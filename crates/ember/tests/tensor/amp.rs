@@ -34,13 +34,26 @@ fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
         .iter()
         .map(|d| d.as_u64().unwrap() as usize)
         .collect();
-    let values: Vec<f64> = v["values"]
-        .as_array()
+    Tensor::from_vec(numbers(&v["values"]), shape, dev)?
+        .to_dtype(dtype_named(v["dtype"].as_str().unwrap()))
+}
+
+/// A JSON list of numbers.
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array()
         .unwrap()
         .iter()
         .map(|x| x.as_f64().unwrap())
-        .collect();
-    Tensor::from_vec(values, shape, dev)?.to_dtype(dtype_named(v["dtype"].as_str().unwrap()))
+        .collect()
+}
+
+/// A JSON list of numbers written as text ("inf" and "nan" included).
+fn numbers_in_text(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().parse().unwrap())
+        .collect()
 }
 
 fn vals(t: &Tensor) -> Vec<f64> {
@@ -261,12 +274,7 @@ pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
     let mut scaler = GradScaler::with_options(8.0, 2.0, 0.5, 2)?;
     let (mut scales, mut stepped) = (vec![], vec![]);
     for c in s["grads"].as_array().unwrap() {
-        let c: Vec<f32> = c
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_str().unwrap().parse().unwrap())
-            .collect();
+        let c = numbers_in_text(c);
         opt.zero_grad();
         let loss = w.mul(&Tensor::new(c, dev)?)?.sum_all()?;
         scaler.scale(&loss)?.backward()?;
@@ -274,12 +282,7 @@ pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
         scaler.update()?;
         scales.push(scaler.get_scale());
     }
-    let want_scales: Vec<f64> = s["scales"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
+    let want_scales = numbers(&s["scales"]);
     let want_stepped: Vec<bool> = s["stepped"]
         .as_array()
         .unwrap()
@@ -288,13 +291,7 @@ pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
         .collect();
     assert_eq!(scales, want_scales);
     assert_eq!(stepped, want_stepped);
-    let want_w: Vec<f64> = s["w"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    assert_close(&vals(&w), &want_w, 1e-6, 1e-6);
+    assert_close(&vals(&w), &numbers(&s["w"]), 1e-6, 1e-6);
     for (k, v) in scaler.state_dict() {
         assert_eq!(s["state"][&k].as_f64(), Some(v), "state_dict {k}");
     }
@@ -316,16 +313,9 @@ pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
     let mut o1 = Sgd::new(vec![w1.clone()], 0.1)?;
     let mut o2 = Adam::new(vec![w2.clone()], 0.1)?;
     let mut scaler = GradScaler::with_options(4.0, 2.0, 0.5, 2)?;
-    let parse = |c: &Value| -> Vec<f32> {
-        c.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_str().unwrap().parse().unwrap())
-            .collect()
-    };
     let (mut scales, mut stepped) = (vec![], vec![]);
     for cs in s["grads"].as_array().unwrap() {
-        let (c1, c2) = (parse(&cs[0]), parse(&cs[1]));
+        let (c1, c2) = (numbers_in_text(&cs[0]), numbers_in_text(&cs[1]));
         o1.zero_grad();
         o2.zero_grad();
         let loss = w1
@@ -340,13 +330,7 @@ pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
         scaler.update()?;
         scales.push(scaler.get_scale());
     }
-    let want: Vec<f64> = s["scales"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    assert_eq!(scales, want);
+    assert_eq!(scales, numbers(&s["scales"]));
     let want: Vec<Vec<bool>> = s["stepped"]
         .as_array()
         .unwrap()
@@ -361,13 +345,7 @@ pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
         .collect();
     assert_eq!(stepped, want);
     for (w, k) in [(&w1, "w1"), (&w2, "w2")] {
-        let want: Vec<f64> = s[k]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
-        assert_close(&vals(w), &want, 1e-5, 1e-6);
+        assert_close(&vals(w), &numbers(&s[k]), 1e-5, 1e-6);
     }
     // a second step of one optimizer before the update is still refused
     let loss = w1.sum_all()?.add(&w2.sum_all()?)?;

@@ -193,7 +193,7 @@ pub(super) fn launch_n(
         dtype,
         name,
         n,
-        dev.grid_for(n, THREADS),
+        (dev.grid_for(n, THREADS), 0),
         params,
     )
 }
@@ -221,26 +221,20 @@ pub(super) fn launch_rows_shared(
     shared: u32,
     params: &mut [*mut c_void],
 ) -> Result<()> {
-    if rows == 0 {
-        return Ok(());
-    }
     let grid = rows.min(65535 * 32) as u32;
-    let f = dev.func(module, dtype, name)?;
-    // SAFETY: the callers pass parameters matching the kernel signatures in
-    // kernels/*.cu, with device pointers to storage that holds the addressed elements;
-    // `shared` is within the 48 KiB every kernel may use.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), shared, params) }
+    launch_blocks(dev, module, dtype, name, rows, (grid, shared), params)
 }
 
-/// Launches `grid` blocks of `THREADS` of `module::name`, nothing when there is no
-/// work (`items` is 0).
+/// Launches `grid` blocks of `THREADS` of `module::name` with `shared` bytes of
+/// dynamic shared memory each (within the 48 KiB every kernel may use), nothing
+/// when there is no work (`items` is 0).
 fn launch_blocks(
     dev: &CudaDev,
     module: &'static str,
     dtype: DType,
     name: &str,
     items: usize,
-    grid: u32,
+    (grid, shared): (u32, u32),
     params: &mut [*mut c_void],
 ) -> Result<()> {
     if items == 0 {
@@ -249,7 +243,7 @@ fn launch_blocks(
     let f = dev.func(module, dtype, name)?;
     // SAFETY: the callers pass parameters matching the kernel signatures in
     // kernels/*.cu, with device pointers to storage that holds the addressed elements.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, params) }
+    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), shared, params) }
 }
 
 pub(super) fn new_out(dev: &Arc<CudaDev>, dtype: DType, n: usize) -> Result<CudaStorage> {
