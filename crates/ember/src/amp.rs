@@ -252,9 +252,11 @@ fn to_f32_on(ts: &[&Tensor], which: &[DeviceType]) -> Result<Option<Vec<Tensor>>
         .map(Some)
 }
 
-/// The ops of PyTorch's CUDA autocast float32 lists that ember has (by the names
-/// ember's ops give themselves): PyTorch runs them in float32 on CUDA, and leaves
-/// them in the input's dtype on the CPU.
+/// The ops of PyTorch's CUDA autocast float32 lists that reach ember's shared
+/// unary and reduction entry points, by the names ember's ops give themselves:
+/// PyTorch runs them in float32 on CUDA, and leaves them in the input's dtype on the
+/// CPU. The list's other ops (softmax, layer_norm, the scans, logsumexp, the norms,
+/// pow) call [`to_f32_cuda`] themselves.
 const CUDA_F32_OPS: &[&str] = &[
     "exp",
     "expm1",
@@ -270,13 +272,7 @@ const CUDA_F32_OPS: &[&str] = &[
     "asin",
     "acos",
     "softplus",
-    "pow",
     "sum",
-    "prod",
-    "cumsum",
-    "cumprod",
-    "logsumexp",
-    "vector_norm",
 ];
 
 /// Whether PyTorch's CUDA autocast runs the op named `name` in float32.

@@ -21,10 +21,9 @@ impl Tensor {
     }
 
     fn scan(&self, name: &'static str, dim: i64, op: ScanOp) -> Result<Tensor> {
-        if crate::amp::cuda_runs_in_f32(name) {
-            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
-                return c[0].scan(name, dim, op);
-            }
+        // cumsum and cumprod are on CUDA's autocast float32 list
+        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+            return c[0].scan(name, dim, op);
         }
         let d = normalize_dim(name, dim, self.rank().max(1))?;
         let x = if self.dtype().is_float() {
@@ -126,10 +125,9 @@ impl Tensor {
     /// (`torch.logsumexp`); integers give float32. An empty dim gives -∞. The
     /// gradient is the softmax over `dims`.
     pub fn logsumexp(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
-        if crate::amp::cuda_runs_in_f32("logsumexp") {
-            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
-                return c[0].logsumexp(dims, keepdim);
-            }
+        // on CUDA's autocast float32 list
+        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+            return c[0].logsumexp(dims, keepdim);
         }
         let x = if self.dtype().is_float() {
             self.clone()
@@ -174,10 +172,9 @@ impl Tensor {
     /// gradient at a zero norm is 0, as PyTorch's.
     pub fn vector_norm(&self, ord: f64, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
         let name = "vector_norm";
-        if crate::amp::cuda_runs_in_f32(name) {
-            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
-                return c[0].vector_norm(ord, dims, keepdim);
-            }
+        // on CUDA's autocast float32 list
+        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+            return c[0].vector_norm(ord, dims, keepdim);
         }
         if !self.dtype().is_float() {
             return Err(Error::dtype(

@@ -808,17 +808,15 @@ impl Tensor {
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
         let exponent = exponent.into();
         // on CUDA's autocast float32 list (base and exponent)
-        if crate::amp::cuda_runs_in_f32("pow") {
-            let cast = match exponent {
-                Operand::Tensor(e) => crate::amp::to_f32_cuda(&[self, e])?,
-                _ => crate::amp::to_f32_cuda(&[self])?,
+        let cast = match exponent {
+            Operand::Tensor(e) => crate::amp::to_f32_cuda(&[self, e])?,
+            _ => crate::amp::to_f32_cuda(&[self])?,
+        };
+        if let Some(c) = cast {
+            return match exponent {
+                Operand::Tensor(_) => c[0].pow(&c[1]),
+                other => c[0].pow(other),
             };
-            if let Some(c) = cast {
-                return match exponent {
-                    Operand::Tensor(_) => c[0].pow(&c[1]),
-                    other => c[0].pow(other),
-                };
-            }
         }
         match exponent {
             Operand::Scalar(s) => {
