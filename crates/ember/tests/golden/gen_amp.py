@@ -8,10 +8,13 @@ Writes amp_cases.json next to this file:
 - models: a small MLP and a small CNN with fixed float32 parameters, run forward
   under CPU bf16 autocast with a cross-entropy loss and backward: the output
   (bfloat16), the loss (float32) and every parameter's gradient (float32);
-- scaler: a GradScaler (init_scale 8, growth_interval 2) over a scripted run of
-  SGD steps in which some steps' gradients hold an infinity or a NaN: the scale
-  after each update(), whether each step was taken, the parameters at the end,
-  and the state_dict.
+- scaler, scaler_custom: a GradScaler (PyTorch's default factors, and growth 3 /
+  backoff 0.25 / interval 3) over a scripted run of SGD steps in which some steps'
+  gradients hold an infinity or a NaN, and (scaler_custom) some steps only unscale
+  and skip the step before update(): the scale after each update(), whether each
+  step was taken, the parameters at the end, and the state_dict;
+- scaler_two_optimizers: one scaler over SGD and Adam, each skipping its own bad
+  step.
 Run from anywhere: python3 crates/ember/tests/golden/gen_amp.py
 """
 import json
@@ -110,29 +113,49 @@ def model_cases():
     return out
 
 
-def scaler_case():
+def scaler_case(options, grads, unscale_only=()):
     # w starts at [1, -2]; each step's loss is sum(w * c) for a scripted c (so the
-    # gradient is c, scaled); steps 2 and 5 put an infinity or a NaN in it
+    # gradient is c, scaled); some steps put an infinity or a NaN in it. At the steps
+    # in unscale_only the gradients are unscaled and the step is skipped before
+    # update() (the scale still follows what unscale_ found).
     w = torch.tensor([1.0, -2.0], requires_grad=True)
     opt = torch.optim.SGD([w], lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=8.0, growth_factor=2.0, backoff_factor=0.5,
-                                  growth_interval=2)
-    grads = [[0.5, 1.0], [1.0, float("inf")], [0.25, -0.5], [1.0, 1.0], [float("nan"), 0.0],
-             [0.5, 0.5], [0.5, 0.5], [-1.0, 2.0]]
+    scaler = torch.amp.GradScaler("cpu", **options)
     scales, stepped = [], []
-    for c in grads:
+    for i, c in enumerate(grads):
         opt.zero_grad()
         loss = (w * torch.tensor(c)).sum()
         scaler.scale(loss).backward()
         before = w.detach().clone()
-        scaler.step(opt)
+        if i in unscale_only:
+            scaler.unscale_(opt)
+        else:
+            scaler.step(opt)
         stepped.append(not torch.equal(before, w.detach()))
         scaler.update()
         scales.append(scaler.get_scale())
     sd = scaler.state_dict()
     # infinities and NaNs as text (JSON has no number for them)
-    return {"grads": [[str(x) for x in c] for c in grads], "scales": scales, "stepped": stepped, "w": flat(w),
-            "state": {k: float(v) for k, v in sd.items()}}
+    return {"options": options, "unscale_only": list(unscale_only),
+            "grads": [[str(x) for x in c] for c in grads], "scales": scales, "stepped": stepped,
+            "w": flat(w), "state": {k: float(v) for k, v in sd.items()}}
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+def scaler_cases():
+    default = scaler_case(
+        {"init_scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2},
+        [[0.5, 1.0], [1.0, INF], [0.25, -0.5], [1.0, 1.0], [NAN, 0.0], [0.5, 0.5], [0.5, 0.5], [-1.0, 2.0]])
+    # other factors and interval; steps 3 and 5 unscale and skip the step, one with
+    # an infinity (the scale backs off) and one with finite gradients (a good step)
+    custom = scaler_case(
+        {"init_scale": 16.0, "growth_factor": 3.0, "backoff_factor": 0.25, "growth_interval": 3},
+        [[0.5, 1.0], [1.0, 2.0], [0.25, -0.5], [-INF, 1.0], [1.0, 1.0], [0.5, 0.5], [0.5, -0.5],
+         [1.0, NAN], [-1.0, 2.0], [0.25, 0.25]],
+        unscale_only=(3, 5))
+    return default, custom
 
 
 def scaler_two_optimizers_case():
@@ -164,8 +187,9 @@ def scaler_two_optimizers_case():
 
 
 def main():
+    default, custom = scaler_cases()
     data = {"torch": torch.__version__.split("+")[0], "dtypes": dtype_cases(),
-            "models": model_cases(), "scaler": scaler_case(),
+            "models": model_cases(), "scaler": default, "scaler_custom": custom,
             "scaler_two_optimizers": scaler_two_optimizers_case()}
     with open(os.path.join(HERE, "amp_cases.json"), "w") as f:
         json.dump(data, f, indent=1)

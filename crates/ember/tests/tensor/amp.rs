@@ -266,39 +266,105 @@ pub(crate) fn models_match_pytorch_in_bf16(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
-    let all = cases();
-    let s = &all["scaler"];
-    let w = Tensor::new(vec![1f32, -2.], dev)?.requires_grad_(true)?;
-    let mut opt = Sgd::new(vec![w.clone()], 0.1)?;
-    let mut scaler = GradScaler::with_options(8.0, 2.0, 0.5, 2)?;
+/// A scripted run of `case` (tests/golden/gen_amp.py's `scaler_case`) with `w`'s two
+/// elements as `parts` (one tensor of both, or one per element, on any devices):
+/// the scale after every update, which steps were taken, the final parameters and
+/// the state dict must be PyTorch's.
+fn run_scaler_case(case: &Value, parts: &[Tensor]) -> Result<GradScaler> {
+    let o = &case["options"];
+    let opt_f = |k: &str| o[k].as_f64().unwrap();
+    let mut opt = Sgd::new(parts.to_vec(), 0.1)?;
+    let mut scaler = GradScaler::with_options(
+        opt_f("init_scale"),
+        opt_f("growth_factor"),
+        opt_f("backoff_factor"),
+        o["growth_interval"].as_u64().unwrap(),
+    )?;
+    let unscale_only: Vec<u64> = case["unscale_only"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect();
     let (mut scales, mut stepped) = (vec![], vec![]);
-    for c in s["grads"].as_array().unwrap() {
+    for (i, c) in case["grads"].as_array().unwrap().iter().enumerate() {
         let c = numbers_in_text(c);
         opt.zero_grad();
-        let loss = w.mul(&Tensor::new(c, dev)?)?.sum_all()?;
-        scaler.scale(&loss)?.backward()?;
-        stepped.push(scaler.step(&mut opt)?);
+        // the loss is sum(w * c) whichever way w is split
+        let mut loss: Option<Tensor> = None;
+        let mut at = 0;
+        for p in parts {
+            let n = p.numel();
+            let term = p
+                .mul(&Tensor::new(c[at..at + n].to_vec(), &p.device())?)?
+                .sum_all()?
+                .to(&parts[0].device())?;
+            at += n;
+            loss = Some(match loss {
+                None => term,
+                Some(l) => l.add(&term)?,
+            });
+        }
+        scaler.scale(&loss.unwrap())?.backward()?;
+        if unscale_only.contains(&(i as u64)) {
+            scaler.unscale_(&opt)?;
+            stepped.push(false);
+        } else {
+            stepped.push(scaler.step(&mut opt)?);
+        }
         scaler.update()?;
         scales.push(scaler.get_scale());
     }
-    let want_scales = numbers(&s["scales"]);
-    let want_stepped: Vec<bool> = s["stepped"]
+    let want_stepped: Vec<bool> = case["stepped"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_bool().unwrap())
         .collect();
-    assert_eq!(scales, want_scales);
-    assert_eq!(stepped, want_stepped);
-    assert_close(&vals(&w), &numbers(&s["w"]), 1e-6, 1e-6);
-    for (k, v) in scaler.state_dict() {
-        assert_eq!(s["state"][&k].as_f64(), Some(v), "state_dict {k}");
+    assert_eq!(scales, numbers(&case["scales"]), "scale after each update");
+    assert_eq!(stepped, want_stepped, "steps taken");
+    let mut w = vec![];
+    for p in parts {
+        w.extend(vals(p));
     }
-    // a new scaler resumes from the state
-    let mut again = GradScaler::new();
-    again.load_state_dict(&scaler.state_dict())?;
-    assert_eq!(again.state_dict(), scaler.state_dict());
+    assert_close(&w, &numbers(&case["w"]), 1e-6, 1e-6);
+    for (k, v) in scaler.state_dict() {
+        assert_eq!(case["state"][&k].as_f64(), Some(v), "state_dict {k}");
+    }
+    Ok(scaler)
+}
+
+pub(crate) fn grad_scaler_matches_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    for name in ["scaler", "scaler_custom"] {
+        let w = Tensor::new(vec![1f32, -2.], dev)?.requires_grad_(true)?;
+        let scaler = run_scaler_case(&all[name], &[w])?;
+        // a new scaler resumes from the state
+        let mut again = GradScaler::new();
+        again.load_state_dict(&scaler.state_dict())?;
+        assert_eq!(again.state_dict(), scaler.state_dict());
+    }
+    Ok(())
+}
+
+/// Gradients on two devices under one scaler (PyTorch keeps a flag per device and
+/// gathers them in `update`): `w`'s first element on the CPU, its second (which
+/// holds the scripted infinities) on `cuda:0`; the run must be the one-device run.
+#[test]
+fn grad_scaler_gathers_flags_from_two_devices() -> Result<()> {
+    let Some(gpu) = super::gpu("amp::grad_scaler_gathers_flags_from_two_devices") else {
+        return Ok(());
+    };
+    let all = cases();
+    for name in ["scaler", "scaler_custom"] {
+        for devs in [[Device::Cpu, gpu], [gpu, Device::Cpu]] {
+            let parts = [
+                Tensor::new(vec![1f32], &devs[0])?.requires_grad_(true)?,
+                Tensor::new(vec![-2f32], &devs[1])?.requires_grad_(true)?,
+            ];
+            run_scaler_case(&all[name], &parts)?;
+        }
+    }
     Ok(())
 }
 
