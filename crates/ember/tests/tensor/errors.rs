@@ -127,10 +127,20 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
     err_has(a.select(1, 3), &["select", "index 3", "size 3"]);
     err_has(a.permute([0]), &["permute"]);
     err_has(a.clamp::<f64>(None, None), &["clamp"]);
-    err_has(
-        Tensor::arange_step(0.0, 1.0, 0.0, DType::F32, dev),
-        &["arange", "step"],
-    );
+    // a zero or non-finite step, or a non-finite bound, is refused for that reason
+    // (not for the element count it would give)
+    for (start, end, step) in [
+        (0.0, 1.0, 0.0),
+        (0.0, 1.0, f64::INFINITY),
+        (0.0, 1.0, f64::NAN),
+        (f64::NAN, 1.0, 0.5),
+        (0.0, f64::INFINITY, 0.5),
+    ] {
+        err_has(
+            Tensor::arange_step(start, end, step, DType::F32, dev),
+            &["arange", "step must be finite and non-zero"],
+        );
+    }
     err_has(
         Tensor::arange_step(0.0, 10.0, -1.0, DType::I64, dev),
         &["arange"],
