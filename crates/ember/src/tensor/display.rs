@@ -109,31 +109,22 @@ impl Formatter {
             let abs = finite.iter().map(|v| v.abs());
             let (min, max) = abs.fold((f64::INFINITY, 0f64), |(lo, hi), a| (lo.min(a), hi.max(a)));
             f.int_mode = finite.iter().all(|v| v.fract() == 0.0);
-            let p = opts.precision;
-            if f.int_mode {
-                if max / min > 1000.0 || max > 1e8 {
-                    f.sci_mode = true;
-                    f.width = finite.iter().map(|&v| sci(v, p).len()).max().unwrap_or(1);
+            // a notation forced by the options also decides the width (PyTorch 2)
+            f.sci_mode = opts
+                .sci_mode
+                .unwrap_or(max / min > 1000.0 || max > 1e8 || min < 1e-4);
+            let (p, sci_mode, int_mode) = (opts.precision, f.sci_mode, f.int_mode);
+            let len = |v: f64| {
+                if sci_mode {
+                    sci(v, p).len()
+                } else if int_mode {
+                    // the "." that marks a float
+                    format!("{v:.0}").len() + 1
                 } else {
-                    f.width = finite
-                        .iter()
-                        .map(|&v| format!("{v:.0}").len() + 1)
-                        .max()
-                        .unwrap_or(1);
+                    format!("{v:.p$}").len()
                 }
-            } else if max / min > 1000.0 || max > 1e8 || min < 1e-4 {
-                f.sci_mode = true;
-                f.width = finite.iter().map(|&v| sci(v, p).len()).max().unwrap_or(1);
-            } else {
-                f.width = finite
-                    .iter()
-                    .map(|&v| format!("{v:.p$}").len())
-                    .max()
-                    .unwrap_or(1);
-            }
-        }
-        if let Some(s) = opts.sci_mode {
-            f.sci_mode = s;
+            };
+            f.width = finite.iter().map(|&v| len(v)).max().unwrap_or(1);
         }
         f
     }
