@@ -38,7 +38,16 @@ pub fn embedding(indices: &Tensor, weight: &Tensor, padding_idx: Option<i64>) ->
     let flat = indices.reshape([indices.numel()])?;
     let mut shape = indices.shape().to_vec();
     shape.push(dim);
-    let rows = weight.index_select(0, &flat)?;
+    // an index out of range is reported as embedding's (size: num_embeddings)
+    let rows = weight.index_select(0, &flat).map_err(|e| match e {
+        Error::IndexOutOfRange { index, size, .. } => Error::IndexOutOfRange {
+            op: OP,
+            index,
+            dim: 0,
+            size,
+        },
+        e => e,
+    })?;
     let rows = match pad {
         // the padding rows' values, taken outside the graph
         Some(p) if weight.requires_grad() && crate::is_grad_enabled() => {

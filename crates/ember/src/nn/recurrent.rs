@@ -278,7 +278,10 @@ impl Recurrent {
             r => {
                 return Err(Error::invalid(
                     name,
-                    format!("{name}: Expected input to be 2D or 3D, got {r}D instead"),
+                    format!(
+                        "Expected input to be 2D or 3D, got {r}D instead (input of shape {:?})",
+                        x.shape()
+                    ),
                 ))
             }
         };
