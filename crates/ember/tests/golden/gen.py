@@ -1997,6 +1997,53 @@ for s_, e_, n_ in ((-3, 1, 7), (-3, 7, 7), (-3, 11, 7), (-3, 9, 10), (0, 10, 31)
          rtol=0.0, atol=0.0)
 case(FAM, "gather_index_longer_off_dim", "gather", [ar(2, 3), T([[1, 0, 1, 2]], I)], {"dim": 0})
 
+# ---- issue 20: the sequence ops in every float dtype (forward and backward) ----------
+# float16, bfloat16 and float64 for the ops whose earlier cases were float32 (and
+# integer/bool) only; half-precision products accumulate in float32 on both sides
+FAM = "seq_dtypes"
+HALF_TOL = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2), torch.float64: (None, None)}
+for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16"), (torch.float64, "f64")):
+    x3 = rn(2, 3, 4, dtype=dt)
+    case(FAM, f"flip_{tag}", "flip", [x3], {"dims": [0, 2]}, grad=True)
+    case(FAM, f"roll_{tag}", "roll", [x3], {"shifts": [1, -2], "dims": [1, 2]}, grad=True)
+    case(FAM, f"repeat_{tag}", "repeat", [x3], {"sizes": [1, 2, 1, 2]}, grad=True)
+    case(FAM, f"tril_{tag}", "tril", [x3], {"diagonal": 1}, grad=True)
+    case(FAM, f"triu_{tag}", "triu", [x3], {"diagonal": -1}, grad=True)
+    for mode, shape, pads in (("constant", (1, 2, 3, 4), [1, 2, 0, 1]), ("reflect", (1, 2, 4), [2, 1]),
+                              ("replicate", (1, 2, 3, 4), [1, 2, 2, 0])):
+        case(FAM, f"pad_{mode}_{tag}", "pad", [rn(*shape, dtype=dt)],
+             {"pads": pads, "mode": mode, "value": 0.5}, grad=True)
+    # values near 1 so that the products stay in range
+    case(FAM, f"prod_{tag}", "prod", [rn(3, 4, dtype=dt, scale=0.3) + 1], {"dim": 1, "keepdim": False}, grad=True)
+    case(FAM, f"prod_all_{tag}", "prod", [rn(2, 3, dtype=dt, scale=0.3) + 1], {"dim": None, "keepdim": False},
+         grad=True)
+    if dt != torch.float16:
+        # (f16 sort and topk already have cases)
+        case(FAM, f"sort_{tag}", "sort", [rn(3, 5, dtype=dt)], {"dim": 1, "descending": True})
+        case(FAM, f"sort_values_{tag}", "sort_values", [rn(3, 5, dtype=dt)], {"dim": 0, "descending": False},
+             grad=True)
+        case(FAM, f"topk_{tag}", "topk", [rn(3, 6, dtype=dt)], {"k": 2, "dim": 1, "largest": True})
+        case(FAM, f"topk_values_{tag}", "topk_values", [rn(3, 6, dtype=dt)], {"k": 3, "dim": -1, "largest": False},
+             grad=True)
+    rt, at = HALF_TOL[dt]
+    case(FAM, f"bmm_{tag}", "bmm", [rn(2, 3, 4, dtype=dt), rn(2, 4, 5, dtype=dt)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"outer_{tag}", "outer", [rn(3, dtype=dt), rn(4, dtype=dt)], grad=True)
+    case(FAM, f"einsum_scores_{tag}", "einsum", [rn(2, 2, 3, 4, dtype=dt), rn(2, 2, 5, 4, dtype=dt)],
+         {"equation": "bhqd,bhkd->bhqk"}, grad=True, rtol=rt, atol=at)
+    case(FAM, f"einsum_bilinear_{tag}", "einsum", [rn(2, 3, dtype=dt), rn(3, 4, dtype=dt), rn(2, 4, dtype=dt)],
+         {"equation": "bi,ij,bj->b"}, grad=True, rtol=rt, atol=at)
+    case(FAM, f"masked_select_{tag}", "masked_select", [rn(3, 4, dtype=dt), rn(3, 4) > 0], grad=True)
+    case(FAM, f"sdpa_causal_{tag}", "sdpa", [rn(2, 3, 4, dtype=dt), rn(2, 3, 4, dtype=dt), rn(2, 3, 2, dtype=dt)],
+         {"is_causal": True, "scale": None}, grad=True, rtol=rt, atol=at)
+    case(FAM, f"sdpa_mask_{tag}", "sdpa", [rn(1, 2, 3, 4, dtype=dt), rn(1, 2, 5, 4, dtype=dt), rn(1, 2, 5, 2, dtype=dt),
+                                           T([[True, True, False, True, False]])],
+         {"is_causal": False, "scale": None}, grad=True, rtol=rt, atol=at)
+for op in ("sin", "cos"):
+    # gradients against PyTorch's (the unary cases check the values only)
+    case(FAM, f"{op}_grad_f32", op, [rn(2, 5, scale=2.0)], grad=True)
+    case(FAM, f"{op}_grad_f64", op, [d64(rn(2, 5, scale=2.0))], grad=True)
+    case(FAM, f"{op}_grad_bf16", op, [rn(6, dtype=torch.bfloat16)], grad=True)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
