@@ -10,7 +10,8 @@ use ember::PrintOptions;
 fn print_options_change_how_tensors_print() -> Result<()> {
     let dev = Device::Cpu;
     // arange(n) / d in float32
-    let over = |n: usize, d: f64| -> Result<Tensor> { Tensor::arange(0f32, n as f32, &dev)?.div(d) };
+    let over =
+        |n: usize, d: f64| -> Result<Tensor> { Tensor::arange(0f32, n as f32, &dev)?.div(d) };
     ember::set_print_options(PrintOptions {
         precision: 2,
         threshold: 5,
@@ -36,7 +37,10 @@ fn print_options_change_how_tensors_print() -> Result<()> {
         ..PrintOptions::default()
     });
     let t = Tensor::new(vec![1.5f32, 20.25, -3.0], &dev)?;
-    assert_eq!(t.to_string(), "tensor([ 1.500e+00,  2.025e+01, -3.000e+00])");
+    assert_eq!(
+        t.to_string(),
+        "tensor([ 1.500e+00,  2.025e+01, -3.000e+00])"
+    );
     // integers too; and zeros alone keep the plain form whatever the option
     let t = Tensor::new(vec![2f32, -30.0], &dev)?;
     assert_eq!(t.to_string(), "tensor([ 2.000e+00, -3.000e+01])");

@@ -3,7 +3,8 @@
 
 use super::{
     buffers_state, check_lr, check_mask, check_names, check_non_negative, cycled_state,
-    load_buffers, load_cycled, replace_parameters, scalar_entry, state_mask, zero_all, Optimizer,
+    load_buffers, load_cycled, replace_parameters, scalar_entry, state_mask, zero_all, InitialLrs,
+    Optimizer,
 };
 use crate::{Device, Error, Result, Tensor};
 
@@ -23,6 +24,8 @@ pub struct RmsProp {
     square_avg: Vec<Option<Tensor>>,
     momentum_buffer: Vec<Option<Tensor>>,
     grad_avg: Vec<Option<Tensor>>,
+    /// The rates the first schedule started from (`initial_lr`).
+    initial: InitialLrs,
 }
 
 impl RmsProp {
@@ -41,6 +44,7 @@ impl RmsProp {
             square_avg: vec![None; n],
             momentum_buffer: vec![None; n],
             grad_avg: vec![None; n],
+            initial: InitialLrs::default(),
         })
     }
 
@@ -77,6 +81,12 @@ impl RmsProp {
 }
 
 impl Optimizer for RmsProp {
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        self.initial.get()
+    }
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        self.initial.record(lrs, replace)
+    }
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
@@ -222,6 +232,8 @@ pub struct Adagrad {
     eps: f64,
     sum: Vec<Option<Tensor>>,
     steps: u64,
+    /// The rates the first schedule started from (`initial_lr`).
+    initial: InitialLrs,
 }
 
 impl Adagrad {
@@ -237,6 +249,7 @@ impl Adagrad {
             eps: 1e-10,
             sum: vec![None; n],
             steps: 0,
+            initial: InitialLrs::default(),
         })
     }
 
@@ -267,6 +280,12 @@ impl Adagrad {
 }
 
 impl Optimizer for Adagrad {
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        self.initial.get()
+    }
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        self.initial.record(lrs, replace)
+    }
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);

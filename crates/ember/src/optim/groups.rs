@@ -120,6 +120,23 @@ impl Optimizer for Groups {
         Ok(all)
     }
 
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        let mut all = Vec::new();
+        for g in &self.groups {
+            all.extend(g.initial_lrs()?);
+        }
+        Some(all)
+    }
+
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        let mut rest = lrs;
+        for g in &self.groups {
+            let n = g.group_lrs().len().min(rest.len());
+            g.record_initial_lrs(&rest[..n], replace);
+            rest = &rest[n..];
+        }
+    }
+
     fn set_group_lrs(&mut self, lrs: &[f64]) {
         let mut rest = lrs;
         for g in &mut self.groups {

@@ -67,6 +67,20 @@ pub trait Optimizer: Send {
             self.set_lr(lr);
         }
     }
+    /// Each group's rate when the first schedule was built on this optimizer
+    /// (PyTorch's `initial_lr`): a schedule built later starts from these, not
+    /// from the rate an earlier schedule has set (a warm-up's first rate). `None`
+    /// before any schedule, and for an optimizer that keeps none (the default).
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// Records [`initial_lrs`](Self::initial_lrs): a schedule records the current
+    /// rates unless some are recorded (`replace` false, PyTorch's `setdefault`);
+    /// a one-cycle schedule replaces them with its own initial rate. The default
+    /// keeps nothing.
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        let _ = (lrs, replace);
+    }
     /// The momentum a one-cycle schedule varies (SGD's and RMSprop's `momentum`,
     /// Adam's first beta), or `None` for an optimizer without one (Adagrad).
     fn cycled_momentum(&self) -> Option<f64> {
@@ -135,6 +149,12 @@ impl Optimizer for Box<dyn Optimizer> {
     }
     fn set_group_lrs(&mut self, lrs: &[f64]) {
         (**self).set_group_lrs(lrs)
+    }
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        (**self).initial_lrs()
+    }
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        (**self).record_initial_lrs(lrs, replace)
     }
     fn cycled_momentum(&self) -> Option<f64> {
         (**self).cycled_momentum()
@@ -404,6 +424,8 @@ pub struct Sgd {
     /// The momentum a one-cycle schedule has set, in place of `momentum`.
     cycled: Option<f64>,
     buffers: Vec<Option<Tensor>>,
+    /// The rates the first schedule started from (`initial_lr`).
+    initial: InitialLrs,
 }
 
 impl Sgd {
@@ -420,6 +442,7 @@ impl Sgd {
             weight_decay: 0.0,
             cycled: None,
             buffers: vec![None; n],
+            initial: InitialLrs::default(),
         })
     }
 
@@ -480,6 +503,12 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        self.initial.get()
+    }
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        self.initial.record(lrs, replace)
+    }
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
         s.push(state_mask(self.params.len(), &[&self.buffers])?);
@@ -599,6 +628,8 @@ pub struct Adam {
     /// bias corrections there.
     capturable: bool,
     step_on_device: Option<Tensor>,
+    /// The rates the first schedule started from (`initial_lr`).
+    initial: InitialLrs,
 }
 
 impl Adam {
@@ -620,6 +651,7 @@ impl Adam {
             v: vec![None; n],
             capturable: false,
             step_on_device: None,
+            initial: InitialLrs::default(),
         })
     }
 
@@ -758,6 +790,12 @@ fn adam_update(
 }
 
 impl Optimizer for Adam {
+    fn initial_lrs(&self) -> Option<Vec<f64>> {
+        self.initial.get()
+    }
+    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+        self.initial.record(lrs, replace)
+    }
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("exp_avg", &self.m);
         s.extend(buffers_state("exp_avg_sq", &self.v));
@@ -927,14 +965,37 @@ pub trait LrScheduler: Send {
     fn set_epoch(&mut self, epoch: usize);
 }
 
-/// The groups' current rates, which a schedule starts from (the optimizer's
-/// `lr()` alone if it lists no groups).
+/// The rates a schedule starts from: those recorded when the optimizer's first
+/// schedule was built, or else the groups' current rates (the optimizer's
+/// `lr()` alone if it lists no groups), which are then recorded (PyTorch's
+/// `initial_lr`, set by the first scheduler).
 fn initial_rates(opt: &dyn Optimizer) -> Vec<f64> {
     let lrs = opt.group_lrs();
-    if lrs.is_empty() {
-        vec![opt.lr()]
-    } else {
-        lrs
+    let now = if lrs.is_empty() { vec![opt.lr()] } else { lrs };
+    match opt.initial_lrs() {
+        Some(r) if r.len() == now.len() => r,
+        _ => {
+            opt.record_initial_lrs(&now, true);
+            now
+        }
+    }
+}
+
+/// An optimizer's [`Optimizer::initial_lrs`], set through `&self` as schedules
+/// are built from a shared reference.
+#[derive(Default)]
+pub(crate) struct InitialLrs(std::sync::Mutex<Option<Vec<f64>>>);
+
+impl InitialLrs {
+    pub(crate) fn get(&self) -> Option<Vec<f64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn record(&self, lrs: &[f64], replace: bool) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if replace || g.is_none() {
+            *g = Some(lrs.to_vec());
+        }
     }
 }
 

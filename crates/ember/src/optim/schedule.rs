@@ -120,8 +120,9 @@ impl LrScheduler for LambdaLr {
 
 /// Schedules one after another (`SequentialLR`): the first until `milestones[0]`,
 /// the second (counting its epochs from 0 again) until `milestones[1]`, and so on.
-/// Build every schedule from the same optimizer first (each reads the initial
-/// rate), then combine them.
+/// Build every schedule from the same optimizer first, in any order: each starts
+/// from the rates the optimizer had when its first schedule was built
+/// ([`Optimizer::initial_lrs`], PyTorch's `initial_lr`), then combine them.
 pub struct SequentialLr {
     schedulers: Vec<Box<dyn LrScheduler>>,
     milestones: Vec<usize>,
@@ -393,11 +394,15 @@ impl OneCycleLr {
                 },
             ]
         };
+        // the schedule's own initial rate becomes the groups' (PyTorch sets
+        // `initial_lr` to it)
+        let groups = initial_rates(opt).len();
+        opt.record_initial_lrs(&vec![initial; groups], true);
         let s = OneCycleLr {
             phases,
             anneal: o.anneal,
             cycle_momentum: o.cycle_momentum,
-            groups: initial_rates(opt).len(),
+            groups,
             total: total_steps,
             epoch: 0,
         };

@@ -453,9 +453,10 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
             "linear_decay" => Box::new(LinearLr::new(&mut opt, 1.0, 0.2, 5)?),
             "lambda" => Box::new(LambdaLr::new(&mut opt, |e| 0.95f64.powi(e as i32))),
             "sequential" => {
+                // built in the natural order: the warm-up sets the rates to a
+                // quarter, and the cosine still starts from the initial rates
+                // (PyTorch's `initial_lr`)
                 let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(&mut opt, 0.25, 1.0, 3)?);
-                // each schedule reads the initial rates, as PyTorch's do
-                opt.set_group_lrs(&[0.1, 0.02]);
                 let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, 8, 0.001)?);
                 Box::new(SequentialLr::new(&mut opt, vec![warm, cos], vec![3])?)
             }
@@ -774,7 +775,10 @@ fn embedding_and_norm_modules(dev: &Device) -> Result<()> {
     assert!(synced(e.forward(&Tensor::new([1000i64], dev)?)).is_err());
     if !dev.is_cuda() {
         // the GPU checks indices on the device and reports at the next wait
-        let m = e.forward(&Tensor::new([1000i64], dev)?).unwrap_err().to_string();
+        let m = e
+            .forward(&Tensor::new([1000i64], dev)?)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             m,
             "embedding: index 1000 is out of bounds for dimension 0 with size 1000"
