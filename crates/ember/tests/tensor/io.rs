@@ -298,12 +298,88 @@ fn missing_optimizer_state_is_an_error(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Every optimizer resumes exactly: trained three steps, its state loaded into a
+/// fresh one of the same settings over copies of the parameters, the two then
+/// take the same next steps bit for bit (the moments, sums and step counts all
+/// carried). A state with a fractional or negative step count is refused.
+fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
+    use ember::optim::{Adagrad, RmsProp, Sgd};
+    type Make = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
+    let makers: [(&str, Make); 6] = [
+        ("sgd", |p| {
+            Ok(Box::new(Sgd::new(p, 0.05)?.momentum(0.9)?.nesterov(true)?))
+        }),
+        ("adam", |p| Ok(Box::new(Adam::new(p, 0.05)?))),
+        ("adamw", |p| {
+            Ok(Box::new(Adam::adamw(p, 0.05)?.betas(0.8, 0.99)?))
+        }),
+        ("rmsprop", |p| {
+            Ok(Box::new(
+                RmsProp::new(p, 0.01)?.momentum(0.5)?.centered(true),
+            ))
+        }),
+        ("rmsprop_plain", |p| Ok(Box::new(RmsProp::new(p, 0.01)?))),
+        ("adagrad", |p| {
+            Ok(Box::new(
+                Adagrad::new(p, 0.1)?
+                    .lr_decay(0.01)?
+                    .initial_accumulator_value(0.1)?,
+            ))
+        }),
+    ];
+    let x = Tensor::new(vec![0.5f32, -1.0, 2.0, 0.25, 1.5, -0.5], dev)?.reshape([3, 2])?;
+    let loss = |w: &Tensor| -> Result<Tensor> { x.matmul(w)?.tanh()?.square()?.sum_all() };
+    let mut counted = vec![];
+    for (name, make) in makers {
+        let w = Tensor::new(vec![0.3f32, -0.2, 0.1, 0.4], dev)?
+            .reshape([2, 2])?
+            .requires_grad_(true)?;
+        let mut opt = make(vec![w.clone()])?;
+        let step = |opt: &mut Box<dyn Optimizer>, w: &Tensor| -> Result<()> {
+            opt.zero_grad();
+            loss(w)?.backward()?;
+            opt.step()
+        };
+        for _ in 0..3 {
+            step(&mut opt, &w)?;
+        }
+        let state = opt.state()?;
+        let w2 = w.detach().copy()?.requires_grad_(true)?;
+        let mut resumed = make(vec![w2.clone()])?;
+        resumed.load_state(&state)?;
+        for k in 0..2 {
+            step(&mut opt, &w)?;
+            step(&mut resumed, &w2)?;
+            assert_eq!(vals(&w), vals(&w2), "{name}: step {k} after resuming");
+        }
+        // a step count that is not a whole number of steps
+        if let Some(i) = state.iter().position(|(k, _)| k == "step") {
+            counted.push(name);
+            for bad in [2.5, -1.0] {
+                let mut st = state.clone();
+                st[i].1 = Tensor::scalar(bad, &Device::Cpu)?;
+                let e = make(vec![w2.clone()])?
+                    .load_state(&st)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("step"), "{name}: {e}");
+            }
+        }
+    }
+    assert!(
+        counted.contains(&"adagrad") && counted.contains(&"adam"),
+        "{counted:?}"
+    );
+    Ok(())
+}
+
 device_test!(
     round_trip_and_errors,
     checkpoint_resumes_training,
     checksums_catch_damage,
     non_finite_values_are_refused,
-    missing_optimizer_state_is_an_error
+    missing_optimizer_state_is_an_error,
+    every_optimizer_resumes_exactly
 );
 
 #[test]
