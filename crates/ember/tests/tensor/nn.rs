@@ -1992,3 +1992,60 @@ fn module_list_and_dict() -> Result<()> {
     assert!(dict.parameters().iter().all(|p| p.device() == Device::Meta));
     Ok(())
 }
+
+/// The sequence modules' default initialisation is PyTorch's: attention's packed
+/// input projection Xavier-uniform over `[3E, E]` with zero biases, its output
+/// projection `Linear`'s Kaiming-uniform bound `1/sqrt(E)` with a zero bias, and
+/// every LSTM/GRU parameter uniform in `±1/sqrt(hidden)`. Checked by the bound
+/// (no value past it, the largest near it) and the variance of a uniform
+/// (`bound²/3`, within 10% where there are thousands of draws).
+#[test]
+fn sequence_modules_initialise_like_pytorch() -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(7);
+    let dev = Device::Cpu;
+    let uniform = |what: &str, t: &Tensor, bound: f64| {
+        let v = vals(t);
+        let max = v.iter().fold(0f64, |m, x| m.max(x.abs()));
+        assert!(
+            max <= bound && max > 0.95 * bound,
+            "{what}: max |w| {max}, bound {bound}"
+        );
+        // the variance where there are enough draws to pin it (not the biases' 128)
+        if v.len() >= 1000 {
+            let var = v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64;
+            let want = bound * bound / 3.0;
+            assert!(
+                (var / want - 1.0).abs() < 0.1,
+                "{what}: variance {var}, want {want}"
+            );
+        }
+    };
+    let zeros = |what: &str, t: &Tensor| assert!(vals(t).iter().all(|&x| x == 0.0), "{what}");
+    let (e, h) = (64usize, 32usize);
+    let m = nn::MultiheadAttention::new(e, 4, &dev)?;
+    assert_eq!(m.in_proj_weight.shape(), &[3 * e, e]);
+    uniform(
+        "in_proj_weight",
+        &m.in_proj_weight,
+        (6.0 / (4 * e) as f64).sqrt(),
+    );
+    zeros("in_proj_bias", m.in_proj_bias.as_ref().expect("a bias"));
+    uniform(
+        "out_proj.weight",
+        &m.out_proj.weight,
+        1.0 / (e as f64).sqrt(),
+    );
+    zeros("out_proj.bias", m.out_proj.bias.as_ref().expect("a bias"));
+    let bound = 1.0 / (h as f64).sqrt();
+    for (kind, params) in [
+        ("LSTM", nn::LSTM::new(16, h, &dev)?.named_parameters()),
+        ("GRU", nn::GRU::new(16, h, &dev)?.named_parameters()),
+    ] {
+        assert_eq!(params.len(), 4, "{kind}");
+        for (name, p) in params {
+            uniform(&format!("{kind}.{name}"), &p, bound);
+        }
+    }
+    Ok(())
+}
