@@ -456,7 +456,7 @@ ERROR_KINDS = [
      r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
      r"|einsum\(\): |selected index k out of range|prob_dist must be|contains either `inf`"
      r"|invalid multinomial distribution|samples without replacement|must be 2-D|Padding_idx must be"
-     r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions", "InvalidArgument"),
+     r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions|Index is supposed to be a vector", "InvalidArgument"),
 ]
 
 
@@ -1996,6 +1996,14 @@ for s_, e_, n_ in ((-3, 1, 7), (-3, 7, 7), (-3, 11, 7), (-3, 9, 10), (0, 10, 31)
     case(FAM, f"linspace_f64_{s_}_{e_}_{n_}", "linspace", [], {"start": s_, "end": e_, "steps": n_, "dtype": "float64"},
          rtol=0.0, atol=0.0)
 case(FAM, "gather_index_longer_off_dim", "gather", [ar(2, 3), T([[1, 0, 1, 2]], I)], {"dim": 0})
+# two ellipsis dims of different sizes in both operands (their order must hold)
+case(FAM, "einsum_ellipsis_two_dims", "einsum", [rn(2, 3, 4, 5), rn(2, 3, 5, 2)],
+     {"equation": "...ij,...jk->...ik"}, grad=True)
+case(FAM, "einsum_ellipsis_two_dims_broadcast", "einsum", [rn(2, 1, 4, 5), rn(3, 5, 2)],
+     {"equation": "...ij,...jk->...ki"}, grad=True)
+# a 0-d index selects one entry (a vector of one); a 2-D one is refused
+case(FAM, "index_select_0d_index", "index_select", [ar(3, 4), T(2, I)], {"dim": 1}, grad=True)
+case(FAM, "index_select_2d_index", "index_select", [ar(3, 4), T([[0, 1]], I)], {"dim": 1})
 
 # ---- issue 20: the sequence ops in every float dtype (forward and backward) ----------
 # float16, bfloat16 and float64 for the ops whose earlier cases were float32 (and

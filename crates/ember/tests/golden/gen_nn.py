@@ -132,6 +132,11 @@ def scheduler_cases():
                                 three_phase=True, base_momentum=0.8, max_momentum=0.9, div_factor=10.0,
                                 final_div_factor=100.0), 14),
         ("plateau", lambda o: S.ReduceLROnPlateau(o, factor=0.5, patience=2, cooldown=1), len(metrics)),
+        # a threshold large enough to decide (0.9 after 1.0 is not 10% better)
+        ("plateau_threshold", lambda o: S.ReduceLROnPlateau(o, factor=0.5, patience=1, threshold=0.1),
+         len(metrics)),
+        ("plateau_max", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.5, patience=1, threshold=0.05),
+         len(metrics)),
     ]
     import warnings
     for name, make, steps in cases:
@@ -152,7 +157,7 @@ def scheduler_cases():
             lrs, momenta = [], []
             for k in range(steps):
                 opt.step()
-                sched.step(metrics[k]) if name == "plateau" else sched.step()
+                sched.step(metrics[k]) if name.startswith("plateau") else sched.step()
                 lrs.append([g["lr"] for g in opt.param_groups])
                 momenta.append(momentum())
         out.append({"name": name, "initial": initial[0], "initial_groups": initial,

@@ -436,9 +436,25 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
             }
         };
         let group_lrs = case["group_lrs"].as_array().unwrap();
-        if name == "plateau" {
-            let mut p = ReduceLrOnPlateau::new(0.5, 2)?;
-            p.cooldown = 1;
+        if name.starts_with("plateau") {
+            let mut p = match name {
+                "plateau" => {
+                    let mut p = ReduceLrOnPlateau::new(0.5, 2)?;
+                    p.cooldown = 1;
+                    p
+                }
+                "plateau_threshold" => {
+                    let mut p = ReduceLrOnPlateau::new(0.5, 1)?;
+                    p.threshold = 0.1;
+                    p
+                }
+                "plateau_max" => {
+                    let mut p = ReduceLrOnPlateau::new(0.5, 1)?.maximize();
+                    p.threshold = 0.05;
+                    p
+                }
+                other => panic!("unknown plateau case {other}"),
+            };
             let metrics = f64s(&case["metrics"]);
             for (k, (m, want)) in metrics.iter().zip(group_lrs).enumerate() {
                 p.step_metric(&mut opt, *m);
@@ -497,6 +513,8 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
         for (k, want) in group_lrs.iter().enumerate() {
             sched.step(&mut opt);
             close_all(opt.group_lrs(), f64s(want), &format!("step {k}"));
+            // the count a checkpoint records to resume the schedule
+            assert_eq!(sched.epoch(), k + 1, "{name}: epoch after step {k}");
             assert_eq!(sched.last_lrs(), opt.group_lrs());
             assert_eq!(sched.last_lr(), opt.lr());
             close(
