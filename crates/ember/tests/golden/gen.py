@@ -2052,6 +2052,12 @@ for op in ("sin", "cos"):
     case(FAM, f"{op}_grad_f64", op, [d64(rn(2, 5, scale=2.0))], grad=True)
     case(FAM, f"{op}_grad_bf16", op, [rn(6, dtype=torch.bfloat16)], grad=True)
 
+# ---- more corners from mutation testing (bench/results/2026-11-27-mutants-sample.md)
+FAM = "mutation_corners"
+# an empty depth with a batch: every one of the 2 x 2 x 3 outputs is 0
+case(FAM, "matmul_k0_batched", "matmul", [rn(2, 2, 0), rn(2, 0, 3)], grad=True)
+case(FAM, "matmul_k0_batched_f64", "matmul", [d64(rn(3, 1, 0)), d64(rn(0, 2))])
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
