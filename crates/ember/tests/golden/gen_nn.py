@@ -163,7 +163,7 @@ def scheduler_cases():
         out.append({"name": name, "initial": initial[0], "initial_groups": initial,
                     "lrs": [l[0] for l in lrs], "group_lrs": lrs,
                     "initial_momentum": initial_momentum, "momenta": momenta,
-                    "metrics": metrics[:steps] if name == "plateau" else []})
+                    "metrics": metrics[:steps] if name.startswith("plateau") else []})
     return out
 
 

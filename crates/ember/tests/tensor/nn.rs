@@ -456,6 +456,8 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
                 other => panic!("unknown plateau case {other}"),
             };
             let metrics = f64s(&case["metrics"]);
+            assert_eq!(metrics.len(), group_lrs.len(), "{name}: a metric per step");
+            assert!(!metrics.is_empty(), "{name}: no steps");
             for (k, (m, want)) in metrics.iter().zip(group_lrs).enumerate() {
                 p.step_metric(&mut opt, *m);
                 close_all(opt.group_lrs(), f64s(want), &format!("step {k}"));
