@@ -153,6 +153,23 @@ pub fn autocast_dtype(device_type: DeviceType) -> Option<DType> {
     STATE.with(|s| s.get()[device_type.slot()])
 }
 
+/// Runs `f` with autocast off on every device type (for ops that choose their own
+/// precision inside, such as the memory-saving attention's recomputation); the
+/// region's cast cache is kept.
+pub(crate) fn without<R>(f: impl FnOnce() -> R) -> R {
+    if all_off() {
+        return f();
+    }
+    struct Restore([Option<DType>; 2]);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            STATE.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(STATE.with(|s| s.replace([None, None])));
+    f()
+}
+
 /// Whether autocast is on for `device_type` on this thread.
 pub fn is_autocast_enabled(device_type: DeviceType) -> bool {
     autocast_dtype(device_type).is_some()

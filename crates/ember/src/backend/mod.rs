@@ -28,6 +28,21 @@ pub(crate) use storage::Storage;
 /// PyTorch's default seed, so unseeded programs are repeatable too.
 const DEFAULT_SEED: u64 = 67280421310721;
 
+/// A seed drawn from `device`'s random stream (the scope's generator inside
+/// [`Generator::scope`](crate::Generator::scope)), for an op that must draw the same
+/// values twice: it seeds a [`Generator`](crate::Generator) of its own each time.
+/// The CPU stream gives its next 64 bits; a GPU reserves one Philox counter.
+pub(crate) fn fork_seed(device: &crate::Device) -> u64 {
+    match device {
+        crate::Device::Cpu => with_global_rng(rand::Rng::next_u64),
+        crate::Device::Cuda(_) => {
+            let (seed, counter) = cuda::random::reserve_counters(1);
+            seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
+        }
+        crate::Device::Meta => 0,
+    }
+}
+
 /// Seeds ember's global random generators (`torch.manual_seed`): the same seed
 /// gives the same sequence of random tensors. The CPU draws from a ChaCha stream and
 /// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a

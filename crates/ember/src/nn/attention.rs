@@ -307,17 +307,22 @@ impl MultiheadAttention {
             }
         }
         let scale = 1.0 / (d as f64).sqrt();
-        let dropping = self.training && self.dropout > 0.0;
+        let p = if self.training { self.dropout } else { 0.0 };
         // no weights asked for: the path that keeps no [L, S] weights for backward
         // (a masked-out row gives NaN, as softmax does here), where it applies
-        let saving = if !opts.need_weights && !dropping && opts.key_padding_mask.is_none() {
-            let bias = || {
-                attn_mask
-                    .as_ref()
-                    .map(|m| crate::nn::functional::mask_bias(m, true, qh.dtype()))
-                    .transpose()
+        let saving = if !opts.need_weights {
+            let biases = || -> Result<Vec<Tensor>> {
+                let mut v = Vec::new();
+                if let Some(m) = &attn_mask {
+                    v.push(crate::nn::functional::mask_bias(m, true, qh.dtype())?);
+                }
+                if let Some(m) = opts.key_padding_mask {
+                    let m = m.reshape([n, 1, 1, s])?;
+                    v.push(crate::nn::functional::mask_bias(&m, true, qh.dtype())?);
+                }
+                Ok(v)
             };
-            crate::nn::functional::attention_saving_memory(&qh, &kh, &vh, bias, scale, false)?
+            crate::nn::functional::attention_saving_memory(&qh, &kh, &vh, biases, scale, false, p)?
         } else {
             None
         };

@@ -312,18 +312,16 @@ pub fn scaled_dot_product_attention(
         _ if is_causal => Some(Tensor::ones([l, s], DType::Bool, &q.device())?.tril(0)?),
         _ => None,
     };
-    if dropout_p == 0.0 {
-        // without dropout: the path that keeps no [L, S] weights for backward
-        let bias = || -> Result<Option<Tensor>> {
-            Ok(match (attn_mask, &allowed) {
-                (Some(m), _) if m.dtype() != DType::Bool => Some(m.clone()),
-                (_, Some(a)) => Some(mask_bias(a, false, q.dtype())?),
-                _ => None,
-            })
-        };
-        if let Some(out) = attention_saving_memory(q, k, v, bias, scale, true)? {
-            return Ok(out);
-        }
+    // the path that keeps no [L, S] weights for backward, where it applies
+    let biases = || -> Result<Vec<Tensor>> {
+        Ok(match (attn_mask, &allowed) {
+            (Some(m), _) if m.dtype() != DType::Bool => vec![m.clone()],
+            (_, Some(a)) => vec![mask_bias(a, false, q.dtype())?],
+            _ => Vec::new(),
+        })
+    };
+    if let Some(out) = attention_saving_memory(q, k, v, biases, scale, true, dropout_p)? {
+        return Ok(out);
     }
     // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
     let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
@@ -370,8 +368,8 @@ pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Te
 }
 
 /// Which computation `scaled_dot_product_attention` and `MultiheadAttention`
-/// (without weights asked for, dropout or a key padding mask) use, chosen per
-/// thread like PyTorch's `torch.backends.cuda.sdp_kernel` switches.
+/// (without weights asked for) use, chosen per thread like PyTorch's
+/// `torch.backends.cuda.sdp_kernel` switches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionPath {
     /// The memory-saving path where the scores of one call exceed 2²² elements
@@ -389,6 +387,22 @@ pub enum AttentionPath {
 thread_local! {
     static ATTENTION_PATH: std::cell::Cell<AttentionPath> =
         const { std::cell::Cell::new(AttentionPath::Auto) };
+    static GROUP_SCORES: std::cell::Cell<usize> = const { std::cell::Cell::new(1 << 22) };
+}
+
+/// Runs `f` with the memory-saving attention computing at most `scores` scores at
+/// once on this thread (at least one head's `[L, S]`; restored after). The default,
+/// 2²² (16 MiB of float32 scores, a few such buffers live at a time), balances
+/// memory against the number of products; less saves memory, more saves launches.
+pub fn with_attention_group_scores<R>(scores: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GROUP_SCORES.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(GROUP_SCORES.with(|p| p.replace(scores)));
+    f()
 }
 
 /// This thread's attention path.
@@ -409,39 +423,50 @@ pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
 }
 
 /// Attention that keeps no `[L, S]` matrix for backward (where
-/// [`attention_path`] asks for it): `softmax(q·kᵀ·scale + bias)·v` computed a
-/// group of heads at a time (at most about 4M scores at once),
+/// [`attention_path`] asks for it): `softmax(q·kᵀ·scale + biases)·v` computed a
+/// group of heads at a time (at most about 4M scores at once by default),
 /// saving only the inputs, the output and each row's log-sum-exp; the backward
 /// recomputes each group's weights from them (the memory-efficient attention of
-/// the GPU libraries, written with tensor ops so that every device runs it).
-/// `bias` is additive (`-inf` where a key is masked), shaped `[L, S]` or like the
-/// batch + `[L, S]`, without a gradient. A row with every key masked gives zeros
-/// (`empty_rows_zero`, SDPA's convention) or NaN (softmax's, MultiheadAttention's).
-/// `None` where it does not apply (dtypes other than f32/f64, batch dims that
-/// differ between q, k and v, another bias shape): the caller computes it plainly.
+/// the GPU libraries, written with tensor ops so that every device runs it). The
+/// group size is [`with_attention_group_scores`]'s.
+///
+/// Each of `biases` is additive (`-inf` where a key is masked), without a gradient,
+/// in the inputs' dtype, and broadcasts to the batch + `[L, S]` (a key padding
+/// mask's `[N, 1, 1, S]` is added to each group's scores without being expanded).
+/// A row with every key masked gives zeros (`empty_rows_zero`, SDPA's convention)
+/// or NaN (softmax's, MultiheadAttention's). `dropout_p` in `[0, 1)` drops weights
+/// after the softmax; the backward draws the same masks again from a seed kept
+/// per group. Float16 and bfloat16 inputs are computed in float32, a group at a
+/// time, and the results rounded once.
+///
+/// `None` where it does not apply (dtypes other than the floats, batch dims that
+/// differ between q, k and v, a bias that does not fit): the caller computes it
+/// plainly.
 pub(crate) fn attention_saving_memory(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    bias: impl FnOnce() -> Result<Option<Tensor>>,
+    biases: impl FnOnce() -> Result<Vec<Tensor>>,
     scale: f64,
     empty_rows_zero: bool,
+    dropout_p: f64,
 ) -> Result<Option<Tensor>> {
     let r = q.rank();
     let dt = q.dtype();
-    // (its backward recomputes products outside autocast: inputs that autocast
-    // would cast take the plain path, whose ops autocast handles one by one)
+    // (autocast's casts are made by the caller: inputs it would still cast take the
+    // plain path, whose ops autocast handles one by one)
     if r < 2
         || crate::amp::would_lower(&[q, k, v])
         || k.rank() != r
         || v.rank() != r
-        || !matches!(dt, DType::F32 | DType::F64)
+        || !dt.is_float()
         || k.dtype() != dt
         || v.dtype() != dt
         || q.shape()[..r - 2] != k.shape()[..r - 2]
         || q.shape()[..r - 2] != v.shape()[..r - 2]
         || k.shape()[r - 2] != v.shape()[r - 2]
         || k.shape()[r - 1] != q.shape()[r - 1]
+        || !(0.0..1.0).contains(&dropout_p)
     {
         return Ok(None);
     }
@@ -457,33 +482,74 @@ pub(crate) fn attention_saving_memory(
         AttentionPath::Auto if crate::is_grad_enabled() && n * l * s <= 1 << 22 => return Ok(None),
         _ => {}
     }
-    // the bias is built only once this path is taken
-    let bias = match bias()? {
-        None => None,
-        Some(b) if b.requires_grad() || b.dtype() != dt => return Ok(None),
-        Some(b) if b.shape() == [l, s] => Some((b, false)),
-        Some(b) if b.shape()[..] == [batch, &[l, s]].concat()[..] => {
-            Some((b.reshape([n, l, s])?, true))
-        }
-        Some(_) => return Ok(None),
+    // the groups cut a batch of at least one dim
+    let dims: Vec<usize> = if batch.is_empty() {
+        vec![1]
+    } else {
+        batch.to_vec()
     };
+    let mut full = dims.clone();
+    full.extend([l, s]);
+    // the biases are built only once this path is taken, then padded to the
+    // scores' rank (views)
+    let mut padded = Vec::new();
+    for b in biases()? {
+        if b.requires_grad() || b.dtype() != dt || b.rank() > full.len() {
+            return Ok(None);
+        }
+        let fits = b
+            .shape()
+            .iter()
+            .rev()
+            .zip(full.iter().rev())
+            .all(|(&have, &want)| have == 1 || have == want);
+        if !fits {
+            return Ok(None);
+        }
+        let mut b = b;
+        while b.rank() < full.len() {
+            b = b.unsqueeze(0)?;
+        }
+        padded.push(b);
+    }
+    let dev = q.device();
+    let seed = if dropout_p > 0.0 {
+        crate::backend::fork_seed(&dev)
+    } else {
+        0
+    };
+    let per = (GROUP_SCORES.with(|p| p.get()) / (l * s)).max(1);
+    let groups = plan_groups(&dims, l, s, per, &padded, seed)?;
+    // half types are computed in float32, a group at a time
+    let cdt = if dt == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let dropout = (dropout_p > 0.0).then_some(dropout_p);
     let (q3, k3, v3) = (
         q.reshape([n, l, e])?,
         k.reshape([n, s, e])?,
         v.reshape([n, s, ev])?,
     );
-    let group = ((1usize << 22) / (l * s)).clamp(1, n);
-    let (out, lse) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
-        let (mut outs, mut lses) = (Vec::new(), Vec::new());
-        for h in (0..n).step_by(group) {
-            let len = group.min(n - h);
-            let (w, m) = group_weights(&q3, &k3, &bias, (h, len), None, scale, empty_rows_zero)?;
-            outs.push(w.matmul(&v3.narrow(0, h as i64, len)?)?);
-            lses.push(m);
-        }
-        let outs: Vec<&Tensor> = outs.iter().collect();
-        let lses: Vec<&Tensor> = lses.iter().collect();
-        Ok((Tensor::cat(&outs, 0)?, Tensor::cat(&lses, 0)?))
+    let (out, lse) = crate::no_grad(|| {
+        crate::amp::without(|| -> Result<(Tensor, Tensor)> {
+            let (mut outs, mut lses) = (Vec::new(), Vec::new());
+            for g in &groups {
+                let qc = g.rows(&q3)?.to_dtype(cdt)?;
+                let kc = g.rows(&k3)?.to_dtype(cdt)?;
+                let (w, m) = group_weights(&qc, &kc, g, None, scale, empty_rows_zero)?;
+                let w = match dropout {
+                    Some(p) => w.mul(&g.keep(p, cdt, &dev)?)?,
+                    None => w,
+                };
+                outs.push(w.matmul(&g.rows(&v3)?.to_dtype(cdt)?)?);
+                lses.push(m);
+            }
+            let outs: Vec<&Tensor> = outs.iter().collect();
+            let lses: Vec<&Tensor> = lses.iter().collect();
+            Ok((Tensor::cat(&outs, 0)?.to_dtype(dt)?, Tensor::cat(&lses, 0)?))
+        })
     })?;
     let mut shape = batch.to_vec();
     shape.extend([l, ev]);
@@ -496,65 +562,176 @@ pub(crate) fn attention_saving_memory(
         |y| {
             let (y, qsv, ksv, vsv) = (y.save(), q.save(), k.save(), v.save());
             move |g: &Tensor| {
-                let q3 = qsv.get()?.reshape([n, l, e])?;
-                let k3 = ksv.get()?.reshape([n, s, e])?;
-                let v3 = vsv.get()?.reshape([n, s, ev])?;
-                let g = g.reshape([n, l, ev])?;
-                let o = y.get()?.reshape([n, l, ev])?;
-                // D = rowsum(dO ∘ O): the softmax backward's row term
-                let d = g.mul(&o)?.sum(-1, true)?;
-                let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
-                for h in (0..n).step_by(group) {
-                    let len = group.min(n - h);
-                    let hl = (h, len);
-                    let (w, _) =
-                        group_weights(&q3, &k3, &bias, hl, Some(&lse), scale, empty_rows_zero)?;
-                    let gc = g.narrow(0, h as i64, len)?;
-                    let vc = v3.narrow(0, h as i64, len)?;
-                    dvs.push(w.transpose(1, 2)?.matmul(&gc)?);
-                    let dw = gc.matmul(&vc.transpose(1, 2)?)?;
-                    let ds = w.mul(&dw.sub(&d.narrow(0, h as i64, len)?)?)?.mul(scale)?;
-                    dqs.push(ds.matmul(&k3.narrow(0, h as i64, len)?)?);
-                    dks.push(ds.transpose(1, 2)?.matmul(&q3.narrow(0, h as i64, len)?)?);
-                }
-                let join = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
-                    let refs: Vec<&Tensor> = parts.iter().collect();
-                    Tensor::cat(&refs, 0)?.reshape(shape)
-                };
-                Ok(vec![
-                    Some(join(dqs, &qs)?),
-                    Some(join(dks, &ks)?),
-                    Some(join(dvs, &vs)?),
-                ])
+                crate::amp::without(|| {
+                    let q3 = qsv.get()?.reshape([n, l, e])?;
+                    let k3 = ksv.get()?.reshape([n, s, e])?;
+                    let v3 = vsv.get()?.reshape([n, s, ev])?;
+                    let g = g.reshape([n, l, ev])?;
+                    let o = y.get()?.reshape([n, l, ev])?;
+                    let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+                    for grp in &groups {
+                        let qc = grp.rows(&q3)?.to_dtype(cdt)?;
+                        let kc = grp.rows(&k3)?.to_dtype(cdt)?;
+                        let vc = grp.rows(&v3)?.to_dtype(cdt)?;
+                        let gc = grp.rows(&g)?.to_dtype(cdt)?;
+                        // D = rowsum(dO ∘ O): the softmax backward's row term (also
+                        // with dropout, O being the dropped weights' product)
+                        let dc = gc.mul(&grp.rows(&o)?.to_dtype(cdt)?)?.sum(-1, true)?;
+                        let (w, _) =
+                            group_weights(&qc, &kc, grp, Some(&lse), scale, empty_rows_zero)?;
+                        let dwd = gc.matmul(&vc.transpose(1, 2)?)?;
+                        let (wd, dw) = match dropout {
+                            Some(p) => {
+                                let keep = grp.keep(p, cdt, &dev)?;
+                                (w.mul(&keep)?, dwd.mul(&keep)?)
+                            }
+                            None => (w.clone(), dwd),
+                        };
+                        dvs.push(wd.transpose(1, 2)?.matmul(&gc)?);
+                        let ds = w.mul(&dw.sub(&dc)?)?.mul(scale)?;
+                        dqs.push(ds.matmul(&kc)?);
+                        dks.push(ds.transpose(1, 2)?.matmul(&qc)?);
+                    }
+                    let join = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
+                        let refs: Vec<&Tensor> = parts.iter().collect();
+                        Tensor::cat(&refs, 0)?.to_dtype(dt)?.reshape(shape)
+                    };
+                    Ok(vec![
+                        Some(join(dqs, &qs)?),
+                        Some(join(dks, &ks)?),
+                        Some(join(dvs, &vs)?),
+                    ])
+                })
             }
         },
     )))
 }
 
-/// The attention weights of heads `[h, h + len)`: `exp(scores - lse)` with `lse`
-/// computed here when not given; a fully masked row's `-inf` is shifted by 0 (its
-/// weights become 0) when `empty_rows_zero`, otherwise it gives NaN as softmax does.
+/// One group of the memory-saving attention: rows `[start, start + len)` of the
+/// flattened batch. They are rectangular in the batch dims, so that the scores
+/// viewed as `view` (`[1, .., c, the dims after, .., L, S]`) take each bias's
+/// slice (a view) by broadcasting.
+struct Group {
+    start: usize,
+    len: usize,
+    view: Vec<usize>,
+    biases: Vec<Tensor>,
+    /// The seed of this group's dropout masks.
+    seed: u64,
+}
+
+impl Group {
+    /// This group's rows of a `[n, .., ..]` tensor.
+    fn rows(&self, t: &Tensor) -> Result<Tensor> {
+        t.narrow(0, self.start as i64, self.len)
+    }
+
+    /// The kept weights' multiplier (`1/(1 - p)` or 0), drawn from this group's
+    /// seed: the same tensor in forward and backward.
+    fn keep(&self, p: f64, dtype: DType, device: &crate::Device) -> Result<Tensor> {
+        let shape = [
+            self.len,
+            self.view[self.view.len() - 2],
+            self.view[self.view.len() - 1],
+        ];
+        let u = crate::Generator::new(self.seed)
+            .scope(|| Tensor::uniform(0.0, 1.0, shape, DType::F32, device))?;
+        u.ge(p)?.to_dtype(dtype)?.mul(1.0 / (1.0 - p))
+    }
+}
+
+/// Cuts a batch of `dims` into groups of about `per` rows each (at least one)
+/// that are rectangular: a range of one dim, whole in the dims after it, one
+/// index in the dims before. `biases` are padded to `dims + [L, S]` and broadcast
+/// to it.
+fn plan_groups(
+    dims: &[usize],
+    l: usize,
+    s: usize,
+    per: usize,
+    biases: &[Tensor],
+    seed: u64,
+) -> Result<Vec<Group>> {
+    let k = dims.len();
+    let after = |j: usize| -> usize { dims[j + 1..].iter().product() };
+    // the first dim whose following dims fit in one group (the last one always does)
+    let j = (0..k).find(|&j| after(j) <= per).unwrap_or(k - 1);
+    let inner = after(j);
+    let step = (per / inner).clamp(1, dims[j]);
+    let outer: usize = dims[..j].iter().product();
+    let mut groups = Vec::new();
+    for o in 0..outer {
+        let mut index = vec![0; j];
+        let mut rest = o;
+        for d in (0..j).rev() {
+            index[d] = rest % dims[d];
+            rest /= dims[d];
+        }
+        for at in (0..dims[j]).step_by(step) {
+            let c = step.min(dims[j] - at);
+            let mut view = vec![1; j];
+            view.push(c);
+            view.extend(&dims[j + 1..]);
+            view.extend([l, s]);
+            let sliced = biases
+                .iter()
+                .map(|b| {
+                    let mut b = b.clone();
+                    for (d, &i) in index.iter().enumerate() {
+                        if b.shape()[d] != 1 {
+                            b = b.narrow(d as i64, i as i64, 1)?;
+                        }
+                    }
+                    if b.shape()[j] != 1 {
+                        b = b.narrow(j as i64, at as i64, c)?;
+                    }
+                    Ok(b)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let number = groups.len() as u64;
+            groups.push(Group {
+                start: (o * dims[j] + at) * inner,
+                len: c * inner,
+                view,
+                biases: sliced,
+                seed: split_mix(seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03)),
+            });
+        }
+    }
+    Ok(groups)
+}
+
+/// SplitMix64's finaliser: nearby inputs give unrelated seeds.
+fn split_mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The attention weights of one group from its queries and keys (in the compute
+/// dtype): `exp(scores - lse)` with `lse` computed here when not given; a fully
+/// masked row's `-inf` is shifted by 0 (its weights become 0) when
+/// `empty_rows_zero`, otherwise it gives NaN as softmax does.
 fn group_weights(
-    q3: &Tensor,
-    k3: &Tensor,
-    bias: &Option<(Tensor, bool)>,
-    (h, len): (usize, usize),
+    qc: &Tensor,
+    kc: &Tensor,
+    g: &Group,
     lse: Option<&Tensor>,
     scale: f64,
     empty_rows_zero: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let qc = q3.narrow(0, h as i64, len)?;
-    let kc = k3.narrow(0, h as i64, len)?;
     let mut sc = qc.mul(scale)?.matmul(&kc.transpose(1, 2)?)?;
-    if let Some((b, per_head)) = bias {
-        sc = if *per_head {
-            sc.add(&b.narrow(0, h as i64, len)?)?
-        } else {
-            sc.add(b)?
-        };
+    if !g.biases.is_empty() {
+        let shape = sc.shape().to_vec();
+        let mut viewed = sc.reshape(&g.view)?;
+        for b in &g.biases {
+            viewed = viewed.add(&b.to_dtype(sc.dtype())?)?;
+        }
+        sc = viewed.reshape(&shape)?;
     }
     let m = match lse {
-        Some(m) => m.narrow(0, h as i64, len)?,
+        Some(m) => g.rows(m)?,
         None => sc.logsumexp(-1, true)?,
     };
     let shift = if empty_rows_zero {

@@ -2058,6 +2058,36 @@ FAM = "mutation_corners"
 case(FAM, "matmul_k0_batched", "matmul", [rn(2, 2, 0), rn(2, 0, 3)], grad=True)
 case(FAM, "matmul_k0_batched_f64", "matmul", [d64(rn(3, 1, 0)), d64(rn(0, 2))])
 
+# ---- issue 20: attention on random shapes, masks and dtypes, on both paths --------
+# Batch dims, lengths, widths, the mask's kind and broadcast shape and the dtype are
+# drawn (seeded); each case runs through the path that keeps the weights ("sdpa")
+# and the memory-saving one ("sdpa_memory_efficient", which adds a broadcast mask
+# to each group of heads without expanding it, and computes half types in float32).
+FAM = "sdpa_random"
+_shapes = __import__("random").Random(20)
+_DTYPES = [(torch.float32, "f32", None, None), (torch.float64, "f64", None, None),
+           (torch.bfloat16, "bf16", 3e-2, 3e-2), (torch.float16, "f16", 4e-3, 4e-3)]
+for i in range(16):
+    dt, tag, rt, at = _DTYPES[i % 4]
+    batch = [_shapes.randint(1, 3) for _ in range(_shapes.randint(0, 2))]
+    L, S, E, Ev = _shapes.randint(1, 6), _shapes.randint(1, 7), _shapes.randint(1, 5), _shapes.randint(1, 4)
+    kind = ["none", "causal", "bool", "float"][(i // 4 + i) % 4]
+    xs = [rn(*batch, L, E, dtype=dt), rn(*batch, S, E, dtype=dt), rn(*batch, S, Ev, dtype=dt)]
+    if kind in ("bool", "float"):
+        # each mask dim broadcasts (1) or is full, and leading dims may be left out
+        full = batch + [L, S]
+        shape = [1 if _shapes.random() < 0.5 else d for d in full][_shapes.randint(0, len(batch)):]
+        if kind == "bool":
+            m = torch.rand(*shape) < 0.75
+        else:
+            m = rn(*shape, dtype=dt)
+        xs.append(m)
+    scale = None if i % 3 else 0.5
+    desc = f"{i}_{tag}_{kind}_b{'x'.join(map(str, batch)) or '0'}_l{L}_s{S}"
+    for op in ("sdpa", "sdpa_memory_efficient"):
+        case(FAM, f"{op}_{desc}", op, xs, {"is_causal": kind == "causal", "scale": scale}, grad=True, rtol=rt,
+             atol=at)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")

@@ -1456,6 +1456,8 @@ fn parameter_groups_match_pytorch(dev: &Device) -> Result<()> {
 }
 
 device_test!(
+    memory_saving_attention_matches_across_groups,
+    memory_saving_attention_dropout_redraws_its_masks,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
@@ -2066,6 +2068,183 @@ fn sequence_modules_initialise_like_pytorch() -> Result<()> {
         for (name, p) in params {
             uniform(&format!("{kind}.{name}"), &p, bound);
         }
+    }
+    Ok(())
+}
+
+/// `scaled_dot_product_attention` on one path: the output and the gradients of
+/// q, k and v for the upstream gradient `up`.
+fn attention_on(
+    path: ember::nn::functional::AttentionPath,
+    qkv: &[Tensor; 3],
+    mask: Option<&Tensor>,
+    dropout_p: f64,
+    up: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let leaves: Vec<Tensor> = qkv
+        .iter()
+        .map(|t| t.detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    use ember::nn::functional::{with_attention_group_scores, with_attention_path};
+    // groups of at most 1000 scores: the shapes below make several
+    let out = with_attention_group_scores(1000, || {
+        with_attention_path(path, || {
+            nn::scaled_dot_product_attention(
+                &leaves[0], &leaves[1], &leaves[2], mask, dropout_p, false, None,
+            )
+        })
+    })?;
+    out.mul(up)?.sum_all()?.backward()?;
+    let mut v = vec![out.detach()];
+    v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+    Ok(v)
+}
+
+/// The memory-saving attention against the plain path where it cuts the batch
+/// into several groups (length 8 by 16 makes 128 scores a head: 7 heads in a
+/// group of 1000 scores), across the second batch dim and unevenly (2 × 12
+/// heads: groups of 7 and 5): broadcast bool and float masks are sliced per group, a mask that
+/// blocks whole rows gives zeros, and bfloat16 inputs (computed in float32)
+/// land within bfloat16's rounding of float32's result.
+fn memory_saving_attention_matches_across_groups(dev: &Device) -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let _g = super::rng_lock();
+    ember::manual_seed(3);
+    let (l, s) = (8, 16);
+    let qkv = [
+        Tensor::randn([2, 12, l, 3], dev)?,
+        Tensor::randn([2, 12, s, 3], dev)?,
+        Tensor::randn([2, 12, s, 2], dev)?,
+    ];
+    let up = Tensor::randn([2, 12, l, 2], dev)?;
+    // keys allowed per sample; a float bias per head (broadcast over the batch
+    // and the queries); rows blocked whole in some heads
+    let keys = Tensor::rand([2, 1, 1, s], dev)?.ge(0.3)?;
+    let per_head = Tensor::randn([12, 1, s], dev)?;
+    let rows = Tensor::rand([2, 12, l, 1], dev)?.ge(0.1)?;
+    for (what, mask) in [
+        ("no mask", None),
+        ("keys [2, 1, 1, S]", Some(keys)),
+        ("float [12, 1, S]", Some(per_head)),
+        ("rows [2, 12, L, 1]", Some(rows.clone())),
+    ] {
+        let want = attention_on(AttentionPath::Math, &qkv, mask.as_ref(), 0.0, &up)?;
+        let got = attention_on(
+            AttentionPath::MemoryEfficient,
+            &qkv,
+            mask.as_ref(),
+            0.0,
+            &up,
+        )?;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (g, w) = (vals(g), vals(w));
+            assert!(
+                g.iter().all(|x| x.is_finite()),
+                "{what}: output {i} not finite"
+            );
+            assert_close(&g, &w, 1e-4, 1e-5);
+        }
+    }
+    // a blocked row's output is zeros on both paths
+    let out = attention_on(AttentionPath::MemoryEfficient, &qkv, Some(&rows), 0.0, &up)?;
+    let blocked = rows
+        .logical_not()?
+        .expand([2, 12, l, 2])?
+        .to_dtype(DType::F32)?;
+    assert!(vals(&blocked).contains(&1.0));
+    assert_eq!(vals(&out[0].mul(&blocked)?.abs()?.sum_all()?), [0.0]);
+    // bfloat16: the saving path computes in float32 and rounds once
+    let half: Vec<Tensor> = qkv
+        .iter()
+        .map(|t| t.to_dtype(DType::BF16))
+        .collect::<Result<_>>()?;
+    let half = [half[0].clone(), half[1].clone(), half[2].clone()];
+    let exact: Vec<Tensor> = half
+        .iter()
+        .map(|t| t.to_dtype(DType::F32))
+        .collect::<Result<_>>()?;
+    let exact = [exact[0].clone(), exact[1].clone(), exact[2].clone()];
+    let keys = Tensor::rand([2, 1, 1, s], dev)?.ge(0.3)?;
+    let want = attention_on(AttentionPath::Math, &exact, Some(&keys), 0.0, &up)?;
+    let got = attention_on(
+        AttentionPath::MemoryEfficient,
+        &half,
+        Some(&keys),
+        0.0,
+        &up.to_dtype(DType::BF16)?,
+    )?;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.dtype(), DType::BF16, "result {i}");
+        assert_close(&vals(g), &vals(w), 2e-2, 2e-2);
+    }
+    Ok(())
+}
+
+/// Dropout on the memory-saving path: with `v` extended by the identity the
+/// output's last `S` columns are the dropped weights themselves, which shows the
+/// mask drawn; the output and every gradient match plain attention with that
+/// mask (so the backward draws the same masks again, group by group: 2 × 6 heads
+/// of 20 × 20 make groups of 2 in 1000 scores), about `p` of the weights are dropped,
+/// a second call draws other masks, and the same seed the same ones.
+fn memory_saving_attention_dropout_redraws_its_masks(dev: &Device) -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let _g = super::rng_lock();
+    ember::manual_seed(4);
+    let (n, h, l, ev, p) = (2, 6, 20, 2, 0.25);
+    let eye = Tensor::eye(l, DType::F32, dev)?.expand([n, h, l, l])?;
+    let v = Tensor::cat(&[&Tensor::randn([n, h, l, ev], dev)?, &eye], 3)?;
+    let qkv = [
+        Tensor::randn([n, h, l, 4], dev)?,
+        Tensor::randn([n, h, l, 4], dev)?,
+        v,
+    ];
+    // only the first `ev` columns carry a gradient
+    let up = Tensor::cat(
+        &[
+            &Tensor::randn([n, h, l, ev], dev)?,
+            &Tensor::zeros([n, h, l, l], DType::F32, dev)?,
+        ],
+        3,
+    )?;
+    ember::manual_seed(40);
+    let got = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+    let dropped = got[0].narrow(3, ev as i64, l)?;
+    let kept = dropped.ne(0.0)?;
+    let frac = 1.0 - vals(&kept.to_dtype(DType::F64)?.mean_all()?)[0];
+    // 4800 weights: the fraction's deviation is 0.006
+    assert!(
+        (frac - p).abs() < 0.03,
+        "dropped {frac} of the weights, p = {p}"
+    );
+    // each group draws its own masks (heads 0 and 2 are in different groups)
+    assert_ne!(
+        vals(&kept.narrow(1, 0, 1)?.to_dtype(DType::F32)?),
+        vals(&kept.narrow(1, 2, 1)?.to_dtype(DType::F32)?)
+    );
+    // the plain computation with that mask
+    let leaves: Vec<Tensor> = qkv
+        .iter()
+        .map(|t| t.detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    let w = leaves[0]
+        .mul(0.5)?
+        .matmul(&leaves[1].transpose(2, 3)?)?
+        .softmax(-1)?;
+    let wd = w.mul(&kept.to_dtype(DType::F32)?.mul(1.0 / (1.0 - p))?)?;
+    let out = wd.matmul(&leaves[2])?;
+    out.mul(&up)?.sum_all()?.backward()?;
+    let mut want = vec![out.detach()];
+    want.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+    for (g, w) in got.iter().zip(&want) {
+        assert_close(&vals(g), &vals(w), 1e-4, 1e-5);
+    }
+    // a second call draws other masks; the same seed the same ones
+    let again = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+    assert_ne!(vals(&again[0]), vals(&got[0]));
+    ember::manual_seed(40);
+    let same = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+    for (a, b) in same.iter().zip(&got) {
+        assert_eq!(vals(a), vals(b));
     }
     Ok(())
 }
