@@ -84,8 +84,8 @@ impl Optimizer for RmsProp {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         self.initial.get()
     }
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        self.initial.record(lrs, replace)
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        self.initial.record(lrs)
     }
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
@@ -283,8 +283,8 @@ impl Optimizer for Adagrad {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         self.initial.get()
     }
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        self.initial.record(lrs, replace)
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        self.initial.record(lrs)
     }
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();

@@ -128,11 +128,11 @@ impl Optimizer for Groups {
         Some(all)
     }
 
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
+    fn record_initial_lrs(&self, lrs: &[f64]) {
         let mut rest = lrs;
         for g in &self.groups {
             let n = g.group_lrs().len().min(rest.len());
-            g.record_initial_lrs(&rest[..n], replace);
+            g.record_initial_lrs(&rest[..n]);
             rest = &rest[n..];
         }
     }

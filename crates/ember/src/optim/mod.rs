@@ -74,12 +74,11 @@ pub trait Optimizer: Send {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         None
     }
-    /// Records [`initial_lrs`](Self::initial_lrs): a schedule records the current
-    /// rates unless some are recorded (`replace` false, PyTorch's `setdefault`);
-    /// a one-cycle schedule replaces them with its own initial rate. The default
-    /// keeps nothing.
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        let _ = (lrs, replace);
+    /// Records [`initial_lrs`](Self::initial_lrs), replacing any recorded: the
+    /// first schedule records the current rates; a one-cycle schedule records its
+    /// own initial rate. The default keeps nothing.
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        let _ = lrs;
     }
     /// The momentum a one-cycle schedule varies (SGD's and RMSprop's `momentum`,
     /// Adam's first beta), or `None` for an optimizer without one (Adagrad).
@@ -153,8 +152,8 @@ impl Optimizer for Box<dyn Optimizer> {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         (**self).initial_lrs()
     }
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        (**self).record_initial_lrs(lrs, replace)
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        (**self).record_initial_lrs(lrs)
     }
     fn cycled_momentum(&self) -> Option<f64> {
         (**self).cycled_momentum()
@@ -506,8 +505,8 @@ impl Optimizer for Sgd {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         self.initial.get()
     }
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        self.initial.record(lrs, replace)
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        self.initial.record(lrs)
     }
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
@@ -793,8 +792,8 @@ impl Optimizer for Adam {
     fn initial_lrs(&self) -> Option<Vec<f64>> {
         self.initial.get()
     }
-    fn record_initial_lrs(&self, lrs: &[f64], replace: bool) {
-        self.initial.record(lrs, replace)
+    fn record_initial_lrs(&self, lrs: &[f64]) {
+        self.initial.record(lrs)
     }
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("exp_avg", &self.m);
@@ -975,7 +974,7 @@ fn initial_rates(opt: &dyn Optimizer) -> Vec<f64> {
     match opt.initial_lrs() {
         Some(r) if r.len() == now.len() => r,
         _ => {
-            opt.record_initial_lrs(&now, true);
+            opt.record_initial_lrs(&now);
             now
         }
     }
@@ -991,11 +990,8 @@ impl InitialLrs {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub(crate) fn record(&self, lrs: &[f64], replace: bool) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if replace || g.is_none() {
-            *g = Some(lrs.to_vec());
-        }
+    pub(crate) fn record(&self, lrs: &[f64]) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(lrs.to_vec());
     }
 }
 

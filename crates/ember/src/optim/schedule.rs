@@ -179,9 +179,7 @@ impl SequentialLr {
                 ),
             ));
         }
-        let peak = initial_rates(opt);
         let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(opt, 0.01, 1.0, warmup)?);
-        opt.set_group_lrs(&peak);
         let decay = (total - warmup).max(1);
         let cos: Box<dyn LrScheduler> =
             Box::new(super::CosineAnnealingLr::new(opt, decay, min_lr)?);
@@ -397,7 +395,7 @@ impl OneCycleLr {
         // the schedule's own initial rate becomes the groups' (PyTorch sets
         // `initial_lr` to it)
         let groups = initial_rates(opt).len();
-        opt.record_initial_lrs(&vec![initial; groups], true);
+        opt.record_initial_lrs(&vec![initial; groups]);
         let s = OneCycleLr {
             phases,
             anneal: o.anneal,

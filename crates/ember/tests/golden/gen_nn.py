@@ -125,6 +125,10 @@ def scheduler_cases():
         ("lambda", lambda o: S.LambdaLR(o, lambda e: 0.95 ** e), 8),
         ("sequential", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.25, 1.0, 3),
                                                     S.CosineAnnealingLR(o, T_max=8, eta_min=0.001)], [3]), 12),
+        # ember's SequentialLr::warmup_cosine(opt, 3, 10, 0.001): a warm-up from 1% over
+        # 3 steps, then a cosine to 0.001 over the other 7
+        ("warmup_cosine", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.01, 1.0, 3),
+                                                       S.CosineAnnealingLR(o, T_max=7, eta_min=0.001)], [3]), 12),
         ("onecycle", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=12, cycle_momentum=False), 11),
         ("onecycle_momentum", lambda o: S.OneCycleLR(o, max_lr=0.5, total_steps=12), 11),
         ("onecycle_adam_three_phase_linear",

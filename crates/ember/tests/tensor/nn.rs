@@ -478,6 +478,7 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
                 let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&opt, 8, 0.001)?);
                 Box::new(SequentialLr::new(&mut opt, vec![warm, cos], vec![3])?)
             }
+            "warmup_cosine" => Box::new(SequentialLr::warmup_cosine(&mut opt, 3, 10, 0.001)?),
             "onecycle" => Box::new(OneCycleLr::with_options(
                 &mut opt,
                 0.5,
