@@ -483,7 +483,8 @@ pub struct ReduceLrOnPlateau {
     pub eps: f64,
     /// `true` for a metric to maximise (accuracy), `false` to minimise (loss).
     pub maximize: bool,
-    best: f64,
+    /// The best metric so far (None before the first).
+    best: Option<f64>,
     bad_epochs: usize,
     cooldown_left: usize,
     epoch: usize,
@@ -507,7 +508,7 @@ impl ReduceLrOnPlateau {
             min_lr: 0.0,
             eps: 1e-8,
             maximize: false,
-            best: f64::INFINITY,
+            best: None,
             bad_epochs: 0,
             cooldown_left: 0,
             epoch: 0,
@@ -517,16 +518,16 @@ impl ReduceLrOnPlateau {
     /// A metric to maximise instead.
     pub fn maximize(mut self) -> Self {
         self.maximize = true;
-        self.best = f64::NEG_INFINITY;
         self
     }
 
     fn better(&self, m: f64) -> bool {
-        // PyTorch's relative rule, as it is written (also for negative metrics)
+        // PyTorch's relative rule, as it is written (also for negative metrics),
+        // from the mode's worst value (so that setting `maximize` by hand works)
         if self.maximize {
-            m > self.best * (1.0 + self.threshold)
+            m > self.best.unwrap_or(f64::NEG_INFINITY) * (1.0 + self.threshold)
         } else {
-            m < self.best * (1.0 - self.threshold)
+            m < self.best.unwrap_or(f64::INFINITY) * (1.0 - self.threshold)
         }
     }
 
@@ -535,7 +536,7 @@ impl ReduceLrOnPlateau {
     pub fn step_metric(&mut self, opt: &mut dyn Optimizer, metric: f64) {
         self.epoch += 1;
         if self.better(metric) {
-            self.best = metric;
+            self.best = Some(metric);
             self.bad_epochs = 0;
         } else {
             self.bad_epochs += 1;

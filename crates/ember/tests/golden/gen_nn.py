@@ -141,9 +141,15 @@ def scheduler_cases():
          len(metrics)),
         ("plateau_max", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.5, patience=1, threshold=0.05),
          len(metrics)),
+        # a rising metric (accuracy) that improves by less than 5% at times: the
+        # max mode's comparison decides each step
+        ("plateau_max_rising", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.5, patience=1,
+                                                             threshold=0.05), len(metrics)),
     ]
     import warnings
+    rising = [0.5, 0.6, 0.62, 0.64, 0.7, 0.71, 0.72, 0.9, 0.91, 0.95, 0.99, 0.99]
     for name, make, steps in cases:
+        case_metrics = rising if name == "plateau_max_rising" else metrics
         groups = [{"params": [torch.zeros(1, requires_grad=True)]},
                   {"params": [torch.zeros(1, requires_grad=True)], "lr": 0.02}]
         adam = "adam" in name
@@ -161,13 +167,13 @@ def scheduler_cases():
             lrs, momenta = [], []
             for k in range(steps):
                 opt.step()
-                sched.step(metrics[k]) if name.startswith("plateau") else sched.step()
+                sched.step(case_metrics[k]) if name.startswith("plateau") else sched.step()
                 lrs.append([g["lr"] for g in opt.param_groups])
                 momenta.append(momentum())
         out.append({"name": name, "initial": initial[0], "initial_groups": initial,
                     "lrs": [l[0] for l in lrs], "group_lrs": lrs,
                     "initial_momentum": initial_momentum, "momenta": momenta,
-                    "metrics": metrics[:steps] if name.startswith("plateau") else []})
+                    "metrics": case_metrics[:steps] if name.startswith("plateau") else []})
     return out
 
 

@@ -453,6 +453,13 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
                     p.threshold = 0.05;
                     p
                 }
+                "plateau_max_rising" => {
+                    // the mode set by its field, as a user may
+                    let mut p = ReduceLrOnPlateau::new(0.5, 1)?;
+                    p.maximize = true;
+                    p.threshold = 0.05;
+                    p
+                }
                 other => panic!("unknown plateau case {other}"),
             };
             let metrics = f64s(&case["metrics"]);
