@@ -428,6 +428,11 @@ def seq_module_cases():
         {"query": torch.randn(2, 3, 8), "key": torch.randn(2, 5, 8), "value": torch.randn(2, 5, 8)},
         {"key_padding_mask": kpm, "attn_mask": torch.randn(3, 5)},
         mha_call({"need_weights": True, "average_attn_weights": False}))
+    # no weights asked for (the memory-saving path's entry), a key padding mask
+    cfg = {"embed_dim": 8, "num_heads": 2, "batch_first": True, "bias": True, "need_weights": False}
+    run("mha_no_weights_key_padding", "mha", cfg, nn.MultiheadAttention(8, 2, batch_first=True),
+        {"query": torch.randn(2, 3, 8), "key": torch.randn(2, 5, 8), "value": torch.randn(2, 5, 8)},
+        {"key_padding_mask": kpm}, mha_call({"need_weights": False}))
     cfg = {"embed_dim": 8, "num_heads": 4, "batch_first": False, "bias": False}
     blocked = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
     run("mha_unbatched_bool_mask", "mha", cfg, nn.MultiheadAttention(8, 4, bias=False),
@@ -447,12 +452,15 @@ def seq_module_cases():
     enc = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8), enable_nested_tensor=False)
     run("encoder_stack", "encoder", cfg, enc, {"src": torch.randn(2, 4, 8)}, {"mask": causal},
         lambda m, ins, masks: (m(ins["src"], mask=masks["mask"]), None))
-    cfg = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "norm_first": False, "activation": "relu"}
-    dec = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
-    run("decoder_layer", "decoder_layer", cfg, dec, {"tgt": torch.randn(2, 4, 8), "memory": torch.randn(2, 5, 8)},
-        {"tgt_mask": causal, "memory_key_padding_mask": kpm},
-        lambda m, ins, masks: (m(ins["tgt"], ins["memory"], tgt_mask=masks["tgt_mask"],
-                                 memory_key_padding_mask=masks["memory_key_padding_mask"]), None))
+    for norm_first, act in ((False, "relu"), (True, "gelu")):
+        cfg = {"d_model": 8, "nhead": 2, "dim_feedforward": 16, "norm_first": norm_first, "activation": act}
+        dec = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                         activation=act)
+        name = "decoder_layer" if not norm_first else "decoder_layer_pre_gelu"
+        run(name, "decoder_layer", cfg, dec, {"tgt": torch.randn(2, 4, 8), "memory": torch.randn(2, 5, 8)},
+            {"tgt_mask": causal, "memory_key_padding_mask": kpm},
+            lambda m, ins, masks: (m(ins["tgt"], ins["memory"], tgt_mask=masks["tgt_mask"],
+                                     memory_key_padding_mask=masks["memory_key_padding_mask"]), None))
     # recurrent layers: the output, h_n (and c_n) flattened into one vector
     def rnn_call(lstm):
         def call(m, ins, masks):
@@ -478,6 +486,8 @@ def seq_module_cases():
         ("lstm_unbatched", "lstm", {"num_layers": 2}, (4, 5), (2, 4)),
         ("gru_2layer_batch_first", "gru", {"num_layers": 2, "batch_first": True}, (2, 3, 5), (2, 2, 4)),
         ("gru_bidirectional", "gru", {"bidirectional": True}, (3, 2, 5), (2, 2, 4)),
+        ("lstm_batch_first_bidirectional", "lstm", {"batch_first": True, "bidirectional": True}, (2, 3, 5),
+         (2, 2, 4)),
     ]:
         lstm = kind == "lstm"
         m = (nn.LSTM if lstm else nn.GRU)(5, 4, **kw)

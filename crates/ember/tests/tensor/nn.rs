@@ -901,7 +901,7 @@ fn seq_modules_match_pytorch_with(dev: &Device) -> Result<()> {
         Ok(())
     };
     let cases = all["seq_modules"].as_array().unwrap();
-    assert!(cases.len() >= 14, "{} sequence-module cases", cases.len());
+    assert!(cases.len() >= 17, "{} sequence-module cases", cases.len());
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let c = &case["config"];
@@ -952,14 +952,16 @@ fn seq_modules_match_pytorch_with(dev: &Device) -> Result<()> {
                 let q = input("query").unwrap();
                 let k = input("key").unwrap_or(q);
                 let v = input("value").unwrap_or(k);
+                let need_weights = c["need_weights"].as_bool().unwrap_or(true);
                 let opts = AttentionOptions {
                     key_padding_mask: mask("key_padding_mask"),
                     attn_mask: mask("attn_mask"),
-                    need_weights: true,
+                    need_weights,
                     average_attn_weights: name != "mha_cross_masks",
                     ..Default::default()
                 };
                 let (y, w) = m.attend(q, k, v, opts)?;
+                assert_eq!(w.is_some(), need_weights, "{name}: weights returned");
                 module = Box::new(m);
                 (y, w)
             }
