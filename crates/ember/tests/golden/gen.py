@@ -2227,6 +2227,38 @@ for k in range(3):
     case(FAM, f"embedding_{k}_{tag}", "embedding", [idx, rn(n_emb, _r.randint(1, 4), dtype=dt)],
          {"padding_idx": pad}, grad=True)
 
+# ---- issue 20: the other dtypes of its norms, embedding, orderings, losses and conv ----
+FAM = "seq_dtypes2"
+for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16"), (torch.float64, "f64")):
+    rt, at = HALF_TOL[dt]
+    case(FAM, f"rms_norm_{tag}", "rms_norm", [rn(3, 6, dtype=dt, scale=2.0), rn(6, dtype=dt)],
+         {"shape": [6], "eps": None}, grad=True)
+    case(FAM, f"embedding_{tag}", "embedding", [T([[0, 4, 2], [2, 2, 1]], I), rn(5, 3, dtype=dt)],
+         {"padding_idx": 1}, grad=True)
+    # multiples of 0.25 below 4: exact in every dtype, no ties
+    ordered = (torch.randperm(12, dtype=torch.float64) * 0.25 - 1.5).reshape(3, 4).to(dt)
+    case(FAM, f"topk_{tag}", "topk", [ordered], {"k": 2, "dim": 1, "largest": True})
+    case(FAM, f"topk_values_{tag}", "topk_values", [ordered], {"k": 3, "dim": 0, "largest": False}, grad=True)
+    case(FAM, f"argsort_{tag}", "argsort", [ordered], {"dim": -1, "descending": True})
+    logits = rn(5, 4, dtype=dt, scale=2.0)
+    for red in ("mean", "none"):
+        case(FAM, f"ce_{red}_{tag}", "cross_entropy_opts", [logits, TGT],
+             {"weight": W4, "ignore_index": -100, "reduction": red, "label_smoothing": 0.1}, grad=True,
+             rtol=rt, atol=at)
+    case(FAM, f"ce_probabilities_{tag}", "cross_entropy_opts", [logits, rn(5, 4).softmax(1).to(dt)],
+         {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}, grad=True,
+         rtol=rt, atol=at)
+    case(FAM, f"nll_{tag}", "nll_loss_opts", [logits.float().log_softmax(1).to(dt), TGT],
+         {"weight": W4, "ignore_index": -100, "reduction": "sum"}, grad=True, rtol=rt, atol=at)
+    case(FAM, f"bce_{tag}", "bce_opts", [rn(3, 4, dtype=dt, scale=2.0), (pos(3, 4) / 2.5).to(dt)],
+         {"weight": None, "pos_weight": [2.0, 0.5, 1.0, 3.0], "reduction": "mean"}, grad=True, rtol=rt, atol=at)
+    # PyTorch's half convolution backward sums its 27 products per input in the half
+    # type (off by 0.02 in bfloat16 from the float64 sum); ember's equal that sum
+    # rounded once, hence the wider tolerances
+    crt, cat_ = {torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2), torch.float64: (None, None)}[dt]
+    case(FAM, f"conv2d_same_{tag}", "conv2d_same", [rn(1, 2, 5, 6, dtype=dt), rn(3, 2, 3, 3, dtype=dt), rn(3, dtype=dt)],
+         {"stride": 1, "dilation": [1, 1], "groups": 1}, grad=True, rtol=crt, atol=cat_)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
