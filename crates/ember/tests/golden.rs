@@ -45,6 +45,10 @@ struct Case {
     grads: Option<Vec<Option<TensorSpec>>>,
     /// PyTorch's error at backward (an op without a derivative).
     grad_error: Option<String>,
+    /// Where PyTorch raises: ember's message must contain PyTorch's (for errors
+    /// whose text carries a fact, such as a position), not only its kind.
+    #[serde(default)]
+    same_message: bool,
 }
 
 /// A tensor (with optional view ops applied before the op) or a Python scalar.
@@ -1002,6 +1006,9 @@ fn check(case: &Case, dev: Device) -> R<Verdict> {
                 )),
                 (Some(want), None) => Err(format!(
                     "PyTorch raises ({msg}), an error of kind {want}, but ember failed otherwise: {got}"
+                )),
+                _ if case.same_message && !got.contains(msg.as_str()) => Err(format!(
+                    "PyTorch raises ({msg}), and ember's message differs: {got}"
                 )),
                 _ => Ok(Verdict::Pass),
             },

@@ -503,7 +503,7 @@ def backprop(op, params, inputs):
     return go, [None if l is None or l.grad is None else l.grad for l in leaves]
 
 
-def case(family, name, op, inputs, params=None, rtol=None, atol=None, grad=False):
+def case(family, name, op, inputs, params=None, rtol=None, atol=None, grad=False, same_message=False):
     params = params or {}
     inputs = [i if isinstance(i, (In, Sc)) else In(i) if isinstance(i, torch.Tensor) else Sc(i)
               for i in inputs]
@@ -541,6 +541,9 @@ def case(family, name, op, inputs, params=None, rtol=None, atol=None, grad=False
         c["rtol"] = rtol
     if atol is not None:
         c["atol"] = atol
+    if same_message:
+        assert "error" in exp, name
+        c["same_message"] = True
     CASES.append(c)
 
 
@@ -2258,6 +2261,15 @@ for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16"), (torch.float64
     crt, cat_ = {torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2), torch.float64: (None, None)}[dt]
     case(FAM, f"conv2d_same_{tag}", "conv2d_same", [rn(1, 2, 5, 6, dtype=dt), rn(3, 2, 3, 3, dtype=dt), rn(3, dtype=dt)],
          {"stride": 1, "dilation": [1, 1], "groups": 1}, grad=True, rtol=crt, atol=cat_)
+
+# ---- corners from the second mutation sample (bench/results/2026-11-27-mutants-shard1.md)
+FAM = "mutation_corners2"
+# the position PyTorch names for a bad subscript, in the inputs and in the output
+for name, eq, n in (("einsum_bad_output_subscript", "ij->i1", 1), ("einsum_bad_output_second", "ij,jk->i#", 2),
+                    ("einsum_bad_input_subscript", "i1,j->ij", 2)):
+    case(FAM, name, "einsum", [rn(2, 2) for _ in range(n)], {"equation": eq}, same_message=True)
+# (the suffix's line break, whose text differs from PyTorch's, is compared as if
+# unwrapped here: tests/tensor/thin.rs checks ember's rule)
 
 # ----------------------------------------------------------------------------------
 

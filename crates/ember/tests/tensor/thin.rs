@@ -191,7 +191,47 @@ fn summarised_printing_ignores_the_hidden_values(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The suffixes (dtype, device) follow PyTorch's rule with ember's own suffix
+/// text (`dtype=float64` where PyTorch writes `dtype=torch.float64`, so the golden
+/// cases compare their line breaks as if unwrapped): a suffix stays on the last
+/// line while that line, with ", ", the suffix and the closing parenthesis, fits
+/// in the 80 columns; otherwise it starts its own line, indented. Float64 rows of
+/// 1 to 30 values cross the boundary at every distance.
+fn suffixes_wrap_at_the_line_width(dev: &Device) -> Result<()> {
+    let (mut kept, mut wrapped) = (0, 0);
+    for n in 1..=30usize {
+        for scale in [1.5, 12.5, 123.5] {
+            let v: Vec<f64> = (1..=n).map(|k| scale * k as f64).collect();
+            let t = Tensor::from_vec(v, [n], dev)?;
+            let s = format!("{t}");
+            let lines: Vec<&str> = s.lines().collect();
+            for l in &lines {
+                assert!(l.len() <= 80, "a line over 80 columns in\n{s}");
+            }
+            let last = lines[lines.len() - 1];
+            let suffix_line = ["dtype=", "device="]
+                .iter()
+                .any(|p| last.trim_start().starts_with(p));
+            if suffix_line {
+                // on a line of its own: it would not have fitted on the one before
+                let before = lines[lines.len() - 2];
+                assert!(
+                    before.len() + 1 + last.trim_start().len() > 80,
+                    "wrapped though it fits:\n{s}"
+                );
+                wrapped += 1;
+            } else {
+                assert!(last.ends_with("dtype=float64)"), "{s}");
+                kept += 1;
+            }
+        }
+    }
+    assert!(kept > 0 && wrapped > 0, "kept {kept}, wrapped {wrapped}");
+    Ok(())
+}
+
 device_test!(
+    suffixes_wrap_at_the_line_width,
     summarised_printing_ignores_the_hidden_values,
     printing_at_the_summarisation_threshold,
     printing_matrices_at_the_summarisation_threshold
