@@ -9,6 +9,7 @@ fn zeros_ones_full(dev: &Device) -> Result<()> {
             (z.shape(), z.dtype(), z.device()),
             (&[2usize, 3][..], dt, *dev)
         );
+        assert_eq!(z.is_cuda(), dev.is_cuda());
         assert_eq!(vals(&z), vec![0.0; 6]);
         assert_eq!(vals(&Tensor::ones([4], dt, dev)?), vec![1.0; 4]);
     }
