@@ -319,7 +319,33 @@ fn operators(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// In-place ops and copies through a transposed view of 300 × 300 elements (over
+/// the 2¹⁶ where the CPU splits the work into chunks of 2¹⁵ over threads): every
+/// element is written once, the first chunk as much as the last.
+fn large_strided_inplace_ops_write_every_element(dev: &Device) -> Result<()> {
+    let n = 300usize;
+    let a = Tensor::zeros([n, n], DType::F32, dev)?;
+    let at = a.t()?;
+    at.add_(&Tensor::arange(0.0f32, (n * n) as f32, dev)?.reshape([n, n])?)?;
+    // a[i, j] = at[j, i] = j·n + i
+    let got = a.to_vec::<f32>()?;
+    for (k, &v) in got.iter().enumerate() {
+        let (i, j) = (k / n, k % n);
+        assert_eq!(v, (j * n + i) as f32, "add_ through the view at [{i}, {j}]");
+    }
+    let b = Tensor::zeros([n, n], DType::F32, dev)?;
+    b.t()?.copy_(&a)?;
+    // b[i, j] = a[j, i] = i·n + j
+    let got = b.to_vec::<f32>()?;
+    assert!(
+        got.iter().enumerate().all(|(k, &v)| v == k as f32),
+        "copy_ through the view"
+    );
+    Ok(())
+}
+
 device_test!(
+    large_strided_inplace_ops_write_every_element,
     arithmetic_broadcasts,
     scalar_operands_and_promotion,
     unary_math,
