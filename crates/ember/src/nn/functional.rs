@@ -395,13 +395,23 @@ thread_local! {
 /// 2²² (16 MiB of float32 scores, a few such buffers live at a time), balances
 /// memory against the number of products; less saves memory, more saves launches.
 pub fn with_attention_group_scores<R>(scores: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(usize);
-    impl Drop for Restore {
+    with_setting(&GROUP_SCORES, scores, f)
+}
+
+/// Runs `f` with the thread-local `setting` holding `value`, restored after (also
+/// when `f` panics).
+fn with_setting<T: Copy + 'static, R>(
+    setting: &'static std::thread::LocalKey<std::cell::Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<std::cell::Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
-            GROUP_SCORES.with(|p| p.set(self.0));
+            self.0.with(|c| c.set(self.1));
         }
     }
-    let _restore = Restore(GROUP_SCORES.with(|p| p.replace(scores)));
+    let _restore = Restore(setting, setting.with(|c| c.replace(value)));
     f()
 }
 
@@ -412,14 +422,7 @@ pub fn attention_path() -> AttentionPath {
 
 /// Runs `f` with this thread's attention path set to `path` (restored after).
 pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
-    struct Restore(AttentionPath);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ATTENTION_PATH.with(|p| p.set(self.0));
-        }
-    }
-    let _restore = Restore(ATTENTION_PATH.with(|p| p.replace(path)));
-    f()
+    with_setting(&ATTENTION_PATH, path, f)
 }
 
 /// Attention that keeps no `[L, S]` matrix for backward (where
