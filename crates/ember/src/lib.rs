@@ -60,9 +60,9 @@ pub mod cuda {
     };
     pub use crate::backend::cuda::pinned::set_pinned_staging;
     pub use crate::backend::cuda::{
-        allow_tf32, empty_cache, host_memory_stats, host_syncs, max_memory_allocated, mem_get_info,
-        memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_allow_tf32,
-        synchronize, Event, HostMemoryStats, MemoryStats,
+        allow_tf32, bias_epilogue_products, empty_cache, host_memory_stats, host_syncs,
+        max_memory_allocated, mem_get_info, memory_allocated, memory_reserved, memory_stats,
+        reset_peak_memory_stats, set_allow_tf32, synchronize, Event, HostMemoryStats, MemoryStats,
     };
     pub use crate::backend::cuda::{current_stream, default_stream, with_stream, Graph, Stream};
 

@@ -496,6 +496,12 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
         "softmax" => one(a().softmax(p.i("dim"))),
         "log_softmax" => one(a().log_softmax(p.i("dim"))),
         "matmul" => one(a().matmul(args[1].t())),
+        "linear" => one(ember::nn::functional::linear(
+            a(),
+            args[1].t(),
+            args.get(2).map(Arg::t),
+        )),
+        "addmm" => one(a().addmm(args[1].t(), args[2].t())),
         "reshape" => one(a().reshape(p.list("shape"))),
         "view" => one(a().view(p.list("shape"))),
         "flatten" => one(a().flatten(p.i("start"), p.i("end"))),

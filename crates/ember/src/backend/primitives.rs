@@ -101,14 +101,18 @@ pub(crate) trait BackendStorage: Sized {
     fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Self>;
 
     // ---- linear algebra
-    /// Batched `self[l] · rhs[lr]`: `l` is `batch + [m, k]`, `lr` is `batch + [k, n]`
-    /// (batch dims broadcast); the output is `batch + [m, n]`.
+    /// Batched `self[l] · rhs[lr] + bias`: `l` is `batch + [m, k]`, `lr` is
+    /// `batch + [k, n]` (batch dims broadcast); the output is `batch + [m, n]`. The
+    /// bias, where given, is an `[n]` vector of the same dtype added to every row
+    /// before the result is rounded to the dtype (PyTorch's `addmm`: f16/bf16 round
+    /// once, not after the product and again after the sum).
     fn matmul(
         &self,
         l: &Layout,
         rhs: &Self,
         lr: &Layout,
         mkn: (usize, usize, usize),
+        bias: Option<(&Self, &Layout)>,
     ) -> Result<Self>;
     /// `conv2d(x, w) + b` of contiguous f32/f64 views (`self` is `x`).
     fn conv2d(

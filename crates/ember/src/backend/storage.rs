@@ -392,8 +392,36 @@ impl Storage {
         rhs: &Storage,
         lr: &Layout,
         mkn: (usize, usize, usize),
+        bias: Option<(&Storage, &Layout)>,
     ) -> Result<Storage> {
-        Ok(pair!("matmul", self, rhs, |a, b| a.matmul(l, b, lr, mkn)?))
+        Ok(match (self, rhs, bias) {
+            (Storage::Cpu(a), Storage::Cpu(b), None) => {
+                Storage::Cpu(a.matmul(l, b, lr, mkn, None)?)
+            }
+            (Storage::Cpu(a), Storage::Cpu(b), Some((Storage::Cpu(c), lc))) => {
+                Storage::Cpu(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
+            }
+            (Storage::Cuda(a), Storage::Cuda(b), None) => {
+                Storage::Cuda(a.matmul(l, b, lr, mkn, None)?)
+            }
+            (Storage::Cuda(a), Storage::Cuda(b), Some((Storage::Cuda(c), lc))) => {
+                Storage::Cuda(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
+            }
+            (Storage::Meta(a), Storage::Meta(b), None) => {
+                Storage::Meta(a.matmul(l, b, lr, mkn, None)?)
+            }
+            (Storage::Meta(a), Storage::Meta(b), Some((Storage::Meta(c), lc))) => {
+                Storage::Meta(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
+            }
+            (a @ any!(), b, c) => {
+                let other = [Some(b.device()), c.map(|c| c.0.device())]
+                    .into_iter()
+                    .flatten()
+                    .find(|d| *d != a.device())
+                    .unwrap_or(a.device());
+                return Err(mismatch("matmul", a.device(), other));
+            }
+        })
     }
 
     pub(crate) fn conv2d(

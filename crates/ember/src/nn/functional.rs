@@ -1,9 +1,68 @@
-//! The functions behind the sequence-model layers, as in `torch.nn.functional`:
+//! The functions behind the layers, as in `torch.nn.functional`: `linear`,
 //! `embedding`, `layer_norm`, `rms_norm`, `dropout` and
 //! `scaled_dot_product_attention`. Each is a composite of tensor ops, so it runs
 //! on every device and autograd needs no rule of its own.
 
 use crate::{DType, Error, Result, Tensor};
+
+/// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,
+/// `weight` `[out, in]` (or `[in]`), `bias` broadcasts to the output. As in
+/// PyTorch, a 2-D input, or a contiguous one with a bias that is one row (its
+/// elements all in its last dim), goes through [`Tensor::addmm`], where the
+/// product adds the bias itself (cublasLt's bias epilogue on a GPU; f16/bf16 round
+/// once); otherwise it is a product and an add. Under autocast it runs in the
+/// lower precision, the parameters' casts cached.
+pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let mut args = vec![input, weight];
+    args.extend(bias);
+    if let Some(c) = crate::amp::lower(&args)? {
+        return linear(&c[0], &c[1], c.get(2));
+    }
+    if input.rank() == 0 || weight.rank() == 0 {
+        return Err(Error::invalid(
+            "linear",
+            format!(
+                "both arguments to linear need to be at least 1D, but they are {}D and {}D",
+                input.rank(),
+                weight.rank()
+            ),
+        ));
+    }
+    let wt = weight.t()?;
+    match bias {
+        Some(b) if input.rank() == 2 => b.addmm(input, &wt),
+        Some(b)
+            if input.is_contiguous() && b.rank() >= 1 && b.numel() == b.shape()[b.rank() - 1] =>
+        {
+            let r = input.rank();
+            let k = input.shape()[r - 1];
+            let rows: usize = input.shape()[..r - 1].iter().product();
+            let y = b.addmm(&input.reshape([rows, k])?, &wt)?;
+            let mut shape = input.shape()[..r - 1].to_vec();
+            shape.push(y.shape()[1]);
+            y.reshape(shape)
+        }
+        Some(b) => {
+            let y = input.matmul(&wt)?;
+            // PyTorch adds the bias in place: it may not grow the output
+            let both = crate::layout::broadcast_shapes("linear", y.shape(), b.shape())?;
+            if both.as_slice() != y.shape() {
+                return Err(Error::shape(
+                    "linear",
+                    y.shape(),
+                    b.shape(),
+                    format!(
+                        "output with shape {:?} doesn't match the broadcast shape {:?}",
+                        y.shape(),
+                        both.as_slice()
+                    ),
+                ));
+            }
+            y.add(b)
+        }
+        None => input.matmul(&wt),
+    }
+}
 
 /// Rows of `weight` `[num_embeddings, dim]` picked by the int64 `indices` (any
 /// shape): the output is `indices.shape + [dim]` (`F.embedding`). Indices out of

@@ -78,15 +78,7 @@ impl Module for Linear {
                 format!("the input's last dim must be in_features = {in_features}"),
             ));
         }
-        // under autocast the parameters are cast here, before the transpose, so
-        // that each is cast once per region (the cache knows parameters only),
-        // and the bias too: PyTorch's linear is one op, in the lower precision
-        let w = crate::amp::lower_one(&self.weight)?;
-        let y = x.matmul(&w.t()?)?;
-        match &self.bias {
-            Some(b) => y.add(&crate::amp::lower_one(b)?),
-            None => Ok(y),
-        }
+        super::functional::linear(x, &self.weight, self.bias.as_ref())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -245,6 +245,22 @@ impl Tensor {
                 }
             });
         }
+        for (i, (&n, &m)) in dims[lead..].iter().zip(self.shape()).enumerate() {
+            if m != n && m != 1 {
+                return Err(Error::shape(
+                    "expand",
+                    self.shape(),
+                    &dims,
+                    format!(
+                        "The expanded size of the tensor ({n}) must match the existing size ({m}) \
+                         at non-singleton dimension {}.  Target sizes: {:?}.  Tensor sizes: {:?}",
+                        lead + i,
+                        dims.as_slice(),
+                        self.shape()
+                    ),
+                ));
+            }
+        }
         Ok(self.view_as(
             "expand",
             self.layout().broadcast_to("expand", &dims)?,

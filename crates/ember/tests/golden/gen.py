@@ -226,6 +226,10 @@ def run_op(op, p, x):
         return torch.log_softmax(a, p["dim"])
     if op == "matmul":
         return torch.matmul(a, x[1])
+    if op == "linear":
+        return F.linear(a, x[1], x[2] if len(x) > 2 else None)
+    if op == "addmm":
+        return torch.addmm(a, x[1], x[2])
     # views and shape ops
     if op == "reshape":
         return a.reshape(p["shape"])
@@ -431,7 +435,7 @@ ERROR_KINDS = [
     (r"Dimension out of range", "DimOutOfRange"),
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
      r"|Class values must be smaller|Target -?\d+ is out of bounds", "IndexOutOfRange"),
-    (r"to have the same dtype|expected scalar type|all inputs must share same datatype", "DTypeMismatch"),
+    (r"to have the same dtype|expected scalar type|all inputs must share same datatype|must have the same dtype", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
@@ -442,7 +446,7 @@ ERROR_KINDS = [
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
      r"|Given normalized_shape|Expected weight to be of same shape|to match target batch_size"
      r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input"
-     r"|Size does not match at dimension",
+     r"|Size does not match at dimension|doesn't match the broadcast shape",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -456,7 +460,8 @@ ERROR_KINDS = [
      r"|length must be non-negative|does not have an identity|must be a 3D tensor|Expected 1-D argument"
      r"|einsum\(\): |selected index k out of range|prob_dist must be|contains either `inf`"
      r"|invalid multinomial distribution|samples without replacement|must be 2-D|Padding_idx must be"
-     r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions|Index is supposed to be a vector", "InvalidArgument"),
+     r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions|Index is supposed to be a vector"
+     r"|must be a matrix|the number of sizes provided", "InvalidArgument"),
 ]
 
 
@@ -2270,6 +2275,80 @@ for name, eq, n in (("einsum_bad_output_subscript", "ij->i1", 1), ("einsum_bad_o
     case(FAM, name, "einsum", [rn(2, 2) for _ in range(n)], {"equation": eq}, same_message=True)
 # (the suffix's line break, whose text differs from PyTorch's, is compared as if
 # unwrapped here: tests/tensor/thin.rs checks ember's rule)
+
+
+# ---- linear and addmm: the product adds the bias (cublasLt's epilogue on a GPU) ----
+FAM = "linear"
+tr = [{"op": "transpose", "args": [-1, -2]}]
+TOL = {torch.float32: (None, 1e-5), torch.float64: (None, None), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1.6e-2)}
+for dt, tag in ((torch.float32, "f32"), (torch.float64, "f64"), (torch.float16, "f16"), (torch.bfloat16, "bf16")):
+    rt, at = TOL[dt]
+    r = lambda *s: rn(*s, dtype=dt)
+    for nm, xs, bs in (("2d", [5, 3], [4]), ("1d", [3], [4]), ("3d", [2, 3, 3], [4]), ("4d", [2, 1, 3, 3], [4]),
+                       ("2d_row_bias", [5, 3], [1, 4]), ("2d_full_bias", [5, 3], [5, 4]),
+                       ("2d_column_bias", [5, 3], [5, 1]), ("2d_scalar_bias", [5, 3], []),
+                       ("3d_one_bias", [2, 3, 3], [1]), ("3d_row_bias", [2, 3, 3], [1, 4]),
+                       ("3d_scalar_bias", [2, 3, 3], []), ("3d_batch_bias", [2, 3, 3], [3, 4]),
+                       ("3d_broadcast_bias", [2, 3, 3], [2, 1, 4]), ("one_row", [1, 3], [4])):
+        case(FAM, f"{tag}_{nm}", "linear", [r(*xs), r(4, 3), r(*bs)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"{tag}_no_bias", "linear", [r(5, 3), r(4, 3)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"{tag}_3d_transposed_input", "linear", [In(r(3, 2, 3), [{"op": "transpose", "args": [0, 1]}]),
+                                                       r(4, 3), r(4)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"{tag}_transposed_weight", "linear", [r(5, 3), In(r(3, 4), tr), r(4)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"{tag}_wide", "linear", [r(37, 70), r(33, 70), r(33)], grad=True,
+         rtol=rt, atol=None if at is None else 4 * at)
+    case(FAM, f"{tag}_addmm", "addmm", [r(4), r(5, 3), r(3, 4)], grad=True, rtol=rt, atol=at)
+    case(FAM, f"{tag}_addmm_transposed", "addmm", [r(1, 4), In(r(3, 5), tr), In(r(4, 3), tr)],
+         grad=True, rtol=rt, atol=at)
+# integers: no gradient, the same rules
+for tag, dt in (("i64", torch.int64), ("u8", torch.uint8)):
+    lo = 0 if dt == torch.uint8 else -5
+    case(FAM, f"{tag}_2d", "linear", [ri(5, 3, lo=lo, dtype=dt), ri(4, 3, lo=lo, dtype=dt), ri(4, lo=lo, dtype=dt)])
+    case(FAM, f"{tag}_3d", "linear", [ri(2, 5, 3, lo=lo, dtype=dt), ri(4, 3, lo=lo, dtype=dt), ri(4, lo=lo, dtype=dt)])
+    case(FAM, f"{tag}_addmm_full", "addmm", [ri(5, 4, lo=lo, dtype=dt), ri(5, 3, lo=lo, dtype=dt), ri(3, 4, lo=lo, dtype=dt)])
+# empty sizes
+case(FAM, "empty_batch", "linear", [rn(0, 3), rn(4, 3), rn(4)], grad=True)
+case(FAM, "empty_batch_3d", "linear", [rn(0, 2, 3), rn(4, 3), rn(4)], grad=True)
+case(FAM, "empty_inner", "linear", [rn(2, 0), rn(4, 0), rn(4)], grad=True)
+case(FAM, "empty_out", "linear", [rn(2, 3), rn(0, 3), rn(0)], grad=True)
+case(FAM, "empty_out_one_bias", "linear", [rn(2, 3), rn(0, 3), rn(1)])
+case(FAM, "vector_weight", "linear", [rn(2, 3), rn(3)], grad=True)
+case(FAM, "vector_weight_3d_scalar_bias", "linear", [rn(5, 2, 3), rn(3), T(1.5)], grad=True)
+# refusals, with PyTorch's words where they are ember's too
+for nm, xs, ws, bs, same in (("inner_mismatch", [2, 5], [4, 3], [4], True),
+                             ("inner_mismatch_3d", [7, 2, 5], [4, 3], [4], True),
+                             ("inner_mismatch_1d", [5], [4, 3], [4], True),
+                             ("inner_mismatch_no_bias", [5], [4, 3], None, False),
+                             ("bias_too_long", [2, 3], [4, 3], [5], True),
+                             ("bias_too_long_3d", [5, 2, 3], [4, 3], [5], True),
+                             ("bias_grows_2d", [2, 3], [4, 3], [3, 2, 4], False),
+                             ("bias_grows_3d", [5, 2, 3], [4, 3], [3, 5, 2, 4], True),
+                             ("bias_grows_1d", [3], [4, 3], [2, 4], True),
+                             ("row_bias_3d_unflattened", [5, 2, 3], [4, 3], [1, 1, 4], False),
+                             ("weight_3d", [2, 3], [2, 4, 3], None, True),
+                             ("vector_weight_with_bias", [2, 3], [3], [1], True),
+                             ("input_0d", [], [4, 3], [4], True),
+                             ("weight_0d", [3], [], None, True)):
+    ins = [rn(*xs), rn(*ws)] + ([rn(*bs)] if bs is not None else [])
+    case(FAM, f"{nm}_error", "linear", ins, same_message=same)
+case(FAM, "bias_broadcast_mismatch_transposed_error", "linear",
+     [In(rn(2, 5, 3), [{"op": "transpose", "args": [0, 1]}]), rn(4, 3), rn(5)])
+case(FAM, "dtype_weight_error", "linear", [rn(2, 3), rn(4, 3, dtype=torch.float64), rn(4)])
+case(FAM, "dtype_bias_error", "linear", [rn(2, 3), rn(4, 3), rn(4, dtype=torch.float64)])
+case(FAM, "dtype_input_error", "linear", [rn(5, 2, 3, dtype=torch.float64), rn(4, 3), rn(4)])
+case(FAM, "bool_error", "linear", [torch.ones(2, 3, dtype=torch.bool), torch.ones(4, 3, dtype=torch.bool),
+                                   torch.ones(4, dtype=torch.bool)])
+for nm, ins in (("addmm_vector_mat1", [rn(4), rn(3), rn(3, 4)]), ("addmm_vector_mat2", [rn(4), rn(2, 3), rn(3)]),
+                ("addmm_3d_mat1", [rn(4), rn(1, 2, 3), rn(3, 4)]), ("addmm_inner", [rn(4), rn(2, 3), rn(5, 4)]),
+                ("addmm_self_too_long", [rn(5), rn(2, 3), rn(3, 4)]),
+                ("addmm_self_3d", [rn(1, 2, 4), rn(2, 3), rn(3, 4)])):
+    # (PyTorch names the tensor type in expand's rank error: the kind is compared there)
+    case(FAM, f"{nm}_error", "addmm", ins, same_message=nm != "addmm_self_3d")
+case(FAM, "addmm_dtype_self_error", "addmm", [rn(4, dtype=torch.float64), rn(2, 3), rn(3, 4)])
+case(FAM, "addmm_dtype_mat1_error", "addmm", [rn(4), rn(2, 3, dtype=torch.float64), rn(3, 4)])
+case(FAM, "addmm_column_self", "addmm", [rn(2, 1), rn(2, 3), rn(3, 4)], grad=True)
+case(FAM, "addmm_scalar_self", "addmm", [T(2.0), rn(2, 3), rn(3, 4)], grad=True)
 
 # ----------------------------------------------------------------------------------
 

@@ -551,7 +551,82 @@ fn conv2d_weight_gradient_without_an_input_gradient(dev: &Device) -> Result<()> 
     Ok(())
 }
 
+/// `Linear`, `F.linear` and `addmm` with one bias row: the product adds the bias
+/// (on a GPU through cublasLt's epilogue, counted, where the shapes allow it: not
+/// for one row, f64 or an empty depth), so f16/bf16 round once: on the CPU the
+/// result is exactly the f32 product plus the bias rounded once. Values and
+/// gradients match f64 references; a full-matrix `self` takes the product-and-add
+/// path and no epilogue.
+fn linear_adds_its_bias_in_the_product(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(7);
+    let f64s = |t: &Tensor| t.to_dtype(DType::F64);
+    for dt in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        // (rows, depth, outputs): the epilogue's shapes, one row, no depth
+        for (n, k, o) in [(37, 70, 33), (1, 5, 4), (6, 0, 3)] {
+            let what = format!("{dt} [{n}, {k}] x [{o}, {k}]ᵀ on {dev}");
+            let x = Tensor::randn([n, k], dev)?
+                .to_dtype(dt)?
+                .requires_grad_(true)?;
+            let w = Tensor::randn([o, k], dev)?
+                .to_dtype(dt)?
+                .requires_grad_(true)?;
+            let b = Tensor::randn([o], dev)?
+                .to_dtype(dt)?
+                .requires_grad_(true)?;
+            let before = ember::cuda::bias_epilogue_products();
+            let y = ember::nn::functional::linear(&x, &w, Some(&b))?;
+            let lt = ember::cuda::bias_epilogue_products() - before;
+            let fused = dev.is_cuda() && dt != DType::F64 && n > 1 && k > 0;
+            assert_eq!(lt, fused as u64, "epilogue products, {what}");
+            assert_eq!((y.dtype(), y.shape()), (dt, &[n, o][..]), "{what}");
+            let (rtol, atol) = match dt {
+                DType::F64 => (1e-12, 1e-12),
+                DType::F32 => (1e-5, 1e-5),
+                // one rounding: within one unit in the last place of the f64 value
+                DType::BF16 => (1.0 / 128.0, 1e-6),
+                _ => (1.0 / 1024.0, 1e-6),
+            };
+            let (xd, wd, bd) = (f64s(&x)?.detach(), f64s(&w)?.detach(), f64s(&b)?.detach());
+            let want = xd.matmul(&wd.t()?)?.add(&bd)?;
+            assert_close(&vals(&y), &vals(&want), rtol, atol);
+            if !dev.is_cuda() && matches!(dt, DType::BF16 | DType::F16) {
+                // exactly the f32 product plus the bias, rounded once
+                let f32s = |t: &Tensor| t.detach().to_dtype(DType::F32);
+                let once = f32s(&x)?
+                    .matmul(&f32s(&w)?.t()?)?
+                    .add(&f32s(&b)?)?
+                    .to_dtype(dt)?;
+                assert_eq!(vals(&y), vals(&once), "one rounding, {what}");
+            }
+            // gradients of sum(y · c) against f64 references
+            let c = Tensor::randn([n, o], dev)?.to_dtype(dt)?;
+            y.mul(&c)?.sum_all()?.backward()?;
+            let cd = f64s(&c)?;
+            let grads = [
+                (x.grad(), cd.matmul(&wd)?, "input"),
+                (w.grad(), cd.t()?.matmul(&xd)?, "weight"),
+                (b.grad(), cd.sum(0, false)?, "bias"),
+            ];
+            for (got, want, name) in grads {
+                let got = got.unwrap_or_else(|| panic!("the {name} gradient, {what}"));
+                let scale = 1.0 + (k.max(n) as f64).sqrt();
+                assert_close(&vals(&got), &vals(&want), rtol * scale, atol * scale);
+            }
+        }
+    }
+    // a bias that is not one row: a product and an add, no epilogue
+    let (x, w) = (Tensor::randn([5, 3], dev)?, Tensor::randn([3, 4], dev)?);
+    let full = Tensor::randn([5, 4], dev)?;
+    let before = ember::cuda::bias_epilogue_products();
+    let y = full.addmm(&x, &w)?;
+    assert_eq!(ember::cuda::bias_epilogue_products(), before);
+    assert_close(&vals(&y), &vals(&x.matmul(&w)?.add(&full)?), 1e-6, 1e-6);
+    Ok(())
+}
+
 device_test!(
+    linear_adds_its_bias_in_the_product,
     matmul_of_transposed_narrowed_views,
     conv2d_weight_gradient_without_an_input_gradient,
     matmul_shapes,

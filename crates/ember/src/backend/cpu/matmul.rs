@@ -1,6 +1,10 @@
 //! Matrix multiplication on the CPU through the `gemm` crate (f32, f64; f16 and
 //! bf16 compute in f32), with a plain loop for integer dtypes.
 //!
+//! A bias vector, where given, is written into the output first and the product
+//! added to it (the `gemm` crate reads the destination), so the sum is one pass
+//! and, for f16/bf16, one rounding, as PyTorch's `addmm`.
+//!
 //! f16 does not use the `gemm` crate's own f16 product: it adds each block of the
 //! depth dimension into an f16 output, rounding to f16 between blocks, where
 //! PyTorch (and ember) accumulate the whole sum in f32 and round once.
@@ -23,6 +27,8 @@ pub(crate) struct MatmulArgs<'a> {
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    /// An `[n]` vector added to every row of the product.
+    pub bias: Option<(&'a CpuData, &'a Layout)>,
 }
 
 /// Work below this many multiply-adds per matrix runs on one thread.
@@ -66,9 +72,15 @@ fn via(args: &MatmulArgs, work: crate::DType) -> Result<CpuData> {
         Layout::contiguous(args.a.1.shape()),
         Layout::contiguous(args.b.1.shape()),
     );
+    let bias = match args.bias {
+        Some((c, lc)) => Some(super::elementwise::cast(c, lc, work)?),
+        None => None,
+    };
+    let lc = Layout::contiguous(&[args.n]);
     let out = matmul(&MatmulArgs {
         a: (&a, &la),
         b: (&b, &lb),
+        bias: bias.as_ref().map(|c| (c, &lc)),
         ..*args
     })?;
     super::elementwise::cast(&out, &Layout::contiguous(&[out.len()]), dtype)
@@ -93,10 +105,32 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
     let b = T::slice(args.b.0).expect("matmul: operands share a dtype");
     let (m, k, n) = (args.m, args.k, args.n);
     let (_, count) = args.batch();
+    let bias = args
+        .bias
+        .map(|(c, lc)| bias_row::<T>(c, lc, n))
+        .transpose()?;
+    let mut out = match &bias {
+        // every row starts as the bias; the product is added to it
+        Some(row) if n > 0 => {
+            let mut out = alloc_uninit::<T>(count * m * n)?;
+            out.par_chunks_mut(n).for_each(|r| r.copy_from_slice(row));
+            out
+        }
+        _ if k == 0 || m * n == 0 => {
+            return alloc_filled(count * m * n, T::zero()).map(T::wrap);
+        }
+        _ => alloc_uninit::<T>(count * m * n)?,
+    };
     if k == 0 || m * n == 0 {
-        return alloc_filled(count * m * n, T::zero()).map(T::wrap);
+        return Ok(T::wrap(out));
     }
-    let mut out = alloc_uninit::<T>(count * m * n)?;
+    // the gemm crate computes dst = alpha·dst + beta·lhs·rhs, reading dst only when
+    // asked
+    let (read_dst, alpha) = if bias.is_some() {
+        (true, T::one())
+    } else {
+        (false, T::zero())
+    };
     let offs = args.batch_offsets();
     let (la, lb) = (args.a.1, args.b.1);
     let r = la.rank();
@@ -113,14 +147,14 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
                 dst.as_mut_ptr(),
                 1,
                 n as isize,
-                false,
+                read_dst,
                 a.as_ptr().add(oa),
                 a_cs,
                 a_rs,
                 b.as_ptr().add(ob),
                 b_cs,
                 b_rs,
-                T::zero(),
+                alpha,
                 T::one(),
                 false,
                 false,
@@ -152,6 +186,14 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
     Ok(T::wrap(out))
 }
 
+/// The bias `c[lc]` (an `[n]` vector of `T`) as a contiguous row.
+fn bias_row<T: WithDType>(c: &CpuData, lc: &Layout, n: usize) -> Result<Vec<T>> {
+    let row = super::elementwise::cast(c, lc, T::DTYPE)?;
+    let row = T::slice(&row).expect("cast to the product's dtype");
+    debug_assert_eq!(row.len(), n);
+    Ok(row.to_vec())
+}
+
 /// Integer matmul: exact (wrapping) i64 arithmetic, rows in parallel.
 fn int_mm(a: &[i64], args: &MatmulArgs) -> Result<CpuData> {
     let CpuData::I64(b) = args.b.0 else {
@@ -163,13 +205,18 @@ fn int_mm(a: &[i64], args: &MatmulArgs) -> Result<CpuData> {
     let (a_rs, a_cs) = (la.strides()[r - 2], la.strides()[r - 1]);
     let (b_rs, b_cs) = (lb.strides()[r - 2], lb.strides()[r - 1]);
     let offs = args.batch_offsets();
+    let bias = args
+        .bias
+        .map(|(c, lc)| bias_row::<i64>(c, lc, n))
+        .transpose()?;
     let mut out = alloc_uninit::<i64>(offs.len() * m * n)?;
     if n > 0 {
         out.par_chunks_mut(n).enumerate().for_each(|(row, dst)| {
             let (bi, i) = (row / m, row % m);
             let (oa, ob) = offs[bi];
             for (j, d) in dst.iter_mut().enumerate() {
-                *d = (0..k).fold(0i64, |acc, p| {
+                let start = bias.as_ref().map_or(0, |c| c[j]);
+                *d = (0..k).fold(start, |acc, p| {
                     acc.wrapping_add(
                         a[oa + i * a_rs + p * a_cs].wrapping_mul(b[ob + p * b_rs + j * b_cs]),
                     )

@@ -258,6 +258,7 @@ impl BackendStorage for CpuStorage {
         rhs: &Self,
         lr: &Layout,
         (m, k, n): (usize, usize, usize),
+        bias: Option<(&Self, &Layout)>,
     ) -> Result<Self> {
         matmul::matmul(&matmul::MatmulArgs {
             a: (&self.data, l),
@@ -265,6 +266,7 @@ impl BackendStorage for CpuStorage {
             m,
             k,
             n,
+            bias: bias.map(|(b, lb)| (&b.data, lb)),
         })
         .map(CpuStorage::new)
     }

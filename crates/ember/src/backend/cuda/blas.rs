@@ -1,4 +1,5 @@
-//! cuBLAS: the driver's GEMMs (the simulator has its reference in `sim/gemm.rs`).
+//! cuBLAS: the driver's GEMMs (the simulator has its reference in `sim/gemm.rs`),
+//! and cublasLt for products with a bias epilogue.
 
 use super::calls::GemmCall;
 use super::runtime::Workspaces;
@@ -10,9 +11,16 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
-/// A cuBLAS handle of one device, the stream it is bound to now, and a workspace
-/// per stream (address, bytes; 0 bytes where none could be had).
-struct Handle(cublasHandle_t, CUstream, HashMap<usize, (u64, usize)>);
+/// A cuBLAS handle of one device, the stream it is bound to now, a workspace per
+/// stream (address, bytes; 0 bytes where none could be had), and the device's
+/// cublasLt handle (made at the first product with a bias; it takes the stream
+/// and the workspace per call).
+struct Handle(
+    cublasHandle_t,
+    CUstream,
+    HashMap<usize, (u64, usize)>,
+    Option<cudarc::cublaslt::sys::cublasLtHandle_t>,
+);
 // SAFETY: ember uses the handle under its mutex only.
 unsafe impl Send for Handle {}
 
@@ -52,14 +60,18 @@ impl Blas {
         g: &GemmCall,
         ws: &dyn Workspaces,
     ) -> Result<()> {
-        let status = |e: CublasError| Error::Cuda {
-            op: "cublasGemmStridedBatched",
-            msg: e.to_string(),
+        let status = |e: Status| Error::Cuda {
+            op: if g.bias != 0 {
+                "cublasLtMatmul"
+            } else {
+                "cublasGemmStridedBatched"
+            },
+            msg: e.msg,
         };
         match self.call(stream, g, ws)? {
             // cuBLAS allocates its handle and workspace outside ember's cache: hand
             // it the cached memory and try once more
-            Err(e) if e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
+            Err(e) if e.alloc_failed => {
                 ws.release_cached();
                 self.call(stream, g, ws)?.map_err(status)
             }
@@ -82,7 +94,7 @@ impl Blas {
                 op: "cublasCreate",
                 msg: e.to_string(),
             })?;
-            *g = Some(Handle(h, std::ptr::null_mut(), HashMap::new()));
+            *g = Some(Handle(h, std::ptr::null_mut(), HashMap::new(), None));
         }
         let handle = g.as_mut().expect("created above");
         if handle.1 != stream {
@@ -121,6 +133,22 @@ impl Blas {
         stream: CUstream,
         g: &GemmCall,
         ws: &dyn Workspaces,
+    ) -> Result<std::result::Result<(), Status>> {
+        if g.bias != 0 {
+            let mut guard = self.handle(stream, ws)?;
+            let handle = guard.as_mut().expect("the handle was created");
+            return lt_bias(handle, stream, g);
+        }
+        self.call_blas(stream, g, ws)
+            .map(|r| r.map_err(|e| Status::blas(&e)))
+    }
+
+    /// [`call`](Self::call) in cuBLAS's terms (cublasLt's where `g` has a bias).
+    unsafe fn call_blas(
+        &self,
+        stream: CUstream,
+        g: &GemmCall,
+        ws: &dyn Workspaces,
     ) -> Result<std::result::Result<(), CublasError>> {
         use cudarc::cublas::{result as blas, sys as bsys};
         let op = |t: bool| {
@@ -133,6 +161,7 @@ impl Blas {
         let guard = self.handle(stream, ws)?;
         let h = guard.as_ref().expect("the handle was created").0;
         let (ta, tb) = (op(g.trans_a), op(g.trans_b));
+        let beta = if g.accumulate { 1.0 } else { 0.0 };
         match g.dtype {
             DType::F32 => {
                 let mode = if super::allow_tf32() {
@@ -143,7 +172,7 @@ impl Blas {
                 if let Err(e) = bsys::cublasSetMathMode(h, mode).result() {
                     return Ok(Err(e));
                 }
-                let (alpha, beta) = (1f32, 0f32);
+                let (alpha, beta) = (1f32, beta as f32);
                 Ok(blas::sgemm_strided_batched(
                     h,
                     ta,
@@ -166,7 +195,7 @@ impl Blas {
                 ))
             }
             DType::F64 => {
-                let (alpha, beta) = (1f64, 0f64);
+                let (alpha, beta) = (1f64, beta);
                 Ok(blas::dgemm_strided_batched(
                     h,
                     ta,
@@ -194,7 +223,7 @@ impl Blas {
                 } else {
                     bsys::cudaDataType_t::CUDA_R_16BF
                 };
-                let (alpha, beta) = (1f32, 0f32);
+                let (alpha, beta) = (1f32, beta as f32);
                 Ok(blas::gemm_strided_batched_ex(
                     h,
                     ta,
@@ -227,6 +256,171 @@ impl Blas {
             )),
         }
     }
+}
+
+/// A failed library call: whether it was out of memory, and the status.
+struct Status {
+    alloc_failed: bool,
+    msg: String,
+}
+
+impl Status {
+    fn blas(e: &CublasError) -> Status {
+        Status {
+            alloc_failed: e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED,
+            msg: e.to_string(),
+        }
+    }
+
+    fn lt(e: cudarc::cublaslt::result::CublasError) -> Status {
+        use cudarc::cublaslt::sys::cublasStatus_t as S;
+        Status {
+            alloc_failed: e.0 == S::CUBLAS_STATUS_ALLOC_FAILED,
+            msg: e.to_string(),
+        }
+    }
+}
+
+/// A cublasLt descriptor, destroyed when dropped (after the call that used it is
+/// queued, as cublasLt allows).
+struct Lt<T: Copy>(
+    T,
+    unsafe fn(T) -> std::result::Result<(), cudarc::cublaslt::result::CublasError>,
+);
+
+impl<T: Copy> Drop for Lt<T> {
+    fn drop(&mut self) {
+        // SAFETY: made by the matching create call and destroyed once, here.
+        let _ = unsafe { (self.1)(self.0) };
+    }
+}
+
+/// `g` (with its bias pointer) through cublasLt: the product with the bias
+/// epilogue, `C = op(A)·op(B) + bias` along C's rows, in one kernel, on
+/// `stream` with the stream's cuBLAS workspace.
+///
+/// # Safety
+/// As [`Blas::gemm`]; `h` is bound to `stream`.
+unsafe fn lt_bias(
+    h: &mut Handle,
+    stream: CUstream,
+    g: &GemmCall,
+) -> Result<std::result::Result<(), Status>> {
+    use cudarc::cublaslt::{result as lt, sys as ltsys};
+    use ltsys::cublasLtMatmulDescAttributes_t as Attr;
+    use ltsys::cublasLtMatrixLayoutAttribute_t as LayoutAttr;
+    let lt_handle = match h.3 {
+        Some(l) => l,
+        None => match lt::create_handle() {
+            Ok(l) => *h.3.insert(l),
+            Err(e) => return Ok(Err(Status::lt(e))),
+        },
+    };
+    let (ws_ptr, ws_bytes) = h.2.get(&(stream as usize)).copied().unwrap_or((0, 0));
+    let (ty, compute) = match g.dtype {
+        DType::F32 if super::allow_tf32() => (
+            ltsys::cudaDataType_t::CUDA_R_32F,
+            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        ),
+        DType::F32 => (
+            ltsys::cudaDataType_t::CUDA_R_32F,
+            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::F16 => (
+            ltsys::cudaDataType_t::CUDA_R_16F,
+            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::BF16 => (
+            ltsys::cudaDataType_t::CUDA_R_16BF,
+            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        dt => {
+            return Err(Error::invalid(
+                "matmul",
+                format!("ember sends no {dt} product with a bias to cublasLt"),
+            ))
+        }
+    };
+    let run = || -> std::result::Result<(), lt::CublasError> {
+        let desc = Lt(
+            lt::create_matmul_desc(compute, ltsys::cudaDataType_t::CUDA_R_32F)?,
+            lt::destroy_matmul_desc,
+        );
+        let set = |attr: Attr, p: *const c_void, size: usize| {
+            lt::set_matmul_desc_attribute(desc.0, attr, p, size)
+        };
+        let (ta, tb) = (g.trans_a as i32, g.trans_b as i32);
+        set(Attr::CUBLASLT_MATMUL_DESC_TRANSA, &ta as *const i32 as _, 4)?;
+        set(Attr::CUBLASLT_MATMUL_DESC_TRANSB, &tb as *const i32 as _, 4)?;
+        let epilogue = ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
+        set(
+            Attr::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            &epilogue as *const _ as _,
+            std::mem::size_of_val(&epilogue),
+        )?;
+        set(
+            Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            &g.bias as *const u64 as _,
+            8,
+        )?;
+        let (m, n, k) = (g.m as u64, g.n as u64, g.k as u64);
+        let layout = |rows: u64, cols: u64, ld: i32, stride: i64| {
+            let l = Lt(
+                lt::create_matrix_layout(ty, rows, cols, ld as i64)?,
+                lt::destroy_matrix_layout,
+            );
+            if g.batch > 1 {
+                let count = g.batch;
+                lt::set_matrix_layout_attribute(
+                    l.0,
+                    LayoutAttr::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    &count as *const i32 as _,
+                    4,
+                )?;
+                lt::set_matrix_layout_attribute(
+                    l.0,
+                    LayoutAttr::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                    &stride as *const i64 as _,
+                    8,
+                )?;
+            }
+            Ok(l)
+        };
+        let (ar, ac) = if g.trans_a { (k, m) } else { (m, k) };
+        let (br, bc) = if g.trans_b { (n, k) } else { (k, n) };
+        let la = layout(ar, ac, g.lda, g.stride_a)?;
+        let lb = layout(br, bc, g.ldb, g.stride_b)?;
+        let lc = layout(m, n, g.ldc, g.stride_c)?;
+        let pref = Lt(lt::create_matmul_pref()?, lt::destroy_matmul_pref);
+        lt::set_matmul_pref_attribute(
+            pref.0,
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &ws_bytes as *const usize as _,
+            std::mem::size_of::<usize>(),
+        )?;
+        let heuristic =
+            lt::get_matmul_algo_heuristic(lt_handle, desc.0, la.0, lb.0, lc.0, lc.0, pref.0)?;
+        let (alpha, beta) = (1f32, if g.accumulate { 1f32 } else { 0f32 });
+        lt::matmul(
+            lt_handle,
+            desc.0,
+            &alpha as *const f32 as _,
+            &beta as *const f32 as _,
+            g.a as _,
+            la.0,
+            g.b as _,
+            lb.0,
+            g.c as _,
+            lc.0,
+            g.c as _,
+            lc.0,
+            &heuristic.algo,
+            ws_ptr as _,
+            ws_bytes,
+            stream as _,
+        )
+    };
+    Ok(run().map_err(Status::lt))
 }
 
 /// The version of the cuBLAS library loaded (`13.1.0`), or `None` where it is not

@@ -9,6 +9,11 @@ use crate::DType;
 /// `C_p = op(A_p)·op(B_p)` for p in 0..batch, column-major, with cuBLAS's meaning
 /// of every field (`op` transposes when `trans_*`; `ld*` are leading dimensions;
 /// strides are in elements). f16/bf16 accumulate in f32.
+///
+/// With `accumulate`, C's old values are added (beta = 1); with a `bias` (a device
+/// pointer, 0 for none), the `[m]` vector at it is added to every column: cublasLt's
+/// bias epilogue, each `C_p[i, j] += bias[i]`. Both are added to the f32 (f64)
+/// sum before it is rounded to the dtype.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GemmCall {
     pub dtype: DType,
@@ -27,6 +32,8 @@ pub(crate) struct GemmCall {
     pub ldc: i32,
     pub stride_c: i64,
     pub batch: i32,
+    pub bias: u64,
+    pub accumulate: bool,
 }
 
 /// Geometry of a convolution in cuDNN's terms.

@@ -338,15 +338,14 @@ mod tests {
         }
     }
 
-    // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13)
+    // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13).
+    // The oldest and the newest architecture ember runs on: ember's kernels have no
+    // branch on the architecture, and the headers' branches (native bfloat16 from
+    // sm_80) are compiled on both sides by these two. (sm_80 was a third test until
+    // CI's time asked for the minute and a half it took.)
     #[test]
     fn every_kernel_compiles_for_turing_sm75() {
         every_kernel_compiles_for(75);
-    }
-
-    #[test]
-    fn every_kernel_compiles_for_ampere_sm80() {
-        every_kernel_compiles_for(80);
     }
 
     #[test]

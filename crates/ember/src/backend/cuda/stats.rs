@@ -105,6 +105,22 @@ pub fn mem_get_info(device: &Device) -> Result<(usize, usize)> {
     dev(cuda_index(*device)?)?.mem_get_info()
 }
 
+thread_local! {
+    static BIAS_EPILOGUES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many matrix products the calling thread has queued for cublasLt with its
+/// bias epilogue (`Linear`, `linear` and `addmm` with one bias row, on a GPU): a
+/// way to see that the bias is added by the product and not by a second kernel.
+pub fn bias_epilogue_products() -> u64 {
+    BIAS_EPILOGUES.with(|c| c.get())
+}
+
+/// Counts one product queued with the bias epilogue.
+pub(crate) fn count_bias_epilogue() {
+    BIAS_EPILOGUES.with(|c| c.set(c.get() + 1));
+}
+
 static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Lets f32 matrix products use TF32 tensor cores (10-bit mantissa inputs, f32

@@ -256,8 +256,9 @@ impl BackendStorage for CudaStorage {
         rhs: &Self,
         lr: &Layout,
         (m, k, n): (usize, usize, usize),
+        bias: Option<(&Self, &Layout)>,
     ) -> Result<Self> {
-        ops::matmul(self, l, rhs, lr, m, k, n)?
+        ops::matmul(self, l, rhs, lr, (m, k, n), bias)?
             .ok_or_else(|| Error::dtype("matmul", self.dtype, "no product of bools"))
     }
 

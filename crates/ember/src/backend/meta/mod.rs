@@ -197,7 +197,9 @@ impl BackendStorage for MetaStorage {
         _rhs: &Self,
         _lr: &Layout,
         (m, _k, n): (usize, usize, usize),
+        _bias: Option<(&Self, &Layout)>,
     ) -> Result<Self> {
+        // the bias is added into the output (no second array on any device)
         let batch: usize = l.shape()[..l.rank() - 2].iter().product();
         self.like(batch * m * n)
     }

@@ -191,7 +191,7 @@ fn weight_grad_part(
     // [n, g, og, p] · [n, g, p, kg] summed over n = [g, og, kg]
     let col = im2col(x, xoff, &kconv(s))?;
     let lcolt = Layout::contiguous(&[s.n, g, kg, p]).permute(&[0, 1, 3, 2]);
-    let t = matmul(gy, &lgc, &col, &lcolt, og, p, kg)?.expect("a float product");
+    let t = matmul(gy, &lgc, &col, &lcolt, (og, p, kg), None)?.expect("a float product");
     drop(col);
     let lt = Layout::contiguous(&[s.n, g, og, kg]);
     reduce(&t, &lt, &[0], ReduceCode::Sum, 0.0, t.dtype())
@@ -277,6 +277,8 @@ fn weight_product(
             ldc: p as i32,
             stride_c: strides.2 as i64,
             batch: batch as i32,
+            bias: 0,
+            accumulate: false,
         };
         // SAFETY: every product's operands lie within `w`'s weight, `r`'s `n · g`
         // blocks of `k · p` and the new `out`, as the offsets and strides above

@@ -1,9 +1,15 @@
 //! Matrix products: floats through cuBLAS (the operands' strides mapped onto
 //! its column-major contract), integers through ember's kernel in `nn.rs`.
+//!
+//! A bias vector (`addmm`, `linear`) is added by the product itself, as PyTorch
+//! does on a GPU: through cublasLt's bias epilogue where it takes the shapes (one
+//! 2-D product of f32, f16 or bf16), otherwise written into the output first and
+//! the product added to it (cuBLAS with beta = 1). Either way there is no second
+//! pass over the output, and f16/bf16 round once.
 
-use super::{contiguous, fill, matmul_int, new_out};
+use super::{binary_inplace, contiguous, fill, matmul_int, new_out};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::Scalar;
+use crate::backend::op::{BinaryCode, Scalar};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 
@@ -13,20 +19,33 @@ use crate::{DType, Error, Result};
 /// copied contiguous first. f16/bf16 accumulate in f32; f32 uses TF32 only when
 /// [`allow_tf32`](crate::backend::cuda::allow_tf32) is on. Integers (u8, i64) go through ember's
 /// own kernel (cuBLAS multiplies floats only); `None` for bool, which has no product.
+/// `bias`, where given, is an `[n]` vector added to every row.
 pub(crate) fn matmul(
     a: &CudaStorage,
     la: &Layout,
     b: &CudaStorage,
     lb: &Layout,
-    m: usize,
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
+    bias: Option<(&CudaStorage, &Layout)>,
 ) -> Result<Option<CudaStorage>> {
     let dt = a.dtype();
     let rank = la.rank();
     let batch: usize = la.shape()[..rank - 2].iter().product();
+    // the bias broadcast over every row of the output
+    let rows = |lc: &Layout| Layout {
+        shape: smallvec::smallvec![batch * m, n],
+        strides: smallvec::smallvec![0, lc.strides()[0]],
+        offset: lc.offset(),
+    };
     match dt {
-        DType::I64 | DType::U8 => return matmul_int(a, la, b, lb, (batch, m, k, n)).map(Some),
+        DType::I64 | DType::U8 => {
+            let out = matmul_int(a, la, b, lb, (batch, m, k, n))?;
+            if let Some((c, lc)) = bias {
+                let lo = Layout::contiguous(&[batch * m, n]);
+                binary_inplace(&out, &lo, c, &rows(lc), BinaryCode::Add)?;
+            }
+            return Ok(Some(out));
+        }
         DType::Bool => return Ok(None),
         _ => {}
     }
@@ -47,8 +66,23 @@ pub(crate) fn matmul(
         ));
     }
     let dev = a.dev().clone();
-    let out = new_out(&dev, dt, batch * m * n)?;
-    if batch * m * n == 0 {
+    // cublasLt's bias epilogue: one 2-D product of a float type cuBLAS rounds
+    // from f32, inside the sizes its kernels take (PyTorch's conditions for it)
+    const LT_MAX: usize = 65535 * 32;
+    let epilogue = bias.filter(|(_, lc)| {
+        batch == 1
+            && matches!(dt, DType::F32 | DType::F16 | DType::BF16)
+            && lc.strides()[0] == 1
+            && (2..LT_MAX).contains(&m)
+            && (2..LT_MAX).contains(&n)
+            && k < LT_MAX
+    });
+    let out = match bias {
+        // every row starts as the bias; the product is added to it (beta = 1)
+        Some((c, lc)) if epilogue.is_none() || k == 0 => contiguous(c, &rows(lc))?,
+        _ => new_out(&dev, dt, batch * m * n)?,
+    };
+    if batch * m * n == 0 || (k == 0 && bias.is_some()) {
         return Ok(Some(out));
     }
     if k == 0 {
@@ -119,9 +153,17 @@ pub(crate) fn matmul(
         ldc: n as i32,
         stride_c: (m * n) as i64,
         batch: batch as i32,
+        // cuBLAS's rows are ours columns: the bias runs along them
+        bias: epilogue.map_or(0, |(c, lc)| {
+            c.ptr() + (lc.offset() * dt.size_in_bytes()) as u64
+        }),
+        accumulate: bias.is_some() && epilogue.is_none(),
     };
     // SAFETY: pointers, leading dims and strides describe the operands' storage.
     unsafe { dev.gemm(&call) }?;
+    if call.bias != 0 {
+        crate::backend::cuda::stats::count_bias_epilogue();
+    }
     // the operands' temporary copies (if any) are freed after the queued GEMM: the
     // allocator hands their blocks only to later work on the same stream
     drop((oa, ob));
