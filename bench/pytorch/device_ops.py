@@ -105,6 +105,14 @@ def suite(dev):
             a, b = a32.to(dt), b32.to(dt)
             row(dev, f"matmul {s} {label}", "flops", 2.0 * s ** 3, lambda: a @ b)
             torch.backends.cuda.matmul.allow_tf32 = False
+    rows_, fin, fout = (64, 32, 64) if q else (4096, 256, 1024)
+    x32, w32, b32 = rand(rows_, fin), rand(fout, fin), rand(fout)
+    for label, dt, tf32 in dtypes:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        x, w, b = x32.to(dt), w32.to(dt), b32.to(dt)
+        row(dev, f"linear {rows_}x{fin} -> {fout} {label}", "flops", 2.0 * rows_ * fin * fout,
+            lambda: torch.nn.functional.linear(x, w, b))
+        torch.backends.cuda.matmul.allow_tf32 = False
     bn, c, o, hw = (8, 8, 16, 12) if q else (64, 32, 64, 26)
     xc, wc = rand(bn, c, hw, hw), rand(o, c, 3, 3)
     flops = 2.0 * bn * o * (hw - 2) ** 2 * c * 9

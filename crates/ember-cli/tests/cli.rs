@@ -285,6 +285,8 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         "sum dim 1 of 256x256 f32",
         "matmul 128 f32",
         "matmul 128 bf16",
+        "linear 64x32 -> 64 f32",
+        "linear 64x32 -> 64 bf16",
         "conv2d fwd+bwd 8x4x8x8 k3 p1 o8",
         "tiny add 4x4",
         "GB/s",

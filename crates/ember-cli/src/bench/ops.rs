@@ -134,6 +134,23 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
         }
     }
 
+    // a linear layer with its bias (the product adds it: cublasLt's bias epilogue
+    // on a GPU), in each product dtype
+    let (rows_, fin, fout) = if q { (64, 32, 64) } else { (4096, 256, 1024) };
+    let (x32, w32, b32) = (rand(&[rows_, fin])?, rand(&[fout, fin])?, rand(&[fout])?);
+    for &(label, dt, tf32) in &dtypes {
+        let (x, w, b) = (x32.to_dtype(dt)?, w32.to_dtype(dt)?, b32.to_dtype(dt)?);
+        cuda::set_allow_tf32(tf32);
+        let r = cx.row(
+            format!("linear {rows_}x{fin} -> {fout} {label}"),
+            Work::Flops(2.0 * (rows_ * fin * fout) as f64),
+            || ember::nn::functional::linear(&x, &w, Some(&b)).map(drop),
+        )?;
+        cuda::set_allow_tf32(false);
+        rows.push(r);
+    }
+    drop((x32, w32, b32));
+
     // a convolution layer of the MNIST-sized CNN
     let (bn, c, o, hw) = if q { (8, 8, 16, 12) } else { (64, 32, 64, 26) };
     let xc = rand(&[bn, c, hw, hw])?;

@@ -392,12 +392,26 @@ unsafe fn lt_bias(
         let lb = layout(br, bc, g.ldb, g.stride_b)?;
         let lc = layout(m, n, g.ldc, g.stride_c)?;
         let pref = Lt(lt::create_matmul_pref()?, lt::destroy_matmul_pref);
+        use ltsys::cublasLtMatmulPreferenceAttributes_t as Pref;
         lt::set_matmul_pref_attribute(
             pref.0,
-            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
             &ws_bytes as *const usize as _,
             std::mem::size_of::<usize>(),
         )?;
+        // the heuristic assumes 256-byte aligned operands unless told otherwise (a
+        // view's product can start anywhere): each operand's own alignment, as
+        // PyTorch gives it
+        let align = |p: u64| -> u32 { 1 << p.trailing_zeros().min(8) };
+        for (attr, p) in [
+            (Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a),
+            (Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b),
+            (Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c),
+            (Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c),
+        ] {
+            let a = align(p);
+            lt::set_matmul_pref_attribute(pref.0, attr, &a as *const u32 as _, 4)?;
+        }
         let heuristic =
             lt::get_matmul_algo_heuristic(lt_handle, desc.0, la.0, lb.0, lc.0, lc.0, pref.0)?;
         let (alpha, beta) = (1f32, if g.accumulate { 1f32 } else { 0f32 });

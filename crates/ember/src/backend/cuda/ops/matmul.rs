@@ -67,12 +67,15 @@ pub(crate) fn matmul(
     }
     let dev = a.dev().clone();
     // cublasLt's bias epilogue: one 2-D product of a float type cuBLAS rounds
-    // from f32, inside the sizes its kernels take (PyTorch's conditions for it)
+    // from f32, inside the sizes its kernels take (PyTorch's conditions for it),
+    // with a contiguous bias that starts on a 16-byte boundary (a parameter's
+    // own block always does; a row sliced out of a tensor may not)
     const LT_MAX: usize = 65535 * 32;
-    let epilogue = bias.filter(|(_, lc)| {
+    let epilogue = bias.filter(|(c, lc)| {
         batch == 1
             && matches!(dt, DType::F32 | DType::F16 | DType::BF16)
             && lc.strides()[0] == 1
+            && (c.ptr() + (lc.offset() * dt.size_in_bytes()) as u64).is_multiple_of(16)
             && (2..LT_MAX).contains(&m)
             && (2..LT_MAX).contains(&n)
             && k < LT_MAX
