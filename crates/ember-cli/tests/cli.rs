@@ -304,7 +304,7 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 21, "{lines}");
+    assert_eq!(lines.lines().count(), 23, "{lines}");
     // training rows carry their share of the GEMM rate measured in the ops suite
     let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
     assert!(
