@@ -56,6 +56,47 @@ macro_rules! pair {
     };
 }
 
+/// Like [`pair`] with an optional third operand (a bias) that must be on the same
+/// device: `$z` binds it as the backend's own storage, or `None`.
+macro_rules! pair_opt {
+    ($op:expr, $a:expr, $b:expr, $c:expr, |$x:ident, $y:ident, $z:ident| $body:expr) => {
+        match ($a, $b, $c) {
+            (Storage::Cpu($x), Storage::Cpu($y), None) => {
+                let $z = None;
+                Storage::Cpu($body)
+            }
+            (Storage::Cpu($x), Storage::Cpu($y), Some((Storage::Cpu(c), lc))) => {
+                let $z = Some((c, lc));
+                Storage::Cpu($body)
+            }
+            (Storage::Cuda($x), Storage::Cuda($y), None) => {
+                let $z = None;
+                Storage::Cuda($body)
+            }
+            (Storage::Cuda($x), Storage::Cuda($y), Some((Storage::Cuda(c), lc))) => {
+                let $z = Some((c, lc));
+                Storage::Cuda($body)
+            }
+            (Storage::Meta($x), Storage::Meta($y), None) => {
+                let $z = None;
+                Storage::Meta($body)
+            }
+            (Storage::Meta($x), Storage::Meta($y), Some((Storage::Meta(c), lc))) => {
+                let $z = Some((c, lc));
+                Storage::Meta($body)
+            }
+            (a @ any!(), b, c) => {
+                let other = [Some(b.device()), c.map(|c| c.0.device())]
+                    .into_iter()
+                    .flatten()
+                    .find(|d| *d != a.device())
+                    .unwrap_or(a.device());
+                return Err(mismatch($op, a.device(), other));
+            }
+        }
+    };
+}
+
 /// The error for storages of two devices in one primitive.
 fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
     let (a, b) = if b.is_cuda() && !a.is_cuda() {
@@ -394,34 +435,8 @@ impl Storage {
         mkn: (usize, usize, usize),
         bias: Option<(&Storage, &Layout)>,
     ) -> Result<Storage> {
-        Ok(match (self, rhs, bias) {
-            (Storage::Cpu(a), Storage::Cpu(b), None) => {
-                Storage::Cpu(a.matmul(l, b, lr, mkn, None)?)
-            }
-            (Storage::Cpu(a), Storage::Cpu(b), Some((Storage::Cpu(c), lc))) => {
-                Storage::Cpu(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
-            }
-            (Storage::Cuda(a), Storage::Cuda(b), None) => {
-                Storage::Cuda(a.matmul(l, b, lr, mkn, None)?)
-            }
-            (Storage::Cuda(a), Storage::Cuda(b), Some((Storage::Cuda(c), lc))) => {
-                Storage::Cuda(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
-            }
-            (Storage::Meta(a), Storage::Meta(b), None) => {
-                Storage::Meta(a.matmul(l, b, lr, mkn, None)?)
-            }
-            (Storage::Meta(a), Storage::Meta(b), Some((Storage::Meta(c), lc))) => {
-                Storage::Meta(a.matmul(l, b, lr, mkn, Some((c, lc)))?)
-            }
-            (a @ any!(), b, c) => {
-                let other = [Some(b.device()), c.map(|c| c.0.device())]
-                    .into_iter()
-                    .flatten()
-                    .find(|d| *d != a.device())
-                    .unwrap_or(a.device());
-                return Err(mismatch("matmul", a.device(), other));
-            }
-        })
+        Ok(pair_opt!("matmul", self, rhs, bias, |a, b, c| a
+            .matmul(l, b, lr, mkn, c)?))
     }
 
     pub(crate) fn conv2d(
@@ -431,34 +446,12 @@ impl Storage {
         b: Option<(&Storage, &Layout)>,
         s: &ConvShape,
     ) -> Result<Storage> {
-        Ok(match (self, w, b) {
-            (Storage::Cpu(x), Storage::Cpu(w), None) => {
-                Storage::Cpu(x.conv2d(l, (w, lw), None, s)?)
-            }
-            (Storage::Cpu(x), Storage::Cpu(w), Some((Storage::Cpu(b), lb))) => {
-                Storage::Cpu(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
-            }
-            (Storage::Cuda(x), Storage::Cuda(w), None) => {
-                Storage::Cuda(x.conv2d(l, (w, lw), None, s)?)
-            }
-            (Storage::Cuda(x), Storage::Cuda(w), Some((Storage::Cuda(b), lb))) => {
-                Storage::Cuda(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
-            }
-            (Storage::Meta(x), Storage::Meta(w), None) => {
-                Storage::Meta(x.conv2d(l, (w, lw), None, s)?)
-            }
-            (Storage::Meta(x), Storage::Meta(w), Some((Storage::Meta(b), lb))) => {
-                Storage::Meta(x.conv2d(l, (w, lw), Some((b, lb)), s)?)
-            }
-            (x @ any!(), w, b) => {
-                let other = [Some(w.device()), b.map(|b| b.0.device())]
-                    .into_iter()
-                    .flatten()
-                    .find(|d| *d != x.device())
-                    .unwrap_or(x.device());
-                return Err(mismatch("conv2d", x.device(), other));
-            }
-        })
+        Ok(pair_opt!("conv2d", self, w, b, |x, w, b| x.conv2d(
+            l,
+            (w, lw),
+            b,
+            s
+        )?))
     }
 
     pub(crate) fn conv2d_backward(

@@ -188,10 +188,10 @@ fn float_mm<T: WithDType + num_traits::Zero + num_traits::One>(
 
 /// The bias `c[lc]` (an `[n]` vector of `T`) as a contiguous row.
 fn bias_row<T: WithDType>(c: &CpuData, lc: &Layout, n: usize) -> Result<Vec<T>> {
-    let row = super::elementwise::cast(c, lc, T::DTYPE)?;
-    let row = T::slice(&row).expect("cast to the product's dtype");
+    let mut row = super::elementwise::cast(c, lc, T::DTYPE)?;
+    let row = std::mem::take(T::slice_mut(&mut row).expect("cast to the product's dtype"));
     debug_assert_eq!(row.len(), n);
-    Ok(row.to_vec())
+    Ok(row)
 }
 
 /// Integer matmul: exact (wrapping) i64 arithmetic, rows in parallel.
