@@ -1,9 +1,17 @@
-"""The workloads of `ember bench` (suites ops and train), through PyTorch, printing
-the same JSON rows (one per line). Usage:
-    python3 bench/pytorch/device_ops.py [--device cpu|cuda:N|all] [--suite ops|train|all]
+"""The workloads of `ember bench` (suites ops, train and models), through PyTorch,
+printing the same JSON rows (one per line). Usage:
+    python3 bench/pytorch/device_ops.py [--device cpu|cuda:N|all]
+                                        [--suite ops|train|models|all]
                                         [--sizes 1024,4096] [--lesson] [--quick]
-GPU rows are timed with CUDA events around repeated calls, after a warm-up."""
-import argparse, csv, json, os, time
+GPU rows are timed with CUDA events around repeated calls, after a warm-up.
+`--suite all` is ops and train, as in ember; `models` (ResNet-50 and GPT-2 small
+training steps) also reports each step's peak memory on a GPU and adds PyTorch's
+reference rows there: ResNet-50 channels-last with cudnn.benchmark, and both
+models under torch.compile (left out with --quick, or with BENCH_NO_COMPILE=1 in
+the environment, which bench/compare_devices passes through; BENCH_ONLY_COMPILE=1
+runs them alone). `--filter TEXT` keeps the models rows whose name contains TEXT;
+`--profile` prints torch.profiler's top ops of a few eager steps of each on stderr."""
+import argparse, csv, gc, json, os, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -14,11 +22,16 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="all")
-p.add_argument("--suite", default="all", choices=["ops", "train", "all"])
+p.add_argument("--suite", default="all", choices=["ops", "train", "models", "all"])
 p.add_argument("--json", default=None)
 p.add_argument("--sizes", default=None)
 p.add_argument("--lesson", action="store_true")
 p.add_argument("--quick", action="store_true")
+p.add_argument("--filter", default=None, help="models suite: only rows whose name contains this")
+p.add_argument("--profile", nargs="?", const="", default=None,
+               help="models suite: torch.profiler's table of a few eager steps of each row, on stderr "
+                    "(ember's flag takes a trace file; this one ignores it)")
+p.add_argument("--profile-steps", type=int, default=3)
 args = p.parse_args()
 
 budget = 0.03 if args.quick else 0.4
@@ -58,7 +71,9 @@ def measure(dev, f, budget):
 rows = []
 
 
-def row(dev, name, kind, amount, f):
+def row(dev, name, kind, amount, f, peak=False):
+    """Times f into a row; with peak, on a GPU also the memory allocated at the peak
+    of one more call (max_memory_allocated after reset_peak_memory_stats)."""
     # whole training steps take long and vary more: more samples each (as ember)
     med, p25, p75, n = measure(dev, f, budget * 5 if kind == "samples" else budget)
     tp = amount / med / 1e9 if kind else None
@@ -67,6 +82,22 @@ def row(dev, name, kind, amount, f):
     unit = {"flops": "GFLOP/s", "bytes": "GB/s", "samples": "samples/s", None: "s/call"}[kind]
     r = {"device": str(dev), "name": name, "median_s": med, "p25_s": p25, "p75_s": p75,
          "samples": n, "throughput": tp, "unit": unit, "framework": "pytorch " + torch.__version__}
+    if peak:
+        r["peak_bytes"] = None
+        if dev.type == "cuda":
+            sync(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            f()
+            sync(dev)
+            r["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
+    rows.append(r)
+    print(json.dumps(r), flush=True)
+
+
+def note_row(dev, name, note):
+    """A row that could not be measured, with the reason."""
+    r = {"device": str(dev), "name": name, "median_s": None, "note": note,
+         "framework": "pytorch " + torch.__version__}
     rows.append(r)
     print(json.dumps(r), flush=True)
 
@@ -302,6 +333,166 @@ def train_suite(dev):
     row(dev, f"train char-gpt 4x{w} ctx{t} b{b}, cuda graph", "samples", b, g_gpt.replay)
 
 
+class Gpt(nn.Module):
+    """ember::models::gpt2_small's layout (CharGpt::new_tied): token and learned
+    position embeddings, nn.TransformerEncoderLayer(norm_first=True) blocks with a
+    causal mask, a final LayerNorm, and the head tied to the token embedding.
+    Weights drawn as ember's: normal(0, 0.02), biases zero, norms as built."""
+
+    def __init__(self, vocab, context, layers, heads, width):
+        super().__init__()
+        self.vocab = vocab
+        self.tok_emb, self.pos_emb = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok_emb.weight
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).triu(1), persistent=False)
+        for name, p in self.named_parameters():
+            if "norm" in name or name.startswith("ln_f"):
+                continue
+            nn.init.zeros_(p) if name.endswith("bias") else nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device))
+        h = self.blocks(x, mask=self.mask[:t, :t], is_causal=True)
+        return self.head(self.ln_f(h))
+
+
+def models_suite(dev):
+    """The rows of crates/ember-cli/src/bench/models.rs: ResNet-50 (SGD, momentum
+    0.9, lr 0.01) and GPT-2 small (AdamW lr 6e-4, weight decay 0.1 on tensors of
+    two or more dims, clipping at 1.0), in float32 and under bf16 autocast; each
+    row builds its model anew (seed 0) and frees it before the next."""
+    gpu = dev.type == "cuda"
+    q = args.quick
+    compile_rows = gpu and not q and os.environ.get("BENCH_NO_COMPILE", "0") in ("", "0")
+    precisions = [(None, ""), (torch.bfloat16, ", autocast bf16")]
+
+    later = []  # the torch.compile rows: last, so that a short lease loses only them
+    # BENCH_ONLY_COMPILE=1: those rows alone (a second call, after the eager ones)
+    only_compiled = compile_rows and os.environ.get("BENCH_ONLY_COMPILE", "0") not in ("", "0")
+
+    def timed(name, amount, make_step, compiled=False):
+        """A row of the step make_step() returns (None to skip), then frees it."""
+        if args.filter and args.filter not in name:
+            return
+        if only_compiled and not compiled:
+            return
+        if compiled:
+            later.append((name, amount, make_step))
+            return
+        run_row(name, amount, make_step, False)
+
+    def profile(name, step):
+        """torch.profiler's table of a few steps, after the timing's warm-up."""
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(args.profile_steps):
+                step()
+            sync(dev)
+        key = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+        print(f"\nPyTorch profile of {name} on {dev}: {args.profile_steps} steps", file=sys.stderr)
+        print(prof.key_averages().table(sort_by=key, row_limit=15), file=sys.stderr, flush=True)
+
+    def run_row(name, amount, make_step, compiled):
+        try:
+            step = make_step()
+            if step is None:
+                return
+            if compiled:
+                # compilation happens in the first calls: warm up past it
+                for _ in range(3):
+                    step()
+            row(dev, name, "samples", amount, step, peak=True)
+            if args.profile is not None and not compiled:
+                profile(name, step)
+        except Exception as e:  # a reference row that fails says why and the run goes on
+            if not compiled:
+                raise
+            note_row(dev, name, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        finally:
+            step = None
+            if compiled:
+                torch._dynamo.reset()
+            gc.collect()
+            if gpu:
+                torch.cuda.empty_cache()
+
+    b, hw = (2, 32) if q else ((64, 224) if gpu else (2, 224))
+    try:
+        import torchvision
+    except ImportError:
+        torchvision = None
+        print("the ResNet-50 rows need torchvision (pip install torchvision): left out", file=sys.stderr)
+    for amp, suffix in precisions:
+        if torchvision is None:
+            break
+        name = f"train resnet50 b{b} {hw}x{hw}{suffix}"
+
+        def resnet_step(channels_last=False, compiled=False, amp=amp):
+            torch.backends.cudnn.benchmark = channels_last
+            torch.manual_seed(0)
+            fmt = torch.channels_last if channels_last else torch.contiguous_format
+            model = torchvision.models.resnet50(num_classes=1000).to(dev, memory_format=fmt)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            x = torch.randn(b, 3, hw, hw).to(dev).contiguous(memory_format=fmt)
+            y = torch.randint(0, 1000, (b,)).to(dev)
+            run = torch.compile(model) if compiled else model
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast(dev.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+                    loss = F.cross_entropy(run(x), y)
+                loss.backward()
+                opt.step()
+            return step
+
+        timed(name, b, resnet_step)
+        if gpu:
+            timed(f"{name}, channels_last + cudnn.benchmark", b, lambda: resnet_step(channels_last=True))
+            torch.backends.cudnn.benchmark = False
+        if compile_rows:
+            timed(f"{name}, torch.compile", b, lambda f=resnet_step: f(compiled=True), compiled=True)
+
+    if q:
+        (v, ctx, layers, heads, width), gpt_name, gb, t = (512, 64, 2, 2, 128), "gpt 2x128 v512", 2, 64
+    else:
+        (v, ctx, layers, heads, width), gpt_name = (50304, 1024, 12, 12, 768), "gpt2_small"
+        gb, t = (8, 1024) if gpu else (1, 128)
+    for amp, suffix in precisions:
+        name = f"train {gpt_name} b{gb}x{t}{suffix}"
+
+        def gpt_step(compiled=False, amp=amp):
+            torch.manual_seed(0)
+            gpt = Gpt(v, ctx, layers, heads, width).to(dev)
+            params = list(gpt.parameters())
+            opt = torch.optim.AdamW([
+                {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            ], lr=6e-4)
+            x, y = torch.randint(0, v, (gb, t)).to(dev), torch.randint(0, v, (gb, t)).to(dev)
+            run = torch.compile(gpt) if compiled else gpt
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast(dev.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+                    loss = F.cross_entropy(run(x).reshape(-1, v), y.reshape(-1))
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+            return step
+
+        timed(name, gb * t, gpt_step)
+        if compile_rows:
+            timed(f"{name}, torch.compile", gb * t, lambda f=gpt_step: f(compiled=True), compiled=True)
+    for name, amount, make_step in later:
+        run_row(name, amount, make_step, True)
+
+
 devs = [torch.device("cpu")] + [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] \
     if args.device == "all" else [torch.device(args.device)]
 for d in devs:
@@ -310,6 +501,8 @@ for d in devs:
             suite(d)
     if args.suite in ("train", "all"):
         train_suite(d)
+    if args.suite == "models":
+        models_suite(d)
 if args.json:
     with open(args.json, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use ember::memory::{fmt_bytes, parse_bytes, Estimator};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
-use ember::{cuda, models};
+use ember::{cuda, models, nn};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerKind {
@@ -36,16 +36,18 @@ impl AmpKind {
 #[derive(Args, Clone, Debug)]
 pub struct EstimateArgs {
     /// The model: one of ember::models (alexnet, vgg11, vgg16, resnet18,
-    /// resnet50, mlp, cnn).
+    /// resnet50, mlp, cnn, gpt2_small).
     #[arg(long)]
     pub model: String,
     /// Samples per batch.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
     pub batch_size: u64,
-    /// One sample's shape, `CxHxW` for images [default: 3x224x224; mlp 64; cnn 1x8x8].
+    /// One sample's shape, `CxHxW` for images [default: 3x224x224; mlp 64; cnn
+    /// 1x8x8]; for gpt2_small the number of tokens T [default: 1024].
     #[arg(long, value_name = "SHAPE")]
     pub input: Option<String>,
-    /// Classes of the classifier [default: 1000; mlp and cnn 10].
+    /// Classes of the classifier [default: 1000; mlp and cnn 10; gpt2_small has
+    /// its vocabulary, 50304 tokens, and takes none].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
     pub classes: Option<u64>,
     /// The optimizer.
@@ -143,12 +145,27 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
         )));
     }
     let small = matches!(name.as_str(), "mlp" | "cnn");
+    // a language model: token ids in, a class (the next token) per position out
+    let lm = name == "gpt2_small";
+    let context = models::GptConfig::gpt2_small().context;
     let input = match &args.input {
         Some(s) => parse_shape(s, "estimate")?,
         None if name == "mlp" => vec![64],
         None if name == "cnn" => vec![1, 8, 8],
+        None if lm => vec![context],
         None => vec![3, 224, 224],
     };
+    if lm && (input.len() != 1 || input[0] > context) {
+        return Err(invalid(format!(
+            "--input {}: gpt2_small takes a sequence of T tokens, 1 <= T <= {context}",
+            args.input.as_deref().unwrap_or_default()
+        )));
+    }
+    if lm && args.classes.is_some() {
+        return Err(invalid(
+            "--classes: gpt2_small predicts its own vocabulary (50304 tokens)",
+        ));
+    }
     let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
     let target = target(args)?;
     let build_name = name.clone();
@@ -156,6 +173,14 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
         .input(&input)
         .dtype(dtype)
         .training(!args.inference);
+    if lm {
+        // ids [B, T] (int64), the next token at each position, cross-entropy
+        // over the vocabulary
+        est = est
+            .input_dtype(DType::I64)
+            .targets(&input)
+            .loss(|logits, y| nn::cross_entropy(&logits.flatten(0, 1)?, &y.flatten(0, 1)?));
+    }
     est = match args.optimizer {
         OptimizerKind::Sgd => est.optimizer(|p| {
             let o: Box<dyn Optimizer> = Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?);

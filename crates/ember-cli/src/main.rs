@@ -4,6 +4,7 @@ mod bench;
 mod devices;
 mod estimate;
 mod paths;
+mod profile;
 mod text;
 mod train;
 
@@ -28,7 +29,7 @@ enum Command {
     /// List the CPU and every CUDA GPU, or say why there is none.
     Devices,
     /// Train a classifier on a data set shipped in data/.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// The device memory a model's training step needs, computed before running
     /// it (on the meta device, through ember's CUDA caching allocator).
     Estimate(estimate::EstimateArgs),

@@ -122,7 +122,18 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     let start = Instant::now();
     let mut train_loss = f64::NAN;
     let mut val = f64::NAN;
+    let mut profiler = args
+        .profile
+        .is_some()
+        .then(|| {
+            ember::profiler::StepProfiler::new(crate::profile::WARMUP, args.profile_steps as usize)
+        })
+        .transpose()?;
     for step in 1..=t.steps {
+        let _step = profiler
+            .as_ref()
+            .is_some_and(|p| p.is_recording())
+            .then(|| ember::profiler::range("train_step"));
         let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
         let loss = {
             let _ac = amp.map(ember::autocast_guard).transpose()?;
@@ -137,6 +148,10 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         scaler.step(&mut opt)?;
         scaler.update()?;
         sched.step(&mut opt);
+        drop(_step);
+        if let Some(p) = profiler.as_mut() {
+            p.step()?;
+        }
         if step % t.eval_every == 0 || step == t.steps {
             train_loss = loss.item::<f32>()? as f64;
             val = eval(&mut model)?;
@@ -151,6 +166,13 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let profile = match profiler.as_mut() {
+        Some(p) => {
+            p.stop()?;
+            p.take()
+        }
+        None => None,
+    };
     println!("device: {device}");
     println!(
         "time: {secs:.1} s ({:.1} ms per step)",
@@ -158,6 +180,16 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     );
     println!("final train loss: {train_loss:.4}");
     println!("validation loss: {val:.4} (unigram baseline {baseline:.4})");
+    if let Some(p) = &profile {
+        let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
+        let trace = args.profile.as_ref().and_then(|f| f.as_deref());
+        crate::profile::report(p, "the character GPT", steps, trace)?;
+    } else if args.profile.is_some() {
+        println!(
+            "profile: none (the run had no more than the {} warm-up steps)",
+            crate::profile::WARMUP
+        );
+    }
     if let Some(dir) = &args.checkpoint {
         save(&model, &corpus, dir)?;
         println!("model: {}", dir.join(MODEL_FILE).display());

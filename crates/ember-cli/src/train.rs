@@ -102,6 +102,14 @@ pub struct TrainArgs {
     /// Print only the summary.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Profile a few training steps after a warm-up of 3 and print where their
+    /// time goes, op by op (ember::profiler); with FILE, also write their Chrome
+    /// trace there (open it in ui.perfetto.dev).
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub profile: Option<Option<PathBuf>>,
+    /// How many steps --profile profiles.
+    #[arg(long, default_value_t = 5, requires = "profile", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub profile_steps: u32,
     #[command(flatten)]
     pub text: crate::text::TextArgs,
 }
@@ -129,6 +137,8 @@ impl Default for TrainArgs {
             resume: false,
             data: None,
             quiet: false,
+            profile: None,
+            profile_steps: 5,
             text: Default::default(),
         }
     }
@@ -151,6 +161,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     if let Some(plot) = &args.plot {
         crate::paths::writable_file(plot, "--plot")?;
     }
+    crate::profile::check(&args.profile)?;
     if let Some(dir) = &args.checkpoint {
         if args.resume {
             if !dir.is_dir() {
@@ -242,6 +253,9 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         })
         .to(&device)?
         .with_generators(Some(train), Some(test), None);
+    if args.profile.is_some() {
+        trial = trial.profile_steps(crate::profile::WARMUP, args.profile_steps as usize)?;
+    }
     let mut resumed = None;
     if let Some(dir) = &args.checkpoint {
         trial = trial.callback(Checkpoint::new(dir));
@@ -282,6 +296,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         .then(|| cuda::host_syncs(&device))
         .transpose()?;
     let history = trial.run(epochs)?.clone();
+    let profile = trial.take_profile();
     let syncs = match syncs_before {
         Some(b) => Some(cuda::host_syncs(&device)? - b),
         None => None,
@@ -314,6 +329,20 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     );
     println!("test loss: {:.4}", get("loss"));
     println!("test accuracy: {:.1}%", 100.0 * get("acc"));
+    if let Some(p) = &profile {
+        let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
+        crate::profile::report(
+            p,
+            &data.model,
+            steps,
+            args.profile.as_ref().and_then(|f| f.as_deref()),
+        )?;
+    } else if args.profile.is_some() {
+        println!(
+            "profile: none (the run had no more than the {} warm-up steps)",
+            crate::profile::WARMUP
+        );
+    }
     if let Some(plot) = &args.plot {
         history.write_plot(plot)?;
         let csv = plot.with_extension("csv");

@@ -323,6 +323,107 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
 }
 
 #[test]
+fn quick_models_suite_writes_its_rows_with_estimates() {
+    let json = std::env::temp_dir().join(format!("ember-models-{}.jsonl", std::process::id()));
+    let (ok, out, err) = ember(&[
+        "bench",
+        "--suite",
+        "models",
+        "--quick",
+        "--device",
+        "cpu",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("peak mem") && out.contains("estimate"),
+        "{out}"
+    );
+    let lines = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let names = [
+        "train resnet50 b2 32x32",
+        "train resnet50 b2 32x32, autocast bf16",
+        "train gpt 2x128 v512 b2x64",
+        "train gpt 2x128 v512 b2x64, autocast bf16",
+    ];
+    assert_eq!(lines.lines().count(), names.len(), "{lines}");
+    for (line, name) in lines.lines().zip(names) {
+        assert!(line.contains(&format!("\"name\": \"{name}\"")), "{line}");
+        assert!(line.contains("\"unit\": \"samples/s\""), "{line}");
+        // the CPU keeps no peak statistics; the estimate is of a GPU's step
+        assert!(line.contains("\"peak_bytes\": null"), "{line}");
+        let estimate: u64 = line
+            .split("\"estimate_bytes\": ")
+            .nth(1)
+            .and_then(|v| v.trim_end_matches('}').parse().ok())
+            .unwrap_or_else(|| panic!("no estimate in {line}"));
+        assert!(estimate > 1 << 20, "{line}");
+    }
+}
+
+/// `--profile`: a few steps after a warm-up, the top of the per-op table, the
+/// Chrome trace (one per row of the models suite).
+#[test]
+fn profile_prints_the_top_ops_and_writes_the_trace() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-profile-{}", std::process::id()));
+    let trace = dir.join("digits.json");
+    let (ok, out, err) = ember(&[
+        "train",
+        "digits",
+        "--device",
+        "cpu",
+        "--epochs",
+        "1",
+        "-q",
+        "--profile",
+        trace.to_str().unwrap(),
+        "--profile-steps",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("profile of CNN: 2 steps after at least 3 of warm-up"),
+        "{out}"
+    );
+    for op in ["conv2d_backward", "conv2d", "addmm", "adam_step"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{op} "))),
+            "{op}: {out}"
+        );
+    }
+    let text = std::fs::read_to_string(&trace).expect("the trace was written");
+    assert!(text.starts_with("{\"traceEvents\":[") && text.contains("\"train_step\""));
+    // the models suite: one row, one trace named after it
+    let (ok, out, err) = ember(&[
+        "bench",
+        "--suite",
+        "models",
+        "--quick",
+        "--device",
+        "cpu",
+        "--filter",
+        "gpt 2x128 v512 b2x64, autocast",
+        "--profile",
+        dir.join("bench.json").to_str().unwrap(),
+        "--profile-steps",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("profile of train gpt 2x128 v512 b2x64, autocast bf16 on cpu: 1 step "),
+        "{out}"
+    );
+    assert_eq!(out.matches("profile of").count(), 1, "{out}");
+    assert!(out.contains("to_dtype"), "autocast's casts: {out}");
+    assert!(dir
+        .join("bench-cpu-train-gpt-2x128-v512-b2x64-autocast-bf16.json")
+        .exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
     let (ok, out, err) = ember(&["estimate", "--model", "alexnet", "--batch-size", "128"]);
     assert!(ok, "{err}");
@@ -356,6 +457,21 @@ fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
         .unwrap_or_else(|| panic!("no largest batch in\n{out}"));
     assert!(best > 128, "{out}");
     assert!(out.contains("batch size 128 fits on 4GiB"), "{out}");
+    // a language model: T token ids per sample, a next token at each
+    let (ok, out, err) = ember(&[
+        "estimate",
+        "--model",
+        "gpt2_small",
+        "--batch-size",
+        "2",
+        "--input",
+        "256",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("batch size 2, 2 training steps, float32: 124,475,904 parameters"),
+        "{out}"
+    );
     for (args, want) in [
         (
             &["estimate", "--model", "lenet"][..],
@@ -380,6 +496,14 @@ fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
         (
             &["estimate", "--model", "vgg16", "--device", "cpu"],
             "CUDA device",
+        ),
+        (
+            &["estimate", "--model", "gpt2_small", "--input", "2048"],
+            "1 <= T <= 1024",
+        ),
+        (
+            &["estimate", "--model", "gpt2_small", "--classes", "10"],
+            "its own vocabulary",
         ),
     ] {
         let (ok, _, err) = ember(args);
@@ -627,6 +751,23 @@ fn output_paths_and_values_are_checked_before_any_work() {
             "there is no checkpoint folder",
         ),
         (vec!["bench", "--sizes", "0", "--quick"], "at least 1"),
+        (
+            vec![
+                "train",
+                "digits",
+                "--profile",
+                plot_in_file.to_str().unwrap(),
+            ],
+            "a folder is needed",
+        ),
+        (
+            vec!["train", "text", "--profile", plot_in_file.to_str().unwrap()],
+            "a folder is needed",
+        ),
+        (
+            vec!["bench", "--suite", "ops", "--quick", "--profile"],
+            "--profile and --filter are for --suite models",
+        ),
         (
             vec!["bench", "--json", dir_s, "--quick"],
             "this is a folder",

@@ -37,6 +37,7 @@ pub mod memory;
 pub mod models;
 pub mod nn;
 pub mod optim;
+pub mod profiler;
 mod tensor;
 pub mod train;
 

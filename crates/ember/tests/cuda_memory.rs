@@ -157,6 +157,49 @@ fn syncs_in(dev: &Device, steps: usize, step: &mut dyn FnMut() -> Result<()>) ->
     Ok(cuda::host_syncs(dev)? - before)
 }
 
+/// The profiler reads its timing events only after the session: a profiled step
+/// waits for the GPU no more often than an unprofiled one (never), and its ops
+/// have device times and kernels.
+#[test]
+fn a_profiled_step_waits_no_more_than_an_unprofiled_one() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_profiled_step_waits_no_more_than_an_unprofiled_one") else {
+        return Ok(());
+    };
+    use ember::nn::{self, Module};
+    use ember::optim::{Adam, Optimizer};
+    use ember::profiler::{EventKind, Profiler};
+    ember::manual_seed(0);
+    let model = ember::models::digits_cnn(&dev)?;
+    let x = Tensor::randn([16, 1, 8, 8], &dev)?;
+    let y = Tensor::randint(0, 10, [16], &dev)?;
+    let mut opt = Adam::new(model.parameters(), 1e-3)?;
+    let mut step = || -> Result<()> {
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        opt.zero_grad();
+        loss.backward()?;
+        opt.step()
+    };
+    let plain = syncs_in(&dev, 3, &mut step)?;
+    let prof = Profiler::start()?;
+    let profiled = syncs_in(&dev, 3, &mut step)?;
+    let p = prof.stop()?;
+    assert_eq!((plain, profiled), (0, 0));
+    let me = std::thread::current().name().unwrap_or("").to_string();
+    let p = p.filter_threads(|_, n| n == me);
+    let convs: Vec<_> = p
+        .events()
+        .iter()
+        .filter(|e| e.name == "conv2d" && e.kind == EventKind::Op)
+        .collect();
+    assert_eq!(convs.len(), 8, "2 convolutions x 4 steps");
+    for c in convs {
+        let (a, b) = c.device_span_us.expect("a GPU op has device times");
+        assert!(b >= a && c.device_total_us == b - a);
+        assert!(!c.kernels.is_empty());
+    }
+    Ok(())
+}
+
 #[test]
 fn training_steps_never_wait_for_the_gpu() -> Result<()> {
     let Some((dev, _turn)) = gpu("training_steps_never_wait_for_the_gpu") else {

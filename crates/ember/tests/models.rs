@@ -1,7 +1,8 @@
 //! `ember::models` against torchvision: parameter counts, state-dict names, shapes
 //! and dtypes (tests/golden/models.json, written by tests/golden/gen_models.py from
 //! PyTorch), output shapes and errors on the meta device, module paths, and a real
-//! forward and backward of ResNet-18 on the CPU.
+//! forward and backward of ResNet-18 on the CPU; GPT-2 small against the same
+//! layout built from `torch.nn`, and its tied head's gradient.
 
 use ember::meta::{AllocHook, MetaEvent};
 use ember::models;
@@ -48,7 +49,10 @@ fn shape_of(v: &Value) -> Vec<usize> {
 fn parameter_counts_are_torchvisions() {
     let g = golden();
     let torchvision: Vec<&str> = TORCHVISION_PARAMETERS.iter().map(|(n, _)| *n).collect();
-    assert_eq!(models::NAMES, [&torchvision[..], &["mlp", "cnn"]].concat());
+    assert_eq!(
+        models::NAMES,
+        [&torchvision[..], &["mlp", "cnn", "gpt2_small"]].concat()
+    );
     for &(name, count) in TORCHVISION_PARAMETERS {
         let model = meta(name, 1000);
         assert_eq!(model.num_parameters(), count, "{name}");
@@ -511,5 +515,146 @@ fn boxed_models_are_modules() -> Result<()> {
     assert_eq!(wrapped.named_buffers()[0].0, "net.bn1.running_mean");
     let y = wrapped.forward(&Tensor::zeros([1, 3, 32, 32], DType::F32, &Device::Meta)?)?;
     assert_eq!(y.shape(), &[1, 10]);
+    Ok(())
+}
+
+/// GPT-2 small's parameter count. PyTorch's for the same layout (gen_models.py's
+/// `Gpt2Small`) is in models.json; by hand: the tied token embedding 50304 × 768,
+/// positions 1024 × 768, 12 blocks of 12·768² + 13·768 (attention in and out,
+/// the 3072-wide feed-forward, two norms) and the final norm's 2 × 768.
+const GPT2_SMALL_PARAMETERS: usize =
+    50304 * 768 + 1024 * 768 + 12 * (12 * 768 * 768 + 13 * 768) + 2 * 768;
+
+#[test]
+fn gpt2_small_is_pytorchs_layout_on_meta() -> Result<()> {
+    let g = &golden()["gpt2_small"];
+    let gpt = models::gpt2_small(&Device::Meta)?;
+    assert_eq!(GPT2_SMALL_PARAMETERS, 124_475_904);
+    assert_eq!(gpt.num_parameters(), GPT2_SMALL_PARAMETERS);
+    assert_eq!(
+        g["num_parameters"].as_u64(),
+        Some(GPT2_SMALL_PARAMETERS as u64)
+    );
+    assert_eq!(
+        meta("gpt2_small", 1000).num_parameters(),
+        GPT2_SMALL_PARAMETERS,
+        "by_name"
+    );
+    // the parameters in PyTorch's order, the tied one once (as named_parameters
+    // lists it); PyTorch's state_dict repeats it as head.weight
+    let got: Vec<(String, Vec<usize>, String)> = gpt
+        .named_parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec(), t.dtype().to_string()))
+        .collect();
+    let want: Vec<(String, Vec<usize>, String)> = g["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_str().unwrap().to_string(),
+                shape_of(&e[1]),
+                e[2].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(g["tied_state"].as_array().unwrap().len(), 1);
+    assert_eq!(g["tied_state"][0], "head.weight");
+    assert!(gpt.is_tied() && gpt.head.bias.is_none());
+    assert_eq!(gpt.head.weight.shape(), &[50304, 768]);
+    // token ids [B, T] in, logits [B, T, vocab] out; T at most the context
+    let ids = |t: usize| Tensor::zeros([2, t], DType::I64, &Device::Meta);
+    let out = gpt.forward(&ids(16)?)?;
+    assert_eq!(out.shape(), shape_of(&g["output"]).as_slice());
+    assert_eq!(shape_of(&g["input"]), [2, 16]);
+    assert_eq!(gpt.forward(&ids(1024)?)?.shape(), &[2, 1024, 50304]);
+    let err = gpt.forward(&ids(1025)?).unwrap_err().to_string();
+    assert!(err.contains("1024"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn the_tied_head_gets_the_sum_of_both_gradients() -> Result<()> {
+    use ember::models::{CharGpt, GptConfig};
+    let _g = rng_lock();
+    ember::manual_seed(0);
+    let config = GptConfig {
+        vocab_size: 11,
+        context: 8,
+        layers: 1,
+        heads: 2,
+        width: 8,
+        dropout: 0.0,
+    };
+    let dev = Device::Cpu;
+    let mut tied = CharGpt::new_tied(config, &dev)?;
+    tied.to_dtype(DType::F64)?;
+    // the same values in an untied model: its head a copy of the embedding,
+    // without bias (zero)
+    let mut untied = CharGpt::new(config, &dev)?;
+    untied.to_dtype(DType::F64)?;
+    let from: std::collections::HashMap<String, Tensor> =
+        tied.named_parameters().into_iter().collect();
+    for (n, p) in untied.named_parameters() {
+        let src = match n.as_str() {
+            "head.weight" => from["tok_emb.weight"].clone(),
+            "head.bias" => p.zeros_like()?,
+            _ => from[&n].clone(),
+        };
+        ember::no_grad(|| p.copy_(&src))?;
+    }
+    assert_eq!(untied.num_parameters() - tied.num_parameters(), 11 * 8 + 11);
+    let x = Tensor::new(vec![1i64, 4, 2, 9, 0, 3, 3, 10], &dev)?.reshape([2, 4])?;
+    let y = Tensor::new(vec![4i64, 2, 9, 0, 3, 3, 10, 5], &dev)?.reshape([2, 4])?;
+    let (lt, lu) = (tied.loss(&x, &y)?, untied.loss(&x, &y)?);
+    assert!((lt.item::<f64>()? - lu.item::<f64>()?).abs() < 1e-12);
+    lt.backward()?;
+    lu.backward()?;
+    let grad = |m: &CharGpt, name: &str| -> Result<Tensor> {
+        let p = m.named_parameters().into_iter().find(|(n, _)| n == name);
+        Ok(p.unwrap().1.grad().expect("a gradient"))
+    };
+    let (emb, head) = (
+        grad(&untied, "tok_emb.weight")?,
+        grad(&untied, "head.weight")?,
+    );
+    // both uses contribute...
+    assert!(emb.abs()?.max_all()?.item::<f64>()? > 1e-6);
+    assert!(head.abs()?.max_all()?.item::<f64>()? > 1e-6);
+    // ...and the one tied parameter gets their sum
+    let sum = emb.add(&head)?;
+    assert!(grad(&tied, "tok_emb.weight")?.allclose(&sum, 1e-10, 1e-12)?);
+    // the other parameters' gradients are the untied model's
+    for (n, p) in tied.named_parameters() {
+        if n != "tok_emb.weight" {
+            assert!(
+                p.grad()
+                    .unwrap()
+                    .allclose(&grad(&untied, &n)?, 1e-10, 1e-12)?,
+                "{n}"
+            );
+        }
+    }
+    // moving or casting keeps the tie: the head reads what the embedding holds
+    tied.to_dtype(DType::F32)?;
+    tied.to_device(&Device::Cpu)?;
+    ember::no_grad(|| tied.tok_emb.weight.copy_(&tied.tok_emb.weight.mul(2.0)?))?;
+    assert_eq!(
+        tied.head.weight.to_vec::<f32>()?,
+        tied.tok_emb.weight.to_vec::<f32>()?
+    );
+    assert_eq!(tied.head.weight.dtype(), DType::F32);
+    let mut empty = CharGpt::new_tied(config, &Device::Meta)?;
+    empty.to_empty(&dev)?;
+    assert_eq!(empty.parameters().len(), tied.parameters().len());
+    ember::no_grad(|| {
+        empty
+            .tok_emb
+            .weight
+            .copy_(&empty.tok_emb.weight.full_like(0.5)?)
+    })?;
+    assert!(empty.head.weight.to_vec::<f32>()?.iter().all(|&v| v == 0.5));
     Ok(())
 }

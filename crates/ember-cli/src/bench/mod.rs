@@ -1,8 +1,10 @@
 //! `ember bench`: timings of tensor operations and training steps on the CPU and
 //! the GPUs, done right (warm-up, synchronization or device events, medians), with
 //! throughput, the share of the device's own measured ceiling (copy bandwidth,
-//! large-GEMM rate) and the speed-up of each GPU row over the CPU.
+//! large-GEMM rate), the speed-up of each GPU row over the CPU, and for real-size
+//! models the step's peak device memory beside `ember estimate`'s prediction.
 
+mod models;
 mod ops;
 pub mod stats;
 mod train;
@@ -18,7 +20,9 @@ pub struct BenchArgs {
     /// Where to run: cpu, cuda:N, or all (the CPU and every GPU).
     #[arg(long, default_value = "all")]
     pub device: String,
-    /// Which workloads: ops (tensor operations), train (training steps), or all.
+    /// Which workloads: ops (tensor operations), train (training steps of small
+    /// models), models (training steps of ResNet-50 and GPT-2 small, minutes on
+    /// a CPU), or all (ops and train: not models).
     #[arg(long, default_value = "all")]
     pub suite: String,
     /// Square matmul sizes, comma-separated (default: 256,1024 on the CPU;
@@ -34,6 +38,17 @@ pub struct BenchArgs {
     /// Also write the rows as JSON lines to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Only the models suite's rows whose name contains this text (e.g. resnet).
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+    /// After timing each row of the models suite, profile a few of its steps and
+    /// print where their time goes, op by op (ember::profiler); with FILE, also
+    /// write each row's Chrome trace next to it (FILE's name with the row's).
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub profile: Option<Option<std::path::PathBuf>>,
+    /// How many steps --profile profiles per row.
+    #[arg(long, default_value_t = 3, requires = "profile", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub profile_steps: u32,
 }
 
 /// What every workload of one device's run shares.
@@ -56,6 +71,8 @@ impl Ctx {
             share: None,
             speedup: None,
             max_err: None,
+            peak_bytes: None,
+            estimate_bytes: None,
         })
     }
 }
@@ -124,19 +141,30 @@ fn set_speedups(rows: &mut [Row]) {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    let (ops, train) = match args.suite.as_str() {
-        "ops" => (true, false),
-        "train" => (false, true),
-        "all" => (true, true),
+    // `all` leaves the models out: their rows take minutes on a CPU
+    let (ops, train, real) = match args.suite.as_str() {
+        "ops" => (true, false, false),
+        "train" => (false, true, false),
+        "models" => (false, false, true),
+        "all" => (true, true, false),
         other => {
             return Err(Error::InvalidArgument {
                 op: "bench",
-                msg: format!("unknown suite {other:?}; available: ops, train, all"),
+                msg: format!(
+                    "unknown suite {other:?}; available: ops, train, models, all (ops and train)"
+                ),
             })
         }
     };
     if let Some(path) = &args.json {
         crate::paths::writable_file(path, "--json")?;
+    }
+    crate::profile::check(&args.profile)?;
+    if (args.profile.is_some() || args.filter.is_some()) && !real {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            msg: "--profile and --filter are for --suite models".into(),
+        });
     }
     if args.sizes.as_ref().is_some_and(|s| s.contains(&0)) {
         return Err(Error::InvalidArgument {
@@ -196,6 +224,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 ..cx
             };
             rows.extend(train::suite(&cx)?);
+        }
+        if real {
+            let cx = Ctx {
+                budget: budget * 5,
+                ..cx
+            };
+            let profile = args.profile.as_ref().map(|trace| models::ProfileRequest {
+                steps: args.profile_steps as usize,
+                trace: trace.clone(),
+            });
+            rows.extend(models::suite(
+                &cx,
+                args.filter.as_deref(),
+                profile.as_ref(),
+            )?);
         }
     }
     set_shares(&mut rows);

@@ -98,6 +98,11 @@ pub struct Row {
     pub speedup: Option<f64>,
     /// The largest difference from the CPU's result, when checked.
     pub max_err: Option<f64>,
+    /// The device memory allocated at the peak of one call (a GPU's
+    /// `max_memory_allocated` after `reset_peak_memory_stats`), when measured.
+    pub peak_bytes: Option<usize>,
+    /// What `ember estimate` predicts for that peak, when estimated.
+    pub estimate_bytes: Option<usize>,
 }
 
 impl Row {
@@ -131,8 +136,9 @@ impl Row {
             }
         };
         let opt = |x: Option<f64>| x.map_or("null".to_string(), num);
+        let bytes = |x: Option<usize>| x.map_or("null".to_string(), |b| b.to_string());
         format!(
-            "{{\"device\": \"{}\", \"name\": \"{}\", \"median_s\": {}, \"p25_s\": {}, \"p75_s\": {}, \"samples\": {}, \"throughput\": {}, \"unit\": \"{}\", \"share\": {}, \"speedup_vs_cpu\": {}, \"max_err_vs_cpu\": {}}}",
+            "{{\"device\": \"{}\", \"name\": \"{}\", \"median_s\": {}, \"p25_s\": {}, \"p75_s\": {}, \"samples\": {}, \"throughput\": {}, \"unit\": \"{}\", \"share\": {}, \"speedup_vs_cpu\": {}, \"max_err_vs_cpu\": {}, \"peak_bytes\": {}, \"estimate_bytes\": {}}}",
             self.device,
             self.name,
             num(self.stats.median),
@@ -144,6 +150,8 @@ impl Row {
             opt(self.share),
             opt(self.speedup),
             opt(self.max_err),
+            bytes(self.peak_bytes),
+            bytes(self.estimate_bytes),
         )
     }
 }
@@ -161,12 +169,35 @@ pub fn fmt_time(s: f64) -> String {
     }
 }
 
-/// The table printed at the end.
+/// The table printed at the end (the workload column as wide as the longest
+/// name); the memory columns (measured peak, estimate) only when some row has them.
 pub fn table(rows: &[Row]) -> String {
+    let w = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .fold(34, usize::max);
+    let memory = rows
+        .iter()
+        .any(|r| r.peak_bytes.is_some() || r.estimate_bytes.is_some());
+    let mem = |peak: &str, est: &str| {
+        if memory {
+            format!(" {peak:>11} {est:>11}")
+        } else {
+            String::new()
+        }
+    };
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<8} {:<34} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}\n",
-        "device", "workload", "median", "spread", "throughput", "ceiling", "vs cpu", "max err"
+        "{:<8} {:<w$} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}{}\n",
+        "device",
+        "workload",
+        "median",
+        "spread",
+        "throughput",
+        "ceiling",
+        "vs cpu",
+        "max err",
+        mem("peak mem", "estimate")
     ));
     for r in rows {
         let spread = if r.stats.median > 0.0 {
@@ -187,8 +218,9 @@ pub fn table(rows: &[Row]) -> String {
         let share = r.share.map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
         let speed = r.speedup.map_or("-".into(), |s| format!("{s:.1}×"));
         let err = r.max_err.map_or("-".into(), |e| format!("{e:.1e}"));
+        let bytes = |b: Option<usize>| b.map_or("-".into(), ember::memory::fmt_bytes);
         out.push_str(&format!(
-            "{:<8} {:<34} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}\n",
+            "{:<8} {:<w$} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}{}\n",
             r.device.to_string(),
             r.name,
             fmt_time(r.stats.median),
@@ -196,7 +228,8 @@ pub fn table(rows: &[Row]) -> String {
             tp,
             share,
             speed,
-            err
+            err,
+            mem(&bytes(r.peak_bytes), &bytes(r.estimate_bytes))
         ));
     }
     out
@@ -244,6 +277,8 @@ mod tests {
             share: Some(0.5),
             speedup: None,
             max_err: None,
+            peak_bytes: None,
+            estimate_bytes: None,
         };
         let (v, unit) = r.throughput().unwrap();
         assert_eq!(unit, "GB/s");
@@ -252,9 +287,28 @@ mod tests {
         assert!(j.contains("\"name\": \"mul 2x2 f32\""), "{j}");
         assert!(j.contains("\"median_s\": 2e-3"), "{j}");
         assert!(j.contains("\"speedup_vs_cpu\": null"), "{j}");
-        let t = table(&[r]);
+        assert!(
+            j.ends_with("\"peak_bytes\": null, \"estimate_bytes\": null}"),
+            "{j}"
+        );
+        let t = table(std::slice::from_ref(&r));
         assert!(
             t.contains("2.000 ms") && t.contains("2.0 GB/s") && t.contains("50%"),
+            "{t}"
+        );
+        // the memory columns appear only with a row that has them
+        assert!(!t.contains("peak mem"), "{t}");
+        let m = Row {
+            peak_bytes: Some(3 << 30),
+            estimate_bytes: Some(5 << 20),
+            ..r
+        };
+        assert!(m
+            .json()
+            .contains("\"peak_bytes\": 3221225472, \"estimate_bytes\": 5242880"));
+        let t = table(&[m]);
+        assert!(
+            t.contains("peak mem") && t.contains("3.00 GiB") && t.contains("5.00 MiB"),
             "{t}"
         );
         assert_eq!(fmt_time(2.5e-7), "250 ns");
@@ -273,6 +327,8 @@ mod tests {
             share: None,
             speedup: Some(3.0),
             max_err: None,
+            peak_bytes: None,
+            estimate_bytes: None,
         };
         assert_eq!(r.throughput(), Some((512.0, "samples/s")));
         assert_eq!(r.rate(), Some(2e9));

@@ -146,6 +146,9 @@ fn check_version(t: &Tensor, saved: u64) -> Result<()> {
 pub(crate) struct Node {
     name: &'static str,
     inner: Mutex<Option<(Inputs, Rule)>>,
+    /// The module the op ran in, kept only while a profiling session records (the
+    /// profiler names the rule's range after it).
+    module: Option<Arc<str>>,
 }
 
 /// A vertex of the backward walk: a node, or a leaf whose `.grad()` receives.
@@ -307,6 +310,7 @@ impl Tensor {
         let node = Arc::new(Node {
             name,
             inner: Mutex::new(Some((Inputs(edges), rule))),
+            module: crate::profiler::forward_module(),
         });
         if self.is_unique_handle() {
             self.set_node(node);
@@ -409,6 +413,7 @@ impl Tensor {
                 }
                 Vertex::Node(node) => node,
             };
+            let _record = crate::profiler::backward_rule(node.name, node.module.as_ref());
             let (inputs, gs) = {
                 let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
                 let _running = Running::enter(node.name);

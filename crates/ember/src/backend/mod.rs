@@ -19,6 +19,7 @@ pub mod host;
 pub mod meta;
 pub(crate) mod op;
 pub(crate) mod primitives;
+pub mod profile;
 pub(crate) mod storage;
 
 pub use cpu::random::with_global_rng;

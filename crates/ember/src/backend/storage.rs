@@ -11,6 +11,7 @@ use super::op::{
     AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
+use super::profile::{self, Begin, EventKind, Name, Scope};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
@@ -97,6 +98,52 @@ macro_rules! pair_opt {
     };
 }
 
+/// The profiler's record of a primitive on a storage (`$s`), named `$name`, with
+/// the shapes of its operands; nothing at all (one atomic load) while no
+/// profiling session records.
+macro_rules! record {
+    ($s:expr, $name:expr $(, $shape:expr)*) => {
+        if profile::active() {
+            $s.record_begin($name, &[$($shape),*])
+        } else {
+            None
+        }
+    };
+}
+
+/// [`record!`] for a primitive that makes storage on `$device`.
+macro_rules! record_on {
+    ($device:expr, $dtype:expr, $name:expr, $n:expr) => {
+        if profile::active() {
+            record_new($device, $dtype, $name, $n)
+        } else {
+            None
+        }
+    };
+}
+
+#[cold]
+#[inline(never)]
+fn record_new(device: Device, dtype: DType, name: &'static str, n: usize) -> Option<Scope> {
+    let span = match device {
+        Device::Cuda(i) => super::cuda::dev(i)
+            .ok()
+            .and_then(|d| super::cuda::profile::span(&d)),
+        Device::Cpu | Device::Meta => None,
+    };
+    profile::begin(
+        Begin {
+            name: Name::Static(name),
+            kind: EventKind::Op,
+            device: Some(device),
+            dtype: Some(dtype),
+            shapes: &[&[n]],
+            module: None,
+        },
+        span,
+    )
+}
+
 /// The error for storages of two devices in one primitive.
 fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
     let (a, b) = if b.is_cuda() && !a.is_cuda() {
@@ -108,6 +155,28 @@ fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
 }
 
 impl Storage {
+    /// Opens the profiler's record of a primitive on this storage (see [`record!`]),
+    /// with timing events on its stream for a GPU's.
+    #[cold]
+    #[inline(never)]
+    fn record_begin(&self, name: Name, shapes: &[&[usize]]) -> Option<Scope> {
+        let span = match self {
+            Storage::Cuda(s) => super::cuda::profile::span(s.dev()),
+            Storage::Cpu(_) | Storage::Meta(_) => None,
+        };
+        profile::begin(
+            Begin {
+                name,
+                kind: EventKind::Op,
+                device: Some(self.device()),
+                dtype: Some(self.dtype()),
+                shapes,
+                module: None,
+            },
+            span,
+        )
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
@@ -153,6 +222,7 @@ impl Storage {
     /// `n` elements of `value` (converted to `dtype` as a cast converts it) on
     /// `device`.
     pub(crate) fn full(device: Device, dtype: DType, n: usize, value: Scalar) -> Result<Storage> {
+        let _rec = record_on!(device, dtype, "fill", n);
         Ok(match device {
             Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, n, value)?),
             Device::Cuda(i) => {
@@ -174,6 +244,7 @@ impl Storage {
 
     /// Host values on `device` (kept for the CPU, uploaded to a GPU).
     pub(crate) fn from_host(device: Device, data: CpuData) -> Result<Storage> {
+        let _rec = record_on!(device, data.dtype(), "from_host", data.len());
         Ok(match device {
             Device::Cpu => Storage::Cpu(CpuStorage::new(data)),
             Device::Cuda(i) => Storage::Cuda(CudaStorage::from_cpu(&super::cuda::dev(i)?, &data)?),
@@ -201,6 +272,7 @@ impl Storage {
 
     /// `n` random values of the float `dtype` from the device's generator.
     pub(crate) fn random(device: Device, dtype: DType, n: usize, dist: Dist) -> Result<Storage> {
+        let _rec = record_on!(device, dtype, "random", n);
         Ok(match device {
             Device::Cpu => Storage::Cpu(CpuStorage::random(dtype, n, dist)?),
             Device::Cuda(i) => {
@@ -212,6 +284,7 @@ impl Storage {
 
     /// The elements of `l` copied to another device (contiguous).
     pub(crate) fn to_device(&self, l: &Layout, device: Device) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("to"), l.shape());
         let n = l.numel();
         Ok(match (self, device) {
             (_, Device::Meta) => Storage::Meta(MetaStorage::new(self.dtype(), n)?),
@@ -239,14 +312,17 @@ impl Storage {
     // ---- copies and casts
 
     pub(crate) fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("to_dtype"), l.shape());
         Ok(each!(self, |s| s.to_dtype(l, dtype)?))
     }
 
     pub(crate) fn copy(&self, l: &Layout) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("copy"), l.shape());
         Ok(each!(self, |s| s.copy(l)?))
     }
 
     pub(crate) fn copy_into(&self, l: &Layout, dst: &mut Storage, ld: &Layout) -> Result<()> {
+        let _rec = record!(self, Name::Static("copy_"), l.shape(), ld.shape());
         match (self, dst) {
             (Storage::Cpu(a), Storage::Cpu(b)) => a.copy_into(l, b, ld),
             (Storage::Cuda(a), Storage::Cuda(b)) => a.copy_into(l, b, ld),
@@ -256,6 +332,7 @@ impl Storage {
     }
 
     pub(crate) fn to_host(&self, l: &Layout, op: &'static str) -> Result<CpuData> {
+        let _rec = record!(self, Name::Static("to_host"), l.shape());
         match self {
             Storage::Cpu(s) => s.to_host(l, op),
             Storage::Cuda(s) => s.to_host(l, op),
@@ -266,6 +343,7 @@ impl Storage {
     // ---- elementwise
 
     pub(crate) fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(op.code().0.name()), l.shape());
         Ok(each!(self, |s| s.unary(l, op)?))
     }
 
@@ -276,6 +354,7 @@ impl Storage {
         lr: &Layout,
         op: &O,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(O::CODE.name()), l.shape(), lr.shape());
         Ok(pair!("binary op", self, rhs, |a, b| a.binary(l, b, lr, op)?))
     }
 
@@ -285,6 +364,7 @@ impl Storage {
         s: Scalar,
         op: &O,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(O::CODE.name()), l.shape());
         Ok(each!(self, |x| x.binary_scalar(l, s, op)?))
     }
 
@@ -295,6 +375,7 @@ impl Storage {
         lr: &Layout,
         op: &O,
     ) -> Result<()> {
+        let _rec = record!(self, Name::Inplace(O::CODE.name()), l.shape(), lr.shape());
         match (self, rhs) {
             (Storage::Cpu(a), Storage::Cpu(b)) => a.binary_inplace(l, b, lr, op),
             (Storage::Cuda(a), Storage::Cuda(b)) => a.binary_inplace(l, b, lr, op),
@@ -309,6 +390,7 @@ impl Storage {
         s: Scalar,
         op: &O,
     ) -> Result<()> {
+        let _rec = record!(self, Name::Inplace(O::CODE.name()), l.shape());
         match self {
             Storage::Cpu(x) => x.binary_scalar_inplace(l, s, op),
             Storage::Cuda(x) => x.binary_scalar_inplace(l, s, op),
@@ -323,10 +405,12 @@ impl Storage {
         lr: &Layout,
         op: CmpOp,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(op.name()), l.shape(), lr.shape());
         Ok(pair!("comparison", self, rhs, |a, b| a.compare(l, b, lr, op)?))
     }
 
     pub(crate) fn compare_scalar(&self, l: &Layout, s: Scalar, op: CmpOp) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(op.name()), l.shape());
         Ok(each!(self, |x| x.compare_scalar(l, s, op)?))
     }
 
@@ -338,6 +422,7 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
+        let _rec = record!(a, Name::Static("where"), l.shape(), la.shape(), lb.shape());
         Ok(match (self, a, b) {
             (Storage::Cpu(c), Storage::Cpu(x), Storage::Cpu(y)) => {
                 Storage::Cpu(c.where_(l, x, la, y, lb)?)
@@ -361,10 +446,16 @@ impl Storage {
     // ---- reductions
 
     pub(crate) fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Storage> {
+        let _rec = record!(self, Name::Code(op.code().0.name()), l.shape());
         Ok(each!(self, |s| s.reduce(l, dims, op)?))
     }
 
     pub(crate) fn softmax(&self, l: &Layout, log: bool) -> Result<Storage> {
+        let _rec = record!(
+            self,
+            Name::Static(if log { "log_softmax" } else { "softmax" }),
+            l.shape()
+        );
         Ok(each!(self, |s| s.softmax(l, log)?))
     }
 
@@ -375,11 +466,13 @@ impl Storage {
         ly: &Layout,
         log: bool,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("softmax_backward"), l.shape());
         Ok(pair!("softmax", self, y, |g, y| g
             .softmax_backward(l, y, ly, log)?))
     }
 
     pub(crate) fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Storage, Storage)> {
+        let _rec = record!(self, Name::Static("norm_rows"), l.shape());
         Ok(match self {
             Storage::Cpu(s) => {
                 let (y, r) = s.norm_rows(l, eps, rms)?;
@@ -403,6 +496,7 @@ impl Storage {
         rstd: &Storage,
         rms: bool,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("norm_rows_backward"), l.shape());
         Ok(match (self, xhat, rstd) {
             (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(r)) => {
                 Storage::Cpu(g.norm_rows_backward(l, x, r, rms)?)
@@ -418,10 +512,19 @@ impl Storage {
     }
 
     pub(crate) fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Storage> {
+        let _rec = record!(
+            self,
+            Name::Static(match op {
+                ScanOp::Sum => "cumsum",
+                ScanOp::Prod => "cumprod",
+            }),
+            l.shape()
+        );
         Ok(each!(self, |s| s.cumulative(l, dim, op)?))
     }
 
     pub(crate) fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("argsort"), l.shape());
         Ok(each!(self, |s| s.argsort(l, dim, descending)?))
     }
 
@@ -435,6 +538,8 @@ impl Storage {
         mkn: (usize, usize, usize),
         bias: Option<(&Storage, &Layout)>,
     ) -> Result<Storage> {
+        let name = if bias.is_some() { "addmm" } else { "mm" };
+        let _rec = record!(self, Name::Static(name), &[mkn.0, mkn.1], &[mkn.1, mkn.2]);
         Ok(pair_opt!("matmul", self, rhs, bias, |a, b, c| a
             .matmul(l, b, lr, mkn, c)?))
     }
@@ -446,6 +551,7 @@ impl Storage {
         b: Option<(&Storage, &Layout)>,
         s: &ConvShape,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("conv2d"), l.shape(), lw.shape());
         Ok(pair_opt!("conv2d", self, w, b, |x, w, b| x.conv2d(
             l,
             (w, lw),
@@ -462,6 +568,13 @@ impl Storage {
         s: &ConvShape,
         need: (bool, bool),
     ) -> Result<ConvGrads<Storage>> {
+        let _rec = record!(
+            self,
+            Name::Static("conv2d_backward"),
+            l.shape(),
+            lw.shape(),
+            lg.shape()
+        );
         fn wrap<S>(g: ConvGrads<S>, f: fn(S) -> Storage) -> ConvGrads<Storage> {
             (g.0.map(f), g.1.map(f))
         }
@@ -495,6 +608,11 @@ impl Storage {
         kind: Pool,
         want_index: bool,
     ) -> Result<(Storage, Option<Storage>)> {
+        let name = match kind {
+            Pool::Max => "max_pool2d",
+            Pool::Avg { .. } => "avg_pool2d",
+        };
+        let _rec = record!(self, Name::Static(name), l.shape());
         Ok(match self {
             Storage::Cpu(x) => {
                 let (y, i) = x.pool2d(l, s, kind, want_index)?;
@@ -518,6 +636,11 @@ impl Storage {
         s: &PoolShape,
         kind: Pool,
     ) -> Result<Storage> {
+        let name = match kind {
+            Pool::Max => "max_pool2d_backward",
+            Pool::Avg { .. } => "avg_pool2d_backward",
+        };
+        let _rec = record!(self, Name::Static(name), l.shape());
         Ok(match (self, index) {
             (Storage::Cpu(g), None) => Storage::Cpu(g.pool2d_backward(l, None, s, kind)?),
             (Storage::Cpu(g), Some(Storage::Cpu(i))) => {
@@ -547,6 +670,7 @@ impl Storage {
         size: usize,
         negative: bool,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("check_indices"), l.shape());
         Ok(each!(self, |s| s.indices(l, op, dim, size, negative)?))
     }
 
@@ -557,6 +681,7 @@ impl Storage {
         idx: &Storage,
         n: usize,
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("index_select"), l.shape(), &[n]);
         Ok(pair!("index_select", self, idx, |s, i| s
             .index_select(l, dim, i, n)?))
     }
@@ -568,6 +693,7 @@ impl Storage {
         idx: &Storage,
         ishape: &[usize],
     ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("gather"), l.shape(), ishape);
         Ok(pair!("gather", self, idx, |s, i| s.gather(l, dim, i, ishape)?))
     }
 
@@ -578,6 +704,7 @@ impl Storage {
         idx: &Storage,
         (src, ls): (&Storage, &Layout),
     ) -> Result<()> {
+        let _rec = record!(self, Name::Static("index_add_"), shape, ls.shape());
         match (self, idx, src) {
             (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
                 d.index_add(shape, dim, i, (s, ls))
@@ -606,6 +733,13 @@ impl Storage {
         ishape: &[usize],
         (src, ls): (&Storage, &Layout),
     ) -> Result<()> {
+        let _rec = record!(
+            self,
+            Name::Static("scatter_add_"),
+            shape,
+            ishape,
+            ls.shape()
+        );
         match (self, idx, src) {
             (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
                 d.scatter_add(shape, dim, i, ishape, (s, ls))
@@ -637,6 +771,7 @@ impl Storage {
         n: usize,
         h: &AdamStep,
     ) -> Result<()> {
+        let _rec = record!(p, Name::Static("adam_step"), &[n]);
         match (p, g, m, v) {
             (Storage::Cpu(p), Storage::Cpu(g), Storage::Cpu(m), Storage::Cpu(v)) => {
                 CpuStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)

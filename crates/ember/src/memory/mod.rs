@@ -64,7 +64,7 @@ pub enum Phase {
     Forward,
     /// `backward`.
     Backward,
-    /// The optimizer's `step` and `zero_grad`.
+    /// Gradient clipping (when set), the optimizer's `step` and `zero_grad`.
     Optimizer,
 }
 
@@ -216,12 +216,36 @@ type MakeOptimizer = dyn Fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
 /// `[3, 224, 224]`) and, where they differ from the defaults, the number of
 /// classes, the loss, the optimizer and the target device.
 ///
-/// Defaults: cross-entropy against class-index targets (`int64`, one per sample),
-/// Adam, two training steps, no target device (no outside-the-allocator
-/// workspace).
+/// Defaults: inputs of the parameters' dtype, cross-entropy against class-index
+/// targets (`int64`, one per sample), Adam, no gradient clipping, two training
+/// steps, no target device (no outside-the-allocator workspace).
+///
+/// A language model takes token ids and predicts one per position: integer
+/// inputs ([`input_dtype`](Self::input_dtype)) and a target per position
+/// ([`targets`](Self::targets)), with a loss that flattens them:
+///
+/// ```
+/// use ember::memory::Estimator;
+/// use ember::models::{CharGpt, GptConfig};
+/// use ember::nn;
+/// use ember::prelude::*;
+/// let config = GptConfig { vocab_size: 512, context: 64, layers: 2, heads: 2, width: 128, dropout: 0.0 };
+/// let est = Estimator::new(move |dev| CharGpt::new_tied(config, dev))
+///     .input([64])
+///     .input_dtype(DType::I64)
+///     .targets([64])
+///     .loss(|logits, y| nn::cross_entropy(&logits.flatten(0, 1)?, &y.flatten(0, 1)?))
+///     .clip_grad_norm(1.0)
+///     .estimate(8)?;
+/// assert!(est.peak_allocated > 3 * est.parameter_bytes);
+/// # Ok::<(), ember::Error>(())
+/// ```
 pub struct Estimator<M> {
     build: Box<Build<M>>,
     input: Vec<usize>,
+    input_dtype: Option<DType>,
+    targets: Vec<usize>,
+    clip: Option<f64>,
     loss: Box<Loss>,
     optimizer: Box<MakeOptimizer>,
     training: bool,
@@ -237,6 +261,9 @@ impl<M: Module> Estimator<M> {
         Estimator {
             build: Box::new(build),
             input: Vec::new(),
+            input_dtype: None,
+            targets: Vec::new(),
+            clip: None,
             loss: Box::new(crate::nn::cross_entropy),
             optimizer: Box::new(|p| Ok(Box::new(Adam::new(p, 1e-3)?))),
             training: true,
@@ -250,6 +277,29 @@ impl<M: Module> Estimator<M> {
     /// One sample's shape (the batch dimension is added in front).
     pub fn input(mut self, shape: impl AsRef<[usize]>) -> Self {
         self.input = shape.as_ref().to_vec();
+        self
+    }
+
+    /// The inputs' dtype (default: the parameters'); `DType::I64` for token ids
+    /// (an embedding's input).
+    pub fn input_dtype(mut self, dtype: DType) -> Self {
+        self.input_dtype = Some(dtype);
+        self
+    }
+
+    /// One sample's targets' shape (class indices, `int64`; the batch dimension is
+    /// added in front). Default `[]`: one class per sample; `[T]` for a class at
+    /// each of `T` positions (a language model's next tokens).
+    pub fn targets(mut self, shape: impl AsRef<[usize]>) -> Self {
+        self.targets = shape.as_ref().to_vec();
+        self
+    }
+
+    /// Clips the gradients' total 2-norm to `max_norm` before each optimizer step
+    /// ([`nn::clip_grad_norm_`](crate::nn::clip_grad_norm_)), as a training loop
+    /// with clipping does, so that its temporaries are counted.
+    pub fn clip_grad_norm(mut self, max_norm: f64) -> Self {
+        self.clip = Some(max_norm);
         self
     }
 
@@ -424,11 +474,14 @@ impl<M: Module> Estimator<M> {
         drop(state);
         let mut shape = vec![batch];
         shape.extend_from_slice(&self.input);
+        let mut target_shape = vec![batch];
+        target_shape.extend_from_slice(&self.targets);
+        let input_dtype = self.input_dtype.unwrap_or(dtype);
         if !self.training {
             model.set_training(false);
             let _ng = crate::no_grad_guard();
             trace.mark(0, Phase::Inputs);
-            let x = Tensor::empty(shape.as_slice(), dtype, &meta)?;
+            let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
             trace.mark(0, Phase::Forward);
             let _ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
@@ -436,11 +489,12 @@ impl<M: Module> Estimator<M> {
             return Ok(summary);
         }
         model.set_training(true);
-        let mut opt = (self.optimizer)(model.parameters())?;
+        let params = model.parameters();
+        let mut opt = (self.optimizer)(params.clone())?;
         for step in 0..self.steps {
             trace.mark(step, Phase::Inputs);
-            let x = Tensor::empty(shape.as_slice(), dtype, &meta)?;
-            let y = Tensor::empty([batch], DType::I64, &meta)?;
+            let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
+            let y = Tensor::empty(target_shape.as_slice(), DType::I64, &meta)?;
             trace.mark(step, Phase::Forward);
             let ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
@@ -456,6 +510,9 @@ impl<M: Module> Estimator<M> {
                 .map(|g| g.numel() * g.dtype().size_in_bytes())
                 .sum();
             trace.mark(step, Phase::Optimizer);
+            if let Some(max_norm) = self.clip {
+                crate::nn::clip_grad_norm_(&params, max_norm, 2.0, false)?;
+            }
             opt.step()?;
             opt.zero_grad();
             drop((x, y));

@@ -2,6 +2,11 @@
 //! blocks with causal self-attention and a GELU feed-forward, a final layer norm
 //! and a linear head over the vocabulary (the decoder-only layout of GPT-2, with
 //! PyTorch's `nn.TransformerEncoderLayer(norm_first=True)` as the block).
+//!
+//! [`CharGpt::new_tied`] ties the head to the token embedding as GPT-2 does (one
+//! `[vocab, width]` parameter, read by the embedding and multiplied by the head,
+//! no head bias), which is how [`gpt2_small`](super::gpt2_small) builds GPT-2's
+//! 124M layout.
 
 use crate::nn::{
     self, init, Activation, Embedding, LayerNorm, Linear, Module, TransformerEncoder,
@@ -22,14 +27,34 @@ pub struct GptConfig {
     pub dropout: f64,
 }
 
-/// A decoder-only transformer over character ids.
+impl GptConfig {
+    /// GPT-2's smallest layout (124M parameters with the tied head): 12 layers,
+    /// 12 heads, width 768, context 1024, and GPT-2's 50257 tokens padded to
+    /// 50304 (a multiple of 64, which the products of the head prefer); no
+    /// dropout, as pre-training runs commonly set it.
+    pub fn gpt2_small() -> GptConfig {
+        GptConfig {
+            vocab_size: 50304,
+            context: 1024,
+            layers: 12,
+            heads: 12,
+            width: 768,
+            dropout: 0.0,
+        }
+    }
+}
+
+/// A decoder-only transformer over character (or token) ids.
 pub struct CharGpt {
     pub tok_emb: Embedding,
     pub pos_emb: Embedding,
     pub blocks: TransformerEncoder,
     pub ln_f: LayerNorm,
+    /// The output layer. When [tied](CharGpt::new_tied), its weight is the token
+    /// embedding's `weight` (the same tensor) and it has no bias.
     pub head: Linear,
     pub config: GptConfig,
+    tied: bool,
     /// The positions `0..t` and the causal mask of each length and device used so
     /// far: made once (on the host, then copied), not at every forward pass, so a
     /// step copies nothing from the host and can be captured in a CUDA graph.
@@ -40,6 +65,36 @@ impl CharGpt {
     /// Weights drawn as GPT-2's: normal with standard deviation 0.02, biases zero
     /// (layer norms: weight 1, bias 0).
     pub fn new(config: GptConfig, device: &Device) -> Result<CharGpt> {
+        CharGpt::build(config, false, device)
+    }
+
+    /// [`new`](CharGpt::new) with the head tied to the token embedding, as GPT-2
+    /// has it: the head multiplies by the embedding table (`logits = h Eᵀ`, no
+    /// bias), so the model holds one `[vocab, width]` parameter, listed once by
+    /// [`named_parameters`](Module::named_parameters) (as `tok_emb.weight`), and
+    /// its gradient sums both uses. PyTorch writes this
+    /// `head.weight = tok_emb.weight`.
+    ///
+    /// ```
+    /// use ember::models::{CharGpt, GptConfig};
+    /// use ember::prelude::*;
+    /// let config = GptConfig { vocab_size: 64, context: 16, layers: 1, heads: 2, width: 32, dropout: 0.0 };
+    /// let (tied, untied) = (CharGpt::new_tied(config, &Device::Meta)?, CharGpt::new(config, &Device::Meta)?);
+    /// // the head's weight and bias are not parameters of their own
+    /// assert_eq!(untied.num_parameters() - tied.num_parameters(), 64 * 32 + 64);
+    /// assert!(tied.is_tied() && tied.head.bias.is_none());
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn new_tied(config: GptConfig, device: &Device) -> Result<CharGpt> {
+        CharGpt::build(config, true, device)
+    }
+
+    /// Whether the head's weight is the token embedding's.
+    pub fn is_tied(&self) -> bool {
+        self.tied
+    }
+
+    fn build(config: GptConfig, tied: bool, device: &Device) -> Result<CharGpt> {
         let c = config;
         if c.heads == 0 || !c.width.is_multiple_of(c.heads) || c.context == 0 || c.vocab_size == 0 {
             return Err(Error::invalid(
@@ -56,13 +111,23 @@ impl CharGpt {
             ..Default::default()
         };
         let layer = TransformerEncoderLayer::new(c.width, c.heads, opts, device)?;
+        let tok_emb = Embedding::new(c.vocab_size, c.width, device)?;
+        let head = if tied {
+            Linear {
+                weight: tok_emb.weight.clone(),
+                bias: None,
+            }
+        } else {
+            Linear::new(c.width, c.vocab_size, device)?
+        };
         let model = CharGpt {
-            tok_emb: Embedding::new(c.vocab_size, c.width, device)?,
+            tok_emb,
             pos_emb: Embedding::new(c.context, c.width, device)?,
             blocks: TransformerEncoder::new(layer, c.layers, None)?,
             ln_f: LayerNorm::new(&[c.width], device)?,
-            head: Linear::new(c.width, c.vocab_size, device)?,
+            head,
             config,
+            tied,
             fixed: std::sync::Mutex::new(Vec::new()),
         };
         for (name, p) in model.named_parameters() {
@@ -78,24 +143,35 @@ impl CharGpt {
         Ok(model)
     }
 
-    fn children(&self) -> [(&'static str, &dyn Module); 5] {
-        [
+    /// The children that own parameters: the head too unless it is tied (then
+    /// its one tensor is the token embedding's).
+    fn children(&self) -> Vec<(&'static str, &dyn Module)> {
+        let mut c: Vec<(&'static str, &dyn Module)> = vec![
             ("tok_emb", &self.tok_emb),
             ("pos_emb", &self.pos_emb),
             ("blocks", &self.blocks),
             ("ln_f", &self.ln_f),
-            ("head", &self.head),
-        ]
+        ];
+        if !self.tied {
+            c.push(("head", &self.head));
+        }
+        c
     }
 
-    fn children_mut(&mut self) -> [&mut dyn Module; 5] {
-        [
-            &mut self.tok_emb,
-            &mut self.pos_emb,
-            &mut self.blocks,
-            &mut self.ln_f,
-            &mut self.head,
-        ]
+    /// Applies `f` to every child that owns parameters, then points a tied head
+    /// at the token embedding's new tensor (moving, emptying or casting makes a
+    /// new one).
+    fn each_child_mut(&mut self, mut f: impl FnMut(&mut dyn Module) -> Result<()>) -> Result<()> {
+        f(&mut self.tok_emb)?;
+        f(&mut self.pos_emb)?;
+        f(&mut self.blocks)?;
+        f(&mut self.ln_f)?;
+        if self.tied {
+            self.head.weight = self.tok_emb.weight.clone();
+            Ok(())
+        } else {
+            f(&mut self.head)
+        }
     }
 
     /// The next-character logits `[B, T, vocab]` of ids `[B, T]` (`T` at most the
@@ -214,27 +290,23 @@ impl Module for CharGpt {
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
         self.fixed.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.children_mut()
-            .into_iter()
-            .try_for_each(|m| m.to_device(device))
+        self.each_child_mut(|m| m.to_device(device))
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
         self.fixed.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.children_mut()
-            .into_iter()
-            .try_for_each(|m| m.to_empty(device))
+        self.each_child_mut(|m| m.to_empty(device))
     }
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        self.children_mut()
-            .into_iter()
-            .try_for_each(|m| m.to_dtype(dtype))
+        self.each_child_mut(|m| m.to_dtype(dtype))
     }
 
     fn set_training(&mut self, training: bool) {
-        self.children_mut()
-            .into_iter()
-            .for_each(|m| m.set_training(training))
+        self.tok_emb.set_training(training);
+        self.pos_emb.set_training(training);
+        self.blocks.set_training(training);
+        self.ln_f.set_training(training);
+        self.head.set_training(training);
     }
 }

@@ -1,5 +1,7 @@
-//! A model zoo: torchvision's AlexNet, VGG and ResNet architectures, and the small
-//! models of ember's lessons.
+//! A model zoo: torchvision's AlexNet, VGG and ResNet architectures, GPT-2's
+//! smallest layout ([`gpt2_small`], 124M parameters), and the small models of
+//! ember's lessons (among them the character GPT of `ember train text`,
+//! [`CharGpt`]).
 //!
 //! The torchvision models have torchvision's exact layers and state-dict names
 //! (`features.0.weight`, `layer1.0.downsample.1.running_mean`, `fc.bias`), so
@@ -25,6 +27,19 @@
 //! `N(0, 0.01)` VGG classifier weights). Shapes, names and counts are the same;
 //! load a state dict for torchvision's values.
 //!
+//! [`gpt2_small`] takes token ids `[B, T]` (`int64`, `T` up to 1024) and returns
+//! logits `[B, T, 50304]`:
+//!
+//! ```
+//! use ember::models;
+//! use ember::prelude::*;
+//! let gpt = models::gpt2_small(&Device::Meta)?;
+//! assert_eq!(gpt.num_parameters(), 124_475_904);
+//! let ids = Tensor::zeros([2, 1024], DType::I64, &Device::Meta)?;
+//! assert_eq!(gpt.forward(&ids)?.shape(), &[2, 1024, 50304]);
+//! # Ok::<(), ember::Error>(())
+//! ```
+//!
 //! Differences from torchvision that change no state or shape: ReLU is out of
 //! place (torchvision's is `inplace=True`), the residual sum is out of place (a new
 //! tensor rather than `out += identity`), and `torch.flatten(x, 1)` of
@@ -42,13 +57,22 @@ use crate::{Conv2dOptions, Device, Error, Pool2dOptions, Result};
 
 /// The names [`by_name`] knows, in the order it lists them: torchvision's models,
 /// then the digits lesson's `mlp` (64 → 128 → classes) and `cnn` ([`digits_cnn`]
-/// with `num_classes` outputs), which take `[N, 64]` and `[N, 1, 8, 8]` inputs.
+/// with `num_classes` outputs), which take `[N, 64]` and `[N, 1, 8, 8]` inputs,
+/// then `gpt2_small` ([`gpt2_small`]), which takes token ids `[B, T]`.
 pub const NAMES: &[&str] = &[
-    "alexnet", "vgg11", "vgg16", "resnet18", "resnet50", "mlp", "cnn",
+    "alexnet",
+    "vgg11",
+    "vgg16",
+    "resnet18",
+    "resnet50",
+    "mlp",
+    "cnn",
+    "gpt2_small",
 ];
 
 /// The model called `name` (one of [`NAMES`]) with `num_classes` outputs on
-/// `device`; an error listing the names for any other.
+/// `device`; an error listing the names for any other. `gpt2_small` has GPT-2's
+/// own vocabulary as its outputs and ignores `num_classes`.
 ///
 /// ```
 /// use ember::models;
@@ -67,6 +91,7 @@ pub fn by_name(name: &str, num_classes: usize, device: &Device) -> Result<Box<dy
         "resnet50" => Box::new(resnet50(num_classes, device)?),
         "mlp" => Box::new(mlp(&[64, 128, num_classes], device)?),
         "cnn" => Box::new(cnn(num_classes, device)?),
+        "gpt2_small" => Box::new(gpt2_small(device)?),
         _ => {
             return Err(Error::invalid(
                 "models::by_name",
@@ -184,6 +209,17 @@ pub fn resnet18(num_classes: usize, device: &Device) -> Result<Sequential> {
 /// classes).
 pub fn resnet50(num_classes: usize, device: &Device) -> Result<Sequential> {
     resnet::resnet::<Bottleneck>(&[3, 4, 6, 3], num_classes, device)
+}
+
+/// GPT-2's 124M layout as a [`CharGpt`] ([`GptConfig::gpt2_small`]): token and
+/// learned position embeddings, 12 pre-norm blocks (PyTorch's
+/// `nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu",
+/// batch_first=True, norm_first=True)` with a causal mask), a final layer norm and
+/// the head tied to the token embedding ([`CharGpt::new_tied`]): 124,475,904
+/// parameters with the vocabulary padded to 50304. Weights drawn as GPT-2's
+/// (normal, standard deviation 0.02; biases zero).
+pub fn gpt2_small(device: &Device) -> Result<CharGpt> {
+    CharGpt::new_tied(GptConfig::gpt2_small(), device)
 }
 
 /// A multilayer perceptron `sizes[0] → sizes[1] → ... → sizes[n-1]`: `Linear`

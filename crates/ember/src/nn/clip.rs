@@ -14,6 +14,7 @@ pub fn clip_grad_norm_(
     norm_type: f64,
     error_if_nonfinite: bool,
 ) -> Result<Tensor> {
+    let _record = crate::profiler::function("clip_grad_norm_");
     crate::no_grad(|| {
         let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
         let Some(first) = grads.first() else {

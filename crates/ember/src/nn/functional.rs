@@ -13,6 +13,7 @@ use crate::{DType, Error, Result, Tensor};
 /// once); otherwise it is a product and an add. Under autocast it runs in the
 /// lower precision, the parameters' casts cached.
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let _record = crate::profiler::function("linear");
     let mut args = vec![input, weight];
     args.extend(bias);
     if let Some(c) = crate::amp::lower(&args)? {
@@ -69,6 +70,7 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 /// `[0, num_embeddings)` are an error, as in PyTorch. The row `padding_idx`
 /// (negative counts from the end) gets no gradient.
 pub fn embedding(indices: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
+    let _record = crate::profiler::function("embedding");
     const OP: &str = "embedding";
     if weight.rank() != 2 {
         return Err(Error::invalid(OP, "'weight' must be 2-D"));
@@ -188,6 +190,7 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Result<Tensor> {
+    let _record = crate::profiler::function("layer_norm");
     const OP: &str = "layer_norm";
     let mut ts = vec![x];
     ts.extend(weight);
@@ -251,6 +254,7 @@ pub fn rms_norm(
     weight: Option<&Tensor>,
     eps: Option<f64>,
 ) -> Result<Tensor> {
+    let _record = crate::profiler::function("rms_norm");
     const OP: &str = "rms_norm";
     let dims = norm_dims(OP, x, normalized_shape, &[weight])?;
     let xf = upcast(OP, "rms_norm", x)?;
@@ -270,6 +274,7 @@ pub fn rms_norm(
 /// p)` when `training`; `x` itself otherwise (`F.dropout`). Draws from the
 /// generator in scope.
 pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
+    let _record = crate::profiler::function("dropout");
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::invalid(
             "dropout",
@@ -303,6 +308,7 @@ pub fn scaled_dot_product_attention(
     is_causal: bool,
     scale: Option<f64>,
 ) -> Result<Tensor> {
+    let _record = crate::profiler::function("scaled_dot_product_attention");
     const OP: &str = "scaled_dot_product_attention";
     let mut ts = vec![q, k, v];
     ts.extend(attn_mask.filter(|m| m.dtype().is_float()));

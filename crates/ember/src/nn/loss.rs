@@ -82,6 +82,7 @@ impl Default for LossOptions<'_> {
 /// ...]` or unbatched `[C]`; `target` holds int64 class indices of the input's
 /// shape without the class dim, or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    let _record = crate::profiler::function("cross_entropy");
     if let Some(c) = crate::amp::to_f32(&[input, target])? {
         return cross_entropy_opts(&c[0], &c[1], opts);
     }
@@ -103,6 +104,7 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
 /// `F.nll_loss` with all its arguments, on log-probabilities of the layouts of
 /// [`cross_entropy_opts`] (class indices only; `label_smoothing` must be 0).
 pub fn nll_loss_opts(log_probs: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    let _record = crate::profiler::function("nll_loss");
     if let Some(c) = crate::amp::to_f32(&[log_probs, target])? {
         return nll_loss_opts(&c[0], &c[1], opts);
     }
@@ -264,6 +266,7 @@ fn soft_cross_entropy(
 
 /// Mean squared error (`F.mse_loss`); shapes must match.
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let _record = crate::profiler::function("mse_loss");
     if let Some(c) = crate::amp::to_f32(&[input, target])? {
         return mse_loss(&c[0], &c[1], reduction);
     }
@@ -335,6 +338,7 @@ pub fn bce_with_logits_opts(
     pos_weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Result<Tensor> {
+    let _record = crate::profiler::function("binary_cross_entropy_with_logits");
     const OP: &str = "bce_with_logits";
     let mut ts = vec![logits, target];
     ts.extend(weight);

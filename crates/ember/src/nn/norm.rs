@@ -122,6 +122,7 @@ impl<const D: usize> BatchNorm<D> {
 
 impl<const D: usize> Module for BatchNorm<D> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let _record = crate::profiler::function("batch_norm");
         self.check_input(x)?;
         let c = self.features;
         // the per-channel statistics broadcast as [1, C, 1, ...]

@@ -89,6 +89,8 @@ pub struct Trial {
     amp: Option<DType>,
     /// Loss scaling, for float16 autocast.
     scaler: Option<GradScaler>,
+    /// The training steps to profile ([`Trial::profile_steps`]).
+    profiling: Option<crate::profiler::StepProfiler>,
 }
 
 /// One training step: the last step's gradients cleared (before the forward pass,
@@ -178,7 +180,27 @@ impl Trial {
             replays: 0,
             amp: None,
             scaler: None,
+            profiling: None,
         }
+    }
+
+    /// Profiles `steps` training steps after `warmup` of them (kernels compiled,
+    /// the optimizer's state made, the allocator's cache warm) with
+    /// [`crate::profiler`]: each profiled step is a range named `train_step`
+    /// (the batch's copy to the device, forward, loss, backward, optimizer, the
+    /// metrics' update). [`take_profile`](Self::take_profile) returns what was
+    /// recorded; a run that ends sooner ends the session with it. `steps` of 0 is
+    /// refused.
+    pub fn profile_steps(mut self, warmup: usize, steps: usize) -> Result<Trial> {
+        self.profiling = Some(crate::profiler::StepProfiler::new(warmup, steps)?);
+        Ok(self)
+    }
+
+    /// The profile of the steps [`profile_steps`](Self::profile_steps) asked for,
+    /// once they have run (or the run ended); `None` before, and after it is
+    /// taken.
+    pub fn take_profile(&mut self) -> Option<crate::profiler::Profile> {
+        self.profiling.as_mut().and_then(|p| p.take())
     }
 
     /// Runs the forward passes and the loss under autocast to `dtype`
@@ -498,7 +520,7 @@ impl Trial {
         }
         let val = self.val.take();
         let config = self.config_with(Some(train));
-        let result = (|| {
+        let result = (|| -> Result<()> {
             while self.history.len() < epochs {
                 let epoch = self.history.len() + 1;
                 let start = Instant::now();
@@ -543,7 +565,12 @@ impl Trial {
             Ok(())
         })();
         self.val = val;
-        result
+        // a run that ends inside the profiled steps ends their session
+        let profiled = match self.profiling.as_mut() {
+            Some(p) => p.stop(),
+            None => Ok(()),
+        };
+        result.and(profiled)
     }
 
     fn bar(&self, len: usize, epoch: usize, epochs: usize) -> Option<indicatif::ProgressBar> {
@@ -581,6 +608,7 @@ impl Trial {
         let mut seen = 0usize;
         for batch in loader.epoch(epoch as u64 - 1) {
             let (x, y) = batch?;
+            let _step = crate::profiler::is_enabled().then(|| crate::profiler::range("train_step"));
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
             let (out, loss) = match self.graph_step(&x, &y)? {
                 Some(replayed) => replayed,
@@ -602,6 +630,10 @@ impl Trial {
                     .iter_mut()
                     .try_for_each(|m| m.update(&out, &y, &loss))
             })?;
+            drop(_step);
+            if let Some(p) = self.profiling.as_mut() {
+                p.step()?;
+            }
             seen += x.shape().first().copied().unwrap_or(1);
             if let Some(bar) = &bar {
                 bar.inc(1);

@@ -2,7 +2,12 @@
 
 Writes models.json next to this file: for AlexNet, VGG-11, VGG-16, ResNet-18 and
 ResNet-50 (1000 classes), the parameter count, every state_dict entry (name, shape,
-dtype) in order, and the output shape for a few input shapes (or the error).
+dtype) in order, and the output shape for a few input shapes (or the error); and
+under "gpt2_small", ember::models::gpt2_small's layout built from torch.nn (GPT-2's
+124M decoder from nn.TransformerEncoderLayer blocks, the head tied to the token
+embedding): its parameter count, its parameters (a tied tensor is listed once, as
+named_parameters lists it), the state_dict entries that repeat a tied tensor, and
+the logits' shape.
 
 torchvision itself is not needed: the classes below are torchvision's
 (torchvision/models/alexnet.py, vgg.py, resnet.py) reduced to plain torch.nn, with
@@ -186,6 +191,42 @@ class ResNet(nn.Module):
         return self.fc(x)
 
 
+class Gpt2Small(nn.Module):
+    """A decoder of nn.TransformerEncoderLayer(norm_first=True) blocks with a
+    causal mask, learned positions, a final LayerNorm and a head that is the token
+    embedding (GPT-2's 50257 tokens padded to 50304)."""
+
+    def __init__(self, vocab=50304, context=1024, layers=12, heads=12, width=768):
+        super().__init__()
+        self.tok_emb, self.pos_emb = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok_emb.weight
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=idx.device)
+        return self.head(self.ln_f(self.blocks(x, mask=mask, is_causal=True)))
+
+
+def gpt2_small():
+    with torch.device("meta"):
+        m = Gpt2Small()
+    params = [[k, list(v.shape), str(v.dtype).replace("torch.", "")] for k, v in m.named_parameters()]
+    listed = {k for k, _ in m.named_parameters()}
+    with torch.no_grad():
+        y = m(torch.zeros(2, 16, dtype=torch.long, device="meta"))
+    out = {"num_parameters": sum(p.numel() for p in m.parameters()), "parameters": params,
+           "tied_state": [k for k in m.state_dict() if k not in listed],
+           "input": [2, 16], "output": list(y.shape)}
+    print(f"gpt2_small: {out['num_parameters']:,} parameters, {len(params)} tensors")
+    return out
+
+
 MODELS = {
     "alexnet": lambda: AlexNet(),
     "vgg11": lambda: VGG(make_layers(VGG_CFGS["A"])),
@@ -224,7 +265,12 @@ def main():
         lines.append('], "outputs": [')
         lines.append(",\n".join(json.dumps(o) for o in m["outputs"]))
         lines.append("]}" + ("," if i + 1 < len(out["models"]) else ""))
-    lines.append("}}")
+    out["gpt2_small"] = gpt2_small()
+    g = out["gpt2_small"]
+    lines.append('}, "gpt2_small": {"num_parameters": %d, "parameters": [' % g["num_parameters"])
+    lines.append(",\n".join(json.dumps(e) for e in g["parameters"]))
+    lines.append('], "tied_state": %s, "input": %s, "output": %s}}' % (
+        json.dumps(g["tied_state"]), json.dumps(g["input"]), json.dumps(g["output"])))
     text = "\n".join(lines) + "\n"
     assert json.loads(text) == out
     with open(os.path.join(HERE, "models.json"), "w") as f:

@@ -71,6 +71,7 @@ mod errors;
 mod io;
 mod linalg;
 mod nn;
+mod profiler;
 mod props;
 mod reduce;
 mod thin;

@@ -73,12 +73,18 @@ pub(crate) struct CpuStorage {
 
 impl Drop for CpuStorage {
     fn drop(&mut self) {
+        if crate::backend::profile::active() {
+            crate::backend::profile::memory(self.data.bytes(), false);
+        }
         recycle_data(std::mem::replace(&mut self.data, CpuData::U8(Vec::new())));
     }
 }
 
 impl CpuStorage {
     pub fn new(data: CpuData) -> Self {
+        if crate::backend::profile::active() {
+            crate::backend::profile::memory(data.bytes(), true);
+        }
         CpuStorage { data }
     }
 

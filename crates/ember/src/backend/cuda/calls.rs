@@ -36,6 +36,19 @@ pub(crate) struct GemmCall {
     pub accumulate: bool,
 }
 
+impl GemmCall {
+    /// The library call's name in the profiler's records (the one the driver
+    /// makes for this call).
+    pub fn library_name(&self) -> &'static str {
+        match (self.bias != 0, self.dtype) {
+            (true, _) => "cublasLtMatmul (bias epilogue)",
+            (false, DType::F32) => "cublasSgemmStridedBatched",
+            (false, DType::F64) => "cublasDgemmStridedBatched",
+            (false, _) => "cublasGemmStridedBatchedEx",
+        }
+    }
+}
+
 /// Geometry of a convolution in cuDNN's terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ConvGeom {
@@ -121,6 +134,15 @@ pub(crate) struct ConvCall {
 }
 
 impl ConvCall {
+    /// The library call's name in the profiler's records.
+    pub fn library_name(&self) -> &'static str {
+        match self.pass {
+            ConvPass::Forward => "cudnnConvolutionForward",
+            ConvPass::BackwardData => "cudnnConvolutionBackwardData",
+            ConvPass::BackwardFilter => "cudnnConvolutionBackwardFilter",
+        }
+    }
+
     /// The operand the pass writes: its dims and its pointer.
     pub fn output(&self) -> ([i32; 4], u64) {
         let ptr = match self.pass {

@@ -12,6 +12,7 @@ use super::pinned::{Pinned, PinnedPool};
 use super::runtime::{Func, LoadedModule, RtEvent, RtGraph, Runtime, StreamId, Workspaces};
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
+use crate::backend::profile;
 use crate::{DType, Device, Error, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -563,7 +564,14 @@ impl CudaDev {
     /// A device block of at least `bytes`, for work on the current stream.
     pub fn malloc(&self, bytes: usize) -> Result<u64> {
         let s = self.stream();
-        self.allocator().alloc(bytes, s).map_err(|e| match e {
+        let ptr = self.allocator().alloc(bytes, s);
+        if profile::active() {
+            if let Ok(p) = &ptr {
+                let size = self.allocator().block_size(*p).unwrap_or(bytes);
+                profile::memory(size, true);
+            }
+        }
+        ptr.map_err(|e| match e {
             AllocError::OutOfMemory {
                 requested,
                 free,
@@ -592,7 +600,11 @@ impl CudaDev {
     }
 
     pub fn free(&self, ptr: u64) {
-        self.allocator().free(ptr);
+        let mut a = self.allocator();
+        if profile::active() {
+            profile::memory(a.block_size(ptr).unwrap_or(0), false);
+        }
+        a.free(ptr);
     }
 
     pub fn memory_stats(&self) -> MemoryStats {
@@ -629,6 +641,7 @@ impl CudaDev {
             "each replay would copy again, from a staging buffer reused since; make \
              the tensor before the capture and copy into it before each replay",
         )?;
+        profile::kernel(|| profile::Name::Static("memcpy host to device"));
         self.pinned().htod(dst, src)
     }
 
@@ -640,6 +653,7 @@ impl CudaDev {
             "captured work does not run until the graph is replayed",
         )?;
         let s = self.stream();
+        profile::kernel(|| profile::Name::Static("memcpy device to host (a host wait)"));
         self.pinned_on(s).dtoh(dst, src)?;
         self.synced(Some(s))
     }
@@ -880,6 +894,7 @@ impl CudaDev {
     ) -> Result<()> {
         let s = self.stream();
         self.check_capture_stream(s)?;
+        profile::kernel(|| profile::Name::Shared(f.name().clone()));
         self.rt.launch(s, f, grid, block, shared_mem, params)
     }
 
@@ -899,6 +914,7 @@ impl CudaDev {
     pub(crate) unsafe fn gemm(&self, g: &GemmCall) -> Result<()> {
         let s = self.stream();
         self.check_capture_stream(s)?;
+        profile::kernel(|| profile::Name::Static(g.library_name()));
         self.rt.gemm(s, g, self)
     }
 
@@ -909,6 +925,7 @@ impl CudaDev {
     pub(crate) unsafe fn conv(&self, c: &ConvCall) -> Result<()> {
         let s = self.stream();
         self.check_capture_stream(s)?;
+        profile::kernel(|| profile::Name::Static(c.library_name()));
         self.rt.conv(s, c, self)
     }
 
@@ -919,6 +936,7 @@ impl CudaDev {
         // SAFETY: both ranges lie within live allocations of at least `bytes`.
         let s = self.stream();
         self.check_capture_stream(s)?;
+        profile::kernel(|| profile::Name::Static("memcpy device to device"));
         // SAFETY: as above.
         unsafe { self.rt.dtod(s, dst, src, bytes) }
     }

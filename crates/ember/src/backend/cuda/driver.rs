@@ -273,7 +273,7 @@ impl LoadedModule for DriverModule {
             CString::new(name).map_err(|_| Error::invalid("kernel", "NUL in kernel name"))?;
         // SAFETY: a loaded module that is never unloaded.
         unsafe { drv::module::get_function(self.0, cname) }
-            .map(|f| Func::new(DriverFunc(f)))
+            .map(|f| Func::new(name, DriverFunc(f)))
             .map_err(|e| Error::Cuda {
                 op: "cuModuleGetFunction",
                 msg: format!("{name}: {e}"),

@@ -31,6 +31,7 @@ pub mod libs;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod pinned;
+pub(crate) mod profile;
 pub(crate) mod random;
 pub(crate) mod runtime;
 pub(crate) mod sim;

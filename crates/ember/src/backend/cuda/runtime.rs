@@ -228,13 +228,19 @@ pub(crate) trait LoadedModule: Send {
     fn function(&self, name: &str) -> Result<Func>;
 }
 
-/// A kernel function of one runtime (opaque outside it).
+/// A kernel function of one runtime (opaque outside it), with its name (what the
+/// profiler's records list).
 #[derive(Clone)]
-pub(crate) struct Func(Arc<dyn Any + Send + Sync>);
+pub(crate) struct Func(Arc<dyn Any + Send + Sync>, Arc<str>);
 
 impl Func {
-    pub(crate) fn new<T: Any + Send + Sync>(f: T) -> Func {
-        Func(Arc::new(f))
+    pub(crate) fn new<T: Any + Send + Sync>(name: &str, f: T) -> Func {
+        Func(Arc::new(f), Arc::from(name))
+    }
+
+    /// The kernel's name in its module.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.1
     }
 
     /// The runtime's own view of the function.

@@ -31,6 +31,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+use crate::backend::profile::{self, EventKind};
 use crate::DType;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,6 +113,8 @@ pub fn phase() -> Phase {
 /// Restores the previous phase when dropped.
 pub struct PhaseGuard {
     previous: Phase,
+    /// The profiler's range of the phase (`backward`, `optimizer.step`).
+    _record: Option<profile::Scope>,
 }
 
 impl Drop for PhaseGuard {
@@ -123,18 +126,28 @@ impl Drop for PhaseGuard {
 /// Marks this thread as in `phase` until the guard drops (autograd's `backward`
 /// and the optimizers' `step` do this).
 pub fn enter_phase(phase: Phase) -> PhaseGuard {
+    let name = match phase {
+        Phase::Forward => None,
+        Phase::Backward => Some("backward"),
+        Phase::Optimizer => Some("optimizer.step"),
+    };
     PhaseGuard {
         previous: PHASE.with(|p| p.replace(phase)),
+        _record: name.and_then(|n| profile::range(profile::Name::Static(n), EventKind::Function)),
     }
 }
 
 /// Restores the previous module path when dropped.
 pub struct ModuleGuard {
     len: usize,
+    /// The profiler's range of the module's forward, named by its path.
+    record: Option<profile::Scope>,
 }
 
 impl Drop for ModuleGuard {
     fn drop(&mut self) {
+        // the profiler's range closes first, as it opened last
+        drop(self.record.take());
         MODULE.with(|m| m.borrow_mut().truncate(self.len));
     }
 }
@@ -152,7 +165,10 @@ pub fn enter_module(name: impl std::fmt::Display) -> ModuleGuard {
         }
         // into the thread's own buffer: no allocation once it has grown
         let _ = write!(m, "{name}");
-        ModuleGuard { len }
+        let record = profile::range_with(EventKind::Module, || {
+            profile::Name::Shared(Arc::from(m.as_str()))
+        });
+        ModuleGuard { len, record }
     })
 }
 

@@ -50,6 +50,7 @@ impl MetaStorage {
     }
 
     fn reported(dtype: DType, len: usize, workspace: bool) -> Result<MetaStorage> {
+        crate::backend::profile::memory(len.saturating_mul(dtype.size_in_bytes()), true);
         let hook = account::current_hook();
         let id = account::next_id();
         if let Some(h) = &hook {
@@ -71,6 +72,7 @@ impl MetaStorage {
 
 impl Drop for MetaStorage {
     fn drop(&mut self) {
+        crate::backend::profile::memory(self.len.saturating_mul(self.dtype.size_in_bytes()), false);
         if let Some(h) = &self.hook {
             account::report(self.id, self.dtype, self.len, self.workspace, |e| h.free(e));
         }

@@ -24,6 +24,14 @@ macro_rules! codes {
             /// Every code with its name in the kernels.
             pub(crate) const DEFINES: &'static [(&'static str, i32)] =
                 &[$((concat!($prefix, $cname), $value),)*];
+
+            /// The code's name in the kernels, without the prefix (`GELU_TANH`).
+            #[allow(dead_code)]
+            pub(crate) fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $cname,)*
+                }
+            }
         }
     };
 }

@@ -190,7 +190,7 @@ struct SimModuleHandle(Arc<SimModule>);
 
 impl LoadedModule for SimModuleHandle {
     fn function(&self, name: &str) -> Result<Func> {
-        self.0.function(name).map(Func::new)
+        self.0.function(name).map(|f| Func::new(name, f))
     }
 }
 

@@ -1,0 +1,73 @@
+//! `--profile [FILE]` of `ember train` and `ember bench`: a few steps profiled
+//! after a warm-up, the top of the per-op table printed, the Chrome trace written.
+
+use ember::profiler::{Profile, SortBy};
+use std::path::{Path, PathBuf};
+
+/// The steps run before the profiled ones: kernels compiled, the optimizer's
+/// state made, the allocator's cache warm.
+pub const WARMUP: usize = 3;
+
+/// The rows of the table printed.
+const TOP: usize = 15;
+
+/// Checks `--profile`'s trace file before any work starts (`Some(None)`: the table
+/// only).
+pub fn check(profile: &Option<Option<PathBuf>>) -> ember::Result<()> {
+    if let Some(Some(path)) = profile {
+        crate::paths::writable_file(path, "--profile")?;
+    }
+    Ok(())
+}
+
+/// The trace file `path` for the workload `name`: `path` itself for one workload,
+/// else `path` with the workload's name before the extension.
+pub fn trace_path(path: &Path, name: Option<&str>) -> PathBuf {
+    let Some(name) = name else {
+        return path.to_path_buf();
+    };
+    let slug: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect::<String>()
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}-{slug}{ext}"))
+}
+
+/// Prints the profile of `what` (`steps` steps) and writes its trace to `trace`.
+/// The warm-up it names is [`WARMUP`] steps, or more (a benchmark's timing).
+pub fn report(
+    profile: &Profile,
+    what: &str,
+    steps: usize,
+    trace: Option<&Path>,
+) -> ember::Result<()> {
+    let ops = profile.key_averages();
+    println!(
+        "profile of {what}: {steps} step{} after at least {WARMUP} of warm-up, {:.3} ms per step \
+         on the device, {:.3} ms on the host",
+        if steps == 1 { "" } else { "s" },
+        ops.self_device_total_us() / 1e3 / steps.max(1) as f64,
+        ops.self_host_total_us() / 1e3 / steps.max(1) as f64,
+    );
+    print!("{}", ops.table(SortBy::SelfDevice, TOP));
+    if let Some(path) = trace {
+        profile.export_chrome_trace(path)?;
+        println!(
+            "trace: {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+            path.display()
+        );
+    }
+    Ok(())
+}
