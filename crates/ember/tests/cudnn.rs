@@ -82,8 +82,16 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
     cudnn::set_enabled(true);
     let before = cudnn::convolutions();
     ember::manual_seed(5);
-    for dtype in [DType::F32, DType::F64] {
-        let tol = if dtype == DType::F64 { 1e-10 } else { 1e-4 };
+    // float32 in FMA math (TF32 off) to float32's tolerance, then with TF32 (the
+    // default, as PyTorch's) to TF32's: inputs rounded to 10 bits of mantissa,
+    // about 1e-3 of the values' scale
+    for (dtype, tf32) in [(DType::F32, false), (DType::F32, true), (DType::F64, false)] {
+        cudnn::set_allow_tf32(tf32);
+        let tol = match (dtype, tf32) {
+            (DType::F64, _) => 1e-10,
+            (_, false) => 1e-4,
+            (_, true) => 2e-2,
+        };
         for (xs, ws, o) in &cases {
             let x = Tensor::randn(*xs, &cpu)?.to_dtype(dtype)?;
             let w = Tensor::randn(*ws, &cpu)?.to_dtype(dtype)?;
@@ -105,8 +113,9 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
             }
         }
     }
+    cudnn::set_allow_tf32(true);
     // every case ran its three passes through cuDNN
-    assert_eq!(cudnn::convolutions() - before, 2 * 3 * cases.len() as u64);
+    assert_eq!(cudnn::convolutions() - before, 3 * 3 * cases.len() as u64);
 
     // half precision convolves in f32 and rounds once
     let x = Tensor::randn([2, 3, 6, 6], &cpu)?;
@@ -151,6 +160,18 @@ fn empty_batches_and_the_switch() -> Result<()> {
     assert_eq!(y.to_vec::<f32>()?, vec![27.0; 4 * 3 * 3]);
     assert_eq!(cudnn::convolutions(), before);
     Ok(())
+}
+
+#[test]
+fn tf32_is_on_by_default_for_convolutions_only() {
+    let _turn = turn();
+    // PyTorch's defaults: torch.backends.cudnn.allow_tf32 is True,
+    // torch.backends.cuda.matmul.allow_tf32 False
+    assert!(cudnn::allow_tf32());
+    assert!(!ember::cuda::allow_tf32());
+    cudnn::set_allow_tf32(false);
+    assert!(!cudnn::allow_tf32() && !ember::cuda::allow_tf32());
+    cudnn::set_allow_tf32(true);
 }
 
 #[test]

@@ -468,7 +468,7 @@ impl Cudnn {
         let mut guard = self.handle(stream)?;
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
-        let tf32 = super::allow_tf32();
+        let tf32 = super::cudnn::allow_tf32();
         let d = match state.descs.entry((c.geom, tf32)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
