@@ -594,6 +594,127 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
     }
 EMBER_FLOAT_TYPES(NORM_ROWS)
 
+// Batch normalisation's per-channel work on a contiguous array seen as [n, c, s]
+// (dim 1 the channels, s the product of the dims after it). Statistics and
+// coefficients are float for f16/bf16/f32 and double for f64.
+template <typename T> struct stat_t { typedef float type; };
+template <> struct stat_t<double> { typedef double type; };
+
+// The (b, i) of a block's threads over a channel's n planes of s elements: thread
+// t starts at element t and steps by blockDim.x, with no division per element.
+struct plane_walk {
+    i64 b, i, db, di;
+    __device__ plane_walk(i64 s) {
+        b = threadIdx.x / s;
+        i = threadIdx.x - b * s;
+        db = blockDim.x / s;
+        di = blockDim.x - db * s;
+    }
+    __device__ __forceinline__ void next(i64 s) {
+        b += db;
+        i += di;
+        if (i >= s) {
+            i -= s;
+            b += 1;
+        }
+    }
+};
+
+// Each channel's mean and biased variance (one block per channel): sums of the
+// values less the channel's first value, in double, so that the variance's
+// subtraction keeps its digits. out[ch] is the mean, out[c + ch] the variance.
+template <typename T>
+__device__ void channel_stats_impl(const T* x, typename stat_t<T>::type* out, i64 n, i64 c, i64 s) {
+    typedef typename stat_t<T>::type S;
+    __shared__ double sv[32];
+    __shared__ double t1;
+    const double count = (double)(n * s);
+    for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        const double k = (double)widen(x[ch * s]);
+        double s1 = 0, s2 = 0;
+        for (plane_walk w(s); w.b < n; w.next(s)) {
+            const double v = (double)widen(x[(w.b * c + ch) * s + w.i]) - k;
+            s1 += v;
+            s2 += v * v;
+        }
+        s1 = block_sum(s1, sv);
+        if (threadIdx.x == 0) t1 = s1;
+        __syncthreads();
+        s1 = t1;
+        s2 = block_sum(s2, sv);
+        if (threadIdx.x == 0) {
+            out[ch] = (S)(k + s1 / count);
+            out[c + ch] = (S)((s2 - s1 * s1 / count) / count);
+        }
+        __syncthreads();
+    }
+}
+
+// Per channel, sum(dy) and sum(dy * (x - mean)) (one block per channel), into
+// out[ch] and out[c + ch].
+template <typename T>
+__device__ void channel_dot_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
+                                 typename stat_t<T>::type* out, i64 n, i64 c, i64 s) {
+    typedef typename stat_t<T>::type S;
+    __shared__ double sv[32];
+    __shared__ double t1;
+    for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        const double m = (double)mean[ch];
+        double s1 = 0, s2 = 0;
+        for (plane_walk w(s); w.b < n; w.next(s)) {
+            const i64 j = (w.b * c + ch) * s + w.i;
+            const double gj = (double)widen(g[j]);
+            s1 += gj;
+            s2 += gj * ((double)widen(x[j]) - m);
+        }
+        s1 = block_sum(s1, sv);
+        if (threadIdx.x == 0) t1 = s1;
+        __syncthreads();
+        s2 = block_sum(s2, sv);
+        if (threadIdx.x == 0) {
+            out[ch] = (S)t1;
+            out[c + ch] = (S)s2;
+        }
+        __syncthreads();
+    }
+}
+
+// out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + q * b[ch] + d[ch]; coef
+// holds k rows of c (a, d or a, b, d). Blocks along x cover a plane's s elements,
+// along y the n * c planes.
+template <typename T>
+__device__ void channel_affine_impl(const T* p, const T* q, const typename stat_t<T>::type* coef, T* out,
+                                    i64 planes, i64 c, i64 s, int k) {
+    typedef typename stat_t<T>::type S;
+    for (i64 pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+        const i64 ch = pl % c;
+        const S a = coef[ch], d = coef[(k - 1) * c + ch];
+        const S b = k == 3 ? coef[c + ch] : (S)0;
+        const i64 base = pl * s;
+        for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < s; i += (i64)gridDim.x * blockDim.x) {
+            S v = (S)widen(p[base + i]) * a + d;
+            if (k == 3) v += (S)widen(q[base + i]) * b;
+            out[base + i] = narrow<T>(v);
+        }
+    }
+}
+
+#define CHANNEL_OPS(T, S)                                                                            \
+    extern "C" __global__ void channel_stats_##S(const T* x, stat_t<T>::type* out, i64 n, i64 c,    \
+                                                 i64 s) {                                            \
+        channel_stats_impl(x, out, n, c, s);                                                         \
+    }                                                                                                \
+    extern "C" __global__ void channel_dot_##S(const T* g, const T* x, const stat_t<T>::type* mean, \
+                                               stat_t<T>::type* out, i64 n, i64 c, i64 s) {         \
+        channel_dot_impl(g, x, mean, out, n, c, s);                                                  \
+    }                                                                                                \
+    extern "C" __global__ void channel_affine_##S(const T* p, const T* q,                           \
+                                                  const stat_t<T>::type* coef, T* out, i64 planes,  \
+                                                  i64 c, i64 s, int k) {                             \
+        channel_affine_impl(p, q, coef, out, planes, c, s, k);                                       \
+    }
+EMBER_FLOAT_TYPES(CHANNEL_OPS)
+
 // Cumulative sum (S_SUM) or product (S_PROD) along the middle axis of
 // (outer, n, inner) contiguous elements: one thread per line. float32 accumulates
 // in double, as the CPU does (PyTorch's CPU kernels accumulate it so); int64 wraps.

@@ -90,6 +90,29 @@ pub(crate) trait BackendStorage: Sized {
     /// `rstd · (g - mean(g) - xhat · mean(g · xhat))` per row (`rms`: without
     /// `mean(g)`).
     fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self>;
+    /// Batch normalisation's statistics of the contiguous view `l` of a float dtype
+    /// seen as `[n, c, s]` ([`channel_shape`](super::op::channel_shape)): each
+    /// channel's mean and biased variance over its `n · s` elements, accumulated in
+    /// float64 from the channel's first value. Returns `[2, c]` (means, then
+    /// variances) in [`stat_dtype`](super::op::stat_dtype).
+    fn channel_stats(&self, l: &Layout) -> Result<Self>;
+    /// Per channel of the gradient `self` (contiguous view `l`, seen as
+    /// `[n, c, s]`) and the input `x` (contiguous view `lx` of the same shape and
+    /// dtype): `Σ dy` and `Σ dy · (x - mean)`, with `mean` the contiguous `[c]` view
+    /// `lm` in the statistics dtype. Returns `[2, c]` in the statistics dtype,
+    /// accumulated in float64.
+    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self>;
+    /// Elementwise over the contiguous view `l` seen as `[n, c, s]`:
+    /// `p · a[ch] + d[ch]`, or with `q` (a contiguous view of the same shape and
+    /// dtype) `p · a[ch] + q · b[ch] + d[ch]`. `coefs` is a contiguous view of
+    /// `[2, c]` (`a`, `d`) or `[3, c]` (`a`, `b`, `d`) in the statistics dtype, in
+    /// which the sum is computed; the output has `l`'s dtype and shape.
+    fn channel_affine(
+        &self,
+        l: &Layout,
+        q: Option<(&Self, &Layout)>,
+        coefs: (&Self, &Layout),
+    ) -> Result<Self>;
     /// Cumulative sum or product along `dim` of the contiguous view `l`, in its
     /// dtype (int64 or a float dtype: the tensor layer converts the others);
     /// float32 and float64 accumulate in float64, f16 and bf16 in float32, as

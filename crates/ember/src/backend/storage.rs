@@ -511,6 +511,49 @@ impl Storage {
         })
     }
 
+    pub(crate) fn channel_stats(&self, l: &Layout) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("batch_norm_stats"), l.shape());
+        Ok(each!(self, |s| s.channel_stats(l)?))
+    }
+
+    pub(crate) fn channel_dot(
+        &self,
+        l: &Layout,
+        (x, lx): (&Storage, &Layout),
+        (m, lm): (&Storage, &Layout),
+    ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("batch_norm_backward_sums"), l.shape());
+        Ok(match (self, x, m) {
+            (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(m)) => {
+                Storage::Cpu(g.channel_dot(l, (x, lx), (m, lm))?)
+            }
+            (Storage::Cuda(g), Storage::Cuda(x), Storage::Cuda(m)) => {
+                Storage::Cuda(g.channel_dot(l, (x, lx), (m, lm))?)
+            }
+            (Storage::Meta(g), Storage::Meta(x), Storage::Meta(m)) => {
+                Storage::Meta(g.channel_dot(l, (x, lx), (m, lm))?)
+            }
+            (g @ any!(), x, m) => {
+                let other = [x.device(), m.device()]
+                    .into_iter()
+                    .find(|d| *d != g.device())
+                    .unwrap_or(g.device());
+                return Err(mismatch("batch_norm", g.device(), other));
+            }
+        })
+    }
+
+    pub(crate) fn channel_affine(
+        &self,
+        l: &Layout,
+        q: Option<(&Storage, &Layout)>,
+        (k, lk): (&Storage, &Layout),
+    ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("batch_norm_affine"), l.shape());
+        Ok(pair_opt!("batch_norm", self, k, q, |p, k, q| p
+            .channel_affine(l, q, (k, lk))?))
+    }
+
     pub(crate) fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Storage> {
         let _rec = record!(
             self,

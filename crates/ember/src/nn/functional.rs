@@ -180,6 +180,107 @@ fn upcast(op: &'static str, kernel: &str, x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// The statistics of a batch normalisation (`F.batch_norm`'s arguments):
+/// running estimates to use (evaluation) or to update (training), the running
+/// average factor and `eps`; by default evaluation, as PyTorch's
+/// (`training=False`), which needs the running estimates.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormOptions<'a> {
+    pub running_mean: Option<&'a Tensor>,
+    pub running_var: Option<&'a Tensor>,
+    /// Normalise with the batch's statistics (and update the running ones, when
+    /// given); otherwise with the running ones.
+    pub training: bool,
+    /// `running = (1 - momentum) · running + momentum · batch` (default 0.1).
+    pub momentum: f64,
+    /// Added to the variance (default 1e-5).
+    pub eps: f64,
+}
+
+impl Default for BatchNormOptions<'_> {
+    fn default() -> Self {
+        BatchNormOptions {
+            running_mean: None,
+            running_var: None,
+            training: false,
+            momentum: 0.1,
+            eps: 1e-5,
+        }
+    }
+}
+
+/// Batch normalisation of `x` `[N, C, ...]` over every dim but the channels
+/// (`F.batch_norm`): `(x - mean) / sqrt(var + eps) · weight + bias` per channel,
+/// with the batch's mean and biased variance in training (the running
+/// estimates, when given, move towards the batch's mean and unbiased variance)
+/// and the running estimates in evaluation. One fused op each way: two passes
+/// over `x` forward, two backward; the output has `x`'s dtype, the statistics
+/// float32 (float64 for a float64 input).
+///
+/// ```
+/// use ember::nn::functional::{batch_norm, BatchNormOptions};
+/// use ember::prelude::*;
+/// let x = Tensor::new(&[[1f32, 10.], [3., 30.]], &Device::Cpu)?;
+/// let (rm, rv) = (Tensor::zeros([2], DType::F32, &Device::Cpu)?, Tensor::ones([2], DType::F32, &Device::Cpu)?);
+/// let opts = BatchNormOptions {
+///     running_mean: Some(&rm),
+///     running_var: Some(&rv),
+///     training: true,
+///     ..Default::default()
+/// };
+/// let y = batch_norm(&x, None, None, opts)?;
+/// assert!(y.allclose(&Tensor::new(&[[-1f32, -1.], [1., 1.]], &Device::Cpu)?, 1e-4, 1e-4)?);
+/// assert!(rm.allclose(&Tensor::new(&[0.2f32, 2.0], &Device::Cpu)?, 1e-6, 1e-6)?);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn batch_norm(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    opts: BatchNormOptions,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("batch_norm");
+    const OP: &str = "batch_norm";
+    let stats = match (opts.training, opts.running_mean, opts.running_var) {
+        (true, _, _) => crate::tensor::BatchStats::Batch,
+        (false, Some(mean), Some(var)) => crate::tensor::BatchStats::Running { mean, var },
+        (false, _, _) => {
+            return Err(Error::invalid(
+                OP,
+                "running_mean and running_var must be defined in evaluation mode",
+            ))
+        }
+    };
+    let c = x.shape().get(1).copied().unwrap_or(0);
+    let n = x.numel().checked_div(c).unwrap_or(0);
+    if opts.training && n <= 1 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "Expected more than 1 value per channel when training, got input size {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let (y, mean, var) = x.batch_norm_op(weight, bias, stats, opts.eps)?;
+    if opts.training {
+        let m = opts.momentum;
+        crate::no_grad(|| -> Result<()> {
+            if let Some(rm) = opts.running_mean {
+                rm.mul_(1.0 - m)?;
+                rm.add_(&mean.mul(m)?.to_dtype(rm.dtype())?)?;
+            }
+            if let Some(rv) = opts.running_var {
+                let unbiased = n as f64 / (n - 1) as f64;
+                rv.mul_(1.0 - m)?;
+                rv.add_(&var.mul(m * unbiased)?.to_dtype(rv.dtype())?)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(y)
+}
+
 /// Layer normalisation over the trailing dims `normalized_shape` (`F.layer_norm`):
 /// `(x - mean) / sqrt(var + eps) · weight + bias`, with the biased variance. f16
 /// and bf16 inputs are normalised in float32 and the result rounded once.

@@ -33,7 +33,10 @@ pub use attention::{
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
 pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
-pub use functional::{dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention};
+pub use functional::{
+    batch_norm, dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention,
+    BatchNormOptions,
+};
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Identity, LazyLinear, LeakyReLU,
     Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus, Tanh, ELU, GELU,

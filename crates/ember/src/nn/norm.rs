@@ -1,6 +1,7 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
+use crate::tensor::BatchStats;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
@@ -125,73 +126,58 @@ impl<const D: usize> Module for BatchNorm<D> {
         let _record = crate::profiler::function("batch_norm");
         self.check_input(x)?;
         let c = self.features;
-        // the per-channel statistics broadcast as [1, C, 1, ...]
-        let mut bshape = vec![1usize; x.rank()];
-        bshape[1] = c;
-        let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
         let use_batch = self.training || self.running_mean.is_none();
-        let y = if use_batch {
-            let n = x.numel() / c;
-            if self.training && n <= 1 {
-                return Err(Error::invalid(
-                    "BatchNorm",
-                    format!(
-                        "expected more than 1 value per channel when training, got input of shape {:?}",
-                        x.shape()
-                    ),
-                ));
-            }
-            let mean = x.mean(dims.as_slice(), true)?;
-            let var = x.var_correction(dims.as_slice(), 0.0, true)?;
-            if self.training {
-                if let (Some(rm), Some(rv), Some(nb)) = (
-                    &self.running_mean,
-                    &self.running_var,
-                    &self.num_batches_tracked,
-                ) {
-                    crate::no_grad(|| -> Result<()> {
-                        nb.add_(1i64)?;
-                        let unbiased = n as f64 / (n - 1) as f64;
-                        let bm = mean.detach().reshape([c])?.to_dtype(rm.dtype())?;
-                        let bv = var.detach().reshape([c])?.to_dtype(rv.dtype())?;
-                        match self.momentum {
-                            Some(m) => {
-                                rm.mul_(1.0 - m)?;
-                                rm.add_(&bm.mul(m)?)?;
-                                rv.mul_(1.0 - m)?;
-                                rv.add_(&bv.mul(m * unbiased)?)
-                            }
-                            None => {
-                                // a cumulative average, m = 1 / batches, computed on
-                                // the device (in f64, rounded once as the scalars
-                                // above are) rather than read back
-                                let m = nb.to_dtype(DType::F64)?.recip()?;
-                                let keep = m.neg()?.add(1.0)?.to_dtype(rm.dtype())?;
-                                rm.mul_(&keep)?;
-                                rm.add_(&bm.mul(&m.to_dtype(rm.dtype())?)?)?;
-                                rv.mul_(&keep)?;
-                                let take = m.mul(unbiased)?.to_dtype(rv.dtype())?;
-                                rv.add_(&bv.mul(&take)?)
-                            }
-                        }
-                    })?;
-                }
-            }
-            x.sub(&mean)?.mul(&var.add(self.eps)?.sqrt()?.recip()?)?
-        } else {
-            let (Some(rm), Some(rv)) = (&self.running_mean, &self.running_var) else {
-                unreachable!("checked by use_batch")
-            };
-            let inv = rv.add(self.eps)?.sqrt()?.recip()?;
-            x.sub(&rm.reshape(bshape.as_slice())?)?
-                .mul(&inv.reshape(bshape.as_slice())?)?
+        let stats = match (&self.running_mean, &self.running_var) {
+            (Some(mean), Some(var)) if !use_batch => BatchStats::Running { mean, var },
+            _ => BatchStats::Batch,
         };
-        match (&self.weight, &self.bias) {
-            (Some(w), Some(b)) => y
-                .mul(&w.reshape(bshape.as_slice())?)?
-                .add(&b.reshape(bshape.as_slice())?),
-            _ => Ok(y),
+        let n = x.numel() / c;
+        if self.training && n <= 1 {
+            return Err(Error::invalid(
+                "BatchNorm",
+                format!(
+                    "expected more than 1 value per channel when training, got input of shape {:?}",
+                    x.shape()
+                ),
+            ));
         }
+        let (y, mean, var) =
+            x.batch_norm_op(self.weight.as_ref(), self.bias.as_ref(), stats, self.eps)?;
+        if self.training {
+            if let (Some(rm), Some(rv), Some(nb)) = (
+                &self.running_mean,
+                &self.running_var,
+                &self.num_batches_tracked,
+            ) {
+                crate::no_grad(|| -> Result<()> {
+                    nb.add_(1i64)?;
+                    let unbiased = n as f64 / (n - 1) as f64;
+                    let bm = mean.to_dtype(rm.dtype())?;
+                    let bv = var.to_dtype(rv.dtype())?;
+                    match self.momentum {
+                        Some(m) => {
+                            rm.mul_(1.0 - m)?;
+                            rm.add_(&bm.mul(m)?)?;
+                            rv.mul_(1.0 - m)?;
+                            rv.add_(&bv.mul(m * unbiased)?)
+                        }
+                        None => {
+                            // a cumulative average, m = 1 / batches, computed on
+                            // the device (in f64, rounded once as the scalars
+                            // above are) rather than read back
+                            let m = nb.to_dtype(DType::F64)?.recip()?;
+                            let keep = m.neg()?.add(1.0)?.to_dtype(rm.dtype())?;
+                            rm.mul_(&keep)?;
+                            rm.add_(&bm.mul(&m.to_dtype(rm.dtype())?)?)?;
+                            rv.mul_(&keep)?;
+                            let take = m.mul(unbiased)?.to_dtype(rv.dtype())?;
+                            rv.add_(&bv.mul(&take)?)
+                        }
+                    }
+                })?;
+            }
+        }
+        Ok(y)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -12,6 +12,7 @@
 //! ```
 
 mod arith;
+mod batch_norm;
 mod conv;
 pub(crate) mod create;
 mod cumulative;
@@ -31,6 +32,7 @@ mod sort;
 mod views;
 
 pub use crate::backend::{manual_seed, with_global_rng};
+pub(crate) use batch_norm::BatchStats;
 pub use conv::Conv2dOptions;
 pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};

@@ -409,7 +409,39 @@ fn std_grad_matches_finite_differences(dev: &Device) -> Result<()> {
     grad_check(dev, &[x], &|t| t[0].std_all())
 }
 
+/// Batch normalisation's fused rule (input, weight and bias) against finite
+/// differences, with the batch's statistics and with running ones, over
+/// `[N, C]`, `[N, C, L]` and `[N, C, H, W]`, and without the affine parameters.
+fn batch_norm_grads_match_finite_differences(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    let _g = super::rng_lock();
+    ember::manual_seed(12);
+    let (w, b) = (pos(dev, &[3]), rn(dev, &[3]));
+    let (rm, rv) = (rn(dev, &[3]), pos(dev, &[3]));
+    for shape in [&[5, 3][..], &[4, 3, 5], &[2, 3, 3, 2]] {
+        let x = rn(dev, shape).mul(2.0)?.add(0.5)?;
+        let train = BatchNormOptions {
+            training: true,
+            ..Default::default()
+        };
+        grad_check(dev, &[x.clone(), w.clone(), b.clone()], &|t| {
+            batch_norm(&t[0], Some(&t[1]), Some(&t[2]), train)
+        })?;
+        grad_check(dev, &[x.clone()], &|t| batch_norm(&t[0], None, None, train))?;
+        let eval = BatchNormOptions {
+            running_mean: Some(&rm),
+            running_var: Some(&rv),
+            ..Default::default()
+        };
+        grad_check(dev, &[x.clone(), w.clone(), b.clone()], &|t| {
+            batch_norm(&t[0], Some(&t[1]), Some(&t[2]), eval)
+        })?;
+    }
+    Ok(())
+}
+
 device_test!(
+    batch_norm_grads_match_finite_differences,
     max_min_dim_grad_goes_to_the_index,
     clamp_grad_at_the_bounds,
     bce_with_logits_at_infinite_logits,

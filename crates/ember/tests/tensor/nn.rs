@@ -1465,7 +1465,33 @@ fn parameter_groups_match_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A half-precision input to batch norm with float32 parameters keeps its dtype
+/// (PyTorch's mixed batch norm), normalised in float32 and rounded once; its
+/// gradients come back in each input's dtype.
+fn batch_norm_keeps_a_half_input_dtype(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(21);
+    let bn = nn::BatchNorm2d::new(3, dev)?;
+    let x = Tensor::randn([4, 3, 5, 5], dev)?.mul(3.0)?.add(1.0)?;
+    let want = bn.forward(&x)?;
+    for dt in [DType::BF16, DType::F16] {
+        let xh = x.to_dtype(dt)?.requires_grad_(true)?;
+        let y = bn.forward(&xh)?;
+        assert_eq!(y.dtype(), dt);
+        let d = y.to_dtype(DType::F32)?.max_abs_diff(&want)?;
+        assert!(d < 0.05, "{dt}: max difference {d}");
+        y.to_dtype(DType::F32)?.square()?.sum_all()?.backward()?;
+        assert_eq!(xh.grad().expect("a gradient").dtype(), dt);
+        assert_eq!(
+            bn.weight.as_ref().unwrap().grad().unwrap().dtype(),
+            DType::F32
+        );
+    }
+    Ok(())
+}
+
 device_test!(
+    batch_norm_keeps_a_half_input_dtype,
     memory_saving_attention_matches_across_groups,
     memory_saving_attention_dropout_redraws_its_masks,
     parameter_groups_match_pytorch,

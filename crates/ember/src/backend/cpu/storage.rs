@@ -1,10 +1,10 @@
 //! CPU storage: a [`CpuData`] buffer, and the CPU's answer to every primitive.
 
-use super::{conv, elementwise as ew, index, matmul, optim, random, reduce};
+use super::{channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
-    scan_shape, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, UnaryOp,
+    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape,
+    Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -63,6 +63,11 @@ macro_rules! with_float {
             dt => Err(Error::dtype($op, dt, "computed in float32 or float64")),
         }
     };
+}
+
+/// The elements of the contiguous view `l`.
+fn range_of(l: &Layout) -> std::ops::Range<usize> {
+    l.offset()..l.offset() + l.numel()
 }
 
 /// Host storage: a [`CpuData`] that returns its buffer to the pool when dropped.
@@ -235,6 +240,38 @@ impl BackendStorage for CpuStorage {
             Error::dtype("layer_norm", self.dtype(), "needs a floating-point tensor")
         })??;
         Ok((CpuStorage::new(y), CpuStorage::new(r)))
+    }
+
+    fn channel_stats(&self, l: &Layout) -> Result<Self> {
+        let out = stat_dtype(self.dtype());
+        channel::stats((&self.data, range_of(l)), channel_shape(l.shape()), out)
+            .map(CpuStorage::new)
+    }
+
+    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self> {
+        channel::dot(
+            (&self.data, range_of(l)),
+            (&x.0.data, range_of(x.1)),
+            (&mean.0.data, range_of(mean.1)),
+            channel_shape(l.shape()),
+            stat_dtype(self.dtype()),
+        )
+        .map(CpuStorage::new)
+    }
+
+    fn channel_affine(
+        &self,
+        l: &Layout,
+        q: Option<(&Self, &Layout)>,
+        coefs: (&Self, &Layout),
+    ) -> Result<Self> {
+        channel::affine(
+            (&self.data, range_of(l)),
+            q.map(|(q, lq)| (&q.data, range_of(lq))),
+            (&coefs.0.data, range_of(coefs.1)),
+            channel_shape(l.shape()),
+        )
+        .map(CpuStorage::new)
     }
 
     fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {

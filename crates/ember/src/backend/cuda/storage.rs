@@ -3,8 +3,8 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    scan_shape, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp,
-    UnaryOp,
+    channel_shape, scan_shape, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -248,6 +248,34 @@ impl BackendStorage for CudaStorage {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
         ops::norm_rows_backward(self, l.offset(), xhat, rstd, rows, row, rms)
+    }
+
+    fn channel_stats(&self, l: &Layout) -> Result<Self> {
+        ops::channel_stats(self, l.offset(), channel_shape(l.shape()))
+    }
+
+    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self> {
+        ops::channel_dot(
+            (self, l.offset()),
+            (x.0, x.1.offset()),
+            (mean.0, mean.1.offset()),
+            channel_shape(l.shape()),
+        )
+    }
+
+    fn channel_affine(
+        &self,
+        l: &Layout,
+        q: Option<(&Self, &Layout)>,
+        coefs: (&Self, &Layout),
+    ) -> Result<Self> {
+        ops::channel_affine(
+            (self, l.offset()),
+            q.map(|(q, lq)| (q, lq.offset())),
+            (coefs.0, coefs.1.offset()),
+            coefs.1.numel() / channel_shape(l.shape()).1.max(1),
+            channel_shape(l.shape()),
+        )
     }
 
     fn matmul(

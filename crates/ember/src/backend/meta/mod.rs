@@ -10,7 +10,8 @@
 pub mod account;
 
 use crate::backend::op::{
-    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -181,6 +182,28 @@ impl BackendStorage for MetaStorage {
         _xhat: &Self,
         _rstd: &Self,
         _rms: bool,
+    ) -> Result<Self> {
+        self.like(l.numel())
+    }
+
+    fn channel_stats(&self, l: &Layout) -> Result<Self> {
+        MetaStorage::new(stat_dtype(self.dtype), 2 * channel_shape(l.shape()).1)
+    }
+
+    fn channel_dot(
+        &self,
+        l: &Layout,
+        _x: (&Self, &Layout),
+        _mean: (&Self, &Layout),
+    ) -> Result<Self> {
+        MetaStorage::new(stat_dtype(self.dtype), 2 * channel_shape(l.shape()).1)
+    }
+
+    fn channel_affine(
+        &self,
+        l: &Layout,
+        _q: Option<(&Self, &Layout)>,
+        _coefs: (&Self, &Layout),
     ) -> Result<Self> {
         self.like(l.numel())
     }

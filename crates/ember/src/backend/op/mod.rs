@@ -50,6 +50,25 @@ pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
 
 use crate::DType;
 
+/// The dtype batch normalisation's per-channel statistics and coefficients are
+/// kept in for inputs of `dtype`: float64 for float64, float32 for the other float
+/// dtypes (PyTorch keeps half-precision batches' statistics in float32 too).
+pub(crate) fn stat_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// A contiguous shape seen as batch normalisation sees it: `[n, c, s]`, dim 1 the
+/// channels and `s` the product of the dims after it (1 for `[n, c]`).
+pub(crate) fn channel_shape(shape: &[usize]) -> (usize, usize, usize) {
+    let n = shape.first().copied().unwrap_or(1);
+    let c = shape.get(1).copied().unwrap_or(1);
+    (n, c, shape.iter().skip(2).product())
+}
+
 /// Every operation code the kernels use, as `#define NAME VALUE` lines: the
 /// kernels' source gets these in front, so the codes cannot drift from Rust's.
 pub(crate) fn kernel_defines() -> String {

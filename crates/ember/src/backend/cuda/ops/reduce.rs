@@ -3,7 +3,7 @@
 
 use super::{base_ptr, launch_rows, launch_rows_shared, new_out, suffix, KLayout, THREADS};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{ReduceCode, ScanOp};
+use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -377,6 +377,120 @@ pub(crate) fn argsort(
     let grid = total.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
     // SAFETY: parameters match `argsort_<T>`.
     unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    Ok(out)
+}
+
+/// Threads per block of the per-channel reductions: a channel's elements are many
+/// (a ResNet's first batch norms reduce 800 000 per channel over 64 channels), so
+/// each of the few blocks is as wide as a block goes.
+const CHANNEL_THREADS: u32 = 1024;
+
+/// Launches `reduce::name` with `grid` blocks of `block` threads.
+fn launch_grid(
+    x: &CudaStorage,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: u32,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    let dev = x.dev();
+    let f = dev.func("reduce", x.dtype(), name)?;
+    // SAFETY: the callers pass parameters matching the kernels of
+    // kernels/reduce.cu, with device pointers to storage that holds the addressed
+    // elements.
+    unsafe { dev.launch(&f, grid, (block, 1, 1), 0, params) }
+}
+
+/// Each channel's mean and biased variance of the contiguous `[n, c, s]` elements
+/// from `offset` (one block per channel): `[2, c]` in the statistics dtype.
+pub(crate) fn channel_stats(
+    x: &CudaStorage,
+    offset: usize,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let out = new_out(x.dev(), stat_dtype(x.dtype()), 2 * c)?;
+    if c == 0 {
+        return Ok(out);
+    }
+    let (px, po) = (base_ptr(x, offset), out.ptr());
+    let (n_, c_, s_) = (n as i64, c as i64, s as i64);
+    let grid = (c.min(65535 * 32) as u32, 1, 1);
+    let name = format!("channel_stats_{}", suffix(x.dtype()));
+    launch_grid(
+        x,
+        &name,
+        grid,
+        CHANNEL_THREADS,
+        &mut args![px, po, n_, c_, s_],
+    )?;
+    Ok(out)
+}
+
+/// Per channel, `Σ g` and `Σ g · (x - mean)` of `[n, c, s]` gradients and inputs
+/// (one block per channel): `[2, c]` in the statistics dtype.
+pub(crate) fn channel_dot(
+    g: (&CudaStorage, usize),
+    x: (&CudaStorage, usize),
+    mean: (&CudaStorage, usize),
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let out = new_out(g.0.dev(), stat_dtype(g.0.dtype()), 2 * c)?;
+    if c == 0 {
+        return Ok(out);
+    }
+    let (pg, px, pm, po) = (
+        base_ptr(g.0, g.1),
+        base_ptr(x.0, x.1),
+        base_ptr(mean.0, mean.1),
+        out.ptr(),
+    );
+    let (n_, c_, s_) = (n as i64, c as i64, s as i64);
+    let grid = (c.min(65535 * 32) as u32, 1, 1);
+    let name = format!("channel_dot_{}", suffix(g.0.dtype()));
+    launch_grid(
+        g.0,
+        &name,
+        grid,
+        CHANNEL_THREADS,
+        &mut args![pg, px, pm, po, n_, c_, s_],
+    )?;
+    Ok(out)
+}
+
+/// `p · a[ch] + d[ch]` (or `+ q · b[ch]` too) over `[n, c, s]` elements, with `k`
+/// rows of `c` coefficients: blocks along x cover a plane of `s`, along y the
+/// `n · c` planes.
+pub(crate) fn channel_affine(
+    p: (&CudaStorage, usize),
+    q: Option<(&CudaStorage, usize)>,
+    coefs: (&CudaStorage, usize),
+    k: usize,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let out = new_out(p.0.dev(), p.0.dtype(), n * c * s)?;
+    let planes = n * c;
+    if planes == 0 || s == 0 {
+        return Ok(out);
+    }
+    let (pp, pq, pc, po) = (
+        base_ptr(p.0, p.1),
+        q.map_or(0, |(q, o)| base_ptr(q, o)),
+        base_ptr(coefs.0, coefs.1),
+        out.ptr(),
+    );
+    let (pl, c_, s_, k_) = (planes as i64, c as i64, s as i64, k as i32);
+    // a block a little wider than a plane when planes are small
+    let block = (s.div_ceil(32) * 32).min(THREADS as usize) as u32;
+    let per_plane = s.div_ceil(block as usize).min(1024) as u32;
+    let grid = (per_plane, planes.min(65535) as u32, 1);
+    let name = format!("channel_affine_{}", suffix(p.0.dtype()));
+    launch_grid(
+        p.0,
+        &name,
+        grid,
+        block,
+        &mut args![pp, pq, pc, po, pl, c_, s_, k_],
+    )?;
     Ok(out)
 }
 

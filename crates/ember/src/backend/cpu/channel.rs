@@ -1,0 +1,181 @@
+//! Batch normalisation's per-channel work on the CPU: statistics, the backward
+//! pass's two sums, and the per-channel affine map (see `BackendStorage`'s
+//! `channel_stats`, `channel_dot` and `channel_affine`). Arrays are contiguous
+//! `[n, c, s]`; statistics are summed in f64 and stored in the statistics dtype.
+
+use crate::backend::host::{alloc_uninit, PAR_MIN};
+use crate::dtype::{CpuData, WithDType};
+use crate::{DType, Error, Result};
+use rayon::prelude::*;
+
+type Range = std::ops::Range<usize>;
+
+/// `f(ch)` for every channel, in parallel when the work is large.
+fn per_channel(
+    c: usize,
+    work: usize,
+    f: impl Fn(usize) -> (f64, f64) + Sync + Send,
+) -> Vec<(f64, f64)> {
+    if work >= PAR_MIN && c > 1 {
+        (0..c).into_par_iter().map(f).collect()
+    } else {
+        (0..c).map(f).collect()
+    }
+}
+
+/// `[2, c]` values (the first of each pair, then the second) in `dtype`.
+fn pairs(v: Vec<(f64, f64)>, dtype: DType) -> Result<CpuData> {
+    let c = v.len();
+    let mut out = alloc_uninit::<f64>(2 * c)?;
+    for (ch, (a, b)) in v.into_iter().enumerate() {
+        out[ch] = a;
+        out[c + ch] = b;
+    }
+    Ok(match dtype {
+        DType::F64 => CpuData::F64(out),
+        _ => CpuData::F32(out.into_iter().map(|x| x as f32).collect()),
+    })
+}
+
+/// `d`'s values when they are of `_like`'s element type.
+fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
+    T::slice(d)
+}
+
+/// A float storage's values as f64.
+fn floats(d: &CpuData, r: Range, op: &'static str) -> Result<Vec<f64>> {
+    crate::dtype::dispatch_float!(d, v => Ok(v[r].iter().map(|x| x.to_f64()).collect()),
+        other => Err(Error::dtype(op, other.dtype(), "needs a floating-point tensor")))
+}
+
+/// Each channel's mean and biased variance.
+pub(crate) fn stats(
+    x: (&CpuData, Range),
+    (n, c, s): (usize, usize, usize),
+    out: DType,
+) -> Result<CpuData> {
+    fn go<T: WithDType>(x: &[T], (n, c, s): (usize, usize, usize)) -> Vec<(f64, f64)> {
+        let count = (n * s) as f64;
+        per_channel(c, x.len(), |ch| {
+            if n * s == 0 {
+                return (f64::NAN, f64::NAN);
+            }
+            // sums of the values less the channel's first: the variance's
+            // subtraction keeps its digits
+            let k = x[ch * s].to_f64();
+            let (mut s1, mut s2) = (0.0, 0.0);
+            for b in 0..n {
+                for v in &x[(b * c + ch) * s..][..s] {
+                    let d = v.to_f64() - k;
+                    s1 += d;
+                    s2 += d * d;
+                }
+            }
+            (k + s1 / count, (s2 - s1 * s1 / count) / count)
+        })
+    }
+    let v = crate::dtype::dispatch_float!(x.0, v => go(&v[x.1], (n, c, s)),
+        other => return Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")));
+    pairs(v, out)
+}
+
+/// Per channel, `Σ g` and `Σ g · (x - mean)`.
+pub(crate) fn dot(
+    g: (&CpuData, Range),
+    x: (&CpuData, Range),
+    mean: (&CpuData, Range),
+    (n, c, s): (usize, usize, usize),
+    out: DType,
+) -> Result<CpuData> {
+    fn go<T: WithDType>(
+        g: &[T],
+        x: &[T],
+        mean: &[f64],
+        (n, c, s): (usize, usize, usize),
+    ) -> Vec<(f64, f64)> {
+        per_channel(c, g.len(), |ch| {
+            let (mut s1, mut s2) = (0.0, 0.0);
+            for b in 0..n {
+                let at = (b * c + ch) * s;
+                for (gv, xv) in g[at..at + s].iter().zip(&x[at..at + s]) {
+                    let gv = gv.to_f64();
+                    s1 += gv;
+                    s2 += gv * (xv.to_f64() - mean[ch]);
+                }
+            }
+            (s1, s2)
+        })
+    }
+    let mean = floats(mean.0, mean.1, "batch_norm")?;
+    let v = crate::dtype::dispatch_float!(g.0, gv => {
+        let xv = same(gv, x.0)
+            .ok_or_else(|| Error::dtype("batch_norm", x.0.dtype(), "must have the gradient's dtype"))?;
+        go(&gv[g.1], &xv[x.1], &mean, (n, c, s))
+    }, other => return Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")));
+    pairs(v, out)
+}
+
+/// `p · a + d` (with `q`: `p · a + q · b + d`) per channel, computed in f32 (f64
+/// when `stat` is f64), the output in `p`'s dtype.
+pub(crate) fn affine(
+    p: (&CpuData, Range),
+    q: Option<(&CpuData, Range)>,
+    coefs: (&CpuData, Range),
+    (n, c, s): (usize, usize, usize),
+) -> Result<CpuData> {
+    fn go<T: WithDType>(
+        p: &[T],
+        q: Option<&[T]>,
+        coefs: &[f64],
+        (c, s): (usize, usize),
+        wide: bool,
+    ) -> Result<CpuData> {
+        let k = coefs.len() / c.max(1);
+        let mut out = alloc_uninit::<T>(p.len())?;
+        let plane = |(pl, dst): (usize, &mut [T])| {
+            let ch = pl % c;
+            let (a, d) = (coefs[ch], coefs[(k - 1) * c + ch]);
+            let b = if k == 3 { coefs[c + ch] } else { 0.0 };
+            let src = &p[pl * s..][..s];
+            let qs = q.map(|q| &q[pl * s..][..s]);
+            for (i, o) in dst.iter_mut().enumerate() {
+                // the GPU's arithmetic: f32 coefficients and sums but for f64
+                let v = if wide {
+                    let mut v = src[i].to_f64() * a + d;
+                    if let Some(q) = qs {
+                        v += q[i].to_f64() * b;
+                    }
+                    v
+                } else {
+                    let mut v = src[i].to_f64() as f32 * a as f32 + d as f32;
+                    if let Some(q) = qs {
+                        v += q[i].to_f64() as f32 * b as f32;
+                    }
+                    v as f64
+                };
+                *o = T::from_f64(v);
+            }
+        };
+        if s > 0 {
+            if p.len() >= PAR_MIN {
+                out.par_chunks_mut(s).enumerate().for_each(plane);
+            } else {
+                out.chunks_mut(s).enumerate().for_each(plane);
+            }
+        }
+        Ok(T::wrap(out))
+    }
+    let _ = n;
+    let wide = coefs.0.dtype() == DType::F64;
+    let coefs = floats(coefs.0, coefs.1, "batch_norm")?;
+    crate::dtype::dispatch_float!(p.0, pv => {
+        let qv = match q {
+            Some((qd, qr)) => Some(
+                &same(pv, qd)
+                    .ok_or_else(|| Error::dtype("batch_norm", qd.dtype(), "must have the input's dtype"))?[qr],
+            ),
+            None => None,
+        };
+        go(&pv[p.1], qv, &coefs, (c, s), wide)
+    }, other => Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")))
+}

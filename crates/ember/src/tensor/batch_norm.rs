@@ -1,0 +1,190 @@
+//! Batch normalisation as one op with its own backward rule: two passes over the
+//! input forward (the channels' statistics, then one affine map per channel) and
+//! two backward (the channels' two sums, then one map of the gradient and the
+//! input), the per-channel arithmetic on `[C]` tensors between them. It saves the
+//! input and the statistics, as PyTorch's `native_batch_norm` does.
+
+use super::Storages;
+use crate::backend::op::{channel_shape, stat_dtype};
+use crate::{Error, Result, Tensor};
+
+/// Where a batch normalisation takes its statistics from.
+#[derive(Clone, Copy)]
+pub(crate) enum BatchStats<'a> {
+    /// The batch's own (training): the input's gradient flows through them.
+    Batch,
+    /// Running estimates (evaluation): constants.
+    Running { mean: &'a Tensor, var: &'a Tensor },
+}
+
+impl Tensor {
+    /// `(x - mean) / sqrt(var + eps) · weight + bias` per channel (dim 1) of an
+    /// input `[N, C, ...]` of a float dtype, with the batch's statistics (biased
+    /// variance) or running ones. Returns the output (the input's dtype, as
+    /// PyTorch's for a half-precision input with float32 parameters) and the
+    /// statistics used, `[C]` each in the statistics dtype (float64 for float64
+    /// inputs, else float32): the mean and the biased variance.
+    pub(crate) fn batch_norm_op(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        stats: BatchStats,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let op = "batch_norm";
+        if !self.dtype().is_float() || self.rank() < 2 {
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                "batch normalisation needs a floating-point input [N, C, ...]",
+            ));
+        }
+        let (n, c, s) = channel_shape(self.shape());
+        let mut ts = vec![self];
+        ts.extend(weight);
+        ts.extend(bias);
+        if let BatchStats::Running { mean, var } = stats {
+            ts.extend([mean, var]);
+        }
+        super::same_device(op, &ts)?;
+        for (t, what) in [(weight, "weight"), (bias, "bias")] {
+            if let Some(t) = t {
+                if t.shape() != [c] {
+                    return Err(Error::shape(
+                        op,
+                        t.shape(),
+                        &[c],
+                        format!("the {what} must have one value per channel ({c})"),
+                    ));
+                }
+            }
+        }
+        if let BatchStats::Running { mean, var } = stats {
+            if mean.shape() != [c] || var.shape() != [c] {
+                return Err(Error::shape(
+                    op,
+                    mean.shape(),
+                    &[c],
+                    "the running mean and variance must have one value per channel",
+                ));
+            }
+        }
+        let sd = stat_dtype(self.dtype());
+        let batch = matches!(stats, BatchStats::Batch);
+        let (y, mean, var, invstd, w) = crate::no_grad(|| -> Result<_> {
+            let x = self.contiguous()?;
+            let (mean, var) = match stats {
+                BatchStats::Batch => {
+                    let st = x.map_storage_new(&[2, c], |s, l| s.channel_stats(l))?;
+                    (st.select(0, 0)?, st.select(0, 1)?)
+                }
+                BatchStats::Running { mean, var } => (mean.to_dtype(sd)?, var.to_dtype(sd)?),
+            };
+            let invstd = var.add(eps)?.rsqrt()?;
+            let w = weight.map(|w| w.to_dtype(sd)).transpose()?;
+            let a = match &w {
+                Some(w) => invstd.mul(w)?,
+                None => invstd.clone(),
+            };
+            let shift = mean.mul(&a)?.neg()?;
+            let d = match bias {
+                Some(b) => shift.add(&b.to_dtype(sd)?)?,
+                None => shift,
+            };
+            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?;
+            Ok((y, mean, var, invstd, w))
+        })?;
+        let (has_w, has_b) = (weight.is_some(), bias.is_some());
+        let mut inputs: Vec<&Tensor> = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let (m, iv) = (mean.clone(), invstd.clone());
+        let y = Tensor::record_inputs(y, op, &inputs, move |_| {
+            move |g: &Tensor, inp: &crate::autograd::Inputs| {
+                let x = inp.get(0)?.contiguous()?;
+                let g = g.contiguous()?;
+                let sums = Tensor::channel_sums(&g, &x, &m)?;
+                let (sum_g, sum_gx) = (sums.select(0, 0)?, sums.select(0, 1)?);
+                let k = match &w {
+                    Some(w) => iv.mul(w)?,
+                    None => iv.clone(),
+                };
+                let gx = if inp.needs(0) {
+                    let coefs = if batch {
+                        // dx = k (g - Σg/m - (x - mean) invstd² Σg(x - mean)/m)
+                        let m_ = (n * s) as f64;
+                        let bq = k.mul(&iv.square()?)?.mul(&sum_gx)?.div(-m_)?;
+                        let d = k.mul(&sum_g)?.div(-m_)?.sub(&m.mul(&bq)?)?;
+                        Tensor::stack(&[&k, &bq, &d], 0)?
+                    } else {
+                        Tensor::stack(&[&k, &k.zeros_like()?], 0)?
+                    };
+                    let q = batch.then_some(&x);
+                    Some(g.channel_affine(q, &coefs)?)
+                } else {
+                    None
+                };
+                let mut grads = vec![gx];
+                if has_w {
+                    let wt = inp.get(1)?;
+                    grads.push(
+                        inp.needs(1)
+                            .then(|| sum_gx.mul(&iv)?.to_dtype(wt.dtype()))
+                            .transpose()?,
+                    );
+                }
+                if has_b {
+                    let i = 1 + has_w as usize;
+                    let bt = inp.get(i)?;
+                    grads.push(
+                        inp.needs(i)
+                            .then(|| sum_g.to_dtype(bt.dtype()))
+                            .transpose()?,
+                    );
+                }
+                Ok(grads)
+            }
+        });
+        Ok((y, mean, var))
+    }
+
+    /// [`BackendStorage::channel_affine`](crate::backend::primitives) of this
+    /// contiguous tensor (and `q`, contiguous, of its shape) with `coefs` `[k, C]`.
+    fn channel_affine(&self, q: Option<&Tensor>, coefs: &Tensor) -> Result<Tensor> {
+        let coefs = coefs.contiguous()?;
+        let mut ts = vec![self, &coefs];
+        ts.extend(q);
+        let st = Storages::read(&ts);
+        let q = q.map(|q| (st.get(2), q.layout()));
+        let out = st
+            .get(0)
+            .channel_affine(self.layout(), q, (st.get(1), coefs.layout()))?;
+        Ok(Tensor::from_storage(out, self.shape()))
+    }
+
+    /// `[2, C]`: per channel `Σ g` and `Σ g · (x - mean)` of contiguous `g` and `x`.
+    fn channel_sums(g: &Tensor, x: &Tensor, mean: &Tensor) -> Result<Tensor> {
+        let c = channel_shape(g.shape()).1;
+        let mean = mean.contiguous()?;
+        let st = Storages::read(&[g, x, &mean]);
+        let out = st.get(0).channel_dot(
+            g.layout(),
+            (st.get(1), x.layout()),
+            (st.get(2), mean.layout()),
+        )?;
+        Ok(Tensor::from_storage(out, &[2, c]))
+    }
+
+    /// A new tensor of `shape` from what `f` makes of this tensor's storage.
+    fn map_storage_new(
+        &self,
+        shape: &[usize],
+        f: impl FnOnce(
+            &crate::backend::Storage,
+            &crate::layout::Layout,
+        ) -> Result<crate::backend::Storage>,
+    ) -> Result<Tensor> {
+        let out = f(&self.read(), self.layout())?;
+        Ok(Tensor::from_storage(out, shape))
+    }
+}
