@@ -191,12 +191,28 @@ impl CharGpt {
         }
         let t = idx.shape()[1];
         let (pos, causal) = self.positions_and_mask(t, idx.device())?;
-        let x = self
-            .tok_emb
-            .forward(idx)?
-            .add(&self.pos_emb.forward(&pos)?)?;
-        let h = self.blocks.forward_masked(&x, Some(&causal), None)?;
-        self.head.forward(&self.ln_f.forward(&h)?)
+        // each child in its module scope (`blocks.3.self_attn`), as Sequential
+        // runs its children: the profiler's ranges and the memory estimate's
+        // breakdown name them
+        let scope = crate::meta::enter_module;
+        let tok = {
+            let _s = scope("tok_emb");
+            self.tok_emb.forward(idx)?
+        };
+        let x = {
+            let _s = scope("pos_emb");
+            tok.add(&self.pos_emb.forward(&pos)?)?
+        };
+        let h = {
+            let _s = scope("blocks");
+            self.blocks.forward_masked(&x, Some(&causal), None)?
+        };
+        let h = {
+            let _s = scope("ln_f");
+            self.ln_f.forward(&h)?
+        };
+        let _s = scope("head");
+        self.head.forward(&h)
     }
 
     /// The positions `0..t` and the causal mask (PyTorch's convention: true where

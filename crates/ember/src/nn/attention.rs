@@ -489,12 +489,17 @@ fn feed_forward(
     p: f64,
     training: bool,
 ) -> Result<Tensor> {
-    let h = l1.forward(x)?;
+    let h = {
+        let _s = crate::meta::enter_module("linear1");
+        l1.forward(x)?
+    };
     let h = match act {
         Activation::Relu => h.relu()?,
         Activation::Gelu => h.gelu()?,
     };
-    l2.forward(&dropout(&h, p, training)?)
+    let h = dropout(&h, p, training)?;
+    let _s = crate::meta::enter_module("linear2");
+    l2.forward(&h)
 }
 
 /// One transformer encoder layer (`nn.TransformerEncoderLayer`): self-attention
@@ -561,7 +566,15 @@ impl TransformerEncoderLayer {
                 need_weights: false,
                 ..Default::default()
             };
-            dropout(&self.self_attn.attend(x, x, x, opts)?.0, p, self.training)
+            let a = {
+                let _s = crate::meta::enter_module("self_attn");
+                self.self_attn.attend(x, x, x, opts)?.0
+            };
+            dropout(&a, p, self.training)
+        };
+        let norm = |which: &str, n: &LayerNorm, x: &Tensor| -> Result<Tensor> {
+            let _s = crate::meta::enter_module(which);
+            n.forward(x)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
             let y = feed_forward(
@@ -575,11 +588,11 @@ impl TransformerEncoderLayer {
             dropout(&y, p, self.training)
         };
         if o.norm_first {
-            let x = src.add(&sa(&self.norm1.forward(src)?)?)?;
-            x.add(&ff(&self.norm2.forward(&x)?)?)
+            let x = src.add(&sa(&norm("norm1", &self.norm1, src)?)?)?;
+            x.add(&ff(&norm("norm2", &self.norm2, &x)?)?)
         } else {
-            let x = self.norm1.forward(&src.add(&sa(src)?)?)?;
-            self.norm2.forward(&x.add(&ff(&x)?)?)
+            let x = norm("norm1", &self.norm1, &src.add(&sa(src)?)?)?;
+            norm("norm2", &self.norm2, &x.add(&ff(&x)?)?)
         }
     }
 }
@@ -654,7 +667,8 @@ impl TransformerEncoder {
         src_key_padding_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let mut x = src.clone();
-        for layer in &self.layers {
+        for (i, layer) in self.layers.iter().enumerate() {
+            let _s = crate::meta::enter_module(format_args!("layers.{i}"));
             x = layer.forward_masked(&x, mask, src_key_padding_mask)?;
         }
         match &self.norm {

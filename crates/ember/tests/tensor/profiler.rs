@@ -243,6 +243,52 @@ fn nested_ranges_and_the_trace(dev: &Device) -> Result<()> {
 
 device_test!(a_profiled_training_step, nested_ranges_and_the_trace);
 
+/// A GPT's ops are named by the module they ran in, down to its blocks' layers,
+/// forward and backward.
+#[test]
+fn a_gpt_step_names_its_modules() -> Result<()> {
+    let _turn = turn();
+    let dev = Device::Cpu;
+    let config = ember::models::GptConfig {
+        vocab_size: 16,
+        context: 8,
+        layers: 2,
+        heads: 2,
+        width: 8,
+        dropout: 0.0,
+    };
+    let gpt = ember::models::CharGpt::new(config, &dev)?;
+    let ids = Tensor::randint(0, 16, [2, 8], &dev)?;
+    let prof = Profiler::start()?;
+    gpt.loss(&ids, &ids)?.backward()?;
+    let p = mine(&prof.stop()?);
+    let modules = |name: &str, kind| -> Vec<String> {
+        let mut m: Vec<String> = named(&p, name, kind)
+            .iter()
+            .map(|e| e.module.clone())
+            .collect();
+        m.sort();
+        m.dedup();
+        m
+    };
+    let linear: Vec<String> = (0..2)
+        .flat_map(|i| ["linear1", "linear2", "self_attn"].map(|l| format!("blocks.layers.{i}.{l}")))
+        .chain(["head".to_string()])
+        .collect();
+    assert_eq!(modules("linear", EventKind::Function), linear);
+    assert!(
+        modules("layer_norm", EventKind::Function).contains(&"blocks.layers.1.norm2".to_string())
+    );
+    assert_eq!(
+        modules("embedding", EventKind::Function),
+        ["pos_emb", "tok_emb"]
+    );
+    // the head's backward rule ran in backward, named after the forward's module
+    assert!(modules("addmm", EventKind::Backward).contains(&"head".to_string()));
+    assert!(!p.module_averages().rows().is_empty());
+    Ok(())
+}
+
 #[test]
 fn nothing_is_recorded_while_off() -> Result<()> {
     let _turn = turn();
