@@ -55,14 +55,39 @@ enum Rule {
     Reusable(ReusableFn),
 }
 
-/// One input of a node, as it was when the op ran: the tensor (a leaf's gradient
-/// goes into it; a rule may read its values; other inputs are held as detached
-/// aliases), the node that computed it then (a
-/// later in-place op on the tensor gives the tensor a new node, not this edge),
-/// whether a gradient flows to it, and its version.
+/// What an edge keeps of its input: the tensor (a leaf that requires grad, whose
+/// gradient goes into it, or an input whose values the rule reads, held as a
+/// detached alias), or only its shape and dtype, so that a value no rule reads is
+/// freed as soon as nothing else holds it (PyTorch saves only what a rule reads).
+#[derive(Clone)]
+enum Held {
+    Value(Tensor),
+    Shape(smallvec::SmallVec<[usize; 6]>, crate::DType),
+}
+
+impl Held {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Held::Value(t) => t.shape(),
+            Held::Shape(s, _) => s,
+        }
+    }
+
+    fn dtype(&self) -> crate::DType {
+        match self {
+            Held::Value(t) => t.dtype(),
+            Held::Shape(_, d) => *d,
+        }
+    }
+}
+
+/// One input of a node, as it was when the op ran: what it keeps of the input
+/// ([`Held`]), the node that computed it then (a later in-place op on the tensor
+/// gives the tensor a new node, not this edge), whether a gradient flows to it,
+/// and its version.
 #[derive(Clone)]
 struct Edge {
-    value: Tensor,
+    value: Held,
     node: Option<Arc<Node>>,
     needs: bool,
     version: u64,
@@ -73,11 +98,23 @@ struct Edge {
 pub(crate) struct Inputs(smallvec::SmallVec<[Edge; 2]>);
 
 impl Inputs {
-    /// The `i`-th input's values; an error when an in-place op changed them since.
+    /// The `i`-th input's values; an error when an in-place op changed them since,
+    /// or when the op did not keep them (its rule reads what it did not declare).
     pub(crate) fn get(&self, i: usize) -> Result<&Tensor> {
         let e = &self.0[i];
-        check_version(&e.value, e.version)?;
-        Ok(&e.value)
+        match &e.value {
+            Held::Value(t) => {
+                check_version(t, e.version)?;
+                Ok(t)
+            }
+            Held::Shape(..) => Err(Error::invalid(
+                "backward",
+                format!(
+                    "the rule of {} reads its input {i}, which its op did not keep (a bug in ember)",
+                    RUNNING.with(|r| r.get())
+                ),
+            )),
+        }
     }
 
     /// `true` when a gradient flows to the `i`-th input.
@@ -88,6 +125,11 @@ impl Inputs {
     /// The `i`-th input's shape (never changed by in-place ops).
     pub(crate) fn shape(&self, i: usize) -> &[usize] {
         self.0[i].value.shape()
+    }
+
+    /// The `i`-th input's dtype.
+    pub(crate) fn dtype(&self, i: usize) -> crate::DType {
+        self.0[i].value.dtype()
     }
 }
 
@@ -165,10 +207,16 @@ impl Vertex {
         }
     }
 
-    fn of(edge: &Edge) -> Vertex {
-        match &edge.node {
-            Some(n) => Vertex::Node(n.clone()),
-            None => Vertex::Leaf(edge.value.clone()),
+    /// The vertex a gradient flowing along `edge` goes to: its node, or the leaf
+    /// (which an edge that needs a gradient and has no node always keeps).
+    fn of(edge: &Edge) -> Result<Vertex> {
+        match (&edge.node, &edge.value) {
+            (Some(n), _) => Ok(Vertex::Node(n.clone())),
+            (None, Held::Value(t)) => Ok(Vertex::Leaf(t.clone())),
+            (None, Held::Shape(..)) => Err(Error::invalid(
+                "backward",
+                "a gradient flows to an input that is neither a leaf nor computed (a bug in ember)",
+            )),
         }
     }
 }
@@ -243,18 +291,23 @@ impl Tensor {
     where
         F: FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static,
     {
-        Tensor::record_inputs(out, name, inputs, |y| {
+        // the rule saved what it reads: the node keeps none of the inputs' values
+        Tensor::record_keeping(out, name, inputs, &[], |y| {
             let f = rule(y);
             move |g: &Tensor, _: &Inputs| f(g)
         })
     }
 
-    /// [`record`](Self::record) for rules that read the inputs from the node instead
-    /// of saving their own copies: a rule that captures nothing costs no allocation.
-    pub(crate) fn record_inputs<F>(
+    /// [`record`](Self::record) for a rule that reads inputs from the node
+    /// (`Inputs::get`) instead of saving its own copies, keeping only the values
+    /// of the inputs `keep` marks (the rest are freed when nothing else holds them;
+    /// the rule may read their shapes and dtypes, not their values). A rule that
+    /// captures nothing costs no allocation.
+    pub(crate) fn record_keeping<F>(
         out: Tensor,
         name: &'static str,
         inputs: &[&Tensor],
+        keep: &[bool],
         rule: impl FnOnce(&Tensor) -> F,
     ) -> Tensor
     where
@@ -266,7 +319,7 @@ impl Tensor {
         // the rule sees `out` before it gets its node, so what it saves of the output
         // cannot keep the node alive (no reference cycle)
         let f: BackwardFn = Box::new(rule(&out));
-        out.attach(name, inputs, Rule::Once(f))
+        out.attach(name, inputs, keep, Rule::Once(f))
     }
 
     /// [`record`](Self::record) for a rule that saves nothing of the forward
@@ -286,21 +339,30 @@ impl Tensor {
         }
         let f = rule(&out);
         let f: ReusableFn = Arc::new(move |g: &Tensor, _: &Inputs| f(g));
-        out.attach(name, inputs, Rule::Reusable(f))
+        out.attach(name, inputs, &[], Rule::Reusable(f))
     }
 
-    fn attach(mut self, name: &'static str, inputs: &[&Tensor], rule: Rule) -> Tensor {
+    fn attach(
+        mut self,
+        name: &'static str,
+        inputs: &[&Tensor],
+        keep: &[bool],
+        rule: Rule,
+    ) -> Tensor {
         let edges = inputs
             .iter()
-            .map(|t| Edge {
+            .enumerate()
+            .map(|(i, t)| Edge {
                 // a leaf that requires grad is the vertex its gradient goes to;
-                // any other input only lends its values, through an alias (an
-                // input that later takes this node in place must not hold it: a
-                // cycle)
+                // an input whose values the rule reads lends them through an alias
+                // (an input that later takes this node in place must not hold it: a
+                // cycle); of any other, the node keeps the shape and dtype only
                 value: if t.requires_grad() && t.is_leaf() {
-                    (*t).clone()
+                    Held::Value((*t).clone())
+                } else if keep.get(i).copied().unwrap_or(false) {
+                    Held::Value(t.detach())
                 } else {
-                    t.detach()
+                    Held::Shape(t.shape().into(), t.dtype())
                 },
                 node: t.node(),
                 needs: t.requires_grad(),
@@ -387,7 +449,9 @@ impl Tensor {
                 let guard = node.inner.lock().unwrap_or_else(|p| p.into_inner());
                 match &*guard {
                     Some((inputs, _)) => {
-                        children.extend(inputs.0.iter().filter(|e| e.needs).map(Vertex::of))
+                        for e in inputs.0.iter().filter(|e| e.needs) {
+                            children.push(Vertex::of(e)?);
+                        }
                     }
                     None => {
                         return Err(Error::invalid(
@@ -449,7 +513,7 @@ impl Tensor {
                     ));
                 }
                 let pg = pg.to_dtype(e.value.dtype())?;
-                let key = Vertex::of(e).key();
+                let key = Vertex::of(e)?.key();
                 let sum = match grads.remove(&key) {
                     Some(prev) => prev.add(&pg)?,
                     None => pg,

@@ -99,7 +99,9 @@ impl Tensor {
         inputs.extend(weight);
         inputs.extend(bias);
         let (m, iv) = (mean.clone(), invstd.clone());
-        let y = Tensor::record_inputs(y, op, &inputs, move |_| {
+        // the rule reads the input's values, and of the parameters their dtypes
+        let keep = [true, false, false];
+        let y = Tensor::record_keeping(y, op, &inputs, &keep, move |_| {
             move |g: &Tensor, inp: &crate::autograd::Inputs| {
                 let x = inp.get(0)?.contiguous()?;
                 let g = g.contiguous()?;
@@ -126,19 +128,17 @@ impl Tensor {
                 };
                 let mut grads = vec![gx];
                 if has_w {
-                    let wt = inp.get(1)?;
                     grads.push(
                         inp.needs(1)
-                            .then(|| sum_gx.mul(&iv)?.to_dtype(wt.dtype()))
+                            .then(|| sum_gx.mul(&iv)?.to_dtype(inp.dtype(1)))
                             .transpose()?,
                     );
                 }
                 if has_b {
                     let i = 1 + has_w as usize;
-                    let bt = inp.get(i)?;
                     grads.push(
                         inp.needs(i)
-                            .then(|| sum_g.to_dtype(bt.dtype()))
+                            .then(|| sum_g.to_dtype(inp.dtype(i)))
                             .transpose()?,
                     );
                 }

@@ -184,15 +184,20 @@ impl Tensor {
         // the rules read the inputs from the node (backward runs without recording);
         // only pow keeps the output, and a rule that captures nothing is boxed
         // without an allocation
+        let keep = grad::binary_reads(O::CODE, self.requires_grad(), b.requires_grad());
         if O::CODE == BinaryCode::Pow {
-            Ok(Tensor::record_inputs(out, name, &[self, &b], |y| {
+            Ok(Tensor::record_keeping(out, name, &[self, &b], &keep, |y| {
                 let y = y.save();
                 move |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, Some(&y), g)
             }))
         } else {
-            Ok(Tensor::record_inputs(out, name, &[self, &b], |_| {
-                |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
-            }))
+            Ok(Tensor::record_keeping(
+                out,
+                name,
+                &[self, &b],
+                &keep,
+                |_| |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g),
+            ))
         }
     }
 

@@ -172,6 +172,19 @@ impl Unary {
 /// Gradients of a broadcasting binary op for its inputs `a` and `b` (only those
 /// that need one). `y`, the output, is saved by the op whose rule uses it (pow). Each rule reads only the values it needs, so an in-place change to a value
 /// it does not read is no error (PyTorch's rule).
+/// Which operands' values [`binary`]'s rule for `op` reads, given which need a
+/// gradient (PyTorch's `derivatives.yaml` choices): a sum reads neither, a
+/// product the other operand of each that needs one, a quotient the divisor for
+/// either and the dividend for the divisor's gradient; the others read both.
+pub(crate) fn binary_reads(op: BinaryCode, needs_a: bool, needs_b: bool) -> [bool; 2] {
+    match op {
+        BinaryCode::Add | BinaryCode::Sub => [false, false],
+        BinaryCode::Mul => [needs_b, needs_a],
+        BinaryCode::Div => [needs_b, needs_a || needs_b],
+        _ => [true, true],
+    }
+}
+
 pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor) -> Result<Grads> {
     let (na, nb) = (ins.needs(0), ins.needs(1));
     let a = || ins.get(0);
