@@ -614,3 +614,58 @@ fn the_memory_saving_attention_keeps_no_scores() -> Result<()> {
     }
     Ok(())
 }
+
+/// Live meta bytes made on this thread while `f` runs and still alive after it.
+fn live_after(f: impl FnOnce() -> Result<Tensor>) -> Result<(usize, Tensor)> {
+    use ember::meta::{AllocHook, MetaEvent};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Default)]
+    struct Live(AtomicUsize);
+    impl AllocHook for Live {
+        fn alloc(&self, e: &MetaEvent) {
+            self.0.fetch_add(e.bytes, Ordering::Relaxed);
+        }
+        fn free(&self, e: &MetaEvent) {
+            self.0.fetch_sub(e.bytes, Ordering::Relaxed);
+        }
+    }
+    let live = std::sync::Arc::new(Live::default());
+    let out = ember::meta::with_hook(live.clone(), f)?;
+    Ok((live.0.load(Ordering::Relaxed), out))
+}
+
+/// Autograd keeps an input's values only where its rule reads them (PyTorch's
+/// saved tensors): after the forward pass, a sum feeding a ReLU is gone (the sum
+/// reads nothing, the ReLU its output), and so is a batch norm's output under a
+/// ReLU; what stays is what backward will read.
+#[test]
+fn backward_keeps_only_what_its_rules_read() -> Result<()> {
+    let dev = Device::Meta;
+    let t = 8 * 4 * 16 * 16 * 4; // the bytes of one [8, 4, 16, 16] f32 activation
+    let a = Tensor::zeros([8, 4, 16, 16], DType::F32, &dev)?.requires_grad_(true)?;
+    let b = Tensor::zeros([8, 4, 16, 16], DType::F32, &dev)?.requires_grad_(true)?;
+    let (live, y) = live_after(|| a.add(&b)?.relu())?;
+    assert_eq!(
+        live, t,
+        "only the ReLU's output (which its rule reads) is alive"
+    );
+    drop(y);
+    // conv -> batch norm -> ReLU -> conv: the first conv's output (batch norm's
+    // input), the ReLU's output (read by the ReLU and the second conv) and the
+    // result; not batch norm's output, and of its statistics a few bytes
+    let conv = || nn::Conv2d::with_bias(4, 4, 3, false, Conv2dOptions::default().padding(1), &dev);
+    let model = nn::Sequential::new()
+        .add(conv()?)
+        .add(nn::BatchNorm2d::new(4, &dev)?)
+        .add(nn::ReLU)
+        .add(conv()?);
+    let x = Tensor::zeros([8, 4, 16, 16], DType::F32, &dev)?;
+    let (live, y) = live_after(|| model.forward(&x))?;
+    assert!(
+        (3 * t..3 * t + 1024).contains(&live),
+        "{live} bytes alive after the forward pass, {} activations",
+        live as f64 / t as f64
+    );
+    y.sum_all()?.backward()?;
+    Ok(())
+}
