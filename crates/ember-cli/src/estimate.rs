@@ -60,6 +60,10 @@ pub struct EstimateArgs {
     /// Estimate inference (a forward pass under no_grad) instead of training.
     #[arg(long)]
     pub inference: bool,
+    /// The step under autocast to this lower precision (`ember train --amp`'s
+    /// step: float32 parameters, products and convolutions in bf16 or f16).
+    #[arg(long, value_enum)]
+    pub amp: Option<AmpKind>,
     /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
     #[arg(long, conflicts_with = "memory")]
     pub device: Option<String>,
@@ -144,6 +148,13 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             args.dtype
         )));
     }
+    if args.amp.is_some() && dtype != DType::F32 {
+        return Err(invalid(format!(
+            "--amp keeps the parameters in float32: --dtype {} with --amp is not a step \
+             autocast runs",
+            args.dtype
+        )));
+    }
     let small = matches!(name.as_str(), "mlp" | "cnn");
     // a language model: token ids in, a class (the next token) per position out
     let lm = name == "gpt2_small";
@@ -172,6 +183,7 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let mut est = Estimator::new(move |dev| models::by_name(&build_name, classes, dev))
         .input(&input)
         .dtype(dtype)
+        .amp(args.amp.map(AmpKind::dtype))
         .training(!args.inference);
     if lm {
         // ids [B, T] (int64), the next token at each position, cross-entropy

@@ -423,6 +423,38 @@ fn profile_prints_the_top_ops_and_writes_the_trace() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `ember estimate --amp` estimates the step `ember train --amp` runs: float32
+/// parameters, the forward pass under autocast.
+#[test]
+fn estimate_under_autocast() {
+    let (ok, out, err) = ember(&[
+        "estimate",
+        "--model",
+        "cnn",
+        "--batch-size",
+        "64",
+        "--amp",
+        "bf16",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("float32 under bfloat16 autocast:"), "{out}");
+    let (ok, _, err) = ember(&[
+        "estimate",
+        "--model",
+        "cnn",
+        "--batch-size",
+        "64",
+        "--amp",
+        "bf16",
+        "--dtype",
+        "bf16",
+    ]);
+    assert!(
+        !ok && err.contains("--amp keeps the parameters in float32"),
+        "{err}"
+    );
+}
+
 #[test]
 fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
     let (ok, out, err) = ember(&["estimate", "--model", "alexnet", "--batch-size", "128"]);

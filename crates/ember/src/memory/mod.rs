@@ -156,6 +156,8 @@ pub struct Estimate {
     pub steps: usize,
     /// The dtype of the model's parameters and of the inputs.
     pub dtype: DType,
+    /// The autocast dtype of the forward passes, if any.
+    pub amp: Option<DType>,
     /// The largest `memory_allocated` (bytes in blocks handed out).
     pub peak_allocated: usize,
     /// The largest `memory_reserved` (bytes taken from the driver in segments).
@@ -386,6 +388,7 @@ impl<M: Module> Estimator<M> {
             training: self.training,
             steps: if self.training { self.steps } else { 1 },
             dtype: summary.dtype,
+            amp: self.amp,
             peak_allocated: replay.peak_allocated,
             peak_reserved: replay.peak_reserved,
             peak_at: Moment {

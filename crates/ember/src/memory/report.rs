@@ -188,9 +188,13 @@ impl fmt::Display for Estimate {
         } else {
             "inference (no_grad)".to_string()
         };
+        let amp = self
+            .amp
+            .map(|d| format!(" under {d} autocast"))
+            .unwrap_or_default();
         writeln!(
             f,
-            "batch size {}, {what}, {}: {} parameters ({})",
+            "batch size {}, {what}, {}{amp}: {} parameters ({})",
             self.batch_size,
             self.dtype,
             grouped(self.parameters),
