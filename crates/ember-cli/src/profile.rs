@@ -45,6 +45,28 @@ pub fn trace_path(path: &Path, name: Option<&str>) -> PathBuf {
     path.with_file_name(format!("{stem}-{slug}{ext}"))
 }
 
+/// After a training run with `--profile` (`flag`): the report of `profile`, its
+/// steps counted by their `train_step` ranges, or why there is none.
+pub fn report_run(
+    profile: Option<&Profile>,
+    what: &str,
+    flag: &Option<Option<PathBuf>>,
+) -> ember::Result<()> {
+    let Some(trace) = flag else {
+        return Ok(());
+    };
+    match profile {
+        Some(p) => {
+            let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
+            report(p, what, steps, trace.as_deref())
+        }
+        None => {
+            println!("profile: none (the run had no more than the {WARMUP} warm-up steps)");
+            Ok(())
+        }
+    }
+}
+
 /// Prints the profile of `what` (`steps` steps) and writes its trace to `trace`.
 /// The warm-up it names is [`WARMUP`] steps, or more (a benchmark's timing).
 pub fn report(

@@ -130,10 +130,8 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         })
         .transpose()?;
     for step in 1..=t.steps {
-        let _step = profiler
-            .as_ref()
-            .is_some_and(|p| p.is_recording())
-            .then(|| ember::profiler::range("train_step"));
+        // a range only while a session records
+        let _step = ember::profiler::range("train_step");
         let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
         let loss = {
             let _ac = amp.map(ember::autocast_guard).transpose()?;
@@ -180,16 +178,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     );
     println!("final train loss: {train_loss:.4}");
     println!("validation loss: {val:.4} (unigram baseline {baseline:.4})");
-    if let Some(p) = &profile {
-        let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
-        let trace = args.profile.as_ref().and_then(|f| f.as_deref());
-        crate::profile::report(p, "the character GPT", steps, trace)?;
-    } else if args.profile.is_some() {
-        println!(
-            "profile: none (the run had no more than the {} warm-up steps)",
-            crate::profile::WARMUP
-        );
-    }
+    crate::profile::report_run(profile.as_ref(), "the character GPT", &args.profile)?;
     if let Some(dir) = &args.checkpoint {
         save(&model, &corpus, dir)?;
         println!("model: {}", dir.join(MODEL_FILE).display());

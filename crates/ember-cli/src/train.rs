@@ -329,20 +329,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     );
     println!("test loss: {:.4}", get("loss"));
     println!("test accuracy: {:.1}%", 100.0 * get("acc"));
-    if let Some(p) = &profile {
-        let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
-        crate::profile::report(
-            p,
-            &data.model,
-            steps,
-            args.profile.as_ref().and_then(|f| f.as_deref()),
-        )?;
-    } else if args.profile.is_some() {
-        println!(
-            "profile: none (the run had no more than the {} warm-up steps)",
-            crate::profile::WARMUP
-        );
-    }
+    crate::profile::report_run(profile.as_ref(), &data.model, &args.profile)?;
     if let Some(plot) = &args.plot {
         history.write_plot(plot)?;
         let csv = plot.with_extension("csv");

@@ -264,21 +264,51 @@ pub fn batch_norm(
     }
     let (y, mean, var) = x.batch_norm_op(weight, bias, stats, opts.eps)?;
     if opts.training {
-        let m = opts.momentum;
-        crate::no_grad(|| -> Result<()> {
-            if let Some(rm) = opts.running_mean {
-                rm.mul_(1.0 - m)?;
-                rm.add_(&mean.mul(m)?.to_dtype(rm.dtype())?)?;
-            }
-            if let Some(rv) = opts.running_var {
-                let unbiased = n as f64 / (n - 1) as f64;
-                rv.mul_(1.0 - m)?;
-                rv.add_(&var.mul(m * unbiased)?.to_dtype(rv.dtype())?)?;
-            }
-            Ok(())
-        })?;
+        update_running_stats(
+            (opts.running_mean, opts.running_var),
+            (&mean, &var),
+            n,
+            Momentum::Fixed(opts.momentum),
+        )?;
     }
     Ok(y)
+}
+
+/// How far running statistics move towards a batch's: a fixed factor, or a
+/// cumulative average's `1 / batches` as a float64 scalar tensor (computed on the
+/// device rather than read back).
+pub(crate) enum Momentum<'a> {
+    Fixed(f64),
+    Cumulative(&'a Tensor),
+}
+
+/// In place, `running = (1 - m) · running + m · batch` for the mean and, with the
+/// batch's biased variance over `n` values made unbiased (`n / (n - 1)`), for the
+/// variance; the batch's statistics are first rounded to the running ones' dtype.
+pub(crate) fn update_running_stats(
+    (running_mean, running_var): (Option<&Tensor>, Option<&Tensor>),
+    (mean, var): (&Tensor, &Tensor),
+    n: usize,
+    m: Momentum,
+) -> Result<()> {
+    let unbiased = n as f64 / (n - 1) as f64;
+    crate::no_grad(|| -> Result<()> {
+        for (running, batch, scale) in [(running_mean, mean, 1.0), (running_var, var, unbiased)] {
+            let Some(r) = running else { continue };
+            let b = batch.to_dtype(r.dtype())?;
+            match m {
+                Momentum::Fixed(m) => {
+                    r.mul_(1.0 - m)?;
+                    r.add_(&b.mul(m * scale)?)?;
+                }
+                Momentum::Cumulative(m) => {
+                    r.mul_(&m.neg()?.add(1.0)?.to_dtype(r.dtype())?)?;
+                    r.add_(&b.mul(&m.mul(scale)?.to_dtype(r.dtype())?)?)?;
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Layer normalisation over the trailing dims `normalized_shape` (`F.layer_norm`):

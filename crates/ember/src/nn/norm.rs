@@ -1,5 +1,6 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
+use super::functional::{update_running_stats, Momentum};
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::tensor::BatchStats;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -149,32 +150,18 @@ impl<const D: usize> Module for BatchNorm<D> {
                 &self.running_var,
                 &self.num_batches_tracked,
             ) {
-                crate::no_grad(|| -> Result<()> {
-                    nb.add_(1i64)?;
-                    let unbiased = n as f64 / (n - 1) as f64;
-                    let bm = mean.to_dtype(rm.dtype())?;
-                    let bv = var.to_dtype(rv.dtype())?;
-                    match self.momentum {
-                        Some(m) => {
-                            rm.mul_(1.0 - m)?;
-                            rm.add_(&bm.mul(m)?)?;
-                            rv.mul_(1.0 - m)?;
-                            rv.add_(&bv.mul(m * unbiased)?)
-                        }
-                        None => {
-                            // a cumulative average, m = 1 / batches, computed on
-                            // the device (in f64, rounded once as the scalars
-                            // above are) rather than read back
-                            let m = nb.to_dtype(DType::F64)?.recip()?;
-                            let keep = m.neg()?.add(1.0)?.to_dtype(rm.dtype())?;
-                            rm.mul_(&keep)?;
-                            rm.add_(&bm.mul(&m.to_dtype(rm.dtype())?)?)?;
-                            rv.mul_(&keep)?;
-                            let take = m.mul(unbiased)?.to_dtype(rv.dtype())?;
-                            rv.add_(&bv.mul(&take)?)
-                        }
+                crate::no_grad(|| nb.add_(1i64))?;
+                // a cumulative average's m = 1 / batches in f64, rounded once as
+                // a fixed momentum is
+                let batches;
+                let m = match self.momentum {
+                    Some(m) => Momentum::Fixed(m),
+                    None => {
+                        batches = crate::no_grad(|| nb.to_dtype(DType::F64)?.recip())?;
+                        Momentum::Cumulative(&batches)
                     }
-                })?;
+                };
+                update_running_stats((Some(rm), Some(rv)), (&mean, &var), n, m)?;
             }
         }
         Ok(y)

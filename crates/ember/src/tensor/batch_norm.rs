@@ -75,7 +75,7 @@ impl Tensor {
             let x = self.contiguous()?;
             let (mean, var) = match stats {
                 BatchStats::Batch => {
-                    let st = x.map_storage_new(&[2, c], |s, l| s.channel_stats(l))?;
+                    let st = x.map_storage(&[2, c], |s, l| s.channel_stats(l))?;
                     (st.select(0, 0)?, st.select(0, 1)?)
                 }
                 BatchStats::Running { mean, var } => (mean.to_dtype(sd)?, var.to_dtype(sd)?),
@@ -173,18 +173,5 @@ impl Tensor {
             (st.get(2), mean.layout()),
         )?;
         Ok(Tensor::from_storage(out, &[2, c]))
-    }
-
-    /// A new tensor of `shape` from what `f` makes of this tensor's storage.
-    fn map_storage_new(
-        &self,
-        shape: &[usize],
-        f: impl FnOnce(
-            &crate::backend::Storage,
-            &crate::layout::Layout,
-        ) -> Result<crate::backend::Storage>,
-    ) -> Result<Tensor> {
-        let out = f(&self.read(), self.layout())?;
-        Ok(Tensor::from_storage(out, shape))
     }
 }

@@ -608,7 +608,8 @@ impl Trial {
         let mut seen = 0usize;
         for batch in loader.epoch(epoch as u64 - 1) {
             let (x, y) = batch?;
-            let _step = crate::profiler::is_enabled().then(|| crate::profiler::range("train_step"));
+            // a range only while a session records
+            let _step = crate::profiler::range("train_step");
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
             let (out, loss) = match self.graph_step(&x, &y)? {
                 Some(replayed) => replayed,

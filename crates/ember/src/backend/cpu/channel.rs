@@ -121,7 +121,7 @@ pub(crate) fn affine(
     p: (&CpuData, Range),
     q: Option<(&CpuData, Range)>,
     coefs: (&CpuData, Range),
-    (n, c, s): (usize, usize, usize),
+    (c, s): (usize, usize),
 ) -> Result<CpuData> {
     fn go<T: WithDType>(
         p: &[T],
@@ -165,7 +165,6 @@ pub(crate) fn affine(
         }
         Ok(T::wrap(out))
     }
-    let _ = n;
     let wide = coefs.0.dtype() == DType::F64;
     let coefs = floats(coefs.0, coefs.1, "batch_norm")?;
     crate::dtype::dispatch_float!(p.0, pv => {

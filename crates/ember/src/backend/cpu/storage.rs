@@ -265,11 +265,12 @@ impl BackendStorage for CpuStorage {
         q: Option<(&Self, &Layout)>,
         coefs: (&Self, &Layout),
     ) -> Result<Self> {
+        let (_, c, s) = channel_shape(l.shape());
         channel::affine(
             (&self.data, range_of(l)),
             q.map(|(q, lq)| (&q.data, range_of(lq))),
             (&coefs.0.data, range_of(coefs.1)),
-            channel_shape(l.shape()),
+            (c, s),
         )
         .map(CpuStorage::new)
     }
