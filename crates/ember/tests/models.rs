@@ -45,6 +45,31 @@ fn shape_of(v: &Value) -> Vec<usize> {
         .collect()
 }
 
+/// `(name, shape, dtype)` of each named tensor, as the golden file lists them.
+type Entry = (String, Vec<usize>, String);
+
+fn entries(named: Vec<(String, Tensor)>) -> Vec<Entry> {
+    named
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec(), t.dtype().to_string()))
+        .collect()
+}
+
+/// The golden file's `[name, shape, dtype]` list `v`.
+fn golden_entries(v: &Value) -> Vec<Entry> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_str().unwrap().to_string(),
+                shape_of(&e[1]),
+                e[2].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn parameter_counts_are_torchvisions() {
     let g = golden();
@@ -72,23 +97,8 @@ fn state_dicts_are_torchvisions() {
     let g = golden();
     for (name, _) in TORCHVISION_PARAMETERS {
         let model = meta(name, 1000);
-        let got: Vec<(String, Vec<usize>, String)> = model
-            .state_dict()
-            .into_iter()
-            .map(|(n, t)| (n, t.shape().to_vec(), t.dtype().to_string()))
-            .collect();
-        let want: Vec<(String, Vec<usize>, String)> = g["models"][name]["state"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e[0].as_str().unwrap().to_string(),
-                    shape_of(&e[1]),
-                    e[2].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
+        let got = entries(model.state_dict());
+        let want = golden_entries(&g["models"][name]["state"]);
         // PyTorch's state_dict interleaves each module's parameters and buffers;
         // ember's lists all parameters, then all buffers: the same entries
         let (mut g_sorted, mut w_sorted) = (got.clone(), want.clone());
@@ -542,23 +552,8 @@ fn gpt2_small_is_pytorchs_layout_on_meta() -> Result<()> {
     );
     // the parameters in PyTorch's order, the tied one once (as named_parameters
     // lists it); PyTorch's state_dict repeats it as head.weight
-    let got: Vec<(String, Vec<usize>, String)> = gpt
-        .named_parameters()
-        .into_iter()
-        .map(|(n, t)| (n, t.shape().to_vec(), t.dtype().to_string()))
-        .collect();
-    let want: Vec<(String, Vec<usize>, String)> = g["parameters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e[0].as_str().unwrap().to_string(),
-                shape_of(&e[1]),
-                e[2].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let got = entries(gpt.named_parameters());
+    let want = golden_entries(&g["parameters"]);
     assert_eq!(got, want);
     assert_eq!(g["tied_state"].as_array().unwrap().len(), 1);
     assert_eq!(g["tied_state"][0], "head.weight");
