@@ -61,7 +61,9 @@ impl Name {
 /// The device side of one op: timing events recorded on its stream around its
 /// work.
 pub(crate) trait DeviceSpan: Send {
-    /// Records the end of the op's work (when the op returns on the host).
+    /// Records the end of the op's work (when the op returns on the host). Called
+    /// with the thread's log locked: it must not record anything itself (no
+    /// allocation through ember's allocators, no kernel launch).
     fn end(&mut self);
     /// The op's start and end on its device, in microseconds after the host
     /// instant returned with them (the device clock's origin in this session,
