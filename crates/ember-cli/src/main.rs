@@ -3,6 +3,7 @@
 mod bench;
 mod devices;
 mod estimate;
+mod files;
 mod paths;
 mod profile;
 mod text;
@@ -33,6 +34,13 @@ enum Command {
     /// The device memory a model's training step needs, computed before running
     /// it (on the meta device, through ember's CUDA caching allocator).
     Estimate(estimate::EstimateArgs),
+    /// What a weights file holds: names, dtypes, shapes and sizes of a PyTorch
+    /// `torch.save` file (.pt/.pth/.bin), a safetensors file or an ember
+    /// checkpoint, without loading the values.
+    Inspect(files::InspectArgs),
+    /// Convert a PyTorch `torch.save` file (.pt/.pth/.bin) to safetensors, which
+    /// ember (and PyTorch's `safetensors`) load.
+    Convert(files::ConvertArgs),
     /// Text from a character model saved by `ember train text --checkpoint DIR`.
     Generate(text::GenerateArgs),
     /// Time tensor operations on the CPU and the GPUs (median, throughput, share
@@ -60,6 +68,8 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Estimate(args)) => estimate::run(&args),
         Some(Command::Generate(args)) => text::generate(&args),
+        Some(Command::Inspect(args)) => files::inspect(&args),
+        Some(Command::Convert(args)) => files::convert(&args),
         // the main job: train on the best available device
         None => train::run(&train::TrainArgs::default()),
     };

@@ -990,3 +990,126 @@ fn a_gpu_ember_cannot_use_is_not_chosen() {
         "{reason}"
     );
 }
+
+/// `ember inspect` lists PyTorch's files (tests/golden/pt/, written by PyTorch)
+/// and safetensors files; `ember convert` writes what `load_pt` reads, and
+/// refuses, before reading anything, to overwrite a file or its own input.
+#[test]
+fn inspect_and_convert_pytorch_files() {
+    let golden = "crates/ember/tests/golden/pt";
+    let (ok, out, err) = ember(&["inspect", &format!("{golden}/checkpoint.pt")]);
+    assert!(ok, "{err}");
+    for want in [
+        "PyTorch torch.save file (zip archive)",
+        "model.0.weight",
+        "float32",
+        "[3, 4]",
+        "optimizer.state.0.exp_avg_sq",
+        "epoch = 3",
+        "args = <a `argparse.Namespace` object, not read>",
+    ] {
+        assert!(out.contains(want), "{want:?} in\n{out}");
+    }
+    let (ok, out, err) = ember(&[
+        "inspect",
+        &format!("{golden}/views_legacy.pt"),
+        "--key",
+        "base",
+    ]);
+    assert!(
+        ok && out.contains("legacy format") && out.contains("[3, 4, 5]"),
+        "{out}{err}"
+    );
+    let (ok, out, _) = ember(&["inspect", &format!("{golden}/int32.pt")]);
+    assert!(ok && out.contains("int32 (not in ember)"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("ember-cli-convert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_path = dir.join("model.safetensors");
+    let out_s = out_path.to_str().unwrap();
+    // the whole checkpoint holds an object ember does not build: refused, naming
+    // the part to pick, and nothing written
+    let ck = format!("{golden}/checkpoint.pt");
+    let (ok, _, err) = ember(&["convert", &ck, out_s]);
+    assert!(
+        !ok && err.contains("argparse.Namespace") && err.contains("--key"),
+        "{err}"
+    );
+    assert!(!out_path.exists());
+    let (ok, out, err) = ember(&["convert", &ck, out_s, "--key", "model"]);
+    assert!(ok && out.contains("wrote 4 tensors"), "{out}{err}");
+    let written = ember::io::load(&out_path, &ember::Device::Cpu).unwrap();
+    let golden_abs =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ember/tests/golden/pt");
+    let source = ember::io::PtFile::open(golden_abs.join("checkpoint.pt"))
+        .unwrap()
+        .select("model")
+        .unwrap()
+        .load(&ember::Device::Cpu)
+        .unwrap();
+    assert_eq!(written.len(), source.len());
+    for (name, b) in &source {
+        let (_, a) = written
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("every tensor written");
+        assert_eq!(
+            a.to_vec::<f32>().unwrap(),
+            b.to_vec::<f32>().unwrap(),
+            "{name}"
+        );
+    }
+    let (ok, out, _) = ember(&["inspect", out_s]);
+    assert!(
+        ok && out.contains("safetensors file") && out.contains("0.weight"),
+        "{out}"
+    );
+    // an existing output is kept unless --force
+    let before = std::fs::read(&out_path).unwrap();
+    let (ok, _, err) = ember(&["convert", &format!("{golden}/small_net.pth"), out_s]);
+    assert!(!ok && err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read(&out_path).unwrap(), before);
+    let (ok, _, err) = ember(&[
+        "convert",
+        &format!("{golden}/small_net.pth"),
+        out_s,
+        "--force",
+    ]);
+    assert!(ok, "{err}");
+    assert_ne!(std::fs::read(&out_path).unwrap(), before);
+    // its own input, a file that is not PyTorch's, a dtype ember lacks
+    for (args, want) in [
+        (
+            vec!["convert", &ck, &ck, "--force"],
+            "OUTPUT is the input file",
+        ),
+        (
+            vec!["convert", out_s, "x.safetensors"],
+            "not a torch.save file",
+        ),
+        (
+            vec!["convert", &format!("{golden}/no-such.pt"), "x.safetensors"],
+            "no such file",
+        ),
+        (
+            vec!["inspect", &format!("{golden}/no-such.pt")],
+            "no such file",
+        ),
+        (
+            vec!["inspect", out_s, "--key", "model"],
+            "--key selects a part",
+        ),
+    ] {
+        let (ok, _, err) = ember(&args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+    }
+    let int_out = dir.join("int32.safetensors");
+    let (ok, _, err) = ember(&[
+        "convert",
+        &format!("{golden}/int32.pt"),
+        int_out.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("\"counts\" is int32"), "{err}");
+    assert!(!int_out.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

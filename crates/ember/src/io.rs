@@ -1,5 +1,6 @@
 //! Saving and loading named tensors as safetensors files (readable by PyTorch's
-//! `safetensors` package), model state dicts, and training checkpoints.
+//! `safetensors` package), model state dicts, and training checkpoints; reading
+//! PyTorch's own `torch.save` files ([`PtFile`], [`load_pt`]).
 //!
 //! Writes are atomic: the file is written beside its destination and renamed into
 //! place, so an interrupted save never leaves a half-written checkpoint.
@@ -24,6 +25,10 @@
 //! # std::fs::remove_file(&path).ok();
 //! # Ok::<(), ember::Error>(())
 //! ```
+
+mod pt;
+
+pub use pt::{is_pt_file, load_pt, PtDType, PtEntry, PtFile, PtFormat};
 
 use crate::nn::Module;
 use crate::optim::Optimizer;
@@ -187,6 +192,71 @@ pub fn metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// A tensor as a file lists it, without its values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// PyTorch's name for its dtype (`float32`, `int32`): files can hold types
+    /// ember does not have.
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    /// The bytes its values take.
+    pub nbytes: usize,
+}
+
+/// The tensors of a safetensors file or a `torch.save` file (told apart by their
+/// first bytes), in the file's order, without loading their values. For a
+/// `torch.save` file nested names are joined with dots, as [`load_pt`] names
+/// them; [`PtFile`] lists one part of such a file, and its other values.
+pub fn list(path: impl AsRef<Path>) -> Result<Vec<TensorInfo>> {
+    let path = path.as_ref();
+    if is_pt_file(path) {
+        return Ok(PtFile::open(path)?
+            .entries()?
+            .into_iter()
+            .map(|e| TensorInfo {
+                nbytes: e.nbytes(),
+                dtype: e.dtype.name.to_string(),
+                shape: e.shape,
+                name: e.name,
+            })
+            .collect());
+    }
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let mut out: Vec<(usize, TensorInfo)> = meta
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let dtype = match info.dtype {
+                Dtype::BOOL => "bool".to_string(),
+                Dtype::U8 => "uint8".to_string(),
+                Dtype::I8 => "int8".to_string(),
+                Dtype::I16 => "int16".to_string(),
+                Dtype::I32 => "int32".to_string(),
+                Dtype::I64 => "int64".to_string(),
+                Dtype::F16 => "float16".to_string(),
+                Dtype::BF16 => "bfloat16".to_string(),
+                Dtype::F32 => "float32".to_string(),
+                Dtype::F64 => "float64".to_string(),
+                other => format!("{other:?}").to_lowercase(),
+            };
+            let (start, end) = info.data_offsets;
+            (
+                start,
+                TensorInfo {
+                    name,
+                    dtype,
+                    shape: info.shape.clone(),
+                    nbytes: end - start,
+                },
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+    Ok(out.into_iter().map(|(_, t)| t).collect())
+}
+
 fn not_safetensors(path: &Path, e: safetensors::SafeTensorError) -> Error {
     Error::invalid(
         "load",
@@ -325,45 +395,15 @@ pub fn save_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()>
 
 /// Copies `state` into the model's parameters and buffers (converted to each one's
 /// dtype), after checking that the names and shapes match exactly; on a mismatch
-/// nothing is changed.
+/// nothing is changed. `what` names the state in errors (a file name).
 pub fn load_state_into(model: &dyn Module, state: &[(String, Tensor)], what: &str) -> Result<()> {
-    let params = model.state_dict();
-    let have: HashSet<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
-    let want: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-    let mut missing: Vec<&str> = want.difference(&have).copied().collect();
-    let mut unexpected: Vec<&str> = have.difference(&want).copied().collect();
-    missing.sort_unstable();
-    unexpected.sort_unstable();
-    if !missing.is_empty() || !unexpected.is_empty() {
-        return Err(Error::invalid(
-            "load_state_dict",
-            format!("{what} does not match the model: missing keys {missing:?}, unexpected keys {unexpected:?}"),
-        ));
-    }
-    let mut pairs = Vec::with_capacity(params.len());
-    for (name, p) in &params {
-        let Some((_, t)) = state.iter().find(|(n, _)| n == name) else {
-            continue; // cannot happen: the key sets are equal
-        };
-        if t.shape() != p.shape() {
-            return Err(Error::shape(
-                "load_state_dict",
-                p.shape(),
-                t.shape(),
-                format!(
-                    "size mismatch for {name} in {what}: the model has {:?}, the file {:?}",
-                    p.shape(),
-                    t.shape()
-                ),
-            ));
-        }
-        pairs.push((p, t));
-    }
-    crate::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))
+    crate::nn::load_state(model, state, true, what).map(|_| ())
 }
 
-/// Loads a file written by [`save_state_dict`] (or PyTorch's `save_file` of a
-/// state dict) into the model's parameters. NaN or infinite values are refused,
+/// Loads a file written by [`save_state_dict`], PyTorch's `save_file` of a state
+/// dict, or PyTorch's `torch.save` of a state dict (`.pt`/`.pth`, told apart by
+/// their first bytes; see [`PtFile`]) into the model's parameters, strictly: the
+/// names and shapes must match ([`Module::load_state_dict`] can load a part). NaN or infinite values are refused,
 /// naming the tensor; [`load_state_dict_with`] can allow them.
 pub fn load_state_dict(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
     load_state_dict_with(model, path, LoadOptions::default())
@@ -380,7 +420,11 @@ pub fn load_state_dict_with(
         .parameters()
         .first()
         .map_or(Device::Cpu, |p| p.device());
-    let state = load_checked(path, &device, options.allow_non_finite)?;
+    let state = if is_pt_file(path) {
+        PtFile::open(path)?.load_checked(&device, !options.allow_non_finite)?
+    } else {
+        load_checked(path, &device, options.allow_non_finite)?
+    };
     load_state_into(model, &state, &path.display().to_string())
 }
 

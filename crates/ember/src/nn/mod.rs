@@ -25,6 +25,7 @@ mod layers;
 mod loss;
 mod norm;
 mod recurrent;
+mod state;
 
 pub use attention::{
     square_subsequent_mask, Activation, AttentionOptions, DecoderMasks, MultiheadAttention,
@@ -47,6 +48,7 @@ pub use loss::{
 };
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
+pub use state::IncompatibleKeys;
 
 use crate::{DType, Device, Result, Tensor};
 
@@ -71,6 +73,39 @@ pub trait Module: Send + Sync {
         let mut all = self.named_parameters();
         all.extend(self.named_buffers());
         all
+    }
+
+    /// Copies a state dict into the parameters and buffers
+    /// (`model.load_state_dict(state, strict)`): each entry is converted to the
+    /// dtype of the tensor it replaces and moved to its device. With `strict`,
+    /// a key the model lacks or an entry the state lacks is an error; without,
+    /// they are returned. A shape that differs is an error either way. Nothing is
+    /// copied unless everything checks.
+    ///
+    /// `state` can come from [`crate::io::load`] (safetensors),
+    /// [`crate::io::load_pt`] (PyTorch's `torch.save` files) or another model's
+    /// [`state_dict`](Self::state_dict).
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::prelude::*;
+    /// let dev = Device::Cpu;
+    /// let a = nn::Linear::new(3, 2, &dev)?;
+    /// let b = nn::Linear::new(3, 2, &dev)?;
+    /// assert!(b.load_state_dict(&a.state_dict(), true)?.is_empty());
+    /// assert_eq!(b.weight.to_vec2::<f32>()?, a.weight.to_vec2::<f32>()?);
+    /// // a state without the bias: refused when strict, reported when not
+    /// let weight_only = &a.state_dict()[..1];
+    /// assert!(b.load_state_dict(weight_only, true).is_err());
+    /// assert_eq!(b.load_state_dict(weight_only, false)?.missing_keys, ["bias"]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    fn load_state_dict(
+        &self,
+        state: &[(String, Tensor)],
+        strict: bool,
+    ) -> Result<IncompatibleKeys> {
+        state::load_state(self, state, strict, "the state dict")
     }
 
     /// Moves every parameter (and buffer) to `device`. A model on `meta` has no
@@ -182,6 +217,14 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).state_dict()
     }
 
+    fn load_state_dict(
+        &self,
+        state: &[(String, Tensor)],
+        strict: bool,
+    ) -> Result<IncompatibleKeys> {
+        (**self).load_state_dict(state, strict)
+    }
+
     fn to_device(&mut self, device: &Device) -> Result<()> {
         (**self).to_device(device)
     }
@@ -233,6 +276,8 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
 }
 
 /// `Ok` for a floating-point `dtype`, the one kind a module converts to.
+pub(crate) use state::load_state;
+
 pub(crate) fn float_target(dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())

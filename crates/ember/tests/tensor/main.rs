@@ -73,6 +73,7 @@ mod linalg;
 mod nn;
 mod profiler;
 mod props;
+mod pt;
 mod reduce;
 mod thin;
 mod train;
