@@ -28,6 +28,15 @@ pub struct GptConfig {
 }
 
 impl GptConfig {
+    /// GPT-2's smallest model exactly: [`gpt2_small`](Self::gpt2_small) with
+    /// GPT-2's own 50257 tokens, the shape of its published weights.
+    pub fn gpt2() -> GptConfig {
+        GptConfig {
+            vocab_size: 50257,
+            ..GptConfig::gpt2_small()
+        }
+    }
+
     /// GPT-2's smallest layout (124M parameters with the tied head): 12 layers,
     /// 12 heads, width 768, context 1024, and GPT-2's 50257 tokens padded to
     /// 50304 (a multiple of 64, which the products of the head prefer); no
@@ -65,7 +74,7 @@ impl CharGpt {
     /// Weights drawn as GPT-2's: normal with standard deviation 0.02, biases zero
     /// (layer norms: weight 1, bias 0).
     pub fn new(config: GptConfig, device: &Device) -> Result<CharGpt> {
-        CharGpt::build(config, false, device)
+        CharGpt::build(config, false, Activation::Gelu, device)
     }
 
     /// [`new`](CharGpt::new) with the head tied to the token embedding, as GPT-2
@@ -86,7 +95,16 @@ impl CharGpt {
     /// # Ok::<(), ember::Error>(())
     /// ```
     pub fn new_tied(config: GptConfig, device: &Device) -> Result<CharGpt> {
-        CharGpt::build(config, true, device)
+        CharGpt::build(config, true, Activation::Gelu, device)
+    }
+
+    /// GPT-2's own block, as Hugging Face's `GPT2LMHeadModel` computes it: the
+    /// head tied as in [`new_tied`](CharGpt::new_tied), and the feed-forward's
+    /// GELU with the tanh approximation (GPT-2's `gelu_new`). With GPT-2's
+    /// weights (see [`gpt2_state_from_hf`](super::gpt2_state_from_hf)) it gives
+    /// GPT-2's logits.
+    pub fn new_gpt2(config: GptConfig, device: &Device) -> Result<CharGpt> {
+        CharGpt::build(config, true, Activation::GeluTanh, device)
     }
 
     /// Whether the head's weight is the token embedding's.
@@ -94,7 +112,12 @@ impl CharGpt {
         self.tied
     }
 
-    fn build(config: GptConfig, tied: bool, device: &Device) -> Result<CharGpt> {
+    fn build(
+        config: GptConfig,
+        tied: bool,
+        activation: Activation,
+        device: &Device,
+    ) -> Result<CharGpt> {
         let c = config;
         if c.heads == 0 || !c.width.is_multiple_of(c.heads) || c.context == 0 || c.vocab_size == 0 {
             return Err(Error::invalid(
@@ -105,7 +128,7 @@ impl CharGpt {
         let opts = TransformerOptions {
             dim_feedforward: 4 * c.width,
             dropout: c.dropout,
-            activation: Activation::Gelu,
+            activation,
             batch_first: true,
             norm_first: true,
             ..Default::default()

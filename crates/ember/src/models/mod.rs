@@ -47,9 +47,11 @@
 //! path of its own).
 
 mod gpt;
+mod hf_gpt2;
 mod resnet;
 
 pub use gpt::{CharGpt, GptConfig};
+pub use hf_gpt2::{gpt2, gpt2_state_from_hf};
 pub use resnet::{BasicBlock, Bottleneck};
 
 use crate::nn::{self, Module, Sequential};

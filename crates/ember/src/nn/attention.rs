@@ -450,6 +450,9 @@ pub enum Activation {
     #[default]
     Relu,
     Gelu,
+    /// GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`, GPT-2's
+    /// `gelu_new`).
+    GeluTanh,
 }
 
 /// The settings of [`TransformerEncoderLayer`] and [`TransformerDecoderLayer`]
@@ -496,6 +499,7 @@ fn feed_forward(
     let h = match act {
         Activation::Relu => h.relu()?,
         Activation::Gelu => h.gelu()?,
+        Activation::GeluTanh => h.gelu_tanh()?,
     };
     let h = dropout(&h, p, training)?;
     let _s = crate::meta::enter_module("linear2");

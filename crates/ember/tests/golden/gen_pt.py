@@ -16,9 +16,15 @@ Writes into pt/ next to this file (small files, committed):
                                 PyTorch loads them with weights_only=False
   small_net.pth                 a conv-BN-ReLU-linear net after a few training
                                 steps (running statistics moved)
+  gpt2_tiny.bin                 Hugging Face's GPT2LMHeadModel (transformers), 2
+                                layers of width 32, its state dict as
+                                pytorch_model.bin holds it (lm_head tied to wte,
+                                one storage), with the causal-mask buffers older
+                                transformers versions saved (h.N.attn.bias)
 and expected.json: each file's tensors (name, dtype, shape, the bytes of the
-contiguous values in hex) and other values (as Python's repr writes them), and
-small_net's output in eval mode on a fixed input.
+contiguous values in hex) and other values (as Python's repr writes them),
+small_net's output in eval mode on a fixed input, and gpt2_tiny's logits for
+fixed ids (needs the transformers package).
 
 With --zoo DIR it instead writes into DIR, for a test that runs when PyTorch is
 present (the files are large): resnet18.pth and resnet50.pth (torchvision's
@@ -155,6 +161,26 @@ def small_net():
     return net, x, y
 
 
+def gpt2_tiny():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(2)
+    cfg = GPT2Config(vocab_size=96, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # layer norms and biases off their initial 1 and 0
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    state = model.state_dict()
+    for i in range(cfg.n_layer):
+        state[f"transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16)
+    ids = torch.tensor([[5, 17, 90, 3, 3, 64, 0, 41, 12, 7]])
+    with torch.no_grad():
+        logits = model(ids).logits
+    return state, ids, logits
+
+
 def write_small():
     os.makedirs(OUT, exist_ok=True)
     expected = {"torch": torch.__version__, "files": {}}
@@ -184,6 +210,10 @@ def write_small():
     save("small_net.pth", net.state_dict())
     expected["small_net"] = {"input": tensor_record("input", x), "output": y.flatten().tolist(),
                              "output_shape": list(y.shape)}
+    state, ids, logits = gpt2_tiny()
+    save("gpt2_tiny.bin", state, record=False)
+    expected["gpt2_tiny"] = {"ids": ids.tolist(), "logits_shape": list(logits.shape),
+                             "logits": logits.flatten().tolist()}
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
         f.write("\n")

@@ -196,10 +196,49 @@ fn small_net_gives_pytorchs_output(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Hugging Face's GPT-2 (transformers' GPT2LMHeadModel, 2 layers of width 32)
+/// from its pytorch_model.bin-style state dict gives its logits.
+fn gpt2_gives_hugging_faces_logits(dev: &Device) -> Result<()> {
+    use ember::models::{self, CharGpt, GptConfig};
+    let exp = &expected()["gpt2_tiny"];
+    let hf = io::load_pt(pt("gpt2_tiny.bin"), dev)?;
+    let config = GptConfig {
+        vocab_size: 96,
+        context: 16,
+        layers: 2,
+        heads: 4,
+        width: 32,
+        dropout: 0.0,
+    };
+    let mut model = CharGpt::new_gpt2(config, dev)?;
+    let state = models::gpt2_state_from_hf(&hf)?;
+    assert!(model.load_state_dict(&state, true)?.is_empty());
+    model.eval();
+    let ids: Vec<Vec<i64>> = serde_json::from_value(exp["ids"].clone()).unwrap();
+    let x = Tensor::from_vec(ids[0].clone(), [1, ids[0].len()], dev)?;
+    let logits = ember::no_grad(|| model.forward(&x))?;
+    let shape: Vec<usize> = serde_json::from_value(exp["logits_shape"].clone()).unwrap();
+    assert_eq!(logits.shape(), shape.as_slice());
+    let want: Vec<f64> = serde_json::from_value(exp["logits"].clone()).unwrap();
+    super::assert_close(&super::vals(&logits), &want, 1e-4, 1e-4);
+    // a head that is not the embedding, and a name GPT-2 does not have
+    let mut untied = hf.clone();
+    let i = untied.iter().position(|(n, _)| n == "lm_head.weight").unwrap();
+    untied[i].1 = (&untied[i].1 * 2.0f64).contiguous()?;
+    let e = models::gpt2_state_from_hf(&untied).unwrap_err().to_string();
+    assert!(e.contains("lm_head.weight differs"), "{e}");
+    let mut extra = hf.clone();
+    extra.push(("transformer.h.0.attn.rotary".into(), Tensor::zeros([1], DType::F32, dev)?));
+    let e = models::gpt2_state_from_hf(&extra).unwrap_err().to_string();
+    assert!(e.contains("transformer.h.0.attn.rotary"), "{e}");
+    Ok(())
+}
+
 device_test!(
     files_load_bit_for_bit,
     checkpoint_parts,
-    small_net_gives_pytorchs_output
+    small_net_gives_pytorchs_output,
+    gpt2_gives_hugging_faces_logits
 );
 
 #[test]
