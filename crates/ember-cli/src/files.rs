@@ -101,8 +101,13 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         print_table(&rows);
         let storages: std::collections::HashSet<&str> =
             entries.iter().map(|e| e.storage.as_str()).collect();
-        let elements: usize = entries.iter().map(|e| e.numel()).sum();
-        let bytes: usize = entries.iter().map(|e| e.nbytes()).sum();
+        // saturating: a crafted file's sizes can add up past usize
+        let elements = entries
+            .iter()
+            .fold(0usize, |n, e| n.saturating_add(e.numel()));
+        let bytes = entries
+            .iter()
+            .fold(0usize, |n, e| n.saturating_add(e.nbytes()));
         println!(
             "{} tensors in {} storages, {elements} elements, {}",
             entries.len(),

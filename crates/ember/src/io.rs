@@ -421,7 +421,21 @@ pub fn load_state_dict_with(
         .first()
         .map_or(Device::Cpu, |p| p.device());
     let state = if is_pt_file(path) {
-        PtFile::open(path)?.load_checked(&device, !options.allow_non_finite)?
+        // names and shapes checked from the file's structure before any tensor
+        // is read onto the device
+        let file = PtFile::open(path)?;
+        let entries = file.entries()?;
+        let shapes: Vec<(&str, &[usize])> = entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.shape.as_slice()))
+            .collect();
+        crate::nn::check_state(
+            &model.state_dict(),
+            &shapes,
+            true,
+            &path.display().to_string(),
+        )?;
+        file.load_checked(&device, !options.allow_non_finite)?
     } else {
         load_checked(path, &device, options.allow_non_finite)?
     };

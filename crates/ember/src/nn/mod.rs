@@ -276,7 +276,7 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
 }
 
 /// `Ok` for a floating-point `dtype`, the one kind a module converts to.
-pub(crate) use state::load_state;
+pub(crate) use state::{check_state, load_state};
 
 pub(crate) fn float_target(dtype: DType) -> Result<()> {
     if dtype.is_float() {

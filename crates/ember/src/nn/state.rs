@@ -24,8 +24,9 @@ impl IncompatibleKeys {
 /// Copies the entries of `state` whose names the model has into its parameters
 /// and buffers (converted to each one's dtype and moved to its device). With
 /// `strict`, a missing or unexpected key is an error; in any mode so is a shape
-/// that differs. Every check runs before the first copy: on an error the model
-/// is unchanged. `what` names the state in errors (a file, "the state dict").
+/// that differs. Every check, and every move and conversion, runs before the
+/// first copy: on an error the model is unchanged. `what` names the state in
+/// errors (a file, "the state dict").
 pub(crate) fn load_state<M: Module + ?Sized>(
     model: &M,
     state: &[(String, Tensor)],
@@ -33,18 +34,58 @@ pub(crate) fn load_state<M: Module + ?Sized>(
     what: &str,
 ) -> Result<IncompatibleKeys> {
     let params = model.state_dict();
+    let shapes: Vec<(&str, &[usize])> =
+        state.iter().map(|(n, t)| (n.as_str(), t.shape())).collect();
+    let report = check_state(&params, &shapes, strict, what)?;
     // a name given twice: the later entry wins, as in a Python dict
     let given: HashMap<&str, &Tensor> = state.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    // every entry moved and converted before the first copy, so that a failure
+    // (out of memory on the device) leaves the model as it was
+    let pairs = crate::no_grad(|| {
+        params
+            .iter()
+            .filter_map(|(n, p)| given.get(n.as_str()).map(|t| (p, *t)))
+            .map(|(p, t)| {
+                let t = if t.device() == p.device() {
+                    t.clone()
+                } else {
+                    t.to(&p.device())?
+                };
+                let t = if t.dtype() == p.dtype() {
+                    t
+                } else {
+                    t.to_dtype(p.dtype())?
+                };
+                Ok((p, t))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    crate::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))?;
+    Ok(report)
+}
+
+/// Checks the names and shapes of a state (`given`, in its order) against a
+/// model's state dict (`params`), as [`load_state`] does before it copies: the
+/// report of missing and unexpected keys, or the error `load_state` would give.
+pub(crate) fn check_state(
+    params: &[(String, Tensor)],
+    given: &[(&str, &[usize])],
+    strict: bool,
+    what: &str,
+) -> Result<IncompatibleKeys> {
+    // a name given twice: the later entry wins, as in a Python dict
+    let shapes: HashMap<&str, &[usize]> = given.iter().copied().collect();
     let want: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
     let missing: Vec<String> = params
         .iter()
-        .filter(|(n, _)| !given.contains_key(n.as_str()))
+        .filter(|(n, _)| !shapes.contains_key(n.as_str()))
         .map(|(n, _)| n.clone())
         .collect();
     let mut unexpected: Vec<String> = Vec::new();
-    for (n, _) in state {
-        if !want.contains(n.as_str()) && !unexpected.contains(n) {
-            unexpected.push(n.clone());
+    let mut listed = HashSet::new();
+    for (n, _) in given {
+        if !want.contains(n) && listed.insert(*n) {
+            unexpected.push(n.to_string());
         }
     }
     let report = IncompatibleKeys {
@@ -72,23 +113,19 @@ pub(crate) fn load_state<M: Module + ?Sized>(
             errors.push(hint);
         }
     }
-    let mut pairs = Vec::with_capacity(params.len());
     let mut first_mismatch = None;
-    for (name, p) in &params {
-        let Some(t) = given.get(name.as_str()) else {
+    for (name, p) in params {
+        let Some(&shape) = shapes.get(name.as_str()) else {
             continue;
         };
-        if t.shape() != p.shape() {
+        if shape != p.shape() {
             errors.push(format!(
-                "size mismatch for {name}: copying a tensor of shape {:?} from {what}, the \
+                "size mismatch for {name}: copying a tensor of shape {shape:?} from {what}, the \
                  shape in the model is {:?}",
-                t.shape(),
                 p.shape()
             ));
-            first_mismatch.get_or_insert((p.shape().to_vec(), t.shape().to_vec()));
-            continue;
+            first_mismatch.get_or_insert((p.shape().to_vec(), shape.to_vec()));
         }
-        pairs.push((p, *t));
     }
     if !errors.is_empty() {
         let msg = format!("{what} does not match the model: {}", errors.join("; "));
@@ -100,15 +137,6 @@ pub(crate) fn load_state<M: Module + ?Sized>(
             _ => Error::invalid("load_state_dict", msg),
         });
     }
-    crate::no_grad(|| {
-        pairs.iter().try_for_each(|(p, t)| {
-            if t.device() == p.device() {
-                p.copy_(t)
-            } else {
-                p.copy_(&t.to(&p.device())?)
-            }
-        })
-    })?;
     Ok(report)
 }
 

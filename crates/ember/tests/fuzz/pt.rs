@@ -13,9 +13,12 @@ fn golden(name: &str) -> PathBuf {
 
 /// The files PyTorch wrote, to damage: both layouts, views, every dtype, nested
 /// checkpoints, objects ember refuses.
-const BASES: [&str; 8] = [
+const BASES: [&str; 11] = [
+    "views_legacy_p1.pt",
     "dtypes.pt",
     "dtypes_legacy.pt",
+    "dtypes_p4.pt",
+    "views_legacy_p4.pt",
     "views.pt",
     "views_legacy.pt",
     "checkpoint.pt",
@@ -351,6 +354,159 @@ fn zip_bombs_are_refused_without_inflating_them() {
     let (e, largest) = refused("pickle", &bytes);
     assert!(e.contains("at most"), "{e}");
     assert!(largest < SMALL, "allocated {largest} bytes");
+}
+
+/// A legacy-format file: the magic number, the format version, the system
+/// information, `object`, the storage keys, then each storage as its element
+/// count and bytes.
+fn legacy(object: &[u8], storages: &[(&str, u64, &[u8])]) -> Vec<u8> {
+    let mut out = vec![0x80, 2, 0x8a, 10];
+    out.extend([
+        0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, b'.',
+    ]);
+    out.extend([0x80, 2, b'M', 0xe9, 0x03, b'.']);
+    out.extend([0x80, 2, b'}', b'.']);
+    out.extend(object);
+    let mut keys = Pickler::new();
+    keys.op(b']').op(b'(');
+    for (k, ..) in storages {
+        keys.str(k);
+    }
+    out.extend(keys.op(b'e').done());
+    for (_, numel, bytes) in storages {
+        out.extend(numel.to_le_bytes());
+        out.extend(*bytes);
+    }
+    out
+}
+
+#[test]
+fn legacy_storages_are_checked_before_allocating() {
+    let data = [0u8; 16];
+    for (numel, stored, says) in [
+        (1i64 << 40, 4u64, "holds 4 elements, not the 1099511627776"),
+        (8, 4, "holds 4 elements, not the 8"),
+        (4, 1 << 40, "more than the file has"),
+    ] {
+        let t = f32s("w", "0", numel, 0, &[4], &[1]);
+        let bytes = legacy(&state_pickle(&[t]), &[("0", stored, &data)]);
+        let (e, largest) = refused("legacy", &bytes);
+        assert!(e.contains(says), "{e}");
+        assert!(largest < SMALL, "allocated {largest} bytes");
+    }
+    // a storage the key list leaves out
+    let t = f32s("w", "9", 4, 0, &[4], &[1]);
+    let (e, _) = refused("legacy-missing", &legacy(&state_pickle(&[t]), &[]));
+    assert!(e.contains("not stored in the file"), "{e}");
+}
+
+#[test]
+fn crafted_calls_cost_little_and_never_recurse() {
+    // _rebuild_from_type_v2 applied to a list that holds the call's own
+    // arguments: read without recursing (the pickle reader never calls back into
+    // itself for a builder's arguments)
+    let mut p = Pickler::new();
+    p.op(b'}').str("x");
+    p.global("torch._tensor", "_rebuild_from_type_v2");
+    p.op(b']').op(b'q').op(0).op(b'(');
+    p.global("torch._tensor", "_rebuild_from_type_v2")
+        .global("torch", "Tensor")
+        .op(b'h')
+        .op(0);
+    p.op(b'e').op(b'R').op(b's');
+    let (e, _) = refused("recurse", &archive(&[("data.pkl", &p.done())], false));
+    assert!(e.contains("`torch.Tensor`"), "{e}");
+    // a 200,000-item tuple given to 20,000 calls through the memo: no copies
+    let mut p = Pickler::new();
+    p.op(b'(');
+    for _ in 0..200_000 {
+        p.op(b'K').op(0);
+    }
+    p.op(b't').op(b'q').op(1).op(b'0').op(b']').op(b'(');
+    for i in 0..20_000 {
+        let (m, n) = if i % 2 == 0 {
+            ("os", "system")
+        } else {
+            ("torch._utils", "_rebuild_tensor_v2")
+        };
+        p.global(m, n).op(b'h').op(1).op(b'R');
+    }
+    p.op(b'e');
+    let bytes = archive(&[("data.pkl", &p.done())], false);
+    let start = Instant::now();
+    let (e, _) = refused("amplified", &bytes);
+    assert!(e.contains("os.system"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn repetition_is_refused_before_it_costs() {
+    // one 1 MB key over 10,000 values: ten billion bytes of names
+    let mut p = Pickler::new();
+    p.op(b'}').str(&"k".repeat(1 << 20)).op(b']').op(b'(');
+    for _ in 0..10_000 {
+        p.op(b')');
+    }
+    p.op(b'e').op(b's');
+    let (e, _) = refused("names", &archive(&[("data.pkl", &p.done())], false));
+    assert!(e.contains("many times the file's size"), "{e}");
+    // one 1 MiB storage viewed whole by 1,000 tensors: a gigabyte of copies
+    let mut p = Pickler::new();
+    p.op(b'}').op(b'(');
+    for i in 0..1000 {
+        p.str(&format!("t{i}"))
+            .tensor(&f32s("t", "0", 1 << 18, 0, &[1 << 18], &[1]));
+    }
+    p.op(b'u');
+    let data = vec![0u8; 1 << 20];
+    let bytes = archive(&[("data.pkl", &p.done()), ("data/0", &data)], false);
+    let (e, largest) = refused("copies", &bytes);
+    assert!(e.contains("its own copy"), "{e}");
+    assert!(largest < 4 << 20, "allocated {largest} bytes");
+    // keys 1 and "1" would name two values alike
+    let mut p = Pickler::new();
+    p.op(b'}')
+        .op(b'(')
+        .op(b'K')
+        .op(1)
+        .op(b'N')
+        .str("1")
+        .op(b'N')
+        .op(b'u');
+    let (e, _) = refused("keys", &archive(&[("data.pkl", &p.done())], false));
+    assert!(e.contains("would both be named \"1\""), "{e}");
+}
+
+#[test]
+fn storages_are_read_one_at_a_time() {
+    // four storages of 1 MiB: the largest allocation is about one of them, not
+    // the file (each storage's buffer becomes its tensor's)
+    let mb = 1 << 20;
+    let data = vec![0u8; mb];
+    let names = ["a", "b", "c", "d"];
+    let keys = ["0", "1", "2", "3"];
+    let ts: Vec<Crafted> = names
+        .iter()
+        .zip(keys)
+        .map(|(n, k)| f32s(n, k, (mb / 4) as i64, 0, &[(mb / 4) as i64], &[1]))
+        .collect();
+    let pickle = state_pickle(&ts);
+    let mut records: Vec<(String, &[u8])> = vec![("data.pkl".into(), &pickle)];
+    records.extend(keys.iter().map(|k| (format!("data/{k}"), &data[..])));
+    let refs: Vec<(&str, &[u8])> = records.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    let dir = Scratch::new("one-at-a-time");
+    let path = dir.file("four.pt");
+    std::fs::write(&path, archive(&refs, false)).unwrap();
+    let (r, largest) = largest_allocation(|| ember::io::load_pt(&path, &Device::Cpu));
+    assert_eq!(r.unwrap().len(), 4);
+    assert!(
+        largest <= mb + (64 << 10),
+        "largest allocation {largest} for 1 MiB storages"
+    );
 }
 
 #[test]

@@ -1,7 +1,10 @@
 """torch.save files for ember::io::PtFile (tests/pt.rs), written by real PyTorch.
 
 Writes into pt/ next to this file (small files, committed):
-  dtypes.pt, dtypes_legacy.pt   one tensor per dtype ember has (NaN, infinities,
+  dtypes.pt, dtypes_legacy.pt,  one tensor per dtype ember has (NaN, infinities,
+  dtypes_p4.pt,                 (the last two with pickle protocol 4, the next
+  views_legacy_p4.pt,           with protocol 1: text integers)
+  views_legacy_p1.pt
                                 -0.0, subnormals, integer extremes), a 0-d and an
                                 empty tensor, and values that are not tensors
   views.pt, views_legacy.pt     views of one storage: transposed, sliced with an
@@ -10,7 +13,8 @@ Writes into pt/ next to this file (small files, committed):
   checkpoint.pt                 {"model": state dict, "optimizer": Adam's state
                                 after two steps, "epoch": 3, "args": an
                                 argparse.Namespace (an object ember does not build)}
-  int32.pt                      an int32 tensor (a dtype ember does not have)
+  int32.pt                      an int32 and a uint16 tensor (dtypes ember does
+                                not have; uint16 goes through _rebuild_tensor_v3)
   module.pt                     torch.save of a whole nn.Module (not a state dict)
   os_system.pt, eval.pt         pickles that call os.system / builtins.eval when
                                 PyTorch loads them with weights_only=False
@@ -80,7 +84,9 @@ def flatten(obj, prefix=""):
         elif isinstance(o, bytes):
             values.append([name, f"<{len(o)} bytes>"])
         elif isinstance(o, str):
-            values.append([name, json.dumps(o)])
+            values.append([name, repr(o)])
+        elif isinstance(o, torch.device):
+            values.append([name, repr(str(o))])
         elif o is None or isinstance(o, (bool, int, float)):
             values.append([name, repr(o)])
         else:
@@ -104,7 +110,9 @@ def dtypes():
         "empty": torch.zeros(2, 0),
         "param": nn.Parameter(torch.arange(6.0).reshape(2, 3)),
         "meta": {"epoch": 3, "lr": 0.1, "name": "run-1", "betas": (0.9, 0.999), "none": None,
-                 "flag": True, "raw": b"xy", "big": 2 ** 40, "neg": -7, "nothing": []},
+                 "flag": True, "raw": b"xy", "big": 2 ** 40, "neg": -7, "nothing": [],
+                 "quote": "it's\tdone", "size": torch.Size([2, 3]),
+                 "device": torch.device("cuda", 1), "no_bytes": b"", "eps": 1e-8},
     }
 
 
@@ -185,9 +193,9 @@ def write_small():
     os.makedirs(OUT, exist_ok=True)
     expected = {"torch": torch.__version__, "files": {}}
 
-    def save(name, obj, legacy=False, record=True):
+    def save(name, obj, legacy=False, record=True, protocol=2):
         path = os.path.join(OUT, name)
-        torch.save(obj, path, _use_new_zipfile_serialization=not legacy)
+        torch.save(obj, path, _use_new_zipfile_serialization=not legacy, pickle_protocol=protocol)
         if record:
             expected["files"][name] = flatten(obj)
         print(f"{name}: {os.path.getsize(path)} bytes")
@@ -196,13 +204,16 @@ def write_small():
     save("dtypes_legacy.pt", dtypes(), legacy=True)
     save("views.pt", views())
     save("views_legacy.pt", views(), legacy=True)
+    save("dtypes_p4.pt", dtypes(), protocol=4)
+    save("views_legacy_p4.pt", views(), legacy=True, protocol=4)
+    save("views_legacy_p1.pt", views(), legacy=True, protocol=1)
     ck = checkpoint()
     save("checkpoint.pt", ck, record=False)
     expected["files"]["checkpoint.pt"] = {
         "model": flatten(ck["model"]), "optimizer": flatten(ck["optimizer"]),
         "epoch": ck["epoch"]}
-    save("int32.pt", {"ok": torch.ones(2), "counts": torch.tensor([1, 2], dtype=torch.int32)},
-         record=False)
+    save("int32.pt", {"ok": torch.ones(2), "counts": torch.tensor([1, 2], dtype=torch.int32),
+                      "u16": torch.tensor([1, 2, 3]).to(torch.uint16)}, record=False)
     save("module.pt", nn.Linear(2, 2), record=False)
     save("os_system.pt", {"weight": torch.ones(2), "payload": SystemCall()}, record=False)
     save("eval.pt", {"payload": EvalCall()}, record=False)

@@ -94,6 +94,9 @@ fn files_load_bit_for_bit(dev: &Device) -> Result<()> {
         ("dtypes_legacy.pt", PtFormat::Legacy),
         ("views.pt", PtFormat::Zip),
         ("views_legacy.pt", PtFormat::Legacy),
+        ("dtypes_p4.pt", PtFormat::Zip),
+        ("views_legacy_p4.pt", PtFormat::Legacy),
+        ("views_legacy_p1.pt", PtFormat::Legacy),
         ("small_net.pth", PtFormat::Zip),
     ] {
         let want = &exp["files"][name];
@@ -163,6 +166,15 @@ fn checkpoint_parts(dev: &Device) -> Result<()> {
         .collect();
     let e = net.load_state_dict(&all, true).unwrap_err().to_string();
     assert!(e.contains("prefix \"model.\""), "{e}");
+    // the whole file into the model: refused for its names, from the file's
+    // structure, before any tensor (or the object ember does not build) is read
+    let e = io::load_state_dict(&net, pt("checkpoint.pt"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("prefix \"model.\"") && !e.contains("argparse"),
+        "{e}"
+    );
     Ok(())
 }
 
@@ -223,12 +235,18 @@ fn gpt2_gives_hugging_faces_logits(dev: &Device) -> Result<()> {
     super::assert_close(&super::vals(&logits), &want, 1e-4, 1e-4);
     // a head that is not the embedding, and a name GPT-2 does not have
     let mut untied = hf.clone();
-    let i = untied.iter().position(|(n, _)| n == "lm_head.weight").unwrap();
+    let i = untied
+        .iter()
+        .position(|(n, _)| n == "lm_head.weight")
+        .unwrap();
     untied[i].1 = (&untied[i].1 * 2.0f64).contiguous()?;
     let e = models::gpt2_state_from_hf(&untied).unwrap_err().to_string();
     assert!(e.contains("lm_head.weight differs"), "{e}");
     let mut extra = hf.clone();
-    extra.push(("transformer.h.0.attn.rotary".into(), Tensor::zeros([1], DType::F32, dev)?));
+    extra.push((
+        "transformer.h.0.attn.rotary".into(),
+        Tensor::zeros([1], DType::F32, dev)?,
+    ));
     let e = models::gpt2_state_from_hf(&extra).unwrap_err().to_string();
     assert!(e.contains("transformer.h.0.attn.rotary"), "{e}");
     Ok(())
@@ -275,6 +293,11 @@ fn a_dtype_ember_lacks_is_listed_and_named_when_loaded() -> Result<()> {
     assert_eq!(
         (e[1].name.as_str(), e[1].dtype.name, e[1].dtype.dtype),
         ("counts", "int32", None)
+    );
+    // uint16 is named by the tensor, over an untyped storage counted in bytes
+    assert_eq!(
+        (e[2].name.as_str(), e[2].dtype.name, e[2].storage_numel),
+        ("u16", "uint16", 3)
     );
     let err = file.load(&Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("\"counts\"") && err.contains("int32"), "{err}");
@@ -407,7 +430,8 @@ fn torch_python() -> std::result::Result<String, String> {
 /// torchvision's ResNet-18 and ResNet-50 (resnet*.pth as torch.save writes them)
 /// give PyTorch's outputs in ember's zoo models. The files are large, so they are
 /// written here by PyTorch when it is installed (set EMBER_TORCH_PYTHON to a
-/// Python that has it); without it the test says it skipped.
+/// Python that has it); without it the test says it skipped. EMBER_PT_ZOO_ALL=1
+/// adds AlexNet, VGG-11 and VGG-16 (1.3 GB of files).
 #[test]
 fn zoo_models_load_pytorchs_files() -> Result<()> {
     let py = match torch_python() {
@@ -419,9 +443,11 @@ fn zoo_models_load_pytorchs_files() -> Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("ember-pt-zoo-{}", std::process::id()));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/gen_pt.py");
+    let every = std::env::var("EMBER_PT_ZOO_ALL").is_ok_and(|v| v == "1");
     let out = std::process::Command::new(&py)
         .args([script, "--zoo"])
         .arg(&dir)
+        .args(every.then_some("--all"))
         .output()
         .expect("run gen_pt.py");
     assert!(

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 /// tensor; this is ten million tensors).
 pub(crate) const MAX_PICKLE_BYTES: u64 = 1 << 30;
 
+/// How far a compressed pickle may expand (pickles compress three to five-fold).
+const MAX_PICKLE_RATIO: u64 = 64;
+
 /// Deflate cannot expand data more than about 1032-fold.
 const MAX_DEFLATE_RATIO: u64 = 1100;
 
@@ -24,6 +27,25 @@ pub enum PtFormat {
     Zip,
     /// The format before it (`_use_new_zipfile_serialization=False`).
     Legacy,
+}
+
+/// How many first bytes [`layout_of`] looks at.
+pub(crate) const HEAD_LEN: usize = 32;
+
+/// The layout a file's first bytes announce: a zip archive, or the legacy
+/// format's first pickle (its magic number as LONG1 after PROTO 2 or 3, after
+/// PROTO and FRAME for 4 and 5, as text for protocol 1). A safetensors file
+/// cannot start so: its first eight bytes are its header's length, at most
+/// 100 MB.
+pub(crate) fn layout_of(head: &[u8]) -> Option<PtFormat> {
+    const TEXT_MAGIC: &[u8] = b"L119547037146038801333356L";
+    match head {
+        [b'P', b'K', 3, 4, ..] | [b'P', b'K', 5, 6, ..] => Some(PtFormat::Zip),
+        [0x80, 2 | 3, 0x8a, 10, ..] => Some(PtFormat::Legacy),
+        [0x80, 4 | 5, 0x95, _, _, _, _, _, _, _, _, 0x8a, 10, ..] => Some(PtFormat::Legacy),
+        _ if head.starts_with(TEXT_MAGIC) => Some(PtFormat::Legacy),
+        _ => None,
+    }
 }
 
 /// The legacy format's first pickle: this number.
@@ -67,6 +89,9 @@ pub(crate) struct Archive {
     pub path: PathBuf,
     pub format: PtFormat,
     pub pickle: Pickle,
+    /// The pickle's length in bytes (what the structure read from it is
+    /// measured against).
+    pub pickle_len: usize,
     pub little_endian: bool,
     file_len: u64,
     source: Source,
@@ -82,19 +107,22 @@ enum Source {
         file: BufReader<File>,
         /// Each storage's element count and where its bytes start.
         storages: HashMap<String, (u64, u64)>,
+        /// The first storage of a type ember does not know (its key and class):
+        /// its length is unknown, so no storage after it can be found.
+        unknown: Option<(String, String)>,
     },
 }
 
 impl Archive {
     pub fn open(path: &Path) -> Result<Archive> {
         let mut file = File::open(path).map_err(io_err(path))?;
-        let mut head = [0u8; 4];
+        let mut head = [0u8; HEAD_LEN];
         let n = read_up_to(&mut file, &mut head).map_err(io_err(path))?;
         file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
-        match &head[..n] {
-            [b'P', b'K', 3, 4] | [b'P', b'K', 5, 6] => open_zip(path, file),
-            [0x80, 2, 0x8a, 10] => open_legacy(path, file),
-            _ => Err(bad_file(
+        match layout_of(&head[..n]) {
+            Some(PtFormat::Zip) => open_zip(path, file),
+            Some(PtFormat::Legacy) => open_legacy(path, file),
+            None => Err(bad_file(
                 path,
                 "not a PyTorch file: it is neither the zip archive torch.save writes nor its \
                  legacy format",
@@ -105,7 +133,7 @@ impl Archive {
     /// Checks, before anything is allocated for it, that storage `key` is in the
     /// file and holds `nbytes` bytes: a stored record no larger than the file, a
     /// compressed one expanding no more than deflate can.
-    pub fn check_storage(&mut self, key: &str, nbytes: u64) -> Result<()> {
+    pub fn check_storage(&mut self, key: &str, nbytes: u64, itemsize: u64) -> Result<()> {
         let path = &self.path;
         match &mut self.source {
             Source::Zip { zip, prefix } => {
@@ -147,8 +175,21 @@ impl Archive {
                     ))
                 }
             }
-            // checked against the file's length when it was opened
-            Source::Legacy { .. } => Ok(()),
+            // each storage's place was checked against the file's length when it
+            // was opened: its length must be the one the tensors need
+            Source::Legacy {
+                storages, unknown, ..
+            } => match storages.get(key) {
+                Some(&(stored, _)) if Some(nbytes) == itemsize.checked_mul(stored) => Ok(()),
+                Some(&(stored, _)) => Err(bad_file(
+                    path,
+                    format!(
+                        "storage {key:?} holds {stored} elements, not the {} its tensors need",
+                        nbytes / itemsize.max(1)
+                    ),
+                )),
+                None => Err(not_stored(path, key, unknown)),
+            },
         }
     }
 
@@ -189,14 +230,13 @@ impl Archive {
                     Err(e) => Err(damaged(path, &name, e)),
                 }
             }
-            Source::Legacy { file, storages } => {
+            Source::Legacy {
+                file,
+                storages,
+                unknown,
+            } => {
                 let Some(&(stored, start)) = storages.get(key) else {
-                    return Err(bad_file(
-                        path,
-                        format!(
-                            "storage {key:?} is named by the pickle but not stored in the file"
-                        ),
-                    ));
+                    return Err(not_stored(path, key, unknown));
                 };
                 if stored != numel {
                     return Err(bad_file(
@@ -210,6 +250,22 @@ impl Archive {
                 file.read_exact(out).map_err(|e| damaged(path, key, e))
             }
         }
+    }
+}
+
+fn not_stored(path: &Path, key: &str, unknown: &Option<(String, String)>) -> Error {
+    match unknown {
+        Some((k, class)) => bad_file(
+            path,
+            format!(
+                "storage {key:?} comes after storage {k:?} of type torch.{class}, whose length \
+                 ember cannot know, so it cannot be found"
+            ),
+        ),
+        None => bad_file(
+            path,
+            format!("storage {key:?} is named by the pickle but not stored in the file"),
+        ),
     }
 }
 
@@ -252,8 +308,20 @@ fn open_zip(path: &Path, file: File) -> Result<Archive> {
             )
         })?;
     let prefix = pickle_name.trim_end_matches("/data.pkl").to_string();
-    let bytes = read_record(path, &mut zip, &pickle_name, MAX_PICKLE_BYTES)?;
-    let (pickle, _) = pickle::parse(&bytes).map_err(|e| parse_error(path, &pickle_name, e))?;
+    // PyTorch stores the pickle uncompressed; a compressed one may expand only
+    // as far as pickles compress, so the objects built from it stay in
+    // proportion to the file
+    let limit = {
+        let rec = zip.by_name(&pickle_name).map_err(|e| zip_err(path, e))?;
+        if rec.compression() == zip::CompressionMethod::Stored {
+            MAX_PICKLE_BYTES
+        } else {
+            MAX_PICKLE_BYTES.min(rec.compressed_size().saturating_mul(MAX_PICKLE_RATIO))
+        }
+    };
+    let bytes = read_record(path, &mut zip, &pickle_name, limit)?;
+    let (pickle, pickle_len) =
+        pickle::parse(&bytes).map_err(|e| parse_error(path, &pickle_name, e))?;
     let order_name = format!("{prefix}/byteorder");
     let little_endian = match zip.index_for_name(&order_name) {
         None => true,
@@ -275,6 +343,7 @@ fn open_zip(path: &Path, file: File) -> Result<Archive> {
         path: path.to_path_buf(),
         format: PtFormat::Zip,
         pickle,
+        pickle_len,
         little_endian,
         file_len,
         source: Source::Zip { zip, prefix },
@@ -336,23 +405,22 @@ fn open_legacy(path: &Path, file: File) -> Result<Archive> {
             Err(e) => return Err(e.0),
         }
     };
-    let (sys_info, object, keys, mut at) = pickles;
-    let little_endian = legacy_little_endian(&sys_info);
+    let (object, pickle_len, keys, mut at) = pickles;
     // the element size of each storage, from the object's persistent ids
     let mut itemsize = HashMap::new();
     for o in &object.objects {
         if let Obj::Storage(s) = o {
             let size = super::storage_dtype(&s.class).map(|d| d.itemsize);
-            itemsize.insert(s.key.to_string(), size);
+            itemsize.insert(s.key.to_string(), (size, s.class.to_string()));
         }
     }
     let mut storages = HashMap::new();
+    let mut unknown = None;
     for key in keys {
         let size = match itemsize.get(&key) {
-            Some(Some(size)) => *size as u64,
-            Some(None) => {
-                // a storage of a type ember does not know: its size is unknown, so
-                // nothing after it can be found
+            Some((Some(size), _)) => *size as u64,
+            Some((None, class)) => {
+                unknown = Some((key, class.clone()));
                 break;
             }
             None => {
@@ -366,11 +434,9 @@ fn open_legacy(path: &Path, file: File) -> Result<Archive> {
         let mut count = [0u8; 8];
         file.read_exact(&mut count)
             .map_err(|e| damaged(path, &format!("storage {key:?}"), e))?;
-        let numel = if little_endian {
-            u64::from_le_bytes(count)
-        } else {
-            u64::from_be_bytes(count)
-        };
+        // PyTorch writes (and reads) these counts and the storages' bytes
+        // little-endian, whatever the system information says
+        let numel = u64::from_le_bytes(count);
         let bytes = numel
             .checked_mul(size)
             .filter(|b| (at + 8).checked_add(*b).is_some_and(|end| end <= len));
@@ -387,26 +453,31 @@ fn open_legacy(path: &Path, file: File) -> Result<Archive> {
         path: path.to_path_buf(),
         format: PtFormat::Legacy,
         pickle: object,
-        little_endian,
+        pickle_len,
+        little_endian: true,
         file_len: len,
-        source: Source::Legacy { file, storages },
+        source: Source::Legacy {
+            file,
+            storages,
+            unknown,
+        },
     })
 }
 
-/// The system information, the object and the storage keys of a legacy file,
-/// and where the storages start; the error says whether more bytes could help.
-type LegacyPickles = (Pickle, Pickle, Vec<String>, u64);
+/// The object of a legacy file, its pickle's length, the storage keys, and
+/// where the storages start; the error says whether more bytes could help.
+type LegacyPickles = (Pickle, usize, Vec<String>, u64);
 
 fn parse_legacy_pickles(
     path: &Path,
     buf: &[u8],
 ) -> std::result::Result<LegacyPickles, (Error, bool)> {
     let mut at = 0usize;
-    let mut next = |what: &str| -> std::result::Result<Pickle, (Error, bool)> {
+    let mut next = |what: &str| -> std::result::Result<(Pickle, usize), (Error, bool)> {
         match pickle::parse(&buf[at..]) {
             Ok((p, n)) => {
                 at += n;
-                Ok(p)
+                Ok((p, n))
             }
             Err(e) => {
                 let short = e.is_truncated();
@@ -418,11 +489,11 @@ fn parse_legacy_pickles(
             }
         }
     };
-    let magic = next("the magic number")?;
-    let version = next("the format version")?;
-    let sys_info = next("the system information")?;
-    let object = next("the saved object")?;
-    let keys = next("the storage list")?;
+    let (magic, _) = next("the magic number")?;
+    let (version, _) = next("the format version")?;
+    next("the system information")?;
+    let (object, object_len) = next("the saved object")?;
+    let (keys, _) = next("the storage list")?;
     if magic.root != Value::BigInt(LEGACY_MAGIC[..].into()) {
         return Err((
             bad_file(path, "not a PyTorch file (wrong magic number)"),
@@ -458,19 +529,5 @@ fn parse_legacy_pickles(
             false,
         ));
     };
-    Ok((sys_info, object, key_list, at as u64))
-}
-
-/// `sys_info['little_endian']`, true when absent.
-fn legacy_little_endian(sys_info: &Pickle) -> bool {
-    if let Value::Obj(id) = sys_info.root {
-        if let Obj::Dict(items) = &sys_info.objects[id] {
-            for (k, v) in items {
-                if *k == Value::Str("little_endian".into()) {
-                    return *v != Value::Bool(false);
-                }
-            }
-        }
-    }
-    true
+    Ok((object, object_len, key_list, at as u64))
 }

@@ -60,8 +60,9 @@ pub struct PtDType {
     pub dtype: Option<DType>,
 }
 
-/// PyTorch's typed storage classes.
-const STORAGE_CLASSES: [(&str, &str, usize, Option<DType>); 12] = [
+/// PyTorch's element types: the typed storage class that holds each (the zip
+/// and legacy formats name it), the dtype's name, its size, and ember's dtype.
+const STORAGE_CLASSES: [(&str, &str, usize, Option<DType>); 19] = [
     ("FloatStorage", "float32", 4, Some(DType::F32)),
     ("DoubleStorage", "float64", 8, Some(DType::F64)),
     ("HalfStorage", "float16", 2, Some(DType::F16)),
@@ -74,18 +75,38 @@ const STORAGE_CLASSES: [(&str, &str, usize, Option<DType>); 12] = [
     ("BoolStorage", "bool", 1, Some(DType::Bool)),
     ("ComplexFloatStorage", "complex64", 8, None),
     ("ComplexDoubleStorage", "complex128", 16, None),
+    ("ComplexHalfStorage", "complex32", 4, None),
+    // types only named by the tensor (`_rebuild_tensor_v3` over an untyped storage)
+    ("", "uint16", 2, None),
+    ("", "uint32", 4, None),
+    ("", "uint64", 8, None),
+    ("", "float8_e4m3fn", 1, None),
+    ("", "float8_e5m2", 1, None),
+    ("", "float8_e8m0fnu", 1, None),
 ];
+
+fn pt_dtype(&(_, name, itemsize, dtype): &(&str, &'static str, usize, Option<DType>)) -> PtDType {
+    PtDType {
+        name,
+        itemsize,
+        dtype,
+    }
+}
 
 /// The element type of a storage class (`FloatStorage`), if PyTorch has it.
 pub(crate) fn storage_dtype(class: &str) -> Option<PtDType> {
     STORAGE_CLASSES
         .iter()
-        .find(|(c, ..)| *c == class)
-        .map(|&(_, name, itemsize, dtype)| PtDType {
-            name,
-            itemsize,
-            dtype,
-        })
+        .find(|(c, ..)| !c.is_empty() && *c == class)
+        .map(pt_dtype)
+}
+
+/// The element type named `name` (`uint16`), if ember knows its size.
+fn named_dtype(name: &str) -> Option<PtDType> {
+    STORAGE_CLASSES
+        .iter()
+        .find(|(_, n, ..)| *n == name)
+        .map(pt_dtype)
 }
 
 /// One tensor of a file, as stored: nothing of it is read until it is loaded.
@@ -120,6 +141,16 @@ impl PtEntry {
 /// How deep containers may nest (deeper, or an object holding itself, is refused).
 const MAX_DEPTH: usize = 128;
 
+/// Names and texts listed from a pickle may take this many bytes per byte of it
+/// (a nested checkpoint repeats its keys' prefixes; a crafted file could repeat
+/// one long string without end).
+const TEXT_PER_PICKLE_BYTE: usize = 16;
+
+/// The tensors loaded from a file may take this many times the bytes of its
+/// distinct storages (views sharing a storage are each copied; a tied weight
+/// is two), plus [`MAX_REPEATED_ELEMENTS`] elements.
+const COPIES_PER_STORAGE_BYTE: usize = 4;
+
 /// A view may hold more elements than its storage only by repeating them (a
 /// zero stride); loading makes it contiguous, so it is refused past this many.
 const MAX_REPEATED_ELEMENTS: usize = 1 << 24;
@@ -139,11 +170,16 @@ pub struct PtFile {
     /// The pickle's objects (shared with `archive`, copied out so that listing
     /// does not lock).
     objects: Arc<Vec<Obj>>,
+    /// The pickle's length in bytes: names and texts listed from it are
+    /// limited to a multiple of it.
+    pickle_len: usize,
 }
 
 /// A walk's settings and what it has found so far.
 struct Walk<'a> {
     strict: bool,
+    /// Bytes of names and texts that may still be made.
+    text_budget: usize,
     /// Visits left (see [`PtFile::walk`]).
     budget: &'a mut usize,
     names: &'a mut HashSet<String>,
@@ -163,7 +199,9 @@ impl PtFile {
         let mut archive = Archive::open(path)?;
         let objects = Arc::new(std::mem::take(&mut archive.pickle.objects));
         let root = archive.pickle.root.clone();
+        let pickle_len = archive.pickle_len;
         Ok(PtFile {
+            pickle_len,
             path: path.to_path_buf(),
             format: archive.format,
             archive: Arc::new(Mutex::new(archive)),
@@ -203,7 +241,9 @@ impl PtFile {
     }
 
     /// The part of the file under `key` (`torch.load(f)["model"]`); `a/b` follows
-    /// nested dicts. Tensors are then named from there (`fc.weight`).
+    /// nested dicts, and a number steps into a list (`optimizer/param_groups/0`).
+    /// A key that is itself in the dict is taken whole first (state-dict keys hold
+    /// dots, never slashes). Tensors are then named from there (`fc.weight`).
     pub fn select(&self, key: &str) -> Result<PtFile> {
         let mut root = self.root.clone();
         let mut selected = self.selected.clone();
@@ -248,6 +288,7 @@ impl PtFile {
             root,
             selected,
             objects: self.objects.clone(),
+            pickle_len: self.pickle_len,
         }
     }
 
@@ -274,6 +315,7 @@ impl PtFile {
                 .rev()
                 .find(|(k, _)| key_text(k).as_deref() == Some(key))
                 .map(|(_, v)| v.clone()),
+            Obj::List(items) | Obj::Tuple(items) => items.get(key.parse::<usize>().ok()?).cloned(),
             _ => None,
         }
     }
@@ -319,15 +361,23 @@ impl PtFile {
 
     fn entry(&self, name: String, t: &TensorRef) -> Result<PtEntry> {
         let s = self.storage_ref(t);
-        let dtype = storage_dtype(&s.class).ok_or_else(|| {
-            bad_file(
-                &self.path,
-                format!(
-                    "tensor {name:?} is stored as torch.{}, a storage type ember does not know",
-                    s.class
-                ),
-            )
-        })?;
+        let dtype = match &t.dtype {
+            Some(d) => named_dtype(d).ok_or_else(|| {
+                bad_file(
+                    &self.path,
+                    format!("tensor {name:?} is torch.{d}, a dtype ember does not know"),
+                )
+            })?,
+            None => storage_dtype(&s.class).ok_or_else(|| {
+                bad_file(
+                    &self.path,
+                    format!(
+                        "tensor {name:?} is stored as torch.{}, a storage type ember does not know",
+                        s.class
+                    ),
+                )
+            })?,
+        };
         let too_big = || {
             bad_file(
                 &self.path,
@@ -348,7 +398,21 @@ impl PtFile {
             .iter()
             .map(|&d| usize_of(d))
             .collect::<Result<Vec<_>>>()?;
-        let storage_numel = usize_of(s.numel)?;
+        // an untyped storage (under `_rebuild_tensor_v3`) counts bytes
+        let storage_numel = if t.dtype.is_some() && &*s.class == "UntypedStorage" {
+            if !s.numel.is_multiple_of(dtype.itemsize as u64) {
+                return Err(bad_file(
+                    &self.path,
+                    format!(
+                        "tensor {name:?}: its storage of {} bytes is not a whole number of {} elements",
+                        s.numel, dtype.name
+                    ),
+                ));
+            }
+            usize_of(s.numel / dtype.itemsize as u64)?
+        } else {
+            usize_of(s.numel)?
+        };
         let offset = usize_of(t.offset)?;
         let numel = shape
             .iter()
@@ -403,6 +467,9 @@ impl PtFile {
         let mut names = HashSet::new();
         let mut walk = Walk {
             strict,
+            text_budget: TEXT_PER_PICKLE_BYTE
+                .saturating_mul(self.pickle_len)
+                .saturating_add(1 << 20),
             budget: &mut budget,
             names: &mut names,
             out: &mut out,
@@ -437,6 +504,18 @@ impl PtFile {
             }
         };
         let leaf = |w: &mut Walk, l: Leaf| -> Result<()> {
+            let cost = name.len()
+                + match &l {
+                    Leaf::Other(text) => text.len(),
+                    Leaf::Tensor(_) => 0,
+                };
+            w.text_budget = w.text_budget.checked_sub(cost).ok_or_else(|| {
+                bad_file(
+                    path,
+                    "the saved object's names and values would take many times the file's \
+                     size to list (one long name or string repeated over and over)",
+                )
+            })?;
             if !w.names.insert(name.clone()) {
                 return Err(bad_file(path, format!("two values are named {name:?}")));
             }
@@ -450,7 +529,7 @@ impl PtFile {
             Value::Int(i) => leaf(w, other(i.to_string())),
             Value::BigInt(b) => leaf(w, other(format!("<a {}-byte integer>", b.len()))),
             Value::Float(f) => leaf(w, other(python_float(*f))),
-            Value::Str(s) => leaf(w, other(format!("{s:?}"))),
+            Value::Str(s) => leaf(w, other(python_str(s))),
             Value::Bytes(b) => leaf(w, other(format!("<{} bytes>", b.len()))),
             Value::Obj(id) => match &self.objects[*id] {
                 Obj::Tensor(t) => leaf(w, Leaf::Tensor(t.clone())),
@@ -458,19 +537,33 @@ impl PtFile {
                 Obj::List(items) if items.is_empty() => leaf(w, other("[]".into())),
                 Obj::Tuple(items) if items.is_empty() => leaf(w, other("()".into())),
                 Obj::Dict(items) => {
-                    // a key set twice keeps its last value, in its first place
+                    // a key set twice keeps its last value, in its first place;
+                    // two different keys with one name (1 and "1") are refused
                     let mut last: HashMap<String, usize> = HashMap::new();
                     for (i, (k, _)) in items.iter().enumerate() {
-                        let Some(k) = key_text(k) else {
+                        let Some(text) = key_text(k) else {
                             return Err(bad_file(
                                 path,
                                 format!(
-                                    "{}: a dict key that is not a string or an integer ({k:?})",
+                                    "{}: a dict key that is not a string, a number, a bool or \
+                                     None ({k:?})",
                                     self.shown(&name)
                                 ),
                             ));
                         };
-                        last.insert(k, i);
+                        if let Some(&j) = last.get(&text) {
+                            if items[j].0 != *k {
+                                return Err(bad_file(
+                                    path,
+                                    format!(
+                                        "{}: keys {:?} and {k:?} would both be named {text:?}",
+                                        self.shown(&name),
+                                        items[j].0
+                                    ),
+                                ));
+                            }
+                        }
+                        last.insert(text, i);
                     }
                     let mut done = HashSet::new();
                     for (k, _) in items {
@@ -574,6 +667,30 @@ impl PtFile {
                 ));
             }
         }
+        let total = entries
+            .iter()
+            .fold(0usize, |n, e| n.saturating_add(e.nbytes()));
+        let mut seen = HashSet::new();
+        let distinct = entries
+            .iter()
+            .filter(|e| seen.insert(e.storage.as_str()))
+            .fold(0usize, |n, e| {
+                n.saturating_add(e.storage_numel.saturating_mul(e.dtype.itemsize))
+            });
+        let allowed = distinct
+            .saturating_mul(COPIES_PER_STORAGE_BYTE)
+            .saturating_add(MAX_REPEATED_ELEMENTS * 8);
+        if total > allowed {
+            return Err(Error::invalid(
+                "load_pt",
+                format!(
+                    "{}: its tensors would take {total} bytes, copied from {distinct} bytes of \
+                     storages (views of one storage named many times over); ember loads every \
+                     tensor as its own copy",
+                    self.path.display()
+                ),
+            ));
+        }
         // storages in order of first use, each read once for all its views
         let mut order: Vec<&str> = Vec::new();
         let mut users: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -622,8 +739,41 @@ fn key_text(k: &Value) -> Option<String> {
     match k {
         Value::Str(s) => Some(s.to_string()),
         Value::Int(i) => Some(i.to_string()),
+        Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
+        Value::None => Some("None".to_string()),
         _ => None,
     }
+}
+
+/// A string as Python's `repr` writes it: single quotes unless the text holds
+/// one and no double quote, backslash escapes for quotes, backslashes and
+/// control characters.
+fn python_str(s: &str) -> String {
+    let q = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(q);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+    out
 }
 
 /// A float as Python's `repr` writes it: the shortest digits that read back,
@@ -714,7 +864,7 @@ fn read_storage<T: bytemuck::Pod>(archive: &mut Archive, e: &PtEntry) -> Result<
             format!("storage {:?} is too large", e.storage),
         )
     })?;
-    archive.check_storage(&e.storage, nbytes as u64)?;
+    archive.check_storage(&e.storage, nbytes as u64, size as u64)?;
     let mut v = vec![T::zeroed(); e.storage_numel];
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
     archive.read_storage(&e.storage, e.storage_numel as u64, bytes)?;
@@ -839,14 +989,11 @@ pub fn load_pt(path: impl AsRef<Path>, device: &Device) -> Result<Vec<(String, T
 /// a safetensors file. Unreadable files are not.
 pub fn is_pt_file(path: impl AsRef<Path>) -> bool {
     use std::io::Read;
-    let mut head = [0u8; 4];
+    let mut head = Vec::with_capacity(archive::HEAD_LEN);
     std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
+        .and_then(|f| f.take(archive::HEAD_LEN as u64).read_to_end(&mut head))
         .is_ok()
-        && matches!(
-            head,
-            [b'P', b'K', 3, 4] | [b'P', b'K', 5, 6] | [0x80, 2, 0x8a, 10]
-        )
+        && archive::layout_of(&head).is_some()
 }
 
 #[cfg(test)]
@@ -902,6 +1049,15 @@ mod tests {
         ] {
             assert_eq!(python_float(f), py, "{f}");
         }
+    }
+
+    #[test]
+    fn strings_as_python_writes_them() {
+        assert_eq!(python_str("adam"), "'adam'");
+        assert_eq!(python_str("it's"), "\"it's\"");
+        assert_eq!(python_str("a'b\"c"), "'a\\'b\"c'");
+        assert_eq!(python_str("tab\there\\"), "'tab\\there\\\\'");
+        assert_eq!(python_str("\u{1}"), "'\\x01'");
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) struct TensorRef {
     pub offset: u64,
     pub shape: Vec<u64>,
     pub stride: Vec<u64>,
+    /// The dtype's name (`uint16`) when the tensor names it rather than its
+    /// storage's class (`_rebuild_tensor_v3`, over an untyped storage whose
+    /// length is in bytes).
+    pub dtype: Option<Arc<str>>,
 }
 
 /// What an arena slot holds.
@@ -103,8 +107,33 @@ const REBUILD_TENSOR: &str = "torch._utils._rebuild_tensor";
 const REBUILD_PARAMETER: &str = "torch._utils._rebuild_parameter";
 const REBUILD_PARAMETER_STATE: &str = "torch._utils._rebuild_parameter_with_state";
 const REBUILD_FROM_TYPE_V2: &str = "torch._tensor._rebuild_from_type_v2";
+const REBUILD_TENSOR_V3: &str = "torch._utils._rebuild_tensor_v3";
 const ORDERED_DICT: &str = "collections.OrderedDict";
 const CODECS_ENCODE: &str = "_codecs.encode";
+const BYTES: &str = "builtins.bytes";
+const TORCH_SIZE: &str = "torch.Size";
+const TORCH_DEVICE: &str = "torch.device";
+
+/// Every global [`Machine::apply`] builds a value for.
+const BUILDERS: [&str; 11] = [
+    REBUILD_TENSOR_V2,
+    REBUILD_TENSOR,
+    REBUILD_TENSOR_V3,
+    REBUILD_PARAMETER,
+    REBUILD_PARAMETER_STATE,
+    REBUILD_FROM_TYPE_V2,
+    ORDERED_DICT,
+    CODECS_ENCODE,
+    BYTES,
+    TORCH_SIZE,
+    TORCH_DEVICE,
+];
+
+/// The builders take at most this many arguments; a longer tuple is not theirs.
+const MAX_ARGS: usize = 8;
+
+/// The most dimensions a tensor may have.
+pub(crate) const MAX_DIMS: usize = 64;
 
 /// The classes `_rebuild_from_type_v2` may turn a tensor into and stay a tensor.
 const TENSOR_TYPES: [&str; 2] = ["torch.nn.parameter.Parameter", "torch.Tensor"];
@@ -331,11 +360,15 @@ impl Machine<'_> {
         }
     }
 
+    /// The items of a tuple (or, for a persistent id, a list), cloned: only for
+    /// the few small argument tuples the builders read.
     fn tuple_items(&self, v: &Value) -> Res<Vec<Value>> {
         match v {
             Value::Obj(id) => match &self.objects[*id] {
-                Obj::Tuple(items) | Obj::List(items) => Ok(items.clone()),
-                _ => self.err("arguments that are not a tuple"),
+                Obj::Tuple(items) | Obj::List(items) if items.len() <= MAX_ARGS => {
+                    Ok(items.clone())
+                }
+                _ => self.err("arguments that are not a short tuple"),
             },
             _ => self.err("arguments that are not a tuple"),
         }
@@ -350,14 +383,26 @@ impl Machine<'_> {
         }
     }
 
+    /// A tuple of non-negative integers (sizes, strides), at most [`MAX_DIMS`].
     fn ints_arg(&self, v: &Value, what: &str, f: &str) -> Res<Vec<u64>> {
-        self.tuple_items(v)?
-            .iter()
-            .map(|x| self.int_arg(x, what, f))
-            .collect()
+        let items = match v {
+            Value::Obj(id) => match &self.objects[*id] {
+                Obj::Tuple(items) => items,
+                _ => return self.err(format!("{f}: the {what} is not a tuple")),
+            },
+            _ => return self.err(format!("{f}: the {what} is not a tuple")),
+        };
+        if items.len() > MAX_DIMS {
+            return self.err(format!(
+                "{f}: {} dimensions (at most {MAX_DIMS})",
+                items.len()
+            ));
+        }
+        items.iter().map(|x| self.int_arg(x, what, f)).collect()
     }
 
-    /// `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)`.
+    /// `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)` (and
+    /// `_v3`, whose seventh argument is the dtype, over an untyped storage).
     fn rebuild_tensor(&mut self, f: &str, args: &[Value]) -> Res<Value> {
         if args.len() < 4 {
             return self.err(format!(
@@ -379,60 +424,109 @@ impl Machine<'_> {
                 stride.len()
             ));
         }
+        let dtype = if f == REBUILD_TENSOR_V3 {
+            match args.get(6).and_then(|d| self.global_name(d)) {
+                Some(d) => Some(d.strip_prefix("torch.").unwrap_or(&d).into()),
+                None => return self.err(format!("{f}: the seventh argument is not a dtype")),
+            }
+        } else {
+            None
+        };
         Ok(self.new_obj(Obj::Tensor(TensorRef {
             storage,
             offset,
             shape,
             stride,
+            dtype,
         })))
     }
 
-    /// REDUCE / NEWOBJ: `callable(*args)`, built only for the globals that mean data.
+    /// REDUCE / NEWOBJ: `callable(*args)`, built only for the globals that mean
+    /// data; anything else is an opaque object named by its global (its
+    /// arguments are not even looked at).
     fn apply(&mut self, callable: Value, args: Value) -> Res<Value> {
         let Some(name) = self.global_name(&callable) else {
             return Ok(self.new_obj(Obj::Opaque("<the result of a call>".into())));
         };
+        if !BUILDERS.contains(&&*name) {
+            return Ok(self.new_obj(Obj::Opaque(name)));
+        }
         let args = match self.tuple_items(&args) {
             Ok(a) => a,
             Err(_) => return Ok(self.new_obj(Obj::Opaque(name))),
         };
-        match &*name {
-            ORDERED_DICT if args.is_empty() => Ok(self.new_obj(Obj::Dict(Vec::new()))),
-            REBUILD_TENSOR_V2 | REBUILD_TENSOR => self.rebuild_tensor(&name, &args),
-            REBUILD_PARAMETER | REBUILD_PARAMETER_STATE => match args.first() {
-                Some(v @ Value::Obj(id)) if matches!(self.objects[*id], Obj::Tensor(_)) => {
-                    Ok(v.clone())
-                }
-                _ => self.err(format!("{name}: the first argument is not a tensor")),
-            },
-            REBUILD_FROM_TYPE_V2 => {
-                // (func, new_type, args, state): a tensor rebuilt by func, then given a class
-                let class = args.get(1).and_then(|c| self.global_name(c));
-                match (args.first(), class, args.get(2)) {
-                    (Some(func), Some(class), Some(inner)) if TENSOR_TYPES.contains(&&*class) => {
-                        let (func, inner) = (func.clone(), inner.clone());
-                        self.apply(func, inner)
+        let is_tensor = |m: &Self, v: &Value| matches!(v, Value::Obj(id) if matches!(m.objects[*id], Obj::Tensor(_)));
+        match (&*name, args.as_slice()) {
+            (ORDERED_DICT, []) => Ok(self.new_obj(Obj::Dict(Vec::new()))),
+            // Python 2's pickles give an OrderedDict its items as a list of pairs
+            (ORDERED_DICT, [items]) => {
+                let pairs = match items {
+                    Value::Obj(id) => match &self.objects[*id] {
+                        Obj::List(p) | Obj::Tuple(p) => p.clone(),
+                        _ => return Ok(self.new_obj(Obj::Opaque(name))),
+                    },
+                    _ => return Ok(self.new_obj(Obj::Opaque(name))),
+                };
+                let mut d = Vec::with_capacity(pairs.len());
+                for pair in pairs {
+                    match pair {
+                        Value::Obj(id) => match &self.objects[id] {
+                            Obj::List(kv) | Obj::Tuple(kv) if kv.len() == 2 => {
+                                d.push((kv[0].clone(), kv[1].clone()))
+                            }
+                            _ => return self.err("OrderedDict items that are not pairs"),
+                        },
+                        _ => return self.err("OrderedDict items that are not pairs"),
                     }
-                    (_, Some(class), _) => Ok(self.new_obj(Obj::Opaque(class))),
+                }
+                Ok(self.new_obj(Obj::Dict(d)))
+            }
+            (REBUILD_TENSOR_V2 | REBUILD_TENSOR | REBUILD_TENSOR_V3, _) => {
+                self.rebuild_tensor(&name, &args)
+            }
+            (REBUILD_PARAMETER | REBUILD_PARAMETER_STATE, [t, ..]) if is_tensor(self, t) => {
+                Ok(t.clone())
+            }
+            // (func, new_type, args, state): a tensor rebuilt by func, given a class
+            (REBUILD_FROM_TYPE_V2, [func, class, inner, ..]) => {
+                let func = self.global_name(func);
+                let class = self.global_name(class);
+                match (func.as_deref(), class) {
+                    (
+                        Some(f @ (REBUILD_TENSOR_V2 | REBUILD_TENSOR | REBUILD_TENSOR_V3)),
+                        Some(c),
+                    ) if TENSOR_TYPES.contains(&&*c) => {
+                        let f = f.to_string();
+                        match self.tuple_items(inner) {
+                            Ok(inner) => self.rebuild_tensor(&f, &inner),
+                            Err(_) => Ok(self.new_obj(Obj::Opaque(name))),
+                        }
+                    }
+                    (_, Some(c)) => Ok(self.new_obj(Obj::Opaque(c))),
                     _ => Ok(self.new_obj(Obj::Opaque(name))),
                 }
             }
-            CODECS_ENCODE => match args.as_slice() {
-                [Value::Str(s), Value::Str(enc)] if &**enc == "latin1" => {
-                    let mut out = Vec::with_capacity(s.len());
-                    for c in s.chars() {
-                        match u8::try_from(u32::from(c)) {
-                            Ok(b) => out.push(b),
-                            Err(_) => return self.err("_codecs.encode: a character past Latin-1"),
-                        }
+            (CODECS_ENCODE, [Value::Str(s), Value::Str(enc)]) if &**enc == "latin1" => {
+                let mut out = Vec::with_capacity(s.len());
+                for c in s.chars() {
+                    match u8::try_from(u32::from(c)) {
+                        Ok(b) => out.push(b),
+                        Err(_) => return self.err("_codecs.encode: a character past Latin-1"),
                     }
-                    Ok(Value::Bytes(out.into()))
                 }
-                [Value::Str(s), Value::Str(enc)] if &**enc == "utf-8" || &**enc == "utf8" => {
-                    Ok(Value::Bytes(s.as_bytes().into()))
-                }
-                _ => Ok(self.new_obj(Obj::Opaque(name))),
-            },
+                Ok(Value::Bytes(out.into()))
+            }
+            (CODECS_ENCODE, [Value::Str(s), Value::Str(enc)])
+                if &**enc == "utf-8" || &**enc == "utf8" =>
+            {
+                Ok(Value::Bytes(s.as_bytes().into()))
+            }
+            (BYTES, []) => Ok(Value::Bytes(Vec::new().into())),
+            (TORCH_SIZE, [dims]) if self.ints_arg(dims, "size", &name).is_ok() => Ok(dims.clone()),
+            (TORCH_DEVICE, [Value::Str(kind)]) => Ok(Value::Str(kind.clone())),
+            (TORCH_DEVICE, [Value::Str(kind), Value::Int(i)]) => {
+                Ok(Value::Str(format!("{kind}:{i}").into()))
+            }
             _ => Ok(self.new_obj(Obj::Opaque(name))),
         }
     }
@@ -445,9 +539,18 @@ impl Machine<'_> {
         };
         let bad = || format!("a persistent id this reader does not know: {items:?}");
         match items.as_slice() {
-            [Value::Str(kind), class, Value::Str(key), Value::Str(location), Value::Int(numel), ..]
+            [Value::Str(kind), class, Value::Str(key), Value::Str(location), Value::Int(numel), rest @ ..]
                 if &**kind == "storage" && *numel >= 0 =>
             {
+                // old PyTorch's legacy files could name a view of another storage
+                if rest.first().is_some_and(|v| *v != Value::None) {
+                    return self.err(format!(
+                        "storage {key:?} is a view of another storage (view_metadata {:?}), \
+                         which only PyTorch before 1.0 wrote; load and save it again with a \
+                         newer PyTorch",
+                        rest[0]
+                    ));
+                }
                 let Some(class) = self.global_name(class) else {
                     return self.err(bad());
                 };
@@ -545,10 +648,14 @@ impl Machine<'_> {
                 }
                 b'L' => {
                     let s = self.line()?.trim().trim_end_matches('L').to_string();
-                    match s.parse::<i64>() {
-                        Ok(i) => self.push(Value::Int(i)),
-                        Err(_) => return self.err(format!("LONG {s:?} does not fit 64 bits")),
-                    }
+                    let v = match s.parse::<i64>() {
+                        Ok(i) => Value::Int(i),
+                        Err(_) => match decimal_bytes(&s) {
+                            Some(b) => Value::BigInt(b.into()),
+                            None => return self.err(format!("LONG {s:?} is not an integer")),
+                        },
+                    };
+                    self.push(v);
                 }
                 b'F' => {
                     let s = self.line()?.trim().to_string();
@@ -766,6 +873,34 @@ impl Machine<'_> {
     }
 }
 
+/// A non-negative decimal integer's little-endian two's-complement bytes, as
+/// LONG1 would hold it (a zero byte on top when the highest bit is set).
+fn decimal_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || s.len() > 4096 || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut out: Vec<u8> = vec![0];
+    for c in s.bytes() {
+        let mut carry = u32::from(c - b'0');
+        for b in out.iter_mut() {
+            let v = u32::from(*b) * 10 + carry;
+            *b = v as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            out.push(carry as u8);
+            carry >>= 8;
+        }
+    }
+    while out.len() > 1 && out[out.len() - 1] == 0 && out[out.len() - 2] & 0x80 == 0 {
+        out.pop();
+    }
+    if out[out.len() - 1] & 0x80 != 0 {
+        out.push(0);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,6 +950,19 @@ mod tests {
         ] {
             assert_eq!(run(bytes).unwrap().root, Value::Int(want));
         }
+    }
+
+    #[test]
+    fn text_longs_as_wide_as_they_come() {
+        // the legacy format's magic number, as protocol 1 writes it
+        let p = run(b"L119547037146038801333356L\n.").unwrap();
+        assert_eq!(
+            p.root,
+            Value::BigInt(vec![0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19].into())
+        );
+        assert_eq!(decimal_bytes("255"), Some(vec![0xff, 0]));
+        assert_eq!(decimal_bytes("0"), Some(vec![0]));
+        assert_eq!(decimal_bytes("-1"), None);
     }
 
     #[test]
