@@ -150,7 +150,8 @@ impl Layout {
         true
     }
 
-    /// The contiguous element range `[offset, offset + numel)` when the layout is contiguous.
+    /// The contiguous element range `[offset, offset + numel)` when the layout is
+    /// contiguous (`0..0` when it is empty, whatever its offset).
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
         // is_contiguous and numel in one pass (a size-1 dim adds nothing to either)
         let (shape, strides) = (self.shape.as_slice(), self.strides.as_slice());
@@ -162,6 +163,9 @@ impl Layout {
                 }
                 numel *= n;
             }
+        }
+        if numel == 0 {
+            return Some(0..0);
         }
         Some(self.offset..self.offset + numel)
     }

@@ -521,9 +521,21 @@ pub fn scaled_dot_product_attention(
     }
     // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
     let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
-    let scores = match attn_mask {
-        Some(m) if m.dtype() != DType::Bool => scores.add(m)?,
-        _ => scores,
+    // rows a float mask leaves with no finite score: zeros, as PyTorch's safe
+    // softmax gives (the scores are read back on the CPU to skip this pass where
+    // every row has one); their scores are set to 0 before the softmax so that
+    // no NaN reaches the gradient either
+    let (scores, no_key) = match attn_mask {
+        Some(m) if m.dtype() != DType::Bool => {
+            let scores = scores.add(m)?;
+            let none = scores.eq(f64::NEG_INFINITY)?.all(-1, true)?;
+            if !none.device().is_cpu() || none.any_all()?.item::<bool>()? {
+                (scores.masked_fill(&none, 0.0)?, Some(none))
+            } else {
+                (scores, None)
+            }
+        }
+        _ => (scores, None),
     };
     let weights = match &allowed {
         Some(a) => {
@@ -541,7 +553,13 @@ pub fn scaled_dot_product_attention(
                 w
             }
         }
-        None => scores.softmax(-1)?,
+        None => {
+            let w = scores.softmax(-1)?;
+            match &no_key {
+                Some(none) => w.masked_fill(none, 0.0)?,
+                None => w,
+            }
+        }
     };
     let weights = dropout(&weights, dropout_p, dropout_p > 0.0)?;
     weights.matmul(v)

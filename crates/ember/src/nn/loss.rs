@@ -197,15 +197,28 @@ fn weighted_nll(
     let safe = Tensor::index_values(op, &valid.where_(&t, 0i64)?, 1, c, false)?;
     let idx = safe.unsqueeze(1)?;
     let valid_f = valid.to_dtype(logp.dtype())?;
-    // the weight of each row's target (0 where ignored)
-    let wt = match opts.weight {
-        Some(w) => w
-            .to_dtype(logp.dtype())?
-            .index_select_valid(0, safe.clone())?
-            .mul(&valid_f)?,
-        None => valid_f.clone(),
+    // the weight of each row's target, and the same 0 where ignored
+    let w_target = match opts.weight {
+        Some(w) => Some(
+            w.to_dtype(logp.dtype())?
+                .index_select_valid(0, safe.clone())?,
+        ),
+        None => None,
     };
-    let nll = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?.mul(&wt)?;
+    let wt = match &w_target {
+        Some(w) => w.mul(&valid_f)?,
+        None => valid_f,
+    };
+    // ignored rows are filled with 0 rather than multiplied by it: a mean over no
+    // target (0 / 0, NaN as in PyTorch) then sends them a zero gradient, not
+    // 0 · inf
+    let ignored = valid.logical_not()?;
+    let picked = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
+    let nll = match &w_target {
+        Some(w) => picked.mul(w)?,
+        None => picked,
+    }
+    .masked_fill(&ignored, 0.0)?;
     let red = |l: Tensor, denominator: &Tensor| -> Result<Tensor> {
         match opts.reduction {
             Reduction::Mean => l.sum_all()?.div(&denominator.sum_all()?),
@@ -222,7 +235,10 @@ fn weighted_nll(
         Some(w) => logp.mul(&w.to_dtype(logp.dtype())?)?,
         None => logp.clone(),
     };
-    let smooth = per_class.sum(-1, false)?.neg()?.mul(&valid_f)?;
+    let smooth = per_class
+        .sum(-1, false)?
+        .neg()?
+        .masked_fill(&ignored, 0.0)?;
     let smooth = red(smooth, &wt)?;
     loss.mul(1.0 - ls)?.add(&smooth.mul(ls / c as f64)?)
 }

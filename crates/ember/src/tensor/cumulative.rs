@@ -135,18 +135,26 @@ impl Tensor {
             self.to_dtype(DType::F32)?
         };
         let dims = dim_list("logsumexp", &dims, x.rank())?;
+        if x.rank() == 0 {
+            // dim 0 (or -1) of a 0-d tensor is the tensor itself: a 0-d result,
+            // kept dim or not, as in PyTorch
+            return x.reshape([1])?.logsumexp(0, false);
+        }
         let dims: Dims = if dims.is_empty() {
             (0..x.rank()).collect()
         } else {
             dims
         };
-        if dims.iter().any(|&d| x.shape()[d] == 0) {
-            let shape = reduced_shape(x.shape(), &dims, keepdim);
-            return Tensor::full(shape, f64::NEG_INFINITY, x.dtype(), &x.device());
-        }
+        // an empty dim gives -inf (the log of an empty sum), with a gradient (of
+        // the input's empty shape) all the same
+        let empty = dims.iter().any(|&d| x.shape()[d] == 0);
         // the largest element is taken out before exp; where it is infinite, 0
         // instead, so that -inf - -inf gives no NaN
         let out = crate::no_grad(|| -> Result<Tensor> {
+            if empty {
+                let shape = reduced_shape(x.shape(), &dims, keepdim);
+                return Tensor::full(shape, f64::NEG_INFINITY, x.dtype(), &x.device());
+            }
             let x = x.detach();
             let m = x.max(&dims[..], true)?;
             let m = m.isinf()?.where_(0.0, &m)?;
@@ -205,18 +213,24 @@ impl Tensor {
                 ),
             ));
         }
-        let x = self.detach();
         let ds = &dims[..];
         let out = crate::no_grad(|| -> Result<Tensor> {
+            // float16 and bfloat16 accumulate in float32, rounded once at the end,
+            // as in PyTorch: the norm of [300, 400] in float16 is 500, not inf
+            let x = match self.dtype() {
+                DType::F16 | DType::BF16 => self.detach().to_dtype(DType::F32)?,
+                _ => self.detach(),
+            };
             let a = x.abs()?;
-            match ord {
+            let y = match ord {
                 2.0 => a.square()?.sum(ds, keepdim)?.sqrt(),
                 1.0 => a.sum(ds, keepdim),
                 f64::INFINITY => a.max(ds, keepdim),
                 f64::NEG_INFINITY => a.min(ds, keepdim),
                 0.0 => x.ne(0)?.to_dtype(x.dtype())?.sum(ds, keepdim),
                 p => a.pow(p)?.sum(ds, keepdim)?.pow(1.0 / p),
-            }
+            }?;
+            y.to_dtype(self.dtype())
         })?;
         let kept = reduced_shape(self.shape(), &dims, true);
         Ok(Tensor::record(out, name, &[self], |y| {

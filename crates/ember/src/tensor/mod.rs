@@ -135,7 +135,13 @@ impl Tensor {
     }
 
     /// Another handle on this storage: a view or not, with `node` as its history.
-    fn alias(&self, layout: Layout, is_view: bool, node: Option<Arc<Node>>) -> Tensor {
+    fn alias(&self, mut layout: Layout, is_view: bool, node: Option<Arc<Node>>) -> Tensor {
+        if layout.offset != 0 && layout.shape.contains(&0) {
+            // an empty view touches no element: its offset (which may lie past the
+            // end of an empty storage, as in `zeros([2, 0, 3]).narrow(0, 1, 1)`) is
+            // never used, and backends slice from it
+            layout.offset = 0;
+        }
         if is_view {
             self.0.storage.views.fetch_add(1, Ordering::Relaxed);
         }

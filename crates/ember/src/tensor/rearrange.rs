@@ -82,6 +82,15 @@ impl Tensor {
                 ),
             ));
         }
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                "roll",
+                format!(
+                    "Dimension specified as {} but tensor has no dimensions (a 0-d tensor rolls only with no dims given)",
+                    dims[0]
+                ),
+            ));
+        }
         let mut t = self.clone();
         for (&shift, &dim) in shifts.iter().zip(dims) {
             let d = normalize_dim("roll", dim, self.rank())?;
@@ -180,7 +189,10 @@ impl Tensor {
                 ),
             ));
         }
-        if !matches!(mode, PadMode::Constant(_)) {
+        if let PadMode::Constant(v) = mode {
+            // a value the dtype cannot hold is an error, as in `full` (-inf for int64)
+            super::create::check_fill_value("pad", Scalar::Float(v), self.dtype())?;
+        } else {
             if !(1..=3).contains(&k) || !(k + 1..=k + 2).contains(&self.rank()) {
                 return Err(Error::invalid(
                     "pad",
@@ -192,12 +204,33 @@ impl Tensor {
                     ),
                 ));
             }
-            if mode == PadMode::Replicate && self.dtype() == DType::Bool {
-                return Err(Error::dtype(
-                    "pad",
-                    DType::Bool,
-                    format!("\"replication_pad{k}d\" not implemented for 'Bool'"),
-                ));
+            let kernel = match mode {
+                PadMode::Reflect => Some("reflection"),
+                PadMode::Replicate => Some("replication"),
+                _ => None,
+            };
+            if let Some(kernel) = kernel {
+                if self.dtype() == DType::Bool {
+                    return Err(Error::dtype(
+                        "pad",
+                        DType::Bool,
+                        format!("\"{kernel}_pad{k}d\" not implemented for 'Bool'"),
+                    ));
+                }
+                // only a batch dim (one more than the padded dims and a channel
+                // dim) may be empty
+                if self.shape()[self.rank() - k - 1..].contains(&0) {
+                    return Err(Error::invalid(
+                        "pad",
+                        format!(
+                            "Expected {}D or {}D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for input, but got: {:?} ({} padding)",
+                            k + 1,
+                            k + 2,
+                            self.shape(),
+                            mode.name()
+                        ),
+                    ));
+                }
             }
         }
         let mut t = self.clone();
@@ -206,14 +239,40 @@ impl Tensor {
             let (l, r) = (pads[2 * i], pads[2 * i + 1]);
             let n = self.shape()[d] as i64;
             let len = n + l + r;
-            if len < 0 || (len == 0 && !matches!(mode, PadMode::Constant(_))) {
-                return Err(Error::invalid(
+            // what is left of the input once negative pads have cropped it
+            let core = n + l.min(0) + r.min(0);
+            let bad = |what: &str| {
+                Error::invalid(
                     "pad",
                     format!(
-                        "padding ({l}, {r}) at dimension {d} of input {:?} leaves a negative or empty size",
-                        self.shape()
+                        "{what}: padding ({l}, {r}) at dimension {d} of input {:?} ({} padding)",
+                        self.shape(),
+                        mode.name()
                     ),
-                ));
+                )
+            };
+            match mode {
+                // PyTorch crops with narrow first
+                PadMode::Constant(_) | PadMode::Circular if core < 0 => {
+                    return Err(bad(
+                        "narrow(): length must be non-negative (negative padding crops more than the input holds)",
+                    ))
+                }
+                PadMode::Reflect if l >= n || r >= n => {
+                    return Err(bad(
+                        "Argument #4: Padding size should be less than the corresponding input dimension, but got",
+                    ))
+                }
+                PadMode::Reflect | PadMode::Replicate if len < 1 => {
+                    return Err(bad(&format!(
+                        "input (W: {n}) is too small. Calculated output W: {len}"
+                    )))
+                }
+                // the border wraps around what is left of the input, at most once
+                PadMode::Circular if l > core || r > core => {
+                    return Err(bad("Padding value causes wrapping around more than once."))
+                }
+                _ => {}
             }
             t = match mode {
                 PadMode::Constant(v) => t.pad_constant(d, l, r, v)?,
@@ -228,32 +287,9 @@ impl Tensor {
                             }
                         }
                         PadMode::Replicate => j.clamp(0, n - 1),
-                        _ => j.rem_euclid(n),
+                        // relative to the cropped input
+                        _ => (-l).max(0) + (j + l.min(0)).rem_euclid(core.max(1)),
                     };
-                    match mode {
-                        PadMode::Reflect if l >= n || r >= n => {
-                            return Err(Error::invalid(
-                                "pad",
-                                format!(
-                                    "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",
-                                    self.shape()
-                                ),
-                            ))
-                        }
-                        PadMode::Circular if l > n || r > n => {
-                            return Err(Error::invalid(
-                                "pad",
-                                "Padding value causes wrapping around more than once.",
-                            ))
-                        }
-                        PadMode::Replicate if n == 0 => {
-                            return Err(Error::invalid(
-                                "pad",
-                                format!("input tensor has an empty dimension {d} to replicate"),
-                            ))
-                        }
-                        _ => {}
-                    }
                     let idx: Vec<i64> = (-l..n + r).map(index).collect();
                     t.index_select_valid(d, self.indices(idx)?)?
                 }

@@ -37,20 +37,30 @@ impl Tensor {
     /// sorted=True)`). Among equal elements the first ones are taken.
     pub fn topk(&self, k: usize, dim: i64, largest: bool) -> Result<(Tensor, Tensor)> {
         let d = normalize_dim("topk", dim, self.rank().max(1))?;
+        if self.dtype() == DType::Bool {
+            // as PyTorch (sort and argsort take bools)
+            return Err(Error::dtype(
+                "topk",
+                DType::Bool,
+                "topk does not support bool dtypes (convert the input to an integer dtype first)",
+            ));
+        }
         let n = self.shape().get(d).copied().unwrap_or(1);
         if k > n {
             return Err(Error::invalid("topk", "selected index k out of range"));
         }
-        if self.rank() == 0 && k == 1 {
+        if self.rank() == 0 {
+            // k = 0 too gives the element itself, as in PyTorch
             return self.sort(0, largest);
         }
-        if self.rank() == 0 {
-            return self.reshape([1])?.topk(k, 0, largest);
-        }
-        let idx = self
-            .argsort(d as i64, largest)?
-            .narrow(d as i64, 0, k)?
-            .contiguous()?;
+        let order = self.argsort(d as i64, largest)?;
+        // gather takes indices that own their storage: the first k of each line
+        // copied out (a narrowed view keeps the whole order's storage)
+        let idx = if k == n {
+            order
+        } else {
+            order.narrow(d as i64, 0, k)?.copy()?
+        };
         Ok((self.gather_valid(d, idx.clone())?, idx))
     }
 

@@ -1493,6 +1493,7 @@ fn batch_norm_keeps_a_half_input_dtype(dev: &Device) -> Result<()> {
 device_test!(
     batch_norm_keeps_a_half_input_dtype,
     memory_saving_attention_matches_across_groups,
+    float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
@@ -2281,6 +2282,51 @@ fn memory_saving_attention_dropout_redraws_its_masks(dev: &Device) -> Result<()>
     let same = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
     for (a, b) in same.iter().zip(&got) {
         assert_eq!(vals(a), vals(b));
+    }
+    Ok(())
+}
+
+/// A float mask that is -inf over a whole row of scores: that query's output and
+/// the gradients it sends are zeros on both paths, as PyTorch 2.15 gives on the
+/// CPU (its safe softmax), not NaN. The mask needs no gradient here, so that the
+/// memory-saving path takes it (the golden cases give it one, which sends them
+/// down the plain path).
+fn float_mask_blocking_a_whole_row_gives_zeros(dev: &Device) -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let _g = super::rng_lock();
+    ember::manual_seed(5);
+    let qkv = [
+        Tensor::randn([2, 3, 4], dev)?,
+        Tensor::randn([2, 5, 4], dev)?,
+        Tensor::randn([2, 5, 2], dev)?,
+    ];
+    let up = Tensor::randn([2, 3, 2], dev)?;
+    let mut m = vec![0f32; 2 * 3 * 5];
+    m[5..10].fill(f32::NEG_INFINITY); // batch 0, query 1
+    m[15 + 2] = f32::NEG_INFINITY; // one key of batch 1, query 0
+    let mask = Tensor::from_vec(m, [2, 3, 5], dev)?;
+    let plain = attention_on(AttentionPath::Math, &qkv, Some(&mask), 0.0, &up)?;
+    let saving = attention_on(AttentionPath::MemoryEfficient, &qkv, Some(&mask), 0.0, &up)?;
+    for (what, p, s) in [
+        ("out", &plain[0], &saving[0]),
+        ("dq", &plain[1], &saving[1]),
+    ] {
+        let (p, s) = (vals(p), vals(s));
+        assert!(p.iter().chain(&s).all(|x| x.is_finite()), "{what}: no NaN");
+        // query 1 of batch 0: zeros
+        let width = p.len() / 6;
+        assert!(
+            p[width..2 * width].iter().all(|&x| x == 0.0),
+            "{what} plain: {p:?}"
+        );
+        assert!(
+            s[width..2 * width].iter().all(|&x| x == 0.0),
+            "{what} saving: {s:?}"
+        );
+        assert_close(&s, &p, 1e-4, 1e-5);
+    }
+    for i in [2, 3] {
+        assert_close(&vals(&saving[i]), &vals(&plain[i]), 1e-4, 1e-5);
     }
     Ok(())
 }

@@ -217,4 +217,58 @@ device_test!(
     expand_and_contiguous,
     cat_stack_split_chunk,
     index_ops,
+    empty_views_past_their_storage,
+    circular_pad_wraps_what_the_crop_leaves,
 );
+
+/// An empty view whose offset lies past the end of its (empty) storage, as
+/// `zeros([2, 0, 3]).narrow(0, 1, 1)` (PyTorch: storage offset 3, storage size 0):
+/// every op and every move between devices gives an empty `[1, 0, 3]`, no panic.
+fn empty_views_past_their_storage(dev: &Device) -> Result<()> {
+    let make = |on: &Device| Tensor::zeros([2, 0, 3], DType::F32, on)?.narrow(0, 1, 1);
+    for v in [make(dev)?, make(&Device::Cpu)?] {
+        for moved in [
+            v.to_device(dev)?,
+            v.to_device(&Device::Cpu)?,
+            v.contiguous()?,
+            v.exp()?,
+            v.add(&v)?,
+            v.to_dtype(DType::F16)?,
+            v.transpose(0, 2)?.contiguous()?.transpose(0, 2)?,
+            v.roll(&[1], &[2])?,
+        ] {
+            assert_eq!(moved.shape(), [1, 0, 3]);
+            assert!(moved.to_vec::<f32>().unwrap_or_default().is_empty());
+        }
+        assert_eq!(v.sum(2, false)?.shape(), [1, 0]);
+        assert_eq!(v.to_vec::<f32>()?, Vec::<f32>::new());
+    }
+    Ok(())
+}
+
+/// Circular padding with negative pads wraps around what the crop leaves, as
+/// PyTorch does (`F.pad(arange(6), (-3, 2), mode="circular")` is `[3, 4, 5, 3,
+/// 4]`). Where a pad is longer than what is left, PyTorch reads memory it never
+/// wrote (`(-6, 1)` and `(-7, 2)` give arbitrary values; `(6, -1)` gives `[?, 0,
+/// 1, 2, 3, 4, 0, 1, 2, 3, 4]` with `?` arbitrary) or fails in another op (`(2,
+/// -7)`); ember refuses those, naming the padding.
+fn circular_pad_wraps_what_the_crop_leaves(dev: &Device) -> Result<()> {
+    use ember::PadMode;
+    let x = Tensor::arange(0f32, 6.0, dev)?.reshape([1, 1, 6])?;
+    let got = x.pad(&[-3, 2], PadMode::Circular)?;
+    assert_eq!(got.to_vec::<f32>()?, [3.0, 4.0, 5.0, 3.0, 4.0]);
+    let got = x.pad(&[2, -1], PadMode::Circular)?;
+    assert_eq!(got.to_vec::<f32>()?, [3.0, 4.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+    for pads in [[-6, 1], [-7, 2], [6, -1], [2, -7], [5, -2]] {
+        match x.pad(&pads, PadMode::Circular) {
+            Err(Error::InvalidArgument { msg, .. }) => {
+                assert!(
+                    msg.contains(&format!("padding ({}, {})", pads[0], pads[1])),
+                    "{msg}"
+                )
+            }
+            other => panic!("{pads:?}: {other:?}"),
+        }
+    }
+    Ok(())
+}

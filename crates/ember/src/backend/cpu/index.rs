@@ -57,7 +57,8 @@ pub(crate) fn gather(
         let dim_stride = strides[dim];
         strides[dim] = 0;
         let is = contiguous_strides(ishape);
-        let n = idx.len();
+        // the index storage may hold more than the index's elements (its first ones)
+        let n: usize = ishape.iter().product();
         let mut out = alloc_uninit::<T>(n)?;
         let w = Walk::new(ishape, [&strides, &is]);
         w.for_each_run([l.offset(), 0], 0, n, |pos, len, [o, k], [s, sk]| {
