@@ -48,3 +48,54 @@ pub fn writable_file(path: &Path, flag: &str) -> ember::Result<()> {
         None => writable_dir(Path::new("."), flag),
     }
 }
+
+/// `path` as the file system resolves it, to compare two paths: canonical when
+/// it exists, else its folder's canonical form joined with its name.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => std::path::PathBuf::from("."),
+    };
+    match (dir.canonicalize(), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The rule for every file the command writes, checked before any work: it is
+/// writable, it is none of the run's `inputs` (never, even with `--force`), and
+/// no file is there yet unless `force` (a file there is another run's, or this
+/// run's input under another name).
+pub fn new_output(
+    path: &Path,
+    flag: &str,
+    inputs: &[std::path::PathBuf],
+    force: bool,
+) -> ember::Result<()> {
+    writable_file(path, flag)?;
+    let target = resolved(path);
+    if let Some(input) = inputs.iter().find(|i| resolved(i) == target) {
+        return Err(Error::InvalidArgument {
+            op: "output",
+            msg: format!(
+                "{flag} {}: this is the run's input {}; writing there would destroy it, so \
+                 choose another name",
+                path.display(),
+                input.display()
+            ),
+        });
+    }
+    if path.exists() && !force {
+        return Err(Error::InvalidArgument {
+            op: "output",
+            msg: format!(
+                "{flag} {}: the file exists (another run's?); pass --force to replace it",
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}

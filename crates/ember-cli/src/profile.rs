@@ -12,10 +12,14 @@ pub const WARMUP: usize = 3;
 const TOP: usize = 15;
 
 /// Checks `--profile`'s trace file before any work starts (`Some(None)`: the table
-/// only).
-pub fn check(profile: &Option<Option<PathBuf>>) -> ember::Result<()> {
+/// only): writable, none of the run's `inputs`, not there yet unless `force`.
+pub fn check(
+    profile: &Option<Option<PathBuf>>,
+    inputs: &[PathBuf],
+    force: bool,
+) -> ember::Result<()> {
     if let Some(Some(path)) = profile {
-        crate::paths::writable_file(path, "--profile")?;
+        crate::paths::new_output(path, "--profile", inputs, force)?;
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 /// The text shipped in `data/` (see data/README.md).
 pub const TEXT_FILE: &str = "kjv-new-testament.txt";
 /// The file a checkpoint folder holds.
-const MODEL_FILE: &str = "char-gpt.safetensors";
+pub const MODEL_FILE: &str = "char-gpt.safetensors";
 
 fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument {
@@ -69,12 +69,47 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             t.dropout
         )));
     }
+    if t.eval_batches == 0 {
+        return Err(invalid(
+            "--eval-batches 0: a validation loss averages at least one batch",
+        ));
+    }
+    // the sampling after training is checked now, not after the run
+    t.sampling.check("train text")?;
     let path = match &args.data {
         Some(dir) => dir.join(TEXT_FILE),
         None => find_data_file(TEXT_FILE)?,
     };
     ember::manual_seed(args.seed);
     let corpus = CharCorpus::from_file(&path, 0.1)?;
+    if corpus.vocab_size() == 0 {
+        return Err(invalid(format!(
+            "{} is empty: there is no text to train on",
+            path.display()
+        )));
+    }
+    // the text must hold a window of --context characters (and the one after
+    // it) in each split
+    let shortest = corpus
+        .ids(Split::Train)
+        .len()
+        .min(corpus.ids(Split::Val).len());
+    if shortest <= t.context {
+        return Err(invalid(format!(
+            "--context {}: {} holds {} characters, {shortest} of them in its smaller split \
+             (a tenth is for validation); a window needs {} (the context and the next \
+             character): use a shorter --context or a longer text",
+            t.context,
+            path.display(),
+            corpus.ids(Split::Train).len() + corpus.ids(Split::Val).len(),
+            t.context + 1
+        )));
+    }
+    if t.sample > 0 {
+        corpus
+            .encode(&t.sampling.prompt)
+            .map_err(|e| invalid(format!("--prompt: {e}")))?;
+    }
     let config = GptConfig {
         vocab_size: corpus.vocab_size(),
         context: t.context,
@@ -268,6 +303,32 @@ pub struct SamplingArgs {
     pub prompt: String,
 }
 
+impl SamplingArgs {
+    /// Checks `--temperature` and `--top-k` (`op` names the command), before
+    /// anything is trained or loaded.
+    pub fn check(&self, op: &'static str) -> ember::Result<()> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: format!(
+                    "--temperature {}: must be a finite number, 0 or more (0 takes the most \
+                     likely character)",
+                    self.temperature
+                ),
+            });
+        }
+        if self.top_k == Some(0) {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: "--top-k 0: sampling needs at least one character to choose from; leave \
+                      --top-k out to choose among all"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Default for SamplingArgs {
     fn default() -> Self {
         SamplingArgs {
@@ -316,6 +377,7 @@ pub struct GenerateArgs {
 
 /// Loads the model and prints `--prompt` and what follows it.
 pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
+    args.sampling.check("generate")?;
     let path = args.checkpoint.join(MODEL_FILE);
     let meta = ember::io::metadata(&path)?;
     let get = |k: &str| -> ember::Result<String> {
@@ -362,7 +424,26 @@ pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
             msg: format!("--prompt: {e}"),
         })?;
     let sm = &args.sampling;
-    let text = corpus.decode(&model.generate(&prompt, args.chars, sm.temperature, sm.top_k)?)?;
-    println!("{}{text}", sm.prompt);
+    // each character printed as it is drawn (the same draws as one call for all:
+    // every step reads the last window anyway), so an interrupted generation
+    // keeps what it made
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let io_err = |e: std::io::Error| Error::Io {
+        path: "standard output".into(),
+        source: e,
+    };
+    write!(out, "{}", sm.prompt)
+        .and_then(|()| out.flush())
+        .map_err(io_err)?;
+    let mut ids = prompt;
+    for _ in 0..args.chars {
+        let next = model.generate(&ids, 1, sm.temperature, sm.top_k)?;
+        write!(out, "{}", corpus.decode(&next)?)
+            .and_then(|()| out.flush())
+            .map_err(io_err)?;
+        ids.extend(next);
+    }
+    writeln!(out).map_err(io_err)?;
     Ok(())
 }

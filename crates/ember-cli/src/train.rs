@@ -93,6 +93,11 @@ pub struct TrainArgs {
     /// Save a checkpoint to DIR after every epoch.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
+    /// Replace the files this run writes (--plot's image and CSV, --profile's
+    /// trace) and the checkpoint in --checkpoint DIR if they exist (another
+    /// run's); without it, an existing one is an error before training starts.
+    #[arg(long)]
+    pub force: bool,
     /// Continue from the checkpoint in the --checkpoint DIR.
     #[arg(long, requires = "checkpoint")]
     pub resume: bool,
@@ -135,6 +140,7 @@ impl Default for TrainArgs {
             plot: None,
             checkpoint: None,
             resume: false,
+            force: false,
             data: None,
             quiet: false,
             profile: None,
@@ -144,7 +150,52 @@ impl Default for TrainArgs {
     }
 }
 
+/// Refuses options given for a data set they do not apply to (a value other
+/// than the option's default: an option left at its default cannot be told
+/// apart from one not given).
+fn check_applicable(args: &TrainArgs) -> ember::Result<()> {
+    let (t, d) = (&args.text, crate::text::TextArgs::default());
+    let text_only = [
+        ("--steps", t.steps != d.steps),
+        ("--context", t.context != d.context),
+        ("--layers", t.layers != d.layers),
+        ("--heads", t.heads != d.heads),
+        ("--width", t.width != d.width),
+        ("--dropout", t.dropout != d.dropout),
+        ("--eval-every", t.eval_every != d.eval_every),
+        ("--eval-batches", t.eval_batches != d.eval_batches),
+        ("--sample", t.sample != d.sample),
+        (
+            "--temperature",
+            t.sampling.temperature != d.sampling.temperature,
+        ),
+        ("--top-k", t.sampling.top_k.is_some()),
+        ("--prompt", t.sampling.prompt != d.sampling.prompt),
+    ];
+    let given: Vec<&str> = text_only
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| *n)
+        .collect();
+    let dataset = format!("{:?}", args.dataset).to_lowercase();
+    if args.dataset != Dataset::Text && !given.is_empty() {
+        return Err(invalid(format!(
+            "{} {} for `ember train text`; {dataset} does not take {}",
+            given.join(", "),
+            if given.len() == 1 { "is" } else { "are" },
+            if given.len() == 1 { "it" } else { "them" }
+        )));
+    }
+    if args.dataset != Dataset::Fake && args.samples != TrainArgs::default().samples {
+        return Err(invalid(format!(
+            "--samples sets the size of fake data; {dataset} has its own"
+        )));
+    }
+    Ok(())
+}
+
 pub fn run(args: &TrainArgs) -> ember::Result<()> {
+    check_applicable(args)?;
     // a plot that cannot be written fails now, not after the training
     if let Some(plot) = &args.plot {
         let ext = plot.extension().and_then(|e| e.to_str()).unwrap_or("");
@@ -158,10 +209,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             });
         }
     }
+    // every file the run writes: never its input, never another run's unless
+    // --force (or --resume, for the checkpoint it continues)
+    let inputs: Vec<PathBuf> = data_file(args)?.into_iter().collect();
     if let Some(plot) = &args.plot {
-        crate::paths::writable_file(plot, "--plot")?;
+        crate::paths::new_output(plot, "--plot", &inputs, args.force)?;
+        let csv = plot.with_extension("csv");
+        crate::paths::new_output(&csv, "--plot (its curves, .csv)", &inputs, args.force)?;
     }
-    crate::profile::check(&args.profile)?;
+    crate::profile::check(&args.profile, &inputs, args.force)?;
     if let Some(dir) = &args.checkpoint {
         if args.resume {
             if !dir.is_dir() {
@@ -172,6 +228,17 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             }
         } else {
             crate::paths::writable_dir(dir, "--checkpoint")?;
+            let existing = [Checkpoint::file(dir), dir.join(crate::text::MODEL_FILE)];
+            if let Some(f) = existing.iter().find(|f| f.exists()) {
+                if !args.force {
+                    return Err(invalid(format!(
+                        "--checkpoint {}: it holds another run's checkpoint ({}); pass --resume \
+                         to continue that run, --force to replace it, or name another folder",
+                        dir.display(),
+                        f.display()
+                    )));
+                }
+            }
         }
     }
     if let Some(lr) = args.lr {
@@ -394,6 +461,21 @@ fn invalid(msg: impl Into<String>) -> Error {
         op: "train",
         msg: msg.into(),
     }
+}
+
+/// The data file a run reads (iris, digits, text), found as training will find
+/// it; `None` for fake data.
+fn data_file(args: &TrainArgs) -> ember::Result<Option<PathBuf>> {
+    let file = match args.dataset {
+        Dataset::Iris => "iris.csv",
+        Dataset::Digits => "digits.csv",
+        Dataset::Text => crate::text::TEXT_FILE,
+        Dataset::Fake => return Ok(None),
+    };
+    Ok(Some(match &args.data {
+        Some(dir) => dir.join(file),
+        None => data::find_data_file(file)?,
+    }))
 }
 
 fn load(args: &TrainArgs) -> ember::Result<Data> {

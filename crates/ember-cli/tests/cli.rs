@@ -134,6 +134,32 @@ fn plot_checkpoint_and_resume() {
             "{flag} {value}: {out}{err}"
         );
     }
+    // another run's checkpoint is not replaced unless asked; nor is a plot
+    let (ok, out, err) = run(&["--epochs", "1", "--checkpoint", ck_s]);
+    assert!(
+        !ok && err.contains("another run's checkpoint") && err.contains("--resume"),
+        "{err}"
+    );
+    assert!(!out.contains("training"), "{out}");
+    let (ok, _, err) = run(&["--epochs", "1", "--plot", svg_s]);
+    assert!(
+        !ok && err.contains("the file exists") && err.contains("--force"),
+        "{err}"
+    );
+    let copy = dir.join("ck-copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(ck.join("last.safetensors"), copy.join("last.safetensors")).unwrap();
+    let copy_s = copy.to_str().unwrap();
+    let (ok, _, err) = run(&[
+        "--epochs",
+        "1",
+        "--checkpoint",
+        copy_s,
+        "--plot",
+        svg_s,
+        "--force",
+    ]);
+    assert!(ok, "{err}");
     // a damaged checkpoint is refused, naming the tensor
     let file = ck.join("last.safetensors");
     let mut bytes = std::fs::read(&file).unwrap();
@@ -142,6 +168,53 @@ fn plot_checkpoint_and_resume() {
     std::fs::write(&file, &bytes).unwrap();
     let (ok, _, err) = run(&["--epochs", "6", "--checkpoint", ck_s, "--resume"]);
     assert!(!ok && err.contains("is damaged"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A run never writes over its own input, and refuses data that holds NaN or
+/// infinity, naming the line.
+#[test]
+fn inputs_are_never_overwritten_and_must_be_finite() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let iris = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/iris.csv"))
+        .unwrap();
+    std::fs::write(dir.join("iris.csv"), &iris).unwrap();
+    let d = dir.to_str().unwrap();
+    let plot = dir.join("iris.png");
+    // the plot's CSV would be dd/iris.csv, the data itself: refused, even forced
+    for force in [false, true] {
+        let mut args = vec![
+            "train",
+            "iris",
+            "--data",
+            d,
+            "--plot",
+            plot.to_str().unwrap(),
+        ];
+        if force {
+            args.push("--force");
+        }
+        let (ok, out, err) = ember(&args);
+        assert!(!ok && err.contains("the run's input"), "{out}{err}");
+        assert_eq!(std::fs::read_to_string(dir.join("iris.csv")).unwrap(), iris);
+    }
+    // a NaN feature on line 5, and an infinite one
+    for bad in ["nan", "inf"] {
+        let mut lines: Vec<String> = iris.lines().map(str::to_string).collect();
+        let mut cells: Vec<&str> = lines[4].split(',').collect();
+        cells[1] = bad;
+        lines[4] = cells.join(",");
+        std::fs::write(dir.join("iris.csv"), lines.join("\n") + "\n").unwrap();
+        let (ok, out, err) = ember(&["train", "iris", "--data", d, "--epochs", "1"]);
+        assert!(!ok && !out.contains("final loss"), "{out}");
+        assert!(
+            err.contains("iris.csv:5:")
+                && err.contains("sepal_width")
+                && err.contains("not a finite number"),
+            "{err}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -904,7 +977,91 @@ fn text_model_trains_saves_and_generates() {
         gen.starts_with("Amen") && gen.trim_end().chars().count() >= 24,
         "{gen}"
     );
+    // generate prints as it goes: a long run shows its first characters long
+    // before it ends (read them, then stop it, as an interrupted run would be)
+    {
+        use std::io::Read;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ember"))
+            .args([
+                "generate",
+                "--checkpoint",
+                d,
+                "--chars",
+                "1000000",
+                "--prompt",
+                "Amen",
+            ])
+            .args(["--device", "cpu"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run ember generate");
+        let mut stdout = child.stdout.take().unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < 10 {
+            let n = stdout.read(&mut buf).unwrap();
+            assert!(
+                n > 0,
+                "generate ended after {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        child.kill().ok();
+        child.wait().ok();
+        assert!(
+            got.starts_with(b"Amen"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    // the folder holds this run's model: another run refuses it without --force
+    let tiny = [
+        "train",
+        "text",
+        "--device",
+        "cpu",
+        "--steps",
+        "1",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "16",
+        "--batch-size",
+        "2",
+        "--eval-batches",
+        "1",
+        "--checkpoint",
+        d,
+    ];
+    let (ok, _, err) = ember(&tiny);
+    assert!(
+        !ok && err.contains("another run's checkpoint") && err.contains("--force"),
+        "{err}"
+    );
+    let forced: Vec<&str> = tiny.iter().copied().chain(["--force"]).collect();
+    let (ok, _, err) = ember(&forced);
+    assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).ok();
+    // a text too short for the context, and an empty one, named before training
+    let small = std::env::temp_dir().join(format!("ember-cli-text-small-{}", std::process::id()));
+    std::fs::create_dir_all(&small).unwrap();
+    let text_file = small.join("kjv-new-testament.txt");
+    std::fs::write(&text_file, "In the beginning was the Word.\n").unwrap();
+    let small_s = small.to_str().unwrap();
+    let (ok, _, err) = ember(&["train", "text", "--data", small_s, "--device", "cpu"]);
+    assert!(
+        !ok && err.contains("--context 128") && err.contains("holds 31 characters"),
+        "{err}"
+    );
+    std::fs::write(&text_file, "").unwrap();
+    let (ok, _, err) = ember(&["train", "text", "--data", small_s, "--device", "cpu"]);
+    assert!(!ok && err.contains("is empty"), "{err}");
+    std::fs::remove_dir_all(&small).ok();
     for (args, want) in [
         (
             &["train", "text", "--epochs", "2"][..],
@@ -918,6 +1075,50 @@ fn text_model_trains_saves_and_generates() {
         (
             &["generate", "--checkpoint", "/nonexistent/ember"][..],
             "char-gpt.safetensors",
+        ),
+        // sampling settings are checked before training (or loading), not after
+        (
+            &["train", "text", "--top-k", "0", "--sample", "5"][..],
+            "--top-k 0",
+        ),
+        (
+            &["train", "text", "--temperature=-1", "--sample", "5"][..],
+            "--temperature -1",
+        ),
+        (
+            &["train", "text", "--temperature", "NaN"][..],
+            "--temperature NaN",
+        ),
+        (
+            &["train", "text", "--sample", "5", "--prompt", "Zq@"][..],
+            "--prompt",
+        ),
+        (
+            &["train", "text", "--eval-batches", "0"][..],
+            "--eval-batches 0",
+        ),
+        (
+            &[
+                "generate",
+                "--checkpoint",
+                "/nonexistent/ember",
+                "--top-k",
+                "0",
+            ][..],
+            "--top-k 0",
+        ),
+        // options a data set does not take
+        (
+            &["train", "digits", "--steps", "5"][..],
+            "--steps is for `ember train text`",
+        ),
+        (
+            &["train", "iris", "--context", "8", "--top-k", "2"][..],
+            "--context, --top-k are for",
+        ),
+        (
+            &["train", "iris", "--samples", "10"][..],
+            "--samples sets the size of fake data",
         ),
     ] {
         let (ok, _, err) = ember(args);

@@ -30,6 +30,13 @@ mod pt;
 
 pub use pt::{is_pt_file, load_pt, PtDType, PtEntry, PtFile, PtFormat};
 
+/// Writes `bytes` to `path` through a temporary file in the same folder and a
+/// rename, as every file ember writes: a reader (or a crash) sees the old file
+/// or the new one, never a part.
+pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
+    crate::files::write_atomic(path.as_ref(), bytes)
+}
+
 use crate::nn::Module;
 use crate::optim::Optimizer;
 use crate::{DType, Device, Error, Result, Tensor};

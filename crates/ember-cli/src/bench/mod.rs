@@ -38,6 +38,9 @@ pub struct BenchArgs {
     /// Also write the rows as JSON lines to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Replace --json's file and --profile's trace if they exist.
+    #[arg(long)]
+    pub force: bool,
     /// Only the models suite's rows whose name contains this text (e.g. resnet).
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,
@@ -157,9 +160,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     };
     if let Some(path) = &args.json {
-        crate::paths::writable_file(path, "--json")?;
+        crate::paths::new_output(path, "--json", &[], args.force)?;
     }
-    crate::profile::check(&args.profile)?;
+    crate::profile::check(&args.profile, &[], args.force)?;
     if (args.profile.is_some() || args.filter.is_some()) && !real {
         return Err(Error::InvalidArgument {
             op: "bench",
@@ -250,10 +253,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     if let Some(path) = &args.json {
         let text: String = rows.iter().map(|r| r.json() + "\n").collect();
-        std::fs::write(path, text).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
+        ember::io::write_atomic(path, text.as_bytes())?;
     }
     Ok(())
 }

@@ -51,6 +51,24 @@ fn check_labels(table: &CsvTable, labels: &Tensor, classes: i64) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a NaN or infinite feature (`nan`, `inf` parse as numbers, and one
+/// would make every loss NaN), naming the file, line and column.
+fn check_finite(table: &CsvTable, columns: &[&str]) -> Result<()> {
+    for name in columns {
+        let Some(values) = table.column(name)?.as_numeric() else {
+            continue; // text: to_tensor names it
+        };
+        if let Some((row, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::Parse {
+                file: table.name().to_string(),
+                line: Some(table.row_line(row)),
+                msg: format!("column {name:?}: {v} is not a finite number"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Fisher's Iris data from a CSV file with the header
 /// `sepal_length,sepal_width,petal_length,petal_width,target` (the repository's
 /// `data/iris.csv`; see [`find_data_file`]): the features as float32
@@ -66,10 +84,9 @@ fn check_labels(table: &CsvTable, labels: &Tensor, classes: i64) -> Result<()> {
 pub fn load_iris(path: impl AsRef<Path>) -> Result<(Tensor, Tensor)> {
     let path = path.as_ref();
     let table = read_csv(path)?;
-    let x = table.to_tensor(
-        &["sepal_length", "sepal_width", "petal_length", "petal_width"],
-        DType::F32,
-    )?;
+    let features = ["sepal_length", "sepal_width", "petal_length", "petal_width"];
+    check_finite(&table, &features)?;
+    let x = table.to_tensor(&features, DType::F32)?;
     let y = table.labels("target")?;
     check_labels(&table, &y, 3)?;
     Ok((x, y))
@@ -84,6 +101,7 @@ pub fn load_digits(path: impl AsRef<Path>) -> Result<(Tensor, Tensor)> {
     let table = read_csv(path)?;
     let names: Vec<String> = (0..64).map(|i| format!("p{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    check_finite(&table, &names)?;
     let x = table.to_tensor(&names, DType::F32)?;
     let y = table.labels("target")?;
     check_labels(&table, &y, 10)?;

@@ -149,10 +149,10 @@ impl History {
         Ok(History { records })
     }
 
-    /// Writes [`to_csv`](Self::to_csv) to `path`.
+    /// Writes [`to_csv`](Self::to_csv) to `path` (atomically: a crash leaves the
+    /// old file or the new one).
     pub fn write_csv(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        std::fs::write(path, self.to_csv()).map_err(|e| io_error(path, e))
+        crate::files::write_atomic(path.as_ref(), self.to_csv().as_bytes())
     }
 
     /// Plots the loss curves and, when recorded, the accuracy curves (training and
@@ -161,8 +161,12 @@ impl History {
         use plotters::prelude::*;
         let path = path.as_ref();
         let size = self.plot_size()?;
-        let root = SVGBackend::new(path, size).into_drawing_area();
-        self.draw(root).map_err(|e| io_error(path, e))
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+            self.draw(root).map_err(|e| io_error(path, e))?;
+        }
+        crate::files::write_atomic(path, svg.as_bytes())
     }
 
     /// The same plot as [`write_svg`](Self::write_svg), as a PNG image.
