@@ -177,6 +177,27 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             "--classes: gpt2_small predicts its own vocabulary (50304 tokens)",
         ));
     }
+    // the input's rank: images [C, H, W] (colour for the zoo), mlp [features]
+    let want = match name.as_str() {
+        "mlp" => Some((1, "[features], such as 64")),
+        "cnn" => Some((3, "[channels, height, width], such as 1x8x8")),
+        _ if lm => None,
+        _ => Some((3, "3xHxW colour images, such as 3x224x224")),
+    };
+    if let Some((rank, what)) = want {
+        let colour = small || input.first() == Some(&3);
+        if input.len() != rank || !colour {
+            return Err(invalid(format!(
+                "--input {}: {name} takes {what}",
+                args.input.as_deref().unwrap_or_default()
+            )));
+        }
+    }
+    if args.max_batch && args.memory.is_none() && args.device.is_none() {
+        return Err(invalid(
+            "--max-batch needs the memory to fit in: --device cuda:N or --memory SIZE",
+        ));
+    }
     let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
     let target = target(args)?;
     let build_name = name.clone();
@@ -206,22 +227,40 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     // cuBLAS's workspace: the target's size, else Hopper's (the larger)
     est = est.compute_capability(target.as_ref().and_then(|t| t.major).unwrap_or(9));
     let batch = args.batch_size as usize;
-    let e = est.estimate(batch)?;
+    // a shape the model cannot take (too small for its pooling) names --input
+    let e = est.estimate(batch).map_err(|e| match e {
+        Error::ShapeMismatch { .. } | Error::InvalidArgument { .. } if args.input.is_some() => {
+            invalid(format!(
+                "--input {}: {name} cannot take inputs of this shape ({e})",
+                args.input.as_deref().unwrap_or_default()
+            ))
+        }
+        e => e,
+    })?;
     print!("{e}");
     let Some(t) = target else {
-        if args.max_batch {
-            return Err(invalid(
-                "--max-batch needs the memory to fit in: --device cuda:N or --memory SIZE",
-            ));
-        }
-        return Ok(());
+        return Ok(()); // --max-batch without a target was refused above
     };
+    // the verdict and the need it is judged by, one number: the least memory the
+    // step runs in (the allocator releasing its cache when memory runs short),
+    // which can be less than the unconstrained "needed on the device" above
     let verdict = if e.fits(t.capacity) {
         "fits"
     } else {
         "does NOT fit"
     };
-    println!("batch size {batch} {verdict} on {}", t.what);
+    let least = e.min_required();
+    let why = if least < e.required() {
+        format!(
+            " (it needs at least {}: less than the {} above, because the allocator \
+             releases its cache when memory runs short)",
+            fmt_bytes(least),
+            fmt_bytes(e.required())
+        )
+    } else {
+        format!(" (it needs {})", fmt_bytes(least))
+    };
+    println!("batch size {batch} {verdict} on {}{why}", t.what);
     if args.max_batch {
         match est.max_batch(batch, t.capacity, 1 << 24)? {
             Some(b) => println!("largest batch size that fits: {b}"),

@@ -498,6 +498,132 @@ fn profile_prints_the_top_ops_and_writes_the_trace() {
 
 /// `ember estimate --amp` estimates the step `ember train --amp` runs: float32
 /// parameters, the forward pass under autocast.
+/// `ember estimate`'s verdict names the need it is judged by, and its flags are
+/// checked (and named) before the table is printed.
+#[test]
+fn estimate_verdicts_and_flags() {
+    // 13 GiB is less than the unconstrained need, but the step runs in it (the
+    // allocator releases its cache): the verdict says how much it needs at least
+    let (ok, out, err) = ember(&[
+        "estimate",
+        "--model",
+        "vgg16",
+        "--batch-size",
+        "128",
+        "--memory",
+        "13GiB",
+    ]);
+    assert!(ok, "{err}");
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("batch size 128 "))
+        .expect("a verdict");
+    assert!(
+        verdict.starts_with("batch size 128 fits on 13GiB")
+            && verdict.contains("it needs at least"),
+        "{verdict}"
+    );
+    let least: f64 = verdict
+        .split("at least ")
+        .nth(1)
+        .and_then(|r| r.split(" GiB").next())
+        .and_then(|n| n.parse().ok())
+        .expect("a size in GiB");
+    assert!(least <= 13.0, "{verdict}");
+    for (args, want) in [
+        (
+            &["estimate", "--model", "vgg16", "--memory", "1e40GiB"][..],
+            "not a size between",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--memory", "2EiB"][..],
+            "not a size between",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--memory", "3 furlongs"][..],
+            "unknown unit",
+        ),
+        (
+            &["estimate", "--model", "vgg16", "--max-batch"][..],
+            "--max-batch needs the memory",
+        ),
+        (
+            &["estimate", "--model", "resnet18", "--input", "3x32"][..],
+            "--input 3x32: resnet18 takes 3xHxW",
+        ),
+        (
+            &["estimate", "--model", "mlp", "--input", "3x8"][..],
+            "--input 3x8: mlp takes [features]",
+        ),
+        (
+            &["estimate", "--model", "alexnet", "--input", "3x8x8"][..],
+            "--input 3x8x8: alexnet cannot take",
+        ),
+    ] {
+        let (ok, out, err) = ember(args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} printed before failing:\n{out}");
+    }
+}
+
+/// The README's memory table (AlexNet and VGG-16 at batch 128, f32 and bf16)
+/// says what `ember estimate` prints: its peak allocated and peak reserved rows.
+#[test]
+fn readme_memory_table_matches_ember_estimate() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let row = |start: &str| -> Vec<String> {
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no README row {start:?}"));
+        line.split('|')
+            .skip(2)
+            .map(|c| c.trim().trim_matches('*').to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    let (allocated, reserved) = (
+        row("| **peak allocated** (second step, backward)"),
+        row("| peak reserved from the driver"),
+    );
+    let columns = [
+        ("alexnet", "f32"),
+        ("alexnet", "bf16"),
+        ("vgg16", "f32"),
+        ("vgg16", "bf16"),
+    ];
+    assert_eq!((allocated.len(), reserved.len()), (4, 4));
+    for (i, (model, dtype)) in columns.iter().enumerate() {
+        let (ok, out, err) = ember(&[
+            "estimate",
+            "--model",
+            model,
+            "--batch-size",
+            "128",
+            "--dtype",
+            dtype,
+        ]);
+        assert!(ok, "{err}");
+        let printed = |prefix: &str| -> String {
+            out.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map(|r| r.split(" (").next().unwrap().trim().to_string())
+                .unwrap_or_else(|| panic!("no {prefix:?} in\n{out}"))
+        };
+        assert_eq!(
+            printed("peak allocated:"),
+            allocated[i],
+            "{model} {dtype}: the README's peak allocated"
+        );
+        assert_eq!(
+            printed("peak reserved:"),
+            reserved[i],
+            "{model} {dtype}: the README's peak reserved"
+        );
+    }
+}
+
 #[test]
 fn estimate_under_autocast() {
     let (ok, out, err) = ember(&[

@@ -206,6 +206,28 @@ impl Estimate {
             .checked_sub(self.outside_allocator)
             .is_some_and(|c| matches!(replay(&self.events, Some(c)), Ok(Some(_))))
     }
+
+    /// The least free memory the steps run in ([`fits`](Self::fits)): between
+    /// the peak allocated (plus what is used outside the allocator) and
+    /// [`required`](Self::required), lower than the latter when the allocator
+    /// can release its cache instead of growing, as it does when a device runs
+    /// short. Found to within 1 MiB.
+    pub fn min_required(&self) -> usize {
+        let (mut lo, mut hi) = (
+            (self.peak_allocated + self.outside_allocator).saturating_sub(1),
+            self.required(),
+        );
+        // lo does not fit (nothing fits below the peak allocated), hi does
+        while hi - lo > 1 << 20 {
+            let mid = lo + (hi - lo) / 2;
+            if self.fits(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
 }
 
 type Loss = dyn Fn(&Tensor, &Tensor) -> Result<Tensor>;

@@ -113,22 +113,30 @@ pub fn parse_bytes(s: &str) -> Result<usize> {
         )
     };
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    // the unit is the letters at the end; the number before it may have an
+    // exponent (1.5e3MB)
+    let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| bad("no number"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+    let value: f64 = num.trim().parse().map_err(|_| bad("no number"))?;
+    let scale: f64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
         "m" | "mib" => 1024f64.powi(2),
         "g" | "gib" => 1024f64.powi(3),
         "t" | "tib" => 1024f64.powi(4),
+        "p" | "pib" => 1024f64.powi(5),
+        "e" | "eib" => 1024f64.powi(6),
         "kb" => 1e3,
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => return Err(bad("unknown unit")),
+        "pb" => 1e15,
+        "eb" => 1e18,
+        _ => {
+            return Err(bad(
+                "unknown unit (B, KiB, MiB, GiB, TiB or KB, MB, GB, TB)",
+            ))
+        }
     };
     let bytes = value * scale;
     if !bytes.is_finite() || bytes < 1.0 || bytes >= (1u64 << 60) as f64 {
