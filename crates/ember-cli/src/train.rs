@@ -295,6 +295,11 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         ("seed", args.seed.to_string()),
         ("lr", lr.to_string()),
     ];
+    // the data's identity: resuming on another file (even of the same size)
+    // is refused, naming it
+    if let Some(path) = data_file(args)? {
+        config.push(("data", data_identity(&path)?));
+    }
     if args.dataset == Dataset::Fake {
         let input: Vec<String> = data.input.iter().map(|d| d.to_string()).collect();
         config.push(("input", input.join("x")));
@@ -461,6 +466,21 @@ fn invalid(msg: impl Into<String>) -> Error {
         op: "train",
         msg: msg.into(),
     }
+}
+
+/// What identifies a data file in a checkpoint's settings: its length and a
+/// 64-bit FNV-1a hash of its bytes (stable across versions and machines).
+fn data_identity(path: &std::path::Path) -> ember::Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(format!("{} bytes, FNV-1a {h:016x}", bytes.len()))
 }
 
 /// The data file a run reads (iris, digits, text), found as training will find

@@ -199,6 +199,54 @@ fn inputs_are_never_overwritten_and_must_be_finite() {
         assert!(!ok && err.contains("the run's input"), "{out}{err}");
         assert_eq!(std::fs::read_to_string(dir.join("iris.csv")).unwrap(), iris);
     }
+    // a checkpoint remembers its data: resuming on another file of the same size
+    // is refused, naming it
+    let ck = dir.join("ck");
+    let ck_s = ck.to_str().unwrap();
+    let (ok, _, err) = ember(&[
+        "train",
+        "iris",
+        "--data",
+        d,
+        "--epochs",
+        "1",
+        "--checkpoint",
+        ck_s,
+        "-q",
+    ]);
+    assert!(ok, "{err}");
+    let swapped = iris.replacen("5.1,3.5", "5.1,3.6", 1);
+    assert_eq!(swapped.len(), iris.len());
+    std::fs::write(dir.join("iris.csv"), &swapped).unwrap();
+    let (ok, out, err) = ember(&[
+        "train",
+        "iris",
+        "--data",
+        d,
+        "--epochs",
+        "2",
+        "--checkpoint",
+        ck_s,
+        "--resume",
+    ]);
+    assert!(
+        !ok && err.contains("data is ") && !out.contains("training"),
+        "{out}{err}"
+    );
+    std::fs::write(dir.join("iris.csv"), &iris).unwrap();
+    let (ok, _, err) = ember(&[
+        "train",
+        "iris",
+        "--data",
+        d,
+        "--epochs",
+        "2",
+        "--checkpoint",
+        ck_s,
+        "--resume",
+        "-q",
+    ]);
+    assert!(ok, "{err}");
     // a NaN feature on line 5, and an infinite one
     for bad in ["nan", "inf"] {
         let mut lines: Vec<String> = iris.lines().map(str::to_string).collect();
