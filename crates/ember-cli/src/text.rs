@@ -15,8 +15,12 @@ use std::time::Instant;
 
 /// The text shipped in `data/` (see data/README.md).
 pub const TEXT_FILE: &str = "kjv-new-testament.txt";
-/// The file a checkpoint folder holds.
+/// The file a checkpoint folder holds: the model, with its vocabulary and shape
+/// (what `ember generate` reads).
 pub const MODEL_FILE: &str = "char-gpt.safetensors";
+/// Beside it, what resuming needs: the model again, the optimizer's state, the
+/// schedule's and the loss scaler's positions, the step, and the run's settings.
+pub const STATE_FILE: &str = "train-state.safetensors";
 
 fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument {
@@ -31,14 +35,25 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     if args.epochs.is_some() {
         return Err(invalid("a language model trains for --steps, not --epochs"));
     }
-    if args.model.is_some()
-        || args.input.is_some()
-        || args.classes.is_some()
-        || args.resume
-        || args.plot.is_some()
+    if args.model.is_some() || args.input.is_some() || args.classes.is_some() || args.plot.is_some()
     {
         return Err(invalid(
-            "--model, --input, --classes, --resume and --plot are for the classifiers; the text model takes --layers, --heads, --width, --context",
+            "--model, --input, --classes and --plot are for the classifiers; the text model takes --layers, --heads, --width, --context",
+        ));
+    }
+    if args.resume && args.checkpoint.is_none() {
+        return Err(invalid(
+            "--resume continues the run saved in --checkpoint DIR: name the folder",
+        ));
+    }
+    if t.checkpoint_every.is_some() && args.checkpoint.is_none() {
+        return Err(invalid(
+            "--checkpoint-every: name the folder to save in with --checkpoint DIR",
+        ));
+    }
+    if t.checkpoint_every == Some(0) {
+        return Err(invalid(
+            "--checkpoint-every 0: save every N steps, N at least 1",
         ));
     }
     if args.optimizer != crate::estimate::OptimizerKind::Adam || args.cuda_graphs {
@@ -110,6 +125,27 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             .encode(&t.sampling.prompt)
             .map_err(|e| invalid(format!("--prompt: {e}")))?;
     }
+    // what makes two runs the same run: a resumed run must match the saved one
+    let settings: Vec<(String, String)> = [
+        ("data", crate::train::data_identity(&path)?),
+        ("context", t.context.to_string()),
+        ("layers", t.layers.to_string()),
+        ("heads", t.heads.to_string()),
+        ("width", t.width.to_string()),
+        ("dropout", t.dropout.to_string()),
+        ("steps", t.steps.to_string()),
+        ("batch_size", batch.to_string()),
+        ("lr", lr.to_string()),
+        ("seed", args.seed.to_string()),
+        ("amp", amp.map_or("none".to_string(), |d| d.to_string())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("run.{k}"), v))
+    .collect();
+    let state_file = args.checkpoint.as_ref().map(|d| d.join(STATE_FILE));
+    if let (true, Some(file)) = (args.resume, &state_file) {
+        check_settings(file, &settings)?;
+    }
     let config = GptConfig {
         vocab_size: corpus.vocab_size(),
         context: t.context,
@@ -129,6 +165,55 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     // a tenth of the steps to warm up linearly, then cosine decay to lr / 10
     let warmup = (t.steps / 10).max(1).min(t.steps);
     let mut sched = SequentialLr::warmup_cosine(&mut opt, warmup, t.steps, lr / 10.0)?;
+    let mut done = 0usize;
+    let mut train_loss = f64::NAN;
+    let mut val = f64::NAN;
+    if let (true, Some(file)) = (args.resume, &state_file) {
+        let extra = ember::io::load_checkpoint(&model, &mut opt, file)?;
+        let get = |k: &str| -> ember::Result<f64> {
+            let t = extra
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, t)| t)
+                .ok_or_else(|| invalid(format!("{}: no {k:?} entry", file.display())))?;
+            t.to_dtype(DType::F64)?.item::<f64>()
+        };
+        done = get("step")? as usize;
+        let meta = ember::io::metadata(file)?;
+        let last = |k: &str| {
+            meta.iter()
+                .find(|(n, _)| n == k)
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        train_loss = last("last.train_loss");
+        val = last("last.val_loss");
+        let scale: Vec<(String, f64)> = extra
+            .iter()
+            .filter_map(|(n, t)| {
+                let k = n.strip_prefix("scaler.")?;
+                Some(
+                    t.to_dtype(DType::F64)
+                        .and_then(|t| t.item::<f64>())
+                        .map(|v| (k.to_string(), v)),
+                )
+            })
+            .collect::<ember::Result<_>>()?;
+        scaler.load_state_dict(&scale)?;
+        sched.set_epoch(done);
+        opt.set_group_lrs(&sched.last_lrs());
+        if done >= t.steps {
+            println!(
+                "nothing to do: the checkpoint in {} is at step {done} of {}",
+                args.checkpoint
+                    .as_ref()
+                    .expect("resume has a folder")
+                    .display(),
+                t.steps
+            );
+            return Ok(());
+        }
+    }
     let baseline = corpus.unigram_loss();
     let (n_train, n_val) = (corpus.ids(Split::Train).len(), corpus.ids(Split::Val).len());
     if !args.quiet {
@@ -143,20 +228,27 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         );
         println!("unigram baseline: {baseline:.3} nats per character on the validation text");
     }
-    let eval = |model: &mut CharGpt| -> ember::Result<f64> {
+    // every step draws (its batch, dropout's masks) from a generator of its own,
+    // seeded from the run's seed and the step, and so does each validation: a
+    // resumed run draws what an uninterrupted one would, with no generator
+    // state to save
+    let rng = |step: usize, stream: u64| ember::Generator::new(step_seed(args.seed, step, stream));
+    let eval = |model: &mut CharGpt, step: usize| -> ember::Result<f64> {
         model.eval();
-        let mut total = 0.0;
-        for _ in 0..t.eval_batches {
-            let (x, y) = corpus.batch(Split::Val, batch, t.context, &device)?;
-            let _ac = amp.map(ember::autocast_guard).transpose()?;
-            total += ember::no_grad(|| model.loss(&x, &y))?.item::<f32>()? as f64;
-        }
+        let total = rng(step, 1).scope(|| -> ember::Result<f64> {
+            let mut total = 0.0;
+            for _ in 0..t.eval_batches {
+                let (x, y) = corpus.batch(Split::Val, batch, t.context, &device)?;
+                let _ac = amp.map(ember::autocast_guard).transpose()?;
+                total += ember::no_grad(|| model.loss(&x, &y))?.item::<f32>()? as f64;
+            }
+            Ok(total)
+        })?;
         model.train();
-        Ok(total / t.eval_batches.max(1) as f64)
+        Ok(total / t.eval_batches as f64)
     };
+    let every = t.checkpoint_every.unwrap_or(t.eval_every);
     let start = Instant::now();
-    let mut train_loss = f64::NAN;
-    let mut val = f64::NAN;
     let mut profiler = args
         .profile
         .is_some()
@@ -164,18 +256,24 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             ember::profiler::StepProfiler::new(crate::profile::WARMUP, args.profile_steps as usize)
         })
         .transpose()?;
-    for step in 1..=t.steps {
+    if let (true, Some(dir)) = (args.resume, &args.checkpoint) {
+        println!("resumed from {} after step {done}", dir.display());
+    }
+    for step in done + 1..=t.steps {
         // a range only while a session records
         let _step = ember::profiler::range("train_step");
-        let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
-        let loss = {
-            let _ac = amp.map(ember::autocast_guard).transpose()?;
-            model.loss(&x, &y)?
-        };
-        opt.zero_grad();
-        // with float16 the loss is scaled, and the gradients unscaled before
-        // clipping; otherwise the scaler passes everything through
-        scaler.scale(&loss)?.backward()?;
+        let loss = rng(step, 0).scope(|| -> ember::Result<Tensor> {
+            let (x, y) = corpus.batch(Split::Train, batch, t.context, &device)?;
+            let loss = {
+                let _ac = amp.map(ember::autocast_guard).transpose()?;
+                model.loss(&x, &y)?
+            };
+            opt.zero_grad();
+            // with float16 the loss is scaled, and the gradients unscaled before
+            // clipping; otherwise the scaler passes everything through
+            scaler.scale(&loss)?.backward()?;
+            Ok(loss)
+        })?;
         scaler.unscale_(&opt)?;
         nn::clip_grad_norm_(&params, 1.0, 2.0, false)?;
         scaler.step(&mut opt)?;
@@ -187,14 +285,32 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         }
         if step % t.eval_every == 0 || step == t.steps {
             train_loss = loss.item::<f32>()? as f64;
-            val = eval(&mut model)?;
+            val = eval(&mut model, step)?;
             if !args.quiet {
                 let secs = start.elapsed().as_secs_f64();
                 println!(
                     "step {step:>5}/{}  train loss {train_loss:.3}  validation loss {val:.3}  {:.2} steps/s  {secs:.0} s",
                     t.steps,
-                    step as f64 / secs
+                    (step - done) as f64 / secs
                 );
+            }
+        }
+        if let Some(dir) = &args.checkpoint {
+            if step % every == 0 || step == t.steps {
+                let cpu = Device::Cpu;
+                let mut extra = vec![("step".to_string(), Tensor::scalar(step as i64, &cpu)?)];
+                for (k, v) in scaler.state_dict() {
+                    extra.push((format!("scaler.{k}"), Tensor::scalar(v, &cpu)?));
+                }
+                // the model for `ember generate`, then the state to resume from
+                // (each written whole or not at all)
+                save(&model, &corpus, dir)?;
+                // the last losses (NaN before the first validation) as text: a
+                // checkpoint's tensors must be finite
+                let mut meta: Vec<(String, String)> = settings.clone();
+                meta.push(("last.train_loss".into(), train_loss.to_string()));
+                meta.push(("last.val_loss".into(), val.to_string()));
+                ember::io::save_checkpoint_full(&model, &opt, &extra, &meta, dir.join(STATE_FILE))?;
             }
         }
     }
@@ -209,13 +325,12 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     println!("device: {device}");
     println!(
         "time: {secs:.1} s ({:.1} ms per step)",
-        secs * 1e3 / t.steps as f64
+        secs * 1e3 / (t.steps - done) as f64
     );
     println!("final train loss: {train_loss:.4}");
     println!("validation loss: {val:.4} (unigram baseline {baseline:.4})");
     crate::profile::report_run(profile.as_ref(), "the character GPT", &args.profile)?;
     if let Some(dir) = &args.checkpoint {
-        save(&model, &corpus, dir)?;
         println!("model: {}", dir.join(MODEL_FILE).display());
     }
     if t.sample > 0 {
@@ -234,6 +349,48 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The seed of step `step`'s draws (`stream` 0: training, 1: validation):
+/// SplitMix64 over the run's seed, the step and the stream.
+fn step_seed(seed: u64, step: usize, stream: u64) -> u64 {
+    let mut z = seed
+        ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Refuses to resume from `file` a run whose settings differ from `here`,
+/// naming each difference.
+fn check_settings(file: &Path, here: &[(String, String)]) -> ember::Result<()> {
+    if !file.exists() {
+        return Err(invalid(format!(
+            "--resume: {} does not exist (was the run saved with --checkpoint before it \
+             stopped?)",
+            file.display()
+        )));
+    }
+    let saved = ember::io::metadata(file)?;
+    let mut diffs = Vec::new();
+    for (k, w) in here {
+        let name = k.trim_start_matches("run.");
+        match saved.iter().find(|(n, _)| n == k) {
+            Some((_, v)) if v == w => {}
+            Some((_, v)) => diffs.push(format!("{name} is {v} there and {w} here")),
+            None => diffs.push(format!("{name} is not set there and is {w} here")),
+        }
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "--resume: {} was saved by a run with other settings: {}. Resume with the same \
+         settings, or start a new run in another folder",
+        file.display(),
+        diffs.join("; ")
+    )))
 }
 
 /// The model's weights, its vocabulary and shape in one safetensors file.
@@ -282,6 +439,11 @@ pub struct TextArgs {
     /// Text: batches averaged for a validation loss.
     #[arg(long, default_value_t = 8)]
     pub eval_batches: usize,
+    /// Text: with --checkpoint, save the model and the training's state every N
+    /// steps (and at the end) [default: --eval-every]; --resume continues from
+    /// the last one exactly.
+    #[arg(long, value_name = "N")]
+    pub checkpoint_every: Option<usize>,
     /// Text: print N sampled characters after training.
     #[arg(long, default_value_t = 0)]
     pub sample: usize,
@@ -350,6 +512,7 @@ impl Default for TextArgs {
             dropout: 0.0,
             eval_every: 100,
             eval_batches: 8,
+            checkpoint_every: None,
             sample: 0,
             sampling: SamplingArgs::default(),
         }

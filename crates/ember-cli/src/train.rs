@@ -164,6 +164,7 @@ fn check_applicable(args: &TrainArgs) -> ember::Result<()> {
         ("--dropout", t.dropout != d.dropout),
         ("--eval-every", t.eval_every != d.eval_every),
         ("--eval-batches", t.eval_batches != d.eval_batches),
+        ("--checkpoint-every", t.checkpoint_every.is_some()),
         ("--sample", t.sample != d.sample),
         (
             "--temperature",
@@ -470,7 +471,7 @@ fn invalid(msg: impl Into<String>) -> Error {
 
 /// What identifies a data file in a checkpoint's settings: its length and a
 /// 64-bit FNV-1a hash of its bytes (stable across versions and machines).
-fn data_identity(path: &std::path::Path) -> ember::Result<String> {
+pub(crate) fn data_identity(path: &std::path::Path) -> ember::Result<String> {
     let bytes = std::fs::read(path).map_err(|e| Error::Io {
         path: path.display().to_string(),
         source: e,

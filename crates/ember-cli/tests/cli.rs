@@ -1488,3 +1488,130 @@ fn inspect_and_convert_pytorch_files() {
     assert!(!int_out.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `ember train text` killed at any moment resumes to exactly the parameters of
+/// an uninterrupted run: five kills at random moments of one run (each resumed
+/// with --resume from the last step saved), then the run finished; the final
+/// model is compared bit for bit with the uninterrupted run's (CPU, dropout on).
+#[test]
+fn text_training_killed_anywhere_resumes_exactly() {
+    use std::time::{Duration, Instant};
+    let base = std::env::temp_dir().join(format!("ember-cli-text-kill-{}", std::process::id()));
+    let (whole, cut) = (base.join("whole"), base.join("cut"));
+    let common = [
+        "train",
+        "text",
+        "--device",
+        "cpu",
+        "--steps",
+        "120",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "16",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "40",
+        "--eval-batches",
+        "1",
+        "--dropout",
+        "0.1",
+        "--checkpoint-every",
+        "1",
+        "-q",
+    ];
+    let args_for = |dir: &std::path::Path| -> Vec<String> {
+        let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+        a.extend(["--checkpoint".to_string(), dir.display().to_string()]);
+        if dir.join("train-state.safetensors").exists() {
+            a.push("--resume".into());
+        } else if dir.join("char-gpt.safetensors").exists() {
+            a.push("--force".into());
+        }
+        a
+    };
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args_for(&whole))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let took = start.elapsed();
+    // kill points spread over the run's length (a small generator: no extra crate)
+    let mut state = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % 1000) as f64 / 1000.0
+    };
+    let step_saved = |dir: &std::path::Path| -> Option<i64> {
+        let file = dir.join("train-state.safetensors");
+        let all = ember::io::load(&file, &ember::Device::Cpu).ok()?;
+        let (_, t) = all.iter().find(|(n, _)| n == "trial.step")?;
+        t.to_vec::<i64>().ok()?.first().copied()
+    };
+    let mut interrupted_at = Vec::new();
+    for _ in 0..5 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ember"))
+            .args(args_for(&cut))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs_f64(
+            took.as_secs_f64() * (0.05 + 0.3 * next()),
+        ));
+        child.kill().ok();
+        child.wait().ok();
+        interrupted_at.push(step_saved(&cut));
+    }
+    // finish the interrupted run
+    let out = Command::new(env!("CARGO_BIN_EXE_ember"))
+        .args(args_for(&cut))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        interrupted_at
+            .iter()
+            .any(|s| s.is_some_and(|s| (1..120).contains(&s))),
+        "no kill landed inside the run (steps saved at each kill: {interrupted_at:?}; \
+         the whole run took {took:?})"
+    );
+    let load = |dir: &std::path::Path| {
+        ember::io::load(dir.join("char-gpt.safetensors"), &ember::Device::Cpu).unwrap()
+    };
+    let (a, b) = (load(&whole), load(&cut));
+    assert_eq!(a.len(), b.len());
+    for (n, x) in &a {
+        let bits = |t: &ember::Tensor| -> Vec<u32> {
+            t.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        // (io::load gives a file's tensors in no set order)
+        let (_, y) = b.iter().find(|(m, _)| m == n).expect("the same tensors");
+        assert!(
+            bits(x) == bits(y),
+            "{n} differs after resuming at steps {interrupted_at:?}"
+        );
+    }
+    println!("resumed after kills at steps {interrupted_at:?}: the same parameters, bit for bit");
+    std::fs::remove_dir_all(&base).ok();
+}

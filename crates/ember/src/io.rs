@@ -335,7 +335,10 @@ fn load_checked(
         }
     }
     let mut out = Vec::new();
-    for (name, view) in file.iter() {
+    // the file's order (the reader's own iteration order is a hash map's)
+    let mut views: Vec<_> = file.iter().collect();
+    views.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
+    for (name, view) in views {
         let shape = view.shape().to_vec();
         let data = view.data();
         if let Some(want) = sums.get(&crc_key(name)) {
