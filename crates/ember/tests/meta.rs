@@ -123,6 +123,16 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("clamp", |t| one(t[0].clamp(Some(-0.5), Some(0.5)))),
         ("clamp int by float", |t| one(t[9].clamp_min(2.5))),
         ("clamp_max", |t| one(t[9].clamp_max(4.0))),
+        ("clamp_tensor", |t| {
+            one(t[0].clamp_tensor(Some(&t[1]), Some(&t[5])))
+        }),
+        ("clamp_tensor int", |t| {
+            one(t[9].clamp_tensor(None, Some(&t[7])))
+        }),
+        ("cumsum_dtype", |t| one(t[9].cumsum_dtype(1, DType::U8))),
+        ("cumprod_dtype", |t| one(t[0].cumprod_dtype(0, DType::F64))),
+        ("prod_dtype", |t| one(t[0].prod_dtype(1, true, DType::Bool))),
+        ("prod_all_dtype", |t| one(t[9].prod_all_dtype(DType::I64))),
         ("eq", |t| one(t[0].eq(&t[1]))),
         ("ne scalar", |t| one(t[9].ne(3i64))),
         ("lt", |t| one(t[0].lt(0.0))),
@@ -192,6 +202,15 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("multinomial", |t| one(t[14].multinomial(2, false))),
         ("embedding", |t| {
             one(ember::nn::embedding(&t[13], &t[0].t()?, Some(1)))
+        }),
+        ("group_norm", |t| {
+            one(ember::nn::group_norm(
+                &t[3],
+                3,
+                Some(&t[3].select(0, 0)?.select(1, 0)?.select(1, 0)?),
+                None,
+                1e-5,
+            ))
         }),
         ("layer_norm", |t| {
             one(ember::nn::layer_norm(&t[3], &[6, 6], None, None, 1e-5))
@@ -304,6 +323,12 @@ fn ops() -> Vec<(&'static str, Op)> {
             one(t[0].zeros_like()?.scatter_add(1, &t[7], &t[0]))
         }),
         ("one_hot", |t| one(t[6].one_hot(4))),
+        ("index_add", |t| one(t[0].index_add(0, &t[6], &t[0], 2.0))),
+        ("index_add_", |t| {
+            let dst = t[0].copy()?;
+            dst.index_add_(1, &t[13], &t[0].narrow(1, 0, 3)?, 1)?;
+            Ok(vec![dst])
+        }),
         // creation on the device of the inputs
         ("zeros_like", |t| one(t[9].zeros_like())),
         ("ones_like", |t| one(t[0].ones_like())),

@@ -1,7 +1,7 @@
 //! `nn.Embedding`, `nn.LayerNorm` and `nn.RMSNorm`, with PyTorch's parameter
 //! names, shapes and initial values.
 
-use super::functional::{embedding, layer_norm, rms_norm};
+use super::functional::{embedding, group_norm, layer_norm, rms_norm};
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -158,6 +158,107 @@ impl Module for LayerNorm {
         layer_norm(
             x,
             &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        named([("weight", &self.weight), ("bias", &self.bias)])
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| {
+            move_parameter(t, device)
+        })
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| {
+            empty_parameter(t, device)
+        })
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        each([&mut self.weight, &mut self.bias], |t| cast_state(t, dtype))
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        for (t, v) in [(&self.weight, 1.0), (&self.bias, 0.0)] {
+            if let Some(t) = t {
+                assign(t, &t.full_like(v)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Group normalisation (`nn.GroupNorm`): [`group_norm`] of the input's
+/// `num_channels` channels in `num_groups` groups, with a per-channel affine
+/// `weight` (ones) and `bias` (zeros), the state-dict names PyTorch uses, unless
+/// `affine` is off; `eps` `1e-5`. `num_channels` must be divisible by
+/// `num_groups`.
+///
+/// ```
+/// # use ember::{Device, Tensor};
+/// use ember::nn::{GroupNorm, Module};
+/// let dev = Device::Cpu;
+/// let gn = GroupNorm::new(2, 4, &dev)?;
+/// let x = Tensor::randn([3, 4, 5, 5], &dev)?;
+/// assert_eq!(gn.forward(&x)?.shape(), &[3, 4, 5, 5]);
+/// let names: Vec<String> = gn.named_parameters().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["weight", "bias"]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct GroupNorm {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub num_groups: usize,
+    pub num_channels: usize,
+    pub eps: f64,
+}
+
+impl GroupNorm {
+    /// With PyTorch's defaults: affine weight and bias, `eps = 1e-5`.
+    pub fn new(num_groups: usize, num_channels: usize, device: &Device) -> Result<GroupNorm> {
+        GroupNorm::with_options(num_groups, num_channels, 1e-5, true, device)
+    }
+
+    /// `affine = false` leaves out both parameters.
+    pub fn with_options(
+        num_groups: usize,
+        num_channels: usize,
+        eps: f64,
+        affine: bool,
+        device: &Device,
+    ) -> Result<GroupNorm> {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
+            return Err(Error::invalid(
+                "GroupNorm",
+                format!(
+                    "num_channels ({num_channels}) must be divisible by num_groups ({num_groups})"
+                ),
+            ));
+        }
+        let param = |v: f64| -> Result<Tensor> {
+            fresh_parameter(Tensor::full([num_channels], v, DType::F32, device)?)
+        };
+        Ok(GroupNorm {
+            weight: affine.then(|| param(1.0)).transpose()?,
+            bias: affine.then(|| param(0.0)).transpose()?,
+            num_groups,
+            num_channels,
+            eps,
+        })
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        group_norm(
+            x,
+            self.num_groups,
             self.weight.as_ref(),
             self.bias.as_ref(),
             self.eps,

@@ -353,6 +353,126 @@ pub fn layer_norm(
     y.to_dtype(x.dtype())
 }
 
+/// Group normalisation (`F.group_norm`): the channels of `x` (`[N, C, *]`) are
+/// split into `num_groups` groups, each sample's group normalised over its
+/// channels and positions with the biased variance, then `weight` and `bias`
+/// (`[C]`) applied per channel. f16 and bf16 inputs are normalised in float32
+/// (their parameters may be float32), the result rounded once. Errors as
+/// PyTorch's: fewer than 2 dims, `C` not divisible by `num_groups`, parameters
+/// not of shape `[C]`, no positions, and a single value per group.
+///
+/// ```
+/// # use ember::{DType, Device, Tensor};
+/// let x = Tensor::arange_step(0.0, 8.0, 1.0, DType::F32, &Device::Cpu)?.reshape([1, 4, 2])?;
+/// let y = ember::nn::group_norm(&x, 2, None, None, 1e-5)?;
+/// assert_eq!(y.shape(), &[1, 4, 2]);
+/// // each group of 2 channels has mean 0
+/// assert!(y.narrow(1, 0, 2)?.sum_all()?.item::<f32>()?.abs() < 1e-5);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn group_norm(
+    x: &Tensor,
+    num_groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("group_norm");
+    const OP: &str = "group_norm";
+    let mut ts = vec![x];
+    ts.extend(weight);
+    ts.extend(bias);
+    if let Some(c) = crate::amp::to_f32_cuda(&ts)? {
+        let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
+        return group_norm(&c[0], num_groups, w, b, eps);
+    }
+    crate::tensor::same_device(OP, &ts)?;
+    if x.rank() < 2 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "Expected at least 2 dimensions for input tensor but received {}",
+                x.rank()
+            ),
+        ));
+    }
+    if num_groups == 0 {
+        return Err(Error::invalid(OP, "integer division or modulo by zero"));
+    }
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let hw: usize = x.shape()[2..].iter().product();
+    // PyTorch's training-mode check: more than one value per group
+    if n * c / num_groups * hw == 1 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "Expected more than 1 value per channel when training, got input size {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    if !c.is_multiple_of(num_groups) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "Expected number of channels in input to be divisible by num_groups, but got input of shape {:?} and num_groups={num_groups}",
+                x.shape()
+            ),
+        ));
+    }
+    for (p, name) in [(weight, "weight"), (bias, "bias")] {
+        let Some(p) = p else { continue };
+        if p.rank() != 1 || p.numel() != c {
+            return Err(Error::shape(
+                OP,
+                p.shape(),
+                x.shape(),
+                format!(
+                    "Expected {name} to be a vector of size equal to the number of channels in input, but got {name} of shape {:?} and input of shape {:?}",
+                    p.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+    }
+    if c == 0 {
+        return Err(Error::invalid(
+            OP,
+            "Expected number of channels to be greater than 0, got 0",
+        ));
+    }
+    if hw == 0 {
+        return Err(Error::invalid(
+            OP,
+            "Expected HxW to be greater than 0, got 0",
+        ));
+    }
+    for p in [weight, bias].into_iter().flatten() {
+        // the parameters share the input's dtype, or are float32 for a half input
+        let half = matches!(x.dtype(), DType::F16 | DType::BF16);
+        if p.dtype() != x.dtype() && !(half && p.dtype() == DType::F32) {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: x.dtype(),
+                rhs: p.dtype(),
+            });
+        }
+    }
+    let xf = upcast(OP, "GroupNormKernelImpl", x)?;
+    let groups = xf.reshape([n, num_groups, c / num_groups * hw])?;
+    let mut y = normalize(OP, &groups, &[2], eps, false)?.reshape(x.shape())?;
+    // the parameters along dim 1
+    let mut per_channel = vec![c];
+    per_channel.extend(std::iter::repeat_n(1, x.rank() - 2));
+    if let Some(w) = weight {
+        y = y.mul(&w.to_dtype(y.dtype())?.reshape(&per_channel[..])?)?;
+    }
+    if let Some(b) = bias {
+        y = y.add(&b.to_dtype(y.dtype())?.reshape(&per_channel[..])?)?;
+    }
+    y.to_dtype(x.dtype())
+}
+
 /// `x` normalised over its trailing `dims` (centred unless `rms`): rows of the
 /// normalised size go through the fused primitive; an empty tensor is computed
 /// from the definition (its statistics are NaN, as PyTorch's).

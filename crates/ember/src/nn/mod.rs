@@ -33,9 +33,9 @@ pub use attention::{
 };
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
-pub use embed_norm::{Embedding, LayerNorm, RMSNorm};
+pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
 pub use functional::{
-    batch_norm, dropout, embedding, layer_norm, rms_norm, scaled_dot_product_attention,
+    batch_norm, dropout, embedding, group_norm, layer_norm, rms_norm, scaled_dot_product_attention,
     BatchNormOptions,
 };
 pub use layers::{

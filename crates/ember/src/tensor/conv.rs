@@ -87,6 +87,36 @@ impl Tensor {
         x.conv2d(weight, bias, opts)
     }
 
+    /// [`conv2d_same`](Self::conv2d_same) with the stride, dilation and groups of
+    /// `opts` (`F.conv2d(x, w, b, stride, padding="same", dilation, groups)`; the
+    /// padding of `opts` is not used): a stride other than 1 is refused, as
+    /// PyTorch refuses it.
+    ///
+    /// ```
+    /// # use ember::{Conv2dOptions, DType, Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// let x = Tensor::ones([1, 2, 5, 5], DType::F32, &dev)?;
+    /// let w = Tensor::ones([3, 2, 3, 3], DType::F32, &dev)?;
+    /// let y = x.conv2d_same_opts(&w, None, Conv2dOptions::default())?;
+    /// assert_eq!(y.shape(), &[1, 3, 5, 5]);
+    /// assert!(x.conv2d_same_opts(&w, None, Conv2dOptions::default().stride(2)).is_err());
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn conv2d_same_opts(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Tensor> {
+        if opts.stride != (1, 1) {
+            return Err(Error::invalid(
+                "conv2d",
+                "padding='same' is not supported for strided convolutions",
+            ));
+        }
+        self.conv2d_same(weight, bias, opts.dilation, opts.groups)
+    }
+
     /// 2-D convolution (`F.conv2d`): input `[N, C, H, W]` (or `[C, H, W]`), weight
     /// `[O, C / groups, kH, kW]`, optional bias `[O]`.
     pub fn conv2d(

@@ -20,11 +20,50 @@ impl Tensor {
         self.scan("cumprod", dim, ScanOp::Prod)
     }
 
+    /// [`cumsum`](Self::cumsum) of this tensor cast to `dtype` first
+    /// (`torch.cumsum(t, dim, dtype=dtype)`): the sums are computed in `dtype`
+    /// (uint8 wraps around, as PyTorch's), bool is refused, and autocast leaves
+    /// the explicit dtype alone. The gradient flows back through the cast.
+    ///
+    /// ```
+    /// # use ember::{DType, Device, Tensor};
+    /// let t = Tensor::from_vec(vec![200u8, 100, 3], [3], &Device::Cpu)?;
+    /// assert_eq!(t.cumsum_dtype(0, DType::U8)?.to_vec::<u8>()?, vec![200, 44, 47]);
+    /// assert_eq!(t.cumsum_dtype(0, DType::F32)?.to_vec::<f32>()?, vec![200.0, 300.0, 303.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn cumsum_dtype(&self, dim: i64, dtype: DType) -> Result<Tensor> {
+        self.scan_dtype("cumsum", dim, ScanOp::Sum, dtype)
+    }
+
+    /// [`cumprod`](Self::cumprod) of this tensor cast to `dtype` first
+    /// (`torch.cumprod(t, dim, dtype=dtype)`), as [`cumsum_dtype`](Self::cumsum_dtype).
+    pub fn cumprod_dtype(&self, dim: i64, dtype: DType) -> Result<Tensor> {
+        self.scan_dtype("cumprod", dim, ScanOp::Prod, dtype)
+    }
+
+    fn scan_dtype(&self, name: &'static str, dim: i64, op: ScanOp, dtype: DType) -> Result<Tensor> {
+        if dtype == DType::Bool {
+            return Err(Error::dtype(
+                name,
+                dtype,
+                format!("\"{name}_out_cpu\" not implemented for 'Bool'"),
+            ));
+        }
+        let y = self.to_dtype(dtype)?.scan_in(name, dim, op)?;
+        // uint8 scans in int64: the same values modulo 256
+        y.to_dtype(dtype)
+    }
+
     fn scan(&self, name: &'static str, dim: i64, op: ScanOp) -> Result<Tensor> {
         // cumsum and cumprod are on CUDA's autocast float32 list
         if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
             return c[0].scan(name, dim, op);
         }
+        self.scan_in(name, dim, op)
+    }
+
+    fn scan_in(&self, name: &'static str, dim: i64, op: ScanOp) -> Result<Tensor> {
         let d = normalize_dim(name, dim, self.rank().max(1))?;
         let x = if self.dtype().is_float() {
             self.clone()
@@ -57,9 +96,45 @@ impl Tensor {
         if let Some(c) = crate::amp::to_f32(&[self])? {
             return c[0].prod(dim, keepdim);
         }
+        self.prod_in(dim, keepdim)
+    }
+
+    /// [`prod`](Self::prod) of this tensor cast to `dtype` first
+    /// (`torch.prod(t, dim, dtype=dtype)`): uint8 wraps around, bool gives whether
+    /// every element is nonzero, as PyTorch's; autocast leaves the explicit dtype
+    /// alone.
+    ///
+    /// ```
+    /// # use ember::{DType, Device, Tensor};
+    /// let t = Tensor::from_vec(vec![200u8, 100, 3], [3], &Device::Cpu)?;
+    /// assert_eq!(t.prod_dtype(0, false, DType::I64)?.to_vec::<i64>()?, vec![60000]);
+    /// assert_eq!(t.prod_dtype(0, false, DType::U8)?.to_vec::<u8>()?, vec![96]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn prod_dtype(&self, dim: i64, keepdim: bool, dtype: DType) -> Result<Tensor> {
+        let x = self.to_dtype(dtype)?;
+        match dtype {
+            DType::Bool => {
+                normalize_dim("prod", dim, self.rank().max(1))?;
+                if x.rank() == 0 {
+                    return x.copy();
+                }
+                x.all(dim, keepdim)
+            }
+            _ => x.prod_in(dim, keepdim)?.to_dtype(dtype),
+        }
+    }
+
+    /// [`prod_all`](Self::prod_all) of this tensor cast to `dtype` first
+    /// (`torch.prod(t, dtype=dtype)`), as [`prod_dtype`](Self::prod_dtype).
+    pub fn prod_all_dtype(&self, dtype: DType) -> Result<Tensor> {
+        self.flatten_all()?.prod_dtype(0, false, dtype)
+    }
+
+    fn prod_in(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
         let d = normalize_dim("prod", dim, self.rank().max(1))?;
         if self.rank() == 0 {
-            return self.cumprod(0);
+            return self.scan_in("cumprod", 0, ScanOp::Prod);
         }
         let n = self.shape()[d];
         if n == 0 {
@@ -76,7 +151,9 @@ impl Tensor {
             }
             return Tensor::ones(shape, dt, &self.device());
         }
-        let last = self.cumprod(dim)?.narrow(dim, n as i64 - 1, 1)?;
+        let last = self
+            .scan_in("cumprod", dim, ScanOp::Prod)?
+            .narrow(dim, n as i64 - 1, 1)?;
         if keepdim {
             Ok(last)
         } else {

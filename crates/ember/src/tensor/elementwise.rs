@@ -336,7 +336,7 @@ impl Tensor {
 
     /// Writes `out`'s values (this tensor's shape and dtype) into this tensor and
     /// makes `out`'s node its history: the end of a recorded in-place op.
-    fn write_history(&self, out: &Tensor) -> Result<()> {
+    pub(crate) fn write_history(&self, out: &Tensor) -> Result<()> {
         // reading and writing one storage (`h.copy_(&h)`): a snapshot first, so
         // that one lock is taken at a time
         let values = if out.same_storage(self) {
@@ -919,6 +919,131 @@ impl Tensor {
     /// `clamp(None, max)`.
     pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
         self.clamp(None, Some(max.into()))
+    }
+
+    /// Limits every element to `[min, max]` given as tensors that broadcast with
+    /// this one (`torch.clamp(t, min=tensor, max=tensor)`); either bound may be
+    /// `None`, not both. The result is `minimum(maximum(t, min), max)` (NaN in any
+    /// operand gives NaN; a `min` above `max` gives `max`) in the three operands'
+    /// result dtype, of their broadcast shape. Gradients are PyTorch's: `t` gets
+    /// the gradient where it lies within the bounds, `min` where `t` is below it,
+    /// `max` where `t` is above it or `min > max`; a tie of `t` with a bound splits
+    /// the gradient between them (as `maximum`'s does), each share summed to its
+    /// operand's shape.
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// let x = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], [3], &dev)?;
+    /// let lo = Tensor::from_vec(vec![-1.0f32, 1.0, 0.0], [3], &dev)?;
+    /// let hi = Tensor::from_vec(vec![2.0f32], [1], &dev)?;
+    /// let y = x.clamp_tensor(Some(&lo), Some(&hi))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, 1.0, 2.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Result<Tensor> {
+        const OP: &str = "clamp";
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid(
+                OP,
+                "torch.clamp: At least one of 'min' or 'max' must not be None",
+            ));
+        }
+        let mut all = vec![self];
+        all.extend(min);
+        all.extend(max);
+        super::same_device(OP, &all)?;
+        // PyTorch's result type of the three: the dimensioned operands' promotion,
+        // unless a 0-d one is of a higher category
+        let fold = |zero: bool| {
+            all.iter()
+                .filter(|t| (t.rank() == 0) == zero)
+                .map(|t| t.dtype())
+                .reduce(DType::promote)
+        };
+        let dt = match (fold(false), fold(true)) {
+            (Some(d), Some(z)) => DType::result_type(d, false, z, true),
+            (Some(d), None) | (None, Some(d)) => d,
+            (None, None) => unreachable!("at least the input"),
+        };
+        let mut shape = self.shape().to_vec();
+        for b in all[1..].iter() {
+            shape = broadcast_shapes(OP, &shape, b.shape())?.to_vec();
+        }
+        let x = self.to_dtype(dt)?;
+        let lo = min.map(|t| t.to_dtype(dt)).transpose()?;
+        let hi = max.map(|t| t.to_dtype(dt)).transpose()?;
+        let out = crate::no_grad(|| -> Result<Tensor> {
+            let mut y = x.expand(&shape[..])?;
+            if let Some(lo) = &lo {
+                y = y.maximum(lo)?;
+            }
+            if let Some(hi) = &hi {
+                y = y.minimum(hi)?;
+            }
+            if y.same_storage(&x) {
+                y = y.copy()?;
+            }
+            Ok(y)
+        })?;
+        let mut inputs = vec![&x];
+        inputs.extend(lo.as_ref());
+        inputs.extend(hi.as_ref());
+        let (has_lo, has_hi) = (lo.is_some(), hi.is_some());
+        Ok(Tensor::record(out, OP, &inputs, |_| {
+            let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            let saved: Vec<_> = inputs.iter().map(|t| t.save()).collect();
+            move |g: &Tensor| {
+                let x = saved[0].get()?;
+                let lo = has_lo.then(|| saved[1].get()).transpose()?;
+                let hi = has_hi.then(|| saved[saved.len() - 1].get()).transpose()?;
+                // each operand's share of the gradient, as a weight in g's dtype
+                let pick = |w: Tensor, k: usize| -> Result<Option<Tensor>> {
+                    if !wants[k] {
+                        return Ok(None);
+                    }
+                    let gw = w.ne(0.0)?.where_(&g.mul(&w)?, 0.0)?;
+                    crate::autograd::sum_to(&gw, &shapes[k]).map(Some)
+                };
+                let f = |b: Tensor| b.to_dtype(g.dtype());
+                let half = |b: Tensor| -> Result<Tensor> { f(b)?.mul(0.5) };
+                let mut grads = Vec::new();
+                match (lo, hi) {
+                    (Some(lo), Some(hi)) => {
+                        // PyTorch's shares (checked against it over every order
+                        // of x, min, max and NaN): ties with an ordered pair of
+                        // bounds split the gradient, min > max sends it to max
+                        let ordered = lo.lt(hi)?;
+                        let at_lo = f(x.eq(lo)?.logical_and(&ordered)?)?;
+                        let at_hi = f(x.eq(hi)?.logical_and(&ordered)?)?;
+                        let inside = x.lt(lo)?.logical_or(&x.gt(hi)?)?.logical_not()?;
+                        let wx = f(inside)?.mul(&at_lo.add(&at_hi)?.mul(-0.5)?.add(1.0)?)?;
+                        let not_crossed = lo.le(hi)?;
+                        let wl = f(x.lt(lo)?.logical_and(&not_crossed)?)?.add(&at_lo.mul(0.5)?)?;
+                        let wh = f(x.gt(hi)?.logical_and(&not_crossed)?)?
+                            .add(&at_hi.mul(0.5)?)?
+                            .add(&f(lo.gt(hi)?)?)?;
+                        grads.push(pick(wx, 0)?);
+                        grads.push(pick(wl, 1)?);
+                        grads.push(pick(wh, 2)?);
+                    }
+                    // one bound: maximum's (minimum's) shares, a tie split evenly
+                    (Some(b), None) | (None, Some(b)) => {
+                        let tie = half(x.eq(b)?)?.mul(-1.0)?.add(1.0)?;
+                        let (x_out, b_out) = if has_lo {
+                            (x.lt(b)?, b.lt(x)?)
+                        } else {
+                            (x.gt(b)?, b.gt(x)?)
+                        };
+                        grads.push(pick(f(x_out.logical_not()?)?.mul(&tie)?, 0)?);
+                        grads.push(pick(f(b_out.logical_not()?)?.mul(&tie)?, 1)?);
+                    }
+                    (None, None) => unreachable!("a bound"),
+                }
+                Ok(grads)
+            }
+        }))
     }
 
     /// `torch.where(self, on_true, on_false)`: `self` is the bool condition; all three

@@ -310,6 +310,160 @@ impl Tensor {
         }))
     }
 
+    /// A copy of this tensor with `alpha * source` added at `index` along `dim`
+    /// (`torch.index_add`): `out[.., index[j], ..] += alpha * source[.., j, ..]`;
+    /// repeated indices add up. `index` is a 1-D (or 0-d) int64 tensor of values in
+    /// `[0, size)`, `source` has this tensor's dtype and shape except along `dim`,
+    /// where it has one entry per index. An integer tensor takes `alpha`
+    /// truncated to an integer, as PyTorch's. Gradients: this tensor gets the
+    /// output's gradient, `source` the gradient's entries at `index` times
+    /// `alpha`.
+    ///
+    /// ```
+    /// # use ember::{DType, Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// let x = Tensor::zeros([3, 2], DType::F32, &dev)?;
+    /// let index = Tensor::from_vec(vec![0i64, 2, 0], [3], &dev)?;
+    /// let source = Tensor::ones([3, 2], DType::F32, &dev)?;
+    /// let y = x.index_add(0, &index, &source, 2.0)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![4.0, 4.0, 0.0, 0.0, 2.0, 2.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn index_add(
+        &self,
+        dim: i64,
+        index: &Tensor,
+        source: &Tensor,
+        alpha: impl Into<crate::Scalar>,
+    ) -> Result<Tensor> {
+        const OP: &str = "index_add";
+        super::same_device(OP, &[self, index, source])?;
+        let d = normalize_dim(OP, dim, self.rank().max(1))?;
+        if index.rank() > 1 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "index_add_(): Index is supposed to be a vector, but got dim: {} with size: {:?}",
+                    index.rank(),
+                    index.shape()
+                ),
+            ));
+        }
+        if index.dtype() != DType::I64 {
+            return Err(Error::dtype(
+                OP,
+                index.dtype(),
+                format!(
+                    "index_add_(): Expected dtype int32/int64 for index but got: {}",
+                    super::elementwise::torch_dtype_name(index.dtype())
+                ),
+            ));
+        }
+        if source.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: self.dtype(),
+                rhs: source.dtype(),
+            });
+        }
+        if d != 0 && d >= source.rank() {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "index_add_(): Indexing dim {d} is out of bounds of the source tensor with dim {}",
+                    source.rank()
+                ),
+            ));
+        }
+        let n = index.numel();
+        let src_n = if source.rank() == 0 {
+            1
+        } else {
+            source.shape()[d]
+        };
+        if n != src_n {
+            return Err(Error::shape(
+                OP,
+                index.shape(),
+                source.shape(),
+                format!("index_add_(): Number of indices ({n}) should be equal to source.size(dim): ({src_n}), for dim: {d}"),
+            ));
+        }
+        let (mut xs, mut ss) = (self.shape().to_vec(), source.shape().to_vec());
+        if self.rank() != 0 && source.rank() != 0 {
+            xs.remove(d);
+            ss.remove(d);
+        }
+        if xs != ss {
+            return Err(Error::shape(
+                OP,
+                self.shape(),
+                source.shape(),
+                format!("source tensor shape must match self tensor shape, excluding the specified dimension. Got self.shape = {:?} source.shape = {:?}", self.shape(), source.shape()),
+            ));
+        }
+        let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
+        let idx = Tensor::index_values(OP, index, d, size, false)?.reshape([n])?;
+        let alpha = match alpha.into() {
+            a if self.dtype().is_float() => a,
+            crate::Scalar::Float(f) => crate::Scalar::Int(f as i64),
+            a => a,
+        };
+        let one = matches!(alpha, crate::Scalar::Int(1) | crate::Scalar::Bool(true))
+            || matches!(alpha, crate::Scalar::Float(f) if f == 1.0);
+        let src = if one {
+            source.clone()
+        } else {
+            source.mul(alpha)?.to_dtype(self.dtype())?
+        };
+        if self.rank() == 0 {
+            return self
+                .reshape([1])?
+                .index_add_valid(0, idx, &src.reshape([1])?)?
+                .reshape(self.shape());
+        }
+        self.index_add_valid(d, idx, &src)
+    }
+
+    /// [`index_add`](Self::index_add) in place (`Tensor.index_add_`). Recorded by
+    /// autograd as the other in-place ops are: a leaf that requires a gradient is
+    /// refused, as in PyTorch.
+    pub fn index_add_(
+        &self,
+        dim: i64,
+        index: &Tensor,
+        source: &Tensor,
+        alpha: impl Into<crate::Scalar>,
+    ) -> Result<()> {
+        let recorded = self.check_inplace_target("index_add_", crate::Operand::Tensor(source))?;
+        self.check_writable("index_add_")?;
+        let out = self.index_add(dim, index, source, alpha)?;
+        if recorded {
+            self.write_history(&out)
+        } else {
+            crate::no_grad(|| self.copy_(&out))
+        }
+    }
+
+    /// `index_add` along the normalised `dim` of a tensor of rank ≥ 1 with the
+    /// 1-D indices `idx` already validated and `src` checked and scaled.
+    fn index_add_valid(&self, d: usize, idx: Tensor, src: &Tensor) -> Result<Tensor> {
+        let src = src.contiguous()?;
+        let out = crate::no_grad(|| self.copy())?;
+        {
+            let st = Storages::read(&[&idx, &src]);
+            out.write()
+                .index_add(self.shape(), d, st.get(0), (st.get(1), src.layout()))?;
+        }
+        Ok(Tensor::record(out, "index_add", &[self, &src], |_| {
+            let idx = idx.save();
+            move |g: &Tensor| {
+                let gs = g.index_select_valid(d, idx.get()?.clone())?;
+                Ok(vec![Some(g.clone()), Some(gs)])
+            }
+        }))
+    }
+
     /// One-hot encoding of int64 class indices: a new last dim of `num_classes`
     /// (`F.one_hot`), int64.
     pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
@@ -327,5 +481,52 @@ impl Tensor {
         // each index against 0..num_classes, broadcast along a new last dim
         let classes = Tensor::arange(0i64, num_classes as i64, &self.device())?;
         idx.unsqueeze(-1)?.eq(&classes)?.to_dtype(DType::I64)
+    }
+
+    /// [`one_hot`](Self::one_hot) with the number of classes inferred as the
+    /// largest index plus one (`F.one_hot(t)`, `num_classes=-1`). This reads the
+    /// indices on the host (one wait on a GPU); an empty tensor, whose number of
+    /// classes cannot be inferred, a negative index, and a meta tensor (no
+    /// values) are errors.
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![1i64, 3, 0], [3], &Device::Cpu)?;
+    /// let y = t.one_hot_inferred()?;
+    /// assert_eq!(y.shape(), &[3, 4]);
+    /// assert_eq!(y.to_vec::<i64>()?[..4], [0, 1, 0, 0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn one_hot_inferred(&self) -> Result<Tensor> {
+        const OP: &str = "one_hot";
+        if self.dtype() != DType::I64 {
+            return Err(Error::dtype(
+                OP,
+                self.dtype(),
+                "one_hot is only applicable to index (int64) tensors",
+            ));
+        }
+        if self.numel() == 0 {
+            return Err(Error::invalid(
+                OP,
+                "Can not infer total number of classes from empty tensor.",
+            ));
+        }
+        let (lo, hi) = crate::no_grad(|| -> Result<(i64, i64)> {
+            Ok((
+                self.min_all()?.item::<i64>()?,
+                self.max_all()?.item::<i64>()?,
+            ))
+        })?;
+        if lo < 0 {
+            // PyTorch: "Class values must be non-negative."
+            return Err(Error::IndexOutOfRange {
+                op: OP,
+                index: lo,
+                dim: self.rank(),
+                size: (hi.max(0) + 1) as usize,
+            });
+        }
+        self.one_hot(hi as usize + 1)
     }
 }

@@ -142,6 +142,9 @@ impl Tensor {
         if opts.dilation != (1, 1) {
             return Err(Error::invalid("avg_pool2d", "avg_pool2d has no dilation"));
         }
+        if let Some(div) = opts.divisor_override {
+            return self.avg_pool2d_divided(opts, div);
+        }
         self.pool2d(
             "avg_pool2d",
             &opts,
@@ -152,9 +155,82 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// Average pooling with PyTorch's `divisor_override`: each window's sum
+    /// divided by `div` (`count_include_pad` then plays no part). The sum is the
+    /// padded-window mean times the window's size there (as the pooling kernel
+    /// counts it), so the gradient is the pooling's, scaled.
+    fn avg_pool2d_divided(&self, opts: Pool2dOptions, div: usize) -> Result<Tensor> {
+        const OP: &str = "avg_pool2d";
+        if div == 0 {
+            return Err(Error::invalid(OP, "divisor must be not zero"));
+        }
+        let plain = Pool2dOptions {
+            divisor_override: None,
+            count_include_pad: true,
+            ..opts
+        };
+        let int = !self.dtype().is_float();
+        // integers sum exactly in f64; half types in float32, rounded once
+        let work = match self.dtype() {
+            d if !d.is_float() => DType::F64,
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        };
+        if int {
+            // the refusals of integer dtypes other than int64 are the pooling's own
+            self.pool2d_check_dtype(OP)?;
+        }
+        let mean = self.to_dtype(work)?.avg_pool2d(plain)?;
+        let r = self.rank();
+        let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
+        let (oh, ow) = (mean.shape()[r - 2], mean.shape()[r - 1]);
+        let win = plain.window();
+        // the window's extent clipped to the padded input, as the kernel counts it
+        let extent = |o: usize, k: usize, s: usize, p: usize, n: usize| {
+            let start = (o * s) as isize - p as isize;
+            let end = (start + k as isize).min((n + p) as isize);
+            (end - start) as f64
+        };
+        let sizes: Vec<f64> = (0..oh)
+            .flat_map(|i| {
+                (0..ow).map(move |j| {
+                    extent(i, win.kernel.0, win.stride.0, win.padding.0, h)
+                        * extent(j, win.kernel.1, win.stride.1, win.padding.1, w)
+                })
+            })
+            .collect();
+        let dev = self.device();
+        if int {
+            let sizes = Tensor::from_vec(sizes, [oh, ow], &dev)?;
+            // exact sums, then PyTorch's integer division (truncated toward zero)
+            let sums = mean.mul(&sizes)?.round()?;
+            return sums.div(div as f64)?.trunc()?.to_dtype(self.dtype());
+        }
+        let factor: Vec<f64> = sizes.iter().map(|s| s / div as f64).collect();
+        let factor = Tensor::from_vec(factor, [oh, ow], &dev)?.to_dtype(work)?;
+        mean.mul(&factor)?.to_dtype(self.dtype())
+    }
+
+    fn pool2d_check_dtype(&self, op: &'static str) -> Result<()> {
+        if self.dtype() != DType::I64 {
+            return Err(Error::dtype(
+                op,
+                self.dtype(),
+                format!(
+                    "\"{op}\" not implemented for '{}'",
+                    super::elementwise::torch_dtype_name(self.dtype())
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Window of a 2-D pooling: kernel, stride (defaults to the kernel), padding,
-/// dilation (max pooling only), ceil mode, and `count_include_pad` (average only,
-/// default true as in PyTorch).
+/// dilation (max pooling only), ceil mode, `count_include_pad` (average only,
+/// default true as in PyTorch) and `divisor_override` (average only: each
+/// window's sum is divided by it instead of the window's size).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2dOptions {
     pub kernel: (usize, usize),
@@ -163,6 +239,7 @@ pub struct Pool2dOptions {
     pub dilation: (usize, usize),
     pub ceil_mode: bool,
     pub count_include_pad: bool,
+    pub divisor_override: Option<usize>,
 }
 
 impl Pool2dOptions {
@@ -179,6 +256,7 @@ impl Pool2dOptions {
             dilation: (1, 1),
             ceil_mode: false,
             count_include_pad: true,
+            divisor_override: None,
         }
     }
     pub fn stride(mut self, s: usize) -> Self {
@@ -199,6 +277,20 @@ impl Pool2dOptions {
     }
     pub fn count_include_pad(mut self, on: bool) -> Self {
         self.count_include_pad = on;
+        self
+    }
+    /// Average pooling divides each window's sum by `d` (`divisor_override`; 0
+    /// is refused, as in PyTorch).
+    ///
+    /// ```
+    /// # use ember::{DType, Device, Pool2dOptions, Tensor};
+    /// let x = Tensor::ones([1, 1, 4, 4], DType::F32, &Device::Cpu)?;
+    /// let y = x.avg_pool2d(Pool2dOptions::new(2).divisor_override(3))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![4.0 / 3.0; 4]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn divisor_override(mut self, d: usize) -> Self {
+        self.divisor_override = Some(d);
         self
     }
     fn window(&self) -> Window {

@@ -289,7 +289,7 @@ def run_op(op, p, x):
     if op == "avg_pool2d":
         return F.avg_pool2d(a, tuple(p["kernel"]), tuple(p["stride"]) if p["stride"] else None,
                             tuple(p["padding"]), ceil_mode=p["ceil_mode"],
-                            count_include_pad=p["count_include_pad"])
+                            count_include_pad=p["count_include_pad"], divisor_override=p.get("divisor_override"))
     if op == "adaptive_avg_pool2d":
         return F.adaptive_avg_pool2d(a, tuple(p["output"]))
     # dtype and creation
@@ -354,7 +354,8 @@ def run_op(op, p, x):
         pw = None if p["pos_weight"] is None else torch.tensor(p["pos_weight"], dtype=a.dtype)
         return F.binary_cross_entropy_with_logits(a, x[1], weight=w, pos_weight=pw, reduction=p["reduction"])
     if op == "conv2d_same":
-        return F.conv2d(a, x[1], x[2] if len(x) > 2 else None, padding="same", stride=p["stride"],
+        st = tuple(p["stride"]) if isinstance(p["stride"], list) else p["stride"]
+        return F.conv2d(a, x[1], x[2] if len(x) > 2 else None, padding="same", stride=st,
                         dilation=tuple(p["dilation"]), groups=p["groups"])
     if op == "layer_norm":
         w = x[1] if p["weight"] else None
@@ -400,6 +401,21 @@ def run_op(op, p, x):
         return f(a) if p["dims"] is None else f(a, dim=tuple(p["dims"]), keepdim=p["keepdim"])
     if op == "logsumexp":
         return torch.logsumexp(a, p["dims"], keepdim=p["keepdim"])
+    if op in ("cumsum_dtype", "cumprod_dtype"):
+        return getattr(torch, op[:-6])(a, p["dim"], dtype=DTYPES[p["dtype"]])
+    if op == "prod_dtype":
+        dt = DTYPES[p["dtype"]]
+        return torch.prod(a, dtype=dt) if p["dim"] is None else torch.prod(a, p["dim"], keepdim=p["keepdim"], dtype=dt)
+    if op == "clamp_tensor":
+        lo = x[1] if p["min"] else None
+        hi = x[1 + p["min"]] if p["max"] else None
+        return torch.clamp(a, min=lo, max=hi)
+    if op == "group_norm":
+        w = x[1] if p["weight"] else None
+        b = x[1 + p["weight"]] if p["bias"] else None
+        return F.group_norm(a, p["groups"], w, b, eps=p["eps"])
+    if op == "index_add":
+        return a.index_add(p["dim"], x[1], x[2], alpha=p["alpha"])
     if op == "vector_norm":
         return torch.linalg.vector_norm(a, p["ord"], dim=p["dims"], keepdim=p["keepdim"])
     raise ValueError(f"unknown op {op}")
@@ -434,20 +450,23 @@ ERROR_KINDS = [
     (r"must match the size of tensor b", "Broadcast"),
     (r"Dimension out of range", "DimOutOfRange"),
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
-     r"|Class values must be smaller|Target -?\d+ is out of bounds", "IndexOutOfRange"),
-    (r"to have the same dtype|expected scalar type|all inputs must share same datatype|must have the same dtype", "DTypeMismatch"),
+     r"|Class values must be smaller|Target -?\d+ is out of bounds|Class values must be non-negative", "IndexOutOfRange"),
+    (r"to have the same dtype|expected scalar type|all inputs must share same datatype|must have the same dtype"
+     r"|expect parameter to have scalar type|must have the same scalar type", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
      r"|expected BoolTensor for mask|only supports floating-point dtypes"
      r"|have one of the following scalar types|Expected attn_mask dtype|expected target dtype"
-     r"|does not support bool dtypes", "UnsupportedDType"),
+     r"|does not support bool dtypes|Expected dtype int32/int64 for index", "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
      r"|Given normalized_shape|Expected weight to be of same shape|to match target batch_size"
      r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input"
-     r"|Size does not match at dimension|doesn't match the broadcast shape",
+     r"|Size does not match at dimension|doesn't match the broadcast shape"
+     r"|to be a vector of size equal to the number of channels|should be equal to source.size"
+     r"|source tensor shape must match self tensor shape",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -463,7 +482,11 @@ ERROR_KINDS = [
      r"|invalid multinomial distribution|samples without replacement|must be 2-D|Padding_idx must be"
      r"|should not be set when is_causal|at least 2 dimensional|not supported for strided convolutions|Index is supposed to be a vector"
      r"|must be a matrix|the number of sizes provided|Dimension specified as -?\d+ but tensor has no dimensions"
-     r"|`shifts` required|is too small. Calculated output|other non-zero dimensions", "InvalidArgument"),
+     r"|`shifts` required|is too small. Calculated output|other non-zero dimensions"
+     r"|integer division or modulo by zero|Expected more than 1 value per channel|divisible by num_groups"
+     r"|Expected number of channels to be greater than 0|Expected HxW to be greater than 0"
+     r"|Can not infer total number of classes|divisor must be not zero|is out of bounds of the source tensor"
+     r"|At least one of 'min' or 'max'|Expected at least 2 dimensions for input tensor", "InvalidArgument"),
 ]
 
 
@@ -2499,6 +2522,160 @@ for m in ("reflect", "replicate", "circular"):
 for v, dt in ((1e10, "uint8"), (INF, "uint8"), (-INF, "uint8"), (-1e-300, "uint8"), (255.999, "uint8"),
               (-255.0, "uint8"), (512, "uint8"), (-2.0 ** 63, "int64"), (2.0 ** 63, "int64")):
     case(FAM, f"full_{v}_{dt}", "full", [], {"shape": [3], "value": v, "dtype": dt})
+
+# ---- issue 43 (17): missing arguments users reach for ----
+FAM = "issue43_args"
+U8 = torch.uint8
+XU = T([200, 100, 3], U8)
+XF = T([1.5, -2.5, 3.25, 0.5])
+# cumsum/cumprod/prod with dtype=: the input cast first; uint8 wraps; bool refused by the scans
+for op in ("cumsum_dtype", "cumprod_dtype"):
+    for dt in ("uint8", "int64", "float16", "float32", "float64", "bool"):
+        case(FAM, f"{op}_u8_to_{dt}", op, [XU], {"dim": 0, "dtype": dt})
+    case(FAM, f"{op}_f32_to_f64", op, [rn(2, 3)], {"dim": 1, "dtype": "float64"}, grad=True)
+    case(FAM, f"{op}_f32_to_i64", op, [XF], {"dim": 0, "dtype": "int64"})
+    case(FAM, f"{op}_f16_to_f32", op, [rn(3, 2, dtype=torch.float16)], {"dim": 0, "dtype": "float32"}, grad=True)
+    case(FAM, f"{op}_bool_to_f32", op, [T([True, False, True])], {"dim": 0, "dtype": "float32"})
+    case(FAM, f"{op}_0d_to_f64", op, [T(2.5)], {"dim": 0, "dtype": "float64"}, grad=True)
+    case(FAM, f"{op}_empty_to_i64", op, [torch.zeros(2, 0)], {"dim": 1, "dtype": "int64"})
+    case(FAM, f"{op}_dim_error", op, [XU], {"dim": 1, "dtype": "int64"})
+for dt in ("uint8", "int64", "float16", "float64", "bool"):
+    case(FAM, f"prod_all_u8_to_{dt}", "prod_dtype", [XU], {"dim": None, "keepdim": False, "dtype": dt})
+    case(FAM, f"prod_dim_f32_to_{dt}", "prod_dtype", [T([[2.0, 0.5, 3.0], [0.0, 4.0, 1.5]])],
+         {"dim": 1, "keepdim": True, "dtype": dt})
+    case(FAM, f"prod_empty_to_{dt}", "prod_dtype", [torch.zeros(2, 0)], {"dim": 1, "keepdim": False, "dtype": dt})
+case(FAM, "prod_f32_to_f64_grad", "prod_dtype", [rn(2, 3)], {"dim": 0, "keepdim": False, "dtype": "float64"},
+     grad=True)
+case(FAM, "prod_all_f32_to_f64_grad", "prod_dtype", [rn(4)], {"dim": None, "keepdim": False, "dtype": "float64"},
+     grad=True)
+case(FAM, "prod_0d_to_bool", "prod_dtype", [T(0.5)], {"dim": 0, "keepdim": False, "dtype": "bool"})
+case(FAM, "prod_dim_error", "prod_dtype", [XU], {"dim": 2, "keepdim": False, "dtype": "int64"})
+# clamp with tensor bounds: broadcasting, either bound, ties, min > max, NaN, dtypes
+CX = T([[-2.0, 0.0, 1.0, 3.0], [0.5, -1.0, 2.0, float("nan")]])
+CLO = T([-1.0, 0.0, 1.5, 0.0])
+CHI = T([[1.0], [0.5]])
+case(FAM, "clamp_tensor_both", "clamp_tensor", [CX, CLO, CHI], {"min": True, "max": True}, grad=True)
+case(FAM, "clamp_tensor_min", "clamp_tensor", [CX, CLO], {"min": True, "max": False}, grad=True)
+case(FAM, "clamp_tensor_max", "clamp_tensor", [CX, CHI], {"min": False, "max": True}, grad=True)
+case(FAM, "clamp_tensor_min_above_max", "clamp_tensor", [CX, T([2.0]), T([1.0])], {"min": True, "max": True},
+     grad=True)
+case(FAM, "clamp_tensor_ties", "clamp_tensor", [T([0.0, 1.0, 2.0]), T([0.0, 0.0, 2.0]), T([1.0, 1.0, 2.0])],
+     {"min": True, "max": True}, grad=True)
+case(FAM, "clamp_tensor_nan_bound", "clamp_tensor", [T([0.0, 1.0]), T([float("nan"), 0.0])],
+     {"min": True, "max": False}, grad=True)
+case(FAM, "clamp_tensor_bounds_wider", "clamp_tensor", [T([0.5, 2.0]), rn(3, 2)], {"min": True, "max": False},
+     grad=True)
+case(FAM, "clamp_tensor_0d_bound", "clamp_tensor", [rn(2, 3), T(0.1)], {"min": False, "max": True}, grad=True)
+case(FAM, "clamp_tensor_int_float0d", "clamp_tensor", [ar(5, dtype=I), T(1.5)], {"min": True, "max": False})
+case(FAM, "clamp_tensor_int", "clamp_tensor", [ar(5, dtype=I), T([1], I), T(3, I)], {"min": True, "max": True})
+case(FAM, "clamp_tensor_u8", "clamp_tensor", [ar(5, dtype=U8), T(1, I)], {"min": True, "max": False})
+case(FAM, "clamp_tensor_bool", "clamp_tensor", [T([True, False]), T(True)], {"min": True, "max": False})
+case(FAM, "clamp_tensor_f32_f64", "clamp_tensor", [rn(3), rn(2, 3, dtype=torch.float64)], {"min": True, "max": False},
+     grad=True)
+case(FAM, "clamp_tensor_f16_f32", "clamp_tensor", [rn(3, dtype=torch.float16), rn(3)], {"min": True, "max": False},
+     grad=True)
+case(FAM, "clamp_tensor_none_error", "clamp_tensor", [CX], {"min": False, "max": False})
+case(FAM, "clamp_tensor_broadcast_error", "clamp_tensor", [rn(2, 3), rn(4)], {"min": True, "max": False})
+case(FAM, "clamp_tensor_empty", "clamp_tensor", [torch.zeros(0, 3), rn(3)], {"min": True, "max": False}, grad=True)
+# group_norm: shapes, affine, dtypes, PyTorch's refusals
+GX = rn(2, 6, 4)
+GW, GB = rn(6), rn(6)
+for g in (1, 2, 3, 6):
+    case(FAM, f"group_norm_g{g}", "group_norm", [GX, GW, GB], {"groups": g, "weight": True, "bias": True, "eps": 1e-5},
+         grad=True)
+case(FAM, "group_norm_no_affine", "group_norm", [GX], {"groups": 2, "weight": False, "bias": False, "eps": 1e-5},
+     grad=True)
+case(FAM, "group_norm_weight_only", "group_norm", [GX, GW], {"groups": 3, "weight": True, "bias": False, "eps": 0.1},
+     grad=True)
+case(FAM, "group_norm_4d", "group_norm", [rn(2, 4, 3, 5), rn(4), rn(4)],
+     {"groups": 2, "weight": True, "bias": True, "eps": 1e-5}, grad=True)
+case(FAM, "group_norm_2d", "group_norm", [rn(3, 8)], {"groups": 2, "weight": False, "bias": False, "eps": 1e-5},
+     grad=True)
+case(FAM, "group_norm_f64", "group_norm", [GX.double(), GW.double(), GB.double()],
+     {"groups": 2, "weight": True, "bias": True, "eps": 1e-5}, grad=True)
+case(FAM, "group_norm_f16", "group_norm", [GX.half()], {"groups": 2, "weight": False, "bias": False, "eps": 1e-5})
+case(FAM, "group_norm_bf16_f32_params", "group_norm", [GX.bfloat16(), GW, GB],
+     {"groups": 2, "weight": True, "bias": True, "eps": 1e-5})
+case(FAM, "group_norm_empty_batch", "group_norm", [torch.zeros(0, 6, 2)],
+     {"groups": 3, "weight": False, "bias": False, "eps": 1e-5})
+case(FAM, "group_norm_constant_group", "group_norm", [torch.ones(1, 4, 3)],
+     {"groups": 2, "weight": False, "bias": False, "eps": 1e-5}, grad=True)
+for nm, x, g, w, b in (("indivisible_error", GX, 4, None, None), ("weight_shape_error", GX, 3, rn(3), None),
+                       ("weight_2d_error", GX, 3, rn(6, 1), None), ("bias_shape_error", GX, 3, None, rn(5)),
+                       ("dtype_error", GX.double(), 3, GW, None), ("rank1_error", rn(6), 3, None, None),
+                       ("rank0_error", T(1.0), 1, None, None), ("zero_groups_error", GX, 0, None, None),
+                       ("no_positions_error", torch.zeros(2, 6, 0), 3, None, None),
+                       ("no_channels_error", torch.zeros(2, 0, 3), 1, None, None),
+                       ("one_value_error", rn(1, 2), 2, None, None), ("long_error", ar(2, 6, 2, dtype=I), 3, None, None)):
+        ins = [x] + ([w] if w is not None else []) + ([b] if b is not None else [])
+        case(FAM, f"group_norm_{nm}", "group_norm", ins,
+             {"groups": g, "weight": w is not None, "bias": b is not None, "eps": 1e-5})
+# index_add: repeated indices, alpha, dims, 0-d, empty, integer alpha truncation, refusals
+IX = rn(3, 2)
+IS = rn(4, 2)
+IDX = T([0, 2, 0, 1], I)
+case(FAM, "index_add_dim0", "index_add", [IX, IDX, IS], {"dim": 0, "alpha": 1}, grad=True)
+case(FAM, "index_add_alpha", "index_add", [IX, IDX, IS], {"dim": 0, "alpha": -2.5}, grad=True)
+case(FAM, "index_add_dim1", "index_add", [rn(2, 3, 2), T([2, 2], I), rn(2, 2, 2)], {"dim": 1, "alpha": 1}, grad=True)
+case(FAM, "index_add_dim_neg", "index_add", [rn(2, 3), T([0, 0, 1, 2], I), rn(2, 4)], {"dim": -1, "alpha": 0.5},
+     grad=True)
+case(FAM, "index_add_0d", "index_add", [T(1.0), T([0], I), T(2.0)], {"dim": 0, "alpha": 1}, grad=True)
+case(FAM, "index_add_0d_index", "index_add", [T(1.0), T(0, I), T(2.0)], {"dim": 0, "alpha": 3}, grad=True)
+case(FAM, "index_add_empty_index", "index_add", [IX, torch.zeros(0, dtype=I), torch.zeros(0, 2)],
+     {"dim": 0, "alpha": 1}, grad=True)
+case(FAM, "index_add_int", "index_add", [ar(3, 2, dtype=I), IDX, torch.ones(4, 2, dtype=I)], {"dim": 0, "alpha": 3})
+case(FAM, "index_add_int_float_alpha", "index_add", [ar(3, 2, dtype=I), IDX, torch.ones(4, 2, dtype=I)],
+     {"dim": 0, "alpha": 1.5})
+case(FAM, "index_add_f64", "index_add", [IX.double(), IDX, IS.double()], {"dim": 0, "alpha": 2}, grad=True)
+case(FAM, "index_add_transposed", "index_add", [In(rn(2, 3), [{"op": "transpose", "args": [0, 1]}]), IDX[:2],
+                                                In(rn(2, 2), [{"op": "transpose", "args": [0, 1]}])],
+     {"dim": 0, "alpha": 1}, grad=True)
+for nm, x, d, i, src in (("out_of_range_error", IX, 0, T([0, 3, 0, 1], I), IS),
+                         ("negative_error", IX, 0, T([0, -1, 0, 1], I), IS),
+                         ("count_error", IX, 0, T([0, 2, 0], I), IS),
+                         ("index_2d_error", IX, 0, T([[0, 2], [0, 1]], I), IS),
+                         ("index_float_error", IX, 0, T([0.0, 2.0, 0.0, 1.0]), IS),
+                         ("dtype_error", IX, 0, IDX, IS.double()),
+                         ("shape_error", IX, 0, IDX, rn(4, 3)),
+                         ("rank_error", IX, 0, T([1], I), rn(1, 1, 2)),
+                         ("source_1d_error", IX, 0, T([1], I), rn(2)),
+                         ("source_dim_error", IX, 1, T([0], I), rn(2)),
+                         ("dim_error", IX, 2, T([0], I), IS),
+                         ("0d_source_1d_error", T(1.0), 0, T([0, 0], I), T([2.0, 3.0]))):
+    case(FAM, f"index_add_{nm}", "index_add", [x, i, src], {"dim": d, "alpha": 1})
+# avg_pool2d's divisor_override
+PX = ar(1, 1, 5, 5)
+for nm, k, st, pad, ceil, inc, div in (("k2", [2, 2], None, [0, 0], False, True, 3),
+                                       ("k3_s2_pad1", [3, 3], [2, 2], [1, 1], False, True, 4),
+                                       ("pad_no_include", [2, 2], [2, 2], [1, 1], False, False, 3),
+                                       ("ceil", [2, 2], [2, 2], [1, 1], True, True, 3),
+                                       ("ceil_k3", [3, 2], [2, 2], [0, 1], True, False, 5),
+                                       ("div1", [2, 3], [1, 2], [1, 1], False, True, 1)):
+    case(FAM, f"avg_pool2d_divisor_{nm}", "avg_pool2d", [PX],
+         {"kernel": k, "stride": st, "padding": pad, "dilation": [1, 1], "ceil_mode": ceil, "count_include_pad": inc,
+          "divisor_override": div}, grad=True)
+for dt, tag in ((I, "int64"), (torch.float16, "f16"), (torch.float64, "f64")):
+    x = ar(2, 4, 4, dtype=dt) - (8 if dt == I else 7.5)
+    case(FAM, f"avg_pool2d_divisor_{tag}", "avg_pool2d", [x],
+         {"kernel": [2, 2], "stride": None, "padding": [1, 1], "dilation": [1, 1], "ceil_mode": True,
+          "count_include_pad": True, "divisor_override": 3})
+case(FAM, "avg_pool2d_divisor_zero_error", "avg_pool2d", [PX],
+     {"kernel": [2, 2], "stride": None, "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+      "count_include_pad": True, "divisor_override": 0})
+# padding="same" with a stride: refused, as PyTorch refuses it (also stride (1, 2))
+case(FAM, "conv2d_same_strided_2", "conv2d_same", [rn(1, 2, 5, 5), rn(3, 2, 3, 3)],
+     {"stride": 2, "dilation": [1, 1], "groups": 1})
+case(FAM, "conv2d_same_strided_1_2", "conv2d_same", [rn(1, 2, 5, 5), rn(3, 2, 3, 3)],
+     {"stride": [1, 2], "dilation": [1, 1], "groups": 1})
+case(FAM, "conv2d_same_stride_1_1", "conv2d_same", [rn(1, 2, 5, 5), rn(3, 2, 3, 3)],
+     {"stride": [1, 1], "dilation": [1, 1], "groups": 1}, grad=True)
+# one_hot with num_classes=-1: inferred from the largest index
+for nm, x in (("1d", T([1, 3, 0], I)), ("2d", T([[0], [4]], I)), ("0d", T(2, I)), ("zeros", T([0, 0], I))):
+    case(FAM, f"one_hot_infer_{nm}", "one_hot", [x], {"num_classes": -1})
+for nm, x in (("empty", torch.zeros(0, dtype=I)), ("empty_2x0", torch.zeros(2, 0, dtype=I)),
+              ("negative", T([-1, 2], I)), ("all_negative", T([-3, -1], I)), ("float", T([1.0, 2.0]))):
+    case(FAM, f"one_hot_infer_{nm}_error", "one_hot", [x], {"num_classes": -1})
+case(FAM, "one_hot_empty_given", "one_hot", [torch.zeros(0, dtype=I)], {"num_classes": 3})
 
 # ----------------------------------------------------------------------------------
 

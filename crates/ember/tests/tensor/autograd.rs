@@ -440,7 +440,41 @@ fn batch_norm_grads_match_finite_differences(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The composites of issue 43 (17) against finite differences: group norm
+/// (input, weight, bias), index_add (input, source), clamp by tensors away from
+/// ties, avg_pool2d with a divisor, cumsum/prod with a dtype.
+fn issue43_composites_match_finite_differences(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(14);
+    let (x, w, b) = (rn(dev, &[2, 4, 3]), pos(dev, &[4]), rn(dev, &[4]));
+    grad_check(dev, &[x.clone(), w, b], &|t| {
+        ember::nn::group_norm(&t[0], 2, Some(&t[1]), Some(&t[2]), 1e-5)
+    })?;
+    grad_check(dev, &[rn(dev, &[2, 6, 2, 2])], &|t| {
+        ember::nn::group_norm(&t[0], 3, None, None, 1e-5)
+    })?;
+    let idx = Tensor::from_vec(vec![2i64, 0, 2], [3], dev)?;
+    grad_check(dev, &[rn(dev, &[2, 3]), rn(dev, &[2, 3])], &|t| {
+        t[0].index_add(1, &idx, &t[1], -1.5)
+    })?;
+    // bounds well apart from the input: no ties for the differences to cross
+    let x = Tensor::from_slice(&[-2.0f64, -0.2, 0.4, 1.9, 3.0, 0.1], [2, 3], dev)?;
+    let lo = Tensor::from_slice(&[-1.0f64, 0.0, 0.6], [3], dev)?;
+    let hi = Tensor::from_slice(&[1.0f64, 2.5], [2, 1], dev)?;
+    grad_check(dev, &[x.clone(), lo, hi], &|t| {
+        t[0].clamp_tensor(Some(&t[1]), Some(&t[2]))
+    })?;
+    let opts = Pool2dOptions::new(2)
+        .stride(1)
+        .padding(1)
+        .divisor_override(3);
+    grad_check(dev, &[rn(dev, &[1, 2, 3, 3])], &|t| t[0].avg_pool2d(opts))?;
+    grad_check(dev, &[x.clone()], &|t| t[0].cumsum_dtype(1, DType::F64))?;
+    grad_check(dev, &[x], &|t| t[0].prod_dtype(0, false, DType::F64))
+}
+
 device_test!(
+    issue43_composites_match_finite_differences,
     batch_norm_grads_match_finite_differences,
     max_min_dim_grad_goes_to_the_index,
     clamp_grad_at_the_bounds,

@@ -1490,7 +1490,48 @@ fn batch_norm_keeps_a_half_input_dtype(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `nn.GroupNorm`: PyTorch's parameters (ones, zeros, named weight and bias), no
+/// parameters without `affine`, the functional's result, its refusal of
+/// channels that groups do not divide; and `index_add_` in place, recorded.
+fn group_norm_module_and_index_add_inplace(dev: &Device) -> Result<()> {
+    let gn = nn::GroupNorm::new(2, 4, dev)?;
+    let names: Vec<String> = gn.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    assert_eq!(gn.weight.as_ref().unwrap().to_vec::<f32>()?, [1.0; 4]);
+    assert_eq!(gn.bias.as_ref().unwrap().to_vec::<f32>()?, [0.0; 4]);
+    assert_eq!(gn.eps, 1e-5);
+    let plain = nn::GroupNorm::with_options(2, 4, 1e-3, false, dev)?;
+    assert!(plain.named_parameters().is_empty());
+    let e = nn::GroupNorm::new(4, 6, dev)
+        .err()
+        .expect("6 channels in 4 groups");
+    assert!(matches!(e, ember::Error::InvalidArgument { .. }), "{e}");
+    let x = Tensor::randn([3, 4, 5], dev)?;
+    let y = gn.forward(&x)?;
+    let want = nn::group_norm(&x, 2, None, None, 1e-5)?;
+    assert_close(&vals(&y), &vals(&want), 1e-6, 1e-6);
+    y.sum_all()?.backward()?;
+    assert_eq!(gn.weight.as_ref().unwrap().grad().unwrap().shape(), &[4]);
+    // index_add_: written in place, and recorded on a non-leaf
+    let idx = Tensor::new([1i64, 1, 0], dev)?;
+    let dst = Tensor::zeros([2, 2], DType::F32, dev)?;
+    dst.index_add_(0, &idx, &Tensor::ones([3, 2], DType::F32, dev)?, 2)?;
+    assert_eq!(dst.to_vec::<f32>()?, [2.0, 2.0, 4.0, 4.0]);
+    let a = Tensor::ones([2, 2], DType::F32, dev)?.requires_grad_(true)?;
+    let s = Tensor::ones([3, 2], DType::F32, dev)?.requires_grad_(true)?;
+    let h = a.mul(3.0)?;
+    h.index_add_(0, &idx, &s, -1.0)?;
+    assert_eq!(h.to_vec::<f32>()?, [2.0, 2.0, 1.0, 1.0]);
+    h.sum_all()?.backward()?;
+    assert_eq!(a.grad().unwrap().to_vec::<f32>()?, [3.0; 4]);
+    assert_eq!(s.grad().unwrap().to_vec::<f32>()?, [-1.0; 6]);
+    // a leaf that requires grad is refused, as in PyTorch
+    assert!(a.index_add_(0, &idx, &s, 1).is_err());
+    Ok(())
+}
+
 device_test!(
+    group_norm_module_and_index_add_inplace,
     batch_norm_keeps_a_half_input_dtype,
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
