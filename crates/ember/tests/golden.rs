@@ -14,6 +14,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "golden/edges.rs"]
+mod edges;
 
 use ember::{Conv2dOptions, DType, Device, Idx, Operand, PadMode, Pool2dOptions, Tensor};
 use serde::Deserialize;
@@ -1181,10 +1183,12 @@ fn raises_for_values(case: &Case) -> bool {
     matches!(run(case, Device::Cpu), Err(e) if VALUE_ERRORS.iter().any(|v| e.contains(v)))
 }
 
+/// The panic hook is the process's: one device's run (of the cases, or of the
+/// edge shapes) at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Replays every case on `dev` and fails with every mismatch.
 fn golden_cases_on(dev: Device) {
-    // the panic hook is the process's: one device's run at a time
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let default_path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/cases.json");
     let path = std::env::var("GOLDEN_CASES").unwrap_or_else(|_| default_path.to_string());

@@ -1116,7 +1116,9 @@ impl Tensor {
         let value = value.into();
         // a value the dtype cannot hold is an error, as in PyTorch (see `full`)
         super::create::check_fill_value("masked_fill", value, self.dtype())?;
-        mask.layout().broadcast_to("masked_fill", self.shape())?;
+        // the mask and this tensor broadcast together, as in PyTorch's
+        // out-of-place masked_fill
+        crate::layout::broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
         let v = scalar_tensor(value, self.dtype(), self.device())?;
         let out = mask.where_(&v, self)?;
         Ok(out)

@@ -138,6 +138,17 @@ impl Tensor {
                 "indices must be an int64 tensor",
             ));
         }
+        if size == 0 && index.numel() > 0 {
+            // every index is out of range of an empty dim: refused here, on every
+            // device, before a GPU kernel could read the empty tensor
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} indices into dimension {dim} of size 0: every index is out of bounds",
+                    index.numel()
+                ),
+            ));
+        }
         index.map_storage_same(|s, l| s.indices(l, op, dim, size, negative))
     }
 
@@ -200,7 +211,19 @@ impl Tensor {
     pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         super::same_device("gather", &[self, index])?;
         let d = normalize_dim("gather", dim, self.rank())?;
+        if index.numel() == 0 && index.dtype() == DType::I64 {
+            // PyTorch checks no shapes for an empty index: an empty output of its
+            // shape (still a function of this tensor, for autograd)
+            return self.flatten_all()?.narrow(0, 0, 0)?.reshape(index.shape());
+        }
         self.check_index_shape("gather", d, index)?;
+        if self.rank() == 0 {
+            // a 0-d tensor and index (the check above): as one element
+            return self
+                .reshape([1])?
+                .gather(0, &index.reshape([1])?)?
+                .reshape([0usize; 0]);
+        }
         let size = self.shape().get(d).copied().unwrap_or(1);
         let idx = Tensor::index_values("gather", index, d, size, false)?;
         self.gather_valid(d, idx)
@@ -250,7 +273,6 @@ impl Tensor {
     pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         super::same_device("scatter_add", &[self, index, src])?;
         let d = normalize_dim("scatter_add", dim, self.rank())?;
-        self.check_index_shape("scatter_add", d, index)?;
         if src.dtype() != self.dtype() {
             return Err(Error::DTypeMismatch {
                 op: "scatter_add",
@@ -258,6 +280,11 @@ impl Tensor {
                 rhs: src.dtype(),
             });
         }
+        if index.numel() == 0 && index.dtype() == DType::I64 {
+            // PyTorch checks no shapes for an empty index: a copy
+            return self.copy();
+        }
+        self.check_index_shape("scatter_add", d, index)?;
         if src.rank() != index.rank() || index.shape().iter().zip(src.shape()).any(|(a, b)| a > b) {
             return Err(Error::shape(
                 "scatter_add",
@@ -265,6 +292,13 @@ impl Tensor {
                 src.shape(),
                 "src must be at least as large as index in every dimension",
             ));
+        }
+        if self.rank() == 0 {
+            // a 0-d tensor, index and source (the checks above): as one element
+            let one = |t: &Tensor| t.reshape([1]);
+            return one(self)?
+                .scatter_add(0, &one(index)?, &one(src)?)?
+                .reshape([0usize; 0]);
         }
         let size = self.shape().get(d).copied().unwrap_or(1);
         let idx = Tensor::index_values("scatter_add", index, d, size, false)?;

@@ -40,11 +40,12 @@ impl Tensor {
 
     /// Merges dims `start..=end` into one.
     pub fn flatten(&self, start: i64, end: i64) -> Result<Tensor> {
+        // a 0-d tensor takes dims -1 and 0 (PyTorch checks them first)
+        let s = normalize_dim("flatten", start, self.rank())?;
+        let e = normalize_dim("flatten", end, self.rank())?;
         if self.rank() == 0 {
             return self.reshape([1]);
         }
-        let s = normalize_dim("flatten", start, self.rank())?;
-        let e = normalize_dim("flatten", end, self.rank())?;
         if s > e {
             return Err(Error::invalid(
                 "flatten",
@@ -149,6 +150,7 @@ impl Tensor {
 
     /// `len` elements of `dim` from `start` (a negative start counts from the end).
     pub fn narrow(&self, dim: i64, start: i64, len: usize) -> Result<Tensor> {
+        self.not_0d("narrow", "narrow() cannot be applied to a 0-dim tensor.")?;
         let d = normalize_dim("narrow", dim, self.rank())?;
         let n = self.shape()[d];
         let s = if start < 0 { start + n as i64 } else { start };
@@ -175,6 +177,7 @@ impl Tensor {
         end: Option<i64>,
         step: usize,
     ) -> Result<Tensor> {
+        self.not_0d("slice", "slice() cannot be applied to a 0-dim tensor.")?;
         let d = normalize_dim("slice", dim, self.rank())?;
         if step == 0 {
             return Err(Error::invalid("slice", "slice step must be positive"));
@@ -193,6 +196,7 @@ impl Tensor {
 
     /// Index `index` along `dim`, removing that dim (`t[:, 2]`).
     pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+        self.not_0d("select", "select() cannot be applied to a 0-dim tensor.")?;
         let d = normalize_dim("select", dim, self.rank())?;
         let n = self.shape()[d];
         let i = if index < 0 { index + n as i64 } else { index };
@@ -284,6 +288,17 @@ impl Tensor {
             .first()
             .ok_or_else(|| Error::invalid("cat", "expected a non-empty list of tensors"))?;
         super::same_device("cat", tensors)?;
+        // PyTorch skips 1-d empty tensors (a legacy rule), whose dtypes still promote
+        let legacy = |t: &&Tensor| t.shape() == [0];
+        if tensors.iter().any(legacy) && tensors.iter().all(|t| t.rank() > 0) {
+            let kept: Vec<&Tensor> = tensors.iter().copied().filter(|t| !legacy(t)).collect();
+            if !kept.is_empty() {
+                let dtype = tensors
+                    .iter()
+                    .fold(kept[0].dtype(), |a, t| DType::promote(a, t.dtype()));
+                return Tensor::cat(&kept, dim)?.to_dtype(dtype);
+            }
+        }
         let d = normalize_dim("cat", dim, first.rank())?;
         if first.rank() == 0 {
             return Err(Error::invalid(
@@ -360,6 +375,7 @@ impl Tensor {
 
     /// Views of `size` elements along `dim` each (the last may be smaller).
     pub fn split(&self, size: usize, dim: i64) -> Result<Vec<Tensor>> {
+        self.not_0d("split", "split expects at least a 1-dimensional tensor")?;
         let d = normalize_dim("split", dim, self.rank())?;
         if size == 0 && self.shape()[d] > 0 {
             return Err(Error::invalid(
@@ -378,6 +394,10 @@ impl Tensor {
 
     /// Views with the given sizes along `dim` (they must add up to its size).
     pub fn split_with_sizes(&self, sizes: &[usize], dim: i64) -> Result<Vec<Tensor>> {
+        self.not_0d(
+            "split_with_sizes",
+            "split expects at least a 1-dimensional tensor",
+        )?;
         let d = normalize_dim("split_with_sizes", dim, self.rank())?;
         if sizes.iter().sum::<usize>() != self.shape()[d] {
             return Err(Error::invalid(
@@ -402,6 +422,7 @@ impl Tensor {
     /// `chunks` views of near-equal size along `dim` (`torch.chunk`: size
     /// `ceil(n / chunks)`, so fewer chunks may come back).
     pub fn chunk(&self, chunks: usize, dim: i64) -> Result<Vec<Tensor>> {
+        self.not_0d("chunk", "chunk expects at least a 1-dimensional tensor")?;
         if chunks == 0 {
             return Err(Error::invalid(
                 "chunk",
@@ -410,7 +431,19 @@ impl Tensor {
         }
         let d = normalize_dim("chunk", dim, self.rank())?;
         let n = self.shape()[d];
+        if n == 0 {
+            // PyTorch: `chunks` empty pieces of an empty dim
+            return (0..chunks).map(|_| self.narrow(d as i64, 0, 0)).collect();
+        }
         self.split(n.div_ceil(chunks).max(1), d as i64)
+    }
+
+    /// PyTorch's refusal of a 0-d tensor by ops that take a part of a dim.
+    fn not_0d(&self, op: &'static str, msg: &'static str) -> Result<()> {
+        if self.rank() == 0 {
+            return Err(Error::invalid(op, msg));
+        }
+        Ok(())
     }
 }
 

@@ -499,7 +499,7 @@ def error_kind(e):
 
 
 # ----------------------------------------------------------------------------------
-# Case collection
+# Case collection (gen_edges.py runs everything above this line)
 
 CASES = []
 NAMES = set()
