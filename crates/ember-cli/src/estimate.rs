@@ -86,7 +86,7 @@ struct Target {
 fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
     if let Some(m) = &args.memory {
         return Ok(Some(Target {
-            capacity: parse_bytes(m)?,
+            capacity: parse_bytes(m).map_err(|e| crate::paths::named("--memory", m, e))?,
             what: format!("{m} of memory"),
             major: None,
         }));
@@ -94,7 +94,7 @@ fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
     let Some(d) = &args.device else {
         return Ok(None);
     };
-    let dev: Device = d.parse()?;
+    let dev = crate::paths::device(d, "--device")?;
     let Device::Cuda(i) = dev else {
         return Err(invalid(format!("--device {dev}: the estimate is for a CUDA device (cuda:N); use --memory SIZE to check against a size"),
         ));
@@ -136,12 +136,15 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let name = args.model.to_ascii_lowercase();
     if !models::NAMES.contains(&name.as_str()) {
         return Err(invalid(format!(
-            "unknown model {:?}; the models are {}",
+            "--model {}: unknown model; the models are {}",
             args.model,
             models::NAMES.join(", ")
         )));
     }
-    let dtype: DType = args.dtype.parse()?;
+    let dtype: DType = args
+        .dtype
+        .parse()
+        .map_err(|e| crate::paths::named("--dtype", &args.dtype, e))?;
     if !dtype.is_float() {
         return Err(invalid(format!(
             "--dtype {}: a model's parameters are floating point: use f32, bf16, f16 or f64",

@@ -40,7 +40,9 @@ fn invalid(op: &'static str, msg: String) -> Error {
 fn open_part(path: &Path, key: Option<&str>) -> Result<PtFile> {
     let file = PtFile::open(path)?;
     match key {
-        Some(k) => file.select(k),
+        Some(k) => file
+            .select(k)
+            .map_err(|e| crate::paths::named("--key", k, e)),
         None => Ok(file),
     }
 }

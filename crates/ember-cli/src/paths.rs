@@ -99,3 +99,23 @@ pub fn new_output(
     }
     Ok(())
 }
+
+/// The device `--device` names (`auto`: the first GPU if there is one, else
+/// the CPU); an error names the flag and what it accepts.
+pub fn device(s: &str, flag: &str) -> ember::Result<ember::Device> {
+    if s == "auto" {
+        return Ok(ember::Device::cuda_if_available(0));
+    }
+    s.parse().map_err(|e: Error| Error::InvalidArgument {
+        op: "arguments",
+        msg: format!("{flag} {s}: {e}"),
+    })
+}
+
+/// `e` with the flag whose value caused it named first.
+pub fn named(flag: &str, value: &str, e: Error) -> Error {
+    Error::InvalidArgument {
+        op: "arguments",
+        msg: format!("{flag} {value}: {e}"),
+    }
+}

@@ -65,16 +65,21 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     let amp = args.amp.map(|a| a.dtype());
     let mut scaler = ember::amp::GradScaler::new().enabled(amp == Some(DType::F16));
     let lr = args.lr.unwrap_or(3e-3);
-    if t.steps == 0
-        || t.eval_every == 0
-        || t.context == 0
-        || t.layers == 0
-        || t.heads == 0
-        || t.width == 0
-        || !t.width.is_multiple_of(t.heads)
-    {
+    for (flag, v) in [
+        ("--steps", t.steps),
+        ("--eval-every", t.eval_every),
+        ("--context", t.context),
+        ("--layers", t.layers),
+        ("--heads", t.heads),
+        ("--width", t.width),
+    ] {
+        if v == 0 {
+            return Err(invalid(format!("{flag} 0: must be positive")));
+        }
+    }
+    if !t.width.is_multiple_of(t.heads) {
         return Err(invalid(format!(
-            "--steps, --eval-every, --context, --layers and --heads must be positive and --width ({}) a multiple of --heads ({})",
+            "--width {}: must be a multiple of --heads ({}), each head taking an equal share",
             t.width, t.heads
         )));
     }
@@ -541,7 +546,18 @@ pub struct GenerateArgs {
 /// Loads the model and prints `--prompt` and what follows it.
 pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
     args.sampling.check("generate")?;
+    let device = crate::paths::device(&args.device, "--device")?;
     let path = args.checkpoint.join(MODEL_FILE);
+    if !path.is_file() {
+        return Err(Error::InvalidArgument {
+            op: "generate",
+            msg: format!(
+                "--checkpoint {}: there is no {MODEL_FILE} in it (save one with `ember train \
+                 text --checkpoint DIR`)",
+                args.checkpoint.display()
+            ),
+        });
+    }
     let meta = ember::io::metadata(&path)?;
     let get = |k: &str| -> ember::Result<String> {
         meta.iter()
@@ -563,10 +579,6 @@ pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
     };
     let vocab: String = get("vocab")?;
     let corpus = CharCorpus::new(&vocab, 0.0)?;
-    let device = match args.device.as_str() {
-        "auto" => Device::cuda_if_available(0),
-        s => s.parse()?,
-    };
     let config = GptConfig {
         vocab_size: corpus.vocab_size(),
         context: num("context")?,

@@ -249,10 +249,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             )));
         }
     }
-    let device = match args.device.as_str() {
-        "auto" => Device::cuda_if_available(0),
-        s => s.parse()?,
-    };
+    let device = crate::paths::device(&args.device, "--device")?;
     // a GPU that is not there is an error now, before anything is loaded or printed
     if let Device::Cuda(i) = device {
         cuda::device_properties(i)?;
@@ -494,7 +491,16 @@ fn data_file(args: &TrainArgs) -> ember::Result<Option<PathBuf>> {
         Dataset::Fake => return Ok(None),
     };
     Ok(Some(match &args.data {
-        Some(dir) => dir.join(file),
+        Some(dir) => {
+            let path = dir.join(file);
+            if !path.is_file() {
+                return Err(invalid(format!(
+                    "--data {}: there is no {file} in it",
+                    dir.display()
+                )));
+            }
+            path
+        }
         None => data::find_data_file(file)?,
     }))
 }
@@ -511,7 +517,7 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
     };
     if !models::NAMES.contains(&name.as_str()) {
         return Err(invalid(format!(
-            "unknown model {name:?}; the models are {}",
+            "--model {name}: unknown model; the models are {}",
             models::NAMES.join(", ")
         )));
     }

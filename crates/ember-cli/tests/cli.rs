@@ -1615,3 +1615,191 @@ fn text_training_killed_anywhere_resumes_exactly() {
     println!("resumed after kills at steps {interrupted_at:?}: the same parameters, bit for bit");
     std::fs::remove_dir_all(&base).ok();
 }
+
+/// Every argument that takes a value is checked before any work, and its error
+/// names it: one bad value per argument of every subcommand (boolean switches
+/// have no value to get wrong; clap refuses values of the wrong type and ranges
+/// itself, naming the flag). Nothing is trained, printed or written first.
+#[test]
+fn every_bad_argument_is_named_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a_file = dir.join("a-file");
+    std::fs::write(&a_file, b"x").unwrap();
+    let file = a_file.to_str().unwrap().to_string();
+    let in_file = a_file.join("x.svg").to_str().unwrap().to_string();
+    let pt = "crates/ember/tests/golden/pt/checkpoint.pt".to_string();
+    let out = dir.join("out.safetensors").to_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        // train, the classifiers
+        (
+            vec!["train", "digits", "--device", "bogus"],
+            "--device bogus",
+        ),
+        (vec!["train", "digits", "--epochs", "0"], "--epochs"),
+        (vec!["train", "digits", "--batch-size", "0"], "--batch-size"),
+        (vec!["train", "digits", "--lr", "inf"], "--lr inf"),
+        (
+            vec!["train", "digits", "--optimizer", "rmsprop"],
+            "--optimizer",
+        ),
+        (vec!["train", "digits", "--amp", "fp8"], "--amp"),
+        (vec!["train", "digits", "--model", "bogus"], "--model bogus"),
+        (vec!["train", "fake", "--input", "3x"], "--input"),
+        (vec!["train", "fake", "--classes", "0"], "--classes"),
+        (vec!["train", "fake", "--samples", "1"], "--samples"),
+        (vec!["train", "digits", "--seed", "x"], "--seed"),
+        (vec!["train", "digits", "--plot", "curves.txt"], "--plot"),
+        (vec!["train", "digits", "--plot", &in_file], "--plot"),
+        (
+            vec!["train", "digits", "--checkpoint", &file],
+            "--checkpoint",
+        ),
+        (
+            vec!["train", "digits", "--data", "/nonexistent/ember"],
+            "--data /nonexistent/ember",
+        ),
+        (vec!["train", "digits", "--profile", &in_file], "--profile"),
+        (
+            vec!["train", "digits", "--profile-steps", "0"],
+            "--profile-steps",
+        ),
+        // train text
+        (vec!["train", "text", "--steps", "0"], "--steps 0"),
+        (vec!["train", "text", "--context", "0"], "--context 0"),
+        (vec!["train", "text", "--layers", "0"], "--layers 0"),
+        (vec!["train", "text", "--heads", "0"], "--heads 0"),
+        (vec!["train", "text", "--width", "10"], "--width 10"),
+        (vec!["train", "text", "--dropout", "1.5"], "--dropout 1.5"),
+        (vec!["train", "text", "--eval-every", "0"], "--eval-every 0"),
+        (
+            vec!["train", "text", "--eval-batches", "0"],
+            "--eval-batches 0",
+        ),
+        (
+            vec!["train", "text", "--checkpoint-every", "5"],
+            "--checkpoint-every",
+        ),
+        (vec!["train", "text", "--sample", "x"], "--sample"),
+        (
+            vec!["train", "text", "--temperature", "nan"],
+            "--temperature NaN",
+        ),
+        (vec!["train", "text", "--top-k", "0"], "--top-k 0"),
+        (
+            vec!["train", "text", "--sample", "5", "--prompt", "@@"],
+            "--prompt",
+        ),
+        // estimate
+        (vec!["estimate", "--model", "bogus"], "--model bogus"),
+        (
+            vec!["estimate", "--model", "vgg16", "--batch-size", "0"],
+            "--batch-size",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--input", "3x"],
+            "--input",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--classes", "0"],
+            "--classes",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--optimizer", "x"],
+            "--optimizer",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--dtype", "i64"],
+            "--dtype i64",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--dtype", "f12"],
+            "--dtype f12",
+        ),
+        (vec!["estimate", "--model", "vgg16", "--amp", "x"], "--amp"),
+        (
+            vec!["estimate", "--model", "vgg16", "--device", "cpu"],
+            "--device cpu",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--device", "bogus"],
+            "--device bogus",
+        ),
+        (
+            vec!["estimate", "--model", "vgg16", "--memory", "lots"],
+            "--memory lots",
+        ),
+        // bench
+        (vec!["bench", "--device", "bogus"], "--device bogus"),
+        (vec!["bench", "--suite", "foo"], "--suite foo"),
+        (vec!["bench", "--sizes", "0", "--quick"], "--sizes"),
+        (vec!["bench", "--json", &in_file, "--quick"], "--json"),
+        (vec!["bench", "--suite", "ops", "--filter", "x"], "--filter"),
+        (
+            vec!["bench", "--suite", "models", "--profile", &in_file],
+            "--profile",
+        ),
+        (
+            vec![
+                "bench",
+                "--suite",
+                "models",
+                "--profile",
+                "--profile-steps",
+                "0",
+            ],
+            "--profile-steps",
+        ),
+        // generate
+        (
+            vec!["generate", "--checkpoint", "/nonexistent/ember"],
+            "--checkpoint /nonexistent/ember",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--chars", "x"],
+            "--chars",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--temperature=-1"],
+            "--temperature -1",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--top-k", "0"],
+            "--top-k 0",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--seed", "x"],
+            "--seed",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--device", "bogus"],
+            "--device bogus",
+        ),
+        // inspect and convert
+        (
+            vec!["inspect", "/nonexistent/ember.pt"],
+            "/nonexistent/ember.pt",
+        ),
+        (vec!["inspect", &pt, "--key", "nope"], "--key nope"),
+        (
+            vec!["convert", "/nonexistent/ember.pt", &out],
+            "/nonexistent/ember.pt",
+        ),
+        (vec!["convert", &pt, &out, "--key", "nope"], "--key nope"),
+        (vec!["convert", &pt, &pt, "--force"], "OUTPUT"),
+    ];
+    for (args, flag) in cases {
+        let (ok, stdout, err) = ember(&args);
+        assert!(!ok, "{args:?} was accepted:\n{stdout}");
+        assert!(
+            err.contains(flag),
+            "{args:?}: the error does not name {flag:?}: {err}"
+        );
+        assert!(
+            stdout.is_empty(),
+            "{args:?} printed before failing:\n{stdout}"
+        );
+    }
+    assert!(!std::path::Path::new(&out).exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

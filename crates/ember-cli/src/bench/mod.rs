@@ -86,7 +86,7 @@ fn devices(spec: &str) -> Result<Vec<Device>> {
         v.extend((0..cuda::device_count()).map(Device::Cuda));
         return Ok(v);
     }
-    let d: Device = spec.parse()?;
+    let d = crate::paths::device(spec, "--device")?;
     if d.is_cuda() {
         cuda::device_properties(d.index().unwrap_or(0))?;
     }
@@ -154,7 +154,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             return Err(Error::InvalidArgument {
                 op: "bench",
                 msg: format!(
-                    "unknown suite {other:?}; available: ops, train, models, all (ops and train)"
+                    "--suite {other}: unknown suite; available: ops, train, models, all (ops and train)"
                 ),
             })
         }
