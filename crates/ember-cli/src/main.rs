@@ -1,5 +1,6 @@
 //! The `ember` command: list devices and train a model on the best one.
 
+mod args;
 mod bench;
 mod devices;
 mod estimate;
@@ -30,7 +31,7 @@ enum Command {
     /// List the CPU and every CUDA GPU, or say why there is none.
     Devices,
     /// Train a classifier on a data set shipped in data/.
-    Train(Box<train::TrainArgs>),
+    Train(Box<args::TrainArgs>),
     /// The device memory a model's training step needs, computed before running
     /// it (on the meta device, through ember's CUDA caching allocator).
     Estimate(estimate::EstimateArgs),
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
         Some(Command::Inspect(args)) => files::inspect(&args),
         Some(Command::Convert(args)) => files::convert(&args),
         // the main job: train on the best available device
-        None => train::run(&train::TrainArgs::default()),
+        None => train::run(&args::TrainArgs::default()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

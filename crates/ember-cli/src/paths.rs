@@ -119,3 +119,18 @@ pub fn named(flag: &str, value: &str, e: Error) -> Error {
         msg: format!("{flag} {value}: {e}"),
     }
 }
+
+/// What identifies a data file in a checkpoint's settings: its length and a
+/// 64-bit FNV-1a hash of its bytes (stable across versions and machines).
+pub fn data_identity(path: &std::path::Path) -> ember::Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(format!("{} bytes, FNV-1a {h:016x}", bytes.len()))
+}

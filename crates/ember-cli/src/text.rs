@@ -3,7 +3,7 @@
 //! linear warm-up and cosine decay, gradient clipping and a validation split;
 //! the model is saved with its vocabulary, and text is sampled from it.
 
-use crate::train::TrainArgs;
+use crate::args::{SamplingArgs, TrainArgs, MODEL_FILE, STATE_FILE, TEXT_FILE};
 use clap::Args;
 use ember::data::{find_data_file, CharCorpus, Split};
 use ember::models::{CharGpt, GptConfig};
@@ -12,15 +12,6 @@ use ember::optim::{split_for_weight_decay, Adam, Groups, LrScheduler, Optimizer,
 use ember::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The text shipped in `data/` (see data/README.md).
-pub const TEXT_FILE: &str = "kjv-new-testament.txt";
-/// The file a checkpoint folder holds: the model, with its vocabulary and shape
-/// (what `ember generate` reads).
-pub const MODEL_FILE: &str = "char-gpt.safetensors";
-/// Beside it, what resuming needs: the model again, the optimizer's state, the
-/// schedule's and the loss scaler's positions, the step, and the run's settings.
-pub const STATE_FILE: &str = "train-state.safetensors";
 
 fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument {
@@ -132,7 +123,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     }
     // what makes two runs the same run: a resumed run must match the saved one
     let settings: Vec<(String, String)> = [
-        ("data", crate::train::data_identity(&path)?),
+        ("data", crate::paths::data_identity(&path)?),
         ("context", t.context.to_string()),
         ("layers", t.layers.to_string()),
         ("heads", t.heads.to_string()),
@@ -415,113 +406,6 @@ fn save(model: &CharGpt, corpus: &CharCorpus, dir: &Path) -> ember::Result<()> {
         .map(|(n, t)| Ok((n, t.to(&Device::Cpu)?)))
         .collect::<ember::Result<_>>()?;
     ember::io::save_with_metadata(&state, &meta, dir.join(MODEL_FILE))
-}
-
-/// The options of `ember train text` (beside the common ones).
-#[derive(Args, Clone, Debug)]
-pub struct TextArgs {
-    /// Text: optimizer steps.
-    #[arg(long, default_value_t = 300)]
-    pub steps: usize,
-    /// Text: characters of context.
-    #[arg(long, default_value_t = 128)]
-    pub context: usize,
-    /// Text: transformer blocks.
-    #[arg(long, default_value_t = 4)]
-    pub layers: usize,
-    /// Text: attention heads.
-    #[arg(long, default_value_t = 4)]
-    pub heads: usize,
-    /// Text: embedding width.
-    #[arg(long, default_value_t = 128)]
-    pub width: usize,
-    /// Text: dropout in the blocks.
-    #[arg(long, default_value_t = 0.0)]
-    pub dropout: f64,
-    /// Text: validate every N steps.
-    #[arg(long, default_value_t = 100)]
-    pub eval_every: usize,
-    /// Text: batches averaged for a validation loss.
-    #[arg(long, default_value_t = 8)]
-    pub eval_batches: usize,
-    /// Text: with --checkpoint, save the model and the training's state every N
-    /// steps (and at the end) [default: --eval-every]; --resume continues from
-    /// the last one exactly.
-    #[arg(long, value_name = "N")]
-    pub checkpoint_every: Option<usize>,
-    /// Text: print N sampled characters after training.
-    #[arg(long, default_value_t = 0)]
-    pub sample: usize,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
-
-/// How text is sampled, shared by `train text --sample` and `generate`.
-#[derive(Args, Clone, Debug)]
-pub struct SamplingArgs {
-    /// Sampling temperature (0 takes the most likely character).
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f64,
-    /// Sample among the K most likely characters only.
-    #[arg(long)]
-    pub top_k: Option<usize>,
-    /// The text the sample continues.
-    #[arg(long, default_value = "And Jesus said")]
-    pub prompt: String,
-}
-
-impl SamplingArgs {
-    /// Checks `--temperature` and `--top-k` (`op` names the command), before
-    /// anything is trained or loaded.
-    pub fn check(&self, op: &'static str) -> ember::Result<()> {
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(Error::InvalidArgument {
-                op,
-                msg: format!(
-                    "--temperature {}: must be a finite number, 0 or more (0 takes the most \
-                     likely character)",
-                    self.temperature
-                ),
-            });
-        }
-        if self.top_k == Some(0) {
-            return Err(Error::InvalidArgument {
-                op,
-                msg: "--top-k 0: sampling needs at least one character to choose from; leave \
-                      --top-k out to choose among all"
-                    .into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl Default for SamplingArgs {
-    fn default() -> Self {
-        SamplingArgs {
-            temperature: 0.8,
-            top_k: None,
-            prompt: "And Jesus said".into(),
-        }
-    }
-}
-
-impl Default for TextArgs {
-    fn default() -> Self {
-        TextArgs {
-            steps: 300,
-            context: 128,
-            layers: 4,
-            heads: 4,
-            width: 128,
-            dropout: 0.0,
-            eval_every: 100,
-            eval_batches: 8,
-            checkpoint_every: None,
-            sample: 0,
-            sampling: SamplingArgs::default(),
-        }
-    }
 }
 
 /// `ember generate`: text from a model saved by `ember train text --checkpoint DIR`.

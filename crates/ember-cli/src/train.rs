@@ -4,8 +4,8 @@
 //! first (on the meta device): a run that would not fit is refused before it
 //! starts, and the measured peak is printed next to the estimate after it.
 
+use crate::args::{data_file, Dataset, TextArgs, TrainArgs, MODEL_FILE};
 use crate::estimate::parse_shape;
-use clap::{Args, ValueEnum};
 use ember::cuda;
 use ember::data::{self, DataLoader, TensorDataset};
 use ember::memory::{fmt_bytes, Estimate, Estimator};
@@ -17,144 +17,11 @@ use ember::train::{Checkpoint, Progress, Trial};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Dataset {
-    /// Fisher's Iris: 150 flowers, 4 measurements, 3 species.
-    Iris,
-    /// UCI optical digits: 1797 images of 8×8 pixels, 10 classes.
-    Digits,
-    /// Random images and labels (torchvision's FakeData) of --input's shape and
-    /// --classes: for the speed and memory of the model zoo's image models.
-    Fake,
-    /// The King James New Testament (data/kjv-new-testament.txt), for a
-    /// character-level GPT (the options marked "Text:").
-    Text,
-}
-
-#[derive(Args, Clone, Debug)]
-pub struct TrainArgs {
-    /// Data set to train on.
-    #[arg(value_enum, default_value = "digits")]
-    pub dataset: Dataset,
-    /// `auto` (the first GPU if there is one, else the CPU), `cpu`, or `cuda:N`.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// Passes over the training set [default: iris 100, digits 15].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub epochs: Option<u32>,
-    /// Samples per batch [default: iris 120 (full batch), digits 64].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_size: Option<u32>,
-    /// Learning rate [default for Adam: iris 0.01, digits 0.001 (cnn) / 0.01
-    /// (mlp); fake 0.001; for SGD 0.05].
-    #[arg(long, allow_negative_numbers = true)]
-    pub lr: Option<f64>,
-    /// The optimizer: adam, or sgd (momentum 0.9).
-    #[arg(long, value_enum, default_value = "adam")]
-    pub optimizer: crate::estimate::OptimizerKind,
-    /// On a GPU, capture the training step in a CUDA graph after its first step
-    /// and replay it (one launch per step instead of one per kernel; Adam in its
-    /// capturable form).
-    #[arg(long)]
-    pub cuda_graphs: bool,
-    /// Mixed precision: the forward passes under autocast to bf16 or f16
-    /// (products and convolutions in it, parameters kept in float32; f16 also
-    /// scales the loss).
-    #[arg(long, value_enum)]
-    pub amp: Option<crate::estimate::AmpKind>,
-    /// Model: mlp or cnn, or on fake data any of ember::models (alexnet, vgg11,
-    /// vgg16, resnet18, resnet50) [default: iris mlp, digits cnn, fake resnet18].
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Fake data: one sample's shape [default: 3x224x224; mlp 64; cnn 1x8x8].
-    #[arg(long, value_name = "SHAPE")]
-    pub input: Option<String>,
-    /// Fake data: the number of classes [default: 1000; mlp and cnn 10].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
-    pub classes: Option<u64>,
-    /// Fake data: the number of samples (a fifth of them for testing).
-    #[arg(long, default_value_t = 640, value_parser = clap::value_parser!(u64).range(2..=(1 << 24)))]
-    pub samples: u64,
-    /// Print the estimate of the training step's memory (`ember estimate`) before
-    /// training.
-    #[arg(long)]
-    pub estimate: bool,
-    /// Train on a GPU even when the estimate says the step does not fit in its free
-    /// memory.
-    #[arg(long)]
-    pub skip_memory_check: bool,
-    /// Seed for the split, the initial weights and the shuffling.
-    #[arg(long, default_value_t = 32)]
-    pub seed: u64,
-    /// Write the loss and accuracy curves to FILE (.svg or .png) and the history
-    /// next to it (same name, `.csv`).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-    /// Save a checkpoint to DIR after every epoch.
-    #[arg(long, value_name = "DIR")]
-    pub checkpoint: Option<PathBuf>,
-    /// Replace the files this run writes (--plot's image and CSV, --profile's
-    /// trace) and the checkpoint in --checkpoint DIR if they exist (another
-    /// run's); without it, an existing one is an error before training starts.
-    #[arg(long)]
-    pub force: bool,
-    /// Continue from the checkpoint in the --checkpoint DIR.
-    #[arg(long, requires = "checkpoint")]
-    pub resume: bool,
-    /// Folder holding the data sets [default: the project's `data/`].
-    #[arg(long, value_name = "DIR")]
-    pub data: Option<PathBuf>,
-    /// Print only the summary.
-    #[arg(long, short)]
-    pub quiet: bool,
-    /// Profile a few training steps after a warm-up of 3 and print where their
-    /// time goes, op by op (ember::profiler); with FILE, also write their Chrome
-    /// trace there (open it in ui.perfetto.dev).
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
-    pub profile: Option<Option<PathBuf>>,
-    /// How many steps --profile profiles.
-    #[arg(long, default_value_t = 5, requires = "profile", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub profile_steps: u32,
-    #[command(flatten)]
-    pub text: crate::text::TextArgs,
-}
-
-impl Default for TrainArgs {
-    fn default() -> Self {
-        TrainArgs {
-            dataset: Dataset::Digits,
-            device: "auto".into(),
-            epochs: None,
-            batch_size: None,
-            lr: None,
-            optimizer: crate::estimate::OptimizerKind::Adam,
-            cuda_graphs: false,
-            amp: None,
-            model: None,
-            input: None,
-            classes: None,
-            samples: 640,
-            estimate: false,
-            skip_memory_check: false,
-            seed: 32,
-            plot: None,
-            checkpoint: None,
-            resume: false,
-            force: false,
-            data: None,
-            quiet: false,
-            profile: None,
-            profile_steps: 5,
-            text: Default::default(),
-        }
-    }
-}
-
 /// Refuses options given for a data set they do not apply to (a value other
 /// than the option's default: an option left at its default cannot be told
 /// apart from one not given).
 fn check_applicable(args: &TrainArgs) -> ember::Result<()> {
-    let (t, d) = (&args.text, crate::text::TextArgs::default());
+    let (t, d) = (&args.text, TextArgs::default());
     let text_only = [
         ("--steps", t.steps != d.steps),
         ("--context", t.context != d.context),
@@ -229,7 +96,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             }
         } else {
             crate::paths::writable_dir(dir, "--checkpoint")?;
-            let existing = [Checkpoint::file(dir), dir.join(crate::text::MODEL_FILE)];
+            let existing = [Checkpoint::file(dir), dir.join(MODEL_FILE)];
             if let Some(f) = existing.iter().find(|f| f.exists()) {
                 if !args.force {
                     return Err(invalid(format!(
@@ -296,7 +163,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     // the data's identity: resuming on another file (even of the same size)
     // is refused, naming it
     if let Some(path) = data_file(args)? {
-        config.push(("data", data_identity(&path)?));
+        config.push(("data", crate::paths::data_identity(&path)?));
     }
     if args.dataset == Dataset::Fake {
         let input: Vec<String> = data.input.iter().map(|d| d.to_string()).collect();
@@ -464,45 +331,6 @@ fn invalid(msg: impl Into<String>) -> Error {
         op: "train",
         msg: msg.into(),
     }
-}
-
-/// What identifies a data file in a checkpoint's settings: its length and a
-/// 64-bit FNV-1a hash of its bytes (stable across versions and machines).
-pub(crate) fn data_identity(path: &std::path::Path) -> ember::Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        path: path.display().to_string(),
-        source: e,
-    })?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in &bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Ok(format!("{} bytes, FNV-1a {h:016x}", bytes.len()))
-}
-
-/// The data file a run reads (iris, digits, text), found as training will find
-/// it; `None` for fake data.
-fn data_file(args: &TrainArgs) -> ember::Result<Option<PathBuf>> {
-    let file = match args.dataset {
-        Dataset::Iris => "iris.csv",
-        Dataset::Digits => "digits.csv",
-        Dataset::Text => crate::text::TEXT_FILE,
-        Dataset::Fake => return Ok(None),
-    };
-    Ok(Some(match &args.data {
-        Some(dir) => {
-            let path = dir.join(file);
-            if !path.is_file() {
-                return Err(invalid(format!(
-                    "--data {}: there is no {file} in it",
-                    dir.display()
-                )));
-            }
-            path
-        }
-        None => data::find_data_file(file)?,
-    }))
 }
 
 fn load(args: &TrainArgs) -> ember::Result<Data> {

@@ -34,22 +34,8 @@ pub fn enabled() -> bool {
     }
 }
 
-static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Lets float32 convolutions through cuDNN use TF32 tensor cores (inputs rounded
-/// to a 10-bit mantissa, float32 accumulation), like
-/// `torch.backends.cudnn.allow_tf32`, and with the same default: on. About twice
-/// as fast as float32's FMA kernels on Ampere and Hopper GPUs. Independent of
-/// [`crate::cuda::set_allow_tf32`], which is for matrix products (off by default,
-/// as `torch.backends.cuda.matmul.allow_tf32`).
-pub fn set_allow_tf32(on: bool) {
-    ALLOW_TF32.store(on, Ordering::Relaxed);
-}
-
-/// Whether float32 convolutions through cuDNN may use TF32 (on by default).
-pub fn allow_tf32() -> bool {
-    ALLOW_TF32.load(Ordering::Relaxed)
-}
+// the TF32 switch lives with the library calls that read it
+pub use super::dnn::{allow_tf32, set_allow_tf32};
 
 /// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
 /// simulator stands in for it (`torch.backends.cudnn.is_available()`).

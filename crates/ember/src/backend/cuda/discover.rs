@@ -45,7 +45,7 @@ pub fn library_version(lib: super::libs::CudaLib) -> Option<String> {
             .ok()
             .map(|(a, b)| format!("{a}.{b}")),
         CudaLib::Cublas => super::blas::loaded_version(),
-        CudaLib::Cudnn => super::cudnn::version().map(|v| v.to_string()),
+        CudaLib::Cudnn => super::dnn::library().as_ref().ok().map(|v| v.to_string()),
     }
 }
 
