@@ -22,7 +22,6 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-pub mod amp;
 pub mod autograd;
 mod backend;
 pub mod data;
@@ -51,6 +50,43 @@ pub use tensor::{
     manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg, IntoDims,
     IntoShape, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions, Scalar, Tensor,
 };
+
+pub mod amp {
+    //! Automatic mixed precision (`torch.amp`): `torch.autocast`, and the loss
+    //! scaler [`GradScaler`] for float16.
+    //!
+    //! Inside [`autocast`] (or while an [`AutocastGuard`] lives) on this thread, the
+    //! ops PyTorch's autocast lists run in a chosen lower precision or in float32,
+    //! whatever the dtype of their floating-point inputs:
+    //!
+    //! - **in the lower precision** (bfloat16 or float16): `matmul` (and `bmm`,
+    //!   `einsum`'s products, `Linear`, which go through it), `conv2d` and
+    //!   `scaled_dot_product_attention`, and so `MultiheadAttention` and the
+    //!   transformer layers' products;
+    //! - **in float32**: the losses (`cross_entropy`, `nll_loss`, `mse_loss`,
+    //!   `bce_with_logits`), and on CUDA also `softmax`, `log_softmax` and
+    //!   `layer_norm`, as PyTorch's CUDA list has them (its CPU list leaves them in
+    //!   the input's dtype, and so does ember's CPU);
+    //! - everything else runs in its inputs' dtype, with the usual promotion when
+    //!   they differ (a bfloat16 product plus a float32 bias is float32).
+    //!
+    //! Only float32, float16 and bfloat16 inputs are cast (float64 is left alone, as
+    //! in PyTorch); the casts are ordinary differentiable ops, so gradients flow back
+    //! to float32 parameters (the master weights) in float32. A parameter (a leaf
+    //! that requires grad) is cast once per outermost autocast region and the cast
+    //! reused, as PyTorch's cast cache does.
+    //!
+    //! Autocast is per device type: CPU tensors follow the CPU's setting; CUDA
+    //! tensors, and `meta` tensors (which stand for a GPU's in `ember estimate`),
+    //! follow CUDA's.
+    //!
+
+    pub use crate::optim::GradScaler;
+    pub use crate::tensor::autocast::{
+        autocast, autocast_dtype, autocast_guard, autocast_guard_for, is_autocast_enabled,
+        AutocastGuard, DeviceType,
+    };
+}
 
 /// CUDA devices: discovery and properties, streams, graphs, synchronization,
 /// events, memory statistics of the caching allocator (`torch.cuda`).

@@ -190,3 +190,140 @@ fn the_checker_finds_a_violation() {
     )
     .is_empty());
 }
+
+/// The library's layers, bottom first, as ARCHITECTURE.md draws them: a module
+/// may name modules of its own layer or below, never above.
+const LIBRARY_LAYERS: &[&[&str]] = &[
+    &["dtype", "layout", "device", "error", "files"],
+    &["backend"],
+    &["profiler"],
+    &["tensor", "autograd", "kernel"],
+    &["nn", "optim"],
+    &["models"],
+    &["data", "io"],
+    &["train"],
+    &["memory"],
+];
+
+/// The command's modules, bottom first: the option structs below the commands
+/// that read them, `train` (which hands `ember train text` to `text`) above
+/// `text`, `main` on top.
+const CLI_LAYERS: &[&[&str]] = &[
+    &["paths"],
+    &["profile", "devices"],
+    &["estimate", "files"],
+    &["args"],
+    &["text"],
+    &["train"],
+    &["bench"],
+    &["main"],
+];
+
+/// Each violation of `layers` in the crate whose sources are in `src`: a file of
+/// a module naming `crate::M` (or `crate::{M...}`) for a module `M` above its own.
+fn layer_violations(src: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let level = |m: &str| layers.iter().position(|l| l.contains(&m));
+    let mut bad = Vec::new();
+    for f in sources(src) {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        let Some(own) = level(&module) else {
+            continue; // lib.rs: the public entry, which names every layer
+        };
+        let above: Vec<String> = layers[own + 1..]
+            .iter()
+            .flat_map(|l| l.iter().map(|m| format!("crate::{m}")))
+            .collect();
+        let above: Vec<&str> = above.iter().map(String::as_str).collect();
+        let text = std::fs::read_to_string(&f).expect("a source file");
+        for v in violations(&text, &above) {
+            // `crate::train` must not match `crate::trainer`: check the name ends
+            let named = above.iter().any(|a| {
+                v.match_indices(a).any(|(i, _)| {
+                    !v[i + a.len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                })
+            });
+            if named {
+                bad.push(format!("{} ({module}): {v}", f.display()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_library_module_imports_only_layers_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // every module is placed in a layer (a new one must be placed too)
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let module = name.trim_end_matches(".rs");
+        assert!(
+            module == "lib" || LIBRARY_LAYERS.iter().any(|l| l.contains(&module)),
+            "src/{name}: a module in no layer; place it in LIBRARY_LAYERS and ARCHITECTURE.md"
+        );
+    }
+    let bad = layer_violations(&src, LIBRARY_LAYERS);
+    assert!(
+        bad.is_empty(),
+        "imports of a layer above:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn every_command_module_imports_only_layers_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ember-cli/src");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let module = name.trim_end_matches(".rs");
+        assert!(
+            CLI_LAYERS.iter().any(|l| l.contains(&module)),
+            "ember-cli/src/{name}: a module in no layer; place it in CLI_LAYERS"
+        );
+    }
+    let bad = layer_violations(&src, CLI_LAYERS);
+    assert!(
+        bad.is_empty(),
+        "imports of a layer above:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_checker_finds_an_upward_import() {
+    let dir = std::env::temp_dir().join(format!("ember-layers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("nn")).unwrap();
+    std::fs::write(
+        dir.join("nn/a.rs"),
+        "use crate::train::Trial;\nuse crate::tensor::Tensor;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tensor.rs"),
+        "use crate::{nn::Linear, dtype::DType};\n// crate::io\nfn f() { crate::trainer(); }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("memory.rs"), "use crate::train::Trial;\n").unwrap();
+    let mut bad = layer_violations(&dir, LIBRARY_LAYERS);
+    bad.sort();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(bad.len(), 2, "{bad:#?}");
+    assert!(
+        bad[0].contains("(nn): 1: use crate::train::Trial"),
+        "{bad:#?}"
+    );
+    assert!(
+        bad[1].contains("(tensor)") && bad[1].contains("nn::Linear"),
+        "{bad:#?}"
+    );
+}

@@ -508,7 +508,10 @@ impl<M: Module> Estimator<M> {
             trace.mark(0, Phase::Inputs);
             let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
             trace.mark(0, Phase::Forward);
-            let _ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
+            let _ac = self
+                .amp
+                .map(crate::tensor::autocast::autocast_guard)
+                .transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
             drop((out, x));
             return Ok(summary);
@@ -521,7 +524,10 @@ impl<M: Module> Estimator<M> {
             let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
             let y = Tensor::empty(target_shape.as_slice(), DType::I64, &meta)?;
             trace.mark(step, Phase::Forward);
-            let ac = self.amp.map(crate::amp::autocast_guard).transpose()?;
+            let ac = self
+                .amp
+                .map(crate::tensor::autocast::autocast_guard)
+                .transpose()?;
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
             let loss = (self.loss)(&out, &y)?;
             drop(ac);

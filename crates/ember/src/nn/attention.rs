@@ -258,11 +258,11 @@ impl MultiheadAttention {
         // under autocast the packed projection and its bias are cast here, whole
         // (each once per region), so that q, k and v come out in the lower
         // precision like the product that makes them
-        let w = &crate::amp::lower_one(&self.in_proj_weight)?;
+        let w = &crate::tensor::autocast::lower_one(&self.in_proj_weight)?;
         let b = self
             .in_proj_bias
             .as_ref()
-            .map(crate::amp::lower_one)
+            .map(crate::tensor::autocast::lower_one)
             .transpose()?;
         let b = b.as_ref();
         let project = |x: &Tensor, i: i64| -> Result<Tensor> {

@@ -16,7 +16,7 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
     let _record = crate::profiler::function("linear");
     let mut args = vec![input, weight];
     args.extend(bias);
-    if let Some(c) = crate::amp::lower(&args)? {
+    if let Some(c) = crate::tensor::autocast::lower(&args)? {
         return linear(&c[0], &c[1], c.get(2));
     }
     if input.rank() == 0 || weight.rank() == 0 {
@@ -326,7 +326,7 @@ pub fn layer_norm(
     let mut ts = vec![x];
     ts.extend(weight);
     ts.extend(bias);
-    if let Some(c) = crate::amp::to_f32_cuda(&ts)? {
+    if let Some(c) = crate::tensor::autocast::to_f32_cuda(&ts)? {
         let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
         return layer_norm(&c[0], normalized_shape, w, b, eps);
     }
@@ -382,7 +382,7 @@ pub fn group_norm(
     let mut ts = vec![x];
     ts.extend(weight);
     ts.extend(bias);
-    if let Some(c) = crate::amp::to_f32_cuda(&ts)? {
+    if let Some(c) = crate::tensor::autocast::to_f32_cuda(&ts)? {
         let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
         return group_norm(&c[0], num_groups, w, b, eps);
     }
@@ -563,7 +563,7 @@ pub fn scaled_dot_product_attention(
     const OP: &str = "scaled_dot_product_attention";
     let mut ts = vec![q, k, v];
     ts.extend(attn_mask.filter(|m| m.dtype().is_float()));
-    if let Some(c) = crate::amp::lower(&ts)? {
+    if let Some(c) = crate::tensor::autocast::lower(&ts)? {
         let mask = match attn_mask {
             Some(m) if m.dtype().is_float() => Some(&c[3]),
             m => m,
@@ -793,7 +793,7 @@ pub(crate) fn attention_saving_memory(
     // (autocast's casts are made by the caller: inputs it would still cast take the
     // plain path, whose ops autocast handles one by one)
     if r < 2
-        || crate::amp::would_lower(&[q, k, v])
+        || crate::tensor::autocast::would_lower(&[q, k, v])
         || k.rank() != r
         || v.rank() != r
         || !dt.is_float()
@@ -870,7 +870,7 @@ pub(crate) fn attention_saving_memory(
         v.reshape([n, s, ev])?,
     );
     let (out, lse) = crate::no_grad(|| {
-        crate::amp::without(|| -> Result<(Tensor, Tensor)> {
+        crate::tensor::autocast::without(|| -> Result<(Tensor, Tensor)> {
             let (mut outs, mut lses) = (Vec::new(), Vec::new());
             for g in &groups {
                 let qc = g.rows(&q3)?.to_dtype(cdt)?;
@@ -899,7 +899,7 @@ pub(crate) fn attention_saving_memory(
         |y| {
             let (y, qsv, ksv, vsv) = (y.save(), q.save(), k.save(), v.save());
             move |g: &Tensor| {
-                crate::amp::without(|| {
+                crate::tensor::autocast::without(|| {
                     let q3 = qsv.get()?.reshape([n, l, e])?;
                     let k3 = ksv.get()?.reshape([n, s, e])?;
                     let v3 = vsv.get()?.reshape([n, s, ev])?;

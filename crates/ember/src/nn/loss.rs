@@ -83,7 +83,7 @@ impl Default for LossOptions<'_> {
 /// shape without the class dim, or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("cross_entropy");
-    if let Some(c) = crate::amp::to_f32(&[input, target])? {
+    if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {
         return cross_entropy_opts(&c[0], &c[1], opts);
     }
     let ls = opts.label_smoothing;
@@ -105,7 +105,7 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
 /// [`cross_entropy_opts`] (class indices only; `label_smoothing` must be 0).
 pub fn nll_loss_opts(log_probs: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("nll_loss");
-    if let Some(c) = crate::amp::to_f32(&[log_probs, target])? {
+    if let Some(c) = crate::tensor::autocast::to_f32(&[log_probs, target])? {
         return nll_loss_opts(&c[0], &c[1], opts);
     }
     if opts.label_smoothing != 0.0 {
@@ -283,7 +283,7 @@ fn soft_cross_entropy(
 /// Mean squared error (`F.mse_loss`); shapes must match.
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let _record = crate::profiler::function("mse_loss");
-    if let Some(c) = crate::amp::to_f32(&[input, target])? {
+    if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {
         return mse_loss(&c[0], &c[1], reduction);
     }
     if input.shape() != target.shape() {
@@ -304,7 +304,7 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
 /// target 1, and `-inf` with any target, are NaN (`0·inf`, `-inf + inf`). The
 /// gradient `sigmoid(x) - y` is finite everywhere.
 pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    if let Some(c) = crate::amp::to_f32(&[logits, target])? {
+    if let Some(c) = crate::tensor::autocast::to_f32(&[logits, target])? {
         return bce_with_logits(&c[0], &c[1], reduction);
     }
     if logits.shape() != target.shape() {
@@ -359,7 +359,7 @@ pub fn bce_with_logits_opts(
     let mut ts = vec![logits, target];
     ts.extend(weight);
     ts.extend(pos_weight);
-    if let Some(c) = crate::amp::to_f32(&ts)? {
+    if let Some(c) = crate::tensor::autocast::to_f32(&ts)? {
         let w = weight.map(|_| &c[2]);
         let pw = pos_weight.map(|_| &c[ts.len() - 1]);
         return bce_with_logits_opts(&c[0], &c[1], w, pw, reduction);

@@ -134,18 +134,18 @@ impl CellParams {
     /// (Under autocast the weight and bias are cast here, before the transpose:
     /// once per region, and the sum stays in the lower precision.)
     fn input_part(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&crate::amp::lower_one(&self.w_ih)?.t()?)?;
+        let y = x.matmul(&crate::tensor::autocast::lower_one(&self.w_ih)?.t()?)?;
         match &self.b_ih {
-            Some(b) => y.add(&crate::amp::lower_one(b)?),
+            Some(b) => y.add(&crate::tensor::autocast::lower_one(b)?),
             None => Ok(y),
         }
     }
 
     /// `h Wₕₕᵀ + bₕₕ`.
     fn hidden_part(&self, h: &Tensor) -> Result<Tensor> {
-        let y = h.matmul(&crate::amp::lower_one(&self.w_hh)?.t()?)?;
+        let y = h.matmul(&crate::tensor::autocast::lower_one(&self.w_hh)?.t()?)?;
         match &self.b_hh {
-            Some(b) => y.add(&crate::amp::lower_one(b)?),
+            Some(b) => y.add(&crate::tensor::autocast::lower_one(b)?),
             None => Ok(y),
         }
     }
@@ -293,7 +293,7 @@ impl Recurrent {
         };
         // under autocast the input and the states run in the lower precision, as
         // PyTorch's CUDA autocast runs its recurrent layers (cuDNN's RNN)
-        let x = crate::amp::lower_one(&x)?;
+        let x = crate::tensor::autocast::lower_one(&x)?;
         if x.shape()[2] != self.input_size {
             return Err(Error::shape(
                 name,
@@ -325,7 +325,7 @@ impl Recurrent {
                             ),
                         ));
                     }
-                    crate::amp::lower_one(&s)
+                    crate::tensor::autocast::lower_one(&s)
                 }
             }
         };

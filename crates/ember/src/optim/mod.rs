@@ -16,10 +16,12 @@
 
 mod adaptive;
 pub(crate) mod fused;
+mod grad_scaler;
 mod groups;
 mod schedule;
 
 pub use adaptive::{Adagrad, RmsProp};
+pub use grad_scaler::GradScaler;
 pub use groups::{split_for_weight_decay, Groups};
 pub use schedule::{
     Anneal, LambdaLr, LinearLr, OneCycleLr, OneCycleOptions, ReduceLrOnPlateau, SequentialLr,

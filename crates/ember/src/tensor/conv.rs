@@ -128,7 +128,7 @@ impl Tensor {
         const OP: &str = "conv2d";
         let mut ts = vec![self, weight];
         ts.extend(bias);
-        if let Some(c) = crate::amp::lower(&ts)? {
+        if let Some(c) = crate::tensor::autocast::lower(&ts)? {
             return c[0].conv2d(&c[1], c.get(2), opts);
         }
         super::same_device(OP, &ts)?;

@@ -57,7 +57,7 @@ impl Tensor {
 
     fn scan(&self, name: &'static str, dim: i64, op: ScanOp) -> Result<Tensor> {
         // cumsum and cumprod are on CUDA's autocast float32 list
-        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
             return c[0].scan(name, dim, op);
         }
         self.scan_in(name, dim, op)
@@ -93,7 +93,7 @@ impl Tensor {
     /// in int64; an empty dim gives 1.
     pub fn prod(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
         // on both device types' autocast float32 lists
-        if let Some(c) = crate::amp::to_f32(&[self])? {
+        if let Some(c) = crate::tensor::autocast::to_f32(&[self])? {
             return c[0].prod(dim, keepdim);
         }
         self.prod_in(dim, keepdim)
@@ -203,7 +203,7 @@ impl Tensor {
     /// gradient is the softmax over `dims`.
     pub fn logsumexp(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
         // on CUDA's autocast float32 list
-        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
             return c[0].logsumexp(dims, keepdim);
         }
         let x = if self.dtype().is_float() {
@@ -258,7 +258,7 @@ impl Tensor {
     pub fn vector_norm(&self, ord: f64, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
         let name = "vector_norm";
         // on CUDA's autocast float32 list
-        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
             return c[0].vector_norm(ord, dims, keepdim);
         }
         if !self.dtype().is_float() {

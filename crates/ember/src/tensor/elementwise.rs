@@ -466,8 +466,8 @@ impl Tensor {
         op: &O,
         rule: grad::Unary,
     ) -> Result<Tensor> {
-        if crate::amp::cuda_runs_in_f32(name) {
-            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if crate::tensor::autocast::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
                 return c[0].unary_op(name, op, rule);
             }
         }
@@ -814,8 +814,8 @@ impl Tensor {
         let exponent = exponent.into();
         // on CUDA's autocast float32 list (base and exponent)
         let cast = match exponent {
-            Operand::Tensor(e) => crate::amp::to_f32_cuda(&[self, e])?,
-            _ => crate::amp::to_f32_cuda(&[self])?,
+            Operand::Tensor(e) => crate::tensor::autocast::to_f32_cuda(&[self, e])?,
+            _ => crate::tensor::autocast::to_f32_cuda(&[self])?,
         };
         if let Some(c) = cast {
             return match exponent {

@@ -54,7 +54,7 @@ impl Tensor {
     /// is removed from the result. f16/bf16 accumulate in f32.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
-        if let Some(c) = crate::amp::lower(&[self, rhs])? {
+        if let Some(c) = crate::tensor::autocast::lower(&[self, rhs])? {
             return c[0].matmul(&c[1]);
         }
         super::same_device(OP, &[self, rhs])?;
@@ -173,7 +173,7 @@ impl Tensor {
     /// ```
     pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor) -> Result<Tensor> {
         const OP: &str = "addmm";
-        if let Some(c) = crate::amp::lower(&[self, mat1, mat2])? {
+        if let Some(c) = crate::tensor::autocast::lower(&[self, mat1, mat2])? {
             return c[0].addmm(&c[1], &c[2]);
         }
         super::same_device(OP, &[self, mat1, mat2])?;

@@ -12,6 +12,7 @@
 //! ```
 
 mod arith;
+pub(crate) mod autocast;
 mod batch_norm;
 mod conv;
 pub(crate) mod create;

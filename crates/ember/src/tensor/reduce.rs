@@ -73,8 +73,8 @@ impl Tensor {
         keepdim: bool,
         op: ReduceOp,
     ) -> Result<Tensor> {
-        if crate::amp::cuda_runs_in_f32(name) {
-            if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if crate::tensor::autocast::cuda_runs_in_f32(name) {
+            if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
                 return c[0].reduce_op(name, dims, keepdim, op);
             }
         }
@@ -327,7 +327,7 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, name: &'static str, dim: i64, log: bool) -> Result<Tensor> {
-        if let Some(c) = crate::amp::to_f32_cuda(&[self])? {
+        if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
             return c[0].softmax_impl(name, dim, log);
         }
         let d = normalize_dim(name, dim, self.rank())?;

@@ -19,7 +19,7 @@ pub struct EpochEnd<'a> {
     pub config: &'a [(String, String)],
     /// The loss scaler of float16 training ([`Trial::amp`](super::Trial::amp)),
     /// whose state a [`Checkpoint`] keeps.
-    pub grad_scaler: Option<&'a crate::amp::GradScaler>,
+    pub grad_scaler: Option<&'a crate::optim::GradScaler>,
 }
 
 /// Whether training goes on.

@@ -37,9 +37,9 @@ pub use callbacks::{Callback, Checkpoint, Control, EarlyStopping, EpochEnd, Mode
 pub use history::{EpochRecord, History};
 pub use metrics::{metric_by_name, Loss, Metric, TopKAccuracy};
 
-use crate::amp::GradScaler;
 use crate::data::DataLoader;
 use crate::nn::Module;
+use crate::optim::GradScaler;
 use crate::optim::{LrScheduler, Optimizer};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::io::IsTerminal;
@@ -132,7 +132,9 @@ fn forward_loss(
     x: &Tensor,
     y: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let _ac = amp.map(crate::amp::autocast_guard).transpose()?;
+    let _ac = amp
+        .map(crate::tensor::autocast::autocast_guard)
+        .transpose()?;
     let out = model.forward(x)?;
     let loss = loss_fn(&out, y)?;
     Ok((out, loss))
@@ -214,7 +216,7 @@ impl Trial {
     /// every step.
     pub fn amp(mut self, dtype: Option<DType>) -> Result<Trial> {
         if let Some(dt) = dtype {
-            drop(crate::amp::autocast_guard(dt)?);
+            drop(crate::tensor::autocast::autocast_guard(dt)?);
         }
         self.amp = dtype;
         self.scaler = (dtype == Some(DType::F16)).then(GradScaler::new);

@@ -1,0 +1,345 @@
+//! Autocast's state and casts (the tensor layer's half of `ember::amp`; the
+//! loss scaler is `optim::GradScaler`, above the optimizers it steps): the
+//! public face and its documentation are `ember::amp`.
+
+use crate::{DType, Device, Error, Result, Tensor};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+/// The device types autocast is set for separately (`torch.autocast`'s
+/// `device_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// CPU tensors.
+    Cpu,
+    /// CUDA tensors (and `meta` tensors, which stand for them).
+    Cuda,
+}
+
+impl DeviceType {
+    const ALL: [DeviceType; 2] = [DeviceType::Cpu, DeviceType::Cuda];
+
+    fn of(device: &Device) -> DeviceType {
+        match device {
+            Device::Cpu => DeviceType::Cpu,
+            _ => DeviceType::Cuda,
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            DeviceType::Cpu => "CPU",
+            DeviceType::Cuda => "CUDA",
+        }
+    }
+}
+
+thread_local! {
+    /// The lower-precision dtype per device type, None where autocast is off.
+    static STATE: Cell<[Option<DType>; 2]> = const { Cell::new([None, None]) };
+    /// How many autocast regions are open (the cache empties when the last closes).
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// Casts of parameters made in the open regions, by (tensor, dtype), with the
+    /// parameter itself: held, its address cannot be reused by another tensor
+    /// while the entry lives.
+    static CACHE: RefCell<HashMap<(usize, DType), (Tensor, Tensor)>> = RefCell::new(HashMap::new());
+}
+
+/// Restores the autocast state from before it was made when dropped; the
+/// outermost one also empties the cast cache.
+#[must_use = "autocast is on only while the guard lives"]
+pub struct AutocastGuard {
+    previous: [Option<DType>; 2],
+}
+
+impl Drop for AutocastGuard {
+    fn drop(&mut self) {
+        STATE.with(|s| s.set(self.previous));
+        let depth = DEPTH.with(|d| {
+            let n = d.get().saturating_sub(1);
+            d.set(n);
+            n
+        });
+        if depth == 0 {
+            CACHE.with(|c| c.borrow_mut().clear());
+        }
+    }
+}
+
+fn check_dtype(device_type: DeviceType, dtype: DType) -> Result<()> {
+    if matches!(dtype, DType::BF16 | DType::F16) {
+        return Ok(());
+    }
+    Err(Error::dtype(
+        "autocast",
+        dtype,
+        format!(
+            "In {} autocast, the target dtype is not supported: {} autocast only supports \
+             bfloat16 and float16",
+            device_type.name(),
+            device_type.name()
+        ),
+    ))
+}
+
+/// Turns autocast to `dtype` (bfloat16 or float16) on for `device_type`, or off
+/// with `None` (`torch.autocast(device_type, dtype, enabled)`), on this thread
+/// until the guard drops. Other device types keep their setting.
+pub fn autocast_guard_for(device_type: DeviceType, dtype: Option<DType>) -> Result<AutocastGuard> {
+    if let Some(dt) = dtype {
+        check_dtype(device_type, dt)?;
+    }
+    let previous = STATE.with(|s| {
+        let prev = s.get();
+        let mut now = prev;
+        now[device_type.slot()] = dtype;
+        s.set(now);
+        prev
+    });
+    DEPTH.with(|d| d.set(d.get() + 1));
+    Ok(AutocastGuard { previous })
+}
+
+/// Turns autocast to `dtype` (bfloat16 or float16) on for every device type on
+/// this thread until the guard drops.
+pub fn autocast_guard(dtype: DType) -> Result<AutocastGuard> {
+    for t in DeviceType::ALL {
+        check_dtype(t, dtype)?;
+    }
+    let previous = STATE.with(|s| s.replace([Some(dtype), Some(dtype)]));
+    DEPTH.with(|d| d.set(d.get() + 1));
+    Ok(AutocastGuard { previous })
+}
+
+/// Runs `f` with autocast to `dtype` (bfloat16 or float16) on for every device
+/// type: `with torch.autocast(device_type, dtype):`. An integer or float32/64
+/// `dtype` is an error (PyTorch warns and leaves autocast off).
+pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = autocast_guard(dtype)?;
+    Ok(f())
+}
+
+/// The lower-precision dtype autocast uses on `device_type` on this thread, or
+/// None where it is off (`torch.get_autocast_dtype` with
+/// `torch.is_autocast_enabled`).
+pub fn autocast_dtype(device_type: DeviceType) -> Option<DType> {
+    STATE.with(|s| s.get()[device_type.slot()])
+}
+
+/// Runs `f` with autocast off on every device type (for ops that choose their own
+/// precision inside, such as the memory-saving attention's recomputation); the
+/// region's cast cache is kept.
+pub(crate) fn without<R>(f: impl FnOnce() -> R) -> R {
+    if all_off() {
+        return f();
+    }
+    struct Restore([Option<DType>; 2]);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            STATE.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(STATE.with(|s| s.replace([None, None])));
+    f()
+}
+
+/// Whether autocast is on for `device_type` on this thread.
+pub fn is_autocast_enabled(device_type: DeviceType) -> bool {
+    autocast_dtype(device_type).is_some()
+}
+
+/// Whether autocast is off on every device type (the usual case: the ops' hooks
+/// return at once, without looking at their inputs).
+fn all_off() -> bool {
+    STATE.with(|s| s.get()) == [None, None]
+}
+
+/// Whether autocast casts `t` (an enabled device type, and float32, float16 or
+/// bfloat16: float64 is never cast), and to what, for a lower-precision op.
+fn lower_dtype(t: &Tensor) -> Option<DType> {
+    let dt = autocast_dtype(DeviceType::of(&t.device()))?;
+    matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16).then_some(dt)
+}
+
+/// `t` in `dtype`, through the cache for parameters.
+fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    if !(t.is_leaf() && t.requires_grad()) {
+        return t.to_dtype(dtype);
+    }
+    let key = (t.id(), dtype);
+    if let Some((_, c)) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
+        return Ok(c);
+    }
+    let c = t.to_dtype(dtype)?;
+    CACHE.with(|m| m.borrow_mut().insert(key, (t.clone(), c.clone())));
+    Ok(c)
+}
+
+/// For an op that autocast runs in the lower precision: `ts` cast to it where
+/// autocast casts them, or None when it changes none of them (autocast off, or
+/// already cast: the op then runs as it is).
+pub(crate) fn lower(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    if all_off() {
+        return Ok(None);
+    }
+    let want: Vec<Option<DType>> = ts.iter().map(|t| lower_dtype(t)).collect();
+    if ts
+        .iter()
+        .zip(&want)
+        .all(|(t, w)| w.is_none_or(|dt| dt == t.dtype()))
+    {
+        return Ok(None);
+    }
+    ts.iter()
+        .zip(want)
+        .map(|(t, w)| match w {
+            Some(dt) => cast(t, dt),
+            None => Ok((*t).clone()),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// Whether [`lower`] would cast any of `ts` (without casting).
+pub(crate) fn would_lower(ts: &[&Tensor]) -> bool {
+    ts.iter()
+        .any(|t| lower_dtype(t).is_some_and(|dt| dt != t.dtype()))
+}
+
+/// One tensor for the lower precision (a module's own parameter that its op
+/// does not pass through [`lower`], such as `Linear`'s bias).
+pub(crate) fn lower_one(t: &Tensor) -> Result<Tensor> {
+    match lower_dtype(t) {
+        Some(dt) if dt != t.dtype() => cast(t, dt),
+        _ => Ok(t.clone()),
+    }
+}
+
+/// For an op that autocast runs in float32 on `which` device types: `ts` with
+/// float16 and bfloat16 tensors cast to float32, or None when none needs it.
+fn to_f32_on(ts: &[&Tensor], which: &[DeviceType]) -> Result<Option<Vec<Tensor>>> {
+    if all_off() {
+        return Ok(None);
+    }
+    let casts = |t: &Tensor| {
+        let ty = DeviceType::of(&t.device());
+        which.contains(&ty)
+            && is_autocast_enabled(ty)
+            && matches!(t.dtype(), DType::F16 | DType::BF16)
+    };
+    if !ts.iter().any(|t| casts(t)) {
+        return Ok(None);
+    }
+    ts.iter()
+        .map(|t| {
+            if casts(t) {
+                t.to_dtype(DType::F32)
+            } else {
+                Ok((*t).clone())
+            }
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// The ops of PyTorch's CUDA autocast float32 lists that reach ember's shared
+/// unary and reduction entry points, by the names ember's ops give themselves:
+/// PyTorch runs them in float32 on CUDA, and leaves them in the input's dtype on the
+/// CPU. The list's other ops (softmax, layer_norm, the scans, logsumexp, the norms,
+/// pow) call [`to_f32_cuda`] themselves.
+const CUDA_F32_OPS: &[&str] = &[
+    "exp",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "tan",
+    "sinh",
+    "cosh",
+    "asin",
+    "acos",
+    "softplus",
+    "sum",
+];
+
+/// Whether PyTorch's CUDA autocast runs the op named `name` in float32.
+pub(crate) fn cuda_runs_in_f32(name: &str) -> bool {
+    is_autocast_enabled(DeviceType::Cuda) && CUDA_F32_OPS.contains(&name)
+}
+
+/// For an op on both device types' float32 lists (the losses).
+pub(crate) fn to_f32(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    to_f32_on(ts, &DeviceType::ALL)
+}
+
+/// For an op on CUDA's float32 list only (softmax, log_softmax, layer_norm).
+pub(crate) fn to_f32_cuda(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    to_f32_on(ts, &[DeviceType::Cuda])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_nest_and_restore() {
+        assert_eq!(autocast_dtype(DeviceType::Cpu), None);
+        {
+            let _a = autocast_guard(DType::BF16).unwrap();
+            assert_eq!(autocast_dtype(DeviceType::Cuda), Some(DType::BF16));
+            {
+                let _b = autocast_guard_for(DeviceType::Cuda, None).unwrap();
+                assert!(!is_autocast_enabled(DeviceType::Cuda));
+                assert!(is_autocast_enabled(DeviceType::Cpu));
+            }
+            assert_eq!(autocast_dtype(DeviceType::Cuda), Some(DType::BF16));
+        }
+        assert_eq!(autocast_dtype(DeviceType::Cpu), None);
+        assert_eq!(DEPTH.with(|d| d.get()), 0);
+    }
+
+    #[test]
+    fn parameters_are_cast_once_per_region() -> Result<()> {
+        let p = Tensor::new(vec![1f32, 2.], &Device::Cpu)?.requires_grad_(true)?;
+        let h = p.mul(&p)?; // not a leaf: cast at each use
+        let casts = |dt| -> Result<[Tensor; 4]> {
+            let _g = autocast_guard(dt)?;
+            let (a, b) = (lower_one(&p)?, lower_one(&p)?);
+            let (c, d) = (lower_one(&h)?, lower_one(&h)?);
+            assert_eq!(a.dtype(), dt);
+            Ok([a, b, c, d])
+        };
+        // the tensors are kept alive, so that their ids cannot be reused
+        let [a, b, c, d] = casts(DType::BF16)?;
+        assert_eq!(a.id(), b.id(), "a parameter is cast once");
+        assert_ne!(c.id(), d.id(), "other tensors are cast each time");
+        assert!(
+            CACHE.with(|m| m.borrow().is_empty()),
+            "emptied when the region ends"
+        );
+        let [a2, ..] = casts(DType::BF16)?;
+        assert_ne!(a.id(), a2.id(), "a new region casts again");
+        // float64 is never cast
+        let f = Tensor::new(vec![1f64], &Device::Cpu)?;
+        let _g = autocast_guard(DType::F16)?;
+        assert_eq!(lower_one(&f)?.dtype(), DType::F64);
+        assert!(lower(&[&f])?.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn integer_and_wide_dtypes_are_refused() {
+        for dt in [DType::I64, DType::U8, DType::F32, DType::F64, DType::Bool] {
+            let e = autocast(dt, || ()).unwrap_err().to_string();
+            assert!(e.contains("only supports bfloat16 and float16"), "{e}");
+        }
+        assert_eq!(autocast_dtype(DeviceType::Cpu), None);
+    }
+}
