@@ -1,5 +1,7 @@
-//! Elementwise math with PyTorch's broadcasting and type promotion: arithmetic
-//! (out of place and in place), activations, comparisons, `where_`, `masked_fill`.
+//! Elementwise math with PyTorch's broadcasting and type promotion: operands and
+//! dtype promotion, the binary, unary and comparison machinery and the method
+//! tables built on it, `where_`, `masked_fill`. In-place ops are in `inplace.rs`,
+//! functions composed from these in `math.rs`.
 
 use super::{grad, with_storages2, Storages, Tensor};
 use crate::autograd::{Inputs, Saved};
@@ -42,7 +44,7 @@ impl From<Scalar> for Operand<'_> {
 }
 
 /// A 0-d tensor on `device` holding `s` converted to `dtype`.
-fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
+pub(super) fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<Tensor> {
     Tensor::full_scalar(&[], s, dtype, device)
 }
 
@@ -61,7 +63,7 @@ pub(crate) fn torch_dtype_name(dt: DType) -> &'static str {
 }
 
 /// Whether an operand is a bool tensor or a bool scalar.
-fn operand_is_bool(o: Operand) -> bool {
+pub(super) fn operand_is_bool(o: Operand) -> bool {
     match o {
         Operand::Tensor(t) => t.dtype() == DType::Bool,
         Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
@@ -70,7 +72,7 @@ fn operand_is_bool(o: Operand) -> bool {
 
 /// PyTorch refuses `a - b` when either operand is a bool (tensor or scalar), with
 /// these two reasons.
-fn check_bool_sub(name: &'static str, a_bool: bool, b_bool: bool) -> Result<()> {
+pub(super) fn check_bool_sub(name: &'static str, a_bool: bool, b_bool: bool) -> Result<()> {
     let hint = match (a_bool, b_bool) {
         (true, true) => {
             "Subtraction, the `-` operator, with two bool tensors is not supported. \
@@ -86,13 +88,13 @@ fn check_bool_sub(name: &'static str, a_bool: bool, b_bool: bool) -> Result<()> 
 }
 
 /// PyTorch's `can_cast`: floats do not go into ints or bools, ints not into bools.
-fn can_cast(from: DType, to: DType) -> bool {
+pub(super) fn can_cast(from: DType, to: DType) -> bool {
     !(from.is_float() && !to.is_float() || from.is_int() && to == DType::Bool)
 }
 
 impl Tensor {
     /// The other operand as a tensor, and the dtype PyTorch computes `self op rhs` in.
-    fn promote_with<'a>(
+    pub(super) fn promote_with<'a>(
         &self,
         op: &'static str,
         rhs: Operand<'a>,
@@ -113,7 +115,7 @@ impl Tensor {
 
     /// The dtype PyTorch computes `self op s` in, for a Python-style scalar `s`
     /// (float32 at least when the op is `float_only`, like true division).
-    fn scalar_dtype(&self, s: Scalar, float_only: bool) -> DType {
+    pub(super) fn scalar_dtype(&self, s: Scalar, float_only: bool) -> DType {
         let dt = DType::result_type(self.dtype(), false, s.dtype(), true);
         // Python scalars never widen within a category: int tensor + int stays the
         // tensor's dtype; int tensor + float is the default float32
@@ -131,7 +133,7 @@ impl Tensor {
 
     /// `self op s` with the scalar passed to the kernel by value (no one-element
     /// tensor), computed by `f` in the dtype PyTorch computes it in.
-    fn scalar_op(
+    pub(super) fn scalar_op(
         &self,
         s: Scalar,
         float_only: bool,
@@ -143,7 +145,7 @@ impl Tensor {
 
     /// The tensor `f(a, b)` computes after promotion to `dt` and broadcasting
     /// (contiguous, of the broadcast shape).
-    fn broadcast2(
+    pub(super) fn broadcast2(
         &self,
         op: &'static str,
         b: &Tensor,
@@ -162,7 +164,7 @@ impl Tensor {
         Ok(Tensor::from_storage(out, &shape))
     }
 
-    fn binary_op<O: BinaryOp>(
+    pub(super) fn binary_op<O: BinaryOp>(
         &self,
         name: &'static str,
         rhs: Operand,
@@ -203,7 +205,11 @@ impl Tensor {
 
     /// PyTorch's rule: `-` with a bool operand (tensor or scalar) on either side is
     /// an error, with PyTorch's reason.
-    fn check_bool_sub<O: BinaryOp>(&self, name: &'static str, rhs: Operand) -> Result<()> {
+    pub(super) fn check_bool_sub<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        rhs: Operand,
+    ) -> Result<()> {
         if O::CODE == BinaryCode::Sub {
             check_bool_sub(name, self.dtype() == DType::Bool, operand_is_bool(rhs))?;
         }
@@ -214,7 +220,7 @@ impl Tensor {
     /// (in the dtype they compute in) and an integer division by zero (its
     /// `ZeroDivisionError`). A tensor divisor's zeros are counted on its device,
     /// which waits for it; a meta tensor has no values to check.
-    fn check_division<O: BinaryOp>(
+    pub(super) fn check_division<O: BinaryOp>(
         &self,
         name: &'static str,
         rhs: Operand,
@@ -258,99 +264,6 @@ impl Tensor {
         Ok(())
     }
 
-    /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
-    /// result dtype can be cast to `self`'s. Recorded when a gradient is tracked (see
-    /// [`check_inplace_target`](Self::check_inplace_target)).
-    fn binary_inplace<O: BinaryOp>(
-        &self,
-        name: &'static str,
-        rhs: Operand,
-        op: &O,
-        float_only: bool,
-    ) -> Result<()> {
-        self.check_bool_sub::<O>(name, rhs)?;
-        self.check_division::<O>(name, rhs, float_only)?;
-        let recorded = self.check_inplace_target(name, rhs)?;
-        if let Operand::Scalar(s) = rhs {
-            if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
-                // the scalar goes to the kernel by value: one pass, no 0-d tensor
-                self.check_writable(name)?;
-                return self.write().binary_scalar_inplace(self.layout(), s, op);
-            }
-        }
-        let (b, mut dt) = self.promote_with(name, rhs)?;
-        if float_only && !dt.is_float() {
-            dt = DType::F32;
-        }
-        if !can_cast(dt, self.dtype()) {
-            return Err(Error::invalid(
-                name,
-                format!(
-                    "result type {dt} can't be cast to the desired output type {}",
-                    self.dtype()
-                ),
-            ));
-        }
-        self.check_writable(name)?;
-        let shape = broadcast_shapes(name, self.shape(), b.shape())?;
-        if shape.as_slice() != self.shape() {
-            return Err(Error::shape(
-                name,
-                self.shape(),
-                b.shape(),
-                format!(
-                    "output with shape {:?} doesn't match the broadcast shape {:?}",
-                    self.shape(),
-                    shape.as_slice()
-                ),
-            ));
-        }
-        if recorded {
-            // out of place on the old values (a copy of them where the rule reads
-            // them, since they are about to be overwritten), then written back
-            let reads_self = match O::CODE {
-                BinaryCode::Mul | BinaryCode::Div => b.requires_grad(),
-                BinaryCode::Maximum | BinaryCode::Minimum | BinaryCode::Atan2 => true,
-                BinaryCode::Remainder | BinaryCode::Fmod => b.requires_grad(),
-                _ => false,
-            };
-            let a = if reads_self {
-                self.copy()?
-            } else {
-                self.clone()
-            };
-            let out = a.binary_op(name, Operand::Tensor(&b), op, float_only)?;
-            return self.write_history(&out.to_dtype(self.dtype())?);
-        }
-        if dt != self.dtype() {
-            let out = self.binary_op(name, Operand::Tensor(&b), op, float_only)?;
-            return self.copy_(&out);
-        }
-        // in the result dtype; a snapshot when reading and writing the same storage
-        let b = b.to_dtype(dt)?;
-        let b = if b.same_storage(self) { b.copy()? } else { b };
-        let lb = b.layout().broadcast_to(name, self.shape())?;
-        let src = b.read();
-        self.write().binary_inplace(self.layout(), &src, &lb, op)
-    }
-
-    /// Writes `out`'s values (this tensor's shape and dtype) into this tensor and
-    /// makes `out`'s node its history: the end of a recorded in-place op.
-    pub(crate) fn write_history(&self, out: &Tensor) -> Result<()> {
-        // reading and writing one storage (`h.copy_(&h)`): a snapshot first, so
-        // that one lock is taken at a time
-        let values = if out.same_storage(self) {
-            crate::no_grad(|| out.copy())?
-        } else {
-            out.clone()
-        };
-        {
-            let from = values.read();
-            from.copy_into(values.layout(), &mut self.write(), self.layout())?;
-        }
-        self.take_history(out);
-        Ok(())
-    }
     /// `self` (a gradient) times GELU's derivative at `x`, in one pass.
     pub(crate) fn gelu_backward(&self, x: &Tensor) -> Result<Tensor> {
         self.binary_op(
@@ -371,96 +284,7 @@ impl Tensor {
         )
     }
 
-    /// Whether an in-place op on this tensor must be recorded (a gradient is
-    /// tracked through it), and an error where PyTorch refuses it or ember cannot
-    /// record it:
-    /// - a leaf that requires a gradient (PyTorch's error; update it inside
-    ///   [`no_grad`](crate::no_grad), as optimizers do);
-    /// - a view, or a tensor with live views, while recording: PyTorch rewrites the
-    ///   history of the view's base and of its other views, which ember does not
-    ///   do yet.
-    pub(crate) fn check_inplace_target(&self, op: &'static str, rhs: Operand) -> Result<bool> {
-        let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
-        // an integer or bool tensor never carries a gradient: written, not recorded
-        // (a float operand is then refused by the cast check, as in PyTorch)
-        if !crate::autograd::is_grad_enabled()
-            || !(self.requires_grad() || rhs_grad)
-            || !self.dtype().is_float()
-        {
-            return Ok(false);
-        }
-        if self.requires_grad() && self.is_leaf() {
-            return Err(Error::invalid(
-                op,
-                "a leaf Variable that requires grad is being used in an in-place operation. Update it inside ember::no_grad(|| ...) (as optimizers do) or use the out-of-place op",
-            ));
-        }
-        if self.is_view() || self.live_views() > 0 {
-            let which = if self.is_view() {
-                "this tensor is a view"
-            } else {
-                "views of this tensor are alive (yours, or ones a recorded op keeps as its input)"
-            };
-            return Err(Error::invalid(
-                op,
-                format!("an in-place op while autograd records, and {which}: ember does not rewrite a view's history after an in-place op (PyTorch does); use the out-of-place op, or make the views after the in-place op"),
-            ));
-        }
-        Ok(true)
-    }
-
-    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
-        if self.layout().is_overlapping() {
-            return Err(Error::invalid(
-                op,
-                "more than one element of the written-to tensor refers to a single memory location (an expanded view); call .contiguous() first",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Copies `src` (broadcast to this shape, converted to this dtype) into this
-    /// tensor's elements, through views too (`Tensor.copy_`). Recorded by autograd
-    /// when `src` or this tensor requires grad: `src` gets the gradient, the old
-    /// values a zero one (PyTorch's rule); while recording, a view or a tensor with
-    /// live views is refused.
-    pub fn copy_(&self, src: &Tensor) -> Result<()> {
-        super::same_device("copy_", &[self, src])?;
-        let recorded = self.check_inplace_target("copy_", Operand::Tensor(src))?;
-        self.check_writable("copy_")?;
-        if recorded {
-            return self.copy_recorded(src);
-        }
-        let src = src.to_dtype(self.dtype())?;
-        let src = if src.same_storage(self) {
-            src.copy()?
-        } else {
-            src
-        };
-        let ls = src.layout().broadcast_to("copy_", self.shape())?;
-        let from = src.read();
-        from.copy_into(&ls, &mut self.write(), self.layout())
-    }
-
-    /// `copy_` while autograd records: the old values get a zero gradient and
-    /// `src` the gradient summed to its shape (PyTorch's rule).
-    fn copy_recorded(&self, src: &Tensor) -> Result<()> {
-        src.layout().broadcast_to("copy_", self.shape())?;
-        let values = crate::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
-        let values = Tensor::record(values, "copy_", &[self, src], |_| {
-            let (dst_shape, src_shape) = (self.shape().to_vec(), src.shape().to_vec());
-            let (dst_needs, dst_dt, dst_dev) = (self.requires_grad(), self.dtype(), self.device());
-            move |g: &Tensor| {
-                let gd = dst_needs
-                    .then(|| Tensor::zeros(&dst_shape, dst_dt, &dst_dev))
-                    .transpose()?;
-                Ok(vec![gd, Some(crate::autograd::sum_to(g, &src_shape)?)])
-            }
-        });
-        self.write_history(&values)
-    }
-
-    fn unary_op<O: UnaryOp>(
+    pub(super) fn unary_op<O: UnaryOp>(
         &self,
         name: &'static str,
         op: &O,
@@ -506,7 +330,7 @@ impl Tensor {
         }))
     }
 
-    fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
+    pub(super) fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
         // comparisons have no gradient: a scalar always goes to the kernel by value
         if let Operand::Scalar(s) = rhs {
             return self.scalar_op(s, false, |st, l, s| st.compare_scalar(l, s, cmp));
@@ -643,409 +467,6 @@ compare_methods! {
 }
 
 impl Tensor {
-    /// Rounds to `decimals` decimal places (`torch.round(x, decimals=d)`): halves
-    /// to even, as `round`; a negative `decimals` rounds to tens, hundreds, ... .
-    /// Computed as PyTorch's kernel does, `round(x · 10^d) / 10^d` (or
-    /// `round(x / 10^-d) · 10^-d`), in float32 for f16/bf16. Float dtypes only
-    /// (PyTorch refuses integers here, even with `decimals = 0`). Gradient 0.
-    pub fn round_decimals(&self, decimals: i64) -> Result<Tensor> {
-        let dt = self.dtype();
-        if !dt.is_float() {
-            let kernel = if decimals == 0 {
-                "round_vml_cpu"
-            } else {
-                "round_cpu"
-            };
-            return Err(Error::dtype(
-                "round",
-                dt,
-                format!(
-                    "\"{kernel}\" not implemented for '{}'",
-                    torch_dtype_name(dt)
-                ),
-            ));
-        }
-        if decimals == 0 {
-            return self.round();
-        }
-        let x = match dt {
-            DType::F16 | DType::BF16 => self.to_dtype(DType::F32)?,
-            _ => self.clone(),
-        };
-        let ten = 10f64.powi(decimals.unsigned_abs().min(i32::MAX as u64) as i32);
-        let y = if decimals > 0 {
-            x.mul(ten)?.round()?.div(ten)?
-        } else {
-            x.div(ten)?.round()?.mul(ten)?
-        };
-        y.to_dtype(dt)
-    }
-
-    /// -1, 0 or 1 by the sign of each element (`torch.sign`): NaN gives 0, a bool
-    /// tensor is returned as it is (a copy), integers keep their dtype. The gradient
-    /// is 0.
-    pub fn sign(&self) -> Result<Tensor> {
-        if self.dtype() == DType::Bool {
-            return crate::no_grad(|| self.copy());
-        }
-        self.unary_op("sign", &ops::Sign, grad::Unary::Zero)
-    }
-
-    /// Whether each element is NaN (`torch.isnan`); false for integers and bools.
-    pub fn isnan(&self) -> Result<Tensor> {
-        if self.dtype().is_float() {
-            self.ne(self)
-        } else {
-            self.full_like_bool(false)
-        }
-    }
-
-    /// Whether each element is +∞ or -∞ (`torch.isinf`).
-    pub fn isinf(&self) -> Result<Tensor> {
-        if self.dtype().is_float() {
-            self.abs()?.eq(f64::INFINITY)
-        } else {
-            self.full_like_bool(false)
-        }
-    }
-
-    /// Whether each element is finite: neither NaN nor infinite (`torch.isfinite`).
-    pub fn isfinite(&self) -> Result<Tensor> {
-        if self.dtype().is_float() {
-            // false for NaN (every comparison with it is) and for ±∞
-            self.abs()?.lt(f64::INFINITY)
-        } else {
-            self.full_like_bool(true)
-        }
-    }
-
-    fn full_like_bool(&self, v: bool) -> Result<Tensor> {
-        Tensor::full(self.shape(), v, DType::Bool, &self.device())
-    }
-
-    /// NaN replaced by `nan`, +∞ by `posinf` and -∞ by `neginf`, which default
-    /// to the dtype's largest and lowest finite values (`torch.nan_to_num`).
-    /// Integers and bools are returned as they are (a copy). The gradient passes
-    /// where the element was finite.
-    pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return self.copy();
-        }
-        let max = match self.dtype() {
-            DType::F16 => half::f16::MAX.to_f64(),
-            DType::BF16 => half::bf16::MAX.to_f64(),
-            DType::F32 => f32::MAX as f64,
-            _ => f64::MAX,
-        };
-        let y = self.isnan()?.where_(nan, self)?;
-        let y = self.eq(f64::INFINITY)?.where_(posinf.unwrap_or(max), &y)?;
-        self.eq(f64::NEG_INFINITY)?
-            .where_(neginf.unwrap_or(-max), &y)
-    }
-
-    /// `log(1 + e^(βx)) / β`, and `x` itself where `βx > threshold` (`F.softplus`;
-    /// PyTorch's defaults are `beta = 1`, `threshold = 20`). Floating-point only.
-    pub fn softplus(&self, beta: f64, threshold: f64) -> Result<Tensor> {
-        self.unary_op(
-            "softplus",
-            &ops::Softplus { beta, threshold },
-            grad::Unary::Softplus(beta, threshold),
-        )
-    }
-
-    /// ELU: `x` where `x > 0`, else `alpha · (e^x - 1)` (`F.elu`, default
-    /// `alpha = 1`). Floating-point only.
-    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
-        self.unary_op("elu", &ops::Elu(alpha), grad::Unary::Elu(alpha))
-    }
-
-    /// `x` where `x > 0`, else `negative_slope · x` (`F.leaky_relu`, default
-    /// slope 0.01). Floating-point only.
-    pub fn leaky_relu(&self, negative_slope: f64) -> Result<Tensor> {
-        self.unary_op(
-            "leaky_relu",
-            &ops::LeakyRelu(negative_slope),
-            grad::Unary::LeakyRelu(negative_slope),
-        )
-    }
-
-    /// `scalar - self` (`torch.rsub(self, scalar)`, Python's `2 - t`), with the
-    /// type promotion of a Python number: an int scalar keeps an integer tensor's
-    /// dtype, a float one makes it float32. A bool on either side is an error, as in
-    /// PyTorch. The operators `1.0 - &t` and `2 - &t` panic where this returns the
-    /// error.
-    pub fn rsub(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
-        let s = scalar.into();
-        check_bool_sub(
-            "rsub",
-            matches!(s, Scalar::Bool(_)),
-            self.dtype() == DType::Bool,
-        )?;
-        let dt = self.scalar_dtype(s, false);
-        self.scalar_lhs(s, dt, |a, b| a.sub(b))
-    }
-
-    /// `f(scalar, self)` in `dt`; f16 and bf16 compute in float32 (the scalar is
-    /// not rounded to the half dtype first, as in PyTorch) and round once.
-    fn scalar_lhs(
-        &self,
-        s: Scalar,
-        dt: DType,
-        f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
-        if matches!(dt, DType::F16 | DType::BF16) {
-            let lhs = scalar_tensor(s, DType::F32, self.device())?;
-            return f(&lhs, &self.to_dtype(DType::F32)?)?.to_dtype(dt);
-        }
-        f(&scalar_tensor(s, dt, self.device())?, self)
-    }
-
-    /// `scalar / self`, true division (`torch.div(scalar, self)`, Python's
-    /// `2 / t`): integers and bools give float32, as in PyTorch. The operators
-    /// `1.0 / &t` and `2 / &t` panic where this returns the error.
-    pub fn rdiv(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
-        let s = scalar.into();
-        let dt = self.scalar_dtype(s, true);
-        self.scalar_lhs(s, dt, |a, b| a.div(b))
-    }
-
-    /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
-    pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
-        let exponent = exponent.into();
-        // on CUDA's autocast float32 list (base and exponent)
-        let cast = match exponent {
-            Operand::Tensor(e) => crate::tensor::autocast::to_f32_cuda(&[self, e])?,
-            _ => crate::tensor::autocast::to_f32_cuda(&[self])?,
-        };
-        if let Some(c) = cast {
-            return match exponent {
-                Operand::Tensor(_) => c[0].pow(&c[1]),
-                other => c[0].pow(other),
-            };
-        }
-        match exponent {
-            Operand::Scalar(s) => {
-                if let (Scalar::Int(e), false) = (s, self.dtype().is_float()) {
-                    if e < 0 {
-                        return Err(Error::invalid(
-                            "pow",
-                            "integers to negative integer powers are not allowed",
-                        ));
-                    }
-                }
-                if let (DType::Bool, Scalar::Bool(e)) = (self.dtype(), s) {
-                    // bool ** bool stays bool: x ** True is x, x ** False is 1
-                    return if e {
-                        Ok(self.clone())
-                    } else {
-                        self.ones_like()
-                    };
-                }
-                // the dtype PyTorch computes in: bool ** int is int64, ints ** float
-                // are float32
-                let t = self.to_dtype(self.scalar_dtype(s, false))?;
-                t.unary_op(
-                    "pow",
-                    &ops::PowScalar(s.to_f64()),
-                    grad::Unary::Pow(s.to_f64()),
-                )
-            }
-            rhs => {
-                if let Operand::Tensor(e) = rhs {
-                    if self.dtype() == DType::Bool && e.dtype() == DType::Bool {
-                        return Err(Error::dtype(
-                            "pow",
-                            DType::Bool,
-                            "\"pow\" not implemented for 'Bool'",
-                        ));
-                    }
-                }
-                self.binary_op("pow", rhs, &ops::Pow, false)
-            }
-        }
-    }
-
-    /// Limits every element to `[min, max]` (`torch.clamp`); NaN stays NaN. The
-    /// bounds are Python-style scalars: an integer tensor clamped by float bounds
-    /// (`Some(3.0)`) is computed in float32, by integer bounds (`Some(3)`) in its
-    /// own dtype, as in PyTorch. A uint8 `min` above 255 or `max` below 0 is an
-    /// error. Give `None` a type when both are `None`: `clamp::<f64>(None, None)`
-    /// (an error, as in PyTorch).
-    pub fn clamp<S: Into<Scalar>>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
-        let (min, max) = (min.map(Into::into), max.map(Into::into));
-        if min.is_none() && max.is_none() {
-            return Err(Error::invalid(
-                "clamp",
-                "at least one of 'min' or 'max' must not be None",
-            ));
-        }
-        let bounds = [min, max];
-        let float = bounds
-            .iter()
-            .flatten()
-            .any(|b| matches!(b, Scalar::Float(_)));
-        let dt = match self.dtype() {
-            d if float => DType::with_scalar(d, true),
-            DType::Bool => DType::I64,
-            d => d,
-        };
-        if dt == DType::U8 {
-            for (which, b, bad) in [("min", min, 255i64), ("max", max, 0)] {
-                if let Some(Scalar::Int(v)) = b {
-                    if (which == "min" && v > bad) || (which == "max" && v < bad) {
-                        return Err(Error::invalid(
-                            "clamp",
-                            format!("Clamp {which} value {v} is outside the representable range of Byte"),
-                        ));
-                    }
-                }
-            }
-        }
-        let t = if dt == self.dtype() {
-            self.clone()
-        } else {
-            self.to_dtype(dt)?
-        };
-        let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
-        let (min, max) = (f(min), f(max));
-        t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
-    }
-
-    /// `clamp(min, None)`.
-    pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
-        self.clamp(Some(min.into()), None)
-    }
-
-    /// `clamp(None, max)`.
-    pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
-        self.clamp(None, Some(max.into()))
-    }
-
-    /// Limits every element to `[min, max]` given as tensors that broadcast with
-    /// this one (`torch.clamp(t, min=tensor, max=tensor)`); either bound may be
-    /// `None`, not both. The result is `minimum(maximum(t, min), max)` (NaN in any
-    /// operand gives NaN; a `min` above `max` gives `max`) in the three operands'
-    /// result dtype, of their broadcast shape. Gradients are PyTorch's: `t` gets
-    /// the gradient where it lies within the bounds, `min` where `t` is below it,
-    /// `max` where `t` is above it or `min > max`; a tie of `t` with a bound splits
-    /// the gradient between them (as `maximum`'s does), each share summed to its
-    /// operand's shape.
-    ///
-    /// ```
-    /// # use ember::{Device, Tensor};
-    /// let dev = Device::Cpu;
-    /// let x = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], [3], &dev)?;
-    /// let lo = Tensor::from_vec(vec![-1.0f32, 1.0, 0.0], [3], &dev)?;
-    /// let hi = Tensor::from_vec(vec![2.0f32], [1], &dev)?;
-    /// let y = x.clamp_tensor(Some(&lo), Some(&hi))?;
-    /// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, 1.0, 2.0]);
-    /// # Ok::<(), ember::Error>(())
-    /// ```
-    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Result<Tensor> {
-        const OP: &str = "clamp";
-        if min.is_none() && max.is_none() {
-            return Err(Error::invalid(
-                OP,
-                "torch.clamp: At least one of 'min' or 'max' must not be None",
-            ));
-        }
-        let mut all = vec![self];
-        all.extend(min);
-        all.extend(max);
-        super::same_device(OP, &all)?;
-        // PyTorch's result type of the three: the dimensioned operands' promotion,
-        // unless a 0-d one is of a higher category
-        let fold = |zero: bool| {
-            all.iter()
-                .filter(|t| (t.rank() == 0) == zero)
-                .map(|t| t.dtype())
-                .reduce(DType::promote)
-        };
-        let dt = match (fold(false), fold(true)) {
-            (Some(d), Some(z)) => DType::result_type(d, false, z, true),
-            (Some(d), None) | (None, Some(d)) => d,
-            (None, None) => unreachable!("at least the input"),
-        };
-        let mut shape = self.shape().to_vec();
-        for b in all[1..].iter() {
-            shape = broadcast_shapes(OP, &shape, b.shape())?.to_vec();
-        }
-        let x = self.to_dtype(dt)?;
-        let lo = min.map(|t| t.to_dtype(dt)).transpose()?;
-        let hi = max.map(|t| t.to_dtype(dt)).transpose()?;
-        let out = crate::no_grad(|| -> Result<Tensor> {
-            let mut y = x.expand(&shape[..])?;
-            if let Some(lo) = &lo {
-                y = y.maximum(lo)?;
-            }
-            if let Some(hi) = &hi {
-                y = y.minimum(hi)?;
-            }
-            if y.same_storage(&x) {
-                y = y.copy()?;
-            }
-            Ok(y)
-        })?;
-        let mut inputs = vec![&x];
-        inputs.extend(lo.as_ref());
-        inputs.extend(hi.as_ref());
-        let (has_lo, has_hi) = (lo.is_some(), hi.is_some());
-        Ok(Tensor::record(out, OP, &inputs, |_| {
-            let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
-            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-            let saved: Vec<_> = inputs.iter().map(|t| t.save()).collect();
-            move |g: &Tensor| {
-                let x = saved[0].get()?;
-                let lo = has_lo.then(|| saved[1].get()).transpose()?;
-                let hi = has_hi.then(|| saved[saved.len() - 1].get()).transpose()?;
-                // each operand's share of the gradient, as a weight in g's dtype
-                let pick = |w: Tensor, k: usize| -> Result<Option<Tensor>> {
-                    if !wants[k] {
-                        return Ok(None);
-                    }
-                    let gw = w.ne(0.0)?.where_(&g.mul(&w)?, 0.0)?;
-                    crate::autograd::sum_to(&gw, &shapes[k]).map(Some)
-                };
-                let f = |b: Tensor| b.to_dtype(g.dtype());
-                let half = |b: Tensor| -> Result<Tensor> { f(b)?.mul(0.5) };
-                let mut grads = Vec::new();
-                match (lo, hi) {
-                    (Some(lo), Some(hi)) => {
-                        // PyTorch's shares (checked against it over every order
-                        // of x, min, max and NaN): ties with an ordered pair of
-                        // bounds split the gradient, min > max sends it to max
-                        let ordered = lo.lt(hi)?;
-                        let at_lo = f(x.eq(lo)?.logical_and(&ordered)?)?;
-                        let at_hi = f(x.eq(hi)?.logical_and(&ordered)?)?;
-                        let inside = x.lt(lo)?.logical_or(&x.gt(hi)?)?.logical_not()?;
-                        let wx = f(inside)?.mul(&at_lo.add(&at_hi)?.mul(-0.5)?.add(1.0)?)?;
-                        let not_crossed = lo.le(hi)?;
-                        let wl = f(x.lt(lo)?.logical_and(&not_crossed)?)?.add(&at_lo.mul(0.5)?)?;
-                        let wh = f(x.gt(hi)?.logical_and(&not_crossed)?)?
-                            .add(&at_hi.mul(0.5)?)?
-                            .add(&f(lo.gt(hi)?)?)?;
-                        grads.push(pick(wx, 0)?);
-                        grads.push(pick(wl, 1)?);
-                        grads.push(pick(wh, 2)?);
-                    }
-                    // one bound: maximum's (minimum's) shares, a tie split evenly
-                    (Some(b), None) | (None, Some(b)) => {
-                        let tie = half(x.eq(b)?)?.mul(-1.0)?.add(1.0)?;
-                        let (x_out, b_out) = if has_lo {
-                            (x.lt(b)?, b.lt(x)?)
-                        } else {
-                            (x.gt(b)?, b.gt(x)?)
-                        };
-                        grads.push(pick(f(x_out.logical_not()?)?.mul(&tie)?, 0)?);
-                        grads.push(pick(f(b_out.logical_not()?)?.mul(&tie)?, 1)?);
-                    }
-                    (None, None) => unreachable!("a bound"),
-                }
-                Ok(grads)
-            }
-        }))
-    }
-
     /// `torch.where(self, on_true, on_false)`: `self` is the bool condition; all three
     /// broadcast together.
     pub fn where_<'a, 'b>(

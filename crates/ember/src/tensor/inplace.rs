@@ -1,0 +1,194 @@
+//! In-place ops: the checks PyTorch makes before writing into a tensor (a leaf
+//! that requires grad, a view whose base others read, a dtype the result cannot
+//! be cast to), their autograd history, and `copy_`.
+
+use super::elementwise::can_cast;
+use super::{Operand, Tensor};
+use crate::backend::op::{BinaryCode, BinaryOp};
+use crate::layout::broadcast_shapes;
+use crate::{DType, Error, Result};
+
+impl Tensor {
+    /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
+    /// result dtype can be cast to `self`'s. Recorded when a gradient is tracked (see
+    /// [`check_inplace_target`](Self::check_inplace_target)).
+    pub(super) fn binary_inplace<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        rhs: Operand,
+        op: &O,
+        float_only: bool,
+    ) -> Result<()> {
+        self.check_bool_sub::<O>(name, rhs)?;
+        self.check_division::<O>(name, rhs, float_only)?;
+        let recorded = self.check_inplace_target(name, rhs)?;
+        if let Operand::Scalar(s) = rhs {
+            if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
+                // the scalar goes to the kernel by value: one pass, no 0-d tensor
+                self.check_writable(name)?;
+                return self.write().binary_scalar_inplace(self.layout(), s, op);
+            }
+        }
+        let (b, mut dt) = self.promote_with(name, rhs)?;
+        if float_only && !dt.is_float() {
+            dt = DType::F32;
+        }
+        if !can_cast(dt, self.dtype()) {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "result type {dt} can't be cast to the desired output type {}",
+                    self.dtype()
+                ),
+            ));
+        }
+        self.check_writable(name)?;
+        let shape = broadcast_shapes(name, self.shape(), b.shape())?;
+        if shape.as_slice() != self.shape() {
+            return Err(Error::shape(
+                name,
+                self.shape(),
+                b.shape(),
+                format!(
+                    "output with shape {:?} doesn't match the broadcast shape {:?}",
+                    self.shape(),
+                    shape.as_slice()
+                ),
+            ));
+        }
+        if recorded {
+            // out of place on the old values (a copy of them where the rule reads
+            // them, since they are about to be overwritten), then written back
+            let reads_self = match O::CODE {
+                BinaryCode::Mul | BinaryCode::Div => b.requires_grad(),
+                BinaryCode::Maximum | BinaryCode::Minimum | BinaryCode::Atan2 => true,
+                BinaryCode::Remainder | BinaryCode::Fmod => b.requires_grad(),
+                _ => false,
+            };
+            let a = if reads_self {
+                self.copy()?
+            } else {
+                self.clone()
+            };
+            let out = a.binary_op(name, Operand::Tensor(&b), op, float_only)?;
+            return self.write_history(&out.to_dtype(self.dtype())?);
+        }
+        if dt != self.dtype() {
+            let out = self.binary_op(name, Operand::Tensor(&b), op, float_only)?;
+            return self.copy_(&out);
+        }
+        // in the result dtype; a snapshot when reading and writing the same storage
+        let b = b.to_dtype(dt)?;
+        let b = if b.same_storage(self) { b.copy()? } else { b };
+        let lb = b.layout().broadcast_to(name, self.shape())?;
+        let src = b.read();
+        self.write().binary_inplace(self.layout(), &src, &lb, op)
+    }
+
+    /// Writes `out`'s values (this tensor's shape and dtype) into this tensor and
+    /// makes `out`'s node its history: the end of a recorded in-place op.
+    pub(crate) fn write_history(&self, out: &Tensor) -> Result<()> {
+        // reading and writing one storage (`h.copy_(&h)`): a snapshot first, so
+        // that one lock is taken at a time
+        let values = if out.same_storage(self) {
+            crate::no_grad(|| out.copy())?
+        } else {
+            out.clone()
+        };
+        {
+            let from = values.read();
+            from.copy_into(values.layout(), &mut self.write(), self.layout())?;
+        }
+        self.take_history(out);
+        Ok(())
+    }
+
+    /// Whether an in-place op on this tensor must be recorded (a gradient is
+    /// tracked through it), and an error where PyTorch refuses it or ember cannot
+    /// record it:
+    /// - a leaf that requires a gradient (PyTorch's error; update it inside
+    ///   [`no_grad`](crate::no_grad), as optimizers do);
+    /// - a view, or a tensor with live views, while recording: PyTorch rewrites the
+    ///   history of the view's base and of its other views, which ember does not
+    ///   do yet.
+    pub(crate) fn check_inplace_target(&self, op: &'static str, rhs: Operand) -> Result<bool> {
+        let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
+        // an integer or bool tensor never carries a gradient: written, not recorded
+        // (a float operand is then refused by the cast check, as in PyTorch)
+        if !crate::autograd::is_grad_enabled()
+            || !(self.requires_grad() || rhs_grad)
+            || !self.dtype().is_float()
+        {
+            return Ok(false);
+        }
+        if self.requires_grad() && self.is_leaf() {
+            return Err(Error::invalid(
+                op,
+                "a leaf Variable that requires grad is being used in an in-place operation. Update it inside ember::no_grad(|| ...) (as optimizers do) or use the out-of-place op",
+            ));
+        }
+        if self.is_view() || self.live_views() > 0 {
+            let which = if self.is_view() {
+                "this tensor is a view"
+            } else {
+                "views of this tensor are alive (yours, or ones a recorded op keeps as its input)"
+            };
+            return Err(Error::invalid(
+                op,
+                format!("an in-place op while autograd records, and {which}: ember does not rewrite a view's history after an in-place op (PyTorch does); use the out-of-place op, or make the views after the in-place op"),
+            ));
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.layout().is_overlapping() {
+            return Err(Error::invalid(
+                op,
+                "more than one element of the written-to tensor refers to a single memory location (an expanded view); call .contiguous() first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies `src` (broadcast to this shape, converted to this dtype) into this
+    /// tensor's elements, through views too (`Tensor.copy_`). Recorded by autograd
+    /// when `src` or this tensor requires grad: `src` gets the gradient, the old
+    /// values a zero one (PyTorch's rule); while recording, a view or a tensor with
+    /// live views is refused.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        super::same_device("copy_", &[self, src])?;
+        let recorded = self.check_inplace_target("copy_", Operand::Tensor(src))?;
+        self.check_writable("copy_")?;
+        if recorded {
+            return self.copy_recorded(src);
+        }
+        let src = src.to_dtype(self.dtype())?;
+        let src = if src.same_storage(self) {
+            src.copy()?
+        } else {
+            src
+        };
+        let ls = src.layout().broadcast_to("copy_", self.shape())?;
+        let from = src.read();
+        from.copy_into(&ls, &mut self.write(), self.layout())
+    }
+
+    /// `copy_` while autograd records: the old values get a zero gradient and
+    /// `src` the gradient summed to its shape (PyTorch's rule).
+    fn copy_recorded(&self, src: &Tensor) -> Result<()> {
+        src.layout().broadcast_to("copy_", self.shape())?;
+        let values = crate::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
+        let values = Tensor::record(values, "copy_", &[self, src], |_| {
+            let (dst_shape, src_shape) = (self.shape().to_vec(), src.shape().to_vec());
+            let (dst_needs, dst_dt, dst_dev) = (self.requires_grad(), self.dtype(), self.device());
+            move |g: &Tensor| {
+                let gd = dst_needs
+                    .then(|| Tensor::zeros(&dst_shape, dst_dt, &dst_dev))
+                    .transpose()?;
+                Ok(vec![gd, Some(crate::autograd::sum_to(g, &src_shape)?)])
+            }
+        });
+        self.write_history(&values)
+    }
+}

@@ -1,0 +1,415 @@
+//! Elementwise functions built from the primitives and the method tables:
+//! rounding to decimals, sign and classification (`isnan`, `isinf`,
+//! `isfinite`), `nan_to_num`, softplus, ELU and leaky ReLU, reversed scalar ops,
+//! `pow`, and `clamp` with scalar or tensor bounds.
+
+use super::elementwise::{check_bool_sub, scalar_tensor, torch_dtype_name};
+use super::{grad, Operand, Tensor};
+use crate::backend::op::{self as ops, Scalar};
+use crate::layout::broadcast_shapes;
+use crate::{DType, Error, Result};
+
+impl Tensor {
+    /// Rounds to `decimals` decimal places (`torch.round(x, decimals=d)`): halves
+    /// to even, as `round`; a negative `decimals` rounds to tens, hundreds, ... .
+    /// Computed as PyTorch's kernel does, `round(x · 10^d) / 10^d` (or
+    /// `round(x / 10^-d) · 10^-d`), in float32 for f16/bf16. Float dtypes only
+    /// (PyTorch refuses integers here, even with `decimals = 0`). Gradient 0.
+    pub fn round_decimals(&self, decimals: i64) -> Result<Tensor> {
+        let dt = self.dtype();
+        if !dt.is_float() {
+            let kernel = if decimals == 0 {
+                "round_vml_cpu"
+            } else {
+                "round_cpu"
+            };
+            return Err(Error::dtype(
+                "round",
+                dt,
+                format!(
+                    "\"{kernel}\" not implemented for '{}'",
+                    torch_dtype_name(dt)
+                ),
+            ));
+        }
+        if decimals == 0 {
+            return self.round();
+        }
+        let x = match dt {
+            DType::F16 | DType::BF16 => self.to_dtype(DType::F32)?,
+            _ => self.clone(),
+        };
+        let ten = 10f64.powi(decimals.unsigned_abs().min(i32::MAX as u64) as i32);
+        let y = if decimals > 0 {
+            x.mul(ten)?.round()?.div(ten)?
+        } else {
+            x.div(ten)?.round()?.mul(ten)?
+        };
+        y.to_dtype(dt)
+    }
+
+    /// -1, 0 or 1 by the sign of each element (`torch.sign`): NaN gives 0, a bool
+    /// tensor is returned as it is (a copy), integers keep their dtype. The gradient
+    /// is 0.
+    pub fn sign(&self) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return crate::no_grad(|| self.copy());
+        }
+        self.unary_op("sign", &ops::Sign, grad::Unary::Zero)
+    }
+
+    /// Whether each element is NaN (`torch.isnan`); false for integers and bools.
+    pub fn isnan(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            self.ne(self)
+        } else {
+            self.full_like_bool(false)
+        }
+    }
+
+    /// Whether each element is +∞ or -∞ (`torch.isinf`).
+    pub fn isinf(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            self.abs()?.eq(f64::INFINITY)
+        } else {
+            self.full_like_bool(false)
+        }
+    }
+
+    /// Whether each element is finite: neither NaN nor infinite (`torch.isfinite`).
+    pub fn isfinite(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            // false for NaN (every comparison with it is) and for ±∞
+            self.abs()?.lt(f64::INFINITY)
+        } else {
+            self.full_like_bool(true)
+        }
+    }
+
+    fn full_like_bool(&self, v: bool) -> Result<Tensor> {
+        Tensor::full(self.shape(), v, DType::Bool, &self.device())
+    }
+
+    /// NaN replaced by `nan`, +∞ by `posinf` and -∞ by `neginf`, which default
+    /// to the dtype's largest and lowest finite values (`torch.nan_to_num`).
+    /// Integers and bools are returned as they are (a copy). The gradient passes
+    /// where the element was finite.
+    pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return self.copy();
+        }
+        let max = match self.dtype() {
+            DType::F16 => half::f16::MAX.to_f64(),
+            DType::BF16 => half::bf16::MAX.to_f64(),
+            DType::F32 => f32::MAX as f64,
+            _ => f64::MAX,
+        };
+        let y = self.isnan()?.where_(nan, self)?;
+        let y = self.eq(f64::INFINITY)?.where_(posinf.unwrap_or(max), &y)?;
+        self.eq(f64::NEG_INFINITY)?
+            .where_(neginf.unwrap_or(-max), &y)
+    }
+
+    /// `log(1 + e^(βx)) / β`, and `x` itself where `βx > threshold` (`F.softplus`;
+    /// PyTorch's defaults are `beta = 1`, `threshold = 20`). Floating-point only.
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Result<Tensor> {
+        self.unary_op(
+            "softplus",
+            &ops::Softplus { beta, threshold },
+            grad::Unary::Softplus(beta, threshold),
+        )
+    }
+
+    /// ELU: `x` where `x > 0`, else `alpha · (e^x - 1)` (`F.elu`, default
+    /// `alpha = 1`). Floating-point only.
+    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
+        self.unary_op("elu", &ops::Elu(alpha), grad::Unary::Elu(alpha))
+    }
+
+    /// `x` where `x > 0`, else `negative_slope · x` (`F.leaky_relu`, default
+    /// slope 0.01). Floating-point only.
+    pub fn leaky_relu(&self, negative_slope: f64) -> Result<Tensor> {
+        self.unary_op(
+            "leaky_relu",
+            &ops::LeakyRelu(negative_slope),
+            grad::Unary::LeakyRelu(negative_slope),
+        )
+    }
+
+    /// `scalar - self` (`torch.rsub(self, scalar)`, Python's `2 - t`), with the
+    /// type promotion of a Python number: an int scalar keeps an integer tensor's
+    /// dtype, a float one makes it float32. A bool on either side is an error, as in
+    /// PyTorch. The operators `1.0 - &t` and `2 - &t` panic where this returns the
+    /// error.
+    pub fn rsub(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
+        let s = scalar.into();
+        check_bool_sub(
+            "rsub",
+            matches!(s, Scalar::Bool(_)),
+            self.dtype() == DType::Bool,
+        )?;
+        let dt = self.scalar_dtype(s, false);
+        self.scalar_lhs(s, dt, |a, b| a.sub(b))
+    }
+
+    /// `f(scalar, self)` in `dt`; f16 and bf16 compute in float32 (the scalar is
+    /// not rounded to the half dtype first, as in PyTorch) and round once.
+    fn scalar_lhs(
+        &self,
+        s: Scalar,
+        dt: DType,
+        f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if matches!(dt, DType::F16 | DType::BF16) {
+            let lhs = scalar_tensor(s, DType::F32, self.device())?;
+            return f(&lhs, &self.to_dtype(DType::F32)?)?.to_dtype(dt);
+        }
+        f(&scalar_tensor(s, dt, self.device())?, self)
+    }
+
+    /// `scalar / self`, true division (`torch.div(scalar, self)`, Python's
+    /// `2 / t`): integers and bools give float32, as in PyTorch. The operators
+    /// `1.0 / &t` and `2 / &t` panic where this returns the error.
+    pub fn rdiv(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
+        let s = scalar.into();
+        let dt = self.scalar_dtype(s, true);
+        self.scalar_lhs(s, dt, |a, b| a.div(b))
+    }
+
+    /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
+    pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
+        let exponent = exponent.into();
+        // on CUDA's autocast float32 list (base and exponent)
+        let cast = match exponent {
+            Operand::Tensor(e) => crate::tensor::autocast::to_f32_cuda(&[self, e])?,
+            _ => crate::tensor::autocast::to_f32_cuda(&[self])?,
+        };
+        if let Some(c) = cast {
+            return match exponent {
+                Operand::Tensor(_) => c[0].pow(&c[1]),
+                other => c[0].pow(other),
+            };
+        }
+        match exponent {
+            Operand::Scalar(s) => {
+                if let (Scalar::Int(e), false) = (s, self.dtype().is_float()) {
+                    if e < 0 {
+                        return Err(Error::invalid(
+                            "pow",
+                            "integers to negative integer powers are not allowed",
+                        ));
+                    }
+                }
+                if let (DType::Bool, Scalar::Bool(e)) = (self.dtype(), s) {
+                    // bool ** bool stays bool: x ** True is x, x ** False is 1
+                    return if e {
+                        Ok(self.clone())
+                    } else {
+                        self.ones_like()
+                    };
+                }
+                // the dtype PyTorch computes in: bool ** int is int64, ints ** float
+                // are float32
+                let t = self.to_dtype(self.scalar_dtype(s, false))?;
+                t.unary_op(
+                    "pow",
+                    &ops::PowScalar(s.to_f64()),
+                    grad::Unary::Pow(s.to_f64()),
+                )
+            }
+            rhs => {
+                if let Operand::Tensor(e) = rhs {
+                    if self.dtype() == DType::Bool && e.dtype() == DType::Bool {
+                        return Err(Error::dtype(
+                            "pow",
+                            DType::Bool,
+                            "\"pow\" not implemented for 'Bool'",
+                        ));
+                    }
+                }
+                self.binary_op("pow", rhs, &ops::Pow, false)
+            }
+        }
+    }
+
+    /// Limits every element to `[min, max]` (`torch.clamp`); NaN stays NaN. The
+    /// bounds are Python-style scalars: an integer tensor clamped by float bounds
+    /// (`Some(3.0)`) is computed in float32, by integer bounds (`Some(3)`) in its
+    /// own dtype, as in PyTorch. A uint8 `min` above 255 or `max` below 0 is an
+    /// error. Give `None` a type when both are `None`: `clamp::<f64>(None, None)`
+    /// (an error, as in PyTorch).
+    pub fn clamp<S: Into<Scalar>>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
+        let (min, max) = (min.map(Into::into), max.map(Into::into));
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid(
+                "clamp",
+                "at least one of 'min' or 'max' must not be None",
+            ));
+        }
+        let bounds = [min, max];
+        let float = bounds
+            .iter()
+            .flatten()
+            .any(|b| matches!(b, Scalar::Float(_)));
+        let dt = match self.dtype() {
+            d if float => DType::with_scalar(d, true),
+            DType::Bool => DType::I64,
+            d => d,
+        };
+        if dt == DType::U8 {
+            for (which, b, bad) in [("min", min, 255i64), ("max", max, 0)] {
+                if let Some(Scalar::Int(v)) = b {
+                    if (which == "min" && v > bad) || (which == "max" && v < bad) {
+                        return Err(Error::invalid(
+                            "clamp",
+                            format!("Clamp {which} value {v} is outside the representable range of Byte"),
+                        ));
+                    }
+                }
+            }
+        }
+        let t = if dt == self.dtype() {
+            self.clone()
+        } else {
+            self.to_dtype(dt)?
+        };
+        let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
+        let (min, max) = (f(min), f(max));
+        t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
+    }
+
+    /// `clamp(min, None)`.
+    pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(Some(min.into()), None)
+    }
+
+    /// `clamp(None, max)`.
+    pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(None, Some(max.into()))
+    }
+
+    /// Limits every element to `[min, max]` given as tensors that broadcast with
+    /// this one (`torch.clamp(t, min=tensor, max=tensor)`); either bound may be
+    /// `None`, not both. The result is `minimum(maximum(t, min), max)` (NaN in any
+    /// operand gives NaN; a `min` above `max` gives `max`) in the three operands'
+    /// result dtype, of their broadcast shape. Gradients are PyTorch's: `t` gets
+    /// the gradient where it lies within the bounds, `min` where `t` is below it,
+    /// `max` where `t` is above it or `min > max`; a tie of `t` with a bound splits
+    /// the gradient between them (as `maximum`'s does), each share summed to its
+    /// operand's shape.
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// let x = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], [3], &dev)?;
+    /// let lo = Tensor::from_vec(vec![-1.0f32, 1.0, 0.0], [3], &dev)?;
+    /// let hi = Tensor::from_vec(vec![2.0f32], [1], &dev)?;
+    /// let y = x.clamp_tensor(Some(&lo), Some(&hi))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, 1.0, 2.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Result<Tensor> {
+        const OP: &str = "clamp";
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid(
+                OP,
+                "torch.clamp: At least one of 'min' or 'max' must not be None",
+            ));
+        }
+        let mut all = vec![self];
+        all.extend(min);
+        all.extend(max);
+        super::same_device(OP, &all)?;
+        // PyTorch's result type of the three: the dimensioned operands' promotion,
+        // unless a 0-d one is of a higher category
+        let fold = |zero: bool| {
+            all.iter()
+                .filter(|t| (t.rank() == 0) == zero)
+                .map(|t| t.dtype())
+                .reduce(DType::promote)
+        };
+        let dt = match (fold(false), fold(true)) {
+            (Some(d), Some(z)) => DType::result_type(d, false, z, true),
+            (Some(d), None) | (None, Some(d)) => d,
+            (None, None) => unreachable!("at least the input"),
+        };
+        let mut shape = self.shape().to_vec();
+        for b in all[1..].iter() {
+            shape = broadcast_shapes(OP, &shape, b.shape())?.to_vec();
+        }
+        let x = self.to_dtype(dt)?;
+        let lo = min.map(|t| t.to_dtype(dt)).transpose()?;
+        let hi = max.map(|t| t.to_dtype(dt)).transpose()?;
+        let out = crate::no_grad(|| -> Result<Tensor> {
+            let mut y = x.expand(&shape[..])?;
+            if let Some(lo) = &lo {
+                y = y.maximum(lo)?;
+            }
+            if let Some(hi) = &hi {
+                y = y.minimum(hi)?;
+            }
+            if y.same_storage(&x) {
+                y = y.copy()?;
+            }
+            Ok(y)
+        })?;
+        let mut inputs = vec![&x];
+        inputs.extend(lo.as_ref());
+        inputs.extend(hi.as_ref());
+        let (has_lo, has_hi) = (lo.is_some(), hi.is_some());
+        Ok(Tensor::record(out, OP, &inputs, |_| {
+            let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            let saved: Vec<_> = inputs.iter().map(|t| t.save()).collect();
+            move |g: &Tensor| {
+                let x = saved[0].get()?;
+                let lo = has_lo.then(|| saved[1].get()).transpose()?;
+                let hi = has_hi.then(|| saved[saved.len() - 1].get()).transpose()?;
+                // each operand's share of the gradient, as a weight in g's dtype
+                let pick = |w: Tensor, k: usize| -> Result<Option<Tensor>> {
+                    if !wants[k] {
+                        return Ok(None);
+                    }
+                    let gw = w.ne(0.0)?.where_(&g.mul(&w)?, 0.0)?;
+                    crate::autograd::sum_to(&gw, &shapes[k]).map(Some)
+                };
+                let f = |b: Tensor| b.to_dtype(g.dtype());
+                let half = |b: Tensor| -> Result<Tensor> { f(b)?.mul(0.5) };
+                let mut grads = Vec::new();
+                match (lo, hi) {
+                    (Some(lo), Some(hi)) => {
+                        // PyTorch's shares (checked against it over every order
+                        // of x, min, max and NaN): ties with an ordered pair of
+                        // bounds split the gradient, min > max sends it to max
+                        let ordered = lo.lt(hi)?;
+                        let at_lo = f(x.eq(lo)?.logical_and(&ordered)?)?;
+                        let at_hi = f(x.eq(hi)?.logical_and(&ordered)?)?;
+                        let inside = x.lt(lo)?.logical_or(&x.gt(hi)?)?.logical_not()?;
+                        let wx = f(inside)?.mul(&at_lo.add(&at_hi)?.mul(-0.5)?.add(1.0)?)?;
+                        let not_crossed = lo.le(hi)?;
+                        let wl = f(x.lt(lo)?.logical_and(&not_crossed)?)?.add(&at_lo.mul(0.5)?)?;
+                        let wh = f(x.gt(hi)?.logical_and(&not_crossed)?)?
+                            .add(&at_hi.mul(0.5)?)?
+                            .add(&f(lo.gt(hi)?)?)?;
+                        grads.push(pick(wx, 0)?);
+                        grads.push(pick(wl, 1)?);
+                        grads.push(pick(wh, 2)?);
+                    }
+                    // one bound: maximum's (minimum's) shares, a tie split evenly
+                    (Some(b), None) | (None, Some(b)) => {
+                        let tie = half(x.eq(b)?)?.mul(-1.0)?.add(1.0)?;
+                        let (x_out, b_out) = if has_lo {
+                            (x.lt(b)?, b.lt(x)?)
+                        } else {
+                            (x.gt(b)?, b.gt(x)?)
+                        };
+                        grads.push(pick(f(x_out.logical_not()?)?.mul(&tie)?, 0)?);
+                        grads.push(pick(f(b_out.logical_not()?)?.mul(&tie)?, 1)?);
+                    }
+                    (None, None) => unreachable!("a bound"),
+                }
+                Ok(grads)
+            }
+        }))
+    }
+}
