@@ -1,11 +1,8 @@
 //! RMSprop and Adagrad (`torch.optim.RMSprop`, `torch.optim.Adagrad`), with
 //! PyTorch's update rules, defaults and checks.
 
-use super::{
-    buffers_state, check_lr, check_mask, check_names, check_non_negative, cycled_state,
-    load_buffers, load_cycled, replace_parameters, scalar_entry, state_mask, zero_all, InitialLrs,
-    Optimizer,
-};
+use super::state::*;
+use super::{InitialLrs, Optimizer};
 use crate::{Device, Error, Result, Tensor};
 
 /// RMSprop: divides each gradient by a running root mean square of the past ones

@@ -226,7 +226,7 @@ impl Optimizer for Groups {
     /// Hands each group its share of `params` (the same order as
     /// [`parameters`](Optimizer::parameters)).
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
-        super::check_replacement(&self.params, &params)?;
+        super::state::check_replacement(&self.params, &params)?;
         let mut rest = params.as_slice();
         for i in 0..self.groups.len() {
             let (mine, others) = rest.split_at(self.groups[i].parameters().len());

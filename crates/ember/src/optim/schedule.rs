@@ -3,8 +3,169 @@
 //! another (`SequentialLR`), the one-cycle policy (`OneCycleLR`), and the
 //! metric-driven `ReduceLROnPlateau`.
 
-use super::{group_rates, initial_rates, LrScheduler, Optimizer};
+use super::Optimizer;
 use crate::{Error, Result};
+
+/// Changes an optimizer's learning rate once per epoch (`scheduler.step()`), in
+/// every parameter group: each group follows the schedule from its own initial
+/// rate, as PyTorch's schedulers do.
+pub trait LrScheduler: Send {
+    /// Advances one epoch and sets the optimizer's learning rates for the next one.
+    fn step(&mut self, opt: &mut dyn Optimizer);
+    /// The first group's learning rate set by the last step (the initial one
+    /// before any step).
+    fn last_lr(&self) -> f64;
+    /// Every group's learning rate set by the last step.
+    fn last_lrs(&self) -> Vec<f64> {
+        vec![self.last_lr()]
+    }
+    /// Epochs stepped so far.
+    fn epoch(&self) -> usize;
+    /// Jumps to `epoch` (to resume from a checkpoint) without touching the optimizer.
+    fn set_epoch(&mut self, epoch: usize);
+}
+
+/// The rates a schedule starts from: those recorded when the optimizer's first
+/// schedule was built, or else the groups' current rates (the optimizer's
+/// `lr()` alone if it lists no groups), which are then recorded (PyTorch's
+/// `initial_lr`, set by the first scheduler).
+pub(super) fn initial_rates(opt: &dyn Optimizer) -> Vec<f64> {
+    let lrs = opt.group_lrs();
+    let now = if lrs.is_empty() { vec![opt.lr()] } else { lrs };
+    match opt.initial_lrs() {
+        Some(r) if r.len() == now.len() => r,
+        _ => {
+            opt.record_initial_lrs(&now);
+            now
+        }
+    }
+}
+
+/// An optimizer's [`Optimizer::initial_lrs`], set through `&self` as schedules
+/// are built from a shared reference.
+#[derive(Default)]
+pub(crate) struct InitialLrs(std::sync::Mutex<Option<Vec<f64>>>);
+
+impl InitialLrs {
+    pub(crate) fn get(&self) -> Option<Vec<f64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn record(&self, lrs: &[f64]) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(lrs.to_vec());
+    }
+}
+
+/// The rates a closed-form schedule gives each group at its epoch: `rate(base)`
+/// for each group's initial rate.
+pub(super) fn group_rates(bases: &[f64], rate: impl Fn(f64) -> f64) -> Vec<f64> {
+    bases.iter().map(|&b| rate(b)).collect()
+}
+
+/// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
+pub struct StepLr {
+    bases: Vec<f64>,
+    step_size: usize,
+    gamma: f64,
+    epoch: usize,
+}
+
+impl StepLr {
+    /// Starts from the optimizer's current learning rates.
+    pub fn new(opt: &dyn Optimizer, step_size: usize, gamma: f64) -> Result<StepLr> {
+        if step_size == 0 {
+            return Err(Error::invalid("StepLR", "step_size must be positive"));
+        }
+        Ok(StepLr {
+            bases: initial_rates(opt),
+            step_size,
+            gamma,
+            epoch: 0,
+        })
+    }
+
+    fn rate(&self, base: f64) -> f64 {
+        base * self.gamma.powi((self.epoch / self.step_size) as i32)
+    }
+}
+
+impl LrScheduler for StepLr {
+    fn step(&mut self, opt: &mut dyn Optimizer) {
+        self.epoch += 1;
+        opt.set_group_lrs(&self.last_lrs());
+    }
+
+    fn epoch(&self) -> usize {
+        self.epoch
+    }
+
+    fn set_epoch(&mut self, epoch: usize) {
+        self.epoch = epoch;
+    }
+
+    fn last_lr(&self) -> f64 {
+        self.rate(self.bases[0])
+    }
+
+    fn last_lrs(&self) -> Vec<f64> {
+        group_rates(&self.bases, |b| self.rate(b))
+    }
+}
+
+/// Cosine annealing from the initial rate down to `eta_min` over `t_max` epochs
+/// (`CosineAnnealingLR`, closed form).
+pub struct CosineAnnealingLr {
+    bases: Vec<f64>,
+    t_max: usize,
+    eta_min: f64,
+    epoch: usize,
+}
+
+impl CosineAnnealingLr {
+    /// Starts from the optimizer's current learning rates.
+    pub fn new(opt: &dyn Optimizer, t_max: usize, eta_min: f64) -> Result<CosineAnnealingLr> {
+        if t_max == 0 {
+            return Err(Error::invalid(
+                "CosineAnnealingLR",
+                "T_max must be positive",
+            ));
+        }
+        Ok(CosineAnnealingLr {
+            bases: initial_rates(opt),
+            t_max,
+            eta_min,
+            epoch: 0,
+        })
+    }
+
+    fn rate(&self, base: f64) -> f64 {
+        let t = self.epoch as f64 / self.t_max as f64;
+        self.eta_min + (base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
+    }
+}
+
+impl LrScheduler for CosineAnnealingLr {
+    fn step(&mut self, opt: &mut dyn Optimizer) {
+        self.epoch += 1;
+        opt.set_group_lrs(&self.last_lrs());
+    }
+
+    fn epoch(&self) -> usize {
+        self.epoch
+    }
+
+    fn set_epoch(&mut self, epoch: usize) {
+        self.epoch = epoch;
+    }
+
+    fn last_lr(&self) -> f64 {
+        self.rate(self.bases[0])
+    }
+
+    fn last_lrs(&self) -> Vec<f64> {
+        group_rates(&self.bases, |b| self.rate(b))
+    }
+}
 
 /// The learning rate times a factor going linearly from `start_factor` to
 /// `end_factor` over `total_iters` epochs, then staying there (`LinearLR`; a

@@ -1,0 +1,248 @@
+//! What the optimizers share: checks of their hyper-parameters and of the
+//! parameters they are given, and the state-dict helpers (moment buffers with
+//! their mask of present entries, scalar entries, cycled momentum).
+
+use crate::{Error, Result, Tensor};
+
+/// Where a one-cycle schedule has put the momentum: a `cycled_momentum` state
+/// entry, present only once it has.
+pub(super) fn cycled_state(s: &mut Vec<(String, Tensor)>, cycled: Option<f64>) -> Result<()> {
+    if let Some(m) = cycled {
+        s.push((
+            "cycled_momentum".into(),
+            Tensor::scalar(m, &crate::Device::Cpu)?,
+        ));
+    }
+    Ok(())
+}
+
+/// The `cycled_momentum` entry of a state, if it has one, checked with `check`.
+pub(super) fn load_cycled(
+    state: &[(String, Tensor)],
+    check: impl Fn(f64) -> Result<()>,
+) -> Result<Option<f64>> {
+    if !state.iter().any(|(n, _)| n == "cycled_momentum") {
+        return Ok(None);
+    }
+    let m = scalar_entry(state, "cycled_momentum")?;
+    check(m)?;
+    Ok(Some(m))
+}
+
+/// A beta of Adam must lie in [0, 1) (PyTorch's "Invalid beta parameter at
+/// index i").
+pub(super) fn check_beta(i: usize, b: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&b) {
+        return Err(Error::invalid(
+            "Adam",
+            format!("Invalid beta parameter at index {i}: {b} (it must be in [0, 1))"),
+        ));
+    }
+    Ok(())
+}
+
+/// The checks and moves of [`Optimizer::set_parameters`] for `params` and their
+/// per-parameter buffers.
+/// The checks of [`Optimizer::set_parameters`]: as many parameters, each of the
+/// same shape.
+pub(super) fn check_replacement(params: &[Tensor], new: &[Tensor]) -> Result<()> {
+    if new.len() != params.len() {
+        return Err(Error::invalid(
+            "set_parameters",
+            format!(
+                "the optimizer has {} parameters, got {}",
+                params.len(),
+                new.len()
+            ),
+        ));
+    }
+    for (i, (p, q)) in params.iter().zip(new).enumerate() {
+        if p.shape() != q.shape() {
+            return Err(Error::shape(
+                "set_parameters",
+                p.shape(),
+                q.shape(),
+                format!("parameter {i} changed shape"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn replace_parameters(
+    params: &mut Vec<Tensor>,
+    new: Vec<Tensor>,
+    buffers: &mut [&mut Vec<Option<Tensor>>],
+) -> Result<()> {
+    check_replacement(params, &new)?;
+    let mut moved: Vec<Vec<Option<Tensor>>> = Vec::with_capacity(buffers.len());
+    for bufs in buffers.iter() {
+        let v = bufs
+            .iter()
+            .zip(&new)
+            .map(|(b, q)| {
+                b.as_ref()
+                    .map(|b| crate::no_grad(|| b.to(&q.device())))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        moved.push(v);
+    }
+    for (bufs, v) in buffers.iter_mut().zip(moved) {
+        **bufs = v;
+    }
+    *params = new;
+    Ok(())
+}
+
+/// Named per-parameter buffers (`"{prefix}.{index}"`), for the ones that exist.
+pub(super) fn buffers_state(prefix: &str, bufs: &[Option<Tensor>]) -> Vec<(String, Tensor)> {
+    bufs.iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.as_ref().map(|b| (format!("{prefix}.{i}"), b.clone())))
+        .collect()
+}
+
+/// Which parameters have per-parameter state (`has_state`: 1 where any of `bufs`
+/// holds a buffer), saved so that loading can tell a parameter that never had state
+/// from an entry missing from the file.
+pub(super) fn state_mask(n: usize, bufs: &[&[Option<Tensor>]]) -> Result<(String, Tensor)> {
+    let mask: Vec<u8> = (0..n)
+        .map(|i| u8::from(bufs.iter().any(|b| b.get(i).is_some_and(Option::is_some))))
+        .collect();
+    Ok((
+        "has_state".into(),
+        Tensor::from_vec(mask, [n], &crate::Device::Cpu)?,
+    ))
+}
+
+/// Checks loaded buffers against a saved `has_state` mask: a parameter marked as
+/// having state must have every one of its buffers, and one not marked must have
+/// none. States saved before the mask existed are taken as they are.
+pub(super) fn check_mask(
+    state: &[(String, Tensor)],
+    n: usize,
+    loaded: &[(&str, &[Option<Tensor>])],
+) -> Result<()> {
+    let Some((_, mask)) = state.iter().find(|(k, _)| k == "has_state") else {
+        return Ok(());
+    };
+    let mask = mask.to_dtype(crate::DType::I64)?.to_vec::<i64>()?;
+    if mask.len() != n {
+        return Err(Error::invalid(
+            "load_state",
+            format!(
+                "the optimizer state is for {} parameters, this optimizer has {n}",
+                mask.len()
+            ),
+        ));
+    }
+    for (i, &m) in mask.iter().enumerate() {
+        for (name, bufs) in loaded {
+            let has = bufs[i].is_some();
+            if m != 0 && !has {
+                return Err(Error::invalid(
+                    "load_state",
+                    format!("the optimizer state has no {name}.{i} entry, but parameter {i} had state when it was saved (the file is incomplete)"),
+                ));
+            }
+            if m == 0 && has {
+                return Err(Error::invalid(
+                    "load_state",
+                    format!("the optimizer state has an entry {name}.{i} for parameter {i}, which had no state when it was saved"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Restores buffers saved by [`buffers_state`], checking each against its parameter.
+pub(super) fn load_buffers(
+    prefix: &str,
+    params: &[Tensor],
+    state: &[(String, Tensor)],
+) -> Result<Vec<Option<Tensor>>> {
+    let mut out = vec![None; params.len()];
+    for (name, t) in state {
+        let Some(i) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let p = params.get(i).ok_or_else(|| {
+            Error::invalid(
+                "load_state",
+                format!("{name}: the optimizer has only {} parameters", params.len()),
+            )
+        })?;
+        if t.shape() != p.shape() {
+            return Err(Error::shape(
+                "load_state",
+                p.shape(),
+                t.shape(),
+                format!("{name} does not fit parameter {i}"),
+            ));
+        }
+        out[i] = Some(crate::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy()?);
+    }
+    Ok(out)
+}
+
+/// A scalar entry of an optimizer state, or an error naming it.
+pub(super) fn scalar_entry(state: &[(String, Tensor)], name: &str) -> Result<f64> {
+    state
+        .iter()
+        .find(|(n, _)| n == name)
+        .ok_or_else(|| {
+            Error::invalid(
+                "load_state",
+                format!("the optimizer state has no {name:?} entry"),
+            )
+        })?
+        .1
+        .item::<f64>()
+}
+
+pub(super) fn check_names(state: &[(String, Tensor)], allowed: &[&str]) -> Result<()> {
+    for (n, _) in state {
+        let head = n.split('.').next().unwrap_or("");
+        if !allowed.contains(&head) {
+            return Err(Error::invalid(
+                "load_state",
+                format!("unexpected optimizer state entry {n:?} (is the checkpoint from another optimizer?)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A learning rate must be a finite number at least 0 (PyTorch: "Invalid learning
+/// rate"; PyTorch lets NaN through, ember does not).
+pub(super) fn check_lr(op: &'static str, lr: f64) -> Result<()> {
+    if !lr.is_finite() || lr < 0.0 {
+        return Err(Error::invalid(
+            op,
+            format!("Invalid learning rate: {lr} (it must be a finite number >= 0)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A hyper-parameter that must be finite and at least 0 (`what` names it as
+/// PyTorch's messages do: "weight_decay value", "epsilon value", "momentum value").
+pub(super) fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result<()> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(Error::invalid(
+            op,
+            format!("Invalid {what}: {v} (it must be a finite number >= 0)"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn zero_all(params: &[Tensor]) {
+    params.iter().for_each(|p| p.zero_grad());
+}
