@@ -1,6 +1,7 @@
 //! Adam and AdamW (`torch.optim.Adam`, `AdamW`), with AMSGrad.
 
 use super::state::*;
+use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{fused, InitialLrs, Optimizer};
 use crate::{Error, Result, Tensor};
 
@@ -64,20 +65,6 @@ impl Adam {
         check_beta(0, b1)?;
         check_beta(1, b2)?;
         self.betas = (b1, b2);
-        Ok(self)
-    }
-
-    /// The term added to the denominator (finite, at least 0).
-    pub fn eps(mut self, eps: f64) -> Result<Adam> {
-        check_non_negative("Adam", "epsilon value", eps)?;
-        self.eps = eps;
-        Ok(self)
-    }
-
-    /// L2 penalty (Adam) or decoupled decay (AdamW), finite and at least 0.
-    pub fn weight_decay(mut self, wd: f64) -> Result<Adam> {
-        check_non_negative("Adam", "weight_decay value", wd)?;
-        self.weight_decay = wd;
         Ok(self)
     }
 
@@ -184,12 +171,8 @@ pub(super) fn adam_update(
 }
 
 impl Optimizer for Adam {
-    fn initial_lrs(&self) -> Option<Vec<f64>> {
-        self.initial.get()
-    }
-    fn record_initial_lrs(&self, lrs: &[f64]) {
-        self.initial.record(lrs)
-    }
+    plain_optimizer_methods!();
+
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("exp_avg", &self.m);
         s.extend(buffers_state("exp_avg_sq", &self.v));
@@ -254,10 +237,6 @@ impl Optimizer for Adam {
     fn make_capturable(&mut self) -> Result<bool> {
         self.capturable = true;
         Ok(true)
-    }
-
-    fn parameters(&self) -> &[Tensor] {
-        &self.params
     }
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
@@ -326,16 +305,11 @@ impl Optimizer for Adam {
         }
         Ok(())
     }
-
-    fn zero_grad(&self) {
-        zero_all(&self.params)
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
 }
+
+non_negative_setters!(Adam, "Adam" {
+    /// The term added to the denominator (finite, at least 0).
+    eps: "epsilon value",
+    /// L2 penalty (Adam) or decoupled decay (AdamW), finite and at least 0.
+    weight_decay: "weight_decay value",
+});

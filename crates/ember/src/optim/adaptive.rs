@@ -2,6 +2,7 @@
 //! PyTorch's update rules, defaults and checks.
 
 use super::state::*;
+use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
 use crate::{Device, Error, Result, Tensor};
 
@@ -45,31 +46,6 @@ impl RmsProp {
         })
     }
 
-    /// The smoothing constant of the running mean of squares.
-    pub fn alpha(mut self, alpha: f64) -> Result<RmsProp> {
-        check_non_negative("RMSprop", "alpha value", alpha)?;
-        self.alpha = alpha;
-        Ok(self)
-    }
-
-    pub fn eps(mut self, eps: f64) -> Result<RmsProp> {
-        check_non_negative("RMSprop", "epsilon value", eps)?;
-        self.eps = eps;
-        Ok(self)
-    }
-
-    pub fn weight_decay(mut self, wd: f64) -> Result<RmsProp> {
-        check_non_negative("RMSprop", "weight_decay value", wd)?;
-        self.weight_decay = wd;
-        Ok(self)
-    }
-
-    pub fn momentum(mut self, m: f64) -> Result<RmsProp> {
-        check_non_negative("RMSprop", "momentum value", m)?;
-        self.momentum = m;
-        Ok(self)
-    }
-
     /// Normalise by the variance (the mean square minus the squared mean) instead.
     pub fn centered(mut self, on: bool) -> RmsProp {
         self.centered = on;
@@ -78,12 +54,8 @@ impl RmsProp {
 }
 
 impl Optimizer for RmsProp {
-    fn initial_lrs(&self) -> Option<Vec<f64>> {
-        self.initial.get()
-    }
-    fn record_initial_lrs(&self, lrs: &[f64]) {
-        self.initial.record(lrs)
-    }
+    plain_optimizer_methods!();
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
@@ -124,18 +96,6 @@ impl Optimizer for RmsProp {
             }
         }
         Ok(())
-    }
-
-    fn zero_grad(&self) {
-        zero_all(&self.params)
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
     }
 
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
@@ -187,10 +147,6 @@ impl Optimizer for RmsProp {
             self.cycled,
         ) = (sq, mb, ga, lr, cycled);
         Ok(())
-    }
-
-    fn parameters(&self) -> &[Tensor] {
-        &self.params
     }
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
@@ -249,40 +205,11 @@ impl Adagrad {
             initial: InitialLrs::default(),
         })
     }
-
-    /// The learning rate at step `t` is `lr / (1 + (t - 1)·lr_decay)`.
-    pub fn lr_decay(mut self, d: f64) -> Result<Adagrad> {
-        check_non_negative("Adagrad", "lr_decay value", d)?;
-        self.lr_decay = d;
-        Ok(self)
-    }
-
-    pub fn weight_decay(mut self, wd: f64) -> Result<Adagrad> {
-        check_non_negative("Adagrad", "weight_decay value", wd)?;
-        self.weight_decay = wd;
-        Ok(self)
-    }
-
-    pub fn initial_accumulator_value(mut self, v: f64) -> Result<Adagrad> {
-        check_non_negative("Adagrad", "initial_accumulator_value", v)?;
-        self.initial_accumulator_value = v;
-        Ok(self)
-    }
-
-    pub fn eps(mut self, eps: f64) -> Result<Adagrad> {
-        check_non_negative("Adagrad", "epsilon value", eps)?;
-        self.eps = eps;
-        Ok(self)
-    }
 }
 
 impl Optimizer for Adagrad {
-    fn initial_lrs(&self) -> Option<Vec<f64>> {
-        self.initial.get()
-    }
-    fn record_initial_lrs(&self, lrs: &[f64]) {
-        self.initial.record(lrs)
-    }
+    plain_optimizer_methods!();
+
     fn step(&mut self) -> Result<()> {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
@@ -301,18 +228,6 @@ impl Optimizer for Adagrad {
             p.sub_(&g.div(&s.sqrt()?.add(self.eps)?)?.mul(clr)?)?;
         }
         Ok(())
-    }
-
-    fn zero_grad(&self) {
-        zero_all(&self.params)
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
     }
 
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
@@ -343,10 +258,6 @@ impl Optimizer for Adagrad {
         Ok(())
     }
 
-    fn parameters(&self) -> &[Tensor] {
-        &self.params
-    }
-
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
         replace_parameters(&mut self.params, params, &mut [&mut self.sum])
     }
@@ -364,3 +275,19 @@ impl Optimizer for Adagrad {
         ]
     }
 }
+
+non_negative_setters!(RmsProp, "RMSprop" {
+    /// The smoothing constant of the running mean of squares.
+    alpha: "alpha value",
+    eps: "epsilon value",
+    weight_decay: "weight_decay value",
+    momentum: "momentum value",
+});
+
+non_negative_setters!(Adagrad, "Adagrad" {
+    /// The learning rate at step `t` is `lr / (1 + (t - 1)·lr_decay)`.
+    lr_decay: "lr_decay value",
+    weight_decay: "weight_decay value",
+    initial_accumulator_value: "initial_accumulator_value",
+    eps: "epsilon value",
+});

@@ -2,6 +2,7 @@
 //! decay (`torch.optim.SGD`).
 
 use super::state::*;
+use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
 use crate::{Error, Result, Tensor};
 
@@ -85,22 +86,11 @@ impl Sgd {
         self.nesterov = on;
         Ok(self)
     }
-
-    /// L2 penalty added to the gradient (negative or not finite is an error).
-    pub fn weight_decay(mut self, wd: f64) -> Result<Sgd> {
-        check_non_negative("SGD", "weight_decay value", wd)?;
-        self.weight_decay = wd;
-        Ok(self)
-    }
 }
 
 impl Optimizer for Sgd {
-    fn initial_lrs(&self) -> Option<Vec<f64>> {
-        self.initial.get()
-    }
-    fn record_initial_lrs(&self, lrs: &[f64]) {
-        self.initial.record(lrs)
-    }
+    plain_optimizer_methods!();
+
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
         s.push(state_mask(self.params.len(), &[&self.buffers])?);
@@ -139,10 +129,6 @@ impl Optimizer for Sgd {
     /// after it.
     fn capturable(&self) -> bool {
         true
-    }
-
-    fn parameters(&self) -> &[Tensor] {
-        &self.params
     }
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
@@ -188,16 +174,9 @@ impl Optimizer for Sgd {
         }
         Ok(())
     }
-
-    fn zero_grad(&self) {
-        zero_all(&self.params)
-    }
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
 }
+
+non_negative_setters!(Sgd, "SGD" {
+    /// L2 penalty added to the gradient (negative or not finite is an error).
+    weight_decay: "weight_decay value",
+});

@@ -246,3 +246,53 @@ pub(super) fn check_non_negative(op: &'static str, what: &str, v: f64) -> Result
 pub(super) fn zero_all(params: &[Tensor]) {
     params.iter().for_each(|p| p.zero_grad());
 }
+
+/// The [`Optimizer`](super::Optimizer) methods every optimizer here writes
+/// alike, from its `params`, `lr` and `initial` fields.
+macro_rules! plain_optimizer_methods {
+    () => {
+        fn zero_grad(&self) {
+            super::state::zero_all(&self.params)
+        }
+
+        fn lr(&self) -> f64 {
+            self.lr
+        }
+
+        fn set_lr(&mut self, lr: f64) {
+            self.lr = lr;
+        }
+
+        fn initial_lrs(&self) -> Option<Vec<f64>> {
+            self.initial.get()
+        }
+
+        fn record_initial_lrs(&self, lrs: &[f64]) {
+            self.initial.record(lrs)
+        }
+
+        fn parameters(&self) -> &[crate::Tensor] {
+            &self.params
+        }
+    };
+}
+pub(super) use plain_optimizer_methods;
+
+/// Builder setters for hyper-parameters that must be finite and at least 0,
+/// each declared once with the name PyTorch's error gives it
+/// (`Invalid weight_decay value: -1`).
+macro_rules! non_negative_setters {
+    ($ty:ident, $op:literal { $($(#[$doc:meta])* $name:ident: $what:literal),* $(,)? }) => {
+        impl $ty {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, v: f64) -> crate::Result<$ty> {
+                    super::state::check_non_negative($op, $what, v)?;
+                    self.$name = v;
+                    Ok(self)
+                }
+            )*
+        }
+    };
+}
+pub(super) use non_negative_setters;
