@@ -3,9 +3,9 @@
 //! linear warm-up and cosine decay, gradient clipping and a validation split;
 //! the model is saved with its vocabulary, and text is sampled from it.
 
-use crate::args::{SamplingArgs, TrainArgs, MODEL_FILE, STATE_FILE, TEXT_FILE};
+use crate::args::{SamplingArgs, TrainArgs, MODEL_FILE, STATE_FILE};
 use clap::Args;
-use ember::data::{find_data_file, CharCorpus, Split};
+use ember::data::{CharCorpus, Split};
 use ember::models::{CharGpt, GptConfig};
 use ember::nn::{self, Module};
 use ember::optim::{split_for_weight_decay, Adam, Groups, LrScheduler, Optimizer, SequentialLr};
@@ -87,10 +87,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     }
     // the sampling after training is checked now, not after the run
     t.sampling.check("train text")?;
-    let path = match &args.data {
-        Some(dir) => dir.join(TEXT_FILE),
-        None => find_data_file(TEXT_FILE)?,
-    };
+    let path = crate::args::data_file(args)?.expect("the text has a data file");
     ember::manual_seed(args.seed);
     let corpus = CharCorpus::from_file(&path, 0.1)?;
     if corpus.vocab_size() == 0 {
@@ -139,9 +136,11 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     .map(|(k, v)| (format!("run.{k}"), v))
     .collect();
     let state_file = args.checkpoint.as_ref().map(|d| d.join(STATE_FILE));
-    if let (true, Some(file)) = (args.resume, &state_file) {
-        check_settings(file, &settings)?;
-    }
+    // the saved run's metadata (its settings and last losses), read once
+    let saved_meta = match (args.resume, &state_file) {
+        (true, Some(file)) => check_settings(file, &settings)?,
+        _ => Vec::new(),
+    };
     let config = GptConfig {
         vocab_size: corpus.vocab_size(),
         context: t.context,
@@ -175,9 +174,9 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             t.to_dtype(DType::F64)?.item::<f64>()
         };
         done = get("step")? as usize;
-        let meta = ember::io::metadata(file)?;
         let last = |k: &str| {
-            meta.iter()
+            saved_meta
+                .iter()
                 .find(|(n, _)| n == k)
                 .and_then(|(_, v)| v.parse::<f64>().ok())
                 .unwrap_or(f64::NAN)
@@ -359,8 +358,8 @@ fn step_seed(seed: u64, step: usize, stream: u64) -> u64 {
 }
 
 /// Refuses to resume from `file` a run whose settings differ from `here`,
-/// naming each difference.
-fn check_settings(file: &Path, here: &[(String, String)]) -> ember::Result<()> {
+/// naming each difference; otherwise returns the file's metadata.
+fn check_settings(file: &Path, here: &[(String, String)]) -> ember::Result<Vec<(String, String)>> {
     if !file.exists() {
         return Err(invalid(format!(
             "--resume: {} does not exist (was the run saved with --checkpoint before it \
@@ -379,7 +378,7 @@ fn check_settings(file: &Path, here: &[(String, String)]) -> ember::Result<()> {
         }
     }
     if diffs.is_empty() {
-        return Ok(());
+        return Ok(saved);
     }
     Err(invalid(format!(
         "--resume: {} was saved by a run with other settings: {}. Resume with the same \

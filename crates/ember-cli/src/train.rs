@@ -364,14 +364,7 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
     if args.dataset == Dataset::Fake {
         return fake(args, name);
     }
-    let file = match args.dataset {
-        Dataset::Iris => "iris.csv",
-        _ => "digits.csv",
-    };
-    let path = match &args.data {
-        Some(dir) => dir.join(file),
-        None => data::find_data_file(file)?,
-    };
+    let path = data_file(args)?.expect("iris and digits have a data file");
     let (x, y) = match args.dataset {
         Dataset::Iris => data::load_iris(&path)?,
         // pixels 0..16 to 0..1

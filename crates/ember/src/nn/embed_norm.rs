@@ -1,4 +1,4 @@
-//! `nn.Embedding`, `nn.LayerNorm` and `nn.RMSNorm`, with PyTorch's parameter
+//! `nn.Embedding`, `nn.LayerNorm`, `nn.GroupNorm` and `nn.RMSNorm`, with PyTorch's parameter
 //! names, shapes and initial values.
 
 use super::functional::{embedding, group_norm, layer_norm, rms_norm};
@@ -11,6 +11,41 @@ fn each(slots: [&mut Option<Tensor>; 2], f: impl Fn(&Tensor) -> Result<Tensor>) 
         *t = f(t)?;
     }
     Ok(())
+}
+
+/// The [`Module`] methods of a norm with an optional affine `weight` (ones) and
+/// `bias` (zeros): LayerNorm's and GroupNorm's state is handled alike.
+macro_rules! affine_state_methods {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            named([("weight", &self.weight), ("bias", &self.bias)])
+        }
+
+        fn to_device(&mut self, device: &Device) -> Result<()> {
+            each([&mut self.weight, &mut self.bias], |t| {
+                move_parameter(t, device)
+            })
+        }
+
+        fn to_empty(&mut self, device: &Device) -> Result<()> {
+            each([&mut self.weight, &mut self.bias], |t| {
+                empty_parameter(t, device)
+            })
+        }
+
+        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+            each([&mut self.weight, &mut self.bias], |t| cast_state(t, dtype))
+        }
+
+        fn reset_parameters(&mut self) -> Result<()> {
+            for (t, v) in [(&self.weight, 1.0), (&self.bias, 0.0)] {
+                if let Some(t) = t {
+                    assign(t, &t.full_like(v)?)?;
+                }
+            }
+            Ok(())
+        }
+    };
 }
 
 /// The named present parameters.
@@ -164,34 +199,7 @@ impl Module for LayerNorm {
         )
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        named([("weight", &self.weight), ("bias", &self.bias)])
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| {
-            move_parameter(t, device)
-        })
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| {
-            empty_parameter(t, device)
-        })
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| cast_state(t, dtype))
-    }
-
-    fn reset_parameters(&mut self) -> Result<()> {
-        for (t, v) in [(&self.weight, 1.0), (&self.bias, 0.0)] {
-            if let Some(t) = t {
-                assign(t, &t.full_like(v)?)?;
-            }
-        }
-        Ok(())
-    }
+    affine_state_methods!();
 }
 
 /// Group normalisation (`nn.GroupNorm`): [`group_norm`] of the input's
@@ -265,34 +273,7 @@ impl Module for GroupNorm {
         )
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        named([("weight", &self.weight), ("bias", &self.bias)])
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| {
-            move_parameter(t, device)
-        })
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| {
-            empty_parameter(t, device)
-        })
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        each([&mut self.weight, &mut self.bias], |t| cast_state(t, dtype))
-    }
-
-    fn reset_parameters(&mut self) -> Result<()> {
-        for (t, v) in [(&self.weight, 1.0), (&self.bias, 0.0)] {
-            if let Some(t) = t {
-                assign(t, &t.full_like(v)?)?;
-            }
-        }
-        Ok(())
-    }
+    affine_state_methods!();
 }
 
 /// Root-mean-square normalisation over the trailing dims (`nn.RMSNorm`): `weight`
