@@ -230,10 +230,10 @@ impl Tensor {
             self.dtype()
         };
         let ng = crate::no_grad_guard();
-        let (x, wt) = (
-            self.to_dtype(work)?.contiguous()?,
-            weight.to_dtype(work)?.contiguous()?,
-        );
+        // kept for backward in their own dtype (a half-precision input costs half
+        // the memory of its float32 copy, which lives only while it is used)
+        let (xk, wk) = (self.contiguous()?, weight.contiguous()?);
+        let (x, wt) = (xk.to_dtype(work)?, wk.to_dtype(work)?);
         let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
         let y = {
             let mut ts = vec![&x, &wt];
@@ -243,14 +243,15 @@ impl Tensor {
             st.get(0)
                 .conv2d(x.layout(), (st.get(1), wt.layout()), b, &shape)?
         };
+        drop((x, wt));
         let out = Tensor::from_storage(y, &[n, o, oh, ow]).to_dtype(self.dtype())?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
-        let (x, wt) = (x.save(), wt.save());
+        let (x, wt) = (xk.save(), wk.save());
         Ok(
             self.record_conv2d(weight, bias, out, work, move |gc, need| {
-                let (x, wt) = (x.get()?, wt.get()?);
-                let st = Storages::read(&[x, wt, gc]);
+                let (x, wt) = (x.get()?.to_dtype(work)?, wt.get()?.to_dtype(work)?);
+                let st = Storages::read(&[&x, &wt, gc]);
                 let (gx, gw) = st.get(0).conv2d_backward(
                     x.layout(),
                     (st.get(1), wt.layout()),

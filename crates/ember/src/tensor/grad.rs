@@ -52,11 +52,21 @@ impl Unary {
         }
     }
 
+    /// Whether the rule is one elementwise kernel of the gradient and one saved
+    /// value. The kernels widen half-precision operands to float32 and round the
+    /// result once, so such a rule runs in the half dtype with the same result as
+    /// through float32 copies, without them (they would cost three times the
+    /// gradient's memory).
+    fn one_kernel(self) -> bool {
+        use Unary::*;
+        matches!(self, Neg | Exp | Log | Relu | Gelu | Zero)
+    }
+
     /// The input's gradient; `x` and `y` are the saved input and output (`None`
     /// where [`saves`](Self::saves) says the rule does not read them).
     pub fn backward(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
         let dt = g.dtype();
-        if matches!(dt, DType::F16 | DType::BF16) {
+        if matches!(dt, DType::F16 | DType::BF16) && !self.one_kernel() {
             // computed in float32 and rounded once, as PyTorch's fused backward
             // kernels do for the half dtypes (a composite in f16/bf16 would round
             // at every step)
