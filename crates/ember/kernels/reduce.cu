@@ -516,6 +516,129 @@ __device__ void softmax_backward_impl(const T* g, const T* y, T* out, i64 rows, 
     }
 EMBER_FLOAT_TYPES(SOFTMAX_BACKWARD)
 
+// Cross-entropy of contiguous rows of logits against one class index per row, one
+// block per row, in the accumulator type A. Each thread keeps a running maximum and
+// the sum of exp(x - max) rescaled whenever its maximum grows, so the row is read
+// once for lse = max + log(sum) and the row's sum (for label smoothing); then
+// loss = (1 - ls) (lse - x[t]) + ls (lse - mean(x)), and 0 where t is `ignore`
+// (a target out of range, which the caller reports, gives NaN). `lse` gets the
+// row's max and log(sum) side by side.
+template <typename A> __device__ __forceinline__ void lse_add(A& m, A& s, A v) {
+    if (v != v || m != m) {
+        m = v != v ? v : m;
+        s = m;
+    } else if (v > m) {
+        s = s * exp(m - v) + (A)1;
+        m = v;
+    } else if (v > (A)__int_as_float(0xff800000)) {  // v > -inf
+        s += exp(v - m);
+    }
+}
+
+// (m, s) combined with (m2, s2): the larger maximum, each sum rescaled to it.
+template <typename A> __device__ __forceinline__ void lse_merge(A& m, A& s, A m2, A s2) {
+    if (m2 != m2 || m != m) {
+        m = m2 != m2 ? m2 : m;
+        s = m;
+        return;
+    }
+    A top = m2 > m ? m2 : m;
+    A t = (A)0;
+    if (s > (A)0) t += s * exp(m - top);
+    if (s2 > (A)0) t += s2 * exp(m2 - top);
+    m = top;
+    s = t;
+}
+
+template <typename T>
+__device__ void cross_entropy_impl(const T* x, const i64* target, typename acc_t<T>::type* loss,
+                                   typename acc_t<T>::type* lse, i64 rows, i64 cols, i64 ignore,
+                                   double smoothing) {
+    typedef typename acc_t<T>::type A;
+    __shared__ A sm[32], ss[32], sx[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        A m = (A)__int_as_float(0xff800000), s = (A)0, sum = (A)0;  // m = -inf
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            A v = widen(xr[j]);
+            lse_add(m, s, v);
+            sum += v;
+        }
+        for (int d = 16; d > 0; d >>= 1) {
+            A m2 = __shfl_xor_sync(0xffffffffu, m, d), s2 = __shfl_xor_sync(0xffffffffu, s, d);
+            lse_merge(m, s, m2, s2);
+            sum += __shfl_xor_sync(0xffffffffu, sum, d);
+        }
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        __syncthreads();
+        if (lane == 0) {
+            sm[warp] = m;
+            ss[warp] = s;
+            sx[warp] = sum;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int nwarps = (blockDim.x + 31) / 32;
+            for (int w = 1; w < nwarps; w++) {
+                lse_merge(m, s, sm[w], ss[w]);
+                sum += sx[w];
+            }
+            // lse = m + l, kept apart: x - lse is taken as (x - m) - l, exact where
+            // the logits are large and close (PyTorch's log_softmax order)
+            A l = log(s);
+            i64 t = target[r];
+            A out = (A)0;
+            if (t != ignore) {
+                if (t < 0 || t >= cols) {
+                    out = (A)__int_as_float(0x7fffffff);  // NaN
+                } else {
+                    A ls = (A)smoothing;
+                    out = ((A)1 - ls) * ((m - widen(xr[t])) + l) + ls * ((m - sum / (A)cols) + l);
+                }
+            }
+            loss[r] = out;
+            lse[2 * r] = m;
+            lse[2 * r + 1] = l;
+        }
+    }
+}
+
+// The logits' gradient of cross_entropy_impl's rows from each row's loss gradient g
+// and (max, log-sum): g (exp(x - lse) - (1 - ls) [j = t] - ls / cols), 0 in rows
+// whose target is `ignore`.
+template <typename T>
+__device__ void cross_entropy_back_impl(const T* x, const i64* target,
+                                        const typename acc_t<T>::type* lse,
+                                        const typename acc_t<T>::type* g, T* gx, i64 rows, i64 cols,
+                                        i64 ignore, double smoothing) {
+    typedef typename acc_t<T>::type A;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        T* gr = gx + r * cols;
+        const i64 t = target[r];
+        const bool keep = t != ignore;
+        const A gi = keep ? g[r] : (A)0, m = lse[2 * r], l = lse[2 * r + 1];
+        const A ls = (A)smoothing, hit = (A)1 - ls, off = ls / (A)cols;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            A d = exp((widen(xr[j]) - m) - l) - off - (j == t ? hit : (A)0);
+            gr[j] = narrow<T>(keep ? gi * d : (A)0);
+        }
+    }
+}
+
+#define CROSS_ENTROPY(T, S)                                                                          \
+    extern "C" __global__ void cross_entropy_##S(const T* x, const i64* target,                     \
+                                                 acc_t<T>::type* loss, acc_t<T>::type* lse,         \
+                                                 i64 rows, i64 cols, i64 ignore, double smoothing) { \
+        cross_entropy_impl(x, target, loss, lse, rows, cols, ignore, smoothing);                     \
+    }                                                                                                \
+    extern "C" __global__ void cross_entropy_back_##S(                                               \
+        const T* x, const i64* target, const acc_t<T>::type* lse, const acc_t<T>::type* g, T* gx,  \
+        i64 rows, i64 cols, i64 ignore, double smoothing) {                                          \
+        cross_entropy_back_impl(x, target, lse, g, gx, rows, cols, ignore, smoothing);               \
+    }
+EMBER_FLOAT_TYPES(CROSS_ENTROPY)
+
 // Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
 // row: the mean, then the mean square of the deviations (two passes, in the
 // accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd and rstd.

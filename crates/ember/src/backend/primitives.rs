@@ -90,6 +90,36 @@ pub(crate) trait BackendStorage: Sized {
     /// `rstd · (g - mean(g) - xhat · mean(g · xhat))` per row (`rms`: without
     /// `mean(g)`).
     fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self>;
+    /// Cross-entropy of each row (the last dim, `C` classes) of the contiguous view
+    /// `l` of a float dtype against one class index per row (`target`: int64, one
+    /// per row, contiguous): `(1 - ε)(lse - x[t]) + ε (lse - mean(x))` with
+    /// `lse = log Σ exp(x)` and `ε` the label smoothing; 0 where the target is
+    /// `ignore`. Returns each row's loss (`[rows]`) and its maximum and
+    /// `log Σ exp(x - max)` side by side (`[rows, 2]`: `lse` in two parts, so that
+    /// `x - lse` loses nothing to rounding where the logits are large), in
+    /// [`stat_dtype`](super::op::stat_dtype) (float32 for the half dtypes, whose
+    /// values are widened as they are read: no float32 copy of the rows is made).
+    /// The tensor layer checks the targets first; one out of range gives NaN here.
+    fn cross_entropy_rows(
+        &self,
+        l: &Layout,
+        target: (&Self, &Layout),
+        ignore: i64,
+        smoothing: f64,
+    ) -> Result<(Self, Self)>;
+    /// The gradient of [`cross_entropy_rows`](Self::cross_entropy_rows)'s rows
+    /// `self[l]` from each row's (max, log-sum) pair and loss gradient `g`
+    /// (contiguous, in the
+    /// statistics dtype): `g · (exp(x - lse) - (1 - ε)[c = t] - ε / C)`, 0 in
+    /// ignored rows; in `l`'s dtype.
+    fn cross_entropy_rows_backward(
+        &self,
+        l: &Layout,
+        target: (&Self, &Layout),
+        lse: (&Self, &Layout),
+        g: (&Self, &Layout),
+        ignore_smoothing: (i64, f64),
+    ) -> Result<Self>;
     /// Batch normalisation's statistics of the contiguous view `l` of a float dtype
     /// seen as `[n, c, s]` ([`channel_shape`](super::op::channel_shape)): each
     /// channel's mean and biased variance over its `n · s` elements, accumulated in

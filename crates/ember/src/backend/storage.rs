@@ -511,6 +511,54 @@ impl Storage {
         })
     }
 
+    pub(crate) fn cross_entropy_rows(
+        &self,
+        l: &Layout,
+        (t, lt): (&Storage, &Layout),
+        ignore: i64,
+        smoothing: f64,
+    ) -> Result<(Storage, Storage)> {
+        let _rec = record!(self, Name::Static("cross_entropy"), l.shape());
+        Ok(match (self, t) {
+            (Storage::Cpu(x), Storage::Cpu(t)) => {
+                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
+                (Storage::Cpu(a), Storage::Cpu(b))
+            }
+            (Storage::Cuda(x), Storage::Cuda(t)) => {
+                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
+                (Storage::Cuda(a), Storage::Cuda(b))
+            }
+            (Storage::Meta(x), Storage::Meta(t)) => {
+                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
+                (Storage::Meta(a), Storage::Meta(b))
+            }
+            (x @ any!(), t) => return Err(mismatch("cross_entropy", x.device(), t.device())),
+        })
+    }
+
+    pub(crate) fn cross_entropy_rows_backward(
+        &self,
+        l: &Layout,
+        (t, lt): (&Storage, &Layout),
+        (lse, ls): (&Storage, &Layout),
+        (g, lg): (&Storage, &Layout),
+        opts: (i64, f64),
+    ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("cross_entropy_backward"), l.shape());
+        Ok(match (self, t, lse, g) {
+            (Storage::Cpu(x), Storage::Cpu(t), Storage::Cpu(s), Storage::Cpu(g)) => {
+                Storage::Cpu(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
+            }
+            (Storage::Cuda(x), Storage::Cuda(t), Storage::Cuda(s), Storage::Cuda(g)) => {
+                Storage::Cuda(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
+            }
+            (Storage::Meta(x), Storage::Meta(t), Storage::Meta(s), Storage::Meta(g)) => {
+                Storage::Meta(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
+            }
+            (x @ any!(), _, _, g) => return Err(mismatch("cross_entropy", x.device(), g.device())),
+        })
+    }
+
     pub(crate) fn channel_stats(&self, l: &Layout) -> Result<Storage> {
         let _rec = record!(self, Name::Static("batch_norm_stats"), l.shape());
         Ok(each!(self, |s| s.channel_stats(l)?))

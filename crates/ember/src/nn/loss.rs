@@ -83,9 +83,6 @@ impl Default for LossOptions<'_> {
 /// shape without the class dim, or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("cross_entropy");
-    if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {
-        return cross_entropy_opts(&c[0], &c[1], opts);
-    }
     let ls = opts.label_smoothing;
     if !(0.0..=1.0).contains(&ls) {
         return Err(Error::invalid(
@@ -93,12 +90,88 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
             format!("label_smoothing must be in [0, 1], got {ls}"),
         ));
     }
+    if fused_applies(input, target, &opts) {
+        return fused_cross_entropy(input, target, opts);
+    }
+    if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {
+        return cross_entropy_opts(&c[0], &c[1], opts);
+    }
     let (x, shape) = classes_last("cross_entropy", input)?;
     let logp = x.log_softmax(-1)?;
     if input.shape() == target.shape() {
         return soft_cross_entropy(&logp, target, &shape, opts);
     }
     weighted_nll("cross_entropy", &logp, input, target, &shape, opts)
+}
+
+/// Whether [`fused_cross_entropy`] computes this cross-entropy: class-index
+/// targets without class weights, on float32 or float64 logits, or on half
+/// logits that autocast would run in float32 (without autocast, half logits take
+/// the composite path, which rounds as PyTorch's half kernels do).
+fn fused_applies(input: &Tensor, target: &Tensor, opts: &LossOptions) -> bool {
+    let autocast_f32 = crate::tensor::autocast::would_f32(&[input]);
+    opts.weight.is_none()
+        && input.rank() >= 1
+        && input.shape() != target.shape()
+        && target.dtype() == DType::I64
+        && (matches!(input.dtype(), DType::F32 | DType::F64) || autocast_f32)
+}
+
+/// Cross-entropy against class indices in one pass over the logits each way
+/// (`Tensor::cross_entropy_rows`), with PyTorch's values: under autocast the
+/// half-precision logits are read in float32 as PyTorch's float32 cast would
+/// make them, the loss is float32, and their gradient is rounded once to their
+/// dtype. Nothing of the logits' size is kept but the logits.
+fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
+    const OP: &str = "cross_entropy";
+    let (x, shape) = classes_last(OP, input)?;
+    check_class_targets(OP, input, target, &shape)?;
+    let (m, c) = (x.shape()[0], x.shape()[1]);
+    let t = target.reshape([m])?;
+    let valid = t.ne(opts.ignore_index)?;
+    // checked where the targets are, as the composite path checks them
+    Tensor::index_values(OP, &valid.where_(&t, 0i64)?, 1, c, false)?;
+    let rows = x.cross_entropy_rows(&t, opts.ignore_index, opts.label_smoothing)?;
+    match opts.reduction {
+        // a mean over the targets not ignored (none: 0 / 0, NaN as in PyTorch)
+        Reduction::Mean => rows
+            .sum_all()?
+            .div(&valid.to_dtype(rows.dtype())?.sum_all()?),
+        Reduction::Sum => rows.sum_all(),
+        Reduction::None => rows.reshape(shape),
+    }
+}
+
+/// Checks class-index targets: the shape of the per-element losses, int64.
+fn check_class_targets(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+    shape: &[usize],
+) -> Result<()> {
+    if target.shape() != shape {
+        let msg = if input.rank() == 2 && target.rank() == 1 {
+            format!(
+                "Expected input batch_size ({}) to match target batch_size ({}).",
+                input.shape()[0],
+                target.shape()[0]
+            )
+        } else {
+            format!("Expected target size {shape:?}, got {:?}", target.shape())
+        };
+        return Err(Error::shape(op, input.shape(), target.shape(), msg));
+    }
+    if target.dtype() != DType::I64 {
+        return Err(Error::dtype(
+            op,
+            target.dtype(),
+            format!(
+                "expected target dtype to be Long, but got {}",
+                target.dtype()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `F.nll_loss` with all its arguments, on log-probabilities of the layouts of
@@ -167,28 +240,7 @@ fn weighted_nll(
 ) -> Result<Tensor> {
     let c = logp.shape()[1];
     check_weight(op, opts.weight, c)?;
-    if target.shape() != shape {
-        let msg = if input.rank() == 2 && target.rank() == 1 {
-            format!(
-                "Expected input batch_size ({}) to match target batch_size ({}).",
-                input.shape()[0],
-                target.shape()[0]
-            )
-        } else {
-            format!("Expected target size {shape:?}, got {:?}", target.shape())
-        };
-        return Err(Error::shape(op, input.shape(), target.shape(), msg));
-    }
-    if target.dtype() != DType::I64 {
-        return Err(Error::dtype(
-            op,
-            target.dtype(),
-            format!(
-                "expected target dtype to be Long, but got {}",
-                target.dtype()
-            ),
-        ));
-    }
+    check_class_targets(op, input, target, shape)?;
     let m = logp.shape()[0];
     let t = target.reshape([m])?;
     let valid = t.ne(opts.ignore_index)?;

@@ -274,6 +274,15 @@ pub(crate) fn cuda_runs_in_f32(name: &str) -> bool {
     is_autocast_enabled(DeviceType::Cuda) && CUDA_F32_OPS.contains(&name)
 }
 
+/// Whether [`to_f32`] would cast any of `ts` (without casting).
+pub(crate) fn would_f32(ts: &[&Tensor]) -> bool {
+    !all_off()
+        && ts.iter().any(|t| {
+            is_autocast_enabled(DeviceType::of(&t.device()))
+                && matches!(t.dtype(), DType::F16 | DType::BF16)
+        })
+}
+
 /// For an op on both device types' float32 lists (the losses).
 pub(crate) fn to_f32(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     to_f32_on(ts, &DeviceType::ALL)

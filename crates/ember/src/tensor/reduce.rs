@@ -2,7 +2,7 @@
 //! all elements or chosen dims, and `softmax` / `log_softmax`.
 
 use super::shape::{dim_list, IntoDims};
-use super::Tensor;
+use super::{Storages, Tensor};
 use crate::autograd::Saved;
 use crate::backend::op::ReduceOp;
 use crate::layout::{normalize_dim, Dims};
@@ -408,6 +408,57 @@ impl Tensor {
                     s.norm_rows_backward(l, &y.read(), &rstd.read(), rms)
                 })?;
                 Ok(vec![Some(gx)])
+            }
+        }))
+    }
+
+    /// Each row's cross-entropy for `[M, C]` rows of logits (`self`, a float
+    /// dtype) against `target` (`[M]` int64 class indices, each in `0..C` or
+    /// `ignore`: the caller checks them): `(1 - ε)(lse - x[t]) + ε (lse - mean(x))`
+    /// with `lse = log Σ exp(x)` and `ε = smoothing`, 0 where the target is
+    /// `ignore`. One read of the logits forward, one read and one write backward;
+    /// kept for backward are the logits (which the caller holds anyway) and each
+    /// row's log-sum-exp (as its maximum and the log of the sum below it). The losses come as `[M]` in the statistics dtype
+    /// (float32 for half-precision logits, which are widened as they are read,
+    /// never copied to float32), the logits' gradient in the logits' dtype.
+    pub(crate) fn cross_entropy_rows(
+        &self,
+        target: &Tensor,
+        ignore: i64,
+        smoothing: f64,
+    ) -> Result<Tensor> {
+        let m = self.shape()[0];
+        let (loss, lse, x, t) = crate::no_grad(|| -> Result<_> {
+            let (x, t) = (self.contiguous()?, target.contiguous()?);
+            let st = Storages::read(&[&x, &t]);
+            let (loss, lse) = st.get(0).cross_entropy_rows(
+                x.layout(),
+                (st.get(1), t.layout()),
+                ignore,
+                smoothing,
+            )?;
+            drop(st);
+            let (loss, lse) = (
+                Tensor::from_storage(loss, &[m]),
+                Tensor::from_storage(lse, &[m, 2]),
+            );
+            Ok((loss, lse, x, t))
+        })?;
+        Ok(Tensor::record(loss, "cross_entropy", &[self], |_| {
+            let x = x.save();
+            move |g: &Tensor| {
+                let x = x.get()?;
+                let g = g.to_dtype(lse.dtype())?.contiguous()?;
+                let st = Storages::read(&[x, &t, &lse, &g]);
+                let gx = st.get(0).cross_entropy_rows_backward(
+                    x.layout(),
+                    (st.get(1), t.layout()),
+                    (st.get(2), lse.layout()),
+                    (st.get(3), g.layout()),
+                    (ignore, smoothing),
+                )?;
+                drop(st);
+                Ok(vec![Some(Tensor::from_storage_like(gx, x.layout()))])
             }
         }))
     }

@@ -2677,6 +2677,27 @@ for nm, x in (("empty", torch.zeros(0, dtype=I)), ("empty_2x0", torch.zeros(2, 0
     case(FAM, f"one_hot_infer_{nm}_error", "one_hot", [x], {"num_classes": -1})
 case(FAM, "one_hot_empty_given", "one_hot", [torch.zeros(0, dtype=I)], {"num_classes": 3})
 
+# ---- issue 41: cross-entropy in one pass over the logits (class indices, no class
+# weights): spatial inputs, float64, rows wider than a block of threads (the
+# per-thread maxima and sums merged), extreme logits, a custom ignore_index
+FAM = "fused_ce"
+XS, TS = rn(2, 3, 4, 5, scale=3.0), T([[[0, 2, 1, 1, 0], [2, -100, 0, 1, 2], [1, 1, 2, 0, 0], [2, 2, 1, 0, 1]],
+                                     [[1, 0, 0, 2, 2], [0, 1, -100, 2, 1], [2, 0, 1, 1, 0], [0, 2, 2, 1, 1]]], I)
+for red in ("mean", "sum", "none"):
+    case(FAM, f"spatial_{red}", "cross_entropy_opts", [XS, TS],
+         {"weight": None, "ignore_index": -100, "reduction": red, "label_smoothing": 0.15}, grad=True)
+case(FAM, "f64_smoothed", "cross_entropy_opts", [d64(LOGITS), TGT],
+     {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.1}, grad=True)
+WIDE = rn(3, 2500, scale=4.0)
+for ls in (0.0, 0.3):
+    case(FAM, f"wide_{ls}", "cross_entropy_opts", [WIDE, T([2499, 0, 1234], I)],
+         {"weight": None, "ignore_index": -100, "reduction": "none", "label_smoothing": ls}, grad=True)
+EXT = T([[80.0, -80.0, 0.0, 1.0], [-1e4, -1e4, -1e4, -1e4], [3.0, 3.0, 3.0, 3.0]])
+case(FAM, "extreme", "cross_entropy_opts", [EXT, T([1, 2, 0], I)],
+     {"weight": None, "ignore_index": -100, "reduction": "none", "label_smoothing": 0.2}, grad=True)
+case(FAM, "ignore_7", "cross_entropy_opts", [LOGITS, T([7, 3, 7, 1, 0], I)],
+     {"weight": None, "ignore_index": 7, "reduction": "mean", "label_smoothing": 0.05}, grad=True)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")

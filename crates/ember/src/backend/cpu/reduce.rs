@@ -888,3 +888,170 @@ mod tests {
         assert!((s - 100_000.0).abs() < 0.5, "{s}");
     }
 }
+
+/// Each row's cross-entropy and (max, log-sum) pair (see
+/// `BackendStorage::cross_entropy_rows`), in the accumulator dtype; None for a
+/// dtype that is not a float.
+pub(crate) fn cross_entropy_rows(
+    data: &CpuData,
+    range: std::ops::Range<usize>,
+    row: usize,
+    target: &[i64],
+    (ignore, smoothing): (i64, f64),
+) -> Option<Result<(CpuData, CpuData)>> {
+    fn go<T: SliceMath>(
+        x: &[T],
+        row: usize,
+        target: &[i64],
+        (ignore, smoothing): (i64, f64),
+    ) -> Result<(CpuData, CpuData)> {
+        let rows = target.len();
+        let mut loss = alloc_uninit::<T::Acc>(rows)?;
+        let mut lse = alloc_uninit::<T::Acc>(2 * rows)?;
+        let (ls, keep, n) = (
+            T::Acc::c(smoothing),
+            T::Acc::c(1.0 - smoothing),
+            T::Acc::c(row as f64),
+        );
+        let body = |((src, &t), (l, s)): ((&[T], &i64), (&mut T::Acc, &mut [T::Acc]))| {
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    // lse = m + e, kept apart: lse - x is taken as (m - x) + e, which
+                    // loses nothing where the logits are large and close
+                    let m = T::max_slice(src);
+                    let e = sum_acc(src, |v: T| (v.to_acc() - m).vexp()).ln();
+                    s[0] = m;
+                    s[1] = e;
+                    *l = if t == ignore {
+                        T::Acc::zero()
+                    } else if t < 0 || t as usize >= row {
+                        T::Acc::nan()
+                    } else {
+                        let hit = (m - src[t as usize].to_acc()) + e;
+                        let spread = if smoothing == 0.0 {
+                            T::Acc::zero()
+                        } else {
+                            (m - T::sum_slice(src) / n) + e
+                        };
+                        keep * hit + ls * spread
+                    };
+                },
+            )
+        };
+        if row > 0 {
+            if x.len() >= PAR_MIN && rows > 1 {
+                x.par_chunks(row)
+                    .zip(target.par_iter())
+                    .zip(loss.par_iter_mut().zip(lse.par_chunks_mut(2)))
+                    .for_each(body);
+            } else {
+                x.chunks(row)
+                    .zip(target)
+                    .zip(loss.iter_mut().zip(lse.chunks_mut(2)))
+                    .for_each(body);
+            }
+        } else {
+            // no classes: the maximum and log Σ over nothing are -inf
+            lse.fill(T::Acc::neg_infinity());
+            for (l, &t) in loss.iter_mut().zip(target) {
+                *l = if t == ignore {
+                    T::Acc::zero()
+                } else {
+                    T::Acc::nan()
+                };
+            }
+        }
+        Ok((
+            <T::Acc as crate::dtype::CpuElem>::wrap(loss),
+            <T::Acc as crate::dtype::CpuElem>::wrap(lse),
+        ))
+    }
+    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, target, (ignore, smoothing))), _other => None)
+}
+
+/// A statistics array and the range of it an op reads.
+type Stat<'a> = (&'a CpuData, std::ops::Range<usize>);
+
+/// The logits' gradient of [`cross_entropy_rows`] from each row's (max, log-sum) pair and loss
+/// gradient `g` (accumulator dtype); None where the dtypes do not fit.
+pub(crate) fn cross_entropy_rows_backward(
+    (data, range): (&CpuData, std::ops::Range<usize>),
+    row: usize,
+    target: &[i64],
+    ((lse, rl), (g, rg)): (Stat, Stat),
+    (ignore, smoothing): (i64, f64),
+) -> Option<Result<CpuData>> {
+    fn go<T: SliceMath>(
+        x: &[T],
+        row: usize,
+        target: &[i64],
+        (lse, g): (&[T::Acc], &[T::Acc]),
+        (ignore, smoothing): (i64, f64),
+    ) -> Result<CpuData> {
+        let mut out = alloc_uninit::<T>(x.len())?;
+        let hit = T::Acc::c(1.0 - smoothing);
+        let off = T::Acc::c(smoothing / row as f64);
+        let body =
+            |((src, dst), ((&t, s), &gi)): ((&[T], &mut [T]), ((&i64, &[T::Acc]), &T::Acc))| {
+                super::vmath::simd(
+                    #[inline(always)]
+                    || {
+                        if t == ignore {
+                            dst.fill(T::from_acc(T::Acc::zero()));
+                            return;
+                        }
+                        let (m, e) = (s[0], s[1]);
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = T::from_acc(gi * (((v.to_acc() - m) - e).vexp() - off));
+                        }
+                        if t >= 0 && (t as usize) < row {
+                            let j = t as usize;
+                            let p = ((src[j].to_acc() - m) - e).vexp();
+                            dst[j] = T::from_acc(gi * (p - off - hit));
+                        }
+                    },
+                )
+            };
+        if row > 0 {
+            let per_row = target.iter().zip(lse.chunks(2)).zip(g);
+            if x.len() >= PAR_MIN && target.len() > 1 {
+                x.par_chunks(row)
+                    .zip(out.par_chunks_mut(row))
+                    .zip(target.par_iter().zip(lse.par_chunks(2)).zip(g.par_iter()))
+                    .for_each(body);
+            } else {
+                x.chunks(row)
+                    .zip(out.chunks_mut(row))
+                    .zip(per_row)
+                    .for_each(body);
+            }
+        }
+        Ok(T::wrap(out))
+    }
+    // the statistics come in the accumulator dtype: f64 for f64, f32 otherwise
+    let opts = (ignore, smoothing);
+    match (data, lse, g) {
+        (CpuData::F32(x), CpuData::F32(e), CpuData::F32(g)) => {
+            Some(go::<f32>(&x[range], row, target, (&e[rl], &g[rg]), opts))
+        }
+        (CpuData::F64(x), CpuData::F64(e), CpuData::F64(g)) => {
+            Some(go::<f64>(&x[range], row, target, (&e[rl], &g[rg]), opts))
+        }
+        (CpuData::F16(x), CpuData::F32(e), CpuData::F32(g)) => Some(go::<half::f16>(
+            &x[range],
+            row,
+            target,
+            (&e[rl], &g[rg]),
+            opts,
+        )),
+        (CpuData::BF16(x), CpuData::F32(e), CpuData::F32(g)) => Some(go::<half::bf16>(
+            &x[range],
+            row,
+            target,
+            (&e[rl], &g[rg]),
+            opts,
+        )),
+        _ => None,
+    }
+}

@@ -275,6 +275,59 @@ impl BackendStorage for CpuStorage {
         .map(CpuStorage::new)
     }
 
+    fn cross_entropy_rows(
+        &self,
+        l: &Layout,
+        (t, lt): (&Self, &Layout),
+        ignore: i64,
+        smoothing: f64,
+    ) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let CpuData::I64(target) = &t.data else {
+            return Err(Error::dtype(
+                "cross_entropy",
+                t.dtype(),
+                "targets must be int64",
+            ));
+        };
+        let target = &target[range_of(lt)];
+        let (loss, lse) =
+            reduce::cross_entropy_rows(&self.data, range_of(l), row, target, (ignore, smoothing))
+                .ok_or_else(|| {
+                    Error::dtype("cross_entropy", self.dtype(), "needs floating-point logits")
+                })??;
+        Ok((CpuStorage::new(loss), CpuStorage::new(lse)))
+    }
+
+    fn cross_entropy_rows_backward(
+        &self,
+        l: &Layout,
+        (t, lt): (&Self, &Layout),
+        (lse, ls): (&Self, &Layout),
+        (g, lg): (&Self, &Layout),
+        opts: (i64, f64),
+    ) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let CpuData::I64(target) = &t.data else {
+            return Err(Error::dtype(
+                "cross_entropy",
+                t.dtype(),
+                "targets must be int64",
+            ));
+        };
+        let target = &target[range_of(lt)];
+        let stats = ((&lse.data, range_of(ls)), (&g.data, range_of(lg)));
+        reduce::cross_entropy_rows_backward((&self.data, range_of(l)), row, target, stats, opts)
+            .ok_or_else(|| {
+                Error::dtype(
+                    "cross_entropy",
+                    self.dtype(),
+                    "the statistics must be in the logits' accumulator dtype",
+                )
+            })?
+            .map(CpuStorage::new)
+    }
+
     fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
         let range = l.offset()..l.offset() + l.numel();

@@ -244,6 +244,44 @@ impl BackendStorage for CudaStorage {
         ops::norm_rows(self, l.offset(), rows, row, eps, rms)
     }
 
+    fn cross_entropy_rows(
+        &self,
+        l: &Layout,
+        (t, lt): (&Self, &Layout),
+        ignore: i64,
+        smoothing: f64,
+    ) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::cross_entropy_rows(
+            (self, l.offset()),
+            (t, lt.offset()),
+            (rows, row),
+            ignore,
+            smoothing,
+        )
+    }
+
+    fn cross_entropy_rows_backward(
+        &self,
+        l: &Layout,
+        (t, lt): (&Self, &Layout),
+        (lse, ls): (&Self, &Layout),
+        (g, lg): (&Self, &Layout),
+        opts: (i64, f64),
+    ) -> Result<Self> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::cross_entropy_rows_backward(
+            (self, l.offset()),
+            (t, lt.offset()),
+            (lse, ls.offset()),
+            (g, lg.offset()),
+            (rows, row),
+            opts,
+        )
+    }
+
     fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);

@@ -186,6 +186,33 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
+    fn cross_entropy_rows(
+        &self,
+        l: &Layout,
+        _target: (&Self, &Layout),
+        _ignore: i64,
+        _smoothing: f64,
+    ) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let acc = stat_dtype(self.dtype);
+        Ok((
+            MetaStorage::new(acc, rows)?,
+            MetaStorage::new(acc, 2 * rows)?,
+        ))
+    }
+
+    fn cross_entropy_rows_backward(
+        &self,
+        l: &Layout,
+        _target: (&Self, &Layout),
+        _lse: (&Self, &Layout),
+        _g: (&Self, &Layout),
+        _opts: (i64, f64),
+    ) -> Result<Self> {
+        self.like(l.numel())
+    }
+
     fn channel_stats(&self, l: &Layout) -> Result<Self> {
         MetaStorage::new(stat_dtype(self.dtype), 2 * channel_shape(l.shape()).1)
     }

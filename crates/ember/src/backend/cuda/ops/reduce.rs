@@ -513,3 +513,63 @@ mod tests {
         assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
     }
 }
+
+/// Each row's cross-entropy and (max, log-sum) pair (in [`stat_dtype`]) of the contiguous
+/// rows of `x` against `target` (int64, one per row, contiguous from its offset);
+/// one block per row (see `BackendStorage::cross_entropy_rows`).
+pub(crate) fn cross_entropy_rows(
+    (x, offset): (&CudaStorage, usize),
+    (target, t_offset): (&CudaStorage, usize),
+    (rows, cols): (usize, usize),
+    ignore: i64,
+    smoothing: f64,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dev = x.dev();
+    let acc = stat_dtype(x.dtype());
+    let loss = new_out(dev, acc, rows)?;
+    let lse = new_out(dev, acc, 2 * rows)?;
+    let (px, pt) = (base_ptr(x, offset), base_ptr(target, t_offset));
+    let (pl, ps) = (loss.ptr(), lse.ptr());
+    let (r, c) = (rows as i64, cols as i64);
+    let name = format!("cross_entropy_{}", suffix(x.dtype()));
+    launch_rows(
+        dev,
+        "reduce",
+        x.dtype(),
+        &name,
+        rows,
+        &mut args![px, pt, pl, ps, r, c, ignore, smoothing],
+    )?;
+    Ok((loss, lse))
+}
+
+/// The logits' gradient of [`cross_entropy_rows`] from each row's loss gradient
+/// `g` and its (max, log-sum) pair (both contiguous in [`stat_dtype`], from their
+/// offsets).
+pub(crate) fn cross_entropy_rows_backward(
+    (x, offset): (&CudaStorage, usize),
+    (target, t_offset): (&CudaStorage, usize),
+    (lse, lse_offset): (&CudaStorage, usize),
+    (g, g_offset): (&CudaStorage, usize),
+    (rows, cols): (usize, usize),
+    (ignore, smoothing): (i64, f64),
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let gx = new_out(dev, x.dtype(), rows * cols)?;
+    if cols == 0 {
+        return Ok(gx);
+    }
+    let (px, pt) = (base_ptr(x, offset), base_ptr(target, t_offset));
+    let (ps, pg, po) = (base_ptr(lse, lse_offset), base_ptr(g, g_offset), gx.ptr());
+    let (r, c) = (rows as i64, cols as i64);
+    let name = format!("cross_entropy_back_{}", suffix(x.dtype()));
+    launch_rows(
+        dev,
+        "reduce",
+        x.dtype(),
+        &name,
+        rows,
+        &mut args![px, pt, ps, pg, po, r, c, ignore, smoothing],
+    )?;
+    Ok(gx)
+}
