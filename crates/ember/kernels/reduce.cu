@@ -524,8 +524,10 @@ EMBER_FLOAT_TYPES(SOFTMAX_BACKWARD)
 // (a target out of range, which the caller reports, gives NaN). `lse` gets the
 // row's max and log(sum) side by side.
 template <typename A> __device__ __forceinline__ void lse_add(A& m, A& s, A v) {
-    if (v != v || m != m) {
-        m = v != v ? v : m;
+    // NaN, or +inf (whose exp(x - max) is exp(inf - inf)), makes the row NaN, as
+    // PyTorch's log_softmax does
+    if (v != v || m != m || v == (A)__int_as_float(0x7f800000)) {
+        m = (A)__int_as_float(0x7fffffff);
         s = m;
     } else if (v > m) {
         s = s * exp(m - v) + (A)1;
@@ -592,8 +594,11 @@ __device__ void cross_entropy_impl(const T* x, const i64* target, typename acc_t
                 if (t < 0 || t >= cols) {
                     out = (A)__int_as_float(0x7fffffff);  // NaN
                 } else {
+                    // the spread term only with smoothing: a -inf logit makes it
+                    // infinite, and 0 * inf would be NaN
                     A ls = (A)smoothing;
-                    out = ((A)1 - ls) * ((m - widen(xr[t])) + l) + ls * ((m - sum / (A)cols) + l);
+                    out = ((A)1 - ls) * ((m - widen(xr[t])) + l);
+                    if (smoothing != 0.0) out += ls * ((m - sum / (A)cols) + l);
                 }
             }
             loss[r] = out;

@@ -1,6 +1,6 @@
 //! Loss functions, as in `torch.nn.functional`.
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 /// How per-sample losses are combined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -129,8 +129,14 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     let (m, c) = (x.shape()[0], x.shape()[1]);
     let t = target.reshape([m])?;
     let valid = t.ne(opts.ignore_index)?;
-    // checked where the targets are, as the composite path checks them
-    Tensor::index_values(OP, &valid.where_(&t, 0i64)?, 1, c, false)?;
+    // checked where the targets are, as the composite path checks them; with no
+    // classes only ignored rows are valid (PyTorch's loss is then 0, or NaN for
+    // a mean; meta has no values to check)
+    if c > 0 {
+        Tensor::index_values(OP, &valid.where_(&t, 0i64)?, 1, c, false)?;
+    } else if m > 0 && t.device() != Device::Meta && valid.any(0, false)?.item::<bool>()? {
+        Tensor::index_values(OP, &t, 1, c, false)?;
+    }
     let rows = x.cross_entropy_rows(&t, opts.ignore_index, opts.label_smoothing)?;
     match opts.reduction {
         // a mean over the targets not ignored (none: 0 / 0, NaN as in PyTorch)

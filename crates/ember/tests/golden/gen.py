@@ -2695,6 +2695,14 @@ for ls in (0.0, 0.3):
 EXT = T([[80.0, -80.0, 0.0, 1.0], [-1e4, -1e4, -1e4, -1e4], [3.0, 3.0, 3.0, 3.0]])
 case(FAM, "extreme", "cross_entropy_opts", [EXT, T([1, 2, 0], I)],
      {"weight": None, "ignore_index": -100, "reduction": "none", "label_smoothing": 0.2}, grad=True)
+INF = float("inf")
+MASKED = T([[-INF, 0.5, 1.0, -INF], [2.0, -INF, 0.0, 1.0], [INF, 0.0, 1.0, 2.0]])
+for ls in (0.0, 0.1):
+    case(FAM, f"masked_{ls}", "cross_entropy_opts", [MASKED, T([1, 0, 2], I)],
+         {"weight": None, "ignore_index": -100, "reduction": "none", "label_smoothing": ls}, grad=True)
+for red in ("mean", "sum", "none"):
+    case(FAM, f"no_classes_{red}", "cross_entropy_opts", [torch.zeros(3, 0), T([-100] * 3, I)],
+         {"weight": None, "ignore_index": -100, "reduction": red, "label_smoothing": 0.0}, grad=True)
 case(FAM, "ignore_7", "cross_entropy_opts", [LOGITS, T([7, 3, 7, 1, 0], I)],
      {"weight": None, "ignore_index": 7, "reduction": "mean", "label_smoothing": 0.05}, grad=True)
 

@@ -867,28 +867,6 @@ pub(crate) fn norm_rows_backward(
     }, _other => None)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lanes_over_middle_dim() {
-        // shape [2,3,2], reduce dim 1
-        let v: Vec<f32> = (0..12).map(|x| x as f32).collect();
-        let l = Layout::contiguous(&[2, 3, 2]);
-        let out = reduce_lanes(&v, &l, &[1], |s| s.iter().sum::<f32>()).unwrap();
-        assert_eq!(out, vec![6.0, 9.0, 24.0, 27.0]);
-    }
-
-    #[test]
-    fn long_sums_are_accurate() {
-        let v = vec![0.1f32; 1_000_000];
-        let s = sum_acc(&v, |x| x);
-        // PyTorch's cascade sum gives 100000.0 here; a running f32 sum is off by ~1%
-        assert!((s - 100_000.0).abs() < 0.5, "{s}");
-    }
-}
-
 /// Each row's cross-entropy and (max, log-sum) pair (see
 /// `BackendStorage::cross_entropy_rows`), in the accumulator dtype; None for a
 /// dtype that is not a float.
@@ -913,7 +891,7 @@ pub(crate) fn cross_entropy_rows(
             T::Acc::c(1.0 - smoothing),
             T::Acc::c(row as f64),
         );
-        let body = |((src, &t), (l, s)): ((&[T], &i64), (&mut T::Acc, &mut [T::Acc]))| {
+        let body = |((src, &t), (l, s)): CeRow<'_, T, T::Acc>| {
             super::vmath::simd(
                 #[inline(always)]
                 || {
@@ -970,6 +948,14 @@ pub(crate) fn cross_entropy_rows(
     crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, target, (ignore, smoothing))), _other => None)
 }
 
+/// One row of logits and its target, with the row's loss and (max, log-sum) to
+/// write.
+type CeRow<'a, T, A> = ((&'a [T], &'a i64), (&'a mut A, &'a mut [A]));
+
+/// One row of logits and of their gradient to write, with the row's target,
+/// (max, log-sum) and loss gradient.
+type CeGradRow<'a, T, A> = ((&'a [T], &'a mut [T]), ((&'a i64, &'a [A]), &'a A));
+
 /// A statistics array and the range of it an op reads.
 type Stat<'a> = (&'a CpuData, std::ops::Range<usize>);
 
@@ -992,27 +978,26 @@ pub(crate) fn cross_entropy_rows_backward(
         let mut out = alloc_uninit::<T>(x.len())?;
         let hit = T::Acc::c(1.0 - smoothing);
         let off = T::Acc::c(smoothing / row as f64);
-        let body =
-            |((src, dst), ((&t, s), &gi)): ((&[T], &mut [T]), ((&i64, &[T::Acc]), &T::Acc))| {
-                super::vmath::simd(
-                    #[inline(always)]
-                    || {
-                        if t == ignore {
-                            dst.fill(T::from_acc(T::Acc::zero()));
-                            return;
-                        }
-                        let (m, e) = (s[0], s[1]);
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = T::from_acc(gi * (((v.to_acc() - m) - e).vexp() - off));
-                        }
-                        if t >= 0 && (t as usize) < row {
-                            let j = t as usize;
-                            let p = ((src[j].to_acc() - m) - e).vexp();
-                            dst[j] = T::from_acc(gi * (p - off - hit));
-                        }
-                    },
-                )
-            };
+        let body = |((src, dst), ((&t, s), &gi)): CeGradRow<'_, T, T::Acc>| {
+            super::vmath::simd(
+                #[inline(always)]
+                || {
+                    if t == ignore {
+                        dst.fill(T::from_acc(T::Acc::zero()));
+                        return;
+                    }
+                    let (m, e) = (s[0], s[1]);
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = T::from_acc(gi * (((v.to_acc() - m) - e).vexp() - off));
+                    }
+                    if t >= 0 && (t as usize) < row {
+                        let j = t as usize;
+                        let p = ((src[j].to_acc() - m) - e).vexp();
+                        dst[j] = T::from_acc(gi * (p - off - hit));
+                    }
+                },
+            )
+        };
         if row > 0 {
             let per_row = target.iter().zip(lse.chunks(2)).zip(g);
             if x.len() >= PAR_MIN && target.len() > 1 {
@@ -1053,5 +1038,27 @@ pub(crate) fn cross_entropy_rows_backward(
             opts,
         )),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_over_middle_dim() {
+        // shape [2,3,2], reduce dim 1
+        let v: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let l = Layout::contiguous(&[2, 3, 2]);
+        let out = reduce_lanes(&v, &l, &[1], |s| s.iter().sum::<f32>()).unwrap();
+        assert_eq!(out, vec![6.0, 9.0, 24.0, 27.0]);
+    }
+
+    #[test]
+    fn long_sums_are_accurate() {
+        let v = vec![0.1f32; 1_000_000];
+        let s = sum_acc(&v, |x| x);
+        // PyTorch's cascade sum gives 100000.0 here; a running f32 sum is off by ~1%
+        assert!((s - 100_000.0).abs() < 0.5, "{s}");
     }
 }

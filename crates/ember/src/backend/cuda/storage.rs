@@ -251,8 +251,7 @@ impl BackendStorage for CudaStorage {
         ignore: i64,
         smoothing: f64,
     ) -> Result<(Self, Self)> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_counts(l);
         ops::cross_entropy_rows(
             (self, l.offset()),
             (t, lt.offset()),
@@ -270,8 +269,7 @@ impl BackendStorage for CudaStorage {
         (g, lg): (&Self, &Layout),
         opts: (i64, f64),
     ) -> Result<Self> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_counts(l);
         ops::cross_entropy_rows_backward(
             (self, l.offset()),
             (t, lt.offset()),
@@ -428,4 +426,11 @@ impl BackendStorage for CudaStorage {
     ) -> Result<()> {
         ops::adam((&*p, po), g, (&*m, mo), (&*v, vo), n, h)
     }
+}
+
+/// The rows (every dim but the last, so that rows of no classes still count) and
+/// the row length of `l`.
+fn row_counts(l: &Layout) -> (usize, usize) {
+    let (rows, row) = l.shape().split_at(l.rank().saturating_sub(1));
+    (rows.iter().product(), row.first().copied().unwrap_or(1))
 }

@@ -193,8 +193,8 @@ impl BackendStorage for MetaStorage {
         _ignore: i64,
         _smoothing: f64,
     ) -> Result<(Self, Self)> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        // every dim but the last: rows of no classes still count
+        let rows: usize = l.shape()[..l.rank().saturating_sub(1)].iter().product();
         let acc = stat_dtype(self.dtype);
         Ok((
             MetaStorage::new(acc, rows)?,

@@ -494,26 +494,6 @@ pub(crate) fn channel_affine(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reduction_plans() {
-        use ReducePlan::*;
-        // an H100: 132 multiprocessors, 528 blocks keep it busy
-        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
-        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
-        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
-        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
-    }
-}
-
 /// Each row's cross-entropy and (max, log-sum) pair (in [`stat_dtype`]) of the contiguous
 /// rows of `x` against `target` (int64, one per row, contiguous from its offset);
 /// one block per row (see `BackendStorage::cross_entropy_rows`).
@@ -572,4 +552,24 @@ pub(crate) fn cross_entropy_rows_backward(
         &mut args![px, pt, ps, pg, po, r, c, ignore, smoothing],
     )?;
     Ok(gx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduction_plans() {
+        use ReducePlan::*;
+        // an H100: 132 multiprocessors, 528 blocks keep it busy
+        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
+        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
+        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
+        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
+    }
 }
