@@ -84,11 +84,22 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
     ember::manual_seed(5);
     // float32 in FMA math (TF32 off) to float32's tolerance, then with TF32 (the
     // default, as PyTorch's) to TF32's: inputs rounded to 10 bits of mantissa,
-    // about 1e-3 of the values' scale
-    for (dtype, tf32) in [(DType::F32, false), (DType::F32, true), (DType::F64, false)] {
+    // about 1e-3 of the values' scale; float16 and bfloat16 in their own dtype
+    // (float32 accumulation, one rounding: the CPU's convolves them in float32 and
+    // rounds once, so the two differ by at most a unit in the last place)
+    let configs = [
+        (DType::F32, false),
+        (DType::F32, true),
+        (DType::F64, false),
+        (DType::F16, true),
+        (DType::BF16, true),
+    ];
+    for (dtype, tf32) in configs {
         cudnn::set_allow_tf32(tf32);
         let tol = match (dtype, tf32) {
             (DType::F64, _) => 1e-10,
+            (DType::F16, _) => 2e-3,
+            (DType::BF16, _) => 1e-2,
             (_, false) => 1e-4,
             (_, true) => 2e-2,
         };
@@ -105,6 +116,7 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
                 .zip(got.iter().zip(&want))
             {
                 assert_eq!(g.shape(), e.shape(), "{what} of {xs:?} * {ws:?} {o:?}");
+                assert_eq!(g.dtype(), dtype, "{what} of {xs:?} * {ws:?} {o:?}");
                 assert!(
                     g.allclose(e, tol, tol)?,
                     "{what} of {xs:?} * {ws:?} {o:?} ({dtype}): max difference {}",
@@ -114,8 +126,12 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
         }
     }
     cudnn::set_allow_tf32(true);
-    // every case ran its three passes through cuDNN
-    assert_eq!(cudnn::convolutions() - before, 3 * 3 * cases.len() as u64);
+    // every case ran its three passes through cuDNN, the half ones too (in their
+    // own dtype: nothing fell back to float32)
+    assert_eq!(
+        cudnn::convolutions() - before,
+        (configs.len() * 3 * cases.len()) as u64
+    );
 
     // half precision convolves in f32 and rounds once
     let x = Tensor::randn([2, 3, 6, 6], &cpu)?;

@@ -651,6 +651,15 @@ impl Storage {
         )?))
     }
 
+    /// Whether this device convolves f16/bf16 operands of `s` in their own dtype
+    /// (CUDA through cuDNN); elsewhere they are convolved in float32.
+    pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
+        match self {
+            Storage::Cuda(x) => x.conv_takes_half(s),
+            _ => false,
+        }
+    }
+
     pub(crate) fn conv2d_backward(
         &self,
         l: &Layout,

@@ -11,17 +11,16 @@ type ConvGrads = (Option<Tensor>, Option<Tensor>);
 
 impl Tensor {
     /// Records `out` as `conv2d(self, weight, bias)` (every device's path shares
-    /// this). At backward time `grads` gets the output gradient, contiguous in the
-    /// `work` dtype, and which of the input and weight gradients are needed, and
-    /// returns those in `work` with the operands' numbers of elements; they are
-    /// given the operands' shapes and dtypes here, and the bias gradient is the
-    /// output gradient summed over batch and positions.
+    /// this). At backward time `grads` gets the output gradient and which of the
+    /// input and weight gradients are needed, and returns those (in the dtype it
+    /// computed in) with the operands' numbers of elements; they are given the
+    /// operands' shapes and dtypes here, and the bias gradient is the output
+    /// gradient summed over batch and positions.
     fn record_conv2d(
         &self,
         weight: &Tensor,
         bias: Option<&Tensor>,
         out: Tensor,
-        work: DType,
         grads: impl FnOnce(&Tensor, (bool, bool)) -> Result<ConvGrads> + Send + Sync + 'static,
     ) -> Tensor {
         let mut inputs = vec![self, weight];
@@ -32,8 +31,7 @@ impl Tensor {
             let need = (self.requires_grad(), weight.requires_grad());
             let bias_grad = bias.map(|b| b.requires_grad());
             move |gy: &Tensor| {
-                let gc = gy.to_dtype(work)?.contiguous()?;
-                let (gx, gw) = grads(&gc, need)?;
+                let (gx, gw) = grads(gy, need)?;
                 let back = |g: Option<Tensor>, shape: &[usize], dt: DType| {
                     g.map(|g| g.reshape(shape)?.to_dtype(dt)).transpose()
                 };
@@ -223,35 +221,45 @@ impl Tensor {
             ow,
             win,
         };
-        // f16/bf16 convolve in f32, on every device
-        let work = if matches!(self.dtype(), DType::F16 | DType::BF16) {
-            DType::F32
-        } else {
-            self.dtype()
-        };
+        // f16/bf16 convolve in their own dtype where the device can (cuDNN's half
+        // kernels, float32 accumulation), otherwise in f32
+        let dtype = self.dtype();
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        let native = half && self.read().conv_takes_half(&shape);
         let ng = crate::no_grad_guard();
         // kept for backward in their own dtype (a half-precision input costs half
         // the memory of its float32 copy, which lives only while it is used)
         let (xk, wk) = (self.contiguous()?, weight.contiguous()?);
-        let (x, wt) = (xk.to_dtype(work)?, wk.to_dtype(work)?);
-        let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
-        let y = {
+        let forward = |work: DType| -> Result<Tensor> {
+            let (x, wt) = (xk.to_dtype(work)?, wk.to_dtype(work)?);
+            let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
             let mut ts = vec![&x, &wt];
             ts.extend(&b);
             let st = Storages::read(&ts);
             let b = b.as_ref().map(|b| (st.get(2), b.layout()));
-            st.get(0)
-                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &shape)?
+            let y = st
+                .get(0)
+                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &shape)?;
+            Ok(Tensor::from_storage(y, &[n, o, oh, ow]))
         };
-        drop((x, wt));
-        let out = Tensor::from_storage(y, &[n, o, oh, ow]).to_dtype(self.dtype())?;
+        let y = match (half, native) {
+            (false, _) => forward(dtype)?,
+            (true, false) => forward(DType::F32)?,
+            (true, true) => forward(dtype).or_else(|e| {
+                half_fallback("forward", dtype, &e);
+                forward(DType::F32)
+            })?,
+        };
+        let out = y.to_dtype(dtype)?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
         let (x, wt) = (xk.save(), wk.save());
-        Ok(
-            self.record_conv2d(weight, bias, out, work, move |gc, need| {
-                let (x, wt) = (x.get()?.to_dtype(work)?, wt.get()?.to_dtype(work)?);
-                let st = Storages::read(&[&x, &wt, gc]);
+        Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
+            let (x, wt) = (x.get()?, wt.get()?);
+            let backward = |work: DType| -> Result<ConvGrads> {
+                let (x, wt) = (x.to_dtype(work)?, wt.to_dtype(work)?);
+                let gc = gy.to_dtype(work)?.contiguous()?;
+                let st = Storages::read(&[&x, &wt, &gc]);
                 let (gx, gw) = st.get(0).conv2d_backward(
                     x.layout(),
                     (st.get(1), wt.layout()),
@@ -263,8 +271,25 @@ impl Tensor {
                     gx.map(|s| Tensor::from_storage(s, &[n, c, h, w])),
                     gw.map(|s| Tensor::from_storage(s, &[o, cg, kh, kw])),
                 ))
-            }),
-        )
+            };
+            match (half, native) {
+                (false, _) => backward(dtype),
+                (true, false) => backward(DType::F32),
+                (true, true) => backward(dtype).or_else(|e| {
+                    half_fallback("backward", dtype, &e);
+                    backward(DType::F32)
+                }),
+            }
+        }))
+    }
+}
+
+/// A half-precision convolution the device refused in its own dtype (cuDNN
+/// without bf16 kernels for this GPU or shape) runs in float32 instead; the
+/// reason goes to stderr with `EMBER_CUDNN_LOG`.
+fn half_fallback(pass: &str, dtype: DType, e: &Error) {
+    if std::env::var_os("EMBER_CUDNN_LOG").is_some_and(|v| v != "0") {
+        eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); computed in float32");
     }
 }
 

@@ -7,8 +7,10 @@
 //! (NCHW tensors, KCRS filters, the output size checked, bad parameters refused),
 //! which tests everything up to the library calls themselves.
 //!
-//! Operands are contiguous NCHW in f32 or f64 (f16 and bf16 convolve in f32, as on
-//! the im2col path). f32 convolutions use FMA kernels unless TF32 is allowed with
+//! Operands are contiguous NCHW in f32, f64, f16 or bf16; the half types are
+//! accumulated in f32 on tensor cores, and a half convolution cuDNN refuses runs
+//! in f32 instead (on the im2col path, the reason on stderr with
+//! `EMBER_CUDNN_LOG`). f32 convolutions use FMA kernels unless TF32 is allowed with
 //! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
 //! is the first of cuDNN's heuristic choices that runs (its workspace, of the size
 //! cuDNN gives for that algorithm, allocated by the caching allocator, the call
@@ -140,9 +142,11 @@ impl Descriptors {
     fn new(g: &ConvGeom, tf32: bool) -> Result<Descriptors> {
         use sys::cudnnDataType_t::*;
         use sys::cudnnMathType_t::*;
-        let (data, math) = match g.dtype {
+        // (the operands' type, the accumulation's, the math asked for)
+        let (data, compute, math) = match g.dtype {
             // FMA kernels exclude TF32, which cuDNN's default math allows
             DType::F32 => (
+                CUDNN_DATA_FLOAT,
                 CUDNN_DATA_FLOAT,
                 if tf32 {
                     CUDNN_DEFAULT_MATH
@@ -150,12 +154,16 @@ impl Descriptors {
                     CUDNN_FMA_MATH
                 },
             ),
-            DType::F64 => (CUDNN_DATA_DOUBLE, CUDNN_DEFAULT_MATH),
+            DType::F64 => (CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE, CUDNN_DEFAULT_MATH),
+            // half operands accumulated in float32 (PyTorch's choice), on tensor
+            // cores
+            DType::F16 => (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
+            DType::BF16 => (CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH),
             dt => {
                 return Err(Error::dtype(
                     "conv2d",
                     dt,
-                    "ember's cuDNN path takes float32 or float64",
+                    "ember's cuDNN path takes float16, bfloat16, float32 or float64",
                 ))
             }
         };
@@ -193,7 +201,7 @@ impl Descriptors {
                 g.dilation[0],
                 g.dilation[1],
                 sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-                data,
+                compute,
             )
             .map_err(dnn_err("cudnnSetConvolution2dDescriptor"))?;
             dnn::set_convolution_group_count(d.conv, g.groups)
@@ -678,7 +686,7 @@ mod tests {
             shape((1, 1, 5, 5), (1, 5, 5), ((3, 3), (0, 0), one), 1),
         ];
         for s in &cases {
-            for dtype in [DType::F32, DType::F64] {
+            for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
                 for tf32 in [false, true] {
                     let g = ConvGeom::new(dtype, s).expect("a cuDNN geometry");
                     let d = Descriptors::new(&g, tf32).unwrap();

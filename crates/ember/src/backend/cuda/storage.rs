@@ -121,6 +121,12 @@ impl CudaStorage {
 }
 
 impl CudaStorage {
+    /// Whether f16/bf16 convolutions of `s` run in this storage's dtype (through
+    /// cuDNN) rather than in float32.
+    pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
+        ops::conv_takes_half(self.dtype(), s)
+    }
+
     /// `n` copies of `value` converted to `dtype` as a cast converts it.
     pub fn full(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: Scalar) -> Result<CudaStorage> {
         ops::fill(dev, dtype, n, value)

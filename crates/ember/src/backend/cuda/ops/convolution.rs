@@ -17,7 +17,7 @@ use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{BinaryCode, ConvShape, ReduceCode, Scalar};
 use crate::layout::Layout;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// `[o]` bias added along the channels of the contiguous `[n, o, p]` output.
 fn add_bias(
@@ -33,6 +33,13 @@ fn add_bias(
         offset: lb.offset(),
     };
     binary(&y, &ly, b, &lb, BinaryCode::Add)
+}
+
+/// Whether f16/bf16 convolutions of `s` run in their own dtype here: through
+/// cuDNN (switched on, and able to take the shapes), whose half kernels
+/// accumulate in float32; ember's own kernels take float32 and float64 only.
+pub(crate) fn conv_takes_half(dtype: DType, s: &ConvShape) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16) && dnn::in_use() && ConvGeom::new(dtype, s).is_some()
 }
 
 /// `conv2d(x, w) + b` for contiguous views of one float dtype; the output is

@@ -19,7 +19,7 @@ mod random;
 mod reduce;
 
 pub(crate) use conv::*;
-pub(crate) use convolution::{conv2d, conv2d_backward};
+pub(crate) use convolution::{conv2d, conv2d_backward, conv_takes_half};
 pub(crate) use elementwise::*;
 pub(crate) use matmul::*;
 pub(crate) use nn::*;

@@ -25,7 +25,9 @@ fn out_len(input: i32, pad: i32, filter: i32, stride: i32, dilation: i32) -> i64
 }
 
 /// Checks `c` as cuDNN does (at the call) and returns the work that runs it
-/// (alpha 1, beta 0), accumulating in f64.
+/// (alpha 1, beta 0), accumulating in f64 and rounding once to the operands'
+/// dtype (half operands as cuDNN's float32 accumulation would, to within its
+/// rounding).
 ///
 /// # Safety
 /// `c.x`, `c.w` and `c.y` must address contiguous arrays with the sizes of `c.geom`.
@@ -33,7 +35,7 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
     let c = *c;
     let g: ConvGeom = c.geom;
     let bad = |why: String| status("CUDNN_STATUS_BAD_PARAM", why);
-    if !matches!(g.dtype, DType::F32 | DType::F64) {
+    if !matches!(g.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
         return Err(status(
             "CUDNN_STATUS_NOT_SUPPORTED",
             format!("ember's cuDNN path has no {} convolution", g.dtype),
