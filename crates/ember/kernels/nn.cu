@@ -168,27 +168,73 @@ __device__ void matmul_int_impl(const T* a, Layout la, const T* b, Layout lb, T*
     }
 IF_u8(MATMUL_INT(u8, u8)) IF_i64(MATMUL_INT(i64, i64))
 
+// The constants of one Adam step, once per thread in T (double math is slow on
+// most GPUs).
+template <typename T> struct AdamConsts {
+    T decay, wd, b1, b2, one_b1, one_b2, eps, sqrt_bc2, step;
+    bool use_wd;
+    int decoupled;
+    __device__ AdamConsts(double lr, double b1_, double b2_, double eps_, double bc1, double bc2, double wd_,
+                          int decoupled_)
+        : decay((T)(1.0 - lr * wd_)), wd((T)wd_), b1((T)b1_), b2((T)b2_), one_b1((T)(1.0 - b1_)),
+          one_b2((T)(1.0 - b2_)), eps((T)eps_), sqrt_bc2((T)sqrt(bc2)), step((T)(lr / bc1)),
+          use_wd(wd_ != 0.0), decoupled(decoupled_) {}
+};
+
+// One element of an Adam (or AdamW when decoupled) step.
+template <typename T>
+__device__ __forceinline__ void adam_elem(T* p, const T* g, T* m, T* v, i64 i, const AdamConsts<T>& c) {
+    T gi = g[i];
+    T pi = p[i];
+    if (c.use_wd) {
+        if (c.decoupled) pi = pi * c.decay;
+        else gi = gi + c.wd * pi;
+    }
+    T mi = c.b1 * m[i] + c.one_b1 * gi;
+    T vi = c.b2 * v[i] + c.one_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    T denom = sqrt(vi) / c.sqrt_bc2 + c.eps;
+    p[i] = pi - c.step * mi / denom;
+}
+
 // One Adam (or AdamW when decoupled) step on contiguous p, g, m, v of n elements.
 template <typename T>
 __device__ void adam_impl(T* p, const T* g, T* m, T* v, i64 n, double lr, double b1, double b2, double eps,
                           double bc1, double bc2, double wd, int decoupled) {
-    // the step's constants, once per thread in T (double math is slow on most GPUs)
-    const T decay = (T)(1.0 - lr * wd), wd_t = (T)wd, b1_t = (T)b1, b2_t = (T)b2;
-    const T one_b1 = (T)(1.0 - b1), one_b2 = (T)(1.0 - b2), eps_t = (T)eps;
-    const T sqrt_bc2 = (T)sqrt(bc2), step = (T)(lr / bc1);
-    FOR_EACH(i, n) {
-        T gi = g[i];
-        T pi = p[i];
-        if (wd != 0.0) {
-            if (decoupled) pi = pi * decay;
-            else gi = gi + wd_t * pi;
-        }
-        T mi = b1_t * m[i] + one_b1 * gi;
-        T vi = b2_t * v[i] + one_b2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        T denom = sqrt(vi) / sqrt_bc2 + eps_t;
-        p[i] = pi - step * mi / denom;
+    const AdamConsts<T> c(lr, b1, b2, eps, bc1, bc2, wd, decoupled);
+    FOR_EACH(i, n) { adam_elem(p, g, m, v, i, c); }
+}
+
+// Up to ADAM_LIST tensors of one dtype updated by one launch (PyTorch's
+// multi_tensor_apply): each tensor's elements are cut into chunks of ADAM_CHUNK,
+// chunk k of the launch belongs to the tensor t with first_chunk[t] <= k <
+// first_chunk[t + 1], and each block takes chunks in turn. Passed by value, as a
+// kernel parameter (within the 4 KiB every launch may pass).
+#define ADAM_LIST 32
+#define ADAM_CHUNK 65536
+struct AdamList {
+    u64 p[ADAM_LIST], g[ADAM_LIST], m[ADAM_LIST], v[ADAM_LIST];
+    i64 n[ADAM_LIST];
+    i64 first_chunk[ADAM_LIST + 1];
+    i64 count;
+};
+
+template <typename T>
+__device__ void adam_multi_impl(AdamList l, double lr, double b1, double b2, double eps, double bc1, double bc2,
+                                double wd, int decoupled) {
+    const AdamConsts<T> c(lr, b1, b2, eps, bc1, bc2, wd, decoupled);
+    const i64 chunks = l.first_chunk[l.count];
+    i64 t = 0;
+    for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
+        while (k >= l.first_chunk[t + 1]) ++t;
+        T* p = (T*)l.p[t];
+        const T* g = (const T*)l.g[t];
+        T* m = (T*)l.m[t];
+        T* v = (T*)l.v[t];
+        const i64 start = (k - l.first_chunk[t]) * ADAM_CHUNK;
+        const i64 end = start + ADAM_CHUNK < l.n[t] ? start + ADAM_CHUNK : l.n[t];
+        for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) adam_elem(p, g, m, v, i, c);
     }
 }
 
@@ -197,5 +243,10 @@ __device__ void adam_impl(T* p, const T* g, T* m, T* v, i64 n, double lr, double
                                         double b2, double eps, double bc1, double bc2, double wd,   \
                                         int decoupled) {                                             \
         adam_impl(p, g, m, v, n, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                          \
+    }                                                                                                \
+    extern "C" __global__ void adam_multi_##S(AdamList l, double lr, double b1, double b2,          \
+                                              double eps, double bc1, double bc2, double wd,        \
+                                              int decoupled) {                                       \
+        adam_multi_impl<T>(l, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                             \
     }
 IF_f32(ADAM(float, f32)) IF_f64(ADAM(double, f64))

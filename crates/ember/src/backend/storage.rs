@@ -862,6 +862,41 @@ impl Storage {
 
     // ---- fused optimizer steps
 
+    /// One Adam step on many parameters at once (PyTorch's `foreach` form): on a
+    /// GPU, in launches of many tensors each (the same arithmetic as
+    /// [`adam`](Storage::adam), so the same bits); elsewhere, or where the
+    /// operands are not all on one GPU in one dtype, one [`adam`](Storage::adam)
+    /// per parameter.
+    pub(crate) fn adam_foreach(items: &mut [AdamOperands<'_>], h: &AdamStep) -> Result<()> {
+        let cuda: Option<Vec<_>> = items
+            .iter()
+            .map(|o| match (&*o.p.0, o.g.0, &*o.m.0, &*o.v.0) {
+                (Storage::Cuda(p), Storage::Cuda(g), Storage::Cuda(m), Storage::Cuda(v)) => {
+                    Some(((p, o.p.1), (g, o.g.1), (m, o.m.1), (v, o.v.1), o.n))
+                }
+                _ => None,
+            })
+            .collect();
+        if let Some(list) = cuda.filter(|l| !l.is_empty()) {
+            let n: usize = list.iter().map(|t| t.4).sum();
+            let _rec = record!(&*items[0].p.0, Name::Static("adam_foreach"), &[n]);
+            if CudaStorage::adam_foreach(&list, h)? {
+                return Ok(());
+            }
+        }
+        for o in items.iter_mut() {
+            Storage::adam(
+                (&mut *o.p.0, o.p.1),
+                (o.g.0, o.g.1),
+                (&mut *o.m.0, o.m.1),
+                (&mut *o.v.0, o.v.1),
+                o.n,
+                h,
+            )?;
+        }
+        Ok(())
+    }
+
     /// One Adam step in place (see [`BackendStorage::adam`]).
     pub(crate) fn adam(
         (p, po): (&mut Storage, usize),
@@ -885,4 +920,14 @@ impl Storage {
             (p @ any!(), g, _, _) => Err(mismatch("Adam step", p.device(), g.device())),
         }
     }
+}
+
+/// One parameter of [`Storage::adam_foreach`]: the parameter, its gradient and
+/// moments (each a storage and the element its `n` contiguous values start at).
+pub(crate) struct AdamOperands<'a> {
+    pub p: (&'a mut Storage, usize),
+    pub g: (&'a Storage, usize),
+    pub m: (&'a mut Storage, usize),
+    pub v: (&'a mut Storage, usize),
+    pub n: usize,
 }

@@ -25,6 +25,8 @@ pub struct Adam {
     step_on_device: Option<Tensor>,
     /// The rates the first schedule started from (`initial_lr`).
     initial: InitialLrs,
+    /// Multi-tensor steps on GPUs ([`Adam::foreach`]).
+    foreach: bool,
 }
 
 impl Adam {
@@ -47,7 +49,18 @@ impl Adam {
             capturable: false,
             step_on_device: None,
             initial: InitialLrs::default(),
+            foreach: true,
         })
+    }
+
+    /// Whether a step on a GPU updates many parameters per launch (PyTorch's
+    /// `foreach=True`, its default on CUDA, and ember's): up to 32 tensors of a
+    /// device and dtype per kernel instead of one launch each, with the same
+    /// arithmetic, so the same results to the bit. Off, every parameter has its
+    /// own launch. CPU parameters are updated one by one either way.
+    pub fn foreach(mut self, on: bool) -> Adam {
+        self.foreach = on;
+        self
     }
 
     /// AdamW (`torch.optim.AdamW`): weight decay 0.01 applied to the weights directly.
@@ -270,6 +283,18 @@ impl Optimizer for Adam {
         self.step += 1;
         let bc1 = 1.0 - b1.powi(self.step as i32);
         let bc2 = 1.0 - b2.powi(self.step as i32);
+        let h = fused::AdamStep {
+            lr: self.lr,
+            b1,
+            b2,
+            eps: self.eps,
+            bc1,
+            bc2,
+            weight_decay: self.weight_decay,
+            decoupled: self.decoupled,
+        };
+        // (parameter, gradient, moments) of every parameter with a gradient
+        let mut items: Vec<[Tensor; 4]> = Vec::new();
         for ((p, m), v) in self
             .params
             .iter()
@@ -277,20 +302,20 @@ impl Optimizer for Adam {
             .zip(self.v.iter_mut())
         {
             let Some(g) = p.grad() else { continue };
-            let (m, v) = (moment(p, m)?, moment(p, v)?);
-            let h = fused::AdamStep {
-                lr: self.lr,
-                b1,
-                b2,
-                eps: self.eps,
-                bc1,
-                bc2,
-                weight_decay: self.weight_decay,
-                decoupled: self.decoupled,
-            };
-            if fused::adam(p, &g, m, v, h)? {
+            let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
+            items.push([p.clone(), g, m, v]);
+        }
+        let done = if self.foreach {
+            let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
+            fused::adam_foreach(&refs, h)?
+        } else {
+            vec![false; items.len()]
+        };
+        for ([p, g, m, v], done) in items.into_iter().zip(done) {
+            if done || fused::adam(&p, &g, &m, &v, h)? {
                 continue;
             }
+            let (p, m, v) = (&p, &m, &v);
             let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
             let (step_size, sqrt_bc2) = (lr / bc1, bc2.sqrt());
             adam_update(

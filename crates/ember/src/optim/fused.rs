@@ -2,8 +2,8 @@
 //! the parameter's device (the backend chooses the kernel).
 
 pub(crate) use crate::backend::op::AdamStep;
-use crate::backend::Storage;
-use crate::{DType, Result, Tensor};
+use crate::backend::{AdamOperands, Storage};
+use crate::{DType, Device, Result, Tensor};
 
 /// Whether one fused step can update `p`, `m`, `v` from `g`: all four contiguous,
 /// of one float dtype (f32/f64) and size, on one device, with separate storage.
@@ -41,4 +41,58 @@ pub(crate) fn adam(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamStep) 
         &h,
     )?;
     Ok(true)
+}
+
+/// Adam steps for many parameters at once on a GPU (PyTorch's `foreach` form, its
+/// default on CUDA): the `(p, g, m, v)` of `items` that qualify (see [`fusable`];
+/// each storage in one item only) are updated by one launch per 32 tensors of a
+/// device and dtype, with the arithmetic of [`adam`] (the same bits). Returns which
+/// items were updated; the caller steps the others one by one.
+pub(crate) fn adam_foreach(items: &[[&Tensor; 4]], h: AdamStep) -> Result<Vec<bool>> {
+    let mut done = vec![false; items.len()];
+    // a storage locked twice would deadlock: each may appear once
+    let mut seen = std::collections::HashSet::new();
+    let mut groups: Vec<((Device, DType), Vec<usize>)> = Vec::new();
+    for (i, &[p, g, m, v]) in items.iter().enumerate() {
+        if !matches!(p.device(), Device::Cuda(_)) || !fusable(p, g, m, v) {
+            continue;
+        }
+        let keys = [p, g, m, v].map(Tensor::storage_key);
+        if keys.iter().any(|k| seen.contains(k)) {
+            continue;
+        }
+        seen.extend(keys);
+        let key = (p.device(), p.dtype());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    for (_, members) in groups {
+        let write = |k: usize| -> Vec<_> { members.iter().map(|&i| items[i][k].write()).collect() };
+        let (mut ps, mut ms, mut vs) = (write(0), write(2), write(3));
+        let gs: Vec<_> = members.iter().map(|&i| items[i][1].read()).collect();
+        let off = |t: &Tensor| t.layout().offset();
+        let mut ops: Vec<AdamOperands<'_>> = ps
+            .iter_mut()
+            .zip(gs.iter())
+            .zip(ms.iter_mut().zip(vs.iter_mut()))
+            .zip(&members)
+            .map(|(((p, g), (m, v)), &i)| {
+                let [tp, tg, tm, tv] = items[i];
+                AdamOperands {
+                    p: (&mut **p, off(tp)),
+                    g: (&**g, off(tg)),
+                    m: (&mut **m, off(tm)),
+                    v: (&mut **v, off(tv)),
+                    n: tp.numel(),
+                }
+            })
+            .collect();
+        Storage::adam_foreach(&mut ops, &h)?;
+        for &i in &members {
+            done[i] = true;
+        }
+    }
+    Ok(done)
 }

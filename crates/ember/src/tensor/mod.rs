@@ -342,6 +342,12 @@ impl Tensor {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
 
+    /// A number that identifies this tensor's storage while it lives (tensors
+    /// sharing a storage have the same).
+    pub(crate) fn storage_key(&self) -> usize {
+        Arc::as_ptr(&self.0.storage) as *const () as usize
+    }
+
     /// `true` when nothing else holds this tensor's storage (safe to overwrite).
     pub(crate) fn storage_is_unique(&self) -> bool {
         Arc::strong_count(&self.0.storage) == 1 && Arc::strong_count(&self.0) == 1

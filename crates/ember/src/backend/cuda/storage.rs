@@ -120,7 +120,49 @@ impl CudaStorage {
     }
 }
 
+/// One parameter of [`CudaStorage::adam_foreach`]: parameter, gradient and
+/// moments with the element each starts at, and their length.
+pub(crate) type AdamOnGpu<'a> = (
+    (&'a CudaStorage, usize),
+    (&'a CudaStorage, usize),
+    (&'a CudaStorage, usize),
+    (&'a CudaStorage, usize),
+    usize,
+);
+
 impl CudaStorage {
+    /// One Adam step over `list` in multi-tensor launches, when every operand is
+    /// on one GPU in one float dtype (f32/f64); `Ok(false)` (nothing done)
+    /// otherwise.
+    pub(crate) fn adam_foreach(list: &[AdamOnGpu<'_>], h: &AdamStep) -> Result<bool> {
+        let Some(((first, _), ..)) = list.first() else {
+            return Ok(true);
+        };
+        let (dev, dt) = (first.dev(), first.dtype());
+        let same = |s: &CudaStorage| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt;
+        if !matches!(dt, DType::F32 | DType::F64)
+            || !list
+                .iter()
+                .all(|(p, g, m, v, _)| [p.0, g.0, m.0, v.0].into_iter().all(same))
+        {
+            return Ok(false);
+        }
+        let sz = dt.size_in_bytes() as u64;
+        let at = |(s, off): (&CudaStorage, usize)| s.ptr() + off as u64 * sz;
+        let tensors: Vec<ops::AdamTensor> = list
+            .iter()
+            .map(|&(p, g, m, v, n)| ops::AdamTensor {
+                p: at(p),
+                g: at(g),
+                m: at(m),
+                v: at(v),
+                n,
+            })
+            .collect();
+        ops::adam_multi(dev, dt, &tensors, h)?;
+        Ok(true)
+    }
+
     /// Whether f16/bf16 convolutions of `s` run in this storage's dtype (through
     /// cuDNN) rather than in float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {

@@ -204,6 +204,88 @@ pub(crate) fn adam(
     )
 }
 
+/// Tensors one multi-tensor Adam launch takes (`ADAM_LIST` in kernels/nn.cu).
+const ADAM_LIST: usize = 32;
+/// Elements per chunk of a multi-tensor launch (`ADAM_CHUNK` in kernels/nn.cu).
+const ADAM_CHUNK: usize = 65536;
+
+/// `struct AdamList` of kernels/nn.cu, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AdamList {
+    p: [u64; ADAM_LIST],
+    g: [u64; ADAM_LIST],
+    m: [u64; ADAM_LIST],
+    v: [u64; ADAM_LIST],
+    n: [i64; ADAM_LIST],
+    first_chunk: [i64; ADAM_LIST + 1],
+    count: i64,
+}
+
+/// One tensor of a multi-tensor step: the device addresses of the parameter, its
+/// gradient and its two moments (contiguous, of one dtype) and their length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AdamTensor {
+    pub p: u64,
+    pub g: u64,
+    pub m: u64,
+    pub v: u64,
+    pub n: usize,
+}
+
+/// One Adam step over many tensors of one dtype on `dev`, in launches of up to
+/// `ADAM_LIST` tensors each (PyTorch's `foreach`/multi-tensor form): the same
+/// arithmetic, element by element, as [`adam`], so the results are the same bits.
+pub(crate) fn adam_multi(
+    dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
+    dtype: DType,
+    tensors: &[AdamTensor],
+    h: &crate::backend::op::AdamStep,
+) -> Result<()> {
+    let name = format!("adam_multi_{}", suffix(dtype));
+    let dec = h.decoupled as i32;
+    for group in tensors.chunks(ADAM_LIST) {
+        let mut l = AdamList {
+            p: [0; ADAM_LIST],
+            g: [0; ADAM_LIST],
+            m: [0; ADAM_LIST],
+            v: [0; ADAM_LIST],
+            n: [0; ADAM_LIST],
+            first_chunk: [0; ADAM_LIST + 1],
+            count: group.len() as i64,
+        };
+        let mut chunks = 0usize;
+        for (i, t) in group.iter().enumerate() {
+            (l.p[i], l.g[i], l.m[i], l.v[i], l.n[i]) = (t.p, t.g, t.m, t.v, t.n as i64);
+            l.first_chunk[i] = chunks as i64;
+            chunks += t.n.div_ceil(ADAM_CHUNK);
+        }
+        l.first_chunk[group.len()] = chunks as i64;
+        // enough blocks to fill the GPU, each looping over its chunks
+        let grid = dev.grid_for(chunks * super::THREADS as usize, super::THREADS);
+        super::launch_blocks(
+            dev,
+            "nn",
+            dtype,
+            &name,
+            chunks,
+            (grid, 0),
+            &mut args![
+                l,
+                h.lr,
+                h.b1,
+                h.b2,
+                h.eps,
+                h.bc1,
+                h.bc2,
+                h.weight_decay,
+                dec
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 /// `a · b` for integer dtypes with ember's kernel: `(batch, m, k, n)` sizes over the
 /// broadcast layouts `la` (batch + [m, k]) and `lb` (batch + [k, n]).
 pub(crate) fn matmul_int(
