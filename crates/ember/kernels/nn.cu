@@ -250,3 +250,52 @@ __device__ void adam_multi_impl(AdamList l, double lr, double b1, double b2, dou
         adam_multi_impl<T>(l, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                             \
     }
 IF_f32(ADAM(float, f32)) IF_f64(ADAM(double, f64))
+
+// SGD over up to SGD_LIST tensors of one dtype per launch, chunked as Adam's
+// lists are (ADAM_CHUNK elements per chunk). `buf` is each tensor's momentum
+// buffer (unused without momentum); where `first_step` is set it is written from
+// the gradient, as PyTorch's first step clones it.
+#define SGD_LIST 48
+struct SgdList {
+    u64 p[SGD_LIST], g[SGD_LIST], buf[SGD_LIST];
+    i64 n[SGD_LIST];
+    i64 first_chunk[SGD_LIST + 1];
+    i64 first_step[SGD_LIST];
+    i64 count;
+};
+
+template <typename T>
+__device__ void sgd_multi_impl(SgdList l, double lr, double momentum, double dampening, double wd,
+                               int nesterov) {
+    const T lr_t = (T)lr, mom = (T)momentum, keep = (T)(1.0 - dampening), wd_t = (T)wd;
+    const bool use_wd = wd != 0.0, use_mom = momentum != 0.0;
+    const i64 chunks = l.first_chunk[l.count];
+    i64 t = 0;
+    for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
+        while (k >= l.first_chunk[t + 1]) ++t;
+        T* p = (T*)l.p[t];
+        const T* g = (const T*)l.g[t];
+        T* buf = (T*)l.buf[t];
+        const bool first = l.first_step[t] != 0;
+        const i64 start = (k - l.first_chunk[t]) * ADAM_CHUNK;
+        const i64 end = start + ADAM_CHUNK < l.n[t] ? start + ADAM_CHUNK : l.n[t];
+        for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            T d = g[i];
+            T pi = p[i];
+            if (use_wd) d = d + wd_t * pi;
+            if (use_mom) {
+                T b = first ? d : mom * buf[i] + keep * d;
+                buf[i] = b;
+                d = nesterov ? d + mom * b : b;
+            }
+            p[i] = pi - lr_t * d;
+        }
+    }
+}
+
+#define SGD(T, S)                                                                                    \
+    extern "C" __global__ void sgd_multi_##S(SgdList l, double lr, double momentum, double dampening,\
+                                             double wd, int nesterov) {                             \
+        sgd_multi_impl<T>(l, lr, momentum, dampening, wd, nesterov);                                 \
+    }
+IF_f32(SGD(float, f32)) IF_f64(SGD(double, f64))

@@ -24,7 +24,7 @@ pub(crate) mod storage;
 
 pub use cpu::random::with_global_rng;
 pub(crate) use primitives::Dist;
-pub(crate) use storage::{AdamOperands, Storage};
+pub(crate) use storage::{AdamOperands, SgdOperands, Storage};
 
 /// PyTorch's default seed, so unseeded programs are repeatable too.
 const DEFAULT_SEED: u64 = 67280421310721;

@@ -8,7 +8,8 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep,
+    UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -862,6 +863,43 @@ impl Storage {
 
     // ---- fused optimizer steps
 
+    /// One SGD step on many parameters at once (see [`SgdOperands`]): on a GPU in
+    /// multi-tensor launches; on `meta` nothing (the step is in place). Other
+    /// devices are refused: their SGD is made of tensor operations.
+    pub(crate) fn sgd_foreach(items: &mut [SgdOperands<'_>], h: &SgdStep) -> Result<()> {
+        let Some(first) = items.first() else {
+            return Ok(());
+        };
+        let n: usize = items.iter().map(|o| o.n).sum();
+        let _rec = record!(&*first.p.0, Name::Static("sgd_foreach"), &[n]);
+        if items.iter().all(|o| matches!(&*o.p.0, Storage::Meta(_))) {
+            return Ok(());
+        }
+        let list: Option<Vec<_>> = items
+            .iter()
+            .map(|o| {
+                let buf = match &o.buf {
+                    Some((Storage::Cuda(b), off, first)) => Some(Some((b, *off, *first))),
+                    Some(_) => None,
+                    None => Some(None),
+                };
+                match (&*o.p.0, o.g.0, buf) {
+                    (Storage::Cuda(p), Storage::Cuda(g), Some(buf)) => {
+                        Some(((p, o.p.1), (g, o.g.1), buf, o.n))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        match list {
+            Some(list) if CudaStorage::sgd_foreach(&list, h)? => Ok(()),
+            _ => Err(Error::invalid(
+                "SGD step",
+                "a multi-tensor step needs every parameter, gradient and buffer on one GPU in one float dtype",
+            )),
+        }
+    }
+
     /// One Adam step on many parameters at once (PyTorch's `foreach` form): on a
     /// GPU, in launches of many tensors each (the same arithmetic as
     /// [`adam`](Storage::adam), so the same bits); elsewhere, or where the
@@ -929,5 +967,15 @@ pub(crate) struct AdamOperands<'a> {
     pub g: (&'a Storage, usize),
     pub m: (&'a mut Storage, usize),
     pub v: (&'a mut Storage, usize),
+    pub n: usize,
+}
+
+/// One parameter of [`Storage::sgd_foreach`]: the parameter and its gradient (each a
+/// storage and the element its `n` contiguous values start at), and its momentum
+/// buffer with whether this is its first step.
+pub(crate) struct SgdOperands<'a> {
+    pub p: (&'a mut Storage, usize),
+    pub g: (&'a Storage, usize),
+    pub buf: Option<(&'a mut Storage, usize, bool)>,
     pub n: usize,
 }

@@ -1,8 +1,8 @@
 //! The fused optimizer steps: one pass over each parameter and its state, run by
 //! the parameter's device (the backend chooses the kernel).
 
-pub(crate) use crate::backend::op::AdamStep;
-use crate::backend::{AdamOperands, Storage};
+pub(crate) use crate::backend::op::{AdamStep, SgdStep};
+use crate::backend::{AdamOperands, SgdOperands, Storage};
 use crate::{DType, Device, Result, Tensor};
 
 /// Whether one fused step can update `p`, `m`, `v` from `g`: all four contiguous,
@@ -95,4 +95,56 @@ pub(crate) fn adam_foreach(items: &[[&Tensor; 4]], h: AdamStep) -> Result<Vec<bo
         }
     }
     Ok(done)
+}
+
+/// One parameter of [`sgd_foreach`]: the parameter, its gradient, and its momentum
+/// buffer (without momentum, none) with whether this is the buffer's first step.
+pub(crate) type SgdItem<'a> = (&'a Tensor, &'a Tensor, Option<(&'a Tensor, bool)>);
+
+/// Whether [`sgd_foreach`] can step all of `items`: on one GPU (or `meta`, which
+/// stands for one), f32 or f64, every tensor contiguous, of its parameter's dtype
+/// and size, and every storage in one place only.
+pub(crate) fn sgd_fusable(items: &[SgdItem<'_>]) -> bool {
+    let Some((first, ..)) = items.first() else {
+        return false;
+    };
+    let (dev, dt) = (first.device(), first.dtype());
+    if !matches!(dev, Device::Cuda(_) | Device::Meta) || !matches!(dt, DType::F32 | DType::F64) {
+        return false;
+    }
+    let mut seen = std::collections::HashSet::new();
+    items.iter().all(|&(p, g, buf)| {
+        let ts = [Some(p), Some(g), buf.map(|b| b.0)];
+        ts.iter().flatten().all(|t| {
+            t.device() == dev
+                && t.dtype() == dt
+                && t.is_contiguous()
+                && t.numel() == p.numel()
+                && seen.insert(t.storage_key())
+        })
+    })
+}
+
+/// One SGD step over `items` (checked by [`sgd_fusable`]) in multi-tensor launches
+/// of up to 48 parameters each; on `meta`, nothing to do but record it.
+pub(crate) fn sgd_foreach(items: &[SgdItem<'_>], h: SgdStep) -> Result<()> {
+    let mut ps: Vec<_> = items.iter().map(|(p, ..)| p.write()).collect();
+    let gs: Vec<_> = items.iter().map(|(_, g, _)| g.read()).collect();
+    let mut bufs: Vec<_> = items
+        .iter()
+        .map(|(.., b)| b.map(|(b, first)| (b.write(), b.layout().offset(), first)))
+        .collect();
+    let mut ops: Vec<SgdOperands<'_>> = ps
+        .iter_mut()
+        .zip(gs.iter())
+        .zip(bufs.iter_mut())
+        .zip(items)
+        .map(|(((p, g), b), &(tp, tg, _))| SgdOperands {
+            p: (&mut **p, tp.layout().offset()),
+            g: (&**g, tg.layout().offset()),
+            buf: b.as_mut().map(|(b, off, first)| (&mut **b, *off, *first)),
+            n: tp.numel(),
+        })
+        .collect();
+    Storage::sgd_foreach(&mut ops, &h)
 }

@@ -3,7 +3,7 @@
 
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
-use super::{InitialLrs, Optimizer};
+use super::{fused, InitialLrs, Optimizer};
 use crate::{Error, Result, Tensor};
 
 /// Stochastic gradient descent (`torch.optim.SGD`).
@@ -19,6 +19,8 @@ pub struct Sgd {
     buffers: Vec<Option<Tensor>>,
     /// The rates the first schedule started from (`initial_lr`).
     initial: InitialLrs,
+    /// Multi-tensor steps on GPUs ([`Sgd::foreach`]).
+    foreach: bool,
 }
 
 impl Sgd {
@@ -36,7 +38,81 @@ impl Sgd {
             cycled: None,
             buffers: vec![None; n],
             initial: InitialLrs::default(),
+            foreach: true,
         })
+    }
+
+    /// Whether a step on a GPU updates many parameters per launch (PyTorch's
+    /// `foreach=True`, its default on CUDA, and ember's): weight decay, momentum
+    /// and the update in one kernel, up to 48 parameters per launch, where every
+    /// parameter with a gradient is a contiguous f32 or f64 tensor on one GPU.
+    /// Otherwise, and off, each parameter is updated by tensor operations (up to
+    /// seven each), which can differ from the fused step in the last bit.
+    pub fn foreach(mut self, on: bool) -> Sgd {
+        self.foreach = on;
+        self
+    }
+
+    /// The step in multi-tensor launches, when every parameter qualifies
+    /// ([`fused::sgd_fusable`]); `Ok(false)` (nothing done) otherwise.
+    fn foreach_step(&mut self, momentum: f64) -> Result<bool> {
+        let live: Vec<(usize, Tensor, Tensor)> = self
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.grad().map(|g| (i, p.clone(), g)))
+            .collect();
+        let uses_buffer = momentum != 0.0;
+        let items: Vec<fused::SgdItem<'_>> = live
+            .iter()
+            .map(|(i, p, g)| {
+                let buf = self.buffers[*i].as_ref().filter(|_| uses_buffer);
+                (p, g, buf.map(|b| (b, false)))
+            })
+            .collect();
+        // (a buffer made below is a fresh contiguous tensor like its parameter)
+        if !fused::sgd_fusable(&items) {
+            return Ok(false);
+        }
+        drop(items);
+        // buffers made at their first step (written from the gradient there)
+        let mut made: Vec<Option<Tensor>> = Vec::with_capacity(live.len());
+        for (i, p, _) in &live {
+            made.push(if uses_buffer && self.buffers[*i].is_none() {
+                Some(p.zeros_like()?)
+            } else {
+                None
+            });
+        }
+        let items: Vec<fused::SgdItem<'_>> = live
+            .iter()
+            .zip(&made)
+            .map(|((i, p, g), new)| {
+                let buf = match new {
+                    Some(b) => Some((b, true)),
+                    None => self.buffers[*i]
+                        .as_ref()
+                        .filter(|_| uses_buffer)
+                        .map(|b| (b, false)),
+                };
+                (p, g, buf)
+            })
+            .collect();
+        let h = fused::SgdStep {
+            lr: self.lr,
+            momentum,
+            dampening: self.dampening,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov,
+        };
+        fused::sgd_foreach(&items, h)?;
+        drop(items);
+        for ((i, ..), new) in live.iter().zip(made) {
+            if let Some(b) = new {
+                self.buffers[*i] = Some(b);
+            }
+        }
+        Ok(true)
     }
 
     /// Momentum factor (0 disables it; negative or not finite is an error).
@@ -149,6 +225,9 @@ impl Optimizer for Sgd {
         let _ng = crate::no_grad_guard();
         let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
         let momentum = self.cycled.unwrap_or(self.momentum);
+        if self.foreach && self.foreach_step(momentum)? {
+            return Ok(());
+        }
         for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
             let Some(mut g) = p.grad() else { continue };
             if self.weight_decay != 0.0 {

@@ -531,3 +531,92 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
     }
     Ok(())
 }
+
+/// SGD's multi-tensor step on a GPU (`foreach`, the default: weight decay,
+/// momentum and the update in one kernel, up to 48 parameters per launch) against
+/// the same steps on the CPU, made of tensor operations: plain, with momentum,
+/// dampening and weight decay, and Nesterov; 61 parameters (two launches) of sizes
+/// from 1 to past two chunks, one without a gradient in the first step (its buffer
+/// starts later, from its gradient, as PyTorch's does), over three steps.
+#[test]
+fn foreach_sgd_matches_the_cpu() -> Result<()> {
+    use ember::optim::{Optimizer, Sgd};
+    let Some(dev) = gpu("foreach_sgd_matches_the_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    // (momentum, dampening, weight decay, nesterov)
+    let configs = [
+        (0.0, 0.0, 0.0, false),
+        (0.9, 0.1, 1e-2, false),
+        (0.8, 0.0, 5e-3, true),
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        for (momentum, dampening, wd, nesterov) in configs {
+            ember::manual_seed(4);
+            let sizes: Vec<usize> = (0..60)
+                .map(|i| 1 + (i * 613) % 2500)
+                .chain([150_000])
+                .collect();
+            let init: Vec<Tensor> = sizes
+                .iter()
+                .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
+                .collect::<Result<_>>()?;
+            let grads: Vec<Vec<Tensor>> = (0..3)
+                .map(|_| {
+                    sizes
+                        .iter()
+                        .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
+                        .collect()
+                })
+                .collect::<Result<_>>()?;
+            let run = |on: &Device| -> Result<(Vec<Vec<f64>>, u64)> {
+                let params: Vec<Tensor> = init
+                    .iter()
+                    .map(|t| t.to(on)?.requires_grad_(true))
+                    .collect::<Result<_>>()?;
+                let mut opt = Sgd::new(params.clone(), 0.05)?
+                    .momentum(momentum)?
+                    .dampening(dampening)?
+                    .weight_decay(wd)?
+                    .nesterov(nesterov)?;
+                let ((), profile) = ember::profiler::profile(|| {
+                    for (s, step) in grads.iter().enumerate() {
+                        for (i, (p, g)) in params.iter().zip(step).enumerate() {
+                            // parameter 7 has no gradient in the first step
+                            p.set_grad((s > 0 || i != 7).then(|| g.to(on)).transpose()?);
+                        }
+                        opt.step()?;
+                    }
+                    Ok(())
+                })?;
+                let fused = profile
+                    .key_averages()
+                    .get_kind("sgd_foreach", ember::profiler::EventKind::Op)
+                    .map_or(0, |r| r.count);
+                let values = params
+                    .iter()
+                    .map(|p| p.to_dtype(DType::F64)?.to_vec::<f64>())
+                    .collect::<Result<_>>()?;
+                Ok((values, fused as u64))
+            };
+            let (gpu_values, fused) = run(&dev)?;
+            let (cpu_values, cpu_fused) = run(&Device::Cpu)?;
+            assert_eq!(
+                (fused, cpu_fused),
+                (3, 0),
+                "one multi-tensor step each time on the GPU only"
+            );
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+            for (i, (a, b)) in gpu_values.iter().zip(&cpu_values).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= tol * (1.0 + y.abs()),
+                        "{dtype} momentum {momentum} nesterov {nesterov}: parameter {i}: {x} against {y}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

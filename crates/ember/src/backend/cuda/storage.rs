@@ -4,7 +4,7 @@ use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
     channel_shape, scan_shape, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, UnaryOp,
+    Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -130,6 +130,16 @@ pub(crate) type AdamOnGpu<'a> = (
     usize,
 );
 
+/// One parameter of [`CudaStorage::sgd_foreach`]: parameter and gradient with the
+/// element each starts at, the momentum buffer (with its first element and
+/// whether this is its first step), and their length.
+pub(crate) type SgdOnGpu<'a> = (
+    (&'a CudaStorage, usize),
+    (&'a CudaStorage, usize),
+    Option<(&'a CudaStorage, usize, bool)>,
+    usize,
+);
+
 impl CudaStorage {
     /// One Adam step over `list` in multi-tensor launches, when every operand is
     /// on one GPU in one float dtype (f32/f64); `Ok(false)` (nothing done)
@@ -160,6 +170,36 @@ impl CudaStorage {
             })
             .collect();
         ops::adam_multi(dev, dt, &tensors, h)?;
+        Ok(true)
+    }
+
+    /// One SGD step over `list` in multi-tensor launches, when every operand is on
+    /// one GPU in one float dtype (f32/f64); `Ok(false)` (nothing done) otherwise.
+    pub(crate) fn sgd_foreach(list: &[SgdOnGpu<'_>], h: &SgdStep) -> Result<bool> {
+        let Some(((first, _), ..)) = list.first() else {
+            return Ok(true);
+        };
+        let (dev, dt) = (first.dev(), first.dtype());
+        let same = |s: &CudaStorage| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt;
+        let ok = list
+            .iter()
+            .all(|(p, g, buf, _)| same(p.0) && same(g.0) && buf.is_none_or(|(b, _, _)| same(b)));
+        if !matches!(dt, DType::F32 | DType::F64) || !ok {
+            return Ok(false);
+        }
+        let sz = dt.size_in_bytes() as u64;
+        let at = |s: &CudaStorage, off: usize| s.ptr() + off as u64 * sz;
+        let tensors: Vec<ops::SgdTensor> = list
+            .iter()
+            .map(|&(p, g, buf, n)| ops::SgdTensor {
+                p: at(p.0, p.1),
+                g: at(g.0, g.1),
+                buf: buf.map_or(0, |(b, off, _)| at(b, off)),
+                n,
+                first: buf.is_some_and(|(_, _, first)| first),
+            })
+            .collect();
+        ops::sgd_multi(dev, dt, &tensors, h)?;
         Ok(true)
     }
 

@@ -13,3 +13,13 @@ pub(crate) struct AdamStep {
     pub weight_decay: f64,
     pub decoupled: bool,
 }
+
+/// SGD's constants for one step (`torch.optim.SGD`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SgdStep {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+}

@@ -286,6 +286,76 @@ pub(crate) fn adam_multi(
     Ok(())
 }
 
+/// Tensors one multi-tensor SGD launch takes (`SGD_LIST` in kernels/nn.cu).
+const SGD_LIST: usize = 48;
+
+/// `struct SgdList` of kernels/nn.cu, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SgdList {
+    p: [u64; SGD_LIST],
+    g: [u64; SGD_LIST],
+    buf: [u64; SGD_LIST],
+    n: [i64; SGD_LIST],
+    first_chunk: [i64; SGD_LIST + 1],
+    first_step: [i64; SGD_LIST],
+    count: i64,
+}
+
+/// One tensor of a multi-tensor SGD step: the device addresses of the parameter,
+/// its gradient and its momentum buffer (0 without momentum), their length, and
+/// whether this is the buffer's first step (written from the gradient).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SgdTensor {
+    pub p: u64,
+    pub g: u64,
+    pub buf: u64,
+    pub n: usize,
+    pub first: bool,
+}
+
+/// One SGD step over many tensors of one dtype on `dev`, up to `SGD_LIST` per
+/// launch, chunked as [`adam_multi`]'s.
+pub(crate) fn sgd_multi(
+    dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
+    dtype: DType,
+    tensors: &[SgdTensor],
+    h: &crate::backend::op::SgdStep,
+) -> Result<()> {
+    let name = format!("sgd_multi_{}", suffix(dtype));
+    let nesterov = h.nesterov as i32;
+    for group in tensors.chunks(SGD_LIST) {
+        let mut l = SgdList {
+            p: [0; SGD_LIST],
+            g: [0; SGD_LIST],
+            buf: [0; SGD_LIST],
+            n: [0; SGD_LIST],
+            first_chunk: [0; SGD_LIST + 1],
+            first_step: [0; SGD_LIST],
+            count: group.len() as i64,
+        };
+        let mut chunks = 0usize;
+        for (i, t) in group.iter().enumerate() {
+            (l.p[i], l.g[i], l.buf[i], l.n[i]) = (t.p, t.g, t.buf, t.n as i64);
+            l.first_step[i] = t.first as i64;
+            l.first_chunk[i] = chunks as i64;
+            chunks += t.n.div_ceil(ADAM_CHUNK);
+        }
+        l.first_chunk[group.len()] = chunks as i64;
+        let grid = dev.grid_for(chunks * super::THREADS as usize, super::THREADS);
+        super::launch_blocks(
+            dev,
+            "nn",
+            dtype,
+            &name,
+            chunks,
+            (grid, 0),
+            &mut args![l, h.lr, h.momentum, h.dampening, h.weight_decay, nesterov],
+        )?;
+    }
+    Ok(())
+}
+
 /// `a · b` for integer dtypes with ember's kernel: `(batch, m, k, n)` sizes over the
 /// broadcast layouts `la` (batch + [m, k]) and `lb` (batch + [k, n]).
 pub(crate) fn matmul_int(
