@@ -863,6 +863,70 @@ impl Storage {
 
     // ---- fused optimizer steps
 
+    /// The 2-norm of each of `items` (storage, first element, length: contiguous,
+    /// of one float dtype on one device), in the statistics dtype: two launches
+    /// per 48 tensors on a GPU, which meta allocates as. `None` on other devices
+    /// (and dtypes), where the caller computes the norms one by one.
+    pub(crate) fn foreach_norms(items: &[(&Storage, usize, usize)]) -> Result<Option<Storage>> {
+        let Some(&(first, ..)) = items.first() else {
+            return Ok(None);
+        };
+        let n: usize = items.iter().map(|i| i.2).sum();
+        let _rec = record!(first, Name::Static("foreach_norm"), &[n]);
+        let cuda: Option<Vec<_>> = items
+            .iter()
+            .map(|&(s, off, len)| match s {
+                Storage::Cuda(c) => Some((c, off, len)),
+                _ => None,
+            })
+            .collect();
+        if let Some(list) = cuda {
+            return Ok(CudaStorage::foreach_norms(&list)?.map(Storage::Cuda));
+        }
+        let meta = matches!(first.dtype(), DType::F32 | DType::F64)
+            && items
+                .iter()
+                .all(|(s, ..)| matches!(s, Storage::Meta(_)) && s.dtype() == first.dtype());
+        if meta {
+            let lengths: Vec<usize> = items.iter().map(|i| i.2).collect();
+            return Ok(Some(Storage::Meta(MetaStorage::foreach_norms(
+                first.dtype(),
+                &lengths,
+            )?)));
+        }
+        Ok(None)
+    }
+
+    /// Multiplies each of `items` in place by `min(1, max_norm / (total +
+    /// 1e-6))`, `total` one element of the statistics dtype on their device
+    /// (read there), in launches of 48 tensors on a GPU; nothing to do on meta.
+    /// `Ok(false)` (nothing done) elsewhere.
+    pub(crate) fn foreach_clip_scale(
+        items: &mut [(&mut Storage, usize, usize)],
+        (total, total_offset): (&Storage, usize),
+        max_norm: f64,
+    ) -> Result<bool> {
+        let Some((first, ..)) = items.first() else {
+            return Ok(true);
+        };
+        let n: usize = items.iter().map(|i| i.2).sum();
+        let _rec = record!(&**first, Name::Static("foreach_clip"), &[n]);
+        if let Storage::Cuda(t) = total {
+            let cuda: Option<Vec<_>> = items
+                .iter()
+                .map(|(s, off, len)| match &**s {
+                    Storage::Cuda(c) => Some((c, *off, *len)),
+                    _ => None,
+                })
+                .collect();
+            if let Some(list) = cuda {
+                return CudaStorage::foreach_clip_scale(&list, (t, total_offset), max_norm);
+            }
+        }
+        Ok(matches!(total, Storage::Meta(_))
+            && items.iter().all(|(s, ..)| matches!(&**s, Storage::Meta(_))))
+    }
+
     /// One SGD step on many parameters at once (see [`SgdOperands`]): on a GPU in
     /// multi-tensor launches; on `meta` nothing (the step is in place). Other
     /// devices are refused: their SGD is made of tensor operations.

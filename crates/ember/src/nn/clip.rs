@@ -24,6 +24,19 @@ pub fn clip_grad_norm_(
                 .unwrap_or(crate::Device::Cpu);
             return Tensor::zeros((), crate::DType::F32, &dev);
         };
+        // on a GPU, for the 2-norm, in a few launches for all the gradients
+        // (PyTorch's foreach form): each gradient's norm, their norm, the scaling
+        if norm_type == 2.0 {
+            if let Some(norms) = Tensor::foreach_norms(&grads)? {
+                let total = norms.vector_norm(2.0, Vec::<i64>::new(), false)?;
+                check_finite(&total, norm_type, error_if_nonfinite)?;
+                if Tensor::foreach_clip_(&grads, &total, max_norm)? {
+                    return Ok(total);
+                }
+                scale(&grads, &total, max_norm)?;
+                return Ok(total);
+            }
+        }
         // the norm of the per-gradient norms is the norm of all their elements
         let norms: Vec<Tensor> = grads
             .iter()
@@ -35,20 +48,33 @@ pub fn clip_grad_norm_(
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = norms.iter().collect();
         let total = Tensor::stack(&refs, 0)?.vector_norm(norm_type, Vec::<i64>::new(), false)?;
-        if error_if_nonfinite && !total.isfinite()?.item::<bool>()? {
-            return Err(Error::invalid(
-                "clip_grad_norm_",
-                format!(
-                    "The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
-                ),
-            ));
-        }
-        let coef = total.add(1e-6)?.recip()?.mul(max_norm)?.clamp_max(1.0)?;
-        for g in &grads {
-            g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
-        }
+        check_finite(&total, norm_type, error_if_nonfinite)?;
+        scale(&grads, &total, max_norm)?;
         Ok(total)
     })
+}
+
+/// With `error_if_nonfinite`, refuses a NaN or infinite `total` (reading it back).
+fn check_finite(total: &Tensor, norm_type: f64, error_if_nonfinite: bool) -> Result<()> {
+    if error_if_nonfinite && !total.isfinite()?.item::<bool>()? {
+        return Err(Error::invalid(
+            "clip_grad_norm_",
+            format!(
+                "The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Multiplies each of `grads` in place by `min(1, max_norm / (total + 1e-6))`, one
+/// by one.
+fn scale(grads: &[Tensor], total: &Tensor, max_norm: f64) -> Result<()> {
+    let coef = total.add(1e-6)?.recip()?.mul(max_norm)?.clamp_max(1.0)?;
+    for g in grads {
+        g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
+    }
+    Ok(())
 }
 
 /// Clamps every gradient of `params` into `[-clip_value, clip_value]` in place

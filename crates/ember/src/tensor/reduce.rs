@@ -5,6 +5,7 @@ use super::shape::{dim_list, IntoDims};
 use super::{Storages, Tensor};
 use crate::autograd::Saved;
 use crate::backend::op::ReduceOp;
+use crate::backend::Storage;
 use crate::layout::{normalize_dim, Dims};
 use crate::{DType, Error, Result};
 
@@ -518,4 +519,60 @@ impl Tensor {
             ),
         ))
     }
+}
+
+impl Tensor {
+    /// The 2-norm of each of `tensors` as a `[len]` tensor in the statistics dtype
+    /// (multi-tensor launches on a GPU: PyTorch's `_foreach_norm`), or `None` where
+    /// they do not qualify: all on one GPU (or meta), of one dtype, f32 or f64,
+    /// contiguous, each storage once.
+    pub(crate) fn foreach_norms(tensors: &[Tensor]) -> Result<Option<Tensor>> {
+        if !foreach_fusable(tensors) {
+            return Ok(None);
+        }
+        let guards: Vec<_> = tensors.iter().map(Tensor::read).collect();
+        let items: Vec<(&Storage, usize, usize)> = guards
+            .iter()
+            .zip(tensors)
+            .map(|(g, t)| (&**g, t.layout().offset(), t.numel()))
+            .collect();
+        let norms = Storage::foreach_norms(&items)?;
+        Ok(norms.map(|s| Tensor::from_storage(s, &[tensors.len()])))
+    }
+
+    /// Multiplies every one of `tensors` (as [`foreach_norms`](Self::foreach_norms)
+    /// takes them) in place by `min(1, max_norm / (total + 1e-6))`, with `total` a
+    /// one-element tensor of the statistics dtype on their device, read there.
+    /// `Ok(false)` (nothing done) where they do not qualify.
+    pub(crate) fn foreach_clip_(tensors: &[Tensor], total: &Tensor, max_norm: f64) -> Result<bool> {
+        if !foreach_fusable(tensors) || total.numel() != 1 || !total.is_contiguous() {
+            return Ok(false);
+        }
+        let t = total.read();
+        let mut guards: Vec<_> = tensors.iter().map(Tensor::write).collect();
+        let mut items: Vec<(&mut Storage, usize, usize)> = guards
+            .iter_mut()
+            .zip(tensors)
+            .map(|(g, t)| (&mut **g, t.layout().offset(), t.numel()))
+            .collect();
+        Storage::foreach_clip_scale(&mut items, (&t, total.layout().offset()), max_norm)
+    }
+}
+
+/// Whether the multi-tensor ops take `tensors`: on one GPU or meta, one dtype (f32
+/// or f64), contiguous, every storage once.
+fn foreach_fusable(tensors: &[Tensor]) -> bool {
+    let Some(first) = tensors.first() else {
+        return false;
+    };
+    let (dev, dt) = (first.device(), first.dtype());
+    let mut seen = std::collections::HashSet::new();
+    matches!(dev, crate::Device::Cuda(_) | crate::Device::Meta)
+        && matches!(dt, DType::F32 | DType::F64)
+        && tensors.iter().all(|t| {
+            t.device() == dev
+                && t.dtype() == dt
+                && t.is_contiguous()
+                && seen.insert(t.storage_key())
+        })
 }

@@ -620,3 +620,71 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
     }
     Ok(())
 }
+
+/// Gradient clipping by the 2-norm on a GPU takes the multi-tensor form (each
+/// gradient's norm and the scaling in launches of 48 tensors; PyTorch's foreach):
+/// against the CPU's one-by-one clipping over 61 gradients of sizes from 1 to
+/// past two chunks, clipped (max norm below the total) and not.
+#[test]
+fn foreach_clipping_matches_the_cpu() -> Result<()> {
+    let Some(dev) = gpu("foreach_clipping_matches_the_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    for dtype in [DType::F32, DType::F64] {
+        for max_norm in [1.0, 1e6] {
+            ember::manual_seed(6);
+            let sizes: Vec<usize> = (0..60)
+                .map(|i| 1 + (i * 733) % 2600)
+                .chain([140_000])
+                .collect();
+            let grads: Vec<Tensor> = sizes
+                .iter()
+                .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
+                .collect::<Result<_>>()?;
+            let run = |on: &Device| -> Result<(f64, Vec<Vec<f64>>, usize)> {
+                let params: Vec<Tensor> = grads
+                    .iter()
+                    .map(|g| {
+                        let p = g.zeros_like()?.to(on)?.requires_grad_(true)?;
+                        p.set_grad(Some(g.to(on)?));
+                        Ok(p)
+                    })
+                    .collect::<Result<_>>()?;
+                let (total, profile) = ember::profiler::profile(|| {
+                    ember::nn::clip_grad_norm_(&params, max_norm, 2.0, false)
+                })?;
+                let fused = profile
+                    .key_averages()
+                    .get_kind("foreach_clip", ember::profiler::EventKind::Op)
+                    .map_or(0, |r| r.count);
+                let clipped = params
+                    .iter()
+                    .map(|p| p.grad().unwrap().to_dtype(DType::F64)?.to_vec::<f64>())
+                    .collect::<Result<_>>()?;
+                Ok((total.to_dtype(DType::F64)?.item::<f64>()?, clipped, fused))
+            };
+            let (total, clipped, fused) = run(&dev)?;
+            let (cpu_total, cpu_clipped, cpu_fused) = run(&Device::Cpu)?;
+            assert_eq!(
+                (fused, cpu_fused),
+                (1, 0),
+                "the multi-tensor form on the GPU only"
+            );
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+            assert!(
+                (total - cpu_total).abs() <= tol * cpu_total,
+                "{dtype}: total {total} against {cpu_total}"
+            );
+            for (i, (a, b)) in clipped.iter().zip(&cpu_clipped).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= tol * (1.0 + y.abs()),
+                        "{dtype} max_norm {max_norm}: gradient {i}: {x} against {y}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -203,6 +203,33 @@ impl CudaStorage {
         Ok(true)
     }
 
+    /// The 2-norm of each of `list` (storage, first element, length), when all are
+    /// on one GPU in one float dtype (f32/f64), in [`stat_dtype`]; `None`
+    /// otherwise.
+    pub(crate) fn foreach_norms(
+        list: &[(&CudaStorage, usize, usize)],
+    ) -> Result<Option<CudaStorage>> {
+        let Some((dev, dt, tensors)) = foreach_addresses(list) else {
+            return Ok(None);
+        };
+        ops::foreach_norms(dev, dt, &tensors).map(Some)
+    }
+
+    /// Multiplies each of `list` in place by `min(1, max_norm / (total + 1e-6))`
+    /// (`total`: one element in [`stat_dtype`] on the device); `Ok(false)`
+    /// (nothing done) unless all are on one GPU in one float dtype (f32/f64).
+    pub(crate) fn foreach_clip_scale(
+        list: &[(&CudaStorage, usize, usize)],
+        total: (&CudaStorage, usize),
+        max_norm: f64,
+    ) -> Result<bool> {
+        let Some((dev, dt, tensors)) = foreach_addresses(list) else {
+            return Ok(false);
+        };
+        ops::foreach_clip_scale(dev, dt, &tensors, total, max_norm)?;
+        Ok(true)
+    }
+
     /// Whether f16/bf16 convolutions of `s` run in this storage's dtype (through
     /// cuDNN) rather than in float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
@@ -521,4 +548,27 @@ impl BackendStorage for CudaStorage {
 fn row_counts(l: &Layout) -> (usize, usize) {
     let (rows, row) = l.shape().split_at(l.rank().saturating_sub(1));
     (rows.iter().product(), row.first().copied().unwrap_or(1))
+}
+
+/// The device, dtype and (address, length) of each of `list`, when all share one
+/// GPU and one dtype, f32 or f64.
+fn foreach_addresses<'a>(
+    list: &[(&'a CudaStorage, usize, usize)],
+) -> Option<(&'a Arc<CudaDev>, DType, Vec<(u64, usize)>)> {
+    let (first, ..) = list.first()?;
+    let (dev, dt) = (first.dev(), first.dtype());
+    let same = list
+        .iter()
+        .all(|(s, ..)| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt);
+    if !same || !matches!(dt, DType::F32 | DType::F64) {
+        return None;
+    }
+    let sz = dt.size_in_bytes() as u64;
+    Some((
+        dev,
+        dt,
+        list.iter()
+            .map(|&(s, off, n)| (s.ptr() + off as u64 * sz, n))
+            .collect(),
+    ))
 }

@@ -10,8 +10,8 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, UnaryOp,
+    channel_shape, norm_chunks, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
+    ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -38,6 +38,18 @@ impl std::fmt::Debug for MetaStorage {
 }
 
 impl MetaStorage {
+    /// What CUDA's multi-tensor norms allocate for tensors of `lengths` in `dtype`:
+    /// the norms (returned) and, per launch, the chunks' partial sums, freed at
+    /// once.
+    pub(crate) fn foreach_norms(dtype: DType, lengths: &[usize]) -> Result<MetaStorage> {
+        let acc = stat_dtype(dtype);
+        let norms = MetaStorage::new(acc, lengths.len())?;
+        for chunks in norm_chunks(lengths) {
+            MetaStorage::workspace(acc, chunks)?;
+        }
+        Ok(norms)
+    }
+
     /// A storage of `len` elements of `dtype` (reported to this thread's hook).
     pub fn new(dtype: DType, len: usize) -> Result<MetaStorage> {
         MetaStorage::reported(dtype, len, false)

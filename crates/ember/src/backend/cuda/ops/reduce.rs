@@ -3,7 +3,7 @@
 
 use super::{base_ptr, launch_rows, launch_rows_shared, new_out, suffix, KLayout, THREADS};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
+use crate::backend::op::{stat_dtype, ReduceCode, ScanOp, NORM_CHUNK, NORM_LIST};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -572,4 +572,106 @@ mod tests {
         assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
         assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
     }
+}
+
+/// `struct NormList` of kernels/reduce.cu, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct NormList {
+    t: [u64; NORM_LIST],
+    n: [i64; NORM_LIST],
+    first_chunk: [i64; NORM_LIST + 1],
+    count: i64,
+}
+
+/// The lists of [`NormList`]s that cover `tensors` (device address, length), each
+/// with its number of chunks.
+fn norm_lists(tensors: &[(u64, usize)]) -> Vec<(NormList, usize)> {
+    tensors
+        .chunks(NORM_LIST)
+        .map(|group| {
+            let mut l = NormList {
+                t: [0; NORM_LIST],
+                n: [0; NORM_LIST],
+                first_chunk: [0; NORM_LIST + 1],
+                count: group.len() as i64,
+            };
+            let mut chunks = 0usize;
+            for (i, &(ptr, n)) in group.iter().enumerate() {
+                (l.t[i], l.n[i]) = (ptr, n as i64);
+                l.first_chunk[i] = chunks as i64;
+                chunks += n.div_ceil(NORM_CHUNK);
+            }
+            l.first_chunk[group.len()] = chunks as i64;
+            (l, chunks)
+        })
+        .collect()
+}
+
+/// The 2-norm of each of `tensors` (device addresses of contiguous `dtype`
+/// arrays, and their lengths) on `dev`, as a new array in [`stat_dtype`]: two
+/// launches per 48 tensors, the chunks' partial sums in a buffer freed after.
+pub(crate) fn foreach_norms(
+    dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
+    dtype: DType,
+    tensors: &[(u64, usize)],
+) -> Result<CudaStorage> {
+    let acc = stat_dtype(dtype);
+    let norms = new_out(dev, acc, tensors.len())?;
+    let sfx = suffix(dtype);
+    let mut done = 0usize;
+    for (l, chunks) in norm_lists(tensors) {
+        let partial = new_out(dev, acc, chunks)?;
+        let (pp, pn) = (
+            partial.ptr(),
+            norms.ptr() + (done * acc.size_in_bytes()) as u64,
+        );
+        let grid = dev.grid_for(chunks * THREADS as usize, THREADS);
+        super::launch_blocks(
+            dev,
+            "reduce",
+            dtype,
+            &format!("clip_sumsq_{sfx}"),
+            chunks,
+            (grid, 0),
+            &mut args![l, pp],
+        )?;
+        super::launch_n(
+            dev,
+            "reduce",
+            dtype,
+            &format!("clip_norms_{sfx}"),
+            l.count as usize,
+            &mut args![l, pp, pn],
+        )?;
+        done += l.count as usize;
+    }
+    Ok(norms)
+}
+
+/// Multiplies each of `tensors` (as in [`foreach_norms`]) in place by
+/// `min(1, max_norm / (total + 1e-6))`, `total` being a one-element array in
+/// [`stat_dtype`] on the device (read there: no host wait).
+pub(crate) fn foreach_clip_scale(
+    dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
+    dtype: DType,
+    tensors: &[(u64, usize)],
+    (total, total_offset): (&CudaStorage, usize),
+    max_norm: f64,
+) -> Result<()> {
+    let pt = base_ptr(total, total_offset);
+    let name = format!("clip_scale_{}", suffix(dtype));
+    for (l, chunks) in norm_lists(tensors) {
+        let grid = dev.grid_for(chunks * THREADS as usize, THREADS);
+        super::launch_blocks(
+            dev,
+            "reduce",
+            dtype,
+            &name,
+            chunks,
+            (grid, 0),
+            &mut args![l, pt, max_norm],
+        )?;
+    }
+    Ok(())
 }
