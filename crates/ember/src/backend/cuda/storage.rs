@@ -550,11 +550,12 @@ fn row_counts(l: &Layout) -> (usize, usize) {
     (rows.iter().product(), row.first().copied().unwrap_or(1))
 }
 
+/// A device, a dtype, and the (address, length) of tensors there.
+type Addresses<'a> = (&'a Arc<CudaDev>, DType, Vec<(u64, usize)>);
+
 /// The device, dtype and (address, length) of each of `list`, when all share one
 /// GPU and one dtype, f32 or f64.
-fn foreach_addresses<'a>(
-    list: &[(&'a CudaStorage, usize, usize)],
-) -> Option<(&'a Arc<CudaDev>, DType, Vec<(u64, usize)>)> {
+fn foreach_addresses<'a>(list: &[(&'a CudaStorage, usize, usize)]) -> Option<Addresses<'a>> {
     let (first, ..) = list.first()?;
     let (dev, dt) = (first.dev(), first.dtype());
     let same = list
