@@ -15,7 +15,7 @@ use ember::prelude::*;
 fn main() -> ember::Result<()> {
     let (batch, width, heads) = (8, 256, 8);
     println!("training one encoder layer (width {width}, {heads} heads, batch {batch}), Adam:");
-    for len in [128usize, 512, 1024, 2048] {
+    for len in [128usize, 512, 1024, 2048, 4096, 8192] {
         let est = Estimator::new(move |dev: &Device| {
             let opts = TransformerOptions {
                 dim_feedforward: 4 * width,

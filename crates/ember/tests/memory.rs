@@ -806,3 +806,41 @@ fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
     );
     Ok(())
 }
+
+/// The memory-saving attention's memory grows linearly with the length: training
+/// one encoder layer (width 256, 8 heads, batch 8, Adam) at 8192 tokens needs at
+/// most 4.2 times what it needs at 2048 (keeping the weights it needs 16 times:
+/// the `[L, L]` scores), because rows longer than the group budget are cut into
+/// blocks of queries.
+#[test]
+fn the_memory_saving_attention_grows_linearly_with_the_length() -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    use ember::nn::{TransformerEncoderLayer, TransformerOptions};
+    let (batch, width, heads) = (8, 256, 8);
+    let peak = |len: usize, path| -> Result<f64> {
+        let est = Estimator::new(move |dev: &Device| {
+            let opts = TransformerOptions {
+                dim_feedforward: 4 * width,
+                dropout: 0.0,
+                batch_first: true,
+                ..Default::default()
+            };
+            TransformerEncoderLayer::new(width, heads, opts, dev)
+        })
+        .input([len, width])
+        .loss(|y: &Tensor, _targets: &Tensor| y.square()?.mean_all());
+        let e = with_attention_path(path, || est.estimate(batch))?;
+        Ok(e.peak_allocated as f64)
+    };
+    let saving = |len| peak(len, AttentionPath::MemoryEfficient);
+    let (short, long) = (saving(2048)?, saving(8192)?);
+    eprintln!(
+        "memory-saving attention: {:.0} MiB at 2048 tokens, {:.0} MiB at 8192",
+        short / (1 << 20) as f64,
+        long / (1 << 20) as f64
+    );
+    assert!(long <= 4.2 * short, "{long} bytes at 8192 against {short} at 2048");
+    let plain = peak(8192, AttentionPath::Math)? / peak(2048, AttentionPath::Math)?;
+    assert!(plain > 12.0, "keeping the weights grows {plain} times");
+    Ok(())
+}

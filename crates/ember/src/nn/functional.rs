@@ -761,11 +761,15 @@ pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
 
 /// Attention that keeps no `[L, S]` matrix for backward (where
 /// [`attention_path`] asks for it): `softmax(q·kᵀ·scale + biases)·v` computed a
-/// group of heads at a time (at most about 4M scores at once by default),
-/// saving only the inputs, the output and each row's log-sum-exp; the backward
-/// recomputes each group's weights from them (the memory-efficient attention of
-/// the GPU libraries, written with tensor ops so that every device runs it). The
-/// group size is [`with_attention_group_scores`]'s.
+/// group of heads at a time (at most about 4M scores at once by default; a head
+/// whose `L·S` scores exceed that, a block of its queries at a time, so that
+/// memory grows linearly with the length), saving only the inputs, the output
+/// and each row's log-sum-exp; the backward recomputes each group's weights from
+/// them (the memory-efficient attention of the GPU libraries, written with tensor
+/// ops so that every device runs it), summing the keys' and values' gradients
+/// over a head's query blocks as they come. Each group's results are copied to
+/// their place as it finishes. The group size is
+/// [`with_attention_group_scores`]'s.
 ///
 /// Each of `biases` is additive (`-inf` where a key is masked), without a gradient,
 /// in the inputs' dtype, and broadcasts to the batch + `[L, S]` (a key padding
@@ -855,8 +859,16 @@ pub(crate) fn attention_saving_memory(
     } else {
         0
     };
-    let per = (GROUP_SCORES.with(|p| p.get()) / (l * s)).max(1);
-    let groups = plan_groups(&dims, l, s, per, &padded, seed)?;
+    let budget = GROUP_SCORES.with(|p| p.get());
+    let per = (budget / (l * s)).max(1);
+    // a row of the batch whose scores exceed the budget is cut along its queries
+    // too, so that memory grows linearly with the length
+    let block = if l * s > budget {
+        (budget / s).clamp(1, l)
+    } else {
+        l
+    };
+    let groups = plan_groups(&dims, (l, block), s, per, &padded, seed)?;
     // half types are computed in float32, a group at a time
     let cdt = if dt == DType::F64 {
         DType::F64
@@ -871,21 +883,19 @@ pub(crate) fn attention_saving_memory(
     );
     let (out, lse) = crate::no_grad(|| {
         crate::tensor::autocast::without(|| -> Result<(Tensor, Tensor)> {
-            let (mut outs, mut lses) = (Vec::new(), Vec::new());
+            let (mut outs, mut lses) = (Assembled::new(n, l), Assembled::new(n, l));
             for g in &groups {
-                let qc = g.rows(&q3)?.to_dtype(cdt)?;
+                let qc = g.query_rows(&q3)?.to_dtype(cdt)?;
                 let kc = g.rows(&k3)?.to_dtype(cdt)?;
                 let (w, m) = group_weights(&qc, &kc, g, None, scale, empty_rows_zero)?;
                 let w = match dropout {
                     Some(p) => w.mul(&g.keep(p, cdt, &dev)?)?,
                     None => w,
                 };
-                outs.push(w.matmul(&g.rows(&v3)?.to_dtype(cdt)?)?);
-                lses.push(m);
+                outs.put(g, &w.matmul(&g.rows(&v3)?.to_dtype(cdt)?)?)?;
+                lses.put(g, &m)?;
             }
-            let outs: Vec<&Tensor> = outs.iter().collect();
-            let lses: Vec<&Tensor> = lses.iter().collect();
-            Ok((Tensor::cat(&outs, 0)?.to_dtype(dt)?, Tensor::cat(&lses, 0)?))
+            Ok((outs.take()?.to_dtype(dt)?, lses.take()?))
         })
     })?;
     let mut shape = batch.to_vec();
@@ -905,15 +915,16 @@ pub(crate) fn attention_saving_memory(
                     let v3 = vsv.get()?.reshape([n, s, ev])?;
                     let g = g.reshape([n, l, ev])?;
                     let o = y.get()?.reshape([n, l, ev])?;
-                    let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+                    let mut dqs = Assembled::new(n, l);
+                    let (mut dks, mut dvs): (Vec<Tensor>, Vec<Tensor>) = (Vec::new(), Vec::new());
                     for grp in &groups {
-                        let qc = grp.rows(&q3)?.to_dtype(cdt)?;
+                        let qc = grp.query_rows(&q3)?.to_dtype(cdt)?;
                         let kc = grp.rows(&k3)?.to_dtype(cdt)?;
                         let vc = grp.rows(&v3)?.to_dtype(cdt)?;
-                        let gc = grp.rows(&g)?.to_dtype(cdt)?;
+                        let gc = grp.query_rows(&g)?.to_dtype(cdt)?;
                         // D = rowsum(dO ∘ O): the softmax backward's row term (also
                         // with dropout, O being the dropped weights' product)
-                        let dc = gc.mul(&grp.rows(&o)?.to_dtype(cdt)?)?.sum(-1, true)?;
+                        let dc = gc.mul(&grp.query_rows(&o)?.to_dtype(cdt)?)?.sum(-1, true)?;
                         let (w, _) =
                             group_weights(&qc, &kc, grp, Some(&lse), scale, empty_rows_zero)?;
                         let dwd = gc.matmul(&vc.transpose(1, 2)?)?;
@@ -924,19 +935,31 @@ pub(crate) fn attention_saving_memory(
                             }
                             None => (w.clone(), dwd),
                         };
-                        dvs.push(wd.transpose(1, 2)?.matmul(&gc)?);
+                        let dv = wd.transpose(1, 2)?.matmul(&gc)?;
                         let ds = w.mul(&dw.sub(&dc)?)?.mul(scale)?;
-                        dqs.push(ds.matmul(&kc)?);
-                        dks.push(ds.transpose(1, 2)?.matmul(&qc)?);
+                        dqs.put(grp, &ds.matmul(&kc)?)?;
+                        let dk = ds.transpose(1, 2)?.matmul(&qc)?;
+                        // the keys' and values' gradients summed over a row's
+                        // query blocks as they come (each block's is whole)
+                        match (dks.last(), dvs.last()) {
+                            (Some(k), Some(v)) if grp.q0 > 0 => {
+                                k.add_(&dk)?;
+                                v.add_(&dv)?;
+                            }
+                            _ => {
+                                dks.push(dk);
+                                dvs.push(dv);
+                            }
+                        }
                     }
-                    let join = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
+                    let rows = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
                         let refs: Vec<&Tensor> = parts.iter().collect();
                         Tensor::cat(&refs, 0)?.to_dtype(dt)?.reshape(shape)
                     };
                     Ok(vec![
-                        Some(join(dqs, &qs)?),
-                        Some(join(dks, &ks)?),
-                        Some(join(dvs, &vs)?),
+                        Some(dqs.take()?.to_dtype(dt)?.reshape(&qs)?),
+                        Some(rows(dks, &ks)?),
+                        Some(rows(dvs, &vs)?),
                     ])
                 })
             }
@@ -945,12 +968,15 @@ pub(crate) fn attention_saving_memory(
 }
 
 /// One group of the memory-saving attention: rows `[start, start + len)` of the
-/// flattened batch. They are rectangular in the batch dims, so that the scores
-/// viewed as `view` (`[1, .., c, the dims after, .., L, S]`) take each bias's
-/// slice (a view) by broadcasting.
+/// flattened batch, and of their queries `[q0, q0 + qlen)` (all of them unless a
+/// row's scores exceed the budget). The rows are rectangular in the batch dims,
+/// so that the scores viewed as `view` (`[1, .., c, the dims after, .., qlen, S]`)
+/// take each bias's slice (a view) by broadcasting.
 struct Group {
     start: usize,
     len: usize,
+    q0: usize,
+    qlen: usize,
     view: Vec<usize>,
     biases: Vec<Tensor>,
     /// The seed of this group's dropout masks.
@@ -958,9 +984,15 @@ struct Group {
 }
 
 impl Group {
-    /// This group's rows of a `[n, .., ..]` tensor.
+    /// This group's rows of a `[n, .., ..]` tensor (the keys and values).
     fn rows(&self, t: &Tensor) -> Result<Tensor> {
         t.narrow(0, self.start as i64, self.len)
+    }
+
+    /// This group's rows and queries of a `[n, L, ..]` tensor (the queries, the
+    /// output, its gradient, the log-sum-exps).
+    fn query_rows(&self, t: &Tensor) -> Result<Tensor> {
+        self.rows(t)?.narrow(1, self.q0 as i64, self.qlen)
     }
 
     /// The kept weights' multiplier (`1/(1 - p)` or 0), drawn from this group's
@@ -977,13 +1009,48 @@ impl Group {
     }
 }
 
+/// A `[n, L, ..]` result written a group's part at a time (each part is freed
+/// once copied, so that the parts never all live at once).
+struct Assembled {
+    n: usize,
+    l: usize,
+    into: Option<Tensor>,
+}
+
+impl Assembled {
+    fn new(n: usize, l: usize) -> Assembled {
+        Assembled { n, l, into: None }
+    }
+
+    /// Copies `g`'s part (`[len, qlen, d]`) to its place.
+    fn put(&mut self, g: &Group, part: &Tensor) -> Result<()> {
+        let into = match &self.into {
+            Some(t) => t,
+            None => self.into.insert(Tensor::empty(
+                [self.n, self.l, part.shape()[2]],
+                part.dtype(),
+                &part.device(),
+            )?),
+        };
+        into.narrow(0, g.start as i64, g.len)?
+            .narrow(1, g.q0 as i64, g.qlen)?
+            .copy_(part)
+    }
+
+    /// The whole result (every row and query was put).
+    fn take(self) -> Result<Tensor> {
+        self.into
+            .ok_or_else(|| Error::invalid("attention", "no group to assemble (a bug in ember)"))
+    }
+}
+
 /// Cuts a batch of `dims` into groups of about `per` rows each (at least one)
 /// that are rectangular: a range of one dim, whole in the dims after it, one
-/// index in the dims before. `biases` are padded to `dims + [L, S]` and broadcast
-/// to it.
+/// index in the dims before; each group's `l` queries in blocks of `block`.
+/// `biases` are padded to `dims + [L, S]` and broadcast to it.
 fn plan_groups(
     dims: &[usize],
-    l: usize,
+    (l, block): (usize, usize),
     s: usize,
     per: usize,
     biases: &[Tensor],
@@ -1006,33 +1073,43 @@ fn plan_groups(
         }
         for at in (0..dims[j]).step_by(step) {
             let c = step.min(dims[j] - at);
-            let mut view = vec![1; j];
-            view.push(c);
-            view.extend(&dims[j + 1..]);
-            view.extend([l, s]);
-            let sliced = biases
-                .iter()
-                .map(|b| {
-                    let mut b = b.clone();
-                    for (d, &i) in index.iter().enumerate() {
-                        if b.shape()[d] != 1 {
-                            b = b.narrow(d as i64, i as i64, 1)?;
+            for q0 in (0..l).step_by(block) {
+                let qlen = block.min(l - q0);
+                let mut view = vec![1; j];
+                view.push(c);
+                view.extend(&dims[j + 1..]);
+                view.extend([qlen, s]);
+                let sliced = biases
+                    .iter()
+                    .map(|b| {
+                        let mut b = b.clone();
+                        for (d, &i) in index.iter().enumerate() {
+                            if b.shape()[d] != 1 {
+                                b = b.narrow(d as i64, i as i64, 1)?;
+                            }
                         }
-                    }
-                    if b.shape()[j] != 1 {
-                        b = b.narrow(j as i64, at as i64, c)?;
-                    }
-                    Ok(b)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let number = groups.len() as u64;
-            groups.push(Group {
-                start: (o * dims[j] + at) * inner,
-                len: c * inner,
-                view,
-                biases: sliced,
-                seed: split_mix(seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03)),
-            });
+                        if b.shape()[j] != 1 {
+                            b = b.narrow(j as i64, at as i64, c)?;
+                        }
+                        // the queries' axis, right after the batch dims
+                        let qa = dims.len();
+                        if b.shape()[qa] != 1 {
+                            b = b.narrow(qa as i64, q0 as i64, qlen)?;
+                        }
+                        Ok(b)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let number = groups.len() as u64;
+                groups.push(Group {
+                    start: (o * dims[j] + at) * inner,
+                    len: c * inner,
+                    q0,
+                    qlen,
+                    view,
+                    biases: sliced,
+                    seed: split_mix(seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03)),
+                });
+            }
         }
     }
     Ok(groups)
@@ -1068,7 +1145,7 @@ fn group_weights(
         sc = viewed.reshape(&shape)?;
     }
     let m = match lse {
-        Some(m) => g.rows(m)?,
+        Some(m) => g.query_rows(m)?,
         None => sc.logsumexp(-1, true)?,
     };
     let shift = if empty_rows_zero {

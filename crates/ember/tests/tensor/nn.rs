@@ -1536,6 +1536,7 @@ device_test!(
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,
+    memory_saving_attention_cuts_long_rows_into_query_blocks,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
@@ -2151,8 +2152,21 @@ fn sequence_modules_initialise_like_pytorch() -> Result<()> {
 }
 
 /// `scaled_dot_product_attention` on one path: the output and the gradients of
-/// q, k and v for the upstream gradient `up`.
+/// q, k and v for the upstream gradient `up`, the memory-saving path in groups of
+/// at most 1000 scores.
 fn attention_on(
+    path: ember::nn::functional::AttentionPath,
+    qkv: &[Tensor; 3],
+    mask: Option<&Tensor>,
+    dropout_p: f64,
+    up: &Tensor,
+) -> Result<Vec<Tensor>> {
+    attention_in_groups_of(1000, path, qkv, mask, dropout_p, up)
+}
+
+/// [`attention_on`] with groups of at most `scores` scores.
+fn attention_in_groups_of(
+    scores: usize,
     path: ember::nn::functional::AttentionPath,
     qkv: &[Tensor; 3],
     mask: Option<&Tensor>,
@@ -2164,8 +2178,7 @@ fn attention_on(
         .map(|t| t.detach().requires_grad_(true))
         .collect::<Result<_>>()?;
     use ember::nn::functional::{with_attention_group_scores, with_attention_path};
-    // groups of at most 1000 scores: the shapes below make several
-    let out = with_attention_group_scores(1000, || {
+    let out = with_attention_group_scores(scores, || {
         with_attention_path(path, || {
             nn::scaled_dot_product_attention(
                 &leaves[0], &leaves[1], &leaves[2], mask, dropout_p, false, None,
@@ -2284,45 +2297,103 @@ fn memory_saving_attention_dropout_redraws_its_masks(dev: &Device) -> Result<()>
         ],
         3,
     )?;
-    ember::manual_seed(40);
-    let got = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
-    let dropped = got[0].narrow(3, ev as i64, l)?;
-    let kept = dropped.ne(0.0)?;
-    let frac = 1.0 - vals(&kept.to_dtype(DType::F64)?.mean_all()?)[0];
-    // 4800 weights: the fraction's deviation is 0.006
-    assert!(
-        (frac - p).abs() < 0.03,
-        "dropped {frac} of the weights, p = {p}"
-    );
-    // each group draws its own masks (heads 0 and 2 are in different groups)
-    assert_ne!(
-        vals(&kept.narrow(1, 0, 1)?.to_dtype(DType::F32)?),
-        vals(&kept.narrow(1, 2, 1)?.to_dtype(DType::F32)?)
-    );
-    // the plain computation with that mask
-    let leaves: Vec<Tensor> = qkv
-        .iter()
-        .map(|t| t.detach().requires_grad_(true))
-        .collect::<Result<_>>()?;
-    let w = leaves[0]
-        .mul(0.5)?
-        .matmul(&leaves[1].transpose(2, 3)?)?
-        .softmax(-1)?;
-    let wd = w.mul(&kept.to_dtype(DType::F32)?.mul(1.0 / (1.0 - p))?)?;
-    let out = wd.matmul(&leaves[2])?;
-    out.mul(&up)?.sum_all()?.backward()?;
-    let mut want = vec![out.detach()];
-    want.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
-    for (g, w) in got.iter().zip(&want) {
-        assert_close(&vals(g), &vals(w), 1e-4, 1e-5);
+    // groups of whole rows (1000 scores), then rows cut into blocks of 5 queries
+    // (100 scores), whose masks are drawn block by block
+    for scores in [1000, 100] {
+        ember::manual_seed(40);
+        let got =
+            attention_in_groups_of(scores, AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+        let dropped = got[0].narrow(3, ev as i64, l)?;
+        let kept = dropped.ne(0.0)?;
+        let frac = 1.0 - vals(&kept.to_dtype(DType::F64)?.mean_all()?)[0];
+        // 4800 weights: the fraction's deviation is 0.006
+        assert!(
+            (frac - p).abs() < 0.03,
+            "dropped {frac} of the weights, p = {p}"
+        );
+        // each group draws its own masks (heads 0 and 2 are in different groups)
+        assert_ne!(
+            vals(&kept.narrow(1, 0, 1)?.to_dtype(DType::F32)?),
+            vals(&kept.narrow(1, 2, 1)?.to_dtype(DType::F32)?)
+        );
+        // the plain computation with that mask
+        let leaves: Vec<Tensor> = qkv
+            .iter()
+            .map(|t| t.detach().requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let w = leaves[0]
+            .mul(0.5)?
+            .matmul(&leaves[1].transpose(2, 3)?)?
+            .softmax(-1)?;
+        let wd = w.mul(&kept.to_dtype(DType::F32)?.mul(1.0 / (1.0 - p))?)?;
+        let out = wd.matmul(&leaves[2])?;
+        out.mul(&up)?.sum_all()?.backward()?;
+        let mut want = vec![out.detach()];
+        want.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+        for (g, w) in got.iter().zip(&want) {
+            assert_close(&vals(g), &vals(w), 1e-4, 1e-5);
+        }
+        // a second call draws other masks; the same seed the same ones
+        let again =
+            attention_in_groups_of(scores, AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+        assert_ne!(vals(&again[0]), vals(&got[0]));
+        ember::manual_seed(40);
+        let same =
+            attention_in_groups_of(scores, AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
+        for (a, b) in same.iter().zip(&got) {
+            assert_eq!(vals(a), vals(b));
+        }
     }
-    // a second call draws other masks; the same seed the same ones
-    let again = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
-    assert_ne!(vals(&again[0]), vals(&got[0]));
-    ember::manual_seed(40);
-    let same = attention_on(AttentionPath::MemoryEfficient, &qkv, None, p, &up)?;
-    for (a, b) in same.iter().zip(&got) {
-        assert_eq!(vals(a), vals(b));
+    Ok(())
+}
+
+/// Rows whose scores exceed the group budget are cut into blocks of queries (so
+/// that memory grows linearly with the length): 8 queries by 16 keys a head, in
+/// groups of 40 scores (blocks of 2 queries) and 48 (blocks of 3, 3 and 2). The
+/// output and every gradient match the plain path, with masks that vary along the
+/// queries (a causal mask, rows blocked whole) or not (keys per sample), and the
+/// keys' and values' gradients summed over the blocks.
+fn memory_saving_attention_cuts_long_rows_into_query_blocks(dev: &Device) -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let _g = super::rng_lock();
+    ember::manual_seed(9);
+    let (l, s) = (8, 16);
+    let qkv = [
+        Tensor::randn([2, 3, l, 4], dev)?,
+        Tensor::randn([2, 3, s, 4], dev)?,
+        Tensor::randn([2, 3, s, 2], dev)?,
+    ];
+    let up = Tensor::randn([2, 3, l, 2], dev)?;
+    let keys = Tensor::rand([2, 1, 1, s], dev)?.ge(0.3)?;
+    let rows = Tensor::rand([2, 3, l, 1], dev)?.ge(0.2)?;
+    // query i sees keys up to i + 8 (a causal mask over a cache of 8 earlier keys)
+    let causal = Tensor::ones([l, s], DType::Bool, dev)?.tril(8)?;
+    for scores in [40, 48] {
+        for (what, mask) in [
+            ("no mask", None),
+            ("keys [2, 1, 1, S]", Some(&keys)),
+            ("rows [2, 3, L, 1]", Some(&rows)),
+            ("causal [L, S]", Some(&causal)),
+        ] {
+            let want = attention_on(AttentionPath::Math, &qkv, mask, 0.0, &up)?;
+            let got = attention_in_groups_of(
+                scores,
+                AttentionPath::MemoryEfficient,
+                &qkv,
+                mask,
+                0.0,
+                &up,
+            )?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+                let (g, w) = (vals(g), vals(w));
+                assert!(
+                    g.iter().all(|x| x.is_finite()),
+                    "{what}: result {i} not finite"
+                );
+                assert_close(&g, &w, 1e-4, 1e-5);
+            }
+        }
     }
     Ok(())
 }
