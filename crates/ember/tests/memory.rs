@@ -839,7 +839,10 @@ fn the_memory_saving_attention_grows_linearly_with_the_length() -> Result<()> {
         short / (1 << 20) as f64,
         long / (1 << 20) as f64
     );
-    assert!(long <= 4.2 * short, "{long} bytes at 8192 against {short} at 2048");
+    assert!(
+        long <= 4.2 * short,
+        "{long} bytes at 8192 against {short} at 2048"
+    );
     let plain = peak(8192, AttentionPath::Math)? / peak(2048, AttentionPath::Math)?;
     assert!(plain > 12.0, "keeping the weights grows {plain} times");
     Ok(())

@@ -1,6 +1,6 @@
 //! Loss functions, as in `torch.nn.functional`.
 
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// How per-sample losses are combined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -134,7 +134,7 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     // a mean; meta has no values to check)
     if c > 0 {
         Tensor::index_values(OP, &valid.where_(&t, 0i64)?, 1, c, false)?;
-    } else if m > 0 && t.device() != Device::Meta && valid.any(0, false)?.item::<bool>()? {
+    } else if m > 0 && t.holds_values() && valid.any(0, false)?.item::<bool>()? {
         Tensor::index_values(OP, &t, 1, c, false)?;
     }
     let rows = x.cross_entropy_rows(&t, opts.ignore_index, opts.label_smoothing)?;

@@ -250,7 +250,7 @@ impl Tensor {
         }
         let zero = match rhs {
             Operand::Scalar(s) => s.to_f64() == 0.0,
-            Operand::Tensor(t) if t.device() == Device::Meta => false,
+            Operand::Tensor(t) if !t.holds_values() => false,
             Operand::Tensor(t) => {
                 crate::no_grad(|| t.eq(0)?.to_dtype(DType::I64)?.sum_all()?.item::<i64>())? > 0
             }

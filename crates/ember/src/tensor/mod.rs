@@ -342,6 +342,11 @@ impl Tensor {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
 
+    /// Whether this tensor has values to read (every device but `meta`).
+    pub(crate) fn holds_values(&self) -> bool {
+        self.read().holds_values()
+    }
+
     /// A number that identifies this tensor's storage while it lives (tensors
     /// sharing a storage have the same).
     pub(crate) fn storage_key(&self) -> usize {

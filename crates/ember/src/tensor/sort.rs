@@ -4,7 +4,7 @@
 
 use super::Tensor;
 use crate::layout::normalize_dim;
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     /// The indices (int64) that sort this tensor along `dim` (`torch.argsort`,
@@ -108,7 +108,7 @@ impl Tensor {
 
     /// Flat row-major positions of the nonzero elements, read on the host.
     fn positions(&self, op: &'static str) -> Result<Vec<i64>> {
-        if self.device() == Device::Meta {
+        if !self.holds_values() {
             return Err(Error::MetaNoData {
                 op,
                 hint: "the result's size depends on the values",
@@ -160,7 +160,7 @@ impl Tensor {
         } else {
             p.clone()
         };
-        if self.device() != Device::Meta {
+        if self.holds_values() {
             let bad = rows.isfinite()?.logical_not()?.logical_or(&rows.lt(0.0)?)?;
             if bad.any_all()?.item::<bool>()? {
                 return Err(Error::invalid(
