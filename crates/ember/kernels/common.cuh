@@ -75,6 +75,17 @@ __device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
     return loc_at(l, i, -1, unused);
 }
 
+// Chunk k of a multi-tensor launch (ember's foreach kernels): tensor t holds
+// chunks first_chunk[t] .. first_chunk[t + 1] - 1, each of `chunk` elements of its
+// n[t]. Moves t forward to k's tensor (k only grows in a block's loop) and gives
+// the chunk's elements [start, end).
+__device__ __forceinline__ void chunk_of(i64 k, const i64* first_chunk, const i64* n, i64 chunk, i64& t,
+                                         i64& start, i64& end) {
+    while (k >= first_chunk[t + 1]) ++t;
+    start = (k - first_chunk[t]) * chunk;
+    end = start + chunk < n[t] ? start + chunk : n[t];
+}
+
 // Grid-stride loop over n elements.
 #define FOR_EACH(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -227,13 +227,12 @@ __device__ void adam_multi_impl(AdamList l, double lr, double b1, double b2, dou
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
-        while (k >= l.first_chunk[t + 1]) ++t;
+        i64 start, end;
+        chunk_of(k, l.first_chunk, l.n, ADAM_CHUNK, t, start, end);
         T* p = (T*)l.p[t];
         const T* g = (const T*)l.g[t];
         T* m = (T*)l.m[t];
         T* v = (T*)l.v[t];
-        const i64 start = (k - l.first_chunk[t]) * ADAM_CHUNK;
-        const i64 end = start + ADAM_CHUNK < l.n[t] ? start + ADAM_CHUNK : l.n[t];
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) adam_elem(p, g, m, v, i, c);
     }
 }
@@ -272,13 +271,12 @@ __device__ void sgd_multi_impl(SgdList l, double lr, double momentum, double dam
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
-        while (k >= l.first_chunk[t + 1]) ++t;
+        i64 start, end;
+        chunk_of(k, l.first_chunk, l.n, ADAM_CHUNK, t, start, end);
         T* p = (T*)l.p[t];
         const T* g = (const T*)l.g[t];
         T* buf = (T*)l.buf[t];
         const bool first = l.first_step[t] != 0;
-        const i64 start = (k - l.first_chunk[t]) * ADAM_CHUNK;
-        const i64 end = start + ADAM_CHUNK < l.n[t] ? start + ADAM_CHUNK : l.n[t];
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             T d = g[i];
             T pi = p[i];

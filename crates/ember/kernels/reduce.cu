@@ -934,10 +934,9 @@ template <typename T> __device__ void clip_sumsq_impl(NormList l, typename acc_t
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
-        while (k >= l.first_chunk[t + 1]) ++t;
+        i64 start, end;
+        chunk_of(k, l.first_chunk, l.n, NORM_CHUNK, t, start, end);
         const T* x = (const T*)l.t[t];
-        const i64 start = (k - l.first_chunk[t]) * NORM_CHUNK;
-        const i64 end = start + NORM_CHUNK < l.n[t] ? start + NORM_CHUNK : l.n[t];
         A s = (A)0;
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             const A v = widen(x[i]);
@@ -970,10 +969,9 @@ __device__ void clip_scale_impl(NormList l, const typename acc_t<T>::type* total
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
-        while (k >= l.first_chunk[t + 1]) ++t;
+        i64 start, end;
+        chunk_of(k, l.first_chunk, l.n, NORM_CHUNK, t, start, end);
         T* x = (T*)l.t[t];
-        const i64 start = (k - l.first_chunk[t]) * NORM_CHUNK;
-        const i64 end = start + NORM_CHUNK < l.n[t] ? start + NORM_CHUNK : l.n[t];
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) x[i] = narrow<T>(widen(x[i]) * ct);
     }
 }

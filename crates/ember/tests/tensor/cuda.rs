@@ -477,21 +477,10 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
     for dtype in [DType::F32, DType::F64] {
         for adamw in [false, true] {
             ember::manual_seed(3);
-            let sizes: Vec<usize> = (0..70)
-                .map(|i| 1 + (i * 977) % 3000)
-                .chain([140_000])
-                .collect();
-            let init: Vec<Tensor> = sizes
-                .iter()
-                .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
-                .collect::<Result<_>>()?;
+            let sizes = foreach_sizes(70, 977, 3000, 140_000);
+            let init = randn_each(&sizes, dtype)?;
             let grads: Vec<Vec<Tensor>> = (0..3)
-                .map(|_| {
-                    sizes
-                        .iter()
-                        .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
-                        .collect()
-                })
+                .map(|_| randn_each(&sizes, dtype))
                 .collect::<Result<_>>()?;
             let run = |foreach: bool| -> Result<Vec<Vec<f64>>> {
                 let params: Vec<Tensor> = init
@@ -554,21 +543,10 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
     for dtype in [DType::F32, DType::F64] {
         for (momentum, dampening, wd, nesterov) in configs {
             ember::manual_seed(4);
-            let sizes: Vec<usize> = (0..60)
-                .map(|i| 1 + (i * 613) % 2500)
-                .chain([150_000])
-                .collect();
-            let init: Vec<Tensor> = sizes
-                .iter()
-                .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
-                .collect::<Result<_>>()?;
+            let sizes = foreach_sizes(60, 613, 2500, 150_000);
+            let init = randn_each(&sizes, dtype)?;
             let grads: Vec<Vec<Tensor>> = (0..3)
-                .map(|_| {
-                    sizes
-                        .iter()
-                        .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
-                        .collect()
-                })
+                .map(|_| randn_each(&sizes, dtype))
                 .collect::<Result<_>>()?;
             let run = |on: &Device| -> Result<(Vec<Vec<f64>>, u64)> {
                 let params: Vec<Tensor> = init
@@ -634,14 +612,7 @@ fn foreach_clipping_matches_the_cpu() -> Result<()> {
     for dtype in [DType::F32, DType::F64] {
         for max_norm in [1.0, 1e6] {
             ember::manual_seed(6);
-            let sizes: Vec<usize> = (0..60)
-                .map(|i| 1 + (i * 733) % 2600)
-                .chain([140_000])
-                .collect();
-            let grads: Vec<Tensor> = sizes
-                .iter()
-                .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
-                .collect::<Result<_>>()?;
+            let grads = randn_each(&foreach_sizes(60, 733, 2600, 140_000), dtype)?;
             let run = |on: &Device| -> Result<(f64, Vec<Vec<f64>>, usize)> {
                 let params: Vec<Tensor> = grads
                     .iter()
@@ -687,4 +658,21 @@ fn foreach_clipping_matches_the_cpu() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `count` sizes from 1 to `modulus` (`1 + i·step mod modulus`), then `big`: past
+/// the chunks of 65536 elements of the multi-tensor launches.
+fn foreach_sizes(count: usize, step: usize, modulus: usize, big: usize) -> Vec<usize> {
+    (0..count)
+        .map(|i| 1 + (i * step) % modulus)
+        .chain([big])
+        .collect()
+}
+
+/// A standard-normal tensor of each of `sizes`, drawn on the CPU, in `dtype`.
+fn randn_each(sizes: &[usize], dtype: DType) -> Result<Vec<Tensor>> {
+    sizes
+        .iter()
+        .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
+        .collect()
 }

@@ -70,6 +70,18 @@ fn range_of(l: &Layout) -> std::ops::Range<usize> {
     l.offset()..l.offset() + l.numel()
 }
 
+/// A cross-entropy's class indices: the int64 values of `t`'s contiguous view `l`.
+fn class_targets<'a>(t: &'a CpuStorage, l: &Layout) -> Result<&'a [i64]> {
+    match &t.data {
+        CpuData::I64(v) => Ok(&v[range_of(l)]),
+        _ => Err(Error::dtype(
+            "cross_entropy",
+            t.dtype(),
+            "targets must be int64",
+        )),
+    }
+}
+
 /// Host storage: a [`CpuData`] that returns its buffer to the pool when dropped.
 #[derive(Debug)]
 pub(crate) struct CpuStorage {
@@ -283,14 +295,7 @@ impl BackendStorage for CpuStorage {
         smoothing: f64,
     ) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let CpuData::I64(target) = &t.data else {
-            return Err(Error::dtype(
-                "cross_entropy",
-                t.dtype(),
-                "targets must be int64",
-            ));
-        };
-        let target = &target[range_of(lt)];
+        let target = class_targets(t, lt)?;
         let (loss, lse) =
             reduce::cross_entropy_rows(&self.data, range_of(l), row, target, (ignore, smoothing))
                 .ok_or_else(|| {
@@ -308,14 +313,7 @@ impl BackendStorage for CpuStorage {
         opts: (i64, f64),
     ) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let CpuData::I64(target) = &t.data else {
-            return Err(Error::dtype(
-                "cross_entropy",
-                t.dtype(),
-                "targets must be int64",
-            ));
-        };
-        let target = &target[range_of(lt)];
+        let target = class_targets(t, lt)?;
         let stats = ((&lse.data, range_of(ls)), (&g.data, range_of(lg)));
         reduce::cross_entropy_rows_backward((&self.data, range_of(l)), row, target, stats, opts)
             .ok_or_else(|| {

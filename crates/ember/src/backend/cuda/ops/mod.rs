@@ -225,6 +225,33 @@ pub(super) fn launch_rows_shared(
     launch_blocks(dev, module, dtype, name, rows, (grid, shared), params)
 }
 
+/// Fills `first_chunk` for a multi-tensor launch over tensors of `lengths` (the
+/// first chunk of `chunk` elements of each, then the launch's total) and returns
+/// the total.
+pub(super) fn first_chunks(lengths: &[usize], chunk: usize, first_chunk: &mut [i64]) -> usize {
+    let mut chunks = 0;
+    for (i, n) in lengths.iter().enumerate() {
+        first_chunk[i] = chunks as i64;
+        chunks += n.div_ceil(chunk);
+    }
+    first_chunk[lengths.len()] = chunks as i64;
+    chunks
+}
+
+/// Launches a multi-tensor kernel over `chunks` chunks: a block per chunk up to
+/// what fills the GPU, each block looping over its chunks.
+pub(super) fn launch_chunks(
+    dev: &CudaDev,
+    module: &'static str,
+    dtype: DType,
+    name: &str,
+    chunks: usize,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    let grid = dev.grid_for(chunks * THREADS as usize, THREADS);
+    launch_blocks(dev, module, dtype, name, chunks, (grid, 0), params)
+}
+
 /// Launches `grid` blocks of `THREADS` of `module::name` with `shared` bytes of
 /// dynamic shared memory each (within the 48 KiB every kernel may use), nothing
 /// when there is no work (`items` is 0).

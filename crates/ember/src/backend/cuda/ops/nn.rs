@@ -254,22 +254,17 @@ pub(crate) fn adam_multi(
             first_chunk: [0; ADAM_LIST + 1],
             count: group.len() as i64,
         };
-        let mut chunks = 0usize;
         for (i, t) in group.iter().enumerate() {
             (l.p[i], l.g[i], l.m[i], l.v[i], l.n[i]) = (t.p, t.g, t.m, t.v, t.n as i64);
-            l.first_chunk[i] = chunks as i64;
-            chunks += t.n.div_ceil(ADAM_CHUNK);
         }
-        l.first_chunk[group.len()] = chunks as i64;
-        // enough blocks to fill the GPU, each looping over its chunks
-        let grid = dev.grid_for(chunks * super::THREADS as usize, super::THREADS);
-        super::launch_blocks(
+        let lengths: Vec<usize> = group.iter().map(|t| t.n).collect();
+        let chunks = super::first_chunks(&lengths, ADAM_CHUNK, &mut l.first_chunk);
+        super::launch_chunks(
             dev,
             "nn",
             dtype,
             &name,
             chunks,
-            (grid, 0),
             &mut args![
                 l,
                 h.lr,
@@ -334,22 +329,18 @@ pub(crate) fn sgd_multi(
             first_step: [0; SGD_LIST],
             count: group.len() as i64,
         };
-        let mut chunks = 0usize;
         for (i, t) in group.iter().enumerate() {
             (l.p[i], l.g[i], l.buf[i], l.n[i]) = (t.p, t.g, t.buf, t.n as i64);
             l.first_step[i] = t.first as i64;
-            l.first_chunk[i] = chunks as i64;
-            chunks += t.n.div_ceil(ADAM_CHUNK);
         }
-        l.first_chunk[group.len()] = chunks as i64;
-        let grid = dev.grid_for(chunks * super::THREADS as usize, super::THREADS);
-        super::launch_blocks(
+        let lengths: Vec<usize> = group.iter().map(|t| t.n).collect();
+        let chunks = super::first_chunks(&lengths, ADAM_CHUNK, &mut l.first_chunk);
+        super::launch_chunks(
             dev,
             "nn",
             dtype,
             &name,
             chunks,
-            (grid, 0),
             &mut args![l, h.lr, h.momentum, h.dampening, h.weight_decay, nesterov],
         )?;
     }

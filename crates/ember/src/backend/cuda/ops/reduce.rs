@@ -596,13 +596,11 @@ fn norm_lists(tensors: &[(u64, usize)]) -> Vec<(NormList, usize)> {
                 first_chunk: [0; NORM_LIST + 1],
                 count: group.len() as i64,
             };
-            let mut chunks = 0usize;
             for (i, &(ptr, n)) in group.iter().enumerate() {
                 (l.t[i], l.n[i]) = (ptr, n as i64);
-                l.first_chunk[i] = chunks as i64;
-                chunks += n.div_ceil(NORM_CHUNK);
             }
-            l.first_chunk[group.len()] = chunks as i64;
+            let lengths: Vec<usize> = group.iter().map(|t| t.1).collect();
+            let chunks = super::first_chunks(&lengths, NORM_CHUNK, &mut l.first_chunk);
             (l, chunks)
         })
         .collect()
@@ -626,14 +624,12 @@ pub(crate) fn foreach_norms(
             partial.ptr(),
             norms.ptr() + (done * acc.size_in_bytes()) as u64,
         );
-        let grid = dev.grid_for(chunks * THREADS as usize, THREADS);
-        super::launch_blocks(
+        super::launch_chunks(
             dev,
             "reduce",
             dtype,
             &format!("clip_sumsq_{sfx}"),
             chunks,
-            (grid, 0),
             &mut args![l, pp],
         )?;
         super::launch_n(
@@ -662,14 +658,12 @@ pub(crate) fn foreach_clip_scale(
     let pt = base_ptr(total, total_offset);
     let name = format!("clip_scale_{}", suffix(dtype));
     for (l, chunks) in norm_lists(tensors) {
-        let grid = dev.grid_for(chunks * THREADS as usize, THREADS);
-        super::launch_blocks(
+        super::launch_chunks(
             dev,
             "reduce",
             dtype,
             &name,
             chunks,
-            (grid, 0),
             &mut args![l, pt, max_norm],
         )?;
     }
