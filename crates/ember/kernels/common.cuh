@@ -75,15 +75,28 @@ __device__ __forceinline__ i64 loc(const Layout& l, i64 i) {
     return loc_at(l, i, -1, unused);
 }
 
-// Chunk k of a multi-tensor launch (ember's foreach kernels): tensor t holds
-// chunks first_chunk[t] .. first_chunk[t + 1] - 1, each of `chunk` elements of its
-// n[t]. Moves t forward to k's tensor (k only grows in a block's loop) and gives
-// the chunk's elements [start, end).
-__device__ __forceinline__ void chunk_of(i64 k, const i64* first_chunk, const i64* n, i64 chunk, i64& t,
-                                         i64& start, i64& end) {
-    while (k >= first_chunk[t + 1]) ++t;
-    start = (k - first_chunk[t]) * chunk;
-    end = start + chunk < n[t] ? start + chunk : n[t];
+// The tensors of one multi-tensor launch (ember's foreach kernels, PyTorch's
+// multi_tensor_apply), passed by value as a kernel parameter (2.7 KiB, within the
+// 4 KiB a launch may pass): up to FOREACH_LIST tensors, each with up to four arrays
+// of its n[t] elements (a parameter, its gradient, its state), a flag, and its
+// chunks of FOREACH_CHUNK elements: chunk k of the launch belongs to the tensor t
+// with first_chunk[t] <= k < first_chunk[t + 1].
+#define FOREACH_LIST 48
+#define FOREACH_CHUNK 65536
+struct TensorList {
+    u64 a[4][FOREACH_LIST];
+    i64 n[FOREACH_LIST];
+    i64 flag[FOREACH_LIST];
+    i64 first_chunk[FOREACH_LIST + 1];
+    i64 count;
+};
+
+// Chunk k of a launch over `l`: moves t forward to k's tensor (k only grows in a
+// block's loop) and gives the chunk's elements [start, end).
+__device__ __forceinline__ void chunk_of(i64 k, const TensorList& l, i64& t, i64& start, i64& end) {
+    while (k >= l.first_chunk[t + 1]) ++t;
+    start = (k - l.first_chunk[t]) * FOREACH_CHUNK;
+    end = start + FOREACH_CHUNK < l.n[t] ? start + FOREACH_CHUNK : l.n[t];
 }
 
 // Grid-stride loop over n elements.

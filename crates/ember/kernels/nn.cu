@@ -206,33 +206,21 @@ __device__ void adam_impl(T* p, const T* g, T* m, T* v, i64 n, double lr, double
     FOR_EACH(i, n) { adam_elem(p, g, m, v, i, c); }
 }
 
-// Up to ADAM_LIST tensors of one dtype updated by one launch (PyTorch's
-// multi_tensor_apply): each tensor's elements are cut into chunks of ADAM_CHUNK,
-// chunk k of the launch belongs to the tensor t with first_chunk[t] <= k <
-// first_chunk[t + 1], and each block takes chunks in turn. Passed by value, as a
-// kernel parameter (within the 4 KiB every launch may pass).
-#define ADAM_LIST 32
-#define ADAM_CHUNK 65536
-struct AdamList {
-    u64 p[ADAM_LIST], g[ADAM_LIST], m[ADAM_LIST], v[ADAM_LIST];
-    i64 n[ADAM_LIST];
-    i64 first_chunk[ADAM_LIST + 1];
-    i64 count;
-};
-
+// Adam over the tensors of a TensorList (common.cuh): arrays 0-3 are each
+// tensor's parameter, gradient and two moments.
 template <typename T>
-__device__ void adam_multi_impl(AdamList l, double lr, double b1, double b2, double eps, double bc1, double bc2,
+__device__ void adam_multi_impl(TensorList l, double lr, double b1, double b2, double eps, double bc1, double bc2,
                                 double wd, int decoupled) {
     const AdamConsts<T> c(lr, b1, b2, eps, bc1, bc2, wd, decoupled);
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
         i64 start, end;
-        chunk_of(k, l.first_chunk, l.n, ADAM_CHUNK, t, start, end);
-        T* p = (T*)l.p[t];
-        const T* g = (const T*)l.g[t];
-        T* m = (T*)l.m[t];
-        T* v = (T*)l.v[t];
+        chunk_of(k, l, t, start, end);
+        T* p = (T*)l.a[0][t];
+        const T* g = (const T*)l.a[1][t];
+        T* m = (T*)l.a[2][t];
+        T* v = (T*)l.a[3][t];
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) adam_elem(p, g, m, v, i, c);
     }
 }
@@ -243,28 +231,19 @@ __device__ void adam_multi_impl(AdamList l, double lr, double b1, double b2, dou
                                         int decoupled) {                                             \
         adam_impl(p, g, m, v, n, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                          \
     }                                                                                                \
-    extern "C" __global__ void adam_multi_##S(AdamList l, double lr, double b1, double b2,          \
+    extern "C" __global__ void adam_multi_##S(TensorList l, double lr, double b1, double b2,        \
                                               double eps, double bc1, double bc2, double wd,        \
                                               int decoupled) {                                       \
         adam_multi_impl<T>(l, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                             \
     }
 IF_f32(ADAM(float, f32)) IF_f64(ADAM(double, f64))
 
-// SGD over up to SGD_LIST tensors of one dtype per launch, chunked as Adam's
-// lists are (ADAM_CHUNK elements per chunk). `buf` is each tensor's momentum
-// buffer (unused without momentum); where `first_step` is set it is written from
-// the gradient, as PyTorch's first step clones it.
-#define SGD_LIST 48
-struct SgdList {
-    u64 p[SGD_LIST], g[SGD_LIST], buf[SGD_LIST];
-    i64 n[SGD_LIST];
-    i64 first_chunk[SGD_LIST + 1];
-    i64 first_step[SGD_LIST];
-    i64 count;
-};
-
+// SGD over the tensors of a TensorList (common.cuh): arrays 0-2 are each tensor's
+// parameter, gradient and momentum buffer (unused without momentum); where its
+// flag is set the buffer is written from the gradient, as PyTorch's first step
+// clones it.
 template <typename T>
-__device__ void sgd_multi_impl(SgdList l, double lr, double momentum, double dampening, double wd,
+__device__ void sgd_multi_impl(TensorList l, double lr, double momentum, double dampening, double wd,
                                int nesterov) {
     const T lr_t = (T)lr, mom = (T)momentum, keep = (T)(1.0 - dampening), wd_t = (T)wd;
     const bool use_wd = wd != 0.0, use_mom = momentum != 0.0;
@@ -272,11 +251,11 @@ __device__ void sgd_multi_impl(SgdList l, double lr, double momentum, double dam
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
         i64 start, end;
-        chunk_of(k, l.first_chunk, l.n, ADAM_CHUNK, t, start, end);
-        T* p = (T*)l.p[t];
-        const T* g = (const T*)l.g[t];
-        T* buf = (T*)l.buf[t];
-        const bool first = l.first_step[t] != 0;
+        chunk_of(k, l, t, start, end);
+        T* p = (T*)l.a[0][t];
+        const T* g = (const T*)l.a[1][t];
+        T* buf = (T*)l.a[2][t];
+        const bool first = l.flag[t] != 0;
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             T d = g[i];
             T pi = p[i];
@@ -292,7 +271,8 @@ __device__ void sgd_multi_impl(SgdList l, double lr, double momentum, double dam
 }
 
 #define SGD(T, S)                                                                                    \
-    extern "C" __global__ void sgd_multi_##S(SgdList l, double lr, double momentum, double dampening,\
+    extern "C" __global__ void sgd_multi_##S(TensorList l, double lr, double momentum,              \
+                                             double dampening,                                       \
                                              double wd, int nesterov) {                             \
         sgd_multi_impl<T>(l, lr, momentum, dampening, wd, nesterov);                                 \
     }

@@ -912,31 +912,20 @@ __device__ __forceinline__ void argsort_impl(const T* x, i64* out, i64 total, i6
     }
 EMBER_ALL_TYPES(ARGSORT)
 
-// Gradient clipping's 2-norm over many tensors of one dtype per launch (PyTorch's
-// foreach form). Each tensor's elements are cut into chunks of NORM_CHUNK; chunk k
-// of a launch belongs to the tensor t with first_chunk[t] <= k < first_chunk[t + 1].
-// clip_sumsq writes each chunk's sum of squares (in the accumulator type),
+// Gradient clipping's 2-norm over the tensors of a TensorList (common.cuh; array
+// 0 is each gradient). clip_sumsq writes each chunk's sum of squares (in the accumulator type),
 // clip_norms each tensor's norm from its chunks' sums, and clip_scale multiplies
 // every tensor by min(1, max_norm / (total + 1e-6)), that factor computed as
 // tensor ops compute it (each step rounded) and rounded to the tensors' dtype.
-#define NORM_LIST 48
-#define NORM_CHUNK 65536
-struct NormList {
-    u64 t[NORM_LIST];
-    i64 n[NORM_LIST];
-    i64 first_chunk[NORM_LIST + 1];
-    i64 count;
-};
-
-template <typename T> __device__ void clip_sumsq_impl(NormList l, typename acc_t<T>::type* partial) {
+template <typename T> __device__ void clip_sumsq_impl(TensorList l, typename acc_t<T>::type* partial) {
     typedef typename acc_t<T>::type A;
     __shared__ A sv[32];
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
         i64 start, end;
-        chunk_of(k, l.first_chunk, l.n, NORM_CHUNK, t, start, end);
-        const T* x = (const T*)l.t[t];
+        chunk_of(k, l, t, start, end);
+        const T* x = (const T*)l.a[0][t];
         A s = (A)0;
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             const A v = widen(x[i]);
@@ -948,7 +937,7 @@ template <typename T> __device__ void clip_sumsq_impl(NormList l, typename acc_t
 }
 
 template <typename T>
-__device__ void clip_norms_impl(NormList l, const typename acc_t<T>::type* partial,
+__device__ void clip_norms_impl(TensorList l, const typename acc_t<T>::type* partial,
                                 typename acc_t<T>::type* norms) {
     typedef typename acc_t<T>::type A;
     FOR_EACH(t, l.count) {
@@ -959,7 +948,7 @@ __device__ void clip_norms_impl(NormList l, const typename acc_t<T>::type* parti
 }
 
 template <typename T>
-__device__ void clip_scale_impl(NormList l, const typename acc_t<T>::type* total, double max_norm) {
+__device__ void clip_scale_impl(TensorList l, const typename acc_t<T>::type* total, double max_norm) {
     typedef typename acc_t<T>::type A;
     const A shifted = total[0] + (A)1e-6;
     const A inv = (A)1 / shifted;
@@ -970,21 +959,21 @@ __device__ void clip_scale_impl(NormList l, const typename acc_t<T>::type* total
     i64 t = 0;
     for (i64 k = blockIdx.x; k < chunks; k += gridDim.x) {
         i64 start, end;
-        chunk_of(k, l.first_chunk, l.n, NORM_CHUNK, t, start, end);
-        T* x = (T*)l.t[t];
+        chunk_of(k, l, t, start, end);
+        T* x = (T*)l.a[0][t];
         for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) x[i] = narrow<T>(widen(x[i]) * ct);
     }
 }
 
 #define CLIP(T, S)                                                                                   \
-    extern "C" __global__ void clip_sumsq_##S(NormList l, acc_t<T>::type* partial) {                \
+    extern "C" __global__ void clip_sumsq_##S(TensorList l, acc_t<T>::type* partial) {                \
         clip_sumsq_impl<T>(l, partial);                                                              \
     }                                                                                                \
-    extern "C" __global__ void clip_norms_##S(NormList l, const acc_t<T>::type* partial,            \
+    extern "C" __global__ void clip_norms_##S(TensorList l, const acc_t<T>::type* partial,            \
                                               acc_t<T>::type* norms) {                               \
         clip_norms_impl<T>(l, partial, norms);                                                       \
     }                                                                                                \
-    extern "C" __global__ void clip_scale_##S(NormList l, const acc_t<T>::type* total,              \
+    extern "C" __global__ void clip_scale_##S(TensorList l, const acc_t<T>::type* total,              \
                                               double max_norm) {                                     \
         clip_scale_impl<T>(l, total, max_norm);                                                      \
     }

@@ -159,14 +159,12 @@ impl CudaStorage {
         }
         let sz = dt.size_in_bytes() as u64;
         let at = |(s, off): (&CudaStorage, usize)| s.ptr() + off as u64 * sz;
-        let tensors: Vec<ops::AdamTensor> = list
+        let tensors: Vec<ops::ListTensor> = list
             .iter()
-            .map(|&(p, g, m, v, n)| ops::AdamTensor {
-                p: at(p),
-                g: at(g),
-                m: at(m),
-                v: at(v),
+            .map(|&(p, g, m, v, n)| ops::ListTensor {
+                arrays: [at(p), at(g), at(m), at(v)],
                 n,
+                flag: false,
             })
             .collect();
         ops::adam_multi(dev, dt, &tensors, h)?;
@@ -189,14 +187,17 @@ impl CudaStorage {
         }
         let sz = dt.size_in_bytes() as u64;
         let at = |s: &CudaStorage, off: usize| s.ptr() + off as u64 * sz;
-        let tensors: Vec<ops::SgdTensor> = list
+        let tensors: Vec<ops::ListTensor> = list
             .iter()
-            .map(|&(p, g, buf, n)| ops::SgdTensor {
-                p: at(p.0, p.1),
-                g: at(g.0, g.1),
-                buf: buf.map_or(0, |(b, off, _)| at(b, off)),
+            .map(|&(p, g, buf, n)| ops::ListTensor {
+                arrays: [
+                    at(p.0, p.1),
+                    at(g.0, g.1),
+                    buf.map_or(0, |(b, off, _)| at(b, off)),
+                    0,
+                ],
                 n,
-                first: buf.is_some_and(|(_, _, first)| first),
+                flag: buf.is_some_and(|(_, _, first)| first),
             })
             .collect();
         ops::sgd_multi(dev, dt, &tensors, h)?;

@@ -10,8 +10,8 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, norm_chunks, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
-    ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, foreach_chunks, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool,
+    PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -44,7 +44,7 @@ impl MetaStorage {
     pub(crate) fn foreach_norms(dtype: DType, lengths: &[usize]) -> Result<MetaStorage> {
         let acc = stat_dtype(dtype);
         let norms = MetaStorage::new(acc, lengths.len())?;
-        for chunks in norm_chunks(lengths) {
+        for chunks in foreach_chunks(lengths) {
             MetaStorage::workspace(acc, chunks)?;
         }
         Ok(norms)

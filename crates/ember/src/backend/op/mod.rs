@@ -45,7 +45,7 @@ mod reduce;
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
 pub(crate) use index::wrap_indices;
-pub(crate) use optim::{norm_chunks, AdamStep, SgdStep, NORM_CHUNK, NORM_LIST};
+pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
 pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
 
 use crate::DType;

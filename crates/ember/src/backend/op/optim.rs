@@ -24,17 +24,17 @@ pub(crate) struct SgdStep {
     pub nesterov: bool,
 }
 
-/// Tensors per launch of the multi-tensor clipping kernels (`NORM_LIST` in
-/// kernels/reduce.cu).
-pub(crate) const NORM_LIST: usize = 48;
-/// Elements per chunk of those kernels (`NORM_CHUNK` in kernels/reduce.cu).
-pub(crate) const NORM_CHUNK: usize = 65536;
+/// Tensors per multi-tensor launch (`FOREACH_LIST` in kernels/common.cuh).
+pub(crate) const FOREACH_LIST: usize = 48;
+/// Elements per chunk of a multi-tensor launch (`FOREACH_CHUNK` there).
+pub(crate) const FOREACH_CHUNK: usize = 65536;
 
-/// The chunks the clipping kernels cut tensors of `lengths` into, per launch of
-/// up to [`NORM_LIST`] tensors: the length of each launch's partial sums.
-pub(crate) fn norm_chunks(lengths: &[usize]) -> Vec<usize> {
+/// The chunks a multi-tensor launch cuts tensors of `lengths` into, per launch of
+/// up to [`FOREACH_LIST`] tensors (the clipping kernels' partial sums have one
+/// value per chunk).
+pub(crate) fn foreach_chunks(lengths: &[usize]) -> Vec<usize> {
     lengths
-        .chunks(NORM_LIST)
-        .map(|g| g.iter().map(|n| n.div_ceil(NORM_CHUNK)).sum())
+        .chunks(FOREACH_LIST)
+        .map(|g| g.iter().map(|n| n.div_ceil(FOREACH_CHUNK)).sum())
         .collect()
 }

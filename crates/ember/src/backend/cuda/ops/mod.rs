@@ -27,6 +27,7 @@ pub(crate) use random::*;
 pub(crate) use reduce::*;
 
 use super::{CudaDev, CudaStorage};
+use crate::backend::op::{FOREACH_CHUNK, FOREACH_LIST};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -225,17 +226,54 @@ pub(super) fn launch_rows_shared(
     launch_blocks(dev, module, dtype, name, rows, (grid, shared), params)
 }
 
-/// Fills `first_chunk` for a multi-tensor launch over tensors of `lengths` (the
-/// first chunk of `chunk` elements of each, then the launch's total) and returns
-/// the total.
-pub(super) fn first_chunks(lengths: &[usize], chunk: usize, first_chunk: &mut [i64]) -> usize {
-    let mut chunks = 0;
-    for (i, n) in lengths.iter().enumerate() {
-        first_chunk[i] = chunks as i64;
-        chunks += n.div_ceil(chunk);
-    }
-    first_chunk[lengths.len()] = chunks as i64;
-    chunks
+/// `struct TensorList` of kernels/common.cuh: the tensors of one multi-tensor
+/// launch, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct TensorList {
+    a: [[u64; FOREACH_LIST]; 4],
+    n: [i64; FOREACH_LIST],
+    flag: [i64; FOREACH_LIST],
+    first_chunk: [i64; FOREACH_LIST + 1],
+    count: i64,
+}
+
+/// One tensor of a multi-tensor launch: the device addresses of up to four arrays
+/// of its length (a parameter, its gradient, its state; 0 where unused), the
+/// length, and a flag its kernel reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ListTensor {
+    pub arrays: [u64; 4],
+    pub n: usize,
+    pub flag: bool,
+}
+
+/// The launches that cover `tensors`: up to `FOREACH_LIST` per list, each with
+/// its number of chunks.
+pub(super) fn tensor_lists(tensors: &[ListTensor]) -> Vec<(TensorList, usize)> {
+    tensors
+        .chunks(FOREACH_LIST)
+        .map(|group| {
+            let mut l = TensorList {
+                a: [[0; FOREACH_LIST]; 4],
+                n: [0; FOREACH_LIST],
+                flag: [0; FOREACH_LIST],
+                first_chunk: [0; FOREACH_LIST + 1],
+                count: group.len() as i64,
+            };
+            let mut chunks = 0usize;
+            for (i, t) in group.iter().enumerate() {
+                for (a, &ptr) in t.arrays.iter().enumerate() {
+                    l.a[a][i] = ptr;
+                }
+                (l.n[i], l.flag[i]) = (t.n as i64, t.flag as i64);
+                l.first_chunk[i] = chunks as i64;
+                chunks += t.n.div_ceil(FOREACH_CHUNK);
+            }
+            l.first_chunk[group.len()] = chunks as i64;
+            (l, chunks)
+        })
+        .collect()
 }
 
 /// Launches a multi-tensor kernel over `chunks` chunks: a block per chunk up to

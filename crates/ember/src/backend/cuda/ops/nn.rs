@@ -1,7 +1,9 @@
 //! Kernels of `kernels/nn.cu`: the index ops, integer matrix products and the
 //! fused Adam step.
 
-use super::{base_ptr, fill, launch_n, new_out, suffix, KLayout};
+use super::{
+    base_ptr, fill, launch_chunks, launch_n, new_out, suffix, tensor_lists, KLayout, ListTensor,
+};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
 use crate::layout::Layout;
@@ -204,62 +206,20 @@ pub(crate) fn adam(
     )
 }
 
-/// Tensors one multi-tensor Adam launch takes (`ADAM_LIST` in kernels/nn.cu).
-const ADAM_LIST: usize = 32;
-/// Elements per chunk of a multi-tensor launch (`ADAM_CHUNK` in kernels/nn.cu).
-const ADAM_CHUNK: usize = 65536;
-
-/// `struct AdamList` of kernels/nn.cu, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct AdamList {
-    p: [u64; ADAM_LIST],
-    g: [u64; ADAM_LIST],
-    m: [u64; ADAM_LIST],
-    v: [u64; ADAM_LIST],
-    n: [i64; ADAM_LIST],
-    first_chunk: [i64; ADAM_LIST + 1],
-    count: i64,
-}
-
-/// One tensor of a multi-tensor step: the device addresses of the parameter, its
-/// gradient and its two moments (contiguous, of one dtype) and their length.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AdamTensor {
-    pub p: u64,
-    pub g: u64,
-    pub m: u64,
-    pub v: u64,
-    pub n: usize,
-}
-
-/// One Adam step over many tensors of one dtype on `dev`, in launches of up to
-/// `ADAM_LIST` tensors each (PyTorch's `foreach`/multi-tensor form): the same
-/// arithmetic, element by element, as [`adam`], so the results are the same bits.
+/// One Adam step over many tensors of one dtype on `dev` (each a [`ListTensor`]
+/// with its parameter, gradient and two moments), in launches of up to 48
+/// tensors (PyTorch's `foreach`/multi-tensor form): the same arithmetic, element
+/// by element, as [`adam`], so the results are the same bits.
 pub(crate) fn adam_multi(
     dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
     dtype: DType,
-    tensors: &[AdamTensor],
+    tensors: &[ListTensor],
     h: &crate::backend::op::AdamStep,
 ) -> Result<()> {
     let name = format!("adam_multi_{}", suffix(dtype));
     let dec = h.decoupled as i32;
-    for group in tensors.chunks(ADAM_LIST) {
-        let mut l = AdamList {
-            p: [0; ADAM_LIST],
-            g: [0; ADAM_LIST],
-            m: [0; ADAM_LIST],
-            v: [0; ADAM_LIST],
-            n: [0; ADAM_LIST],
-            first_chunk: [0; ADAM_LIST + 1],
-            count: group.len() as i64,
-        };
-        for (i, t) in group.iter().enumerate() {
-            (l.p[i], l.g[i], l.m[i], l.v[i], l.n[i]) = (t.p, t.g, t.m, t.v, t.n as i64);
-        }
-        let lengths: Vec<usize> = group.iter().map(|t| t.n).collect();
-        let chunks = super::first_chunks(&lengths, ADAM_CHUNK, &mut l.first_chunk);
-        super::launch_chunks(
+    for (l, chunks) in tensor_lists(tensors) {
+        launch_chunks(
             dev,
             "nn",
             dtype,
@@ -281,61 +241,19 @@ pub(crate) fn adam_multi(
     Ok(())
 }
 
-/// Tensors one multi-tensor SGD launch takes (`SGD_LIST` in kernels/nn.cu).
-const SGD_LIST: usize = 48;
-
-/// `struct SgdList` of kernels/nn.cu, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct SgdList {
-    p: [u64; SGD_LIST],
-    g: [u64; SGD_LIST],
-    buf: [u64; SGD_LIST],
-    n: [i64; SGD_LIST],
-    first_chunk: [i64; SGD_LIST + 1],
-    first_step: [i64; SGD_LIST],
-    count: i64,
-}
-
-/// One tensor of a multi-tensor SGD step: the device addresses of the parameter,
-/// its gradient and its momentum buffer (0 without momentum), their length, and
-/// whether this is the buffer's first step (written from the gradient).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SgdTensor {
-    pub p: u64,
-    pub g: u64,
-    pub buf: u64,
-    pub n: usize,
-    pub first: bool,
-}
-
-/// One SGD step over many tensors of one dtype on `dev`, up to `SGD_LIST` per
-/// launch, chunked as [`adam_multi`]'s.
+/// One SGD step over many tensors of one dtype on `dev` (each a [`ListTensor`]
+/// with its parameter, gradient and momentum buffer, flagged at the buffer's
+/// first step), in launches of up to 48 tensors.
 pub(crate) fn sgd_multi(
     dev: &std::sync::Arc<crate::backend::cuda::CudaDev>,
     dtype: DType,
-    tensors: &[SgdTensor],
+    tensors: &[ListTensor],
     h: &crate::backend::op::SgdStep,
 ) -> Result<()> {
     let name = format!("sgd_multi_{}", suffix(dtype));
     let nesterov = h.nesterov as i32;
-    for group in tensors.chunks(SGD_LIST) {
-        let mut l = SgdList {
-            p: [0; SGD_LIST],
-            g: [0; SGD_LIST],
-            buf: [0; SGD_LIST],
-            n: [0; SGD_LIST],
-            first_chunk: [0; SGD_LIST + 1],
-            first_step: [0; SGD_LIST],
-            count: group.len() as i64,
-        };
-        for (i, t) in group.iter().enumerate() {
-            (l.p[i], l.g[i], l.buf[i], l.n[i]) = (t.p, t.g, t.buf, t.n as i64);
-            l.first_step[i] = t.first as i64;
-        }
-        let lengths: Vec<usize> = group.iter().map(|t| t.n).collect();
-        let chunks = super::first_chunks(&lengths, ADAM_CHUNK, &mut l.first_chunk);
-        super::launch_chunks(
+    for (l, chunks) in tensor_lists(tensors) {
+        launch_chunks(
             dev,
             "nn",
             dtype,

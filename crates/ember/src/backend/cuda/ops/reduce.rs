@@ -1,9 +1,12 @@
 //! Kernels of `kernels/reduce.cu`: reductions over dims (a warp, a block or
 //! several blocks per output), column sums, and the softmax family.
 
-use super::{base_ptr, launch_rows, launch_rows_shared, new_out, suffix, KLayout, THREADS};
+use super::{
+    base_ptr, launch_chunks, launch_n, launch_rows, launch_rows_shared, new_out, suffix,
+    tensor_lists, KLayout, ListTensor, THREADS,
+};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{stat_dtype, ReduceCode, ScanOp, NORM_CHUNK, NORM_LIST};
+use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
 use crate::layout::Layout;
 use crate::{DType, Error, Result};
 use std::ffi::c_void;
@@ -554,58 +557,6 @@ pub(crate) fn cross_entropy_rows_backward(
     Ok(gx)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reduction_plans() {
-        use ReducePlan::*;
-        // an H100: 132 multiprocessors, 528 blocks keep it busy
-        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
-        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
-        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
-        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
-    }
-}
-
-/// `struct NormList` of kernels/reduce.cu, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct NormList {
-    t: [u64; NORM_LIST],
-    n: [i64; NORM_LIST],
-    first_chunk: [i64; NORM_LIST + 1],
-    count: i64,
-}
-
-/// The lists of [`NormList`]s that cover `tensors` (device address, length), each
-/// with its number of chunks.
-fn norm_lists(tensors: &[(u64, usize)]) -> Vec<(NormList, usize)> {
-    tensors
-        .chunks(NORM_LIST)
-        .map(|group| {
-            let mut l = NormList {
-                t: [0; NORM_LIST],
-                n: [0; NORM_LIST],
-                first_chunk: [0; NORM_LIST + 1],
-                count: group.len() as i64,
-            };
-            for (i, &(ptr, n)) in group.iter().enumerate() {
-                (l.t[i], l.n[i]) = (ptr, n as i64);
-            }
-            let lengths: Vec<usize> = group.iter().map(|t| t.1).collect();
-            let chunks = super::first_chunks(&lengths, NORM_CHUNK, &mut l.first_chunk);
-            (l, chunks)
-        })
-        .collect()
-}
-
 /// The 2-norm of each of `tensors` (device addresses of contiguous `dtype`
 /// arrays, and their lengths) on `dev`, as a new array in [`stat_dtype`]: two
 /// launches per 48 tensors, the chunks' partial sums in a buffer freed after.
@@ -618,13 +569,13 @@ pub(crate) fn foreach_norms(
     let norms = new_out(dev, acc, tensors.len())?;
     let sfx = suffix(dtype);
     let mut done = 0usize;
-    for (l, chunks) in norm_lists(tensors) {
+    for (l, chunks) in tensor_lists(&list_of(tensors)) {
         let partial = new_out(dev, acc, chunks)?;
         let (pp, pn) = (
             partial.ptr(),
             norms.ptr() + (done * acc.size_in_bytes()) as u64,
         );
-        super::launch_chunks(
+        launch_chunks(
             dev,
             "reduce",
             dtype,
@@ -632,7 +583,7 @@ pub(crate) fn foreach_norms(
             chunks,
             &mut args![l, pp],
         )?;
-        super::launch_n(
+        launch_n(
             dev,
             "reduce",
             dtype,
@@ -657,8 +608,8 @@ pub(crate) fn foreach_clip_scale(
 ) -> Result<()> {
     let pt = base_ptr(total, total_offset);
     let name = format!("clip_scale_{}", suffix(dtype));
-    for (l, chunks) in norm_lists(tensors) {
-        super::launch_chunks(
+    for (l, chunks) in tensor_lists(&list_of(tensors)) {
+        launch_chunks(
             dev,
             "reduce",
             dtype,
@@ -668,4 +619,36 @@ pub(crate) fn foreach_clip_scale(
         )?;
     }
     Ok(())
+}
+
+/// The tensors of a clipping launch: each gradient as the list's array 0.
+fn list_of(tensors: &[(u64, usize)]) -> Vec<ListTensor> {
+    tensors
+        .iter()
+        .map(|&(ptr, n)| ListTensor {
+            arrays: [ptr, 0, 0, 0],
+            n,
+            flag: false,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduction_plans() {
+        use ReducePlan::*;
+        // an H100: 132 multiprocessors, 528 blocks keep it busy
+        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
+        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
+        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
+        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
+        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
+        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
+    }
 }
