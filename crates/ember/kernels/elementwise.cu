@@ -73,6 +73,14 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
     case U_LOG2: return log2(x);
     case U_TAN: return tan(x);
     case U_ATAN: return atan(x);
+    case U_HARDSIGMOID:
+    case U_HARDSWISH: {
+        // relu6(x + 3), NaN kept
+        A r = x + (A)3;
+        if (r < (A)0) r = (A)0;
+        if (r > (A)6) r = (A)6;
+        return op == U_HARDSWISH ? x * r / (A)6 : r / (A)6;
+    }
     }
     return x;
 }

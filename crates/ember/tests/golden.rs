@@ -642,6 +642,8 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
         "print" => Ok(Out::Str(format!("{}", a()))),
         // issue 20
         "silu" => one(a().silu()),
+        "hardsigmoid" => one(a().hardsigmoid()),
+        "hardswish" => one(a().hardswish()),
         "log1p" => one(a().log1p()),
         "expm1" => one(a().expm1()),
         "rsqrt" => one(a().rsqrt()),

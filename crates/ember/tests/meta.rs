@@ -77,6 +77,8 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("gelu", |t| one(t[0].gelu())),
         ("gelu_tanh", |t| one(t[0].gelu_tanh())),
         ("silu", |t| one(t[0].silu())),
+        ("hardsigmoid", |t| one(t[0].hardsigmoid())),
+        ("hardswish", |t| one(t[0].hardswish())),
         ("softplus", |t| one(t[12].softplus(2.0, 5.0))),
         ("elu", |t| one(t[0].elu(1.0))),
         ("leaky_relu", |t| one(t[0].leaky_relu(0.01))),

@@ -332,6 +332,10 @@ activation!(/// GELU, exact (erf) form.
     GELU, gelu);
 activation!(/// SiLU (swish): `x · sigmoid(x)`.
     SiLU, silu);
+activation!(/// `relu6(x + 3) / 6` (`nn.Hardsigmoid`).
+    Hardsigmoid, hardsigmoid);
+activation!(/// `x · relu6(x + 3) / 6` (`nn.Hardswish`, MobileNetV3's activation).
+    Hardswish, hardswish);
 
 /// Returns its input (`nn.Identity`): a placeholder where a model may or may not
 /// have a layer.

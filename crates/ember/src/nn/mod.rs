@@ -39,8 +39,9 @@ pub use functional::{
     BatchNormOptions,
 };
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Identity, LazyLinear, LeakyReLU,
-    Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus, Tanh, ELU, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Hardsigmoid, Hardswish, Identity,
+    LazyLinear, LeakyReLU, Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus,
+    Tanh, ELU, GELU,
 };
 pub use loss::{
     bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,

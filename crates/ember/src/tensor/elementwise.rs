@@ -423,6 +423,11 @@ unary_methods! {
     gelu_tanh, ops::GeluTanh, GeluTanh;
     /// SiLU (swish): `x · sigmoid(x)` (`F.silu`); floating-point dtypes only.
     silu, ops::Silu, Silu;
+    /// `relu6(x + 3) / 6` (`F.hardsigmoid`); floating-point dtypes only.
+    hardsigmoid, ops::Hardsigmoid, Hardsigmoid;
+    /// `x · relu6(x + 3) / 6` (`F.hardswish`, MobileNetV3's activation);
+    /// floating-point dtypes only.
+    hardswish, ops::Hardswish, Hardswish;
     /// `ln(1 + x)`, accurate near 0.
     log1p, ops::Log1p, Log1p;
     /// `e^x - 1`, accurate near 0.

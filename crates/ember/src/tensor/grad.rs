@@ -36,6 +36,8 @@ pub(crate) enum Unary {
     Log2,
     Tan,
     Atan,
+    Hardsigmoid,
+    Hardswish,
     /// Rounding and sign: a zero gradient, as in PyTorch.
     Zero,
 }
@@ -162,6 +164,17 @@ impl Unary {
             Log2 => g.div(&x.mul(std::f64::consts::LN_2)?),
             Tan => g.mul(&y.square()?.add(1.0)?),
             Atan => g.div(&x.square()?.add(1.0)?),
+            // 1/6 strictly inside (-3, 3), else 0 (NaN: 0), as PyTorch's kernel
+            Hardsigmoid => g.mul(
+                &x.gt(-3.0)?
+                    .logical_and(&x.lt(3.0)?)?
+                    .where_(1.0 / 6.0, 0.0)?,
+            ),
+            // 0 up to -3, x/3 + 1/2 below 3, then 1 (NaN: 1), as PyTorch's kernel
+            Hardswish => g.mul(
+                &x.le(-3.0)?
+                    .where_(0.0, &x.lt(3.0)?.where_(&x.div(3.0)?.add(0.5)?, 1.0)?)?,
+            ),
             Zero => g.zeros_like(),
             Clamp(lo, hi) => {
                 // PyTorch's rule: the gradient passes strictly inside the bounds

@@ -423,6 +423,8 @@ def run_op(op, p, x):
 
 NEW_UNARY = {
     "silu": F.silu,
+    "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
     "log1p": torch.log1p,
     "expm1": torch.expm1,
     "rsqrt": torch.rsqrt,
@@ -2676,6 +2678,21 @@ for nm, x in (("empty", torch.zeros(0, dtype=I)), ("empty_2x0", torch.zeros(2, 0
               ("negative", T([-1, 2], I)), ("all_negative", T([-3, -1], I)), ("float", T([1.0, 2.0]))):
     case(FAM, f"one_hot_infer_{nm}_error", "one_hot", [x], {"num_classes": -1})
 case(FAM, "one_hot_empty_given", "one_hot", [torch.zeros(0, dtype=I)], {"num_classes": 3})
+
+# ---- issue 45: hardsigmoid and hardswish, a new elementwise op added by following
+# ARCHITECTURE.md's "adding an op": the branches' edges, NaN, infinities, half
+# dtypes, a strided view, and the integer dtypes PyTorch refuses
+FAM = "hard_activations"
+EDGES = T([-4.0, -3.0, -2.9999, -1.0, -0.0, 0.0, 2.0, 2.9999, 3.0, 4.0, 1e6, -1e6])
+for op in ("hardsigmoid", "hardswish"):
+    case(FAM, f"{op}_edges", op, [EDGES], grad=True)
+    case(FAM, f"{op}_special", op, [T([NANV, INF, -INF, 0.5])])
+    case(FAM, f"{op}_random", op, [rn(3, 5, scale=3.0)], grad=True)
+    case(FAM, f"{op}_f64", op, [d64(rn(6, scale=3.0))], grad=True)
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16, scale=3.0)], grad=True)
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16, scale=3.0)], grad=True)
+    case(FAM, f"{op}_transposed", op, [In(rn(3, 4, scale=3.0), [{"op": "transpose", "args": [0, 1]}])], grad=True)
+    case(FAM, f"{op}_int64", op, [ri(6)])
 
 # ---- issue 41: cross-entropy in one pass over the logits (class indices, no class
 # weights): spatial inputs, float64, rows wider than a block of threads (the

@@ -43,6 +43,8 @@ codes! {
         Log2 = 29 => "LOG2",
         Tan = 30 => "TAN",
         Atan = 31 => "ATAN",
+        Hardsigmoid = 32 => "HARDSIGMOID",
+        Hardswish = 33 => "HARDSWISH",
     }
 }
 
@@ -401,6 +403,22 @@ unop!(
     |x| x.signum()
 );
 unop!(Silu, kernel "silu_cpu", |x| x / (F::one() + (-x).vexp()));
+// relu6(x + 3) / 6 and x · relu6(x + 3) / 6 (`F.hardsigmoid`, `F.hardswish`), in
+// PyTorch's order of operations; NaN stays NaN
+unop!(Hardsigmoid, kernel "hardsigmoid_cpu", |x| relu6(x + F::c(3.0)) / F::c(6.0));
+unop!(Hardswish, kernel "hardswish_cpu", |x| x * relu6(x + F::c(3.0)) / F::c(6.0));
+
+/// `min(max(x, 0), 6)`, NaN kept.
+#[inline(always)]
+fn relu6<F: Real>(x: F) -> F {
+    if x < F::zero() {
+        F::zero()
+    } else if x > F::c(6.0) {
+        F::c(6.0)
+    } else {
+        x
+    }
+}
 unop!(Gelu, kernel "GeluKernelImpl", |x| F::c(0.5)
     * x
     * (F::one()
