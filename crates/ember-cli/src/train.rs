@@ -349,6 +349,15 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
             models::NAMES.join(", ")
         )));
     }
+    if name == "gpt2_small" {
+        // a language model: token ids in, a class per position out
+        return Err(invalid(
+            "--model gpt2_small is a language model, not an image classifier: `ember train text` \
+             trains its layout on text (`--layers 12 --heads 12 --width 768` is GPT-2 small's \
+             shape), `ember bench --suite models` times its training step, and `ember estimate \
+             --model gpt2_small` gives its memory",
+        ));
+    }
     if args.dataset != Dataset::Fake && (args.input.is_some() || args.classes.is_some()) {
         return Err(invalid(
             "--input and --classes set the shape of fake data; iris and digits have their own",

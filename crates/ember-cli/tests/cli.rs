@@ -1601,6 +1601,10 @@ fn every_bad_argument_is_named_before_any_work() {
         ),
         (vec!["train", "digits", "--amp", "fp8"], "--amp"),
         (vec!["train", "digits", "--model", "bogus"], "--model bogus"),
+        (
+            vec!["train", "fake", "--model", "gpt2_small"],
+            "--model gpt2_small is a language model",
+        ),
         (vec!["train", "fake", "--input", "3x"], "--input"),
         (vec!["train", "fake", "--classes", "0"], "--classes"),
         (vec!["train", "fake", "--samples", "1"], "--samples"),
