@@ -164,13 +164,15 @@ impl Unary {
             Log2 => g.div(&x.mul(std::f64::consts::LN_2)?),
             Tan => g.mul(&y.square()?.add(1.0)?),
             Atan => g.div(&x.square()?.add(1.0)?),
-            // 1/6 strictly inside (-3, 3), else 0 (NaN: 0), as PyTorch's kernel
+            // 1/6 strictly inside (-3, 3), else 0 (NaN: 0), as PyTorch's kernel,
+            // whose 1/6 is a float32 constant in every dtype
             Hardsigmoid => g.mul(
                 &x.gt(-3.0)?
                     .logical_and(&x.lt(3.0)?)?
-                    .where_(1.0 / 6.0, 0.0)?,
+                    .where_((1.0f32 / 6.0) as f64, 0.0)?,
             ),
-            // 0 up to -3, x/3 + 1/2 below 3, then 1 (NaN: 1), as PyTorch's kernel
+            // 0 up to -3, x/3 + 1/2 below 3, then 1 (NaN: 1), as PyTorch 2.15 gives on
+            // the CPU (the goldens); its older CUDA source reads -0.5 at -3 and 1.5 at 3
             Hardswish => g.mul(
                 &x.le(-3.0)?
                     .where_(0.0, &x.lt(3.0)?.where_(&x.div(3.0)?.add(0.5)?, 1.0)?)?,
