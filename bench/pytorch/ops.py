@@ -11,7 +11,12 @@ import time
 import torch
 
 
+ONLY = sys.argv[1] if len(sys.argv) > 1 else None
+
+
 def bench(name, fn, work, unit, min_time=2.0, min_iters=10, inner=1):
+    if ONLY and ONLY not in name:
+        return
     for _ in range(3):
         fn()
     samples = []
@@ -41,6 +46,16 @@ def main():
     bench("tiny_add_4x4", lambda: torch.add(a, b), None, "s/op", inner=1000)
     ag = a.clone().requires_grad_(True)
     bench("tiny_add_4x4_grad", lambda: torch.add(ag, b), None, "s/op", inner=1000)
+    for rows, classes in ((1024, 50304), (4096, 1000)):
+        x = torch.randn(rows, classes).requires_grad_(True)
+        y = torch.randint(0, classes, (rows,))
+
+        def step(x=x, y=y):
+            x.grad = None
+            torch.nn.functional.cross_entropy(x, y).backward()
+
+        bench(f"cross_entropy_f32/{rows}x{classes}", step, 3 * 4 * rows * classes / 1e9, "GB/s",
+              min_time=4.0)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,14 @@
 //! - matmul n×n×n f32 (throughput shown as elements/s = FLOP/s),
 //! - elementwise mul of n×n f32 (bytes/s counting two reads and one write),
 //! - a 4×4 add repeated (time per op: the per-op overhead), also with autograd
-//!   recording, and on `meta`.
+//!   recording, and on `meta`;
+//! - cross-entropy against class indices, forward and backward (the loss and the
+//!   logits' gradient), on `[1024, 50304]` (a language model's vocabulary) and
+//!   `[4096, 1000]` (an image classifier's) f32 logits.
 //!
-//! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks).
+//! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks;
+//! `cargo bench -p ember --bench ops -- cross_entropy` and
+//! `python3 bench/pytorch/ops.py cross_entropy` for one workload).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ember::{DType, Device, Tensor};
@@ -63,10 +68,36 @@ fn tiny_add(c: &mut Criterion) {
     });
 }
 
+fn cross_entropy(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let mut g = c.benchmark_group("cross_entropy_f32");
+    for (rows, classes) in [(1024usize, 50304usize), (4096, 1000)] {
+        ember::manual_seed(0);
+        let x = Tensor::randn([rows, classes], &dev)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let y = Tensor::randint(0, classes as i64, [rows], &dev).unwrap();
+        // the logits read forward, read and written backward
+        g.throughput(Throughput::Bytes(3 * 4 * (rows * classes) as u64));
+        g.sample_size(10);
+        g.measurement_time(Duration::from_secs(8));
+        let id = format!("{rows}x{classes}");
+        g.bench_with_input(BenchmarkId::from_parameter(id), &rows, |bch, _| {
+            bch.iter(|| {
+                x.set_grad(None);
+                ember::nn::cross_entropy(&x, &y).unwrap().backward().unwrap();
+                black_box(x.grad())
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     // the report's plots need a system font, which a bare machine may lack
     config = Criterion::default().without_plots();
-    targets = matmul, elementwise, tiny_add
+    targets = matmul, elementwise, tiny_add, cross_entropy
 }
 criterion_main!(benches);
