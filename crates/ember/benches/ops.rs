@@ -86,7 +86,10 @@ fn cross_entropy(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(id), &rows, |bch, _| {
             bch.iter(|| {
                 x.set_grad(None);
-                ember::nn::cross_entropy(&x, &y).unwrap().backward().unwrap();
+                ember::nn::cross_entropy(&x, &y)
+                    .unwrap()
+                    .backward()
+                    .unwrap();
                 black_box(x.grad())
             })
         });
