@@ -62,6 +62,36 @@ pub(super) fn group_rates(bases: &[f64], rate: impl Fn(f64) -> f64) -> Vec<f64> 
     bases.iter().map(|&b| rate(b)).collect()
 }
 
+/// The `LrScheduler` of a closed-form schedule: its `rate(base)` at its `epoch`
+/// for each group's initial rate in `bases`.
+macro_rules! closed_form_schedule {
+    ($($name:ident),*) => {$(
+        impl LrScheduler for $name {
+            fn step(&mut self, opt: &mut dyn Optimizer) {
+                self.epoch += 1;
+                opt.set_group_lrs(&self.last_lrs());
+            }
+
+            fn epoch(&self) -> usize {
+                self.epoch
+            }
+
+            fn set_epoch(&mut self, epoch: usize) {
+                self.epoch = epoch;
+            }
+
+            fn last_lr(&self) -> f64 {
+                self.rate(self.bases[0])
+            }
+
+            fn last_lrs(&self) -> Vec<f64> {
+                group_rates(&self.bases, |b| self.rate(b))
+            }
+        }
+    )*};
+}
+closed_form_schedule!(StepLr, CosineAnnealingLr, LinearLr);
+
 /// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
 pub struct StepLr {
     bases: Vec<f64>,
@@ -86,29 +116,6 @@ impl StepLr {
 
     fn rate(&self, base: f64) -> f64 {
         base * self.gamma.powi((self.epoch / self.step_size) as i32)
-    }
-}
-
-impl LrScheduler for StepLr {
-    fn step(&mut self, opt: &mut dyn Optimizer) {
-        self.epoch += 1;
-        opt.set_group_lrs(&self.last_lrs());
-    }
-
-    fn epoch(&self) -> usize {
-        self.epoch
-    }
-
-    fn set_epoch(&mut self, epoch: usize) {
-        self.epoch = epoch;
-    }
-
-    fn last_lr(&self) -> f64 {
-        self.rate(self.bases[0])
-    }
-
-    fn last_lrs(&self) -> Vec<f64> {
-        group_rates(&self.bases, |b| self.rate(b))
     }
 }
 
@@ -141,29 +148,6 @@ impl CosineAnnealingLr {
     fn rate(&self, base: f64) -> f64 {
         let t = self.epoch as f64 / self.t_max as f64;
         self.eta_min + (base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
-    }
-}
-
-impl LrScheduler for CosineAnnealingLr {
-    fn step(&mut self, opt: &mut dyn Optimizer) {
-        self.epoch += 1;
-        opt.set_group_lrs(&self.last_lrs());
-    }
-
-    fn epoch(&self) -> usize {
-        self.epoch
-    }
-
-    fn set_epoch(&mut self, epoch: usize) {
-        self.epoch = epoch;
-    }
-
-    fn last_lr(&self) -> f64 {
-        self.rate(self.bases[0])
-    }
-
-    fn last_lrs(&self) -> Vec<f64> {
-        group_rates(&self.bases, |b| self.rate(b))
     }
 }
 
@@ -218,24 +202,9 @@ impl LinearLr {
         };
         self.start + (self.end - self.start) * t
     }
-}
 
-impl LrScheduler for LinearLr {
-    fn step(&mut self, opt: &mut dyn Optimizer) {
-        self.epoch += 1;
-        opt.set_group_lrs(&self.last_lrs());
-    }
-    fn last_lr(&self) -> f64 {
-        self.bases[0] * self.factor()
-    }
-    fn last_lrs(&self) -> Vec<f64> {
-        group_rates(&self.bases, |b| b * self.factor())
-    }
-    fn epoch(&self) -> usize {
-        self.epoch
-    }
-    fn set_epoch(&mut self, epoch: usize) {
-        self.epoch = epoch;
+    fn rate(&self, base: f64) -> f64 {
+        base * self.factor()
     }
 }
 
