@@ -290,6 +290,24 @@ pub(super) fn launch_chunks(
     launch_blocks(dev, module, dtype, name, chunks, (grid, 0), params)
 }
 
+/// Launches the multi-tensor kernel `module::name` over `tensors`, once per list
+/// of [`tensor_lists`]: the list is the kernel's first parameter, `rest` (as
+/// `args!` makes them) its others.
+pub(super) fn launch_lists(
+    dev: &CudaDev,
+    (module, dtype, name): (&'static str, DType, &str),
+    tensors: &[ListTensor],
+    rest: &[*mut c_void],
+) -> Result<()> {
+    for (mut l, chunks) in tensor_lists(tensors) {
+        let mut params = Vec::with_capacity(1 + rest.len());
+        params.push(&mut l as *mut TensorList as *mut c_void);
+        params.extend_from_slice(rest);
+        launch_chunks(dev, module, dtype, name, chunks, &mut params)?;
+    }
+    Ok(())
+}
+
 /// Launches `grid` blocks of `THREADS` of `module::name` with `shared` bytes of
 /// dynamic shared memory each (within the 48 KiB every kernel may use), nothing
 /// when there is no work (`items` is 0).

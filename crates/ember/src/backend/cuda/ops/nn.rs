@@ -1,9 +1,7 @@
 //! Kernels of `kernels/nn.cu`: the index ops, integer matrix products and the
 //! fused Adam step.
 
-use super::{
-    base_ptr, fill, launch_chunks, launch_n, new_out, suffix, tensor_lists, KLayout, ListTensor,
-};
+use super::{base_ptr, fill, launch_lists, launch_n, new_out, suffix, KLayout, ListTensor};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
 use crate::layout::Layout;
@@ -218,27 +216,13 @@ pub(crate) fn adam_multi(
 ) -> Result<()> {
     let name = format!("adam_multi_{}", suffix(dtype));
     let dec = h.decoupled as i32;
-    for (l, chunks) in tensor_lists(tensors) {
-        launch_chunks(
-            dev,
-            "nn",
-            dtype,
-            &name,
-            chunks,
-            &mut args![
-                l,
-                h.lr,
-                h.b1,
-                h.b2,
-                h.eps,
-                h.bc1,
-                h.bc2,
-                h.weight_decay,
-                dec
-            ],
-        )?;
-    }
-    Ok(())
+    let (lr, b1, b2, eps, bc1, bc2, wd) = (h.lr, h.b1, h.b2, h.eps, h.bc1, h.bc2, h.weight_decay);
+    launch_lists(
+        dev,
+        ("nn", dtype, &name),
+        tensors,
+        &args![lr, b1, b2, eps, bc1, bc2, wd, dec],
+    )
 }
 
 /// One SGD step over many tensors of one dtype on `dev` (each a [`ListTensor`]
@@ -252,17 +236,13 @@ pub(crate) fn sgd_multi(
 ) -> Result<()> {
     let name = format!("sgd_multi_{}", suffix(dtype));
     let nesterov = h.nesterov as i32;
-    for (l, chunks) in tensor_lists(tensors) {
-        launch_chunks(
-            dev,
-            "nn",
-            dtype,
-            &name,
-            chunks,
-            &mut args![l, h.lr, h.momentum, h.dampening, h.weight_decay, nesterov],
-        )?;
-    }
-    Ok(())
+    let (lr, momentum, dampening, wd) = (h.lr, h.momentum, h.dampening, h.weight_decay);
+    launch_lists(
+        dev,
+        ("nn", dtype, &name),
+        tensors,
+        &args![lr, momentum, dampening, wd, nesterov],
+    )
 }
 
 /// `a · b` for integer dtypes with ember's kernel: `(batch, m, k, n)` sizes over the

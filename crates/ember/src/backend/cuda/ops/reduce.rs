@@ -2,8 +2,8 @@
 //! several blocks per output), column sums, and the softmax family.
 
 use super::{
-    base_ptr, launch_chunks, launch_n, launch_rows, launch_rows_shared, new_out, suffix,
-    tensor_lists, KLayout, ListTensor, THREADS,
+    base_ptr, launch_chunks, launch_lists, launch_n, launch_rows, launch_rows_shared, new_out,
+    suffix, tensor_lists, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
@@ -608,17 +608,12 @@ pub(crate) fn foreach_clip_scale(
 ) -> Result<()> {
     let pt = base_ptr(total, total_offset);
     let name = format!("clip_scale_{}", suffix(dtype));
-    for (l, chunks) in tensor_lists(&list_of(tensors)) {
-        launch_chunks(
-            dev,
-            "reduce",
-            dtype,
-            &name,
-            chunks,
-            &mut args![l, pt, max_norm],
-        )?;
-    }
-    Ok(())
+    launch_lists(
+        dev,
+        ("reduce", dtype, &name),
+        &list_of(tensors),
+        &args![pt, max_norm],
+    )
 }
 
 /// The tensors of a clipping launch: each gradient as the list's array 0.
