@@ -652,6 +652,15 @@ impl Storage {
         )?))
     }
 
+    /// Says on stderr, where `EMBER_CUDNN_LOG` asks for cuDNN's choices, that a
+    /// half-precision convolution `pass` the device refused in its own dtype (cuDNN
+    /// without half kernels for this GPU or shape) is computed in float32 instead.
+    pub(crate) fn log_conv_fallback(pass: &str, dtype: DType, e: &Error) {
+        if crate::backend::cuda::dnn::log_choices() {
+            eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); computed in float32");
+        }
+    }
+
     /// Whether this device convolves f16/bf16 operands of `s` in their own dtype
     /// (CUDA through cuDNN); elsewhere they are convolved in float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {

@@ -3,6 +3,7 @@
 
 use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
+use crate::backend::Storage;
 use crate::layout::checked_numel;
 use crate::{DType, Error, Result};
 
@@ -246,7 +247,7 @@ impl Tensor {
             (false, _) => forward(dtype)?,
             (true, false) => forward(DType::F32)?,
             (true, true) => forward(dtype).or_else(|e| {
-                half_fallback("forward", dtype, &e);
+                Storage::log_conv_fallback("forward", dtype, &e);
                 forward(DType::F32)
             })?,
         };
@@ -276,20 +277,11 @@ impl Tensor {
                 (false, _) => backward(dtype),
                 (true, false) => backward(DType::F32),
                 (true, true) => backward(dtype).or_else(|e| {
-                    half_fallback("backward", dtype, &e);
+                    Storage::log_conv_fallback("backward", dtype, &e);
                     backward(DType::F32)
                 }),
             }
         }))
-    }
-}
-
-/// A half-precision convolution the device refused in its own dtype (cuDNN
-/// without bf16 kernels for this GPU or shape) runs in float32 instead; the
-/// reason goes to stderr with `EMBER_CUDNN_LOG`.
-fn half_fallback(pass: &str, dtype: DType, e: &Error) {
-    if std::env::var_os("EMBER_CUDNN_LOG").is_some_and(|v| v != "0") {
-        eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); computed in float32");
     }
 }
 

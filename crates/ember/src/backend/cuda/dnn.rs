@@ -29,7 +29,7 @@ use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Whether `EMBER_CUDNN_LOG` asks for each shape's algorithm choice on stderr.
-fn log_choices() -> bool {
+pub(crate) fn log_choices() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("EMBER_CUDNN_LOG").is_some_and(|v| v != "0"))
 }
