@@ -745,14 +745,25 @@ fn resnet50_needs_no_more_memory_than_pytorch() -> Result<()> {
             .optimizer(sgd)
             .amp(amp)
             .estimate(64)?;
-        let mib = est.peak_allocated as f64 / (1 << 20) as f64;
-        eprintln!("resnet50 b64 sgd, autocast {amp:?}: {mib:.0} MiB (PyTorch {pytorch_mib} MiB)");
-        assert!(
-            mib <= pytorch_mib as f64,
-            "autocast {amp:?}: {mib:.0} MiB, PyTorch {pytorch_mib} MiB\n{est}"
-        );
+        at_most_pytorchs("resnet50 b64 sgd", amp, &est, pytorch_mib);
     }
     Ok(())
+}
+
+/// Asserts that `est`'s peak is at most PyTorch's measured `pytorch_mib` for the
+/// step `what` under autocast `amp`, and prints both.
+fn at_most_pytorchs(
+    what: &str,
+    amp: Option<DType>,
+    est: &ember::memory::Estimate,
+    pytorch_mib: u32,
+) {
+    let mib = est.peak_allocated as f64 / (1 << 20) as f64;
+    eprintln!("{what}, autocast {amp:?}: {mib:.0} MiB (PyTorch {pytorch_mib} MiB)");
+    assert!(
+        mib <= pytorch_mib as f64,
+        "{what}, autocast {amp:?}: {mib:.0} MiB, PyTorch {pytorch_mib} MiB\n{est}"
+    );
 }
 
 /// The GPT-2-small step (batch 8 x 1024 tokens, Adam, cross-entropy over 50304
@@ -768,14 +779,7 @@ fn gpt2_small_needs_no_more_memory_than_pytorch() -> Result<()> {
             .loss(|logits, y| nn::cross_entropy(&logits.flatten(0, 1)?, &y.flatten(0, 1)?))
             .amp(amp)
             .estimate(8)?;
-        let mib = est.peak_allocated as f64 / (1 << 20) as f64;
-        eprintln!(
-            "gpt2_small b8x1024 adam, autocast {amp:?}: {mib:.0} MiB (PyTorch {pytorch_mib} MiB)"
-        );
-        assert!(
-            mib <= pytorch_mib as f64,
-            "autocast {amp:?}: {mib:.0} MiB, PyTorch {pytorch_mib} MiB\n{est}"
-        );
+        at_most_pytorchs("gpt2_small b8x1024 adam", amp, &est, pytorch_mib);
     }
     Ok(())
 }

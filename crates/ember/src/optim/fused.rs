@@ -105,24 +105,14 @@ pub(crate) type SgdItem<'a> = (&'a Tensor, &'a Tensor, Option<(&'a Tensor, bool)
 /// stands for one), f32 or f64, every tensor contiguous, of its parameter's dtype
 /// and size, and every storage in one place only.
 pub(crate) fn sgd_fusable(items: &[SgdItem<'_>]) -> bool {
-    let Some((first, ..)) = items.first() else {
-        return false;
-    };
-    let (dev, dt) = (first.device(), first.dtype());
-    if !matches!(dev, Device::Cuda(_) | Device::Meta) || !matches!(dt, DType::F32 | DType::F64) {
-        return false;
-    }
-    let mut seen = std::collections::HashSet::new();
-    items.iter().all(|&(p, g, buf)| {
-        let ts = [Some(p), Some(g), buf.map(|b| b.0)];
-        ts.iter().flatten().all(|t| {
-            t.device() == dev
-                && t.dtype() == dt
-                && t.is_contiguous()
-                && t.numel() == p.numel()
-                && seen.insert(t.storage_key())
+    let tensors = items
+        .iter()
+        .flat_map(|&(p, g, buf)| [Some(p), Some(g), buf.map(|b| b.0)])
+        .flatten();
+    Tensor::foreach_ready(tensors)
+        && items.iter().all(|&(p, g, buf)| {
+            g.numel() == p.numel() && buf.is_none_or(|(b, _)| b.numel() == p.numel())
         })
-    })
 }
 
 /// One SGD step over `items` (checked by [`sgd_fusable`]) in multi-tensor launches

@@ -527,7 +527,7 @@ impl Tensor {
     /// they do not qualify: all on one GPU (or meta), of one dtype, f32 or f64,
     /// contiguous, each storage once.
     pub(crate) fn foreach_norms(tensors: &[Tensor]) -> Result<Option<Tensor>> {
-        if !foreach_fusable(tensors) {
+        if !Tensor::foreach_ready(tensors) {
             return Ok(None);
         }
         let guards: Vec<_> = tensors.iter().map(Tensor::read).collect();
@@ -545,7 +545,7 @@ impl Tensor {
     /// one-element tensor of the statistics dtype on their device, read there.
     /// `Ok(false)` (nothing done) where they do not qualify.
     pub(crate) fn foreach_clip_(tensors: &[Tensor], total: &Tensor, max_norm: f64) -> Result<bool> {
-        if !foreach_fusable(tensors) || total.numel() != 1 || !total.is_contiguous() {
+        if !Tensor::foreach_ready(tensors) || total.numel() != 1 || !total.is_contiguous() {
             return Ok(false);
         }
         let t = total.read();
@@ -559,20 +559,23 @@ impl Tensor {
     }
 }
 
-/// Whether the multi-tensor ops take `tensors`: on one GPU or meta, one dtype (f32
-/// or f64), contiguous, every storage once.
-fn foreach_fusable(tensors: &[Tensor]) -> bool {
-    let Some(first) = tensors.first() else {
-        return false;
-    };
-    let (dev, dt) = (first.device(), first.dtype());
-    let mut seen = std::collections::HashSet::new();
-    matches!(dev, crate::Device::Cuda(_) | crate::Device::Meta)
-        && matches!(dt, DType::F32 | DType::F64)
-        && tensors.iter().all(|t| {
-            t.device() == dev
-                && t.dtype() == dt
-                && t.is_contiguous()
-                && seen.insert(t.storage_key())
-        })
+impl Tensor {
+    /// Whether the multi-tensor ops take `tensors`: on one GPU or meta, one dtype
+    /// (f32 or f64), contiguous, every storage once (each is locked by the op).
+    pub(crate) fn foreach_ready<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> bool {
+        let mut tensors = tensors.into_iter().peekable();
+        let Some(first) = tensors.peek() else {
+            return false;
+        };
+        let (dev, dt) = (first.device(), first.dtype());
+        let mut seen = std::collections::HashSet::new();
+        matches!(dev, crate::Device::Cuda(_) | crate::Device::Meta)
+            && matches!(dt, DType::F32 | DType::F64)
+            && tensors.all(|t| {
+                t.device() == dev
+                    && t.dtype() == dt
+                    && t.is_contiguous()
+                    && seen.insert(t.storage_key())
+            })
+    }
 }
