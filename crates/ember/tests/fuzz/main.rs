@@ -213,12 +213,16 @@ fn ok<T>(r: ember::Result<T>) -> Check<T> {
 }
 
 /// A directory of this process's own under the system's temporary one, removed
-/// when dropped.
+/// when dropped. Each is unique (a counter after the tag): tests run in parallel
+/// threads of one process, and two with the same tag would remove each other's
+/// files.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ember-fuzz-{}-{tag}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ember-fuzz-{}-{tag}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create a scratch directory");
         Scratch(dir)
     }
