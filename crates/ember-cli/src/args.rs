@@ -85,6 +85,11 @@ pub struct TrainArgs {
     /// Seed for the split, the initial weights and the shuffling.
     #[arg(long, default_value_t = 32)]
     pub seed: u64,
+    /// Skip the last batch of an epoch when it is smaller than --batch-size (and,
+    /// under `ember launch`, the samples past the last multiple of the world size,
+    /// instead of repeating the first ones).
+    #[arg(long)]
+    pub drop_last: bool,
     /// Write the loss and accuracy curves to FILE (.svg or .png) and the history
     /// next to it (same name, `.csv`).
     #[arg(long, value_name = "FILE")]
@@ -136,6 +141,7 @@ impl Default for TrainArgs {
             estimate: false,
             skip_memory_check: false,
             seed: 32,
+            drop_last: false,
             plot: None,
             checkpoint: None,
             resume: false,

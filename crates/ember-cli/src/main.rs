@@ -5,6 +5,7 @@ mod bench;
 mod devices;
 mod estimate;
 mod files;
+mod launch;
 mod paths;
 mod profile;
 mod text;
@@ -44,6 +45,9 @@ enum Command {
     Convert(files::ConvertArgs),
     /// Text from a character model saved by `ember train text --checkpoint DIR`.
     Generate(text::GenerateArgs),
+    /// Start the workers of a data-parallel job (torchrun's role): `ember launch
+    /// --nproc-per-node N -- ember train ...`.
+    Launch(launch::LaunchArgs),
     /// Time tensor operations on the CPU and the GPUs (median, throughput, share
     /// of the device's measured ceiling, speed-up over the CPU).
     Bench(bench::BenchArgs),
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Some(Command::Devices) => devices::run(),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Launch(args)) => launch::run(&args),
         Some(Command::Estimate(args)) => estimate::run(&args),
         Some(Command::Generate(args)) => text::generate(&args),
         Some(Command::Inspect(args)) => files::inspect(&args),

@@ -8,6 +8,9 @@ use crate::args::{data_file, Dataset, TextArgs, TrainArgs, MODEL_FILE};
 use crate::estimate::parse_shape;
 use ember::cuda;
 use ember::data::{self, DataLoader, TensorDataset};
+use ember::distributed::{
+    Backend, DistributedDataParallel, DistributedSampler, Options, ProcessGroup,
+};
 use ember::memory::{fmt_bytes, Estimate, Estimator};
 use ember::models::{self, digits_cnn, mlp};
 use ember::nn::{self, Module};
@@ -116,10 +119,23 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             )));
         }
     }
-    let device = crate::paths::device(&args.device, "--device")?;
+    // under `ember launch`: one rank of a data-parallel run
+    let launched = std::env::var_os("WORLD_SIZE").is_some();
+    let dist_opts = launched
+        .then(|| Options::from_env(Backend::Gloo))
+        .transpose()?;
+    let device = match &dist_opts {
+        Some(o) if args.device == "auto" => rank_device(o)?,
+        _ => crate::paths::device(&args.device, "--device")?,
+    };
     // a GPU that is not there is an error now, before anything is loaded or printed
     if let Device::Cuda(i) = device {
         cuda::device_properties(i)?;
+    }
+    if launched && args.dataset == Dataset::Text {
+        return Err(invalid(
+            "`ember train text` does not run data-parallel (under `ember launch`) yet; train it in one process",
+        ));
     }
     if args.dataset == Dataset::Text && !device.is_meta() {
         return crate::text::run(args, device);
@@ -144,12 +160,27 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     // a device, that the model takes the input), and on a GPU the check that the
     // training fits
     let checked = memory_check(args, &data, &device, batch, eval_batch, lr, sgd)?;
+    // every rank has checked its arguments and its memory: now they meet
+    let pg = dist_opts
+        .map(|o| ProcessGroup::new(&o).map(Arc::new))
+        .transpose()?;
+    let main = pg.as_ref().is_none_or(|pg| pg.rank() == 0);
+    let world = pg.as_ref().map_or(1, |pg| pg.world_size());
 
     ember::manual_seed(args.seed);
     let model = (data.build)(&Device::Cpu)?;
     let params = model.num_parameters();
-    let train =
-        DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?.shuffle(args.seed);
+    let train = DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?
+        .drop_last(args.drop_last);
+    let train = match &pg {
+        // each rank its share of every epoch's order, in batches of --batch-size
+        Some(pg) => train.sampler(
+            DistributedSampler::new(n_train, pg.world_size(), pg.rank())?
+                .seed(args.seed)
+                .drop_last(args.drop_last),
+        )?,
+        None => train.shuffle(args.seed),
+    };
     let test = DataLoader::new(TensorDataset::new(data.x_test, data.y_test)?, eval_batch)?;
     if device.is_cuda() {
         cuda::reset_peak_memory_stats(&device)?;
@@ -165,20 +196,29 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     if let Some(path) = data_file(args)? {
         config.push(("data", crate::paths::data_identity(&path)?));
     }
+    if world > 1 {
+        // another world size visits other batches: resuming with it is refused
+        config.push(("world_size", world.to_string()));
+    }
     if args.dataset == Dataset::Fake {
         let input: Vec<String> = data.input.iter().map(|d| d.to_string()).collect();
         config.push(("input", input.join("x")));
         config.push(("classes", data.classes.to_string()));
         config.push(("samples", args.samples.to_string()));
     }
-    let trial = if sgd {
-        let opt = Sgd::new(model.parameters(), lr)?.momentum(0.9)?;
-        Trial::new(model, opt, nn::cross_entropy)
-    } else {
-        let opt = Adam::new(model.parameters(), lr)?;
-        Trial::new(model, opt, nn::cross_entropy)
+    let steps_per_epoch = train.len();
+    let mut trial = match &pg {
+        Some(pg) => {
+            // on its device first, so that the gradient hooks are on the tensors
+            // that train
+            let mut model = model;
+            model.to_device(&device)?;
+            let ddp = DistributedDataParallel::new(model, pg.clone())?;
+            new_trial(ddp, sgd, lr)?.distributed(pg.clone())
+        }
+        None => new_trial(model, sgd, lr)?,
     };
-    let mut trial = trial
+    trial = trial
         .config(config)
         .cuda_graphs(args.cuda_graphs)
         .amp(args.amp.map(|a| a.dtype()))?
@@ -209,8 +249,13 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             resumed = Some((dir, done));
         }
     }
-    println!(
-        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}, {} lr {lr}, on {device}{}{}",
+    let ranks = match world {
+        1 => String::new(),
+        w => format!(" on each of {w} ranks (ember launch)"),
+    };
+    if main {
+        println!(
+        "training {} ({params} parameters) on {} ({n_train} train / {n_test} test samples), batch {batch}{ranks}, {} lr {lr}, on {device}{}{}",
         data.model,
         data.source,
         if sgd { "SGD (momentum 0.9)" } else { "Adam" },
@@ -225,8 +270,9 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             ""
         },
     );
-    if let Some((dir, done)) = resumed {
-        println!("resumed from {} after epoch {done}", dir.display());
+        if let Some((dir, done)) = resumed {
+            println!("resumed from {} after epoch {done}", dir.display());
+        }
     }
     let syncs_before = device
         .is_cuda()
@@ -246,6 +292,9 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     };
     let secs: f64 = history.records.iter().map(|r| r.seconds).sum();
     let test = trial.evaluate()?;
+    if !main {
+        return Ok(());
+    }
     let get = |name: &str| {
         test.iter()
             .find(|(n, _)| n == name)
@@ -275,7 +324,7 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     }
     if let Some(syncs) = syncs {
         // the epochs this run trained, each a pass over the training set
-        let steps = (epochs - resumed.as_ref().map_or(0, |r| r.1)) * n_train.div_ceil(batch);
+        let steps = (epochs - resumed.as_ref().map_or(0, |r| r.1)) * steps_per_epoch;
         println!(
             "host waits for the GPU while training: {syncs} in {steps} steps ({:.2} per step)",
             syncs as f64 / steps.max(1) as f64
@@ -299,6 +348,33 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A trial of `model` with SGD (momentum 0.9) or Adam, and the cross-entropy loss.
+fn new_trial(model: impl Module + 'static, sgd: bool, lr: f64) -> ember::Result<Trial> {
+    Ok(if sgd {
+        let opt = Sgd::new(model.parameters(), lr)?.momentum(0.9)?;
+        Trial::new(model, opt, nn::cross_entropy)
+    } else {
+        let opt = Adam::new(model.parameters(), lr)?;
+        Trial::new(model, opt, nn::cross_entropy)
+    })
+}
+
+/// `--device auto` for a rank under `ember launch`: the GPU of its local rank, or
+/// the CPU on a machine without GPUs.
+fn rank_device(o: &Options) -> ember::Result<Device> {
+    let gpus = cuda::device_count();
+    if gpus == 0 {
+        return Ok(Device::Cpu);
+    }
+    if o.local_rank >= gpus {
+        return Err(invalid(format!(
+            "local rank {} has no GPU of its own (this machine has {gpus}): start at most {gpus} workers per machine, or pass --device cpu",
+            o.local_rank
+        )));
+    }
+    Ok(Device::Cuda(o.local_rank))
 }
 
 /// Builds the model on the device it is given.

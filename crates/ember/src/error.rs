@@ -143,6 +143,11 @@ pub enum Error {
         msg: String,
     },
 
+    /// A collective or the process group failed: a rank was lost or timed out, the
+    /// rendezvous did not complete, or the ranks disagree about a call.
+    #[error("{op}: {msg}")]
+    Distributed { op: &'static str, msg: String },
+
     /// A data file was not found in any of the places ember looks for data.
     #[error("data file {name:?} not found; looked in: {}. Put it in ./data/ or set EMBER_DATA to the folder that holds it", .searched.join(", "))]
     DataNotFound { name: String, searched: Vec<String> },
@@ -154,6 +159,13 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
+    }
+
+    pub(crate) fn distributed(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::Distributed {
             op,
             msg: msg.into(),
         }

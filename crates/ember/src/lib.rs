@@ -26,6 +26,7 @@ pub mod autograd;
 mod backend;
 pub mod data;
 pub mod device;
+pub mod distributed;
 mod dtype;
 mod error;
 mod files;

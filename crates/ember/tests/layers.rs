@@ -201,6 +201,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["nn", "optim"],
     &["models"],
     &["data", "io"],
+    &["distributed"],
     &["train"],
     &["memory"],
 ];
@@ -215,7 +216,7 @@ const CLI_LAYERS: &[&[&str]] = &[
     &["args"],
     &["text"],
     &["train"],
-    &["bench"],
+    &["bench", "launch"],
     &["main"],
 ];
 

@@ -223,6 +223,81 @@ impl Vertex {
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    /// The callbacks queued during the backward running on this thread
+    /// ([`queue_callback`]); `None` outside a backward.
+    static CALLBACKS: std::cell::RefCell<Option<Vec<Callback>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A post-accumulate-grad hook: called with the leaf after `backward` has added to
+/// its `.grad()`.
+pub(crate) type GradHook = (u64, Arc<dyn Fn(&Tensor) -> Result<()> + Send + Sync>);
+
+type Callback = Box<dyn FnOnce() -> Result<()>>;
+
+static NEXT_HOOK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A registered hook; [`remove`](Self::remove) unregisters it (dropping the handle
+/// keeps the hook, as in PyTorch).
+pub struct HookHandle {
+    id: u64,
+    target: Tensor,
+}
+
+impl HookHandle {
+    /// Unregisters the hook.
+    pub fn remove(self) {
+        self.target.hook_slot().retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// Runs `f` when the backward running on this thread has finished
+/// (`Variable._execution_engine.queue_callback`): after every gradient has been
+/// accumulated, before `backward` returns; an error from `f` is `backward`'s error.
+/// Callbacks run in the order they were queued. Queuing outside a backward is an
+/// error.
+pub fn queue_callback(f: impl FnOnce() -> Result<()> + 'static) -> Result<()> {
+    CALLBACKS.with(|c| match c.borrow_mut().as_mut() {
+        Some(list) => {
+            list.push(Box::new(f));
+            Ok(())
+        }
+        None => Err(Error::invalid(
+            "queue_callback",
+            "final callbacks can only be installed during the backward pass",
+        )),
+    })
+}
+
+/// Collects [`queue_callback`]'s callbacks for one backward (nested backwards each
+/// keep their own); dropped without running them when backward fails.
+struct CallbackScope(Option<Vec<Callback>>);
+
+impl CallbackScope {
+    fn enter() -> CallbackScope {
+        CallbackScope(CALLBACKS.with(|c| c.borrow_mut().replace(Vec::new())))
+    }
+
+    /// Runs the callbacks queued in this scope (and those they queue).
+    fn finish(self) -> Result<()> {
+        loop {
+            let queued = CALLBACKS.with(|c| c.borrow_mut().as_mut().map(std::mem::take));
+            match queued {
+                Some(list) if !list.is_empty() => {
+                    for f in list {
+                        f()?;
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+impl Drop for CallbackScope {
+    fn drop(&mut self) {
+        let outer = self.0.take();
+        CALLBACKS.with(|c| *c.borrow_mut() = outer);
+    }
 }
 
 /// `true` unless inside [`no_grad`] on this thread.
@@ -409,8 +484,36 @@ impl Tensor {
         self.backward_with(&self.ones_like()?)
     }
 
+    /// Registers `hook`, called with this leaf each time `backward` has accumulated
+    /// a gradient into its `.grad()` (`register_post_accumulate_grad_hook`), on the
+    /// thread running backward. An error from the hook stops backward with it.
+    /// Only leaves that require a gradient accept hooks.
+    pub fn register_post_accumulate_grad_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        if !self.requires_grad() || !self.is_leaf() {
+            return Err(Error::invalid(
+                "register_post_accumulate_grad_hook",
+                "post accumulate grad hooks can only be registered on leaf tensors that require grad",
+            ));
+        }
+        let id = NEXT_HOOK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.hook_slot().push((id, Arc::new(hook)));
+        Ok(HookHandle {
+            id,
+            target: self.clone(),
+        })
+    }
+
     /// Backward from this tensor with `grad` as its gradient (`t.backward(grad)`).
     pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
+        let scope = CallbackScope::enter();
+        self.backward_walk(grad)?;
+        scope.finish()
+    }
+
+    fn backward_walk(&self, grad: &Tensor) -> Result<()> {
         if !self.requires_grad() {
             return Err(Error::invalid(
                 "backward",
@@ -533,6 +636,11 @@ impl Tensor {
             None => g.copy()?,
         };
         *slot = Some(new.detach());
+        drop(slot);
+        let hooks: Vec<_> = self.hook_slot().iter().map(|(_, h)| h.clone()).collect();
+        for h in hooks {
+            h(self)?;
+        }
         Ok(())
     }
 }

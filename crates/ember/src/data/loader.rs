@@ -4,9 +4,6 @@
 use super::Dataset;
 use crate::cuda::{self, Stream};
 use crate::{Device, Error, Result, Tensor};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -34,6 +31,7 @@ pub struct DataLoader {
     device: Option<Device>,
     prefetch: usize,
     next_epoch: AtomicU64,
+    sampler: Option<super::DistributedSampler>,
 }
 
 impl DataLoader {
@@ -60,6 +58,7 @@ impl DataLoader {
             device: None,
             prefetch: 2,
             next_epoch: AtomicU64::new(0),
+            sampler: None,
         })
     }
 
@@ -107,9 +106,33 @@ impl DataLoader {
         self
     }
 
+    /// Visits only the samples `sampler` gives this rank, in its order
+    /// (`DataLoader(sampler=DistributedSampler(...))`): the sampler's shuffling
+    /// replaces [`shuffle`](Self::shuffle)'s. The sampler must be for this dataset's
+    /// length.
+    pub fn sampler(mut self, sampler: super::DistributedSampler) -> Result<Self> {
+        if sampler.dataset_len() != self.dataset.len() {
+            return Err(Error::invalid(
+                "DataLoader::sampler",
+                format!(
+                    "the sampler shares out {} samples, the dataset has {}",
+                    sampler.dataset_len(),
+                    self.dataset.len()
+                ),
+            ));
+        }
+        self.sampler = Some(sampler);
+        Ok(self)
+    }
+
+    /// The sampler, if one was given.
+    pub fn distributed_sampler(&self) -> Option<&super::DistributedSampler> {
+        self.sampler.as_ref()
+    }
+
     /// The number of batches per epoch.
     pub fn len(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.samples_per_epoch();
         if self.drop_last {
             n / self.batch_size
         } else {
@@ -126,6 +149,14 @@ impl DataLoader {
     /// [`drop_last`](Self::drop_last) epoch skips).
     pub fn num_samples(&self) -> usize {
         self.dataset.len()
+    }
+
+    /// The samples an epoch visits: the dataset's, or this rank's share with a
+    /// [`sampler`](Self::sampler).
+    pub fn samples_per_epoch(&self) -> usize {
+        self.sampler
+            .as_ref()
+            .map_or(self.dataset.len(), |s| s.len())
     }
 
     /// Samples per batch.
@@ -163,11 +194,12 @@ impl DataLoader {
     /// The order in which epoch `epoch` visits the samples: `0..num_samples()`, or
     /// its permutation for that epoch when shuffling.
     pub fn sample_order(&self, epoch: u64) -> Vec<usize> {
+        if let Some(s) = &self.sampler {
+            return s.indices(epoch);
+        }
         let mut order: Vec<usize> = (0..self.dataset.len()).collect();
         if let Some(seed) = self.seed {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            rng.set_stream(epoch);
-            order.shuffle(&mut rng);
+            super::sampler::shuffle_epoch(&mut order, seed, epoch);
         }
         order
     }
@@ -213,6 +245,7 @@ impl Clone for DataLoader {
             device: self.device,
             prefetch: self.prefetch,
             next_epoch: AtomicU64::new(self.next_epoch()),
+            sampler: self.sampler.clone(),
         }
     }
 }

@@ -30,12 +30,14 @@ mod csv;
 mod datasets;
 mod idx;
 mod loader;
+mod sampler;
 mod text;
 
 pub use self::csv::{parse_csv, read_csv, Column, CsvTable};
 pub use self::datasets::{find_data_file, load_digits, load_iris};
 pub use self::idx::{encode_idx, parse_idx, read_idx, write_idx};
 pub use self::loader::{Batches, DataLoader};
+pub use self::sampler::DistributedSampler;
 pub use self::text::{CharCorpus, Split};
 
 use crate::{Device, Error, Result, Tensor};

@@ -97,6 +97,32 @@ impl CpuData {
     pub(crate) fn bytes(&self) -> usize {
         dispatch!(self, v => std::mem::size_of_val(v.as_slice()))
     }
+
+    /// `n` zeros of `dtype`.
+    pub(crate) fn zeros(dtype: DType, n: usize) -> CpuData {
+        match dtype {
+            DType::Bool => CpuData::Bool(vec![false; n]),
+            DType::U8 => CpuData::U8(vec![0; n]),
+            DType::I64 => CpuData::I64(vec![0; n]),
+            DType::F16 => CpuData::F16(vec![f16::ZERO; n]),
+            DType::BF16 => CpuData::BF16(vec![bf16::ZERO; n]),
+            DType::F32 => CpuData::F32(vec![0.0; n]),
+            DType::F64 => CpuData::F64(vec![0.0; n]),
+        }
+    }
+
+    /// A copy of `n` elements from `at`.
+    pub(crate) fn slice(&self, at: usize, n: usize) -> CpuData {
+        dispatch!(self, v => CpuElem::wrap(v[at..at + n].to_vec()))
+    }
+
+    /// Overwrites the elements from `at` with `src` (of the same dtype).
+    pub(crate) fn write_at(&mut self, at: usize, src: &CpuData) {
+        dispatch!(self, v => {
+            let s = CpuElem::slice(src).expect("write_at: the same dtype");
+            v[at..at + s.len()].copy_from_slice(s)
+        })
+    }
 }
 
 fn elem_dtype<T: WithDType>(_: &[T]) -> DType {

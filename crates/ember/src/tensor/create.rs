@@ -431,6 +431,14 @@ impl Tensor {
         ))
     }
 
+    /// All elements, row-major, in this tensor's dtype, on the host (`op` names
+    /// the caller in errors). Waits for queued GPU work.
+    pub(crate) fn host_data(&self, op: &'static str) -> Result<CpuData> {
+        let t = self.contiguous()?;
+        let data = t.read().to_host(t.layout(), op)?;
+        Ok(data)
+    }
+
     /// The values of a 1-D tensor, converted to `T`.
     pub fn to_vec1<T: WithDType>(&self) -> Result<Vec<T>> {
         self.expect_rank("to_vec1", 1)?;

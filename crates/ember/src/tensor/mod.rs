@@ -70,6 +70,9 @@ struct Inner {
     requires_grad: AtomicBool,
     /// The accumulated gradient of a leaf.
     grad: Mutex<Option<Tensor>>,
+    /// Called after `backward` accumulates into `grad`
+    /// (`register_post_accumulate_grad_hook`); empty, and unallocated, on most tensors.
+    hooks: Mutex<Vec<crate::autograd::GradHook>>,
     /// How this tensor was computed, when it was recorded. A recorded in-place op
     /// replaces it (the consumers of the old values keep the old node).
     node: Mutex<Option<Arc<Node>>>,
@@ -110,6 +113,7 @@ impl Tensor {
             layout,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
             node: Mutex::new(None),
             is_view: false,
         }))
@@ -155,6 +159,7 @@ impl Tensor {
             device: self.0.device,
             requires_grad: AtomicBool::new(node.is_some()),
             grad: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
             node: Mutex::new(node),
             is_view,
         }))
@@ -216,6 +221,10 @@ impl Tensor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
+    }
+
+    pub(crate) fn hook_slot(&self) -> MutexGuard<'_, Vec<crate::autograd::GradHook>> {
+        self.0.hooks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn grad_slot(&self) -> MutexGuard<'_, Option<Tensor>> {

@@ -91,6 +91,8 @@ pub struct Trial {
     scaler: Option<GradScaler>,
     /// The training steps to profile ([`Trial::profile_steps`]).
     profiling: Option<crate::profiler::StepProfiler>,
+    /// The process group of a data-parallel run ([`Trial::distributed`]).
+    dist: Option<std::sync::Arc<crate::distributed::ProcessGroup>>,
 }
 
 /// One training step: the last step's gradients cleared (before the forward pass,
@@ -183,7 +185,38 @@ impl Trial {
             amp: None,
             scaler: None,
             profiling: None,
+            dist: None,
         }
+    }
+
+    /// One rank of a data-parallel run over `pg`: the model should be a
+    /// [`DistributedDataParallel`](crate::distributed::DistributedDataParallel)
+    /// and the training loader this rank's share
+    /// ([`DataLoader::sampler`](crate::data::DataLoader::sampler)). Then only rank 0
+    /// prints progress and runs the callbacks (checkpoints, plots, early
+    /// stopping, whose decision to stop every rank follows), and the epoch's
+    /// metrics are averaged over the ranks, so every rank's history is the same.
+    pub fn distributed(mut self, pg: std::sync::Arc<crate::distributed::ProcessGroup>) -> Trial {
+        self.dist = Some(pg);
+        self
+    }
+
+    /// `true` on the rank that prints and writes: rank 0, or the only process.
+    pub fn is_main_rank(&self) -> bool {
+        self.dist.as_ref().is_none_or(|pg| pg.rank() == 0)
+    }
+
+    /// The metrics averaged over the ranks of a distributed run (as they are
+    /// otherwise).
+    fn across_ranks(&self, mut metrics: Vec<(String, f64)>) -> Result<Vec<(String, f64)>> {
+        if let Some(pg) = self.dist.as_ref().filter(|pg| pg.world_size() > 1) {
+            let mut v: Vec<f64> = metrics.iter().map(|(_, x)| *x).collect();
+            pg.all_reduce_f64(&mut v, crate::distributed::ReduceOp::Avg)?;
+            for ((_, x), y) in metrics.iter_mut().zip(v) {
+                *x = y;
+            }
+        }
+        Ok(metrics)
     }
 
     /// Profiles `steps` training steps after `warmup` of them (kernels compiled,
@@ -527,10 +560,12 @@ impl Trial {
                 let epoch = self.history.len() + 1;
                 let start = Instant::now();
                 let lr = self.optimizer.lr();
-                let mut metrics = self.train_epoch(train, epoch, epochs)?;
+                let metrics = self.train_epoch(train, epoch, epochs)?;
+                let mut metrics = self.across_ranks(metrics)?;
                 let train_secs = start.elapsed().as_secs_f64();
                 if let Some(v) = &val {
                     let vm = self.eval_loader(v, epoch as u64)?;
+                    let vm = self.across_ranks(vm)?;
                     metrics.extend(vm.into_iter().map(|(n, x)| (format!("val_{n}"), x)));
                 }
                 if let Some(s) = self.scheduler.as_mut() {
@@ -541,9 +576,13 @@ impl Trial {
                     metrics,
                     lr,
                     seconds: train_secs,
-                    samples_per_sec: train.num_samples() as f64 / train_secs.max(1e-12),
+                    samples_per_sec: (train.samples_per_epoch()
+                        * self.dist.as_ref().map_or(1, |pg| pg.world_size()))
+                        as f64
+                        / train_secs.max(1e-12),
                 };
-                if self.progress != Progress::Quiet {
+                let main = self.is_main_rank();
+                if self.progress != Progress::Quiet && main {
                     eprintln!("{}", epoch_line(&record, epochs));
                 }
                 self.history.records.push(record);
@@ -557,8 +596,16 @@ impl Trial {
                     config: &config,
                     grad_scaler: self.scaler.as_ref(),
                 };
-                for c in self.callbacks.iter_mut() {
-                    stop |= c.on_epoch_end(&ctx)? == Control::Stop;
+                if main {
+                    for c in self.callbacks.iter_mut() {
+                        stop |= c.on_epoch_end(&ctx)? == Control::Stop;
+                    }
+                }
+                if let Some(pg) = self.dist.as_ref().filter(|pg| pg.world_size() > 1) {
+                    // rank 0 decides
+                    let mut s = [stop as u8 as f64];
+                    pg.all_reduce_f64(&mut s, crate::distributed::ReduceOp::Max)?;
+                    stop = s[0] != 0.0;
                 }
                 if stop {
                     break;
@@ -576,6 +623,9 @@ impl Trial {
     }
 
     fn bar(&self, len: usize, epoch: usize, epochs: usize) -> Option<indicatif::ProgressBar> {
+        if !self.is_main_rank() {
+            return None;
+        }
         let show = match self.progress {
             Progress::Bar => true,
             Progress::Auto => std::io::stderr().is_terminal(),

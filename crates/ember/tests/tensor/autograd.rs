@@ -601,3 +601,70 @@ fn inplace_ops_and_views(dev: &Device) -> Result<()> {
 }
 
 device_test!(inplace_ops_and_views);
+
+#[test]
+fn post_accumulate_grad_hooks_see_the_accumulated_gradient() -> Result<()> {
+    use std::sync::{Arc, Mutex};
+    let w = Tensor::new([1f32, 2.], &Device::Cpu)?.requires_grad_(true)?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let h = w.register_post_accumulate_grad_hook(move |t| {
+        s.lock().unwrap().push(t.grad().unwrap().to_vec1::<f32>()?);
+        Ok(())
+    })?;
+    // used twice in one graph: the hook runs once, after the sum
+    w.mul(&w)?.add(&w)?.sum_all()?.backward()?;
+    w.mul(3.0)?.sum_all()?.backward()?;
+    assert_eq!(*seen.lock().unwrap(), vec![vec![3., 5.], vec![6., 8.]]);
+    h.remove();
+    w.sum_all()?.backward()?;
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    // only leaves that require grad
+    let y = w.mul(2.0)?;
+    assert!(y.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+    let c = Tensor::new([1f32], &Device::Cpu)?;
+    assert!(c.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+    // a hook's error is backward's
+    let h = w.register_post_accumulate_grad_hook(|_| {
+        Err(Error::InvalidArgument {
+            op: "hook",
+            msg: "stop".into(),
+        })
+    })?;
+    assert!(w
+        .sum_all()?
+        .backward()
+        .unwrap_err()
+        .to_string()
+        .contains("stop"));
+    h.remove();
+    Ok(())
+}
+
+#[test]
+fn queued_callbacks_run_when_backward_ends() -> Result<()> {
+    use std::sync::{Arc, Mutex};
+    assert!(ember::autograd::queue_callback(|| Ok(())).is_err());
+    let w = Tensor::new([1f32, 2.], &Device::Cpu)?.requires_grad_(true)?;
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (l, w2) = (log.clone(), w.clone());
+    let h = w.register_post_accumulate_grad_hook(move |_| {
+        l.lock().unwrap().push("hook".into());
+        let (l, w2) = (l.clone(), w2.clone());
+        ember::autograd::queue_callback(move || {
+            // every gradient is in place when it runs
+            l.lock().unwrap().push(format!(
+                "callback {:?}",
+                w2.grad().unwrap().to_vec1::<f32>()?
+            ));
+            Ok(())
+        })
+    })?;
+    w.square()?.sum_all()?.backward()?;
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec!["hook".to_string(), "callback [2.0, 4.0]".into()]
+    );
+    h.remove();
+    Ok(())
+}

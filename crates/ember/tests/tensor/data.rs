@@ -710,3 +710,46 @@ fn missing_data_file() {
     std::fs::remove_file(&p).ok();
     assert!(e.contains("sepal_length"), "{e}");
 }
+
+#[test]
+fn distributed_samplers_deal_equal_shares_of_the_loaders_order() -> Result<()> {
+    use ember::data::DistributedSampler;
+    let (len, world) = (10, 3);
+    let shares: Vec<Vec<usize>> = (0..world)
+        .map(|r| Ok(DistributedSampler::new(len, world, r)?.seed(7).indices(2)))
+        .collect::<Result<_>>()?;
+    // padded to 12: four each, the first two samples of the order repeated
+    assert!(shares.iter().all(|s| s.len() == 4));
+    let loader = DataLoader::new(numbered(len)?, 6)?.shuffle(7);
+    let order = loader.sample_order(2);
+    for (i, id) in order.iter().chain(&order[..2]).enumerate() {
+        assert_eq!(shares[i % world][i / world], *id);
+    }
+    // another epoch, another order; drop_last drops instead of padding
+    let s = DistributedSampler::new(len, world, 0)?.seed(7);
+    assert_ne!(s.indices(2), s.indices(3));
+    assert_eq!(
+        s.clone().drop_last(true).indices(2),
+        order.iter().step_by(3).take(3).copied().collect::<Vec<_>>()
+    );
+    assert!(DistributedSampler::new(len, 2, 2).is_err());
+    assert!(DistributedSampler::new(len, 0, 0).is_err());
+
+    // a loader with a sampler yields this rank's samples, per epoch
+    let rank1 = DistributedSampler::new(len, world, 1)?.seed(7);
+    let l = DataLoader::new(numbered(len)?, 3)?.sampler(rank1.clone())?;
+    assert_eq!((l.len(), l.samples_per_epoch()), (2, 4));
+    l.set_epoch(2);
+    let got = targets(l.iter())?;
+    assert_eq!(
+        got,
+        rank1
+            .indices(2)
+            .iter()
+            .map(|&i| i as i64)
+            .collect::<Vec<_>>()
+    );
+    // a sampler for another length is refused
+    assert!(DataLoader::new(numbered(4)?, 3)?.sampler(rank1).is_err());
+    Ok(())
+}

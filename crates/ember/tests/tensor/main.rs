@@ -66,6 +66,7 @@ mod autograd;
 mod creation;
 mod cuda;
 mod data;
+mod distributed;
 mod elementwise;
 mod errors;
 mod io;

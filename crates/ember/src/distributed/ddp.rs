@@ -1,0 +1,539 @@
+//! [`DistributedDataParallel`]: one model replica per rank, gradients averaged
+//! over the ranks while backward still runs.
+
+use super::{ProcessGroup, ReduceOp};
+use crate::autograd::HookHandle;
+use crate::nn::{IncompatibleKeys, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+/// PyTorch's default bucket size, and its smaller first bucket (so that the first
+/// reduction starts early in backward).
+const BUCKET_CAP: usize = 25 << 20;
+const FIRST_BUCKET_CAP: usize = 1 << 20;
+
+/// Data-parallel training of `module` over a [`ProcessGroup`]
+/// (`torch.nn.parallel.DistributedDataParallel`).
+///
+/// At construction the ranks check that they hold the same parameters (names,
+/// shapes, dtypes) and take rank 0's values of every parameter and buffer. Then
+/// each rank runs forward and backward on its own batch; the gradients are
+/// averaged over the ranks during backward, so after `backward` every rank holds
+/// the gradient of the mean loss over all ranks' samples, and the same optimizer
+/// step keeps the replicas equal.
+///
+/// How: the parameters are grouped, in reverse order of registration (about the
+/// order backward produces their gradients), into buckets of about 25 MB (the
+/// first 1 MB). A hook on each parameter notes its gradient; when a bucket's
+/// gradients are all there, the bucket is flattened and handed to a communication
+/// thread that all-reduces it while backward goes on with the rest of the graph.
+/// At the end of backward the buckets are awaited and written back into `.grad()`.
+///
+/// - [`no_sync`](Self::no_sync) skips the reduction (gradient accumulation: the
+///   gradients of several backward passes add up locally, and the first backward
+///   outside `no_sync` reduces the sum).
+/// - A parameter that received no gradient in a backward is an error at the end
+///   of that backward, naming it, unless
+///   [`find_unused_parameters`](Self::find_unused_parameters) is set (then it counts
+///   as a zero gradient). The group is aborted with the error, so the other ranks
+///   fail too instead of waiting for this rank's buckets.
+/// - Buffers (batch norm's running statistics) are taken from rank 0 at each
+///   training forward, as PyTorch's `broadcast_buffers=True` does.
+///
+/// The state dict is the inner module's (no `module.` prefix), so a checkpoint
+/// loads into the model with or without the wrapper.
+pub struct DistributedDataParallel<M: Module> {
+    module: M,
+    reducer: Arc<Reducer>,
+    hooks: Vec<HookHandle>,
+    bucket_cap: usize,
+    find_unused: bool,
+    broadcast_buffers: bool,
+    training: bool,
+}
+
+/// The reduction state the parameters' hooks share.
+struct Reducer {
+    pg: Arc<ProcessGroup>,
+    names: Vec<String>,
+    params: Vec<Tensor>,
+    /// Parameter indices per bucket, in launch order.
+    buckets: Vec<Vec<usize>>,
+    /// Each parameter's bucket.
+    bucket_of: Vec<usize>,
+    sync: AtomicBool,
+    find_unused: AtomicBool,
+    iter: Mutex<Iteration>,
+    comm: Mutex<Sender<Job>>,
+}
+
+/// One backward's progress.
+#[derive(Default)]
+struct Iteration {
+    /// Parameters whose gradient arrived.
+    seen: Vec<bool>,
+    /// Gradients still missing per bucket.
+    missing: Vec<usize>,
+    /// The first bucket not handed to the communication thread yet.
+    next: usize,
+    /// The reductions handed over, per bucket.
+    pending: Vec<Option<Pending>>,
+    /// The end-of-backward callback is queued.
+    queued: bool,
+}
+
+/// A bucket ready for reduction.
+enum Pending {
+    /// Handed to the communication thread, which answers with the reduced values.
+    Queued(Receiver<Result<Tensor>>),
+    /// The last bucket: reduced at the end of backward on the calling thread,
+    /// after the others (nothing of backward is left to overlap with, and two
+    /// thread hand-offs are saved).
+    Inline(Tensor),
+}
+
+struct Job {
+    flat: Tensor,
+    done: Sender<Result<Tensor>>,
+}
+
+impl<M: Module> DistributedDataParallel<M> {
+    /// Wraps `module` (already on its device) for data-parallel training over
+    /// `pg`: checks that every rank has the same parameters, and broadcasts rank
+    /// 0's parameters and buffers.
+    pub fn new(module: M, pg: Arc<ProcessGroup>) -> Result<Self> {
+        let mut ddp = DistributedDataParallel {
+            module,
+            reducer: Reducer::empty(pg),
+            hooks: Vec::new(),
+            bucket_cap: BUCKET_CAP,
+            find_unused: false,
+            broadcast_buffers: true,
+            training: true,
+        };
+        ddp.check_same_model()?;
+        ddp.sync_from_rank0(true)?;
+        ddp.rebuild()?;
+        Ok(ddp)
+    }
+
+    /// Buckets of about `mb` megabytes (PyTorch's `bucket_cap_mb`, default 25).
+    pub fn bucket_cap_mb(mut self, mb: f64) -> Result<Self> {
+        if !(mb > 0.0 && mb.is_finite()) {
+            return Err(Error::invalid(
+                "DistributedDataParallel",
+                format!("bucket_cap_mb must be positive, got {mb}"),
+            ));
+        }
+        self.bucket_cap = (mb * (1 << 20) as f64) as usize;
+        self.rebuild()?;
+        Ok(self)
+    }
+
+    /// Lets parameters receive no gradient in a backward (they count as zero).
+    pub fn find_unused_parameters(mut self, on: bool) -> Self {
+        self.find_unused = on;
+        self.reducer.find_unused.store(on, Ordering::SeqCst);
+        self
+    }
+
+    /// Takes rank 0's buffers at each training forward (the default) or not.
+    pub fn broadcast_buffers(mut self, on: bool) -> Self {
+        self.broadcast_buffers = on;
+        self
+    }
+
+    /// The wrapped module.
+    pub fn module(&self) -> &M {
+        &self.module
+    }
+
+    /// The process group.
+    pub fn process_group(&self) -> &Arc<ProcessGroup> {
+        &self.reducer.pg
+    }
+
+    /// The parameter names per bucket, in the order the buckets are reduced.
+    pub fn buckets(&self) -> Vec<Vec<String>> {
+        let r = &self.reducer;
+        r.buckets
+            .iter()
+            .map(|b| b.iter().map(|&i| r.names[i].clone()).collect())
+            .collect()
+    }
+
+    /// Skips the gradient reduction while the guard lives (`with ddp.no_sync():`):
+    /// gradients accumulate locally until a backward outside it.
+    pub fn no_sync(&self) -> NoSyncGuard {
+        let was = self.reducer.sync.swap(false, Ordering::SeqCst);
+        NoSyncGuard {
+            reducer: self.reducer.clone(),
+            was,
+        }
+    }
+
+    /// Every rank must hold parameters of the same names, shapes and dtypes.
+    fn check_same_model(&self) -> Result<()> {
+        let pg = &self.reducer.pg;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |b: &[u8]| {
+            for x in b {
+                h = (h ^ *x as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        for (name, p) in self.module.state_dict() {
+            eat(name.as_bytes());
+            eat(p.dtype().as_str().as_bytes());
+            for d in p.shape() {
+                eat(&d.to_le_bytes());
+            }
+        }
+        let mine = Tensor::new([h as i64], &Device::Cpu)?;
+        let all = pg.all_gather(&mine)?;
+        for (r, t) in all.iter().enumerate() {
+            if t.to_vec1::<i64>()? != [h as i64] {
+                return Err(Error::distributed(
+                    "DistributedDataParallel",
+                    format!(
+                        "rank {r}'s model differs from rank {}'s (parameter and buffer names, shapes or dtypes): every rank must build the same model",
+                        pg.rank()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes rank 0's buffers, and with `params` its parameters too, one
+    /// broadcast per dtype and device.
+    fn sync_from_rank0(&self, params: bool) -> Result<()> {
+        let pg = &self.reducer.pg;
+        if pg.world_size() == 1 {
+            return Ok(());
+        }
+        let mut tensors: Vec<Tensor> = Vec::new();
+        if params {
+            tensors.extend(self.module.parameters());
+        }
+        tensors.extend(self.module.named_buffers().into_iter().map(|(_, b)| b));
+        for group in by_dtype_device(&tensors) {
+            let parts: Vec<Tensor> = group
+                .iter()
+                .map(|t| t.detach().flatten_all())
+                .collect::<Result<_>>()?;
+            let flat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?;
+            pg.broadcast(&flat, 0)?;
+            if pg.rank() != 0 {
+                scatter_back(&flat, &group, |t, v| crate::no_grad(|| t.copy_(v)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Groups the parameters into buckets and puts a hook on each.
+    fn rebuild(&mut self) -> Result<()> {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
+        let named: Vec<(String, Tensor)> = self
+            .module
+            .named_parameters()
+            .into_iter()
+            .filter(|(_, p)| p.requires_grad())
+            .collect();
+        let mut buckets: Vec<Vec<usize>> = Vec::new();
+        let mut open: HashMap<(DType, Device), (usize, usize)> = HashMap::new();
+        for i in (0..named.len()).rev() {
+            let p = &named[i].1;
+            let key = (p.dtype(), p.device());
+            let bytes = p.numel() * p.dtype().size_in_bytes();
+            let cap = |b: usize| match b {
+                0 => FIRST_BUCKET_CAP.min(self.bucket_cap),
+                _ => self.bucket_cap,
+            };
+            match open.get_mut(&key) {
+                Some((b, size)) if *size < cap(*b) => {
+                    buckets[*b].push(i);
+                    *size += bytes;
+                }
+                _ => {
+                    open.insert(key, (buckets.len(), bytes));
+                    buckets.push(vec![i]);
+                }
+            }
+        }
+        let mut bucket_of = vec![0; named.len()];
+        for (b, members) in buckets.iter().enumerate() {
+            for &i in members {
+                bucket_of[i] = b;
+            }
+        }
+        let (tx, rx) = channel::<Job>();
+        let pg = self.reducer.pg.clone();
+        std::thread::Builder::new()
+            .name("ember-ddp".into())
+            .spawn(move || {
+                for job in rx {
+                    let r = pg.all_reduce(&job.flat, ReduceOp::Avg).map(|()| job.flat);
+                    let _ = job.done.send(r);
+                }
+            })
+            .map_err(|e| Error::distributed("DistributedDataParallel", e.to_string()))?;
+        let reducer = Arc::new(Reducer {
+            pg: self.reducer.pg.clone(),
+            names: named.iter().map(|(n, _)| n.clone()).collect(),
+            params: named.iter().map(|(_, p)| p.clone()).collect(),
+            buckets,
+            bucket_of,
+            sync: AtomicBool::new(true),
+            find_unused: AtomicBool::new(self.find_unused),
+            iter: Mutex::new(Iteration::default()),
+            comm: Mutex::new(tx),
+        });
+        for (i, (_, p)) in named.iter().enumerate() {
+            let r = reducer.clone();
+            self.hooks
+                .push(p.register_post_accumulate_grad_hook(move |_| Reducer::ready(&r, i))?);
+        }
+        self.reducer = reducer;
+        Ok(())
+    }
+}
+
+/// Restores gradient reduction when dropped (see
+/// [`DistributedDataParallel::no_sync`]).
+pub struct NoSyncGuard {
+    reducer: Arc<Reducer>,
+    was: bool,
+}
+
+impl Drop for NoSyncGuard {
+    fn drop(&mut self) {
+        self.reducer.sync.store(self.was, Ordering::SeqCst);
+    }
+}
+
+impl<M: Module> Drop for DistributedDataParallel<M> {
+    fn drop(&mut self) {
+        for h in self.hooks.drain(..) {
+            h.remove();
+        }
+    }
+}
+
+impl Reducer {
+    fn empty(pg: Arc<ProcessGroup>) -> Arc<Reducer> {
+        Arc::new(Reducer {
+            pg,
+            names: Vec::new(),
+            params: Vec::new(),
+            buckets: Vec::new(),
+            bucket_of: Vec::new(),
+            sync: AtomicBool::new(true),
+            find_unused: AtomicBool::new(false),
+            iter: Mutex::new(Iteration::default()),
+            comm: Mutex::new(channel().0),
+        })
+    }
+
+    /// Parameter `i`'s gradient has been accumulated.
+    fn ready(this: &Arc<Reducer>, i: usize) -> Result<()> {
+        if !this.sync.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut it = this.iter.lock().unwrap_or_else(|p| p.into_inner());
+        if it.seen.is_empty() {
+            it.seen = vec![false; this.params.len()];
+            it.missing = this.buckets.iter().map(|b| b.len()).collect();
+            it.pending = (0..this.buckets.len()).map(|_| None).collect();
+            it.next = 0;
+        }
+        if !it.queued {
+            let r = this.clone();
+            crate::autograd::queue_callback(move || Reducer::finish(&r))?;
+            it.queued = true;
+        }
+        if it.seen[i] {
+            let msg = format!(
+                "parameter {} received its gradient twice in one iteration: run forward before each backward, or use no_sync() for all but the last",
+                this.names[i]
+            );
+            this.pg.abort(&msg);
+            return Err(Error::distributed("DistributedDataParallel", msg));
+        }
+        it.seen[i] = true;
+        it.missing[this.bucket_of[i]] -= 1;
+        this.launch_ready(&mut it)
+    }
+
+    /// Hands every complete bucket, in order, to the communication thread.
+    fn launch_ready(&self, it: &mut Iteration) -> Result<()> {
+        while it.next < self.buckets.len() && it.missing[it.next] == 0 {
+            let b = it.next;
+            let parts: Vec<Tensor> = self.buckets[b]
+                .iter()
+                .map(|&i| {
+                    let g = self.params[i]
+                        .grad()
+                        .map_or_else(|| self.params[i].zeros_like(), Ok)?;
+                    g.flatten_all()
+                })
+                .collect::<Result<_>>()?;
+            let flat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?;
+            if b + 1 == self.buckets.len() {
+                it.pending[b] = Some(Pending::Inline(flat));
+                it.next += 1;
+                continue;
+            }
+            let (done, wait) = channel();
+            let sent = self
+                .comm
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send(Job { flat, done });
+            if sent.is_err() {
+                return Err(Error::distributed(
+                    "DistributedDataParallel",
+                    "the communication thread has stopped",
+                ));
+            }
+            it.pending[b] = Some(Pending::Queued(wait));
+            it.next += 1;
+        }
+        Ok(())
+    }
+
+    /// The end of backward: every bucket reduced and written back.
+    fn finish(this: &Arc<Reducer>) -> Result<()> {
+        let mut it = std::mem::take(&mut *this.iter.lock().unwrap_or_else(|p| p.into_inner()));
+        let unused: Vec<usize> = (0..this.params.len()).filter(|&i| !it.seen[i]).collect();
+        if !unused.is_empty() {
+            if !this.find_unused.load(Ordering::SeqCst) {
+                let names: Vec<&str> = unused.iter().map(|&i| this.names[i].as_str()).collect();
+                let msg = format!(
+                    "parameters that received no gradient in this backward: {}. Every parameter must take part in computing the loss on every rank; if some do not, wrap the model with .find_unused_parameters(true)",
+                    names.join(", ")
+                );
+                this.pg.abort(&msg);
+                return Err(Error::distributed("DistributedDataParallel", msg));
+            }
+            for i in unused {
+                it.missing[this.bucket_of[i]] -= 1;
+            }
+            this.launch_ready(&mut it)?;
+        }
+        for (b, pending) in it.pending.into_iter().enumerate() {
+            let flat = match pending.expect("every bucket was launched") {
+                Pending::Queued(wait) => wait.recv().map_err(|_| {
+                    Error::distributed(
+                        "DistributedDataParallel",
+                        "the communication thread has stopped",
+                    )
+                })??,
+                Pending::Inline(flat) => {
+                    this.pg.all_reduce(&flat, ReduceOp::Avg)?;
+                    flat
+                }
+            };
+            let members: Vec<Tensor> = this.buckets[b]
+                .iter()
+                .map(|&i| this.params[i].clone())
+                .collect();
+            scatter_back(&flat, &members, |p, v| match p.grad() {
+                Some(g) => crate::no_grad(|| g.copy_(v)),
+                None => {
+                    p.set_grad(Some(v.copy()?));
+                    Ok(())
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Hands each of `tensors` its part of `flat` (their values, flattened one after
+/// the other), reshaped to its shape.
+fn scatter_back(
+    flat: &Tensor,
+    tensors: &[Tensor],
+    mut put: impl FnMut(&Tensor, &Tensor) -> Result<()>,
+) -> Result<()> {
+    let mut at = 0;
+    for t in tensors {
+        let n = t.numel();
+        let part = flat.narrow(0, at as i64, n)?.reshape(t.shape())?;
+        put(t, &part)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// `tensors` grouped by dtype and device, each group in the given order.
+fn by_dtype_device(tensors: &[Tensor]) -> Vec<Vec<Tensor>> {
+    let mut groups: Vec<((DType, Device), Vec<Tensor>)> = Vec::new();
+    for t in tensors {
+        let key = (t.dtype(), t.device());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(t.clone()),
+            None => groups.push((key, vec![t.clone()])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+impl<M: Module> Module for DistributedDataParallel<M> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.broadcast_buffers && self.training && crate::is_grad_enabled() {
+            self.sync_from_rank0(false)?;
+        }
+        self.module.forward(x)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.module.named_parameters()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.module.named_buffers()
+    }
+
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.module.state_dict()
+    }
+
+    fn load_state_dict(
+        &self,
+        state: &[(String, Tensor)],
+        strict: bool,
+    ) -> Result<IncompatibleKeys> {
+        self.module.load_state_dict(state, strict)
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.module.to_device(device)?;
+        self.rebuild()
+    }
+
+    fn to_empty(&mut self, device: &Device) -> Result<()> {
+        self.module.to_empty(device)?;
+        self.rebuild()
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.module.to_dtype(dtype)?;
+        self.rebuild()
+    }
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        self.module.reset_parameters()?;
+        self.sync_from_rank0(true)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        self.module.set_training(training)
+    }
+}

@@ -1,0 +1,597 @@
+//! Data-parallel training across processes (`torch.distributed`): a process group,
+//! its collectives on tensors, and [`DistributedDataParallel`].
+//!
+//! Each process (rank) of a job joins a process group; collectives then combine or
+//! share tensors across the ranks. `ember launch` starts the processes the way
+//! `torchrun` does, with `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and
+//! `MASTER_PORT` set, and [`init_process_group`] reads them:
+//!
+//! ```no_run
+//! use ember::distributed::{self as dist, Backend, ReduceOp};
+//! use ember::prelude::*;
+//! dist::init_process_group(Backend::Gloo)?;
+//! let t = Tensor::full([4], dist::get_rank()? as f64, DType::F32, &Device::Cpu)?;
+//! dist::all_reduce(&t, ReduceOp::Sum)?; // every rank now holds 0 + 1 + ... + (world - 1)
+//! dist::destroy_process_group();
+//! # Ok::<(), ember::Error>(())
+//! ```
+//!
+//! The rendezvous: rank 0 serves a small key-value store (PyTorch's `TCPStore`) at
+//! `MASTER_ADDR:MASTER_PORT`; every rank reaches it, publishes where it listens,
+//! and connects to its neighbours. Nothing waits forever: the rendezvous and every
+//! collective fail after the group's timeout (30 minutes by default, as in
+//! PyTorch; `EMBER_DIST_TIMEOUT` in seconds, or [`Options::timeout`]), and a rank
+//! whose process exits is noticed at once by the others, whose collectives fail
+//! with an error that names it.
+//!
+//! Backends:
+//! - [`Backend::Gloo`], ember's own CPU backend (PyTorch's gloo role): ring
+//!   collectives over TCP between the ranks' host memory. It takes CPU tensors,
+//!   and CUDA tensors through copies to the host.
+//!
+//! Every rank must call the same collectives in the same order with tensors of
+//! the same shape, dtype and kind of device; ember checks this at each call (the
+//! ranks exchange a description first) and fails on every rank, naming both calls,
+//! when they differ.
+
+mod ddp;
+mod ring;
+mod store;
+
+pub use crate::data::DistributedSampler;
+pub use ddp::{DistributedDataParallel, NoSyncGuard};
+
+use crate::dtype::CpuData;
+use crate::{DType, Device, Error, Result, Tensor};
+use ring::{Call, Ring};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// The engine that moves the tensors between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// ember's CPU backend (`"gloo"`, also `"cpu"`): ring collectives over TCP.
+    Gloo,
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Backend> {
+        match s {
+            "gloo" | "cpu" => Ok(Backend::Gloo),
+            "nccl" => Err(Error::distributed(
+                "init_process_group",
+                "the NCCL backend is not in ember yet: use \"gloo\", which takes CUDA tensors through host copies",
+            )),
+            _ => Err(Error::distributed(
+                "init_process_group",
+                format!("unknown backend {s:?}: expected \"gloo\""),
+            )),
+        }
+    }
+}
+
+/// How a collective combines the ranks' values (`torch.distributed.ReduceOp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// The sum.
+    Sum,
+    /// The mean over the ranks (floating-point tensors only).
+    Avg,
+    /// The product.
+    Product,
+    /// The largest value (NaN if any rank has NaN).
+    Max,
+    /// The smallest value (NaN if any rank has NaN).
+    Min,
+}
+
+impl ReduceOp {
+    pub(crate) const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Avg,
+        ReduceOp::Product,
+        ReduceOp::Max,
+        ReduceOp::Min,
+    ];
+
+    /// PyTorch's name: `sum`, `avg`, `product`, `max`, `min`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Product => "product",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+}
+
+/// Where a rank finds the others, and who it is.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The engine.
+    pub backend: Backend,
+    /// This process's rank, `0..world_size`.
+    pub rank: usize,
+    /// How many ranks the job has.
+    pub world_size: usize,
+    /// The rank among those of this machine (`LOCAL_RANK`): the GPU it uses.
+    pub local_rank: usize,
+    /// Rank 0's host, where the rendezvous store listens.
+    pub master_addr: String,
+    /// The store's port.
+    pub master_port: u16,
+    /// How long the rendezvous and each collective may wait for the other ranks.
+    pub timeout: Duration,
+}
+
+/// PyTorch's default process-group timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+impl Options {
+    /// Options for rank `rank` of `world_size`, meeting at `master_addr:master_port`,
+    /// with `LOCAL_RANK` equal to the rank and the default timeout.
+    pub fn new(
+        backend: Backend,
+        rank: usize,
+        world_size: usize,
+        master_addr: &str,
+        master_port: u16,
+    ) -> Options {
+        Options {
+            backend,
+            rank,
+            world_size,
+            local_rank: rank,
+            master_addr: master_addr.to_string(),
+            master_port,
+            timeout: default_timeout(),
+        }
+    }
+
+    /// The options `torchrun` and `ember launch` give a worker: `RANK`,
+    /// `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, and `LOCAL_RANK` (the rank when
+    /// unset). A missing or malformed variable is an error naming it.
+    pub fn from_env(backend: Backend) -> Result<Options> {
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| {
+                Error::distributed(
+                    "init_process_group",
+                    format!("{name} is not set: start the workers with `ember launch` (or torchrun), which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"),
+                )
+            })
+        };
+        let num = |name: &str| -> Result<usize> {
+            let v = var(name)?;
+            v.trim().parse().map_err(|_| {
+                Error::distributed(
+                    "init_process_group",
+                    format!("{name}={v:?} is not a non-negative integer"),
+                )
+            })
+        };
+        let (rank, world, addr) = (num("RANK")?, num("WORLD_SIZE")?, var("MASTER_ADDR")?);
+        let port = num("MASTER_PORT")?;
+        let port = u16::try_from(port).map_err(|_| {
+            Error::distributed(
+                "init_process_group",
+                format!("MASTER_PORT={port} is not a port"),
+            )
+        })?;
+        let mut o = Options::new(backend, rank, world, &addr, port);
+        if std::env::var_os("LOCAL_RANK").is_some() {
+            o.local_rank = num("LOCAL_RANK")?;
+        }
+        Ok(o)
+    }
+
+    /// The same options with `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Options {
+        self.timeout = timeout;
+        self
+    }
+}
+
+fn default_timeout() -> Duration {
+    std::env::var("EMBER_DIST_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// The ranks of a job, and the connections between them.
+pub struct ProcessGroup {
+    rank: usize,
+    world: usize,
+    local_rank: usize,
+    backend: Backend,
+    /// The ring, and the number of collectives called so far.
+    ring: Mutex<(Ring, u64)>,
+    /// Why [`abort`](Self::abort) broke the group, and the connections it closed.
+    aborted: Mutex<Option<String>>,
+    sockets: Vec<std::net::TcpStream>,
+    _store: store::Store,
+    _server: Option<store::StoreServer>,
+}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ProcessGroup(rank {} of {}, {:?})",
+            self.rank, self.world, self.backend
+        )
+    }
+}
+
+impl ProcessGroup {
+    /// Joins the group `options` describe: rank 0 starts the rendezvous store,
+    /// every rank connects to it and to its neighbours. Returns when every rank
+    /// has joined, or fails after the timeout naming the ranks that did not.
+    pub fn new(options: &Options) -> Result<ProcessGroup> {
+        let op = "init_process_group";
+        let (rank, world) = (options.rank, options.world_size);
+        if world == 0 {
+            return Err(Error::distributed(
+                op,
+                "world size 0: a group needs at least one rank",
+            ));
+        }
+        if rank >= world {
+            return Err(Error::distributed(
+                op,
+                format!(
+                    "rank {rank} is out of range for world size {world} (ranks are 0..{world})"
+                ),
+            ));
+        }
+        let timeout = options.timeout;
+        let (host, port) = (options.master_addr.as_str(), options.master_port);
+        let server = if rank == 0 {
+            Some(store::StoreServer::start(host, port, timeout)?)
+        } else {
+            None
+        };
+        let port = server.as_ref().map_or(port, |s| s.port());
+        let st = store::Store::connect(host, port, timeout)?;
+        if st.add(&format!("claim/{rank}"), 1)? > 1 {
+            return Err(Error::distributed(
+                op,
+                format!("rank {rank} joined twice: two workers were given RANK={rank}"),
+            ));
+        }
+        st.set(&format!("world/{rank}"), &(world as u64).to_le_bytes())?;
+        let theirs = st.get("world/0", || "rank 0 to join".into())?;
+        let theirs = u64::from_le_bytes(theirs.try_into().unwrap_or([0; 8])) as usize;
+        if theirs != world {
+            return Err(Error::distributed(
+                op,
+                format!("rank 0 has world size {theirs}, rank {rank} has {world}: every rank must be given the same WORLD_SIZE"),
+            ));
+        }
+        st.add("joined", 1)?;
+        wait_for_all(&st, world, timeout)?;
+        let ring = Ring::connect(&st, "g", rank, world, timeout)?;
+        let sockets = ring.handles();
+        let pg = ProcessGroup {
+            aborted: Mutex::new(None),
+            sockets,
+            rank,
+            world,
+            local_rank: options.local_rank,
+            backend: options.backend,
+            ring: Mutex::new((ring, 0)),
+            _store: st,
+            _server: server,
+        };
+        pg.barrier()?;
+        Ok(pg)
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The rank among this machine's (`LOCAL_RANK`).
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    /// The engine.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Runs `f` on the ring with the description of this call.
+    fn collective<R>(
+        &self,
+        op: &'static str,
+        t: Option<&Tensor>,
+        reduce: Option<ReduceOp>,
+        root: Option<usize>,
+        f: impl FnOnce(&mut Ring, &Call) -> Result<R>,
+    ) -> Result<R> {
+        let (dtype, device, shape) = match t {
+            Some(t) => {
+                let device = match t.device() {
+                    Device::Cpu => "cpu",
+                    Device::Cuda(_) => "cuda",
+                    Device::Meta => {
+                        return Err(Error::MetaNoData {
+                            op,
+                            hint: "collectives need values",
+                        });
+                    }
+                };
+                (t.dtype(), device, t.shape().to_vec())
+            }
+            None => (DType::U8, "cpu", vec![1]),
+        };
+        if reduce == Some(ReduceOp::Avg) && !dtype.is_float() {
+            return Err(Error::dtype(
+                op,
+                dtype,
+                "ReduceOp::Avg needs a floating-point tensor",
+            ));
+        }
+        self.check_aborted(op)?;
+        let mut guard = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let (ring, seq) = &mut *guard;
+        *seq += 1;
+        let call = Call {
+            seq: *seq,
+            op,
+            reduce,
+            root,
+            dtype,
+            device,
+            shape,
+        };
+        let out = f(ring, &call);
+        if out.is_err() {
+            self.check_aborted(op)?;
+        }
+        out
+    }
+
+    /// Breaks the group from any thread: a collective in flight on another thread
+    /// fails, later ones fail at once, and the other ranks see this rank's
+    /// connections close, so their collectives fail too instead of waiting.
+    pub fn abort(&self, why: &str) {
+        let mut a = self.aborted.lock().unwrap_or_else(|p| p.into_inner());
+        if a.is_none() {
+            *a = Some(why.to_string());
+        }
+        for s in &self.sockets {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn check_aborted(&self, op: &'static str) -> Result<()> {
+        match &*self.aborted.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(Error::distributed(
+                op,
+                format!("the process group was aborted: {why}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Combines `t` over the ranks in place (`dist.all_reduce(t, op)`).
+    pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
+        let name = "all_reduce";
+        self.collective(name, Some(t), Some(op), None, |ring, call| {
+            let mut data = host_values(t, name)?;
+            ring.all_reduce(call, &mut data, op)?;
+            write_back(t, data)
+        })
+    }
+
+    /// Gives every rank rank `src`'s values of `t`, in place (`dist.broadcast`).
+    pub fn broadcast(&self, t: &Tensor, src: usize) -> Result<()> {
+        let name = "broadcast";
+        self.check_rank(name, src)?;
+        self.collective(name, Some(t), None, Some(src), |ring, call| {
+            let mut data = host_values(t, name)?;
+            ring.broadcast(call, &mut data, src)?;
+            if self.rank == src {
+                return Ok(());
+            }
+            write_back(t, data)
+        })
+    }
+
+    /// Every rank's `t`, in rank order, on `t`'s device (`dist.all_gather`).
+    pub fn all_gather(&self, t: &Tensor) -> Result<Vec<Tensor>> {
+        let name = "all_gather";
+        self.collective(name, Some(t), None, None, |ring, call| {
+            let mine = host_values(t, name)?;
+            let n = mine.len();
+            let mut all = CpuData::zeros(t.dtype(), n * self.world);
+            all.write_at(self.rank * n, &mine);
+            ring.all_gather(call, &mut all)?;
+            (0..self.world)
+                .map(|r| Tensor::from_host(all.slice(r * n, n), t.shape(), t.device()))
+                .collect()
+        })
+    }
+
+    /// Combines `t` over the ranks and returns this rank's part of the result: `t`'s
+    /// first dimension, which must divide by the world size, is split into one block
+    /// per rank (`dist.reduce_scatter_tensor`).
+    pub fn reduce_scatter(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let name = "reduce_scatter";
+        let first = t.shape().first().copied().unwrap_or(0);
+        if t.shape().is_empty() || first % self.world != 0 {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "the input's first dimension must divide by the world size {}: got shape {:?}",
+                    self.world,
+                    t.shape()
+                ),
+            ));
+        }
+        self.collective(name, Some(t), Some(op), None, |ring, call| {
+            let mut data = host_values(t, name)?;
+            let m = data.len() / self.world;
+            ring.reduce_scatter(call, &mut data, op)?;
+            let mut shape = t.shape().to_vec();
+            shape[0] /= self.world;
+            Tensor::from_host(data.slice(self.rank * m, m), &shape, t.device())
+        })
+    }
+
+    /// Returns when every rank has called it (`dist.barrier`).
+    pub fn barrier(&self) -> Result<()> {
+        self.collective("barrier", None, None, None, |ring, call| ring.barrier(call))
+    }
+
+    /// Sums `values` over the ranks (metrics: host numbers, no tensor).
+    pub fn all_reduce_f64(&self, values: &mut [f64], op: ReduceOp) -> Result<()> {
+        let t = Tensor::new(&*values, &Device::Cpu)?;
+        self.all_reduce(&t, op)?;
+        values.copy_from_slice(&t.to_vec1::<f64>()?);
+        Ok(())
+    }
+
+    fn check_rank(&self, op: &'static str, r: usize) -> Result<()> {
+        if r >= self.world {
+            return Err(Error::invalid(
+                op,
+                format!("rank {r} is out of range for world size {}", self.world),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Waits until `world` ranks have joined the store.
+fn wait_for_all(st: &store::Store, world: usize, timeout: Duration) -> Result<()> {
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        let joined = st.add("joined", 0)? as usize;
+        if joined >= world {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            let mut missing = Vec::new();
+            for r in 0..world {
+                if st.add(&format!("claim/{r}"), 0)? == 0 {
+                    missing.push(r.to_string());
+                }
+            }
+            return Err(Error::distributed(
+                "init_process_group",
+                format!(
+                    "the rendezvous timed out after {}s: {joined} of {world} ranks joined (missing: rank {})",
+                    timeout.as_secs_f64(),
+                    missing.join(", ")
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `t`'s values, row-major, in its dtype, on the host.
+fn host_values(t: &Tensor, op: &'static str) -> Result<CpuData> {
+    t.host_data(op)
+}
+
+/// Writes `data` into `t` (outside autograd: collectives are not recorded).
+fn write_back(t: &Tensor, data: CpuData) -> Result<()> {
+    let src = Tensor::from_host(data, t.shape(), t.device())?;
+    crate::no_grad(|| t.copy_(&src))
+}
+
+static DEFAULT: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);
+
+/// Joins the default group from the environment `ember launch` sets
+/// (`dist.init_process_group(backend)`). A second call without
+/// [`destroy_process_group`] is an error.
+pub fn init_process_group(backend: Backend) -> Result<()> {
+    init_process_group_with(&Options::from_env(backend)?)
+}
+
+/// Joins the default group described by `options`.
+pub fn init_process_group_with(options: &Options) -> Result<()> {
+    if is_initialized() {
+        return Err(Error::distributed(
+            "init_process_group",
+            "the default process group is already initialized: call destroy_process_group first",
+        ));
+    }
+    let pg = Arc::new(ProcessGroup::new(options)?);
+    *DEFAULT.write().unwrap_or_else(|p| p.into_inner()) = Some(pg);
+    Ok(())
+}
+
+/// `true` once [`init_process_group`] has succeeded (and until it is destroyed).
+pub fn is_initialized() -> bool {
+    DEFAULT.read().unwrap_or_else(|p| p.into_inner()).is_some()
+}
+
+/// The default group; an error before [`init_process_group`].
+pub fn group() -> Result<Arc<ProcessGroup>> {
+    DEFAULT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .ok_or_else(|| {
+            Error::distributed(
+                "distributed",
+                "default process group has not been initialized, please make sure to call init_process_group",
+            )
+        })
+}
+
+/// Leaves the default group (its connections close).
+pub fn destroy_process_group() {
+    DEFAULT.write().unwrap_or_else(|p| p.into_inner()).take();
+}
+
+/// This process's rank in the default group.
+pub fn get_rank() -> Result<usize> {
+    Ok(group()?.rank())
+}
+
+/// The default group's size.
+pub fn get_world_size() -> Result<usize> {
+    Ok(group()?.world_size())
+}
+
+/// [`ProcessGroup::all_reduce`] on the default group.
+pub fn all_reduce(t: &Tensor, op: ReduceOp) -> Result<()> {
+    group()?.all_reduce(t, op)
+}
+
+/// [`ProcessGroup::broadcast`] on the default group.
+pub fn broadcast(t: &Tensor, src: usize) -> Result<()> {
+    group()?.broadcast(t, src)
+}
+
+/// [`ProcessGroup::all_gather`] on the default group.
+pub fn all_gather(t: &Tensor) -> Result<Vec<Tensor>> {
+    group()?.all_gather(t)
+}
+
+/// [`ProcessGroup::reduce_scatter`] on the default group.
+pub fn reduce_scatter(t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+    group()?.reduce_scatter(t, op)
+}
+
+/// [`ProcessGroup::barrier`] on the default group.
+pub fn barrier() -> Result<()> {
+    group()?.barrier()
+}

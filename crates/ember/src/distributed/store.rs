@@ -1,0 +1,287 @@
+//! The rendezvous store (PyTorch's `TCPStore`): a key-value server on rank 0 that
+//! every rank reaches over TCP, to find each other before any tensor moves.
+//!
+//! A request is one byte of command, then length-prefixed key and value; the
+//! answer is a length-prefixed value. `get` blocks until the key is set, up to the
+//! store's timeout.
+
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const SET: u8 = 1;
+const GET: u8 = 2;
+const ADD: u8 = 3;
+/// The answer to a `get` that waited past the server's patience.
+const MISSING: u32 = u32::MAX;
+
+/// The server's keys, and a condition that wakes the `get`s waiting for one.
+#[derive(Default)]
+struct Keys {
+    map: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
+    changed: Condvar,
+}
+
+/// The server side: accepts clients on a thread of its own until dropped.
+pub(crate) struct StoreServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl StoreServer {
+    /// Listens on `host:port`. A port already in use is an error that says so.
+    pub(crate) fn start(host: &str, port: u16, timeout: Duration) -> Result<StoreServer> {
+        let addr = resolve(host, port)?;
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!("port {port} on {host} is in use (another job, or one that has not exited yet?): choose another MASTER_PORT")
+            } else {
+                format!("cannot listen on {host}:{port}: {e}")
+            };
+            Error::distributed("init_process_group", why)
+        })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io_err("init_process_group", e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let keys = Arc::new(Keys::default());
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("ember-store".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if flag.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let (keys, flag) = (keys.clone(), flag.clone());
+                    let _ = std::thread::Builder::new()
+                        .name("ember-store-client".into())
+                        .spawn(move || serve(conn, &keys, &flag, timeout));
+                }
+            })
+            .map_err(|e| io_err("init_process_group", e))?;
+        Ok(StoreServer { addr, stop })
+    }
+
+    /// The port it listens on (the one asked for, or the one chosen for port 0).
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // wakes the accepting thread so that it sees the flag
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+}
+
+/// Answers one client's requests until it disconnects or the server stops.
+fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration) {
+    let _ = conn.set_nodelay(true);
+    loop {
+        let mut cmd = [0u8; 1];
+        if conn.read_exact(&mut cmd).is_err() {
+            return;
+        }
+        let (Ok(key), Ok(value)) = (read_frame(&mut conn), read_frame(&mut conn)) else {
+            return;
+        };
+        let answer = match cmd[0] {
+            SET => {
+                keys.map.lock().unwrap().insert(key, value);
+                keys.changed.notify_all();
+                Some(Vec::new())
+            }
+            ADD => {
+                let by = i64::from_le_bytes(value.try_into().unwrap_or([0; 8]));
+                let mut map = keys.map.lock().unwrap();
+                let slot = map
+                    .entry(key)
+                    .or_insert_with(|| 0i64.to_le_bytes().to_vec());
+                let now = i64::from_le_bytes(slot.as_slice().try_into().unwrap_or([0; 8])) + by;
+                *slot = now.to_le_bytes().to_vec();
+                drop(map);
+                keys.changed.notify_all();
+                Some(now.to_le_bytes().to_vec())
+            }
+            GET => {
+                let until = Instant::now() + timeout;
+                let mut map = keys.map.lock().unwrap();
+                loop {
+                    if let Some(v) = map.get(&key) {
+                        break Some(v.clone());
+                    }
+                    let now = Instant::now();
+                    if now >= until || stop.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    let wait = (until - now).min(Duration::from_millis(500));
+                    map = keys.changed.wait_timeout(map, wait).unwrap().0;
+                }
+            }
+            _ => return,
+        };
+        let sent = match answer {
+            Some(v) => write_frame(&mut conn, &v),
+            None => conn.write_all(&MISSING.to_le_bytes()),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// A client of the store.
+pub(crate) struct Store {
+    conn: Mutex<TcpStream>,
+    addr: String,
+    timeout: Duration,
+}
+
+impl Store {
+    /// Connects to the store at `host:port`, retrying until `timeout` while the
+    /// server is not up yet.
+    pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Store> {
+        let addr = resolve(host, port)?;
+        let until = Instant::now() + timeout;
+        let conn = loop {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Ok(c) => break c,
+                Err(e) => {
+                    if Instant::now() >= until {
+                        return Err(Error::distributed(
+                            "init_process_group",
+                            format!(
+                                "could not reach the rendezvous store at {host}:{port} within {}s ({e}): is rank 0 running, and are MASTER_ADDR and MASTER_PORT the same for every rank?",
+                                timeout.as_secs_f64()
+                            ),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        let _ = conn.set_nodelay(true);
+        // the server answers a `get` within its timeout; a little more here
+        conn.set_read_timeout(Some(timeout + Duration::from_secs(5)))
+            .map_err(|e| io_err("init_process_group", e))?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            addr: format!("{host}:{port}"),
+            timeout,
+        })
+    }
+
+    /// The address the store was reached at.
+    pub(crate) fn local_ip(&self) -> Result<std::net::IpAddr> {
+        let conn = self.conn.lock().unwrap();
+        conn.local_addr()
+            .map(|a| a.ip())
+            .map_err(|e| io_err("init_process_group", e))
+    }
+
+    fn request(&self, cmd: u8, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let lost = |e: std::io::Error| {
+            Error::distributed(
+                "store",
+                format!(
+                    "lost the rendezvous store at {} ({e}): rank 0 has exited",
+                    self.addr
+                ),
+            )
+        };
+        let mut msg = vec![cmd];
+        msg.extend((key.len() as u32).to_le_bytes());
+        msg.extend(key.as_bytes());
+        msg.extend((value.len() as u32).to_le_bytes());
+        msg.extend(value);
+        conn.write_all(&msg).map_err(lost)?;
+        let mut len = [0u8; 4];
+        conn.read_exact(&mut len).map_err(lost)?;
+        let len = u32::from_le_bytes(len);
+        if len == MISSING {
+            return Ok(None);
+        }
+        let mut v = vec![0u8; len as usize];
+        conn.read_exact(&mut v).map_err(lost)?;
+        Ok(Some(v))
+    }
+
+    /// Sets `key` to `value`.
+    pub(crate) fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.request(SET, key, value).map(|_| ())
+    }
+
+    /// The value of `key`, waiting for it to be set; after the timeout an error
+    /// that `waiting_for` explains.
+    pub(crate) fn get(&self, key: &str, waiting_for: impl FnOnce() -> String) -> Result<Vec<u8>> {
+        self.request(GET, key, &[])?.ok_or_else(|| {
+            Error::distributed(
+                "store",
+                format!(
+                    "timed out after {}s waiting for {}",
+                    self.timeout.as_secs_f64(),
+                    waiting_for()
+                ),
+            )
+        })
+    }
+
+    /// Adds `by` to the counter `key` (0 when unset) and returns its new value.
+    pub(crate) fn add(&self, key: &str, by: i64) -> Result<i64> {
+        let v = self
+            .request(ADD, key, &by.to_le_bytes())?
+            .unwrap_or_default();
+        Ok(i64::from_le_bytes(v.try_into().unwrap_or([0; 8])))
+    }
+}
+
+fn read_frame(r: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let mut v = vec![0u8; u32::from_le_bytes(len) as usize];
+    r.read_exact(&mut v)?;
+    Ok(v)
+}
+
+fn write_frame(w: &mut impl Write, v: &[u8]) -> std::io::Result<()> {
+    let mut msg = (v.len() as u32).to_le_bytes().to_vec();
+    msg.extend(v);
+    w.write_all(&msg)
+}
+
+/// `host:port` as a socket address (the first the name resolves to, IPv4 first).
+pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            Error::distributed(
+                "init_process_group",
+                format!("cannot resolve MASTER_ADDR {host:?}: {e}"),
+            )
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| {
+            Error::distributed(
+                "init_process_group",
+                format!("MASTER_ADDR {host:?} resolves to no address"),
+            )
+        })
+}
+
+pub(crate) fn io_err(op: &'static str, e: std::io::Error) -> Error {
+    Error::distributed(op, e.to_string())
+}

@@ -1,0 +1,600 @@
+//! `ember::distributed`: the ranks of a group are threads of this test process,
+//! each with its own `ProcessGroup` over TCP on the loopback interface (the same
+//! code paths as separate processes; `ember launch` runs those in the command's
+//! tests).
+
+use ember::distributed::{Backend, DistributedDataParallel, Options, ProcessGroup, ReduceOp};
+use ember::nn::{self, Module};
+use ember::optim::{Optimizer, Sgd};
+use ember::prelude::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn opts(rank: usize, world: usize, port: u16) -> Options {
+    Options::new(Backend::Gloo, rank, world, "127.0.0.1", port).timeout(Duration::from_secs(30))
+}
+
+/// Runs `f` on `world` ranks (threads), each with its group; the results in rank order.
+fn ranks<R: Send>(world: usize, f: impl Fn(ProcessGroup) -> Result<R> + Sync) -> Vec<Result<R>> {
+    let port = free_port();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..world)
+            .map(|r| {
+                let f = &f;
+                s.spawn(move || f(ProcessGroup::new(&opts(r, world, port))?))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn all_ok<R>(v: Vec<Result<R>>) -> Vec<R> {
+    v.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// Rank `r`'s values in the collective tests: 7 elements, so chunks are uneven.
+fn values(r: usize) -> Vec<f32> {
+    let r = r as f32;
+    vec![r, 2.0 * r, 1.0, -r, 5.0, 0.5 + r, r * r]
+}
+
+#[test]
+fn all_reduce_combines_every_rank_for_each_world_size() {
+    for world in 1..=4 {
+        let got = all_ok(ranks(world, |pg| {
+            let mut out = Vec::new();
+            for op in [
+                ReduceOp::Sum,
+                ReduceOp::Avg,
+                ReduceOp::Max,
+                ReduceOp::Min,
+                ReduceOp::Product,
+            ] {
+                let t = Tensor::new(values(pg.rank()).as_slice(), &Device::Cpu)?;
+                pg.all_reduce(&t, op)?;
+                out.push(t.to_vec1::<f32>()?);
+            }
+            // fewer elements than ranks: some chunks are empty
+            let one = Tensor::new([pg.rank() as f64 + 1.0], &Device::Cpu)?;
+            pg.all_reduce(&one, ReduceOp::Sum)?;
+            out.push(one.to_vec1::<f32>()?);
+            Ok(out)
+        }));
+        let col = |i: usize| (0..world).map(move |r| values(r)[i]);
+        let want: Vec<Vec<f32>> = vec![
+            (0..7).map(|i| col(i).sum()).collect(),
+            (0..7).map(|i| col(i).sum::<f32>() / world as f32).collect(),
+            (0..7).map(|i| col(i).fold(f32::MIN, f32::max)).collect(),
+            (0..7).map(|i| col(i).fold(f32::MAX, f32::min)).collect(),
+            (0..7).map(|i| col(i).product()).collect(),
+            vec![(1..=world).sum::<usize>() as f32],
+        ];
+        for (r, g) in got.iter().enumerate() {
+            assert_eq!(g, &want, "world {world}, rank {r}");
+        }
+    }
+}
+
+#[test]
+fn all_reduce_takes_every_dtype() {
+    let got = all_ok(ranks(3, |pg| {
+        let r = pg.rank() as i64;
+        let i = Tensor::new([r, -r, 7], &Device::Cpu)?;
+        pg.all_reduce(&i, ReduceOp::Sum)?;
+        let m = Tensor::new([r, -r, 7], &Device::Cpu)?;
+        pg.all_reduce(&m, ReduceOp::Max)?;
+        let b = Tensor::new([r == 1, false, true], &Device::Cpu)?;
+        pg.all_reduce(&b, ReduceOp::Sum)?;
+        let h = Tensor::new([r as f32, 1.5], &Device::Cpu)?.to_dtype(DType::BF16)?;
+        pg.all_reduce(&h, ReduceOp::Sum)?;
+        assert_eq!(h.dtype(), DType::BF16);
+        let u = Tensor::new([r as u8, 200], &Device::Cpu)?;
+        pg.all_reduce(&u, ReduceOp::Min)?;
+        Ok((
+            i.to_vec1::<i64>()?,
+            m.to_vec1::<i64>()?,
+            b.to_vec1::<bool>()?,
+            h.to_vec1::<f32>()?,
+            u.to_vec1::<u8>()?,
+        ))
+    }));
+    for g in got {
+        assert_eq!(g.0, vec![3, -3, 21]);
+        assert_eq!(g.1, vec![2, 0, 7]);
+        assert_eq!(g.2, vec![true, false, true]);
+        assert_eq!(g.3, vec![3.0, 4.5]);
+        assert_eq!(g.4, vec![0, 200]);
+    }
+}
+
+#[test]
+fn broadcast_all_gather_and_reduce_scatter() {
+    let world = 3;
+    let got = all_ok(ranks(world, |pg| {
+        let r = pg.rank();
+        // more than one piece of the broadcast's pipeline (1 MiB)
+        let big = Tensor::full([300_000], r as f64, DType::F32, &Device::Cpu)?;
+        pg.broadcast(&big, 2)?;
+        let big_ok = big.to_vec1::<f32>()?.iter().all(|&x| x == 2.0);
+        let small = Tensor::new([r as f32, 10.0 + r as f32], &Device::Cpu)?;
+        pg.broadcast(&small, 1)?;
+        let g = pg.all_gather(&Tensor::new([r as i64, 10 + r as i64], &Device::Cpu)?)?;
+        let gathered: Vec<Vec<i64>> = g
+            .iter()
+            .map(|t| t.to_vec1::<i64>())
+            .collect::<Result<_>>()?;
+        // rank r holds 0, 1, ..., 17 + 100 r; block b of rank r's input is rows 2b..2b+2
+        let input = Tensor::arange(0f64, 18., &Device::Cpu)?
+            .add(100.0 * r as f64)?
+            .reshape([world * 2, 3])?;
+        let part = pg.reduce_scatter(&input, ReduceOp::Sum)?;
+        assert_eq!(part.shape(), &[2, 3]);
+        pg.barrier()?;
+        Ok((
+            big_ok,
+            small.to_vec1::<f32>()?,
+            gathered,
+            part.to_vec2::<f64>()?,
+        ))
+    }));
+    for (r, (big_ok, small, gathered, part)) in got.into_iter().enumerate() {
+        assert!(big_ok, "rank {r}");
+        assert_eq!(small, vec![1.0, 11.0]);
+        assert_eq!(gathered, vec![vec![0, 10], vec![1, 11], vec![2, 12]]);
+        // the sum over ranks of rows 2r, 2r+1: 3 x (0..18) + 100 (0 + 1 + 2)
+        let want: Vec<Vec<f64>> = (0..2)
+            .map(|i| {
+                (0..3)
+                    .map(|j| 3.0 * ((2 * r + i) * 3 + j) as f64 + 300.0)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(part, want, "rank {r}");
+    }
+}
+
+#[test]
+fn bad_groups_and_calls_are_errors() {
+    let port = free_port();
+    let err = |r: Result<ProcessGroup>| r.unwrap_err().to_string();
+    assert!(err(ProcessGroup::new(&opts(0, 0, port))).contains("world size 0"));
+    assert!(err(ProcessGroup::new(&opts(2, 2, port))).contains("rank 2 is out of range"));
+    assert!("nccl"
+        .parse::<Backend>()
+        .unwrap_err()
+        .to_string()
+        .contains("gloo"));
+    assert!("mpi".parse::<Backend>().is_err());
+    assert_eq!("gloo".parse::<Backend>().unwrap(), Backend::Gloo);
+
+    let pg = ProcessGroup::new(&opts(0, 1, port)).unwrap();
+    let meta = Tensor::zeros([2], DType::F32, &Device::Meta).unwrap();
+    assert!(pg
+        .all_reduce(&meta, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string()
+        .contains("meta"));
+    let ints = Tensor::new([1i64, 2], &Device::Cpu).unwrap();
+    assert!(pg
+        .all_reduce(&ints, ReduceOp::Avg)
+        .unwrap_err()
+        .to_string()
+        .contains("Avg"));
+    assert!(pg
+        .broadcast(&ints, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("out of range"));
+    let scalar = Tensor::new([1f32], &Device::Cpu)
+        .unwrap()
+        .reshape(&[] as &[usize])
+        .unwrap();
+    assert!(pg.reduce_scatter(&scalar, ReduceOp::Sum).is_err());
+    // a world of one: collectives are the identity
+    pg.all_reduce(&ints, ReduceOp::Sum).unwrap();
+    assert_eq!(ints.to_vec1::<i64>().unwrap(), vec![1, 2]);
+}
+
+#[test]
+fn ranks_that_disagree_fail_on_every_rank_and_break_the_group() {
+    let got = ranks(2, |pg| {
+        let n = 3 + pg.rank();
+        let t = Tensor::zeros([n], DType::F32, &Device::Cpu)?;
+        let first = pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string();
+        let later = pg.barrier().unwrap_err().to_string();
+        Ok((first, later))
+    });
+    for g in got {
+        let (first, later) = g.unwrap();
+        assert!(first.contains("the ranks disagree"), "{first}");
+        assert!(first.contains("[3]") && first.contains("[4]"), "{first}");
+        assert!(later.contains("broken"), "{later}");
+    }
+    // another collective on one rank
+    let got = ranks(2, |pg| {
+        let t = Tensor::zeros([3], DType::F32, &Device::Cpu)?;
+        let e = if pg.rank() == 0 {
+            pg.broadcast(&t, 0)
+        } else {
+            pg.all_reduce(&t, ReduceOp::Sum)
+        };
+        Ok(e.unwrap_err().to_string())
+    });
+    for e in got {
+        let e = e.unwrap();
+        assert!(
+            e.contains("broadcast(src=0)") && e.contains("all_reduce(sum)"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_rendezvous_that_never_completes_times_out_naming_the_missing_ranks() {
+    let t0 = Instant::now();
+    let o = opts(0, 3, free_port()).timeout(Duration::from_secs(1));
+    let e = ProcessGroup::new(&o).unwrap_err().to_string();
+    assert!(
+        e.contains("1 of 3 ranks joined (missing: rank 1, 2)"),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // a rank whose rank 0 never comes
+    let o = opts(1, 2, free_port()).timeout(Duration::from_secs(1));
+    let e = ProcessGroup::new(&o).unwrap_err().to_string();
+    assert!(e.contains("could not reach the rendezvous store"), "{e}");
+}
+
+#[test]
+fn a_port_in_use_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let e = ProcessGroup::new(&opts(0, 2, port))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("port {port}")) && e.contains("in use"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ranks_that_disagree_on_the_world_or_share_a_rank_are_refused() {
+    let port = free_port();
+    let short = |r, w| opts(r, w, port).timeout(Duration::from_secs(2));
+    let got: Vec<String> = std::thread::scope(|s| {
+        let a = s.spawn(|| ProcessGroup::new(&short(0, 2)).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(200));
+        let b = s.spawn(|| ProcessGroup::new(&short(1, 3)).map(|_| ()));
+        [a.join().unwrap(), b.join().unwrap()]
+            .into_iter()
+            .map(|r| r.unwrap_err().to_string())
+            .collect()
+    });
+    assert!(
+        got[1].contains("rank 0 has world size 2, rank 1 has 3"),
+        "{}",
+        got[1]
+    );
+    assert!(got[0].contains("timed out"), "{}", got[0]);
+
+    let port = free_port();
+    let o = |r| opts(r, 2, port).timeout(Duration::from_secs(3));
+    // the first two keep their group (and rank 0 its store) while the third comes
+    let hold = |_pg: ProcessGroup| std::thread::sleep(Duration::from_millis(1500));
+    let got: Vec<Result<()>> = std::thread::scope(|s| {
+        let a = s.spawn(|| ProcessGroup::new(&o(0)).map(hold));
+        let b = s.spawn(|| ProcessGroup::new(&o(1)).map(hold));
+        std::thread::sleep(Duration::from_millis(300));
+        let c = s.spawn(|| ProcessGroup::new(&o(1)).map(|_| ()));
+        [a, b, c].into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let twice: Vec<String> = got
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        twice.iter().any(|e| e.contains("rank 1 joined twice")),
+        "{twice:?}"
+    );
+}
+
+#[test]
+fn a_lost_rank_fails_the_others_at_once_naming_it() {
+    let t0 = Instant::now();
+    let got = ranks(3, |pg| {
+        if pg.rank() == 2 {
+            drop(pg); // the process exits: its connections close
+            return Ok(String::new());
+        }
+        let t = Tensor::zeros([1000], DType::F32, &Device::Cpu)?;
+        Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
+    });
+    for e in &got[..2] {
+        let e = e.as_ref().unwrap();
+        assert!(e.contains("lost rank 2"), "{e}");
+    }
+    // well within the 30 s timeout: the loss is seen, not waited out
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_stuck_rank_times_out() {
+    let port = free_port();
+    let o = |r| opts(r, 2, port).timeout(Duration::from_secs(1));
+    let got: Vec<Result<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                s.spawn(move || {
+                    let pg = ProcessGroup::new(&o(r))?;
+                    if r == 1 {
+                        // alive but never joins the collective
+                        std::thread::sleep(Duration::from_secs(3));
+                        return Ok(String::new());
+                    }
+                    let t = Tensor::zeros([4], DType::F32, &Device::Cpu)?;
+                    Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let e = got[0].as_ref().unwrap();
+    assert!(e.contains("rank 1 sent nothing for 1s"), "{e}");
+}
+
+/// A small classifier: registered in the order linear 1, linear 2.
+fn mlp(seed_shift: f64) -> Result<nn::Sequential> {
+    let m = nn::Sequential::new()
+        .add(nn::Linear::new(4, 8, &Device::Cpu)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(8, 3, &Device::Cpu)?);
+    // the same values on every thread (the global generator is shared by the
+    // test threads), shifted to tell the ranks apart
+    ember::no_grad(|| -> Result<()> {
+        for (i, p) in m.parameters().iter().enumerate() {
+            let n = p.numel();
+            let v = Tensor::arange(0f64, n as f64, &Device::Cpu)?
+                .mul(0.37)?
+                .add(i as f64)?
+                .sin()?
+                .mul(0.5)?
+                .add(seed_shift)?
+                .to_dtype(DType::F32)?
+                .reshape(p.shape())?;
+            p.copy_(&v)?;
+        }
+        Ok(())
+    })?;
+    Ok(m)
+}
+
+/// Sample `i` of the data set: 4 features and a class.
+fn batch(ids: &[usize]) -> Result<(Tensor, Tensor)> {
+    let x: Vec<f32> = ids
+        .iter()
+        .flat_map(|&i| (0..4).map(move |j| ((i * 7 + j * 3) % 11) as f32 / 5.0 - 1.0))
+        .collect();
+    let y: Vec<i64> = ids.iter().map(|&i| (i % 3) as i64).collect();
+    Ok((
+        Tensor::new(x.as_slice(), &Device::Cpu)?.reshape([ids.len(), 4])?,
+        Tensor::new(y.as_slice(), &Device::Cpu)?,
+    ))
+}
+
+/// Trains for `steps` steps of `global` samples each; rank `r` of `world` takes
+/// samples `r, r + world, ...` of each step's. Returns the parameters.
+fn train_steps(
+    model: &dyn Module,
+    rank: usize,
+    world: usize,
+    global: usize,
+    steps: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let mut opt = Sgd::new(model.parameters(), 0.2)?.momentum(0.9)?;
+    for s in 0..steps {
+        let ids: Vec<usize> = (s * global..(s + 1) * global)
+            .skip(rank)
+            .step_by(world)
+            .collect();
+        let (x, y) = batch(&ids)?;
+        opt.zero_grad();
+        nn::cross_entropy(&model.forward(&x)?, &y)?.backward()?;
+        opt.step()?;
+    }
+    model
+        .parameters()
+        .iter()
+        .map(|p| p.flatten_all()?.to_vec1::<f32>())
+        .collect()
+}
+
+fn assert_params_close(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) {
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{what}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn ddp_on_n_ranks_trains_like_one_process_with_n_times_the_batch() {
+    let reference = train_steps(&mlp(0.0).unwrap(), 0, 1, 12, 4).unwrap();
+    for world in [2, 3, 4] {
+        for cap_mb in [25.0, 1e-6] {
+            let got = all_ok(ranks(world, |pg| {
+                let rank = pg.rank();
+                // rank 0's parameters win: the others start elsewhere
+                let ddp = DistributedDataParallel::new(mlp(rank as f64)?, Arc::new(pg))?
+                    .bucket_cap_mb(cap_mb)?;
+                let buckets = ddp.buckets();
+                Ok((train_steps(&ddp, rank, world, 12, 4)?, buckets))
+            }));
+            for (params, buckets) in &got {
+                assert_params_close(params, &reference, &format!("world {world}, {cap_mb} MB"));
+                if cap_mb < 1.0 {
+                    // one bucket per parameter, last registered first
+                    let want = [["2.bias"], ["2.weight"], ["0.bias"], ["0.weight"]];
+                    assert_eq!(
+                        buckets,
+                        &want.map(|b| b.map(String::from).to_vec()).to_vec()
+                    );
+                } else {
+                    assert_eq!(buckets.len(), 1);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ddp_no_sync_accumulates_locally_until_a_synced_backward() {
+    // reference: one process, the gradient of the two micro-batches' losses
+    // summed, over all samples of both ranks (mean per micro-batch of 4)
+    let model = mlp(0.0).unwrap();
+    let mut want = Vec::new();
+    for p in model.parameters() {
+        p.zero_grad();
+    }
+    for m in 0..2 {
+        let (x, y) = batch(&(m * 4..m * 4 + 4).collect::<Vec<_>>()).unwrap();
+        nn::cross_entropy(&model.forward(&x).unwrap(), &y)
+            .unwrap()
+            .backward()
+            .unwrap();
+    }
+    for p in model.parameters() {
+        want.push(
+            p.grad()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+        );
+    }
+    let got = all_ok(ranks(2, |pg| {
+        let rank = pg.rank();
+        let ddp = DistributedDataParallel::new(mlp(0.0)?, Arc::new(pg))?;
+        let micro = |m: usize| batch(&(m * 4..m * 4 + 4).skip(rank).step_by(2).collect::<Vec<_>>());
+        {
+            let _local = ddp.no_sync();
+            let (x, y) = micro(0)?;
+            nn::cross_entropy(&ddp.forward(&x)?, &y)?.backward()?;
+        }
+        let local: Vec<Vec<f32>> = ddp
+            .parameters()
+            .iter()
+            .map(|p| p.grad().unwrap().flatten_all()?.to_vec1::<f32>())
+            .collect::<Result<_>>()?;
+        let (x, y) = micro(1)?;
+        nn::cross_entropy(&ddp.forward(&x)?, &y)?.backward()?;
+        let synced: Vec<Vec<f32>> = ddp
+            .parameters()
+            .iter()
+            .map(|p| p.grad().unwrap().flatten_all()?.to_vec1::<f32>())
+            .collect::<Result<_>>()?;
+        Ok((local, synced))
+    }));
+    // under no_sync the ranks' gradients are their own
+    assert_ne!(got[0].0, got[1].0);
+    for (_, synced) in &got {
+        // each rank's loss is a mean over 2 samples, the reference's over 4:
+        // averaging the ranks' gradients gives the reference's
+        assert_params_close(synced, &want, "no_sync then sync");
+    }
+}
+
+/// Two linear layers of which forward uses only the first.
+struct HalfUsed {
+    a: nn::Linear,
+    b: nn::Linear,
+}
+
+impl Module for HalfUsed {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.a.forward(x)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v: Vec<(String, Tensor)> = self
+            .a
+            .named_parameters()
+            .into_iter()
+            .map(|(n, p)| (format!("a.{n}"), p))
+            .collect();
+        v.extend(
+            self.b
+                .named_parameters()
+                .into_iter()
+                .map(|(n, p)| (format!("b.{n}"), p)),
+        );
+        v
+    }
+}
+
+#[test]
+fn ddp_names_parameters_without_gradients_unless_told_to_find_them() {
+    let got = ranks(2, |pg| {
+        let m = HalfUsed {
+            a: nn::Linear::new(4, 3, &Device::Cpu)?,
+            b: nn::Linear::new(4, 3, &Device::Cpu)?,
+        };
+        let ddp = DistributedDataParallel::new(m, Arc::new(pg))?;
+        let (x, y) = batch(&[0, 1])?;
+        let e = nn::cross_entropy(&ddp.forward(&x)?, &y)?
+            .backward()
+            .unwrap_err()
+            .to_string();
+        Ok(e)
+    });
+    for e in got {
+        let e = e.unwrap();
+        assert!(
+            e.contains("received no gradient") && e.contains("b.weight, b.bias"),
+            "{e}"
+        );
+        assert!(e.contains("find_unused_parameters(true)"), "{e}");
+    }
+    let got = all_ok(ranks(2, |pg| {
+        let m = HalfUsed {
+            a: nn::Linear::new(4, 3, &Device::Cpu)?,
+            b: nn::Linear::new(4, 3, &Device::Cpu)?,
+        };
+        let ddp = DistributedDataParallel::new(m, Arc::new(pg))?.find_unused_parameters(true);
+        let (x, y) = batch(&[pg_rank(&ddp)])?;
+        nn::cross_entropy(&ddp.forward(&x)?, &y)?.backward()?;
+        let ga = ddp.module().a.weight.grad().unwrap().to_vec2::<f32>()?;
+        Ok(ga)
+    }));
+    assert_eq!(
+        got[0], got[1],
+        "the used parameters' gradients are averaged"
+    );
+}
+
+fn pg_rank<M: Module>(d: &DistributedDataParallel<M>) -> usize {
+    d.process_group().rank()
+}
+
+#[test]
+fn ddp_refuses_models_that_differ_between_ranks() {
+    let got = ranks(2, |pg| {
+        let width = 3 + pg.rank();
+        let m = nn::Linear::new(4, width, &Device::Cpu)?;
+        Ok(DistributedDataParallel::new(m, Arc::new(pg))
+            .err()
+            .map(|e| e.to_string()))
+    });
+    for e in got {
+        let e = e.unwrap().expect("an error");
+        assert!(e.contains("model differs"), "{e}");
+    }
+}
