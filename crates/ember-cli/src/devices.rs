@@ -49,9 +49,9 @@ pub fn run() -> ember::Result<()> {
     }
     println!("cuda libraries:");
     for lib in cuda::CudaLib::ALL {
-        let optional = lib == cuda::CudaLib::Cudnn;
+        let optional = lib.is_optional();
         match cuda::find_library(lib) {
-            Ok(src) if optional => match cuda::cudnn::version() {
+            Ok(src) if lib == cuda::CudaLib::Cudnn => match cuda::cudnn::version() {
                 Some(v) => println!("  {}: {src} (version {v})", lib.name()),
                 None => println!(
                     "  {}: {src}, unusable: {}",

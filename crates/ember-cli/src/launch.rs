@@ -65,9 +65,9 @@ pub fn run(args: &LaunchArgs) -> ember::Result<()> {
             args.node_rank, args.nnodes, args.nnodes
         )));
     }
-    if !(args.grace >= 0.0 && args.grace.is_finite()) {
+    if !(args.grace >= 0.0 && args.grace <= 86_400.0) {
         return Err(invalid(format!(
-            "--grace {}: a number of seconds, 0 or more",
+            "--grace {}: a number of seconds from 0 to 86400",
             args.grace
         )));
     }
@@ -87,15 +87,25 @@ pub fn run(args: &LaunchArgs) -> ember::Result<()> {
     // SAFETY: plain handlers that store the signal number, installed before any
     // worker starts
     unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
     }
     let mut workers: Vec<(usize, Child)> = Vec::with_capacity(per_node);
     for local in 0..per_node {
         let rank = args.node_rank as usize * per_node + local;
         // each worker leads a process group of its own, so that stopping it stops
         // what it started too
-        let child = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        // SAFETY: prctl is async-signal-safe; the child asks to be sent SIGTERM when
+        // the launcher dies (even by SIGKILL), so no worker outlives it
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
             .process_group(0)
             .args(rest)
             .env("RANK", rank.to_string())

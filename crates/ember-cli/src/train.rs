@@ -161,8 +161,16 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     // training fits
     let checked = memory_check(args, &data, &device, batch, eval_batch, lr, sgd)?;
     // every rank has checked its arguments and its memory: now they meet
+    // NCCL between GPUs, as PyTorch's scripts choose; the CPU backend otherwise
     let pg = dist_opts
-        .map(|o| ProcessGroup::new(&o).map(Arc::new))
+        .map(|mut o| {
+            o.backend = if device.is_cuda() {
+                Backend::Nccl
+            } else {
+                Backend::Gloo
+            };
+            ProcessGroup::new(&o).map(Arc::new)
+        })
         .transpose()?;
     let main = pg.as_ref().is_none_or(|pg| pg.rank() == 0);
     let world = pg.as_ref().map_or(1, |pg| pg.world_size());
@@ -251,7 +259,13 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     }
     let ranks = match world {
         1 => String::new(),
-        w => format!(" on each of {w} ranks (ember launch)"),
+        w => format!(
+            " on each of {w} ranks (ember launch, {})",
+            match pg.as_ref().map(|pg| pg.backend()) {
+                Some(Backend::Nccl) => "NCCL",
+                _ => "CPU backend",
+            }
+        ),
     };
     if main {
         println!(

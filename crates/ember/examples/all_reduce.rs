@@ -8,22 +8,31 @@
 //!
 //! Started alone, it runs `--world N` ranks (default 2) as threads of this process
 //! over the loopback interface.
+//!
+//! With `--nccl`, under `ember launch`: the NCCL backend on CUDA tensors of each
+//! rank's GPU (`cuda:LOCAL_RANK`), timed with a synchronize after each call.
 
 use ember::distributed::{Backend, Options, ProcessGroup, ReduceOp};
 use ember::prelude::*;
 use std::time::{Duration, Instant};
 
-fn measure(pg: &ProcessGroup) -> Result<Vec<(usize, f64)>> {
+fn measure(pg: &ProcessGroup, dev: &Device) -> Result<Vec<(usize, f64)>> {
     let mut rows = Vec::new();
+    let sync = || match dev {
+        Device::Cuda(_) => ember::cuda::synchronize(dev),
+        _ => Ok(()),
+    };
     for kib in [4usize, 64, 1024, 16 * 1024, 64 * 1024] {
-        let t = Tensor::ones([kib * 256], DType::F32, &Device::Cpu)?;
+        let t = Tensor::ones([kib * 256], DType::F32, dev)?;
         pg.all_reduce(&t, ReduceOp::Sum)?; // warm-up
+        sync()?;
         let reps = (256 * 1024 / kib).clamp(5, 200);
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
             pg.barrier()?;
             let s = Instant::now();
             pg.all_reduce(&t, ReduceOp::Sum)?;
+            sync()?;
             times.push(s.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);
@@ -32,8 +41,8 @@ fn measure(pg: &ProcessGroup) -> Result<Vec<(usize, f64)>> {
     Ok(rows)
 }
 
-fn report(world: usize, rows: &[(usize, f64)]) {
-    println!("all_reduce(sum) of float32 over {world} ranks (ember's CPU backend)");
+fn report(world: usize, backend: &str, rows: &[(usize, f64)]) {
+    println!("all_reduce(sum) of float32 over {world} ranks ({backend})");
     println!("{:>10}  {:>12}  {:>14}", "size", "median", "bus bandwidth");
     for (kib, secs) in rows {
         let bytes = (*kib * 1024) as f64;
@@ -48,15 +57,28 @@ fn report(world: usize, rows: &[(usize, f64)]) {
 }
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let nccl = args.iter().any(|a| a == "--nccl");
     if std::env::var_os("WORLD_SIZE").is_some() {
-        let pg = ProcessGroup::new(&Options::from_env(Backend::Gloo)?)?;
-        let rows = measure(&pg)?;
+        let backend = if nccl { Backend::Nccl } else { Backend::Gloo };
+        let o = Options::from_env(backend)?;
+        let dev = if nccl {
+            Device::Cuda(o.local_rank)
+        } else {
+            Device::Cpu
+        };
+        let pg = ProcessGroup::new(&o)?;
+        let rows = measure(&pg, &dev)?;
         if pg.rank() == 0 {
-            report(pg.world_size(), &rows);
+            let name = if nccl {
+                "NCCL, CUDA tensors"
+            } else {
+                "ember's CPU backend"
+            };
+            report(pg.world_size(), name, &rows);
         }
         return Ok(());
     }
-    let args: Vec<String> = std::env::args().collect();
     let world = match args.iter().position(|a| a == "--world") {
         Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(2),
         None => 2,
@@ -74,7 +96,7 @@ fn main() -> Result<()> {
                 s.spawn(move || {
                     let o = Options::new(Backend::Gloo, r, world, "127.0.0.1", port)
                         .timeout(Duration::from_secs(60));
-                    measure(&ProcessGroup::new(&o)?)
+                    measure(&ProcessGroup::new(&o)?, &Device::Cpu)
                 })
             })
             .collect();
@@ -82,7 +104,7 @@ fn main() -> Result<()> {
     });
     let mut results = results.into_iter();
     let rows = results.next().expect("rank 0")?;
-    report(world, &rows);
+    report(world, "ember's CPU backend", &rows);
     println!("(ranks are threads of one process here; under `ember launch` they are processes)");
     Ok(())
 }

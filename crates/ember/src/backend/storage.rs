@@ -1052,3 +1052,81 @@ pub(crate) struct SgdOperands<'a> {
     pub buf: Option<(&'a mut Storage, usize, bool)>,
     pub n: usize,
 }
+
+/// One rank's communicator of the distributed NCCL backend, on one GPU.
+pub(crate) struct Communicator(crate::backend::cuda::comm::CudaComm);
+
+fn no_communicator(op: &'static str, device: Device) -> Error {
+    Error::UnsupportedDevice {
+        op,
+        device,
+        msg: "NCCL communicates between GPUs: CUDA tensors only (CPU tensors go through the CPU backend)".into(),
+    }
+}
+
+impl Communicator {
+    /// A new communicator id, made by rank 0 on its GPU.
+    pub(crate) fn unique_id(device: Device) -> Result<[u8; 128]> {
+        match device {
+            Device::Cuda(i) => crate::backend::cuda::comm::CudaComm::unique_id(i),
+            Device::Cpu | Device::Meta => Err(no_communicator("ncclGetUniqueId", device)),
+        }
+    }
+
+    /// Joins communicator `id` as `rank` of `world` on `device`; a simulated GPU
+    /// runs its calls through `host`.
+    pub(crate) fn new(
+        device: Device,
+        id: [u8; 128],
+        world: usize,
+        rank: usize,
+        host: std::sync::Arc<dyn crate::backend::op::collective::HostCollectives>,
+    ) -> Result<Communicator> {
+        match device {
+            Device::Cuda(i) => crate::backend::cuda::comm::CudaComm::new(i, id, world, rank, host)
+                .map(Communicator),
+            Device::Cpu | Device::Meta => Err(no_communicator("ncclCommInitRank", device)),
+        }
+    }
+
+    /// The GPU it runs on.
+    pub(crate) fn device(&self) -> Device {
+        Device::Cuda(self.0.ordinal())
+    }
+
+    /// Stops its calls in flight and frees it.
+    pub(crate) fn abort(&mut self) {
+        self.0.abort()
+    }
+}
+
+impl Storage {
+    /// `kind` (all-reduce, broadcast) over the contiguous elements of `l`, in place,
+    /// queued on the current stream.
+    pub(crate) fn collective_in_place(
+        &mut self,
+        l: &Layout,
+        comm: &Communicator,
+        kind: crate::backend::op::collective::CommKind,
+    ) -> Result<()> {
+        match self {
+            Storage::Cuda(s) => s.collective_in_place(l, &comm.0, kind),
+            Storage::Cpu(_) | Storage::Meta(_) => Err(no_communicator(kind.name(), self.device())),
+        }
+    }
+
+    /// `kind` (all-gather, reduce-scatter) from the contiguous elements of `l` into
+    /// `dst`, queued on the current stream.
+    pub(crate) fn collective_into(
+        &self,
+        l: &Layout,
+        dst: &mut Storage,
+        comm: &Communicator,
+        kind: crate::backend::op::collective::CommKind,
+    ) -> Result<()> {
+        match (self, dst) {
+            (Storage::Cuda(s), Storage::Cuda(d)) => s.collective_into(l, d, &comm.0, kind),
+            (s, _) => Err(no_communicator(kind.name(), s.device())),
+        }
+    }
+}

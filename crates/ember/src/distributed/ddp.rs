@@ -7,7 +7,7 @@ use crate::nn::{IncompatibleKeys, Module};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 
 /// PyTorch's default bucket size, and its smaller first bucket (so that the first
@@ -67,7 +67,8 @@ struct Reducer {
     sync: AtomicBool,
     find_unused: AtomicBool,
     iter: Mutex<Iteration>,
-    comm: Mutex<Sender<Job>>,
+    /// The communication streams, one per GPU that holds parameters.
+    streams: Mutex<Vec<crate::cuda::Stream>>,
 }
 
 /// One backward's progress.
@@ -87,17 +88,37 @@ struct Iteration {
 
 /// A bucket ready for reduction.
 enum Pending {
-    /// Handed to the communication thread, which answers with the reduced values.
-    Queued(Receiver<Result<Tensor>>),
-    /// The last bucket: reduced at the end of backward on the calling thread,
-    /// after the others (nothing of backward is left to overlap with, and two
-    /// thread hand-offs are saved).
-    Inline(Tensor),
+    /// Handed to the group's communication thread, which answers with the reduced
+    /// values (and on a GPU an event of the communication stream after the
+    /// reduction).
+    Queued(Receiver<Result<Reduced>>),
 }
+
+/// A bucket's values after the reduction, and on a GPU the event after which they
+/// are there.
+type Reduced = (Tensor, Option<crate::cuda::Event>);
 
 struct Job {
     flat: Tensor,
-    done: Sender<Result<Tensor>>,
+    /// On a GPU: the communication stream, and an event of the backward thread's
+    /// stream after which `flat` holds the gradients.
+    streams: Option<(crate::cuda::Stream, crate::cuda::Event)>,
+}
+
+/// Runs a bucket's reduction: on a GPU on the communication stream, after the
+/// backward thread's stream has made the bucket, so that it overlaps the kernels
+/// backward queues meanwhile.
+fn reduce(pg: &ProcessGroup, job: Job) -> Result<Reduced> {
+    let Job { flat, streams, .. } = job;
+    match streams {
+        None => pg.all_reduce(&flat, ReduceOp::Avg).map(|()| (flat, None)),
+        Some((comm, ready)) => crate::cuda::with_stream(&comm, || {
+            comm.wait_event(&ready)?;
+            pg.all_reduce(&flat, ReduceOp::Avg)?;
+            let done = comm.record_event()?;
+            Ok((flat, Some(done)))
+        }),
+    }
 }
 
 impl<M: Module> DistributedDataParallel<M> {
@@ -271,17 +292,6 @@ impl<M: Module> DistributedDataParallel<M> {
                 bucket_of[i] = b;
             }
         }
-        let (tx, rx) = channel::<Job>();
-        let pg = self.reducer.pg.clone();
-        std::thread::Builder::new()
-            .name("ember-ddp".into())
-            .spawn(move || {
-                for job in rx {
-                    let r = pg.all_reduce(&job.flat, ReduceOp::Avg).map(|()| job.flat);
-                    let _ = job.done.send(r);
-                }
-            })
-            .map_err(|e| Error::distributed("DistributedDataParallel", e.to_string()))?;
         let reducer = Arc::new(Reducer {
             pg: self.reducer.pg.clone(),
             names: named.iter().map(|(n, _)| n.clone()).collect(),
@@ -291,7 +301,7 @@ impl<M: Module> DistributedDataParallel<M> {
             sync: AtomicBool::new(true),
             find_unused: AtomicBool::new(self.find_unused),
             iter: Mutex::new(Iteration::default()),
-            comm: Mutex::new(tx),
+            streams: Mutex::new(Vec::new()),
         });
         for (i, (_, p)) in named.iter().enumerate() {
             let r = reducer.clone();
@@ -335,7 +345,7 @@ impl Reducer {
             sync: AtomicBool::new(true),
             find_unused: AtomicBool::new(false),
             iter: Mutex::new(Iteration::default()),
-            comm: Mutex::new(channel().0),
+            streams: Mutex::new(Vec::new()),
         })
     }
 
@@ -383,27 +393,49 @@ impl Reducer {
                 })
                 .collect::<Result<_>>()?;
             let flat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?;
-            if b + 1 == self.buckets.len() {
-                it.pending[b] = Some(Pending::Inline(flat));
-                it.next += 1;
-                continue;
-            }
+            let streams = match flat.device() {
+                d @ Device::Cuda(_) => {
+                    let comm = self.comm_stream(&d)?;
+                    let ready = crate::cuda::current_stream(&d)?.record_event()?;
+                    // the bucket's memory is used on the communication stream too
+                    flat.record_stream(&comm)?;
+                    Some((comm, ready))
+                }
+                _ => None,
+            };
             let (done, wait) = channel();
-            let sent = self
-                .comm
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .send(Job { flat, done });
-            if sent.is_err() {
-                return Err(Error::distributed(
-                    "DistributedDataParallel",
-                    "the communication thread has stopped",
-                ));
-            }
+            let pg = self.pg.clone();
+            // the group's one queue: buckets of every model on the group, and
+            // anything else queued there, reach the ring in the same order on
+            // every rank
+            self.pg.submit(Box::new(move || {
+                let _ = done.send(reduce(&pg, Job { flat, streams }));
+            }))?;
             it.pending[b] = Some(Pending::Queued(wait));
             it.next += 1;
         }
         Ok(())
+    }
+
+    /// The communication stream of `device`.
+    fn comm_stream(&self, device: &Device) -> Result<crate::cuda::Stream> {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = streams.iter().find(|s| s.device() == *device) {
+            return Ok(s.clone());
+        }
+        let s = crate::cuda::Stream::new(device)?;
+        streams.push(s.clone());
+        Ok(s)
+    }
+
+    /// Forgets a backward that stopped before its end (an error in it): its
+    /// reductions already handed over are awaited, the rest dropped, so that the
+    /// next backward starts afresh.
+    fn reset(&self) {
+        let it = std::mem::take(&mut *self.iter.lock().unwrap_or_else(|p| p.into_inner()));
+        for Pending::Queued(wait) in it.pending.into_iter().flatten() {
+            let _ = wait.recv();
+        }
     }
 
     /// The end of backward: every bucket reduced and written back.
@@ -420,33 +452,72 @@ impl Reducer {
                 this.pg.abort(&msg);
                 return Err(Error::distributed("DistributedDataParallel", msg));
             }
-            for i in unused {
+            for &i in &unused {
                 it.missing[this.bucket_of[i]] -= 1;
             }
             this.launch_ready(&mut it)?;
         }
-        for (b, pending) in it.pending.into_iter().enumerate() {
+        // with find_unused_parameters, which parameters any rank used (PyTorch's
+        // `local_used_map`): those no rank used keep their gradient as it is
+        let used = if this.find_unused.load(Ordering::SeqCst) {
+            let mine: Vec<u8> = it.seen.iter().map(|s| *s as u8).collect();
+            let (done, wait) = channel();
+            let pg = this.pg.clone();
+            this.pg.submit(Box::new(move || {
+                let r = Tensor::new(mine.as_slice(), &Device::Cpu).and_then(|t| {
+                    pg.all_reduce(&t, ReduceOp::Max)?;
+                    t.to_vec1::<u8>()
+                });
+                let _ = done.send(r);
+            }))?;
+            Some(wait)
+        } else {
+            None
+        };
+        let mut reduced = Vec::with_capacity(it.pending.len());
+        for pending in it.pending {
             let flat = match pending.expect("every bucket was launched") {
-                Pending::Queued(wait) => wait.recv().map_err(|_| {
-                    Error::distributed(
-                        "DistributedDataParallel",
-                        "the communication thread has stopped",
-                    )
-                })??,
-                Pending::Inline(flat) => {
-                    this.pg.all_reduce(&flat, ReduceOp::Avg)?;
+                Pending::Queued(wait) => {
+                    let (flat, done) = wait.recv().map_err(|_| {
+                        Error::distributed(
+                            "DistributedDataParallel",
+                            "the communication thread has stopped",
+                        )
+                    })??;
+                    if let Some(done) = done {
+                        // the write-back waits on the GPU, not on the host
+                        crate::cuda::current_stream(&flat.device())?.wait_event(&done)?;
+                    }
                     flat
                 }
             };
-            let members: Vec<Tensor> = this.buckets[b]
-                .iter()
-                .map(|&i| this.params[i].clone())
-                .collect();
-            scatter_back(&flat, &members, |p, v| match p.grad() {
-                Some(g) => crate::no_grad(|| g.copy_(v)),
-                None => {
-                    p.set_grad(Some(v.copy()?));
-                    Ok(())
+            reduced.push(flat);
+        }
+        let used = match used {
+            Some(wait) => Some(wait.recv().map_err(|_| {
+                Error::distributed(
+                    "DistributedDataParallel",
+                    "the communication thread has stopped",
+                )
+            })??),
+            None => None,
+        };
+        for (b, flat) in reduced.into_iter().enumerate() {
+            let members = &this.buckets[b];
+            let tensors: Vec<Tensor> = members.iter().map(|&i| this.params[i].clone()).collect();
+            let mut k = 0;
+            scatter_back(&flat, &tensors, |p, v| {
+                let i = members[k];
+                k += 1;
+                if used.as_ref().is_some_and(|u| u[i] == 0) {
+                    return Ok(());
+                }
+                match p.grad() {
+                    Some(g) => crate::no_grad(|| g.copy_(v)),
+                    None => {
+                        p.set_grad(Some(v.copy()?));
+                        Ok(())
+                    }
                 }
             })?;
         }
@@ -486,6 +557,9 @@ fn by_dtype_device(tensors: &[Tensor]) -> Vec<Vec<Tensor>> {
 
 impl<M: Module> Module for DistributedDataParallel<M> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if crate::is_grad_enabled() {
+            self.reducer.reset();
+        }
         if self.broadcast_buffers && self.training && crate::is_grad_enabled() {
             self.sync_from_rank0(false)?;
         }

@@ -25,6 +25,11 @@
 //! with an error that names it.
 //!
 //! Backends:
+//! - [`Backend::Nccl`]: NVIDIA's NCCL for CUDA tensors (`libnccl.so.2`, found at run
+//!   time like the other CUDA libraries), queued on the current stream without a
+//!   host wait; the ranks compare their calls over the CPU backend's ring first.
+//!   CPU tensors go through the CPU backend. On ember's CUDA simulator the NCCL
+//!   calls are served through the CPU backend.
 //! - [`Backend::Gloo`], ember's own CPU backend (PyTorch's gloo role): ring
 //!   collectives over TCP between the ranks' host memory. It takes CPU tensors,
 //!   and CUDA tensors through copies to the host.
@@ -41,6 +46,8 @@ mod store;
 pub use crate::data::DistributedSampler;
 pub use ddp::{DistributedDataParallel, NoSyncGuard};
 
+use crate::backend::op::collective::{CommKind, HostCollectives};
+use crate::backend::storage::Communicator;
 use crate::dtype::CpuData;
 use crate::{DType, Device, Error, Result, Tensor};
 use ring::{Call, Ring};
@@ -53,6 +60,9 @@ use std::time::Duration;
 pub enum Backend {
     /// ember's CPU backend (`"gloo"`, also `"cpu"`): ring collectives over TCP.
     Gloo,
+    /// NVIDIA's NCCL (`"nccl"`) for CUDA tensors, queued on the current stream;
+    /// CPU tensors (metrics) go through the CPU backend's ring.
+    Nccl,
 }
 
 impl FromStr for Backend {
@@ -60,53 +70,16 @@ impl FromStr for Backend {
     fn from_str(s: &str) -> Result<Backend> {
         match s {
             "gloo" | "cpu" => Ok(Backend::Gloo),
-            "nccl" => Err(Error::distributed(
-                "init_process_group",
-                "the NCCL backend is not in ember yet: use \"gloo\", which takes CUDA tensors through host copies",
-            )),
+            "nccl" => Ok(Backend::Nccl),
             _ => Err(Error::distributed(
                 "init_process_group",
-                format!("unknown backend {s:?}: expected \"gloo\""),
+                format!("unknown backend {s:?}: expected \"gloo\" or \"nccl\""),
             )),
         }
     }
 }
 
-/// How a collective combines the ranks' values (`torch.distributed.ReduceOp`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// The sum.
-    Sum,
-    /// The mean over the ranks (floating-point tensors only).
-    Avg,
-    /// The product.
-    Product,
-    /// The largest value (NaN if any rank has NaN).
-    Max,
-    /// The smallest value (NaN if any rank has NaN).
-    Min,
-}
-
-impl ReduceOp {
-    pub(crate) const ALL: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Avg,
-        ReduceOp::Product,
-        ReduceOp::Max,
-        ReduceOp::Min,
-    ];
-
-    /// PyTorch's name: `sum`, `avg`, `product`, `max`, `min`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Avg => "avg",
-            ReduceOp::Product => "product",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        }
-    }
-}
+pub use crate::backend::op::collective::ReduceOp;
 
 /// Where a rank finds the others, and who it is.
 #[derive(Clone, Debug)]
@@ -119,6 +92,9 @@ pub struct Options {
     pub world_size: usize,
     /// The rank among those of this machine (`LOCAL_RANK`): the GPU it uses.
     pub local_rank: usize,
+    /// The ranks on this machine (`LOCAL_WORLD_SIZE`), when known: fewer than the
+    /// world size means the job spans machines.
+    pub local_world_size: Option<usize>,
     /// Rank 0's host, where the rendezvous store listens.
     pub master_addr: String,
     /// The store's port.
@@ -126,6 +102,10 @@ pub struct Options {
     /// How long the rendezvous and each collective may wait for the other ranks.
     pub timeout: Duration,
 }
+
+/// The longest timeout kept (ten years): longer ones, `Duration::MAX` included,
+/// mean "wait as long as it takes" and are cut to this.
+const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// PyTorch's default process-group timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -145,6 +125,7 @@ impl Options {
             rank,
             world_size,
             local_rank: rank,
+            local_world_size: None,
             master_addr: master_addr.to_string(),
             master_port,
             timeout: default_timeout(),
@@ -184,6 +165,9 @@ impl Options {
         if std::env::var_os("LOCAL_RANK").is_some() {
             o.local_rank = num("LOCAL_RANK")?;
         }
+        if std::env::var_os("LOCAL_WORLD_SIZE").is_some() {
+            o.local_world_size = Some(num("LOCAL_WORLD_SIZE")?);
+        }
         Ok(o)
     }
 
@@ -199,9 +183,12 @@ fn default_timeout() -> Duration {
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| *s > 0.0 && s.is_finite())
-        .map(Duration::from_secs_f64)
+        .map(|s| Duration::from_secs_f64(s.min(MAX_TIMEOUT.as_secs_f64())))
         .unwrap_or(DEFAULT_TIMEOUT)
 }
+
+/// Work for a group's communication thread.
+pub(crate) type CommJob = Box<dyn FnOnce() + Send>;
 
 /// The ranks of a job, and the connections between them.
 pub struct ProcessGroup {
@@ -214,8 +201,14 @@ pub struct ProcessGroup {
     /// Why [`abort`](Self::abort) broke the group, and the connections it closed.
     aborted: Mutex<Option<String>>,
     sockets: Vec<std::net::TcpStream>,
-    _store: store::Store,
+    store: store::Store,
     _server: Option<store::StoreServer>,
+    timeout: Duration,
+    spans_machines: bool,
+    /// The NCCL backend's communicators, one per GPU this rank has used.
+    comms: Mutex<Vec<Arc<Mutex<Communicator>>>>,
+    /// The communication thread's queue (started by the first job).
+    queue: Mutex<Option<std::sync::mpsc::Sender<CommJob>>>,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -249,7 +242,11 @@ impl ProcessGroup {
                 ),
             ));
         }
-        let timeout = options.timeout;
+        let timeout = options.timeout.min(MAX_TIMEOUT);
+        let spans_machines = options.local_world_size.is_some_and(|l| l < world);
+        if options.backend == Backend::Nccl {
+            nccl_ready()?;
+        }
         let (host, port) = (options.master_addr.as_str(), options.master_port);
         let server = if rank == 0 {
             Some(store::StoreServer::start(host, port, timeout)?)
@@ -275,7 +272,7 @@ impl ProcessGroup {
         }
         st.add("joined", 1)?;
         wait_for_all(&st, world, timeout)?;
-        let ring = Ring::connect(&st, "g", rank, world, timeout)?;
+        let ring = Ring::connect(&st, "g", rank, world, timeout, spans_machines)?;
         let sockets = ring.handles();
         let pg = ProcessGroup {
             aborted: Mutex::new(None),
@@ -285,8 +282,12 @@ impl ProcessGroup {
             local_rank: options.local_rank,
             backend: options.backend,
             ring: Mutex::new((ring, 0)),
-            _store: st,
+            store: st,
             _server: server,
+            timeout,
+            spans_machines,
+            comms: Mutex::new(Vec::new()),
+            queue: Mutex::new(None),
         };
         pg.barrier()?;
         Ok(pg)
@@ -372,9 +373,120 @@ impl ProcessGroup {
         if a.is_none() {
             *a = Some(why.to_string());
         }
+        // the next rank learns why (best effort: a collective in flight on another
+        // thread may be writing), then every neighbour sees the connections close
+        if let Some(mut next) = self.sockets.first() {
+            let _ = next.set_write_timeout(Some(Duration::from_millis(500)));
+            let _ = std::io::Write::write_all(&mut next, &ring::poison_frame(why));
+        }
         for s in &self.sockets {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        self.abort_comms();
+    }
+
+    /// Runs `job` on the group's communication thread after every job submitted
+    /// before it. Work that runs collectives from there (DDP's bucket reductions,
+    /// of every model on the group) reaches the ring in submission order, which is
+    /// the same on every rank.
+    pub(crate) fn submit(&self, job: CommJob) -> Result<()> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<CommJob>();
+            std::thread::Builder::new()
+                .name("ember-comm".into())
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .map_err(|e| Error::distributed("distributed", e.to_string()))?;
+            *q = Some(tx);
+        }
+        q.as_ref()
+            .expect("started above")
+            .send(job)
+            .map_err(|_| Error::distributed("distributed", "the communication thread has stopped"))
+    }
+
+    /// Stops the NCCL calls in flight, so that no stream waits for a rank that
+    /// is gone.
+    fn abort_comms(&self) {
+        for c in self.comms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            c.lock().unwrap_or_else(|p| p.into_inner()).abort();
+        }
+    }
+
+    /// `true` when `t` goes through NCCL.
+    fn uses_nccl(&self, t: &Tensor) -> bool {
+        self.backend == Backend::Nccl && t.device().is_cuda()
+    }
+
+    /// Runs an NCCL call: the ranks first compare their calls over the ring (no
+    /// data), then `f` queues the call on the communicator of `t`'s GPU.
+    fn nccl<R>(
+        &self,
+        op: &'static str,
+        t: &Tensor,
+        reduce: Option<ReduceOp>,
+        root: Option<usize>,
+        f: impl FnOnce(&Communicator) -> Result<R>,
+    ) -> Result<R> {
+        self.collective(op, Some(t), reduce, root, |ring, call| {
+            ring.agree(call)?;
+            let comm = self
+                .communicator(t.device())
+                .inspect_err(|_| self.abort_comms())?;
+            let c = comm.lock().unwrap_or_else(|p| p.into_inner());
+            f(&c)
+        })
+    }
+
+    /// The communicator on `device`, made when first asked for: every rank asks at
+    /// the same collective (the ranks have just agreed on it), rank 0 makes the id
+    /// and shares it through the store.
+    fn communicator(&self, device: Device) -> Result<Arc<Mutex<Communicator>>> {
+        let mut comms = self.comms.lock().unwrap_or_else(|p| p.into_inner());
+        for c in comms.iter() {
+            if c.lock().unwrap_or_else(|p| p.into_inner()).device() == device {
+                return Ok(c.clone());
+            }
+        }
+        let n = comms.len();
+        let key = format!("nccl/{n}");
+        let id = if self.rank == 0 {
+            let id = Communicator::unique_id(device)?;
+            self.store.set(&key, &id)?;
+            id
+        } else {
+            let id = self.store.get(&key, || "rank 0's NCCL id".into())?;
+            id.try_into().map_err(|_| {
+                Error::distributed("init_process_group", "rank 0 published a bad NCCL id")
+            })?
+        };
+        // a simulated GPU serves NCCL's calls through a ring of its own
+        let host: Arc<dyn HostCollectives> = if crate::cuda::is_simulated() {
+            let r = Ring::connect(
+                &self.store,
+                &format!("nccl{n}"),
+                self.rank,
+                self.world,
+                self.timeout,
+                self.spans_machines,
+            )?;
+            Arc::new(HostRing {
+                ring: Mutex::new((r, 0)),
+                rank: self.rank,
+                world: self.world,
+            })
+        } else {
+            Arc::new(HostRing::none(self.rank, self.world))
+        };
+        let c = Arc::new(Mutex::new(Communicator::new(
+            device, id, self.world, self.rank, host,
+        )?));
+        comms.push(c.clone());
+        Ok(c)
     }
 
     fn check_aborted(&self, op: &'static str) -> Result<()> {
@@ -390,6 +502,11 @@ impl ProcessGroup {
     /// Combines `t` over the ranks in place (`dist.all_reduce(t, op)`).
     pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
         let name = "all_reduce";
+        if self.uses_nccl(t) {
+            return self.nccl(name, t, Some(op), None, |c| {
+                in_place(t, c, CommKind::AllReduce(op))
+            });
+        }
         self.collective(name, Some(t), Some(op), None, |ring, call| {
             let mut data = host_values(t, name)?;
             ring.all_reduce(call, &mut data, op)?;
@@ -401,6 +518,11 @@ impl ProcessGroup {
     pub fn broadcast(&self, t: &Tensor, src: usize) -> Result<()> {
         let name = "broadcast";
         self.check_rank(name, src)?;
+        if self.uses_nccl(t) {
+            return self.nccl(name, t, None, Some(src), |c| {
+                in_place(t, c, CommKind::Broadcast(src))
+            });
+        }
         self.collective(name, Some(t), None, Some(src), |ring, call| {
             let mut data = host_values(t, name)?;
             ring.broadcast(call, &mut data, src)?;
@@ -414,6 +536,16 @@ impl ProcessGroup {
     /// Every rank's `t`, in rank order, on `t`'s device (`dist.all_gather`).
     pub fn all_gather(&self, t: &Tensor) -> Result<Vec<Tensor>> {
         let name = "all_gather";
+        if self.uses_nccl(t) {
+            return self.nccl(name, t, None, None, |c| {
+                let n = t.numel();
+                let out = Tensor::empty([self.world * n], t.dtype(), &t.device())?;
+                t.contiguous()?.comm_into(&out, c, CommKind::AllGather)?;
+                (0..self.world)
+                    .map(|r| out.narrow(0, (r * n) as i64, n)?.reshape(t.shape()))
+                    .collect()
+            });
+        }
         self.collective(name, Some(t), None, None, |ring, call| {
             let mine = host_values(t, name)?;
             let n = mine.len();
@@ -442,12 +574,20 @@ impl ProcessGroup {
                 ),
             ));
         }
+        let mut shape = t.shape().to_vec();
+        shape[0] /= self.world;
+        if self.uses_nccl(t) {
+            return self.nccl(name, t, Some(op), None, |c| {
+                let out = Tensor::empty(shape.as_slice(), t.dtype(), &t.device())?;
+                t.contiguous()?
+                    .comm_into(&out, c, CommKind::ReduceScatter(op))?;
+                Ok(out)
+            });
+        }
         self.collective(name, Some(t), Some(op), None, |ring, call| {
             let mut data = host_values(t, name)?;
             let m = data.len() / self.world;
             ring.reduce_scatter(call, &mut data, op)?;
-            let mut shape = t.shape().to_vec();
-            shape[0] /= self.world;
             Tensor::from_host(data.slice(self.rank * m, m), &shape, t.device())
         })
     }
@@ -473,6 +613,102 @@ impl ProcessGroup {
             ));
         }
         Ok(())
+    }
+}
+
+/// `kind` in place on `t` through `comm` (through a contiguous copy when `t` is
+/// not contiguous).
+fn in_place(t: &Tensor, comm: &Communicator, kind: CommKind) -> Result<()> {
+    if t.is_contiguous() {
+        return t.comm_in_place(comm, kind);
+    }
+    let c = t.contiguous()?;
+    c.comm_in_place(comm, kind)?;
+    crate::no_grad(|| t.copy_(&c))
+}
+
+/// The NCCL backend can run here: on ember's simulator, or where NCCL loads and
+/// a GPU is present.
+fn nccl_ready() -> Result<()> {
+    let op = "init_process_group";
+    if !crate::cuda::is_available() {
+        return Err(Error::distributed(
+            op,
+            format!(
+                "the NCCL backend needs a GPU, and there is none ({}): use Backend::Gloo",
+                crate::cuda::unavailable_reason().unwrap_or_default()
+            ),
+        ));
+    }
+    if crate::cuda::is_simulated() {
+        return Ok(());
+    }
+    crate::backend::cuda::nccl::library()
+        .as_ref()
+        .map(|_| ())
+        .map_err(|why| Error::distributed(op, format!("the NCCL backend needs NCCL: {why}")))
+}
+
+/// The host side of a simulated GPU's communicator: a ring of its own (or none on
+/// a real GPU, where NCCL moves the data).
+struct HostRing {
+    ring: Mutex<(Ring, u64)>,
+    rank: usize,
+    world: usize,
+}
+
+impl HostRing {
+    fn none(rank: usize, world: usize) -> HostRing {
+        HostRing {
+            ring: Mutex::new((Ring::unconnected(rank, world), 0)),
+            rank,
+            world,
+        }
+    }
+}
+
+impl HostCollectives for HostRing {
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    fn run(&self, kind: CommKind, input: CpuData) -> Result<CpuData> {
+        let mut g = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let (ring, seq) = &mut *g;
+        *seq += 1;
+        let (op, reduce, root) = match kind {
+            CommKind::AllReduce(r) => ("all_reduce", Some(r), None),
+            CommKind::Broadcast(root) => ("broadcast", None, Some(root)),
+            CommKind::AllGather => ("all_gather", None, None),
+            CommKind::ReduceScatter(r) => ("reduce_scatter", Some(r), None),
+        };
+        let call = Call {
+            seq: *seq,
+            op,
+            reduce,
+            root,
+            dtype: input.dtype(),
+            device: "cuda",
+            shape: vec![input.len()],
+        };
+        let mut data = input;
+        match kind {
+            CommKind::AllReduce(r) => ring.all_reduce(&call, &mut data, r)?,
+            CommKind::Broadcast(root) => ring.broadcast(&call, &mut data, root)?,
+            CommKind::AllGather => {
+                let n = data.len();
+                let mut all = CpuData::zeros(data.dtype(), n * self.world);
+                all.write_at(self.rank * n, &data);
+                ring.all_gather(&call, &mut all)?;
+                return Ok(all);
+            }
+            CommKind::ReduceScatter(r) => {
+                let m = data.len() / self.world;
+                ring.reduce_scatter(&call, &mut data, r)?;
+                return Ok(data.slice(self.rank * m, m));
+            }
+        }
+        Ok(data)
     }
 }
 

@@ -31,7 +31,7 @@ const PIECE: usize = 1 << 20;
 const HELLO: u32 = 0x656d_6272; // "embr"
 /// The length word of a frame that carries, instead of data, why the sender
 /// stopped: the failure travels around the ring with its first cause.
-const POISON: u32 = u32::MAX;
+const POISON: u64 = u64::MAX;
 
 /// What a collective is called with, as the ranks compare it.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +134,31 @@ impl Call {
     }
 }
 
+/// The address the other ranks reach this one at: the one this host reached the
+/// store from, unless that is a loopback address and the job spans machines; then
+/// the address of the interface of the default route (no packet is sent to find
+/// it), if there is one.
+fn advertised(ip: std::net::IpAddr, spans_machines: bool) -> std::net::IpAddr {
+    if !(spans_machines && ip.is_loopback()) {
+        return ip;
+    }
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr());
+    match probe {
+        Ok(a) if !a.ip().is_loopback() && !a.ip().is_unspecified() => a.ip(),
+        _ => ip,
+    }
+}
+
+/// A poison frame: why this rank stops, for the next one.
+pub(crate) fn poison_frame(why: &str) -> Vec<u8> {
+    let mut frame = POISON.to_le_bytes().to_vec();
+    frame.extend((why.len() as u32).to_le_bytes());
+    frame.extend(why.as_bytes());
+    frame
+}
+
 /// The ring's two connections (none for a world of one), and the failure that
 /// broke it, if one did.
 pub(crate) struct Ring {
@@ -154,6 +179,7 @@ impl Ring {
         rank: usize,
         world: usize,
         timeout: Duration,
+        spans_machines: bool,
     ) -> Result<Ring> {
         let mut ring = Ring {
             rank,
@@ -167,9 +193,14 @@ impl Ring {
             return Ok(ring);
         }
         let op = "init_process_group";
-        let ip = store.local_ip()?;
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io_err(op, e))?;
-        let me = listener.local_addr().map_err(|e| io_err(op, e))?;
+        let ip = advertised(store.local_ip()?, spans_machines);
+        let any: std::net::IpAddr = match ip {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(any, 0)).map_err(|e| io_err(op, e))?;
+        let port = listener.local_addr().map_err(|e| io_err(op, e))?.port();
+        let me = SocketAddr::new(ip, port);
         store.set(&format!("{prefix}/ring/{rank}"), me.to_string().as_bytes())?;
         let next = (rank + 1) % world;
         let addr = store.get(&format!("{prefix}/ring/{next}"), || {
@@ -245,6 +276,24 @@ impl Ring {
         Ok(ring)
     }
 
+    /// A ring that is not connected (a world of one, or a placeholder): every
+    /// collective over more than one rank fails.
+    pub(crate) fn unconnected(rank: usize, world: usize) -> Ring {
+        Ring {
+            rank,
+            world,
+            next: None,
+            prev: None,
+            timeout: Duration::from_secs(1),
+            broken: (world > 1).then(|| "the ring is not connected".to_string()),
+        }
+    }
+
+    /// Compares this rank's call with the others' (the header exchange alone).
+    pub(crate) fn agree(&mut self, call: &Call) -> Result<()> {
+        self.run_with(call, true, |_| Ok(()))
+    }
+
     fn prev_rank(&self) -> usize {
         (self.rank + self.world - 1) % self.world
     }
@@ -259,6 +308,16 @@ impl Ring {
     fn run(
         &mut self,
         call: &Call,
+        body: impl FnOnce(&mut Link) -> std::result::Result<(), Fault>,
+    ) -> Result<()> {
+        let direct = call.largest_frame(self.world) <= DIRECT;
+        self.run_with(call, direct, body)
+    }
+
+    fn run_with(
+        &mut self,
+        call: &Call,
+        direct: bool,
         body: impl FnOnce(&mut Link) -> std::result::Result<(), Fault>,
     ) -> Result<()> {
         if let Some(why) = &self.broken {
@@ -290,7 +349,7 @@ impl Ring {
             };
         let mut body = Some(body);
         let mut body = |l: &mut Link| (body.take().expect("the body runs once"))(l);
-        let outcome = if call.largest_frame(self.world) <= DIRECT {
+        let outcome = if direct {
             // small: each frame fits in the connection's buffers, so writing it
             // from this thread cannot wait on the next rank (no thread, no handoff)
             run_body(Out::Direct(out), &mut body)
@@ -307,6 +366,11 @@ impl Ring {
                     Ok(())
                 });
                 let res = run_body(Out::Thread(tx), &mut body);
+                if res.is_err() {
+                    // the writer may be blocked on a next rank that stopped reading
+                    // (it failed too): closing the sending side releases it
+                    let _ = out.shutdown(Shutdown::Write);
+                }
                 let wrote = writer
                     .join()
                     .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread panicked")));
@@ -377,10 +441,7 @@ impl Ring {
             // best effort: the next rank learns the first cause, not only that this
             // rank stopped
             let _ = out.set_write_timeout(Some(Duration::from_secs(1)));
-            let mut frame = POISON.to_le_bytes().to_vec();
-            frame.extend((why.len() as u32).to_le_bytes());
-            frame.extend(why.as_bytes());
-            let _ = out.write_all(&frame);
+            let _ = out.write_all(&poison_frame(why));
         }
         for s in [&self.next, &self.prev].into_iter().flatten() {
             let _ = s.shutdown(Shutdown::Both);
@@ -516,8 +577,8 @@ struct Link<'a> {
 impl Link<'_> {
     /// Queues one frame: the length, then `bytes`.
     fn send(&mut self, bytes: &[u8]) -> std::result::Result<(), Fault> {
-        let mut frame = Vec::with_capacity(4 + bytes.len());
-        frame.extend((bytes.len() as u32).to_le_bytes());
+        let mut frame = Vec::with_capacity(8 + bytes.len());
+        frame.extend((bytes.len() as u64).to_le_bytes());
         frame.extend_from_slice(bytes);
         match &mut self.out {
             Out::Thread(tx) => tx.send(frame).map_err(|_| {
@@ -532,11 +593,12 @@ impl Link<'_> {
 
     /// The length word of the next frame; a poison frame is the sender's failure.
     fn frame_len(&mut self) -> std::result::Result<usize, Fault> {
-        let mut len = [0u8; 4];
+        let mut len = [0u8; 8];
         self.inc.read_exact(&mut len).map_err(Fault::Read)?;
-        let len = u32::from_le_bytes(len);
+        let len = u64::from_le_bytes(len);
         if len != POISON {
-            return Ok(len as usize);
+            return usize::try_from(len)
+                .map_err(|_| Fault::Protocol(format!("a frame of {len} bytes")));
         }
         let mut n = [0u8; 4];
         self.inc.read_exact(&mut n).map_err(Fault::Read)?;

@@ -35,8 +35,14 @@ pub(crate) struct StoreServer {
 impl StoreServer {
     /// Listens on `host:port`. A port already in use is an error that says so.
     pub(crate) fn start(host: &str, port: u16, timeout: Duration) -> Result<StoreServer> {
-        let addr = resolve(host, port)?;
-        let listener = TcpListener::bind(addr).map_err(|e| {
+        // every interface, as PyTorch's store listens: MASTER_ADDR may name this
+        // host by an address of loopback (/etc/hosts maps the host name to
+        // 127.0.1.1 on some systems) that the other machines reach another way
+        let any: std::net::IpAddr = match resolve(host, port)? {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(any, port)).map_err(|e| {
             let why = if e.kind() == std::io::ErrorKind::AddrInUse {
                 format!("port {port} on {host} is in use (another job, or one that has not exited yet?): choose another MASTER_PORT")
             } else {
@@ -44,9 +50,13 @@ impl StoreServer {
             };
             Error::distributed("init_process_group", why)
         })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| io_err("init_process_group", e))?;
+        let addr = SocketAddr::new(
+            resolve(host, port)?.ip(),
+            listener
+                .local_addr()
+                .map_err(|e| io_err("init_process_group", e))?
+                .port(),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let keys = Arc::new(Keys::default());
         let flag = stop.clone();

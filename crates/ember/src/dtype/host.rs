@@ -98,6 +98,26 @@ impl CpuData {
         dispatch!(self, v => std::mem::size_of_val(v.as_slice()))
     }
 
+    /// The elements' bytes (bool as one byte each, 0 or 1).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        // SAFETY: every element type is plain data of its size (bool is one byte
+        // holding 0 or 1), so its memory reads as bytes
+        dispatch!(self, v => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v.as_slice()))
+        })
+    }
+
+    /// The elements' bytes, to overwrite: for bool only with 0 or 1.
+    ///
+    /// # Safety
+    /// A bool element must be given 0 or 1.
+    pub(crate) unsafe fn as_bytes_mut(&mut self) -> &mut [u8] {
+        dispatch!(self, v => std::slice::from_raw_parts_mut(
+            v.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(v.as_slice())
+        ))
+    }
+
     /// `n` zeros of `dtype`.
     pub(crate) fn zeros(dtype: DType, n: usize) -> CpuData {
         match dtype {

@@ -14,6 +14,7 @@
 mod arith;
 pub(crate) mod autocast;
 mod batch_norm;
+mod comm;
 mod conv;
 pub(crate) mod create;
 mod cumulative;

@@ -7,6 +7,7 @@ use ember::distributed::{Backend, DistributedDataParallel, Options, ProcessGroup
 use ember::nn::{self, Module};
 use ember::optim::{Optimizer, Sgd};
 use ember::prelude::*;
+use ember::Error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -167,11 +168,12 @@ fn bad_groups_and_calls_are_errors() {
     let err = |r: Result<ProcessGroup>| r.unwrap_err().to_string();
     assert!(err(ProcessGroup::new(&opts(0, 0, port))).contains("world size 0"));
     assert!(err(ProcessGroup::new(&opts(2, 2, port))).contains("rank 2 is out of range"));
-    assert!("nccl"
-        .parse::<Backend>()
-        .unwrap_err()
-        .to_string()
-        .contains("gloo"));
+    assert_eq!("nccl".parse::<Backend>().unwrap(), Backend::Nccl);
+    if !ember::cuda::is_available() {
+        let o = Options::new(Backend::Nccl, 0, 1, "127.0.0.1", port);
+        let e = err(ProcessGroup::new(&o));
+        assert!(e.contains("the NCCL backend needs a GPU"), "{e}");
+    }
     assert!("mpi".parse::<Backend>().is_err());
     assert_eq!("gloo".parse::<Backend>().unwrap(), Backend::Gloo);
 
@@ -399,6 +401,18 @@ fn train_steps(
     global: usize,
     steps: usize,
 ) -> Result<Vec<Vec<f32>>> {
+    train_on(model, &Device::Cpu, rank, world, global, steps)
+}
+
+/// [`train_steps`] with the batches on `dev`.
+fn train_on(
+    model: &dyn Module,
+    dev: &Device,
+    rank: usize,
+    world: usize,
+    global: usize,
+    steps: usize,
+) -> Result<Vec<Vec<f32>>> {
     let mut opt = Sgd::new(model.parameters(), 0.2)?.momentum(0.9)?;
     for s in 0..steps {
         let ids: Vec<usize> = (s * global..(s + 1) * global)
@@ -406,6 +420,7 @@ fn train_steps(
             .step_by(world)
             .collect();
         let (x, y) = batch(&ids)?;
+        let (x, y) = (x.to(dev)?, y.to(dev)?);
         opt.zero_grad();
         nn::cross_entropy(&model.forward(&x)?, &y)?.backward()?;
         opt.step()?;
@@ -571,6 +586,9 @@ fn ddp_names_parameters_without_gradients_unless_told_to_find_them() {
         let ddp = DistributedDataParallel::new(m, Arc::new(pg))?.find_unused_parameters(true);
         let (x, y) = batch(&[pg_rank(&ddp)])?;
         nn::cross_entropy(&ddp.forward(&x)?, &y)?.backward()?;
+        // no rank used b: its gradients stay None, as PyTorch leaves them
+        assert!(ddp.module().b.weight.grad().is_none());
+        assert!(ddp.module().b.bias.as_ref().unwrap().grad().is_none());
         let ga = ddp.module().a.weight.grad().unwrap().to_vec2::<f32>()?;
         Ok(ga)
     }));
@@ -597,4 +615,301 @@ fn ddp_refuses_models_that_differ_between_ranks() {
         let e = e.unwrap().expect("an error");
         assert!(e.contains("model differs"), "{e}");
     }
+}
+
+/// The NCCL backend on simulated GPUs (CI's simulator passes): each rank is a
+/// process of its own running `worker` (an ignored test of this binary), with
+/// its own simulated GPU, as ranks on separate GPUs are. Returns each rank's
+/// line of results (what the worker prints after `result: `).
+fn nccl_processes(world: usize, worker: &str) -> Option<Vec<String>> {
+    if !ember::cuda::is_simulated() {
+        println!(
+            "skipped: the NCCL backend's tests run on the CUDA simulator (EMBER_CUDA_SIMULATOR)"
+        );
+        return None;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let port = free_port().to_string();
+    let children: Vec<_> = (0..world)
+        .map(|r| {
+            std::process::Command::new(&exe)
+                .args([
+                    worker,
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .envs([
+                    ("RANK", r.to_string().as_str()),
+                    ("WORLD_SIZE", world.to_string().as_str()),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                    ("EMBER_DIST_TIMEOUT", "60"),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    Some(
+        children
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let out = c.wait_with_output().unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success(),
+                    "rank {r} failed:\n{stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                stdout
+                    .lines()
+                    .find_map(|l| l.split_once("result: ").map(|(_, r)| r))
+                    .unwrap_or_else(|| panic!("rank {r} printed no result:\n{stdout}"))
+                    .to_string()
+            })
+            .collect(),
+    )
+}
+
+/// The group a worker process joins (NCCL, from the environment the test sets).
+fn nccl_group() -> Result<ProcessGroup> {
+    ProcessGroup::new(&Options::from_env(Backend::Nccl)?)
+}
+
+#[test]
+#[ignore = "a rank of nccl_collectives_on_simulated_gpus, started by it as a process"]
+fn nccl_worker_collectives() -> Result<()> {
+    let pg = nccl_group()?;
+    let dev = &Device::Cuda(0);
+    let r = pg.rank();
+    let t = Tensor::new(values(r).as_slice(), dev)?;
+    pg.all_reduce(&t, ReduceOp::Sum)?;
+    let max = Tensor::new(values(r).as_slice(), dev)?.to_dtype(DType::BF16)?;
+    pg.all_reduce(&max, ReduceOp::Max)?;
+    // not contiguous: through a copy
+    let strided = Tensor::arange(0f32, 6., dev)?
+        .add(r as f64)?
+        .reshape([2, 3])?
+        .t()?;
+    pg.broadcast(&strided, 1)?;
+    let g = pg.all_gather(&Tensor::new([r as i64, 10 + r as i64], dev)?)?;
+    let input = Tensor::arange(0f64, 18., dev)?
+        .add(100.0 * r as f64)?
+        .reshape([6, 3])?;
+    let part = pg.reduce_scatter(&input, ReduceOp::Sum)?;
+    // a CPU tensor goes through the CPU backend's ring
+    let cpu = Tensor::new([r as f32], &Device::Cpu)?;
+    pg.all_reduce(&cpu, ReduceOp::Sum)?;
+    let gathered = g
+        .iter()
+        .map(|t| t.to_vec1::<i64>())
+        .collect::<Result<Vec<_>>>()?;
+    println!(
+        "result: {:?}",
+        (
+            t.to_vec1::<f32>()?,
+            max.to_vec1::<f32>()?,
+            strided.to_vec2::<f32>()?,
+            gathered,
+            part.to_vec2::<f64>()?,
+            cpu.to_vec1::<f32>()?,
+            g[0].device().to_string(),
+        )
+    );
+    Ok(())
+}
+
+#[test]
+fn nccl_collectives_on_simulated_gpus() {
+    let Some(got) = nccl_processes(3, "distributed::nccl_worker_collectives") else {
+        return;
+    };
+    let col = |i: usize| (0..3).map(move |r| values(r)[i]);
+    for (r, g) in got.into_iter().enumerate() {
+        let part: Vec<Vec<f64>> = (0..2)
+            .map(|i| {
+                (0..3)
+                    .map(|j| 3.0 * ((2 * r + i) * 3 + j) as f64 + 300.0)
+                    .collect()
+            })
+            .collect();
+        let want = (
+            (0..7).map(|i| col(i).sum()).collect::<Vec<f32>>(),
+            (0..7)
+                .map(|i| col(i).fold(f32::MIN, f32::max))
+                .collect::<Vec<f32>>(),
+            vec![vec![1f32, 4.], vec![2., 5.], vec![3., 6.]],
+            vec![vec![0i64, 10], vec![1, 11], vec![2, 12]],
+            part,
+            vec![3f32],
+            "cuda:0".to_string(),
+        );
+        assert_eq!(g, format!("{want:?}"), "rank {r}");
+    }
+}
+
+#[test]
+#[ignore = "a rank of nccl_calls_that_disagree_fail_before_any_data_moves, started by it as a process"]
+fn nccl_worker_disagree() -> Result<()> {
+    let pg = nccl_group()?;
+    let t = Tensor::zeros([3 + pg.rank()], DType::F32, &Device::Cuda(0))?;
+    let e = pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string();
+    println!("result: {e}");
+    Ok(())
+}
+
+#[test]
+fn nccl_calls_that_disagree_fail_before_any_data_moves() {
+    let Some(got) = nccl_processes(2, "distributed::nccl_worker_disagree") else {
+        return;
+    };
+    for e in got {
+        assert!(
+            e.contains("the ranks disagree") && e.contains("on cuda"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "a rank of ddp_over_nccl_on_simulated_gpus_trains_like_one_process, started by it as a process"]
+fn nccl_worker_ddp() -> Result<()> {
+    let pg = nccl_group()?;
+    let dev = Device::Cuda(0);
+    let rank = pg.rank();
+    let mut m = mlp(rank as f64)?;
+    m.to_device(&dev)?;
+    let ddp = DistributedDataParallel::new(m, Arc::new(pg))?.bucket_cap_mb(1e-6)?;
+    println!("result: {:?}", train_on(&ddp, &dev, rank, 2, 12, 3)?);
+    Ok(())
+}
+
+#[test]
+fn ddp_over_nccl_on_simulated_gpus_trains_like_one_process() {
+    let Some(got) = nccl_processes(2, "distributed::nccl_worker_ddp") else {
+        return;
+    };
+    let reference = train_steps(&mlp(0.0).unwrap(), 0, 1, 12, 3).unwrap();
+    for g in got {
+        let params: Vec<Vec<f32>> = g
+            .trim_matches(|c| c == '[' || c == ']')
+            .split("], [")
+            .map(|row| row.split(", ").map(|v| v.parse().unwrap()).collect())
+            .collect();
+        assert_params_close(&params, &reference, "DDP over NCCL");
+    }
+}
+
+#[test]
+fn two_ddp_models_on_one_group_in_one_backward() {
+    // like a GAN's or twin critics' losses summed: both models' buckets go
+    // through the group's one queue, in the same order on every rank
+    let reference = {
+        let (a, b) = (mlp(0.0).unwrap(), mlp(0.5).unwrap());
+        let (x, y) = batch(&(0..8).collect::<Vec<_>>()).unwrap();
+        let loss = nn::cross_entropy(&a.forward(&x).unwrap(), &y)
+            .unwrap()
+            .add(&nn::cross_entropy(&b.forward(&x).unwrap(), &y).unwrap())
+            .unwrap();
+        loss.backward().unwrap();
+        [a, b].map(|m| {
+            m.parameters()
+                .iter()
+                .map(|p| {
+                    p.grad()
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let got = all_ok(ranks(2, |pg| {
+        let rank = pg.rank();
+        let pg = Arc::new(pg);
+        let a = DistributedDataParallel::new(mlp(0.0)?, pg.clone())?.bucket_cap_mb(1e-6)?;
+        let b = DistributedDataParallel::new(mlp(0.5)?, pg)?.bucket_cap_mb(1e-6)?;
+        let (x, y) = batch(&(0..8).skip(rank).step_by(2).collect::<Vec<_>>())?;
+        let loss = nn::cross_entropy(&a.forward(&x)?, &y)?
+            .add(&nn::cross_entropy(&b.forward(&x)?, &y)?)?;
+        loss.backward()?;
+        let grads = |m: &dyn Module| -> Result<Vec<Vec<f32>>> {
+            m.parameters()
+                .iter()
+                .map(|p| p.grad().unwrap().flatten_all()?.to_vec1::<f32>())
+                .collect()
+        };
+        Ok([grads(&a)?, grads(&b)?])
+    }));
+    for g in got {
+        assert_params_close(&g[0], &reference[0], "model a");
+        assert_params_close(&g[1], &reference[1], "model b");
+    }
+}
+
+#[test]
+fn ddp_recovers_from_a_backward_that_failed() {
+    let got = all_ok(ranks(2, |pg| {
+        let rank = pg.rank();
+        let ddp = DistributedDataParallel::new(mlp(0.0)?, Arc::new(pg))?.bucket_cap_mb(1e-6)?;
+        // a hook that fails the first backward on every rank, after the last
+        // layer's buckets have been handed over
+        let first = ddp.parameters()[0].clone();
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let f = fail.clone();
+        let h = first.register_post_accumulate_grad_hook(move |_| {
+            if f.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::InvalidArgument {
+                    op: "test",
+                    msg: "a failure in backward".into(),
+                });
+            }
+            Ok(())
+        })?;
+        let (x, y) = batch(&(0..8).skip(rank).step_by(2).collect::<Vec<_>>())?;
+        let e = nn::cross_entropy(&ddp.forward(&x)?, &y)?
+            .backward()
+            .unwrap_err();
+        assert!(e.to_string().contains("a failure in backward"), "{e}");
+        // the next iteration starts afresh and averages as usual
+        for p in ddp.parameters() {
+            p.zero_grad();
+        }
+        nn::cross_entropy(&ddp.forward(&x)?, &y)?.backward()?;
+        h.remove();
+        ddp.parameters()
+            .iter()
+            .map(|p| p.grad().unwrap().flatten_all()?.to_vec1::<f32>())
+            .collect::<Result<Vec<_>>>()
+    }));
+    assert_eq!(got[0], got[1]);
+}
+
+#[test]
+fn large_calls_that_disagree_fail_at_once() {
+    // frames far larger than the socket buffers: the writer threads must not keep
+    // the ranks waiting on each other
+    let t0 = Instant::now();
+    let got = ranks(2, |pg| {
+        let t = Tensor::zeros([(1 << 22) + pg.rank()], DType::F32, &Device::Cpu)?;
+        Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
+    });
+    for e in got {
+        let e = e.unwrap();
+        assert!(e.contains("disagree") || e.contains("lost rank"), "{e}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_timeout_of_forever_is_accepted() {
+    let o = opts(0, 1, free_port()).timeout(Duration::MAX);
+    let pg = ProcessGroup::new(&o).unwrap();
+    pg.barrier().unwrap();
 }

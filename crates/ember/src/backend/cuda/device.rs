@@ -929,6 +929,47 @@ impl CudaDev {
         self.rt.conv(s, c, self)
     }
 
+    /// A new communicator id ([`Runtime::comm_unique_id`]).
+    pub(crate) fn comm_unique_id(&self) -> Result<[u8; 128]> {
+        self.rt.comm_unique_id()
+    }
+
+    /// Joins a communicator ([`Runtime::comm_init`]).
+    pub(crate) fn comm_init(
+        &self,
+        id: [u8; 128],
+        world: usize,
+        rank: usize,
+        host: Arc<dyn crate::backend::op::collective::HostCollectives>,
+    ) -> Result<super::runtime::Opaque> {
+        self.rt.comm_init(id, world, rank, host)
+    }
+
+    /// A communicator's failure so far ([`Runtime::comm_check`]).
+    pub(crate) fn comm_check(&self, comm: &super::runtime::Opaque) -> Result<()> {
+        self.rt.comm_check(comm)
+    }
+
+    /// Frees a communicator ([`Runtime::comm_destroy`]).
+    pub(crate) fn comm_destroy(&self, comm: super::runtime::Opaque, abort: bool) {
+        self.rt.comm_destroy(comm, abort)
+    }
+
+    /// Queues collective `c` of `comm` on the current stream.
+    ///
+    /// # Safety
+    /// As [`Runtime::collective`].
+    pub(crate) unsafe fn collective(
+        &self,
+        comm: &super::runtime::Opaque,
+        c: &crate::backend::op::collective::Collective,
+    ) -> Result<()> {
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        profile::kernel(|| profile::Name::Static(c.kind.name()));
+        self.rt.collective(s, comm, c)
+    }
+
     pub(crate) fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());

@@ -46,6 +46,11 @@ pub fn library_version(lib: super::libs::CudaLib) -> Option<String> {
             .map(|(a, b)| format!("{a}.{b}")),
         CudaLib::Cublas => super::blas::loaded_version(),
         CudaLib::Cudnn => super::dnn::library().as_ref().ok().map(|v| v.to_string()),
+        CudaLib::Nccl => super::nccl::library()
+            .as_ref()
+            .ok()
+            .and_then(|l| l.version().ok())
+            .map(|(a, b, c)| format!("{a}.{b}.{c}")),
     }
 }
 

@@ -13,9 +13,10 @@ use super::dnn::Cudnn;
 use super::libs::{self, CudaLib};
 use super::nvrtc;
 use super::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, RtGraph, Runtime,
-    StreamId, System, Workspaces, MAX_STREAMS,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, Opaque, RtEvent, RtGraph,
+    Runtime, StreamId, System, Workspaces, MAX_STREAMS,
 };
+use crate::backend::op::collective::{Collective, HostCollectives};
 use crate::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
 use std::ffi::{c_void, CString};
@@ -605,4 +606,48 @@ impl Runtime for Driver {
         self.bind()?;
         self.dnn.conv(self.cu_stream(s)?, c, ws)
     }
+
+    fn comm_unique_id(&self) -> Result<[u8; 128]> {
+        let id = nccl_lib()?.unique_id()?;
+        Ok(id.internal.map(|c| c as u8))
+    }
+
+    fn comm_init(
+        &self,
+        id: [u8; 128],
+        world: usize,
+        rank: usize,
+        _host: Arc<dyn HostCollectives>,
+    ) -> Result<Opaque> {
+        self.bind()?;
+        let id = super::nccl::UniqueId {
+            internal: id.map(|b| b as std::ffi::c_char),
+        };
+        let comm = nccl_lib()?.init_rank(id, world, rank)?;
+        Ok(Opaque::new(comm))
+    }
+
+    unsafe fn collective(&self, s: StreamId, comm: &Opaque, c: &Collective) -> Result<()> {
+        self.bind()?;
+        let stream = self.cu_stream(s)? as *mut std::ffi::c_void;
+        nccl_lib()?.run(*comm.get::<usize>(), stream, c)
+    }
+
+    fn comm_check(&self, comm: &Opaque) -> Result<()> {
+        nccl_lib()?.async_error(*comm.get::<usize>())
+    }
+
+    fn comm_destroy(&self, comm: Opaque, abort: bool) {
+        if let (Ok(lib), Ok(())) = (nccl_lib(), self.bind()) {
+            lib.destroy(comm.into_inner::<usize>(), abort);
+        }
+    }
+}
+
+/// NCCL, or an error that says where ember looked for it.
+fn nccl_lib() -> Result<&'static super::nccl::Nccl> {
+    super::nccl::library().as_ref().map_err(|why| Error::Cuda {
+        op: "NCCL",
+        msg: why.clone(),
+    })
 }

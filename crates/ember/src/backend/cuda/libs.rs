@@ -31,16 +31,24 @@ pub enum CudaLib {
     /// `libcudnn.so.9` (and its sub-libraries): convolutions, where switched on
     /// with `ember::cuda::cudnn::set_enabled`. Optional.
     Cudnn,
+    /// `libnccl.so.2`: the collectives of the distributed NCCL backend. Optional.
+    Nccl,
 }
 
 impl CudaLib {
     /// Every library, in the order `ember devices` lists them.
-    pub const ALL: [CudaLib; 4] = [
+    pub const ALL: [CudaLib; 5] = [
         CudaLib::Driver,
         CudaLib::Nvrtc,
         CudaLib::Cublas,
         CudaLib::Cudnn,
+        CudaLib::Nccl,
     ];
+
+    /// `true` for the libraries ember works without (cuDNN, NCCL).
+    pub fn is_optional(self) -> bool {
+        matches!(self, CudaLib::Cudnn | CudaLib::Nccl)
+    }
 
     /// The file names tried, most specific first (CUDA 13 first, then older majors
     /// whose ABI cudarc also accepts).
@@ -50,6 +58,7 @@ impl CudaLib {
             CudaLib::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
             CudaLib::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
             CudaLib::Cudnn => &["libcudnn.so.9"],
+            CudaLib::Nccl => &["libnccl.so.2", "libnccl.so"],
         }
     }
 
@@ -80,6 +89,7 @@ impl CudaLib {
             CudaLib::Nvrtc => Some("nvidia-cuda-nvrtc"),
             CudaLib::Cublas => Some("nvidia-cublas"),
             CudaLib::Cudnn => Some("nvidia-cudnn-cu13"),
+            CudaLib::Nccl => Some("nvidia-nccl-cu13"),
         }
     }
 
@@ -90,6 +100,7 @@ impl CudaLib {
             CudaLib::Nvrtc => "nvrtc",
             CudaLib::Cublas => "cublas",
             CudaLib::Cudnn => "cudnn",
+            CudaLib::Nccl => "nccl",
         }
     }
 }
@@ -303,6 +314,7 @@ fn locate(lib: CudaLib) -> Found {
              LD_LIBRARY_PATH or EMBER_CUDA_LIB_DIR"
         }
         CudaLib::Cudnn => "; install cuDNN 9 or the pip package ",
+        CudaLib::Nccl => "; install NCCL 2 or the pip package ",
         _ => "; install the CUDA toolkit or the pip package ",
     });
     if let Some(pkg) = lib.pip_package() {

@@ -21,6 +21,7 @@
 
 pub(crate) mod blas;
 pub(crate) mod calls;
+pub(crate) mod comm;
 pub(crate) mod cudnn;
 pub(crate) mod device;
 pub mod discover;
@@ -28,6 +29,7 @@ pub(crate) mod dnn;
 pub(crate) mod driver;
 pub(crate) mod graph;
 pub mod libs;
+pub(crate) mod nccl;
 pub(crate) mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod pinned;

@@ -8,6 +8,7 @@
 //! and is the only code that looks inside them.
 
 use super::calls::{ConvCall, GemmCall};
+use crate::backend::op::collective::{Collective, HostCollectives};
 use crate::Result;
 use std::any::Any;
 use std::ffi::c_void;
@@ -208,6 +209,32 @@ pub(crate) trait Runtime: Send + Sync {
     /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
     /// `c.geom`.
     unsafe fn conv(&self, s: StreamId, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
+
+    /// A new communicator's id (NCCL's `ncclGetUniqueId`), made by rank 0 and
+    /// shared with the other ranks.
+    fn comm_unique_id(&self) -> Result<[u8; 128]>;
+    /// Joins communicator `id` as `rank` of `world` on this device
+    /// (`ncclCommInitRank`; blocks until every rank has joined). A simulator serves
+    /// the communicator's calls through `host`; the driver does not use it.
+    fn comm_init(
+        &self,
+        id: [u8; 128],
+        world: usize,
+        rank: usize,
+        host: Arc<dyn HostCollectives>,
+    ) -> Result<Opaque>;
+    /// Queues collective `c` of communicator `comm` on `s`.
+    ///
+    /// # Safety
+    /// `c.src` and `c.dst` address device arrays of this device holding the
+    /// elements `c.sizes` gives, alive until `s` has run the call.
+    unsafe fn collective(&self, s: StreamId, comm: &Opaque, c: &Collective) -> Result<()>;
+    /// The first failure of the communicator's calls run so far
+    /// (`ncclCommGetAsyncError`): a communicator's failure is its own, not the
+    /// device's.
+    fn comm_check(&self, comm: &Opaque) -> Result<()>;
+    /// Frees a communicator (`abort`: stopping its calls in flight first).
+    fn comm_destroy(&self, comm: Opaque, abort: bool);
 }
 
 /// What the compiled code of one kernel allows (`cuFuncGetAttribute`).

@@ -36,6 +36,7 @@ macro_rules! codes {
     };
 }
 
+pub(crate) mod collective;
 mod conv;
 mod elementwise;
 mod index;

@@ -15,9 +15,11 @@ use super::{
 };
 use crate::backend::cuda::calls::{ConvCall, GemmCall};
 use crate::backend::cuda::runtime::{
-    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, RtEvent, RtGraph, Runtime,
-    StreamId, System, Workspaces, MAX_STREAMS,
+    DeviceProperties, Func, FuncAttributes, LoadedModule, MallocError, Opaque, RtEvent, RtGraph,
+    Runtime, StreamId, System, Workspaces, MAX_STREAMS,
 };
+use crate::backend::op::collective::{Collective, HostCollectives};
+use crate::dtype::CpuData;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -544,4 +546,97 @@ impl Runtime for Sim {
         let job = conv_job(c)?;
         self.queue_work(s, job)
     }
+
+    fn comm_unique_id(&self) -> Result<[u8; 128]> {
+        // the host side connects the ranks; the id only tells communicators apart
+        let mut id = [0u8; 128];
+        id.iter_mut().for_each(|b| *b = rand::random());
+        Ok(id)
+    }
+
+    fn comm_init(
+        &self,
+        _id: [u8; 128],
+        _world: usize,
+        _rank: usize,
+        host: Arc<dyn HostCollectives>,
+    ) -> Result<Opaque> {
+        Ok(Opaque::new(SimComm {
+            host,
+            failed: Arc::new(Mutex::new(None)),
+        }))
+    }
+
+    unsafe fn collective(&self, s: StreamId, comm: &Opaque, c: &Collective) -> Result<()> {
+        self.not_capturing(s, c.kind.name(), "a collective between processes")?;
+        let host = comm.get::<SimComm>().host.clone();
+        let failed = comm.get::<SimComm>().failed.clone();
+        let c = *c;
+        let (n_in, n_out) = c.sizes(host.world());
+        let job: Job = Box::new(move || {
+            let mut input = CpuData::zeros(c.dtype, n_in);
+            // SAFETY: `c.src` holds `n_in` elements of the dtype (the caller's
+            // contract), whose bytes are valid values of it
+            unsafe {
+                let bytes = input.as_bytes_mut();
+                memcpy(bytes.as_mut_ptr() as u64, c.src, bytes.len());
+            }
+            // the exchange runs without the simulator's lock: the other ranks'
+            // streams (threads of this process, in tests) run meanwhile. Its
+            // failure is the communicator's (as NCCL reports it), not the device's
+            let out = match host.run(c.kind, input) {
+                Ok(out) => out,
+                Err(e) => {
+                    let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
+                    f.get_or_insert(e.to_string());
+                    return Ok(());
+                }
+            };
+            if out.len() != n_out || out.dtype() != c.dtype {
+                return Err(Error::Cuda {
+                    op: c.kind.name(),
+                    msg: format!(
+                        "the host side returned {} {} elements, {n_out} {} were due",
+                        out.len(),
+                        out.dtype(),
+                        c.dtype
+                    ),
+                });
+            }
+            let bytes = out.as_bytes();
+            // SAFETY: `c.dst` holds `n_out` elements (the caller's contract)
+            unsafe { memcpy(c.dst, bytes.as_ptr() as u64, bytes.len()) };
+            Ok(())
+        });
+        // a GPU runs NCCL's kernels as soon as their turn comes, not when the host
+        // waits: the other ranks may be waiting for this one
+        let (q, k) = self.queue(s, job)?;
+        q.release(k);
+        Ok(())
+    }
+
+    fn comm_check(&self, comm: &Opaque) -> Result<()> {
+        match comm
+            .get::<SimComm>()
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(why) => Err(Error::Cuda {
+                op: "an NCCL call queued before",
+                msg: why.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn comm_destroy(&self, _comm: Opaque, _abort: bool) {}
+}
+
+/// A simulated communicator: its calls go through the host's collectives, and
+/// the first failure among them is kept for [`Runtime::comm_check`].
+struct SimComm {
+    host: Arc<dyn HostCollectives>,
+    failed: Arc<Mutex<Option<String>>>,
 }
