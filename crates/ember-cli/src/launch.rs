@@ -97,11 +97,16 @@ pub fn run(args: &LaunchArgs) -> ember::Result<()> {
         // each worker leads a process group of its own, so that stopping it stops
         // what it started too
         let mut cmd = Command::new(&exe);
-        // SAFETY: prctl is async-signal-safe; the child asks to be sent SIGTERM when
-        // the launcher dies (even by SIGKILL), so no worker outlives it
+        let launcher = std::process::id() as libc::pid_t;
+        // SAFETY: prctl and getppid are async-signal-safe; the child asks to be
+        // sent SIGTERM when the launcher dies (even by SIGKILL), so no worker
+        // outlives it, and does not start if the launcher died before it asked
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != launcher {
+                    return Err(std::io::Error::other("the launcher has exited"));
+                }
                 Ok(())
             });
         }

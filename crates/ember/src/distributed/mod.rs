@@ -198,15 +198,17 @@ pub struct ProcessGroup {
     backend: Backend,
     /// The ring, and the number of collectives called so far.
     ring: Mutex<(Ring, u64)>,
-    /// Why [`abort`](Self::abort) broke the group, and the connections it closed.
-    aborted: Mutex<Option<String>>,
+    /// Why the group was aborted, and its NCCL communicators (shared with the
+    /// watchdog).
+    shared: Arc<Shared>,
+    /// The connections [`abort`](Self::abort) closes.
     sockets: Vec<std::net::TcpStream>,
+    /// The NCCL backend's watchdog: its stop signal and thread.
+    watchdog: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
     store: store::Store,
     _server: Option<store::StoreServer>,
     timeout: Duration,
     spans_machines: bool,
-    /// The NCCL backend's communicators, one per GPU this rank has used.
-    comms: Mutex<Vec<Arc<Mutex<Communicator>>>>,
     /// The communication thread's queue (started by the first job).
     queue: Mutex<Option<std::sync::mpsc::Sender<CommJob>>>,
 }
@@ -274,8 +276,19 @@ impl ProcessGroup {
         wait_for_all(&st, world, timeout)?;
         let ring = Ring::connect(&st, "g", rank, world, timeout, spans_machines)?;
         let sockets = ring.handles();
+        let shared = Arc::new(Shared::default());
+        let watchdog = if options.backend == Backend::Nccl && world > 1 {
+            Some(watchdog(
+                store::Store::connect(host, port, timeout)?,
+                rank,
+                shared.clone(),
+            )?)
+        } else {
+            None
+        };
         let pg = ProcessGroup {
-            aborted: Mutex::new(None),
+            shared,
+            watchdog,
             sockets,
             rank,
             world,
@@ -286,7 +299,6 @@ impl ProcessGroup {
             _server: server,
             timeout,
             spans_machines,
-            comms: Mutex::new(Vec::new()),
             queue: Mutex::new(None),
         };
         pg.barrier()?;
@@ -320,6 +332,19 @@ impl ProcessGroup {
         t: Option<&Tensor>,
         reduce: Option<ReduceOp>,
         root: Option<usize>,
+        f: impl FnOnce(&mut Ring, &Call) -> Result<R>,
+    ) -> Result<R> {
+        self.collective_on(op, t, reduce, root, None, f)
+    }
+
+    /// [`collective`](Self::collective) through NCCL communicator `comm`.
+    fn collective_on<R>(
+        &self,
+        op: &'static str,
+        t: Option<&Tensor>,
+        reduce: Option<ReduceOp>,
+        root: Option<usize>,
+        comm: Option<usize>,
         f: impl FnOnce(&mut Ring, &Call) -> Result<R>,
     ) -> Result<R> {
         let (dtype, device, shape) = match t {
@@ -357,6 +382,7 @@ impl ProcessGroup {
             dtype,
             device,
             shape,
+            comm,
         };
         let out = f(ring, &call);
         if out.is_err() {
@@ -369,10 +395,10 @@ impl ProcessGroup {
     /// fails, later ones fail at once, and the other ranks see this rank's
     /// connections close, so their collectives fail too instead of waiting.
     pub fn abort(&self, why: &str) {
-        let mut a = self.aborted.lock().unwrap_or_else(|p| p.into_inner());
-        if a.is_none() {
-            *a = Some(why.to_string());
-        }
+        self.shared.abort(why);
+        // every rank's watchdog learns it from the store (a rank waiting on a GPU
+        // for NCCL has its calls aborted), the neighbours also from the ring
+        let _ = self.store.report_abort(why);
         // the next rank learns why (best effort: a collective in flight on another
         // thread may be writing), then every neighbour sees the connections close
         if let Some(mut next) = self.sockets.first() {
@@ -382,7 +408,6 @@ impl ProcessGroup {
         for s in &self.sockets {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        self.abort_comms();
     }
 
     /// Runs `job` on the group's communication thread after every job submitted
@@ -409,14 +434,6 @@ impl ProcessGroup {
             .map_err(|_| Error::distributed("distributed", "the communication thread has stopped"))
     }
 
-    /// Stops the NCCL calls in flight, so that no stream waits for a rank that
-    /// is gone.
-    fn abort_comms(&self) {
-        for c in self.comms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            c.lock().unwrap_or_else(|p| p.into_inner()).abort();
-        }
-    }
-
     /// `true` when `t` goes through NCCL.
     fn uses_nccl(&self, t: &Tensor) -> bool {
         self.backend == Backend::Nccl && t.device().is_cuda()
@@ -432,21 +449,38 @@ impl ProcessGroup {
         root: Option<usize>,
         f: impl FnOnce(&Communicator) -> Result<R>,
     ) -> Result<R> {
-        self.collective(op, Some(t), reduce, root, |ring, call| {
+        let index = self.comm_index(t.device());
+        let run = |ring: &mut Ring, call: &Call| -> Result<R> {
             ring.agree(call)?;
-            let comm = self
-                .communicator(t.device())
-                .inspect_err(|_| self.abort_comms())?;
+            let comm = self.communicator(t.device())?;
             let c = comm.lock().unwrap_or_else(|p| p.into_inner());
             f(&c)
-        })
+        };
+        self.collective_on(op, Some(t), reduce, root, Some(index), run)
+            .inspect_err(|e| {
+                // the other ranks may have queued their part on their GPUs: their
+                // watchdogs abort it
+                if !matches!(e, Error::MetaNoData { .. } | Error::UnsupportedDType { .. }) {
+                    self.abort(&format!("rank {} failed in {op}: {e}", self.rank));
+                }
+            })
+    }
+
+    /// The index of the communicator of `device` among this rank's (the next one
+    /// when there is none yet).
+    fn comm_index(&self, device: Device) -> usize {
+        let comms = self.shared.comms.lock().unwrap_or_else(|p| p.into_inner());
+        comms
+            .iter()
+            .position(|c| c.lock().unwrap_or_else(|p| p.into_inner()).device() == device)
+            .unwrap_or(comms.len())
     }
 
     /// The communicator on `device`, made when first asked for: every rank asks at
     /// the same collective (the ranks have just agreed on it), rank 0 makes the id
     /// and shares it through the store.
     fn communicator(&self, device: Device) -> Result<Arc<Mutex<Communicator>>> {
-        let mut comms = self.comms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut comms = self.shared.comms.lock().unwrap_or_else(|p| p.into_inner());
         for c in comms.iter() {
             if c.lock().unwrap_or_else(|p| p.into_inner()).device() == device {
                 return Ok(c.clone());
@@ -490,7 +524,12 @@ impl ProcessGroup {
     }
 
     fn check_aborted(&self, op: &'static str) -> Result<()> {
-        match &*self.aborted.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*self
+            .shared
+            .aborted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
             Some(why) => Err(Error::distributed(
                 op,
                 format!("the process group was aborted: {why}"),
@@ -643,10 +682,19 @@ fn nccl_ready() -> Result<()> {
     if crate::cuda::is_simulated() {
         return Ok(());
     }
-    crate::backend::cuda::nccl::library()
+    let lib = crate::backend::cuda::nccl::library()
         .as_ref()
-        .map(|_| ())
-        .map_err(|why| Error::distributed(op, format!("the NCCL backend needs NCCL: {why}")))
+        .map_err(|why| Error::distributed(op, format!("the NCCL backend needs NCCL: {why}")))?;
+    // ReduceOp::Avg (DDP's) is NCCL's since 2.10
+    match lib.version()? {
+        (major, minor, _) if (major, minor) >= (2, 10) => Ok(()),
+        (major, minor, patch) => Err(Error::distributed(
+            op,
+            format!(
+                "NCCL {major}.{minor}.{patch} is too old: the NCCL backend needs 2.10 or later"
+            ),
+        )),
+    }
 }
 
 /// The host side of a simulated GPU's communicator: a ring of its own (or none on
@@ -690,6 +738,7 @@ impl HostCollectives for HostRing {
             dtype: input.dtype(),
             device: "cuda",
             shape: vec![input.len()],
+            comm: None,
         };
         let mut data = input;
         match kind {
@@ -709,6 +758,82 @@ impl HostCollectives for HostRing {
             }
         }
         Ok(data)
+    }
+}
+
+/// What the group shares with its watchdog.
+#[derive(Default)]
+struct Shared {
+    /// Why the group was aborted (the first reason).
+    aborted: Mutex<Option<String>>,
+    /// The NCCL backend's communicators, one per GPU this rank has used.
+    comms: Mutex<Vec<Arc<Mutex<Communicator>>>>,
+}
+
+impl Shared {
+    /// Marks the group aborted and stops its NCCL calls in flight, so that no
+    /// stream waits for a rank that is gone.
+    fn abort(&self, why: &str) {
+        {
+            let mut a = self.aborted.lock().unwrap_or_else(|p| p.into_inner());
+            if a.is_none() {
+                *a = Some(why.to_string());
+            }
+        }
+        for c in self.comms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            c.lock().unwrap_or_else(|p| p.into_inner()).abort();
+        }
+    }
+}
+
+/// The NCCL backend's watchdog (PyTorch's NCCL watchdog role): a thread that asks
+/// the store every 200 ms whether the group was aborted, and aborts this rank's
+/// communicators when it was. A rank whose process exits is reported by the store
+/// itself (its watch connection closes), and a lost store means rank 0 is gone:
+/// so a rank waiting on its GPU for an NCCL call that a lost rank will never
+/// join is released, instead of waiting forever (NCCL calls have no timeout).
+fn watchdog(
+    st: store::Store,
+    rank: usize,
+    shared: Arc<Shared>,
+) -> Result<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+    use std::sync::mpsc::RecvTimeoutError;
+    st.watch(rank)?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::Builder::new()
+        .name("ember-watchdog".into())
+        .spawn(move || {
+            loop {
+                match rx.recv_timeout(Duration::from_millis(200)) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    // the group is dropped: this rank leaves normally
+                    _ => {
+                        let _ = st.bye();
+                        return;
+                    }
+                }
+                let why = match st.aborted() {
+                    Ok(None) => continue,
+                    Ok(Some(why)) => why,
+                    Err(_) => "lost the rendezvous store: rank 0's process has exited".to_string(),
+                };
+                shared.abort(&why);
+                // stay registered until the group is dropped
+                let _ = rx.recv();
+                let _ = st.bye();
+                return;
+            }
+        })
+        .map_err(|e| Error::distributed("init_process_group", e.to_string()))?;
+    Ok((tx, handle))
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some((stop, handle)) = self.watchdog.take() {
+            drop(stop);
+            let _ = handle.join();
+        }
     }
 }
 

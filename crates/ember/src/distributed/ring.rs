@@ -43,6 +43,9 @@ pub(crate) struct Call {
     pub(crate) dtype: crate::DType,
     pub(crate) device: &'static str,
     pub(crate) shape: Vec<usize>,
+    /// The NCCL communicator the call goes through (its index among this rank's,
+    /// one past them for a new one).
+    pub(crate) comm: Option<usize>,
 }
 
 const OPS: [&str; 5] = [
@@ -77,6 +80,7 @@ impl Call {
         for d in &self.shape {
             v.extend((*d as u64).to_le_bytes());
         }
+        v.extend(self.comm.map_or(u64::MAX, |c| c as u64).to_le_bytes());
         v
     }
 
@@ -93,6 +97,9 @@ impl Call {
         }
         let mut dims = vec![0u8; 8 * ndim];
         r.read_exact(&mut dims)?;
+        let mut comm = [0u8; 8];
+        r.read_exact(&mut comm)?;
+        let comm = u64::from_le_bytes(comm);
         let bad = || std::io::Error::new(ErrorKind::InvalidData, "a corrupt header");
         Ok(Call {
             seq: u64_at(0),
@@ -105,6 +112,7 @@ impl Call {
                 .chunks(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize)
                 .collect(),
+            comm: (comm != u64::MAX).then_some(comm as usize),
         })
     }
 
@@ -127,8 +135,11 @@ impl Call {
         if let Some(r) = self.root {
             s += &format!("(src={r})");
         }
+        let comm = self
+            .comm
+            .map_or(String::new(), |c| format!(", NCCL communicator #{c}"));
         format!(
-            "{s} of {} {:?} on {} (collective #{})",
+            "{s} of {} {:?} on {} (collective #{}{comm})",
             self.dtype, self.shape, self.device, self.seq
         )
     }
@@ -384,6 +395,7 @@ impl Ring {
         let Err(fault) = outcome else { return Ok(()) };
         let t = timeout.as_secs_f64();
         let poisoned = matches!(fault, Fault::Poison(_));
+        let mut poisoned_by_prev = false;
         let msg = match fault {
             Fault::Poison(why) => why,
             Fault::Protocol(what) => format!(
@@ -407,11 +419,22 @@ impl Ring {
                 "rank {next} took nothing for {t}s (the timeout) in {}: it is stuck, or waits in another collective",
                 call.describe()
             ),
-            Fault::Write(e) => format!(
-                "lost rank {next} in {}: its connection closed ({e}); the process exited or failed",
-                call.describe()
-            ),
+            // the next rank's connection closed: it may be the one lost, or it
+            // stopped because another was (its news goes forward, to its own next
+            // rank); what the previous rank says settles it
+            Fault::Write(e) => match self.diagnose(call) {
+                Some((why, true)) => {
+                    poisoned_by_prev = true;
+                    why
+                }
+                Some((why, false)) => why,
+                None => format!(
+                    "lost rank {next} in {}: its connection closed ({e}); the process exited or failed",
+                    call.describe()
+                ),
+            },
         };
+        let poisoned = poisoned || poisoned_by_prev;
         let msg = if poisoned {
             msg
         } else {
@@ -429,6 +452,49 @@ impl Ring {
             .flatten()
             .filter_map(|s| s.try_clone().ok())
             .collect()
+    }
+
+    /// After a write to the next rank failed: the previous rank's news, read for up
+    /// to a second: its poison frame (`true`: the message as it came), or the end
+    /// of its connection. `None` when it sends data or nothing.
+    fn diagnose(&self, call: &Call) -> Option<(String, bool)> {
+        let mut inc = self.prev.as_ref()?;
+        let until = Instant::now() + Duration::from_secs(1);
+        // frames of data the previous rank sent before it learnt of the failure
+        // are skipped
+        loop {
+            let left = until.checked_duration_since(Instant::now())?;
+            inc.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .ok()?;
+            let mut len = [0u8; 8];
+            let got = inc.read_exact(&mut len).and_then(|()| {
+                let len = u64::from_le_bytes(len);
+                if len == POISON {
+                    let mut n = [0u8; 4];
+                    inc.read_exact(&mut n)?;
+                    let mut why = vec![0u8; (u32::from_le_bytes(n) as usize).min(1 << 16)];
+                    inc.read_exact(&mut why)?;
+                    return Ok(Some(String::from_utf8_lossy(&why).into_owned()));
+                }
+                std::io::copy(&mut inc.take(len), &mut std::io::sink())?;
+                Ok(None)
+            });
+            match got {
+                Ok(Some(why)) => return Some((why, true)),
+                Ok(None) => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset) => {
+                    return Some((
+                        format!(
+                            "lost rank {} in {}: its connection closed ({e}); the process exited or failed",
+                            self.prev_rank(),
+                            call.describe()
+                        ),
+                        false,
+                    ))
+                }
+                Err(_) => return None,
+            }
+        }
     }
 
     /// Breaks the ring: later calls fail with `why`, and the neighbours see the

@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 const SET: u8 = 1;
 const GET: u8 = 2;
 const ADD: u8 = 3;
+/// Registers the connection as rank `value`'s watch: when it closes without
+/// [`BYE`], the rank is gone, and the server records the loss as the group's abort.
+const WATCH: u8 = 4;
+const BYE: u8 = 5;
+/// The key of the first abort's reason, and the counter of aborts reported.
+const ABORT: &str = "abort";
+const ABORT_GEN: &str = "abort_gen";
 /// The answer to a `get` that waited past the server's patience.
 const MISSING: u32 = u32::MAX;
 
@@ -95,9 +102,23 @@ impl Drop for StoreServer {
 /// Answers one client's requests until it disconnects or the server stops.
 fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration) {
     let _ = conn.set_nodelay(true);
+    let (mut watched, mut bye): (Option<u64>, bool) = (None, false);
     loop {
         let mut cmd = [0u8; 1];
         if conn.read_exact(&mut cmd).is_err() {
+            if let (Some(rank), false, false) = (watched, bye, stop.load(Ordering::SeqCst)) {
+                let mut map = keys.map.lock().unwrap();
+                map.entry(ABORT.as_bytes().to_vec()).or_insert_with(|| {
+                    format!("lost rank {rank}: its process exited (its connection to the rendezvous store closed)").into_bytes()
+                });
+                let gen = map
+                    .entry(ABORT_GEN.as_bytes().to_vec())
+                    .or_insert_with(|| 0i64.to_le_bytes().to_vec());
+                let n = i64::from_le_bytes(gen.as_slice().try_into().unwrap_or([0; 8])) + 1;
+                *gen = n.to_le_bytes().to_vec();
+                drop(map);
+                keys.changed.notify_all();
+            }
             return;
         }
         let (Ok(key), Ok(value)) = (read_frame(&mut conn), read_frame(&mut conn)) else {
@@ -135,6 +156,14 @@ fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration)
                     let wait = (until - now).min(Duration::from_millis(500));
                     map = keys.changed.wait_timeout(map, wait).unwrap().0;
                 }
+            }
+            WATCH => {
+                watched = Some(u64::from_le_bytes(value.try_into().unwrap_or([0; 8])));
+                Some(Vec::new())
+            }
+            BYE => {
+                bye = true;
+                Some(Vec::new())
             }
             _ => return,
         };
@@ -245,6 +274,34 @@ impl Store {
         })
     }
 
+    /// Makes this connection rank `rank`'s watch (see [`WATCH`]).
+    pub(crate) fn watch(&self, rank: usize) -> Result<()> {
+        self.request(WATCH, "", &(rank as u64).to_le_bytes())
+            .map(|_| ())
+    }
+
+    /// Ends a watch: the rank leaves normally.
+    pub(crate) fn bye(&self) -> Result<()> {
+        self.request(BYE, "", &[]).map(|_| ())
+    }
+
+    /// Records `why` as the group's abort, unless one was recorded before.
+    pub(crate) fn report_abort(&self, why: &str) -> Result<()> {
+        if self.add(ABORT_GEN, 1)? == 1 {
+            self.set(ABORT, why.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The group's abort, if a rank reported one or the store saw a rank go.
+    pub(crate) fn aborted(&self) -> Result<Option<String>> {
+        if self.add(ABORT_GEN, 0)? == 0 {
+            return Ok(None);
+        }
+        let why = self.get(ABORT, || "the reason of the abort".into())?;
+        Ok(Some(String::from_utf8_lossy(&why).into_owned()))
+    }
+
     /// Adds `by` to the counter `key` (0 when unset) and returns its new value.
     pub(crate) fn add(&self, key: &str, by: i64) -> Result<i64> {
         let v = self
@@ -294,4 +351,40 @@ pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
 
 pub(crate) fn io_err(op: &'static str, e: std::io::Error) -> Error {
     Error::distributed(op, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watched_rank_that_goes_is_reported_and_one_that_leaves_is_not() {
+        let t = Duration::from_secs(10);
+        let server = StoreServer::start("127.0.0.1", 0, t).unwrap();
+        let port = server.port();
+        let other = Store::connect("127.0.0.1", port, t).unwrap();
+        // leaves normally
+        let a = Store::connect("127.0.0.1", port, t).unwrap();
+        a.watch(1).unwrap();
+        a.bye().unwrap();
+        drop(a);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(other.aborted().unwrap(), None);
+        // goes without a word
+        let b = Store::connect("127.0.0.1", port, t).unwrap();
+        b.watch(3).unwrap();
+        drop(b);
+        let until = Instant::now() + Duration::from_secs(5);
+        let why = loop {
+            if let Some(why) = other.aborted().unwrap() {
+                break why;
+            }
+            assert!(Instant::now() < until, "the loss was not recorded");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(why.starts_with("lost rank 3"), "{why}");
+        // the first cause stays
+        other.report_abort("a later failure").unwrap();
+        assert!(other.aborted().unwrap().unwrap().starts_with("lost rank 3"));
+    }
 }

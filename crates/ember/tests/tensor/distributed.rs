@@ -311,21 +311,26 @@ fn ranks_that_disagree_on_the_world_or_share_a_rank_are_refused() {
 
 #[test]
 fn a_lost_rank_fails_the_others_at_once_naming_it() {
-    let t0 = Instant::now();
-    let got = ranks(3, |pg| {
-        if pg.rank() == 2 {
-            drop(pg); // the process exits: its connections close
-            return Ok(String::new());
+    for (world, lost) in [(3, 2), (4, 1), (2, 0)] {
+        let t0 = Instant::now();
+        let got = ranks(world, |pg| {
+            if pg.rank() == lost {
+                drop(pg); // the process exits: its connections close
+                return Ok(String::new());
+            }
+            let t = Tensor::zeros([1000], DType::F32, &Device::Cpu)?;
+            Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
+        });
+        for (r, e) in got.iter().enumerate().filter(|(r, _)| *r != lost) {
+            let e = e.as_ref().unwrap();
+            assert!(
+                e.contains(&format!("lost rank {lost}")),
+                "world {world}, rank {r}: {e}"
+            );
         }
-        let t = Tensor::zeros([1000], DType::F32, &Device::Cpu)?;
-        Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
-    });
-    for e in &got[..2] {
-        let e = e.as_ref().unwrap();
-        assert!(e.contains("lost rank 2"), "{e}");
+        // well within the 30 s timeout: the loss is seen, not waited out
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
-    // well within the 30 s timeout: the loss is seen, not waited out
-    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }
 
 #[test]
@@ -912,4 +917,54 @@ fn a_timeout_of_forever_is_accepted() {
     let o = opts(0, 1, free_port()).timeout(Duration::MAX);
     let pg = ProcessGroup::new(&o).unwrap();
     pg.barrier().unwrap();
+}
+
+#[test]
+#[ignore = "a rank of the_nccl_watchdog_reports_a_rank_that_exits, started by it as a process"]
+fn nccl_worker_exit() -> Result<()> {
+    let pg = nccl_group()?;
+    let t = Tensor::ones([4], DType::F32, &Device::Cuda(0))?;
+    pg.all_reduce(&t, ReduceOp::Sum)?;
+    if pg.rank() == 1 {
+        println!("result: leaving");
+        // exits without leaving the group (a crash, a kill)
+        std::process::exit(0);
+    }
+    // no collective meanwhile: the watchdog learns of the loss from the store
+    std::thread::sleep(Duration::from_millis(1500));
+    let e = pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string();
+    println!("result: {e}");
+    Ok(())
+}
+
+#[test]
+fn the_nccl_watchdog_reports_a_rank_that_exits() {
+    let Some(got) = nccl_processes(2, "distributed::nccl_worker_exit") else {
+        return;
+    };
+    assert_eq!(got[1], "leaving");
+    assert!(
+        got[0].contains("aborted: lost rank 1: its process exited"),
+        "{}",
+        got[0]
+    );
+}
+
+#[test]
+fn tensors_on_different_kinds_of_device_across_ranks_are_refused() {
+    let Some(gpu) = crate::common::gpu("distributed::mixed_devices") else {
+        return;
+    };
+    let got = ranks(2, |pg| {
+        let dev = if pg.rank() == 0 { Device::Cpu } else { gpu };
+        let t = Tensor::zeros([3], DType::F32, &dev)?;
+        Ok(pg.all_reduce(&t, ReduceOp::Sum).unwrap_err().to_string())
+    });
+    for e in got {
+        let e = e.unwrap();
+        assert!(
+            e.contains("disagree") && e.contains("on cpu") && e.contains("on cuda"),
+            "{e}"
+        );
+    }
 }

@@ -608,6 +608,8 @@ impl Runtime for Driver {
     }
 
     fn comm_unique_id(&self) -> Result<[u8; 128]> {
+        // NCCL's first call initialises it on the current device: this one
+        self.bind()?;
         let id = nccl_lib()?.unique_id()?;
         Ok(id.internal.map(|c| c as u8))
     }

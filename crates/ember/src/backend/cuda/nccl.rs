@@ -153,7 +153,13 @@ impl Nccl {
         // SAFETY: writes one int
         self.check("ncclGetVersion", unsafe { (self.get_version)(&mut v) })?;
         let v = v as u32;
-        Ok((v / 10000, (v / 100) % 100, v % 100))
+        // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9,
+        // major * 1000 + minor * 100 + patch before
+        Ok(if v >= 10000 {
+            (v / 10000, (v / 100) % 100, v % 100)
+        } else {
+            (v / 1000, (v / 100) % 10, v % 100)
+        })
     }
 
     /// A new communicator's id (rank 0's, shared with the others).
