@@ -1130,3 +1130,14 @@ impl Storage {
         }
     }
 }
+
+impl Storage {
+    /// A CPU storage's values, to change in place (a collective of the CPU backend
+    /// works on them directly); `None` for the other devices.
+    pub(crate) fn host_data_mut(&mut self) -> Option<&mut CpuData> {
+        match self {
+            Storage::Cpu(s) => Some(s.data_mut()),
+            Storage::Cuda(_) | Storage::Meta(_) => None,
+        }
+    }
+}

@@ -547,6 +547,10 @@ impl ProcessGroup {
             });
         }
         self.collective(name, Some(t), Some(op), None, |ring, call| {
+            // a CPU tensor in place, others through a host copy
+            if let Some(r) = t.with_host_data_mut(|d| ring.all_reduce(call, d, op)) {
+                return r;
+            }
             let mut data = host_values(t, name)?;
             ring.all_reduce(call, &mut data, op)?;
             write_back(t, data)
@@ -563,6 +567,9 @@ impl ProcessGroup {
             });
         }
         self.collective(name, Some(t), None, Some(src), |ring, call| {
+            if let Some(r) = t.with_host_data_mut(|d| ring.broadcast(call, d, src)) {
+                return r;
+            }
             let mut data = host_values(t, name)?;
             ring.broadcast(call, &mut data, src)?;
             if self.rank == src {

@@ -6,6 +6,25 @@ use crate::backend::storage::Communicator;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
+    /// Runs `f` on this CPU tensor's values in place, when they are the whole of
+    /// a contiguous storage (counted as a write); `None` otherwise (another device,
+    /// a view), for the caller to copy instead.
+    pub(crate) fn with_host_data_mut<R>(
+        &self,
+        f: impl FnOnce(&mut crate::dtype::CpuData) -> R,
+    ) -> Option<R> {
+        let whole = self.is_contiguous() && self.layout().offset() == 0;
+        if !whole || !self.device().is_cpu() {
+            return None;
+        }
+        let mut s = self.write();
+        let data = s.host_data_mut()?;
+        if data.len() != self.numel() {
+            return None;
+        }
+        Some(f(data))
+    }
+
     /// `kind` (all-reduce, broadcast) over this contiguous tensor, in place.
     pub(crate) fn comm_in_place(&self, comm: &Communicator, kind: CommKind) -> Result<()> {
         if !self.is_contiguous() {

@@ -109,6 +109,11 @@ impl CpuStorage {
         &self.data
     }
 
+    /// The values, to change in place.
+    pub fn data_mut(&mut self) -> &mut CpuData {
+        &mut self.data
+    }
+
     /// `n` copies of `value` converted to `dtype`.
     pub fn full(dtype: DType, n: usize, value: Scalar) -> Result<Self> {
         fn go<T: WithDType>(n: usize, value: Scalar) -> Result<CpuData> {
