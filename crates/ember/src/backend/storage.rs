@@ -1089,11 +1089,6 @@ impl Communicator {
         }
     }
 
-    /// The GPU it runs on.
-    pub(crate) fn device(&self) -> Device {
-        Device::Cuda(self.0.ordinal())
-    }
-
     /// Stops its calls in flight and frees it.
     pub(crate) fn abort(&mut self) {
         self.0.abort()

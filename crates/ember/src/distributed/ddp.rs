@@ -82,8 +82,6 @@ struct Iteration {
     next: usize,
     /// The reductions handed over, per bucket.
     pending: Vec<Option<Pending>>,
-    /// The end-of-backward callback is queued.
-    queued: bool,
 }
 
 /// A bucket ready for reduction.
@@ -241,11 +239,7 @@ impl<M: Module> DistributedDataParallel<M> {
         }
         tensors.extend(self.module.named_buffers().into_iter().map(|(_, b)| b));
         for group in by_dtype_device(&tensors) {
-            let parts: Vec<Tensor> = group
-                .iter()
-                .map(|t| t.detach().flatten_all())
-                .collect::<Result<_>>()?;
-            let flat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?;
+            let flat = concat_flat(group.iter().map(|t| Ok(t.detach())))?;
             pg.broadcast(&flat, 0)?;
             if pg.rank() != 0 {
                 scatter_back(&flat, &group, |t, v| crate::no_grad(|| t.copy_(v)))?;
@@ -356,24 +350,17 @@ impl Reducer {
         }
         let mut it = this.iter.lock().unwrap_or_else(|p| p.into_inner());
         if it.seen.is_empty() {
+            // the first gradient of this backward (`finish`, and `reset` after a
+            // backward that failed, empty the state again)
+            let r = this.clone();
+            crate::autograd::queue_callback(move || Reducer::finish(&r))?;
             it.seen = vec![false; this.params.len()];
             it.missing = this.buckets.iter().map(|b| b.len()).collect();
             it.pending = (0..this.buckets.len()).map(|_| None).collect();
             it.next = 0;
         }
-        if !it.queued {
-            let r = this.clone();
-            crate::autograd::queue_callback(move || Reducer::finish(&r))?;
-            it.queued = true;
-        }
-        if it.seen[i] {
-            let msg = format!(
-                "parameter {} received its gradient twice in one iteration: run forward before each backward, or use no_sync() for all but the last",
-                this.names[i]
-            );
-            this.pg.abort(&msg);
-            return Err(Error::distributed("DistributedDataParallel", msg));
-        }
+        // backward accumulates into each leaf once
+        debug_assert!(!it.seen[i], "{} ready twice in one backward", this.names[i]);
         it.seen[i] = true;
         it.missing[this.bucket_of[i]] -= 1;
         this.launch_ready(&mut it)
@@ -383,16 +370,10 @@ impl Reducer {
     fn launch_ready(&self, it: &mut Iteration) -> Result<()> {
         while it.next < self.buckets.len() && it.missing[it.next] == 0 {
             let b = it.next;
-            let parts: Vec<Tensor> = self.buckets[b]
-                .iter()
-                .map(|&i| {
-                    let g = self.params[i]
-                        .grad()
-                        .map_or_else(|| self.params[i].zeros_like(), Ok)?;
-                    g.flatten_all()
-                })
-                .collect::<Result<_>>()?;
-            let flat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?;
+            let flat = concat_flat(self.buckets[b].iter().map(|&i| {
+                let p = &self.params[i];
+                p.grad().map_or_else(|| p.zeros_like(), Ok)
+            }))?;
             let streams = match flat.device() {
                 d @ Device::Cuda(_) => {
                     let comm = self.comm_stream(&d)?;
@@ -523,6 +504,15 @@ impl Reducer {
         }
         Ok(())
     }
+}
+
+/// The values of `tensors`, flattened one after the other (a bucket, or what a
+/// broadcast sends); [`scatter_back`] undoes it.
+fn concat_flat(tensors: impl Iterator<Item = Result<Tensor>>) -> Result<Tensor> {
+    let parts: Vec<Tensor> = tensors
+        .map(|t| t.and_then(|t| t.flatten_all()))
+        .collect::<Result<_>>()?;
+    Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)
 }
 
 /// Hands each of `tensors` its part of `flat` (their values, flattened one after

@@ -472,7 +472,7 @@ impl ProcessGroup {
         let comms = self.shared.comms.lock().unwrap_or_else(|p| p.into_inner());
         comms
             .iter()
-            .position(|c| c.lock().unwrap_or_else(|p| p.into_inner()).device() == device)
+            .position(|(d, _)| *d == device)
             .unwrap_or(comms.len())
     }
 
@@ -481,10 +481,8 @@ impl ProcessGroup {
     /// and shares it through the store.
     fn communicator(&self, device: Device) -> Result<Arc<Mutex<Communicator>>> {
         let mut comms = self.shared.comms.lock().unwrap_or_else(|p| p.into_inner());
-        for c in comms.iter() {
-            if c.lock().unwrap_or_else(|p| p.into_inner()).device() == device {
-                return Ok(c.clone());
-            }
+        if let Some((_, c)) = comms.iter().find(|(d, _)| *d == device) {
+            return Ok(c.clone());
         }
         let n = comms.len();
         let key = format!("nccl/{n}");
@@ -519,7 +517,7 @@ impl ProcessGroup {
         let c = Arc::new(Mutex::new(Communicator::new(
             device, id, self.world, self.rank, host,
         )?));
-        comms.push(c.clone());
+        comms.push((device, c.clone()));
         Ok(c)
     }
 
@@ -551,7 +549,7 @@ impl ProcessGroup {
             if let Some(r) = t.with_host_data_mut(|d| ring.all_reduce(call, d, op)) {
                 return r;
             }
-            let mut data = host_values(t, name)?;
+            let mut data = t.host_data(name)?;
             ring.all_reduce(call, &mut data, op)?;
             write_back(t, data)
         })
@@ -570,7 +568,7 @@ impl ProcessGroup {
             if let Some(r) = t.with_host_data_mut(|d| ring.broadcast(call, d, src)) {
                 return r;
             }
-            let mut data = host_values(t, name)?;
+            let mut data = t.host_data(name)?;
             ring.broadcast(call, &mut data, src)?;
             if self.rank == src {
                 return Ok(());
@@ -593,7 +591,7 @@ impl ProcessGroup {
             });
         }
         self.collective(name, Some(t), None, None, |ring, call| {
-            let mine = host_values(t, name)?;
+            let mine = t.host_data(name)?;
             let n = mine.len();
             let mut all = CpuData::zeros(t.dtype(), n * self.world);
             all.write_at(self.rank * n, &mine);
@@ -631,7 +629,7 @@ impl ProcessGroup {
             });
         }
         self.collective(name, Some(t), Some(op), None, |ring, call| {
-            let mut data = host_values(t, name)?;
+            let mut data = t.host_data(name)?;
             let m = data.len() / self.world;
             ring.reduce_scatter(call, &mut data, op)?;
             Tensor::from_host(data.slice(self.rank * m, m), &shape, t.device())
@@ -774,7 +772,9 @@ struct Shared {
     /// Why the group was aborted (the first reason).
     aborted: Mutex<Option<String>>,
     /// The NCCL backend's communicators, one per GPU this rank has used.
-    comms: Mutex<Vec<Arc<Mutex<Communicator>>>>,
+    /// (Kept with their GPU, so that finding one does not wait for a call being
+    /// queued on another.)
+    comms: Mutex<Vec<(Device, Arc<Mutex<Communicator>>)>>,
 }
 
 impl Shared {
@@ -787,7 +787,7 @@ impl Shared {
                 *a = Some(why.to_string());
             }
         }
-        for c in self.comms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (_, c) in self.comms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             c.lock().unwrap_or_else(|p| p.into_inner()).abort();
         }
     }
@@ -870,11 +870,6 @@ fn wait_for_all(st: &store::Store, world: usize, timeout: Duration) -> Result<()
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// `t`'s values, row-major, in its dtype, on the host.
-fn host_values(t: &Tensor, op: &'static str) -> Result<CpuData> {
-    t.host_data(op)
 }
 
 /// Writes `data` into `t` (outside autograd: collectives are not recorded).

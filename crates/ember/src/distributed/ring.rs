@@ -162,6 +162,29 @@ fn advertised(ip: std::net::IpAddr, spans_machines: bool) -> std::net::IpAddr {
     }
 }
 
+/// What a frame's length word announces.
+enum Frame {
+    /// That many bytes of data follow.
+    Data(u64),
+    /// The sender stopped, for this reason (read).
+    Poison(String),
+}
+
+/// Reads a frame's length word, and a poison frame's message.
+fn read_frame_start(mut r: impl Read) -> std::io::Result<Frame> {
+    let mut len = [0u8; 8];
+    r.read_exact(&mut len)?;
+    let len = u64::from_le_bytes(len);
+    if len != POISON {
+        return Ok(Frame::Data(len));
+    }
+    let mut n = [0u8; 4];
+    r.read_exact(&mut n)?;
+    let mut why = vec![0u8; (u32::from_le_bytes(n) as usize).min(1 << 16)];
+    r.read_exact(&mut why)?;
+    Ok(Frame::Poison(String::from_utf8_lossy(&why).into_owned()))
+}
+
 /// A poison frame: why this rank stops, for the next one.
 pub(crate) fn poison_frame(why: &str) -> Vec<u8> {
     let mut frame = POISON.to_le_bytes().to_vec();
@@ -347,23 +370,20 @@ impl Ring {
         };
         // the header goes out with the first data, and the previous rank's is
         // checked before its first data is read: no round trip of its own
-        let run_body =
-            |out: Out, body: &mut dyn FnMut(&mut Link) -> std::result::Result<(), Fault>| {
-                let mut link = Link {
-                    out,
-                    inc,
-                    expect: Some(call),
-                };
-                link.send(&call.encode())
-                    .and_then(|()| body(&mut link))
-                    .and_then(|()| link.check_header())
+        let run_body = move |out: Out| {
+            let mut link = Link {
+                out,
+                inc,
+                expect: Some(call),
             };
-        let mut body = Some(body);
-        let mut body = |l: &mut Link| (body.take().expect("the body runs once"))(l);
+            link.send(&call.encode())
+                .and_then(|()| body(&mut link))
+                .and_then(|()| link.check_header())
+        };
         let outcome = if direct {
             // small: each frame fits in the connection's buffers, so writing it
             // from this thread cannot wait on the next rank (no thread, no handoff)
-            run_body(Out::Direct(out), &mut body)
+            run_body(Out::Direct(out))
         } else {
             // a thread writes, so that a rank sending a large chunk to the next one
             // is reading the previous one's at the same time
@@ -376,7 +396,7 @@ impl Ring {
                     }
                     Ok(())
                 });
-                let res = run_body(Out::Thread(tx), &mut body);
+                let res = run_body(Out::Thread(tx));
                 if res.is_err() {
                     // the writer may be blocked on a next rank that stopped reading
                     // (it failed too): closing the sending side releases it
@@ -466,18 +486,12 @@ impl Ring {
             let left = until.checked_duration_since(Instant::now())?;
             inc.set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .ok()?;
-            let mut len = [0u8; 8];
-            let got = inc.read_exact(&mut len).and_then(|()| {
-                let len = u64::from_le_bytes(len);
-                if len == POISON {
-                    let mut n = [0u8; 4];
-                    inc.read_exact(&mut n)?;
-                    let mut why = vec![0u8; (u32::from_le_bytes(n) as usize).min(1 << 16)];
-                    inc.read_exact(&mut why)?;
-                    return Ok(Some(String::from_utf8_lossy(&why).into_owned()));
+            let got = read_frame_start(&mut inc).and_then(|f| match f {
+                Frame::Poison(why) => Ok(Some(why)),
+                Frame::Data(len) => {
+                    std::io::copy(&mut inc.take(len), &mut std::io::sink())?;
+                    Ok(None)
                 }
-                std::io::copy(&mut inc.take(len), &mut std::io::sink())?;
-                Ok(None)
             });
             match got {
                 Ok(Some(why)) => return Some((why, true)),
@@ -659,18 +673,12 @@ impl Link<'_> {
 
     /// The length word of the next frame; a poison frame is the sender's failure.
     fn frame_len(&mut self) -> std::result::Result<usize, Fault> {
-        let mut len = [0u8; 8];
-        self.inc.read_exact(&mut len).map_err(Fault::Read)?;
-        let len = u64::from_le_bytes(len);
-        if len != POISON {
-            return usize::try_from(len)
-                .map_err(|_| Fault::Protocol(format!("a frame of {len} bytes")));
+        match read_frame_start(&mut self.inc).map_err(Fault::Read)? {
+            Frame::Data(len) => {
+                usize::try_from(len).map_err(|_| Fault::Protocol(format!("a frame of {len} bytes")))
+            }
+            Frame::Poison(why) => Err(Fault::Poison(why)),
         }
-        let mut n = [0u8; 4];
-        self.inc.read_exact(&mut n).map_err(Fault::Read)?;
-        let mut why = vec![0u8; (u32::from_le_bytes(n) as usize).min(1 << 16)];
-        self.inc.read_exact(&mut why).map_err(Fault::Read)?;
-        Err(Fault::Poison(String::from_utf8_lossy(&why).into_owned()))
     }
 
     /// Reads the previous rank's header, if not done yet, and compares it with

@@ -99,6 +99,16 @@ impl Drop for StoreServer {
     }
 }
 
+/// Adds `by` to the counter `key` (0 when unset) and returns its new value.
+fn bump(map: &mut HashMap<Vec<u8>, Vec<u8>>, key: Vec<u8>, by: i64) -> i64 {
+    let slot = map
+        .entry(key)
+        .or_insert_with(|| 0i64.to_le_bytes().to_vec());
+    let now = i64::from_le_bytes(slot.as_slice().try_into().unwrap_or([0; 8])) + by;
+    *slot = now.to_le_bytes().to_vec();
+    now
+}
+
 /// Answers one client's requests until it disconnects or the server stops.
 fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration) {
     let _ = conn.set_nodelay(true);
@@ -107,15 +117,11 @@ fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration)
         let mut cmd = [0u8; 1];
         if conn.read_exact(&mut cmd).is_err() {
             if let (Some(rank), false, false) = (watched, bye, stop.load(Ordering::SeqCst)) {
-                let mut map = keys.map.lock().unwrap();
+                let mut map = keys.map.lock().unwrap_or_else(|p| p.into_inner());
                 map.entry(ABORT.as_bytes().to_vec()).or_insert_with(|| {
                     format!("lost rank {rank}: its process exited (its connection to the rendezvous store closed)").into_bytes()
                 });
-                let gen = map
-                    .entry(ABORT_GEN.as_bytes().to_vec())
-                    .or_insert_with(|| 0i64.to_le_bytes().to_vec());
-                let n = i64::from_le_bytes(gen.as_slice().try_into().unwrap_or([0; 8])) + 1;
-                *gen = n.to_le_bytes().to_vec();
+                bump(&mut map, ABORT_GEN.as_bytes().to_vec(), 1);
                 drop(map);
                 keys.changed.notify_all();
             }
@@ -126,25 +132,24 @@ fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration)
         };
         let answer = match cmd[0] {
             SET => {
-                keys.map.lock().unwrap().insert(key, value);
+                keys.map
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, value);
                 keys.changed.notify_all();
                 Some(Vec::new())
             }
             ADD => {
                 let by = i64::from_le_bytes(value.try_into().unwrap_or([0; 8]));
-                let mut map = keys.map.lock().unwrap();
-                let slot = map
-                    .entry(key)
-                    .or_insert_with(|| 0i64.to_le_bytes().to_vec());
-                let now = i64::from_le_bytes(slot.as_slice().try_into().unwrap_or([0; 8])) + by;
-                *slot = now.to_le_bytes().to_vec();
+                let mut map = keys.map.lock().unwrap_or_else(|p| p.into_inner());
+                let now = bump(&mut map, key, by);
                 drop(map);
                 keys.changed.notify_all();
                 Some(now.to_le_bytes().to_vec())
             }
             GET => {
                 let until = Instant::now() + timeout;
-                let mut map = keys.map.lock().unwrap();
+                let mut map = keys.map.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
                     if let Some(v) = map.get(&key) {
                         break Some(v.clone());
@@ -154,7 +159,11 @@ fn serve(mut conn: TcpStream, keys: &Keys, stop: &AtomicBool, timeout: Duration)
                         break None;
                     }
                     let wait = (until - now).min(Duration::from_millis(500));
-                    map = keys.changed.wait_timeout(map, wait).unwrap().0;
+                    map = keys
+                        .changed
+                        .wait_timeout(map, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
             }
             WATCH => {
@@ -220,7 +229,7 @@ impl Store {
 
     /// The address the store was reached at.
     pub(crate) fn local_ip(&self) -> Result<std::net::IpAddr> {
-        let conn = self.conn.lock().unwrap();
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         conn.local_addr()
             .map(|a| a.ip())
             .map_err(|e| io_err("init_process_group", e))

@@ -38,11 +38,6 @@ impl CudaComm {
         })
     }
 
-    /// The GPU it runs on.
-    pub(crate) fn ordinal(&self) -> usize {
-        self.dev.ordinal
-    }
-
     /// Frees the communicator, stopping its calls in flight (after a failure of
     /// another rank, so that nothing waits for it).
     pub(crate) fn abort(&mut self) {
