@@ -805,12 +805,12 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             args[1].t(),
             p.opt_i("padding_idx"),
         )),
-        "sdpa" | "sdpa_memory_efficient" => {
+        "sdpa" | "sdpa_memory_efficient" | "sdpa_fused" => {
             use ember::nn::functional::{with_attention_path, AttentionPath};
-            let path = if case.op == "sdpa" {
-                AttentionPath::Math
-            } else {
-                AttentionPath::MemoryEfficient
+            let path = match case.op.as_str() {
+                "sdpa" => AttentionPath::Math,
+                "sdpa_fused" => AttentionPath::Fused,
+                _ => AttentionPath::MemoryEfficient,
             };
             one(with_attention_path(path, || {
                 ember::nn::scaled_dot_product_attention(

@@ -23,6 +23,21 @@ fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
     models::digits_cnn(dev)
 }
 
+/// A transformer encoder layer (its attention on the fused kernel under f16/bf16
+/// autocast on GPUs) and a classifier over its flattened output.
+fn encoder(dev: &Device) -> Result<nn::Sequential> {
+    let opts = nn::TransformerOptions {
+        dim_feedforward: 64,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    Ok(nn::Sequential::new()
+        .add(nn::TransformerEncoderLayer::new(32, 2, opts, dev)?)
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(16 * 32, 10, dev)?))
+}
+
 fn resnet18(dev: &Device) -> Result<nn::Sequential> {
     models::resnet18(10, dev)
 }
@@ -335,6 +350,13 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             vec![1, 8, 8],
             256,
             DType::F16,
+        ),
+        (
+            "encoder layer (fused attention), autocast bf16, adam",
+            encoder,
+            vec![16, 32],
+            4,
+            DType::BF16,
         ),
     ] {
         let est = Estimator::new(build)

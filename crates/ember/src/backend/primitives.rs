@@ -120,6 +120,38 @@ pub(crate) trait BackendStorage: Sized {
         g: (&Self, &Layout),
         ignore_smoothing: (i64, f64),
     ) -> Result<Self>;
+    /// Fused attention (`shape`, see [`AttnShape`](super::op::AttnShape)) of the
+    /// queries `self[lq]` against `k` and `v`, each a rank-4 view `[batch, heads,
+    /// rows, d]` of one float dtype whose last dim is contiguous (the tensor layer
+    /// checks the shapes; a device that cannot run it returns an error, see
+    /// [`attn_kernel_takes`](super::op::attn_kernel_takes)). Returns the output,
+    /// contiguous `[batch, heads, l, d]` in the inputs' dtype, and each query row's
+    /// log-sum-exp of its scaled scores over the keys it sees (`[batch · heads ·
+    /// l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`
+    /// matrix is written.
+    fn attention(
+        &self,
+        lq: &Layout,
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        shape: super::op::AttnShape,
+    ) -> Result<(Self, Self)>;
+    /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the same
+    /// views), from its output `out` (contiguous), the log-sum-exps `lse` (contiguous)
+    /// and the output's gradient `g` (a view like the queries'): each contiguous
+    /// `[batch, heads, rows, d]` in the inputs' dtype. The weights are recomputed
+    /// from `lse`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward(
+        &self,
+        lq: &Layout,
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        out: &Self,
+        lse: &Self,
+        g: (&Self, &Layout),
+        shape: super::op::AttnShape,
+    ) -> Result<(Self, Self, Self)>;
     /// Batch normalisation's statistics of the contiguous view `l` of a float dtype
     /// seen as `[n, c, s]` ([`channel_shape`](super::op::channel_shape)): each
     /// channel's mean and biased variance over its `n · s` elements, accumulated in

@@ -8,8 +8,8 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep,
-    UnaryOp,
+    attn_kernel_takes, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -512,6 +512,95 @@ impl Storage {
         })
     }
 
+    pub(crate) fn attention(
+        &self,
+        lq: &Layout,
+        (k, lk): (&Storage, &Layout),
+        (v, lv): (&Storage, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Storage, Storage)> {
+        let _rec = record!(self, Name::Static("attention"), lq.shape(), lk.shape());
+        Ok(match (self, k, v) {
+            (Storage::Cpu(q), Storage::Cpu(k), Storage::Cpu(v)) => {
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                (Storage::Cpu(o), Storage::Cpu(l))
+            }
+            (Storage::Cuda(q), Storage::Cuda(k), Storage::Cuda(v)) => {
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                (Storage::Cuda(o), Storage::Cuda(l))
+            }
+            (Storage::Meta(q), Storage::Meta(k), Storage::Meta(v)) => {
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                (Storage::Meta(o), Storage::Meta(l))
+            }
+            (q @ any!(), k, v) => {
+                let other = if k.device() != q.device() { k } else { v };
+                return Err(mismatch("attention", q.device(), other.device()));
+            }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_backward(
+        &self,
+        lq: &Layout,
+        (k, lk): (&Storage, &Layout),
+        (v, lv): (&Storage, &Layout),
+        out: &Storage,
+        lse: &Storage,
+        (g, lg): (&Storage, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Storage, Storage, Storage)> {
+        let _rec = record!(
+            self,
+            Name::Static("attention_backward"),
+            lq.shape(),
+            lk.shape()
+        );
+        Ok(match (self, k, v, out, lse, g) {
+            (
+                Storage::Cpu(q),
+                Storage::Cpu(k),
+                Storage::Cpu(v),
+                Storage::Cpu(o),
+                Storage::Cpu(l),
+                Storage::Cpu(g),
+            ) => {
+                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                (Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c))
+            }
+            (
+                Storage::Cuda(q),
+                Storage::Cuda(k),
+                Storage::Cuda(v),
+                Storage::Cuda(o),
+                Storage::Cuda(l),
+                Storage::Cuda(g),
+            ) => {
+                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                (Storage::Cuda(a), Storage::Cuda(b), Storage::Cuda(c))
+            }
+            (
+                Storage::Meta(q),
+                Storage::Meta(k),
+                Storage::Meta(v),
+                Storage::Meta(o),
+                Storage::Meta(l),
+                Storage::Meta(g),
+            ) => {
+                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                (Storage::Meta(a), Storage::Meta(b), Storage::Meta(c))
+            }
+            (q @ any!(), ..) => {
+                let other = [k, v, out, lse, g]
+                    .into_iter()
+                    .find(|s| s.device() != q.device())
+                    .unwrap_or(q);
+                return Err(mismatch("attention", q.device(), other.device()));
+            }
+        })
+    }
+
     pub(crate) fn cross_entropy_rows(
         &self,
         l: &Layout,
@@ -658,6 +747,18 @@ impl Storage {
     pub(crate) fn log_conv_fallback(pass: &str, dtype: DType, e: &Error) {
         if crate::backend::cuda::dnn::log_choices() {
             eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); computed in float32");
+        }
+    }
+
+    /// Whether [`attention`](Self::attention) runs on this storage's device for
+    /// operands of this storage's dtype with head dim `d`: on the CPU for every
+    /// float dtype; on CUDA through the f16/bf16 tensor-core kernels (compute
+    /// capability 8.0 or later); on `meta` as on such a GPU.
+    pub(crate) fn runs_fused_attention(&self, d: usize) -> bool {
+        match self {
+            Storage::Cpu(x) => x.dtype().is_float(),
+            Storage::Cuda(x) => attn_kernel_takes(x.dtype(), d) && x.dev().arch() >= 80,
+            Storage::Meta(x) => attn_kernel_takes(x.dtype(), d),
         }
     }
 

@@ -228,7 +228,7 @@ impl CharGpt {
         };
         let h = {
             let _s = scope("blocks");
-            self.blocks.forward_masked(&x, Some(&causal), None)?
+            self.blocks.forward_with(&x, Some(&causal), None, true)?
         };
         let h = {
             let _s = scope("ln_f");

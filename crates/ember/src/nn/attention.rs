@@ -310,7 +310,16 @@ impl MultiheadAttention {
         let p = if self.training { self.dropout } else { 0.0 };
         // no weights asked for: the path that keeps no [L, S] weights for backward
         // (a masked-out row gives NaN, as softmax does here), where it applies
-        let saving = if !opts.need_weights {
+        // the fused op: no weights asked for, no mask but the causal one (the
+        // `is_causal` hint says `attn_mask` is it, as in PyTorch)
+        let causal = opts.is_causal && attn_mask.is_some();
+        let fused = !opts.need_weights
+            && opts.key_padding_mask.is_none()
+            && (attn_mask.is_none() || causal)
+            && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p);
+        let saving = if fused {
+            Some(qh.fused_attention(&kh, &vh, scale, causal)?)
+        } else if !opts.need_weights {
             let biases = || -> Result<Vec<Tensor>> {
                 let mut v = Vec::new();
                 if let Some(m) = &attn_mask {
@@ -561,6 +570,20 @@ impl TransformerEncoderLayer {
         src_mask: Option<&Tensor>,
         src_key_padding_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
+        self.forward_with(src, src_mask, src_key_padding_mask, false)
+    }
+
+    /// [`forward_masked`](Self::forward_masked) with PyTorch's `is_causal` hint:
+    /// `true` says that `src_mask` is the causal mask, so that attention may apply
+    /// it without reading it (the fused kernel's causal mode). `src_mask` is still
+    /// needed, as in PyTorch.
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        src_mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
         let o = &self.options;
         let p = if self.training { o.dropout } else { 0.0 };
         let sa = |x: &Tensor| -> Result<Tensor> {
@@ -568,6 +591,7 @@ impl TransformerEncoderLayer {
                 key_padding_mask: src_key_padding_mask,
                 attn_mask: src_mask,
                 need_weights: false,
+                is_causal,
                 ..Default::default()
             };
             let a = {
@@ -670,10 +694,28 @@ impl TransformerEncoder {
         mask: Option<&Tensor>,
         src_key_padding_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
+        self.forward_with(src, mask, src_key_padding_mask, false)
+    }
+
+    /// [`forward_masked`](Self::forward_masked) with PyTorch's `is_causal` hint
+    /// (see [`TransformerEncoderLayer::forward_with`]).
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        if is_causal && mask.is_none() {
+            return Err(Error::invalid(
+                "TransformerEncoder",
+                "is_causal needs the causal mask as mask (PyTorch's convention)",
+            ));
+        }
         let mut x = src.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let _s = crate::meta::enter_module(format_args!("layers.{i}"));
-            x = layer.forward_masked(&x, mask, src_key_padding_mask)?;
+            x = layer.forward_with(&x, mask, src_key_padding_mask, is_causal)?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),

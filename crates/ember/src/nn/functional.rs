@@ -622,6 +622,9 @@ pub fn scaled_dot_product_attention(
         sshape.push(s);
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
+    if attn_mask.is_none() && fused_attention_applies(q, k, v, dropout_p) {
+        return q.fused_attention(k, v, scale, is_causal);
+    }
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
         Some(m) if m.dtype() == DType::Bool => Some(m.clone()),
@@ -703,14 +706,23 @@ pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Te
 
 /// Which computation `scaled_dot_product_attention` and `MultiheadAttention`
 /// (without weights asked for) use, chosen per thread like PyTorch's
-/// `torch.backends.cuda.sdp_kernel` switches.
+/// `torch.nn.attention.sdpa_kernel` switches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionPath {
-    /// The memory-saving path where the scores of one call exceed 2²² elements
-    /// (16 MiB in f32) or no gradient is recorded; the plain path otherwise, whose
-    /// backward is faster because it keeps the weights (default).
+    /// The fused kernel on GPUs where it applies (FlashAttention's algorithm on
+    /// tensor cores: f16/bf16 on compute capability 8.0 or later, head dims that
+    /// are multiples of 8 up to 128, no mask but the causal one, no dropout; `meta`
+    /// estimates as such a GPU). Elsewhere the memory-saving path where the scores
+    /// of one call exceed 2²² elements (16 MiB in f32) or no gradient is recorded,
+    /// and the plain path otherwise, whose backward is faster because it keeps the
+    /// weights (default).
     #[default]
     Auto,
+    /// The fused op wherever it applies, the CPU and float32/float64 included (on
+    /// the CPU it computes a query row at a time; on CUDA only the f16/bf16
+    /// kernels exist, so other dtypes there go as [`Auto`](Self::Auto)); elsewhere
+    /// as `Auto`.
+    Fused,
     /// The memory-saving path wherever it applies: no `[L, S]` weights are kept
     /// for backward, which recomputes them a group of heads at a time.
     MemoryEfficient,
@@ -747,6 +759,39 @@ fn with_setting<T: Copy + 'static, R>(
     }
     let _restore = Restore(setting, setting.with(|c| c.replace(value)));
     f()
+}
+
+/// Whether attention of `q` over `k`/`v` without a mask but the causal one and
+/// with dropout `dropout_p` takes the fused op on this thread's
+/// [`attention_path`]: one float dtype outside autocast's casts, the same batch
+/// dims, one head dim for q, k and v, no empty operand, no dropout, and a device
+/// that runs it.
+pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
+    let r = q.rank();
+    let path = attention_path();
+    if matches!(path, AttentionPath::Math | AttentionPath::MemoryEfficient)
+        || r < 2
+        || k.rank() != r
+        || v.rank() != r
+        || dropout_p != 0.0
+        || !q.dtype().is_float()
+        || k.dtype() != q.dtype()
+        || v.dtype() != q.dtype()
+        || crate::tensor::autocast::would_lower(&[q, k, v])
+        || q.shape()[..r - 2] != k.shape()[..r - 2]
+        || q.shape()[..r - 2] != v.shape()[..r - 2]
+        || k.shape()[r - 2] != v.shape()[r - 2]
+        || k.shape()[r - 1] != q.shape()[r - 1]
+        || v.shape()[r - 1] != q.shape()[r - 1]
+        || q.numel() == 0
+        || k.numel() == 0
+        || q.device() != k.device()
+        || q.device() != v.device()
+    {
+        return false;
+    }
+    (path == AttentionPath::Fused || !q.device().is_cpu())
+        && q.runs_fused_attention(q.shape()[r - 1])
 }
 
 /// This thread's attention path.

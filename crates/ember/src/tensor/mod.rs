@@ -12,6 +12,7 @@
 //! ```
 
 mod arith;
+mod attention;
 pub(crate) mod autocast;
 mod batch_norm;
 mod comm;

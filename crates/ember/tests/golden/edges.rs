@@ -49,6 +49,11 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "PyTorch returns an empty output before checking the other operands' sizes",
     ),
     (
+        "fused_attention/",
+        "",
+        "as seq/sdpa_ (an empty operand takes the plain path)",
+    ),
+    (
         "loss_args/bce_pos_weight|all|",
         "",
         "PyTorch refuses a pos_weight that broadcasts the loss larger than the input",

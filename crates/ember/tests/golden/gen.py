@@ -365,7 +365,7 @@ def run_op(op, p, x):
         return F.rms_norm(a, p["shape"], x[1] if len(x) > 1 else None, eps=p["eps"])
     if op == "embedding":
         return F.embedding(a, x[1], padding_idx=p["padding_idx"])
-    if op in ("sdpa", "sdpa_memory_efficient"):
+    if op in ("sdpa", "sdpa_memory_efficient", "sdpa_fused"):
         return F.scaled_dot_product_attention(a, x[1], x[2], attn_mask=x[3] if len(x) > 3 else None,
                                               is_causal=p["is_causal"], scale=p["scale"])
     if op == "sort":
@@ -2722,6 +2722,23 @@ for red in ("mean", "sum", "none"):
          {"weight": None, "ignore_index": -100, "reduction": red, "label_smoothing": 0.0}, grad=True)
 case(FAM, "ignore_7", "cross_entropy_opts", [LOGITS, T([7, 3, 7, 1, 0], I)],
      {"weight": None, "ignore_index": 7, "reduction": "mean", "label_smoothing": 0.05}, grad=True)
+
+# ---- issue 41: the fused attention (ember's FlashAttention-style op) ---------------
+# "sdpa_fused" runs ember's fused op where it applies (AttentionPath::Fused: every
+# float dtype on the CPU, f16/bf16 on CUDA): causal masks with fewer or more
+# queries than keys (PyTorch's top-left triangle), a scale, head dims that are
+# multiples of 8, batch dims of rank 1 to 3.
+FAM = "fused_attention"
+_FUSED = [("l9_s13_d16", (1, 2), 9, 13, 16, False, None),
+          ("causal_l12_s7_d24", (2, 1), 12, 7, 24, True, None),
+          ("causal_l5_s11_d8_scaled", (3,), 5, 11, 8, True, 0.3),
+          ("l6_s6_d32", (1, 2, 2), 6, 6, 32, False, 0.2)]
+for name, batch, L, S, D, causal, scale in _FUSED:
+    base = [rn(*batch, L, D), rn(*batch, S, D), rn(*batch, S, D)]
+    for dt, tag, rt, at in [(torch.float32, "f32", None, None), (torch.bfloat16, "bf16", 3e-2, 3e-2),
+                            (torch.float16, "f16", 4e-3, 4e-3)]:
+        case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base], {"is_causal": causal, "scale": scale},
+             grad=True, rtol=rt, atol=at)
 
 # ----------------------------------------------------------------------------------
 

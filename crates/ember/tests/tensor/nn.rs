@@ -1537,6 +1537,8 @@ device_test!(
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,
     memory_saving_attention_cuts_long_rows_into_query_blocks,
+    fused_attention_matches_the_plain_path,
+    fused_attention_takes_the_causal_hint_of_an_encoder,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
@@ -2440,5 +2442,144 @@ fn float_mask_blocking_a_whole_row_gives_zeros(dev: &Device) -> Result<()> {
     for i in [2, 3] {
         assert_close(&vals(&saving[i]), &vals(&plain[i]), 1e-4, 1e-5);
     }
+    Ok(())
+}
+
+/// `(out, dq, dk, dv)` of attention over `qkv` (fresh leaves) on `path`, with the
+/// output's gradient `up`, and whether the fused primitive ran.
+fn attention_grads(
+    path: ember::nn::functional::AttentionPath,
+    qkv: &[Tensor; 3],
+    causal: bool,
+    up: &Tensor,
+) -> Result<(Vec<Tensor>, bool)> {
+    let leaves: Vec<Tensor> = qkv
+        .iter()
+        .map(|t| t.detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    let (out, prof) = ember::profiler::profile(|| {
+        let out = ember::nn::functional::with_attention_path(path, || {
+            nn::scaled_dot_product_attention(
+                &leaves[0], &leaves[1], &leaves[2], None, 0.0, causal, None,
+            )
+        })?;
+        out.mul(up)?.sum_all()?.backward()?;
+        Ok(out)
+    })?;
+    let fused = prof.key_averages().get("attention").is_some();
+    let mut v = vec![out.detach()];
+    v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+    Ok((v, fused))
+}
+
+/// The fused attention (FlashAttention's algorithm: tensor-core kernels for
+/// f16/bf16 on CUDA, a row at a time on the CPU) against the plain path in
+/// float32 on the same values: causal or not, queries longer or shorter than the
+/// keys, lengths that end mid-tile, head dims of both kernels (40 and 64 on the
+/// 64-wide one, 96 on the 128-wide one), and operands that are transposed views
+/// (read in place). Output and the three gradients agree within the dtype's
+/// rounding; `Auto` takes the fused op for f16/bf16 on CUDA, and `Fused` on the
+/// CPU for every float dtype.
+fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let _g = super::rng_lock();
+    ember::manual_seed(21);
+    let dtypes: &[DType] = if dev.is_cpu() {
+        &[DType::F32, DType::BF16]
+    } else {
+        &[DType::BF16, DType::F16]
+    };
+    let path = if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    };
+    for &(b, h, l, s, d) in &[(2, 3, 70, 70, 64), (1, 2, 45, 77, 40), (2, 1, 80, 33, 96)] {
+        for causal in [false, true] {
+            // [B, T, H, d] transposed to [B, H, T, d], as attention modules make them
+            let make =
+                |t: usize| -> Result<Tensor> { Tensor::randn([b, t, h, d], dev)?.transpose(1, 2) };
+            let base = [make(l)?, make(s)?, make(s)?];
+            let up = Tensor::randn([b, h, l, d], dev)?;
+            let want = attention_grads(AttentionPath::Math, &base, causal, &up)?.0;
+            for &dt in dtypes {
+                let what = format!("{dt} [{b}, {h}, {l}, {d}] x {s} keys, causal {causal}");
+                // the same values in the dtype, viewed as the base tensors are
+                let cast = |t: &Tensor| -> Result<Tensor> {
+                    t.transpose(1, 2)?
+                        .to_dtype(dt)?
+                        .contiguous()?
+                        .transpose(1, 2)
+                };
+                let qkv = [cast(&base[0])?, cast(&base[1])?, cast(&base[2])?];
+                let exact: Vec<Tensor> = qkv
+                    .iter()
+                    .map(|t| t.to_dtype(DType::F32))
+                    .collect::<Result<_>>()?;
+                let exact = [exact[0].clone(), exact[1].clone(), exact[2].clone()];
+                let want = if dt == DType::F32 {
+                    want.clone()
+                } else {
+                    attention_grads(AttentionPath::Math, &exact, causal, &up)?.0
+                };
+                let (got, fused) = attention_grads(path, &qkv, causal, &up.to_dtype(dt)?)?;
+                assert!(fused, "{what}: the fused op did not run");
+                // half precision rounds the weights and the scores' gradient once
+                let tol = match dt {
+                    DType::BF16 => 2e-2,
+                    DType::F16 => 4e-3,
+                    _ => 1e-5,
+                };
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+                    assert_eq!(g.dtype(), dt, "{what}: result {i}");
+                    let (g, w) = (vals(g), vals(w));
+                    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                    let err = g
+                        .iter()
+                        .zip(&w)
+                        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(
+                        err <= tol * scale,
+                        "{what}: result {i} differs by {err} (largest value {scale})"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A GPT-style encoder given the causal mask with the `is_causal` hint gives what
+/// it gives reading the mask, and (f16/bf16 on CUDA) runs the fused op without
+/// reading it; without the hint it reads the mask.
+fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(5);
+    let opts = nn::TransformerOptions {
+        dim_feedforward: 64,
+        dropout: 0.0,
+        batch_first: true,
+        norm_first: true,
+        ..Default::default()
+    };
+    let layer = nn::TransformerEncoderLayer::new(32, 2, opts, dev)?;
+    let mut enc = nn::TransformerEncoder::new(layer, 2, None)?;
+    let dt = if dev.is_cpu() {
+        DType::F32
+    } else {
+        DType::BF16
+    };
+    enc.to_dtype(dt)?;
+    let x = Tensor::randn([2, 24, 32], dev)?.to_dtype(dt)?;
+    let mask = Tensor::ones([24, 24], DType::Bool, dev)?.triu(1)?;
+    let (masked, p1) = ember::profiler::profile(|| enc.forward_masked(&x, Some(&mask), None))?;
+    let (hinted, p2) = ember::profiler::profile(|| enc.forward_with(&x, Some(&mask), None, true))?;
+    assert!(p1.key_averages().get("attention").is_none());
+    assert_eq!(p2.key_averages().get("attention").is_some(), !dev.is_cpu());
+    let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
+    assert_close(&vals(&hinted), &vals(&masked), tol, tol);
+    // the hint needs the mask, as in PyTorch
+    assert!(enc.forward_with(&x, None, None, true).is_err());
     Ok(())
 }

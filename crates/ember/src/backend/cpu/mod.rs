@@ -1,6 +1,7 @@
 //! CPU storage and kernels. Values live in a typed `Vec` per dtype ([`CpuData`]),
 //! drawn from and returned to the host pool (`backend::host`).
 
+pub(crate) mod attention;
 pub(crate) mod channel;
 pub(crate) mod conv;
 pub(crate) mod elementwise;

@@ -1,10 +1,10 @@
 //! CPU storage: a [`CpuData`] buffer, and the CPU's answer to every primitive.
 
-use super::{channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
+use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
-    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, BinaryOp, CmpOp, ConvShape,
-    Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnShape, BinaryOp, CmpOp,
+    ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -290,6 +290,38 @@ impl BackendStorage for CpuStorage {
             (c, s),
         )
         .map(CpuStorage::new)
+    }
+
+    fn attention(
+        &self,
+        lq: &Layout,
+        (k, lk): (&Self, &Layout),
+        (v, lv): (&Self, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Self, Self)> {
+        let (o, l) = attention::attention((&self.data, lq), (&k.data, lk), (&v.data, lv), shape)?;
+        Ok((CpuStorage::new(o), CpuStorage::new(l)))
+    }
+
+    fn attention_backward(
+        &self,
+        lq: &Layout,
+        (k, lk): (&Self, &Layout),
+        (v, lv): (&Self, &Layout),
+        out: &Self,
+        lse: &Self,
+        (g, lg): (&Self, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Self, Self, Self)> {
+        let (a, b, c) = attention::attention_backward(
+            (&self.data, lq),
+            (&k.data, lk),
+            (&v.data, lv),
+            (&out.data, &lse.data),
+            (&g.data, lg),
+            shape,
+        )?;
+        Ok((CpuStorage::new(a), CpuStorage::new(b), CpuStorage::new(c)))
     }
 
     fn cross_entropy_rows(

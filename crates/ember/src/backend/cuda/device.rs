@@ -107,6 +107,8 @@ pub(crate) struct CudaDev {
     pub ordinal: usize,
     rt: Arc<dyn Runtime>,
     pub sm_count: u32,
+    /// Compute capability as `major * 10 + minor` (90 for an H100).
+    arch: u32,
     alloc: Mutex<Allocator<RtMemory>>,
     modules: Mutex<HashMap<ModuleKey, Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
@@ -252,6 +254,7 @@ pub(crate) fn existing(ordinal: usize) -> Option<Arc<CudaDev>> {
 impl CudaDev {
     fn new(ordinal: usize) -> Result<CudaDev> {
         let rt = discover::system().open(ordinal)?;
+        let (major, minor) = discover::system().properties(ordinal)?.compute_capability;
         let raw = RtMemory {
             rt: rt.clone(),
             last_error: String::new(),
@@ -259,6 +262,7 @@ impl CudaDev {
         Ok(CudaDev {
             ordinal,
             sm_count: rt.sm_count(),
+            arch: major * 10 + minor,
             rt,
             alloc: Mutex::new(if alloc::caching_from_env() {
                 Allocator::new(raw)
@@ -900,6 +904,11 @@ impl CudaDev {
 
     /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
     /// loops keep every multiprocessor busy without a huge grid.
+    /// Compute capability as `major * 10 + minor` (90 for an H100).
+    pub(crate) fn arch(&self) -> u32 {
+        self.arch
+    }
+
     pub(crate) fn grid_for(&self, n: usize, threads: u32) -> u32 {
         let blocks = n.div_ceil(threads as usize).max(1);
         blocks

@@ -26,6 +26,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("nn", include_str!("../../../kernels/nn.cu")),
     ("conv", include_str!("../../../kernels/conv.cu")),
     ("random", include_str!("../../../kernels/random.cu")),
+    ("attention", include_str!("../../../kernels/attention.cu")),
 ];
 
 /// The text NVRTC compiles for ember's kernel file `name`, instantiated for the

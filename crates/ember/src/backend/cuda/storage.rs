@@ -3,8 +3,8 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    channel_shape, scan_shape, AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, SgdStep, UnaryOp,
+    channel_shape, scan_shape, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
+    ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -358,6 +358,29 @@ impl BackendStorage for CudaStorage {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
         ops::norm_rows(self, l.offset(), rows, row, eps, rms)
+    }
+
+    fn attention(
+        &self,
+        lq: &Layout,
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Self, Self)> {
+        ops::attention((self, lq), k, v, shape)
+    }
+
+    fn attention_backward(
+        &self,
+        lq: &Layout,
+        k: (&Self, &Layout),
+        v: (&Self, &Layout),
+        out: &Self,
+        lse: &Self,
+        g: (&Self, &Layout),
+        shape: AttnShape,
+    ) -> Result<(Self, Self, Self)> {
+        ops::attention_backward((self, lq), k, v, out, lse, g, shape)
     }
 
     fn cross_entropy_rows(

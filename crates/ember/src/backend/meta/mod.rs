@@ -10,8 +10,8 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, foreach_chunks, stat_dtype, AdamStep, BinaryOp, CmpOp, ConvShape, Pool,
-    PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, foreach_chunks, stat_dtype, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape,
+    Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -196,6 +196,40 @@ impl BackendStorage for MetaStorage {
         _rms: bool,
     ) -> Result<Self> {
         self.like(l.numel())
+    }
+
+    fn attention(
+        &self,
+        _lq: &Layout,
+        _k: (&Self, &Layout),
+        _v: (&Self, &Layout),
+        sh: AttnShape,
+    ) -> Result<(Self, Self)> {
+        let n = sh.batch * sh.heads;
+        Ok((
+            self.like(n * sh.l * sh.d)?,
+            MetaStorage::new(stat_dtype(self.dtype), n * sh.l)?,
+        ))
+    }
+
+    fn attention_backward(
+        &self,
+        _lq: &Layout,
+        _k: (&Self, &Layout),
+        _v: (&Self, &Layout),
+        _out: &Self,
+        _lse: &Self,
+        _g: (&Self, &Layout),
+        sh: AttnShape,
+    ) -> Result<(Self, Self, Self)> {
+        // as the CUDA launcher: each row's Σ g · out first, freed on return
+        let n = sh.batch * sh.heads;
+        let _dsum = MetaStorage::workspace(stat_dtype(self.dtype), n * sh.l)?;
+        Ok((
+            self.like(n * sh.l * sh.d)?,
+            self.like(n * sh.s * sh.d)?,
+            self.like(n * sh.s * sh.d)?,
+        ))
     }
 
     fn cross_entropy_rows(

@@ -10,6 +10,7 @@ macro_rules! args {
     };
 }
 
+mod attention;
 mod conv;
 mod convolution;
 mod elementwise;
@@ -18,6 +19,9 @@ mod nn;
 mod random;
 mod reduce;
 
+#[cfg(test)]
+pub(crate) use attention::KAttn;
+pub(crate) use attention::{attention, attention_backward};
 pub(crate) use conv::*;
 pub(crate) use convolution::{conv2d, conv2d_backward, conv_takes_half};
 pub(crate) use elementwise::*;
@@ -323,10 +327,31 @@ fn launch_blocks(
     if items == 0 {
         return Ok(());
     }
+    launch_kernel(
+        dev,
+        (module, dtype, name),
+        (grid, 1, 1),
+        ((THREADS, 1, 1), shared),
+        params,
+    )
+}
+
+/// Launches kernel `name` of ember's kernel file `module` (compiled for `dtype`)
+/// with `grid` blocks of `block` threads and `shared` bytes of dynamic shared
+/// memory each (within the 48 KiB every kernel may use): the one place ember's
+/// own kernels are launched.
+pub(super) fn launch_kernel(
+    dev: &CudaDev,
+    (module, dtype, name): (&'static str, DType, &str),
+    grid: (u32, u32, u32),
+    (block, shared): ((u32, u32, u32), u32),
+    params: &mut [*mut c_void],
+) -> Result<()> {
     let f = dev.func(module, dtype, name)?;
     // SAFETY: the callers pass parameters matching the kernel signatures in
-    // kernels/*.cu, with device pointers to storage that holds the addressed elements.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), shared, params) }
+    // kernels/*.cu, with device pointers to storage that holds the addressed
+    // elements (each caller names the kernel whose parameters it builds).
+    unsafe { dev.launch(&f, grid, block, shared, params) }
 }
 
 pub(super) fn new_out(dev: &Arc<CudaDev>, dtype: DType, n: usize) -> Result<CudaStorage> {
@@ -383,6 +408,31 @@ mod tests {
         super::super::nvrtc::ember_source("conv", "f32").unwrap() + &checks.join("\n")
     }
 
+    /// The same for attention's `AttnArgs` (in its own kernel file).
+    fn attn_checks(offsets: bool) -> String {
+        use std::mem::{offset_of, size_of};
+        let mut checks = vec![format!(
+            "static_assert(sizeof(AttnArgs) == {}, \"AttnArgs size\");",
+            size_of::<KAttn>()
+        )];
+        if offsets {
+            for (field, off) in [
+                ("k_off", offset_of!(KAttn, k_off)),
+                ("qs", offset_of!(KAttn, qs)),
+                ("vs", offset_of!(KAttn, vs)),
+                ("heads", offset_of!(KAttn, heads)),
+                ("d", offset_of!(KAttn, d)),
+                ("scale", offset_of!(KAttn, scale)),
+                ("causal", offset_of!(KAttn, causal)),
+            ] {
+                checks.push(format!(
+                    "static_assert(__builtin_offsetof(AttnArgs, {field}) == {off}, \"AttnArgs.{field}\");"
+                ));
+            }
+        }
+        super::super::nvrtc::ember_source("attention", "bf16").unwrap() + &checks.join("\n")
+    }
+
     /// The structs passed to kernels by value have Rust's sizes in NVRTC's compiler
     /// (which has no `offsetof`; CUDA lays kernel parameters out like the host ABI).
     /// Skips without NVRTC unless `EMBER_REQUIRE_NVRTC` is set.
@@ -398,8 +448,13 @@ mod tests {
             return;
         }
         let compile = |name, src: &str| super::super::nvrtc::compile(name, src, 80, &[]);
-        if let Err(e) = compile("abi_check", &struct_checks(false)) {
-            panic!("the kernel structs differ from Rust's: {e}");
+        for (name, src) in [
+            ("abi_check", struct_checks(false)),
+            ("abi_attn", attn_checks(false)),
+        ] {
+            if let Err(e) = compile(name, &src) {
+                panic!("the kernel structs differ from Rust's: {e}");
+            }
         }
         // the check can fail: a wrong size does not compile
         let bad = struct_checks(false).replace("sizeof(Layout) ==", "sizeof(Layout) + 8 ==");
@@ -410,12 +465,17 @@ mod tests {
     /// compiler of the CUDA simulator (skipped without one).
     #[test]
     fn by_value_structs_match_under_the_host_compiler() {
-        let src = struct_checks(true);
-        match super::super::sim::compile("abi_check", &src, &[]) {
-            Ok(_) => {}
-            Err(Error::CudaUnavailable { reason }) => eprintln!("skipped: {reason}"),
-            Err(e) => panic!("the kernel structs differ from Rust's: {e}"),
+        for (name, src) in [
+            ("abi_check", struct_checks(true)),
+            ("abi_attn", attn_checks(true)),
+        ] {
+            match super::super::sim::compile(name, &src, &[]) {
+                Ok(_) => {}
+                Err(Error::CudaUnavailable { reason }) => eprintln!("skipped: {reason}"),
+                Err(e) => panic!("the kernel structs differ from Rust's: {e}"),
+            }
         }
+        let src = struct_checks(true);
         let bad = src.replace("(Conv, oh) ==", "(Conv, oh) + 8 ==");
         assert!(super::super::sim::compile("abi_check_bad", &bad, &[]).is_err());
     }

@@ -46,7 +46,7 @@ pub(crate) fn random(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::ops::THREADS;
+    use crate::backend::cuda::ops::{launch_kernel, THREADS};
 
     /// Philox4x32-10 on a full 128-bit counter and 64-bit key: the reference for
     /// kernels/random.cu.
@@ -100,9 +100,9 @@ mod tests {
         let (seed, offset) = (0x0123_4567_89ab_cdefu64, (1u64 << 32) - 3);
         let out = new_out(&dev, DType::I64, counters * 2).unwrap(); // 4 u32 per counter
         let (po, c64) = (out.ptr(), counters as i64);
-        let f = dev.func("random", DType::F32, "philox_raw").unwrap();
         let mut p = args![po, c64, seed, offset];
-        unsafe { dev.launch(&f, (4, 1, 1), (THREADS, 1, 1), 0, &mut p) }.unwrap();
+        let name = ("random", DType::F32, "philox_raw");
+        launch_kernel(&dev, name, (4, 1, 1), ((THREADS, 1, 1), 0), &mut p).unwrap();
         let words: Vec<u32> = match out.to_cpu().unwrap() {
             crate::dtype::CpuData::I64(v) => v
                 .iter()

@@ -2,8 +2,8 @@
 //! several blocks per output), column sums, and the softmax family.
 
 use super::{
-    base_ptr, launch_chunks, launch_lists, launch_n, launch_rows, launch_rows_shared, new_out,
-    suffix, tensor_lists, KLayout, ListTensor, THREADS,
+    base_ptr, launch_chunks, launch_kernel, launch_lists, launch_n, launch_rows,
+    launch_rows_shared, new_out, suffix, tensor_lists, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
@@ -63,17 +63,27 @@ pub(crate) fn reduce(
     let cap = |blocks: usize| blocks.clamp(1, 65535 * 32) as u32;
     match reduce_plan(n_out, lane, dev.sm_count as usize) {
         ReducePlan::WarpPerOutput => {
-            let f = dev.func("reduce", x.dtype(), &name("_warp"))?;
             let mut p = args![px, kl, po, no, ln, code, correction];
             let grid = cap(n_out.div_ceil(THREADS as usize / 32));
-            // SAFETY: parameters match `reduce_warp_<T>[_i64]` in kernels/reduce.cu.
-            unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+            // `reduce_warp_<T>[_i64]`
+            launch_kernel(
+                dev,
+                ("reduce", x.dtype(), &name("_warp")),
+                (grid, 1, 1),
+                ((THREADS, 1, 1), 0),
+                &mut p,
+            )?;
         }
         ReducePlan::BlockPerOutput => {
-            let f = dev.func("reduce", x.dtype(), &name(""))?;
             let mut p = args![px, kl, po, no, ln, code, correction];
-            // SAFETY: parameters match `reduce_<T>[_i64]` in kernels/reduce.cu.
-            unsafe { dev.launch(&f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+            // `reduce_<T>[_i64]`
+            launch_kernel(
+                dev,
+                ("reduce", x.dtype(), &name("")),
+                (cap(n_out), 1, 1),
+                ((THREADS, 1, 1), 0),
+                &mut p,
+            )?;
         }
         ReducePlan::Split(splits) => {
             let slots = n_out * splits;
@@ -83,20 +93,26 @@ pub(crate) fn reduce(
             let pv = partials.ptr();
             let (pi, pm) = (pv + 8 * slots as u64, pv + 16 * slots as u64);
             let sp = splits as i64;
-            let f = dev.func(
-                "reduce",
-                x.dtype(),
-                &out_kernel("reduce_partial", x.dtype(), false),
-            )?;
+            let partial = out_kernel("reduce_partial", x.dtype(), false);
             let mut p = args![px, kl, no, ln, sp, code, pv, pi, pm];
-            // SAFETY: parameters match `reduce_partial_<T>`; the partial arrays hold
-            // `slots` entries each.
-            unsafe { dev.launch(&f, (cap(slots), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
-            let f = dev.func("reduce", x.dtype(), &name("_finish"))?;
+            // `reduce_partial_<T>`: the partial arrays hold `slots` entries each
+            launch_kernel(
+                dev,
+                ("reduce", x.dtype(), &partial),
+                (cap(slots), 1, 1),
+                ((THREADS, 1, 1), 0),
+                &mut p,
+            )?;
             let mut p = args![pv, pi, pm, po, no, ln, sp, code, correction];
-            // SAFETY: parameters match `reduce_finish_<T>[_i64]`; `partials` is
-            // freed after both launches, in stream order.
-            unsafe { dev.launch(&f, (cap(n_out), 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+            // `reduce_finish_<T>[_i64]`: `partials` is freed after both launches,
+            // in stream order
+            launch_kernel(
+                dev,
+                ("reduce", x.dtype(), &name("_finish")),
+                (cap(n_out), 1, 1),
+                ((THREADS, 1, 1), 0),
+                &mut p,
+            )?;
         }
     }
     Ok(out)
@@ -132,28 +148,46 @@ fn col_sum(
     let (r, c) = (rows as i64, cols as i64);
     let block = (COL_W as u32, COL_H, 1);
     if splits == 1 {
-        let f = dev.func("reduce", dt, &out_kernel("col_sum", dt, i64_out))?;
         let po = out.ptr();
         let mut p = args![px, po, r, c, divisor];
-        // SAFETY: parameters match `col_sum_<T>[_i64]`; `x` holds rows * cols
-        // elements from `offset`, `out` holds cols.
-        return unsafe { dev.launch(&f, (grid_x, 1, 1), block, 0, &mut p) };
+        // `col_sum_<T>[_i64]`: `x` holds rows * cols elements from `offset`, `out`
+        // holds cols
+        let name = out_kernel("col_sum", dt, i64_out);
+        return launch_kernel(
+            dev,
+            ("reduce", dt, &name),
+            (grid_x, 1, 1),
+            (block, 0),
+            &mut p,
+        );
     }
     // partials: `splits` rows of `cols` values in the accumulation type (at most
     // 8 bytes each)
     let partials = CudaStorage::alloc(dev, DType::I64, splits * cols)?;
     let pp = partials.ptr();
     let one = 1.0f64;
-    let f = dev.func("reduce", dt, &format!("col_sum_{}_acc", suffix(dt)))?;
     let mut p = args![px, pp, r, c, one];
-    // SAFETY: parameters match `col_sum_<T>_acc`; the partials hold splits * cols.
-    unsafe { dev.launch(&f, (grid_x, splits as u32, 1), block, 0, &mut p) }?;
-    let f = dev.func("reduce", dt, &out_kernel("col_sum_acc", dt, i64_out))?;
+    // `col_sum_<T>_acc`: the partials hold splits * cols
+    let name = format!("col_sum_{}_acc", suffix(dt));
+    launch_kernel(
+        dev,
+        ("reduce", dt, &name),
+        (grid_x, splits as u32, 1),
+        (block, 0),
+        &mut p,
+    )?;
     let (po, sr) = (out.ptr(), splits as i64);
     let mut p = args![pp, po, sr, c, divisor];
-    // SAFETY: parameters match `col_sum_acc_<T>[_i64]`; `partials` is freed after
-    // both launches, in stream order.
-    unsafe { dev.launch(&f, (grid_x, 1, 1), block, 0, &mut p) }
+    // `col_sum_acc_<T>[_i64]`: `partials` is freed after both launches, in stream
+    // order
+    let name = out_kernel("col_sum_acc", dt, i64_out);
+    launch_kernel(
+        dev,
+        ("reduce", dt, &name),
+        (grid_x, 1, 1),
+        (block, 0),
+        &mut p,
+    )
 }
 
 /// The name of kernel `base` for input `dtype`: `{base}_{suffix}`, with `_i64` for
@@ -336,18 +370,20 @@ pub(crate) fn cumulative(
     if total == 0 {
         return Ok(out);
     }
-    let f = dev.func(
-        "reduce",
-        x.dtype(),
-        &format!("cumulative_{}", suffix(x.dtype())),
-    )?;
+    let name = format!("cumulative_{}", suffix(x.dtype()));
     let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
     let (po, o, len, i, code) = (out.ptr(), outer as i64, n as i64, inner as i64, op as i32);
     let mut p = args![px, po, o, len, i, code];
     let lines = outer * inner;
     let grid = lines.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
-    // SAFETY: parameters match `cumulative_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    // `cumulative_<T>`
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &name),
+        (grid, 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut p,
+    )?;
     Ok(out)
 }
 
@@ -368,18 +404,20 @@ pub(crate) fn argsort(
     if total == 0 {
         return Ok(out);
     }
-    let f = dev.func(
-        "reduce",
-        x.dtype(),
-        &format!("argsort_{}", suffix(x.dtype())),
-    )?;
+    let name = format!("argsort_{}", suffix(x.dtype()));
     let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
     let (po, len, i, desc) = (out.ptr(), n as i64, inner as i64, descending as i32);
     let t = total as i64;
     let mut p = args![px, po, t, len, i, desc];
     let grid = total.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
-    // SAFETY: parameters match `argsort_<T>`.
-    unsafe { dev.launch(&f, (grid, 1, 1), (THREADS, 1, 1), 0, &mut p) }?;
+    // `argsort_<T>`
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &name),
+        (grid, 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut p,
+    )?;
     Ok(out)
 }
 
@@ -396,12 +434,13 @@ fn launch_grid(
     block: u32,
     params: &mut [*mut c_void],
 ) -> Result<()> {
-    let dev = x.dev();
-    let f = dev.func("reduce", x.dtype(), name)?;
-    // SAFETY: the callers pass parameters matching the kernels of
-    // kernels/reduce.cu, with device pointers to storage that holds the addressed
-    // elements.
-    unsafe { dev.launch(&f, grid, (block, 1, 1), 0, params) }
+    launch_kernel(
+        x.dev(),
+        ("reduce", x.dtype(), name),
+        grid,
+        ((block, 1, 1), 0),
+        params,
+    )
 }
 
 /// Each channel's mean and biased variance of the contiguous `[n, c, s]` elements

@@ -1,0 +1,501 @@
+// Fused attention (FlashAttention's algorithm) for f16/bf16 on tensor cores:
+// softmax(q kᵀ · scale) v over tiles of queries and keys, never writing the
+// [L, S] scores, with the row statistics kept in float32; and its backward, which
+// recomputes the weights from each row's log-sum-exp.
+//
+// The products are warp-wide `mma.sync.m16n8k16` (sm_80 and later) with float32
+// accumulators. A warp owns 16 rows of a tile; its lane `lane` holds, of an
+// accumulator tile of 16 x 8, the elements (g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1) with g = lane / 4, t = lane % 4 (PTX's fragment layout). A
+// product's result feeds the next product as its A operand without leaving the
+// registers (the weights into `· v`, the scores' gradient into `· k`).
+//
+// Operands are [batch, heads, rows, d] views whose last dim is contiguous, with
+// element strides (batch, head, row) that are multiples of 8 (16-byte loads);
+// `d` is a multiple of 8 up to the kernel's DM (64 or 128), the columns beyond
+// `d` read as zeros and are never written. Rows past a sequence's end are masked.
+//
+// Kernels (S = dtype suffix, D = DM):
+//   attn_fwd_S_dD      grid (L/64, batch·heads): out [.., L, d] and lse [.., L]
+//                      (natural log of each row's sum of exp(scaled scores))
+//   attn_dot_S         D[row] = Σ dout · out (float32), the softmax backward's term
+//   attn_bwd_kv_S_dD   grid (S/64, batch·heads): dk, dv (each key block loops
+//                      over the query blocks that see it)
+//   attn_bwd_q_S_dD    grid (L/64, batch·heads): dq
+// The backward makes no atomic adds: each gradient element has one writer, so
+// the results do not depend on the order blocks run in.
+
+#define ATT_THREADS 128
+#define ATT_LOG2E 1.4426950408889634f
+
+struct AttnArgs {
+    i64 q_off, k_off, v_off;
+    i64 qs[3], ks[3], vs[3];  // element strides of (batch, head, row)
+    int heads, l, s, d;
+    float scale;  // the scores' scale (1/sqrt(d) by default)
+    int causal;   // 1: query i sees keys 0..=i
+};
+
+struct __align__(16) vec16 {
+    unsigned a, b, c, d;
+};
+
+// Whether T is bf16 (else f16): picks the mma's operand type.
+template <typename T> struct mma_is_bf16 { static const bool value = false; };
+template <> struct mma_is_bf16<bf16> { static const bool value = true; };
+
+template <typename T> __device__ __forceinline__ float half_bits_to_float(unsigned b);
+template <> __device__ __forceinline__ float half_bits_to_float<bf16>(unsigned b) {
+    return __uint_as_float((b & 0xffffu) << 16);
+}
+template <> __device__ __forceinline__ float half_bits_to_float<f16>(unsigned b) {
+    f16 h;
+    h.bits = (u16)(b & 0xffffu);
+    return f16_to_float(h);
+}
+
+// Two floats rounded to T and packed as an operand register (the first in the
+// low half: the smaller column).
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    const T a = narrow<T>(lo), b = narrow<T>(hi);
+    return (unsigned)a.bits | ((unsigned)b.bits << 16);
+}
+
+// c += a · b for one 16 x 8 x 16 tile: a (16 x 16, rows) as 4 registers of 2
+// elements, b (16 x 8, columns) as 2, c (16 x 8) as 4 floats, in the lane
+// layout above (a[0]: (g, 2t..), a[1]: (g + 8, 2t..), a[2]: (g, 2t + 8..),
+// a[3]: (g + 8, 2t + 8..); b[0]: rows 2t.., column g; b[1]: rows 2t + 8..).
+template <typename T> __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
+#ifdef EMBER_SIMULATOR
+    // the simulator: each lane gathers its rows of a and columns of b from the
+    // lanes that hold them
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int k = 0; k < 16; k += 2) {
+        const int owner = (k & 7) >> 1;
+        const unsigned alo = __shfl_sync(0xffffffffu, k < 8 ? a[0] : a[2], g * 4 + owner);
+        const unsigned ahi = __shfl_sync(0xffffffffu, k < 8 ? a[1] : a[3], g * 4 + owner);
+        const unsigned b0 = __shfl_sync(0xffffffffu, k < 8 ? b[0] : b[1], (2 * t) * 4 + owner);
+        const unsigned b1 = __shfl_sync(0xffffffffu, k < 8 ? b[0] : b[1], (2 * t + 1) * 4 + owner);
+        const float a00 = half_bits_to_float<T>(alo), a01 = half_bits_to_float<T>(alo >> 16);
+        const float a10 = half_bits_to_float<T>(ahi), a11 = half_bits_to_float<T>(ahi >> 16);
+        const float b00 = half_bits_to_float<T>(b0), b10 = half_bits_to_float<T>(b0 >> 16);
+        const float b01 = half_bits_to_float<T>(b1), b11 = half_bits_to_float<T>(b1 >> 16);
+        c[0] += a00 * b00 + a01 * b10;
+        c[1] += a00 * b01 + a01 * b11;
+        c[2] += a10 * b00 + a11 * b10;
+        c[3] += a10 * b01 + a11 * b11;
+    }
+#elif __CUDA_ARCH__ >= 800
+    if (mma_is_bf16<T>::value) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+#else
+    // ember launches these kernels on sm_80 and later only
+    __trap();
+#endif
+}
+
+// A register of two consecutive 16-bit elements of shared memory.
+__device__ __forceinline__ unsigned sh32(const u16* p) { return *(const unsigned*)p; }
+
+// The A fragments (DM / 16 of them) of 16 rows starting at `row` of a
+// [rows, d] view in global memory (row stride `rs`), zero past `rows` or `d`.
+template <int DM>
+__device__ __forceinline__ void load_a_rows(unsigned (*frag)[4], const u16* base, i64 rs, int row, int rows, int d) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < DM / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int rr = row + g + ((r & 1) ? 8 : 0);
+            const int cc = kk * 16 + 2 * t + ((r & 2) ? 8 : 0);
+            frag[kk][r] = (rr < rows && cc < d) ? *(const unsigned*)(base + (i64)rr * rs + cc) : 0u;
+        }
+    }
+}
+
+// Copies rows [r0, r0 + R) of a [rows, d] view in global memory into shared
+// memory: row-major with row stride DM + 8 (`rm`, may be null) and/or transposed
+// (`tr`, [DM][R + 8]); zeros past `rows` or `d`.
+template <int DM, int R>
+__device__ __forceinline__ void load_tile(u16* rm, u16* tr, const u16* base, i64 rs, int r0, int rows, int d) {
+    for (int i = threadIdx.x; i < R * (DM / 8); i += ATT_THREADS) {
+        const int r = i / (DM / 8), c = (i % (DM / 8)) * 8;
+        vec16 v = {0u, 0u, 0u, 0u};
+        if (r0 + r < rows && c < d) v = *(const vec16*)(base + (i64)(r0 + r) * rs + c);
+        if (rm) *(vec16*)(rm + r * (DM + 8) + c) = v;
+        if (tr) {
+            const unsigned w[4] = {v.a, v.b, v.c, v.d};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                tr[(c + 2 * j) * (R + 8) + r] = (u16)(w[j] & 0xffffu);
+                tr[(c + 2 * j + 1) * (R + 8) + r] = (u16)(w[j] >> 16);
+            }
+        }
+    }
+}
+
+// Whether query `qi` may see key `kj`.
+__device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) {
+    return qi < a.l && kj < a.s && !(a.causal && kj > qi);
+}
+
+template <typename T, int DM>
+__device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, float* lse, AttnArgs a) {
+    const int BR = 64, BC = 64;
+    __shared__ __align__(16) u16 sk[BC * (DM + 8)];
+    __shared__ __align__(16) u16 svt[DM * (BC + 8)];
+    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = blockIdx.x * BR, row0 = q0 + warp * 16;
+    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+
+    unsigned qa[DM / 16][4];
+    load_a_rows<DM>(qa, q, a.qs[2], row0, a.l, a.d);
+    float o[DM / 8][4];
+#pragma unroll
+    for (int n = 0; n < DM / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    const float neg_inf = __int_as_float(0xff800000);
+    float m[2] = {neg_inf, neg_inf}, sum[2] = {0.f, 0.f};
+    const float c2 = a.scale * ATT_LOG2E;
+
+    const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
+    for (int j0 = 0; j0 < kend; j0 += BC) {
+        __syncthreads();
+        load_tile<DM, BC>(sk, nullptr, k, a.ks[2], j0, a.s, a.d);
+        load_tile<DM, BC>(nullptr, svt, v, a.vs[2], j0, a.s, a.d);
+        __syncthreads();
+        // scores of this warp's 16 rows against the block's keys
+        float s[BC / 8][4];
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < DM / 16; ++kk) {
+                if (kk * 16 >= a.d) break;
+                const u16* p = sk + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
+                const unsigned bf[2] = {sh32(p), sh32(p + 8)};
+                mma16816<T>(s[n], qa[kk], bf);
+            }
+        }
+        // scale (in log2 units) and mask, each row's new max, weights
+        float mx[2] = {neg_inf, neg_inf};
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 : neg_inf;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+        }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mnew = fmaxf(m[r], mx[r]);
+            base[r] = mnew == neg_inf ? 0.f : mnew;  // a row that sees no key yet
+            alpha[r] = exp2f(m[r] - base[r]);
+            m[r] = mnew;
+            sum[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[n][e] = exp2f(s[n][e] - base[e >> 1]);
+                sum[e >> 1] += s[n][e];
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < DM / 8; ++n) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+        // out += weights · v, the weights as A fragments straight from s
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) {
+            const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < DM / 8; ++n) {
+                if (n * 8 >= a.d) break;
+                const u16* p = svt + (n * 8 + g) * (BC + 8) + kk * 16 + 2 * t;
+                const unsigned bf[2] = {sh32(p), sh32(p + 8)};
+                mma16816<T>(o[n], pa, bf);
+            }
+        }
+    }
+    // each row's sum over its four lanes, then out = o / sum
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+    u16* out = (u16*)out_ + (i64)bh * a.l * a.d;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int qi = row0 + g + 8 * r;
+        if (qi >= a.l) continue;
+        const float inv = sum[r] > 0.f ? 1.f / sum[r] : 0.f;
+#pragma unroll
+        for (int n = 0; n < DM / 8; ++n) {
+            const int c = n * 8 + 2 * t;
+            if (c < a.d) *(unsigned*)(out + (i64)qi * a.d + c) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        }
+        if (t == 0) lse[(i64)bh * a.l + qi] = sum[r] > 0.f ? (m[r] + log2f(sum[r])) / ATT_LOG2E : neg_inf;
+    }
+}
+
+// D[row] = Σ_c dout[row, c] · out[row, c] over `rows` contiguous rows of `d`, a
+// warp per row.
+template <typename T>
+__device__ void attn_dot_impl(const T* dout, const AttnArgs a, const T* out, float* dsum, i64 rows) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (i64 r = (i64)blockIdx.x * (ATT_THREADS / 32) + warp; r < rows; r += (i64)gridDim.x * (ATT_THREADS / 32)) {
+        // dout is a [batch, heads, L, d] view (strides in a.qs), out contiguous
+        const i64 bh = r / a.l, qi = r % a.l, b = bh / a.heads, h = bh % a.heads;
+        const T* g = dout + a.q_off + b * a.qs[0] + h * a.qs[1] + qi * a.qs[2];
+        const T* o = out + r * a.d;
+        float acc = 0.f;
+        for (int c = lane; c < a.d; c += 32) acc += widen(g[c]) * widen(o[c]);
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) dsum[r] = acc;
+    }
+}
+
+// The keys' and values' gradients of a block of 64 keys (a warp per 16), over
+// the query blocks that see them: with the roles of rows and columns swapped,
+// sᵀ = k qᵀ, pᵀ = exp(sᵀ · scale - lse), dv += pᵀ dout, dpᵀ = v doutᵀ,
+// dsᵀ = pᵀ (dpᵀ - D), dk += dsᵀ q · scale.
+template <typename T, int DM>
+__device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* dout_, const float* lse,
+                                 const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
+    const int BK = 64, BQ = DM <= 64 ? 64 : 32;
+    __shared__ __align__(16) u16 sq[BQ * (DM + 8)];
+    __shared__ __align__(16) u16 sqt[DM * (BQ + 8)];
+    __shared__ __align__(16) u16 sdo[BQ * (DM + 8)];
+    __shared__ __align__(16) u16 sdot[DM * (BQ + 8)];
+    __shared__ float slse[BQ], sd[BQ];
+    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int k0 = blockIdx.x * BK, key0 = k0 + warp * 16;
+    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const u16* dout = (const u16*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
+    const float* lse_bh = lse + (i64)bh * a.l;
+    const float* d_bh = dsum + (i64)bh * a.l;
+
+    unsigned ka[DM / 16][4], va[DM / 16][4];
+    load_a_rows<DM>(ka, k, a.ks[2], key0, a.s, a.d);
+    load_a_rows<DM>(va, v, a.vs[2], key0, a.s, a.d);
+    float dk[DM / 8][4], dv[DM / 8][4];
+#pragma unroll
+    for (int n = 0; n < DM / 8; ++n)
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+    const float c2 = a.scale * ATT_LOG2E;
+
+    // with the causal mask, queries before the block's first key see none of it
+    const int qstart = a.causal ? (k0 / BQ) * BQ : 0;
+    for (int i0 = qstart; i0 < a.l; i0 += BQ) {
+        __syncthreads();
+        load_tile<DM, BQ>(sq, sqt, q, a.qs[2], i0, a.l, a.d);
+        load_tile<DM, BQ>(sdo, sdot, dout, ga.qs[2], i0, a.l, a.d);
+        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+            const bool in = i0 + i < a.l;
+            slse[i] = in ? lse_bh[i0 + i] * ATT_LOG2E : 0.f;
+            sd[i] = in ? d_bh[i0 + i] : 0.f;
+        }
+        __syncthreads();
+        // sᵀ: this warp's 16 keys against the block's queries, then pᵀ
+        float p[BQ / 8][4], dp[BQ / 8][4];
+#pragma unroll
+        for (int n = 0; n < BQ / 8; ++n) {
+            p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < DM / 16; ++kk) {
+                if (kk * 16 >= a.d) break;
+                const u16* pq = sq + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
+                const unsigned bq[2] = {sh32(pq), sh32(pq + 8)};
+                mma16816<T>(p[n], ka[kk], bq);
+                const u16* pd = sdo + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
+                const unsigned bd[2] = {sh32(pd), sh32(pd + 8)};
+                mma16816<T>(dp[n], va[kk], bd);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
+                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - slse[qc]) : 0.f;
+                p[n][e] = w;
+                dp[n][e] = w * (dp[n][e] - sd[qc]);  // dsᵀ
+            }
+        }
+        // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
+#pragma unroll
+        for (int kq = 0; kq < BQ / 16; ++kq) {
+            const unsigned pa[4] = {pack2<T>(p[2 * kq][0], p[2 * kq][1]), pack2<T>(p[2 * kq][2], p[2 * kq][3]),
+                                    pack2<T>(p[2 * kq + 1][0], p[2 * kq + 1][1]),
+                                    pack2<T>(p[2 * kq + 1][2], p[2 * kq + 1][3])};
+            const unsigned da[4] = {pack2<T>(dp[2 * kq][0], dp[2 * kq][1]), pack2<T>(dp[2 * kq][2], dp[2 * kq][3]),
+                                    pack2<T>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]),
+                                    pack2<T>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
+#pragma unroll
+            for (int n = 0; n < DM / 8; ++n) {
+                if (n * 8 >= a.d) break;
+                const u16* pd = sdot + (n * 8 + g) * (BQ + 8) + kq * 16 + 2 * t;
+                const unsigned bd[2] = {sh32(pd), sh32(pd + 8)};
+                mma16816<T>(dv[n], pa, bd);
+                const u16* pq = sqt + (n * 8 + g) * (BQ + 8) + kq * 16 + 2 * t;
+                const unsigned bq[2] = {sh32(pq), sh32(pq + 8)};
+                mma16816<T>(dk[n], da, bq);
+            }
+        }
+    }
+    u16* dk_out = (u16*)dk_ + (i64)bh * a.s * a.d;
+    u16* dv_out = (u16*)dv_ + (i64)bh * a.s * a.d;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int kj = key0 + g + 8 * r;
+        if (kj >= a.s) continue;
+#pragma unroll
+        for (int n = 0; n < DM / 8; ++n) {
+            const int c = n * 8 + 2 * t;
+            if (c >= a.d) continue;
+            *(unsigned*)(dk_out + (i64)kj * a.d + c) = pack2<T>(dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
+            *(unsigned*)(dv_out + (i64)kj * a.d + c) = pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+// The queries' gradient of a block of 64 queries (a warp per 16), over the key
+// blocks they see: s = q kᵀ, p = exp(s · scale - lse), dp = dout vᵀ,
+// ds = p (dp - D), dq += ds k · scale.
+template <typename T, int DM>
+__device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* dout_, const float* lse,
+                                const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
+    const int BR = 64, BK = DM <= 64 ? 64 : 32;
+    __shared__ __align__(16) u16 sk[BK * (DM + 8)];
+    __shared__ __align__(16) u16 skt[DM * (BK + 8)];
+    __shared__ __align__(16) u16 sv[BK * (DM + 8)];
+    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = blockIdx.x * BR, row0 = q0 + warp * 16;
+    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const u16* dout = (const u16*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
+
+    unsigned qa[DM / 16][4], ga_[DM / 16][4];
+    load_a_rows<DM>(qa, q, a.qs[2], row0, a.l, a.d);
+    load_a_rows<DM>(ga_, dout, ga.qs[2], row0, a.l, a.d);
+    float lrow[2], drow[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int qi = row0 + g + 8 * r;
+        lrow[r] = qi < a.l ? lse[(i64)bh * a.l + qi] * ATT_LOG2E : 0.f;
+        drow[r] = qi < a.l ? dsum[(i64)bh * a.l + qi] : 0.f;
+    }
+    float dq[DM / 8][4];
+#pragma unroll
+    for (int n = 0; n < DM / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    const float c2 = a.scale * ATT_LOG2E;
+
+    const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+        __syncthreads();
+        load_tile<DM, BK>(sk, skt, k, a.ks[2], j0, a.s, a.d);
+        load_tile<DM, BK>(sv, nullptr, v, a.vs[2], j0, a.s, a.d);
+        __syncthreads();
+        float p[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < BK / 8; ++n) {
+            p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < DM / 16; ++kk) {
+                if (kk * 16 >= a.d) break;
+                const u16* pk = sk + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
+                const unsigned bk[2] = {sh32(pk), sh32(pk + 8)};
+                mma16816<T>(p[n], qa[kk], bk);
+                const u16* pv = sv + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
+                const unsigned bv[2] = {sh32(pv), sh32(pv + 8)};
+                mma16816<T>(dp[n], ga_[kk], bv);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - lrow[e >> 1]) : 0.f;
+                dp[n][e] = w * (dp[n][e] - drow[e >> 1]);  // ds
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            const unsigned da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
+                                    pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                                    pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < DM / 8; ++n) {
+                if (n * 8 >= a.d) break;
+                const u16* pk = skt + (n * 8 + g) * (BK + 8) + kk * 16 + 2 * t;
+                const unsigned bk[2] = {sh32(pk), sh32(pk + 8)};
+                mma16816<T>(dq[n], da, bk);
+            }
+        }
+    }
+    u16* dq_out = (u16*)dq_ + (i64)bh * a.l * a.d;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int qi = row0 + g + 8 * r;
+        if (qi >= a.l) continue;
+#pragma unroll
+        for (int n = 0; n < DM / 8; ++n) {
+            const int c = n * 8 + 2 * t;
+            if (c < a.d)
+                *(unsigned*)(dq_out + (i64)qi * a.d + c) = pack2<T>(dq[n][2 * r] * a.scale, dq[n][2 * r + 1] * a.scale);
+        }
+    }
+}
+
+#define ATTENTION_DM(T, S, D)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attn_fwd_##S##_d##D(const T* q, const T* k, const T* v, T* out, float* lse, AttnArgs a) {             \
+        attn_fwd_impl<T, D>(q, k, v, out, lse, a);                                                             \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attn_bwd_kv_##S##_d##D(const T* q, const T* k, const T* v, const T* dout, const float* lse,            \
+                               const float* dsum, T* dk, T* dv, AttnArgs a, AttnArgs ga) {                     \
+        attn_bwd_kv_impl<T, D>(q, k, v, dout, lse, dsum, dk, dv, a, ga);                                       \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attn_bwd_q_##S##_d##D(const T* q, const T* k, const T* v, const T* dout, const float* lse,             \
+                              const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {                             \
+        attn_bwd_q_impl<T, D>(q, k, v, dout, lse, dsum, dq, a, ga);                                            \
+    }
+
+#define ATTENTION(T, S)                                                                                       \
+    ATTENTION_DM(T, S, 64)                                                                                     \
+    ATTENTION_DM(T, S, 128)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attn_dot_##S(const T* dout, AttnArgs ga, const T* out, float* dsum, i64 rows) {                       \
+        attn_dot_impl<T>(dout, ga, out, dsum, rows);                                                           \
+    }
+
+IF_f16(ATTENTION(f16, f16)) IF_bf16(ATTENTION(bf16, bf16))

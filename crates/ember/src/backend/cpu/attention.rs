@@ -1,0 +1,215 @@
+//! Fused attention on the CPU (`BackendStorage::attention`): one query row at a
+//! time, its scores over the keys it sees kept only while the row is computed, in
+//! the accumulator type; each (batch, head) pair on a thread of its own.
+
+use crate::backend::host::alloc_uninit;
+use crate::backend::op::AttnShape;
+use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
+use crate::layout::Layout;
+use crate::{Error, Result};
+use num_traits::{Float, Zero};
+use rayon::prelude::*;
+
+/// A rank-4 view `[batch, heads, rows, d]` (last dim contiguous) of a slice.
+#[derive(Clone, Copy)]
+struct View<'a, T> {
+    data: &'a [T],
+    offset: usize,
+    strides: [usize; 3],
+}
+
+impl<'a, T: Copy> View<'a, T> {
+    fn new(data: &'a [T], l: &Layout) -> View<'a, T> {
+        let s = l.strides();
+        View {
+            data,
+            offset: l.offset(),
+            strides: [s[0], s[1], s[2]],
+        }
+    }
+
+    /// Row `r` of the pair `(b, h)`, `d` elements.
+    fn row(&self, (b, h): (usize, usize), r: usize, d: usize) -> &'a [T] {
+        let at = self.offset + b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
+        &self.data[at..at + d]
+    }
+}
+
+fn dot<T: FloatDType>(a: &[T], b: &[T]) -> T::Acc {
+    a.iter()
+        .zip(b)
+        .fold(T::Acc::zero(), |s, (&x, &y)| s + x.to_acc() * y.to_acc())
+}
+
+/// The scaled scores of query row `qi` against the keys it sees (`s` of them at
+/// most), in `scores`, and their maximum (`-inf` for none).
+fn scores_of<T: FloatDType>(
+    q: &[T],
+    k: &View<'_, T>,
+    pair: (usize, usize),
+    (qi, sh): (usize, &AttnShape),
+    scores: &mut Vec<T::Acc>,
+) -> T::Acc {
+    scores.clear();
+    let scale = T::Acc::c(sh.scale);
+    let mut m = T::Acc::neg_infinity();
+    for j in (0..sh.s).take_while(|&j| sh.visible(qi, j)) {
+        let x = dot(q, k.row(pair, j, sh.d)) * scale;
+        m = m.max(x);
+        scores.push(x);
+    }
+    m
+}
+
+/// One (batch, head) pair's index and its output rows and log-sum-exps to write.
+type Pair<'a, T, A> = (usize, (&'a mut [T], &'a mut [A]));
+
+/// One (batch, head) pair's index and its dq, dk and dv rows to write.
+type GradPair<'a, T> = (usize, (&'a mut [T], (&'a mut [T], &'a mut [T])));
+
+pub(crate) fn attention(
+    (q, lq): (&CpuData, &Layout),
+    (k, lk): (&CpuData, &Layout),
+    (v, lv): (&CpuData, &Layout),
+    sh: AttnShape,
+) -> Result<(CpuData, CpuData)> {
+    fn go<T: FloatDType + CpuElem>(
+        q: View<'_, T>,
+        k: View<'_, T>,
+        v: View<'_, T>,
+        sh: AttnShape,
+    ) -> Result<(CpuData, CpuData)> {
+        let (n, l, d) = (sh.batch * sh.heads, sh.l, sh.d);
+        let mut out = alloc_uninit::<T>(n * l * d)?;
+        let mut lse = alloc_uninit::<T::Acc>(n * l)?;
+        let body = |(i, (o, ls)): Pair<'_, T, T::Acc>| {
+            let pair = (i / sh.heads, i % sh.heads);
+            let (mut scores, mut acc) = (Vec::new(), vec![T::Acc::zero(); d]);
+            for qi in 0..l {
+                let m = scores_of(q.row(pair, qi, d), &k, pair, (qi, &sh), &mut scores);
+                acc.iter_mut().for_each(|a| *a = T::Acc::zero());
+                let mut sum = T::Acc::zero();
+                for (j, &x) in scores.iter().enumerate() {
+                    let p = (x - m).exp();
+                    sum = sum + p;
+                    for (a, &vv) in acc.iter_mut().zip(v.row(pair, j, d)) {
+                        *a = *a + p * vv.to_acc();
+                    }
+                }
+                let inv = if sum > T::Acc::zero() {
+                    sum.recip()
+                } else {
+                    T::Acc::zero()
+                };
+                for (dst, &a) in o[qi * d..(qi + 1) * d].iter_mut().zip(&acc) {
+                    *dst = T::from_acc(a * inv);
+                }
+                ls[qi] = if scores.is_empty() {
+                    T::Acc::neg_infinity()
+                } else {
+                    m + sum.ln()
+                };
+            }
+        };
+        out.par_chunks_mut((l * d).max(1))
+            .zip(lse.par_chunks_mut(l.max(1)))
+            .enumerate()
+            .for_each(body);
+        Ok((T::wrap(out), T::Acc::wrap(lse)))
+    }
+    crate::dtype::dispatch_float!(q, qv => {
+        let (kv, vv) = (same(qv, k)?, same(qv, v)?);
+        go(View::new(qv, lq), View::new(kv, lk), View::new(vv, lv), sh)
+    }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
+}
+
+/// The slice of `d` in `like`'s element type, or the error of mixed dtypes.
+fn same<'a, T: CpuElem>(_like: &[T], d: &'a CpuData) -> Result<&'a [T]> {
+    T::slice(d).ok_or_else(|| Error::dtype("attention", d.dtype(), "q, k and v must share a dtype"))
+}
+
+/// The statistics `d` in `like`'s accumulator type.
+fn acc_slice<'a, T: FloatDType>(_like: &[T], d: &'a CpuData) -> Result<&'a [T::Acc]> {
+    T::Acc::slice(d).ok_or_else(|| {
+        Error::dtype(
+            "attention",
+            d.dtype(),
+            "the log-sum-exps must be in the accumulator dtype",
+        )
+    })
+}
+
+pub(crate) fn attention_backward(
+    (q, lq): (&CpuData, &Layout),
+    (k, lk): (&CpuData, &Layout),
+    (v, lv): (&CpuData, &Layout),
+    (out, lse): (&CpuData, &CpuData),
+    (g, lg): (&CpuData, &Layout),
+    sh: AttnShape,
+) -> Result<(CpuData, CpuData, CpuData)> {
+    #[allow(clippy::too_many_arguments)]
+    fn go<T: FloatDType + CpuElem>(
+        (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),
+        out: &[T],
+        lse: &[T::Acc],
+        sh: AttnShape,
+    ) -> Result<(CpuData, CpuData, CpuData)> {
+        let (n, l, s, d) = (sh.batch * sh.heads, sh.l, sh.s, sh.d);
+        let mut dq = alloc_uninit::<T>(n * l * d)?;
+        let mut dk = alloc_uninit::<T>(n * s * d)?;
+        let mut dv = alloc_uninit::<T>(n * s * d)?;
+        let scale = T::Acc::c(sh.scale);
+        let body = |(i, (dq, (dk, dv))): GradPair<'_, T>| {
+            let pair = (i / sh.heads, i % sh.heads);
+            let zero = T::Acc::zero();
+            let (mut gk, mut gv) = (vec![zero; s * d], vec![zero; s * d]);
+            let (mut scores, mut gq) = (Vec::new(), vec![zero; d]);
+            for qi in 0..l {
+                let qr = q.row(pair, qi, d);
+                let gr = g.row(pair, qi, d);
+                scores_of(qr, &k, pair, (qi, &sh), &mut scores);
+                let o = &out[(i * l + qi) * d..(i * l + qi + 1) * d];
+                // D = Σ g · out, the softmax backward's row term
+                let dsum = dot(gr, o);
+                let ls = lse[i * l + qi];
+                gq.iter_mut().for_each(|a| *a = zero);
+                for (j, &x) in scores.iter().enumerate() {
+                    let (kr, vr) = (k.row(pair, j, d), v.row(pair, j, d));
+                    let p = (x - ls).exp();
+                    let ds = p * (dot(gr, vr) - dsum) * scale;
+                    for c in 0..d {
+                        gq[c] = gq[c] + ds * kr[c].to_acc();
+                        gk[j * d + c] = gk[j * d + c] + ds * qr[c].to_acc();
+                        gv[j * d + c] = gv[j * d + c] + p * gr[c].to_acc();
+                    }
+                }
+                for (dst, &a) in dq[qi * d..(qi + 1) * d].iter_mut().zip(&gq) {
+                    *dst = T::from_acc(a);
+                }
+            }
+            for (dst, &a) in dk.iter_mut().zip(&gk) {
+                *dst = T::from_acc(a);
+            }
+            for (dst, &a) in dv.iter_mut().zip(&gv) {
+                *dst = T::from_acc(a);
+            }
+        };
+        dq.par_chunks_mut((l * d).max(1))
+            .zip(
+                dk.par_chunks_mut((s * d).max(1))
+                    .zip(dv.par_chunks_mut((s * d).max(1))),
+            )
+            .enumerate()
+            .for_each(body);
+        Ok((T::wrap(dq), T::wrap(dk), T::wrap(dv)))
+    }
+    crate::dtype::dispatch_float!(q, qv => {
+        let views = (
+            View::new(qv, lq),
+            View::new(same(qv, k)?, lk),
+            View::new(same(qv, v)?, lv),
+            View::new(same(qv, g)?, lg),
+        );
+        go(views, same(qv, out)?, acc_slice(qv, lse)?, sh)
+    }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
+}

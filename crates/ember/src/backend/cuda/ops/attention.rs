@@ -1,0 +1,197 @@
+//! Fused attention on tensor cores (kernels/attention.cu): a forward launch, and
+//! three backward launches (each row's `Σ dout · out`, then the keys' and
+//! values' gradients, then the queries').
+
+use super::{base_ptr, launch_kernel, new_out, suffix};
+use crate::backend::cuda::{CudaDev, CudaStorage};
+use crate::backend::op::{attn_kernel_takes, stat_dtype, AttnShape, ATTN_MAX_HEAD_DIM};
+use crate::layout::Layout;
+use crate::{Error, Result};
+use std::ffi::c_void;
+
+/// `struct AttnArgs` of kernels/attention.cu: where the operands start, their
+/// (batch, head, row) strides in elements, and the call's shape.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KAttn {
+    pub q_off: i64,
+    pub k_off: i64,
+    pub v_off: i64,
+    pub qs: [i64; 3],
+    pub ks: [i64; 3],
+    pub vs: [i64; 3],
+    pub heads: i32,
+    pub l: i32,
+    pub s: i32,
+    pub d: i32,
+    pub scale: f32,
+    pub causal: i32,
+}
+
+const THREADS: u32 = 128;
+/// Query (or key) rows per block.
+const BLOCK_ROWS: usize = 64;
+
+fn strides(l: &Layout) -> [i64; 3] {
+    let s = l.strides();
+    [s[0] as i64, s[1] as i64, s[2] as i64]
+}
+
+impl KAttn {
+    fn new(sh: &AttnShape, q: &Layout, k: &Layout, v: &Layout) -> KAttn {
+        KAttn {
+            q_off: q.offset() as i64,
+            k_off: k.offset() as i64,
+            v_off: v.offset() as i64,
+            qs: strides(q),
+            ks: strides(k),
+            vs: strides(v),
+            heads: sh.heads as i32,
+            l: sh.l as i32,
+            s: sh.s as i32,
+            d: sh.d as i32,
+            scale: sh.scale as f32,
+            causal: sh.causal as i32,
+        }
+    }
+
+    /// The same call with `g` (a view like the queries') in the queries' place:
+    /// how the backward kernels address the output's gradient.
+    fn with_queries(mut self, g: &Layout) -> KAttn {
+        self.q_off = g.offset() as i64;
+        self.qs = strides(g);
+        self
+    }
+}
+
+/// Checks what the kernels take: their dtypes and head dims, sm_80 or later,
+/// sizes that fit their 32-bit indices and grid.
+fn check(dev: &CudaDev, q: &CudaStorage, sh: &AttnShape) -> Result<()> {
+    let dt = q.dtype();
+    let why = if !attn_kernel_takes(dt, sh.d) {
+        Some(format!(
+            "the fused kernels take f16/bf16 with a head dim that is a multiple of 8 up to {ATTN_MAX_HEAD_DIM} (got {dt}, {})",
+            sh.d
+        ))
+    } else if dev.arch() < 80 {
+        Some(format!(
+            "the fused kernels need compute capability 8.0 or later (this GPU is {}.{})",
+            dev.arch() / 10,
+            dev.arch() % 10
+        ))
+    } else if sh.batch * sh.heads * sh.l * sh.s == 0 {
+        Some("the fused kernels take no empty operand".to_string())
+    } else if sh.l.max(sh.s) >= 1 << 30 || sh.batch * sh.heads >= 65535 || sh.heads >= 1 << 30 {
+        Some(format!(
+            "too large for the fused kernels: {} x {} rows of {} x {}",
+            sh.batch, sh.heads, sh.l, sh.s
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(msg) => Err(Error::invalid("attention", msg)),
+        None => Ok(()),
+    }
+}
+
+fn kernel_dim(d: usize) -> usize {
+    if d <= 64 {
+        64
+    } else {
+        128
+    }
+}
+
+fn launch(
+    dev: &CudaDev,
+    q: &CudaStorage,
+    name: &str,
+    grid: (u32, u32),
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    // the views the parameters address lie within their storages (the tensor
+    // layer's layouts)
+    launch_kernel(
+        dev,
+        ("attention", q.dtype(), name),
+        (grid.0, grid.1, 1),
+        ((THREADS, 1, 1), 0),
+        params,
+    )
+}
+
+/// The output and log-sum-exps of [`BackendStorage::attention`](crate::backend::primitives::BackendStorage::attention).
+pub(crate) fn attention(
+    (q, lq): (&CudaStorage, &Layout),
+    (k, lk): (&CudaStorage, &Layout),
+    (v, lv): (&CudaStorage, &Layout),
+    sh: AttnShape,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dev = q.dev();
+    check(dev, q, &sh)?;
+    let n = sh.batch * sh.heads;
+    let out = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
+    let lse = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
+    let a = KAttn::new(&sh, lq, lk, lv);
+    let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
+    let (po, pl) = (out.ptr(), lse.ptr());
+    let name = format!("attn_fwd_{}_d{}", suffix(q.dtype()), kernel_dim(sh.d));
+    let grid = (sh.l.div_ceil(BLOCK_ROWS) as u32, n as u32);
+    launch(dev, q, &name, grid, &mut args![pq, pk, pv, po, pl, a])?;
+    Ok((out, lse))
+}
+
+/// The gradients of [`attention`] (see `BackendStorage::attention_backward`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_backward(
+    (q, lq): (&CudaStorage, &Layout),
+    (k, lk): (&CudaStorage, &Layout),
+    (v, lv): (&CudaStorage, &Layout),
+    out: &CudaStorage,
+    lse: &CudaStorage,
+    (g, lg): (&CudaStorage, &Layout),
+    sh: AttnShape,
+) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    let dev = q.dev();
+    check(dev, q, &sh)?;
+    let n = sh.batch * sh.heads;
+    // each row's Σ g · out, freed once the kernels are queued (the allocator
+    // keeps it from reuse until they ran)
+    let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
+    let dq = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
+    let dk = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
+    let dv = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
+    let a = KAttn::new(&sh, lq, lk, lv);
+    let ga = a.with_queries(lg);
+    let sfx = suffix(q.dtype());
+    let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
+    let (pg, po, pl, pd) = (base_ptr(g, 0), out.ptr(), lse.ptr(), dsum.ptr());
+    let (pdq, pdk, pdv) = (dq.ptr(), dk.ptr(), dv.ptr());
+    let rows = (n * sh.l) as i64;
+    let blocks = dev.grid_for(n * sh.l * 32, THREADS);
+    launch(
+        dev,
+        q,
+        &format!("attn_dot_{sfx}"),
+        (blocks, 1),
+        &mut args![pg, ga, po, pd, rows],
+    )?;
+    let dm = kernel_dim(sh.d);
+    launch(
+        dev,
+        q,
+        &format!("attn_bwd_kv_{sfx}_d{dm}"),
+        (sh.s.div_ceil(BLOCK_ROWS) as u32, n as u32),
+        &mut args![pq, pk, pv, pg, pl, pd, pdk, pdv, a, ga],
+    )?;
+    launch(
+        dev,
+        q,
+        &format!("attn_bwd_q_{sfx}_d{dm}"),
+        (sh.l.div_ceil(BLOCK_ROWS) as u32, n as u32),
+        &mut args![pq, pk, pv, pg, pl, pd, pdq, a, ga],
+    )?;
+    drop(dsum);
+    Ok((dq, dk, dv))
+}

@@ -1,0 +1,117 @@
+//! Fused attention as one recorded op over the `attention` primitives: the
+//! forward keeps q, k, v, the output and each row's log-sum-exp; the backward
+//! recomputes the weights from them (FlashAttention's algorithm).
+
+use super::{Storages, Tensor};
+use crate::backend::op::{attn_view_fits, AttnShape};
+use crate::{Error, Result};
+
+/// `t` (`[.., rows, d]`, batch dims `batch`) as the rank-4 view `[b, h, rows, d]`
+/// the primitive reads: its own view where its batch dims fold into two and its
+/// layout fits the CUDA kernels' loads, else a contiguous copy.
+fn as_rank4(t: &Tensor) -> Result<Tensor> {
+    let r = t.rank();
+    let (rows, d) = (t.shape()[r - 2], t.shape()[r - 1]);
+    let t4 = match r {
+        2 => t.reshape([1, 1, rows, d])?,
+        3 => t.unsqueeze(1)?,
+        4 => t.clone(),
+        _ => {
+            let inner = t.shape()[r - 3];
+            let outer: usize = t.shape()[..r - 3].iter().product();
+            t.reshape([outer, inner, rows, d])?
+        }
+    };
+    if attn_view_fits(t4.layout()) {
+        Ok(t4)
+    } else {
+        t4.contiguous()
+    }
+}
+
+impl Tensor {
+    /// Whether [`fused_attention`](Self::fused_attention) runs for queries like
+    /// this tensor (its device and dtype, head dim `d`).
+    pub(crate) fn runs_fused_attention(&self, d: usize) -> bool {
+        self.read().runs_fused_attention(d)
+    }
+
+    /// `softmax(self kᵀ · scale) v` over the last two dims in one fused op
+    /// (queries `self` `[.., L, d]`, keys and values `[.., S, d]` with the same
+    /// batch dims and dtype; with `causal`, query `i` sees keys `0..=i`), where
+    /// the device runs it ([`attention_runs_fused`](crate::nn::functional)
+    /// says where). No `[L, S]` matrix is made or kept.
+    pub(crate) fn fused_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        scale: f64,
+        causal: bool,
+    ) -> Result<Tensor> {
+        let r = self.rank();
+        if r < 2 || k.rank() != r || v.rank() != r {
+            return Err(Error::invalid(
+                "attention",
+                "q, k and v need the same rank, at least 2",
+            ));
+        }
+        let (q4, k4, v4) =
+            crate::no_grad(|| -> Result<_> { Ok((as_rank4(self)?, as_rank4(k)?, as_rank4(v)?)) })?;
+        let shape = AttnShape {
+            batch: q4.shape()[0],
+            heads: q4.shape()[1],
+            l: q4.shape()[2],
+            s: k4.shape()[2],
+            d: q4.shape()[3],
+            scale,
+            causal,
+        };
+        let (out, lse) = {
+            let st = Storages::read(&[&q4, &k4, &v4]);
+            let (out, lse) = st.get(0).attention(
+                q4.layout(),
+                (st.get(1), k4.layout()),
+                (st.get(2), v4.layout()),
+                shape,
+            )?;
+            drop(st);
+            (
+                Tensor::from_storage(out, self.shape()),
+                Tensor::from_storage(lse, &[shape.batch * shape.heads * shape.l]),
+            )
+        };
+        let (qs, ks, vs) = (
+            self.shape().to_vec(),
+            k.shape().to_vec(),
+            v.shape().to_vec(),
+        );
+        Ok(Tensor::record(
+            out,
+            "scaled_dot_product_attention",
+            &[self, k, v],
+            |y| {
+                let (y, q4, k4, v4) = (y.save(), q4.save(), k4.save(), v4.save());
+                move |g: &Tensor| {
+                    let (q4, k4, v4, y) = (q4.get()?, k4.get()?, v4.get()?, y.get()?);
+                    let g4 = as_rank4(g)?;
+                    let st = Storages::read(&[q4, k4, v4, y, &lse, &g4]);
+                    let (dq, dk, dv) = st.get(0).attention_backward(
+                        q4.layout(),
+                        (st.get(1), k4.layout()),
+                        (st.get(2), v4.layout()),
+                        st.get(3),
+                        st.get(4),
+                        (st.get(5), g4.layout()),
+                        shape,
+                    )?;
+                    drop(st);
+                    Ok(vec![
+                        Some(Tensor::from_storage(dq, &qs)),
+                        Some(Tensor::from_storage(dk, &ks)),
+                        Some(Tensor::from_storage(dv, &vs)),
+                    ])
+                }
+            },
+        ))
+    }
+}
