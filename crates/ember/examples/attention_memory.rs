@@ -1,8 +1,10 @@
 //! How much GPU memory a transformer encoder layer needs to train, before running
 //! it, with each attention path: the plain one keeps every head's `[L, L]`
 //! weights for backward, the memory-saving one keeps only each row's log-sum-exp
-//! and recomputes the weights in backward. The estimates run the training step on
-//! the `meta` device and replay its allocations through ember's CUDA caching
+//! and recomputes the weights in backward, a group of heads at a time. Under bf16
+//! autocast a Hopper GPU runs the fused kernel instead, which keeps the same and
+//! makes no `[L, L]` scores at all. The estimates run the training step on the
+//! `meta` device and replay its allocations through ember's CUDA caching
 //! allocator (a Hopper GPU's cuBLAS workspace included); nothing is computed.
 //!
 //! `cargo run --release -p ember --example attention_memory`
@@ -28,16 +30,22 @@ fn main() -> ember::Result<()> {
         .input([len, width])
         .loss(|y: &Tensor, _targets: &Tensor| y.square()?.mean_all())
         .compute_capability(9);
-        let mib = |path| -> ember::Result<f64> {
+        let mib = |path, est: &Estimator<TransformerEncoderLayer>| -> ember::Result<f64> {
             let e = with_attention_path(path, || est.estimate(batch))?;
             Ok(e.required() as f64 / (1 << 20) as f64)
         };
         let (plain, saving) = (
-            mib(AttentionPath::Math)?,
-            mib(AttentionPath::MemoryEfficient)?,
+            mib(AttentionPath::Math, &est)?,
+            mib(AttentionPath::MemoryEfficient, &est)?,
+        );
+        let est = est.amp(Some(DType::BF16));
+        let (saving_bf16, fused_bf16) = (
+            mib(AttentionPath::MemoryEfficient, &est)?,
+            mib(AttentionPath::Auto, &est)?,
         );
         println!(
-            "  length {len:5}: {plain:7.0} MiB keeping the weights, {saving:6.0} MiB recomputing them (ratio {:.1})",
+            "  length {len:5}: {plain:7.0} MiB keeping the weights, {saving:6.0} MiB recomputing them (ratio {:.1}); \
+             bf16 autocast: {saving_bf16:6.0} MiB recomputing, {fused_bf16:6.0} MiB fused",
             plain / saving
         );
     }

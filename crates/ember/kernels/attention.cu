@@ -16,12 +16,12 @@
 // `d` read as zeros and are never written. Rows past a sequence's end are masked.
 //
 // Kernels (S = dtype suffix, D = DM):
-//   attn_fwd_S_dD      grid (L/64, batch·heads): out [.., L, d] and lse [.., L]
+//   attn_fwd_S_dD      grid (batch·heads, L/64): out [.., L, d] and lse [.., L]
 //                      (natural log of each row's sum of exp(scaled scores))
 //   attn_dot_S         D[row] = Σ dout · out (float32), the softmax backward's term
-//   attn_bwd_kv_S_dD   grid (S/64, batch·heads): dk, dv (each key block loops
+//   attn_bwd_kv_S_dD   grid (batch·heads, S/64): dk, dv (each key block loops
 //                      over the query blocks that see it)
-//   attn_bwd_q_S_dD    grid (L/64, batch·heads): dq
+//   attn_bwd_q_S_dD    grid (batch·heads, L/64): dq
 // The backward makes no atomic adds: each gradient element has one writer, so
 // the results do not depend on the order blocks run in.
 
@@ -155,9 +155,9 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
     const int BR = 64, BC = 64;
     __shared__ __align__(16) u16 sk[BC * (DM + 8)];
     __shared__ __align__(16) u16 svt[DM * (BC + 8)];
-    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = blockIdx.x * BR, row0 = q0 + warp * 16;
+    const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
     const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
@@ -293,9 +293,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     __shared__ __align__(16) u16 sdo[BQ * (DM + 8)];
     __shared__ __align__(16) u16 sdot[DM * (BQ + 8)];
     __shared__ float slse[BQ], sd[BQ];
-    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int k0 = blockIdx.x * BK, key0 = k0 + warp * 16;
+    const int k0 = blockIdx.y * BK, key0 = k0 + warp * 16;
     const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
@@ -395,9 +395,9 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     __shared__ __align__(16) u16 sk[BK * (DM + 8)];
     __shared__ __align__(16) u16 skt[DM * (BK + 8)];
     __shared__ __align__(16) u16 sv[BK * (DM + 8)];
-    const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = blockIdx.x * BR, row0 = q0 + warp * 16;
+    const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
     const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];

@@ -359,10 +359,17 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             DType::BF16,
         ),
     ] {
+        // the GPU's compute capability decides the kernels meta models (the fused
+        // attention needs 8.0)
+        let major = match dev {
+            Device::Cuda(i) => ember::cuda::device_properties(i)?.compute_capability.0,
+            _ => 9,
+        };
         let est = Estimator::new(build)
             .input(&input)
             .optimizer(adam)
             .amp(Some(amp))
+            .compute_capability(major)
             .estimate(batch)?;
         let measured = measure(
             &dev,
@@ -871,5 +878,29 @@ fn the_memory_saving_attention_grows_linearly_with_the_length() -> Result<()> {
     );
     let plain = peak(8192, AttentionPath::Math)? / peak(2048, AttentionPath::Math)?;
     assert!(plain > 12.0, "keeping the weights grows {plain} times");
+    Ok(())
+}
+
+/// The meta device models the GPU an estimate names: on compute capability 8.0
+/// or later f16/bf16 attention runs the fused kernel, which keeps each row's
+/// log-sum-exp where the plain path (older GPUs) keeps the weights, so the same
+/// step estimates less there.
+#[test]
+fn the_estimate_follows_the_gpus_attention_kernels() -> Result<()> {
+    let est = |major| {
+        Estimator::new(encoder)
+            .input([16, 32])
+            .optimizer(adam)
+            .amp(Some(DType::BF16))
+            .compute_capability(major)
+            .estimate(4)
+    };
+    let (volta, hopper) = (est(7)?, est(9)?);
+    assert!(
+        volta.peak_allocated > hopper.peak_allocated,
+        "sm_70 {} bytes, sm_90 {} bytes",
+        volta.peak_allocated,
+        hopper.peak_allocated
+    );
     Ok(())
 }

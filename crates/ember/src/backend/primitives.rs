@@ -122,9 +122,10 @@ pub(crate) trait BackendStorage: Sized {
     ) -> Result<Self>;
     /// Fused attention (`shape`, see [`AttnShape`](super::op::AttnShape)) of the
     /// queries `self[lq]` against `k` and `v`, each a rank-4 view `[batch, heads,
-    /// rows, d]` of one float dtype whose last dim is contiguous (the tensor layer
-    /// checks the shapes; a device that cannot run it returns an error, see
-    /// [`attn_kernel_takes`](super::op::attn_kernel_takes)). Returns the output,
+    /// rows, d]` of one float dtype whose last dim is contiguous, none of them
+    /// empty (the tensor layer checks the shapes and takes another path for empty
+    /// operands; a device that cannot run it returns an error, see
+    /// [`attn_kernel_refuses`](super::op::attn_kernel_refuses)). Returns the output,
     /// contiguous `[batch, heads, l, d]` in the inputs' dtype, and each query row's
     /// log-sum-exp of its scaled scores over the keys it sees (`[batch · heads ·
     /// l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`

@@ -8,8 +8,8 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    attn_kernel_takes, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, SgdStep, UnaryOp,
+    attn_kernel_refuses, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
+    ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -751,14 +751,22 @@ impl Storage {
     }
 
     /// Whether [`attention`](Self::attention) runs on this storage's device for
-    /// operands of this storage's dtype with head dim `d`: on the CPU for every
-    /// float dtype; on CUDA through the f16/bf16 tensor-core kernels (compute
-    /// capability 8.0 or later); on `meta` as on such a GPU.
-    pub(crate) fn runs_fused_attention(&self, d: usize) -> bool {
+    /// operands of this storage's dtype and `shape`: on the CPU for every float
+    /// dtype; on CUDA through the f16/bf16 tensor-core kernels
+    /// ([`attn_kernel_refuses`], compute capability 8.0 or later); on `meta` as on
+    /// the GPU it models ([`modelled_arch`](super::meta::account::modelled_arch)).
+    /// Never for an empty operand.
+    pub(crate) fn runs_fused_attention(&self, shape: &AttnShape) -> bool {
+        let empty = [shape.batch, shape.heads, shape.l, shape.s, shape.d].contains(&0);
         match self {
-            Storage::Cpu(x) => x.dtype().is_float(),
-            Storage::Cuda(x) => attn_kernel_takes(x.dtype(), d) && x.dev().arch() >= 80,
-            Storage::Meta(x) => attn_kernel_takes(x.dtype(), d),
+            Storage::Cpu(x) => x.dtype().is_float() && !empty,
+            Storage::Cuda(x) => {
+                attn_kernel_refuses(x.dtype(), shape).is_none() && x.dev().arch() >= 80
+            }
+            Storage::Meta(x) => {
+                attn_kernel_refuses(x.dtype(), shape).is_none()
+                    && super::meta::account::modelled_arch() >= 80
+            }
         }
     }
 

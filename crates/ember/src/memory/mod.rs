@@ -275,6 +275,8 @@ pub struct Estimator<M> {
     training: bool,
     steps: usize,
     outside: usize,
+    /// The compute capability meta models (`major * 10`; 90 unless set).
+    arch: u32,
     dtype: Option<DType>,
     amp: Option<DType>,
 }
@@ -293,6 +295,7 @@ impl<M: Module> Estimator<M> {
             training: true,
             steps: 2,
             outside: 0,
+            arch: 90,
             dtype: None,
             amp: None,
         }
@@ -378,6 +381,8 @@ impl<M: Module> Estimator<M> {
     /// the compute capability's major version (9 for Hopper).
     pub fn compute_capability(mut self, major: u32) -> Self {
         self.outside = if major >= 9 { 32 << 20 } else { 4 << 20 };
+        // which kernels run (the fused attention needs 8.0 or later)
+        self.arch = major * 10;
         self
     }
 
@@ -396,7 +401,9 @@ impl<M: Module> Estimator<M> {
             ));
         }
         let trace = Arc::new(Trace::default());
-        let run = crate::meta::with_hook(trace.clone(), || self.run(&trace, batch_size));
+        let run = crate::meta::with_hook(trace.clone(), || {
+            crate::meta::with_arch(self.arch, || self.run(&trace, batch_size))
+        });
         let summary = run?;
         let events = without_setup_temporaries(std::mem::take(&mut *lock(&trace.events)));
         let modules = std::mem::take(&mut *lock(&trace.modules));

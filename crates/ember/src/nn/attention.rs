@@ -308,8 +308,6 @@ impl MultiheadAttention {
         }
         let scale = 1.0 / (d as f64).sqrt();
         let p = if self.training { self.dropout } else { 0.0 };
-        // no weights asked for: the path that keeps no [L, S] weights for backward
-        // (a masked-out row gives NaN, as softmax does here), where it applies
         // the fused op: no weights asked for, no mask but the causal one (the
         // `is_causal` hint says `attn_mask` is it, as in PyTorch)
         let causal = opts.is_causal && attn_mask.is_some();
@@ -320,6 +318,9 @@ impl MultiheadAttention {
         let saving = if fused {
             Some(qh.fused_attention(&kh, &vh, scale, causal)?)
         } else if !opts.need_weights {
+            // no weights asked for: the path that keeps no [L, S] weights for
+            // backward (a masked-out row gives NaN, as softmax does here), where it
+            // applies
             let biases = || -> Result<Vec<Tensor>> {
                 let mut v = Vec::new();
                 if let Some(m) = &attn_mask {

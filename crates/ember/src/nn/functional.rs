@@ -791,7 +791,7 @@ pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropou
         return false;
     }
     (path == AttentionPath::Fused || !q.device().is_cpu())
-        && q.runs_fused_attention(q.shape()[r - 1])
+        && q.runs_fused_attention(k.shape()[r - 2])
 }
 
 /// This thread's attention path.
@@ -865,7 +865,11 @@ pub(crate) fn attention_saving_memory(
     }
     match attention_path() {
         AttentionPath::Math => return Ok(None),
-        AttentionPath::Auto if crate::is_grad_enabled() && n * l * s <= 1 << 22 => return Ok(None),
+        AttentionPath::Auto | AttentionPath::Fused
+            if crate::is_grad_enabled() && n * l * s <= 1 << 22 =>
+        {
+            return Ok(None)
+        }
         _ => {}
     }
     // the groups cut a batch of at least one dim

@@ -31,9 +31,23 @@ fn as_rank4(t: &Tensor) -> Result<Tensor> {
 
 impl Tensor {
     /// Whether [`fused_attention`](Self::fused_attention) runs for queries like
-    /// this tensor (its device and dtype, head dim `d`).
-    pub(crate) fn runs_fused_attention(&self, d: usize) -> bool {
-        self.read().runs_fused_attention(d)
+    /// this tensor (`[.., L, d]`: its device, dtype and sizes) against `s` keys.
+    pub(crate) fn runs_fused_attention(&self, s: usize) -> bool {
+        let r = self.rank();
+        if r < 2 {
+            return false;
+        }
+        let (l, d) = (self.shape()[r - 2], self.shape()[r - 1]);
+        let shape = AttnShape {
+            batch: self.shape()[..r - 2].iter().product(),
+            heads: 1,
+            l,
+            s,
+            d,
+            scale: 1.0,
+            causal: false,
+        };
+        self.read().runs_fused_attention(&shape)
     }
 
     /// `softmax(self kᵀ · scale) v` over the last two dims in one fused op

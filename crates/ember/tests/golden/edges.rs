@@ -49,7 +49,12 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "PyTorch returns an empty output before checking the other operands' sizes",
     ),
     (
-        "fused_attention/",
+        "fused_attention/l9_s13_d16_f32|0|",
+        "",
+        "as seq/sdpa_ (an empty operand takes the plain path)",
+    ),
+    (
+        "fused_attention/l9_s13_d16_f32|2|",
         "",
         "as seq/sdpa_ (an empty operand takes the plain path)",
     ),
@@ -400,8 +405,9 @@ fn edges_on(dev: Device) {
         let got = outcome(c, dev);
         let cpu = (dev != Device::Cpu).then(|| outcome(c, Device::Cpu));
         match (disagreement(&got, rec, dev, cpu.as_ref()), known(&c.key)) {
-            (Some(_), Some(k)) => known_seen[k] += 1,
-            (Some(why), None) => failures.push(format!("{} [{}]: {why}", c.key, c.template.op)),
+            // a known difference excuses an answer, never a panic
+            (Some(_), Some(k)) if !matches!(got, Got::Panic(_)) => known_seen[k] += 1,
+            (Some(why), _) => failures.push(format!("{} [{}]: {why}", c.key, c.template.op)),
             (None, _) => {}
         }
         ops.insert(c.template.op.as_str());

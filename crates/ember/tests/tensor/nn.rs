@@ -2445,13 +2445,26 @@ fn float_mask_blocking_a_whole_row_gives_zeros(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Whether `dev` runs the fused attention kernels in f16/bf16 (CUDA: compute
+/// capability 8.0 or later, the simulator's 9.0 included; the CPU only when
+/// `AttentionPath::Fused` asks for it).
+fn runs_fused_kernels(dev: &Device) -> bool {
+    match dev {
+        Device::Cuda(i) => ember::cuda::device_properties(*i)
+            .map(|p| p.compute_capability.0 >= 8)
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
 /// `(out, dq, dk, dv)` of attention over `qkv` (fresh leaves) on `path`, with the
-/// output's gradient `up`, and whether the fused primitive ran.
+/// output's gradient `up` (`[B, L, H, d]` when `transposed`: the gradient then
+/// reaches attention as a transposed view), and whether the fused primitive ran.
 fn attention_grads(
     path: ember::nn::functional::AttentionPath,
     qkv: &[Tensor; 3],
     causal: bool,
-    up: &Tensor,
+    (up, transposed): (&Tensor, bool),
 ) -> Result<(Vec<Tensor>, bool)> {
     let leaves: Vec<Tensor> = qkv
         .iter()
@@ -2463,7 +2476,12 @@ fn attention_grads(
                 &leaves[0], &leaves[1], &leaves[2], None, 0.0, causal, None,
             )
         })?;
-        out.mul(up)?.sum_all()?.backward()?;
+        let seen = if transposed {
+            out.transpose(1, 2)?
+        } else {
+            out.clone()
+        };
+        seen.mul(up)?.sum_all()?.backward()?;
         Ok(out)
     })?;
     let fused = prof.key_averages().get("attention").is_some();
@@ -2472,14 +2490,41 @@ fn attention_grads(
     Ok((v, fused))
 }
 
+/// q, k and v `[B, H, T, d]` with `l` queries and `s` keys: transposed views of
+/// `[B, T, H, d]` tensors, as attention modules make them, or (`packed`, where
+/// `l == s`) slices of one `[B, T, 3, H, d]` projection, which start at an
+/// offset; made from `base` (the same, in float32) in `dtype`.
+fn attention_operands(base: &[Tensor; 3], packed: bool, dtype: DType) -> Result<[Tensor; 3]> {
+    if packed {
+        let all = Tensor::stack(&[&base[0], &base[1], &base[2]], 0)?;
+        // [3, B, H, T, d] -> [B, T, 3, H, d], contiguous in the dtype
+        let p = all
+            .permute([1, 3, 0, 2, 4])?
+            .to_dtype(dtype)?
+            .contiguous()?;
+        let part = |i: i64| p.select(2, i)?.transpose(1, 2);
+        Ok([part(0)?, part(1)?, part(2)?])
+    } else {
+        let cast = |t: &Tensor| -> Result<Tensor> {
+            t.transpose(1, 2)?
+                .to_dtype(dtype)?
+                .contiguous()?
+                .transpose(1, 2)
+        };
+        Ok([cast(&base[0])?, cast(&base[1])?, cast(&base[2])?])
+    }
+}
+
 /// The fused attention (FlashAttention's algorithm: tensor-core kernels for
 /// f16/bf16 on CUDA, a row at a time on the CPU) against the plain path in
 /// float32 on the same values: causal or not, queries longer or shorter than the
 /// keys, lengths that end mid-tile, head dims of both kernels (40 and 64 on the
-/// 64-wide one, 96 on the 128-wide one), and operands that are transposed views
-/// (read in place). Output and the three gradients agree within the dtype's
-/// rounding; `Auto` takes the fused op for f16/bf16 on CUDA, and `Fused` on the
-/// CPU for every float dtype.
+/// 64-wide one, 96 and 128 on the 128-wide one), operands that are transposed
+/// views or slices of one packed projection (read in place, at an offset), and
+/// an output gradient that arrives as a transposed view. Output and the three
+/// gradients agree within the dtype's rounding; `Auto` takes the fused op for
+/// f16/bf16 on GPUs of compute capability 8.0 or later, and `Fused` on the CPU
+/// for every float dtype.
 fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     use ember::nn::functional::AttentionPath;
     let _g = super::rng_lock();
@@ -2494,36 +2539,50 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     } else {
         AttentionPath::Auto
     };
-    for &(b, h, l, s, d) in &[(2, 3, 70, 70, 64), (1, 2, 45, 77, 40), (2, 1, 80, 33, 96)] {
+    let cases = [
+        (2, 3, 70, 70, 64, false),
+        (1, 2, 45, 77, 40, false),
+        (2, 1, 80, 33, 96, false),
+        (1, 2, 66, 66, 128, true),
+    ];
+    for &(b, h, l, s, d, packed) in &cases {
         for causal in [false, true] {
-            // [B, T, H, d] transposed to [B, H, T, d], as attention modules make them
-            let make =
-                |t: usize| -> Result<Tensor> { Tensor::randn([b, t, h, d], dev)?.transpose(1, 2) };
-            let base = [make(l)?, make(s)?, make(s)?];
-            let up = Tensor::randn([b, h, l, d], dev)?;
-            let want = attention_grads(AttentionPath::Math, &base, causal, &up)?.0;
+            let base = [
+                Tensor::randn([b, h, l, d], dev)?,
+                Tensor::randn([b, h, s, d], dev)?,
+                Tensor::randn([b, h, s, d], dev)?,
+            ];
+            let up = if packed {
+                Tensor::randn([b, l, h, d], dev)?
+            } else {
+                Tensor::randn([b, h, l, d], dev)?
+            };
             for &dt in dtypes {
-                let what = format!("{dt} [{b}, {h}, {l}, {d}] x {s} keys, causal {causal}");
-                // the same values in the dtype, viewed as the base tensors are
-                let cast = |t: &Tensor| -> Result<Tensor> {
-                    t.transpose(1, 2)?
-                        .to_dtype(dt)?
-                        .contiguous()?
-                        .transpose(1, 2)
-                };
-                let qkv = [cast(&base[0])?, cast(&base[1])?, cast(&base[2])?];
-                let exact: Vec<Tensor> = qkv
-                    .iter()
-                    .map(|t| t.to_dtype(DType::F32))
-                    .collect::<Result<_>>()?;
-                let exact = [exact[0].clone(), exact[1].clone(), exact[2].clone()];
-                let want = if dt == DType::F32 {
-                    want.clone()
+                let what = format!(
+                    "{dt} [{b}, {h}, {l}, {d}] x {s} keys, causal {causal}, packed {packed}"
+                );
+                let qkv = attention_operands(&base, packed, dt)?;
+                // the plain path in float32 on the same (rounded) values
+                let exact = attention_operands(&base, packed, DType::F32)?;
+                let exact = [
+                    exact[0].to_dtype(DType::F32)?,
+                    exact[1].to_dtype(DType::F32)?,
+                    exact[2].to_dtype(DType::F32)?,
+                ];
+                let exact = if dt == DType::F32 {
+                    exact
                 } else {
-                    attention_grads(AttentionPath::Math, &exact, causal, &up)?.0
+                    [
+                        qkv[0].to_dtype(DType::F32)?,
+                        qkv[1].to_dtype(DType::F32)?,
+                        qkv[2].to_dtype(DType::F32)?,
+                    ]
                 };
-                let (got, fused) = attention_grads(path, &qkv, causal, &up.to_dtype(dt)?)?;
-                assert!(fused, "{what}: the fused op did not run");
+                let want = attention_grads(AttentionPath::Math, &exact, causal, (&up, packed))?.0;
+                let (got, fused) =
+                    attention_grads(path, &qkv, causal, (&up.to_dtype(dt)?, packed))?;
+                let expected = dev.is_cpu() || runs_fused_kernels(dev);
+                assert_eq!(fused, expected, "{what}: whether the fused op ran");
                 // half precision rounds the weights and the scores' gradient once
                 let tol = match dt {
                     DType::BF16 => 2e-2,
@@ -2551,8 +2610,9 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
 }
 
 /// A GPT-style encoder given the causal mask with the `is_causal` hint gives what
-/// it gives reading the mask, and (f16/bf16 on CUDA) runs the fused op without
-/// reading it; without the hint it reads the mask.
+/// it gives reading the mask, and (f16/bf16 on GPUs of compute capability 8.0 or
+/// later) runs the fused op without reading it; without the hint it reads the
+/// mask. On the CPU both runs take the plain path.
 fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<()> {
     let _g = super::rng_lock();
     ember::manual_seed(5);
@@ -2576,7 +2636,10 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
     let (masked, p1) = ember::profiler::profile(|| enc.forward_masked(&x, Some(&mask), None))?;
     let (hinted, p2) = ember::profiler::profile(|| enc.forward_with(&x, Some(&mask), None, true))?;
     assert!(p1.key_averages().get("attention").is_none());
-    assert_eq!(p2.key_averages().get("attention").is_some(), !dev.is_cpu());
+    assert_eq!(
+        p2.key_averages().get("attention").is_some(),
+        runs_fused_kernels(dev)
+    );
     let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
     assert_close(&vals(&hinted), &vals(&masked), tol, tol);
     // the hint needs the mask, as in PyTorch

@@ -67,12 +67,25 @@ type Pair<'a, T, A> = (usize, (&'a mut [T], &'a mut [A]));
 /// One (batch, head) pair's index and its dq, dk and dv rows to write.
 type GradPair<'a, T> = (usize, (&'a mut [T], (&'a mut [T], &'a mut [T])));
 
+/// The primitive's contract: no empty operand (the tensor layer computes those
+/// another way).
+fn check_sizes(sh: &AttnShape) -> Result<()> {
+    if [sh.batch, sh.heads, sh.l, sh.s, sh.d].contains(&0) {
+        return Err(Error::invalid(
+            "attention",
+            "the fused op takes no empty operand",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn attention(
     (q, lq): (&CpuData, &Layout),
     (k, lk): (&CpuData, &Layout),
     (v, lv): (&CpuData, &Layout),
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData)> {
+    check_sizes(&sh)?;
     fn go<T: FloatDType + CpuElem>(
         q: View<'_, T>,
         k: View<'_, T>,
@@ -111,8 +124,8 @@ pub(crate) fn attention(
                 };
             }
         };
-        out.par_chunks_mut((l * d).max(1))
-            .zip(lse.par_chunks_mut(l.max(1)))
+        out.par_chunks_mut(l * d)
+            .zip(lse.par_chunks_mut(l))
             .enumerate()
             .for_each(body);
         Ok((T::wrap(out), T::Acc::wrap(lse)))
@@ -147,7 +160,7 @@ pub(crate) fn attention_backward(
     (g, lg): (&CpuData, &Layout),
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData, CpuData)> {
-    #[allow(clippy::too_many_arguments)]
+    check_sizes(&sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),
         out: &[T],
@@ -194,11 +207,8 @@ pub(crate) fn attention_backward(
                 *dst = T::from_acc(a);
             }
         };
-        dq.par_chunks_mut((l * d).max(1))
-            .zip(
-                dk.par_chunks_mut((s * d).max(1))
-                    .zip(dv.par_chunks_mut((s * d).max(1))),
-            )
+        dq.par_chunks_mut(l * d)
+            .zip(dk.par_chunks_mut(s * d).zip(dv.par_chunks_mut(s * d)))
             .enumerate()
             .for_each(body);
         Ok((T::wrap(dq), T::wrap(dk), T::wrap(dv)))

@@ -902,13 +902,13 @@ impl CudaDev {
         self.rt.launch(s, f, grid, block, shared_mem, params)
     }
 
-    /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
-    /// loops keep every multiprocessor busy without a huge grid.
     /// Compute capability as `major * 10 + minor` (90 for an H100).
     pub(crate) fn arch(&self) -> u32 {
         self.arch
     }
 
+    /// A grid for `n` elements in blocks of `threads`, capped so that grid-stride
+    /// loops keep every multiprocessor busy without a huge grid.
     pub(crate) fn grid_for(&self, n: usize, threads: u32) -> u32 {
         let blocks = n.div_ceil(threads as usize).max(1);
         blocks

@@ -93,6 +93,31 @@ pub fn set_hook(hook: Option<Arc<dyn AllocHook>>) -> Option<Arc<dyn AllocHook>> 
     HOOK.with(|h| std::mem::replace(&mut *h.borrow_mut(), hook))
 }
 
+thread_local! {
+    /// The compute capability of the GPU meta models on this thread.
+    static ARCH: Cell<u32> = const { Cell::new(90) };
+}
+
+/// The compute capability (`major * 10 + minor`) of the GPU the meta device models
+/// on this thread, which decides the kernels a step would run (the fused attention
+/// needs 80 or more): 90 (Hopper) unless [`with_arch`] says otherwise.
+pub fn modelled_arch() -> u32 {
+    ARCH.with(|a| a.get())
+}
+
+/// Runs `f` with the meta device modelling a GPU of compute capability `arch`
+/// (`major * 10 + minor`) on this thread, then restores the previous one.
+pub fn with_arch<R>(arch: u32, f: impl FnOnce() -> R) -> R {
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ARCH.with(|a| a.set(self.0));
+        }
+    }
+    let _restore = Restore(ARCH.with(|a| a.replace(arch)));
+    f()
+}
+
 /// Runs `f` with `hook` installed on this thread, then restores the previous hook.
 pub fn with_hook<R>(hook: Arc<dyn AllocHook>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Arc<dyn AllocHook>>);

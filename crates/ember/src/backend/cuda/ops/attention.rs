@@ -4,7 +4,7 @@
 
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
-use crate::backend::op::{attn_kernel_takes, stat_dtype, AttnShape, ATTN_MAX_HEAD_DIM};
+use crate::backend::op::{attn_kernel_refuses, stat_dtype, AttnShape};
 use crate::layout::Layout;
 use crate::{Error, Result};
 use std::ffi::c_void;
@@ -64,31 +64,18 @@ impl KAttn {
     }
 }
 
-/// Checks what the kernels take: their dtypes and head dims, sm_80 or later,
-/// sizes that fit their 32-bit indices and grid.
+/// Checks what the kernels take ([`attn_kernel_refuses`]) and that the GPU is
+/// sm_80 or later.
 fn check(dev: &CudaDev, q: &CudaStorage, sh: &AttnShape) -> Result<()> {
-    let dt = q.dtype();
-    let why = if !attn_kernel_takes(dt, sh.d) {
-        Some(format!(
-            "the fused kernels take f16/bf16 with a head dim that is a multiple of 8 up to {ATTN_MAX_HEAD_DIM} (got {dt}, {})",
-            sh.d
-        ))
-    } else if dev.arch() < 80 {
-        Some(format!(
-            "the fused kernels need compute capability 8.0 or later (this GPU is {}.{})",
-            dev.arch() / 10,
-            dev.arch() % 10
-        ))
-    } else if sh.batch * sh.heads * sh.l * sh.s == 0 {
-        Some("the fused kernels take no empty operand".to_string())
-    } else if sh.l.max(sh.s) >= 1 << 30 || sh.batch * sh.heads >= 65535 || sh.heads >= 1 << 30 {
-        Some(format!(
-            "too large for the fused kernels: {} x {} rows of {} x {}",
-            sh.batch, sh.heads, sh.l, sh.s
-        ))
-    } else {
-        None
-    };
+    let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| {
+        (dev.arch() < 80).then(|| {
+            format!(
+                "the fused kernels need compute capability 8.0 or later (this GPU is {}.{})",
+                dev.arch() / 10,
+                dev.arch() % 10
+            )
+        })
+    });
     match why {
         Some(msg) => Err(Error::invalid("attention", msg)),
         None => Ok(()),
@@ -137,7 +124,7 @@ pub(crate) fn attention(
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
     let (po, pl) = (out.ptr(), lse.ptr());
     let name = format!("attn_fwd_{}_d{}", suffix(q.dtype()), kernel_dim(sh.d));
-    let grid = (sh.l.div_ceil(BLOCK_ROWS) as u32, n as u32);
+    let grid = (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32);
     launch(dev, q, &name, grid, &mut args![pq, pk, pv, po, pl, a])?;
     Ok((out, lse))
 }
@@ -182,14 +169,14 @@ pub(crate) fn attention_backward(
         dev,
         q,
         &format!("attn_bwd_kv_{sfx}_d{dm}"),
-        (sh.s.div_ceil(BLOCK_ROWS) as u32, n as u32),
+        (n as u32, sh.s.div_ceil(BLOCK_ROWS) as u32),
         &mut args![pq, pk, pv, pg, pl, pd, pdk, pdv, a, ga],
     )?;
     launch(
         dev,
         q,
         &format!("attn_bwd_q_{sfx}_d{dm}"),
-        (sh.l.div_ceil(BLOCK_ROWS) as u32, n as u32),
+        (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32),
         &mut args![pq, pk, pv, pg, pl, pd, pdq, a, ga],
     )?;
     drop(dsum);
