@@ -108,6 +108,45 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
 // A register of two consecutive 16-bit elements of shared memory.
 __device__ __forceinline__ unsigned sh32(const u16* p) { return *(const unsigned*)p; }
 
+// c += a · tᵀ for one 16 x 8 accumulator tile: a warp's 16 rows (A fragments
+// `a`, DM / 16 of them) against rows n·8.. n·8 + 7 of the row-major shared tile
+// `t` (row stride DM + 8), over the first `d` columns.
+template <typename T, int DM>
+__device__ __forceinline__ void mma_rows(float* c, const unsigned (*a)[4], const u16* t, int n, int d) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < DM / 16; ++kk) {
+        if (kk * 16 >= d) break;
+        const u16* p = t + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * q;
+        const unsigned b[2] = {sh32(p), sh32(p + 8)};
+        mma16816<T>(c, a[kk], b);
+    }
+}
+
+// acc[n] += a · tt for the columns n·8.. of every n-tile below `d`: `a` the A
+// fragment of inner step kk (16 of the inner dim), `tt` a transposed shared tile
+// ([DM][R + 8]: row n·8 + g holds column n·8 + g of the inner dim's R values).
+template <typename T, int DM, int R>
+__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const u16* tt, int kk, int d) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int n = 0; n < DM / 8; ++n) {
+        if (n * 8 >= d) break;
+        const u16* p = tt + (n * 8 + g) * (R + 8) + kk * 16 + 2 * q;
+        const unsigned b[2] = {sh32(p), sh32(p + 8)};
+        mma16816<T>(acc[n], a, b);
+    }
+}
+
+// The A fragment of inner step kk from accumulator tiles s[2kk] and s[2kk + 1]
+// (a product's result becomes the next product's operand, rounded to T).
+template <typename T> __device__ __forceinline__ void acc_as_a(unsigned* a, const float (*s)[4], int kk) {
+    a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 // The A fragments (DM / 16 of them) of 16 rows starting at `row` of a
 // [rows, d] view in global memory (row stride `rs`), zero past `rows` or `d`.
 template <int DM>
@@ -182,13 +221,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
 #pragma unroll
         for (int n = 0; n < BC / 8; ++n) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < DM / 16; ++kk) {
-                if (kk * 16 >= a.d) break;
-                const u16* p = sk + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
-                const unsigned bf[2] = {sh32(p), sh32(p + 8)};
-                mma16816<T>(s[n], qa[kk], bf);
-            }
+            mma_rows<T, DM>(s[n], qa, sk, n, a.d);
         }
         // scale (in log2 units) and mask, each row's new max, weights
         float mx[2] = {neg_inf, neg_inf};
@@ -230,16 +263,9 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
         // out += weights · v, the weights as A fragments straight from s
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
-            const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < DM / 8; ++n) {
-                if (n * 8 >= a.d) break;
-                const u16* p = svt + (n * 8 + g) * (BC + 8) + kk * 16 + 2 * t;
-                const unsigned bf[2] = {sh32(p), sh32(p + 8)};
-                mma16816<T>(o[n], pa, bf);
-            }
+            unsigned pa[4];
+            acc_as_a<T>(pa, s, kk);
+            mma_cols<T, DM, BC>(o, pa, svt, kk, a.d);
         }
     }
     // each row's sum over its four lanes, then out = o / sum
@@ -330,16 +356,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         for (int n = 0; n < BQ / 8; ++n) {
             p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
             dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < DM / 16; ++kk) {
-                if (kk * 16 >= a.d) break;
-                const u16* pq = sq + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
-                const unsigned bq[2] = {sh32(pq), sh32(pq + 8)};
-                mma16816<T>(p[n], ka[kk], bq);
-                const u16* pd = sdo + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
-                const unsigned bd[2] = {sh32(pd), sh32(pd + 8)};
-                mma16816<T>(dp[n], va[kk], bd);
-            }
+            mma_rows<T, DM>(p[n], ka, sq, n, a.d);
+            mma_rows<T, DM>(dp[n], va, sdo, n, a.d);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
@@ -351,22 +369,11 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
 #pragma unroll
         for (int kq = 0; kq < BQ / 16; ++kq) {
-            const unsigned pa[4] = {pack2<T>(p[2 * kq][0], p[2 * kq][1]), pack2<T>(p[2 * kq][2], p[2 * kq][3]),
-                                    pack2<T>(p[2 * kq + 1][0], p[2 * kq + 1][1]),
-                                    pack2<T>(p[2 * kq + 1][2], p[2 * kq + 1][3])};
-            const unsigned da[4] = {pack2<T>(dp[2 * kq][0], dp[2 * kq][1]), pack2<T>(dp[2 * kq][2], dp[2 * kq][3]),
-                                    pack2<T>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]),
-                                    pack2<T>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
-#pragma unroll
-            for (int n = 0; n < DM / 8; ++n) {
-                if (n * 8 >= a.d) break;
-                const u16* pd = sdot + (n * 8 + g) * (BQ + 8) + kq * 16 + 2 * t;
-                const unsigned bd[2] = {sh32(pd), sh32(pd + 8)};
-                mma16816<T>(dv[n], pa, bd);
-                const u16* pq = sqt + (n * 8 + g) * (BQ + 8) + kq * 16 + 2 * t;
-                const unsigned bq[2] = {sh32(pq), sh32(pq + 8)};
-                mma16816<T>(dk[n], da, bq);
-            }
+            unsigned pa[4], da[4];
+            acc_as_a<T>(pa, p, kq);
+            acc_as_a<T>(da, dp, kq);
+            mma_cols<T, DM, BQ>(dv, pa, sdot, kq, a.d);
+            mma_cols<T, DM, BQ>(dk, da, sqt, kq, a.d);
         }
     }
     u16* dk_out = (u16*)dk_ + (i64)bh * a.s * a.d;
@@ -429,16 +436,8 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         for (int n = 0; n < BK / 8; ++n) {
             p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
             dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < DM / 16; ++kk) {
-                if (kk * 16 >= a.d) break;
-                const u16* pk = sk + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
-                const unsigned bk[2] = {sh32(pk), sh32(pk + 8)};
-                mma16816<T>(p[n], qa[kk], bk);
-                const u16* pv = sv + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * t;
-                const unsigned bv[2] = {sh32(pv), sh32(pv + 8)};
-                mma16816<T>(dp[n], ga_[kk], bv);
-            }
+            mma_rows<T, DM>(p[n], qa, sk, n, a.d);
+            mma_rows<T, DM>(dp[n], ga_, sv, n, a.d);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
@@ -448,16 +447,9 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         }
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-            const unsigned da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
-                                    pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                                    pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < DM / 8; ++n) {
-                if (n * 8 >= a.d) break;
-                const u16* pk = skt + (n * 8 + g) * (BK + 8) + kk * 16 + 2 * t;
-                const unsigned bk[2] = {sh32(pk), sh32(pk + 8)};
-                mma16816<T>(dq[n], da, bk);
-            }
+            unsigned da[4];
+            acc_as_a<T>(da, dp, kk);
+            mma_cols<T, DM, BK>(dq, da, skt, kk, a.d);
         }
     }
     u16* dq_out = (u16*)dq_ + (i64)bh * a.l * a.d;

@@ -1,3 +1,4 @@
+// Over 800 lines: the allocator is about 640 lines; its unit tests follow it in the file.
 //! The caching allocator: device memory is taken from the driver in segments and
 //! handed out as blocks; freed blocks go back to a size-ordered pool and are reused
 //! without calling the driver, like PyTorch's CUDA caching allocator.

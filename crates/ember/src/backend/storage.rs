@@ -1,3 +1,4 @@
+// Over 800 lines: the one dispatch point, a method per primitive: split, the matches a new device must extend would be split too.
 //! The one dispatch point: [`Storage`], the values behind a tensor on one device,
 //! with a method per primitive that hands the work to that device's backend. A
 //! device added to [`Storage`] makes each `match` below name what it lacks; a

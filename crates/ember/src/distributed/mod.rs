@@ -1,3 +1,4 @@
+// Over 800 lines: the process group and its collectives; the CPU and NCCL paths share the agreement, the queue and the failure handling.
 //! Data-parallel training across processes (`torch.distributed`): a process group,
 //! its collectives on tensors, and [`DistributedDataParallel`].
 //!

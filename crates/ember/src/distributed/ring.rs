@@ -1,3 +1,4 @@
+// Over 800 lines: the ring's wire format, its collectives and its failure diagnosis, which all read the same frames.
 //! The CPU backend (the role of PyTorch's gloo): the ranks form a ring of TCP
 //! connections, each sending to the next and receiving from the previous, and
 //! every collective is a ring algorithm over host buffers.

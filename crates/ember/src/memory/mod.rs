@@ -1,3 +1,4 @@
+// Over 800 lines: the Estimator, the trace it records and the Estimate it returns, one pipeline (its report tables are in report.rs).
 //! How much GPU memory training will need, before running it.
 //!
 //! An [`Estimator`] builds the model on the `meta` device, runs training steps

@@ -1,3 +1,4 @@
+// Over 800 lines: many small layers and activations, each a few lines of PyTorch's API.
 //! Layers and activations.
 
 use super::{

@@ -25,12 +25,11 @@ mod layers;
 mod loss;
 mod norm;
 mod recurrent;
+mod sdpa;
 mod state;
+mod transformer;
 
-pub use attention::{
-    square_subsequent_mask, Activation, AttentionOptions, DecoderMasks, MultiheadAttention,
-    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
-};
+pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
@@ -50,6 +49,10 @@ pub use loss::{
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 pub use state::IncompatibleKeys;
+pub use transformer::{
+    Activation, DecoderMasks, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+    TransformerOptions,
+};
 
 use crate::{DType, Device, Result, Tensor};
 

@@ -1,3 +1,4 @@
+// Over 800 lines: Trial, its builder and its loop, one user-facing type (callbacks, history and metrics have files of their own).
 //! Training loops with torchbearer's `Trial`: a model, an optimizer, a loss and
 //! metrics, run on any device for a number of epochs, with a progress bar,
 //! per-epoch history, callbacks (checkpoints, early stopping), LR schedulers and

@@ -1,3 +1,4 @@
+// Over 800 lines: the CPU's reductions and row ops (softmax, norms, cross-entropy) share their accumulation helpers (SliceMath) and row walkers.
 //! Reductions over some dims (sum, mean, max, min, argmax, argmin, var) and the
 //! row-wise softmax family.
 //!

@@ -1,3 +1,4 @@
+// Over 800 lines: one GPU's state behind its locks (streams, allocator, modules, staging, capture), which its methods use together.
 //! One GPU as ember uses it: its runtime (driver or simulator), its streams, the
 //! caching allocator over its memory, the kernels loaded on it and the pinned
 //! blocks that stage its copies. Created at first use of `cuda:N` and kept for the

@@ -1,0 +1,669 @@
+//! Scaled dot-product attention (`F.scaled_dot_product_attention`) and its three
+//! paths: the fused op, the memory-saving composite, and the plain composite,
+//! chosen per thread by [`AttentionPath`]. Re-exported from `nn::functional`.
+
+use super::functional::dropout;
+use crate::{DType, Error, Result, Tensor};
+
+/// Attention `softmax(q kᵀ · scale + mask) v` over the last two dims
+/// (`F.scaled_dot_product_attention`): `q` is `[..., L, E]`, `k` `[..., S, E]`,
+/// `v` `[..., S, Ev]`, the leading dims broadcast. `attn_mask` broadcasts to
+/// `[..., L, S]`: a bool mask says which keys each query may attend to, a float
+/// mask is added to the scores. `is_causal` lets query `i` attend to keys `0..=i`
+/// (the mask's top-left triangle; not together with `attn_mask`). `scale`
+/// defaults to `1/sqrt(E)`. A query that may attend to no key gets zeros, as in
+/// PyTorch. `dropout_p` drops attention weights (always: pass 0 in evaluation).
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    attn_mask: Option<&Tensor>,
+    dropout_p: f64,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("scaled_dot_product_attention");
+    const OP: &str = "scaled_dot_product_attention";
+    let mut ts = vec![q, k, v];
+    ts.extend(attn_mask.filter(|m| m.dtype().is_float()));
+    if let Some(c) = crate::tensor::autocast::lower(&ts)? {
+        let mask = match attn_mask {
+            Some(m) if m.dtype().is_float() => Some(&c[3]),
+            m => m,
+        };
+        return scaled_dot_product_attention(
+            &c[0], &c[1], &c[2], mask, dropout_p, is_causal, scale,
+        );
+    }
+    if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "Expected query, key, and value to all be at least 2 dimensional, but got query.dim: {} key.dim: {} and value.dim: {} instead.",
+                q.rank(),
+                k.rank(),
+                v.rank()
+            ),
+        ));
+    }
+    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
+        return Err(Error::DTypeMismatch {
+            op: OP,
+            lhs: q.dtype(),
+            rhs: if q.dtype() != k.dtype() {
+                k.dtype()
+            } else {
+                v.dtype()
+            },
+        });
+    }
+    if is_causal && attn_mask.is_some() {
+        return Err(Error::invalid(
+            OP,
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True",
+        ));
+    }
+    if let Some(m) = attn_mask {
+        if m.dtype() != DType::Bool && m.dtype() != q.dtype() {
+            return Err(Error::dtype(
+                OP,
+                m.dtype(),
+                format!(
+                    "Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: {} and query.dtype: {}",
+                    m.dtype(),
+                    q.dtype()
+                ),
+            ));
+        }
+    }
+    let e = q.shape()[q.rank() - 1];
+    let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    if let Some(m) = attn_mask {
+        // the mask broadcasts to the scores (PyTorch adds it to them)
+        let mut sshape = q.shape()[..q.rank() - 1].to_vec();
+        sshape.push(s);
+        crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
+    }
+    if attn_mask.is_none() && fused_attention_applies(q, k, v, dropout_p) {
+        return q.fused_attention(k, v, scale, is_causal);
+    }
+    // which keys each query may attend to (None: all)
+    let allowed = match attn_mask {
+        Some(m) if m.dtype() == DType::Bool => Some(m.clone()),
+        _ if is_causal => Some(Tensor::ones([l, s], DType::Bool, &q.device())?.tril(0)?),
+        _ => None,
+    };
+    // the path that keeps no [L, S] weights for backward, where it applies
+    let biases = || -> Result<Vec<Tensor>> {
+        Ok(match (attn_mask, &allowed) {
+            (Some(m), _) if m.dtype() != DType::Bool => vec![m.clone()],
+            (_, Some(a)) => vec![mask_bias(a, false, q.dtype())?],
+            _ => Vec::new(),
+        })
+    };
+    if let Some(out) = attention_saving_memory(q, k, v, biases, scale, true, dropout_p)? {
+        return Ok(out);
+    }
+    // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
+    let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
+    // rows a float mask leaves with no finite score: zeros, as PyTorch's safe
+    // softmax gives (the scores are read back on the CPU to skip this pass where
+    // every row has one); their scores are set to 0 before the softmax so that
+    // no NaN reaches the gradient either
+    let (scores, no_key) = match attn_mask {
+        Some(m) if m.dtype() != DType::Bool => {
+            let scores = scores.add(m)?;
+            let none = scores.eq(f64::NEG_INFINITY)?.all(-1, true)?;
+            if !none.device().is_cpu() || none.any_all()?.item::<bool>()? {
+                (scores.masked_fill(&none, 0.0)?, Some(none))
+            } else {
+                (scores, None)
+            }
+        }
+        _ => (scores, None),
+    };
+    let weights = match &allowed {
+        Some(a) => {
+            let blocked = a.logical_not()?;
+            let w = scores
+                .masked_fill(&blocked, f64::NEG_INFINITY)?
+                .softmax(-1)?;
+            // a query with no key to attend to: zeros, not NaN (a mask in host
+            // memory is read to skip this pass where every query has a key)
+            let none = blocked.all(-1, true)?;
+            let any_empty = !none.device().is_cpu() || none.any_all()?.item::<bool>()?;
+            if any_empty {
+                w.masked_fill(&none, 0.0)?
+            } else {
+                w
+            }
+        }
+        None => {
+            let w = scores.softmax(-1)?;
+            match &no_key {
+                Some(none) => w.masked_fill(none, 0.0)?,
+                None => w,
+            }
+        }
+    };
+    let weights = dropout(&weights, dropout_p, dropout_p > 0.0)?;
+    weights.matmul(v)
+}
+
+/// An attention mask as the additive bias the memory-saving path takes: a float
+/// mask as it is; a bool mask as 0 and `-inf`, `-inf` where it is `true` when
+/// `true_masks` (MultiheadAttention's convention) or where it is `false`
+/// (SDPA's: `true` allows).
+pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Tensor> {
+    if m.dtype() != DType::Bool {
+        return Ok(m.clone());
+    }
+    let masked = if true_masks {
+        m.clone()
+    } else {
+        m.logical_not()?
+    };
+    Tensor::zeros(m.shape(), dtype, &m.device())?.masked_fill(&masked, f64::NEG_INFINITY)
+}
+
+/// Which computation `scaled_dot_product_attention` and `MultiheadAttention`
+/// (without weights asked for) use, chosen per thread like PyTorch's
+/// `torch.nn.attention.sdpa_kernel` switches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// The fused kernel on GPUs where it applies (FlashAttention's algorithm on
+    /// tensor cores: f16/bf16 on compute capability 8.0 or later, head dims that
+    /// are multiples of 8 up to 128, no mask but the causal one, no dropout; `meta`
+    /// estimates as such a GPU). Elsewhere the memory-saving path where the scores
+    /// of one call exceed 2²² elements (16 MiB in f32) or no gradient is recorded,
+    /// and the plain path otherwise, whose backward is faster because it keeps the
+    /// weights (default).
+    #[default]
+    Auto,
+    /// The fused op wherever it applies, the CPU and float32/float64 included (on
+    /// the CPU it computes a query row at a time; on CUDA only the f16/bf16
+    /// kernels exist, so other dtypes there go as [`Auto`](Self::Auto)); elsewhere
+    /// as `Auto`.
+    Fused,
+    /// The memory-saving path wherever it applies: no `[L, S]` weights are kept
+    /// for backward, which recomputes them a group of heads at a time.
+    MemoryEfficient,
+    /// The plain path: the weights are materialised and kept for backward.
+    Math,
+}
+
+thread_local! {
+    static ATTENTION_PATH: std::cell::Cell<AttentionPath> =
+        const { std::cell::Cell::new(AttentionPath::Auto) };
+    static GROUP_SCORES: std::cell::Cell<usize> = const { std::cell::Cell::new(1 << 22) };
+}
+
+/// Runs `f` with the memory-saving attention computing at most `scores` scores at
+/// once on this thread (at least one head's `[L, S]`; restored after). The default,
+/// 2²² (16 MiB of float32 scores, a few such buffers live at a time), balances
+/// memory against the number of products; less saves memory, more saves launches.
+pub fn with_attention_group_scores<R>(scores: usize, f: impl FnOnce() -> R) -> R {
+    with_setting(&GROUP_SCORES, scores, f)
+}
+
+/// Runs `f` with the thread-local `setting` holding `value`, restored after (also
+/// when `f` panics).
+fn with_setting<T: Copy + 'static, R>(
+    setting: &'static std::thread::LocalKey<std::cell::Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<std::cell::Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
+        fn drop(&mut self) {
+            self.0.with(|c| c.set(self.1));
+        }
+    }
+    let _restore = Restore(setting, setting.with(|c| c.replace(value)));
+    f()
+}
+
+/// Whether attention of `q` over `k`/`v` without a mask but the causal one and
+/// with dropout `dropout_p` takes the fused op on this thread's
+/// [`attention_path`]: one float dtype outside autocast's casts, the same batch
+/// dims, one head dim for q, k and v, no empty operand, no dropout, and a device
+/// that runs it.
+pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
+    let r = q.rank();
+    let path = attention_path();
+    if matches!(path, AttentionPath::Math | AttentionPath::MemoryEfficient)
+        || r < 2
+        || k.rank() != r
+        || v.rank() != r
+        || dropout_p != 0.0
+        || !q.dtype().is_float()
+        || k.dtype() != q.dtype()
+        || v.dtype() != q.dtype()
+        || crate::tensor::autocast::would_lower(&[q, k, v])
+        || q.shape()[..r - 2] != k.shape()[..r - 2]
+        || q.shape()[..r - 2] != v.shape()[..r - 2]
+        || k.shape()[r - 2] != v.shape()[r - 2]
+        || k.shape()[r - 1] != q.shape()[r - 1]
+        || v.shape()[r - 1] != q.shape()[r - 1]
+        || q.numel() == 0
+        || k.numel() == 0
+        || q.device() != k.device()
+        || q.device() != v.device()
+    {
+        return false;
+    }
+    (path == AttentionPath::Fused || !q.device().is_cpu())
+        && q.runs_fused_attention(k.shape()[r - 2])
+}
+
+/// This thread's attention path.
+pub fn attention_path() -> AttentionPath {
+    ATTENTION_PATH.with(|p| p.get())
+}
+
+/// Runs `f` with this thread's attention path set to `path` (restored after).
+pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
+    with_setting(&ATTENTION_PATH, path, f)
+}
+
+/// Attention that keeps no `[L, S]` matrix for backward (where
+/// [`attention_path`] asks for it): `softmax(q·kᵀ·scale + biases)·v` computed a
+/// group of heads at a time (at most about 4M scores at once by default; a head
+/// whose `L·S` scores exceed that, a block of its queries at a time, so that
+/// memory grows linearly with the length), saving only the inputs, the output
+/// and each row's log-sum-exp; the backward recomputes each group's weights from
+/// them (the memory-efficient attention of the GPU libraries, written with tensor
+/// ops so that every device runs it), summing the keys' and values' gradients
+/// over a head's query blocks as they come. Each group's results are copied to
+/// their place as it finishes. The group size is
+/// [`with_attention_group_scores`]'s.
+///
+/// Each of `biases` is additive (`-inf` where a key is masked), without a gradient,
+/// in the inputs' dtype, and broadcasts to the batch + `[L, S]` (a key padding
+/// mask's `[N, 1, 1, S]` is added to each group's scores without being expanded).
+/// A row with every key masked gives zeros (`empty_rows_zero`, SDPA's convention)
+/// or NaN (softmax's, MultiheadAttention's). `dropout_p` in `[0, 1)` drops weights
+/// after the softmax; the backward draws the same masks again from a seed kept
+/// per group. Float16 and bfloat16 inputs are computed in float32, a group at a
+/// time, and the results rounded once.
+///
+/// `None` where it does not apply (dtypes other than the floats, batch dims that
+/// differ between q, k and v, a bias that does not fit): the caller computes it
+/// plainly.
+pub(crate) fn attention_saving_memory(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    biases: impl FnOnce() -> Result<Vec<Tensor>>,
+    scale: f64,
+    empty_rows_zero: bool,
+    dropout_p: f64,
+) -> Result<Option<Tensor>> {
+    let r = q.rank();
+    let dt = q.dtype();
+    // (autocast's casts are made by the caller: inputs it would still cast take the
+    // plain path, whose ops autocast handles one by one)
+    if r < 2
+        || crate::tensor::autocast::would_lower(&[q, k, v])
+        || k.rank() != r
+        || v.rank() != r
+        || !dt.is_float()
+        || k.dtype() != dt
+        || v.dtype() != dt
+        || q.shape()[..r - 2] != k.shape()[..r - 2]
+        || q.shape()[..r - 2] != v.shape()[..r - 2]
+        || k.shape()[r - 2] != v.shape()[r - 2]
+        || k.shape()[r - 1] != q.shape()[r - 1]
+        || !(0.0..1.0).contains(&dropout_p)
+    {
+        return Ok(None);
+    }
+    let batch = &q.shape()[..r - 2];
+    let n: usize = batch.iter().product();
+    let (l, e) = (q.shape()[r - 2], q.shape()[r - 1]);
+    let (s, ev) = (k.shape()[r - 2], v.shape()[r - 1]);
+    if n * l * s == 0 {
+        return Ok(None);
+    }
+    match attention_path() {
+        AttentionPath::Math => return Ok(None),
+        AttentionPath::Auto | AttentionPath::Fused
+            if crate::is_grad_enabled() && n * l * s <= 1 << 22 =>
+        {
+            return Ok(None)
+        }
+        _ => {}
+    }
+    // the groups cut a batch of at least one dim
+    let dims: Vec<usize> = if batch.is_empty() {
+        vec![1]
+    } else {
+        batch.to_vec()
+    };
+    let mut full = dims.clone();
+    full.extend([l, s]);
+    // the biases are built only once this path is taken, then padded to the
+    // scores' rank (views)
+    let mut padded = Vec::new();
+    for b in biases()? {
+        if b.requires_grad() || b.dtype() != dt || b.rank() > full.len() {
+            return Ok(None);
+        }
+        let fits = b
+            .shape()
+            .iter()
+            .rev()
+            .zip(full.iter().rev())
+            .all(|(&have, &want)| have == 1 || have == want);
+        if !fits {
+            return Ok(None);
+        }
+        let mut b = b;
+        while b.rank() < full.len() {
+            b = b.unsqueeze(0)?;
+        }
+        padded.push(b);
+    }
+    let dev = q.device();
+    let seed = if dropout_p > 0.0 {
+        crate::backend::fork_seed(&dev)
+    } else {
+        0
+    };
+    let budget = GROUP_SCORES.with(|p| p.get());
+    let per = (budget / (l * s)).max(1);
+    // a row of the batch whose scores exceed the budget is cut along its queries
+    // too, so that memory grows linearly with the length
+    let block = if l * s > budget {
+        (budget / s).clamp(1, l)
+    } else {
+        l
+    };
+    let groups = plan_groups(&dims, (l, block), s, per, &padded, seed)?;
+    // half types are computed in float32, a group at a time
+    let cdt = if dt == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let dropout = (dropout_p > 0.0).then_some(dropout_p);
+    let (q3, k3, v3) = (
+        q.reshape([n, l, e])?,
+        k.reshape([n, s, e])?,
+        v.reshape([n, s, ev])?,
+    );
+    let (out, lse) = crate::no_grad(|| {
+        crate::tensor::autocast::without(|| -> Result<(Tensor, Tensor)> {
+            let (mut outs, mut lses) = (Assembled::new(n, l), Assembled::new(n, l));
+            for g in &groups {
+                let qc = g.query_rows(&q3)?.to_dtype(cdt)?;
+                let kc = g.rows(&k3)?.to_dtype(cdt)?;
+                let (w, m) = group_weights(&qc, &kc, g, None, scale, empty_rows_zero)?;
+                let w = match dropout {
+                    Some(p) => w.mul(&g.keep(p, cdt, &dev)?)?,
+                    None => w,
+                };
+                outs.put(g, &w.matmul(&g.rows(&v3)?.to_dtype(cdt)?)?)?;
+                lses.put(g, &m)?;
+            }
+            Ok((outs.take()?.to_dtype(dt)?, lses.take()?))
+        })
+    })?;
+    let mut shape = batch.to_vec();
+    shape.extend([l, ev]);
+    let out = out.reshape(&shape)?;
+    let (qs, ks, vs) = (q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec());
+    Ok(Some(Tensor::record(
+        out,
+        "scaled_dot_product_attention",
+        &[q, k, v],
+        |y| {
+            let (y, qsv, ksv, vsv) = (y.save(), q.save(), k.save(), v.save());
+            move |g: &Tensor| {
+                crate::tensor::autocast::without(|| {
+                    let q3 = qsv.get()?.reshape([n, l, e])?;
+                    let k3 = ksv.get()?.reshape([n, s, e])?;
+                    let v3 = vsv.get()?.reshape([n, s, ev])?;
+                    let g = g.reshape([n, l, ev])?;
+                    let o = y.get()?.reshape([n, l, ev])?;
+                    let mut dqs = Assembled::new(n, l);
+                    let (mut dks, mut dvs): (Vec<Tensor>, Vec<Tensor>) = (Vec::new(), Vec::new());
+                    for grp in &groups {
+                        let qc = grp.query_rows(&q3)?.to_dtype(cdt)?;
+                        let kc = grp.rows(&k3)?.to_dtype(cdt)?;
+                        let vc = grp.rows(&v3)?.to_dtype(cdt)?;
+                        let gc = grp.query_rows(&g)?.to_dtype(cdt)?;
+                        // D = rowsum(dO ∘ O): the softmax backward's row term (also
+                        // with dropout, O being the dropped weights' product)
+                        let dc = gc.mul(&grp.query_rows(&o)?.to_dtype(cdt)?)?.sum(-1, true)?;
+                        let (w, _) =
+                            group_weights(&qc, &kc, grp, Some(&lse), scale, empty_rows_zero)?;
+                        let dwd = gc.matmul(&vc.transpose(1, 2)?)?;
+                        let (wd, dw) = match dropout {
+                            Some(p) => {
+                                let keep = grp.keep(p, cdt, &dev)?;
+                                (w.mul(&keep)?, dwd.mul(&keep)?)
+                            }
+                            None => (w.clone(), dwd),
+                        };
+                        let dv = wd.transpose(1, 2)?.matmul(&gc)?;
+                        let ds = w.mul(&dw.sub(&dc)?)?.mul(scale)?;
+                        dqs.put(grp, &ds.matmul(&kc)?)?;
+                        let dk = ds.transpose(1, 2)?.matmul(&qc)?;
+                        // the keys' and values' gradients summed over a row's
+                        // query blocks as they come (each block's is whole)
+                        match (dks.last(), dvs.last()) {
+                            (Some(k), Some(v)) if grp.q0 > 0 => {
+                                k.add_(&dk)?;
+                                v.add_(&dv)?;
+                            }
+                            _ => {
+                                dks.push(dk);
+                                dvs.push(dv);
+                            }
+                        }
+                    }
+                    let rows = |parts: Vec<Tensor>, shape: &[usize]| -> Result<Tensor> {
+                        let refs: Vec<&Tensor> = parts.iter().collect();
+                        Tensor::cat(&refs, 0)?.to_dtype(dt)?.reshape(shape)
+                    };
+                    Ok(vec![
+                        Some(dqs.take()?.to_dtype(dt)?.reshape(&qs)?),
+                        Some(rows(dks, &ks)?),
+                        Some(rows(dvs, &vs)?),
+                    ])
+                })
+            }
+        },
+    )))
+}
+
+/// One group of the memory-saving attention: rows `[start, start + len)` of the
+/// flattened batch, and of their queries `[q0, q0 + qlen)` (all of them unless a
+/// row's scores exceed the budget). The rows are rectangular in the batch dims,
+/// so that the scores viewed as `view` (`[1, .., c, the dims after, .., qlen, S]`)
+/// take each bias's slice (a view) by broadcasting.
+struct Group {
+    start: usize,
+    len: usize,
+    q0: usize,
+    qlen: usize,
+    view: Vec<usize>,
+    biases: Vec<Tensor>,
+    /// The seed of this group's dropout masks.
+    seed: u64,
+}
+
+impl Group {
+    /// This group's rows of a `[n, .., ..]` tensor (the keys and values).
+    fn rows(&self, t: &Tensor) -> Result<Tensor> {
+        t.narrow(0, self.start as i64, self.len)
+    }
+
+    /// This group's rows and queries of a `[n, L, ..]` tensor (the queries, the
+    /// output, its gradient, the log-sum-exps).
+    fn query_rows(&self, t: &Tensor) -> Result<Tensor> {
+        self.rows(t)?.narrow(1, self.q0 as i64, self.qlen)
+    }
+
+    /// The kept weights' multiplier (`1/(1 - p)` or 0), drawn from this group's
+    /// seed: the same tensor in forward and backward.
+    fn keep(&self, p: f64, dtype: DType, device: &crate::Device) -> Result<Tensor> {
+        let shape = [
+            self.len,
+            self.view[self.view.len() - 2],
+            self.view[self.view.len() - 1],
+        ];
+        let u = crate::Generator::new(self.seed)
+            .scope(|| Tensor::uniform(0.0, 1.0, shape, DType::F32, device))?;
+        u.ge(p)?.to_dtype(dtype)?.mul(1.0 / (1.0 - p))
+    }
+}
+
+/// A `[n, L, ..]` result written a group's part at a time (each part is freed
+/// once copied, so that the parts never all live at once).
+struct Assembled {
+    n: usize,
+    l: usize,
+    into: Option<Tensor>,
+}
+
+impl Assembled {
+    fn new(n: usize, l: usize) -> Assembled {
+        Assembled { n, l, into: None }
+    }
+
+    /// Copies `g`'s part (`[len, qlen, d]`) to its place.
+    fn put(&mut self, g: &Group, part: &Tensor) -> Result<()> {
+        let into = match &self.into {
+            Some(t) => t,
+            None => self.into.insert(Tensor::empty(
+                [self.n, self.l, part.shape()[2]],
+                part.dtype(),
+                &part.device(),
+            )?),
+        };
+        into.narrow(0, g.start as i64, g.len)?
+            .narrow(1, g.q0 as i64, g.qlen)?
+            .copy_(part)
+    }
+
+    /// The whole result (every row and query was put).
+    fn take(self) -> Result<Tensor> {
+        self.into
+            .ok_or_else(|| Error::invalid("attention", "no group to assemble (a bug in ember)"))
+    }
+}
+
+/// Cuts a batch of `dims` into groups of about `per` rows each (at least one)
+/// that are rectangular: a range of one dim, whole in the dims after it, one
+/// index in the dims before; each group's `l` queries in blocks of `block`.
+/// `biases` are padded to `dims + [L, S]` and broadcast to it.
+fn plan_groups(
+    dims: &[usize],
+    (l, block): (usize, usize),
+    s: usize,
+    per: usize,
+    biases: &[Tensor],
+    seed: u64,
+) -> Result<Vec<Group>> {
+    let k = dims.len();
+    let after = |j: usize| -> usize { dims[j + 1..].iter().product() };
+    // the first dim whose following dims fit in one group (the last one always does)
+    let j = (0..k).find(|&j| after(j) <= per).unwrap_or(k - 1);
+    let inner = after(j);
+    let step = (per / inner).clamp(1, dims[j]);
+    let outer: usize = dims[..j].iter().product();
+    let mut groups = Vec::new();
+    for o in 0..outer {
+        let mut index = vec![0; j];
+        let mut rest = o;
+        for d in (0..j).rev() {
+            index[d] = rest % dims[d];
+            rest /= dims[d];
+        }
+        for at in (0..dims[j]).step_by(step) {
+            let c = step.min(dims[j] - at);
+            for q0 in (0..l).step_by(block) {
+                let qlen = block.min(l - q0);
+                let mut view = vec![1; j];
+                view.push(c);
+                view.extend(&dims[j + 1..]);
+                view.extend([qlen, s]);
+                let sliced = biases
+                    .iter()
+                    .map(|b| {
+                        let mut b = b.clone();
+                        for (d, &i) in index.iter().enumerate() {
+                            if b.shape()[d] != 1 {
+                                b = b.narrow(d as i64, i as i64, 1)?;
+                            }
+                        }
+                        if b.shape()[j] != 1 {
+                            b = b.narrow(j as i64, at as i64, c)?;
+                        }
+                        // the queries' axis, right after the batch dims
+                        let qa = dims.len();
+                        if b.shape()[qa] != 1 {
+                            b = b.narrow(qa as i64, q0 as i64, qlen)?;
+                        }
+                        Ok(b)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let number = groups.len() as u64;
+                groups.push(Group {
+                    start: (o * dims[j] + at) * inner,
+                    len: c * inner,
+                    q0,
+                    qlen,
+                    view,
+                    biases: sliced,
+                    seed: split_mix(seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03)),
+                });
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// SplitMix64's finaliser: nearby inputs give unrelated seeds.
+fn split_mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The attention weights of one group from its queries and keys (in the compute
+/// dtype): `exp(scores - lse)` with `lse` computed here when not given; a fully
+/// masked row's `-inf` is shifted by 0 (its weights become 0) when
+/// `empty_rows_zero`, otherwise it gives NaN as softmax does.
+fn group_weights(
+    qc: &Tensor,
+    kc: &Tensor,
+    g: &Group,
+    lse: Option<&Tensor>,
+    scale: f64,
+    empty_rows_zero: bool,
+) -> Result<(Tensor, Tensor)> {
+    let mut sc = qc.mul(scale)?.matmul(&kc.transpose(1, 2)?)?;
+    if !g.biases.is_empty() {
+        let shape = sc.shape().to_vec();
+        let mut viewed = sc.reshape(&g.view)?;
+        for b in &g.biases {
+            viewed = viewed.add(&b.to_dtype(sc.dtype())?)?;
+        }
+        sc = viewed.reshape(&shape)?;
+    }
+    let m = match lse {
+        Some(m) => g.query_rows(m)?,
+        None => sc.logsumexp(-1, true)?,
+    };
+    let shift = if empty_rows_zero {
+        m.isinf()?.where_(0.0, &m)?
+    } else {
+        m.clone()
+    };
+    Ok((sc.sub(&shift)?.exp()?, m))
+}

@@ -1,0 +1,489 @@
+//! `nn.TransformerEncoderLayer`, `nn.TransformerEncoder` and
+//! `nn.TransformerDecoderLayer` over [`MultiheadAttention`], with PyTorch's
+//! parameter names, shapes, initial values and mask conventions.
+
+use super::attention::{AttentionOptions, MultiheadAttention};
+use super::functional::dropout;
+use super::{LayerNorm, Linear, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Module methods of a module made only of named children.
+macro_rules! children_module {
+    ($t:ty, |$s:ident| [$($name:literal => $field:expr),* $(,)?]) => {
+        impl $t {
+            fn children(&self) -> Vec<(String, &dyn Module)> {
+                let $s = self;
+                vec![$(($name.to_string(), &$field as &dyn Module)),*]
+            }
+            fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+                let $s = self;
+                vec![$(($name.to_string(), &mut $field as &mut dyn Module)),*]
+            }
+        }
+    };
+}
+
+/// The `Module` methods that only visit children (all but `forward`).
+macro_rules! delegate_to_children {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            prefixed(self.children(), |m| m.named_parameters())
+        }
+        fn named_buffers(&self) -> Vec<(String, Tensor)> {
+            prefixed(self.children(), |m| m.named_buffers())
+        }
+        fn to_device(&mut self, device: &Device) -> Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_device(device))
+        }
+        fn to_empty(&mut self, device: &Device) -> Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_empty(device))
+        }
+        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_dtype(dtype))
+        }
+        fn reset_parameters(&mut self) -> Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.reset_parameters())
+        }
+        fn set_training(&mut self, training: bool) {
+            self.training = training;
+            self.children_mut()
+                .into_iter()
+                .for_each(|(_, m)| m.set_training(training));
+        }
+    };
+}
+
+fn prefixed(
+    children: Vec<(String, &dyn Module)>,
+    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
+) -> Vec<(String, Tensor)> {
+    children
+        .into_iter()
+        .flat_map(|(c, m)| f(m).into_iter().map(move |(n, t)| (format!("{c}.{n}"), t)))
+        .collect()
+}
+
+/// The feed-forward activation of the transformer layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Activation {
+    #[default]
+    Relu,
+    Gelu,
+    /// GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`, GPT-2's
+    /// `gelu_new`).
+    GeluTanh,
+}
+
+/// The settings of [`TransformerEncoderLayer`] and [`TransformerDecoderLayer`]
+/// (PyTorch's keyword arguments and defaults).
+#[derive(Clone, Copy, Debug)]
+pub struct TransformerOptions {
+    pub dim_feedforward: usize,
+    pub dropout: f64,
+    pub activation: Activation,
+    pub layer_norm_eps: f64,
+    pub batch_first: bool,
+    /// Normalise before each block (pre-LN) instead of after it.
+    pub norm_first: bool,
+    pub bias: bool,
+}
+
+impl Default for TransformerOptions {
+    fn default() -> Self {
+        TransformerOptions {
+            dim_feedforward: 2048,
+            dropout: 0.1,
+            activation: Activation::Relu,
+            layer_norm_eps: 1e-5,
+            batch_first: false,
+            norm_first: false,
+            bias: true,
+        }
+    }
+}
+
+/// The two-layer feed-forward block: `linear2(dropout(act(linear1(x))))`.
+fn feed_forward(
+    l1: &Linear,
+    l2: &Linear,
+    x: &Tensor,
+    act: Activation,
+    p: f64,
+    training: bool,
+) -> Result<Tensor> {
+    let h = {
+        let _s = crate::meta::enter_module("linear1");
+        l1.forward(x)?
+    };
+    let h = match act {
+        Activation::Relu => h.relu()?,
+        Activation::Gelu => h.gelu()?,
+        Activation::GeluTanh => h.gelu_tanh()?,
+    };
+    let h = dropout(&h, p, training)?;
+    let _s = crate::meta::enter_module("linear2");
+    l2.forward(&h)
+}
+
+/// One transformer encoder layer (`nn.TransformerEncoderLayer`): self-attention
+/// and a feed-forward block, each with dropout, a residual connection and layer
+/// normalisation (after the block, or before it with `norm_first`).
+pub struct TransformerEncoderLayer {
+    pub self_attn: MultiheadAttention,
+    pub linear1: Linear,
+    pub linear2: Linear,
+    pub norm1: LayerNorm,
+    pub norm2: LayerNorm,
+    pub options: TransformerOptions,
+    training: bool,
+}
+
+children_module!(TransformerEncoderLayer, |s| [
+    "self_attn" => s.self_attn,
+    "linear1" => s.linear1,
+    "linear2" => s.linear2,
+    "norm1" => s.norm1,
+    "norm2" => s.norm2,
+]);
+
+impl TransformerEncoderLayer {
+    pub fn new(
+        d_model: usize,
+        nhead: usize,
+        options: TransformerOptions,
+        device: &Device,
+    ) -> Result<Self> {
+        let o = options;
+        Ok(TransformerEncoderLayer {
+            self_attn: MultiheadAttention::with_options(
+                d_model,
+                nhead,
+                o.dropout,
+                o.bias,
+                o.batch_first,
+                device,
+            )?,
+            linear1: Linear::with_bias(d_model, o.dim_feedforward, o.bias, device)?,
+            linear2: Linear::with_bias(o.dim_feedforward, d_model, o.bias, device)?,
+            norm1: LayerNorm::with_options(&[d_model], o.layer_norm_eps, true, o.bias, device)?,
+            norm2: LayerNorm::with_options(&[d_model], o.layer_norm_eps, true, o.bias, device)?,
+            options,
+            training: true,
+        })
+    }
+
+    /// The layer with a source mask (`[L, L]`, PyTorch's convention: `true` or
+    /// `-inf` where attention is not allowed) and a key padding mask (`[N, L]`).
+    pub fn forward_masked(
+        &self,
+        src: &Tensor,
+        src_mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        self.forward_with(src, src_mask, src_key_padding_mask, false)
+    }
+
+    /// [`forward_masked`](Self::forward_masked) with PyTorch's `is_causal` hint:
+    /// `true` says that `src_mask` is the causal mask, so that attention may apply
+    /// it without reading it (the fused kernel's causal mode). `src_mask` is still
+    /// needed, as in PyTorch.
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        src_mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        let o = &self.options;
+        let p = if self.training { o.dropout } else { 0.0 };
+        let sa = |x: &Tensor| -> Result<Tensor> {
+            let opts = AttentionOptions {
+                key_padding_mask: src_key_padding_mask,
+                attn_mask: src_mask,
+                need_weights: false,
+                is_causal,
+                ..Default::default()
+            };
+            let a = {
+                let _s = crate::meta::enter_module("self_attn");
+                self.self_attn.attend(x, x, x, opts)?.0
+            };
+            dropout(&a, p, self.training)
+        };
+        let norm = |which: &str, n: &LayerNorm, x: &Tensor| -> Result<Tensor> {
+            let _s = crate::meta::enter_module(which);
+            n.forward(x)
+        };
+        let ff = |x: &Tensor| -> Result<Tensor> {
+            let y = feed_forward(
+                &self.linear1,
+                &self.linear2,
+                x,
+                o.activation,
+                p,
+                self.training,
+            )?;
+            dropout(&y, p, self.training)
+        };
+        if o.norm_first {
+            let x = src.add(&sa(&norm("norm1", &self.norm1, src)?)?)?;
+            x.add(&ff(&norm("norm2", &self.norm2, &x)?)?)
+        } else {
+            let x = norm("norm1", &self.norm1, &src.add(&sa(src)?)?)?;
+            norm("norm2", &self.norm2, &x.add(&ff(&x)?)?)
+        }
+    }
+}
+
+impl Module for TransformerEncoderLayer {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_masked(x, None, None)
+    }
+    delegate_to_children!();
+}
+
+/// A stack of encoder layers (`nn.TransformerEncoder`), `layers.0` … `layers.{n-1}`,
+/// each starting as a copy of the given layer (as PyTorch's deep copies), and an
+/// optional final normalisation `norm`.
+pub struct TransformerEncoder {
+    pub layers: Vec<TransformerEncoderLayer>,
+    pub norm: Option<LayerNorm>,
+    training: bool,
+}
+
+impl TransformerEncoder {
+    pub fn new(
+        layer: TransformerEncoderLayer,
+        num_layers: usize,
+        norm: Option<LayerNorm>,
+    ) -> Result<Self> {
+        let mut layers = Vec::with_capacity(num_layers);
+        for _ in 1..num_layers {
+            layers.push(copy_encoder_layer(&layer)?);
+        }
+        if num_layers > 0 {
+            layers.push(layer);
+        }
+        Ok(TransformerEncoder {
+            layers,
+            norm,
+            training: true,
+        })
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        let mut v: Vec<(String, &dyn Module)> = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("layers.{i}"), l as &dyn Module))
+            .collect();
+        if let Some(n) = &self.norm {
+            v.push(("norm".into(), n));
+        }
+        v
+    }
+
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        let mut v: Vec<(String, &mut dyn Module)> = self
+            .layers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
+            .collect();
+        if let Some(n) = &mut self.norm {
+            v.push(("norm".into(), n));
+        }
+        v
+    }
+
+    /// The stack with a source mask and a key padding mask, passed to every layer.
+    pub fn forward_masked(
+        &self,
+        src: &Tensor,
+        mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        self.forward_with(src, mask, src_key_padding_mask, false)
+    }
+
+    /// [`forward_masked`](Self::forward_masked) with PyTorch's `is_causal` hint
+    /// (see [`TransformerEncoderLayer::forward_with`]).
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        if is_causal && mask.is_none() {
+            return Err(Error::invalid(
+                "TransformerEncoder",
+                "is_causal needs the causal mask as mask (PyTorch's convention)",
+            ));
+        }
+        let mut x = src.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let _s = crate::meta::enter_module(format_args!("layers.{i}"));
+            x = layer.forward_with(&x, mask, src_key_padding_mask, is_causal)?;
+        }
+        match &self.norm {
+            Some(n) => n.forward(&x),
+            None => Ok(x),
+        }
+    }
+}
+
+impl Module for TransformerEncoder {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_masked(x, None, None)
+    }
+    delegate_to_children!();
+}
+
+/// A layer with the same settings and a copy of `layer`'s parameters.
+fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
+    let e = layer.self_attn.embed_dim();
+    let dev = layer.self_attn.in_proj_weight.device();
+    let mut copy = TransformerEncoderLayer::new(e, layer.self_attn.num_heads, layer.options, &dev)?;
+    copy_state(layer, &mut copy)?;
+    copy.training = layer.training;
+    Ok(copy)
+}
+
+/// `to`'s parameters made copies of `from`'s (same names and shapes).
+fn copy_state(from: &dyn Module, to: &mut dyn Module) -> Result<()> {
+    for ((_, src), (_, dst)) in from.named_parameters().iter().zip(to.named_parameters()) {
+        crate::no_grad(|| dst.copy_(src))?;
+    }
+    Ok(())
+}
+
+/// One transformer decoder layer (`nn.TransformerDecoderLayer`): self-attention
+/// over the target, attention over the encoder's output (`memory`), and a
+/// feed-forward block, each with dropout, a residual and layer normalisation.
+pub struct TransformerDecoderLayer {
+    pub self_attn: MultiheadAttention,
+    pub multihead_attn: MultiheadAttention,
+    pub linear1: Linear,
+    pub linear2: Linear,
+    pub norm1: LayerNorm,
+    pub norm2: LayerNorm,
+    pub norm3: LayerNorm,
+    pub options: TransformerOptions,
+    training: bool,
+}
+
+children_module!(TransformerDecoderLayer, |s| [
+    "self_attn" => s.self_attn,
+    "multihead_attn" => s.multihead_attn,
+    "linear1" => s.linear1,
+    "linear2" => s.linear2,
+    "norm1" => s.norm1,
+    "norm2" => s.norm2,
+    "norm3" => s.norm3,
+]);
+
+/// The masks of [`TransformerDecoderLayer::decode`] (PyTorch's conventions).
+#[derive(Clone, Copy, Default)]
+pub struct DecoderMasks<'a> {
+    pub tgt_mask: Option<&'a Tensor>,
+    pub memory_mask: Option<&'a Tensor>,
+    pub tgt_key_padding_mask: Option<&'a Tensor>,
+    pub memory_key_padding_mask: Option<&'a Tensor>,
+}
+
+impl TransformerDecoderLayer {
+    pub fn new(
+        d_model: usize,
+        nhead: usize,
+        options: TransformerOptions,
+        device: &Device,
+    ) -> Result<Self> {
+        let o = options;
+        let mha = || {
+            MultiheadAttention::with_options(
+                d_model,
+                nhead,
+                o.dropout,
+                o.bias,
+                o.batch_first,
+                device,
+            )
+        };
+        let norm = || LayerNorm::with_options(&[d_model], o.layer_norm_eps, true, o.bias, device);
+        Ok(TransformerDecoderLayer {
+            self_attn: mha()?,
+            multihead_attn: mha()?,
+            linear1: Linear::with_bias(d_model, o.dim_feedforward, o.bias, device)?,
+            linear2: Linear::with_bias(o.dim_feedforward, d_model, o.bias, device)?,
+            norm1: norm()?,
+            norm2: norm()?,
+            norm3: norm()?,
+            options,
+            training: true,
+        })
+    }
+
+    /// The layer on target `tgt` attending to `memory`.
+    pub fn decode(&self, tgt: &Tensor, memory: &Tensor, masks: DecoderMasks) -> Result<Tensor> {
+        let o = &self.options;
+        let p = if self.training { o.dropout } else { 0.0 };
+        let t = self.training;
+        let sa = |x: &Tensor| -> Result<Tensor> {
+            let opts = AttentionOptions {
+                key_padding_mask: masks.tgt_key_padding_mask,
+                attn_mask: masks.tgt_mask,
+                need_weights: false,
+                ..Default::default()
+            };
+            dropout(&self.self_attn.attend(x, x, x, opts)?.0, p, t)
+        };
+        let mha = |x: &Tensor| -> Result<Tensor> {
+            let opts = AttentionOptions {
+                key_padding_mask: masks.memory_key_padding_mask,
+                attn_mask: masks.memory_mask,
+                need_weights: false,
+                ..Default::default()
+            };
+            dropout(
+                &self.multihead_attn.attend(x, memory, memory, opts)?.0,
+                p,
+                t,
+            )
+        };
+        let ff = |x: &Tensor| -> Result<Tensor> {
+            dropout(
+                &feed_forward(&self.linear1, &self.linear2, x, o.activation, p, t)?,
+                p,
+                t,
+            )
+        };
+        if o.norm_first {
+            let x = tgt.add(&sa(&self.norm1.forward(tgt)?)?)?;
+            let x = x.add(&mha(&self.norm2.forward(&x)?)?)?;
+            x.add(&ff(&self.norm3.forward(&x)?)?)
+        } else {
+            let x = self.norm1.forward(&tgt.add(&sa(tgt)?)?)?;
+            let x = self.norm2.forward(&x.add(&mha(&x)?)?)?;
+            self.norm3.forward(&x.add(&ff(&x)?)?)
+        }
+    }
+}
+
+/// The decoder layer over its own input as the memory too (a decoder-only
+/// model uses [`TransformerEncoderLayer`] with a causal mask instead).
+impl Module for TransformerDecoderLayer {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.decode(x, x, DecoderMasks::default())
+    }
+    delegate_to_children!();
+}
