@@ -34,7 +34,28 @@ struct AttnArgs {
     int heads, l, s, d;
     float scale;  // the scores' scale (1/sqrt(d) by default)
     int causal;   // 1: query i sees keys 0..=i
+    u64 seed;     // of the dropout masks
+    unsigned drop_threshold;  // a weight is dropped where its 24-bit draw is below (0: no dropout)
+    float keep_scale;         // 1 / (1 - p), the kept weights' factor
 };
+
+// splitmix64's finaliser: a 64-bit mix of every input bit.
+__device__ __forceinline__ u64 attn_mix(u64 z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The dropout factor of weight (qi, kj) of the pair `pair_hash` (attn_mix(seed ^
+// bh)): 0 where dropped, 1 / (1 - p) where kept, the same in forward and backward
+// (and on the CPU, backend/cpu/attention.rs).
+__device__ __forceinline__ float attn_keep(const AttnArgs& a, u64 pair_hash, int qi, int kj) {
+    if (a.drop_threshold == 0) return 1.f;
+    const u64 h = attn_mix(pair_hash ^ (((u64)(unsigned)qi << 32) | (u64)(unsigned)kj));
+    return (unsigned)(h >> 40) < a.drop_threshold ? 0.f : a.keep_scale;
+}
 
 struct __align__(16) vec16 {
     unsigned a, b, c, d;
@@ -210,6 +231,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
     float m[2] = {neg_inf, neg_inf}, sum[2] = {0.f, 0.f};
     const float c2 = a.scale * ATT_LOG2E;
 
+    const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
     const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
     for (int j0 = 0; j0 < kend; j0 += BC) {
         __syncthreads();
@@ -251,6 +273,9 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
             for (int e = 0; e < 4; ++e) {
                 s[n][e] = exp2f(s[n][e] - base[e >> 1]);
                 sum[e >> 1] += s[n][e];
+                // dropout after the softmax's sum: out = Σ keep · w · v / Σ w
+                if (a.drop_threshold)
+                    s[n][e] *= attn_keep(a, pair_hash, row0 + g + ((e & 2) ? 8 : 0), j0 + n * 8 + 2 * t + (e & 1));
             }
         }
 #pragma unroll
@@ -338,6 +363,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
     const float c2 = a.scale * ATT_LOG2E;
 
+    const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
     // with the causal mask, queries before the block's first key see none of it
     const int qstart = a.causal ? (k0 / BQ) * BQ : 0;
     for (int i0 = qstart; i0 < a.l; i0 += BQ) {
@@ -362,8 +388,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             for (int e = 0; e < 4; ++e) {
                 const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                 const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - slse[qc]) : 0.f;
-                p[n][e] = w;
-                dp[n][e] = w * (dp[n][e] - sd[qc]);  // dsᵀ
+                const float z = attn_keep(a, pair_hash, qi, kj);
+                p[n][e] = w * z;                          // the kept weights, into dv
+                dp[n][e] = w * (dp[n][e] * z - sd[qc]);  // dsᵀ
             }
         }
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
@@ -425,6 +452,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     for (int n = 0; n < DM / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
     const float c2 = a.scale * ATT_LOG2E;
 
+    const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
     const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
     for (int j0 = 0; j0 < kend; j0 += BK) {
         __syncthreads();
@@ -442,7 +470,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
                 const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - lrow[e >> 1]) : 0.f;
-                dp[n][e] = w * (dp[n][e] - drow[e >> 1]);  // ds
+                dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
             }
         }
 #pragma unroll

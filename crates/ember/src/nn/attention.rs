@@ -250,7 +250,7 @@ impl MultiheadAttention {
             && (attn_mask.is_none() || causal)
             && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p);
         let saving = if fused {
-            Some(qh.fused_attention(&kh, &vh, scale, causal)?)
+            Some(qh.fused_attention(&kh, &vh, scale, causal, p)?)
         } else if !opts.need_weights {
             // no weights asked for: the path that keeps no [L, S] weights for
             // backward (a masked-out row gives NaN, as softmax does here), where it

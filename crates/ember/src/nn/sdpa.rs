@@ -86,7 +86,7 @@ pub fn scaled_dot_product_attention(
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
     if attn_mask.is_none() && fused_attention_applies(q, k, v, dropout_p) {
-        return q.fused_attention(k, v, scale, is_causal);
+        return q.fused_attention(k, v, scale, is_causal, dropout_p);
     }
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
@@ -174,8 +174,8 @@ pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Te
 pub enum AttentionPath {
     /// The fused kernel on GPUs where it applies (FlashAttention's algorithm on
     /// tensor cores: f16/bf16 on compute capability 8.0 or later, head dims that
-    /// are multiples of 8 up to 128, no mask but the causal one, no dropout; `meta`
-    /// estimates as such a GPU). Elsewhere the memory-saving path where the scores
+    /// are multiples of 8 up to 128, no mask but the causal one, dropout below 1;
+    /// `meta` estimates as the GPU an estimate names, sm_90 unless told). Elsewhere the memory-saving path where the scores
     /// of one call exceed 2²² elements (16 MiB in f32) or no gradient is recorded,
     /// and the plain path otherwise, whose backward is faster because it keeps the
     /// weights (default).
@@ -227,8 +227,8 @@ fn with_setting<T: Copy + 'static, R>(
 /// Whether attention of `q` over `k`/`v` without a mask but the causal one and
 /// with dropout `dropout_p` takes the fused op on this thread's
 /// [`attention_path`]: one float dtype outside autocast's casts, the same batch
-/// dims, one head dim for q, k and v, no empty operand, no dropout, and a device
-/// that runs it.
+/// dims, one head dim for q, k and v, no empty operand, dropout in `[0, 1)`, and a
+/// device that runs it.
 pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
     let r = q.rank();
     let path = attention_path();
@@ -236,7 +236,7 @@ pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropou
         || r < 2
         || k.rank() != r
         || v.rank() != r
-        || dropout_p != 0.0
+        || !(0.0..1.0).contains(&dropout_p)
         || !q.dtype().is_float()
         || k.dtype() != q.dtype()
         || v.dtype() != q.dtype()

@@ -46,6 +46,8 @@ impl Tensor {
             d,
             scale: 1.0,
             causal: false,
+            dropout: 0.0,
+            seed: 0,
         };
         self.read().runs_fused_attention(&shape)
     }
@@ -61,6 +63,7 @@ impl Tensor {
         v: &Tensor,
         scale: f64,
         causal: bool,
+        dropout: f64,
     ) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 || k.rank() != r || v.rank() != r {
@@ -79,6 +82,13 @@ impl Tensor {
             d: q4.shape()[3],
             scale,
             causal,
+            dropout,
+            // the masks' seed, drawn from the device's generator; kept for backward
+            seed: if dropout > 0.0 {
+                crate::backend::fork_seed(&self.device())
+            } else {
+                0
+            },
         };
         let (out, lse) = {
             let st = Storages::read(&[&q4, &k4, &v4]);

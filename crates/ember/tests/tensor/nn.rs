@@ -1539,6 +1539,7 @@ device_test!(
     memory_saving_attention_cuts_long_rows_into_query_blocks,
     fused_attention_matches_the_plain_path,
     fused_attention_takes_the_causal_hint_of_an_encoder,
+    fused_attention_drops_the_same_weights_forward_and_backward,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
@@ -2644,5 +2645,128 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
     assert_close(&vals(&hinted), &vals(&masked), tol, tol);
     // the hint needs the mask, as in PyTorch
     assert!(enc.forward_with(&x, None, None, true).is_err());
+    Ok(())
+}
+
+/// The fused op's dropout (`dropout_p` > 0): with the identity as `v` its output
+/// is the kept weights themselves (`w · z`, z 0 or `1 / (1 - p)`), which gives the
+/// mask a seed draws; with that mask, the plain computation `(w ∘ z) · v` in
+/// float32 has the fused op's output and gradients (forward and backward drop
+/// the same weights), about `1 - p` of the weights are kept, and another seed
+/// drops others.
+fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let _g = super::rng_lock();
+    let (dt, path) = if dev.is_cpu() {
+        (DType::F32, AttentionPath::Fused)
+    } else {
+        (DType::BF16, AttentionPath::Auto)
+    };
+    if !dev.is_cpu() && !runs_fused_kernels(dev) {
+        eprintln!("skipped: this GPU does not run the fused kernels");
+        return Ok(());
+    }
+    let (b, h, l, s, d, p) = (1, 2, 24, 40, 64, 0.3);
+    ember::manual_seed(4);
+    let q = Tensor::randn([b, h, l, d], dev)?.to_dtype(dt)?;
+    let k = Tensor::randn([b, h, s, d], dev)?.to_dtype(dt)?;
+    let v = Tensor::randn([b, h, s, d], dev)?.to_dtype(dt)?;
+    let up = Tensor::randn([b, h, l, d], dev)?;
+    // v = the identity (s rows of d columns): the output's row i is weight row i
+    let eye = Tensor::eye(d, DType::F32, dev)?
+        .narrow(0, 0, s)?
+        .expand([b, h, s, d])?
+        .to_dtype(dt)?
+        .contiguous()?;
+    let fused = |v: &Tensor, p: f64, seed: u64, causal: bool| -> Result<Tensor> {
+        ember::manual_seed(seed);
+        with_attention_path(path, || {
+            nn::scaled_dot_product_attention(&q, &k, v, None, p, causal, None)
+        })
+    };
+    for causal in [false, true] {
+        let what = format!("{dt}, causal {causal}");
+        let weights = fused(&eye, 0.0, 0, causal)?
+            .narrow(3, 0, s)?
+            .to_dtype(DType::F32)?;
+        let kept = fused(&eye, p, 77, causal)?
+            .narrow(3, 0, s)?
+            .to_dtype(DType::F32)?;
+        // z where a weight is positive (all of them but the causal mask's)
+        let seen = weights.gt(0.0)?;
+        let z = kept.gt(0.0)?.to_dtype(DType::F32)?.mul(1.0 / (1.0 - p))?;
+        let n_seen = seen.to_dtype(DType::F32)?.sum_all()?.item::<f32>()? as f64;
+        let n_kept = kept
+            .gt(0.0)?
+            .to_dtype(DType::F32)?
+            .sum_all()?
+            .item::<f32>()? as f64;
+        assert!(
+            (n_kept / n_seen - (1.0 - p)).abs() < 0.05,
+            "{what}: kept {n_kept} of {n_seen}"
+        );
+        // the kept weights are the weights times 1 / (1 - p)
+        let want_kept = vals(&weights.mul(&z)?);
+        let tol = if dt == DType::BF16 { 2e-2 } else { 1e-5 };
+        assert_close(&vals(&kept), &want_kept, tol, tol * 0.1);
+        // another seed drops other weights
+        let other = fused(&eye, p, 78, causal)?.narrow(3, 0, s)?.gt(0.0)?;
+        assert!(
+            other.ne(&kept.gt(0.0)?)?.any_all()?.item::<bool>()?,
+            "{what}: same mask"
+        );
+        // the plain (w ∘ z) · v with that mask against the fused op, gradients too
+        // fresh float32 leaves (a float32 input's to_dtype is the input itself)
+        let leaves: Vec<Tensor> = [&q, &k, &v]
+            .iter()
+            .map(|t| t.to_dtype(DType::F32)?.detach().requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let scores = leaves[0]
+            .matmul(&leaves[1].transpose(-2, -1)?)?
+            .mul(1.0 / (d as f64).sqrt())?;
+        let scores = if causal {
+            let blocked = Tensor::ones([l, s], DType::Bool, dev)?.triu(1)?;
+            scores.masked_fill(&blocked, f64::NEG_INFINITY)?
+        } else {
+            scores
+        };
+        let want = scores.softmax(-1)?.mul(&z)?.matmul(&leaves[2])?;
+        want.mul(&up)?.sum_all()?.backward()?;
+        let got_leaves: Vec<Tensor> = [&q, &k, &v]
+            .iter()
+            .map(|t| t.detach().requires_grad_(true))
+            .collect::<Result<_>>()?;
+        ember::manual_seed(77);
+        let got = with_attention_path(path, || {
+            nn::scaled_dot_product_attention(
+                &got_leaves[0],
+                &got_leaves[1],
+                &got_leaves[2],
+                None,
+                p,
+                causal,
+                None,
+            )
+        })?;
+        got.mul(&up.to_dtype(dt)?)?.sum_all()?.backward()?;
+        let pairs = [
+            (got.detach(), want.detach()),
+            (got_leaves[0].grad().unwrap(), leaves[0].grad().unwrap()),
+            (got_leaves[1].grad().unwrap(), leaves[1].grad().unwrap()),
+            (got_leaves[2].grad().unwrap(), leaves[2].grad().unwrap()),
+        ];
+        for (i, (g, w)) in pairs.iter().enumerate() {
+            let (g, w) = (vals(g), vals(w));
+            let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let err = g
+                .iter()
+                .zip(&w)
+                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                err <= 2.0 * tol * scale,
+                "{what}: result {i} differs by {err} (largest value {scale})"
+            );
+        }
+    }
     Ok(())
 }

@@ -95,8 +95,11 @@ pub(crate) fn attention(
         let (n, l, d) = (sh.batch * sh.heads, sh.l, sh.d);
         let mut out = alloc_uninit::<T>(n * l * d)?;
         let mut lse = alloc_uninit::<T::Acc>(n * l)?;
+        let (threshold, keep) = sh.drop_threshold();
+        let keep = T::Acc::c(keep);
         let body = |(i, (o, ls)): Pair<'_, T, T::Acc>| {
             let pair = (i / sh.heads, i % sh.heads);
+            let hash = sh.pair_hash(i);
             let (mut scores, mut acc) = (Vec::new(), vec![T::Acc::zero(); d]);
             for qi in 0..l {
                 let m = scores_of(q.row(pair, qi, d), &k, pair, (qi, &sh), &mut scores);
@@ -105,6 +108,12 @@ pub(crate) fn attention(
                 for (j, &x) in scores.iter().enumerate() {
                     let p = (x - m).exp();
                     sum = sum + p;
+                    // dropout after the softmax's sum
+                    let p = if sh.kept(hash, threshold, qi, j) {
+                        p * keep
+                    } else {
+                        T::Acc::zero()
+                    };
                     for (a, &vv) in acc.iter_mut().zip(v.row(pair, j, d)) {
                         *a = *a + p * vv.to_acc();
                     }
@@ -172,8 +181,11 @@ pub(crate) fn attention_backward(
         let mut dk = alloc_uninit::<T>(n * s * d)?;
         let mut dv = alloc_uninit::<T>(n * s * d)?;
         let scale = T::Acc::c(sh.scale);
+        let (threshold, keep) = sh.drop_threshold();
+        let keep = T::Acc::c(keep);
         let body = |(i, (dq, (dk, dv))): GradPair<'_, T>| {
             let pair = (i / sh.heads, i % sh.heads);
+            let hash = sh.pair_hash(i);
             let zero = T::Acc::zero();
             let (mut gk, mut gv) = (vec![zero; s * d], vec![zero; s * d]);
             let (mut scores, mut gq) = (Vec::new(), vec![zero; d]);
@@ -189,11 +201,18 @@ pub(crate) fn attention_backward(
                 for (j, &x) in scores.iter().enumerate() {
                     let (kr, vr) = (k.row(pair, j, d), v.row(pair, j, d));
                     let p = (x - ls).exp();
-                    let ds = p * (dot(gr, vr) - dsum) * scale;
+                    // the dropout's factor: the weights' gradient is z · (g · v)
+                    let z = if sh.kept(hash, threshold, qi, j) {
+                        keep
+                    } else {
+                        zero
+                    };
+                    let ds = p * (dot(gr, vr) * z - dsum) * scale;
+                    let pz = p * z;
                     for c in 0..d {
                         gq[c] = gq[c] + ds * kr[c].to_acc();
                         gk[j * d + c] = gk[j * d + c] + ds * qr[c].to_acc();
-                        gv[j * d + c] = gv[j * d + c] + p * gr[c].to_acc();
+                        gv[j * d + c] = gv[j * d + c] + pz * gr[c].to_acc();
                     }
                 }
                 for (dst, &a) in dq[qi * d..(qi + 1) * d].iter_mut().zip(&gq) {

@@ -5,7 +5,10 @@ use crate::DType;
 
 /// One fused attention call: `softmax(q kᵀ · scale) v` for each of `batch · heads`
 /// query rows `[l, d]` against keys and values `[s, d]`; with `causal`, query `i`
-/// sees keys `0..=i` (the mask's top-left triangle).
+/// sees keys `0..=i` (the mask's top-left triangle). With `dropout` (in `[0, 1)`)
+/// each weight is dropped after the softmax, by a mask that is a function of
+/// `seed` and the weight's place ([`AttnShape::kept`]), so that the backward (and
+/// every device) draws the same one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AttnShape {
     pub batch: usize,
@@ -15,12 +18,45 @@ pub(crate) struct AttnShape {
     pub d: usize,
     pub scale: f64,
     pub causal: bool,
+    pub dropout: f64,
+    pub seed: u64,
+}
+
+/// splitmix64's finaliser (`attn_mix` in kernels/attention.cu).
+fn mix(mut z: u64) -> u64 {
+    z ^= z >> 30;
+    z = z.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z ^= z >> 27;
+    z = z.wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl AttnShape {
     /// Whether query `i` sees key `j`.
     pub fn visible(&self, i: usize, j: usize) -> bool {
         !(self.causal && j > i)
+    }
+
+    /// The dropout's threshold (a weight whose 24-bit draw is below it is
+    /// dropped; 0 without dropout) and the kept weights' factor `1 / (1 - p')`,
+    /// `p'` the probability the threshold gives (within 2⁻²⁴ of `dropout`).
+    pub fn drop_threshold(&self) -> (u32, f64) {
+        let t = (self.dropout * (1u64 << 24) as f64)
+            .round()
+            .clamp(0.0, ((1u64 << 24) - 1) as f64) as u32;
+        (t, 1.0 / (1.0 - t as f64 / (1u64 << 24) as f64))
+    }
+
+    /// The hash of pair `bh` (batch · heads + head) that [`kept`](Self::kept)
+    /// starts from.
+    pub fn pair_hash(&self, bh: usize) -> u64 {
+        mix(self.seed ^ bh as u64)
+    }
+
+    /// Whether weight (query `i`, key `j`) of the pair whose
+    /// [`pair_hash`](Self::pair_hash) is `pair` is kept by the dropout.
+    pub fn kept(&self, pair: u64, threshold: u32, i: usize, j: usize) -> bool {
+        threshold == 0 || (mix(pair ^ (((i as u64) << 32) | j as u64)) >> 40) as u32 >= threshold
     }
 }
 
@@ -86,7 +122,34 @@ mod tests {
             d,
             scale: 1.0,
             causal: true,
+            dropout: 0.0,
+            seed: 0,
         }
+    }
+
+    /// The dropout keeps a fraction 1 - p of the weights, the same ones for a
+    /// seed, other ones for another seed.
+    #[test]
+    fn dropout_keeps_one_minus_p_of_the_weights() {
+        let mut sh = shape(1, 100, 100, 8);
+        sh.dropout = 0.25;
+        let (t, scale) = sh.drop_threshold();
+        assert!((scale - 4.0 / 3.0).abs() < 1e-6);
+        let count = |seed: u64| -> Vec<bool> {
+            let s = AttnShape { seed, ..sh };
+            let pair = s.pair_hash(3);
+            (0..100 * 100)
+                .map(|n| s.kept(pair, t, n / 100, n % 100))
+                .collect()
+        };
+        let (a, b) = (count(7), count(8));
+        let kept = a.iter().filter(|&&k| k).count() as f64 / 1e4;
+        assert!((kept - 0.75).abs() < 0.02, "kept {kept}");
+        assert_eq!(a, count(7));
+        let same = a.iter().zip(&b).filter(|(x, y)| x == y).count() as f64 / 1e4;
+        assert!(same < 0.7, "two seeds agree on {same} of the weights");
+        sh.dropout = 0.0;
+        assert_eq!(sh.drop_threshold(), (0, 1.0));
     }
 
     /// The CUDA kernels' limits: dtypes, head dims, empty operands, and sizes the

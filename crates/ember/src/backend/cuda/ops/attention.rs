@@ -26,6 +26,9 @@ pub(crate) struct KAttn {
     pub d: i32,
     pub scale: f32,
     pub causal: i32,
+    pub seed: u64,
+    pub drop_threshold: u32,
+    pub keep_scale: f32,
 }
 
 const THREADS: u32 = 128;
@@ -52,6 +55,9 @@ impl KAttn {
             d: sh.d as i32,
             scale: sh.scale as f32,
             causal: sh.causal as i32,
+            seed: sh.seed,
+            drop_threshold: sh.drop_threshold().0,
+            keep_scale: sh.drop_threshold().1 as f32,
         }
     }
 

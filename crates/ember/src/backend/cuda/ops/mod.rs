@@ -424,6 +424,9 @@ mod tests {
                 ("d", offset_of!(KAttn, d)),
                 ("scale", offset_of!(KAttn, scale)),
                 ("causal", offset_of!(KAttn, causal)),
+                ("seed", offset_of!(KAttn, seed)),
+                ("drop_threshold", offset_of!(KAttn, drop_threshold)),
+                ("keep_scale", offset_of!(KAttn, keep_scale)),
             ] {
                 checks.push(format!(
                     "static_assert(__builtin_offsetof(AttnArgs, {field}) == {off}, \"AttnArgs.{field}\");"
