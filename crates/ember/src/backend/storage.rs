@@ -756,13 +756,17 @@ impl Storage {
     /// dtype; on CUDA through the f16/bf16 tensor-core kernels
     /// ([`attn_kernel_refuses`], compute capability 8.0 or later); on `meta` as on
     /// the GPU it models ([`modelled_arch`](super::meta::account::modelled_arch)).
-    /// Never for an empty operand.
+    /// Never for an empty operand, nor with dropout while the calling thread
+    /// captures a CUDA graph (the kernels take their masks' seed by value, where a
+    /// replay must draw new ones; the other paths' dropout does).
     pub(crate) fn runs_fused_attention(&self, shape: &AttnShape) -> bool {
         let empty = [shape.batch, shape.heads, shape.l, shape.s, shape.d].contains(&0);
         match self {
             Storage::Cpu(x) => x.dtype().is_float() && !empty,
             Storage::Cuda(x) => {
-                attn_kernel_refuses(x.dtype(), shape).is_none() && x.dev().arch() >= 80
+                attn_kernel_refuses(x.dtype(), shape).is_none()
+                    && x.dev().arch() >= 80
+                    && !(shape.dropout > 0.0 && x.dev().is_capturing())
             }
             Storage::Meta(x) => {
                 attn_kernel_refuses(x.dtype(), shape).is_none()

@@ -254,7 +254,7 @@ pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropou
         return false;
     }
     (path == AttentionPath::Fused || !q.device().is_cpu())
-        && q.runs_fused_attention(k.shape()[r - 2])
+        && q.runs_fused_attention(k.shape()[r - 2], dropout_p)
 }
 
 /// This thread's attention path.

@@ -31,8 +31,9 @@ fn as_rank4(t: &Tensor) -> Result<Tensor> {
 
 impl Tensor {
     /// Whether [`fused_attention`](Self::fused_attention) runs for queries like
-    /// this tensor (`[.., L, d]`: its device, dtype and sizes) against `s` keys.
-    pub(crate) fn runs_fused_attention(&self, s: usize) -> bool {
+    /// this tensor (`[.., L, d]`: its device, dtype and sizes) against `s` keys
+    /// with dropout `dropout`.
+    pub(crate) fn runs_fused_attention(&self, s: usize, dropout: f64) -> bool {
         let r = self.rank();
         if r < 2 {
             return false;
@@ -46,7 +47,7 @@ impl Tensor {
             d,
             scale: 1.0,
             causal: false,
-            dropout: 0.0,
+            dropout,
             seed: 0,
         };
         self.read().runs_fused_attention(&shape)
@@ -54,9 +55,13 @@ impl Tensor {
 
     /// `softmax(self kᵀ · scale) v` over the last two dims in one fused op
     /// (queries `self` `[.., L, d]`, keys and values `[.., S, d]` with the same
-    /// batch dims and dtype; with `causal`, query `i` sees keys `0..=i`), where
-    /// the device runs it ([`attention_runs_fused`](crate::nn::functional)
-    /// says where). No `[L, S]` matrix is made or kept.
+    /// batch dims and dtype; with `causal`, query `i` sees keys `0..=i`; with
+    /// `dropout` in `[0, 1)` the weights are dropped after the softmax, by masks
+    /// drawn from a seed forked from the device's generator and kept for
+    /// backward), where the device runs it
+    /// ([`runs_fused_attention`](Self::runs_fused_attention);
+    /// `nn::functional::fused_attention_applies` decides). No `[L, S]` matrix is
+    /// made or kept.
     pub(crate) fn fused_attention(
         &self,
         k: &Tensor,

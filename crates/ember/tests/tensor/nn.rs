@@ -1540,6 +1540,7 @@ device_test!(
     fused_attention_matches_the_plain_path,
     fused_attention_takes_the_causal_hint_of_an_encoder,
     fused_attention_drops_the_same_weights_forward_and_backward,
+    attention_dropout_draws_new_masks_in_each_graph_replay,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
     init_functions_draw_pytorchs_distributions,
@@ -2768,5 +2769,28 @@ fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> 
             );
         }
     }
+    Ok(())
+}
+
+/// Attention with dropout captured in a CUDA graph draws new masks at each
+/// replay, as eager steps do (the fused kernels take their seed by value, so a
+/// capture takes the composite path, whose draws follow the graph's generator).
+fn attention_dropout_draws_new_masks_in_each_graph_replay(dev: &Device) -> Result<()> {
+    if !dev.is_cuda() {
+        return Ok(());
+    }
+    let _g = super::rng_lock();
+    ember::manual_seed(6);
+    let make = || -> Result<Tensor> { Tensor::randn([1, 2, 16, 64], dev)?.to_dtype(DType::BF16) };
+    let (q, k, v) = (make()?, make()?, make()?);
+    let (graph, y) = ember::cuda::Graph::capture(dev, || {
+        nn::scaled_dot_product_attention(&q, &k, &v, None, 0.5, false, None)
+    })?;
+    graph.replay()?;
+    let first = vals(&y);
+    graph.replay()?;
+    let second = vals(&y);
+    assert!(first.iter().any(|x| *x != 0.0));
+    assert_ne!(first, second, "two replays dropped the same weights");
     Ok(())
 }
