@@ -2459,6 +2459,24 @@ fn runs_fused_kernels(dev: &Device) -> bool {
     }
 }
 
+/// Asserts that `got` differs from `want` by at most `tol` times `want`'s largest
+/// magnitude anywhere (half-precision attention rounds its weights once, so
+/// errors scale with the values, not elementwise).
+#[track_caller]
+fn within_scale(got: &Tensor, want: &Tensor, tol: f64, what: &str) {
+    let (g, w) = (vals(got), vals(want));
+    assert_eq!(g.len(), w.len(), "{what}: sizes");
+    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let err = g
+        .iter()
+        .zip(&w)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        err <= tol * scale,
+        "{what} differs by {err} (largest value {scale})"
+    );
+}
+
 /// `(out, dq, dk, dv)` of attention over `qkv` (fresh leaves) on `path`, with the
 /// output's gradient `up` (`[B, L, H, d]` when `transposed`: the gradient then
 /// reaches attention as a transposed view), and whether the fused primitive ran.
@@ -2594,16 +2612,7 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
                     assert_eq!(g.dtype(), dt, "{what}: result {i}");
-                    let (g, w) = (vals(g), vals(w));
-                    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-                    let err = g
-                        .iter()
-                        .zip(&w)
-                        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-                    assert!(
-                        err <= tol * scale,
-                        "{what}: result {i} differs by {err} (largest value {scale})"
-                    );
+                    within_scale(g, w, tol, &format!("{what}: result {i}"));
                 }
             }
         }
@@ -2757,16 +2766,7 @@ fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> 
             (got_leaves[2].grad().unwrap(), leaves[2].grad().unwrap()),
         ];
         for (i, (g, w)) in pairs.iter().enumerate() {
-            let (g, w) = (vals(g), vals(w));
-            let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-            let err = g
-                .iter()
-                .zip(&w)
-                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-            assert!(
-                err <= 2.0 * tol * scale,
-                "{what}: result {i} differs by {err} (largest value {scale})"
-            );
+            within_scale(g, w, 2.0 * tol, &format!("{what}: result {i}"));
         }
     }
     Ok(())
