@@ -43,18 +43,6 @@ fn downsample(
     ))
 }
 
-/// Parameters or buffers of named children, prefixed with their names.
-fn prefixed(
-    children: Vec<(&'static str, &dyn Module)>,
-    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
-) -> Vec<(String, Tensor)> {
-    let mut all = Vec::new();
-    for (name, m) in children {
-        all.extend(f(m).into_iter().map(|(n, t)| (format!("{name}.{n}"), t)));
-    }
-    all
-}
-
 /// Implements `Module` for a block from its `run` (the forward) and its
 /// `children`/`children_mut` (the state, in torchvision's order).
 macro_rules! block_module {
@@ -64,43 +52,7 @@ macro_rules! block_module {
                 self.run(x)
             }
 
-            fn named_parameters(&self) -> Vec<(String, Tensor)> {
-                prefixed(self.children(), |m| m.named_parameters())
-            }
-
-            fn named_buffers(&self) -> Vec<(String, Tensor)> {
-                prefixed(self.children(), |m| m.named_buffers())
-            }
-
-            fn to_device(&mut self, device: &Device) -> Result<()> {
-                self.children_mut()
-                    .into_iter()
-                    .try_for_each(|(_, m)| m.to_device(device))
-            }
-
-            fn to_empty(&mut self, device: &Device) -> Result<()> {
-                self.children_mut()
-                    .into_iter()
-                    .try_for_each(|(_, m)| m.to_empty(device))
-            }
-
-            fn to_dtype(&mut self, dtype: crate::DType) -> Result<()> {
-                self.children_mut()
-                    .into_iter()
-                    .try_for_each(|(_, m)| m.to_dtype(dtype))
-            }
-
-            fn reset_parameters(&mut self) -> Result<()> {
-                self.children_mut()
-                    .into_iter()
-                    .try_for_each(|(_, m)| m.reset_parameters())
-            }
-
-            fn set_training(&mut self, training: bool) {
-                self.children_mut()
-                    .into_iter()
-                    .for_each(|(_, m)| m.set_training(training))
-            }
+            nn::delegate_to_children!();
         }
     };
 }

@@ -279,9 +279,74 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
     }
 }
 
-/// `Ok` for a floating-point `dtype`, the one kind a module converts to.
 pub(crate) use state::{check_state, load_state};
 
+/// The parameters or buffers (`f` of each child) of named children, each name
+/// prefixed with its child's (`"conv1.weight"`).
+pub(crate) fn prefixed<N: std::fmt::Display>(
+    children: Vec<(N, &dyn Module)>,
+    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
+) -> Vec<(String, Tensor)> {
+    children
+        .into_iter()
+        .flat_map(|(c, m)| f(m).into_iter().map(move |(n, t)| (format!("{c}.{n}"), t)))
+        .collect()
+}
+
+/// The `Module` methods of a module whose state is all in its children (every
+/// method but `forward`), from its `children` and `children_mut` (named children,
+/// in state-dict order). `(own training)`: the module also keeps a `training`
+/// flag of its own, which `set_training` sets.
+macro_rules! delegate_to_children {
+    () => {
+        $crate::nn::delegate_to_children!(@visit);
+        fn set_training(&mut self, training: bool) {
+            self.children_mut()
+                .into_iter()
+                .for_each(|(_, m)| m.set_training(training));
+        }
+    };
+    (own training) => {
+        $crate::nn::delegate_to_children!(@visit);
+        fn set_training(&mut self, training: bool) {
+            self.training = training;
+            self.children_mut()
+                .into_iter()
+                .for_each(|(_, m)| m.set_training(training));
+        }
+    };
+    (@visit) => {
+        fn named_parameters(&self) -> Vec<(String, $crate::Tensor)> {
+            $crate::nn::prefixed(self.children(), |m| m.named_parameters())
+        }
+        fn named_buffers(&self) -> Vec<(String, $crate::Tensor)> {
+            $crate::nn::prefixed(self.children(), |m| m.named_buffers())
+        }
+        fn to_device(&mut self, device: &$crate::Device) -> $crate::Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_device(device))
+        }
+        fn to_empty(&mut self, device: &$crate::Device) -> $crate::Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_empty(device))
+        }
+        fn to_dtype(&mut self, dtype: $crate::DType) -> $crate::Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_dtype(dtype))
+        }
+        fn reset_parameters(&mut self) -> $crate::Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.reset_parameters())
+        }
+    };
+}
+pub(crate) use delegate_to_children;
+
+/// `Ok` for a floating-point `dtype`, the one kind a module converts to.
 pub(crate) fn float_target(dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())

@@ -233,18 +233,7 @@ pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropou
     let r = q.rank();
     let path = attention_path();
     if matches!(path, AttentionPath::Math | AttentionPath::MemoryEfficient)
-        || r < 2
-        || k.rank() != r
-        || v.rank() != r
-        || !(0.0..1.0).contains(&dropout_p)
-        || !q.dtype().is_float()
-        || k.dtype() != q.dtype()
-        || v.dtype() != q.dtype()
-        || crate::tensor::autocast::would_lower(&[q, k, v])
-        || q.shape()[..r - 2] != k.shape()[..r - 2]
-        || q.shape()[..r - 2] != v.shape()[..r - 2]
-        || k.shape()[r - 2] != v.shape()[r - 2]
-        || k.shape()[r - 1] != q.shape()[r - 1]
+        || !recomputable_operands(q, k, v, dropout_p)
         || v.shape()[r - 1] != q.shape()[r - 1]
         || q.numel() == 0
         || k.numel() == 0
@@ -255,6 +244,29 @@ pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropou
     }
     (path == AttentionPath::Fused || !q.device().is_cpu())
         && q.runs_fused_attention(k.shape()[r - 2], dropout_p)
+}
+
+/// Whether q, k and v suit the paths that recompute the weights in backward (the
+/// fused op and the memory-saving one): one float dtype that autocast would not
+/// cast again (its casts are the caller's; inputs it would still cast take the
+/// plain path, whose ops autocast handles one by one), the same rank and batch
+/// dims (no broadcasting), keys and values of one length, q and k of one head
+/// dim, and dropout in `[0, 1)`.
+fn recomputable_operands(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
+    let r = q.rank();
+    let dt = q.dtype();
+    r >= 2
+        && !crate::tensor::autocast::would_lower(&[q, k, v])
+        && k.rank() == r
+        && v.rank() == r
+        && dt.is_float()
+        && k.dtype() == dt
+        && v.dtype() == dt
+        && q.shape()[..r - 2] == k.shape()[..r - 2]
+        && q.shape()[..r - 2] == v.shape()[..r - 2]
+        && k.shape()[r - 2] == v.shape()[r - 2]
+        && k.shape()[r - 1] == q.shape()[r - 1]
+        && (0.0..1.0).contains(&dropout_p)
 }
 
 /// This thread's attention path.
@@ -302,21 +314,7 @@ pub(crate) fn attention_saving_memory(
 ) -> Result<Option<Tensor>> {
     let r = q.rank();
     let dt = q.dtype();
-    // (autocast's casts are made by the caller: inputs it would still cast take the
-    // plain path, whose ops autocast handles one by one)
-    if r < 2
-        || crate::tensor::autocast::would_lower(&[q, k, v])
-        || k.rank() != r
-        || v.rank() != r
-        || !dt.is_float()
-        || k.dtype() != dt
-        || v.dtype() != dt
-        || q.shape()[..r - 2] != k.shape()[..r - 2]
-        || q.shape()[..r - 2] != v.shape()[..r - 2]
-        || k.shape()[r - 2] != v.shape()[r - 2]
-        || k.shape()[r - 1] != q.shape()[r - 1]
-        || !(0.0..1.0).contains(&dropout_p)
-    {
+    if !recomputable_operands(q, k, v, dropout_p) {
         return Ok(None);
     }
     let batch = &q.shape()[..r - 2];

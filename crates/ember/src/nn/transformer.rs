@@ -5,7 +5,7 @@
 use super::attention::{AttentionOptions, MultiheadAttention};
 use super::functional::dropout;
 use super::{LayerNorm, Linear, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 
 /// Module methods of a module made only of named children.
 macro_rules! children_module {
@@ -21,54 +21,6 @@ macro_rules! children_module {
             }
         }
     };
-}
-
-/// The `Module` methods that only visit children (all but `forward`).
-macro_rules! delegate_to_children {
-    () => {
-        fn named_parameters(&self) -> Vec<(String, Tensor)> {
-            prefixed(self.children(), |m| m.named_parameters())
-        }
-        fn named_buffers(&self) -> Vec<(String, Tensor)> {
-            prefixed(self.children(), |m| m.named_buffers())
-        }
-        fn to_device(&mut self, device: &Device) -> Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_device(device))
-        }
-        fn to_empty(&mut self, device: &Device) -> Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_empty(device))
-        }
-        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_dtype(dtype))
-        }
-        fn reset_parameters(&mut self) -> Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.reset_parameters())
-        }
-        fn set_training(&mut self, training: bool) {
-            self.training = training;
-            self.children_mut()
-                .into_iter()
-                .for_each(|(_, m)| m.set_training(training));
-        }
-    };
-}
-
-fn prefixed(
-    children: Vec<(String, &dyn Module)>,
-    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
-) -> Vec<(String, Tensor)> {
-    children
-        .into_iter()
-        .flat_map(|(c, m)| f(m).into_iter().map(move |(n, t)| (format!("{c}.{n}"), t)))
-        .collect()
 }
 
 /// The feed-forward activation of the transformer layers.
@@ -247,7 +199,7 @@ impl Module for TransformerEncoderLayer {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_masked(x, None, None)
     }
-    delegate_to_children!();
+    super::delegate_to_children!(own training);
 }
 
 /// A stack of encoder layers (`nn.TransformerEncoder`), `layers.0` … `layers.{n-1}`,
@@ -346,7 +298,7 @@ impl Module for TransformerEncoder {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_masked(x, None, None)
     }
-    delegate_to_children!();
+    super::delegate_to_children!(own training);
 }
 
 /// A layer with the same settings and a copy of `layer`'s parameters.
@@ -485,5 +437,5 @@ impl Module for TransformerDecoderLayer {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.decode(x, x, DecoderMasks::default())
     }
-    delegate_to_children!();
+    super::delegate_to_children!(own training);
 }

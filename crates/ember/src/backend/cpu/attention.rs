@@ -146,8 +146,9 @@ pub(crate) fn attention(
 }
 
 /// The slice of `d` in `like`'s element type, or the error of mixed dtypes.
-fn same<'a, T: CpuElem>(_like: &[T], d: &'a CpuData) -> Result<&'a [T]> {
-    T::slice(d).ok_or_else(|| Error::dtype("attention", d.dtype(), "q, k and v must share a dtype"))
+fn same<'a, T: CpuElem>(like: &[T], d: &'a CpuData) -> Result<&'a [T]> {
+    super::reduce::same(like, d)
+        .ok_or_else(|| Error::dtype("attention", d.dtype(), "q, k and v must share a dtype"))
 }
 
 /// The statistics `d` in `like`'s accumulator type.

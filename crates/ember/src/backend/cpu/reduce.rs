@@ -690,7 +690,7 @@ fn dot_acc<T: SliceMath>(a: &[T], b: &[T]) -> T::Acc {
 
 /// `d`'s elements if they are `like`'s type (for the second and third operands
 /// of a primitive dispatched on its first).
-fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
+pub(super) fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
     T::slice(d)
 }
 

@@ -42,6 +42,7 @@ fn strides(l: &Layout) -> [i64; 3] {
 
 impl KAttn {
     fn new(sh: &AttnShape, q: &Layout, k: &Layout, v: &Layout) -> KAttn {
+        let (drop_threshold, keep_scale) = sh.drop_threshold();
         KAttn {
             q_off: q.offset() as i64,
             k_off: k.offset() as i64,
@@ -56,8 +57,8 @@ impl KAttn {
             scale: sh.scale as f32,
             causal: sh.causal as i32,
             seed: sh.seed,
-            drop_threshold: sh.drop_threshold().0,
-            keep_scale: sh.drop_threshold().1 as f32,
+            drop_threshold,
+            keep_scale: keep_scale as f32,
         }
     }
 
