@@ -159,19 +159,20 @@ def suite(dev):
 
     row(dev, f"conv2d fwd+bwd {bn}x{c}x{hw}x{hw} k3 p1 o{o}", "flops", 3.0 * 2.0 * bn * o * hw * hw * c * 9,
         conv_step)
-    # causal attention forward and backward (ember's row of the same name)
-    (ab, ah, al, ad), (adt, atag) = ((8, 12, 1024, 64), (torch.bfloat16, "bf16")) if gpu and not q else \
-        ((1, 2, 128, 64), (torch.float32, "f32"))
-    qkv = [rand(ab, ah, al, ad).to(adt).requires_grad_() for _ in range(3)]
+    # causal attention forward and backward (ember's rows of the same names)
+    attention_rows = [((8, 12, 1024, 64), (torch.bfloat16, "bf16")), ((8, 12, 1024, 64), (torch.float32, "f32"))] \
+        if gpu and not q else [((1, 2, 128, 64), (torch.float32, "f32"))]
+    for (ab, ah, al, ad), (adt, atag) in attention_rows:
+        qkv = [rand(ab, ah, al, ad).to(adt).requires_grad_() for _ in range(3)]
 
-    def attention_step():
-        with torch.enable_grad():
-            F.scaled_dot_product_attention(*qkv, is_causal=True).sum().backward()
-        for t in qkv:
-            t.grad = None
+        def attention_step(qkv=qkv):
+            with torch.enable_grad():
+                F.scaled_dot_product_attention(*qkv, is_causal=True).sum().backward()
+            for t in qkv:
+                t.grad = None
 
-    row(dev, f"attention fwd+bwd causal {ab}x{ah}x{al}x{ad} {atag}", "flops", 3.5 * 4.0 * ab * ah * al * al * ad / 2,
-        attention_step)
+        row(dev, f"attention fwd+bwd causal {ab}x{ah}x{al}x{ad} {atag}", "flops",
+            3.5 * 4.0 * ab * ah * al * al * ad / 2, attention_step)
     t1, t2 = rand(4, 4), rand(4, 4)
     row(dev, "tiny add 4x4 (per op)", None, 0, lambda: t1 + t2)
     if gpu:

@@ -1,19 +1,26 @@
-// Fused attention (FlashAttention's algorithm) for f16/bf16 on tensor cores:
+// Fused attention (FlashAttention's algorithm) on tensor cores:
 // softmax(q kᵀ · scale) v over tiles of queries and keys, never writing the
 // [L, S] scores, with the row statistics kept in float32; and its backward, which
 // recomputes the weights from each row's log-sum-exp.
 //
-// The products are warp-wide `mma.sync.m16n8k16` (sm_80 and later) with float32
-// accumulators. A warp owns 16 rows of a tile; its lane `lane` holds, of an
-// accumulator tile of 16 x 8, the elements (g, 2t), (g, 2t + 1), (g + 8, 2t),
-// (g + 8, 2t + 1) with g = lane / 4, t = lane % 4 (PTX's fragment layout). A
-// product's result feeds the next product as its A operand without leaving the
-// registers (the weights into `· v`, the scores' gradient into `· k`).
+// The products are warp-wide `mma.sync` (sm_80 and later) with float32
+// accumulators: m16n8k16 on f16/bf16 operands, and for float32 operands three
+// m16n8k8 tf32 products per step (each operand split into a tf32 part and the
+// tf32 rounding of its remainder, the product of the two remainders dropped:
+// float32's accuracy at tensor-core speed, as PyTorch's float32 attention does).
+// A warp owns 16 rows of a tile; its lane `lane` holds, of an accumulator tile
+// of 16 x 8, the elements (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
+// with g = lane / 4, t = lane % 4 (PTX's fragment layout). A product's result
+// feeds the next product as its A operand without leaving the registers (the
+// weights into `· v`, the scores' gradient into `· k`).
 //
 // Operands are [batch, heads, rows, d] views whose last dim is contiguous, with
-// element strides (batch, head, row) that are multiples of 8 (16-byte loads);
-// `d` is a multiple of 8 up to the kernel's DM (64 or 128), the columns beyond
-// `d` read as zeros and are never written. Rows past a sequence's end are masked.
+// element strides (batch, head, row) of whole 16 bytes; `d` is a multiple of 8
+// up to the kernel's DM (64 or 128 for f16/bf16, 64 for float32), the columns
+// beyond `d` read as zeros and are never written. Rows past a sequence's end are
+// masked. An additive bias (a mask: `-inf` hides a key) may be added to the
+// scaled scores; a query row it leaves with no key gets zeros and a log-sum-exp
+// of -inf, and no gradient.
 //
 // Kernels (S = dtype suffix, D = DM):
 //   attn_fwd_S_dD      grid (batch·heads, L/64): out [.., L, d] and lse [.., L]
@@ -37,6 +44,8 @@ struct AttnArgs {
     u64 seed;     // of the dropout masks
     unsigned drop_threshold;  // a weight is dropped where its 24-bit draw is below (0: no dropout)
     float keep_scale;         // 1 / (1 - p), the kept weights' factor
+    i64 bias_off;             // the additive bias (a T pointer passed beside, may be null):
+    i64 bias_st[4];           // element strides of (batch, head, query, key), 0 where it broadcasts
 };
 
 // splitmix64's finaliser: a 64-bit mix of every input bit.
@@ -61,6 +70,31 @@ struct __align__(16) vec16 {
     unsigned a, b, c, d;
 };
 
+// What the kernels need of an operand type T: E, the element as it lies in
+// memory (the 16-bit pattern of f16/bf16, a float); K, the inner dim of one
+// product step; HI, how far (in elements) an operand fragment's second register
+// lies from its first along the inner dim. An operand register holds 2 elements
+// of f16/bf16 (columns c, c + 1) or one float32.
+//
+// For float32 the inner dim of a step is taken in the order 0, 2, 4, 6, 1, 3, 5,
+// 7: PTX puts (row, k) and (row, k + 4) in a lane's registers, ember puts columns
+// 2t and 2t + 1 there, for the A operand and the B operand alike, so that the
+// product is the same and an accumulator tile's (g, 2t), (g, 2t + 1) are the
+// next product's A registers as they stand.
+template <typename T> struct attn_t;
+template <> struct attn_t<f16> {
+    typedef u16 E;
+    static const int K = 16, HI = 8;
+};
+template <> struct attn_t<bf16> {
+    typedef u16 E;
+    static const int K = 16, HI = 8;
+};
+template <> struct attn_t<float> {
+    typedef float E;
+    static const int K = 8, HI = 1;
+};
+
 // Whether T is bf16 (else f16): picks the mma's operand type.
 template <typename T> struct mma_is_bf16 { static const bool value = false; };
 template <> struct mma_is_bf16<bf16> { static const bool value = true; };
@@ -82,9 +116,22 @@ template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float 
     return (unsigned)a.bits | ((unsigned)b.bits << 16);
 }
 
-// c += a · b for one 16 x 8 x 16 tile: a (16 x 16, rows) as 4 registers of 2
-// elements, b (16 x 8, columns) as 2, c (16 x 8) as 4 floats, in the lane
-// layout above (a[0]: (g, 2t..), a[1]: (g + 8, 2t..), a[2]: (g, 2t + 8..),
+// The operand register at `p` (two 16-bit elements, or one float).
+__device__ __forceinline__ unsigned op_reg(const u16* p) { return *(const unsigned*)p; }
+__device__ __forceinline__ unsigned op_reg(const float* p) { return __float_as_uint(*p); }
+
+// Stores the columns c, c + 1 of a result row at `p`, rounded to T.
+template <typename T> __device__ __forceinline__ void store2(u16* p, float x, float y) {
+    *(unsigned*)p = pack2<T>(x, y);
+}
+template <typename T> __device__ __forceinline__ void store2(float* p, float x, float y) {
+    p[0] = x;
+    p[1] = y;
+}
+
+// c += a · b for one 16 x 8 x 16 tile of f16/bf16: a (16 x 16, rows) as 4
+// registers of 2 elements, b (16 x 8, columns) as 2, c (16 x 8) as 4 floats, in
+// the lane layout above (a[0]: (g, 2t..), a[1]: (g + 8, 2t..), a[2]: (g, 2t + 8..),
 // a[3]: (g + 8, 2t + 8..); b[0]: rows 2t.., column g; b[1]: rows 2t + 8..).
 template <typename T> __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
 #ifdef EMBER_SIMULATOR
@@ -126,60 +173,138 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
 #endif
 }
 
-// A register of two consecutive 16-bit elements of shared memory.
-__device__ __forceinline__ unsigned sh32(const u16* p) { return *(const unsigned*)p; }
+// x rounded to tf32 (10 stored mantissa bits, to nearest with ties away from
+// zero: PTX's cvt.rna), as a float32 bit pattern.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+#if defined(EMBER_SIMULATOR) || __CUDA_ARCH__ < 800
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // not inf or NaN
+    return u & 0xffffe000u;
+#else
+    // volatile: split where used, not hoisted out of the tile loops, where the
+    // split fragments of a warp's rows would hold twice their registers
+    unsigned r;
+    asm volatile("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+#endif
+}
+
+// c += a · b for one 16 x 8 x 8 tile of tf32 operands (PTX's layout: a[0]:
+// (g, t), a[1]: (g + 8, t), a[2]: (g, t + 4), a[3]: (g + 8, t + 4); b[0]: row t,
+// column g; b[1]: row t + 4).
+__device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsigned* b) {
+#ifdef EMBER_SIMULATOR
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int k = 0; k < 8; ++k) {
+        const int owner = k & 3;
+        const float a0 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? a[0] : a[2], g * 4 + owner) & 0xffffe000u);
+        const float a1 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? a[1] : a[3], g * 4 + owner) & 0xffffe000u);
+        const float b0 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? b[0] : b[1], (2 * t) * 4 + owner) & 0xffffe000u);
+        const float b1 =
+            __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? b[0] : b[1], (2 * t + 1) * 4 + owner) & 0xffffe000u);
+        c[0] += a0 * b0;
+        c[1] += a0 * b1;
+        c[2] += a1 * b0;
+        c[3] += a1 * b1;
+    }
+#elif __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();
+#endif
+}
+
+// c += a · b for one product step of T's operands (a: 4 registers, b: 2).
+template <typename T> __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+    mma16816<T>(c, a, b);
+}
+// float32: x = big + small with big = tf32(x), small = tf32(x - big), and
+// a · b = a_big · b_big + a_big · b_small + a_small · b_big (the smaller terms first).
+template <> __device__ __forceinline__ void mma<float>(float* c, const unsigned* a, const unsigned* b) {
+    unsigned ab[4], as[4], bb[2], bs[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        ab[i] = to_tf32(__uint_as_float(a[i]));
+        as[i] = to_tf32(__uint_as_float(a[i]) - __uint_as_float(ab[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        bb[i] = to_tf32(__uint_as_float(b[i]));
+        bs[i] = to_tf32(__uint_as_float(b[i]) - __uint_as_float(bb[i]));
+    }
+    mma1688(c, as, bb);
+    mma1688(c, ab, bs);
+    mma1688(c, ab, bb);
+}
 
 // c += a · tᵀ for one 16 x 8 accumulator tile: a warp's 16 rows (A fragments
-// `a`, DM / 16 of them) against rows n·8.. n·8 + 7 of the row-major shared tile
+// `a`, DM / K of them) against rows n·8.. n·8 + 7 of the row-major shared tile
 // `t` (row stride DM + 8), over the first `d` columns.
 template <typename T, int DM>
-__device__ __forceinline__ void mma_rows(float* c, const unsigned (*a)[4], const u16* t, int n, int d) {
+__device__ __forceinline__ void mma_rows(float* c, const unsigned (*a)[4], const typename attn_t<T>::E* t, int n,
+                                         int d) {
+    const int K = attn_t<T>::K, HI = attn_t<T>::HI;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
-    for (int kk = 0; kk < DM / 16; ++kk) {
-        if (kk * 16 >= d) break;
-        const u16* p = t + (n * 8 + g) * (DM + 8) + kk * 16 + 2 * q;
-        const unsigned b[2] = {sh32(p), sh32(p + 8)};
-        mma16816<T>(c, a[kk], b);
+    for (int kk = 0; kk < DM / K; ++kk) {
+        if (kk * K >= d) break;
+        const typename attn_t<T>::E* p = t + (n * 8 + g) * (DM + 8) + kk * K + 2 * q;
+        const unsigned b[2] = {op_reg(p), op_reg(p + HI)};
+        mma<T>(c, a[kk], b);
     }
 }
 
 // acc[n] += a · tt for the columns n·8.. of every n-tile below `d`: `a` the A
-// fragment of inner step kk (16 of the inner dim), `tt` a transposed shared tile
+// fragment of inner step kk (K of the inner dim), `tt` a transposed shared tile
 // ([DM][R + 8]: row n·8 + g holds column n·8 + g of the inner dim's R values).
 template <typename T, int DM, int R>
-__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const u16* tt, int kk, int d) {
+__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const typename attn_t<T>::E* tt, int kk,
+                                         int d) {
+    const int K = attn_t<T>::K, HI = attn_t<T>::HI;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int n = 0; n < DM / 8; ++n) {
         if (n * 8 >= d) break;
-        const u16* p = tt + (n * 8 + g) * (R + 8) + kk * 16 + 2 * q;
-        const unsigned b[2] = {sh32(p), sh32(p + 8)};
-        mma16816<T>(acc[n], a, b);
+        const typename attn_t<T>::E* p = tt + (n * 8 + g) * (R + 8) + kk * K + 2 * q;
+        const unsigned b[2] = {op_reg(p), op_reg(p + HI)};
+        mma<T>(acc[n], a, b);
     }
 }
 
-// The A fragment of inner step kk from accumulator tiles s[2kk] and s[2kk + 1]
-// (a product's result becomes the next product's operand, rounded to T).
+// The A fragment of inner step kk from the accumulator tiles that cover its
+// columns (s[2kk] and s[2kk + 1] for f16/bf16, rounded to T; s[kk] for float32):
+// a product's result becomes the next product's operand.
 template <typename T> __device__ __forceinline__ void acc_as_a(unsigned* a, const float (*s)[4], int kk) {
     a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
     a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
     a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
+template <> __device__ __forceinline__ void acc_as_a<float>(unsigned* a, const float (*s)[4], int kk) {
+    a[0] = __float_as_uint(s[kk][0]);
+    a[1] = __float_as_uint(s[kk][2]);
+    a[2] = __float_as_uint(s[kk][1]);
+    a[3] = __float_as_uint(s[kk][3]);
+}
 
-// The A fragments (DM / 16 of them) of 16 rows starting at `row` of a
-// [rows, d] view in global memory (row stride `rs`), zero past `rows` or `d`.
-template <int DM>
-__device__ __forceinline__ void load_a_rows(unsigned (*frag)[4], const u16* base, i64 rs, int row, int rows, int d) {
+// The A fragments (DM / K of them) of 16 rows starting at `row` of a [rows, d]
+// view in global memory (row stride `rs`), zero past `rows` or `d`.
+template <typename T, int DM>
+__device__ __forceinline__ void load_a_rows(unsigned (*frag)[4], const typename attn_t<T>::E* base, i64 rs, int row,
+                                            int rows, int d) {
+    const int K = attn_t<T>::K, HI = attn_t<T>::HI;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int kk = 0; kk < DM / 16; ++kk) {
+    for (int kk = 0; kk < DM / K; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int rr = row + g + ((r & 1) ? 8 : 0);
-            const int cc = kk * 16 + 2 * t + ((r & 2) ? 8 : 0);
-            frag[kk][r] = (rr < rows && cc < d) ? *(const unsigned*)(base + (i64)rr * rs + cc) : 0u;
+            const int cc = kk * K + 2 * t + ((r & 2) ? HI : 0);
+            frag[kk][r] = (rr < rows && cc < d) ? op_reg(base + (i64)rr * rs + cc) : 0u;
         }
     }
 }
@@ -187,22 +312,38 @@ __device__ __forceinline__ void load_a_rows(unsigned (*frag)[4], const u16* base
 // Copies rows [r0, r0 + R) of a [rows, d] view in global memory into shared
 // memory: row-major with row stride DM + 8 (`rm`, may be null) and/or transposed
 // (`tr`, [DM][R + 8]); zeros past `rows` or `d`.
-template <int DM, int R>
-__device__ __forceinline__ void load_tile(u16* rm, u16* tr, const u16* base, i64 rs, int r0, int rows, int d) {
-    for (int i = threadIdx.x; i < R * (DM / 8); i += ATT_THREADS) {
-        const int r = i / (DM / 8), c = (i % (DM / 8)) * 8;
+template <int DM, int R, typename E>
+__device__ __forceinline__ void load_tile(E* rm, E* tr, const E* base, i64 rs, int r0, int rows, int d) {
+    const int V = 16 / sizeof(E);  // elements per 16-byte load
+    for (int i = threadIdx.x; i < R * (DM / V); i += ATT_THREADS) {
+        const int r = i / (DM / V), c = (i % (DM / V)) * V;
         vec16 v = {0u, 0u, 0u, 0u};
         if (r0 + r < rows && c < d) v = *(const vec16*)(base + (i64)(r0 + r) * rs + c);
         if (rm) *(vec16*)(rm + r * (DM + 8) + c) = v;
         if (tr) {
-            const unsigned w[4] = {v.a, v.b, v.c, v.d};
+            const E* w = (const E*)&v;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                tr[(c + 2 * j) * (R + 8) + r] = (u16)(w[j] & 0xffffu);
-                tr[(c + 2 * j + 1) * (R + 8) + r] = (u16)(w[j] >> 16);
-            }
+            for (int j = 0; j < V; ++j) tr[(c + j) * (R + 8) + r] = w[j];
         }
     }
+}
+
+// The bias of (qi, kj) in log2 units (0 without one), `bias` at its pair's
+// (batch, head) start; qi and kj within the sequences.
+template <typename T>
+__device__ __forceinline__ float attn_bias(const AttnArgs& a, const T* bias, int qi, int kj) {
+    return bias ? widen(bias[qi * a.bias_st[2] + kj * a.bias_st[3]]) * ATT_LOG2E : 0.f;
+}
+
+// A row's log-sum-exp in log2 units as the backward subtracts it: +inf for a row
+// that saw no key, so that its weights come out as exp2(-inf) = 0.
+__device__ __forceinline__ float attn_lse2(float lse) {
+    return lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000) : lse * ATT_LOG2E;
+}
+
+// The (batch, head) pair's start of the bias, or null.
+template <typename T> __device__ __forceinline__ const T* attn_bias_at(const AttnArgs& a, const T* bias, int b, int h) {
+    return bias ? bias + a.bias_off + b * a.bias_st[0] + h * a.bias_st[1] : bias;
 }
 
 // Whether query `qi` may see key `kj`.
@@ -211,19 +352,21 @@ __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) 
 }
 
 template <typename T, int DM>
-__device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, float* lse, AttnArgs a) {
-    const int BR = 64, BC = 64;
-    __shared__ __align__(16) u16 sk[BC * (DM + 8)];
-    __shared__ __align__(16) u16 svt[DM * (BC + 8)];
+__device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bias_, T* out_, float* lse, AttnArgs a) {
+    typedef typename attn_t<T>::E E;
+    const int K = attn_t<T>::K, BR = 64, BC = 64;
+    __shared__ __align__(16) E sk[BC * (DM + 8)];
+    __shared__ __align__(16) E svt[DM * (BC + 8)];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
-    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const T* bias = attn_bias_at(a, bias_, b, h);
 
-    unsigned qa[DM / 16][4];
-    load_a_rows<DM>(qa, q, a.qs[2], row0, a.l, a.d);
+    unsigned qa[DM / K][4];
+    load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
     float o[DM / 8][4];
 #pragma unroll
     for (int n = 0; n < DM / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -235,8 +378,8 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
     const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
     for (int j0 = 0; j0 < kend; j0 += BC) {
         __syncthreads();
-        load_tile<DM, BC>(sk, nullptr, k, a.ks[2], j0, a.s, a.d);
-        load_tile<DM, BC>(nullptr, svt, v, a.vs[2], j0, a.s, a.d);
+        load_tile<DM, BC, E>(sk, nullptr, k, a.ks[2], j0, a.s, a.d);
+        load_tile<DM, BC, E>(nullptr, svt, v, a.vs[2], j0, a.s, a.d);
         __syncthreads();
         // scores of this warp's 16 rows against the block's keys
         float s[BC / 8][4];
@@ -252,7 +395,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 : neg_inf;
+                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 + attn_bias(a, bias, qi, kj) : neg_inf;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
         }
@@ -287,7 +430,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
         }
         // out += weights · v, the weights as A fragments straight from s
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
+        for (int kk = 0; kk < BC / K; ++kk) {
             unsigned pa[4];
             acc_as_a<T>(pa, s, kk);
             mma_cols<T, DM, BC>(o, pa, svt, kk, a.d);
@@ -299,7 +442,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
     }
-    u16* out = (u16*)out_ + (i64)bh * a.l * a.d;
+    E* out = (E*)out_ + (i64)bh * a.l * a.d;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
@@ -308,7 +451,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, T* out_, fl
 #pragma unroll
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
-            if (c < a.d) *(unsigned*)(out + (i64)qi * a.d + c) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            if (c < a.d) store2<T>(out + (i64)qi * a.d + c, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         }
         if (t == 0) lse[(i64)bh * a.l + qi] = sum[r] > 0.f ? (m[r] + log2f(sum[r])) / ATT_LOG2E : neg_inf;
     }
@@ -336,27 +479,30 @@ __device__ void attn_dot_impl(const T* dout, const AttnArgs a, const T* out, flo
 // sᵀ = k qᵀ, pᵀ = exp(sᵀ · scale - lse), dv += pᵀ dout, dpᵀ = v doutᵀ,
 // dsᵀ = pᵀ (dpᵀ - D), dk += dsᵀ q · scale.
 template <typename T, int DM>
-__device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* dout_, const float* lse,
+__device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
-    const int BK = 64, BQ = DM <= 64 ? 64 : 32;
-    __shared__ __align__(16) u16 sq[BQ * (DM + 8)];
-    __shared__ __align__(16) u16 sqt[DM * (BQ + 8)];
-    __shared__ __align__(16) u16 sdo[BQ * (DM + 8)];
-    __shared__ __align__(16) u16 sdot[DM * (BQ + 8)];
+    typedef typename attn_t<T>::E E;
+    // float32's tiles take twice the shared memory: half the queries per step
+    const int K = attn_t<T>::K, BK = 64, BQ = (DM <= 64 && K == 16) ? 64 : 32;
+    __shared__ __align__(16) E sq[BQ * (DM + 8)];
+    __shared__ __align__(16) E sqt[DM * (BQ + 8)];
+    __shared__ __align__(16) E sdo[BQ * (DM + 8)];
+    __shared__ __align__(16) E sdot[DM * (BQ + 8)];
     __shared__ float slse[BQ], sd[BQ];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = blockIdx.y * BK, key0 = k0 + warp * 16;
-    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const u16* dout = (const u16*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
+    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const T* bias = attn_bias_at(a, bias_, b, h);
+    const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
     const float* lse_bh = lse + (i64)bh * a.l;
     const float* d_bh = dsum + (i64)bh * a.l;
 
-    unsigned ka[DM / 16][4], va[DM / 16][4];
-    load_a_rows<DM>(ka, k, a.ks[2], key0, a.s, a.d);
-    load_a_rows<DM>(va, v, a.vs[2], key0, a.s, a.d);
+    unsigned ka[DM / K][4], va[DM / K][4];
+    load_a_rows<T, DM>(ka, k, a.ks[2], key0, a.s, a.d);
+    load_a_rows<T, DM>(va, v, a.vs[2], key0, a.s, a.d);
     float dk[DM / 8][4], dv[DM / 8][4];
 #pragma unroll
     for (int n = 0; n < DM / 8; ++n)
@@ -368,11 +514,11 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     const int qstart = a.causal ? (k0 / BQ) * BQ : 0;
     for (int i0 = qstart; i0 < a.l; i0 += BQ) {
         __syncthreads();
-        load_tile<DM, BQ>(sq, sqt, q, a.qs[2], i0, a.l, a.d);
-        load_tile<DM, BQ>(sdo, sdot, dout, ga.qs[2], i0, a.l, a.d);
+        load_tile<DM, BQ, E>(sq, sqt, q, a.qs[2], i0, a.l, a.d);
+        load_tile<DM, BQ, E>(sdo, sdot, dout, ga.qs[2], i0, a.l, a.d);
         for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
             const bool in = i0 + i < a.l;
-            slse[i] = in ? lse_bh[i0 + i] * ATT_LOG2E : 0.f;
+            slse[i] = in ? attn_lse2(lse_bh[i0 + i]) : 0.f;
             sd[i] = in ? d_bh[i0 + i] : 0.f;
         }
         __syncthreads();
@@ -387,7 +533,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
-                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - slse[qc]) : 0.f;
+                const float w =
+                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias(a, bias, qi, kj) - slse[qc]) : 0.f;
                 const float z = attn_keep(a, pair_hash, qi, kj);
                 p[n][e] = w * z;                          // the kept weights, into dv
                 dp[n][e] = w * (dp[n][e] * z - sd[qc]);  // dsᵀ
@@ -395,7 +542,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         }
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
 #pragma unroll
-        for (int kq = 0; kq < BQ / 16; ++kq) {
+        for (int kq = 0; kq < BQ / K; ++kq) {
             unsigned pa[4], da[4];
             acc_as_a<T>(pa, p, kq);
             acc_as_a<T>(da, dp, kq);
@@ -403,8 +550,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             mma_cols<T, DM, BQ>(dk, da, sqt, kq, a.d);
         }
     }
-    u16* dk_out = (u16*)dk_ + (i64)bh * a.s * a.d;
-    u16* dv_out = (u16*)dv_ + (i64)bh * a.s * a.d;
+    E* dk_out = (E*)dk_ + (i64)bh * a.s * a.d;
+    E* dv_out = (E*)dv_ + (i64)bh * a.s * a.d;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int kj = key0 + g + 8 * r;
@@ -413,8 +560,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
             if (c >= a.d) continue;
-            *(unsigned*)(dk_out + (i64)kj * a.d + c) = pack2<T>(dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
-            *(unsigned*)(dv_out + (i64)kj * a.d + c) = pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+            store2<T>(dk_out + (i64)kj * a.d + c, dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
+            store2<T>(dv_out + (i64)kj * a.d + c, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 }
@@ -423,28 +570,30 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
 // blocks they see: s = q kᵀ, p = exp(s · scale - lse), dp = dout vᵀ,
 // ds = p (dp - D), dq += ds k · scale.
 template <typename T, int DM>
-__device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* dout_, const float* lse,
+__device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                 const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
-    const int BR = 64, BK = DM <= 64 ? 64 : 32;
-    __shared__ __align__(16) u16 sk[BK * (DM + 8)];
-    __shared__ __align__(16) u16 skt[DM * (BK + 8)];
-    __shared__ __align__(16) u16 sv[BK * (DM + 8)];
+    typedef typename attn_t<T>::E E;
+    const int K = attn_t<T>::K, BR = 64, BK = (DM <= 64 && K == 16) ? 64 : 32;
+    __shared__ __align__(16) E sk[BK * (DM + 8)];
+    __shared__ __align__(16) E skt[DM * (BK + 8)];
+    __shared__ __align__(16) E sv[BK * (DM + 8)];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
-    const u16* q = (const u16*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const u16* k = (const u16*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const u16* v = (const u16*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const u16* dout = (const u16*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
+    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
+    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
+    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
+    const T* bias = attn_bias_at(a, bias_, b, h);
+    const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
-    unsigned qa[DM / 16][4], ga_[DM / 16][4];
-    load_a_rows<DM>(qa, q, a.qs[2], row0, a.l, a.d);
-    load_a_rows<DM>(ga_, dout, ga.qs[2], row0, a.l, a.d);
+    unsigned qa[DM / K][4], ga_[DM / K][4];
+    load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
+    load_a_rows<T, DM>(ga_, dout, ga.qs[2], row0, a.l, a.d);
     float lrow[2], drow[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
-        lrow[r] = qi < a.l ? lse[(i64)bh * a.l + qi] * ATT_LOG2E : 0.f;
+        lrow[r] = qi < a.l ? attn_lse2(lse[(i64)bh * a.l + qi]) : 0.f;
         drow[r] = qi < a.l ? dsum[(i64)bh * a.l + qi] : 0.f;
     }
     float dq[DM / 8][4];
@@ -456,8 +605,8 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
     for (int j0 = 0; j0 < kend; j0 += BK) {
         __syncthreads();
-        load_tile<DM, BK>(sk, skt, k, a.ks[2], j0, a.s, a.d);
-        load_tile<DM, BK>(sv, nullptr, v, a.vs[2], j0, a.s, a.d);
+        load_tile<DM, BK, E>(sk, skt, k, a.ks[2], j0, a.s, a.d);
+        load_tile<DM, BK, E>(sv, nullptr, v, a.vs[2], j0, a.s, a.d);
         __syncthreads();
         float p[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
@@ -469,18 +618,19 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 - lrow[e >> 1]) : 0.f;
+                const float w =
+                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
                 dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
             }
         }
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
+        for (int kk = 0; kk < BK / K; ++kk) {
             unsigned da[4];
             acc_as_a<T>(da, dp, kk);
             mma_cols<T, DM, BK>(dq, da, skt, kk, a.d);
         }
     }
-    u16* dq_out = (u16*)dq_ + (i64)bh * a.l * a.d;
+    E* dq_out = (E*)dq_ + (i64)bh * a.l * a.d;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
@@ -489,33 +639,35 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
             if (c < a.d)
-                *(unsigned*)(dq_out + (i64)qi * a.d + c) = pack2<T>(dq[n][2 * r] * a.scale, dq[n][2 * r + 1] * a.scale);
+                store2<T>(dq_out + (i64)qi * a.d + c, dq[n][2 * r] * a.scale, dq[n][2 * r + 1] * a.scale);
         }
     }
 }
 
 #define ATTENTION_DM(T, S, D)                                                                                 \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_fwd_##S##_d##D(const T* q, const T* k, const T* v, T* out, float* lse, AttnArgs a) {             \
-        attn_fwd_impl<T, D>(q, k, v, out, lse, a);                                                             \
+        attn_fwd_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, T* out, float* lse, AttnArgs a) { \
+        attn_fwd_impl<T, D>(q, k, v, bias, out, lse, a);                                                       \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_bwd_kv_##S##_d##D(const T* q, const T* k, const T* v, const T* dout, const float* lse,            \
-                               const float* dsum, T* dk, T* dv, AttnArgs a, AttnArgs ga) {                     \
-        attn_bwd_kv_impl<T, D>(q, k, v, dout, lse, dsum, dk, dv, a, ga);                                       \
+        attn_bwd_kv_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,               \
+                               const float* lse, const float* dsum, T* dk, T* dv, AttnArgs a, AttnArgs ga) {   \
+        attn_bwd_kv_impl<T, D>(q, k, v, bias, dout, lse, dsum, dk, dv, a, ga);                                 \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_bwd_q_##S##_d##D(const T* q, const T* k, const T* v, const T* dout, const float* lse,             \
-                              const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {                             \
-        attn_bwd_q_impl<T, D>(q, k, v, dout, lse, dsum, dq, a, ga);                                            \
+        attn_bwd_q_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,                \
+                              const float* lse, const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {           \
+        attn_bwd_q_impl<T, D>(q, k, v, bias, dout, lse, dsum, dq, a, ga);                                      \
     }
 
-#define ATTENTION(T, S)                                                                                       \
-    ATTENTION_DM(T, S, 64)                                                                                     \
-    ATTENTION_DM(T, S, 128)                                                                                    \
+#define ATTENTION_DOT(T, S)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
         attn_dot_##S(const T* dout, AttnArgs ga, const T* out, float* dsum, i64 rows) {                       \
         attn_dot_impl<T>(dout, ga, out, dsum, rows);                                                           \
     }
 
-IF_f16(ATTENTION(f16, f16)) IF_bf16(ATTENTION(bf16, bf16))
+// float32 takes head dims up to 64: a 128-wide instance would hold twice the
+// registers of the f16 one, which is at the limit already
+IF_f16(ATTENTION_DM(f16, f16, 64) ATTENTION_DM(f16, f16, 128) ATTENTION_DOT(f16, f16))
+IF_bf16(ATTENTION_DM(bf16, bf16, 64) ATTENTION_DM(bf16, bf16, 128) ATTENTION_DOT(bf16, bf16))
+IF_f32(ATTENTION_DM(float, f32, 64) ATTENTION_DOT(float, f32))

@@ -192,33 +192,40 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
     )?);
 
     // causal attention forward and backward at GPT-2 small's shape (on GPUs in
-    // bf16: the fused kernel; on the CPU a small f32 one), counted as
+    // bf16 and f32: the fused kernels; on the CPU a small f32 one), counted as
     // FlashAttention counts it: 4·B·H·L·S·d forward, 2.5 times that backward,
     // halved by the causal mask
-    let ((b, h, l, d), (adt, tag)) = if gpu && !q {
-        ((8, 12, 1024, 64), (DType::BF16, "bf16"))
+    // (batch, heads, length, head dim) and the dtype
+    let attention_rows: &[([usize; 4], DType)] = if gpu && !q {
+        &[
+            ([8, 12, 1024, 64], DType::BF16),
+            ([8, 12, 1024, 64], DType::F32),
+        ]
     } else {
-        ((1, 2, 128, 64), (DType::F32, "f32"))
+        &[([1, 2, 128, 64], DType::F32)]
     };
-    let qkv: Vec<Tensor> = (0..3)
-        .map(|_| rand(&[b, h, l, d])?.to_dtype(adt)?.requires_grad_(true))
-        .collect::<Result<_>>()?;
-    let flops = 3.5 * 4.0 * (b * h * l * l * d) as f64 / 2.0;
-    rows.push(cx.row(
-        format!("attention fwd+bwd causal {b}x{h}x{l}x{d} {tag}"),
-        Work::Flops(flops),
-        || {
-            ember::nn::scaled_dot_product_attention(
-                &qkv[0], &qkv[1], &qkv[2], None, 0.0, true, None,
-            )?
-            .sum_all()?
-            .backward()?;
-            for t in &qkv {
-                t.set_grad(None);
-            }
-            Ok(())
-        },
-    )?);
+    for &([b, h, l, d], adt) in attention_rows {
+        let tag = if adt == DType::BF16 { "bf16" } else { "f32" };
+        let qkv: Vec<Tensor> = (0..3)
+            .map(|_| rand(&[b, h, l, d])?.to_dtype(adt)?.requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let flops = 3.5 * 4.0 * (b * h * l * l * d) as f64 / 2.0;
+        rows.push(cx.row(
+            format!("attention fwd+bwd causal {b}x{h}x{l}x{d} {tag}"),
+            Work::Flops(flops),
+            || {
+                ember::nn::scaled_dot_product_attention(
+                    &qkv[0], &qkv[1], &qkv[2], None, 0.0, true, None,
+                )?
+                .sum_all()?
+                .backward()?;
+                for t in &qkv {
+                    t.set_grad(None);
+                }
+                Ok(())
+            },
+        )?);
+    }
 
     // per-op overhead: a 4×4 add, launched again and again
     let (t1, t2) = (rand(&[4, 4])?, rand(&[4, 4])?);

@@ -129,25 +129,30 @@ pub(crate) trait BackendStorage: Sized {
     /// contiguous `[batch, heads, l, d]` in the inputs' dtype, and each query row's
     /// log-sum-exp of its scaled scores over the keys it sees (`[batch · heads ·
     /// l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`
-    /// matrix is written.
+    /// matrix is written. `bias`, a rank-4 view `[batch, heads, l, s]` in the
+    /// inputs' dtype with any strides (0 where a mask broadcasts), is added to the
+    /// scaled scores (`-inf` masks a key); a query row that sees no key (all
+    /// masked) gets zeros and a log-sum-exp of `-inf`.
     fn attention(
         &self,
         lq: &Layout,
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         shape: super::op::AttnShape,
     ) -> Result<(Self, Self)>;
     /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the same
     /// views), from its output `out` (contiguous), the log-sum-exps `lse` (contiguous)
     /// and the output's gradient `g` (a view like the queries'): each contiguous
     /// `[batch, heads, rows, d]` in the inputs' dtype. The weights are recomputed
-    /// from `lse`.
+    /// from `lse` (and the forward's `bias`; it gets no gradient).
     #[allow(clippy::too_many_arguments)]
     fn attention_backward(
         &self,
         lq: &Layout,
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         out: &Self,
         lse: &Self,
         g: (&Self, &Layout),

@@ -147,6 +147,19 @@ fn record_new(device: Device, dtype: DType, name: &'static str, n: usize) -> Opt
 }
 
 /// The error for storages of two devices in one primitive.
+/// The attention bias `$bias` (`Option<(&Storage, &Layout)>`) as the backend
+/// `$dev`'s storage, or (returned) the error of a bias on another device than
+/// `$q`.
+macro_rules! attn_bias {
+    ($q:expr, $bias:expr, $dev:ident) => {
+        match $bias {
+            None => None,
+            Some((Storage::$dev(b), l)) => Some((b, l)),
+            Some((b, _)) => return Err(mismatch("attention", $q.device(), b.device())),
+        }
+    };
+}
+
 fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
     let (a, b) = if b.is_cuda() && !a.is_cuda() {
         (b, a)
@@ -518,20 +531,24 @@ impl Storage {
         lq: &Layout,
         (k, lk): (&Storage, &Layout),
         (v, lv): (&Storage, &Layout),
+        bias: Option<(&Storage, &Layout)>,
         shape: AttnShape,
     ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("attention"), lq.shape(), lk.shape());
         Ok(match (self, k, v) {
             (Storage::Cpu(q), Storage::Cpu(k), Storage::Cpu(v)) => {
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                let b = attn_bias!(self, bias, Cpu);
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
                 (Storage::Cpu(o), Storage::Cpu(l))
             }
             (Storage::Cuda(q), Storage::Cuda(k), Storage::Cuda(v)) => {
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                let b = attn_bias!(self, bias, Cuda);
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
                 (Storage::Cuda(o), Storage::Cuda(l))
             }
             (Storage::Meta(q), Storage::Meta(k), Storage::Meta(v)) => {
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), shape)?;
+                let b = attn_bias!(self, bias, Meta);
+                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
                 (Storage::Meta(o), Storage::Meta(l))
             }
             (q @ any!(), k, v) => {
@@ -547,6 +564,7 @@ impl Storage {
         lq: &Layout,
         (k, lk): (&Storage, &Layout),
         (v, lv): (&Storage, &Layout),
+        bias: Option<(&Storage, &Layout)>,
         out: &Storage,
         lse: &Storage,
         (g, lg): (&Storage, &Layout),
@@ -567,7 +585,9 @@ impl Storage {
                 Storage::Cpu(l),
                 Storage::Cpu(g),
             ) => {
-                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                let bias = attn_bias!(self, bias, Cpu);
+                let (a, b, c) =
+                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
                 (Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c))
             }
             (
@@ -578,7 +598,9 @@ impl Storage {
                 Storage::Cuda(l),
                 Storage::Cuda(g),
             ) => {
-                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                let bias = attn_bias!(self, bias, Cuda);
+                let (a, b, c) =
+                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
                 (Storage::Cuda(a), Storage::Cuda(b), Storage::Cuda(c))
             }
             (
@@ -589,7 +611,9 @@ impl Storage {
                 Storage::Meta(l),
                 Storage::Meta(g),
             ) => {
-                let (a, b, c) = q.attention_backward(lq, (k, lk), (v, lv), o, l, (g, lg), shape)?;
+                let bias = attn_bias!(self, bias, Meta);
+                let (a, b, c) =
+                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
                 (Storage::Meta(a), Storage::Meta(b), Storage::Meta(c))
             }
             (q @ any!(), ..) => {
@@ -753,7 +777,7 @@ impl Storage {
 
     /// Whether [`attention`](Self::attention) runs on this storage's device for
     /// operands of this storage's dtype and `shape`: on the CPU for every float
-    /// dtype; on CUDA through the f16/bf16 tensor-core kernels
+    /// dtype; on CUDA through the f16/bf16/f32 tensor-core kernels
     /// ([`attn_kernel_refuses`], compute capability 8.0 or later); on `meta` as on
     /// the GPU it models ([`modelled_arch`](super::meta::account::modelled_arch)).
     /// Never for an empty operand, nor with dropout while the calling thread

@@ -242,49 +242,62 @@ impl MultiheadAttention {
         }
         let scale = 1.0 / (d as f64).sqrt();
         let p = if self.training { self.dropout } else { 0.0 };
-        // the fused op: no weights asked for, no mask but the causal one (the
-        // `is_causal` hint says `attn_mask` is it, as in PyTorch)
-        let causal = opts.is_causal && attn_mask.is_some();
-        let fused = !opts.need_weights
-            && opts.key_padding_mask.is_none()
-            && (attn_mask.is_none() || causal)
-            && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p);
-        let saving = if fused {
-            Some(qh.fused_attention(&kh, &vh, scale, causal, p)?)
-        } else if !opts.need_weights {
-            // no weights asked for: the path that keeps no [L, S] weights for
-            // backward (a masked-out row gives NaN, as softmax does here), where it
-            // applies
-            let biases = || -> Result<Vec<Tensor>> {
-                let mut v = Vec::new();
-                if let Some(m) = &attn_mask {
-                    v.push(crate::nn::functional::mask_bias(m, true, qh.dtype())?);
+        let (heads, weights) = if !opts.need_weights {
+            // PyTorch's path without weights: attention over the masks merged into
+            // one additive bias (MultiheadAttention's masks hide where they are
+            // true), so that a query they leave with no key gets zeros, as there.
+            // With the `is_causal` hint (`attn_mask` is the causal mask) the fused
+            // op applies the mask without reading it.
+            let kpm = opts
+                .key_padding_mask
+                .map(|m| m.reshape([n, 1, 1, s]))
+                .transpose()?;
+            let merged = |masks: &[Option<&Tensor>]| -> Result<Option<Tensor>> {
+                let mut bias: Option<Tensor> = None;
+                for m in masks.iter().flatten() {
+                    let b = crate::nn::functional::mask_bias(m, true, qh.dtype())?
+                        .to_dtype(qh.dtype())?;
+                    bias = Some(match bias {
+                        Some(a) => a.add(&b)?,
+                        None => b,
+                    });
                 }
-                if let Some(m) = opts.key_padding_mask {
-                    let m = m.reshape([n, 1, 1, s])?;
-                    v.push(crate::nn::functional::mask_bias(&m, true, qh.dtype())?);
-                }
-                Ok(v)
+                Ok(bias)
             };
-            crate::nn::functional::attention_saving_memory(&qh, &kh, &vh, biases, scale, false, p)?
+            let causal = opts.is_causal && attn_mask.is_some();
+            let heads = if causal
+                && crate::nn::functional::fused_mask_fits(kpm.as_ref(), &qh)
+                && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p)
+            {
+                let bias = merged(&[kpm.as_ref()])?;
+                qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, true, p))?
+            } else {
+                let bias = merged(&[attn_mask.as_ref(), kpm.as_ref()])?;
+                crate::nn::functional::scaled_dot_product_attention(
+                    &qh,
+                    &kh,
+                    &vh,
+                    bias.as_ref(),
+                    p,
+                    false,
+                    Some(scale),
+                )?
+            };
+            (heads, None)
         } else {
-            None
-        };
-        let (heads, weights) = match saving {
-            Some(o) => (o, None),
-            None => {
-                // scaling the queries ([N, H, L, D]) costs less than scaling the scores
-                let mut scores = qh.mul(scale)?.matmul(&kh.transpose(2, 3)?)?;
-                if let Some(m) = &attn_mask {
-                    scores = add_mask(&scores, m)?;
-                }
-                if let Some(m) = opts.key_padding_mask {
-                    scores = add_mask(&scores, &m.reshape([n, 1, 1, s])?)?;
-                }
-                let weights = scores.softmax(-1)?;
-                let dropped = dropout(&weights, self.dropout, self.training)?;
-                (dropped.matmul(&vh)?, Some(weights))
+            // the weights asked for: materialised (a query the masks leave with no
+            // key gets NaN weights, as softmax gives in PyTorch here)
+            // scaling the queries ([N, H, L, D]) costs less than scaling the scores
+            let mut scores = qh.mul(scale)?.matmul(&kh.transpose(2, 3)?)?;
+            if let Some(m) = &attn_mask {
+                scores = add_mask(&scores, m)?;
             }
+            if let Some(m) = opts.key_padding_mask {
+                scores = add_mask(&scores, &m.reshape([n, 1, 1, s])?)?;
+            }
+            let weights = scores.softmax(-1)?;
+            let dropped = dropout(&weights, self.dropout, self.training)?;
+            (dropped.matmul(&vh)?, Some(weights))
         };
         let out = heads.transpose(1, 2)?.reshape([n, l, e])?;
         let out = self.out_proj.forward(&out)?;

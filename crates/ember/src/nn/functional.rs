@@ -9,7 +9,7 @@ pub use super::sdpa::{
     attention_path, scaled_dot_product_attention, with_attention_group_scores, with_attention_path,
     AttentionPath,
 };
-pub(crate) use super::sdpa::{attention_saving_memory, fused_attention_applies, mask_bias};
+pub(crate) use super::sdpa::{fused_attention_applies, fused_mask_fits, mask_bias};
 
 /// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,
 /// `weight` `[out, in]` (or `[in]`), `bias` broadcasts to the output. As in

@@ -85,8 +85,11 @@ pub fn scaled_dot_product_attention(
         sshape.push(s);
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
-    if attn_mask.is_none() && fused_attention_applies(q, k, v, dropout_p) {
-        return q.fused_attention(k, v, scale, is_causal, dropout_p);
+    if fused_mask_fits(attn_mask, q) && fused_attention_applies(q, k, v, dropout_p) {
+        let bias = attn_mask
+            .map(|m| mask_bias(m, false, q.dtype()))
+            .transpose()?;
+        return q.fused_attention(k, v, bias.as_ref(), (scale, is_causal, dropout_p));
     }
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
@@ -102,7 +105,7 @@ pub fn scaled_dot_product_attention(
             _ => Vec::new(),
         })
     };
-    if let Some(out) = attention_saving_memory(q, k, v, biases, scale, true, dropout_p)? {
+    if let Some(out) = attention_saving_memory(q, k, v, biases, scale, dropout_p)? {
         return Ok(out);
     }
     // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
@@ -173,8 +176,10 @@ pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Te
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionPath {
     /// The fused kernel on GPUs where it applies (FlashAttention's algorithm on
-    /// tensor cores: f16/bf16 on compute capability 8.0 or later, head dims that
-    /// are multiples of 8 up to 128, no mask but the causal one, dropout below 1;
+    /// tensor cores: f16/bf16 and float32 on compute capability 8.0 or later,
+    /// head dims that are multiples of 8 up to 128 (64 in float32), bool masks
+    /// and float masks that need no gradient (read as an additive bias,
+    /// broadcast dims in place), dropout below 1;
     /// `meta` estimates as the GPU an estimate names, sm_90 unless told). Elsewhere the memory-saving path where the scores
     /// of one call exceed 2²² elements (16 MiB in f32) or no gradient is recorded,
     /// and the plain path otherwise, whose backward is faster because it keeps the
@@ -182,8 +187,8 @@ pub enum AttentionPath {
     #[default]
     Auto,
     /// The fused op wherever it applies, the CPU and float32/float64 included (on
-    /// the CPU it computes a query row at a time; on CUDA only the f16/bf16
-    /// kernels exist, so other dtypes there go as [`Auto`](Self::Auto)); elsewhere
+    /// the CPU it computes a query row at a time; on CUDA only the f16/bf16/f32
+    /// kernels exist, so float64 there goes as [`Auto`](Self::Auto)); elsewhere
     /// as `Auto`.
     Fused,
     /// The memory-saving path wherever it applies: no `[L, S]` weights are kept
@@ -224,8 +229,20 @@ fn with_setting<T: Copy + 'static, R>(
     f()
 }
 
-/// Whether attention of `q` over `k`/`v` without a mask but the causal one and
-/// with dropout `dropout_p` takes the fused op on this thread's
+/// Whether the fused op takes `mask` (checked against the scores' shape
+/// already) as its additive bias for queries `q`: none, a bool mask, or a float
+/// mask in q's dtype on q's device that needs no gradient (the fused op gives
+/// the bias none).
+pub(crate) fn fused_mask_fits(mask: Option<&Tensor>, q: &Tensor) -> bool {
+    mask.is_none_or(|m| {
+        (m.dtype() == DType::Bool || m.dtype() == q.dtype())
+            && !m.requires_grad()
+            && m.device() == q.device()
+    })
+}
+
+/// Whether attention of `q` over `k`/`v` (its masks checked by
+/// [`fused_mask_fits`]) with dropout `dropout_p` takes the fused op on this thread's
 /// [`attention_path`]: one float dtype outside autocast's casts, the same batch
 /// dims, one head dim for q, k and v, no empty operand, dropout in `[0, 1)`, and a
 /// device that runs it.
@@ -294,8 +311,7 @@ pub fn with_attention_path<R>(path: AttentionPath, f: impl FnOnce() -> R) -> R {
 /// Each of `biases` is additive (`-inf` where a key is masked), without a gradient,
 /// in the inputs' dtype, and broadcasts to the batch + `[L, S]` (a key padding
 /// mask's `[N, 1, 1, S]` is added to each group's scores without being expanded).
-/// A row with every key masked gives zeros (`empty_rows_zero`, SDPA's convention)
-/// or NaN (softmax's, MultiheadAttention's). `dropout_p` in `[0, 1)` drops weights
+/// A row with every key masked gives zeros (SDPA's convention). `dropout_p` in `[0, 1)` drops weights
 /// after the softmax; the backward draws the same masks again from a seed kept
 /// per group. Float16 and bfloat16 inputs are computed in float32, a group at a
 /// time, and the results rounded once.
@@ -309,7 +325,6 @@ pub(crate) fn attention_saving_memory(
     v: &Tensor,
     biases: impl FnOnce() -> Result<Vec<Tensor>>,
     scale: f64,
-    empty_rows_zero: bool,
     dropout_p: f64,
 ) -> Result<Option<Tensor>> {
     let r = q.rank();
@@ -397,7 +412,7 @@ pub(crate) fn attention_saving_memory(
             for g in &groups {
                 let qc = g.query_rows(&q3)?.to_dtype(cdt)?;
                 let kc = g.rows(&k3)?.to_dtype(cdt)?;
-                let (w, m) = group_weights(&qc, &kc, g, None, scale, empty_rows_zero)?;
+                let (w, m) = group_weights(&qc, &kc, g, None, scale)?;
                 let w = match dropout {
                     Some(p) => w.mul(&g.keep(p, cdt, &dev)?)?,
                     None => w,
@@ -435,8 +450,7 @@ pub(crate) fn attention_saving_memory(
                         // D = rowsum(dO ∘ O): the softmax backward's row term (also
                         // with dropout, O being the dropped weights' product)
                         let dc = gc.mul(&grp.query_rows(&o)?.to_dtype(cdt)?)?.sum(-1, true)?;
-                        let (w, _) =
-                            group_weights(&qc, &kc, grp, Some(&lse), scale, empty_rows_zero)?;
+                        let (w, _) = group_weights(&qc, &kc, grp, Some(&lse), scale)?;
                         let dwd = gc.matmul(&vc.transpose(1, 2)?)?;
                         let (wd, dw) = match dropout {
                             Some(p) => {
@@ -635,15 +649,13 @@ fn split_mix(mut z: u64) -> u64 {
 
 /// The attention weights of one group from its queries and keys (in the compute
 /// dtype): `exp(scores - lse)` with `lse` computed here when not given; a fully
-/// masked row's `-inf` is shifted by 0 (its weights become 0) when
-/// `empty_rows_zero`, otherwise it gives NaN as softmax does.
+/// masked row's `-inf` is shifted by 0 (its weights become 0, SDPA's zeros).
 fn group_weights(
     qc: &Tensor,
     kc: &Tensor,
     g: &Group,
     lse: Option<&Tensor>,
     scale: f64,
-    empty_rows_zero: bool,
 ) -> Result<(Tensor, Tensor)> {
     let mut sc = qc.mul(scale)?.matmul(&kc.transpose(1, 2)?)?;
     if !g.biases.is_empty() {
@@ -658,10 +670,6 @@ fn group_weights(
         Some(m) => g.query_rows(m)?,
         None => sc.logsumexp(-1, true)?,
     };
-    let shift = if empty_rows_zero {
-        m.isinf()?.where_(0.0, &m)?
-    } else {
-        m.clone()
-    };
+    let shift = m.isinf()?.where_(0.0, &m)?;
     Ok((sc.sub(&shift)?.exp()?, m))
 }

@@ -6,23 +6,29 @@ use super::{Storages, Tensor};
 use crate::backend::op::{attn_view_fits, AttnShape};
 use crate::{Error, Result};
 
-/// `t` (`[.., rows, d]`, batch dims `batch`) as the rank-4 view `[b, h, rows, d]`
-/// the primitive reads: its own view where its batch dims fold into two and its
-/// layout fits the CUDA kernels' loads, else a contiguous copy.
-fn as_rank4(t: &Tensor) -> Result<Tensor> {
+/// `t` (`[.., rows, cols]`) as a rank-4 view `[b, h, rows, cols]`: the batch
+/// dims folded into two (a view where they fold, else a copy).
+fn fold4(t: &Tensor) -> Result<Tensor> {
     let r = t.rank();
     let (rows, d) = (t.shape()[r - 2], t.shape()[r - 1]);
-    let t4 = match r {
-        2 => t.reshape([1, 1, rows, d])?,
-        3 => t.unsqueeze(1)?,
-        4 => t.clone(),
+    match r {
+        2 => t.reshape([1, 1, rows, d]),
+        3 => t.unsqueeze(1),
+        4 => Ok(t.clone()),
         _ => {
             let inner = t.shape()[r - 3];
             let outer: usize = t.shape()[..r - 3].iter().product();
-            t.reshape([outer, inner, rows, d])?
+            t.reshape([outer, inner, rows, d])
         }
-    };
-    if attn_view_fits(t4.layout()) {
+    }
+}
+
+/// `t` (`[.., rows, d]`) as the rank-4 view `[b, h, rows, d]` the primitive
+/// reads: its own view where its batch dims fold into two and its layout fits
+/// the CUDA kernels' loads, else a contiguous copy.
+fn as_rank4(t: &Tensor) -> Result<Tensor> {
+    let t4 = fold4(t)?;
+    if attn_view_fits(t4.layout(), t4.dtype()) {
         Ok(t4)
     } else {
         t4.contiguous()
@@ -60,15 +66,17 @@ impl Tensor {
     /// drawn from a seed forked from the device's generator and kept for
     /// backward), where the device runs it
     /// ([`runs_fused_attention`](Self::runs_fused_attention);
-    /// `nn::functional::fused_attention_applies` decides). No `[L, S]` matrix is
-    /// made or kept.
+    /// `nn::functional::fused_attention_applies` decides). `bias`, in the
+    /// inputs' dtype and broadcasting to `[.., L, S]`, is added to the scaled
+    /// scores (an additive mask: `-inf` hides a key; a query it leaves with no
+    /// key gets zeros); it gets no gradient. No `[L, S]` matrix is made or kept
+    /// (a bias is read where it lies, broadcast dims included).
     pub(crate) fn fused_attention(
         &self,
         k: &Tensor,
         v: &Tensor,
-        scale: f64,
-        causal: bool,
-        dropout: f64,
+        bias: Option<&Tensor>,
+        (scale, causal, dropout): (f64, bool, f64),
     ) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 || k.rank() != r || v.rank() != r {
@@ -79,6 +87,14 @@ impl Tensor {
         }
         let (q4, k4, v4) =
             crate::no_grad(|| -> Result<_> { Ok((as_rank4(self)?, as_rank4(k)?, as_rank4(v)?)) })?;
+        let b4 = match bias {
+            Some(b) => {
+                let mut to = self.shape()[..r - 1].to_vec();
+                to.push(k.shape()[r - 2]);
+                Some(crate::no_grad(|| fold4(&b.detach().expand(&to[..])?))?)
+            }
+            None => None,
+        };
         let shape = AttnShape {
             batch: q4.shape()[0],
             heads: q4.shape()[1],
@@ -96,11 +112,14 @@ impl Tensor {
             },
         };
         let (out, lse) = {
-            let st = Storages::read(&[&q4, &k4, &v4]);
+            let mut ts = vec![&q4, &k4, &v4];
+            ts.extend(&b4);
+            let st = Storages::read(&ts);
             let (out, lse) = st.get(0).attention(
                 q4.layout(),
                 (st.get(1), k4.layout()),
                 (st.get(2), v4.layout()),
+                b4.as_ref().map(|b| (st.get(3), b.layout())),
                 shape,
             )?;
             drop(st);
@@ -123,11 +142,14 @@ impl Tensor {
                 move |g: &Tensor| {
                     let (q4, k4, v4, y) = (q4.get()?, k4.get()?, v4.get()?, y.get()?);
                     let g4 = as_rank4(g)?;
-                    let st = Storages::read(&[q4, k4, v4, y, &lse, &g4]);
+                    let mut ts = vec![q4, k4, v4, y, &lse, &g4];
+                    ts.extend(&b4);
+                    let st = Storages::read(&ts);
                     let (dq, dk, dv) = st.get(0).attention_backward(
                         q4.layout(),
                         (st.get(1), k4.layout()),
                         (st.get(2), v4.layout()),
+                        b4.as_ref().map(|b| (st.get(6), b.layout())),
                         st.get(3),
                         st.get(4),
                         (st.get(5), g4.layout()),

@@ -2725,7 +2725,7 @@ case(FAM, "ignore_7", "cross_entropy_opts", [LOGITS, T([7, 3, 7, 1, 0], I)],
 
 # ---- issue 41: the fused attention (ember's FlashAttention-style op) ---------------
 # "sdpa_fused" runs ember's fused op where it applies (AttentionPath::Fused: every
-# float dtype on the CPU, f16/bf16 on CUDA): causal masks with fewer or more
+# float dtype on the CPU, f16/bf16/f32 on CUDA): causal masks with fewer or more
 # queries than keys (PyTorch's top-left triangle), a scale, head dims that are
 # multiples of 8, batch dims of rank 1 to 3.
 FAM = "fused_attention"
@@ -2739,6 +2739,18 @@ for name, batch, L, S, D, causal, scale in _FUSED:
                             (torch.float16, "f16", 4e-3, 4e-3)]:
         case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base], {"is_causal": causal, "scale": scale},
              grad=True, rtol=rt, atol=at)
+
+# masks in the fused op (read as an additive bias; f32 kernels on CUDA too): a bool
+# [L, S] mask with a query that may see no key (zeros, and no gradient), and a
+# key-padding mask [B, 1, 1, S] (broadcast over heads and queries)
+_ALLOW = torch.tensor([[(i * 7 + j * 3) % 5 != 0 and i != 2 for j in range(13)] for i in range(9)])
+_PAD = torch.tensor([[j < 13 - 3 * (b + 1) for j in range(13)] for b in range(2)]).reshape(2, 1, 1, 13)
+for name, mask in [("bool_mask_l9_s13_d16", _ALLOW), ("padding_mask_l9_s13_d16", _PAD)]:
+    base = [rn(2, 2, 9, 16), rn(2, 2, 13, 16), rn(2, 2, 13, 16)]
+    for dt, tag, rt, at in [(torch.float32, "f32", None, None), (torch.bfloat16, "bf16", 3e-2, 3e-2),
+                            (torch.float16, "f16", 4e-3, 4e-3)]:
+        case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base] + [mask],
+             {"is_causal": False, "scale": None}, grad=True, rtol=rt, atol=at)
 
 # ----------------------------------------------------------------------------------
 

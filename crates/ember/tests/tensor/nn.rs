@@ -1540,6 +1540,8 @@ device_test!(
     fused_attention_matches_the_plain_path,
     fused_attention_takes_the_causal_hint_of_an_encoder,
     fused_attention_drops_the_same_weights_forward_and_backward,
+    fused_attention_takes_masks,
+    fused_attention_serves_multihead_attention_with_masks,
     attention_dropout_draws_new_masks_in_each_graph_replay,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
@@ -2461,11 +2463,14 @@ fn runs_fused_kernels(dev: &Device) -> bool {
 
 /// Asserts that `got` differs from `want` by at most `tol` times `want`'s largest
 /// magnitude anywhere (half-precision attention rounds its weights once, so
-/// errors scale with the values, not elementwise).
+/// errors scale with the values, not elementwise), with NaN in the same places.
 #[track_caller]
 fn within_scale(got: &Tensor, want: &Tensor, tol: f64, what: &str) {
     let (g, w) = (vals(got), vals(want));
     assert_eq!(g.len(), w.len(), "{what}: sizes");
+    if let Some(i) = (0..g.len()).find(|&i| g[i].is_nan() != w[i].is_nan()) {
+        panic!("{what}: element {i} is {} where {} is expected", g[i], w[i]);
+    }
     let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
     let err = g
         .iter()
@@ -2542,9 +2547,10 @@ fn attention_operands(base: &[Tensor; 3], packed: bool, dtype: DType) -> Result<
 /// 64-wide one, 96 and 128 on the 128-wide one), operands that are transposed
 /// views or slices of one packed projection (read in place, at an offset), and
 /// an output gradient that arrives as a transposed view. Output and the three
-/// gradients agree within the dtype's rounding; `Auto` takes the fused op for
-/// f16/bf16 on GPUs of compute capability 8.0 or later, and `Fused` on the CPU
-/// for every float dtype.
+/// gradients agree within the dtype's rounding (float32's too: its kernels split
+/// each product into three tf32 ones); `Auto` takes the fused op for f16/bf16
+/// (and float32 up to head dim 64) on GPUs of compute capability 8.0 or later,
+/// and `Fused` on the CPU for every float dtype.
 fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     use ember::nn::functional::AttentionPath;
     let _g = super::rng_lock();
@@ -2552,7 +2558,7 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     let dtypes: &[DType] = if dev.is_cpu() {
         &[DType::F32, DType::BF16]
     } else {
-        &[DType::BF16, DType::F16]
+        &[DType::BF16, DType::F16, DType::F32]
     };
     let path = if dev.is_cpu() {
         AttentionPath::Fused
@@ -2601,7 +2607,9 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
                 let want = attention_grads(AttentionPath::Math, &exact, causal, (&up, packed))?.0;
                 let (got, fused) =
                     attention_grads(path, &qkv, causal, (&up.to_dtype(dt)?, packed))?;
-                let expected = dev.is_cpu() || runs_fused_kernels(dev);
+                // the float32 kernels take head dims up to 64
+                let expected =
+                    dev.is_cpu() || (runs_fused_kernels(dev) && (dt != DType::F32 || d <= 64));
                 assert_eq!(fused, expected, "{what}: whether the fused op ran");
                 // half precision rounds the weights and the scores' gradient once
                 let tol = match dt {
@@ -2621,9 +2629,10 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
 }
 
 /// A GPT-style encoder given the causal mask with the `is_causal` hint gives what
-/// it gives reading the mask, and (f16/bf16 on GPUs of compute capability 8.0 or
-/// later) runs the fused op without reading it; without the hint it reads the
-/// mask. On the CPU both runs take the plain path.
+/// it gives reading the mask. On GPUs of compute capability 8.0 or later both
+/// run the fused op (with the hint its causal form, which skips the hidden key
+/// tiles; without it the mask as an additive bias); on the CPU both take the
+/// plain path.
 fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<()> {
     let _g = super::rng_lock();
     ember::manual_seed(5);
@@ -2646,11 +2655,12 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
     let mask = Tensor::ones([24, 24], DType::Bool, dev)?.triu(1)?;
     let (masked, p1) = ember::profiler::profile(|| enc.forward_masked(&x, Some(&mask), None))?;
     let (hinted, p2) = ember::profiler::profile(|| enc.forward_with(&x, Some(&mask), None, true))?;
-    assert!(p1.key_averages().get("attention").is_none());
-    assert_eq!(
-        p2.key_averages().get("attention").is_some(),
-        runs_fused_kernels(dev)
-    );
+    for p in [p1, p2] {
+        assert_eq!(
+            p.key_averages().get("attention").is_some(),
+            runs_fused_kernels(dev)
+        );
+    }
     let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
     assert_close(&vals(&hinted), &vals(&masked), tol, tol);
     // the hint needs the mask, as in PyTorch
@@ -2664,18 +2674,29 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
 /// float32 has the fused op's output and gradients (forward and backward drop
 /// the same weights), about `1 - p` of the weights are kept, and another seed
 /// drops others.
+/// On the CPU in float32 (`AttentionPath::Fused`), on GPUs in bf16 and float32.
 fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> Result<()> {
-    use ember::nn::functional::{with_attention_path, AttentionPath};
+    use ember::nn::functional::AttentionPath;
     let _g = super::rng_lock();
-    let (dt, path) = if dev.is_cpu() {
-        (DType::F32, AttentionPath::Fused)
-    } else {
-        (DType::BF16, AttentionPath::Auto)
-    };
-    if !dev.is_cpu() && !runs_fused_kernels(dev) {
+    if dev.is_cpu() {
+        return dropout_matches_its_mask(dev, DType::F32, AttentionPath::Fused);
+    }
+    if !runs_fused_kernels(dev) {
         eprintln!("skipped: this GPU does not run the fused kernels");
         return Ok(());
     }
+    dropout_matches_its_mask(dev, DType::BF16, AttentionPath::Auto)?;
+    dropout_matches_its_mask(dev, DType::F32, AttentionPath::Auto)
+}
+
+/// [`fused_attention_drops_the_same_weights_forward_and_backward`] in `dt` on
+/// `path`.
+fn dropout_matches_its_mask(
+    dev: &Device,
+    dt: DType,
+    path: ember::nn::functional::AttentionPath,
+) -> Result<()> {
+    use ember::nn::functional::with_attention_path;
     let (b, h, l, s, d, p) = (1, 2, 24, 40, 64, 0.3);
     ember::manual_seed(4);
     let q = Tensor::randn([b, h, l, d], dev)?.to_dtype(dt)?;
@@ -2768,6 +2789,183 @@ fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> 
         for (i, (g, w)) in pairs.iter().enumerate() {
             within_scale(g, w, 2.0 * tol, &format!("{what}: result {i}"));
         }
+    }
+    Ok(())
+}
+
+/// SDPA's masks in the fused op (an additive bias read where it lies, broadcast
+/// dims included): a bool `[L, S]` mask (`true` allows) with a query that may
+/// see no key, a float `[B, 1, L, S]` mask with `-inf` and finite entries, and a
+/// key-padding bool `[B, 1, 1, S]` mask; against the plain path in float32 on
+/// the same values, output and the gradients of q, k and v within the dtype's
+/// rounding, and zeros (output and dq) for the query that sees no key. Lengths
+/// end mid-tile. `Auto` takes the fused op on GPUs of compute capability 8.0 or
+/// later in f16/bf16/f32, `Fused` on the CPU.
+fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let _g = super::rng_lock();
+    ember::manual_seed(31);
+    let (dtypes, path): (&[DType], _) = if dev.is_cpu() {
+        (&[DType::F32, DType::BF16], AttentionPath::Fused)
+    } else {
+        (&[DType::BF16, DType::F16, DType::F32], AttentionPath::Auto)
+    };
+    let (b, h, l, s, d) = (2, 2, 37, 70, 32);
+    let base = [
+        Tensor::randn([b, h, l, d], dev)?,
+        Tensor::randn([b, h, s, d], dev)?,
+        Tensor::randn([b, h, s, d], dev)?,
+    ];
+    let up = Tensor::randn([b, h, l, d], dev)?;
+    let blocked_row = 5;
+    let allow: Vec<bool> = (0..l * s)
+        .map(|n| (n / s) != blocked_row && ((n / s) * 7 + (n % s) * 3) % 5 != 0)
+        .collect();
+    let allow = Tensor::from_vec(allow, [l, s], dev)?;
+    let additive: Vec<f32> = (0..b * l * s)
+        .map(|n| match n % 11 {
+            0 => f32::NEG_INFINITY,
+            k => k as f32 * 0.1 - 0.5,
+        })
+        .collect();
+    let additive = Tensor::from_vec(additive, [b, 1, l, s], dev)?;
+    let padding: Vec<bool> = (0..b * s).map(|n| n % s < s - 9 * (n / s + 1)).collect();
+    let padding = Tensor::from_vec(padding, [b, 1, 1, s], dev)?;
+    let run = |path: AttentionPath, qkv: &[Tensor], mask: &Tensor, up: &Tensor| {
+        let leaves: Vec<Tensor> = qkv
+            .iter()
+            .map(|t| t.detach().requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let (out, prof) = ember::profiler::profile(|| {
+            let out = with_attention_path(path, || {
+                nn::scaled_dot_product_attention(
+                    &leaves[0],
+                    &leaves[1],
+                    &leaves[2],
+                    Some(mask),
+                    0.0,
+                    false,
+                    None,
+                )
+            })?;
+            out.mul(up)?.sum_all()?.backward()?;
+            Ok(out)
+        })?;
+        let fused = prof.key_averages().get("attention").is_some();
+        let mut v = vec![out.detach()];
+        v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+        Ok::<_, ember::Error>((v, fused))
+    };
+    for &dt in dtypes {
+        let qkv: Vec<Tensor> = base.iter().map(|t| t.to_dtype(dt)).collect::<Result<_>>()?;
+        let exact: Vec<Tensor> = qkv
+            .iter()
+            .map(|t| t.to_dtype(DType::F32))
+            .collect::<Result<_>>()?;
+        for (name, mask) in [
+            ("bool", &allow),
+            ("float", &additive),
+            ("padding", &padding),
+        ] {
+            let what = format!("{dt}, {name} mask");
+            let m = if mask.dtype() == DType::Bool {
+                mask.clone()
+            } else {
+                mask.to_dtype(dt)?
+            };
+            let (want, _) = run(AttentionPath::Math, &exact, mask, &up)?;
+            let (got, fused) = run(path, &qkv, &m, &up.to_dtype(dt)?)?;
+            assert_eq!(
+                fused,
+                dev.is_cpu() || runs_fused_kernels(dev),
+                "{what}: whether the fused op ran"
+            );
+            let tol = match dt {
+                DType::BF16 => 2e-2,
+                DType::F16 => 4e-3,
+                _ => 1e-5,
+            };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.dtype(), dt, "{what}: result {i}");
+                within_scale(g, w, tol, &format!("{what}: result {i}"));
+                assert!(
+                    vals(g).iter().all(|x| x.is_finite()),
+                    "{what}: result {i} finite"
+                );
+            }
+            if name == "bool" {
+                // the query that sees no key: zeros out, no gradient
+                for (i, t) in [(0, &got[0]), (1, &got[1])] {
+                    let row = t.narrow(2, blocked_row as i64, 1)?;
+                    assert!(
+                        vals(&row).iter().all(|&x| x == 0.0),
+                        "{what}: result {i} of the blocked query"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `MultiheadAttention` with a key padding mask and a bool attention mask (no
+/// weights asked for) takes the fused op where it runs (both masks one
+/// additive bias) and gives what the plain and the memory-saving paths give,
+/// its input's gradient too; a query that the masks leave with no key gets the
+/// output projection's bias (zeros from attention), as PyTorch's module does
+/// without weights.
+fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let _g = super::rng_lock();
+    ember::manual_seed(8);
+    let (n, t, e) = (2, 21, 32);
+    let mha = nn::MultiheadAttention::with_options(e, 4, 0.0, true, true, dev)?;
+    let x = Tensor::randn([n, t, e], dev)?;
+    // batch 1 pads its last 6 positions; query 3 is allowed no key
+    let kpm: Vec<bool> = (0..n * t).map(|i| i / t == 1 && i % t >= t - 6).collect();
+    let kpm = Tensor::from_vec(kpm, [n, t], dev)?;
+    let am: Vec<bool> = (0..t * t)
+        .map(|i| i / t == 3 || (i % t) > (i / t) + 4)
+        .collect();
+    let am = Tensor::from_vec(am, [t, t], dev)?;
+    let run = |path: AttentionPath| {
+        let x = x.detach().requires_grad_(true)?;
+        let (out, prof) = ember::profiler::profile(|| {
+            let opts = nn::AttentionOptions {
+                key_padding_mask: Some(&kpm),
+                attn_mask: Some(&am),
+                need_weights: false,
+                ..Default::default()
+            };
+            let out = with_attention_path(path, || mha.attend(&x, &x, &x, opts))?.0;
+            out.sum_all()?.backward()?;
+            Ok(out)
+        })?;
+        let fused = prof.key_averages().get("attention").is_some();
+        Ok::<_, ember::Error>((out, x.grad().expect("a gradient"), fused))
+    };
+    let path = if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    };
+    let (out, dx, fused) = run(path)?;
+    assert_eq!(fused, dev.is_cpu() || runs_fused_kernels(dev));
+    for other in [AttentionPath::Math, AttentionPath::MemoryEfficient] {
+        let (want, want_dx, _) = run(other)?;
+        within_scale(&out, &want, 1e-5, &format!("output against {other:?}"));
+        within_scale(
+            &dx,
+            &want_dx,
+            1e-5,
+            &format!("the input's gradient against {other:?}"),
+        );
+    }
+    // the query with no key: its heads are zeros, so the output is the bias
+    let bias = mha.out_proj.bias.as_ref().expect("a bias");
+    for i in 0..n as i64 {
+        let row = out.narrow(0, i, 1)?.narrow(1, 3, 1)?.reshape([e])?;
+        within_scale(&row, bias, 1e-6, "the query with no key");
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Fused attention on the CPU (`BackendStorage::attention`): one query row at a
-//! time, its scores over the keys it sees kept only while the row is computed, in
-//! the accumulator type; each (batch, head) pair on a thread of its own.
+//! time, its scores over the keys it sees (plus the bias, where there is one)
+//! kept only while the row is computed, in the accumulator type; each (batch,
+//! head) pair on a thread of its own.
 
 use crate::backend::host::alloc_uninit;
 use crate::backend::op::AttnShape;
@@ -35,17 +36,44 @@ impl<'a, T: Copy> View<'a, T> {
     }
 }
 
+/// The additive bias: a rank-4 view `[batch, heads, l, s]` with any strides (0
+/// where a mask broadcasts).
+#[derive(Clone, Copy)]
+struct Bias<'a, T> {
+    data: &'a [T],
+    offset: usize,
+    strides: [usize; 4],
+}
+
+impl<'a, T: Copy> Bias<'a, T> {
+    fn new(data: &'a [T], l: &Layout) -> Bias<'a, T> {
+        let s = l.strides();
+        Bias {
+            data,
+            offset: l.offset(),
+            strides: [s[0], s[1], s[2], s[3]],
+        }
+    }
+
+    /// The bias of query `i` against key `j` of the pair `(b, h)`.
+    fn at(&self, (b, h): (usize, usize), i: usize, j: usize) -> T {
+        let st = &self.strides;
+        self.data[self.offset + b * st[0] + h * st[1] + i * st[2] + j * st[3]]
+    }
+}
+
 fn dot<T: FloatDType>(a: &[T], b: &[T]) -> T::Acc {
     a.iter()
         .zip(b)
         .fold(T::Acc::zero(), |s, (&x, &y)| s + x.to_acc() * y.to_acc())
 }
 
-/// The scaled scores of query row `qi` against the keys it sees (`s` of them at
-/// most), in `scores`, and their maximum (`-inf` for none).
+/// The scaled scores (plus the bias) of query row `qi` against the keys it sees
+/// (`s` of them at most), in `scores`, and their maximum (`-inf` for none, or
+/// where the bias masks them all).
 fn scores_of<T: FloatDType>(
     q: &[T],
-    k: &View<'_, T>,
+    (k, bias): (&View<'_, T>, Option<&Bias<'_, T>>),
     pair: (usize, usize),
     (qi, sh): (usize, &AttnShape),
     scores: &mut Vec<T::Acc>,
@@ -55,6 +83,10 @@ fn scores_of<T: FloatDType>(
     let mut m = T::Acc::neg_infinity();
     for j in (0..sh.s).take_while(|&j| sh.visible(qi, j)) {
         let x = dot(q, k.row(pair, j, sh.d)) * scale;
+        let x = match bias {
+            Some(b) => x + b.at(pair, qi, j).to_acc(),
+            None => x,
+        };
         m = m.max(x);
         scores.push(x);
     }
@@ -83,13 +115,13 @@ pub(crate) fn attention(
     (q, lq): (&CpuData, &Layout),
     (k, lk): (&CpuData, &Layout),
     (v, lv): (&CpuData, &Layout),
+    bias: Option<(&CpuData, &Layout)>,
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData)> {
     check_sizes(&sh)?;
     fn go<T: FloatDType + CpuElem>(
-        q: View<'_, T>,
-        k: View<'_, T>,
-        v: View<'_, T>,
+        (q, k, v): (View<'_, T>, View<'_, T>, View<'_, T>),
+        bias: Option<Bias<'_, T>>,
         sh: AttnShape,
     ) -> Result<(CpuData, CpuData)> {
         let (n, l, d) = (sh.batch * sh.heads, sh.l, sh.d);
@@ -102,10 +134,17 @@ pub(crate) fn attention(
             let hash = sh.pair_hash(i);
             let (mut scores, mut acc) = (Vec::new(), vec![T::Acc::zero(); d]);
             for qi in 0..l {
-                let m = scores_of(q.row(pair, qi, d), &k, pair, (qi, &sh), &mut scores);
+                let kb = (&k, bias.as_ref());
+                let m = scores_of(q.row(pair, qi, d), kb, pair, (qi, &sh), &mut scores);
                 acc.iter_mut().for_each(|a| *a = T::Acc::zero());
                 let mut sum = T::Acc::zero();
-                for (j, &x) in scores.iter().enumerate() {
+                // a row that sees no key (or whose bias masks them all) gets zeros
+                let seen = if m == T::Acc::neg_infinity() {
+                    &[][..]
+                } else {
+                    &scores[..]
+                };
+                for (j, &x) in seen.iter().enumerate() {
                     let p = (x - m).exp();
                     sum = sum + p;
                     // dropout after the softmax's sum
@@ -126,7 +165,7 @@ pub(crate) fn attention(
                 for (dst, &a) in o[qi * d..(qi + 1) * d].iter_mut().zip(&acc) {
                     *dst = T::from_acc(a * inv);
                 }
-                ls[qi] = if scores.is_empty() {
+                ls[qi] = if seen.is_empty() {
                     T::Acc::neg_infinity()
                 } else {
                     m + sum.ln()
@@ -141,7 +180,11 @@ pub(crate) fn attention(
     }
     crate::dtype::dispatch_float!(q, qv => {
         let (kv, vv) = (same(qv, k)?, same(qv, v)?);
-        go(View::new(qv, lq), View::new(kv, lk), View::new(vv, lv), sh)
+        let bias = match bias {
+            Some((b, lb)) => Some(Bias::new(same(qv, b)?, lb)),
+            None => None,
+        };
+        go((View::new(qv, lq), View::new(kv, lk), View::new(vv, lv)), bias, sh)
     }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
 }
 
@@ -166,6 +209,7 @@ pub(crate) fn attention_backward(
     (q, lq): (&CpuData, &Layout),
     (k, lk): (&CpuData, &Layout),
     (v, lv): (&CpuData, &Layout),
+    bias: Option<(&CpuData, &Layout)>,
     (out, lse): (&CpuData, &CpuData),
     (g, lg): (&CpuData, &Layout),
     sh: AttnShape,
@@ -173,6 +217,7 @@ pub(crate) fn attention_backward(
     check_sizes(&sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),
+        bias: Option<Bias<'_, T>>,
         out: &[T],
         lse: &[T::Acc],
         sh: AttnShape,
@@ -193,12 +238,16 @@ pub(crate) fn attention_backward(
             for qi in 0..l {
                 let qr = q.row(pair, qi, d);
                 let gr = g.row(pair, qi, d);
-                scores_of(qr, &k, pair, (qi, &sh), &mut scores);
+                scores_of(qr, (&k, bias.as_ref()), pair, (qi, &sh), &mut scores);
                 let o = &out[(i * l + qi) * d..(i * l + qi + 1) * d];
                 // D = Σ g · out, the softmax backward's row term
                 let dsum = dot(gr, o);
                 let ls = lse[i * l + qi];
                 gq.iter_mut().for_each(|a| *a = zero);
+                // a row that saw no key: no weights, no gradients
+                if ls == T::Acc::neg_infinity() {
+                    scores.clear();
+                }
                 for (j, &x) in scores.iter().enumerate() {
                     let (kr, vr) = (k.row(pair, j, d), v.row(pair, j, d));
                     let p = (x - ls).exp();
@@ -240,6 +289,10 @@ pub(crate) fn attention_backward(
             View::new(same(qv, v)?, lv),
             View::new(same(qv, g)?, lg),
         );
-        go(views, same(qv, out)?, acc_slice(qv, lse)?, sh)
+        let bias = match bias {
+            Some((b, lb)) => Some(Bias::new(same(qv, b)?, lb)),
+            None => None,
+        };
+        go(views, bias, same(qv, out)?, acc_slice(qv, lse)?, sh)
     }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
 }

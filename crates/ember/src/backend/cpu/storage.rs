@@ -297,9 +297,12 @@ impl BackendStorage for CpuStorage {
         lq: &Layout,
         (k, lk): (&Self, &Layout),
         (v, lv): (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         shape: AttnShape,
     ) -> Result<(Self, Self)> {
-        let (o, l) = attention::attention((&self.data, lq), (&k.data, lk), (&v.data, lv), shape)?;
+        let bias = bias.map(|(b, l)| (&b.data, l));
+        let (o, l) =
+            attention::attention((&self.data, lq), (&k.data, lk), (&v.data, lv), bias, shape)?;
         Ok((CpuStorage::new(o), CpuStorage::new(l)))
     }
 
@@ -308,6 +311,7 @@ impl BackendStorage for CpuStorage {
         lq: &Layout,
         (k, lk): (&Self, &Layout),
         (v, lv): (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         out: &Self,
         lse: &Self,
         (g, lg): (&Self, &Layout),
@@ -317,6 +321,7 @@ impl BackendStorage for CpuStorage {
             (&self.data, lq),
             (&k.data, lk),
             (&v.data, lv),
+            bias.map(|(b, l)| (&b.data, l)),
             (&out.data, &lse.data),
             (&g.data, lg),
             shape,

@@ -365,9 +365,10 @@ impl BackendStorage for CudaStorage {
         lq: &Layout,
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         shape: AttnShape,
     ) -> Result<(Self, Self)> {
-        ops::attention((self, lq), k, v, shape)
+        ops::attention((self, lq), k, v, bias, shape)
     }
 
     fn attention_backward(
@@ -375,12 +376,13 @@ impl BackendStorage for CudaStorage {
         lq: &Layout,
         k: (&Self, &Layout),
         v: (&Self, &Layout),
+        bias: Option<(&Self, &Layout)>,
         out: &Self,
         lse: &Self,
         g: (&Self, &Layout),
         shape: AttnShape,
     ) -> Result<(Self, Self, Self)> {
-        ops::attention_backward((self, lq), k, v, out, lse, g, shape)
+        ops::attention_backward((self, lq), k, v, bias, out, lse, g, shape)
     }
 
     fn cross_entropy_rows(

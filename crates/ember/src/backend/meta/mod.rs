@@ -203,6 +203,7 @@ impl BackendStorage for MetaStorage {
         _lq: &Layout,
         _k: (&Self, &Layout),
         _v: (&Self, &Layout),
+        _bias: Option<(&Self, &Layout)>,
         sh: AttnShape,
     ) -> Result<(Self, Self)> {
         let n = sh.batch * sh.heads;
@@ -217,6 +218,7 @@ impl BackendStorage for MetaStorage {
         _lq: &Layout,
         _k: (&Self, &Layout),
         _v: (&Self, &Layout),
+        _bias: Option<(&Self, &Layout)>,
         _out: &Self,
         _lse: &Self,
         _g: (&Self, &Layout),

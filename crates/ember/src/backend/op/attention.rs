@@ -60,28 +60,35 @@ impl AttnShape {
     }
 }
 
-/// The largest head dim the fused CUDA kernels take.
-pub(crate) const ATTN_MAX_HEAD_DIM: usize = 128;
+/// The largest head dim the fused CUDA kernels take: 128 for f16/bf16, 64 for
+/// float32 (whose operand fragments take twice the registers).
+pub(crate) fn attn_max_head_dim(dtype: DType) -> usize {
+    if dtype == DType::F32 {
+        64
+    } else {
+        128
+    }
+}
 
 /// Rows (queries or keys) a fused CUDA launch covers at most: 64 per block along
 /// the grid's y dim (at most 65535 blocks).
 pub(crate) const ATTN_MAX_ROWS: usize = 64 * 65535;
 
 /// Whether ember's fused CUDA attention kernels take operands of `dtype` for
-/// `shape` (f16/bf16; a head dim that is a multiple of 8 up to
-/// [`ATTN_MAX_HEAD_DIM`]; no empty operand; `batch · heads` below 2³¹ blocks and
+/// `shape` (f16/bf16/f32; a head dim that is a multiple of 8 up to
+/// [`attn_max_head_dim`]; no empty operand; `batch · heads` below 2³¹ blocks and
 /// lengths up to [`ATTN_MAX_ROWS`]); the GPU's compute capability (8.0 or later)
 /// is the caller's to check. `None` when they do, else why not.
 pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String> {
     let n = sh.batch.checked_mul(sh.heads);
-    if !matches!(dtype, DType::F16 | DType::BF16)
+    if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
         || sh.d == 0
         || !sh.d.is_multiple_of(8)
-        || sh.d > ATTN_MAX_HEAD_DIM
+        || sh.d > attn_max_head_dim(dtype)
     {
         Some(format!(
             "the fused kernels take f16/bf16 with a head dim that is a multiple of 8 up to \
-             {ATTN_MAX_HEAD_DIM} (got {dtype}, {})",
+             128, and float32 up to 64 (got {dtype}, {})",
             sh.d
         ))
     } else if n.is_none_or(|n| n == 0) || sh.l == 0 || sh.s == 0 {
@@ -98,15 +105,17 @@ pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String
 }
 
 /// Whether a `[batch, heads, rows, d]` view can be read by the CUDA kernels in
-/// place: the last dim contiguous, and the offset and the other strides multiples
-/// of 8 elements (16-byte loads; a dim of size 1 has no stride that counts). The
-/// CPU reads any view whose last dim is contiguous, and takes these too.
-pub(crate) fn attn_view_fits(l: &Layout) -> bool {
+/// place for elements of `dtype`: the last dim contiguous, and the offset and the
+/// other strides whole 16 bytes (the kernels' loads; a dim of size 1 has no
+/// stride that counts). The CPU reads any view whose last dim is contiguous, and
+/// takes these too.
+pub(crate) fn attn_view_fits(l: &Layout, dtype: DType) -> bool {
     let (st, sh) = (l.strides(), l.shape());
+    let n = (16 / dtype.size_in_bytes()).max(1);
     l.rank() == 4
         && (st[3] == 1 || sh[3] == 1)
-        && l.offset().is_multiple_of(8)
-        && (0..3).all(|i| sh[i] == 1 || st[i].is_multiple_of(8))
+        && l.offset().is_multiple_of(n)
+        && (0..3).all(|i| sh[i] == 1 || st[i].is_multiple_of(n))
 }
 
 #[cfg(test)]
@@ -159,9 +168,11 @@ mod tests {
     fn the_kernels_refuse_what_they_cannot_run() {
         assert!(attn_kernel_refuses(DType::BF16, &shape(2, 70, 33, 64)).is_none());
         assert!(attn_kernel_refuses(DType::F16, &shape(1, ATTN_MAX_ROWS, 1, 128)).is_none());
+        assert!(attn_kernel_refuses(DType::F32, &shape(2, 70, 33, 64)).is_none());
         assert!(attn_kernel_refuses(DType::F16, &shape((1 << 31) - 1, 1, 1, 8)).is_none());
         for (dt, sh, why) in [
-            (DType::F32, shape(1, 8, 8, 64), "f16/bf16"),
+            (DType::F64, shape(1, 8, 8, 64), "f16/bf16"),
+            (DType::F32, shape(1, 8, 8, 72), "float32 up to 64"),
             (DType::BF16, shape(1, 8, 8, 60), "multiple of 8"),
             (DType::BF16, shape(1, 8, 8, 136), "multiple of 8"),
             (DType::BF16, shape(1, 0, 8, 64), "empty"),

@@ -1,4 +1,5 @@
-//! Fused attention on tensor cores (kernels/attention.cu): a forward launch, and
+//! Fused attention on tensor cores (kernels/attention.cu; f16/bf16, and float32
+//! by split tf32 products): a forward launch, and
 //! three backward launches (each row's `Σ dout · out`, then the keys' and
 //! values' gradients, then the queries').
 
@@ -29,6 +30,8 @@ pub(crate) struct KAttn {
     pub seed: u64,
     pub drop_threshold: u32,
     pub keep_scale: f32,
+    pub bias_off: i64,
+    pub bias_st: [i64; 4],
 }
 
 const THREADS: u32 = 128;
@@ -41,8 +44,18 @@ fn strides(l: &Layout) -> [i64; 3] {
 }
 
 impl KAttn {
-    fn new(sh: &AttnShape, q: &Layout, k: &Layout, v: &Layout) -> KAttn {
+    fn new(sh: &AttnShape, q: &Layout, k: &Layout, v: &Layout, bias: Option<&Layout>) -> KAttn {
         let (drop_threshold, keep_scale) = sh.drop_threshold();
+        let (bias_off, bias_st) = match bias {
+            Some(b) => {
+                let s = b.strides();
+                (
+                    b.offset() as i64,
+                    [s[0] as i64, s[1] as i64, s[2] as i64, s[3] as i64],
+                )
+            }
+            None => (0, [0; 4]),
+        };
         KAttn {
             q_off: q.offset() as i64,
             k_off: k.offset() as i64,
@@ -59,6 +72,8 @@ impl KAttn {
             seed: sh.seed,
             drop_threshold,
             keep_scale: keep_scale as f32,
+            bias_off,
+            bias_st,
         }
     }
 
@@ -71,9 +86,27 @@ impl KAttn {
     }
 }
 
-/// Checks what the kernels take ([`attn_kernel_refuses`]) and that the GPU is
-/// sm_80 or later.
-fn check(dev: &CudaDev, q: &CudaStorage, sh: &AttnShape) -> Result<()> {
+/// Checks what the kernels take ([`attn_kernel_refuses`]), that the GPU is
+/// sm_80 or later, and that a bias is a rank-4 view in the inputs' dtype.
+fn check(
+    dev: &CudaDev,
+    q: &CudaStorage,
+    bias: Option<(&CudaStorage, &Layout)>,
+    sh: &AttnShape,
+) -> Result<()> {
+    if let Some((b, l)) = bias {
+        if b.dtype() != q.dtype() || l.rank() != 4 {
+            return Err(Error::invalid(
+                "attention",
+                format!(
+                    "the bias must be a rank-4 view in the inputs' dtype {} (got {} of {:?})",
+                    q.dtype(),
+                    b.dtype(),
+                    l.shape()
+                ),
+            ));
+        }
+    }
     let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| {
         (dev.arch() < 80).then(|| {
             format!(
@@ -89,6 +122,8 @@ fn check(dev: &CudaDev, q: &CudaStorage, sh: &AttnShape) -> Result<()> {
     }
 }
 
+/// The head dim of the kernel instance for `d` (the float32 kernels exist for
+/// 64 only; [`attn_kernel_refuses`] keeps larger ones away).
 fn kernel_dim(d: usize) -> usize {
     if d <= 64 {
         64
@@ -120,19 +155,22 @@ pub(crate) fn attention(
     (q, lq): (&CudaStorage, &Layout),
     (k, lk): (&CudaStorage, &Layout),
     (v, lv): (&CudaStorage, &Layout),
+    bias: Option<(&CudaStorage, &Layout)>,
     sh: AttnShape,
 ) -> Result<(CudaStorage, CudaStorage)> {
     let dev = q.dev();
-    check(dev, q, &sh)?;
+    check(dev, q, bias, &sh)?;
     let n = sh.batch * sh.heads;
     let out = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
     let lse = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
-    let a = KAttn::new(&sh, lq, lk, lv);
+    let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
+    // no bias: a null pointer, which the kernels test
+    let pb = bias.map_or(0, |b| base_ptr(b.0, 0));
     let (po, pl) = (out.ptr(), lse.ptr());
     let name = format!("attn_fwd_{}_d{}", suffix(q.dtype()), kernel_dim(sh.d));
     let grid = (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32);
-    launch(dev, q, &name, grid, &mut args![pq, pk, pv, po, pl, a])?;
+    launch(dev, q, &name, grid, &mut args![pq, pk, pv, pb, po, pl, a])?;
     Ok((out, lse))
 }
 
@@ -142,13 +180,14 @@ pub(crate) fn attention_backward(
     (q, lq): (&CudaStorage, &Layout),
     (k, lk): (&CudaStorage, &Layout),
     (v, lv): (&CudaStorage, &Layout),
+    bias: Option<(&CudaStorage, &Layout)>,
     out: &CudaStorage,
     lse: &CudaStorage,
     (g, lg): (&CudaStorage, &Layout),
     sh: AttnShape,
 ) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
     let dev = q.dev();
-    check(dev, q, &sh)?;
+    check(dev, q, bias, &sh)?;
     let n = sh.batch * sh.heads;
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
@@ -156,10 +195,11 @@ pub(crate) fn attention_backward(
     let dq = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
     let dk = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
     let dv = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
-    let a = KAttn::new(&sh, lq, lk, lv);
+    let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let ga = a.with_queries(lg);
     let sfx = suffix(q.dtype());
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
+    let pb = bias.map_or(0, |b| base_ptr(b.0, 0));
     let (pg, po, pl, pd) = (base_ptr(g, 0), out.ptr(), lse.ptr(), dsum.ptr());
     let (pdq, pdk, pdv) = (dq.ptr(), dk.ptr(), dv.ptr());
     let rows = (n * sh.l) as i64;
@@ -177,14 +217,14 @@ pub(crate) fn attention_backward(
         q,
         &format!("attn_bwd_kv_{sfx}_d{dm}"),
         (n as u32, sh.s.div_ceil(BLOCK_ROWS) as u32),
-        &mut args![pq, pk, pv, pg, pl, pd, pdk, pdv, a, ga],
+        &mut args![pq, pk, pv, pb, pg, pl, pd, pdk, pdv, a, ga],
     )?;
     launch(
         dev,
         q,
         &format!("attn_bwd_q_{sfx}_d{dm}"),
         (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32),
-        &mut args![pq, pk, pv, pg, pl, pd, pdq, a, ga],
+        &mut args![pq, pk, pv, pb, pg, pl, pd, pdq, a, ga],
     )?;
     drop(dsum);
     Ok((dq, dk, dv))

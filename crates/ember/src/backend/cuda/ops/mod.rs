@@ -427,6 +427,8 @@ mod tests {
                 ("seed", offset_of!(KAttn, seed)),
                 ("drop_threshold", offset_of!(KAttn, drop_threshold)),
                 ("keep_scale", offset_of!(KAttn, keep_scale)),
+                ("bias_off", offset_of!(KAttn, bias_off)),
+                ("bias_st", offset_of!(KAttn, bias_st)),
             ] {
                 checks.push(format!(
                     "static_assert(__builtin_offsetof(AttnArgs, {field}) == {off}, \"AttnArgs.{field}\");"
