@@ -775,27 +775,42 @@ impl Storage {
         }
     }
 
-    /// Whether [`attention`](Self::attention) runs on this storage's device for
-    /// operands of this storage's dtype and `shape`: on the CPU for every float
-    /// dtype; on CUDA through the f16/bf16/f32 tensor-core kernels
-    /// ([`attn_kernel_refuses`], compute capability 8.0 or later); on `meta` as on
-    /// the GPU it models ([`modelled_arch`](super::meta::account::modelled_arch)).
-    /// Never for an empty operand, nor with dropout while the calling thread
-    /// captures a CUDA graph (the kernels take their masks' seed by value, where a
-    /// replay must draw new ones; the other paths' dropout does).
-    pub(crate) fn runs_fused_attention(&self, shape: &AttnShape) -> bool {
-        let empty = [shape.batch, shape.heads, shape.l, shape.s, shape.d].contains(&0);
+    /// Why [`attention`](Self::attention) does not run on this storage's device
+    /// for operands of this storage's dtype and `shape`, `None` where it runs: on
+    /// the CPU for every float dtype; on CUDA through the f16/bf16/f32
+    /// tensor-core kernels ([`attn_kernel_refuses`], compute capability 8.0 or
+    /// later); on `meta` as on the GPU it models
+    /// ([`modelled_arch`](super::meta::account::modelled_arch)). Never for an
+    /// empty operand, nor with dropout while the calling thread captures a CUDA
+    /// graph (the kernels take their masks' seed by value, where a replay must
+    /// draw new ones; the other paths' dropout does).
+    pub(crate) fn fused_attention_refusal(&self, shape: &AttnShape) -> Option<String> {
+        if [shape.batch, shape.heads, shape.l, shape.s, shape.d].contains(&0) {
+            return Some("an empty operand".into());
+        }
+        let arch = |a: u32| {
+            (a < 80).then(|| {
+                format!(
+                    "the fused kernels need compute capability 8.0 or later (the GPU is {}.{})",
+                    a / 10,
+                    a % 10
+                )
+            })
+        };
         match self {
-            Storage::Cpu(x) => x.dtype().is_float() && !empty,
-            Storage::Cuda(x) => {
-                attn_kernel_refuses(x.dtype(), shape).is_none()
-                    && x.dev().arch() >= 80
-                    && !(shape.dropout > 0.0 && x.dev().is_capturing())
-            }
-            Storage::Meta(x) => {
-                attn_kernel_refuses(x.dtype(), shape).is_none()
-                    && super::meta::account::modelled_arch() >= 80
-            }
+            Storage::Cpu(x) => (!x.dtype().is_float())
+                .then(|| format!("the fused op takes float dtypes (got {})", x.dtype())),
+            Storage::Cuda(x) => attn_kernel_refuses(x.dtype(), shape)
+                .or_else(|| arch(x.dev().arch()))
+                .or_else(|| {
+                    (shape.dropout > 0.0 && x.dev().is_capturing()).then(|| {
+                        "dropout inside a CUDA graph capture (the kernels' seed would be the \
+                         same at every replay)"
+                            .into()
+                    })
+                }),
+            Storage::Meta(x) => attn_kernel_refuses(x.dtype(), shape)
+                .or_else(|| arch(super::meta::account::modelled_arch())),
         }
     }
 

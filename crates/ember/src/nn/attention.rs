@@ -270,6 +270,7 @@ impl MultiheadAttention {
                 && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p)
             {
                 let bias = merged(&[kpm.as_ref()])?;
+                crate::nn::functional::log_attention_path(&qh, s, "fused, causal", None);
                 qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, true, p))?
             } else {
                 let bias = merged(&[attn_mask.as_ref(), kpm.as_ref()])?;
@@ -288,6 +289,7 @@ impl MultiheadAttention {
             // the weights asked for: materialised (a query the masks leave with no
             // key gets NaN weights, as softmax gives in PyTorch here)
             // scaling the queries ([N, H, L, D]) costs less than scaling the scores
+            crate::nn::functional::log_attention_path(&qh, s, "plain", Some("weights asked for"));
             let mut scores = qh.mul(scale)?.matmul(&kh.transpose(2, 3)?)?;
             if let Some(m) = &attn_mask {
                 scores = add_mask(&scores, m)?;

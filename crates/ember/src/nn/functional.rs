@@ -9,7 +9,9 @@ pub use super::sdpa::{
     attention_path, scaled_dot_product_attention, with_attention_group_scores, with_attention_path,
     AttentionPath,
 };
-pub(crate) use super::sdpa::{fused_attention_applies, fused_mask_fits, mask_bias};
+pub(crate) use super::sdpa::{
+    fused_attention_applies, fused_mask_fits, log_attention_path, mask_bias,
+};
 
 /// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,
 /// `weight` `[out, in]` (or `[in]`), `bias` broadcasts to the output. As in

@@ -85,7 +85,16 @@ pub fn scaled_dot_product_attention(
         sshape.push(s);
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
-    if fused_mask_fits(attn_mask, q) && fused_attention_applies(q, k, v, dropout_p) {
+    let refusal = if fused_mask_fits(attn_mask, q) {
+        fused_attention_refusal(q, k, v, dropout_p)
+    } else {
+        Some(
+            "a mask it does not take (a float mask that needs a gradient, or on another device)"
+                .into(),
+        )
+    };
+    if refusal.is_none() {
+        log_attention_path(q, s, "fused", None);
         let bias = attn_mask
             .map(|m| mask_bias(m, false, q.dtype()))
             .transpose()?;
@@ -106,8 +115,10 @@ pub fn scaled_dot_product_attention(
         })
     };
     if let Some(out) = attention_saving_memory(q, k, v, biases, scale, dropout_p)? {
+        log_attention_path(q, s, "memory-saving", refusal.as_deref());
         return Ok(out);
     }
+    log_attention_path(q, s, "plain", refusal.as_deref());
     // scaling the queries ([.., L, E]) costs less than scaling the scores ([.., L, S])
     let scores = q.mul(scale)?.matmul(&k.transpose(-2, -1)?)?;
     // rows a float mask leaves with no finite score: zeros, as PyTorch's safe
@@ -243,24 +254,72 @@ pub(crate) fn fused_mask_fits(mask: Option<&Tensor>, q: &Tensor) -> bool {
 
 /// Whether attention of `q` over `k`/`v` (its masks checked by
 /// [`fused_mask_fits`]) with dropout `dropout_p` takes the fused op on this thread's
-/// [`attention_path`]: one float dtype outside autocast's casts, the same batch
-/// dims, one head dim for q, k and v, no empty operand, dropout in `[0, 1)`, and a
-/// device that runs it.
+/// [`attention_path`] ([`fused_attention_refusal`] says why not).
 pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
+    fused_attention_refusal(q, k, v, dropout_p).is_none()
+}
+
+/// Why attention of `q` over `k`/`v` with dropout `dropout_p` does not take the
+/// fused op on this thread's [`attention_path`], `None` where it does: it needs
+/// one float dtype outside autocast's casts, the same batch dims, one head dim
+/// for q, k and v, no empty operand, dropout in `[0, 1)`, one device, and a
+/// device that runs it (on the CPU, `AttentionPath::Fused` asking for it).
+pub(crate) fn fused_attention_refusal(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    dropout_p: f64,
+) -> Option<String> {
     let r = q.rank();
     let path = attention_path();
-    if matches!(path, AttentionPath::Math | AttentionPath::MemoryEfficient)
-        || !recomputable_operands(q, k, v, dropout_p)
-        || v.shape()[r - 1] != q.shape()[r - 1]
-        || q.numel() == 0
-        || k.numel() == 0
-        || q.device() != k.device()
-        || q.device() != v.device()
-    {
-        return false;
+    if matches!(path, AttentionPath::Math | AttentionPath::MemoryEfficient) {
+        return Some(format!("AttentionPath::{path:?} asked for"));
     }
-    (path == AttentionPath::Fused || !q.device().is_cpu())
-        && q.runs_fused_attention(k.shape()[r - 2], dropout_p)
+    let why = if !recomputable_operands(q, k, v, dropout_p) {
+        "operands it does not take (dtypes, ranks or batch dims that differ, a \
+         non-float dtype, dropout outside [0, 1), or inputs autocast still casts)"
+    } else if v.shape()[r - 1] != q.shape()[r - 1] {
+        "values of another head dim than the queries"
+    } else if q.numel() == 0 || k.numel() == 0 {
+        "an empty operand"
+    } else if q.device() != k.device() || q.device() != v.device() {
+        "operands on different devices"
+    } else if path == AttentionPath::Auto && q.device().is_cpu() {
+        "the CPU runs it only when AttentionPath::Fused asks for it"
+    } else {
+        return q.fused_attention_refusal(k.shape()[r - 2], dropout_p);
+    };
+    Some(why.into())
+}
+
+/// Whether `EMBER_ATTENTION_LOG` asks for each attention call's path on stderr.
+fn log_paths() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("EMBER_ATTENTION_LOG").is_some_and(|v| v != "0"))
+}
+
+/// Says on stderr, where `EMBER_ATTENTION_LOG` asks for it, which path attention
+/// of queries `q` over `s` keys takes and why not the fused op (`why`), each
+/// distinct line once.
+pub(crate) fn log_attention_path(q: &Tensor, s: usize, path: &str, why: Option<&str>) {
+    if !log_paths() {
+        return;
+    }
+    let mut line = format!(
+        "ember: attention of {:?} {} queries over {s} keys on {}: {path}",
+        q.shape(),
+        q.dtype(),
+        q.device()
+    );
+    if let Some(w) = why {
+        line += &format!(" (not fused: {w})");
+    }
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.contains(&line) {
+        eprintln!("{line}");
+        seen.push(line);
+    }
 }
 
 /// Whether q, k and v suit the paths that recompute the weights in backward (the
@@ -672,4 +731,66 @@ fn group_weights(
     };
     let shift = m.isinf()?.where_(0.0, &m)?;
     Ok((sc.sub(&shift)?.exp()?, m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    fn qkv(dt: DType, d: usize, dv: usize, dev: &Device) -> Result<[Tensor; 3]> {
+        Ok([
+            Tensor::zeros([2, 3, 10, d], dt, dev)?,
+            Tensor::zeros([2, 3, 12, d], dt, dev)?,
+            Tensor::zeros([2, 3, 12, dv], dt, dev)?,
+        ])
+    }
+
+    /// Each reason the fused op is not taken is said, and none where it is:
+    /// head dims and dtypes the kernels do not take (on `meta`, as on the GPU it
+    /// models), a GPU older than sm_80, the path asked for, the CPU without
+    /// `Fused`, and values of another head dim.
+    #[test]
+    fn the_fused_op_says_why_it_is_not_taken() -> Result<()> {
+        let why = |dt: DType, d: usize, dv: usize, dev: &Device| -> Result<Option<String>> {
+            let [q, k, v] = qkv(dt, d, dv, dev)?;
+            Ok(fused_attention_refusal(&q, &k, &v, 0.0))
+        };
+        let has = |got: Option<String>, want: &str| {
+            let got = got.unwrap_or_default();
+            assert!(got.contains(want), "{got:?} does not say {want:?}");
+        };
+        let meta = Device::Meta;
+        assert_eq!(why(DType::BF16, 64, 64, &meta)?, None);
+        assert_eq!(why(DType::F32, 64, 64, &meta)?, None);
+        has(
+            why(DType::BF16, 136, 136, &meta)?,
+            "multiple of 8 up to 128",
+        );
+        has(why(DType::F32, 128, 128, &meta)?, "float32 up to 64");
+        has(why(DType::F64, 64, 64, &meta)?, "got float64");
+        has(why(DType::BF16, 64, 32, &meta)?, "another head dim");
+        has(
+            crate::meta::with_arch(75, || why(DType::BF16, 64, 64, &meta))?,
+            "compute capability 8.0",
+        );
+        has(
+            with_attention_path(AttentionPath::Math, || why(DType::BF16, 64, 64, &meta))?,
+            "AttentionPath::Math asked for",
+        );
+        has(
+            why(DType::F32, 64, 64, &Device::Cpu)?,
+            "AttentionPath::Fused asks",
+        );
+        assert_eq!(
+            with_attention_path(AttentionPath::Fused, || why(
+                DType::F64,
+                64,
+                64,
+                &Device::Cpu
+            ))?,
+            None
+        );
+        Ok(())
+    }
 }

@@ -36,13 +36,13 @@ fn as_rank4(t: &Tensor) -> Result<Tensor> {
 }
 
 impl Tensor {
-    /// Whether [`fused_attention`](Self::fused_attention) runs for queries like
-    /// this tensor (`[.., L, d]`: its device, dtype and sizes) against `s` keys
-    /// with dropout `dropout`.
-    pub(crate) fn runs_fused_attention(&self, s: usize, dropout: f64) -> bool {
+    /// Why [`fused_attention`](Self::fused_attention) does not run for queries
+    /// like this tensor (`[.., L, d]`: its device, dtype and sizes) against `s`
+    /// keys with dropout `dropout`, `None` where it runs.
+    pub(crate) fn fused_attention_refusal(&self, s: usize, dropout: f64) -> Option<String> {
         let r = self.rank();
         if r < 2 {
-            return false;
+            return Some("queries of fewer than 2 dims".into());
         }
         let (l, d) = (self.shape()[r - 2], self.shape()[r - 1]);
         let shape = AttnShape {
@@ -56,7 +56,7 @@ impl Tensor {
             dropout,
             seed: 0,
         };
-        self.read().runs_fused_attention(&shape)
+        self.read().fused_attention_refusal(&shape)
     }
 
     /// `softmax(self kᵀ · scale) v` over the last two dims in one fused op
@@ -65,7 +65,7 @@ impl Tensor {
     /// `dropout` in `[0, 1)` the weights are dropped after the softmax, by masks
     /// drawn from a seed forked from the device's generator and kept for
     /// backward), where the device runs it
-    /// ([`runs_fused_attention`](Self::runs_fused_attention);
+    /// ([`fused_attention_refusal`](Self::fused_attention_refusal);
     /// `nn::functional::fused_attention_applies` decides). `bias`, in the
     /// inputs' dtype and broadcasting to `[.., L, S]`, is added to the scaled
     /// scores (an additive mask: `-inf` hides a key; a query it leaves with no
