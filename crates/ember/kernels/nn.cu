@@ -207,10 +207,17 @@ __device__ void adam_impl(T* p, const T* g, T* m, T* v, i64 n, double lr, double
 }
 
 // Adam over the tensors of a TensorList (common.cuh): arrays 0-3 are each
-// tensor's parameter, gradient and two moments.
+// tensor's parameter, gradient and two moments. With `step` (the capturable
+// form: the step count, float64, on the device, which a graph's replays advance)
+// the bias corrections are 1 - b^step from it, else bc1 and bc2.
 template <typename T>
-__device__ void adam_multi_impl(TensorList l, double lr, double b1, double b2, double eps, double bc1, double bc2,
-                                double wd, int decoupled) {
+__device__ void adam_multi_impl(TensorList l, const double* step, double lr, double b1, double b2, double eps,
+                                double bc1, double bc2, double wd, int decoupled) {
+    if (step) {
+        const double t = *step;
+        bc1 = 1.0 - pow(b1, t);
+        bc2 = 1.0 - pow(b2, t);
+    }
     const AdamConsts<T> c(lr, b1, b2, eps, bc1, bc2, wd, decoupled);
     const i64 chunks = l.first_chunk[l.count];
     i64 t = 0;
@@ -231,10 +238,10 @@ __device__ void adam_multi_impl(TensorList l, double lr, double b1, double b2, d
                                         int decoupled) {                                             \
         adam_impl(p, g, m, v, n, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                          \
     }                                                                                                \
-    extern "C" __global__ void adam_multi_##S(TensorList l, double lr, double b1, double b2,        \
-                                              double eps, double bc1, double bc2, double wd,        \
-                                              int decoupled) {                                       \
-        adam_multi_impl<T>(l, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                             \
+    extern "C" __global__ void adam_multi_##S(TensorList l, const double* step, double lr, double b1,\
+                                              double b2, double eps, double bc1, double bc2,        \
+                                              double wd, int decoupled) {                            \
+        adam_multi_impl<T>(l, step, lr, b1, b2, eps, bc1, bc2, wd, decoupled);                       \
     }
 IF_f32(ADAM(float, f32)) IF_f64(ADAM(double, f64))
 

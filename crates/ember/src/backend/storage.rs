@@ -1131,7 +1131,20 @@ impl Storage {
     /// [`adam`](Storage::adam), so the same bits); elsewhere, or where the
     /// operands are not all on one GPU in one dtype, one [`adam`](Storage::adam)
     /// per parameter.
-    pub(crate) fn adam_foreach(items: &mut [AdamOperands<'_>], h: &AdamStep) -> Result<()> {
+    /// With `step` (the capturable form's count on the device, from which the
+    /// kernel takes the bias corrections) only the multi-tensor launch will do:
+    /// `Ok(false)` where it cannot run, nothing done. Without, every item is
+    /// stepped (one at a time where the launch cannot run) and `Ok(true)`.
+    pub(crate) fn adam_foreach(
+        items: &mut [AdamOperands<'_>],
+        h: &AdamStep,
+        step: Option<&Storage>,
+    ) -> Result<bool> {
+        let step = match step {
+            None => None,
+            Some(Storage::Cuda(s)) => Some(s),
+            Some(_) => return Ok(false),
+        };
         let cuda: Option<Vec<_>> = items
             .iter()
             .map(|o| match (&*o.p.0, o.g.0, &*o.m.0, &*o.v.0) {
@@ -1144,9 +1157,12 @@ impl Storage {
         if let Some(list) = cuda.filter(|l| !l.is_empty()) {
             let n: usize = list.iter().map(|t| t.4).sum();
             let _rec = record!(&*items[0].p.0, Name::Static("adam_foreach"), &[n]);
-            if CudaStorage::adam_foreach(&list, h)? {
-                return Ok(());
+            if CudaStorage::adam_foreach(&list, h, step)? {
+                return Ok(true);
             }
+        }
+        if step.is_some() {
+            return Ok(false);
         }
         for o in items.iter_mut() {
             Storage::adam(
@@ -1158,7 +1174,7 @@ impl Storage {
                 h,
             )?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// One Adam step in place (see [`BackendStorage::adam`]).

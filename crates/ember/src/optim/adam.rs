@@ -93,9 +93,11 @@ impl Adam {
         t.item::<f64>().ok().map(|v| v as u64)
     }
 
-    /// The capturable step: the count and the bias corrections computed on the
-    /// device, the update made of tensor operations that read them (no value
-    /// that changes from step to step passed from the host).
+    /// The capturable step: the count kept on the device and advanced there, the
+    /// bias corrections computed from it there (no value that changes from step
+    /// to step passed from the host): on a GPU by the multi-tensor kernel, which
+    /// reads the count ([`Adam::foreach`]); the parameters it does not take by
+    /// tensor operations that read the corrections.
     fn capturable_step(&mut self, b1: f64, b2: f64) -> Result<()> {
         let Some(first) = self.params.first() else {
             return Ok(());
@@ -109,11 +111,9 @@ impl Adam {
         };
         t.add_(1.0)?;
         self.step += 1;
-        // 1 - b^t as exp(t ln b): ln 0 = -inf gives 1 for a beta of 0
-        let correction = |b: f64| -> Result<Tensor> { t.mul(b.ln())?.exp()?.neg()?.add(1.0) };
-        let (bc1, bc2) = (correction(b1)?, correction(b2)?);
-        // lr / bc1 and sqrt(bc2), in each parameter dtype once
-        let mut per_dtype: Vec<(crate::DType, Tensor, Tensor)> = Vec::new();
+        let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
+        // (parameter, gradient, moments) of every parameter with a gradient
+        let mut items: Vec<[Tensor; 4]> = Vec::new();
         for ((p, m), v) in self
             .params
             .iter()
@@ -121,6 +121,39 @@ impl Adam {
             .zip(self.v.iter_mut())
         {
             let Some(g) = p.grad() else { continue };
+            let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
+            items.push([p.clone(), g, m, v]);
+        }
+        let done = if self.foreach {
+            // the corrections are the kernel's, from t: these are unused
+            let h = fused::AdamStep {
+                lr,
+                b1,
+                b2,
+                eps,
+                bc1: 1.0,
+                bc2: 1.0,
+                weight_decay: wd,
+                decoupled,
+            };
+            let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
+            fused::adam_foreach(&refs, h, Some(&t))?
+        } else {
+            vec![false; items.len()]
+        };
+        // 1 - b^t as exp(t ln b): ln 0 = -inf gives 1 for a beta of 0
+        let correction = |b: f64| -> Result<Tensor> { t.mul(b.ln())?.exp()?.neg()?.add(1.0) };
+        let mut corrections = None;
+        // lr / bc1 and sqrt(bc2), in each parameter dtype once
+        let mut per_dtype: Vec<(crate::DType, Tensor, Tensor)> = Vec::new();
+        for ([p, g, m, v], done) in items.into_iter().zip(done) {
+            if done {
+                continue;
+            }
+            let (bc1, bc2) = match &corrections {
+                Some(c) => c,
+                None => corrections.insert((correction(b1)?, correction(b2)?)),
+            };
             let dt = p.dtype();
             let (step_size, sqrt_bc2) = match per_dtype.iter().find(|(d, _, _)| *d == dt) {
                 Some((_, a, b)) => (a.clone(), b.clone()),
@@ -131,12 +164,10 @@ impl Adam {
                     (a, b)
                 }
             };
-            let (m, v) = (moment(p, m)?, moment(p, v)?);
-            let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
             adam_update(
-                p,
+                &p,
                 g,
-                (m, v),
+                (&m, &v),
                 (b1, b2),
                 (lr, eps, wd, decoupled),
                 (&step_size).into(),
@@ -307,7 +338,7 @@ impl Optimizer for Adam {
         }
         let done = if self.foreach {
             let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
-            fused::adam_foreach(&refs, h)?
+            fused::adam_foreach(&refs, h, None)?
         } else {
             vec![false; items.len()]
         };

@@ -46,9 +46,16 @@ pub(crate) fn adam(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamStep) 
 /// Adam steps for many parameters at once on a GPU (PyTorch's `foreach` form, its
 /// default on CUDA): the `(p, g, m, v)` of `items` that qualify (see [`fusable`];
 /// each storage in one item only) are updated by one launch per 32 tensors of a
-/// device and dtype, with the arithmetic of [`adam`] (the same bits). Returns which
-/// items were updated; the caller steps the others one by one.
-pub(crate) fn adam_foreach(items: &[[&Tensor; 4]], h: AdamStep) -> Result<Vec<bool>> {
+/// device and dtype, with the arithmetic of [`adam`] (the same bits). With `step`
+/// (the capturable form's count: a float64 scalar on the GPU, advanced by the
+/// caller) the kernels take the bias corrections from it, so that a captured
+/// step replays right. Returns which items were updated; the caller steps the
+/// others one by one.
+pub(crate) fn adam_foreach(
+    items: &[[&Tensor; 4]],
+    h: AdamStep,
+    step: Option<&Tensor>,
+) -> Result<Vec<bool>> {
     let mut done = vec![false; items.len()];
     // a storage locked twice would deadlock: each may appear once
     let mut seen = std::collections::HashSet::new();
@@ -68,6 +75,16 @@ pub(crate) fn adam_foreach(items: &[[&Tensor; 4]], h: AdamStep) -> Result<Vec<bo
             None => groups.push((key, vec![i])),
         }
     }
+    let step = match step {
+        Some(t) if t.dtype() == DType::F64 && t.numel() == 1 => {
+            let dev = t.device();
+            groups.retain(|((d, _), _)| *d == dev);
+            Some(t)
+        }
+        Some(_) => return Ok(done),
+        None => None,
+    };
+    let step_guard = step.map(|t| t.read());
     for (_, members) in groups {
         let write = |k: usize| -> Vec<_> { members.iter().map(|&i| items[i][k].write()).collect() };
         let (mut ps, mut ms, mut vs) = (write(0), write(2), write(3));
@@ -89,9 +106,10 @@ pub(crate) fn adam_foreach(items: &[[&Tensor; 4]], h: AdamStep) -> Result<Vec<bo
                 }
             })
             .collect();
-        Storage::adam_foreach(&mut ops, &h)?;
-        for &i in &members {
-            done[i] = true;
+        if Storage::adam_foreach(&mut ops, &h, step_guard.as_deref())? {
+            for &i in &members {
+                done[i] = true;
+            }
         }
     }
     Ok(done)

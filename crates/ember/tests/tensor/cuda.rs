@@ -466,7 +466,10 @@ fn random_tensors_are_drawn_on_the_device() -> Result<()> {
 /// per parameter, for Adam and AdamW, in f32 and f64: 71 parameters (three
 /// launches) of sizes from 1 to past two chunks, a frozen one and one without a
 /// gradient, over three steps. One launch per 32 tensors is recorded by the
-/// profiler as `adam_foreach`.
+/// profiler as `adam_foreach`. The capturable form (the step count on the
+/// device, the kernel taking the bias corrections from it) runs the same
+/// launches and agrees with them to the bias corrections' rounding (`pow` on the
+/// device against the host's).
 #[test]
 fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
     use ember::optim::{Adam, Optimizer};
@@ -482,13 +485,16 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
             let grads: Vec<Vec<Tensor>> = (0..3)
                 .map(|_| randn_each(&sizes, dtype))
                 .collect::<Result<_>>()?;
-            let run = |foreach: bool| -> Result<Vec<Vec<f64>>> {
+            let run = |foreach: bool, capturable: bool| -> Result<Vec<Vec<f64>>> {
                 let params: Vec<Tensor> = init
                     .iter()
                     .map(|t| t.to(&dev)?.requires_grad_(true))
                     .collect::<Result<_>>()?;
                 let make = if adamw { Adam::adamw } else { Adam::new };
                 let mut opt = make(params.clone(), 0.01)?.foreach(foreach);
+                if capturable {
+                    assert!(opt.make_capturable()?);
+                }
                 for step in &grads {
                     for (i, (p, g)) in params.iter().zip(step).enumerate() {
                         // parameter 5 never has a gradient
@@ -503,8 +509,8 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
                     .map(|p| p.to_dtype(DType::F64)?.to_vec::<f64>())
                     .collect()
             };
-            let (many, profile) = ember::profiler::profile(|| run(true))?;
-            let one_each = run(false)?;
+            let (many, profile) = ember::profiler::profile(|| run(true, false))?;
+            let one_each = run(false, false)?;
             for (i, (a, b)) in many.iter().zip(&one_each).enumerate() {
                 let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "{dtype} adamw={adamw}: parameter {i} differs");
@@ -516,6 +522,22 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
                 .get_kind("adam_foreach", ember::profiler::EventKind::Op)
                 .map_or(0, |r| r.count);
             assert_eq!(launches, 3, "{dtype}: one record per step");
+            let (captured, profile) = ember::profiler::profile(|| run(true, true))?;
+            let tol = if dtype == DType::F32 { 1e-6 } else { 1e-13 };
+            for (i, (a, b)) in captured.iter().zip(&many).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= tol * y.abs().max(1e-3),
+                        "{dtype} adamw={adamw} capturable: parameter {i}: {x} against {y}"
+                    );
+                }
+            }
+            assert_eq!(captured[5], many[5]);
+            let launches = profile
+                .key_averages()
+                .get_kind("adam_foreach", ember::profiler::EventKind::Op)
+                .map_or(0, |r| r.count);
+            assert_eq!(launches, 3, "{dtype}: the capturable form's launches");
         }
     }
     Ok(())

@@ -142,15 +142,21 @@ pub(crate) type SgdOnGpu<'a> = (
 
 impl CudaStorage {
     /// One Adam step over `list` in multi-tensor launches, when every operand is
-    /// on one GPU in one float dtype (f32/f64); `Ok(false)` (nothing done)
-    /// otherwise.
-    pub(crate) fn adam_foreach(list: &[AdamOnGpu<'_>], h: &AdamStep) -> Result<bool> {
+    /// on one GPU in one float dtype (f32/f64), and `step` (the capturable form's
+    /// count, whose bias corrections replace `h`'s) a float64 on that GPU;
+    /// `Ok(false)` (nothing done) otherwise.
+    pub(crate) fn adam_foreach(
+        list: &[AdamOnGpu<'_>],
+        h: &AdamStep,
+        step: Option<&CudaStorage>,
+    ) -> Result<bool> {
         let Some(((first, _), ..)) = list.first() else {
             return Ok(true);
         };
         let (dev, dt) = (first.dev(), first.dtype());
         let same = |s: &CudaStorage| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt;
         if !matches!(dt, DType::F32 | DType::F64)
+            || step.is_some_and(|s| !Arc::ptr_eq(s.dev(), dev) || s.dtype() != DType::F64)
             || !list
                 .iter()
                 .all(|(p, g, m, v, _)| [p.0, g.0, m.0, v.0].into_iter().all(same))
@@ -167,7 +173,7 @@ impl CudaStorage {
                 flag: false,
             })
             .collect();
-        ops::adam_multi(dev, dt, &tensors, h)?;
+        ops::adam_multi(dev, dt, &tensors, h, step)?;
         Ok(true)
     }
 

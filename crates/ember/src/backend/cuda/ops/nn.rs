@@ -213,15 +213,18 @@ pub(crate) fn adam_multi(
     dtype: DType,
     tensors: &[ListTensor],
     h: &crate::backend::op::AdamStep,
+    step: Option<&CudaStorage>,
 ) -> Result<()> {
     let name = format!("adam_multi_{}", suffix(dtype));
     let dec = h.decoupled as i32;
     let (lr, b1, b2, eps, bc1, bc2, wd) = (h.lr, h.b1, h.b2, h.eps, h.bc1, h.bc2, h.weight_decay);
+    // the capturable form's step count (a float64 scalar), or null
+    let step = step.map_or(0u64, |s| s.ptr());
     launch_lists(
         dev,
         ("nn", dtype, &name),
         tensors,
-        &args![lr, b1, b2, eps, bc1, bc2, wd, dec],
+        &args![step, lr, b1, b2, eps, bc1, bc2, wd, dec],
     )
 }
 
