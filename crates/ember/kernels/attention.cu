@@ -30,7 +30,8 @@
 //                      over the query blocks that see it)
 //   attn_bwd_q_S_dD    grid (batch·heads, L/64): dq
 // The backward makes no atomic adds: each gradient element has one writer, so
-// the results do not depend on the order blocks run in.
+// the results do not depend on the order blocks run in. The fwd/bwd kernels
+// come twice: as named, and `attn_fwd_masked_S_dD` etc. that add the bias.
 
 #define ATT_THREADS 128
 #define ATT_LOG2E 1.4426950408889634f
@@ -129,6 +130,14 @@ template <typename T> __device__ __forceinline__ void store2(float* p, float x, 
     p[1] = y;
 }
 
+// c += a · b by the warp-wide `mma.sync.aligned.<shape and types>`, accumulating
+// in place: c (4 floats), a (4 registers), b (2 registers).
+#define ATT_MMA(shape_types)                                                                     \
+    asm volatile("mma.sync.aligned." shape_types " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "      \
+                 "{%0,%1,%2,%3};\n"                                                             \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
 // c += a · b for one 16 x 8 x 16 tile of f16/bf16: a (16 x 16, rows) as 4
 // registers of 2 elements, b (16 x 8, columns) as 2, c (16 x 8) as 4 floats, in
 // the lane layout above (a[0]: (g, 2t..), a[1]: (g + 8, 2t..), a[2]: (g, 2t + 8..),
@@ -155,17 +164,9 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
     }
 #elif __CUDA_ARCH__ >= 800
     if (mma_is_bf16<T>::value) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        ATT_MMA("m16n8k16.row.col.f32.bf16.bf16.f32");
     } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        ATT_MMA("m16n8k16.row.col.f32.f16.f16.f32");
     }
 #else
     // ember launches these kernels on sm_80 and later only
@@ -208,11 +209,7 @@ __device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsig
         c[3] += a1 * b1;
     }
 #elif __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    ATT_MMA("m16n8k8.row.col.f32.tf32.tf32.f32");
 #else
     __trap();
 #endif
@@ -328,11 +325,15 @@ __device__ __forceinline__ void load_tile(E* rm, E* tr, const E* base, i64 rs, i
     }
 }
 
-// The bias of (qi, kj) in log2 units (0 without one), `bias` at its pair's
-// (batch, head) start; qi and kj within the sequences.
-template <typename T>
+// The bias of (qi, kj) in log2 units (0 in the kernels without one), `bias` at its pair's
+// (batch, head) start; qi and kj within the sequences. A finite bias stays
+// finite (a dtype's lowest value, a common mask, would overflow to -inf when
+// scaled, and mask more than it does elsewhere); -inf stays -inf.
+template <typename T, bool MASKED>
 __device__ __forceinline__ float attn_bias(const AttnArgs& a, const T* bias, int qi, int kj) {
-    return bias ? widen(bias[qi * a.bias_st[2] + kj * a.bias_st[3]]) * ATT_LOG2E : 0.f;
+    if (!MASKED) return 0.f;
+    const float b = widen(bias[qi * a.bias_st[2] + kj * a.bias_st[3]]);
+    return b == __int_as_float(0xff800000) ? b : fmaxf(b * ATT_LOG2E, -3.402823466e38f);
 }
 
 // A row's log-sum-exp in log2 units as the backward subtracts it: +inf for a row
@@ -351,7 +352,7 @@ __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) 
     return qi < a.l && kj < a.s && !(a.causal && kj > qi);
 }
 
-template <typename T, int DM>
+template <typename T, int DM, bool MASKED>
 __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bias_, T* out_, float* lse, AttnArgs a) {
     typedef typename attn_t<T>::E E;
     const int K = attn_t<T>::K, BR = 64, BC = 64;
@@ -363,7 +364,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = attn_bias_at(a, bias_, b, h);
+    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
 
     unsigned qa[DM / K][4];
     load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
@@ -395,7 +396,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 + attn_bias(a, bias, qi, kj) : neg_inf;
+                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) : neg_inf;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
         }
@@ -447,13 +448,14 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
         if (qi >= a.l) continue;
-        const float inv = sum[r] > 0.f ? 1.f / sum[r] : 0.f;
+        // a row that saw no key: zeros; NaN scores stay NaN
+        const float inv = sum[r] == 0.f ? 0.f : 1.f / sum[r];
 #pragma unroll
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
             if (c < a.d) store2<T>(out + (i64)qi * a.d + c, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         }
-        if (t == 0) lse[(i64)bh * a.l + qi] = sum[r] > 0.f ? (m[r] + log2f(sum[r])) / ATT_LOG2E : neg_inf;
+        if (t == 0) lse[(i64)bh * a.l + qi] = sum[r] == 0.f ? neg_inf : (m[r] + log2f(sum[r])) / ATT_LOG2E;
     }
 }
 
@@ -478,7 +480,7 @@ __device__ void attn_dot_impl(const T* dout, const AttnArgs a, const T* out, flo
 // the query blocks that see them: with the roles of rows and columns swapped,
 // sᵀ = k qᵀ, pᵀ = exp(sᵀ · scale - lse), dv += pᵀ dout, dpᵀ = v doutᵀ,
 // dsᵀ = pᵀ (dpᵀ - D), dk += dsᵀ q · scale.
-template <typename T, int DM>
+template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
@@ -495,7 +497,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = attn_bias_at(a, bias_, b, h);
+    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
     const float* lse_bh = lse + (i64)bh * a.l;
     const float* d_bh = dsum + (i64)bh * a.l;
@@ -534,7 +536,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             for (int e = 0; e < 4; ++e) {
                 const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                 const float w =
-                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias(a, bias, qi, kj) - slse[qc]) : 0.f;
+                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - slse[qc]) : 0.f;
                 const float z = attn_keep(a, pair_hash, qi, kj);
                 p[n][e] = w * z;                          // the kept weights, into dv
                 dp[n][e] = w * (dp[n][e] * z - sd[qc]);  // dsᵀ
@@ -569,7 +571,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
 // The queries' gradient of a block of 64 queries (a warp per 16), over the key
 // blocks they see: s = q kᵀ, p = exp(s · scale - lse), dp = dout vᵀ,
 // ds = p (dp - D), dq += ds k · scale.
-template <typename T, int DM>
+template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                 const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
@@ -583,7 +585,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
     const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
     const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = attn_bias_at(a, bias_, b, h);
+    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
     unsigned qa[DM / K][4], ga_[DM / K][4];
@@ -619,7 +621,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
                 const float w =
-                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
+                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
                 dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
             }
         }
@@ -644,21 +646,27 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     }
 }
 
-#define ATTENTION_DM(T, S, D)                                                                                 \
+// The kernels of dtype T (suffix S) and head dim D; `masked` (M = true) the ones
+// that add the bias (more registers: the plain ones keep their occupancy).
+#define ATTENTION_DM_M(T, S, D, NAME, M)                                                              \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_fwd_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, T* out, float* lse, AttnArgs a) { \
-        attn_fwd_impl<T, D>(q, k, v, bias, out, lse, a);                                                       \
+        attn_fwd##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, T* out, float* lse,     \
+                                    AttnArgs a) {                                                              \
+        attn_fwd_impl<T, D, M>(q, k, v, bias, out, lse, a);                                                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_bwd_kv_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,               \
-                               const float* lse, const float* dsum, T* dk, T* dv, AttnArgs a, AttnArgs ga) {   \
-        attn_bwd_kv_impl<T, D>(q, k, v, bias, dout, lse, dsum, dk, dv, a, ga);                                 \
+        attn_bwd_kv##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,       \
+                                       const float* lse, const float* dsum, T* dk, T* dv, AttnArgs a,          \
+                                       AttnArgs ga) {                                                          \
+        attn_bwd_kv_impl<T, D, M>(q, k, v, bias, dout, lse, dsum, dk, dv, a, ga);                              \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attn_bwd_q_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,                \
-                              const float* lse, const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {           \
-        attn_bwd_q_impl<T, D>(q, k, v, bias, dout, lse, dsum, dq, a, ga);                                      \
+        attn_bwd_q##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,        \
+                                      const float* lse, const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {   \
+        attn_bwd_q_impl<T, D, M>(q, k, v, bias, dout, lse, dsum, dq, a, ga);                                   \
     }
+
+#define ATTENTION_DM(T, S, D) ATTENTION_DM_M(T, S, D, , false) ATTENTION_DM_M(T, S, D, _masked, true)
 
 #define ATTENTION_DOT(T, S)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \

@@ -146,7 +146,6 @@ fn record_new(device: Device, dtype: DType, name: &'static str, n: usize) -> Opt
     )
 }
 
-/// The error for storages of two devices in one primitive.
 /// The attention bias `$bias` (`Option<(&Storage, &Layout)>`) as the backend
 /// `$dev`'s storage, or (returned) the error of a bias on another device than
 /// `$q`.
@@ -160,6 +159,7 @@ macro_rules! attn_bias {
     };
 }
 
+/// The error for storages of two devices in one primitive.
 fn mismatch(op: &'static str, a: Device, b: Device) -> Error {
     let (a, b) = if b.is_cuda() && !a.is_cuda() {
         (b, a)

@@ -243,46 +243,84 @@ impl MultiheadAttention {
         let scale = 1.0 / (d as f64).sqrt();
         let p = if self.training { self.dropout } else { 0.0 };
         let (heads, weights) = if !opts.need_weights {
-            // PyTorch's path without weights: attention over the masks merged into
-            // one additive bias (MultiheadAttention's masks hide where they are
-            // true), so that a query they leave with no key gets zeros, as there.
-            // With the `is_causal` hint (`attn_mask` is the causal mask) the fused
-            // op applies the mask without reading it.
+            // PyTorch's path without weights: attention over the masks as additive
+            // biases (MultiheadAttention's masks hide where they are true), so
+            // that a query they leave with no key gets zeros, as there
             let kpm = opts
                 .key_padding_mask
                 .map(|m| m.reshape([n, 1, 1, s]))
                 .transpose()?;
-            let merged = |masks: &[Option<&Tensor>]| -> Result<Option<Tensor>> {
+            let as_bias = |m: &Tensor| -> Result<Tensor> {
+                crate::nn::functional::mask_bias(m, true, qh.dtype())?.to_dtype(qh.dtype())
+            };
+            // the `is_causal` hint says `attn_mask` is the causal mask, which the
+            // fused op applies without reading it
+            let causal = opts.is_causal && attn_mask.is_some();
+            let read = |with_causal: bool| -> Result<Vec<Tensor>> {
+                let attn = attn_mask.as_ref().filter(|_| with_causal || !causal);
+                [attn, kpm.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(as_bias)
+                    .collect()
+            };
+            let fused_biases = read(false)?;
+            let why = if fused_biases
+                .iter()
+                .all(|b| crate::nn::functional::fused_mask_fits(Some(b), &qh, s))
+            {
+                crate::nn::functional::fused_attention_refusal(&qh, &kh, &vh, p)
+            } else {
+                Some("a mask it does not take".into())
+            };
+            let heads = if why.is_none() {
+                // one bias: with both masks their sum, [N, 1, L, S]
                 let mut bias: Option<Tensor> = None;
-                for m in masks.iter().flatten() {
-                    let b = crate::nn::functional::mask_bias(m, true, qh.dtype())?
-                        .to_dtype(qh.dtype())?;
+                for b in fused_biases {
                     bias = Some(match bias {
                         Some(a) => a.add(&b)?,
                         None => b,
                     });
                 }
-                Ok(bias)
-            };
-            let causal = opts.is_causal && attn_mask.is_some();
-            let heads = if causal
-                && crate::nn::functional::fused_mask_fits(kpm.as_ref(), &qh)
-                && crate::nn::functional::fused_attention_applies(&qh, &kh, &vh, p)
-            {
-                let bias = merged(&[kpm.as_ref()])?;
-                crate::nn::functional::log_attention_path(&qh, s, "fused, causal", None);
-                qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, true, p))?
+                let path = if causal { "fused, causal" } else { "fused" };
+                crate::nn::functional::log_attention_path(&qh, s, path, None);
+                qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, causal, p))?
             } else {
-                let bias = merged(&[attn_mask.as_ref(), kpm.as_ref()])?;
-                crate::nn::functional::scaled_dot_product_attention(
+                // the memory-saving path adds each mask to each group of scores
+                // where it lies (the key padding mask is not widened)
+                let saving = crate::nn::functional::attention_saving_memory(
                     &qh,
                     &kh,
                     &vh,
-                    bias.as_ref(),
+                    || read(true),
+                    scale,
                     p,
-                    false,
-                    Some(scale),
-                )?
+                )?;
+                match saving {
+                    Some(o) => {
+                        let w = why.as_deref();
+                        crate::nn::functional::log_attention_path(&qh, s, "memory-saving", w);
+                        o
+                    }
+                    None => {
+                        let mut bias: Option<Tensor> = None;
+                        for b in read(true)? {
+                            bias = Some(match bias {
+                                Some(a) => a.add(&b)?,
+                                None => b,
+                            });
+                        }
+                        crate::nn::functional::scaled_dot_product_attention(
+                            &qh,
+                            &kh,
+                            &vh,
+                            bias.as_ref(),
+                            p,
+                            false,
+                            Some(scale),
+                        )?
+                    }
+                }
             };
             (heads, None)
         } else {

@@ -10,7 +10,8 @@ pub use super::sdpa::{
     AttentionPath,
 };
 pub(crate) use super::sdpa::{
-    fused_attention_applies, fused_mask_fits, log_attention_path, mask_bias,
+    attention_saving_memory, fused_attention_refusal, fused_mask_fits, log_attention_path,
+    mask_bias,
 };
 
 /// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,

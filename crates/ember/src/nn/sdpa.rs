@@ -85,11 +85,12 @@ pub fn scaled_dot_product_attention(
         sshape.push(s);
         crate::layout::broadcast_shapes(OP, m.shape(), &sshape)?;
     }
-    let refusal = if fused_mask_fits(attn_mask, q) {
+    let refusal = if fused_mask_fits(attn_mask, q, s) {
         fused_attention_refusal(q, k, v, dropout_p)
     } else {
         Some(
-            "a mask it does not take (a float mask that needs a gradient, or on another device)"
+            "a mask it does not take (a float mask that needs a gradient, one on another \
+             device, or one that widens the scores)"
                 .into(),
         )
     };
@@ -240,23 +241,25 @@ fn with_setting<T: Copy + 'static, R>(
     f()
 }
 
-/// Whether the fused op takes `mask` (checked against the scores' shape
-/// already) as its additive bias for queries `q`: none, a bool mask, or a float
-/// mask in q's dtype on q's device that needs no gradient (the fused op gives
-/// the bias none).
-pub(crate) fn fused_mask_fits(mask: Option<&Tensor>, q: &Tensor) -> bool {
+/// Whether the fused op takes `mask` as its additive bias for queries `q` over
+/// `s` keys: none, or a bool mask or a float mask in q's dtype, on q's device,
+/// that needs no gradient (the fused op gives the bias none) and broadcasts to
+/// the scores' shape (q's batch dims + `[L, S]`) without widening it.
+pub(crate) fn fused_mask_fits(mask: Option<&Tensor>, q: &Tensor, s: usize) -> bool {
     mask.is_none_or(|m| {
+        let r = q.rank();
+        let mut scores = q.shape()[..r - 1].to_vec();
+        scores.push(s);
         (m.dtype() == DType::Bool || m.dtype() == q.dtype())
             && !m.requires_grad()
             && m.device() == q.device()
+            && m.rank() <= r
+            && m.shape()
+                .iter()
+                .rev()
+                .zip(scores.iter().rev())
+                .all(|(&a, &b)| a == 1 || a == b)
     })
-}
-
-/// Whether attention of `q` over `k`/`v` (its masks checked by
-/// [`fused_mask_fits`]) with dropout `dropout_p` takes the fused op on this thread's
-/// [`attention_path`] ([`fused_attention_refusal`] says why not).
-pub(crate) fn fused_attention_applies(q: &Tensor, k: &Tensor, v: &Tensor, dropout_p: f64) -> bool {
-    fused_attention_refusal(q, k, v, dropout_p).is_none()
 }
 
 /// Why attention of `q` over `k`/`v` with dropout `dropout_p` does not take the

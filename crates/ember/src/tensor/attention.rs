@@ -66,7 +66,7 @@ impl Tensor {
     /// drawn from a seed forked from the device's generator and kept for
     /// backward), where the device runs it
     /// ([`fused_attention_refusal`](Self::fused_attention_refusal);
-    /// `nn::functional::fused_attention_applies` decides). `bias`, in the
+    /// `nn::functional::fused_attention_refusal` decides). `bias`, in the
     /// inputs' dtype and broadcasting to `[.., L, S]`, is added to the scaled
     /// scores (an additive mask: `-inf` hides a key; a query it leaves with no
     /// key gets zeros); it gets no gradient. No `[L, S]` matrix is made or kept
@@ -139,17 +139,20 @@ impl Tensor {
             &[self, k, v],
             |y| {
                 let (y, q4, k4, v4) = (y.save(), q4.save(), k4.save(), v4.save());
+                // the bias too: changed in place before backward is an error
+                let b4 = b4.map(|b| b.save());
                 move |g: &Tensor| {
                     let (q4, k4, v4, y) = (q4.get()?, k4.get()?, v4.get()?, y.get()?);
+                    let b4 = b4.as_ref().map(|b| b.get()).transpose()?;
                     let g4 = as_rank4(g)?;
                     let mut ts = vec![q4, k4, v4, y, &lse, &g4];
-                    ts.extend(&b4);
+                    ts.extend(b4);
                     let st = Storages::read(&ts);
                     let (dq, dk, dv) = st.get(0).attention_backward(
                         q4.layout(),
                         (st.get(1), k4.layout()),
                         (st.get(2), v4.layout()),
-                        b4.as_ref().map(|b| (st.get(6), b.layout())),
+                        b4.map(|b| (st.get(6), b.layout())),
                         st.get(3),
                         st.get(4),
                         (st.get(5), g4.layout()),

@@ -1542,6 +1542,7 @@ device_test!(
     fused_attention_drops_the_same_weights_forward_and_backward,
     fused_attention_takes_masks,
     fused_attention_serves_multihead_attention_with_masks,
+    fused_attention_keeps_the_corners_of_masks,
     attention_dropout_draws_new_masks_in_each_graph_replay,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
@@ -2461,6 +2462,45 @@ fn runs_fused_kernels(dev: &Device) -> bool {
     }
 }
 
+/// Whether the fused op runs for head dim `d` in `dt` on `dev` on the path the
+/// tests ask for (`Fused` on the CPU, `Auto` on GPUs: kernels for f16/bf16, and
+/// float32 up to head dim 64).
+fn fused_expected(dev: &Device, dt: DType, d: usize) -> bool {
+    dev.is_cpu() || (runs_fused_kernels(dev) && (dt != DType::F32 || d <= 64))
+}
+
+/// The fused op's error against the float32 plain path, relative to the values'
+/// scale: half precision rounds the weights and the scores' gradient once.
+fn fused_tolerance(dt: DType) -> f64 {
+    match dt {
+        DType::BF16 => 2e-2,
+        DType::F16 => 4e-3,
+        _ => 1e-5,
+    }
+}
+
+/// Asserts that the fused op ran where [`fused_expected`] says it does, and
+/// that its results `got` (output and gradients, in `dt`) agree with `want`
+/// (the plain path in float32) within [`fused_tolerance`].
+#[track_caller]
+fn assert_fused_results(
+    what: &str,
+    (got, fused): (&[Tensor], bool),
+    want: &[Tensor],
+    (dev, dt, d): (&Device, DType, usize),
+) {
+    assert_eq!(
+        fused,
+        fused_expected(dev, dt, d),
+        "{what}: whether the fused op ran"
+    );
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+        assert_eq!(g.dtype(), dt, "{what}: result {i}");
+        within_scale(g, w, fused_tolerance(dt), &format!("{what}: result {i}"));
+    }
+}
+
 /// Asserts that `got` differs from `want` by at most `tol` times `want`'s largest
 /// magnitude anywhere (half-precision attention rounds its weights once, so
 /// errors scale with the values, not elementwise), with NaN in the same places.
@@ -2607,21 +2647,7 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
                 let want = attention_grads(AttentionPath::Math, &exact, causal, (&up, packed))?.0;
                 let (got, fused) =
                     attention_grads(path, &qkv, causal, (&up.to_dtype(dt)?, packed))?;
-                // the float32 kernels take head dims up to 64
-                let expected =
-                    dev.is_cpu() || (runs_fused_kernels(dev) && (dt != DType::F32 || d <= 64));
-                assert_eq!(fused, expected, "{what}: whether the fused op ran");
-                // half precision rounds the weights and the scores' gradient once
-                let tol = match dt {
-                    DType::BF16 => 2e-2,
-                    DType::F16 => 4e-3,
-                    _ => 1e-5,
-                };
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
-                    assert_eq!(g.dtype(), dt, "{what}: result {i}");
-                    within_scale(g, w, tol, &format!("{what}: result {i}"));
-                }
+                assert_fused_results(&what, (&got, fused), &want, (dev, dt, d));
             }
         }
     }
@@ -2673,7 +2699,8 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
 /// mask a seed draws; with that mask, the plain computation `(w ∘ z) · v` in
 /// float32 has the fused op's output and gradients (forward and backward drop
 /// the same weights), about `1 - p` of the weights are kept, and another seed
-/// drops others.
+/// drops others. Without a mask, causal, and with a bool mask (the bias and the
+/// dropout together).
 /// On the CPU in float32 (`AttentionPath::Fused`), on GPUs in bf16 and float32.
 fn fused_attention_drops_the_same_weights_forward_and_backward(dev: &Device) -> Result<()> {
     use ember::nn::functional::AttentionPath;
@@ -2709,14 +2736,21 @@ fn dropout_matches_its_mask(
         .expand([b, h, s, d])?
         .to_dtype(dt)?
         .contiguous()?;
-    let fused = |v: &Tensor, p: f64, seed: u64, causal: bool| -> Result<Tensor> {
+    // a bool mask (true allows) that leaves every query some keys
+    let allow: Vec<bool> = (0..l * s)
+        .map(|n| ((n / s) * 7 + (n % s) * 3) % 5 != 0)
+        .collect();
+    let allow = Tensor::from_vec(allow, [l, s], dev)?;
+    let fused = |v: &Tensor, p: f64, seed: u64, (causal, masked): (bool, bool)| -> Result<Tensor> {
         ember::manual_seed(seed);
+        let mask = masked.then_some(&allow);
         with_attention_path(path, || {
-            nn::scaled_dot_product_attention(&q, &k, v, None, p, causal, None)
+            nn::scaled_dot_product_attention(&q, &k, v, mask, p, causal, None)
         })
     };
-    for causal in [false, true] {
-        let what = format!("{dt}, causal {causal}");
+    for (causal, masked) in [(false, false), (true, false), (false, true)] {
+        let what = format!("{dt}, causal {causal}, masked {masked}");
+        let causal = (causal, masked);
         let weights = fused(&eye, 0.0, 0, causal)?
             .narrow(3, 0, s)?
             .to_dtype(DType::F32)?;
@@ -2755,11 +2789,13 @@ fn dropout_matches_its_mask(
         let scores = leaves[0]
             .matmul(&leaves[1].transpose(-2, -1)?)?
             .mul(1.0 / (d as f64).sqrt())?;
-        let scores = if causal {
-            let blocked = Tensor::ones([l, s], DType::Bool, dev)?.triu(1)?;
-            scores.masked_fill(&blocked, f64::NEG_INFINITY)?
-        } else {
-            scores
+        let scores = match causal {
+            (true, _) => {
+                let blocked = Tensor::ones([l, s], DType::Bool, dev)?.triu(1)?;
+                scores.masked_fill(&blocked, f64::NEG_INFINITY)?
+            }
+            (_, true) => scores.masked_fill(&allow.logical_not()?, f64::NEG_INFINITY)?,
+            _ => scores,
         };
         let want = scores.softmax(-1)?.mul(&z)?.matmul(&leaves[2])?;
         want.mul(&up)?.sum_all()?.backward()?;
@@ -2773,9 +2809,9 @@ fn dropout_matches_its_mask(
                 &got_leaves[0],
                 &got_leaves[1],
                 &got_leaves[2],
-                None,
+                causal.1.then_some(&allow),
                 p,
-                causal,
+                causal.0,
                 None,
             )
         })?;
@@ -2810,13 +2846,7 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
     } else {
         (&[DType::BF16, DType::F16, DType::F32], AttentionPath::Auto)
     };
-    let (b, h, l, s, d) = (2, 2, 37, 70, 32);
-    let base = [
-        Tensor::randn([b, h, l, d], dev)?,
-        Tensor::randn([b, h, s, d], dev)?,
-        Tensor::randn([b, h, s, d], dev)?,
-    ];
-    let up = Tensor::randn([b, h, l, d], dev)?;
+    let (b, h, l, s) = (2, 2, 37, 70);
     let blocked_row = 5;
     let allow: Vec<bool> = (0..l * s)
         .map(|n| (n / s) != blocked_row && ((n / s) * 7 + (n % s) * 3) % 5 != 0)
@@ -2856,7 +2886,17 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
         v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
         Ok::<_, ember::Error>((v, fused))
     };
-    for &dt in dtypes {
+    // head dims of both kernel widths (float32's kernels take up to 64)
+    for (d, &dt) in [32, 128]
+        .into_iter()
+        .flat_map(|d| dtypes.iter().map(move |t| (d, t)))
+    {
+        let base = [
+            Tensor::randn([b, h, l, d], dev)?,
+            Tensor::randn([b, h, s, d], dev)?,
+            Tensor::randn([b, h, s, d], dev)?,
+        ];
+        let up = Tensor::randn([b, h, l, d], dev)?;
         let qkv: Vec<Tensor> = base.iter().map(|t| t.to_dtype(dt)).collect::<Result<_>>()?;
         let exact: Vec<Tensor> = qkv
             .iter()
@@ -2867,7 +2907,7 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
             ("float", &additive),
             ("padding", &padding),
         ] {
-            let what = format!("{dt}, {name} mask");
+            let what = format!("{dt}, d {d}, {name} mask");
             let m = if mask.dtype() == DType::Bool {
                 mask.clone()
             } else {
@@ -2875,19 +2915,8 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
             };
             let (want, _) = run(AttentionPath::Math, &exact, mask, &up)?;
             let (got, fused) = run(path, &qkv, &m, &up.to_dtype(dt)?)?;
-            assert_eq!(
-                fused,
-                dev.is_cpu() || runs_fused_kernels(dev),
-                "{what}: whether the fused op ran"
-            );
-            let tol = match dt {
-                DType::BF16 => 2e-2,
-                DType::F16 => 4e-3,
-                _ => 1e-5,
-            };
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.dtype(), dt, "{what}: result {i}");
-                within_scale(g, w, tol, &format!("{what}: result {i}"));
+            assert_fused_results(&what, (&got, fused), &want, (dev, dt, d));
+            for (i, g) in got.iter().enumerate() {
                 assert!(
                     vals(g).iter().all(|x| x.is_finite()),
                     "{what}: result {i} finite"
@@ -2908,18 +2937,134 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-/// `MultiheadAttention` with a key padding mask and a bool attention mask (no
-/// weights asked for) takes the fused op where it runs (both masks one
-/// additive bias) and gives what the plain and the memory-saving paths give,
-/// its input's gradient too; a query that the masks leave with no key gets the
-/// output projection's bias (zeros from attention), as PyTorch's module does
-/// without weights.
+/// The fused op's masks at the corners, against the plain path (`Math`) on the
+/// same values: queries of rank 2, 3 and 5 (the bias folded with them), a float
+/// mask whose every entry for one query is its dtype's lowest value (uniform
+/// weights there, as PyTorch's, not zeros), a NaN in one query (NaN in its row
+/// of the output, not zeros), and a mask that would widen the scores (not fused,
+/// computed as the plain path does).
+fn fused_attention_keeps_the_corners_of_masks(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let _g = super::rng_lock();
+    ember::manual_seed(12);
+    let path = if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    };
+    let (l, s, d) = (9, 13, 16);
+    let allow: Vec<bool> = (0..l * s).map(|n| (n / s + 2 * (n % s)) % 3 != 0).collect();
+    let allow = Tensor::from_vec(allow, [l, s], dev)?;
+    let sdpa = |path: AttentionPath, qkv: &[Tensor; 3], mask: &Tensor| -> Result<(Tensor, bool)> {
+        let (out, prof) = ember::profiler::profile(|| {
+            with_attention_path(path, || {
+                nn::scaled_dot_product_attention(
+                    &qkv[0],
+                    &qkv[1],
+                    &qkv[2],
+                    Some(mask),
+                    0.0,
+                    false,
+                    None,
+                )
+            })
+        })?;
+        Ok((out, prof.key_averages().get("attention").is_some()))
+    };
+    let fused_runs = dev.is_cpu() || runs_fused_kernels(dev);
+    let check = |what: &str,
+                 qkv: [Tensor; 3],
+                 mask: &Tensor,
+                 fused_expected: bool,
+                 tol: f64|
+     -> Result<Tensor> {
+        let (got, fused) = sdpa(path, &qkv, mask)?;
+        let (want, _) = sdpa(AttentionPath::Math, &qkv, mask)?;
+        assert_eq!(fused, fused_expected, "{what}: whether the fused op ran");
+        within_scale(&got, &want, tol, what);
+        Ok(got)
+    };
+    let qkv = |batch: &[usize], dt: DType| -> Result<[Tensor; 3]> {
+        let shape = |rows: usize| [batch, &[rows, d][..]].concat();
+        Ok([
+            Tensor::randn(&shape(l)[..], dev)?.to_dtype(dt)?,
+            Tensor::randn(&shape(s)[..], dev)?.to_dtype(dt)?,
+            Tensor::randn(&shape(s)[..], dev)?.to_dtype(dt)?,
+        ])
+    };
+    // ranks 2, 3 and 5, the mask broadcast over the batch dims
+    check("rank 2", qkv(&[], DType::F32)?, &allow, fused_runs, 1e-5)?;
+    check("rank 3", qkv(&[3], DType::F32)?, &allow, fused_runs, 1e-5)?;
+    let padding: Vec<bool> = (0..2 * s).map(|n| n % s < s - 4 * (n / s + 1)).collect();
+    let padding = Tensor::from_vec(padding, [2, 1, 1, 1, s], dev)?;
+    check(
+        "rank 5",
+        qkv(&[2, 3, 2], DType::F32)?,
+        &padding,
+        fused_runs,
+        1e-5,
+    )?;
+    // a query whose keys all carry the dtype's lowest value: uniform weights
+    for (dt, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+        let lowest = if dt == DType::F32 {
+            f32::MIN as f64
+        } else {
+            -3.3895313892515355e38
+        };
+        let mut m = vec![0f32; l * s];
+        m[2 * s..3 * s].fill(lowest as f32);
+        m[5 * s + 1] = f32::NEG_INFINITY;
+        let m = Tensor::from_vec(m, [l, s], dev)?.to_dtype(dt)?;
+        let got = check(
+            &format!("{dt} lowest values"),
+            qkv(&[2, 2], dt)?,
+            &m,
+            fused_runs,
+            tol,
+        )?;
+        assert!(
+            vals(&got.narrow(2, 2, 1)?).iter().any(|&x| x != 0.0),
+            "{dt}: the query of lowest values gets uniform weights, not zeros"
+        );
+    }
+    // a NaN in one query: its output row is NaN (within_scale checks the places)
+    let [q, k, v] = qkv(&[2], DType::F32)?;
+    let mut qv = q.to_vec::<f32>()?;
+    qv[4 * d] = f32::NAN;
+    let q = Tensor::from_vec(qv, [2, l, d], dev)?;
+    let got = check("a NaN query", [q, k, v], &allow, fused_runs, 1e-5)?;
+    assert!(vals(&got.narrow(1, 4, 1)?.narrow(0, 0, 1)?)
+        .iter()
+        .all(|x| x.is_nan()));
+    // a mask with more batch than the queries: the plain path's broadcast
+    let wide = allow.unsqueeze(0)?.expand([2, l, s])?.contiguous()?;
+    check(
+        "a widening mask",
+        qkv(&[1], DType::F32)?,
+        &wide,
+        false,
+        1e-5,
+    )?;
+    Ok(())
+}
+
+/// `MultiheadAttention` with a key padding mask and a bool attention mask, or
+/// the causal mask with the `is_causal` hint (no weights asked for), takes the
+/// fused op where it runs and gives what its computation written out with
+/// tensor ops gives (PyTorch's conventions: true hides a key) and what the
+/// plain and the memory-saving paths give, its input's gradient too; a query
+/// that the masks leave with no key gets the output projection's bias (zeros
+/// from attention), as PyTorch's module does without weights (checked there by
+/// hand: PyTorch 2.15 gives the bias in training mode, NaN with weights).
 fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
     let _g = super::rng_lock();
     ember::manual_seed(8);
-    let (n, t, e) = (2, 21, 32);
-    let mha = nn::MultiheadAttention::with_options(e, 4, 0.0, true, true, dev)?;
+    let (n, t, e, heads) = (2, 21, 32, 4);
+    let mha = nn::MultiheadAttention::with_options(e, heads, 0.0, true, true, dev)?;
+    // an output bias that is not zero, so that the query with no key shows it
+    let out_bias = mha.out_proj.bias.as_ref().expect("a bias");
+    ember::no_grad(|| out_bias.copy_(&Tensor::randn([e], dev)?))?;
     let x = Tensor::randn([n, t, e], dev)?;
     // batch 1 pads its last 6 positions; query 3 is allowed no key
     let kpm: Vec<bool> = (0..n * t).map(|i| i / t == 1 && i % t >= t - 6).collect();
@@ -2928,13 +3073,15 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
         .map(|i| i / t == 3 || (i % t) > (i / t) + 4)
         .collect();
     let am = Tensor::from_vec(am, [t, t], dev)?;
-    let run = |path: AttentionPath| {
+    let causal = Tensor::ones([t, t], DType::Bool, dev)?.triu(1)?;
+    let run = |path: AttentionPath, mask: &Tensor, is_causal: bool| {
         let x = x.detach().requires_grad_(true)?;
         let (out, prof) = ember::profiler::profile(|| {
             let opts = nn::AttentionOptions {
                 key_padding_mask: Some(&kpm),
-                attn_mask: Some(&am),
+                attn_mask: Some(mask),
                 need_weights: false,
+                is_causal,
                 ..Default::default()
             };
             let out = with_attention_path(path, || mha.attend(&x, &x, &x, opts))?.0;
@@ -2944,28 +3091,72 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
         let fused = prof.key_averages().get("attention").is_some();
         Ok::<_, ember::Error>((out, x.grad().expect("a gradient"), fused))
     };
+    // the module's computation written out with tensor ops: PyTorch's masks
+    // (true hides a key), a query with no key zeros before the output projection
+    let reference = |mask: &Tensor| -> Result<Tensor> {
+        let d = e / heads;
+        let w = &mha.in_proj_weight;
+        let bi = mha.in_proj_bias.as_ref().expect("an input bias");
+        let proj = |i: i64| -> Result<Tensor> {
+            let (at, len) = (i * e as i64, e);
+            x.matmul(&w.narrow(0, at, len)?.t()?)?
+                .add(&bi.narrow(0, at, len)?)?
+                .reshape([n, t, heads, d])?
+                .transpose(1, 2)
+        };
+        let (q, k, v) = (proj(0)?, proj(1)?, proj(2)?);
+        let hidden = mask.logical_or(&kpm.reshape([n, 1, 1, t])?)?;
+        let w = q
+            .matmul(&k.transpose(-2, -1)?)?
+            .mul(1.0 / (d as f64).sqrt())?
+            .masked_fill(&hidden, f64::NEG_INFINITY)?
+            .softmax(-1)?;
+        let w = w.masked_fill(&w.isnan()?, 0.0)?;
+        let heads_out = w.matmul(&v)?.transpose(1, 2)?.reshape([n, t, e])?;
+        mha.out_proj.forward(&heads_out)
+    };
     let path = if dev.is_cpu() {
         AttentionPath::Fused
     } else {
         AttentionPath::Auto
     };
-    let (out, dx, fused) = run(path)?;
-    assert_eq!(fused, dev.is_cpu() || runs_fused_kernels(dev));
-    for other in [AttentionPath::Math, AttentionPath::MemoryEfficient] {
-        let (want, want_dx, _) = run(other)?;
-        within_scale(&out, &want, 1e-5, &format!("output against {other:?}"));
+    for (mask, is_causal) in [(&am, false), (&causal, true)] {
+        let what = if is_causal {
+            "causal hint"
+        } else {
+            "attention mask"
+        };
+        let (out, dx, fused) = run(path, mask, is_causal)?;
+        assert_eq!(fused, dev.is_cpu() || runs_fused_kernels(dev), "{what}");
+        let want = ember::no_grad(|| reference(mask))?;
         within_scale(
-            &dx,
-            &want_dx,
+            &out,
+            &want,
             1e-5,
-            &format!("the input's gradient against {other:?}"),
+            &format!("{what}: output against the reference"),
         );
-    }
-    // the query with no key: its heads are zeros, so the output is the bias
-    let bias = mha.out_proj.bias.as_ref().expect("a bias");
-    for i in 0..n as i64 {
-        let row = out.narrow(0, i, 1)?.narrow(1, 3, 1)?.reshape([e])?;
-        within_scale(&row, bias, 1e-6, "the query with no key");
+        for other in [AttentionPath::Math, AttentionPath::MemoryEfficient] {
+            let (want, want_dx, _) = run(other, mask, is_causal)?;
+            within_scale(
+                &out,
+                &want,
+                1e-5,
+                &format!("{what}: output against {other:?}"),
+            );
+            within_scale(
+                &dx,
+                &want_dx,
+                1e-5,
+                &format!("{what}: the input's gradient against {other:?}"),
+            );
+        }
+        if !is_causal {
+            // the query with no key: its heads are zeros, so the output is the bias
+            for i in 0..n as i64 {
+                let row = out.narrow(0, i, 1)?.narrow(1, 3, 1)?.reshape([e])?;
+                within_scale(&row, out_bias, 1e-6, "the query with no key");
+            }
+        }
     }
     Ok(())
 }

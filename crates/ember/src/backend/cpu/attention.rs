@@ -4,28 +4,32 @@
 //! head) pair on a thread of its own.
 
 use crate::backend::host::alloc_uninit;
-use crate::backend::op::AttnShape;
+use crate::backend::op::{attn_bias_refuses, AttnShape};
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::layout::Layout;
 use crate::{Error, Result};
 use num_traits::{Float, Zero};
 use rayon::prelude::*;
 
-/// A rank-4 view `[batch, heads, rows, d]` (last dim contiguous) of a slice.
+/// A rank-4 view of a slice: q, k, v or g `[batch, heads, rows, d]` (last dim
+/// contiguous), or the bias `[batch, heads, l, s]` (any strides, 0 where a mask
+/// broadcasts).
 #[derive(Clone, Copy)]
 struct View<'a, T> {
     data: &'a [T],
     offset: usize,
-    strides: [usize; 3],
+    strides: [usize; 4],
 }
 
 impl<'a, T: Copy> View<'a, T> {
+    /// `l` is rank 4 (the primitive's contract; the bias is checked by
+    /// [`check_bias`]).
     fn new(data: &'a [T], l: &Layout) -> View<'a, T> {
         let s = l.strides();
         View {
             data,
             offset: l.offset(),
-            strides: [s[0], s[1], s[2]],
+            strides: [s[0], s[1], s[2], s[3]],
         }
     }
 
@@ -34,28 +38,8 @@ impl<'a, T: Copy> View<'a, T> {
         let at = self.offset + b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
         &self.data[at..at + d]
     }
-}
 
-/// The additive bias: a rank-4 view `[batch, heads, l, s]` with any strides (0
-/// where a mask broadcasts).
-#[derive(Clone, Copy)]
-struct Bias<'a, T> {
-    data: &'a [T],
-    offset: usize,
-    strides: [usize; 4],
-}
-
-impl<'a, T: Copy> Bias<'a, T> {
-    fn new(data: &'a [T], l: &Layout) -> Bias<'a, T> {
-        let s = l.strides();
-        Bias {
-            data,
-            offset: l.offset(),
-            strides: [s[0], s[1], s[2], s[3]],
-        }
-    }
-
-    /// The bias of query `i` against key `j` of the pair `(b, h)`.
+    /// Element `(i, j)` of the pair `(b, h)` (the bias of query `i` against key `j`).
     fn at(&self, (b, h): (usize, usize), i: usize, j: usize) -> T {
         let st = &self.strides;
         self.data[self.offset + b * st[0] + h * st[1] + i * st[2] + j * st[3]]
@@ -73,7 +57,7 @@ fn dot<T: FloatDType>(a: &[T], b: &[T]) -> T::Acc {
 /// where the bias masks them all).
 fn scores_of<T: FloatDType>(
     q: &[T],
-    (k, bias): (&View<'_, T>, Option<&Bias<'_, T>>),
+    (k, bias): (&View<'_, T>, Option<&View<'_, T>>),
     pair: (usize, usize),
     (qi, sh): (usize, &AttnShape),
     scores: &mut Vec<T::Acc>,
@@ -100,13 +84,16 @@ type Pair<'a, T, A> = (usize, (&'a mut [T], &'a mut [A]));
 type GradPair<'a, T> = (usize, (&'a mut [T], (&'a mut [T], &'a mut [T])));
 
 /// The primitive's contract: no empty operand (the tensor layer computes those
-/// another way).
-fn check_sizes(sh: &AttnShape) -> Result<()> {
+/// another way), and a bias of the operands' dtype and the scores' shape.
+fn check_sizes(q: &CpuData, bias: Option<(&CpuData, &Layout)>, sh: &AttnShape) -> Result<()> {
     if [sh.batch, sh.heads, sh.l, sh.s, sh.d].contains(&0) {
         return Err(Error::invalid(
             "attention",
             "the fused op takes no empty operand",
         ));
+    }
+    if let Some(why) = bias.and_then(|(b, l)| attn_bias_refuses(l, b.dtype(), q.dtype(), sh)) {
+        return Err(Error::invalid("attention", why));
     }
     Ok(())
 }
@@ -118,10 +105,10 @@ pub(crate) fn attention(
     bias: Option<(&CpuData, &Layout)>,
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData)> {
-    check_sizes(&sh)?;
+    check_sizes(q, bias, &sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v): (View<'_, T>, View<'_, T>, View<'_, T>),
-        bias: Option<Bias<'_, T>>,
+        bias: Option<View<'_, T>>,
         sh: AttnShape,
     ) -> Result<(CpuData, CpuData)> {
         let (n, l, d) = (sh.batch * sh.heads, sh.l, sh.d);
@@ -138,8 +125,10 @@ pub(crate) fn attention(
                 let m = scores_of(q.row(pair, qi, d), kb, pair, (qi, &sh), &mut scores);
                 acc.iter_mut().for_each(|a| *a = T::Acc::zero());
                 let mut sum = T::Acc::zero();
-                // a row that sees no key (or whose bias masks them all) gets zeros
-                let seen = if m == T::Acc::neg_infinity() {
+                // a row that sees no key (or whose bias masks them all) gets
+                // zeros; NaN scores stay NaN (max passes over them)
+                let ninf = T::Acc::neg_infinity();
+                let seen = if scores.iter().all(|&x| x == ninf) {
                     &[][..]
                 } else {
                     &scores[..]
@@ -157,10 +146,10 @@ pub(crate) fn attention(
                         *a = *a + p * vv.to_acc();
                     }
                 }
-                let inv = if sum > T::Acc::zero() {
-                    sum.recip()
-                } else {
+                let inv = if sum == T::Acc::zero() {
                     T::Acc::zero()
+                } else {
+                    sum.recip()
                 };
                 for (dst, &a) in o[qi * d..(qi + 1) * d].iter_mut().zip(&acc) {
                     *dst = T::from_acc(a * inv);
@@ -181,11 +170,22 @@ pub(crate) fn attention(
     crate::dtype::dispatch_float!(q, qv => {
         let (kv, vv) = (same(qv, k)?, same(qv, v)?);
         let bias = match bias {
-            Some((b, lb)) => Some(Bias::new(same(qv, b)?, lb)),
+            Some((b, lb)) => Some(View::new(bias_slice(qv, b)?, lb)),
             None => None,
         };
         go((View::new(qv, lq), View::new(kv, lk), View::new(vv, lv)), bias, sh)
     }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
+}
+
+/// The bias `b` in `like`'s element type ([`check_sizes`] checked its dtype).
+fn bias_slice<'a, T: CpuElem>(like: &[T], b: &'a CpuData) -> Result<&'a [T]> {
+    super::reduce::same(like, b).ok_or_else(|| {
+        Error::dtype(
+            "attention",
+            b.dtype(),
+            "the bias must be in the operands' dtype",
+        )
+    })
 }
 
 /// The slice of `d` in `like`'s element type, or the error of mixed dtypes.
@@ -214,10 +214,10 @@ pub(crate) fn attention_backward(
     (g, lg): (&CpuData, &Layout),
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData, CpuData)> {
-    check_sizes(&sh)?;
+    check_sizes(q, bias, &sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),
-        bias: Option<Bias<'_, T>>,
+        bias: Option<View<'_, T>>,
         out: &[T],
         lse: &[T::Acc],
         sh: AttnShape,
@@ -290,7 +290,7 @@ pub(crate) fn attention_backward(
             View::new(same(qv, g)?, lg),
         );
         let bias = match bias {
-            Some((b, lb)) => Some(Bias::new(same(qv, b)?, lb)),
+            Some((b, lb)) => Some(View::new(bias_slice(qv, b)?, lb)),
             None => None,
         };
         go(views, bias, same(qv, out)?, acc_slice(qv, lse)?, sh)

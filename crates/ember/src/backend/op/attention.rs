@@ -104,6 +104,24 @@ pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String
     }
 }
 
+/// Why the attention primitives refuse an additive bias (layout `l`, dtype
+/// `bias`) for operands of `dtype` and `sh`, `None` where they take it: a rank-4
+/// view of `[batch, heads, l, s]` (any strides) in the operands' dtype.
+pub(crate) fn attn_bias_refuses(
+    l: &Layout,
+    bias: DType,
+    dtype: DType,
+    sh: &AttnShape,
+) -> Option<String> {
+    let want = [sh.batch, sh.heads, sh.l, sh.s];
+    (bias != dtype || l.shape() != want).then(|| {
+        format!(
+            "the bias must be a {want:?} view in the operands' dtype {dtype} (got {bias} of {:?})",
+            l.shape()
+        )
+    })
+}
+
 /// Whether a `[batch, heads, rows, d]` view can be read by the CUDA kernels in
 /// place for elements of `dtype`: the last dim contiguous, and the offset and the
 /// other strides whole 16 bytes (the kernels' loads; a dim of size 1 has no

@@ -5,7 +5,7 @@
 
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
-use crate::backend::op::{attn_kernel_refuses, stat_dtype, AttnShape};
+use crate::backend::op::{attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnShape};
 use crate::layout::Layout;
 use crate::{Error, Result};
 use std::ffi::c_void;
@@ -87,7 +87,8 @@ impl KAttn {
 }
 
 /// Checks what the kernels take ([`attn_kernel_refuses`]), that the GPU is
-/// sm_80 or later, and that a bias is a rank-4 view in the inputs' dtype.
+/// sm_80 or later, and that a bias is what they read ([`attn_bias_refuses`]) on
+/// the same GPU.
 fn check(
     dev: &CudaDev,
     q: &CudaStorage,
@@ -95,16 +96,12 @@ fn check(
     sh: &AttnShape,
 ) -> Result<()> {
     if let Some((b, l)) = bias {
-        if b.dtype() != q.dtype() || l.rank() != 4 {
-            return Err(Error::invalid(
-                "attention",
-                format!(
-                    "the bias must be a rank-4 view in the inputs' dtype {} (got {} of {:?})",
-                    q.dtype(),
-                    b.dtype(),
-                    l.shape()
-                ),
-            ));
+        let why = attn_bias_refuses(l, b.dtype(), q.dtype(), sh).or_else(|| {
+            (!std::sync::Arc::ptr_eq(b.dev(), q.dev()))
+                .then(|| "the bias lies on another GPU than the queries".to_string())
+        });
+        if let Some(msg) = why {
+            return Err(Error::invalid("attention", msg));
         }
     }
     let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| {
@@ -119,6 +116,16 @@ fn check(
     match why {
         Some(msg) => Err(Error::invalid("attention", msg)),
         None => Ok(()),
+    }
+}
+
+/// The kernel names' part for a call with or without a bias (the kernels that
+/// add one hold more registers).
+fn masked(bias: Option<(&CudaStorage, &Layout)>) -> &'static str {
+    if bias.is_some() {
+        "_masked"
+    } else {
+        ""
     }
 }
 
@@ -168,7 +175,12 @@ pub(crate) fn attention(
     // no bias: a null pointer, which the kernels test
     let pb = bias.map_or(0, |b| base_ptr(b.0, 0));
     let (po, pl) = (out.ptr(), lse.ptr());
-    let name = format!("attn_fwd_{}_d{}", suffix(q.dtype()), kernel_dim(sh.d));
+    let name = format!(
+        "attn_fwd{}_{}_d{}",
+        masked(bias),
+        suffix(q.dtype()),
+        kernel_dim(sh.d)
+    );
     let grid = (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32);
     launch(dev, q, &name, grid, &mut args![pq, pk, pv, pb, po, pl, a])?;
     Ok((out, lse))
@@ -215,14 +227,14 @@ pub(crate) fn attention_backward(
     launch(
         dev,
         q,
-        &format!("attn_bwd_kv_{sfx}_d{dm}"),
+        &format!("attn_bwd_kv{}_{sfx}_d{dm}", masked(bias)),
         (n as u32, sh.s.div_ceil(BLOCK_ROWS) as u32),
         &mut args![pq, pk, pv, pb, pg, pl, pd, pdk, pdv, a, ga],
     )?;
     launch(
         dev,
         q,
-        &format!("attn_bwd_q_{sfx}_d{dm}"),
+        &format!("attn_bwd_q{}_{sfx}_d{dm}", masked(bias)),
         (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32),
         &mut args![pq, pk, pv, pb, pg, pl, pd, pdq, a, ga],
     )?;
