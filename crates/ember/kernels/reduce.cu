@@ -644,29 +644,65 @@ __device__ void cross_entropy_back_impl(const T* x, const i64* target,
     }
 EMBER_FLOAT_TYPES(CROSS_ENTROPY)
 
+// A row's elements a thread keeps in registers in the normalisation kernels:
+// rows of up to blockDim.x * NORM_CACHE elements are read from memory once.
+#define NORM_CACHE 16
+
+// Element c of this thread's share of a row (j = threadIdx.x + c * blockDim.x),
+// or `none` past the row's end.
+template <typename T, typename A> __device__ __forceinline__ A norm_load(const T* row, i64 cols, int c, A none) {
+    const i64 j = threadIdx.x + (i64)c * blockDim.x;
+    return j < cols ? (A)widen(row[j]) : none;
+}
+
 // Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
 // row: the mean, then the mean square of the deviations (two passes, in the
 // accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd and rstd.
+// A row that fits the threads' register caches is read once; a longer one is
+// read for each pass. Either way each thread sums its elements in the same order,
+// so the results are the same bits.
 template <typename T>
 __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, double eps, int rms) {
     typedef decltype(widen(x[0])) A;
     __shared__ A sv[32];
     __shared__ A row_mean, row_rstd;
+    const bool cached = cols <= (i64)blockDim.x * NORM_CACHE;
+    A xc[NORM_CACHE];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * cols;
         T* yr = out + r * cols;
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < NORM_CACHE; ++c) xc[c] = norm_load(xr, cols, c, (A)0);
+        }
         A m = (A)0;
         if (!rms) {
-            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) m += widen(xr[j]);
+            if (cached) {
+#pragma unroll
+                for (int c = 0; c < NORM_CACHE; ++c)
+                    if (threadIdx.x + (i64)c * blockDim.x < cols) m += xc[c];
+            } else {
+                for (i64 j = threadIdx.x; j < cols; j += blockDim.x) m += widen(xr[j]);
+            }
             m = block_sum(m, sv);
             if (threadIdx.x == 0) row_mean = m / (A)cols;
             __syncthreads();
             m = row_mean;
         }
         A ss = (A)0;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-            const A d = widen(xr[j]) - m;
-            ss += d * d;
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < NORM_CACHE; ++c) {
+                if (threadIdx.x + (i64)c * blockDim.x < cols) {
+                    const A d = xc[c] - m;
+                    ss += d * d;
+                }
+            }
+        } else {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+                const A d = widen(xr[j]) - m;
+                ss += d * d;
+            }
         }
         ss = block_sum(ss, sv);
         if (threadIdx.x == 0) {
@@ -675,28 +711,51 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
         }
         __syncthreads();
         const A s = row_rstd;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = narrow<T>((widen(xr[j]) - m) * s);
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < NORM_CACHE; ++c) {
+                const i64 j = threadIdx.x + (i64)c * blockDim.x;
+                if (j < cols) yr[j] = narrow<T>((xc[c] - m) * s);
+            }
+        } else {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = narrow<T>((widen(xr[j]) - m) * s);
+        }
         __syncthreads();
     }
 }
 
 // The input gradient of norm_rows: rstd * (g - mean(g) - xhat * mean(g * xhat)) per
-// row (no mean(g) term for RMS normalisation); one block per row.
+// row (no mean(g) term for RMS normalisation); one block per row. Rows that fit
+// the register caches read g and xhat once, longer ones twice; the same bits.
 template <typename T>
 __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd, T* out, i64 rows,
                                         i64 cols, int rms) {
     typedef decltype(widen(g[0])) A;
     __shared__ A sv[32];
     __shared__ A mean_g, mean_gx;
+    const bool cached = cols <= (i64)blockDim.x * NORM_CACHE;
+    A gc[NORM_CACHE], xc[NORM_CACHE];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* gr = g + r * cols;
         const T* xr = xhat + r * cols;
         T* dr = out + r * cols;
         A sg = (A)0, sgx = (A)0;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-            const A gj = widen(gr[j]);
-            sg += gj;
-            sgx += gj * widen(xr[j]);
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < NORM_CACHE; ++c) {
+                gc[c] = norm_load(gr, cols, c, (A)0);
+                xc[c] = norm_load(xr, cols, c, (A)0);
+                if (threadIdx.x + (i64)c * blockDim.x < cols) {
+                    sg += gc[c];
+                    sgx += gc[c] * xc[c];
+                }
+            }
+        } else {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+                const A gj = widen(gr[j]);
+                sg += gj;
+                sgx += gj * widen(xr[j]);
+            }
         }
         sg = block_sum(sg, sv);
         if (threadIdx.x == 0) mean_g = rms ? (A)0 : sg / (A)cols;
@@ -705,8 +764,16 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
         if (threadIdx.x == 0) mean_gx = sgx / (A)cols;
         __syncthreads();
         const A mg = mean_g, mgx = mean_gx, s = widen(rstd[r]);
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
-            dr[j] = narrow<T>(s * (widen(gr[j]) - mg - widen(xr[j]) * mgx));
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < NORM_CACHE; ++c) {
+                const i64 j = threadIdx.x + (i64)c * blockDim.x;
+                if (j < cols) dr[j] = narrow<T>(s * (gc[c] - mg - xc[c] * mgx));
+            }
+        } else {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
+                dr[j] = narrow<T>(s * (widen(gr[j]) - mg - widen(xr[j]) * mgx));
+        }
         __syncthreads();
     }
 }

@@ -698,3 +698,41 @@ fn randn_each(sizes: &[usize], dtype: DType) -> Result<Vec<Tensor>> {
         .map(|&n| Tensor::randn([n], &Device::Cpu)?.to_dtype(dtype))
         .collect()
 }
+
+/// Layer and RMS normalisation on a GPU against the CPU, forward and the input's
+/// gradient, for rows the kernels keep in registers (up to 16 elements a thread)
+/// and rows they read again for each pass (past 4096 elements), f32 and f64.
+#[test]
+fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
+    let Some(dev) = gpu("normalisation_matches_the_cpu_short_and_long_rows") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(17);
+    for (rows, cols) in [(5, 100), (3, 4096), (2, 4097), (2, 9000)] {
+        for dtype in [DType::F32, DType::F64] {
+            let x = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;
+            let up = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;
+            for rms in [false, true] {
+                let run = |d: &Device| -> Result<(Vec<f64>, Vec<f64>)> {
+                    let x = x.to(d)?.detach().requires_grad_(true)?;
+                    let y = if rms {
+                        ember::nn::rms_norm(&x, &[cols], None, Some(1e-5))?
+                    } else {
+                        ember::nn::layer_norm(&x, &[cols], None, None, 1e-5)?
+                    };
+                    y.mul(&up.to(d)?)?.sum_all()?.backward()?;
+                    Ok((vals(&y), vals(&x.grad().expect("a gradient"))))
+                };
+                let (y_cpu, g_cpu) = run(&Device::Cpu)?;
+                let (y_gpu, g_gpu) = run(&dev)?;
+                let what = format!("{rows}x{cols} {dtype} rms={rms}");
+                let tol = if dtype == DType::F32 { 1e-4 } else { 1e-10 };
+                assert_close(&y_gpu, &y_cpu, tol, tol);
+                assert_close(&g_gpu, &g_cpu, tol, tol);
+                assert!(y_gpu.iter().all(|v| v.is_finite()), "{what}");
+            }
+        }
+    }
+    Ok(())
+}
