@@ -14,8 +14,36 @@ __device__ __forceinline__ void copy_impl(const T* src, Layout ls, T* dst, Layou
     FOR_EACH(i, n) { dst[loc(ld, i)] = src[loc(ls, i)]; }
 }
 
+// V elements of T, aligned to their size (one load or store of up to 16 bytes).
+template <typename T, int V> struct alignas(sizeof(T) * V) VecN {
+    T v[V];
+};
+
+// dst = src converted to D. A contiguous source is read and the result written
+// V elements at a time (16 bytes of the wider type) where both are aligned to
+// that; the rest, and strided sources, element by element.
 template <typename S, typename D>
 __device__ __forceinline__ void cast_impl(const S* src, Layout ls, D* dst, i64 n) {
+    const int V = 16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+    i64 done = 0;
+    if (ls.contiguous) {
+        const S* s = src + ls.offset;
+        if (((unsigned long long)s % (sizeof(S) * V)) == 0 && ((unsigned long long)dst % (sizeof(D) * V)) == 0) {
+            const i64 nv = n / V;
+            const VecN<S, V>* sv = (const VecN<S, V>*)s;
+            VecN<D, V>* dv = (VecN<D, V>*)dst;
+            FOR_EACH(j, nv) {
+                const VecN<S, V> a = sv[j];
+                VecN<D, V> b;
+#pragma unroll
+                for (int k = 0; k < V; ++k) b.v[k] = narrow<D>(widen(a.v[k]));
+                dv[j] = b;
+            }
+            done = nv * V;
+        }
+        FOR_EACH(i, n - done) { dst[done + i] = narrow<D>(widen(s[done + i])); }
+        return;
+    }
     FOR_EACH(i, n) { dst[i] = narrow<D>(widen(src[loc(ls, i)])); }
 }
 

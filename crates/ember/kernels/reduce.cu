@@ -646,7 +646,7 @@ EMBER_FLOAT_TYPES(CROSS_ENTROPY)
 
 // A row's elements a thread keeps in registers in the normalisation kernels:
 // rows of up to blockDim.x * NORM_CACHE elements are read from memory once.
-#define NORM_CACHE 16
+#define NORM_CACHE 8
 
 // Element c of this thread's share of a row (j = threadIdx.x + c * blockDim.x),
 // or `none` past the row's end.

@@ -93,6 +93,23 @@ impl Adam {
         t.item::<f64>().ok().map(|v| v as u64)
     }
 
+    /// (parameter, gradient, moments) of every parameter with a gradient, the
+    /// moments made at their first step.
+    fn items_to_step(&mut self) -> Result<Vec<[Tensor; 4]>> {
+        let mut items = Vec::new();
+        for ((p, m), v) in self
+            .params
+            .iter()
+            .zip(self.m.iter_mut())
+            .zip(self.v.iter_mut())
+        {
+            let Some(g) = p.grad() else { continue };
+            let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
+            items.push([p.clone(), g, m, v]);
+        }
+        Ok(items)
+    }
+
     /// The capturable step: the count kept on the device and advanced there, the
     /// bias corrections computed from it there (no value that changes from step
     /// to step passed from the host): on a GPU by the multi-tensor kernel, which
@@ -112,18 +129,7 @@ impl Adam {
         t.add_(1.0)?;
         self.step += 1;
         let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
-        // (parameter, gradient, moments) of every parameter with a gradient
-        let mut items: Vec<[Tensor; 4]> = Vec::new();
-        for ((p, m), v) in self
-            .params
-            .iter()
-            .zip(self.m.iter_mut())
-            .zip(self.v.iter_mut())
-        {
-            let Some(g) = p.grad() else { continue };
-            let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
-            items.push([p.clone(), g, m, v]);
-        }
+        let items = self.items_to_step()?;
         let done = if self.foreach {
             // the corrections are the kernel's, from t: these are unused
             let h = fused::AdamStep {
@@ -324,18 +330,7 @@ impl Optimizer for Adam {
             weight_decay: self.weight_decay,
             decoupled: self.decoupled,
         };
-        // (parameter, gradient, moments) of every parameter with a gradient
-        let mut items: Vec<[Tensor; 4]> = Vec::new();
-        for ((p, m), v) in self
-            .params
-            .iter()
-            .zip(self.m.iter_mut())
-            .zip(self.v.iter_mut())
-        {
-            let Some(g) = p.grad() else { continue };
-            let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
-            items.push([p.clone(), g, m, v]);
-        }
+        let items = self.items_to_step()?;
         let done = if self.foreach {
             let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
             fused::adam_foreach(&refs, h, None)?

@@ -3,7 +3,7 @@
 //! process, in tests/cuda_memory.rs). Every test skips (saying why) where no GPU is present; the
 //! no-GPU behaviour is tested at the end.
 
-use super::{assert_close, gpu, rng_lock, vals};
+use super::{assert_close, gpu, rng_lock, this_threads_count, vals};
 use ember::prelude::*;
 use ember::{cuda, Error};
 
@@ -517,10 +517,7 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
             }
             assert_ne!(many[0], init[0].to_dtype(DType::F64)?.to_vec::<f64>()?);
             assert_eq!(many[5], init[5].to_dtype(DType::F64)?.to_vec::<f64>()?);
-            let launches = profile
-                .key_averages()
-                .get_kind("adam_foreach", ember::profiler::EventKind::Op)
-                .map_or(0, |r| r.count);
+            let launches = this_threads_count(&profile, "adam_foreach");
             assert_eq!(launches, 3, "{dtype}: one record per step");
             let (captured, profile) = ember::profiler::profile(|| run(true, true))?;
             let tol = if dtype == DType::F32 { 1e-6 } else { 1e-13 };
@@ -533,10 +530,7 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
                 }
             }
             assert_eq!(captured[5], many[5]);
-            let launches = profile
-                .key_averages()
-                .get_kind("adam_foreach", ember::profiler::EventKind::Op)
-                .map_or(0, |r| r.count);
+            let launches = this_threads_count(&profile, "adam_foreach");
             assert_eq!(launches, 3, "{dtype}: the capturable form's launches");
         }
     }
@@ -590,10 +584,7 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
                     }
                     Ok(())
                 })?;
-                let fused = profile
-                    .key_averages()
-                    .get_kind("sgd_foreach", ember::profiler::EventKind::Op)
-                    .map_or(0, |r| r.count);
+                let fused = this_threads_count(&profile, "sgd_foreach");
                 let values = params
                     .iter()
                     .map(|p| p.to_dtype(DType::F64)?.to_vec::<f64>())
@@ -647,10 +638,7 @@ fn foreach_clipping_matches_the_cpu() -> Result<()> {
                 let (total, profile) = ember::profiler::profile(|| {
                     ember::nn::clip_grad_norm_(&params, max_norm, 2.0, false)
                 })?;
-                let fused = profile
-                    .key_averages()
-                    .get_kind("foreach_clip", ember::profiler::EventKind::Op)
-                    .map_or(0, |r| r.count);
+                let fused = this_threads_count(&profile, "foreach_clip");
                 let clipped = params
                     .iter()
                     .map(|p| p.grad().unwrap().to_dtype(DType::F64)?.to_vec::<f64>())
@@ -700,8 +688,8 @@ fn randn_each(sizes: &[usize], dtype: DType) -> Result<Vec<Tensor>> {
 }
 
 /// Layer and RMS normalisation on a GPU against the CPU, forward and the input's
-/// gradient, for rows the kernels keep in registers (up to 16 elements a thread)
-/// and rows they read again for each pass (past 4096 elements), f32 and f64.
+/// gradient, for rows the kernels keep in registers (up to 8 elements a thread)
+/// and rows they read again for each pass (past 2048 elements), f32 and f64.
 #[test]
 fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     let Some(dev) = gpu("normalisation_matches_the_cpu_short_and_long_rows") else {
@@ -709,7 +697,7 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     };
     let _g = rng_lock();
     ember::manual_seed(17);
-    for (rows, cols) in [(5, 100), (3, 4096), (2, 4097), (2, 9000)] {
+    for (rows, cols) in [(5, 100), (3, 2048), (2, 2049), (2, 9000)] {
         for dtype in [DType::F32, DType::F64] {
             let x = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;
             let up = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;
@@ -732,6 +720,52 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
                 assert_close(&g_gpu, &g_cpu, tol, tol);
                 assert!(y_gpu.iter().all(|v| v.is_finite()), "{what}");
             }
+        }
+    }
+    Ok(())
+}
+
+/// Casts on a GPU against the CPU, between every pair of dtypes, from
+/// contiguous sources of lengths around the vector width that start at offsets
+/// 0 to 3 (aligned: 16-byte steps and a tail; unaligned: element by element)
+/// and from a transposed (strided) source.
+#[test]
+fn casts_match_the_cpu_at_every_alignment() -> Result<()> {
+    let Some(dev) = gpu("casts_match_the_cpu_at_every_alignment") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(23);
+    let all = [
+        DType::Bool,
+        DType::U8,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+    let base = Tensor::randn([80], &Device::Cpu)?.mul(40.0)?;
+    for &from in &all {
+        let src_cpu = base.to_dtype(from)?;
+        let src_gpu = src_cpu.to(&dev)?;
+        for &to in &all {
+            for (start, len) in [(0, 37), (1, 36), (2, 17), (3, 8), (0, 64), (5, 1)] {
+                let want = src_cpu.narrow(0, start, len)?.to_dtype(to)?;
+                let got = src_gpu.narrow(0, start, len)?.to_dtype(to)?;
+                assert_eq!(
+                    vals(&got),
+                    vals(&want),
+                    "{from} -> {to}, {len} elements from {start}"
+                );
+            }
+            let t_cpu = src_cpu.reshape([8, 10])?.t()?;
+            let t_gpu = src_gpu.reshape([8, 10])?.t()?;
+            assert_eq!(
+                vals(&t_gpu.to_dtype(to)?),
+                vals(&t_cpu.to_dtype(to)?),
+                "{from} -> {to}, transposed"
+            );
         }
     }
     Ok(())

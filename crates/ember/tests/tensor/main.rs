@@ -48,6 +48,17 @@ fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How many ops named `op` this thread recorded in `profile` (the profiler
+/// records every thread, other tests running beside this one too).
+fn this_threads_count(profile: &ember::profiler::Profile, op: &str) -> usize {
+    let me = std::thread::current().name().map(str::to_owned);
+    profile
+        .filter_threads(|_, name| me.as_deref() == Some(name))
+        .key_averages()
+        .get_kind(op, ember::profiler::EventKind::Op)
+        .map_or(0, |r| r.count)
+}
+
 /// The values of `t` as f64, row-major.
 /// `r` once its device has finished it: a GPU checks indices on the device and
 /// reports a bad one at the next wait, which this is (a no-op on the CPU).

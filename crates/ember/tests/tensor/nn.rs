@@ -2549,7 +2549,7 @@ fn attention_grads(
         seen.mul(up)?.sum_all()?.backward()?;
         Ok(out)
     })?;
-    let fused = prof.key_averages().get("attention").is_some();
+    let fused = super::this_threads_count(&prof, "attention") > 0;
     let mut v = vec![out.detach()];
     v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
     Ok((v, fused))
@@ -2683,7 +2683,7 @@ fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<(
     let (hinted, p2) = ember::profiler::profile(|| enc.forward_with(&x, Some(&mask), None, true))?;
     for p in [p1, p2] {
         assert_eq!(
-            p.key_averages().get("attention").is_some(),
+            super::this_threads_count(&p, "attention") > 0,
             runs_fused_kernels(dev)
         );
     }
@@ -2881,7 +2881,7 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
             out.mul(up)?.sum_all()?.backward()?;
             Ok(out)
         })?;
-        let fused = prof.key_averages().get("attention").is_some();
+        let fused = super::this_threads_count(&prof, "attention") > 0;
         let mut v = vec![out.detach()];
         v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
         Ok::<_, ember::Error>((v, fused))
@@ -2969,7 +2969,7 @@ fn fused_attention_keeps_the_corners_of_masks(dev: &Device) -> Result<()> {
                 )
             })
         })?;
-        Ok((out, prof.key_averages().get("attention").is_some()))
+        Ok((out, super::this_threads_count(&prof, "attention") > 0))
     };
     let fused_runs = dev.is_cpu() || runs_fused_kernels(dev);
     let check = |what: &str,
@@ -3088,7 +3088,7 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
             out.sum_all()?.backward()?;
             Ok(out)
         })?;
-        let fused = prof.key_averages().get("attention").is_some();
+        let fused = super::this_threads_count(&prof, "attention") > 0;
         Ok::<_, ember::Error>((out, x.grad().expect("a gradient"), fused))
     };
     // the module's computation written out with tensor ops: PyTorch's masks
