@@ -616,20 +616,34 @@ fn a_captured_training_step_trains_as_eager_steps_do() -> Result<()> {
         assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
     }
     // Adam in its capturable form counts its steps on the device: the replays
-    // count, the capture does not
+    // count, the capture does not; and each replay takes its bias corrections
+    // from the count (the multi-tensor kernel reads it), so the replayed steps
+    // give the eager steps' parameters, bit for bit
     let mut adam = ember::optim::Adam::new(graphed.parameters(), 1e-3)?;
+    let mut adam_e = ember::optim::Adam::new(eager.parameters(), 1e-3)?;
     assert!(!adam.capturable() && adam.make_capturable()?);
-    let adam_step = |opt: &mut ember::optim::Adam| -> Result<Tensor> {
+    assert!(adam_e.make_capturable()?);
+    let adam_step = |model: &dyn Module, opt: &mut ember::optim::Adam| -> Result<Tensor> {
         opt.zero_grad();
-        let loss = nn::cross_entropy(&graphed.forward(&xs)?, &ys)?;
+        let loss = nn::cross_entropy(&model.forward(&xs)?, &ys)?;
         loss.backward()?;
         opt.step()?;
         Ok(loss.detach())
     };
-    adam_step(&mut adam)?;
-    let (graph, _) = cuda::Graph::capture(&dev, || adam_step(&mut adam))?;
+    adam_step(&graphed, &mut adam)?;
+    let (graph, _) = cuda::Graph::capture(&dev, || adam_step(&graphed, &mut adam))?;
     for _ in 0..3 {
         graph.replay()?;
+    }
+    for _ in 0..4 {
+        adam_step(&eager, &mut adam_e)?;
+    }
+    for (a, b) in graphed.parameters().iter().zip(eager.parameters()) {
+        assert_eq!(
+            a.to_vec::<f32>()?,
+            b.to_vec::<f32>()?,
+            "after replayed Adam steps"
+        );
     }
     assert_eq!(adam.steps(), 4);
     let step = adam

@@ -1154,7 +1154,10 @@ impl Storage {
                 _ => None,
             })
             .collect();
-        if let Some(list) = cuda.filter(|l| !l.is_empty()) {
+        if let Some(list) =
+            cuda.filter(|l| !l.is_empty() && CudaStorage::adam_foreach_fits(l, step))
+        {
+            // recorded only where the launches run
             let n: usize = list.iter().map(|t| t.4).sum();
             let _rec = record!(&*items[0].p.0, Name::Static("adam_foreach"), &[n]);
             if CudaStorage::adam_foreach(&list, h, step)? {

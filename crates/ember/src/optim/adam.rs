@@ -54,7 +54,7 @@ impl Adam {
     }
 
     /// Whether a step on a GPU updates many parameters per launch (PyTorch's
-    /// `foreach=True`, its default on CUDA, and ember's): up to 32 tensors of a
+    /// `foreach=True`, its default on CUDA, and ember's): up to 48 tensors of a
     /// device and dtype per kernel instead of one launch each, with the same
     /// arithmetic, so the same results to the bit. Off, every parameter has its
     /// own launch. CPU parameters are updated one by one either way.

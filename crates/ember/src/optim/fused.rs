@@ -45,7 +45,7 @@ pub(crate) fn adam(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: AdamStep) 
 
 /// Adam steps for many parameters at once on a GPU (PyTorch's `foreach` form, its
 /// default on CUDA): the `(p, g, m, v)` of `items` that qualify (see [`fusable`];
-/// each storage in one item only) are updated by one launch per 32 tensors of a
+/// each storage in one item only) are updated by one launch per 48 tensors of a
 /// device and dtype, with the arithmetic of [`adam`] (the same bits). With `step`
 /// (the capturable form's count: a float64 scalar on the GPU, advanced by the
 /// caller) the kernels take the bias corrections from it, so that a captured
@@ -76,7 +76,12 @@ pub(crate) fn adam_foreach(
         }
     }
     let step = match step {
-        Some(t) if t.dtype() == DType::F64 && t.numel() == 1 => {
+        // the kernel reads the count at the start of its storage
+        Some(t) if t.dtype() == DType::F64 && t.numel() == 1 && t.layout().offset() == 0 => {
+            // a count that shares a storage with an item would be locked twice
+            if seen.contains(&t.storage_key()) {
+                return Ok(done);
+            }
             let dev = t.device();
             groups.retain(|((d, _), _)| *d == dev);
             Some(t)

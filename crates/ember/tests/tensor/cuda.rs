@@ -461,12 +461,12 @@ fn random_tensors_are_drawn_on_the_device() -> Result<()> {
     Ok(())
 }
 
-/// Adam's multi-tensor step on a GPU (`foreach`, the default: up to 32 tensors per
+/// Adam's multi-tensor step on a GPU (`foreach`, the default: up to 48 tensors per
 /// launch, each cut into chunks of 65536 elements) gives the same bits as one launch
-/// per parameter, for Adam and AdamW, in f32 and f64: 71 parameters (three
-/// launches) of sizes from 1 to past two chunks, a frozen one and one without a
-/// gradient, over three steps. One launch per 32 tensors is recorded by the
-/// profiler as `adam_foreach`. The capturable form (the step count on the
+/// per parameter, for Adam and AdamW, in f32 and f64: 71 parameters (two
+/// launches a step) of sizes from 1 to past two chunks, one without a gradient,
+/// over three steps. Each step's launches are one `adam_foreach` record of the
+/// profiler (recorded only where they run). The capturable form (the step count on the
 /// device, the kernel taking the bias corrections from it) runs the same
 /// launches and agrees with them to the bias corrections' rounding (`pow` on the
 /// device against the host's).
@@ -476,7 +476,7 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
     let Some(dev) = gpu("foreach_adam_matches_one_launch_per_parameter") else {
         return Ok(());
     };
-    let _g = rng_lock();
+    let (_turn, _g) = (super::profile_turn(), rng_lock());
     for dtype in [DType::F32, DType::F64] {
         for adamw in [false, true] {
             ember::manual_seed(3);
@@ -549,7 +549,7 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
     let Some(dev) = gpu("foreach_sgd_matches_the_cpu") else {
         return Ok(());
     };
-    let _g = rng_lock();
+    let (_turn, _g) = (super::profile_turn(), rng_lock());
     // (momentum, dampening, weight decay, nesterov)
     let configs = [
         (0.0, 0.0, 0.0, false),
@@ -621,7 +621,7 @@ fn foreach_clipping_matches_the_cpu() -> Result<()> {
     let Some(dev) = gpu("foreach_clipping_matches_the_cpu") else {
         return Ok(());
     };
-    let _g = rng_lock();
+    let (_turn, _g) = (super::profile_turn(), rng_lock());
     for dtype in [DType::F32, DType::F64] {
         for max_norm in [1.0, 1e6] {
             ember::manual_seed(6);
@@ -697,7 +697,14 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     };
     let _g = rng_lock();
     ember::manual_seed(17);
-    for (rows, cols) in [(5, 100), (3, 2048), (2, 2049), (2, 9000)] {
+    for (rows, cols) in [
+        (5, 100),
+        (4, 1000),
+        (3, 2047),
+        (3, 2048),
+        (2, 2049),
+        (2, 9000),
+    ] {
         for dtype in [DType::F32, DType::F64] {
             let x = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;
             let up = Tensor::randn([rows, cols], &Device::Cpu)?.to_dtype(dtype)?;

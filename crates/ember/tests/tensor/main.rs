@@ -48,12 +48,24 @@ fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// How many ops named `op` this thread recorded in `profile` (the profiler
-/// records every thread, other tests running beside this one too).
-fn this_threads_count(profile: &ember::profiler::Profile, op: &str) -> usize {
+/// Tests that profile hold this (before [`rng_lock`] where they hold both): the
+/// profiler allows one session at a time, and records every thread.
+fn profile_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The records of the calling thread (the test's: other tests' work beside it
+/// is recorded too).
+fn mine(p: &ember::profiler::Profile) -> ember::profiler::Profile {
     let me = std::thread::current().name().map(str::to_owned);
-    profile
-        .filter_threads(|_, name| me.as_deref() == Some(name))
+    assert!(me.is_some(), "a test thread has a name");
+    p.filter_threads(|_, name| me.as_deref() == Some(name))
+}
+
+/// How many ops named `op` this thread recorded in `profile`.
+fn this_threads_count(profile: &ember::profiler::Profile, op: &str) -> usize {
+    mine(profile)
         .key_averages()
         .get_kind(op, ember::profiler::EventKind::Op)
         .map_or(0, |r| r.count)

@@ -2593,7 +2593,7 @@ fn attention_operands(base: &[Tensor; 3], packed: bool, dtype: DType) -> Result<
 /// and `Fused` on the CPU for every float dtype.
 fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     use ember::nn::functional::AttentionPath;
-    let _g = super::rng_lock();
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(21);
     let dtypes: &[DType] = if dev.is_cpu() {
         &[DType::F32, DType::BF16]
@@ -2660,7 +2660,7 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
 /// tiles; without it the mask as an additive bias); on the CPU both take the
 /// plain path.
 fn fused_attention_takes_the_causal_hint_of_an_encoder(dev: &Device) -> Result<()> {
-    let _g = super::rng_lock();
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(5);
     let opts = nn::TransformerOptions {
         dim_feedforward: 64,
@@ -2839,7 +2839,7 @@ fn dropout_matches_its_mask(
 /// later in f16/bf16/f32, `Fused` on the CPU.
 fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
-    let _g = super::rng_lock();
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(31);
     let (dtypes, path): (&[DType], _) = if dev.is_cpu() {
         (&[DType::F32, DType::BF16], AttentionPath::Fused)
@@ -2945,7 +2945,7 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
 /// computed as the plain path does).
 fn fused_attention_keeps_the_corners_of_masks(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
-    let _g = super::rng_lock();
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(12);
     let path = if dev.is_cpu() {
         AttentionPath::Fused
@@ -3058,7 +3058,7 @@ fn fused_attention_keeps_the_corners_of_masks(dev: &Device) -> Result<()> {
 /// hand: PyTorch 2.15 gives the bias in training mode, NaN with weights).
 fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
-    let _g = super::rng_lock();
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(8);
     let (n, t, e, heads) = (2, 21, 32, 4);
     let mha = nn::MultiheadAttention::with_options(e, heads, 0.0, true, true, dev)?;

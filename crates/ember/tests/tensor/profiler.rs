@@ -3,25 +3,15 @@
 //! it is off.
 //!
 //! A session records every thread, and the other tests of this binary run
-//! meanwhile: each test here takes its turn (one session at a time) and reads only
-//! the records of its own thread.
+//! meanwhile: each test that profiles takes its turn (`profile_turn`, one session
+//! at a time, here and in the other files) and reads only the records of its own
+//! thread.
 
+use super::{mine, profile_turn as turn};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer};
 use ember::prelude::*;
 use ember::profiler::{self, Event, EventKind, Profile, Profiler, SortBy};
-use std::sync::MutexGuard;
-
-fn turn() -> MutexGuard<'static, ()> {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    TURN.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The records of the calling thread.
-fn mine(p: &Profile) -> Profile {
-    let me = std::thread::current().name().unwrap_or("").to_string();
-    p.filter_threads(|_, name| name == me)
-}
 
 fn named<'a>(p: &'a Profile, name: &str, kind: EventKind) -> Vec<&'a Event> {
     p.events()

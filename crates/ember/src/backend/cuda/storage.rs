@@ -141,10 +141,26 @@ pub(crate) type SgdOnGpu<'a> = (
 );
 
 impl CudaStorage {
-    /// One Adam step over `list` in multi-tensor launches, when every operand is
-    /// on one GPU in one float dtype (f32/f64), and `step` (the capturable form's
-    /// count, whose bias corrections replace `h`'s) a float64 on that GPU;
-    /// `Ok(false)` (nothing done) otherwise.
+    /// Whether [`adam_foreach`](Self::adam_foreach) runs `list`: every operand on
+    /// one GPU in one float dtype (f32/f64), and `step` (the capturable form's
+    /// count) a float64 on that GPU.
+    pub(crate) fn adam_foreach_fits(list: &[AdamOnGpu<'_>], step: Option<&CudaStorage>) -> bool {
+        let Some(((first, _), ..)) = list.first() else {
+            return true;
+        };
+        let (dev, dt) = (first.dev(), first.dtype());
+        let same = |s: &CudaStorage| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt;
+        matches!(dt, DType::F32 | DType::F64)
+            && step.is_none_or(|s| Arc::ptr_eq(s.dev(), dev) && s.dtype() == DType::F64)
+            && list
+                .iter()
+                .all(|(p, g, m, v, _)| [p.0, g.0, m.0, v.0].into_iter().all(same))
+    }
+
+    /// One Adam step over `list` in multi-tensor launches, where
+    /// [`adam_foreach_fits`](Self::adam_foreach_fits) (`Ok(false)`, nothing done,
+    /// elsewhere); with `step` (the capturable form's count, at offset 0 of its
+    /// storage) the bias corrections are the kernel's, from it, not `h`'s.
     pub(crate) fn adam_foreach(
         list: &[AdamOnGpu<'_>],
         h: &AdamStep,
@@ -153,16 +169,10 @@ impl CudaStorage {
         let Some(((first, _), ..)) = list.first() else {
             return Ok(true);
         };
-        let (dev, dt) = (first.dev(), first.dtype());
-        let same = |s: &CudaStorage| Arc::ptr_eq(s.dev(), dev) && s.dtype() == dt;
-        if !matches!(dt, DType::F32 | DType::F64)
-            || step.is_some_and(|s| !Arc::ptr_eq(s.dev(), dev) || s.dtype() != DType::F64)
-            || !list
-                .iter()
-                .all(|(p, g, m, v, _)| [p.0, g.0, m.0, v.0].into_iter().all(same))
-        {
+        if !Self::adam_foreach_fits(list, step) {
             return Ok(false);
         }
+        let (dev, dt) = (first.dev(), first.dtype());
         let sz = dt.size_in_bytes() as u64;
         let at = |(s, off): (&CudaStorage, usize)| s.ptr() + off as u64 * sz;
         let tensors: Vec<ops::ListTensor> = list
