@@ -83,29 +83,23 @@ pub trait Dataset: Send + Sync {
     }
 }
 
-impl<D: Dataset + ?Sized> Dataset for Arc<D> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn get(&self, index: usize) -> Result<(Tensor, Tensor)> {
-        (**self).get(index)
-    }
-    fn get_batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor)> {
-        (**self).get_batch(indices)
-    }
+/// A dataset behind a pointer (`Arc<D>`, `Box<D>`) is the dataset itself.
+macro_rules! dataset_behind {
+    ($($ptr:ident),*) => {$(
+        impl<D: Dataset + ?Sized> Dataset for $ptr<D> {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn get(&self, index: usize) -> Result<(Tensor, Tensor)> {
+                (**self).get(index)
+            }
+            fn get_batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor)> {
+                (**self).get_batch(indices)
+            }
+        }
+    )*};
 }
-
-impl<D: Dataset + ?Sized> Dataset for Box<D> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn get(&self, index: usize) -> Result<(Tensor, Tensor)> {
-        (**self).get(index)
-    }
-    fn get_batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor)> {
-        (**self).get_batch(indices)
-    }
-}
+dataset_behind!(Arc, Box);
 
 /// Errors unless `index < len`.
 fn check_index(op: &'static str, index: usize, len: usize) -> Result<()> {

@@ -320,6 +320,39 @@ pub(crate) fn update_running_stats(
     })
 }
 
+/// The error of a norm's weight or bias `params` in another dtype than the
+/// input `x` (float32 parameters go with a half input).
+fn norm_params_dtype(op: &'static str, x: &Tensor, params: &[Option<&Tensor>]) -> Result<()> {
+    let half = matches!(x.dtype(), DType::F16 | DType::BF16);
+    for p in params.iter().flatten() {
+        if p.dtype() != x.dtype() && !(half && p.dtype() == DType::F32) {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: x.dtype(),
+                rhs: p.dtype(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A normalisation `norm` of `x` with its optional weight and bias, again in
+/// float32 where CUDA autocast casts them (the norms are on its float32 list);
+/// `None` where it does not.
+fn in_f32_under_autocast(
+    (x, weight, bias): (&Tensor, Option<&Tensor>, Option<&Tensor>),
+    norm: impl FnOnce(&Tensor, Option<&Tensor>, Option<&Tensor>) -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    let mut ts = vec![x];
+    ts.extend(weight);
+    ts.extend(bias);
+    let Some(c) = crate::tensor::autocast::to_f32_cuda(&ts)? else {
+        return Ok(None);
+    };
+    let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
+    norm(&c[0], w, b).map(Some)
+}
+
 /// Layer normalisation over the trailing dims `normalized_shape` (`F.layer_norm`):
 /// `(x - mean) / sqrt(var + eps) · weight + bias`, with the biased variance. f16
 /// and bf16 inputs are normalised in float32 and the result rounded once.
@@ -332,25 +365,13 @@ pub fn layer_norm(
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("layer_norm");
     const OP: &str = "layer_norm";
-    let mut ts = vec![x];
-    ts.extend(weight);
-    ts.extend(bias);
-    if let Some(c) = crate::tensor::autocast::to_f32_cuda(&ts)? {
-        let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
-        return layer_norm(&c[0], normalized_shape, w, b, eps);
+    if let Some(y) = in_f32_under_autocast((x, weight, bias), |x, w, b| {
+        layer_norm(x, normalized_shape, w, b, eps)
+    })? {
+        return Ok(y);
     }
     let dims = norm_dims(OP, x, normalized_shape, &[weight, bias])?;
-    for p in [weight, bias].into_iter().flatten() {
-        // the parameters share the input's dtype, or are float32 for a half input
-        let half = matches!(x.dtype(), DType::F16 | DType::BF16);
-        if p.dtype() != x.dtype() && !(half && p.dtype() == DType::F32) {
-            return Err(Error::DTypeMismatch {
-                op: OP,
-                lhs: x.dtype(),
-                rhs: p.dtype(),
-            });
-        }
-    }
+    norm_params_dtype(OP, x, &[weight, bias])?;
     let xf = upcast(OP, "LayerNormKernelImpl", x)?;
     let mut y = normalize(OP, &xf, &dims, eps, false)?;
     if let Some(w) = weight {
@@ -388,13 +409,14 @@ pub fn group_norm(
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("group_norm");
     const OP: &str = "group_norm";
+    if let Some(y) = in_f32_under_autocast((x, weight, bias), |x, w, b| {
+        group_norm(x, num_groups, w, b, eps)
+    })? {
+        return Ok(y);
+    }
     let mut ts = vec![x];
     ts.extend(weight);
     ts.extend(bias);
-    if let Some(c) = crate::tensor::autocast::to_f32_cuda(&ts)? {
-        let (w, b) = (weight.map(|_| &c[1]), bias.map(|_| &c[ts.len() - 1]));
-        return group_norm(&c[0], num_groups, w, b, eps);
-    }
     crate::tensor::same_device(OP, &ts)?;
     if x.rank() < 2 {
         return Err(Error::invalid(
@@ -456,17 +478,7 @@ pub fn group_norm(
             "Expected HxW to be greater than 0, got 0",
         ));
     }
-    for p in [weight, bias].into_iter().flatten() {
-        // the parameters share the input's dtype, or are float32 for a half input
-        let half = matches!(x.dtype(), DType::F16 | DType::BF16);
-        if p.dtype() != x.dtype() && !(half && p.dtype() == DType::F32) {
-            return Err(Error::DTypeMismatch {
-                op: OP,
-                lhs: x.dtype(),
-                rhs: p.dtype(),
-            });
-        }
-    }
+    norm_params_dtype(OP, x, &[weight, bias])?;
     let xf = upcast(OP, "GroupNormKernelImpl", x)?;
     let groups = xf.reshape([n, num_groups, c / num_groups * hw])?;
     let mut y = normalize(OP, &groups, &[2], eps, false)?.reshape(x.shape())?;

@@ -68,6 +68,45 @@ impl Linear {
     }
 }
 
+/// The `Module` methods of a layer whose parameters are `weight` and an
+/// optional `bias` (`Linear`, `Conv2d`): their names, moving, emptying and
+/// casting them.
+macro_rules! weight_bias_methods {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            let mut v = vec![("weight".to_string(), self.weight.clone())];
+            if let Some(b) = &self.bias {
+                v.push(("bias".to_string(), b.clone()));
+            }
+            v
+        }
+
+        fn to_device(&mut self, device: &Device) -> Result<()> {
+            self.weight = move_parameter(&self.weight, device)?;
+            if let Some(b) = &self.bias {
+                self.bias = Some(move_parameter(b, device)?);
+            }
+            Ok(())
+        }
+
+        fn to_empty(&mut self, device: &Device) -> Result<()> {
+            self.weight = empty_parameter(&self.weight, device)?;
+            if let Some(t) = &mut self.bias {
+                *t = empty_parameter(t, device)?;
+            }
+            Ok(())
+        }
+
+        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+            self.weight = cast_state(&self.weight, dtype)?;
+            if let Some(t) = &mut self.bias {
+                *t = cast_state(t, dtype)?;
+            }
+            Ok(())
+        }
+    };
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let in_features = self.weight.shape()[1];
@@ -82,29 +121,7 @@ impl Module for Linear {
         super::functional::linear(x, &self.weight, self.bias.as_ref())
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b.clone()));
-        }
-        v
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.weight = move_parameter(&self.weight, device)?;
-        if let Some(b) = &self.bias {
-            self.bias = Some(move_parameter(b, device)?);
-        }
-        Ok(())
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        empty_weight_bias(&mut self.weight, &mut self.bias, device)
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        cast_weight_bias(&mut self.weight, &mut self.bias, dtype)
-    }
+    weight_bias_methods!();
 
     fn reset_parameters(&mut self) -> Result<()> {
         let bound = uniform_bound(self.weight.shape()[1]);
@@ -127,23 +144,6 @@ fn reset_uniform(weight: &Tensor, bias: Option<&Tensor>, bound: f64) -> Result<(
     for p in std::iter::once(weight).chain(bias) {
         let fresh = Tensor::uniform(-bound, bound, p.shape(), p.dtype(), &p.device())?;
         assign(p, &fresh)?;
-    }
-    Ok(())
-}
-
-/// `to_empty` of a weight and an optional bias.
-fn empty_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, device: &Device) -> Result<()> {
-    *w = empty_parameter(w, device)?;
-    if let Some(t) = b {
-        *t = empty_parameter(t, device)?;
-    }
-    Ok(())
-}
-
-fn cast_weight_bias(w: &mut Tensor, b: &mut Option<Tensor>, dtype: DType) -> Result<()> {
-    *w = cast_state(w, dtype)?;
-    if let Some(t) = b {
-        *t = cast_state(t, dtype)?;
     }
     Ok(())
 }
@@ -589,29 +589,7 @@ impl Module for Conv2d {
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b.clone()));
-        }
-        v
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.weight = move_parameter(&self.weight, device)?;
-        if let Some(b) = &self.bias {
-            self.bias = Some(move_parameter(b, device)?);
-        }
-        Ok(())
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        empty_weight_bias(&mut self.weight, &mut self.bias, device)
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        cast_weight_bias(&mut self.weight, &mut self.bias, dtype)
-    }
+    weight_bias_methods!();
 
     fn reset_parameters(&mut self) -> Result<()> {
         let fan_in: usize = self.weight.shape()[1..].iter().product();

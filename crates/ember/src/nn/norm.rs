@@ -120,6 +120,28 @@ impl<const D: usize> BatchNorm<D> {
         }
         Ok(())
     }
+
+    /// Replaces the weight and bias with `param` of them and the running
+    /// statistics and batch count with `buffer` of them (moving the layer, or
+    /// making it anew uninitialised).
+    fn replace_tensors(
+        &mut self,
+        param: impl Fn(&Tensor) -> Result<Tensor>,
+        buffer: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<()> {
+        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
+            *t = param(t)?;
+        }
+        let buffers = [
+            &mut self.running_mean,
+            &mut self.running_var,
+            &mut self.num_batches_tracked,
+        ];
+        for t in buffers.into_iter().flatten() {
+            *t = buffer(t)?;
+        }
+        Ok(())
+    }
 }
 
 impl<const D: usize> Module for BatchNorm<D> {
@@ -186,33 +208,14 @@ impl<const D: usize> Module for BatchNorm<D> {
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
-        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
-            *t = move_parameter(t, device)?;
-        }
-        let buffers = [
-            &mut self.running_mean,
-            &mut self.running_var,
-            &mut self.num_batches_tracked,
-        ];
-        for t in buffers.into_iter().flatten() {
-            *t = t.to(device)?;
-        }
-        Ok(())
+        self.replace_tensors(|p| move_parameter(p, device), |b| b.to(device))
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
-        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
-            *t = empty_parameter(t, device)?;
-        }
-        let buffers = [
-            &mut self.running_mean,
-            &mut self.running_var,
-            &mut self.num_batches_tracked,
-        ];
-        for t in buffers.into_iter().flatten() {
-            *t = Tensor::empty(t.shape(), t.dtype(), device)?;
-        }
-        Ok(())
+        self.replace_tensors(
+            |p| empty_parameter(p, device),
+            |b| Tensor::empty(b.shape(), b.dtype(), device),
+        )
     }
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {

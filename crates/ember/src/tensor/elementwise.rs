@@ -48,6 +48,19 @@ pub(super) fn scalar_tensor(s: Scalar, dtype: DType, device: Device) -> Result<T
     Tensor::full_scalar(&[], s, dtype, device)
 }
 
+/// PyTorch's error for a dtype its kernel `kernel` has no instance for, as op
+/// `op`'s: `"kernel" not implemented for 'Float'`.
+pub(crate) fn not_implemented_for(op: &'static str, kernel: &str, dt: DType) -> Error {
+    Error::dtype(
+        op,
+        dt,
+        format!(
+            "\"{kernel}\" not implemented for '{}'",
+            torch_dtype_name(dt)
+        ),
+    )
+}
+
 /// The name PyTorch's C++ kernels give a dtype in their "not implemented for"
 /// errors.
 pub(crate) fn torch_dtype_name(dt: DType) -> &'static str {

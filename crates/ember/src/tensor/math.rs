@@ -3,7 +3,7 @@
 //! `isfinite`), `nan_to_num`, softplus, ELU and leaky ReLU, reversed scalar ops,
 //! `pow`, and `clamp` with scalar or tensor bounds.
 
-use super::elementwise::{check_bool_sub, scalar_tensor, torch_dtype_name};
+use super::elementwise::{check_bool_sub, not_implemented_for, scalar_tensor};
 use super::{grad, Operand, Tensor};
 use crate::backend::op::{self as ops, Scalar};
 use crate::layout::broadcast_shapes;
@@ -23,14 +23,7 @@ impl Tensor {
             } else {
                 "round_cpu"
             };
-            return Err(Error::dtype(
-                "round",
-                dt,
-                format!(
-                    "\"{kernel}\" not implemented for '{}'",
-                    torch_dtype_name(dt)
-                ),
-            ));
+            return Err(not_implemented_for("round", kernel, dt));
         }
         if decimals == 0 {
             return self.round();

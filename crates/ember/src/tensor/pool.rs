@@ -16,13 +16,10 @@ impl Tensor {
             _ => !int,
         };
         if !int_ok {
-            return Err(Error::dtype(
+            return Err(super::elementwise::not_implemented_for(
+                op,
                 op,
                 self.dtype(),
-                format!(
-                    "\"{op}\" not implemented for '{}'",
-                    super::elementwise::torch_dtype_name(self.dtype())
-                ),
             ));
         }
         if self.rank() != 3 && self.rank() != 4 {
@@ -214,13 +211,10 @@ impl Tensor {
 
     fn pool2d_check_dtype(&self, op: &'static str) -> Result<()> {
         if self.dtype() != DType::I64 {
-            return Err(Error::dtype(
+            return Err(super::elementwise::not_implemented_for(
+                op,
                 op,
                 self.dtype(),
-                format!(
-                    "\"{op}\" not implemented for '{}'",
-                    super::elementwise::torch_dtype_name(self.dtype())
-                ),
             ));
         }
         Ok(())
