@@ -371,19 +371,11 @@ pub(crate) fn cumulative(
         return Ok(out);
     }
     let name = format!("cumulative_{}", suffix(x.dtype()));
-    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let px = base_ptr(x, offset);
     let (po, o, len, i, code) = (out.ptr(), outer as i64, n as i64, inner as i64, op as i32);
+    // a thread per line (the kernel loops over the lines past the grid)
     let mut p = args![px, po, o, len, i, code];
-    let lines = outer * inner;
-    let grid = lines.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
-    // `cumulative_<T>`
-    launch_kernel(
-        dev,
-        ("reduce", x.dtype(), &name),
-        (grid, 1, 1),
-        ((THREADS, 1, 1), 0),
-        &mut p,
-    )?;
+    launch_n(dev, "reduce", x.dtype(), &name, outer * inner, &mut p)?;
     Ok(out)
 }
 
@@ -405,19 +397,12 @@ pub(crate) fn argsort(
         return Ok(out);
     }
     let name = format!("argsort_{}", suffix(x.dtype()));
-    let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
+    let px = base_ptr(x, offset);
     let (po, len, i, desc) = (out.ptr(), n as i64, inner as i64, descending as i32);
     let t = total as i64;
+    // a thread per element (the kernel loops over those past the grid)
     let mut p = args![px, po, t, len, i, desc];
-    let grid = total.div_ceil(THREADS as usize).clamp(1, 65535 * 32) as u32;
-    // `argsort_<T>`
-    launch_kernel(
-        dev,
-        ("reduce", x.dtype(), &name),
-        (grid, 1, 1),
-        ((THREADS, 1, 1), 0),
-        &mut p,
-    )?;
+    launch_n(dev, "reduce", x.dtype(), &name, total, &mut p)?;
     Ok(out)
 }
 
