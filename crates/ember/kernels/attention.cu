@@ -342,9 +342,19 @@ __device__ __forceinline__ float attn_lse2(float lse) {
     return lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000) : lse * ATT_LOG2E;
 }
 
-// The (batch, head) pair's start of the bias, or null.
-template <typename T> __device__ __forceinline__ const T* attn_bias_at(const AttnArgs& a, const T* bias, int b, int h) {
-    return bias ? bias + a.bias_off + b * a.bias_st[0] + h * a.bias_st[1] : bias;
+// Where the (batch, head) pair `b`, `h` starts in q, k, v and (with MASKED) the
+// bias; null for no bias.
+template <typename T> struct AttnPair {
+    const typename attn_t<T>::E *q, *k, *v;
+    const T* bias;
+};
+template <typename T, bool MASKED>
+__device__ __forceinline__ AttnPair<T> attn_pair(const T* q, const T* k, const T* v, const T* bias,
+                                                 const AttnArgs& a, int b, int h) {
+    typedef typename attn_t<T>::E E;
+    return {(const E*)q + a.q_off + b * a.qs[0] + h * a.qs[1], (const E*)k + a.k_off + b * a.ks[0] + h * a.ks[1],
+            (const E*)v + a.v_off + b * a.vs[0] + h * a.vs[1],
+            MASKED ? bias + a.bias_off + b * a.bias_st[0] + h * a.bias_st[1] : nullptr};
 }
 
 // Whether query `qi` may see key `kj`.
@@ -361,10 +371,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
-    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
+    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
 
     unsigned qa[DM / K][4];
     load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
@@ -494,10 +501,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = blockIdx.y * BK, key0 = k0 + warp * 16;
-    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
+    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
     const float* lse_bh = lse + (i64)bh * a.l;
     const float* d_bh = dsum + (i64)bh * a.l;
@@ -582,10 +586,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
-    const E* q = (const E*)q_ + a.q_off + b * a.qs[0] + h * a.qs[1];
-    const E* k = (const E*)k_ + a.k_off + b * a.ks[0] + h * a.ks[1];
-    const E* v = (const E*)v_ + a.v_off + b * a.vs[0] + h * a.vs[1];
-    const T* bias = MASKED ? attn_bias_at(a, bias_, b, h) : nullptr;
+    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
     unsigned qa[DM / K][4], ga_[DM / K][4];

@@ -648,10 +648,12 @@ EMBER_FLOAT_TYPES(CROSS_ENTROPY)
 // rows of up to blockDim.x * NORM_CACHE elements are read from memory once.
 #define NORM_CACHE 8
 
-// Element c of this thread's share of a row (j = threadIdx.x + c * blockDim.x),
-// or `none` past the row's end.
+// The column of element c of this thread's share of a row.
+__device__ __forceinline__ i64 norm_col(int c) { return threadIdx.x + (i64)c * blockDim.x; }
+
+// Element c of this thread's share of a row, or `none` past the row's end.
 template <typename T, typename A> __device__ __forceinline__ A norm_load(const T* row, i64 cols, int c, A none) {
-    const i64 j = threadIdx.x + (i64)c * blockDim.x;
+    const i64 j = norm_col(c);
     return j < cols ? (A)widen(row[j]) : none;
 }
 
@@ -680,7 +682,7 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
             if (cached) {
 #pragma unroll
                 for (int c = 0; c < NORM_CACHE; ++c)
-                    if (threadIdx.x + (i64)c * blockDim.x < cols) m += xc[c];
+                    if (norm_col(c) < cols) m += xc[c];
             } else {
                 for (i64 j = threadIdx.x; j < cols; j += blockDim.x) m += widen(xr[j]);
             }
@@ -693,7 +695,7 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
         if (cached) {
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
-                if (threadIdx.x + (i64)c * blockDim.x < cols) {
+                if (norm_col(c) < cols) {
                     const A d = xc[c] - m;
                     ss += d * d;
                 }
@@ -714,7 +716,7 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
         if (cached) {
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
-                const i64 j = threadIdx.x + (i64)c * blockDim.x;
+                const i64 j = norm_col(c);
                 if (j < cols) yr[j] = narrow<T>((xc[c] - m) * s);
             }
         } else {
@@ -745,7 +747,7 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
             for (int c = 0; c < NORM_CACHE; ++c) {
                 gc[c] = norm_load(gr, cols, c, (A)0);
                 xc[c] = norm_load(xr, cols, c, (A)0);
-                if (threadIdx.x + (i64)c * blockDim.x < cols) {
+                if (norm_col(c) < cols) {
                     sg += gc[c];
                     sgx += gc[c] * xc[c];
                 }
@@ -767,7 +769,7 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
         if (cached) {
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
-                const i64 j = threadIdx.x + (i64)c * blockDim.x;
+                const i64 j = norm_col(c);
                 if (j < cols) dr[j] = narrow<T>(s * (gc[c] - mg - xc[c] * mgx));
             }
         } else {

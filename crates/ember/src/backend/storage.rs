@@ -9,8 +9,8 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    attn_kernel_refuses, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
-    ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool,
+    PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -788,20 +788,11 @@ impl Storage {
         if [shape.batch, shape.heads, shape.l, shape.s, shape.d].contains(&0) {
             return Some("an empty operand".into());
         }
-        let arch = |a: u32| {
-            (a < 80).then(|| {
-                format!(
-                    "the fused kernels need compute capability 8.0 or later (the GPU is {}.{})",
-                    a / 10,
-                    a % 10
-                )
-            })
-        };
         match self {
             Storage::Cpu(x) => (!x.dtype().is_float())
                 .then(|| format!("the fused op takes float dtypes (got {})", x.dtype())),
             Storage::Cuda(x) => attn_kernel_refuses(x.dtype(), shape)
-                .or_else(|| arch(x.dev().arch()))
+                .or_else(|| attn_arch_refuses(x.dev().arch()))
                 .or_else(|| {
                     (shape.dropout > 0.0 && x.dev().is_capturing()).then(|| {
                         "dropout inside a CUDA graph capture (the kernels' seed would be the \
@@ -810,7 +801,7 @@ impl Storage {
                     })
                 }),
             Storage::Meta(x) => attn_kernel_refuses(x.dtype(), shape)
-                .or_else(|| arch(super::meta::account::modelled_arch())),
+                .or_else(|| attn_arch_refuses(super::meta::account::modelled_arch())),
         }
     }
 

@@ -250,24 +250,24 @@ impl MultiheadAttention {
                 .key_padding_mask
                 .map(|m| m.reshape([n, 1, 1, s]))
                 .transpose()?;
+            // each mask as an additive bias, once
             let as_bias = |m: &Tensor| -> Result<Tensor> {
                 crate::nn::functional::mask_bias(m, true, qh.dtype())?.to_dtype(qh.dtype())
             };
+            let attn_bias = attn_mask.as_ref().map(as_bias).transpose()?;
+            let kpm_bias = kpm.as_ref().map(as_bias).transpose()?;
             // the `is_causal` hint says `attn_mask` is the causal mask, which the
             // fused op applies without reading it
             let causal = opts.is_causal && attn_mask.is_some();
-            let read = |with_causal: bool| -> Result<Vec<Tensor>> {
-                let attn = attn_mask.as_ref().filter(|_| with_causal || !causal);
-                [attn, kpm.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .map(as_bias)
-                    .collect()
-            };
-            let fused_biases = read(false)?;
-            let why = if fused_biases
+            let read_by_fused = [attn_bias.as_ref().filter(|_| !causal), kpm_bias.as_ref()];
+            let all: Vec<Tensor> = [&attn_bias, &kpm_bias]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            let why = if read_by_fused
                 .iter()
-                .all(|b| crate::nn::functional::fused_mask_fits(Some(b), &qh, s))
+                .all(|b| crate::nn::functional::fused_mask_fits(*b, &qh, s))
             {
                 crate::nn::functional::fused_attention_refusal(&qh, &kh, &vh, p)
             } else {
@@ -275,52 +275,33 @@ impl MultiheadAttention {
             };
             let heads = if why.is_none() {
                 // one bias: with both masks their sum, [N, 1, L, S]
-                let mut bias: Option<Tensor> = None;
-                for b in fused_biases {
-                    bias = Some(match bias {
-                        Some(a) => a.add(&b)?,
-                        None => b,
-                    });
-                }
+                let bias = sum_of(read_by_fused.into_iter().flatten().cloned().collect())?;
                 let path = if causal { "fused, causal" } else { "fused" };
                 crate::nn::functional::log_attention_path(&qh, s, path, None);
                 qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, causal, p))?
+            } else if let Some(o) = crate::nn::functional::attention_saving_memory(
+                &qh,
+                &kh,
+                &vh,
+                // each mask added to each group of scores where it lies (the key
+                // padding mask is not widened)
+                || Ok(all.clone()),
+                scale,
+                p,
+            )? {
+                let w = why.as_deref();
+                crate::nn::functional::log_attention_path(&qh, s, "memory-saving", w);
+                o
             } else {
-                // the memory-saving path adds each mask to each group of scores
-                // where it lies (the key padding mask is not widened)
-                let saving = crate::nn::functional::attention_saving_memory(
+                crate::nn::functional::scaled_dot_product_attention(
                     &qh,
                     &kh,
                     &vh,
-                    || read(true),
-                    scale,
+                    sum_of(all)?.as_ref(),
                     p,
-                )?;
-                match saving {
-                    Some(o) => {
-                        let w = why.as_deref();
-                        crate::nn::functional::log_attention_path(&qh, s, "memory-saving", w);
-                        o
-                    }
-                    None => {
-                        let mut bias: Option<Tensor> = None;
-                        for b in read(true)? {
-                            bias = Some(match bias {
-                                Some(a) => a.add(&b)?,
-                                None => b,
-                            });
-                        }
-                        crate::nn::functional::scaled_dot_product_attention(
-                            &qh,
-                            &kh,
-                            &vh,
-                            bias.as_ref(),
-                            p,
-                            false,
-                            Some(scale),
-                        )?
-                    }
-                }
+                    false,
+                    Some(scale),
+                )?
             };
             (heads, None)
         } else {
@@ -359,6 +340,18 @@ impl MultiheadAttention {
         };
         Ok((out, weights))
     }
+}
+
+/// The sum of additive biases (`None` for none).
+fn sum_of(biases: Vec<Tensor>) -> Result<Option<Tensor>> {
+    let mut sum: Option<Tensor> = None;
+    for b in biases {
+        sum = Some(match sum {
+            Some(a) => a.add(&b)?,
+            None => b,
+        });
+    }
+    Ok(sum)
 }
 
 /// `scores` with a mask: a bool mask sets `-inf` where it is true, a float mask is

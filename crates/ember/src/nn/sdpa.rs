@@ -253,13 +253,19 @@ pub(crate) fn fused_mask_fits(mask: Option<&Tensor>, q: &Tensor, s: usize) -> bo
         (m.dtype() == DType::Bool || m.dtype() == q.dtype())
             && !m.requires_grad()
             && m.device() == q.device()
-            && m.rank() <= r
-            && m.shape()
-                .iter()
-                .rev()
-                .zip(scores.iter().rev())
-                .all(|(&a, &b)| a == 1 || a == b)
+            && broadcasts_into(m, &scores)
     })
+}
+
+/// Whether mask or bias `m` broadcasts to the scores' shape `scores` without
+/// widening it: no more dims, each 1 or the scores'.
+fn broadcasts_into(m: &Tensor, scores: &[usize]) -> bool {
+    m.rank() <= scores.len()
+        && m.shape()
+            .iter()
+            .rev()
+            .zip(scores.iter().rev())
+            .all(|(&have, &want)| have == 1 || have == want)
 }
 
 /// Why attention of `q` over `k`/`v` with dropout `dropout_p` does not take the
@@ -422,16 +428,7 @@ pub(crate) fn attention_saving_memory(
     // scores' rank (views)
     let mut padded = Vec::new();
     for b in biases()? {
-        if b.requires_grad() || b.dtype() != dt || b.rank() > full.len() {
-            return Ok(None);
-        }
-        let fits = b
-            .shape()
-            .iter()
-            .rev()
-            .zip(full.iter().rev())
-            .all(|(&have, &want)| have == 1 || have == want);
-        if !fits {
+        if b.requires_grad() || b.dtype() != dt || !broadcasts_into(&b, &full) {
             return Ok(None);
         }
         let mut b = b;

@@ -743,15 +743,7 @@ fn casts_match_the_cpu_at_every_alignment() -> Result<()> {
     };
     let _g = rng_lock();
     ember::manual_seed(23);
-    let all = [
-        DType::Bool,
-        DType::U8,
-        DType::I64,
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-    ];
+    let all = DType::ALL;
     let base = Tensor::randn([80], &Device::Cpu)?.mul(40.0)?;
     for &from in &all {
         let src_cpu = base.to_dtype(from)?;

@@ -238,16 +238,17 @@ pub(crate) fn attention_backward(
             for qi in 0..l {
                 let qr = q.row(pair, qi, d);
                 let gr = g.row(pair, qi, d);
-                scores_of(qr, (&k, bias.as_ref()), pair, (qi, &sh), &mut scores);
-                let o = &out[(i * l + qi) * d..(i * l + qi + 1) * d];
-                // D = Σ g · out, the softmax backward's row term
-                let dsum = dot(gr, o);
                 let ls = lse[i * l + qi];
-                gq.iter_mut().for_each(|a| *a = zero);
                 // a row that saw no key: no weights, no gradients
                 if ls == T::Acc::neg_infinity() {
                     scores.clear();
+                } else {
+                    scores_of(qr, (&k, bias.as_ref()), pair, (qi, &sh), &mut scores);
                 }
+                let o = &out[(i * l + qi) * d..(i * l + qi + 1) * d];
+                // D = Σ g · out, the softmax backward's row term
+                let dsum = dot(gr, o);
+                gq.iter_mut().for_each(|a| *a = zero);
                 for (j, &x) in scores.iter().enumerate() {
                     let (kr, vr) = (k.row(pair, j, d), v.row(pair, j, d));
                     let p = (x - ls).exp();

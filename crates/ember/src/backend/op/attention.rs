@@ -104,6 +104,19 @@ pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String
     }
 }
 
+/// Why the fused CUDA kernels do not run on a GPU of compute capability `arch`
+/// (`major * 10 + minor`; the products are sm_80's `mma.sync`), `None` where
+/// they do.
+pub(crate) fn attn_arch_refuses(arch: u32) -> Option<String> {
+    (arch < 80).then(|| {
+        format!(
+            "the fused kernels need compute capability 8.0 or later (the GPU is {}.{})",
+            arch / 10,
+            arch % 10
+        )
+    })
+}
+
 /// Why the attention primitives refuse an additive bias (layout `l`, dtype
 /// `bias`) for operands of `dtype` and `sh`, `None` where they take it: a rank-4
 /// view of `[batch, heads, l, s]` (any strides) in the operands' dtype.

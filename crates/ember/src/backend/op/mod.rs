@@ -44,7 +44,9 @@ mod index;
 mod optim;
 mod reduce;
 
-pub(crate) use attention::{attn_bias_refuses, attn_kernel_refuses, attn_view_fits, AttnShape};
+pub(crate) use attention::{
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_view_fits, AttnShape,
+};
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
 pub(crate) use index::wrap_indices;

@@ -5,7 +5,9 @@
 
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
-use crate::backend::op::{attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnShape};
+use crate::backend::op::{
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnShape,
+};
 use crate::layout::Layout;
 use crate::{Error, Result};
 use std::ffi::c_void;
@@ -104,15 +106,7 @@ fn check(
             return Err(Error::invalid("attention", msg));
         }
     }
-    let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| {
-        (dev.arch() < 80).then(|| {
-            format!(
-                "the fused kernels need compute capability 8.0 or later (this GPU is {}.{})",
-                dev.arch() / 10,
-                dev.arch() % 10
-            )
-        })
-    });
+    let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| attn_arch_refuses(dev.arch()));
     match why {
         Some(msg) => Err(Error::invalid("attention", msg)),
         None => Ok(()),
