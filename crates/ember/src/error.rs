@@ -3,7 +3,7 @@
 //! Every fallible operation returns [`Result<T>`]. Messages name the operation and the
 //! operands so that a user can act on them without reading ember's source.
 
-use crate::{DType, Device};
+use crate::{device::Device, dtype::DType};
 
 /// Shapes are printed like PyTorch's `torch.Size` lists: `[2, 3]`.
 fn shape_str(s: &[usize]) -> String {

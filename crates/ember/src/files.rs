@@ -1,6 +1,6 @@
 //! File helpers shared by every layer (checkpoints, histories, the kernel cache).
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a

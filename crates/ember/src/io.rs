@@ -39,7 +39,12 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
 
 use crate::nn::Module;
 use crate::optim::Optimizer;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use half::{bf16, f16};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -96,7 +101,7 @@ impl View for &Raw {
 }
 
 fn raw(t: &Tensor) -> Result<Raw> {
-    let t = crate::no_grad(|| t.cpu())?;
+    let t = crate::autograd::no_grad(|| t.cpu())?;
     let (dtype, bytes) = match t.dtype() {
         DType::F32 => (
             Dtype::F32,

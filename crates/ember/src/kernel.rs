@@ -29,7 +29,12 @@
 
 use crate::backend::cuda::{self, nvrtc, CudaDev, Func};
 use crate::tensor::Storages;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! Strides and offsets are counted in elements. Views (transpose, narrow, expand,
 //! ...) only build a new `Layout`; the storage is shared.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use smallvec::SmallVec;
 
 /// A small vector of dimensions: no heap allocation up to rank 6.

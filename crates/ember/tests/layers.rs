@@ -46,11 +46,12 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// What `text` (comments left out) names of `forbidden`, as `line: text`: in its
-/// code, and in the paths its `use` trees expand to.
-fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
+/// Each line of `text` that is not a comment, as `line: text`, with a `use`
+/// tree (possibly over several lines) given once per path it expands to, as
+/// `line: use path`.
+fn named(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
-    let mut bad = Vec::new();
+    let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let l = lines[i].trim_start();
@@ -58,7 +59,6 @@ fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
             i += 1;
             continue;
         }
-        // a `use` tree, possibly over several lines
         if let Some(rest) = l
             .strip_prefix("use ")
             .or_else(|| l.split_once(" use ").map(|(_, r)| r))
@@ -72,16 +72,23 @@ fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
             let tree = tree.split(';').next().unwrap_or("");
             let tree = tree.split(" as ").next().unwrap_or("");
             for path in expand(tree) {
-                if forbidden.iter().any(|f| path.contains(f)) {
-                    bad.push(format!("{}: use {path}", first + 1));
-                }
+                out.push(format!("{}: use {path}", first + 1));
             }
-        } else if forbidden.iter().any(|f| l.contains(f)) {
-            bad.push(format!("{}: {}", i + 1, l.trim()));
+        } else {
+            out.push(format!("{}: {}", i + 1, l.trim()));
         }
         i += 1;
     }
-    bad
+    out
+}
+
+/// What `text` (comments left out) names of `forbidden`, as `line: text`: in its
+/// code, and in the paths its `use` trees expand to.
+fn violations(text: &str, forbidden: &[&str]) -> Vec<String> {
+    named(text)
+        .into_iter()
+        .filter(|n| forbidden.iter().any(|f| n.contains(f)))
+        .collect()
 }
 
 /// Every rule's violations in the files under `src/<dir>`.
@@ -371,4 +378,64 @@ fn long_source_files_say_why() {
     );
     // the check can fail: every file over 100 lines lacks a reason at that limit
     assert!(long_files_without_a_reason(&root.join("src"), 100).len() > 10);
+}
+
+/// What `text` names through the crate root (`crate::X` where `X` is not one of
+/// `modules`: a name `lib.rs` re-exports, or one of its facade modules), as
+/// `line: text`.
+fn root_names(text: &str, modules: &[String]) -> Vec<String> {
+    named(text)
+        .into_iter()
+        .filter(|n| {
+            n.match_indices("crate::").any(|(i, _)| {
+                let after: String = n[i + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                !n[..i].ends_with('$') && !modules.contains(&after)
+            })
+        })
+        .collect()
+}
+
+/// `lib.rs` is the public entry file only: inside the library every path names
+/// the module an item lives in (`crate::dtype::DType`, not `crate::DType`), so
+/// that a module's imports show which layer it reaches.
+#[test]
+fn the_library_names_items_by_their_home_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.trim_end_matches(".rs").to_string()
+        })
+        .filter(|m| m != "lib")
+        .collect();
+    let mut bad = Vec::new();
+    for f in sources(&src) {
+        if f == src.join("lib.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).expect("a source file");
+        for v in root_names(&text, &modules) {
+            bad.push(format!("{}:{v}", f.display()));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "names through the crate root (name the home module):\n{}",
+        bad.join("\n")
+    );
+    // the check can fail: re-exports, facades and grouped imports are found
+    let planted = "use crate::{dtype::DType, Error};\nuse crate::cuda::Stream;\n// crate::Tensor\nfn f() -> crate::Result<()> { $crate::dtype::x(); crate::tensor::y() }\n";
+    let mods = ["dtype".to_string(), "tensor".to_string()];
+    assert_eq!(
+        root_names(planted, &mods),
+        vec![
+            "1: use crate::Error".to_string(),
+            "2: use crate::cuda::Stream".to_string(),
+            "4: fn f() -> crate::Result<()> { $crate::dtype::x(); crate::tensor::y() }".to_string(),
+        ]
+    );
 }

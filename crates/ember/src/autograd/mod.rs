@@ -34,7 +34,10 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,7 +65,7 @@ enum Rule {
 #[derive(Clone)]
 enum Held {
     Value(Tensor),
-    Shape(smallvec::SmallVec<[usize; 6]>, crate::DType),
+    Shape(smallvec::SmallVec<[usize; 6]>, crate::dtype::DType),
 }
 
 impl Held {
@@ -73,7 +76,7 @@ impl Held {
         }
     }
 
-    fn dtype(&self) -> crate::DType {
+    fn dtype(&self) -> crate::dtype::DType {
         match self {
             Held::Value(t) => t.dtype(),
             Held::Shape(_, d) => *d,
@@ -128,7 +131,7 @@ impl Inputs {
     }
 
     /// The `i`-th input's dtype.
-    pub(crate) fn dtype(&self, i: usize) -> crate::DType {
+    pub(crate) fn dtype(&self, i: usize) -> crate::dtype::DType {
         self.0[i].value.dtype()
     }
 }
@@ -529,7 +532,9 @@ impl Tensor {
             ));
         }
         let _no_grad = no_grad_guard();
-        let _phase = crate::meta::enter_phase(crate::meta::Phase::Backward);
+        let _phase = crate::backend::meta::account::enter_phase(
+            crate::backend::meta::account::Phase::Backward,
+        );
         let root = match self.node() {
             Some(n) => Vertex::Node(n),
             None => Vertex::Leaf(self.clone()),

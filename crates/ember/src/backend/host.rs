@@ -8,7 +8,10 @@
 //! backend's copies to the host both draw on it.
 
 use crate::dtype::{CpuData, WithDType};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -88,7 +91,7 @@ fn dispatch_take<T: WithDType>(mut d: CpuData) -> Option<Vec<T>> {
 /// where Rust's own allocation would abort the process.
 pub(crate) fn host_oom(bytes: usize) -> Error {
     Error::OutOfMemory {
-        device: crate::Device::Cpu,
+        device: crate::device::Device::Cpu,
         requested: bytes,
         msg: "the system allocator refused the request".into(),
     }

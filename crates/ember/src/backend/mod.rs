@@ -23,6 +23,9 @@ pub mod profile;
 pub(crate) mod storage;
 
 pub use cpu::random::with_global_rng;
+/// The stream type the layers above name (`Tensor::record_stream`, the data
+/// loader's copy stream), without reaching into the CUDA backend.
+pub use cuda::Stream;
 pub(crate) use primitives::Dist;
 pub(crate) use storage::{AdamOperands, SgdOperands, Storage};
 
@@ -33,14 +36,14 @@ const DEFAULT_SEED: u64 = 67280421310721;
 /// [`Generator::scope`](crate::Generator::scope)), for an op that must draw the same
 /// values twice: it seeds a [`Generator`](crate::Generator) of its own each time.
 /// The CPU stream gives its next 64 bits; a GPU reserves one Philox counter.
-pub(crate) fn fork_seed(device: &crate::Device) -> u64 {
+pub(crate) fn fork_seed(device: &crate::device::Device) -> u64 {
     match device {
-        crate::Device::Cpu => with_global_rng(rand::Rng::next_u64),
-        crate::Device::Cuda(_) => {
+        crate::device::Device::Cpu => with_global_rng(rand::Rng::next_u64),
+        crate::device::Device::Cuda(_) => {
             let (seed, counter) = cuda::random::reserve_counters(1);
             seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
         }
-        crate::Device::Meta => 0,
+        crate::device::Device::Meta => 0,
     }
 }
 

@@ -11,7 +11,7 @@ use super::op::{
 };
 use crate::dtype::CpuData;
 use crate::layout::Layout;
-use crate::{DType, Device, Result};
+use crate::{device::Device, dtype::DType, error::Result};
 
 /// A random distribution for [`Storage::random`].
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -12,7 +12,7 @@
 //! Each thread keeps its own stack of open records, so ranges of two threads never
 //! nest into each other.
 
-use crate::{DType, Device};
+use crate::{device::Device, dtype::DType};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

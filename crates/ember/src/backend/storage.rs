@@ -16,7 +16,11 @@ use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// The values behind a tensor, on one device.
 #[derive(Debug)]
@@ -221,6 +225,22 @@ impl Storage {
         match self {
             Storage::Cuda(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Marks this storage's memory as used by the work queued on `stream` so far
+    /// (`Tensor.record_stream`); an error for storage not on the stream's device.
+    pub(crate) fn record_stream(&self, stream: &super::cuda::Stream) -> Result<()> {
+        match self {
+            Storage::Cuda(st) if st.dev().device() == stream.device() => {
+                st.dev().record_stream(st.ptr(), stream.id);
+                Ok(())
+            }
+            _ => Err(Error::DeviceMismatch {
+                op: "record_stream",
+                a: self.device(),
+                b: stream.device(),
+            }),
         }
     }
 

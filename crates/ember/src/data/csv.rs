@@ -1,6 +1,11 @@
 //! CSV tables with a header row and typed columns.
 
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;

@@ -1,7 +1,11 @@
 //! The small real data sets shipped in the repository's `data/` folder.
 
 use super::csv::{read_csv, CsvTable};
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::path::{Path, PathBuf};
 
 /// Finds the data file `name` (`"iris.csv"`), looking in this order in `./data/`

@@ -5,7 +5,12 @@
 //! dimensions, each dimension as a big-endian u32, then the values, big-endian,
 //! row-major.
 
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::io::{Read, Write};
 use std::path::Path;
 

@@ -2,8 +2,12 @@
 //! ahead on a background thread.
 
 use super::Dataset;
-use crate::cuda::{self, Stream};
-use crate::{Device, Error, Result, Tensor};
+use crate::backend::cuda::{self, Stream};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -73,7 +77,7 @@ impl DataLoader {
     /// Shuffles with a seed drawn from `generator` (PyTorch's
     /// `DataLoader(generator=g)`): loaders given generators seeded alike shuffle
     /// alike, whatever other threads draw from the global stream.
-    pub fn generator(self, generator: &crate::Generator) -> Self {
+    pub fn generator(self, generator: &crate::backend::generator::Generator) -> Self {
         let seed = generator.next_u64();
         self.shuffle(seed)
     }

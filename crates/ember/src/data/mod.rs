@@ -40,7 +40,11 @@ pub use self::loader::{Batches, DataLoader};
 pub use self::sampler::DistributedSampler;
 pub use self::text::{CharCorpus, Split};
 
-use crate::{Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -1,6 +1,6 @@
 //! [`DistributedSampler`]: each rank's share of a dataset.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

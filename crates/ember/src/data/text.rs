@@ -2,7 +2,11 @@
 //! text uses, the text as int64 ids, a training/validation split, and random
 //! windows of it as batches of inputs and next-character targets.
 
-use crate::{Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// A text as character ids, split into training and validation parts.
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
 

@@ -4,7 +4,12 @@
 use super::{ProcessGroup, ReduceOp};
 use crate::autograd::HookHandle;
 use crate::nn::{IncompatibleKeys, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
@@ -68,7 +73,7 @@ struct Reducer {
     find_unused: AtomicBool,
     iter: Mutex<Iteration>,
     /// The communication streams, one per GPU that holds parameters.
-    streams: Mutex<Vec<crate::cuda::Stream>>,
+    streams: Mutex<Vec<crate::backend::cuda::Stream>>,
 }
 
 /// One backward's progress.
@@ -94,13 +99,13 @@ enum Pending {
 
 /// A bucket's values after the reduction, and on a GPU the event after which they
 /// are there.
-type Reduced = (Tensor, Option<crate::cuda::Event>);
+type Reduced = (Tensor, Option<crate::backend::cuda::Event>);
 
 struct Job {
     flat: Tensor,
     /// On a GPU: the communication stream, and an event of the backward thread's
     /// stream after which `flat` holds the gradients.
-    streams: Option<(crate::cuda::Stream, crate::cuda::Event)>,
+    streams: Option<(crate::backend::cuda::Stream, crate::backend::cuda::Event)>,
 }
 
 /// Runs a bucket's reduction: on a GPU on the communication stream, after the
@@ -110,7 +115,7 @@ fn reduce(pg: &ProcessGroup, job: Job) -> Result<Reduced> {
     let Job { flat, streams, .. } = job;
     match streams {
         None => pg.all_reduce(&flat, ReduceOp::Avg).map(|()| (flat, None)),
-        Some((comm, ready)) => crate::cuda::with_stream(&comm, || {
+        Some((comm, ready)) => crate::backend::cuda::with_stream(&comm, || {
             comm.wait_event(&ready)?;
             pg.all_reduce(&flat, ReduceOp::Avg)?;
             let done = comm.record_event()?;
@@ -242,7 +247,9 @@ impl<M: Module> DistributedDataParallel<M> {
             let flat = concat_flat(group.iter().map(|t| Ok(t.detach())))?;
             pg.broadcast(&flat, 0)?;
             if pg.rank() != 0 {
-                scatter_back(&flat, &group, |t, v| crate::no_grad(|| t.copy_(v)))?;
+                scatter_back(&flat, &group, |t, v| {
+                    crate::autograd::no_grad(|| t.copy_(v))
+                })?;
             }
         }
         Ok(())
@@ -377,7 +384,7 @@ impl Reducer {
             let streams = match flat.device() {
                 d @ Device::Cuda(_) => {
                     let comm = self.comm_stream(&d)?;
-                    let ready = crate::cuda::current_stream(&d)?.record_event()?;
+                    let ready = crate::backend::cuda::current_stream(&d)?.record_event()?;
                     // the bucket's memory is used on the communication stream too
                     flat.record_stream(&comm)?;
                     Some((comm, ready))
@@ -399,12 +406,12 @@ impl Reducer {
     }
 
     /// The communication stream of `device`.
-    fn comm_stream(&self, device: &Device) -> Result<crate::cuda::Stream> {
+    fn comm_stream(&self, device: &Device) -> Result<crate::backend::cuda::Stream> {
         let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = streams.iter().find(|s| s.device() == *device) {
             return Ok(s.clone());
         }
-        let s = crate::cuda::Stream::new(device)?;
+        let s = crate::backend::cuda::Stream::new(device)?;
         streams.push(s.clone());
         Ok(s)
     }
@@ -467,7 +474,7 @@ impl Reducer {
                     })??;
                     if let Some(done) = done {
                         // the write-back waits on the GPU, not on the host
-                        crate::cuda::current_stream(&flat.device())?.wait_event(&done)?;
+                        crate::backend::cuda::current_stream(&flat.device())?.wait_event(&done)?;
                     }
                     flat
                 }
@@ -494,7 +501,7 @@ impl Reducer {
                     return Ok(());
                 }
                 match p.grad() {
-                    Some(g) => crate::no_grad(|| g.copy_(v)),
+                    Some(g) => crate::autograd::no_grad(|| g.copy_(v)),
                     None => {
                         p.set_grad(Some(v.copy()?));
                         Ok(())
@@ -547,10 +554,10 @@ fn by_dtype_device(tensors: &[Tensor]) -> Vec<Vec<Tensor>> {
 
 impl<M: Module> Module for DistributedDataParallel<M> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if crate::is_grad_enabled() {
+        if crate::autograd::is_grad_enabled() {
             self.reducer.reset();
         }
-        if self.broadcast_buffers && self.training && crate::is_grad_enabled() {
+        if self.broadcast_buffers && self.training && crate::autograd::is_grad_enabled() {
             self.sync_from_rank0(false)?;
         }
         self.module.forward(x)

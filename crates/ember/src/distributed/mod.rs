@@ -50,7 +50,12 @@ pub use ddp::{DistributedDataParallel, NoSyncGuard};
 use crate::backend::op::collective::{CommKind, HostCollectives};
 use crate::backend::storage::Communicator;
 use crate::dtype::CpuData;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use ring::{Call, Ring};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -498,7 +503,7 @@ impl ProcessGroup {
             })?
         };
         // a simulated GPU serves NCCL's calls through a ring of its own
-        let host: Arc<dyn HostCollectives> = if crate::cuda::is_simulated() {
+        let host: Arc<dyn HostCollectives> = if crate::backend::cuda::discover::is_simulated() {
             let r = Ring::connect(
                 &self.store,
                 &format!("nccl{n}"),
@@ -669,23 +674,23 @@ fn in_place(t: &Tensor, comm: &Communicator, kind: CommKind) -> Result<()> {
     }
     let c = t.contiguous()?;
     c.comm_in_place(comm, kind)?;
-    crate::no_grad(|| t.copy_(&c))
+    crate::autograd::no_grad(|| t.copy_(&c))
 }
 
 /// The NCCL backend can run here: on ember's simulator, or where NCCL loads and
 /// a GPU is present.
 fn nccl_ready() -> Result<()> {
     let op = "init_process_group";
-    if !crate::cuda::is_available() {
+    if !crate::backend::cuda::discover::is_available() {
         return Err(Error::distributed(
             op,
             format!(
                 "the NCCL backend needs a GPU, and there is none ({}): use Backend::Gloo",
-                crate::cuda::unavailable_reason().unwrap_or_default()
+                crate::backend::cuda::discover::unavailable_reason().unwrap_or_default()
             ),
         ));
     }
-    if crate::cuda::is_simulated() {
+    if crate::backend::cuda::discover::is_simulated() {
         return Ok(());
     }
     let lib = crate::backend::cuda::nccl::library()
@@ -876,7 +881,7 @@ fn wait_for_all(st: &store::Store, world: usize, timeout: Duration) -> Result<()
 /// Writes `data` into `t` (outside autograd: collectives are not recorded).
 fn write_back(t: &Tensor, data: CpuData) -> Result<()> {
     let src = Tensor::from_host(data, t.shape(), t.device())?;
-    crate::no_grad(|| t.copy_(&src))
+    crate::autograd::no_grad(|| t.copy_(&src))
 }
 
 static DEFAULT: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);

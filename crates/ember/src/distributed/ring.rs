@@ -20,7 +20,7 @@
 use super::store::{io_err, Store};
 use super::ReduceOp;
 use crate::dtype::CpuData;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use half::{bf16, f16};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -41,7 +41,7 @@ pub(crate) struct Call {
     pub(crate) op: &'static str,
     pub(crate) reduce: Option<ReduceOp>,
     pub(crate) root: Option<usize>,
-    pub(crate) dtype: crate::DType,
+    pub(crate) dtype: crate::dtype::DType,
     pub(crate) device: &'static str,
     pub(crate) shape: Vec<usize>,
     /// The NCCL communicator the call goes through (its index among this rank's,
@@ -57,14 +57,14 @@ const OPS: [&str; 5] = [
     "barrier",
 ];
 const DEVICES: [&str; 2] = ["cpu", "cuda"];
-const DTYPES: [crate::DType; 7] = [
-    crate::DType::Bool,
-    crate::DType::U8,
-    crate::DType::I64,
-    crate::DType::F16,
-    crate::DType::BF16,
-    crate::DType::F32,
-    crate::DType::F64,
+const DTYPES: [crate::dtype::DType; 7] = [
+    crate::dtype::DType::Bool,
+    crate::dtype::DType::U8,
+    crate::dtype::DType::I64,
+    crate::dtype::DType::F16,
+    crate::dtype::DType::BF16,
+    crate::dtype::DType::F32,
+    crate::dtype::DType::F64,
 ];
 
 impl Call {

@@ -5,7 +5,7 @@
 //! answer is a length-prefixed value. `get` blocks until the key is set, up to the
 //! store's timeout.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

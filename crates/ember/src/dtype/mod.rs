@@ -9,7 +9,7 @@ pub(crate) use host::{dispatch, dispatch_float};
 pub use host::{CpuData, CpuElem};
 pub use math::{FloatDType, Real};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use half::{bf16, f16};
 use std::fmt;
 use std::str::FromStr;

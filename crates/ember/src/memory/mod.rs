@@ -44,10 +44,15 @@ mod report;
 
 use crate::backend::alloc::{AllocError, Allocator, RawMemory};
 use crate::backend::cuda::runtime::StreamId;
-use crate::meta::{AllocHook, MetaEvent};
+use crate::backend::meta::account::{AllocHook, MetaEvent};
 use crate::nn::Module;
 use crate::optim::{Adam, Optimizer};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -402,8 +407,8 @@ impl<M: Module> Estimator<M> {
             ));
         }
         let trace = Arc::new(Trace::default());
-        let run = crate::meta::with_hook(trace.clone(), || {
-            crate::meta::with_arch(self.arch, || self.run(&trace, batch_size))
+        let run = crate::backend::meta::account::with_hook(trace.clone(), || {
+            crate::backend::meta::account::with_arch(self.arch, || self.run(&trace, batch_size))
         });
         let summary = run?;
         let events = without_setup_temporaries(std::mem::take(&mut *lock(&trace.events)));
@@ -512,7 +517,7 @@ impl<M: Module> Estimator<M> {
         let input_dtype = self.input_dtype.unwrap_or(dtype);
         if !self.training {
             model.set_training(false);
-            let _ng = crate::no_grad_guard();
+            let _ng = crate::autograd::no_grad_guard();
             trace.mark(0, Phase::Inputs);
             let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
             trace.mark(0, Phase::Forward);

@@ -3,7 +3,10 @@
 
 use super::{Category, Estimate, Event, Phase, Replay};
 use crate::backend::alloc::fmt_bytes;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::fmt;
 
 /// One module's row of the table (torchinfo's summary, with memory).

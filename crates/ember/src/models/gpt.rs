@@ -12,7 +12,12 @@ use crate::nn::{
     self, init, Activation, Embedding, LayerNorm, Linear, Module, TransformerEncoder,
     TransformerEncoderLayer, TransformerOptions,
 };
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// The shape of a [`CharGpt`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -217,7 +222,7 @@ impl CharGpt {
         // each child in its module scope (`blocks.3.self_attn`), as Sequential
         // runs its children: the profiler's ranges and the memory estimate's
         // breakdown name them
-        let scope = crate::meta::enter_module;
+        let scope = crate::backend::meta::account::enter_module;
         let tok = {
             let _s = scope("tok_emb");
             self.tok_emb.forward(idx)?
@@ -285,7 +290,7 @@ impl CharGpt {
         }
         let dev = self.head.weight.device();
         let mut ids = prompt.to_vec();
-        crate::no_grad(|| {
+        crate::autograd::no_grad(|| {
             for _ in 0..n {
                 let start = ids.len().saturating_sub(self.config.context);
                 let window = &ids[start..];

@@ -2,7 +2,11 @@
 //! state dicts, `pytorch_model.bin`) under [`CharGpt`]'s names.
 
 use super::{CharGpt, GptConfig};
-use crate::{Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// GPT-2 (124M) exactly as published: [`GptConfig::gpt2`] (50257 tokens) built
 /// by [`CharGpt::new_gpt2`] (tied head, tanh GELU), weights drawn as GPT-2's.
@@ -88,7 +92,10 @@ pub fn gpt2_state_from_hf(state: &[(String, Tensor)]) -> Result<Vec<(String, Ten
             .find(|(n, _)| n == "tok_emb.weight")
             .map(|(_, t)| t);
         let tied = match wte {
-            Some(w) => w.shape() == head.shape() && crate::no_grad(|| w.allclose(head, 0.0, 0.0))?,
+            Some(w) => {
+                w.shape() == head.shape()
+                    && crate::autograd::no_grad(|| w.allclose(head, 0.0, 0.0))?
+            }
             None => false,
         };
         if !tied {

@@ -55,7 +55,11 @@ pub use hf_gpt2::{gpt2, gpt2_state_from_hf};
 pub use resnet::{BasicBlock, Bottleneck};
 
 use crate::nn::{self, Module, Sequential};
-use crate::{Conv2dOptions, Device, Error, Pool2dOptions, Result};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::{Conv2dOptions, Pool2dOptions},
+};
 
 /// The names [`by_name`] knows, in the order it lists them: torchvision's models,
 /// then the digits lesson's `mlp` (64 → 128 → classes) and `cnn` ([`digits_cnn`]

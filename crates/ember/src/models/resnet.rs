@@ -1,15 +1,19 @@
 //! torchvision's ResNet: the residual blocks and the network around them.
 
 use crate::nn::{self, BatchNorm2d, Conv2d, Module, Sequential};
-use crate::{Conv2dOptions, Device, Pool2dOptions, Result, Tensor};
+use crate::{
+    device::Device,
+    error::Result,
+    tensor::{Conv2dOptions, Pool2dOptions, Tensor},
+};
 
 /// A child's forward inside its module scope (`conv1` of `layer1.0` runs as
 /// `layer1.0.conv1` for the meta device's accounting), as `Sequential` runs its
 /// children.
 fn child(name: &str, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
-    let _scope = crate::meta::enter_module(name);
+    let _scope = crate::backend::meta::account::enter_module(name);
     let y = module.forward(x)?;
-    crate::meta::module_output(y.shape(), y.dtype());
+    crate::backend::meta::account::module_output(y.shape(), y.dtype());
     Ok(y)
 }
 

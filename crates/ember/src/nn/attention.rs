@@ -4,7 +4,12 @@
 
 use super::functional::dropout;
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Linear, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// The masks and options of one [`MultiheadAttention`] call (PyTorch's keyword
 /// arguments, with its defaults).

@@ -1,6 +1,9 @@
 //! Gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`).
 
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Scales the gradients of `params` together so that their joint `norm_type`-norm
 /// is at most `max_norm` (`clip_grad_norm_`): each gradient is multiplied by
@@ -15,14 +18,14 @@ pub fn clip_grad_norm_(
     error_if_nonfinite: bool,
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("clip_grad_norm_");
-    crate::no_grad(|| {
+    crate::autograd::no_grad(|| {
         let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
         let Some(first) = grads.first() else {
             let dev = params
                 .first()
                 .map(Tensor::device)
-                .unwrap_or(crate::Device::Cpu);
-            return Tensor::zeros((), crate::DType::F32, &dev);
+                .unwrap_or(crate::device::Device::Cpu);
+            return Tensor::zeros((), crate::dtype::DType::F32, &dev);
         };
         // on a GPU, for the 2-norm, in a few launches for all the gradients
         // (PyTorch's foreach form): each gradient's norm, their norm, the scaling
@@ -80,7 +83,7 @@ fn scale(grads: &[Tensor], total: &Tensor, max_norm: f64) -> Result<()> {
 /// Clamps every gradient of `params` into `[-clip_value, clip_value]` in place
 /// (`clip_grad_value_`).
 pub fn clip_grad_value_(params: &[Tensor], clip_value: f64) -> Result<()> {
-    crate::no_grad(|| {
+    crate::autograd::no_grad(|| {
         for g in params.iter().filter_map(Tensor::grad) {
             g.copy_(&g.clamp(Some(-clip_value), Some(clip_value))?)?;
         }

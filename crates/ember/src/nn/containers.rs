@@ -3,7 +3,12 @@
 //! forward code (neither has a forward of its own, as in PyTorch).
 
 use super::Module;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// The `Module` methods that visit `self.children()` (all but `forward`).
 macro_rules! container_methods {

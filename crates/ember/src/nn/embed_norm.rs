@@ -3,7 +3,12 @@
 
 use super::functional::{embedding, group_norm, layer_norm, rms_norm};
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Runs `f` on each present parameter slot.
 fn each(slots: [&mut Option<Tensor>; 2], f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<()> {
@@ -102,7 +107,7 @@ impl Embedding {
 
     fn zero_padding_row(&self) -> Result<()> {
         if let Some(p) = self.padding_idx {
-            crate::no_grad(|| {
+            crate::autograd::no_grad(|| {
                 self.weight.narrow(0, p, 1)?.copy_(&Tensor::zeros(
                     [1, self.weight.shape()[1]],
                     self.weight.dtype(),

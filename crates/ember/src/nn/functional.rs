@@ -3,7 +3,11 @@
 //! `scaled_dot_product_attention` with its paths. Most are composites of tensor
 //! ops, so they run on every device and autograd needs no rule of its own.
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 pub use super::sdpa::{
     attention_path, scaled_dot_product_attention, with_attention_group_scores, with_attention_path,
@@ -120,9 +124,9 @@ pub fn embedding(indices: &Tensor, weight: &Tensor, padding_idx: Option<i64>) ->
     })?;
     let rows = match pad {
         // the padding rows' values, taken outside the graph
-        Some(p) if weight.requires_grad() && crate::is_grad_enabled() => {
+        Some(p) if weight.requires_grad() && crate::autograd::is_grad_enabled() => {
             let at_pad = flat.eq(p)?.unsqueeze(1)?;
-            let fixed = crate::no_grad(|| weight.detach().index_select(0, &flat))?;
+            let fixed = crate::autograd::no_grad(|| weight.detach().index_select(0, &flat))?;
             at_pad.where_(&fixed, &rows)?
         }
         _ => rows,
@@ -301,7 +305,7 @@ pub(crate) fn update_running_stats(
     m: Momentum,
 ) -> Result<()> {
     let unbiased = n as f64 / (n - 1) as f64;
-    crate::no_grad(|| -> Result<()> {
+    crate::autograd::no_grad(|| -> Result<()> {
         for (running, batch, scale) in [(running_mean, mean, 1.0), (running_var, var, unbiased)] {
             let Some(r) = running else { continue };
             let b = batch.to_dtype(r.dtype())?;

@@ -3,7 +3,12 @@
 //! the generator in scope, and returns the tensor for chaining.
 
 use super::assign;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// How a weight's fans are chosen for Kaiming initialisation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

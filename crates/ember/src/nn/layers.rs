@@ -4,7 +4,12 @@
 use super::{
     assign, cast_state, empty_parameter, fresh_parameter, move_parameter, parameter, Module,
 };
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// `y = x Wᵀ + b` (`nn.Linear`). Weights and bias start uniform in
 /// `±1/sqrt(in_features)`, PyTorch's default (Kaiming-uniform with a = √5).
@@ -264,9 +269,9 @@ impl Module for Sequential {
         let mut h = x.clone();
         for (name, layer) in &self.layers {
             // meta allocations say which layer asked (`"3"`, `"features.3"`, ...)
-            let _scope = crate::meta::enter_module(name);
+            let _scope = crate::backend::meta::account::enter_module(name);
             h = layer.forward(&h)?;
-            crate::meta::module_output(h.shape(), h.dtype());
+            crate::backend::meta::account::module_output(h.shape(), h.dtype());
         }
         Ok(h)
     }
@@ -446,7 +451,7 @@ impl Module for Flatten {
 pub struct Dropout {
     p: f64,
     training: bool,
-    generator: Option<crate::Generator>,
+    generator: Option<crate::backend::generator::Generator>,
 }
 
 impl Dropout {
@@ -465,7 +470,7 @@ impl Dropout {
     }
 
     /// Draws the masks from `generator` instead of the global stream.
-    pub fn generator(mut self, generator: &crate::Generator) -> Dropout {
+    pub fn generator(mut self, generator: &crate::backend::generator::Generator) -> Dropout {
         self.generator = Some(generator.clone());
         self
     }
@@ -498,7 +503,7 @@ impl Module for Dropout {
 pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
-    pub options: crate::Conv2dOptions,
+    pub options: crate::tensor::Conv2dOptions,
     /// `padding="same"`: the output keeps the input's size (stride 1; the
     /// padding of `options` is then not used). See [`Conv2d::padding_same`].
     pub same: bool,
@@ -510,7 +515,7 @@ impl Conv2d {
         in_channels: usize,
         out_channels: usize,
         kernel: usize,
-        options: crate::Conv2dOptions,
+        options: crate::tensor::Conv2dOptions,
         device: &Device,
     ) -> Result<Conv2d> {
         Conv2d::with_bias(in_channels, out_channels, kernel, true, options, device)
@@ -534,7 +539,7 @@ impl Conv2d {
         out_channels: usize,
         kernel: usize,
         bias: bool,
-        options: crate::Conv2dOptions,
+        options: crate::tensor::Conv2dOptions,
         device: &Device,
     ) -> Result<Conv2d> {
         let g = options.groups;
@@ -599,7 +604,7 @@ impl Module for Conv2d {
 
 /// 2-D max pooling layer (`nn.MaxPool2d`).
 #[derive(Clone, Copy, Debug)]
-pub struct MaxPool2d(pub crate::Pool2dOptions);
+pub struct MaxPool2d(pub crate::tensor::Pool2dOptions);
 
 impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -609,7 +614,7 @@ impl Module for MaxPool2d {
 
 /// 2-D average pooling layer (`nn.AvgPool2d`).
 #[derive(Clone, Copy, Debug)]
-pub struct AvgPool2d(pub crate::Pool2dOptions);
+pub struct AvgPool2d(pub crate::tensor::Pool2dOptions);
 
 impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -691,7 +696,7 @@ fn adaptive_avg_pool2d(x: &Tensor, (oh, ow): (usize, usize)) -> Result<Tensor> {
         return x.mean([dh, dw], true);
     }
     if h.is_multiple_of(oh) && w.is_multiple_of(ow) {
-        return x.avg_pool2d(crate::Pool2dOptions::rect(h / oh, w / ow));
+        return x.avg_pool2d(crate::tensor::Pool2dOptions::rect(h / oh, w / ow));
     }
     // the windows of each dim in turn: a mean over a rectangle is the mean over its
     // rows of the means over its columns

@@ -1,6 +1,10 @@
 //! Loss functions, as in `torch.nn.functional`.
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// How per-sample losses are combined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -380,7 +384,7 @@ pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -
             "targets must be floating point probabilities",
         ));
     }
-    let l = crate::no_grad(|| {
+    let l = crate::autograd::no_grad(|| {
         let log_sigmoid = logits
             .clamp_max(0.0)?
             .sub(&logits.abs()?.neg()?.exp()?.add(1.0)?.log()?)?;
@@ -454,7 +458,7 @@ pub fn bce_with_logits_opts(
         Some(w) => l.mul(w),
         None => Ok(l),
     };
-    let l = crate::no_grad(|| -> Result<Tensor> {
+    let l = crate::autograd::no_grad(|| -> Result<Tensor> {
         let log_weight = p.sub(1.0)?.mul(y)?.add(1.0)?;
         let l = y
             .neg()?

@@ -54,7 +54,7 @@ pub use transformer::{
     TransformerOptions,
 };
 
-use crate::{DType, Device, Result, Tensor};
+use crate::{device::Device, dtype::DType, error::Result, tensor::Tensor};
 
 /// A layer or model: a forward function over parameters it owns.
 pub trait Module: Send + Sync {
@@ -272,7 +272,7 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
     if m.named_parameters().is_empty() && m.named_buffers().is_empty() {
         Ok(())
     } else {
-        Err(crate::Error::invalid(
+        Err(crate::error::Error::invalid(
             op,
             "this module has parameters or buffers but does not implement it",
         ))
@@ -316,28 +316,28 @@ macro_rules! delegate_to_children {
         }
     };
     (@visit) => {
-        fn named_parameters(&self) -> Vec<(String, $crate::Tensor)> {
+        fn named_parameters(&self) -> Vec<(String, $crate::tensor::Tensor)> {
             $crate::nn::prefixed(self.children(), |m| m.named_parameters())
         }
-        fn named_buffers(&self) -> Vec<(String, $crate::Tensor)> {
+        fn named_buffers(&self) -> Vec<(String, $crate::tensor::Tensor)> {
             $crate::nn::prefixed(self.children(), |m| m.named_buffers())
         }
-        fn to_device(&mut self, device: &$crate::Device) -> $crate::Result<()> {
+        fn to_device(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
             self.children_mut()
                 .into_iter()
                 .try_for_each(|(_, m)| m.to_device(device))
         }
-        fn to_empty(&mut self, device: &$crate::Device) -> $crate::Result<()> {
+        fn to_empty(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
             self.children_mut()
                 .into_iter()
                 .try_for_each(|(_, m)| m.to_empty(device))
         }
-        fn to_dtype(&mut self, dtype: $crate::DType) -> $crate::Result<()> {
+        fn to_dtype(&mut self, dtype: $crate::dtype::DType) -> $crate::error::Result<()> {
             self.children_mut()
                 .into_iter()
                 .try_for_each(|(_, m)| m.to_dtype(dtype))
         }
-        fn reset_parameters(&mut self) -> $crate::Result<()> {
+        fn reset_parameters(&mut self) -> $crate::error::Result<()> {
             self.children_mut()
                 .into_iter()
                 .try_for_each(|(_, m)| m.reset_parameters())
@@ -351,7 +351,7 @@ pub(crate) fn float_target(dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())
     } else {
-        Err(crate::Error::invalid(
+        Err(crate::error::Error::invalid(
             "to_dtype",
             format!("a module converts only to a floating-point dtype, not {dtype}"),
         ))
@@ -366,13 +366,13 @@ pub(crate) fn cast_state(t: &Tensor, dtype: DType) -> Result<Tensor> {
     if !t.dtype().is_float() || t.dtype() == dtype {
         return Ok(t.clone());
     }
-    crate::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
+    crate::autograd::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
 }
 
 /// A fresh leaf that requires a gradient, holding `t`'s values (copied: `t` may
 /// share its storage with the caller's tensors).
 pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
-    crate::no_grad(|| t.detach().copy())?.requires_grad_(true)
+    crate::autograd::no_grad(|| t.detach().copy())?.requires_grad_(true)
 }
 
 /// [`parameter`] for a tensor just made (drawn or filled) and owned by no one
@@ -390,7 +390,7 @@ pub(crate) fn empty_parameter(p: &Tensor, device: &Device) -> Result<Tensor> {
 
 /// Overwrites `p`'s values with `values` (outside the graph).
 pub(crate) fn assign(p: &Tensor, values: &Tensor) -> Result<()> {
-    crate::no_grad(|| p.copy_(values))
+    crate::autograd::no_grad(|| p.copy_(values))
 }
 
 /// A parameter moved to `device` (still a leaf that requires a gradient).
@@ -398,5 +398,5 @@ pub(crate) fn move_parameter(p: &Tensor, device: &Device) -> Result<Tensor> {
     if p.device() == *device {
         return Ok(p.clone());
     }
-    crate::no_grad(|| p.detach().to(device))?.requires_grad_(p.requires_grad())
+    crate::autograd::no_grad(|| p.detach().to(device))?.requires_grad_(p.requires_grad())
 }

@@ -3,7 +3,12 @@
 use super::functional::{update_running_stats, Momentum};
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::tensor::BatchStats;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
 /// (`BatchNorm1d`: `[N, C]` or `[N, C, L]`; `BatchNorm2d`: `[N, C, H, W]`).
@@ -172,14 +177,14 @@ impl<const D: usize> Module for BatchNorm<D> {
                 &self.running_var,
                 &self.num_batches_tracked,
             ) {
-                crate::no_grad(|| nb.add_(1i64))?;
+                crate::autograd::no_grad(|| nb.add_(1i64))?;
                 // a cumulative average's m = 1 / batches in f64, rounded once as
                 // a fixed momentum is
                 let batches;
                 let m = match self.momentum {
                     Some(m) => Momentum::Fixed(m),
                     None => {
-                        batches = crate::no_grad(|| nb.to_dtype(DType::F64)?.recip())?;
+                        batches = crate::autograd::no_grad(|| nb.to_dtype(DType::F64)?.recip())?;
                         Momentum::Cumulative(&batches)
                     }
                 };

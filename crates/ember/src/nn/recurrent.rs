@@ -9,7 +9,12 @@
 
 use super::functional::dropout;
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Which cell a recurrent layer runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,11 @@
 //! chosen per thread by [`AttentionPath`]. Re-exported from `nn::functional`.
 
 use super::functional::dropout;
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Attention `softmax(q kᵀ · scale + mask) v` over the last two dims
 /// (`F.scaled_dot_product_attention`): `q` is `[..., L, E]`, `k` `[..., S, E]`,
@@ -410,7 +414,7 @@ pub(crate) fn attention_saving_memory(
     match attention_path() {
         AttentionPath::Math => return Ok(None),
         AttentionPath::Auto | AttentionPath::Fused
-            if crate::is_grad_enabled() && n * l * s <= 1 << 22 =>
+            if crate::autograd::is_grad_enabled() && n * l * s <= 1 << 22 =>
         {
             return Ok(None)
         }
@@ -465,7 +469,7 @@ pub(crate) fn attention_saving_memory(
         k.reshape([n, s, e])?,
         v.reshape([n, s, ev])?,
     );
-    let (out, lse) = crate::no_grad(|| {
+    let (out, lse) = crate::autograd::no_grad(|| {
         crate::tensor::autocast::without(|| -> Result<(Tensor, Tensor)> {
             let (mut outs, mut lses) = (Assembled::new(n, l), Assembled::new(n, l));
             for g in &groups {
@@ -580,13 +584,13 @@ impl Group {
 
     /// The kept weights' multiplier (`1/(1 - p)` or 0), drawn from this group's
     /// seed: the same tensor in forward and backward.
-    fn keep(&self, p: f64, dtype: DType, device: &crate::Device) -> Result<Tensor> {
+    fn keep(&self, p: f64, dtype: DType, device: &crate::device::Device) -> Result<Tensor> {
         let shape = [
             self.len,
             self.view[self.view.len() - 2],
             self.view[self.view.len() - 1],
         ];
-        let u = crate::Generator::new(self.seed)
+        let u = crate::backend::generator::Generator::new(self.seed)
             .scope(|| Tensor::uniform(0.0, 1.0, shape, DType::F32, device))?;
         u.ge(p)?.to_dtype(dtype)?.mul(1.0 / (1.0 - p))
     }
@@ -736,7 +740,7 @@ fn group_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Device;
+    use crate::device::Device;
 
     fn qkv(dt: DType, d: usize, dv: usize, dev: &Device) -> Result<[Tensor; 3]> {
         Ok([
@@ -771,7 +775,7 @@ mod tests {
         has(why(DType::F64, 64, 64, &meta)?, "got float64");
         has(why(DType::BF16, 64, 32, &meta)?, "another head dim");
         has(
-            crate::meta::with_arch(75, || why(DType::BF16, 64, 64, &meta))?,
+            crate::backend::meta::account::with_arch(75, || why(DType::BF16, 64, 64, &meta))?,
             "compute capability 8.0",
         );
         has(

@@ -2,7 +2,10 @@
 //! not, checked whole before anything is copied.
 
 use super::Module;
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::collections::{HashMap, HashSet};
 
 /// The keys [`Module::load_state_dict`] could not match (PyTorch's
@@ -41,7 +44,7 @@ pub(crate) fn load_state<M: Module + ?Sized>(
     let given: HashMap<&str, &Tensor> = state.iter().map(|(n, t)| (n.as_str(), t)).collect();
     // every entry moved and converted before the first copy, so that a failure
     // (out of memory on the device) leaves the model as it was
-    let pairs = crate::no_grad(|| {
+    let pairs = crate::autograd::no_grad(|| {
         params
             .iter()
             .filter_map(|(n, p)| given.get(n.as_str()).map(|t| (p, *t)))
@@ -60,7 +63,7 @@ pub(crate) fn load_state<M: Module + ?Sized>(
             })
             .collect::<Result<Vec<_>>>()
     })?;
-    crate::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))?;
+    crate::autograd::no_grad(|| pairs.iter().try_for_each(|(p, t)| p.copy_(t)))?;
     Ok(report)
 }
 

@@ -5,7 +5,11 @@
 use super::attention::{AttentionOptions, MultiheadAttention};
 use super::functional::dropout;
 use super::{LayerNorm, Linear, Module};
-use crate::{Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Module methods of a module made only of named children.
 macro_rules! children_module {
@@ -72,7 +76,7 @@ fn feed_forward(
     training: bool,
 ) -> Result<Tensor> {
     let h = {
-        let _s = crate::meta::enter_module("linear1");
+        let _s = crate::backend::meta::account::enter_module("linear1");
         l1.forward(x)?
     };
     let h = match act {
@@ -81,7 +85,7 @@ fn feed_forward(
         Activation::GeluTanh => h.gelu_tanh()?,
     };
     let h = dropout(&h, p, training)?;
-    let _s = crate::meta::enter_module("linear2");
+    let _s = crate::backend::meta::account::enter_module("linear2");
     l2.forward(&h)
 }
 
@@ -165,13 +169,13 @@ impl TransformerEncoderLayer {
                 ..Default::default()
             };
             let a = {
-                let _s = crate::meta::enter_module("self_attn");
+                let _s = crate::backend::meta::account::enter_module("self_attn");
                 self.self_attn.attend(x, x, x, opts)?.0
             };
             dropout(&a, p, self.training)
         };
         let norm = |which: &str, n: &LayerNorm, x: &Tensor| -> Result<Tensor> {
-            let _s = crate::meta::enter_module(which);
+            let _s = crate::backend::meta::account::enter_module(which);
             n.forward(x)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
@@ -284,7 +288,7 @@ impl TransformerEncoder {
         }
         let mut x = src.clone();
         for (i, layer) in self.layers.iter().enumerate() {
-            let _s = crate::meta::enter_module(format_args!("layers.{i}"));
+            let _s = crate::backend::meta::account::enter_module(format_args!("layers.{i}"));
             x = layer.forward_with(&x, mask, src_key_padding_mask, is_causal)?;
         }
         match &self.norm {
@@ -314,7 +318,7 @@ fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEnco
 /// `to`'s parameters made copies of `from`'s (same names and shapes).
 fn copy_state(from: &dyn Module, to: &mut dyn Module) -> Result<()> {
     for ((_, src), (_, dst)) in from.named_parameters().iter().zip(to.named_parameters()) {
-        crate::no_grad(|| dst.copy_(src))?;
+        crate::autograd::no_grad(|| dst.copy_(src))?;
     }
     Ok(())
 }

@@ -3,7 +3,10 @@
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{fused, InitialLrs, Optimizer};
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Adam (`torch.optim.Adam`), or AdamW with decoupled weight decay.
 pub struct Adam {
@@ -151,7 +154,7 @@ impl Adam {
         let correction = |b: f64| -> Result<Tensor> { t.mul(b.ln())?.exp()?.neg()?.add(1.0) };
         let mut corrections = None;
         // lr / bc1 and sqrt(bc2), in each parameter dtype once
-        let mut per_dtype: Vec<(crate::DType, Tensor, Tensor)> = Vec::new();
+        let mut per_dtype: Vec<(crate::dtype::DType, Tensor, Tensor)> = Vec::new();
         for ([p, g, m, v], done) in items.into_iter().zip(done) {
             if done {
                 continue;
@@ -202,8 +205,8 @@ pub(super) fn adam_update(
     (m, v): (&Tensor, &Tensor),
     (b1, b2): (f64, f64),
     (lr, eps, weight_decay, decoupled): (f64, f64, f64, bool),
-    step_size: crate::Operand<'_>,
-    sqrt_bc2: crate::Operand<'_>,
+    step_size: crate::tensor::Operand<'_>,
+    sqrt_bc2: crate::tensor::Operand<'_>,
 ) -> Result<()> {
     if weight_decay != 0.0 {
         if decoupled {
@@ -229,9 +232,12 @@ impl Optimizer for Adam {
         s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
         s.push((
             "step".into(),
-            Tensor::scalar(self.steps() as i64, &crate::Device::Cpu)?,
+            Tensor::scalar(self.steps() as i64, &crate::device::Device::Cpu)?,
         ));
-        s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        s.push((
+            "lr".into(),
+            Tensor::scalar(self.lr, &crate::device::Device::Cpu)?,
+        ));
         cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
@@ -311,8 +317,10 @@ impl Optimizer for Adam {
     }
 
     fn step(&mut self) -> Result<()> {
-        let _ng = crate::no_grad_guard();
-        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let _ng = crate::autograd::no_grad_guard();
+        let _phase = crate::backend::meta::account::enter_phase(
+            crate::backend::meta::account::Phase::Optimizer,
+        );
         let (b1, b2) = (self.cycled.unwrap_or(self.betas.0), self.betas.1);
         if self.capturable {
             return self.capturable_step(b1, b2);

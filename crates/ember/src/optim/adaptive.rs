@@ -4,7 +4,11 @@
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
-use crate::{Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// RMSprop: divides each gradient by a running root mean square of the past ones
 /// (`torch.optim.RMSprop`; defaults `alpha = 0.99`, `eps = 1e-8`, no weight decay,
@@ -57,8 +61,10 @@ impl Optimizer for RmsProp {
     plain_optimizer_methods!();
 
     fn step(&mut self) -> Result<()> {
-        let _ng = crate::no_grad_guard();
-        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let _ng = crate::autograd::no_grad_guard();
+        let _phase = crate::backend::meta::account::enter_phase(
+            crate::backend::meta::account::Phase::Optimizer,
+        );
         let a = self.alpha;
         let momentum = self.cycled.unwrap_or(self.momentum);
         for (i, p) in self.params.iter().enumerate() {
@@ -211,8 +217,10 @@ impl Optimizer for Adagrad {
     plain_optimizer_methods!();
 
     fn step(&mut self) -> Result<()> {
-        let _ng = crate::no_grad_guard();
-        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let _ng = crate::autograd::no_grad_guard();
+        let _phase = crate::backend::meta::account::enter_phase(
+            crate::backend::meta::account::Phase::Optimizer,
+        );
         self.steps += 1;
         let clr = self.lr / (1.0 + (self.steps - 1) as f64 * self.lr_decay);
         for (i, p) in self.params.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 pub(crate) use crate::backend::op::{AdamStep, SgdStep};
 use crate::backend::{AdamOperands, SgdOperands, Storage};
-use crate::{DType, Device, Result, Tensor};
+use crate::{device::Device, dtype::DType, error::Result, tensor::Tensor};
 
 /// Whether one fused step can update `p`, `m`, `v` from `g`: all four contiguous,
 /// of one float dtype (f32/f64) and size, on one device, with separate storage.

@@ -1,7 +1,11 @@
 //! Dynamic loss scaling for float16 training (`torch.amp.GradScaler`), public
 //! as `ember::amp::GradScaler` (and `ember::optim::GradScaler`).
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Where a [`GradScaler`] is in its step with one optimizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +190,7 @@ impl GradScaler {
                 "Attempting to unscale FP16 gradients.",
             ));
         }
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         // the reciprocal in double, then float, as PyTorch's
         let inv = (1.0 / self.scale) as f32;
         // sum(g - g) is 0 for finite gradients and NaN as soon as one element is

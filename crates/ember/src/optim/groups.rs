@@ -19,7 +19,10 @@
 //! ```
 
 use super::Optimizer;
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Several optimizers stepped as one, each over its own parameters with its own
 /// settings: PyTorch's parameter groups (`[{"params": ..., "lr": ...}, ...]`).

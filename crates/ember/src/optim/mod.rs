@@ -34,7 +34,10 @@ pub use schedule::{
 };
 pub use sgd::Sgd;
 
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// What every optimizer offers.
 pub trait Optimizer: Send {

@@ -4,7 +4,7 @@
 //! metric-driven `ReduceLROnPlateau`.
 
 use super::Optimizer;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Changes an optimizer's learning rate once per epoch (`scheduler.step()`), in
 /// every parameter group: each group follows the schedule from its own initial

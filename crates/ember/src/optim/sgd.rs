@@ -4,7 +4,10 @@
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{fused, InitialLrs, Optimizer};
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Stochastic gradient descent (`torch.optim.SGD`).
 pub struct Sgd {
@@ -170,7 +173,10 @@ impl Optimizer for Sgd {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
         s.push(state_mask(self.params.len(), &[&self.buffers])?);
-        s.push(("lr".into(), Tensor::scalar(self.lr, &crate::Device::Cpu)?));
+        s.push((
+            "lr".into(),
+            Tensor::scalar(self.lr, &crate::device::Device::Cpu)?,
+        ));
         cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
@@ -222,8 +228,10 @@ impl Optimizer for Sgd {
     }
 
     fn step(&mut self) -> Result<()> {
-        let _ng = crate::no_grad_guard();
-        let _phase = crate::meta::enter_phase(crate::meta::Phase::Optimizer);
+        let _ng = crate::autograd::no_grad_guard();
+        let _phase = crate::backend::meta::account::enter_phase(
+            crate::backend::meta::account::Phase::Optimizer,
+        );
         let momentum = self.cycled.unwrap_or(self.momentum);
         if self.foreach && self.foreach_step(momentum)? {
             return Ok(());

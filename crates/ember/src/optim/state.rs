@@ -2,7 +2,10 @@
 //! parameters they are given, and the state-dict helpers (moment buffers with
 //! their mask of present entries, scalar entries, cycled momentum).
 
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Where a one-cycle schedule has put the momentum: a `cycled_momentum` state
 /// entry, present only once it has.
@@ -10,7 +13,7 @@ pub(super) fn cycled_state(s: &mut Vec<(String, Tensor)>, cycled: Option<f64>) -
     if let Some(m) = cycled {
         s.push((
             "cycled_momentum".into(),
-            Tensor::scalar(m, &crate::Device::Cpu)?,
+            Tensor::scalar(m, &crate::device::Device::Cpu)?,
         ));
     }
     Ok(())
@@ -82,7 +85,7 @@ pub(super) fn replace_parameters(
             .zip(&new)
             .map(|(b, q)| {
                 b.as_ref()
-                    .map(|b| crate::no_grad(|| b.to(&q.device())))
+                    .map(|b| crate::autograd::no_grad(|| b.to(&q.device())))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -112,7 +115,7 @@ pub(super) fn state_mask(n: usize, bufs: &[&[Option<Tensor>]]) -> Result<(String
         .collect();
     Ok((
         "has_state".into(),
-        Tensor::from_vec(mask, [n], &crate::Device::Cpu)?,
+        Tensor::from_vec(mask, [n], &crate::device::Device::Cpu)?,
     ))
 }
 
@@ -127,7 +130,7 @@ pub(super) fn check_mask(
     let Some((_, mask)) = state.iter().find(|(k, _)| k == "has_state") else {
         return Ok(());
     };
-    let mask = mask.to_dtype(crate::DType::I64)?.to_vec::<i64>()?;
+    let mask = mask.to_dtype(crate::dtype::DType::I64)?.to_vec::<i64>()?;
     if mask.len() != n {
         return Err(Error::invalid(
             "load_state",
@@ -186,7 +189,7 @@ pub(super) fn load_buffers(
                 format!("{name} does not fit parameter {i}"),
             ));
         }
-        out[i] = Some(crate::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy()?);
+        out[i] = Some(crate::autograd::no_grad(|| t.to_dtype(p.dtype())?.to(&p.device()))?.copy()?);
     }
     Ok(out)
 }
@@ -271,7 +274,7 @@ macro_rules! plain_optimizer_methods {
             self.initial.record(lrs)
         }
 
-        fn parameters(&self) -> &[crate::Tensor] {
+        fn parameters(&self) -> &[crate::tensor::Tensor] {
             &self.params
         }
     };
@@ -286,7 +289,7 @@ macro_rules! non_negative_setters {
         impl $ty {
             $(
                 $(#[$doc])*
-                pub fn $name(mut self, v: f64) -> crate::Result<$ty> {
+                pub fn $name(mut self, v: f64) -> crate::error::Result<$ty> {
                     super::state::check_non_negative($op, $what, v)?;
                     self.$name = v;
                     Ok(self)

@@ -51,7 +51,7 @@ pub use crate::backend::profile::EventKind;
 pub use report::{Event, KeyAverages, OpStats, Profile, SortBy};
 
 use crate::backend::profile as rec;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -248,5 +248,5 @@ pub(crate) fn forward_module() -> Option<Arc<str>> {
     if !rec::active() {
         return None;
     }
-    Some(Arc::from(crate::meta::module_path()))
+    Some(Arc::from(crate::backend::meta::account::module_path()))
 }

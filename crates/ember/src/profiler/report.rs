@@ -3,7 +3,7 @@
 
 use super::EventKind;
 use crate::backend::profile::ThreadLog;
-use crate::{DType, Device};
+use crate::{device::Device, dtype::DType};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::Instant;
@@ -231,7 +231,10 @@ impl Profile {
 
     /// Writes a Chrome trace-event JSON file (see the module's docs); atomic, as
     /// every file ember writes.
-    pub fn export_chrome_trace(&self, path: impl AsRef<std::path::Path>) -> crate::Result<()> {
+    pub fn export_chrome_trace(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> crate::error::Result<()> {
         let text = super::trace::chrome_trace(self);
         crate::files::write_atomic(path.as_ref(), text.as_bytes())
     }

@@ -4,7 +4,7 @@
 //! the work. Ranges nest by time on each track, as the format nests them.
 
 use super::{EventKind, Profile};
-use crate::Device;
+use crate::device::Device;
 use std::fmt::Write;
 
 /// The JSON string literal of `s`.

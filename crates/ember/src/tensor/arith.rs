@@ -24,7 +24,7 @@ use super::elementwise::Operand;
 use super::Tensor;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
-fn ok(r: crate::Result<Tensor>, op: &str) -> Tensor {
+fn ok(r: crate::error::Result<Tensor>, op: &str) -> Tensor {
     r.unwrap_or_else(|e| panic!("ember: `{op}` operator failed: {e}"))
 }
 
@@ -92,8 +92,8 @@ tensor_op!(Div, div, div_, "/");
 fn reuse_or(
     t: Tensor,
     rhs: Operand,
-    inplace: impl Fn(&Tensor, Operand) -> crate::Result<()>,
-    fresh: impl Fn(&Tensor, Operand) -> crate::Result<Tensor>,
+    inplace: impl Fn(&Tensor, Operand) -> crate::error::Result<()>,
+    fresh: impl Fn(&Tensor, Operand) -> crate::error::Result<Tensor>,
     sym: &str,
 ) -> Tensor {
     let same_shape_dtype = match rhs {
@@ -101,8 +101,12 @@ fn reuse_or(
             !r.same_storage(&t)
                 && crate::layout::broadcast_shapes("op", t.shape(), r.shape())
                     .is_ok_and(|s| s.as_slice() == t.shape())
-                && crate::DType::result_type(t.dtype(), t.rank() == 0, r.dtype(), r.rank() == 0)
-                    == t.dtype()
+                && crate::dtype::DType::result_type(
+                    t.dtype(),
+                    t.rank() == 0,
+                    r.dtype(),
+                    r.rank() == 0,
+                ) == t.dtype()
         }
         Operand::Scalar(_) => t.dtype().is_float(),
     };

@@ -4,7 +4,7 @@
 
 use super::{Storages, Tensor};
 use crate::backend::op::{attn_view_fits, AttnShape};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// `t` (`[.., rows, cols]`) as a rank-4 view `[b, h, rows, cols]`: the batch
 /// dims folded into two (a view where they fold, else a copy).
@@ -85,13 +85,16 @@ impl Tensor {
                 "q, k and v need the same rank, at least 2",
             ));
         }
-        let (q4, k4, v4) =
-            crate::no_grad(|| -> Result<_> { Ok((as_rank4(self)?, as_rank4(k)?, as_rank4(v)?)) })?;
+        let (q4, k4, v4) = crate::autograd::no_grad(|| -> Result<_> {
+            Ok((as_rank4(self)?, as_rank4(k)?, as_rank4(v)?))
+        })?;
         let b4 = match bias {
             Some(b) => {
                 let mut to = self.shape()[..r - 1].to_vec();
                 to.push(k.shape()[r - 2]);
-                Some(crate::no_grad(|| fold4(&b.detach().expand(&to[..])?))?)
+                Some(crate::autograd::no_grad(|| {
+                    fold4(&b.detach().expand(&to[..])?)
+                })?)
             }
             None => None,
         };

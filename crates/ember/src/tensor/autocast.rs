@@ -2,7 +2,12 @@
 //! loss scaler is `optim::GradScaler`, above the optimizers it steps): the
 //! public face and its documentation are `ember::amp`.
 
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 

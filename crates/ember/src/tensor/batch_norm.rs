@@ -6,7 +6,10 @@
 
 use super::Storages;
 use crate::backend::op::{channel_shape, stat_dtype};
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// Where a batch normalisation takes its statistics from.
 #[derive(Clone, Copy)]
@@ -71,7 +74,7 @@ impl Tensor {
         }
         let sd = stat_dtype(self.dtype());
         let batch = matches!(stats, BatchStats::Batch);
-        let (y, mean, var, invstd, w) = crate::no_grad(|| -> Result<_> {
+        let (y, mean, var, invstd, w) = crate::autograd::no_grad(|| -> Result<_> {
             let x = self.contiguous()?;
             let (mean, var) = match stats {
                 BatchStats::Batch => {

@@ -3,7 +3,10 @@
 
 use crate::backend::op::collective::CommKind;
 use crate::backend::storage::Communicator;
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 impl Tensor {
     /// Runs `f` on this CPU tensor's values in place, when they are the whole of

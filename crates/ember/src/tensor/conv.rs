@@ -5,7 +5,10 @@ use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
 use crate::backend::Storage;
 use crate::layout::checked_numel;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// The input and weight gradients of a convolution, each where it is needed.
 type ConvGrads = (Option<Tensor>, Option<Tensor>);
@@ -227,7 +230,7 @@ impl Tensor {
         let dtype = self.dtype();
         let half = matches!(dtype, DType::F16 | DType::BF16);
         let native = half && self.read().conv_takes_half(&shape);
-        let ng = crate::no_grad_guard();
+        let ng = crate::autograd::no_grad_guard();
         // kept for backward in their own dtype (a half-precision input costs half
         // the memory of its float32 copy, which lives only while it is used)
         let (xk, wk) = (self.contiguous()?, weight.contiguous()?);

@@ -9,7 +9,11 @@ use crate::backend::{Dist, Storage};
 use crate::dtype::WithDType;
 use crate::dtype::{CpuData, CpuElem};
 use crate::layout::{checked_numel, Dims};
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use half::{bf16, f16};
 use rand::RngExt;
 use smallvec::SmallVec;

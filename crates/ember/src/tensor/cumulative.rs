@@ -6,7 +6,10 @@ use super::shape::{dim_list, IntoDims};
 use super::Tensor;
 use crate::backend::op::ScanOp;
 use crate::layout::{normalize_dim, Dims};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     /// Running sums along `dim` (`torch.cumsum`); integers and bools sum in int64.
@@ -227,7 +230,7 @@ impl Tensor {
         let empty = dims.iter().any(|&d| x.shape()[d] == 0);
         // the largest element is taken out before exp; where it is infinite, 0
         // instead, so that -inf - -inf gives no NaN
-        let out = crate::no_grad(|| -> Result<Tensor> {
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             if empty {
                 let shape = reduced_shape(x.shape(), &dims, keepdim);
                 return Tensor::full(shape, f64::NEG_INFINITY, x.dtype(), &x.device());
@@ -291,7 +294,7 @@ impl Tensor {
             ));
         }
         let ds = &dims[..];
-        let out = crate::no_grad(|| -> Result<Tensor> {
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             // float16 and bfloat16 accumulate in float32, rounded once at the end,
             // as in PyTorch: the norm of [300, 400] in float16 is 500, not inf
             let x = match self.dtype() {

@@ -3,7 +3,7 @@
 //! line wrapping at 80 columns, and `dtype=` / `device=` suffixes.
 
 use super::Tensor;
-use crate::{DType, Device};
+use crate::{device::Device, dtype::DType};
 use std::fmt;
 use std::sync::RwLock;
 

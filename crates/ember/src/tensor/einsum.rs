@@ -3,7 +3,7 @@
 //! come from those ops.
 
 use super::Tensor;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One operand's subscripts: a label per dim, the ellipsis standing for the
 /// broadcast dims (labels `0..` below 'A', one per ellipsis dim, right-aligned).

@@ -9,7 +9,11 @@ pub use crate::backend::op::Scalar;
 use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::borrow::Cow;
 
 macro_rules! scalar_from {
@@ -265,7 +269,9 @@ impl Tensor {
             Operand::Scalar(s) => s.to_f64() == 0.0,
             Operand::Tensor(t) if !t.holds_values() => false,
             Operand::Tensor(t) => {
-                crate::no_grad(|| t.eq(0)?.to_dtype(DType::I64)?.sum_all()?.item::<i64>())? > 0
+                crate::autograd::no_grad(|| {
+                    t.eq(0)?.to_dtype(DType::I64)?.sum_all()?.item::<i64>()
+                })? > 0
             }
         };
         if zero {

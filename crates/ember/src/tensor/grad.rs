@@ -4,7 +4,7 @@
 use super::Tensor;
 use crate::autograd::{sum_to, Grads, Inputs, Saved};
 use crate::backend::op::BinaryCode;
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 
 /// The derivative of each one-input elementwise op.
 #[derive(Clone, Copy, Debug)]
@@ -84,7 +84,7 @@ impl Unary {
     fn backward_in(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
         use Unary::*;
         let missing =
-            || crate::Error::invalid("backward", format!("{self:?}: a value was not saved"));
+            || crate::error::Error::invalid("backward", format!("{self:?}: a value was not saved"));
         let (x, y) = match self.saves() {
             (true, _) => (x.ok_or_else(missing)?, g),
             (false, true) => (g, y.ok_or_else(missing)?),
@@ -216,7 +216,7 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
     let b = || ins.get(1);
     let y = || match y {
         Some(y) => y.get(),
-        None => Err(crate::Error::invalid(
+        None => Err(crate::error::Error::invalid(
             "backward",
             format!("{op:?}: the output was not saved"),
         )),
@@ -302,7 +302,7 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
             },
         ),
         BinaryCode::FloorDivide => {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "backward",
                 "the derivative for floor_divide is not implemented (as in PyTorch)",
             ))

@@ -3,7 +3,10 @@
 
 use super::{Storages, Tensor};
 use crate::layout::normalize_dim;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
 /// One item of an index expression: a position (removes the dim) or a range.
@@ -310,7 +313,7 @@ impl Tensor {
     /// `src`): no check, so no copy of the indices to the host on CUDA.
     pub(crate) fn scatter_add_valid(&self, d: usize, idx: Tensor, src: &Tensor) -> Result<Tensor> {
         let index = &idx;
-        let out = crate::no_grad(|| self.copy())?;
+        let out = crate::autograd::no_grad(|| self.copy())?;
         {
             let st = Storages::read(&[&idx, src]);
             out.write().scatter_add(
@@ -368,7 +371,7 @@ impl Tensor {
         dim: i64,
         index: &Tensor,
         source: &Tensor,
-        alpha: impl Into<crate::Scalar>,
+        alpha: impl Into<crate::tensor::Scalar>,
     ) -> Result<Tensor> {
         const OP: &str = "index_add";
         super::same_device(OP, &[self, index, source])?;
@@ -440,11 +443,13 @@ impl Tensor {
         let idx = Tensor::index_values(OP, index, d, size, false)?.reshape([n])?;
         let alpha = match alpha.into() {
             a if self.dtype().is_float() => a,
-            crate::Scalar::Float(f) => crate::Scalar::Int(f as i64),
+            crate::tensor::Scalar::Float(f) => crate::tensor::Scalar::Int(f as i64),
             a => a,
         };
-        let one = matches!(alpha, crate::Scalar::Int(1) | crate::Scalar::Bool(true))
-            || matches!(alpha, crate::Scalar::Float(f) if f == 1.0);
+        let one = matches!(
+            alpha,
+            crate::tensor::Scalar::Int(1) | crate::tensor::Scalar::Bool(true)
+        ) || matches!(alpha, crate::tensor::Scalar::Float(f) if f == 1.0);
         let src = if one {
             source.clone()
         } else {
@@ -467,15 +472,16 @@ impl Tensor {
         dim: i64,
         index: &Tensor,
         source: &Tensor,
-        alpha: impl Into<crate::Scalar>,
+        alpha: impl Into<crate::tensor::Scalar>,
     ) -> Result<()> {
-        let recorded = self.check_inplace_target("index_add_", crate::Operand::Tensor(source))?;
+        let recorded =
+            self.check_inplace_target("index_add_", crate::tensor::Operand::Tensor(source))?;
         self.check_writable("index_add_")?;
         let out = self.index_add(dim, index, source, alpha)?;
         if recorded {
             self.write_history(&out)
         } else {
-            crate::no_grad(|| self.copy_(&out))
+            crate::autograd::no_grad(|| self.copy_(&out))
         }
     }
 
@@ -483,7 +489,7 @@ impl Tensor {
     /// 1-D indices `idx` already validated and `src` checked and scaled.
     fn index_add_valid(&self, d: usize, idx: Tensor, src: &Tensor) -> Result<Tensor> {
         let src = src.contiguous()?;
-        let out = crate::no_grad(|| self.copy())?;
+        let out = crate::autograd::no_grad(|| self.copy())?;
         {
             let st = Storages::read(&[&idx, &src]);
             out.write()
@@ -546,7 +552,7 @@ impl Tensor {
                 "Can not infer total number of classes from empty tensor.",
             ));
         }
-        let (lo, hi) = crate::no_grad(|| -> Result<(i64, i64)> {
+        let (lo, hi) = crate::autograd::no_grad(|| -> Result<(i64, i64)> {
             Ok((
                 self.min_all()?.item::<i64>()?,
                 self.max_all()?.item::<i64>()?,

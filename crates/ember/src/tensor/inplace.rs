@@ -6,7 +6,10 @@ use super::elementwise::can_cast;
 use super::{Operand, Tensor};
 use crate::backend::op::{BinaryCode, BinaryOp};
 use crate::layout::broadcast_shapes;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     /// In place: `self = self op rhs`, where `rhs` broadcasts to `self`'s shape and the
@@ -91,7 +94,7 @@ impl Tensor {
         // reading and writing one storage (`h.copy_(&h)`): a snapshot first, so
         // that one lock is taken at a time
         let values = if out.same_storage(self) {
-            crate::no_grad(|| out.copy())?
+            crate::autograd::no_grad(|| out.copy())?
         } else {
             out.clone()
         };
@@ -178,7 +181,7 @@ impl Tensor {
     /// `src` the gradient summed to its shape (PyTorch's rule).
     fn copy_recorded(&self, src: &Tensor) -> Result<()> {
         src.layout().broadcast_to("copy_", self.shape())?;
-        let values = crate::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
+        let values = crate::autograd::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
         let values = Tensor::record(values, "copy_", &[self, src], |_| {
             let (dst_shape, src_shape) = (self.shape().to_vec(), src.shape().to_vec());
             let (dst_needs, dst_dt, dst_dev) = (self.requires_grad(), self.dtype(), self.device());

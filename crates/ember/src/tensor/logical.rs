@@ -3,7 +3,7 @@
 //! from comparisons, so they run on every device.
 
 use super::Tensor;
-use crate::Result;
+use crate::error::Result;
 
 impl Tensor {
     /// `true` where an element is zero (`torch.logical_not`; `~mask` for bools).

@@ -7,7 +7,10 @@ use super::elementwise::{check_bool_sub, not_implemented_for, scalar_tensor};
 use super::{grad, Operand, Tensor};
 use crate::backend::op::{self as ops, Scalar};
 use crate::layout::broadcast_shapes;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     /// Rounds to `decimals` decimal places (`torch.round(x, decimals=d)`): halves
@@ -46,7 +49,7 @@ impl Tensor {
     /// is 0.
     pub fn sign(&self) -> Result<Tensor> {
         if self.dtype() == DType::Bool {
-            return crate::no_grad(|| self.copy());
+            return crate::autograd::no_grad(|| self.copy());
         }
         self.unary_op("sign", &ops::Sign, grad::Unary::Zero)
     }
@@ -333,7 +336,7 @@ impl Tensor {
         let x = self.to_dtype(dt)?;
         let lo = min.map(|t| t.to_dtype(dt)).transpose()?;
         let hi = max.map(|t| t.to_dtype(dt)).transpose()?;
-        let out = crate::no_grad(|| -> Result<Tensor> {
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             let mut y = x.expand(&shape[..])?;
             if let Some(lo) = &lo {
                 y = y.maximum(lo)?;

@@ -3,7 +3,10 @@
 use super::{Storages, Tensor};
 use crate::autograd::Saved;
 use crate::layout::{broadcast_shapes, checked_numel, Dims};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// Whether the last two dims are stored column-major (a transposed view).
 fn is_transposed(t: &Tensor) -> bool {
@@ -85,7 +88,7 @@ impl Tensor {
         if self.rank() >= 3 && rhs.rank() <= 2 && self.shape()[self.rank() - 1] == rhs.shape()[0] {
             return self.folded_matmul(rhs);
         }
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         let a = if self.rank() == 1 {
             self.unsqueeze(0)?
         } else {
@@ -214,7 +217,7 @@ impl Tensor {
             ));
         }
         let expanded = self.expand([n, m])?;
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         let out = if n > 0 && (self.rank() < 2 || self.shape()[0] == 1) {
             // one row for all: the product adds it
             let row = expanded.select(0, 0)?;

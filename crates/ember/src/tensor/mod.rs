@@ -51,7 +51,11 @@ use crate::autograd::Node;
 use crate::backend::Storage;
 use crate::dtype::CpuData;
 use crate::layout::Layout;
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -484,19 +488,8 @@ impl Tensor {
     /// dropped before that stream's work has run (the allocator otherwise hands
     /// its block to the next tensor of the stream that made it at once). An error
     /// for a tensor that is not on the stream's device.
-    pub fn record_stream(&self, stream: &crate::cuda::Stream) -> Result<()> {
-        let g = self.read();
-        match g.as_cuda() {
-            Some(st) if st.dev().device() == stream.device() => {
-                st.dev().record_stream(st.ptr(), stream.id);
-                Ok(())
-            }
-            _ => Err(Error::DeviceMismatch {
-                op: "record_stream",
-                a: self.device(),
-                b: stream.device(),
-            }),
-        }
+    pub fn record_stream(&self, stream: &crate::backend::Stream) -> Result<()> {
+        self.read().record_stream(stream)
     }
 
     /// A copy on the CPU (this tensor when already there).

@@ -4,7 +4,10 @@
 use super::Tensor;
 use crate::backend::op::{Pool, PoolShape, Window};
 use crate::layout::checked_numel;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
@@ -95,7 +98,7 @@ impl Tensor {
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
         let (out, index) = {
-            let _ng = crate::no_grad_guard();
+            let _ng = crate::autograd::no_grad_guard();
             let x = self.to_dtype(work)?.contiguous()?;
             let (out, index) = x.read().pool2d(x.layout(), &ps, kind, want_index)?;
             let out = Tensor::from_storage(out, &shape).to_dtype(self.dtype())?;
@@ -105,7 +108,7 @@ impl Tensor {
             // integers have no gradient
             return match (kind, index) {
                 (Pool::Max, Some(index)) => {
-                    let _ng = crate::no_grad_guard();
+                    let _ng = crate::autograd::no_grad_guard();
                     let planes_x = self.contiguous()?.reshape([planes, h * w])?;
                     let idx = index.reshape([planes, oh * ow])?.contiguous()?;
                     planes_x.gather_valid(1, idx)?.reshape(&shape)

@@ -7,7 +7,10 @@
 use super::shape::{dim_list, IntoDims};
 use super::{Scalar, Tensor};
 use crate::layout::normalize_dim;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// How [`Tensor::pad`] fills the new border (`F.pad`'s `mode`).
 #[derive(Clone, Copy, Debug, PartialEq)]

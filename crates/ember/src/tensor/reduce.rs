@@ -7,7 +7,10 @@ use crate::autograd::Saved;
 use crate::backend::op::ReduceOp;
 use crate::backend::Storage;
 use crate::layout::{normalize_dim, Dims};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// The gradient of a reduction of `x` over `dims` (output `y`, gradient `g`).
 /// Which values a reduction's rule reads: (the input, the output).
@@ -35,7 +38,8 @@ fn reduce_grad(
         .collect();
     let gk = g.reshape(&kept)?;
     let count: usize = dims.iter().map(|&d| shape[d]).product();
-    let missing = || crate::Error::invalid("backward", format!("{op:?}: a value was not saved"));
+    let missing =
+        || crate::error::Error::invalid("backward", format!("{op:?}: a value was not saved"));
     let x = || x.ok_or_else(missing);
     let y = || y.ok_or_else(missing);
     match op {
@@ -247,7 +251,7 @@ impl Tensor {
         value_op: ReduceOp,
         arg_op: ReduceOp,
     ) -> Result<(Tensor, Tensor)> {
-        let (values, index) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
+        let (values, index) = crate::autograd::no_grad(|| -> Result<(Tensor, Tensor)> {
             Ok((
                 self.reduce_dims(name, dim, true, value_op)?,
                 self.reduce_dims(name, dim, true, arg_op)?,
@@ -343,7 +347,7 @@ impl Tensor {
             return self.unsqueeze(0)?.softmax_impl(name, 0, log)?.squeeze(0);
         }
         // move `dim` last, compute over contiguous rows, move it back
-        let out = crate::no_grad(|| -> Result<Tensor> {
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             let last = self.rank() - 1;
             let t = if d == last {
                 self.contiguous()?
@@ -391,7 +395,7 @@ impl Tensor {
                 "normalisation needs a floating-point tensor with at least one dim",
             ));
         }
-        let (y, rstd) = crate::no_grad(|| -> Result<(Tensor, Tensor)> {
+        let (y, rstd) = crate::autograd::no_grad(|| -> Result<(Tensor, Tensor)> {
             let x = self.contiguous()?;
             let (y, rstd) = x.read().norm_rows(x.layout(), eps, rms)?;
             let row = *self.shape().last().unwrap_or(&1);
@@ -429,7 +433,7 @@ impl Tensor {
         smoothing: f64,
     ) -> Result<Tensor> {
         let m = self.shape()[0];
-        let (loss, lse, x, t) = crate::no_grad(|| -> Result<_> {
+        let (loss, lse, x, t) = crate::autograd::no_grad(|| -> Result<_> {
             let (x, t) = (self.contiguous()?, target.contiguous()?);
             let st = Storages::read(&[&x, &t]);
             let (loss, lse) = st.get(0).cross_entropy_rows(
@@ -479,7 +483,7 @@ impl Tensor {
     /// `true` when every `|self - other| <= atol + rtol * |other|` (shapes
     /// broadcast; NaN is never close), like `torch.allclose`.
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> Result<bool> {
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
         let diff = a.sub(&b)?.abs()?;
         let tol = b.abs()?.mul(rtol)?.add(atol)?;
@@ -493,7 +497,7 @@ impl Tensor {
 
     /// The largest `|self - other|` (shapes broadcast); NaN when either holds NaN.
     pub fn max_abs_diff(&self, other: &Tensor) -> Result<f64> {
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
         let d = a.sub(&b)?.abs()?;
         if d.numel() == 0 {
@@ -569,8 +573,10 @@ impl Tensor {
         };
         let (dev, dt) = (first.device(), first.dtype());
         let mut seen = std::collections::HashSet::new();
-        matches!(dev, crate::Device::Cuda(_) | crate::Device::Meta)
-            && matches!(dt, DType::F32 | DType::F64)
+        matches!(
+            dev,
+            crate::device::Device::Cuda(_) | crate::device::Device::Meta
+        ) && matches!(dt, DType::F32 | DType::F64)
             && tensors.all(|t| {
                 t.device() == dev
                     && t.dtype() == dt

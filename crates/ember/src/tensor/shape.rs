@@ -1,8 +1,8 @@
 //! Arguments that describe shapes and dims, so `[2, 3]`, `vec![2, 3]`, `&[2, -1]`
 //! and `t.shape()` all work where a shape is expected.
 
+use crate::error::{Error, Result};
 use crate::layout::{checked_numel, normalize_dim, Dims};
-use crate::{Error, Result};
 use smallvec::SmallVec;
 
 /// A shape argument; `-1` is allowed where PyTorch allows it (`reshape`, `expand`).

@@ -4,7 +4,10 @@
 
 use super::Tensor;
 use crate::layout::normalize_dim;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     /// The indices (int64) that sort this tensor along `dim` (`torch.argsort`,
@@ -154,7 +157,7 @@ impl Tensor {
                 "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
             ));
         }
-        let p = crate::no_grad(|| self.detach().to_dtype(DType::F32))?;
+        let p = crate::autograd::no_grad(|| self.detach().to_dtype(DType::F32))?;
         let rows = if self.rank() == 1 {
             p.reshape([1, n])?
         } else {

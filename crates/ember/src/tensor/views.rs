@@ -6,7 +6,10 @@ use super::shape::{dims_of, infer_shape, IntoShape};
 use super::Tensor;
 use crate::backend::Storage;
 use crate::layout::{checked_numel, normalize_dim, Dims, Layout};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 impl Tensor {
     /// The same elements with a new shape (one size may be -1): a view when the

@@ -3,7 +3,10 @@
 use super::History;
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
-use crate::{Error, Result, Tensor};
+use crate::{
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::path::{Path, PathBuf};
 
 /// What a callback sees at the end of an epoch.
@@ -67,7 +70,7 @@ impl Callback for Checkpoint {
             path: self.dir.display().to_string(),
             source: e,
         })?;
-        let cpu = crate::Device::Cpu;
+        let cpu = crate::device::Device::Cpu;
         let mut extra = vec![("epoch".to_string(), Tensor::scalar(ctx.epoch as i64, &cpu)?)];
         if let Some(s) = ctx.scheduler {
             extra.push((

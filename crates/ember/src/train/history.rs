@@ -1,6 +1,6 @@
 //! Per-epoch results, written as CSV and plotted as SVG.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 

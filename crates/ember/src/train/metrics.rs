@@ -1,6 +1,10 @@
 //! Metrics accumulated over the batches of an epoch.
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 
 /// A quantity computed batch by batch and averaged over an epoch. Implement it for
 /// your own metrics and pass them to [`Trial::metric`](super::Trial::metric).

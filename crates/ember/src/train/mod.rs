@@ -42,7 +42,12 @@ use crate::data::DataLoader;
 use crate::nn::Module;
 use crate::optim::GradScaler;
 use crate::optim::{LrScheduler, Optimizer};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
@@ -145,7 +150,7 @@ fn forward_loss(
 
 /// A training step captured in a CUDA graph, with its static inputs and outputs.
 struct StepGraph {
-    graph: crate::cuda::Graph,
+    graph: crate::backend::cuda::Graph,
     x: Tensor,
     y: Tensor,
     out: Tensor,
@@ -679,7 +684,7 @@ impl Trial {
                     r
                 }
             };
-            crate::no_grad(|| {
+            crate::autograd::no_grad(|| {
                 self.metrics
                     .iter_mut()
                     .try_for_each(|m| m.update(&out, &y, &loss))
@@ -761,7 +766,7 @@ impl Trial {
             &self.loss_fn,
             self.amp,
         );
-        let (graph, (out, loss)) = crate::cuda::Graph::capture(&self.device, || {
+        let (graph, (out, loss)) = crate::backend::cuda::Graph::capture(&self.device, || {
             train_step(model, optimizer, loss_fn, (amp, None), &xs, &ys)
         })?;
         graph.replay()?;
@@ -782,7 +787,7 @@ impl Trial {
     fn eval_loader(&mut self, loader: &DataLoader, epoch: u64) -> Result<Vec<(String, f64)>> {
         self.model.eval();
         self.metrics.iter_mut().for_each(|m| m.reset());
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         for batch in loader.epoch(epoch) {
             let (x, y) = batch?;
             let (x, y) = (x.to(&self.device)?, y.to(&self.device)?);
@@ -832,7 +837,7 @@ impl Trial {
             ));
         }
         self.model.eval();
-        let _ng = crate::no_grad_guard();
+        let _ng = crate::autograd::no_grad_guard();
         let n = x.shape().first().copied().unwrap_or(0);
         let mut outs = Vec::new();
         let mut start = 0;

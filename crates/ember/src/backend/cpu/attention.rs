@@ -6,8 +6,8 @@
 use crate::backend::host::alloc_uninit;
 use crate::backend::op::{attn_bias_refuses, AttnShape};
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
+use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::{Error, Result};
 use num_traits::{Float, Zero};
 use rayon::prelude::*;
 

@@ -5,7 +5,10 @@
 
 use crate::backend::host::{alloc_uninit, PAR_MIN};
 use crate::dtype::{CpuData, WithDType};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use rayon::prelude::*;
 
 type Range = std::ops::Range<usize>;

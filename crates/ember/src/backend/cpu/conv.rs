@@ -4,7 +4,7 @@
 use crate::backend::host::{alloc_filled, alloc_uninit, host_oom, try_resize};
 use crate::backend::op::{ConvShape, Pool, Window};
 use crate::dtype::Real;
-use crate::{Result, WithDType};
+use crate::{dtype::WithDType, error::Result};
 use gemm::Parallelism;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};

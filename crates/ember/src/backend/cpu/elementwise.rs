@@ -9,8 +9,8 @@ use crate::backend::host::{alloc_uninit, PAR_CHUNK, PAR_MIN};
 use crate::backend::op::{BinaryOp, CmpOp, NumElem, Scalar, UnaryOp};
 use crate::dtype::WithDType;
 use crate::dtype::{CpuData, CpuElem};
+use crate::error::Result;
 use crate::layout::Layout;
-use crate::Result;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -337,9 +337,9 @@ fn par_ranges(n: usize, body: &(dyn Fn(usize, usize) + Sync)) {
 }
 
 /// Converts any dtype to any dtype with PyTorch's casting rules.
-pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuData> {
-    fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::DType) -> Result<CpuData> {
-        use crate::DType::*;
+pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::dtype::DType) -> Result<CpuData> {
+    fn go<T: WithDType + Sync>(v: &[T], l: &Layout, to: crate::dtype::DType) -> Result<CpuData> {
+        use crate::dtype::DType::*;
         Ok(match to {
             Bool => CpuData::Bool(map1(v, l, |x| bool::from_f64(x.to_f64()))?),
             U8 => CpuData::U8(map1(v, l, |x| u8::from_f64(x.to_f64()))?),
@@ -353,12 +353,18 @@ pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::DType) -> Result<CpuDa
     // the casts of mixed-precision training, on every step: straight from float32
     // (the same roundings as through f64, without its branches, so they vectorise)
     match (data, to) {
-        (CpuData::F32(v), crate::DType::BF16) => {
+        (CpuData::F32(v), crate::dtype::DType::BF16) => {
             return map1(v, l, bf16::from_f32).map(CpuData::BF16)
         }
-        (CpuData::BF16(v), crate::DType::F32) => return map1(v, l, bf16::to_f32).map(CpuData::F32),
-        (CpuData::F32(v), crate::DType::F16) => return map1(v, l, f16::from_f32).map(CpuData::F16),
-        (CpuData::F16(v), crate::DType::F32) => return map1(v, l, f16::to_f32).map(CpuData::F32),
+        (CpuData::BF16(v), crate::dtype::DType::F32) => {
+            return map1(v, l, bf16::to_f32).map(CpuData::F32)
+        }
+        (CpuData::F32(v), crate::dtype::DType::F16) => {
+            return map1(v, l, f16::from_f32).map(CpuData::F16)
+        }
+        (CpuData::F16(v), crate::dtype::DType::F32) => {
+            return map1(v, l, f16::to_f32).map(CpuData::F32)
+        }
         _ => {}
     }
     crate::dtype::dispatch!(data, v => go(v, l, to))
@@ -373,7 +379,7 @@ pub(crate) fn contiguous_copy(data: &CpuData, l: &Layout) -> Result<CpuData> {
 #[inline(always)]
 fn i64_from<T: WithDType>(x: T) -> i64 {
     match T::DTYPE {
-        crate::DType::I64 => {
+        crate::dtype::DType::I64 => {
             // SAFETY: T is i64 when its DTYPE is I64.
             unsafe { std::mem::transmute_copy::<T, i64>(&x) }
         }

@@ -6,7 +6,7 @@ use crate::backend::host::alloc_uninit;
 use crate::backend::op::{Add, NumElem};
 use crate::dtype::CpuData;
 use crate::layout::{contiguous_strides, Layout};
-use crate::{Result, WithDType};
+use crate::{dtype::WithDType, error::Result};
 
 /// Picks `idx` entries along `dim` of `src`: output shape is src's with
 /// `shape[dim] = idx.len()`.

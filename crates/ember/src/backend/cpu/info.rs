@@ -43,7 +43,7 @@ pub fn cpu_info() -> CpuInfo {
 /// from other threads (a data loader's) never waits for the caller. It is an
 /// error once the pool exists (an earlier call, or a CPU op that already ran),
 /// which leaves the pool as it is.
-pub fn init_threads(threads: Option<usize>) -> crate::Result<()> {
+pub fn init_threads(threads: Option<usize>) -> crate::error::Result<()> {
     let n = threads.filter(|&n| n > 0).unwrap_or_else(|| {
         std::env::var("RAYON_NUM_THREADS")
             .ok()
@@ -58,7 +58,7 @@ pub fn init_threads(threads: Option<usize>) -> crate::Result<()> {
         builder.build_global()
     };
     built.map_err(|e| {
-        crate::Error::invalid(
+        crate::error::Error::invalid(
             "init_threads",
             format!("the CPU thread pool cannot be built now: {e}; call init_threads once, before any CPU op"),
         )

@@ -13,8 +13,8 @@ use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit};
 use crate::dtype::CpuData;
 use crate::dtype::WithDType;
+use crate::error::Result;
 use crate::layout::Layout;
-use crate::Result;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -64,7 +64,7 @@ impl MatmulArgs<'_> {
 
 /// The product computed in `work` (operands converted to contiguous copies), then
 /// converted back to the operands' dtype.
-fn via(args: &MatmulArgs, work: crate::DType) -> Result<CpuData> {
+fn via(args: &MatmulArgs, work: crate::dtype::DType) -> Result<CpuData> {
     let dtype = args.a.0.dtype();
     let a = super::elementwise::cast(args.a.0, args.a.1, work)?;
     let b = super::elementwise::cast(args.b.0, args.b.1, work)?;
@@ -92,9 +92,9 @@ pub(crate) fn matmul(args: &MatmulArgs) -> Result<CpuData> {
         CpuData::F32(a) => float_mm(a, args),
         CpuData::F64(a) => float_mm(a, args),
         // accumulate in f32 across the whole k dim: convert, multiply, round once
-        CpuData::F16(_) | CpuData::BF16(_) => via(args, crate::DType::F32),
+        CpuData::F16(_) | CpuData::BF16(_) => via(args, crate::dtype::DType::F32),
         CpuData::I64(a) => int_mm(a, args),
-        CpuData::U8(_) | CpuData::Bool(_) => via(args, crate::DType::I64),
+        CpuData::U8(_) | CpuData::Bool(_) => via(args, crate::dtype::DType::I64),
     }
 }
 

@@ -3,7 +3,10 @@
 
 use crate::backend::op::AdamStep;
 use crate::dtype::{CpuData, Real};
-use crate::{DType, Error, Result, WithDType};
+use crate::{
+    dtype::{DType, WithDType},
+    error::{Error, Result},
+};
 use rayon::prelude::*;
 
 /// One Adam step on `n` elements of each buffer from its offset, in place on the

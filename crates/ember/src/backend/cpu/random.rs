@@ -6,7 +6,7 @@ use crate::backend::host::try_collect;
 use crate::backend::primitives::Dist;
 use crate::dtype::{CpuData, WithDType};
 use crate::layout::Layout;
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Mutex;

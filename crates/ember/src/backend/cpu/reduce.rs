@@ -10,10 +10,10 @@ use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle, PAR_CHUNK, PAR_MIN};
 use crate::backend::op::{ReduceOp, ScanOp};
 use crate::dtype::CpuData;
+use crate::dtype::WithDType;
 use crate::dtype::{FloatDType, Real};
+use crate::error::Result;
 use crate::layout::{are_leading, are_trailing, Dims, Layout};
-use crate::Result;
-use crate::WithDType;
 use num_traits::{Float, Zero};
 use rayon::prelude::*;
 
@@ -227,7 +227,7 @@ pub(crate) fn cumulative(
             go(&v[range], g, 1i64, |a, x| a.wrapping_mul(x), |a| a)?
         }),
         other => {
-            return Err(crate::Error::dtype(
+            return Err(crate::error::Error::dtype(
                 "cumulative",
                 other.dtype(),
                 "the tensor layer converts to int64 first",

@@ -9,7 +9,11 @@ use crate::backend::op::{
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
 use crate::layout::Layout;
-use crate::{DType, Device, Error, Result, WithDType};
+use crate::{
+    device::Device,
+    dtype::{DType, WithDType},
+    error::{Error, Result},
+};
 
 /// Runs `$body` with `$t` the Rust type of the dtype `$dt`.
 macro_rules! with_dtype {

@@ -3,7 +3,10 @@
 
 use super::calls::GemmCall;
 use super::runtime::Workspaces;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use cudarc::cublas::result::CublasError;
 use cudarc::cublas::sys::{cublasHandle_t, cublasStatus_t};
 use cudarc::driver::sys::CUstream;

@@ -4,7 +4,7 @@
 //! contracts.
 
 use crate::backend::op::ConvShape;
-use crate::DType;
+use crate::dtype::DType;
 
 /// `C_p = op(A_p)·op(B_p)` for p in 0..batch, column-major, with cuBLAS's meaning
 /// of every field (`op` transposes when `trans_*`; `ld*` are leading dimensions;

@@ -4,8 +4,8 @@
 use super::runtime::Opaque;
 use super::{dev, CudaDev, CudaStorage};
 use crate::backend::op::collective::{Collective, CommKind, HostCollectives};
+use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::{Error, Result};
 use std::sync::Arc;
 
 /// One rank's communicator on one GPU.

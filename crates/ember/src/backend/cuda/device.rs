@@ -14,7 +14,11 @@ use super::runtime::{Func, LoadedModule, RtEvent, RtGraph, Runtime, StreamId, Wo
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
 use crate::backend::profile;
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -5,7 +5,10 @@
 
 pub use super::runtime::DeviceProperties;
 use super::runtime::System;
-use crate::{Device, Error, Result};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+};
 use std::sync::OnceLock;
 
 /// The system of this process: the simulator when `EMBER_CUDA_SIMULATOR` asks for

@@ -21,7 +21,10 @@
 use super::calls::{ConvCall, ConvGeom, ConvPass};
 use super::libs::{self, CudaLib};
 use super::runtime::Workspaces;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use cudarc::cudnn::{result as dnn, sys};
 use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;

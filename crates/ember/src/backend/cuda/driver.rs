@@ -17,7 +17,7 @@ use super::runtime::{
     Runtime, StreamId, System, Workspaces, MAX_STREAMS,
 };
 use crate::backend::op::collective::{Collective, HostCollectives};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicPtr, Ordering};

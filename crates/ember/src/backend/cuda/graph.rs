@@ -42,7 +42,10 @@
 
 use super::device::{dev, with_current_stream, CudaDev, GraphCheck, GraphRandom};
 use super::runtime::{RtGraph, StreamId};
-use crate::{Device, Error, Result};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+};
 use std::sync::Arc;
 
 /// Captured GPU work, replayed with [`replay`](Graph::replay).

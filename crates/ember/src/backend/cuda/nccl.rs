@@ -8,7 +8,10 @@
 
 use super::libs::{self, CudaLib, LibSource};
 use crate::backend::op::collective::{Collective, CommKind, ReduceOp};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 

@@ -8,7 +8,7 @@
 //! `EMBER_KERNEL_CACHE=0` to compile every time.
 
 use crate::backend::cuda::libs::{self, CudaLib};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use cudarc::nvrtc::{result as nv, sys as nvsys};
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -14,7 +14,7 @@
 //! slower, never an error.
 
 use super::runtime::{RtEvent, Runtime, StreamId};
-use crate::Result;
+use crate::error::Result;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

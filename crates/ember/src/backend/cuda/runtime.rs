@@ -9,7 +9,7 @@
 
 use super::calls::{ConvCall, GemmCall};
 use crate::backend::op::collective::{Collective, HostCollectives};
-use crate::Result;
+use crate::error::Result;
 use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;

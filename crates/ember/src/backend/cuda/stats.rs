@@ -4,7 +4,10 @@
 use super::device::{dev, existing, CudaDev};
 use super::runtime::RtEvent;
 use crate::backend::alloc::MemoryStats;
-use crate::{Device, Error, Result};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+};
 use std::sync::Arc;
 
 fn cuda_index(device: Device) -> Result<usize> {

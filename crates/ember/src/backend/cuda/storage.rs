@@ -9,7 +9,11 @@ use crate::backend::op::{
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::sync::Arc;
 
 /// Values on one GPU: a block from the caching allocator holding `len` elements of
@@ -80,7 +84,11 @@ impl CudaStorage {
 
     /// `n` elements from `offset` copied to the host (waits for queued work).
     pub fn to_cpu_range(&self, offset: usize, n: usize) -> Result<CpuData> {
-        fn go<T: crate::WithDType>(s: &CudaStorage, offset: usize, n: usize) -> Result<CpuData> {
+        fn go<T: crate::dtype::WithDType>(
+            s: &CudaStorage,
+            offset: usize,
+            n: usize,
+        ) -> Result<CpuData> {
             let mut v = crate::backend::host::alloc_uninit::<T>(n)?;
             let at = s.ptr + (offset * std::mem::size_of::<T>()) as u64;
             s.dev.dtoh(&mut v, at)?;

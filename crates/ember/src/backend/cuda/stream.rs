@@ -30,7 +30,10 @@
 use super::device::{current_stream as current_id, dev, with_current_stream, CudaDev};
 use super::runtime::StreamId;
 use super::stats::Event;
-use crate::{Device, Error, Result};
+use crate::{
+    device::Device,
+    error::{Error, Result},
+};
 use std::sync::Arc;
 
 /// A queue of work on one GPU (`torch.cuda.Stream`). Cloning gives another handle

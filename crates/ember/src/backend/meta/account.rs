@@ -32,7 +32,7 @@
 //! ```
 
 use crate::backend::profile::{self, EventKind};
-use crate::DType;
+use crate::dtype::DType;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -16,7 +16,11 @@ use crate::backend::op::{
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
 use crate::layout::Layout;
-use crate::{DType, Device, Error, Result};
+use crate::{
+    device::Device,
+    dtype::DType,
+    error::{Error, Result},
+};
 use account::AllocHook;
 use std::sync::Arc;
 

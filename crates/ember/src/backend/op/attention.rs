@@ -1,7 +1,7 @@
 //! Fused attention's geometry (`BackendStorage::attention`).
 
+use crate::dtype::DType;
 use crate::layout::Layout;
-use crate::DType;
 
 /// One fused attention call: `softmax(q kᵀ · scale) v` for each of `batch · heads`
 /// query rows `[l, d]` against keys and values `[s, d]`; with `causal`, query `i`

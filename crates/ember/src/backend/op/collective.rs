@@ -2,7 +2,7 @@
 //! computes, and the host side that a simulated GPU's NCCL calls go through.
 
 use crate::dtype::CpuData;
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 
 /// How a collective combines the ranks' values (`torch.distributed.ReduceOp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,6 @@
 //! The rule every index op applies to its indices.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Checks that each index lies in `[-size, size)` and wraps the negative ones to
 /// `[0, size)`; without `negative`, in `[0, size)` (`op` and `dim` name them in the

@@ -53,7 +53,7 @@ pub(crate) use index::wrap_indices;
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
 pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
 
-use crate::DType;
+use crate::dtype::DType;
 
 /// The dtype batch normalisation's per-channel statistics and coefficients are
 /// kept in for inputs of `dtype`: float64 for float64, float32 for the other float
@@ -130,7 +130,7 @@ impl Scalar {
     /// The value converted to `T` as a cast to `T`'s dtype converts it (integers
     /// exactly, also past 2^53).
     #[inline]
-    pub(crate) fn to<T: crate::WithDType>(self) -> T {
+    pub(crate) fn to<T: crate::dtype::WithDType>(self) -> T {
         match self {
             Scalar::Int(i) if T::DTYPE == DType::I64 => {
                 // SAFETY: T is i64 when its DTYPE is I64.

@@ -52,9 +52,9 @@ impl ReduceOp {
 
     /// The output dtype for an input of `dtype`: int64 for arg-reductions and sums
     /// of integers and bools, the input's dtype otherwise.
-    pub(crate) fn out_dtype(self, dtype: crate::DType) -> crate::DType {
+    pub(crate) fn out_dtype(self, dtype: crate::dtype::DType) -> crate::dtype::DType {
         if self.is_arg() || (self == ReduceOp::Sum && !dtype.is_float()) {
-            crate::DType::I64
+            crate::dtype::DType::I64
         } else {
             dtype
         }

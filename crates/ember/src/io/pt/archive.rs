@@ -4,7 +4,7 @@
 //! each storage as an 8-byte element count and its bytes).
 
 use super::pickle::{self, Obj, Pickle, PickleError, Value};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};

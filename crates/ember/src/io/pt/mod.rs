@@ -44,7 +44,12 @@ use walk::{key_text, Leaf};
 
 pub use archive::PtFormat;
 
-use crate::{DType, Device, Error, Result, Tensor, WithDType};
+use crate::{
+    device::Device,
+    dtype::{DType, WithDType},
+    error::{Error, Result},
+    tensor::Tensor,
+};
 use archive::Archive;
 use pickle::{Obj, StorageRef, TensorRef, Value};
 use std::collections::{HashMap, HashSet};

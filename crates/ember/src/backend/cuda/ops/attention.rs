@@ -8,8 +8,8 @@ use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnShape,
 };
+use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::{Error, Result};
 use std::ffi::c_void;
 
 /// `struct AttnArgs` of kernels/attention.cu: where the operands start, their

@@ -4,7 +4,10 @@
 use super::{base_ptr, fill, launch_n, new_out, suffix};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::ffi::c_void;
 
 /// Geometry of one conv2d or pooling call; mirrors `struct Conv` in kernels/conv.cu.

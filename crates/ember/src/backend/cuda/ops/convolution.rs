@@ -17,7 +17,10 @@ use crate::backend::cuda::cudnn as dnn;
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{BinaryCode, ConvShape, ReduceCode, Scalar};
 use crate::layout::Layout;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// `[o]` bias added along the channels of the contiguous `[n, o, p]` output.
 fn add_bias(

@@ -5,7 +5,7 @@ use super::{launch_n, new_out, suffix, KLayout};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{BinaryCode, Scalar, UnaryCode};
 use crate::layout::Layout;
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 use std::ffi::c_void;
 use std::sync::Arc;
 

@@ -11,7 +11,10 @@ use super::{binary_inplace, contiguous, fill, matmul_int, new_out};
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{BinaryCode, Scalar};
 use crate::layout::Layout;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// Batched matrix product through cuBLAS: `a` is `batch + [m, k]`, `b` is
 /// `batch + [k, n]` (broadcast batch dims, any strides). Each operand's last two

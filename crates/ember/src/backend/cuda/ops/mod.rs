@@ -33,7 +33,10 @@ pub(crate) use reduce::*;
 use super::{CudaDev, CudaStorage};
 use crate::backend::op::{FOREACH_CHUNK, FOREACH_LIST};
 use crate::layout::Layout;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::ffi::c_void;
 use std::sync::Arc;
 

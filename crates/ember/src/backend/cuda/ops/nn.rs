@@ -5,7 +5,7 @@ use super::{base_ptr, fill, launch_lists, launch_n, new_out, suffix, KLayout, Li
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::Scalar;
 use crate::layout::Layout;
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 use std::ffi::c_void;
 
 /// `index_select(src, dim, idx)`: `idx` is a contiguous i64 storage of `n_idx`

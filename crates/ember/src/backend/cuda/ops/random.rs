@@ -3,7 +3,7 @@
 
 use super::{launch_n, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
-use crate::{DType, Result};
+use crate::{dtype::DType, error::Result};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -91,7 +91,7 @@ mod tests {
     /// the words' top 24 bits (on a GPU or the simulator; skipped without either).
     #[test]
     fn device_philox_matches_the_reference() {
-        if let Some(reason) = crate::cuda::unavailable_reason() {
+        if let Some(reason) = crate::backend::cuda::discover::unavailable_reason() {
             eprintln!("skipped: {reason}");
             return;
         }

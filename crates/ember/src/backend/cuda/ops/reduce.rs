@@ -8,7 +8,10 @@ use super::{
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
 use crate::layout::Layout;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 use std::ffi::c_void;
 
 /// Reduces the view `l` over `dims` (sorted, unique) with `op`; `out_dtype` is the

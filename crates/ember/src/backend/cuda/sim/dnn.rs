@@ -5,7 +5,10 @@
 
 use super::gemm::{read, write};
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 fn status(name: &str, why: String) -> Error {
     Error::Cuda {

@@ -3,7 +3,10 @@
 //! computes for cuBLAS are tested, not just the products.
 
 use crate::backend::cuda::calls::GemmCall;
-use crate::{DType, Error, Result};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 fn invalid(why: String) -> Error {
     Error::Cuda {

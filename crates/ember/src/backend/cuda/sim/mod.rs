@@ -62,7 +62,7 @@ pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 /// graph captures and replays.
 pub(crate) type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

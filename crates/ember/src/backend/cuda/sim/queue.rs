@@ -17,7 +17,7 @@
 //! wait whose result is ignored cannot hide one from the next.
 
 use super::Job;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 

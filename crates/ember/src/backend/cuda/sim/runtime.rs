@@ -20,7 +20,7 @@ use crate::backend::cuda::runtime::{
 };
 use crate::backend::op::collective::{Collective, HostCollectives};
 use crate::dtype::CpuData;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
