@@ -12,9 +12,9 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-use crate::error::{Error, Result};
+mod parse;
+
 use std::fmt;
-use std::str::FromStr;
 
 /// A device: the host CPU, one CUDA GPU (numbered from 0), or `meta`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -73,39 +73,6 @@ impl fmt::Display for Device {
             Device::Cuda(i) => write!(f, "cuda:{i}"),
             Device::Meta => f.write_str("meta"),
         }
-    }
-}
-
-impl FromStr for Device {
-    type Err = Error;
-
-    /// Accepts `cpu`, `cuda` (meaning `cuda:0`), `cuda:N` and `meta`, ignoring
-    /// surrounding whitespace and ASCII case.
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::ParseDevice {
-            input: s.to_string(),
-        };
-        let t = s.trim().to_ascii_lowercase();
-        match t.as_str() {
-            "cpu" => Ok(Device::Cpu),
-            // PyTorch has no "gpu" device type, and neither does ember
-            "cuda" => Ok(Device::Cuda(0)),
-            "meta" => Ok(Device::Meta),
-            _ => {
-                let n = t.strip_prefix("cuda:").ok_or_else(bad)?;
-                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(bad());
-                }
-                n.parse().map(Device::Cuda).map_err(|_| bad())
-            }
-        }
-    }
-}
-
-impl TryFrom<&str> for Device {
-    type Error = Error;
-    fn try_from(s: &str) -> Result<Self> {
-        s.parse()
     }
 }
 

@@ -4,15 +4,14 @@
 
 mod host;
 mod math;
+mod parse;
 
 pub(crate) use host::{dispatch, dispatch_float};
 pub use host::{CpuData, CpuElem};
 pub use math::{FloatDType, Real};
 
-use crate::error::{Error, Result};
 use half::{bf16, f16};
 use std::fmt;
-use std::str::FromStr;
 
 /// The element type of a tensor. `F32` is the default, as in PyTorch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,27 +137,6 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for DType {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let t = s.trim().trim_start_matches("torch.");
-        Ok(match t {
-            "float32" | "float" | "f32" => DType::F32,
-            "float64" | "double" | "f64" => DType::F64,
-            "float16" | "half" | "f16" => DType::F16,
-            "bfloat16" | "bf16" => DType::BF16,
-            "int64" | "long" | "i64" => DType::I64,
-            "uint8" | "u8" => DType::U8,
-            "bool" => DType::Bool,
-            _ => {
-                return Err(Error::ParseDType {
-                    input: s.to_string(),
-                })
-            }
-        })
     }
 }
 
