@@ -7,7 +7,8 @@
 //! [`Storage`]: super::Storage
 
 use super::op::{
-    AdamStep, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
+    ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::dtype::CpuData;
 use crate::layout::Layout;
@@ -121,42 +122,28 @@ pub(crate) trait BackendStorage: Sized {
         ignore_smoothing: (i64, f64),
     ) -> Result<Self>;
     /// Fused attention (`shape`, see [`AttnShape`](super::op::AttnShape)) of the
-    /// queries `self[lq]` against `k` and `v`, each a rank-4 view `[batch, heads,
-    /// rows, d]` of one float dtype whose last dim is contiguous, none of them
-    /// empty (the tensor layer checks the shapes and takes another path for empty
-    /// operands; a device that cannot run it returns an error, see
+    /// queries `x.q` against the keys `x.k` and values `x.v`, each a rank-4 view
+    /// `[batch, heads, rows, d]` of one float dtype whose last dim is contiguous,
+    /// none of them empty (the tensor layer checks the shapes and takes another
+    /// path for empty operands; a device that cannot run it returns an error, see
     /// [`attn_kernel_refuses`](super::op::attn_kernel_refuses)). Returns the output,
     /// contiguous `[batch, heads, l, d]` in the inputs' dtype, and each query row's
     /// log-sum-exp of its scaled scores over the keys it sees (`[batch · heads ·
     /// l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`
-    /// matrix is written. `bias`, a rank-4 view `[batch, heads, l, s]` in the
+    /// matrix is written. `x.bias`, a rank-4 view `[batch, heads, l, s]` in the
     /// inputs' dtype with any strides (0 where a mask broadcasts), is added to the
     /// scaled scores (`-inf` masks a key); a query row that sees no key (all
     /// masked) gets zeros and a log-sum-exp of `-inf`.
-    fn attention(
-        &self,
-        lq: &Layout,
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        shape: super::op::AttnShape,
-    ) -> Result<(Self, Self)>;
-    /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the same
-    /// views), from its output `out` (contiguous), the log-sum-exps `lse` (contiguous)
-    /// and the output's gradient `g` (a view like the queries'): each contiguous
-    /// `[batch, heads, rows, d]` in the inputs' dtype. The weights are recomputed
-    /// from `lse` (and the forward's `bias`; it gets no gradient).
-    #[allow(clippy::too_many_arguments)]
+    fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)>;
+    /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the
+    /// same operands), from what the forward returned and the output's gradient
+    /// ([`AttnSaved`]): each contiguous `[batch, heads, rows, d]` in the inputs'
+    /// dtype. The weights are recomputed from the log-sum-exps (and the forward's
+    /// bias; it gets no gradient).
     fn attention_backward(
-        &self,
-        lq: &Layout,
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        out: &Self,
-        lse: &Self,
-        g: (&Self, &Layout),
-        shape: super::op::AttnShape,
+        x: AttnOperands<'_, Self>,
+        saved: AttnSaved<'_, Self>,
+        shape: AttnShape,
     ) -> Result<(Self, Self, Self)>;
     /// Batch normalisation's statistics of the contiguous view `l` of a float dtype
     /// seen as `[n, c, s]` ([`channel_shape`](super::op::channel_shape)): each

@@ -9,8 +9,8 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool,
-    PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
+    CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -63,45 +63,101 @@ macro_rules! pair {
     };
 }
 
-/// Like [`pair`] with an optional third operand (a bias) that must be on the same
-/// device: `$z` binds it as the backend's own storage, or `None`.
-macro_rules! pair_opt {
-    ($op:expr, $a:expr, $b:expr, $c:expr, |$x:ident, $y:ident, $z:ident| $body:expr) => {
-        match ($a, $b, $c) {
-            (Storage::Cpu($x), Storage::Cpu($y), None) => {
-                let $z = None;
-                Storage::Cpu($body)
+/// A device's storage as a variant of [`Storage`]: how a dispatch takes an
+/// operand's backend storage out (`None`: the operand is on another device) and
+/// wraps a result.
+trait Variant: BackendStorage {
+    fn of(s: &Storage) -> Option<&Self>;
+    fn of_mut(s: &mut Storage) -> Option<&mut Self>;
+    fn wrap(self) -> Storage;
+}
+
+macro_rules! variant {
+    ($t:ty, $v:ident) => {
+        impl Variant for $t {
+            fn of(s: &Storage) -> Option<&Self> {
+                match s {
+                    Storage::$v(x) => Some(x),
+                    _ => None,
+                }
             }
-            (Storage::Cpu($x), Storage::Cpu($y), Some((Storage::Cpu(c), lc))) => {
-                let $z = Some((c, lc));
-                Storage::Cpu($body)
+            fn of_mut(s: &mut Storage) -> Option<&mut Self> {
+                match s {
+                    Storage::$v(x) => Some(x),
+                    _ => None,
+                }
             }
-            (Storage::Cuda($x), Storage::Cuda($y), None) => {
-                let $z = None;
-                Storage::Cuda($body)
-            }
-            (Storage::Cuda($x), Storage::Cuda($y), Some((Storage::Cuda(c), lc))) => {
-                let $z = Some((c, lc));
-                Storage::Cuda($body)
-            }
-            (Storage::Meta($x), Storage::Meta($y), None) => {
-                let $z = None;
-                Storage::Meta($body)
-            }
-            (Storage::Meta($x), Storage::Meta($y), Some((Storage::Meta(c), lc))) => {
-                let $z = Some((c, lc));
-                Storage::Meta($body)
-            }
-            (a @ any!(), b, c) => {
-                let other = [Some(b.device()), c.map(|c| c.0.device())]
-                    .into_iter()
-                    .flatten()
-                    .find(|d| *d != a.device())
-                    .unwrap_or(a.device());
-                return Err(mismatch($op, a.device(), other));
+            fn wrap(self) -> Storage {
+                Storage::$v(self)
             }
         }
     };
+}
+variant!(CpuStorage, Cpu);
+variant!(CudaStorage, Cuda);
+variant!(MetaStorage, Meta);
+
+/// Runs `$body` with `$S` naming the backend storage type of `$s`'s device: an
+/// arm per device, each compiling `$body` for its type as a generic function
+/// would (a new device makes this `match` fail to compile until it has its arm).
+macro_rules! on_device {
+    ($s:expr, $S:ident => $body:expr) => {
+        match $s {
+            Storage::Cpu(_) => {
+                type $S = CpuStorage;
+                $body
+            }
+            Storage::Cuda(_) => {
+                type $S = CudaStorage;
+                $body
+            }
+            Storage::Meta(_) => {
+                type $S = MetaStorage;
+                $body
+            }
+        }
+    };
+}
+
+/// The operands of one primitive (`op`), which must all be on the device of its
+/// first: each taken as that device's storage, or the error naming the first
+/// one found elsewhere.
+#[derive(Clone, Copy)]
+struct Operands {
+    op: &'static str,
+    device: Device,
+}
+
+impl Operands {
+    fn of(op: &'static str, first: &Storage) -> Operands {
+        Operands {
+            op,
+            device: first.device(),
+        }
+    }
+
+    fn one<S: Variant>(self, s: &Storage) -> Result<&S> {
+        S::of(s).ok_or_else(|| mismatch(self.op, self.device, s.device()))
+    }
+
+    fn one_mut<S: Variant>(self, s: &mut Storage) -> Result<&mut S> {
+        let device = s.device();
+        S::of_mut(s).ok_or_else(|| mismatch(self.op, self.device, device))
+    }
+
+    fn view<'a, S: Variant>(
+        self,
+        (s, l): (&'a Storage, &'a Layout),
+    ) -> Result<(&'a S, &'a Layout)> {
+        Ok((self.one(s)?, l))
+    }
+
+    fn opt<'a, S: Variant>(
+        self,
+        v: Option<(&'a Storage, &'a Layout)>,
+    ) -> Result<Option<(&'a S, &'a Layout)>> {
+        v.map(|v| self.view(v)).transpose()
+    }
 }
 
 /// The profiler's record of a primitive on a storage (`$s`), named `$name`, with
@@ -148,19 +204,6 @@ fn record_new(device: Device, dtype: DType, name: &'static str, n: usize) -> Opt
         },
         span,
     )
-}
-
-/// The attention bias `$bias` (`Option<(&Storage, &Layout)>`) as the backend
-/// `$dev`'s storage, or (returned) the error of a bias on another device than
-/// `$q`.
-macro_rules! attn_bias {
-    ($q:expr, $bias:expr, $dev:ident) => {
-        match $bias {
-            None => None,
-            Some((Storage::$dev(b), l)) => Some((b, l)),
-            Some((b, _)) => return Err(mismatch("attention", $q.device(), b.device())),
-        }
-    };
 }
 
 /// The error for storages of two devices in one primitive.
@@ -458,23 +501,10 @@ impl Storage {
         lb: &Layout,
     ) -> Result<Storage> {
         let _rec = record!(a, Name::Static("where"), l.shape(), la.shape(), lb.shape());
-        Ok(match (self, a, b) {
-            (Storage::Cpu(c), Storage::Cpu(x), Storage::Cpu(y)) => {
-                Storage::Cpu(c.where_(l, x, la, y, lb)?)
-            }
-            (Storage::Cuda(c), Storage::Cuda(x), Storage::Cuda(y)) => {
-                Storage::Cuda(c.where_(l, x, la, y, lb)?)
-            }
-            (Storage::Meta(c), Storage::Meta(x), Storage::Meta(y)) => {
-                Storage::Meta(c.where_(l, x, la, y, lb)?)
-            }
-            (c @ any!(), x, y) => {
-                let other = [x.device(), y.device()]
-                    .into_iter()
-                    .find(|d| *d != c.device())
-                    .unwrap_or(c.device());
-                return Err(mismatch("where", c.device(), other));
-            }
+        let on = Operands::of("where", self);
+        on_device!(self, S => {
+            let c: &S = on.one(self)?;
+            Ok(c.where_(l, on.one(a)?, la, on.one(b)?, lb)?.wrap())
         })
     }
 
@@ -508,19 +538,10 @@ impl Storage {
 
     pub(crate) fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("norm_rows"), l.shape());
-        Ok(match self {
-            Storage::Cpu(s) => {
-                let (y, r) = s.norm_rows(l, eps, rms)?;
-                (Storage::Cpu(y), Storage::Cpu(r))
-            }
-            Storage::Cuda(s) => {
-                let (y, r) = s.norm_rows(l, eps, rms)?;
-                (Storage::Cuda(y), Storage::Cuda(r))
-            }
-            Storage::Meta(s) => {
-                let (y, r) = s.norm_rows(l, eps, rms)?;
-                (Storage::Meta(y), Storage::Meta(r))
-            }
+        let on = Operands::of("layer_norm", self);
+        on_device!(self, S => {
+            let (y, r) = on.one::<S>(self)?.norm_rows(l, eps, rms)?;
+            Ok((y.wrap(), r.wrap()))
         })
     }
 
@@ -532,165 +553,71 @@ impl Storage {
         rms: bool,
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("norm_rows_backward"), l.shape());
-        Ok(match (self, xhat, rstd) {
-            (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(r)) => {
-                Storage::Cpu(g.norm_rows_backward(l, x, r, rms)?)
-            }
-            (Storage::Cuda(g), Storage::Cuda(x), Storage::Cuda(r)) => {
-                Storage::Cuda(g.norm_rows_backward(l, x, r, rms)?)
-            }
-            (Storage::Meta(g), Storage::Meta(x), Storage::Meta(r)) => {
-                Storage::Meta(g.norm_rows_backward(l, x, r, rms)?)
-            }
-            (g @ any!(), x, _) => return Err(mismatch("layer_norm", g.device(), x.device())),
+        let on = Operands::of("layer_norm", self);
+        on_device!(self, S => {
+            let g: &S = on.one(self)?;
+            Ok(g.norm_rows_backward(l, on.one(xhat)?, on.one(rstd)?, rms)?.wrap())
         })
     }
 
     pub(crate) fn attention(
-        &self,
-        lq: &Layout,
-        (k, lk): (&Storage, &Layout),
-        (v, lv): (&Storage, &Layout),
-        bias: Option<(&Storage, &Layout)>,
+        x: AttnOperands<'_, Storage>,
         shape: AttnShape,
     ) -> Result<(Storage, Storage)> {
-        let _rec = record!(self, Name::Static("attention"), lq.shape(), lk.shape());
-        Ok(match (self, k, v) {
-            (Storage::Cpu(q), Storage::Cpu(k), Storage::Cpu(v)) => {
-                let b = attn_bias!(self, bias, Cpu);
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
-                (Storage::Cpu(o), Storage::Cpu(l))
-            }
-            (Storage::Cuda(q), Storage::Cuda(k), Storage::Cuda(v)) => {
-                let b = attn_bias!(self, bias, Cuda);
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
-                (Storage::Cuda(o), Storage::Cuda(l))
-            }
-            (Storage::Meta(q), Storage::Meta(k), Storage::Meta(v)) => {
-                let b = attn_bias!(self, bias, Meta);
-                let (o, l) = q.attention(lq, (k, lk), (v, lv), b, shape)?;
-                (Storage::Meta(o), Storage::Meta(l))
-            }
-            (q @ any!(), k, v) => {
-                let other = if k.device() != q.device() { k } else { v };
-                return Err(mismatch("attention", q.device(), other.device()));
-            }
+        let (q, k) = (x.q.0, x.k.1.shape());
+        let _rec = record!(q, Name::Static("attention"), x.q.1.shape(), k);
+        let on = Operands::of("attention", q);
+        on_device!(q, S => {
+            let (o, l) = S::attention(x.try_map(|s| on.one(s))?, shape)?;
+            Ok((o.wrap(), l.wrap()))
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_backward(
-        &self,
-        lq: &Layout,
-        (k, lk): (&Storage, &Layout),
-        (v, lv): (&Storage, &Layout),
-        bias: Option<(&Storage, &Layout)>,
-        out: &Storage,
-        lse: &Storage,
-        (g, lg): (&Storage, &Layout),
+        x: AttnOperands<'_, Storage>,
+        saved: AttnSaved<'_, Storage>,
         shape: AttnShape,
     ) -> Result<(Storage, Storage, Storage)> {
-        let _rec = record!(
-            self,
-            Name::Static("attention_backward"),
-            lq.shape(),
-            lk.shape()
-        );
-        Ok(match (self, k, v, out, lse, g) {
-            (
-                Storage::Cpu(q),
-                Storage::Cpu(k),
-                Storage::Cpu(v),
-                Storage::Cpu(o),
-                Storage::Cpu(l),
-                Storage::Cpu(g),
-            ) => {
-                let bias = attn_bias!(self, bias, Cpu);
-                let (a, b, c) =
-                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
-                (Storage::Cpu(a), Storage::Cpu(b), Storage::Cpu(c))
-            }
-            (
-                Storage::Cuda(q),
-                Storage::Cuda(k),
-                Storage::Cuda(v),
-                Storage::Cuda(o),
-                Storage::Cuda(l),
-                Storage::Cuda(g),
-            ) => {
-                let bias = attn_bias!(self, bias, Cuda);
-                let (a, b, c) =
-                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
-                (Storage::Cuda(a), Storage::Cuda(b), Storage::Cuda(c))
-            }
-            (
-                Storage::Meta(q),
-                Storage::Meta(k),
-                Storage::Meta(v),
-                Storage::Meta(o),
-                Storage::Meta(l),
-                Storage::Meta(g),
-            ) => {
-                let bias = attn_bias!(self, bias, Meta);
-                let (a, b, c) =
-                    q.attention_backward(lq, (k, lk), (v, lv), bias, o, l, (g, lg), shape)?;
-                (Storage::Meta(a), Storage::Meta(b), Storage::Meta(c))
-            }
-            (q @ any!(), ..) => {
-                let other = [k, v, out, lse, g]
-                    .into_iter()
-                    .find(|s| s.device() != q.device())
-                    .unwrap_or(q);
-                return Err(mismatch("attention", q.device(), other.device()));
-            }
+        let (q, k) = (x.q.0, x.k.1.shape());
+        let _rec = record!(q, Name::Static("attention_backward"), x.q.1.shape(), k);
+        let on = Operands::of("attention", q);
+        on_device!(q, S => {
+            let (x, saved) = (x.try_map(|s| on.one(s))?, saved.try_map(|s| on.one(s))?);
+            let (a, b, c) = S::attention_backward(x, saved, shape)?;
+            Ok((a.wrap(), b.wrap(), c.wrap()))
         })
     }
 
     pub(crate) fn cross_entropy_rows(
         &self,
         l: &Layout,
-        (t, lt): (&Storage, &Layout),
+        t: (&Storage, &Layout),
         ignore: i64,
         smoothing: f64,
     ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("cross_entropy"), l.shape());
-        Ok(match (self, t) {
-            (Storage::Cpu(x), Storage::Cpu(t)) => {
-                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
-                (Storage::Cpu(a), Storage::Cpu(b))
-            }
-            (Storage::Cuda(x), Storage::Cuda(t)) => {
-                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
-                (Storage::Cuda(a), Storage::Cuda(b))
-            }
-            (Storage::Meta(x), Storage::Meta(t)) => {
-                let (a, b) = x.cross_entropy_rows(l, (t, lt), ignore, smoothing)?;
-                (Storage::Meta(a), Storage::Meta(b))
-            }
-            (x @ any!(), t) => return Err(mismatch("cross_entropy", x.device(), t.device())),
+        let on = Operands::of("cross_entropy", self);
+        on_device!(self, S => {
+            let x: &S = on.one(self)?;
+            let (a, b) = x.cross_entropy_rows(l, on.view(t)?, ignore, smoothing)?;
+            Ok((a.wrap(), b.wrap()))
         })
     }
 
     pub(crate) fn cross_entropy_rows_backward(
         &self,
         l: &Layout,
-        (t, lt): (&Storage, &Layout),
-        (lse, ls): (&Storage, &Layout),
-        (g, lg): (&Storage, &Layout),
+        t: (&Storage, &Layout),
+        lse: (&Storage, &Layout),
+        g: (&Storage, &Layout),
         opts: (i64, f64),
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("cross_entropy_backward"), l.shape());
-        Ok(match (self, t, lse, g) {
-            (Storage::Cpu(x), Storage::Cpu(t), Storage::Cpu(s), Storage::Cpu(g)) => {
-                Storage::Cpu(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
-            }
-            (Storage::Cuda(x), Storage::Cuda(t), Storage::Cuda(s), Storage::Cuda(g)) => {
-                Storage::Cuda(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
-            }
-            (Storage::Meta(x), Storage::Meta(t), Storage::Meta(s), Storage::Meta(g)) => {
-                Storage::Meta(x.cross_entropy_rows_backward(l, (t, lt), (s, ls), (g, lg), opts)?)
-            }
-            (x @ any!(), _, _, g) => return Err(mismatch("cross_entropy", x.device(), g.device())),
+        let on = Operands::of("cross_entropy", self);
+        on_device!(self, S => {
+            let x: &S = on.one(self)?;
+            let (t, lse, g) = (on.view(t)?, on.view(lse)?, on.view(g)?);
+            Ok(x.cross_entropy_rows_backward(l, t, lse, g, opts)?.wrap())
         })
     }
 
@@ -702,27 +629,14 @@ impl Storage {
     pub(crate) fn channel_dot(
         &self,
         l: &Layout,
-        (x, lx): (&Storage, &Layout),
-        (m, lm): (&Storage, &Layout),
+        x: (&Storage, &Layout),
+        m: (&Storage, &Layout),
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("batch_norm_backward_sums"), l.shape());
-        Ok(match (self, x, m) {
-            (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(m)) => {
-                Storage::Cpu(g.channel_dot(l, (x, lx), (m, lm))?)
-            }
-            (Storage::Cuda(g), Storage::Cuda(x), Storage::Cuda(m)) => {
-                Storage::Cuda(g.channel_dot(l, (x, lx), (m, lm))?)
-            }
-            (Storage::Meta(g), Storage::Meta(x), Storage::Meta(m)) => {
-                Storage::Meta(g.channel_dot(l, (x, lx), (m, lm))?)
-            }
-            (g @ any!(), x, m) => {
-                let other = [x.device(), m.device()]
-                    .into_iter()
-                    .find(|d| *d != g.device())
-                    .unwrap_or(g.device());
-                return Err(mismatch("batch_norm", g.device(), other));
-            }
+        let on = Operands::of("batch_norm", self);
+        on_device!(self, S => {
+            let g: &S = on.one(self)?;
+            Ok(g.channel_dot(l, on.view(x)?, on.view(m)?)?.wrap())
         })
     }
 
@@ -730,11 +644,15 @@ impl Storage {
         &self,
         l: &Layout,
         q: Option<(&Storage, &Layout)>,
-        (k, lk): (&Storage, &Layout),
+        coefs: (&Storage, &Layout),
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("batch_norm_affine"), l.shape());
-        Ok(pair_opt!("batch_norm", self, k, q, |p, k, q| p
-            .channel_affine(l, q, (k, lk))?))
+        let on = Operands::of("batch_norm", self);
+        on_device!(self, S => {
+            let p: &S = on.one(self)?;
+            let coefs = on.view(coefs)?;
+            Ok(p.channel_affine(l, on.opt(q)?, coefs)?.wrap())
+        })
     }
 
     pub(crate) fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Storage> {
@@ -766,24 +684,26 @@ impl Storage {
     ) -> Result<Storage> {
         let name = if bias.is_some() { "addmm" } else { "mm" };
         let _rec = record!(self, Name::Static(name), &[mkn.0, mkn.1], &[mkn.1, mkn.2]);
-        Ok(pair_opt!("matmul", self, rhs, bias, |a, b, c| a
-            .matmul(l, b, lr, mkn, c)?))
+        let on = Operands::of("matmul", self);
+        on_device!(self, S => {
+            let a: &S = on.one(self)?;
+            Ok(a.matmul(l, on.one(rhs)?, lr, mkn, on.opt(bias)?)?.wrap())
+        })
     }
 
     pub(crate) fn conv2d(
         &self,
         l: &Layout,
-        (w, lw): (&Storage, &Layout),
+        w: (&Storage, &Layout),
         b: Option<(&Storage, &Layout)>,
         s: &ConvShape,
     ) -> Result<Storage> {
-        let _rec = record!(self, Name::Static("conv2d"), l.shape(), lw.shape());
-        Ok(pair_opt!("conv2d", self, w, b, |x, w, b| x.conv2d(
-            l,
-            (w, lw),
-            b,
-            s
-        )?))
+        let _rec = record!(self, Name::Static("conv2d"), l.shape(), w.1.shape());
+        let on = Operands::of("conv2d", self);
+        on_device!(self, S => {
+            let x: &S = on.one(self)?;
+            Ok(x.conv2d(l, on.view(w)?, on.opt(b)?, s)?.wrap())
+        })
     }
 
     /// Says on stderr, where `EMBER_CUDNN_LOG` asks for cuDNN's choices, that a
@@ -837,8 +757,8 @@ impl Storage {
     pub(crate) fn conv2d_backward(
         &self,
         l: &Layout,
-        (w, lw): (&Storage, &Layout),
-        (gy, lg): (&Storage, &Layout),
+        w: (&Storage, &Layout),
+        gy: (&Storage, &Layout),
         s: &ConvShape,
         need: (bool, bool),
     ) -> Result<ConvGrads<Storage>> {
@@ -846,32 +766,14 @@ impl Storage {
             self,
             Name::Static("conv2d_backward"),
             l.shape(),
-            lw.shape(),
-            lg.shape()
+            w.1.shape(),
+            gy.1.shape()
         );
-        fn wrap<S>(g: ConvGrads<S>, f: fn(S) -> Storage) -> ConvGrads<Storage> {
-            (g.0.map(f), g.1.map(f))
-        }
-        Ok(match (self, w, gy) {
-            (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(g)) => wrap(
-                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
-                Storage::Cpu,
-            ),
-            (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(g)) => wrap(
-                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
-                Storage::Cuda,
-            ),
-            (Storage::Meta(x), Storage::Meta(w), Storage::Meta(g)) => wrap(
-                x.conv2d_backward(l, (w, lw), (g, lg), s, need)?,
-                Storage::Meta,
-            ),
-            (x @ any!(), w, g) => {
-                let other = [w.device(), g.device()]
-                    .into_iter()
-                    .find(|d| *d != x.device())
-                    .unwrap_or(x.device());
-                return Err(mismatch("conv2d backward", x.device(), other));
-            }
+        let on = Operands::of("conv2d backward", self);
+        on_device!(self, S => {
+            let x: &S = on.one(self)?;
+            let (dx, dw) = x.conv2d_backward(l, on.view(w)?, on.view(gy)?, s, need)?;
+            Ok((dx.map(S::wrap), dw.map(S::wrap)))
         })
     }
 
@@ -887,19 +789,10 @@ impl Storage {
             Pool::Avg { .. } => "avg_pool2d",
         };
         let _rec = record!(self, Name::Static(name), l.shape());
-        Ok(match self {
-            Storage::Cpu(x) => {
-                let (y, i) = x.pool2d(l, s, kind, want_index)?;
-                (Storage::Cpu(y), i.map(Storage::Cpu))
-            }
-            Storage::Cuda(x) => {
-                let (y, i) = x.pool2d(l, s, kind, want_index)?;
-                (Storage::Cuda(y), i.map(Storage::Cuda))
-            }
-            Storage::Meta(x) => {
-                let (y, i) = x.pool2d(l, s, kind, want_index)?;
-                (Storage::Meta(y), i.map(Storage::Meta))
-            }
+        let on = Operands::of(name, self);
+        on_device!(self, S => {
+            let (y, i) = on.one::<S>(self)?.pool2d(l, s, kind, want_index)?;
+            Ok((y.wrap(), i.map(S::wrap)))
         })
     }
 
@@ -915,22 +808,11 @@ impl Storage {
             Pool::Avg { .. } => "avg_pool2d_backward",
         };
         let _rec = record!(self, Name::Static(name), l.shape());
-        Ok(match (self, index) {
-            (Storage::Cpu(g), None) => Storage::Cpu(g.pool2d_backward(l, None, s, kind)?),
-            (Storage::Cpu(g), Some(Storage::Cpu(i))) => {
-                Storage::Cpu(g.pool2d_backward(l, Some(i), s, kind)?)
-            }
-            (Storage::Cuda(g), None) => Storage::Cuda(g.pool2d_backward(l, None, s, kind)?),
-            (Storage::Cuda(g), Some(Storage::Cuda(i))) => {
-                Storage::Cuda(g.pool2d_backward(l, Some(i), s, kind)?)
-            }
-            (Storage::Meta(g), None) => Storage::Meta(g.pool2d_backward(l, None, s, kind)?),
-            (Storage::Meta(g), Some(Storage::Meta(i))) => {
-                Storage::Meta(g.pool2d_backward(l, Some(i), s, kind)?)
-            }
-            (g @ any!(), Some(i)) => {
-                return Err(mismatch("pool2d backward", g.device(), i.device()))
-            }
+        let on = Operands::of("pool2d backward", self);
+        on_device!(self, S => {
+            let g: &S = on.one(self)?;
+            let index = index.map(|i| on.one(i)).transpose()?;
+            Ok(g.pool2d_backward(l, index, s, kind)?.wrap())
         })
     }
 
@@ -976,27 +858,14 @@ impl Storage {
         shape: &[usize],
         dim: usize,
         idx: &Storage,
-        (src, ls): (&Storage, &Layout),
+        src: (&Storage, &Layout),
     ) -> Result<()> {
-        let _rec = record!(self, Name::Static("index_add_"), shape, ls.shape());
-        match (self, idx, src) {
-            (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
-                d.index_add(shape, dim, i, (s, ls))
-            }
-            (Storage::Cuda(d), Storage::Cuda(i), Storage::Cuda(s)) => {
-                d.index_add(shape, dim, i, (s, ls))
-            }
-            (Storage::Meta(d), Storage::Meta(i), Storage::Meta(s)) => {
-                d.index_add(shape, dim, i, (s, ls))
-            }
-            (d @ any!(), i, s) => {
-                let other = [i.device(), s.device()]
-                    .into_iter()
-                    .find(|x| *x != d.device())
-                    .unwrap_or(d.device());
-                Err(mismatch("index_add", d.device(), other))
-            }
-        }
+        let _rec = record!(self, Name::Static("index_add_"), shape, src.1.shape());
+        let on = Operands::of("index_add", self);
+        on_device!(self, S => {
+            let (i, src) = (on.one(idx)?, on.view(src)?);
+            on.one_mut::<S>(self)?.index_add(shape, dim, i, src)
+        })
     }
 
     pub(crate) fn scatter_add(
@@ -1005,33 +874,20 @@ impl Storage {
         dim: usize,
         idx: &Storage,
         ishape: &[usize],
-        (src, ls): (&Storage, &Layout),
+        src: (&Storage, &Layout),
     ) -> Result<()> {
         let _rec = record!(
             self,
             Name::Static("scatter_add_"),
             shape,
             ishape,
-            ls.shape()
+            src.1.shape()
         );
-        match (self, idx, src) {
-            (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
-                d.scatter_add(shape, dim, i, ishape, (s, ls))
-            }
-            (Storage::Cuda(d), Storage::Cuda(i), Storage::Cuda(s)) => {
-                d.scatter_add(shape, dim, i, ishape, (s, ls))
-            }
-            (Storage::Meta(d), Storage::Meta(i), Storage::Meta(s)) => {
-                d.scatter_add(shape, dim, i, ishape, (s, ls))
-            }
-            (d @ any!(), i, s) => {
-                let other = [i.device(), s.device()]
-                    .into_iter()
-                    .find(|x| *x != d.device())
-                    .unwrap_or(d.device());
-                Err(mismatch("scatter_add", d.device(), other))
-            }
-        }
+        let on = Operands::of("scatter_add", self);
+        on_device!(self, S => {
+            let (i, src) = (on.one(idx)?, on.view(src)?);
+            on.one_mut::<S>(self)?.scatter_add(shape, dim, i, ishape, src)
+        })
     }
 
     // ---- fused optimizer steps
@@ -1201,18 +1057,12 @@ impl Storage {
         h: &AdamStep,
     ) -> Result<()> {
         let _rec = record!(p, Name::Static("adam_step"), &[n]);
-        match (p, g, m, v) {
-            (Storage::Cpu(p), Storage::Cpu(g), Storage::Cpu(m), Storage::Cpu(v)) => {
-                CpuStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
-            }
-            (Storage::Cuda(p), Storage::Cuda(g), Storage::Cuda(m), Storage::Cuda(v)) => {
-                CudaStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
-            }
-            (Storage::Meta(p), Storage::Meta(g), Storage::Meta(m), Storage::Meta(v)) => {
-                MetaStorage::adam((p, po), (g, go), (m, mo), (v, vo), n, h)
-            }
-            (p @ any!(), g, _, _) => Err(mismatch("Adam step", p.device(), g.device())),
-        }
+        let on = Operands::of("Adam step", p);
+        on_device!(p, S => {
+            let g = (on.one(g)?, go);
+            let (m, v) = (on.one_mut(m)?, on.one_mut(v)?);
+            S::adam((on.one_mut(p)?, po), g, (m, mo), (v, vo), n, h)
+        })
     }
 }
 

@@ -3,7 +3,8 @@
 //! recomputes the weights from them (FlashAttention's algorithm).
 
 use super::{Storages, Tensor};
-use crate::backend::op::{attn_view_fits, AttnShape};
+use crate::backend::op::{attn_view_fits, AttnOperands, AttnSaved, AttnShape};
+use crate::backend::Storage;
 use crate::error::{Error, Result};
 
 /// `t` (`[.., rows, cols]`) as a rank-4 view `[b, h, rows, cols]`: the batch
@@ -118,13 +119,13 @@ impl Tensor {
             let mut ts = vec![&q4, &k4, &v4];
             ts.extend(&b4);
             let st = Storages::read(&ts);
-            let (out, lse) = st.get(0).attention(
-                q4.layout(),
-                (st.get(1), k4.layout()),
-                (st.get(2), v4.layout()),
-                b4.as_ref().map(|b| (st.get(3), b.layout())),
-                shape,
-            )?;
+            let x = AttnOperands {
+                q: (st.get(0), q4.layout()),
+                k: (st.get(1), k4.layout()),
+                v: (st.get(2), v4.layout()),
+                bias: b4.as_ref().map(|b| (st.get(3), b.layout())),
+            };
+            let (out, lse) = Storage::attention(x, shape)?;
             drop(st);
             (
                 Tensor::from_storage(out, self.shape()),
@@ -151,16 +152,18 @@ impl Tensor {
                     let mut ts = vec![q4, k4, v4, y, &lse, &g4];
                     ts.extend(b4);
                     let st = Storages::read(&ts);
-                    let (dq, dk, dv) = st.get(0).attention_backward(
-                        q4.layout(),
-                        (st.get(1), k4.layout()),
-                        (st.get(2), v4.layout()),
-                        b4.map(|b| (st.get(6), b.layout())),
-                        st.get(3),
-                        st.get(4),
-                        (st.get(5), g4.layout()),
-                        shape,
-                    )?;
+                    let x = AttnOperands {
+                        q: (st.get(0), q4.layout()),
+                        k: (st.get(1), k4.layout()),
+                        v: (st.get(2), v4.layout()),
+                        bias: b4.map(|b| (st.get(6), b.layout())),
+                    };
+                    let saved = AttnSaved {
+                        out: st.get(3),
+                        lse: st.get(4),
+                        g: (st.get(5), g4.layout()),
+                    };
+                    let (dq, dk, dv) = Storage::attention_backward(x, saved, shape)?;
                     drop(st);
                     Ok(vec![
                         Some(Tensor::from_storage(dq, &qs)),

@@ -4,7 +4,7 @@
 //! head) pair on a thread of its own.
 
 use crate::backend::host::alloc_uninit;
-use crate::backend::op::{attn_bias_refuses, AttnShape};
+use crate::backend::op::{attn_bias_refuses, AttnOperands, AttnSaved, AttnShape};
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -98,13 +98,8 @@ fn check_sizes(q: &CpuData, bias: Option<(&CpuData, &Layout)>, sh: &AttnShape) -
     Ok(())
 }
 
-pub(crate) fn attention(
-    (q, lq): (&CpuData, &Layout),
-    (k, lk): (&CpuData, &Layout),
-    (v, lv): (&CpuData, &Layout),
-    bias: Option<(&CpuData, &Layout)>,
-    sh: AttnShape,
-) -> Result<(CpuData, CpuData)> {
+pub(crate) fn attention(x: AttnOperands<'_, CpuData>, sh: AttnShape) -> Result<(CpuData, CpuData)> {
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     check_sizes(q, bias, &sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v): (View<'_, T>, View<'_, T>, View<'_, T>),
@@ -206,14 +201,12 @@ fn acc_slice<'a, T: FloatDType>(_like: &[T], d: &'a CpuData) -> Result<&'a [T::A
 }
 
 pub(crate) fn attention_backward(
-    (q, lq): (&CpuData, &Layout),
-    (k, lk): (&CpuData, &Layout),
-    (v, lv): (&CpuData, &Layout),
-    bias: Option<(&CpuData, &Layout)>,
-    (out, lse): (&CpuData, &CpuData),
-    (g, lg): (&CpuData, &Layout),
+    x: AttnOperands<'_, CpuData>,
+    saved: AttnSaved<'_, CpuData>,
     sh: AttnShape,
 ) -> Result<(CpuData, CpuData, CpuData)> {
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
+    let (out, lse, (g, lg)) = saved.parts();
     check_sizes(q, bias, &sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),

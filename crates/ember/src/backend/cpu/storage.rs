@@ -3,8 +3,8 @@
 use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
-    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnShape, BinaryOp, CmpOp,
-    ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnOperands, AttnSaved,
+    AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -296,38 +296,19 @@ impl BackendStorage for CpuStorage {
         .map(CpuStorage::new)
     }
 
-    fn attention(
-        &self,
-        lq: &Layout,
-        (k, lk): (&Self, &Layout),
-        (v, lv): (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        shape: AttnShape,
-    ) -> Result<(Self, Self)> {
-        let bias = bias.map(|(b, l)| (&b.data, l));
-        let (o, l) =
-            attention::attention((&self.data, lq), (&k.data, lk), (&v.data, lv), bias, shape)?;
+    fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)> {
+        let (o, l) = attention::attention(x.try_map(|s| Ok(&s.data))?, shape)?;
         Ok((CpuStorage::new(o), CpuStorage::new(l)))
     }
 
     fn attention_backward(
-        &self,
-        lq: &Layout,
-        (k, lk): (&Self, &Layout),
-        (v, lv): (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        out: &Self,
-        lse: &Self,
-        (g, lg): (&Self, &Layout),
+        x: AttnOperands<'_, Self>,
+        saved: AttnSaved<'_, Self>,
         shape: AttnShape,
     ) -> Result<(Self, Self, Self)> {
         let (a, b, c) = attention::attention_backward(
-            (&self.data, lq),
-            (&k.data, lk),
-            (&v.data, lv),
-            bias.map(|(b, l)| (&b.data, l)),
-            (&out.data, &lse.data),
-            (&g.data, lg),
+            x.try_map(|s| Ok(&s.data))?,
+            saved.try_map(|s| Ok(&s.data))?,
             shape,
         )?;
         Ok((CpuStorage::new(a), CpuStorage::new(b), CpuStorage::new(c)))

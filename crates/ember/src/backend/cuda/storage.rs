@@ -3,8 +3,8 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    channel_shape, scan_shape, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape,
-    ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    channel_shape, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp,
+    ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -384,29 +384,16 @@ impl BackendStorage for CudaStorage {
         ops::norm_rows(self, l.offset(), rows, row, eps, rms)
     }
 
-    fn attention(
-        &self,
-        lq: &Layout,
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        shape: AttnShape,
-    ) -> Result<(Self, Self)> {
-        ops::attention((self, lq), k, v, bias, shape)
+    fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)> {
+        ops::attention(x, shape)
     }
 
     fn attention_backward(
-        &self,
-        lq: &Layout,
-        k: (&Self, &Layout),
-        v: (&Self, &Layout),
-        bias: Option<(&Self, &Layout)>,
-        out: &Self,
-        lse: &Self,
-        g: (&Self, &Layout),
+        x: AttnOperands<'_, Self>,
+        saved: AttnSaved<'_, Self>,
         shape: AttnShape,
     ) -> Result<(Self, Self, Self)> {
-        ops::attention_backward((self, lq), k, v, bias, out, lse, g, shape)
+        ops::attention_backward(x, saved, shape)
     }
 
     fn cross_entropy_rows(

@@ -10,8 +10,8 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, foreach_chunks, stat_dtype, AdamStep, AttnShape, BinaryOp, CmpOp, ConvShape,
-    Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, foreach_chunks, stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape,
+    BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -202,39 +202,27 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
-    fn attention(
-        &self,
-        _lq: &Layout,
-        _k: (&Self, &Layout),
-        _v: (&Self, &Layout),
-        _bias: Option<(&Self, &Layout)>,
-        sh: AttnShape,
-    ) -> Result<(Self, Self)> {
-        let n = sh.batch * sh.heads;
+    fn attention(x: AttnOperands<'_, Self>, sh: AttnShape) -> Result<(Self, Self)> {
+        let (q, n) = (x.q.0, sh.batch * sh.heads);
         Ok((
-            self.like(n * sh.l * sh.d)?,
-            MetaStorage::new(stat_dtype(self.dtype), n * sh.l)?,
+            q.like(n * sh.l * sh.d)?,
+            MetaStorage::new(stat_dtype(q.dtype), n * sh.l)?,
         ))
     }
 
     fn attention_backward(
-        &self,
-        _lq: &Layout,
-        _k: (&Self, &Layout),
-        _v: (&Self, &Layout),
-        _bias: Option<(&Self, &Layout)>,
-        _out: &Self,
-        _lse: &Self,
-        _g: (&Self, &Layout),
+        x: AttnOperands<'_, Self>,
+        _saved: AttnSaved<'_, Self>,
         sh: AttnShape,
     ) -> Result<(Self, Self, Self)> {
+        let q = x.q.0;
         // as the CUDA launcher: each row's Σ g · out first, freed on return
         let n = sh.batch * sh.heads;
-        let _dsum = MetaStorage::workspace(stat_dtype(self.dtype), n * sh.l)?;
+        let _dsum = MetaStorage::workspace(stat_dtype(q.dtype), n * sh.l)?;
         Ok((
-            self.like(n * sh.l * sh.d)?,
-            self.like(n * sh.s * sh.d)?,
-            self.like(n * sh.s * sh.d)?,
+            q.like(n * sh.l * sh.d)?,
+            q.like(n * sh.s * sh.d)?,
+            q.like(n * sh.s * sh.d)?,
         ))
     }
 

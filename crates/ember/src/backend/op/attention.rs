@@ -1,6 +1,7 @@
 //! Fused attention's geometry (`BackendStorage::attention`).
 
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::layout::Layout;
 
 /// One fused attention call: `softmax(q kᵀ · scale) v` for each of `batch · heads`
@@ -9,6 +10,71 @@ use crate::layout::Layout;
 /// each weight is dropped after the softmax, by a mask that is a function of
 /// `seed` and the weight's place ([`AttnShape::kept`]), so that the backward (and
 /// every device) draws the same one.
+/// Fused attention's operands on one device's storage `S` (see
+/// [`BackendStorage::attention`](crate::backend::primitives::BackendStorage::attention)):
+/// the queries, keys and values, each a rank-4 view `[batch, heads, rows, d]`,
+/// and the optional additive bias `[batch, heads, l, s]`.
+pub(crate) struct AttnOperands<'a, S> {
+    pub q: (&'a S, &'a Layout),
+    pub k: (&'a S, &'a Layout),
+    pub v: (&'a S, &'a Layout),
+    pub bias: Option<(&'a S, &'a Layout)>,
+}
+
+/// What attention's backward reads besides its operands: the forward's output and
+/// log-sum-exps (contiguous) and the output's gradient (a view like the queries').
+pub(crate) struct AttnSaved<'a, S> {
+    pub out: &'a S,
+    pub lse: &'a S,
+    pub g: (&'a S, &'a Layout),
+}
+
+/// A view of storage `S`.
+type View<'a, S> = (&'a S, &'a Layout);
+
+impl<'a, S> AttnOperands<'a, S> {
+    /// Queries, keys, values and bias, as a tuple to take apart.
+    pub fn parts(self) -> (View<'a, S>, View<'a, S>, View<'a, S>, Option<View<'a, S>>) {
+        (self.q, self.k, self.v, self.bias)
+    }
+
+    /// The same views of `f`'s storages, taken in order (queries, keys, values,
+    /// bias); the first error of `f` (an operand on another device) is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<AttnOperands<'a, T>> {
+        Ok(AttnOperands {
+            q: (f(self.q.0)?, self.q.1),
+            k: (f(self.k.0)?, self.k.1),
+            v: (f(self.v.0)?, self.v.1),
+            bias: match self.bias {
+                Some((b, l)) => Some((f(b)?, l)),
+                None => None,
+            },
+        })
+    }
+}
+
+impl<'a, S> AttnSaved<'a, S> {
+    /// Output, log-sum-exps and gradient, as a tuple to take apart.
+    pub fn parts(self) -> (&'a S, &'a S, View<'a, S>) {
+        (self.out, self.lse, self.g)
+    }
+
+    /// As [`AttnOperands::try_map`]: output, log-sum-exps, gradient.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<AttnSaved<'a, T>> {
+        Ok(AttnSaved {
+            out: f(self.out)?,
+            lse: f(self.lse)?,
+            g: (f(self.g.0)?, self.g.1),
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AttnShape {
     pub batch: usize,

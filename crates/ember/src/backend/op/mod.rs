@@ -45,7 +45,8 @@ mod optim;
 mod reduce;
 
 pub(crate) use attention::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_view_fits, AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_view_fits, AttnOperands,
+    AttnSaved, AttnShape,
 };
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;

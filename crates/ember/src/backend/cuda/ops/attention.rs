@@ -6,7 +6,8 @@
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnOperands, AttnSaved,
+    AttnShape,
 };
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -153,12 +154,10 @@ fn launch(
 
 /// The output and log-sum-exps of [`BackendStorage::attention`](crate::backend::primitives::BackendStorage::attention).
 pub(crate) fn attention(
-    (q, lq): (&CudaStorage, &Layout),
-    (k, lk): (&CudaStorage, &Layout),
-    (v, lv): (&CudaStorage, &Layout),
-    bias: Option<(&CudaStorage, &Layout)>,
+    x: AttnOperands<'_, CudaStorage>,
     sh: AttnShape,
 ) -> Result<(CudaStorage, CudaStorage)> {
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     let dev = q.dev();
     check(dev, q, bias, &sh)?;
     let n = sh.batch * sh.heads;
@@ -181,17 +180,13 @@ pub(crate) fn attention(
 }
 
 /// The gradients of [`attention`] (see `BackendStorage::attention_backward`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_backward(
-    (q, lq): (&CudaStorage, &Layout),
-    (k, lk): (&CudaStorage, &Layout),
-    (v, lv): (&CudaStorage, &Layout),
-    bias: Option<(&CudaStorage, &Layout)>,
-    out: &CudaStorage,
-    lse: &CudaStorage,
-    (g, lg): (&CudaStorage, &Layout),
+    x: AttnOperands<'_, CudaStorage>,
+    saved: AttnSaved<'_, CudaStorage>,
     sh: AttnShape,
 ) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
+    let (out, lse, (g, lg)) = saved.parts();
     let dev = q.dev();
     check(dev, q, bias, &sh)?;
     let n = sh.batch * sh.heads;
