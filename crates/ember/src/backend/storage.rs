@@ -30,14 +30,6 @@ pub(crate) enum Storage {
     Meta(MetaStorage),
 }
 
-/// Any storage: the catch-all arms name every variant, so that a new device makes
-/// each `match` here fail to compile until it has its own arm.
-macro_rules! any {
-    () => {
-        Storage::Cpu(_) | Storage::Cuda(_) | Storage::Meta(_)
-    };
-}
-
 /// Applies `$body` to the backend storage inside `$s` (bound as `$x`) and wraps the
 /// result in the same variant.
 macro_rules! each {
@@ -46,19 +38,6 @@ macro_rules! each {
             Storage::Cpu($x) => Storage::Cpu($body),
             Storage::Cuda($x) => Storage::Cuda($body),
             Storage::Meta($x) => Storage::Meta($body),
-        }
-    };
-}
-
-/// Like [`each`] for two storages of one device; storages of two devices (which
-/// the tensor layer refuses before) are an error.
-macro_rules! pair {
-    ($op:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
-        match ($a, $b) {
-            (Storage::Cpu($x), Storage::Cpu($y)) => Storage::Cpu($body),
-            (Storage::Cuda($x), Storage::Cuda($y)) => Storage::Cuda($body),
-            (Storage::Meta($x), Storage::Meta($y)) => Storage::Meta($body),
-            (a @ any!(), b) => return Err(mismatch($op, a.device(), b.device())),
         }
     };
 }
@@ -158,6 +137,18 @@ impl Operands {
     ) -> Result<Option<(&'a S, &'a Layout)>> {
         v.map(|v| self.view(v)).transpose()
     }
+}
+
+/// Like [`each`] for two storages of one device (`$x`, `$y`); storages of two
+/// devices (which the tensor layer refuses before) are an error.
+macro_rules! pair {
+    ($op:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {{
+        let on = Operands::of($op, $a);
+        on_device!($a, S => {
+            let ($x, $y): (&S, &S) = (on.one($a)?, on.one($b)?);
+            $body.wrap()
+        })
+    }};
 }
 
 /// The profiler's record of a primitive on a storage (`$s`), named `$name`, with
@@ -401,12 +392,11 @@ impl Storage {
 
     pub(crate) fn copy_into(&self, l: &Layout, dst: &mut Storage, ld: &Layout) -> Result<()> {
         let _rec = record!(self, Name::Static("copy_"), l.shape(), ld.shape());
-        match (self, dst) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => a.copy_into(l, b, ld),
-            (Storage::Cuda(a), Storage::Cuda(b)) => a.copy_into(l, b, ld),
-            (Storage::Meta(a), Storage::Meta(b)) => a.copy_into(l, b, ld),
-            (a @ any!(), b) => Err(mismatch("copy_", a.device(), b.device())),
-        }
+        let on = Operands::of("copy_", self);
+        on_device!(self, S => {
+            let src: &S = on.one(self)?;
+            src.copy_into(l, on.one_mut(dst)?, ld)
+        })
     }
 
     pub(crate) fn to_host(&self, l: &Layout, op: &'static str) -> Result<CpuData> {
@@ -454,12 +444,11 @@ impl Storage {
         op: &O,
     ) -> Result<()> {
         let _rec = record!(self, Name::Inplace(O::CODE.name()), l.shape(), lr.shape());
-        match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => a.binary_inplace(l, b, lr, op),
-            (Storage::Cuda(a), Storage::Cuda(b)) => a.binary_inplace(l, b, lr, op),
-            (Storage::Meta(a), Storage::Meta(b)) => a.binary_inplace(l, b, lr, op),
-            (a @ any!(), b) => Err(mismatch("in-place op", a.device(), b.device())),
-        }
+        let on = Operands::of("in-place op", self);
+        on_device!(self, S => {
+            let b: &S = on.one(rhs)?;
+            on.one_mut::<S>(self)?.binary_inplace(l, b, lr, op)
+        })
     }
 
     pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
