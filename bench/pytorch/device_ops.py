@@ -173,6 +173,18 @@ def suite(dev):
 
         row(dev, f"attention fwd+bwd causal {ab}x{ah}x{al}x{ad} {atag}", "flops",
             3.5 * 4.0 * ab * ah * al * al * ad / 2, attention_step)
+    # layer norm with its weight and bias, forward and the three gradients
+    ln_rows, ln_cols = (64, 32) if q else (8192, 768) if gpu else (2048, 256)
+    lx = rand(ln_rows, ln_cols).requires_grad_()
+    lw, lb = rand(ln_cols).requires_grad_(), rand(ln_cols).requires_grad_()
+
+    def layer_norm_step():
+        with torch.enable_grad():
+            F.layer_norm(lx, [ln_cols], lw, lb, 1e-5).sum().backward()
+        lx.grad = lw.grad = lb.grad = None
+
+    row(dev, f"layer norm fwd+bwd {ln_rows}x{ln_cols} f32", "bytes", 7.0 * 4.0 * ln_rows * ln_cols,
+        layer_norm_step)
     t1, t2 = rand(4, 4), rand(4, 4)
     row(dev, "tiny add 4x4 (per op)", None, 0, lambda: t1 + t2)
     if gpu:

@@ -657,14 +657,30 @@ template <typename T, typename A> __device__ __forceinline__ A norm_load(const T
     return j < cols ? (A)widen(row[j]) : none;
 }
 
+// (xhat) * w[j] + b[j], each part where given (null: absent).
+template <typename T, typename A>
+__device__ __forceinline__ A norm_affine(A xhat, const T* w, const T* b, i64 j) {
+    A y = w ? xhat * (A)widen(w[j]) : xhat;
+    return b ? y + (A)widen(b[j]) : y;
+}
+
+// g * w[j] (w null: g), 0 past the row's end.
+template <typename T, typename A>
+__device__ __forceinline__ A norm_weighted(A g, const T* w, i64 j, i64 cols) {
+    return (w && j < cols) ? g * (A)widen(w[j]) : g;
+}
+
 // Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
 // row: the mean, then the mean square of the deviations (two passes, in the
-// accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd and rstd.
-// A row that fits the threads' register caches is read once; a longer one is
-// read for each pass. Either way each thread sums its elements in the same order,
-// so the results are the same bits.
+// accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd, times
+// w and plus b where given (null: absent), and each row's mean and rstd to
+// stats[2r], stats[2r + 1]. A row that fits the threads' register caches is read
+// once; a longer one is read for each pass. Either way each thread sums its
+// elements in the same order, so the results are the same bits.
 template <typename T>
-__device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, double eps, int rms) {
+__device__ void norm_rows_impl(const T* x, const T* w, const T* b, T* out,
+                               typename acc_t<T>::type* stats, i64 rows, i64 cols, double eps,
+                               int rms) {
     typedef decltype(widen(x[0])) A;
     __shared__ A sv[32];
     __shared__ A row_mean, row_rstd;
@@ -709,7 +725,8 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
         ss = block_sum(ss, sv);
         if (threadIdx.x == 0) {
             row_rstd = (A)1 / sqrt(ss / (A)cols + (A)eps);
-            rstd[r] = narrow<T>(row_rstd);
+            stats[2 * r] = m;
+            stats[2 * r + 1] = row_rstd;
         }
         __syncthreads();
         const A s = row_rstd;
@@ -717,21 +734,24 @@ __device__ void norm_rows_impl(const T* x, T* out, T* rstd, i64 rows, i64 cols, 
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
                 const i64 j = norm_col(c);
-                if (j < cols) yr[j] = narrow<T>((xc[c] - m) * s);
+                if (j < cols) yr[j] = narrow<T>(norm_affine((xc[c] - m) * s, w, b, j));
             }
         } else {
-            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = narrow<T>((widen(xr[j]) - m) * s);
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
+                yr[j] = narrow<T>(norm_affine((widen(xr[j]) - m) * s, w, b, j));
         }
         __syncthreads();
     }
 }
 
-// The input gradient of norm_rows: rstd * (g - mean(g) - xhat * mean(g * xhat)) per
-// row (no mean(g) term for RMS normalisation); one block per row. Rows that fit
-// the register caches read g and xhat once, longer ones twice; the same bits.
+// The input gradient of norm_rows from the output's gradient g, its input x and
+// statistics and its weight w (null: 1): with gw = g * w and xhat = (x - mean) *
+// rstd, rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per row (no mean(gw) term
+// for RMS normalisation); one block per row. Rows that fit the register caches
+// read g and x once, longer ones twice; the same bits.
 template <typename T>
-__device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd, T* out, i64 rows,
-                                        i64 cols, int rms) {
+__device__ void norm_rows_backward_impl(const T* g, const T* x, const typename acc_t<T>::type* stats,
+                                        const T* w, T* out, i64 rows, i64 cols, int rms) {
     typedef decltype(widen(g[0])) A;
     __shared__ A sv[32];
     __shared__ A mean_g, mean_gx;
@@ -739,24 +759,26 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
     A gc[NORM_CACHE], xc[NORM_CACHE];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* gr = g + r * cols;
-        const T* xr = xhat + r * cols;
+        const T* xr = x + r * cols;
         T* dr = out + r * cols;
+        const A m = stats[2 * r], s = stats[2 * r + 1];
         A sg = (A)0, sgx = (A)0;
         if (cached) {
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
-                gc[c] = norm_load(gr, cols, c, (A)0);
-                xc[c] = norm_load(xr, cols, c, (A)0);
-                if (norm_col(c) < cols) {
+                const i64 j = norm_col(c);
+                gc[c] = norm_weighted(norm_load(gr, cols, c, (A)0), w, j, cols);
+                xc[c] = (norm_load(xr, cols, c, m) - m) * s;
+                if (j < cols) {
                     sg += gc[c];
                     sgx += gc[c] * xc[c];
                 }
             }
         } else {
             for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-                const A gj = widen(gr[j]);
+                const A gj = norm_weighted((A)widen(gr[j]), w, j, cols);
                 sg += gj;
-                sgx += gj * widen(xr[j]);
+                sgx += gj * ((widen(xr[j]) - m) * s);
             }
         }
         sg = block_sum(sg, sv);
@@ -765,7 +787,7 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
         sgx = block_sum(sgx, sv);
         if (threadIdx.x == 0) mean_gx = sgx / (A)cols;
         __syncthreads();
-        const A mg = mean_g, mgx = mean_gx, s = widen(rstd[r]);
+        const A mg = mean_g, mgx = mean_gx;
         if (cached) {
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
@@ -773,21 +795,85 @@ __device__ void norm_rows_backward_impl(const T* g, const T* xhat, const T* rstd
                 if (j < cols) dr[j] = narrow<T>(s * (gc[c] - mg - xc[c] * mgx));
             }
         } else {
-            for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
-                dr[j] = narrow<T>(s * (widen(gr[j]) - mg - widen(xr[j]) * mgx));
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+                const A gj = norm_weighted((A)widen(gr[j]), w, j, cols);
+                dr[j] = narrow<T>(s * (gj - mg - ((widen(xr[j]) - m) * s) * mgx));
+            }
         }
         __syncthreads();
     }
 }
 
+// The weight and bias gradients of norm_rows, first pass: block (x, y) sums the
+// columns x * COL_W .. + COL_W of g * xhat and of g over the rows of chunk y
+// (`per_chunk` rows, norm_affine_chunks in Rust; the mean is 0 for RMS
+// normalisation), COL_H row slices per block
+// summed in order, into partial[(2 * y) * cols + c] and partial[(2 * y + 1) * cols
+// + c]. No atomics: every partial has one writer.
+template <typename T>
+__device__ void norm_affine_partial_impl(const T* g, const T* x, const typename acc_t<T>::type* stats,
+                                         typename acc_t<T>::type* partial, i64 rows, i64 cols,
+                                         i64 per_chunk) {
+    typedef typename acc_t<T>::type A;
+    __shared__ A pw[COL_H][COL_W + 1], pb[COL_H][COL_W + 1];
+    const i64 c = (i64)blockIdx.x * COL_W + threadIdx.x;
+    const i64 r0 = (i64)blockIdx.y * per_chunk;
+    const i64 r1 = r0 + per_chunk < rows ? r0 + per_chunk : rows;
+    A sw = (A)0, sb = (A)0;
+    if (c < cols) {
+        for (i64 r = r0 + threadIdx.y; r < r1; r += COL_H) {
+            const A gv = widen(g[r * cols + c]);
+            sw += gv * ((widen(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1]);
+            sb += gv;
+        }
+    }
+    pw[threadIdx.y][threadIdx.x] = sw;
+    pb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        for (int k = 1; k < COL_H; ++k) {
+            sw += pw[k][threadIdx.x];
+            sb += pb[k][threadIdx.x];
+        }
+        partial[(2 * (i64)blockIdx.y) * cols + c] = sw;
+        partial[(2 * (i64)blockIdx.y + 1) * cols + c] = sb;
+    }
+}
+
+// Second pass: the sums over chunks, in order, of partial[(2 * chunk + k) * cols
+// + c]: k = 0 into dw[c] (the weight's), k = 1 into db[c] (the bias's).
+template <typename T>
+__device__ void norm_affine_sum_impl(const typename acc_t<T>::type* partial, T* dw, T* db,
+                                     i64 chunks, i64 cols) {
+    typedef typename acc_t<T>::type A;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < 2 * cols; i += (i64)gridDim.x * blockDim.x) {
+        const i64 k = i / cols, c = i % cols;
+        A s = (A)0;
+        for (i64 y = 0; y < chunks; ++y) s += partial[(2 * y + k) * cols + c];
+        (k == 0 ? dw : db)[c] = narrow<T>(s);
+    }
+}
+
 #define NORM_ROWS(T, S)                                                                              \
-    extern "C" __global__ void norm_rows_##S(const T* x, T* out, T* rstd, i64 rows, i64 cols,       \
+    extern "C" __global__ void norm_rows_##S(const T* x, const T* w, const T* b, T* out,            \
+                                             acc_t<T>::type* stats, i64 rows, i64 cols,              \
                                              double eps, int rms) {                                 \
-        norm_rows_impl(x, out, rstd, rows, cols, eps, rms);                                          \
+        norm_rows_impl(x, w, b, out, stats, rows, cols, eps, rms);                                   \
     }                                                                                                \
-    extern "C" __global__ void norm_rows_backward_##S(const T* g, const T* xhat, const T* rstd,     \
+    extern "C" __global__ void norm_rows_backward_##S(const T* g, const T* x,                       \
+                                                      const acc_t<T>::type* stats, const T* w,      \
                                                       T* out, i64 rows, i64 cols, int rms) {        \
-        norm_rows_backward_impl(g, xhat, rstd, out, rows, cols, rms);                                \
+        norm_rows_backward_impl(g, x, stats, w, out, rows, cols, rms);                               \
+    }                                                                                                \
+    extern "C" __global__ void norm_affine_partial_##S(const T* g, const T* x,                      \
+                                                       const acc_t<T>::type* stats,                 \
+                                                       acc_t<T>::type* partial, i64 rows, i64 cols, \
+                                                       i64 per_chunk) {                             \
+        norm_affine_partial_impl(g, x, stats, partial, rows, cols, per_chunk);                       \
+    }                                                                                                \
+    extern "C" __global__ void norm_affine_sum_##S(const acc_t<T>::type* partial, T* dw, T* db,     \
+                                                   i64 chunks, i64 cols) {                           \
+        norm_affine_sum_impl(partial, dw, db, chunks, cols);                                         \
     }
 EMBER_FLOAT_TYPES(NORM_ROWS)
 

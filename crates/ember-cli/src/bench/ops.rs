@@ -227,6 +227,33 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
         )?);
     }
 
+    // layer norm with its weight and bias, forward and the three gradients (GPT-2
+    // small's rows and width on GPUs; under autocast it runs in float32 too),
+    // counted as the bytes one pass forward and two backward move
+    let [ln_rows, ln_cols] = match (gpu, q) {
+        (_, true) => [64, 32],
+        (true, false) => [8192, 768],
+        (false, false) => [2048, 256],
+    };
+    let lx = rand(&[ln_rows, ln_cols])?.requires_grad_(true)?;
+    let (lw, lb) = (
+        rand(&[ln_cols])?.requires_grad_(true)?,
+        rand(&[ln_cols])?.requires_grad_(true)?,
+    );
+    rows.push(cx.row(
+        format!("layer norm fwd+bwd {ln_rows}x{ln_cols} f32"),
+        Work::Bytes(7.0 * 4.0 * (ln_rows * ln_cols) as f64),
+        || {
+            ember::nn::layer_norm(&lx, &[ln_cols], Some(&lw), Some(&lb), 1e-5)?
+                .sum_all()?
+                .backward()?;
+            for t in [&lx, &lw, &lb] {
+                t.set_grad(None);
+            }
+            Ok(())
+        },
+    )?);
+
     // per-op overhead: a 4×4 add, launched again and again
     let (t1, t2) = (rand(&[4, 4])?, rand(&[4, 4])?);
     rows.push(cx.row("tiny add 4x4 (per op)".into(), Work::None, || {

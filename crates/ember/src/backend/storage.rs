@@ -10,7 +10,7 @@ use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
     attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -525,27 +525,51 @@ impl Storage {
             .softmax_backward(l, y, ly, log)?))
     }
 
-    pub(crate) fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Storage, Storage)> {
+    pub(crate) fn norm_rows(
+        &self,
+        l: &Layout,
+        eps: f64,
+        rms: bool,
+        affine: NormAffine<'_, Storage>,
+    ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("norm_rows"), l.shape());
         let on = Operands::of("layer_norm", self);
         on_device!(self, S => {
-            let (y, r) = on.one::<S>(self)?.norm_rows(l, eps, rms)?;
-            Ok((y.wrap(), r.wrap()))
+            let x: &S = on.one(self)?;
+            let (y, stats) = x.norm_rows(l, eps, rms, affine.try_map(|s| on.one(s))?)?;
+            Ok((y.wrap(), stats.wrap()))
         })
     }
 
     pub(crate) fn norm_rows_backward(
         &self,
         l: &Layout,
-        xhat: &Storage,
-        rstd: &Storage,
+        x: (&Storage, &Layout),
+        stats: &Storage,
+        weight: Option<(&Storage, &Layout)>,
         rms: bool,
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("norm_rows_backward"), l.shape());
         let on = Operands::of("layer_norm", self);
         on_device!(self, S => {
             let g: &S = on.one(self)?;
-            Ok(g.norm_rows_backward(l, on.one(xhat)?, on.one(rstd)?, rms)?.wrap())
+            let (x, stats, w) = (on.view(x)?, on.one(stats)?, on.opt(weight)?);
+            Ok(g.norm_rows_backward(l, x, stats, w, rms)?.wrap())
+        })
+    }
+
+    pub(crate) fn norm_affine_backward(
+        &self,
+        l: &Layout,
+        x: (&Storage, &Layout),
+        stats: &Storage,
+    ) -> Result<(Storage, Storage)> {
+        let _rec = record!(self, Name::Static("norm_affine_backward"), l.shape());
+        let on = Operands::of("layer_norm", self);
+        on_device!(self, S => {
+            let g: &S = on.one(self)?;
+            let (dw, db) = g.norm_affine_backward(l, on.view(x)?, on.one(stats)?)?;
+            Ok((dw.wrap(), db.wrap()))
         })
     }
 

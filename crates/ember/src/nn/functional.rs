@@ -377,14 +377,10 @@ pub fn layer_norm(
     let dims = norm_dims(OP, x, normalized_shape, &[weight, bias])?;
     norm_params_dtype(OP, x, &[weight, bias])?;
     let xf = upcast(OP, "LayerNormKernelImpl", x)?;
-    let mut y = normalize(OP, &xf, &dims, eps, false)?;
-    if let Some(w) = weight {
-        y = y.mul(&w.to_dtype(y.dtype())?)?;
-    }
-    if let Some(b) = bias {
-        y = y.add(&b.to_dtype(y.dtype())?)?;
-    }
-    y.to_dtype(x.dtype())
+    // the affine part inside the normalisation's one pass, in its dtype
+    let part = |p: Option<&Tensor>| p.map(|p| p.to_dtype(xf.dtype())).transpose();
+    let (w, b) = (part(weight)?, part(bias)?);
+    normalize(OP, &xf, &dims, (eps, false), (w.as_ref(), b.as_ref()))?.to_dtype(x.dtype())
 }
 
 /// Group normalisation (`F.group_norm`): the channels of `x` (`[N, C, *]`) are
@@ -485,7 +481,7 @@ pub fn group_norm(
     norm_params_dtype(OP, x, &[weight, bias])?;
     let xf = upcast(OP, "GroupNormKernelImpl", x)?;
     let groups = xf.reshape([n, num_groups, c / num_groups * hw])?;
-    let mut y = normalize(OP, &groups, &[2], eps, false)?.reshape(x.shape())?;
+    let mut y = normalize(OP, &groups, &[2], (eps, false), (None, None))?.reshape(x.shape())?;
     // the parameters along dim 1
     let mut per_channel = vec![c];
     per_channel.extend(std::iter::repeat_n(1, x.rank() - 2));
@@ -498,17 +494,26 @@ pub fn group_norm(
     y.to_dtype(x.dtype())
 }
 
-/// `x` normalised over its trailing `dims` (centred unless `rms`): rows of the
-/// normalised size go through the fused primitive; an empty tensor is computed
+/// `x` normalised over its trailing `dims` (centred unless `rms`), times `w` and
+/// plus `b` where given (each of the trailing dims' shape, in `x`'s dtype): rows of
+/// the normalised size go through the fused primitive; an empty tensor is computed
 /// from the definition (its statistics are NaN, as PyTorch's).
-fn normalize(op: &'static str, x: &Tensor, dims: &[i64], eps: f64, rms: bool) -> Result<Tensor> {
+fn normalize(
+    op: &'static str,
+    x: &Tensor,
+    dims: &[i64],
+    (eps, rms): (f64, bool),
+    (w, b): (Option<&Tensor>, Option<&Tensor>),
+) -> Result<Tensor> {
     // the trailing dims, as `norm_dims` gives them
     let n: usize = dims.iter().map(|&d| x.shape()[d as usize]).product();
     if x.numel() > 0 {
         let rows = x.numel() / n;
+        let flat = |p: Option<&Tensor>| p.map(|p| p.reshape([n])).transpose();
+        let (w, b) = (flat(w)?, flat(b)?);
         return x
             .reshape([rows, n])?
-            .normalize_rows(op, eps, rms)?
+            .normalize_rows(op, (eps, rms), (w.as_ref(), b.as_ref()))?
             .reshape(x.shape());
     }
     let centred = if rms {
@@ -517,7 +522,14 @@ fn normalize(op: &'static str, x: &Tensor, dims: &[i64], eps: f64, rms: bool) ->
         x.sub(&x.mean(dims, true)?)?
     };
     let var = centred.square()?.mean(dims, true)?;
-    centred.mul(&var.add(eps)?.rsqrt()?)
+    let mut y = centred.mul(&var.add(eps)?.rsqrt()?)?;
+    if let Some(w) = w {
+        y = y.mul(w)?;
+    }
+    if let Some(b) = b {
+        y = y.add(b)?;
+    }
+    Ok(y)
 }
 
 /// Root-mean-square normalisation over the trailing dims (`F.rms_norm`):
@@ -539,7 +551,7 @@ pub fn rms_norm(
     } else {
         f32::EPSILON as f64
     });
-    let y = normalize(OP, &xf, &dims, eps, true)?.to_dtype(x.dtype())?;
+    let y = normalize(OP, &xf, &dims, (eps, true), (None, None))?.to_dtype(x.dtype())?;
     match weight {
         Some(w) => y.mul(w),
         None => Ok(y),

@@ -4,7 +4,7 @@
 use super::shape::{dim_list, IntoDims};
 use super::{Storages, Tensor};
 use crate::autograd::Saved;
-use crate::backend::op::ReduceOp;
+use crate::backend::op::{NormAffine, ReduceOp};
 use crate::backend::Storage;
 use crate::layout::{normalize_dim, Dims};
 use crate::{
@@ -385,9 +385,17 @@ impl Tensor {
 
     /// Each row (the last dim) normalised in one pass forward and one backward on
     /// every device: `(x - mean) / sqrt(var + eps)` with the biased variance, or
-    /// `x / sqrt(mean(x²) + eps)` with `rms` (`op` names it in errors). The
-    /// tensor must be of a float dtype, with at least one dim.
-    pub(crate) fn normalize_rows(&self, op: &'static str, eps: f64, rms: bool) -> Result<Tensor> {
+    /// `x / sqrt(mean(x²) + eps)` with `rms`, then times `weight` and plus `bias`
+    /// where given (`[cols]` tensors of the rows' dtype on their device, each given
+    /// its gradient; `op` names it in errors). The tensor must be of a float dtype,
+    /// with at least one dim. Kept for backward: the rows, each row's mean and
+    /// rstd, and the weight (not the normalised rows, which backward recomputes).
+    pub(crate) fn normalize_rows(
+        &self,
+        op: &'static str,
+        (eps, rms): (f64, bool),
+        (weight, bias): (Option<&Tensor>, Option<&Tensor>),
+    ) -> Result<Tensor> {
         if !self.dtype().is_float() || self.rank() == 0 {
             return Err(Error::dtype(
                 op,
@@ -395,24 +403,78 @@ impl Tensor {
                 "normalisation needs a floating-point tensor with at least one dim",
             ));
         }
-        let (y, rstd) = crate::autograd::no_grad(|| -> Result<(Tensor, Tensor)> {
-            let x = self.contiguous()?;
-            let (y, rstd) = x.read().norm_rows(x.layout(), eps, rms)?;
-            let row = *self.shape().last().unwrap_or(&1);
-            let rows = self.numel().checked_div(row).unwrap_or(0);
-            Ok((
-                Tensor::from_storage(y, self.shape()),
-                Tensor::from_storage(rstd, &[rows]),
-            ))
+        let cols = *self.shape().last().unwrap_or(&1);
+        for p in weight.iter().chain(bias.iter()) {
+            if p.shape() != [cols] || p.dtype() != self.dtype() {
+                return Err(Error::shape(
+                    op,
+                    p.shape(),
+                    &[cols],
+                    format!("the affine parts must be [{cols}] in {}", self.dtype()),
+                ));
+            }
+        }
+        let rows = self.numel().checked_div(cols).unwrap_or(0);
+        let contiguous = |t: Option<&Tensor>| t.map(|t| t.contiguous()).transpose();
+        let (x, w, b) = crate::autograd::no_grad(|| -> Result<_> {
+            Ok((self.contiguous()?, contiguous(weight)?, contiguous(bias)?))
         })?;
-        Ok(Tensor::record(y, op, &[self], |y| {
-            let y = y.save();
+        let (y, stats) = {
+            let mut ts = vec![&x];
+            ts.extend(&w);
+            ts.extend(&b);
+            let st = Storages::read(&ts);
+            let affine = NormAffine {
+                weight: w.as_ref().map(|w| (st.get(1), w.layout())),
+                bias: b.as_ref().map(|b| (st.get(ts.len() - 1), b.layout())),
+            };
+            let (y, stats) = st.get(0).norm_rows(x.layout(), eps, rms, affine)?;
+            drop(st);
+            (
+                Tensor::from_storage(y, self.shape()),
+                Tensor::from_storage(stats, &[rows, 2]),
+            )
+        };
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        Ok(Tensor::record(y, op, &inputs, |_| {
+            let need = (
+                self.requires_grad(),
+                weight.is_some_and(|w| w.requires_grad()),
+                bias.map(|b| b.requires_grad()),
+            );
+            let (x, w) = (x.save(), w.map(|w| w.save()));
             move |g: &Tensor| {
-                let (g, y) = (g.contiguous()?, y.get()?);
-                let gx = g.map_storage_same(|s, l| {
-                    s.norm_rows_backward(l, &y.read(), &rstd.read(), rms)
-                })?;
-                Ok(vec![Some(gx)])
+                let g = g.contiguous()?;
+                let (x, w) = (x.get()?, w.as_ref().map(|w| w.get()).transpose()?);
+                let mut ts = vec![&g, x, &stats];
+                ts.extend(w);
+                let st = Storages::read(&ts);
+                let (gs, xs, ss) = (st.get(0), (st.get(1), x.layout()), st.get(2));
+                let gx = match need.0 {
+                    true => {
+                        let wv = w.map(|w| (st.get(3), w.layout()));
+                        let gx = gs.norm_rows_backward(g.layout(), xs, ss, wv, rms)?;
+                        Some(Tensor::from_storage(gx, g.shape()))
+                    }
+                    false => None,
+                };
+                let (mut gw, mut gb) = (None, None);
+                if need.1 || need.2 == Some(true) {
+                    let (dw, db) = gs.norm_affine_backward(g.layout(), xs, ss)?;
+                    gw = need.1.then(|| Tensor::from_storage(dw, &[cols]));
+                    gb = (need.2 == Some(true)).then(|| Tensor::from_storage(db, &[cols]));
+                }
+                drop(st);
+                let mut out = vec![gx];
+                if w.is_some() {
+                    out.push(gw);
+                }
+                if need.2.is_some() {
+                    out.push(gb);
+                }
+                Ok(out)
             }
         }))
     }

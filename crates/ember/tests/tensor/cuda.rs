@@ -732,6 +732,57 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     Ok(())
 }
 
+/// Layer norm's affine part fused into the normalisation on a GPU against the
+/// CPU: the output and the gradients of the input, the weight and the bias, for
+/// rows in one chunk and in several (the weight and bias gradients are summed in
+/// chunks of rows, then the chunks in order), rows cached in registers and not,
+/// and each combination of operands that need a gradient (a frozen input, a
+/// frozen weight).
+#[test]
+fn layer_norm_affine_matches_the_cpu() -> Result<()> {
+    let Some(dev) = gpu("layer_norm_affine_matches_the_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(23);
+    for (rows, cols) in [(3, 40), (200, 100), (70, 2049), (1, 1)] {
+        for dtype in [DType::F32, DType::F64] {
+            let rand = |s: &[usize]| Tensor::randn(s, &Device::Cpu)?.to_dtype(dtype);
+            let (x, up) = (rand(&[rows, cols])?, rand(&[rows, cols])?);
+            let (w, b) = (rand(&[cols])?, rand(&[cols])?);
+            for need in [
+                (true, true, true),
+                (false, true, true),
+                (true, false, true),
+                (true, true, false),
+            ] {
+                let run = |d: &Device| -> Result<Vec<Vec<f64>>> {
+                    let leaf = |t: &Tensor, g: bool| t.to(d)?.detach().requires_grad_(g);
+                    let (x, w, b) = (leaf(&x, need.0)?, leaf(&w, need.1)?, leaf(&b, need.2)?);
+                    let y = ember::nn::layer_norm(&x, &[cols], Some(&w), Some(&b), 1e-5)?;
+                    y.mul(&up.to(d)?)?.sum_all()?.backward()?;
+                    let mut out = vec![vals(&y)];
+                    for (t, g) in [(&x, need.0), (&w, need.1), (&b, need.2)] {
+                        match t.grad() {
+                            Some(gr) => out.push(vals(&gr)),
+                            None => assert!(!g, "a gradient missing"),
+                        }
+                    }
+                    Ok(out)
+                };
+                let (cpu, gpu) = (run(&Device::Cpu)?, run(&dev)?);
+                let what = format!("{rows}x{cols} {dtype} need {need:?}");
+                assert_eq!(cpu.len(), gpu.len(), "{what}");
+                let tol = if dtype == DType::F32 { 2e-4 } else { 1e-10 };
+                for (c, g) in cpu.iter().zip(&gpu) {
+                    assert_close(g, c, tol, tol);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Casts on a GPU against the CPU, between every pair of dtypes, from
 /// contiguous sources of lengths around the vector width that start at offsets
 /// 0 to 3 (aligned: 16-byte steps and a tail; unaligned: element by element)

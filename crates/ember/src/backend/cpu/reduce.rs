@@ -8,9 +8,9 @@
 
 use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle, PAR_CHUNK, PAR_MIN};
-use crate::backend::op::{ReduceOp, ScanOp};
-use crate::dtype::CpuData;
+use crate::backend::op::{norm_affine_chunks, ReduceOp, ScanOp};
 use crate::dtype::WithDType;
+use crate::dtype::{CpuData, CpuElem};
 use crate::dtype::{FloatDType, Real};
 use crate::error::Result;
 use crate::layout::{are_leading, are_trailing, Dims, Layout};
@@ -747,24 +747,30 @@ pub(crate) fn softmax_backward_rows(
     }, _other => None)
 }
 
-/// Normalises each row of `row` elements: `(x - mean) · rstd`, or `x · rstd` with
-/// `rms`, where `rstd = 1 / sqrt(var + eps)` (the biased variance; the mean square
-/// with `rms`), two passes over the row in the accumulator type. Returns the
-/// normalised rows and each row's `rstd`, in the input's dtype; `None` for a dtype
-/// that is not float.
+/// Normalises each row of `row` elements: `xhat = (x - mean) · rstd`, or `x ·
+/// rstd` with `rms`, where `rstd = 1 / sqrt(var + eps)` (the biased variance; the
+/// mean square with `rms`), two passes over the row in the accumulator type, then
+/// `xhat · w + b` with the parts given (`[row]` slices in the rows' dtype). Returns
+/// the rows and each row's (mean, rstd) pair in the accumulator type; `None` for a
+/// dtype that is not float, or parts of another dtype.
 pub(crate) fn norm_rows(
-    data: &CpuData,
-    range: std::ops::Range<usize>,
+    (data, range): (&CpuData, std::ops::Range<usize>),
     row: usize,
-    eps: f64,
-    rms: bool,
+    (eps, rms): (f64, bool),
+    (w, b): (Option<Stat>, Option<Stat>),
 ) -> Option<Result<(CpuData, CpuData)>> {
-    fn go<T: SliceMath>(x: &[T], row: usize, eps: f64, rms: bool) -> Result<(CpuData, CpuData)> {
+    fn go<T: SliceMath>(
+        x: &[T],
+        row: usize,
+        (eps, rms): (f64, bool),
+        (w, b): (Option<&[T]>, Option<&[T]>),
+    ) -> Result<(CpuData, CpuData)> {
         let rows = x.len().checked_div(row).unwrap_or(0);
         let mut out = alloc_uninit::<T>(x.len())?;
-        let mut rstd = alloc_uninit::<T>(rows)?;
+        let mut stats = alloc_uninit::<T::Acc>(2 * rows)?;
         let (n, eps) = (T::Acc::c(row as f64), T::Acc::c(eps));
-        let body = |((src, dst), r): ((&[T], &mut [T]), &mut T)| {
+        type Row<'a, T, A> = ((&'a [T], &'a mut [T]), &'a mut [A]);
+        let body = |((src, dst), st): Row<T, T::Acc>| {
             super::vmath::simd(
                 #[inline(always)]
                 || {
@@ -778,10 +784,25 @@ pub(crate) fn norm_rows(
                         d * d
                     });
                     let s = (ss / n + eps).sqrt().recip();
-                    for (d, &v) in dst.iter_mut().zip(src) {
-                        *d = T::from_acc((v.to_acc() - mean) * s);
+                    let xhat = |v: T| (v.to_acc() - mean) * s;
+                    // a loop per combination of parts, each without branches
+                    let rows = dst.iter_mut().zip(src);
+                    match (w, b) {
+                        (None, None) => rows.for_each(|(d, &v)| *d = T::from_acc(xhat(v))),
+                        (Some(w), None) => rows
+                            .zip(w)
+                            .for_each(|((d, &v), &w)| *d = T::from_acc(xhat(v) * w.to_acc())),
+                        (None, Some(b)) => rows
+                            .zip(b)
+                            .for_each(|((d, &v), &b)| *d = T::from_acc(xhat(v) + b.to_acc())),
+                        (Some(w), Some(b)) => {
+                            rows.zip(w.iter().zip(b)).for_each(|((d, &v), (&w, &b))| {
+                                *d = T::from_acc(xhat(v) * w.to_acc() + b.to_acc())
+                            })
+                        }
                     }
-                    *r = T::from_acc(s);
+                    st[0] = mean;
+                    st[1] = s;
                 },
             )
         };
@@ -789,54 +810,136 @@ pub(crate) fn norm_rows(
             if x.len() >= PAR_MIN && rows > 1 {
                 x.par_chunks(row)
                     .zip(out.par_chunks_mut(row))
-                    .zip(rstd.par_iter_mut())
+                    .zip(stats.par_chunks_mut(2))
                     .for_each(body);
             } else {
                 x.chunks(row)
                     .zip(out.chunks_mut(row))
-                    .zip(rstd.iter_mut())
+                    .zip(stats.chunks_mut(2))
                     .for_each(body);
             }
         }
-        Ok((T::wrap(out), T::wrap(rstd)))
+        Ok((T::wrap(out), <T::Acc as CpuElem>::wrap(stats)))
     }
-    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, eps, rms)), _other => None)
+    crate::dtype::dispatch_float!(data, v => {
+        let w = part(v, w)?;
+        let b = part(v, b)?;
+        Some(go(&v[range], row, (eps, rms), (w, b)))
+    }, _other => None)
 }
 
-/// The input gradient of [`norm_rows`] from its output's gradient `g`, the
-/// normalised rows `xhat` and each row's `rstd` (all contiguous, one float dtype):
-/// `rstd · (g - mean(g) - xhat · mean(g · xhat))`, without the `mean(g)` term for
-/// `rms`. `None` when the dtypes are not one float dtype.
+/// The part `p` of a norm's operands as a slice of `like`'s type: `Some(None)`
+/// where it is absent, `None` where its dtype differs.
+fn part<'a, T: CpuElem>(like: &[T], p: Option<Stat<'a>>) -> Option<Option<&'a [T]>> {
+    match p {
+        None => Some(None),
+        Some((d, r)) => same(like, d).map(|s| Some(&s[r])),
+    }
+}
+
+/// Each row's (mean, rstd) as [`norm_rows`] returned them, for rows like `_like`.
+fn norm_stats<'a, T: FloatDType>(_like: &[T], (d, r): Stat<'a>) -> Option<&'a [T::Acc]> {
+    <T::Acc as CpuElem>::slice(d).map(|s| &s[r])
+}
+
+/// `Σ gw` and `Σ gw · xhat(x)` over a row, `gw = g · w` (`g` without a weight), in
+/// eight lanes combined in order (as [`dot_acc`]), so that the loops vectorise.
+#[inline(always)]
+fn grad_sums<T: SliceMath>(
+    g: &[T],
+    x: &[T],
+    w: Option<&[T]>,
+    xhat: impl Fn(T) -> T::Acc,
+) -> (T::Acc, T::Acc) {
+    let (mut a, mut b) = ([T::Acc::zero(); 8], [T::Acc::zero(); 8]);
+    let (mut ta, mut tb) = (T::Acc::zero(), T::Acc::zero());
+    let mut add = |gw: T::Acc, v: T, lane: Option<usize>| {
+        let p = gw * xhat(v);
+        match lane {
+            Some(l) => {
+                a[l] = a[l] + gw;
+                b[l] = b[l] + p;
+            }
+            None => {
+                ta = ta + gw;
+                tb = tb + p;
+            }
+        }
+    };
+    let (gc, xc) = (g.chunks_exact(8), x.chunks_exact(8));
+    let (gt, xt) = (gc.remainder(), xc.remainder());
+    match w {
+        None => {
+            for (gs, xs) in gc.zip(xc) {
+                for l in 0..8 {
+                    add(gs[l].to_acc(), xs[l], Some(l));
+                }
+            }
+            for (&g, &v) in gt.iter().zip(xt) {
+                add(g.to_acc(), v, None);
+            }
+        }
+        Some(w) => {
+            let wc = w.chunks_exact(8);
+            let wt = wc.remainder();
+            for ((gs, xs), ws) in gc.zip(xc).zip(wc) {
+                for l in 0..8 {
+                    add(gs[l].to_acc() * ws[l].to_acc(), xs[l], Some(l));
+                }
+            }
+            for ((&g, &v), &w) in gt.iter().zip(xt).zip(wt) {
+                add(g.to_acc() * w.to_acc(), v, None);
+            }
+        }
+    }
+    let total = |l: [T::Acc; 8]| l.into_iter().fold(T::Acc::zero(), |s, v| s + v);
+    (total(a) + ta, total(b) + tb)
+}
+
+/// A norm backward's operands: the output's gradient, the input, each row's
+/// (mean, rstd) and the weight.
+type NormGrad<'a, T> = (
+    &'a [T],
+    &'a [T],
+    &'a [<T as FloatDType>::Acc],
+    Option<&'a [T]>,
+);
+
+/// The input gradient of [`norm_rows`] from its output's gradient `g`, its input
+/// `x`, each row's (mean, rstd) and the weight `w` (all contiguous; `g`, `x` and
+/// `w` of one float dtype, the statistics in its accumulator dtype): with `gw =
+/// g · w` and `xhat = (x - mean) · rstd`, `rstd · (gw - mean(gw) - xhat ·
+/// mean(gw · xhat))`, without the `mean(gw)` term for `rms`. `None` when the
+/// dtypes do not fit.
 pub(crate) fn norm_rows_backward(
-    g: (&CpuData, std::ops::Range<usize>),
-    xhat: (&CpuData, std::ops::Range<usize>),
-    rstd: (&CpuData, std::ops::Range<usize>),
+    (g, x, stats, w): (Stat, Stat, Stat, Option<Stat>),
     row: usize,
     rms: bool,
 ) -> Option<Result<CpuData>> {
-    fn go<T: SliceMath + crate::dtype::CpuElem>(
-        g: &[T],
-        xh: &[T],
-        rstd: &[T],
+    fn go<T: SliceMath + CpuElem>(
+        (g, x, stats, w): NormGrad<T>,
         row: usize,
         rms: bool,
     ) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(g.len())?;
         let n = T::Acc::c(row as f64);
-        type Row<'a, T> = (((&'a [T], &'a [T]), &'a mut [T]), &'a T);
-        let body = |(((gr, xr), dst), &r): Row<T>| {
+        type Row<'a, T, A> = (((&'a [T], &'a [T]), &'a mut [T]), &'a [A]);
+        let body = |(((gr, xr), dst), st): Row<T, T::Acc>| {
             super::vmath::simd(
                 #[inline(always)]
                 || {
-                    let mg = if rms {
-                        T::Acc::zero()
-                    } else {
-                        T::sum_slice(gr) / n
-                    };
-                    let mgx = dot_acc(gr, xr) / n;
-                    let r = r.to_acc();
-                    for ((d, a), b) in dst.iter_mut().zip(gr).zip(xr) {
-                        *d = T::from_acc(r * (a.to_acc() - mg - b.to_acc() * mgx));
+                    let (m, s) = (st[0], st[1]);
+                    let xhat = |v: T| (v.to_acc() - m) * s;
+                    let (sg, sgx) = grad_sums(gr, xr, w, xhat);
+                    let mg = if rms { T::Acc::zero() } else { sg / n };
+                    let mgx = sgx / n;
+                    let dx = |gw: T::Acc, v: T| T::from_acc(s * (gw - mg - xhat(v) * mgx));
+                    let rows = dst.iter_mut().zip(gr.iter().zip(xr));
+                    match w {
+                        None => rows.for_each(|(d, (&g, &v))| *d = dx(g.to_acc(), v)),
+                        Some(w) => rows
+                            .zip(w)
+                            .for_each(|((d, (&g, &v)), &w)| *d = dx(g.to_acc() * w.to_acc(), v)),
                     }
                 },
             )
@@ -844,27 +947,83 @@ pub(crate) fn norm_rows_backward(
         if let Some(rows) = g.len().checked_div(row) {
             if g.len() >= PAR_MIN && rows > 1 {
                 g.par_chunks(row)
-                    .zip(xh.par_chunks(row))
+                    .zip(x.par_chunks(row))
                     .zip(out.par_chunks_mut(row))
-                    .zip(rstd.par_iter())
+                    .zip(stats.par_chunks(2))
                     .for_each(body);
             } else {
                 g.chunks(row)
-                    .zip(xh.chunks(row))
+                    .zip(x.chunks(row))
                     .zip(out.chunks_mut(row))
-                    .zip(rstd.iter())
+                    .zip(stats.chunks(2))
                     .for_each(body);
             }
         }
         Ok(T::wrap(out))
     }
     let (gd, gr) = g;
-    let (xd, xr) = xhat;
-    let (rd, rr) = rstd;
     crate::dtype::dispatch_float!(gd, v => {
-        let xh = same(v, xd)?;
-        let rs = same(v, rd)?;
-        Some(go(&v[gr], &xh[xr], &rs[rr], row, rms))
+        let xs = same(v, x.0)?;
+        let st = norm_stats(v, stats)?;
+        let w = part(v, w)?;
+        Some(go((&v[gr], &xs[x.1], st, w), row, rms))
+    }, _other => None)
+}
+
+/// The weight and bias gradients of [`norm_rows`] from its output's gradient
+/// `g`, its input `x` and each row's (mean, rstd) (as for
+/// [`norm_rows_backward`]): the sums over rows of `g · xhat` and of `g`, `[row]`
+/// each in the rows' dtype, each chunk of rows of [`norm_affine_chunks`] summed
+/// in the accumulator type and the chunks' sums added in order. `None` when the
+/// dtypes do not fit.
+pub(crate) fn norm_affine_backward(
+    (g, x, stats): (Stat, Stat, Stat),
+    row: usize,
+) -> Option<Result<(CpuData, CpuData)>> {
+    fn go<T: SliceMath + CpuElem>(
+        (g, x, stats): (&[T], &[T], &[T::Acc]),
+        row: usize,
+    ) -> Result<(CpuData, CpuData)> {
+        let rows = g.len().checked_div(row).unwrap_or(0);
+        let (_, per_chunk) = norm_affine_chunks(rows);
+        // one chunk's column sums: g · xhat in [0, row), g in [row, 2 row)
+        let chunk = |c: usize| -> Vec<T::Acc> {
+            let mut acc = vec![T::Acc::zero(); 2 * row];
+            let (dw, db) = acc.split_at_mut(row);
+            for r in c * per_chunk..((c + 1) * per_chunk).min(rows) {
+                let (m, s) = (stats[2 * r], stats[2 * r + 1]);
+                let (gr, xr) = (&g[r * row..(r + 1) * row], &x[r * row..(r + 1) * row]);
+                for (((w, b), &a), &v) in dw.iter_mut().zip(db.iter_mut()).zip(gr).zip(xr) {
+                    let gv = a.to_acc();
+                    *w = *w + gv * ((v.to_acc() - m) * s);
+                    *b = *b + gv;
+                }
+            }
+            acc
+        };
+        let chunks = if row == 0 {
+            0
+        } else {
+            rows.div_ceil(per_chunk)
+        };
+        let parts: Vec<Vec<T::Acc>> = if g.len() >= PAR_MIN {
+            (0..chunks).into_par_iter().map(chunk).collect()
+        } else {
+            (0..chunks).map(chunk).collect()
+        };
+        let mut out = alloc_uninit::<T>(2 * row)?;
+        for (i, o) in out.iter_mut().enumerate() {
+            let s = parts.iter().fold(T::Acc::zero(), |s, p| s + p[i]);
+            *o = T::from_acc(s);
+        }
+        let db = out.split_off(row);
+        Ok((T::wrap(out), T::wrap(db)))
+    }
+    let (gd, gr) = g;
+    crate::dtype::dispatch_float!(gd, v => {
+        let xs = same(v, x.0)?;
+        let st = norm_stats(v, stats)?;
+        Some(go((&v[gr], &xs[x.1], st), row))
     }, _other => None)
 }
 

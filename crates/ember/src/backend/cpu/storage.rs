@@ -4,7 +4,8 @@ use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, r
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
     channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnOperands, AttnSaved,
-    AttnShape, BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp,
+    UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -254,13 +255,27 @@ impl BackendStorage for CpuStorage {
         .map(CpuStorage::new)
     }
 
-    fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
+    fn norm_rows(
+        &self,
+        l: &Layout,
+        eps: f64,
+        rms: bool,
+        affine: NormAffine<'_, Self>,
+    ) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let range = l.offset()..l.offset() + l.numel();
-        let (y, r) = reduce::norm_rows(&self.data, range, row, eps, rms).ok_or_else(|| {
-            Error::dtype("layer_norm", self.dtype(), "needs a floating-point tensor")
-        })??;
-        Ok((CpuStorage::new(y), CpuStorage::new(r)))
+        let parts = (
+            affine.weight.map(|(w, l)| (&w.data, range_of(l))),
+            affine.bias.map(|(b, l)| (&b.data, range_of(l))),
+        );
+        let (y, stats) = reduce::norm_rows((&self.data, range_of(l)), row, (eps, rms), parts)
+            .ok_or_else(|| {
+                Error::dtype(
+                    "layer_norm",
+                    self.dtype(),
+                    "needs a floating-point tensor, and a weight and bias of its dtype",
+                )
+            })??;
+        Ok((CpuStorage::new(y), CpuStorage::new(stats)))
     }
 
     fn channel_stats(&self, l: &Layout) -> Result<Self> {
@@ -353,25 +368,40 @@ impl BackendStorage for CpuStorage {
             .map(CpuStorage::new)
     }
 
-    fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
+    fn norm_rows_backward(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        stats: &Self,
+        weight: Option<(&Self, &Layout)>,
+        rms: bool,
+    ) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let range = l.offset()..l.offset() + l.numel();
-        let rows = l.numel().checked_div(row).unwrap_or(0);
-        reduce::norm_rows_backward(
-            (&self.data, range.clone()),
-            (&xhat.data, 0..l.numel()),
-            (&rstd.data, 0..rows),
-            row,
-            rms,
-        )
-        .ok_or_else(|| {
-            Error::dtype(
-                "layer_norm",
-                self.dtype(),
-                "the gradient, normalised rows and rstd must share one float dtype",
-            )
-        })?
-        .map(CpuStorage::new)
+        let stats = (&stats.data, 0..stats.data.len());
+        let w = weight.map(|(w, lw)| (&w.data, range_of(lw)));
+        let ops = (
+            (&self.data, range_of(l)),
+            (&x.0.data, range_of(x.1)),
+            stats,
+            w,
+        );
+        reduce::norm_rows_backward(ops, row, rms)
+            .ok_or_else(|| norm_dtypes(self.dtype()))?
+            .map(CpuStorage::new)
+    }
+
+    fn norm_affine_backward(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        stats: &Self,
+    ) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let stats = (&stats.data, 0..stats.data.len());
+        let ops = ((&self.data, range_of(l)), (&x.0.data, range_of(x.1)), stats);
+        let (dw, db) =
+            reduce::norm_affine_backward(ops, row).ok_or_else(|| norm_dtypes(self.dtype()))??;
+        Ok((CpuStorage::new(dw), CpuStorage::new(db)))
     }
 
     fn matmul(
@@ -581,4 +611,14 @@ impl CpuStorage {
     fn int64(&self) -> &[i64] {
         i64::slice(&self.data).expect("indices are int64")
     }
+}
+
+/// The error of a norm's backward whose operands are not of one float dtype
+/// (with the statistics in its accumulator dtype).
+fn norm_dtypes(dtype: DType) -> Error {
+    Error::dtype(
+        "layer_norm",
+        dtype,
+        "the gradient, input and weight must share one float dtype, the statistics its accumulator dtype",
+    )
 }

@@ -4,7 +4,7 @@ use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
     channel_shape, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp,
-    ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -378,10 +378,18 @@ impl BackendStorage for CudaStorage {
         ops::softmax_backward_rows(self, l.offset(), (y, ly.offset()), rows, row, log)
     }
 
-    fn norm_rows(&self, l: &Layout, eps: f64, rms: bool) -> Result<(Self, Self)> {
+    fn norm_rows(
+        &self,
+        l: &Layout,
+        eps: f64,
+        rms: bool,
+        affine: NormAffine<'_, Self>,
+    ) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
-        ops::norm_rows(self, l.offset(), rows, row, eps, rms)
+        let w = affine.weight.map(|(w, l)| (w, l.offset()));
+        let b = affine.bias.map(|(b, l)| (b, l.offset()));
+        ops::norm_rows((self, l.offset()), (w, b), rows, row, (eps, rms))
     }
 
     fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)> {
@@ -432,10 +440,36 @@ impl BackendStorage for CudaStorage {
         )
     }
 
-    fn norm_rows_backward(&self, l: &Layout, xhat: &Self, rstd: &Self, rms: bool) -> Result<Self> {
+    fn norm_rows_backward(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        stats: &Self,
+        weight: Option<(&Self, &Layout)>,
+        rms: bool,
+    ) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
-        ops::norm_rows_backward(self, l.offset(), xhat, rstd, rows, row, rms)
+        let w = weight.map(|(w, lw)| (w, lw.offset()));
+        ops::norm_rows_backward(
+            (self, l.offset()),
+            (x.0, x.1.offset()),
+            stats,
+            w,
+            (rows, row),
+            rms,
+        )
+    }
+
+    fn norm_affine_backward(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        stats: &Self,
+    ) -> Result<(Self, Self)> {
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        ops::norm_affine_backward((self, l.offset()), (x.0, x.1.offset()), stats, (rows, row))
     }
 
     fn channel_stats(&self, l: &Layout) -> Result<Self> {

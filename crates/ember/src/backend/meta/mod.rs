@@ -10,8 +10,9 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, foreach_chunks, stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape,
-    BinaryOp, CmpOp, ConvShape, Pool, PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    channel_shape, foreach_chunks, norm_affine_chunks, stat_dtype, AdamStep, AttnOperands,
+    AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp,
+    Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -184,22 +185,47 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
-    fn norm_rows(&self, l: &Layout, _eps: f64, _rms: bool) -> Result<(Self, Self)> {
+    fn norm_rows(
+        &self,
+        l: &Layout,
+        _eps: f64,
+        _rms: bool,
+        _affine: NormAffine<'_, Self>,
+    ) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
         Ok((
             self.like(l.numel())?,
-            self.like(l.numel().checked_div(row).unwrap_or(0))?,
+            MetaStorage::new(stat_dtype(self.dtype), 2 * rows)?,
         ))
     }
 
     fn norm_rows_backward(
         &self,
         l: &Layout,
-        _xhat: &Self,
-        _rstd: &Self,
+        _x: (&Self, &Layout),
+        _stats: &Self,
+        _weight: Option<(&Self, &Layout)>,
         _rms: bool,
     ) -> Result<Self> {
         self.like(l.numel())
+    }
+
+    fn norm_affine_backward(
+        &self,
+        l: &Layout,
+        _x: (&Self, &Layout),
+        _stats: &Self,
+    ) -> Result<(Self, Self)> {
+        // as the CUDA launcher: the outputs, then the partials' workspace
+        let row = l.shape().last().copied().unwrap_or(1);
+        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let out = (self.like(row)?, self.like(row)?);
+        if row > 0 {
+            let chunks = norm_affine_chunks(rows).0;
+            let _partial = MetaStorage::workspace(stat_dtype(self.dtype), 2 * chunks * row)?;
+        }
+        Ok(out)
     }
 
     fn attention(x: AttnOperands<'_, Self>, sh: AttnShape) -> Result<(Self, Self)> {

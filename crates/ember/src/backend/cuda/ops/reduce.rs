@@ -6,7 +6,7 @@ use super::{
     launch_rows_shared, new_out, suffix, tensor_lists, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{stat_dtype, ReduceCode, ScanOp};
+use crate::backend::op::{norm_affine_chunks, stat_dtype, ReduceCode, ScanOp};
 use crate::layout::Layout;
 use crate::{
     dtype::DType,
@@ -297,23 +297,25 @@ pub(crate) fn softmax_backward_rows(
     Ok(out)
 }
 
-/// Normalised rows and each row's rstd (one block per row; see
-/// `BackendStorage::norm_rows`).
+/// Normalised rows, with the affine part where given, and each row's mean and
+/// rstd (one block per row; see `BackendStorage::norm_rows`). `w` and `b` are
+/// `[cols]` from their offsets.
 pub(crate) fn norm_rows(
-    x: &CudaStorage,
-    offset: usize,
+    (x, offset): (&CudaStorage, usize),
+    (w, b): (Operand, Operand),
     rows: usize,
     cols: usize,
-    eps: f64,
-    rms: bool,
+    (eps, rms): (f64, bool),
 ) -> Result<(CudaStorage, CudaStorage)> {
     let dev = x.dev();
     let out = new_out(dev, x.dtype(), rows * cols)?;
-    let rstd = new_out(dev, x.dtype(), rows)?;
+    let stats = new_out(dev, stat_dtype(x.dtype()), 2 * rows)?;
     if cols == 0 {
-        return Ok((out, rstd));
+        return Ok((out, stats));
     }
-    let (px, po, pr) = (base_ptr(x, offset), out.ptr(), rstd.ptr());
+    let (px, po, ps) = (base_ptr(x, offset), out.ptr(), stats.ptr());
+    // absent parts: null pointers, which the kernel tests
+    let (pw, pb) = (opt_ptr(w), opt_ptr(b));
     let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
     let name = format!("norm_rows_{}", suffix(x.dtype()));
     launch_rows(
@@ -322,20 +324,27 @@ pub(crate) fn norm_rows(
         x.dtype(),
         &name,
         rows,
-        &mut args![px, po, pr, r, c, eps, rm],
+        &mut args![px, pw, pb, po, ps, r, c, eps, rm],
     )?;
-    Ok((out, rstd))
+    Ok((out, stats))
 }
 
-/// The input gradient of [`norm_rows`] from the output's gradient `g` (from
-/// `offset`), the normalised rows and rstd (one block per row).
+/// An optional operand and the element it starts at.
+type Operand<'a> = Option<(&'a CudaStorage, usize)>;
+
+/// The address of element `offset` of an optional operand, 0 where absent.
+fn opt_ptr(s: Operand) -> u64 {
+    s.map_or(0, |(s, off)| base_ptr(s, off))
+}
+
+/// The input gradient of [`norm_rows`] from the output's gradient `g`, the input
+/// `x` (each from its offset), the statistics and the weight (one block per row).
 pub(crate) fn norm_rows_backward(
-    g: &CudaStorage,
-    offset: usize,
-    xhat: &CudaStorage,
-    rstd: &CudaStorage,
-    rows: usize,
-    cols: usize,
+    (g, offset): (&CudaStorage, usize),
+    (x, x_offset): (&CudaStorage, usize),
+    stats: &CudaStorage,
+    w: Operand,
+    (rows, cols): (usize, usize),
     rms: bool,
 ) -> Result<CudaStorage> {
     let dev = g.dev();
@@ -343,7 +352,8 @@ pub(crate) fn norm_rows_backward(
     if cols == 0 {
         return Ok(out);
     }
-    let (pg, px, pr, po) = (base_ptr(g, offset), xhat.ptr(), rstd.ptr(), out.ptr());
+    let (pg, px, ps) = (base_ptr(g, offset), base_ptr(x, x_offset), stats.ptr());
+    let (pw, po) = (opt_ptr(w), out.ptr());
     let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
     let name = format!("norm_rows_backward_{}", suffix(g.dtype()));
     launch_rows(
@@ -352,9 +362,66 @@ pub(crate) fn norm_rows_backward(
         g.dtype(),
         &name,
         rows,
-        &mut args![pg, px, pr, po, r, c, rm],
+        &mut args![pg, px, ps, pw, po, r, c, rm],
     )?;
     Ok(out)
+}
+
+/// The weight and bias gradients of [`norm_rows`], `[cols]` each: column sums of
+/// `g · xhat` and `g` per chunk of rows into a workspace of partials, then the
+/// partials summed in chunk order (`norm_affine_chunks`; no atomics).
+pub(crate) fn norm_affine_backward(
+    (g, offset): (&CudaStorage, usize),
+    (x, x_offset): (&CudaStorage, usize),
+    stats: &CudaStorage,
+    (rows, cols): (usize, usize),
+) -> Result<(CudaStorage, CudaStorage)> {
+    const COL_W: usize = 32;
+    const COL_H: u32 = 8;
+    let dev = g.dev();
+    let dt = g.dtype();
+    let (dw, db) = (new_out(dev, dt, cols)?, new_out(dev, dt, cols)?);
+    if cols == 0 {
+        return Ok((dw, db));
+    }
+    let (chunks, per_chunk) = norm_affine_chunks(rows);
+    // freed once both launches are queued (the allocator keeps it from reuse
+    // until they ran)
+    let partial = new_out(dev, stat_dtype(dt), 2 * chunks * cols)?;
+    let grid_x = u32::try_from(cols.div_ceil(COL_W))
+        .ok()
+        .filter(|&t| t < 1 << 31)
+        .ok_or_else(|| {
+            Error::invalid(
+                "layer_norm",
+                format!("{cols} columns exceed the GPU's grid"),
+            )
+        })?;
+    let (pg, px, ps, pp) = (
+        base_ptr(g, offset),
+        base_ptr(x, x_offset),
+        stats.ptr(),
+        partial.ptr(),
+    );
+    let (r, c, pc) = (rows as i64, cols as i64, per_chunk as i64);
+    launch_kernel(
+        dev,
+        ("reduce", dt, &format!("norm_affine_partial_{}", suffix(dt))),
+        (grid_x, chunks as u32, 1),
+        ((COL_W as u32, COL_H, 1), 0),
+        &mut args![pg, px, ps, pp, r, c, pc],
+    )?;
+    let (pw, pb, ch) = (dw.ptr(), db.ptr(), chunks as i64);
+    launch_n(
+        dev,
+        "reduce",
+        dt,
+        &format!("norm_affine_sum_{}", suffix(dt)),
+        2 * cols,
+        &mut args![pp, pw, pb, ch, c],
+    )?;
+    drop(partial);
+    Ok((dw, db))
 }
 
 /// Cumulative sum or product along the middle axis of `(outer, n, inner)`

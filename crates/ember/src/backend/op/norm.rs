@@ -1,0 +1,70 @@
+//! Row normalisation's vocabulary: the affine part a fused layer norm applies,
+//! and how its weight and bias gradients are summed.
+
+use crate::error::Result;
+use crate::layout::Layout;
+
+/// Layer normalisation's elementwise affine part (`xhat · weight + bias`), each a
+/// contiguous `[cols]` view of storage `S` in the rows' dtype; an absent part is
+/// weight 1 or bias 0.
+pub(crate) struct NormAffine<'a, S> {
+    pub weight: Option<(&'a S, &'a Layout)>,
+    pub bias: Option<(&'a S, &'a Layout)>,
+}
+
+impl<S> Clone for NormAffine<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for NormAffine<'_, S> {}
+
+impl<'a, S> NormAffine<'a, S> {
+    /// The same views of `f`'s storages (weight, then bias); the first error of
+    /// `f` (an operand on another device) is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<NormAffine<'a, T>> {
+        Ok(NormAffine {
+            weight: match self.weight {
+                Some((w, l)) => Some((f(w)?, l)),
+                None => None,
+            },
+            bias: match self.bias {
+                Some((b, l)) => Some((f(b)?, l)),
+                None => None,
+            },
+        })
+    }
+}
+
+/// How the weight and bias gradients of `rows` normalised rows are summed: in
+/// `chunks` chunks of `per_chunk` consecutive rows (the last may be shorter), each
+/// chunk's column sums a partial, the partials then summed in chunk order. The
+/// same split on every device, so that their sums agree and `meta` knows the
+/// CUDA launcher's workspace (`2 · chunks · cols` values of the statistics dtype).
+pub(crate) fn norm_affine_chunks(rows: usize) -> (usize, usize) {
+    // at least 32 rows a chunk, at most 64 chunks
+    let per_chunk = rows.div_ceil(64).max(32);
+    (rows.div_ceil(per_chunk).max(1), per_chunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_rows() {
+        for rows in [0, 1, 31, 32, 33, 2047, 2048, 2049, 8192, 100_000] {
+            let (chunks, per) = norm_affine_chunks(rows);
+            assert!((1..=64).contains(&chunks) && per >= 32, "{rows}");
+            assert!(chunks * per >= rows, "{rows}: {chunks} x {per}");
+            assert!(
+                rows == 0 || (chunks - 1) * per < rows,
+                "{rows}: an empty chunk"
+            );
+        }
+    }
+}
