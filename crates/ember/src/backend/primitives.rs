@@ -7,8 +7,8 @@
 //! [`Storage`]: super::Storage
 
 use super::op::{
-    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, Pool,
-    PoolShape, ReduceOp, Scalar, ScanOp, UnaryOp,
+    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
+    NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::dtype::CpuData;
 use crate::layout::Layout;
@@ -81,46 +81,28 @@ pub(crate) trait BackendStorage: Sized {
     /// log-softmax `g - exp(y) · Σ g`.
     fn softmax_backward(&self, l: &Layout, y: &Self, ly: &Layout, log: bool) -> Result<Self>;
     /// Normalises each row (the last dim) of the contiguous view `l` of a float
-    /// dtype: `xhat = (x - mean) · rstd` (`rms`: `x · rstd`, the mean taken as 0),
-    /// `rstd = 1 / sqrt(var + eps)` with the biased variance (`rms`: the mean
-    /// square), then `xhat · weight + bias` with the parts `affine` has. Returns
+    /// dtype as `n` says: `xhat = (x - mean) · rstd` (`rms`: `x · rstd`, the mean
+    /// taken as 0), `rstd = 1 / sqrt(var + eps)` with the biased variance (`rms`:
+    /// the mean square), then `xhat · weight + bias` with the parts `a` has. Returns
     /// the rows (in `l`'s dtype) and each row's mean and rstd side by side
     /// (`[rows, 2]` in [`stat_dtype`](super::op::stat_dtype)), which with `x` are
     /// what the backward reads: `xhat` itself is not kept.
-    fn norm_rows(
-        &self,
-        l: &Layout,
-        eps: f64,
-        rms: bool,
-        affine: NormAffine<'_, Self>,
-    ) -> Result<(Self, Self)>;
+    fn norm_rows(&self, l: &Layout, n: RowNorm, a: NormAffine<'_, Self>) -> Result<(Self, Self)>;
     /// The input gradient of [`norm_rows`](Self::norm_rows) from its output's
-    /// gradient (`self`, contiguous view `l`), its input `x` (a contiguous view of
-    /// the same shape and dtype), the statistics it returned (contiguous) and its
-    /// weight (contiguous `[cols]`, or 1): with `gw = g · weight`,
-    /// `rstd · (gw - mean(gw) - xhat · mean(gw · xhat))` per row (`rms`: without
-    /// `mean(gw)`), in `l`'s dtype.
-    fn norm_rows_backward(
-        &self,
-        l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-        weight: Option<(&Self, &Layout)>,
-        rms: bool,
-    ) -> Result<Self>;
+    /// gradient (`self`, contiguous view `l`) and what its forward left
+    /// ([`NormSaved`]; the input a contiguous view of `l`'s shape and dtype): with
+    /// `gw = g · weight`, `rstd · (gw - mean(gw) - xhat · mean(gw · xhat))` per row
+    /// (`rms`: without `mean(gw)`), in `l`'s dtype.
+    fn norm_rows_backward(&self, l: &Layout, saved: NormSaved<'_, Self>, rms: bool)
+        -> Result<Self>;
     /// The weight and bias gradients of [`norm_rows`](Self::norm_rows) from its
-    /// output's gradient (`self`, contiguous view `l`), its input `x` and its
-    /// statistics (as for [`norm_rows_backward`](Self::norm_rows_backward)): the
-    /// sums over rows of `g · xhat` and of `g`, `[cols]` each in `l`'s dtype, summed
-    /// in the accumulator type in the row chunks of
+    /// output's gradient (`self`, contiguous view `l`) and its input and
+    /// statistics (`saved`, whose weight it does not read): the sums over rows of
+    /// `g · xhat` and of `g`, `[cols]` each in `l`'s dtype, summed in the
+    /// accumulator type in the row chunks of
     /// [`norm_affine_chunks`](super::op::norm_affine_chunks), in order (the
     /// statistics' mean is 0 for RMS normalisation, so one rule serves both).
-    fn norm_affine_backward(
-        &self,
-        l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-    ) -> Result<(Self, Self)>;
+    fn norm_affine_backward(&self, l: &Layout, saved: NormSaved<'_, Self>) -> Result<(Self, Self)>;
     /// Cross-entropy of each row (the last dim, `C` classes) of the contiguous view
     /// `l` of a float dtype against one class index per row (`target`: int64, one
     /// per row, contiguous): `(1 - ε)(lse - x[t]) + ε (lse - mean(x))` with

@@ -10,7 +10,8 @@ use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
     attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp,
+    SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -528,15 +529,14 @@ impl Storage {
     pub(crate) fn norm_rows(
         &self,
         l: &Layout,
-        eps: f64,
-        rms: bool,
+        n: RowNorm,
         affine: NormAffine<'_, Storage>,
     ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("norm_rows"), l.shape());
         let on = Operands::of("layer_norm", self);
         on_device!(self, S => {
             let x: &S = on.one(self)?;
-            let (y, stats) = x.norm_rows(l, eps, rms, affine.try_map(|s| on.one(s))?)?;
+            let (y, stats) = x.norm_rows(l, n, affine.try_map(|s| on.one(s))?)?;
             Ok((y.wrap(), stats.wrap()))
         })
     }
@@ -544,31 +544,27 @@ impl Storage {
     pub(crate) fn norm_rows_backward(
         &self,
         l: &Layout,
-        x: (&Storage, &Layout),
-        stats: &Storage,
-        weight: Option<(&Storage, &Layout)>,
+        saved: NormSaved<'_, Storage>,
         rms: bool,
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("norm_rows_backward"), l.shape());
         let on = Operands::of("layer_norm", self);
         on_device!(self, S => {
             let g: &S = on.one(self)?;
-            let (x, stats, w) = (on.view(x)?, on.one(stats)?, on.opt(weight)?);
-            Ok(g.norm_rows_backward(l, x, stats, w, rms)?.wrap())
+            Ok(g.norm_rows_backward(l, saved.try_map(|s| on.one(s))?, rms)?.wrap())
         })
     }
 
     pub(crate) fn norm_affine_backward(
         &self,
         l: &Layout,
-        x: (&Storage, &Layout),
-        stats: &Storage,
+        saved: NormSaved<'_, Storage>,
     ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("norm_affine_backward"), l.shape());
         let on = Operands::of("layer_norm", self);
         on_device!(self, S => {
             let g: &S = on.one(self)?;
-            let (dw, db) = g.norm_affine_backward(l, on.view(x)?, on.one(stats)?)?;
+            let (dw, db) = g.norm_affine_backward(l, saved.try_map(|s| on.one(s))?)?;
             Ok((dw.wrap(), db.wrap()))
         })
     }

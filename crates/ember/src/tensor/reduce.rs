@@ -4,7 +4,7 @@
 use super::shape::{dim_list, IntoDims};
 use super::{Storages, Tensor};
 use crate::autograd::Saved;
-use crate::backend::op::{NormAffine, ReduceOp};
+use crate::backend::op::{NormAffine, NormSaved, ReduceOp, RowNorm};
 use crate::backend::Storage;
 use crate::layout::{normalize_dim, Dims};
 use crate::{
@@ -428,7 +428,9 @@ impl Tensor {
                 weight: w.as_ref().map(|w| (st.get(1), w.layout())),
                 bias: b.as_ref().map(|b| (st.get(ts.len() - 1), b.layout())),
             };
-            let (y, stats) = st.get(0).norm_rows(x.layout(), eps, rms, affine)?;
+            let (y, stats) = st
+                .get(0)
+                .norm_rows(x.layout(), RowNorm { eps, rms }, affine)?;
             drop(st);
             (
                 Tensor::from_storage(y, self.shape()),
@@ -451,18 +453,22 @@ impl Tensor {
                 let mut ts = vec![&g, x, &stats];
                 ts.extend(w);
                 let st = Storages::read(&ts);
-                let (gs, xs, ss) = (st.get(0), (st.get(1), x.layout()), st.get(2));
+                let gs = st.get(0);
+                let saved = NormSaved {
+                    x: (st.get(1), x.layout()),
+                    stats: st.get(2),
+                    weight: w.map(|w| (st.get(3), w.layout())),
+                };
                 let gx = match need.0 {
                     true => {
-                        let wv = w.map(|w| (st.get(3), w.layout()));
-                        let gx = gs.norm_rows_backward(g.layout(), xs, ss, wv, rms)?;
+                        let gx = gs.norm_rows_backward(g.layout(), saved, rms)?;
                         Some(Tensor::from_storage(gx, g.shape()))
                     }
                     false => None,
                 };
                 let (mut gw, mut gb) = (None, None);
                 if need.1 || need.2 == Some(true) {
-                    let (dw, db) = gs.norm_affine_backward(g.layout(), xs, ss)?;
+                    let (dw, db) = gs.norm_affine_backward(g.layout(), saved)?;
                     gw = need.1.then(|| Tensor::from_storage(dw, &[cols]));
                     gb = (need.2 == Some(true)).then(|| Tensor::from_storage(db, &[cols]));
                 }

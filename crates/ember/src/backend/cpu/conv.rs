@@ -27,45 +27,81 @@ fn span(offset: isize, stride: usize, size: usize, count: usize) -> (usize, usiz
     (lo.min(count), hi.min(count).max(lo.min(count)))
 }
 
-/// Fills `col` ([cg*kh*kw, oh*ow]) with the input patches of channels `c0..c0+cg`.
-fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: &mut [T]) {
+/// One kernel tap (`ki`, `kj`) of one channel `ci` of a group, as im2col lays it
+/// out: row `row` of the columns (`[cg*kh*kw, oh*ow]`); the output rows `ys` and
+/// columns `xs` whose input lies inside the image (the rest is padding); the
+/// input row of output row `oy` in `ys` ([`Tap::iy`]) and the input column of
+/// output column `xs.start` (`ix0`, where `xs` is not empty).
+struct Tap {
+    ci: usize,
+    row: usize,
+    ys: std::ops::Range<usize>,
+    xs: std::ops::Range<usize>,
+    /// `oy * stride + yoff` is output row `oy`'s input row
+    yoff: isize,
+    stride: usize,
+    ix0: usize,
+}
+
+impl Tap {
+    /// The input row of output row `oy` (one of `ys`).
+    fn iy(&self, oy: usize) -> usize {
+        ((oy * self.stride) as isize + self.yoff) as usize
+    }
+}
+
+/// Every tap of channels `0..cg` of a group, in im2col's row order.
+fn conv_taps(s: &ConvShape, cg: usize) -> impl Iterator<Item = Tap> + '_ {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
         padding: (ph, pw),
         dilation: (dh, dw),
     } = s.win;
-    let p = s.oh * s.ow;
-    for ci in 0..cg {
-        let plane = &x[(c0 + ci) * s.h * s.w..(c0 + ci + 1) * s.h * s.w];
-        for ki in 0..kh {
-            let (y_lo, y_hi) = span((ki * dh) as isize - ph as isize, sh, s.h, s.oh);
-            for kj in 0..kw {
-                let xoff = (kj * dw) as isize - pw as isize;
-                let (x_lo, x_hi) = span(xoff, sw, s.w, s.ow);
-                let row = &mut col[((ci * kh + ki) * kw + kj) * p..][..p];
-                row[..y_lo * s.ow].fill(T::default());
-                row[y_hi * s.ow..].fill(T::default());
-                for oy in y_lo..y_hi {
-                    let iy = oy * sh + ki * dh - ph;
-                    let src = &plane[iy * s.w..(iy + 1) * s.w];
-                    let dst = &mut row[oy * s.ow..(oy + 1) * s.ow];
-                    dst[..x_lo].fill(T::default());
-                    dst[x_hi..].fill(T::default());
-                    if x_lo == x_hi {
-                        continue;
-                    }
-                    let ix0 = (x_lo as isize * sw as isize + xoff) as usize;
-                    if sw == 1 {
-                        dst[x_lo..x_hi].copy_from_slice(&src[ix0..ix0 + (x_hi - x_lo)]);
-                    } else {
-                        for (d, v) in dst[x_lo..x_hi]
-                            .iter_mut()
-                            .zip(src[ix0..].iter().step_by(sw))
-                        {
-                            *d = *v;
-                        }
-                    }
+    (0..cg * kh * kw).map(move |row| {
+        let (ci, ki, kj) = (row / (kh * kw), row / kw % kh, row % kw);
+        let yoff = (ki * dh) as isize - ph as isize;
+        let (y_lo, y_hi) = span(yoff, sh, s.h, s.oh);
+        let xoff = (kj * dw) as isize - pw as isize;
+        let (x_lo, x_hi) = span(xoff, sw, s.w, s.ow);
+        Tap {
+            ci,
+            row,
+            ys: y_lo..y_hi,
+            xs: x_lo..x_hi,
+            yoff,
+            stride: sh,
+            // in the image wherever `xs` is not empty
+            ix0: (x_lo as isize * sw as isize + xoff).max(0) as usize,
+        }
+    })
+}
+
+/// Fills `col` ([cg*kh*kw, oh*ow]) with the input patches of channels `c0..c0+cg`.
+fn im2col<T: Copy + Default>(x: &[T], s: &ConvShape, c0: usize, cg: usize, col: &mut [T]) {
+    let (p, sw) = (s.oh * s.ow, s.win.stride.1);
+    for t in conv_taps(s, cg) {
+        let plane = &x[(c0 + t.ci) * s.h * s.w..(c0 + t.ci + 1) * s.h * s.w];
+        let row = &mut col[t.row * p..][..p];
+        row[..t.ys.start * s.ow].fill(T::default());
+        row[t.ys.end * s.ow..].fill(T::default());
+        for oy in t.ys.clone() {
+            let iy = t.iy(oy);
+            let src = &plane[iy * s.w..(iy + 1) * s.w];
+            let dst = &mut row[oy * s.ow..(oy + 1) * s.ow];
+            dst[..t.xs.start].fill(T::default());
+            dst[t.xs.end..].fill(T::default());
+            if t.xs.is_empty() {
+                continue;
+            }
+            if sw == 1 {
+                dst[t.xs.clone()].copy_from_slice(&src[t.ix0..t.ix0 + t.xs.len()]);
+            } else {
+                for (d, v) in dst[t.xs.clone()]
+                    .iter_mut()
+                    .zip(src[t.ix0..].iter().step_by(sw))
+                {
+                    *d = *v;
                 }
             }
         }
@@ -342,38 +378,24 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
 /// Adds the columns of `col` ([cg*kh*kw, oh*ow]) back into the image planes of
 /// channels `0..cg` of `gx` (the adjoint of [`im2col`]).
 fn col2im<T: Copy + std::ops::AddAssign>(col: &[T], s: &ConvShape, cg: usize, gx: &mut [T]) {
-    let Window {
-        kernel: (kh, kw),
-        stride: (sh, sw),
-        padding: (ph, pw),
-        dilation: (dh, dw),
-    } = s.win;
-    let p = s.oh * s.ow;
-    for ci in 0..cg {
-        let plane = &mut gx[ci * s.h * s.w..(ci + 1) * s.h * s.w];
-        for ki in 0..kh {
-            let (y_lo, y_hi) = span((ki * dh) as isize - ph as isize, sh, s.h, s.oh);
-            for kj in 0..kw {
-                let xoff = (kj * dw) as isize - pw as isize;
-                let (x_lo, x_hi) = span(xoff, sw, s.w, s.ow);
-                if x_lo == x_hi {
-                    continue;
+    let (p, sw) = (s.oh * s.ow, s.win.stride.1);
+    for t in conv_taps(s, cg) {
+        if t.xs.is_empty() {
+            continue;
+        }
+        let plane = &mut gx[t.ci * s.h * s.w..(t.ci + 1) * s.h * s.w];
+        let row = &col[t.row * p..][..p];
+        for oy in t.ys.clone() {
+            let iy = t.iy(oy);
+            let dst = &mut plane[iy * s.w..(iy + 1) * s.w];
+            let src = &row[oy * s.ow + t.xs.start..oy * s.ow + t.xs.end];
+            if sw == 1 {
+                for (d, v) in dst[t.ix0..t.ix0 + src.len()].iter_mut().zip(src) {
+                    *d += *v;
                 }
-                let ix0 = (x_lo as isize * sw as isize + xoff) as usize;
-                let row = &col[((ci * kh + ki) * kw + kj) * p..][..p];
-                for oy in y_lo..y_hi {
-                    let iy = oy * sh + ki * dh - ph;
-                    let dst = &mut plane[iy * s.w..(iy + 1) * s.w];
-                    let src = &row[oy * s.ow + x_lo..oy * s.ow + x_hi];
-                    if sw == 1 {
-                        for (d, v) in dst[ix0..ix0 + src.len()].iter_mut().zip(src) {
-                            *d += *v;
-                        }
-                    } else {
-                        for (d, v) in dst[ix0..].iter_mut().step_by(sw).zip(src) {
-                            *d += *v;
-                        }
-                    }
+            } else {
+                for (d, v) in dst[t.ix0..].iter_mut().step_by(sw).zip(src) {
+                    *d += *v;
                 }
             }
         }

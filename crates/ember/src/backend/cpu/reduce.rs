@@ -1117,7 +1117,7 @@ type CeRow<'a, T, A> = ((&'a [T], &'a i64), (&'a mut A, &'a mut [A]));
 type CeGradRow<'a, T, A> = ((&'a [T], &'a mut [T]), ((&'a i64, &'a [A]), &'a A));
 
 /// A statistics array and the range of it an op reads.
-type Stat<'a> = (&'a CpuData, std::ops::Range<usize>);
+pub(super) type Stat<'a> = (&'a CpuData, std::ops::Range<usize>);
 
 /// The logits' gradient of [`cross_entropy_rows`] from each row's (max, log-sum) pair and loss
 /// gradient `g` (accumulator dtype); None where the dtypes do not fit.

@@ -4,8 +4,8 @@ use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, r
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
     channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnOperands, AttnSaved,
-    AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp,
-    UnaryOp,
+    AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp,
+    RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -255,19 +255,14 @@ impl BackendStorage for CpuStorage {
         .map(CpuStorage::new)
     }
 
-    fn norm_rows(
-        &self,
-        l: &Layout,
-        eps: f64,
-        rms: bool,
-        affine: NormAffine<'_, Self>,
-    ) -> Result<(Self, Self)> {
+    fn norm_rows(&self, l: &Layout, n: RowNorm, a: NormAffine<'_, Self>) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
+        let a = a.try_map(|s| Ok(&s.data))?;
         let parts = (
-            affine.weight.map(|(w, l)| (&w.data, range_of(l))),
-            affine.bias.map(|(b, l)| (&b.data, range_of(l))),
+            a.weight.map(|(d, l)| (d, range_of(l))),
+            a.bias.map(|(d, l)| (d, range_of(l))),
         );
-        let (y, stats) = reduce::norm_rows((&self.data, range_of(l)), row, (eps, rms), parts)
+        let (y, stats) = reduce::norm_rows((&self.data, range_of(l)), row, (n.eps, n.rms), parts)
             .ok_or_else(|| {
                 Error::dtype(
                     "layer_norm",
@@ -371,36 +366,21 @@ impl BackendStorage for CpuStorage {
     fn norm_rows_backward(
         &self,
         l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-        weight: Option<(&Self, &Layout)>,
+        saved: NormSaved<'_, Self>,
         rms: bool,
     ) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let stats = (&stats.data, 0..stats.data.len());
-        let w = weight.map(|(w, lw)| (&w.data, range_of(lw)));
-        let ops = (
-            (&self.data, range_of(l)),
-            (&x.0.data, range_of(x.1)),
-            stats,
-            w,
-        );
+        let ops = norm_operands((&self.data, l), saved);
         reduce::norm_rows_backward(ops, row, rms)
             .ok_or_else(|| norm_dtypes(self.dtype()))?
             .map(CpuStorage::new)
     }
 
-    fn norm_affine_backward(
-        &self,
-        l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-    ) -> Result<(Self, Self)> {
+    fn norm_affine_backward(&self, l: &Layout, saved: NormSaved<'_, Self>) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
-        let stats = (&stats.data, 0..stats.data.len());
-        let ops = ((&self.data, range_of(l)), (&x.0.data, range_of(x.1)), stats);
-        let (dw, db) =
-            reduce::norm_affine_backward(ops, row).ok_or_else(|| norm_dtypes(self.dtype()))??;
+        let (g, x, stats, _) = norm_operands((&self.data, l), saved);
+        let (dw, db) = reduce::norm_affine_backward((g, x, stats), row)
+            .ok_or_else(|| norm_dtypes(self.dtype()))??;
         Ok((CpuStorage::new(dw), CpuStorage::new(db)))
     }
 
@@ -611,6 +591,27 @@ impl CpuStorage {
     fn int64(&self) -> &[i64] {
         i64::slice(&self.data).expect("indices are int64")
     }
+}
+
+/// A norm backward's operands as the CPU's row kernels take them: the gradient,
+/// the input, the statistics (whole) and the weight, each with its range.
+type NormRanges<'a> = (
+    reduce::Stat<'a>,
+    reduce::Stat<'a>,
+    reduce::Stat<'a>,
+    Option<reduce::Stat<'a>>,
+);
+
+fn norm_operands<'a>(
+    (g, l): (&'a CpuData, &Layout),
+    s: NormSaved<'a, CpuStorage>,
+) -> NormRanges<'a> {
+    (
+        (g, range_of(l)),
+        (&s.x.0.data, range_of(s.x.1)),
+        (&s.stats.data, 0..s.stats.data.len()),
+        s.weight.map(|(w, lw)| (&w.data, range_of(lw))),
+    )
 }
 
 /// The error of a norm's backward whose operands are not of one float dtype

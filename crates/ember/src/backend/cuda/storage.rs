@@ -4,7 +4,8 @@ use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
     channel_shape, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp,
-    ConvShape, NormAffine, Pool, PoolShape, ReduceOp, Scalar, ScanOp, SgdStep, UnaryOp,
+    ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, SgdStep,
+    UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -378,18 +379,12 @@ impl BackendStorage for CudaStorage {
         ops::softmax_backward_rows(self, l.offset(), (y, ly.offset()), rows, row, log)
     }
 
-    fn norm_rows(
-        &self,
-        l: &Layout,
-        eps: f64,
-        rms: bool,
-        affine: NormAffine<'_, Self>,
-    ) -> Result<(Self, Self)> {
+    fn norm_rows(&self, l: &Layout, n: RowNorm, a: NormAffine<'_, Self>) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
-        let w = affine.weight.map(|(w, l)| (w, l.offset()));
-        let b = affine.bias.map(|(b, l)| (b, l.offset()));
-        ops::norm_rows((self, l.offset()), (w, b), rows, row, (eps, rms))
+        let w = a.weight.map(|(w, l)| (w, l.offset()));
+        let b = a.bias.map(|(b, l)| (b, l.offset()));
+        ops::norm_rows((self, l.offset()), (w, b), rows, row, (n.eps, n.rms))
     }
 
     fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)> {
@@ -443,33 +438,14 @@ impl BackendStorage for CudaStorage {
     fn norm_rows_backward(
         &self,
         l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-        weight: Option<(&Self, &Layout)>,
+        saved: NormSaved<'_, Self>,
         rms: bool,
     ) -> Result<Self> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
-        let w = weight.map(|(w, lw)| (w, lw.offset()));
-        ops::norm_rows_backward(
-            (self, l.offset()),
-            (x.0, x.1.offset()),
-            stats,
-            w,
-            (rows, row),
-            rms,
-        )
+        ops::norm_rows_backward((self, l), saved, rms)
     }
 
-    fn norm_affine_backward(
-        &self,
-        l: &Layout,
-        x: (&Self, &Layout),
-        stats: &Self,
-    ) -> Result<(Self, Self)> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
-        ops::norm_affine_backward((self, l.offset()), (x.0, x.1.offset()), stats, (rows, row))
+    fn norm_affine_backward(&self, l: &Layout, saved: NormSaved<'_, Self>) -> Result<(Self, Self)> {
+        ops::norm_affine_backward((self, l), saved)
     }
 
     fn channel_stats(&self, l: &Layout) -> Result<Self> {

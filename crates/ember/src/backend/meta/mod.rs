@@ -11,8 +11,8 @@ pub mod account;
 
 use crate::backend::op::{
     channel_shape, foreach_chunks, norm_affine_chunks, stat_dtype, AdamStep, AttnOperands,
-    AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, Pool, PoolShape, ReduceOp,
-    Scalar, ScanOp, UnaryOp,
+    AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
+    ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -185,13 +185,7 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
-    fn norm_rows(
-        &self,
-        l: &Layout,
-        _eps: f64,
-        _rms: bool,
-        _affine: NormAffine<'_, Self>,
-    ) -> Result<(Self, Self)> {
+    fn norm_rows(&self, l: &Layout, _n: RowNorm, _a: NormAffine<'_, Self>) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);
         Ok((
@@ -200,23 +194,11 @@ impl BackendStorage for MetaStorage {
         ))
     }
 
-    fn norm_rows_backward(
-        &self,
-        l: &Layout,
-        _x: (&Self, &Layout),
-        _stats: &Self,
-        _weight: Option<(&Self, &Layout)>,
-        _rms: bool,
-    ) -> Result<Self> {
+    fn norm_rows_backward(&self, l: &Layout, _s: NormSaved<'_, Self>, _rms: bool) -> Result<Self> {
         self.like(l.numel())
     }
 
-    fn norm_affine_backward(
-        &self,
-        l: &Layout,
-        _x: (&Self, &Layout),
-        _stats: &Self,
-    ) -> Result<(Self, Self)> {
+    fn norm_affine_backward(&self, l: &Layout, _s: NormSaved<'_, Self>) -> Result<(Self, Self)> {
         // as the CUDA launcher: the outputs, then the partials' workspace
         let row = l.shape().last().copied().unwrap_or(1);
         let rows = l.numel().checked_div(row).unwrap_or(0);

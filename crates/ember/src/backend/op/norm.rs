@@ -4,6 +4,42 @@
 use crate::error::Result;
 use crate::layout::Layout;
 
+/// Which normalisation [`norm_rows`](crate::backend::primitives::BackendStorage::norm_rows)
+/// computes: centred (layer norm) or not (`rms`), with `eps` added to the
+/// variance (the mean square).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RowNorm {
+    pub eps: f64,
+    pub rms: bool,
+}
+
+/// What a norm's backward reads of its forward: the input rows `x` (a contiguous
+/// view), each row's mean and rstd as the forward returned them, and the weight
+/// (a contiguous `[cols]` view; absent: 1).
+pub(crate) struct NormSaved<'a, S> {
+    pub x: (&'a S, &'a Layout),
+    pub stats: &'a S,
+    pub weight: Option<(&'a S, &'a Layout)>,
+}
+
+impl<'a, S> NormSaved<'a, S> {
+    /// The same views of `f`'s storages (input, statistics, weight); the first
+    /// error of `f` (an operand on another device) is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<NormSaved<'a, T>> {
+        Ok(NormSaved {
+            x: (f(self.x.0)?, self.x.1),
+            stats: f(self.stats)?,
+            weight: match self.weight {
+                Some((w, l)) => Some((f(w)?, l)),
+                None => None,
+            },
+        })
+    }
+}
+
 /// Layer normalisation's elementwise affine part (`xhat · weight + bias`), each a
 /// contiguous `[cols]` view of storage `S` in the rows' dtype; an absent part is
 /// weight 1 or bias 0.
@@ -12,13 +48,19 @@ pub(crate) struct NormAffine<'a, S> {
     pub bias: Option<(&'a S, &'a Layout)>,
 }
 
-impl<S> Clone for NormAffine<'_, S> {
-    fn clone(&self) -> Self {
-        *self
-    }
+/// `Clone` and `Copy` for structs of borrowed views of a storage `S` (deriving
+/// them would ask `S` itself to be `Copy`).
+macro_rules! views_copy {
+    ($($t:ident),*) => {$(
+        impl<S> Clone for $t<'_, S> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<S> Copy for $t<'_, S> {}
+    )*};
 }
-
-impl<S> Copy for NormAffine<'_, S> {}
+views_copy!(NormSaved, NormAffine);
 
 impl<'a, S> NormAffine<'a, S> {
     /// The same views of `f`'s storages (weight, then bias); the first error of

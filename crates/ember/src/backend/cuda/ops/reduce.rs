@@ -6,7 +6,7 @@ use super::{
     launch_rows_shared, new_out, suffix, tensor_lists, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{norm_affine_chunks, stat_dtype, ReduceCode, ScanOp};
+use crate::backend::op::{norm_affine_chunks, stat_dtype, NormSaved, ReduceCode, ScanOp};
 use crate::layout::Layout;
 use crate::{
     dtype::DType,
@@ -337,23 +337,29 @@ fn opt_ptr(s: Operand) -> u64 {
     s.map_or(0, |(s, off)| base_ptr(s, off))
 }
 
-/// The input gradient of [`norm_rows`] from the output's gradient `g`, the input
-/// `x` (each from its offset), the statistics and the weight (one block per row).
+/// The input gradient of [`norm_rows`] from the output's gradient `g` and what
+/// the forward left (one block per row).
 pub(crate) fn norm_rows_backward(
-    (g, offset): (&CudaStorage, usize),
-    (x, x_offset): (&CudaStorage, usize),
-    stats: &CudaStorage,
-    w: Operand,
-    (rows, cols): (usize, usize),
+    (g, l): (&CudaStorage, &Layout),
+    saved: NormSaved<'_, CudaStorage>,
     rms: bool,
 ) -> Result<CudaStorage> {
     let dev = g.dev();
+    let (rows, cols) = rows_of(l);
     let out = new_out(dev, g.dtype(), rows * cols)?;
     if cols == 0 {
         return Ok(out);
     }
-    let (pg, px, ps) = (base_ptr(g, offset), base_ptr(x, x_offset), stats.ptr());
-    let (pw, po) = (opt_ptr(w), out.ptr());
+    let (x, lx) = saved.x;
+    let (pg, px, ps) = (
+        base_ptr(g, l.offset()),
+        base_ptr(x, lx.offset()),
+        saved.stats.ptr(),
+    );
+    let (pw, po) = (
+        opt_ptr(saved.weight.map(|(w, lw)| (w, lw.offset()))),
+        out.ptr(),
+    );
     let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
     let name = format!("norm_rows_backward_{}", suffix(g.dtype()));
     launch_rows(
@@ -367,19 +373,24 @@ pub(crate) fn norm_rows_backward(
     Ok(out)
 }
 
+/// The rows and columns of a contiguous view normalised along its last dim.
+fn rows_of(l: &Layout) -> (usize, usize) {
+    let cols = l.shape().last().copied().unwrap_or(1);
+    (l.numel().checked_div(cols).unwrap_or(0), cols)
+}
+
 /// The weight and bias gradients of [`norm_rows`], `[cols]` each: column sums of
 /// `g · xhat` and `g` per chunk of rows into a workspace of partials, then the
 /// partials summed in chunk order (`norm_affine_chunks`; no atomics).
 pub(crate) fn norm_affine_backward(
-    (g, offset): (&CudaStorage, usize),
-    (x, x_offset): (&CudaStorage, usize),
-    stats: &CudaStorage,
-    (rows, cols): (usize, usize),
+    (g, l): (&CudaStorage, &Layout),
+    saved: NormSaved<'_, CudaStorage>,
 ) -> Result<(CudaStorage, CudaStorage)> {
     const COL_W: usize = 32;
     const COL_H: u32 = 8;
     let dev = g.dev();
     let dt = g.dtype();
+    let (rows, cols) = rows_of(l);
     let (dw, db) = (new_out(dev, dt, cols)?, new_out(dev, dt, cols)?);
     if cols == 0 {
         return Ok((dw, db));
@@ -397,12 +408,8 @@ pub(crate) fn norm_affine_backward(
                 format!("{cols} columns exceed the GPU's grid"),
             )
         })?;
-    let (pg, px, ps, pp) = (
-        base_ptr(g, offset),
-        base_ptr(x, x_offset),
-        stats.ptr(),
-        partial.ptr(),
-    );
+    let (pg, pp) = (base_ptr(g, l.offset()), partial.ptr());
+    let (px, ps) = (base_ptr(saved.x.0, saved.x.1.offset()), saved.stats.ptr());
     let (r, c, pc) = (rows as i64, cols as i64, per_chunk as i64);
     launch_kernel(
         dev,
