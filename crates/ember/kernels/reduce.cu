@@ -657,9 +657,11 @@ template <typename T, typename A> __device__ __forceinline__ A norm_load(const T
     return j < cols ? (A)widen(row[j]) : none;
 }
 
-// (xhat) * w[j] + b[j], each part where given (null: absent).
-template <typename T, typename A>
+// (xhat) * w[j] + b[j], each part where given (null: absent); xhat itself
+// without AFFINE.
+template <bool AFFINE, typename T, typename A>
 __device__ __forceinline__ A norm_affine(A xhat, const T* w, const T* b, i64 j) {
+    if (!AFFINE) return xhat;
     A y = w ? xhat * (A)widen(w[j]) : xhat;
     return b ? y + (A)widen(b[j]) : y;
 }
@@ -673,11 +675,12 @@ __device__ __forceinline__ A norm_weighted(A g, const T* w, i64 j, i64 cols) {
 // Layer (or RMS) normalisation of contiguous rows of length `cols`, one block per
 // row: the mean, then the mean square of the deviations (two passes, in the
 // accumulator type), rstd = 1 / sqrt(var + eps); writes (x - mean) * rstd, times
-// w and plus b where given (null: absent), and each row's mean and rstd to
+// w and plus b where given (null: absent; only the AFFINE instance reads them,
+// so the plain one keeps its registers), and each row's mean and rstd to
 // stats[2r], stats[2r + 1]. A row that fits the threads' register caches is read
 // once; a longer one is read for each pass. Either way each thread sums its
 // elements in the same order, so the results are the same bits.
-template <typename T>
+template <typename T, bool AFFINE>
 __device__ void norm_rows_impl(const T* x, const T* w, const T* b, T* out,
                                typename acc_t<T>::type* stats, i64 rows, i64 cols, double eps,
                                int rms) {
@@ -734,11 +737,11 @@ __device__ void norm_rows_impl(const T* x, const T* w, const T* b, T* out,
 #pragma unroll
             for (int c = 0; c < NORM_CACHE; ++c) {
                 const i64 j = norm_col(c);
-                if (j < cols) yr[j] = narrow<T>(norm_affine((xc[c] - m) * s, w, b, j));
+                if (j < cols) yr[j] = narrow<T>(norm_affine<AFFINE>((xc[c] - m) * s, w, b, j));
             }
         } else {
             for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
-                yr[j] = narrow<T>(norm_affine((widen(xr[j]) - m) * s, w, b, j));
+                yr[j] = narrow<T>(norm_affine<AFFINE>((widen(xr[j]) - m) * s, w, b, j));
         }
         __syncthreads();
     }
@@ -858,7 +861,12 @@ __device__ void norm_affine_sum_impl(const typename acc_t<T>::type* partial, T* 
     extern "C" __global__ void norm_rows_##S(const T* x, const T* w, const T* b, T* out,            \
                                              acc_t<T>::type* stats, i64 rows, i64 cols,              \
                                              double eps, int rms) {                                 \
-        norm_rows_impl(x, w, b, out, stats, rows, cols, eps, rms);                                   \
+        norm_rows_impl<T, false>(x, w, b, out, stats, rows, cols, eps, rms);                         \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(256, 4) norm_rows_affine_##S(const T* x, const T* w, const T* b, T* out,     \
+                                                    acc_t<T>::type* stats, i64 rows, i64 cols,       \
+                                                    double eps, int rms) {                          \
+        norm_rows_impl<T, true>(x, w, b, out, stats, rows, cols, eps, rms);                          \
     }                                                                                                \
     extern "C" __global__ void norm_rows_backward_##S(const T* g, const T* x,                       \
                                                       const acc_t<T>::type* stats, const T* w,      \

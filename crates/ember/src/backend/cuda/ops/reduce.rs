@@ -317,7 +317,13 @@ pub(crate) fn norm_rows(
     // absent parts: null pointers, which the kernel tests
     let (pw, pb) = (opt_ptr(w), opt_ptr(b));
     let (r, c, rm) = (rows as i64, cols as i64, rms as i32);
-    let name = format!("norm_rows_{}", suffix(x.dtype()));
+    // the plain instance reads no weight or bias, and keeps its registers
+    let kind = if w.is_some() || b.is_some() {
+        "_affine"
+    } else {
+        ""
+    };
+    let name = format!("norm_rows{kind}_{}", suffix(x.dtype()));
     launch_rows(
         dev,
         "reduce",
