@@ -101,7 +101,8 @@ macro_rules! on_device {
 
 /// The operands of one primitive (`op`), which must all be on the device of its
 /// first: each taken as that device's storage, or the error naming the first
-/// one found elsewhere.
+/// one found elsewhere (another kind of device, or another GPU: a kernel runs on
+/// one GPU and reads only its memory).
 #[derive(Clone, Copy)]
 struct Operands {
     op: &'static str,
@@ -117,12 +118,17 @@ impl Operands {
     }
 
     fn one<S: Variant>(self, s: &Storage) -> Result<&S> {
-        S::of(s).ok_or_else(|| mismatch(self.op, self.device, s.device()))
+        let device = s.device();
+        S::of(s)
+            .filter(|_| device == self.device)
+            .ok_or_else(|| mismatch(self.op, self.device, device))
     }
 
     fn one_mut<S: Variant>(self, s: &mut Storage) -> Result<&mut S> {
         let device = s.device();
-        S::of_mut(s).ok_or_else(|| mismatch(self.op, self.device, device))
+        S::of_mut(s)
+            .filter(|_| device == self.device)
+            .ok_or_else(|| mismatch(self.op, self.device, device))
     }
 
     fn view<'a, S: Variant>(

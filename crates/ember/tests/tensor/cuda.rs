@@ -783,6 +783,41 @@ fn layer_norm_affine_matches_the_cpu() -> Result<()> {
     Ok(())
 }
 
+/// A layer norm whose weight or bias is on another GPU than its input is
+/// refused with PyTorch's device-mismatch error, forward and before any kernel
+/// runs, as a primitive with operands on two GPUs is (a kernel reads one GPU's
+/// memory). Needs two GPUs: run with `EMBER_CUDA_SIMULATOR=2` where there are
+/// none (CI's simulator passes have one, and this test says it skipped there).
+#[test]
+fn layer_norm_refuses_parameters_on_another_gpu() -> Result<()> {
+    let Some(dev) =
+        super::common::gpu_unless("layer_norm_refuses_parameters_on_another_gpu", || {
+            (ember::cuda::device_count() < 2).then(|| "needs two GPUs".to_string())
+        })
+    else {
+        return Ok(());
+    };
+    let x = Tensor::randn([4, 8], &dev)?;
+    let (w, b) = (
+        Tensor::ones([8], DType::F32, &dev)?,
+        Tensor::zeros([8], DType::F32, &dev)?,
+    );
+    let other = Device::Cuda(1);
+    for (w, b) in [(w.to(&other)?, b.clone()), (w.clone(), b.to(&other)?)] {
+        let err = match ember::nn::layer_norm(&x, &[8], Some(&w), Some(&b), 1e-5) {
+            Ok(_) => panic!("parameters on another GPU were taken"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(err, Error::DeviceMismatch { a, b, .. } if a == dev && b == other),
+            "{err}"
+        );
+    }
+    // and on one GPU it runs
+    ember::nn::layer_norm(&x, &[8], Some(&w), Some(&b), 1e-5)?;
+    Ok(())
+}
+
 /// Casts on a GPU against the CPU, between every pair of dtypes, from
 /// contiguous sources of lengths around the vector width that start at offsets
 /// 0 to 3 (aligned: 16-byte steps and a tail; unaligned: element by element)

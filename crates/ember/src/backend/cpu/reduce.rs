@@ -1011,13 +1011,13 @@ pub(crate) fn norm_affine_backward(
         } else {
             (0..chunks).map(chunk).collect()
         };
-        let mut out = alloc_uninit::<T>(2 * row)?;
-        for (i, o) in out.iter_mut().enumerate() {
+        // each its own pooled buffer
+        let (mut dw, mut db) = (alloc_uninit::<T>(row)?, alloc_uninit::<T>(row)?);
+        for (i, o) in dw.iter_mut().chain(db.iter_mut()).enumerate() {
             let s = parts.iter().fold(T::Acc::zero(), |s, p| s + p[i]);
             *o = T::from_acc(s);
         }
-        let db = out.split_off(row);
-        Ok((T::wrap(out), T::wrap(db)))
+        Ok((T::wrap(dw), T::wrap(db)))
     }
     let (gd, gr) = g;
     crate::dtype::dispatch_float!(gd, v => {
