@@ -274,7 +274,7 @@ macro_rules! plain_optimizer_methods {
             self.initial.record(lrs)
         }
 
-        fn parameters(&self) -> &[crate::tensor::Tensor] {
+        fn parameters(&self) -> &[Tensor] {
             &self.params
         }
     };
@@ -289,7 +289,7 @@ macro_rules! non_negative_setters {
         impl $ty {
             $(
                 $(#[$doc])*
-                pub fn $name(mut self, v: f64) -> crate::error::Result<$ty> {
+                pub fn $name(mut self, v: f64) -> Result<$ty> {
                     super::state::check_non_negative($op, $what, v)?;
                     self.$name = v;
                     Ok(self)

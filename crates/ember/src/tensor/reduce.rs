@@ -38,8 +38,7 @@ fn reduce_grad(
         .collect();
     let gk = g.reshape(&kept)?;
     let count: usize = dims.iter().map(|&d| shape[d]).product();
-    let missing =
-        || crate::error::Error::invalid("backward", format!("{op:?}: a value was not saved"));
+    let missing = || Error::invalid("backward", format!("{op:?}: a value was not saved"));
     let x = || x.ok_or_else(missing);
     let y = || y.ok_or_else(missing);
     match op {
@@ -441,11 +440,10 @@ impl Tensor {
         inputs.extend(weight);
         inputs.extend(bias);
         Ok(Tensor::record(y, op, &inputs, |_| {
-            let need = (
-                self.requires_grad(),
-                weight.is_some_and(|w| w.requires_grad()),
-                bias.map(|b| b.requires_grad()),
-            );
+            let need_x = self.requires_grad();
+            let need_w = weight.is_some_and(|w| w.requires_grad());
+            let need_b = bias.is_some_and(|b| b.requires_grad());
+            let has_b = bias.is_some();
             let (x, w) = (x.save(), w.map(|w| w.save()));
             move |g: &Tensor| {
                 let g = g.contiguous()?;
@@ -459,25 +457,24 @@ impl Tensor {
                     stats: st.get(2),
                     weight: w.map(|w| (st.get(3), w.layout())),
                 };
-                let gx = match need.0 {
-                    true => {
-                        let gx = gs.norm_rows_backward(g.layout(), saved, rms)?;
-                        Some(Tensor::from_storage(gx, g.shape()))
-                    }
-                    false => None,
-                };
+                let mut gx = None;
+                if need_x {
+                    let s = gs.norm_rows_backward(g.layout(), saved, rms)?;
+                    gx = Some(Tensor::from_storage(s, g.shape()));
+                }
                 let (mut gw, mut gb) = (None, None);
-                if need.1 || need.2 == Some(true) {
+                if need_w || need_b {
                     let (dw, db) = gs.norm_affine_backward(g.layout(), saved)?;
-                    gw = need.1.then(|| Tensor::from_storage(dw, &[cols]));
-                    gb = (need.2 == Some(true)).then(|| Tensor::from_storage(db, &[cols]));
+                    gw = need_w.then(|| Tensor::from_storage(dw, &[cols]));
+                    gb = need_b.then(|| Tensor::from_storage(db, &[cols]));
                 }
                 drop(st);
+                // one gradient per input: the rows, then the weight and bias given
                 let mut out = vec![gx];
                 if w.is_some() {
                     out.push(gw);
                 }
-                if need.2.is_some() {
+                if has_b {
                     out.push(gb);
                 }
                 Ok(out)

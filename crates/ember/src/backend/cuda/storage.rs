@@ -3,9 +3,9 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    channel_shape, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp,
-    ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, SgdStep,
-    UnaryOp,
+    channel_shape, row_split, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
+    CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp,
+    SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -368,20 +368,17 @@ impl BackendStorage for CudaStorage {
     }
 
     fn softmax(&self, l: &Layout, log: bool) -> Result<Self> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_split(l);
         ops::softmax_rows(self, l.offset(), rows, row, log)
     }
 
     fn softmax_backward(&self, l: &Layout, y: &Self, ly: &Layout, log: bool) -> Result<Self> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_split(l);
         ops::softmax_backward_rows(self, l.offset(), (y, ly.offset()), rows, row, log)
     }
 
     fn norm_rows(&self, l: &Layout, n: RowNorm, a: NormAffine<'_, Self>) -> Result<(Self, Self)> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_split(l);
         let w = a.weight.map(|(w, l)| (w, l.offset()));
         let b = a.bias.map(|(b, l)| (b, l.offset()));
         ops::norm_rows((self, l.offset()), (w, b), rows, row, (n.eps, n.rms))

@@ -10,9 +10,9 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, foreach_chunks, norm_affine_chunks, stat_dtype, AdamStep, AttnOperands,
-    AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
-    ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype, AdamStep,
+    AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool,
+    PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -186,8 +186,7 @@ impl BackendStorage for MetaStorage {
     }
 
     fn norm_rows(&self, l: &Layout, _n: RowNorm, _a: NormAffine<'_, Self>) -> Result<(Self, Self)> {
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let rows = row_split(l).0;
         Ok((
             self.like(l.numel())?,
             MetaStorage::new(stat_dtype(self.dtype), 2 * rows)?,
@@ -200,8 +199,7 @@ impl BackendStorage for MetaStorage {
 
     fn norm_affine_backward(&self, l: &Layout, _s: NormSaved<'_, Self>) -> Result<(Self, Self)> {
         // as the CUDA launcher: the outputs, then the partials' workspace
-        let row = l.shape().last().copied().unwrap_or(1);
-        let rows = l.numel().checked_div(row).unwrap_or(0);
+        let (rows, row) = row_split(l);
         let out = (self.like(row)?, self.like(row)?);
         if row > 0 {
             let chunks = norm_affine_chunks(rows).0;

@@ -1,5 +1,6 @@
 //! Fused attention's geometry (`BackendStorage::attention`).
 
+use super::{map_view, View};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::Layout;
@@ -15,10 +16,10 @@ use crate::layout::Layout;
 /// the queries, keys and values, each a rank-4 view `[batch, heads, rows, d]`,
 /// and the optional additive bias `[batch, heads, l, s]`.
 pub(crate) struct AttnOperands<'a, S> {
-    pub q: (&'a S, &'a Layout),
-    pub k: (&'a S, &'a Layout),
-    pub v: (&'a S, &'a Layout),
-    pub bias: Option<(&'a S, &'a Layout)>,
+    pub q: View<'a, S>,
+    pub k: View<'a, S>,
+    pub v: View<'a, S>,
+    pub bias: Option<View<'a, S>>,
 }
 
 /// What attention's backward reads besides its operands: the forward's output and
@@ -26,11 +27,8 @@ pub(crate) struct AttnOperands<'a, S> {
 pub(crate) struct AttnSaved<'a, S> {
     pub out: &'a S,
     pub lse: &'a S,
-    pub g: (&'a S, &'a Layout),
+    pub g: View<'a, S>,
 }
-
-/// A view of storage `S`.
-type View<'a, S> = (&'a S, &'a Layout);
 
 impl<'a, S> AttnOperands<'a, S> {
     /// Queries, keys, values and bias, as a tuple to take apart.
@@ -48,10 +46,7 @@ impl<'a, S> AttnOperands<'a, S> {
             q: (f(self.q.0)?, self.q.1),
             k: (f(self.k.0)?, self.k.1),
             v: (f(self.v.0)?, self.v.1),
-            bias: match self.bias {
-                Some((b, l)) => Some((f(b)?, l)),
-                None => None,
-            },
+            bias: map_view(self.bias, &mut f)?,
         })
     }
 }

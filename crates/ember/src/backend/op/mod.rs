@@ -58,6 +58,27 @@ pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
 
 use crate::dtype::DType;
 
+/// A view of storage `S`: the storage and the layout of the elements an op reads.
+pub(crate) type View<'a, S> = (&'a S, &'a crate::layout::Layout);
+
+/// An optional view with its storage through `f` (an operand's storage on one
+/// device, or the error of an operand elsewhere), for the operand structs'
+/// `try_map`.
+pub(crate) fn map_view<'a, S, T>(
+    v: Option<View<'a, S>>,
+    f: &mut impl FnMut(&'a S) -> crate::error::Result<&'a T>,
+) -> crate::error::Result<Option<View<'a, T>>> {
+    v.map(|(s, l)| Ok((f(s)?, l))).transpose()
+}
+
+/// A view seen as rows along its last dim, as the row primitives (softmax, the
+/// norms, cross-entropy) see it: `(rows, cols)`; a rank-0 view is one row of one
+/// element, and a view with an empty last dim has no rows.
+pub(crate) fn row_split(l: &crate::layout::Layout) -> (usize, usize) {
+    let cols = l.shape().last().copied().unwrap_or(1);
+    (l.numel().checked_div(cols).unwrap_or(0), cols)
+}
+
 /// The dtype batch normalisation's per-channel statistics and coefficients are
 /// kept in for inputs of `dtype`: float64 for float64, float32 for the other float
 /// dtypes (PyTorch keeps half-precision batches' statistics in float32 too).

@@ -1,8 +1,8 @@
 //! Row normalisation's vocabulary: the affine part a fused layer norm applies,
 //! and how its weight and bias gradients are summed.
 
+use super::{map_view, View};
 use crate::error::Result;
-use crate::layout::Layout;
 
 /// Which normalisation [`norm_rows`](crate::backend::primitives::BackendStorage::norm_rows)
 /// computes: centred (layer norm) or not (`rms`), with `eps` added to the
@@ -17,9 +17,9 @@ pub(crate) struct RowNorm {
 /// view), each row's mean and rstd as the forward returned them, and the weight
 /// (a contiguous `[cols]` view; absent: 1).
 pub(crate) struct NormSaved<'a, S> {
-    pub x: (&'a S, &'a Layout),
+    pub x: View<'a, S>,
     pub stats: &'a S,
-    pub weight: Option<(&'a S, &'a Layout)>,
+    pub weight: Option<View<'a, S>>,
 }
 
 impl<'a, S> NormSaved<'a, S> {
@@ -32,10 +32,7 @@ impl<'a, S> NormSaved<'a, S> {
         Ok(NormSaved {
             x: (f(self.x.0)?, self.x.1),
             stats: f(self.stats)?,
-            weight: match self.weight {
-                Some((w, l)) => Some((f(w)?, l)),
-                None => None,
-            },
+            weight: map_view(self.weight, &mut f)?,
         })
     }
 }
@@ -44,8 +41,8 @@ impl<'a, S> NormSaved<'a, S> {
 /// contiguous `[cols]` view of storage `S` in the rows' dtype; an absent part is
 /// weight 1 or bias 0.
 pub(crate) struct NormAffine<'a, S> {
-    pub weight: Option<(&'a S, &'a Layout)>,
-    pub bias: Option<(&'a S, &'a Layout)>,
+    pub weight: Option<View<'a, S>>,
+    pub bias: Option<View<'a, S>>,
 }
 
 /// `Clone` and `Copy` for structs of borrowed views of a storage `S` (deriving
@@ -70,14 +67,8 @@ impl<'a, S> NormAffine<'a, S> {
         mut f: impl FnMut(&'a S) -> Result<&'a T>,
     ) -> Result<NormAffine<'a, T>> {
         Ok(NormAffine {
-            weight: match self.weight {
-                Some((w, l)) => Some((f(w)?, l)),
-                None => None,
-            },
-            bias: match self.bias {
-                Some((b, l)) => Some((f(b)?, l)),
-                None => None,
-            },
+            weight: map_view(self.weight, &mut f)?,
+            bias: map_view(self.bias, &mut f)?,
         })
     }
 }

@@ -6,7 +6,9 @@ use super::{
     launch_rows_shared, new_out, suffix, tensor_lists, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::{norm_affine_chunks, stat_dtype, NormSaved, ReduceCode, ScanOp};
+use crate::backend::op::{
+    norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ScanOp,
+};
 use crate::layout::Layout;
 use crate::{
     dtype::DType,
@@ -351,7 +353,7 @@ pub(crate) fn norm_rows_backward(
     rms: bool,
 ) -> Result<CudaStorage> {
     let dev = g.dev();
-    let (rows, cols) = rows_of(l);
+    let (rows, cols) = row_split(l);
     let out = new_out(dev, g.dtype(), rows * cols)?;
     if cols == 0 {
         return Ok(out);
@@ -379,12 +381,6 @@ pub(crate) fn norm_rows_backward(
     Ok(out)
 }
 
-/// The rows and columns of a contiguous view normalised along its last dim.
-fn rows_of(l: &Layout) -> (usize, usize) {
-    let cols = l.shape().last().copied().unwrap_or(1);
-    (l.numel().checked_div(cols).unwrap_or(0), cols)
-}
-
 /// The weight and bias gradients of [`norm_rows`], `[cols]` each: column sums of
 /// `g · xhat` and `g` per chunk of rows into a workspace of partials, then the
 /// partials summed in chunk order (`norm_affine_chunks`; no atomics).
@@ -396,7 +392,7 @@ pub(crate) fn norm_affine_backward(
     const COL_H: u32 = 8;
     let dev = g.dev();
     let dt = g.dtype();
-    let (rows, cols) = rows_of(l);
+    let (rows, cols) = row_split(l);
     let (dw, db) = (new_out(dev, dt, cols)?, new_out(dev, dt, cols)?);
     if cols == 0 {
         return Ok((dw, db));
