@@ -16,7 +16,7 @@
 //
 // Operands are [batch, heads, rows, d] views whose last dim is contiguous, with
 // element strides (batch, head, row) of whole 16 bytes; `d` is a multiple of 8
-// up to the kernel's DM (64 or 128 for f16/bf16, 64 for float32), the columns
+// up to the kernel's DM (64 or 128), the columns
 // beyond `d` read as zeros and are never written. Rows past a sequence's end are
 // masked. An additive bias (a mask: `-inf` hides a key) may be added to the
 // scaled scores; a query row it leaves with no key gets zeros and a log-sum-exp
@@ -238,12 +238,11 @@ template <> __device__ __forceinline__ void mma<float>(float* c, const unsigned*
     mma1688(c, ab, bb);
 }
 
-// c += a · tᵀ for one 16 x 8 accumulator tile: a warp's 16 rows (A fragments
-// `a`, DM / K of them) against rows n·8.. n·8 + 7 of the row-major shared tile
-// `t` (row stride DM + 8), over the first `d` columns.
-template <typename T, int DM>
-__device__ __forceinline__ void mma_rows(float* c, const unsigned (*a)[4], const typename attn_t<T>::E* t, int n,
-                                         int d) {
+// c += a · tᵀ for one 16 x 8 accumulator tile: a warp's 16 rows (`a`, a Rows
+// type below) against rows n·8.. n·8 + 7 of the row-major shared tile `t` (row
+// stride DM + 8), over the first `d` columns.
+template <typename T, int DM, typename Rows>
+__device__ __forceinline__ void mma_rows(float* c, const Rows& a, const typename attn_t<T>::E* t, int n, int d) {
     const int K = attn_t<T>::K, HI = attn_t<T>::HI;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -251,7 +250,8 @@ __device__ __forceinline__ void mma_rows(float* c, const unsigned (*a)[4], const
         if (kk * K >= d) break;
         const typename attn_t<T>::E* p = t + (n * 8 + g) * (DM + 8) + kk * K + 2 * q;
         const unsigned b[2] = {op_reg(p), op_reg(p + HI)};
-        mma<T>(c, a[kk], b);
+        unsigned tmp[4];
+        mma<T>(c, a.frag(kk, tmp), b);
     }
 }
 
@@ -288,23 +288,66 @@ template <> __device__ __forceinline__ void acc_as_a<float>(unsigned* a, const f
     a[3] = __float_as_uint(s[kk][3]);
 }
 
-// The A fragments (DM / K of them) of 16 rows starting at `row` of a [rows, d]
+// The A fragment of inner step kk of 16 rows starting at `row` of a [rows, d]
 // view in global memory (row stride `rs`), zero past `rows` or `d`.
-template <typename T, int DM>
-__device__ __forceinline__ void load_a_rows(unsigned (*frag)[4], const typename attn_t<T>::E* base, i64 rs, int row,
-                                            int rows, int d) {
+template <typename T>
+__device__ __forceinline__ void load_a_frag(unsigned* frag, const typename attn_t<T>::E* base, i64 rs, int row,
+                                            int rows, int d, int kk) {
     const int K = attn_t<T>::K, HI = attn_t<T>::HI;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int kk = 0; kk < DM / K; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int rr = row + g + ((r & 1) ? 8 : 0);
-            const int cc = kk * K + 2 * t + ((r & 2) ? HI : 0);
-            frag[kk][r] = (rr < rows && cc < d) ? op_reg(base + (i64)rr * rs + cc) : 0u;
-        }
+    for (int r = 0; r < 4; ++r) {
+        const int rr = row + g + ((r & 1) ? 8 : 0);
+        const int cc = kk * K + 2 * t + ((r & 2) ? HI : 0);
+        frag[r] = (rr < rows && cc < d) ? op_reg(base + (i64)rr * rs + cc) : 0u;
     }
 }
+
+// A warp's 16 fixed rows of an operand (the queries in the forward; the keys
+// and values, or the queries and the output's gradient, in the backward) as the
+// products read them: `frag(kk, tmp)` gives the A fragment of inner step kk
+// (4 registers, `tmp` where it is loaded into).
+// RowsInRegs loads every step's fragment into registers once (DM / K of them);
+// RowsInMemory reads each from global memory (through L1) where it is used,
+// for kernels whose accumulators leave no room for the fragments (float32's
+// backward at head dim 128: 64 registers per operand).
+template <typename T, int DM> struct RowsInRegs {
+    unsigned f[DM / attn_t<T>::K][4];
+    __device__ __forceinline__ RowsInRegs(const typename attn_t<T>::E* base, i64 rs, int row, int rows, int d) {
+#pragma unroll
+        for (int kk = 0; kk < DM / attn_t<T>::K; ++kk) load_a_frag<T>(f[kk], base, rs, row, rows, d, kk);
+    }
+    __device__ __forceinline__ const unsigned* frag(int kk, unsigned*) const { return f[kk]; }
+};
+template <typename T, int DM> struct RowsInMemory {
+    const typename attn_t<T>::E* base;
+    i64 rs;
+    int row, rows, d;
+    __device__ __forceinline__ RowsInMemory(const typename attn_t<T>::E* base_, i64 rs_, int row_, int rows_, int d_)
+        : base(base_), rs(rs_), row(row_), rows(rows_), d(d_) {}
+    __device__ __forceinline__ const unsigned* frag(int kk, unsigned* tmp) const {
+        load_a_frag<T>(tmp, base, rs, row, rows, d, kk);
+        return tmp;
+    }
+};
+
+// Whether T's kernels of head dim DM are float32's 128-wide ones, whose
+// operand fragments take twice the registers of f16/bf16's and whose tiles
+// twice the shared memory: smaller tiles of keys or queries per step, and the
+// backward's fixed rows read from memory.
+template <typename T, int DM> struct attn_wide32 {
+    static const bool value = attn_t<T>::K == 8 && DM > 64;
+};
+template <bool B, typename X, typename Y> struct attn_pick {
+    typedef X type;
+};
+template <typename X, typename Y> struct attn_pick<false, X, Y> {
+    typedef Y type;
+};
+// The backward kernels' fixed rows: in registers but for float32 at 128.
+template <typename T, int DM> struct attn_bwd_rows {
+    typedef typename attn_pick<attn_wide32<T, DM>::value, RowsInMemory<T, DM>, RowsInRegs<T, DM> >::type type;
+};
 
 // Copies rows [r0, r0 + R) of a [rows, d] view in global memory into shared
 // memory: row-major with row stride DM + 8 (`rm`, may be null) and/or transposed
@@ -365,7 +408,8 @@ __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) 
 template <typename T, int DM, bool MASKED>
 __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bias_, T* out_, float* lse, AttnArgs a) {
     typedef typename attn_t<T>::E E;
-    const int K = attn_t<T>::K, BR = 64, BC = 64;
+    // float32 at 128: half the keys per step (the tiles' shared memory)
+    const int K = attn_t<T>::K, BR = 64, BC = attn_wide32<T, DM>::value ? 32 : 64;
     __shared__ __align__(16) E sk[BC * (DM + 8)];
     __shared__ __align__(16) E svt[DM * (BC + 8)];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
@@ -373,8 +417,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
     const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
 
-    unsigned qa[DM / K][4];
-    load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
+    const RowsInRegs<T, DM> qa(q, a.qs[2], row0, a.l, a.d);
     float o[DM / 8][4];
 #pragma unroll
     for (int n = 0; n < DM / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -492,7 +535,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
     // float32's tiles take twice the shared memory: half the queries per step
-    const int K = attn_t<T>::K, BK = 64, BQ = (DM <= 64 && K == 16) ? 64 : 32;
+    // (a quarter at 128)
+    const int K = attn_t<T>::K, BK = 64, BQ = (DM <= 64 && K == 16) ? 64 : attn_wide32<T, DM>::value ? 16 : 32;
     __shared__ __align__(16) E sq[BQ * (DM + 8)];
     __shared__ __align__(16) E sqt[DM * (BQ + 8)];
     __shared__ __align__(16) E sdo[BQ * (DM + 8)];
@@ -506,9 +550,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     const float* lse_bh = lse + (i64)bh * a.l;
     const float* d_bh = dsum + (i64)bh * a.l;
 
-    unsigned ka[DM / K][4], va[DM / K][4];
-    load_a_rows<T, DM>(ka, k, a.ks[2], key0, a.s, a.d);
-    load_a_rows<T, DM>(va, v, a.vs[2], key0, a.s, a.d);
+    typedef typename attn_bwd_rows<T, DM>::type Rows;
+    const Rows ka(k, a.ks[2], key0, a.s, a.d), va(v, a.vs[2], key0, a.s, a.d);
     float dk[DM / 8][4], dv[DM / 8][4];
 #pragma unroll
     for (int n = 0; n < DM / 8; ++n)
@@ -579,7 +622,7 @@ template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                 const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
-    const int K = attn_t<T>::K, BR = 64, BK = (DM <= 64 && K == 16) ? 64 : 32;
+    const int K = attn_t<T>::K, BR = 64, BK = (DM <= 64 && K == 16) ? 64 : attn_wide32<T, DM>::value ? 16 : 32;
     __shared__ __align__(16) E sk[BK * (DM + 8)];
     __shared__ __align__(16) E skt[DM * (BK + 8)];
     __shared__ __align__(16) E sv[BK * (DM + 8)];
@@ -589,9 +632,8 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
-    unsigned qa[DM / K][4], ga_[DM / K][4];
-    load_a_rows<T, DM>(qa, q, a.qs[2], row0, a.l, a.d);
-    load_a_rows<T, DM>(ga_, dout, ga.qs[2], row0, a.l, a.d);
+    typedef typename attn_bwd_rows<T, DM>::type Rows;
+    const Rows qa(q, a.qs[2], row0, a.l, a.d), ga_(dout, ga.qs[2], row0, a.l, a.d);
     float lrow[2], drow[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -675,8 +717,6 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         attn_dot_impl<T>(dout, ga, out, dsum, rows);                                                           \
     }
 
-// float32 takes head dims up to 64: a 128-wide instance would hold twice the
-// registers of the f16 one, which is at the limit already
 IF_f16(ATTENTION_DM(f16, f16, 64) ATTENTION_DM(f16, f16, 128) ATTENTION_DOT(f16, f16))
 IF_bf16(ATTENTION_DM(bf16, bf16, 64) ATTENTION_DM(bf16, bf16, 128) ATTENTION_DOT(bf16, bf16))
-IF_f32(ATTENTION_DM(float, f32, 64) ATTENTION_DOT(float, f32))
+IF_f32(ATTENTION_DM(float, f32, 64) ATTENTION_DM(float, f32, 128) ATTENTION_DOT(float, f32))

@@ -193,7 +193,7 @@ pub(crate) fn mask_bias(m: &Tensor, true_masks: bool, dtype: DType) -> Result<Te
 pub enum AttentionPath {
     /// The fused kernel on GPUs where it applies (FlashAttention's algorithm on
     /// tensor cores: f16/bf16 and float32 on compute capability 8.0 or later,
-    /// head dims that are multiples of 8 up to 128 (64 in float32), bool masks
+    /// head dims that are multiples of 8 up to 128, bool masks
     /// and float masks that need no gradient (read as an additive bias,
     /// broadcast dims in place), dropout below 1;
     /// `meta` estimates as the GPU an estimate names, sm_90 unless told). Elsewhere the memory-saving path where the scores
@@ -771,7 +771,8 @@ mod tests {
             why(DType::BF16, 136, 136, &meta)?,
             "multiple of 8 up to 128",
         );
-        has(why(DType::F32, 128, 128, &meta)?, "float32 up to 64");
+        assert_eq!(why(DType::F32, 128, 128, &meta)?, None);
+        has(why(DType::F32, 136, 136, &meta)?, "multiple of 8 up to 128");
         has(why(DType::F64, 64, 64, &meta)?, "got float64");
         has(why(DType::BF16, 64, 32, &meta)?, "another head dim");
         has(

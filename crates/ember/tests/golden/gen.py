@@ -2752,6 +2752,18 @@ for name, mask in [("bool_mask_l9_s13_d16", _ALLOW), ("padding_mask_l9_s13_d16",
         case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base] + [mask],
              {"is_causal": False, "scale": None}, grad=True, rtol=rt, atol=at)
 
+# head dims of both kernel widths (64; 80 and 128 on the 128-wide kernels, float32's
+# included), lengths that end mid-tile (float32's 128-wide kernels take 32 keys or 16
+# queries a step)
+for name, L, S, D, causal, scale in [("causal_l17_s9_d64", 17, 9, 64, True, None),
+                                     ("l19_s21_d80_scaled", 19, 21, 80, False, 0.15),
+                                     ("causal_l17_s35_d128", 17, 35, 128, True, None)]:
+    base = [rn(1, L, D), rn(1, S, D), rn(1, S, D)]
+    for dt, tag, rt, at in [(torch.float32, "f32", None, None), (torch.bfloat16, "bf16", 3e-2, 3e-2),
+                            (torch.float16, "f16", 4e-3, 4e-3)]:
+        case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base], {"is_causal": causal, "scale": scale},
+             grad=True, rtol=rt, atol=at)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")

@@ -2463,10 +2463,12 @@ fn runs_fused_kernels(dev: &Device) -> bool {
 }
 
 /// Whether the fused op runs for head dim `d` in `dt` on `dev` on the path the
-/// tests ask for (`Fused` on the CPU, `Auto` on GPUs: kernels for f16/bf16, and
-/// float32 up to head dim 64).
+/// tests ask for (`Fused` on the CPU, `Auto` on GPUs: kernels for f16/bf16 and
+/// float32 at the head dims the tests use, multiples of 8 up to 128).
 fn fused_expected(dev: &Device, dt: DType, d: usize) -> bool {
-    dev.is_cpu() || (runs_fused_kernels(dev) && (dt != DType::F32 || d <= 64))
+    let kernels_take =
+        matches!(dt, DType::F16 | DType::BF16 | DType::F32) && d.is_multiple_of(8) && d <= 128;
+    dev.is_cpu() || (runs_fused_kernels(dev) && kernels_take)
 }
 
 /// The fused op's error against the float32 plain path, relative to the values'
@@ -2589,7 +2591,7 @@ fn attention_operands(base: &[Tensor; 3], packed: bool, dtype: DType) -> Result<
 /// an output gradient that arrives as a transposed view. Output and the three
 /// gradients agree within the dtype's rounding (float32's too: its kernels split
 /// each product into three tf32 ones); `Auto` takes the fused op for f16/bf16
-/// (and float32 up to head dim 64) on GPUs of compute capability 8.0 or later,
+/// and float32 on GPUs of compute capability 8.0 or later,
 /// and `Fused` on the CPU for every float dtype.
 fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     use ember::nn::functional::AttentionPath;
@@ -2886,7 +2888,7 @@ fn fused_attention_takes_masks(dev: &Device) -> Result<()> {
         v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
         Ok::<_, ember::Error>((v, fused))
     };
-    // head dims of both kernel widths (float32's kernels take up to 64)
+    // head dims of both kernel widths
     for (d, &dt) in [32, 128]
         .into_iter()
         .flat_map(|d| dtypes.iter().map(move |t| (d, t)))

@@ -121,15 +121,8 @@ impl AttnShape {
     }
 }
 
-/// The largest head dim the fused CUDA kernels take: 128 for f16/bf16, 64 for
-/// float32 (whose operand fragments take twice the registers).
-pub(crate) fn attn_max_head_dim(dtype: DType) -> usize {
-    if dtype == DType::F32 {
-        64
-    } else {
-        128
-    }
-}
+/// The largest head dim the fused CUDA kernels take (f16/bf16 and float32).
+pub(crate) const ATTN_MAX_HEAD_DIM: usize = 128;
 
 /// Rows (queries or keys) a fused CUDA launch covers at most: 64 per block along
 /// the grid's y dim (at most 65535 blocks).
@@ -145,11 +138,11 @@ pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String
     if !matches!(dtype, DType::F16 | DType::BF16 | DType::F32)
         || sh.d == 0
         || !sh.d.is_multiple_of(8)
-        || sh.d > attn_max_head_dim(dtype)
+        || sh.d > ATTN_MAX_HEAD_DIM
     {
         Some(format!(
-            "the fused kernels take f16/bf16 with a head dim that is a multiple of 8 up to \
-             128, and float32 up to 64 (got {dtype}, {})",
+            "the fused kernels take f16/bf16/float32 with a head dim that is a multiple \
+             of 8 up to {ATTN_MAX_HEAD_DIM} (got {dtype}, {})",
             sh.d
         ))
     } else if n.is_none_or(|n| n == 0) || sh.l == 0 || sh.s == 0 {
@@ -261,10 +254,12 @@ mod tests {
         assert!(attn_kernel_refuses(DType::BF16, &shape(2, 70, 33, 64)).is_none());
         assert!(attn_kernel_refuses(DType::F16, &shape(1, ATTN_MAX_ROWS, 1, 128)).is_none());
         assert!(attn_kernel_refuses(DType::F32, &shape(2, 70, 33, 64)).is_none());
+        assert!(attn_kernel_refuses(DType::F32, &shape(2, 70, 33, 128)).is_none());
         assert!(attn_kernel_refuses(DType::F16, &shape((1 << 31) - 1, 1, 1, 8)).is_none());
         for (dt, sh, why) in [
             (DType::F64, shape(1, 8, 8, 64), "f16/bf16"),
-            (DType::F32, shape(1, 8, 8, 72), "float32 up to 64"),
+            (DType::F32, shape(1, 8, 8, 136), "multiple of 8 up to 128"),
+            (DType::F32, shape(1, 8, 8, 100), "multiple of 8"),
             (DType::BF16, shape(1, 8, 8, 60), "multiple of 8"),
             (DType::BF16, shape(1, 8, 8, 136), "multiple of 8"),
             (DType::BF16, shape(1, 0, 8, 64), "empty"),

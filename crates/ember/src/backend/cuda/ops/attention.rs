@@ -124,8 +124,8 @@ fn masked(bias: Option<(&CudaStorage, &Layout)>) -> &'static str {
     }
 }
 
-/// The head dim of the kernel instance for `d` (the float32 kernels exist for
-/// 64 only; [`attn_kernel_refuses`] keeps larger ones away).
+/// The head dim of the kernel instance for `d` (64 or 128; [`attn_kernel_refuses`]
+/// keeps larger ones away).
 fn kernel_dim(d: usize) -> usize {
     if d <= 64 {
         64
