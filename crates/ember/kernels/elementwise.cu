@@ -330,20 +330,46 @@ __device__ __forceinline__ void binary_scalar_impl(const T* a, Layout la, T* out
     }
 }
 
+// The in-place kernels: a contiguous target (and operand) 16 bytes at a time
+// like the out-of-place ones (each thread reads and writes the same elements),
+// any other layout element by element.
+template <typename T>
+__device__ __forceinline__ void unary_inplace_impl(T* a, Layout la, i64 n, int op, double p0, double p1) {
+    if (la.contiguous) {
+        T* p = a + la.offset;
+        map1_contiguous(p, p, n, [=](T v) { return apply_unary(op, v, p0, p1); });
+    } else {
+        FOR_EACH(i, n) {
+            const i64 o = loc(la, i);
+            a[o] = apply_unary(op, a[o], p0, p1);
+        }
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void binary_scalar_inplace_impl(T* a, Layout la, i64 n, int op, double sf, i64 si) {
     T b = scalar_as<T>(sf, si);
-    FOR_EACH(i, n) {
-        i64 o = loc(la, i);
-        a[o] = apply_binary(op, a[o], b);
+    if (la.contiguous) {
+        T* p = a + la.offset;
+        map1_contiguous(p, p, n, [=](T x) { return apply_binary(op, x, b); });
+    } else {
+        FOR_EACH(i, n) {
+            i64 o = loc(la, i);
+            a[o] = apply_binary(op, a[o], b);
+        }
     }
 }
 
 template <typename T>
 __device__ __forceinline__ void binary_inplace_impl(T* a, Layout la, const T* b, Layout lb, i64 n, int op) {
-    FOR_EACH(i, n) {
-        i64 o = loc(la, i);
-        a[o] = apply_binary(op, a[o], b[loc(lb, i)]);
+    if (la.contiguous && lb.contiguous) {
+        T* p = a + la.offset;
+        map2_contiguous(p, b + lb.offset, p, n, [=](T x, T y) { return apply_binary(op, x, y); });
+    } else {
+        FOR_EACH(i, n) {
+            i64 o = loc(la, i);
+            a[o] = apply_binary(op, a[o], b[loc(lb, i)]);
+        }
     }
 }
 
@@ -384,6 +410,10 @@ __device__ __forceinline__ void where_impl(const bool* c, Layout lc, const T* a,
     extern "C" __global__ void unary_##S(const T* x, Layout lx, T* out, i64 n, int op, double p0,   \
                                          double p1) {                                                \
         unary_impl(x, lx, out, n, op, p0, p1);                                                       \
+    }                                                                                                \
+    extern "C" __global__ void unary_inplace_##S(T* a, Layout la, i64 n, int op, double p0,         \
+                                                 double p1) {                                        \
+        unary_inplace_impl(a, la, n, op, p0, p1);                                                    \
     }                                                                                                \
     extern "C" __global__ void binary_##S(const T* a, Layout la, const T* b, Layout lb, T* out,     \
                                           i64 n, int op) {                                           \

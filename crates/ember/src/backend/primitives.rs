@@ -46,6 +46,8 @@ pub(crate) trait BackendStorage: Sized {
 
     // ---- elementwise
     fn unary<O: UnaryOp>(&self, l: &Layout, op: &O) -> Result<Self>;
+    /// `self[l] = op(self[l])` (`l` does not overlap itself).
+    fn unary_inplace<O: UnaryOp>(&mut self, l: &Layout, op: &O) -> Result<()>;
     /// `op(self[l], rhs[lr])` over two views broadcast to one shape, one dtype.
     fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, op: &O) -> Result<Self>;
     /// `op(self[l], s)` with `s` converted to the dtype as a cast converts it.

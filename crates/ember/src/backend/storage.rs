@@ -422,6 +422,15 @@ impl Storage {
         Ok(each!(self, |s| s.unary(l, op)?))
     }
 
+    pub(crate) fn unary_inplace<O: UnaryOp>(&mut self, l: &Layout, op: &O) -> Result<()> {
+        let _rec = record!(self, Name::Inplace(op.code().0.name()), l.shape());
+        match self {
+            Storage::Cpu(x) => x.unary_inplace(l, op),
+            Storage::Cuda(x) => x.unary_inplace(l, op),
+            Storage::Meta(x) => x.unary_inplace(l, op),
+        }
+    }
+
     pub(crate) fn binary<O: BinaryOp>(
         &self,
         l: &Layout,

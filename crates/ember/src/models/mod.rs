@@ -40,11 +40,10 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 //!
-//! Differences from torchvision that change no state or shape: ReLU is out of
-//! place (torchvision's is `inplace=True`), the residual sum is out of place (a new
-//! tensor rather than `out += identity`), and `torch.flatten(x, 1)` of
-//! AlexNet, VGG and ResNet is a stateless child named `flatten` (so it has a module
-//! path of its own).
+//! As torchvision's, the ReLUs work in place (`nn::ReLU::inplace()`) and the
+//! residual sum is `out += identity` (`add_`). One difference that changes no
+//! state or shape: `torch.flatten(x, 1)` of AlexNet, VGG and ResNet is a stateless
+//! child named `flatten` (so it has a module path of its own).
 
 mod gpt;
 mod hf_gpt2;
@@ -120,7 +119,7 @@ fn relu_conv(
 ) -> Result<Sequential> {
     Ok(seq
         .add(nn::Conv2d::new(c_in, c_out, kernel, options, device)?)
-        .add(nn::ReLU))
+        .add(nn::ReLU::inplace()))
 }
 
 /// torchvision's `alexnet(num_classes=...)` (the one-GPU variant of "One weird
@@ -140,10 +139,10 @@ pub fn alexnet(num_classes: usize, device: &Device) -> Result<Sequential> {
     let classifier = Sequential::new()
         .add(nn::Dropout::new(0.5)?)
         .add(nn::Linear::new(256 * 6 * 6, 4096, device)?)
-        .add(nn::ReLU)
+        .add(nn::ReLU::inplace())
         .add(nn::Dropout::new(0.5)?)
         .add(nn::Linear::new(4096, 4096, device)?)
-        .add(nn::ReLU)
+        .add(nn::ReLU::inplace())
         .add(nn::Linear::new(4096, num_classes, device)?);
     classifier_model(f, (6, 6), classifier)
 }
@@ -195,10 +194,10 @@ fn vgg(config: &[usize], num_classes: usize, device: &Device) -> Result<Sequenti
     }
     let classifier = Sequential::new()
         .add(nn::Linear::new(512 * 7 * 7, 4096, device)?)
-        .add(nn::ReLU)
+        .add(nn::ReLU::inplace())
         .add(nn::Dropout::new(0.5)?)
         .add(nn::Linear::new(4096, 4096, device)?)
-        .add(nn::ReLU)
+        .add(nn::ReLU::inplace())
         .add(nn::Dropout::new(0.5)?)
         .add(nn::Linear::new(4096, num_classes, device)?);
     classifier_model(f, (7, 7), classifier)

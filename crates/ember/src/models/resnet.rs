@@ -84,14 +84,15 @@ macro_rules! block_children {
     };
 }
 
-/// The end of a block: `out` plus the input (or its `downsample` projection),
-/// then ReLU.
+/// The end of a block: the input (or its `downsample` projection) added into
+/// `out` in place (torchvision's `out += identity`), then ReLU in place.
 fn residual(downsample: Option<&Sequential>, x: &Tensor, out: Tensor) -> Result<Tensor> {
     let identity = match downsample {
         Some(d) => child("downsample", d, x)?,
         None => x.clone(),
     };
-    child("relu", &nn::ReLU, &out.add(&identity)?)
+    out.add_(&identity)?;
+    child("relu", &nn::ReLU::inplace(), &out)
 }
 
 /// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,
@@ -132,7 +133,7 @@ impl BasicBlock {
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let out = child("conv1", &self.conv1, x)?;
         let out = child("bn1", &self.bn1, &out)?;
-        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("relu", &nn::ReLU::inplace(), &out)?;
         let out = child("conv2", &self.conv2, &out)?;
         let out = child("bn2", &self.bn2, &out)?;
         residual(self.downsample.as_ref(), x, out)
@@ -186,10 +187,10 @@ impl Bottleneck {
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let out = child("conv1", &self.conv1, x)?;
         let out = child("bn1", &self.bn1, &out)?;
-        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("relu", &nn::ReLU::inplace(), &out)?;
         let out = child("conv2", &self.conv2, &out)?;
         let out = child("bn2", &self.bn2, &out)?;
-        let out = child("relu", &nn::ReLU, &out)?;
+        let out = child("relu", &nn::ReLU::inplace(), &out)?;
         let out = child("conv3", &self.conv3, &out)?;
         let out = child("bn3", &self.bn3, &out)?;
         residual(self.downsample.as_ref(), x, out)
@@ -233,7 +234,7 @@ pub(super) fn resnet<B: Block>(
     let mut model = Sequential::new()
         .add_named("conv1", Conv2d::with_bias(3, 64, 7, false, stem, device)?)?
         .add_named("bn1", BatchNorm2d::new(64, device)?)?
-        .add_named("relu", nn::ReLU)?
+        .add_named("relu", nn::ReLU::inplace())?
         .add_named(
             "maxpool",
             nn::MaxPool2d(Pool2dOptions::new(3).stride(2).padding(1)),

@@ -328,20 +328,57 @@ macro_rules! activation {
         }
     };
 }
-activation!(/// `max(x, 0)`.
-    ReLU, relu);
+/// An activation PyTorch's module can apply in place (`inplace=True`): a struct
+/// with its `inplace` flag, and a constant of the same name that is the module
+/// with the flag off, so that `nn::ReLU` stays a value as `nn.ReLU()` is.
+macro_rules! inplace_activation {
+    ($(#[$doc:meta])* $name:ident, $f:ident, $f_:ident) => {
+        $(#[$doc])*
+        ///
+        #[doc = concat!("`", stringify!($name), "` as a value is the module with `inplace: false`; [`", stringify!($name), "::inplace()`] writes its result into its input and returns that tensor (PyTorch's `inplace=True`, as torchvision's models use it): no new buffer, and autograd keeps what the rule reads (see [`Tensor::", stringify!($f_), "`]). The input must be one an in-place op may write: not a leaf that requires grad, nor a tensor with live views while autograd records.")]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            /// Whether `forward` writes into its input.
+            pub inplace: bool,
+        }
+
+        #[doc = concat!("The [`", stringify!($name), "`](struct@", stringify!($name), ") module that returns a new tensor (`inplace: false`).")]
+        #[allow(non_upper_case_globals)]
+        pub const $name: $name = $name { inplace: false };
+
+        impl $name {
+            #[doc = concat!("The module that writes into its input (`nn.", stringify!($name), "(inplace=True)`).")]
+            pub const fn inplace() -> $name {
+                $name { inplace: true }
+            }
+        }
+
+        impl Module for $name {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                if self.inplace {
+                    x.$f_()?;
+                    Ok(x.clone())
+                } else {
+                    x.$f()
+                }
+            }
+        }
+    };
+}
+inplace_activation!(/// `max(x, 0)` (`nn.ReLU`).
+    ReLU, relu, relu_);
 activation!(/// The logistic function.
     Sigmoid, sigmoid);
 activation!(/// Hyperbolic tangent.
     Tanh, tanh);
 activation!(/// GELU, exact (erf) form.
     GELU, gelu);
-activation!(/// SiLU (swish): `x · sigmoid(x)`.
-    SiLU, silu);
-activation!(/// `relu6(x + 3) / 6` (`nn.Hardsigmoid`).
-    Hardsigmoid, hardsigmoid);
-activation!(/// `x · relu6(x + 3) / 6` (`nn.Hardswish`, MobileNetV3's activation).
-    Hardswish, hardswish);
+inplace_activation!(/// SiLU (swish): `x · sigmoid(x)` (`nn.SiLU`).
+    SiLU, silu, silu_);
+inplace_activation!(/// `relu6(x + 3) / 6` (`nn.Hardsigmoid`).
+    Hardsigmoid, hardsigmoid, hardsigmoid_);
+inplace_activation!(/// `x · relu6(x + 3) / 6` (`nn.Hardswish`, MobileNetV3's activation).
+    Hardswish, hardswish, hardswish_);
 
 /// Returns its input (`nn.Identity`): a placeholder where a model may or may not
 /// have a layer.

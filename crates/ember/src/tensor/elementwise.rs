@@ -314,6 +314,28 @@ impl Tensor {
                 return c[0].unary_op(name, op, rule);
             }
         }
+        self.check_unary_dtype::<O>(name)?;
+        let t = if O::FLOAT_ONLY && !self.dtype().is_float() {
+            self.to_dtype(DType::F32)?
+        } else {
+            self.clone()
+        };
+        let out = t.map_storage_same(|s, l| s.unary(l, op))?;
+        Ok(Tensor::record(out, name, &[self], |y| {
+            let (sx, sy) = rule.saves();
+            let (x, y) = (sx.then(|| t.save()), sy.then(|| y.save()));
+            move |g: &Tensor| {
+                let x = x.as_ref().map(Saved::get).transpose()?;
+                let y = y.as_ref().map(Saved::get).transpose()?;
+                Ok(vec![Some(rule.backward(x, y, g)?)])
+            }
+        }))
+    }
+
+    /// PyTorch's refusals of a one-input op's operand dtype: the ops whose kernels
+    /// exist for floating-point dtypes only, and bools where the op does not turn
+    /// them into floats.
+    pub(super) fn check_unary_dtype<O: UnaryOp>(&self, name: &'static str) -> Result<()> {
         if let (Some(kernel), false) = (O::FLOAT_KERNEL, self.dtype().is_float()) {
             // PyTorch's kernels for these exist for floating-point dtypes only
             return Err(Error::dtype(
@@ -332,21 +354,7 @@ impl Tensor {
                 "convert with .to_dtype() first",
             ));
         }
-        let t = if O::FLOAT_ONLY && !self.dtype().is_float() {
-            self.to_dtype(DType::F32)?
-        } else {
-            self.clone()
-        };
-        let out = t.map_storage_same(|s, l| s.unary(l, op))?;
-        Ok(Tensor::record(out, name, &[self], |y| {
-            let (sx, sy) = rule.saves();
-            let (x, y) = (sx.then(|| t.save()), sy.then(|| y.save()));
-            move |g: &Tensor| {
-                let x = x.as_ref().map(Saved::get).transpose()?;
-                let y = y.as_ref().map(Saved::get).transpose()?;
-                Ok(vec![Some(rule.backward(x, y, g)?)])
-            }
-        }))
+        Ok(())
     }
 
     pub(super) fn compare(&self, name: &'static str, rhs: Operand, cmp: CmpOp) -> Result<Tensor> {
@@ -400,75 +408,81 @@ binary_methods! {
 }
 
 macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident, $op:expr, $rule:ident;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident $(/ $inplace:ident)?, $op:expr, $rule:ident;)*) => {$(
         impl Tensor {
             $(#[$doc])*
             pub fn $name(&self) -> Result<Tensor> {
                 self.unary_op(stringify!($name), &$op, grad::Unary::$rule)
             }
+            $(
+            #[doc = concat!("In-place [`", stringify!($name), "`](Self::", stringify!($name), "): writes the result into this tensor's elements and returns nothing (PyTorch's `", stringify!($inplace), "`). Recorded by autograd when a gradient flows through it; the rule keeps the result where it reads it, so no buffer is added (a copy of the old values where the rule reads the input, as PyTorch keeps one). Refused for a leaf that requires grad, for a view or a tensor with live views while recording, for an expanded view, and where the result's dtype cannot be written back (an integer tensor of a float-only op).")]
+            pub fn $inplace(&self) -> Result<()> {
+                self.unary_inplace(stringify!($inplace), &$op, grad::Unary::$rule)
+            }
+            )?
         }
     )*};
 }
 unary_methods! {
     /// `-x`.
-    neg, ops::Neg, Neg;
+    neg / neg_, ops::Neg, Neg;
     /// `|x|`.
-    abs, ops::Abs, Abs;
+    abs / abs_, ops::Abs, Abs;
     /// `e^x` (integers give float32).
-    exp, ops::Exp, Exp;
+    exp / exp_, ops::Exp, Exp;
     /// Natural logarithm.
-    log, ops::Log, Log;
+    log / log_, ops::Log, Log;
     /// Square root.
-    sqrt, ops::Sqrt, Sqrt;
+    sqrt / sqrt_, ops::Sqrt, Sqrt;
     /// Hyperbolic tangent.
-    tanh, ops::Tanh, Tanh;
+    tanh / tanh_, ops::Tanh, Tanh;
     /// Sine.
-    sin, ops::Sin, Sin;
+    sin / sin_, ops::Sin, Sin;
     /// Cosine.
-    cos, ops::Cos, Cos;
+    cos / cos_, ops::Cos, Cos;
     /// `1 / x`.
-    recip, ops::Recip, Recip;
+    recip / recip_, ops::Recip, Recip;
     /// `x * x`.
-    square, ops::Square, Square;
+    square / square_, ops::Square, Square;
     /// `max(x, 0)`; NaN stays NaN.
-    relu, ops::Relu, Relu;
+    relu / relu_, ops::Relu, Relu;
     /// `1 / (1 + e^-x)`.
-    sigmoid, ops::Sigmoid, Sigmoid;
+    sigmoid / sigmoid_, ops::Sigmoid, Sigmoid;
     /// The error function.
-    erf, ops::Erf, Erf;
+    erf / erf_, ops::Erf, Erf;
     /// GELU with the exact erf form (`nn.GELU()`).
     gelu, ops::Gelu, Gelu;
     /// GELU with the tanh approximation (`nn.GELU(approximate='tanh')`).
     gelu_tanh, ops::GeluTanh, GeluTanh;
     /// SiLU (swish): `x · sigmoid(x)` (`F.silu`); floating-point dtypes only.
-    silu, ops::Silu, Silu;
+    silu / silu_, ops::Silu, Silu;
     /// `relu6(x + 3) / 6` (`F.hardsigmoid`); floating-point dtypes only.
-    hardsigmoid, ops::Hardsigmoid, Hardsigmoid;
+    hardsigmoid / hardsigmoid_, ops::Hardsigmoid, Hardsigmoid;
     /// `x · relu6(x + 3) / 6` (`F.hardswish`, MobileNetV3's activation);
     /// floating-point dtypes only.
-    hardswish, ops::Hardswish, Hardswish;
+    hardswish / hardswish_, ops::Hardswish, Hardswish;
     /// `ln(1 + x)`, accurate near 0.
-    log1p, ops::Log1p, Log1p;
+    log1p / log1p_, ops::Log1p, Log1p;
     /// `e^x - 1`, accurate near 0.
-    expm1, ops::Expm1, Expm1;
+    expm1 / expm1_, ops::Expm1, Expm1;
     /// `1 / sqrt(x)`.
-    rsqrt, ops::Rsqrt, Rsqrt;
+    rsqrt / rsqrt_, ops::Rsqrt, Rsqrt;
     /// Base-2 logarithm.
-    log2, ops::Log2, Log2;
+    log2 / log2_, ops::Log2, Log2;
     /// Tangent.
-    tan, ops::Tan, Tan;
+    tan / tan_, ops::Tan, Tan;
     /// Arctangent.
-    atan, ops::Atan, Atan;
+    atan / atan_, ops::Atan, Atan;
     /// Rounds down; integers are returned as they are (a copy), bools refused, as in
     /// PyTorch. The gradient is 0.
-    floor, ops::Floor, Zero;
+    floor / floor_, ops::Floor, Zero;
     /// Rounds up (integers unchanged; gradient 0).
-    ceil, ops::Ceil, Zero;
+    ceil / ceil_, ops::Ceil, Zero;
     /// Rounds toward zero (integers unchanged; gradient 0).
-    trunc, ops::Trunc, Zero;
+    trunc / trunc_, ops::Trunc, Zero;
     /// Rounds to the nearest integer, halves to even as in PyTorch (`round(2.5)` is
     /// 2); integers unchanged; gradient 0.
-    round, ops::Round, Zero;
+    round / round_, ops::Round, Zero;
 }
 
 macro_rules! compare_methods {

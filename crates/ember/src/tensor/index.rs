@@ -474,8 +474,7 @@ impl Tensor {
         source: &Tensor,
         alpha: impl Into<crate::tensor::Scalar>,
     ) -> Result<()> {
-        let recorded =
-            self.check_inplace_target("index_add_", crate::tensor::Operand::Tensor(source))?;
+        let recorded = self.check_inplace_target("index_add_", source.requires_grad())?;
         self.check_writable("index_add_")?;
         let out = self.index_add(dim, index, source, alpha)?;
         if recorded {

@@ -3,8 +3,9 @@
 //! be cast to), their autograd history, and `copy_`.
 
 use super::elementwise::can_cast;
-use super::{Operand, Tensor};
-use crate::backend::op::{BinaryCode, BinaryOp};
+use super::{grad, Operand, Tensor};
+use crate::autograd::{Inputs, Saved};
+use crate::backend::op::{BinaryCode, BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::{
     dtype::DType,
@@ -24,7 +25,8 @@ impl Tensor {
     ) -> Result<()> {
         self.check_bool_sub::<O>(name, rhs)?;
         self.check_division::<O>(name, rhs, float_only)?;
-        let recorded = self.check_inplace_target(name, rhs)?;
+        let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
+        let recorded = self.check_inplace_target(name, rhs_grad)?;
         if let Operand::Scalar(s) = rhs {
             if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
                 // the scalar goes to the kernel by value: one pass, no 0-d tensor
@@ -59,6 +61,24 @@ impl Tensor {
                 ),
             ));
         }
+        let keep = grad::binary_reads(O::CODE, self.requires_grad(), b.requires_grad());
+        if recorded && !keep[0] && O::CODE != BinaryCode::Pow && dt == self.dtype() {
+            // the rule does not read the old values: written in place, and the
+            // node (which keeps `rhs` where the rule reads it) becomes this
+            // tensor's history; `self` is the node's first input as it was
+            let b = b.to_dtype(dt)?;
+            let b = if b.same_storage(self) { b.copy()? } else { b };
+            let lb = b.layout().broadcast_to(name, self.shape())?;
+            {
+                let src = b.read();
+                self.write().binary_inplace(self.layout(), &src, &lb, op)?;
+            }
+            let out = Tensor::record_keeping(self.detach(), name, &[self, &b], &keep, |_| {
+                |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
+            });
+            self.take_history(&out);
+            return Ok(());
+        }
         if recorded {
             // out of place on the old values (a copy of them where the rule reads
             // them, since they are about to be overwritten), then written back
@@ -88,6 +108,53 @@ impl Tensor {
         self.write().binary_inplace(self.layout(), &src, &lb, op)
     }
 
+    /// In place: `self = op(self)`, with the out-of-place op's dtype refusals, and
+    /// PyTorch's where the result's dtype (float for a float-only op) cannot be
+    /// written back. Recorded when a gradient flows through this tensor: the
+    /// kernel writes in place and the rule keeps the result where it reads it
+    /// (relu, sigmoid, tanh, exp, ...: no buffer added), or a copy of the old
+    /// values where it reads the input (as PyTorch keeps `original_self`).
+    pub(super) fn unary_inplace<O: UnaryOp>(
+        &self,
+        name: &'static str,
+        op: &O,
+        rule: grad::Unary,
+    ) -> Result<()> {
+        self.check_unary_dtype::<O>(name)?;
+        if O::FLOAT_ONLY && !self.dtype().is_float() {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "result type {} can't be cast to the desired output type {}",
+                    DType::F32,
+                    self.dtype()
+                ),
+            ));
+        }
+        let recorded = self.check_inplace_target(name, false)?;
+        self.check_writable(name)?;
+        if !recorded {
+            return self.write().unary_inplace(self.layout(), op);
+        }
+        let (reads_x, reads_y) = rule.saves();
+        let x = if reads_x {
+            Some(crate::autograd::no_grad(|| self.copy())?.save())
+        } else {
+            None
+        };
+        self.write().unary_inplace(self.layout(), op)?;
+        let out = Tensor::record(self.detach(), name, &[self], |y| {
+            let y = reads_y.then(|| y.save());
+            move |g: &Tensor| {
+                let x = x.as_ref().map(Saved::get).transpose()?;
+                let y = y.as_ref().map(Saved::get).transpose()?;
+                Ok(vec![Some(rule.backward(x, y, g)?)])
+            }
+        });
+        self.take_history(&out);
+        Ok(())
+    }
+
     /// Writes `out`'s values (this tensor's shape and dtype) into this tensor and
     /// makes `out`'s node its history: the end of a recorded in-place op.
     pub(crate) fn write_history(&self, out: &Tensor) -> Result<()> {
@@ -114,8 +181,7 @@ impl Tensor {
     /// - a view, or a tensor with live views, while recording: PyTorch rewrites the
     ///   history of the view's base and of its other views, which ember does not
     ///   do yet.
-    pub(crate) fn check_inplace_target(&self, op: &'static str, rhs: Operand) -> Result<bool> {
-        let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
+    pub(crate) fn check_inplace_target(&self, op: &'static str, rhs_grad: bool) -> Result<bool> {
         // an integer or bool tensor never carries a gradient: written, not recorded
         // (a float operand is then refused by the cast check, as in PyTorch)
         if !crate::autograd::is_grad_enabled()
@@ -161,7 +227,7 @@ impl Tensor {
     /// live views is refused.
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         super::same_device("copy_", &[self, src])?;
-        let recorded = self.check_inplace_target("copy_", Operand::Tensor(src))?;
+        let recorded = self.check_inplace_target("copy_", src.requires_grad())?;
         self.check_writable("copy_")?;
         if recorded {
             return self.copy_recorded(src);

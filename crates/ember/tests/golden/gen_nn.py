@@ -356,6 +356,42 @@ def inplace_cases():
     def p_sum_then_modify(x, b):
         h = x * 3; s = h.sum(); h.mul_(b); return s + h.sum()
 
+    # in-place activations: the rule keeps the result (relu, sigmoid, tanh, exp), or
+    # the original values where it reads the input (sin, silu); a later in-place op
+    # on a kept result, a leaf, and an integer target of a float op are errors
+    def p_relu(x, b):
+        h = x * b - 0.3; h.relu_(); return (h * h).sum()
+
+    def p_add_then_relu(x, b):
+        h = x * 2; h.add_(b); h.relu_(); return (h * b).sum()
+
+    def p_sigmoid(x, b):
+        h = x * b; h.sigmoid_(); return (h * b).sum()
+
+    def p_tanh_exp(x, b):
+        h = x * b; h.tanh_(); h.exp_(); return h.sum()
+
+    def p_sin(x, b):
+        h = x * b; h.sin_(); return (h * x).sum()
+
+    def p_silu(x, b):
+        h = x * 2; F.silu(h, inplace=True); return (h * b).sum()
+
+    def p_floor(x, b):
+        h = x * 3; h.floor_(); return (h * b).sum()
+
+    def p_relu_then_modified(x, b):
+        h = x * b; h.relu_(); h.add_(1); return (h * h).sum()
+
+    def p_relu_of_saved_output(x, b):
+        y = x.exp(); y.relu_(); return y.sum()
+
+    def p_relu_leaf(x, b):
+        x.relu_(); return x.sum()
+
+    def p_sigmoid_int_target(x, b):
+        t = torch.tensor([1, 2, 3]); t.sigmoid_(); return (t * b).sum()
+
     out = []
     torch.manual_seed(7)
     x0, b0 = torch.randn(3), torch.rand(3) + 0.5

@@ -1,4 +1,5 @@
 use super::{assert_close, vals};
+use ember::nn::{self, Module};
 use ember::prelude::*;
 
 fn t(dev: &Device, v: &[f32], shape: &[usize]) -> Tensor {
@@ -344,7 +345,142 @@ fn large_strided_inplace_ops_write_every_element(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Every in-place one-input op (`relu_`, `exp_`, ...) writes what its out-of-place
+/// op returns, bit for bit, in each float dtype, into contiguous tensors (the
+/// kernels' 16-byte path, with a tail) and through a transposed view; integer
+/// targets take the ops that keep integers and refuse the float-only ones, as
+/// PyTorch does.
+fn in_place_unary_ops_write_what_the_ops_return(dev: &Device) -> Result<()> {
+    type Op = fn(&Tensor) -> Result<Tensor>;
+    type OpInPlace = fn(&Tensor) -> Result<()>;
+    let ops: [(&str, Op, OpInPlace); 26] = [
+        ("neg", Tensor::neg, Tensor::neg_),
+        ("abs", Tensor::abs, Tensor::abs_),
+        ("exp", Tensor::exp, Tensor::exp_),
+        ("log", Tensor::log, Tensor::log_),
+        ("sqrt", Tensor::sqrt, Tensor::sqrt_),
+        ("tanh", Tensor::tanh, Tensor::tanh_),
+        ("sin", Tensor::sin, Tensor::sin_),
+        ("cos", Tensor::cos, Tensor::cos_),
+        ("recip", Tensor::recip, Tensor::recip_),
+        ("square", Tensor::square, Tensor::square_),
+        ("relu", Tensor::relu, Tensor::relu_),
+        ("sigmoid", Tensor::sigmoid, Tensor::sigmoid_),
+        ("erf", Tensor::erf, Tensor::erf_),
+        ("silu", Tensor::silu, Tensor::silu_),
+        ("hardsigmoid", Tensor::hardsigmoid, Tensor::hardsigmoid_),
+        ("hardswish", Tensor::hardswish, Tensor::hardswish_),
+        ("log1p", Tensor::log1p, Tensor::log1p_),
+        ("expm1", Tensor::expm1, Tensor::expm1_),
+        ("rsqrt", Tensor::rsqrt, Tensor::rsqrt_),
+        ("log2", Tensor::log2, Tensor::log2_),
+        ("tan", Tensor::tan, Tensor::tan_),
+        ("atan", Tensor::atan, Tensor::atan_),
+        ("floor", Tensor::floor, Tensor::floor_),
+        ("ceil", Tensor::ceil, Tensor::ceil_),
+        ("trunc", Tensor::trunc, Tensor::trunc_),
+        ("round", Tensor::round, Tensor::round_),
+    ];
+    // 37 values: NaN, infinities, zeros of both signs, halves, and a spread
+    let mut xs = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        0.5,
+        -2.5,
+        3.5,
+    ];
+    xs.extend((0..29).map(|i| (i as f32 - 14.0) * 0.37));
+    let bits = |t: &Tensor| -> Result<Vec<u64>> {
+        Ok(t.to_dtype(DType::F64)?
+            .to_vec::<f64>()?
+            .iter()
+            .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
+            .collect())
+    };
+    for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+        let base = Tensor::new(xs.as_slice(), dev)?.to_dtype(dt)?;
+        for (name, op, op_) in ops {
+            let want = op(&base)?;
+            let x = base.copy()?;
+            op_(&x)?;
+            assert_eq!(x.dtype(), dt, "{name}_ {dt}");
+            assert_eq!(bits(&x)?, bits(&want)?, "{name}_ {dt}");
+            // through a transposed view: the elements it covers, none other
+            let m = base.narrow(0, 0, 36)?.reshape([6, 6])?.copy()?;
+            let want = op(&m.t()?)?;
+            op_(&m.t()?)?;
+            assert_eq!(bits(&m.t()?)?, bits(&want)?, "{name}_ {dt} through a view");
+        }
+    }
+    // integers: the ops that keep them work in place; float-only ops are refused
+    let i = Tensor::new([-3i64, 0, 2], dev)?;
+    i.neg_()?;
+    i.abs_()?;
+    i.relu_()?;
+    i.floor_()?;
+    assert_eq!(i.to_vec::<i64>()?, vec![3, 0, 2]);
+    for bad in [Tensor::exp_ as OpInPlace, Tensor::sigmoid_, Tensor::sqrt_] {
+        let e = bad(&i).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("can't be cast to the desired output type"),
+            "{e}"
+        );
+    }
+    assert!(i.hardswish_().is_err(), "a float-only kernel");
+    assert!(Tensor::new([true, false], dev)?.relu_().is_err());
+    // an expanded view has elements that share memory
+    let e = Tensor::ones([1], DType::F32, dev)?.expand([3])?;
+    assert!(e.relu_().is_err());
+    assert_eq!(i.to_vec::<i64>()?, vec![3, 0, 2], "refusals write nothing");
+    Ok(())
+}
+
+/// `relu_` and a residual `add_` while autograd records allocate nothing (on
+/// meta, which counts every storage made): the kernels write in place and the
+/// rules keep the result (relu) or nothing (add); the out-of-place ops allocate
+/// one output each. `sin_` keeps a copy of its input (its rule reads it).
+#[test]
+fn recorded_in_place_activations_allocate_nothing() -> Result<()> {
+    use ember::meta::{AllocHook, MetaEvent};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl AllocHook for Count {
+        fn alloc(&self, _: &MetaEvent) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn free(&self, _: &MetaEvent) {}
+    }
+    let dev = Device::Meta;
+    let w = Tensor::zeros([64, 64], DType::F32, &dev)?.requires_grad_(true)?;
+    let id = Tensor::zeros([64, 64], DType::F32, &dev)?;
+    let count = |f: &dyn Fn(&Tensor) -> Result<()>| -> Result<usize> {
+        let h = w.mul(2.0)?;
+        let c = std::sync::Arc::new(Count::default());
+        ember::meta::with_hook(c.clone(), || f(&h))?;
+        Ok(c.0.load(Ordering::Relaxed))
+    };
+    assert_eq!(count(&|h| h.relu_())?, 0);
+    assert_eq!(count(&|h| h.add_(&id))?, 0);
+    assert_eq!(count(&|h| nn::ReLU::inplace().forward(h).map(drop))?, 0);
+    assert_eq!(count(&|h| h.sin_())?, 1, "sin_ keeps its input");
+    assert_eq!(count(&|h| h.relu().map(drop))?, 1);
+    assert_eq!(count(&|h| h.add(&id).map(drop))?, 1);
+    // and the gradient flows through them: d/dw sum(relu(2w + id)) at w = 0 is 0
+    let h = w.mul(2.0)?;
+    h.add_(&id)?;
+    h.relu_()?;
+    h.sum_all()?.backward()?;
+    assert_eq!(w.grad().map(|g| g.shape().to_vec()), Some(vec![64, 64]));
+    Ok(())
+}
+
 device_test!(
+    in_place_unary_ops_write_what_the_ops_return,
     large_strided_inplace_ops_write_every_element,
     arithmetic_broadcasts,
     scalar_operands_and_promotion,

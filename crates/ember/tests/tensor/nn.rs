@@ -676,6 +676,63 @@ fn inplace_program(name: &str, x: &Tensor, b: &Tensor) -> Result<Tensor> {
             h.mul_(b)?;
             s.add(&h.sum_all()?)
         }
+        "relu" => {
+            let h = x.mul(b)?.sub(0.3)?;
+            h.relu_()?;
+            h.mul(&h)?.sum_all()
+        }
+        "add_then_relu" => {
+            let h = x.mul(2.0)?;
+            h.add_(b)?;
+            h.relu_()?;
+            h.mul(b)?.sum_all()
+        }
+        "sigmoid" => {
+            let h = x.mul(b)?;
+            h.sigmoid_()?;
+            h.mul(b)?.sum_all()
+        }
+        "tanh_exp" => {
+            let h = x.mul(b)?;
+            h.tanh_()?;
+            h.exp_()?;
+            h.sum_all()
+        }
+        "sin" => {
+            let h = x.mul(b)?;
+            h.sin_()?;
+            h.mul(x)?.sum_all()
+        }
+        "silu" => {
+            let h = x.mul(2.0)?;
+            nn::SiLU::inplace().forward(&h)?;
+            h.mul(b)?.sum_all()
+        }
+        "floor" => {
+            let h = x.mul(3.0)?;
+            h.floor_()?;
+            h.mul(b)?.sum_all()
+        }
+        "relu_then_modified" => {
+            let h = x.mul(b)?;
+            h.relu_()?;
+            h.add_(1)?;
+            h.mul(&h)?.sum_all()
+        }
+        "relu_of_saved_output" => {
+            let y = x.exp()?;
+            y.relu_()?;
+            y.sum_all()
+        }
+        "relu_leaf" => {
+            x.relu_()?;
+            x.sum_all()
+        }
+        "sigmoid_int_target" => {
+            let t = Tensor::new([1i64, 2, 3], dev)?;
+            t.sigmoid_()?;
+            t.mul(b)?.sum_all()
+        }
         other => panic!("no in-place program {other} (gen_nn.py and nn.rs disagree)"),
     }
 }
@@ -1950,7 +2007,8 @@ fn modules_convert_to_another_dtype(dev: &Device) -> Result<()> {
     for bad in [DType::I64, DType::U8, DType::Bool] {
         let err = model.to_dtype(bad).unwrap_err();
         assert!(err.to_string().contains("floating-point"), "{err}");
-        assert!(nn::ReLU.to_dtype(bad).is_err());
+        let mut relu = nn::ReLU;
+        assert!(relu.to_dtype(bad).is_err());
     }
     assert!(model.parameters().iter().all(|p| p.dtype() == DType::F32));
     Ok(())

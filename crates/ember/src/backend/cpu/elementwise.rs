@@ -395,6 +395,33 @@ pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> Result<Cp
     crate::dtype::dispatch!(data, v => go(v, l, op))
 }
 
+/// In place: `a[i] = op(a[i])` through `a`'s (non-overlapping) layout, with the
+/// out-of-place op's arithmetic (the same values).
+pub(crate) fn unary_inplace<O: UnaryOp>(data: &mut CpuData, l: &Layout, op: &O) {
+    fn go<T: NumElem, O: UnaryOp>(v: &mut [T], l: &Layout, op: &O) {
+        if let Some(r) = l.contiguous_range() {
+            let body = |c: &mut [T]| {
+                super::vmath::simd(
+                    #[inline(always)]
+                    || c.iter_mut().for_each(|d| *d = T::unary(op, *d)),
+                )
+            };
+            let v = &mut v[r];
+            if v.len() >= PAR_MIN {
+                v.par_chunks_mut(PAR_CHUNK).for_each(body);
+            } else {
+                body(v);
+            }
+            return;
+        }
+        // each position reads the one "element" of a broadcast unit
+        let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
+        let unit = unit.expect("a 0-d layout broadcasts to any shape");
+        zip_mut(v, l, &[()], &unit, |d, ()| *d = T::unary(op, *d));
+    }
+    crate::dtype::dispatch!(data, v => go(v, l, op))
+}
+
 /// Applies `op` to pairs of elements of one dtype (broadcast layouts).
 pub(crate) fn binary<O: BinaryOp>(
     a: &CpuData,

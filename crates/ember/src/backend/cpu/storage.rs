@@ -177,6 +177,11 @@ impl BackendStorage for CpuStorage {
         ew::unary(&self.data, l, op).map(CpuStorage::new)
     }
 
+    fn unary_inplace<O: UnaryOp>(&mut self, l: &Layout, op: &O) -> Result<()> {
+        ew::unary_inplace(&mut self.data, l, op);
+        Ok(())
+    }
+
     fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, op: &O) -> Result<Self> {
         ew::binary(&self.data, l, &rhs.data, lr, op).map(CpuStorage::new)
     }

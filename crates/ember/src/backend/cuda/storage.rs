@@ -319,6 +319,11 @@ impl BackendStorage for CudaStorage {
         ops::unary(self, l, code, p0, p1)
     }
 
+    fn unary_inplace<O: UnaryOp>(&mut self, l: &Layout, op: &O) -> Result<()> {
+        let (code, p0, p1) = op.code();
+        ops::unary_inplace(self, l, code, p0, p1)
+    }
+
     fn binary<O: BinaryOp>(&self, l: &Layout, rhs: &Self, lr: &Layout, _op: &O) -> Result<Self> {
         ops::binary(self, l, rhs, lr, O::CODE)
     }

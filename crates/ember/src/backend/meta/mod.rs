@@ -130,6 +130,10 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
+    fn unary_inplace<O: UnaryOp>(&mut self, _l: &Layout, _op: &O) -> Result<()> {
+        Ok(())
+    }
+
     fn binary<O: BinaryOp>(&self, l: &Layout, _rhs: &Self, _lr: &Layout, _op: &O) -> Result<Self> {
         self.like(l.numel())
     }

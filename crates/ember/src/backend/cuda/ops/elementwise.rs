@@ -118,6 +118,28 @@ pub(crate) fn unary(
     Ok(out)
 }
 
+/// In place: `x[l] = op(x[l])` (`l` does not overlap itself).
+pub(crate) fn unary_inplace(
+    x: &CudaStorage,
+    l: &Layout,
+    op: UnaryCode,
+    p0: f64,
+    p1: f64,
+) -> Result<()> {
+    let n = l.numel();
+    let kl = KLayout::coalesced("unary_", l)?;
+    let (px, n64, code) = (x.ptr(), n as i64, op as i32);
+    let name = format!("unary_inplace_{}", suffix(x.dtype()));
+    launch_n(
+        x.dev(),
+        "elementwise",
+        x.dtype(),
+        &name,
+        n,
+        &mut args![px, kl, n64, code, p0, p1],
+    )
+}
+
 /// `op(a, b)` over two broadcast views of one shape into a new contiguous storage.
 pub(crate) fn binary(
     a: &CudaStorage,
