@@ -335,7 +335,7 @@ macro_rules! inplace_activation {
     ($(#[$doc:meta])* $name:ident, $f:ident, $f_:ident) => {
         $(#[$doc])*
         ///
-        #[doc = concat!("`", stringify!($name), "` as a value is the module with `inplace: false`; [`", stringify!($name), "::inplace()`] writes its result into its input and returns that tensor (PyTorch's `inplace=True`, as torchvision's models use it): no new buffer, and autograd keeps what the rule reads (see [`Tensor::", stringify!($f_), "`]). The input must be one an in-place op may write: not a leaf that requires grad, nor a tensor with live views while autograd records.")]
+        #[doc = concat!("`", stringify!($name), "` as a value is the module with `inplace: false`; [`", stringify!($name), "::inplace()`] writes its result into its input and returns that tensor (PyTorch's `inplace=True`, as torchvision's models use it): no new buffer, and autograd keeps what the rule reads (see [`Tensor::", stringify!($f_), "`]). A leaf that requires grad is refused, as in PyTorch. Where autograd records through a view (a `Linear`'s output for inputs of rank 3 or more, say), or a tensor with live views, which ember cannot yet write in place, it returns a new tensor as `inplace: false` does and leaves its input as it was.")]
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct $name {
             /// Whether `forward` writes into its input.
@@ -355,7 +355,7 @@ macro_rules! inplace_activation {
 
         impl Module for $name {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
-                if self.inplace {
+                if self.inplace && !x.inplace_blocked_by_views() {
                     x.$f_()?;
                     Ok(x.clone())
                 } else {

@@ -2,7 +2,7 @@
 //! that requires grad, a view whose base others read, a dtype the result cannot
 //! be cast to), their autograd history, and `copy_`.
 
-use super::elementwise::can_cast;
+use super::elementwise::{can_cast, torch_dtype_name};
 use super::{grad, Operand, Tensor};
 use crate::autograd::{Inputs, Saved};
 use crate::backend::op::{BinaryCode, BinaryOp, UnaryOp};
@@ -42,8 +42,9 @@ impl Tensor {
             return Err(Error::invalid(
                 name,
                 format!(
-                    "result type {dt} can't be cast to the desired output type {}",
-                    self.dtype()
+                    "result type {} can't be cast to the desired output type {}",
+                    torch_dtype_name(dt),
+                    torch_dtype_name(self.dtype())
                 ),
             ));
         }
@@ -62,7 +63,10 @@ impl Tensor {
             ));
         }
         let keep = grad::binary_reads(O::CODE, self.requires_grad(), b.requires_grad());
-        if recorded && !keep[0] && O::CODE != BinaryCode::Pow && dt == self.dtype() {
+        // (an operand the rule reads that shares this storage is overwritten by the
+        // write: the old path keeps PyTorch's version error for it)
+        let reads_alias = keep[1] && b.same_storage(self);
+        if recorded && !keep[0] && !reads_alias && O::CODE != BinaryCode::Pow && dt == self.dtype() {
             // the rule does not read the old values: written in place, and the
             // node (which keeps `rhs` where the rule reads it) becomes this
             // tensor's history; `self` is the node's first input as it was
@@ -126,8 +130,8 @@ impl Tensor {
                 name,
                 format!(
                     "result type {} can't be cast to the desired output type {}",
-                    DType::F32,
-                    self.dtype()
+                    torch_dtype_name(DType::F32),
+                    torch_dtype_name(self.dtype())
                 ),
             ));
         }
@@ -208,6 +212,19 @@ impl Tensor {
             ));
         }
         Ok(true)
+    }
+
+    /// Whether an in-place op on this tensor is refused only because autograd
+    /// records through a view, or a tensor with live views, which ember does not
+    /// rewrite yet (see [`check_inplace_target`](Self::check_inplace_target));
+    /// PyTorch writes such a tensor in place. The in-place activation modules then
+    /// return a new tensor instead of failing.
+    pub(crate) fn inplace_blocked_by_views(&self) -> bool {
+        crate::autograd::is_grad_enabled()
+            && self.requires_grad()
+            && !self.is_leaf()
+            && self.dtype().is_float()
+            && (self.is_view() || self.live_views() > 0)
     }
 
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {

@@ -389,6 +389,12 @@ def inplace_cases():
     def p_relu_leaf(x, b):
         x.relu_(); return x.sum()
 
+    def p_mul_by_alias(x, b):
+        h = x * 2; h.mul_(h.detach()); return h.sum()
+
+    def p_div_by_alias(x, b):
+        h = x * 2 + 3; h.div_(h.detach()); return (h * b).sum()
+
     def p_sigmoid_int_target(x, b):
         t = torch.tensor([1, 2, 3]); t.sigmoid_(); return (t * b).sum()
 

@@ -479,7 +479,37 @@ fn recorded_in_place_activations_allocate_nothing() -> Result<()> {
     Ok(())
 }
 
+/// `nn::ReLU::inplace()` writes into its input and returns it; where autograd
+/// records through a view (a `Linear`'s output for a rank-3 input), which ember
+/// cannot yet write in place, it returns a new tensor and leaves the input as it
+/// was, with the same values and gradient as `nn::ReLU`; a leaf that requires
+/// grad is refused, as in PyTorch.
+fn in_place_relu_module(dev: &Device) -> Result<()> {
+    let x = Tensor::new(&[-1.0f32, 2.0, -3.0, 4.0], dev)?;
+    let y = nn::ReLU::inplace().forward(&x)?;
+    assert_eq!(vals(&x), vec![0.0, 2.0, 0.0, 4.0]);
+    // the same elements: a write through the result shows in the input
+    y.add_(1.0)?;
+    assert_eq!(vals(&x), vec![1.0, 3.0, 1.0, 5.0]);
+    let lin = nn::Linear::new(4, 4, dev)?;
+    let input = Tensor::randn([2, 3, 4], dev)?;
+    let h = lin.forward(&input)?;
+    let before = vals(&h);
+    let got = nn::ReLU::inplace().forward(&h)?;
+    let want = nn::ReLU.forward(&h)?;
+    assert_eq!(vals(&h), before, "the view is left as it was");
+    assert_eq!(vals(&got), vals(&want));
+    got.sum_all()?.backward()?;
+    let g = lin.weight.grad().expect("a gradient through the fallback");
+    assert_eq!(g.shape(), &[4, 4]);
+    let leaf = Tensor::ones([3], DType::F32, dev)?.requires_grad_(true)?;
+    let e = nn::ReLU::inplace().forward(&leaf).unwrap_err();
+    assert!(e.to_string().contains("leaf Variable"), "{e}");
+    Ok(())
+}
+
 device_test!(
+    in_place_relu_module,
     in_place_unary_ops_write_what_the_ops_return,
     large_strided_inplace_ops_write_every_element,
     arithmetic_broadcasts,

@@ -728,6 +728,16 @@ fn inplace_program(name: &str, x: &Tensor, b: &Tensor) -> Result<Tensor> {
             x.relu_()?;
             x.sum_all()
         }
+        "mul_by_alias" => {
+            let h = x.mul(2.0)?;
+            h.mul_(&h.detach())?;
+            h.sum_all()
+        }
+        "div_by_alias" => {
+            let h = x.mul(2.0)?.add(3.0)?;
+            h.div_(&h.detach())?;
+            h.mul(b)?.sum_all()
+        }
         "sigmoid_int_target" => {
             let t = Tensor::new([1i64, 2, 3], dev)?;
             t.sigmoid_()?;

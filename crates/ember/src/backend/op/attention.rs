@@ -130,7 +130,7 @@ pub(crate) const ATTN_MAX_ROWS: usize = 64 * 65535;
 
 /// Whether ember's fused CUDA attention kernels take operands of `dtype` for
 /// `shape` (f16/bf16/f32; a head dim that is a multiple of 8 up to
-/// [`attn_max_head_dim`]; no empty operand; `batch · heads` below 2³¹ blocks and
+/// [`ATTN_MAX_HEAD_DIM`]; no empty operand; `batch · heads` below 2³¹ blocks and
 /// lengths up to [`ATTN_MAX_ROWS`]); the GPU's compute capability (8.0 or later)
 /// is the caller's to check. `None` when they do, else why not.
 pub(crate) fn attn_kernel_refuses(dtype: DType, sh: &AttnShape) -> Option<String> {
