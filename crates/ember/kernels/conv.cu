@@ -1,5 +1,6 @@
 // Convolution helpers (im2col / col2im for cuBLAS-based conv2d) and 2-D pooling,
-// on contiguous NCHW tensors of f32 or f64.
+// on contiguous NCHW tensors: im2col/col2im of f32 or f64, pooling of every float
+// dtype.
 
 // Geometry of one conv2d / pooling call (mirrors `KConv` in backend/cuda/ops/conv.rs).
 struct Conv {
@@ -49,15 +50,20 @@ template <typename T> __device__ void col2im_impl(const T* col, Conv g, T* x) {
     }
 }
 
-// Max pooling over `planes` = n*c planes; `index` gets the position in its plane of
-// each output's element (the first largest, or the first NaN).
-template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, i64* index) {
+// Pooling over `planes` = n*c planes, in T's accumulator type (float for f16/bf16,
+// which are read and written in their own dtype).
+//
+// Max pooling's `index` gets, for each output, the position in its window
+// (ki * kw + kj) of the first largest element, or of the first NaN: one byte per
+// output where windows have at most 256 positions (`wide` 0), int64 otherwise.
+template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, void* index, int wide) {
+    typedef typename acc_t<T>::type A;
     i64 total = g.n * g.c * g.oh * g.ow;
     FOR_EACH(i, total) {
         i64 ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
         const T* xp = x + plane * g.h * g.w;
         i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        T m = (T)__int_as_float(0xff800000);  // -inf
+        A m = (A)__int_as_float(0xff800000);  // -inf
         i64 best = -1;
         bool done = false;
         for (i64 ki = 0; ki < g.kh && !done; ++ki) {
@@ -66,30 +72,61 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
             for (i64 kj = 0; kj < g.kw; ++kj) {
                 i64 ix = x0 + kj * g.dw;
                 if (ix < 0 || ix >= g.w) continue;
-                i64 a = iy * g.w + ix;
-                T v = xp[a];
-                if (best < 0) best = a;
+                const A v = widen(xp[iy * g.w + ix]);
+                const i64 k = ki * g.kw + kj;
+                if (best < 0) best = k;
                 if (v > m || v != v) {
                     m = v;
-                    best = a;
+                    best = k;
                     if (v != v) { done = true; break; }
                 }
             }
         }
-        out[i] = m;
-        if (index) index[i] = best < 0 ? 0 : best;
+        out[i] = narrow<T>(m);
+        if (index) {
+            const i64 k = best < 0 ? 0 : best;
+            if (wide) ((i64*)index)[i] = k;
+            else ((u8*)index)[i] = (u8)k;
+        }
     }
 }
 
-__device__ __forceinline__ void atomic_add_f(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add_f(double* p, double v) { atomicAdd(p, v); }
+// The outputs whose windows hold input element (iy, ix) of a plane, visited in
+// the order of the outputs (oy, then ox, ascending: the taps from the last to the
+// first), as `f(o, ki, kj)` with o the output's position in its plane. Each input
+// element sums its own gradient: no atomics, and the same order of additions as
+// the CPU's pass over the outputs.
+template <typename F> __device__ __forceinline__ void pool_windows_of(Conv g, i64 iy, i64 ix, F f) {
+    for (i64 ki = g.kh - 1; ki >= 0; --ki) {
+        const i64 ty = iy + g.ph - ki * g.dh;
+        if (ty < 0 || ty % g.sh != 0) continue;
+        const i64 oy = ty / g.sh;
+        if (oy >= g.oh) continue;
+        for (i64 kj = g.kw - 1; kj >= 0; --kj) {
+            const i64 tx = ix + g.pw - kj * g.dw;
+            if (tx < 0 || tx % g.sw != 0) continue;
+            const i64 ox = tx / g.sw;
+            if (ox >= g.ow) continue;
+            f(oy * g.ow + ox, ki, kj);
+        }
+    }
+}
 
-// gx (zeroed, planes*h*w) += g at the recorded positions.
-template <typename T> __device__ void max_pool_back_impl(const T* gout, const i64* index, Conv g, T* gx) {
-    i64 total = g.n * g.c * g.oh * g.ow;
-    FOR_EACH(i, total) {
-        i64 plane = i / (g.ow * g.oh);
-        atomic_add_f(gx + plane * g.h * g.w + index[i], gout[i]);
+// gx[e] = the sum of the gradients of the outputs whose recorded window position
+// is element e's.
+template <typename T>
+__device__ void max_pool_back_impl(const T* gout, const void* index, int wide, Conv g, T* gx) {
+    typedef typename acc_t<T>::type A;
+    i64 total = g.n * g.c * g.h * g.w;
+    FOR_EACH(e, total) {
+        const i64 ix = e % g.w, iy = (e / g.w) % g.h, plane = e / (g.w * g.h);
+        const i64 base = plane * g.oh * g.ow;
+        A s = (A)0;
+        pool_windows_of(g, iy, ix, [&](i64 o, i64 ki, i64 kj) {
+            const i64 k = wide ? ((const i64*)index)[base + o] : (i64)((const u8*)index)[base + o];
+            if (k == ki * g.kw + kj) s += widen(gout[base + o]);
+        });
+        gx[e] = narrow<T>(s);
     }
 }
 
@@ -105,51 +142,53 @@ __device__ __forceinline__ i64 avg_divisor(Conv g, i64 y0, i64 x0, int include_p
 }
 
 template <typename T> __device__ void avg_pool_impl(const T* x, Conv g, T* out, int include_pad) {
+    typedef typename acc_t<T>::type A;
     i64 total = g.n * g.c * g.oh * g.ow;
     FOR_EACH(i, total) {
         i64 ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
         const T* xp = x + plane * g.h * g.w;
         i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        T s = (T)0;
+        A s = (A)0;
         for (i64 ki = 0; ki < g.kh; ++ki) {
             i64 iy = y0 + ki * g.dh;
             if (iy < 0 || iy >= g.h) continue;
             for (i64 kj = 0; kj < g.kw; ++kj) {
                 i64 ix = x0 + kj * g.dw;
-                if (ix >= 0 && ix < g.w) s += xp[iy * g.w + ix];
+                if (ix >= 0 && ix < g.w) s += widen(xp[iy * g.w + ix]);
             }
         }
-        out[i] = s / (T)avg_divisor(g, y0, x0, include_pad);
+        out[i] = narrow<T>(s / (A)avg_divisor(g, y0, x0, include_pad));
     }
 }
 
-// gx (zeroed) += g / divisor over each output's window.
+// gx[e] = the sum over the windows holding element e of their output's gradient
+// over the window's divisor.
 template <typename T> __device__ void avg_pool_back_impl(const T* gout, Conv g, T* gx, int include_pad) {
-    i64 total = g.n * g.c * g.oh * g.ow;
-    FOR_EACH(i, total) {
-        i64 ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
-        T* gp = gx + plane * g.h * g.w;
-        i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        T v = gout[i] / (T)avg_divisor(g, y0, x0, include_pad);
-        for (i64 ki = 0; ki < g.kh; ++ki) {
-            i64 iy = y0 + ki * g.dh;
-            if (iy < 0 || iy >= g.h) continue;
-            for (i64 kj = 0; kj < g.kw; ++kj) {
-                i64 ix = x0 + kj * g.dw;
-                if (ix >= 0 && ix < g.w) atomic_add_f(gp + iy * g.w + ix, v);
-            }
-        }
+    typedef typename acc_t<T>::type A;
+    i64 total = g.n * g.c * g.h * g.w;
+    FOR_EACH(e, total) {
+        const i64 ix = e % g.w, iy = (e / g.w) % g.h, plane = e / (g.w * g.h);
+        const i64 base = plane * g.oh * g.ow;
+        A s = (A)0;
+        pool_windows_of(g, iy, ix, [&](i64 o, i64, i64) {
+            const i64 oy = o / g.ow, ox = o % g.ow;
+            const i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+            s += widen(gout[base + o]) / (A)avg_divisor(g, y0, x0, include_pad);
+        });
+        gx[e] = narrow<T>(s);
     }
 }
 
 #define CONV(T, S)                                                                                   \
     extern "C" __global__ void im2col_##S(const T* x, Conv g, T* col) { im2col_impl(x, g, col); }    \
-    extern "C" __global__ void col2im_##S(const T* col, Conv g, T* x) { col2im_impl(col, g, x); }    \
-    extern "C" __global__ void max_pool_##S(const T* x, Conv g, T* out, i64* index) {                \
-        max_pool_impl(x, g, out, index);                                                             \
+    extern "C" __global__ void col2im_##S(const T* col, Conv g, T* x) { col2im_impl(col, g, x); }
+#define POOL(T, S)                                                                                   \
+    extern "C" __global__ void max_pool_##S(const T* x, Conv g, T* out, void* index, int wide) {     \
+        max_pool_impl(x, g, out, index, wide);                                                       \
     }                                                                                                \
-    extern "C" __global__ void max_pool_back_##S(const T* gout, const i64* index, Conv g, T* gx) {  \
-        max_pool_back_impl(gout, index, g, gx);                                                      \
+    extern "C" __global__ void max_pool_back_##S(const T* gout, const void* index, int wide, Conv g, \
+                                                 T* gx) {                                            \
+        max_pool_back_impl(gout, index, wide, g, gx);                                                \
     }                                                                                                \
     extern "C" __global__ void avg_pool_##S(const T* x, Conv g, T* out, int include_pad) {          \
         avg_pool_impl(x, g, out, include_pad);                                                       \
@@ -157,4 +196,5 @@ template <typename T> __device__ void avg_pool_back_impl(const T* gout, Conv g, 
     extern "C" __global__ void avg_pool_back_##S(const T* gout, Conv g, T* gx, int include_pad) {   \
         avg_pool_back_impl(gout, g, gx, include_pad);                                                \
     }
-IF_f32(CONV(float, f32)) IF_f64(CONV(double, f64))
+IF_f32(CONV(float, f32) POOL(float, f32)) IF_f64(CONV(double, f64) POOL(double, f64))
+IF_f16(POOL(f16, f16)) IF_bf16(POOL(bf16, bf16))

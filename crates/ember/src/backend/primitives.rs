@@ -224,9 +224,11 @@ pub(crate) trait BackendStorage: Sized {
         s: &ConvShape,
         need: (bool, bool),
     ) -> Result<ConvGrads<Self>>;
-    /// Max or average pooling of the contiguous view `l` of a float dtype; with
-    /// `want_index`, max pooling also returns the int64 position in its plane of
-    /// each output's element.
+    /// Max or average pooling of the contiguous view `l` of a float dtype (f16/bf16
+    /// where [`Storage::pools_half`](crate::backend::Storage::pools_half) says so);
+    /// with `want_index`, max pooling also returns each output's position in its
+    /// window (`ki · kw + kj`, of the first largest element or the first NaN) in
+    /// [`PoolShape::index_dtype`].
     fn pool2d(
         &self,
         l: &Layout,

@@ -769,6 +769,12 @@ impl Storage {
         }
     }
 
+    /// Whether this device pools f16/bf16 in their own dtype (CUDA, and meta as the
+    /// GPU it models); the CPU pools them in float32.
+    pub(crate) fn pools_half(&self) -> bool {
+        !matches!(self, Storage::Cpu(_))
+    }
+
     /// Whether this device convolves f16/bf16 operands of `s` in their own dtype
     /// (CUDA through cuDNN); elsewhere they are convolved in float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {

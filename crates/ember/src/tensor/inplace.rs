@@ -66,7 +66,8 @@ impl Tensor {
         // (an operand the rule reads that shares this storage is overwritten by the
         // write: the old path keeps PyTorch's version error for it)
         let reads_alias = keep[1] && b.same_storage(self);
-        if recorded && !keep[0] && !reads_alias && O::CODE != BinaryCode::Pow && dt == self.dtype() {
+        if recorded && !keep[0] && !reads_alias && O::CODE != BinaryCode::Pow && dt == self.dtype()
+        {
             // the rule does not read the old values: written in place, and the
             // node (which keeps `rhs` where the rule reads it) becomes this
             // tensor's history; `self` is the node's first input as it was

@@ -9,6 +9,42 @@ use crate::{
     error::{Error, Result},
 };
 
+/// Each output's element as an offset in its plane, `[planes, oh · ow]` int64, from
+/// its position `k` in its window (the index max pooling keeps): `(oy·sh − ph +
+/// (k / kw)·dh)·w + ox·sw − pw + (k % kw)·dw`.
+fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
+    let Window {
+        kernel: (_, kw),
+        stride: (sh, sw),
+        padding: (ph, pw),
+        dilation: (dh, dw),
+    } = ps.win;
+    let dev = index.device();
+    let k = index
+        .to_dtype(DType::I64)?
+        .reshape([ps.planes, ps.oh, ps.ow])?;
+    let (ki, kj) = (k.floor_divide(kw as i64)?, k.remainder(kw as i64)?);
+    let oy = Tensor::arange(0i64, ps.oh as i64, &dev)?.reshape([ps.oh, 1])?;
+    let ox = Tensor::arange(0i64, ps.ow as i64, &dev)?.reshape([1, ps.ow])?;
+    let iy = oy
+        .mul(sh as i64)?
+        .sub(ph as i64)?
+        .add(&ki.mul(dh as i64)?)?;
+    let ix = ox
+        .mul(sw as i64)?
+        .sub(pw as i64)?
+        .add(&kj.mul(dw as i64)?)?;
+    // every window holds an element of the input (PyTorch's padding limit); the
+    // clamp keeps the gather in its plane regardless
+    let last = (ps.h * ps.w).saturating_sub(1) as i64;
+    iy.mul(ps.w as i64)?
+        .add(&ix)?
+        .maximum(0i64)?
+        .minimum(last)?
+        .reshape([ps.planes, ps.oh * ps.ow])?
+        .contiguous()
+}
+
 impl Tensor {
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
         // PyTorch pools int64 (max and average) and uint8 (max only), not bools
@@ -80,7 +116,7 @@ impl Tensor {
         // window sums stay below 2^53)
         let work = if int {
             DType::F64
-        } else if matches!(self.dtype(), DType::F16 | DType::BF16) {
+        } else if matches!(self.dtype(), DType::F16 | DType::BF16) && !self.read().pools_half() {
             DType::F32
         } else {
             self.dtype()
@@ -110,8 +146,9 @@ impl Tensor {
                 (Pool::Max, Some(index)) => {
                     let _ng = crate::autograd::no_grad_guard();
                     let planes_x = self.contiguous()?.reshape([planes, h * w])?;
-                    let idx = index.reshape([planes, oh * ow])?.contiguous()?;
-                    planes_x.gather_valid(1, idx)?.reshape(&shape)
+                    planes_x
+                        .gather_valid(1, plane_offsets(&index, &ps)?)?
+                        .reshape(&shape)
                 }
                 _ => Ok(out),
             };

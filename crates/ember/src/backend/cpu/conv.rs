@@ -209,11 +209,36 @@ fn taps(start: isize, kernel: usize, dilation: usize, size: usize) -> std::ops::
     lo..hi
 }
 
+/// Max pooling's index element: an output's position in its window, `ki · kw +
+/// kj` (u8, or int64 for windows of more than 256 positions).
+pub(crate) trait PoolIndex: WithDType {
+    fn at(k: usize) -> Self;
+    fn pos(self) -> usize;
+}
+
+impl PoolIndex for u8 {
+    fn at(k: usize) -> u8 {
+        k as u8
+    }
+    fn pos(self) -> usize {
+        self as usize
+    }
+}
+
+impl PoolIndex for i64 {
+    fn at(k: usize) -> i64 {
+        k as i64
+    }
+    fn pos(self) -> usize {
+        self as usize
+    }
+}
+
 /// Pools each of `planes` planes of size h×w into oh×ow. For max pooling with
-/// `want_index`, also returns the position in its plane of each output's element
-/// (the first largest, or the first NaN), for the backward pass.
+/// `want_index`, also returns the position in its window of each output's
+/// element (the first largest, or the first NaN), for the backward pass.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pool2d<T: WithDType + Real>(
+pub(crate) fn pool2d<T: WithDType + Real, I: PoolIndex>(
     x: &[T],
     planes: usize,
     (h, w): (usize, usize),
@@ -221,7 +246,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     win: Window,
     kind: Pool,
     want_index: bool,
-) -> Result<(Vec<T>, Option<Vec<i64>>)> {
+) -> Result<(Vec<T>, Option<Vec<I>>)> {
     let Window {
         kernel: (kh, kw),
         stride: (sh, sw),
@@ -233,14 +258,14 @@ pub(crate) fn pool2d<T: WithDType + Real>(
     // from the pool, as the next step's index is the same size: the index goes
     // back to the pool with its tensor
     let mut index = if want_index {
-        alloc_filled(planes * oh * ow, 0i64)?
+        alloc_filled(planes * oh * ow, I::at(0))?
     } else {
         Vec::new()
     };
     if oh * ow == 0 {
         return Ok((out, want_index.then_some(index)));
     }
-    let plane_out = |pi: usize, dst: &mut [T], idx: &mut [i64]| {
+    let plane_out = |pi: usize, dst: &mut [T], idx: &mut [I]| {
         let plane = &x[pi * h * w..(pi + 1) * h * w];
         for oy in 0..oh {
             let y0 = (oy * sh) as isize - ph as isize;
@@ -258,14 +283,13 @@ pub(crate) fn pool2d<T: WithDType + Real>(
                     }
                     Pool::Max => {
                         let mut m = T::neg_infinity();
-                        let mut best = at(ky.start, kx.start);
+                        let mut best = ky.start * kw + kx.start;
                         'win: for ki in ky.clone() {
                             for kj in kx.clone() {
-                                let a = at(ki, kj);
-                                let v = plane[a];
+                                let v = plane[at(ki, kj)];
                                 if v > m || v.is_nan() {
                                     m = v;
-                                    best = a;
+                                    best = ki * kw + kj;
                                     if v.is_nan() {
                                         break 'win;
                                     }
@@ -274,7 +298,7 @@ pub(crate) fn pool2d<T: WithDType + Real>(
                         }
                         dst[o] = m;
                         if want_index {
-                            idx[o] = best as i64;
+                            idx[o] = I::at(best);
                         }
                     }
                     Pool::Avg { count_include_pad } => {
@@ -311,12 +335,13 @@ pub(crate) fn pool2d<T: WithDType + Real>(
 }
 
 /// The gradient of [`pool2d`] with respect to its input: max pooling sends each
-/// output's gradient to the element `index` recorded by the forward pass, average
-/// pooling spreads it over the window with the forward pass's divisor.
+/// output's gradient to the element of its window `index` recorded in the forward
+/// pass, average pooling spreads it over the window with the forward pass's
+/// divisor; each element sums its shares in the order of the outputs.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
+pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign, I: PoolIndex>(
     g: &[T],
-    index: Option<&[i64]>,
+    index: Option<&[I]>,
     planes: usize,
     (h, w): (usize, usize),
     (oh, ow): (usize, usize),
@@ -340,8 +365,19 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign>(
             match (kind, index) {
                 (Pool::Max, Some(index)) => {
                     let idx = &index[pi * oh * ow..(pi + 1) * oh * ow];
-                    for (&gv, &i) in gout.iter().zip(idx) {
-                        gplane[i as usize] += gv;
+                    for oy in 0..oh {
+                        let y0 = (oy * sh) as isize - ph as isize;
+                        for ox in 0..ow {
+                            let x0 = (ox * sw) as isize - pw as isize;
+                            let k = idx[oy * ow + ox].pos();
+                            let iy = y0 + ((k / kw) * dh) as isize;
+                            let ix = x0 + ((k % kw) * dw) as isize;
+                            // a window with no element in the input (never with
+                            // PyTorch's padding limit) sends nothing
+                            if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
+                                gplane[iy as usize * w + ix as usize] += gout[oy * ow + ox];
+                            }
+                        }
                     }
                 }
                 (Pool::Max, None) => {} // the caller always passes the index

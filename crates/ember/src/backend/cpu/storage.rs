@@ -469,19 +469,15 @@ impl BackendStorage for CpuStorage {
             kind: Pool,
             want_index: bool,
         ) -> Result<(CpuStorage, Option<CpuStorage>)> {
-            let (out, index) = conv::pool2d(
-                x,
-                s.planes,
-                (s.h, s.w),
-                (s.oh, s.ow),
-                s.win,
-                kind,
-                want_index,
-            )?;
-            Ok((
-                CpuStorage::new(T::wrap(out)),
-                index.map(|i| CpuStorage::new(CpuData::I64(i))),
-            ))
+            let (planes, hw, ohw, win) = (s.planes, (s.h, s.w), (s.oh, s.ow), s.win);
+            let (out, index) = if s.index_dtype() == DType::U8 {
+                let (out, i) = conv::pool2d::<T, u8>(x, planes, hw, ohw, win, kind, want_index)?;
+                (out, i.map(CpuData::U8))
+            } else {
+                let (out, i) = conv::pool2d::<T, i64>(x, planes, hw, ohw, win, kind, want_index)?;
+                (out, i.map(CpuData::I64))
+            };
+            Ok((CpuStorage::new(T::wrap(out)), index.map(CpuStorage::new)))
         }
         with_float!("pool2d", self.dtype(), T => go::<T>(self.floats(l), s, kind, want_index))
     }
@@ -495,12 +491,25 @@ impl BackendStorage for CpuStorage {
     ) -> Result<Self> {
         fn go<T: WithDType + Real + std::ops::AddAssign>(
             g: &[T],
-            index: Option<&[i64]>,
+            index: Option<&CpuData>,
             s: &PoolShape,
             kind: Pool,
         ) -> Result<CpuData> {
-            conv::pool2d_backward(g, index, s.planes, (s.h, s.w), (s.oh, s.ow), s.win, kind)
-                .map(T::wrap)
+            let (planes, hw, ohw, win) = (s.planes, (s.h, s.w), (s.oh, s.ow), s.win);
+            match index {
+                Some(CpuData::I64(i)) => {
+                    conv::pool2d_backward(g, Some(&i[..]), planes, hw, ohw, win, kind)
+                }
+                Some(CpuData::U8(i)) => {
+                    conv::pool2d_backward(g, Some(&i[..]), planes, hw, ohw, win, kind)
+                }
+                Some(_) => Err(Error::invalid(
+                    "max_pool2d backward",
+                    "the index is a window position in uint8 or int64",
+                )),
+                None => conv::pool2d_backward::<T, u8>(g, None, planes, hw, ohw, win, kind),
+            }
+            .map(T::wrap)
         }
         if kind == Pool::Max && index.is_none() {
             return Err(Error::invalid(
@@ -508,7 +517,7 @@ impl BackendStorage for CpuStorage {
                 "the forward pass kept no indices",
             ));
         }
-        let index = index.map(|i| i64::slice(&i.data).expect("int64 indices"));
+        let index = index.map(|i| &i.data);
         with_float!("pool2d", self.dtype(), T => go::<T>(self.floats(l), index, s, kind))
             .map(CpuStorage::new)
     }

@@ -519,7 +519,8 @@ impl BackendStorage for CudaStorage {
         want_index: bool,
     ) -> Result<(Self, Option<Self>)> {
         let (kc, avg) = CudaStorage::pool_geometry(s, kind);
-        ops::pool2d(self, l.offset(), &kc, avg, want_index)
+        let index = want_index.then(|| s.index_dtype());
+        ops::pool2d(self, l.offset(), &kc, avg, index)
     }
 
     fn pool2d_backward(

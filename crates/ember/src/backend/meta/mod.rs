@@ -424,7 +424,7 @@ impl BackendStorage for MetaStorage {
     ) -> Result<(Self, Option<Self>)> {
         let n = s.planes * s.oh * s.ow;
         let index = want_index
-            .then(|| MetaStorage::new(DType::I64, n))
+            .then(|| MetaStorage::new(s.index_dtype(), n))
             .transpose()?;
         Ok((self.like(n)?, index))
     }

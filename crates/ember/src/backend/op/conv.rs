@@ -119,3 +119,16 @@ pub(crate) struct PoolShape {
     pub ow: usize,
     pub win: Window,
 }
+
+impl PoolShape {
+    /// The dtype of max pooling's index, each output's position in its window
+    /// (`ki · kw + kj`): one byte where windows have at most 256 positions (an
+    /// eighth of PyTorch's int64 plane offsets), int64 for larger windows.
+    pub(crate) fn index_dtype(&self) -> crate::dtype::DType {
+        if self.win.kernel.0 * self.win.kernel.1 <= 256 {
+            crate::dtype::DType::U8
+        } else {
+            crate::dtype::DType::I64
+        }
+    }
+}

@@ -1,9 +1,8 @@
 //! Kernels of `kernels/conv.cu`: im2col and its adjoint, max and average pooling
 //! (forward and backward).
 
-use super::{base_ptr, fill, launch_n, new_out, suffix};
+use super::{base_ptr, launch_n, new_out, suffix};
 use crate::backend::cuda::CudaStorage;
-use crate::backend::op::Scalar;
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -87,14 +86,15 @@ pub(crate) fn col2im(col: &CudaStorage, offset: usize, g: &KConv) -> Result<Cuda
     Ok(out)
 }
 
-/// Max pooling (with the argmax index per output when `want_index`) or average
-/// pooling of a contiguous input; returns (output, index).
+/// Max pooling (with each output's position in its window when `want_index`: u8,
+/// or int64 for windows of more than 256 positions, as `index_dtype`) or average
+/// pooling of a contiguous input of any float dtype; returns (output, index).
 pub(crate) fn pool2d(
     x: &CudaStorage,
     offset: usize,
     g: &KConv,
     avg: Option<bool>,
-    want_index: bool,
+    index_dtype: Option<DType>,
 ) -> Result<(CudaStorage, Option<CudaStorage>)> {
     let n = (g.n * g.c * g.oh * g.ow) as usize;
     let dev = x.dev();
@@ -109,20 +109,26 @@ pub(crate) fn pool2d(
             Ok((out, None))
         }
         None => {
-            let index = if want_index {
-                Some(new_out(dev, DType::I64, n)?)
-            } else {
-                None
-            };
+            let index = index_dtype.map(|dt| new_out(dev, dt, n)).transpose()?;
             let pi: u64 = index.as_ref().map_or(0, |s| s.ptr());
+            let wide = (index_dtype == Some(DType::I64)) as i32;
             let name = format!("max_pool_{sfx}");
-            launch_n(dev, "conv", x.dtype(), &name, n, &mut args![px, gg, po, pi])?;
+            launch_n(
+                dev,
+                "conv",
+                x.dtype(),
+                &name,
+                n,
+                &mut args![px, gg, po, pi, wide],
+            )?;
             Ok((out, index))
         }
     }
 }
 
-/// The input gradient of [`pool2d`] from the output gradient `gout` (contiguous).
+/// The input gradient of [`pool2d`] from the output gradient `gout` (contiguous):
+/// one thread per input element sums the outputs whose windows hold it (no atomics,
+/// no zero fill).
 pub(crate) fn pool2d_backward(
     gout: &CudaStorage,
     offset: usize,
@@ -132,8 +138,7 @@ pub(crate) fn pool2d_backward(
 ) -> Result<CudaStorage> {
     let dev = gout.dev();
     let n_in = (g.n * g.c * g.h * g.w) as usize;
-    let n_out = (g.n * g.c * g.oh * g.ow) as usize;
-    let gx = fill(dev, gout.dtype(), n_in, Scalar::Int(0))?;
+    let gx = new_out(dev, gout.dtype(), n_in)?;
     let (pg, px, gg) = (base_ptr(gout, offset), gx.ptr(), *g);
     let sfx = suffix(gout.dtype());
     match (avg, index) {
@@ -145,20 +150,20 @@ pub(crate) fn pool2d_backward(
                 "conv",
                 gout.dtype(),
                 &name,
-                n_out,
+                n_in,
                 &mut args![pg, gg, px, ip],
             )?;
         }
         (None, Some(idx)) => {
-            let pi = idx.ptr();
+            let (pi, wide) = (idx.ptr(), (idx.dtype() == DType::I64) as i32);
             let name = format!("max_pool_back_{sfx}");
             launch_n(
                 dev,
                 "conv",
                 gout.dtype(),
                 &name,
-                n_out,
-                &mut args![pg, pi, gg, px],
+                n_in,
+                &mut args![pg, pi, wide, gg, px],
             )?;
         }
         (None, None) => {
