@@ -34,8 +34,9 @@ fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
         .mul(sw as i64)?
         .sub(pw as i64)?
         .add(&kj.mul(dw as i64)?)?;
-    // every window holds an element of the input (PyTorch's padding limit); the
-    // clamp keeps the gather in its plane regardless
+    // a window with no element in the input (dilated, past the padding) points
+    // outside the plane: the caller replaces its value, the clamp keeps the
+    // gather in the plane (never empty: the caller refuses empty planes)
     let last = (ps.h * ps.w).saturating_sub(1) as i64;
     iy.mul(ps.w as i64)?
         .add(&ix)?
@@ -68,6 +69,16 @@ impl Tensor {
             ));
         }
         let r = self.rank();
+        // only a batch dim may be empty (PyTorch's rule)
+        if self.shape()[r - 3..].contains(&0) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:{:?}",
+                    self.shape()
+                ),
+            ));
+        }
         let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
         let win = opts.window();
         let (kh, kw) = win.kernel;
@@ -133,26 +144,35 @@ impl Tensor {
         };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
-        let (out, index) = {
+        let (pooled, index) = {
             let _ng = crate::autograd::no_grad_guard();
             let x = self.to_dtype(work)?.contiguous()?;
             let (out, index) = x.read().pool2d(x.layout(), &ps, kind, want_index)?;
-            let out = Tensor::from_storage(out, &shape).to_dtype(self.dtype())?;
+            let out = Tensor::from_storage(out, &shape);
             (out, index.map(|i| Tensor::from_storage(i, &shape)))
         };
         if int {
             // integers have no gradient
+            let _ng = crate::autograd::no_grad_guard();
             return match (kind, index) {
                 (Pool::Max, Some(index)) => {
-                    let _ng = crate::autograd::no_grad_guard();
                     let planes_x = self.contiguous()?.reshape([planes, h * w])?;
-                    planes_x
+                    let got = planes_x
                         .gather_valid(1, plane_offsets(&index, &ps)?)?
-                        .reshape(&shape)
+                        .reshape(&shape)?;
+                    // a window with no element in the input (a dilated one past
+                    // the padding): the dtype's lowest value, as PyTorch gives
+                    let lowest = if self.dtype() == DType::U8 {
+                        0
+                    } else {
+                        i64::MIN
+                    };
+                    pooled.eq(f64::NEG_INFINITY)?.where_(lowest, &got)
                 }
-                _ => Ok(out),
+                _ => pooled.to_dtype(self.dtype()),
             };
         }
+        let out = pooled.to_dtype(self.dtype())?;
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {

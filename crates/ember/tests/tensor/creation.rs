@@ -395,6 +395,33 @@ fn pooling_accepted_like_pytorch(dev: &Device) -> Result<()> {
     );
     assert!(u.avg_pool2d(Pool2dOptions::new(2)).is_err());
     assert!(xi.gt(3)?.max_pool2d(Pool2dOptions::new(2)).is_err());
+    // a dilated window past the padding holds no element: -inf, or the integer
+    // dtype's lowest value (values from torch)
+    let empty = Pool2dOptions::new(2).padding(1).dilation(2);
+    let one = Tensor::full([1, 1, 1, 1], 5.0, DType::F32, dev)?;
+    assert_eq!(vals(&one.max_pool2d(empty)?), vec![f64::NEG_INFINITY]);
+    let one_i = one.to_dtype(DType::I64)?.max_pool2d(empty)?;
+    assert_eq!(one_i.to_vec::<i64>()?, vec![i64::MIN]);
+    let one_u = one.to_dtype(DType::U8)?.max_pool2d(empty)?;
+    assert_eq!(one_u.to_vec::<u8>()?, vec![0]);
+    // only the batch dim may be empty
+    for shape in [
+        &[1usize, 0, 4, 4][..],
+        &[0, 4, 4],
+        &[2, 0, 3],
+        &[1, 1, 0, 3],
+    ] {
+        let e = Tensor::zeros(shape, DType::F32, dev)?.max_pool2d(Pool2dOptions::new(2));
+        let msg = e.unwrap_err().to_string();
+        assert!(
+            msg.contains("optional 0 dim batch size"),
+            "{shape:?}: {msg}"
+        );
+        let e = Tensor::zeros(shape, DType::I64, dev)?.avg_pool2d(Pool2dOptions::new(2));
+        assert!(e.is_err(), "{shape:?}");
+    }
+    let none = Tensor::zeros([0, 1, 4, 4], DType::F32, dev)?.max_pool2d(Pool2dOptions::new(2))?;
+    assert_eq!(none.shape(), &[0, 1, 2, 2]);
     Ok(())
 }
 

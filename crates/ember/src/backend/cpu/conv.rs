@@ -372,8 +372,8 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign, I: Pool
                             let k = idx[oy * ow + ox].pos();
                             let iy = y0 + ((k / kw) * dh) as isize;
                             let ix = x0 + ((k % kw) * dw) as isize;
-                            // a window with no element in the input (never with
-                            // PyTorch's padding limit) sends nothing
+                            // a window with no element in the input (a dilated
+                            // one past the padding) sends nothing
                             if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
                                 gplane[iy as usize * w + ix as usize] += gout[oy * ow + ox];
                             }
