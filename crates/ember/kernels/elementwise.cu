@@ -150,6 +150,16 @@ template <typename A> __device__ __forceinline__ A binary_float(int op, A a, A b
         const A pdf = exp((A)-0.5 * b * b) * (A)0.39894228040143267794;
         return a * (cdf + b * pdf);
     }
+    case B_GELU_TANH_BACKWARD: {
+        // a · G'(b) for G(x) = x (1 + tanh(β (x + κ x³))) / 2, PyTorch's terms
+        const A beta = (A)0.79788456080286535588, kappa = (A)0.044715;
+        const A x_sq = b * b;
+        const A t = tanh(beta * (b + kappa * (x_sq * b)));
+        const A left_derivative = (A)0.5 * ((A)1 + t);
+        const A tanh_derivative = (A)1 - t * t;
+        const A inner_derivative = beta * ((A)1 + (A)3 * kappa * x_sq);
+        return a * (left_derivative + (A)0.5 * b * tanh_derivative * inner_derivative);
+    }
     }
     return a;
 }

@@ -293,6 +293,17 @@ impl Tensor {
         )
     }
 
+    /// `self` (a gradient) times tanh-approximated GELU's derivative at `x`, in one
+    /// pass.
+    pub(crate) fn gelu_tanh_backward(&self, x: &Tensor) -> Result<Tensor> {
+        self.binary_op(
+            "gelu_tanh_backward",
+            Operand::Tensor(x),
+            &ops::GeluTanhBackward,
+            false,
+        )
+    }
+
     /// `self` (a gradient) where `x > 0`, else 0: relu's backward in one pass.
     pub(crate) fn relu_backward(&self, x: &Tensor) -> Result<Tensor> {
         self.binary_op(

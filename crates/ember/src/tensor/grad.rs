@@ -61,7 +61,7 @@ impl Unary {
     /// gradient's memory).
     fn one_kernel(self) -> bool {
         use Unary::*;
-        matches!(self, Neg | Exp | Log | Relu | Gelu | Zero)
+        matches!(self, Neg | Exp | Log | Relu | Gelu | GeluTanh | Zero)
     }
 
     /// The input's gradient; `x` and `y` are the saved input and output (`None`
@@ -117,18 +117,8 @@ impl Unary {
             ),
             // Φ(x) + x φ(x), in one pass
             Gelu => g.gelu_backward(x),
-            GeluTanh => {
-                let k = (2.0 / std::f64::consts::PI).sqrt();
-                let inner = x.add(&x.pow(3.0)?.mul(0.044715)?)?.mul(k)?;
-                let t = inner.tanh()?;
-                let dinner = x.square()?.mul(3.0 * 0.044715)?.add(1.0)?.mul(k)?;
-                let d = t.add(1.0)?.mul(0.5)?.add(
-                    &x.mul(0.5)?
-                        .mul(&t.square()?.neg()?.add(1.0)?)?
-                        .mul(&dinner)?,
-                )?;
-                g.mul(&d)
-            }
+            // its derivative in one pass, as PyTorch's kernel
+            GeluTanh => g.gelu_tanh_backward(x),
             Pow(e) => {
                 if e == 0.0 {
                     g.zeros_like()
@@ -328,6 +318,31 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
                 g.clone()
             },
         ),
+        // tanh-GELU's backward `a · G'(b)`: linear in `a`; in `b`, with t = tanh(u),
+        // u = β(b + κb³), u' = β(1 + 3κb²), u'' = 6βκb:
+        // G''(b) = (1 - t²)(u' + b(u'' - 2t·u'²)/2)
+        BinaryCode::GeluTanhBackward => (
+            if na {
+                g.gelu_tanh_backward(b()?)?
+            } else {
+                g.clone()
+            },
+            if nb {
+                let x = b()?;
+                let (beta, kappa) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+                let t = x.add(&x.pow(3.0)?.mul(kappa)?)?.mul(beta)?.tanh()?;
+                let du = x.square()?.mul(3.0 * kappa)?.add(1.0)?.mul(beta)?;
+                let ddu = x.mul(6.0 * beta * kappa)?;
+                let inner = ddu
+                    .sub(&t.mul(&du.square()?)?.mul(2.0)?)?
+                    .mul(x)?
+                    .mul(0.5)?;
+                let curv = t.square()?.neg()?.add(1.0)?.mul(&du.add(&inner)?)?;
+                g.mul(a()?)?.mul(&curv)?
+            } else {
+                g.clone()
+            },
+        ),
         // relu's backward `a · [b > 0]` (a gradient `a`, relu's input `b`): linear
         // in `a`, flat in `b` wherever it is differentiable
         BinaryCode::ReluBackward => (
@@ -340,4 +355,55 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
         ),
     };
     Ok(vec![to(ga, 0, na)?, to(gb, 1, nb)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::device::Device;
+    use crate::error::Result;
+    use crate::tensor::Tensor;
+
+    /// The fused GELU backward kernels' own gradients (recorded when they run with
+    /// gradients on): in the gradient, the derivative itself; in the input, the
+    /// second derivative, against central differences of the kernel in float64.
+    #[test]
+    fn gelu_backward_kernels_have_their_derivatives() -> Result<()> {
+        let xs = [-3.0, -1.2, -0.3, 0.0, 0.4, 1.1, 2.5];
+        type Kernel = fn(&Tensor, &Tensor) -> Result<Tensor>;
+        let kernels: [(&str, Kernel); 2] = [
+            ("gelu_backward", Tensor::gelu_backward),
+            ("gelu_tanh_backward", Tensor::gelu_tanh_backward),
+        ];
+        for (name, f) in kernels {
+            let dev = Device::Cpu;
+            let x = Tensor::new(&xs[..], &dev)?.requires_grad_(true)?;
+            let g = Tensor::new(&[0.7f64; 7][..], &dev)?.requires_grad_(true)?;
+            f(&g, &x)?.sum_all()?.backward()?;
+            let (gx, gg) = (x.grad().expect("x"), g.grad().expect("g"));
+            let (gx, gg) = (gx.to_vec::<f64>()?, gg.to_vec::<f64>()?);
+            let h = 1e-5;
+            for (i, &v) in xs.iter().enumerate() {
+                let at = |v: f64| -> Result<f64> {
+                    let one = Tensor::new(&[1.0f64][..], &dev)?;
+                    f(&one, &Tensor::new(&[v][..], &dev)?)?
+                        .to_vec::<f64>()
+                        .map(|r| r[0])
+                };
+                let d1 = at(v)?;
+                let d2 = (at(v + h)? - at(v - h)?) / (2.0 * h);
+                assert!(
+                    (gg[i] - d1).abs() < 1e-12,
+                    "{name} at {v}: {} vs {d1}",
+                    gg[i]
+                );
+                assert!(
+                    (gx[i] - 0.7 * d2).abs() < 1e-6,
+                    "{name} at {v}: {} vs {}",
+                    gx[i],
+                    0.7 * d2
+                );
+            }
+        }
+        Ok(())
+    }
 }

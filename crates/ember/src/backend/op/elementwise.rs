@@ -64,6 +64,7 @@ codes! {
         Fmod = 10 => "FMOD",
         FloorDivide = 11 => "FLOOR_DIVIDE",
         GeluBackward = 12 => "GELU_BACKWARD",
+        GeluTanhBackward = 13 => "GELU_TANH_BACKWARD",
     }
 }
 
@@ -220,6 +221,29 @@ fn gelu_derivative<F: Real>(x: F) -> F {
     let cdf = F::c(0.5) * (F::one() + (x * F::c(std::f64::consts::FRAC_1_SQRT_2)).verf());
     let pdf = (F::c(-0.5) * x * x).vexp() * F::c(0.398_942_280_401_432_7);
     cdf + x * pdf
+}
+
+// The gradient of tanh-approximated GELU in one pass, as PyTorch's kernel writes
+// it (the same terms in the same order, so the same NaN at ±inf).
+binop!(
+    GeluTanhBackward,
+    |g, x| g * gelu_tanh_derivative(x),
+    |g, _x| g
+);
+
+/// d/dx of x·(1 + tanh(β(x + κx³)))/2: the left factor's derivative plus the
+/// right's, β = √(2/π), κ = 0.044715.
+#[inline(always)]
+fn gelu_tanh_derivative<F: Real>(x: F) -> F {
+    let beta = F::c(0.797_884_560_802_865_4);
+    let kappa = F::c(0.044715);
+    let x_sq = x * x;
+    let inner = beta * (x + kappa * (x_sq * x));
+    let t = inner.tanh();
+    let left_derivative = F::c(0.5) * (F::one() + t);
+    let tanh_derivative = F::one() - t * t;
+    let inner_derivative = beta * (F::one() + F::c(3.0) * kappa * x_sq);
+    left_derivative + F::c(0.5) * x * tanh_derivative * inner_derivative
 }
 
 binop!(Atan2, |a, b| a.atan2(b), |a, b| (a as f64).atan2(b as f64)
