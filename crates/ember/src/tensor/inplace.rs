@@ -73,10 +73,17 @@ impl Tensor {
             // tensor's history; `self` is the node's first input as it was
             let b = b.to_dtype(dt)?;
             let b = if b.same_storage(self) { b.copy()? } else { b };
-            let lb = b.layout().broadcast_to(name, self.shape())?;
-            {
-                let src = b.read();
-                self.write().binary_inplace(self.layout(), &src, &lb, op)?;
+            match rhs {
+                // a scalar of the tensor's dtype goes to the kernel by value (the
+                // node keeps its 0-d tensor where the rule reads it)
+                Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => {
+                    self.write().binary_scalar_inplace(self.layout(), s, op)?
+                }
+                _ => {
+                    let lb = b.layout().broadcast_to(name, self.shape())?;
+                    let src = b.read();
+                    self.write().binary_inplace(self.layout(), &src, &lb, op)?
+                }
             }
             let out = Tensor::record_keeping(self.detach(), name, &[self, &b], &keep, |_| {
                 |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
