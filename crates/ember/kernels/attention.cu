@@ -534,8 +534,8 @@ template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
-    // float32's tiles take twice the shared memory: half the queries per step
-    // (a quarter at 128)
+    // queries per step: 64, or 32 where the tiles take twice the shared memory
+    // (float32, or a head dim of 128), 16 for float32 at 128
     const int K = attn_t<T>::K, BK = 64, BQ = (DM <= 64 && K == 16) ? 64 : attn_wide32<T, DM>::value ? 16 : 32;
     __shared__ __align__(16) E sq[BQ * (DM + 8)];
     __shared__ __align__(16) E sqt[DM * (BQ + 8)];

@@ -1,5 +1,5 @@
 // Elementwise kernels: fill, strided copy, cast, unary, binary (broadcast through
-// the layouts), in-place binary, comparisons and where. One template per
+// the layouts), in-place unary and binary, comparisons and where. One template per
 // operation, instantiated for every dtype; the operation code is a uniform branch.
 
 // The operation codes U_*, B_* and C_* are defined in front of this file when it

@@ -110,7 +110,7 @@ fn reuse_or(
         }
         Operand::Scalar(_) => t.dtype().is_float(),
     };
-    // in-place updates are not recorded: only when no gradient is being tracked
+    // an owned operand is reused only when no gradient is being tracked
     let tracked = crate::autograd::is_grad_enabled()
         && (t.requires_grad() || matches!(rhs, Operand::Tensor(r) if r.requires_grad()));
     if !tracked

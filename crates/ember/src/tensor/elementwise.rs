@@ -4,7 +4,7 @@
 //! functions composed from these in `math.rs`.
 
 use super::{grad, with_storages2, Storages, Tensor};
-use crate::autograd::{Inputs, Saved};
+use crate::autograd::Inputs;
 pub use crate::backend::op::Scalar;
 use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
 use crate::backend::Storage;
@@ -334,12 +334,7 @@ impl Tensor {
         let out = t.map_storage_same(|s, l| s.unary(l, op))?;
         Ok(Tensor::record(out, name, &[self], |y| {
             let (sx, sy) = rule.saves();
-            let (x, y) = (sx.then(|| t.save()), sy.then(|| y.save()));
-            move |g: &Tensor| {
-                let x = x.as_ref().map(Saved::get).transpose()?;
-                let y = y.as_ref().map(Saved::get).transpose()?;
-                Ok(vec![Some(rule.backward(x, y, g)?)])
-            }
+            rule.recorded(sx.then(|| t.save()), sy.then(|| y.save()))
         }))
     }
 

@@ -64,6 +64,20 @@ impl Unary {
         matches!(self, Neg | Exp | Log | Relu | Gelu | GeluTanh | Zero)
     }
 
+    /// The backward closure of a recorded op: `x` and `y` its input and output as
+    /// kept where [`saves`](Self::saves) says the rule reads them.
+    pub fn recorded(
+        self,
+        x: Option<Saved>,
+        y: Option<Saved>,
+    ) -> impl FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static {
+        move |g: &Tensor| {
+            let x = x.as_ref().map(Saved::get).transpose()?;
+            let y = y.as_ref().map(Saved::get).transpose()?;
+            Ok(vec![Some(self.backward(x, y, g)?)])
+        }
+    }
+
     /// The input's gradient; `x` and `y` are the saved input and output (`None`
     /// where [`saves`](Self::saves) says the rule does not read them).
     pub fn backward(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {

@@ -4,7 +4,7 @@
 
 use super::elementwise::{can_cast, torch_dtype_name};
 use super::{grad, Operand, Tensor};
-use crate::autograd::{Inputs, Saved};
+use crate::autograd::Inputs;
 use crate::backend::op::{BinaryCode, BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::{
@@ -66,8 +66,7 @@ impl Tensor {
         // (an operand the rule reads that shares this storage is overwritten by the
         // write: the old path keeps PyTorch's version error for it)
         let reads_alias = keep[1] && b.same_storage(self);
-        if recorded && !keep[0] && !reads_alias && O::CODE != BinaryCode::Pow && dt == self.dtype()
-        {
+        if recorded && !keep[0] && !reads_alias && dt == self.dtype() {
             // the rule does not read the old values: written in place, and the
             // node (which keeps `rhs` where the rule reads it) becomes this
             // tensor's history; `self` is the node's first input as it was
@@ -156,12 +155,7 @@ impl Tensor {
         };
         self.write().unary_inplace(self.layout(), op)?;
         let out = Tensor::record(self.detach(), name, &[self], |y| {
-            let y = reads_y.then(|| y.save());
-            move |g: &Tensor| {
-                let x = x.as_ref().map(Saved::get).transpose()?;
-                let y = y.as_ref().map(Saved::get).transpose()?;
-                Ok(vec![Some(rule.backward(x, y, g)?)])
-            }
+            rule.recorded(x, reads_y.then(|| y.save()))
         });
         self.take_history(&out);
         Ok(())
@@ -194,12 +188,7 @@ impl Tensor {
     ///   history of the view's base and of its other views, which ember does not
     ///   do yet.
     pub(crate) fn check_inplace_target(&self, op: &'static str, rhs_grad: bool) -> Result<bool> {
-        // an integer or bool tensor never carries a gradient: written, not recorded
-        // (a float operand is then refused by the cast check, as in PyTorch)
-        if !crate::autograd::is_grad_enabled()
-            || !(self.requires_grad() || rhs_grad)
-            || !self.dtype().is_float()
-        {
+        if !self.inplace_records(rhs_grad) {
             return Ok(false);
         }
         if self.requires_grad() && self.is_leaf() {
@@ -208,7 +197,7 @@ impl Tensor {
                 "a leaf Variable that requires grad is being used in an in-place operation. Update it inside ember::no_grad(|| ...) (as optimizers do) or use the out-of-place op",
             ));
         }
-        if self.is_view() || self.live_views() > 0 {
+        if self.has_views() {
             let which = if self.is_view() {
                 "this tensor is a view"
             } else {
@@ -228,11 +217,23 @@ impl Tensor {
     /// PyTorch writes such a tensor in place. The in-place activation modules then
     /// return a new tensor instead of failing.
     pub(crate) fn inplace_blocked_by_views(&self) -> bool {
+        self.inplace_records(false) && !(self.requires_grad() && self.is_leaf()) && self.has_views()
+    }
+
+    /// Whether autograd records an in-place op on this tensor (with an operand
+    /// that requires grad or not): grad mode on, a gradient tracked through it,
+    /// and a float dtype (an integer or bool tensor never carries a gradient: it
+    /// is written, not recorded, and a float operand is then refused by the cast
+    /// check, as in PyTorch).
+    fn inplace_records(&self, rhs_grad: bool) -> bool {
         crate::autograd::is_grad_enabled()
-            && self.requires_grad()
-            && !self.is_leaf()
+            && (self.requires_grad() || rhs_grad)
             && self.dtype().is_float()
-            && (self.is_view() || self.live_views() > 0)
+    }
+
+    /// A view, or a tensor with live views.
+    fn has_views(&self) -> bool {
+        self.is_view() || self.live_views() > 0
     }
 
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {

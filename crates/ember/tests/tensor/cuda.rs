@@ -732,6 +732,85 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     Ok(())
 }
 
+/// Max and average pooling with overlapping, dilated and padded windows, and a
+/// window of more than 256 positions (whose index is int64 rather than one byte),
+/// give the CPU's values bit for bit in every float dtype, forward and backward
+/// (a GPU pools f16/bf16 in their own dtype; each input element sums its
+/// gradient in the order of the outputs, as the CPU does); ties and NaN pick the
+/// first position, as PyTorch.
+#[test]
+fn pooling_matches_the_cpu_in_every_float_dtype() -> Result<()> {
+    let Some(dev) = gpu("pooling_matches_the_cpu_in_every_float_dtype") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    let bits = |t: &Tensor| -> Result<Vec<u64>> {
+        Ok(t.to_dtype(DType::F64)?
+            .to_vec::<f64>()?
+            .iter()
+            .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
+            .collect())
+    };
+    let opts = [
+        Pool2dOptions::new(3).stride(2).padding(1),
+        Pool2dOptions::rect(2, 3)
+            .stride(1)
+            .dilation(2)
+            .ceil_mode(true),
+        Pool2dOptions::new(17).stride(3),
+        Pool2dOptions::new(3)
+            .stride(2)
+            .padding(1)
+            .count_include_pad(false),
+        Pool2dOptions::new(3).stride(1).padding(1).dilation(2),
+    ];
+    ember::manual_seed(5);
+    // values rounded to quarters: many ties; one NaN
+    let base = Tensor::randn([2, 3, 19, 21], &Device::Cpu)?
+        .mul(4.0)?
+        .round()?
+        .div(4.0)?;
+    let base = base.ne(1.25)?.where_(&base, f64::NAN)?;
+    for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+        for (i, o) in opts.iter().enumerate() {
+            // average pooling has no dilation (PyTorch's avg_pool2d)
+            let kinds: &[bool] = if i == 1 || i == 4 {
+                &[true]
+            } else {
+                &[true, false]
+            };
+            for &max in kinds {
+                let run = |d: &Device| -> Result<(Tensor, Tensor)> {
+                    let x = base
+                        .to_dtype(dt)?
+                        .to_device(d)?
+                        .detach()
+                        .requires_grad_(true)?;
+                    let y = if max {
+                        x.max_pool2d(*o)?
+                    } else {
+                        x.avg_pool2d(*o)?
+                    };
+                    // a gradient with distinct values per output
+                    let g = Tensor::arange(0.0f64, y.numel() as f64, d)?
+                        .mul(0.37)?
+                        .sin()?
+                        .reshape(y.shape())?
+                        .to_dtype(dt)?;
+                    y.backward_with(&g)?;
+                    Ok((y.detach(), x.grad().expect("a gradient")))
+                };
+                let what = format!("{dt} options {i} max {max}");
+                let (want_y, want_g) = run(&Device::Cpu)?;
+                let (y, g) = run(&dev)?;
+                assert_eq!(bits(&y)?, bits(&want_y)?, "{what}: output");
+                assert_eq!(bits(&g)?, bits(&want_g)?, "{what}: gradient");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Layer norm's affine part fused into the normalisation on a GPU against the
 /// CPU: the output and the gradients of the input, the weight and the bias, for
 /// rows in one chunk and in several (the weight and bias gradients are summed in

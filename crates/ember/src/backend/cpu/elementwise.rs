@@ -395,29 +395,35 @@ pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> Result<Cp
     crate::dtype::dispatch!(data, v => go(v, l, op))
 }
 
+/// In place: `v[i] = f(v[i])` over the (non-overlapping) view `l`, a contiguous
+/// one in parallel chunks with the CPU's vector instructions.
+fn map_inplace<T: NumElem>(v: &mut [T], l: &Layout, f: impl Fn(T) -> T + Sync) {
+    if let Some(r) = l.contiguous_range() {
+        let body = |c: &mut [T]| {
+            super::vmath::simd(
+                #[inline(always)]
+                || c.iter_mut().for_each(|d| *d = f(*d)),
+            )
+        };
+        let v = &mut v[r];
+        if v.len() >= PAR_MIN {
+            v.par_chunks_mut(PAR_CHUNK).for_each(body);
+        } else {
+            body(v);
+        }
+        return;
+    }
+    // each position reads the one "element" of a broadcast unit
+    let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
+    let unit = unit.expect("a 0-d layout broadcasts to any shape");
+    zip_mut(v, l, &[()], &unit, |d, ()| *d = f(*d));
+}
+
 /// In place: `a[i] = op(a[i])` through `a`'s (non-overlapping) layout, with the
 /// out-of-place op's arithmetic (the same values).
 pub(crate) fn unary_inplace<O: UnaryOp>(data: &mut CpuData, l: &Layout, op: &O) {
     fn go<T: NumElem, O: UnaryOp>(v: &mut [T], l: &Layout, op: &O) {
-        if let Some(r) = l.contiguous_range() {
-            let body = |c: &mut [T]| {
-                super::vmath::simd(
-                    #[inline(always)]
-                    || c.iter_mut().for_each(|d| *d = T::unary(op, *d)),
-                )
-            };
-            let v = &mut v[r];
-            if v.len() >= PAR_MIN {
-                v.par_chunks_mut(PAR_CHUNK).for_each(body);
-            } else {
-                body(v);
-            }
-            return;
-        }
-        // each position reads the one "element" of a broadcast unit
-        let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
-        let unit = unit.expect("a 0-d layout broadcasts to any shape");
-        zip_mut(v, l, &[()], &unit, |d, ()| *d = T::unary(op, *d));
+        map_inplace(v, l, |x| T::unary(op, x));
     }
     crate::dtype::dispatch!(data, v => go(v, l, op))
 }
@@ -547,20 +553,7 @@ pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
 ) {
     fn go<T: NumElem, O: BinaryOp>(v: &mut [T], l: &Layout, s: Scalar, op: &O) {
         let y: T = s.to();
-        if let Some(r) = l.contiguous_range() {
-            let body = |c: &mut [T]| c.iter_mut().for_each(|d| *d = T::binary(op, *d, y));
-            let v = &mut v[r];
-            if v.len() >= PAR_MIN {
-                v.par_chunks_mut(PAR_CHUNK).for_each(body);
-            } else {
-                body(v);
-            }
-            return;
-        }
-        // every position reads the one "element" of a broadcast unit
-        let unit = Layout::contiguous(&[]).broadcast_to("in-place op", l.shape());
-        let unit = unit.expect("a 0-d layout broadcasts to any shape");
-        zip_mut(v, l, &[()], &unit, |d, ()| *d = T::binary(op, *d, y));
+        map_inplace(v, l, |x| T::binary(op, x, y));
     }
     crate::dtype::dispatch!(data, v => go(v, l, s, op))
 }
