@@ -3,7 +3,7 @@
 //! process, in tests/cuda_memory.rs). Every test skips (saying why) where no GPU is present; the
 //! no-GPU behaviour is tested at the end.
 
-use super::{assert_close, gpu, rng_lock, this_threads_count, vals};
+use super::{assert_close, bits, gpu, rng_lock, this_threads_count, vals};
 use ember::prelude::*;
 use ember::{cuda, Error};
 
@@ -744,13 +744,6 @@ fn pooling_matches_the_cpu_in_every_float_dtype() -> Result<()> {
         return Ok(());
     };
     let _g = rng_lock();
-    let bits = |t: &Tensor| -> Result<Vec<u64>> {
-        Ok(t.to_dtype(DType::F64)?
-            .to_vec::<f64>()?
-            .iter()
-            .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
-            .collect())
-    };
     let opts = [
         Pool2dOptions::new(3).stride(2).padding(1),
         Pool2dOptions::rect(2, 3)

@@ -1,4 +1,4 @@
-use super::{assert_close, vals};
+use super::{assert_close, bits, vals};
 use ember::nn::{self, Module};
 use ember::prelude::*;
 
@@ -393,13 +393,6 @@ fn in_place_unary_ops_write_what_the_ops_return(dev: &Device) -> Result<()> {
         3.5,
     ];
     xs.extend((0..29).map(|i| (i as f32 - 14.0) * 0.37));
-    let bits = |t: &Tensor| -> Result<Vec<u64>> {
-        Ok(t.to_dtype(DType::F64)?
-            .to_vec::<f64>()?
-            .iter()
-            .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
-            .collect())
-    };
     for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
         let base = Tensor::new(xs.as_slice(), dev)?.to_dtype(dt)?;
         for (name, op, op_) in ops {

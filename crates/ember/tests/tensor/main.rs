@@ -84,6 +84,16 @@ fn vals(t: &ember::Tensor) -> Vec<f64> {
     t.to_vec::<f64>().expect("to_vec")
 }
 
+/// Each element's float64 bit pattern (exact for every float dtype), NaN as one
+/// value: for comparing results bit for bit.
+fn bits(t: &ember::Tensor) -> ember::Result<Vec<u64>> {
+    Ok(t.to_dtype(ember::DType::F64)?
+        .to_vec::<f64>()?
+        .iter()
+        .map(|v| if v.is_nan() { u64::MAX } else { v.to_bits() })
+        .collect())
+}
+
 mod amp;
 mod autograd;
 mod creation;
