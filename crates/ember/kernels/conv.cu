@@ -91,43 +91,44 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
     }
 }
 
-// The outputs whose windows hold input element (iy, ix) of a plane, visited in
-// the order of the outputs (oy, then ox, ascending: the taps from the last to the
-// first), as `f(o, ki, kj)` with o the output's position in its plane. Each input
-// element sums its own gradient: no atomics, and the same order of additions as
-// the CPU's pass over the outputs.
-template <typename F> __device__ __forceinline__ void pool_windows_of(Conv g, i64 iy, i64 ix, F f) {
-    for (i64 ki = g.kh - 1; ki >= 0; --ki) {
-        const i64 ty = iy + g.ph - ki * g.dh;
-        if (ty < 0 || ty % g.sh != 0) continue;
-        const i64 oy = ty / g.sh;
-        if (oy >= g.oh) continue;
-        for (i64 kj = g.kw - 1; kj >= 0; --kj) {
-            const i64 tx = ix + g.pw - kj * g.dw;
-            if (tx < 0 || tx % g.sw != 0) continue;
-            const i64 ox = tx / g.sw;
-            if (ox >= g.ow) continue;
-            f(oy * g.ow + ox, ki, kj);
+// The input gradient of a pooling, one thread per input element: gx[e] is the sum,
+// in the accumulator type A, of `share(s, o, ki, kj)` over the outputs whose
+// window holds e at tap (ki, kj) (o: the output's index in `gout`), visited in
+// the outputs' order (oy, then ox, ascending: the taps from the last to the
+// first). Each element sums its own gradient: no atomics, and the same order of
+// additions as the CPU's pass over the outputs.
+template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv g, T* gx, F share) {
+    typedef typename acc_t<T>::type A;
+    const i64 total = g.n * g.c * g.h * g.w;
+    FOR_EACH(e, total) {
+        const i64 ix = e % g.w, iy = (e / g.w) % g.h, base = e / (g.w * g.h) * g.oh * g.ow;
+        A s = (A)0;
+        for (i64 ki = g.kh - 1; ki >= 0; --ki) {
+            const i64 ty = iy + g.ph - ki * g.dh;
+            if (ty < 0 || ty % g.sh != 0) continue;
+            const i64 oy = ty / g.sh;
+            if (oy >= g.oh) continue;
+            for (i64 kj = g.kw - 1; kj >= 0; --kj) {
+                const i64 tx = ix + g.pw - kj * g.dw;
+                if (tx < 0 || tx % g.sw != 0) continue;
+                const i64 ox = tx / g.sw;
+                if (ox >= g.ow) continue;
+                share(s, base + oy * g.ow + ox, ki, kj);
+            }
         }
+        gx[e] = narrow<T>(s);
     }
 }
 
-// gx[e] = the sum of the gradients of the outputs whose recorded window position
-// is element e's.
+// Max pooling's: each output's gradient goes to the element at its recorded
+// window position.
 template <typename T>
 __device__ void max_pool_back_impl(const T* gout, const void* index, int wide, Conv g, T* gx) {
     typedef typename acc_t<T>::type A;
-    i64 total = g.n * g.c * g.h * g.w;
-    FOR_EACH(e, total) {
-        const i64 ix = e % g.w, iy = (e / g.w) % g.h, plane = e / (g.w * g.h);
-        const i64 base = plane * g.oh * g.ow;
-        A s = (A)0;
-        pool_windows_of(g, iy, ix, [&](i64 o, i64 ki, i64 kj) {
-            const i64 k = wide ? ((const i64*)index)[base + o] : (i64)((const u8*)index)[base + o];
-            if (k == ki * g.kw + kj) s += widen(gout[base + o]);
-        });
-        gx[e] = narrow<T>(s);
-    }
+    pool_back(g, gx, [&](A& s, i64 o, i64 ki, i64 kj) {
+        const i64 k = wide ? ((const i64*)index)[o] : (i64)((const u8*)index)[o];
+        if (k == ki * g.kw + kj) s += widen(gout[o]);
+    });
 }
 
 __device__ __forceinline__ i64 avg_divisor(Conv g, i64 y0, i64 x0, int include_pad) {
@@ -161,22 +162,16 @@ template <typename T> __device__ void avg_pool_impl(const T* x, Conv g, T* out, 
     }
 }
 
-// gx[e] = the sum over the windows holding element e of their output's gradient
-// over the window's divisor.
+// Average pooling's: each output's gradient over its window's divisor, to every
+// element of the window.
 template <typename T> __device__ void avg_pool_back_impl(const T* gout, Conv g, T* gx, int include_pad) {
     typedef typename acc_t<T>::type A;
-    i64 total = g.n * g.c * g.h * g.w;
-    FOR_EACH(e, total) {
-        const i64 ix = e % g.w, iy = (e / g.w) % g.h, plane = e / (g.w * g.h);
-        const i64 base = plane * g.oh * g.ow;
-        A s = (A)0;
-        pool_windows_of(g, iy, ix, [&](i64 o, i64, i64) {
-            const i64 oy = o / g.ow, ox = o % g.ow;
-            const i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-            s += widen(gout[base + o]) / (A)avg_divisor(g, y0, x0, include_pad);
-        });
-        gx[e] = narrow<T>(s);
-    }
+    const i64 plane = g.oh * g.ow;
+    pool_back(g, gx, [&](A& s, i64 o, i64, i64) {
+        const i64 oy = o % plane / g.ow, ox = o % g.ow;
+        const i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        s += widen(gout[o]) / (A)avg_divisor(g, y0, x0, include_pad);
+    });
 }
 
 #define CONV(T, S)                                                                                   \

@@ -311,48 +311,18 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
                 "the derivative for floor_divide is not implemented (as in PyTorch)",
             ))
         }
-        // GELU's backward `a · G'(b)` (a gradient `a`, GELU's input `b`): linear in
-        // `a`; in `b`, G''(x) = φ(x)·(2 - x²)
-        BinaryCode::GeluBackward => (
-            if na {
+        // GELU's backwards `a · G'(b)` (a gradient `a`, GELU's input `b`): linear in
+        // `a` (the same kernel), and `a · G''(b)` in `b`
+        BinaryCode::GeluBackward | BinaryCode::GeluTanhBackward => (
+            if na && op == BinaryCode::GeluBackward {
                 g.gelu_backward(b()?)?
-            } else {
-                g.clone()
-            },
-            if nb {
-                let x = b()?;
-                let pdf = x
-                    .square()?
-                    .mul(-0.5)?
-                    .exp()?
-                    .mul(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
-                let curv = pdf.mul(&x.square()?.neg()?.add(2.0)?)?;
-                g.mul(a()?)?.mul(&curv)?
-            } else {
-                g.clone()
-            },
-        ),
-        // tanh-GELU's backward `a · G'(b)`: linear in `a`; in `b`, with t = tanh(u),
-        // u = β(b + κb³), u' = β(1 + 3κb²), u'' = 6βκb:
-        // G''(b) = (1 - t²)(u' + b(u'' - 2t·u'²)/2)
-        BinaryCode::GeluTanhBackward => (
-            if na {
+            } else if na {
                 g.gelu_tanh_backward(b()?)?
             } else {
                 g.clone()
             },
             if nb {
-                let x = b()?;
-                let (beta, kappa) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
-                let t = x.add(&x.pow(3.0)?.mul(kappa)?)?.mul(beta)?.tanh()?;
-                let du = x.square()?.mul(3.0 * kappa)?.add(1.0)?.mul(beta)?;
-                let ddu = x.mul(6.0 * beta * kappa)?;
-                let inner = ddu
-                    .sub(&t.mul(&du.square()?)?.mul(2.0)?)?
-                    .mul(x)?
-                    .mul(0.5)?;
-                let curv = t.square()?.neg()?.add(1.0)?.mul(&du.add(&inner)?)?;
-                g.mul(a()?)?.mul(&curv)?
+                g.mul(a()?)?.mul(&gelu_second_derivative(op, b()?)?)?
             } else {
                 g.clone()
             },
@@ -369,6 +339,29 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
         ),
     };
     Ok(vec![to(ga, 0, na)?, to(gb, 1, nb)?])
+}
+
+/// G''(x) of erf GELU (`GeluBackward`: φ(x)·(2 − x²)) or of its tanh form
+/// (`GeluTanhBackward`: with t = tanh(u), u = β(x + κx³), u' = β(1 + 3κx²),
+/// u'' = 6βκx, G'' = (1 − t²)(u' + x(u'' − 2t·u'²)/2)).
+fn gelu_second_derivative(op: BinaryCode, x: &Tensor) -> Result<Tensor> {
+    if op == BinaryCode::GeluBackward {
+        let pdf = x
+            .square()?
+            .mul(-0.5)?
+            .exp()?
+            .mul(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+        return pdf.mul(&x.square()?.neg()?.add(2.0)?);
+    }
+    let (beta, kappa) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+    let t = x.add(&x.pow(3.0)?.mul(kappa)?)?.mul(beta)?.tanh()?;
+    let du = x.square()?.mul(3.0 * kappa)?.add(1.0)?.mul(beta)?;
+    let ddu = x.mul(6.0 * beta * kappa)?;
+    let inner = ddu
+        .sub(&t.mul(&du.square()?)?.mul(2.0)?)?
+        .mul(x)?
+        .mul(0.5)?;
+    t.square()?.neg()?.add(1.0)?.mul(&du.add(&inner)?)
 }
 
 #[cfg(test)]

@@ -27,12 +27,15 @@ impl Tensor {
         self.check_division::<O>(name, rhs, float_only)?;
         let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
         let recorded = self.check_inplace_target(name, rhs_grad)?;
-        if let Operand::Scalar(s) = rhs {
-            if !recorded && self.scalar_dtype(s, float_only) == self.dtype() {
-                // the scalar goes to the kernel by value: one pass, no 0-d tensor
-                self.check_writable(name)?;
-                return self.write().binary_scalar_inplace(self.layout(), s, op);
-            }
+        // a scalar of this tensor's dtype goes to the kernel by value (one pass
+        // over the elements, no 0-d tensor to broadcast)
+        let by_value = match rhs {
+            Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => Some(s),
+            _ => None,
+        };
+        if let (Some(s), false) = (by_value, recorded) {
+            self.check_writable(name)?;
+            return self.write().binary_scalar_inplace(self.layout(), s, op);
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
@@ -72,17 +75,13 @@ impl Tensor {
             // tensor's history; `self` is the node's first input as it was
             let b = b.to_dtype(dt)?;
             let b = if b.same_storage(self) { b.copy()? } else { b };
-            match rhs {
-                // a scalar of the tensor's dtype goes to the kernel by value (the
-                // node keeps its 0-d tensor where the rule reads it)
-                Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => {
-                    self.write().binary_scalar_inplace(self.layout(), s, op)?
-                }
-                _ => {
-                    let lb = b.layout().broadcast_to(name, self.shape())?;
-                    let src = b.read();
-                    self.write().binary_inplace(self.layout(), &src, &lb, op)?
-                }
+            // (the node keeps a scalar's 0-d tensor where the rule reads it)
+            if let Some(s) = by_value {
+                self.write().binary_scalar_inplace(self.layout(), s, op)?
+            } else {
+                let lb = b.layout().broadcast_to(name, self.shape())?;
+                let src = b.read();
+                self.write().binary_inplace(self.layout(), &src, &lb, op)?
             }
             let out = Tensor::record_keeping(self.detach(), name, &[self, &b], &keep, |_| {
                 |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)

@@ -209,36 +209,13 @@ fn taps(start: isize, kernel: usize, dilation: usize, size: usize) -> std::ops::
     lo..hi
 }
 
-/// Max pooling's index element: an output's position in its window, `ki · kw +
-/// kj` (u8, or int64 for windows of more than 256 positions).
-pub(crate) trait PoolIndex: WithDType {
-    fn at(k: usize) -> Self;
-    fn pos(self) -> usize;
-}
-
-impl PoolIndex for u8 {
-    fn at(k: usize) -> u8 {
-        k as u8
-    }
-    fn pos(self) -> usize {
-        self as usize
-    }
-}
-
-impl PoolIndex for i64 {
-    fn at(k: usize) -> i64 {
-        k as i64
-    }
-    fn pos(self) -> usize {
-        self as usize
-    }
-}
-
 /// Pools each of `planes` planes of size h×w into oh×ow. For max pooling with
 /// `want_index`, also returns the position in its window of each output's
 /// element (the first largest, or the first NaN), for the backward pass.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pool2d<T: WithDType + Real, I: PoolIndex>(
+/// The index's element type `I` is u8 or int64 (a window's positions as
+/// [`PoolShape::index_dtype`](crate::backend::op::PoolShape::index_dtype) picks).
+pub(crate) fn pool2d<T: WithDType + Real, I: WithDType>(
     x: &[T],
     planes: usize,
     (h, w): (usize, usize),
@@ -258,7 +235,7 @@ pub(crate) fn pool2d<T: WithDType + Real, I: PoolIndex>(
     // from the pool, as the next step's index is the same size: the index goes
     // back to the pool with its tensor
     let mut index = if want_index {
-        alloc_filled(planes * oh * ow, I::at(0))?
+        alloc_filled(planes * oh * ow, I::from_f64(0.0))?
     } else {
         Vec::new()
     };
@@ -298,7 +275,7 @@ pub(crate) fn pool2d<T: WithDType + Real, I: PoolIndex>(
                         }
                         dst[o] = m;
                         if want_index {
-                            idx[o] = I::at(best);
+                            idx[o] = I::from_f64(best as f64);
                         }
                     }
                     Pool::Avg { count_include_pad } => {
@@ -339,7 +316,7 @@ pub(crate) fn pool2d<T: WithDType + Real, I: PoolIndex>(
 /// pass, average pooling spreads it over the window with the forward pass's
 /// divisor; each element sums its shares in the order of the outputs.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign, I: PoolIndex>(
+pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign, I: WithDType>(
     g: &[T],
     index: Option<&[I]>,
     planes: usize,
@@ -369,7 +346,7 @@ pub(crate) fn pool2d_backward<T: WithDType + Real + std::ops::AddAssign, I: Pool
                         let y0 = (oy * sh) as isize - ph as isize;
                         for ox in 0..ow {
                             let x0 = (ox * sw) as isize - pw as isize;
-                            let k = idx[oy * ow + ox].pos();
+                            let k = idx[oy * ow + ox].to_f64() as usize;
                             let iy = y0 + ((k / kw) * dh) as isize;
                             let ix = x0 + ((k % kw) * dw) as isize;
                             // a window with no element in the input (a dilated
