@@ -361,6 +361,217 @@ impl Layout {
     }
 }
 
+/// How a 4-D tensor's elements lie in memory (`torch.memory_format`). The shape
+/// stays `[N, C, H, W]` either way; only the strides differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemoryFormat {
+    /// Row-major over `[N, C, H, W]` (`torch.contiguous_format`).
+    #[default]
+    Contiguous,
+    /// The channels innermost: `[N, H, W, C]` in memory (`torch.channels_last`),
+    /// the layout of NHWC convolutions and of tensor cores' half-precision kernels.
+    ChannelsLast,
+}
+
+/// The strides `format` gives a tensor of `shape` (`shape` has rank 4 for
+/// channels-last). Empty dims count as 1, as in [`contiguous_strides`].
+pub(crate) fn format_strides(shape: &[usize], format: MemoryFormat) -> Dims {
+    match format {
+        MemoryFormat::Contiguous => contiguous_strides(shape),
+        MemoryFormat::ChannelsLast => {
+            let n = |d: usize| shape[d].max(1);
+            let mut s: Dims = SmallVec::from_elem(0, 4);
+            s[1] = 1;
+            s[3] = n(1);
+            s[2] = s[3] * n(3);
+            s[0] = s[2] * n(2);
+            s
+        }
+    }
+}
+
+impl Layout {
+    /// A layout at offset 0 with the given strides (a dense order of the
+    /// elements: the caller's storage is written in it).
+    pub(crate) fn with_strides(shape: &[usize], strides: Dims) -> Layout {
+        Layout {
+            shape: Dims::from_slice(shape),
+            strides,
+            offset: 0,
+        }
+    }
+
+    /// PyTorch's `is_contiguous(memory_format)`: dense in `format`'s order
+    /// (size-1 dims may have any stride). Channels-last needs rank 4.
+    pub fn is_contiguous_in(&self, format: MemoryFormat) -> bool {
+        match format {
+            MemoryFormat::Contiguous => self.is_contiguous(),
+            MemoryFormat::ChannelsLast => {
+                if self.rank() != 4 {
+                    return false;
+                }
+                let mut expected = 1;
+                for d in [1, 3, 2, 0] {
+                    let n = self.shape[d];
+                    if n != 1 {
+                        if self.strides[d] != expected {
+                            return false;
+                        }
+                        expected *= n;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// PyTorch's `suggest_memory_format()`: channels-last where a rank-4 layout's
+    /// strides put the channels innermost and the batch outermost (ambiguous cases,
+    /// such as a channel dim of stride 0 or an `[N, 1, 1, 1]` tensor, are
+    /// row-major), else row-major. Ops that keep a memory format (convolution,
+    /// batch norm, pooling) decide with it.
+    pub fn suggest_memory_format(&self) -> MemoryFormat {
+        if self.rank() != 4 || self.strides[1] == 0 {
+            return MemoryFormat::Contiguous;
+        }
+        let mut min = 0;
+        for d in [1, 3, 2, 0] {
+            let (n, s) = (self.shape[d], self.strides[d]);
+            if n == 0 || s < min || (d == 0 && min == self.strides[1]) {
+                return MemoryFormat::Contiguous;
+            }
+            min = if n > 1 { s * n } else { s };
+        }
+        MemoryFormat::ChannelsLast
+    }
+
+    /// PyTorch's `is_non_overlapping_and_dense()`: the elements fill a block of
+    /// storage exactly, in some order of the dims.
+    pub(crate) fn is_non_overlapping_and_dense(&self) -> bool {
+        let mut dims: SmallVec<[(usize, usize); 6]> = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(&n, _)| n >= 2)
+            .map(|(&n, &s)| (s, n))
+            .collect();
+        if self.shape.contains(&0) {
+            return true;
+        }
+        dims.sort_unstable();
+        let mut need = 1;
+        for (s, n) in dims {
+            if s != need {
+                return false;
+            }
+            need *= n;
+        }
+        true
+    }
+
+    /// The strides `.to(dtype)`, `.to(device)` and the other copies with
+    /// PyTorch's `preserve_format` give a copy of this layout: its own strides
+    /// when it is dense, else those of its suggested memory format. `None` where
+    /// that is row-major.
+    pub(crate) fn preserved_strides(&self) -> Option<Dims> {
+        if self.is_contiguous() {
+            return None;
+        }
+        if self.is_non_overlapping_and_dense() {
+            return Some(self.strides.clone());
+        }
+        match self.suggest_memory_format() {
+            MemoryFormat::Contiguous => None,
+            f => Some(format_strides(&self.shape, f)),
+        }
+    }
+
+    /// The strides PyTorch's elementwise ops (its `TensorIterator`) give their
+    /// output, from the operands' layouts broadcast to the output's shape
+    /// (`same_shape`: no operand was broadcast, which allows PyTorch's fast
+    /// cases). `None` where the output is row-major, the common case.
+    ///
+    /// Fast cases: all operands row-major, all channels-last, or all dense with one
+    /// set of strides (the output takes them). Otherwise the dims are ordered
+    /// fastest first by the operands' strides, the first operand that tells two
+    /// dims apart deciding (a broadcast dim tells nothing; equal strides put the
+    /// smaller dim first), and the output is dense in that order.
+    pub(crate) fn elementwise_strides(ops: &[&Layout], same_shape: bool) -> Option<Dims> {
+        let first = ops.first()?;
+        let rank = first.rank();
+        if ops.iter().all(|l| l.is_contiguous()) || rank < 2 {
+            return None;
+        }
+        let shape = first.shape();
+        if same_shape {
+            if ops
+                .iter()
+                .all(|l| l.is_contiguous_in(MemoryFormat::ChannelsLast))
+            {
+                return Some(format_strides(shape, MemoryFormat::ChannelsLast));
+            }
+            let last = ops[ops.len() - 1];
+            if ops
+                .iter()
+                .all(|l| l.is_non_overlapping_and_dense() && l.strides == last.strides)
+            {
+                return Some(last.strides.clone());
+            }
+        }
+        // 1: dim a goes after (outside) dim b, -1: before, 0: undecided
+        let order = |a: usize, b: usize| -> i8 {
+            for l in ops {
+                let (sa, sb) = (l.strides[a], l.strides[b]);
+                if sa == 0 || sb == 0 {
+                    continue;
+                }
+                if sa != sb {
+                    return if sa < sb { -1 } else { 1 };
+                }
+                if shape[a] > shape[b] {
+                    return 1;
+                }
+            }
+            0
+        };
+        // fastest first, starting from row-major's order; an insertion sort that
+        // stops at the first dim it must not pass
+        let mut perm: Dims = (0..rank).rev().collect();
+        for i in 1..rank {
+            let mut d1 = i;
+            for d0 in (0..i).rev() {
+                match order(perm[d0], perm[d1]) {
+                    1 => {
+                        perm.swap(d0, d1);
+                        d1 = d0;
+                    }
+                    -1 => break,
+                    _ => {}
+                }
+            }
+        }
+        if perm.iter().enumerate().all(|(k, &d)| d == rank - 1 - k) {
+            return None;
+        }
+        let mut strides: Dims = SmallVec::from_elem(0, rank);
+        let mut next = 1;
+        for &d in &perm {
+            strides[d] = next;
+            next *= shape[d].max(1);
+        }
+        Some(strides)
+    }
+
+    /// The order of dims, outermost first, in which a layout with these dense
+    /// `strides` stores its elements: a backend that writes its output row-major
+    /// over the permuted operands writes it in this layout.
+    pub(crate) fn dense_order(strides: &[usize]) -> Dims {
+        let mut perm: Dims = (0..strides.len()).collect();
+        perm.sort_by_key(|&d| std::cmp::Reverse(strides[d]));
+        perm
+    }
+}
+
 /// Whether the sorted, unique dims `dims` are the first `dims.len()` dims.
 pub(crate) fn are_leading(dims: &[usize]) -> bool {
     dims.iter().enumerate().all(|(i, &d)| i == d)
@@ -434,6 +645,54 @@ mod tests {
         assert!(are_leading(&[0, 1]) && !are_leading(&[1]) && !are_leading(&[0, 2]));
         assert!(are_trailing(&[1, 2], 3) && are_trailing(&[2], 3));
         assert!(!are_trailing(&[1], 3) && !are_trailing(&[0, 2], 3));
+    }
+
+    #[test]
+    fn memory_formats() {
+        let cl = MemoryFormat::ChannelsLast;
+        let l = |shape: &[usize], strides: &[usize]| {
+            Layout::with_strides(shape, Dims::from_slice(strides))
+        };
+        let x = l(&[2, 3, 5, 4], &[60, 1, 12, 3]);
+        assert_eq!(format_strides(&[2, 3, 5, 4], cl).as_slice(), x.strides());
+        assert!(x.is_contiguous_in(cl) && !x.is_contiguous());
+        assert_eq!(x.suggest_memory_format(), cl);
+        // ambiguous layouts are row-major to PyTorch: [N, 1, 1, 1], and a channel
+        // dim of stride 0
+        assert_eq!(
+            l(&[4, 1, 1, 1], &[1, 1, 1, 1]).suggest_memory_format(),
+            MemoryFormat::Contiguous
+        );
+        assert_eq!(
+            l(&[2, 3, 5, 4], &[20, 0, 4, 1]).suggest_memory_format(),
+            MemoryFormat::Contiguous
+        );
+        // [N, C, 1, 1] is dense in both orders
+        let c11 = Layout::contiguous(&[2, 3, 1, 1]);
+        assert!(c11.is_contiguous_in(cl) && c11.is_contiguous_in(MemoryFormat::Contiguous));
+        // elementwise: both channels-last, or one of them first, gives channels-last;
+        // a row-major first operand decides for row-major
+        let c = Layout::contiguous(&[2, 3, 5, 4]);
+        assert_eq!(
+            Layout::elementwise_strides(&[&x, &x], true).as_deref(),
+            Some(x.strides())
+        );
+        assert_eq!(
+            Layout::elementwise_strides(&[&x, &c], true).as_deref(),
+            Some(x.strides())
+        );
+        assert_eq!(Layout::elementwise_strides(&[&c, &x], true), None);
+        // a transposed matrix gives a transposed result; a broadcast row tells nothing
+        let t = Layout::contiguous(&[4, 6]).transpose(0, 1);
+        let row = Layout::contiguous(&[4]).broadcast_to("t", &[6, 4]).unwrap();
+        assert_eq!(
+            Layout::elementwise_strides(&[&t, &row], false).as_deref(),
+            Some(&[1, 6][..])
+        );
+        assert_eq!(Layout::dense_order(&[1, 6]).as_slice(), &[1, 0]);
+        assert!(
+            x.is_non_overlapping_and_dense() && !t.slice(0, 0, 6, 2).is_non_overlapping_and_dense()
+        );
     }
 
     #[test]

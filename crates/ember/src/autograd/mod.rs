@@ -637,8 +637,10 @@ impl Tensor {
         let mut slot = self.grad_slot();
         let new = match slot.take() {
             Some(prev) => prev.add(&g)?,
-            None if g.storage_is_unique() && g.is_contiguous() => g,
-            None => g.copy()?,
+            None => {
+                let unique = g.storage_is_unique();
+                self.grad_laid_out_for(g, unique)?
+            }
         };
         *slot = Some(new.detach());
         drop(slot);

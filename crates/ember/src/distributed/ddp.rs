@@ -598,6 +598,11 @@ impl<M: Module> Module for DistributedDataParallel<M> {
         self.rebuild()
     }
 
+    fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
+        self.module.to_memory_format(format)?;
+        self.rebuild()
+    }
+
     fn reset_parameters(&mut self) -> Result<()> {
         self.module.reset_parameters()?;
         self.sync_from_rank0(true)

@@ -31,6 +31,9 @@ macro_rules! container_methods {
         fn reset_parameters(&mut self) -> Result<()> {
             self.each_mut(|m| m.reset_parameters())
         }
+        fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
+            self.each_mut(|m| m.to_memory_format(format))
+        }
         fn set_training(&mut self, training: bool) {
             let _ = self.each_mut(|m| {
                 m.set_training(training);

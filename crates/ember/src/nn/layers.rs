@@ -109,6 +109,11 @@ macro_rules! weight_bias_methods {
             }
             Ok(())
         }
+
+        fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
+            self.weight = super::format_state(&self.weight, format)?;
+            Ok(())
+        }
     };
 }
 
@@ -307,6 +312,12 @@ impl Module for Sequential {
         self.layers
             .iter_mut()
             .try_for_each(|(_, l)| l.reset_parameters())
+    }
+
+    fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
+        self.layers
+            .iter_mut()
+            .try_for_each(|(_, l)| l.to_memory_format(format))
     }
 
     fn set_training(&mut self, training: bool) {
@@ -730,7 +741,8 @@ fn adaptive_avg_pool2d(x: &Tensor, (oh, ow): (usize, usize)) -> Result<Tensor> {
     }
     let (dh, dw) = (r as i64 - 2, r as i64 - 1);
     if (oh, ow) == (1, 1) {
-        return x.mean([dh, dw], true);
+        // `[N, C, 1, 1]` in the input's memory format, as PyTorch's output
+        return x.mean([dh, dw], true)?.laid_out(x.suggest_memory_format());
     }
     if h.is_multiple_of(oh) && w.is_multiple_of(ow) {
         return x.avg_pool2d(crate::tensor::Pool2dOptions::rect(h / oh, w / ow));

@@ -54,6 +54,7 @@ pub use transformer::{
     TransformerOptions,
 };
 
+use crate::layout::MemoryFormat;
 use crate::{device::Device, dtype::DType, error::Result, tensor::Tensor};
 
 /// A layer or model: a forward function over parameters it owns.
@@ -167,6 +168,36 @@ pub trait Module: Send + Sync {
         stateless(self, "to_dtype")
     }
 
+    /// Lays out the 4-D parameters and buffers (convolution weights) in `format`
+    /// (`model.to(memory_format=torch.channels_last)`); the others keep theirs.
+    /// Parameters stay leaves that require a gradient, and their gradients take
+    /// their layout. With channels-last weights, convolutions give channels-last
+    /// outputs, and batch norm, pooling and the activations after them keep it.
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::prelude::*;
+    /// use ember::MemoryFormat;
+    /// let mut conv = nn::Conv2d::new(3, 8, 3, Conv2dOptions::default(), &Device::Cpu)?;
+    /// conv.to_memory_format(MemoryFormat::ChannelsLast)?;
+    /// assert!(conv.weight.is_contiguous_in(MemoryFormat::ChannelsLast));
+    /// let y = conv.forward(&Tensor::zeros([2, 3, 8, 8], DType::F32, &Device::Cpu)?)?;
+    /// assert!(y.is_contiguous_in(MemoryFormat::ChannelsLast));
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    ///
+    /// A module holding 4-D parameters or buffers must implement it; the default is
+    /// for the others (nothing to change), and refuses a module that holds some.
+    fn to_memory_format(&mut self, _format: MemoryFormat) -> Result<()> {
+        if self.state_dict().iter().any(|(_, t)| t.rank() == 4) {
+            return Err(crate::error::Error::invalid(
+                "to_memory_format",
+                "this module has 4-D parameters or buffers but does not implement it",
+            ));
+        }
+        Ok(())
+    }
+
     /// Initialises the parameters and buffers again as a new module does
     /// (`reset_parameters()`), drawing from the global generator. Like
     /// [`to_empty`](Self::to_empty), the default is for modules without state.
@@ -239,6 +270,10 @@ impl<M: Module + ?Sized> Module for Box<M> {
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
         (**self).to_dtype(dtype)
+    }
+
+    fn to_memory_format(&mut self, format: MemoryFormat) -> Result<()> {
+        (**self).to_memory_format(format)
     }
 
     fn reset_parameters(&mut self) -> Result<()> {
@@ -342,6 +377,14 @@ macro_rules! delegate_to_children {
                 .into_iter()
                 .try_for_each(|(_, m)| m.reset_parameters())
         }
+        fn to_memory_format(
+            &mut self,
+            format: $crate::layout::MemoryFormat,
+        ) -> $crate::error::Result<()> {
+            self.children_mut()
+                .into_iter()
+                .try_for_each(|(_, m)| m.to_memory_format(format))
+        }
     };
 }
 pub(crate) use delegate_to_children;
@@ -367,6 +410,16 @@ pub(crate) fn cast_state(t: &Tensor, dtype: DType) -> Result<Tensor> {
         return Ok(t.clone());
     }
     crate::autograd::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
+}
+
+/// `t` laid out in `format` when it is 4-D (a parameter stays a leaf that
+/// requires a gradient); other tensors, and those already laid out so, as they are.
+pub(crate) fn format_state(t: &Tensor, format: MemoryFormat) -> Result<Tensor> {
+    if t.rank() != 4 || t.is_contiguous_in(format) {
+        return Ok(t.clone());
+    }
+    crate::autograd::no_grad(|| t.detach().to_memory_format(format))?
+        .requires_grad_(t.requires_grad())
 }
 
 /// A fresh leaf that requires a gradient, holding `t`'s values (copied: `t` may

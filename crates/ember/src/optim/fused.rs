@@ -5,14 +5,17 @@ pub(crate) use crate::backend::op::{AdamStep, SgdStep};
 use crate::backend::{AdamOperands, SgdOperands, Storage};
 use crate::{device::Device, dtype::DType, error::Result, tensor::Tensor};
 
-/// Whether one fused step can update `p`, `m`, `v` from `g`: all four contiguous,
-/// of one float dtype (f32/f64) and size, on one device, with separate storage.
+/// Whether one fused step can update `p`, `m`, `v` from `g`: all four dense with
+/// one set of strides (row-major, or channels-last parameters and their state), of
+/// one float dtype (f32/f64) and size, on one device, with separate storage.
 fn fusable(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor) -> bool {
     let dt = p.dtype();
+    let dense = p.is_contiguous() || p.layout().is_non_overlapping_and_dense();
     matches!(dt, DType::F32 | DType::F64)
+        && dense
         && [p, g, m, v].iter().all(|t| {
             t.dtype() == dt
-                && t.is_contiguous()
+                && (t.is_contiguous() && p.is_contiguous() || t.stride() == p.stride())
                 && t.numel() == p.numel()
                 && t.device() == p.device()
         })

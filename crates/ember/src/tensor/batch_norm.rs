@@ -74,6 +74,7 @@ impl Tensor {
         }
         let sd = stat_dtype(self.dtype());
         let batch = matches!(stats, BatchStats::Batch);
+        let format = self.suggest_memory_format();
         let (y, mean, var, invstd, w) = crate::autograd::no_grad(|| -> Result<_> {
             let x = self.contiguous()?;
             let (mean, var) = match stats {
@@ -94,7 +95,10 @@ impl Tensor {
                 Some(b) => shift.add(&b.to_dtype(sd)?)?,
                 None => shift,
             };
-            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?;
+            // the output (and the input's gradient) in the input's memory format
+            let y = x
+                .channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?
+                .laid_out(format)?;
             Ok((y, mean, var, invstd, w))
         })?;
         let (has_w, has_b) = (weight.is_some(), bias.is_some());
@@ -125,7 +129,7 @@ impl Tensor {
                         Tensor::stack(&[&k, &k.zeros_like()?], 0)?
                     };
                     let q = batch.then_some(&x);
-                    Some(g.channel_affine(q, &coefs)?)
+                    Some(g.channel_affine(q, &coefs)?.laid_out(format)?)
                 } else {
                     None
                 };

@@ -4,7 +4,7 @@
 use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
 use crate::backend::Storage;
-use crate::layout::checked_numel;
+use crate::layout::{checked_numel, MemoryFormat};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -254,7 +254,10 @@ impl Tensor {
                 forward(DType::F32)
             })?,
         };
-        let out = y.to_dtype(dtype)?;
+        // channels-last when the input or the weight is, as PyTorch's convolutions
+        // (its CUDA convolutions keep float64 row-major)
+        let format = conv_memory_format(self, weight);
+        let out = y.to_dtype(dtype)?.laid_out(format)?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
         let (x, wt) = (xk.save(), wk.save());
@@ -272,7 +275,8 @@ impl Tensor {
                     need,
                 )?;
                 Ok((
-                    gx.map(|s| Tensor::from_storage(s, &[n, c, h, w])),
+                    gx.map(|s| Tensor::from_storage(s, &[n, c, h, w]).laid_out(format))
+                        .transpose()?,
                     gw.map(|s| Tensor::from_storage(s, &[o, cg, kh, kw])),
                 ))
             };
@@ -285,6 +289,22 @@ impl Tensor {
                 }),
             }
         }))
+    }
+}
+
+/// The memory format of a convolution's output and input gradient: PyTorch's
+/// choice, channels-last where the input or the weight suggests it, except for
+/// float64 on a GPU (cuDNN has no NHWC float64 kernels, so PyTorch keeps those
+/// row-major).
+fn conv_memory_format(x: &Tensor, weight: &Tensor) -> MemoryFormat {
+    let cl = MemoryFormat::ChannelsLast;
+    if x.device().is_cuda() && (x.dtype() == DType::F64 || weight.dtype() == DType::F64) {
+        return MemoryFormat::Contiguous;
+    }
+    if x.suggest_memory_format() == cl || weight.suggest_memory_format() == cl {
+        cl
+    } else {
+        MemoryFormat::Contiguous
     }
 }
 

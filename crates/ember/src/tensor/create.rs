@@ -131,23 +131,26 @@ impl Tensor {
 
     /// [`empty`](Self::empty) with this tensor's shape, dtype and device.
     pub fn empty_like(&self) -> Result<Tensor> {
-        Tensor::empty(self.shape(), self.dtype(), &self.device())
+        Ok(self.fill_like(Tensor::empty(self.shape(), self.dtype(), &self.device())?))
     }
 
-    /// Zeros with this tensor's shape, dtype and device.
+    /// Zeros with this tensor's shape, dtype and device (and its memory format, as
+    /// PyTorch's `preserve_format`: a channels-last tensor gives a channels-last
+    /// one).
     pub fn zeros_like(&self) -> Result<Tensor> {
-        Tensor::zeros(self.shape(), self.dtype(), &self.device())
+        Ok(self.fill_like(Tensor::zeros(self.shape(), self.dtype(), &self.device())?))
     }
 
-    /// Ones with this tensor's shape, dtype and device.
+    /// Ones with this tensor's shape, dtype, device and memory format.
     pub fn ones_like(&self) -> Result<Tensor> {
-        Tensor::ones(self.shape(), self.dtype(), &self.device())
+        Ok(self.fill_like(Tensor::ones(self.shape(), self.dtype(), &self.device())?))
     }
 
-    /// `value` with this tensor's shape, dtype and device (checked as in
-    /// [`full`](Self::full)).
+    /// `value` with this tensor's shape, dtype, device and memory format (checked
+    /// as in [`full`](Self::full)).
     pub fn full_like(&self, value: impl Into<Scalar>) -> Result<Tensor> {
-        Tensor::full(self.shape(), value, self.dtype(), &self.device())
+        let t = Tensor::full(self.shape(), value, self.dtype(), &self.device())?;
+        Ok(self.fill_like(t))
     }
 
     /// A 0-dimensional tensor holding `value`.

@@ -157,11 +157,14 @@ impl Tensor {
         f: impl FnOnce(&Storage, &Layout, Scalar) -> Result<Storage>,
     ) -> Result<Tensor> {
         let a = self.to_dtype(self.scalar_dtype(s, float_only))?;
-        a.map_storage_same(|st, l| f(st, l, s))
+        // the scalar is a 0-d operand to PyTorch, not one of the same shape
+        a.map_storage_elementwise(false, |st, l| f(st, l, s))
     }
 
-    /// The tensor `f(a, b)` computes after promotion to `dt` and broadcasting
-    /// (contiguous, of the broadcast shape).
+    /// The tensor `f(a, b)` computes after promotion to `dt` and broadcasting: of
+    /// the broadcast shape, laid out as PyTorch lays out an elementwise result
+    /// (row-major unless the operands' strides say otherwise, as channels-last
+    /// operands do). `f` writes its output row-major over the layouts it is given.
     pub(super) fn broadcast2(
         &self,
         op: &'static str,
@@ -170,15 +173,29 @@ impl Tensor {
         f: impl FnOnce(&Storage, &Layout, &Storage, &Layout) -> Result<Storage>,
     ) -> Result<Tensor> {
         let (a, b) = (self.as_dtype(dt)?, b.as_dtype(dt)?);
-        if a.shape() == b.shape() {
-            // the common case: nothing to broadcast
+        let same = a.shape() == b.shape();
+        if same && a.is_contiguous() && b.is_contiguous() {
+            // the common case: nothing to broadcast or reorder
             let out = with_storages2(&a, &b, |sa, sb| f(sa, a.layout(), sb, b.layout()))?;
             return Ok(Tensor::from_storage_like(out, a.layout()));
         }
         let shape = broadcast_shapes(op, a.shape(), b.shape())?;
         let (la, lb) = (a.layout_as(op, &shape)?, b.layout_as(op, &shape)?);
-        let out = with_storages2(&a, &b, |sa, sb| f(sa, &la, sb, &lb))?;
-        Ok(Tensor::from_storage(out, &shape))
+        match Layout::elementwise_strides(&[&la, &lb], same) {
+            None => {
+                let out = with_storages2(&a, &b, |sa, sb| f(sa, &la, sb, &lb))?;
+                Ok(Tensor::from_storage(out, &shape))
+            }
+            Some(strides) => {
+                let perm = Layout::dense_order(&strides);
+                let (pa, pb) = (la.permute(&perm), lb.permute(&perm));
+                let out = with_storages2(&a, &b, |sa, sb| f(sa, &pa, sb, &pb))?;
+                Ok(Tensor::with_storage(
+                    out,
+                    Layout::with_strides(&shape, strides),
+                ))
+            }
+        }
     }
 
     pub(super) fn binary_op<O: BinaryOp>(
@@ -331,7 +348,7 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let out = t.map_storage_same(|s, l| s.unary(l, op))?;
+        let out = t.map_storage_elementwise(true, |s, l| s.unary(l, op))?;
         Ok(Tensor::record(out, name, &[self], |y| {
             let (sx, sy) = rule.saves();
             rule.recorded(sx.then(|| t.save()), sy.then(|| y.save()))

@@ -22,6 +22,7 @@ mod cumulative;
 mod display;
 mod einsum;
 mod elementwise;
+mod format;
 pub(crate) use elementwise::torch_dtype_name;
 mod grad;
 mod index;
@@ -460,7 +461,7 @@ impl Tensor {
         if *device == self.device() {
             return Ok(self.clone());
         }
-        let out = self.map_storage_same(|s, l| s.to_device(l, *device))?;
+        let out = self.map_storage_preserving(|s, l| s.to_device(l, *device))?;
         let from = self.device();
         Ok(Tensor::record(out, "to", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to(&from)?)])
@@ -507,7 +508,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let out = self.map_storage_same(|s, l| s.to_dtype(l, dtype))?;
+        let out = self.map_storage_preserving(|s, l| s.to_dtype(l, dtype))?;
         if !dtype.is_float() {
             return Ok(out);
         }

@@ -142,6 +142,8 @@ impl Tensor {
             ow,
             win,
         };
+        // the output and the input's gradient keep the input's memory format
+        let format = self.suggest_memory_format();
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
         let (pooled, index) = {
@@ -170,9 +172,10 @@ impl Tensor {
                     pooled.eq(f64::NEG_INFINITY)?.where_(lowest, &got)
                 }
                 _ => pooled.to_dtype(self.dtype()),
-            };
+            }
+            .and_then(|t| t.laid_out(format));
         }
-        let out = pooled.to_dtype(self.dtype())?;
+        let out = pooled.to_dtype(self.dtype())?.laid_out(format)?;
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
@@ -182,7 +185,8 @@ impl Tensor {
                     gc.read()
                         .pool2d_backward(gc.layout(), idx.as_deref(), &ps, kind)?
                 };
-                Ok(vec![Some(Tensor::from_storage(gx, &xshape).to_dtype(xdt)?)])
+                let gx = Tensor::from_storage(gx, &xshape).to_dtype(xdt)?;
+                Ok(vec![Some(gx.laid_out(format)?)])
             }
         }))
     }

@@ -575,10 +575,120 @@ def clip_cases():
     return out
 
 
+def memory_format_cases():
+    """Programs over channels-last tensors, in float32: the values and strides of
+    what each returns, and the gradient (values and strides) of each leaf after
+    backward of its scalar. tests/tensor/format.rs runs the same programs by name.
+    Leaves x, x2 [2, 3, 5, 4], w [4, 3, 3, 3], w3 [3, 3, 3, 3], b [3], g4 and b4
+    [4], a [4, 6] are row-major and require grad; "cl" programs also make
+    channels-last leaves of their own (their gradients are returned as outputs)."""
+    cl = torch.channels_last
+    f32 = torch.float32
+
+    def c(t):
+        return t.contiguous(memory_format=cl)
+
+    def leaf(t):
+        return c(t).detach().requires_grad_(True)
+
+    def p_to_channels_last(L):
+        y = c(L["x"]); return [y], (y * L["x2"]).sum(), []
+
+    def p_already_channels_last(L):
+        y = c(L["x"]); z = c(y); return [z], (z * L["x2"]).sum(), []
+
+    def p_unary(L):
+        xc = c(L["x"]); y, z = xc.relu(), (xc * 0.5).exp(); return [y, z], (y * z).sum(), []
+
+    def p_add_both_channels_last(L):
+        y = c(L["x"]) + c(L["x2"]); return [y], (y * y).sum(), []
+
+    def p_add_mixed(L):
+        y = c(L["x"]) + L["x2"]; z = L["x2"] * c(L["x"]); return [y, z], (y * z).sum(), []
+
+    def p_channel_bias(L):
+        y = c(L["x"]) * L["b"].view(1, 3, 1, 1); z = L["b"].view(1, 3, 1, 1) + c(L["x2"])
+        return [y, z], (y * z).sum(), []
+
+    def p_scalar(L):
+        y = c(L["x"]) * 2.5 + 1; return [y], (y * y).sum(), []
+
+    def p_transposed(L):
+        at = L["a"].t(); y = at.exp(); z = at + at; u = at * L["a"][:, 0]
+        return [y, z, u], (y * z + u).sum(), []
+
+    def p_conv_input_channels_last(L):
+        y = F.conv2d(c(L["x"]), L["w"], L["g4"], padding=1); return [y], (y * y).sum(), []
+
+    def p_conv_weight_channels_last(L):
+        y = F.conv2d(L["x"], c(L["w"]), stride=2); return [y], (y * y).sum(), []
+
+    def p_conv_leaves_channels_last(L):
+        xl, wl = leaf(L["x"]), leaf(L["w"]); y = F.conv2d(xl, wl, padding=1)
+        (y * y).sum().backward()
+        return [y, xl.grad, wl.grad], None, []
+
+    def p_batch_norm_train(L):
+        rm, rv = torch.zeros(3, dtype=f32), torch.ones(3, dtype=f32)
+        y = F.batch_norm(c(L["x"]), rm, rv, L["b"] + 1, L["b"], training=True, momentum=0.1)
+        return [y, rm, rv], (y * L["x2"]).sum(), []
+
+    def p_batch_norm_eval(L):
+        rm, rv = L["b"].detach() * 0.1, L["b"].detach().abs() + 0.5
+        y = F.batch_norm(c(L["x"]), rm, rv, None, None, training=False)
+        return [y], (y * L["x2"]).sum(), []
+
+    def p_max_pool(L):
+        y = F.max_pool2d(c(L["x"]), 2, stride=2, padding=1); return [y], (y * y).sum(), []
+
+    def p_avg_pool(L):
+        y = F.avg_pool2d(c(L["x"]), 3, stride=1, padding=1, count_include_pad=False)
+        return [y], (y * y).sum(), []
+
+    def p_adaptive_avg_pool(L):
+        y = F.adaptive_avg_pool2d(c(L["x"]), 1); z = F.adaptive_avg_pool2d(c(L["x"])[:, :, :4], 2)
+        return [y, z], (y.sum() + (z * z).sum()), []
+
+    def p_residual_block(L):
+        xl, wl = leaf(L["x"]), leaf(L["w3"])
+        h = F.conv2d(xl, wl, padding=1)
+        h = F.batch_norm(h, None, None, L["b"] + 1, L["b"], training=True)
+        h = h + xl
+        h = F.relu(h, inplace=True)
+        (h * L["x2"]).sum().backward()
+        return [h, xl.grad, wl.grad], None, []
+
+    def p_zeros_like(L):
+        return [torch.zeros_like(c(L["x"])), torch.full_like(c(L["x"]), 2.0)], None, []
+
+    out = []
+    torch.manual_seed(11)
+    base = {"x": torch.randn(2, 3, 5, 4, dtype=f32), "x2": torch.randn(2, 3, 5, 4, dtype=f32),
+            "w": torch.randn(4, 3, 3, 3, dtype=f32) * 0.3, "w3": torch.randn(3, 3, 3, 3, dtype=f32) * 0.3,
+            "b": torch.randn(3, dtype=f32), "g4": torch.rand(4, dtype=f32) + 0.5,
+            "b4": torch.randn(4, dtype=f32), "a": torch.randn(4, 6, dtype=f32)}
+    names = list(base)
+
+    def enc(t):
+        t = t.detach()
+        return {"shape": list(t.shape), "strides": list(t.stride()), "values": flat(t)}
+
+    for name, f in list(locals().items()):
+        if not name.startswith("p_"):
+            continue
+        L = {k: v.clone().requires_grad_(True) for k, v in base.items()}
+        outs, loss, _ = f(L)
+        if loss is not None:
+            loss.backward()
+        out.append({"name": name[2:], "outputs": [enc(o) for o in outs],
+                    "grads": [None if L[k].grad is None else enc(L[k].grad) for k in names]})
+    return {"leaves": {k: tensor_json(v) for k, v in base.items()}, "order": names, "programs": out}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
-            "seq_modules": seq_module_cases, "clip": clip_cases}
+            "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases}
 
 
 def main():

@@ -102,6 +102,7 @@ mod data;
 mod distributed;
 mod elementwise;
 mod errors;
+mod format;
 mod io;
 mod linalg;
 mod nn;
