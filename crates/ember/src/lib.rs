@@ -110,8 +110,8 @@ pub mod cuda {
     /// `EMBER_CUDNN=1` switches it on where the library is found.
     pub mod cudnn {
         pub use crate::backend::cuda::cudnn::{
-            allow_tf32, convolutions, enabled, in_use, is_available, set_allow_tf32, set_enabled,
-            unavailable_reason, version,
+            allow_tf32, channels_last_convolutions, convolutions, enabled, in_use, is_available,
+            set_allow_tf32, set_enabled, unavailable_reason, version,
         };
     }
 }

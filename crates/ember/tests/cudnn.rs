@@ -148,6 +148,90 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
     Ok(())
 }
 
+/// Channels-last operands go to cuDNN's NHWC kernels as they lie (every pass
+/// counted as channels-last), with the CPU's values and PyTorch's layouts: the
+/// output and the input's gradient channels-last, each leaf's gradient in its own
+/// layout. A row-major weight beside a channels-last input is laid out for the
+/// call; float64 stays row-major on GPUs, as PyTorch keeps it.
+#[test]
+fn channels_last_convolutions_run_nhwc() -> Result<()> {
+    use ember::MemoryFormat::ChannelsLast as CL;
+    let _turn = turn();
+    let Some(dev) = cudnn_gpu("channels_last_convolutions_run_nhwc") else {
+        return Ok(());
+    };
+    let cpu = Device::Cpu;
+    let opts = Conv2dOptions::default;
+    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions, bool)> = vec![
+        ([2, 3, 7, 6], [4, 3, 3, 3], opts().padding(1), true),
+        ([2, 4, 9, 8], [6, 2, 3, 3], opts().stride(2).groups(2), true),
+        ([3, 5, 4, 4], [2, 5, 1, 1], opts(), false),
+    ];
+    cudnn::set_enabled(true);
+    cudnn::set_allow_tf32(false);
+    ember::manual_seed(6);
+    for (dtype, tol) in [
+        (DType::F32, 1e-4),
+        (DType::F16, 2e-3),
+        (DType::BF16, 1e-2),
+        (DType::F64, 1e-10),
+    ] {
+        for (xs, ws, o, weight_cl) in &cases {
+            let x = Tensor::randn(*xs, &cpu)?
+                .to_dtype(dtype)?
+                .to_memory_format(CL)?;
+            let mut w = Tensor::randn(*ws, &cpu)?.to_dtype(dtype)?;
+            if *weight_cl {
+                w = w.to_memory_format(CL)?;
+            }
+            let b = Tensor::randn([ws[0]], &cpu)?.to_dtype(dtype)?;
+            let y_shape = x.conv2d(&w, None, *o)?.shape().to_vec();
+            let r = Tensor::randn(y_shape, &cpu)?.to_dtype(dtype)?;
+            let (passes, nhwc) = (cudnn::convolutions(), cudnn::channels_last_convolutions());
+            let run = |dev: &Device| -> Result<Vec<Tensor>> {
+                let xl = x.detach().to(dev)?.requires_grad_(true)?;
+                let wl = w.detach().to(dev)?.requires_grad_(true)?;
+                let bl = b.detach().to(dev)?.requires_grad_(true)?;
+                let y = xl.conv2d(&wl, Some(&bl), *o)?;
+                y.mul(&r.to(dev)?)?.sum_all()?.backward()?;
+                Ok(vec![y, xl.grad().unwrap(), wl.grad().unwrap()])
+            };
+            let (want, got) = (run(&cpu)?, run(&dev)?);
+            let what = format!("{xs:?} * {ws:?} {o:?} in {dtype}");
+            assert_eq!(cudnn::convolutions() - passes, 3, "{what}");
+            let expect_nhwc = if dtype == DType::F64 { 0 } else { 3 };
+            assert_eq!(
+                cudnn::channels_last_convolutions() - nhwc,
+                expect_nhwc,
+                "{what}"
+            );
+            for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                let g_cpu = g.cpu()?;
+                assert!(
+                    g_cpu.allclose(e, tol, tol)?,
+                    "{what}: tensor {k}: max difference {}",
+                    g_cpu.max_abs_diff(e)?
+                );
+                // float64's output on a GPU is row-major (PyTorch's rule); each
+                // leaf's gradient takes the leaf's layout
+                let strides_as_cpu = !(dtype == DType::F64 && k == 0);
+                assert_eq!(
+                    g.stride() == e.stride(),
+                    strides_as_cpu,
+                    "{what}: tensor {k} strides"
+                );
+            }
+            assert!(
+                got[0].is_contiguous_in(CL) != (dtype == DType::F64),
+                "{what}"
+            );
+        }
+    }
+    cudnn::set_allow_tf32(true);
+    cudnn::set_enabled(false);
+    Ok(())
+}
+
 #[test]
 fn empty_batches_and_the_switch() -> Result<()> {
     let _turn = turn();

@@ -733,9 +733,9 @@ impl Storage {
     /// Says on stderr, where `EMBER_CUDNN_LOG` asks for cuDNN's choices, that a
     /// half-precision convolution `pass` the device refused in its own dtype (cuDNN
     /// without half kernels for this GPU or shape) is computed in float32 instead.
-    pub(crate) fn log_conv_fallback(pass: &str, dtype: DType, e: &Error) {
+    pub(crate) fn log_conv_fallback(pass: &str, dtype: DType, e: &Error, instead: &str) {
         if crate::backend::cuda::dnn::log_choices() {
-            eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); computed in float32");
+            eprintln!("ember: conv2d {pass} in {dtype} refused ({e}); {instead}");
         }
     }
 
@@ -780,6 +780,16 @@ impl Storage {
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
         match self {
             Storage::Cuda(x) => x.conv_takes_half(s),
+            _ => false,
+        }
+    }
+
+    /// Whether this device convolves channels-last operands of `s` as they lie
+    /// (CUDA through cuDNN's NHWC kernels, [`ConvShape::nhwc`]); elsewhere they
+    /// are convolved row-major and the result laid out again.
+    pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
+        match self {
+            Storage::Cuda(x) => x.conv_takes_channels_last(s),
             _ => false,
         }
     }

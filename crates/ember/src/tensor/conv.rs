@@ -4,7 +4,7 @@
 use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
 use crate::backend::Storage;
-use crate::layout::{checked_numel, MemoryFormat};
+use crate::layout::{checked_numel, format_strides, Layout, MemoryFormat};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -224,69 +224,118 @@ impl Tensor {
             oh,
             ow,
             win,
+            nhwc: false,
         };
+        // channels-last when the input or the weight is, as PyTorch's convolutions
+        // (its CUDA convolutions keep float64 row-major)
+        let format = conv_memory_format(self, weight);
         // f16/bf16 convolve in their own dtype where the device can (cuDNN's half
         // kernels, float32 accumulation), otherwise in f32
         let dtype = self.dtype();
         let half = matches!(dtype, DType::F16 | DType::BF16);
         let native = half && self.read().conv_takes_half(&shape);
+        // channels-last operands are convolved as they lie where the device can
+        // (cuDNN's NHWC kernels); elsewhere row-major, the result laid out again
+        let nhwc = format == MemoryFormat::ChannelsLast
+            && (!half || native)
+            && self.read().conv_takes_channels_last(&ConvShape {
+                nhwc: true,
+                ..shape
+            });
+        // each pass's operands and results in one order: channels-last (`cl`) or
+        // row-major
+        let order = |t: Tensor, cl: bool| {
+            if cl {
+                t.to_memory_format(MemoryFormat::ChannelsLast)
+            } else {
+                t.contiguous()
+            }
+        };
+        let result = |s: Storage, dims: &[usize], cl: bool| {
+            let f = if cl {
+                MemoryFormat::ChannelsLast
+            } else {
+                MemoryFormat::Contiguous
+            };
+            Tensor::with_storage(s, Layout::with_strides(dims, format_strides(dims, f)))
+        };
         let ng = crate::autograd::no_grad_guard();
         // kept for backward in their own dtype (a half-precision input costs half
         // the memory of its float32 copy, which lives only while it is used)
-        let (xk, wk) = (self.contiguous()?, weight.contiguous()?);
-        let forward = |work: DType| -> Result<Tensor> {
-            let (x, wt) = (xk.to_dtype(work)?, wk.to_dtype(work)?);
+        let (xk, wk) = (order(self.clone(), nhwc)?, order(weight.clone(), nhwc)?);
+        let forward = |work: DType, cl: bool| -> Result<Tensor> {
+            let (x, wt) = (
+                order(xk.to_dtype(work)?, cl)?,
+                order(wk.to_dtype(work)?, cl)?,
+            );
             let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
             let mut ts = vec![&x, &wt];
             ts.extend(&b);
             let st = Storages::read(&ts);
             let b = b.as_ref().map(|b| (st.get(2), b.layout()));
+            let s = ConvShape { nhwc: cl, ..shape };
             let y = st
                 .get(0)
-                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &shape)?;
-            Ok(Tensor::from_storage(y, &[n, o, oh, ow]))
+                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &s)?;
+            Ok(result(y, &[n, o, oh, ow], cl))
         };
-        let y = match (half, native) {
-            (false, _) => forward(dtype)?,
-            (true, false) => forward(DType::F32)?,
-            (true, true) => forward(dtype).or_else(|e| {
-                Storage::log_conv_fallback("forward", dtype, &e);
-                forward(DType::F32)
-            })?,
+        let run = |cl: bool| match (half, native) {
+            (false, _) => forward(dtype, cl),
+            (true, false) => forward(DType::F32, false),
+            (true, true) => forward(dtype, cl).or_else(|e| {
+                Storage::log_conv_fallback("forward", dtype, &e, "computed in float32");
+                forward(DType::F32, false)
+            }),
         };
-        // channels-last when the input or the weight is, as PyTorch's convolutions
-        // (its CUDA convolutions keep float64 row-major)
-        let format = conv_memory_format(self, weight);
+        let y = if nhwc {
+            run(true).or_else(|e| {
+                Storage::log_conv_fallback("forward", dtype, &e, "computed row-major");
+                run(false)
+            })?
+        } else {
+            run(false)?
+        };
         let out = y.to_dtype(dtype)?.laid_out(format)?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
         let (x, wt) = (xk.save(), wk.save());
         Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
             let (x, wt) = (x.get()?, wt.get()?);
-            let backward = |work: DType| -> Result<ConvGrads> {
-                let (x, wt) = (x.to_dtype(work)?, wt.to_dtype(work)?);
-                let gc = gy.to_dtype(work)?.contiguous()?;
+            let backward = |work: DType, cl: bool| -> Result<ConvGrads> {
+                let (x, wt) = (
+                    order(x.to_dtype(work)?, cl)?,
+                    order(wt.to_dtype(work)?, cl)?,
+                );
+                let gc = order(gy.to_dtype(work)?, cl)?;
                 let st = Storages::read(&[&x, &wt, &gc]);
                 let (gx, gw) = st.get(0).conv2d_backward(
                     x.layout(),
                     (st.get(1), wt.layout()),
                     (st.get(2), gc.layout()),
-                    &shape,
+                    &ConvShape { nhwc: cl, ..shape },
                     need,
                 )?;
                 Ok((
-                    gx.map(|s| Tensor::from_storage(s, &[n, c, h, w]).laid_out(format))
+                    gx.map(|s| result(s, &[n, c, h, w], cl).laid_out(format))
                         .transpose()?,
-                    gw.map(|s| Tensor::from_storage(s, &[o, cg, kh, kw])),
+                    gw.map(|s| result(s, &[o, cg, kh, kw], cl)),
                 ))
             };
-            match (half, native) {
-                (false, _) => backward(dtype),
-                (true, false) => backward(DType::F32),
-                (true, true) => backward(dtype).or_else(|e| {
-                    Storage::log_conv_fallback("backward", dtype, &e);
-                    backward(DType::F32)
+            let run = |cl: bool| match (half, native) {
+                (false, _) => backward(dtype, cl),
+                (true, false) => backward(DType::F32, false),
+                (true, true) => backward(dtype, cl).or_else(|e| {
+                    Storage::log_conv_fallback("backward", dtype, &e, "computed in float32");
+                    backward(DType::F32, false)
                 }),
+            };
+            if nhwc {
+                run(true).or_else(|e| {
+                    Storage::log_conv_fallback("backward", dtype, &e, "computed row-major");
+                    run(false)
+                })
+            } else {
+                run(false)
             }
         }))
     }

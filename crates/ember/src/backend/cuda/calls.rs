@@ -63,6 +63,9 @@ pub(crate) struct ConvGeom {
     pub stride: [i32; 2],
     pub dilation: [i32; 2],
     pub groups: i32,
+    /// The three tensors in channels-last order (x and y NHWC, the filter KRSC),
+    /// else NCHW and KCRS.
+    pub nhwc: bool,
 }
 
 impl ConvGeom {
@@ -87,6 +90,7 @@ impl ConvGeom {
             stride: [i(win.stride.0)?, i(win.stride.1)?],
             dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
             groups: i(s.groups)?,
+            nhwc: s.nhwc,
         };
         // cuDNN also refuses tensors of more than 2^31 - 1 elements in all
         [g.x, g.w, g.y]
@@ -121,8 +125,8 @@ pub(crate) enum ConvPass {
     BackwardFilter,
 }
 
-/// One call: device pointers to contiguous `x`, `w` and `y` arrays of the
-/// geometry's sizes. The pass reads two of them and overwrites the third (`y` holds
+/// One call: device pointers to dense `x`, `w` and `y` arrays of the geometry's
+/// sizes, in its order (NCHW or NHWC). The pass reads two of them and overwrites the third (`y` holds
 /// `dy` in the backward passes).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ConvCall {

@@ -62,9 +62,20 @@ pub fn convolutions() -> u64 {
     PASSES.load(Ordering::Relaxed)
 }
 
-/// Counts one pass sent to cuDNN.
-pub(crate) fn count_pass() {
+static NHWC_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many of [`convolutions`] took channels-last operands as they lie (cuDNN's
+/// NHWC kernels, without copies to row-major).
+pub fn channels_last_convolutions() -> u64 {
+    NHWC_PASSES.load(Ordering::Relaxed)
+}
+
+/// Counts one pass sent to cuDNN (`nhwc`: in channels-last order).
+pub(crate) fn count_pass(nhwc: bool) {
     PASSES.fetch_add(1, Ordering::Relaxed);
+    if nhwc {
+        NHWC_PASSES.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Whether convolutions on a GPU go to cuDNN now: switched on, and available.

@@ -170,7 +170,11 @@ impl Descriptors {
                 ))
             }
         };
-        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let order = if g.nhwc {
+            sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC
+        } else {
+            sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW
+        };
         let mut d = Descriptors {
             x: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
@@ -183,15 +187,15 @@ impl Descriptors {
         unsafe {
             d.x =
                 dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?;
-            dnn::set_tensor4d_descriptor(d.x, nchw, data, g.x)
+            dnn::set_tensor4d_descriptor(d.x, order, data, g.x)
                 .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
             d.y =
                 dnn::create_tensor_descriptor().map_err(dnn_err("cudnnCreateTensorDescriptor"))?;
-            dnn::set_tensor4d_descriptor(d.y, nchw, data, g.y)
+            dnn::set_tensor4d_descriptor(d.y, order, data, g.y)
                 .map_err(dnn_err("cudnnSetTensor4dDescriptor"))?;
             d.w =
                 dnn::create_filter_descriptor().map_err(dnn_err("cudnnCreateFilterDescriptor"))?;
-            dnn::set_filter4d_descriptor(d.w, data, nchw, g.w)
+            dnn::set_filter4d_descriptor(d.w, data, order, g.w)
                 .map_err(dnn_err("cudnnSetFilter4dDescriptor"))?;
             d.conv = dnn::create_convolution_descriptor()
                 .map_err(dnn_err("cudnnCreateConvolutionDescriptor"))?;
@@ -621,6 +625,7 @@ mod tests {
             oh: out(h, kh, stride.0, padding.0, dilation.0),
             ow: out(w, kw, stride.1, padding.1, dilation.1),
             win,
+            nhwc: false,
         }
     }
 
@@ -690,10 +695,15 @@ mod tests {
         ];
         for s in &cases {
             for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-                for tf32 in [false, true] {
-                    let g = ConvGeom::new(dtype, s).expect("a cuDNN geometry");
-                    let d = Descriptors::new(&g, tf32).unwrap();
-                    assert_eq!(d.output_dims().unwrap(), g.y, "{g:?}");
+                // channels-last descriptors (NHWC tensors, KRSC filters) too, for
+                // the dtypes ember sends that way
+                for nhwc in [false, dtype != DType::F64] {
+                    for tf32 in [false, true] {
+                        let s = ConvShape { nhwc, ..*s };
+                        let g = ConvGeom::new(dtype, &s).expect("a cuDNN geometry");
+                        let d = Descriptors::new(&g, tf32).unwrap();
+                        assert_eq!(d.output_dims().unwrap(), g.y, "{g:?}");
+                    }
                 }
             }
         }

@@ -262,6 +262,10 @@ impl CudaStorage {
         ops::conv_takes_half(self.dtype(), s)
     }
 
+    pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
+        ops::conv_takes_channels_last(self.dtype(), s)
+    }
+
     /// `n` copies of `value` converted to `dtype` as a cast converts it.
     pub fn full(dev: &Arc<CudaDev>, dtype: DType, n: usize, value: Scalar) -> Result<CudaStorage> {
         ops::fill(dev, dtype, n, value)

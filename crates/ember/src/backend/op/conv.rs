@@ -47,6 +47,11 @@ pub(crate) struct ConvShape {
     pub oh: usize,
     pub ow: usize,
     pub win: Window,
+    /// The operands and the result in channels-last order (input and output NHWC,
+    /// weight `[o, kh, kw, c/g]`), dense from their offsets; otherwise row-major.
+    /// Only a device that takes it (`Storage::conv_takes_channels_last`) is given
+    /// it.
+    pub nhwc: bool,
 }
 
 /// The most bytes of per-sample buffers ember's CUDA convolution makes at once (the

@@ -22,20 +22,48 @@ use crate::{
     error::{Error, Result},
 };
 
-/// `[o]` bias added along the channels of the contiguous `[n, o, p]` output.
+/// `[o]` bias added along the channels of the dense output: `[n, o, p]`, or
+/// `[n · p, o]` in channels-last order.
 fn add_bias(
     y: CudaStorage,
     (b, lb): (&CudaStorage, &Layout),
     s: &ConvShape,
 ) -> Result<CudaStorage> {
     let p = s.oh * s.ow;
-    let ly = Layout::contiguous(&[s.n, s.o, p]);
-    let lb = Layout {
-        shape: smallvec::smallvec![s.n, s.o, p],
-        strides: smallvec::smallvec![0, lb.strides()[0], 0],
-        offset: lb.offset(),
+    let along = lb.strides()[0];
+    let (ly, lb) = if s.nhwc {
+        let shape: smallvec::SmallVec<[usize; 6]> = smallvec::smallvec![s.n * p, s.o];
+        let lb = Layout {
+            shape: shape.clone(),
+            strides: smallvec::smallvec![0, along],
+            offset: lb.offset(),
+        };
+        (Layout::contiguous(&shape), lb)
+    } else {
+        let lb = Layout {
+            shape: smallvec::smallvec![s.n, s.o, p],
+            strides: smallvec::smallvec![0, along, 0],
+            offset: lb.offset(),
+        };
+        (Layout::contiguous(&[s.n, s.o, p]), lb)
     };
     binary(&y, &ly, b, &lb, BinaryCode::Add)
+}
+
+/// Whether convolutions of `s` in `dtype` can take channels-last operands here
+/// and give a channels-last result without copies: through cuDNN's NHWC
+/// descriptors (switched on, and able to take the shapes); ember's own kernels
+/// are row-major.
+pub(crate) fn conv_takes_channels_last(dtype: DType, s: &ConvShape) -> bool {
+    dtype != DType::F64 && dnn::in_use() && ConvGeom::new(dtype, s).is_some()
+}
+
+/// The refusal of a channels-last convolution cuDNN does not run.
+fn nhwc_needs_cudnn() -> Error {
+    Error::invalid(
+        "conv2d",
+        "channels-last operands go through cuDNN only (switched off, or the shapes are past its limits)",
+    )
 }
 
 /// Whether f16/bf16 convolutions of `s` run in their own dtype here: through
@@ -45,8 +73,9 @@ pub(crate) fn conv_takes_half(dtype: DType, s: &ConvShape) -> bool {
     matches!(dtype, DType::F16 | DType::BF16) && dnn::in_use() && ConvGeom::new(dtype, s).is_some()
 }
 
-/// `conv2d(x, w) + b` for contiguous views of one float dtype; the output is
-/// `[n, o, oh, ow]`.
+/// `conv2d(x, w) + b` for contiguous views of one float dtype (dense in
+/// channels-last order where `s.nhwc`); the output is `[n, o, oh, ow]`, in the
+/// operands' order.
 pub(crate) fn conv2d(
     (x, lx): (&CudaStorage, &Layout),
     (w, lw): (&CudaStorage, &Layout),
@@ -60,6 +89,9 @@ pub(crate) fn conv2d(
             Some(b) => add_bias(y, b, s),
             None => Ok(y),
         };
+    }
+    if s.nhwc {
+        return Err(nhwc_needs_cudnn());
     }
     let p = s.oh * s.ow;
     let chunk = s.samples_per_pass(x.dtype().size_in_bytes());
@@ -118,6 +150,9 @@ pub(crate) fn conv2d_backward(
             .then(|| conv_pass(ConvPass::BackwardFilter, &geom, (x, lx.offset()), gyo))
             .transpose()?;
         return Ok((gx, gw));
+    }
+    if s.nhwc {
+        return Err(nhwc_needs_cudnn());
     }
     let (g, og, kg, p) = dims(s);
     let chunk = s.samples_per_pass(x.dtype().size_in_bytes());
@@ -328,6 +363,6 @@ pub(crate) fn conv_pass(
     // inputs are contiguous tensors of these shapes (checked by conv2d) and the
     // output was just allocated.
     unsafe { dev.conv(&call)? };
-    dnn::count_pass();
+    dnn::count_pass(geom.nhwc);
     Ok(out)
 }

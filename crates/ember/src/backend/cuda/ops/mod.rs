@@ -23,7 +23,7 @@ mod reduce;
 pub(crate) use attention::KAttn;
 pub(crate) use attention::{attention, attention_backward};
 pub(crate) use conv::*;
-pub(crate) use convolution::{conv2d, conv2d_backward, conv_takes_half};
+pub(crate) use convolution::{conv2d, conv2d_backward, conv_takes_channels_last, conv_takes_half};
 pub(crate) use elementwise::*;
 pub(crate) use matmul::*;
 pub(crate) use nn::*;

@@ -1,5 +1,5 @@
 //! The simulator's cuDNN: reference convolutions with cuDNN's contract (NCHW
-//! tensors, KCRS filters, cross-correlation, groups, the output size cuDNN
+//! tensors and KCRS filters, or NHWC and KRSC, cross-correlation, groups, the output size cuDNN
 //! computes), refusing what cuDNN refuses, so that the calls ember builds for cuDNN
 //! are tested and not only the numbers.
 
@@ -86,13 +86,17 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
     Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
-        let dt = g.dtype;
+        let (dt, nhwc) = (g.dtype, g.nhwc);
         for ni in 0..n {
             for ki in 0..k {
                 let c0 = (ki / kg) * cg;
                 for pi in 0..p {
                     for qi in 0..q {
-                        let yi = ((ni * k + ki) * p + pi) * q + qi;
+                        let yi = if nhwc {
+                            ((ni * p + pi) * q + qi) * k + ki
+                        } else {
+                            ((ni * k + ki) * p + pi) * q + qi
+                        };
                         for ci in 0..cg {
                             for ri in 0..r {
                                 let ih = pi * u - ph + ri * dh;
@@ -104,8 +108,17 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
                                     if !(0..w).contains(&iw) {
                                         continue;
                                     }
-                                    let xi = ((ni * cin + c0 + ci) * h + ih) * w + iw;
-                                    let wi = ((ki * cg + ci) * r + ri) * s + si;
+                                    let (xi, wi) = if nhwc {
+                                        (
+                                            ((ni * h + ih) * w + iw) * cin + c0 + ci,
+                                            ((ki * r + ri) * s + si) * cg + ci,
+                                        )
+                                    } else {
+                                        (
+                                            ((ni * cin + c0 + ci) * h + ih) * w + iw,
+                                            ((ki * cg + ci) * r + ri) * s + si,
+                                        )
+                                    };
                                     match c.pass {
                                         ConvPass::Forward => {
                                             acc[yi as usize] +=
@@ -157,6 +170,7 @@ mod tests {
             stride: [1, 1],
             dilation: [1, 1],
             groups,
+            nhwc: false,
         }
     }
 
