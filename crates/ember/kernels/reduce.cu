@@ -972,11 +972,21 @@ __device__ void channel_dot_impl(const T* g, const T* x, const typename stat_t<T
 
 // out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + q * b[ch] + d[ch]; coef
 // holds k rows of c (a, d or a, b, d). Blocks along x cover a plane's s elements,
-// along y the n * c planes.
+// along y the n * c planes; where s is 1 (channels-last arrays, seen as
+// [n * h * w, c, 1]) a one-dimensional grid covers the elements instead.
 template <typename T>
 __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_t<T>::type* coef, T* out,
                                     i64 planes, i64 c, i64 s, int k) {
     typedef typename stat_t<T>::type S;
+    if (s == 1) {
+        FOR_EACH(j, planes) {
+            const i64 ch = j % c;
+            S v = (S)widen(p[j]) * coef[ch] + coef[(k - 1) * c + ch];
+            if (k == 3) v += (S)widen(q[j]) * coef[c + ch];
+            out[j] = narrow<T>(v);
+        }
+        return;
+    }
     for (i64 pl = blockIdx.y; pl < planes; pl += gridDim.y) {
         const i64 ch = pl % c;
         const S a = coef[ch], d = coef[(k - 1) * c + ch];

@@ -6,6 +6,7 @@
 
 use super::Storages;
 use crate::backend::op::{channel_shape, stat_dtype};
+use crate::layout::{format_strides, Layout, MemoryFormat};
 use crate::{
     error::{Error, Result},
     tensor::Tensor,
@@ -75,8 +76,15 @@ impl Tensor {
         let sd = stat_dtype(self.dtype());
         let batch = matches!(stats, BatchStats::Batch);
         let format = self.suggest_memory_format();
+        // a dense channels-last input is normalised as it lies: `[n, h, w, c]` in
+        // memory is `[n·h·w, c, 1]` to the per-channel primitives, and the results
+        // come out channels-last without copies
+        let cl = self.rank() == 4
+            && !self.is_contiguous()
+            && self.is_contiguous_in(MemoryFormat::ChannelsLast);
+        let shape = self.shape().to_vec();
         let (y, mean, var, invstd, w) = crate::autograd::no_grad(|| -> Result<_> {
-            let x = self.contiguous()?;
+            let x = channel_view(self, cl)?;
             let (mean, var) = match stats {
                 BatchStats::Batch => {
                     let st = x.map_storage(&[2, c], |s, l| s.channel_stats(l))?;
@@ -96,9 +104,8 @@ impl Tensor {
                 None => shift,
             };
             // the output (and the input's gradient) in the input's memory format
-            let y = x
-                .channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?
-                .laid_out(format)?;
+            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?;
+            let y = from_channel_view(y, &shape, cl).laid_out(format)?;
             Ok((y, mean, var, invstd, w))
         })?;
         let (has_w, has_b) = (weight.is_some(), bias.is_some());
@@ -110,8 +117,11 @@ impl Tensor {
         let keep = [true, false, false];
         let y = Tensor::record_keeping(y, op, &inputs, &keep, move |_| {
             move |g: &Tensor, inp: &crate::autograd::Inputs| {
-                let x = inp.get(0)?.contiguous()?;
-                let g = g.contiguous()?;
+                let x = channel_view(inp.get(0)?, cl)?;
+                let g = match cl {
+                    true => channel_view(&g.to_memory_format(MemoryFormat::ChannelsLast)?, cl)?,
+                    false => g.contiguous()?,
+                };
                 let sums = Tensor::channel_sums(&g, &x, &m)?;
                 let (sum_g, sum_gx) = (sums.select(0, 0)?, sums.select(0, 1)?);
                 let k = match &w {
@@ -129,7 +139,8 @@ impl Tensor {
                         Tensor::stack(&[&k, &k.zeros_like()?], 0)?
                     };
                     let q = batch.then_some(&x);
-                    Some(g.channel_affine(q, &coefs)?.laid_out(format)?)
+                    let gx = g.channel_affine(q, &coefs)?;
+                    Some(from_channel_view(gx, &shape, cl).laid_out(format)?)
                 } else {
                     None
                 };
@@ -181,4 +192,29 @@ impl Tensor {
         )?;
         Ok(Tensor::from_storage(out, &[2, c]))
     }
+}
+
+/// `t` as the per-channel primitives read it: row-major (copied if need be), or
+/// for a dense channels-last `[n, c, h, w]` (`cl`) the view `[n·h·w, c, 1]` of its
+/// memory.
+fn channel_view(t: &Tensor, cl: bool) -> Result<Tensor> {
+    if !cl {
+        return t.contiguous();
+    }
+    let [n, c, h, w] = [t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]];
+    t.permute([0, 2, 3, 1])?.reshape([n * h * w, c, 1])
+}
+
+/// A primitive's fresh result over [`channel_view`]'s view as a tensor of
+/// `shape`, channels-last where `cl`.
+fn from_channel_view(t: Tensor, shape: &[usize], cl: bool) -> Tensor {
+    let f = match cl {
+        true => MemoryFormat::ChannelsLast,
+        false => MemoryFormat::Contiguous,
+    };
+    t.alias(
+        Layout::with_strides(shape, format_strides(shape, f)),
+        false,
+        None,
+    )
 }

@@ -585,10 +585,15 @@ pub(crate) fn channel_affine(
         out.ptr(),
     );
     let (pl, c_, s_, k_) = (planes as i64, c as i64, s as i64, k as i32);
-    // a block a little wider than a plane when planes are small
-    let block = (s.div_ceil(32) * 32).min(THREADS as usize) as u32;
-    let per_plane = s.div_ceil(block as usize).min(1024) as u32;
-    let grid = (per_plane, planes.min(65535) as u32, 1);
+    // a block a little wider than a plane when planes are small; planes of one
+    // element (channels-last arrays) as one flat range
+    let (block, grid) = if s == 1 {
+        (THREADS, (p.0.dev().grid_for(planes, THREADS), 1, 1))
+    } else {
+        let block = (s.div_ceil(32) * 32).min(THREADS as usize) as u32;
+        let per_plane = s.div_ceil(block as usize).min(1024) as u32;
+        (block, (per_plane, planes.min(65535) as u32, 1))
+    };
     let name = format!("channel_affine_{}", suffix(p.0.dtype()));
     launch_grid(
         p.0,
