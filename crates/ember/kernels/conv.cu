@@ -1,12 +1,34 @@
 // Convolution helpers (im2col / col2im for cuBLAS-based conv2d) and 2-D pooling,
-// on contiguous NCHW tensors: im2col/col2im of f32 or f64, pooling of every float
-// dtype.
+// on contiguous NCHW tensors (pooling on NHWC ones too): im2col/col2im of f32 or
+// f64, pooling of every float dtype.
 
 // Geometry of one conv2d / pooling call (mirrors `KConv` in backend/cuda/ops/conv.rs).
 struct Conv {
     i64 n, c, h, w;      // input
     i64 oh, ow;          // output plane
     i64 kh, kw, sh, sw, ph, pw, dh, dw;
+    i64 nhwc;            // pooling: input and output channels-last (NHWC), else NCHW
+};
+
+// Where pooling output i reads: the input plane's first element `xp` (elements
+// `xs` apart along a row), and the output's (oy, ox), for NCHW or NHWC arrays.
+template <typename T> struct pool_at {
+    const T* xp;
+    i64 xs, oy, ox;
+    __device__ pool_at(const T* x, const Conv& g, i64 i) {
+        if (g.nhwc) {
+            const i64 ch = i % g.c, r = i / g.c;
+            ox = r % g.ow;
+            oy = (r / g.ow) % g.oh;
+            xp = x + r / (g.ow * g.oh) * g.h * g.w * g.c + ch;
+            xs = g.c;
+        } else {
+            ox = i % g.ow;
+            oy = (i / g.ow) % g.oh;
+            xp = x + i / (g.ow * g.oh) * g.h * g.w;
+            xs = 1;
+        }
+    }
 };
 
 // col[b, (ci*kh + ki)*kw + kj, oy*ow + ox] = x[b, ci, oy*sh - ph + ki*dh, ox*sw - pw + kj*dw]
@@ -60,9 +82,9 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
     typedef typename acc_t<T>::type A;
     i64 total = g.n * g.c * g.oh * g.ow;
     FOR_EACH(i, total) {
-        i64 ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
-        const T* xp = x + plane * g.h * g.w;
-        i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        const pool_at<T> at(x, g, i);
+        const T* xp = at.xp;
+        i64 y0 = at.oy * g.sh - g.ph, x0 = at.ox * g.sw - g.pw;
         A m = (A)__int_as_float(0xff800000);  // -inf
         i64 best = -1;
         bool done = false;
@@ -72,7 +94,7 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
             for (i64 kj = 0; kj < g.kw; ++kj) {
                 i64 ix = x0 + kj * g.dw;
                 if (ix < 0 || ix >= g.w) continue;
-                const A v = widen(xp[iy * g.w + ix]);
+                const A v = widen(xp[(iy * g.w + ix) * at.xs]);
                 const i64 k = ki * g.kw + kj;
                 if (best < 0) best = k;
                 if (v > m || v != v) {
@@ -92,16 +114,30 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
 }
 
 // The input gradient of a pooling, one thread per input element: gx[e] is the sum,
-// in the accumulator type A, of `share(s, o, ki, kj)` over the outputs whose
-// window holds e at tap (ki, kj) (o: the output's index in `gout`), visited in
-// the outputs' order (oy, then ox, ascending: the taps from the last to the
-// first). Each element sums its own gradient: no atomics, and the same order of
-// additions as the CPU's pass over the outputs.
+// in the accumulator type A, of `share(s, o, oy, ox, ki, kj)` over the outputs
+// whose window holds e at tap (ki, kj) (o: the output's index in `gout`, at
+// (oy, ox) of its plane), visited in the outputs' order (oy, then ox, ascending:
+// the taps from the last to the first). Each element sums its own gradient: no
+// atomics, and the same order of additions as the CPU's pass over the outputs.
+// NHWC arrays (g.nhwc) interleave the planes: an output's neighbours along a row
+// are g.c elements apart.
 template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv g, T* gx, F share) {
     typedef typename acc_t<T>::type A;
     const i64 total = g.n * g.c * g.h * g.w;
     FOR_EACH(e, total) {
-        const i64 ix = e % g.w, iy = (e / g.w) % g.h, base = e / (g.w * g.h) * g.oh * g.ow;
+        i64 ix, iy, base, os;
+        if (g.nhwc) {
+            const i64 ch = e % g.c, r = e / g.c;
+            ix = r % g.w;
+            iy = (r / g.w) % g.h;
+            base = r / (g.w * g.h) * g.oh * g.ow * g.c + ch;
+            os = g.c;
+        } else {
+            ix = e % g.w;
+            iy = (e / g.w) % g.h;
+            base = e / (g.w * g.h) * g.oh * g.ow;
+            os = 1;
+        }
         A s = (A)0;
         for (i64 ki = g.kh - 1; ki >= 0; --ki) {
             const i64 ty = iy + g.ph - ki * g.dh;
@@ -113,7 +149,7 @@ template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv
                 if (tx < 0 || tx % g.sw != 0) continue;
                 const i64 ox = tx / g.sw;
                 if (ox >= g.ow) continue;
-                share(s, base + oy * g.ow + ox, ki, kj);
+                share(s, base + (oy * g.ow + ox) * os, oy, ox, ki, kj);
             }
         }
         gx[e] = narrow<T>(s);
@@ -125,7 +161,7 @@ template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv
 template <typename T>
 __device__ void max_pool_back_impl(const T* gout, const void* index, int wide, Conv g, T* gx) {
     typedef typename acc_t<T>::type A;
-    pool_back(g, gx, [&](A& s, i64 o, i64 ki, i64 kj) {
+    pool_back(g, gx, [&](A& s, i64 o, i64, i64, i64 ki, i64 kj) {
         const i64 k = wide ? ((const i64*)index)[o] : (i64)((const u8*)index)[o];
         if (k == ki * g.kw + kj) s += widen(gout[o]);
     });
@@ -146,16 +182,16 @@ template <typename T> __device__ void avg_pool_impl(const T* x, Conv g, T* out, 
     typedef typename acc_t<T>::type A;
     i64 total = g.n * g.c * g.oh * g.ow;
     FOR_EACH(i, total) {
-        i64 ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
-        const T* xp = x + plane * g.h * g.w;
-        i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+        const pool_at<T> at(x, g, i);
+        const T* xp = at.xp;
+        i64 y0 = at.oy * g.sh - g.ph, x0 = at.ox * g.sw - g.pw;
         A s = (A)0;
         for (i64 ki = 0; ki < g.kh; ++ki) {
             i64 iy = y0 + ki * g.dh;
             if (iy < 0 || iy >= g.h) continue;
             for (i64 kj = 0; kj < g.kw; ++kj) {
                 i64 ix = x0 + kj * g.dw;
-                if (ix >= 0 && ix < g.w) s += widen(xp[iy * g.w + ix]);
+                if (ix >= 0 && ix < g.w) s += widen(xp[(iy * g.w + ix) * at.xs]);
             }
         }
         out[i] = narrow<T>(s / (A)avg_divisor(g, y0, x0, include_pad));
@@ -166,9 +202,7 @@ template <typename T> __device__ void avg_pool_impl(const T* x, Conv g, T* out, 
 // element of the window.
 template <typename T> __device__ void avg_pool_back_impl(const T* gout, Conv g, T* gx, int include_pad) {
     typedef typename acc_t<T>::type A;
-    const i64 plane = g.oh * g.ow;
-    pool_back(g, gx, [&](A& s, i64 o, i64, i64) {
-        const i64 oy = o % plane / g.ow, ox = o % g.ow;
+    pool_back(g, gx, [&](A& s, i64 o, i64 oy, i64 ox, i64, i64) {
         const i64 y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
         s += widen(gout[o]) / (A)avg_divisor(g, y0, x0, include_pad);
     });

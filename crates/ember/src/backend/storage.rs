@@ -775,6 +775,13 @@ impl Storage {
         !matches!(self, Storage::Cpu(_))
     }
 
+    /// Whether this device pools a dense channels-last input as it lies
+    /// ([`PoolShape::nhwc`]: CUDA, and meta as the GPU it models); the CPU pools
+    /// row-major planes, and the result is laid out again.
+    pub(crate) fn pools_channels_last(&self) -> bool {
+        !matches!(self, Storage::Cpu(_))
+    }
+
     /// Whether this device convolves f16/bf16 operands of `s` in their own dtype
     /// (CUDA through cuDNN); elsewhere they are convolved in float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {

@@ -3,7 +3,8 @@
 
 use super::Tensor;
 use crate::backend::op::{Pool, PoolShape, Window};
-use crate::layout::checked_numel;
+use crate::backend::Storage;
+use crate::layout::{checked_numel, format_strides, Layout, MemoryFormat};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -134,6 +135,15 @@ impl Tensor {
         };
         // max pooling keeps the position of each maximum for the backward pass
         let want_index = crate::autograd::needs_grad(&[self]) || (int && kind == Pool::Max);
+        // the output and the input's gradient keep the input's memory format; a
+        // dense channels-last float input is pooled as it lies where the device
+        // can (the GPU's kernels), else row-major and laid out again
+        let format = self.suggest_memory_format();
+        let cl = !int
+            && r == 4
+            && !self.is_contiguous()
+            && self.is_contiguous_in(MemoryFormat::ChannelsLast)
+            && self.read().pools_channels_last();
         let ps = PoolShape {
             planes,
             h,
@@ -141,17 +151,27 @@ impl Tensor {
             oh,
             ow,
             win,
+            nhwc: cl.then(|| self.shape()[1]),
         };
-        // the output and the input's gradient keep the input's memory format
-        let format = self.suggest_memory_format();
+        let order = move |t: Tensor| match cl {
+            true => t.to_memory_format(MemoryFormat::ChannelsLast),
+            false => t.contiguous(),
+        };
+        let laid = move |s: Storage, dims: &[usize]| {
+            let f = match cl {
+                true => MemoryFormat::ChannelsLast,
+                false => MemoryFormat::Contiguous,
+            };
+            Tensor::with_storage(s, Layout::with_strides(dims, format_strides(dims, f)))
+        };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
         let (pooled, index) = {
             let _ng = crate::autograd::no_grad_guard();
-            let x = self.to_dtype(work)?.contiguous()?;
+            let x = order(self.to_dtype(work)?)?;
             let (out, index) = x.read().pool2d(x.layout(), &ps, kind, want_index)?;
-            let out = Tensor::from_storage(out, &shape);
-            (out, index.map(|i| Tensor::from_storage(i, &shape)))
+            // the index lies as the output does (the backward pass reads it so)
+            (laid(out, &shape), index.map(|i| laid(i, &shape)))
         };
         if int {
             // integers have no gradient
@@ -179,13 +199,13 @@ impl Tensor {
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
-                let gc = g.to_dtype(work)?.contiguous()?;
+                let gc = order(g.to_dtype(work)?)?;
                 let gx = {
                     let idx = index.as_ref().map(|i| i.read());
                     gc.read()
                         .pool2d_backward(gc.layout(), idx.as_deref(), &ps, kind)?
                 };
-                let gx = Tensor::from_storage(gx, &xshape).to_dtype(xdt)?;
+                let gx = laid(gx, &xshape).to_dtype(xdt)?;
                 Ok(vec![Some(gx.laid_out(format)?)])
             }
         }))

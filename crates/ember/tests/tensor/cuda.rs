@@ -772,13 +772,15 @@ fn pooling_matches_the_cpu_in_every_float_dtype() -> Result<()> {
             } else {
                 &[true, false]
             };
-            for &max in kinds {
+            // row-major and channels-last inputs (the GPU pools the latter as they
+            // lie, the CPU in row-major planes)
+            for (&max, cl) in kinds.iter().flat_map(|m| [(m, false), (m, true)]) {
                 let run = |d: &Device| -> Result<(Tensor, Tensor)> {
-                    let x = base
-                        .to_dtype(dt)?
-                        .to_device(d)?
-                        .detach()
-                        .requires_grad_(true)?;
+                    let mut x = base.to_dtype(dt)?;
+                    if cl {
+                        x = x.to_memory_format(ember::MemoryFormat::ChannelsLast)?;
+                    }
+                    let x = x.to_device(d)?.detach().requires_grad_(true)?;
                     let y = if max {
                         x.max_pool2d(*o)?
                     } else {
@@ -793,9 +795,11 @@ fn pooling_matches_the_cpu_in_every_float_dtype() -> Result<()> {
                     y.backward_with(&g)?;
                     Ok((y.detach(), x.grad().expect("a gradient")))
                 };
-                let what = format!("{dt} options {i} max {max}");
+                let what = format!("{dt} options {i} max {max} channels-last {cl}");
                 let (want_y, want_g) = run(&Device::Cpu)?;
                 let (y, g) = run(&dev)?;
+                assert_eq!(y.stride(), want_y.stride(), "{what}: output's strides");
+                assert_eq!(g.stride(), want_g.stride(), "{what}: gradient's strides");
                 assert_eq!(bits(&y)?, bits(&want_y)?, "{what}: output");
                 assert_eq!(bits(&g)?, bits(&want_g)?, "{what}: gradient");
             }

@@ -280,7 +280,13 @@ impl CudaStorage {
     }
 
     fn pool_geometry(s: &PoolShape, kind: Pool) -> (ops::KConv, Option<bool>) {
-        let kc = ops::KConv::new((s.planes, 1), (s.h, s.w), (s.oh, s.ow), &s.win);
+        let kc = match s.nhwc {
+            Some(c) => ops::KConv {
+                nhwc: 1,
+                ..ops::KConv::new((s.planes / c.max(1), c), (s.h, s.w), (s.oh, s.ow), &s.win)
+            },
+            None => ops::KConv::new((s.planes, 1), (s.h, s.w), (s.oh, s.ow), &s.win),
+        };
         let avg = match kind {
             Pool::Max => None,
             Pool::Avg { count_include_pad } => Some(count_include_pad),

@@ -123,6 +123,11 @@ pub(crate) struct PoolShape {
     pub oh: usize,
     pub ow: usize,
     pub win: Window,
+    /// `Some(c)`: the input, output and index lie channels-last (NHWC with `c`
+    /// channels: the planes interleaved), dense from their offsets; `None`:
+    /// row-major planes. Only a device that pools so
+    /// (`Storage::pools_channels_last`) is given it.
+    pub nhwc: Option<usize>,
 }
 
 impl PoolShape {

@@ -27,6 +27,8 @@ pub(crate) struct KConv {
     pub pw: i64,
     pub dh: i64,
     pub dw: i64,
+    /// Pooling: 1 where the input and output are channels-last (NHWC), else 0.
+    pub nhwc: i64,
 }
 
 impl KConv {
@@ -53,6 +55,7 @@ impl KConv {
             pw: i(win.padding.1),
             dh: i(win.dilation.0),
             dw: i(win.dilation.1),
+            nhwc: 0,
         }
     }
 }
@@ -88,7 +91,8 @@ pub(crate) fn col2im(col: &CudaStorage, offset: usize, g: &KConv) -> Result<Cuda
 
 /// Max pooling (with each output's position in its window when `want_index`: u8,
 /// or int64 for windows of more than 256 positions, as `index_dtype`) or average
-/// pooling of a contiguous input of any float dtype; returns (output, index).
+/// pooling of a dense input of any float dtype, row-major or (`g.nhwc`)
+/// channels-last; returns (output, index) in the input's order.
 pub(crate) fn pool2d(
     x: &CudaStorage,
     offset: usize,
@@ -126,7 +130,8 @@ pub(crate) fn pool2d(
     }
 }
 
-/// The input gradient of [`pool2d`] from the output gradient `gout` (contiguous):
+/// The input gradient of [`pool2d`] from the output gradient `gout` (dense, in the
+/// input's order):
 /// one thread per input element sums the outputs whose windows hold it (no atomics,
 /// no zero fill).
 pub(crate) fn pool2d_backward(
