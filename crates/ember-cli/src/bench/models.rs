@@ -10,7 +10,11 @@
 //!
 //! each in float32 and under bfloat16 autocast, in images or tokens per second,
 //! with the step's peak device memory (a GPU's `max_memory_allocated`) beside
-//! `ember estimate`'s prediction for the same step. `--quick` shrinks both models
+//! `ember estimate`'s prediction for the same step. Where cuDNN is in use
+//! (`EMBER_CUDNN=1`), ResNet-50 also runs channels-last (the model and the batch
+//! laid out so, convolved by cuDNN's NHWC kernels): PyTorch's reference row for
+//! it adds `cudnn.benchmark`'s autotuning, which ember does not have; its
+//! estimate is left out (meta models ember's own convolutions, not cuDNN's). `--quick` shrinks both models
 //! (ResNet-50 on 32×32 images, a 2-layer GPT of width 128) so the suite runs in
 //! seconds. `bench/pytorch/device_ops.py --suite models` runs the same steps in
 //! PyTorch, with its reference rows (channels-last with cuDNN autotuning,
@@ -26,7 +30,7 @@ use ember::models::{self, CharGpt, GptConfig};
 use ember::nn;
 use ember::optim::{split_for_weight_decay, Adam, Groups, Optimizer, Sgd};
 use ember::prelude::*;
-use ember::{autocast_guard, cuda};
+use ember::{autocast_guard, cuda, MemoryFormat};
 
 /// One training step of a built workload.
 pub(crate) type Step = Box<dyn FnMut() -> Result<()>>;
@@ -40,8 +44,9 @@ pub(crate) struct Workload {
     /// Builds the model, its optimizer and a fixed batch on the device, and
     /// returns the training step (which owns them: dropping it frees them).
     pub build: Box<dyn FnOnce() -> Result<Step>>,
-    /// `ember estimate`'s peak of allocated memory for the same step, on meta.
-    pub estimate: Box<dyn FnOnce() -> Result<usize>>,
+    /// `ember estimate`'s peak of allocated memory for the same step, on meta
+    /// (`None` where meta does not model the step's path).
+    pub estimate: Box<dyn FnOnce() -> Result<Option<usize>>>,
 }
 
 const RESNET_LR: f64 = 0.01;
@@ -76,8 +81,13 @@ pub(crate) fn workloads(cx: &Ctx) -> Vec<Workload> {
         (GptConfig::gpt2_small(), "gpt2_small".to_string(), gb, t)
     };
     let mut all = Vec::new();
+    // channels-last rows where cuDNN convolves (ember's own kernels are row-major)
+    let channels_last = gpu && cuda::cudnn::in_use();
     for (amp, suffix) in PRECISIONS {
-        all.push(resnet50_workload(dev, b, hw, amp, suffix));
+        all.push(resnet50_workload(dev, b, hw, amp, suffix, false));
+        if channels_last {
+            all.push(resnet50_workload(dev, b, hw, amp, suffix, true));
+        }
     }
     for (amp, suffix) in PRECISIONS {
         all.push(gpt_workload(dev, config, &gpt_name, (gb, t), amp, suffix));
@@ -109,7 +119,7 @@ pub(crate) fn suite(
         let name = w.name.clone();
         let mut row = cx.row(w.name, w.work, &mut step)?;
         row.peak_bytes = peak_of_step(&cx.dev, &mut step)?;
-        row.estimate_bytes = Some(estimate);
+        row.estimate_bytes = estimate;
         rows.push(row);
         if let Some(p) = profile {
             // the timing above warmed it up
@@ -147,28 +157,39 @@ fn peak_of_step(dev: &Device, step: &mut Step) -> Result<Option<usize>> {
     Ok(Some(cuda::max_memory_allocated(dev)?))
 }
 
-/// ResNet-50, SGD with momentum, on a fixed batch of `b` random `hw`×`hw` images.
+/// ResNet-50, SGD with momentum, on a fixed batch of `b` random `hw`×`hw` images;
+/// with `channels_last`, the model and the batch laid out channels-last.
 fn resnet50_workload(
     dev: Device,
     b: usize,
     hw: usize,
     amp: Option<DType>,
     suffix: &str,
+    channels_last: bool,
 ) -> Workload {
     let sgd = |p: Vec<Tensor>| -> Result<Box<dyn Optimizer>> {
         Ok(Box::new(Sgd::new(p, RESNET_LR)?.momentum(0.9)?))
     };
+    let format = if channels_last {
+        MemoryFormat::ChannelsLast
+    } else {
+        MemoryFormat::Contiguous
+    };
+    let layout = if channels_last { ", channels_last" } else { "" };
     Workload {
-        name: format!("train resnet50 b{b} {hw}x{hw}{suffix}"),
+        name: format!("train resnet50 b{b} {hw}x{hw}{suffix}{layout}"),
         work: Work::Samples {
             n: b as f64,
             flops: None,
         },
         build: Box::new(move || {
             ember::manual_seed(0);
-            let model = models::resnet50(1000, &dev)?;
+            let mut model = models::resnet50(1000, &dev)?;
+            model.to_memory_format(format)?;
             let mut opt = sgd(model.parameters())?;
-            let x = Tensor::randn([b, 3, hw, hw], &Device::Cpu)?.to(&dev)?;
+            let x = Tensor::randn([b, 3, hw, hw], &Device::Cpu)?
+                .to(&dev)?
+                .to_memory_format(format)?;
             let y = Tensor::randint(0, 1000, [b], &Device::Cpu)?.to(&dev)?;
             Ok(Box::new(move || {
                 opt.zero_grad();
@@ -180,12 +201,15 @@ fn resnet50_workload(
             }))
         }),
         estimate: Box::new(move || {
+            if channels_last {
+                return Ok(None);
+            }
             let e = Estimator::new(|d| models::resnet50(1000, d))
                 .input([3, hw, hw])
                 .optimizer(sgd)
                 .amp(amp)
                 .estimate(b)?;
-            Ok(e.peak_allocated)
+            Ok(Some(e.peak_allocated))
         }),
     }
 }
@@ -255,7 +279,7 @@ fn gpt_workload(
                 .clip_grad_norm(GPT_CLIP)
                 .amp(amp)
                 .estimate(b)?;
-            Ok(e.peak_allocated)
+            Ok(Some(e.peak_allocated))
         }),
     }
 }
