@@ -312,6 +312,10 @@ impl Layout {
     /// A view with `shape` over the same elements, when the strides allow one
     /// (PyTorch's `view` rule); `None` when a copy is needed.
     pub(crate) fn view(&self, shape: &[usize]) -> Option<Layout> {
+        if shape == self.shape.as_slice() {
+            // the same shape keeps its strides (a size-1 dim's too), as PyTorch's
+            return Some(self.clone());
+        }
         if self.is_contiguous() {
             return Some(Layout {
                 shape: Dims::from_slice(shape),
@@ -471,8 +475,11 @@ impl Layout {
 
     /// The strides `.to(dtype)`, `.to(device)` and the other copies with
     /// PyTorch's `preserve_format` give a copy of this layout: its own strides
-    /// when it is dense, else those of its suggested memory format. `None` where
-    /// that is row-major.
+    /// when it is dense, else dense strides in the order of its own (PyTorch's
+    /// `infer_dense_strides`, the order [`elementwise_strides`] gives one
+    /// operand). `None` where that is row-major.
+    ///
+    /// [`elementwise_strides`]: Layout::elementwise_strides
     pub(crate) fn preserved_strides(&self) -> Option<Dims> {
         if self.is_contiguous() {
             return None;
@@ -480,10 +487,7 @@ impl Layout {
         if self.is_non_overlapping_and_dense() {
             return Some(self.strides.clone());
         }
-        match self.suggest_memory_format() {
-            MemoryFormat::Contiguous => None,
-            f => Some(format_strides(&self.shape, f)),
-        }
+        Layout::elementwise_strides(&[self], false)
     }
 
     /// The strides PyTorch's elementwise ops (its `TensorIterator`) give their
@@ -491,15 +495,16 @@ impl Layout {
     /// (`same_shape`: no operand was broadcast, which allows PyTorch's fast
     /// cases). `None` where the output is row-major, the common case.
     ///
-    /// Fast cases: all operands row-major, all channels-last, or all dense with one
-    /// set of strides (the output takes them). Otherwise the dims are ordered
-    /// fastest first by the operands' strides, the first operand that tells two
-    /// dims apart deciding (a broadcast dim tells nothing; equal strides put the
-    /// smaller dim first), and the output is dense in that order.
+    /// Fast cases (operands of one shape): all row-major, all channels-last, or
+    /// all dense with one set of strides (the output takes them). Otherwise the
+    /// dims are ordered fastest first by the operands' strides, the first operand
+    /// that tells two dims apart deciding (a broadcast dim tells nothing; equal
+    /// strides put the smaller dim first), and the output is dense in that order;
+    /// that is how a size-1 dim's stride can carry over, as in PyTorch.
     pub(crate) fn elementwise_strides(ops: &[&Layout], same_shape: bool) -> Option<Dims> {
         let first = ops.first()?;
         let rank = first.rank();
-        if ops.iter().all(|l| l.is_contiguous()) || rank < 2 {
+        if rank < 2 || same_shape && ops.iter().all(|l| l.is_contiguous()) {
             return None;
         }
         let shape = first.shape();

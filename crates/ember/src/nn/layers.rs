@@ -763,7 +763,7 @@ fn adaptive_avg_pool2d(x: &Tensor, (oh, ow): (usize, usize)) -> Result<Tensor> {
         Tensor::cat(&cells.iter().collect::<Vec<_>>(), dim)
     };
     let y = pool_dim(x, dh, h, oh)?;
-    pool_dim(&y, dw, w, ow)
+    pool_dim(&y, dw, w, ow)?.laid_out(x.suggest_memory_format())
 }
 
 /// A [`Linear`] layer whose `in_features` is taken from the first input it sees

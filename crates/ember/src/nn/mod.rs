@@ -413,12 +413,15 @@ pub(crate) fn cast_state(t: &Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 /// `t` laid out in `format` when it is 4-D (a parameter stays a leaf that
-/// requires a gradient); other tensors, and those already laid out so, as they are.
+/// requires a gradient); other tensors, and those whose strides suggest `format`
+/// already, as they are. As PyTorch's `t.to(memory_format=...)`, a tensor dense
+/// in both orders (a 1 × 1 kernel's `[o, c, 1, 1]`) is copied to `format`'s exact
+/// strides, so that it suggests `format` to the convolutions it meets.
 pub(crate) fn format_state(t: &Tensor, format: MemoryFormat) -> Result<Tensor> {
-    if t.rank() != 4 || t.is_contiguous_in(format) {
+    if t.rank() != 4 || t.suggest_memory_format() == format {
         return Ok(t.clone());
     }
-    crate::autograd::no_grad(|| t.detach().to_memory_format(format))?
+    crate::autograd::no_grad(|| t.detach().copy_in_format(format))?
         .requires_grad_(t.requires_grad())
 }
 

@@ -128,17 +128,23 @@ pub(crate) fn adam_foreach(
 pub(crate) type SgdItem<'a> = (&'a Tensor, &'a Tensor, Option<(&'a Tensor, bool)>);
 
 /// Whether [`sgd_foreach`] can step all of `items`: on one GPU (or `meta`, which
-/// stands for one), f32 or f64, every tensor contiguous, of its parameter's dtype
-/// and size, and every storage in one place only.
+/// stands for one), f32 or f64, every tensor dense, of its parameter's dtype and
+/// size and in its parameter's order (all row-major, or one set of strides: a
+/// channels-last weight with its gradient and momentum), and every storage in one
+/// place only.
 pub(crate) fn sgd_fusable(items: &[SgdItem<'_>]) -> bool {
     let tensors = items
         .iter()
         .flat_map(|&(p, g, buf)| [Some(p), Some(g), buf.map(|b| b.0)])
         .flatten();
+    let alike = |p: &Tensor, t: &Tensor| {
+        t.numel() == p.numel()
+            && (p.is_contiguous() && t.is_contiguous() || t.stride() == p.stride())
+    };
     Tensor::foreach_ready(tensors)
-        && items.iter().all(|&(p, g, buf)| {
-            g.numel() == p.numel() && buf.is_none_or(|(b, _)| b.numel() == p.numel())
-        })
+        && items
+            .iter()
+            .all(|&(p, g, buf)| alike(p, g) && buf.is_none_or(|(b, _)| alike(p, b)))
 }
 
 /// One SGD step over `items` (checked by [`sgd_fusable`]) in multi-tensor launches

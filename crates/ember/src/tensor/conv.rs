@@ -229,6 +229,7 @@ impl Tensor {
         // channels-last when the input or the weight is, as PyTorch's convolutions
         // (its CUDA convolutions keep float64 row-major)
         let format = conv_memory_format(self, weight);
+        let wformat = weight.suggest_memory_format();
         // f16/bf16 convolve in their own dtype where the device can (cuDNN's half
         // kernels, float32 accumulation), otherwise in f32
         let dtype = self.dtype();
@@ -318,7 +319,9 @@ impl Tensor {
                 Ok((
                     gx.map(|s| result(s, &[n, c, h, w], cl).laid_out(format))
                         .transpose()?,
-                    gw.map(|s| result(s, &[o, cg, kh, kw], cl)),
+                    // in the weight's own format, whichever order the pass ran in
+                    gw.map(|s| result(s, &[o, cg, kh, kw], cl).laid_out(wformat))
+                        .transpose()?,
                 ))
             };
             let run = |cl: bool| match (half, native) {

@@ -31,11 +31,16 @@ impl Tensor {
         self.layout().suggest_memory_format()
     }
 
-    /// This tensor laid out in `format` (`x.contiguous(memory_format=...)`, or
-    /// `x.to(memory_format=...)`): the tensor itself when it already is, else a
-    /// copy. The gradient flows back unchanged, as through
-    /// [`contiguous`](Self::contiguous). Channels-last needs a rank-4 tensor, as in
-    /// PyTorch.
+    /// This tensor laid out in `format` (`x.contiguous(memory_format=...)`): the
+    /// tensor itself when it already is dense in that order, else a copy. The
+    /// gradient flows back unchanged, as through [`contiguous`](Self::contiguous).
+    /// Channels-last needs a rank-4 tensor, as in PyTorch. (PyTorch's
+    /// `x.to(memory_format=...)` decides by [`suggest_memory_format`] instead, and
+    /// so copies a tensor dense in both orders, such as `[n, c, 1, 1]`, to the
+    /// format's exact strides: [`Module::to_memory_format`] does that.)
+    ///
+    /// [`suggest_memory_format`]: Self::suggest_memory_format
+    /// [`Module::to_memory_format`]: crate::nn::Module::to_memory_format
     pub fn to_memory_format(&self, format: MemoryFormat) -> Result<Tensor> {
         if format == MemoryFormat::ChannelsLast && self.rank() != 4 {
             return Err(Error::invalid(
@@ -54,6 +59,11 @@ impl Tensor {
         Ok(Tensor::record(out, "to_memory_format", &[self], |_| {
             |g: &Tensor| Ok(vec![Some(g.clone())])
         }))
+    }
+
+    /// A copy of the values with `format`'s exact strides (no history).
+    pub(crate) fn copy_in_format(&self, format: MemoryFormat) -> Result<Tensor> {
+        self.copy_with_strides(format_strides(self.shape(), format))
     }
 
     /// A copy of the values stored in the dense order of `strides` (no history).

@@ -131,15 +131,9 @@ impl Tensor {
         Tensor::with_storage(storage, Layout::contiguous(shape))
     }
 
-    /// [`from_storage`](Self::from_storage) with `like`'s shape (its layout reused
-    /// when it is already contiguous from offset 0).
+    /// [`from_storage`](Self::from_storage) with `like`'s shape.
     pub(crate) fn from_storage_like(storage: Storage, like: &Layout) -> Tensor {
-        let layout = if like.offset() == 0 && like.is_contiguous() {
-            like.clone()
-        } else {
-            Layout::contiguous(like.shape())
-        };
-        Tensor::with_storage(storage, layout)
+        Tensor::with_storage(storage, Layout::contiguous(like.shape()))
     }
 
     /// A view of the same storage with another layout (no autograd history: view
@@ -451,7 +445,9 @@ impl Tensor {
     }
 
     /// This tensor on `device`: the same tensor when already there, else a copy
-    /// (contiguous). Gradients flow back to the source device.
+    /// laid out as PyTorch's `preserve_format` lays it (a dense layout keeps its
+    /// strides: a channels-last tensor stays channels-last). Gradients flow back
+    /// to the source device.
     ///
     /// A copy to a GPU returns once the values are staged in pinned host memory; it
     /// does not wait for the GPU (the copy runs in order with the device's other

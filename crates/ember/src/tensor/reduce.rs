@@ -630,7 +630,9 @@ impl Tensor {
 
 impl Tensor {
     /// Whether the multi-tensor ops take `tensors`: on one GPU or meta, one dtype
-    /// (f32 or f64), contiguous, every storage once (each is locked by the op).
+    /// (f32 or f64), each dense (its elements fill the `numel` places from its
+    /// offset: row-major, or channels-last and the like), every storage once (each
+    /// is locked by the op).
     pub(crate) fn foreach_ready<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> bool {
         let mut tensors = tensors.into_iter().peekable();
         let Some(first) = tensors.peek() else {
@@ -645,7 +647,7 @@ impl Tensor {
             && tensors.all(|t| {
                 t.device() == dev
                     && t.dtype() == dt
-                    && t.is_contiguous()
+                    && (t.is_contiguous() || t.layout().is_non_overlapping_and_dense())
                     && seen.insert(t.storage_key())
             })
     }

@@ -661,6 +661,31 @@ def memory_format_cases():
     def p_zeros_like(L):
         return [torch.zeros_like(c(L["x"])), torch.full_like(c(L["x"]), 2.0)], None, []
 
+    # copies of layouts that are not dense keep their order (infer_dense_strides)
+    def p_preserve_strided(L):
+        xs = c(L["x"])[:, :, ::2]
+        at = L["a"].t()[:, ::2]
+        y = xs.to(torch.float64)
+        return [torch.zeros_like(xs), y, torch.ones_like(at), at.exp()], (y * y).sum(), []
+
+    def p_adaptive_uneven(L):
+        y = F.adaptive_avg_pool2d(c(L["x"]), (2, 3)); return [y], (y * y).sum(), []
+
+    # an op on a result whose size-1 dims have channels-last strides: row-major out
+    def p_after_pooled(L):
+        y = F.adaptive_avg_pool2d(c(L["x"]), 1); z = y.relu(); u = y * 2.0
+        return [y, z, u], (z * u).sum(), []
+
+    # model.to(memory_format=...) gives a 1 x 1 kernel channels-last's exact strides,
+    # and its convolution of a row-major input is channels-last
+    def p_module_1x1(L):
+        conv = torch.nn.Conv2d(3, 4, 1, bias=False, dtype=f32)
+        with torch.no_grad():
+            conv.weight.copy_(L["w"][:, :, :1, :1])
+        conv = conv.to(memory_format=cl)
+        y = conv(L["x"]); (y * y).sum().backward()
+        return [conv.weight, y, conv.weight.grad], None, []
+
     out = []
     torch.manual_seed(11)
     base = {"x": torch.randn(2, 3, 5, 4, dtype=f32), "x2": torch.randn(2, 3, 5, 4, dtype=f32),

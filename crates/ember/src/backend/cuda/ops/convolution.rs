@@ -131,7 +131,7 @@ fn kconv(s: &ConvShape) -> KConv {
 }
 
 /// The input and weight gradients of [`conv2d`] from the output's gradient `gy`
-/// (contiguous `[n, o, oh, ow]`), each where `need` asks for it.
+/// (dense `[n, o, oh, ow]` in the operands' order), each where `need` asks for it.
 pub(crate) fn conv2d_backward(
     (x, lx): (&CudaStorage, &Layout),
     (w, lw): (&CudaStorage, &Layout),
@@ -333,7 +333,8 @@ fn weight_product(
     Ok(out)
 }
 
-/// Runs `pass` on two operands (contiguous from their element offsets: `(x, w)`
+/// Runs `pass` on two operands (dense from their element offsets, in the
+/// geometry's order: `(x, w)`
 /// forward, `(w, dy)` for the input gradient, `(x, dy)` for the weight gradient)
 /// and returns the third, newly allocated.
 pub(crate) fn conv_pass(
@@ -359,9 +360,10 @@ pub(crate) fn conv_pass(
         w,
         y,
     };
-    // SAFETY: each pointer addresses a contiguous array of its operand's size: the
-    // inputs are contiguous tensors of these shapes (checked by conv2d) and the
-    // output was just allocated.
+    // SAFETY: each pointer addresses a dense array of its operand's size in the
+    // geometry's order: the tensor layer's conv2d checks the shapes and lays the
+    // operands out (row-major, or channels-last where `geom.nhwc`), and the output
+    // was just allocated.
     unsafe { dev.conv(&call)? };
     dnn::count_pass(geom.nhwc);
     Ok(out)
