@@ -174,10 +174,16 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (a, b) = (self.as_dtype(dt)?, b.as_dtype(dt)?);
         let same = a.shape() == b.shape();
-        if same && a.is_contiguous() && b.is_contiguous() {
-            // the common case: nothing to broadcast or reorder
+        if same && a.is_contiguous() && !a.shape().contains(&1) {
+            // the common case: nothing to broadcast, and a row-major first operand
+            // without size-1 dims orders the result row-major whatever the other's
+            // layout (it tells every two dims apart)
             let out = with_storages2(&a, &b, |sa, sb| f(sa, a.layout(), sb, b.layout()))?;
-            return Ok(Tensor::from_storage_like(out, a.layout()));
+            let layout = match a.layout().offset() {
+                0 => a.layout().clone(),
+                _ => Layout::contiguous(a.shape()),
+            };
+            return Ok(Tensor::with_storage(out, layout));
         }
         let shape = broadcast_shapes(op, a.shape(), b.shape())?;
         let (la, lb) = (a.layout_as(op, &shape)?, b.layout_as(op, &shape)?);

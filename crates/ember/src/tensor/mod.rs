@@ -131,9 +131,16 @@ impl Tensor {
         Tensor::with_storage(storage, Layout::contiguous(shape))
     }
 
-    /// [`from_storage`](Self::from_storage) with `like`'s shape.
+    /// [`from_storage`](Self::from_storage) with `like`'s shape (its layout
+    /// reused where it is contiguous from offset 0 without size-1 dims, whose
+    /// strides could be other than row-major's).
     pub(crate) fn from_storage_like(storage: Storage, like: &Layout) -> Tensor {
-        Tensor::with_storage(storage, Layout::contiguous(like.shape()))
+        let layout = if like.offset() == 0 && !like.shape().contains(&1) && like.is_contiguous() {
+            like.clone()
+        } else {
+            Layout::contiguous(like.shape())
+        };
+        Tensor::with_storage(storage, layout)
     }
 
     /// A view of the same storage with another layout (no autograd history: view
