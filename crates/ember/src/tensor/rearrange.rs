@@ -301,7 +301,13 @@ impl Tensor {
         if t.same_storage(self) {
             t = t.copy()?;
         }
-        Ok(t)
+        // PyTorch's constant, reflection and replication pads keep the input's
+        // memory format; circular padding's result is row-major
+        let format = match mode {
+            PadMode::Circular => crate::layout::MemoryFormat::Contiguous,
+            _ => self.suggest_memory_format(),
+        };
+        t.laid_out(format)
     }
 
     /// `l` elements of `value` before and `r` after along `d` (negative: cropped).

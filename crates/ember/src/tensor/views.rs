@@ -333,7 +333,13 @@ impl Tensor {
             shape[d] = shape[d].saturating_add(t.shape()[d]);
         }
         let n = checked_numel("cat", &shape)?;
-        let full = Layout::contiguous(&shape);
+        // channels-last where every input suggests it, as PyTorch's cat
+        let cl = crate::layout::MemoryFormat::ChannelsLast;
+        let format = match tensors.iter().all(|t| t.suggest_memory_format() == cl) {
+            true => cl,
+            false => crate::layout::MemoryFormat::Contiguous,
+        };
+        let full = Layout::with_strides(&shape, crate::layout::format_strides(&shape, format));
         let mut out = Storage::empty(first.device(), dtype, n)?;
         let mut at = 0;
         for t in tensors {
@@ -343,7 +349,7 @@ impl Tensor {
             t.read().copy_into(t.layout(), &mut out, &dst)?;
             at += len;
         }
-        let out = Tensor::from_storage(out, &shape);
+        let out = Tensor::with_storage(out, full);
         Ok(Tensor::record(out, "cat", tensors, |_| {
             let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
             move |g: &Tensor| {

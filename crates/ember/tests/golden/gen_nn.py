@@ -676,6 +676,16 @@ def memory_format_cases():
         y = F.adaptive_avg_pool2d(c(L["x"]), 1); z = y.relu(); u = y * 2.0
         return [y, z, u], (z * u).sum(), []
 
+    # cat keeps channels-last where every input has it; constant, reflection and
+    # replication pads keep the input's format, circular padding does not
+    def p_cat_and_pad(L):
+        xc = c(L["x"])
+        ys = [torch.cat([xc, c(L["x2"])], 1), torch.cat([xc, L["x2"]], 1), torch.cat([xc, xc], 0),
+              F.pad(xc, (1, 2, 1, 1)), F.pad(xc, (1, 1, 1, 1), mode="reflect"),
+              F.pad(xc, (1, 1, 2, 0), mode="replicate"), F.pad(xc, (1, 1, 0, 0), mode="circular"),
+              F.pad(xc, (-1, 1, 0, 0))]
+        return ys, sum((y * y).sum() for y in ys), []
+
     # model.to(memory_format=...) gives a 1 x 1 kernel channels-last's exact strides,
     # and its convolution of a row-major input is channels-last
     def p_module_1x1(L):

@@ -5,7 +5,7 @@
 use super::{assert_close, vals};
 use ember::nn::{self, BatchNormOptions, Module};
 use ember::prelude::*;
-use ember::MemoryFormat;
+use ember::{MemoryFormat, PadMode};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -230,6 +230,26 @@ fn program(name: &str, l: &BTreeMap<String, Tensor>) -> Result<(Vec<Tensor>, Opt
             let g = conv.weight.grad().unwrap();
             (vec![conv.weight.clone(), y, g], None)
         }
+        "cat_and_pad" => {
+            let xc = c("x")?;
+            let x2c = c("x2")?;
+            let pad = |p: [i64; 4], mode| xc.pad(&p, mode);
+            let ys = vec![
+                Tensor::cat(&[&xc, &x2c], 1)?,
+                Tensor::cat(&[&xc, t("x2")], 1)?,
+                Tensor::cat(&[&xc, &xc], 0)?,
+                pad([1, 2, 1, 1], PadMode::Constant(0.0))?,
+                pad([1, 1, 1, 1], PadMode::Reflect)?,
+                pad([1, 1, 2, 0], PadMode::Replicate)?,
+                pad([1, 1, 0, 0], PadMode::Circular)?,
+                pad([-1, 1, 0, 0], PadMode::Constant(0.0))?,
+            ];
+            let mut loss = ys[0].mul(&ys[0])?.sum_all()?;
+            for y in &ys[1..] {
+                loss = loss.add(&y.mul(y)?.sum_all()?)?;
+            }
+            (ys, Some(loss))
+        }
         other => panic!("no memory-format program {other} (gen_nn.py and format.rs disagree)"),
     })
 }
@@ -261,7 +281,7 @@ fn memory_format_programs_match_pytorch(dev: &Device) -> Result<()> {
         .map(|k| k.as_str().unwrap().to_string())
         .collect();
     let programs = s["programs"].as_array().unwrap();
-    assert!(programs.len() >= 22);
+    assert!(programs.len() >= 23);
     for p in programs {
         let name = p["name"].as_str().unwrap();
         let mut l = BTreeMap::new();
