@@ -312,19 +312,24 @@ impl Layout {
     /// A view with `shape` over the same elements, when the strides allow one
     /// (PyTorch's `view` rule); `None` when a copy is needed.
     pub(crate) fn view(&self, shape: &[usize]) -> Option<Layout> {
-        if shape == self.shape.as_slice() {
-            // the same shape keeps its strides (a size-1 dim's too), as PyTorch's
-            return Some(self.clone());
-        }
-        if self.is_contiguous() {
-            return Some(Layout {
-                shape: Dims::from_slice(shape),
-                strides: contiguous_strides(shape),
-                offset: self.offset,
+        let canonical = || Layout {
+            shape: Dims::from_slice(shape),
+            strides: contiguous_strides(shape),
+            offset: self.offset,
+        };
+        if self.numel() == 0 {
+            // an empty layout views as any shape: its own strides for its own shape,
+            // else row-major ones (PyTorch's rule)
+            return Some(match shape == self.shape.as_slice() {
+                true => self.clone(),
+                false => canonical(),
             });
         }
-        if self.numel() == 0 {
-            return None;
+        // row-major with row-major strides on every dim: the common case; a size-1
+        // dim with another stride (a channels-last [n, c, 1, 1]) goes through the
+        // general rule, which keeps what PyTorch keeps
+        if self.is_contiguous() && self.strides == contiguous_strides(&self.shape) {
+            return Some(canonical());
         }
         // Walk the old dims from the back in chunks that are contiguous among
         // themselves; each chunk must be covered exactly by a run of new dims.
@@ -650,6 +655,26 @@ mod tests {
         assert!(are_leading(&[0, 1]) && !are_leading(&[1]) && !are_leading(&[0, 2]));
         assert!(are_trailing(&[1, 2], 3) && are_trailing(&[2], 3));
         assert!(!are_trailing(&[1], 3) && !are_trailing(&[0, 2], 3));
+    }
+
+    #[test]
+    fn views_follow_pytorchs_strides() {
+        let l = |shape: &[usize], strides: &[usize]| {
+            Layout::with_strides(shape, Dims::from_slice(strides))
+        };
+        let strides = |v: Option<Layout>| v.map(|v| v.strides().to_vec());
+        // (PyTorch 2.15's strides for each)
+        let cl = l(&[2, 3, 1, 1], &[3, 1, 3, 3]);
+        assert_eq!(strides(cl.view(&[2, 3, 1, 1])), Some(vec![3, 1, 3, 3]));
+        assert_eq!(strides(cl.view(&[2, 3])), Some(vec![3, 1]));
+        let odd = l(&[2, 1, 3], &[3, 100, 1]);
+        assert_eq!(strides(odd.view(&[2, 1, 3])), Some(vec![3, 3, 1]));
+        assert_eq!(strides(odd.view(&[6])), Some(vec![1]));
+        let sliced = l(&[2, 3, 1, 5], &[60, 20, 20, 1]);
+        assert_eq!(strides(sliced.view(&[2, 3, 1, 5])), Some(vec![60, 20, 5, 1]));
+        let empty = l(&[2, 0, 3], &[0, 3, 1]);
+        assert_eq!(strides(empty.view(&[2, 0, 3])), Some(vec![0, 3, 1]));
+        assert_eq!(strides(empty.view(&[0, 6])), Some(vec![6, 1]));
     }
 
     #[test]

@@ -174,10 +174,10 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (a, b) = (self.as_dtype(dt)?, b.as_dtype(dt)?);
         let same = a.shape() == b.shape();
-        if same && a.is_contiguous() && !a.shape().contains(&1) {
+        if same && a.shape().iter().all(|&n| n > 1) && a.is_contiguous() {
             // the common case: nothing to broadcast, and a row-major first operand
-            // without size-1 dims orders the result row-major whatever the other's
-            // layout (it tells every two dims apart)
+            // without size-1 (or empty) dims orders the result row-major whatever
+            // the other's layout (it tells every two dims apart)
             let out = with_storages2(&a, &b, |sa, sb| f(sa, a.layout(), sb, b.layout()))?;
             let layout = match a.layout().offset() {
                 0 => a.layout().clone(),

@@ -132,10 +132,11 @@ impl Tensor {
     }
 
     /// [`from_storage`](Self::from_storage) with `like`'s shape (its layout
-    /// reused where it is contiguous from offset 0 without size-1 dims, whose
-    /// strides could be other than row-major's).
+    /// reused where it is contiguous from offset 0 without size-1 or empty dims,
+    /// whose strides could be other than row-major's).
     pub(crate) fn from_storage_like(storage: Storage, like: &Layout) -> Tensor {
-        let layout = if like.offset() == 0 && !like.shape().contains(&1) && like.is_contiguous() {
+        let plain = like.shape().iter().all(|&n| n > 1);
+        let layout = if like.offset() == 0 && plain && like.is_contiguous() {
             like.clone()
         } else {
             Layout::contiguous(like.shape())

@@ -299,7 +299,11 @@ impl Tensor {
                 let dtype = tensors
                     .iter()
                     .fold(kept[0].dtype(), |a, t| DType::promote(a, t.dtype()));
-                return Tensor::cat(&kept, dim)?.to_dtype(dtype);
+                // the skipped tensors still count against channels-last, as in
+                // PyTorch (a 1-d tensor suggests row-major)
+                return Tensor::cat(&kept, dim)?
+                    .to_dtype(dtype)?
+                    .laid_out(crate::layout::MemoryFormat::Contiguous);
             }
         }
         let d = normalize_dim("cat", dim, first.rank())?;
