@@ -671,7 +671,10 @@ mod tests {
         assert_eq!(strides(odd.view(&[2, 1, 3])), Some(vec![3, 3, 1]));
         assert_eq!(strides(odd.view(&[6])), Some(vec![1]));
         let sliced = l(&[2, 3, 1, 5], &[60, 20, 20, 1]);
-        assert_eq!(strides(sliced.view(&[2, 3, 1, 5])), Some(vec![60, 20, 5, 1]));
+        assert_eq!(
+            strides(sliced.view(&[2, 3, 1, 5])),
+            Some(vec![60, 20, 5, 1])
+        );
         let empty = l(&[2, 0, 3], &[0, 3, 1]);
         assert_eq!(strides(empty.view(&[2, 0, 3])), Some(vec![0, 3, 1]));
         assert_eq!(strides(empty.view(&[0, 6])), Some(vec![6, 1]));
