@@ -6,7 +6,7 @@
 
 use super::Storages;
 use crate::backend::op::{channel_shape, stat_dtype};
-use crate::layout::{format_strides, Layout, MemoryFormat};
+use crate::layout::MemoryFormat;
 use crate::{
     error::{Error, Result},
     tensor::Tensor,
@@ -104,8 +104,8 @@ impl Tensor {
                 None => shift,
             };
             // the output (and the input's gradient) in the input's memory format
-            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?)?;
-            let y = from_channel_view(y, &shape, cl).laid_out(format)?;
+            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?, (&shape, cl))?;
+            let y = y.laid_out(format)?;
             Ok((y, mean, var, invstd, w))
         })?;
         let (has_w, has_b) = (weight.is_some(), bias.is_some());
@@ -139,8 +139,8 @@ impl Tensor {
                         Tensor::stack(&[&k, &k.zeros_like()?], 0)?
                     };
                     let q = batch.then_some(&x);
-                    let gx = g.channel_affine(q, &coefs)?;
-                    Some(from_channel_view(gx, &shape, cl).laid_out(format)?)
+                    let gx = g.channel_affine(q, &coefs, (&shape, cl))?;
+                    Some(gx.laid_out(format)?)
                 } else {
                     None
                 };
@@ -167,8 +167,15 @@ impl Tensor {
     }
 
     /// [`BackendStorage::channel_affine`](crate::backend::primitives) of this
-    /// contiguous tensor (and `q`, contiguous, of its shape) with `coefs` `[k, C]`.
-    fn channel_affine(&self, q: Option<&Tensor>, coefs: &Tensor) -> Result<Tensor> {
+    /// contiguous tensor (and `q`, contiguous, of its shape) with `coefs` `[k, C]`,
+    /// as a tensor of `dims` (the input's shape) in channels-last order where `cl`
+    /// (this tensor then being [`channel_view`]'s view), else row-major.
+    fn channel_affine(
+        &self,
+        q: Option<&Tensor>,
+        coefs: &Tensor,
+        (dims, cl): (&[usize], bool),
+    ) -> Result<Tensor> {
         let coefs = coefs.contiguous()?;
         let mut ts = vec![self, &coefs];
         ts.extend(q);
@@ -177,7 +184,7 @@ impl Tensor {
         let out = st
             .get(0)
             .channel_affine(self.layout(), q, (st.get(1), coefs.layout()))?;
-        Ok(Tensor::from_storage(out, self.shape()))
+        Ok(Tensor::from_storage_in(out, dims, cl))
     }
 
     /// `[2, C]`: per channel `Σ g` and `Σ g · (x - mean)` of contiguous `g` and `x`.
@@ -203,18 +210,4 @@ fn channel_view(t: &Tensor, cl: bool) -> Result<Tensor> {
     }
     let [n, c, h, w] = [t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]];
     t.permute([0, 2, 3, 1])?.reshape([n * h * w, c, 1])
-}
-
-/// A primitive's fresh result over [`channel_view`]'s view as a tensor of
-/// `shape`, channels-last where `cl`.
-fn from_channel_view(t: Tensor, shape: &[usize], cl: bool) -> Tensor {
-    let f = match cl {
-        true => MemoryFormat::ChannelsLast,
-        false => MemoryFormat::Contiguous,
-    };
-    t.alias(
-        Layout::with_strides(shape, format_strides(shape, f)),
-        false,
-        None,
-    )
 }

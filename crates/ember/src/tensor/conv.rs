@@ -4,7 +4,7 @@
 use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
 use crate::backend::Storage;
-use crate::layout::{checked_numel, format_strides, Layout, MemoryFormat};
+use crate::layout::{checked_numel, MemoryFormat};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -243,31 +243,14 @@ impl Tensor {
                 nhwc: true,
                 ..shape
             });
-        // each pass's operands and results in one order: channels-last (`cl`) or
-        // row-major
-        let order = |t: Tensor, cl: bool| {
-            if cl {
-                t.to_memory_format(MemoryFormat::ChannelsLast)
-            } else {
-                t.contiguous()
-            }
-        };
-        let result = |s: Storage, dims: &[usize], cl: bool| {
-            let f = if cl {
-                MemoryFormat::ChannelsLast
-            } else {
-                MemoryFormat::Contiguous
-            };
-            Tensor::with_storage(s, Layout::with_strides(dims, format_strides(dims, f)))
-        };
         let ng = crate::autograd::no_grad_guard();
         // kept for backward in their own dtype (a half-precision input costs half
         // the memory of its float32 copy, which lives only while it is used)
-        let (xk, wk) = (order(self.clone(), nhwc)?, order(weight.clone(), nhwc)?);
+        let (xk, wk) = (self.in_order(nhwc)?, weight.in_order(nhwc)?);
         let forward = |work: DType, cl: bool| -> Result<Tensor> {
             let (x, wt) = (
-                order(xk.to_dtype(work)?, cl)?,
-                order(wk.to_dtype(work)?, cl)?,
+                xk.to_dtype(work)?.in_order(cl)?,
+                wk.to_dtype(work)?.in_order(cl)?,
             );
             let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
             let mut ts = vec![&x, &wt];
@@ -278,24 +261,15 @@ impl Tensor {
             let y = st
                 .get(0)
                 .conv2d(x.layout(), (st.get(1), wt.layout()), b, &s)?;
-            Ok(result(y, &[n, o, oh, ow], cl))
+            Ok(Tensor::from_storage_in(y, &[n, o, oh, ow], cl))
         };
-        let run = |cl: bool| match (half, native) {
-            (false, _) => forward(dtype, cl),
-            (true, false) => forward(DType::F32, false),
-            (true, true) => forward(dtype, cl).or_else(|e| {
-                Storage::log_conv_fallback("forward", dtype, &e, "computed in float32");
-                forward(DType::F32, false)
-            }),
+        let paths = Paths {
+            dtype,
+            half,
+            native,
+            nhwc,
         };
-        let y = if nhwc {
-            run(true).or_else(|e| {
-                Storage::log_conv_fallback("forward", dtype, &e, "computed row-major");
-                run(false)
-            })?
-        } else {
-            run(false)?
-        };
+        let y = paths.run("forward", forward)?;
         let out = y.to_dtype(dtype)?.laid_out(format)?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
@@ -304,10 +278,10 @@ impl Tensor {
             let (x, wt) = (x.get()?, wt.get()?);
             let backward = |work: DType, cl: bool| -> Result<ConvGrads> {
                 let (x, wt) = (
-                    order(x.to_dtype(work)?, cl)?,
-                    order(wt.to_dtype(work)?, cl)?,
+                    x.to_dtype(work)?.in_order(cl)?,
+                    wt.to_dtype(work)?.in_order(cl)?,
                 );
-                let gc = order(gy.to_dtype(work)?, cl)?;
+                let gc = gy.to_dtype(work)?.in_order(cl)?;
                 let st = Storages::read(&[&x, &wt, &gc]);
                 let (gx, gw) = st.get(0).conv2d_backward(
                     x.layout(),
@@ -317,30 +291,54 @@ impl Tensor {
                     need,
                 )?;
                 Ok((
-                    gx.map(|s| result(s, &[n, c, h, w], cl).laid_out(format))
+                    gx.map(|s| Tensor::from_storage_in(s, &[n, c, h, w], cl).laid_out(format))
                         .transpose()?,
                     // in the weight's own format, whichever order the pass ran in
-                    gw.map(|s| result(s, &[o, cg, kh, kw], cl).laid_out(wformat))
+                    gw.map(|s| Tensor::from_storage_in(s, &[o, cg, kh, kw], cl).laid_out(wformat))
                         .transpose()?,
                 ))
             };
-            let run = |cl: bool| match (half, native) {
-                (false, _) => backward(dtype, cl),
-                (true, false) => backward(DType::F32, false),
-                (true, true) => backward(dtype, cl).or_else(|e| {
-                    Storage::log_conv_fallback("backward", dtype, &e, "computed in float32");
-                    backward(DType::F32, false)
-                }),
-            };
-            if nhwc {
-                run(true).or_else(|e| {
-                    Storage::log_conv_fallback("backward", dtype, &e, "computed row-major");
-                    run(false)
-                })
-            } else {
-                run(false)
-            }
+            paths.run("backward", backward)
         }))
+    }
+}
+
+/// Which paths a convolution's passes may take, most wanted first: channels-last
+/// operands as they lie (`nhwc`: the device takes them), f16/bf16 in their own
+/// dtype (`native`), else row-major and (for half types) in float32.
+#[derive(Clone, Copy)]
+struct Paths {
+    dtype: DType,
+    half: bool,
+    native: bool,
+    nhwc: bool,
+}
+
+impl Paths {
+    /// `pass(work dtype, channels-last)` on the first path that runs, each
+    /// refusal logged (`EMBER_CUDNN_LOG`) before the next is tried.
+    fn run<T>(self, name: &str, pass: impl Fn(DType, bool) -> Result<T>) -> Result<T> {
+        let Paths {
+            dtype,
+            half,
+            native,
+            nhwc,
+        } = self;
+        let in_order = |cl: bool| match (half, native) {
+            (false, _) => pass(dtype, cl),
+            (true, false) => pass(DType::F32, false),
+            (true, true) => pass(dtype, cl).or_else(|e| {
+                Storage::log_conv_fallback(name, dtype, &e, "computed in float32");
+                pass(DType::F32, false)
+            }),
+        };
+        match nhwc {
+            true => in_order(true).or_else(|e| {
+                Storage::log_conv_fallback(name, dtype, &e, "computed row-major");
+                in_order(false)
+            }),
+            false => in_order(false),
+        }
     }
 }
 

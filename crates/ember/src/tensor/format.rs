@@ -61,6 +61,26 @@ impl Tensor {
         }))
     }
 
+    /// This tensor dense in channels-last order (`cl`) or row-major, as a
+    /// primitive that computes in that order takes it: itself where it already
+    /// is, else a copy.
+    pub(crate) fn in_order(&self, cl: bool) -> Result<Tensor> {
+        match cl {
+            true => self.to_memory_format(MemoryFormat::ChannelsLast),
+            false => self.contiguous(),
+        }
+    }
+
+    /// A primitive's fresh result, written in channels-last order (`cl`) or
+    /// row-major, as a tensor of `dims` (the order's exact strides).
+    pub(crate) fn from_storage_in(storage: Storage, dims: &[usize], cl: bool) -> Tensor {
+        let f = match cl {
+            true => MemoryFormat::ChannelsLast,
+            false => MemoryFormat::Contiguous,
+        };
+        Tensor::with_storage(storage, Layout::with_strides(dims, format_strides(dims, f)))
+    }
+
     /// A copy of the values with `format`'s exact strides (no history).
     pub(crate) fn copy_in_format(&self, format: MemoryFormat) -> Result<Tensor> {
         self.copy_with_strides(format_strides(self.shape(), format))
@@ -88,7 +108,7 @@ impl Tensor {
         if self.stride() == strides.as_slice() {
             return Ok(self);
         }
-        let node = self.0.node.lock().expect("node lock").clone();
+        let node = self.node();
         if self.is_contiguous_in(format) && self.layout().offset() == 0 {
             let layout = Layout::with_strides(self.shape(), strides);
             return Ok(self.alias(layout, self.0.is_view, node));

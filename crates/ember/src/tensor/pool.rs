@@ -3,8 +3,7 @@
 
 use super::Tensor;
 use crate::backend::op::{Pool, PoolShape, Window};
-use crate::backend::Storage;
-use crate::layout::{checked_numel, format_strides, Layout, MemoryFormat};
+use crate::layout::{checked_numel, MemoryFormat};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -153,25 +152,17 @@ impl Tensor {
             win,
             nhwc: cl.then(|| self.shape()[1]),
         };
-        let order = move |t: Tensor| match cl {
-            true => t.to_memory_format(MemoryFormat::ChannelsLast),
-            false => t.contiguous(),
-        };
-        let laid = move |s: Storage, dims: &[usize]| {
-            let f = match cl {
-                true => MemoryFormat::ChannelsLast,
-                false => MemoryFormat::Contiguous,
-            };
-            Tensor::with_storage(s, Layout::with_strides(dims, format_strides(dims, f)))
-        };
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh, ow]);
         let (pooled, index) = {
             let _ng = crate::autograd::no_grad_guard();
-            let x = order(self.to_dtype(work)?)?;
+            let x = self.to_dtype(work)?.in_order(cl)?;
             let (out, index) = x.read().pool2d(x.layout(), &ps, kind, want_index)?;
             // the index lies as the output does (the backward pass reads it so)
-            (laid(out, &shape), index.map(|i| laid(i, &shape)))
+            (
+                Tensor::from_storage_in(out, &shape, cl),
+                index.map(|i| Tensor::from_storage_in(i, &shape, cl)),
+            )
         };
         if int {
             // integers have no gradient
@@ -199,13 +190,13 @@ impl Tensor {
         Ok(Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
-                let gc = order(g.to_dtype(work)?)?;
+                let gc = g.to_dtype(work)?.in_order(cl)?;
                 let gx = {
                     let idx = index.as_ref().map(|i| i.read());
                     gc.read()
                         .pool2d_backward(gc.layout(), idx.as_deref(), &ps, kind)?
                 };
-                let gx = laid(gx, &xshape).to_dtype(xdt)?;
+                let gx = Tensor::from_storage_in(gx, &xshape, cl).to_dtype(xdt)?;
                 Ok(vec![Some(gx.laid_out(format)?)])
             }
         }))
