@@ -73,8 +73,8 @@ pub fn run() -> ember::Result<()> {
         (false, _) => "off",
     };
     println!(
-        "  convolutions through cuDNN: {state} (EMBER_CUDNN=1 or ember::cuda::cudnn::set_enabled \
-         switches them on where cuDNN is found)"
+        "  convolutions through cuDNN: {state} (on by default where cuDNN is found; EMBER_CUDNN=0 \
+         or ember::cuda::cudnn::set_enabled(false) sends them to ember's own im2col path)"
     );
     match cuda::include_dirs().first() {
         Some(d) => println!("  headers (cuda_fp16.h): {}", d.display()),

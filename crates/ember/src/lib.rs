@@ -105,13 +105,15 @@ pub mod cuda {
     };
     pub use crate::backend::cuda::{current_stream, default_stream, with_stream, Graph, Stream};
 
-    /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): off by default
-    /// until ember's cuDNN path has run on a GPU; `set_enabled(true)` or
-    /// `EMBER_CUDNN=1` switches it on where the library is found.
+    /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): on by default
+    /// where the library is found; `set_enabled(false)` or `EMBER_CUDNN=0` sends
+    /// them to ember's own im2col path. `set_benchmark(true)` times cuDNN's
+    /// algorithms once per shape (`torch.backends.cudnn.benchmark`).
     pub mod cudnn {
         pub use crate::backend::cuda::cudnn::{
-            allow_tf32, channels_last_convolutions, convolutions, enabled, in_use, is_available,
-            set_allow_tf32, set_enabled, unavailable_reason, version,
+            allow_tf32, benchmark, channels_last_convolutions, convolutions, enabled, in_use,
+            is_available, set_allow_tf32, set_benchmark, set_enabled, set_workspace_limit,
+            unavailable_reason, version, workspace_limit,
         };
     }
 }

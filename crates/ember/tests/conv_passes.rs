@@ -3,7 +3,9 @@
 //! output and gradients equal the CPU's, and the memory estimate, whose meta
 //! mirror follows the same passes, still equals the allocator's peak.
 //!
-//! Its own test binary, because the budget is read once per process.
+//! These are ember's own im2col convolutions: cuDNN, which GPUs use by default, is
+//! switched off here. Its own test binary, because the budget is read once per
+//! process and the switch is global.
 
 mod common;
 
@@ -22,6 +24,7 @@ fn budget() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("EMBER_CONV_PATCH_BYTES", BUDGET);
+    ember::cuda::cudnn::set_enabled(false);
     guard
 }
 

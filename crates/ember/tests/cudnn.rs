@@ -87,15 +87,20 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
     // about 1e-3 of the values' scale; float16 and bfloat16 in their own dtype
     // (float32 accumulation, one rounding: the CPU's convolves them in float32 and
     // rounds once, so the two differ by at most a unit in the last place)
+    // and, timed (`set_benchmark`), float32 with TF32 and bfloat16: each shape's
+    // algorithms are those cuDNN's search found fastest on the GPU
     let configs = [
-        (DType::F32, false),
-        (DType::F32, true),
-        (DType::F64, false),
-        (DType::F16, true),
-        (DType::BF16, true),
+        (DType::F32, false, false),
+        (DType::F32, true, false),
+        (DType::F64, false, false),
+        (DType::F16, true, false),
+        (DType::BF16, true, false),
+        (DType::F32, true, true),
+        (DType::BF16, true, true),
     ];
-    for (dtype, tf32) in configs {
+    for (dtype, tf32, timed) in configs {
         cudnn::set_allow_tf32(tf32);
+        cudnn::set_benchmark(timed);
         let tol = match (dtype, tf32) {
             (DType::F64, _) => 1e-10,
             (DType::F16, _) => 2e-3,
@@ -126,6 +131,7 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
         }
     }
     cudnn::set_allow_tf32(true);
+    cudnn::set_benchmark(false);
     // every case ran its three passes through cuDNN, the half ones too (in their
     // own dtype: nothing fell back to float32)
     assert_eq!(
@@ -144,7 +150,6 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
         let d = got.cpu()?.max_abs_diff(&want)?;
         assert!(d < 0.1, "{dt}: max difference {d}");
     }
-    cudnn::set_enabled(false);
     Ok(())
 }
 
@@ -228,7 +233,6 @@ fn channels_last_convolutions_run_nhwc() -> Result<()> {
         }
     }
     cudnn::set_allow_tf32(true);
-    cudnn::set_enabled(false);
     Ok(())
 }
 
@@ -259,7 +263,99 @@ fn empty_batches_and_the_switch() -> Result<()> {
     let y = x.conv2d(&w, None, Conv2dOptions::default())?;
     assert_eq!(y.to_vec::<f32>()?, vec![27.0; 4 * 3 * 3]);
     assert_eq!(cudnn::convolutions(), before);
+    cudnn::set_enabled(true);
     Ok(())
+}
+
+/// The switches' defaults are PyTorch's: convolutions through cuDNN where it loads
+/// (unless `EMBER_CUDNN=0`), algorithms from its heuristics rather than timed
+/// (unless `EMBER_CUDNN_BENCHMARK=1`); each pass's workspace at most 64 MiB.
+#[test]
+fn the_switches_default_as_pytorchs() {
+    let _turn = turn();
+    let env = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string());
+    let off = env("EMBER_CUDNN").is_some_and(|v| matches!(v.as_str(), "0" | "false" | "off"));
+    assert_eq!(cudnn::enabled(), !off);
+    let timed =
+        env("EMBER_CUDNN_BENCHMARK").is_some_and(|v| matches!(v.as_str(), "1" | "true" | "on"));
+    assert_eq!(cudnn::benchmark(), timed);
+    assert_eq!(cudnn::workspace_limit(), 64 << 20);
+}
+
+/// Each cuDNN pass takes the batch's im2col patch size, at most the workspace
+/// limit, from the caching allocator: the device's peak over a forward pass is
+/// the output plus that, as the meta device's estimate says, and a small limit
+/// still finds algorithms (cuDNN's implicit-GEMM ones need none) with the CPU's
+/// values. A limit of 0 is refused and changes nothing.
+#[test]
+fn the_workspace_limit_bounds_each_pass() -> Result<()> {
+    let _turn = turn();
+    let err = cudnn::set_workspace_limit(0).unwrap_err().to_string();
+    assert!(err.contains("workspace limit of 0"), "{err}");
+    assert_eq!(cudnn::workspace_limit(), 64 << 20);
+    let Some(dev) = cudnn_gpu("the_workspace_limit_bounds_each_pass") else {
+        return Ok(());
+    };
+    if std::env::var_os("EMBER_CUDA_NO_CACHING").is_some() {
+        eprintln!(
+            "skipped the_workspace_limit_bounds_each_pass: EMBER_CUDA_NO_CACHING is set, \
+             and the comparison is of the caching allocator"
+        );
+        return Ok(());
+    }
+    cudnn::set_enabled(true);
+    ember::manual_seed(9);
+    let cpu = Device::Cpu;
+    // [2, 4, 16, 16] * [8, 4, 3, 3], padded: the output 16 KiB, the patches
+    // 2 · 36 · 256 · 4 bytes = 72 KiB (both whole blocks of the allocator)
+    let x = Tensor::randn([2, 4, 16, 16], &cpu)?;
+    let w = Tensor::randn([8, 4, 3, 3], &cpu)?;
+    let opts = Conv2dOptions::default().padding(1);
+    let want = x.conv2d(&w, None, opts)?;
+    let (out, patches) = (16 << 10, 72 << 10);
+    for limit in [64 << 20, 8 << 10] {
+        cudnn::set_workspace_limit(limit)?;
+        // the meta device's peak above its start
+        let peak = std::sync::Arc::new(Peak::default());
+        let (xm, wm) = (x.to(&Device::Meta)?, w.to(&Device::Meta)?);
+        ember::meta::with_hook(peak.clone(), || xm.conv2d(&wm, None, opts))?;
+        let estimated = peak.top.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        // the device's
+        let (xd, wd) = (x.to(&dev)?, w.to(&dev)?);
+        ember::cuda::synchronize(&dev)?;
+        let base = ember::cuda::memory_allocated(&dev)?;
+        ember::cuda::reset_peak_memory_stats(&dev)?;
+        let passes = cudnn::convolutions();
+        let got = xd.conv2d(&wd, None, opts)?;
+        ember::cuda::synchronize(&dev)?;
+        let measured = ember::cuda::max_memory_allocated(&dev)? - base;
+        assert_eq!(cudnn::convolutions() - passes, 1);
+        let expected = out + usize::min(limit, patches);
+        assert_eq!((estimated, measured), (expected, expected), "limit {limit}");
+        let d = got.cpu()?.max_abs_diff(&want)?;
+        assert!(d < 2e-2, "limit {limit}: max difference {d}");
+    }
+    cudnn::set_workspace_limit(64 << 20)?;
+    Ok(())
+}
+
+/// The highest live meta bytes above the start while a hook is set.
+#[derive(Default)]
+struct Peak {
+    cur: std::sync::atomic::AtomicIsize,
+    top: std::sync::atomic::AtomicIsize,
+}
+
+impl ember::meta::AllocHook for Peak {
+    fn alloc(&self, e: &ember::meta::MetaEvent) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.cur.fetch_add(e.bytes as isize, Relaxed) + e.bytes as isize;
+        self.top.fetch_max(now, Relaxed);
+    }
+    fn free(&self, e: &ember::meta::MetaEvent) {
+        self.cur
+            .fetch_sub(e.bytes as isize, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 #[test]

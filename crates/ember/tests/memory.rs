@@ -7,96 +7,14 @@
 //! runs it on the CUDA simulator, whose caching allocator is ember's real one).
 
 mod common;
+#[path = "common/training.rs"]
+mod training;
 
 use ember::memory::{parse_bytes, Estimator, Phase};
 use ember::nn::{self, Module};
-use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
-use ember::{cuda, models, Conv2dOptions, Pool2dOptions};
-
-fn mlp(dev: &Device) -> Result<nn::Sequential> {
-    models::mlp(&[784, 1024, 1024, 10], dev)
-}
-
-/// The digits CNN of `ember train digits` (8x8 images).
-fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
-    models::digits_cnn(dev)
-}
-
-/// A transformer encoder layer (its attention on the fused kernel under f16/bf16
-/// autocast on GPUs) and a classifier over its flattened output.
-fn encoder(dev: &Device) -> Result<nn::Sequential> {
-    let opts = nn::TransformerOptions {
-        dim_feedforward: 64,
-        dropout: 0.0,
-        batch_first: true,
-        ..Default::default()
-    };
-    Ok(nn::Sequential::new()
-        .add(nn::TransformerEncoderLayer::new(32, 2, opts, dev)?)
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(16 * 32, 10, dev)?))
-}
-
-fn resnet18(dev: &Device) -> Result<nn::Sequential> {
-    models::resnet18(10, dev)
-}
-
-fn alexnet(dev: &Device) -> Result<nn::Sequential> {
-    models::alexnet(10, dev)
-}
-
-fn vgg11(dev: &Device) -> Result<nn::Sequential> {
-    models::vgg11(10, dev)
-}
-
-/// An MNIST-sized CNN with a batch norm (buffers) and stride.
-fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
-    Ok(nn::Sequential::new()
-        .add(nn::Conv2d::new(1, 32, 3, Conv2dOptions::default(), dev)?)
-        .add(nn::BatchNorm2d::new(32, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Conv2d::new(
-            32,
-            64,
-            3,
-            Conv2dOptions {
-                stride: (2, 2),
-                ..Default::default()
-            },
-            dev,
-        )?)
-        .add(nn::ReLU)
-        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(64 * 6 * 6, 128, dev)?)
-        .add(nn::ReLU)
-        .add(nn::Linear::new(128, 10, dev)?))
-}
-
-/// A CNN with grouped convolutions (the weight shared by every sample of a group:
-/// nothing of it is copied per sample).
-fn grouped_cnn(dev: &Device) -> Result<nn::Sequential> {
-    let groups = |g| Conv2dOptions {
-        groups: g,
-        ..Default::default()
-    };
-    Ok(nn::Sequential::new()
-        .add(nn::Conv2d::new(8, 64, 3, groups(4), dev)?)
-        .add(nn::ReLU)
-        .add(nn::Conv2d::new(64, 64, 3, groups(64), dev)?)
-        .add(nn::ReLU)
-        .add(nn::Flatten::default())
-        .add(nn::Linear::new(64 * 12 * 12, 10, dev)?))
-}
-
-fn sgd(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
-    Ok(Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?))
-}
-
-fn adam(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
-    Ok(Box::new(Adam::new(p, 1e-3)?))
-}
+use ember::{models, Conv2dOptions};
+use training::*;
 
 #[test]
 fn the_breakdown_adds_up_and_the_state_is_exact() -> Result<()> {
@@ -250,10 +168,6 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     let Some(dev) = common::gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
         return Ok(());
     };
-    type Build = fn(&Device) -> Result<nn::Sequential>;
-    type MakeOpt = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
-    /// name, model, one sample's shape, batch, optimizer, dtype
-    type Case = (&'static str, Build, Vec<usize>, usize, MakeOpt, DType);
     let f32 = DType::F32;
     let bf16 = DType::BF16;
     let cases: [Case; 10] = [
@@ -318,13 +232,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             .estimate(batch)?;
         assert_eq!(est.dtype, dtype);
         let measured = measure(&dev, build, &input, batch, opt, (dtype, None), est.steps)?;
-        let err = (est.peak_allocated as f64 - measured as f64).abs() / measured as f64;
-        eprintln!(
-            "{name}: estimated {} bytes, measured {measured} ({:.2}% off)",
-            est.peak_allocated,
-            100.0 * err
-        );
-        assert!(err <= 0.05, "{name}: estimated {est}\nmeasured {measured}");
+        check_estimate(name, est.peak_allocated, measured, 0.05, &est);
     }
     // under autocast (ember::amp, meta following CUDA's op lists): products in the
     // lower precision, the parameters' casts kept for the region (alive at the
@@ -380,21 +288,8 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             (f32, Some(amp)),
             est.steps,
         )?;
-        let err = (est.peak_allocated as f64 - measured as f64).abs() / measured as f64;
-        eprintln!(
-            "{name}: estimated {} bytes, measured {measured} ({:.2}% off)",
-            est.peak_allocated,
-            100.0 * err
-        );
-        // to the byte through the caching allocator; without it (the memory
-        // checker's runs: no rounding, no blocks kept) the estimate, which models
-        // the caching allocator, is off the raw peak by a few percent (6.9% above
-        // it for the MLP)
-        if std::env::var_os("EMBER_CUDA_NO_CACHING").is_none() {
-            assert_eq!(est.peak_allocated, measured, "{name}: {est}");
-        } else {
-            assert!(err <= 0.10, "{name}: estimated {est}\nmeasured {measured}");
-        }
+        // (the memory checker's runs: the MLP's estimate is 6.9% above the raw peak)
+        check_estimate(name, est.peak_allocated, measured, 0.10, &est);
     }
     // inference: one forward pass under no_grad (where a convolution's patches
     // are alive while its bias is added)
@@ -413,82 +308,10 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             .input(&input)
             .training(false)
             .estimate(batch)?;
-        cuda::synchronize(&dev)?;
-        cuda::empty_cache(&dev)?;
-        let base = cuda::memory_allocated(&dev)?;
-        let mut model = build(&Device::Cpu)?;
-        model.to_device(&dev)?;
-        model.eval();
-        let mut shape = vec![batch];
-        shape.extend_from_slice(&input);
-        let x = Tensor::randn(shape.as_slice(), &Device::Cpu)?;
-        cuda::reset_peak_memory_stats(&dev)?;
-        let params = cuda::memory_allocated(&dev)? - base;
-        ember::no_grad(|| -> Result<()> {
-            let x = x.to(&dev)?;
-            drop(model.forward(&x)?);
-            Ok(())
-        })?;
-        cuda::synchronize(&dev)?;
-        // the estimate counts the parameters, allocated before the peak was reset
-        let measured = cuda::max_memory_allocated(&dev)? - base;
-        eprintln!(
-            "{name}: estimated {} bytes, measured {measured} (parameters {params})",
-            est.peak_allocated
-        );
-        // to the byte through the caching allocator; without it (the memory
-        // checker's runs) within the 5% of the training cases
-        if std::env::var_os("EMBER_CUDA_NO_CACHING").is_none() {
-            assert_eq!(est.peak_allocated, measured, "{name}: {est}");
-        } else {
-            let err = (est.peak_allocated as f64 - measured as f64).abs() / measured as f64;
-            assert!(err <= 0.05, "{name}: estimated {est}\nmeasured {measured}");
-        }
+        let measured = measure_inference(&dev, build, &input, batch)?;
+        check_estimate(name, est.peak_allocated, measured, 0.05, &est);
     }
     Ok(())
-}
-
-/// The estimator's loop on a real device (the model built on the host in `dtype`): the peak allocated above what was
-/// allocated before.
-fn measure(
-    dev: &Device,
-    build: fn(&Device) -> Result<nn::Sequential>,
-    input: &[usize],
-    batch: usize,
-    opt: fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>,
-    (dtype, amp): (DType, Option<DType>),
-    steps: usize,
-) -> Result<usize> {
-    cuda::synchronize(dev)?;
-    cuda::empty_cache(dev)?;
-    let base = cuda::memory_allocated(dev)?;
-    cuda::reset_peak_memory_stats(dev)?;
-    let mut shape = vec![batch];
-    shape.extend_from_slice(input);
-    // the batch, made on the host
-    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
-    let ys = Tensor::randint(0, 10, [batch], &Device::Cpu)?;
-    {
-        // built on the host, converted, then moved, as a training script does
-        let mut model = build(&Device::Cpu)?;
-        model.to_dtype(dtype)?;
-        model.to_device(dev)?;
-        let mut o = opt(model.parameters())?;
-        for _ in 0..steps {
-            let (x, y) = (xs.to(dev)?, ys.to(dev)?);
-            let ac = amp.map(ember::autocast_guard).transpose()?;
-            let out = model.forward(&x)?;
-            let loss = nn::cross_entropy(&out, &y)?;
-            drop(ac);
-            loss.backward()?;
-            drop((loss, out));
-            o.step()?;
-            o.zero_grad();
-            drop((x, y));
-        }
-    }
-    cuda::synchronize(dev)?;
-    Ok(cuda::max_memory_allocated(dev)? - base)
 }
 
 /// How the attention test model masks its scores.

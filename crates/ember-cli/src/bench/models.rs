@@ -10,11 +10,12 @@
 //!
 //! each in float32 and under bfloat16 autocast, in images or tokens per second,
 //! with the step's peak device memory (a GPU's `max_memory_allocated`) beside
-//! `ember estimate`'s prediction for the same step. Where cuDNN is in use
-//! (`EMBER_CUDNN=1`), ResNet-50 also runs channels-last (the model and the batch
-//! laid out so, convolved by cuDNN's NHWC kernels): PyTorch's reference row for
-//! it adds `cudnn.benchmark`'s autotuning, which ember does not have; its
-//! estimate is left out (meta models ember's own convolutions, not cuDNN's). `--quick` shrinks both models
+//! `ember estimate`'s prediction for the same step. Where cuDNN is in use (the
+//! default where it loads), ResNet-50 also runs channels-last with
+//! `cudnn.benchmark` (the model and the batch laid out so, convolved by cuDNN's
+//! NHWC kernels with the algorithms its timed search finds fastest), as PyTorch's
+//! reference row of the same name; its estimate is left out (the estimator
+//! builds row-major inputs). `--quick` shrinks both models
 //! (ResNet-50 on 32×32 images, a 2-layer GPT of width 128) so the suite runs in
 //! seconds. `bench/pytorch/device_ops.py --suite models` runs the same steps in
 //! PyTorch, with its reference rows (channels-last with cuDNN autotuning,
@@ -81,6 +82,7 @@ pub(crate) fn workloads(cx: &Ctx) -> Vec<Workload> {
         (GptConfig::gpt2_small(), "gpt2_small".to_string(), gb, t)
     };
     let mut all = Vec::new();
+    benchmark_as_started();
     // channels-last rows where cuDNN convolves (ember's own kernels are row-major)
     let channels_last = gpu && cuda::cudnn::in_use();
     for (amp, suffix) in PRECISIONS {
@@ -175,7 +177,12 @@ fn resnet50_workload(
     } else {
         MemoryFormat::Contiguous
     };
-    let layout = if channels_last { ", channels_last" } else { "" };
+    // PyTorch's reference row's name, and its settings
+    let layout = if channels_last {
+        ", channels_last + cudnn.benchmark"
+    } else {
+        ""
+    };
     Workload {
         name: format!("train resnet50 b{b} {hw}x{hw}{suffix}{layout}"),
         work: Work::Samples {
@@ -192,6 +199,10 @@ fn resnet50_workload(
                 .to_memory_format(format)?;
             let y = Tensor::randint(0, 1000, [b], &Device::Cpu)?.to(&dev)?;
             Ok(Box::new(move || {
+                // timed algorithms for the channels-last row, the process's
+                // setting for the others (an atomic store: each row sets its own
+                // before its first convolution)
+                cuda::cudnn::set_benchmark(channels_last || benchmark_as_started());
                 opt.zero_grad();
                 let ac = amp.map(autocast_guard).transpose()?;
                 let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
@@ -212,6 +223,13 @@ fn resnet50_workload(
             Ok(Some(e.peak_allocated))
         }),
     }
+}
+
+/// Whether cuDNN's algorithms were timed (`EMBER_CUDNN_BENCHMARK`) before the
+/// channels-last rows switched it on for themselves.
+fn benchmark_as_started() -> bool {
+    static AS_STARTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AS_STARTED.get_or_init(cuda::cudnn::benchmark)
 }
 
 /// AdamW over two groups, as `ember train text` makes them: weight decay on the

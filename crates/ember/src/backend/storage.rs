@@ -783,11 +783,13 @@ impl Storage {
     }
 
     /// Whether this device convolves f16/bf16 operands of `s` in their own dtype
-    /// (CUDA through cuDNN); elsewhere they are convolved in float32.
+    /// (CUDA through cuDNN, and meta as it); elsewhere they are convolved in
+    /// float32.
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
         match self {
             Storage::Cuda(x) => x.conv_takes_half(s),
-            _ => false,
+            Storage::Meta(x) => x.conv_takes_half(s),
+            Storage::Cpu(_) => false,
         }
     }
 
@@ -797,7 +799,8 @@ impl Storage {
     pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
         match self {
             Storage::Cuda(x) => x.conv_takes_channels_last(s),
-            _ => false,
+            Storage::Meta(x) => x.conv_takes_channels_last(s),
+            Storage::Cpu(_) => false,
         }
     }
 

@@ -37,8 +37,10 @@
 //! What the estimate does not count: the CUDA context (created by the driver
 //! outside any allocator), and cuBLAS's own workspace ([`Estimate::outside_allocator`]
 //! assumes NVIDIA's recommended 32 MiB on Hopper, 4 MiB before; ember does not
-//! set it). Convolutions are estimated as ember's im2col path runs them; with
-//! cuDNN switched on, its workspaces differ.
+//! set it). Convolutions are estimated as a GPU where cuDNN loads runs them, with
+//! `ember::cuda::cudnn`'s switch and workspace limit as set (each pass's
+//! workspace depends on the shape only, not on the algorithm cuDNN picks); with
+//! the switch off, as ember's im2col path runs them.
 
 mod report;
 

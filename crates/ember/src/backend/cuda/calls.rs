@@ -73,30 +73,23 @@ impl ConvGeom {
     /// an operand's element count past its 32-bit limit, or an empty tensor), which
     /// ember's own path handles.
     pub fn new(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
-        let i0 = |v: usize| i32::try_from(v).ok();
-        let i = |v: usize| i0(v).filter(|&v| v > 0);
+        if !s.fits_library() {
+            return None;
+        }
+        // every value below fits in i32 (checked above)
+        let i = |v: usize| v as i32;
         let win = &s.win;
-        let g = ConvGeom {
+        Some(ConvGeom {
             dtype,
-            x: [i(s.n)?, i(s.c)?, i(s.h)?, i(s.w)?],
-            w: [
-                i(s.o)?,
-                i(s.c / s.groups)?,
-                i(win.kernel.0)?,
-                i(win.kernel.1)?,
-            ],
-            y: [i(s.n)?, i(s.o)?, i(s.oh)?, i(s.ow)?],
-            pad: [i0(win.padding.0)?, i0(win.padding.1)?],
-            stride: [i(win.stride.0)?, i(win.stride.1)?],
-            dilation: [i(win.dilation.0)?, i(win.dilation.1)?],
-            groups: i(s.groups)?,
+            x: [i(s.n), i(s.c), i(s.h), i(s.w)],
+            w: [i(s.o), i(s.c / s.groups), i(win.kernel.0), i(win.kernel.1)],
+            y: [i(s.n), i(s.o), i(s.oh), i(s.ow)],
+            pad: [i(win.padding.0), i(win.padding.1)],
+            stride: [i(win.stride.0), i(win.stride.1)],
+            dilation: [i(win.dilation.0), i(win.dilation.1)],
+            groups: i(s.groups),
             nhwc: s.nhwc,
-        };
-        // cuDNN also refuses tensors of more than 2^31 - 1 elements in all
-        [g.x, g.w, g.y]
-            .iter()
-            .all(|&d| ConvGeom::numel(d) <= i32::MAX as usize)
-            .then_some(g)
+        })
     }
 
     /// The dims of the operand `pass` writes: `y`, `dx` or `dw`.
@@ -135,6 +128,10 @@ pub(crate) struct ConvCall {
     pub x: u64,
     pub w: u64,
     pub y: u64,
+    /// Scratch memory for the library, `workspace_bytes` long (0: none): an
+    /// algorithm that needs more is not used.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
 }
 
 impl ConvCall {

@@ -4,38 +4,39 @@
 
 use super::discover::system;
 use super::dnn::library;
-use std::sync::atomic::{AtomicU8, Ordering};
+use crate::backend::op::conv as policy;
+use crate::error::Result;
+use std::sync::atomic::Ordering;
 
-/// 0: not decided yet (`EMBER_CUDNN` decides), 1: off, 2: on.
-static ENABLED: AtomicU8 = AtomicU8::new(0);
-
-/// Sends GPU convolutions to cuDNN when it is available
-/// (`torch.backends.cudnn.enabled`). Off by default until ember's cuDNN path has
-/// run on a GPU; `EMBER_CUDNN=1` switches it on for a whole program.
+/// Sends GPU convolutions to cuDNN where it loads (`torch.backends.cudnn.enabled`),
+/// for the whole process. On by default, as PyTorch's; `EMBER_CUDNN=0` switches it
+/// off for a program. Off, convolutions take ember's own im2col + cuBLAS path. The
+/// meta device's memory estimate follows the switch.
 pub fn set_enabled(on: bool) {
-    ENABLED.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+    policy::set_library_enabled(on)
 }
 
-/// Whether GPU convolutions go to cuDNN when it is available.
+/// Whether GPU convolutions go to cuDNN where it loads (on unless switched off).
 pub fn enabled() -> bool {
-    match ENABLED.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var("EMBER_CUDNN").is_ok_and(|v| matches!(v.trim(), "1" | "true"));
-            // a set_enabled() racing with this first read wins
-            let _ = ENABLED.compare_exchange(
-                0,
-                if on { 2 } else { 1 },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            ENABLED.load(Ordering::Relaxed) == 2
-        }
-        v => v == 2,
-    }
+    policy::library_enabled()
+}
+
+/// Sets the most scratch memory (bytes) one cuDNN convolution pass may use; its
+/// algorithms that need more are not chosen, heuristic or benchmarked. Each pass
+/// takes the batch's im2col patch size up to this limit from the caching
+/// allocator, a size that does not depend on the algorithm, so `ember estimate`
+/// stays exact. The default is 64 MiB; `0` is refused (an error, nothing changed).
+pub fn set_workspace_limit(bytes: usize) -> Result<()> {
+    policy::set_library_workspace_limit(bytes)
+}
+
+/// The most scratch memory one cuDNN convolution pass may use (64 MiB unless set).
+pub fn workspace_limit() -> usize {
+    policy::library_workspace_limit()
 }
 
 // the TF32 switch lives with the library calls that read it
-pub use super::dnn::{allow_tf32, set_allow_tf32};
+pub use super::dnn::{allow_tf32, benchmark, set_allow_tf32, set_benchmark};
 
 /// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
 /// simulator stands in for it (`torch.backends.cudnn.is_available()`).

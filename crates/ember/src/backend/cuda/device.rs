@@ -940,7 +940,7 @@ impl CudaDev {
         let s = self.stream();
         self.check_capture_stream(s)?;
         profile::kernel(|| profile::Name::Static(c.library_name()));
-        self.rt.conv(s, c, self)
+        self.rt.conv(s, c)
     }
 
     /// A new communicator id ([`Runtime::comm_unique_id`]).
@@ -998,12 +998,6 @@ impl CudaDev {
 }
 
 impl Workspaces for CudaDev {
-    fn alloc(&self, bytes: usize) -> Result<u64> {
-        self.malloc(bytes)
-    }
-    fn free(&self, ptr: u64) {
-        CudaDev::free(self, ptr)
-    }
     fn release_cached(&self) {
         self.allocator().release_cached();
     }

@@ -602,9 +602,9 @@ impl Runtime for Driver {
         self.blas.gemm(self.cu_stream(s)?, g, ws)
     }
 
-    unsafe fn conv(&self, s: StreamId, c: &ConvCall, ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall) -> Result<()> {
         self.bind()?;
-        self.dnn.conv(self.cu_stream(s)?, c, ws)
+        self.dnn.conv(self.cu_stream(s)?, c)
     }
 
     fn comm_unique_id(&self) -> Result<[u8; 128]> {

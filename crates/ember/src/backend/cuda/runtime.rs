@@ -60,14 +60,9 @@ pub(crate) struct MallocError {
     pub msg: String,
 }
 
-/// Device memory that library calls (cuBLAS, cuDNN workspaces) take from ember's
-/// caching allocator.
+/// Device memory for library calls' own workspaces (cuBLAS's per stream), and a
+/// way to make room for them in ember's caching allocator.
 pub(crate) trait Workspaces {
-    /// A block of at least `bytes` from the allocator.
-    fn alloc(&self, bytes: usize) -> Result<u64>;
-    /// Gives a block from [`alloc`](Self::alloc) back (work queued before still
-    /// owns it: blocks go only to later work on the same stream).
-    fn free(&self, ptr: u64);
     /// Returns the allocator's cached blocks to the runtime, for a library whose own
     /// allocation failed.
     fn release_cached(&self);
@@ -206,9 +201,10 @@ pub(crate) trait Runtime: Send + Sync {
     /// Queues a convolution pass (cuDNN's contract) on `s`.
     ///
     /// # Safety
-    /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
-    /// `c.geom`.
-    unsafe fn conv(&self, s: StreamId, c: &ConvCall, ws: &dyn Workspaces) -> Result<()>;
+    /// `c.x`, `c.w` and `c.y` address dense device arrays of the sizes of
+    /// `c.geom`, and `c.workspace` one of `c.workspace_bytes` (the pass's scratch
+    /// memory, taken from the caching allocator by the caller).
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall) -> Result<()>;
 
     /// A new communicator's id (NCCL's `ncclGetUniqueId`), made by rank 0 and
     /// shared with the other ranks.

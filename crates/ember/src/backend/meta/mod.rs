@@ -86,6 +86,28 @@ impl MetaStorage {
     fn like(&self, len: usize) -> Result<MetaStorage> {
         MetaStorage::new(self.dtype, len)
     }
+
+    /// As CUDA: f16/bf16 convolutions of `s` run in their own dtype where they go
+    /// to cuDNN (meta models a GPU where it loads, with the switch as set).
+    pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
+        matches!(self.dtype, DType::F16 | DType::BF16) && s.through_library(self.dtype)
+    }
+
+    /// As CUDA: channels-last convolutions of `s` run as they lie where they go
+    /// to cuDNN (float64 excepted, as PyTorch's).
+    pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
+        self.dtype != DType::F64 && s.through_library(self.dtype)
+    }
+
+    /// One cuDNN pass's buffers as ember's CUDA path makes them
+    /// (`backend/cuda/ops/convolution.rs`): the result of `len` elements, then
+    /// the pass's workspace of a fixed size, freed when the pass is queued.
+    fn library_pass(&self, s: &ConvShape, len: usize) -> Result<MetaStorage> {
+        let out = self.like(len)?;
+        let _workspace =
+            MetaStorage::workspace(DType::U8, s.library_workspace(self.dtype.size_in_bytes()))?;
+        Ok(out)
+    }
 }
 
 impl Drop for MetaStorage {
@@ -313,11 +335,22 @@ impl BackendStorage for MetaStorage {
         b: Option<(&Self, &Layout)>,
         s: &ConvShape,
     ) -> Result<Self> {
-        // as ember's CUDA path (backend/cuda/ops/convolution.rs): the patches and
-        // their product with the weight, in one pass or in passes of `chunk`
-        // samples copied into the output; with a bias, the sum written to a new
-        // output
+        // as ember's CUDA path (backend/cuda/ops/convolution.rs): through cuDNN,
+        // the output and the pass's workspace; else the patches and their product
+        // with the weight, in one pass or in passes of `chunk` samples copied into
+        // the output; with a bias, the sum written to a new output
         let y = s.n * s.o * s.oh * s.ow;
+        if s.through_library(self.dtype) {
+            let product = self.library_pass(s, y)?;
+            return match b {
+                Some(_) => {
+                    let out = self.like(y);
+                    drop(product);
+                    out
+                }
+                None => Ok(product),
+            };
+        }
         let chunk = s.samples_per_pass(self.dtype.size_in_bytes());
         // one pass: the patches live until the op returns (through the bias add)
         let mut _patches = None;
@@ -361,6 +394,16 @@ impl BackendStorage for MetaStorage {
         // patches of the batch exceed the budget
         let dt = self.dtype;
         let weight = s.weight_numel();
+        if s.through_library(dt) {
+            // cuDNN: the input's gradient, then the weight's, each with its pass's
+            // workspace
+            let gx = need
+                .0
+                .then(|| self.library_pass(s, s.n * s.c * s.h * s.w))
+                .transpose()?;
+            let gw = need.1.then(|| self.library_pass(s, weight)).transpose()?;
+            return Ok((gx, gw));
+        }
         let chunk = s.samples_per_pass(dt.size_in_bytes());
         // one pass's buffers; the result as `result` makes it
         let input_grad = |n: usize, result: fn(DType, usize) -> Result<MetaStorage>| {

@@ -70,6 +70,59 @@ fn patch_bytes() -> usize {
     })
 }
 
+/// Whether GPU convolutions go to the vendor library (cuDNN) where it loads: 0 not
+/// decided yet (`EMBER_CUDNN` decides at the first read), 1 off, 2 on. Here and not
+/// in the CUDA backend because the meta device models the path it selects.
+static LIBRARY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The default of [`library_workspace_limit`]: the im2col path's patch budget, so
+/// that neither path holds more scratch memory than the other at a time.
+pub(crate) const LIBRARY_WORKSPACE: usize = PATCH_BYTES;
+
+static WORKSPACE_LIMIT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(LIBRARY_WORKSPACE);
+
+/// Switches the library path on or off for the process (`torch.backends.cudnn.enabled`).
+pub(crate) fn set_library_enabled(on: bool) {
+    LIBRARY.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether GPU convolutions go to the library where it loads: on unless
+/// [`set_library_enabled(false)`](set_library_enabled) or `EMBER_CUDNN=0`.
+pub(crate) fn library_enabled() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match LIBRARY.load(Relaxed) {
+        0 => {
+            let off = std::env::var("EMBER_CUDNN")
+                .is_ok_and(|v| matches!(v.trim(), "0" | "false" | "off"));
+            // a set_library_enabled() racing with this first read wins
+            let _ = LIBRARY.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
+            LIBRARY.load(Relaxed) == 2
+        }
+        v => v == 2,
+    }
+}
+
+/// Sets the most scratch memory one library convolution may take
+/// ([`ConvShape::library_workspace`]); `0` is refused.
+pub(crate) fn set_library_workspace_limit(bytes: usize) -> crate::error::Result<()> {
+    if bytes == 0 {
+        return Err(crate::error::Error::invalid(
+            "cudnn::set_workspace_limit",
+            "a workspace limit of 0 bytes leaves cuDNN only its slowest algorithms; give a \
+             positive number of bytes (the default is 64 MiB), or switch cuDNN off with \
+             cudnn::set_enabled(false)",
+        ));
+    }
+    WORKSPACE_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// The most scratch memory one library convolution may take.
+pub(crate) fn library_workspace_limit() -> usize {
+    WORKSPACE_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl ConvShape {
     /// The patches of one sample, in elements.
     pub fn patches_per_sample(&self) -> usize {
@@ -95,6 +148,66 @@ impl ConvShape {
             return n;
         }
         (patch_bytes() / per).clamp(1, n)
+    }
+
+    /// Whether the library (cuDNN) can take this shape: no empty dim, and every
+    /// size and every operand's element count within its 32-bit limits; ember's
+    /// own path takes the rest.
+    pub fn fits_library(&self) -> bool {
+        let max = i32::MAX as usize;
+        let (kh, kw) = self.win.kernel;
+        let w = &self.win;
+        let positive = [
+            self.n,
+            self.c,
+            self.h,
+            self.w,
+            self.o,
+            self.c / self.groups.max(1),
+            kh,
+            kw,
+            self.oh,
+            self.ow,
+            w.stride.0,
+            w.stride.1,
+            w.dilation.0,
+            w.dilation.1,
+            self.groups,
+        ];
+        let sized = |d: [usize; 4]| {
+            d.iter()
+                .try_fold(1usize, |a, &v| a.checked_mul(v))
+                .is_some_and(|v| v <= max)
+        };
+        positive.iter().all(|&v| v > 0 && v <= max)
+            && w.padding.0 <= max
+            && w.padding.1 <= max
+            && sized([self.n, self.c, self.h, self.w])
+            && sized([self.o, self.c / self.groups, kh, kw])
+            && sized([self.n, self.o, self.oh, self.ow])
+    }
+
+    /// Whether a GPU convolution of this shape in `dtype` goes to the library where
+    /// it loads: switched on ([`library_enabled`]), a dtype it takes (f16, bf16,
+    /// f32, f64) and a shape it fits. The CUDA backend also asks whether it loads;
+    /// the meta device models a GPU where it does.
+    pub fn through_library(&self, dtype: crate::dtype::DType) -> bool {
+        use crate::dtype::DType::*;
+        matches!(dtype, F16 | BF16 | F32 | F64) && library_enabled() && self.fits_library()
+    }
+
+    /// The scratch memory, in bytes, each library pass of this shape takes from the
+    /// caching allocator for `elem_bytes`-byte elements: the batch's im2col patch
+    /// matrix (the most that cuDNN's explicit-GEMM algorithm needs; its implicit
+    /// ones need less), at most [`library_workspace_limit`]. Algorithms that need
+    /// more are not used. A fixed size rather than the chosen algorithm's own (which
+    /// only the GPU knows) keeps the meta device's estimate exact: it allocates the
+    /// same bytes at the same point.
+    pub fn library_workspace(&self, elem_bytes: usize) -> usize {
+        self.n
+            .saturating_mul(self.patches_per_sample())
+            .saturating_mul(elem_bytes)
+            .min(library_workspace_limit())
     }
 
     /// This shape for `n` of its samples.

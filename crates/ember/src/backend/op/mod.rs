@@ -38,7 +38,7 @@ macro_rules! codes {
 
 mod attention;
 pub(crate) mod collective;
-mod conv;
+pub(crate) mod conv;
 mod elementwise;
 mod index;
 mod norm;

@@ -7,7 +7,9 @@
 //! (VGG-16's second convolution at batch 128 makes 14.8 GB of them), so the batch
 //! goes through in passes whose patches stay within a budget
 //! ([`ConvShape::samples_per_pass`]), each writing its part of the output. Where
-//! cuDNN is switched on and can take the shapes, its convolutions run instead. The bias is added (and, by the tensor
+//! cuDNN loads and can take the shapes, its convolutions run instead (the
+//! default; ember::cuda::cudnn::set_enabled(false) keeps them here), each pass
+//! with a workspace of [`ConvShape::library_workspace`] bytes. The bias is added (and, by the tensor
 //! layer, its gradient summed) the same way on both paths.
 
 use super::{binary, col2im, fill, im2col, matmul, new_out, reduce, KConv};
@@ -84,7 +86,12 @@ pub(crate) fn conv2d(
 ) -> Result<CudaStorage> {
     // cuDNN where switched on and able to take the shapes (not empty tensors)
     if let Some(geom) = dnn::in_use().then(|| ConvGeom::new(x.dtype(), s)).flatten() {
-        let y = conv_pass(ConvPass::Forward, &geom, (x, lx.offset()), (w, lw.offset()))?;
+        let y = conv_pass(
+            ConvPass::Forward,
+            (&geom, s),
+            (x, lx.offset()),
+            (w, lw.offset()),
+        )?;
         return match b {
             Some(b) => add_bias(y, b, s),
             None => Ok(y),
@@ -143,11 +150,11 @@ pub(crate) fn conv2d_backward(
         let gyo = (gy, lg.offset());
         let gx = need
             .0
-            .then(|| conv_pass(ConvPass::BackwardData, &geom, (w, lw.offset()), gyo))
+            .then(|| conv_pass(ConvPass::BackwardData, (&geom, s), (w, lw.offset()), gyo))
             .transpose()?;
         let gw = need
             .1
-            .then(|| conv_pass(ConvPass::BackwardFilter, &geom, (x, lx.offset()), gyo))
+            .then(|| conv_pass(ConvPass::BackwardFilter, (&geom, s), (x, lx.offset()), gyo))
             .transpose()?;
         return Ok((gx, gw));
     }
@@ -339,7 +346,7 @@ fn weight_product(
 /// and returns the third, newly allocated.
 pub(crate) fn conv_pass(
     pass: ConvPass,
-    geom: &ConvGeom,
+    (geom, s): (&ConvGeom, &ConvShape),
     (a, a_off): (&CudaStorage, usize),
     (b, b_off): (&CudaStorage, usize),
 ) -> Result<CudaStorage> {
@@ -353,18 +360,26 @@ pub(crate) fn conv_pass(
         ConvPass::BackwardData => (po, pa, pb),
         ConvPass::BackwardFilter => (pa, po, pb),
     };
+    // the pass's scratch memory, of a size the chosen algorithm does not change
+    // (the meta device allocates the same, after the output)
+    let bytes = s.library_workspace(geom.dtype.size_in_bytes());
+    let workspace = CudaStorage::alloc(dev, DType::U8, bytes)?;
     let call = ConvCall {
         geom: *geom,
         pass,
         x,
         w,
         y,
+        workspace: workspace.ptr(),
+        workspace_bytes: bytes,
     };
     // SAFETY: each pointer addresses a dense array of its operand's size in the
     // geometry's order: the tensor layer's conv2d checks the shapes and lays the
-    // operands out (row-major, or channels-last where `geom.nhwc`), and the output
-    // was just allocated.
+    // operands out (row-major, or channels-last where `geom.nhwc`); the output
+    // and the workspace were just allocated (the workspace goes back to the cache
+    // when dropped, to later work on this stream only).
     unsafe { dev.conv(&call)? };
+    drop(workspace);
     dnn::count_pass(geom.nhwc);
     Ok(out)
 }

@@ -83,6 +83,15 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
         let len = ConvGeom::numel(dims) as u64 * esz;
         super::check_region("cudnnConvolution", what, ptr, len)?;
     }
+    // the scratch memory handed to the library must be there too
+    if c.workspace_bytes > 0 {
+        super::check_region(
+            "cudnnConvolution",
+            "workspace",
+            c.workspace,
+            c.workspace_bytes as u64,
+        )?;
+    }
     Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
@@ -181,6 +190,8 @@ mod tests {
             x: x.as_mut_ptr() as u64,
             w: w.as_mut_ptr() as u64,
             y: y.as_mut_ptr() as u64,
+            workspace: 0,
+            workspace_bytes: 0,
         };
         // SAFETY: the slices have the sizes of `g`.
         unsafe { conv(&c) }

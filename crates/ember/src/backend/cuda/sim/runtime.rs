@@ -542,7 +542,7 @@ impl Runtime for Sim {
         self.queue_work(s, job)
     }
 
-    unsafe fn conv(&self, s: StreamId, c: &ConvCall, _ws: &dyn Workspaces) -> Result<()> {
+    unsafe fn conv(&self, s: StreamId, c: &ConvCall) -> Result<()> {
         let job = conv_job(c)?;
         self.queue_work(s, job)
     }

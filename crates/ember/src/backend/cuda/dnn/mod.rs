@@ -1,30 +1,36 @@
-//! Convolutions through cuDNN, where it is present and switched on.
+//! Convolutions through cuDNN, where it loads (on by default, as PyTorch's;
+//! [`set_enabled(false)`](super::cudnn::set_enabled) or `EMBER_CUDNN=0` sends
+//! `conv2d` and its gradients to ember's im2col + cuBLAS path). On ember's
+//! simulator a reference with cuDNN's contract stands in for the library (NCHW or
+//! NHWC tensors, KCRS or KRSC filters, the output size checked, bad parameters
+//! refused, the workspace's bounds checked), which tests everything up to the
+//! library calls themselves.
 //!
-//! [`set_enabled(true)`](set_enabled) (or `EMBER_CUDNN=1`) sends `conv2d` and its
-//! gradients on a GPU to cuDNN's convolution routines instead of ember's im2col +
-//! cuBLAS path. It is off by default because this code has not yet run on a GPU:
-//! on ember's simulator a reference with cuDNN's contract stands in for the library
-//! (NCHW tensors, KCRS filters, the output size checked, bad parameters refused),
-//! which tests everything up to the library calls themselves.
-//!
-//! Operands are contiguous NCHW in f32, f64, f16 or bf16; the half types are
+//! Operands are dense NCHW or NHWC in f32, f64, f16 or bf16; the half types are
 //! accumulated in f32 on tensor cores, and a half convolution cuDNN refuses runs
-//! in f32 instead (on the im2col path, the reason on stderr with
-//! `EMBER_CUDNN_LOG`). f32 convolutions use FMA kernels unless TF32 is allowed with
-//! [`set_allow_tf32`](super::set_allow_tf32), the rule matmul follows. The algorithm
-//! is the first of cuDNN's heuristic choices that runs (its workspace, of the size
-//! cuDNN gives for that algorithm, allocated by the caching allocator, the call
-//! accepted), remembered per shape with the shape's descriptors
-//! (`EMBER_CUDNN_LOG=1` prints each choice on stderr). Shapes cuDNN
-//! cannot take (an operand of 2^31 elements or more) go to ember's own path.
+//! in f32 instead (the reason on stderr with `EMBER_CUDNN_LOG`). f32 convolutions
+//! use TF32 tensor cores unless [`set_allow_tf32(false)`](set_allow_tf32), then
+//! FMA kernels. Each pass is handed a workspace from the caching allocator whose
+//! size depends on the shape only ([`ConvShape::library_workspace`]: the batch's
+//! patch matrix, at most the workspace limit), so that the meta device's estimate
+//! stays exact; the algorithm is the first of cuDNN's heuristic choices that fits
+//! it and runs, or with [`set_benchmark`] the fastest that fits in cuDNN's timed
+//! search (`cudnnFind*AlgorithmEx`), remembered per shape, dtype, layout and
+//! math with the shape's descriptors (`EMBER_CUDNN_LOG=1` prints each choice, and
+//! each candidate skipped for its workspace, on stderr). Shapes cuDNN cannot take
+//! (an empty dim, an operand of 2^31 elements or more) go to ember's own path.
+//!
+//! [`ConvShape::library_workspace`]: crate::backend::op::ConvShape::library_workspace
+
+mod algos;
 
 use super::calls::{ConvCall, ConvGeom, ConvPass};
 use super::libs::{self, CudaLib};
-use super::runtime::Workspaces;
 use crate::{
     dtype::DType,
     error::{Error, Result},
 };
+use algos::{found, ranked, sized, Algo, Choice};
 use cudarc::cudnn::{result as dnn, sys};
 use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;
@@ -93,12 +99,46 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// An algorithm of one of the three passes.
-#[derive(Clone, Copy, Debug)]
-enum Algo {
-    Forward(sys::cudnnConvolutionFwdAlgo_t),
-    BackwardData(sys::cudnnConvolutionBwdDataAlgo_t),
-    BackwardFilter(sys::cudnnConvolutionBwdFilterAlgo_t),
+/// 0: not decided yet (`EMBER_CUDNN_BENCHMARK` decides), 1: off, 2: on.
+static BENCHMARK: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Chooses each convolution's algorithms by timing them (`torch.backends.cudnn.benchmark`):
+/// the first pass of each shape, dtype and layout runs every algorithm cuDNN has
+/// for it whose workspace fits ([`set_workspace_limit`](super::cudnn::set_workspace_limit)),
+/// with `cudnnFind*AlgorithmEx` on the call's own arrays, and keeps the fastest.
+/// That first pass waits for the GPU; later ones cost nothing extra. Off by
+/// default (cuDNN's heuristic choice, no timing), as PyTorch's;
+/// `EMBER_CUDNN_BENCHMARK=1` switches it on for a program. Work queued while a CUDA
+/// graph is captured is not timed: it takes a choice made before the capture, or
+/// the heuristic's.
+pub fn set_benchmark(on: bool) {
+    BENCHMARK.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether convolutions' algorithms are chosen by timing them (off unless switched on).
+pub fn benchmark() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match BENCHMARK.load(Relaxed) {
+        0 => {
+            let on = std::env::var("EMBER_CUDNN_BENCHMARK")
+                .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on"));
+            let _ = BENCHMARK.compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed);
+            BENCHMARK.load(Relaxed) == 2
+        }
+        v => v == 2,
+    }
+}
+
+/// Whether work queued on `stream` now is being captured into a CUDA graph (where
+/// a timed search, which waits for the GPU, cannot run).
+fn capturing(stream: CUstream) -> bool {
+    use cudarc::driver::sys as cu;
+    let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a live stream of the current context and one out-parameter.
+    let r = unsafe { cu::cuStreamIsCapturing(stream, &mut status) };
+    // a stream whose state cannot be read is treated as captured: no timing
+    r != cu::CUresult::CUDA_SUCCESS
+        || status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
 }
 
 /// One device's cuDNN, its handle created at first use.
@@ -113,8 +153,8 @@ struct Dnn {
     handle: sys::cudnnHandle_t,
     /// The stream the handle is bound to now.
     stream: CUstream,
-    /// (geometry, pass, TF32 allowed) -> the choice that ran
-    algos: HashMap<(ConvGeom, ConvPass, bool), Choice>,
+    /// (geometry, pass, TF32 allowed, timed) -> the choice that ran
+    algos: HashMap<(ConvGeom, ConvPass, bool, bool), Choice>,
     /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
     /// convolution descriptor's math type before it runs)
     descs: HashMap<(ConvGeom, bool), Descriptors>,
@@ -263,196 +303,6 @@ impl Drop for Descriptors {
     }
 }
 
-/// Device memory for cuDNN's scratch space, returned to the caching allocator when
-/// dropped (work queued on the stream before that still owns it: the allocator
-/// hands the block only to later work on the same stream).
-struct Workspace<'a> {
-    ws: &'a dyn Workspaces,
-    ptr: u64,
-    bytes: usize,
-}
-
-impl<'a> Workspace<'a> {
-    fn new(ws: &'a dyn Workspaces, bytes: usize) -> Result<Workspace<'a>> {
-        let ptr = if bytes == 0 { 0 } else { ws.alloc(bytes)? };
-        Ok(Workspace { ws, ptr, bytes })
-    }
-}
-
-impl Drop for Workspace<'_> {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.ws.free(self.ptr);
-        }
-    }
-}
-
-/// The most algorithms cuDNN reports for any pass.
-const MAX_ALGOS: usize = 8;
-
-/// One entry of cuDNN's heuristic answer. The three passes' perf structs share this
-/// layout; it is read as plain integers because a newer cuDNN may report values
-/// that the bindings' enums do not list.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct RawPerf {
-    algo: u32,
-    status: u32,
-    time: f32,
-    memory: usize,
-    determinism: u32,
-    math_type: u32,
-    reserved: [i32; 3],
-}
-
-const _: () = {
-    use std::mem::{align_of, size_of};
-    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
-    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionBwdDataAlgoPerf_t>());
-    assert!(size_of::<RawPerf>() == size_of::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>());
-    assert!(align_of::<RawPerf>() == align_of::<sys::cudnnConvolutionFwdAlgoPerf_t>());
-};
-
-/// A way to run a pass: the algorithm, the math type it was ranked with, and its
-/// workspace size (the heuristic's estimate until [`sized`] asks cuDNN for this
-/// algorithm's own).
-#[derive(Clone, Copy, Debug)]
-struct Choice {
-    algo: Algo,
-    math: sys::cudnnMathType_t,
-    bytes: usize,
-}
-
-/// `choice` with the workspace cuDNN says its algorithm needs for `d` under its
-/// math type (`cudnnGetConvolution*WorkspaceSize`), which may differ from the
-/// heuristic's figure.
-///
-/// # Safety
-/// `h` is a live handle and `d` describes the call.
-unsafe fn sized(h: sys::cudnnHandle_t, d: &Descriptors, choice: Choice) -> Result<Choice> {
-    dnn::set_convolution_math_type(d.conv, choice.math)
-        .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
-    let bytes = match choice.algo {
-        Algo::Forward(a) => {
-            dnn::get_convolution_forward_workspace_size(h, d.x, d.w, d.conv, d.y, a)
-                .map_err(dnn_err("cudnnGetConvolutionForwardWorkspaceSize"))?
-        }
-        Algo::BackwardData(a) => {
-            dnn::get_convolution_backward_data_workspace_size(h, d.w, d.y, d.conv, d.x, a)
-                .map_err(dnn_err("cudnnGetConvolutionBackwardDataWorkspaceSize"))?
-        }
-        Algo::BackwardFilter(a) => {
-            dnn::get_convolution_backward_filter_workspace_size(h, d.x, d.y, d.conv, d.w, a)
-                .map_err(dnn_err("cudnnGetConvolutionBackwardFilterWorkspaceSize"))?
-        }
-    };
-    Ok(Choice { bytes, ..choice })
-}
-
-impl Choice {
-    /// The usable choice `p` describes for `pass`, if cuDNN reported success for it
-    /// with values ember knows.
-    fn from_perf(
-        p: &RawPerf,
-        pass: ConvPass,
-        math_rule: Option<sys::cudnnMathType_t>,
-    ) -> Option<Choice> {
-        use sys::cudnnMathType_t::*;
-        if p.status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32 {
-            return None;
-        }
-        let math = match p.math_type {
-            0 => CUDNN_DEFAULT_MATH,
-            1 => CUDNN_TENSOR_OP_MATH,
-            2 => CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
-            3 => CUDNN_FMA_MATH,
-            _ => return None,
-        };
-        // SAFETY (each transmute): a value below the enum's COUNT is one of its
-        // variants (the enums are #[repr(u32)] and dense from 0).
-        let algo = unsafe {
-            match pass {
-                ConvPass::Forward if p.algo < 8 => Algo::Forward(std::mem::transmute::<
-                    u32,
-                    sys::cudnnConvolutionFwdAlgo_t,
-                >(p.algo)),
-                ConvPass::BackwardData if p.algo < 6 => {
-                    Algo::BackwardData(
-                        std::mem::transmute::<u32, sys::cudnnConvolutionBwdDataAlgo_t>(p.algo),
-                    )
-                }
-                ConvPass::BackwardFilter if p.algo < 7 => {
-                    Algo::BackwardFilter(std::mem::transmute::<
-                        u32,
-                        sys::cudnnConvolutionBwdFilterAlgo_t,
-                    >(p.algo))
-                }
-                _ => return None,
-            }
-        };
-        Some(Choice {
-            algo,
-            math: math_rule.unwrap_or(math),
-            bytes: p.memory,
-        })
-    }
-}
-
-/// cuDNN's heuristic choices for a pass, best first, those it reports as usable.
-///
-/// # Safety
-/// `h` is a live handle and `d` describes the call.
-unsafe fn ranked(
-    h: sys::cudnnHandle_t,
-    d: &Descriptors,
-    pass: ConvPass,
-    math_rule: Option<sys::cudnnMathType_t>,
-) -> Result<Vec<Choice>> {
-    let mut perf = [RawPerf::default(); MAX_ALGOS];
-    let mut count = 0i32;
-    let (n, out) = (MAX_ALGOS as i32, perf.as_mut_ptr());
-    // SAFETY: `out` has room for MAX_ALGOS entries of the perf structs' layout.
-    match pass {
-        ConvPass::Forward => dnn::get_convolution_forward_algorithm(
-            h,
-            d.x,
-            d.w,
-            d.conv,
-            d.y,
-            n,
-            &mut count,
-            out.cast(),
-        )
-        .map_err(dnn_err("cudnnGetConvolutionForwardAlgorithm_v7"))?,
-        ConvPass::BackwardData => dnn::get_convolution_backward_data_algorithm(
-            h,
-            d.w,
-            d.y,
-            d.conv,
-            d.x,
-            n,
-            &mut count,
-            out.cast(),
-        )
-        .map_err(dnn_err("cudnnGetConvolutionBackwardDataAlgorithm_v7"))?,
-        ConvPass::BackwardFilter => dnn::get_convolution_backward_filter_algorithm(
-            h,
-            d.x,
-            d.y,
-            d.conv,
-            d.w,
-            n,
-            &mut count,
-            out.cast(),
-        )
-        .map_err(dnn_err("cudnnGetConvolutionBackwardFilterAlgorithm_v7"))?,
-    }
-    Ok(perf[..count.clamp(0, n) as usize]
-        .iter()
-        .filter_map(|p| Choice::from_perf(p, pass, math_rule))
-        .collect())
-}
-
 impl Cudnn {
     /// The device's cuDNN handle (created at first use), bound to `stream`.
     fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Dnn>>> {
@@ -482,21 +332,17 @@ impl Cudnn {
         Ok(g)
     }
 
-    /// Runs `c` with the algorithm chosen for its shape before, or chooses one:
-    /// cuDNN's heuristic candidates are tried in rank order, and the first that runs
-    /// (its workspace allocated and cuDNN accepting the call) is remembered. A
-    /// remembered choice that fails (its workspace no longer fits, say) is chosen
-    /// again.
+    /// Runs `c` with the algorithm chosen for its shape before, or chooses one
+    /// whose workspace fits `c`'s: the fastest when timed
+    /// ([`set_benchmark`] and not capturing a graph), else cuDNN's heuristic
+    /// candidates in rank order; the first that runs is remembered. A remembered
+    /// choice that fails is chosen again.
     ///
     /// # Safety
-    /// `c.x`, `c.w` and `c.y` address contiguous device arrays of the sizes of
-    /// `c.geom`; `stream` is the device's, its context current on this thread.
-    pub(crate) unsafe fn conv(
-        &self,
-        stream: CUstream,
-        c: &ConvCall,
-        ws: &dyn Workspaces,
-    ) -> Result<()> {
+    /// `c.x`, `c.w` and `c.y` address dense device arrays of the sizes of
+    /// `c.geom`, `c.workspace` one of `c.workspace_bytes`; `stream` is the
+    /// device's, its context current on this thread.
+    pub(crate) unsafe fn conv(&self, stream: CUstream, c: &ConvCall) -> Result<()> {
         let mut guard = self.handle(stream)?;
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
@@ -507,9 +353,14 @@ impl Cudnn {
                 e.insert(Descriptors::new(&c.geom, tf32)?)
             }
         };
-        let key = (c.geom, c.pass, tf32);
+        // a capture cannot wait for the GPU: there a timed choice made before it
+        // is used, or else the heuristic's (remembered apart from the timed ones)
+        let timed = benchmark()
+            && (state.algos.contains_key(&(c.geom, c.pass, tf32, true)) || !capturing(stream));
+        let key = (c.geom, c.pass, tf32, timed);
         if let Some(choice) = state.algos.get(&key).copied() {
-            if self.run_choice(h, d, c, choice, ws).is_ok() {
+            // (chosen under a larger workspace limit: chosen again)
+            if choice.bytes <= c.workspace_bytes && run_choice(h, d, c, choice).is_ok() {
                 return Ok(());
             }
             state.algos.remove(&key);
@@ -519,20 +370,40 @@ impl Cudnn {
         dnn::set_convolution_math_type(d.conv, d.math)
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
-        for choice in ranked(h, d, c.pass, math_rule)? {
-            let choice = match sized(h, d, choice) {
-                Ok(choice) => choice,
-                Err(e) => {
-                    last = Some(e);
-                    continue;
+        let candidates = if timed {
+            found(h, d, c, math_rule)?
+        } else {
+            let mut fit = Vec::new();
+            for choice in ranked(h, d, c.pass, math_rule)? {
+                match sized(h, d, choice) {
+                    Ok(choice) if choice.bytes <= c.workspace_bytes => fit.push(choice),
+                    Ok(choice) => {
+                        if log_choices() {
+                            eprintln!(
+                                "ember: cuDNN {:?} of {:?}: {:?} skipped, it needs {} bytes of \
+                                 workspace and this pass has {} (cudnn::set_workspace_limit)",
+                                c.pass, c.geom, choice.algo, choice.bytes, c.workspace_bytes
+                            );
+                        }
+                    }
+                    Err(e) => last = Some(e),
                 }
-            };
-            match self.run_choice(h, d, c, choice, ws) {
+            }
+            fit
+        };
+        for choice in candidates {
+            match run_choice(h, d, c, choice) {
                 Ok(()) => {
                     if log_choices() {
                         eprintln!(
-                            "ember: cuDNN {:?} of {:?}: {:?}, math {:?}, workspace {} bytes",
-                            c.pass, c.geom, choice.algo, choice.math, choice.bytes
+                            "ember: cuDNN {:?} of {:?}: {:?}, math {:?}, workspace {} of {} bytes{}",
+                            c.pass,
+                            c.geom,
+                            choice.algo,
+                            choice.math,
+                            choice.bytes,
+                            c.workspace_bytes,
+                            if timed { " (timed)" } else { "" }
                         );
                     }
                     state.algos.insert(key, choice);
@@ -544,56 +415,54 @@ impl Cudnn {
         Err(last.unwrap_or_else(|| Error::Cuda {
             op: "choosing a cuDNN algorithm",
             msg: format!(
-                "cuDNN proposes no usable {:?} algorithm for {:?}; \
+                "cuDNN proposes no usable {:?} algorithm for {:?} within {} bytes of workspace; \
+                 raise ember::cuda::cudnn::set_workspace_limit, or \
                  ember::cuda::cudnn::set_enabled(false) uses ember's own convolutions",
-                c.pass, c.geom
+                c.pass, c.geom, c.workspace_bytes
             ),
         }))
     }
+}
 
-    /// Queues `c` with `choice`'s algorithm and math type and a workspace for it.
-    ///
-    /// # Safety
-    /// As [`conv`](Self::conv); `h` is the device's handle, `d` describes `c`.
-    unsafe fn run_choice(
-        &self,
-        h: sys::cudnnHandle_t,
-        d: &Descriptors,
-        c: &ConvCall,
-        choice: Choice,
-        ws: &dyn Workspaces,
-    ) -> Result<()> {
-        dnn::set_convolution_math_type(d.conv, choice.math)
-            .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
-        let ws = Workspace::new(ws, choice.bytes)?;
-        let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
-        let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
-            (
-                (&one64 as *const f64).cast(),
-                (&zero64 as *const f64).cast(),
-            )
-        } else {
-            (
-                (&one32 as *const f32).cast(),
-                (&zero32 as *const f32).cast(),
-            )
-        };
-        let (x, w, y) = (c.x as *mut c_void, c.w as *mut c_void, c.y as *mut c_void);
-        let wsp = ws.ptr as *mut c_void;
-        match choice.algo {
-            Algo::Forward(a) => dnn::convolution_forward(
-                h, one, d.x, x, d.w, w, d.conv, a, wsp, ws.bytes, zero, d.y, y,
-            )
-            .map_err(dnn_err("cudnnConvolutionForward")),
-            Algo::BackwardData(a) => dnn::convolution_backward_data(
-                h, one, d.w, w, d.y, y, d.conv, a, wsp, ws.bytes, zero, d.x, x,
-            )
-            .map_err(dnn_err("cudnnConvolutionBackwardData")),
-            Algo::BackwardFilter(a) => dnn::convolution_backward_filter(
-                h, one, d.x, x, d.y, y, d.conv, a, wsp, ws.bytes, zero, d.w, w,
-            )
-            .map_err(dnn_err("cudnnConvolutionBackwardFilter")),
+/// Queues `c` with `choice`'s algorithm and math type in `c`'s workspace.
+///
+/// # Safety
+/// As [`Cudnn::conv`]; `h` is the device's handle, `d` describes `c`.
+unsafe fn run_choice(
+    h: sys::cudnnHandle_t,
+    d: &Descriptors,
+    c: &ConvCall,
+    choice: Choice,
+) -> Result<()> {
+    dnn::set_convolution_math_type(d.conv, choice.math)
+        .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+    let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
+    let (one, zero): (*const c_void, *const c_void) = if c.geom.dtype == DType::F64 {
+        (
+            (&one64 as *const f64).cast(),
+            (&zero64 as *const f64).cast(),
+        )
+    } else {
+        (
+            (&one32 as *const f32).cast(),
+            (&zero32 as *const f32).cast(),
+        )
+    };
+    let (x, w, y) = (c.x as *mut c_void, c.w as *mut c_void, c.y as *mut c_void);
+    let (wsp, bytes) = (c.workspace as *mut c_void, c.workspace_bytes);
+    match choice.algo {
+        Algo::Forward(a) => {
+            dnn::convolution_forward(h, one, d.x, x, d.w, w, d.conv, a, wsp, bytes, zero, d.y, y)
+                .map_err(dnn_err("cudnnConvolutionForward"))
         }
+        Algo::BackwardData(a) => dnn::convolution_backward_data(
+            h, one, d.w, w, d.y, y, d.conv, a, wsp, bytes, zero, d.x, x,
+        )
+        .map_err(dnn_err("cudnnConvolutionBackwardData")),
+        Algo::BackwardFilter(a) => dnn::convolution_backward_filter(
+            h, one, d.x, x, d.y, y, d.conv, a, wsp, bytes, zero, d.w, w,
+        )
+        .map_err(dnn_err("cudnnConvolutionBackwardFilter")),
     }
 }
 
@@ -637,41 +506,6 @@ mod tests {
         assert!(ConvGeom::new(DType::F32, &big).is_none());
         let ok = shape((127, 64, 512, 512), (8, 1, 1), (one, (0, 0), one), 1);
         assert!(ConvGeom::new(DType::F32, &ok).is_some());
-    }
-
-    #[test]
-    fn heuristic_entries_are_read_without_trusting_their_values() {
-        use sys::cudnnMathType_t::*;
-        let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32;
-        let perf = |algo, status, math_type| RawPerf {
-            algo,
-            status,
-            memory: 1 << 20,
-            math_type,
-            ..RawPerf::default()
-        };
-        let c = Choice::from_perf(&perf(6, ok, 1), ConvPass::Forward, None).unwrap();
-        assert!(matches!(
-            c.algo,
-            Algo::Forward(sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD)
-        ));
-        assert_eq!((c.math, c.bytes), (CUDNN_TENSOR_OP_MATH, 1 << 20));
-        // f32 without TF32 keeps FMA whatever the entry says
-        let c = Choice::from_perf(
-            &perf(1, ok, 0),
-            ConvPass::BackwardData,
-            Some(CUDNN_FMA_MATH),
-        );
-        assert_eq!(c.unwrap().math, CUDNN_FMA_MATH);
-        // failed entries, and algorithms or math types past what ember knows
-        let not_supported = sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED as u32;
-        assert!(Choice::from_perf(&perf(0, not_supported, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(8, ok, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardData, None).is_none());
-        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardFilter, None).is_some());
-        assert!(Choice::from_perf(&perf(7, ok, 0), ConvPass::BackwardFilter, None).is_none());
-        assert!(Choice::from_perf(&perf(0, 9999, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(0, ok, 4), ConvPass::Forward, None).is_none());
     }
 
     /// Where the cuDNN library loads (no GPU needed): it accepts ember's descriptors

@@ -1,0 +1,198 @@
+//! Models and a measured training loop shared by the memory tests
+//! (`tests/memory.rs`, `tests/memory_im2col.rs`).
+
+// each binary uses some of these
+#![allow(dead_code)]
+
+use ember::nn::{self, Module};
+use ember::optim::{Adam, Optimizer, Sgd};
+use ember::prelude::*;
+use ember::{cuda, models, Conv2dOptions, Pool2dOptions};
+
+/// A model builder.
+pub type Build = fn(&Device) -> Result<nn::Sequential>;
+/// An optimizer over a model's parameters.
+pub type MakeOpt = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
+/// A training case: name, model, one sample's shape, batch, optimizer, dtype.
+pub type Case = (&'static str, Build, Vec<usize>, usize, MakeOpt, DType);
+
+pub fn mlp(dev: &Device) -> Result<nn::Sequential> {
+    models::mlp(&[784, 1024, 1024, 10], dev)
+}
+
+/// The digits CNN of `ember train digits` (8x8 images).
+pub fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
+    models::digits_cnn(dev)
+}
+
+/// A transformer encoder layer (its attention on the fused kernel under f16/bf16
+/// autocast on GPUs) and a classifier over its flattened output.
+pub fn encoder(dev: &Device) -> Result<nn::Sequential> {
+    let opts = nn::TransformerOptions {
+        dim_feedforward: 64,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    Ok(nn::Sequential::new()
+        .add(nn::TransformerEncoderLayer::new(32, 2, opts, dev)?)
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(16 * 32, 10, dev)?))
+}
+
+pub fn resnet18(dev: &Device) -> Result<nn::Sequential> {
+    models::resnet18(10, dev)
+}
+
+pub fn alexnet(dev: &Device) -> Result<nn::Sequential> {
+    models::alexnet(10, dev)
+}
+
+pub fn vgg11(dev: &Device) -> Result<nn::Sequential> {
+    models::vgg11(10, dev)
+}
+
+/// An MNIST-sized CNN with a batch norm (buffers) and stride.
+pub fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(1, 32, 3, Conv2dOptions::default(), dev)?)
+        .add(nn::BatchNorm2d::new(32, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(
+            32,
+            64,
+            3,
+            Conv2dOptions {
+                stride: (2, 2),
+                ..Default::default()
+            },
+            dev,
+        )?)
+        .add(nn::ReLU)
+        .add(nn::MaxPool2d(Pool2dOptions::new(2)))
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(64 * 6 * 6, 128, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(128, 10, dev)?))
+}
+
+/// A CNN with grouped convolutions (the weight shared by every sample of a group:
+/// nothing of it is copied per sample).
+pub fn grouped_cnn(dev: &Device) -> Result<nn::Sequential> {
+    let groups = |g| Conv2dOptions {
+        groups: g,
+        ..Default::default()
+    };
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(8, 64, 3, groups(4), dev)?)
+        .add(nn::ReLU)
+        .add(nn::Conv2d::new(64, 64, 3, groups(64), dev)?)
+        .add(nn::ReLU)
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(64 * 12 * 12, 10, dev)?))
+}
+
+pub fn sgd(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
+    Ok(Box::new(Sgd::new(p, 0.01)?.momentum(0.9)?))
+}
+
+pub fn adam(p: Vec<Tensor>) -> Result<Box<dyn Optimizer>> {
+    Ok(Box::new(Adam::new(p, 1e-3)?))
+}
+
+/// The estimator's loop on a real device (the model built on the host in `dtype`): the peak allocated above what was
+/// allocated before.
+pub fn measure(
+    dev: &Device,
+    build: fn(&Device) -> Result<nn::Sequential>,
+    input: &[usize],
+    batch: usize,
+    opt: fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>,
+    (dtype, amp): (DType, Option<DType>),
+    steps: usize,
+) -> Result<usize> {
+    cuda::synchronize(dev)?;
+    cuda::empty_cache(dev)?;
+    let base = cuda::memory_allocated(dev)?;
+    cuda::reset_peak_memory_stats(dev)?;
+    let mut shape = vec![batch];
+    shape.extend_from_slice(input);
+    // the batch, made on the host
+    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+    let ys = Tensor::randint(0, 10, [batch], &Device::Cpu)?;
+    {
+        // built on the host, converted, then moved, as a training script does
+        let mut model = build(&Device::Cpu)?;
+        model.to_dtype(dtype)?;
+        model.to_device(dev)?;
+        let mut o = opt(model.parameters())?;
+        for _ in 0..steps {
+            let (x, y) = (xs.to(dev)?, ys.to(dev)?);
+            let ac = amp.map(ember::autocast_guard).transpose()?;
+            let out = model.forward(&x)?;
+            let loss = nn::cross_entropy(&out, &y)?;
+            drop(ac);
+            loss.backward()?;
+            drop((loss, out));
+            o.step()?;
+            o.zero_grad();
+            drop((x, y));
+        }
+    }
+    cuda::synchronize(dev)?;
+    Ok(cuda::max_memory_allocated(dev)? - base)
+}
+
+/// One forward pass of `build`'s model in eval mode under `no_grad` on `dev`, the
+/// parameters moved there first: the peak allocated above what was allocated
+/// before (the parameters included, as the estimate counts them).
+pub fn measure_inference(
+    dev: &Device,
+    build: Build,
+    input: &[usize],
+    batch: usize,
+) -> Result<usize> {
+    cuda::synchronize(dev)?;
+    cuda::empty_cache(dev)?;
+    let base = cuda::memory_allocated(dev)?;
+    let mut model = build(&Device::Cpu)?;
+    model.to_device(dev)?;
+    model.eval();
+    let mut shape = vec![batch];
+    shape.extend_from_slice(input);
+    let x = Tensor::randn(shape.as_slice(), &Device::Cpu)?;
+    cuda::reset_peak_memory_stats(dev)?;
+    ember::no_grad(|| -> Result<()> {
+        let x = x.to(dev)?;
+        drop(model.forward(&x)?);
+        Ok(())
+    })?;
+    cuda::synchronize(dev)?;
+    Ok(cuda::max_memory_allocated(dev)? - base)
+}
+
+/// Asserts that an estimated peak equals the measured one to the byte through
+/// the caching allocator, which the estimate models; without it (the memory
+/// checker's runs, `EMBER_CUDA_NO_CACHING`: no rounding, no blocks kept) within
+/// `no_cache_tolerance` of it.
+pub fn check_estimate(
+    name: &str,
+    estimated: usize,
+    measured: usize,
+    no_cache_tolerance: f64,
+    est: &dyn std::fmt::Display,
+) {
+    let err = (estimated as f64 - measured as f64).abs() / measured as f64;
+    eprintln!(
+        "{name}: estimated {estimated} bytes, measured {measured} ({:.2}% off)",
+        100.0 * err
+    );
+    if std::env::var_os("EMBER_CUDA_NO_CACHING").is_none() {
+        assert_eq!(estimated, measured, "{name}: {est}");
+    } else {
+        assert!(
+            err <= no_cache_tolerance,
+            "{name}: estimated {est}\nmeasured {measured}"
+        );
+    }
+}
