@@ -645,15 +645,20 @@ fn readme_memory_table_matches_ember_estimate() {
     ];
     assert_eq!((allocated.len(), reserved.len()), (4, 4));
     for (i, (model, dtype)) in columns.iter().enumerate() {
-        let (ok, out, err) = ember(&[
-            "estimate",
-            "--model",
-            model,
-            "--batch-size",
-            "128",
-            "--dtype",
-            dtype,
-        ]);
+        // the README's table is of the default: convolutions through cuDNN (a
+        // test pass may switch it off for the whole run)
+        let (ok, out, err) = ember_with(
+            &[
+                "estimate",
+                "--model",
+                model,
+                "--batch-size",
+                "128",
+                "--dtype",
+                dtype,
+            ],
+            &[("EMBER_CUDNN", "1")],
+        );
         assert!(ok, "{err}");
         let printed = |prefix: &str| -> String {
             out.lines()

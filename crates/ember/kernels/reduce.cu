@@ -970,6 +970,77 @@ __device__ void channel_dot_impl(const T* g, const T* x, const typename stat_t<T
     }
 }
 
+// Channels-last batch norm's per-channel sums: the elements seen as [m, c] rows
+// (a channel a column, [n, h, w, c] as [n * h * w, c]), where one block per
+// channel would read every c-th element. Blocks of 32 x 8 threads: x picks a
+// channel of a 32-channel tile (a warp reads 32 adjacent channels of a row), y
+// one of 8 row lanes; blockIdx.x is the tile, blockIdx.y the chunk of `rows`
+// rows. Each block writes its chunk's two sums per channel into part[2 * chunk]
+// and part[2 * chunk + 1] (rows of c, in double); channel_cols_finish adds the
+// chunks in order, so the result does not depend on timing. Statistics (dot == 0)
+// sum v = x - x[first row] and v * v (the shift keeps the variance exact where
+// the mean is large), as channel_stats does; dot == 1 sums g and g * (x - mean).
+template <typename T>
+__device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
+                                  double* part, i64 m, i64 c, i64 rows, int dot) {
+    __shared__ double s1s[8][33], s2s[8][33];
+    const i64 ch = (i64)blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = (i64)blockIdx.y * rows;
+    const i64 r1 = r0 + rows < m ? r0 + rows : m;
+    double s1 = 0, s2 = 0;
+    if (ch < c) {
+        const double k = dot ? (double)mean[ch] : (double)widen(x[ch]);
+        for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
+            const i64 j = r * c + ch;
+            const double v = (double)widen(x[j]) - k;
+            if (dot) {
+                const double gj = (double)widen(g[j]);
+                s1 += gj;
+                s2 += gj * v;
+            } else {
+                s1 += v;
+                s2 += v * v;
+            }
+        }
+    }
+    s1s[threadIdx.y][threadIdx.x] = s1;
+    s2s[threadIdx.y][threadIdx.x] = s2;
+    __syncthreads();
+    if (threadIdx.y == 0 && ch < c) {
+        double a = 0, b = 0;
+        for (int y = 0; y < 8; y++) {
+            a += s1s[y][threadIdx.x];
+            b += s2s[y][threadIdx.x];
+        }
+        part[2 * (i64)blockIdx.y * c + ch] = a;
+        part[(2 * (i64)blockIdx.y + 1) * c + ch] = b;
+    }
+}
+
+// out[ch] and out[c + ch] from channel_cols' partial sums of `chunks` chunks over
+// m rows: the mean and biased variance (dot == 0; x gives the shift back), or
+// the two sums (dot == 1).
+template <typename T>
+__device__ void channel_cols_finish_impl(const double* part, const T* x, typename stat_t<T>::type* out,
+                                         i64 chunks, i64 m, i64 c, int dot) {
+    typedef typename stat_t<T>::type S;
+    FOR_EACH(ch, c) {
+        double s1 = 0, s2 = 0;
+        for (i64 b = 0; b < chunks; b++) {
+            s1 += part[2 * b * c + ch];
+            s2 += part[(2 * b + 1) * c + ch];
+        }
+        if (dot) {
+            out[ch] = (S)s1;
+            out[c + ch] = (S)s2;
+        } else {
+            const double count = (double)m;
+            out[ch] = (S)((double)widen(x[ch]) + s1 / count);
+            out[c + ch] = (S)((s2 - s1 * s1 / count) / count);
+        }
+    }
+}
+
 // out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + q * b[ch] + d[ch]; coef
 // holds k rows of c (a, d or a, b, d). Blocks along x cover a plane's s elements,
 // along y the n * c planes; where s is 1 (channels-last arrays, seen as
@@ -1013,6 +1084,15 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
                                                   const stat_t<T>::type* coef, T* out, i64 planes,  \
                                                   i64 c, i64 s, int k) {                             \
         channel_affine_impl(p, q, coef, out, planes, c, s, k);                                       \
+    }                                                                                                \
+    extern "C" __global__ void channel_cols_##S(const T* g, const T* x, const stat_t<T>::type* mean,  \
+                                                double* part, i64 m, i64 c, i64 rows, int dot) {     \
+        channel_cols_impl(g, x, mean, part, m, c, rows, dot);                                        \
+    }                                                                                                \
+    extern "C" __global__ void channel_cols_finish_##S(const double* part, const T* x,              \
+                                                       stat_t<T>::type* out, i64 chunks, i64 m,     \
+                                                       i64 c, int dot) {                             \
+        channel_cols_finish_impl(part, x, out, chunks, m, c, dot);                                   \
     }
 EMBER_FLOAT_TYPES(CHANNEL_OPS)
 

@@ -803,3 +803,58 @@ fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
     }
     Ok(())
 }
+
+/// The meta device makes the allocations a GPU makes for batch norm over
+/// single-element planes (a `[n, c]` batch: its per-channel sums go column by
+/// column, in chunks of rows whose partial sums take a workspace): as many
+/// blocks, forward and backward, so the memory estimate follows the kernels.
+/// (Without an affine weight, and with the output's gradient given: the weight's
+/// gradient and a loss would be sums over many elements, whose partial sums on a
+/// GPU depend on its multiprocessor count, which meta does not model.)
+#[test]
+fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_batch_norm_over_columns") else {
+        return Ok(());
+    };
+    /// Counts meta allocations while it is the hook.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicU64);
+    impl ember::meta::AllocHook for Count {
+        fn alloc(&self, _: &ember::meta::MetaEvent) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn free(&self, _: &ember::meta::MetaEvent) {}
+    }
+    // 1,500 rows of 256 channels: two chunks of rows
+    let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+        let x = Tensor::randn([1500, 256], d)?.requires_grad_(true)?;
+        let up = Tensor::randn([1500, 256], d)?;
+        let mean = Tensor::zeros([256], DType::F32, d)?;
+        let var = Tensor::ones([256], DType::F32, d)?;
+        Ok(Box::new(move || {
+            let opts = BatchNormOptions {
+                running_mean: Some(&mean),
+                running_var: Some(&var),
+                training: true,
+                ..Default::default()
+            };
+            batch_norm(&x, None, None, opts)?.backward_with(&up)
+        }))
+    };
+    let count = std::sync::Arc::new(Count::default());
+    let on_meta = step(&Device::Meta)?;
+    ember::meta::with_hook(count.clone(), on_meta)?;
+    let on_gpu = step(&dev)?;
+    cuda::synchronize(&dev)?;
+    let before = cuda::memory_stats(&dev)?.num_allocs;
+    on_gpu()?;
+    cuda::synchronize(&dev)?;
+    let made = cuda::memory_stats(&dev)?.num_allocs - before;
+    let counted = count.0.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        counted, made,
+        "meta allocated {counted} blocks, the GPU {made}"
+    );
+    Ok(())
+}

@@ -8,9 +8,36 @@ mod common;
 use ember::cuda::cudnn;
 use ember::prelude::*;
 
-fn turn() -> std::sync::MutexGuard<'static, ()> {
+/// One test's turn with the global switches: they are put back as they were when
+/// the turn ends (a failed test's too), so each test starts from the process's
+/// settings (`EMBER_CUDNN`, `EMBER_CUDNN_BENCHMARK` or the defaults).
+struct Turn {
+    _lock: std::sync::MutexGuard<'static, ()>,
+    enabled: bool,
+    benchmark: bool,
+    tf32: bool,
+    limit: usize,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        cudnn::set_enabled(self.enabled);
+        cudnn::set_benchmark(self.benchmark);
+        cudnn::set_allow_tf32(self.tf32);
+        cudnn::set_workspace_limit(self.limit).expect("a limit that was set before");
+    }
+}
+
+fn turn() -> Turn {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    TURN.lock().unwrap_or_else(|p| p.into_inner())
+    let lock = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    Turn {
+        _lock: lock,
+        enabled: cudnn::enabled(),
+        benchmark: cudnn::benchmark(),
+        tf32: cudnn::allow_tf32(),
+        limit: cudnn::workspace_limit(),
+    }
 }
 
 /// The GPU when cuDNN can be used there, or `None` after saying why not.
@@ -316,10 +343,10 @@ fn the_workspace_limit_bounds_each_pass() -> Result<()> {
     for limit in [64 << 20, 8 << 10] {
         cudnn::set_workspace_limit(limit)?;
         // the meta device's peak above its start
-        let peak = std::sync::Arc::new(Peak::default());
+        let peak = std::sync::Arc::new(common::MetaPeak::default());
         let (xm, wm) = (x.to(&Device::Meta)?, w.to(&Device::Meta)?);
         ember::meta::with_hook(peak.clone(), || xm.conv2d(&wm, None, opts))?;
-        let estimated = peak.top.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let estimated = peak.top() as usize;
         // the device's
         let (xd, wd) = (x.to(&dev)?, w.to(&dev)?);
         ember::cuda::synchronize(&dev)?;
@@ -337,25 +364,6 @@ fn the_workspace_limit_bounds_each_pass() -> Result<()> {
     }
     cudnn::set_workspace_limit(64 << 20)?;
     Ok(())
-}
-
-/// The highest live meta bytes above the start while a hook is set.
-#[derive(Default)]
-struct Peak {
-    cur: std::sync::atomic::AtomicIsize,
-    top: std::sync::atomic::AtomicIsize,
-}
-
-impl ember::meta::AllocHook for Peak {
-    fn alloc(&self, e: &ember::meta::MetaEvent) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let now = self.cur.fetch_add(e.bytes as isize, Relaxed) + e.bytes as isize;
-        self.top.fetch_max(now, Relaxed);
-    }
-    fn free(&self, e: &ember::meta::MetaEvent) {
-        self.cur
-            .fetch_sub(e.bytes as isize, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 #[test]

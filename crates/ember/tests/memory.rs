@@ -168,72 +168,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     let Some(dev) = common::gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
         return Ok(());
     };
-    let f32 = DType::F32;
-    let bf16 = DType::BF16;
-    let cases: [Case; 10] = [
-        ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam, f32),
-        ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam, f32),
-        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
-        (
-            "digits cnn in bf16, sgd",
-            digits_cnn,
-            vec![1, 8, 8],
-            256,
-            sgd,
-            bf16,
-        ),
-        (
-            "mnist cnn with batch norm, sgd",
-            mnist_cnn,
-            vec![1, 28, 28],
-            16,
-            sgd,
-            f32,
-        ),
-        (
-            "resnet-18 on 32x32, sgd",
-            resnet18,
-            vec![3, 32, 32],
-            4,
-            sgd,
-            f32,
-        ),
-        (
-            "resnet-18 on 32x32 in bf16, sgd",
-            resnet18,
-            vec![3, 32, 32],
-            4,
-            sgd,
-            bf16,
-        ),
-        (
-            "alexnet on 63x63, sgd",
-            alexnet,
-            vec![3, 63, 63],
-            2,
-            sgd,
-            f32,
-        ),
-        ("vgg-11 on 32x32, sgd", vgg11, vec![3, 32, 32], 2, sgd, f32),
-        (
-            "grouped cnn, adam",
-            grouped_cnn,
-            vec![8, 16, 16],
-            16,
-            adam,
-            f32,
-        ),
-    ];
-    for (name, build, input, batch, opt, dtype) in cases {
-        let est = Estimator::new(build)
-            .input(&input)
-            .optimizer(opt)
-            .dtype(dtype)
-            .estimate(batch)?;
-        assert_eq!(est.dtype, dtype);
-        let measured = measure(&dev, build, &input, batch, opt, (dtype, None), est.steps)?;
-        check_estimate(name, est.peak_allocated, measured, 0.05, &est);
-    }
+    check_training_cases(&dev, &training_cases(), 0.05)?;
     // under autocast (ember::amp, meta following CUDA's op lists): products in the
     // lower precision, the parameters' casts kept for the region (alive at the
     // peak, in the backward pass), losses in float32
@@ -285,7 +220,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             &input,
             batch,
             adam,
-            (f32, Some(amp)),
+            (DType::F32, Some(amp)),
             est.steps,
         )?;
         // (the memory checker's runs: the MLP's estimate is 6.9% above the raw peak)
@@ -555,34 +490,14 @@ fn autocast_keeps_half_precision_activations() -> Result<()> {
     let a = Tensor::zeros([8, 4, 16, 16], DType::BF16, &dev)?.requires_grad_(true)?;
     let y = a.relu()?;
     let g = Tensor::ones([8, 4, 16, 16], DType::BF16, &dev)?;
-    let peak = std::sync::Arc::new(Peak::default());
+    let peak = std::sync::Arc::new(common::MetaPeak::default());
     ember::meta::with_hook(peak.clone(), || y.backward_with(&g))?;
-    let top = peak.top.load(std::sync::atomic::Ordering::Relaxed);
+    let top = peak.top();
     assert_eq!(
         top, half as isize,
         "the ReLU's backward peaked {top} bytes above its start"
     );
     Ok(())
-}
-
-/// The highest live meta bytes above the start while a hook is set (frees of
-/// older tensors count below it).
-#[derive(Default)]
-struct Peak {
-    cur: std::sync::atomic::AtomicIsize,
-    top: std::sync::atomic::AtomicIsize,
-}
-
-impl ember::meta::AllocHook for Peak {
-    fn alloc(&self, e: &ember::meta::MetaEvent) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let now = self.cur.fetch_add(e.bytes as isize, Relaxed) + e.bytes as isize;
-        self.top.fetch_max(now, Relaxed);
-    }
-    fn free(&self, e: &ember::meta::MetaEvent) {
-        self.cur
-            .fetch_sub(e.bytes as isize, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 /// ResNet-50's training step (batch 64, 224x224, SGD with momentum, 1000 classes)
@@ -652,9 +567,9 @@ fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
         live < 4 * rows * 4 + 1024,
         "{live} bytes alive after the forward pass"
     );
-    let peak = std::sync::Arc::new(Peak::default());
+    let peak = std::sync::Arc::new(common::MetaPeak::default());
     ember::meta::with_hook(peak.clone(), || loss.backward())?;
-    let top = peak.top.load(std::sync::atomic::Ordering::Relaxed) as usize;
+    let top = peak.top() as usize;
     assert!(
         (2 * rows * classes..2 * rows * classes + 4096).contains(&top),
         "backward peaked {top} bytes above its start (the bfloat16 gradient is {})",

@@ -20,43 +20,20 @@ fn the_im2col_estimate_matches_the_allocators_peak() -> Result<()> {
         return Ok(());
     };
     ember::cuda::cudnn::set_enabled(false);
-    let (f32, bf16) = (DType::F32, DType::BF16);
-    let cases: [Case; 4] = [
-        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
-        (
-            "digits cnn in bf16, sgd",
-            digits_cnn,
-            vec![1, 8, 8],
-            64,
-            sgd,
-            bf16,
-        ),
-        (
-            "mnist cnn with batch norm, sgd",
-            mnist_cnn,
-            vec![1, 28, 28],
-            16,
-            sgd,
-            f32,
-        ),
-        (
-            "grouped cnn, adam",
-            grouped_cnn,
-            vec![8, 16, 16],
-            16,
-            adam,
-            f32,
-        ),
+    // the training cases whose convolutions take im2col's distinct buffers: the
+    // patch matrix, float32 copies of bf16 operands, batch norm, groups
+    let im2col = [
+        "digits cnn, sgd",
+        "digits cnn in bf16, sgd",
+        "mnist cnn with batch norm, sgd",
+        "grouped cnn, adam",
     ];
-    for (name, build, input, batch, opt, dtype) in cases {
-        let est = Estimator::new(build)
-            .input(&input)
-            .optimizer(opt)
-            .dtype(dtype)
-            .estimate(batch)?;
-        let measured = measure(&dev, build, &input, batch, opt, (dtype, None), est.steps)?;
-        check_estimate(name, est.peak_allocated, measured, 0.05, &est);
-    }
+    let cases: Vec<Case> = training_cases()
+        .into_iter()
+        .filter(|c| im2col.contains(&c.0))
+        .collect();
+    assert_eq!(cases.len(), im2col.len());
+    check_training_cases(&dev, &cases, 0.05)?;
     // inference, where a convolution's patches are alive while its bias is added
     let est = Estimator::new(grouped_cnn)
         .input([8, 16, 16])

@@ -120,3 +120,28 @@ extern "C" fn print_summary() {
         }
     });
 }
+
+/// The highest live meta bytes above the start while it is the hook
+/// (`ember::meta::with_hook`); frees of older tensors count below the start.
+#[derive(Default)]
+pub struct MetaPeak {
+    cur: std::sync::atomic::AtomicIsize,
+    top: std::sync::atomic::AtomicIsize,
+}
+
+impl MetaPeak {
+    /// The highest point so far, in bytes above the start.
+    pub fn top(&self) -> isize {
+        self.top.load(Ordering::Relaxed)
+    }
+}
+
+impl ember::meta::AllocHook for MetaPeak {
+    fn alloc(&self, e: &ember::meta::MetaEvent) {
+        let now = self.cur.fetch_add(e.bytes as isize, Ordering::Relaxed) + e.bytes as isize;
+        self.top.fetch_max(now, Ordering::Relaxed);
+    }
+    fn free(&self, e: &ember::meta::MetaEvent) {
+        self.cur.fetch_sub(e.bytes as isize, Ordering::Relaxed);
+    }
+}

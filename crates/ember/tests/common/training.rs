@@ -4,6 +4,7 @@
 // each binary uses some of these
 #![allow(dead_code)]
 
+use ember::memory::Estimator;
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
@@ -74,6 +75,16 @@ pub fn mnist_cnn(dev: &Device) -> Result<nn::Sequential> {
         .add(nn::Linear::new(64 * 6 * 6, 128, dev)?)
         .add(nn::ReLU)
         .add(nn::Linear::new(128, 10, dev)?))
+}
+
+/// An MLP with a 1-d batch norm (its per-channel sums over `[n, c]` rows, a
+/// channel a column).
+pub fn bn_mlp(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new()
+        .add(nn::Linear::new(784, 256, dev)?)
+        .add(nn::BatchNorm1d::new(256, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(256, 10, dev)?))
 }
 
 /// A CNN with grouped convolutions (the weight shared by every sample of a group:
@@ -195,4 +206,90 @@ pub fn check_estimate(
             "{name}: estimated {est}\nmeasured {measured}"
         );
     }
+}
+
+/// The training steps whose estimate is compared with the allocator's peak.
+pub fn training_cases() -> Vec<Case> {
+    let f32 = DType::F32;
+    let bf16 = DType::BF16;
+    vec![
+        ("mlp 784-1024-1024-10, adam", mlp, vec![784], 64, adam, f32),
+        ("digits cnn, adam", digits_cnn, vec![1, 8, 8], 64, adam, f32),
+        // 1,500 rows: the batch norm's sums in two chunks of rows
+        (
+            "mlp with batch norm 1d, sgd",
+            bn_mlp,
+            vec![784],
+            1500,
+            sgd,
+            f32,
+        ),
+        ("digits cnn, sgd", digits_cnn, vec![1, 8, 8], 256, sgd, f32),
+        (
+            "digits cnn in bf16, sgd",
+            digits_cnn,
+            vec![1, 8, 8],
+            256,
+            sgd,
+            bf16,
+        ),
+        (
+            "mnist cnn with batch norm, sgd",
+            mnist_cnn,
+            vec![1, 28, 28],
+            16,
+            sgd,
+            f32,
+        ),
+        (
+            "resnet-18 on 32x32, sgd",
+            resnet18,
+            vec![3, 32, 32],
+            4,
+            sgd,
+            f32,
+        ),
+        (
+            "resnet-18 on 32x32 in bf16, sgd",
+            resnet18,
+            vec![3, 32, 32],
+            4,
+            sgd,
+            bf16,
+        ),
+        (
+            "alexnet on 63x63, sgd",
+            alexnet,
+            vec![3, 63, 63],
+            2,
+            sgd,
+            f32,
+        ),
+        ("vgg-11 on 32x32, sgd", vgg11, vec![3, 32, 32], 2, sgd, f32),
+        (
+            "grouped cnn, adam",
+            grouped_cnn,
+            vec![8, 16, 16],
+            16,
+            adam,
+            f32,
+        ),
+    ]
+}
+
+/// Each case's estimate against the measured peak of the same steps on `dev`
+/// ([`check_estimate`], within `no_cache_tolerance` without the caching
+/// allocator).
+pub fn check_training_cases(dev: &Device, cases: &[Case], no_cache_tolerance: f64) -> Result<()> {
+    for (name, build, input, batch, opt, dtype) in cases.iter().cloned() {
+        let est = Estimator::new(build)
+            .input(&input)
+            .optimizer(opt)
+            .dtype(dtype)
+            .estimate(batch)?;
+        assert_eq!(est.dtype, dtype);
+        let measured = measure(dev, build, &input, batch, opt, (dtype, None), est.steps)?;
+        check_estimate(name, est.peak_allocated, measured, no_cache_tolerance, &est);
+    }
+    Ok(())
 }

@@ -732,6 +732,63 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
     Ok(())
 }
 
+/// Batch norm in training over single-element planes (a channels-last
+/// `[n, c, h, w]`, a `[n, c]` batch), whose per-channel sums a GPU takes column
+/// by column in chunks of rows: against the CPU (the output, the running
+/// statistics, the three gradients) for rows across several chunks, channels
+/// past a 32-channel tile, a mean far from zero (the sums' shift), and float32,
+/// float64 and bfloat16.
+#[test]
+fn batch_norm_over_channel_columns_matches_the_cpu() -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    use ember::MemoryFormat::ChannelsLast;
+    let Some(dev) = gpu("batch_norm_over_channel_columns_matches_the_cpu") else {
+        return Ok(());
+    };
+    let _g = rng_lock();
+    ember::manual_seed(23);
+    // [n, c, h, w] laid out channels-last ([n·h·w, c] rows: 2,312 and 35), a
+    // [2100, 40] batch, and fewer rows than a block's 8 row lanes
+    let shapes: [&[usize]; 3] = [&[8, 35, 17, 17], &[2100, 40], &[3, 33, 1, 1]];
+    for shape in shapes {
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F64, 1e-10), (DType::BF16, 2e-2)] {
+            let c = shape[1];
+            let x = Tensor::randn(shape, &Device::Cpu)?
+                .add(100.0)?
+                .to_dtype(dtype)?;
+            let x = if shape.len() == 4 {
+                x.to_memory_format(ChannelsLast)?
+            } else {
+                x
+            };
+            let w = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
+            let b = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
+            let up = Tensor::randn(shape, &Device::Cpu)?.to_dtype(dtype)?;
+            let run = |d: &Device| -> Result<Vec<Vec<f64>>> {
+                let leaf = |t: &Tensor| t.to(d)?.detach().requires_grad_(true);
+                let (x, w, b) = (leaf(&x)?, leaf(&w)?, leaf(&b)?);
+                let mean = Tensor::zeros([c], dtype, d)?;
+                let var = Tensor::ones([c], dtype, d)?;
+                let opts = BatchNormOptions {
+                    running_mean: Some(&mean),
+                    running_var: Some(&var),
+                    training: true,
+                    ..Default::default()
+                };
+                let y = batch_norm(&x, Some(&w), Some(&b), opts)?;
+                y.mul(&up.to(d)?)?.sum_all()?.backward()?;
+                let g = |t: &Tensor| vals(&t.grad().expect("a gradient"));
+                Ok(vec![vals(&y), vals(&mean), vals(&var), g(&x), g(&w), g(&b)])
+            };
+            let (want, got) = (run(&Device::Cpu)?, run(&dev)?);
+            for (g, e) in got.iter().zip(&want) {
+                assert_close(g, e, tol, tol);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Max and average pooling with overlapping, dilated and padded windows, and a
 /// window of more than 256 positions (whose index is int64 rather than one byte),
 /// give the CPU's values bit for bit in every float dtype, forward and backward

@@ -10,9 +10,9 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype, AdamStep,
-    AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool,
-    PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype,
+    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
+    NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -97,6 +97,17 @@ impl MetaStorage {
     /// to cuDNN (float64 excepted, as PyTorch's).
     pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
         self.dtype != DType::F64 && s.through_library(self.dtype)
+    }
+
+    /// Batch norm's per-channel sums as CUDA makes them: the `[2, c]` result, then
+    /// for single-element planes the chunks' partial sums (`channel_columns`).
+    fn channel_sums(&self, l: &Layout) -> Result<MetaStorage> {
+        let shape = channel_shape(l.shape());
+        let out = MetaStorage::new(stat_dtype(self.dtype), 2 * shape.1)?;
+        if let Some((_, chunks)) = channel_columns(shape) {
+            let _part = MetaStorage::workspace(DType::F64, 2 * chunks * shape.1)?;
+        }
+        Ok(out)
     }
 
     /// One cuDNN pass's buffers as ember's CUDA path makes them
@@ -286,7 +297,7 @@ impl BackendStorage for MetaStorage {
     }
 
     fn channel_stats(&self, l: &Layout) -> Result<Self> {
-        MetaStorage::new(stat_dtype(self.dtype), 2 * channel_shape(l.shape()).1)
+        self.channel_sums(l)
     }
 
     fn channel_dot(
@@ -295,7 +306,7 @@ impl BackendStorage for MetaStorage {
         _x: (&Self, &Layout),
         _mean: (&Self, &Layout),
     ) -> Result<Self> {
-        MetaStorage::new(stat_dtype(self.dtype), 2 * channel_shape(l.shape()).1)
+        self.channel_sums(l)
     }
 
     fn channel_affine(

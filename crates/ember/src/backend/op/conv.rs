@@ -70,10 +70,50 @@ fn patch_bytes() -> usize {
     })
 }
 
-/// Whether GPU convolutions go to the vendor library (cuDNN) where it loads: 0 not
-/// decided yet (`EMBER_CUDNN` decides at the first read), 1 off, 2 on. Here and not
-/// in the CUDA backend because the meta device models the path it selects.
-static LIBRARY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// A process-wide on/off setting whose first read, unless it was set before,
+/// takes its value from an environment variable (`1`, `true`, `on`; `0`,
+/// `false`, `off`; anything else or nothing: the default).
+pub(crate) struct EnvSwitch {
+    /// 0: not decided yet, 1: off, 2: on.
+    state: std::sync::atomic::AtomicU8,
+    var: &'static str,
+    default: bool,
+}
+
+impl EnvSwitch {
+    pub(crate) const fn new(var: &'static str, default: bool) -> EnvSwitch {
+        EnvSwitch {
+            state: std::sync::atomic::AtomicU8::new(0),
+            var,
+            default,
+        }
+    }
+
+    pub(crate) fn set(&self, on: bool) {
+        self.state
+            .store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.state.load(Relaxed) == 0 {
+            let on = match std::env::var(self.var).as_deref().map(str::trim) {
+                Ok("1" | "true" | "on") => true,
+                Ok("0" | "false" | "off") => false,
+                _ => self.default,
+            };
+            // a set() racing with this first read wins
+            let _ = self
+                .state
+                .compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed);
+        }
+        self.state.load(Relaxed) == 2
+    }
+}
+
+/// Whether GPU convolutions go to the vendor library (cuDNN) where it loads. Here
+/// and not in the CUDA backend because the meta device models the path it selects.
+static LIBRARY: EnvSwitch = EnvSwitch::new("EMBER_CUDNN", true);
 
 /// The default of [`library_workspace_limit`]: the im2col path's patch budget, so
 /// that neither path holds more scratch memory than the other at a time.
@@ -84,23 +124,13 @@ static WORKSPACE_LIMIT: std::sync::atomic::AtomicUsize =
 
 /// Switches the library path on or off for the process (`torch.backends.cudnn.enabled`).
 pub(crate) fn set_library_enabled(on: bool) {
-    LIBRARY.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+    LIBRARY.set(on)
 }
 
 /// Whether GPU convolutions go to the library where it loads: on unless
 /// [`set_library_enabled(false)`](set_library_enabled) or `EMBER_CUDNN=0`.
 pub(crate) fn library_enabled() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match LIBRARY.load(Relaxed) {
-        0 => {
-            let off = std::env::var("EMBER_CUDNN")
-                .is_ok_and(|v| matches!(v.trim(), "0" | "false" | "off"));
-            // a set_library_enabled() racing with this first read wins
-            let _ = LIBRARY.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
-            LIBRARY.load(Relaxed) == 2
-        }
-        v => v == 2,
-    }
+    LIBRARY.get()
 }
 
 /// Sets the most scratch memory one library convolution may take

@@ -98,6 +98,24 @@ pub(crate) fn channel_shape(shape: &[usize]) -> (usize, usize, usize) {
     (n, c, shape.iter().skip(2).product())
 }
 
+/// The most rows one block of the column-wise per-channel sums takes (see
+/// [`channel_columns`]), unless the rows need more chunks than a grid holds.
+const COLUMN_ROWS: usize = 1024;
+
+/// How a GPU sums batch norm's per-channel statistics over `[n, c, s]` elements
+/// whose planes are single elements (`s == 1`: a channels-last `[n, h, w, c]` seen
+/// as `[n·h·w, c, 1]`, or a `[n, c]` batch): `Some((rows, chunks))` when it sums
+/// columns in chunks of `rows` rows, each chunk's partial sums in a float64
+/// workspace of `2 · chunks · c` elements (which the meta device counts too);
+/// `None` where it walks each channel's planes in one block.
+pub(crate) fn channel_columns((n, c, s): (usize, usize, usize)) -> Option<(usize, usize)> {
+    (s == 1 && n > 0 && c > 0).then(|| {
+        // a grid's y extent is at most 65535 chunks
+        let rows = COLUMN_ROWS.max(n.div_ceil(65535));
+        (rows, n.div_ceil(rows))
+    })
+}
+
 /// Every operation code the kernels use, as `#define NAME VALUE` lines: the
 /// kernels' source gets these in front, so the codes cannot drift from Rust's.
 pub(crate) fn kernel_defines() -> String {

@@ -26,6 +26,7 @@ mod algos;
 
 use super::calls::{ConvCall, ConvGeom, ConvPass};
 use super::libs::{self, CudaLib};
+use crate::backend::op::conv::EnvSwitch;
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -99,8 +100,7 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// 0: not decided yet (`EMBER_CUDNN_BENCHMARK` decides), 1: off, 2: on.
-static BENCHMARK: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static BENCHMARK: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_BENCHMARK", false);
 
 /// Chooses each convolution's algorithms by timing them (`torch.backends.cudnn.benchmark`):
 /// the first pass of each shape, dtype and layout runs every algorithm cuDNN has
@@ -112,21 +112,12 @@ static BENCHMARK: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new
 /// graph is captured is not timed: it takes a choice made before the capture, or
 /// the heuristic's.
 pub fn set_benchmark(on: bool) {
-    BENCHMARK.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+    BENCHMARK.set(on)
 }
 
 /// Whether convolutions' algorithms are chosen by timing them (off unless switched on).
 pub fn benchmark() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match BENCHMARK.load(Relaxed) {
-        0 => {
-            let on = std::env::var("EMBER_CUDNN_BENCHMARK")
-                .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on"));
-            let _ = BENCHMARK.compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed);
-            BENCHMARK.load(Relaxed) == 2
-        }
-        v => v == 2,
-    }
+    BENCHMARK.get()
 }
 
 /// Whether work queued on `stream` now is being captured into a CUDA graph (where

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
-    norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ScanOp,
+    channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ScanOp,
 };
 use crate::layout::Layout;
 use crate::{
@@ -514,6 +514,9 @@ pub(crate) fn channel_stats(
     offset: usize,
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
+    if let Some(cols) = channel_columns((n, c, s)) {
+        return channel_columns_sums(None, (x, offset), None, (n, c), cols);
+    }
     let out = new_out(x.dev(), stat_dtype(x.dtype()), 2 * c)?;
     if c == 0 {
         return Ok(out);
@@ -540,6 +543,9 @@ pub(crate) fn channel_dot(
     mean: (&CudaStorage, usize),
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
+    if let Some(cols) = channel_columns((n, c, s)) {
+        return channel_columns_sums(Some(g), x, Some(mean), (n, c), cols);
+    }
     let out = new_out(g.0.dev(), stat_dtype(g.0.dtype()), 2 * c)?;
     if c == 0 {
         return Ok(out);
@@ -559,6 +565,42 @@ pub(crate) fn channel_dot(
         grid,
         CHANNEL_THREADS,
         &mut args![pg, px, pm, po, n_, c_, s_],
+    )?;
+    Ok(out)
+}
+
+/// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean) of
+/// `[m, c]` rows, a channel a column: blocks of 32 channels by a chunk of `rows`
+/// rows write their partial sums to a float64 workspace of `2 · chunks · c`,
+/// which a second kernel adds up per channel in chunk order.
+fn channel_columns_sums(
+    g: Option<(&CudaStorage, usize)>,
+    (x, x_off): (&CudaStorage, usize),
+    mean: Option<(&CudaStorage, usize)>,
+    (m, c): (usize, usize),
+    (rows, chunks): (usize, usize),
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
+    let part = new_out(dev, DType::F64, 2 * chunks * c)?;
+    let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
+    let (pg, px, pm, pp, po) = (at(g), base_ptr(x, x_off), at(mean), part.ptr(), out.ptr());
+    let (m_, c_, rows_, chunks_) = (m as i64, c as i64, rows as i64, chunks as i64);
+    let dot = g.is_some() as i32;
+    let sfx = suffix(x.dtype());
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &format!("channel_cols_{sfx}")),
+        (c.div_ceil(32) as u32, chunks as u32, 1),
+        ((32, 8, 1), 0),
+        &mut args![pg, px, pm, pp, m_, c_, rows_, dot],
+    )?;
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &format!("channel_cols_finish_{sfx}")),
+        (dev.grid_for(c, THREADS), 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut args![pp, px, po, chunks_, m_, c_, dot],
     )?;
     Ok(out)
 }
