@@ -64,6 +64,10 @@ pub struct EstimateArgs {
     /// step: float32 parameters, products and convolutions in bf16 or f16).
     #[arg(long, value_enum)]
     pub amp: Option<AmpKind>,
+    /// The step channels-last: the model and each batch laid out so (PyTorch's
+    /// `memory_format=torch.channels_last`); image models only.
+    #[arg(long)]
+    pub channels_last: bool,
     /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
     #[arg(long, conflicts_with = "memory")]
     pub device: Option<String>,
@@ -196,6 +200,11 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             )));
         }
     }
+    if args.channels_last && (lm || name == "mlp") {
+        return Err(invalid(format!(
+            "--channels-last lays out 4-D image batches; {name} does not take images"
+        )));
+    }
     if args.max_batch && args.memory.is_none() && args.device.is_none() {
         return Err(invalid(
             "--max-batch needs the memory to fit in: --device cuda:N or --memory SIZE",
@@ -209,6 +218,9 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
         .dtype(dtype)
         .amp(args.amp.map(AmpKind::dtype))
         .training(!args.inference);
+    if args.channels_last {
+        est = est.memory_format(ember::MemoryFormat::ChannelsLast);
+    }
     if lm {
         // ids [B, T] (int64), the next token at each position, cross-entropy
         // over the vocabulary

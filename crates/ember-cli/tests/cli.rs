@@ -446,6 +446,40 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
 }
 
 #[test]
+fn estimate_channels_last() {
+    // the default, cuDNN, which convolves channels-last as it lies (a test pass
+    // may switch it off for the whole run)
+    let cudnn = [("EMBER_CUDNN", "1")];
+    let args = [
+        "estimate",
+        "--model",
+        "resnet18",
+        "--input",
+        "3x32x32",
+        "--batch-size",
+        "8",
+    ];
+    let peak = |extra: &[&str]| -> usize {
+        let (ok, out, err) = ember_with(&[&args[..], extra].concat(), &cudnn);
+        assert!(ok, "{err}");
+        let line = out
+            .lines()
+            .find_map(|l| l.strip_prefix("peak allocated:"))
+            .unwrap_or_else(|| panic!("no peak in\n{out}"));
+        let size = line.split(" (").next().unwrap().trim();
+        ember::memory::parse_bytes(size).unwrap_or_else(|e| panic!("{size}: {e}"))
+    };
+    // the same tensors laid out otherwise: no copies to row-major in the step
+    let (row_major, channels_last) = (peak(&[]), peak(&["--channels-last"]));
+    assert!(
+        channels_last <= row_major,
+        "channels-last {channels_last} bytes, row-major {row_major}"
+    );
+    let (ok, _, err) = ember(&["estimate", "--model", "mlp", "--channels-last"]);
+    assert!(!ok && err.contains("--channels-last"), "{err}");
+}
+
+#[test]
 fn quick_models_suite_writes_its_rows_with_estimates() {
     let json = std::env::temp_dir().join(format!("ember-models-{}.jsonl", std::process::id()));
     let (ok, out, err) = ember(&[

@@ -500,6 +500,60 @@ fn autocast_keeps_half_precision_activations() -> Result<()> {
     Ok(())
 }
 
+/// A channels-last step (the model and each batch laid out so; convolutions,
+/// batch norm and pooling keep the layout) on `cuda:0` against
+/// `Estimator::memory_format`'s estimate, as the row-major steps above; a
+/// channels-last request for an input of another rank is refused.
+#[test]
+fn the_channels_last_estimate_matches_the_allocators_peak() -> Result<()> {
+    use ember::MemoryFormat::ChannelsLast;
+    let err = Estimator::new(mlp)
+        .input([784])
+        .memory_format(ChannelsLast)
+        .estimate(4)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("rank 4"), "{err}");
+    let Some(dev) = common::gpu("the_channels_last_estimate_matches_the_allocators_peak") else {
+        return Ok(());
+    };
+    for (name, build, input, batch, amp) in [
+        (
+            "resnet-18 on 32x32, channels-last, sgd",
+            resnet18 as Build,
+            [3, 32, 32],
+            4,
+            None,
+        ),
+        (
+            "mnist cnn with batch norm, channels-last, autocast bf16, sgd",
+            mnist_cnn,
+            [1, 28, 28],
+            16,
+            Some(DType::BF16),
+        ),
+    ] {
+        let est = Estimator::new(build)
+            .input(input)
+            .optimizer(sgd)
+            .amp(amp)
+            .memory_format(ChannelsLast)
+            .estimate(batch)?;
+        let measured = measure_in(
+            ChannelsLast,
+            &dev,
+            build,
+            &input,
+            batch,
+            sgd,
+            (DType::F32, amp),
+            est.steps,
+        )?;
+        check_estimate(name, est.peak_allocated, measured, 0.05, &est);
+    }
+    Ok(())
+}
+
 /// ResNet-50's training step (batch 64, 224x224, SGD with momentum, 1000 classes)
 /// needs at most what PyTorch 2.11's measured on an H200 for the same step
 /// (`torch.cuda.max_memory_allocated`): 5636 MiB in float32 and 3141 MiB under

@@ -287,6 +287,7 @@ pub struct Estimator<M> {
     arch: u32,
     dtype: Option<DType>,
     amp: Option<DType>,
+    format: crate::layout::MemoryFormat,
 }
 
 impl<M: Module> Estimator<M> {
@@ -306,6 +307,7 @@ impl<M: Module> Estimator<M> {
             arch: 90,
             dtype: None,
             amp: None,
+            format: crate::layout::MemoryFormat::Contiguous,
         }
     }
 
@@ -391,6 +393,16 @@ impl<M: Module> Estimator<M> {
         self.outside = if major >= 9 { 32 << 20 } else { 4 << 20 };
         // which kernels run (the fused attention needs 8.0 or later)
         self.arch = major * 10;
+        self
+    }
+
+    /// Lays the model and the inputs out in `format`
+    /// ([`Module::to_memory_format`], PyTorch's `model.to(memory_format=...)`),
+    /// the model after building it, each batch as it is made: with
+    /// [`MemoryFormat::ChannelsLast`](crate::MemoryFormat::ChannelsLast), a
+    /// channels-last step (inputs of rank 4 only). Default: row-major.
+    pub fn memory_format(mut self, format: crate::layout::MemoryFormat) -> Self {
+        self.format = format;
         self
     }
 
@@ -485,6 +497,20 @@ impl<M: Module> Estimator<M> {
         if let Some(d) = self.dtype {
             model.to_dtype(d)?;
         }
+        let channels_last = self.format == crate::layout::MemoryFormat::ChannelsLast;
+        if channels_last {
+            if self.input.len() != 3 {
+                return Err(Error::invalid(
+                    "estimate",
+                    format!(
+                        "a channels-last step takes inputs of rank 4 (a batch of [C, H, W] \
+                         images); one sample here is {:?}",
+                        self.input
+                    ),
+                ));
+            }
+            model.to_memory_format(self.format)?;
+        }
         let state = model.state_dict();
         if let Some((name, t)) = state.iter().find(|(_, t)| t.device() != meta) {
             return Err(Error::invalid(
@@ -517,11 +543,20 @@ impl<M: Module> Estimator<M> {
         let mut target_shape = vec![batch];
         target_shape.extend_from_slice(&self.targets);
         let input_dtype = self.input_dtype.unwrap_or(dtype);
+        // a batch as the loop makes it: channels-last made so, not copied
+        let input = || -> Result<Tensor> {
+            if channels_last {
+                let nhwc = [shape[0], shape[2], shape[3], shape[1]];
+                Tensor::empty(nhwc, input_dtype, &meta)?.permute([0, 3, 1, 2])
+            } else {
+                Tensor::empty(shape.as_slice(), input_dtype, &meta)
+            }
+        };
         if !self.training {
             model.set_training(false);
             let _ng = crate::autograd::no_grad_guard();
             trace.mark(0, Phase::Inputs);
-            let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
+            let x = input()?;
             trace.mark(0, Phase::Forward);
             let _ac = self
                 .amp
@@ -536,7 +571,7 @@ impl<M: Module> Estimator<M> {
         let mut opt = (self.optimizer)(params.clone())?;
         for step in 0..self.steps {
             trace.mark(step, Phase::Inputs);
-            let x = Tensor::empty(shape.as_slice(), input_dtype, &meta)?;
+            let x = input()?;
             let y = Tensor::empty(target_shape.as_slice(), DType::I64, &meta)?;
             trace.mark(step, Phase::Forward);
             let ac = self

@@ -122,6 +122,32 @@ pub fn measure(
     (dtype, amp): (DType, Option<DType>),
     steps: usize,
 ) -> Result<usize> {
+    let row_major = ember::MemoryFormat::Contiguous;
+    measure_in(
+        row_major,
+        dev,
+        build,
+        input,
+        batch,
+        opt,
+        (dtype, amp),
+        steps,
+    )
+}
+
+/// [`measure`] with the model and the batch laid out in `format` on the host
+/// (moving them keeps it).
+#[allow(clippy::too_many_arguments)]
+pub fn measure_in(
+    format: ember::MemoryFormat,
+    dev: &Device,
+    build: Build,
+    input: &[usize],
+    batch: usize,
+    opt: MakeOpt,
+    (dtype, amp): (DType, Option<DType>),
+    steps: usize,
+) -> Result<usize> {
     cuda::synchronize(dev)?;
     cuda::empty_cache(dev)?;
     let base = cuda::memory_allocated(dev)?;
@@ -129,12 +155,15 @@ pub fn measure(
     let mut shape = vec![batch];
     shape.extend_from_slice(input);
     // the batch, made on the host
-    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+    let xs = Tensor::randn(shape.as_slice(), &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_memory_format(format)?;
     let ys = Tensor::randint(0, 10, [batch], &Device::Cpu)?;
     {
         // built on the host, converted, then moved, as a training script does
         let mut model = build(&Device::Cpu)?;
         model.to_dtype(dtype)?;
+        model.to_memory_format(format)?;
         model.to_device(dev)?;
         let mut o = opt(model.parameters())?;
         for _ in 0..steps {
