@@ -85,6 +85,7 @@ struct Target {
     capacity: usize,
     what: String,
     major: Option<u32>,
+    multiprocessors: Option<usize>,
 }
 
 fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
@@ -93,6 +94,7 @@ fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
             capacity: parse_bytes(m).map_err(|e| crate::paths::named("--memory", m, e))?,
             what: format!("{m} of memory"),
             major: None,
+            multiprocessors: None,
         }));
     }
     let Some(d) = &args.device else {
@@ -114,6 +116,7 @@ fn target(args: &EstimateArgs) -> ember::Result<Option<Target>> {
             fmt_bytes(total)
         ),
         major: Some(props.compute_capability.0),
+        multiprocessors: Some(props.multiprocessor_count as usize),
     }))
 }
 
@@ -241,6 +244,10 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     };
     // cuBLAS's workspace: the target's size, else Hopper's (the larger)
     est = est.compute_capability(target.as_ref().and_then(|t| t.major).unwrap_or(9));
+    // how a GPU splits long sums: the target's multiprocessors, else an H100's
+    if let Some(n) = target.as_ref().and_then(|t| t.multiprocessors) {
+        est = est.multiprocessors(n);
+    }
     let batch = args.batch_size as usize;
     // a shape the model cannot take (too small for its pooling) names --input
     let e = est.estimate(batch).map_err(|e| match e {

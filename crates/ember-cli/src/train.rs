@@ -615,6 +615,11 @@ fn memory_check(
                 Ok(o)
             })
             .compute_capability(major)
+            .multiprocessors(
+                target
+                    .as_ref()
+                    .map_or(132, |(_, p)| p.multiprocessor_count as usize),
+            )
             .amp(amp)
     };
     let est = estimator();

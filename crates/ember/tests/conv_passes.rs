@@ -125,6 +125,7 @@ fn the_estimate_follows_the_passes() -> Result<()> {
     // one sample's patches: 3·3·3·64·4 = 6,912 bytes in the first convolution,
     // 8·3·3·16·4 = 4,608 in the second: both above the budget, one sample a pass
     let est = Estimator::new(cnn)
+        .multiprocessors(common::multiprocessors(&dev))
         .input([3, 8, 8])
         .optimizer(sgd)
         .estimate(batch)?;

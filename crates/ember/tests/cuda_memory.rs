@@ -806,11 +806,11 @@ fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
 
 /// The meta device makes the allocations a GPU makes for batch norm over
 /// single-element planes (a `[n, c]` batch: its per-channel sums go column by
-/// column, in chunks of rows whose partial sums take a workspace): as many
-/// blocks, forward and backward, so the memory estimate follows the kernels.
-/// (Without an affine weight, and with the output's gradient given: the weight's
-/// gradient and a loss would be sums over many elements, whose partial sums on a
-/// GPU depend on its multiprocessor count, which meta does not model.)
+/// column, in chunks of rows whose partial sums take a workspace) and for the
+/// long sums around it (the weight's gradient over 1,500 rows, the loss over all
+/// elements: a GPU splits them by its multiprocessor count, which meta is told):
+/// as many blocks, forward and backward, so the memory estimate follows the
+/// kernels.
 #[test]
 fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
     use ember::nn::functional::{batch_norm, BatchNormOptions};
@@ -829,7 +829,7 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
     // 1,500 rows of 256 channels: two chunks of rows
     let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
         let x = Tensor::randn([1500, 256], d)?.requires_grad_(true)?;
-        let up = Tensor::randn([1500, 256], d)?;
+        let w = Tensor::ones([256], DType::F32, d)?.requires_grad_(true)?;
         let mean = Tensor::zeros([256], DType::F32, d)?;
         let var = Tensor::ones([256], DType::F32, d)?;
         Ok(Box::new(move || {
@@ -839,12 +839,13 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
                 training: true,
                 ..Default::default()
             };
-            batch_norm(&x, None, None, opts)?.backward_with(&up)
+            batch_norm(&x, Some(&w), None, opts)?.sum_all()?.backward()
         }))
     };
     let count = std::sync::Arc::new(Count::default());
     let on_meta = step(&Device::Meta)?;
-    ember::meta::with_hook(count.clone(), on_meta)?;
+    let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
+    ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
     let on_gpu = step(&dev)?;
     cuda::synchronize(&dev)?;
     let before = cuda::memory_stats(&dev)?.num_allocs;

@@ -72,7 +72,10 @@ fn max_batch_agrees_with_a_bisection_of_real_runs() -> Result<()> {
     let (free, total) = cuda::mem_get_info(&dev)?;
     assert_eq!((free, total), (MEMORY_MB << 20, MEMORY_MB << 20));
     // the simulator has no cuBLAS workspace: no compute capability is set
-    let est = Estimator::new(mlp).input([64]).optimizer(adam);
+    let est = Estimator::new(mlp)
+        .input([64])
+        .optimizer(adam)
+        .multiprocessors(cuda::device_properties(0)?.multiprocessor_count as usize);
     let predicted = est
         .max_batch(64, free, 1 << 20)?
         .expect("a batch of one fits");

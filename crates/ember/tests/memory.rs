@@ -2,8 +2,8 @@
 //! agrees with the caching allocator's measured peak on a (simulated) GPU, its
 //! batch search agrees with estimates around it, and bad input is an error.
 //!
-//! The comparison with measurement reads the device's process-wide counters, so it
-//! lives in this binary and takes turns; it skips, saying why, without a GPU (CI
+//! The comparisons with measurement read the device's process-wide counters, so
+//! they live in this binary and take turns; each skips, saying why, without a GPU (CI
 //! runs it on the CUDA simulator, whose caching allocator is ember's real one).
 
 mod common;
@@ -15,6 +15,14 @@ use ember::nn::{self, Module};
 use ember::prelude::*;
 use ember::{models, Conv2dOptions};
 use training::*;
+
+/// `cuda:0` and this binary's turn on it: the comparisons read the device's
+/// process-wide peak, so they run one at a time.
+fn gpu(test: &str) -> Option<(Device, std::sync::MutexGuard<'static, ()>)> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dev = common::gpu(test)?;
+    Some((dev, TURN.lock().unwrap_or_else(|p| p.into_inner())))
+}
 
 #[test]
 fn the_breakdown_adds_up_and_the_state_is_exact() -> Result<()> {
@@ -165,7 +173,7 @@ fn bad_input_is_an_error() -> Result<()> {
 /// within 5% of `max_memory_allocated` (minus what was allocated before).
 #[test]
 fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
-    let Some(dev) = common::gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
+    let Some((dev, _turn)) = gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
         return Ok(());
     };
     check_training_cases(&dev, &training_cases(), 0.05)?;
@@ -209,6 +217,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
             _ => 9,
         };
         let est = Estimator::new(build)
+            .multiprocessors(common::multiprocessors(&dev))
             .input(&input)
             .optimizer(adam)
             .amp(Some(amp))
@@ -240,6 +249,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
         ("grouped cnn, inference", grouped_cnn, vec![8, 16, 16], 16),
     ] {
         let est = Estimator::new(build)
+            .multiprocessors(common::multiprocessors(&dev))
             .input(&input)
             .training(false)
             .estimate(batch)?;
@@ -514,7 +524,7 @@ fn the_channels_last_estimate_matches_the_allocators_peak() -> Result<()> {
         .unwrap_err()
         .to_string();
     assert!(err.contains("rank 4"), "{err}");
-    let Some(dev) = common::gpu("the_channels_last_estimate_matches_the_allocators_peak") else {
+    let Some((dev, _turn)) = gpu("the_channels_last_estimate_matches_the_allocators_peak") else {
         return Ok(());
     };
     for (name, build, input, batch, amp) in [
@@ -534,6 +544,7 @@ fn the_channels_last_estimate_matches_the_allocators_peak() -> Result<()> {
         ),
     ] {
         let est = Estimator::new(build)
+            .multiprocessors(common::multiprocessors(&dev))
             .input(input)
             .optimizer(sgd)
             .amp(amp)

@@ -36,6 +36,7 @@ fn the_im2col_estimate_matches_the_allocators_peak() -> Result<()> {
     check_training_cases(&dev, &cases, 0.05)?;
     // inference, where a convolution's patches are alive while its bias is added
     let est = Estimator::new(grouped_cnn)
+        .multiprocessors(common::multiprocessors(&dev))
         .input([8, 16, 16])
         .training(false)
         .estimate(16)?;

@@ -58,6 +58,17 @@ const GPT_CLIP: f64 = 1.0;
 /// The precisions every model runs in: float32, and bfloat16 autocast.
 const PRECISIONS: [(Option<DType>, &str); 2] = [(None, ""), (Some(DType::BF16), ", autocast bf16")];
 
+/// The multiprocessors of `dev` where it is a GPU, else an H100's (132): how the
+/// estimate splits long sums as the GPU does.
+fn multiprocessors(dev: Device) -> usize {
+    match dev {
+        Device::Cuda(i) => {
+            cuda::device_properties(i).map_or(132, |p| p.multiprocessor_count as usize)
+        }
+        _ => 132,
+    }
+}
+
 /// The suite's rows on `cx`'s device, unbuilt, in the order they run.
 pub(crate) fn workloads(cx: &Ctx) -> Vec<Workload> {
     let dev = cx.dev;
@@ -217,6 +228,7 @@ fn resnet50_workload(
                 .optimizer(sgd)
                 .amp(amp)
                 .memory_format(format)
+                .multiprocessors(multiprocessors(dev))
                 .estimate(b)?;
             Ok(Some(e.peak_allocated))
         }),
@@ -294,6 +306,7 @@ fn gpt_workload(
                 .optimizer(gpt_optimizer)
                 .clip_grad_norm(GPT_CLIP)
                 .amp(amp)
+                .multiprocessors(multiprocessors(dev))
                 .estimate(b)?;
             Ok(Some(e.peak_allocated))
         }),

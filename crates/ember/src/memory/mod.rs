@@ -285,6 +285,8 @@ pub struct Estimator<M> {
     outside: usize,
     /// The compute capability meta models (`major * 10`; 90 unless set).
     arch: u32,
+    /// The multiprocessors of the GPU meta models (132 unless set).
+    multiprocessors: usize,
     dtype: Option<DType>,
     amp: Option<DType>,
     format: crate::layout::MemoryFormat,
@@ -305,6 +307,7 @@ impl<M: Module> Estimator<M> {
             steps: 2,
             outside: 0,
             arch: 90,
+            multiprocessors: 132,
             dtype: None,
             amp: None,
             format: crate::layout::MemoryFormat::Contiguous,
@@ -406,6 +409,15 @@ impl<M: Module> Estimator<M> {
         self
     }
 
+    /// The number of multiprocessors of the GPU the estimate is for (132, an
+    /// H100's or H200's, unless set): a GPU splits long reductions (a loss, a
+    /// bias's gradient) in more chunks the more multiprocessors it has, and the
+    /// chunks' partial sums take memory while they run.
+    pub fn multiprocessors(mut self, count: usize) -> Self {
+        self.multiprocessors = count.max(1);
+        self
+    }
+
     /// Estimates a step at `batch_size` samples.
     pub fn estimate(&self, batch_size: usize) -> Result<Estimate> {
         if batch_size == 0 {
@@ -422,7 +434,11 @@ impl<M: Module> Estimator<M> {
         }
         let trace = Arc::new(Trace::default());
         let run = crate::backend::meta::account::with_hook(trace.clone(), || {
-            crate::backend::meta::account::with_arch(self.arch, || self.run(&trace, batch_size))
+            crate::backend::meta::account::with_arch(self.arch, || {
+                crate::backend::meta::account::with_multiprocessors(self.multiprocessors, || {
+                    self.run(&trace, batch_size)
+                })
+            })
         });
         let summary = run?;
         let events = without_setup_temporaries(std::mem::take(&mut *lock(&trace.events)));

@@ -145,3 +145,15 @@ impl ember::meta::AllocHook for MetaPeak {
         self.cur.fetch_sub(e.bytes as isize, Ordering::Relaxed);
     }
 }
+
+/// The multiprocessor count of `dev` (132 where it is not a CUDA device), for
+/// estimates of its steps (`Estimator::multiprocessors`: a GPU splits long
+/// reductions by it).
+pub fn multiprocessors(dev: &Device) -> usize {
+    match dev {
+        Device::Cuda(i) => ember::cuda::device_properties(*i)
+            .map(|p| p.multiprocessor_count as usize)
+            .unwrap_or(132),
+        _ => 132,
+    }
+}

@@ -315,6 +315,7 @@ pub fn check_training_cases(dev: &Device, cases: &[Case], no_cache_tolerance: f6
             .input(&input)
             .optimizer(opt)
             .dtype(dtype)
+            .multiprocessors(super::common::multiprocessors(dev))
             .estimate(batch)?;
         assert_eq!(est.dtype, dtype);
         let measured = measure(dev, build, &input, batch, opt, (dtype, None), est.steps)?;

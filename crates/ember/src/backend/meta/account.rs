@@ -118,6 +118,31 @@ pub fn with_arch<R>(arch: u32, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+thread_local! {
+    /// The multiprocessors of the GPU meta models on this thread.
+    static MULTIPROCESSORS: Cell<usize> = const { Cell::new(132) };
+}
+
+/// The multiprocessor count of the GPU the meta device models on this thread,
+/// which decides how a GPU splits a long reduction (and so the partial sums it
+/// allocates): 132 (an H100 or H200) unless [`with_multiprocessors`] says otherwise.
+pub fn modelled_multiprocessors() -> usize {
+    MULTIPROCESSORS.with(|m| m.get())
+}
+
+/// Runs `f` with the meta device modelling a GPU of `count` multiprocessors on
+/// this thread, then restores the previous count.
+pub fn with_multiprocessors<R>(count: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MULTIPROCESSORS.with(|m| m.set(self.0));
+        }
+    }
+    let _restore = Restore(MULTIPROCESSORS.with(|m| m.replace(count.max(1))));
+    f()
+}
+
 /// Runs `f` with `hook` installed on this thread, then restores the previous hook.
 pub fn with_hook<R>(hook: Arc<dyn AllocHook>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Arc<dyn AllocHook>>);

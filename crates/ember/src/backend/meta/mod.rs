@@ -12,7 +12,7 @@ pub mod account;
 use crate::backend::op::{
     channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype,
     AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
-    NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    NormSaved, Pool, PoolShape, ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -207,11 +207,23 @@ impl BackendStorage for MetaStorage {
     }
 
     fn reduce(&self, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<Self> {
-        let kept = (0..l.rank())
+        let kept: usize = (0..l.rank())
             .filter(|d| !dims.contains(d))
             .map(|d| l.shape()[d])
             .product();
-        MetaStorage::new(op.out_dtype(self.dtype), kept)
+        let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
+        // as CUDA: the output, then the partial sums its route takes for a long
+        // reduction on the modelled GPU
+        let out = MetaStorage::new(op.out_dtype(self.dtype), kept)?;
+        if kept > 0 {
+            let sms = account::modelled_multiprocessors();
+            let route = ReduceRoute::of(op.code().0, l, dims, (kept, lane), sms);
+            let partials = route.partials(kept);
+            if partials > 0 {
+                let _partials = MetaStorage::workspace(DType::I64, partials)?;
+            }
+        }
+        Ok(out)
     }
 
     fn softmax(&self, l: &Layout, _log: bool) -> Result<Self> {

@@ -54,7 +54,7 @@ pub(crate) use elementwise::*;
 pub(crate) use index::wrap_indices;
 pub(crate) use norm::{norm_affine_chunks, NormAffine, NormSaved, RowNorm};
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
-pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ScanOp};
+pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ReduceRoute, ScanOp};
 
 use crate::dtype::DType;
 

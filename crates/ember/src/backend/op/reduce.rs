@@ -70,10 +70,118 @@ codes! {
     }
 }
 
+/// How a GPU with `sm_count` multiprocessors reduces a view over some dims: the
+/// CUDA backend launches by it, and the meta device counts the partial sums it
+/// allocates (so the memory estimate follows the GPU's choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceRoute {
+    /// Sums and means over the leading dims of a contiguous array: `lane` rows of
+    /// `n_out` columns, a column per thread, the rows in `splits` chunks (more
+    /// than one: partial sums, `splits · n_out` 8-byte values, then combined).
+    Columns { splits: usize },
+    /// Short lanes, enough of them: a warp per output (a block would leave most of
+    /// its threads idle).
+    WarpPerOutput,
+    /// A block per output.
+    BlockPerOutput,
+    /// Few outputs over long lanes (a full sum): each lane in this many chunks,
+    /// reduced by separate blocks into three arrays of `n_out · chunks` 8-byte
+    /// partials, then combined.
+    Split(usize),
+}
+
+impl ReduceRoute {
+    /// The route of `code` over `dims` (sorted, unique) of `l`, with `n_out`
+    /// outputs of `lane` elements each.
+    pub(crate) fn of(
+        code: ReduceCode,
+        l: &crate::layout::Layout,
+        dims: &[usize],
+        (n_out, lane): (usize, usize),
+        sm_count: usize,
+    ) -> ReduceRoute {
+        /// Lanes up to this long go a warp per output.
+        const WARP_LANE: usize = 512;
+        /// The fewest elements a chunk of a split lane holds.
+        const MIN_CHUNK: usize = 8192;
+        // blocks that keep every multiprocessor busy
+        let busy = sm_count.max(1) * 4;
+        if matches!(code, ReduceCode::Sum | ReduceCode::Mean)
+            && l.is_contiguous()
+            && crate::layout::are_leading(dims)
+            && dims.len() < l.rank()
+            && lane > 0
+        {
+            // 32 columns a block; each chunk of rows at least 64 long
+            let tiles = n_out.div_ceil(32);
+            let splits = busy
+                .div_ceil(tiles.max(1))
+                .min(lane.div_ceil(64))
+                .clamp(1, 65535);
+            return ReduceRoute::Columns { splits };
+        }
+        if lane <= WARP_LANE && n_out >= sm_count {
+            ReduceRoute::WarpPerOutput
+        } else if n_out < busy && lane >= 2 * MIN_CHUNK {
+            ReduceRoute::Split(busy.div_ceil(n_out).min(lane / MIN_CHUNK))
+        } else {
+            ReduceRoute::BlockPerOutput
+        }
+    }
+
+    /// The 8-byte entries of the partial sums this route allocates for `n_out`
+    /// outputs (0: none).
+    pub(crate) fn partials(&self, n_out: usize) -> usize {
+        match *self {
+            ReduceRoute::Columns { splits } if splits > 1 => splits * n_out,
+            ReduceRoute::Split(chunks) => 3 * n_out * chunks,
+            _ => 0,
+        }
+    }
+}
+
 /// The geometry of a scan over a contiguous array: `outer` blocks of `n` steps of
 /// `inner` elements each; element `(o, j, i)` is at `(o * n + j) * inner + i`.
 pub(crate) fn scan_shape(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     let outer = shape[..dim].iter().product();
     let inner = shape[dim + 1..].iter().product();
     (outer, shape.get(dim).copied().unwrap_or(1), inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduction_routes() {
+        use crate::layout::Layout;
+        use ReduceRoute::*;
+        // a max over the last dim of [n_out, lane] (never by columns)
+        let route = |n_out: usize, lane: usize| {
+            let l = Layout::contiguous(&[n_out, lane]);
+            ReduceRoute::of(ReduceCode::Max, &l, &[1], (n_out, lane), 132)
+        };
+        // an H100: 132 multiprocessors, 528 blocks keep it busy
+        assert_eq!(route(1, 1 << 24), Split(528));
+        assert_eq!(route(1, 100_000), Split(12));
+        assert_eq!(route(64, 1 << 20), Split(9));
+        assert_eq!(route(1, 16_383), BlockPerOutput);
+        assert_eq!(route(600, 1 << 20), BlockPerOutput);
+        assert_eq!(route(1 << 20, 10), WarpPerOutput);
+        assert_eq!(route(132, 512), WarpPerOutput);
+        assert_eq!(route(131, 512), BlockPerOutput);
+        assert_eq!(route(1 << 20, 513), BlockPerOutput);
+        assert_eq!((Split(12).partials(1), BlockPerOutput.partials(9)), (36, 0));
+        // a sum over the rows of [rows, cols]: by columns, the rows split until
+        // 528 blocks of 32 columns are busy, each at least 64 rows
+        let sum = |rows: usize, cols: usize, sms: usize| {
+            let l = Layout::contiguous(&[rows, cols]);
+            ReduceRoute::of(ReduceCode::Sum, &l, &[0], (cols, rows), sms)
+        };
+        assert_eq!(sum(1500, 256, 132), Columns { splits: 24 });
+        assert_eq!(sum(1500, 256, 4), Columns { splits: 2 });
+        assert_eq!(sum(64, 256, 132), Columns { splits: 1 });
+        assert_eq!(sum(1500, 256, 4).partials(256), 512);
+        assert_eq!(sum(64, 256, 132).partials(256), 0);
+    }
 }

@@ -7,7 +7,8 @@ use super::{
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
-    channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ScanOp,
+    channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ReduceRoute,
+    ScanOp,
 };
 use crate::layout::Layout;
 use crate::{
@@ -38,19 +39,22 @@ pub(crate) fn reduce(
     if n_out == 0 {
         return Ok(out);
     }
+    let route = ReduceRoute::of(op, l, dims, (n_out, lane), dev.sm_count as usize);
     // sums and means over the leading dims of a contiguous array: by columns
-    if matches!(op, ReduceCode::Sum | ReduceCode::Mean)
-        && l.is_contiguous()
-        && crate::layout::are_leading(dims)
-        && dims.len() < rank
-        && lane > 0
-    {
+    if let ReduceRoute::Columns { splits } = route {
         let divisor = if op == ReduceCode::Mean {
             lane as f64
         } else {
             1.0
         };
-        col_sum(x, l.offset(), lane, n_out, divisor, out_dtype, &out)?;
+        col_sum(
+            x,
+            l.offset(),
+            (lane, n_out, splits),
+            divisor,
+            out_dtype,
+            &out,
+        )?;
         return Ok(out);
     }
     // permute the reduced dims to the end: output o reduces the lane o*lane..
@@ -66,8 +70,8 @@ pub(crate) fn reduce(
     let name = |kind: &str| out_kernel(&format!("reduce{kind}"), x.dtype(), i64_out);
     let (px, po, no, ln, code) = (x.ptr(), out.ptr(), n_out as i64, lane as i64, op as i32);
     let cap = |blocks: usize| blocks.clamp(1, 65535 * 32) as u32;
-    match reduce_plan(n_out, lane, dev.sm_count as usize) {
-        ReducePlan::WarpPerOutput => {
+    match route {
+        ReduceRoute::WarpPerOutput => {
             let mut p = args![px, kl, po, no, ln, code, correction];
             let grid = cap(n_out.div_ceil(THREADS as usize / 32));
             // `reduce_warp_<T>[_i64]`
@@ -79,7 +83,7 @@ pub(crate) fn reduce(
                 &mut p,
             )?;
         }
-        ReducePlan::BlockPerOutput => {
+        ReduceRoute::BlockPerOutput | ReduceRoute::Columns { .. } => {
             let mut p = args![px, kl, po, no, ln, code, correction];
             // `reduce_<T>[_i64]`
             launch_kernel(
@@ -90,7 +94,7 @@ pub(crate) fn reduce(
                 &mut p,
             )?;
         }
-        ReducePlan::Split(splits) => {
+        ReduceRoute::Split(splits) => {
             let slots = n_out * splits;
             // three arrays of `slots` 8-byte entries: values (the accumulator type,
             // at most 8 bytes), indices or counts, and the variance's M2
@@ -131,8 +135,7 @@ pub(crate) fn reduce(
 fn col_sum(
     x: &CudaStorage,
     offset: usize,
-    rows: usize,
-    cols: usize,
+    (rows, cols, splits): (usize, usize, usize),
     divisor: f64,
     out_dtype: DType,
     out: &CudaStorage,
@@ -143,9 +146,6 @@ fn col_sum(
     let (dt, i64_out) = (x.dtype(), out_dtype != x.dtype());
     let px = x.ptr() + (offset * x.dtype().size_in_bytes()) as u64;
     let tiles = cols.div_ceil(COL_W);
-    let busy = dev.sm_count.max(1) as usize * 4;
-    // each block row takes at least 64 rows
-    let splits = busy.div_ceil(tiles).min(rows.div_ceil(64)).clamp(1, 65535);
     // gridDim.x is at most 2^31 - 1
     let grid_x = i32::try_from(tiles)
         .map(|t| t as u32)
@@ -200,36 +200,6 @@ fn col_sum(
 fn out_kernel(base: &str, dtype: DType, i64_out: bool) -> String {
     let tail = if i64_out { "_i64" } else { "" };
     format!("{base}_{}{tail}", suffix(dtype))
-}
-
-/// How a reduction of `n_out` outputs over lanes of `lane` elements is spread over
-/// a GPU with `sm_count` multiprocessors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReducePlan {
-    /// Short lanes, enough of them: a warp per output (a block would leave most of
-    /// its threads idle).
-    WarpPerOutput,
-    /// A block per output.
-    BlockPerOutput,
-    /// Few outputs over long lanes (a full sum): each lane in this many chunks,
-    /// reduced by separate blocks and then combined.
-    Split(usize),
-}
-
-fn reduce_plan(n_out: usize, lane: usize, sm_count: usize) -> ReducePlan {
-    /// Lanes up to this long go a warp per output.
-    const WARP_LANE: usize = 512;
-    /// The fewest elements a chunk of a split lane holds.
-    const MIN_CHUNK: usize = 8192;
-    // blocks that keep every multiprocessor busy
-    let busy = sm_count.max(1) * 4;
-    if lane <= WARP_LANE && n_out >= sm_count {
-        ReducePlan::WarpPerOutput
-    } else if n_out < busy && lane >= 2 * MIN_CHUNK {
-        ReducePlan::Split(busy.div_ceil(n_out).min(lane / MIN_CHUNK))
-    } else {
-        ReducePlan::BlockPerOutput
-    }
 }
 
 /// The longest row (in bytes of accumulator values) that softmax keeps in shared
@@ -776,24 +746,4 @@ fn list_of(tensors: &[(u64, usize)]) -> Vec<ListTensor> {
             flag: false,
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reduction_plans() {
-        use ReducePlan::*;
-        // an H100: 132 multiprocessors, 528 blocks keep it busy
-        assert_eq!(reduce_plan(1, 1 << 24, 132), Split(528));
-        assert_eq!(reduce_plan(1, 100_000, 132), Split(12));
-        assert_eq!(reduce_plan(64, 1 << 20, 132), Split(9));
-        assert_eq!(reduce_plan(1, 16_383, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(600, 1 << 20, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 10, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(132, 512, 132), WarpPerOutput);
-        assert_eq!(reduce_plan(131, 512, 132), BlockPerOutput);
-        assert_eq!(reduce_plan(1 << 20, 513, 132), BlockPerOutput);
-    }
 }
