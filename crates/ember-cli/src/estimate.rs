@@ -246,7 +246,8 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     est = est.compute_capability(target.as_ref().and_then(|t| t.major).unwrap_or(9));
     // how a GPU splits long sums: the target's multiprocessors, else an H100's
     if let Some(n) = target.as_ref().and_then(|t| t.multiprocessors) {
-        est = est.multiprocessors(n);
+        // a GPU of this machine: its multiprocessors, and whether cuDNN loads
+        est = est.multiprocessors(n).cudnn(cuda::cudnn::is_available());
     }
     let batch = args.batch_size as usize;
     // a shape the model cannot take (too small for its pooling) names --input

@@ -620,6 +620,7 @@ fn memory_check(
                     .as_ref()
                     .map_or(132, |(_, p)| p.multiprocessor_count as usize),
             )
+            .cudnn(target.is_none() || cuda::cudnn::is_available())
             .amp(amp)
     };
     let est = estimator();

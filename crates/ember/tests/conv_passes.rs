@@ -126,6 +126,7 @@ fn the_estimate_follows_the_passes() -> Result<()> {
     // 8·3·3·16·4 = 4,608 in the second: both above the budget, one sample a pass
     let est = Estimator::new(cnn)
         .multiprocessors(common::multiprocessors(&dev))
+        .cudnn(ember::cuda::cudnn::is_available())
         .input([3, 8, 8])
         .optimizer(sgd)
         .estimate(batch)?;

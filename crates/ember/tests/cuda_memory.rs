@@ -817,15 +817,6 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
     let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_batch_norm_over_columns") else {
         return Ok(());
     };
-    /// Counts meta allocations while it is the hook.
-    #[derive(Default)]
-    struct Count(std::sync::atomic::AtomicU64);
-    impl ember::meta::AllocHook for Count {
-        fn alloc(&self, _: &ember::meta::MetaEvent) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        fn free(&self, _: &ember::meta::MetaEvent) {}
-    }
     // 1,500 rows of 256 channels: two chunks of rows
     let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
         let x = Tensor::randn([1500, 256], d)?.requires_grad_(true)?;
@@ -842,7 +833,7 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
             batch_norm(&x, Some(&w), None, opts)?.sum_all()?.backward()
         }))
     };
-    let count = std::sync::Arc::new(Count::default());
+    let count = std::sync::Arc::new(AllocCount::default());
     let on_meta = step(&Device::Meta)?;
     let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
     ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
@@ -858,4 +849,56 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
         "meta allocated {counted} blocks, the GPU {made}"
     );
     Ok(())
+}
+
+/// The meta device makes the allocations a GPU makes for a convolution's forward
+/// and backward passes, through cuDNN (its workspaces) and through ember's own
+/// im2col path (the patches, the per-sample products, and the partial sums of
+/// the weight gradient's sum over 128 samples, split by the multiprocessor count).
+#[test]
+fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
+    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_convolutions_on_both_paths") else {
+        return Ok(());
+    };
+    let was = cuda::cudnn::enabled();
+    let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+        let x = Tensor::randn([128, 3, 8, 8], d)?.requires_grad_(true)?;
+        let w = Tensor::randn([8, 3, 3, 3], d)?.requires_grad_(true)?;
+        let up = Tensor::randn([128, 8, 6, 6], d)?;
+        Ok(Box::new(move || {
+            x.conv2d(&w, None, ember::Conv2dOptions::default())?
+                .backward_with(&up)
+        }))
+    };
+    let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
+    for cudnn in [true, false] {
+        cuda::cudnn::set_enabled(cudnn);
+        let count = std::sync::Arc::new(AllocCount::default());
+        let on_meta = step(&Device::Meta)?;
+        ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
+        let on_gpu = step(&dev)?;
+        cuda::synchronize(&dev)?;
+        let before = cuda::memory_stats(&dev)?.num_allocs;
+        on_gpu()?;
+        cuda::synchronize(&dev)?;
+        let made = cuda::memory_stats(&dev)?.num_allocs - before;
+        let counted = count.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            counted, made,
+            "cuDNN {cudnn}: meta allocated {counted} blocks, the GPU {made}"
+        );
+    }
+    cuda::cudnn::set_enabled(was);
+    Ok(())
+}
+
+/// Counts meta allocations while it is the hook.
+#[derive(Default)]
+struct AllocCount(std::sync::atomic::AtomicU64);
+
+impl ember::meta::AllocHook for AllocCount {
+    fn alloc(&self, _: &ember::meta::MetaEvent) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn free(&self, _: &ember::meta::MetaEvent) {}
 }

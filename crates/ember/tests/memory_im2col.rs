@@ -37,6 +37,7 @@ fn the_im2col_estimate_matches_the_allocators_peak() -> Result<()> {
     // inference, where a convolution's patches are alive while its bias is added
     let est = Estimator::new(grouped_cnn)
         .multiprocessors(common::multiprocessors(&dev))
+        .cudnn(ember::cuda::cudnn::is_available())
         .input([8, 16, 16])
         .training(false)
         .estimate(16)?;

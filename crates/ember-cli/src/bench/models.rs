@@ -229,6 +229,7 @@ fn resnet50_workload(
                 .amp(amp)
                 .memory_format(format)
                 .multiprocessors(multiprocessors(dev))
+                .cudnn(!dev.is_cuda() || cuda::cudnn::is_available())
                 .estimate(b)?;
             Ok(Some(e.peak_allocated))
         }),
@@ -307,6 +308,7 @@ fn gpt_workload(
                 .clip_grad_norm(GPT_CLIP)
                 .amp(amp)
                 .multiprocessors(multiprocessors(dev))
+                .cudnn(!dev.is_cuda() || cuda::cudnn::is_available())
                 .estimate(b)?;
             Ok(Some(e.peak_allocated))
         }),

@@ -287,6 +287,8 @@ pub struct Estimator<M> {
     arch: u32,
     /// The multiprocessors of the GPU meta models (132 unless set).
     multiprocessors: usize,
+    /// Whether that GPU has cuDNN (yes unless set).
+    cudnn: bool,
     dtype: Option<DType>,
     amp: Option<DType>,
     format: crate::layout::MemoryFormat,
@@ -308,6 +310,7 @@ impl<M: Module> Estimator<M> {
             outside: 0,
             arch: 90,
             multiprocessors: 132,
+            cudnn: true,
             dtype: None,
             amp: None,
             format: crate::layout::MemoryFormat::Contiguous,
@@ -418,6 +421,15 @@ impl<M: Module> Estimator<M> {
         self
     }
 
+    /// Whether the GPU the estimate is for has cuDNN (default: yes). Without it
+    /// its convolutions take ember's im2col path (as with
+    /// `ember::cuda::cudnn::set_enabled(false)`), which allocates otherwise;
+    /// `ember::cuda::cudnn::is_available()` says so for this machine's GPUs.
+    pub fn cudnn(mut self, available: bool) -> Self {
+        self.cudnn = available;
+        self
+    }
+
     /// Estimates a step at `batch_size` samples.
     pub fn estimate(&self, batch_size: usize) -> Result<Estimate> {
         if batch_size == 0 {
@@ -436,7 +448,9 @@ impl<M: Module> Estimator<M> {
         let run = crate::backend::meta::account::with_hook(trace.clone(), || {
             crate::backend::meta::account::with_arch(self.arch, || {
                 crate::backend::meta::account::with_multiprocessors(self.multiprocessors, || {
-                    self.run(&trace, batch_size)
+                    crate::backend::meta::account::with_cudnn(self.cudnn, || {
+                        self.run(&trace, batch_size)
+                    })
                 })
             })
         });

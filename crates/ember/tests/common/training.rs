@@ -316,6 +316,7 @@ pub fn check_training_cases(dev: &Device, cases: &[Case], no_cache_tolerance: f6
             .optimizer(opt)
             .dtype(dtype)
             .multiprocessors(super::common::multiprocessors(dev))
+            .cudnn(ember::cuda::cudnn::is_available())
             .estimate(batch)?;
         assert_eq!(est.dtype, dtype);
         let measured = measure(dev, build, &input, batch, opt, (dtype, None), est.steps)?;

@@ -143,6 +143,31 @@ pub fn with_multiprocessors<R>(count: usize, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+thread_local! {
+    /// Whether the GPU meta models on this thread has cuDNN.
+    static CUDNN: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether the GPU the meta device models on this thread convolves through cuDNN
+/// where `ember::cuda::cudnn` is switched on: yes unless [`with_cudnn`] says it
+/// has no cuDNN (then ember's im2col path, as with the switch off).
+pub fn modelled_cudnn() -> bool {
+    CUDNN.with(|c| c.get())
+}
+
+/// Runs `f` with the meta device modelling a GPU with (`true`) or without cuDNN
+/// on this thread, then restores the previous setting.
+pub fn with_cudnn<R>(available: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CUDNN.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CUDNN.with(|c| c.replace(available)));
+    f()
+}
+
 /// Runs `f` with `hook` installed on this thread, then restores the previous hook.
 pub fn with_hook<R>(hook: Arc<dyn AllocHook>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Arc<dyn AllocHook>>);

@@ -12,7 +12,8 @@ pub mod account;
 use crate::backend::op::{
     channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype,
     AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
-    NormSaved, Pool, PoolShape, ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
+    NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp,
+    UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -87,16 +88,23 @@ impl MetaStorage {
         MetaStorage::new(self.dtype, len)
     }
 
+    /// Whether a convolution of `s` goes to cuDNN on the modelled GPU: switched
+    /// on, a shape and dtype it takes, and the GPU has it
+    /// ([`account::modelled_cudnn`]).
+    fn via_cudnn(&self, s: &ConvShape) -> bool {
+        s.through_library(self.dtype) && account::modelled_cudnn()
+    }
+
     /// As CUDA: f16/bf16 convolutions of `s` run in their own dtype where they go
     /// to cuDNN (meta models a GPU where it loads, with the switch as set).
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
-        matches!(self.dtype, DType::F16 | DType::BF16) && s.through_library(self.dtype)
+        matches!(self.dtype, DType::F16 | DType::BF16) && self.via_cudnn(s)
     }
 
     /// As CUDA: channels-last convolutions of `s` run as they lie where they go
     /// to cuDNN (float64 excepted, as PyTorch's).
     pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
-        self.dtype != DType::F64 && s.through_library(self.dtype)
+        self.dtype != DType::F64 && self.via_cudnn(s)
     }
 
     /// Batch norm's per-channel sums as CUDA makes them: the `[2, c]` result, then
@@ -363,7 +371,7 @@ impl BackendStorage for MetaStorage {
         // with the weight, in one pass or in passes of `chunk` samples copied into
         // the output; with a bias, the sum written to a new output
         let y = s.n * s.o * s.oh * s.ow;
-        if s.through_library(self.dtype) {
+        if self.via_cudnn(s) {
             let product = self.library_pass(s, y)?;
             return match b {
                 Some(_) => {
@@ -417,7 +425,7 @@ impl BackendStorage for MetaStorage {
         // patches of the batch exceed the budget
         let dt = self.dtype;
         let weight = s.weight_numel();
-        if s.through_library(dt) {
+        if self.via_cudnn(s) {
             // cuDNN: the input's gradient, then the weight's, each with its pass's
             // workspace
             let gx = need
@@ -437,7 +445,16 @@ impl BackendStorage for MetaStorage {
             let patches = MetaStorage::workspace(dt, n * s.patches_per_sample())?;
             let _products = MetaStorage::workspace(dt, n * weight)?;
             drop(patches);
-            result(dt, weight)
+            // the products summed over the samples: the sum, then the partial
+            // sums of its route on the modelled GPU
+            let sum = result(dt, weight)?;
+            let products = Layout::contiguous(&[n, weight]);
+            let sms = account::modelled_multiprocessors();
+            let route = ReduceRoute::of(ReduceCode::Sum, &products, &[0], (weight, n), sms);
+            if route.partials(weight) > 0 {
+                let _partials = MetaStorage::workspace(DType::I64, route.partials(weight))?;
+            }
+            Ok(sum)
         };
         if chunk >= s.n {
             let gx = need

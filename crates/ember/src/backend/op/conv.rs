@@ -115,8 +115,9 @@ impl EnvSwitch {
 /// and not in the CUDA backend because the meta device models the path it selects.
 static LIBRARY: EnvSwitch = EnvSwitch::new("EMBER_CUDNN", true);
 
-/// The default of [`library_workspace_limit`]: the im2col path's patch budget, so
-/// that neither path holds more scratch memory than the other at a time.
+/// The default of [`library_workspace_limit`]: 64 MiB, the im2col path's default
+/// patch budget ([`PATCH_BYTES`]), so that by default neither path holds more
+/// scratch memory than the other at a time.
 pub(crate) const LIBRARY_WORKSPACE: usize = PATCH_BYTES;
 
 static WORKSPACE_LIMIT: std::sync::atomic::AtomicUsize =

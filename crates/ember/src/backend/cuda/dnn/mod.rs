@@ -144,8 +144,9 @@ struct Dnn {
     handle: sys::cudnnHandle_t,
     /// The stream the handle is bound to now.
     stream: CUstream,
-    /// (geometry, pass, TF32 allowed, timed) -> the choice that ran
-    algos: HashMap<(ConvGeom, ConvPass, bool, bool), Choice>,
+    /// (geometry, pass, TF32 allowed, timed, workspace bytes) -> the choice
+    /// that ran
+    algos: HashMap<(ConvGeom, ConvPass, bool, bool, usize), Choice>,
     /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
     /// convolution descriptor's math type before it runs)
     descs: HashMap<(ConvGeom, bool), Descriptors>,
@@ -345,29 +346,46 @@ impl Cudnn {
             }
         };
         // a capture cannot wait for the GPU: there a timed choice made before it
-        // is used, or else the heuristic's (remembered apart from the timed ones)
-        let timed = benchmark()
-            && (state.algos.contains_key(&(c.geom, c.pass, tf32, true)) || !capturing(stream));
-        let key = (c.geom, c.pass, tf32, timed);
-        if let Some(choice) = state.algos.get(&key).copied() {
-            // (chosen under a larger workspace limit: chosen again)
-            if choice.bytes <= c.workspace_bytes && run_choice(h, d, c, choice).is_ok() {
+        // is used, or else the heuristic's (remembered apart from the timed ones);
+        // a choice is remembered with the workspace it was chosen within, so a
+        // changed limit chooses again
+        let key = |timed: bool| (c.geom, c.pass, tf32, timed, c.workspace_bytes);
+        let mut timed = benchmark() && (state.algos.contains_key(&key(true)) || !capturing(stream));
+        if let Some(choice) = state.algos.get(&key(timed)).copied() {
+            if run_choice(h, d, c, choice).is_ok() {
                 return Ok(());
             }
-            state.algos.remove(&key);
+            state.algos.remove(&key(timed));
+            timed = timed && !capturing(stream);
         }
         // FMA kernels (f32 without TF32) whatever the ranking's math type
         let math_rule = (d.math == sys::cudnnMathType_t::CUDNN_FMA_MATH).then_some(d.math);
         dnn::set_convolution_math_type(d.conv, d.math)
             .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
         let mut last = None;
-        let candidates = if timed {
-            found(h, d, c, math_rule)?
-        } else {
-            let mut fit = Vec::new();
+        // timed where asked; the heuristic's ranking where the timed search fails
+        // or finds nothing within the workspace
+        let (mut candidates, mut searched) = (Vec::new(), false);
+        if timed {
+            match found(h, d, c, math_rule) {
+                Ok(found) => {
+                    searched = !found.is_empty();
+                    candidates = found;
+                }
+                Err(e) => {
+                    if log_choices() {
+                        eprintln!(
+                            "ember: cuDNN's timed search failed ({e}); its heuristic instead"
+                        );
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        if candidates.is_empty() {
             for choice in ranked(h, d, c.pass, math_rule)? {
                 match sized(h, d, choice) {
-                    Ok(choice) if choice.bytes <= c.workspace_bytes => fit.push(choice),
+                    Ok(choice) if choice.bytes <= c.workspace_bytes => candidates.push(choice),
                     Ok(choice) => {
                         if log_choices() {
                             eprintln!(
@@ -380,8 +398,8 @@ impl Cudnn {
                     Err(e) => last = Some(e),
                 }
             }
-            fit
-        };
+        }
+        let key = key(timed);
         for choice in candidates {
             match run_choice(h, d, c, choice) {
                 Ok(()) => {
@@ -394,7 +412,7 @@ impl Cudnn {
                             choice.math,
                             choice.bytes,
                             c.workspace_bytes,
-                            if timed { " (timed)" } else { "" }
+                            if searched { " (timed)" } else { "" }
                         );
                     }
                     state.algos.insert(key, choice);
