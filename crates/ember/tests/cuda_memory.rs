@@ -833,22 +833,7 @@ fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
             batch_norm(&x, Some(&w), None, opts)?.sum_all()?.backward()
         }))
     };
-    let count = std::sync::Arc::new(AllocCount::default());
-    let on_meta = step(&Device::Meta)?;
-    let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
-    ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
-    let on_gpu = step(&dev)?;
-    cuda::synchronize(&dev)?;
-    let before = cuda::memory_stats(&dev)?.num_allocs;
-    on_gpu()?;
-    cuda::synchronize(&dev)?;
-    let made = cuda::memory_stats(&dev)?.num_allocs - before;
-    let counted = count.0.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(
-        counted, made,
-        "meta allocated {counted} blocks, the GPU {made}"
-    );
-    Ok(())
+    allocations_agree(&dev, "batch norm", step)
 }
 
 /// The meta device makes the allocations a GPU makes for a convolution's forward
@@ -870,25 +855,37 @@ fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
                 .backward_with(&up)
         }))
     };
-    let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
     for cudnn in [true, false] {
         cuda::cudnn::set_enabled(cudnn);
-        let count = std::sync::Arc::new(AllocCount::default());
-        let on_meta = step(&Device::Meta)?;
-        ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
-        let on_gpu = step(&dev)?;
-        cuda::synchronize(&dev)?;
-        let before = cuda::memory_stats(&dev)?.num_allocs;
-        on_gpu()?;
-        cuda::synchronize(&dev)?;
-        let made = cuda::memory_stats(&dev)?.num_allocs - before;
-        let counted = count.0.load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(
-            counted, made,
-            "cuDNN {cudnn}: meta allocated {counted} blocks, the GPU {made}"
-        );
+        let agree = allocations_agree(&dev, &format!("cuDNN {cudnn}"), step);
+        cuda::cudnn::set_enabled(was);
+        agree?;
     }
-    cuda::cudnn::set_enabled(was);
+    Ok(())
+}
+
+/// Runs what `step` makes on meta (modelling `dev`'s multiprocessors) and on
+/// `dev`, and asserts that both allocate as many blocks.
+fn allocations_agree(
+    dev: &Device,
+    what: &str,
+    step: impl Fn(&Device) -> Result<Box<dyn FnOnce() -> Result<()>>>,
+) -> Result<()> {
+    let count = std::sync::Arc::new(AllocCount::default());
+    let on_meta = step(&Device::Meta)?;
+    let sms = cuda::device_properties(0)?.multiprocessor_count as usize;
+    ember::meta::with_multiprocessors(sms, || ember::meta::with_hook(count.clone(), on_meta))?;
+    let on_gpu = step(dev)?;
+    cuda::synchronize(dev)?;
+    let before = cuda::memory_stats(dev)?.num_allocs;
+    on_gpu()?;
+    cuda::synchronize(dev)?;
+    let made = cuda::memory_stats(dev)?.num_allocs - before;
+    let counted = count.0.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        counted, made,
+        "{what}: meta allocated {counted} blocks, the GPU {made}"
+    );
     Ok(())
 }
 

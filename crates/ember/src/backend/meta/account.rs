@@ -108,13 +108,23 @@ pub fn modelled_arch() -> u32 {
 /// Runs `f` with the meta device modelling a GPU of compute capability `arch`
 /// (`major * 10 + minor`) on this thread, then restores the previous one.
 pub fn with_arch<R>(arch: u32, f: impl FnOnce() -> R) -> R {
-    struct Restore(u32);
-    impl Drop for Restore {
+    with_value(&ARCH, arch, f)
+}
+
+/// Runs `f` with `cell` (a thread-local setting) holding `value`, then restores
+/// the previous value, also when `f` panics.
+fn with_value<T: Copy + 'static, R>(
+    cell: &'static std::thread::LocalKey<Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
-            ARCH.with(|a| a.set(self.0));
+            self.0.with(|c| c.set(self.1));
         }
     }
-    let _restore = Restore(ARCH.with(|a| a.replace(arch)));
+    let _restore = Restore(cell, cell.with(|c| c.replace(value)));
     f()
 }
 
@@ -133,14 +143,7 @@ pub fn modelled_multiprocessors() -> usize {
 /// Runs `f` with the meta device modelling a GPU of `count` multiprocessors on
 /// this thread, then restores the previous count.
 pub fn with_multiprocessors<R>(count: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            MULTIPROCESSORS.with(|m| m.set(self.0));
-        }
-    }
-    let _restore = Restore(MULTIPROCESSORS.with(|m| m.replace(count.max(1))));
-    f()
+    with_value(&MULTIPROCESSORS, count.max(1), f)
 }
 
 thread_local! {
@@ -158,14 +161,7 @@ pub fn modelled_cudnn() -> bool {
 /// Runs `f` with the meta device modelling a GPU with (`true`) or without cuDNN
 /// on this thread, then restores the previous setting.
 pub fn with_cudnn<R>(available: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CUDNN.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(CUDNN.with(|c| c.replace(available)));
-    f()
+    with_value(&CUDNN, available, f)
 }
 
 /// Runs `f` with `hook` installed on this thread, then restores the previous hook.
