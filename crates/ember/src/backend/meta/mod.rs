@@ -98,13 +98,13 @@ impl MetaStorage {
     /// As CUDA: f16/bf16 convolutions of `s` run in their own dtype where they go
     /// to cuDNN (meta models a GPU where it loads, with the switch as set).
     pub(crate) fn conv_takes_half(&self, s: &ConvShape) -> bool {
-        matches!(self.dtype, DType::F16 | DType::BF16) && self.via_cudnn(s)
+        s.library_takes_half(self.dtype) && account::modelled_cudnn()
     }
 
     /// As CUDA: channels-last convolutions of `s` run as they lie where they go
     /// to cuDNN (float64 excepted, as PyTorch's).
     pub(crate) fn conv_takes_channels_last(&self, s: &ConvShape) -> bool {
-        self.dtype != DType::F64 && self.via_cudnn(s)
+        s.library_takes_channels_last(self.dtype) && account::modelled_cudnn()
     }
 
     /// Batch norm's per-channel sums as CUDA makes them: the `[2, c]` result, then
@@ -219,13 +219,12 @@ impl BackendStorage for MetaStorage {
             .filter(|d| !dims.contains(d))
             .map(|d| l.shape()[d])
             .product();
-        let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
         // as CUDA: the output, then the partial sums its route takes for a long
         // reduction on the modelled GPU
         let out = MetaStorage::new(op.out_dtype(self.dtype), kept)?;
         if kept > 0 {
             let sms = account::modelled_multiprocessors();
-            let route = ReduceRoute::of(op.code().0, l, dims, (kept, lane), sms);
+            let route = ReduceRoute::of(op.code().0, l, dims, sms);
             let partials = route.partials(kept);
             if partials > 0 {
                 let _partials = MetaStorage::workspace(DType::I64, partials)?;
@@ -450,9 +449,10 @@ impl BackendStorage for MetaStorage {
             let sum = result(dt, weight)?;
             let products = Layout::contiguous(&[n, weight]);
             let sms = account::modelled_multiprocessors();
-            let route = ReduceRoute::of(ReduceCode::Sum, &products, &[0], (weight, n), sms);
-            if route.partials(weight) > 0 {
-                let _partials = MetaStorage::workspace(DType::I64, route.partials(weight))?;
+            let route = ReduceRoute::of(ReduceCode::Sum, &products, &[0], sms);
+            let partials = route.partials(weight);
+            if partials > 0 {
+                let _partials = MetaStorage::workspace(DType::I64, partials)?;
             }
             Ok(sum)
         };

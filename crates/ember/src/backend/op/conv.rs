@@ -227,6 +227,21 @@ impl ConvShape {
         matches!(dtype, F16 | BF16 | F32 | F64) && library_enabled() && self.fits_library()
     }
 
+    /// Whether a library convolution of this shape in `dtype` (f16 or bf16) runs in
+    /// its own dtype (half kernels accumulating in float32), where the library
+    /// loads; otherwise half operands are convolved in float32.
+    pub fn library_takes_half(&self, dtype: crate::dtype::DType) -> bool {
+        use crate::dtype::DType::*;
+        matches!(dtype, F16 | BF16) && self.through_library(dtype)
+    }
+
+    /// Whether a convolution of this shape in `dtype` takes channels-last operands
+    /// as they lie (the library's NHWC descriptors; float64 stays row-major, as
+    /// PyTorch keeps it), where the library loads.
+    pub fn library_takes_channels_last(&self, dtype: crate::dtype::DType) -> bool {
+        dtype != crate::dtype::DType::F64 && self.through_library(dtype)
+    }
+
     /// The scratch memory, in bytes, each library pass of this shape takes from the
     /// caching allocator for `elem_bytes`-byte elements: the batch's im2col patch
     /// matrix (the most that cuDNN's explicit-GEMM algorithm needs; its implicit

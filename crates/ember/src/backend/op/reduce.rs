@@ -91,15 +91,19 @@ pub(crate) enum ReduceRoute {
 }
 
 impl ReduceRoute {
-    /// The route of `code` over `dims` (sorted, unique) of `l`, with `n_out`
-    /// outputs of `lane` elements each.
+    /// The route of `code` over `dims` (sorted, unique) of `l`.
     pub(crate) fn of(
         code: ReduceCode,
         l: &crate::layout::Layout,
         dims: &[usize],
-        (n_out, lane): (usize, usize),
         sm_count: usize,
     ) -> ReduceRoute {
+        // outputs, and the elements each reduces
+        let n_out: usize = (0..l.rank())
+            .filter(|d| !dims.contains(d))
+            .map(|d| l.shape()[d])
+            .product();
+        let lane: usize = dims.iter().map(|&d| l.shape()[d]).product();
         /// Lanes up to this long go a warp per output.
         const WARP_LANE: usize = 512;
         /// The fewest elements a chunk of a split lane holds.
@@ -159,7 +163,7 @@ mod tests {
         // a max over the last dim of [n_out, lane] (never by columns)
         let route = |n_out: usize, lane: usize| {
             let l = Layout::contiguous(&[n_out, lane]);
-            ReduceRoute::of(ReduceCode::Max, &l, &[1], (n_out, lane), 132)
+            ReduceRoute::of(ReduceCode::Max, &l, &[1], 132)
         };
         // an H100: 132 multiprocessors, 528 blocks keep it busy
         assert_eq!(route(1, 1 << 24), Split(528));
@@ -176,7 +180,7 @@ mod tests {
         // 528 blocks of 32 columns are busy, each at least 64 rows
         let sum = |rows: usize, cols: usize, sms: usize| {
             let l = Layout::contiguous(&[rows, cols]);
-            ReduceRoute::of(ReduceCode::Sum, &l, &[0], (cols, rows), sms)
+            ReduceRoute::of(ReduceCode::Sum, &l, &[0], sms)
         };
         assert_eq!(sum(1500, 256, 132), Columns { splits: 24 });
         assert_eq!(sum(1500, 256, 4), Columns { splits: 2 });

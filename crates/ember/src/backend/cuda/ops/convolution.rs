@@ -57,7 +57,15 @@ fn add_bias(
 /// descriptors (switched on, and able to take the shapes); ember's own kernels
 /// are row-major.
 pub(crate) fn conv_takes_channels_last(dtype: DType, s: &ConvShape) -> bool {
-    dtype != DType::F64 && dnn::in_use() && ConvGeom::new(dtype, s).is_some()
+    s.library_takes_channels_last(dtype) && dnn::is_available()
+}
+
+/// cuDNN's geometry of `s` in `dtype` where the convolution goes to cuDNN
+/// (switched on, able to take the shapes, and loaded).
+fn cudnn_geom(dtype: DType, s: &ConvShape) -> Option<ConvGeom> {
+    (s.through_library(dtype) && dnn::is_available())
+        .then(|| ConvGeom::new(dtype, s))
+        .flatten()
 }
 
 /// The refusal of a channels-last convolution cuDNN does not run.
@@ -72,7 +80,7 @@ fn nhwc_needs_cudnn() -> Error {
 /// cuDNN (switched on, and able to take the shapes), whose half kernels
 /// accumulate in float32; ember's own kernels take float32 and float64 only.
 pub(crate) fn conv_takes_half(dtype: DType, s: &ConvShape) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16) && dnn::in_use() && ConvGeom::new(dtype, s).is_some()
+    s.library_takes_half(dtype) && dnn::is_available()
 }
 
 /// `conv2d(x, w) + b` for contiguous views of one float dtype (dense in
@@ -85,7 +93,7 @@ pub(crate) fn conv2d(
     s: &ConvShape,
 ) -> Result<CudaStorage> {
     // cuDNN where switched on and able to take the shapes (not empty tensors)
-    if let Some(geom) = dnn::in_use().then(|| ConvGeom::new(x.dtype(), s)).flatten() {
+    if let Some(geom) = cudnn_geom(x.dtype(), s) {
         let y = conv_pass(
             ConvPass::Forward,
             (&geom, s),
@@ -146,7 +154,7 @@ pub(crate) fn conv2d_backward(
     s: &ConvShape,
     need: (bool, bool),
 ) -> Result<(Option<CudaStorage>, Option<CudaStorage>)> {
-    if let Some(geom) = dnn::in_use().then(|| ConvGeom::new(x.dtype(), s)).flatten() {
+    if let Some(geom) = cudnn_geom(x.dtype(), s) {
         let gyo = (gy, lg.offset());
         let gx = need
             .0

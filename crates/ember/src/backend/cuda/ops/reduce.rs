@@ -39,7 +39,7 @@ pub(crate) fn reduce(
     if n_out == 0 {
         return Ok(out);
     }
-    let route = ReduceRoute::of(op, l, dims, (n_out, lane), dev.sm_count as usize);
+    let route = ReduceRoute::of(op, l, dims, dev.sm_count as usize);
     // sums and means over the leading dims of a contiguous array: by columns
     if let ReduceRoute::Columns { splits } = route {
         let divisor = if op == ReduceCode::Mean {
