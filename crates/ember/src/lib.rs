@@ -108,12 +108,14 @@ pub mod cuda {
     /// Convolutions through NVIDIA's cuDNN (`torch.backends.cudnn`): on by default
     /// where the library is found; `set_enabled(false)` or `EMBER_CUDNN=0` sends
     /// them to ember's own im2col path. `set_benchmark(true)` times cuDNN's
-    /// algorithms once per shape (`torch.backends.cudnn.benchmark`).
+    /// algorithms once per shape (`torch.backends.cudnn.benchmark`),
+    /// `set_deterministic(true)` keeps to its deterministic ones
+    /// (`torch.backends.cudnn.deterministic`).
     pub mod cudnn {
         pub use crate::backend::cuda::cudnn::{
-            allow_tf32, benchmark, channels_last_convolutions, convolutions, enabled, in_use,
-            is_available, set_allow_tf32, set_benchmark, set_enabled, set_workspace_limit,
-            unavailable_reason, version, workspace_limit,
+            allow_tf32, benchmark, channels_last_convolutions, convolutions, deterministic,
+            enabled, in_use, is_available, set_allow_tf32, set_benchmark, set_deterministic,
+            set_enabled, set_workspace_limit, unavailable_reason, version, workspace_limit,
         };
     }
 }

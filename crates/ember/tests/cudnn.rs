@@ -15,6 +15,7 @@ struct Turn {
     _lock: std::sync::MutexGuard<'static, ()>,
     enabled: bool,
     benchmark: bool,
+    deterministic: bool,
     tf32: bool,
     limit: usize,
 }
@@ -23,6 +24,7 @@ impl Drop for Turn {
     fn drop(&mut self) {
         cudnn::set_enabled(self.enabled);
         cudnn::set_benchmark(self.benchmark);
+        cudnn::set_deterministic(self.deterministic);
         cudnn::set_allow_tf32(self.tf32);
         cudnn::set_workspace_limit(self.limit).expect("a limit that was set before");
     }
@@ -35,6 +37,7 @@ fn turn() -> Turn {
         _lock: lock,
         enabled: cudnn::enabled(),
         benchmark: cudnn::benchmark(),
+        deterministic: cudnn::deterministic(),
         tf32: cudnn::allow_tf32(),
         limit: cudnn::workspace_limit(),
     }
@@ -295,18 +298,79 @@ fn empty_batches_and_the_switch() -> Result<()> {
 }
 
 /// The switches' defaults are PyTorch's: convolutions through cuDNN where it loads
-/// (unless `EMBER_CUDNN=0`), algorithms from its heuristics rather than timed
-/// (unless `EMBER_CUDNN_BENCHMARK=1`); each pass's workspace at most 64 MiB.
+/// (unless `EMBER_CUDNN=0`), TF32 allowed (unless `EMBER_CUDNN_TF32=0`),
+/// algorithms from its heuristics rather than timed (unless
+/// `EMBER_CUDNN_BENCHMARK=1`), nondeterministic ones allowed (unless
+/// `EMBER_CUDNN_DETERMINISTIC=1`); each pass's workspace at most 64 MiB.
 #[test]
 fn the_switches_default_as_pytorchs() {
     let _turn = turn();
     let env = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string());
-    let off = env("EMBER_CUDNN").is_some_and(|v| matches!(v.as_str(), "0" | "false" | "off"));
-    assert_eq!(cudnn::enabled(), !off);
-    let timed =
-        env("EMBER_CUDNN_BENCHMARK").is_some_and(|v| matches!(v.as_str(), "1" | "true" | "on"));
-    assert_eq!(cudnn::benchmark(), timed);
+    let off = |name| env(name).is_some_and(|v| matches!(v.as_str(), "0" | "false" | "off"));
+    let on = |name| env(name).is_some_and(|v| matches!(v.as_str(), "1" | "true" | "on"));
+    assert_eq!(cudnn::enabled(), !off("EMBER_CUDNN"));
+    assert_eq!(cudnn::allow_tf32(), !off("EMBER_CUDNN_TF32"));
+    assert_eq!(cudnn::benchmark(), on("EMBER_CUDNN_BENCHMARK"));
+    assert_eq!(cudnn::deterministic(), on("EMBER_CUDNN_DETERMINISTIC"));
     assert_eq!(cudnn::workspace_limit(), 64 << 20);
+}
+
+/// With `set_deterministic(true)` a convolution's three passes give the same bits
+/// on every run, heuristic or timed, and the CPU's values. On a GPU this can fail:
+/// some of cuDNN's backward algorithms add with atomics in an order that varies.
+/// The simulator's stand-in has no such algorithm, so there it checks the values
+/// and that every run goes through cuDNN.
+#[test]
+fn deterministic_convolutions_repeat_bit_for_bit() -> Result<()> {
+    let _turn = turn();
+    let Some(dev) = cudnn_gpu("deterministic_convolutions_repeat_bit_for_bit") else {
+        return Ok(());
+    };
+    let cpu = Device::Cpu;
+    cudnn::set_enabled(true);
+    cudnn::set_deterministic(true);
+    ember::manual_seed(8);
+    // a weight gradient summed over 4 · 16 · 16 positions per element
+    let (xs, ws) = ([4, 8, 16, 16], [16, 8, 3, 3]);
+    let o = Conv2dOptions::default().padding(1);
+    let bits = |ts: &[Tensor]| -> Result<Vec<Vec<f32>>> {
+        ts.iter()
+            .map(|t| t.to_dtype(DType::F32)?.to_vec::<f32>())
+            .collect()
+    };
+    for (dtype, timed, tol) in [
+        (DType::F32, false, 2e-2),
+        (DType::BF16, false, 2e-2),
+        (DType::F32, true, 2e-2),
+    ] {
+        cudnn::set_benchmark(timed);
+        let x = Tensor::randn(xs, &cpu)?.to_dtype(dtype)?;
+        let w = Tensor::randn(ws, &cpu)?.to_dtype(dtype)?;
+        let b = Tensor::randn([ws[0]], &cpu)?.to_dtype(dtype)?;
+        let r = Tensor::randn([xs[0], ws[0], xs[2], xs[3]], &cpu)?.to_dtype(dtype)?;
+        let passes = cudnn::convolutions();
+        let first = conv_and_grads(&dev, (&x, &w, &b, &r), o)?;
+        for run in 1..4 {
+            let again = conv_and_grads(&dev, (&x, &w, &b, &r), o)?;
+            assert!(
+                bits(&again)? == bits(&first)?,
+                "{dtype}, timed {timed}: run {run} differs from the first"
+            );
+        }
+        assert_eq!(cudnn::convolutions() - passes, 4 * 3, "{dtype}");
+        let want = conv_and_grads(&cpu, (&x, &w, &b, &r), o)?;
+        for (k, (g, e)) in first.iter().zip(&want).enumerate() {
+            let (g, e) = (g.to_dtype(DType::F32)?, e.to_dtype(DType::F32)?);
+            // relative to the result's scale
+            let scale = e.abs()?.max_all()?.item::<f32>()? as f64;
+            let d = g.max_abs_diff(&e)?;
+            assert!(
+                d <= tol * scale,
+                "{dtype}: result {k}: max difference {d} of {scale}"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Each cuDNN pass takes the batch's im2col patch size, at most the workspace
@@ -371,7 +435,6 @@ fn tf32_is_on_by_default_for_convolutions_only() {
     let _turn = turn();
     // PyTorch's defaults: torch.backends.cudnn.allow_tf32 is True,
     // torch.backends.cuda.matmul.allow_tf32 False
-    assert!(cudnn::allow_tf32());
     assert!(!ember::cuda::allow_tf32());
     cudnn::set_allow_tf32(false);
     assert!(!cudnn::allow_tf32() && !ember::cuda::allow_tf32());

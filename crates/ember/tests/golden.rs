@@ -1261,6 +1261,8 @@ fn golden_cases_match_pytorch() {
 #[test]
 fn golden_cases_match_pytorch_on_cuda() {
     if let Some(dev) = common::gpu("golden_cases_match_pytorch_on_cuda") {
+        // the goldens are PyTorch's float32 results, to float32's tolerance
+        common::exact_float32_convolutions();
         golden_cases_on(dev);
     }
 }

@@ -25,6 +25,16 @@ pub fn gpu(test: &str) -> Option<Device> {
     gpu_unless(test, || None)
 }
 
+/// Switches TF32 off for float32 convolutions through cuDNN in this process, for
+/// tests that compare float32 results with PyTorch's or the CPU's to float32's
+/// tolerance: TF32 (cuDNN's default, as PyTorch's) reads 10 bits of each
+/// operand's mantissa, about 1e-3 of the values, on a GPU and on ember's
+/// simulator alike. TF32 itself is checked to its own tolerance in
+/// tests/cudnn.rs; no test of a binary that calls this switches it back on.
+pub fn exact_float32_convolutions() {
+    ember::cuda::cudnn::set_allow_tf32(false);
+}
+
 /// As [`gpu`], but `test` also skips when `missing` gives a reason (something else
 /// it needs, such as cuDNN, is absent); `missing` is asked only when a GPU is there.
 pub fn gpu_unless(test: &str, missing: impl FnOnce() -> Option<String>) -> Option<Device> {

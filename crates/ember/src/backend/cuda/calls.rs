@@ -132,6 +132,9 @@ pub(crate) struct ConvCall {
     /// algorithm that needs more is not used.
     pub workspace: u64,
     pub workspace_bytes: usize,
+    /// Float32 operands may be rounded to TF32 on tensor cores (cuDNN's default
+    /// math, [`allow_tf32`](super::dnn::allow_tf32) when the call was made).
+    pub tf32: bool,
 }
 
 impl ConvCall {

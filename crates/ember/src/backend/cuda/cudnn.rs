@@ -36,7 +36,9 @@ pub fn workspace_limit() -> usize {
 }
 
 // the TF32 switch lives with the library calls that read it
-pub use super::dnn::{allow_tf32, benchmark, set_allow_tf32, set_benchmark};
+pub use super::dnn::{
+    allow_tf32, benchmark, deterministic, set_allow_tf32, set_benchmark, set_deterministic,
+};
 
 /// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
 /// simulator stands in for it (`torch.backends.cudnn.is_available()`).

@@ -85,13 +85,18 @@ pub(super) unsafe fn sized(
 impl Choice {
     /// The usable choice `p` describes for `pass`, if cuDNN reported success for it
     /// with values ember knows.
+    /// With `deterministic`, only an algorithm cuDNN reports as deterministic.
     fn from_perf(
         p: &RawPerf,
         pass: ConvPass,
         math_rule: Option<sys::cudnnMathType_t>,
+        deterministic: bool,
     ) -> Option<Choice> {
         use sys::cudnnMathType_t::*;
         if p.status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32 {
+            return None;
+        }
+        if deterministic && p.determinism != sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC as u32 {
             return None;
         }
         let math = match p.math_type {
@@ -140,6 +145,7 @@ pub(super) unsafe fn ranked(
     d: &Descriptors,
     pass: ConvPass,
     math_rule: Option<sys::cudnnMathType_t>,
+    deterministic: bool,
 ) -> Result<Vec<Choice>> {
     let mut perf = [RawPerf::default(); MAX_ALGOS];
     let mut count = 0i32;
@@ -182,7 +188,7 @@ pub(super) unsafe fn ranked(
     }
     Ok(perf[..count.clamp(0, n) as usize]
         .iter()
-        .filter_map(|p| Choice::from_perf(p, pass, math_rule))
+        .filter_map(|p| Choice::from_perf(p, pass, math_rule, deterministic))
         .collect())
 }
 
@@ -198,6 +204,7 @@ pub(super) unsafe fn found(
     d: &Descriptors,
     c: &ConvCall,
     math_rule: Option<sys::cudnnMathType_t>,
+    deterministic: bool,
 ) -> Result<Vec<Choice>> {
     let mut perf = [RawPerf::default(); MAX_ALGOS];
     let mut count = 0i32;
@@ -265,7 +272,7 @@ pub(super) unsafe fn found(
     status.result().map_err(dnn_err(op))?;
     Ok(perf[..count.clamp(0, n) as usize]
         .iter()
-        .filter_map(|p| Choice::from_perf(p, c.pass, math_rule))
+        .filter_map(|p| Choice::from_perf(p, c.pass, math_rule, deterministic))
         .filter(|choice| choice.bytes <= bytes)
         .collect())
 }
@@ -285,14 +292,15 @@ mod tests {
             math_type,
             ..RawPerf::default()
         };
-        let c = Choice::from_perf(&perf(6, ok, 1), ConvPass::Forward, None).unwrap();
+        let take = |p: &RawPerf, pass, rule| Choice::from_perf(p, pass, rule, false);
+        let c = take(&perf(6, ok, 1), ConvPass::Forward, None).unwrap();
         assert!(matches!(
             c.algo,
             Algo::Forward(sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD)
         ));
         assert_eq!((c.math, c.bytes), (CUDNN_TENSOR_OP_MATH, 1 << 20));
         // f32 without TF32 keeps FMA whatever the entry says
-        let c = Choice::from_perf(
+        let c = take(
             &perf(1, ok, 0),
             ConvPass::BackwardData,
             Some(CUDNN_FMA_MATH),
@@ -300,12 +308,22 @@ mod tests {
         assert_eq!(c.unwrap().math, CUDNN_FMA_MATH);
         // failed entries, and algorithms or math types past what ember knows
         let not_supported = sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED as u32;
-        assert!(Choice::from_perf(&perf(0, not_supported, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(8, ok, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardData, None).is_none());
-        assert!(Choice::from_perf(&perf(6, ok, 0), ConvPass::BackwardFilter, None).is_some());
-        assert!(Choice::from_perf(&perf(7, ok, 0), ConvPass::BackwardFilter, None).is_none());
-        assert!(Choice::from_perf(&perf(0, 9999, 0), ConvPass::Forward, None).is_none());
-        assert!(Choice::from_perf(&perf(0, ok, 4), ConvPass::Forward, None).is_none());
+        assert!(take(&perf(0, not_supported, 0), ConvPass::Forward, None).is_none());
+        assert!(take(&perf(8, ok, 0), ConvPass::Forward, None).is_none());
+        assert!(take(&perf(6, ok, 0), ConvPass::BackwardData, None).is_none());
+        assert!(take(&perf(6, ok, 0), ConvPass::BackwardFilter, None).is_some());
+        assert!(take(&perf(7, ok, 0), ConvPass::BackwardFilter, None).is_none());
+        assert!(take(&perf(0, 9999, 0), ConvPass::Forward, None).is_none());
+        assert!(take(&perf(0, ok, 4), ConvPass::Forward, None).is_none());
+        // deterministic: only what cuDNN reports as CUDNN_DETERMINISTIC (1)
+        let det = |determinism| RawPerf {
+            determinism,
+            ..perf(1, ok, 0)
+        };
+        let strict = |p: &RawPerf| Choice::from_perf(p, ConvPass::BackwardFilter, None, true);
+        assert!(strict(&det(0)).is_none());
+        assert!(strict(&det(1)).is_some());
+        assert!(strict(&det(7)).is_none());
+        assert!(take(&det(0), ConvPass::BackwardFilter, None).is_some());
     }
 }

@@ -83,21 +83,25 @@ pub(crate) fn library() -> &'static std::result::Result<usize, String> {
     })
 }
 
-static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+static ALLOW_TF32: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_TF32", true);
 
 /// Lets float32 convolutions through cuDNN use TF32 tensor cores (inputs rounded
 /// to a 10-bit mantissa, float32 accumulation), like
-/// `torch.backends.cudnn.allow_tf32`, and with the same default: on. About twice
-/// as fast as float32's FMA kernels on Ampere and Hopper GPUs. Independent of
+/// `torch.backends.cudnn.allow_tf32`, and with the same default: on
+/// (`EMBER_CUDNN_TF32=0` switches it off for a program). About twice as fast as
+/// float32's FMA kernels on Ampere and Hopper GPUs; results differ from exact
+/// float32's by about 1e-3 of the values' scale (ember's simulator rounds the
+/// operands as the tensor cores do, so tests see it too). Independent of
 /// [`crate::cuda::set_allow_tf32`], which is for matrix products (off by default,
 /// as `torch.backends.cuda.matmul.allow_tf32`).
 pub fn set_allow_tf32(on: bool) {
-    ALLOW_TF32.store(on, std::sync::atomic::Ordering::Relaxed);
+    ALLOW_TF32.set(on)
 }
 
-/// Whether float32 convolutions through cuDNN may use TF32 (on by default).
+/// Whether float32 convolutions through cuDNN may use TF32 (on unless switched
+/// off).
 pub fn allow_tf32() -> bool {
-    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
+    ALLOW_TF32.get()
 }
 
 static BENCHMARK: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_BENCHMARK", false);
@@ -118,6 +122,38 @@ pub fn set_benchmark(on: bool) {
 /// Whether convolutions' algorithms are chosen by timing them (off unless switched on).
 pub fn benchmark() -> bool {
     BENCHMARK.get()
+}
+
+static DETERMINISTIC: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_DETERMINISTIC", false);
+
+/// Keeps convolutions to cuDNN's deterministic algorithms
+/// (`torch.backends.cudnn.deterministic`): those cuDNN reports as giving the same
+/// bits on every run (some of the fastest backward algorithms add with atomics in
+/// an order that varies). Off by default, as PyTorch's;
+/// `EMBER_CUDNN_DETERMINISTIC=1` switches it on for a program. Applies to the
+/// heuristic's choices and to the timed search's ([`set_benchmark`]) alike; choices
+/// made before are kept apart, so switching back and forth does not choose again.
+pub fn set_deterministic(on: bool) {
+    DETERMINISTIC.set(on)
+}
+
+/// Whether convolutions keep to cuDNN's deterministic algorithms (off unless
+/// switched on).
+pub fn deterministic() -> bool {
+    DETERMINISTIC.get()
+}
+
+/// What a remembered algorithm choice was made for: the shape, the pass, and
+/// every setting that narrows or orders the candidates.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ChoiceKey {
+    geom: ConvGeom,
+    pass: ConvPass,
+    tf32: bool,
+    timed: bool,
+    deterministic: bool,
+    /// the workspace it was chosen within (a changed limit chooses again)
+    workspace_bytes: usize,
 }
 
 /// Whether work queued on `stream` now is being captured into a CUDA graph (where
@@ -144,9 +180,8 @@ struct Dnn {
     handle: sys::cudnnHandle_t,
     /// The stream the handle is bound to now.
     stream: CUstream,
-    /// (geometry, pass, TF32 allowed, timed, workspace bytes) -> the choice
-    /// that ran
-    algos: HashMap<(ConvGeom, ConvPass, bool, bool, usize), Choice>,
+    /// the choice that ran, by what it was chosen for
+    algos: HashMap<ChoiceKey, Choice>,
     /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
     /// convolution descriptor's math type before it runs)
     descs: HashMap<(ConvGeom, bool), Descriptors>,
@@ -338,7 +373,7 @@ impl Cudnn {
         let mut guard = self.handle(stream)?;
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
-        let tf32 = allow_tf32();
+        let tf32 = c.tf32;
         let d = match state.descs.entry((c.geom, tf32)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -346,10 +381,16 @@ impl Cudnn {
             }
         };
         // a capture cannot wait for the GPU: there a timed choice made before it
-        // is used, or else the heuristic's (remembered apart from the timed ones);
-        // a choice is remembered with the workspace it was chosen within, so a
-        // changed limit chooses again
-        let key = |timed: bool| (c.geom, c.pass, tf32, timed, c.workspace_bytes);
+        // is used, or else the heuristic's (remembered apart from the timed ones)
+        let deterministic = deterministic();
+        let key = |timed: bool| ChoiceKey {
+            geom: c.geom,
+            pass: c.pass,
+            tf32,
+            timed,
+            deterministic,
+            workspace_bytes: c.workspace_bytes,
+        };
         let mut timed = benchmark() && (state.algos.contains_key(&key(true)) || !capturing(stream));
         if let Some(choice) = state.algos.get(&key(timed)).copied() {
             if run_choice(h, d, c, choice).is_ok() {
@@ -367,7 +408,7 @@ impl Cudnn {
         // or finds nothing within the workspace
         let (mut candidates, mut searched) = (Vec::new(), false);
         if timed {
-            match found(h, d, c, math_rule) {
+            match found(h, d, c, math_rule, deterministic) {
                 Ok(found) => {
                     searched = !found.is_empty();
                     candidates = found;
@@ -383,7 +424,7 @@ impl Cudnn {
             }
         }
         if candidates.is_empty() {
-            for choice in ranked(h, d, c.pass, math_rule)? {
+            for choice in ranked(h, d, c.pass, math_rule, deterministic)? {
                 match sized(h, d, choice) {
                     Ok(choice) if choice.bytes <= c.workspace_bytes => candidates.push(choice),
                     Ok(choice) => {
@@ -424,10 +465,18 @@ impl Cudnn {
         Err(last.unwrap_or_else(|| Error::Cuda {
             op: "choosing a cuDNN algorithm",
             msg: format!(
-                "cuDNN proposes no usable {:?} algorithm for {:?} within {} bytes of workspace; \
-                 raise ember::cuda::cudnn::set_workspace_limit, or \
+                "cuDNN proposes no usable {}{:?} algorithm for {:?} within {} bytes of workspace; \
+                 raise ember::cuda::cudnn::set_workspace_limit{}, or \
                  ember::cuda::cudnn::set_enabled(false) uses ember's own convolutions",
-                c.pass, c.geom, c.workspace_bytes
+                if deterministic { "deterministic " } else { "" },
+                c.pass,
+                c.geom,
+                c.workspace_bytes,
+                if deterministic {
+                    " or allow nondeterministic algorithms (cudnn::set_deterministic(false))"
+                } else {
+                    ""
+                }
             ),
         }))
     }

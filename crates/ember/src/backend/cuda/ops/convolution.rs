@@ -380,6 +380,7 @@ pub(crate) fn conv_pass(
         y,
         workspace: workspace.ptr(),
         workspace_bytes: bytes,
+        tf32: dnn::allow_tf32(),
     };
     // SAFETY: each pointer addresses a dense array of its operand's size in the
     // geometry's order: the tensor layer's conv2d checks the shapes and lays the

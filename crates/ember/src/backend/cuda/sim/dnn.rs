@@ -3,7 +3,7 @@
 //! computes), refusing what cuDNN refuses, so that the calls ember builds for cuDNN
 //! are tested and not only the numbers.
 
-use super::gemm::{read, write};
+use super::gemm::{read, to_tf32, write};
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::{
     dtype::DType,
@@ -30,7 +30,9 @@ fn out_len(input: i32, pad: i32, filter: i32, stride: i32, dilation: i32) -> i64
 /// Checks `c` as cuDNN does (at the call) and returns the work that runs it
 /// (alpha 1, beta 0), accumulating in f64 and rounding once to the operands'
 /// dtype (half operands as cuDNN's float32 accumulation would, to within its
-/// rounding).
+/// rounding). Float32 operands are rounded to TF32 first where the call allows
+/// TF32 ([`ConvCall::tf32`]): a GPU's cuDNN may then choose tensor-core kernels,
+/// and results must be checked to TF32's tolerance.
 ///
 /// # Safety
 /// `c.x`, `c.w` and `c.y` must address contiguous arrays with the sizes of `c.geom`.
@@ -96,6 +98,15 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
         let _lock = super::exec_lock();
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
         let (dt, nhwc) = (g.dtype, g.nhwc);
+        let tf32 = c.tf32 && dt == DType::F32;
+        let read = |ptr: u64, i: i64| {
+            let v = read(dt, ptr, i);
+            if tf32 {
+                to_tf32(v)
+            } else {
+                v
+            }
+        };
         for ni in 0..n {
             for ki in 0..k {
                 let c0 = (ki / kg) * cg;
@@ -130,16 +141,13 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
                                     };
                                     match c.pass {
                                         ConvPass::Forward => {
-                                            acc[yi as usize] +=
-                                                read(dt, c.x, xi) * read(dt, c.w, wi)
+                                            acc[yi as usize] += read(c.x, xi) * read(c.w, wi)
                                         }
                                         ConvPass::BackwardData => {
-                                            acc[xi as usize] +=
-                                                read(dt, c.y, yi) * read(dt, c.w, wi)
+                                            acc[xi as usize] += read(c.y, yi) * read(c.w, wi)
                                         }
                                         ConvPass::BackwardFilter => {
-                                            acc[wi as usize] +=
-                                                read(dt, c.x, xi) * read(dt, c.y, yi)
+                                            acc[wi as usize] += read(c.x, xi) * read(c.y, yi)
                                         }
                                     }
                                 }
@@ -184,6 +192,15 @@ mod tests {
     }
 
     fn run(g: ConvGeom, pass: ConvPass, x: &mut [f32], w: &mut [f32], y: &mut [f32]) -> Result<()> {
+        run_math(g, pass, (x, w, y), false)
+    }
+
+    fn run_math(
+        g: ConvGeom,
+        pass: ConvPass,
+        (x, w, y): (&mut [f32], &mut [f32], &mut [f32]),
+        tf32: bool,
+    ) -> Result<()> {
         let c = ConvCall {
             geom: g,
             pass,
@@ -192,6 +209,7 @@ mod tests {
             y: y.as_mut_ptr() as u64,
             workspace: 0,
             workspace_bytes: 0,
+            tf32,
         };
         // SAFETY: the slices have the sizes of `g`.
         unsafe { conv(&c) }
@@ -248,5 +266,50 @@ mod tests {
         int_geom.dtype = DType::I64;
         let e = run(int_geom, ConvPass::Forward, &mut buf, &mut w, &mut y).unwrap_err();
         assert!(e.to_string().contains("NOT_SUPPORTED"), "{e}");
+    }
+
+    #[test]
+    fn tf32_rounds_float32_operands() {
+        let (one, ulp) = (1.0f32, f32::EPSILON);
+        // 10 bits of mantissa: 1 + 2^-10 stays, 1 + 2^-12 and even 1 + 2^-10 -
+        // 2^-20 go down, negatives toward zero alike; infinities and NaNs stay
+        let tenth = 2f64.powi(-10);
+        assert_eq!(to_tf32(1.0 + tenth), 1.0 + tenth);
+        assert_eq!(to_tf32(1.0 + 2f64.powi(-12)), 1.0);
+        assert_eq!(to_tf32(1.0 + tenth - 2f64.powi(-20)), 1.0);
+        assert_eq!(to_tf32(-(1.0 + 3.0 * 2f64.powi(-11))), -(1.0 + tenth));
+        assert_eq!(to_tf32(3.0), 3.0);
+        assert_eq!(to_tf32(f64::INFINITY), f64::INFINITY);
+        assert!(to_tf32(f64::NAN).is_nan());
+        // a 1 x 1 convolution: with TF32 the operands are rounded before the
+        // product, without it they are not
+        let g = geom([1, 1, 1, 2], [1, 1, 1, 1], [1, 1, 1, 2], 1);
+        let x0 = [one + 8.0 * ulp, 3.0];
+        for (tf32, want) in [(false, one + 8.0 * ulp), (true, one)] {
+            let (mut x, mut w, mut y) = (x0, [1.0f32], [f32::NAN; 2]);
+            run_math(g, ConvPass::Forward, (&mut x, &mut w, &mut y), tf32).unwrap();
+            assert_eq!(y, [want, 3.0], "tf32 {tf32}");
+        }
+        // float64 is never rounded
+        let mut g64 = g;
+        g64.dtype = DType::F64;
+        let (mut x, mut w, mut y) = ([1.0 + 2f64.powi(-20)], [1.0f64], [f64::NAN]);
+        let c = ConvCall {
+            geom: ConvGeom {
+                x: [1, 1, 1, 1],
+                y: [1, 1, 1, 1],
+                ..g64
+            },
+            pass: ConvPass::Forward,
+            x: x.as_mut_ptr() as u64,
+            w: w.as_mut_ptr() as u64,
+            y: y.as_mut_ptr() as u64,
+            workspace: 0,
+            workspace_bytes: 0,
+            tf32: true,
+        };
+        // SAFETY: one-element arrays, as the geometry says.
+        unsafe { conv(&c) }.unwrap();
+        assert_eq!(y, [1.0 + 2f64.powi(-20)]);
     }
 }

@@ -15,6 +15,18 @@ fn invalid(why: String) -> Error {
     }
 }
 
+/// `v` (a float32's value) as a TF32 tensor-core product reads it: the first 10
+/// bits of the mantissa, the rest dropped (rounded toward zero: the larger and
+/// biased error of the ways a library may convert, so that a tolerance that holds
+/// here holds on a GPU); infinities and NaNs as they are.
+pub(super) fn to_tf32(v: f64) -> f64 {
+    let bits = (v as f32).to_bits();
+    if bits & 0x7f80_0000 == 0x7f80_0000 {
+        return v;
+    }
+    f32::from_bits(bits & !0x1fff) as f64
+}
+
 /// Reads element `i` of a device array of `dt` as f64.
 ///
 /// # Safety
@@ -103,13 +115,16 @@ pub(crate) unsafe fn gemm_job(g: &GemmCall) -> Result<super::Work> {
             super::check_region("cublasLtMatmul", "the bias", g.bias, (m * esz) as u64)?;
         }
     }
+    // float32 products read TF32 operands where allowed (cuBLAS's TF32 math, which
+    // the driver's path asks for on the same switch at the call)
+    let tf32 = g.dtype == DType::F32 && crate::backend::cuda::stats::allow_tf32();
     Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         for p in 0..g.batch as i64 {
             let a = g.a.wrapping_add_signed(p * g.stride_a * esz);
             let b = g.b.wrapping_add_signed(p * g.stride_b * esz);
             let c = g.c.wrapping_add_signed(p * g.stride_c * esz);
-            product(&g, (a, b, c), (m, n, k));
+            product(&g, (a, b, c), (m, n, k), tf32);
         }
         Ok(())
     }))
@@ -121,26 +136,40 @@ const BLOCK: i64 = 64;
 /// One product of the batch: blocks of op(A)'s rows and op(B)'s columns are
 /// gathered into f64 arrays so that each sum runs over contiguous memory, four
 /// columns at a time (four independent sums, each still in the order of `k`);
-/// blocks of rows run in parallel.
+/// blocks of rows run in parallel. With `tf32` the operands are read as TF32
+/// ([`to_tf32`]).
 ///
 /// # Safety
 /// As [`gemm_job`], for the matrices at `a`, `b` and `c`.
-unsafe fn product(g: &GemmCall, (a, b, c): (u64, u64, u64), (m, n, k): (i64, i64, i64)) {
+unsafe fn product(
+    g: &GemmCall,
+    (a, b, c): (u64, u64, u64),
+    (m, n, k): (i64, i64, i64),
+    tf32: bool,
+) {
     use rayon::prelude::*;
     let (lda, ldb, ldc) = (g.lda as i64, g.ldb as i64, g.ldc as i64);
     let dt = g.dtype;
+    let operand = |base: u64, i: i64| {
+        let v = read(dt, base, i);
+        if tf32 {
+            to_tf32(v)
+        } else {
+            v
+        }
+    };
     let op_a = |i: i64, l: i64| {
         if g.trans_a {
-            read(dt, a, l + i * lda)
+            operand(a, l + i * lda)
         } else {
-            read(dt, a, i + l * lda)
+            operand(a, i + l * lda)
         }
     };
     let op_b = |l: i64, j: i64| {
         if g.trans_b {
-            read(dt, b, j + l * ldb)
+            operand(b, j + l * ldb)
         } else {
-            read(dt, b, l + j * ldb)
+            operand(b, l + j * ldb)
         }
     };
     let ku = k as usize;
@@ -245,6 +274,25 @@ mod tests {
         g.lda = 3;
         unsafe { gemm(&g).unwrap() };
         assert_eq!(c2, c);
+    }
+
+    /// With TF32 a float32 product reads 10 bits of each operand's mantissa (cuBLAS's
+    /// TF32 math, `cuda::set_allow_tf32(true)`); without it every bit.
+    #[test]
+    fn tf32_products_read_ten_bits_of_mantissa() {
+        let e = f32::EPSILON; // 2^-23
+        let a = [1.0 + 64.0 * e, 3.0];
+        let b = [1.0 + 8192.0 * e, 1.0]; // 1 + 2^-10: a TF32 value
+        for (tf32, want) in [
+            (false, (1.0 + 64.0 * e) * (1.0 + 8192.0 * e) + 3.0),
+            (true, 1.0 + 8192.0 * e + 3.0),
+        ] {
+            let mut c = [0f32; 1];
+            let g = call(&a, &b, &mut c, 1, 1, 2);
+            // SAFETY: the arrays have the sizes `call` gives the product.
+            unsafe { product(&g, (g.a, g.b, g.c), (1, 1, 2), tf32) };
+            assert_eq!(c[0], want, "tf32 {tf32}");
+        }
     }
 
     /// Under the memory checker (`.ci/memcheck`), an operand that the call's leading
