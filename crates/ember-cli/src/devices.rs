@@ -76,6 +76,13 @@ pub fn run() -> ember::Result<()> {
         "  convolutions through cuDNN: {state} (on by default where cuDNN is found; EMBER_CUDNN=0 \
          or ember::cuda::cudnn::set_enabled(false) sends them to ember's own im2col path)"
     );
+    if cuda::cudnn::in_use() {
+        println!(
+            "  cuDNN's settings: {} (EMBER_CUDNN_TF32, EMBER_CUDNN_BENCHMARK, \
+             EMBER_CUDNN_DETERMINISTIC or ember::cuda::cudnn's setters change them)",
+            cudnn_settings()
+        );
+    }
     match cuda::include_dirs().first() {
         Some(d) => println!("  headers (cuda_fp16.h): {}", d.display()),
         None => println!(
@@ -84,4 +91,27 @@ pub fn run() -> ember::Result<()> {
     }
     println!("best available device: {}", Device::cuda_if_available(0));
     Ok(())
+}
+
+/// cuDNN's switches that change a convolution's speed or bits, as the header of a
+/// benchmark and `ember devices` print them: TF32 math for float32, algorithms
+/// timed or from the heuristic (benchmark rows that set it themselves say so in
+/// their names), deterministic algorithms only.
+pub(crate) fn cudnn_settings() -> String {
+    let mut s = vec![
+        if cuda::cudnn::allow_tf32() {
+            "float32 in TF32"
+        } else {
+            "float32 exact (TF32 off)"
+        },
+        if cuda::cudnn::benchmark() {
+            "timed algorithms"
+        } else {
+            "heuristic algorithms"
+        },
+    ];
+    if cuda::cudnn::deterministic() {
+        s.push("deterministic only");
+    }
+    s.join(", ")
 }

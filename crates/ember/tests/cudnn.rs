@@ -10,7 +10,8 @@ use ember::prelude::*;
 
 /// One test's turn with the global switches: they are put back as they were when
 /// the turn ends (a failed test's too), so each test starts from the process's
-/// settings (`EMBER_CUDNN`, `EMBER_CUDNN_BENCHMARK` or the defaults).
+/// settings (`EMBER_CUDNN`, `EMBER_CUDNN_TF32`, `EMBER_CUDNN_BENCHMARK`,
+/// `EMBER_CUDNN_DETERMINISTIC` or the defaults).
 struct Turn {
     _lock: std::sync::MutexGuard<'static, ()>,
     enabled: bool,
@@ -395,6 +396,8 @@ fn the_workspace_limit_bounds_each_pass() -> Result<()> {
         return Ok(());
     }
     cudnn::set_enabled(true);
+    // a test of memory: float32's own math, so that the values compare tightly
+    cudnn::set_allow_tf32(false);
     ember::manual_seed(9);
     let cpu = Device::Cpu;
     // [2, 4, 16, 16] * [8, 4, 3, 3], padded: the output 16 KiB, the patches
@@ -435,10 +438,14 @@ fn tf32_is_on_by_default_for_convolutions_only() {
     let _turn = turn();
     // PyTorch's defaults: torch.backends.cudnn.allow_tf32 is True,
     // torch.backends.cuda.matmul.allow_tf32 False
+    let off =
+        std::env::var("EMBER_CUDNN_TF32").is_ok_and(|v| matches!(v.trim(), "0" | "false" | "off"));
+    assert_eq!(cudnn::allow_tf32(), !off);
     assert!(!ember::cuda::allow_tf32());
     cudnn::set_allow_tf32(false);
     assert!(!cudnn::allow_tf32() && !ember::cuda::allow_tf32());
     cudnn::set_allow_tf32(true);
+    assert!(cudnn::allow_tf32() && !ember::cuda::allow_tf32());
 }
 
 #[test]

@@ -188,9 +188,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if let Device::Cuda(i) = dev {
             let p = cuda::device_properties(i)?;
             let conv = if cuda::cudnn::in_use() {
-                "cuDNN"
+                format!("cuDNN, {}", crate::devices::cudnn_settings())
             } else {
-                "im2col + cuBLAS"
+                "im2col + cuBLAS".to_string()
             };
             println!(
                 "{dev}: {} (compute capability {}.{}, {} SMs; convolutions: {conv})",

@@ -30,7 +30,9 @@ pub fn gpu(test: &str) -> Option<Device> {
 /// tolerance: TF32 (cuDNN's default, as PyTorch's) reads 10 bits of each
 /// operand's mantissa, about 1e-3 of the values, on a GPU and on ember's
 /// simulator alike. TF32 itself is checked to its own tolerance in
-/// tests/cudnn.rs; no test of a binary that calls this switches it back on.
+/// tests/cudnn.rs; no test of a binary that calls this switches it back on, and
+/// a binary calls it before any GPU work of a test that compares (the tensor
+/// binary as each test gets its device), so no test straddles the switch.
 pub fn exact_float32_convolutions() {
     ember::cuda::cudnn::set_allow_tf32(false);
 }

@@ -461,6 +461,8 @@ fn edge_shapes_match_pytorch_on_meta() {
 #[test]
 fn edge_shapes_match_pytorch_on_cuda() {
     if let Some(dev) = common::gpu("edge_shapes_match_pytorch_on_cuda") {
+        // PyTorch's float32 results, to float32's tolerance
+        common::exact_float32_convolutions();
         edges_on(dev);
     }
 }

@@ -230,8 +230,6 @@ fn every_dtype_matches_cpu_on_strided_views() -> Result<()> {
     let Some(dev) = gpu("every_dtype_matches_cpu") else {
         return Ok(());
     };
-    // float32 to float32's tolerance (the conv2d cases)
-    crate::common::exact_float32_convolutions();
     let _g = rng_lock();
     ember::manual_seed(5);
     let cpu = Device::Cpu;
@@ -925,11 +923,9 @@ fn layer_norm_affine_matches_the_cpu() -> Result<()> {
 /// none (CI's simulator passes have one, and this test says it skipped there).
 #[test]
 fn layer_norm_refuses_parameters_on_another_gpu() -> Result<()> {
-    let Some(dev) =
-        super::common::gpu_unless("layer_norm_refuses_parameters_on_another_gpu", || {
-            (ember::cuda::device_count() < 2).then(|| "needs two GPUs".to_string())
-        })
-    else {
+    let Some(dev) = super::gpu_unless("layer_norm_refuses_parameters_on_another_gpu", || {
+        (ember::cuda::device_count() < 2).then(|| "needs two GPUs".to_string())
+    }) else {
         return Ok(());
     };
     let x = Tensor::randn([4, 8], &dev)?;

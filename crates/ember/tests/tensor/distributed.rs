@@ -952,7 +952,7 @@ fn the_nccl_watchdog_reports_a_rank_that_exits() {
 
 #[test]
 fn tensors_on_different_kinds_of_device_across_ranks_are_refused() {
-    let Some(gpu) = crate::common::gpu("distributed::mixed_devices") else {
+    let Some(gpu) = crate::gpu("distributed::mixed_devices") else {
         return;
     };
     let got = ranks(2, |pg| {

@@ -273,10 +273,6 @@ fn check(what: &str, got: &Tensor, want: &Value) {
 }
 
 fn memory_format_programs_match_pytorch(dev: &Device) -> Result<()> {
-    if dev.is_cuda() {
-        // float32 convolutions to float32's tolerance
-        crate::common::exact_float32_convolutions();
-    }
     let s = section();
     let order: Vec<String> = s["order"]
         .as_array()

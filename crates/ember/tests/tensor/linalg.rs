@@ -152,10 +152,6 @@ fn ref_conv(
 }
 
 fn conv2d_matches_reference(dev: &Device) -> Result<()> {
-    if dev.is_cuda() {
-        // float32 convolutions to float32's tolerance
-        crate::common::exact_float32_convolutions();
-    }
     let _g = super::rng_lock();
     ember::manual_seed(3);
     let cases = [

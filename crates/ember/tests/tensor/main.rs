@@ -15,7 +15,7 @@ macro_rules! device_test {
             }
             #[test]
             fn cuda() -> ember::Result<()> {
-                match crate::common::gpu(concat!(stringify!($name), "::cuda")) {
+                match crate::gpu(concat!(stringify!($name), "::cuda")) {
                     Some(dev) => super::$name(&dev),
                     None => Ok(()),
                 }
@@ -26,7 +26,22 @@ macro_rules! device_test {
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::gpu;
+
+/// The GPU for a test of this binary ([`common::gpu`]), with float32 convolutions
+/// exact from then on ([`common::exact_float32_convolutions`]): these tests compare
+/// with PyTorch's and the CPU's float32 values, and every CUDA test here asks for
+/// its device this way before its first GPU work, so none runs any part with TF32
+/// (cuDNN's default, checked to its own tolerance in tests/cudnn.rs).
+fn gpu(test: &str) -> Option<ember::Device> {
+    gpu_unless(test, || None)
+}
+
+/// [`common::gpu_unless`], with float32 convolutions exact as [`gpu`] says.
+fn gpu_unless(test: &str, missing: impl FnOnce() -> Option<String>) -> Option<ember::Device> {
+    let dev = common::gpu_unless(test, missing)?;
+    common::exact_float32_convolutions();
+    Some(dev)
+}
 
 /// Asserts two float slices agree within `atol + rtol * |expected|` (NaN matches NaN).
 #[track_caller]

@@ -1772,10 +1772,6 @@ fn state_of(v: &Value, dev: &Device) -> Result<Vec<(String, Tensor)>> {
 /// Module outputs, input gradients and batch-norm running statistics with
 /// PyTorch's parameters, in training and evaluation mode.
 fn modules_match_pytorch(dev: &Device) -> Result<()> {
-    if dev.is_cuda() {
-        // float32 convolutions to float32's tolerance
-        crate::common::exact_float32_convolutions();
-    }
     let all = cases();
     for case in all["modules"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();

@@ -179,10 +179,6 @@ fn checkpoint_parts(dev: &Device) -> Result<()> {
 }
 
 fn small_net_gives_pytorchs_output(dev: &Device) -> Result<()> {
-    if dev.is_cuda() {
-        // float32 convolutions to float32's tolerance
-        crate::common::exact_float32_convolutions();
-    }
     let exp = &expected()["small_net"];
     let mut net = nn::Sequential::new()
         .add(nn::Conv2d::new(

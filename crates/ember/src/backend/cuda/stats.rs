@@ -128,7 +128,8 @@ static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 
 /// Lets f32 matrix products use TF32 tensor cores (10-bit mantissa inputs, f32
 /// accumulate), like `torch.backends.cuda.matmul.allow_tf32 = True`. Off by default.
-/// ember's simulator then reads the operands as TF32 too. Convolutions through cuDNN have a switch of their own,
+/// ember's simulator then reads the operands as TF32 too. Convolutions through
+/// cuDNN have a switch of their own,
 /// [`cudnn::set_allow_tf32`](crate::cuda::cudnn::set_allow_tf32), on by default.
 pub fn set_allow_tf32(on: bool) {
     ALLOW_TF32.store(on, std::sync::atomic::Ordering::Relaxed);

@@ -15,8 +15,9 @@
 //! patch matrix, at most the workspace limit), so that the meta device's estimate
 //! stays exact; the algorithm is the first of cuDNN's heuristic choices that fits
 //! it and runs, or with [`set_benchmark`] the fastest that fits in cuDNN's timed
-//! search (`cudnnFind*AlgorithmEx`), remembered per shape, dtype, layout and
-//! math with the shape's descriptors (`EMBER_CUDNN_LOG=1` prints each choice, and
+//! search (`cudnnFind*AlgorithmEx`), among the deterministic ones only with
+//! [`set_deterministic`], remembered per shape, dtype, layout, math and those
+//! settings with the shape's descriptors (`EMBER_CUDNN_LOG=1` prints each choice, and
 //! each candidate skipped for its workspace, on stderr). Shapes cuDNN cannot take
 //! (an empty dim, an operand of 2^31 elements or more) go to ember's own path.
 //!
