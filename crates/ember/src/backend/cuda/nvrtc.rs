@@ -127,6 +127,17 @@ fn nv_err(op: &'static str) -> impl Fn(nv::NvrtcError) -> Error {
 /// Compiles `source` for `sm_{arch}` into a cubin. A compile error returns
 /// [`Error::KernelCompile`] with NVRTC's log (file names and line numbers).
 pub(crate) fn compile(name: &str, source: &str, arch: u32, options: &[String]) -> Result<Vec<u8>> {
+    compile_logged(name, source, arch, options).map(|(cubin, _)| cubin)
+}
+
+/// [`compile`], with NVRTC's log of a successful compile too (warnings, and with
+/// `--ptxas-options=--verbose` each kernel's registers and local memory).
+pub(crate) fn compile_logged(
+    name: &str,
+    source: &str,
+    arch: u32,
+    options: &[String],
+) -> Result<(Vec<u8>, String)> {
     ensure_nvrtc()?;
     let src = CString::new(source)
         .map_err(|_| Error::invalid("compile kernel", "the source contains a NUL byte"))?;
@@ -171,7 +182,7 @@ pub(crate) fn compile(name: &str, source: &str, arch: u32, options: &[String]) -
                         nvsys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast())
                             .result()
                             .map_err(nv_err("nvrtcGetCUBIN"))
-                            .map(|()| cubin)
+                            .map(|()| (cubin, log))
                     })
             }
         }
@@ -314,10 +325,68 @@ mod tests {
         assert!(includes_user_headers(&o(&["--include-path=inc"])));
     }
 
+    /// One kernel's resources as ptxas reports them: (registers per thread, bytes
+    /// of spill stores, bytes of stack frame), by kernel name.
+    fn kernel_resources(log: &str) -> Vec<(String, u32, u32, u32)> {
+        let mut out: Vec<(String, u32, u32, u32)> = Vec::new();
+        let number = |line: &str, before: &str| -> Option<u32> {
+            let head = &line[..line.find(before)?];
+            head.split_whitespace().last()?.parse().ok()
+        };
+        for line in log.lines() {
+            if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+                let name = rest.split('\'').next().unwrap_or_default();
+                out.push((name.to_string(), 0, 0, 0));
+            } else if let Some(k) = out.last_mut() {
+                if let Some(spill) = number(line, "bytes spill stores") {
+                    k.2 = spill;
+                    k.3 = number(line, "bytes stack frame").unwrap_or(0);
+                } else if let Some(regs) = line.split("Used ").nth(1) {
+                    k.1 = regs
+                        .split_whitespace()
+                        .next()
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn ptxas_reports_are_read() {
+        // NVRTC 13.0's log for two kernels, the second spilling
+        let log = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+ptxas info    : Compiling entry function 'big_f32' for 'sm_90'
+ptxas info    : Function properties for big_f32
+ptxas         .     8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 8 bytes cumulative stack size
+ptxas info    : Compile time = 18.524 ms";
+        assert_eq!(
+            kernel_resources(log),
+            [
+                ("k".to_string(), 8, 0, 0),
+                ("big_f32".to_string(), 255, 8, 8)
+            ]
+        );
+    }
+
     /// Compiles every ember kernel, for every dtype, for `sm_{arch}`. Without NVRTC
     /// it says so and passes, unless `EMBER_REQUIRE_NVRTC=1` (set by CI, which
     /// installs NVRTC from PyPI) makes a missing NVRTC a failure. One test per
     /// architecture, so the test harness compiles them in parallel.
+    ///
+    /// For sm_90 ptxas also reports each kernel's registers: a block needs
+    /// registers × threads of the multiprocessor's 64 Ki, or the launch fails on a
+    /// GPU (which the simulator cannot see), so the per-channel reductions, launched
+    /// with `CHANNEL_THREADS` (1024) threads, must stay within 64 registers; the
+    /// others run 256 threads or fewer (the attention kernels declare their 128 as
+    /// launch bounds), which any register count allows. Kernels that spill or keep
+    /// a stack frame are printed (`--nocapture`).
     fn every_kernel_compiles_for(arch: u32) {
         if let Err(e) = ensure_nvrtc() {
             assert!(
@@ -329,14 +398,43 @@ mod tests {
         }
         let archs = supported_archs().unwrap();
         assert!(archs.contains(&arch), "NVRTC lacks sm_{arch}: {archs:?}");
+        let verbose = ["--ptxas-options=--verbose".to_string()];
+        let options: &[String] = if arch == 90 { &verbose } else { &[] };
+        let mut kernels = 0;
         for (name, _) in SOURCES {
             for dt in ["bool", "u8", "i64", "f16", "bf16", "f32", "f64"] {
                 let src = ember_source(name, dt).unwrap();
-                let cubin = compile(name, &src, arch, &[])
+                let (cubin, log) = compile_logged(name, &src, arch, options)
                     .unwrap_or_else(|e| panic!("{name} ({dt}) for sm_{arch}: {e}"));
                 assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
+                if options.is_empty() {
+                    continue;
+                }
+                for (kernel, regs, spill, stack) in kernel_resources(&log) {
+                    kernels += 1;
+                    assert!(
+                        regs > 0,
+                        "{kernel}: no register count in ptxas's report\n{log}"
+                    );
+                    let wide =
+                        kernel.starts_with("channel_stats") || kernel.starts_with("channel_dot");
+                    let threads = crate::backend::cuda::ops::reduce::CHANNEL_THREADS;
+                    assert!(
+                        !wide || regs * threads <= 65536,
+                        "{kernel} uses {regs} registers a thread: {threads} threads a block need \
+                         more than a multiprocessor has"
+                    );
+                    if spill > 0 || stack > 0 {
+                        eprintln!("{kernel}: {regs} registers, {spill} bytes spilled, {stack} bytes of stack");
+                    }
+                }
             }
         }
+        // every module reported its kernels (the report's format is as parsed)
+        assert!(
+            options.is_empty() || kernels > 300,
+            "{kernels} kernels reported"
+        );
     }
 
     // CUDA 13's NVRTC starts at sm_75 (Volta's sm_70 was dropped in CUDA 13).

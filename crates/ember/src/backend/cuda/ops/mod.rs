@@ -17,7 +17,7 @@ mod elementwise;
 mod matmul;
 mod nn;
 mod random;
-mod reduce;
+pub(crate) mod reduce;
 
 #[cfg(test)]
 pub(crate) use attention::KAttn;

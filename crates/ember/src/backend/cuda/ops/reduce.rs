@@ -458,7 +458,7 @@ pub(crate) fn argsort(
 /// Threads per block of the per-channel reductions: a channel's elements are many
 /// (a ResNet's first batch norms reduce 800 000 per channel over 64 channels), so
 /// each of the few blocks is as wide as a block goes.
-const CHANNEL_THREADS: u32 = 1024;
+pub(crate) const CHANNEL_THREADS: u32 = 1024;
 
 /// Launches `reduce::name` with `grid` blocks of `block` threads.
 fn launch_grid(
