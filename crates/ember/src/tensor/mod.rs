@@ -539,7 +539,10 @@ impl Tensor {
         self.copy()
     }
 
-    /// A contiguous copy that owns new storage (`torch.clone`).
+    /// A contiguous (row-major) copy that owns new storage: `torch.clone`, except
+    /// that PyTorch's clone keeps a dense tensor's strides (a transposed or
+    /// channels-last tensor's clone is laid out as it was); for that, follow with
+    /// [`Tensor::to_memory_format`] or copy into a tensor of the layout wanted.
     pub fn copy(&self) -> Result<Tensor> {
         let out = self.map_storage_same(|s, l| s.copy(l))?;
         Ok(Tensor::record(out, "copy", &[self], |_| {
