@@ -3,7 +3,7 @@
 //! computes), refusing what cuDNN refuses, so that the calls ember builds for cuDNN
 //! are tested and not only the numbers.
 
-use super::gemm::{read, to_tf32, write};
+use super::gemm::{read_operand, write};
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::{
     dtype::DType,
@@ -98,15 +98,7 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
         let _lock = super::exec_lock();
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
         let (dt, nhwc) = (g.dtype, g.nhwc);
-        let tf32 = c.tf32 && dt == DType::F32;
-        let read = |ptr: u64, i: i64| {
-            let v = read(dt, ptr, i);
-            if tf32 {
-                to_tf32(v)
-            } else {
-                v
-            }
-        };
+        let read = |ptr: u64, i: i64| read_operand(dt, ptr, i, c.tf32);
         for ni in 0..n {
             for ki in 0..k {
                 let c0 = (ki / kg) * cg;
@@ -175,6 +167,7 @@ unsafe fn conv(c: &ConvCall) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::to_tf32;
     use super::*;
 
     fn geom(x: [i32; 4], w: [i32; 4], y: [i32; 4], groups: i32) -> ConvGeom {

@@ -41,6 +41,20 @@ pub(super) unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
     }
 }
 
+/// Element `i` of a library call's operand as the library's product reads it:
+/// with `tf32` (TF32 math allowed for the call), a float32 as TF32 ([`to_tf32`]).
+///
+/// # Safety
+/// As [`read`].
+pub(super) unsafe fn read_operand(dt: DType, base: u64, i: i64, tf32: bool) -> f64 {
+    let v = read(dt, base, i);
+    if tf32 && dt == DType::F32 {
+        to_tf32(v)
+    } else {
+        v
+    }
+}
+
 /// # Safety
 /// As [`read`].
 pub(super) unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
@@ -117,7 +131,7 @@ pub(crate) unsafe fn gemm_job(g: &GemmCall) -> Result<super::Work> {
     }
     // float32 products read TF32 operands where allowed (cuBLAS's TF32 math, which
     // the driver's path asks for on the same switch at the call)
-    let tf32 = g.dtype == DType::F32 && crate::backend::cuda::stats::allow_tf32();
+    let tf32 = crate::backend::cuda::stats::allow_tf32();
     Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
         for p in 0..g.batch as i64 {
@@ -150,14 +164,7 @@ unsafe fn product(
     use rayon::prelude::*;
     let (lda, ldb, ldc) = (g.lda as i64, g.ldb as i64, g.ldc as i64);
     let dt = g.dtype;
-    let operand = |base: u64, i: i64| {
-        let v = read(dt, base, i);
-        if tf32 {
-            to_tf32(v)
-        } else {
-            v
-        }
-    };
+    let operand = |base: u64, i: i64| read_operand(dt, base, i, tf32);
     let op_a = |i: i64, l: i64| {
         if g.trans_a {
             operand(a, l + i * lda)
