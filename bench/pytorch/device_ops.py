@@ -1,7 +1,7 @@
 """The workloads of `ember bench` (suites ops, train and models), through PyTorch,
 printing the same JSON rows (one per line). Usage:
     python3 bench/pytorch/device_ops.py [--device cpu|cuda:N|all]
-                                        [--suite ops|train|models|all]
+                                        [--suite ops|train|models|pieces|all]
                                         [--sizes 1024,4096] [--lesson] [--quick]
 GPU rows are timed with CUDA events around repeated calls, after a warm-up.
 `--suite all` is ops and train, as in ember; `models` (ResNet-50 and GPT-2 small
@@ -9,8 +9,10 @@ training steps) also reports each step's peak memory on a GPU and adds PyTorch's
 reference rows there: ResNet-50 channels-last with cudnn.benchmark, and both
 models under torch.compile (left out with --quick, or with BENCH_NO_COMPILE=1 in
 the environment, which bench/compare_devices passes through; BENCH_ONLY_COMPILE=1
-runs them alone). `--filter TEXT` keeps the models rows whose name contains TEXT;
-`--profile` prints torch.profiler's top ops of a few eager steps of each on stderr."""
+runs them alone). `pieces` times those models' layers one by one, forward and
+backward (crates/ember-cli/src/bench/pieces.rs). `--filter TEXT` keeps the
+models rows whose name contains TEXT; `--profile` prints torch.profiler's top
+ops of a few eager steps of each on stderr."""
 import argparse, csv, gc, json, os, sys, time
 import torch
 import torch.nn as nn
@@ -22,7 +24,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="all")
-p.add_argument("--suite", default="all", choices=["ops", "train", "models", "all"])
+p.add_argument("--suite", default="all", choices=["ops", "train", "models", "pieces", "all"])
 p.add_argument("--json", default=None)
 p.add_argument("--sizes", default=None)
 p.add_argument("--lesson", action="store_true")
@@ -519,6 +521,68 @@ def models_suite(dev):
         run_row(name, amount, make_step, True)
 
 
+def pieces_suite(dev):
+    """The rows of crates/ember-cli/src/bench/pieces.rs: ResNet-50's and GPT-2
+    small's layers, each forward and backward from a fixed upstream gradient (the
+    loss from its scalar), in float32 and with bfloat16 operands (no autocast);
+    PyTorch's defaults (cuDNN's TF32 on, the matmuls' off), as ember's."""
+    gpu = dev.type == "cuda"
+    q = args.quick
+    torch.manual_seed(0)
+    if q:
+        b, hw, tokens, att, loss_rows, width, hidden, vocab = 1, (8, 4), 64, (1, 2, 64, 32), 64, 96, 384, 1000
+    elif gpu:
+        b, hw, tokens, att, loss_rows, width, hidden, vocab = 64, (56, 14), 8192, (8, 12, 1024, 64), 8192, 768, 3072, 50304
+    else:
+        b, hw, tokens, att, loss_rows, width, hidden, vocab = 2, (56, 14), 1024, (1, 12, 256, 64), 512, 768, 3072, 50304
+    leaf = lambda shape, dt: torch.randn(*shape).to(dt).to(dev).requires_grad_()
+    upstream = lambda shape, dt: torch.randn(*shape).to(dt).to(dev)
+
+    def piece(name, kind, amount, leaves, up, f):
+        def call():
+            y = f(*leaves)
+            y.backward(up) if up is not None else y.backward()
+            for t in leaves:
+                t.grad = None
+        row(dev, name, kind, amount, call)
+
+    for tag, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        nb = 2 if dt == torch.bfloat16 else 4
+        for k, c, o, s in ((3, 64, 64, hw[0]), (1, 256, 64, hw[0]), (3, 256, 256, hw[1])):
+            x, w, up = leaf((b, c, s, s), dt), leaf((o, c, k, k), dt), upstream((b, o, s, s), dt)
+            piece(f"conv {k}x{k} {c}->{o} at {s}x{s} b{b} fwd+bwd {tag}", "flops",
+                  3.0 * 2.0 * b * o * s * s * c * k * k, [x, w], up,
+                  lambda x, w, p=k // 2: F.conv2d(x, w, padding=p))
+        shape = (b, 256, hw[0], hw[0])
+        elems = b * 256 * hw[0] * hw[0]
+        x, w, bias, up = leaf(shape, dt), leaf((256,), dt), leaf((256,), dt), upstream(shape, dt)
+        mean, var = torch.zeros(256, dtype=dt, device=dev), torch.ones(256, dtype=dt, device=dev)
+        piece(f"batch norm 256ch at {hw[0]}x{hw[0]} b{b} fwd+bwd {tag}", "bytes", 8.0 * nb * elems,
+              [x, w, bias], up, lambda x, w, bias: F.batch_norm(x, mean, var, w, bias, training=True))
+        x = leaf(shape, dt)
+        piece(f"relu {b}x256x{hw[0]}x{hw[0]} fwd+bwd {tag}", "bytes", 5.0 * nb * elems, [x], up, F.relu)
+        del up
+        ab, ah, al, ad = att
+        qkv, up = [leaf(att, dt) for _ in range(3)], upstream(att, dt)
+        piece(f"attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}", "flops", 3.5 * 4.0 * ab * ah * al * al * ad / 2,
+              qkv, up, lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=True))
+        del qkv, up
+        n, d, h = tokens, width, hidden
+        x, w, bias, up = leaf((n, d), dt), leaf((d,), dt), leaf((d,), dt), upstream((n, d), dt)
+        piece(f"layer norm {n}x{d} fwd+bwd {tag}", "bytes", 5.0 * nb * n * d, [x, w, bias], up,
+              lambda x, w, bias: F.layer_norm(x, [d], w, bias, 1e-5))
+        x, up_h = leaf((n, h), dt), upstream((n, h), dt)
+        piece(f"gelu {n}x{h} fwd+bwd {tag}", "bytes", 5.0 * nb * n * h, [x], up_h, F.gelu)
+        x, w, bias = leaf((n, d), dt), leaf((h, d), dt), leaf((h,), dt)
+        piece(f"linear {n}x{d} -> {h} fwd+bwd {tag}", "flops", 3.0 * 2.0 * n * d * h, [x, w, bias], up_h,
+              F.linear)
+        del up, up_h
+        logits, target = leaf((loss_rows, vocab), dt), torch.randint(0, vocab, (loss_rows,), device=dev)
+        piece(f"cross-entropy {loss_rows}x{vocab} fwd+bwd {tag}", "bytes", 3.0 * nb * loss_rows * vocab,
+              [logits], None, lambda x: F.cross_entropy(x, target))
+        del logits
+
+
 devs = [torch.device("cpu")] + [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] \
     if args.device == "all" else [torch.device(args.device)]
 for d in devs:
@@ -529,6 +593,8 @@ for d in devs:
         train_suite(d)
     if args.suite == "models":
         models_suite(d)
+    if args.suite == "pieces":
+        pieces_suite(d)
 if args.json:
     with open(args.json, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

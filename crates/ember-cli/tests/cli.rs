@@ -520,6 +520,54 @@ fn quick_models_suite_writes_its_rows_with_estimates() {
     }
 }
 
+/// The pieces suite: each model's layers forward and backward, in f32 and bf16,
+/// by the names PyTorch's counterpart (`device_ops.py --suite pieces`) gives
+/// its rows, so that `bench/compare_devices` pairs them.
+#[test]
+fn quick_pieces_suite_writes_every_piece_in_both_dtypes() {
+    let json = std::env::temp_dir().join(format!("ember-pieces-{}.jsonl", std::process::id()));
+    let (ok, _, err) = ember(&[
+        "bench",
+        "--suite",
+        "pieces",
+        "--quick",
+        "--device",
+        "cpu",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let lines = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let pieces = [
+        "conv 3x3 64->64 at 8x8 b1 fwd+bwd",
+        "conv 1x1 256->64 at 8x8 b1 fwd+bwd",
+        "conv 3x3 256->256 at 4x4 b1 fwd+bwd",
+        "batch norm 256ch at 8x8 b1 fwd+bwd",
+        "relu 1x256x8x8 fwd+bwd",
+        "attention causal 1x2x64x32 fwd+bwd",
+        "layer norm 64x96 fwd+bwd",
+        "gelu 64x384 fwd+bwd",
+        "linear 64x96 -> 384 fwd+bwd",
+        "cross-entropy 64x1000 fwd+bwd",
+    ];
+    let names: Vec<String> = ["f32", "bf16"]
+        .iter()
+        .flat_map(|t| pieces.iter().map(move |p| format!("{p} {t}")))
+        .collect();
+    assert_eq!(lines.lines().count(), names.len(), "{lines}");
+    for (line, name) in lines.lines().zip(&names) {
+        assert!(line.contains(&format!("\"name\": \"{name}\"")), "{line}");
+        let median: f64 = line
+            .split("\"median_s\": ")
+            .nth(1)
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no median in {line}"));
+        assert!(median > 0.0, "{line}");
+    }
+}
+
 /// `--profile`: a few steps after a warm-up, the top of the per-op table, the
 /// Chrome trace (one per row of the models suite).
 #[test]

@@ -6,6 +6,7 @@
 
 mod models;
 mod ops;
+mod pieces;
 pub mod stats;
 mod train;
 
@@ -22,7 +23,8 @@ pub struct BenchArgs {
     pub device: String,
     /// Which workloads: ops (tensor operations), train (training steps of small
     /// models), models (training steps of ResNet-50 and GPT-2 small, minutes on
-    /// a CPU), or all (ops and train: not models).
+    /// a CPU), pieces (those models' layers, forward and backward, each on its
+    /// own), or all (ops and train).
     #[arg(long, default_value = "all")]
     pub suite: String,
     /// Square matmul sizes, comma-separated (default: 256,1024 on the CPU;
@@ -144,17 +146,20 @@ fn set_speedups(rows: &mut [Row]) {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
-    // `all` leaves the models out: their rows take minutes on a CPU
-    let (ops, train, real) = match args.suite.as_str() {
-        "ops" => (true, false, false),
-        "train" => (false, true, false),
-        "models" => (false, false, true),
-        "all" => (true, true, false),
+    // `all` leaves the models and their pieces out: their rows take minutes on
+    // a CPU
+    let (ops, train, real, parts) = match args.suite.as_str() {
+        "ops" => (true, false, false, false),
+        "train" => (false, true, false, false),
+        "models" => (false, false, true, false),
+        "pieces" => (false, false, false, true),
+        "all" => (true, true, false, false),
         other => {
             return Err(Error::InvalidArgument {
                 op: "bench",
                 msg: format!(
-                    "--suite {other}: unknown suite; available: ops, train, models, all (ops and train)"
+                    "--suite {other}: unknown suite; available: ops, train, models, pieces, \
+                     all (ops and train)"
                 ),
             })
         }
@@ -227,6 +232,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 ..cx
             };
             rows.extend(train::suite(&cx)?);
+        }
+        if parts {
+            rows.extend(pieces::suite(&cx)?);
         }
         if real {
             let cx = Ctx {
