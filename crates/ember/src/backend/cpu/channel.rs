@@ -3,8 +3,9 @@
 //! `channel_stats`, `channel_dot` and `channel_affine`). Arrays are contiguous
 //! `[n, c, s]`; statistics are summed in f64 and stored in the statistics dtype.
 
+use super::vmath::simd;
 use crate::backend::host::{alloc_uninit, PAR_MIN};
-use crate::dtype::{CpuData, WithDType};
+use crate::dtype::{CpuData, FloatDType, Real, WithDType};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -51,13 +52,40 @@ fn floats(d: &CpuData, r: Range, op: &'static str) -> Result<Vec<f64>> {
         other => Err(Error::dtype(op, other.dtype(), "needs a floating-point tensor")))
 }
 
+/// Lanes of independent float64 partial sums in the per-channel loops: a chain
+/// of dependent additions would wait on each one's latency, and eight lanes fill
+/// an AVX-512 register of f64.
+const LANES: usize = 8;
+
+/// `(Σ f(i), Σ f(i)²)`-style pairs over `0..len` in [`LANES`] interleaved lanes
+/// (element `i` into lane `i % LANES`), added lane by lane at the end: the same
+/// order on every run. `f` gives the pair of terms for element `i`.
+#[inline(always)]
+fn lane_sums(len: usize, f: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
+    let (mut a, mut b) = ([0f64; LANES], [0f64; LANES]);
+    let full = len / LANES * LANES;
+    for i in (0..full).step_by(LANES) {
+        for l in 0..LANES {
+            let (u, v) = f(i + l);
+            a[l] += u;
+            b[l] += v;
+        }
+    }
+    for (l, i) in (full..len).enumerate() {
+        let (u, v) = f(i);
+        a[l] += u;
+        b[l] += v;
+    }
+    (a.iter().sum(), b.iter().sum())
+}
+
 /// Each channel's mean and biased variance.
 pub(crate) fn stats(
     x: (&CpuData, Range),
     (n, c, s): (usize, usize, usize),
     out: DType,
 ) -> Result<CpuData> {
-    fn go<T: WithDType>(x: &[T], (n, c, s): (usize, usize, usize)) -> Vec<(f64, f64)> {
+    fn go<T: FloatDType>(x: &[T], (n, c, s): (usize, usize, usize)) -> Vec<(f64, f64)> {
         let count = (n * s) as f64;
         per_channel(c, x.len(), |ch| {
             if n * s == 0 {
@@ -65,14 +93,21 @@ pub(crate) fn stats(
             }
             // sums of the values less the channel's first: the variance's
             // subtraction keeps its digits
-            let k = x[ch * s].to_f64();
+            let k = x[ch * s].to_acc().to_f64();
             let (mut s1, mut s2) = (0.0, 0.0);
             for b in 0..n {
-                for v in &x[(b * c + ch) * s..][..s] {
-                    let d = v.to_f64() - k;
-                    s1 += d;
-                    s2 += d * d;
-                }
+                let plane = &x[(b * c + ch) * s..][..s];
+                let (p1, p2) = simd(
+                    #[inline(always)]
+                    || {
+                        lane_sums(s, |i| {
+                            let d = plane[i].to_acc().to_f64() - k;
+                            (d, d * d)
+                        })
+                    },
+                );
+                s1 += p1;
+                s2 += p2;
             }
             (k + s1 / count, (s2 - s1 * s1 / count) / count)
         })
@@ -90,21 +125,29 @@ pub(crate) fn dot(
     (n, c, s): (usize, usize, usize),
     out: DType,
 ) -> Result<CpuData> {
-    fn go<T: WithDType>(
+    fn go<T: FloatDType>(
         g: &[T],
         x: &[T],
         mean: &[f64],
         (n, c, s): (usize, usize, usize),
     ) -> Vec<(f64, f64)> {
         per_channel(c, g.len(), |ch| {
+            let m = mean[ch];
             let (mut s1, mut s2) = (0.0, 0.0);
             for b in 0..n {
                 let at = (b * c + ch) * s;
-                for (gv, xv) in g[at..at + s].iter().zip(&x[at..at + s]) {
-                    let gv = gv.to_f64();
-                    s1 += gv;
-                    s2 += gv * (xv.to_f64() - mean[ch]);
-                }
+                let (gp, xp) = (&g[at..at + s], &x[at..at + s]);
+                let (p1, p2) = simd(
+                    #[inline(always)]
+                    || {
+                        lane_sums(s, |i| {
+                            let gv = gp[i].to_acc().to_f64();
+                            (gv, gv * (xp[i].to_acc().to_f64() - m))
+                        })
+                    },
+                );
+                s1 += p1;
+                s2 += p2;
             }
             (s1, s2)
         })
@@ -126,38 +169,37 @@ pub(crate) fn affine(
     coefs: (&CpuData, Range),
     (c, s): (usize, usize),
 ) -> Result<CpuData> {
-    fn go<T: WithDType>(
+    fn go<T: FloatDType>(
         p: &[T],
         q: Option<&[T]>,
         coefs: &[f64],
         (c, s): (usize, usize),
-        wide: bool,
     ) -> Result<CpuData> {
+        // the GPU's arithmetic: in f32 (f64 for f64), the statistics dtype
         let k = coefs.len() / c.max(1);
         let mut out = alloc_uninit::<T>(p.len())?;
         let plane = |(pl, dst): (usize, &mut [T])| {
             let ch = pl % c;
-            let (a, d) = (coefs[ch], coefs[(k - 1) * c + ch]);
-            let b = if k == 3 { coefs[c + ch] } else { 0.0 };
+            let acc = <T::Acc as Real>::c;
+            let (a, d) = (acc(coefs[ch]), acc(coefs[(k - 1) * c + ch]));
             let src = &p[pl * s..][..s];
-            let qs = q.map(|q| &q[pl * s..][..s]);
-            for (i, o) in dst.iter_mut().enumerate() {
-                // the GPU's arithmetic: f32 coefficients and sums but for f64
-                let v = if wide {
-                    let mut v = src[i].to_f64() * a + d;
-                    if let Some(q) = qs {
-                        v += q[i].to_f64() * b;
+            simd(
+                #[inline(always)]
+                || match q {
+                    Some(q) => {
+                        let b = acc(coefs[c + ch]);
+                        let qs = &q[pl * s..][..s];
+                        for ((o, x), y) in dst.iter_mut().zip(src).zip(qs) {
+                            *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
+                        }
                     }
-                    v
-                } else {
-                    let mut v = src[i].to_f64() as f32 * a as f32 + d as f32;
-                    if let Some(q) = qs {
-                        v += q[i].to_f64() as f32 * b as f32;
+                    None => {
+                        for (o, x) in dst.iter_mut().zip(src) {
+                            *o = T::from_acc(x.to_acc() * a + d);
+                        }
                     }
-                    v as f64
-                };
-                *o = T::from_f64(v);
-            }
+                },
+            )
         };
         if s > 0 {
             if p.len() >= PAR_MIN {
@@ -168,7 +210,6 @@ pub(crate) fn affine(
         }
         Ok(T::wrap(out))
     }
-    let wide = coefs.0.dtype() == DType::F64;
     let coefs = floats(coefs.0, coefs.1, "batch_norm")?;
     crate::dtype::dispatch_float!(p.0, pv => {
         let qv = match q {
@@ -178,6 +219,6 @@ pub(crate) fn affine(
             ),
             None => None,
         };
-        go(&pv[p.1], qv, &coefs, (c, s), wide)
+        go(&pv[p.1], qv, &coefs, (c, s))
     }, other => Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")))
 }

@@ -390,6 +390,18 @@ fn i64_from<T: WithDType>(x: T) -> i64 {
 /// Applies `op` to every element; the output keeps the input dtype.
 pub(crate) fn unary<O: UnaryOp>(data: &CpuData, l: &Layout, op: &O) -> Result<CpuData> {
     fn go<T: NumElem, O: UnaryOp>(v: &[T], l: &Layout, op: &O) -> Result<CpuData> {
+        if let Some(r) = l.contiguous_range() {
+            let src = &v[r];
+            let mut out = alloc_uninit::<T>(src.len())?;
+            write_contiguous(&mut out, &|s, c| {
+                let n = c.len();
+                super::vmath::simd(
+                    #[inline(always)]
+                    || T::unary_slice(op, &src[s..s + n], c),
+                )
+            });
+            return Ok(T::wrap(out));
+        }
         map1(v, l, |x| T::unary(op, x)).map(T::wrap)
     }
     crate::dtype::dispatch!(data, v => go(v, l, op))
@@ -444,6 +456,18 @@ pub(crate) fn binary<O: BinaryOp>(
         op: &O,
     ) -> Result<CpuData> {
         let b = T::slice(b).expect("binary: operands were cast to one dtype");
+        if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
+            let (a, b) = (&a[ra], &b[rb]);
+            let mut out = alloc_uninit::<T>(a.len())?;
+            write_contiguous(&mut out, &|s, c| {
+                let n = c.len();
+                super::vmath::simd(
+                    #[inline(always)]
+                    || T::binary_slice(op, &a[s..s + n], &b[s..s + n], c),
+                )
+            });
+            return Ok(T::wrap(out));
+        }
         map2(a, la, b, lb, |x, y| T::binary(op, x, y)).map(T::wrap)
     }
     crate::dtype::dispatch!(a, v => go(v, la, b, lb, op))
