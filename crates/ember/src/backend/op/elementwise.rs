@@ -92,6 +92,11 @@ pub(crate) trait UnaryOp: Sync {
     fn i(&self, x: i64) -> i64 {
         self.f(x as f64) as i64
     }
+    /// f16/bf16 slices are widened into float32 blocks first (see `num_float!`):
+    /// for the float-only ops, whose bodies the compiler vectorises only in a
+    /// loop of their own; a cheap op (relu, abs) runs faster converting as it
+    /// goes.
+    const WIDEN_IN_BLOCKS: bool = Self::FLOAT_ONLY || Self::FLOAT_KERNEL.is_some();
     /// The kernels' operation code and its two parameters.
     fn code(&self) -> (UnaryCode, f64, f64);
 }
@@ -102,6 +107,11 @@ pub(crate) trait BinaryOp: Sync {
     fn i(&self, a: i64, b: i64) -> i64;
     /// The kernels' operation code (also what selects the gradient rule).
     const CODE: BinaryCode;
+    /// As `UnaryOp::WIDEN_IN_BLOCKS`: the GELU gradients (erf, e^x, tanh).
+    const WIDEN_IN_BLOCKS: bool = matches!(
+        Self::CODE,
+        BinaryCode::GeluBackward | BinaryCode::GeluTanhBackward
+    );
 }
 
 /// Element types that the arithmetic ops run on.
@@ -124,8 +134,9 @@ pub(crate) trait NumElem: WithDType {
     }
 }
 
-/// Elements of f16/bf16 widened at a time by the half types' slice maps.
-const HALF_BLOCK: usize = 64;
+/// Elements of f16/bf16 widened at a time by the half types' slice maps (2 KiB
+/// of float32 an operand: in L1).
+const HALF_BLOCK: usize = 512;
 
 macro_rules! num_float {
     ($t:ty) => {
@@ -140,10 +151,11 @@ macro_rules! num_float {
             }
         }
     };
-    // f16 and bf16 compute in f32; their slice maps widen a block into f32, run
-    // the op over it as float32's loop runs (the compiler vectorises that loop
-    // where it gives up on one that also converts: GELU in bf16 was 16 times
-    // slower than in f32), then narrow it. The same arithmetic, so the same bits.
+    // f16 and bf16 compute in f32; for the ops that ask (WIDEN_IN_BLOCKS) their
+    // slice maps widen a block into f32, run the op over it as float32's loop
+    // runs (the compiler vectorises that loop where it gives up on one that also
+    // converts: GELU in bf16 was 11 times slower than in f32), then narrow it.
+    // The same arithmetic, so the same bits.
     ($t:ty, half) => {
         impl NumElem for $t {
             #[inline(always)]
@@ -156,6 +168,12 @@ macro_rules! num_float {
             }
             #[inline(always)]
             fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
+                if !O::WIDEN_IN_BLOCKS {
+                    for (d, &x) in dst.iter_mut().zip(src) {
+                        *d = Self::unary(op, x);
+                    }
+                    return;
+                }
                 let mut buf = [0f32; HALF_BLOCK];
                 for (s, d) in src.chunks(HALF_BLOCK).zip(dst.chunks_mut(HALF_BLOCK)) {
                     let buf = &mut buf[..s.len()];
@@ -172,6 +190,12 @@ macro_rules! num_float {
             }
             #[inline(always)]
             fn binary_slice<O: BinaryOp>(op: &O, a: &[Self], b: &[Self], dst: &mut [Self]) {
+                if !O::WIDEN_IN_BLOCKS {
+                    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+                        *d = Self::binary(op, x, y);
+                    }
+                    return;
+                }
                 let (mut wa, mut wb) = ([0f32; HALF_BLOCK], [0f32; HALF_BLOCK]);
                 let blocks = a.chunks(HALF_BLOCK).zip(b.chunks(HALF_BLOCK));
                 for ((x, y), d) in blocks.zip(dst.chunks_mut(HALF_BLOCK)) {
