@@ -99,6 +99,11 @@ __device__ __forceinline__ void chunk_of(i64 k, const TensorList& l, i64& t, i64
     end = start + FOREACH_CHUNK < l.n[t] ? start + FOREACH_CHUNK : l.n[t];
 }
 
+// V elements of T, aligned to their size (one load or store of up to 16 bytes).
+template <typename T, int V> struct alignas(sizeof(T) * V) VecN {
+    T v[V];
+};
+
 // Grid-stride loop over n elements.
 #define FOR_EACH(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -14,11 +14,6 @@ __device__ __forceinline__ void copy_impl(const T* src, Layout ls, T* dst, Layou
     FOR_EACH(i, n) { dst[loc(ld, i)] = src[loc(ls, i)]; }
 }
 
-// V elements of T, aligned to their size (one load or store of up to 16 bytes).
-template <typename T, int V> struct alignas(sizeof(T) * V) VecN {
-    T v[V];
-};
-
 // dst = src converted to D. A contiguous source is read and the result written
 // V elements at a time (16 bytes of the wider type) where both are aligned to
 // that; the rest, and strided sources, element by element.

@@ -891,13 +891,15 @@ EMBER_FLOAT_TYPES(NORM_ROWS)
 template <typename T> struct stat_t { typedef float type; };
 template <> struct stat_t<double> { typedef double type; };
 
-// The (b, i) of a block's threads over a channel's n planes of s elements: thread
-// t starts at element t and steps by blockDim.x, with no division per element.
+// The (b, i) of a block's threads over a channel's n planes of s elements, from
+// element `start` of the channel: thread t starts at element start + t and steps
+// by blockDim.x, with one division at the start and none per element.
 struct plane_walk {
     i64 b, i, db, di;
-    __device__ plane_walk(i64 s) {
-        b = threadIdx.x / s;
-        i = threadIdx.x - b * s;
+    __device__ plane_walk(i64 s, i64 start) {
+        const i64 e = start + threadIdx.x;
+        b = e / s;
+        i = e - b * s;
         db = blockDim.x / s;
         di = blockDim.x - db * s;
     }
@@ -911,22 +913,42 @@ struct plane_walk {
     }
 };
 
-// Each channel's mean and biased variance (one block per channel): sums of the
-// values less the channel's first value, in double, so that the variance's
-// subtraction keeps its digits. out[ch] is the mean, out[c + ch] the variance.
+// Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1
+// (blockIdx.x a channel, grid-stride over the channels): without g (dot == 0)
+// the sums of v = x - x[first element of the channel] and v * v (the shift keeps
+// the variance's digits where the mean is large), with g (dot == 1) of g and
+// g * (x - mean). A channel's n * s elements are cut into chunks of `per`
+// (blockIdx.y the chunk), so that few channels of many elements still take every
+// multiprocessor. With one chunk the block writes the result, out[ch] and
+// out[c + ch] (the mean and biased variance, or the two sums); with more it
+// writes its chunk's two sums to part[2 * chunk * c + ch] and
+// part[(2 * chunk + 1) * c + ch], in double, which channel_cols_finish adds in
+// chunk order (the result does not depend on timing).
 template <typename T>
-__device__ void channel_stats_impl(const T* x, typename stat_t<T>::type* out, i64 n, i64 c, i64 s) {
+__device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
+                                  typename stat_t<T>::type* out, double* part, i64 n, i64 c, i64 s,
+                                  i64 per, int dot) {
     typedef typename stat_t<T>::type S;
     __shared__ double sv[32];
     __shared__ double t1;
-    const double count = (double)(n * s);
+    const i64 total = n * s;
+    const i64 e0 = (i64)blockIdx.y * per;
+    const i64 e1 = e0 + per < total ? e0 + per : total;
     for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        const double k = (double)widen(x[ch * s]);
+        const double k = dot ? (double)mean[ch] : total > 0 ? (double)widen(x[ch * s]) : 0.0;
         double s1 = 0, s2 = 0;
-        for (plane_walk w(s); w.b < n; w.next(s)) {
-            const double v = (double)widen(x[(w.b * c + ch) * s + w.i]) - k;
-            s1 += v;
-            s2 += v * v;
+        plane_walk w(s, e0);
+        for (i64 e = e0 + threadIdx.x; e < e1; e += blockDim.x, w.next(s)) {
+            const i64 j = (w.b * c + ch) * s + w.i;
+            const double v = (double)widen(x[j]) - k;
+            if (dot) {
+                const double gj = (double)widen(g[j]);
+                s1 += gj;
+                s2 += gj * v;
+            } else {
+                s1 += v;
+                s2 += v * v;
+            }
         }
         s1 = block_sum(s1, sv);
         if (threadIdx.x == 0) t1 = s1;
@@ -934,37 +956,17 @@ __device__ void channel_stats_impl(const T* x, typename stat_t<T>::type* out, i6
         s1 = t1;
         s2 = block_sum(s2, sv);
         if (threadIdx.x == 0) {
-            out[ch] = (S)(k + s1 / count);
-            out[c + ch] = (S)((s2 - s1 * s1 / count) / count);
-        }
-        __syncthreads();
-    }
-}
-
-// Per channel, sum(dy) and sum(dy * (x - mean)) (one block per channel), into
-// out[ch] and out[c + ch].
-template <typename T>
-__device__ void channel_dot_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
-                                 typename stat_t<T>::type* out, i64 n, i64 c, i64 s) {
-    typedef typename stat_t<T>::type S;
-    __shared__ double sv[32];
-    __shared__ double t1;
-    for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        const double m = (double)mean[ch];
-        double s1 = 0, s2 = 0;
-        for (plane_walk w(s); w.b < n; w.next(s)) {
-            const i64 j = (w.b * c + ch) * s + w.i;
-            const double gj = (double)widen(g[j]);
-            s1 += gj;
-            s2 += gj * ((double)widen(x[j]) - m);
-        }
-        s1 = block_sum(s1, sv);
-        if (threadIdx.x == 0) t1 = s1;
-        __syncthreads();
-        s2 = block_sum(s2, sv);
-        if (threadIdx.x == 0) {
-            out[ch] = (S)t1;
-            out[c + ch] = (S)s2;
+            if (gridDim.y > 1) {
+                part[2 * (i64)blockIdx.y * c + ch] = s1;
+                part[(2 * (i64)blockIdx.y + 1) * c + ch] = s2;
+            } else if (dot) {
+                out[ch] = (S)s1;
+                out[c + ch] = (S)s2;
+            } else {
+                const double count = (double)total;
+                out[ch] = (S)(k + s1 / count);
+                out[c + ch] = (S)((s2 - s1 * s1 / count) / count);
+            }
         }
         __syncthreads();
     }
@@ -1017,12 +1019,13 @@ __device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<
     }
 }
 
-// out[ch] and out[c + ch] from channel_cols' partial sums of `chunks` chunks over
-// m rows: the mean and biased variance (dot == 0; x gives the shift back), or
-// the two sums (dot == 1).
+// out[ch] and out[c + ch] from the partial sums of `chunks` chunks over m
+// elements a channel (channel_cols' rows, or channel_sums' chunks of planes of s
+// elements): the mean and biased variance (dot == 0; x[ch * s] gives the shift
+// back), or the two sums (dot == 1).
 template <typename T>
 __device__ void channel_cols_finish_impl(const double* part, const T* x, typename stat_t<T>::type* out,
-                                         i64 chunks, i64 m, i64 c, int dot) {
+                                         i64 chunks, i64 m, i64 c, i64 s, int dot) {
     typedef typename stat_t<T>::type S;
     FOR_EACH(ch, c) {
         double s1 = 0, s2 = 0;
@@ -1035,55 +1038,86 @@ __device__ void channel_cols_finish_impl(const double* part, const T* x, typenam
             out[c + ch] = (S)s2;
         } else {
             const double count = (double)m;
-            out[ch] = (S)((double)widen(x[ch]) + s1 / count);
+            out[ch] = (S)((double)widen(x[ch * s]) + s1 / count);
             out[c + ch] = (S)((s2 - s1 * s1 / count) / count);
         }
     }
 }
 
-// out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + q * b[ch] + d[ch]; coef
-// holds k rows of c (a, d or a, b, d). Blocks along x cover a plane's s elements,
-// along y the n * c planes; where s is 1 (channels-last arrays, seen as
-// [n * h * w, c, 1]) a one-dimensional grid covers the elements instead.
-template <typename T>
+// out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + d[ch] + q * b[ch]; coef
+// holds k rows of c (a, d or a, b, d). The elements are [n, c, s] (s == 1 for
+// channels-last arrays, seen as [n * h * w, c, 1]) and are taken V at a time (one
+// load or store of V * sizeof(T) bytes, the arrays aligned to that): where s > 1
+// V divides s, so a vector lies in one plane, of channel (v / vs) % vc with
+// vs = s / V and vc = c; where s == 1 (`lanes`) V divides c, and vector v holds
+// the V channels from V * ((v / vs) % vc), with vs = 1 and vc = c / V. Where
+// `small` (fewer than 2^31 vectors), both divisions are multiplications by
+// magic numbers (m1, sh1 for vs; m2, sh2 for vc) as in loc_at.
+template <typename T, int V>
 __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_t<T>::type* coef, T* out,
-                                    i64 planes, i64 c, i64 s, int k) {
+                                    i64 nv, i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2, int sh1,
+                                    int sh2, int small, int lanes, int k) {
     typedef typename stat_t<T>::type S;
-    if (s == 1) {
-        FOR_EACH(j, planes) {
-            const i64 ch = j % c;
-            S v = (S)widen(p[j]) * coef[ch] + coef[(k - 1) * c + ch];
-            if (k == 3) v += (S)widen(q[j]) * coef[c + ch];
-            out[j] = narrow<T>(v);
+    const VecN<T, V>* pv = (const VecN<T, V>*)p;
+    const VecN<T, V>* qv = (const VecN<T, V>*)q;
+    VecN<T, V>* ov = (VecN<T, V>*)out;
+    FOR_EACH(v, nv) {
+        i64 r;
+        if (small) {
+            const unsigned u = (unsigned)v;
+            const unsigned pl = (ember_umulhi(u, m1) + u) >> sh1;
+            const unsigned qq = (ember_umulhi(pl, m2) + pl) >> sh2;
+            r = (i64)(pl - qq * (unsigned)vc);
+        } else {
+            r = (v / vs) % vc;
         }
-        return;
-    }
-    for (i64 pl = blockIdx.y; pl < planes; pl += gridDim.y) {
-        const i64 ch = pl % c;
-        const S a = coef[ch], d = coef[(k - 1) * c + ch];
-        const S b = k == 3 ? coef[c + ch] : (S)0;
-        const i64 base = pl * s;
-        for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < s; i += (i64)gridDim.x * blockDim.x) {
-            S v = (S)widen(p[base + i]) * a + d;
-            if (k == 3) v += (S)widen(q[base + i]) * b;
-            out[base + i] = narrow<T>(v);
+        const VecN<T, V> a = pv[v];
+        VecN<T, V> b;
+        if (k == 3) b = qv[v];
+        VecN<T, V> y;
+#pragma unroll
+        for (int l = 0; l < V; ++l) {
+            const i64 ch = lanes ? r * V + l : r;
+            S val = (S)widen(a.v[l]) * coef[ch] + coef[(k - 1) * c + ch];
+            if (k == 3) val += (S)widen(b.v[l]) * coef[c + ch];
+            y.v[l] = narrow<T>(val);
         }
+        ov[v] = y;
     }
 }
 
+// V elements a vector where that fits in 16 bytes of T (the kernels' widest
+// access), else 1: the vector widths a dtype's kernel is instantiated for.
+#define CHANNEL_VEC(T, V) ((V) * sizeof(T) <= 16 ? (V) : 1)
+
 #define CHANNEL_OPS(T, S)                                                                            \
-    extern "C" __global__ void channel_stats_##S(const T* x, stat_t<T>::type* out, i64 n, i64 c,    \
-                                                 i64 s) {                                            \
-        channel_stats_impl(x, out, n, c, s);                                                         \
-    }                                                                                                \
-    extern "C" __global__ void channel_dot_##S(const T* g, const T* x, const stat_t<T>::type* mean, \
-                                               stat_t<T>::type* out, i64 n, i64 c, i64 s) {         \
-        channel_dot_impl(g, x, mean, out, n, c, s);                                                  \
+    extern "C" __global__ void channel_sums_##S(const T* g, const T* x, const stat_t<T>::type* mean, \
+                                                stat_t<T>::type* out, double* part, i64 n, i64 c,    \
+                                                i64 s, i64 per, int dot) {                           \
+        channel_sums_impl(g, x, mean, out, part, n, c, s, per, dot);                                 \
     }                                                                                                \
     extern "C" __global__ void channel_affine_##S(const T* p, const T* q,                           \
-                                                  const stat_t<T>::type* coef, T* out, i64 planes,  \
-                                                  i64 c, i64 s, int k) {                             \
-        channel_affine_impl(p, q, coef, out, planes, c, s, k);                                       \
+                                                  const stat_t<T>::type* coef, T* out, i64 nv,      \
+                                                  i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2,  \
+                                                  int sh1, int sh2, int small, int lanes, int k,    \
+                                                  int vec) {                                         \
+        switch (vec) {                                                                               \
+        case 8:                                                                                      \
+            channel_affine_impl<T, CHANNEL_VEC(T, 8)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
+                                                      sh2, small, lanes, k);                         \
+            break;                                                                                   \
+        case 4:                                                                                      \
+            channel_affine_impl<T, CHANNEL_VEC(T, 4)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
+                                                      sh2, small, lanes, k);                         \
+            break;                                                                                   \
+        case 2:                                                                                      \
+            channel_affine_impl<T, CHANNEL_VEC(T, 2)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
+                                                      sh2, small, lanes, k);                         \
+            break;                                                                                   \
+        default:                                                                                     \
+            channel_affine_impl<T, 1>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1, sh2, small,       \
+                                      lanes, k);                                                     \
+        }                                                                                            \
     }                                                                                                \
     extern "C" __global__ void channel_cols_##S(const T* g, const T* x, const stat_t<T>::type* mean,  \
                                                 double* part, i64 m, i64 c, i64 rows, int dot) {     \
@@ -1091,8 +1125,8 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
     }                                                                                                \
     extern "C" __global__ void channel_cols_finish_##S(const double* part, const T* x,              \
                                                        stat_t<T>::type* out, i64 chunks, i64 m,     \
-                                                       i64 c, int dot) {                             \
-        channel_cols_finish_impl(part, x, out, chunks, m, c, dot);                                   \
+                                                       i64 c, i64 s, int dot) {                      \
+        channel_cols_finish_impl(part, x, out, chunks, m, c, s, dot);                                \
     }
 EMBER_FLOAT_TYPES(CHANNEL_OPS)
 

@@ -806,34 +806,40 @@ fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
 
 /// The meta device makes the allocations a GPU makes for batch norm over
 /// single-element planes (a `[n, c]` batch: its per-channel sums go column by
-/// column, in chunks of rows whose partial sums take a workspace) and for the
-/// long sums around it (the weight's gradient over 1,500 rows, the loss over all
-/// elements: a GPU splits them by its multiprocessor count, which meta is told):
-/// as many blocks, forward and backward, so the memory estimate follows the
-/// kernels.
+/// column, in chunks of rows whose partial sums take a workspace), over planes
+/// of many elements (`[5, 8, 64, 64]`: 20,480 elements a channel, summed in two
+/// chunks with a workspace of partial sums) and for the long sums around them
+/// (the weight's gradient over 1,500 rows, the loss over all elements: a GPU
+/// splits them by its multiprocessor count, which meta is told): as many
+/// blocks, forward and backward, so the memory estimate follows the kernels.
 #[test]
 fn meta_allocates_as_the_gpu_for_batch_norm_over_columns() -> Result<()> {
     use ember::nn::functional::{batch_norm, BatchNormOptions};
     let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_batch_norm_over_columns") else {
         return Ok(());
     };
-    // 1,500 rows of 256 channels: two chunks of rows
-    let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
-        let x = Tensor::randn([1500, 256], d)?.requires_grad_(true)?;
-        let w = Tensor::ones([256], DType::F32, d)?.requires_grad_(true)?;
-        let mean = Tensor::zeros([256], DType::F32, d)?;
-        let var = Tensor::ones([256], DType::F32, d)?;
-        Ok(Box::new(move || {
-            let opts = BatchNormOptions {
-                running_mean: Some(&mean),
-                running_var: Some(&var),
-                training: true,
-                ..Default::default()
-            };
-            batch_norm(&x, Some(&w), None, opts)?.sum_all()?.backward()
-        }))
-    };
-    allocations_agree(&dev, "batch norm", step)
+    // 1,500 rows of 256 channels (two chunks of rows), and 8 channels of 5
+    // planes of 64 x 64
+    for shape in [&[1500, 256][..], &[5, 8, 64, 64]] {
+        let c = shape[1];
+        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+            let x = Tensor::randn(shape, d)?.requires_grad_(true)?;
+            let w = Tensor::ones([c], DType::F32, d)?.requires_grad_(true)?;
+            let mean = Tensor::zeros([c], DType::F32, d)?;
+            let var = Tensor::ones([c], DType::F32, d)?;
+            Ok(Box::new(move || {
+                let opts = BatchNormOptions {
+                    running_mean: Some(&mean),
+                    running_var: Some(&var),
+                    training: true,
+                    ..Default::default()
+                };
+                batch_norm(&x, Some(&w), None, opts)?.sum_all()?.backward()
+            }))
+        };
+        allocations_agree(&dev, &format!("batch norm {shape:?}"), step)?;
+    }
+    Ok(())
 }
 
 /// The meta device makes the allocations a GPU makes for a convolution's forward

@@ -740,50 +740,101 @@ fn normalisation_matches_the_cpu_short_and_long_rows() -> Result<()> {
 /// float64 and bfloat16.
 #[test]
 fn batch_norm_over_channel_columns_matches_the_cpu() -> Result<()> {
-    use ember::nn::functional::{batch_norm, BatchNormOptions};
-    use ember::MemoryFormat::ChannelsLast;
     let Some(dev) = gpu("batch_norm_over_channel_columns_matches_the_cpu") else {
         return Ok(());
     };
-    let _g = rng_lock();
-    ember::manual_seed(23);
     // [n, c, h, w] laid out channels-last ([n·h·w, c] rows: 2,312 and 35), a
-    // [2100, 40] batch, and fewer rows than a block's 8 row lanes
+    // [2100, 40] batch (the affine map 4 or 8 channels a vector), and fewer rows
+    // than a block's 8 row lanes
     let shapes: [&[usize]; 3] = [&[8, 35, 17, 17], &[2100, 40], &[3, 33, 1, 1]];
     for shape in shapes {
-        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F64, 1e-10), (DType::BF16, 2e-2)] {
-            let c = shape[1];
-            let x = Tensor::randn(shape, &Device::Cpu)?
-                .add(100.0)?
-                .to_dtype(dtype)?;
-            let x = if shape.len() == 4 {
-                x.to_memory_format(ChannelsLast)?
+        batch_norm_matches_the_cpu(&dev, shape, shape.len() == 4, 0)?;
+    }
+    Ok(())
+}
+
+/// Batch norm in training over planes of many elements (row-major `[n, c, h,
+/// w]`): channels of more than 16 Ki elements, whose sums a GPU cuts into
+/// chunks added in a second kernel, and planes whose sizes let the affine map
+/// take 8, 4, 2 or 1 elements a vector, with inputs that start past their
+/// storage's first element (by 1, 2 or 4: the vectors narrow to what the
+/// address allows): against the CPU as above.
+#[test]
+fn batch_norm_over_planes_matches_the_cpu() -> Result<()> {
+    let Some(dev) = gpu("batch_norm_over_planes_matches_the_cpu") else {
+        return Ok(());
+    };
+    // 20,000 and 36,992 elements a channel (2 and 3 chunks), 2,000 (one);
+    // planes of 2,500, 1,156, 50, 49 and 8 elements
+    let shapes: [(&[usize], usize); 5] = [
+        (&[8, 3, 50, 50], 0),
+        (&[32, 2, 34, 34], 1),
+        (&[40, 5, 5, 10], 2),
+        (&[9, 3, 7, 7], 0),
+        (&[2, 4, 8, 1], 4),
+    ];
+    for (shape, skip) in shapes {
+        batch_norm_matches_the_cpu(&dev, shape, false, skip)?;
+    }
+    Ok(())
+}
+
+/// Batch norm in training on `dev` against the CPU in float32, float64 and
+/// bfloat16 (values of mean 100: the sums' shift), `shape` channels-last or
+/// row-major from `skip` elements into its storage (0 for channels-last).
+fn batch_norm_matches_the_cpu(
+    dev: &Device,
+    shape: &[usize],
+    channels_last: bool,
+    skip: usize,
+) -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    use ember::MemoryFormat::ChannelsLast;
+    let _g = rng_lock();
+    ember::manual_seed(23);
+    let (c, numel) = (shape[1], shape.iter().product::<usize>());
+    for (dtype, tol) in [(DType::F32, 1e-4), (DType::F64, 1e-10), (DType::BF16, 2e-2)] {
+        let whole = Tensor::randn([skip + numel], &Device::Cpu)?
+            .add(100.0)?
+            .to_dtype(dtype)?;
+        let w = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
+        let b = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
+        let up = Tensor::randn(shape, &Device::Cpu)?.to_dtype(dtype)?;
+        let run = |d: &Device| -> Result<Vec<Vec<f64>>> {
+            let leaf = |t: &Tensor| t.to(d)?.detach().requires_grad_(true);
+            // the leaf: the whole storage, or the channels-last tensor itself
+            let (leaf_x, x) = if channels_last {
+                let x = leaf(&whole.reshape(shape)?.to_memory_format(ChannelsLast)?)?;
+                (x.clone(), x)
             } else {
-                x
+                let all = leaf(&whole)?;
+                let x = all.narrow(0, skip as i64, numel)?.reshape(shape)?;
+                (all, x)
             };
-            let w = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
-            let b = Tensor::randn([c], &Device::Cpu)?.to_dtype(dtype)?;
-            let up = Tensor::randn(shape, &Device::Cpu)?.to_dtype(dtype)?;
-            let run = |d: &Device| -> Result<Vec<Vec<f64>>> {
-                let leaf = |t: &Tensor| t.to(d)?.detach().requires_grad_(true);
-                let (x, w, b) = (leaf(&x)?, leaf(&w)?, leaf(&b)?);
-                let mean = Tensor::zeros([c], dtype, d)?;
-                let var = Tensor::ones([c], dtype, d)?;
-                let opts = BatchNormOptions {
-                    running_mean: Some(&mean),
-                    running_var: Some(&var),
-                    training: true,
-                    ..Default::default()
-                };
-                let y = batch_norm(&x, Some(&w), Some(&b), opts)?;
-                y.mul(&up.to(d)?)?.sum_all()?.backward()?;
-                let g = |t: &Tensor| vals(&t.grad().expect("a gradient"));
-                Ok(vec![vals(&y), vals(&mean), vals(&var), g(&x), g(&w), g(&b)])
+            let (w, b) = (leaf(&w)?, leaf(&b)?);
+            let mean = Tensor::zeros([c], dtype, d)?;
+            let var = Tensor::ones([c], dtype, d)?;
+            let opts = BatchNormOptions {
+                running_mean: Some(&mean),
+                running_var: Some(&var),
+                training: true,
+                ..Default::default()
             };
-            let (want, got) = (run(&Device::Cpu)?, run(&dev)?);
-            for (g, e) in got.iter().zip(&want) {
-                assert_close(g, e, tol, tol);
-            }
+            let y = batch_norm(&x, Some(&w), Some(&b), opts)?;
+            y.mul(&up.to(d)?)?.sum_all()?.backward()?;
+            let g = |t: &Tensor| vals(&t.grad().expect("a gradient"));
+            Ok(vec![
+                vals(&y),
+                vals(&mean),
+                vals(&var),
+                g(&leaf_x),
+                g(&w),
+                g(&b),
+            ])
+        };
+        let (want, got) = (run(&Device::Cpu)?, run(dev)?);
+        for (g, e) in got.iter().zip(&want) {
+            assert_close(g, e, tol, tol);
         }
     }
     Ok(())

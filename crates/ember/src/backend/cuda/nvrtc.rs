@@ -382,11 +382,10 @@ ptxas info    : Compile time = 18.524 ms";
     ///
     /// For sm_90 ptxas also reports each kernel's registers: a block needs
     /// registers × threads of the multiprocessor's 64 Ki, or the launch fails on a
-    /// GPU (which the simulator cannot see), so the per-channel reductions, launched
-    /// with `CHANNEL_THREADS` (1024) threads, must stay within 64 registers; the
-    /// others run 256 threads or fewer (the attention kernels declare their 128 as
-    /// launch bounds), which any register count allows. Kernels that spill or keep
-    /// a stack frame are printed (`--nocapture`).
+    /// GPU (which the simulator cannot see); every kernel runs 256 threads or fewer
+    /// (the attention kernels declare their 128 as launch bounds, the per-channel
+    /// sums' width is checked where it is defined), which any register count
+    /// allows. Kernels that spill or keep a stack frame are printed (`--nocapture`).
     fn every_kernel_compiles_for(arch: u32) {
         if let Err(e) = ensure_nvrtc() {
             assert!(
@@ -415,14 +414,6 @@ ptxas info    : Compile time = 18.524 ms";
                     assert!(
                         regs > 0,
                         "{kernel}: no register count in ptxas's report\n{log}"
-                    );
-                    let wide =
-                        kernel.starts_with("channel_stats") || kernel.starts_with("channel_dot");
-                    let threads = crate::backend::cuda::ops::reduce::CHANNEL_THREADS;
-                    assert!(
-                        !wide || regs * threads <= 65536,
-                        "{kernel} uses {regs} registers a thread: {threads} threads a block need \
-                         more than a multiprocessor has"
                     );
                     if spill > 0 || stack > 0 {
                         eprintln!("{kernel}: {regs} registers, {spill} bytes spilled, {stack} bytes of stack");

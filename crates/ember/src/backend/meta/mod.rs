@@ -10,10 +10,10 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split, stat_dtype,
-    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
-    NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp,
-    UnaryOp,
+    channel_chunks, channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split,
+    stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape,
+    NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar,
+    ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -108,11 +108,12 @@ impl MetaStorage {
     }
 
     /// Batch norm's per-channel sums as CUDA makes them: the `[2, c]` result, then
-    /// for single-element planes the chunks' partial sums (`channel_columns`).
+    /// the chunks' partial sums for single-element planes (`channel_columns`) or
+    /// for channels of many elements (`channel_chunks`).
     fn channel_sums(&self, l: &Layout) -> Result<MetaStorage> {
         let shape = channel_shape(l.shape());
         let out = MetaStorage::new(stat_dtype(self.dtype), 2 * shape.1)?;
-        if let Some((_, chunks)) = channel_columns(shape) {
+        if let Some((_, chunks)) = channel_columns(shape).or(channel_chunks(shape)) {
             let _part = MetaStorage::workspace(DType::F64, 2 * chunks * shape.1)?;
         }
         Ok(out)

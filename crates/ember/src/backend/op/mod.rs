@@ -116,6 +116,26 @@ pub(crate) fn channel_columns((n, c, s): (usize, usize, usize)) -> Option<(usize
     })
 }
 
+/// The fewest elements of a channel one block of the plane-wise per-channel sums
+/// takes (see [`channel_chunks`]).
+const PLANE_CHUNK: usize = 16384;
+
+/// How a GPU sums batch norm's per-channel statistics over `[n, c, s]` elements
+/// whose planes hold `s > 1` elements: `Some((per, chunks))` when each channel's
+/// `n · s` elements are cut into `chunks` chunks of `per` (a block each), whose
+/// partial sums take a float64 workspace of `2 · chunks · c` elements (which the
+/// meta device counts too); `None` where one block sums a whole channel (at most
+/// `PLANE_CHUNK` elements a channel) or the planes are single elements
+/// ([`channel_columns`]).
+pub(crate) fn channel_chunks((n, c, s): (usize, usize, usize)) -> Option<(usize, usize)> {
+    let total = n * s;
+    (s > 1 && c > 0 && total > PLANE_CHUNK).then(|| {
+        // a grid's y extent is at most 65535 chunks
+        let per = PLANE_CHUNK.max(total.div_ceil(65535));
+        (per, total.div_ceil(per))
+    })
+}
+
 /// Every operation code the kernels use, as `#define NAME VALUE` lines: the
 /// kernels' source gets these in front, so the codes cannot drift from Rust's.
 pub(crate) fn kernel_defines() -> String {

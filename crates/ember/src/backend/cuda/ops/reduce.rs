@@ -3,12 +3,12 @@
 
 use super::{
     base_ptr, launch_chunks, launch_kernel, launch_lists, launch_n, launch_rows,
-    launch_rows_shared, new_out, suffix, tensor_lists, KLayout, ListTensor, THREADS,
+    launch_rows_shared, new_out, suffix, tensor_lists, FastDiv, KLayout, ListTensor, THREADS,
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
-    channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ReduceRoute,
-    ScanOp,
+    channel_chunks, channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved,
+    ReduceCode, ReduceRoute, ScanOp,
 };
 use crate::layout::Layout;
 use crate::{
@@ -455,10 +455,14 @@ pub(crate) fn argsort(
     Ok(out)
 }
 
-/// Threads per block of the per-channel reductions: a channel's elements are many
-/// (a ResNet's first batch norms reduce 800 000 per channel over 64 channels), so
-/// each of the few blocks is as wide as a block goes.
-pub(crate) const CHANNEL_THREADS: u32 = 1024;
+/// Threads per block of the plane-wise per-channel sums: a block takes at most a
+/// chunk of a channel (16 Ki elements or a little more, 64 a thread), and a
+/// channel of many elements is cut into chunks (`channel_chunks`).
+pub(crate) const CHANNEL_THREADS: u32 = 256;
+
+// a block of them needs registers × threads of a multiprocessor's 64 Ki, and
+// ptxas may give a thread up to 255
+const _: () = assert!(CHANNEL_THREADS * 255 <= 65536);
 
 /// Launches `reduce::name` with `grid` blocks of `block` threads.
 fn launch_grid(
@@ -478,7 +482,7 @@ fn launch_grid(
 }
 
 /// Each channel's mean and biased variance of the contiguous `[n, c, s]` elements
-/// from `offset` (one block per channel): `[2, c]` in the statistics dtype.
+/// from `offset`: `[2, c]` in the statistics dtype.
 pub(crate) fn channel_stats(
     x: &CudaStorage,
     offset: usize,
@@ -487,26 +491,11 @@ pub(crate) fn channel_stats(
     if let Some(cols) = channel_columns((n, c, s)) {
         return channel_columns_sums(None, (x, offset), None, (n, c), cols);
     }
-    let out = new_out(x.dev(), stat_dtype(x.dtype()), 2 * c)?;
-    if c == 0 {
-        return Ok(out);
-    }
-    let (px, po) = (base_ptr(x, offset), out.ptr());
-    let (n_, c_, s_) = (n as i64, c as i64, s as i64);
-    let grid = (c.min(65535 * 32) as u32, 1, 1);
-    let name = format!("channel_stats_{}", suffix(x.dtype()));
-    launch_grid(
-        x,
-        &name,
-        grid,
-        CHANNEL_THREADS,
-        &mut args![px, po, n_, c_, s_],
-    )?;
-    Ok(out)
+    channel_plane_sums(None, (x, offset), None, (n, c, s))
 }
 
-/// Per channel, `Σ g` and `Σ g · (x - mean)` of `[n, c, s]` gradients and inputs
-/// (one block per channel): `[2, c]` in the statistics dtype.
+/// Per channel, `Σ g` and `Σ g · (x - mean)` of `[n, c, s]` gradients and inputs:
+/// `[2, c]` in the statistics dtype.
 pub(crate) fn channel_dot(
     g: (&CudaStorage, usize),
     x: (&CudaStorage, usize),
@@ -516,26 +505,53 @@ pub(crate) fn channel_dot(
     if let Some(cols) = channel_columns((n, c, s)) {
         return channel_columns_sums(Some(g), x, Some(mean), (n, c), cols);
     }
-    let out = new_out(g.0.dev(), stat_dtype(g.0.dtype()), 2 * c)?;
+    channel_plane_sums(Some(g), x, Some(mean), (n, c, s))
+}
+
+/// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean)
+/// over planes of `s > 1` elements: a block per channel, or per chunk of a
+/// channel ([`channel_chunks`]) whose partial sums a second kernel adds in
+/// chunk order.
+fn channel_plane_sums(
+    g: Option<(&CudaStorage, usize)>,
+    (x, x_off): (&CudaStorage, usize),
+    mean: Option<(&CudaStorage, usize)>,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
     if c == 0 {
         return Ok(out);
     }
-    let (pg, px, pm, po) = (
-        base_ptr(g.0, g.1),
-        base_ptr(x.0, x.1),
-        base_ptr(mean.0, mean.1),
-        out.ptr(),
-    );
-    let (n_, c_, s_) = (n as i64, c as i64, s as i64);
-    let grid = (c.min(65535 * 32) as u32, 1, 1);
-    let name = format!("channel_dot_{}", suffix(g.0.dtype()));
-    launch_grid(
-        g.0,
-        &name,
-        grid,
-        CHANNEL_THREADS,
-        &mut args![pg, px, pm, po, n_, c_, s_],
+    let chunks = channel_chunks((n, c, s));
+    let part = match chunks {
+        Some((_, k)) => Some(new_out(dev, DType::F64, 2 * k * c)?),
+        None => None,
+    };
+    let (per, k) = chunks.unwrap_or((n * s, 1));
+    let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
+    let pp = part.as_ref().map_or(0, |p| p.ptr());
+    let (pg, px, pm, po) = (at(g), base_ptr(x, x_off), at(mean), out.ptr());
+    let (n_, c_, s_, per_, k_) = (n as i64, c as i64, s as i64, per as i64, k as i64);
+    let dot = g.is_some() as i32;
+    let sfx = suffix(x.dtype());
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &format!("channel_sums_{sfx}")),
+        (c.min(65535 * 32) as u32, k as u32, 1),
+        ((CHANNEL_THREADS, 1, 1), 0),
+        &mut args![pg, px, pm, po, pp, n_, c_, s_, per_, dot],
     )?;
+    if part.is_some() {
+        let m_ = (n * s) as i64;
+        launch_kernel(
+            dev,
+            ("reduce", x.dtype(), &format!("channel_cols_finish_{sfx}")),
+            (dev.grid_for(c, THREADS), 1, 1),
+            ((THREADS, 1, 1), 0),
+            &mut args![pp, px, po, k_, m_, c_, s_, dot],
+        )?;
+    }
     Ok(out)
 }
 
@@ -565,19 +581,21 @@ fn channel_columns_sums(
         ((32, 8, 1), 0),
         &mut args![pg, px, pm, pp, m_, c_, rows_, dot],
     )?;
+    let one = 1i64;
     launch_kernel(
         dev,
         ("reduce", x.dtype(), &format!("channel_cols_finish_{sfx}")),
         (dev.grid_for(c, THREADS), 1, 1),
         ((THREADS, 1, 1), 0),
-        &mut args![pp, px, po, chunks_, m_, c_, dot],
+        &mut args![pp, px, po, chunks_, m_, c_, one, dot],
     )?;
     Ok(out)
 }
 
 /// `p · a[ch] + d[ch]` (or `+ q · b[ch]` too) over `[n, c, s]` elements, with `k`
-/// rows of `c` coefficients: blocks along x cover a plane of `s`, along y the
-/// `n · c` planes.
+/// rows of `c` coefficients: a grid-stride loop over vectors of up to 16 bytes
+/// (within a plane, or across channels where planes are single elements) where
+/// the sizes and the arrays' alignment allow, else over elements.
 pub(crate) fn channel_affine(
     p: (&CudaStorage, usize),
     q: Option<(&CudaStorage, usize)>,
@@ -585,9 +603,10 @@ pub(crate) fn channel_affine(
     k: usize,
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
-    let out = new_out(p.0.dev(), p.0.dtype(), n * c * s)?;
-    let planes = n * c;
-    if planes == 0 || s == 0 {
+    let dev = p.0.dev();
+    let out = new_out(dev, p.0.dtype(), n * c * s)?;
+    let total = n * c * s;
+    if total == 0 {
         return Ok(out);
     }
     let (pp, pq, pc, po) = (
@@ -596,23 +615,44 @@ pub(crate) fn channel_affine(
         base_ptr(coefs.0, coefs.1),
         out.ptr(),
     );
-    let (pl, c_, s_, k_) = (planes as i64, c as i64, s as i64, k as i32);
-    // a block a little wider than a plane when planes are small; planes of one
-    // element (channels-last arrays) as one flat range
-    let (block, grid) = if s == 1 {
-        (THREADS, (p.0.dev().grid_for(planes, THREADS), 1, 1))
+    let size = p.0.dtype().size_in_bytes();
+    let lanes = s == 1;
+    // the widest vector that divides the plane (or the channels) and to which
+    // every array is aligned
+    let along = if lanes { c } else { s };
+    let vec = [8usize, 4, 2]
+        .into_iter()
+        .find(|&v| {
+            let bytes = (v * size) as u64;
+            v * size <= 16
+                && along.is_multiple_of(v)
+                && [pp, po]
+                    .iter()
+                    .chain(q.as_ref().map(|_| &pq))
+                    .all(|a| a % bytes == 0)
+        })
+        .unwrap_or(1);
+    let nv = total / vec;
+    let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
+    let small = nv < 1 << 31 && vs < 1 << 31 && vc < 1 << 31;
+    let (d1, d2) = if small {
+        (FastDiv::new(vs as u32), FastDiv::new(vc as u32))
     } else {
-        let block = (s.div_ceil(32) * 32).min(THREADS as usize) as u32;
-        let per_plane = s.div_ceil(block as usize).min(1024) as u32;
-        (block, (per_plane, planes.min(65535) as u32, 1))
+        (FastDiv::new(1), FastDiv::new(1))
     };
+    let (nv_, c_, vs_, vc_) = (nv as i64, c as i64, vs as i64, vc as i64);
+    let (sh1, sh2) = (d1.shift as i32, d2.shift as i32);
+    let (small_, lanes_, k_, vec_) = (small as i32, lanes as i32, k as i32, vec as i32);
     let name = format!("channel_affine_{}", suffix(p.0.dtype()));
     launch_grid(
         p.0,
         &name,
-        grid,
-        block,
-        &mut args![pp, pq, pc, po, pl, c_, s_, k_],
+        (dev.grid_for(nv, THREADS), 1, 1),
+        THREADS,
+        &mut args![
+            pp, pq, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_, k_,
+            vec_
+        ],
     )?;
     Ok(out)
 }
