@@ -897,11 +897,12 @@ template <> struct stat_t<double> { typedef double type; };
 struct plane_walk {
     i64 b, i, db, di;
     __device__ plane_walk(i64 s, i64 start) {
-        const i64 e = start + threadIdx.x;
-        b = e / s;
-        i = e - b * s;
-        db = blockDim.x / s;
-        di = blockDim.x - db * s;
+        // (empty planes: nothing is walked, but nothing divides by 0 either)
+        const i64 q = s > 0 ? s : 1, e = start + threadIdx.x;
+        b = e / q;
+        i = e - b * q;
+        db = blockDim.x / q;
+        di = blockDim.x - db * q;
     }
     __device__ __forceinline__ void next(i64 s) {
         b += db;
@@ -914,7 +915,7 @@ struct plane_walk {
 };
 
 // Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1
-// (blockIdx.x a channel, grid-stride over the channels): without g (dot == 0)
+// (or none: s == 0 or n == 0; blockIdx.x a channel, grid-stride over them): without g (dot == 0)
 // the sums of v = x - x[first element of the channel] and v * v (the shift keeps
 // the variance's digits where the mean is large), with g (dot == 1) of g and
 // g * (x - mean). A channel's n * s elements are cut into chunks of `per`

@@ -23,8 +23,8 @@ pub trait Real: num_traits::Float + Send + Sync + 'static + fmt::Debug + Default
     /// and an absolute error is what counts; `erf` itself stays exact.
     fn verf(self) -> Self;
     /// tanh(x) within 3e-7 of the true value, written so that loops over it
-    /// vectorize (f32: [`tanh_f32`]; f64: libm). For tanh-GELU, as `verf` for
-    /// GELU; `tanh` itself stays exact.
+    /// vectorize (f32: [`tanh_f32`]; f64: the standard library's). For tanh-GELU,
+    /// as `verf` for GELU; `tanh` itself stays exact.
     fn vtanh(self) -> Self;
 }
 
@@ -70,7 +70,7 @@ impl Real for f64 {
     }
     #[inline(always)]
     fn vtanh(self) -> Self {
-        libm::tanh(self)
+        self.tanh()
     }
 }
 

@@ -266,7 +266,8 @@ pub fn batch_norm(
     };
     let c = x.shape().get(1).copied().unwrap_or(0);
     let n = x.numel().checked_div(c).unwrap_or(0);
-    if opts.training && n <= 1 {
+    // (PyTorch refuses one value a channel, and takes none: an empty output)
+    if opts.training && n == 1 {
         return Err(Error::invalid(
             OP,
             format!(
@@ -276,7 +277,7 @@ pub fn batch_norm(
         ));
     }
     let (y, mean, var) = x.batch_norm_op(weight, bias, stats, opts.eps)?;
-    if opts.training {
+    if opts.training && x.numel() > 0 {
         update_running_stats(
             (opts.running_mean, opts.running_var),
             (&mean, &var),

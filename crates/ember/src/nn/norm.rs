@@ -160,7 +160,9 @@ impl<const D: usize> Module for BatchNorm<D> {
             _ => BatchStats::Batch,
         };
         let n = x.numel() / c;
-        if self.training && n <= 1 {
+        // (PyTorch refuses one value a channel, and takes none: an empty output,
+        // the batch counted, the running statistics kept)
+        if self.training && n == 1 {
             return Err(Error::invalid(
                 "BatchNorm",
                 format!(
@@ -178,6 +180,9 @@ impl<const D: usize> Module for BatchNorm<D> {
                 &self.num_batches_tracked,
             ) {
                 crate::autograd::no_grad(|| nb.add_(1i64))?;
+                if n == 0 {
+                    return Ok(y);
+                }
                 // a cumulative average's m = 1 / batches in f64, rounded once as
                 // a fixed momentum is
                 let batches;

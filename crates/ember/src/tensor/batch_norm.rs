@@ -27,7 +27,8 @@ impl Tensor {
     /// variance) or running ones. Returns the output (the input's dtype, as
     /// PyTorch's for a half-precision input with float32 parameters) and the
     /// statistics used, `[C]` each in the statistics dtype (float64 for float64
-    /// inputs, else float32): the mean and the biased variance.
+    /// inputs, else float32): the mean and the biased variance (NaN for an empty
+    /// input, whose running statistics stay as they are).
     pub(crate) fn batch_norm_op(
         &self,
         weight: Option<&Tensor>,
@@ -74,6 +75,20 @@ impl Tensor {
             }
         }
         let sd = stat_dtype(self.dtype());
+        if self.numel() == 0 {
+            // PyTorch's empty input: the output is the input through the
+            // parameters' first values (so that they get gradients, zeros), and
+            // the statistics NaN; callers keep their running ones as they were
+            let mut y = self.copy()?;
+            for (t, add) in [(weight, false), (bias, true)] {
+                if let Some(t) = t.filter(|_| c > 0) {
+                    let first = t.select(0, 0)?.to_dtype(self.dtype())?;
+                    y = if add { y.add(&first)? } else { y.mul(&first)? };
+                }
+            }
+            let nan = Tensor::full([c], f64::NAN, sd, &self.device())?;
+            return Ok((y, nan.clone(), nan));
+        }
         let batch = matches!(stats, BatchStats::Batch);
         let format = self.suggest_memory_format();
         // a dense channels-last input is normalised as it lies: `[n, h, w, c]` in

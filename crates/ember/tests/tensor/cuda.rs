@@ -755,23 +755,27 @@ fn batch_norm_over_channel_columns_matches_the_cpu() -> Result<()> {
 
 /// Batch norm in training over planes of many elements (row-major `[n, c, h,
 /// w]`): channels of more than 16 Ki elements, whose sums a GPU cuts into
-/// chunks added in a second kernel, and planes whose sizes let the affine map
-/// take 8, 4, 2 or 1 elements a vector, with inputs that start past their
-/// storage's first element (by 1, 2 or 4: the vectors narrow to what the
-/// address allows): against the CPU as above.
+/// chunks added in a second kernel (2 and 3 chunks, a boundary inside a plane),
+/// planes whose sizes let the affine map take vectors of 8 (bf16), 4, 2 and 1
+/// elements, inputs that start 1 or 4 elements into their storage (the vectors
+/// narrow to what the address allows: to 1, and bf16's 8 to 4), and an empty
+/// plane (the output empty, the running statistics kept, as PyTorch's):
+/// against the CPU as above.
 #[test]
 fn batch_norm_over_planes_matches_the_cpu() -> Result<()> {
     let Some(dev) = gpu("batch_norm_over_planes_matches_the_cpu") else {
         return Ok(());
     };
-    // 20,000 and 36,992 elements a channel (2 and 3 chunks), 2,000 (one);
-    // planes of 2,500, 1,156, 50, 49 and 8 elements
-    let shapes: [(&[usize], usize); 5] = [
+    // 20,000 and 36,992 elements a channel (2 and 3 chunks), the rest one
+    // chunk; planes of 2,500, 1,156, 1,024, 50, 49, 8 and 0 elements
+    let shapes: [(&[usize], usize); 7] = [
         (&[8, 3, 50, 50], 0),
         (&[32, 2, 34, 34], 1),
-        (&[40, 5, 5, 10], 2),
+        (&[16, 2, 32, 32], 0),
+        (&[40, 5, 5, 10], 0),
         (&[9, 3, 7, 7], 0),
         (&[2, 4, 8, 1], 4),
+        (&[2, 3, 0, 4], 0),
     ];
     for (shape, skip) in shapes {
         batch_norm_matches_the_cpu(&dev, shape, false, skip)?;

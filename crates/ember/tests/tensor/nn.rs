@@ -1557,6 +1557,55 @@ fn batch_norm_keeps_a_half_input_dtype(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Batch norm of an empty batch as PyTorch's (2.15): an empty output of the
+/// input's shape, zero gradients for the weight and bias, the running statistics
+/// kept (the module still counts the batch); one value a channel is refused.
+fn batch_norm_of_an_empty_batch_is_pytorchs(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    let x = Tensor::zeros([2, 3, 0, 4], DType::F32, dev)?.requires_grad_(true)?;
+    let w = Tensor::ones([3], DType::F32, dev)?.requires_grad_(true)?;
+    let b = Tensor::zeros([3], DType::F32, dev)?.requires_grad_(true)?;
+    let (rm, rv) = (
+        Tensor::full([3], 0.5, DType::F32, dev)?,
+        Tensor::full([3], 2.0, DType::F32, dev)?,
+    );
+    let opts = BatchNormOptions {
+        running_mean: Some(&rm),
+        running_var: Some(&rv),
+        training: true,
+        ..Default::default()
+    };
+    let y = batch_norm(&x, Some(&w), Some(&b), opts)?;
+    assert_eq!(y.shape(), [2, 3, 0, 4]);
+    y.sum_all()?.backward()?;
+    assert_eq!(x.grad().expect("x's gradient").shape(), [2, 3, 0, 4]);
+    assert_eq!(w.grad().expect("w's gradient").to_vec::<f32>()?, [0.0; 3]);
+    assert_eq!(b.grad().expect("b's gradient").to_vec::<f32>()?, [0.0; 3]);
+    assert_eq!(rm.to_vec::<f32>()?, [0.5; 3]);
+    assert_eq!(rv.to_vec::<f32>()?, [2.0; 3]);
+    // no channels, and no parameters
+    let none = Tensor::zeros([4, 0], DType::F32, dev)?;
+    let opts = BatchNormOptions {
+        training: true,
+        ..Default::default()
+    };
+    assert_eq!(batch_norm(&none, None, None, opts)?.shape(), [4, 0]);
+    // the module: the batch counted, its statistics kept
+    let bn = nn::BatchNorm2d::new(3, dev)?;
+    let y = bn.forward(&Tensor::zeros([0, 3, 4, 4], DType::F32, dev)?)?;
+    assert_eq!(y.shape(), [0, 3, 4, 4]);
+    let count = bn.num_batches_tracked.as_ref().expect("a count");
+    assert_eq!(count.to_vec::<i64>()?, [1]);
+    let mean = bn.running_mean.as_ref().expect("a running mean");
+    assert_eq!(mean.to_vec::<f32>()?, [0.0; 3]);
+    let var = bn.running_var.as_ref().expect("a running variance");
+    assert_eq!(var.to_vec::<f32>()?, [1.0; 3]);
+    // one value a channel: no variance to make unbiased
+    let one = Tensor::zeros([1, 3], DType::F32, dev)?;
+    assert!(batch_norm(&one, None, None, opts).is_err());
+    Ok(())
+}
+
 /// `nn.GroupNorm`: PyTorch's parameters (ones, zeros, named weight and bias), no
 /// parameters without `affine`, the functional's result, its refusal of
 /// channels that groups do not divide; and `index_add_` in place, recorded.
@@ -1600,6 +1649,7 @@ fn group_norm_module_and_index_add_inplace(dev: &Device) -> Result<()> {
 device_test!(
     group_norm_module_and_index_add_inplace,
     batch_norm_keeps_a_half_input_dtype,
+    batch_norm_of_an_empty_batch_is_pytorchs,
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,

@@ -57,26 +57,42 @@ fn floats(d: &CpuData, r: Range, op: &'static str) -> Result<Vec<f64>> {
 /// an AVX-512 register of f64.
 const LANES: usize = 8;
 
-/// `(Σ f(i), Σ f(i)²)`-style pairs over `0..len` in [`LANES`] interleaved lanes
-/// (element `i` into lane `i % LANES`), added lane by lane at the end: the same
-/// order on every run. `f` gives the pair of terms for element `i`.
+/// `(Σ f(i).0, Σ f(i).1)` over `0..len`: in [`LANES`] interleaved lanes (element
+/// `i` into lane `i % LANES`) added lane by lane at the end, with the CPU's
+/// vector instructions, or for fewer than `4 · LANES` elements (short planes,
+/// single elements where a tensor is channels-last: lanes would cost more than
+/// they save) in order. The same order on every run.
 #[inline(always)]
-fn lane_sums(len: usize, f: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
-    let (mut a, mut b) = ([0f64; LANES], [0f64; LANES]);
-    let full = len / LANES * LANES;
-    for i in (0..full).step_by(LANES) {
-        for l in 0..LANES {
-            let (u, v) = f(i + l);
-            a[l] += u;
-            b[l] += v;
+fn plane_sums(len: usize, f: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
+    if len < 4 * LANES {
+        let (mut a, mut b) = (0.0, 0.0);
+        for i in 0..len {
+            let (u, v) = f(i);
+            a += u;
+            b += v;
         }
+        return (a, b);
     }
-    for (l, i) in (full..len).enumerate() {
-        let (u, v) = f(i);
-        a[l] += u;
-        b[l] += v;
-    }
-    (a.iter().sum(), b.iter().sum())
+    simd(
+        #[inline(always)]
+        || {
+            let (mut a, mut b) = ([0f64; LANES], [0f64; LANES]);
+            let full = len / LANES * LANES;
+            for i in (0..full).step_by(LANES) {
+                for l in 0..LANES {
+                    let (u, v) = f(i + l);
+                    a[l] += u;
+                    b[l] += v;
+                }
+            }
+            for (l, i) in (full..len).enumerate() {
+                let (u, v) = f(i);
+                a[l] += u;
+                b[l] += v;
+            }
+            (a.iter().sum(), b.iter().sum())
+        },
+    )
 }
 
 /// Each channel's mean and biased variance.
@@ -97,15 +113,10 @@ pub(crate) fn stats(
             let (mut s1, mut s2) = (0.0, 0.0);
             for b in 0..n {
                 let plane = &x[(b * c + ch) * s..][..s];
-                let (p1, p2) = simd(
-                    #[inline(always)]
-                    || {
-                        lane_sums(s, |i| {
-                            let d = plane[i].to_acc().to_f64() - k;
-                            (d, d * d)
-                        })
-                    },
-                );
+                let (p1, p2) = plane_sums(s, |i| {
+                    let d = plane[i].to_acc().to_f64() - k;
+                    (d, d * d)
+                });
                 s1 += p1;
                 s2 += p2;
             }
@@ -137,15 +148,10 @@ pub(crate) fn dot(
             for b in 0..n {
                 let at = (b * c + ch) * s;
                 let (gp, xp) = (&g[at..at + s], &x[at..at + s]);
-                let (p1, p2) = simd(
-                    #[inline(always)]
-                    || {
-                        lane_sums(s, |i| {
-                            let gv = gp[i].to_acc().to_f64();
-                            (gv, gv * (xp[i].to_acc().to_f64() - m))
-                        })
-                    },
-                );
+                let (p1, p2) = plane_sums(s, |i| {
+                    let gv = gp[i].to_acc().to_f64();
+                    (gv, gv * (xp[i].to_acc().to_f64() - m))
+                });
                 s1 += p1;
                 s2 += p2;
             }
@@ -178,35 +184,58 @@ pub(crate) fn affine(
         // the GPU's arithmetic: in f32 (f64 for f64), the statistics dtype
         let k = coefs.len() / c.max(1);
         let mut out = alloc_uninit::<T>(p.len())?;
-        let plane = |(pl, dst): (usize, &mut [T])| {
-            let ch = pl % c;
-            let acc = <T::Acc as Real>::c;
-            let (a, d) = (acc(coefs[ch]), acc(coefs[(k - 1) * c + ch]));
-            let src = &p[pl * s..][..s];
-            simd(
-                #[inline(always)]
-                || match q {
-                    Some(q) => {
-                        let b = acc(coefs[c + ch]);
-                        let qs = &q[pl * s..][..s];
-                        for ((o, x), y) in dst.iter_mut().zip(src).zip(qs) {
-                            *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
+        if s == 0 || c == 0 {
+            return Ok(T::wrap(out));
+        }
+        let acc = <T::Acc as Real>::c;
+        let row = |r: usize| -> Vec<T::Acc> { (0..c).map(|ch| acc(coefs[r * c + ch])).collect() };
+        let (a, d) = (row(0), row(k - 1));
+        let b = if k == 3 { row(1) } else { Vec::new() };
+        // runs of elements: a plane (one channel's coefficients), or where planes
+        // are single elements a row across the channels (each its own)
+        let span = if s == 1 { c } else { s };
+        let spans = (16384 / span).max(1);
+        let run = |(i, dst): (usize, &mut [T])| {
+            for (j, seg) in dst.chunks_mut(span).enumerate() {
+                let at = (i * spans + j) * span;
+                let src = &p[at..at + seg.len()];
+                let qs = q.map(|q| &q[at..at + seg.len()]);
+                simd(
+                    #[inline(always)]
+                    || match (qs, s == 1) {
+                        (Some(qs), true) => {
+                            let it = seg.iter_mut().zip(src).zip(qs);
+                            for (((o, x), y), ((a, d), b)) in it.zip(a.iter().zip(&d).zip(&b)) {
+                                *o = T::from_acc(x.to_acc() * *a + *d + y.to_acc() * *b);
+                            }
                         }
-                    }
-                    None => {
-                        for (o, x) in dst.iter_mut().zip(src) {
-                            *o = T::from_acc(x.to_acc() * a + d);
+                        (None, true) => {
+                            for ((o, x), (a, d)) in seg.iter_mut().zip(src).zip(a.iter().zip(&d)) {
+                                *o = T::from_acc(x.to_acc() * *a + *d);
+                            }
                         }
-                    }
-                },
-            )
-        };
-        if s > 0 {
-            if p.len() >= PAR_MIN {
-                out.par_chunks_mut(s).enumerate().for_each(plane);
-            } else {
-                out.chunks_mut(s).enumerate().for_each(plane);
+                        (Some(qs), false) => {
+                            let ch = (at / s) % c;
+                            let (a, d, b) = (a[ch], d[ch], b[ch]);
+                            for ((o, x), y) in seg.iter_mut().zip(src).zip(qs) {
+                                *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
+                            }
+                        }
+                        (None, false) => {
+                            let ch = (at / s) % c;
+                            let (a, d) = (a[ch], d[ch]);
+                            for (o, x) in seg.iter_mut().zip(src) {
+                                *o = T::from_acc(x.to_acc() * a + d);
+                            }
+                        }
+                    },
+                )
             }
+        };
+        if p.len() >= PAR_MIN {
+            out.par_chunks_mut(span * spans).enumerate().for_each(run);
+        } else {
+            out.chunks_mut(span * spans).enumerate().for_each(run);
         }
         Ok(T::wrap(out))
     }

@@ -458,6 +458,7 @@ pub(crate) fn binary<O: BinaryOp>(
         let b = T::slice(b).expect("binary: operands were cast to one dtype");
         if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
             let (a, b) = (&a[ra], &b[rb]);
+            debug_assert_eq!(a.len(), b.len(), "binary: operands broadcast to one shape");
             let mut out = alloc_uninit::<T>(a.len())?;
             write_contiguous(&mut out, &|s, c| {
                 let n = c.len();

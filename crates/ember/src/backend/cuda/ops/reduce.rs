@@ -456,8 +456,9 @@ pub(crate) fn argsort(
 }
 
 /// Threads per block of the plane-wise per-channel sums: a block takes at most a
-/// chunk of a channel (16 Ki elements or a little more, 64 a thread), and a
-/// channel of many elements is cut into chunks (`channel_chunks`).
+/// chunk of a channel (16 Ki elements, 64 a thread, unless a channel has more
+/// than 65535 chunks of them), and a channel of many elements is cut into
+/// chunks (`channel_chunks`).
 pub(crate) const CHANNEL_THREADS: u32 = 256;
 
 // a block of them needs registers × threads of a multiprocessor's 64 Ki, and
@@ -632,6 +633,8 @@ pub(crate) fn channel_affine(
                     .all(|a| a % bytes == 0)
         })
         .unwrap_or(1);
+    // (the kernel takes no wider vector of this dtype)
+    debug_assert!(vec * size <= 16);
     let nv = total / vec;
     let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
     let small = nv < 1 << 31 && vs < 1 << 31 && vc < 1 << 31;
