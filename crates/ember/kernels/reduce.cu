@@ -914,6 +914,23 @@ struct plane_walk {
     }
 };
 
+// Adds element j's terms of batch norm's per-channel sums to s1 and s2: v and
+// v * v (dot == 0), or g and g * v (dot == 1), where v = x[j] - k (k the shift:
+// a first value of the channel, or its mean).
+template <typename T>
+__device__ __forceinline__ void channel_terms(const T* g, const T* x, i64 j, double k, int dot,
+                                              double& s1, double& s2) {
+    const double v = (double)widen(x[j]) - k;
+    if (dot) {
+        const double gj = (double)widen(g[j]);
+        s1 += gj;
+        s2 += gj * v;
+    } else {
+        s1 += v;
+        s2 += v * v;
+    }
+}
+
 // Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1
 // (or none: s == 0 or n == 0; blockIdx.x a channel, grid-stride over them): without g (dot == 0)
 // the sums of v = x - x[first element of the channel] and v * v (the shift keeps
@@ -940,16 +957,7 @@ __device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<
         double s1 = 0, s2 = 0;
         plane_walk w(s, e0);
         for (i64 e = e0 + threadIdx.x; e < e1; e += blockDim.x, w.next(s)) {
-            const i64 j = (w.b * c + ch) * s + w.i;
-            const double v = (double)widen(x[j]) - k;
-            if (dot) {
-                const double gj = (double)widen(g[j]);
-                s1 += gj;
-                s2 += gj * v;
-            } else {
-                s1 += v;
-                s2 += v * v;
-            }
+            channel_terms(g, x, (w.b * c + ch) * s + w.i, k, dot, s1, s2);
         }
         s1 = block_sum(s1, sv);
         if (threadIdx.x == 0) t1 = s1;
@@ -994,16 +1002,7 @@ __device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<
     if (ch < c) {
         const double k = dot ? (double)mean[ch] : (double)widen(x[ch]);
         for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
-            const i64 j = r * c + ch;
-            const double v = (double)widen(x[j]) - k;
-            if (dot) {
-                const double gj = (double)widen(g[j]);
-                s1 += gj;
-                s2 += gj * v;
-            } else {
-                s1 += v;
-                s2 += v * v;
-            }
+            channel_terms(g, x, r * c + ch, k, dot, s1, s2);
         }
     }
     s1s[threadIdx.y][threadIdx.x] = s1;

@@ -138,17 +138,24 @@ pub(crate) trait NumElem: WithDType {
 /// of float32 an operand: in L1).
 const HALF_BLOCK: usize = 512;
 
+/// A float type's element ops: in its accumulation type, rounded once.
+macro_rules! float_elem_ops {
+    ($t:ty) => {
+        #[inline(always)]
+        fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
+            <$t>::from_acc(op.f(x.to_acc()))
+        }
+        #[inline(always)]
+        fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
+            <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
+        }
+    };
+}
+
 macro_rules! num_float {
     ($t:ty) => {
         impl NumElem for $t {
-            #[inline(always)]
-            fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-                <$t>::from_acc(op.f(x.to_acc()))
-            }
-            #[inline(always)]
-            fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-                <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
-            }
+            float_elem_ops!($t);
         }
     };
     // f16 and bf16 compute in f32; for the ops that ask (WIDEN_IN_BLOCKS) their
@@ -158,14 +165,7 @@ macro_rules! num_float {
     // The same arithmetic, so the same bits.
     ($t:ty, half) => {
         impl NumElem for $t {
-            #[inline(always)]
-            fn unary<O: UnaryOp>(op: &O, x: Self) -> Self {
-                <$t>::from_acc(op.f(x.to_acc()))
-            }
-            #[inline(always)]
-            fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self {
-                <$t>::from_acc(op.f(a.to_acc(), b.to_acc()))
-            }
+            float_elem_ops!($t);
             #[inline(always)]
             fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
                 if !O::WIDEN_IN_BLOCKS {
