@@ -207,6 +207,39 @@ impl Scalar {
 mod tests {
     use super::*;
 
+    /// Batch norm's chunks of planes: none for single-element planes (the
+    /// column path's) or up to 16 Ki elements a channel; otherwise at least two,
+    /// covering the channel, at most a grid's 65535, and of 16 Ki elements
+    /// until a channel needs more than 65535 of them (a GPU's sums read every
+    /// element once whatever the size: the simulator cannot reach these).
+    #[test]
+    fn channel_chunks_cover_a_channel_within_a_grid() {
+        assert_eq!(channel_chunks((64, 256, 1)), None);
+        assert_eq!(channel_chunks((64, 2048, 49)), None);
+        assert_eq!(channel_chunks((4, 8, 4096)), None);
+        assert_eq!(channel_chunks((0, 8, 4096)), None);
+        assert_eq!(channel_chunks((4, 0, 8192)), None);
+        // ResNet-50 at batch 64: 112 x 112 and 56 x 56 planes
+        assert_eq!(channel_chunks((64, 64, 112 * 112)), Some((16384, 49)));
+        assert_eq!(channel_chunks((64, 256, 56 * 56)), Some((16384, 13)));
+        for (n, s) in [
+            (5, 4096),
+            (1, 16385),
+            (1000, 1 << 20),
+            (3, 1 << 31),
+            (1 << 20, 1 << 20),
+        ] {
+            let (per, chunks) = channel_chunks((n, 3, s)).expect("chunks");
+            let total = n * s;
+            assert!((2..=65535).contains(&chunks), "{n} x {s}: {chunks} chunks");
+            assert!(
+                per >= 16384 && per * chunks >= total,
+                "{n} x {s}: {per} x {chunks}"
+            );
+            assert!(per * (chunks - 1) < total, "{n} x {s}: an empty last chunk");
+        }
+    }
+
     #[test]
     fn kernel_defines_name_every_code_once() {
         let text = kernel_defines();
