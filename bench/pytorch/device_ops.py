@@ -524,7 +524,8 @@ def models_suite(dev):
 def pieces_suite(dev):
     """The rows of crates/ember-cli/src/bench/pieces.rs: ResNet-50's and GPT-2
     small's layers, each forward and backward from a fixed upstream gradient (the
-    loss from its scalar), in float32 and with bfloat16 operands (no autocast);
+    loss from its scalar), in float32 and with bfloat16 operands (no autocast; batch
+    norm's parameters and statistics float32, as under autocast);
     PyTorch's defaults (cuDNN's TF32 on, the matmuls' off), as ember's."""
     gpu = dev.type == "cuda"
     q = args.quick
@@ -555,8 +556,10 @@ def pieces_suite(dev):
                   lambda x, w, p=k // 2: F.conv2d(x, w, padding=p))
         shape = (b, 256, hw[0], hw[0])
         elems = b * 256 * hw[0] * hw[0]
-        x, w, bias, up = leaf(shape, dt), leaf((256,), dt), leaf((256,), dt), upstream(shape, dt)
-        mean, var = torch.zeros(256, dtype=dt, device=dev), torch.ones(256, dtype=dt, device=dev)
+        # (batch norm's parameters and statistics in float32, as a model's under autocast)
+        f32 = torch.float32
+        x, w, bias, up = leaf(shape, dt), leaf((256,), f32), leaf((256,), f32), upstream(shape, dt)
+        mean, var = torch.zeros(256, dtype=f32, device=dev), torch.ones(256, dtype=f32, device=dev)
         piece(f"batch norm 256ch at {hw[0]}x{hw[0]} b{b} fwd+bwd {tag}", "bytes", 8.0 * nb * elems,
               [x, w, bias], up, lambda x, w, bias: F.batch_norm(x, mean, var, w, bias, training=True))
         x = leaf(shape, dt)

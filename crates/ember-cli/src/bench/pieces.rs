@@ -7,7 +7,9 @@
 //! Each row runs the op on operands that need gradients and backpropagates a
 //! fixed upstream gradient of the output's shape (`backward_with`; the losses
 //! from their scalar), so a row is the op's forward and backward kernels and
-//! nothing else. The bf16 rows give the op bfloat16 operands (no autocast).
+//! nothing else. The bf16 rows give the op bfloat16 operands (no autocast),
+//! but for batch norm's parameters and running statistics, float32 as under
+//! autocast.
 //! `bench/pytorch/device_ops.py --suite pieces` times the same rows by the same
 //! names.
 
@@ -144,17 +146,18 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
             )?);
         }
         // batch norm in training (running statistics updated) over 256 channels
-        // of the first stage, with its weight and bias gradients; counted as the
-        // 8 passes over the elements it needs (statistics, normalisation; two
-        // sums and the input's gradient)
+        // of the first stage, with its weight and bias gradients; its parameters
+        // and statistics in float32 whatever the input (as a model's under
+        // autocast); counted as the 8 passes over the elements it needs
+        // (statistics, normalisation; two sums and the input's gradient)
         let shape = [b, 256, z.hw[0], z.hw[0]];
         let elems = shape.iter().product::<usize>() as f64;
         let x = leaf(cx, &shape, dt)?;
-        let w = leaf(cx, &[256], dt)?;
-        let bias = leaf(cx, &[256], dt)?;
+        let w = leaf(cx, &[256], DType::F32)?;
+        let bias = leaf(cx, &[256], DType::F32)?;
         let up = upstream(cx, &shape, dt)?;
-        let mean = Tensor::zeros([256], dt, &cx.dev)?;
-        let var = Tensor::ones([256], dt, &cx.dev)?;
+        let mean = Tensor::zeros([256], DType::F32, &cx.dev)?;
+        let var = Tensor::ones([256], DType::F32, &cx.dev)?;
         rows.push(piece(
             cx,
             format!("batch norm 256ch at {0}x{0} b{b} fwd+bwd {tag}", z.hw[0]),
