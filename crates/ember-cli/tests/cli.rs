@@ -479,13 +479,14 @@ fn estimate_channels_last() {
     assert!(!ok && err.contains("--channels-last"), "{err}");
 }
 
-#[test]
-fn quick_models_suite_writes_its_rows_with_estimates() {
-    let json = std::env::temp_dir().join(format!("ember-models-{}.jsonl", std::process::id()));
+/// `ember bench --suite SUITE --quick --device cpu --json FILE`, which must
+/// succeed: its standard output and the JSON file's text.
+fn quick_cpu_suite(suite: &str) -> (String, String) {
+    let json = std::env::temp_dir().join(format!("ember-{suite}-{}.jsonl", std::process::id()));
     let (ok, out, err) = ember(&[
         "bench",
         "--suite",
-        "models",
+        suite,
         "--quick",
         "--device",
         "cpu",
@@ -493,12 +494,18 @@ fn quick_models_suite_writes_its_rows_with_estimates() {
         json.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
+    let lines = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    (out, lines)
+}
+
+#[test]
+fn quick_models_suite_writes_its_rows_with_estimates() {
+    let (out, lines) = quick_cpu_suite("models");
     assert!(
         out.contains("peak mem") && out.contains("estimate"),
         "{out}"
     );
-    let lines = std::fs::read_to_string(&json).unwrap();
-    std::fs::remove_file(&json).unwrap();
     let names = [
         "train resnet50 b2 32x32",
         "train resnet50 b2 32x32, autocast bf16",
@@ -525,20 +532,7 @@ fn quick_models_suite_writes_its_rows_with_estimates() {
 /// its rows, so that `bench/compare_devices` pairs them.
 #[test]
 fn quick_pieces_suite_writes_every_piece_in_both_dtypes() {
-    let json = std::env::temp_dir().join(format!("ember-pieces-{}.jsonl", std::process::id()));
-    let (ok, _, err) = ember(&[
-        "bench",
-        "--suite",
-        "pieces",
-        "--quick",
-        "--device",
-        "cpu",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
-    let lines = std::fs::read_to_string(&json).unwrap();
-    std::fs::remove_file(&json).unwrap();
+    let (_, lines) = quick_cpu_suite("pieces");
     let pieces = [
         "conv 3x3 64->64 at 8x8 b1 fwd+bwd",
         "conv 1x1 256->64 at 8x8 b1 fwd+bwd",

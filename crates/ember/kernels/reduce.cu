@@ -931,16 +931,16 @@ __device__ __forceinline__ void channel_terms(const T* g, const T* x, i64 j, dou
     }
 }
 
-// Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1
-// (or none: s == 0 or n == 0; blockIdx.x a channel, grid-stride over them): without g (dot == 0)
-// the sums of v = x - x[first element of the channel] and v * v (the shift keeps
-// the variance's digits where the mean is large), with g (dot == 1) of g and
-// g * (x - mean). A channel's n * s elements are cut into chunks of `per`
+// Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1 (or
+// none: s == 0 or n == 0), blockIdx.x a channel (grid-stride over them): without
+// g (dot == 0) the sums of v = x - x[first element of the channel] and v * v
+// (the shift keeps the variance's digits where the mean is large), with g
+// (dot == 1) of g and g * (x - mean). A channel's n * s elements are cut into chunks of `per`
 // (blockIdx.y the chunk), so that few channels of many elements still take every
 // multiprocessor. With one chunk the block writes the result, out[ch] and
 // out[c + ch] (the mean and biased variance, or the two sums); with more it
 // writes its chunk's two sums to part[2 * chunk * c + ch] and
-// part[(2 * chunk + 1) * c + ch], in double, which channel_cols_finish adds in
+// part[(2 * chunk + 1) * c + ch], in double, which channel_sums_finish adds in
 // chunk order (the result does not depend on timing).
 template <typename T>
 __device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
@@ -987,7 +987,7 @@ __device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<
 // channel of a 32-channel tile (a warp reads 32 adjacent channels of a row), y
 // one of 8 row lanes; blockIdx.x is the tile, blockIdx.y the chunk of `rows`
 // rows. Each block writes its chunk's two sums per channel into part[2 * chunk]
-// and part[2 * chunk + 1] (rows of c, in double); channel_cols_finish adds the
+// and part[2 * chunk + 1] (rows of c, in double); channel_sums_finish adds the
 // chunks in order, so the result does not depend on timing. Statistics (dot == 0)
 // sum v = x - x[first row] and v * v (the shift keeps the variance exact where
 // the mean is large), as channel_stats does; dot == 1 sums g and g * (x - mean).
@@ -1024,7 +1024,7 @@ __device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<
 // elements): the mean and biased variance (dot == 0; x[ch * s] gives the shift
 // back), or the two sums (dot == 1).
 template <typename T>
-__device__ void channel_cols_finish_impl(const double* part, const T* x, typename stat_t<T>::type* out,
+__device__ void channel_sums_finish_impl(const double* part, const T* x, typename stat_t<T>::type* out,
                                          i64 chunks, i64 m, i64 c, i64 s, int dot) {
     typedef typename stat_t<T>::type S;
     FOR_EACH(ch, c) {
@@ -1123,10 +1123,10 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
                                                 double* part, i64 m, i64 c, i64 rows, int dot) {     \
         channel_cols_impl(g, x, mean, part, m, c, rows, dot);                                        \
     }                                                                                                \
-    extern "C" __global__ void channel_cols_finish_##S(const double* part, const T* x,              \
+    extern "C" __global__ void channel_sums_finish_##S(const double* part, const T* x,              \
                                                        stat_t<T>::type* out, i64 chunks, i64 m,     \
                                                        i64 c, i64 s, int dot) {                      \
-        channel_cols_finish_impl(part, x, out, chunks, m, c, s, dot);                                \
+        channel_sums_finish_impl(part, x, out, chunks, m, c, s, dot);                                \
     }
 EMBER_FLOAT_TYPES(CHANNEL_OPS)
 

@@ -74,19 +74,16 @@ impl Sizes {
     }
 }
 
-/// A leaf of `shape` in `dtype` on the device that needs a gradient.
-fn leaf(cx: &Ctx, shape: &[usize], dtype: DType) -> Result<Tensor> {
-    Tensor::randn(shape, &Device::Cpu)?
-        .to_dtype(dtype)?
-        .to(&cx.dev)?
-        .requires_grad_(true)
-}
-
-/// An upstream gradient of `shape` in `dtype` on the device.
+/// An upstream gradient of `shape` in `dtype` on the device (normal values).
 fn upstream(cx: &Ctx, shape: &[usize], dtype: DType) -> Result<Tensor> {
     Tensor::randn(shape, &Device::Cpu)?
         .to_dtype(dtype)?
         .to(&cx.dev)
+}
+
+/// A leaf of `shape` in `dtype` on the device that needs a gradient.
+fn leaf(cx: &Ctx, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    upstream(cx, shape, dtype)?.requires_grad_(true)
 }
 
 /// Times `f(leaves)` forward and its backward from `up` (or from the scalar `f`

@@ -167,6 +167,29 @@ pub(crate) fn dot(
     pairs(v, out)
 }
 
+/// `dst = p · a + d` (with `q`: `p · a + d + q · b`) over a run of elements,
+/// each with its `(a, d, b)` from `coefs`, in the accumulation type.
+#[inline(always)]
+fn affine_run<T: FloatDType>(
+    dst: &mut [T],
+    p: &[T],
+    q: Option<&[T]>,
+    coefs: impl Iterator<Item = (T::Acc, T::Acc, T::Acc)>,
+) {
+    match q {
+        Some(q) => {
+            for (((o, x), y), (a, d, b)) in dst.iter_mut().zip(p).zip(q).zip(coefs) {
+                *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
+            }
+        }
+        None => {
+            for ((o, x), (a, d, _)) in dst.iter_mut().zip(p).zip(coefs) {
+                *o = T::from_acc(x.to_acc() * a + d);
+            }
+        }
+    }
+}
+
 /// `p · a + d` (with `q`: `p · a + q · b + d`) per channel, computed in f32 (f64
 /// when `stat` is f64), the output in `p`'s dtype.
 pub(crate) fn affine(
@@ -190,7 +213,7 @@ pub(crate) fn affine(
         let acc = <T::Acc as Real>::c;
         let row = |r: usize| -> Vec<T::Acc> { (0..c).map(|ch| acc(coefs[r * c + ch])).collect() };
         let (a, d) = (row(0), row(k - 1));
-        let b = if k == 3 { row(1) } else { Vec::new() };
+        let b = if k == 3 { row(1) } else { vec![acc(0.0); c] };
         // runs of elements: a plane (one channel's coefficients), or where planes
         // are single elements a row across the channels (each its own)
         let span = if s == 1 { c } else { s };
@@ -202,31 +225,14 @@ pub(crate) fn affine(
                 let qs = q.map(|q| &q[at..at + seg.len()]);
                 simd(
                     #[inline(always)]
-                    || match (qs, s == 1) {
-                        (Some(qs), true) => {
-                            let it = seg.iter_mut().zip(src).zip(qs);
-                            for (((o, x), y), ((a, d), b)) in it.zip(a.iter().zip(&d).zip(&b)) {
-                                *o = T::from_acc(x.to_acc() * *a + *d + y.to_acc() * *b);
-                            }
-                        }
-                        (None, true) => {
-                            for ((o, x), (a, d)) in seg.iter_mut().zip(src).zip(a.iter().zip(&d)) {
-                                *o = T::from_acc(x.to_acc() * *a + *d);
-                            }
-                        }
-                        (Some(qs), false) => {
+                    || {
+                        if s == 1 {
+                            let per_channel =
+                                a.iter().zip(&d).zip(&b).map(|((a, d), b)| (*a, *d, *b));
+                            affine_run(seg, src, qs, per_channel);
+                        } else {
                             let ch = (at / s) % c;
-                            let (a, d, b) = (a[ch], d[ch], b[ch]);
-                            for ((o, x), y) in seg.iter_mut().zip(src).zip(qs) {
-                                *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
-                            }
-                        }
-                        (None, false) => {
-                            let ch = (at / s) % c;
-                            let (a, d) = (a[ch], d[ch]);
-                            for (o, x) in seg.iter_mut().zip(src) {
-                                *o = T::from_acc(x.to_acc() * a + d);
-                            }
+                            affine_run(seg, src, qs, std::iter::repeat((a[ch], d[ch], b[ch])));
                         }
                     },
                 )

@@ -121,16 +121,28 @@ pub(crate) trait NumElem: WithDType {
     /// `dst[i] = unary(op, src[i])` over slices of one length.
     #[inline(always)]
     fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = Self::unary(op, x);
-        }
+        each_unary(op, src, dst)
     }
     /// `dst[i] = binary(op, a[i], b[i])` over slices of one length.
     #[inline(always)]
     fn binary_slice<O: BinaryOp>(op: &O, a: &[Self], b: &[Self], dst: &mut [Self]) {
-        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-            *d = Self::binary(op, x, y);
-        }
+        each_binary(op, a, b, dst)
+    }
+}
+
+/// `NumElem::unary_slice` element by element.
+#[inline(always)]
+fn each_unary<T: NumElem, O: UnaryOp>(op: &O, src: &[T], dst: &mut [T]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = T::unary(op, x);
+    }
+}
+
+/// `NumElem::binary_slice` element by element.
+#[inline(always)]
+fn each_binary<T: NumElem, O: BinaryOp>(op: &O, a: &[T], b: &[T], dst: &mut [T]) {
+    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *d = T::binary(op, x, y);
     }
 }
 
@@ -169,10 +181,7 @@ macro_rules! num_float {
             #[inline(always)]
             fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
                 if !O::WIDEN_IN_BLOCKS {
-                    for (d, &x) in dst.iter_mut().zip(src) {
-                        *d = Self::unary(op, x);
-                    }
-                    return;
+                    return each_unary(op, src, dst);
                 }
                 let mut buf = [0f32; HALF_BLOCK];
                 for (s, d) in src.chunks(HALF_BLOCK).zip(dst.chunks_mut(HALF_BLOCK)) {
@@ -191,10 +200,7 @@ macro_rules! num_float {
             #[inline(always)]
             fn binary_slice<O: BinaryOp>(op: &O, a: &[Self], b: &[Self], dst: &mut [Self]) {
                 if !O::WIDEN_IN_BLOCKS {
-                    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-                        *d = Self::binary(op, x, y);
-                    }
-                    return;
+                    return each_binary(op, a, b, dst);
                 }
                 let (mut wa, mut wb) = ([0f32; HALF_BLOCK], [0f32; HALF_BLOCK]);
                 let blocks = a.chunks(HALF_BLOCK).zip(b.chunks(HALF_BLOCK));

@@ -17,7 +17,7 @@ mod elementwise;
 mod matmul;
 mod nn;
 mod random;
-pub(crate) mod reduce;
+mod reduce;
 
 #[cfg(test)]
 pub(crate) use attention::KAttn;

@@ -459,28 +459,11 @@ pub(crate) fn argsort(
 /// chunk of a channel (16 Ki elements, 64 a thread, unless a channel has more
 /// than 65535 chunks of them), and a channel of many elements is cut into
 /// chunks (`channel_chunks`).
-pub(crate) const CHANNEL_THREADS: u32 = 256;
+const CHANNEL_THREADS: u32 = 256;
 
 // a block of them needs registers × threads of a multiprocessor's 64 Ki, and
 // ptxas may give a thread up to 255
 const _: () = assert!(CHANNEL_THREADS * 255 <= 65536);
-
-/// Launches `reduce::name` with `grid` blocks of `block` threads.
-fn launch_grid(
-    x: &CudaStorage,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: u32,
-    params: &mut [*mut c_void],
-) -> Result<()> {
-    launch_kernel(
-        x.dev(),
-        ("reduce", x.dtype(), name),
-        grid,
-        ((block, 1, 1), 0),
-        params,
-    )
-}
 
 /// Each channel's mean and biased variance of the contiguous `[n, c, s]` elements
 /// from `offset`: `[2, c]` in the statistics dtype.
@@ -533,7 +516,7 @@ fn channel_plane_sums(
     let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
     let pp = part.as_ref().map_or(0, |p| p.ptr());
     let (pg, px, pm, po) = (at(g), base_ptr(x, x_off), at(mean), out.ptr());
-    let (n_, c_, s_, per_, k_) = (n as i64, c as i64, s as i64, per as i64, k as i64);
+    let (n_, c_, s_, per_) = (n as i64, c as i64, s as i64, per as i64);
     let dot = g.is_some() as i32;
     let sfx = suffix(x.dtype());
     launch_kernel(
@@ -543,17 +526,37 @@ fn channel_plane_sums(
         ((CHANNEL_THREADS, 1, 1), 0),
         &mut args![pg, px, pm, po, pp, n_, c_, s_, per_, dot],
     )?;
-    if part.is_some() {
-        let m_ = (n * s) as i64;
-        launch_kernel(
-            dev,
-            ("reduce", x.dtype(), &format!("channel_cols_finish_{sfx}")),
-            (dev.grid_for(c, THREADS), 1, 1),
-            ((THREADS, 1, 1), 0),
-            &mut args![pp, px, po, k_, m_, c_, s_, dot],
-        )?;
+    if let Some(part) = &part {
+        channel_sums_finish(x, (part, px), &out, (k, n * s, c, s), dot)?;
     }
     Ok(out)
+}
+
+/// Adds the `chunks` chunks' partial sums in `part` per channel, in chunk order,
+/// into `out`: the mean and biased variance over `m` elements a channel (`dot`
+/// 0; each channel's shift is its element `ch · s` of `x`, at `px`), or the two
+/// sums.
+fn channel_sums_finish(
+    x: &CudaStorage,
+    (part, px): (&CudaStorage, u64),
+    out: &CudaStorage,
+    (chunks, m, c, s): (usize, usize, usize, usize),
+    dot: i32,
+) -> Result<()> {
+    let dev = x.dev();
+    let (pp, po) = (part.ptr(), out.ptr());
+    let (chunks, m, c_, s) = (chunks as i64, m as i64, c as i64, s as i64);
+    launch_kernel(
+        dev,
+        (
+            "reduce",
+            x.dtype(),
+            &format!("channel_sums_finish_{}", suffix(x.dtype())),
+        ),
+        (dev.grid_for(c, THREADS), 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut args![pp, px, po, chunks, m, c_, s, dot],
+    )
 }
 
 /// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean) of
@@ -571,8 +574,8 @@ fn channel_columns_sums(
     let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
     let part = new_out(dev, DType::F64, 2 * chunks * c)?;
     let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
-    let (pg, px, pm, pp, po) = (at(g), base_ptr(x, x_off), at(mean), part.ptr(), out.ptr());
-    let (m_, c_, rows_, chunks_) = (m as i64, c as i64, rows as i64, chunks as i64);
+    let (pg, px, pm, pp) = (at(g), base_ptr(x, x_off), at(mean), part.ptr());
+    let (m_, c_, rows_) = (m as i64, c as i64, rows as i64);
     let dot = g.is_some() as i32;
     let sfx = suffix(x.dtype());
     launch_kernel(
@@ -582,14 +585,7 @@ fn channel_columns_sums(
         ((32, 8, 1), 0),
         &mut args![pg, px, pm, pp, m_, c_, rows_, dot],
     )?;
-    let one = 1i64;
-    launch_kernel(
-        dev,
-        ("reduce", x.dtype(), &format!("channel_cols_finish_{sfx}")),
-        (dev.grid_for(c, THREADS), 1, 1),
-        ((THREADS, 1, 1), 0),
-        &mut args![pp, px, po, chunks_, m_, c_, one, dot],
-    )?;
+    channel_sums_finish(x, (&part, px), &out, (chunks, m, c, 1), dot)?;
     Ok(out)
 }
 
@@ -637,7 +633,8 @@ pub(crate) fn channel_affine(
     debug_assert!(vec * size <= 16);
     let nv = total / vec;
     let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
-    let small = nv < 1 << 31 && vs < 1 << 31 && vc < 1 << 31;
+    // (vs and vc are at most nv)
+    let small = nv < 1 << 31;
     let (d1, d2) = if small {
         (FastDiv::new(vs as u32), FastDiv::new(vc as u32))
     } else {
@@ -647,11 +644,11 @@ pub(crate) fn channel_affine(
     let (sh1, sh2) = (d1.shift as i32, d2.shift as i32);
     let (small_, lanes_, k_, vec_) = (small as i32, lanes as i32, k as i32, vec as i32);
     let name = format!("channel_affine_{}", suffix(p.0.dtype()));
-    launch_grid(
-        p.0,
-        &name,
+    launch_kernel(
+        dev,
+        ("reduce", p.0.dtype(), &name),
         (dev.grid_for(nv, THREADS), 1, 1),
-        THREADS,
+        ((THREADS, 1, 1), 0),
         &mut args![
             pp, pq, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_, k_,
             vec_
