@@ -1130,6 +1130,65 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
     }
 EMBER_FLOAT_TYPES(CHANNEL_OPS)
 
+// Batch normalisation's per-channel coefficients, a thread a channel, in double
+// and rounded once to S: coef's rows a = w * invstd, d = b - mean * a and
+// invstd = 1 / sqrt(var + eps) (a null w is 1, a null b 0). Non-null running
+// statistics rm and rv move towards the batch's: r = (1 - m) * r + m * batch,
+// the variance made unbiased by `unbiased` = n / (n - 1).
+template <typename S>
+__device__ void batch_norm_coefs_impl(const S* mean, const S* var, const S* w, const S* b, S* rm,
+                                      S* rv, S* coef, i64 c, double eps, double m,
+                                      double unbiased) {
+    FOR_EACH(ch, c) {
+        const double mu = (double)mean[ch], v = (double)var[ch];
+        const double invstd = 1.0 / sqrt(v + eps);
+        const double a = w ? (double)w[ch] * invstd : invstd;
+        coef[ch] = (S)a;
+        coef[c + ch] = (S)((b ? (double)b[ch] : 0.0) - mu * a);
+        coef[2 * c + ch] = (S)invstd;
+        if (rm) rm[ch] = (S)((1.0 - m) * (double)rm[ch] + m * mu);
+        if (rv) rv[ch] = (S)((1.0 - m) * (double)rv[ch] + m * (v * unbiased));
+    }
+}
+
+// Batch normalisation's backward coefficients, a thread a channel, in double and
+// rounded once to S: coef's rows k = w * invstd, q and d such that the input's
+// gradient is g * k + x * q + d, from the sums' rows sum_g and sum_gx (sums[ch],
+// sums[c + ch]) over `count` values a channel; with count 0 (running
+// statistics) q = d = 0. gw (when non-null) gets the weight's gradient
+// sum_gx * invstd.
+template <typename S>
+__device__ void batch_norm_grad_coefs_impl(const S* sums, const S* mean, const S* inv, const S* w,
+                                           S* coef, S* gw, i64 c, double count) {
+    FOR_EACH(ch, c) {
+        const double sg = (double)sums[ch], sgx = (double)sums[c + ch], iv = (double)inv[ch];
+        const double k = w ? (double)w[ch] * iv : iv;
+        double q = 0.0, d = 0.0;
+        if (count > 0.0) {
+            // dx = k (g - sum_g / m - (x - mean) invstd^2 sum_gx / m)
+            q = -k * iv * iv * sgx / count;
+            d = -k * sg / count - (double)mean[ch] * q;
+        }
+        coef[ch] = (S)k;
+        coef[c + ch] = (S)q;
+        coef[2 * c + ch] = (S)d;
+        if (gw) gw[ch] = (S)(sgx * iv);
+    }
+}
+
+#define BATCH_NORM_COEFS(S, N)                                                                       \
+    extern "C" __global__ void batch_norm_coefs_##N(const S* mean, const S* var, const S* w,       \
+                                                    const S* b, S* rm, S* rv, S* coef, i64 c,       \
+                                                    double eps, double m, double unbiased) {        \
+        batch_norm_coefs_impl(mean, var, w, b, rm, rv, coef, c, eps, m, unbiased);                   \
+    }                                                                                                \
+    extern "C" __global__ void batch_norm_grad_coefs_##N(const S* sums, const S* mean,             \
+                                                         const S* inv, const S* w, S* coef, S* gw,  \
+                                                         i64 c, double count) {                     \
+        batch_norm_grad_coefs_impl(sums, mean, inv, w, coef, gw, c, count);                          \
+    }
+IF_f32(BATCH_NORM_COEFS(float, f32)) IF_f64(BATCH_NORM_COEFS(double, f64))
+
 // Cumulative sum (S_SUM) or product (S_PROD) along the middle axis of
 // (outer, n, inner) contiguous elements: one thread per line. float32 accumulates
 // in double, as the CPU does (PyTorch's CPU kernels accumulate it so); int64 wraps.

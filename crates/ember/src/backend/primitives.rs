@@ -7,8 +7,8 @@
 //! [`Storage`]: super::Storage
 
 use super::op::{
-    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine,
-    NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp,
+    ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::dtype::CpuData;
 use crate::layout::Layout;
@@ -182,6 +182,29 @@ pub(crate) trait BackendStorage: Sized {
         q: Option<(&Self, &Layout)>,
         coefs: (&Self, &Layout),
     ) -> Result<Self>;
+    /// Batch normalisation's per-channel coefficients from its statistics and
+    /// parameters `p`, computed in float64 and rounded once: `[3, c]` in the
+    /// statistics dtype, the rows `a = weight / sqrt(var + eps)`, `d = bias - mean · a`
+    /// (so that the output is `x · a + d`, [`channel_affine`](Self::channel_affine)'s
+    /// `[2, c]`) and the inverse standard deviation `1 / sqrt(var + eps)`. The
+    /// running statistics in `running` move towards `p`'s mean and variance in the
+    /// same launch.
+    fn batch_norm_coefs(
+        p: BnParams<'_, Self>,
+        running: BnRunning<'_, Self>,
+        eps: f64,
+    ) -> Result<Self>;
+    /// Batch normalisation's per-channel backward coefficients, computed in
+    /// float64 and rounded once: `[3, c]` in the statistics dtype, the rows
+    /// `k = weight · invstd`, `b` and `d` such that the input's gradient is
+    /// `g · k + x · b + d` ([`channel_affine`](Self::channel_affine)'s `[3, c]`
+    /// with `q = x`); with running statistics (`count` absent) `b` and `d` are 0,
+    /// so that the first two rows are the map `g · k + 0`. With `weight_grad`,
+    /// also the weight's gradient `Σ g · (x - mean) · invstd` (`[c]`).
+    fn batch_norm_grad_coefs(
+        p: BnGradIn<'_, Self>,
+        weight_grad: bool,
+    ) -> Result<(Self, Option<Self>)>;
     /// Cumulative sum or product along `dim` of the contiguous view `l`, in its
     /// dtype (int64 or a float dtype: the tensor layer converts the others);
     /// float32 and float64 accumulate in float64, f16 and bf16 in float32, as

@@ -10,8 +10,8 @@ use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
     attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp,
-    SgdStep, UnaryOp,
+    BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
+    ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -676,6 +676,40 @@ impl Storage {
             let p: &S = on.one(self)?;
             let coefs = on.view(coefs)?;
             Ok(p.channel_affine(l, on.opt(q)?, coefs)?.wrap())
+        })
+    }
+
+    /// See [`BackendStorage::batch_norm_coefs`].
+    pub(crate) fn batch_norm_coefs(
+        p: BnParams<'_, Storage>,
+        running: BnRunning<'_, Storage>,
+        eps: f64,
+    ) -> Result<Storage> {
+        let first = p.mean.0;
+        let _rec = record!(first, Name::Static("batch_norm_coefs"), p.mean.1.shape());
+        let on = Operands::of("batch_norm", first);
+        on_device!(first, S => {
+            let p = p.try_map(|s| on.one(s))?;
+            let running = running.try_map(|s| on.one_mut(s))?;
+            Ok(S::batch_norm_coefs(p, running, eps)?.wrap())
+        })
+    }
+
+    /// See [`BackendStorage::batch_norm_grad_coefs`].
+    pub(crate) fn batch_norm_grad_coefs(
+        p: BnGradIn<'_, Storage>,
+        weight_grad: bool,
+    ) -> Result<(Storage, Option<Storage>)> {
+        let first = p.sums.0;
+        let _rec = record!(
+            first,
+            Name::Static("batch_norm_grad_coefs"),
+            p.mean.1.shape()
+        );
+        let on = Operands::of("batch_norm", first);
+        on_device!(first, S => {
+            let (coefs, gw) = S::batch_norm_grad_coefs(p.try_map(|s| on.one(s))?, weight_grad)?;
+            Ok((coefs.wrap(), gw.map(Variant::wrap)))
         })
     }
 

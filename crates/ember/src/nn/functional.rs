@@ -276,53 +276,14 @@ pub fn batch_norm(
             ),
         ));
     }
-    let (y, mean, var) = x.batch_norm_op(weight, bias, stats, opts.eps)?;
-    if opts.training && x.numel() > 0 {
-        update_running_stats(
-            (opts.running_mean, opts.running_var),
-            (&mean, &var),
-            n,
-            Momentum::Fixed(opts.momentum),
-        )?;
-    }
+    // (an empty batch keeps the running statistics as they are)
+    let update = opts.training.then_some(crate::tensor::RunningUpdate {
+        mean: opts.running_mean,
+        var: opts.running_var,
+        momentum: opts.momentum,
+    });
+    let (y, _, _) = x.batch_norm_op(weight, bias, (stats, update), opts.eps)?;
     Ok(y)
-}
-
-/// How far running statistics move towards a batch's: a fixed factor, or a
-/// cumulative average's `1 / batches` as a float64 scalar tensor (computed on the
-/// device rather than read back).
-pub(crate) enum Momentum<'a> {
-    Fixed(f64),
-    Cumulative(&'a Tensor),
-}
-
-/// In place, `running = (1 - m) · running + m · batch` for the mean and, with the
-/// batch's biased variance over `n` values made unbiased (`n / (n - 1)`), for the
-/// variance; the batch's statistics are first rounded to the running ones' dtype.
-pub(crate) fn update_running_stats(
-    (running_mean, running_var): (Option<&Tensor>, Option<&Tensor>),
-    (mean, var): (&Tensor, &Tensor),
-    n: usize,
-    m: Momentum,
-) -> Result<()> {
-    let unbiased = n as f64 / (n - 1) as f64;
-    crate::autograd::no_grad(|| -> Result<()> {
-        for (running, batch, scale) in [(running_mean, mean, 1.0), (running_var, var, unbiased)] {
-            let Some(r) = running else { continue };
-            let b = batch.to_dtype(r.dtype())?;
-            match m {
-                Momentum::Fixed(m) => {
-                    r.mul_(1.0 - m)?;
-                    r.add_(&b.mul(m * scale)?)?;
-                }
-                Momentum::Cumulative(m) => {
-                    r.mul_(&m.neg()?.add(1.0)?.to_dtype(r.dtype())?)?;
-                    r.add_(&b.mul(&m.mul(scale)?.to_dtype(r.dtype())?)?)?;
-                }
-            }
-        }
-        Ok(())
-    })
 }
 
 /// The error of a norm's weight or bias `params` in another dtype than the

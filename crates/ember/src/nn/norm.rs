@@ -1,8 +1,8 @@
 //! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
-use super::functional::{update_running_stats, Momentum};
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::tensor::BatchStats;
+use crate::tensor::{update_running_stats, Momentum, RunningUpdate};
 use crate::{
     device::Device,
     dtype::DType,
@@ -171,28 +171,37 @@ impl<const D: usize> Module for BatchNorm<D> {
                 ),
             ));
         }
-        let (y, mean, var) =
-            x.batch_norm_op(self.weight.as_ref(), self.bias.as_ref(), stats, self.eps)?;
-        if self.training {
-            if let (Some(rm), Some(rv), Some(nb)) = (
-                &self.running_mean,
-                &self.running_var,
-                &self.num_batches_tracked,
-            ) {
-                crate::autograd::no_grad(|| nb.add_(1i64))?;
-                if n == 0 {
-                    return Ok(y);
-                }
+        let running = match (
+            &self.running_mean,
+            &self.running_var,
+            &self.num_batches_tracked,
+        ) {
+            (Some(rm), Some(rv), Some(_)) if self.training => Some((rm, rv)),
+            _ => None,
+        };
+        // a fixed momentum moves the running statistics in the op's coefficient
+        // step; a cumulative average's 1 / batches after it
+        let update = match (running, self.momentum) {
+            (Some((rm, rv)), Some(m)) => Some(RunningUpdate {
+                mean: Some(rm),
+                var: Some(rv),
+                momentum: m,
+            }),
+            _ => None,
+        };
+        let (y, mean, var) = x.batch_norm_op(
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            (stats, update),
+            self.eps,
+        )?;
+        if let (Some((rm, rv)), Some(nb)) = (running, &self.num_batches_tracked) {
+            crate::autograd::no_grad(|| nb.add_(1i64))?;
+            if n > 0 && self.momentum.is_none() {
                 // a cumulative average's m = 1 / batches in f64, rounded once as
                 // a fixed momentum is
-                let batches;
-                let m = match self.momentum {
-                    Some(m) => Momentum::Fixed(m),
-                    None => {
-                        batches = crate::autograd::no_grad(|| nb.to_dtype(DType::F64)?.recip())?;
-                        Momentum::Cumulative(&batches)
-                    }
-                };
+                let batches = crate::autograd::no_grad(|| nb.to_dtype(DType::F64)?.recip())?;
+                let m = Momentum::Cumulative(&batches);
                 update_running_stats((Some(rm), Some(rv)), (&mean, &var), n, m)?;
             }
         }

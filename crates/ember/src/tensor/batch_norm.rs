@@ -5,7 +5,9 @@
 //! input and the statistics, as PyTorch's `native_batch_norm` does.
 
 use super::Storages;
-use crate::backend::op::{channel_shape, stat_dtype};
+use crate::backend::op::{channel_shape, stat_dtype, BnGradIn, BnParams, BnRunning};
+use crate::backend::Storage;
+use crate::dtype::DType;
 use crate::layout::MemoryFormat;
 use crate::{
     error::{Error, Result},
@@ -28,12 +30,15 @@ impl Tensor {
     /// PyTorch's for a half-precision input with float32 parameters) and the
     /// statistics used, `[C]` each in the statistics dtype (float64 for float64
     /// inputs, else float32): the mean and the biased variance (NaN for an empty
-    /// input, whose running statistics stay as they are).
+    /// input, whose running statistics stay as they are). With the batch's
+    /// statistics, `update`'s running statistics move towards them (in the
+    /// coefficients' launch where they are contiguous arrays of the statistics
+    /// dtype on the input's device, else by tensor ops).
     pub(crate) fn batch_norm_op(
         &self,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
-        stats: BatchStats,
+        (stats, update): (BatchStats, Option<RunningUpdate>),
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let op = "batch_norm";
@@ -90,6 +95,14 @@ impl Tensor {
             return Ok((y, nan.clone(), nan));
         }
         let batch = matches!(stats, BatchStats::Batch);
+        // the running statistics move in the coefficients' launch where they can
+        // be written there (else by tensor ops after it)
+        let update = update.filter(|_| batch);
+        let unbiased = {
+            let m = (n * s) as f64;
+            m / (m - 1.0)
+        };
+        let fused = update.filter(|u| self.running_fuses(u, sd, &[weight, bias]));
         let format = self.suggest_memory_format();
         // a dense channels-last input is normalised as it lies: `[n, h, w, c]` in
         // memory is `[n·h·w, c, 1]` to the per-channel primitives, and the results
@@ -105,24 +118,28 @@ impl Tensor {
                     let st = x.map_storage(&[2, c], |s, l| s.channel_stats(l))?;
                     (st.select(0, 0)?, st.select(0, 1)?)
                 }
-                BatchStats::Running { mean, var } => (mean.to_dtype(sd)?, var.to_dtype(sd)?),
+                BatchStats::Running { mean, var } => (
+                    mean.to_dtype(sd)?.contiguous()?,
+                    var.to_dtype(sd)?.contiguous()?,
+                ),
             };
-            let invstd = var.add(eps)?.rsqrt()?;
-            let w = weight.map(|w| w.to_dtype(sd)).transpose()?;
-            let a = match &w {
-                Some(w) => invstd.mul(w)?,
-                None => invstd.clone(),
-            };
-            let shift = mean.mul(&a)?.neg()?;
-            let d = match bias {
-                Some(b) => shift.add(&b.to_dtype(sd)?)?,
-                None => shift,
-            };
+            let param = |p: Option<&Tensor>| p.map(|p| p.to_dtype(sd)?.contiguous()).transpose();
+            let (w, b) = (param(weight)?, param(bias)?);
+            let running = fused.map(|u| (u, unbiased));
+            let coefs = coefs((&mean, &var), (w.as_ref(), b.as_ref()), running, eps)?;
             // the output (and the input's gradient) in the input's memory format
-            let y = x.channel_affine(None, &Tensor::stack(&[&a, &d], 0)?, (&shape, cl))?;
+            let y = x.channel_affine(None, &coefs.narrow(0, 0, 2)?, (&shape, cl))?;
             let y = y.laid_out(format)?;
-            Ok((y, mean, var, invstd, w))
+            Ok((y, mean, var, coefs.select(0, 2)?, w))
         })?;
+        if let Some(u) = update.filter(|_| fused.is_none()) {
+            update_running_stats(
+                (u.mean, u.var),
+                (&mean, &var),
+                n * s,
+                Momentum::Fixed(u.momentum),
+            )?;
+        }
         let (has_w, has_b) = (weight.is_some(), bias.is_some());
         let mut inputs: Vec<&Tensor> = vec![self];
         inputs.extend(weight);
@@ -138,21 +155,13 @@ impl Tensor {
                     false => g.contiguous()?,
                 };
                 let sums = Tensor::channel_sums(&g, &x, &m)?;
-                let (sum_g, sum_gx) = (sums.select(0, 0)?, sums.select(0, 1)?);
-                let k = match &w {
-                    Some(w) => iv.mul(w)?,
-                    None => iv.clone(),
-                };
+                let count = batch.then_some((n * s) as f64);
+                let weight_grad = has_w && inp.needs(1);
+                let (coefs, gw) = grad_coefs(&sums, (&m, &iv, w.as_ref()), count, weight_grad)?;
                 let gx = if inp.needs(0) {
-                    let coefs = if batch {
-                        // dx = k (g - Σg/m - (x - mean) invstd² Σg(x - mean)/m)
-                        let m_ = (n * s) as f64;
-                        let bq = k.mul(&iv.square()?)?.mul(&sum_gx)?.div(-m_)?;
-                        let d = k.mul(&sum_g)?.div(-m_)?.sub(&m.mul(&bq)?)?;
-                        Tensor::stack(&[&k, &bq, &d], 0)?
-                    } else {
-                        Tensor::stack(&[&k, &k.zeros_like()?], 0)?
-                    };
+                    // (k, b, d) of `g · k + x · b + d`, or with running statistics
+                    // (k, 0) of `g · k + 0`
+                    let coefs = coefs.narrow(0, 0, if batch { 3 } else { 2 })?;
                     let q = batch.then_some(&x);
                     let gx = g.channel_affine(q, &coefs, (&shape, cl))?;
                     Some(gx.laid_out(format)?)
@@ -161,17 +170,13 @@ impl Tensor {
                 };
                 let mut grads = vec![gx];
                 if has_w {
-                    grads.push(
-                        inp.needs(1)
-                            .then(|| sum_gx.mul(&iv)?.to_dtype(inp.dtype(1)))
-                            .transpose()?,
-                    );
+                    grads.push(gw.map(|gw| gw.to_dtype(inp.dtype(1))).transpose()?);
                 }
                 if has_b {
                     let i = 1 + has_w as usize;
                     grads.push(
                         inp.needs(i)
-                            .then(|| sum_g.to_dtype(inp.dtype(i)))
+                            .then(|| sums.select(0, 0)?.to_dtype(inp.dtype(i)))
                             .transpose()?,
                     );
                 }
@@ -214,6 +219,148 @@ impl Tensor {
         )?;
         Ok(Tensor::from_storage(out, &[2, c]))
     }
+}
+
+/// Running statistics that a training batch normalisation moves towards the
+/// batch's with a fixed momentum: `running = (1 - momentum) · running + momentum
+/// · batch`, the batch's variance made unbiased.
+#[derive(Clone, Copy)]
+pub(crate) struct RunningUpdate<'a> {
+    pub mean: Option<&'a Tensor>,
+    pub var: Option<&'a Tensor>,
+    pub momentum: f64,
+}
+
+impl Tensor {
+    /// Whether `u`'s running statistics can be written by the coefficients'
+    /// launch for this input: each a contiguous `[C]` array of the statistics
+    /// dtype `sd` on this device, in a storage of its own (not this input's, not
+    /// one of `params`', not the other statistic's).
+    fn running_fuses(&self, u: &RunningUpdate, sd: DType, params: &[Option<&Tensor>]) -> bool {
+        let c = self.shape()[1];
+        let ok = |r: &Tensor| {
+            r.dtype() == sd
+                && r.shape() == [c]
+                && r.is_contiguous()
+                && r.device() == self.device()
+                && !r.same_storage(self)
+                && params.iter().flatten().all(|p| !r.same_storage(p))
+        };
+        let apart = match (u.mean, u.var) {
+            (Some(m), Some(v)) => !m.same_storage(v),
+            _ => true,
+        };
+        apart && u.mean.is_none_or(ok) && u.var.is_none_or(ok)
+    }
+}
+
+/// [`BackendStorage::batch_norm_coefs`](crate::backend::primitives) of `[C]`
+/// contiguous statistics and parameters in the statistics dtype: `[3, C]` (`a`,
+/// `d`, the inverse standard deviation), with `running`'s statistics (checked by
+/// [`Tensor::running_fuses`]) moved in the same launch, `unbiased` times the
+/// batch's variance.
+fn coefs(
+    (mean, var): (&Tensor, &Tensor),
+    (w, b): (Option<&Tensor>, Option<&Tensor>),
+    running: Option<(RunningUpdate, f64)>,
+    eps: f64,
+) -> Result<Tensor> {
+    let c = mean.numel();
+    let mut ts = vec![mean, var];
+    ts.extend(w);
+    ts.extend(b);
+    let st = Storages::read(&ts);
+    let view = |i: usize| (st.get(i), ts[i].layout());
+    let p = BnParams {
+        mean: view(0),
+        var: view(1),
+        weight: w.map(|_| view(2)),
+        bias: b.map(|_| view(ts.len() - 1)),
+    };
+    let (u, unbiased) = match running {
+        Some((u, unbiased)) => (Some(u), unbiased),
+        None => (None, 1.0),
+    };
+    let (rm, rv) = (u.and_then(|u| u.mean), u.and_then(|u| u.var));
+    let (mut gm, mut gv) = (rm.map(|r| r.write()), rv.map(|r| r.write()));
+    let at = |r: Option<&Tensor>| r.map_or(0, |r| r.layout().offset());
+    let (om, ov) = (at(rm), at(rv));
+    let running = BnRunning {
+        mean: gm.as_deref_mut().map(|g| (g, om)),
+        var: gv.as_deref_mut().map(|g| (g, ov)),
+        momentum: u.map_or(0.0, |u| u.momentum),
+        unbiased,
+    };
+    let out = Storage::batch_norm_coefs(p, running, eps)?;
+    Ok(Tensor::from_storage(out, &[3, c]))
+}
+
+/// [`BackendStorage::batch_norm_grad_coefs`](crate::backend::primitives) of the
+/// `[2, C]` sums and the forward's mean, inverse standard deviation and weight
+/// (contiguous, in the statistics dtype): `[3, C]` (`k`, `b`, `d`) and, with
+/// `weight_grad`, the weight's gradient `[C]`. `count` is the values a channel
+/// where the forward used the batch's statistics.
+fn grad_coefs(
+    sums: &Tensor,
+    (mean, invstd, w): (&Tensor, &Tensor, Option<&Tensor>),
+    count: Option<f64>,
+    weight_grad: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let c = mean.numel();
+    let mut ts = vec![sums, mean, invstd];
+    ts.extend(w);
+    let st = Storages::read(&ts);
+    let view = |i: usize| (st.get(i), ts[i].layout());
+    let p = BnGradIn {
+        sums: view(0),
+        mean: view(1),
+        invstd: view(2),
+        weight: w.map(|_| view(3)),
+        count,
+    };
+    let (coefs, gw) = Storage::batch_norm_grad_coefs(p, weight_grad && w.is_some())?;
+    Ok((
+        Tensor::from_storage(coefs, &[3, c]),
+        gw.map(|gw| Tensor::from_storage(gw, &[c])),
+    ))
+}
+
+/// How far running statistics move towards a batch's: a fixed factor, or a
+/// cumulative average's `1 / batches` as a float64 scalar tensor (computed on the
+/// device rather than read back).
+pub(crate) enum Momentum<'a> {
+    Fixed(f64),
+    Cumulative(&'a Tensor),
+}
+
+/// In place, `running = (1 - m) · running + m · batch` for the mean and, with the
+/// batch's biased variance over `n` values made unbiased (`n / (n - 1)`), for the
+/// variance, by tensor ops; the batch's statistics are first rounded to the
+/// running ones' dtype.
+pub(crate) fn update_running_stats(
+    (running_mean, running_var): (Option<&Tensor>, Option<&Tensor>),
+    (mean, var): (&Tensor, &Tensor),
+    n: usize,
+    m: Momentum,
+) -> Result<()> {
+    let unbiased = n as f64 / (n - 1) as f64;
+    crate::autograd::no_grad(|| -> Result<()> {
+        for (running, batch, scale) in [(running_mean, mean, 1.0), (running_var, var, unbiased)] {
+            let Some(r) = running else { continue };
+            let b = batch.to_dtype(r.dtype())?;
+            match m {
+                Momentum::Fixed(m) => {
+                    r.mul_(1.0 - m)?;
+                    r.add_(&b.mul(m * scale)?)?;
+                }
+                Momentum::Cumulative(m) => {
+                    r.mul_(&m.neg()?.add(1.0)?.to_dtype(r.dtype())?)?;
+                    r.add_(&b.mul(&m.mul(scale)?.to_dtype(r.dtype())?)?)?;
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// `t` as the per-channel primitives read it: row-major (copied if need be), or

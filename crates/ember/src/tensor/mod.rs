@@ -38,7 +38,7 @@ mod sort;
 mod views;
 
 pub use crate::backend::{manual_seed, with_global_rng};
-pub(crate) use batch_norm::BatchStats;
+pub(crate) use batch_norm::{update_running_stats, BatchStats, Momentum, RunningUpdate};
 pub use conv::Conv2dOptions;
 pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};

@@ -1606,6 +1606,75 @@ fn batch_norm_of_an_empty_batch_is_pytorchs(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Training batch norm moves the running statistics as PyTorch does (`0.9 ·
+/// running + 0.1 · batch`, the variance unbiased) wherever they lie: float32
+/// arrays of their own (moved in the coefficients' launch), the two rows of one
+/// tensor, float64 arrays for a float32 input, strided views (moved by tensor ops).
+fn batch_norm_running_statistics_move_wherever_they_lie(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{batch_norm, BatchNormOptions};
+    let _g = super::rng_lock();
+    ember::manual_seed(5);
+    let x = Tensor::randn([4, 3, 2, 2], dev)?.mul(2.0)?.add(0.5)?;
+    // the batch's mean and unbiased variance per channel, on the host
+    let v = x.permute([1, 0, 2, 3])?.contiguous()?.to_vec::<f32>()?;
+    let (r0m, r0v) = ([0.5f64, -1.0, 2.0], [1.5f64, 0.25, 4.0]);
+    let mut want = Vec::new();
+    for (ch, vals) in v.chunks(16).enumerate() {
+        let mean = vals.iter().map(|&a| a as f64).sum::<f64>() / 16.0;
+        let var = vals.iter().map(|&a| (a as f64 - mean).powi(2)).sum::<f64>() / 15.0;
+        want.push((0.9 * r0m[ch] + 0.1 * mean, 0.9 * r0v[ch] + 0.1 * var));
+    }
+    let start = |dt: DType| -> Result<(Tensor, Tensor)> {
+        Ok((
+            Tensor::new(&r0m, dev)?.to_dtype(dt)?,
+            Tensor::new(&r0v, dev)?.to_dtype(dt)?,
+        ))
+    };
+    let (fm, fv) = start(DType::F32)?;
+    let (dm, dv) = start(DType::F64)?;
+    let rows = Tensor::stack(&[&fm, &fv], 0)?;
+    let (rows_m, rows_v) = (rows.select(0, 0)?, rows.select(0, 1)?);
+    let strided = Tensor::zeros([3, 2], DType::F32, dev)?;
+    let (sm, sv) = (strided.select(1, 0)?, strided.select(1, 1)?);
+    sm.copy_(&fm)?;
+    sv.copy_(&fv)?;
+    let w = Tensor::new(&[1.0f32, 2.0, 0.5], dev)?;
+    let mut ys = Vec::new();
+    for (what, m, var) in [
+        ("own arrays", &fm, &fv),
+        ("rows of one tensor", &rows_m, &rows_v),
+        ("float64", &dm, &dv),
+        ("strided views", &sm, &sv),
+    ] {
+        let opts = BatchNormOptions {
+            running_mean: Some(m),
+            running_var: Some(var),
+            training: true,
+            ..Default::default()
+        };
+        ys.push(batch_norm(&x, Some(&w), None, opts)?);
+        let f64s = |t: &Tensor| t.to_dtype(DType::F64)?.to_vec::<f64>();
+        let (gm, gv) = (f64s(m)?, f64s(var)?);
+        for ch in 0..3 {
+            let (em, ev) = want[ch];
+            assert!(
+                (gm[ch] - em).abs() < 1e-5,
+                "{what}: mean {ch}: {} against {em}",
+                gm[ch]
+            );
+            assert!(
+                (gv[ch] - ev).abs() < 1e-5,
+                "{what}: variance {ch}: {} against {ev}",
+                gv[ch]
+            );
+        }
+    }
+    for y in &ys[1..] {
+        assert_eq!(y.to_vec::<f32>()?, ys[0].to_vec::<f32>()?);
+    }
+    Ok(())
+}
+
 /// `nn.GroupNorm`: PyTorch's parameters (ones, zeros, named weight and bias), no
 /// parameters without `affine`, the functional's result, its refusal of
 /// channels that groups do not divide; and `index_add_` in place, recorded.
@@ -1650,6 +1719,7 @@ device_test!(
     group_norm_module_and_index_add_inplace,
     batch_norm_keeps_a_half_input_dtype,
     batch_norm_of_an_empty_batch_is_pytorchs,
+    batch_norm_running_statistics_move_wherever_they_lie,
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,

@@ -14,6 +14,13 @@ use rayon::prelude::*;
 
 type Range = std::ops::Range<usize>;
 
+/// A contiguous view's values: the storage's array and the view's range of it.
+type Values<'a> = (&'a CpuData, Range);
+
+/// A running statistic updated in place: its array and the element offset of
+/// its `[c]` values.
+type RunningArray<'a> = Option<(&'a mut CpuData, usize)>;
+
 /// `f(ch)` for every channel, in parallel when the work is large.
 fn per_channel(
     c: usize,
@@ -35,10 +42,7 @@ fn pairs(v: Vec<(f64, f64)>, dtype: DType) -> Result<CpuData> {
         out[ch] = a;
         out[c + ch] = b;
     }
-    Ok(match dtype {
-        DType::F64 => CpuData::F64(out),
-        _ => CpuData::F32(out.into_iter().map(|x| x as f32).collect()),
-    })
+    Ok(stat_values(out, dtype))
 }
 
 /// `d`'s values when they are of `_like`'s element type.
@@ -256,4 +260,117 @@ pub(crate) fn affine(
         };
         go(&pv[p.1], qv, &coefs, (c, s))
     }, other => Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")))
+}
+
+/// `v` in `dtype` (the statistics dtype: float32 or float64), rounded once.
+fn stat_values(v: Vec<f64>, dtype: DType) -> CpuData {
+    match dtype {
+        DType::F64 => CpuData::F64(v),
+        _ => CpuData::F32(v.into_iter().map(|x| x as f32).collect()),
+    }
+}
+
+/// A per-channel operand: `[c]` values as f64, or `missing` for each channel
+/// where it is absent.
+fn channel_values(v: Option<Values>, c: usize, missing: f64) -> Result<Vec<f64>> {
+    match v {
+        Some((d, r)) => floats(d, r, "batch_norm"),
+        None => Ok(vec![missing; c]),
+    }
+}
+
+/// `running[at..at + new.len()] = (1 - m) · running + m · new`, in f64 and rounded
+/// once to the running array's float dtype.
+fn move_towards(running: &mut CpuData, at: usize, new: &[f64], m: f64) -> Result<()> {
+    fn go<T: FloatDType>(r: &mut [T], new: &[f64], m: f64) {
+        for (r, &x) in r.iter_mut().zip(new) {
+            *r = T::from_f64((1.0 - m) * r.to_f64() + m * x);
+        }
+    }
+    let n = new.len();
+    match running {
+        CpuData::F32(r) => go(&mut r[at..at + n], new, m),
+        CpuData::F64(r) => go(&mut r[at..at + n], new, m),
+        other => {
+            return Err(Error::dtype(
+                "batch_norm",
+                other.dtype(),
+                "running statistics updated with the coefficients must be in the statistics dtype",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Batch normalisation's forward coefficients (`BackendStorage::batch_norm_coefs`):
+/// `[3, c]` rows `a`, `d` and the inverse standard deviation in `dtype`, and the
+/// running statistics moved towards `mean` and `var` (`unbiased` times it), each
+/// `(array, offset)` where given.
+pub(crate) fn coefs(
+    (mean, var): (Values, Values),
+    (weight, bias): (Option<Values>, Option<Values>),
+    running: (RunningArray, RunningArray),
+    (eps, momentum, unbiased): (f64, f64, f64),
+    dtype: DType,
+) -> Result<CpuData> {
+    let c = mean.1.len();
+    let (mean, var) = (
+        floats(mean.0, mean.1, "batch_norm")?,
+        floats(var.0, var.1, "batch_norm")?,
+    );
+    let (w, b) = (
+        channel_values(weight, c, 1.0)?,
+        channel_values(bias, c, 0.0)?,
+    );
+    let mut out = vec![0f64; 3 * c];
+    for ch in 0..c {
+        let invstd = 1.0 / (var[ch] + eps).sqrt();
+        let a = w[ch] * invstd;
+        out[ch] = a;
+        out[c + ch] = b[ch] - mean[ch] * a;
+        out[2 * c + ch] = invstd;
+    }
+    if let Some((r, at)) = running.0 {
+        move_towards(r, at, &mean, momentum)?;
+    }
+    if let Some((r, at)) = running.1 {
+        let var: Vec<f64> = var.iter().map(|v| v * unbiased).collect();
+        move_towards(r, at, &var, momentum)?;
+    }
+    Ok(stat_values(out, dtype))
+}
+
+/// Batch normalisation's backward coefficients
+/// (`BackendStorage::batch_norm_grad_coefs`): `[3, c]` rows `k`, `b`, `d` in
+/// `dtype`, and with `weight_grad` the weight's gradient `[c]`.
+pub(crate) fn grad_coefs(
+    (sums, mean, invstd): (Values, Values, Values),
+    weight: Option<Values>,
+    (count, weight_grad): (Option<f64>, bool),
+    dtype: DType,
+) -> Result<(CpuData, Option<CpuData>)> {
+    let c = mean.1.len();
+    let sums = floats(sums.0, sums.1, "batch_norm")?;
+    let (mean, iv) = (
+        floats(mean.0, mean.1, "batch_norm")?,
+        floats(invstd.0, invstd.1, "batch_norm")?,
+    );
+    let w = channel_values(weight, c, 1.0)?;
+    let (sum_g, sum_gx) = sums.split_at(c);
+    let mut out = vec![0f64; 3 * c];
+    for ch in 0..c {
+        let k = w[ch] * iv[ch];
+        out[ch] = k;
+        if let Some(m) = count {
+            // dx = k (g - Σg/m - (x - mean) invstd² Σg(x - mean)/m)
+            let b = -k * iv[ch] * iv[ch] * sum_gx[ch] / m;
+            out[c + ch] = b;
+            out[2 * c + ch] = -k * sum_g[ch] / m - mean[ch] * b;
+        }
+    }
+    let gw = weight_grad.then(|| {
+        let gw = sum_gx.iter().zip(&iv).map(|(s, iv)| s * iv).collect();
+        stat_values(gw, dtype)
+    });
+    Ok((stat_values(out, dtype), gw))
 }

@@ -4,8 +4,8 @@ use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, r
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
     channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnOperands, AttnSaved,
-    AttnShape, BinaryOp, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp,
-    RowNorm, Scalar, ScanOp, UnaryOp,
+    AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved,
+    Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -311,6 +311,41 @@ impl BackendStorage for CpuStorage {
         .map(CpuStorage::new)
     }
 
+    fn batch_norm_coefs(
+        p: BnParams<'_, Self>,
+        running: BnRunning<'_, Self>,
+        eps: f64,
+    ) -> Result<Self> {
+        let at = data_range;
+        let dtype = p.mean.0.dtype();
+        channel::coefs(
+            (at(p.mean), at(p.var)),
+            (p.weight.map(at), p.bias.map(at)),
+            (
+                running.mean.map(|(s, o)| (&mut s.data, o)),
+                running.var.map(|(s, o)| (&mut s.data, o)),
+            ),
+            (eps, running.momentum, running.unbiased),
+            dtype,
+        )
+        .map(CpuStorage::new)
+    }
+
+    fn batch_norm_grad_coefs(
+        p: BnGradIn<'_, Self>,
+        weight_grad: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        let at = data_range;
+        let dtype = p.mean.0.dtype();
+        let (coefs, gw) = channel::grad_coefs(
+            (at(p.sums), at(p.mean), at(p.invstd)),
+            p.weight.map(at),
+            (p.count, weight_grad),
+            dtype,
+        )?;
+        Ok((CpuStorage::new(coefs), gw.map(CpuStorage::new)))
+    }
+
     fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)> {
         let (o, l) = attention::attention(x.try_map(|s| Ok(&s.data))?, shape)?;
         Ok((CpuStorage::new(o), CpuStorage::new(l)))
@@ -598,6 +633,11 @@ impl BackendStorage for CpuStorage {
             h,
         )
     }
+}
+
+/// A view's values and the range of them it covers (a contiguous view).
+fn data_range<'a>((s, l): (&'a CpuStorage, &Layout)) -> (&'a CpuData, std::ops::Range<usize>) {
+    (&s.data, range_of(l))
 }
 
 impl CpuStorage {

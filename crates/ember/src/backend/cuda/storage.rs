@@ -4,8 +4,8 @@ use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
     channel_shape, row_split, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp,
-    SgdStep, UnaryOp,
+    BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
+    ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -486,6 +486,21 @@ impl BackendStorage for CudaStorage {
             coefs.1.numel() / channel_shape(l.shape()).1.max(1),
             channel_shape(l.shape()),
         )
+    }
+
+    fn batch_norm_coefs(
+        p: BnParams<'_, Self>,
+        running: BnRunning<'_, Self>,
+        eps: f64,
+    ) -> Result<Self> {
+        ops::batch_norm_coefs(p, running, eps)
+    }
+
+    fn batch_norm_grad_coefs(
+        p: BnGradIn<'_, Self>,
+        weight_grad: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        ops::batch_norm_grad_coefs(p, weight_grad)
     }
 
     fn matmul(

@@ -11,9 +11,9 @@ pub mod account;
 
 use crate::backend::op::{
     channel_chunks, channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split,
-    stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, CmpOp, ConvShape,
-    NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar,
-    ScanOp, UnaryOp,
+    stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams,
+    BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp,
+    ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -336,6 +336,24 @@ impl BackendStorage for MetaStorage {
         _coefs: (&Self, &Layout),
     ) -> Result<Self> {
         self.like(l.numel())
+    }
+
+    fn batch_norm_coefs(
+        p: BnParams<'_, Self>,
+        _running: BnRunning<'_, Self>,
+        _eps: f64,
+    ) -> Result<Self> {
+        p.mean.0.like(3 * p.mean.1.numel())
+    }
+
+    fn batch_norm_grad_coefs(
+        p: BnGradIn<'_, Self>,
+        weight_grad: bool,
+    ) -> Result<(Self, Option<Self>)> {
+        let c = p.mean.1.numel();
+        let coefs = p.mean.0.like(3 * c)?;
+        let gw = weight_grad.then(|| p.mean.0.like(c)).transpose()?;
+        Ok((coefs, gw))
     }
 
     fn cumulative(&self, l: &Layout, _dim: usize, _op: ScanOp) -> Result<Self> {

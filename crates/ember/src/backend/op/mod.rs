@@ -52,7 +52,9 @@ pub(crate) use attention::{
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
 pub(crate) use index::wrap_indices;
-pub(crate) use norm::{norm_affine_chunks, NormAffine, NormSaved, RowNorm};
+pub(crate) use norm::{
+    norm_affine_chunks, BnGradIn, BnParams, BnRunning, NormAffine, NormSaved, RowNorm,
+};
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
 pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ReduceRoute, ScanOp};
 

@@ -1,5 +1,6 @@
-//! Row normalisation's vocabulary: the affine part a fused layer norm applies,
-//! and how its weight and bias gradients are summed.
+//! Normalisation's vocabulary: the affine part a fused layer norm applies, how
+//! its weight and bias gradients are summed, and batch normalisation's
+//! per-channel coefficient steps.
 
 use super::{map_view, View};
 use crate::error::Result;
@@ -57,7 +58,97 @@ macro_rules! views_copy {
         impl<S> Copy for $t<'_, S> {}
     )*};
 }
-views_copy!(NormSaved, NormAffine);
+views_copy!(NormSaved, NormAffine, BnParams, BnGradIn);
+
+/// What batch normalisation's per-channel coefficients are made of (see
+/// [`batch_norm_coefs`](crate::backend::primitives::BackendStorage::batch_norm_coefs)):
+/// the statistics it normalises with (mean and biased variance: the batch's or
+/// the running ones), the weight and the bias (absent: 1 and 0), each a
+/// contiguous `[c]` view in the statistics dtype.
+pub(crate) struct BnParams<'a, S> {
+    pub mean: View<'a, S>,
+    pub var: View<'a, S>,
+    pub weight: Option<View<'a, S>>,
+    pub bias: Option<View<'a, S>>,
+}
+
+impl<'a, S> BnParams<'a, S> {
+    /// The same views of `f`'s storages; the first error of `f` (an operand on
+    /// another device) is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<BnParams<'a, T>> {
+        Ok(BnParams {
+            mean: (f(self.mean.0)?, self.mean.1),
+            var: (f(self.var.0)?, self.var.1),
+            weight: map_view(self.weight, &mut f)?,
+            bias: map_view(self.bias, &mut f)?,
+        })
+    }
+}
+
+/// Running statistics that a training batch normalisation moves towards the
+/// batch's in the same step as its coefficients: each (where present) a
+/// contiguous `[c]` array of the statistics dtype at an element offset of its
+/// storage, updated in place as `(1 - momentum) · running + momentum · batch`,
+/// the batch's variance first multiplied by `unbiased` (`n / (n - 1)` for `n`
+/// values a channel). The two are distinct storages, and neither is read as a
+/// [`BnParams`] operand.
+pub(crate) struct BnRunning<'a, S> {
+    pub mean: Option<(&'a mut S, usize)>,
+    pub var: Option<(&'a mut S, usize)>,
+    pub momentum: f64,
+    pub unbiased: f64,
+}
+
+impl<'a, S> BnRunning<'a, S> {
+    /// The same arrays of `f`'s storages; the first error of `f` is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a mut S) -> Result<&'a mut T>,
+    ) -> Result<BnRunning<'a, T>> {
+        let mut at = |a: Option<(&'a mut S, usize)>| a.map(|(s, o)| Ok((f(s)?, o))).transpose();
+        Ok(BnRunning {
+            mean: at(self.mean)?,
+            var: at(self.var)?,
+            momentum: self.momentum,
+            unbiased: self.unbiased,
+        })
+    }
+}
+
+/// What batch normalisation's backward coefficients are made of (see
+/// [`batch_norm_grad_coefs`](crate::backend::primitives::BackendStorage::batch_norm_grad_coefs)):
+/// the two per-channel sums of the output's gradient (`[2, c]`: `Σ g`, then
+/// `Σ g · (x - mean)`), the forward's mean and inverse standard deviation, and the
+/// weight (absent: 1), each contiguous in the statistics dtype. `count` is the
+/// number of values a channel (`n · s`) where the forward normalised with the
+/// batch's statistics (their gradient flows into the input's), `None` where it
+/// used running ones.
+pub(crate) struct BnGradIn<'a, S> {
+    pub sums: View<'a, S>,
+    pub mean: View<'a, S>,
+    pub invstd: View<'a, S>,
+    pub weight: Option<View<'a, S>>,
+    pub count: Option<f64>,
+}
+
+impl<'a, S> BnGradIn<'a, S> {
+    /// The same views of `f`'s storages; the first error of `f` is returned.
+    pub fn try_map<T: 'a>(
+        self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<BnGradIn<'a, T>> {
+        Ok(BnGradIn {
+            sums: (f(self.sums.0)?, self.sums.1),
+            mean: (f(self.mean.0)?, self.mean.1),
+            invstd: (f(self.invstd.0)?, self.invstd.1),
+            weight: map_view(self.weight, &mut f)?,
+            count: self.count,
+        })
+    }
+}
 
 impl<'a, S> NormAffine<'a, S> {
     /// The same views of `f`'s storages (weight, then bias); the first error of

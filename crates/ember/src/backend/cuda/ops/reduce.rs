@@ -7,8 +7,8 @@ use super::{
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
-    channel_chunks, channel_columns, norm_affine_chunks, row_split, stat_dtype, NormSaved,
-    ReduceCode, ReduceRoute, ScanOp,
+    channel_chunks, channel_columns, norm_affine_chunks, row_split, stat_dtype, BnGradIn, BnParams,
+    BnRunning, NormSaved, ReduceCode, ReduceRoute, ScanOp,
 };
 use crate::layout::Layout;
 use crate::{
@@ -655,6 +655,71 @@ pub(crate) fn channel_affine(
         ],
     )?;
     Ok(out)
+}
+
+/// Batch normalisation's `[3, c]` coefficients (`a`, `d`, the inverse standard
+/// deviation) in the statistics dtype, the running statistics updated in the same
+/// launch: a thread a channel.
+pub(crate) fn batch_norm_coefs(
+    p: BnParams<'_, CudaStorage>,
+    running: BnRunning<'_, CudaStorage>,
+    eps: f64,
+) -> Result<CudaStorage> {
+    let (dev, dtype) = (p.mean.0.dev(), p.mean.0.dtype());
+    let c = p.mean.1.numel();
+    let out = new_out(dev, dtype, 3 * c)?;
+    if c == 0 {
+        return Ok(out);
+    }
+    let at = |v: (&CudaStorage, &Layout)| base_ptr(v.0, v.1.offset());
+    let opt = |v: Option<(&CudaStorage, &Layout)>| v.map_or(0, at);
+    let run =
+        |r: &Option<(&mut CudaStorage, usize)>| r.as_ref().map_or(0, |(s, o)| base_ptr(s, *o));
+    let (pm, pv, pw, pb) = (at(p.mean), at(p.var), opt(p.weight), opt(p.bias));
+    let (prm, prv, po) = (run(&running.mean), run(&running.var), out.ptr());
+    let (c_, m, u) = (c as i64, running.momentum, running.unbiased);
+    let name = format!("batch_norm_coefs_{}", suffix(dtype));
+    launch_n(
+        dev,
+        "reduce",
+        dtype,
+        &name,
+        c,
+        &mut args![pm, pv, pw, pb, prm, prv, po, c_, eps, m, u],
+    )?;
+    Ok(out)
+}
+
+/// Batch normalisation's `[3, c]` backward coefficients (`k`, `b`, `d`) in the
+/// statistics dtype, and with `weight_grad` the weight's gradient `[c]`: a thread a
+/// channel.
+pub(crate) fn batch_norm_grad_coefs(
+    p: BnGradIn<'_, CudaStorage>,
+    weight_grad: bool,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
+    let (dev, dtype) = (p.mean.0.dev(), p.mean.0.dtype());
+    let c = p.mean.1.numel();
+    let out = new_out(dev, dtype, 3 * c)?;
+    let gw = weight_grad.then(|| new_out(dev, dtype, c)).transpose()?;
+    if c == 0 {
+        return Ok((out, gw));
+    }
+    let at = |v: (&CudaStorage, &Layout)| base_ptr(v.0, v.1.offset());
+    let (ps, pm, pi) = (at(p.sums), at(p.mean), at(p.invstd));
+    let pw = p.weight.map_or(0, at);
+    let (po, pgw) = (out.ptr(), gw.as_ref().map_or(0, |g| g.ptr()));
+    // (a count of 0: running statistics, whose gradient does not flow)
+    let (c_, count) = (c as i64, p.count.unwrap_or(0.0));
+    let name = format!("batch_norm_grad_coefs_{}", suffix(dtype));
+    launch_n(
+        dev,
+        "reduce",
+        dtype,
+        &name,
+        c,
+        &mut args![ps, pm, pi, pw, po, pgw, c_, count],
+    )?;
+    Ok((out, gw))
 }
 
 /// Each row's cross-entropy and (max, log-sum) pair (in [`stat_dtype`]) of the contiguous
