@@ -226,10 +226,12 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     }
     if lm {
         // ids [B, T] (int64), the next token at each position, cross-entropy
-        // over the vocabulary
+        // over the vocabulary; the step keeps only the loss, as `ember train
+        // text` and `ember bench`'s row do (the logits go after their gradient)
         est = est
             .input_dtype(DType::I64)
             .targets(&input)
+            .keep_output(false)
             .loss(|logits, y| nn::cross_entropy(&logits.flatten(0, 1)?, &y.flatten(0, 1)?));
     }
     est = match args.optimizer {

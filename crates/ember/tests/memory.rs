@@ -514,6 +514,53 @@ fn autocast_keeps_half_precision_activations() -> Result<()> {
     Ok(())
 }
 
+/// `Estimator::keep_output`: a loop that holds the model's output through the
+/// backward pass and one that keeps only the loss, each against the allocator's
+/// peak of the same loop on `cuda:0`. With an 8192-class head the two peaks
+/// differ by the logits (`[64, 8192]` float32), so each estimate follows its loop.
+#[test]
+fn the_estimate_follows_whether_the_loop_holds_the_output() -> Result<()> {
+    let est = |keep: bool, dev: &Device| -> Result<ember::memory::Estimate> {
+        let mut e = Estimator::new(wide_head)
+            .input([784])
+            .optimizer(sgd)
+            .keep_output(keep);
+        if dev.is_cuda() {
+            e = e
+                .multiprocessors(common::multiprocessors(dev))
+                .cudnn(ember::cuda::cudnn::is_available());
+        }
+        e.estimate(64)
+    };
+    let (held, let_go) = (est(true, &Device::Meta)?, est(false, &Device::Meta)?);
+    let logits = 64 * 8192 * 4;
+    assert_eq!(
+        held.peak_allocated - let_go.peak_allocated,
+        logits,
+        "held {held}\nlet go {let_go}"
+    );
+    let Some((dev, _turn)) = gpu("the_estimate_follows_whether_the_loop_holds_the_output") else {
+        return Ok(());
+    };
+    for keep in [true, false] {
+        let e = est(keep, &dev)?;
+        let format = ember::MemoryFormat::Contiguous;
+        let measured = measure_in(
+            (format, keep),
+            &dev,
+            wide_head,
+            &[784],
+            64,
+            sgd,
+            (DType::F32, None),
+            e.steps,
+        )?;
+        let name = format!("wide head, output held: {keep}");
+        check_estimate(&name, e.peak_allocated, measured, 0.05, &e);
+    }
+    Ok(())
+}
+
 /// A channels-last step (the model and each batch laid out so; convolutions,
 /// batch norm and pooling keep the layout) on `cuda:0` against
 /// `Estimator::memory_format`'s estimate, as the row-major steps above; a
@@ -556,7 +603,7 @@ fn the_channels_last_estimate_matches_the_allocators_peak() -> Result<()> {
             .memory_format(ChannelsLast)
             .estimate(batch)?;
         let measured = measure_in(
-            ChannelsLast,
+            (ChannelsLast, true),
             &dev,
             build,
             &input,

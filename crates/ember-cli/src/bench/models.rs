@@ -223,8 +223,10 @@ fn resnet50_workload(
             }))
         }),
         estimate: Box::new(move || {
+            // (the step keeps only the loss: its logits go after their gradient)
             let e = Estimator::new(|d| models::resnet50(1000, d))
                 .input([3, hw, hw])
+                .keep_output(false)
                 .optimizer(sgd)
                 .amp(amp)
                 .memory_format(format)
@@ -299,10 +301,13 @@ fn gpt_workload(
             }))
         }),
         estimate: Box::new(move || {
+            // (`CharGpt::loss` keeps only the loss: the logits go after their
+            // gradient)
             let e = Estimator::new(move |d| CharGpt::new_tied(config, d))
                 .input([t])
                 .input_dtype(DType::I64)
                 .targets([t])
+                .keep_output(false)
                 .loss(|logits, y| nn::cross_entropy(&logits.flatten(0, 1)?, &y.flatten(0, 1)?))
                 .optimizer(gpt_optimizer)
                 .clip_grad_norm(GPT_CLIP)

@@ -281,6 +281,7 @@ pub struct Estimator<M> {
     loss: Box<Loss>,
     optimizer: Box<MakeOptimizer>,
     training: bool,
+    keep_output: bool,
     steps: usize,
     outside: usize,
     /// The compute capability meta models (`major * 10`; 90 unless set).
@@ -306,6 +307,7 @@ impl<M: Module> Estimator<M> {
             loss: Box::new(crate::nn::cross_entropy),
             optimizer: Box::new(|p| Ok(Box::new(Adam::new(p, 1e-3)?))),
             training: true,
+            keep_output: true,
             steps: 2,
             outside: 0,
             arch: 90,
@@ -365,6 +367,17 @@ impl<M: Module> Estimator<M> {
     /// evaluation mode, no loss, no optimizer.
     pub fn training(mut self, on: bool) -> Self {
         self.training = on;
+        self
+    }
+
+    /// Whether the training loop holds the model's output until the backward pass
+    /// has finished (default: yes, as [`Trial`](crate::train::Trial) does, which
+    /// returns each step's outputs for its metrics). `false` estimates a loop that
+    /// keeps only the loss (`loss_fn(model(x), y).backward()`), whose output goes
+    /// as soon as the loss's backward has read it: a language model's logits are
+    /// then not alive at a peak later in the backward pass.
+    pub fn keep_output(mut self, on: bool) -> Self {
+        self.keep_output = on;
         self
     }
 
@@ -611,6 +624,9 @@ impl<M: Module> Estimator<M> {
             let out = model.forward(&x).map_err(|e| in_model(e, &shape, trace))?;
             let loss = (self.loss)(&out, &y)?;
             drop(ac);
+            // (a loop that keeps only the loss lets the output go now: autograd
+            // holds what the loss's backward reads of it until that has run)
+            let out = self.keep_output.then_some(out);
             trace.mark(step, Phase::Backward);
             loss.backward()?;
             drop((loss, out));

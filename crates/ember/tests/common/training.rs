@@ -87,6 +87,16 @@ pub fn bn_mlp(dev: &Device) -> Result<nn::Sequential> {
         .add(nn::Linear::new(256, 10, dev)?))
 }
 
+/// An MLP whose output (8192 classes) is large next to what else is alive in
+/// the backward pass: whether the loop holds it through backward shows in the
+/// peak.
+pub fn wide_head(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new()
+        .add(nn::Linear::new(784, 256, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(256, 8192, dev)?))
+}
+
 /// A CNN with grouped convolutions (the weight shared by every sample of a group:
 /// nothing of it is copied per sample).
 pub fn grouped_cnn(dev: &Device) -> Result<nn::Sequential> {
@@ -124,7 +134,7 @@ pub fn measure(
 ) -> Result<usize> {
     let row_major = ember::MemoryFormat::Contiguous;
     measure_in(
-        row_major,
+        (row_major, true),
         dev,
         build,
         input,
@@ -136,10 +146,11 @@ pub fn measure(
 }
 
 /// [`measure`] with the model and the batch laid out in `format` on the host
-/// (moving them keeps it).
+/// (moving them keeps it), the loop holding the model's output through the
+/// backward pass where `keep_output` (`Estimator::keep_output`'s two loops).
 #[allow(clippy::too_many_arguments)]
 pub fn measure_in(
-    format: ember::MemoryFormat,
+    (format, keep_output): (ember::MemoryFormat, bool),
     dev: &Device,
     build: Build,
     input: &[usize],
@@ -172,6 +183,7 @@ pub fn measure_in(
             let out = model.forward(&x)?;
             let loss = nn::cross_entropy(&out, &y)?;
             drop(ac);
+            let out = keep_output.then_some(out);
             loss.backward()?;
             drop((loss, out));
             o.step()?;

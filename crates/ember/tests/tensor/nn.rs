@@ -1626,8 +1626,8 @@ fn batch_norm_running_statistics_move_wherever_they_lie(dev: &Device) -> Result<
     }
     let start = |dt: DType| -> Result<(Tensor, Tensor)> {
         Ok((
-            Tensor::new(&r0m, dev)?.to_dtype(dt)?,
-            Tensor::new(&r0v, dev)?.to_dtype(dt)?,
+            Tensor::new(r0m, dev)?.to_dtype(dt)?,
+            Tensor::new(r0v, dev)?.to_dtype(dt)?,
         ))
     };
     let (fm, fv) = start(DType::F32)?;
@@ -1638,7 +1638,7 @@ fn batch_norm_running_statistics_move_wherever_they_lie(dev: &Device) -> Result<
     let (sm, sv) = (strided.select(1, 0)?, strided.select(1, 1)?);
     sm.copy_(&fm)?;
     sv.copy_(&fv)?;
-    let w = Tensor::new(&[1.0f32, 2.0, 0.5], dev)?;
+    let w = Tensor::new([1.0f32, 2.0, 0.5], dev)?;
     let mut ys = Vec::new();
     for (what, m, var) in [
         ("own arrays", &fm, &fv),
