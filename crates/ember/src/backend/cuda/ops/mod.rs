@@ -11,6 +11,7 @@ macro_rules! args {
 }
 
 mod attention;
+mod channel;
 mod conv;
 mod convolution;
 mod elementwise;
@@ -22,6 +23,7 @@ mod reduce;
 #[cfg(test)]
 pub(crate) use attention::KAttn;
 pub(crate) use attention::{attention, attention_backward};
+pub(crate) use channel::*;
 pub(crate) use conv::*;
 pub(crate) use convolution::{conv2d, conv2d_backward, conv_takes_channels_last, conv_takes_half};
 pub(crate) use elementwise::*;

@@ -1,0 +1,279 @@
+//! Batch normalisation's kernels of `kernels/reduce.cu`: the per-channel sums
+//! (statistics forward, the two sums backward), the per-channel coefficient
+//! steps, and the per-channel affine map.
+
+use super::{base_ptr, launch_kernel, launch_n, new_out, suffix, FastDiv, THREADS};
+use crate::backend::cuda::CudaStorage;
+use crate::backend::op::{
+    channel_chunks, channel_columns, stat_dtype, BnGradIn, BnParams, BnRunning,
+};
+use crate::layout::Layout;
+use crate::{dtype::DType, error::Result};
+use std::ffi::c_void;
+
+/// Threads per block of the plane-wise per-channel sums: a block takes at most a
+/// chunk of a channel (16 Ki elements, 64 a thread, unless a channel has more
+/// than 65535 chunks of them), and a channel of many elements is cut into
+/// chunks (`channel_chunks`).
+const CHANNEL_THREADS: u32 = 256;
+
+// a block of them needs registers × threads of a multiprocessor's 64 Ki, and
+// ptxas may give a thread up to 255
+const _: () = assert!(CHANNEL_THREADS * 255 <= 65536);
+
+/// Each channel's mean and biased variance of the contiguous `[n, c, s]` elements
+/// from `offset`: `[2, c]` in the statistics dtype.
+pub(crate) fn channel_stats(
+    x: &CudaStorage,
+    offset: usize,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    if let Some(cols) = channel_columns((n, c, s)) {
+        return channel_columns_sums(None, (x, offset), None, (n, c), cols);
+    }
+    channel_plane_sums(None, (x, offset), None, (n, c, s))
+}
+
+/// Per channel, `Σ g` and `Σ g · (x - mean)` of `[n, c, s]` gradients and inputs:
+/// `[2, c]` in the statistics dtype.
+pub(crate) fn channel_dot(
+    g: (&CudaStorage, usize),
+    x: (&CudaStorage, usize),
+    mean: (&CudaStorage, usize),
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    if let Some(cols) = channel_columns((n, c, s)) {
+        return channel_columns_sums(Some(g), x, Some(mean), (n, c), cols);
+    }
+    channel_plane_sums(Some(g), x, Some(mean), (n, c, s))
+}
+
+/// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean)
+/// over planes of `s > 1` elements: a block per channel, or per chunk of a
+/// channel ([`channel_chunks`]) whose partial sums a second kernel adds in
+/// chunk order.
+fn channel_plane_sums(
+    g: Option<(&CudaStorage, usize)>,
+    (x, x_off): (&CudaStorage, usize),
+    mean: Option<(&CudaStorage, usize)>,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
+    if c == 0 {
+        return Ok(out);
+    }
+    let chunks = channel_chunks((n, c, s));
+    let part = match chunks {
+        Some((_, k)) => Some(new_out(dev, DType::F64, 2 * k * c)?),
+        None => None,
+    };
+    let (per, k) = chunks.unwrap_or((n * s, 1));
+    let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
+    let pp = part.as_ref().map_or(0, |p| p.ptr());
+    let (pg, px, pm, po) = (at(g), base_ptr(x, x_off), at(mean), out.ptr());
+    let (n_, c_, s_, per_) = (n as i64, c as i64, s as i64, per as i64);
+    let dot = g.is_some() as i32;
+    let sfx = suffix(x.dtype());
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &format!("channel_sums_{sfx}")),
+        (c.min(65535 * 32) as u32, k as u32, 1),
+        ((CHANNEL_THREADS, 1, 1), 0),
+        &mut args![pg, px, pm, po, pp, n_, c_, s_, per_, dot],
+    )?;
+    if let Some(part) = &part {
+        channel_sums_finish(x, (part, px), &out, (k, n * s, c, s), dot)?;
+    }
+    Ok(out)
+}
+
+/// Adds the `chunks` chunks' partial sums in `part` per channel, in chunk order,
+/// into `out`: the mean and biased variance over `m` elements a channel (`dot`
+/// 0; each channel's shift is its element `ch · s` of `x`, at `px`), or the two
+/// sums.
+fn channel_sums_finish(
+    x: &CudaStorage,
+    (part, px): (&CudaStorage, u64),
+    out: &CudaStorage,
+    (chunks, m, c, s): (usize, usize, usize, usize),
+    dot: i32,
+) -> Result<()> {
+    let dev = x.dev();
+    let (pp, po) = (part.ptr(), out.ptr());
+    let (chunks, m, c_, s) = (chunks as i64, m as i64, c as i64, s as i64);
+    launch_kernel(
+        dev,
+        (
+            "reduce",
+            x.dtype(),
+            &format!("channel_sums_finish_{}", suffix(x.dtype())),
+        ),
+        (dev.grid_for(c, THREADS), 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut args![pp, px, po, chunks, m, c_, s, dot],
+    )
+}
+
+/// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean) of
+/// `[m, c]` rows, a channel a column: blocks of 32 channels by a chunk of `rows`
+/// rows write their partial sums to a float64 workspace of `2 · chunks · c`,
+/// which a second kernel adds up per channel in chunk order.
+fn channel_columns_sums(
+    g: Option<(&CudaStorage, usize)>,
+    (x, x_off): (&CudaStorage, usize),
+    mean: Option<(&CudaStorage, usize)>,
+    (m, c): (usize, usize),
+    (rows, chunks): (usize, usize),
+) -> Result<CudaStorage> {
+    let dev = x.dev();
+    let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
+    let part = new_out(dev, DType::F64, 2 * chunks * c)?;
+    let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
+    let (pg, px, pm, pp) = (at(g), base_ptr(x, x_off), at(mean), part.ptr());
+    let (m_, c_, rows_) = (m as i64, c as i64, rows as i64);
+    let dot = g.is_some() as i32;
+    let sfx = suffix(x.dtype());
+    launch_kernel(
+        dev,
+        ("reduce", x.dtype(), &format!("channel_cols_{sfx}")),
+        (c.div_ceil(32) as u32, chunks as u32, 1),
+        ((32, 8, 1), 0),
+        &mut args![pg, px, pm, pp, m_, c_, rows_, dot],
+    )?;
+    channel_sums_finish(x, (&part, px), &out, (chunks, m, c, 1), dot)?;
+    Ok(out)
+}
+
+/// `p · a[ch] + d[ch]` (or `+ q · b[ch]` too) over `[n, c, s]` elements, with `k`
+/// rows of `c` coefficients: a grid-stride loop over vectors of up to 16 bytes
+/// (within a plane, or across channels where planes are single elements) where
+/// the sizes and the arrays' alignment allow, else over elements.
+pub(crate) fn channel_affine(
+    p: (&CudaStorage, usize),
+    q: Option<(&CudaStorage, usize)>,
+    coefs: (&CudaStorage, usize),
+    k: usize,
+    (n, c, s): (usize, usize, usize),
+) -> Result<CudaStorage> {
+    let dev = p.0.dev();
+    let out = new_out(dev, p.0.dtype(), n * c * s)?;
+    let total = n * c * s;
+    if total == 0 {
+        return Ok(out);
+    }
+    let (pp, pq, pc, po) = (
+        base_ptr(p.0, p.1),
+        q.map_or(0, |(q, o)| base_ptr(q, o)),
+        base_ptr(coefs.0, coefs.1),
+        out.ptr(),
+    );
+    let size = p.0.dtype().size_in_bytes();
+    let lanes = s == 1;
+    // the widest vector that divides the plane (or the channels) and to which
+    // every array is aligned
+    let along = if lanes { c } else { s };
+    let vec = [8usize, 4, 2]
+        .into_iter()
+        .find(|&v| {
+            let bytes = (v * size) as u64;
+            v * size <= 16
+                && along.is_multiple_of(v)
+                && [pp, po]
+                    .iter()
+                    .chain(q.as_ref().map(|_| &pq))
+                    .all(|a| a % bytes == 0)
+        })
+        .unwrap_or(1);
+    // (the kernel takes no wider vector of this dtype)
+    debug_assert!(vec * size <= 16);
+    let nv = total / vec;
+    let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
+    // (vs and vc are at most nv)
+    let small = nv < 1 << 31;
+    let (d1, d2) = if small {
+        (FastDiv::new(vs as u32), FastDiv::new(vc as u32))
+    } else {
+        (FastDiv::new(1), FastDiv::new(1))
+    };
+    let (nv_, c_, vs_, vc_) = (nv as i64, c as i64, vs as i64, vc as i64);
+    let (sh1, sh2) = (d1.shift as i32, d2.shift as i32);
+    let (small_, lanes_, k_, vec_) = (small as i32, lanes as i32, k as i32, vec as i32);
+    let name = format!("channel_affine_{}", suffix(p.0.dtype()));
+    launch_kernel(
+        dev,
+        ("reduce", p.0.dtype(), &name),
+        (dev.grid_for(nv, THREADS), 1, 1),
+        ((THREADS, 1, 1), 0),
+        &mut args![
+            pp, pq, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_, k_,
+            vec_
+        ],
+    )?;
+    Ok(out)
+}
+
+/// Batch normalisation's `[3, c]` coefficients (`a`, `d`, the inverse standard
+/// deviation) in the statistics dtype, the running statistics updated in the same
+/// launch: a thread a channel.
+pub(crate) fn batch_norm_coefs(
+    p: BnParams<'_, CudaStorage>,
+    running: BnRunning<'_, CudaStorage>,
+    eps: f64,
+) -> Result<CudaStorage> {
+    let (dev, dtype) = (p.mean.0.dev(), p.mean.0.dtype());
+    let c = p.mean.1.numel();
+    let out = new_out(dev, dtype, 3 * c)?;
+    if c == 0 {
+        return Ok(out);
+    }
+    let at = |v: (&CudaStorage, &Layout)| base_ptr(v.0, v.1.offset());
+    let opt = |v: Option<(&CudaStorage, &Layout)>| v.map_or(0, at);
+    let run =
+        |r: &Option<(&mut CudaStorage, usize)>| r.as_ref().map_or(0, |(s, o)| base_ptr(s, *o));
+    let (pm, pv, pw, pb) = (at(p.mean), at(p.var), opt(p.weight), opt(p.bias));
+    let (prm, prv, po) = (run(&running.mean), run(&running.var), out.ptr());
+    let (c_, m, u) = (c as i64, running.momentum, running.unbiased);
+    let name = format!("batch_norm_coefs_{}", suffix(dtype));
+    launch_n(
+        dev,
+        "reduce",
+        dtype,
+        &name,
+        c,
+        &mut args![pm, pv, pw, pb, prm, prv, po, c_, eps, m, u],
+    )?;
+    Ok(out)
+}
+
+/// Batch normalisation's `[3, c]` backward coefficients (`k`, `b`, `d`) in the
+/// statistics dtype, and with `weight_grad` the weight's gradient `[c]`: a thread a
+/// channel.
+pub(crate) fn batch_norm_grad_coefs(
+    p: BnGradIn<'_, CudaStorage>,
+    weight_grad: bool,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
+    let (dev, dtype) = (p.mean.0.dev(), p.mean.0.dtype());
+    let c = p.mean.1.numel();
+    let out = new_out(dev, dtype, 3 * c)?;
+    let gw = weight_grad.then(|| new_out(dev, dtype, c)).transpose()?;
+    if c == 0 {
+        return Ok((out, gw));
+    }
+    let at = |v: (&CudaStorage, &Layout)| base_ptr(v.0, v.1.offset());
+    let (ps, pm, pi) = (at(p.sums), at(p.mean), at(p.invstd));
+    let pw = p.weight.map_or(0, at);
+    let (po, pgw) = (out.ptr(), gw.as_ref().map_or(0, |g| g.ptr()));
+    // (a count of 0: running statistics, whose gradient does not flow)
+    let (c_, count) = (c as i64, p.count.unwrap_or(0.0));
+    let name = format!("batch_norm_grad_coefs_{}", suffix(dtype));
+    launch_n(
+        dev,
+        "reduce",
+        dtype,
+        &name,
+        c,
+        &mut args![ps, pm, pi, pw, po, pgw, c_, count],
+    )?;
+    Ok((out, gw))
+}
