@@ -351,12 +351,20 @@ template <typename T, int DM> struct attn_bwd_rows {
 
 // Copies rows [r0, r0 + R) of a [rows, d] view in global memory into shared
 // memory: row-major with row stride DM + 8 (`rm`, may be null) and/or transposed
-// (`tr`, [DM][R + 8]); zeros past `rows` or `d`.
+// (`tr`, [DM][R + 8]); zeros past `rows` or `d`. Each thread moves 16 bytes at a
+// time. Row-major only, a warp's lanes take consecutive 16-byte pieces of rows
+// (whole rows read at once). Transposed, they take a piece each of consecutive
+// rows, so that each of a piece's scalar stores writes consecutive elements of a
+// transposed row: with lanes along a row, the pieces' columns are 8 (or 4)
+// apart, and R + 8 elements a transposed row put those columns in one bank, 8
+// lanes storing to it at once. (For 16-bit types the row-major stores stay
+// conflict-free this way too: each 16-byte store of 8 lanes on 4 banks of its
+// own.)
 template <int DM, int R, typename E>
 __device__ __forceinline__ void load_tile(E* rm, E* tr, const E* base, i64 rs, int r0, int rows, int d) {
     const int V = 16 / sizeof(E);  // elements per 16-byte load
     for (int i = threadIdx.x; i < R * (DM / V); i += ATT_THREADS) {
-        const int r = i / (DM / V), c = (i % (DM / V)) * V;
+        const int r = tr ? i % R : i / (DM / V), c = (tr ? i / R : i % (DM / V)) * V;
         vec16 v = {0u, 0u, 0u, 0u};
         if (r0 + r < rows && c < d) v = *(const vec16*)(base + (i64)(r0 + r) * rs + c);
         if (rm) *(vec16*)(rm + r * (DM + 8) + c) = v;
