@@ -408,6 +408,14 @@ __device__ __forceinline__ AttnPair<T> attn_pair(const T* q, const T* k, const T
             MASKED ? bias + a.bias_off + b * a.bias_st[0] + h * a.bias_st[1] : nullptr};
 }
 
+// The block of queries this block takes (the grid's y): under the causal mask a
+// later block sees more keys, so the blocks run from the last one down, the
+// longest first, and the short ones fill the grid's last wave (in the grid's
+// order the longest would run last, the multiprocessors idle around them).
+__device__ __forceinline__ int attn_query_block(const AttnArgs& a) {
+    return a.causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+}
+
 // Whether query `qi` may see key `kj`.
 __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) {
     return qi < a.l && kj < a.s && !(a.causal && kj > qi);
@@ -422,7 +430,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     __shared__ __align__(16) E svt[DM * (BC + 8)];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
+    const int q0 = attn_query_block(a) * BR, row0 = q0 + warp * 16;
     const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
 
     const RowsInRegs<T, DM> qa(q, a.qs[2], row0, a.l, a.d);
@@ -636,7 +644,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     __shared__ __align__(16) E sv[BK * (DM + 8)];
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = blockIdx.y * BR, row0 = q0 + warp * 16;
+    const int q0 = attn_query_block(a) * BR, row0 = q0 + warp * 16;
     const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
