@@ -916,13 +916,15 @@ struct plane_walk {
 
 // Adds element j's terms of batch norm's per-channel sums to s1 and s2: v and
 // v * v (dot == 0), or g and g * v (dot == 1), where v = x[j] - k (k the shift:
-// a first value of the channel, or its mean).
+// a first value of the channel, or its mean). A non-null y (the output of a
+// batch norm with its ReLU) masks g: 0 where y[j] is not above 0, as the ReLU's
+// gradient does.
 template <typename T>
-__device__ __forceinline__ void channel_terms(const T* g, const T* x, i64 j, double k, int dot,
+__device__ __forceinline__ void channel_terms(const T* g, const T* y, const T* x, i64 j, double k, int dot,
                                               double& s1, double& s2) {
     const double v = (double)widen(x[j]) - k;
     if (dot) {
-        const double gj = (double)widen(g[j]);
+        const double gj = y && !(widen(y[j]) > 0.f) ? 0.0 : (double)widen(g[j]);
         s1 += gj;
         s2 += gj * v;
     } else {
@@ -943,7 +945,7 @@ __device__ __forceinline__ void channel_terms(const T* g, const T* x, i64 j, dou
 // part[(2 * chunk + 1) * c + ch], in double, which channel_sums_finish adds in
 // chunk order (the result does not depend on timing).
 template <typename T>
-__device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
+__device__ void channel_sums_impl(const T* g, const T* y, const T* x, const typename stat_t<T>::type* mean,
                                   typename stat_t<T>::type* out, double* part, i64 n, i64 c, i64 s,
                                   i64 per, int dot) {
     typedef typename stat_t<T>::type S;
@@ -957,7 +959,7 @@ __device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<
         double s1 = 0, s2 = 0;
         plane_walk w(s, e0);
         for (i64 e = e0 + threadIdx.x; e < e1; e += blockDim.x, w.next(s)) {
-            channel_terms(g, x, (w.b * c + ch) * s + w.i, k, dot, s1, s2);
+            channel_terms(g, y, x, (w.b * c + ch) * s + w.i, k, dot, s1, s2);
         }
         s1 = block_sum(s1, sv);
         if (threadIdx.x == 0) t1 = s1;
@@ -992,7 +994,7 @@ __device__ void channel_sums_impl(const T* g, const T* x, const typename stat_t<
 // sum v = x - x[first row] and v * v (the shift keeps the variance exact where
 // the mean is large), as channel_stats does; dot == 1 sums g and g * (x - mean).
 template <typename T>
-__device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<T>::type* mean,
+__device__ void channel_cols_impl(const T* g, const T* y, const T* x, const typename stat_t<T>::type* mean,
                                   double* part, i64 m, i64 c, i64 rows, int dot) {
     __shared__ double s1s[8][33], s2s[8][33];
     const i64 ch = (i64)blockIdx.x * 32 + threadIdx.x;
@@ -1002,7 +1004,7 @@ __device__ void channel_cols_impl(const T* g, const T* x, const typename stat_t<
     if (ch < c) {
         const double k = dot ? (double)mean[ch] : (double)widen(x[ch]);
         for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
-            channel_terms(g, x, r * c + ch, k, dot, s1, s2);
+            channel_terms(g, y, x, r * c + ch, k, dot, s1, s2);
         }
     }
     s1s[threadIdx.y][threadIdx.x] = s1;
@@ -1045,7 +1047,10 @@ __device__ void channel_sums_finish_impl(const double* part, const T* x, typenam
 }
 
 // out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + d[ch] + q * b[ch]; coef
-// holds k rows of c (a, d or a, b, d). The elements are [n, c, s] (s == 1 for
+// holds k rows of c (a, d or a, b, d). With `relu` the result goes through a
+// ReLU (a batch norm and its ReLU forward); a non-null y (that pair's output)
+// masks p as the ReLU's gradient does (0 where y is not above 0: their
+// backward). The elements are [n, c, s] (s == 1 for
 // channels-last arrays, seen as [n * h * w, c, 1]) and are taken V at a time (one
 // load or store of V * sizeof(T) bytes, the arrays aligned to that): where s > 1
 // V divides s, so a vector lies in one plane, of channel (v / vs) % vc with
@@ -1054,12 +1059,13 @@ __device__ void channel_sums_finish_impl(const double* part, const T* x, typenam
 // `small` (fewer than 2^31 vectors), both divisions are multiplications by
 // magic numbers (m1, sh1 for vs; m2, sh2 for vc) as in loc_at.
 template <typename T, int V>
-__device__ void channel_affine_impl(const T* p, const T* q, const typename stat_t<T>::type* coef, T* out,
-                                    i64 nv, i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2, int sh1,
-                                    int sh2, int small, int lanes, int k) {
+__device__ void channel_affine_impl(const T* p, const T* q, const T* y, const typename stat_t<T>::type* coef,
+                                    T* out, i64 nv, i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2, int sh1,
+                                    int sh2, int small, int lanes, int k, int relu) {
     typedef typename stat_t<T>::type S;
     const VecN<T, V>* pv = (const VecN<T, V>*)p;
     const VecN<T, V>* qv = (const VecN<T, V>*)q;
+    const VecN<T, V>* yv = (const VecN<T, V>*)y;
     VecN<T, V>* ov = (VecN<T, V>*)out;
     FOR_EACH(v, nv) {
         i64 r;
@@ -1072,17 +1078,22 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
             r = (v / vs) % vc;
         }
         const VecN<T, V> a = pv[v];
-        VecN<T, V> b;
+        VecN<T, V> b, m;
         if (k == 3) b = qv[v];
-        VecN<T, V> y;
+        if (y) m = yv[v];
+        VecN<T, V> o;
 #pragma unroll
         for (int l = 0; l < V; ++l) {
             const i64 ch = lanes ? r * V + l : r;
-            S val = (S)widen(a.v[l]) * coef[ch] + coef[(k - 1) * c + ch];
+            // p masked where the ReLU's output is not above 0 (its gradient)
+            const S pl = y && !(widen(m.v[l]) > 0.f) ? (S)0 : (S)widen(a.v[l]);
+            S val = pl * coef[ch] + coef[(k - 1) * c + ch];
             if (k == 3) val += (S)widen(b.v[l]) * coef[c + ch];
-            y.v[l] = narrow<T>(val);
+            // the ReLU after the map: 0 for what is not above 0, NaN kept
+            if (relu && val <= (S)0) val = (S)0;
+            o.v[l] = narrow<T>(val);
         }
-        ov[v] = y;
+        ov[v] = o;
     }
 }
 
@@ -1091,37 +1102,39 @@ __device__ void channel_affine_impl(const T* p, const T* q, const typename stat_
 #define CHANNEL_VEC(T, V) ((V) * sizeof(T) <= 16 ? (V) : 1)
 
 #define CHANNEL_OPS(T, S)                                                                            \
-    extern "C" __global__ void channel_sums_##S(const T* g, const T* x, const stat_t<T>::type* mean, \
-                                                stat_t<T>::type* out, double* part, i64 n, i64 c,    \
-                                                i64 s, i64 per, int dot) {                           \
-        channel_sums_impl(g, x, mean, out, part, n, c, s, per, dot);                                 \
+    extern "C" __global__ void channel_sums_##S(const T* g, const T* y, const T* x,                 \
+                                                const stat_t<T>::type* mean, stat_t<T>::type* out,   \
+                                                double* part, i64 n, i64 c, i64 s, i64 per,          \
+                                                int dot) {                                           \
+        channel_sums_impl(g, y, x, mean, out, part, n, c, s, per, dot);                              \
     }                                                                                                \
-    extern "C" __global__ void channel_affine_##S(const T* p, const T* q,                           \
+    extern "C" __global__ void channel_affine_##S(const T* p, const T* q, const T* y,               \
                                                   const stat_t<T>::type* coef, T* out, i64 nv,      \
                                                   i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2,  \
                                                   int sh1, int sh2, int small, int lanes, int k,    \
-                                                  int vec) {                                         \
+                                                  int relu, int vec) {                               \
         switch (vec) {                                                                               \
         case 8:                                                                                      \
-            channel_affine_impl<T, CHANNEL_VEC(T, 8)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
-                                                      sh2, small, lanes, k);                         \
+            channel_affine_impl<T, CHANNEL_VEC(T, 8)>(p, q, y, coef, out, nv, c, vs, vc, m1, m2,     \
+                                                      sh1, sh2, small, lanes, k, relu);              \
             break;                                                                                   \
         case 4:                                                                                      \
-            channel_affine_impl<T, CHANNEL_VEC(T, 4)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
-                                                      sh2, small, lanes, k);                         \
+            channel_affine_impl<T, CHANNEL_VEC(T, 4)>(p, q, y, coef, out, nv, c, vs, vc, m1, m2,     \
+                                                      sh1, sh2, small, lanes, k, relu);              \
             break;                                                                                   \
         case 2:                                                                                      \
-            channel_affine_impl<T, CHANNEL_VEC(T, 2)>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1,   \
-                                                      sh2, small, lanes, k);                         \
+            channel_affine_impl<T, CHANNEL_VEC(T, 2)>(p, q, y, coef, out, nv, c, vs, vc, m1, m2,     \
+                                                      sh1, sh2, small, lanes, k, relu);              \
             break;                                                                                   \
         default:                                                                                     \
-            channel_affine_impl<T, 1>(p, q, coef, out, nv, c, vs, vc, m1, m2, sh1, sh2, small,       \
-                                      lanes, k);                                                     \
+            channel_affine_impl<T, 1>(p, q, y, coef, out, nv, c, vs, vc, m1, m2, sh1, sh2, small,    \
+                                      lanes, k, relu);                                               \
         }                                                                                            \
     }                                                                                                \
-    extern "C" __global__ void channel_cols_##S(const T* g, const T* x, const stat_t<T>::type* mean,  \
-                                                double* part, i64 m, i64 c, i64 rows, int dot) {     \
-        channel_cols_impl(g, x, mean, part, m, c, rows, dot);                                        \
+    extern "C" __global__ void channel_cols_##S(const T* g, const T* y, const T* x,                 \
+                                                const stat_t<T>::type* mean, double* part, i64 m,    \
+                                                i64 c, i64 rows, int dot) {                          \
+        channel_cols_impl(g, y, x, mean, part, m, c, rows, dot);                                     \
     }                                                                                                \
     extern "C" __global__ void channel_sums_finish_##S(const double* part, const T* x,              \
                                                        stat_t<T>::type* out, i64 chunks, i64 m,     \

@@ -169,18 +169,30 @@ pub(crate) trait BackendStorage: Sized {
     /// `[n, c, s]`) and the input `x` (contiguous view `lx` of the same shape and
     /// dtype): `Σ dy` and `Σ dy · (x - mean)`, with `mean` the contiguous `[c]` view
     /// `lm` in the statistics dtype. Returns `[2, c]` in the statistics dtype,
-    /// accumulated in float64.
-    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self>;
+    /// accumulated in float64. With `mask` (a contiguous view of the same shape
+    /// and dtype: a batch norm's output through its ReLU) `dy` counts only where
+    /// the mask is above 0, as the ReLU's gradient passes it.
+    fn channel_dot(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        mean: (&Self, &Layout),
+        mask: Option<(&Self, &Layout)>,
+    ) -> Result<Self>;
     /// Elementwise over the contiguous view `l` seen as `[n, c, s]`:
     /// `p · a[ch] + d[ch]`, or with `q` (a contiguous view of the same shape and
     /// dtype) `p · a[ch] + q · b[ch] + d[ch]`. `coefs` is a contiguous view of
     /// `[2, c]` (`a`, `d`) or `[3, c]` (`a`, `b`, `d`) in the statistics dtype, in
-    /// which the sum is computed; the output has `l`'s dtype and shape.
+    /// which the sum is computed; the output has `l`'s dtype and shape. `act`:
+    /// with its `relu` the results go through a ReLU (a batch norm with its ReLU,
+    /// forward), with its mask (as [`channel_dot`](Self::channel_dot)'s) `p`
+    /// counts only where the mask is above 0 (their backward).
     fn channel_affine(
         &self,
         l: &Layout,
         q: Option<(&Self, &Layout)>,
         coefs: (&Self, &Layout),
+        act: (bool, Option<(&Self, &Layout)>),
     ) -> Result<Self>;
     /// Batch normalisation's per-channel coefficients from its statistics and
     /// parameters `p`, computed in float64 and rounded once: `[3, c]` in the

@@ -655,12 +655,13 @@ impl Storage {
         l: &Layout,
         x: (&Storage, &Layout),
         m: (&Storage, &Layout),
+        mask: Option<(&Storage, &Layout)>,
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("batch_norm_backward_sums"), l.shape());
         let on = Operands::of("batch_norm", self);
         on_device!(self, S => {
             let g: &S = on.one(self)?;
-            Ok(g.channel_dot(l, on.view(x)?, on.view(m)?)?.wrap())
+            Ok(g.channel_dot(l, on.view(x)?, on.view(m)?, on.opt(mask)?)?.wrap())
         })
     }
 
@@ -669,13 +670,14 @@ impl Storage {
         l: &Layout,
         q: Option<(&Storage, &Layout)>,
         coefs: (&Storage, &Layout),
+        (relu, mask): (bool, Option<(&Storage, &Layout)>),
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("batch_norm_affine"), l.shape());
         let on = Operands::of("batch_norm", self);
         on_device!(self, S => {
             let p: &S = on.one(self)?;
             let coefs = on.view(coefs)?;
-            Ok(p.channel_affine(l, on.opt(q)?, coefs)?.wrap())
+            Ok(p.channel_affine(l, on.opt(q)?, coefs, (relu, on.opt(mask)?))?.wrap())
         })
     }
 

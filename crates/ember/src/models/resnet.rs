@@ -17,6 +17,16 @@ fn child(name: &str, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
     Ok(y)
 }
 
+/// A batch norm `name` and the ReLU after it as one op
+/// ([`BatchNorm2d::forward_relu`]: a pass less each way than the two modules), in
+/// the batch norm's module scope.
+fn bn_relu(name: &str, bn: &BatchNorm2d, x: &Tensor) -> Result<Tensor> {
+    let _scope = crate::backend::meta::account::enter_module(name);
+    let y = bn.forward_relu(x)?;
+    crate::backend::meta::account::module_output(y.shape(), y.dtype());
+    Ok(y)
+}
+
 /// A 3 × 3 convolution without bias, padding 1 (torchvision's `conv3x3`).
 fn conv3x3(c_in: usize, c_out: usize, stride: usize, device: &Device) -> Result<Conv2d> {
     let options = Conv2dOptions::default().stride(stride).padding(1);
@@ -98,7 +108,8 @@ fn residual(downsample: Option<&Sequential>, x: &Tensor, out: Tensor) -> Result<
 /// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,
 /// `stride`), `bn1`, ReLU, `conv2` (3 × 3), `bn2`, plus the input, or its
 /// `downsample` projection where the shape changes, then ReLU. The forward enters
-/// the module scopes `conv1`, `bn1`, `relu`, `conv2`, `bn2`, `downsample`.
+/// the module scopes `conv1`, `bn1` (with the ReLU after it, one op:
+/// [`BatchNorm2d::forward_relu`]), `conv2`, `bn2`, `downsample`, `relu`.
 pub struct BasicBlock {
     pub conv1: Conv2d,
     pub bn1: BatchNorm2d,
@@ -132,8 +143,7 @@ impl BasicBlock {
 
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let out = child("conv1", &self.conv1, x)?;
-        let out = child("bn1", &self.bn1, &out)?;
-        let out = child("relu", &nn::ReLU::inplace(), &out)?;
+        let out = bn_relu("bn1", &self.bn1, &out)?;
         let out = child("conv2", &self.conv2, &out)?;
         let out = child("bn2", &self.bn2, &out)?;
         residual(self.downsample.as_ref(), x, out)
@@ -148,7 +158,8 @@ block_module!(BasicBlock);
 /// `conv1` (1 × 1 to `planes`), `bn1`, ReLU, `conv2` (3 × 3, `stride`), `bn2`,
 /// ReLU, `conv3` (1 × 1 to `4 · planes`), `bn3`, plus the input or its
 /// `downsample` projection, then ReLU. The forward enters the module scopes of
-/// those names (`relu` for each ReLU).
+/// those names (`bn1` and `bn2` with the ReLU after each, one op:
+/// [`BatchNorm2d::forward_relu`]; `relu` for the last ReLU).
 pub struct Bottleneck {
     pub conv1: Conv2d,
     pub bn1: BatchNorm2d,
@@ -186,11 +197,9 @@ impl Bottleneck {
 
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let out = child("conv1", &self.conv1, x)?;
-        let out = child("bn1", &self.bn1, &out)?;
-        let out = child("relu", &nn::ReLU::inplace(), &out)?;
+        let out = bn_relu("bn1", &self.bn1, &out)?;
         let out = child("conv2", &self.conv2, &out)?;
-        let out = child("bn2", &self.bn2, &out)?;
-        let out = child("relu", &nn::ReLU::inplace(), &out)?;
+        let out = bn_relu("bn2", &self.bn2, &out)?;
         let out = child("conv3", &self.conv3, &out)?;
         let out = child("bn3", &self.bn3, &out)?;
         residual(self.downsample.as_ref(), x, out)

@@ -149,8 +149,27 @@ impl<const D: usize> BatchNorm<D> {
     }
 }
 
-impl<const D: usize> Module for BatchNorm<D> {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl<const D: usize> BatchNorm<D> {
+    /// `relu(self.forward(x))` in one op (ember's fusion, not a PyTorch method):
+    /// the ReLU applied in the normalisation's pass, and its gradient folded into
+    /// the batch norm's backward passes, where `forward` then `relu_` make a pass
+    /// each way more. The model zoo's ResNets use it for their batch norms
+    /// followed by a ReLU (the same parameters, buffers and results).
+    ///
+    /// ```
+    /// # use ember::prelude::*;
+    /// # use ember::nn::{self, Module};
+    /// let bn = nn::BatchNorm2d::new(3, &Device::Cpu)?;
+    /// let x = Tensor::randn([2, 3, 4, 4], &Device::Cpu)?;
+    /// let fused = bn.forward_relu(&x)?;
+    /// assert!(fused.allclose(&bn.forward(&x)?.relu()?, 1e-6, 1e-6)?);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        self.run(x, true)
+    }
+
+    fn run(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
         let _record = crate::profiler::function("batch_norm");
         self.check_input(x)?;
         let c = self.features;
@@ -193,7 +212,7 @@ impl<const D: usize> Module for BatchNorm<D> {
             self.weight.as_ref(),
             self.bias.as_ref(),
             (stats, update),
-            self.eps,
+            (self.eps, relu),
         )?;
         if let (Some((rm, rv)), Some(nb)) = (running, &self.num_batches_tracked) {
             crate::autograd::no_grad(|| nb.add_(1i64))?;
@@ -206,6 +225,12 @@ impl<const D: usize> Module for BatchNorm<D> {
             }
         }
         Ok(y)
+    }
+}
+
+impl<const D: usize> Module for BatchNorm<D> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.run(x, false)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

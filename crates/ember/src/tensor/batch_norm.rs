@@ -33,13 +33,16 @@ impl Tensor {
     /// input, whose running statistics stay as they are). With the batch's
     /// statistics, `update`'s running statistics move towards them (in the
     /// coefficients' launch where they are contiguous arrays of the statistics
-    /// dtype on the input's device, else by tensor ops).
+    /// dtype on the input's device, else by tensor ops). With `relu` the output
+    /// goes through a ReLU in the same pass (`relu(batch_norm(x))`), and the
+    /// backward masks the gradient by it in its passes (the rule keeps the output,
+    /// as an in-place ReLU's does).
     pub(crate) fn batch_norm_op(
         &self,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         (stats, update): (BatchStats, Option<RunningUpdate>),
-        eps: f64,
+        (eps, relu): (f64, bool),
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let op = "batch_norm";
         if !self.dtype().is_float() || self.rank() < 2 {
@@ -128,7 +131,7 @@ impl Tensor {
             let running = fused.map(|u| (u, unbiased));
             let coefs = coefs((&mean, &var), (w.as_ref(), b.as_ref()), running, eps)?;
             // the output (and the input's gradient) in the input's memory format
-            let y = x.channel_affine(None, &coefs.narrow(0, 0, 2)?, (&shape, cl))?;
+            let y = x.channel_affine((None, None), &coefs.narrow(0, 0, 2)?, (&shape, cl, relu))?;
             let y = y.laid_out(format)?;
             Ok((y, mean, var, coefs.select(0, 2)?, w))
         })?;
@@ -147,14 +150,21 @@ impl Tensor {
         let (m, iv) = (mean.clone(), invstd.clone());
         // the rule reads the input's values, and of the parameters their dtypes
         let keep = [true, false, false];
-        let y = Tensor::record_keeping(y, op, &inputs, &keep, move |_| {
+        let y = Tensor::record_keeping(y, op, &inputs, &keep, move |out| {
+            // (with the ReLU its output, whose sign masks the gradient)
+            let out = relu.then(|| out.save());
             move |g: &Tensor, inp: &crate::autograd::Inputs| {
                 let x = channel_view(inp.get(0)?, cl)?;
                 let g = match cl {
                     true => channel_view(&g.to_memory_format(MemoryFormat::ChannelsLast)?, cl)?,
                     false => g.contiguous()?,
                 };
-                let sums = Tensor::channel_sums(&g, &x, &m)?;
+                let mask = out
+                    .as_ref()
+                    .map(|y| channel_view(y.get()?, cl))
+                    .transpose()?;
+                let mask = mask.as_ref();
+                let sums = Tensor::channel_sums(&g, &x, &m, mask)?;
                 let count = batch.then_some((n * s) as f64);
                 let weight_grad = has_w && inp.needs(1);
                 let (coefs, gw) = grad_coefs(&sums, (&m, &iv, w.as_ref()), count, weight_grad)?;
@@ -163,7 +173,7 @@ impl Tensor {
                     // (k, 0) of `g · k + 0`
                     let coefs = coefs.narrow(0, 0, if batch { 3 } else { 2 })?;
                     let q = batch.then_some(&x);
-                    let gx = g.channel_affine(q, &coefs, (&shape, cl))?;
+                    let gx = g.channel_affine((q, mask), &coefs, (&shape, cl, false))?;
                     Some(gx.laid_out(format)?)
                 } else {
                     None
@@ -187,35 +197,50 @@ impl Tensor {
     }
 
     /// [`BackendStorage::channel_affine`](crate::backend::primitives) of this
-    /// contiguous tensor (and `q`, contiguous, of its shape) with `coefs` `[k, C]`,
-    /// as a tensor of `dims` (the input's shape) in channels-last order where `cl`
-    /// (this tensor then being [`channel_view`]'s view), else row-major.
+    /// contiguous tensor (and `q` and the ReLU `mask`, contiguous, of its shape)
+    /// with `coefs` `[k, C]`, through a ReLU with `relu`, as a tensor of `dims`
+    /// (the input's shape) in channels-last order where `cl` (this tensor then
+    /// being [`channel_view`]'s view), else row-major.
     fn channel_affine(
         &self,
-        q: Option<&Tensor>,
+        (q, mask): (Option<&Tensor>, Option<&Tensor>),
         coefs: &Tensor,
-        (dims, cl): (&[usize], bool),
+        (dims, cl, relu): (&[usize], bool, bool),
     ) -> Result<Tensor> {
         let coefs = coefs.contiguous()?;
         let mut ts = vec![self, &coefs];
         ts.extend(q);
+        ts.extend(mask);
         let st = Storages::read(&ts);
         let q = q.map(|q| (st.get(2), q.layout()));
-        let out = st
-            .get(0)
-            .channel_affine(self.layout(), q, (st.get(1), coefs.layout()))?;
+        let mask = mask.map(|m| (st.get(ts.len() - 1), m.layout()));
+        let out = st.get(0).channel_affine(
+            self.layout(),
+            q,
+            (st.get(1), coefs.layout()),
+            (relu, mask),
+        )?;
         Ok(Tensor::from_storage_in(out, dims, cl))
     }
 
-    /// `[2, C]`: per channel `Σ g` and `Σ g · (x - mean)` of contiguous `g` and `x`.
-    fn channel_sums(g: &Tensor, x: &Tensor, mean: &Tensor) -> Result<Tensor> {
+    /// `[2, C]`: per channel `Σ g` and `Σ g · (x - mean)` of contiguous `g` and `x`
+    /// (with the ReLU `mask`, contiguous, `g` where it is above 0).
+    fn channel_sums(
+        g: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let c = channel_shape(g.shape()).1;
         let mean = mean.contiguous()?;
-        let st = Storages::read(&[g, x, &mean]);
+        let mut ts = vec![g, x, &mean];
+        ts.extend(mask);
+        let st = Storages::read(&ts);
         let out = st.get(0).channel_dot(
             g.layout(),
             (st.get(1), x.layout()),
             (st.get(2), mean.layout()),
+            mask.map(|m| (st.get(3), m.layout())),
         )?;
         Ok(Tensor::from_storage(out, &[2, c]))
     }

@@ -1675,6 +1675,87 @@ fn batch_norm_running_statistics_move_wherever_they_lie(dev: &Device) -> Result<
     Ok(())
 }
 
+/// `BatchNorm2d::forward_relu` (the ReLU in the batch norm's passes, its gradient
+/// folded into the backward's) gives what `forward` then `relu` give: the
+/// output, the input's, weight's and bias's gradients and the running
+/// statistics, in training and evaluation, row-major and channels-last, in
+/// float32 and bfloat16.
+fn batch_norm_with_its_relu_is_the_two_ops(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    for (dt, channels_last, training) in [
+        (DType::F32, false, true),
+        (DType::F32, true, true),
+        (DType::F32, false, false),
+        (DType::BF16, false, true),
+        (DType::BF16, true, true),
+    ] {
+        let what = format!("{dt}, channels-last {channels_last}, training {training}");
+        ember::manual_seed(9);
+        let x = Tensor::randn([4, 8, 6, 6], dev)?.to_dtype(dt)?;
+        let x = if channels_last {
+            x.to_memory_format(ember::MemoryFormat::ChannelsLast)?
+        } else {
+            x
+        };
+        // (the upstream gradient reaches both sides of 0)
+        let up = Tensor::randn([4, 8, 6, 6], dev)?.to_dtype(dt)?;
+        let run = |fused: bool| -> Result<Vec<Vec<f32>>> {
+            ember::manual_seed(3);
+            let mut bn = nn::BatchNorm2d::new(8, dev)?;
+            let w = bn.weight.as_ref().expect("a weight");
+            ember::no_grad(|| w.copy_(&Tensor::randn([8], dev)?))?;
+            if !training {
+                bn.eval();
+            }
+            let xi = x.detach().requires_grad_(true)?;
+            let y = if fused {
+                bn.forward_relu(&xi)?
+            } else {
+                bn.forward(&xi)?.relu()?
+            };
+            y.mul(&up)?.sum_all()?.backward()?;
+            let f = |t: &Tensor| t.to_dtype(DType::F32)?.contiguous()?.to_vec::<f32>();
+            let param_grad = |p: &Option<Tensor>| {
+                f(&p.as_ref().expect("a parameter").grad().expect("a gradient"))
+            };
+            Ok(vec![
+                f(&y)?,
+                f(&xi.grad().expect("x's gradient"))?,
+                param_grad(&bn.weight)?,
+                param_grad(&bn.bias)?,
+                f(bn.running_mean.as_ref().expect("a running mean"))?,
+                f(bn.running_var.as_ref().expect("a running variance"))?,
+            ])
+        };
+        let (two, one) = (run(false)?, run(true)?);
+        let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
+        for (i, name) in [
+            "output",
+            "x's gradient",
+            "weight's gradient",
+            "bias's gradient",
+            "running mean",
+            "running variance",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(two[i].len(), one[i].len(), "{what}: {name}");
+            for (j, (a, b)) in two[i].iter().zip(&one[i]).enumerate() {
+                let scale = 1f32.max(a.abs());
+                assert!(
+                    (a - b).abs() <= tol * scale,
+                    "{what}: {name}[{j}]: {a} (two ops) against {b} (fused)"
+                );
+            }
+        }
+        // some outputs are clamped and some are not
+        let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
+        assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
+    }
+    Ok(())
+}
+
 /// `nn.GroupNorm`: PyTorch's parameters (ones, zeros, named weight and bias), no
 /// parameters without `affine`, the functional's result, its refusal of
 /// channels that groups do not divide; and `index_add_` in place, recorded.
@@ -1720,6 +1801,7 @@ device_test!(
     batch_norm_keeps_a_half_input_dtype,
     batch_norm_of_an_empty_batch_is_pytorchs,
     batch_norm_running_statistics_move_wherever_they_lie,
+    batch_norm_with_its_relu_is_the_two_ops,
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,

@@ -45,9 +45,16 @@ fn pairs(v: Vec<(f64, f64)>, dtype: DType) -> Result<CpuData> {
     Ok(stat_values(out, dtype))
 }
 
-/// `d`'s values when they are of `_like`'s element type.
-fn same<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData) -> Option<&'a [T]> {
-    T::slice(d)
+/// `d`'s values when they are of `_like`'s element type, else the error that an
+/// operand must have the dtype `of` names.
+fn same_as<'a, T: crate::dtype::CpuElem>(_like: &[T], d: &'a CpuData, of: &str) -> Result<&'a [T]> {
+    T::slice(d).ok_or_else(|| {
+        Error::dtype(
+            "batch_norm",
+            d.dtype(),
+            format!("must have the {of}'s dtype"),
+        )
+    })
 }
 
 /// A float storage's values as f64.
@@ -132,16 +139,17 @@ pub(crate) fn stats(
     pairs(v, out)
 }
 
-/// Per channel, `Σ g` and `Σ g · (x - mean)`.
+/// Per channel, `Σ g` and `Σ g · (x - mean)`; with `mask` (a batch norm's output
+/// through its ReLU), `g` only where the mask is above 0.
 pub(crate) fn dot(
-    g: (&CpuData, Range),
-    x: (&CpuData, Range),
-    mean: (&CpuData, Range),
+    (g, mask): (Values, Option<Values>),
+    x: Values,
+    mean: Values,
     (n, c, s): (usize, usize, usize),
     out: DType,
 ) -> Result<CpuData> {
     fn go<T: FloatDType>(
-        g: &[T],
+        (g, y): (&[T], Option<&[T]>),
         x: &[T],
         mean: &[f64],
         (n, c, s): (usize, usize, usize),
@@ -152,10 +160,23 @@ pub(crate) fn dot(
             for b in 0..n {
                 let at = (b * c + ch) * s;
                 let (gp, xp) = (&g[at..at + s], &x[at..at + s]);
-                let (p1, p2) = plane_sums(s, |i| {
-                    let gv = gp[i].to_acc().to_f64();
-                    (gv, gv * (xp[i].to_acc().to_f64() - m))
-                });
+                let (p1, p2) = match y {
+                    None => plane_sums(s, |i| {
+                        let gv = gp[i].to_acc().to_f64();
+                        (gv, gv * (xp[i].to_acc().to_f64() - m))
+                    }),
+                    Some(y) => {
+                        let yp = &y[at..at + s];
+                        plane_sums(s, |i| {
+                            let gv = if yp[i].to_acc().to_f64() > 0.0 {
+                                gp[i].to_acc().to_f64()
+                            } else {
+                                0.0
+                            };
+                            (gv, gv * (xp[i].to_acc().to_f64() - m))
+                        })
+                    }
+                };
                 s1 += p1;
                 s2 += p2;
             }
@@ -164,9 +185,9 @@ pub(crate) fn dot(
     }
     let mean = floats(mean.0, mean.1, "batch_norm")?;
     let v = crate::dtype::dispatch_float!(g.0, gv => {
-        let xv = same(gv, x.0)
-            .ok_or_else(|| Error::dtype("batch_norm", x.0.dtype(), "must have the gradient's dtype"))?;
-        go(&gv[g.1], &xv[x.1], &mean, (n, c, s))
+        let xv = same_as(gv, x.0, "gradient")?;
+        let yv = mask.map(|(d, r)| Ok::<_, Error>(&same_as(gv, d, "gradient")?[r])).transpose()?;
+        go((&gv[g.1], yv), &xv[x.1], &mean, (n, c, s))
     }, other => return Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")));
     pairs(v, out)
 }
@@ -195,18 +216,22 @@ fn affine_run<T: FloatDType>(
 }
 
 /// `p · a + d` (with `q`: `p · a + q · b + d`) per channel, computed in f32 (f64
-/// when `stat` is f64), the output in `p`'s dtype.
+/// when `stat` is f64), the output in `p`'s dtype; with `relu` through a ReLU,
+/// and with `mask` (a batch norm's output through its ReLU) `p` only where the
+/// mask is above 0.
 pub(crate) fn affine(
-    p: (&CpuData, Range),
-    q: Option<(&CpuData, Range)>,
-    coefs: (&CpuData, Range),
+    (p, mask): (Values, Option<Values>),
+    q: Option<Values>,
+    coefs: Values,
     (c, s): (usize, usize),
+    relu: bool,
 ) -> Result<CpuData> {
     fn go<T: FloatDType>(
         p: &[T],
         q: Option<&[T]>,
         coefs: &[f64],
         (c, s): (usize, usize),
+        relu: bool,
     ) -> Result<CpuData> {
         // the GPU's arithmetic: in f32 (f64 for f64), the statistics dtype
         let k = coefs.len() / c.max(1);
@@ -247,18 +272,31 @@ pub(crate) fn affine(
         } else {
             out.chunks_mut(span * spans).enumerate().for_each(run);
         }
+        if relu {
+            // (what is not above 0 becomes 0; NaN stays)
+            for o in out.iter_mut() {
+                if o.to_f64() <= 0.0 {
+                    *o = T::from_f64(0.0);
+                }
+            }
+        }
         Ok(T::wrap(out))
     }
     let coefs = floats(coefs.0, coefs.1, "batch_norm")?;
     crate::dtype::dispatch_float!(p.0, pv => {
-        let qv = match q {
-            Some((qd, qr)) => Some(
-                &same(pv, qd)
-                    .ok_or_else(|| Error::dtype("batch_norm", qd.dtype(), "must have the input's dtype"))?[qr],
+        let qv = q.map(|(qd, qr)| Ok::<_, Error>(&same_as(pv, qd, "input")?[qr])).transpose()?;
+        // the mask applied to p first (0 where the ReLU's output is not above 0)
+        let masked: Option<Vec<_>> = match mask {
+            Some((yd, yr)) => Some(
+                pv[p.1.clone()]
+                    .iter()
+                    .zip(&same_as(pv, yd, "input")?[yr])
+                    .map(|(x, y)| if y.to_f64() > 0.0 { *x } else { Default::default() })
+                    .collect(),
             ),
             None => None,
         };
-        go(&pv[p.1], qv, &coefs, (c, s))
+        go(masked.as_deref().unwrap_or(&pv[p.1]), qv, &coefs, (c, s), relu)
     }, other => Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")))
 }
 

@@ -284,9 +284,15 @@ impl BackendStorage for CpuStorage {
             .map(CpuStorage::new)
     }
 
-    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self> {
+    fn channel_dot(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        mean: (&Self, &Layout),
+        mask: Option<(&Self, &Layout)>,
+    ) -> Result<Self> {
         channel::dot(
-            (&self.data, range_of(l)),
+            ((&self.data, range_of(l)), mask.map(data_range)),
             (&x.0.data, range_of(x.1)),
             (&mean.0.data, range_of(mean.1)),
             channel_shape(l.shape()),
@@ -300,13 +306,15 @@ impl BackendStorage for CpuStorage {
         l: &Layout,
         q: Option<(&Self, &Layout)>,
         coefs: (&Self, &Layout),
+        (relu, mask): (bool, Option<(&Self, &Layout)>),
     ) -> Result<Self> {
         let (_, c, s) = channel_shape(l.shape());
         channel::affine(
-            (&self.data, range_of(l)),
+            ((&self.data, range_of(l)), mask.map(data_range)),
             q.map(|(q, lq)| (&q.data, range_of(lq))),
             (&coefs.0.data, range_of(coefs.1)),
             (c, s),
+            relu,
         )
         .map(CpuStorage::new)
     }

@@ -464,9 +464,15 @@ impl BackendStorage for CudaStorage {
         ops::channel_stats(self, l.offset(), channel_shape(l.shape()))
     }
 
-    fn channel_dot(&self, l: &Layout, x: (&Self, &Layout), mean: (&Self, &Layout)) -> Result<Self> {
+    fn channel_dot(
+        &self,
+        l: &Layout,
+        x: (&Self, &Layout),
+        mean: (&Self, &Layout),
+        mask: Option<(&Self, &Layout)>,
+    ) -> Result<Self> {
         ops::channel_dot(
-            (self, l.offset()),
+            ((self, l.offset()), mask.map(|(y, ly)| (y, ly.offset()))),
             (x.0, x.1.offset()),
             (mean.0, mean.1.offset()),
             channel_shape(l.shape()),
@@ -478,12 +484,13 @@ impl BackendStorage for CudaStorage {
         l: &Layout,
         q: Option<(&Self, &Layout)>,
         coefs: (&Self, &Layout),
+        (relu, mask): (bool, Option<(&Self, &Layout)>),
     ) -> Result<Self> {
         ops::channel_affine(
-            (self, l.offset()),
+            ((self, l.offset()), mask.map(|(y, ly)| (y, ly.offset()))),
             q.map(|(q, lq)| (q, lq.offset())),
             (coefs.0, coefs.1.offset()),
-            coefs.1.numel() / channel_shape(l.shape()).1.max(1),
+            (coefs.1.numel() / channel_shape(l.shape()).1.max(1), relu),
             channel_shape(l.shape()),
         )
     }

@@ -325,6 +325,7 @@ impl BackendStorage for MetaStorage {
         l: &Layout,
         _x: (&Self, &Layout),
         _mean: (&Self, &Layout),
+        _mask: Option<(&Self, &Layout)>,
     ) -> Result<Self> {
         self.channel_sums(l)
     }
@@ -334,6 +335,7 @@ impl BackendStorage for MetaStorage {
         l: &Layout,
         _q: Option<(&Self, &Layout)>,
         _coefs: (&Self, &Layout),
+        _act: (bool, Option<(&Self, &Layout)>),
     ) -> Result<Self> {
         self.like(l.numel())
     }

@@ -29,31 +29,38 @@ pub(crate) fn channel_stats(
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
     if let Some(cols) = channel_columns((n, c, s)) {
-        return channel_columns_sums(None, (x, offset), None, (n, c), cols);
+        return channel_columns_sums((None, None), (x, offset), None, (n, c), cols);
     }
-    channel_plane_sums(None, (x, offset), None, (n, c, s))
+    channel_plane_sums((None, None), (x, offset), None, (n, c, s))
 }
 
 /// Per channel, `Σ g` and `Σ g · (x - mean)` of `[n, c, s]` gradients and inputs:
-/// `[2, c]` in the statistics dtype.
+/// `[2, c]` in the statistics dtype; with `mask` (a batch norm's output through
+/// its ReLU, of the same shape) `g` counts where the mask is above 0.
 pub(crate) fn channel_dot(
-    g: (&CudaStorage, usize),
+    (g, mask): ((&CudaStorage, usize), Option<(&CudaStorage, usize)>),
     x: (&CudaStorage, usize),
     mean: (&CudaStorage, usize),
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
     if let Some(cols) = channel_columns((n, c, s)) {
-        return channel_columns_sums(Some(g), x, Some(mean), (n, c), cols);
+        return channel_columns_sums((Some(g), mask), x, Some(mean), (n, c), cols);
     }
-    channel_plane_sums(Some(g), x, Some(mean), (n, c, s))
+    channel_plane_sums((Some(g), mask), x, Some(mean), (n, c, s))
 }
+
+/// A gradient and its ReLU mask, each at an element offset of its storage.
+type MaskedGrad<'a> = (
+    Option<(&'a CudaStorage, usize)>,
+    Option<(&'a CudaStorage, usize)>,
+);
 
 /// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean)
 /// over planes of `s > 1` elements: a block per channel, or per chunk of a
 /// channel ([`channel_chunks`]) whose partial sums a second kernel adds in
 /// chunk order.
 fn channel_plane_sums(
-    g: Option<(&CudaStorage, usize)>,
+    (g, y): MaskedGrad,
     (x, x_off): (&CudaStorage, usize),
     mean: Option<(&CudaStorage, usize)>,
     (n, c, s): (usize, usize, usize),
@@ -71,7 +78,7 @@ fn channel_plane_sums(
     let (per, k) = chunks.unwrap_or((n * s, 1));
     let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
     let pp = part.as_ref().map_or(0, |p| p.ptr());
-    let (pg, px, pm, po) = (at(g), base_ptr(x, x_off), at(mean), out.ptr());
+    let (pg, py, px, pm, po) = (at(g), at(y), base_ptr(x, x_off), at(mean), out.ptr());
     let (n_, c_, s_, per_) = (n as i64, c as i64, s as i64, per as i64);
     let dot = g.is_some() as i32;
     let sfx = suffix(x.dtype());
@@ -80,7 +87,7 @@ fn channel_plane_sums(
         ("reduce", x.dtype(), &format!("channel_sums_{sfx}")),
         (c.min(65535 * 32) as u32, k as u32, 1),
         ((CHANNEL_THREADS, 1, 1), 0),
-        &mut args![pg, px, pm, po, pp, n_, c_, s_, per_, dot],
+        &mut args![pg, py, px, pm, po, pp, n_, c_, s_, per_, dot],
     )?;
     if let Some(part) = &part {
         channel_sums_finish(x, (part, px), &out, (k, n * s, c, s), dot)?;
@@ -120,7 +127,7 @@ fn channel_sums_finish(
 /// rows write their partial sums to a float64 workspace of `2 · chunks · c`,
 /// which a second kernel adds up per channel in chunk order.
 fn channel_columns_sums(
-    g: Option<(&CudaStorage, usize)>,
+    (g, y): MaskedGrad,
     (x, x_off): (&CudaStorage, usize),
     mean: Option<(&CudaStorage, usize)>,
     (m, c): (usize, usize),
@@ -130,7 +137,7 @@ fn channel_columns_sums(
     let out = new_out(dev, stat_dtype(x.dtype()), 2 * c)?;
     let part = new_out(dev, DType::F64, 2 * chunks * c)?;
     let at = |t: Option<(&CudaStorage, usize)>| t.map_or(0, |(t, o)| base_ptr(t, o));
-    let (pg, px, pm, pp) = (at(g), base_ptr(x, x_off), at(mean), part.ptr());
+    let (pg, py, px, pm, pp) = (at(g), at(y), base_ptr(x, x_off), at(mean), part.ptr());
     let (m_, c_, rows_) = (m as i64, c as i64, rows as i64);
     let dot = g.is_some() as i32;
     let sfx = suffix(x.dtype());
@@ -139,7 +146,7 @@ fn channel_columns_sums(
         ("reduce", x.dtype(), &format!("channel_cols_{sfx}")),
         (c.div_ceil(32) as u32, chunks as u32, 1),
         ((32, 8, 1), 0),
-        &mut args![pg, px, pm, pp, m_, c_, rows_, dot],
+        &mut args![pg, py, px, pm, pp, m_, c_, rows_, dot],
     )?;
     channel_sums_finish(x, (&part, px), &out, (chunks, m, c, 1), dot)?;
     Ok(out)
@@ -148,12 +155,14 @@ fn channel_columns_sums(
 /// `p · a[ch] + d[ch]` (or `+ q · b[ch]` too) over `[n, c, s]` elements, with `k`
 /// rows of `c` coefficients: a grid-stride loop over vectors of up to 16 bytes
 /// (within a plane, or across channels where planes are single elements) where
-/// the sizes and the arrays' alignment allow, else over elements.
+/// the sizes and the arrays' alignment allow, else over elements. With `relu`
+/// the results go through a ReLU; with `mask` (a batch norm's output through its
+/// ReLU, of the same shape) `p` counts where the mask is above 0.
 pub(crate) fn channel_affine(
-    p: (&CudaStorage, usize),
+    (p, mask): ((&CudaStorage, usize), Option<(&CudaStorage, usize)>),
     q: Option<(&CudaStorage, usize)>,
     coefs: (&CudaStorage, usize),
-    k: usize,
+    (k, relu): (usize, bool),
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
     let dev = p.0.dev();
@@ -162,9 +171,10 @@ pub(crate) fn channel_affine(
     if total == 0 {
         return Ok(out);
     }
-    let (pp, pq, pc, po) = (
+    let (pp, pq, py, pc, po) = (
         base_ptr(p.0, p.1),
         q.map_or(0, |(q, o)| base_ptr(q, o)),
+        mask.map_or(0, |(y, o)| base_ptr(y, o)),
         base_ptr(coefs.0, coefs.1),
         out.ptr(),
     );
@@ -182,6 +192,7 @@ pub(crate) fn channel_affine(
                 && [pp, po]
                     .iter()
                     .chain(q.as_ref().map(|_| &pq))
+                    .chain(mask.as_ref().map(|_| &py))
                     .all(|a| a % bytes == 0)
         })
         .unwrap_or(1);
@@ -199,6 +210,7 @@ pub(crate) fn channel_affine(
     let (nv_, c_, vs_, vc_) = (nv as i64, c as i64, vs as i64, vc as i64);
     let (sh1, sh2) = (d1.shift as i32, d2.shift as i32);
     let (small_, lanes_, k_, vec_) = (small as i32, lanes as i32, k as i32, vec as i32);
+    let relu_ = relu as i32;
     let name = format!("channel_affine_{}", suffix(p.0.dtype()));
     launch_kernel(
         dev,
@@ -206,8 +218,8 @@ pub(crate) fn channel_affine(
         (dev.grid_for(nv, THREADS), 1, 1),
         ((THREADS, 1, 1), 0),
         &mut args![
-            pp, pq, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_, k_,
-            vec_
+            pp, pq, py, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_,
+            k_, relu_, vec_
         ],
     )?;
     Ok(out)
