@@ -1046,8 +1046,9 @@ __device__ void channel_sums_finish_impl(const double* part, const T* x, typenam
     }
 }
 
-// out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + d[ch] + q * b[ch]; coef
-// holds k rows of c (a, d or a, b, d). With `relu` the result goes through a
+// out = p * a[ch] + d[ch], or with q (k == 3) p * a[ch] + d[ch] + q * b[ch], or
+// with q and k == 2 p * a[ch] + d[ch] + q (a residual); coef holds k rows of c
+// (a, d or a, b, d). With `relu` the result goes through a
 // ReLU (a batch norm and its ReLU forward); a non-null y (that pair's output)
 // masks p as the ReLU's gradient does (0 where y is not above 0: their
 // backward). The elements are [n, c, s] (s == 1 for
@@ -1079,7 +1080,7 @@ __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const ty
         }
         const VecN<T, V> a = pv[v];
         VecN<T, V> b, m;
-        if (k == 3) b = qv[v];
+        if (q) b = qv[v];
         if (y) m = yv[v];
         VecN<T, V> o;
 #pragma unroll
@@ -1088,7 +1089,11 @@ __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const ty
             // p masked where the ReLU's output is not above 0 (its gradient)
             const S pl = y && !(widen(m.v[l]) > 0.f) ? (S)0 : (S)widen(a.v[l]);
             S val = pl * coef[ch] + coef[(k - 1) * c + ch];
-            if (k == 3) val += (S)widen(b.v[l]) * coef[c + ch];
+            if (k == 3) {
+                val += (S)widen(b.v[l]) * coef[c + ch];
+            } else if (q) {
+                val += (S)widen(b.v[l]);  // a residual, added before the ReLU
+            }
             // the ReLU after the map: 0 for what is not above 0, NaN kept
             if (relu && val <= (S)0) val = (S)0;
             o.v[l] = narrow<T>(val);

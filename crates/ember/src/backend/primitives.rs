@@ -183,7 +183,8 @@ pub(crate) trait BackendStorage: Sized {
     /// `p · a[ch] + d[ch]`, or with `q` (a contiguous view of the same shape and
     /// dtype) `p · a[ch] + q · b[ch] + d[ch]`. `coefs` is a contiguous view of
     /// `[2, c]` (`a`, `d`) or `[3, c]` (`a`, `b`, `d`) in the statistics dtype, in
-    /// which the sum is computed; the output has `l`'s dtype and shape. `act`:
+    /// which the sum is computed; with `q` and `[2, c]`, `q` is a residual:
+    /// `p · a[ch] + d[ch] + q`. The output has `l`'s dtype and shape. `act`:
     /// with its `relu` the results go through a ReLU (a batch norm with its ReLU,
     /// forward), with its mask (as [`channel_dot`](Self::channel_dot)'s) `p`
     /// counts only where the mask is above 0 (their backward).

@@ -94,22 +94,31 @@ macro_rules! block_children {
     };
 }
 
-/// The end of a block: the input (or its `downsample` projection) added into
-/// `out` in place (torchvision's `out += identity`), then ReLU in place.
-fn residual(downsample: Option<&Sequential>, x: &Tensor, out: Tensor) -> Result<Tensor> {
+/// The end of a block: its last batch norm `bn` of `out`, plus the input (or its
+/// `downsample` projection; torchvision's `out += identity`), then ReLU, as one
+/// op ([`BatchNorm2d::forward_add_relu`]) in the batch norm's module scope.
+fn residual(
+    (name, bn): (&str, &BatchNorm2d),
+    downsample: Option<&Sequential>,
+    x: &Tensor,
+    out: &Tensor,
+) -> Result<Tensor> {
     let identity = match downsample {
         Some(d) => child("downsample", d, x)?,
         None => x.clone(),
     };
-    out.add_(&identity)?;
-    child("relu", &nn::ReLU::inplace(), &out)
+    let _scope = crate::backend::meta::account::enter_module(name);
+    let y = bn.forward_add_relu(out, &identity)?;
+    crate::backend::meta::account::module_output(y.shape(), y.dtype());
+    Ok(y)
 }
 
 /// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,
 /// `stride`), `bn1`, ReLU, `conv2` (3 × 3), `bn2`, plus the input, or its
 /// `downsample` projection where the shape changes, then ReLU. The forward enters
 /// the module scopes `conv1`, `bn1` (with the ReLU after it, one op:
-/// [`BatchNorm2d::forward_relu`]), `conv2`, `bn2`, `downsample`, `relu`.
+/// [`BatchNorm2d::forward_relu`]), `conv2`, `downsample`, `bn2` (with the sum and
+/// the ReLU after it, one op: [`BatchNorm2d::forward_add_relu`]).
 pub struct BasicBlock {
     pub conv1: Conv2d,
     pub bn1: BatchNorm2d,
@@ -145,8 +154,7 @@ impl BasicBlock {
         let out = child("conv1", &self.conv1, x)?;
         let out = bn_relu("bn1", &self.bn1, &out)?;
         let out = child("conv2", &self.conv2, &out)?;
-        let out = child("bn2", &self.bn2, &out)?;
-        residual(self.downsample.as_ref(), x, out)
+        residual(("bn2", &self.bn2), self.downsample.as_ref(), x, &out)
     }
 
     block_children!(conv1, bn1, conv2, bn2);
@@ -159,7 +167,8 @@ block_module!(BasicBlock);
 /// ReLU, `conv3` (1 × 1 to `4 · planes`), `bn3`, plus the input or its
 /// `downsample` projection, then ReLU. The forward enters the module scopes of
 /// those names (`bn1` and `bn2` with the ReLU after each, one op:
-/// [`BatchNorm2d::forward_relu`]; `relu` for the last ReLU).
+/// [`BatchNorm2d::forward_relu`]; `downsample` before `bn3`, which takes the sum
+/// and the last ReLU: [`BatchNorm2d::forward_add_relu`]).
 pub struct Bottleneck {
     pub conv1: Conv2d,
     pub bn1: BatchNorm2d,
@@ -201,8 +210,7 @@ impl Bottleneck {
         let out = child("conv2", &self.conv2, &out)?;
         let out = bn_relu("bn2", &self.bn2, &out)?;
         let out = child("conv3", &self.conv3, &out)?;
-        let out = child("bn3", &self.bn3, &out)?;
-        residual(self.downsample.as_ref(), x, out)
+        residual(("bn3", &self.bn3), self.downsample.as_ref(), x, &out)
     }
 
     block_children!(conv1, bn1, conv2, bn2, conv3, bn3);

@@ -282,7 +282,7 @@ pub fn batch_norm(
         var: opts.running_var,
         momentum: opts.momentum,
     });
-    let (y, _, _) = x.batch_norm_op(weight, bias, (stats, update), (opts.eps, false))?;
+    let (y, _, _) = x.batch_norm_op(weight, bias, (stats, update), (opts.eps, false, None))?;
     Ok(y)
 }
 

@@ -166,10 +166,33 @@ impl<const D: usize> BatchNorm<D> {
     /// # Ok::<(), ember::Error>(())
     /// ```
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
-        self.run(x, true)
+        self.run(x, true, None)
     }
 
-    fn run(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+    /// `relu(self.forward(x) + residual)` in one op (ember's fusion, as
+    /// [`forward_relu`](Self::forward_relu)): the end of a ResNet block, where
+    /// `forward`, an in-place add and an in-place ReLU make two passes more
+    /// forward. `residual` gets the ReLU's gradient. A residual of another shape
+    /// or dtype is added by the separate ops (broadcast and promoted as `add`
+    /// does).
+    ///
+    /// ```
+    /// # use ember::prelude::*;
+    /// # use ember::nn::{self, Module};
+    /// let bn = nn::BatchNorm2d::new(3, &Device::Cpu)?;
+    /// let (x, r) = (Tensor::randn([2, 3, 4, 4], &Device::Cpu)?, Tensor::randn([2, 3, 4, 4], &Device::Cpu)?);
+    /// let fused = bn.forward_add_relu(&x, &r)?;
+    /// assert!(fused.allclose(&bn.forward(&x)?.add(&r)?.relu()?, 1e-6, 1e-6)?);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn forward_add_relu(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        if residual.shape() != x.shape() || residual.dtype() != x.dtype() {
+            return self.forward(x)?.add(residual)?.relu();
+        }
+        self.run(x, true, Some(residual))
+    }
+
+    fn run(&self, x: &Tensor, relu: bool, residual: Option<&Tensor>) -> Result<Tensor> {
         let _record = crate::profiler::function("batch_norm");
         self.check_input(x)?;
         let c = self.features;
@@ -212,7 +235,7 @@ impl<const D: usize> BatchNorm<D> {
             self.weight.as_ref(),
             self.bias.as_ref(),
             (stats, update),
-            (self.eps, relu),
+            (self.eps, relu, residual),
         )?;
         if let (Some((rm, rv)), Some(nb)) = (running, &self.num_batches_tracked) {
             crate::autograd::no_grad(|| nb.add_(1i64))?;
@@ -230,7 +253,7 @@ impl<const D: usize> BatchNorm<D> {
 
 impl<const D: usize> Module for BatchNorm<D> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.run(x, false)
+        self.run(x, false, None)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

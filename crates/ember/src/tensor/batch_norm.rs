@@ -33,16 +33,18 @@ impl Tensor {
     /// input, whose running statistics stay as they are). With the batch's
     /// statistics, `update`'s running statistics move towards them (in the
     /// coefficients' launch where they are contiguous arrays of the statistics
-    /// dtype on the input's device, else by tensor ops). With `relu` the output
-    /// goes through a ReLU in the same pass (`relu(batch_norm(x))`), and the
-    /// backward masks the gradient by it in its passes (the rule keeps the output,
-    /// as an in-place ReLU's does).
+    /// dtype on the input's device, else by tensor ops). With `residual` (of the
+    /// input's shape and dtype) it is added to the output in the same pass, and
+    /// with `relu` the output goes through a ReLU there (`relu(batch_norm(x) +
+    /// residual)`); the backward masks the gradient by it in its passes, or with
+    /// a residual (which gets the masked gradient) once before them (the rule
+    /// keeps the output, as an in-place ReLU's does).
     pub(crate) fn batch_norm_op(
         &self,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         (stats, update): (BatchStats, Option<RunningUpdate>),
-        (eps, relu): (f64, bool),
+        (eps, relu, residual): (f64, bool, Option<&Tensor>),
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let op = "batch_norm";
         if !self.dtype().is_float() || self.rank() < 2 {
@@ -59,7 +61,22 @@ impl Tensor {
         if let BatchStats::Running { mean, var } = stats {
             ts.extend([mean, var]);
         }
+        ts.extend(residual);
         super::same_device(op, &ts)?;
+        if let Some(r) = residual {
+            if r.shape() != self.shape() || r.dtype() != self.dtype() {
+                return Err(Error::shape(
+                    op,
+                    r.shape(),
+                    self.shape(),
+                    format!(
+                        "the residual ({}) must have the input's shape and dtype ({})",
+                        r.dtype(),
+                        self.dtype()
+                    ),
+                ));
+            }
+        }
         for (t, what) in [(weight, "weight"), (bias, "bias")] {
             if let Some(t) = t {
                 if t.shape() != [c] {
@@ -131,7 +148,9 @@ impl Tensor {
             let running = fused.map(|u| (u, unbiased));
             let coefs = coefs((&mean, &var), (w.as_ref(), b.as_ref()), running, eps)?;
             // the output (and the input's gradient) in the input's memory format
-            let y = x.channel_affine((None, None), &coefs.narrow(0, 0, 2)?, (&shape, cl, relu))?;
+            let r = residual.map(|r| channel_view(r, cl)).transpose()?;
+            let ad = coefs.narrow(0, 0, 2)?;
+            let y = x.channel_affine((r.as_ref(), None), &ad, (&shape, cl, relu))?;
             let y = y.laid_out(format)?;
             Ok((y, mean, var, coefs.select(0, 2)?, w))
         })?;
@@ -147,22 +166,30 @@ impl Tensor {
         let mut inputs: Vec<&Tensor> = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
+        inputs.extend(residual);
+        let has_r = residual.is_some();
         let (m, iv) = (mean.clone(), invstd.clone());
-        // the rule reads the input's values, and of the parameters their dtypes
-        let keep = [true, false, false];
+        // the rule reads the input's values, and of the parameters and the
+        // residual their dtypes
+        let keep = [true, false, false, false];
         let y = Tensor::record_keeping(y, op, &inputs, &keep, move |out| {
             // (with the ReLU its output, whose sign masks the gradient)
             let out = relu.then(|| out.save());
             move |g: &Tensor, inp: &crate::autograd::Inputs| {
                 let x = channel_view(inp.get(0)?, cl)?;
+                let y = out.as_ref().map(|y| y.get()).transpose()?;
+                // with a residual the masked gradient is made once (it is the
+                // residual's too); without, the passes below mask as they read
+                let (g, y) = match (has_r, y) {
+                    (true, Some(y)) => (g.relu_backward(y)?, None),
+                    _ => (g.clone(), y),
+                };
+                let g_res = has_r.then(|| g.clone());
                 let g = match cl {
                     true => channel_view(&g.to_memory_format(MemoryFormat::ChannelsLast)?, cl)?,
                     false => g.contiguous()?,
                 };
-                let mask = out
-                    .as_ref()
-                    .map(|y| channel_view(y.get()?, cl))
-                    .transpose()?;
+                let mask = y.map(|y| channel_view(y, cl)).transpose()?;
                 let mask = mask.as_ref();
                 let sums = Tensor::channel_sums(&g, &x, &m, mask)?;
                 let count = batch.then_some((n * s) as f64);
@@ -189,6 +216,10 @@ impl Tensor {
                             .then(|| sums.select(0, 0)?.to_dtype(inp.dtype(i)))
                             .transpose()?,
                     );
+                }
+                if let Some(gr) = g_res {
+                    let i = 1 + has_w as usize + has_b as usize;
+                    grads.push(inp.needs(i).then_some(gr));
                 }
                 Ok(grads)
             }

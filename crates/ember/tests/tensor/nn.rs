@@ -1756,6 +1756,86 @@ fn batch_norm_with_its_relu_is_the_two_ops(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `BatchNorm2d::forward_add_relu` (a ResNet block's end: the sum and the ReLU in
+/// the batch norm's pass) gives what `forward`, `add` and `relu` give: the output
+/// and the gradients of the input, the residual, the weight and the bias, in
+/// float32 and bfloat16, row-major and channels-last (the residual in the other
+/// layout too); a residual of another dtype takes the separate ops.
+fn batch_norm_with_a_residual_and_relu_is_the_three_ops(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    for (dt, x_cl, r_cl) in [
+        (DType::F32, false, false),
+        (DType::F32, true, true),
+        (DType::F32, true, false),
+        (DType::BF16, false, false),
+        (DType::BF16, true, true),
+    ] {
+        let what = format!("{dt}, channels-last input {x_cl}, residual {r_cl}");
+        ember::manual_seed(11);
+        let lay = |t: Tensor, cl: bool| -> Result<Tensor> {
+            if cl {
+                t.to_memory_format(ember::MemoryFormat::ChannelsLast)
+            } else {
+                Ok(t)
+            }
+        };
+        let x = lay(Tensor::randn([4, 8, 5, 5], dev)?.to_dtype(dt)?, x_cl)?;
+        let r = lay(Tensor::randn([4, 8, 5, 5], dev)?.to_dtype(dt)?, r_cl)?;
+        let up = Tensor::randn([4, 8, 5, 5], dev)?.to_dtype(dt)?;
+        let run = |fused: bool| -> Result<Vec<Vec<f32>>> {
+            ember::manual_seed(3);
+            let bn = nn::BatchNorm2d::new(8, dev)?;
+            let (xi, ri) = (
+                x.detach().requires_grad_(true)?,
+                r.detach().requires_grad_(true)?,
+            );
+            let y = if fused {
+                bn.forward_add_relu(&xi, &ri)?
+            } else {
+                bn.forward(&xi)?.add(&ri)?.relu()?
+            };
+            y.mul(&up)?.sum_all()?.backward()?;
+            let f = |t: &Tensor| t.to_dtype(DType::F32)?.contiguous()?.to_vec::<f32>();
+            let grad = |t: &Tensor| f(&t.grad().expect("a gradient"));
+            Ok(vec![
+                f(&y)?,
+                grad(&xi)?,
+                grad(&ri)?,
+                grad(bn.weight.as_ref().expect("a weight"))?,
+                grad(bn.bias.as_ref().expect("a bias"))?,
+            ])
+        };
+        let (three, one) = (run(false)?, run(true)?);
+        let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
+        for (i, name) in [
+            "output",
+            "x's gradient",
+            "the residual's gradient",
+            "weight's gradient",
+            "bias's gradient",
+        ]
+        .iter()
+        .enumerate()
+        {
+            for (j, (a, b)) in three[i].iter().zip(&one[i]).enumerate() {
+                let scale = 1f32.max(a.abs());
+                assert!(
+                    (a - b).abs() <= tol * scale,
+                    "{what}: {name}[{j}]: {a} (three ops) against {b} (fused)"
+                );
+            }
+        }
+        let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
+        assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
+    }
+    // a float32 residual for a bfloat16 input: promoted, as `add` does
+    let bn = nn::BatchNorm2d::new(2, dev)?;
+    let x = Tensor::randn([2, 2, 3, 3], dev)?.to_dtype(DType::BF16)?;
+    let r = Tensor::randn([2, 2, 3, 3], dev)?;
+    assert_eq!(bn.forward_add_relu(&x, &r)?.dtype(), DType::F32);
+    Ok(())
+}
+
 /// `nn.GroupNorm`: PyTorch's parameters (ones, zeros, named weight and bias), no
 /// parameters without `affine`, the functional's result, its refusal of
 /// channels that groups do not divide; and `index_add_` in place, recorded.
@@ -1802,6 +1882,7 @@ device_test!(
     batch_norm_of_an_empty_batch_is_pytorchs,
     batch_norm_running_statistics_move_wherever_they_lie,
     batch_norm_with_its_relu_is_the_two_ops,
+    batch_norm_with_a_residual_and_relu_is_the_three_ops,
     memory_saving_attention_matches_across_groups,
     float_mask_blocking_a_whole_row_gives_zeros,
     memory_saving_attention_dropout_redraws_its_masks,

@@ -215,8 +215,9 @@ fn affine_run<T: FloatDType>(
     }
 }
 
-/// `p · a + d` (with `q`: `p · a + q · b + d`) per channel, computed in f32 (f64
-/// when `stat` is f64), the output in `p`'s dtype; with `relu` through a ReLU,
+/// `p · a + d` (with `q`: `p · a + q · b + d`, or with two rows of coefficients
+/// `p · a + d + q`) per channel, computed in f32 (f64 when `stat` is f64), the
+/// output in `p`'s dtype; with `relu` through a ReLU,
 /// and with `mask` (a batch norm's output through its ReLU) `p` only where the
 /// mask is above 0.
 pub(crate) fn affine(
@@ -242,7 +243,12 @@ pub(crate) fn affine(
         let acc = <T::Acc as Real>::c;
         let row = |r: usize| -> Vec<T::Acc> { (0..c).map(|ch| acc(coefs[r * c + ch])).collect() };
         let (a, d) = (row(0), row(k - 1));
-        let b = if k == 3 { row(1) } else { vec![acc(0.0); c] };
+        // (with `q` and two rows, `q` is a residual added as it is)
+        let b = match (k, q) {
+            (3, _) => row(1),
+            (_, Some(_)) => vec![acc(1.0); c],
+            _ => vec![acc(0.0); c],
+        };
         // runs of elements: a plane (one channel's coefficients), or where planes
         // are single elements a row across the channels (each its own)
         let span = if s == 1 { c } else { s };
