@@ -111,6 +111,14 @@ impl Tensor {
                     y = if add { y.add(&first)? } else { y.mul(&first)? };
                 }
             }
+            // (the residual and the ReLU as tensor ops: the residual gets its
+            // empty gradient too)
+            if let Some(r) = residual {
+                y = y.add(r)?;
+            }
+            if relu {
+                y = y.relu()?;
+            }
             let nan = Tensor::full([c], f64::NAN, sd, &self.device())?;
             return Ok((y, nan.clone(), nan));
         }

@@ -1817,6 +1817,7 @@ fn batch_norm_with_a_residual_and_relu_is_the_three_ops(dev: &Device) -> Result<
         .iter()
         .enumerate()
         {
+            assert_eq!(three[i].len(), one[i].len(), "{what}: {name}");
             for (j, (a, b)) in three[i].iter().zip(&one[i]).enumerate() {
                 let scale = 1f32.max(a.abs());
                 assert!(
@@ -1828,6 +1829,26 @@ fn batch_norm_with_a_residual_and_relu_is_the_three_ops(dev: &Device) -> Result<
         let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
         assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
     }
+    // an empty batch: an empty output, and empty gradients for the input and the
+    // residual (zeros for the parameters), as the three ops give
+    let bn = nn::BatchNorm2d::new(2, dev)?;
+    let x = Tensor::zeros([0, 2, 3, 3], DType::F32, dev)?.requires_grad_(true)?;
+    let r = Tensor::zeros([0, 2, 3, 3], DType::F32, dev)?.requires_grad_(true)?;
+    let y = bn.forward_add_relu(&x, &r)?;
+    assert_eq!(y.shape(), [0, 2, 3, 3]);
+    y.sum_all()?.backward()?;
+    assert_eq!(
+        r.grad().expect("the residual's gradient").shape(),
+        [0, 2, 3, 3]
+    );
+    assert_eq!(x.grad().expect("x's gradient").shape(), [0, 2, 3, 3]);
+    let gw = bn
+        .weight
+        .as_ref()
+        .expect("a weight")
+        .grad()
+        .expect("a gradient");
+    assert_eq!(gw.to_vec::<f32>()?, [0.0; 2]);
     // a float32 residual for a bfloat16 input: promoted, as `add` does
     let bn = nn::BatchNorm2d::new(2, dev)?;
     let x = Tensor::randn([2, 2, 3, 3], dev)?.to_dtype(DType::BF16)?;
