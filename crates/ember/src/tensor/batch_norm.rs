@@ -382,7 +382,7 @@ fn grad_coefs(
         weight: w.map(|_| view(3)),
         count,
     };
-    let (coefs, gw) = Storage::batch_norm_grad_coefs(p, weight_grad && w.is_some())?;
+    let (coefs, gw) = Storage::batch_norm_grad_coefs(p, weight_grad)?;
     Ok((
         Tensor::from_storage(coefs, &[3, c]),
         gw.map(|gw| Tensor::from_storage(gw, &[c])),

@@ -193,23 +193,37 @@ pub(crate) fn dot(
 }
 
 /// `dst = p · a + d` (with `q`: `p · a + d + q · b`) over a run of elements,
-/// each with its `(a, d, b)` from `coefs`, in the accumulation type.
+/// each with its `(a, d, b)` from `coefs`, in the accumulation type; with `mask`
+/// `p` counts where the mask is above 0, and with `relu` what is not above 0
+/// becomes 0 (NaN stays).
 #[inline(always)]
 fn affine_run<T: FloatDType>(
     dst: &mut [T],
-    p: &[T],
-    q: Option<&[T]>,
+    (p, mask): (&[T], Option<&[T]>),
+    (q, relu): (Option<&[T]>, bool),
     coefs: impl Iterator<Item = (T::Acc, T::Acc, T::Acc)>,
 ) {
-    match q {
-        Some(q) => {
+    let z = <T::Acc as Real>::c(0.0);
+    let act = |v: T::Acc| if relu && v <= z { z } else { v };
+    match (q, mask) {
+        (Some(q), None) => {
             for (((o, x), y), (a, d, b)) in dst.iter_mut().zip(p).zip(q).zip(coefs) {
-                *o = T::from_acc(x.to_acc() * a + d + y.to_acc() * b);
+                *o = T::from_acc(act(x.to_acc() * a + d + y.to_acc() * b));
             }
         }
-        None => {
+        (None, None) => {
             for ((o, x), (a, d, _)) in dst.iter_mut().zip(p).zip(coefs) {
-                *o = T::from_acc(x.to_acc() * a + d);
+                *o = T::from_acc(act(x.to_acc() * a + d));
+            }
+        }
+        (q, Some(m)) => {
+            for (i, (o, (a, d, b))) in dst.iter_mut().zip(coefs).enumerate() {
+                let x = if m[i].to_acc() > z { p[i].to_acc() } else { z };
+                let v = match q {
+                    Some(q) => x * a + d + q[i].to_acc() * b,
+                    None => x * a + d,
+                };
+                *o = T::from_acc(act(v));
             }
         }
     }
@@ -228,7 +242,7 @@ pub(crate) fn affine(
     relu: bool,
 ) -> Result<CpuData> {
     fn go<T: FloatDType>(
-        p: &[T],
+        (p, mask): (&[T], Option<&[T]>),
         q: Option<&[T]>,
         coefs: &[f64],
         (c, s): (usize, usize),
@@ -257,6 +271,7 @@ pub(crate) fn affine(
             for (j, seg) in dst.chunks_mut(span).enumerate() {
                 let at = (i * spans + j) * span;
                 let src = &p[at..at + seg.len()];
+                let ms = mask.map(|m| &m[at..at + seg.len()]);
                 let qs = q.map(|q| &q[at..at + seg.len()]);
                 simd(
                     #[inline(always)]
@@ -264,10 +279,11 @@ pub(crate) fn affine(
                         if s == 1 {
                             let per_channel =
                                 a.iter().zip(&d).zip(&b).map(|((a, d), b)| (*a, *d, *b));
-                            affine_run(seg, src, qs, per_channel);
+                            affine_run(seg, (src, ms), (qs, relu), per_channel);
                         } else {
                             let ch = (at / s) % c;
-                            affine_run(seg, src, qs, std::iter::repeat((a[ch], d[ch], b[ch])));
+                            let per_channel = std::iter::repeat((a[ch], d[ch], b[ch]));
+                            affine_run(seg, (src, ms), (qs, relu), per_channel);
                         }
                     },
                 )
@@ -278,31 +294,13 @@ pub(crate) fn affine(
         } else {
             out.chunks_mut(span * spans).enumerate().for_each(run);
         }
-        if relu {
-            // (what is not above 0 becomes 0; NaN stays)
-            for o in out.iter_mut() {
-                if o.to_f64() <= 0.0 {
-                    *o = T::from_f64(0.0);
-                }
-            }
-        }
         Ok(T::wrap(out))
     }
     let coefs = floats(coefs.0, coefs.1, "batch_norm")?;
     crate::dtype::dispatch_float!(p.0, pv => {
         let qv = q.map(|(qd, qr)| Ok::<_, Error>(&same_as(pv, qd, "input")?[qr])).transpose()?;
-        // the mask applied to p first (0 where the ReLU's output is not above 0)
-        let masked: Option<Vec<_>> = match mask {
-            Some((yd, yr)) => Some(
-                pv[p.1.clone()]
-                    .iter()
-                    .zip(&same_as(pv, yd, "input")?[yr])
-                    .map(|(x, y)| if y.to_f64() > 0.0 { *x } else { Default::default() })
-                    .collect(),
-            ),
-            None => None,
-        };
-        go(masked.as_deref().unwrap_or(&pv[p.1]), qv, &coefs, (c, s), relu)
+        let mv = mask.map(|(yd, yr)| Ok::<_, Error>(&same_as(pv, yd, "input")?[yr])).transpose()?;
+        go((&pv[p.1], mv), qv, &coefs, (c, s), relu)
     }, other => Err(Error::dtype("batch_norm", other.dtype(), "needs a floating-point tensor")))
 }
 
