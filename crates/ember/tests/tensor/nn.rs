@@ -1728,32 +1728,43 @@ fn batch_norm_with_its_relu_is_the_two_ops(dev: &Device) -> Result<()> {
             ])
         };
         let (two, one) = (run(false)?, run(true)?);
-        let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
-        for (i, name) in [
+        let names = [
             "output",
             "x's gradient",
             "weight's gradient",
             "bias's gradient",
             "running mean",
             "running variance",
-        ]
-        .iter()
-        .enumerate()
-        {
-            assert_eq!(two[i].len(), one[i].len(), "{what}: {name}");
-            for (j, (a, b)) in two[i].iter().zip(&one[i]).enumerate() {
-                let scale = 1f32.max(a.abs());
-                assert!(
-                    (a - b).abs() <= tol * scale,
-                    "{what}: {name}[{j}]: {a} (two ops) against {b} (fused)"
-                );
-            }
-        }
-        // some outputs are clamped and some are not
-        let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
-        assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
+        ];
+        fused_matches(&what, &names, (&two, "two ops"), &one, dt);
     }
     Ok(())
+}
+
+/// Each of `names`' lists of `one` (the fused op's) within tolerance of
+/// `many`'s (the separate ops', `label`), element by element, of the same
+/// lengths; and some of the first list's (the output's) values clamped to 0 and
+/// some not.
+fn fused_matches(
+    what: &str,
+    names: &[&str],
+    (many, label): (&[Vec<f32>], &str),
+    one: &[Vec<f32>],
+    dt: DType,
+) {
+    let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(many[i].len(), one[i].len(), "{what}: {name}");
+        for (j, (a, b)) in many[i].iter().zip(&one[i]).enumerate() {
+            let scale = 1f32.max(a.abs());
+            assert!(
+                (a - b).abs() <= tol * scale,
+                "{what}: {name}[{j}]: {a} ({label}) against {b} (fused)"
+            );
+        }
+    }
+    let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
+    assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
 }
 
 /// `BatchNorm2d::forward_add_relu` (a ResNet block's end: the sum and the ReLU in
@@ -1806,28 +1817,14 @@ fn batch_norm_with_a_residual_and_relu_is_the_three_ops(dev: &Device) -> Result<
             ])
         };
         let (three, one) = (run(false)?, run(true)?);
-        let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
-        for (i, name) in [
+        let names = [
             "output",
             "x's gradient",
             "the residual's gradient",
             "weight's gradient",
             "bias's gradient",
-        ]
-        .iter()
-        .enumerate()
-        {
-            assert_eq!(three[i].len(), one[i].len(), "{what}: {name}");
-            for (j, (a, b)) in three[i].iter().zip(&one[i]).enumerate() {
-                let scale = 1f32.max(a.abs());
-                assert!(
-                    (a - b).abs() <= tol * scale,
-                    "{what}: {name}[{j}]: {a} (three ops) against {b} (fused)"
-                );
-            }
-        }
-        let zeros = one[0].iter().filter(|&&v| v == 0.0).count();
-        assert!(zeros > 0 && zeros < one[0].len(), "{what}: {zeros} zeros");
+        ];
+        fused_matches(&what, &names, (&three, "three ops"), &one, dt);
     }
     // an empty batch: an empty output, and empty gradients for the input and the
     // residual (zeros for the parameters), as the three ops give
