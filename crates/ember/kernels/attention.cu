@@ -15,7 +15,9 @@
 // weights into `· v`, the scores' gradient into `· k`).
 //
 // Operands are [batch, heads, rows, d] views whose last dim is contiguous, with
-// element strides (batch, head, row) of whole 16 bytes; `d` is a multiple of 8
+// element strides (batch, head, row) of whole 16 bytes; so are the results,
+// written where their strides put them (the output with the heads inside the
+// rows, the gradients so or packed in one buffer: backend/op/attention.rs); `d` is a multiple of 8
 // up to the kernel's DM (64 or 128), the columns
 // beyond `d` read as zeros and are never written. Rows past a sequence's end are
 // masked. An additive bias (a mask: `-inf` hides a key) may be added to the
@@ -24,6 +26,7 @@
 //
 // Kernels (S = dtype suffix, D = DM):
 //   attn_fwd_S_dD      grid (batch·heads, L/64): out [.., L, d] and lse [.., L]
+//                      (contiguous)
 //                      (natural log of each row's sum of exp(scaled scores))
 //   attn_dot_S         D[row] = Σ dout · out (float32), the softmax backward's term
 //   attn_bwd_kv_S_dD   grid (batch·heads, S/64): dk, dv (each key block loops
@@ -47,6 +50,8 @@ struct AttnArgs {
     float keep_scale;         // 1 / (1 - p), the kept weights' factor
     i64 bias_off;             // the additive bias (a T pointer passed beside, may be null):
     i64 bias_st[4];           // element strides of (batch, head, query, key), 0 where it broadcasts
+    i64 os[3];                // element strides of (batch, head, row) of the output
+    i64 dqs[3], dkvs[3];      // the same of dq, and of dk and dv (each pointer at its view's start)
 };
 
 // splitmix64's finaliser: a 64-bit mix of every input bit.
@@ -509,7 +514,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
     }
-    E* out = (E*)out_ + (i64)bh * a.l * a.d;
+    E* out = (E*)out_ + b * a.os[0] + h * a.os[1];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
@@ -519,22 +524,22 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
 #pragma unroll
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
-            if (c < a.d) store2<T>(out + (i64)qi * a.d + c, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            if (c < a.d) store2<T>(out + qi * a.os[2] + c, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         }
         if (t == 0) lse[(i64)bh * a.l + qi] = sum[r] == 0.f ? neg_inf : (m[r] + log2f(sum[r])) / ATT_LOG2E;
     }
 }
 
-// D[row] = Σ_c dout[row, c] · out[row, c] over `rows` contiguous rows of `d`, a
+// D[row] = Σ_c dout[row, c] · out[row, c] over the `rows` rows of all pairs, a
 // warp per row.
 template <typename T>
 __device__ void attn_dot_impl(const T* dout, const AttnArgs a, const T* out, float* dsum, i64 rows) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (i64 r = (i64)blockIdx.x * (ATT_THREADS / 32) + warp; r < rows; r += (i64)gridDim.x * (ATT_THREADS / 32)) {
-        // dout is a [batch, heads, L, d] view (strides in a.qs), out contiguous
+        // dout is a [batch, heads, L, d] view (strides in a.qs), out where a.os puts it
         const i64 bh = r / a.l, qi = r % a.l, b = bh / a.heads, h = bh % a.heads;
         const T* g = dout + a.q_off + b * a.qs[0] + h * a.qs[1] + qi * a.qs[2];
-        const T* o = out + r * a.d;
+        const T* o = out + b * a.os[0] + h * a.os[1] + qi * a.os[2];
         float acc = 0.f;
         for (int c = lane; c < a.d; c += 32) acc += widen(g[c]) * widen(o[c]);
         for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -615,8 +620,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             mma_cols<T, DM, BQ>(dk, da, sqt, kq, a.d);
         }
     }
-    E* dk_out = (E*)dk_ + (i64)bh * a.s * a.d;
-    E* dv_out = (E*)dv_ + (i64)bh * a.s * a.d;
+    E* dk_out = (E*)dk_ + b * a.dkvs[0] + h * a.dkvs[1];
+    E* dv_out = (E*)dv_ + b * a.dkvs[0] + h * a.dkvs[1];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int kj = key0 + g + 8 * r;
@@ -625,8 +630,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
             if (c >= a.d) continue;
-            store2<T>(dk_out + (i64)kj * a.d + c, dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
-            store2<T>(dv_out + (i64)kj * a.d + c, dv[n][2 * r], dv[n][2 * r + 1]);
+            store2<T>(dk_out + kj * a.dkvs[2] + c, dk[n][2 * r] * a.scale, dk[n][2 * r + 1] * a.scale);
+            store2<T>(dv_out + kj * a.dkvs[2] + c, dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 }
@@ -691,7 +696,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
             mma_cols<T, DM, BK>(dq, da, skt, kk, a.d);
         }
     }
-    E* dq_out = (E*)dq_ + (i64)bh * a.l * a.d;
+    E* dq_out = (E*)dq_ + b * a.dqs[0] + h * a.dqs[1];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int qi = row0 + g + 8 * r;
@@ -700,7 +705,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         for (int n = 0; n < DM / 8; ++n) {
             const int c = n * 8 + 2 * t;
             if (c < a.d)
-                store2<T>(dq_out + (i64)qi * a.d + c, dq[n][2 * r] * a.scale, dq[n][2 * r + 1] * a.scale);
+                store2<T>(dq_out + qi * a.dqs[2] + c, dq[n][2 * r] * a.scale, dq[n][2 * r + 1] * a.scale);
         }
     }
 }

@@ -410,6 +410,16 @@ impl Layout {
         }
     }
 
+    /// A view from `offset` with the given strides (within a buffer the caller
+    /// wrote in that order).
+    pub(crate) fn strided(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+        Layout {
+            shape: Dims::from_slice(shape),
+            strides: Dims::from_slice(strides),
+            offset,
+        }
+    }
+
     /// PyTorch's `is_contiguous(memory_format)`: dense in `format`'s order
     /// (size-1 dims may have any stride). Channels-last needs rank 4.
     pub fn is_contiguous_in(&self, format: MemoryFormat) -> bool {

@@ -7,8 +7,9 @@
 //! [`Storage`]: super::Storage
 
 use super::op::{
-    AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp,
-    ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    AdamStep, AttnGrads, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams,
+    BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar,
+    ScanOp, UnaryOp,
 };
 use crate::dtype::CpuData;
 use crate::layout::Layout;
@@ -140,25 +141,28 @@ pub(crate) trait BackendStorage: Sized {
     /// `[batch, heads, rows, d]` of one float dtype whose last dim is contiguous,
     /// none of them empty (the tensor layer checks the shapes and takes another
     /// path for empty operands; a device that cannot run it returns an error, see
-    /// [`attn_kernel_refuses`](super::op::attn_kernel_refuses)). Returns the output,
-    /// contiguous `[batch, heads, l, d]` in the inputs' dtype, and each query row's
-    /// log-sum-exp of its scaled scores over the keys it sees (`[batch · heads ·
-    /// l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`
-    /// matrix is written. `x.bias`, a rank-4 view `[batch, heads, l, s]` in the
+    /// [`attn_kernel_refuses`](super::op::attn_kernel_refuses)). Returns the output
+    /// `[batch, heads, l, d]` in the inputs' dtype, and each query row's
+    /// log-sum-exp of its scaled scores over the keys it sees (contiguous
+    /// `[batch · heads · l]`, natural log) in [`stat_dtype`](super::op::stat_dtype). No `[l, s]`
+    /// matrix is written (the output lies where
+    /// [`AttnShape::out_place`](super::op::AttnShape::out_place) says). `x.bias`, a rank-4 view `[batch, heads, l, s]` in the
     /// inputs' dtype with any strides (0 where a mask broadcasts), is added to the
     /// scaled scores (`-inf` masks a key); a query row that sees no key (all
     /// masked) gets zeros and a log-sum-exp of `-inf`.
     fn attention(x: AttnOperands<'_, Self>, shape: AttnShape) -> Result<(Self, Self)>;
     /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the
     /// same operands), from what the forward returned and the output's gradient
-    /// ([`AttnSaved`]): each contiguous `[batch, heads, rows, d]` in the inputs'
-    /// dtype. The weights are recomputed from the log-sum-exps (and the forward's
-    /// bias; it gets no gradient).
+    /// ([`AttnSaved`]): each `[batch, heads, rows, d]` in the inputs' dtype,
+    /// in buffers of their own or, with `shape.packed`, in one, where
+    /// [`AttnShape::grad_places`](super::op::AttnShape::grad_places) says. The
+    /// weights are recomputed from the log-sum-exps (and the forward's bias; it
+    /// gets no gradient).
     fn attention_backward(
         x: AttnOperands<'_, Self>,
         saved: AttnSaved<'_, Self>,
         shape: AttnShape,
-    ) -> Result<(Self, Self, Self)>;
+    ) -> Result<AttnGrads<Self>>;
     /// Batch normalisation's statistics of the contiguous view `l` of a float dtype
     /// seen as `[n, c, s]` ([`channel_shape`](super::op::channel_shape)): each
     /// channel's mean and biased variance over its `n · s` elements, accumulated in

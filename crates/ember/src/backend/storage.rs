@@ -9,9 +9,9 @@ use super::cpu::CpuStorage;
 use super::cuda::CudaStorage;
 use super::meta::MetaStorage;
 use super::op::{
-    attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
-    ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
+    attn_arch_refuses, attn_kernel_refuses, AdamStep, AttnGrads, AttnOperands, AttnSaved,
+    AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved,
+    Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use super::primitives::{BackendStorage, ConvGrads, Dist};
 use super::profile::{self, Begin, EventKind, Name, Scope};
@@ -601,14 +601,13 @@ impl Storage {
         x: AttnOperands<'_, Storage>,
         saved: AttnSaved<'_, Storage>,
         shape: AttnShape,
-    ) -> Result<(Storage, Storage, Storage)> {
+    ) -> Result<AttnGrads<Storage>> {
         let (q, k) = (x.q.0, x.k.1.shape());
         let _rec = record!(q, Name::Static("attention_backward"), x.q.1.shape(), k);
         let on = Operands::of("attention", q);
         on_device!(q, S => {
             let (x, saved) = (x.try_map(|s| on.one(s))?, saved.try_map(|s| on.one(s))?);
-            let (a, b, c) = S::attention_backward(x, saved, shape)?;
-            Ok((a.wrap(), b.wrap(), c.wrap()))
+            Ok(S::attention_backward(x, saved, shape)?.map(|g| g.wrap()))
         })
     }
 

@@ -214,7 +214,22 @@ impl MultiheadAttention {
             let t = y.shape()[1];
             y.reshape([n, t, h, d])?.transpose(1, 2)
         };
-        let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
+        // self-attention without the weights (PyTorch's `query is key is value`
+        // and its fast path): one product with the packed weight, whose
+        // [N, L, 3, H, D] parts are the queries, keys and values (views)
+        let packed = if query.is(key) && key.is(value) && !opts.need_weights {
+            let proj = crate::nn::functional::linear(&q, w, b)?;
+            Some(proj.reshape([n, l, 3, h, d])?)
+        } else {
+            None
+        };
+        let (qh, kh, vh) = match &packed {
+            Some(p5) => {
+                let part = |i: i64| p5.select(2, i)?.transpose(1, 2);
+                (part(0)?, part(1)?, part(2)?)
+            }
+            None => (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?),
+        };
         let attn_mask = match opts.attn_mask {
             None => None,
             Some(m) if m.shape() == [l, s] => Some(m.clone()),
@@ -259,17 +274,27 @@ impl MultiheadAttention {
             let as_bias = |m: &Tensor| -> Result<Tensor> {
                 crate::nn::functional::mask_bias(m, true, qh.dtype())?.to_dtype(qh.dtype())
             };
-            let attn_bias = attn_mask.as_ref().map(as_bias).transpose()?;
-            let kpm_bias = kpm.as_ref().map(as_bias).transpose()?;
             // the `is_causal` hint says `attn_mask` is the causal mask, which the
-            // fused op applies without reading it
+            // fused op applies without reading it: then the mask is made a bias
+            // only where another path takes it
             let causal = opts.is_causal && attn_mask.is_some();
-            let read_by_fused = [attn_bias.as_ref().filter(|_| !causal), kpm_bias.as_ref()];
-            let all: Vec<Tensor> = [&attn_bias, &kpm_bias]
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect();
+            let attn_bias = if causal {
+                None
+            } else {
+                attn_mask.as_ref().map(as_bias).transpose()?
+            };
+            let kpm_bias = kpm.as_ref().map(as_bias).transpose()?;
+            let read_by_fused = [attn_bias.as_ref(), kpm_bias.as_ref()];
+            let all = || -> Result<Vec<Tensor>> {
+                let attn_bias = match &attn_bias {
+                    Some(b) => Some(b.clone()),
+                    None => attn_mask.as_ref().map(as_bias).transpose()?,
+                };
+                Ok([attn_bias, kpm_bias.clone()]
+                    .into_iter()
+                    .flatten()
+                    .collect())
+            };
             let why = if read_by_fused
                 .iter()
                 .all(|b| crate::nn::functional::fused_mask_fits(*b, &qh, s))
@@ -283,16 +308,16 @@ impl MultiheadAttention {
                 let bias = sum_of(read_by_fused.into_iter().flatten().cloned().collect())?;
                 let path = if causal { "fused, causal" } else { "fused" };
                 crate::nn::functional::log_attention_path(&qh, s, path, None);
-                qh.fused_attention(&kh, &vh, bias.as_ref(), (scale, causal, p))?
+                let opts = (scale, causal, p);
+                match &packed {
+                    Some(p5) => p5.fused_attention_packed(bias.as_ref(), opts)?,
+                    None => qh.fused_attention(&kh, &vh, bias.as_ref(), opts)?,
+                }
             } else if let Some(o) = crate::nn::functional::attention_saving_memory(
-                &qh,
-                &kh,
-                &vh,
+                &qh, &kh, &vh,
                 // each mask added to each group of scores where it lies (the key
                 // padding mask is not widened)
-                || Ok(all.clone()),
-                scale,
-                p,
+                all, scale, p,
             )? {
                 let w = why.as_deref();
                 crate::nn::functional::log_attention_path(&qh, s, "memory-saving", w);
@@ -302,7 +327,7 @@ impl MultiheadAttention {
                     &qh,
                     &kh,
                     &vh,
-                    sum_of(all)?.as_ref(),
+                    sum_of(all()?)?.as_ref(),
                     p,
                     false,
                     Some(scale),

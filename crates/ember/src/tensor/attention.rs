@@ -3,7 +3,9 @@
 //! recomputes the weights from them (FlashAttention's algorithm).
 
 use super::{Storages, Tensor};
-use crate::backend::op::{attn_view_fits, AttnOperands, AttnSaved, AttnShape};
+use crate::backend::op::{
+    attn_view_fits, AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+};
 use crate::backend::Storage;
 use crate::error::{Error, Result};
 
@@ -56,6 +58,7 @@ impl Tensor {
             causal: false,
             dropout,
             seed: 0,
+            packed: false,
         };
         self.read().fused_attention_refusal(&shape)
     }
@@ -71,13 +74,15 @@ impl Tensor {
     /// inputs' dtype and broadcasting to `[.., L, S]`, is added to the scaled
     /// scores (an additive mask: `-inf` hides a key; a query it leaves with no
     /// key gets zeros); it gets no gradient. No `[L, S]` matrix is made or kept
-    /// (a bias is read where it lies, broadcast dims included).
+    /// (a bias is read where it lies, broadcast dims included). The output
+    /// lies with the heads (the last batch dim) inside the rows, as PyTorch's
+    /// fused kernels return it: joining the heads back is a view.
     pub(crate) fn fused_attention(
         &self,
         k: &Tensor,
         v: &Tensor,
         bias: Option<&Tensor>,
-        (scale, causal, dropout): (f64, bool, f64),
+        opts: (f64, bool, f64),
     ) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 || k.rank() != r || v.rank() != r {
@@ -86,92 +91,160 @@ impl Tensor {
                 "q, k and v need the same rank, at least 2",
             ));
         }
-        let (q4, k4, v4) = crate::autograd::no_grad(|| -> Result<_> {
-            Ok((as_rank4(self)?, as_rank4(k)?, as_rank4(v)?))
+        let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
+            Ok([as_rank4(self)?, as_rank4(k)?, as_rank4(v)?])
         })?;
-        let b4 = match bias {
-            Some(b) => {
-                let mut to = self.shape()[..r - 1].to_vec();
-                to.push(k.shape()[r - 2]);
-                Some(crate::autograd::no_grad(|| {
-                    fold4(&b.detach().expand(&to[..])?)
-                })?)
+        fused(&[self, k, v], qkv4, bias, opts, false)
+    }
+
+    /// [`fused_attention`](Self::fused_attention) of self-attention over a
+    /// packed projection: `self` `[N, L, 3, H, d]` holds the queries, keys and
+    /// values (`[.., 0, .., ..]`, `[.., 1, ..]`, `[.., 2, ..]`, as
+    /// `linear(x, in_proj_weight)` makes them, reshaped); returns the heads'
+    /// output `[N, H, L, d]`. The backward writes the three gradients into one
+    /// `[N, L, 3, H, d]` tensor, so that the projection's gradient needs no
+    /// copy, no zeros and no sum.
+    pub(crate) fn fused_attention_packed(
+        &self,
+        bias: Option<&Tensor>,
+        opts: (f64, bool, f64),
+    ) -> Result<Tensor> {
+        if self.rank() != 5 || self.shape()[2] != 3 {
+            return Err(Error::invalid(
+                "attention",
+                format!(
+                    "a packed projection is [N, L, 3, H, d], got {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
+            let part = |i: i64| as_rank4(&self.select(2, i)?.transpose(1, 2)?);
+            Ok([part(0)?, part(1)?, part(2)?])
+        })?;
+        fused(&[self], qkv4, bias, opts, true)
+    }
+}
+
+/// The fused op over the rank-4 views `[q4, k4, v4]` of `inputs` (q, k and v,
+/// or with `packed` the one projection they are parts of), recorded with the
+/// gradients of `inputs`.
+fn fused(
+    inputs: &[&Tensor],
+    [q4, k4, v4]: [Tensor; 3],
+    bias: Option<&Tensor>,
+    (scale, causal, dropout): (f64, bool, f64),
+    packed: bool,
+) -> Result<Tensor> {
+    let (b, h, l, s, d) = (
+        q4.shape()[0],
+        q4.shape()[1],
+        q4.shape()[2],
+        k4.shape()[2],
+        q4.shape()[3],
+    );
+    // the queries' shape: the packed op's output is [N, H, L, d]
+    let qs = if packed {
+        q4.shape().to_vec()
+    } else {
+        inputs[0].shape().to_vec()
+    };
+    let b4 = match bias {
+        Some(bias) => {
+            let mut to = qs[..qs.len() - 1].to_vec();
+            to.push(s);
+            Some(crate::autograd::no_grad(|| {
+                fold4(&bias.detach().expand(&to[..])?)
+            })?)
+        }
+        None => None,
+    };
+    let shape = AttnShape {
+        batch: b,
+        heads: h,
+        l,
+        s,
+        d,
+        scale,
+        causal,
+        dropout,
+        // the masks' seed, drawn from the device's generator; kept for backward
+        seed: if dropout > 0.0 {
+            crate::backend::fork_seed(&q4.device())
+        } else {
+            0
+        },
+        packed,
+    };
+    let (out, lse) = {
+        let mut ts = vec![&q4, &k4, &v4];
+        ts.extend(&b4);
+        let st = Storages::read(&ts);
+        let x = AttnOperands {
+            q: (st.get(0), q4.layout()),
+            k: (st.get(1), k4.layout()),
+            v: (st.get(2), v4.layout()),
+            bias: b4.as_ref().map(|b| (st.get(3), b.layout())),
+        };
+        let (out, lse) = Storage::attention(x, shape)?;
+        drop(st);
+        (
+            placed(out, shape.out_place(), [b, h, l, d], &qs)?,
+            Tensor::from_storage(lse, &[b * h * l]),
+        )
+    };
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    Ok(Tensor::record(
+        out,
+        "scaled_dot_product_attention",
+        inputs,
+        |y| {
+            let (y, q4, k4, v4) = (y.save(), q4.save(), k4.save(), v4.save());
+            // the bias too: changed in place before backward is an error
+            let b4 = b4.map(|b| b.save());
+            move |g: &Tensor| {
+                let (q4, k4, v4, y) = (q4.get()?, k4.get()?, v4.get()?, y.get()?);
+                let b4 = b4.as_ref().map(|b| b.get()).transpose()?;
+                let g4 = as_rank4(g)?;
+                // `y`'s storage is the buffer the primitive wrote the output in
+                let mut ts = vec![q4, k4, v4, y, &lse, &g4];
+                ts.extend(b4);
+                let st = Storages::read(&ts);
+                let x = AttnOperands {
+                    q: (st.get(0), q4.layout()),
+                    k: (st.get(1), k4.layout()),
+                    v: (st.get(2), v4.layout()),
+                    bias: b4.map(|b| (st.get(6), b.layout())),
+                };
+                let saved = AttnSaved {
+                    out: st.get(3),
+                    lse: st.get(4),
+                    g: (st.get(5), g4.layout()),
+                };
+                let grads = Storage::attention_backward(x, saved, shape)?;
+                drop(st);
+                let [pq, pk, pv] = shape.grad_places();
+                Ok(match grads {
+                    AttnGrads::Apart([dq, dk, dv]) => vec![
+                        Some(placed(dq, pq, [b, h, l, d], &shapes[0])?),
+                        Some(placed(dk, pk, [b, h, s, d], &shapes[1])?),
+                        Some(placed(dv, pv, [b, h, s, d], &shapes[2])?),
+                    ],
+                    AttnGrads::Packed(g) => {
+                        vec![Some(Tensor::from_storage(g, &shapes[0]))]
+                    }
+                })
             }
-            None => None,
-        };
-        let shape = AttnShape {
-            batch: q4.shape()[0],
-            heads: q4.shape()[1],
-            l: q4.shape()[2],
-            s: k4.shape()[2],
-            d: q4.shape()[3],
-            scale,
-            causal,
-            dropout,
-            // the masks' seed, drawn from the device's generator; kept for backward
-            seed: if dropout > 0.0 {
-                crate::backend::fork_seed(&self.device())
-            } else {
-                0
-            },
-        };
-        let (out, lse) = {
-            let mut ts = vec![&q4, &k4, &v4];
-            ts.extend(&b4);
-            let st = Storages::read(&ts);
-            let x = AttnOperands {
-                q: (st.get(0), q4.layout()),
-                k: (st.get(1), k4.layout()),
-                v: (st.get(2), v4.layout()),
-                bias: b4.as_ref().map(|b| (st.get(3), b.layout())),
-            };
-            let (out, lse) = Storage::attention(x, shape)?;
-            drop(st);
-            (
-                Tensor::from_storage(out, self.shape()),
-                Tensor::from_storage(lse, &[shape.batch * shape.heads * shape.l]),
-            )
-        };
-        let (qs, ks, vs) = (
-            self.shape().to_vec(),
-            k.shape().to_vec(),
-            v.shape().to_vec(),
-        );
-        Ok(Tensor::record(
-            out,
-            "scaled_dot_product_attention",
-            &[self, k, v],
-            |y| {
-                let (y, q4, k4, v4) = (y.save(), q4.save(), k4.save(), v4.save());
-                // the bias too: changed in place before backward is an error
-                let b4 = b4.map(|b| b.save());
-                move |g: &Tensor| {
-                    let (q4, k4, v4, y) = (q4.get()?, k4.get()?, v4.get()?, y.get()?);
-                    let b4 = b4.as_ref().map(|b| b.get()).transpose()?;
-                    let g4 = as_rank4(g)?;
-                    let mut ts = vec![q4, k4, v4, y, &lse, &g4];
-                    ts.extend(b4);
-                    let st = Storages::read(&ts);
-                    let x = AttnOperands {
-                        q: (st.get(0), q4.layout()),
-                        k: (st.get(1), k4.layout()),
-                        v: (st.get(2), v4.layout()),
-                        bias: b4.map(|b| (st.get(6), b.layout())),
-                    };
-                    let saved = AttnSaved {
-                        out: st.get(3),
-                        lse: st.get(4),
-                        g: (st.get(5), g4.layout()),
-                    };
-                    let (dq, dk, dv) = Storage::attention_backward(x, saved, shape)?;
-                    drop(st);
-                    Ok(vec![
-                        Some(Tensor::from_storage(dq, &qs)),
-                        Some(Tensor::from_storage(dk, &ks)),
-                        Some(Tensor::from_storage(dv, &vs)),
-                    ])
-                }
-            },
-        ))
+        },
+    ))
+}
+
+/// A result buffer the primitive wrote where `place` says, as the `[b, h,
+/// rows, d]` view `dims` and then as `shape` (its batch dims unfolded: a view).
+fn placed(s: Storage, place: AttnPlace, dims: [usize; 4], shape: &[usize]) -> Result<Tensor> {
+    let t = Tensor::with_storage(s, place.layout(dims));
+    match t.layout().view(shape) {
+        Some(l) => Ok(t.with_layout_owned(l)),
+        None => crate::autograd::no_grad(|| t.reshape(shape)),
     }
 }

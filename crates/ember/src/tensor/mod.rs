@@ -355,6 +355,11 @@ impl Tensor {
         ))
     }
 
+    /// `true` when both are handles on one tensor (Python's `a is b`).
+    pub(crate) fn is(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// `true` when both tensors view the same storage.
     pub(crate) fn same_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)

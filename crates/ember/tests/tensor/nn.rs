@@ -1911,6 +1911,7 @@ device_test!(
     fused_attention_takes_masks,
     fused_attention_serves_multihead_attention_with_masks,
     fused_attention_keeps_the_corners_of_masks,
+    multihead_self_attention_projects_once,
     attention_dropout_draws_new_masks_in_each_graph_replay,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
@@ -3529,6 +3530,107 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
             }
         }
     }
+    Ok(())
+}
+
+/// `MultiheadAttention` over one input (`attend(x, x, x)`, no weights asked
+/// for, as the transformer layers call it) projects it once with the packed
+/// weight, as PyTorch's module does, and its fused op writes the three
+/// gradients into the projection's one gradient: no zeros to fill, no slices to
+/// copy. It gives what three projections give (an input passed as three
+/// handles): the output and the gradients of the input and the parameters, in
+/// float32 and bfloat16, batch first or not, with the causal hint and dropout;
+/// the fused output lies with its heads inside its rows, as PyTorch's fused
+/// kernels return it.
+fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
+    let path = if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    };
+    let (n, t, e, heads) = (2, 19, 32, 4);
+    for (dt, batch_first, causal, p) in [
+        (DType::F32, true, false, 0.0),
+        (DType::F32, false, true, 0.0),
+        (DType::BF16, true, true, 0.0),
+        (DType::F32, true, true, 0.25),
+    ] {
+        let what = format!("{dt}, batch first {batch_first}, causal {causal}, dropout {p}");
+        ember::manual_seed(3);
+        let mut mha = nn::MultiheadAttention::with_options(e, heads, p, true, batch_first, dev)?;
+        mha.to_dtype(dt)?;
+        let shape = if batch_first { [n, t, e] } else { [t, n, e] };
+        let x0 = Tensor::randn(shape, dev)?.to_dtype(dt)?;
+        let up = Tensor::randn(shape, dev)?.to_dtype(dt)?;
+        let mask = Tensor::ones([t, t], DType::Bool, dev)?.triu(1)?;
+        // `packed`: one handle three times; else three handles on the input
+        let run = |packed: bool| -> Result<(Vec<Tensor>, ember::profiler::Profile)> {
+            for p in mha.parameters() {
+                p.zero_grad();
+            }
+            let x = x0.detach().requires_grad_(true)?;
+            let (k, v) = if packed {
+                (x.clone(), x.clone())
+            } else {
+                (x.view(shape)?, x.view(shape)?)
+            };
+            // the same dropout masks for both runs
+            ember::manual_seed(11);
+            let (out, prof) = ember::profiler::profile(|| {
+                let opts = nn::AttentionOptions {
+                    attn_mask: causal.then_some(&mask),
+                    need_weights: false,
+                    is_causal: causal,
+                    ..Default::default()
+                };
+                let out = with_attention_path(path, || mha.attend(&x, &k, &v, opts))?.0;
+                out.mul(&up)?.sum_all()?.backward()?;
+                Ok(out)
+            })?;
+            let mut got = vec![out.detach(), x.grad().expect("the input's gradient")];
+            for p in mha.parameters() {
+                got.push(p.grad().expect("a parameter's gradient"));
+            }
+            Ok((got, prof))
+        };
+        let (got, prof) = run(true)?;
+        let (want, want_prof) = run(false)?;
+        let count = |prof: &ember::profiler::Profile, op: &str| super::this_threads_count(prof, op);
+        assert!(count(&prof, "attention") > 0, "{what}: the fused op ran");
+        // one product forward for the in-projection and the out-projection each
+        assert_eq!(
+            count(&prof, "addmm") + count(&prof, "mm"),
+            2 + 4,
+            "{what}: products"
+        );
+        // the narrowed weight's and bias's gradients fill zeros and copy into
+        // them, three times each; the packed projection's do not (the fill
+        // left is the backward's seed)
+        assert_eq!(
+            count(&prof, "fill") + 6,
+            count(&want_prof, "fill"),
+            "{what}: fills"
+        );
+        assert_eq!(count(&prof, "copy_"), 0, "{what}: copies into slices");
+        let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
+        let names = ["output", "input's gradient", "in_proj_weight's gradient"];
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+            let name = names.get(i).copied().unwrap_or("a parameter's gradient");
+            within_scale(g, w, tol, &format!("{what}: {name}"));
+        }
+    }
+    // the fused op's output lies as [N, L, H, d]: its heads joined back are a view
+    let q = Tensor::randn([2, 4, 16, 8], dev)?;
+    let out = with_attention_path(path, || {
+        nn::scaled_dot_product_attention(&q, &q, &q, None, 0.0, false, None)
+    })?;
+    assert!(
+        out.transpose(1, 2)?.is_contiguous(),
+        "the heads inside the rows"
+    );
     Ok(())
 }
 

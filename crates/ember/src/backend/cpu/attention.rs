@@ -4,7 +4,9 @@
 //! head) pair on a thread of its own.
 
 use crate::backend::host::alloc_uninit;
-use crate::backend::op::{attn_bias_refuses, AttnOperands, AttnSaved, AttnShape};
+use crate::backend::op::{
+    attn_bias_refuses, AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+};
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -46,6 +48,53 @@ impl<'a, T: Copy> View<'a, T> {
     }
 }
 
+/// A result buffer that the pairs' threads write at once, each the rows of its
+/// own pair only, where an [`AttnPlace`] puts them (rows of distinct pairs and
+/// of distinct results never overlap: backend/op/attention.rs).
+struct RowsOut<T> {
+    ptr: *mut T,
+    len: usize,
+    place: AttnPlace,
+}
+
+// the threads write disjoint rows (see `write`)
+unsafe impl<T: Send> Send for RowsOut<T> {}
+unsafe impl<T: Send> Sync for RowsOut<T> {}
+
+impl<T> RowsOut<T> {
+    fn new(buf: &mut [T], place: AttnPlace) -> RowsOut<T> {
+        RowsOut {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            place,
+        }
+    }
+
+    /// Writes row `r` of the pair `(b, h)` (`row.len()` elements).
+    ///
+    /// # Safety
+    /// No other thread writes or reads this row of this buffer meanwhile, and
+    /// the buffer outlives the call.
+    unsafe fn write(
+        &self,
+        (b, h): (usize, usize),
+        r: usize,
+        row: impl ExactSizeIterator<Item = T>,
+    ) {
+        let st = &self.place.strides;
+        let at = self.place.offset + b * st[0] + h * st[1] + r * st[2];
+        assert!(
+            at + row.len() <= self.len,
+            "an attention row outside its buffer"
+        );
+        for (i, x) in row.enumerate() {
+            // SAFETY: within the buffer (checked above); the caller's contract
+            // keeps other threads off this row
+            unsafe { self.ptr.add(at + i).write(x) };
+        }
+    }
+}
+
 fn dot<T: FloatDType>(a: &[T], b: &[T]) -> T::Acc {
     a.iter()
         .zip(b)
@@ -77,11 +126,8 @@ fn scores_of<T: FloatDType>(
     m
 }
 
-/// One (batch, head) pair's index and its output rows and log-sum-exps to write.
-type Pair<'a, T, A> = (usize, (&'a mut [T], &'a mut [A]));
-
-/// One (batch, head) pair's index and its dq, dk and dv rows to write.
-type GradPair<'a, T> = (usize, (&'a mut [T], (&'a mut [T], &'a mut [T])));
+/// One (batch, head) pair's index and its log-sum-exps to write.
+type Pair<'a, A> = (usize, &'a mut [A]);
 
 /// The primitive's contract: no empty operand (the tensor layer computes those
 /// another way), and a bias of the operands' dtype and the scores' shape.
@@ -111,11 +157,12 @@ pub(crate) fn attention(x: AttnOperands<'_, CpuData>, sh: AttnShape) -> Result<(
         let mut lse = alloc_uninit::<T::Acc>(n * l)?;
         let (threshold, keep) = sh.drop_threshold();
         let keep = T::Acc::c(keep);
-        let body = |(i, (o, ls)): Pair<'_, T, T::Acc>| {
+        let o = RowsOut::new(&mut out, sh.out_place());
+        let body = |(i, ls): Pair<'_, T::Acc>| {
             let pair = (i / sh.heads, i % sh.heads);
             let hash = sh.pair_hash(i);
             let (mut scores, mut acc) = (Vec::new(), vec![T::Acc::zero(); d]);
-            for qi in 0..l {
+            for (qi, row_lse) in ls.iter_mut().enumerate() {
                 let kb = (&k, bias.as_ref());
                 let m = scores_of(q.row(pair, qi, d), kb, pair, (qi, &sh), &mut scores);
                 acc.iter_mut().for_each(|a| *a = T::Acc::zero());
@@ -146,20 +193,17 @@ pub(crate) fn attention(x: AttnOperands<'_, CpuData>, sh: AttnShape) -> Result<(
                 } else {
                     sum.recip()
                 };
-                for (dst, &a) in o[qi * d..(qi + 1) * d].iter_mut().zip(&acc) {
-                    *dst = T::from_acc(a * inv);
-                }
-                ls[qi] = if seen.is_empty() {
+                // SAFETY: this thread alone computes the pair `i`'s rows, and
+                // `out` outlives the parallel loop
+                unsafe { o.write(pair, qi, acc.iter().map(|&a| T::from_acc(a * inv))) };
+                *row_lse = if seen.is_empty() {
                     T::Acc::neg_infinity()
                 } else {
                     m + sum.ln()
                 };
             }
         };
-        out.par_chunks_mut(l * d)
-            .zip(lse.par_chunks_mut(l))
-            .enumerate()
-            .for_each(body);
+        lse.par_chunks_mut(l).enumerate().for_each(body);
         Ok((T::wrap(out), T::Acc::wrap(lse)))
     }
     crate::dtype::dispatch_float!(q, qv => {
@@ -204,25 +248,41 @@ pub(crate) fn attention_backward(
     x: AttnOperands<'_, CpuData>,
     saved: AttnSaved<'_, CpuData>,
     sh: AttnShape,
-) -> Result<(CpuData, CpuData, CpuData)> {
+) -> Result<AttnGrads<CpuData>> {
     let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     let (out, lse, (g, lg)) = saved.parts();
     check_sizes(q, bias, &sh)?;
     fn go<T: FloatDType + CpuElem>(
         (q, k, v, g): (View<'_, T>, View<'_, T>, View<'_, T>, View<'_, T>),
         bias: Option<View<'_, T>>,
-        out: &[T],
+        out: View<'_, T>,
         lse: &[T::Acc],
         sh: AttnShape,
-    ) -> Result<(CpuData, CpuData, CpuData)> {
+    ) -> Result<AttnGrads<CpuData>> {
         let (n, l, s, d) = (sh.batch * sh.heads, sh.l, sh.s, sh.d);
-        let mut dq = alloc_uninit::<T>(n * l * d)?;
-        let mut dk = alloc_uninit::<T>(n * s * d)?;
-        let mut dv = alloc_uninit::<T>(n * s * d)?;
+        let mut bufs = if sh.packed {
+            vec![alloc_uninit::<T>(3 * n * l * d)?]
+        } else {
+            vec![
+                alloc_uninit::<T>(n * l * d)?,
+                alloc_uninit::<T>(n * s * d)?,
+                alloc_uninit::<T>(n * s * d)?,
+            ]
+        };
+        let places = sh.grad_places();
+        let writers: Vec<RowsOut<T>> = match &mut bufs[..] {
+            [one] => places.iter().map(|&p| RowsOut::new(one, p)).collect(),
+            many => many
+                .iter_mut()
+                .zip(places)
+                .map(|(b, p)| RowsOut::new(b, p))
+                .collect(),
+        };
+        let (wq, wk, wv) = (&writers[0], &writers[1], &writers[2]);
         let scale = T::Acc::c(sh.scale);
         let (threshold, keep) = sh.drop_threshold();
         let keep = T::Acc::c(keep);
-        let body = |(i, (dq, (dk, dv))): GradPair<'_, T>| {
+        let body = |i: usize| {
             let pair = (i / sh.heads, i % sh.heads);
             let hash = sh.pair_hash(i);
             let zero = T::Acc::zero();
@@ -238,9 +298,8 @@ pub(crate) fn attention_backward(
                 } else {
                     scores_of(qr, (&k, bias.as_ref()), pair, (qi, &sh), &mut scores);
                 }
-                let o = &out[(i * l + qi) * d..(i * l + qi + 1) * d];
                 // D = Σ g · out, the softmax backward's row term
-                let dsum = dot(gr, o);
+                let dsum = dot(gr, out.row(pair, qi, d));
                 gq.iter_mut().for_each(|a| *a = zero);
                 for (j, &x) in scores.iter().enumerate() {
                     let (kr, vr) = (k.row(pair, j, d), v.row(pair, j, d));
@@ -259,22 +318,24 @@ pub(crate) fn attention_backward(
                         gv[j * d + c] = gv[j * d + c] + pz * gr[c].to_acc();
                     }
                 }
-                for (dst, &a) in dq[qi * d..(qi + 1) * d].iter_mut().zip(&gq) {
-                    *dst = T::from_acc(a);
-                }
+                // SAFETY (here and below): this thread alone computes the
+                // pair `i`'s rows, and the buffers outlive the parallel loop
+                unsafe { wq.write(pair, qi, gq.iter().map(|&a| T::from_acc(a))) };
             }
-            for (dst, &a) in dk.iter_mut().zip(&gk) {
-                *dst = T::from_acc(a);
-            }
-            for (dst, &a) in dv.iter_mut().zip(&gv) {
-                *dst = T::from_acc(a);
+            for j in 0..s {
+                let (rk, rv) = (&gk[j * d..(j + 1) * d], &gv[j * d..(j + 1) * d]);
+                unsafe { wk.write(pair, j, rk.iter().map(|&a| T::from_acc(a))) };
+                unsafe { wv.write(pair, j, rv.iter().map(|&a| T::from_acc(a))) };
             }
         };
-        dq.par_chunks_mut(l * d)
-            .zip(dk.par_chunks_mut(s * d).zip(dv.par_chunks_mut(s * d)))
-            .enumerate()
-            .for_each(body);
-        Ok((T::wrap(dq), T::wrap(dk), T::wrap(dv)))
+        (0..n).into_par_iter().for_each(body);
+        drop(writers);
+        let mut bufs = bufs.into_iter().map(T::wrap);
+        Ok(match (bufs.next(), bufs.next(), bufs.next()) {
+            (Some(a), Some(b), Some(c)) => AttnGrads::Apart([a, b, c]),
+            (Some(a), None, None) => AttnGrads::Packed(a),
+            _ => unreachable!("one buffer or three"),
+        })
     }
     crate::dtype::dispatch_float!(q, qv => {
         let views = (
@@ -287,6 +348,8 @@ pub(crate) fn attention_backward(
             Some((b, lb)) => Some(View::new(bias_slice(qv, b)?, lb)),
             None => None,
         };
-        go(views, bias, same(qv, out)?, acc_slice(qv, lse)?, sh)
+        let place = sh.out_place();
+        let out = View::new(same(qv, out)?, &place.layout([sh.batch, sh.heads, sh.l, sh.d]));
+        go(views, bias, out, acc_slice(qv, lse)?, sh)
     }, other => Err(Error::dtype("attention", other.dtype(), "needs floating-point inputs")))
 }

@@ -3,9 +3,9 @@
 use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
 use crate::backend::op::{
-    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnOperands, AttnSaved,
-    AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved,
-    Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
+    channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnGrads, AttnOperands,
+    AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine,
+    NormSaved, Pool, PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::{CpuData, CpuElem, Real};
@@ -363,13 +363,13 @@ impl BackendStorage for CpuStorage {
         x: AttnOperands<'_, Self>,
         saved: AttnSaved<'_, Self>,
         shape: AttnShape,
-    ) -> Result<(Self, Self, Self)> {
-        let (a, b, c) = attention::attention_backward(
+    ) -> Result<AttnGrads<Self>> {
+        Ok(attention::attention_backward(
             x.try_map(|s| Ok(&s.data))?,
             saved.try_map(|s| Ok(&s.data))?,
             shape,
-        )?;
-        Ok((CpuStorage::new(a), CpuStorage::new(b), CpuStorage::new(c)))
+        )?
+        .map(CpuStorage::new))
     }
 
     fn cross_entropy_rows(

@@ -3,9 +3,9 @@
 use super::device::CudaDev;
 use super::ops;
 use crate::backend::op::{
-    channel_shape, row_split, scan_shape, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp,
-    BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
-    ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
+    channel_shape, row_split, scan_shape, AdamStep, AttnGrads, AttnOperands, AttnSaved, AttnShape,
+    BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool,
+    PoolShape, ReduceOp, RowNorm, Scalar, ScanOp, SgdStep, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads, Dist};
 use crate::dtype::CpuData;
@@ -407,7 +407,7 @@ impl BackendStorage for CudaStorage {
         x: AttnOperands<'_, Self>,
         saved: AttnSaved<'_, Self>,
         shape: AttnShape,
-    ) -> Result<(Self, Self, Self)> {
+    ) -> Result<AttnGrads<Self>> {
         ops::attention_backward(x, saved, shape)
     }
 

@@ -11,9 +11,9 @@ pub mod account;
 
 use crate::backend::op::{
     channel_chunks, channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split,
-    stat_dtype, AdamStep, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams,
-    BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp,
-    ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
+    stat_dtype, AdamStep, AttnGrads, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn,
+    BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode,
+    ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -277,16 +277,20 @@ impl BackendStorage for MetaStorage {
         x: AttnOperands<'_, Self>,
         _saved: AttnSaved<'_, Self>,
         sh: AttnShape,
-    ) -> Result<(Self, Self, Self)> {
+    ) -> Result<AttnGrads<Self>> {
         let q = x.q.0;
         // as the CUDA launcher: each row's Σ g · out first, freed on return
         let n = sh.batch * sh.heads;
         let _dsum = MetaStorage::workspace(stat_dtype(q.dtype), n * sh.l)?;
-        Ok((
-            q.like(n * sh.l * sh.d)?,
-            q.like(n * sh.s * sh.d)?,
-            q.like(n * sh.s * sh.d)?,
-        ))
+        Ok(if sh.packed {
+            AttnGrads::Packed(q.like(3 * n * sh.l * sh.d)?)
+        } else {
+            AttnGrads::Apart([
+                q.like(n * sh.l * sh.d)?,
+                q.like(n * sh.s * sh.d)?,
+                q.like(n * sh.s * sh.d)?,
+            ])
+        })
     }
 
     fn cross_entropy_rows(

@@ -22,8 +22,9 @@ pub(crate) struct AttnOperands<'a, S> {
     pub bias: Option<View<'a, S>>,
 }
 
-/// What attention's backward reads besides its operands: the forward's output and
-/// log-sum-exps (contiguous) and the output's gradient (a view like the queries').
+/// What attention's backward reads besides its operands: the forward's output
+/// (where [`AttnShape::out_place`] puts it), its log-sum-exps (contiguous) and
+/// the output's gradient (a view like the queries').
 pub(crate) struct AttnSaved<'a, S> {
     pub out: &'a S,
     pub lse: &'a S,
@@ -81,6 +82,45 @@ pub(crate) struct AttnShape {
     pub causal: bool,
     pub dropout: f64,
     pub seed: u64,
+    /// The gradients of q, k and v go to one buffer `[batch, l, 3, heads, d]`
+    /// (the layout of a packed projection `[batch, l, 3 · heads · d]`; needs
+    /// `l == s`), else each to a buffer of its own (see
+    /// [`AttnShape::grad_places`]).
+    pub packed: bool,
+}
+
+/// Where one of attention's results lies in its buffer: a `[batch, heads, rows,
+/// d]` view from `offset` with element strides (batch, head, row), the last dim
+/// contiguous.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct AttnPlace {
+    pub offset: usize,
+    pub strides: [usize; 3],
+}
+
+impl AttnPlace {
+    /// The view's layout, for `[batch, heads, rows, d]`.
+    pub fn layout(&self, shape: [usize; 4]) -> Layout {
+        let [b, h, r] = self.strides;
+        Layout::strided(&shape, &[b, h, r, 1], self.offset)
+    }
+}
+
+/// What [`BackendStorage::attention_backward`](crate::backend::primitives::BackendStorage::attention_backward)
+/// returns: the gradients of q, k and v in buffers of their own, or (with
+/// [`AttnShape::packed`]) in one.
+pub(crate) enum AttnGrads<S> {
+    Apart([S; 3]),
+    Packed(S),
+}
+
+impl<S> AttnGrads<S> {
+    pub fn map<T>(self, mut f: impl FnMut(S) -> T) -> AttnGrads<T> {
+        match self {
+            AttnGrads::Apart(g) => AttnGrads::Apart(g.map(f)),
+            AttnGrads::Packed(g) => AttnGrads::Packed(f(g)),
+        }
+    }
 }
 
 /// splitmix64's finaliser (`attn_mix` in kernels/attention.cu).
@@ -93,6 +133,39 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl AttnShape {
+    /// Where the output lies in its buffer (of `batch · heads · l · d`
+    /// elements): with the heads inside the rows (`[batch, l, heads, d]` in
+    /// memory, as PyTorch's fused kernels write it), so that the heads joined
+    /// back into `[batch, l, heads · d]` are a view.
+    pub fn out_place(&self) -> AttnPlace {
+        let hd = self.heads * self.d;
+        AttnPlace {
+            offset: 0,
+            strides: [self.l * hd, self.d, hd],
+        }
+    }
+
+    /// Where the gradients of q, k and v lie in their buffers: apart, each
+    /// like the output (heads inside the rows, a buffer of `batch · heads ·
+    /// rows · d` each); [`packed`](Self::packed), in the one buffer `[batch, l,
+    /// 3, heads, d]` of `3 · batch · heads · l · d` elements.
+    pub fn grad_places(&self) -> [AttnPlace; 3] {
+        let hd = self.heads * self.d;
+        if self.packed {
+            let strides = [3 * self.l * hd, self.d, 3 * hd];
+            [0, 1, 2].map(|i| AttnPlace {
+                offset: i * hd,
+                strides,
+            })
+        } else {
+            let kv = AttnPlace {
+                offset: 0,
+                strides: [self.s * hd, self.d, hd],
+            };
+            [self.out_place(), kv, kv]
+        }
+    }
+
     /// Whether query `i` sees key `j`.
     pub fn visible(&self, i: usize, j: usize) -> bool {
         !(self.causal && j > i)
@@ -218,6 +291,7 @@ mod tests {
             causal: true,
             dropout: 0.0,
             seed: 0,
+            packed: false,
         }
     }
 

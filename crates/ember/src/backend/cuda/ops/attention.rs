@@ -6,8 +6,8 @@
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnOperands, AttnSaved,
-    AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnGrads, AttnOperands,
+    AttnPlace, AttnSaved, AttnShape,
 };
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -35,6 +35,9 @@ pub(crate) struct KAttn {
     pub keep_scale: f32,
     pub bias_off: i64,
     pub bias_st: [i64; 4],
+    pub os: [i64; 3],
+    pub dqs: [i64; 3],
+    pub dkvs: [i64; 3],
 }
 
 const THREADS: u32 = 128;
@@ -46,9 +49,14 @@ fn strides(l: &Layout) -> [i64; 3] {
     [s[0] as i64, s[1] as i64, s[2] as i64]
 }
 
+fn place_strides(p: &AttnPlace) -> [i64; 3] {
+    p.strides.map(|s| s as i64)
+}
+
 impl KAttn {
     fn new(sh: &AttnShape, q: &Layout, k: &Layout, v: &Layout, bias: Option<&Layout>) -> KAttn {
         let (drop_threshold, keep_scale) = sh.drop_threshold();
+        let [dq, dkv, _] = sh.grad_places();
         let (bias_off, bias_st) = match bias {
             Some(b) => {
                 let s = b.strides();
@@ -77,6 +85,9 @@ impl KAttn {
             keep_scale: keep_scale as f32,
             bias_off,
             bias_st,
+            os: place_strides(&sh.out_place()),
+            dqs: place_strides(&dq),
+            dkvs: place_strides(&dkv),
         }
     }
 
@@ -184,7 +195,7 @@ pub(crate) fn attention_backward(
     x: AttnOperands<'_, CudaStorage>,
     saved: AttnSaved<'_, CudaStorage>,
     sh: AttnShape,
-) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+) -> Result<AttnGrads<CudaStorage>> {
     let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     let (out, lse, (g, lg)) = saved.parts();
     let dev = q.dev();
@@ -193,16 +204,27 @@ pub(crate) fn attention_backward(
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
     let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
-    let dq = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
-    let dk = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
-    let dv = new_out(dev, q.dtype(), n * sh.s * sh.d)?;
+    let grads = if sh.packed {
+        AttnGrads::Packed(new_out(dev, q.dtype(), 3 * n * sh.l * sh.d)?)
+    } else {
+        AttnGrads::Apart([
+            new_out(dev, q.dtype(), n * sh.l * sh.d)?,
+            new_out(dev, q.dtype(), n * sh.s * sh.d)?,
+            new_out(dev, q.dtype(), n * sh.s * sh.d)?,
+        ])
+    };
+    // each gradient's pointer at its view's start
+    let places = sh.grad_places();
+    let [pdq, pdk, pdv] = match &grads {
+        AttnGrads::Apart(g) => [0, 1, 2].map(|i| base_ptr(&g[i], places[i].offset)),
+        AttnGrads::Packed(g) => places.map(|p| base_ptr(g, p.offset)),
+    };
     let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let ga = a.with_queries(lg);
     let sfx = suffix(q.dtype());
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
     let pb = bias.map_or(0, |b| base_ptr(b.0, 0));
     let (pg, po, pl, pd) = (base_ptr(g, 0), out.ptr(), lse.ptr(), dsum.ptr());
-    let (pdq, pdk, pdv) = (dq.ptr(), dk.ptr(), dv.ptr());
     let rows = (n * sh.l) as i64;
     let blocks = dev.grid_for(n * sh.l * 32, THREADS);
     launch(
@@ -228,5 +250,5 @@ pub(crate) fn attention_backward(
         &mut args![pq, pk, pv, pb, pg, pl, pd, pdq, a, ga],
     )?;
     drop(dsum);
-    Ok((dq, dk, dv))
+    Ok(grads)
 }

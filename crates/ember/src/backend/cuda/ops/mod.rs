@@ -434,6 +434,9 @@ mod tests {
                 ("keep_scale", offset_of!(KAttn, keep_scale)),
                 ("bias_off", offset_of!(KAttn, bias_off)),
                 ("bias_st", offset_of!(KAttn, bias_st)),
+                ("os", offset_of!(KAttn, os)),
+                ("dqs", offset_of!(KAttn, dqs)),
+                ("dkvs", offset_of!(KAttn, dkvs)),
             ] {
                 checks.push(format!(
                     "static_assert(__builtin_offsetof(AttnArgs, {field}) == {off}, \"AttnArgs.{field}\");"
