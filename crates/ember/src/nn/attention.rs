@@ -218,7 +218,9 @@ impl MultiheadAttention {
         // and its fast path): one product with the packed weight, whose
         // [N, L, 3, H, D] parts are the queries, keys and values (views)
         let packed = if query.is(key) && key.is(value) && !opts.need_weights {
-            let proj = crate::nn::functional::linear(&q, w, b)?;
+            // projected as the input lies (sequence first or not), then seen
+            // batch first
+            let proj = to_nle(&crate::nn::functional::linear(query, w, b)?)?;
             Some(proj.reshape([n, l, 3, h, d])?)
         } else {
             None

@@ -8,6 +8,7 @@ use crate::backend::op::{
 };
 use crate::backend::Storage;
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 
 /// `t` (`[.., rows, cols]`) as a rank-4 view `[b, h, rows, cols]`: the batch
 /// dims folded into two (a view where they fold, else a copy).
@@ -58,7 +59,7 @@ impl Tensor {
             causal: false,
             dropout,
             seed: 0,
-            packed: false,
+            packed: None,
         };
         self.read().fused_attention_refusal(&shape)
     }
@@ -94,7 +95,7 @@ impl Tensor {
         let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
             Ok([as_rank4(self)?, as_rank4(k)?, as_rank4(v)?])
         })?;
-        fused(&[self, k, v], qkv4, bias, opts, false)
+        fused(&[self, k, v], qkv4, bias, opts, None)
     }
 
     /// [`fused_attention`](Self::fused_attention) of self-attention over a
@@ -102,8 +103,10 @@ impl Tensor {
     /// values (`[.., 0, .., ..]`, `[.., 1, ..]`, `[.., 2, ..]`, as
     /// `linear(x, in_proj_weight)` makes them, reshaped); returns the heads'
     /// output `[N, H, L, d]`. The backward writes the three gradients into one
-    /// `[N, L, 3, H, d]` tensor, so that the projection's gradient needs no
-    /// copy, no zeros and no sum.
+    /// `[N, L, 3, H, d]` tensor, laid out as `self` where it is dense (as
+    /// `empty_like` would: a projection of a sequence-first input is a
+    /// transposed view), so that the projection's gradient needs no copy, no
+    /// zeros and no sum.
     pub(crate) fn fused_attention_packed(
         &self,
         bias: Option<&Tensor>,
@@ -122,19 +125,32 @@ impl Tensor {
             let part = |i: i64| as_rank4(&self.select(2, i)?.transpose(1, 2)?);
             Ok([part(0)?, part(1)?, part(2)?])
         })?;
-        fused(&[self], qkv4, bias, opts, true)
+        let l = self.layout();
+        let st = if l.is_non_overlapping_and_dense() && l.strides()[4] == 1 {
+            l.strides().to_vec()
+        } else {
+            crate::layout::contiguous_strides(l.shape()).to_vec()
+        };
+        fused(
+            &[self],
+            qkv4,
+            bias,
+            opts,
+            Some([st[0], st[1], st[2], st[3]]),
+        )
     }
 }
 
 /// The fused op over the rank-4 views `[q4, k4, v4]` of `inputs` (q, k and v,
-/// or with `packed` the one projection they are parts of), recorded with the
-/// gradients of `inputs`.
+/// or with `packed` the one projection they are parts of, its gradient laid
+/// out with those strides: [`AttnShape::packed`]), recorded with the gradients
+/// of `inputs`.
 fn fused(
     inputs: &[&Tensor],
     [q4, k4, v4]: [Tensor; 3],
     bias: Option<&Tensor>,
     (scale, causal, dropout): (f64, bool, f64),
-    packed: bool,
+    packed: Option<[usize; 4]>,
 ) -> Result<Tensor> {
     let (b, h, l, s, d) = (
         q4.shape()[0],
@@ -144,7 +160,7 @@ fn fused(
         q4.shape()[3],
     );
     // the queries' shape: the packed op's output is [N, H, L, d]
-    let qs = if packed {
+    let qs = if packed.is_some() {
         q4.shape().to_vec()
     } else {
         inputs[0].shape().to_vec()
@@ -231,7 +247,11 @@ fn fused(
                         Some(placed(dv, pv, [b, h, s, d], &shapes[2])?),
                     ],
                     AttnGrads::Packed(g) => {
-                        vec![Some(Tensor::from_storage(g, &shapes[0]))]
+                        // the strides the primitive wrote it in, the last dim's 1
+                        let mut st = packed.map_or(vec![], |p| p.to_vec());
+                        st.push(1);
+                        let layout = Layout::strided(&shapes[0], &st, 0);
+                        vec![Some(Tensor::with_storage(g, layout))]
                     }
                 })
             }

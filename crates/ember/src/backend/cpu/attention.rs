@@ -260,7 +260,7 @@ pub(crate) fn attention_backward(
         sh: AttnShape,
     ) -> Result<AttnGrads<CpuData>> {
         let (n, l, s, d) = (sh.batch * sh.heads, sh.l, sh.s, sh.d);
-        let mut bufs = if sh.packed {
+        let mut bufs = if sh.packed.is_some() {
             vec![alloc_uninit::<T>(3 * n * l * d)?]
         } else {
             vec![

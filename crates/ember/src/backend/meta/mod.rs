@@ -282,7 +282,7 @@ impl BackendStorage for MetaStorage {
         // as the CUDA launcher: each row's Σ g · out first, freed on return
         let n = sh.batch * sh.heads;
         let _dsum = MetaStorage::workspace(stat_dtype(q.dtype), n * sh.l)?;
-        Ok(if sh.packed {
+        Ok(if sh.packed.is_some() {
             AttnGrads::Packed(q.like(3 * n * sh.l * sh.d)?)
         } else {
             AttnGrads::Apart([

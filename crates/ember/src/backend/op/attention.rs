@@ -82,11 +82,12 @@ pub(crate) struct AttnShape {
     pub causal: bool,
     pub dropout: f64,
     pub seed: u64,
-    /// The gradients of q, k and v go to one buffer `[batch, l, 3, heads, d]`
-    /// (the layout of a packed projection `[batch, l, 3 · heads · d]`; needs
-    /// `l == s`), else each to a buffer of its own (see
-    /// [`AttnShape::grad_places`]).
-    pub packed: bool,
+    /// With `Some(strides)`, the gradients of q, k and v go to one buffer of
+    /// `3 · batch · heads · l · d` elements, a `[batch, l, 3, heads, d]` tensor
+    /// with these element strides of its first four dims (its last
+    /// contiguous): a packed projection's layout (needs `l == s`); with `None`,
+    /// each to a buffer of its own (see [`AttnShape::grad_places`]).
+    pub packed: Option<[usize; 4]>,
 }
 
 /// Where one of attention's results lies in its buffer: a `[batch, heads, rows,
@@ -147,15 +148,14 @@ impl AttnShape {
 
     /// Where the gradients of q, k and v lie in their buffers: apart, each
     /// like the output (heads inside the rows, a buffer of `batch · heads ·
-    /// rows · d` each); [`packed`](Self::packed), in the one buffer `[batch, l,
-    /// 3, heads, d]` of `3 · batch · heads · l · d` elements.
+    /// rows · d` each); [`packed`](Self::packed), the parts of the one buffer
+    /// `[batch, l, 3, heads, d]` with its strides.
     pub fn grad_places(&self) -> [AttnPlace; 3] {
         let hd = self.heads * self.d;
-        if self.packed {
-            let strides = [3 * self.l * hd, self.d, 3 * hd];
+        if let Some([batch, row, part, head]) = self.packed {
             [0, 1, 2].map(|i| AttnPlace {
-                offset: i * hd,
-                strides,
+                offset: i * part,
+                strides: [batch, head, row],
             })
         } else {
             let kv = AttnPlace {
@@ -291,7 +291,7 @@ mod tests {
             causal: true,
             dropout: 0.0,
             seed: 0,
-            packed: false,
+            packed: None,
         }
     }
 

@@ -204,7 +204,7 @@ pub(crate) fn attention_backward(
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
     let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
-    let grads = if sh.packed {
+    let grads = if sh.packed.is_some() {
         AttnGrads::Packed(new_out(dev, q.dtype(), 3 * n * sh.l * sh.d)?)
     } else {
         AttnGrads::Apart([
