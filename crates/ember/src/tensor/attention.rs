@@ -240,31 +240,39 @@ fn fused(
                 let grads = Storage::attention_backward(x, saved, shape)?;
                 drop(st);
                 let [pq, pk, pv] = shape.grad_places();
-                Ok(match grads {
-                    AttnGrads::Apart([dq, dk, dv]) => vec![
+                match (grads, packed) {
+                    (AttnGrads::Apart([dq, dk, dv]), None) => Ok(vec![
                         Some(placed(dq, pq, [b, h, l, d], &shapes[0])?),
                         Some(placed(dk, pk, [b, h, s, d], &shapes[1])?),
                         Some(placed(dv, pv, [b, h, s, d], &shapes[2])?),
-                    ],
-                    AttnGrads::Packed(g) => {
+                    ]),
+                    (AttnGrads::Packed(g), Some(st)) => {
                         // the strides the primitive wrote it in, the last dim's 1
-                        let mut st = packed.map_or(vec![], |p| p.to_vec());
-                        st.push(1);
-                        let layout = Layout::strided(&shapes[0], &st, 0);
-                        vec![Some(Tensor::with_storage(g, layout))]
+                        let layout =
+                            Layout::strided(&shapes[0], &[st[0], st[1], st[2], st[3], 1], 0);
+                        Ok(vec![Some(Tensor::with_storage(g, layout))])
                     }
-                })
+                    _ => Err(Error::invalid(
+                        "attention",
+                        "the backward's gradients came back packed otherwise than asked",
+                    )),
+                }
             }
         },
     ))
 }
 
 /// A result buffer the primitive wrote where `place` says, as the `[b, h,
-/// rows, d]` view `dims` and then as `shape` (its batch dims unfolded: a view).
+/// rows, d]` view `dims` and then as `shape` (its batch dims unfolded: always
+/// a view for the folds of `fold4`; the backward reads the saved output's
+/// storage where `place` says, so a copy would be wrong).
 fn placed(s: Storage, place: AttnPlace, dims: [usize; 4], shape: &[usize]) -> Result<Tensor> {
     let t = Tensor::with_storage(s, place.layout(dims));
     match t.layout().view(shape) {
         Some(l) => Ok(t.with_layout_owned(l)),
-        None => crate::autograd::no_grad(|| t.reshape(shape)),
+        None => Err(Error::invalid(
+            "attention",
+            format!("the result {dims:?} does not unfold into {shape:?} as a view"),
+        )),
     }
 }

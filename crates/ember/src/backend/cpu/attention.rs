@@ -5,7 +5,8 @@
 
 use crate::backend::host::alloc_uninit;
 use crate::backend::op::{
-    attn_bias_refuses, AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+    attn_bias_refuses, attn_packed_refuses, AttnGrads, AttnOperands, AttnPlace, AttnSaved,
+    AttnShape,
 };
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::error::{Error, Result};
@@ -62,12 +63,14 @@ unsafe impl<T: Send> Send for RowsOut<T> {}
 unsafe impl<T: Send> Sync for RowsOut<T> {}
 
 impl<T> RowsOut<T> {
-    fn new(buf: &mut [T], place: AttnPlace) -> RowsOut<T> {
-        RowsOut {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-            place,
-        }
+    /// Writers of `buf` at each of `places` (the parts of one buffer: one
+    /// pointer taken once, so that no writer's reborrow invalidates another's).
+    fn parts(buf: &mut [T], places: &[AttnPlace]) -> Vec<RowsOut<T>> {
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        places
+            .iter()
+            .map(|&place| RowsOut { ptr, len, place })
+            .collect()
     }
 
     /// Writes row `r` of the pair `(b, h)` (`row.len()` elements).
@@ -141,6 +144,9 @@ fn check_sizes(q: &CpuData, bias: Option<(&CpuData, &Layout)>, sh: &AttnShape) -
     if let Some(why) = bias.and_then(|(b, l)| attn_bias_refuses(l, b.dtype(), q.dtype(), sh)) {
         return Err(Error::invalid("attention", why));
     }
+    if let Some(why) = attn_packed_refuses(sh, 1) {
+        return Err(Error::invalid("attention", why));
+    }
     Ok(())
 }
 
@@ -157,7 +163,7 @@ pub(crate) fn attention(x: AttnOperands<'_, CpuData>, sh: AttnShape) -> Result<(
         let mut lse = alloc_uninit::<T::Acc>(n * l)?;
         let (threshold, keep) = sh.drop_threshold();
         let keep = T::Acc::c(keep);
-        let o = RowsOut::new(&mut out, sh.out_place());
+        let o = RowsOut::parts(&mut out, &[sh.out_place()]).remove(0);
         let body = |(i, ls): Pair<'_, T::Acc>| {
             let pair = (i / sh.heads, i % sh.heads);
             let hash = sh.pair_hash(i);
@@ -271,11 +277,11 @@ pub(crate) fn attention_backward(
         };
         let places = sh.grad_places();
         let writers: Vec<RowsOut<T>> = match &mut bufs[..] {
-            [one] => places.iter().map(|&p| RowsOut::new(one, p)).collect(),
+            [one] => RowsOut::parts(one, &places),
             many => many
                 .iter_mut()
                 .zip(places)
-                .map(|(b, p)| RowsOut::new(b, p))
+                .flat_map(|(b, p)| RowsOut::parts(b, &[p]))
                 .collect(),
         };
         let (wq, wk, wv) = (&writers[0], &writers[1], &writers[2]);

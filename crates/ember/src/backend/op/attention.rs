@@ -262,6 +262,25 @@ pub(crate) fn attn_bias_refuses(
     })
 }
 
+/// Why the primitives refuse `sh.packed` (gradients packed in one buffer),
+/// `None` where they take it or there is none: the strides must be those of a
+/// dense `[batch, l, 3, heads, d]` tensor (each row and part in a place of its
+/// own, within `3 · batch · heads · l · d` elements) with `l == s`, each a
+/// multiple of `align` elements (the CUDA kernels' 16-byte stores).
+pub(crate) fn attn_packed_refuses(sh: &AttnShape, align: usize) -> Option<String> {
+    let st = sh.packed?;
+    let dims = [sh.batch, sh.l, 3, sh.heads, sh.d];
+    let l = Layout::strided(&dims, &[st[0], st[1], st[2], st[3], 1], 0);
+    let aligned = (0..4).all(|i| dims[i] == 1 || st[i].is_multiple_of(align.max(1)));
+    (sh.l != sh.s || !l.is_non_overlapping_and_dense() || !aligned).then(|| {
+        format!(
+            "packed gradients need as many queries as keys and the strides of a dense \
+             {dims:?} tensor in whole {align} elements (got {} queries, {} keys, strides {st:?})",
+            sh.l, sh.s
+        )
+    })
+}
+
 /// Whether a `[batch, heads, rows, d]` view can be read by the CUDA kernels in
 /// place for elements of `dtype`: the last dim contiguous, and the offset and the
 /// other strides whole 16 bytes (the kernels' loads; a dim of size 1 has no
@@ -347,5 +366,45 @@ mod tests {
             let msg = attn_kernel_refuses(dt, &sh).unwrap_or_default();
             assert!(msg.contains(why), "{dt} {sh:?}: {msg:?}");
         }
+    }
+
+    /// Packed gradients are taken for a dense `[batch, l, 3, heads, d]` layout
+    /// (row-major, or a sequence-first projection's transposed one) with as
+    /// many queries as keys, in whole `align` elements; overlapping or sparse
+    /// strides, unequal lengths and misaligned strides are refused.
+    #[test]
+    fn packed_gradients_need_a_dense_layout() {
+        // batch 2, length 5, 3 parts, 4 heads, d 8
+        let mut sh = shape(2, 5, 5, 8);
+        sh.heads = 4;
+        let row_major = [5 * 96, 96, 32, 8];
+        let seq_first = [96, 2 * 96, 32, 8];
+        for st in [row_major, seq_first] {
+            sh.packed = Some(st);
+            assert_eq!(attn_packed_refuses(&sh, 8), None, "{st:?}");
+        }
+        sh.packed = None;
+        assert_eq!(attn_packed_refuses(&sh, 8), None);
+        for (st, l, align) in [
+            ([5 * 96, 96, 32, 4], 5, 1),   // heads overlap
+            ([5 * 192, 192, 64, 8], 5, 1), // gaps between rows
+            (row_major, 4, 1),             // fewer queries than keys
+        ] {
+            let sh = AttnShape {
+                l,
+                packed: Some(st),
+                ..sh
+            };
+            let why = attn_packed_refuses(&sh, align).unwrap_or_default();
+            assert!(why.contains("dense"), "{st:?}: {why:?}");
+        }
+        // dense at head dim 6, but not in whole 16 bytes of a 16-bit dtype
+        let sh6 = AttnShape {
+            d: 6,
+            packed: Some([5 * 72, 72, 24, 6]),
+            ..sh
+        };
+        assert_eq!(attn_packed_refuses(&sh6, 1), None);
+        assert!(attn_packed_refuses(&sh6, 8).is_some_and(|w| w.contains("whole 8")));
     }
 }

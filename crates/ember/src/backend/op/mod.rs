@@ -46,8 +46,8 @@ mod optim;
 mod reduce;
 
 pub(crate) use attention::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_view_fits, AttnGrads,
-    AttnOperands, AttnPlace, AttnSaved, AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, attn_view_fits,
+    AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
 };
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;

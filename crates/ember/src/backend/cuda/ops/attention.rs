@@ -6,8 +6,8 @@
 use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, stat_dtype, AttnGrads, AttnOperands,
-    AttnPlace, AttnSaved, AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, stat_dtype,
+    AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
 };
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -118,7 +118,10 @@ fn check(
             return Err(Error::invalid("attention", msg));
         }
     }
-    let why = attn_kernel_refuses(q.dtype(), sh).or_else(|| attn_arch_refuses(dev.arch()));
+    let align = (16 / q.dtype().size_in_bytes()).max(1);
+    let why = attn_kernel_refuses(q.dtype(), sh)
+        .or_else(|| attn_arch_refuses(dev.arch()))
+        .or_else(|| attn_packed_refuses(sh, align));
     match why {
         Some(msg) => Err(Error::invalid("attention", msg)),
         None => Ok(()),
