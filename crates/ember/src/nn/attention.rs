@@ -204,33 +204,48 @@ impl MultiheadAttention {
             .map(crate::tensor::autocast::lower_one)
             .transpose()?;
         let b = b.as_ref();
-        let project = |x: &Tensor, i: i64| -> Result<Tensor> {
-            let y = x.matmul(&w.narrow(0, i * e as i64, e)?.t()?)?;
-            let y = match b {
-                Some(b) => y.add(&b.narrow(0, i * e as i64, e)?)?,
-                None => y,
+        // the projections as PyTorch's module makes them: without weights, one
+        // product with the packed weight where query, key and value are one
+        // input (`query is key is value`), and one for the keys and values
+        // where those are one (`key is value`); each made as its input lies
+        // (sequence first or not) and seen batch first, `[N, T, parts, H, D]`,
+        // whose parts are views
+        let project = |x: &Tensor, from: usize, parts: usize| -> Result<Tensor> {
+            let (at, len) = ((from * e) as i64, parts * e);
+            // the whole weight as it is: a narrowed one fills its gradient
+            let y = if parts == 3 {
+                crate::nn::functional::linear(x, w, b)?
+            } else {
+                let wp = w.narrow(0, at, len)?;
+                let bp = b.map(|b| b.narrow(0, at, len)).transpose()?;
+                crate::nn::functional::linear(x, &wp, bp.as_ref())?
             };
-            // [N, T, E] -> [N, H, T, D]
+            let y = to_nle(&y)?;
             let t = y.shape()[1];
-            y.reshape([n, t, h, d])?.transpose(1, 2)
+            y.reshape([n, t, parts, h, d])
         };
-        // self-attention without the weights (PyTorch's `query is key is value`
-        // and its fast path): one product with the packed weight, whose
-        // [N, L, 3, H, D] parts are the queries, keys and values (views)
-        let packed = if query.is(key) && key.is(value) && !opts.need_weights {
-            // projected as the input lies (sequence first or not), then seen
-            // batch first
-            let proj = to_nle(&crate::nn::functional::linear(query, w, b)?)?;
-            Some(proj.reshape([n, l, 3, h, d])?)
+        // part `i` of a projection as [N, H, T, D]
+        let heads_of = |p5: &Tensor, i: i64| p5.select(2, i)?.transpose(1, 2);
+        // one projection as [N, H, T, D] (reshaped: a selected part would fill
+        // its gradient)
+        let one = |x: &Tensor, from: usize| -> Result<Tensor> {
+            let p5 = project(x, from, 1)?;
+            let t = p5.shape()[1];
+            p5.reshape([n, t, h, d])?.transpose(1, 2)
+        };
+        let packing = if opts.need_weights {
+            Packing::Apart
+        } else if query.is(key) && key.is(value) {
+            Packing::Qkv(project(query, 0, 3)?)
+        } else if key.is(value) {
+            Packing::Kv(one(query, 0)?, project(key, 1, 2)?)
         } else {
-            None
+            Packing::Apart
         };
-        let (qh, kh, vh) = match &packed {
-            Some(p5) => {
-                let part = |i: i64| p5.select(2, i)?.transpose(1, 2);
-                (part(0)?, part(1)?, part(2)?)
-            }
-            None => (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?),
+        let (qh, kh, vh) = match &packing {
+            Packing::Qkv(p5) => (heads_of(p5, 0)?, heads_of(p5, 1)?, heads_of(p5, 2)?),
+            Packing::Kv(qh, kv5) => (qh.clone(), heads_of(kv5, 0)?, heads_of(kv5, 1)?),
+            Packing::Apart => (one(query, 0)?, one(key, 1)?, one(value, 2)?),
         };
         let attn_mask = match opts.attn_mask {
             None => None,
@@ -311,9 +326,12 @@ impl MultiheadAttention {
                 let path = if causal { "fused, causal" } else { "fused" };
                 crate::nn::functional::log_attention_path(&qh, s, path, None);
                 let opts = (scale, causal, p);
-                match &packed {
-                    Some(p5) => p5.fused_attention_packed(bias.as_ref(), opts)?,
-                    None => qh.fused_attention(&kh, &vh, bias.as_ref(), opts)?,
+                match &packing {
+                    Packing::Qkv(p5) => p5.fused_attention_packed(bias.as_ref(), opts)?,
+                    Packing::Kv(qh, kv5) => {
+                        qh.fused_attention_kv_packed(kv5, bias.as_ref(), opts)?
+                    }
+                    Packing::Apart => qh.fused_attention(&kh, &vh, bias.as_ref(), opts)?,
                 }
             } else if let Some(o) = crate::nn::functional::attention_saving_memory(
                 &qh, &kh, &vh,
@@ -372,6 +390,15 @@ impl MultiheadAttention {
         };
         Ok((out, weights))
     }
+}
+
+/// How `MultiheadAttention::attend` projected its inputs: apart, all three
+/// with the packed weight (`[N, L, 3, H, D]`), or the queries apart (`[N, H,
+/// L, D]`) and the keys and values together (`[N, S, 2, H, D]`).
+enum Packing {
+    Apart,
+    Qkv(Tensor),
+    Kv(Tensor, Tensor),
 }
 
 /// The sum of additive biases (`None` for none).

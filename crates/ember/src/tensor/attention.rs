@@ -4,7 +4,7 @@
 
 use super::{Storages, Tensor};
 use crate::backend::op::{
-    attn_view_fits, AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+    attn_view_fits, AttnGrads, AttnOperands, AttnPacking, AttnPlace, AttnSaved, AttnShape,
 };
 use crate::backend::Storage;
 use crate::error::{Error, Result};
@@ -59,7 +59,7 @@ impl Tensor {
             causal: false,
             dropout,
             seed: 0,
-            packed: None,
+            packed: AttnPacking::Apart,
         };
         self.read().fused_attention_refusal(&shape)
     }
@@ -95,7 +95,7 @@ impl Tensor {
         let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
             Ok([as_rank4(self)?, as_rank4(k)?, as_rank4(v)?])
         })?;
-        fused(&[self, k, v], qkv4, bias, opts, None)
+        fused(&[self, k, v], qkv4, bias, opts, AttnPacking::Apart)
     }
 
     /// [`fused_attention`](Self::fused_attention) of self-attention over a
@@ -125,32 +125,66 @@ impl Tensor {
             let part = |i: i64| as_rank4(&self.select(2, i)?.transpose(1, 2)?);
             Ok([part(0)?, part(1)?, part(2)?])
         })?;
-        let l = self.layout();
-        let st = if l.is_non_overlapping_and_dense() && l.strides()[4] == 1 {
-            l.strides().to_vec()
-        } else {
-            crate::layout::contiguous_strides(l.shape()).to_vec()
-        };
-        fused(
-            &[self],
-            qkv4,
-            bias,
-            opts,
-            Some([st[0], st[1], st[2], st[3]]),
-        )
+        let packing = AttnPacking::Qkv(packed_strides(self));
+        fused(&[self], qkv4, bias, opts, packing)
+    }
+
+    /// [`fused_attention`](Self::fused_attention) of the queries `self` `[N,
+    /// H, L, d]` over keys and values packed in one projection `kv` `[N, S, 2,
+    /// H, d]` (as `MultiheadAttention` makes them from one input, PyTorch's
+    /// `key is value`). The backward writes the keys' and values' gradients
+    /// into one tensor laid out as `kv` where it is dense, as
+    /// [`fused_attention_packed`](Self::fused_attention_packed) does.
+    pub(crate) fn fused_attention_kv_packed(
+        &self,
+        kv: &Tensor,
+        bias: Option<&Tensor>,
+        opts: (f64, bool, f64),
+    ) -> Result<Tensor> {
+        let (q, k) = (self.shape(), kv.shape());
+        if self.rank() != 4
+            || kv.rank() != 5
+            || k[2] != 2
+            || [k[0], k[3], k[4]] != [q[0], q[1], q[3]]
+        {
+            return Err(Error::invalid(
+                "attention",
+                format!("queries [N, H, L, d] and a packed projection [N, S, 2, H, d] of the same N, H and d, got {q:?} and {k:?}"),
+            ));
+        }
+        let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
+            let part = |i: i64| as_rank4(&kv.select(2, i)?.transpose(1, 2)?);
+            Ok([as_rank4(self)?, part(0)?, part(1)?])
+        })?;
+        let packing = AttnPacking::Kv(packed_strides(kv));
+        fused(&[self, kv], qkv4, bias, opts, packing)
     }
 }
 
-/// The fused op over the rank-4 views `[q4, k4, v4]` of `inputs` (q, k and v,
-/// or with `packed` the one projection they are parts of, its gradient laid
-/// out with those strides: [`AttnShape::packed`]), recorded with the gradients
-/// of `inputs`.
+/// The strides of the first four dims of a packed projection's gradient
+/// (`[N, rows, parts, H, d]`): its own where it is dense with a contiguous
+/// last dim (as `empty_like` keeps them: a projection of a sequence-first
+/// input is a transposed view), else row-major's.
+fn packed_strides(t: &Tensor) -> [usize; 4] {
+    let l = t.layout();
+    let st = if l.is_non_overlapping_and_dense() && l.strides()[4] == 1 {
+        l.strides().to_vec()
+    } else {
+        crate::layout::contiguous_strides(l.shape()).to_vec()
+    };
+    [st[0], st[1], st[2], st[3]]
+}
+
+/// The fused op over the rank-4 views `[q4, k4, v4]` of `inputs` (q, k and v;
+/// with `packed` the one projection they are parts of, or q and the projection
+/// k and v are parts of: [`AttnPacking`]), recorded with the gradients of
+/// `inputs`.
 fn fused(
     inputs: &[&Tensor],
     [q4, k4, v4]: [Tensor; 3],
     bias: Option<&Tensor>,
     (scale, causal, dropout): (f64, bool, f64),
-    packed: Option<[usize; 4]>,
+    packed: AttnPacking,
 ) -> Result<Tensor> {
     let (b, h, l, s, d) = (
         q4.shape()[0],
@@ -160,7 +194,7 @@ fn fused(
         q4.shape()[3],
     );
     // the queries' shape: the packed op's output is [N, H, L, d]
-    let qs = if packed.is_some() {
+    let qs = if matches!(packed, AttnPacking::Qkv(_)) {
         q4.shape().to_vec()
     } else {
         inputs[0].shape().to_vec()
@@ -240,18 +274,24 @@ fn fused(
                 let grads = Storage::attention_backward(x, saved, shape)?;
                 drop(st);
                 let [pq, pk, pv] = shape.grad_places();
+                // a packed buffer with the strides the primitive wrote it in
+                let whole = |g: Storage, shape: &[usize], st: [usize; 4]| {
+                    let layout = Layout::strided(shape, &[st[0], st[1], st[2], st[3], 1], 0);
+                    Tensor::with_storage(g, layout)
+                };
                 match (grads, packed) {
-                    (AttnGrads::Apart([dq, dk, dv]), None) => Ok(vec![
+                    (AttnGrads::Apart([dq, dk, dv]), AttnPacking::Apart) => Ok(vec![
                         Some(placed(dq, pq, [b, h, l, d], &shapes[0])?),
                         Some(placed(dk, pk, [b, h, s, d], &shapes[1])?),
                         Some(placed(dv, pv, [b, h, s, d], &shapes[2])?),
                     ]),
-                    (AttnGrads::Packed(g), Some(st)) => {
-                        // the strides the primitive wrote it in, the last dim's 1
-                        let layout =
-                            Layout::strided(&shapes[0], &[st[0], st[1], st[2], st[3], 1], 0);
-                        Ok(vec![Some(Tensor::with_storage(g, layout))])
+                    (AttnGrads::Qkv(g), AttnPacking::Qkv(st)) => {
+                        Ok(vec![Some(whole(g, &shapes[0], st))])
                     }
+                    (AttnGrads::Kv(dq, g), AttnPacking::Kv(st)) => Ok(vec![
+                        Some(placed(dq, pq, [b, h, l, d], &shapes[0])?),
+                        Some(whole(g, &shapes[1], st)),
+                    ]),
                     _ => Err(Error::invalid(
                         "attention",
                         "the backward's gradients came back packed otherwise than asked",

@@ -1912,6 +1912,7 @@ device_test!(
     fused_attention_serves_multihead_attention_with_masks,
     fused_attention_keeps_the_corners_of_masks,
     multihead_self_attention_projects_once,
+    multihead_cross_attention_projects_keys_and_values_once,
     attention_dropout_draws_new_masks_in_each_graph_replay,
     parameter_groups_match_pytorch,
     gradient_clipping_matches_pytorch,
@@ -3655,6 +3656,102 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
         out.transpose(1, 2)?.is_contiguous(),
         "the heads inside the rows"
     );
+    Ok(())
+}
+
+/// `MultiheadAttention` whose key and value are one input (`attend(x, m, m)`,
+/// as a decoder layer attends to its memory; PyTorch's `key is value`)
+/// projects the keys and values in one product with their part of the packed
+/// weight, and its fused op writes their gradients into that projection's one
+/// gradient. It gives what three projections give (the memory passed as two
+/// handles): the output and the gradients of both inputs and the parameters,
+/// in float32 and bfloat16, batch first or not, with more queries than keys.
+fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Result<()> {
+    use ember::nn::functional::{with_attention_path, AttentionPath};
+    let _turn = super::profile_turn();
+    let path = if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    };
+    let (n, t, s, heads, d) = (2, 19, 11, 4, 8);
+    let e = heads * d;
+    for (dt, batch_first) in [(DType::F32, true), (DType::F32, false), (DType::BF16, true)] {
+        let what = format!("{dt}, batch first {batch_first}");
+        if !fused_expected(dev, dt, d) {
+            eprintln!("skipped on {dev}: {what}: the fused op does not run there");
+            continue;
+        }
+        let mut mha = nn::MultiheadAttention::with_options(e, heads, 0.0, true, batch_first, dev)?;
+        mha.to_dtype(dt)?;
+        let (xs, ms) = if batch_first {
+            ([n, t, e], [n, s, e])
+        } else {
+            ([t, n, e], [s, n, e])
+        };
+        let x0 = Tensor::randn(xs, dev)?.to_dtype(dt)?;
+        let m0 = Tensor::randn(ms, dev)?.to_dtype(dt)?;
+        let up = Tensor::randn(xs, dev)?.to_dtype(dt)?;
+        // `packed`: the memory's one handle as key and value; else two handles
+        let run = |packed: bool| -> Result<(Vec<Tensor>, ember::profiler::Profile)> {
+            for p in mha.parameters() {
+                p.zero_grad();
+            }
+            let x = x0.detach().requires_grad_(true)?;
+            let m = m0.detach().requires_grad_(true)?;
+            let v = if packed { m.clone() } else { m.view(ms)? };
+            let (out, prof) = ember::profiler::profile(|| {
+                let opts = nn::AttentionOptions {
+                    need_weights: false,
+                    ..Default::default()
+                };
+                let out = with_attention_path(path, || mha.attend(&x, &m, &v, opts))?.0;
+                out.mul(&up)?.sum_all()?.backward()?;
+                Ok(out)
+            })?;
+            let mut got = vec![
+                out.detach(),
+                x.grad().expect("the query's gradient"),
+                m.grad().expect("the memory's gradient"),
+            ];
+            for p in mha.parameters() {
+                got.push(p.grad().expect("a parameter's gradient"));
+            }
+            Ok((got, prof))
+        };
+        let (got, prof) = run(true)?;
+        let (want, want_prof) = run(false)?;
+        let count = |prof: &ember::profiler::Profile, op: &str| super::this_threads_count(prof, op);
+        assert!(count(&prof, "attention") > 0, "{what}: the fused op ran");
+        // forward: the queries', the keys' and values', the output's products;
+        // two each backward (three projections: four, and eight backward)
+        let products = |p| count(p, "addmm") + count(p, "mm");
+        assert_eq!(products(&prof), 3 + 6, "{what}: products");
+        assert_eq!(
+            products(&want_prof),
+            4 + 8,
+            "{what}: three projections' products"
+        );
+        // the weight and the bias in two parts fill and copy twice each, in
+        // three parts three times each
+        assert_eq!(
+            count(&prof, "fill") + 2,
+            count(&want_prof, "fill"),
+            "{what}: fills"
+        );
+        assert_eq!(
+            count(&prof, "copy_") + 2,
+            count(&want_prof, "copy_"),
+            "{what}: copies"
+        );
+        let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
+        let names = ["output", "query's gradient", "memory's gradient"];
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+            let name = names.get(i).copied().unwrap_or("a parameter's gradient");
+            within_scale(g, w, tol, &format!("{what}: {name}"));
+        }
+    }
     Ok(())
 }
 

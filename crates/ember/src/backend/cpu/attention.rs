@@ -5,8 +5,8 @@
 
 use crate::backend::host::alloc_uninit;
 use crate::backend::op::{
-    attn_bias_refuses, attn_packed_refuses, AttnGrads, AttnOperands, AttnPlace, AttnSaved,
-    AttnShape,
+    attn_bias_refuses, attn_packed_refuses, AttnGrads, AttnOperands, AttnPacking, AttnPlace,
+    AttnSaved, AttnShape,
 };
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::error::{Error, Result};
@@ -266,18 +266,25 @@ pub(crate) fn attention_backward(
         sh: AttnShape,
     ) -> Result<AttnGrads<CpuData>> {
         let (n, l, s, d) = (sh.batch * sh.heads, sh.l, sh.s, sh.d);
-        let mut bufs = if sh.packed.is_some() {
-            vec![alloc_uninit::<T>(3 * n * l * d)?]
-        } else {
-            vec![
-                alloc_uninit::<T>(n * l * d)?,
-                alloc_uninit::<T>(n * s * d)?,
-                alloc_uninit::<T>(n * s * d)?,
-            ]
+        let (ql, kv) = (n * l * d, n * s * d);
+        let mut bufs = match sh.packed {
+            AttnPacking::Apart => vec![
+                alloc_uninit::<T>(ql)?,
+                alloc_uninit::<T>(kv)?,
+                alloc_uninit::<T>(kv)?,
+            ],
+            AttnPacking::Qkv(_) => vec![alloc_uninit::<T>(3 * ql)?],
+            AttnPacking::Kv(_) => vec![alloc_uninit::<T>(ql)?, alloc_uninit::<T>(2 * kv)?],
         };
         let places = sh.grad_places();
+        // the places of each buffer, in order
         let writers: Vec<RowsOut<T>> = match &mut bufs[..] {
             [one] => RowsOut::parts(one, &places),
+            [dq, kv] => {
+                let mut w = RowsOut::parts(dq, &places[..1]);
+                w.extend(RowsOut::parts(kv, &places[1..]));
+                w
+            }
             many => many
                 .iter_mut()
                 .zip(places)
@@ -339,8 +346,9 @@ pub(crate) fn attention_backward(
         let mut bufs = bufs.into_iter().map(T::wrap);
         Ok(match (bufs.next(), bufs.next(), bufs.next()) {
             (Some(a), Some(b), Some(c)) => AttnGrads::Apart([a, b, c]),
-            (Some(a), None, None) => AttnGrads::Packed(a),
-            _ => unreachable!("one buffer or three"),
+            (Some(a), Some(b), None) => AttnGrads::Kv(a, b),
+            (Some(a), None, None) => AttnGrads::Qkv(a),
+            _ => unreachable!("one, two or three buffers"),
         })
     }
     crate::dtype::dispatch_float!(q, qv => {

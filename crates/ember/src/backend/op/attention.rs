@@ -82,12 +82,25 @@ pub(crate) struct AttnShape {
     pub causal: bool,
     pub dropout: f64,
     pub seed: u64,
-    /// With `Some(strides)`, the gradients of q, k and v go to one buffer of
-    /// `3 · batch · heads · l · d` elements, a `[batch, l, 3, heads, d]` tensor
-    /// with these element strides of its first four dims (its last
-    /// contiguous): a packed projection's layout (needs `l == s`); with `None`,
-    /// each to a buffer of its own (see [`AttnShape::grad_places`]).
-    pub packed: Option<[usize; 4]>,
+    /// Where the backward puts the gradients.
+    pub packed: AttnPacking,
+}
+
+/// Where attention's backward puts the gradients of q, k and v
+/// ([`AttnShape::grad_places`]): in buffers of their own, or where packed
+/// projections made the operands, in one buffer laid out as the projection
+/// (PyTorch's `MultiheadAttention` packs all three for self-attention, the keys
+/// and values where they are one input).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum AttnPacking {
+    Apart,
+    /// All three in one buffer of `3 · batch · heads · l · d` elements, a
+    /// `[batch, l, 3, heads, d]` tensor with these element strides of its first
+    /// four dims (its last contiguous; needs `l == s`).
+    Qkv([usize; 4]),
+    /// dq apart; dk and dv in one buffer of `2 · batch · heads · s · d`
+    /// elements, a `[batch, s, 2, heads, d]` tensor with these strides.
+    Kv([usize; 4]),
 }
 
 /// Where one of attention's results lies in its buffer: a `[batch, heads, rows,
@@ -108,18 +121,23 @@ impl AttnPlace {
 }
 
 /// What [`BackendStorage::attention_backward`](crate::backend::primitives::BackendStorage::attention_backward)
-/// returns: the gradients of q, k and v in buffers of their own, or (with
-/// [`AttnShape::packed`]) in one.
+/// returns: the gradients' buffers as [`AttnShape::packed`] asks (dq, dk, dv;
+/// the one of all three; dq and the one of dk and dv).
 pub(crate) enum AttnGrads<S> {
     Apart([S; 3]),
-    Packed(S),
+    Qkv(S),
+    Kv(S, S),
 }
 
 impl<S> AttnGrads<S> {
     pub fn map<T>(self, mut f: impl FnMut(S) -> T) -> AttnGrads<T> {
         match self {
             AttnGrads::Apart(g) => AttnGrads::Apart(g.map(f)),
-            AttnGrads::Packed(g) => AttnGrads::Packed(f(g)),
+            AttnGrads::Qkv(g) => AttnGrads::Qkv(f(g)),
+            AttnGrads::Kv(q, kv) => {
+                let q = f(q);
+                AttnGrads::Kv(q, f(kv))
+            }
         }
     }
 }
@@ -148,21 +166,22 @@ impl AttnShape {
 
     /// Where the gradients of q, k and v lie in their buffers: apart, each
     /// like the output (heads inside the rows, a buffer of `batch · heads ·
-    /// rows · d` each); [`packed`](Self::packed), the parts of the one buffer
-    /// `[batch, l, 3, heads, d]` with its strides.
+    /// rows · d` each); packed ([`AttnPacking`]), as parts of their buffer
+    /// with its strides.
     pub fn grad_places(&self) -> [AttnPlace; 3] {
         let hd = self.heads * self.d;
-        if let Some([batch, row, part, head]) = self.packed {
-            [0, 1, 2].map(|i| AttnPlace {
-                offset: i * part,
-                strides: [batch, head, row],
-            })
-        } else {
-            let kv = AttnPlace {
-                offset: 0,
-                strides: [self.s * hd, self.d, hd],
-            };
-            [self.out_place(), kv, kv]
+        let part = |[batch, row, part, head]: [usize; 4], i: usize| AttnPlace {
+            offset: i * part,
+            strides: [batch, head, row],
+        };
+        let kv = AttnPlace {
+            offset: 0,
+            strides: [self.s * hd, self.d, hd],
+        };
+        match self.packed {
+            AttnPacking::Apart => [self.out_place(), kv, kv],
+            AttnPacking::Qkv(st) => [0, 1, 2].map(|i| part(st, i)),
+            AttnPacking::Kv(st) => [self.out_place(), part(st, 0), part(st, 1)],
         }
     }
 
@@ -262,20 +281,26 @@ pub(crate) fn attn_bias_refuses(
     })
 }
 
-/// Why the primitives refuse `sh.packed` (gradients packed in one buffer),
-/// `None` where they take it or there is none: the strides must be those of a
-/// dense `[batch, l, 3, heads, d]` tensor (each row and part in a place of its
-/// own, within `3 · batch · heads · l · d` elements) with `l == s`, each a
-/// multiple of `align` elements (the CUDA kernels' 16-byte stores).
+/// Why the primitives refuse `sh.packed`, `None` where they take it (or it is
+/// `Apart`): the strides must be those of a dense `[batch, l, 3, heads, d]`
+/// tensor with `l == s` (`Qkv`), or `[batch, s, 2, heads, d]` (`Kv`), so that
+/// each row and part has a place of its own within the buffer's elements, each
+/// stride a multiple of `align` elements (the CUDA kernels' 16-byte stores).
 pub(crate) fn attn_packed_refuses(sh: &AttnShape, align: usize) -> Option<String> {
-    let st = sh.packed?;
-    let dims = [sh.batch, sh.l, 3, sh.heads, sh.d];
+    let (st, rows, parts) = match sh.packed {
+        AttnPacking::Apart => return None,
+        AttnPacking::Qkv(st) => (st, sh.l, 3),
+        AttnPacking::Kv(st) => (st, sh.s, 2),
+    };
+    let dims = [sh.batch, rows, parts, sh.heads, sh.d];
     let l = Layout::strided(&dims, &[st[0], st[1], st[2], st[3], 1], 0);
     let aligned = (0..4).all(|i| dims[i] == 1 || st[i].is_multiple_of(align.max(1)));
-    (sh.l != sh.s || !l.is_non_overlapping_and_dense() || !aligned).then(|| {
+    let lengths = parts == 2 || sh.l == sh.s;
+    (!lengths || !l.is_non_overlapping_and_dense() || !aligned).then(|| {
         format!(
-            "packed gradients need as many queries as keys and the strides of a dense \
-             {dims:?} tensor in whole {align} elements (got {} queries, {} keys, strides {st:?})",
+            "packed gradients need the strides of a dense {dims:?} tensor in whole {align} \
+             elements, and as many queries as keys where q is packed too (got {} queries, {} \
+             keys, strides {st:?})",
             sh.l, sh.s
         )
     })
@@ -310,7 +335,7 @@ mod tests {
             causal: true,
             dropout: 0.0,
             seed: 0,
-            packed: None,
+            packed: AttnPacking::Apart,
         }
     }
 
@@ -380,10 +405,10 @@ mod tests {
         let row_major = [5 * 96, 96, 32, 8];
         let seq_first = [96, 2 * 96, 32, 8];
         for st in [row_major, seq_first] {
-            sh.packed = Some(st);
+            sh.packed = AttnPacking::Qkv(st);
             assert_eq!(attn_packed_refuses(&sh, 8), None, "{st:?}");
         }
-        sh.packed = None;
+        sh.packed = AttnPacking::Apart;
         assert_eq!(attn_packed_refuses(&sh, 8), None);
         for (st, l, align) in [
             ([5 * 96, 96, 32, 4], 5, 1),   // heads overlap
@@ -392,7 +417,7 @@ mod tests {
         ] {
             let sh = AttnShape {
                 l,
-                packed: Some(st),
+                packed: AttnPacking::Qkv(st),
                 ..sh
             };
             let why = attn_packed_refuses(&sh, align).unwrap_or_default();
@@ -401,7 +426,7 @@ mod tests {
         // dense at head dim 6, but not in whole 16 bytes of a 16-bit dtype
         let sh6 = AttnShape {
             d: 6,
-            packed: Some([5 * 72, 72, 24, 6]),
+            packed: AttnPacking::Qkv([5 * 72, 72, 24, 6]),
             ..sh
         };
         assert_eq!(attn_packed_refuses(&sh6, 1), None);

@@ -47,7 +47,7 @@ mod reduce;
 
 pub(crate) use attention::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, attn_view_fits,
-    AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+    AttnGrads, AttnOperands, AttnPacking, AttnPlace, AttnSaved, AttnShape,
 };
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;
