@@ -154,7 +154,7 @@ pub(crate) trait BackendStorage: Sized {
     /// The gradients of [`attention`](Self::attention) for `q`, `k` and `v` (the
     /// same operands), from what the forward returned and the output's gradient
     /// ([`AttnSaved`]): each `[batch, heads, rows, d]` in the inputs' dtype,
-    /// in buffers of their own or, with `shape.packed`, in one, where
+    /// in buffers of their own or, with `shape.packed`, packed as it says, where
     /// [`AttnShape::grad_places`](super::op::AttnShape::grad_places) says. The
     /// weights are recomputed from the log-sum-exps (and the forward's bias; it
     /// gets no gradient).

@@ -204,49 +204,6 @@ impl MultiheadAttention {
             .map(crate::tensor::autocast::lower_one)
             .transpose()?;
         let b = b.as_ref();
-        // the projections as PyTorch's module makes them: without weights, one
-        // product with the packed weight where query, key and value are one
-        // input (`query is key is value`), and one for the keys and values
-        // where those are one (`key is value`); each made as its input lies
-        // (sequence first or not) and seen batch first, `[N, T, parts, H, D]`,
-        // whose parts are views
-        let project = |x: &Tensor, from: usize, parts: usize| -> Result<Tensor> {
-            let (at, len) = ((from * e) as i64, parts * e);
-            // the whole weight as it is: a narrowed one fills its gradient
-            let y = if parts == 3 {
-                crate::nn::functional::linear(x, w, b)?
-            } else {
-                let wp = w.narrow(0, at, len)?;
-                let bp = b.map(|b| b.narrow(0, at, len)).transpose()?;
-                crate::nn::functional::linear(x, &wp, bp.as_ref())?
-            };
-            let y = to_nle(&y)?;
-            let t = y.shape()[1];
-            y.reshape([n, t, parts, h, d])
-        };
-        // part `i` of a projection as [N, H, T, D]
-        let heads_of = |p5: &Tensor, i: i64| p5.select(2, i)?.transpose(1, 2);
-        // one projection as [N, H, T, D] (reshaped: a selected part would fill
-        // its gradient)
-        let one = |x: &Tensor, from: usize| -> Result<Tensor> {
-            let p5 = project(x, from, 1)?;
-            let t = p5.shape()[1];
-            p5.reshape([n, t, h, d])?.transpose(1, 2)
-        };
-        let packing = if opts.need_weights {
-            Packing::Apart
-        } else if query.is(key) && key.is(value) {
-            Packing::Qkv(project(query, 0, 3)?)
-        } else if key.is(value) {
-            Packing::Kv(one(query, 0)?, project(key, 1, 2)?)
-        } else {
-            Packing::Apart
-        };
-        let (qh, kh, vh) = match &packing {
-            Packing::Qkv(p5) => (heads_of(p5, 0)?, heads_of(p5, 1)?, heads_of(p5, 2)?),
-            Packing::Kv(qh, kv5) => (qh.clone(), heads_of(kv5, 0)?, heads_of(kv5, 1)?),
-            Packing::Apart => (one(query, 0)?, one(key, 1)?, one(value, 2)?),
-        };
         let attn_mask = match opts.attn_mask {
             None => None,
             Some(m) if m.shape() == [l, s] => Some(m.clone()),
@@ -279,6 +236,49 @@ impl MultiheadAttention {
         }
         let scale = 1.0 / (d as f64).sqrt();
         let p = if self.training { self.dropout } else { 0.0 };
+        // the projections as PyTorch's module makes them: where the fused op
+        // runs, one product with the packed weight where query, key and value
+        // are one input (`query is key is value`), and one for the keys and
+        // values where those are one (`key is value`); each made as its input
+        // lies (sequence first or not) and seen batch first, `[N, T, parts, H,
+        // D]`, whose parts are views (the fused op takes the whole projection;
+        // elsewhere a part's gradient would be a zero-filled projection)
+        let project = |x: &Tensor, from: usize, parts: usize| -> Result<Tensor> {
+            let (at, len) = ((from * e) as i64, parts * e);
+            // the whole weight as it is: a narrowed one fills its gradient
+            let y = if parts == 3 {
+                crate::nn::functional::linear(x, w, b)?
+            } else {
+                let wp = w.narrow(0, at, len)?;
+                let bp = b.map(|b| b.narrow(0, at, len)).transpose()?;
+                crate::nn::functional::linear(x, &wp, bp.as_ref())?
+            };
+            let y = to_nle(&y)?;
+            let t = y.shape()[1];
+            y.reshape([n, t, parts, h, d])
+        };
+        // part `i` of a projection as [N, H, T, D]
+        let heads_of = |p5: &Tensor, i: i64| p5.select(2, i)?.transpose(1, 2);
+        // one projection as [N, H, T, D] (reshaped: a selected part would fill
+        // its gradient)
+        let one = |x: &Tensor, from: usize| -> Result<Tensor> {
+            let p5 = project(x, from, 1)?;
+            let t = p5.shape()[1];
+            p5.reshape([n, t, h, d])?.transpose(1, 2)
+        };
+        // q, k and v as the projections will make them (dtype, device, shape):
+        // zero-stride views of one element of the weight, so that the fused
+        // op's choice comes before the projections
+        let stand_in = |rows: usize| -> Result<Option<Tensor>> {
+            if w.numel() == 0 {
+                return Ok(None);
+            }
+            let one = w.detach().narrow(0, 0, 1)?.narrow(1, 0, 1)?;
+            Ok(Some(one.reshape([1, 1, 1, 1])?.expand([n, h, rows, d])?))
+        };
+        let apart = || -> Result<(Tensor, Tensor, Tensor)> {
+            Ok((one(query, 0)?, one(key, 1)?, one(value, 2)?))
+        };
         let (heads, weights) = if !opts.need_weights {
             // PyTorch's path without weights: attention over the masks as additive
             // biases (MultiheadAttention's masks hide where they are true), so
@@ -289,7 +289,7 @@ impl MultiheadAttention {
                 .transpose()?;
             // each mask as an additive bias, once
             let as_bias = |m: &Tensor| -> Result<Tensor> {
-                crate::nn::functional::mask_bias(m, true, qh.dtype())?.to_dtype(qh.dtype())
+                crate::nn::functional::mask_bias(m, true, w.dtype())?.to_dtype(w.dtype())
             };
             // the `is_causal` hint says `attn_mask` is the causal mask, which the
             // fused op applies without reading it: then the mask is made a bias
@@ -312,13 +312,32 @@ impl MultiheadAttention {
                     .flatten()
                     .collect())
             };
-            let why = if read_by_fused
-                .iter()
-                .all(|b| crate::nn::functional::fused_mask_fits(*b, &qh, s))
-            {
-                crate::nn::functional::fused_attention_refusal(&qh, &kh, &vh, p)
+            let why = match (stand_in(l)?, stand_in(s)?) {
+                (Some(ql), Some(kl)) => {
+                    if read_by_fused
+                        .iter()
+                        .all(|b| crate::nn::functional::fused_mask_fits(*b, &ql, s))
+                    {
+                        crate::nn::functional::fused_attention_refusal(&ql, &kl, &kl, p)
+                    } else {
+                        Some("a mask it does not take".into())
+                    }
+                }
+                _ => Some("an empty operand".into()),
+            };
+            let packing = if why.is_some() {
+                Packing::Apart
+            } else if query.is(key) && key.is(value) {
+                Packing::Qkv(project(query, 0, 3)?)
+            } else if key.is(value) {
+                Packing::Kv(one(query, 0)?, project(key, 1, 2)?)
             } else {
-                Some("a mask it does not take".into())
+                Packing::Apart
+            };
+            let (qh, kh, vh) = match &packing {
+                Packing::Qkv(p5) => (heads_of(p5, 0)?, heads_of(p5, 1)?, heads_of(p5, 2)?),
+                Packing::Kv(qh, kv5) => (qh.clone(), heads_of(kv5, 0)?, heads_of(kv5, 1)?),
+                Packing::Apart => apart()?,
             };
             let heads = if why.is_none() {
                 // one bias: with both masks their sum, [N, 1, L, S]
@@ -358,6 +377,7 @@ impl MultiheadAttention {
             // the weights asked for: materialised (a query the masks leave with no
             // key gets NaN weights, as softmax gives in PyTorch here)
             // scaling the queries ([N, H, L, D]) costs less than scaling the scores
+            let (qh, kh, vh) = apart()?;
             crate::nn::functional::log_attention_path(&qh, s, "plain", Some("weights asked for"));
             let mut scores = qh.mul(scale)?.matmul(&kh.transpose(2, 3)?)?;
             if let Some(m) = &attn_mask {

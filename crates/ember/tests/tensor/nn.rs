@@ -3583,7 +3583,7 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
         let up = Tensor::randn(shape, dev)?.to_dtype(dt)?;
         let mask = Tensor::ones([t, t], DType::Bool, dev)?.triu(1)?;
         // `packed`: one handle three times; else three handles on the input
-        let run = |packed: bool| -> Result<(Vec<Tensor>, ember::profiler::Profile)> {
+        let run_on = |packed: bool, path| -> Result<(Vec<Tensor>, ember::profiler::Profile)> {
             for p in mha.parameters() {
                 p.zero_grad();
             }
@@ -3610,6 +3610,7 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
             }
             Ok((got, prof))
         };
+        let run = |packed: bool| run_on(packed, path);
         let (got, prof) = run(true)?;
         let (want, want_prof) = run(false)?;
         let count = |prof: &ember::profiler::Profile, op: &str| super::this_threads_count(prof, op);
@@ -3638,6 +3639,19 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
         if d % 8 == 0 {
             let copies = if batch_first || unbatched { 0 } else { 1 };
             assert_eq!(count(&prof, "copy"), copies, "{what}: copies");
+        }
+        // where the fused op does not run, the projections stay apart: a
+        // packed projection's parts would each fill a zero gradient of it
+        let (_, other) = run_on(true, AttentionPath::MemoryEfficient)?;
+        let (_, want_other) = run_on(false, AttentionPath::MemoryEfficient)?;
+        assert_eq!(
+            count(&other, "attention"),
+            0,
+            "{what}: the memory-saving path"
+        );
+        for op in ["fill", "copy_", "addmm", "mm"] {
+            let (a, b) = (count(&other, op), count(&want_other, op));
+            assert_eq!(a, b, "{what}: {op} on the memory-saving path");
         }
         let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
         let names = ["output", "input's gradient", "in_proj_weight's gradient"];
@@ -3743,6 +3757,15 @@ fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Resu
             count(&prof, "copy_") + 2,
             count(&want_prof, "copy_"),
             "{what}: copies"
+        );
+        // the keys' and values' gradient comes back laid out as their
+        // projection; sequence first, the output's and the queries' gradients
+        // (batch first) reach their projections transposed, each copied once
+        let copies = if batch_first { 0 } else { 2 };
+        assert_eq!(
+            count(&prof, "copy"),
+            copies,
+            "{what}: copies of activations"
         );
         let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
         let names = ["output", "query's gradient", "memory's gradient"];

@@ -431,5 +431,17 @@ mod tests {
         };
         assert_eq!(attn_packed_refuses(&sh6, 1), None);
         assert!(attn_packed_refuses(&sh6, 8).is_some_and(|w| w.contains("whole 8")));
+        // keys and values packed: [2, 3 keys, 2, 4, 8], fewer keys than queries
+        let kv = AttnShape {
+            s: 3,
+            packed: AttnPacking::Kv([3 * 64, 64, 32, 8]),
+            ..sh
+        };
+        assert_eq!(attn_packed_refuses(&kv, 8), None);
+        let overlapping = AttnShape {
+            packed: AttnPacking::Kv([3 * 64, 32, 32, 8]),
+            ..kv
+        };
+        assert!(attn_packed_refuses(&overlapping, 1).is_some_and(|w| w.contains("dense")));
     }
 }
