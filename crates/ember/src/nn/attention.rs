@@ -241,8 +241,9 @@ impl MultiheadAttention {
         // are one input (`query is key is value`), and one for the keys and
         // values where those are one (`key is value`); each made as its input
         // lies (sequence first or not) and seen batch first, `[N, T, parts, H,
-        // D]`, whose parts are views (the fused op takes the whole projection;
-        // elsewhere a part's gradient would be a zero-filled projection)
+        // D]` (one part: `[N, H, T, D]`), whose parts are views (the fused op
+        // takes the whole projection; elsewhere a part's gradient would be a
+        // zero-filled projection)
         let project = |x: &Tensor, from: usize, parts: usize| -> Result<Tensor> {
             let (at, len) = ((from * e) as i64, parts * e);
             // the whole weight as it is: a narrowed one fills its gradient
@@ -255,17 +256,16 @@ impl MultiheadAttention {
             };
             let y = to_nle(&y)?;
             let t = y.shape()[1];
-            y.reshape([n, t, parts, h, d])
+            // one part's heads as [N, H, T, D] (reshaped: a selected part
+            // would fill its gradient)
+            match parts {
+                1 => y.reshape([n, t, h, d])?.transpose(1, 2),
+                _ => y.reshape([n, t, parts, h, d]),
+            }
         };
         // part `i` of a projection as [N, H, T, D]
         let heads_of = |p5: &Tensor, i: i64| p5.select(2, i)?.transpose(1, 2);
-        // one projection as [N, H, T, D] (reshaped: a selected part would fill
-        // its gradient)
-        let one = |x: &Tensor, from: usize| -> Result<Tensor> {
-            let p5 = project(x, from, 1)?;
-            let t = p5.shape()[1];
-            p5.reshape([n, t, h, d])?.transpose(1, 2)
-        };
+        let one = |x: &Tensor, from: usize| project(x, from, 1);
         // q, k and v as the projections will make them (dtype, device, shape):
         // zero-stride views of one element of the weight, so that the fused
         // op's choice comes before the projections

@@ -122,8 +122,7 @@ impl Tensor {
             ));
         }
         let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
-            let part = |i: i64| as_rank4(&self.select(2, i)?.transpose(1, 2)?);
-            Ok([part(0)?, part(1)?, part(2)?])
+            Ok([part4(self, 0)?, part4(self, 1)?, part4(self, 2)?])
         })?;
         let packing = AttnPacking::Qkv(packed_strides(self));
         fused(&[self], qkv4, bias, opts, packing)
@@ -153,25 +152,28 @@ impl Tensor {
             ));
         }
         let qkv4 = crate::autograd::no_grad(|| -> Result<_> {
-            let part = |i: i64| as_rank4(&kv.select(2, i)?.transpose(1, 2)?);
-            Ok([as_rank4(self)?, part(0)?, part(1)?])
+            Ok([as_rank4(self)?, part4(kv, 0)?, part4(kv, 1)?])
         })?;
         let packing = AttnPacking::Kv(packed_strides(kv));
         fused(&[self, kv], qkv4, bias, opts, packing)
     }
 }
 
+/// Part `i` of a packed projection `[N, rows, parts, H, d]` as the rank-4 view
+/// `[N, H, rows, d]` the primitive reads (a copy where it does not fit).
+fn part4(p: &Tensor, i: i64) -> Result<Tensor> {
+    as_rank4(&p.select(2, i)?.transpose(1, 2)?)
+}
+
 /// The strides of the first four dims of a packed projection's gradient
-/// (`[N, rows, parts, H, d]`): its own where it is dense with a contiguous
-/// last dim (as `empty_like` keeps them: a projection of a sequence-first
-/// input is a transposed view), else row-major's.
+/// (`[N, rows, parts, H, d]`): those `empty_like` gives it
+/// ([`Layout::preserved_strides`]: its own where it is dense, as a projection
+/// of a sequence-first input, a transposed view, is), row-major's where its
+/// last dim would not be contiguous.
 fn packed_strides(t: &Tensor) -> [usize; 4] {
-    let l = t.layout();
-    let st = if l.is_non_overlapping_and_dense() && l.strides()[4] == 1 {
-        l.strides().to_vec()
-    } else {
-        crate::layout::contiguous_strides(l.shape()).to_vec()
-    };
+    let st = (t.layout().preserved_strides())
+        .filter(|st| st[4] == 1)
+        .unwrap_or_else(|| crate::layout::contiguous_strides(t.shape()));
     [st[0], st[1], st[2], st[3]]
 }
 

@@ -3593,22 +3593,12 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
             } else {
                 (x.view(shape)?, x.view(shape)?)
             };
-            let (out, prof) = ember::profiler::profile(|| {
-                let opts = nn::AttentionOptions {
-                    attn_mask: causal.then_some(&mask),
-                    need_weights: false,
-                    is_causal: causal,
-                    ..Default::default()
-                };
-                let out = with_attention_path(path, || mha.attend(&x, &k, &v, opts))?.0;
-                out.mul(&up)?.sum_all()?.backward()?;
-                Ok(out)
-            })?;
-            let mut got = vec![out.detach(), x.grad().expect("the input's gradient")];
-            for p in mha.parameters() {
-                got.push(p.grad().expect("a parameter's gradient"));
-            }
-            Ok((got, prof))
+            let opts = nn::AttentionOptions {
+                attn_mask: causal.then_some(&mask),
+                is_causal: causal,
+                ..Default::default()
+            };
+            attend_grads(&mha, [&x, &k, &v], &[&x], (&up, opts, path))
         };
         let run = |packed: bool| run_on(packed, path);
         let (got, prof) = run(true)?;
@@ -3653,13 +3643,8 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
             let (a, b) = (count(&other, op), count(&want_other, op));
             assert_eq!(a, b, "{what}: {op} on the memory-saving path");
         }
-        let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
         let names = ["output", "input's gradient", "in_proj_weight's gradient"];
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
-            let name = names.get(i).copied().unwrap_or("a parameter's gradient");
-            within_scale(g, w, tol, &format!("{what}: {name}"));
-        }
+        same_results(&got, &want, &names, dt, &what);
     }
     // the fused op's output lies as [N, L, H, d]: its heads joined back are a view
     let q = Tensor::randn([2, 4, 16, 8], dev)?;
@@ -3681,7 +3666,7 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
 /// handles): the output and the gradients of both inputs and the parameters,
 /// in float32 and bfloat16, batch first or not, with more queries than keys.
 fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Result<()> {
-    use ember::nn::functional::{with_attention_path, AttentionPath};
+    use ember::nn::functional::AttentionPath;
     let _turn = super::profile_turn();
     let path = if dev.is_cpu() {
         AttentionPath::Fused
@@ -3714,24 +3699,8 @@ fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Resu
             let x = x0.detach().requires_grad_(true)?;
             let m = m0.detach().requires_grad_(true)?;
             let v = if packed { m.clone() } else { m.view(ms)? };
-            let (out, prof) = ember::profiler::profile(|| {
-                let opts = nn::AttentionOptions {
-                    need_weights: false,
-                    ..Default::default()
-                };
-                let out = with_attention_path(path, || mha.attend(&x, &m, &v, opts))?.0;
-                out.mul(&up)?.sum_all()?.backward()?;
-                Ok(out)
-            })?;
-            let mut got = vec![
-                out.detach(),
-                x.grad().expect("the query's gradient"),
-                m.grad().expect("the memory's gradient"),
-            ];
-            for p in mha.parameters() {
-                got.push(p.grad().expect("a parameter's gradient"));
-            }
-            Ok((got, prof))
+            let opts = nn::AttentionOptions::default();
+            attend_grads(&mha, [&x, &m, &v], &[&x, &m], (&up, opts, path))
         };
         let (got, prof) = run(true)?;
         let (want, want_prof) = run(false)?;
@@ -3767,15 +3736,62 @@ fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Resu
             copies,
             "{what}: copies of activations"
         );
-        let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
         let names = ["output", "query's gradient", "memory's gradient"];
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
-            let name = names.get(i).copied().unwrap_or("a parameter's gradient");
-            within_scale(g, w, tol, &format!("{what}: {name}"));
-        }
+        same_results(&got, &want, &names, dt, &what);
     }
     Ok(())
+}
+
+/// `mha.attend(q, k, v, opts)` without weights on `path`, backward from the
+/// output's gradient `up` (the parameters' gradients zeroed first), profiled:
+/// the output, the gradients of `leaves` and of the parameters, and the profile.
+fn attend_grads(
+    mha: &nn::MultiheadAttention,
+    [q, k, v]: [&Tensor; 3],
+    leaves: &[&Tensor],
+    (up, opts, path): (
+        &Tensor,
+        nn::AttentionOptions,
+        ember::nn::functional::AttentionPath,
+    ),
+) -> Result<(Vec<Tensor>, ember::profiler::Profile)> {
+    for p in mha.parameters() {
+        p.zero_grad();
+    }
+    let opts = nn::AttentionOptions {
+        need_weights: false,
+        ..opts
+    };
+    let (out, prof) = ember::profiler::profile(|| {
+        let out = ember::nn::functional::with_attention_path(path, || mha.attend(q, k, v, opts))?.0;
+        out.mul(up)?.sum_all()?.backward()?;
+        Ok(out)
+    })?;
+    let mut got = vec![out.detach()];
+    got.extend(
+        leaves
+            .iter()
+            .map(|t| t.grad().expect("an input's gradient")),
+    );
+    got.extend(
+        mha.parameters()
+            .iter()
+            .map(|p| p.grad().expect("a parameter's gradient")),
+    );
+    Ok((got, prof))
+}
+
+/// Asserts that the results of two ways to the same attention agree (within
+/// float32's or bfloat16's rounding), naming the first ones by `names`.
+#[track_caller]
+fn same_results(got: &[Tensor], want: &[Tensor], names: &[&str], dt: DType, what: &str) {
+    let tol = if dt == DType::BF16 { 3e-2 } else { 1e-5 };
+    assert_eq!(got.len(), want.len(), "{what}: results");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+        let name = names.get(i).copied().unwrap_or("a parameter's gradient");
+        within_scale(g, w, tol, &format!("{what}: {name}"));
+    }
 }
 
 /// Attention with dropout captured in a CUDA graph draws new masks at each

@@ -5,8 +5,8 @@
 
 use crate::backend::host::alloc_uninit;
 use crate::backend::op::{
-    attn_bias_refuses, attn_packed_refuses, AttnGrads, AttnOperands, AttnPacking, AttnPlace,
-    AttnSaved, AttnShape,
+    attn_bias_refuses, attn_packed_refuses, AttnGrads, AttnOperands, AttnPlace, AttnSaved,
+    AttnShape,
 };
 use crate::dtype::{CpuData, CpuElem, FloatDType, Real};
 use crate::error::{Error, Result};
@@ -63,16 +63,6 @@ unsafe impl<T: Send> Send for RowsOut<T> {}
 unsafe impl<T: Send> Sync for RowsOut<T> {}
 
 impl<T> RowsOut<T> {
-    /// Writers of `buf` at each of `places` (the parts of one buffer: one
-    /// pointer taken once, so that no writer's reborrow invalidates another's).
-    fn parts(buf: &mut [T], places: &[AttnPlace]) -> Vec<RowsOut<T>> {
-        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-        places
-            .iter()
-            .map(|&place| RowsOut { ptr, len, place })
-            .collect()
-    }
-
     /// Writes row `r` of the pair `(b, h)` (`row.len()` elements).
     ///
     /// # Safety
@@ -163,7 +153,11 @@ pub(crate) fn attention(x: AttnOperands<'_, CpuData>, sh: AttnShape) -> Result<(
         let mut lse = alloc_uninit::<T::Acc>(n * l)?;
         let (threshold, keep) = sh.drop_threshold();
         let keep = T::Acc::c(keep);
-        let o = RowsOut::parts(&mut out, &[sh.out_place()]).remove(0);
+        let o = RowsOut {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            place: sh.out_place(),
+        };
         let body = |(i, ls): Pair<'_, T::Acc>| {
             let pair = (i / sh.heads, i % sh.heads);
             let hash = sh.pair_hash(i);
@@ -266,32 +260,16 @@ pub(crate) fn attention_backward(
         sh: AttnShape,
     ) -> Result<AttnGrads<CpuData>> {
         let (n, l, s, d) = (sh.batch * sh.heads, sh.l, sh.s, sh.d);
-        let (ql, kv) = (n * l * d, n * s * d);
-        let mut bufs = match sh.packed {
-            AttnPacking::Apart => vec![
-                alloc_uninit::<T>(ql)?,
-                alloc_uninit::<T>(kv)?,
-                alloc_uninit::<T>(kv)?,
-            ],
-            AttnPacking::Qkv(_) => vec![alloc_uninit::<T>(3 * ql)?],
-            AttnPacking::Kv(_) => vec![alloc_uninit::<T>(ql)?, alloc_uninit::<T>(2 * kv)?],
-        };
+        let mut grads = AttnGrads::alloc(&sh, alloc_uninit::<T>)?;
+        // one pointer taken a buffer, so that no writer's reborrow
+        // invalidates another's
+        let raw = grads.per_grad(|b| (b.as_mut_ptr(), b.len()));
         let places = sh.grad_places();
-        // the places of each buffer, in order
-        let writers: Vec<RowsOut<T>> = match &mut bufs[..] {
-            [one] => RowsOut::parts(one, &places),
-            [dq, kv] => {
-                let mut w = RowsOut::parts(dq, &places[..1]);
-                w.extend(RowsOut::parts(kv, &places[1..]));
-                w
-            }
-            many => many
-                .iter_mut()
-                .zip(places)
-                .flat_map(|(b, p)| RowsOut::parts(b, &[p]))
-                .collect(),
-        };
-        let (wq, wk, wv) = (&writers[0], &writers[1], &writers[2]);
+        let [wq, wk, wv] = [0, 1, 2].map(|i| RowsOut {
+            ptr: raw[i].0,
+            len: raw[i].1,
+            place: places[i],
+        });
         let scale = T::Acc::c(sh.scale);
         let (threshold, keep) = sh.drop_threshold();
         let keep = T::Acc::c(keep);
@@ -342,14 +320,7 @@ pub(crate) fn attention_backward(
             }
         };
         (0..n).into_par_iter().for_each(body);
-        drop(writers);
-        let mut bufs = bufs.into_iter().map(T::wrap);
-        Ok(match (bufs.next(), bufs.next(), bufs.next()) {
-            (Some(a), Some(b), Some(c)) => AttnGrads::Apart([a, b, c]),
-            (Some(a), Some(b), None) => AttnGrads::Kv(a, b),
-            (Some(a), None, None) => AttnGrads::Qkv(a),
-            _ => unreachable!("one, two or three buffers"),
-        })
+        Ok(grads.map(T::wrap))
     }
     crate::dtype::dispatch_float!(q, qv => {
         let views = (

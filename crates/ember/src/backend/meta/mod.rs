@@ -11,9 +11,9 @@ pub mod account;
 
 use crate::backend::op::{
     channel_chunks, channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split,
-    stat_dtype, AdamStep, AttnGrads, AttnOperands, AttnPacking, AttnSaved, AttnShape, BinaryOp,
-    BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape,
-    ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
+    stat_dtype, AdamStep, AttnGrads, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn,
+    BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode,
+    ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -282,15 +282,7 @@ impl BackendStorage for MetaStorage {
         // as the CUDA launcher: each row's Σ g · out first, freed on return
         let n = sh.batch * sh.heads;
         let _dsum = MetaStorage::workspace(stat_dtype(q.dtype), n * sh.l)?;
-        let (ql, kv) = (n * sh.l * sh.d, n * sh.s * sh.d);
-        Ok(match sh.packed {
-            AttnPacking::Apart => AttnGrads::Apart([q.like(ql)?, q.like(kv)?, q.like(kv)?]),
-            AttnPacking::Qkv(_) => AttnGrads::Qkv(q.like(3 * ql)?),
-            AttnPacking::Kv(_) => {
-                let dq = q.like(ql)?;
-                AttnGrads::Kv(dq, q.like(2 * kv)?)
-            }
-        })
+        AttnGrads::alloc(&sh, |len| q.like(len))
     }
 
     fn cross_entropy_rows(

@@ -130,6 +130,35 @@ pub(crate) enum AttnGrads<S> {
 }
 
 impl<S> AttnGrads<S> {
+    /// The buffers `sh.packed` asks for, each made by `make` from its length,
+    /// in the order every backend allocates them (the estimate follows it).
+    pub fn alloc(sh: &AttnShape, mut make: impl FnMut(usize) -> Result<S>) -> Result<AttnGrads<S>> {
+        let n = sh.batch * sh.heads;
+        let (ql, kv) = (n * sh.l * sh.d, n * sh.s * sh.d);
+        Ok(match sh.packed {
+            AttnPacking::Apart => AttnGrads::Apart([make(ql)?, make(kv)?, make(kv)?]),
+            AttnPacking::Qkv(_) => AttnGrads::Qkv(make(3 * ql)?),
+            AttnPacking::Kv(_) => {
+                let dq = make(ql)?;
+                AttnGrads::Kv(dq, make(2 * kv)?)
+            }
+        })
+    }
+
+    /// `f` of the buffer that holds each of dq, dk and dv (called once a
+    /// buffer, so that a mutable borrow of one is not taken twice).
+    pub fn per_grad<R: Copy>(&mut self, mut f: impl FnMut(&mut S) -> R) -> [R; 3] {
+        match self {
+            AttnGrads::Apart([q, k, v]) => [f(q), f(k), f(v)],
+            AttnGrads::Qkv(g) => [f(g); 3],
+            AttnGrads::Kv(q, kv) => {
+                let q = f(q);
+                let kv = f(kv);
+                [q, kv, kv]
+            }
+        }
+    }
+
     pub fn map<T>(self, mut f: impl FnMut(S) -> T) -> AttnGrads<T> {
         match self {
             AttnGrads::Apart(g) => AttnGrads::Apart(g.map(f)),

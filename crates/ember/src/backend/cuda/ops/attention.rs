@@ -7,7 +7,7 @@ use super::{base_ptr, launch_kernel, new_out, suffix};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, stat_dtype,
-    AttnGrads, AttnOperands, AttnPacking, AttnPlace, AttnSaved, AttnShape,
+    AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
 };
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -207,27 +207,11 @@ pub(crate) fn attention_backward(
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
     let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
-    let (ql, kv) = (n * sh.l * sh.d, n * sh.s * sh.d);
-    let fresh = |len: usize| new_out(dev, q.dtype(), len);
-    let grads = match sh.packed {
-        AttnPacking::Apart => AttnGrads::Apart([fresh(ql)?, fresh(kv)?, fresh(kv)?]),
-        AttnPacking::Qkv(_) => AttnGrads::Qkv(fresh(3 * ql)?),
-        AttnPacking::Kv(_) => {
-            let dq = fresh(ql)?;
-            AttnGrads::Kv(dq, fresh(2 * kv)?)
-        }
-    };
+    let mut grads = AttnGrads::alloc(&sh, |len| new_out(dev, q.dtype(), len))?;
     // each gradient's pointer at its view's start
-    let places = sh.grad_places();
-    let [pdq, pdk, pdv] = match &grads {
-        AttnGrads::Apart(g) => [0, 1, 2].map(|i| base_ptr(&g[i], places[i].offset)),
-        AttnGrads::Qkv(g) => places.map(|p| base_ptr(g, p.offset)),
-        AttnGrads::Kv(dq, g) => [
-            base_ptr(dq, places[0].offset),
-            base_ptr(g, places[1].offset),
-            base_ptr(g, places[2].offset),
-        ],
-    };
+    let (bases, places) = (grads.per_grad(|g| base_ptr(g, 0)), sh.grad_places());
+    let size = q.dtype().size_in_bytes() as u64;
+    let [pdq, pdk, pdv] = [0, 1, 2].map(|i| bases[i] + places[i].offset as u64 * size);
     let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let ga = a.with_queries(lg);
     let sfx = suffix(q.dtype());
