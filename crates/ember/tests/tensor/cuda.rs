@@ -898,12 +898,14 @@ fn pooling_matches_the_cpu_in_every_float_dtype() -> Result<()> {
                     } else {
                         x.avg_pool2d(*o)?
                     };
-                    // a gradient with distinct values per output
-                    let g = Tensor::arange(0.0f64, y.numel() as f64, d)?
+                    // a gradient with distinct values per output, made on the CPU
+                    // for both (a GPU's float64 sine may differ in the last bit)
+                    let g = Tensor::arange(0.0f64, y.numel() as f64, &Device::Cpu)?
                         .mul(0.37)?
                         .sin()?
                         .reshape(y.shape())?
-                        .to_dtype(dt)?;
+                        .to_dtype(dt)?
+                        .to_device(d)?;
                     y.backward_with(&g)?;
                     Ok((y.detach(), x.grad().expect("a gradient")))
                 };

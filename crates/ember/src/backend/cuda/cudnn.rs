@@ -23,14 +23,15 @@ pub fn enabled() -> bool {
 
 /// Sets the most scratch memory (bytes) one cuDNN convolution pass may use; its
 /// algorithms that need more are not chosen, heuristic or benchmarked. Each pass
-/// takes the batch's im2col patch size up to this limit from the caching
-/// allocator, a size that does not depend on the algorithm, so `ember estimate`
-/// stays exact. The default is 64 MiB; `0` is refused (an error, nothing changed).
+/// takes the larger of the batch's im2col patch size and three times its input
+/// and output, up to this limit, from the caching allocator: a size that does not
+/// depend on the algorithm, so `ember estimate` stays exact. The default is
+/// 512 MiB; `0` is refused (an error, nothing changed).
 pub fn set_workspace_limit(bytes: usize) -> Result<()> {
     policy::set_library_workspace_limit(bytes)
 }
 
-/// The most scratch memory one cuDNN convolution pass may use (64 MiB unless set).
+/// The most scratch memory one cuDNN convolution pass may use (512 MiB unless set).
 pub fn workspace_limit() -> usize {
     policy::library_workspace_limit()
 }

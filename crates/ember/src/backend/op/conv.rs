@@ -115,10 +115,12 @@ impl EnvSwitch {
 /// and not in the CUDA backend because the meta device models the path it selects.
 static LIBRARY: EnvSwitch = EnvSwitch::new("EMBER_CUDNN", true);
 
-/// The default of [`library_workspace_limit`]: 64 MiB, the im2col path's default
-/// patch budget ([`PATCH_BYTES`]), so that by default neither path holds more
-/// scratch memory than the other at a time.
-pub(crate) const LIBRARY_WORKSPACE: usize = PATCH_BYTES;
+/// The default of [`library_workspace_limit`]: 512 MiB. On an H200 (2026-11-29)
+/// the first of cuDNN's heuristic choices for ResNet-50's convolutions at batch 64
+/// needed up to 303 MiB (FFT algorithms aside); those that did not fit fell back
+/// to algorithms up to 40 times slower (bf16 row-major: a layout transform in the
+/// workspace, or no tensor cores without it).
+pub(crate) const LIBRARY_WORKSPACE: usize = 512 << 20;
 
 static WORKSPACE_LIMIT: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(LIBRARY_WORKSPACE);
@@ -141,7 +143,7 @@ pub(crate) fn set_library_workspace_limit(bytes: usize) -> crate::error::Result<
         return Err(crate::error::Error::invalid(
             "cudnn::set_workspace_limit",
             "a workspace limit of 0 bytes leaves cuDNN only its slowest algorithms; give a \
-             positive number of bytes (the default is 64 MiB), or switch cuDNN off with \
+             positive number of bytes (the default is 512 MiB), or switch cuDNN off with \
              cudnn::set_enabled(false)",
         ));
     }
@@ -243,15 +245,28 @@ impl ConvShape {
     }
 
     /// The scratch memory, in bytes, each library pass of this shape takes from the
-    /// caching allocator for `elem_bytes`-byte elements: the batch's im2col patch
-    /// matrix (the most that cuDNN's explicit-GEMM algorithm needs; its implicit
-    /// ones need less), at most [`library_workspace_limit`]. Algorithms that need
-    /// more are not used. A fixed size rather than the chosen algorithm's own (which
-    /// only the GPU knows) keeps the meta device's estimate exact: it allocates the
-    /// same bytes at the same point.
+    /// caching allocator for `elem_bytes`-byte elements: the larger of the batch's
+    /// im2col patch matrix (what cuDNN's explicit-GEMM algorithm needs) and three
+    /// times the input and output together (what its implicit-GEMM algorithms need
+    /// for their index tables and, for half-precision row-major operands, their
+    /// layout transforms: at most 2.6 times on an H200 for ResNet-50's shapes), at
+    /// most [`library_workspace_limit`]. Algorithms that need more are not used. A
+    /// size from the shape rather than the chosen algorithm's own (which only the
+    /// GPU knows) keeps the meta device's estimate exact: it allocates the same
+    /// bytes at the same point.
     pub fn library_workspace(&self, elem_bytes: usize) -> usize {
+        let operands = (self
+            .n
+            .saturating_mul(self.c)
+            .saturating_mul(self.h * self.w))
+        .saturating_add(
+            self.n
+                .saturating_mul(self.o)
+                .saturating_mul(self.oh * self.ow),
+        );
         self.n
             .saturating_mul(self.patches_per_sample())
+            .max(operands.saturating_mul(3))
             .saturating_mul(elem_bytes)
             .min(library_workspace_limit())
     }

@@ -12,7 +12,8 @@
 //! use TF32 tensor cores unless [`set_allow_tf32(false)`](set_allow_tf32), then
 //! FMA kernels. Each pass is handed a workspace from the caching allocator whose
 //! size depends on the shape only ([`ConvShape::library_workspace`]: the batch's
-//! patch matrix, at most the workspace limit), so that the meta device's estimate
+//! patch matrix or three times input and output, the larger, at most the
+//! workspace limit), so that the meta device's estimate
 //! stays exact; the algorithm is the first of cuDNN's heuristic choices that fits
 //! it and runs, or with [`set_benchmark`] the fastest that fits in cuDNN's timed
 //! search (`cudnnFind*AlgorithmEx`), among the deterministic ones only with
