@@ -113,12 +113,20 @@ template <typename T> __device__ void max_pool_impl(const T* x, Conv g, T* out, 
     }
 }
 
+// v / d for v >= 0 and d >= 1, the common strides and dilations (1, 2) as shifts:
+// a 64-bit division costs tens of instructions.
+__device__ __forceinline__ i64 pool_div(i64 v, i64 d) { return d == 1 ? v : d == 2 ? v >> 1 : v / d; }
+
 // The input gradient of a pooling, one thread per input element: gx[e] is the sum,
 // in the accumulator type A, of `share(s, o, oy, ox, ki, kj)` over the outputs
 // whose window holds e at tap (ki, kj) (o: the output's index in `gout`, at
 // (oy, ox) of its plane), visited in the outputs' order (oy, then ox, ascending:
 // the taps from the last to the first). Each element sums its own gradient: no
 // atomics, and the same order of additions as the CPU's pass over the outputs.
+// The outputs are found from the element's row and column: output row oy holds
+// row iy at tap ki where oy · sh = iy + ph - ki · dh, so oy · sh lies in
+// [iy + ph - (kh - 1) · dh, iy + ph] (and likewise for the columns), a division
+// or two per element rather than per tap.
 // NHWC arrays (g.nhwc) interleave the planes: an output's neighbours along a row
 // are g.c elements apart.
 template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv g, T* gx, F share) {
@@ -139,16 +147,18 @@ template <typename T, typename F> __device__ __forceinline__ void pool_back(Conv
             os = 1;
         }
         A s = (A)0;
-        for (i64 ki = g.kh - 1; ki >= 0; --ki) {
-            const i64 ty = iy + g.ph - ki * g.dh;
-            if (ty < 0 || ty % g.sh != 0) continue;
-            const i64 oy = ty / g.sh;
-            if (oy >= g.oh) continue;
-            for (i64 kj = g.kw - 1; kj >= 0; --kj) {
-                const i64 tx = ix + g.pw - kj * g.dw;
-                if (tx < 0 || tx % g.sw != 0) continue;
-                const i64 ox = tx / g.sw;
-                if (ox >= g.ow) continue;
+        const i64 ty1 = iy + g.ph, ty0 = ty1 - (g.kh - 1) * g.dh;
+        const i64 tx1 = ix + g.pw, tx0 = tx1 - (g.kw - 1) * g.dw;
+        const i64 oy0 = ty0 <= 0 ? 0 : pool_div(ty0 + g.sh - 1, g.sh);
+        const i64 oy1 = min(pool_div(ty1, g.sh), g.oh - 1);
+        const i64 ox0 = tx0 <= 0 ? 0 : pool_div(tx0 + g.sw - 1, g.sw);
+        const i64 ox1 = min(pool_div(tx1, g.sw), g.ow - 1);
+        for (i64 oy = oy0; oy <= oy1; ++oy) {
+            const i64 dy = ty1 - oy * g.sh, ki = pool_div(dy, g.dh);  // dy = ki · dh, if a tap
+            if (ki * g.dh != dy) continue;
+            for (i64 ox = ox0; ox <= ox1; ++ox) {
+                const i64 dx = tx1 - ox * g.sw, kj = pool_div(dx, g.dw);
+                if (kj * g.dw != dx) continue;
                 share(s, base + (oy * g.ow + ox) * os, oy, ox, ki, kj);
             }
         }

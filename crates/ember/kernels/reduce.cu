@@ -914,23 +914,29 @@ struct plane_walk {
     }
 };
 
-// Adds element j's terms of batch norm's per-channel sums to s1 and s2: v and
-// v * v (dot == 0), or g and g * v (dot == 1), where v = x[j] - k (k the shift:
-// a first value of the channel, or its mean). A non-null y (the output of a
-// batch norm with its ReLU) masks g: 0 where y[j] is not above 0, as the ReLU's
-// gradient does.
+// Adds an element's terms of batch norm's per-channel sums to s1 and s2: v and
+// v * v (dot == 0), or g and g * v (dot == 1), where v = x - k (k the shift: a
+// first value of the channel, or its mean). With `masked` (y: the output of a
+// batch norm with its ReLU) g counts where y is above 0, as the ReLU's gradient
+// does. channel_terms reads element j's values.
 template <typename T>
-__device__ __forceinline__ void channel_terms(const T* g, const T* y, const T* x, i64 j, double k, int dot,
-                                              double& s1, double& s2) {
-    const double v = (double)widen(x[j]) - k;
+__device__ __forceinline__ void channel_term(T gj_, T yj, T xj, bool masked, double k, int dot, double& s1,
+                                             double& s2) {
+    const double v = (double)widen(xj) - k;
     if (dot) {
-        const double gj = y && !(widen(y[j]) > 0.f) ? 0.0 : (double)widen(g[j]);
+        const double gj = masked && !(widen(yj) > 0.f) ? 0.0 : (double)widen(gj_);
         s1 += gj;
         s2 += gj * v;
     } else {
         s1 += v;
         s2 += v * v;
     }
+}
+template <typename T>
+__device__ __forceinline__ void channel_terms(const T* g, const T* y, const T* x, i64 j, double k, int dot,
+                                              double& s1, double& s2) {
+    const T xj = x[j];
+    channel_term(dot ? g[j] : xj, y ? y[j] : xj, xj, y != nullptr, k, dot, s1, s2);
 }
 
 // Batch norm's per-channel sums over [n, c, s] elements with planes of s > 1 (or
@@ -1003,9 +1009,22 @@ __device__ void channel_cols_impl(const T* g, const T* y, const T* x, const type
     double s1 = 0, s2 = 0;
     if (ch < c) {
         const double k = dot ? (double)mean[ch] : (double)widen(x[ch]);
-        for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
-            channel_terms(g, y, x, r * c + ch, k, dot, s1, s2);
+        i64 r = r0 + threadIdx.y;
+        // four rows' loads in flight at a time (a thread's loads one at a time left
+        // the kernel waiting on memory), the sums still in row order
+        for (; r + 24 < r1; r += 32) {
+            T xs[4], gs[4], ys[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const i64 j = (r + 8 * u) * c + ch;
+                xs[u] = x[j];
+                gs[u] = dot ? g[j] : xs[u];
+                ys[u] = y ? y[j] : xs[u];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) channel_term(gs[u], ys[u], xs[u], y != nullptr, k, dot, s1, s2);
         }
+        for (; r < r1; r += 8) channel_terms(g, y, x, r * c + ch, k, dot, s1, s2);
     }
     s1s[threadIdx.y][threadIdx.x] = s1;
     s2s[threadIdx.y][threadIdx.x] = s2;

@@ -345,6 +345,51 @@ fn large_strided_inplace_ops_write_every_element(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// In-place ops on a channels-last tensor (which walk it in memory order) write
+/// what the out-of-place ops on a row-major copy give, with a broadcast operand,
+/// a row-major one of the same shape, a scalar, and recorded by autograd; the
+/// tensor keeps its strides.
+fn in_place_ops_on_channels_last_tensors(dev: &Device) -> Result<()> {
+    let shape = [2usize, 3, 4, 5];
+    let n = shape.iter().product::<usize>();
+    let v: Vec<f32> = (0..n).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+    let rm = Tensor::from_slice(&v, shape, dev)?;
+    let other: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();
+    let other = Tensor::from_slice(&other, shape, dev)?;
+    let bias = Tensor::from_slice(&[1.0f32, -2.0, 3.0], [3, 1, 1], dev)?;
+    let want = rm
+        .add(&bias)?
+        .mul(2.0)?
+        .relu()?
+        .sub(&other)?
+        .to_vec::<f32>()?;
+    let cl = rm.to_memory_format(ember::MemoryFormat::ChannelsLast)?;
+    let strides = cl.stride().to_vec();
+    cl.add_(&bias)?;
+    cl.mul_(2.0)?;
+    cl.relu_()?;
+    cl.sub_(&other)?;
+    assert_eq!(cl.stride(), &strides[..], "strides kept");
+    assert_eq!(cl.to_vec::<f32>()?, want, "values");
+    // recorded: the gradient through mul_ and relu_ of a non-leaf
+    let leaf = rm.detach().requires_grad_(true)?;
+    let x = leaf
+        .to_memory_format(ember::MemoryFormat::ChannelsLast)?
+        .mul(1.0)?;
+    x.mul_(&other)?;
+    x.relu_()?;
+    x.sum_all()?.backward()?;
+    let g = leaf.grad().expect("a gradient").to_vec::<f32>()?;
+    let o = other.to_vec::<f32>()?;
+    let g_want: Vec<f32> = v
+        .iter()
+        .zip(&o)
+        .map(|(&a, &b)| if a * b > 0.0 { b } else { 0.0 })
+        .collect();
+    assert_eq!(g, g_want, "gradient");
+    Ok(())
+}
+
 /// Every in-place one-input op (`relu_`, `exp_`, ...) writes what its out-of-place
 /// op returns, bit for bit, in each float dtype, into contiguous tensors (the
 /// kernels' 16-byte path, with a tail) and through a transposed view; integer
@@ -515,6 +560,7 @@ device_test!(
     in_place_relu_module,
     in_place_unary_ops_write_what_the_ops_return,
     large_strided_inplace_ops_write_every_element,
+    in_place_ops_on_channels_last_tensors,
     arithmetic_broadcasts,
     scalar_operands_and_promotion,
     unary_math,
