@@ -582,6 +582,23 @@ impl Layout {
         Some(strides)
     }
 
+    /// The permutation of dims that walks this layout in memory order, where it is
+    /// dense but not row-major (channels-last, a transposed matrix); `None`
+    /// otherwise. An in-place kernel given its layouts so permuted (every operand
+    /// by the same permutation, which keeps elements matched) reads and writes
+    /// memory in order, as the out-of-place ops do over their dense outputs.
+    pub(crate) fn memory_order(&self) -> Option<Dims> {
+        (!self.is_contiguous() && self.is_non_overlapping_and_dense())
+            .then(|| Layout::dense_order(&self.strides))
+    }
+
+    /// This layout with its dims permuted by `perm` ([`memory_order`]), or as it is.
+    ///
+    /// [`memory_order`]: Layout::memory_order
+    pub(crate) fn permuted(&self, perm: Option<&[usize]>) -> Layout {
+        perm.map_or_else(|| self.clone(), |p| self.permute(p))
+    }
+
     /// The order of dims, outermost first, in which a layout with these dense
     /// `strides` stores its elements: a backend that writes its output row-major
     /// over the permuted operands writes it in this layout.
@@ -736,6 +753,17 @@ mod tests {
         assert!(
             x.is_non_overlapping_and_dense() && !t.slice(0, 0, 6, 2).is_non_overlapping_and_dense()
         );
+        // in-place kernels' memory order: channels-last and transposed layouts
+        // permuted to row-major ones over the same storage; others left alone
+        for (dense, perm) in [(&x, [0, 2, 3, 1].as_slice()), (&t, &[1, 0])] {
+            let order = dense.memory_order();
+            assert_eq!(order.as_deref(), Some(perm));
+            let walked = dense.permuted(order.as_deref());
+            assert!(walked.is_contiguous() && walked.offset() == dense.offset());
+        }
+        assert_eq!(c.memory_order(), None);
+        assert_eq!(t.slice(0, 0, 6, 2).memory_order(), None);
+        assert_eq!(c.permuted(None).strides(), c.strides());
     }
 
     #[test]

@@ -132,9 +132,10 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
     for (dtype, tf32, timed) in configs {
         cudnn::set_allow_tf32(tf32);
         cudnn::set_benchmark(timed);
-        // (f16 and bf16 are bounded by their terms' magnitudes, below)
+        // (bf16 is bounded by its terms' magnitudes, below)
         let tol = match (dtype, tf32) {
             (DType::F64, _) => 1e-10,
+            (DType::F16, _) => 2e-3,
             (_, false) => 1e-4,
             (_, true) => 2e-2,
         };
@@ -155,16 +156,12 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
             {
                 assert_eq!(g.shape(), e.shape(), "{what} of {xs:?} * {ws:?} {o:?}");
                 assert_eq!(g.dtype(), dtype, "{what} of {xs:?} * {ws:?} {o:?}");
-                if matches!(dtype, DType::BF16 | DType::F16) {
-                    // a half convolution may round partial sums in its own dtype
-                    // (cuDNN's backward of bf16 did on an H200): the result's
+                if dtype == DType::BF16 {
+                    // bf16 may round partial sums in its own dtype (cuDNN's backward
+                    // did on an H200, where f16 kept within 2e-3): the result's
                     // rounding and two of sums at most as large as the terms'
-                    // magnitudes summed (unit roundoff 2^-8 for bf16, 2^-11 for f16)
-                    let unit = if dtype == DType::BF16 {
-                        1.0 / 256.0
-                    } else {
-                        1.0 / 2048.0
-                    };
+                    // magnitudes summed (bf16's unit roundoff 2^-8)
+                    let unit = 1.0 / 256.0;
                     let f64s = |t: &Tensor| t.to_dtype(DType::F64)?.flatten_all()?.to_vec::<f64>();
                     let (gv, ev, tv) = (f64s(g)?, f64s(e)?, f64s(t)?);
                     for (i, ((g, e), t)) in gv.iter().zip(&ev).zip(&tv).enumerate() {

@@ -424,6 +424,9 @@ impl Storage {
 
     pub(crate) fn unary_inplace<O: UnaryOp>(&mut self, l: &Layout, op: &O) -> Result<()> {
         let _rec = record!(self, Name::Inplace(op.code().0.name()), l.shape());
+        // in memory order where that is not row-major (channels-last): on the H200
+        // a channels-last relu_ walked in row-major order took 12 times as long
+        let l = &l.permuted(l.memory_order().as_deref());
         match self {
             Storage::Cpu(x) => x.unary_inplace(l, op),
             Storage::Cuda(x) => x.unary_inplace(l, op),
@@ -460,6 +463,10 @@ impl Storage {
         op: &O,
     ) -> Result<()> {
         let _rec = record!(self, Name::Inplace(O::CODE.name()), l.shape(), lr.shape());
+        // both in the target's memory order (see unary_inplace; `lr` is broadcast
+        // to the target's shape)
+        let perm = l.memory_order().filter(|_| lr.shape() == l.shape());
+        let (l, lr) = (&l.permuted(perm.as_deref()), &lr.permuted(perm.as_deref()));
         let on = Operands::of("in-place op", self);
         on_device!(self, S => {
             let b: &S = on.one(rhs)?;
@@ -474,6 +481,7 @@ impl Storage {
         op: &O,
     ) -> Result<()> {
         let _rec = record!(self, Name::Inplace(O::CODE.name()), l.shape());
+        let l = &l.permuted(l.memory_order().as_deref());
         match self {
             Storage::Cpu(x) => x.binary_scalar_inplace(l, s, op),
             Storage::Cuda(x) => x.binary_scalar_inplace(l, s, op),

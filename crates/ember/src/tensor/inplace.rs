@@ -6,7 +6,7 @@ use super::elementwise::{can_cast, torch_dtype_name};
 use super::{grad, Operand, Tensor};
 use crate::autograd::Inputs;
 use crate::backend::op::{BinaryCode, BinaryOp, UnaryOp};
-use crate::layout::{broadcast_shapes, Layout};
+use crate::layout::broadcast_shapes;
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -33,12 +33,9 @@ impl Tensor {
             Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => Some(s),
             _ => None,
         };
-        let at = self.in_memory_order();
         if let (Some(s), false) = (by_value, recorded) {
             self.check_writable(name)?;
-            return self
-                .write()
-                .binary_scalar_inplace(&at.of(self.layout()), s, op);
+            return self.write().binary_scalar_inplace(self.layout(), s, op);
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
@@ -80,13 +77,11 @@ impl Tensor {
             let b = if b.same_storage(self) { b.copy()? } else { b };
             // (the node keeps a scalar's 0-d tensor where the rule reads it)
             if let Some(s) = by_value {
-                self.write()
-                    .binary_scalar_inplace(&at.of(self.layout()), s, op)?
+                self.write().binary_scalar_inplace(self.layout(), s, op)?
             } else {
                 let lb = b.layout().broadcast_to(name, self.shape())?;
                 let src = b.read();
-                self.write()
-                    .binary_inplace(&at.of(self.layout()), &src, &at.of(&lb), op)?
+                self.write().binary_inplace(self.layout(), &src, &lb, op)?
             }
             let out = Tensor::record_keeping(self.detach(), name, &[self, &b], &keep, |_| {
                 |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
@@ -120,21 +115,7 @@ impl Tensor {
         let b = if b.same_storage(self) { b.copy()? } else { b };
         let lb = b.layout().broadcast_to(name, self.shape())?;
         let src = b.read();
-        self.write()
-            .binary_inplace(&at.of(self.layout()), &src, &at.of(&lb), op)
-    }
-
-    /// The order of dims in which this tensor's elements lie in memory, where it
-    /// is dense but not row-major (channels-last, a transposed matrix): an
-    /// in-place kernel given its layout (and its operands') so permuted walks
-    /// memory in order, as the out-of-place ops' do. Before, a channels-last
-    /// `relu_` on the H200 walked it in row-major order, 12 times slower.
-    fn in_memory_order(&self) -> MemoryOrder {
-        let l = self.layout();
-        MemoryOrder(
-            (!l.is_contiguous() && l.is_non_overlapping_and_dense())
-                .then(|| Layout::dense_order(l.strides())),
-        )
+        self.write().binary_inplace(self.layout(), &src, &lb, op)
     }
 
     /// In place: `self = op(self)`, with the out-of-place op's dtype refusals, and
@@ -162,9 +143,8 @@ impl Tensor {
         }
         let recorded = self.check_inplace_target(name, false)?;
         self.check_writable(name)?;
-        let at = self.in_memory_order();
         if !recorded {
-            return self.write().unary_inplace(&at.of(self.layout()), op);
+            return self.write().unary_inplace(self.layout(), op);
         }
         let (reads_x, reads_y) = rule.saves();
         let x = if reads_x {
@@ -172,7 +152,7 @@ impl Tensor {
         } else {
             None
         };
-        self.write().unary_inplace(&at.of(self.layout()), op)?;
+        self.write().unary_inplace(self.layout(), op)?;
         let out = Tensor::record(self.detach(), name, &[self], |y| {
             rule.recorded(x, reads_y.then(|| y.save()))
         });
@@ -304,19 +284,5 @@ impl Tensor {
             }
         });
         self.write_history(&values)
-    }
-}
-
-/// A permutation of dims into memory order ([`Tensor::in_memory_order`]), or none.
-struct MemoryOrder(Option<crate::layout::Dims>);
-
-impl MemoryOrder {
-    /// `l` with its dims permuted so (an elementwise op's operands all take the
-    /// same permutation, which keeps element matched with element).
-    fn of(&self, l: &Layout) -> Layout {
-        match &self.0 {
-            Some(perm) => l.permute(perm),
-            None => l.clone(),
-        }
     }
 }
