@@ -161,16 +161,15 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
                     // did on an H200, where f16 kept within 2e-3): the result's
                     // rounding and two of sums at most as large as the terms'
                     // magnitudes summed (bf16's unit roundoff 2^-8)
-                    let unit = 1.0 / 256.0;
                     let f64s = |t: &Tensor| t.to_dtype(DType::F64)?.flatten_all()?.to_vec::<f64>();
-                    let (gv, ev, tv) = (f64s(g)?, f64s(e)?, f64s(t)?);
-                    for (i, ((g, e), t)) in gv.iter().zip(&ev).zip(&tv).enumerate() {
-                        assert!(
-                            (g - e).abs() <= unit * (e.abs() + 2.0 * t),
-                            "{what} of {xs:?} * {ws:?} {o:?} ({dtype}) element {i}: got {g}, \
-                             want {e} (terms' magnitudes {t})"
-                        );
-                    }
+                    let what = format!("{what} of {xs:?} * {ws:?} {o:?} ({dtype})");
+                    common::assert_within_terms(
+                        &f64s(g)?,
+                        &f64s(e)?,
+                        &f64s(t)?,
+                        1.0 / 256.0,
+                        &what,
+                    );
                 } else {
                     assert!(
                         g.allclose(e, tol, tol)?,

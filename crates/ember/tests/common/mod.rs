@@ -158,6 +158,26 @@ impl ember::meta::AllocHook for MetaPeak {
     }
 }
 
+/// Asserts each `got[i]` is within a half-precision sum's error of `want[i]`:
+/// the result's rounding plus two of partial sums as large as `terms[i]` (the
+/// sum of the terms' magnitudes), `unit` the dtype's unit roundoff (bf16 2^-8,
+/// f16 2^-11). cuBLAS and cuDNN may round a split sum's partial sums in the half
+/// type (PyTorch's `allow_bf16_reduced_precision_reduction` default allows it).
+#[track_caller]
+pub fn assert_within_terms(got: &[f64], want: &[f64], terms: &[f64], unit: f64, what: &str) {
+    assert_eq!(
+        (got.len(), terms.len()),
+        (want.len(), want.len()),
+        "lengths, {what}"
+    );
+    for (i, ((g, w), t)) in got.iter().zip(want).zip(terms).enumerate() {
+        assert!(
+            (g - w).abs() <= unit * (w.abs() + 2.0 * t),
+            "element {i}: got {g}, want {w} (terms' magnitudes {t}), {what}"
+        );
+    }
+}
+
 /// The multiprocessor count of `dev` (132 where it is not a CUDA device), for
 /// estimates of its steps (`Estimator::multiprocessors`: a GPU splits long
 /// reductions by it).

@@ -2833,6 +2833,17 @@ fn runs_fused_kernels(dev: &Device) -> bool {
     }
 }
 
+/// The attention path a fused test asks for: the fused op on the CPU (whose
+/// default is the plain path), the device's own choice on a GPU.
+fn fused_path(dev: &Device) -> ember::nn::functional::AttentionPath {
+    use ember::nn::functional::AttentionPath;
+    if dev.is_cpu() {
+        AttentionPath::Fused
+    } else {
+        AttentionPath::Auto
+    }
+}
+
 /// Whether the fused op runs for head dim `d` in `dt` on `dev` on the path the
 /// tests ask for (`Fused` on the CPU, `Auto` on GPUs: kernels for f16/bf16 and
 /// float32 at the head dims the tests use, multiples of 8 up to 128).
@@ -2973,11 +2984,7 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     } else {
         &[DType::BF16, DType::F16, DType::F32]
     };
-    let path = if dev.is_cpu() {
-        AttentionPath::Fused
-    } else {
-        AttentionPath::Auto
-    };
+    let path = fused_path(dev);
     let cases = [
         (2, 3, 70, 70, 64, false),
         (1, 2, 45, 77, 40, false),
@@ -3320,11 +3327,7 @@ fn fused_attention_keeps_the_corners_of_masks(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
     let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(12);
-    let path = if dev.is_cpu() {
-        AttentionPath::Fused
-    } else {
-        AttentionPath::Auto
-    };
+    let path = fused_path(dev);
     let (l, s, d) = (9, 13, 16);
     let allow: Vec<bool> = (0..l * s).map(|n| (n / s + 2 * (n % s)) % 3 != 0).collect();
     let allow = Tensor::from_vec(allow, [l, s], dev)?;
@@ -3488,11 +3491,7 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
         let heads_out = w.matmul(&v)?.transpose(1, 2)?.reshape([n, t, e])?;
         mha.out_proj.forward(&heads_out)
     };
-    let path = if dev.is_cpu() {
-        AttentionPath::Fused
-    } else {
-        AttentionPath::Auto
-    };
+    let path = fused_path(dev);
     for (mask, is_causal) in [(&am, false), (&causal, true)] {
         let what = if is_causal {
             "causal hint"
@@ -3548,11 +3547,7 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
 fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
     let _turn = super::profile_turn();
-    let path = if dev.is_cpu() {
-        AttentionPath::Fused
-    } else {
-        AttentionPath::Auto
-    };
+    let path = fused_path(dev);
     let (n, t, heads) = (2, 19, 4);
     // (dtype, batch first, causal, unbatched, head dim)
     for (dt, batch_first, causal, unbatched, d) in [
@@ -3666,13 +3661,8 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
 /// handles): the output and the gradients of both inputs and the parameters,
 /// in float32 and bfloat16, batch first or not, with more queries than keys.
 fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Result<()> {
-    use ember::nn::functional::AttentionPath;
     let _turn = super::profile_turn();
-    let path = if dev.is_cpu() {
-        AttentionPath::Fused
-    } else {
-        AttentionPath::Auto
-    };
+    let path = fused_path(dev);
     let (n, t, s, heads, d) = (2, 19, 11, 4, 8);
     let e = heads * d;
     for (dt, batch_first) in [(DType::F32, true), (DType::F32, false), (DType::BF16, true)] {
