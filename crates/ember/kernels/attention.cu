@@ -33,7 +33,13 @@
 //                      over the query blocks that see it)
 //   attn_bwd_q_S_dD    grid (batch·heads, L/64): dq
 // The backward makes no atomic adds: each gradient element has one writer, so
-// the results do not depend on the order blocks run in. The fwd/bwd kernels
+// the results do not depend on the order blocks run in.
+//
+// Each kernel holds a block's fixed rows (the queries in the forward) in
+// registers and streams the other operand's rows through shared tiles, a step
+// of them at a time: their copies (`cp.async`) are queued a step ahead, so they
+// run while the products of the step before run (attn_steps, AttnPipe), and the
+// products read the tiles as they lie, f16/bf16 through `ldmatrix` (attn_tile). The fwd/bwd kernels
 // come twice: as named, and `attn_fwd_masked_S_dD` etc. that add the bias.
 
 #define ATT_THREADS 128
@@ -243,40 +249,6 @@ template <> __device__ __forceinline__ void mma<float>(float* c, const unsigned*
     mma1688(c, ab, bb);
 }
 
-// c += a · tᵀ for one 16 x 8 accumulator tile: a warp's 16 rows (`a`, a Rows
-// type below) against rows n·8.. n·8 + 7 of the row-major shared tile `t` (row
-// stride DM + 8), over the first `d` columns.
-template <typename T, int DM, typename Rows>
-__device__ __forceinline__ void mma_rows(float* c, const Rows& a, const typename attn_t<T>::E* t, int n, int d) {
-    const int K = attn_t<T>::K, HI = attn_t<T>::HI;
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int kk = 0; kk < DM / K; ++kk) {
-        if (kk * K >= d) break;
-        const typename attn_t<T>::E* p = t + (n * 8 + g) * (DM + 8) + kk * K + 2 * q;
-        const unsigned b[2] = {op_reg(p), op_reg(p + HI)};
-        unsigned tmp[4];
-        mma<T>(c, a.frag(kk, tmp), b);
-    }
-}
-
-// acc[n] += a · tt for the columns n·8.. of every n-tile below `d`: `a` the A
-// fragment of inner step kk (K of the inner dim), `tt` a transposed shared tile
-// ([DM][R + 8]: row n·8 + g holds column n·8 + g of the inner dim's R values).
-template <typename T, int DM, int R>
-__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const typename attn_t<T>::E* tt, int kk,
-                                         int d) {
-    const int K = attn_t<T>::K, HI = attn_t<T>::HI;
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int n = 0; n < DM / 8; ++n) {
-        if (n * 8 >= d) break;
-        const typename attn_t<T>::E* p = tt + (n * 8 + g) * (R + 8) + kk * K + 2 * q;
-        const unsigned b[2] = {op_reg(p), op_reg(p + HI)};
-        mma<T>(acc[n], a, b);
-    }
-}
-
 // The A fragment of inner step kk from the accumulator tiles that cover its
 // columns (s[2kk] and s[2kk + 1] for f16/bf16, rounded to T; s[kk] for float32):
 // a product's result becomes the next product's operand.
@@ -337,9 +309,8 @@ template <typename T, int DM> struct RowsInMemory {
 };
 
 // Whether T's kernels of head dim DM are float32's 128-wide ones, whose
-// operand fragments take twice the registers of f16/bf16's and whose tiles
-// twice the shared memory: smaller tiles of keys or queries per step, and the
-// backward's fixed rows read from memory.
+// operand fragments take twice the registers of f16/bf16's: the backward's
+// fixed rows are read from memory (their tiles' sizes: attn_steps).
 template <typename T, int DM> struct attn_wide32 {
     static const bool value = attn_t<T>::K == 8 && DM > 64;
 };
@@ -354,29 +325,229 @@ template <typename T, int DM> struct attn_bwd_rows {
     typedef typename attn_pick<attn_wide32<T, DM>::value, RowsInMemory<T, DM>, RowsInRegs<T, DM> >::type type;
 };
 
-// Copies rows [r0, r0 + R) of a [rows, d] view in global memory into shared
-// memory: row-major with row stride DM + 8 (`rm`, may be null) and/or transposed
-// (`tr`, [DM][R + 8]); zeros past `rows` or `d`. Each thread moves 16 bytes at a
-// time. Row-major only, a warp's lanes take consecutive 16-byte pieces of rows
-// (whole rows read at once). Transposed, they take a piece each of consecutive
-// rows, so that each of a piece's scalar stores writes consecutive elements of a
-// transposed row: with lanes along a row, the pieces' columns are 8 (or 4)
-// apart, and R + 8 elements a transposed row put those columns in one bank, 8
-// lanes storing to it at once. (For 16-bit types the row-major stores stay
-// conflict-free this way too: each 16-byte store of 8 lanes on 4 banks of its
-// own.)
-template <int DM, int R, typename E>
-__device__ __forceinline__ void load_tile(E* rm, E* tr, const E* base, i64 rs, int r0, int rows, int d) {
-    const int V = 16 / sizeof(E);  // elements per 16-byte load
-    for (int i = threadIdx.x; i < R * (DM / V); i += ATT_THREADS) {
-        const int r = tr ? i % R : i / (DM / V), c = (tr ? i / R : i % (DM / V)) * V;
-        vec16 v = {0u, 0u, 0u, 0u};
-        if (r0 + r < rows && c < d) v = *(const vec16*)(base + (i64)(r0 + r) * rs + c);
-        if (rm) *(vec16*)(rm + r * (DM + 8) + c) = v;
-        if (tr) {
-            const E* w = (const E*)&v;
+// --- shared tiles: copies that run beside the products, and their reads ---------
+
+// The shared tiles of T's kernels at head dim DM. A tile holds rows of an
+// operand (keys, values, queries or the output's gradient) as they lie in
+// memory, row-major. The products read a tile two ways: along its rows
+// (`mma_rows`: the tile is the B operand transposed, as the keys in q kᵀ) and
+// down its columns (`mma_cols`: as the values in p v). For f16/bf16 one tile of
+// ROW = DM + 8 elements a row serves both: `ldmatrix` reads its 8 x 8 blocks as
+// B fragments, `ldmatrix.trans` the same blocks transposed, and the 8 rows of a
+// block (272 or 144 bytes apart) fall on 8 different groups of 4 banks. float32
+// has no transposing load: a tile read down its columns is a second copy of COL
+// = DM + 4 elements a row, on which a warp's column reads (rows 2t and 2t + 1,
+// column g) fall on 32 different banks; read along its rows (ROW = DM + 8), a
+// lane takes its two elements in one 8-byte load, conflict-free in each half-warp.
+template <typename T, int DM> struct attn_tile {
+    static const bool HALF = attn_t<T>::K == 16;
+    static const int ROW = DM + 8;
+    static const int COL = HALF ? DM + 8 : DM + 4;
+};
+
+// The rows of the streamed operand per step of each kernel (keys in the forward
+// and in dq's kernel, queries in dk and dv's) and the steps whose tiles are in
+// shared memory at once in the backward (2: the next step's copies run while
+// this one computes; 1: they start after it). The forward always keeps two. Sized
+// so that each kernel's tiles stay within the 48 KiB any block may have.
+template <typename T, int DM> struct attn_steps {
+    static const bool HALF = attn_t<T>::K == 16;
+    static const int FWD = HALF ? (DM <= 64 ? 64 : 32) : (DM <= 64 ? 32 : 16);
+    static const int BWD = HALF ? (DM <= 64 ? 64 : 32) : 16;
+    static const int BWD_STAGES = (HALF || DM <= 64) ? 2 : 1;
+};
+
+// Copies from global to shared memory that run while the block computes
+// (`cp.async`, sm_80 and later): `copy<B>` queues B bytes (4 or 16; zeros where
+// `in` is false, reading nothing), `commit` closes the group of copies queued
+// since the last one, `wait<N>` returns once all but the newest N groups have
+// landed; a __syncthreads after it shows them to every thread. The simulator
+// makes a queued copy at the wait that covers it (or earlier, where its queue is
+// full: a copy may land any time before its wait), so a tile read before its
+// wait reads the old contents there as well.
+struct AttnPipe {
+#ifdef EMBER_SIMULATOR
+    static const int CAP = 32;
+    void* dst[CAP];
+    const void* src[CAP];
+    int bytes[CAP], in[CAP], group[CAP];
+    int queued = 0, committed = 0;
+    // makes the queued copies of the groups below `upto`, keeping the rest in order
+    void land(int upto) {
+        int kept = 0;
+        for (int i = 0; i < queued; ++i) {
+            if (group[i] < upto) {
+                if (in[i]) {
+                    memcpy(dst[i], src[i], bytes[i]);
+                } else {
+                    memset(dst[i], 0, bytes[i]);
+                }
+            } else {
+                dst[kept] = dst[i];
+                src[kept] = src[i];
+                bytes[kept] = bytes[i];
+                in[kept] = in[i];
+                group[kept] = group[i];
+                ++kept;
+            }
+        }
+        queued = kept;
+    }
+    template <int B> void copy(void* d, const void* s, bool ok) {
+        if (queued == CAP) land(committed + 1);
+        dst[queued] = d;
+        src[queued] = s;
+        bytes[queued] = B;
+        in[queued] = ok;
+        group[queued] = committed;
+        ++queued;
+    }
+    void commit() { ++committed; }
+    template <int N> void wait() { land(committed - N); }
+#else
+    template <int B> __device__ __forceinline__ void copy(void* d, const void* s, bool ok) {
+#if __CUDA_ARCH__ >= 800
+        const unsigned sa = (unsigned)__cvta_generic_to_shared(d);
+        if (B == 16) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(s), "r"(ok ? 16 : 0)
+                         : "memory");
+        } else {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(s), "r"(ok ? 4 : 0)
+                         : "memory");
+        }
+#else
+        __trap();
+#endif
+    }
+    __device__ __forceinline__ void commit() {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+    }
+    template <int N> __device__ __forceinline__ void wait() {
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+    }
+#endif
+};
+
+// Queues the copies of rows [r0, r0 + R) of a [rows, d] view in global memory
+// (row stride `rs`) into the shared tile `dst` (ST elements a row), 16 bytes
+// each, consecutive threads taking consecutive pieces of a row; zeros past
+// `rows` or `d`, so that products over a tile's DM columns add nothing there.
+template <int DM, int R, int ST, typename E>
+__device__ __forceinline__ void tile_copy(AttnPipe& pipe, E* dst, const E* base, i64 rs, int r0, int rows, int d) {
+    const int V = 16 / sizeof(E), C = DM / V;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < R * C; i += ATT_THREADS) {
+        const int r = i / C, c = (i % C) * V;
+        const bool in = r0 + r < rows && c < d;
+        pipe.copy<16>(dst + r * ST + c, in ? base + (i64)(r0 + r) * rs + c : base, in);
+    }
+}
+
+// r[i], for the four 8 x 8 blocks i of 16-bit elements whose rows lanes 8i ..
+// 8i + 7 point at (`p`: 16 bytes, 16-byte aligned, in shared memory): the
+// elements (g, 2t) and (g, 2t + 1) of block i (`ldmatrix`), or with TRANS those
+// of the block transposed, (2t, g) and (2t + 1, g) (`ldmatrix.trans`); the first
+// in the low half.
+template <bool TRANS> __device__ __forceinline__ void ldsm4(unsigned* r, const u16* p) {
+#ifdef EMBER_SIMULATOR
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+        if (TRANS) {
+            const u16* lo = __shfl_sync(0xffffffffu, p, i * 8 + 2 * t);
+            const u16* hi = __shfl_sync(0xffffffffu, p, i * 8 + 2 * t + 1);
+            r[i] = (unsigned)lo[g] | ((unsigned)hi[g] << 16);
+        } else {
+            const u16* row = __shfl_sync(0xffffffffu, p, i * 8 + g);
+            r[i] = (unsigned)row[2 * t] | ((unsigned)row[2 * t + 1] << 16);
+        }
+    }
+#elif __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    if (TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    }
+#else
+    __trap();
+#endif
+}
+
+struct __align__(8) attn_f2 {
+    float x, y;
+};
+
+// c[n] += a · tᵀ for the accumulator tiles n < NT (16 x 8 each): a warp's 16
+// rows (`a`, a Rows type below) against rows n·8 .. n·8 + 7 of the shared tile
+// `t` (attn_tile's ROW elements a row), over the first `d` columns. f16/bf16
+// take the B fragments of two tiles in one `ldmatrix` (blocks: tile n's columns
+// kk·16 .. + 7 and + 8 .. + 15, then tile n + 1's).
+template <typename T, int DM, int NT, typename Rows>
+__device__ __forceinline__ void mma_rows(float (*c)[4], const Rows& a, const typename attn_t<T>::E* t, int d) {
+    const int K = attn_t<T>::K, ST = attn_tile<T, DM>::ROW;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
-            for (int j = 0; j < V; ++j) tr[(c + j) * (R + 8) + r] = w[j];
+    for (int kk = 0; kk < DM / K; ++kk) {
+        if (kk * K >= d) break;
+        unsigned tmp[4];
+        const unsigned* af = a.frag(kk, tmp);
+        if constexpr (K == 16) {
+            static_assert(NT % 2 == 0, "f16/bf16 tiles are read two at a time");
+            const u16* p = t + ((lane >> 4) * 8 + (lane & 7)) * ST + kk * 16 + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                unsigned b[4];
+                ldsm4<false>(b, p + n * 8 * ST);
+                mma<T>(c[n], af, b);
+                mma<T>(c[n + 1], af, b + 2);
+            }
+        } else {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const attn_f2 v = *(const attn_f2*)(t + (n * 8 + g) * ST + kk * 8 + 2 * q);
+                const unsigned b[2] = {__float_as_uint(v.x), __float_as_uint(v.y)};
+                mma<T>(c[n], af, b);
+            }
+        }
+    }
+}
+
+// acc[n] += a · t[kk·K .., n·8 ..] for every accumulator tile n below `d`: `a`
+// the A fragment of inner step kk, whose inner dim runs down the rows of the
+// shared tile `t` (f16/bf16: ROW elements a row, two tiles' B fragments in one
+// `ldmatrix.trans`, blocks: rows kk·16 .. + 7 and + 8 .. + 15 of columns n·8 ..,
+// then of n·8 + 8 ..; float32: the column copy, COL a row).
+template <typename T, int DM>
+__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const typename attn_t<T>::E* t, int kk,
+                                         int d) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    if constexpr (attn_t<T>::K == 16) {
+        const int ST = attn_tile<T, DM>::ROW;
+        const u16* p = t + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
+#pragma unroll
+        for (int n = 0; n < DM / 8; n += 2) {
+            if (n * 8 >= d) break;
+            unsigned b[4];
+            ldsm4<true>(b, p + n * 8);
+            mma<T>(acc[n], a, b);
+            mma<T>(acc[n + 1], a, b + 2);
+        }
+    } else {
+        const int ST = attn_tile<T, DM>::COL;
+        const float* p = t + (kk * 8 + 2 * q) * ST + g;
+#pragma unroll
+        for (int n = 0; n < DM / 8; ++n) {
+            if (n * 8 >= d) break;
+            const unsigned b[2] = {__float_as_uint(p[n * 8]), __float_as_uint(p[ST + n * 8])};
+            mma<T>(acc[n], a, b);
         }
     }
 }
@@ -429,14 +600,19 @@ __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) 
 template <typename T, int DM, bool MASKED>
 __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bias_, T* out_, float* lse, AttnArgs a) {
     typedef typename attn_t<T>::E E;
-    // float32 at 128: half the keys per step (the tiles' shared memory)
-    const int K = attn_t<T>::K, BR = 64, BC = attn_wide32<T, DM>::value ? 32 : 64;
-    __shared__ __align__(16) E sk[BC * (DM + 8)];
-    __shared__ __align__(16) E svt[DM * (BC + 8)];
+    typedef attn_tile<T, DM> Tile;
+    const int K = attn_t<T>::K, BR = 64, BC = attn_steps<T, DM>::FWD;
+    // the keys read along their rows, the values down their columns; two steps' worth
+    __shared__ __align__(16) E sk[2][BC * Tile::ROW];
+    __shared__ __align__(16) E sv[2][BC * Tile::COL];
+    static_assert(sizeof(sk) + sizeof(sv) <= 48 * 1024, "the forward's tiles exceed 48 KiB");
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = attn_query_block(a) * BR, row0 = q0 + warp * 16;
-    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    // (named, not a structured binding: the tile copies' lambda captures them)
+    const AttnPair<T> pair = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    const E *q = pair.q, *k = pair.k, *v = pair.v;
+    const T* bias = pair.bias;
 
     const RowsInRegs<T, DM> qa(q, a.qs[2], row0, a.l, a.d);
     float o[DM / 8][4];
@@ -447,19 +623,32 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     const float c2 = a.scale * ATT_LOG2E;
 
     const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
-    const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
-    for (int j0 = 0; j0 < kend; j0 += BC) {
+    const int kend = a.causal ? min(a.s, q0 + BR) : a.s, steps = (kend + BC - 1) / BC;
+    AttnPipe pipe;
+    // queues step `st`'s keys and values into buffer st % 2
+    auto fetch = [&](int st) {
+        tile_copy<DM, BC, Tile::ROW>(pipe, sk[st & 1], k, a.ks[2], st * BC, a.s, a.d);
+        tile_copy<DM, BC, Tile::COL>(pipe, sv[st & 1], v, a.vs[2], st * BC, a.s, a.d);
+        pipe.commit();
+    };
+    if (steps > 0) fetch(0);
+    for (int st = 0; st < steps; ++st) {
+        const int j0 = st * BC;
+        const E *kt = sk[st & 1], *vt = sv[st & 1];
+        // the next step's copies run while this one computes (into the buffer
+        // every warp finished reading at the end of the last step)
+        if (st + 1 < steps) {
+            fetch(st + 1);
+            pipe.wait<1>();
+        } else {
+            pipe.wait<0>();
+        }
         __syncthreads();
-        load_tile<DM, BC, E>(sk, nullptr, k, a.ks[2], j0, a.s, a.d);
-        load_tile<DM, BC, E>(nullptr, svt, v, a.vs[2], j0, a.s, a.d);
-        __syncthreads();
-        // scores of this warp's 16 rows against the block's keys
+        // scores of this warp's 16 rows against the step's keys
         float s[BC / 8][4];
 #pragma unroll
-        for (int n = 0; n < BC / 8; ++n) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-            mma_rows<T, DM>(s[n], qa, sk, n, a.d);
-        }
+        for (int n = 0; n < BC / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        mma_rows<T, DM, BC / 8>(s, qa, kt, a.d);
         // scale (in log2 units) and mask, each row's new max, weights
         float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
@@ -505,8 +694,9 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
         for (int kk = 0; kk < BC / K; ++kk) {
             unsigned pa[4];
             acc_as_a<T>(pa, s, kk);
-            mma_cols<T, DM, BC>(o, pa, svt, kk, a.d);
+            mma_cols<T, DM>(o, pa, vt, kk, a.d);
         }
+        __syncthreads();
     }
     // each row's sum over its four lanes, then out = o / sum
 #pragma unroll
@@ -555,18 +745,25 @@ template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
-    // queries per step: 64, or 32 where the tiles take twice the shared memory
-    // (float32, or a head dim of 128), 16 for float32 at 128
-    const int K = attn_t<T>::K, BK = 64, BQ = (DM <= 64 && K == 16) ? 64 : attn_wide32<T, DM>::value ? 16 : 32;
-    __shared__ __align__(16) E sq[BQ * (DM + 8)];
-    __shared__ __align__(16) E sqt[DM * (BQ + 8)];
-    __shared__ __align__(16) E sdo[BQ * (DM + 8)];
-    __shared__ __align__(16) E sdot[DM * (BQ + 8)];
-    __shared__ float slse[BQ], sd[BQ];
+    typedef attn_tile<T, DM> Tile;
+    const int K = attn_t<T>::K, BK = 64, BQ = attn_steps<T, DM>::BWD, S = attn_steps<T, DM>::BWD_STAGES;
+    // the queries and the output's gradient, read along their rows and down
+    // their columns (float32: the column copies), and the rows' log-sum-exps and
+    // Σ dout · out, for S steps
+    __shared__ __align__(16) E sq[S][BQ * Tile::ROW];
+    __shared__ __align__(16) E sqc[S][Tile::HALF ? 8 : BQ * Tile::COL];
+    __shared__ __align__(16) E sdo[S][BQ * Tile::ROW];
+    __shared__ __align__(16) E sdoc[S][Tile::HALF ? 8 : BQ * Tile::COL];
+    __shared__ __align__(16) float slse[S][BQ], sd[S][BQ];
+    static_assert(sizeof(sq) + sizeof(sqc) + sizeof(sdo) + sizeof(sdoc) + sizeof(slse) + sizeof(sd) <= 48 * 1024,
+                  "the keys' backward's tiles exceed 48 KiB");
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = blockIdx.y * BK, key0 = k0 + warp * 16;
-    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    // (named, not a structured binding: the tile copies' lambda captures them)
+    const AttnPair<T> pair = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    const E *q = pair.q, *k = pair.k, *v = pair.v;
+    const T* bias = pair.bias;
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
     const float* lse_bh = lse + (i64)bh * a.l;
     const float* d_bh = dsum + (i64)bh * a.l;
@@ -581,33 +778,61 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
 
     const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
     // with the causal mask, queries before the block's first key see none of it
-    const int qstart = a.causal ? (k0 / BQ) * BQ : 0;
-    for (int i0 = qstart; i0 < a.l; i0 += BQ) {
-        __syncthreads();
-        load_tile<DM, BQ, E>(sq, sqt, q, a.qs[2], i0, a.l, a.d);
-        load_tile<DM, BQ, E>(sdo, sdot, dout, ga.qs[2], i0, a.l, a.d);
+    const int qstart = a.causal ? (k0 / BQ) * BQ : 0, steps = a.l > qstart ? (a.l - qstart + BQ - 1) / BQ : 0;
+    AttnPipe pipe;
+    // queues step `st`'s queries, output gradients and row statistics into buffer st % S
+    auto fetch = [&](int st) {
+        const int i0 = qstart + st * BQ, buf = st % S;
+        tile_copy<DM, BQ, Tile::ROW>(pipe, sq[buf], q, a.qs[2], i0, a.l, a.d);
+        tile_copy<DM, BQ, Tile::ROW>(pipe, sdo[buf], dout, ga.qs[2], i0, a.l, a.d);
+        if (!Tile::HALF) {
+            tile_copy<DM, BQ, Tile::COL>(pipe, sqc[buf], q, a.qs[2], i0, a.l, a.d);
+            tile_copy<DM, BQ, Tile::COL>(pipe, sdoc[buf], dout, ga.qs[2], i0, a.l, a.d);
+        }
         for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
             const bool in = i0 + i < a.l;
-            slse[i] = in ? attn_lse2(lse_bh[i0 + i]) : 0.f;
-            sd[i] = in ? d_bh[i0 + i] : 0.f;
+            pipe.copy<4>(&slse[buf][i], in ? lse_bh + i0 + i : lse_bh, in);
+            pipe.copy<4>(&sd[buf][i], in ? d_bh + i0 + i : d_bh, in);
+        }
+        pipe.commit();
+    };
+    if (steps > 0) fetch(0);
+    for (int st = 0; st < steps; ++st) {
+        const int i0 = qstart + st * BQ, buf = st % S;
+        const E *qr = sq[buf], *dor = sdo[buf];
+        const E *qc_t = Tile::HALF ? sq[buf] : sqc[buf], *doc_t = Tile::HALF ? sdo[buf] : sdoc[buf];
+        // with two buffers the next step's copies run while this one computes
+        if (S == 2 && st + 1 < steps) {
+            fetch(st + 1);
+            pipe.wait<1>();
+        } else {
+            pipe.wait<0>();
         }
         __syncthreads();
-        // sᵀ: this warp's 16 keys against the block's queries, then pᵀ
+        // sᵀ: this warp's 16 keys against the step's queries, then pᵀ
+        // (two accumulator tiles at a time, each turned into weights before
+        // the next are made: fewer values live at once)
         float p[BQ / 8][4], dp[BQ / 8][4];
 #pragma unroll
         for (int n = 0; n < BQ / 8; ++n) {
-            p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
-            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-            mma_rows<T, DM>(p[n], ka, sq, n, a.d);
-            mma_rows<T, DM>(dp[n], va, sdo, n, a.d);
+            if (n % 2 == 0) {
+#pragma unroll
+                for (int m = n; m < n + 2; ++m) {
+                    p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
+                    dp[m][0] = dp[m][1] = dp[m][2] = dp[m][3] = 0.f;
+                }
+                mma_rows<T, DM, 2>(p + n, ka, qr + n * 8 * Tile::ROW, a.d);
+                mma_rows<T, DM, 2>(dp + n, va, dor + n * 8 * Tile::ROW, a.d);
+            }
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
-                const float w =
-                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - slse[qc]) : 0.f;
+                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
+                                                                attn_lse2(slse[buf][qc]))
+                                                        : 0.f;
                 const float z = attn_keep(a, pair_hash, qi, kj);
-                p[n][e] = w * z;                          // the kept weights, into dv
-                dp[n][e] = w * (dp[n][e] * z - sd[qc]);  // dsᵀ
+                p[n][e] = w * z;                               // the kept weights, into dv
+                dp[n][e] = w * (dp[n][e] * z - sd[buf][qc]);  // dsᵀ
             }
         }
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
@@ -616,9 +841,12 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             unsigned pa[4], da[4];
             acc_as_a<T>(pa, p, kq);
             acc_as_a<T>(da, dp, kq);
-            mma_cols<T, DM, BQ>(dv, pa, sdot, kq, a.d);
-            mma_cols<T, DM, BQ>(dk, da, sqt, kq, a.d);
+            mma_cols<T, DM>(dv, pa, doc_t, kq, a.d);
+            mma_cols<T, DM>(dk, da, qc_t, kq, a.d);
         }
+        // every warp is done with this buffer before copies land in it again
+        __syncthreads();
+        if (S == 1 && st + 1 < steps) fetch(st + 1);
     }
     E* dk_out = (E*)dk_ + b * a.dkvs[0] + h * a.dkvs[1];
     E* dv_out = (E*)dv_ + b * a.dkvs[0] + h * a.dkvs[1];
@@ -643,14 +871,21 @@ template <typename T, int DM, bool MASKED>
 __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* bias_, const T* dout_, const float* lse,
                                 const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
-    const int K = attn_t<T>::K, BR = 64, BK = (DM <= 64 && K == 16) ? 64 : attn_wide32<T, DM>::value ? 16 : 32;
-    __shared__ __align__(16) E sk[BK * (DM + 8)];
-    __shared__ __align__(16) E skt[DM * (BK + 8)];
-    __shared__ __align__(16) E sv[BK * (DM + 8)];
+    typedef attn_tile<T, DM> Tile;
+    const int K = attn_t<T>::K, BR = 64, BK = attn_steps<T, DM>::BWD, S = attn_steps<T, DM>::BWD_STAGES;
+    // the keys read along their rows and down their columns (float32: the
+    // column copy), the values along their rows, for S steps
+    __shared__ __align__(16) E sk[S][BK * Tile::ROW];
+    __shared__ __align__(16) E skc[S][Tile::HALF ? 8 : BK * Tile::COL];
+    __shared__ __align__(16) E sv[S][BK * Tile::ROW];
+    static_assert(sizeof(sk) + sizeof(skc) + sizeof(sv) <= 48 * 1024, "the queries' backward's tiles exceed 48 KiB");
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = attn_query_block(a) * BR, row0 = q0 + warp * 16;
-    const auto [q, k, v, bias] = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    // (named, not a structured binding: the tile copies' lambda captures them)
+    const AttnPair<T> pair = attn_pair<T, MASKED>(q_, k_, v_, bias_, a, b, h);
+    const E *q = pair.q, *k = pair.k, *v = pair.v;
+    const T* bias = pair.bias;
     const E* dout = (const E*)dout_ + ga.q_off + b * ga.qs[0] + h * ga.qs[1];
 
     typedef typename attn_bwd_rows<T, DM>::type Rows;
@@ -668,24 +903,47 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
     const float c2 = a.scale * ATT_LOG2E;
 
     const u64 pair_hash = attn_mix(a.seed ^ (u64)bh);
-    const int kend = a.causal ? min(a.s, q0 + BR) : a.s;
-    for (int j0 = 0; j0 < kend; j0 += BK) {
+    const int kend = a.causal ? min(a.s, q0 + BR) : a.s, steps = (kend + BK - 1) / BK;
+    AttnPipe pipe;
+    // queues step `st`'s keys and values into buffer st % S
+    auto fetch = [&](int st) {
+        const int j0 = st * BK, buf = st % S;
+        tile_copy<DM, BK, Tile::ROW>(pipe, sk[buf], k, a.ks[2], j0, a.s, a.d);
+        if (!Tile::HALF) tile_copy<DM, BK, Tile::COL>(pipe, skc[buf], k, a.ks[2], j0, a.s, a.d);
+        tile_copy<DM, BK, Tile::ROW>(pipe, sv[buf], v, a.vs[2], j0, a.s, a.d);
+        pipe.commit();
+    };
+    if (steps > 0) fetch(0);
+    for (int st = 0; st < steps; ++st) {
+        const int j0 = st * BK, buf = st % S;
+        const E *kr = sk[buf], *vr = sv[buf], *kc = Tile::HALF ? sk[buf] : skc[buf];
+        // with two buffers the next step's copies run while this one computes
+        if (S == 2 && st + 1 < steps) {
+            fetch(st + 1);
+            pipe.wait<1>();
+        } else {
+            pipe.wait<0>();
+        }
         __syncthreads();
-        load_tile<DM, BK, E>(sk, skt, k, a.ks[2], j0, a.s, a.d);
-        load_tile<DM, BK, E>(sv, nullptr, v, a.vs[2], j0, a.s, a.d);
-        __syncthreads();
-        float p[BK / 8][4], dp[BK / 8][4];
+        // (two accumulator tiles at a time, each turned into the scores'
+        // gradient before the next are made: fewer values live at once)
+        float p[2][4], dp[BK / 8][4];
 #pragma unroll
         for (int n = 0; n < BK / 8; ++n) {
-            p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
-            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-            mma_rows<T, DM>(p[n], qa, sk, n, a.d);
-            mma_rows<T, DM>(dp[n], ga_, sv, n, a.d);
+            if (n % 2 == 0) {
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
+                    dp[n + m][0] = dp[n + m][1] = dp[n + m][2] = dp[n + m][3] = 0.f;
+                }
+                mma_rows<T, DM, 2>(p, qa, kr + n * 8 * Tile::ROW, a.d);
+                mma_rows<T, DM, 2>(dp + n, ga_, vr + n * 8 * Tile::ROW, a.d);
+            }
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
                 const float w =
-                    attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
+                    attn_visible(a, qi, kj) ? exp2f(p[n % 2][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
                 dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
             }
         }
@@ -693,8 +951,11 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         for (int kk = 0; kk < BK / K; ++kk) {
             unsigned da[4];
             acc_as_a<T>(da, dp, kk);
-            mma_cols<T, DM, BK>(dq, da, skt, kk, a.d);
+            mma_cols<T, DM>(dq, da, kc, kk, a.d);
         }
+        // every warp is done with this buffer before copies land in it again
+        __syncthreads();
+        if (S == 1 && st + 1 < steps) fetch(st + 1);
     }
     E* dq_out = (E*)dq_ + b * a.dqs[0] + h * a.dqs[1];
 #pragma unroll
@@ -711,26 +972,29 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
 }
 
 // The kernels of dtype T (suffix S) and head dim D; `masked` (M = true) the ones
-// that add the bias (more registers: the plain ones keep their occupancy).
-#define ATTENTION_DM_M(T, S, D, NAME, M)                                                              \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+// that add the bias. FB and QB: the blocks per multiprocessor the forward's and
+// dq's kernels are held to (registers at most 64 Ki / (128 · blocks)), which the
+// compiler would otherwise trade for registers; dk and dv's take 2 (up to 255).
+#define ATTENTION_DM_M(T, S, D, NAME, M, FB, QB)                                                      \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS, FB)                                              \
         attn_fwd##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, T* out, float* lse,     \
                                     AttnArgs a) {                                                              \
         attn_fwd_impl<T, D, M>(q, k, v, bias, out, lse, a);                                                    \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS, 2)                                               \
         attn_bwd_kv##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,       \
                                        const float* lse, const float* dsum, T* dk, T* dv, AttnArgs a,          \
                                        AttnArgs ga) {                                                          \
         attn_bwd_kv_impl<T, D, M>(q, k, v, bias, dout, lse, dsum, dk, dv, a, ga);                              \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS, QB)                                              \
         attn_bwd_q##NAME##_##S##_d##D(const T* q, const T* k, const T* v, const T* bias, const T* dout,        \
                                       const float* lse, const float* dsum, T* dq, AttnArgs a, AttnArgs ga) {   \
         attn_bwd_q_impl<T, D, M>(q, k, v, bias, dout, lse, dsum, dq, a, ga);                                   \
     }
 
-#define ATTENTION_DM(T, S, D) ATTENTION_DM_M(T, S, D, , false) ATTENTION_DM_M(T, S, D, _masked, true)
+#define ATTENTION_DM(T, S, D, FB, QB) \
+    ATTENTION_DM_M(T, S, D, , false, FB, QB) ATTENTION_DM_M(T, S, D, _masked, true, FB, QB)
 
 #define ATTENTION_DOT(T, S)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
@@ -738,6 +1002,6 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         attn_dot_impl<T>(dout, ga, out, dsum, rows);                                                           \
     }
 
-IF_f16(ATTENTION_DM(f16, f16, 64) ATTENTION_DM(f16, f16, 128) ATTENTION_DOT(f16, f16))
-IF_bf16(ATTENTION_DM(bf16, bf16, 64) ATTENTION_DM(bf16, bf16, 128) ATTENTION_DOT(bf16, bf16))
-IF_f32(ATTENTION_DM(float, f32, 64) ATTENTION_DM(float, f32, 128) ATTENTION_DOT(float, f32))
+IF_f16(ATTENTION_DM(f16, f16, 64, 3, 3) ATTENTION_DM(f16, f16, 128, 3, 2) ATTENTION_DOT(f16, f16))
+IF_bf16(ATTENTION_DM(bf16, bf16, 64, 3, 3) ATTENTION_DM(bf16, bf16, 128, 3, 2) ATTENTION_DOT(bf16, bf16))
+IF_f32(ATTENTION_DM(float, f32, 64, 3, 3) ATTENTION_DM(float, f32, 128, 2, 3) ATTENTION_DOT(float, f32))

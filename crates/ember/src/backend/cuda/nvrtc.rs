@@ -415,7 +415,11 @@ ptxas info    : Compile time = 18.524 ms";
                         regs > 0,
                         "{kernel}: no register count in ptxas's report\n{log}"
                     );
-                    if spill > 0 || stack > 0 {
+                    // EMBER_KERNEL_RESOURCES=1: every kernel's, not only those with a stack
+                    if spill > 0
+                        || stack > 0
+                        || std::env::var_os("EMBER_KERNEL_RESOURCES").is_some()
+                    {
                         eprintln!("{kernel}: {regs} registers, {spill} bytes spilled, {stack} bytes of stack");
                     }
                 }
