@@ -343,6 +343,9 @@ template <typename T, int DM> struct attn_tile {
     static const bool HALF = attn_t<T>::K == 16;
     static const int ROW = DM + 8;
     static const int COL = HALF ? DM + 8 : DM + 4;
+    // rows start on 16 bytes, as cp.async's and ldmatrix's addresses must
+    static_assert(ROW * sizeof(typename attn_t<T>::E) % 16 == 0 && COL * sizeof(typename attn_t<T>::E) % 16 == 0,
+                  "a tile's rows must start on 16 bytes");
 };
 
 // The rows of the streamed operand per step of each kernel (keys in the forward
@@ -362,9 +365,13 @@ template <typename T, int DM> struct attn_steps {
 // `in` is false, reading nothing), `commit` closes the group of copies queued
 // since the last one, `wait<N>` returns once all but the newest N groups have
 // landed; a __syncthreads after it shows them to every thread. The simulator
-// makes a queued copy at the wait that covers it (or earlier, where its queue is
-// full: a copy may land any time before its wait), so a tile read before its
-// wait reads the old contents there as well.
+// fills a copy's destination with ones (NaN in every float type) when it is
+// queued and makes the copy at the wait that covers it (or earlier, where its
+// queue is full: a copy may land any time before its wait), so that a tile read
+// before its wait reads NaN there too. It cannot show a missing barrier between
+// one step's reads of a buffer and the copies queued into it later: it runs a
+// block's warps in step at every shuffle, and its emulated products shuffle
+// long after their last read. Those barriers stand at each loop's end.
 struct AttnPipe {
 #ifdef EMBER_SIMULATOR
     static const int CAP = 32;
@@ -395,6 +402,7 @@ struct AttnPipe {
     }
     template <int B> void copy(void* d, const void* s, bool ok) {
         if (queued == CAP) land(committed + 1);
+        memset(d, 0xff, B);
         dst[queued] = d;
         src[queued] = s;
         bytes[queued] = B;
