@@ -562,6 +562,38 @@ fn quick_pieces_suite_writes_every_piece_in_both_dtypes() {
     }
 }
 
+/// `--filter` keeps the pieces whose name contains it (both dtypes' attention
+/// here), as it keeps the models suite's rows.
+#[test]
+fn pieces_filter_keeps_the_named_pieces() {
+    let (ok, out, err) = ember(&[
+        "bench",
+        "--suite",
+        "pieces",
+        "--quick",
+        "--device",
+        "cpu",
+        "--filter",
+        "attention",
+    ]);
+    assert!(ok, "{err}");
+    for dt in ["f32", "bf16"] {
+        let row = format!("attention causal 1x2x64x32 fwd+bwd {dt}");
+        assert_eq!(out.matches(&row).count(), 1, "{row}: {out}");
+    }
+    for other in [
+        "conv ",
+        "batch norm",
+        "relu",
+        "layer norm",
+        "gelu",
+        "linear",
+        "cross-entropy",
+    ] {
+        assert!(!out.contains(other), "{other}: {out}");
+    }
+}
+
 /// `--profile`: a few steps after a warm-up, the top of the per-op table, the
 /// Chrome trace (one per row of the models suite).
 #[test]
@@ -1128,7 +1160,7 @@ fn output_paths_and_values_are_checked_before_any_work() {
         ),
         (
             vec!["bench", "--suite", "ops", "--quick", "--profile"],
-            "--profile and --filter are for --suite models",
+            "--profile is for --suite models",
         ),
         (
             vec!["bench", "--json", dir_s, "--quick"],

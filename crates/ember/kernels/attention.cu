@@ -605,6 +605,15 @@ __device__ __forceinline__ bool attn_visible(const AttnArgs& a, int qi, int kj) 
     return qi < a.l && kj < a.s && !(a.causal && kj > qi);
 }
 
+// Whether every query of [q0, q0 + nq) may see every key of [k0, k0 + nk): then
+// a tile's scores need no test each (attn_visible), and most tiles of a long
+// causal sequence are such (all but those on the diagonal and at the ends). The
+// kernels call the loop over a tile's scores with `all` a literal true or false,
+// so that the inlined copies keep the test only where it is needed.
+__device__ __forceinline__ bool attn_all_visible(const AttnArgs& a, int q0, int nq, int k0, int nk) {
+    return q0 + nq <= a.l && k0 + nk <= a.s && !(a.causal && k0 + nk - 1 > q0);
+}
+
 template <typename T, int DM, bool MASKED>
 __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bias_, T* out_, float* lse, AttnArgs a) {
     typedef typename attn_t<T>::E E;
@@ -659,14 +668,22 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
         mma_rows<T, DM, BC / 8>(s, qa, kt, a.d);
         // scale (in log2 units) and mask, each row's new max, weights
         float mx[2] = {neg_inf, neg_inf};
+        auto mask = [&](const bool all) {
 #pragma unroll
-        for (int n = 0; n < BC / 8; ++n) {
+            for (int n = 0; n < BC / 8; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                s[n][e] = attn_visible(a, qi, kj) ? s[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) : neg_inf;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                for (int e = 0; e < 4; ++e) {
+                    const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                    const bool seen = all || attn_visible(a, qi, kj);
+                    s[n][e] = seen ? s[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) : neg_inf;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                }
             }
+        };
+        if (attn_all_visible(a, row0, 16, j0, BC)) {
+            mask(true);
+        } else {
+            mask(false);
         }
         float alpha[2], base[2];
 #pragma unroll
@@ -821,27 +838,37 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         // (two accumulator tiles at a time, each turned into weights before
         // the next are made: fewer values live at once)
         float p[BQ / 8][4], dp[BQ / 8][4];
+        auto weights = [&](const bool all) {
 #pragma unroll
-        for (int n = 0; n < BQ / 8; ++n) {
-            if (n % 2 == 0) {
+            for (int n = 0; n < BQ / 8; ++n) {
+                if (n % 2 == 0) {
 #pragma unroll
-                for (int m = n; m < n + 2; ++m) {
-                    p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
-                    dp[m][0] = dp[m][1] = dp[m][2] = dp[m][3] = 0.f;
+                    for (int m = n; m < n + 2; ++m) {
+                        p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
+                        dp[m][0] = dp[m][1] = dp[m][2] = dp[m][3] = 0.f;
+                    }
+                    mma_rows<T, DM, 2>(p + n, ka, qr + n * 8 * Tile::ROW, a.d);
+                    mma_rows<T, DM, 2>(dp + n, va, dor + n * 8 * Tile::ROW, a.d);
                 }
-                mma_rows<T, DM, 2>(p + n, ka, qr + n * 8 * Tile::ROW, a.d);
-                mma_rows<T, DM, 2>(dp + n, va, dor + n * 8 * Tile::ROW, a.d);
-            }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
-                const float w = attn_visible(a, qi, kj) ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
-                                                                attn_lse2(slse[buf][qc]))
-                                                        : 0.f;
-                const float z = attn_keep(a, pair_hash, qi, kj);
-                p[n][e] = w * z;                               // the kept weights, into dv
-                dp[n][e] = w * (dp[n][e] * z - sd[buf][qc]);  // dsᵀ
+                for (int e = 0; e < 4; ++e) {
+                    const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
+                    const bool seen = all || attn_visible(a, qi, kj);
+                    const float w = seen ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
+                                                 attn_lse2(slse[buf][qc]))
+                                         : 0.f;
+                    const float z = attn_keep(a, pair_hash, qi, kj);
+                    p[n][e] = w * z;                               // the kept weights, into dv
+                    dp[n][e] = w * (dp[n][e] * z - sd[buf][qc]);  // dsᵀ
+                }
             }
+        };
+        // (one copy where the bias's reads already hold the registers: the
+        // masked kernel at head dim 128 spills with two)
+        if (!(MASKED && DM > 64) && attn_all_visible(a, i0, BQ, key0, 16)) {
+            weights(true);
+        } else {
+            weights(false);
         }
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
 #pragma unroll
@@ -935,25 +962,34 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         __syncthreads();
         // (two accumulator tiles at a time, each turned into the scores'
         // gradient before the next are made: fewer values live at once)
-        float p[2][4], dp[BK / 8][4];
+        float dp[BK / 8][4];
+        auto grads = [&](const bool all) {
+            float p[2][4];
 #pragma unroll
-        for (int n = 0; n < BK / 8; ++n) {
-            if (n % 2 == 0) {
+            for (int n = 0; n < BK / 8; ++n) {
+                if (n % 2 == 0) {
 #pragma unroll
-                for (int m = 0; m < 2; ++m) {
-                    p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
-                    dp[n + m][0] = dp[n + m][1] = dp[n + m][2] = dp[n + m][3] = 0.f;
+                    for (int m = 0; m < 2; ++m) {
+                        p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
+                        dp[n + m][0] = dp[n + m][1] = dp[n + m][2] = dp[n + m][3] = 0.f;
+                    }
+                    mma_rows<T, DM, 2>(p, qa, kr + n * 8 * Tile::ROW, a.d);
+                    mma_rows<T, DM, 2>(dp + n, ga_, vr + n * 8 * Tile::ROW, a.d);
                 }
-                mma_rows<T, DM, 2>(p, qa, kr + n * 8 * Tile::ROW, a.d);
-                mma_rows<T, DM, 2>(dp + n, ga_, vr + n * 8 * Tile::ROW, a.d);
-            }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                const float w =
-                    attn_visible(a, qi, kj) ? exp2f(p[n % 2][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
-                dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
+                for (int e = 0; e < 4; ++e) {
+                    const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                    const bool seen = all || attn_visible(a, qi, kj);
+                    const float w =
+                        seen ? exp2f(p[n % 2][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
+                    dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
+                }
             }
+        };
+        if (attn_all_visible(a, row0, 16, j0, BK)) {
+            grads(true);
+        } else {
+            grads(false);
         }
 #pragma unroll
         for (int kk = 0; kk < BK / K; ++kk) {

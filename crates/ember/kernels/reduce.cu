@@ -522,7 +522,9 @@ EMBER_FLOAT_TYPES(SOFTMAX_BACKWARD)
 // once for lse = max + log(sum) and the row's sum (for label smoothing); then
 // loss = (1 - ls) (lse - x[t]) + ls (lse - mean(x)), and 0 where t is `ignore`
 // (a target out of range, which the caller reports, gives NaN). `lse` gets the
-// row's max and log(sum) side by side.
+// row's max and log(sum) side by side. With `half_steps` (no smoothing) the loss
+// is -round_T(x[t] - lse): the log-probability rounded to T, as a separate
+// log-softmax in T would leave it for the loss to pick.
 template <typename A> __device__ __forceinline__ void lse_add(A& m, A& s, A v) {
     // NaN, or +inf (whose exp(x - max) is exp(inf - inf)), makes the row NaN, as
     // PyTorch's log_softmax does
@@ -555,7 +557,7 @@ template <typename A> __device__ __forceinline__ void lse_merge(A& m, A& s, A m2
 template <typename T>
 __device__ void cross_entropy_impl(const T* x, const i64* target, typename acc_t<T>::type* loss,
                                    typename acc_t<T>::type* lse, i64 rows, i64 cols, i64 ignore,
-                                   double smoothing) {
+                                   double smoothing, int half_steps) {
     typedef typename acc_t<T>::type A;
     __shared__ A sm[32], ss[32], sx[32];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -593,6 +595,8 @@ __device__ void cross_entropy_impl(const T* x, const i64* target, typename acc_t
             if (t != ignore) {
                 if (t < 0 || t >= cols) {
                     out = (A)__int_as_float(0x7fffffff);  // NaN
+                } else if (half_steps) {
+                    out = -(A)widen(narrow<T>((widen(xr[t]) - m) - l));
                 } else {
                     // the spread term only with smoothing: a -inf logit makes it
                     // infinite, and 0 * inf would be NaN
@@ -610,12 +614,13 @@ __device__ void cross_entropy_impl(const T* x, const i64* target, typename acc_t
 
 // The logits' gradient of cross_entropy_impl's rows from each row's loss gradient g
 // and (max, log-sum): g (exp(x - lse) - (1 - ls) [j = t] - ls / cols), 0 in rows
-// whose target is `ignore`.
+// whose target is `ignore`. With `half_steps`, g exp(round_T(x - lse)) - g [j = t]:
+// a log-softmax's backward from the log-probabilities in T it kept.
 template <typename T>
 __device__ void cross_entropy_back_impl(const T* x, const i64* target,
                                         const typename acc_t<T>::type* lse,
                                         const typename acc_t<T>::type* g, T* gx, i64 rows, i64 cols,
-                                        i64 ignore, double smoothing) {
+                                        i64 ignore, double smoothing, int half_steps) {
     typedef typename acc_t<T>::type A;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * cols;
@@ -624,9 +629,16 @@ __device__ void cross_entropy_back_impl(const T* x, const i64* target,
         const bool keep = t != ignore;
         const A gi = keep ? g[r] : (A)0, m = lse[2 * r], l = lse[2 * r + 1];
         const A ls = (A)smoothing, hit = (A)1 - ls, off = ls / (A)cols;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
-            A d = exp((widen(xr[j]) - m) - l) - off - (j == t ? hit : (A)0);
-            gr[j] = narrow<T>(keep ? gi * d : (A)0);
+        if (half_steps) {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+                const A p = exp((A)widen(narrow<T>((widen(xr[j]) - m) - l)));
+                gr[j] = narrow<T>(keep ? gi * p - (j == t ? gi : (A)0) : (A)0);
+            }
+        } else {
+            for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+                A d = exp((widen(xr[j]) - m) - l) - off - (j == t ? hit : (A)0);
+                gr[j] = narrow<T>(keep ? gi * d : (A)0);
+            }
         }
     }
 }
@@ -634,13 +646,14 @@ __device__ void cross_entropy_back_impl(const T* x, const i64* target,
 #define CROSS_ENTROPY(T, S)                                                                          \
     extern "C" __global__ void cross_entropy_##S(const T* x, const i64* target,                     \
                                                  acc_t<T>::type* loss, acc_t<T>::type* lse,         \
-                                                 i64 rows, i64 cols, i64 ignore, double smoothing) { \
-        cross_entropy_impl(x, target, loss, lse, rows, cols, ignore, smoothing);                     \
+                                                 i64 rows, i64 cols, i64 ignore, double smoothing,  \
+                                                 int half_steps) {                                  \
+        cross_entropy_impl(x, target, loss, lse, rows, cols, ignore, smoothing, half_steps);         \
     }                                                                                                \
     extern "C" __global__ void cross_entropy_back_##S(                                               \
         const T* x, const i64* target, const acc_t<T>::type* lse, const acc_t<T>::type* g, T* gx,  \
-        i64 rows, i64 cols, i64 ignore, double smoothing) {                                          \
-        cross_entropy_back_impl(x, target, lse, g, gx, rows, cols, ignore, smoothing);               \
+        i64 rows, i64 cols, i64 ignore, double smoothing, int half_steps) {                          \
+        cross_entropy_back_impl(x, target, lse, g, gx, rows, cols, ignore, smoothing, half_steps);   \
     }
 EMBER_FLOAT_TYPES(CROSS_ENTROPY)
 

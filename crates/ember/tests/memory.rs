@@ -719,6 +719,33 @@ fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
     Ok(())
 }
 
+/// Cross-entropy on bfloat16 logits outside autocast keeps no log-probabilities
+/// of the logits' size (the composite `log_softmax` and `nll_loss` kept them, 2
+/// bytes an element): after the forward pass only each row's loss and log-sum-exp
+/// are new, and backward's peak is the logits' gradient.
+#[test]
+fn half_cross_entropy_keeps_no_log_probabilities() -> Result<()> {
+    let dev = Device::Meta;
+    let (rows, classes) = (64, 1000);
+    let logits = Tensor::zeros([rows, classes], DType::BF16, &dev)?.requires_grad_(true)?;
+    let y = Tensor::zeros([rows], DType::I64, &dev)?;
+    let (live, loss) = live_after(|| nn::cross_entropy(&logits, &y))?;
+    assert_eq!(loss.dtype(), DType::BF16);
+    assert!(
+        live < 5 * rows * 4 + 1024,
+        "{live} bytes alive after the forward pass"
+    );
+    let peak = std::sync::Arc::new(common::MetaPeak::default());
+    ember::meta::with_hook(peak.clone(), || loss.backward())?;
+    let top = peak.top() as usize;
+    assert!(
+        (2 * rows * classes..2 * rows * classes + 4096).contains(&top),
+        "backward peaked {top} bytes above its start (the bfloat16 gradient is {})",
+        2 * rows * classes
+    );
+    Ok(())
+}
+
 /// The memory-saving attention's memory grows linearly with the length: training
 /// one encoder layer (width 256, 8 heads, batch 8, Adam) at 8192 tokens needs at
 /// most 4.2 times what it needs at 2048 (keeping the weights it needs 16 times:

@@ -43,7 +43,8 @@ pub struct BenchArgs {
     /// Replace --json's file and --profile's trace if they exist.
     #[arg(long)]
     pub force: bool,
-    /// Only the models suite's rows whose name contains this text (e.g. resnet).
+    /// Only the models or pieces suite's rows whose name contains this text (e.g.
+    /// resnet, or attention).
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,
     /// After timing each row of the models suite, profile a few of its steps and
@@ -168,10 +169,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         crate::paths::new_output(path, "--json", &[], args.force)?;
     }
     crate::profile::check(&args.profile, &[], args.force)?;
-    if (args.profile.is_some() || args.filter.is_some()) && !real {
+    if args.profile.is_some() && !real {
         return Err(Error::InvalidArgument {
             op: "bench",
-            msg: "--profile and --filter are for --suite models".into(),
+            msg: "--profile is for --suite models".into(),
+        });
+    }
+    if args.filter.is_some() && !real && !parts {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            msg: "--filter is for --suite models or pieces".into(),
         });
     }
     if args.sizes.as_ref().is_some_and(|s| s.contains(&0)) {
@@ -234,7 +241,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             rows.extend(train::suite(&cx)?);
         }
         if parts {
-            rows.extend(pieces::suite(&cx)?);
+            rows.extend(pieces::suite(&cx, args.filter.as_deref())?);
         }
         if real {
             let cx = Ctx {

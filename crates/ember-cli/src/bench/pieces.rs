@@ -87,15 +87,20 @@ fn leaf(cx: &Ctx, shape: &[usize], dtype: DType) -> Result<Tensor> {
 }
 
 /// Times `f(leaves)` forward and its backward from `up` (or from the scalar `f`
-/// returns, without `up`), clearing the leaves' gradients after each call.
+/// returns, without `up`), clearing the leaves' gradients after each call; no
+/// row where `filter` is given and the name does not contain it.
 fn piece(
     cx: &Ctx,
+    filter: Option<&str>,
     name: String,
     work: Work,
     leaves: &[Tensor],
     up: Option<&Tensor>,
     f: impl Fn(&[Tensor]) -> Result<Tensor>,
-) -> Result<Row> {
+) -> Result<Option<Row>> {
+    if filter.is_some_and(|want| !name.contains(want)) {
+        return Ok(None);
+    }
     cx.row(name, work, || {
         let y = f(leaves)?;
         match up {
@@ -107,10 +112,12 @@ fn piece(
         }
         Ok(())
     })
+    .map(Some)
 }
 
-/// The pieces of both models on one device.
-pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
+/// The pieces of both models on one device (those whose name contains `filter`,
+/// where given: their inputs are still made).
+pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
     let z = Sizes::of(cx);
     let mut rows = Vec::new();
     ember::manual_seed(0);
@@ -133,8 +140,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
                 ..Conv2dOptions::default()
             };
             let flops = 3.0 * 2.0 * (b * o * hw * hw * c * k * k) as f64;
-            rows.push(piece(
+            rows.extend(piece(
                 cx,
+                filter,
                 format!("conv {k}x{k} {c}->{o} at {hw}x{hw} b{b} fwd+bwd {tag}"),
                 Work::Flops(flops),
                 &[x, w],
@@ -155,8 +163,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         let up = upstream(cx, &shape, dt)?;
         let mean = Tensor::zeros([256], DType::F32, &cx.dev)?;
         let var = Tensor::ones([256], DType::F32, &cx.dev)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("batch norm 256ch at {0}x{0} b{b} fwd+bwd {tag}", z.hw[0]),
             Work::Bytes(8.0 * bytes * elems),
             &[x, w, bias],
@@ -174,8 +183,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         // ReLU over the same elements (out of place); 5 passes (x in, y out;
         // the gradient and y in, the input's gradient out)
         let x = leaf(cx, &shape, dt)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("relu {b}x256x{0}x{0} fwd+bwd {tag}", z.hw[0]),
             Work::Bytes(5.0 * bytes * elems),
             &[x],
@@ -191,8 +201,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
             .map(|_| leaf(cx, &z.attention, dt))
             .collect::<Result<_>>()?;
         let up = upstream(cx, &z.attention, dt)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}"),
             Work::Flops(3.5 * 4.0 * (ab * ah * al * al * ad) as f64 / 2.0),
             &qkv,
@@ -206,8 +217,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         let x = leaf(cx, &[n, d], dt)?;
         let (w, bias) = (leaf(cx, &[d], dt)?, leaf(cx, &[d], dt)?);
         let up = upstream(cx, &[n, d], dt)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("layer norm {n}x{d} fwd+bwd {tag}"),
             Work::Bytes(5.0 * bytes * (n * d) as f64),
             &[x, w, bias],
@@ -217,8 +229,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         // GELU (erf) over the MLP's hidden activations: 5 passes
         let x = leaf(cx, &[n, h], dt)?;
         let up_h = upstream(cx, &[n, h], dt)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("gelu {n}x{h} fwd+bwd {tag}"),
             Work::Bytes(5.0 * bytes * (n * h) as f64),
             &[x],
@@ -228,8 +241,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         // the MLP's first linear layer with its bias: 3 products
         let x = leaf(cx, &[n, d], dt)?;
         let (w, bias) = (leaf(cx, &[h, d], dt)?, leaf(cx, &[h], dt)?);
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("linear {n}x{d} -> {h} fwd+bwd {tag}"),
             Work::Flops(3.0 * 2.0 * (n * d * h) as f64),
             &[x, w, bias],
@@ -242,8 +256,9 @@ pub(crate) fn suite(cx: &Ctx) -> Result<Vec<Row>> {
         let (r, v) = (z.loss_rows, z.vocab);
         let logits = leaf(cx, &[r, v], dt)?;
         let target = Tensor::randint(0, v as i64, [r], &cx.dev)?;
-        rows.push(piece(
+        rows.extend(piece(
             cx,
+            filter,
             format!("cross-entropy {r}x{v} fwd+bwd {tag}"),
             Work::Bytes(3.0 * bytes * (r * v) as f64),
             &[logits],

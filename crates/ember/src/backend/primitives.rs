@@ -110,7 +110,8 @@ pub(crate) trait BackendStorage: Sized {
     /// `l` of a float dtype against one class index per row (`target`: int64, one
     /// per row, contiguous): `(1 - ε)(lse - x[t]) + ε (lse - mean(x))` with
     /// `lse = log Σ exp(x)` and `ε` the label smoothing; 0 where the target is
-    /// `ignore`. Returns each row's loss (`[rows]`) and its maximum and
+    /// `ignore` (with `half_steps`, `-round(x[t] - lse)` in the logits' dtype;
+    /// see [`CeOpts`](super::op::CeOpts)). Returns each row's loss (`[rows]`) and its maximum and
     /// `log Σ exp(x - max)` side by side (`[rows, 2]`: `lse` in two parts, so that
     /// `x - lse` loses nothing to rounding where the logits are large), in
     /// [`stat_dtype`](super::op::stat_dtype) (float32 for the half dtypes, whose
@@ -120,21 +121,21 @@ pub(crate) trait BackendStorage: Sized {
         &self,
         l: &Layout,
         target: (&Self, &Layout),
-        ignore: i64,
-        smoothing: f64,
+        opts: super::op::CeOpts,
     ) -> Result<(Self, Self)>;
     /// The gradient of [`cross_entropy_rows`](Self::cross_entropy_rows)'s rows
     /// `self[l]` from each row's (max, log-sum) pair and loss gradient `g`
     /// (contiguous, in the
     /// statistics dtype): `g · (exp(x - lse) - (1 - ε)[c = t] - ε / C)`, 0 in
-    /// ignored rows; in `l`'s dtype.
+    /// ignored rows (with `half_steps`, `g · exp(round(x - lse)) - g [c = t]`);
+    /// in `l`'s dtype.
     fn cross_entropy_rows_backward(
         &self,
         l: &Layout,
         target: (&Self, &Layout),
         lse: (&Self, &Layout),
         g: (&Self, &Layout),
-        ignore_smoothing: (i64, f64),
+        opts: super::op::CeOpts,
     ) -> Result<Self>;
     /// Fused attention (`shape`, see [`AttnShape`](super::op::AttnShape)) of the
     /// queries `x.q` against the keys `x.k` and values `x.v`, each a rank-4 view

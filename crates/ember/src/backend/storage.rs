@@ -623,14 +623,13 @@ impl Storage {
         &self,
         l: &Layout,
         t: (&Storage, &Layout),
-        ignore: i64,
-        smoothing: f64,
+        opts: crate::backend::op::CeOpts,
     ) -> Result<(Storage, Storage)> {
         let _rec = record!(self, Name::Static("cross_entropy"), l.shape());
         let on = Operands::of("cross_entropy", self);
         on_device!(self, S => {
             let x: &S = on.one(self)?;
-            let (a, b) = x.cross_entropy_rows(l, on.view(t)?, ignore, smoothing)?;
+            let (a, b) = x.cross_entropy_rows(l, on.view(t)?, opts)?;
             Ok((a.wrap(), b.wrap()))
         })
     }
@@ -641,7 +640,7 @@ impl Storage {
         t: (&Storage, &Layout),
         lse: (&Storage, &Layout),
         g: (&Storage, &Layout),
-        opts: (i64, f64),
+        opts: crate::backend::op::CeOpts,
     ) -> Result<Storage> {
         let _rec = record!(self, Name::Static("cross_entropy_backward"), l.shape());
         let on = Operands::of("cross_entropy", self);

@@ -109,23 +109,39 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
 }
 
 /// Whether [`fused_cross_entropy`] computes this cross-entropy: class-index
-/// targets without class weights, on float32 or float64 logits, or on half
-/// logits that autocast would run in float32 (without autocast, half logits take
-/// the composite path, which rounds as PyTorch's half kernels do).
+/// targets without class weights, on float32 or float64 logits, on half logits
+/// that autocast would run in float32, or on half logits outside autocast
+/// without label smoothing (rounded as PyTorch's half-precision `log_softmax`
+/// and `nll_loss` round: [`half_steps`]); half logits with smoothing take the
+/// composite path, which rounds as PyTorch's half kernels do.
 fn fused_applies(input: &Tensor, target: &Tensor, opts: &LossOptions) -> bool {
     let autocast_f32 = crate::tensor::autocast::would_f32(&[input]);
     opts.weight.is_none()
         && input.rank() >= 1
         && input.shape() != target.shape()
         && target.dtype() == DType::I64
-        && (matches!(input.dtype(), DType::F32 | DType::F64) || autocast_f32)
+        && (matches!(input.dtype(), DType::F32 | DType::F64)
+            || autocast_f32
+            || (matches!(input.dtype(), DType::F16 | DType::BF16) && opts.label_smoothing == 0.0))
+}
+
+/// Whether the fused cross-entropy of `input` rounds its log-probabilities to
+/// the input's dtype, as the composite `log_softmax` and `nll_loss` would in
+/// that dtype: half logits outside autocast (under it they are read in float32
+/// as PyTorch's float32 cast would make them).
+fn half_steps(input: &Tensor) -> bool {
+    matches!(input.dtype(), DType::F16 | DType::BF16)
+        && !crate::tensor::autocast::would_f32(&[input])
 }
 
 /// Cross-entropy against class indices in one pass over the logits each way
 /// (`Tensor::cross_entropy_rows`), with PyTorch's values: under autocast the
 /// half-precision logits are read in float32 as PyTorch's float32 cast would
 /// make them, the loss is float32, and their gradient is rounded once to their
-/// dtype. Nothing of the logits' size is kept but the logits.
+/// dtype; outside autocast each row's log-probabilities are rounded to the
+/// logits' dtype where PyTorch's half `log_softmax` leaves them, and the loss is
+/// in that dtype ([`half_steps`]). Nothing of the logits' size is kept but the
+/// logits.
 fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     const OP: &str = "cross_entropy";
     let (x, shape) = classes_last(OP, input)?;
@@ -141,7 +157,20 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     } else if m > 0 && t.holds_values() && valid.any(0, false)?.item::<bool>()? {
         Tensor::index_values(OP, &t, 1, c, false)?;
     }
-    let rows = x.cross_entropy_rows(&t, opts.ignore_index, opts.label_smoothing)?;
+    let steps = half_steps(input);
+    let ce = crate::backend::op::CeOpts {
+        ignore: opts.ignore_index,
+        smoothing: opts.label_smoothing,
+        half_steps: steps,
+    };
+    let rows = x.cross_entropy_rows(&t, ce)?;
+    // rounded in the logits' dtype, each row's loss is one of its values, and the
+    // reduction runs in that dtype as the composite's does
+    let rows = if steps {
+        rows.to_dtype(input.dtype())?
+    } else {
+        rows
+    };
     match opts.reduction {
         // a mean over the targets not ignored (none: 0 / 0, NaN as in PyTorch)
         Reduction::Mean => rows

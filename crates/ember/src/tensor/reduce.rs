@@ -491,22 +491,20 @@ impl Tensor {
     /// row's log-sum-exp (as its maximum and the log of the sum below it). The losses come as `[M]` in the statistics dtype
     /// (float32 for half-precision logits, which are widened as they are read,
     /// never copied to float32), the logits' gradient in the logits' dtype.
+    /// `opts.half_steps` rounds the log-probabilities to the logits' dtype on
+    /// the way ([`CeOpts`](crate::backend::op::CeOpts)).
     pub(crate) fn cross_entropy_rows(
         &self,
         target: &Tensor,
-        ignore: i64,
-        smoothing: f64,
+        opts: crate::backend::op::CeOpts,
     ) -> Result<Tensor> {
         let m = self.shape()[0];
         let (loss, lse, x, t) = crate::autograd::no_grad(|| -> Result<_> {
             let (x, t) = (self.contiguous()?, target.contiguous()?);
             let st = Storages::read(&[&x, &t]);
-            let (loss, lse) = st.get(0).cross_entropy_rows(
-                x.layout(),
-                (st.get(1), t.layout()),
-                ignore,
-                smoothing,
-            )?;
+            let (loss, lse) =
+                st.get(0)
+                    .cross_entropy_rows(x.layout(), (st.get(1), t.layout()), opts)?;
             drop(st);
             let (loss, lse) = (
                 Tensor::from_storage(loss, &[m]),
@@ -525,7 +523,7 @@ impl Tensor {
                     (st.get(1), t.layout()),
                     (st.get(2), lse.layout()),
                     (st.get(3), g.layout()),
-                    (ignore, smoothing),
+                    opts,
                 )?;
                 drop(st);
                 Ok(vec![Some(Tensor::from_storage_like(gx, x.layout()))])

@@ -2764,6 +2764,22 @@ for name, L, S, D, causal, scale in [("causal_l17_s9_d64", 17, 9, 64, True, None
         case(FAM, f"{name}_{tag}", "sdpa_fused", [x.to(dt) for x in base], {"is_causal": causal, "scale": scale},
              grad=True, rtol=rt, atol=at)
 
+# ---- issue 41: cross-entropy on half logits outside autocast, fused -----------------
+# (no weights, no smoothing: ember's fused kernel rounds each row's
+# log-probabilities to the logits' dtype where PyTorch's half log_softmax leaves
+# them): an ignored target, rows wider than a block of threads, every reduction
+FAM = "fused_ce_half"
+_HX, _HT = rn(6, 700, scale=3.0), T([5, 699, -100, 0, 350, 17], I)
+for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+    rt, at = HALF_TOL[dt]
+    for red in ("mean", "sum", "none"):
+        case(FAM, f"{red}_{tag}", "cross_entropy_opts", [_HX.to(dt), _HT],
+             {"weight": None, "ignore_index": -100, "reduction": red, "label_smoothing": 0.0}, grad=True,
+             rtol=rt, atol=at)
+    case(FAM, f"spatial_{tag}", "cross_entropy_opts", [XS.to(dt), TS],
+         {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}, grad=True,
+         rtol=rt, atol=at)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")

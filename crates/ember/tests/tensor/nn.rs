@@ -1906,6 +1906,7 @@ device_test!(
     memory_saving_attention_dropout_redraws_its_masks,
     memory_saving_attention_cuts_long_rows_into_query_blocks,
     fused_attention_matches_the_plain_path,
+    half_cross_entropy_runs_fused_as_the_composite_rounds,
     fused_attention_takes_the_causal_hint_of_an_encoder,
     fused_attention_drops_the_same_weights_forward_and_backward,
     fused_attention_takes_masks,
@@ -2967,7 +2968,8 @@ fn attention_operands(base: &[Tensor; 3], packed: bool, dtype: DType) -> Result<
 /// The fused attention (FlashAttention's algorithm: tensor-core kernels for
 /// f16/bf16 on CUDA, a row at a time on the CPU) against the plain path in
 /// float32 on the same values: causal or not, queries longer or shorter than the
-/// keys, lengths that end mid-tile, head dims of both kernels (40 and 64 on the
+/// keys, lengths that end mid-tile, tiles all of whose pairs are visible (which
+/// skip the test per score), head dims of both kernels (40 and 64 on the
 /// 64-wide one, 96 and 128 on the 128-wide one), operands that are transposed
 /// views or slices of one packed projection (read in place, at an offset), and
 /// an output gradient that arrives as a transposed view. Output and the three
@@ -2987,6 +2989,8 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
     let path = fused_path(dev);
     let cases = [
         (2, 3, 70, 70, 64, false),
+        // causal tiles every pair of which is visible (from 64 queries on)
+        (1, 1, 150, 150, 64, false),
         (1, 2, 45, 77, 40, false),
         (2, 1, 80, 33, 96, false),
         (1, 2, 66, 66, 128, true),
@@ -3029,6 +3033,80 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
                     attention_grads(path, &qkv, causal, (&up.to_dtype(dt)?, packed))?;
                 assert_fused_results(&what, (&got, fused), &want, (dev, dt, d));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Cross-entropy on f16/bf16 logits outside autocast (no class weights, no
+/// smoothing) runs the fused op: one pass over the logits each way, no
+/// `log_softmax` and no log-probabilities of the logits' size. It gives what the
+/// composite of half-precision kernels gives (PyTorch's `log_softmax` and
+/// `nll_loss` in the dtype, as written out here): each row's log-probabilities
+/// rounded to the dtype, the target's picked and negated, the reduction in the
+/// dtype; the logits' gradient that of `log_softmax`'s backward from the rounded
+/// log-probabilities. Within a unit in the last place of the dtype: the two sum
+/// a row's exponentials in different orders. Rows wider than a block, an ignored
+/// target, every reduction.
+fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result<()> {
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
+    ember::manual_seed(3);
+    let base = Tensor::randn([7, 1500], dev)?.mul(3.0)?;
+    let t = Tensor::new([4i64, 1499, -100, 0, 750, 3, 1], dev)?;
+    let up_rows = Tensor::randn([7], dev)?;
+    for dt in [DType::BF16, DType::F16] {
+        // a unit in the last place, relative
+        let ulp = if dt == DType::BF16 {
+            1.0 / 128.0
+        } else {
+            1.0 / 1024.0
+        };
+        for red in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+            let what = format!("{dt} {red:?}");
+            let up = if red == Reduction::None {
+                up_rows.to_dtype(dt)?
+            } else {
+                Tensor::ones(Vec::<usize>::new(), dt, dev)?
+            };
+            let opts = nn::LossOptions {
+                reduction: red,
+                ..nn::LossOptions::default()
+            };
+            let x = base.to_dtype(dt)?.requires_grad_(true)?;
+            let (loss, prof) = ember::profiler::profile(|| {
+                let loss = nn::cross_entropy_opts(&x, &t, opts)?;
+                loss.backward_with(&up)?;
+                Ok(loss)
+            })?;
+            assert!(
+                super::this_threads_count(&prof, "cross_entropy") > 0,
+                "{what}: fused"
+            );
+            assert_eq!(super::this_threads_count(&prof, "log_softmax"), 0, "{what}");
+            assert_eq!(loss.dtype(), dt, "{what}");
+            // the composite, op by op in the dtype
+            let xr = base.to_dtype(dt)?.requires_grad_(true)?;
+            let logp = xr.log_softmax(-1)?;
+            let valid = t.ne(-100)?;
+            let picked = logp
+                .gather(1, &valid.where_(&t, 0i64)?.unsqueeze(1)?)?
+                .squeeze(1)?
+                .neg()?
+                .masked_fill(&valid.logical_not()?, 0.0)?;
+            let want = match red {
+                Reduction::Mean => picked.sum_all()?.div(&valid.to_dtype(dt)?.sum_all()?)?,
+                Reduction::Sum => picked.sum_all()?,
+                Reduction::None => picked,
+            };
+            want.backward_with(&up)?;
+            assert_close(&vals(&loss), &vals(&want), ulp, 1e-6);
+            let (g, w) = (
+                x.grad().expect("a gradient"),
+                xr.grad().expect("a gradient"),
+            );
+            // a gradient of about 1/1500 beside one of about -1 in each row: ulps
+            // of each element's own size, and of the row's largest
+            assert_close(&vals(&g), &vals(&w), ulp, ulp * 2e-3);
         }
     }
     Ok(())

@@ -8,7 +8,7 @@
 
 use super::walk::Walk;
 use crate::backend::host::{alloc_filled, alloc_uninit, recycle, PAR_CHUNK, PAR_MIN};
-use crate::backend::op::{norm_affine_chunks, ReduceOp, ScanOp};
+use crate::backend::op::{norm_affine_chunks, CeOpts, ReduceOp, ScanOp};
 use crate::dtype::WithDType;
 use crate::dtype::{CpuData, CpuElem};
 use crate::dtype::{FloatDType, Real};
@@ -1035,13 +1035,17 @@ pub(crate) fn cross_entropy_rows(
     range: std::ops::Range<usize>,
     row: usize,
     target: &[i64],
-    (ignore, smoothing): (i64, f64),
+    opts: CeOpts,
 ) -> Option<Result<(CpuData, CpuData)>> {
     fn go<T: SliceMath>(
         x: &[T],
         row: usize,
         target: &[i64],
-        (ignore, smoothing): (i64, f64),
+        CeOpts {
+            ignore,
+            smoothing,
+            half_steps,
+        }: CeOpts,
     ) -> Result<(CpuData, CpuData)> {
         let rows = target.len();
         let mut loss = alloc_uninit::<T::Acc>(rows)?;
@@ -1065,6 +1069,9 @@ pub(crate) fn cross_entropy_rows(
                         T::Acc::zero()
                     } else if t < 0 || t as usize >= row {
                         T::Acc::nan()
+                    } else if half_steps {
+                        // the log-probability as a log-softmax in T keeps it
+                        -T::from_acc((src[t as usize].to_acc() - m) - e).to_acc()
                     } else {
                         let hit = (m - src[t as usize].to_acc()) + e;
                         let spread = if smoothing == 0.0 {
@@ -1105,7 +1112,7 @@ pub(crate) fn cross_entropy_rows(
             <T::Acc as crate::dtype::CpuElem>::wrap(lse),
         ))
     }
-    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, target, (ignore, smoothing))), _other => None)
+    crate::dtype::dispatch_float!(data, v => Some(go(&v[range], row, target, opts)), _other => None)
 }
 
 /// One row of logits and its target, with the row's loss and (max, log-sum) to
@@ -1126,14 +1133,18 @@ pub(crate) fn cross_entropy_rows_backward(
     row: usize,
     target: &[i64],
     ((lse, rl), (g, rg)): (Stat, Stat),
-    (ignore, smoothing): (i64, f64),
+    opts: CeOpts,
 ) -> Option<Result<CpuData>> {
     fn go<T: SliceMath>(
         x: &[T],
         row: usize,
         target: &[i64],
         (lse, g): (&[T::Acc], &[T::Acc]),
-        (ignore, smoothing): (i64, f64),
+        CeOpts {
+            ignore,
+            smoothing,
+            half_steps,
+        }: CeOpts,
     ) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(x.len())?;
         let hit = T::Acc::c(1.0 - smoothing);
@@ -1147,6 +1158,20 @@ pub(crate) fn cross_entropy_rows_backward(
                         return;
                     }
                     let (m, e) = (s[0], s[1]);
+                    if half_steps {
+                        // a log-softmax's backward from the log-probabilities it
+                        // kept in T, the loss's gradient at the target
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            let p = T::from_acc((v.to_acc() - m) - e).to_acc().vexp();
+                            *d = T::from_acc(gi * p);
+                        }
+                        if t >= 0 && (t as usize) < row {
+                            let j = t as usize;
+                            let p = T::from_acc((src[j].to_acc() - m) - e).to_acc().vexp();
+                            dst[j] = T::from_acc(gi * p - gi);
+                        }
+                        return;
+                    }
                     for (d, &v) in dst.iter_mut().zip(src) {
                         *d = T::from_acc(gi * (((v.to_acc() - m) - e).vexp() - off));
                     }
@@ -1175,7 +1200,6 @@ pub(crate) fn cross_entropy_rows_backward(
         Ok(T::wrap(out))
     }
     // the statistics come in the accumulator dtype: f64 for f64, f32 otherwise
-    let opts = (ignore, smoothing);
     match (data, lse, g) {
         (CpuData::F32(x), CpuData::F32(e), CpuData::F32(g)) => {
             Some(go::<f32>(&x[range], row, target, (&e[rl], &g[rg]), opts))

@@ -376,16 +376,14 @@ impl BackendStorage for CpuStorage {
         &self,
         l: &Layout,
         (t, lt): (&Self, &Layout),
-        ignore: i64,
-        smoothing: f64,
+        opts: crate::backend::op::CeOpts,
     ) -> Result<(Self, Self)> {
         let row = l.shape().last().copied().unwrap_or(1);
         let target = class_targets(t, lt)?;
-        let (loss, lse) =
-            reduce::cross_entropy_rows(&self.data, range_of(l), row, target, (ignore, smoothing))
-                .ok_or_else(|| {
-                    Error::dtype("cross_entropy", self.dtype(), "needs floating-point logits")
-                })??;
+        let (loss, lse) = reduce::cross_entropy_rows(&self.data, range_of(l), row, target, opts)
+            .ok_or_else(|| {
+            Error::dtype("cross_entropy", self.dtype(), "needs floating-point logits")
+        })??;
         Ok((CpuStorage::new(loss), CpuStorage::new(lse)))
     }
 
@@ -395,7 +393,7 @@ impl BackendStorage for CpuStorage {
         (t, lt): (&Self, &Layout),
         (lse, ls): (&Self, &Layout),
         (g, lg): (&Self, &Layout),
-        opts: (i64, f64),
+        opts: crate::backend::op::CeOpts,
     ) -> Result<Self> {
         let row = l.shape().last().copied().unwrap_or(1);
         let target = class_targets(t, lt)?;

@@ -415,17 +415,10 @@ impl BackendStorage for CudaStorage {
         &self,
         l: &Layout,
         (t, lt): (&Self, &Layout),
-        ignore: i64,
-        smoothing: f64,
+        opts: crate::backend::op::CeOpts,
     ) -> Result<(Self, Self)> {
         let (rows, row) = row_counts(l);
-        ops::cross_entropy_rows(
-            (self, l.offset()),
-            (t, lt.offset()),
-            (rows, row),
-            ignore,
-            smoothing,
-        )
+        ops::cross_entropy_rows((self, l.offset()), (t, lt.offset()), (rows, row), opts)
     }
 
     fn cross_entropy_rows_backward(
@@ -434,7 +427,7 @@ impl BackendStorage for CudaStorage {
         (t, lt): (&Self, &Layout),
         (lse, ls): (&Self, &Layout),
         (g, lg): (&Self, &Layout),
-        opts: (i64, f64),
+        opts: crate::backend::op::CeOpts,
     ) -> Result<Self> {
         let (rows, row) = row_counts(l);
         ops::cross_entropy_rows_backward(

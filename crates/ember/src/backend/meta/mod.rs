@@ -289,8 +289,7 @@ impl BackendStorage for MetaStorage {
         &self,
         l: &Layout,
         _target: (&Self, &Layout),
-        _ignore: i64,
-        _smoothing: f64,
+        _opts: crate::backend::op::CeOpts,
     ) -> Result<(Self, Self)> {
         // every dim but the last: rows of no classes still count
         let rows: usize = l.shape()[..l.rank().saturating_sub(1)].iter().product();
@@ -307,7 +306,7 @@ impl BackendStorage for MetaStorage {
         _target: (&Self, &Layout),
         _lse: (&Self, &Layout),
         _g: (&Self, &Layout),
-        _opts: (i64, f64),
+        _opts: crate::backend::op::CeOpts,
     ) -> Result<Self> {
         self.like(l.numel())
     }

@@ -56,7 +56,7 @@ pub(crate) use norm::{
     norm_affine_chunks, BnGradIn, BnParams, BnRunning, NormAffine, NormSaved, RowNorm,
 };
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
-pub(crate) use reduce::{scan_shape, ReduceCode, ReduceOp, ReduceRoute, ScanOp};
+pub(crate) use reduce::{scan_shape, CeOpts, ReduceCode, ReduceOp, ReduceRoute, ScanOp};
 
 use crate::dtype::DType;
 

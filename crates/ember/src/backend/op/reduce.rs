@@ -189,3 +189,16 @@ mod tests {
         assert_eq!(sum(64, 256, 132).partials(256), 0);
     }
 }
+
+/// What a cross-entropy over rows of logits is asked (the `cross_entropy_rows`
+/// primitives): the target that counts for nothing, the label smoothing, and
+/// `half_steps`: each row's log-probabilities rounded to the logits' dtype
+/// before the loss takes its target's and before the gradient reads them, as
+/// PyTorch's separate half-precision `log_softmax` and `nll_loss` round them
+/// (half logits outside autocast, without smoothing: `nn::loss`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct CeOpts {
+    pub ignore: i64,
+    pub smoothing: f64,
+    pub half_steps: bool,
+}

@@ -463,8 +463,7 @@ pub(crate) fn cross_entropy_rows(
     (x, offset): (&CudaStorage, usize),
     (target, t_offset): (&CudaStorage, usize),
     (rows, cols): (usize, usize),
-    ignore: i64,
-    smoothing: f64,
+    opts: crate::backend::op::CeOpts,
 ) -> Result<(CudaStorage, CudaStorage)> {
     let dev = x.dev();
     let acc = stat_dtype(x.dtype());
@@ -473,6 +472,7 @@ pub(crate) fn cross_entropy_rows(
     let (px, pt) = (base_ptr(x, offset), base_ptr(target, t_offset));
     let (pl, ps) = (loss.ptr(), lse.ptr());
     let (r, c) = (rows as i64, cols as i64);
+    let (ignore, smoothing, steps) = (opts.ignore, opts.smoothing, opts.half_steps as i32);
     let name = format!("cross_entropy_{}", suffix(x.dtype()));
     launch_rows(
         dev,
@@ -480,7 +480,7 @@ pub(crate) fn cross_entropy_rows(
         x.dtype(),
         &name,
         rows,
-        &mut args![px, pt, pl, ps, r, c, ignore, smoothing],
+        &mut args![px, pt, pl, ps, r, c, ignore, smoothing, steps],
     )?;
     Ok((loss, lse))
 }
@@ -494,7 +494,7 @@ pub(crate) fn cross_entropy_rows_backward(
     (lse, lse_offset): (&CudaStorage, usize),
     (g, g_offset): (&CudaStorage, usize),
     (rows, cols): (usize, usize),
-    (ignore, smoothing): (i64, f64),
+    opts: crate::backend::op::CeOpts,
 ) -> Result<CudaStorage> {
     let dev = x.dev();
     let gx = new_out(dev, x.dtype(), rows * cols)?;
@@ -504,6 +504,7 @@ pub(crate) fn cross_entropy_rows_backward(
     let (px, pt) = (base_ptr(x, offset), base_ptr(target, t_offset));
     let (ps, pg, po) = (base_ptr(lse, lse_offset), base_ptr(g, g_offset), gx.ptr());
     let (r, c) = (rows as i64, cols as i64);
+    let (ignore, smoothing, steps) = (opts.ignore, opts.smoothing, opts.half_steps as i32);
     let name = format!("cross_entropy_back_{}", suffix(x.dtype()));
     launch_rows(
         dev,
@@ -511,7 +512,7 @@ pub(crate) fn cross_entropy_rows_backward(
         x.dtype(),
         &name,
         rows,
-        &mut args![px, pt, ps, pg, po, r, c, ignore, smoothing],
+        &mut args![px, pt, ps, pg, po, r, c, ignore, smoothing, steps],
     )?;
     Ok(gx)
 }
