@@ -87,20 +87,15 @@ fn leaf(cx: &Ctx, shape: &[usize], dtype: DType) -> Result<Tensor> {
 }
 
 /// Times `f(leaves)` forward and its backward from `up` (or from the scalar `f`
-/// returns, without `up`), clearing the leaves' gradients after each call; no
-/// row where `filter` is given and the name does not contain it.
+/// returns, without `up`), clearing the leaves' gradients after each call.
 fn piece(
     cx: &Ctx,
-    filter: Option<&str>,
     name: String,
     work: Work,
     leaves: &[Tensor],
     up: Option<&Tensor>,
     f: impl Fn(&[Tensor]) -> Result<Tensor>,
-) -> Result<Option<Row>> {
-    if filter.is_some_and(|want| !name.contains(want)) {
-        return Ok(None);
-    }
+) -> Result<Row> {
     cx.row(name, work, || {
         let y = f(leaves)?;
         match up {
@@ -112,13 +107,13 @@ fn piece(
         }
         Ok(())
     })
-    .map(Some)
 }
 
-/// The pieces of both models on one device (those whose name contains `filter`,
-/// where given: their inputs are still made).
+/// The pieces of both models on one device: those whose name contains `filter`
+/// where given (the others' inputs are not made).
 pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
     let z = Sizes::of(cx);
+    let keep = |name: &str| filter.is_none_or(|f| name.contains(f));
     let mut rows = Vec::new();
     ember::manual_seed(0);
     for (tag, dt) in [("f32", DType::F32), ("bf16", DType::BF16)] {
@@ -132,6 +127,10 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
             (1, 256, 64, z.hw[0]),
             (3, 256, 256, z.hw[1]),
         ] {
+            let name = format!("conv {k}x{k} {c}->{o} at {hw}x{hw} b{b} fwd+bwd {tag}");
+            if !keep(&name) {
+                continue;
+            }
             let x = leaf(cx, &[b, c, hw, hw], dt)?;
             let w = leaf(cx, &[o, c, k, k], dt)?;
             let up = upstream(cx, &[b, o, hw, hw], dt)?;
@@ -140,10 +139,9 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
                 ..Conv2dOptions::default()
             };
             let flops = 3.0 * 2.0 * (b * o * hw * hw * c * k * k) as f64;
-            rows.extend(piece(
+            rows.push(piece(
                 cx,
-                filter,
-                format!("conv {k}x{k} {c}->{o} at {hw}x{hw} b{b} fwd+bwd {tag}"),
+                name,
                 Work::Flops(flops),
                 &[x, w],
                 Some(&up),
@@ -157,114 +155,131 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
         // (statistics, normalisation; two sums and the input's gradient)
         let shape = [b, 256, z.hw[0], z.hw[0]];
         let elems = shape.iter().product::<usize>() as f64;
-        let x = leaf(cx, &shape, dt)?;
-        let w = leaf(cx, &[256], DType::F32)?;
-        let bias = leaf(cx, &[256], DType::F32)?;
-        let up = upstream(cx, &shape, dt)?;
-        let mean = Tensor::zeros([256], DType::F32, &cx.dev)?;
-        let var = Tensor::ones([256], DType::F32, &cx.dev)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("batch norm 256ch at {0}x{0} b{b} fwd+bwd {tag}", z.hw[0]),
-            Work::Bytes(8.0 * bytes * elems),
-            &[x, w, bias],
-            Some(&up),
-            |t| {
-                let opts = BatchNormOptions {
-                    running_mean: Some(&mean),
-                    running_var: Some(&var),
-                    training: true,
-                    ..Default::default()
-                };
-                batch_norm(&t[0], Some(&t[1]), Some(&t[2]), opts)
-            },
-        )?);
+        let name = format!("batch norm 256ch at {0}x{0} b{b} fwd+bwd {tag}", z.hw[0]);
+        if keep(&name) {
+            let x = leaf(cx, &shape, dt)?;
+            let w = leaf(cx, &[256], DType::F32)?;
+            let bias = leaf(cx, &[256], DType::F32)?;
+            let up = upstream(cx, &shape, dt)?;
+            let mean = Tensor::zeros([256], DType::F32, &cx.dev)?;
+            let var = Tensor::ones([256], DType::F32, &cx.dev)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Bytes(8.0 * bytes * elems),
+                &[x, w, bias],
+                Some(&up),
+                |t| {
+                    let opts = BatchNormOptions {
+                        running_mean: Some(&mean),
+                        running_var: Some(&var),
+                        training: true,
+                        ..Default::default()
+                    };
+                    batch_norm(&t[0], Some(&t[1]), Some(&t[2]), opts)
+                },
+            )?);
+        }
         // ReLU over the same elements (out of place); 5 passes (x in, y out;
         // the gradient and y in, the input's gradient out)
-        let x = leaf(cx, &shape, dt)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("relu {b}x256x{0}x{0} fwd+bwd {tag}", z.hw[0]),
-            Work::Bytes(5.0 * bytes * elems),
-            &[x],
-            Some(&up),
-            |t| t[0].relu(),
-        )?);
-        drop(up);
+        let name = format!("relu {b}x256x{0}x{0} fwd+bwd {tag}", z.hw[0]);
+        if keep(&name) {
+            let x = leaf(cx, &shape, dt)?;
+            let up = upstream(cx, &shape, dt)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Bytes(5.0 * bytes * elems),
+                &[x],
+                Some(&up),
+                |t| t[0].relu(),
+            )?);
+        }
 
         // GPT-2 small's: causal attention, counted as FlashAttention counts it
         // (4·B·H·L·S·d forward, 2.5 times that backward, halved by the mask)
         let [ab, ah, al, ad] = z.attention;
-        let qkv: Vec<Tensor> = (0..3)
-            .map(|_| leaf(cx, &z.attention, dt))
-            .collect::<Result<_>>()?;
-        let up = upstream(cx, &z.attention, dt)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}"),
-            Work::Flops(3.5 * 4.0 * (ab * ah * al * al * ad) as f64 / 2.0),
-            &qkv,
-            Some(&up),
-            |t| ember::nn::scaled_dot_product_attention(&t[0], &t[1], &t[2], None, 0.0, true, None),
-        )?);
-        drop((qkv, up));
+        let name = format!("attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}");
+        if keep(&name) {
+            let qkv: Vec<Tensor> = (0..3)
+                .map(|_| leaf(cx, &z.attention, dt))
+                .collect::<Result<_>>()?;
+            let up = upstream(cx, &z.attention, dt)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Flops(3.5 * 4.0 * (ab * ah * al * al * ad) as f64 / 2.0),
+                &qkv,
+                Some(&up),
+                |t| {
+                    ember::nn::scaled_dot_product_attention(
+                        &t[0], &t[1], &t[2], None, 0.0, true, None,
+                    )
+                },
+            )?);
+        }
         // layer norm with its weight and bias: 5 passes (x in, y out; the
         // gradient and x in, the input's gradient out)
         let (n, d, h) = (z.tokens, z.width, z.hidden);
-        let x = leaf(cx, &[n, d], dt)?;
-        let (w, bias) = (leaf(cx, &[d], dt)?, leaf(cx, &[d], dt)?);
-        let up = upstream(cx, &[n, d], dt)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("layer norm {n}x{d} fwd+bwd {tag}"),
-            Work::Bytes(5.0 * bytes * (n * d) as f64),
-            &[x, w, bias],
-            Some(&up),
-            |t| ember::nn::layer_norm(&t[0], &[d], Some(&t[1]), Some(&t[2]), 1e-5),
-        )?);
+        let name = format!("layer norm {n}x{d} fwd+bwd {tag}");
+        if keep(&name) {
+            let x = leaf(cx, &[n, d], dt)?;
+            let (w, bias) = (leaf(cx, &[d], dt)?, leaf(cx, &[d], dt)?);
+            let up = upstream(cx, &[n, d], dt)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Bytes(5.0 * bytes * (n * d) as f64),
+                &[x, w, bias],
+                Some(&up),
+                |t| ember::nn::layer_norm(&t[0], &[d], Some(&t[1]), Some(&t[2]), 1e-5),
+            )?);
+        }
         // GELU (erf) over the MLP's hidden activations: 5 passes
-        let x = leaf(cx, &[n, h], dt)?;
-        let up_h = upstream(cx, &[n, h], dt)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("gelu {n}x{h} fwd+bwd {tag}"),
-            Work::Bytes(5.0 * bytes * (n * h) as f64),
-            &[x],
-            Some(&up_h),
-            |t| t[0].gelu(),
-        )?);
+        let name = format!("gelu {n}x{h} fwd+bwd {tag}");
+        if keep(&name) {
+            let x = leaf(cx, &[n, h], dt)?;
+            let up_h = upstream(cx, &[n, h], dt)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Bytes(5.0 * bytes * (n * h) as f64),
+                &[x],
+                Some(&up_h),
+                |t| t[0].gelu(),
+            )?);
+        }
         // the MLP's first linear layer with its bias: 3 products
-        let x = leaf(cx, &[n, d], dt)?;
-        let (w, bias) = (leaf(cx, &[h, d], dt)?, leaf(cx, &[h], dt)?);
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("linear {n}x{d} -> {h} fwd+bwd {tag}"),
-            Work::Flops(3.0 * 2.0 * (n * d * h) as f64),
-            &[x, w, bias],
-            Some(&up_h),
-            |t| ember::nn::functional::linear(&t[0], &t[1], Some(&t[2])),
-        )?);
-        drop((up, up_h));
+        let name = format!("linear {n}x{d} -> {h} fwd+bwd {tag}");
+        if keep(&name) {
+            let x = leaf(cx, &[n, d], dt)?;
+            let (w, bias) = (leaf(cx, &[h, d], dt)?, leaf(cx, &[h], dt)?);
+            let up_h = upstream(cx, &[n, h], dt)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Flops(3.0 * 2.0 * (n * d * h) as f64),
+                &[x, w, bias],
+                Some(&up_h),
+                |t| ember::nn::functional::linear(&t[0], &t[1], Some(&t[2])),
+            )?);
+        }
         // the loss over the vocabulary (mean over rows): 3 passes (the logits
         // read forward; read again and the gradient written backward)
         let (r, v) = (z.loss_rows, z.vocab);
-        let logits = leaf(cx, &[r, v], dt)?;
-        let target = Tensor::randint(0, v as i64, [r], &cx.dev)?;
-        rows.extend(piece(
-            cx,
-            filter,
-            format!("cross-entropy {r}x{v} fwd+bwd {tag}"),
-            Work::Bytes(3.0 * bytes * (r * v) as f64),
-            &[logits],
-            None,
-            |t| ember::nn::cross_entropy(&t[0], &target),
-        )?);
+        let name = format!("cross-entropy {r}x{v} fwd+bwd {tag}");
+        if keep(&name) {
+            let logits = leaf(cx, &[r, v], dt)?;
+            let target = Tensor::randint(0, v as i64, [r], &cx.dev)?;
+            rows.push(piece(
+                cx,
+                name,
+                Work::Bytes(3.0 * bytes * (r * v) as f64),
+                &[logits],
+                None,
+                |t| ember::nn::cross_entropy(&t[0], &target),
+            )?);
+        }
     }
     Ok(rows)
 }

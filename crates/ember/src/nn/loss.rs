@@ -164,13 +164,25 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
         half_steps: steps,
     };
     let rows = x.cross_entropy_rows(&t, ce)?;
-    // rounded in the logits' dtype, each row's loss is one of its values, and the
-    // reduction runs in that dtype as the composite's does
-    let rows = if steps {
-        rows.to_dtype(input.dtype())?
-    } else {
-        rows
-    };
+    if steps {
+        // each row's loss is a value of the logits' dtype, exact in float32. As
+        // PyTorch's half nll_loss: a mean summed in float32 over a float32 count
+        // and rounded once (summed in the dtype, float16's 65504 is reached long
+        // before the mean is), each row's gradient rounded to the dtype (by the
+        // round trip through it on the way back; PyTorch divides by the count
+        // rounded to the dtype there, which moves it by at most a rounding)
+        let dt = input.dtype();
+        let rows = rows.to_dtype(dt)?;
+        return match opts.reduction {
+            Reduction::Mean => rows
+                .to_dtype(DType::F32)?
+                .sum_all()?
+                .div(&valid.to_dtype(DType::F32)?.sum_all()?)?
+                .to_dtype(dt),
+            Reduction::Sum => rows.sum_all(),
+            Reduction::None => rows.reshape(shape),
+        };
+    }
     match opts.reduction {
         // a mean over the targets not ignored (none: 0 / 0, NaN as in PyTorch)
         Reduction::Mean => rows

@@ -3040,14 +3040,19 @@ fn fused_attention_matches_the_plain_path(dev: &Device) -> Result<()> {
 
 /// Cross-entropy on f16/bf16 logits outside autocast (no class weights, no
 /// smoothing) runs the fused op: one pass over the logits each way, no
-/// `log_softmax` and no log-probabilities of the logits' size. It gives what the
-/// composite of half-precision kernels gives (PyTorch's `log_softmax` and
-/// `nll_loss` in the dtype, as written out here): each row's log-probabilities
-/// rounded to the dtype, the target's picked and negated, the reduction in the
-/// dtype; the logits' gradient that of `log_softmax`'s backward from the rounded
-/// log-probabilities. Within a unit in the last place of the dtype: the two sum
-/// a row's exponentials in different orders. Rows wider than a block, an ignored
-/// target, every reduction.
+/// `log_softmax` and no log-probabilities of the logits' size. It gives what
+/// PyTorch's half-precision `log_softmax` and `nll_loss` give (written out here
+/// op by op): each row's log-probabilities rounded to the dtype, the target's
+/// picked and negated, a mean summed in float32 and rounded once; the logits'
+/// gradient that of `log_softmax`'s backward from the rounded log-probabilities.
+/// The two may sum a row's exponentials in different orders (the CPU's do not),
+/// so a log-probability near a tie may round the other way in either: every
+/// gradient within 8 units in the last place of the dtype, and at most 1% of
+/// them different at all (leaving the log-probabilities unrounded changes most
+/// of them). Rows wider than a
+/// block, an ignored target, every reduction; and a float16 mean whose sum
+/// passes float16's largest value (4096 rows of loss 31: PyTorch's 31.1, where
+/// a sum in float16 would be inf).
 fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result<()> {
     let (_turn, _g) = (super::profile_turn(), super::rng_lock());
     ember::manual_seed(3);
@@ -3084,7 +3089,7 @@ fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result
             );
             assert_eq!(super::this_threads_count(&prof, "log_softmax"), 0, "{what}");
             assert_eq!(loss.dtype(), dt, "{what}");
-            // the composite, op by op in the dtype
+            // PyTorch's half kernels, op by op
             let xr = base.to_dtype(dt)?.requires_grad_(true)?;
             let logp = xr.log_softmax(-1)?;
             let valid = t.ne(-100)?;
@@ -3094,21 +3099,52 @@ fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result
                 .neg()?
                 .masked_fill(&valid.logical_not()?, 0.0)?;
             let want = match red {
-                Reduction::Mean => picked.sum_all()?.div(&valid.to_dtype(dt)?.sum_all()?)?,
+                Reduction::Mean => picked
+                    .to_dtype(DType::F32)?
+                    .sum_all()?
+                    .div(&valid.to_dtype(DType::F32)?.sum_all()?)?
+                    .to_dtype(dt)?,
                 Reduction::Sum => picked.sum_all()?,
                 Reduction::None => picked,
             };
             want.backward_with(&up)?;
-            assert_close(&vals(&loss), &vals(&want), ulp, 1e-6);
+            assert_close(&vals(&loss), &vals(&want), 2.0 * ulp, 1e-6);
             let (g, w) = (
-                x.grad().expect("a gradient"),
-                xr.grad().expect("a gradient"),
+                vals(&x.grad().expect("a gradient")),
+                vals(&xr.grad().expect("a gradient")),
             );
             // a gradient of about 1/1500 beside one of about -1 in each row: ulps
             // of each element's own size, and of the row's largest
-            assert_close(&vals(&g), &vals(&w), ulp, ulp * 2e-3);
+            let beyond = |k: f64| {
+                g.iter()
+                    .zip(&w)
+                    .filter(|(a, b)| (*a - *b).abs() > k * ulp * (b.abs() + 2e-3))
+                    .count()
+            };
+            assert_eq!(beyond(8.0), 0, "{what}: gradients beyond 8 ulps");
+            let differ = g.iter().zip(&w).filter(|(a, b)| a != b).count();
+            assert!(
+                differ * 100 <= g.len(),
+                "{what}: {differ} of {} gradients differ",
+                g.len()
+            );
         }
     }
+    // float16's mean over rows whose losses sum past 65504
+    let rows = 4096;
+    let wide: Vec<f32> = (0..rows * 4)
+        .map(|i| if i % 4 == 0 { -30.0 } else { 0.0 })
+        .collect();
+    let x = Tensor::new(wide, dev)?.reshape([rows, 4])?;
+    let y = Tensor::zeros([rows], DType::I64, dev)?;
+    let got = nn::cross_entropy(&x.to_dtype(DType::F16)?, &y)?;
+    let want = nn::cross_entropy(&x, &y)?.item::<f32>()?;
+    assert!((31.0..31.2).contains(&want), "{want}");
+    let got = got.to_dtype(DType::F32)?.item::<f32>()?;
+    assert!(
+        (got - want).abs() <= want / 1024.0,
+        "float16 mean {got}, want {want}"
+    );
     Ok(())
 }
 
