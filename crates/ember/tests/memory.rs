@@ -692,20 +692,22 @@ fn gpt2_small_needs_no_more_memory_than_pytorch() -> Result<()> {
     Ok(())
 }
 
-/// Cross-entropy under autocast reads half-precision logits in float32 without a
-/// float32 copy of them: after the forward pass only the loss and one log-sum-exp
-/// per row are new, and backward's peak is the logits' gradient in their dtype.
-#[test]
-fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
+/// Cross-entropy over `[64, 1000]` bfloat16 logits on meta, from `loss` (which
+/// makes it): the loss in `dtype`, fewer than `live_max` bytes alive after the
+/// forward pass, and backward's peak the logits' bfloat16 gradient (within 4 KiB).
+fn cross_entropy_memory(
+    loss: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    dtype: DType,
+    live_max: impl FnOnce(usize) -> usize,
+) -> Result<()> {
     let dev = Device::Meta;
     let (rows, classes) = (64, 1000);
     let logits = Tensor::zeros([rows, classes], DType::BF16, &dev)?.requires_grad_(true)?;
     let y = Tensor::zeros([rows], DType::I64, &dev)?;
-    let (live, loss) =
-        live_after(|| ember::amp::autocast(DType::BF16, || nn::cross_entropy(&logits, &y))?)?;
-    assert_eq!(loss.dtype(), DType::F32);
+    let (live, loss) = live_after(|| loss(&logits, &y))?;
+    assert_eq!(loss.dtype(), dtype);
     assert!(
-        live < 4 * rows * 4 + 1024,
+        live < live_max(rows),
         "{live} bytes alive after the forward pass"
     );
     let peak = std::sync::Arc::new(common::MetaPeak::default());
@@ -719,31 +721,25 @@ fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
     Ok(())
 }
 
+/// Cross-entropy under autocast reads half-precision logits in float32 without a
+/// float32 copy of them: after the forward pass only the loss and one log-sum-exp
+/// per row are new, and backward's peak is the logits' gradient in their dtype.
+#[test]
+fn cross_entropy_keeps_no_float32_copy_of_the_logits() -> Result<()> {
+    cross_entropy_memory(
+        |x, y| ember::amp::autocast(DType::BF16, || nn::cross_entropy(x, y))?,
+        DType::F32,
+        |rows| 4 * rows * 4 + 1024,
+    )
+}
+
 /// Cross-entropy on bfloat16 logits outside autocast keeps no log-probabilities
 /// of the logits' size (the composite `log_softmax` and `nll_loss` kept them, 2
 /// bytes an element): after the forward pass only each row's loss and log-sum-exp
 /// are new, and backward's peak is the logits' gradient.
 #[test]
 fn half_cross_entropy_keeps_no_log_probabilities() -> Result<()> {
-    let dev = Device::Meta;
-    let (rows, classes) = (64, 1000);
-    let logits = Tensor::zeros([rows, classes], DType::BF16, &dev)?.requires_grad_(true)?;
-    let y = Tensor::zeros([rows], DType::I64, &dev)?;
-    let (live, loss) = live_after(|| nn::cross_entropy(&logits, &y))?;
-    assert_eq!(loss.dtype(), DType::BF16);
-    assert!(
-        live < 5 * rows * 4 + 1024,
-        "{live} bytes alive after the forward pass"
-    );
-    let peak = std::sync::Arc::new(common::MetaPeak::default());
-    ember::meta::with_hook(peak.clone(), || loss.backward())?;
-    let top = peak.top() as usize;
-    assert!(
-        (2 * rows * classes..2 * rows * classes + 4096).contains(&top),
-        "backward peaked {top} bytes above its start (the bfloat16 gradient is {})",
-        2 * rows * classes
-    );
-    Ok(())
+    cross_entropy_memory(nn::cross_entropy, DType::BF16, |rows| 5 * rows * 4 + 1024)
 }
 
 /// The memory-saving attention's memory grows linearly with the length: training
