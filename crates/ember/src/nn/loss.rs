@@ -166,9 +166,10 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     let rows = x.cross_entropy_rows(&t, ce)?;
     if steps {
         // each row's loss is a value of the logits' dtype, exact in float32. As
-        // PyTorch's half nll_loss: a mean summed in float32 over a float32 count
-        // and rounded once (summed in the dtype, float16's 65504 is reached long
-        // before the mean is), each row's gradient rounded to the dtype (by the
+        // PyTorch's CUDA half nll_loss: a mean summed in float32 over a float32
+        // count and rounded once (summed in the dtype, as PyTorch's CPU kernel
+        // sums, float16's 65504 is reached long before the mean is), each row's
+        // gradient rounded to the dtype (by the
         // round trip through it on the way back; PyTorch divides by the count
         // rounded to the dtype there, which moves it by at most a rounding)
         let dt = input.dtype();
@@ -316,12 +317,6 @@ fn weighted_nll(
     // target (0 / 0, NaN as in PyTorch) then sends them a zero gradient, not
     // 0 · inf
     let ignored = valid.logical_not()?;
-    let picked = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
-    let nll = match &w_target {
-        Some(w) => picked.mul(w)?,
-        None => picked,
-    }
-    .masked_fill(&ignored, 0.0)?;
     let red = |l: Tensor, denominator: &Tensor| -> Result<Tensor> {
         match opts.reduction {
             Reduction::Mean => l.sum_all()?.div(&denominator.sum_all()?),
@@ -329,8 +324,23 @@ fn weighted_nll(
             Reduction::None => l.reshape(shape),
         }
     };
+    let picked = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
+    let nll = match &w_target {
+        Some(w) => picked.mul(w)?,
+        None => picked,
+    }
+    .masked_fill(&ignored, 0.0)?;
+    // a sum or mean of half losses is summed in float32 (the weights too),
+    // divided there and rounded once, as PyTorch's CUDA nll_loss does with the
+    // products rounded to the dtype. PyTorch's CPU kernel sums in the dtype: a
+    // float16 mean over many targets or large weights is inf there, past
+    // 65504, where the mean itself is small
+    let sum_dt = match logp.dtype() {
+        DType::F16 | DType::BF16 if opts.reduction != Reduction::None => DType::F32,
+        dt => dt,
+    };
     let ls = opts.label_smoothing;
-    let loss = red(nll, &wt)?;
+    let loss = red(nll.to_dtype(sum_dt)?, &wt.to_dtype(sum_dt)?)?.to_dtype(logp.dtype())?;
     if ls == 0.0 {
         return Ok(loss);
     }

@@ -1907,6 +1907,7 @@ device_test!(
     memory_saving_attention_cuts_long_rows_into_query_blocks,
     fused_attention_matches_the_plain_path,
     half_cross_entropy_runs_fused_as_the_composite_rounds,
+    half_weighted_cross_entropy_sums_in_float32,
     fused_attention_takes_the_causal_hint_of_an_encoder,
     fused_attention_drops_the_same_weights_forward_and_backward,
     fused_attention_takes_masks,
@@ -3145,6 +3146,87 @@ fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result
         (got - want).abs() <= want / 1024.0,
         "float16 mean {got}, want {want}"
     );
+    Ok(())
+}
+
+/// Cross-entropy and `nll_loss` on half inputs with class weights or label
+/// smoothing (the composite path) sum a mean's or sum's losses and weights in
+/// float32 and round once, as PyTorch's CUDA `nll_loss` does (its CPU kernel
+/// sums in the dtype: float16 is inf past 65504 there): 2048 rows of loss about
+/// 13.3 at a class weight of 3 sum to about 82000, and their mean is the float32
+/// loss of the same half values within two roundings. A sum past 65504 is inf,
+/// as is label smoothing's term, which PyTorch sums in the dtype.
+fn half_weighted_cross_entropy_sums_in_float32(dev: &Device) -> Result<()> {
+    let rows = 2048;
+    let wide: Vec<f32> = (0..rows * 4)
+        .map(|i| match i % 4 {
+            0 => -12.0,
+            1 => 0.5,
+            _ => 0.0,
+        })
+        .collect();
+    let x = Tensor::new(wide, dev)?.reshape([rows, 4])?;
+    let y = Tensor::zeros([rows], DType::I64, dev)?;
+    let w = Tensor::new([3.0f32, 1.0, 2.0, 0.5], dev)?;
+    let ulp = 1.0 / 1024.0;
+    for (red, smoothing) in [
+        (Reduction::Mean, 0.0),
+        (Reduction::Mean, 0.1),
+        (Reduction::Sum, 0.0),
+    ] {
+        let what = format!("{red:?} smoothing {smoothing}");
+        let opts = |weight| nn::LossOptions {
+            weight,
+            reduction: red,
+            label_smoothing: smoothing,
+            ..nn::LossOptions::default()
+        };
+        let xh = x.to_dtype(DType::F16)?;
+        let wh = w.to_dtype(DType::F16)?;
+        let got = nn::cross_entropy_opts(&xh, &y, opts(Some(&wh)))?;
+        assert_eq!(got.dtype(), DType::F16, "{what}");
+        let got = got.to_dtype(DType::F32)?.item::<f32>()? as f64;
+        let want = nn::cross_entropy_opts(&xh.to_dtype(DType::F32)?, &y, opts(Some(&w)))?
+            .item::<f32>()? as f64;
+        if red == Reduction::Sum || smoothing > 0.0 {
+            // float16's largest is 65504: a sum past it is inf in PyTorch too,
+            // and so is smoothing's, which PyTorch sums in the dtype (each row's
+            // term holds the row's loss: it passes 65504 where theirs does)
+            let total = if red == Reduction::Sum {
+                want
+            } else {
+                // smoothing's sum over rows and classes of the weighted
+                // negated log-probabilities
+                let lp = xh.to_dtype(DType::F32)?.log_softmax(-1)?;
+                lp.mul(&w)?.sum_all()?.neg()?.item::<f32>()? as f64
+            };
+            assert!(
+                got.is_infinite() && total > 65504.0,
+                "{what}: {got}, {want}"
+            );
+            continue;
+        }
+        assert!((13.0..13.6).contains(&want), "{what}: {want}");
+        assert!(
+            (got - want).abs() <= 2.0 * ulp * want,
+            "{what}: float16 {got}, float32 {want}"
+        );
+        // nll_loss on the same log-probabilities
+        if smoothing == 0.0 {
+            let lp = xh.log_softmax(-1)?;
+            let lw = nn::LossOptions {
+                weight: Some(&wh),
+                ..nn::LossOptions::default()
+            };
+            let got = nn::nll_loss_opts(&lp, &y, lw)?
+                .to_dtype(DType::F32)?
+                .item::<f32>()? as f64;
+            assert!(
+                (got - want).abs() <= 2.0 * ulp * want,
+                "nll_loss: float16 {got}, float32 {want}"
+            );
+        }
+    }
     Ok(())
 }
 
