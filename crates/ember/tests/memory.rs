@@ -742,6 +742,48 @@ fn half_cross_entropy_keeps_no_log_probabilities() -> Result<()> {
     cross_entropy_memory(nn::cross_entropy, DType::BF16, |rows| 5 * rows * 4 + 1024)
 }
 
+/// Layer norm and RMS norm on bfloat16 rows with bfloat16 parameters read and
+/// write bfloat16 (computing in float32): after the forward pass only the output
+/// and each row's two float32 statistics are new, where the float32 route kept a
+/// float32 copy of the input (4 bytes an element) for the backward; the
+/// backward's peak is the input's bfloat16 gradient and the parameters', no
+/// float32 gradient of the rows.
+#[test]
+fn half_norms_keep_no_float32_copy_of_their_input() -> Result<()> {
+    let dev = Device::Meta;
+    let (rows, cols) = (256, 512);
+    for rms in [false, true] {
+        let x = Tensor::zeros([rows, cols], DType::BF16, &dev)?.requires_grad_(true)?;
+        let w = Tensor::zeros([cols], DType::BF16, &dev)?.requires_grad_(true)?;
+        let b = Tensor::zeros([cols], DType::BF16, &dev)?.requires_grad_(true)?;
+        let (live, y) = live_after(|| {
+            if rms {
+                nn::rms_norm(&x, &[cols], None, None)
+            } else {
+                nn::layer_norm(&x, &[cols], Some(&w), Some(&b), 1e-5)
+            }
+        })?;
+        assert_eq!(y.dtype(), DType::BF16);
+        let out = 2 * rows * cols;
+        assert!(
+            (out..out + 2 * 4 * rows + 1024).contains(&live),
+            "rms {rms}: {live} bytes alive after the forward pass (the output is {out})"
+        );
+        let peak = std::sync::Arc::new(common::MetaPeak::default());
+        let loss = y.sum_all()?;
+        ember::meta::with_hook(peak.clone(), || loss.backward())?;
+        let top = peak.top() as usize;
+        // the upstream gradient made contiguous and the input's, in bfloat16,
+        // and the parameters' float32 partial sums over chunks of 32 rows
+        let partials = 2 * 4 * (rows / 32) * cols;
+        assert!(
+            top <= 2 * out + partials + 4096,
+            "rms {rms}: backward peaked {top} bytes above its start (the bfloat16 gradient is {out})"
+        );
+    }
+    Ok(())
+}
+
 /// The memory-saving attention's memory grows linearly with the length: training
 /// one encoder layer (width 256, 8 heads, batch 8, Adam) at 8192 tokens needs at
 /// most 4.2 times what it needs at 2048 (keeping the weights it needs 16 times:

@@ -338,7 +338,19 @@ pub fn layer_norm(
     }
     let dims = norm_dims(OP, x, normalized_shape, &[weight, bias])?;
     norm_params_dtype(OP, x, &[weight, bias])?;
-    let xf = upcast(OP, "LayerNormKernelImpl", x)?;
+    // half inputs with parameters of their dtype (or none) are normalised by the
+    // half kernels, which read and write the dtype, compute in float32 and round
+    // once: the bits of the float32 route, without its casts each way and its
+    // float32 copy of x kept for the backward. float32 parameters take that route
+    let native = [weight, bias]
+        .into_iter()
+        .flatten()
+        .all(|p| p.dtype() == x.dtype());
+    let xf = if native && x.dtype().is_float() {
+        x.clone()
+    } else {
+        upcast(OP, "LayerNormKernelImpl", x)?
+    };
     // the affine part inside the normalisation's one pass, in its dtype
     let part = |p: Option<&Tensor>| p.map(|p| p.to_dtype(xf.dtype())).transpose();
     let (w, b) = (part(weight)?, part(bias)?);
@@ -507,13 +519,17 @@ pub fn rms_norm(
     let _record = crate::profiler::function("rms_norm");
     const OP: &str = "rms_norm";
     let dims = norm_dims(OP, x, normalized_shape, &[weight])?;
-    let xf = upcast(OP, "rms_norm", x)?;
+    // half inputs are normalised by the half kernels, which compute in float32
+    // and round once (as layer_norm's); others than floats are refused
+    if !x.dtype().is_float() {
+        upcast(OP, "rms_norm", x)?;
+    }
     let eps = eps.unwrap_or(if x.dtype() == DType::F64 {
         f64::EPSILON
     } else {
         f32::EPSILON as f64
     });
-    let y = normalize(OP, &xf, &dims, (eps, true), (None, None))?.to_dtype(x.dtype())?;
+    let y = normalize(OP, x, &dims, (eps, true), (None, None))?;
     match weight {
         Some(w) => y.mul(w),
         None => Ok(y),
