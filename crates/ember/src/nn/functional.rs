@@ -340,8 +340,10 @@ pub fn layer_norm(
     norm_params_dtype(OP, x, &[weight, bias])?;
     // half inputs with parameters of their dtype (or none) are normalised by the
     // half kernels, which read and write the dtype, compute in float32 and round
-    // once: the bits of the float32 route, without its casts each way and its
-    // float32 copy of x kept for the backward. float32 parameters take that route
+    // once: the float32 route's values (on CUDA its bits, from one kernel
+    // template; the CPU may sum a row in another order), without its casts each
+    // way and its float32 copy of x kept for the backward. float32 parameters
+    // take that route
     let native = [weight, bias]
         .into_iter()
         .flatten()
@@ -531,7 +533,8 @@ pub fn rms_norm(
     });
     let y = normalize(OP, x, &dims, (eps, true), (None, None))?;
     match weight {
-        Some(w) => y.mul(w),
+        // in the input's dtype whatever the weight's, as PyTorch's `type_as`
+        Some(w) => y.mul(w)?.to_dtype(x.dtype()),
         None => Ok(y),
     }
 }

@@ -166,8 +166,8 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     let rows = x.cross_entropy_rows(&t, ce)?;
     if steps {
         // each row's loss is a value of the logits' dtype, exact in float32. As
-        // PyTorch's CUDA half nll_loss: a mean summed in float32 over a float32
-        // count and rounded once (summed in the dtype, as PyTorch's CPU kernel
+        // PyTorch's CUDA half nll_loss over [N, C]: a mean summed in float32 over
+        // a float32 count and rounded once (summed in the dtype, as PyTorch's CPU kernel
         // sums, float16's 65504 is reached long before the mean is), each row's
         // gradient rounded to the dtype (by the
         // round trip through it on the way back; PyTorch divides by the count
@@ -175,6 +175,11 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
         let dt = input.dtype();
         let rows = rows.to_dtype(dt)?;
         return match opts.reduction {
+            // over [N, C, d1, ...] summed and divided in the dtype, as PyTorch's
+            // half nll_loss2d does (see weighted_nll)
+            Reduction::Mean if input.rank() > 2 => {
+                rows.sum_all()?.div(&valid.to_dtype(dt)?.sum_all()?)
+            }
             Reduction::Mean => rows
                 .to_dtype(DType::F32)?
                 .sum_all()?
@@ -330,13 +335,16 @@ fn weighted_nll(
         None => picked,
     }
     .masked_fill(&ignored, 0.0)?;
-    // a sum or mean of half losses is summed in float32 (the weights too),
-    // divided there and rounded once, as PyTorch's CUDA nll_loss does with the
-    // products rounded to the dtype. PyTorch's CPU kernel sums in the dtype: a
-    // float16 mean over many targets or large weights is inf there, past
-    // 65504, where the mean itself is small
+    // a sum or mean of half losses over [N, C] or [C] is summed in float32 (the
+    // weights too), divided there and rounded once, as PyTorch's CUDA nll_loss
+    // does with the products rounded to the dtype; over [N, C, d1, ...] it is
+    // summed and divided in the dtype, as PyTorch's nll_loss2d adds its
+    // blocks' sums into a half total (and as PyTorch's CPU kernels sum every
+    // layout): a float16 mean whose sum passes 65504 is inf there
     let sum_dt = match logp.dtype() {
-        DType::F16 | DType::BF16 if opts.reduction != Reduction::None => DType::F32,
+        DType::F16 | DType::BF16 if opts.reduction != Reduction::None && input.rank() <= 2 => {
+            DType::F32
+        }
         dt => dt,
     };
     let ls = opts.label_smoothing;

@@ -2784,7 +2784,7 @@ for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
 # (class weights or label smoothing), with ignored targets. ember sums a sum or
 # mean of half losses in float32 as PyTorch's CUDA kernel does; PyTorch's CPU
 # kernel, which makes these files, sums in the dtype, so the sums here stay far
-# from float16's 65504 (tests/tensor.rs checks past it)
+# from float16's 65504 (tests/tensor/nn.rs checks past it)
 FAM = "ce_half_composite"
 _CX, _CT = rn(24, 5, scale=2.0), T([0, 4, 2, -100, 1, 3, 3, 0, 2, 1, 4, 4, 0, 1, 2, 3, -100, 0, 1, 2, 3, 4, 0, 2], I)
 _CW = [3.0, 2.5, 4.0, 1.5, 3.5]
@@ -2803,6 +2803,14 @@ for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
     case(FAM, f"nll_weighted_mean_{tag}", "nll_loss_opts", [_CX.to(dt).log_softmax(1), _CT],
          {"weight": _CW, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}, grad=True,
          rtol=rt, atol=at)
+
+# ---- rms_norm on half rows with a float32 weight: the result in the input's dtype
+# (PyTorch's composite multiplies and casts back with type_as)
+FAM = "rms_norm_mixed"
+for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+    rt, at = HALF_TOL[dt]
+    case(FAM, f"f32_weight_{tag}", "rms_norm", [rn(3, 6, dtype=dt, scale=2.0), rn(6)],
+         {"shape": [6], "eps": None}, grad=True, rtol=rt, atol=at)
 
 # ----------------------------------------------------------------------------------
 

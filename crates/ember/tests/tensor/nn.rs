@@ -3146,6 +3146,11 @@ fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result
         (got - want).abs() <= want / 1024.0,
         "float16 mean {got}, want {want}"
     );
+    // the same rows as [1, 4, 4096]: PyTorch's half nll_loss2d sums in the
+    // dtype, inf past 65504
+    let spatial = x.to_dtype(DType::F16)?.t()?.unsqueeze(0)?;
+    let got = nn::cross_entropy(&spatial, &y.unsqueeze(0)?)?;
+    assert!(got.item::<f32>()?.is_infinite(), "{got:?}");
     Ok(())
 }
 
@@ -3155,7 +3160,8 @@ fn half_cross_entropy_runs_fused_as_the_composite_rounds(dev: &Device) -> Result
 /// sums in the dtype: float16 is inf past 65504 there): 2048 rows of loss about
 /// 13.3 at a class weight of 3 sum to about 82000, and their mean is the float32
 /// loss of the same half values within two roundings. A sum past 65504 is inf,
-/// as is label smoothing's term, which PyTorch sums in the dtype.
+/// as is label smoothing's term, which PyTorch sums in the dtype, and a mean
+/// over `[N, C, d]`, which PyTorch's `nll_loss2d` sums in the dtype.
 fn half_weighted_cross_entropy_sums_in_float32(dev: &Device) -> Result<()> {
     let rows = 2048;
     let wide: Vec<f32> = (0..rows * 4)
@@ -3211,8 +3217,12 @@ fn half_weighted_cross_entropy_sums_in_float32(dev: &Device) -> Result<()> {
             (got - want).abs() <= 2.0 * ulp * want,
             "{what}: float16 {got}, float32 {want}"
         );
-        // nll_loss on the same log-probabilities
+        // nll_loss on the same log-probabilities; as [1, 4, 2048], summed in
+        // the dtype as PyTorch's nll_loss2d: inf
         if smoothing == 0.0 {
+            let spatial = xh.t()?.unsqueeze(0)?;
+            let s = nn::cross_entropy_opts(&spatial, &y.unsqueeze(0)?, opts(Some(&wh)))?;
+            assert!(s.item::<f32>()?.is_infinite(), "{what} spatial: {s:?}");
             let lp = xh.log_softmax(-1)?;
             let lw = nn::LossOptions {
                 weight: Some(&wh),
