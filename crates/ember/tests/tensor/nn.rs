@@ -1908,6 +1908,7 @@ device_test!(
     fused_attention_matches_the_plain_path,
     half_cross_entropy_runs_fused_as_the_composite_rounds,
     half_weighted_cross_entropy_sums_in_float32,
+    half_norms_give_the_float32_routes_bits,
     fused_attention_takes_the_causal_hint_of_an_encoder,
     fused_attention_drops_the_same_weights_forward_and_backward,
     fused_attention_takes_masks,
@@ -3235,6 +3236,71 @@ fn half_weighted_cross_entropy_sums_in_float32(dev: &Device) -> Result<()> {
                 (got - want).abs() <= 2.0 * ulp * want,
                 "nll_loss: float16 {got}, float32 {want}"
             );
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm and RMS norm on f16/bf16 rows with parameters of their dtype run
+/// the half kernels (no cast of the rows), and give the float32 route's bits:
+/// the rows and parameters cast to float32, normalised there and the result cast
+/// back, in the output and in every gradient (input, weight, bias). Rows wider
+/// than a CUDA block's register cache are normalised the same way.
+fn half_norms_give_the_float32_routes_bits(dev: &Device) -> Result<()> {
+    let (_turn, _g) = (super::profile_turn(), super::rng_lock());
+    ember::manual_seed(11);
+    for cols in [96, 3000] {
+        let x = Tensor::randn([5, cols], dev)?.mul(2.0)?.add(0.5)?;
+        let w = Tensor::randn([cols], dev)?;
+        let b = Tensor::randn([cols], dev)?;
+        let up = Tensor::randn([5, cols], dev)?;
+        for dt in [DType::BF16, DType::F16] {
+            for rms in [false, true] {
+                let what = format!("{dt} rms {rms} cols {cols}");
+                let leaf = |t: &Tensor| t.to_dtype(dt)?.requires_grad_(true);
+                let (xh, wh, bh) = (leaf(&x)?, leaf(&w)?, leaf(&b)?);
+                let (xr, wr, br) = (leaf(&x)?, leaf(&w)?, leaf(&b)?);
+                let f32_ = |t: &Tensor| t.to_dtype(DType::F32);
+                let uph = up.to_dtype(dt)?;
+                let (got, prof) = ember::profiler::profile(|| {
+                    let y = if rms {
+                        nn::rms_norm(&xh, &[cols], Some(&wh), None)?
+                    } else {
+                        nn::layer_norm(&xh, &[cols], Some(&wh), Some(&bh), 1e-5)?
+                    };
+                    y.backward_with(&uph)?;
+                    Ok(y)
+                })?;
+                // the rows are never cast (rms_norm's weight is a product after it)
+                assert_eq!(super::this_threads_count(&prof, "to_dtype"), 0, "{what}");
+                let want = if rms {
+                    nn::rms_norm(&f32_(&xr)?, &[cols], None, None)?
+                        .to_dtype(dt)?
+                        .mul(&wr)?
+                } else {
+                    nn::layer_norm(
+                        &f32_(&xr)?,
+                        &[cols],
+                        Some(&f32_(&wr)?),
+                        Some(&f32_(&br)?),
+                        1e-5,
+                    )?
+                    .to_dtype(dt)?
+                };
+                want.backward_with(&uph)?;
+                assert_eq!(got.dtype(), dt, "{what}");
+                assert_eq!(vals(&got), vals(&want), "{what}: output");
+                let grads = if rms {
+                    vec![(&xh, &xr), (&wh, &wr)]
+                } else {
+                    vec![(&xh, &xr), (&wh, &wr), (&bh, &br)]
+                };
+                for (i, (a, b)) in grads.into_iter().enumerate() {
+                    let (a, b) = (a.grad().expect("a gradient"), b.grad().expect("a gradient"));
+                    assert_eq!(a.dtype(), dt, "{what}: gradient {i}");
+                    assert_eq!(vals(&a), vals(&b), "{what}: gradient {i}");
+                }
+            }
         }
     }
     Ok(())

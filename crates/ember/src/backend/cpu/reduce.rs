@@ -45,6 +45,49 @@ impl SliceMath for f32 {
     }
 }
 
+/// The values a norm computes on, row by row: the elements themselves for f32 and
+/// f64, and for f16/bf16 the row widened into a float32 scratch row, so that the
+/// half types run the float32 code (its vector loops, its order of summation:
+/// the float32 route's bits, without its casts of whole tensors).
+pub(crate) trait NormRow: SliceMath {
+    type C: SliceMath<Acc = Self::Acc>;
+    fn row<'a>(x: &'a [Self], scratch: &'a mut Vec<Self::C>) -> &'a [Self::C];
+}
+impl NormRow for f32 {
+    type C = f32;
+    fn row<'a>(x: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+        x
+    }
+}
+impl NormRow for f64 {
+    type C = f64;
+    fn row<'a>(x: &'a [f64], _: &'a mut Vec<f64>) -> &'a [f64] {
+        x
+    }
+}
+macro_rules! half_norm_row {
+    ($t:ty) => {
+        impl NormRow for $t {
+            type C = f32;
+            #[inline(always)]
+            fn row<'a>(x: &'a [$t], scratch: &'a mut Vec<f32>) -> &'a [f32] {
+                scratch.resize(x.len(), 0.0);
+                for (d, v) in scratch.iter_mut().zip(x) {
+                    *d = v.to_f32();
+                }
+                scratch
+            }
+        }
+    };
+}
+half_norm_row!(half::f16);
+half_norm_row!(half::bf16);
+
+/// A norm part (`[row]`) in the type its norm computes in.
+fn norm_part<T: NormRow>(p: Option<&[T]>) -> Option<Vec<T::C>> {
+    p.map(|p| T::row(p, &mut Vec::new()).to_vec())
+}
+
 /// Calls `f` on each output's lane (the elements over the reduced `dims`, in row-major
 /// order) and collects the results in the row-major order of the kept dims.
 pub(crate) fn reduce_lanes<T, U>(
@@ -759,7 +802,7 @@ pub(crate) fn norm_rows(
     (eps, rms): (f64, bool),
     (w, b): (Option<Stat>, Option<Stat>),
 ) -> Option<Result<(CpuData, CpuData)>> {
-    fn go<T: SliceMath>(
+    fn go<T: NormRow>(
         x: &[T],
         row: usize,
         (eps, rms): (f64, bool),
@@ -769,22 +812,25 @@ pub(crate) fn norm_rows(
         let mut out = alloc_uninit::<T>(x.len())?;
         let mut stats = alloc_uninit::<T::Acc>(2 * rows)?;
         let (n, eps) = (T::Acc::c(row as f64), T::Acc::c(eps));
+        let (w, b) = (norm_part(w), norm_part(b));
+        let (w, b) = (w.as_deref(), b.as_deref());
         type Row<'a, T, A> = ((&'a [T], &'a mut [T]), &'a mut [A]);
-        let body = |((src, dst), st): Row<T, T::Acc>| {
+        let body = |scratch: &mut Vec<T::C>, ((src, dst), st): Row<T, T::Acc>| {
             super::vmath::simd(
                 #[inline(always)]
                 || {
+                    let src = T::row(src, scratch);
                     let mean = if rms {
                         T::Acc::zero()
                     } else {
-                        T::sum_slice(src) / n
+                        T::C::sum_slice(src) / n
                     };
-                    let ss = sum_acc(src, |v: T| {
+                    let ss = sum_acc(src, |v: T::C| {
                         let d = v.to_acc() - mean;
                         d * d
                     });
                     let s = (ss / n + eps).sqrt().recip();
-                    let xhat = |v: T| (v.to_acc() - mean) * s;
+                    let xhat = |v: T::C| (v.to_acc() - mean) * s;
                     // a loop per combination of parts, each without branches
                     let rows = dst.iter_mut().zip(src);
                     match (w, b) {
@@ -811,12 +857,13 @@ pub(crate) fn norm_rows(
                 x.par_chunks(row)
                     .zip(out.par_chunks_mut(row))
                     .zip(stats.par_chunks_mut(2))
-                    .for_each(body);
+                    .for_each_init(Vec::new, body);
             } else {
+                let mut scratch = Vec::new();
                 x.chunks(row)
                     .zip(out.chunks_mut(row))
                     .zip(stats.chunks_mut(2))
-                    .for_each(body);
+                    .for_each(|r| body(&mut scratch, r));
             }
         }
         Ok((T::wrap(out), <T::Acc as CpuElem>::wrap(stats)))
@@ -916,24 +963,28 @@ pub(crate) fn norm_rows_backward(
     row: usize,
     rms: bool,
 ) -> Option<Result<CpuData>> {
-    fn go<T: SliceMath + CpuElem>(
+    fn go<T: NormRow + CpuElem>(
         (g, x, stats, w): NormGrad<T>,
         row: usize,
         rms: bool,
     ) -> Result<CpuData> {
         let mut out = alloc_uninit::<T>(g.len())?;
         let n = T::Acc::c(row as f64);
+        let w = norm_part(w);
+        let w = w.as_deref();
         type Row<'a, T, A> = (((&'a [T], &'a [T]), &'a mut [T]), &'a [A]);
-        let body = |(((gr, xr), dst), st): Row<T, T::Acc>| {
+        type Scratch<C> = (Vec<C>, Vec<C>);
+        let body = |(sg_, sx_): &mut Scratch<T::C>, (((gr, xr), dst), st): Row<T, T::Acc>| {
             super::vmath::simd(
                 #[inline(always)]
                 || {
+                    let (gr, xr) = (T::row(gr, sg_), T::row(xr, sx_));
                     let (m, s) = (st[0], st[1]);
-                    let xhat = |v: T| (v.to_acc() - m) * s;
+                    let xhat = |v: T::C| (v.to_acc() - m) * s;
                     let (sg, sgx) = grad_sums(gr, xr, w, xhat);
                     let mg = if rms { T::Acc::zero() } else { sg / n };
                     let mgx = sgx / n;
-                    let dx = |gw: T::Acc, v: T| T::from_acc(s * (gw - mg - xhat(v) * mgx));
+                    let dx = |gw: T::Acc, v: T::C| T::from_acc(s * (gw - mg - xhat(v) * mgx));
                     let rows = dst.iter_mut().zip(gr.iter().zip(xr));
                     match w {
                         None => rows.for_each(|(d, (&g, &v))| *d = dx(g.to_acc(), v)),
@@ -950,13 +1001,14 @@ pub(crate) fn norm_rows_backward(
                     .zip(x.par_chunks(row))
                     .zip(out.par_chunks_mut(row))
                     .zip(stats.par_chunks(2))
-                    .for_each(body);
+                    .for_each_init(Default::default, body);
             } else {
+                let mut scratch = Default::default();
                 g.chunks(row)
                     .zip(x.chunks(row))
                     .zip(out.chunks_mut(row))
                     .zip(stats.chunks(2))
-                    .for_each(body);
+                    .for_each(|r| body(&mut scratch, r));
             }
         }
         Ok(T::wrap(out))
@@ -980,7 +1032,7 @@ pub(crate) fn norm_affine_backward(
     (g, x, stats): (Stat, Stat, Stat),
     row: usize,
 ) -> Option<Result<(CpuData, CpuData)>> {
-    fn go<T: SliceMath + CpuElem>(
+    fn go<T: NormRow + CpuElem>(
         (g, x, stats): (&[T], &[T], &[T::Acc]),
         row: usize,
     ) -> Result<(CpuData, CpuData)> {
@@ -990,14 +1042,21 @@ pub(crate) fn norm_affine_backward(
         let chunk = |c: usize| -> Vec<T::Acc> {
             let mut acc = vec![T::Acc::zero(); 2 * row];
             let (dw, db) = acc.split_at_mut(row);
+            let (mut sg, mut sx) = (Vec::new(), Vec::new());
             for r in c * per_chunk..((c + 1) * per_chunk).min(rows) {
                 let (m, s) = (stats[2 * r], stats[2 * r + 1]);
                 let (gr, xr) = (&g[r * row..(r + 1) * row], &x[r * row..(r + 1) * row]);
-                for (((w, b), &a), &v) in dw.iter_mut().zip(db.iter_mut()).zip(gr).zip(xr) {
-                    let gv = a.to_acc();
-                    *w = *w + gv * ((v.to_acc() - m) * s);
-                    *b = *b + gv;
-                }
+                super::vmath::simd(
+                    #[inline(always)]
+                    || {
+                        let (gr, xr) = (T::row(gr, &mut sg), T::row(xr, &mut sx));
+                        for (((w, b), &a), &v) in dw.iter_mut().zip(db.iter_mut()).zip(gr).zip(xr) {
+                            let gv = a.to_acc();
+                            *w = *w + gv * ((v.to_acc() - m) * s);
+                            *b = *b + gv;
+                        }
+                    },
+                );
             }
             acc
         };
