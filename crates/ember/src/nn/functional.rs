@@ -340,10 +340,10 @@ pub fn layer_norm(
     norm_params_dtype(OP, x, &[weight, bias])?;
     // half inputs with parameters of their dtype (or none) are normalised by the
     // half kernels, which read and write the dtype, compute in float32 and round
-    // once: the float32 route's values (on CUDA its bits, from one kernel
-    // template; the CPU may sum a row in another order), without its casts each
-    // way and its float32 copy of x kept for the backward. float32 parameters
-    // take that route
+    // once: the float32 route's bits (on CUDA from one kernel template, on the
+    // CPU from the float32 code run on each row widened), without its casts
+    // each way and its float32 copy of x kept for the backward. float32
+    // parameters take that route
     let native = [weight, bias]
         .into_iter()
         .flatten()
@@ -521,8 +521,7 @@ pub fn rms_norm(
     let _record = crate::profiler::function("rms_norm");
     const OP: &str = "rms_norm";
     let dims = norm_dims(OP, x, normalized_shape, &[weight])?;
-    // half inputs are normalised by the half kernels, which compute in float32
-    // and round once (as layer_norm's); others than floats are refused
+    // others than floats are refused
     if !x.dtype().is_float() {
         upcast(OP, "rms_norm", x)?;
     }
@@ -531,11 +530,19 @@ pub fn rms_norm(
     } else {
         f32::EPSILON as f64
     });
-    let y = normalize(OP, x, &dims, (eps, true), (None, None))?;
+    // normalised and weighted in float32 (or float64) and rounded once to the
+    // input's dtype, as PyTorch's rms_norm: a weight of the input's dtype (or
+    // none) inside the kernel's pass, which computes in float32 for half rows;
+    // another weight (float32 on half rows) multiplies the float32 rows, and
+    // the product is cast back as PyTorch's `type_as`
     match weight {
-        // in the input's dtype whatever the weight's, as PyTorch's `type_as`
-        Some(w) => y.mul(w)?.to_dtype(x.dtype()),
-        None => Ok(y),
+        Some(w) if w.dtype() != x.dtype() => {
+            let xf = upcast(OP, "rms_norm", x)?;
+            normalize(OP, &xf, &dims, (eps, true), (None, None))?
+                .mul(w)?
+                .to_dtype(x.dtype())
+        }
+        w => normalize(OP, x, &dims, (eps, true), (w, None)),
     }
 }
 

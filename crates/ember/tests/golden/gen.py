@@ -2804,13 +2804,13 @@ for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
          {"weight": _CW, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}, grad=True,
          rtol=rt, atol=at)
 
-# ---- rms_norm on half rows with a float32 weight: the result in the input's dtype
-# (PyTorch's composite multiplies and casts back with type_as)
+# ---- rms_norm on half rows with a float32 weight: the result in the input's dtype,
+# rounded once (PyTorch's composite multiplies in float32 and casts back with
+# type_as): within half a unit in the last place, which a second rounding exceeds
 FAM = "rms_norm_mixed"
-for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
-    rt, at = HALF_TOL[dt]
+for dt, tag, rt in ((torch.bfloat16, "bf16", 2e-3), (torch.float16, "f16", 4.9e-4)):
     case(FAM, f"f32_weight_{tag}", "rms_norm", [rn(3, 6, dtype=dt, scale=2.0), rn(6)],
-         {"shape": [6], "eps": None}, grad=True, rtol=rt, atol=at)
+         {"shape": [6], "eps": None}, grad=True, rtol=rt, atol=1e-6)
 
 # ----------------------------------------------------------------------------------
 
