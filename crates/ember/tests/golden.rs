@@ -969,6 +969,19 @@ fn compare_tensor(got: &Tensor, want: &TensorSpec, rtol: Option<f64>, atol: Opti
         }
         Vals::F(w) => {
             let g = got.to_vec::<f64>().map_err(e)?;
+            // half values are written as the shortest decimals that read back as
+            // them: read back, the comparison is with PyTorch's values themselves
+            // (a decimal may sit most of a tolerance from its value)
+            let w = match wdt {
+                DType::F16 | DType::BF16 if !w.is_empty() => {
+                    let n = w.len();
+                    Tensor::from_vec(w, [n], &Device::Cpu)
+                        .and_then(|t| t.to_dtype(wdt))
+                        .and_then(|t| t.to_vec::<f64>())
+                        .map_err(e)?
+                }
+                _ => w,
+            };
             let (dr, da) = default_tol(wdt);
             let (rt, at) = (rtol.unwrap_or(dr), atol.unwrap_or(da));
             let mut bad = Vec::new();

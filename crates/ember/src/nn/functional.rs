@@ -530,11 +530,12 @@ pub fn rms_norm(
     } else {
         f32::EPSILON as f64
     });
-    // normalised and weighted in float32 (or float64) and rounded once to the
-    // input's dtype, as PyTorch's rms_norm: a weight of the input's dtype (or
-    // none) inside the kernel's pass, which computes in float32 for half rows;
-    // another weight (float32 on half rows) multiplies the float32 rows, and
-    // the product is cast back as PyTorch's `type_as`
+    // half rows are normalised and weighted in float32 and rounded once to
+    // their dtype, as PyTorch's rms_norm (float32 and float64 rows round the
+    // normalised rows and then the product, as PyTorch's two multiplications
+    // do): a weight of the input's dtype (or none) inside the kernel's pass; another
+    // weight (float32 on half rows) multiplies the float32 rows, and the product
+    // is cast back as PyTorch's `type_as`
     match weight {
         Some(w) if w.dtype() != x.dtype() => {
             let xf = upcast(OP, "rms_norm", x)?;

@@ -2806,9 +2806,10 @@ for dt, tag in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
 
 # ---- rms_norm on half rows with a float32 weight: the result in the input's dtype,
 # rounded once (PyTorch's composite multiplies in float32 and casts back with
-# type_as): within half a unit in the last place, which a second rounding exceeds
+# type_as): closer than a unit in the last place anywhere in a binade (the values
+# read back as the dtype's), which a second rounding's error is not
 FAM = "rms_norm_mixed"
-for dt, tag, rt in ((torch.bfloat16, "bf16", 2e-3), (torch.float16, "f16", 4.9e-4)):
+for dt, tag, rt in ((torch.bfloat16, "bf16", 2e-3), (torch.float16, "f16", 4.8e-4)):
     case(FAM, f"f32_weight_{tag}", "rms_norm", [rn(3, 6, dtype=dt, scale=2.0), rn(6)],
          {"shape": [6], "eps": None}, grad=True, rtol=rt, atol=1e-6)
 
