@@ -164,38 +164,46 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
         half_steps: steps,
     };
     let rows = x.cross_entropy_rows(&t, ce)?;
-    if steps {
-        // each row's loss is a value of the logits' dtype, exact in float32. As
-        // PyTorch's CUDA half nll_loss over [N, C]: a mean summed in float32 over
-        // a float32 count and rounded once (summed in the dtype, as PyTorch's CPU kernel
-        // sums, float16's 65504 is reached long before the mean is), each row's
-        // gradient rounded to the dtype (by the
-        // round trip through it on the way back; PyTorch divides by the count
-        // rounded to the dtype there, which moves it by at most a rounding)
-        let dt = input.dtype();
-        let rows = rows.to_dtype(dt)?;
-        return match opts.reduction {
-            // over [N, C, d1, ...] summed and divided in the dtype, as PyTorch's
-            // half nll_loss2d does (see weighted_nll)
-            Reduction::Mean if input.rank() > 2 => {
-                rows.sum_all()?.div(&valid.to_dtype(dt)?.sum_all()?)
-            }
-            Reduction::Mean => rows
-                .to_dtype(DType::F32)?
-                .sum_all()?
-                .div(&valid.to_dtype(DType::F32)?.sum_all()?)?
-                .to_dtype(dt),
-            Reduction::Sum => rows.sum_all(),
-            Reduction::None => rows.reshape(shape),
-        };
-    }
-    match opts.reduction {
-        // a mean over the targets not ignored (none: 0 / 0, NaN as in PyTorch)
-        Reduction::Mean => rows
+    // with half_steps each row's loss is a value of the logits' dtype, exact in
+    // float32, and its gradient is rounded to the dtype by the round trip through
+    // it on the way back (PyTorch divides by the count rounded to the dtype
+    // there, which moves it by at most a rounding)
+    let rows = if steps {
+        rows.to_dtype(input.dtype())?
+    } else {
+        rows
+    };
+    reduce_losses(rows, &valid, opts.reduction, &shape, input.rank() <= 2)
+}
+
+/// The reduction of per-element losses `l`, in their dtype: a mean divides by the
+/// sum of `denominator` (each element's weight: 1, or its class's weight, and 0
+/// where ignored; over none, 0 / 0 is NaN as in PyTorch). With `half_in_f32`
+/// half losses are summed in float32 (the denominator too), divided there and
+/// rounded once, as PyTorch's CUDA nll_loss sums over `[N, C]` or `[C]`;
+/// without it in the dtype, as its nll_loss2d sums over `[N, C, d1, ...]`
+/// (adding its blocks' sums into a half total) and as its CPU kernels sum every
+/// layout: a float16 mean whose sum passes 65504 is inf there.
+fn reduce_losses(
+    l: Tensor,
+    denominator: &Tensor,
+    reduction: Reduction,
+    shape: &[usize],
+    half_in_f32: bool,
+) -> Result<Tensor> {
+    let dt = l.dtype();
+    let sum_dt = match dt {
+        DType::F16 | DType::BF16 if half_in_f32 => DType::F32,
+        _ => dt,
+    };
+    match reduction {
+        Reduction::Mean => l
+            .to_dtype(sum_dt)?
             .sum_all()?
-            .div(&valid.to_dtype(rows.dtype())?.sum_all()?),
-        Reduction::Sum => rows.sum_all(),
-        Reduction::None => rows.reshape(shape),
+            .div(&denominator.to_dtype(sum_dt)?.sum_all()?)?
+            .to_dtype(dt),
+        Reduction::Sum => l.to_dtype(sum_dt)?.sum_all()?.to_dtype(dt),
+        Reduction::None => l.reshape(shape),
     }
 }
 
@@ -322,33 +330,15 @@ fn weighted_nll(
     // target (0 / 0, NaN as in PyTorch) then sends them a zero gradient, not
     // 0 · inf
     let ignored = valid.logical_not()?;
-    let red = |l: Tensor, denominator: &Tensor| -> Result<Tensor> {
-        match opts.reduction {
-            Reduction::Mean => l.sum_all()?.div(&denominator.sum_all()?),
-            Reduction::Sum => l.sum_all(),
-            Reduction::None => l.reshape(shape),
-        }
-    };
     let picked = logp.gather_valid(1, idx)?.squeeze(1)?.neg()?;
     let nll = match &w_target {
         Some(w) => picked.mul(w)?,
         None => picked,
     }
     .masked_fill(&ignored, 0.0)?;
-    // a sum or mean of half losses over [N, C] or [C] is summed in float32 (the
-    // weights too), divided there and rounded once, as PyTorch's CUDA nll_loss
-    // does with the products rounded to the dtype; over [N, C, d1, ...] it is
-    // summed and divided in the dtype, as PyTorch's nll_loss2d adds its
-    // blocks' sums into a half total (and as PyTorch's CPU kernels sum every
-    // layout): a float16 mean whose sum passes 65504 is inf there
-    let sum_dt = match logp.dtype() {
-        DType::F16 | DType::BF16 if opts.reduction != Reduction::None && input.rank() <= 2 => {
-            DType::F32
-        }
-        dt => dt,
-    };
+    // the products rounded to the dtype, as PyTorch's nll_loss rounds them
     let ls = opts.label_smoothing;
-    let loss = red(nll.to_dtype(sum_dt)?, &wt.to_dtype(sum_dt)?)?.to_dtype(logp.dtype())?;
+    let loss = reduce_losses(nll, &wt, opts.reduction, shape, input.rank() <= 2)?;
     if ls == 0.0 {
         return Ok(loss);
     }
@@ -360,7 +350,8 @@ fn weighted_nll(
         .sum(-1, false)?
         .neg()?
         .masked_fill(&ignored, 0.0)?;
-    let smooth = red(smooth, &wt)?;
+    // summed in the dtype, as PyTorch's composite sums it
+    let smooth = reduce_losses(smooth, &wt, opts.reduction, shape, false)?;
     loss.mul(1.0 - ls)?.add(&smooth.mul(ls / c as f64)?)
 }
 
