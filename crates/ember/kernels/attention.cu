@@ -121,11 +121,37 @@ template <> __device__ __forceinline__ float half_bits_to_float<f16>(unsigned b)
     return f16_to_float(h);
 }
 
-// Two floats rounded to T and packed as an operand register (the first in the
-// low half: the smaller column).
+// Two floats rounded to T (f16 or bf16) and packed as an operand register (the
+// first in the low half: the smaller column). On the GPU one `cvt` rounds and
+// packs both (PTX puts its first source in the high half); the simulator rounds
+// each as narrow<T> does, to the same bits (NaN aside: the GPU's is canonical).
 template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#if !defined(EMBER_SIMULATOR) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    if (mma_is_bf16<T>::value) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    } else {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    }
+    return r;
+#else
     const T a = narrow<T>(lo), b = narrow<T>(hi);
     return (unsigned)a.bits | ((unsigned)b.bits << 16);
+#endif
+}
+
+// 2^x for the softmax's weights: on sm_80 and later the multi-function unit's
+// one instruction, its results below 2^-126 flushed to 0 (exp2f adds a
+// rescaling around it for them: three more instructions a weight, for weights
+// that add nothing to a row's sum of at least 1); exp2f on the simulator.
+__device__ __forceinline__ float attn_exp2(float x) {
+#if !defined(EMBER_SIMULATOR) && __CUDA_ARCH__ >= 800
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
 }
 
 // The operand register at `p` (two 16-bit elements, or one float).
@@ -444,14 +470,21 @@ struct AttnPipe {
 // (row stride `rs`) into the shared tile `dst` (ST elements a row), 16 bytes
 // each, consecutive threads taking consecutive pieces of a row; zeros past
 // `rows` or `d`, so that products over a tile's DM columns add nothing there.
+// A thread keeps its piece of a row (ATT_THREADS is a multiple of the pieces a
+// row) and steps down the rows ATT_THREADS / C at a time: its column, offsets
+// and test are worked out once, and each copy adds a stride.
 template <int DM, int R, int ST, typename E>
 __device__ __forceinline__ void tile_copy(AttnPipe& pipe, E* dst, const E* base, i64 rs, int r0, int rows, int d) {
-    const int V = 16 / sizeof(E), C = DM / V;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < R * C; i += ATT_THREADS) {
-        const int r = i / C, c = (i % C) * V;
-        const bool in = r0 + r < rows && c < d;
-        pipe.copy<16>(dst + r * ST + c, in ? base + (i64)(r0 + r) * rs + c : base, in);
+    const int V = 16 / sizeof(E), C = DM / V, RS = ATT_THREADS / C;
+    static_assert(ATT_THREADS % C == 0 && R % RS == 0, "a tile's copies must share the threads out evenly");
+    const int r = threadIdx.x / C, c = (threadIdx.x % C) * V;
+    const bool cin = c < d;
+    i64 off = (i64)(r0 + r) * rs + c;
+#pragma unroll
+    for (int i = 0; i < R / RS; ++i) {
+        const bool in = cin && r0 + r + i * RS < rows;
+        pipe.copy<16>(dst + (r + i * RS) * ST + c, in ? base + off : base, in);
+        off += (i64)RS * rs;
     }
 }
 
@@ -692,7 +725,7 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float mnew = fmaxf(m[r], mx[r]);
             base[r] = mnew == neg_inf ? 0.f : mnew;  // a row that sees no key yet
-            alpha[r] = exp2f(m[r] - base[r]);
+            alpha[r] = attn_exp2(m[r] - base[r]);
             m[r] = mnew;
             sum[r] *= alpha[r];
         }
@@ -700,10 +733,17 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
         for (int n = 0; n < BC / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                s[n][e] = exp2f(s[n][e] - base[e >> 1]);
+                s[n][e] = attn_exp2(s[n][e] - base[e >> 1]);
                 sum[e >> 1] += s[n][e];
-                // dropout after the softmax's sum: out = Σ keep · w · v / Σ w
-                if (a.drop_threshold)
+            }
+        }
+        // dropout after the softmax's sum: out = Σ keep · w · v / Σ w (one test
+        // a step, not one a weight)
+        if (a.drop_threshold) {
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
                     s[n][e] *= attn_keep(a, pair_hash, row0 + g + ((e & 2) ? 8 : 0), j0 + n * 8 + 2 * t + (e & 1));
             }
         }
@@ -834,41 +874,63 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             pipe.wait<0>();
         }
         __syncthreads();
-        // sᵀ: this warp's 16 keys against the step's queries, then pᵀ
-        // (two accumulator tiles at a time, each turned into weights before
-        // the next are made: fewer values live at once)
-        float p[BQ / 8][4], dp[BQ / 8][4];
+        // sᵀ (this warp's 16 keys against the step's queries) and dpᵀ = v doutᵀ,
+        // G accumulator tiles of each at a time (as many independent chains of
+        // products), then pᵀ and dsᵀ from them: all tiles at once, or two at a
+        // time in the masked kernels, whose bias reads hold registers too
+        const int NT = BQ / 8, G = MASKED ? 2 : NT;
+        float p[NT][4], dp[NT][4];
+        auto products = [&](const int n0) {
+#pragma unroll
+            for (int n = n0; n < n0 + G; ++n) {
+                p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+            }
+            mma_rows<T, DM, G>(p + n0, ka, qr + n0 * 8 * Tile::ROW, a.d);
+            mma_rows<T, DM, G>(dp + n0, va, dor + n0 * 8 * Tile::ROW, a.d);
+        };
+        // the weights pᵀ, and without dropout dsᵀ = pᵀ (dpᵀ - D); with dropout
+        // dsᵀ = pᵀ (dpᵀ · keep - D) and the kept weights below, outside the
+        // loop that runs on every step
+        const bool drop = a.drop_threshold != 0;
         auto weights = [&](const bool all) {
 #pragma unroll
-            for (int n = 0; n < BQ / 8; ++n) {
-                if (n % 2 == 0) {
+            for (int n0 = 0; n0 < NT; n0 += G) {
+                if (G < NT) products(n0);
 #pragma unroll
-                    for (int m = n; m < n + 2; ++m) {
-                        p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
-                        dp[m][0] = dp[m][1] = dp[m][2] = dp[m][3] = 0.f;
+                for (int n = n0; n < n0 + G; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
+                        const bool seen = all || attn_visible(a, qi, kj);
+                        const float w = seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
+                                                         attn_lse2(slse[buf][qc]))
+                                             : 0.f;
+                        p[n][e] = w;
+                        if (!drop) dp[n][e] = w * (dp[n][e] - sd[buf][qc]);
                     }
-                    mma_rows<T, DM, 2>(p + n, ka, qr + n * 8 * Tile::ROW, a.d);
-                    mma_rows<T, DM, 2>(dp + n, va, dor + n * 8 * Tile::ROW, a.d);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
-                    const bool seen = all || attn_visible(a, qi, kj);
-                    const float w = seen ? exp2f(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
-                                                 attn_lse2(slse[buf][qc]))
-                                         : 0.f;
-                    const float z = attn_keep(a, pair_hash, qi, kj);
-                    p[n][e] = w * z;                               // the kept weights, into dv
-                    dp[n][e] = w * (dp[n][e] * z - sd[buf][qc]);  // dsᵀ
                 }
             }
         };
+        if (G == NT) products(0);
         // (one copy where the bias's reads already hold the registers: the
         // masked kernel at head dim 128 spills with two)
         if (!(MASKED && DM > 64) && attn_all_visible(a, i0, BQ, key0, 16)) {
             weights(true);
         } else {
             weights(false);
+        }
+        if (drop) {
+#pragma unroll
+            for (int n = 0; n < BQ / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1);
+                    const float z = attn_keep(a, pair_hash, i0 + qc, kj);
+                    dp[n][e] = p[n][e] * (dp[n][e] * z - sd[buf][qc]);  // dsᵀ
+                    p[n][e] *= z;                                      // the kept weights, into dv
+                }
+            }
         }
         // dv += pᵀ dout and dk += dsᵀ q, both as A fragments from the registers
 #pragma unroll
@@ -960,36 +1022,56 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
             pipe.wait<0>();
         }
         __syncthreads();
-        // (two accumulator tiles at a time, each turned into the scores'
-        // gradient before the next are made: fewer values live at once)
-        float dp[BK / 8][4];
+        // s = q kᵀ and dp = dout vᵀ, G accumulator tiles of each at a time (all,
+        // or two in the masked kernels: kv's), then ds (without dropout in the
+        // loop over the scores; with it below, outside the loop that runs on
+        // every step)
+        const int NT = BK / 8, G = MASKED ? 2 : NT;
+        float p[NT][4], dp[NT][4];
+        auto products = [&](const int n0) {
+#pragma unroll
+            for (int n = n0; n < n0 + G; ++n) {
+                p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+            }
+            mma_rows<T, DM, G>(p + n0, qa, kr + n0 * 8 * Tile::ROW, a.d);
+            mma_rows<T, DM, G>(dp + n0, ga_, vr + n0 * 8 * Tile::ROW, a.d);
+        };
+        const bool drop = a.drop_threshold != 0;
         auto grads = [&](const bool all) {
-            float p[2][4];
 #pragma unroll
-            for (int n = 0; n < BK / 8; ++n) {
-                if (n % 2 == 0) {
+            for (int n0 = 0; n0 < NT; n0 += G) {
+                if (G < NT) products(n0);
 #pragma unroll
-                    for (int m = 0; m < 2; ++m) {
-                        p[m][0] = p[m][1] = p[m][2] = p[m][3] = 0.f;
-                        dp[n + m][0] = dp[n + m][1] = dp[n + m][2] = dp[n + m][3] = 0.f;
+                for (int n = n0; n < n0 + G; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                        const bool seen = all || attn_visible(a, qi, kj);
+                        const float w =
+                            seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1])
+                                 : 0.f;
+                        p[n][e] = w;
+                        if (!drop) dp[n][e] = w * (dp[n][e] - drow[e >> 1]);  // ds
                     }
-                    mma_rows<T, DM, 2>(p, qa, kr + n * 8 * Tile::ROW, a.d);
-                    mma_rows<T, DM, 2>(dp + n, ga_, vr + n * 8 * Tile::ROW, a.d);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
-                    const bool seen = all || attn_visible(a, qi, kj);
-                    const float w =
-                        seen ? exp2f(p[n % 2][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1]) : 0.f;
-                    dp[n][e] = w * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
                 }
             }
         };
+        if (G == NT) products(0);
         if (attn_all_visible(a, row0, 16, j0, BK)) {
             grads(true);
         } else {
             grads(false);
+        }
+        if (drop) {
+#pragma unroll
+            for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
+                    dp[n][e] = p[n][e] * (dp[n][e] * attn_keep(a, pair_hash, qi, kj) - drow[e >> 1]);  // ds
+                }
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < BK / K; ++kk) {

@@ -134,16 +134,22 @@ __device__ __forceinline__ f16 float_to_f16(float f) {
 __device__ __forceinline__ float bf16_to_float(bf16 x) {
     return __uint_as_float(((unsigned)x.bits) << 16);
 }
-// Round to nearest even, NaN kept quiet (works on every architecture).
+// Round to nearest even: on sm_80 and later one `cvt` (NaN becomes the
+// canonical 0x7fff, as PyTorch's CUDA kernels round it), elsewhere and on the
+// simulator the same rounding in integer steps (NaN kept, quieted).
 __device__ __forceinline__ bf16 float_to_bf16(float f) {
-    unsigned u = __float_as_uint(f);
     bf16 r;
+#if !defined(EMBER_SIMULATOR) && __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+#else
+    unsigned u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
         r.bits = (u16)((u >> 16) | 0x40);
         return r;
     }
     u += 0x7fffu + ((u >> 16) & 1u);
     r.bits = (u16)(u >> 16);
+#endif
     return r;
 }
 
