@@ -9,8 +9,9 @@ for each kernel whose name matches:
   total     instructions in the kernel
   loop      instructions in its largest loop that holds a tensor-core product
             (HMMA): the attention kernels' step over tiles
-  hot       the same loop without the blocks its uniform branches skip when
-            there is no dropout (they hold the dropout hash's multipliers)
+  hot       the same loop without the blocks that a predicated branch skips and
+            that hold the dropout hash's multipliers (a run without dropout
+            skips them)
   and the loop's counts of a few instruction kinds.
 
 A static count is not a time: a loop may hold two variants of a part of which a
@@ -34,7 +35,8 @@ import subprocess
 import sys
 
 # splitmix64's multipliers, as the attention kernels' dropout hash holds them
-DROPOUT_HASH = ("0x1ce4e5b9", "0xbf58476d", "0x94d049bb", "0x133111eb")
+# (their halves; SASS prints those with the top bit set as negative numbers)
+DROPOUT_HASH = ("0x1ce4e5b9", "-0x40a7b893", "0x133111eb", "-0x6b2fb645")
 KINDS = ("HMMA", "MUFU", "F2FP", "LDSM", "LDGSTS", "BRA")
 
 
@@ -108,7 +110,11 @@ def main():
             if not re.search(args.match, name):
                 continue
             loop = largest_loop(ins)
+            if not loop:
+                sys.exit(f"{name}: no loop with a tensor-core product found (is the disassembly's form new?)")
             hot = without_dropout(loop)
+            if len(hot) == len(loop) and any(h in t for _, t in ins for h in DROPOUT_HASH):
+                print(f"warning: {name}: its dropout hash lies outside the loop's skipped blocks", file=sys.stderr)
             kinds = collections.Counter(opcode(t) for _, t in loop)
             regs, spill = res.get(name, ("?", "?"))
             print(f"{name:32} regs {regs:>3} spill {spill:>3}  total {len(ins):5}  loop {len(loop):5}  "

@@ -126,6 +126,7 @@ template <> __device__ __forceinline__ float half_bits_to_float<f16>(unsigned b)
 // packs both (PTX puts its first source in the high half); the simulator rounds
 // each as narrow<T> does, to the same bits (NaN aside: the GPU's is canonical).
 template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    static_assert(sizeof(typename attn_t<T>::E) == 2, "pack2 packs two 16-bit halves");
 #if !defined(EMBER_SIMULATOR) && __CUDA_ARCH__ >= 800
     unsigned r;
     if (mma_is_bf16<T>::value) {
@@ -140,10 +141,12 @@ template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float 
 #endif
 }
 
-// 2^x for the softmax's weights: on sm_80 and later the multi-function unit's
-// one instruction, its results below 2^-126 flushed to 0 (exp2f adds a
-// rescaling around it for them: three more instructions a weight, for weights
-// that add nothing to a row's sum of at least 1); exp2f on the simulator.
+// 2^x for the softmax's weights and rescaling: on sm_80 and later the
+// multi-function unit's one instruction, its results below 2^-126 flushed to 0
+// (exp2f adds a rescaling around it for them: three more instructions a
+// weight). Forward, such a weight adds nothing to a row's sum of at least 1;
+// backward, it would add less than 2^-126 · |dout| to a key's gradients.
+// exp2f on the simulator.
 __device__ __forceinline__ float attn_exp2(float x) {
 #if !defined(EMBER_SIMULATOR) && __CUDA_ARCH__ >= 800
     float y;
@@ -471,8 +474,9 @@ struct AttnPipe {
 // each, consecutive threads taking consecutive pieces of a row; zeros past
 // `rows` or `d`, so that products over a tile's DM columns add nothing there.
 // A thread keeps its piece of a row (ATT_THREADS is a multiple of the pieces a
-// row) and steps down the rows ATT_THREADS / C at a time: its column, offsets
-// and test are worked out once, and each copy adds a stride.
+// row) and steps down the rows ATT_THREADS / C at a time: its column, first
+// offset and column test are worked out once; each copy adds a stride and
+// tests its row.
 template <int DM, int R, int ST, typename E>
 __device__ __forceinline__ void tile_copy(AttnPipe& pipe, E* dst, const E* base, i64 rs, int r0, int rows, int d) {
     const int V = 16 / sizeof(E), C = DM / V, RS = ATT_THREADS / C;
@@ -913,8 +917,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
             }
         };
         if (G == NT) products(0);
-        // (one copy where the bias's reads already hold the registers: the
-        // masked kernel at head dim 128 spills with two)
+        // (one copy in the masked kernels at head dim 128, where the bias's
+        // reads already hold the registers: f16/bf16's spilled with two)
         if (!(MASKED && DM > 64) && attn_all_visible(a, i0, BQ, key0, 16)) {
             weights(true);
         } else {
@@ -1023,9 +1027,9 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         }
         __syncthreads();
         // s = q kᵀ and dp = dout vᵀ, G accumulator tiles of each at a time (all,
-        // or two in the masked kernels: kv's), then ds (without dropout in the
-        // loop over the scores; with it below, outside the loop that runs on
-        // every step)
+        // or two at a time in the masked kernels, as in dk and dv's), then ds
+        // (without dropout in the loop over the scores; with it below, outside
+        // the loop that runs on every step)
         const int NT = BK / 8, G = MASKED ? 2 : NT;
         float p[NT][4], dp[NT][4];
         auto products = [&](const int n0) {
