@@ -877,6 +877,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         } else {
             pipe.wait<0>();
         }
+        // each thread puts the log-sum-exps it copied into the form the weights
+        // read (log2 units; +inf for a row that saw no key), once a row
+        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) slse[buf][i] = attn_lse2(slse[buf][i]);
         __syncthreads();
         // sᵀ (this warp's 16 keys against the step's queries) and dpᵀ = v doutᵀ,
         // G accumulator tiles of each at a time (as many independent chains of
@@ -907,9 +910,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                     for (int e = 0; e < 4; ++e) {
                         const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                         const bool seen = all || attn_visible(a, qi, kj);
-                        const float w = seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) -
-                                                         attn_lse2(slse[buf][qc]))
-                                             : 0.f;
+                        const float w =
+                            seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - slse[buf][qc])
+                                 : 0.f;
                         p[n][e] = w;
                         if (!drop) dp[n][e] = w * (dp[n][e] - sd[buf][qc]);
                     }
