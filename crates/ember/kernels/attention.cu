@@ -608,6 +608,17 @@ __device__ __forceinline__ float attn_bias(const AttnArgs& a, const T* bias, int
     return b == __int_as_float(0xff800000) ? b : fmaxf(b * ATT_LOG2E, -3.402823466e38f);
 }
 
+// A weight's exponent in log2 units: the score `s` scaled (c2: the scale times
+// log2 e), plus the bias in the kernels with one, less `sub` (its row's
+// log-sum-exp in log2 units). Without a bias, one multiply-add: adding a bias of
+// 0 would take an instruction of its own (x + 0 is not x where x is -0).
+template <typename T, bool MASKED>
+__device__ __forceinline__ float attn_exponent(const AttnArgs& a, const T* bias, float s, float c2, float sub, int qi,
+                                               int kj) {
+    if (MASKED) return s * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - sub;
+    return s * c2 - sub;
+}
+
 // A row's log-sum-exp in log2 units as the backward subtracts it: +inf for a row
 // that saw no key, so that its weights come out as exp2(-inf) = 0.
 __device__ __forceinline__ float attn_lse2(float lse) {
@@ -911,7 +922,7 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                         const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                         const bool seen = all || attn_visible(a, qi, kj);
                         const float w =
-                            seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - slse[buf][qc])
+                            seen ? attn_exp2(attn_exponent<T, MASKED>(a, bias, p[n][e], c2, slse[buf][qc], qi, kj))
                                  : 0.f;
                         p[n][e] = w;
                         if (!drop) dp[n][e] = w * (dp[n][e] - sd[buf][qc]);
@@ -1056,7 +1067,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
                         const int qi = row0 + g + ((e & 2) ? 8 : 0), kj = j0 + n * 8 + 2 * t + (e & 1);
                         const bool seen = all || attn_visible(a, qi, kj);
                         const float w =
-                            seen ? attn_exp2(p[n][e] * c2 + attn_bias<T, MASKED>(a, bias, qi, kj) - lrow[e >> 1])
+                            seen ? attn_exp2(attn_exponent<T, MASKED>(a, bias, p[n][e], c2, lrow[e >> 1], qi, kj))
                                  : 0.f;
                         p[n][e] = w;
                         if (!drop) dp[n][e] = w * (dp[n][e] - drow[e >> 1]);  // ds
