@@ -827,9 +827,10 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
     typedef typename attn_t<T>::E E;
     typedef attn_tile<T, DM> Tile;
     const int K = attn_t<T>::K, BK = 64, BQ = attn_steps<T, DM>::BWD, S = attn_steps<T, DM>::BWD_STAGES;
+    const bool LSE2_ONCE = BQ >= 64;
     // the queries and the output's gradient, read along their rows and down
-    // their columns (float32: the column copies), and the rows' log-sum-exps and
-    // Σ dout · out, for S steps
+    // their columns (float32: the column copies), and the rows' log-sum-exps
+    // (in log2 units once converted: LSE2_ONCE) and Σ dout · out, for S steps
     __shared__ __align__(16) E sq[S][BQ * Tile::ROW];
     __shared__ __align__(16) E sqc[S][Tile::HALF ? 8 : BQ * Tile::COL];
     __shared__ __align__(16) E sdo[S][BQ * Tile::ROW];
@@ -888,9 +889,13 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         } else {
             pipe.wait<0>();
         }
-        // each thread puts the log-sum-exps it copied into the form the weights
-        // read (log2 units; +inf for a row that saw no key), once a row
-        for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) slse[buf][i] = attn_lse2(slse[buf][i]);
+        // with 64 queries a step, each thread puts the log-sum-exps it copied
+        // into the form the weights read (log2 units; +inf for a row that saw no
+        // key) once a row; with fewer, the pass costs more than it saves, and
+        // the weights convert them as they read them
+        if (LSE2_ONCE) {
+            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) slse[buf][i] = attn_lse2(slse[buf][i]);
+        }
         __syncthreads();
         // sᵀ (this warp's 16 keys against the step's queries) and dpᵀ = v doutᵀ,
         // G accumulator tiles of each at a time (as many independent chains of
@@ -922,7 +927,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                         const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                         const bool seen = all || attn_visible(a, qi, kj);
                         const float w =
-                            seen ? attn_exp2(attn_exponent<T, MASKED>(a, bias, p[n][e], c2, slse[buf][qc], qi, kj))
+                            seen ? attn_exp2(attn_exponent<T, MASKED>(
+                                       a, bias, p[n][e], c2, LSE2_ONCE ? slse[buf][qc] : attn_lse2(slse[buf][qc]),
+                                       qi, kj))
                                  : 0.f;
                         p[n][e] = w;
                         if (!drop) dp[n][e] = w * (dp[n][e] - sd[buf][qc]);
