@@ -345,6 +345,66 @@ fn large_strided_inplace_ops_write_every_element(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The contiguous float kernels take 16-byte vectors, several a thread at a time
+/// for the cheap ops (their loads in flight together), the end of the array and
+/// an array off a 16-byte boundary element by element: over lengths around those
+/// pieces (one chunk of a block is 256 threads x 4 vectors), from an aligned
+/// start and from one element in, each op gives what the same op gives on a
+/// strided view of the same values (the element-wise path), bit for bit.
+fn contiguous_kernels_match_the_strided_path_at_every_length(dev: &Device) -> Result<()> {
+    for dt in [DType::F32, DType::BF16, DType::F16] {
+        for n in [1usize, 7, 9, 1029, 8 * 1024 + 5, 70_001, 262_147] {
+            // values k / 8 with |k| <= 50, exact in each dtype
+            let vals = |seed: usize| -> Vec<f32> {
+                (0..=n)
+                    .map(|i| ((i * seed) % 101) as f32 / 8.0 - 6.25)
+                    .collect()
+            };
+            for off in [0usize, 1] {
+                // the values from element `off` on, contiguous and as column 0 of [n, 2]
+                let pair = |v: &[f32]| -> Result<(Tensor, Tensor)> {
+                    let flat = Tensor::from_slice(v, [n + 1], dev)?.to_dtype(dt)?;
+                    let wide: Vec<f32> = v[off..off + n].iter().flat_map(|&x| [x, 0.0]).collect();
+                    let strided = Tensor::from_slice(&wide, [n, 2], dev)?
+                        .to_dtype(dt)?
+                        .select(1, 0)?;
+                    Ok((flat.narrow(0, off as i64, n)?, strided))
+                };
+                let ((x, xs), (y, ys)) = (pair(&vals(37))?, pair(&vals(53))?);
+                assert!(x.is_contiguous() && (n == 1 || !xs.is_contiguous()));
+                let what = format!("{dt:?}, {n} elements from {off}");
+                let same = |a: Tensor, b: Tensor, op: &str| -> Result<()> {
+                    assert_eq!(bits(&a)?, bits(&b)?, "{op} ({what})");
+                    Ok(())
+                };
+                same(x.relu()?, xs.relu()?, "relu")?;
+                same(-&x, -&xs, "neg")?;
+                same(x.square()?, xs.square()?, "square")?;
+                same(x.gelu()?, xs.gelu()?, "gelu")?;
+                same(x.add(&y)?, xs.add(&ys)?, "add")?;
+                same(x.sub(&y)?, xs.sub(&ys)?, "sub")?;
+                same(x.mul(&y)?, xs.mul(&ys)?, "mul")?;
+                same(x.div(&y)?, xs.div(&ys)?, "div")?;
+                same(x.add(2.5)?, xs.add(2.5)?, "add a scalar")?;
+                let z = x.copy()?;
+                z.add_(&y)?;
+                same(z.clone(), xs.add(&ys)?, "add_")?;
+                z.relu_()?;
+                same(z, xs.add(&ys)?.relu()?, "relu_")?;
+                same(
+                    x.to_dtype(DType::F32)?,
+                    xs.to_dtype(DType::F32)?,
+                    "cast to float32",
+                )?;
+                let w = x.to_dtype(DType::F32)?.mul(1.0 / 3.0)?;
+                let ws = xs.to_dtype(DType::F32)?.mul(1.0 / 3.0)?;
+                same(w.to_dtype(dt)?, ws.to_dtype(dt)?, "cast from float32")?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// In-place ops on a channels-last tensor (which walk it in memory order) write
 /// what the out-of-place ops on a row-major copy give, with a broadcast operand,
 /// a row-major one of the same shape, a scalar, and recorded by autograd; the
@@ -557,6 +617,7 @@ fn in_place_relu_module(dev: &Device) -> Result<()> {
 }
 
 device_test!(
+    contiguous_kernels_match_the_strided_path_at_every_length,
     in_place_relu_module,
     in_place_unary_ops_write_what_the_ops_return,
     large_strided_inplace_ops_write_every_element,
