@@ -108,35 +108,6 @@ template <typename T, int V> struct alignas(sizeof(T) * V) VecN {
 #define FOR_EACH(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
-// finish(j, load(j)) for every j < n, a block taking chunks of U · blockDim.x
-// items (grid-stride over chunks) and a thread U of a chunk's items, blockDim.x
-// apart (consecutive threads, consecutive items): its U loads are issued before
-// any result is made, so that a thread keeps U loads in flight where a loop of
-// one load at a time waits on each (a memory-bound kernel wants bytes in
-// flight: at one 16-byte load a thread, a GPU's resident threads hold about as
-// many as its memory's latency needs, and fewer where registers cut the
-// threads). A chunk past the end is taken item by item.
-template <int U, typename Load, typename Finish>
-__device__ __forceinline__ void for_each_chunked(i64 n, Load load, Finish finish) {
-    const i64 per = (i64)blockDim.x * U;
-    for (i64 c = (i64)blockIdx.x * per; c < n; c += (i64)gridDim.x * per) {
-        const i64 j = c + threadIdx.x;
-        if (c + per <= n) {
-            decltype(load(j)) v[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) v[u] = load(j + (i64)u * blockDim.x);
-#pragma unroll
-            for (int u = 0; u < U; ++u) finish(j + (i64)u * blockDim.x, v[u]);
-        } else {
-#pragma unroll 1
-            for (int u = 0; u < U; ++u) {
-                const i64 k = j + (i64)u * blockDim.x;
-                if (k < n) finish(k, load(k));
-            }
-        }
-    }
-}
-
 struct f16 { u16 bits; };
 struct bf16 { u16 bits; };
 

@@ -27,14 +27,13 @@ __device__ __forceinline__ void cast_impl(const S* src, Layout ls, D* dst, i64 n
             const i64 nv = n / V;
             const VecN<S, V>* sv = (const VecN<S, V>*)s;
             VecN<D, V>* dv = (VecN<D, V>*)dst;
-            for_each_chunked<4>(
-                nv, [&](i64 j) { return sv[j]; },
-                [&](i64 j, const VecN<S, V>& a) {
-                    VecN<D, V> b;
+            FOR_EACH(j, nv) {
+                const VecN<S, V> a = sv[j];
+                VecN<D, V> b;
 #pragma unroll
-                    for (int k = 0; k < V; ++k) b.v[k] = narrow<D>(widen(a.v[k]));
-                    dv[j] = b;
-                });
+                for (int k = 0; k < V; ++k) b.v[k] = narrow<D>(widen(a.v[k]));
+                dv[j] = b;
+            }
             done = nv * V;
         }
         FOR_EACH(i, n - done) { dst[done + i] = narrow<D>(widen(s[done + i])); }
@@ -255,25 +254,19 @@ template <typename T> __device__ __forceinline__ bool aligned16(const T* p) {
 }
 
 // out[i] = f(x[i]) over contiguous arrays, 16 bytes per access where both are
-// aligned to 16 bytes, U accesses of a thread in flight at once (U > 1:
-// for_each_chunked; the rest, and unaligned arrays, element by element).
-template <int U, typename T, typename F>
-__device__ __forceinline__ void map1_contiguous(const T* x, T* out, i64 n, F f) {
+// aligned to 16 bytes (the rest, and unaligned arrays, element by element).
+template <typename T, typename F> __device__ __forceinline__ void map1_contiguous(const T* x, T* out, i64 n, F f) {
     i64 done = 0;
     if (aligned16(x) && aligned16(out)) {
         const int N = Vec16<T>::N;
         const i64 nv = n / N;
         const Vec16<T>* xv = (const Vec16<T>*)x;
         Vec16<T>* ov = (Vec16<T>*)out;
-        auto apply = [&](i64 j, Vec16<T> a) {
+        FOR_EACH(j, nv) {
+            Vec16<T> a = xv[j];
 #pragma unroll
             for (int k = 0; k < N; ++k) a.v[k] = f(a.v[k]);
             ov[j] = a;
-        };
-        if constexpr (U > 1) {
-            for_each_chunked<U>(nv, [&](i64 j) { return xv[j]; }, apply);
-        } else {
-            FOR_EACH(j, nv) { apply(j, xv[j]); }
         }
         done = nv * N;
     }
@@ -281,7 +274,7 @@ __device__ __forceinline__ void map1_contiguous(const T* x, T* out, i64 n, F f) 
 }
 
 // out[i] = f(a[i], b[i]) over contiguous arrays, vectorised like map1_contiguous.
-template <int U, typename T, typename F>
+template <typename T, typename F>
 __device__ __forceinline__ void map2_contiguous(const T* a, const T* b, T* out, i64 n, F f) {
     i64 done = 0;
     if (aligned16(a) && aligned16(b) && aligned16(out)) {
@@ -290,18 +283,12 @@ __device__ __forceinline__ void map2_contiguous(const T* a, const T* b, T* out, 
         const Vec16<T>* av = (const Vec16<T>*)a;
         const Vec16<T>* bv = (const Vec16<T>*)b;
         Vec16<T>* ov = (Vec16<T>*)out;
-        struct Pair {
-            Vec16<T> x, y;
-        };
-        auto apply = [&](i64 j, Pair p) {
+        FOR_EACH(j, nv) {
+            Vec16<T> x = av[j];
+            const Vec16<T> y = bv[j];
 #pragma unroll
-            for (int k = 0; k < N; ++k) p.x.v[k] = f(p.x.v[k], p.y.v[k]);
-            ov[j] = p.x;
-        };
-        if constexpr (U > 1) {
-            for_each_chunked<U>(nv, [&](i64 j) { return Pair{av[j], bv[j]}; }, apply);
-        } else {
-            FOR_EACH(j, nv) { apply(j, Pair{av[j], bv[j]}); }
+            for (int k = 0; k < N; ++k) x.v[k] = f(x.v[k], y.v[k]);
+            ov[j] = x;
         }
         done = nv * N;
     }
@@ -312,50 +299,34 @@ __device__ __forceinline__ void map2_contiguous(const T* a, const T* b, T* out, 
 // as a constant, so that the op's switch folds away inside the 16-byte loop; a
 // code known only at run time costs a switch per element (8 a vector of
 // f16/bf16, 4 of f32). Other ops, integer types and strided layouts take the
-// code at run time: DISPATCH_HOT(T, op, LIST, BODY) runs BODY(code, U) once,
-// with the constant where LIST holds op. U is how many 16-byte accesses a thread
-// keeps in flight: 4 for the ops whose arithmetic is a few instructions
-// (vec_unroll; memory-bound, they want the bytes in flight), 1 for the others
-// (erf, tanh, exp... take long enough per access to cover the memory's
-// latency, and copies of them per unrolled access would multiply the kernels'
-// compile time: 5x with them all at 4).
-__host__ __device__ constexpr int vec_unroll(int code, bool binary) {
-    return (binary ? (code == B_ADD || code == B_SUB || code == B_MUL || code == B_MAXIMUM ||
-                      code == B_RELU_BACKWARD)
-                   : (code == U_RELU || code == U_NEG || code == U_SQUARE))
-               ? 4
-               : 1;
-}
+// code at run time: DISPATCH_HOT(T, op, LIST, BODY) runs BODY(code) once, with
+// the constant where LIST holds op.
 #define HOT_UNARY(X, B)                                                                          \
     X(U_RELU, B) X(U_GELU, B) X(U_GELU_TANH, B) X(U_SILU, B) X(U_EXP, B) X(U_NEG, B) X(U_SQUARE, B) \
         X(U_SQRT, B) X(U_RSQRT, B) X(U_TANH, B) X(U_SIGMOID, B)
 #define HOT_BINARY(X, B)                                                                         \
     X(B_ADD, B) X(B_SUB, B) X(B_MUL, B) X(B_DIV, B) X(B_MAXIMUM, B) X(B_RELU_BACKWARD, B)          \
         X(B_GELU_BACKWARD, B) X(B_GELU_TANH_BACKWARD, B)
-#define HOT_CASE_U(C, B) \
-    case C:              \
-        B(C, vec_unroll(C, false)); \
+#define HOT_CASE(C, B) \
+    case C:            \
+        B(C);          \
         return;
-#define HOT_CASE_B(C, B) \
-    case C:              \
-        B(C, vec_unroll(C, true)); \
-        return;
-#define DISPATCH_HOT(T, op, LIST, CASE, BODY)           \
+#define DISPATCH_HOT(T, op, LIST, BODY)                 \
     if constexpr (is_float_t<T>::value) {               \
         switch (op) {                                   \
-            LIST(CASE, BODY)                            \
+            LIST(HOT_CASE, BODY)                        \
         default:                                        \
             break;                                      \
         }                                               \
     }                                                   \
-    BODY(op, 1)
+    BODY(op)
 
 template <typename T>
 __device__ __forceinline__ void unary_impl(const T* x, Layout lx, T* out, i64 n, int op, double p0, double p1) {
     if (lx.contiguous) {
         const T* xs = x + lx.offset;
-#define UNARY_MAP(C, U) map1_contiguous<U>(xs, out, n, [=](T v) { return apply_unary(C, v, p0, p1); })
-        DISPATCH_HOT(T, op, HOT_UNARY, HOT_CASE_U, UNARY_MAP);
+#define UNARY_MAP(C) map1_contiguous(xs, out, n, [=](T v) { return apply_unary(C, v, p0, p1); })
+        DISPATCH_HOT(T, op, HOT_UNARY, UNARY_MAP);
 #undef UNARY_MAP
     } else {
         FOR_EACH(i, n) { out[i] = apply_unary(op, x[loc(lx, i)], p0, p1); }
@@ -368,8 +339,8 @@ template <typename T>
 __device__ __forceinline__ void binary_impl(const T* a, Layout la, const T* b, Layout lb, T* out, i64 n, int op) {
     if (la.contiguous && lb.contiguous) {
         const T *as = a + la.offset, *bs = b + lb.offset;
-#define BINARY_MAP(C, U) map2_contiguous<U>(as, bs, out, n, [=](T x, T y) { return apply_binary(C, x, y); })
-        DISPATCH_HOT(T, op, HOT_BINARY, HOT_CASE_B, BINARY_MAP);
+#define BINARY_MAP(C) map2_contiguous(as, bs, out, n, [=](T x, T y) { return apply_binary(C, x, y); })
+        DISPATCH_HOT(T, op, HOT_BINARY, BINARY_MAP);
 #undef BINARY_MAP
     } else {
         FOR_EACH(i, n) { out[i] = apply_binary(op, a[loc(la, i)], b[loc(lb, i)]); }
@@ -391,8 +362,8 @@ __device__ __forceinline__ void binary_scalar_impl(const T* a, Layout la, T* out
     T b = scalar_as<T>(sf, si);
     if (la.contiguous) {
         const T* as = a + la.offset;
-#define SCALAR_MAP(C, U) map1_contiguous<U>(as, out, n, [=](T x) { return apply_binary(C, x, b); })
-        DISPATCH_HOT(T, op, HOT_BINARY, HOT_CASE_B, SCALAR_MAP);
+#define SCALAR_MAP(C) map1_contiguous(as, out, n, [=](T x) { return apply_binary(C, x, b); })
+        DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_MAP);
 #undef SCALAR_MAP
     } else {
         FOR_EACH(i, n) { out[i] = apply_binary(op, a[loc(la, i)], b); }
@@ -406,8 +377,8 @@ template <typename T>
 __device__ __forceinline__ void unary_inplace_impl(T* a, Layout la, i64 n, int op, double p0, double p1) {
     if (la.contiguous) {
         T* p = a + la.offset;
-#define UNARY_INPLACE_MAP(C, U) map1_contiguous<U>(p, p, n, [=](T v) { return apply_unary(C, v, p0, p1); })
-        DISPATCH_HOT(T, op, HOT_UNARY, HOT_CASE_U, UNARY_INPLACE_MAP);
+#define UNARY_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T v) { return apply_unary(C, v, p0, p1); })
+        DISPATCH_HOT(T, op, HOT_UNARY, UNARY_INPLACE_MAP);
 #undef UNARY_INPLACE_MAP
     } else {
         FOR_EACH(i, n) {
@@ -422,8 +393,8 @@ __device__ __forceinline__ void binary_scalar_inplace_impl(T* a, Layout la, i64 
     T b = scalar_as<T>(sf, si);
     if (la.contiguous) {
         T* p = a + la.offset;
-#define SCALAR_INPLACE_MAP(C, U) map1_contiguous<U>(p, p, n, [=](T x) { return apply_binary(C, x, b); })
-        DISPATCH_HOT(T, op, HOT_BINARY, HOT_CASE_B, SCALAR_INPLACE_MAP);
+#define SCALAR_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T x) { return apply_binary(C, x, b); })
+        DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_INPLACE_MAP);
 #undef SCALAR_INPLACE_MAP
     } else {
         FOR_EACH(i, n) {
@@ -438,8 +409,8 @@ __device__ __forceinline__ void binary_inplace_impl(T* a, Layout la, const T* b,
     if (la.contiguous && lb.contiguous) {
         T* p = a + la.offset;
         const T* bs = b + lb.offset;
-#define BINARY_INPLACE_MAP(C, U) map2_contiguous<U>(p, bs, p, n, [=](T x, T y) { return apply_binary(C, x, y); })
-        DISPATCH_HOT(T, op, HOT_BINARY, HOT_CASE_B, BINARY_INPLACE_MAP);
+#define BINARY_INPLACE_MAP(C) map2_contiguous(p, bs, p, n, [=](T x, T y) { return apply_binary(C, x, y); })
+        DISPATCH_HOT(T, op, HOT_BINARY, BINARY_INPLACE_MAP);
 #undef BINARY_INPLACE_MAP
     } else {
         FOR_EACH(i, n) {

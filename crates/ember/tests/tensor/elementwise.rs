@@ -345,36 +345,38 @@ fn large_strided_inplace_ops_write_every_element(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-/// The contiguous float kernels take 16-byte vectors, several a thread at a time
-/// for the cheap ops (their loads in flight together), the end of the array and
-/// an array off a 16-byte boundary element by element: over lengths around those
-/// pieces (one chunk of a block is 256 threads x 4 vectors), from an aligned
-/// start and from one element in, each op gives what the same op gives on a
-/// strided view of the same values (the element-wise path), bit for bit.
+/// The contiguous float kernels take 16-byte vectors where the arrays are
+/// aligned, and the end of the array (and arrays off a 16-byte boundary)
+/// element by element. Over lengths around those pieces (and past one pass of
+/// the grid on the simulator), from offsets 0, one element and one 16-byte step
+/// in, each op on contiguous values gives, bit for bit, what the same op gives
+/// on a strided view of the same values (the element-by-element path). The
+/// results are read on the CPU, so that no kernel under test reads them back.
 fn contiguous_kernels_match_the_strided_path_at_every_length(dev: &Device) -> Result<()> {
+    // the same values as a strided view: column 0 of [n, 2]
+    let strided = |t: &Tensor| -> Result<Tensor> { Tensor::stack(&[t, t], 1)?.select(1, 0) };
     for dt in [DType::F32, DType::BF16, DType::F16] {
-        for n in [1usize, 7, 9, 1029, 8 * 1024 + 5, 70_001, 262_147] {
+        let step = (16 / dt.size_in_bytes()) as i64;
+        for n in [1usize, 7, 9, 1029, 8 * 1024 + 5, 70_001, 600_011] {
             // values k / 8 with |k| <= 50, exact in each dtype
             let vals = |seed: usize| -> Vec<f32> {
-                (0..=n)
+                (0..n + 16)
                     .map(|i| ((i * seed) % 101) as f32 / 8.0 - 6.25)
                     .collect()
             };
-            for off in [0usize, 1] {
-                // the values from element `off` on, contiguous and as column 0 of [n, 2]
-                let pair = |v: &[f32]| -> Result<(Tensor, Tensor)> {
-                    let flat = Tensor::from_slice(v, [n + 1], dev)?.to_dtype(dt)?;
-                    let wide: Vec<f32> = v[off..off + n].iter().flat_map(|&x| [x, 0.0]).collect();
-                    let strided = Tensor::from_slice(&wide, [n, 2], dev)?
+            for off in [0, 1, step] {
+                let at = |v: &[f32]| -> Result<Tensor> {
+                    Tensor::from_slice(v, [n + 16], dev)?
                         .to_dtype(dt)?
-                        .select(1, 0)?;
-                    Ok((flat.narrow(0, off as i64, n)?, strided))
+                        .narrow(0, off, n)
                 };
-                let ((x, xs), (y, ys)) = (pair(&vals(37))?, pair(&vals(53))?);
+                let (x, y) = (at(&vals(37))?, at(&vals(53))?);
+                let (xs, ys) = (strided(&x)?, strided(&y)?);
                 assert!(x.is_contiguous() && (n == 1 || !xs.is_contiguous()));
                 let what = format!("{dt:?}, {n} elements from {off}");
                 let same = |a: Tensor, b: Tensor, op: &str| -> Result<()> {
-                    assert_eq!(bits(&a)?, bits(&b)?, "{op} ({what})");
+                    let cpu = |t: Tensor| t.to(&Device::Cpu);
+                    assert_eq!(bits(&cpu(a)?)?, bits(&cpu(b)?)?, "{op} ({what})");
                     Ok(())
                 };
                 same(x.relu()?, xs.relu()?, "relu")?;
@@ -386,19 +388,25 @@ fn contiguous_kernels_match_the_strided_path_at_every_length(dev: &Device) -> Re
                 same(x.mul(&y)?, xs.mul(&ys)?, "mul")?;
                 same(x.div(&y)?, xs.div(&ys)?, "div")?;
                 same(x.add(2.5)?, xs.add(2.5)?, "add a scalar")?;
-                let z = x.copy()?;
+                // (a fresh strided view: `strided` stacks a new array)
+                let (z, zs) = (x.copy()?, strided(&x)?);
                 z.add_(&y)?;
-                same(z.clone(), xs.add(&ys)?, "add_")?;
+                zs.add_(&ys)?;
+                same(z.clone(), zs.clone(), "add_")?;
                 z.relu_()?;
-                same(z, xs.add(&ys)?.relu()?, "relu_")?;
+                zs.relu_()?;
+                same(z, zs, "relu_")?;
                 same(
-                    x.to_dtype(DType::F32)?,
-                    xs.to_dtype(DType::F32)?,
-                    "cast to float32",
+                    x.to_dtype(DType::F64)?,
+                    xs.to_dtype(DType::F64)?,
+                    "cast to float64",
                 )?;
                 let w = x.to_dtype(DType::F32)?.mul(1.0 / 3.0)?;
-                let ws = xs.to_dtype(DType::F32)?.mul(1.0 / 3.0)?;
-                same(w.to_dtype(dt)?, ws.to_dtype(dt)?, "cast from float32")?;
+                same(
+                    w.to_dtype(dt)?,
+                    strided(&w)?.to_dtype(dt)?,
+                    "cast from float32",
+                )?;
             }
         }
     }
