@@ -597,6 +597,22 @@ __device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, con
     }
 }
 
+// The backward's two products over G accumulator tiles: c1 = a1 · t1ᵀ and
+// c2 = a2 · t2ᵀ from zero (the scores, or their transposes, and dout vᵀ), each
+// tile an independent chain of products (mma_rows).
+template <typename T, int DM, int G, typename Rows1, typename Rows2>
+__device__ __forceinline__ void attn_product_pair(float (*c1)[4], const Rows1& a1, const typename attn_t<T>::E* t1,
+                                                  float (*c2)[4], const Rows2& a2, const typename attn_t<T>::E* t2,
+                                                  int d) {
+#pragma unroll
+    for (int n = 0; n < G; ++n) {
+        c1[n][0] = c1[n][1] = c1[n][2] = c1[n][3] = 0.f;
+        c2[n][0] = c2[n][1] = c2[n][2] = c2[n][3] = 0.f;
+    }
+    mma_rows<T, DM, G>(c1, a1, t1, d);
+    mma_rows<T, DM, G>(c2, a2, t2, d);
+}
+
 // The bias of (qi, kj) in log2 units (0 in the kernels without one), `bias` at its pair's
 // (batch, head) start; qi and kj within the sequences. A finite bias stays
 // finite (a dtype's lowest value, a common mask, would overflow to -inf when
@@ -904,13 +920,8 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         const int NT = BQ / 8, G = MASKED ? 2 : NT;
         float p[NT][4], dp[NT][4];
         auto products = [&](const int n0) {
-#pragma unroll
-            for (int n = n0; n < n0 + G; ++n) {
-                p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
-                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-            }
-            mma_rows<T, DM, G>(p + n0, ka, qr + n0 * 8 * Tile::ROW, a.d);
-            mma_rows<T, DM, G>(dp + n0, va, dor + n0 * 8 * Tile::ROW, a.d);
+            const int at = n0 * 8 * Tile::ROW;
+            attn_product_pair<T, DM, G>(p + n0, ka, qr + at, dp + n0, va, dor + at, a.d);
         };
         // the weights pᵀ, and without dropout dsᵀ = pᵀ (dpᵀ - D); with dropout
         // dsᵀ = pᵀ (dpᵀ · keep - D) and the kept weights below, outside the
@@ -1054,13 +1065,8 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
         const int NT = BK / 8, G = MASKED ? 2 : NT;
         float p[NT][4], dp[NT][4];
         auto products = [&](const int n0) {
-#pragma unroll
-            for (int n = n0; n < n0 + G; ++n) {
-                p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
-                dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
-            }
-            mma_rows<T, DM, G>(p + n0, qa, kr + n0 * 8 * Tile::ROW, a.d);
-            mma_rows<T, DM, G>(dp + n0, ga_, vr + n0 * 8 * Tile::ROW, a.d);
+            const int at = n0 * 8 * Tile::ROW;
+            attn_product_pair<T, DM, G>(p + n0, qa, kr + at, dp + n0, ga_, vr + at, a.d);
         };
         const bool drop = a.drop_threshold != 0;
         auto grads = [&](const bool all) {
