@@ -5,9 +5,10 @@
 //
 // The products are warp-wide `mma.sync` (sm_80 and later) with float32
 // accumulators: m16n8k16 on f16/bf16 operands, and for float32 operands three
-// m16n8k8 tf32 products per step (each operand split into a tf32 part and the
-// tf32 rounding of its remainder, the product of the two remainders dropped:
-// float32's accuracy at tensor-core speed, as PyTorch's float32 attention does).
+// m16n8k8 tf32 products per step (each operand split into its leading tf32 bits
+// and its remainder rounded to tf32, the product of the two remainders dropped:
+// float32's accuracy at tensor-core speed, as PyTorch's float32 attention does;
+// tf32_split).
 // A warp owns 16 rows of a tile; its lane `lane` holds, of an accumulator tile
 // of 16 x 8, the elements (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
 // with g = lane / 4, t = lane % 4 (PTX's fragment layout). A product's result
@@ -214,19 +215,28 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
 #endif
 }
 
-// x rounded to tf32 (10 stored mantissa bits, to nearest with ties away from
-// zero: PTX's cvt.rna), as a float32 bit pattern.
-__device__ __forceinline__ unsigned to_tf32(float x) {
+// x (float32 bits) as big + small for three tf32 products, split as PyTorch's
+// float32 attention splits it (CUTLASS's fast float32 products): big is x with
+// the 13 low bits of its mantissa cleared; small is the rest, x - big (exact),
+// with half of tf32's last place added to its bits, so that the tensor cores,
+// which ignore an operand's 13 low bits, read it rounded to nearest. Three
+// instructions an element; rounding both parts with cvt.rna took about ten.
+// The error is that of float32 multiply-adds (bench/tf32_split_error.py).
+// An inf or NaN x has an inf or NaN big part, so its products are not finite
+// either; its small part, x - big, is NaN (the GPU's 0x7fffffff, which the
+// addition carries into -0): the simulator makes its NaN the GPU's, so that it
+// computes the same.
+__device__ __forceinline__ void tf32_split(unsigned x, unsigned& big, unsigned& small) {
 #if defined(EMBER_SIMULATOR) || __CUDA_ARCH__ < 800
-    unsigned u = __float_as_uint(x);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // not inf or NaN
-    return u & 0xffffe000u;
+    big = x & 0xffffe000u;
+    const float s = __uint_as_float(x) - __uint_as_float(big);
+    small = (s != s ? 0x7fffffffu : __float_as_uint(s)) + 0x1000u;
 #else
-    // volatile: split where used, not hoisted out of the tile loops, where the
-    // split fragments of a warp's rows would hold twice their registers
-    unsigned r;
-    asm volatile("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
+    // volatile: split where a product takes the fragment, not hoisted out of the
+    // step loops, where the split fragments of a warp's fixed rows would hold
+    // twice their registers
+    asm volatile("and.b32 %0, %1, 0xffffe000;\n" : "=r"(big) : "r"(x));
+    small = __float_as_uint(__uint_as_float(x) - __uint_as_float(big)) + 0x1000u;
 #endif
 }
 
@@ -255,27 +265,38 @@ __device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsig
 #endif
 }
 
-// c += a · b for one product step of T's operands (a: 4 registers, b: 2).
-template <typename T> __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
-    mma16816<T>(c, a, b);
+// An A fragment (4 registers) as a product step takes it: f16/bf16's as they
+// are; float32's split into tf32 parts (tf32_split). A fragment meets every
+// accumulator tile of a product (the loops over `n` in mma_rows and mma_cols):
+// split once there, not per tile.
+template <typename T> struct mma_a {
+    unsigned r[4];
+    __device__ __forceinline__ explicit mma_a(const unsigned* a) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r[i] = a[i];
+    }
+};
+template <> struct mma_a<float> {
+    unsigned big[4], small[4];
+    __device__ __forceinline__ explicit mma_a(const unsigned* a) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tf32_split(a[i], big[i], small[i]);
+    }
+};
+
+// c += a · b for one product step of T's operands (b: 2 registers).
+template <typename T> __device__ __forceinline__ void mma(float* c, const mma_a<T>& a, const unsigned* b) {
+    mma16816<T>(c, a.r, b);
 }
-// float32: x = big + small with big = tf32(x), small = tf32(x - big), and
-// a · b = a_big · b_big + a_big · b_small + a_small · b_big (the smaller terms first).
-template <> __device__ __forceinline__ void mma<float>(float* c, const unsigned* a, const unsigned* b) {
-    unsigned ab[4], as[4], bb[2], bs[2];
+// float32: b split as a is, and a · b = a_big · b_big + a_big · b_small +
+// a_small · b_big (the smaller terms first; the product of the smalls dropped).
+template <> __device__ __forceinline__ void mma<float>(float* c, const mma_a<float>& a, const unsigned* b) {
+    unsigned bb[2], bs[2];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        ab[i] = to_tf32(__uint_as_float(a[i]));
-        as[i] = to_tf32(__uint_as_float(a[i]) - __uint_as_float(ab[i]));
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        bb[i] = to_tf32(__uint_as_float(b[i]));
-        bs[i] = to_tf32(__uint_as_float(b[i]) - __uint_as_float(bb[i]));
-    }
-    mma1688(c, as, bb);
-    mma1688(c, ab, bs);
-    mma1688(c, ab, bb);
+    for (int i = 0; i < 2; ++i) tf32_split(b[i], bb[i], bs[i]);
+    mma1688(c, a.small, bb);
+    mma1688(c, a.big, bs);
+    mma1688(c, a.big, bb);
 }
 
 // The A fragment of inner step kk from the accumulator tiles that cover its
@@ -539,11 +560,14 @@ template <typename T, int DM, int NT, typename Rows>
 __device__ __forceinline__ void mma_rows(float (*c)[4], const Rows& a, const typename attn_t<T>::E* t, int d) {
     const int K = attn_t<T>::K, ST = attn_tile<T, DM>::ROW;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    // float32: this lane's element of the tile's first step, the others a
+    // constant offset from it (folded into the loads' addresses)
+    const typename attn_t<T>::E* tq = t + g * ST + 2 * q;
 #pragma unroll
     for (int kk = 0; kk < DM / K; ++kk) {
         if (kk * K >= d) break;
         unsigned tmp[4];
-        const unsigned* af = a.frag(kk, tmp);
+        const mma_a<T> af(a.frag(kk, tmp));
         if constexpr (K == 16) {
             static_assert(NT % 2 == 0, "f16/bf16 tiles are read two at a time");
             const u16* p = t + ((lane >> 4) * 8 + (lane & 7)) * ST + kk * 16 + ((lane >> 3) & 1) * 8;
@@ -557,7 +581,7 @@ __device__ __forceinline__ void mma_rows(float (*c)[4], const Rows& a, const typ
         } else {
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
-                const attn_f2 v = *(const attn_f2*)(t + (n * 8 + g) * ST + kk * 8 + 2 * q);
+                const attn_f2 v = *(const attn_f2*)(tq + n * 8 * ST + kk * 8);
                 const unsigned b[2] = {__float_as_uint(v.x), __float_as_uint(v.y)};
                 mma<T>(c[n], af, b);
             }
@@ -571,9 +595,10 @@ __device__ __forceinline__ void mma_rows(float (*c)[4], const Rows& a, const typ
 // `ldmatrix.trans`, blocks: rows kk·16 .. + 7 and + 8 .. + 15 of columns n·8 ..,
 // then of n·8 + 8 ..; float32: the column copy, COL a row).
 template <typename T, int DM>
-__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, const typename attn_t<T>::E* t, int kk,
+__device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a_, const typename attn_t<T>::E* t, int kk,
                                          int d) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const mma_a<T> a(a_);
     if constexpr (attn_t<T>::K == 16) {
         const int ST = attn_tile<T, DM>::ROW;
         const u16* p = t + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
@@ -587,7 +612,7 @@ __device__ __forceinline__ void mma_cols(float (*acc)[4], const unsigned* a, con
         }
     } else {
         const int ST = attn_tile<T, DM>::COL;
-        const float* p = t + (kk * 8 + 2 * q) * ST + g;
+        const float* p = t + (2 * q * ST + g) + kk * 8 * ST;
 #pragma unroll
         for (int n = 0; n < DM / 8; ++n) {
             if (n * 8 >= d) break;
@@ -933,17 +958,20 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                 if (G < NT) products(n0);
 #pragma unroll
                 for (int n = n0; n < n0 + G; ++n) {
+                    // the statistics of this lane's two queries (columns 2t and
+                    // 2t + 1 of tile n), read once for both of its keys
+                    const attn_f2 ls = *(const attn_f2*)&slse[buf][n * 8 + 2 * t];
+                    const attn_f2 ds = *(const attn_f2*)&sd[buf][n * 8 + 2 * t];
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int kj = key0 + g + ((e & 2) ? 8 : 0), qc = n * 8 + 2 * t + (e & 1), qi = i0 + qc;
                         const bool seen = all || attn_visible(a, qi, kj);
-                        const float w =
-                            seen ? attn_exp2(attn_exponent<T, MASKED>(
-                                       a, bias, p[n][e], c2, LSE2_ONCE ? slse[buf][qc] : attn_lse2(slse[buf][qc]),
-                                       qi, kj))
-                                 : 0.f;
+                        const float l = (e & 1) ? ls.y : ls.x;
+                        const float w = seen ? attn_exp2(attn_exponent<T, MASKED>(a, bias, p[n][e], c2,
+                                                                                 LSE2_ONCE ? l : attn_lse2(l), qi, kj))
+                                             : 0.f;
                         p[n][e] = w;
-                        if (!drop) dp[n][e] = w * (dp[n][e] - sd[buf][qc]);
+                        if (!drop) dp[n][e] = w * (dp[n][e] - ((e & 1) ? ds.y : ds.x));
                     }
                 }
             }
