@@ -16,8 +16,9 @@ a_small . b_big. Two ways of splitting are compared here, over dot products of
                    the tensor cores read it (tf32_split: CUTLASS's fast float32
                    split, which PyTorch's float32 attention uses)
 
-The products of tf32 parts are exact in float64 and so are their sums here, so
-this measures the split alone, not the tensor cores' accumulation. The error is
+The products of tf32 parts are exact in float64 and their sums are within
+about 1e-16 of exact, so this measures the split alone, not the tensor cores'
+accumulation. The error is
 given relative to sum |a_i b_i| (a dot product's natural scale) and beside
 float32's half ulp (2^-24). Standard library only; deterministic.
 """

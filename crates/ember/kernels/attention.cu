@@ -221,7 +221,8 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
 // with half of tf32's last place added to its bits, so that the tensor cores,
 // which ignore an operand's 13 low bits, read it rounded to nearest. Three
 // instructions an element; rounding both parts with cvt.rna took about ten.
-// The error is that of float32 multiply-adds (bench/tf32_split_error.py).
+// Its error is about that of float32 multiply-adds, twice the old split's
+// (bench/tf32_split_error.py).
 // An inf or NaN x has an inf or NaN big part, so its products are not finite
 // either; its small part, x - big, is NaN (the GPU's 0x7fffffff, which the
 // addition carries into -0): the simulator makes its NaN the GPU's, so that it
