@@ -402,14 +402,50 @@ template <typename T, int DM> struct attn_tile {
 // The rows of the streamed operand per step of each kernel (keys in the forward
 // and in dq's kernel, queries in dk and dv's) and the steps whose tiles are in
 // shared memory at once in the backward (2: the next step's copies run while
-// this one computes; 1: they start after it). The forward always keeps two. Sized
-// so that each kernel's tiles stay within the 48 KiB any block may have.
+// this one computes; 1: they start after it). The forward always keeps two.
+// Sized so that each kernel's tiles stay within the 48 KiB any block may have,
+// but float32's forward and dk/dv kernel at head dim 64: their 64 keys and 32
+// queries a step take about 70 KiB, in dynamic shared memory (attn_fwd_tiles,
+// attn_kv_tiles). Each step repeats the split of a warp's fixed rows into tf32
+// parts and the step's bookkeeping, so fewer, longer steps execute fewer
+// instructions a key (or query).
 template <typename T, int DM> struct attn_steps {
     static const bool HALF = attn_t<T>::K == 16;
-    static const int FWD = HALF ? (DM <= 64 ? 64 : 32) : (DM <= 64 ? 32 : 16);
-    static const int BWD = HALF ? (DM <= 64 ? 64 : 32) : 16;
+    static const int FWD = HALF ? (DM <= 64 ? 64 : 32) : (DM <= 64 ? 64 : 16);
+    static const int BWD_KV = HALF ? (DM <= 64 ? 64 : 32) : (DM <= 64 ? 32 : 16);
+    static const int BWD_Q = HALF ? (DM <= 64 ? 64 : 32) : 16;
     static const int BWD_STAGES = (HALF || DM <= 64) ? 2 : 1;
 };
+
+// The forward's shared tiles, two steps' worth: the keys read along their rows,
+// the values down their columns. DYNAMIC where they exceed 48 KiB: then they lie
+// in the launch's dynamic shared memory, which backend/cuda/ops/attention.rs
+// sizes and opts in to (its tests check its sizes against these).
+template <typename T, int DM> struct __align__(16) attn_fwd_tiles {
+    typedef typename attn_t<T>::E E;
+    typedef attn_tile<T, DM> Tile;
+    static const int BC = attn_steps<T, DM>::FWD;
+    E k[2][BC * Tile::ROW];
+    E v[2][BC * Tile::COL];
+    static const bool DYNAMIC;
+};
+template <typename T, int DM> const bool attn_fwd_tiles<T, DM>::DYNAMIC = sizeof(attn_fwd_tiles<T, DM>) > 48 * 1024;
+
+// dk and dv's shared tiles, S steps' worth: the queries and the output's
+// gradient read along their rows and (float32) down their columns, and the
+// rows' log-sum-exps and Σ dout · out. DYNAMIC as the forward's.
+template <typename T, int DM> struct __align__(16) attn_kv_tiles {
+    typedef typename attn_t<T>::E E;
+    typedef attn_tile<T, DM> Tile;
+    static const int BQ = attn_steps<T, DM>::BWD_KV, S = attn_steps<T, DM>::BWD_STAGES;
+    E q[S][BQ * Tile::ROW];
+    E qc[S][Tile::HALF ? 8 : BQ * Tile::COL];
+    E dout[S][BQ * Tile::ROW];
+    E doc[S][Tile::HALF ? 8 : BQ * Tile::COL];
+    float lse[S][BQ], d[S][BQ];
+    static const bool DYNAMIC;
+};
+template <typename T, int DM> const bool attn_kv_tiles<T, DM>::DYNAMIC = sizeof(attn_kv_tiles<T, DM>) > 48 * 1024;
 
 // Copies from global to shared memory that run while the block computes
 // (`cp.async`, sm_80 and later): `copy<B>` queues B bytes (4 or 16; zeros where
@@ -709,10 +745,20 @@ __device__ void attn_fwd_impl(const T* q_, const T* k_, const T* v_, const T* bi
     typedef typename attn_t<T>::E E;
     typedef attn_tile<T, DM> Tile;
     const int K = attn_t<T>::K, BR = 64, BC = attn_steps<T, DM>::FWD;
-    // the keys read along their rows, the values down their columns; two steps' worth
-    __shared__ __align__(16) E sk[2][BC * Tile::ROW];
-    __shared__ __align__(16) E sv[2][BC * Tile::COL];
-    static_assert(sizeof(sk) + sizeof(sv) <= 48 * 1024, "the forward's tiles exceed 48 KiB");
+    // the keys read along their rows, the values down their columns, two steps'
+    // worth (attn_fwd_tiles; where they fit in 48 KiB, arrays of their own, as
+    // the compiler places them best)
+    E(*sk)[BC * Tile::ROW];
+    E(*sv)[BC * Tile::COL];
+    if constexpr (attn_fwd_tiles<T, DM>::DYNAMIC) {
+        extern __shared__ __align__(16) unsigned char attn_shared[];
+        attn_fwd_tiles<T, DM>& t = *reinterpret_cast<attn_fwd_tiles<T, DM>*>(attn_shared);
+        sk = t.k, sv = t.v;
+    } else {
+        __shared__ __align__(16) E k_s[2][BC * Tile::ROW];
+        __shared__ __align__(16) E v_s[2][BC * Tile::COL];
+        sk = k_s, sv = v_s;
+    }
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = attn_query_block(a) * BR, row0 = q0 + warp * 16;
@@ -868,18 +914,30 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
                                  const float* dsum, T* dk_, T* dv_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
     typedef attn_tile<T, DM> Tile;
-    const int K = attn_t<T>::K, BK = 64, BQ = attn_steps<T, DM>::BWD, S = attn_steps<T, DM>::BWD_STAGES;
+    typedef attn_kv_tiles<T, DM> Tiles;
+    const int K = attn_t<T>::K, BK = 64, BQ = Tiles::BQ, S = Tiles::S;
     const bool LSE2_ONCE = BQ >= 64;
-    // the queries and the output's gradient, read along their rows and down
-    // their columns (float32: the column copies), and the rows' log-sum-exps
-    // (in log2 units once converted: LSE2_ONCE) and Σ dout · out, for S steps
-    __shared__ __align__(16) E sq[S][BQ * Tile::ROW];
-    __shared__ __align__(16) E sqc[S][Tile::HALF ? 8 : BQ * Tile::COL];
-    __shared__ __align__(16) E sdo[S][BQ * Tile::ROW];
-    __shared__ __align__(16) E sdoc[S][Tile::HALF ? 8 : BQ * Tile::COL];
-    __shared__ __align__(16) float slse[S][BQ], sd[S][BQ];
-    static_assert(sizeof(sq) + sizeof(sqc) + sizeof(sdo) + sizeof(sdoc) + sizeof(slse) + sizeof(sd) <= 48 * 1024,
-                  "the keys' backward's tiles exceed 48 KiB");
+    // the tiles (attn_kv_tiles; where they fit in 48 KiB, arrays of their own, as
+    // the compiler places them best), the log-sum-exps in log2 units once
+    // converted (LSE2_ONCE)
+    E(*sq)[BQ * Tile::ROW];
+    E(*sqc)[Tile::HALF ? 8 : BQ * Tile::COL];
+    E(*sdo)[BQ * Tile::ROW];
+    E(*sdoc)[Tile::HALF ? 8 : BQ * Tile::COL];
+    float(*slse)[BQ];
+    float(*sd)[BQ];
+    if constexpr (Tiles::DYNAMIC) {
+        extern __shared__ __align__(16) unsigned char attn_shared[];
+        Tiles& t = *reinterpret_cast<Tiles*>(attn_shared);
+        sq = t.q, sqc = t.qc, sdo = t.dout, sdoc = t.doc, slse = t.lse, sd = t.d;
+    } else {
+        __shared__ __align__(16) E q_s[S][BQ * Tile::ROW];
+        __shared__ __align__(16) E qc_s[S][Tile::HALF ? 8 : BQ * Tile::COL];
+        __shared__ __align__(16) E do_s[S][BQ * Tile::ROW];
+        __shared__ __align__(16) E doc_s[S][Tile::HALF ? 8 : BQ * Tile::COL];
+        __shared__ __align__(16) float lse_s[S][BQ], d_s[S][BQ];
+        sq = q_s, sqc = qc_s, sdo = do_s, sdoc = doc_s, slse = lse_s, sd = d_s;
+    }
     const int bh = blockIdx.x, b = bh / a.heads, h = bh % a.heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = blockIdx.y * BK, key0 = k0 + warp * 16;
@@ -942,8 +1000,9 @@ __device__ void attn_bwd_kv_impl(const T* q_, const T* k_, const T* v_, const T*
         // sᵀ (this warp's 16 keys against the step's queries) and dpᵀ = v doutᵀ,
         // G accumulator tiles of each at a time (as many independent chains of
         // products), then pᵀ and dsᵀ from them: all tiles at once, or two at a
-        // time in the masked kernels, whose bias reads hold registers too
-        const int NT = BQ / 8, G = MASKED ? 2 : NT;
+        // time in the f16/bf16 masked kernels, whose bias reads hold registers
+        // too (float32's, with 4 tiles at most, hold them all)
+        const int NT = BQ / 8, G = MASKED && Tile::HALF ? 2 : NT;
         float p[NT][4], dp[NT][4];
         auto products = [&](const int n0) {
             const int at = n0 * 8 * Tile::ROW;
@@ -1034,7 +1093,7 @@ __device__ void attn_bwd_q_impl(const T* q_, const T* k_, const T* v_, const T* 
                                 const float* dsum, T* dq_, AttnArgs a, AttnArgs ga) {
     typedef typename attn_t<T>::E E;
     typedef attn_tile<T, DM> Tile;
-    const int K = attn_t<T>::K, BR = 64, BK = attn_steps<T, DM>::BWD, S = attn_steps<T, DM>::BWD_STAGES;
+    const int K = attn_t<T>::K, BR = 64, BK = attn_steps<T, DM>::BWD_Q, S = attn_steps<T, DM>::BWD_STAGES;
     // the keys read along their rows and down their columns (float32: the
     // column copy), the values along their rows, for S steps
     __shared__ __align__(16) E sk[S][BK * Tile::ROW];

@@ -117,6 +117,9 @@ pub(crate) struct CudaDev {
     alloc: Mutex<Allocator<RtMemory>>,
     modules: Mutex<HashMap<ModuleKey, Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
+    /// The dynamic shared memory ember's kernels have been opted in to, by name
+    /// ([`CudaDev::allow_dynamic_shared`]).
+    dynamic_shared: Mutex<HashMap<String, u32>>,
     pinned: Mutex<PinnedPool>,
     /// Times the host waited for this device: copies to the host and
     /// `synchronize` calls ([`CudaDev::host_syncs`]).
@@ -276,6 +279,7 @@ impl CudaDev {
             }),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            dynamic_shared: Mutex::new(HashMap::new()),
             pinned: Mutex::new(PinnedPool::default()),
             syncs: AtomicU64::new(0),
             index_checks: Mutex::new(IndexChecks::default()),
@@ -870,6 +874,27 @@ impl CudaDev {
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_string(), f.clone());
         Ok(f)
+    }
+
+    /// Opts ember's kernel `name` (of kernel file `module`, compiled for
+    /// `dtype`) in to `bytes` of dynamic shared memory, which a launch of more
+    /// than 48 KiB needs; once per kernel and size.
+    pub(crate) fn allow_dynamic_shared(
+        &self,
+        (module, dtype, name): (&'static str, DType, &str),
+        bytes: u32,
+    ) -> Result<()> {
+        let mut allowed = self
+            .dynamic_shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if allowed.get(name).is_some_and(|&b| b >= bytes) {
+            return Ok(());
+        }
+        let f = self.func(module, dtype, name)?;
+        self.rt.set_max_dynamic_shared(&f, bytes)?;
+        allowed.insert(name.to_string(), bytes);
+        Ok(())
     }
 
     /// Compiles and loads a user's kernel `name` from `source`.

@@ -9,6 +9,7 @@ use crate::backend::op::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, stat_dtype,
     AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::ffi::c_void;
@@ -43,6 +44,61 @@ pub(crate) struct KAttn {
 const THREADS: u32 = 128;
 /// Query (or key) rows per block.
 const BLOCK_ROWS: usize = 64;
+
+/// The shared memory any block may have without opting in to more.
+const STATIC_SHARED: usize = 48 << 10;
+
+/// The kernels whose shared tiles may exceed [`STATIC_SHARED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttnTiles {
+    /// The forward's (`attn_fwd_tiles` of kernels/attention.cu).
+    Forward,
+    /// dk and dv's (`attn_kv_tiles`).
+    KeysValues,
+}
+
+/// The bytes of the shared tiles of `kernel` for `dtype` (f16, bf16 or float32)
+/// at head dim `dm` (64 or 128): `sizeof` of the kernels' structs, from the
+/// same steps (`attn_steps`) and row paddings (`attn_tile`). The tests hold
+/// them to the kernels' under NVRTC and the host compiler.
+pub(crate) fn attn_tiles_bytes(kernel: AttnTiles, dtype: DType, dm: usize) -> usize {
+    let es = dtype.size_in_bytes();
+    let half = es == 2;
+    // a row along which the tiles are read, and down which (float32's copy)
+    let (row, col) = (dm + 8, if half { dm + 8 } else { dm + 4 });
+    let bytes = match kernel {
+        AttnTiles::Forward => {
+            let keys = match (half, dm <= 64) {
+                (true, true) | (false, true) => 64,
+                (true, false) => 32,
+                (false, false) => 16,
+            };
+            2 * keys * (row + col) * es
+        }
+        AttnTiles::KeysValues => {
+            let queries = match (half, dm <= 64) {
+                (true, true) => 64,
+                (true, false) | (false, true) => 32,
+                (false, false) => 16,
+            };
+            let stages = if half || dm <= 64 { 2 } else { 1 };
+            // f16/bf16 keep no column copies (8 elements stand in for them)
+            let cols = if half { 8 } else { queries * col };
+            stages * (2 * queries * row + 2 * cols) * es + 2 * stages * queries * 4
+        }
+    };
+    bytes.next_multiple_of(16)
+}
+
+/// The dynamic shared memory `kernel`'s launch takes: its tiles where they
+/// exceed [`STATIC_SHARED`] (float32's at head dim 64), else none (the kernel
+/// declares them as static arrays).
+fn dynamic_shared(kernel: AttnTiles, dtype: DType, dm: usize) -> u32 {
+    match attn_tiles_bytes(kernel, dtype, dm) {
+        b if b > STATIC_SHARED => b as u32,
+        _ => 0,
+    }
+}
 
 fn strides(l: &Layout) -> [i64; 3] {
     let s = l.strides();
@@ -148,20 +204,25 @@ fn kernel_dim(d: usize) -> usize {
     }
 }
 
+/// Launches `name` with `shared` bytes of dynamic shared memory (opted in to
+/// where that is more than a block may have without).
 fn launch(
     dev: &CudaDev,
     q: &CudaStorage,
     name: &str,
-    grid: (u32, u32),
+    (grid, shared): ((u32, u32), u32),
     params: &mut [*mut c_void],
 ) -> Result<()> {
+    if shared as usize > STATIC_SHARED {
+        dev.allow_dynamic_shared(("attention", q.dtype(), name), shared)?;
+    }
     // the views the parameters address lie within their storages (the tensor
     // layer's layouts)
     launch_kernel(
         dev,
         ("attention", q.dtype(), name),
         (grid.0, grid.1, 1),
-        ((THREADS, 1, 1), 0),
+        ((THREADS, 1, 1), shared),
         params,
     )
 }
@@ -182,14 +243,17 @@ pub(crate) fn attention(
     // no bias: a null pointer, which the kernels test
     let pb = bias.map_or(0, |b| base_ptr(b.0, 0));
     let (po, pl) = (out.ptr(), lse.ptr());
-    let name = format!(
-        "attn_fwd{}_{}_d{}",
-        masked(bias),
-        suffix(q.dtype()),
-        kernel_dim(sh.d)
-    );
+    let dm = kernel_dim(sh.d);
+    let name = format!("attn_fwd{}_{}_d{dm}", masked(bias), suffix(q.dtype()));
     let grid = (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32);
-    launch(dev, q, &name, grid, &mut args![pq, pk, pv, pb, po, pl, a])?;
+    let shared = dynamic_shared(AttnTiles::Forward, q.dtype(), dm);
+    launch(
+        dev,
+        q,
+        &name,
+        (grid, shared),
+        &mut args![pq, pk, pv, pb, po, pl, a],
+    )?;
     Ok((out, lse))
 }
 
@@ -224,22 +288,23 @@ pub(crate) fn attention_backward(
         dev,
         q,
         &format!("attn_dot_{sfx}"),
-        (blocks, 1),
+        ((blocks, 1), 0),
         &mut args![pg, ga, po, pd, rows],
     )?;
     let dm = kernel_dim(sh.d);
+    let kv_shared = dynamic_shared(AttnTiles::KeysValues, q.dtype(), dm);
     launch(
         dev,
         q,
         &format!("attn_bwd_kv{}_{sfx}_d{dm}", masked(bias)),
-        (n as u32, sh.s.div_ceil(BLOCK_ROWS) as u32),
+        ((n as u32, sh.s.div_ceil(BLOCK_ROWS) as u32), kv_shared),
         &mut args![pq, pk, pv, pb, pg, pl, pd, pdk, pdv, a, ga],
     )?;
     launch(
         dev,
         q,
         &format!("attn_bwd_q{}_{sfx}_d{dm}", masked(bias)),
-        (n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32),
+        ((n as u32, sh.l.div_ceil(BLOCK_ROWS) as u32), 0),
         &mut args![pq, pk, pv, pb, pg, pl, pd, pdq, a, ga],
     )?;
     drop(dsum);

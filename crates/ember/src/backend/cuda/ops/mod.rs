@@ -413,13 +413,34 @@ mod tests {
         super::super::nvrtc::ember_source("conv", "f32").unwrap() + &checks.join("\n")
     }
 
-    /// The same for attention's `AttnArgs` (in its own kernel file).
+    /// The same for attention's `AttnArgs` (in its own kernel file), and the
+    /// sizes of its shared tiles, which the launches' dynamic shared memory
+    /// must match where they take it.
     fn attn_checks(offsets: bool) -> String {
+        use super::attention::{attn_tiles_bytes, AttnTiles};
         use std::mem::{offset_of, size_of};
         let mut checks = vec![format!(
             "static_assert(sizeof(AttnArgs) == {}, \"AttnArgs size\");",
             size_of::<KAttn>()
         )];
+        for (ty, dt) in [
+            ("f16", DType::F16),
+            ("bf16", DType::BF16),
+            ("float", DType::F32),
+        ] {
+            for dm in [64, 128] {
+                for (kind, tiles) in [
+                    ("attn_fwd_tiles", AttnTiles::Forward),
+                    ("attn_kv_tiles", AttnTiles::KeysValues),
+                ] {
+                    let b = attn_tiles_bytes(tiles, dt, dm);
+                    checks.push(format!(
+                        "static_assert(sizeof({kind}<{ty}, {dm}>) == {b} && {kind}<{ty}, {dm}>::DYNAMIC == {}, \"{kind}<{ty}, {dm}>\");",
+                        b > 48 << 10
+                    ));
+                }
+            }
+        }
         if offsets {
             for (field, off) in [
                 ("k_off", offset_of!(KAttn, k_off)),
