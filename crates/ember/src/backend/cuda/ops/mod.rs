@@ -318,8 +318,8 @@ pub(super) fn launch_lists(
 }
 
 /// Launches `grid` blocks of `THREADS` of `module::name` with `shared` bytes of
-/// dynamic shared memory each (within the 48 KiB every kernel may use), nothing
-/// when there is no work (`items` is 0).
+/// dynamic shared memory each (within the 48 KiB a kernel may use without
+/// opting in), nothing when there is no work (`items` is 0).
 fn launch_blocks(
     dev: &CudaDev,
     module: &'static str,
@@ -343,8 +343,9 @@ fn launch_blocks(
 
 /// Launches kernel `name` of ember's kernel file `module` (compiled for `dtype`)
 /// with `grid` blocks of `block` threads and `shared` bytes of dynamic shared
-/// memory each (within the 48 KiB every kernel may use): the one place ember's
-/// own kernels are launched.
+/// memory each (more than 48 KiB only where the kernel was opted in to it:
+/// `CudaDev::allow_dynamic_shared`): the one place ember's own kernels are
+/// launched.
 pub(super) fn launch_kernel(
     dev: &CudaDev,
     (module, dtype, name): (&'static str, DType, &str),
