@@ -86,6 +86,7 @@ const CUDA_IN_F32: &[&str] = &[
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let all = cases();
     let mut checked = 0;
     for c in all["dtypes"].as_array().unwrap() {
@@ -185,6 +186,7 @@ fn load(model: &dyn Module, params: &Value, dev: &Device) -> Result<()> {
 }
 
 pub(crate) fn models_match_pytorch_in_bf16(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let all = cases();
     for case in all["models"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();

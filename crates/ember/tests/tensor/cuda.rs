@@ -472,6 +472,7 @@ fn random_tensors_are_drawn_on_the_device() -> Result<()> {
 /// device against the host's).
 #[test]
 fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
+    let _rng = super::rng_lock();
     use ember::optim::{Adam, Optimizer};
     let Some(dev) = gpu("foreach_adam_matches_one_launch_per_parameter") else {
         return Ok(());
@@ -545,6 +546,7 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
 /// starts later, from its gradient, as PyTorch's does), over three steps.
 #[test]
 fn foreach_sgd_matches_the_cpu() -> Result<()> {
+    let _rng = super::rng_lock();
     use ember::optim::{Optimizer, Sgd};
     let Some(dev) = gpu("foreach_sgd_matches_the_cpu") else {
         return Ok(());
@@ -618,6 +620,7 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
 /// past two chunks, clipped (max norm below the total) and not.
 #[test]
 fn foreach_clipping_matches_the_cpu() -> Result<()> {
+    let _rng = super::rng_lock();
     let Some(dev) = gpu("foreach_clipping_matches_the_cpu") else {
         return Ok(());
     };
@@ -980,6 +983,7 @@ fn layer_norm_affine_matches_the_cpu() -> Result<()> {
 /// none (CI's simulator passes have one, and this test says it skipped there).
 #[test]
 fn layer_norm_refuses_parameters_on_another_gpu() -> Result<()> {
+    let _rng = super::rng_lock();
     let Some(dev) = super::gpu_unless("layer_norm_refuses_parameters_on_another_gpu", || {
         (ember::cuda::device_count() < 2).then(|| "needs two GPUs".to_string())
     }) else {

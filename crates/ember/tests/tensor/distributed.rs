@@ -447,6 +447,7 @@ fn assert_params_close(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) {
 
 #[test]
 fn ddp_on_n_ranks_trains_like_one_process_with_n_times_the_batch() {
+    let _rng = super::rng_lock();
     let reference = train_steps(&mlp(0.0).unwrap(), 0, 1, 12, 4).unwrap();
     for world in [2, 3, 4] {
         for cap_mb in [25.0, 1e-6] {
@@ -477,6 +478,7 @@ fn ddp_on_n_ranks_trains_like_one_process_with_n_times_the_batch() {
 
 #[test]
 fn ddp_no_sync_accumulates_locally_until_a_synced_backward() {
+    let _rng = super::rng_lock();
     // reference: one process, the gradient of the two micro-batches' losses
     // summed, over all samples of both ranks (mean per micro-batch of 4)
     let model = mlp(0.0).unwrap();
@@ -562,6 +564,7 @@ impl Module for HalfUsed {
 
 #[test]
 fn ddp_names_parameters_without_gradients_unless_told_to_find_them() {
+    let _rng = super::rng_lock();
     let got = ranks(2, |pg| {
         let m = HalfUsed {
             a: nn::Linear::new(4, 3, &Device::Cpu)?,
@@ -609,6 +612,7 @@ fn pg_rank<M: Module>(d: &DistributedDataParallel<M>) -> usize {
 
 #[test]
 fn ddp_refuses_models_that_differ_between_ranks() {
+    let _rng = super::rng_lock();
     let got = ranks(2, |pg| {
         let width = 3 + pg.rank();
         let m = nn::Linear::new(4, width, &Device::Cpu)?;

@@ -601,6 +601,7 @@ fn recorded_in_place_activations_allocate_nothing() -> Result<()> {
 /// was, with the same values and gradient as `nn::ReLU`; a leaf that requires
 /// grad is refused, as in PyTorch.
 fn in_place_relu_module(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let x = Tensor::new([-1.0f32, 2.0, -3.0, 4.0], dev)?;
     let y = nn::ReLU::inplace().forward(&x)?;
     assert_eq!(vals(&x), vec![0.0, 2.0, 0.0, 4.0]);

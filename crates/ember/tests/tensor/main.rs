@@ -57,7 +57,11 @@ fn assert_close(got: &[f64], want: &[f64], rtol: f64, atol: f64) {
 }
 
 /// Tests that seed the global generator hold this so that no other test draws
-/// numbers between their `manual_seed` and their draws.
+/// numbers between their `manual_seed` and their draws; so do the tests that
+/// draw from it unseeded (initialised layers, `randn`), which would otherwise
+/// take numbers from a seeded test's sequence (a flaky failure of
+/// `named_children_and_layers_for_models`, whose two equally seeded layers
+/// differed).
 fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())

@@ -1858,6 +1858,7 @@ fn batch_norm_with_a_residual_and_relu_is_the_three_ops(dev: &Device) -> Result<
 /// parameters without `affine`, the functional's result, its refusal of
 /// channels that groups do not divide; and `index_add_` in place, recorded.
 fn group_norm_module_and_index_add_inplace(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let gn = nn::GroupNorm::new(2, 4, dev)?;
     let names: Vec<String> = gn.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["weight", "bias"]);
@@ -2078,6 +2079,7 @@ fn state_of(v: &Value, dev: &Device) -> Result<Vec<(String, Tensor)>> {
 /// Module outputs, input gradients and batch-norm running statistics with
 /// PyTorch's parameters, in training and evaluation mode.
 fn modules_match_pytorch(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let all = cases();
     for case in all["modules"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
@@ -2404,6 +2406,7 @@ fn char_corpus_and_gpt() -> Result<()> {
 /// move and convert them, switch them to evaluation, and have no forward.
 #[test]
 fn module_list_and_dict() -> Result<()> {
+    let _rng = super::rng_lock();
     let dev = Device::Cpu;
     let mut list: nn::ModuleList = (0..3)
         .map(|_| nn::Linear::new(4, 4, &dev))
@@ -3819,6 +3822,7 @@ fn fused_attention_serves_multihead_attention_with_masks(dev: &Device) -> Result
 fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
     use ember::nn::functional::{with_attention_path, AttentionPath};
     let _turn = super::profile_turn();
+    let _rng = super::rng_lock();
     let path = fused_path(dev);
     let (n, t, heads) = (2, 19, 4);
     // (dtype, batch first, causal, unbatched, head dim)
@@ -3934,6 +3938,7 @@ fn multihead_self_attention_projects_once(dev: &Device) -> Result<()> {
 /// in float32 and bfloat16, batch first or not, with more queries than keys.
 fn multihead_cross_attention_projects_keys_and_values_once(dev: &Device) -> Result<()> {
     let _turn = super::profile_turn();
+    let _rng = super::rng_lock();
     let path = fused_path(dev);
     let (n, t, s, heads, d) = (2, 19, 11, 4, 8);
     let e = heads * d;

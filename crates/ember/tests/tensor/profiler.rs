@@ -241,6 +241,7 @@ device_test!(a_profiled_training_step, nested_ranges_and_the_trace);
 #[test]
 fn a_gpt_step_names_its_modules() -> Result<()> {
     let _turn = turn();
+    let _rng = super::rng_lock();
     let dev = Device::Cpu;
     let config = ember::models::GptConfig {
         vocab_size: 16,

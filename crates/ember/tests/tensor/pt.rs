@@ -114,6 +114,7 @@ fn files_load_bit_for_bit(dev: &Device) -> Result<()> {
 }
 
 fn checkpoint_parts(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let exp = &expected()["files"]["checkpoint.pt"];
     let file = PtFile::open(pt("checkpoint.pt"))?;
     assert_eq!(file.keys(), ["model", "optimizer", "epoch", "args"]);
@@ -179,6 +180,7 @@ fn checkpoint_parts(dev: &Device) -> Result<()> {
 }
 
 fn small_net_gives_pytorchs_output(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     let exp = &expected()["small_net"];
     let mut net = nn::Sequential::new()
         .add(nn::Conv2d::new(
@@ -354,6 +356,7 @@ fn pt_and_safetensors_are_told_apart() -> Result<()> {
 
 #[test]
 fn load_state_dict_strict_and_not() -> Result<()> {
+    let _rng = super::rng_lock();
     let dev = Device::Cpu;
     let src = nn::Linear::new(3, 2, &dev)?;
     let dst = nn::Linear::new(3, 2, &dev)?;

@@ -157,6 +157,7 @@ fn softmax_family(dev: &Device) -> Result<()> {
 /// a row holding a NaN, a row of -inf and a row holding +inf are NaN throughout
 /// (PyTorch's results).
 fn softmax_rows_of_every_length(dev: &Device) -> Result<()> {
+    let _rng = super::rng_lock();
     for (cols, dt) in [
         (1usize, DType::F32),
         (7, DType::F32),
