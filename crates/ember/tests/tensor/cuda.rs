@@ -472,7 +472,6 @@ fn random_tensors_are_drawn_on_the_device() -> Result<()> {
 /// device against the host's).
 #[test]
 fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
-    let _rng = super::rng_lock();
     use ember::optim::{Adam, Optimizer};
     let Some(dev) = gpu("foreach_adam_matches_one_launch_per_parameter") else {
         return Ok(());
@@ -546,7 +545,6 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
 /// starts later, from its gradient, as PyTorch's does), over three steps.
 #[test]
 fn foreach_sgd_matches_the_cpu() -> Result<()> {
-    let _rng = super::rng_lock();
     use ember::optim::{Optimizer, Sgd};
     let Some(dev) = gpu("foreach_sgd_matches_the_cpu") else {
         return Ok(());
@@ -620,7 +618,6 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
 /// past two chunks, clipped (max norm below the total) and not.
 #[test]
 fn foreach_clipping_matches_the_cpu() -> Result<()> {
-    let _rng = super::rng_lock();
     let Some(dev) = gpu("foreach_clipping_matches_the_cpu") else {
         return Ok(());
     };
