@@ -179,6 +179,22 @@ template <typename T> __device__ __forceinline__ void store2(float* p, float x, 
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 
+#ifdef EMBER_SIMULATOR
+// The simulator's matrix instructions: a lane's A and B fragments, which every
+// lane of the warp publishes at once (one warp-wide exchange, where a shuffle
+// per element would be 32); f[i] is lane i's (this lane's own for a lane that
+// has exited, as a shuffle reads).
+struct sim_frag {
+    unsigned a[4], b[2];
+    sim_frag(const unsigned* a_, const unsigned* b_) : a{a_[0], a_[1], a_[2], a_[3]}, b{b_[0], b_[1]} {}
+};
+static inline void sim_frags(const sim_frag& mine, const sim_frag* f[32]) {
+    const void* lanes[32];
+    __ember_sim_warp_all(&mine, sizeof mine, lanes);
+    for (int i = 0; i < 32; ++i) f[i] = lanes[i] ? (const sim_frag*)lanes[i] : &mine;
+}
+#endif
+
 // c += a · b for one 16 x 8 x 16 tile of f16/bf16: a (16 x 16, rows) as 4
 // registers of 2 elements, b (16 x 8, columns) as 2, c (16 x 8) as 4 floats, in
 // the lane layout above (a[0]: (g, 2t..), a[1]: (g + 8, 2t..), a[2]: (g, 2t + 8..),
@@ -188,12 +204,15 @@ template <typename T> __device__ __forceinline__ void mma16816(float* c, const u
     // the simulator: each lane gathers its rows of a and columns of b from the
     // lanes that hold them
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const sim_frag mine(a, b);
+    const sim_frag* f[32];
+    sim_frags(mine, f);
     for (int k = 0; k < 16; k += 2) {
         const int owner = (k & 7) >> 1;
-        const unsigned alo = __shfl_sync(0xffffffffu, k < 8 ? a[0] : a[2], g * 4 + owner);
-        const unsigned ahi = __shfl_sync(0xffffffffu, k < 8 ? a[1] : a[3], g * 4 + owner);
-        const unsigned b0 = __shfl_sync(0xffffffffu, k < 8 ? b[0] : b[1], (2 * t) * 4 + owner);
-        const unsigned b1 = __shfl_sync(0xffffffffu, k < 8 ? b[0] : b[1], (2 * t + 1) * 4 + owner);
+        const unsigned alo = f[g * 4 + owner]->a[k < 8 ? 0 : 2];
+        const unsigned ahi = f[g * 4 + owner]->a[k < 8 ? 1 : 3];
+        const unsigned b0 = f[(2 * t) * 4 + owner]->b[k < 8 ? 0 : 1];
+        const unsigned b1 = f[(2 * t + 1) * 4 + owner]->b[k < 8 ? 0 : 1];
         const float a00 = half_bits_to_float<T>(alo), a01 = half_bits_to_float<T>(alo >> 16);
         const float a10 = half_bits_to_float<T>(ahi), a11 = half_bits_to_float<T>(ahi >> 16);
         const float b00 = half_bits_to_float<T>(b0), b10 = half_bits_to_float<T>(b0 >> 16);
@@ -247,13 +266,15 @@ __device__ __forceinline__ void tf32_split(unsigned x, unsigned& big, unsigned& 
 __device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsigned* b) {
 #ifdef EMBER_SIMULATOR
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const sim_frag mine(a, b);
+    const sim_frag* f[32];
+    sim_frags(mine, f);
     for (int k = 0; k < 8; ++k) {
         const int owner = k & 3;
-        const float a0 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? a[0] : a[2], g * 4 + owner) & 0xffffe000u);
-        const float a1 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? a[1] : a[3], g * 4 + owner) & 0xffffe000u);
-        const float b0 = __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? b[0] : b[1], (2 * t) * 4 + owner) & 0xffffe000u);
-        const float b1 =
-            __uint_as_float(__shfl_sync(0xffffffffu, k < 4 ? b[0] : b[1], (2 * t + 1) * 4 + owner) & 0xffffe000u);
+        const float a0 = __uint_as_float(f[g * 4 + owner]->a[k < 4 ? 0 : 2] & 0xffffe000u);
+        const float a1 = __uint_as_float(f[g * 4 + owner]->a[k < 4 ? 1 : 3] & 0xffffe000u);
+        const float b0 = __uint_as_float(f[(2 * t) * 4 + owner]->b[k < 4 ? 0 : 1] & 0xffffe000u);
+        const float b1 = __uint_as_float(f[(2 * t + 1) * 4 + owner]->b[k < 4 ? 0 : 1] & 0xffffe000u);
         c[0] += a0 * b0;
         c[1] += a0 * b1;
         c[2] += a1 * b0;
@@ -457,8 +478,9 @@ template <typename T, int DM> const bool attn_kv_tiles<T, DM>::DYNAMIC = sizeof(
 // queue is full: a copy may land any time before its wait), so that a tile read
 // before its wait reads NaN there too. It cannot show a missing barrier between
 // one step's reads of a buffer and the copies queued into it later: it runs a
-// block's warps in step at every shuffle, and its emulated products shuffle
-// long after their last read. Those barriers stand at each loop's end.
+// block's warps in step at every warp-wide exchange (a shuffle, an emulated
+// product's fragments), and its products exchange long after their last read.
+// Those barriers stand at each loop's end.
 struct AttnPipe {
 #ifdef EMBER_SIMULATOR
     static const int CAP = 32;
@@ -557,15 +579,19 @@ __device__ __forceinline__ void tile_copy(AttnPipe& pipe, E* dst, const E* base,
 // in the low half.
 template <bool TRANS> __device__ __forceinline__ void ldsm4(unsigned* r, const u16* p) {
 #ifdef EMBER_SIMULATOR
+    // every lane's row pointer, in one exchange
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const void* lanes[32];
+    __ember_sim_warp_all(&p, sizeof p, lanes);
+    const auto row = [&](int i) { return lanes[i] ? *(const u16* const*)lanes[i] : p; };
     for (int i = 0; i < 4; ++i) {
         if (TRANS) {
-            const u16* lo = __shfl_sync(0xffffffffu, p, i * 8 + 2 * t);
-            const u16* hi = __shfl_sync(0xffffffffu, p, i * 8 + 2 * t + 1);
+            const u16* lo = row(i * 8 + 2 * t);
+            const u16* hi = row(i * 8 + 2 * t + 1);
             r[i] = (unsigned)lo[g] | ((unsigned)hi[g] << 16);
         } else {
-            const u16* row = __shfl_sync(0xffffffffu, p, i * 8 + g);
-            r[i] = (unsigned)row[2 * t] | ((unsigned)row[2 * t + 1] << 16);
+            const u16* rw = row(i * 8 + g);
+            r[i] = (unsigned)rw[2 * t] | ((unsigned)rw[2 * t + 1] << 16);
         }
     }
 #elif __CUDA_ARCH__ >= 800

@@ -3,12 +3,13 @@
 //! computes), refusing what cuDNN refuses, so that the calls ember builds for cuDNN
 //! are tested and not only the numbers.
 
-use super::gemm::{read_operand, write};
+use super::gemm::{load_operand, write};
 use crate::backend::cuda::calls::{ConvCall, ConvGeom, ConvPass};
 use crate::{
     dtype::DType,
     error::{Error, Result},
 };
+use rayon::prelude::*;
 
 fn status(name: &str, why: String) -> Error {
     Error::Cuda {
@@ -96,19 +97,59 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
     }
     Ok(std::sync::Arc::new(move || {
         let _lock = super::exec_lock();
+        let (dt, nhwc, tf32) = (g.dtype, g.nhwc, c.tf32);
+        // the two operands of the pass, read once (as the call's math reads them)
+        let load = |ptr: u64, dims: [i32; 4]| load_operand(dt, ptr, ConvGeom::numel(dims), tf32);
+        let x_at = |ni: i64, ch: i64, ih: i64, iw: i64| {
+            (if nhwc {
+                ((ni * h + ih) * w + iw) * cin + ch
+            } else {
+                ((ni * cin + ch) * h + ih) * w + iw
+            }) as usize
+        };
+        let w_at = |ki: i64, ci: i64, ri: i64, si: i64| {
+            (if nhwc {
+                ((ki * r + ri) * s + si) * cg + ci
+            } else {
+                ((ki * cg + ci) * r + ri) * s + si
+            }) as usize
+        };
+        let y_at = |ni: i64, ki: i64, pi: i64, qi: i64| {
+            (if nhwc {
+                ((ni * p + pi) * q + qi) * k + ki
+            } else {
+                ((ni * k + ki) * p + pi) * q + qi
+            }) as usize
+        };
+        // an element's coordinates from its index in a tensor of `d` (NCHW order
+        // of the dims; channels last where `nhwc`)
+        let coords = |i: usize, d: [i64; 4]| {
+            let i = i as i64;
+            if nhwc {
+                let (c, rest) = (i % d[1], i / d[1]);
+                [rest / (d[2] * d[3]), c, rest / d[3] % d[2], rest % d[3]]
+            } else {
+                [
+                    i / (d[1] * d[2] * d[3]),
+                    i / (d[2] * d[3]) % d[1],
+                    i / d[3] % d[2],
+                    i % d[3],
+                ]
+            }
+        };
         let mut acc = vec![0f64; ConvGeom::numel(out_dims)];
-        let (dt, nhwc) = (g.dtype, g.nhwc);
-        let read = |ptr: u64, i: i64| read_operand(dt, ptr, i, c.tf32);
-        for ni in 0..n {
-            for ki in 0..k {
-                let c0 = (ki / kg) * cg;
-                for pi in 0..p {
-                    for qi in 0..q {
-                        let yi = if nhwc {
-                            ((ni * p + pi) * q + qi) * k + ki
-                        } else {
-                            ((ni * k + ki) * p + pi) * q + qi
-                        };
+        // each output element is summed on its own, its terms in the order of the
+        // loops over (n, k, p, q, c, r, s) that define the convolution, so that
+        // the result does not depend on how the elements are shared out
+        match c.pass {
+            ConvPass::Forward => {
+                let (xs, ws) = (load(c.x, g.x), load(c.w, g.w));
+                acc.par_iter_mut()
+                    .enumerate()
+                    .with_min_len(64)
+                    .for_each(|(i, a)| {
+                        let [ni, ki, pi, qi] = coords(i, [n, k, p, q]);
+                        let c0 = (ki / kg) * cg;
                         for ci in 0..cg {
                             for ri in 0..r {
                                 let ih = pi * u - ph + ri * dh;
@@ -117,36 +158,67 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
                                 }
                                 for si in 0..s {
                                     let iw = qi * v - pw + si * dw;
-                                    if !(0..w).contains(&iw) {
-                                        continue;
-                                    }
-                                    let (xi, wi) = if nhwc {
-                                        (
-                                            ((ni * h + ih) * w + iw) * cin + c0 + ci,
-                                            ((ki * r + ri) * s + si) * cg + ci,
-                                        )
-                                    } else {
-                                        (
-                                            ((ni * cin + c0 + ci) * h + ih) * w + iw,
-                                            ((ki * cg + ci) * r + ri) * s + si,
-                                        )
-                                    };
-                                    match c.pass {
-                                        ConvPass::Forward => {
-                                            acc[yi as usize] += read(c.x, xi) * read(c.w, wi)
-                                        }
-                                        ConvPass::BackwardData => {
-                                            acc[xi as usize] += read(c.y, yi) * read(c.w, wi)
-                                        }
-                                        ConvPass::BackwardFilter => {
-                                            acc[wi as usize] += read(c.x, xi) * read(c.y, yi)
-                                        }
+                                    if (0..w).contains(&iw) {
+                                        *a += xs[x_at(ni, c0 + ci, ih, iw)]
+                                            * ws[w_at(ki, ci, ri, si)];
                                     }
                                 }
                             }
                         }
-                    }
-                }
+                    });
+            }
+            ConvPass::BackwardData => {
+                let (ys, ws) = (load(c.y, g.y), load(c.w, g.w));
+                // the output positions and filter taps that meet input row (or
+                // column) `i`, in the order of the output positions
+                let taps = |i: i64, len: i64, stride: i64, pad: i64, dil: i64, f: i64| {
+                    (0..len)
+                        .filter_map(|o| {
+                            let d = i + pad - o * stride;
+                            (d >= 0 && d % dil == 0 && d / dil < f).then_some((o, d / dil))
+                        })
+                        .collect::<Vec<_>>()
+                };
+                acc.par_iter_mut()
+                    .enumerate()
+                    .with_min_len(64)
+                    .for_each(|(i, a)| {
+                        let [ni, ch, ih, iw] = coords(i, [n, cin, h, w]);
+                        let (gi, ci) = (ch / cg, ch % cg);
+                        let rows = taps(ih, p, u, ph, dh, r);
+                        let cols = taps(iw, q, v, pw, dw, s);
+                        for ki in gi * kg..(gi + 1) * kg {
+                            for &(pi, ri) in &rows {
+                                for &(qi, si) in &cols {
+                                    *a += ys[y_at(ni, ki, pi, qi)] * ws[w_at(ki, ci, ri, si)];
+                                }
+                            }
+                        }
+                    });
+            }
+            ConvPass::BackwardFilter => {
+                let (xs, ys) = (load(c.x, g.x), load(c.y, g.y));
+                acc.par_iter_mut()
+                    .enumerate()
+                    .with_min_len(16)
+                    .for_each(|(i, a)| {
+                        let [ki, ci, ri, si] = coords(i, [k, cg, r, s]);
+                        let ch = (ki / kg) * cg + ci;
+                        for ni in 0..n {
+                            for pi in 0..p {
+                                let ih = pi * u - ph + ri * dh;
+                                if !(0..h).contains(&ih) {
+                                    continue;
+                                }
+                                for qi in 0..q {
+                                    let iw = qi * v - pw + si * dw;
+                                    if (0..w).contains(&iw) {
+                                        *a += xs[x_at(ni, ch, ih, iw)] * ys[y_at(ni, ki, pi, qi)];
+                                    }
+                                }
+                            }
+                        }
+                    });
             }
         }
         for (i, &a) in acc.iter().enumerate() {

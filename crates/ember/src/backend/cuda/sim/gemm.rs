@@ -19,6 +19,7 @@ fn invalid(why: String) -> Error {
 /// bits of the mantissa, the rest dropped (rounded toward zero: the larger and
 /// biased error of the ways a library may convert, so that a tolerance that holds
 /// here holds on a GPU); infinities and NaNs as they are.
+#[inline(always)]
 pub(super) fn to_tf32(v: f64) -> f64 {
     let bits = (v as f32).to_bits();
     if bits & 0x7f80_0000 == 0x7f80_0000 {
@@ -31,6 +32,7 @@ pub(super) fn to_tf32(v: f64) -> f64 {
 ///
 /// # Safety
 /// `base` must point at an array of `dt` with more than `i` elements.
+#[inline(always)]
 pub(super) unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
     match dt {
         DType::F32 => *(base as *const f32).offset(i as isize) as f64,
@@ -46,6 +48,7 @@ pub(super) unsafe fn read(dt: DType, base: u64, i: i64) -> f64 {
 ///
 /// # Safety
 /// As [`read`].
+#[inline(always)]
 pub(super) unsafe fn read_operand(dt: DType, base: u64, i: i64, tf32: bool) -> f64 {
     let v = read(dt, base, i);
     if tf32 && dt == DType::F32 {
@@ -55,8 +58,20 @@ pub(super) unsafe fn read_operand(dt: DType, base: u64, i: i64, tf32: bool) -> f
     }
 }
 
+/// The first `len` elements of a device array of `dt` as f64, as a library
+/// call's product reads them ([`read_operand`]).
+///
+/// # Safety
+/// `base` must point at an array of `dt` with at least `len` elements.
+pub(super) unsafe fn load_operand(dt: DType, base: u64, len: usize, tf32: bool) -> Vec<f64> {
+    (0..len as i64)
+        .map(|i| read_operand(dt, base, i, tf32))
+        .collect()
+}
+
 /// # Safety
 /// As [`read`].
+#[inline(always)]
 pub(super) unsafe fn write(dt: DType, base: u64, i: i64, v: f64) {
     match dt {
         DType::F32 => *(base as *mut f32).offset(i as isize) = v as f32,

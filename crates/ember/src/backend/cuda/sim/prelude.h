@@ -59,12 +59,24 @@ static_assert(sizeof(Launch) == 32, "Launch mirrors SimLaunch");
 
 enum State { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
 
+// The most a lane publishes at one warp-wide exchange, in 8-byte words.
+static const int WARP_SLOT_WORDS = 4;
+
 struct Fiber {
     void* sp;  // saved stack pointer while switched out
     char* stack;
     uint3 idx;
     int state;
-    uint64_t slot;  // the value a warp shuffle publishes
+    // what the fiber publishes at a warp-wide exchange (a shuffle's value, an
+    // emulated matrix instruction's fragments), in two buffers used in turn so
+    // that an exchange needs one wait: lane A reads lane B's buffer of exchange
+    // n after the wait that released the warp and before its own exchange
+    // n + 1; B writes that buffer next at exchange n + 2, after the wait of
+    // n + 1, which A must have reached.
+    // (A lane that has passed exchange n may also have exited before another
+    // reads its buffer: what it published stays there.)
+    uint64_t slots[2][WARP_SLOT_WORDS];
+    unsigned exchanges;  // the exchanges it has made (the next publishes in slots[exchanges & 1])
 };
 
 static const size_t STACK_BYTES = 128 * 1024;
@@ -155,17 +167,31 @@ static inline int linear_tid(const uint3& t) {
     return (int)(t.x + t.y * block_dim.x + t.z * block_dim.x * block_dim.y);
 }
 
+// Every lane of the caller's warp publishes `bytes` (at most 32) from `mine`;
+// returns once all live lanes have, with lanes[i] pointing at what lane i
+// published (null for a lane that exited before this exchange or is past the
+// block). The pointers hold until the caller's next exchange.
+static void warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
+    if (bytes > sizeof cur->slots[0]) {
+        snprintf(error, sizeof error, "internal: a warp exchange of %zu bytes", bytes);
+        abort();
+    }
+    const unsigned n = cur->exchanges++;
+    memcpy(cur->slots[n & 1], mine, bytes);
+    wait(AT_WARP);
+    const int warp0 = linear_tid(cur->idx) & ~31;
+    for (int i = 0; i < 32; ++i) {
+        const int s = warp0 + i;
+        lanes[i] = s < nthreads && fibers[s].exchanges > n ? (const void*)fibers[s].slots[n & 1] : nullptr;
+    }
+}
+
 // Reads lane `src` (of the caller's warp) of the value every lane publishes.
 template <class T> static T shfl(T v, int src, bool valid) {
-    uint64_t bits = 0;
-    memcpy(&bits, &v, sizeof(T));
-    cur->slot = bits;
-    wait(AT_WARP);
-    int warp0 = linear_tid(cur->idx) & ~31;
+    const void* lanes[32];
+    warp_all(&v, sizeof(T), lanes);
     T r = v;
-    int s = warp0 + src;
-    if (valid && src >= 0 && src < 32 && s < nthreads && fibers[s].state != DONE) memcpy(&r, &fibers[s].slot, sizeof(T));
-    wait(AT_WARP);
+    if (valid && src >= 0 && src < 32 && lanes[src]) memcpy(&r, lanes[src], sizeof(T));
     return r;
 }
 
@@ -237,6 +263,7 @@ static int run_launch(const Launch* l) {
             Fiber& f = fibers[i];
             f.idx = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y)};
             f.state = RUNNABLE;
+            f.exchanges = 0;
             f.sp = start_fiber(f.stack);
         }
         for (;;) {
@@ -372,6 +399,12 @@ template <class To, class From> static inline To bit_cast(From v) {
 
 static inline void __syncthreads() { ::ember_sim::wait(::ember_sim::AT_BLOCK); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { ::ember_sim::wait(::ember_sim::AT_WARP); }
+// The simulator's own warp-wide exchange (ember_sim::warp_all), for the
+// emulations of warp-level matrix instructions in the kernels: one wait where a
+// shuffle per element would take one each.
+static inline void __ember_sim_warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
+    ::ember_sim::warp_all(mine, bytes, lanes);
+}
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
 template <class T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
