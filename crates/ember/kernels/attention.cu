@@ -479,8 +479,8 @@ template <typename T, int DM> const bool attn_kv_tiles<T, DM>::DYNAMIC = sizeof(
 // before its wait reads NaN there too. It cannot show a missing barrier between
 // one step's reads of a buffer and the copies queued into it later: it runs a
 // block's warps in step at every warp-wide exchange (a shuffle, an emulated
-// product's fragments), and its products exchange long after their last read.
-// Those barriers stand at each loop's end.
+// ldmatrix or product), and a step's last reads of a tile are followed by its
+// products' exchanges. Those barriers stand at each loop's end.
 struct AttnPipe {
 #ifdef EMBER_SIMULATOR
     static const int CAP = 32;

@@ -303,12 +303,18 @@ fn build(
         }
     };
     let decls = kernel_decls(&pre, MARK);
-    // threads that may wait at a barrier or a shuffle need fibers; the macros and
-    // headers of the source are expanded here, the prelude's own uses left out
+    // threads that may wait at a barrier, a shuffle or another warp-wide
+    // exchange need fibers; the macros and headers of the source are expanded
+    // here, the prelude's own uses left out
     let user = pre.split_once(USER).map_or(pre.as_str(), |(_, u)| u);
-    let fibers = ["__syncthreads", "__syncwarp", "__shfl"]
-        .iter()
-        .any(|w| user.contains(w));
+    let fibers = [
+        "__syncthreads",
+        "__syncwarp",
+        "__shfl",
+        "__ember_sim_warp_all",
+    ]
+    .iter()
+    .any(|w| user.contains(w));
     let mut full = text;
     full.push_str(&format!("EMBER_SIM_FIBERS({})\n", fibers as i32));
     for d in &decls {

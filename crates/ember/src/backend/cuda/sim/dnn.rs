@@ -126,8 +126,8 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
         let coords = |i: usize, d: [i64; 4]| {
             let i = i as i64;
             if nhwc {
-                let (c, rest) = (i % d[1], i / d[1]);
-                [rest / (d[2] * d[3]), c, rest / d[3] % d[2], rest % d[3]]
+                let (ch, rest) = (i % d[1], i / d[1]);
+                [rest / (d[2] * d[3]), ch, rest / d[3] % d[2], rest % d[3]]
             } else {
                 [
                     i / (d[1] * d[2] * d[3]),

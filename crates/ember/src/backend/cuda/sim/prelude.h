@@ -72,7 +72,9 @@ struct Fiber {
     // that an exchange needs one wait: lane A reads lane B's buffer of exchange
     // n after the wait that released the warp and before its own exchange
     // n + 1; B writes that buffer next at exchange n + 2, after the wait of
-    // n + 1, which A must have reached.
+    // n + 1, which A must have reached. (This holds where the lanes of a warp
+    // make the same exchanges and __syncwarp calls in the same order, as a
+    // kernel must on a GPU.)
     // (A lane that has passed exchange n may also have exited before another
     // reads its buffer: what it published stays there.)
     uint64_t slots[2][WARP_SLOT_WORDS];
@@ -170,7 +172,8 @@ static inline int linear_tid(const uint3& t) {
 // Every lane of the caller's warp publishes `bytes` (at most 32) from `mine`;
 // returns once all live lanes have, with lanes[i] pointing at what lane i
 // published (null for a lane that exited before this exchange or is past the
-// block). The pointers hold until the caller's next exchange.
+// block). The pointers hold until the caller's next exchange (the lanes making
+// the same exchanges in the same order).
 static void warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
     if (bytes > sizeof cur->slots[0]) {
         snprintf(error, sizeof error, "internal: a warp exchange of %zu bytes", bytes);
@@ -275,7 +278,8 @@ static int run_launch(const Launch* l) {
                 }
             }
             // every thread now waits or is done: release a warp whose live
-            // threads all wait at a shuffle, else the block at __syncthreads
+            // threads all wait at a warp-level exchange or __syncwarp, else the
+            // block at __syncthreads
             int live = 0, at_block = 0;
             bool released = false;
             for (int w = 0; w < nthreads; w += 32) {
