@@ -179,17 +179,18 @@ pub(crate) unsafe fn conv_job(c: &ConvCall) -> Result<super::Work> {
                         })
                         .collect::<Vec<_>>()
                 };
+                // once per input row and column, not per element
+                let rows: Vec<_> = (0..h).map(|ih| taps(ih, p, u, ph, dh, r)).collect();
+                let cols: Vec<_> = (0..w).map(|iw| taps(iw, q, v, pw, dw, s)).collect();
                 acc.par_iter_mut()
                     .enumerate()
                     .with_min_len(64)
                     .for_each(|(i, a)| {
                         let [ni, ch, ih, iw] = coords(i, [n, cin, h, w]);
                         let (gi, ci) = (ch / cg, ch % cg);
-                        let rows = taps(ih, p, u, ph, dh, r);
-                        let cols = taps(iw, q, v, pw, dw, s);
                         for ki in gi * kg..(gi + 1) * kg {
-                            for &(pi, ri) in &rows {
-                                for &(qi, si) in &cols {
+                            for &(pi, ri) in &rows[ih as usize] {
+                                for &(qi, si) in &cols[iw as usize] {
                                     *a += ys[y_at(ni, ki, pi, qi)] * ws[w_at(ki, ci, ri, si)];
                                 }
                             }
