@@ -357,12 +357,26 @@ template <typename T> __device__ __forceinline__ T scalar_as(double sf, i64 si) 
     }
 }
 
+// The scalar as each element's op sees it. An i64 scalar is passed through an
+// empty asm, so that NVVM does not treat it as loop-invariant: it unswitched the
+// 16-byte loop on every test of the scalar in the op's switch (b == 0, b == -1,
+// b < 0, int_pow's loop, ...) and took 65 s of NVRTC's time for the i64 module
+// alone (1.6 s with this). u8 and bool scalars are widened from 8 bits, so those
+// tests fold; floats take the op's code as a constant where it matters.
+__device__ __forceinline__ i64 opaque_scalar(i64 b) {
+#ifndef EMBER_SIMULATOR
+    asm volatile("" : "+l"(b));
+#endif
+    return b;
+}
+template <typename T> __device__ __forceinline__ T opaque_scalar(T b) { return b; }
+
 template <typename T>
 __device__ __forceinline__ void binary_scalar_impl(const T* a, Layout la, T* out, i64 n, int op, double sf, i64 si) {
     T b = scalar_as<T>(sf, si);
     if (la.contiguous) {
         const T* as = a + la.offset;
-#define SCALAR_MAP(C) map1_contiguous(as, out, n, [=](T x) { return apply_binary(C, x, b); })
+#define SCALAR_MAP(C) map1_contiguous(as, out, n, [=](T x) { return apply_binary(C, x, opaque_scalar(b)); })
         DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_MAP);
 #undef SCALAR_MAP
     } else {
@@ -393,7 +407,7 @@ __device__ __forceinline__ void binary_scalar_inplace_impl(T* a, Layout la, i64 
     T b = scalar_as<T>(sf, si);
     if (la.contiguous) {
         T* p = a + la.offset;
-#define SCALAR_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T x) { return apply_binary(C, x, b); })
+#define SCALAR_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T x) { return apply_binary(C, x, opaque_scalar(b)); })
         DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_INPLACE_MAP);
 #undef SCALAR_INPLACE_MAP
     } else {

@@ -401,7 +401,7 @@ ptxas info    : Compile time = 18.524 ms";
         let options: &[String] = if arch == 90 { &verbose } else { &[] };
         let mut kernels = 0;
         // EMBER_KERNEL_FILE=attention: that kernel file only; EMBER_KERNEL_DUMP=DIR:
-        // each module's cubin and ptxas's report written there (for a
+        // each module's source, cubin and ptxas's report written there (for a
         // disassembler: `cuobjdump -sass`, see bench/sass_loops.py)
         let only = std::env::var("EMBER_KERNEL_FILE").ok();
         assert!(
@@ -422,6 +422,7 @@ ptxas info    : Compile time = 18.524 ms";
                     let path = dir.join(format!("{name}_{dt}_sm{arch}"));
                     std::fs::write(path.with_extension("cubin"), &cubin).unwrap();
                     std::fs::write(path.with_extension("log"), &log).unwrap();
+                    std::fs::write(path.with_extension("cu"), &src).unwrap();
                 }
                 assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
                 if options.is_empty() {
