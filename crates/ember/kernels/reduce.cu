@@ -341,10 +341,12 @@ EMBER_ALL_TYPES(REDUCE)
 
 // Column sums: x is a contiguous [rows, cols] array (a reduction over leading
 // dims), out[y * cols + c] = (sum over this block row's share of rows of
-// x[r * cols + c]) / divisor. Blocks are 32 columns x 8 row slices: a warp reads 32
-// neighbouring values (coalesced), and blockIdx.y splits the rows when there are
-// too few column tiles to fill the GPU (each y then writes a row of partials, summed
-// by a second launch of the A -> O instance).
+// x[r * cols + c]) / divisor. Blocks are 32 columns x blockDim.y row slices (8, or
+// as many as there are rows when fewer: a convolution's per-sample weight
+// gradients of a few samples): a warp reads 32 neighbouring values (coalesced), and
+// blockIdx.y splits the rows when there are too few column tiles to fill the GPU
+// (each y then writes a row of partials, summed by a second launch of the A -> O
+// instance).
 #define COL_W 32
 #define COL_H 8
 template <typename T, typename O>
@@ -354,12 +356,12 @@ __device__ void col_sum_impl(const T* x, O* out, i64 rows, i64 cols, double divi
     i64 c = (i64)blockIdx.x * COL_W + threadIdx.x;
     A s = (A)0;
     if (c < cols)
-        for (i64 r = (i64)blockIdx.y * COL_H + threadIdx.y; r < rows; r += (i64)gridDim.y * COL_H)
+        for (i64 r = (i64)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (i64)gridDim.y * blockDim.y)
             s += widen(x[r * cols + c]);
     part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols) {
-        for (int k = 1; k < COL_H; ++k) s += part[k][threadIdx.x];
+        for (int k = 1; k < (int)blockDim.y; ++k) s += part[k][threadIdx.x];
         out[(i64)blockIdx.y * cols + c] = narrow<O>(divisor == 1.0 ? s : s / (A)divisor);
     }
 }

@@ -152,7 +152,11 @@ fn col_sum(
         .map(|t| t as u32)
         .map_err(|_| Error::invalid("sum", format!("{cols} columns exceed the GPU's grid")))?;
     let (r, c) = (rows as i64, cols as i64);
-    let block = (COL_W as u32, COL_H, 1);
+    // COL_H row slices a block, or one a row where there are fewer rows (the
+    // others would only add zeros): a few samples' per-sample weight gradients
+    // are millions of columns of 2 to 4 rows
+    let slices = |rows: usize| (COL_W as u32, rows.clamp(1, COL_H as usize) as u32, 1);
+    let block = slices(rows);
     if splits == 1 {
         let po = out.ptr();
         let mut p = args![px, po, r, c, divisor];
@@ -191,7 +195,7 @@ fn col_sum(
         dev,
         ("reduce", dt, &name),
         (grid_x, 1, 1),
-        (block, 0),
+        (slices(splits), 0),
         &mut p,
     )
 }

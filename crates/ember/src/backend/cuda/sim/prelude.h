@@ -169,12 +169,10 @@ static inline int linear_tid(const uint3& t) {
     return (int)(t.x + t.y * block_dim.x + t.z * block_dim.x * block_dim.y);
 }
 
-// Every lane of the caller's warp publishes `bytes` (at most 32) from `mine`;
-// returns once all live lanes have, with lanes[i] pointing at what lane i
-// published (null for a lane that exited before this exchange or is past the
-// block). The pointers hold until the caller's next exchange (the lanes making
-// the same exchanges in the same order).
-static void warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
+// The caller publishes `bytes` (at most 32) from `mine` at its warp's next
+// exchange and waits until every live lane of the warp has; returns the
+// exchange's number, for warp_lane.
+static unsigned warp_publish(const void* mine, size_t bytes) {
     if (bytes > sizeof cur->slots[0]) {
         snprintf(error, sizeof error, "internal: a warp exchange of %zu bytes", bytes);
         abort();
@@ -182,19 +180,32 @@ static void warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
     const unsigned n = cur->exchanges++;
     memcpy(cur->slots[n & 1], mine, bytes);
     wait(AT_WARP);
-    const int warp0 = linear_tid(cur->idx) & ~31;
-    for (int i = 0; i < 32; ++i) {
-        const int s = warp0 + i;
-        lanes[i] = s < nthreads && fibers[s].exchanges > n ? (const void*)fibers[s].slots[n & 1] : nullptr;
-    }
+    return n;
 }
 
-// Reads lane `src` (of the caller's warp) of the value every lane publishes.
+// What lane `i` of the caller's warp published at exchange `n` (null for a lane
+// that exited before it or is past the block). It holds until the caller's next
+// exchange (the lanes making the same exchanges in the same order).
+static inline const void* warp_lane(int i, unsigned n) {
+    const int s = (linear_tid(cur->idx) & ~31) + i;
+    return s < nthreads && fibers[s].exchanges > n ? (const void*)fibers[s].slots[n & 1] : nullptr;
+}
+
+// Every lane of the caller's warp publishes `bytes` from `mine`; returns once all
+// live lanes have, with lanes[i] what lane i published (warp_lane).
+static void warp_all(const void* mine, size_t bytes, const void* lanes[32]) {
+    const unsigned n = warp_publish(mine, bytes);
+    for (int i = 0; i < 32; ++i) lanes[i] = warp_lane(i, n);
+}
+
+// Reads lane `src` (of the caller's warp) of the value every lane publishes: one
+// lane's buffer, not the whole warp's.
 template <class T> static T shfl(T v, int src, bool valid) {
-    const void* lanes[32];
-    warp_all(&v, sizeof(T), lanes);
+    const unsigned n = warp_publish(&v, sizeof(T));
     T r = v;
-    if (valid && src >= 0 && src < 32 && lanes[src]) memcpy(&r, lanes[src], sizeof(T));
+    if (valid && src >= 0 && src < 32) {
+        if (const void* p = warp_lane(src, n)) memcpy(&r, p, sizeof(T));
+    }
     return r;
 }
 
