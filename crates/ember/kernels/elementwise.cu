@@ -361,8 +361,9 @@ template <typename T> __device__ __forceinline__ T scalar_as(double sf, i64 si) 
 // empty asm, so that NVVM does not treat it as loop-invariant: it unswitched the
 // 16-byte loop on every test of the scalar in the op's switch (b == 0, b == -1,
 // b < 0, int_pow's loop, ...) and took 65 s of NVRTC's time for the i64 module
-// alone (1.6 s with this). u8 and bool scalars are widened from 8 bits, so those
-// tests fold; floats take the op's code as a constant where it matters.
+// alone (1.6 s with this). u8 and bool scalars are widened from 8 bits, so the
+// sign tests fold (those modules take 5 s); floats take the op's code as a
+// constant where it matters.
 __device__ __forceinline__ i64 opaque_scalar(i64 b) {
 #ifndef EMBER_SIMULATOR
     asm volatile("" : "+l"(b));

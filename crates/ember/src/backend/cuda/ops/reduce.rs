@@ -141,6 +141,8 @@ fn col_sum(
     out_dtype: DType,
     out: &CudaStorage,
 ) -> Result<()> {
+    // (COL_H: at most reduce.cu's COL_H, the rows of col_sum's shared `part`,
+    // whose loops run to blockDim.y)
     const COL_W: usize = 32;
     const COL_H: u32 = 8;
     let dev = x.dev();
