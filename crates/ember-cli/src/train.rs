@@ -278,10 +278,11 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             Some(dt) => format!(", autocast {dt}"),
             None => String::new(),
         },
-        if args.cuda_graphs && device.is_cuda() {
-            ", the step captured in a CUDA graph"
-        } else {
-            ""
+        match (args.cuda_graphs, device.is_cuda()) {
+            (true, true) => ", the step captured in a CUDA graph",
+            // Trial::cuda_graphs changes nothing off a GPU: say so, not nothing
+            (true, false) => ", no CUDA graph (--cuda-graphs captures GPU work: not used on this device)",
+            _ => "",
         },
     );
         if let Some((dir, done)) = resumed {
@@ -315,8 +316,14 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
             .map_or(f64::NAN, |(_, v)| *v)
     };
     println!("device: {device}");
+    // a resumed run's history holds the epochs of the run it resumed, each with
+    // the time it took there
+    let before = match resumed {
+        Some((_, done)) => format!(", the first {done} before resuming"),
+        None => String::new(),
+    };
     println!(
-        "time per epoch: {:.2} ms ({} epoch{} in {:.1} ms)",
+        "time per epoch: {:.2} ms ({} epoch{} in {:.1} ms{before})",
         secs * 1e3 / history.len() as f64,
         history.len(),
         if history.len() == 1 { "" } else { "s" },

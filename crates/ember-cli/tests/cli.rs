@@ -104,7 +104,9 @@ fn plot_checkpoint_and_resume() {
     assert!(ok, "{err}");
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n"));
     assert!(out.contains("after epoch 2"), "{out}");
+    // the epochs of the history, those of the first run among them
     assert!(out.contains("(4 epochs in"), "{out}");
+    assert!(out.contains(" ms, the first 2 before resuming)"), "{out}");
     assert!(percent(&out, "test accuracy: ") > 90.0, "{out}");
     // a finished run asked for no more epochs: nothing to do, nothing trained
     let (ok, out, err) = run(&["--epochs", "3", "--checkpoint", ck_s, "--resume"]);
@@ -264,6 +266,31 @@ fn inputs_are_never_overwritten_and_must_be_finite() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--cuda-graphs` off a GPU trains as without it, and the first line says so
+/// (the README's "on a GPU": not silently ignored).
+#[test]
+fn cuda_graphs_off_a_gpu_say_so() {
+    let (ok, out, err) = ember(&[
+        "train",
+        "iris",
+        "--device",
+        "cpu",
+        "--cuda-graphs",
+        "--epochs",
+        "1",
+        "-q",
+    ]);
+    assert!(ok, "{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(
+            "on cpu, no CUDA graph (--cuda-graphs captures GPU work: not used on this device)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("replayed from a CUDA graph"), "{out}");
 }
 
 #[test]
@@ -462,6 +489,16 @@ fn estimate_channels_last() {
     let peak = |extra: &[&str]| -> usize {
         let (ok, out, err) = ember_with(&[&args[..], extra].concat(), &cudnn);
         assert!(ok, "{err}");
+        // the summary says which layout was estimated
+        let summary = out
+            .lines()
+            .find(|l| l.starts_with("batch size 8, "))
+            .unwrap_or_else(|| panic!("no summary in\n{out}"));
+        assert_eq!(
+            summary.contains(", float32, channels-last: "),
+            extra.contains(&"--channels-last"),
+            "{summary}"
+        );
         let line = out
             .lines()
             .find_map(|l| l.strip_prefix("peak allocated:"))

@@ -166,6 +166,9 @@ pub struct Estimate {
     pub dtype: DType,
     /// The autocast dtype of the forward passes, if any.
     pub amp: Option<DType>,
+    /// The layout of the model's parameters and of the inputs
+    /// ([`Estimator::memory_format`]).
+    pub memory_format: crate::layout::MemoryFormat,
     /// The largest `memory_allocated` (bytes in blocks handed out).
     pub peak_allocated: usize,
     /// The largest `memory_reserved` (bytes taken from the driver in segments).
@@ -481,6 +484,7 @@ impl<M: Module> Estimator<M> {
             steps: if self.training { self.steps } else { 1 },
             dtype: summary.dtype,
             amp: self.amp,
+            memory_format: self.format,
             peak_allocated: replay.peak_allocated,
             peak_reserved: replay.peak_reserved,
             peak_at: Moment {

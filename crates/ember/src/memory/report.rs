@@ -203,9 +203,13 @@ impl fmt::Display for Estimate {
             .amp
             .map(|d| format!(" under {d} autocast"))
             .unwrap_or_default();
+        let format = match self.memory_format {
+            crate::layout::MemoryFormat::ChannelsLast => ", channels-last",
+            crate::layout::MemoryFormat::Contiguous => "",
+        };
         writeln!(
             f,
-            "batch size {}, {what}, {}{amp}: {} parameters ({})",
+            "batch size {}, {what}, {}{amp}{format}: {} parameters ({})",
             self.batch_size,
             self.dtype,
             grouped(self.parameters),
