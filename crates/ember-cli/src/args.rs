@@ -53,7 +53,8 @@ pub struct TrainArgs {
     pub optimizer: crate::estimate::OptimizerKind,
     /// On a GPU, capture the training step in a CUDA graph after its first step
     /// and replay it (one launch per step instead of one per kernel; Adam in its
-    /// capturable form).
+    /// capturable form). On other devices it does nothing (the first line says
+    /// so).
     #[arg(long)]
     pub cuda_graphs: bool,
     /// Mixed precision: the forward passes under autocast to bf16 or f16

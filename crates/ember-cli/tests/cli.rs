@@ -86,6 +86,10 @@ fn plot_checkpoint_and_resume() {
     };
     let (ok, out, err) = run(&["--epochs", "2", "--plot", svg_s, "--checkpoint", ck_s]);
     assert!(ok, "{err}");
+    assert!(
+        out.contains("(2 epochs in") && !out.contains("before resuming"),
+        "{out}"
+    );
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let csv = std::fs::read_to_string(dir.join("curves.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
@@ -272,25 +276,33 @@ fn inputs_are_never_overwritten_and_must_be_finite() {
 /// (the README's "on a GPU": not silently ignored).
 #[test]
 fn cuda_graphs_off_a_gpu_say_so() {
-    let (ok, out, err) = ember(&[
-        "train",
-        "iris",
-        "--device",
-        "cpu",
-        "--cuda-graphs",
-        "--epochs",
-        "1",
-        "-q",
-    ]);
-    assert!(ok, "{err}");
-    let first = out.lines().next().unwrap_or_default();
+    let run = |graphs: bool| {
+        let mut args = vec!["train", "iris", "--device", "cpu", "--epochs", "3", "-q"];
+        if graphs {
+            args.push("--cuda-graphs");
+        }
+        let (ok, out, err) = ember(&args);
+        assert!(ok, "{err}");
+        out
+    };
+    let (with, without) = (run(true), run(false));
+    let first = with.lines().next().unwrap_or_default();
     assert!(
         first.contains(
             "on cpu, no CUDA graph (--cuda-graphs captures GPU work: not used on this device)"
         ),
-        "{out}"
+        "{with}"
     );
-    assert!(!out.contains("replayed from a CUDA graph"), "{out}");
+    assert!(!without.contains("CUDA graph"), "{without}");
+    // the same seeded steps either way
+    let results = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("final loss:") || l.starts_with("test accuracy:"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(results(&with).len(), 2, "{with}");
+    assert_eq!(results(&with), results(&without));
 }
 
 #[test]
