@@ -1092,7 +1092,8 @@ __device__ void channel_sums_finish_impl(const double* part, const T* x, typenam
 // vs = s / V and vc = c; where s == 1 (`lanes`) V divides c, and vector v holds
 // the V channels from V * ((v / vs) % vc), with vs = 1 and vc = c / V. Where
 // `small` (fewer than 2^31 vectors), both divisions are multiplications by
-// magic numbers (m1, sh1 for vs; m2, sh2 for vc) as in loc_at.
+// magic numbers (m1, sh1 for vs; m2, sh2 for vc) as in loc_at. Channels-last
+// arrays take channel_affine_lanes_impl where the grid allows.
 template <typename T, int V>
 __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const typename stat_t<T>::type* coef,
                                     T* out, i64 nv, i64 c, i64 vs, i64 vc, unsigned m1, unsigned m2, int sh1,
@@ -1136,9 +1137,76 @@ __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const ty
     }
 }
 
+// channel_affine over channels-last elements (s == 1, vc = c / V vectors a row)
+// with a grid whose threads are a multiple of vc: a thread's grid-stride
+// vectors then all hold the same V channels, whose coefficients it reads once.
+// (In channel_affine_impl a vector's coefficients are V loads from each row,
+// which touch 8 to 24 cache lines a warp for one 16-byte load of data: the
+// cache, not memory, set the pace.) Q: q is given (k == 3, or a residual); the
+// kernels without it (a batch norm's forward) need fewer registers.
+template <typename T, int V, bool Q>
+__device__ void channel_affine_lanes_impl(const T* p, const T* q, const T* y,
+                                          const typename stat_t<T>::type* coef, T* out, i64 nv, i64 c, i64 vc,
+                                          int k, int relu) {
+    typedef typename stat_t<T>::type S;
+    const VecN<T, V>* pv = (const VecN<T, V>*)p;
+    const VecN<T, V>* qv = (const VecN<T, V>*)q;
+    const VecN<T, V>* yv = (const VecN<T, V>*)y;
+    VecN<T, V>* ov = (VecN<T, V>*)out;
+    const i64 t0 = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 ch0 = (t0 % vc) * V;
+    const bool k3 = Q && k == 3;
+    S ca[V], cb[V], cd[V];
+#pragma unroll
+    for (int l = 0; l < V; ++l) {
+        ca[l] = coef[ch0 + l];
+        cb[l] = k3 ? coef[c + ch0 + l] : (S)0;
+        cd[l] = coef[(k - 1) * c + ch0 + l];
+    }
+    for (i64 v = t0; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const VecN<T, V> a = pv[v];
+        // (a's values where there is no q or y: read by nothing)
+        VecN<T, V> b = a, m = a;
+        if (Q) b = qv[v];
+        if (y) m = yv[v];
+        VecN<T, V> o;
+#pragma unroll
+        for (int l = 0; l < V; ++l) {
+            // as channel_affine_impl, in the same order
+            const S pl = y && !(widen(m.v[l]) > 0.f) ? (S)0 : (S)widen(a.v[l]);
+            S val = pl * ca[l] + cd[l];
+            if (k3) {
+                val += (S)widen(b.v[l]) * cb[l];
+            } else if (Q) {
+                val += (S)widen(b.v[l]);  // a residual
+            }
+            if (relu && val <= (S)0) val = (S)0;
+            o.v[l] = narrow<T>(val);
+        }
+        ov[v] = o;
+    }
+}
+
 // V elements a vector where that fits in 16 bytes of T (the kernels' widest
 // access), else 1: the vector widths a dtype's kernel is instantiated for.
 #define CHANNEL_VEC(T, V) ((V) * sizeof(T) <= 16 ? (V) : 1)
+
+// channel_affine_lanes_impl for a vector width chosen at run time (the entry
+// points below: with and without q, each its own registers).
+#define CHANNEL_AFFINE_LANES(T, Q, p, q, y, coef, out, nv, c, vc, k, relu, vec)                     \
+    switch (vec) {                                                                                  \
+    case 8:                                                                                         \
+        channel_affine_lanes_impl<T, CHANNEL_VEC(T, 8), Q>(p, q, y, coef, out, nv, c, vc, k, relu); \
+        break;                                                                                      \
+    case 4:                                                                                         \
+        channel_affine_lanes_impl<T, CHANNEL_VEC(T, 4), Q>(p, q, y, coef, out, nv, c, vc, k, relu); \
+        break;                                                                                      \
+    case 2:                                                                                         \
+        channel_affine_lanes_impl<T, CHANNEL_VEC(T, 2), Q>(p, q, y, coef, out, nv, c, vc, k, relu); \
+        break;                                                                                      \
+    default:                                                                                        \
+        channel_affine_lanes_impl<T, 1, Q>(p, q, y, coef, out, nv, c, vc, k, relu);                 \
+    }
 
 #define CHANNEL_OPS(T, S)                                                                            \
     extern "C" __global__ void channel_sums_##S(const T* g, const T* y, const T* x,                 \
@@ -1170,6 +1238,18 @@ __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const ty
                                       lanes, k, relu);                                               \
         }                                                                                            \
     }                                                                                                \
+    extern "C" __global__ void channel_affine_lanes_##S(const T* p, const T* y,                     \
+                                                        const stat_t<T>::type* coef, T* out,        \
+                                                        i64 nv, i64 c, i64 vc, int k, int relu,     \
+                                                        int vec) {                                  \
+        CHANNEL_AFFINE_LANES(T, false, p, nullptr, y, coef, out, nv, c, vc, k, relu, vec);          \
+    }                                                                                               \
+    extern "C" __global__ void channel_affine_lanes_q_##S(const T* p, const T* q, const T* y,       \
+                                                          const stat_t<T>::type* coef, T* out,      \
+                                                          i64 nv, i64 c, i64 vc, int k,             \
+                                                          int relu, int vec) {                      \
+        CHANNEL_AFFINE_LANES(T, true, p, q, y, coef, out, nv, c, vc, k, relu, vec);                 \
+    }                                                                                               \
     extern "C" __global__ void channel_cols_##S(const T* g, const T* y, const T* x,                 \
                                                 const stat_t<T>::type* mean, double* part, i64 m,    \
                                                 i64 c, i64 rows, int dot) {                          \

@@ -155,7 +155,10 @@ fn channel_columns_sums(
 /// `p · a[ch] + d[ch]` (or `+ q · b[ch]` too) over `[n, c, s]` elements, with `k`
 /// rows of `c` coefficients: a grid-stride loop over vectors of up to 16 bytes
 /// (within a plane, or across channels where planes are single elements) where
-/// the sizes and the arrays' alignment allow, else over elements. With `relu`
+/// the sizes and the arrays' alignment allow, else over elements. Across
+/// channels, a grid whose threads are a multiple of the vectors a row
+/// ([`affine_grid`]) lets each thread read its channels' coefficients once
+/// (`channel_affine_lanes` kernels). With `relu`
 /// the results go through a ReLU; with `mask` (a batch norm's output through its
 /// ReLU, of the same shape) `p` counts where the mask is above 0.
 pub(crate) fn channel_affine(
@@ -199,6 +202,21 @@ pub(crate) fn channel_affine(
     // (the kernel takes no wider vector of this dtype)
     debug_assert!(vec * size <= 16);
     let nv = total / vec;
+    let relu_ = relu as i32;
+    let (k_, vec_) = (k as i32, vec as i32);
+    let grid = dev.grid_for(nv, THREADS);
+    if let (grid, true) = affine_grid(grid, lanes.then_some(c / vec), dev.sm_count) {
+        let (nv_, c_, vc_) = (nv as i64, c as i64, (c / vec) as i64);
+        let (sfx, at) = (suffix(p.0.dtype()), ((grid, 1, 1), (THREADS, 1, 1)));
+        let mut with_q = args![pp, pq, py, pc, po, nv_, c_, vc_, k_, relu_, vec_];
+        let mut without = args![pp, py, pc, po, nv_, c_, vc_, k_, relu_, vec_];
+        let (name, args): (_, &mut [_]) = match q {
+            Some(_) => (format!("channel_affine_lanes_q_{sfx}"), &mut with_q),
+            None => (format!("channel_affine_lanes_{sfx}"), &mut without),
+        };
+        launch_kernel(dev, ("reduce", p.0.dtype(), &name), at.0, (at.1, 0), args)?;
+        return Ok(out);
+    }
     let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
     // (vs and vc are at most nv)
     let small = nv < 1 << 31;
@@ -209,13 +227,12 @@ pub(crate) fn channel_affine(
     };
     let (nv_, c_, vs_, vc_) = (nv as i64, c as i64, vs as i64, vc as i64);
     let (sh1, sh2) = (d1.shift as i32, d2.shift as i32);
-    let (small_, lanes_, k_, vec_) = (small as i32, lanes as i32, k as i32, vec as i32);
-    let relu_ = relu as i32;
+    let (small_, lanes_) = (small as i32, lanes as i32);
     let name = format!("channel_affine_{}", suffix(p.0.dtype()));
     launch_kernel(
         dev,
         ("reduce", p.0.dtype(), &name),
-        (dev.grid_for(nv, THREADS), 1, 1),
+        (grid, 1, 1),
         ((THREADS, 1, 1), 0),
         &mut args![
             pp, pq, py, pc, po, nv_, c_, vs_, vc_, d1.magic, d2.magic, sh1, sh2, small_, lanes_,
@@ -223,6 +240,35 @@ pub(crate) fn channel_affine(
         ],
     )?;
     Ok(out)
+}
+
+/// The grid of [`channel_affine`]'s kernel and whether its threads hold their
+/// channels fixed: from `grid` blocks (of `THREADS`), where vectors of
+/// channels-last channels come `vc` to a row (`Some(vc)`), the fewest blocks
+/// at least `grid` whose threads are a multiple of `vc`, so that each thread's
+/// grid-stride vectors hold the same channels. Not where such grids are more
+/// than `sm_count · 32` blocks apart (rows of many thousand vectors: it could
+/// double a large grid), nor for planes (`None`): a vector there is one
+/// channel's.
+fn affine_grid(grid: u32, vc: Option<usize>, sm_count: u32) -> (u32, bool) {
+    let Some(vc) = vc.filter(|&v| v > 0) else {
+        return (grid, false);
+    };
+    let threads = THREADS as usize;
+    // blocks a multiple of `step` make the threads a multiple of vc
+    let step = vc / gcd(vc, threads);
+    if step > sm_count.max(1) as usize * 32 {
+        return (grid, false);
+    }
+    ((grid as usize).div_ceil(step) as u32 * step as u32, true)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Batch normalisation's `[3, c]` coefficients (`a`, `d`, the inverse standard
@@ -288,4 +334,31 @@ pub(crate) fn batch_norm_grad_coefs(
         &mut args![ps, pm, pi, pw, po, pgw, c_, count],
     )?;
     Ok((out, gw))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{affine_grid, THREADS};
+
+    #[test]
+    fn affine_grids_hold_each_threads_channels() {
+        // planes, and an empty row: the grid as given
+        assert_eq!(affine_grid(7, None, 132), (7, false));
+        assert_eq!(affine_grid(7, Some(0), 132), (7, false));
+        for vc in [1, 5, 8, 33, 35, 125, 256, 512, 1000, 4096] {
+            for grid in [1, 2, 35, 4224] {
+                let (g, fixed) = affine_grid(grid, Some(vc), 132);
+                assert!(fixed, "{vc} vectors a row");
+                // at least the grid asked for, the threads a multiple of vc, and
+                // no block more than that takes
+                assert!(g >= grid);
+                let threads = |blocks: u32| blocks as usize * THREADS as usize;
+                assert!(threads(g).is_multiple_of(vc), "{vc}, {grid}");
+                assert!(g == grid || !threads(g - 1).is_multiple_of(vc));
+            }
+        }
+        // a row of more vectors than a grid of 132 · 32 blocks' steps
+        let vc = 4225 * THREADS as usize + 1;
+        assert_eq!(affine_grid(9, Some(vc), 132), (9, false));
+    }
 }
