@@ -1141,9 +1141,11 @@ __device__ void channel_affine_impl(const T* p, const T* q, const T* y, const ty
 // with a grid whose threads are a multiple of vc: a thread's grid-stride
 // vectors then all hold the same V channels, whose coefficients it reads once.
 // (In channel_affine_impl a vector's coefficients are V loads from each row,
-// which touch 8 to 24 cache lines a warp for one 16-byte load of data: the
-// cache, not memory, set the pace.) Q: q is given (k == 3, or a residual); the
-// kernels without it (a batch norm's forward) need fewer registers.
+// which touch 8 to 24 cache lines a warp for one 16-byte load of data; on the
+// H200 its bf16 channels-last map took as long as float32's, which those loads
+// would explain: not measured since.) Q: q is given (k == 3, or a residual);
+// the kernel without it (a forward without a residual, a backward through
+// running statistics) needs fewer registers.
 template <typename T, int V, bool Q>
 __device__ void channel_affine_lanes_impl(const T* p, const T* q, const T* y,
                                           const typename stat_t<T>::type* coef, T* out, i64 nv, i64 c, i64 vc,

@@ -246,10 +246,10 @@ pub(crate) fn channel_affine(
 /// channels fixed: from `grid` blocks (of `THREADS`), where vectors of
 /// channels-last channels come `vc` to a row (`Some(vc)`), the fewest blocks
 /// at least `grid` whose threads are a multiple of `vc`, so that each thread's
-/// grid-stride vectors hold the same channels. Not where such grids are more
-/// than `sm_count · 32` blocks apart (rows of many thousand vectors: it could
-/// double a large grid), nor for planes (`None`): a vector there is one
-/// channel's.
+/// grid-stride vectors hold the same channels. That adds fewer blocks than
+/// such grids lie apart; not where they lie more than `sm_count · 32` blocks
+/// apart (rows of many thousand vectors), nor for planes (`None`): a vector
+/// there is one channel's.
 fn affine_grid(grid: u32, vc: Option<usize>, sm_count: u32) -> (u32, bool) {
     let Some(vc) = vc.filter(|&v| v > 0) else {
         return (grid, false);
@@ -354,11 +354,15 @@ mod tests {
                 assert!(g >= grid);
                 let threads = |blocks: u32| blocks as usize * THREADS as usize;
                 assert!(threads(g).is_multiple_of(vc), "{vc}, {grid}");
-                assert!(g == grid || !threads(g - 1).is_multiple_of(vc));
+                assert!((grid..g).all(|fewer| !threads(fewer).is_multiple_of(vc)));
             }
         }
-        // a row of more vectors than a grid of 132 · 32 blocks' steps
-        let vc = 4225 * THREADS as usize + 1;
-        assert_eq!(affine_grid(9, Some(vc), 132), (9, false));
+        // odd rows: grids vc blocks apart, at most 132 · 32 = 4224
+        assert_eq!(affine_grid(4224, Some(4223), 132), (2 * 4223, true));
+        assert_eq!(affine_grid(9, Some(4225), 132), (9, false));
+        assert_eq!(
+            affine_grid(9, Some(4225 * THREADS as usize), 132),
+            (9, false)
+        );
     }
 }
