@@ -3,7 +3,7 @@
 //! linear warm-up and cosine decay, gradient clipping and a validation split;
 //! the model is saved with its vocabulary, and text is sampled from it.
 
-use crate::args::{SamplingArgs, TrainArgs, MODEL_FILE, STATE_FILE};
+use crate::args::{SamplingArgs, TextArgs, TrainArgs, MODEL_FILE, STATE_FILE};
 use clap::Args;
 use ember::data::{CharCorpus, Split};
 use ember::models::{CharGpt, GptConfig};
@@ -206,7 +206,8 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
                     .display(),
                 t.steps
             );
-            return Ok(());
+            // the sample asked for, from the finished run's model
+            return print_sample(&mut model, &corpus, t);
         }
     }
     let baseline = corpus.unigram_loss();
@@ -328,21 +329,27 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     if let Some(dir) = &args.checkpoint {
         println!("model: {}", dir.join(MODEL_FILE).display());
     }
-    if t.sample > 0 {
-        model.eval();
-        let prompt = corpus
-            .encode(&t.sampling.prompt)
-            .map_err(|e| invalid(format!("--prompt: {e}")))?;
-        let sm = &t.sampling;
-        let text =
-            corpus.decode(&model.generate(&prompt, t.sample, sm.temperature, sm.top_k)?)?;
-        println!(
-            "sample (temperature {}, top-k {}):\n{}{text}",
-            sm.temperature,
-            sm.top_k.map_or("all".into(), |k| k.to_string()),
-            sm.prompt
-        );
+    print_sample(&mut model, &corpus, t)
+}
+
+/// With `--sample N`, N characters after `--prompt` from the trained model (in
+/// evaluation mode).
+fn print_sample(model: &mut CharGpt, corpus: &CharCorpus, t: &TextArgs) -> ember::Result<()> {
+    if t.sample == 0 {
+        return Ok(());
     }
+    model.eval();
+    let prompt = corpus
+        .encode(&t.sampling.prompt)
+        .map_err(|e| invalid(format!("--prompt: {e}")))?;
+    let sm = &t.sampling;
+    let text = corpus.decode(&model.generate(&prompt, t.sample, sm.temperature, sm.top_k)?)?;
+    println!(
+        "sample (temperature {}, top-k {}):\n{}{text}",
+        sm.temperature,
+        sm.top_k.map_or("all".into(), |k| k.to_string()),
+        sm.prompt
+    );
     Ok(())
 }
 

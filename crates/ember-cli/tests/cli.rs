@@ -915,6 +915,23 @@ fn estimate_prints_the_table_the_peak_and_the_largest_batch() {
         out.contains("batch size 2, 2 training steps, float32: 124,475,904 parameters"),
         "{out}"
     );
+    // its module table: the children CharGpt runs, each block's layers, and
+    // each layer's children, with their outputs (the head's logits [2, 256, 50304])
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row {name} in\n{out}"))
+    };
+    assert!(row("tok_emb").contains("[2, 256, 768]"), "{out}");
+    assert!(
+        row("blocks.layers.11.self_attn").contains("[2, 256, 768]"),
+        "{out}"
+    );
+    assert!(
+        row("blocks.layers.0.linear1").contains("[2, 256, 3072]"),
+        "{out}"
+    );
+    assert!(row("head").contains("[2, 256, 50304]"), "{out}");
     for (args, want) in [
         (
             &["estimate", "--model", "lenet"][..],
@@ -1254,7 +1271,7 @@ fn output_paths_and_values_are_checked_before_any_work() {
 fn text_model_trains_saves_and_generates() {
     let dir = std::env::temp_dir().join(format!("ember-cli-text-{}", std::process::id()));
     let d = dir.to_str().unwrap();
-    let (ok, out, err) = ember(&[
+    let run = [
         "train",
         "text",
         "--device",
@@ -1281,7 +1298,8 @@ fn text_model_trains_saves_and_generates() {
         "5",
         "--checkpoint",
         d,
-    ]);
+    ];
+    let (ok, out, err) = ember(&run);
     assert!(ok, "{err}");
     let val: f64 = out
         .lines()
@@ -1299,6 +1317,19 @@ fn text_model_trains_saves_and_generates() {
         sample.starts_with("And Jesus said") && sample.trim_end().chars().count() >= 44,
         "{sample}"
     );
+    // resumed with every step done: nothing trained, the sample still printed
+    let resumed: Vec<&str> = run.iter().copied().chain(["--resume"]).collect();
+    let (ok, again, err) = ember(&resumed);
+    assert!(ok, "{err}");
+    assert!(
+        again.contains("nothing to do") && !again.contains("step     4/4"),
+        "{again}"
+    );
+    let sample_again = again
+        .split("sample (temperature 0.8, top-k 5):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no sample in\n{again}"));
+    assert!(sample_again.starts_with("And Jesus said"), "{again}");
     let (ok, gen, err) = ember(&[
         "generate",
         "--checkpoint",

@@ -71,18 +71,17 @@ const MIN_LARGE_ALLOC: usize = 10 << 20;
 const LARGE_ROUND: usize = 2 << 20;
 const MIN_LARGE_SPLIT: usize = 1 << 20;
 
-/// `n` bytes as people read them: GiB or MiB with two decimals, else bytes.
+/// `n` bytes as people read them: GiB, MiB or KiB with two decimals, else
+/// bytes (`512 B`); [`parse_bytes`](crate::memory::parse_bytes) reads each back.
 pub fn fmt_bytes(n: usize) -> String {
-    const GIB: f64 = (1u64 << 30) as f64;
-    const MIB: f64 = (1u64 << 20) as f64;
+    const UNITS: [(u32, &str); 3] = [(30, "GiB"), (20, "MiB"), (10, "KiB")];
     let x = n as f64;
-    if x >= GIB {
-        format!("{:.2} GiB", x / GIB)
-    } else if x >= MIB {
-        format!("{:.2} MiB", x / MIB)
-    } else {
-        format!("{n} bytes")
-    }
+    UNITS
+        .iter()
+        .find(|(shift, _)| n >= 1 << shift)
+        .map_or(format!("{n} B"), |&(shift, unit)| {
+            format!("{:.2} {unit}", x / (1u64 << shift) as f64)
+        })
 }
 
 fn round_up(n: usize, to: usize) -> usize {
@@ -638,6 +637,27 @@ impl<M: RawMemory> Allocator<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        let cases = [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.00 KiB"),
+            (512_000, "500.00 KiB"),
+            (1 << 20, "1.00 MiB"),
+            (3 << 29, "1.50 GiB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(fmt_bytes(n), want);
+        }
+        // what it prints reads back within its two decimals (parse_bytes takes
+        // no size of 0)
+        for n in [1, 1000, 38_440, 124_928, 5_000_000, 7 << 30] {
+            let back = crate::memory::parse_bytes(&fmt_bytes(n)).unwrap();
+            assert!(back.abs_diff(n) as f64 <= n as f64 * 0.005, "{n} -> {back}");
+        }
+    }
 
     /// A pretend device with `capacity` bytes, handing out increasing addresses.
     struct Fake {

@@ -221,26 +221,14 @@ impl CharGpt {
         let (pos, causal) = self.positions_and_mask(t, idx.device())?;
         // each child in its module scope (`blocks.3.self_attn`), as Sequential
         // runs its children: the profiler's ranges and the memory estimate's
-        // breakdown name them
-        let scope = crate::backend::meta::account::enter_module;
-        let tok = {
-            let _s = scope("tok_emb");
-            self.tok_emb.forward(idx)?
-        };
-        let x = {
-            let _s = scope("pos_emb");
-            tok.add(&self.pos_emb.forward(&pos)?)?
-        };
-        let h = {
-            let _s = scope("blocks");
-            self.blocks.forward_with(&x, Some(&causal), None, true)?
-        };
-        let h = {
-            let _s = scope("ln_f");
-            self.ln_f.forward(&h)?
-        };
-        let _s = scope("head");
-        self.head.forward(&h)
+        // rows name them
+        let tok = nn::in_module("tok_emb", || self.tok_emb.forward(idx))?;
+        let x = nn::in_module("pos_emb", || tok.add(&self.pos_emb.forward(&pos)?))?;
+        let h = nn::in_module("blocks", || {
+            self.blocks.forward_with(&x, Some(&causal), None, true)
+        })?;
+        let h = nn::in_module("ln_f", || self.ln_f.forward(&h))?;
+        nn::in_module("head", || self.head.forward(&h))
     }
 
     /// The positions `0..t` and the causal mask (PyTorch's convention: true where

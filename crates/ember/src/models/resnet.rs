@@ -11,20 +11,14 @@ use crate::{
 /// `layer1.0.conv1` for the meta device's accounting), as `Sequential` runs its
 /// children.
 fn child(name: &str, module: &dyn Module, x: &Tensor) -> Result<Tensor> {
-    let _scope = crate::backend::meta::account::enter_module(name);
-    let y = module.forward(x)?;
-    crate::backend::meta::account::module_output(y.shape(), y.dtype());
-    Ok(y)
+    nn::in_module(name, || module.forward(x))
 }
 
 /// A batch norm `name` and the ReLU after it as one op
 /// ([`BatchNorm2d::forward_relu`]: a pass less each way than the two modules), in
 /// the batch norm's module scope.
 fn bn_relu(name: &str, bn: &BatchNorm2d, x: &Tensor) -> Result<Tensor> {
-    let _scope = crate::backend::meta::account::enter_module(name);
-    let y = bn.forward_relu(x)?;
-    crate::backend::meta::account::module_output(y.shape(), y.dtype());
-    Ok(y)
+    nn::in_module(name, || bn.forward_relu(x))
 }
 
 /// A 3 × 3 convolution without bias, padding 1 (torchvision's `conv3x3`).
@@ -107,10 +101,7 @@ fn residual(
         Some(d) => child("downsample", d, x)?,
         None => x.clone(),
     };
-    let _scope = crate::backend::meta::account::enter_module(name);
-    let y = bn.forward_add_relu(out, &identity)?;
-    crate::backend::meta::account::module_output(y.shape(), y.dtype());
-    Ok(y)
+    nn::in_module(name, || bn.forward_add_relu(out, &identity))
 }
 
 /// ResNet-18/34's residual block (torchvision's `BasicBlock`): `conv1` (3 × 3,

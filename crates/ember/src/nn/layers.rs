@@ -274,9 +274,7 @@ impl Module for Sequential {
         let mut h = x.clone();
         for (name, layer) in &self.layers {
             // meta allocations say which layer asked (`"3"`, `"features.3"`, ...)
-            let _scope = crate::backend::meta::account::enter_module(name);
-            h = layer.forward(&h)?;
-            crate::backend::meta::account::module_output(h.shape(), h.dtype());
+            h = super::in_module(name, || layer.forward(&h))?;
         }
         Ok(h)
     }

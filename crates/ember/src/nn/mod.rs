@@ -389,6 +389,20 @@ macro_rules! delegate_to_children {
 }
 pub(crate) use delegate_to_children;
 
+/// `f`, a child module's forward, inside its module scope (a child `name` of
+/// `blocks.3` runs as `blocks.3.name`), its output reported as `Sequential`
+/// reports its children's: the profiler's ranges and the memory estimate's
+/// rows name it.
+pub(crate) fn in_module(
+    name: impl std::fmt::Display,
+    f: impl FnOnce() -> Result<Tensor>,
+) -> Result<Tensor> {
+    let _scope = crate::backend::meta::account::enter_module(name);
+    let y = f()?;
+    crate::backend::meta::account::module_output(y.shape(), y.dtype());
+    Ok(y)
+}
+
 /// `Ok` for a floating-point `dtype`, the one kind a module converts to.
 pub(crate) fn float_target(dtype: DType) -> Result<()> {
     if dtype.is_float() {

@@ -75,18 +75,14 @@ fn feed_forward(
     p: f64,
     training: bool,
 ) -> Result<Tensor> {
-    let h = {
-        let _s = crate::backend::meta::account::enter_module("linear1");
-        l1.forward(x)?
-    };
+    let h = super::in_module("linear1", || l1.forward(x))?;
     let h = match act {
         Activation::Relu => h.relu()?,
         Activation::Gelu => h.gelu()?,
         Activation::GeluTanh => h.gelu_tanh()?,
     };
     let h = dropout(&h, p, training)?;
-    let _s = crate::backend::meta::account::enter_module("linear2");
-    l2.forward(&h)
+    super::in_module("linear2", || l2.forward(&h))
 }
 
 /// One transformer encoder layer (`nn.TransformerEncoderLayer`): self-attention
@@ -168,15 +164,11 @@ impl TransformerEncoderLayer {
                 is_causal,
                 ..Default::default()
             };
-            let a = {
-                let _s = crate::backend::meta::account::enter_module("self_attn");
-                self.self_attn.attend(x, x, x, opts)?.0
-            };
+            let a = super::in_module("self_attn", || Ok(self.self_attn.attend(x, x, x, opts)?.0))?;
             dropout(&a, p, self.training)
         };
         let norm = |which: &str, n: &LayerNorm, x: &Tensor| -> Result<Tensor> {
-            let _s = crate::backend::meta::account::enter_module(which);
-            n.forward(x)
+            super::in_module(which, || n.forward(x))
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
             let y = feed_forward(
@@ -288,8 +280,9 @@ impl TransformerEncoder {
         }
         let mut x = src.clone();
         for (i, layer) in self.layers.iter().enumerate() {
-            let _s = crate::backend::meta::account::enter_module(format_args!("layers.{i}"));
-            x = layer.forward_with(&x, mask, src_key_padding_mask, is_causal)?;
+            x = super::in_module(format_args!("layers.{i}"), || {
+                layer.forward_with(&x, mask, src_key_padding_mask, is_causal)
+            })?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),

@@ -2,6 +2,7 @@
 //! table.
 
 use super::EventKind;
+use crate::backend::alloc::fmt_bytes;
 use crate::backend::profile::ThreadLog;
 use crate::{device::Device, dtype::DType};
 use std::collections::HashMap;
@@ -464,15 +465,6 @@ fn fmt_us(us: f64) -> String {
 }
 
 fn fmt_mem(bytes: i64) -> String {
-    let a = bytes.unsigned_abs() as f64;
     let sign = if bytes < 0 { "-" } else { "" };
-    if a >= (1u64 << 30) as f64 {
-        format!("{sign}{:.2} GiB", a / (1u64 << 30) as f64)
-    } else if a >= (1u64 << 20) as f64 {
-        format!("{sign}{:.2} MiB", a / (1u64 << 20) as f64)
-    } else if a >= 1024.0 {
-        format!("{sign}{:.2} KiB", a / 1024.0)
-    } else {
-        format!("{sign}{a} B")
-    }
+    format!("{sign}{}", fmt_bytes(bytes.unsigned_abs() as usize))
 }
