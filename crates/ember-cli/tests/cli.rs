@@ -1329,7 +1329,8 @@ fn text_model_trains_saves_and_generates() {
         .split("sample (temperature 0.8, top-k 5):\n")
         .nth(1)
         .unwrap_or_else(|| panic!("no sample in\n{again}"));
-    assert!(sample_again.starts_with("And Jesus said"), "{again}");
+    // the trained model's, drawn as the first run drew it
+    assert_eq!(sample_again, sample, "{again}");
     let (ok, gen, err) = ember(&[
         "generate",
         "--checkpoint",

@@ -166,6 +166,12 @@ fn bad_input_is_an_error() -> Result<()> {
     for s in ["", "GiB", "-3GiB", "12 parsecs", "0", "1e30GB"] {
         assert!(parse_bytes(s).is_err(), "{s:?}");
     }
+    // what ember prints (fmt_bytes: B, KiB, MiB, GiB with two decimals) reads
+    // back within those decimals
+    for n in [1, 1000, 38_440, 124_928, 5_000_000, 7 << 30] {
+        let back = parse_bytes(&ember::memory::fmt_bytes(n))?;
+        assert!(back.abs_diff(n) as f64 <= n as f64 * 0.005, "{n} -> {back}");
+    }
     Ok(())
 }
 

@@ -219,7 +219,7 @@ impl CharGpt {
         }
         let t = idx.shape()[1];
         let (pos, causal) = self.positions_and_mask(t, idx.device())?;
-        // each child in its module scope (`blocks.3.self_attn`), as Sequential
+        // each child in its module scope (`blocks.layers.3.self_attn`), as Sequential
         // runs its children: the profiler's ranges and the memory estimate's
         // rows name them
         let tok = nn::in_module("tok_emb", || self.tok_emb.forward(idx))?;

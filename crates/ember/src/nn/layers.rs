@@ -273,8 +273,9 @@ impl Module for Sequential {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut h = x.clone();
         for (name, layer) in &self.layers {
-            // meta allocations say which layer asked (`"3"`, `"features.3"`, ...)
-            h = super::in_module(name, || layer.forward(&h))?;
+            // meta allocations say which layer asked (`"3"`, `"features.3"`, ...);
+            // the previous output moves in, so that it drops in the layer's scope
+            h = super::in_module(name, move || layer.forward(&h))?;
         }
         Ok(h)
     }

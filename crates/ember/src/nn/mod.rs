@@ -390,9 +390,10 @@ macro_rules! delegate_to_children {
 pub(crate) use delegate_to_children;
 
 /// `f`, a child module's forward, inside its module scope (a child `name` of
-/// `blocks.3` runs as `blocks.3.name`), its output reported as `Sequential`
-/// reports its children's: the profiler's ranges and the memory estimate's
-/// rows name it.
+/// `blocks.3` runs as `blocks.3.name`), its output then reported to the meta
+/// device's hook: the profiler's ranges and the memory estimate's rows name
+/// it. `Sequential`, the transformer layers and the model zoo run their
+/// children through it.
 pub(crate) fn in_module(
     name: impl std::fmt::Display,
     f: impl FnOnce() -> Result<Tensor>,

@@ -280,12 +280,14 @@ impl TransformerEncoder {
         }
         let mut x = src.clone();
         for (i, layer) in self.layers.iter().enumerate() {
-            x = super::in_module(format_args!("layers.{i}"), || {
+            // the previous output moves in, so that it drops inside the layer's
+            // scope, as the layer's own temporaries do
+            x = super::in_module(format_args!("layers.{i}"), move || {
                 layer.forward_with(&x, mask, src_key_padding_mask, is_causal)
             })?;
         }
         match &self.norm {
-            Some(n) => n.forward(&x),
+            Some(n) => super::in_module("norm", move || n.forward(&x)),
             None => Ok(x),
         }
     }
