@@ -562,6 +562,12 @@ def pieces_suite(dev):
         mean, var = torch.zeros(256, dtype=f32, device=dev), torch.ones(256, dtype=f32, device=dev)
         piece(f"batch norm 256ch at {hw[0]}x{hw[0]} b{b} fwd+bwd {tag}", "bytes", 8.0 * nb * elems,
               [x, w, bias], up, lambda x, w, bias: F.batch_norm(x, mean, var, w, bias, training=True))
+        # again channels-last (the input and its gradient [n, h, w, c] in memory)
+        cl = torch.channels_last
+        x = torch.randn(*shape).to(dt).to(dev).to(memory_format=cl).requires_grad_()
+        piece(f"batch norm 256ch at {hw[0]}x{hw[0]} b{b} channels-last fwd+bwd {tag}", "bytes",
+              8.0 * nb * elems, [x, w, bias], up.to(memory_format=cl),
+              lambda x, w, bias: F.batch_norm(x, mean, var, w, bias, training=True))
         x = leaf(shape, dt)
         piece(f"relu {b}x256x{hw[0]}x{hw[0]} fwd+bwd {tag}", "bytes", 5.0 * nb * elems, [x], up, F.relu)
         del up

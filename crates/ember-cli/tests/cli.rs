@@ -587,6 +587,7 @@ fn quick_pieces_suite_writes_every_piece_in_both_dtypes() {
         "conv 1x1 256->64 at 8x8 b1 fwd+bwd",
         "conv 3x3 256->256 at 4x4 b1 fwd+bwd",
         "batch norm 256ch at 8x8 b1 fwd+bwd",
+        "batch norm 256ch at 8x8 b1 channels-last fwd+bwd",
         "relu 1x256x8x8 fwd+bwd",
         "attention causal 1x2x64x32 fwd+bwd",
         "layer norm 64x96 fwd+bwd",

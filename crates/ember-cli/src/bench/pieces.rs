@@ -17,7 +17,7 @@ use super::stats::{Row, Work};
 use super::Ctx;
 use ember::nn::functional::{batch_norm, BatchNormOptions};
 use ember::prelude::*;
-use ember::Tensor;
+use ember::{MemoryFormat, Tensor};
 
 /// The pieces' sizes on one device.
 struct Sizes {
@@ -153,14 +153,29 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
         // and statistics in float32 whatever the input (as a model's under
         // autocast); counted as the 8 passes over the elements it needs
         // (statistics, normalisation; two sums and the input's gradient)
+        // (and again channels-last, the input and its gradient [n, h, w, c] in
+        // memory: the per-channel kernels' other layout)
         let shape = [b, 256, z.hw[0], z.hw[0]];
         let elems = shape.iter().product::<usize>() as f64;
-        let name = format!("batch norm 256ch at {0}x{0} b{b} fwd+bwd {tag}", z.hw[0]);
-        if keep(&name) {
-            let x = leaf(cx, &shape, dt)?;
+        for format in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+            let cl = if format == MemoryFormat::ChannelsLast {
+                " channels-last"
+            } else {
+                ""
+            };
+            let name = format!(
+                "batch norm 256ch at {0}x{0} b{b}{cl} fwd+bwd {tag}",
+                z.hw[0]
+            );
+            if !keep(&name) {
+                continue;
+            }
+            let x = upstream(cx, &shape, dt)?
+                .to_memory_format(format)?
+                .requires_grad_(true)?;
             let w = leaf(cx, &[256], DType::F32)?;
             let bias = leaf(cx, &[256], DType::F32)?;
-            let up = upstream(cx, &shape, dt)?;
+            let up = upstream(cx, &shape, dt)?.to_memory_format(format)?;
             let mean = Tensor::zeros([256], DType::F32, &cx.dev)?;
             let var = Tensor::ones([256], DType::F32, &cx.dev)?;
             rows.push(piece(

@@ -113,7 +113,8 @@ impl MetaStorage {
     fn channel_sums(&self, l: &Layout) -> Result<MetaStorage> {
         let shape = channel_shape(l.shape());
         let out = MetaStorage::new(stat_dtype(self.dtype), 2 * shape.1)?;
-        if let Some((_, chunks)) = channel_columns(shape).or(channel_chunks(shape)) {
+        let sms = account::modelled_multiprocessors();
+        if let Some((_, chunks)) = channel_columns(shape, sms).or(channel_chunks(shape, sms)) {
             let _part = MetaStorage::workspace(DType::F64, 2 * chunks * shape.1)?;
         }
         Ok(out)

@@ -100,42 +100,75 @@ pub(crate) fn channel_shape(shape: &[usize]) -> (usize, usize, usize) {
     (n, c, shape.iter().skip(2).product())
 }
 
+/// Blocks a multiprocessor of batch norm's per-channel sums keep busy: the
+/// chunks below get smaller (down to a floor) until a grid has this many
+/// blocks per multiprocessor, as [`ReduceRoute`](reduce::ReduceRoute)'s splits
+/// do. (Each of these blocks' threads has a few loads in flight at a time: a
+/// grid of fewer blocks than multiprocessors waited on memory's latency.)
+const CHANNEL_BUSY: usize = 4;
+
 /// The most rows one block of the column-wise per-channel sums takes (see
 /// [`channel_columns`]), unless the rows need more chunks than a grid holds.
 const COLUMN_ROWS: usize = 1024;
 
-/// How a GPU sums batch norm's per-channel statistics over `[n, c, s]` elements
-/// whose planes are single elements (`s == 1`: a channels-last `[n, h, w, c]` seen
-/// as `[n·h·w, c, 1]`, or a `[n, c]` batch): `Some((rows, chunks))` when it sums
-/// columns in chunks of `rows` rows, each chunk's partial sums in a float64
-/// workspace of `2 · chunks · c` elements (which the meta device counts too);
-/// `None` where it walks each channel's planes in one block.
-pub(crate) fn channel_columns((n, c, s): (usize, usize, usize)) -> Option<(usize, usize)> {
+/// The fewest rows a block of the column-wise sums takes while more blocks are
+/// wanted: 8 rows a thread of its 8 row lanes.
+const MIN_COLUMN_ROWS: usize = 64;
+
+/// How a GPU of `sm_count` multiprocessors sums batch norm's per-channel
+/// statistics over `[n, c, s]` elements whose planes are single elements
+/// (`s == 1`: a channels-last `[n, h, w, c]` seen as `[n·h·w, c, 1]`, or a
+/// `[n, c]` batch): `Some((rows, chunks))` when it sums columns in chunks of
+/// `rows` rows, in blocks of 32 channels by a chunk, each chunk's partial sums
+/// in a float64 workspace of `2 · chunks · c` elements (which the meta device
+/// counts too); `None` where it walks each channel's planes in one block.
+/// Chunks are `COLUMN_ROWS` rows, or fewer (down to `MIN_COLUMN_ROWS`) where
+/// that leaves fewer than `CHANNEL_BUSY` blocks a multiprocessor.
+pub(crate) fn channel_columns(
+    (n, c, s): (usize, usize, usize),
+    sm_count: usize,
+) -> Option<(usize, usize)> {
     (s == 1 && n > 0 && c > 0).then(|| {
+        let want = (CHANNEL_BUSY * sm_count.max(1)).div_ceil(c.div_ceil(32));
         // a grid's y extent is at most 65535 chunks
-        let rows = COLUMN_ROWS.max(n.div_ceil(65535));
+        let rows = n
+            .div_ceil(want)
+            .clamp(MIN_COLUMN_ROWS, COLUMN_ROWS)
+            .max(n.div_ceil(65535));
         (rows, n.div_ceil(rows))
     })
 }
 
-/// The fewest elements of a channel one block of the plane-wise per-channel sums
-/// takes (see [`channel_chunks`]).
+/// The most elements of a channel one block of the plane-wise per-channel sums
+/// takes before a channel is cut into chunks (see [`channel_chunks`]), unless
+/// it needs more chunks than a grid holds.
 const PLANE_CHUNK: usize = 16384;
 
-/// How a GPU sums batch norm's per-channel statistics over `[n, c, s]` elements
-/// whose planes hold `s > 1` elements: `Some((per, chunks))` when each channel's
-/// `n · s` elements are cut into `chunks` chunks of `per` (a block each), whose
-/// partial sums take a float64 workspace of `2 · chunks · c` elements (which the
-/// meta device counts too); `None` where one block sums a whole channel (at most
-/// `PLANE_CHUNK` elements a channel) or the planes are single elements
-/// ([`channel_columns`]).
-pub(crate) fn channel_chunks((n, c, s): (usize, usize, usize)) -> Option<(usize, usize)> {
+/// The fewest elements a chunk of a channel holds where chunks are cut for more
+/// blocks: 16 a thread of a block.
+const MIN_PLANE_CHUNK: usize = 4096;
+
+/// How a GPU of `sm_count` multiprocessors sums batch norm's per-channel
+/// statistics over `[n, c, s]` elements whose planes hold `s > 1` elements:
+/// `Some((per, chunks))` when each channel's `n · s` elements are cut into
+/// `chunks` chunks of `per` (a block each), whose partial sums take a float64
+/// workspace of `2 · chunks · c` elements (which the meta device counts too);
+/// `None` where one block sums a whole channel, or the planes are single
+/// elements ([`channel_columns`]). Chunks are `PLANE_CHUNK` elements, or fewer
+/// (down to `MIN_PLANE_CHUNK`) where `c` blocks would be fewer than
+/// `CHANNEL_BUSY` a multiprocessor.
+pub(crate) fn channel_chunks(
+    (n, c, s): (usize, usize, usize),
+    sm_count: usize,
+) -> Option<(usize, usize)> {
     let total = n * s;
-    (s > 1 && c > 0 && total > PLANE_CHUNK).then(|| {
-        // a grid's y extent is at most 65535 chunks
-        let per = PLANE_CHUNK.max(total.div_ceil(65535));
-        (per, total.div_ceil(per))
-    })
+    let want = (CHANNEL_BUSY * sm_count.max(1)).div_ceil(c.max(1));
+    // a grid's y extent is at most 65535 chunks
+    let per = total
+        .div_ceil(want)
+        .clamp(MIN_PLANE_CHUNK, PLANE_CHUNK)
+        .max(total.div_ceil(65535));
+    (s > 1 && c > 0 && total > per).then(|| (per, total.div_ceil(per)))
 }
 
 /// Every operation code the kernels use, as `#define NAME VALUE` lines: the
@@ -209,21 +242,30 @@ impl Scalar {
 mod tests {
     use super::*;
 
-    /// Batch norm's chunks of planes: none for single-element planes (the
-    /// column path's) or up to 16 Ki elements a channel; otherwise at least two,
-    /// covering the channel, at most a grid's 65535, and of 16 Ki elements
-    /// until a channel needs more than 65535 of them (a GPU's sums read every
-    /// element once whatever the size: the simulator cannot reach these).
+    /// Batch norm's chunks of planes (an H200's 132 multiprocessors): none for
+    /// single-element planes (the column path's) or where a block a channel
+    /// already makes 4 blocks a multiprocessor and a channel holds at most 16
+    /// Ki elements; otherwise at least two, covering the channel, at most a
+    /// grid's 65535, of 4 to 16 Ki elements until a channel needs more than
+    /// 65535 of them (a GPU's sums read every element once whatever the size:
+    /// the simulator cannot reach these).
     #[test]
     fn channel_chunks_cover_a_channel_within_a_grid() {
-        assert_eq!(channel_chunks((64, 256, 1)), None);
-        assert_eq!(channel_chunks((64, 2048, 49)), None);
-        assert_eq!(channel_chunks((4, 8, 4096)), None);
-        assert_eq!(channel_chunks((0, 8, 4096)), None);
-        assert_eq!(channel_chunks((4, 0, 8192)), None);
-        // ResNet-50 at batch 64: 112 x 112 and 56 x 56 planes
-        assert_eq!(channel_chunks((64, 64, 112 * 112)), Some((16384, 49)));
-        assert_eq!(channel_chunks((64, 256, 56 * 56)), Some((16384, 13)));
+        let chunks = |shape| channel_chunks(shape, 132);
+        assert_eq!(chunks((64, 256, 1)), None);
+        assert_eq!(chunks((64, 2048, 49)), None);
+        assert_eq!(chunks((0, 8, 4096)), None);
+        assert_eq!(chunks((4, 0, 8192)), None);
+        // 8 channels: 66 blocks each would keep 528 busy; 4096 a block at least
+        assert_eq!(chunks((4, 8, 4096)), Some((4096, 4)));
+        assert_eq!(chunks((1, 8, 4096)), None);
+        // ResNet-50 at batch 64: 112 x 112, 56 x 56 and 14 x 14 planes (the
+        // last, 256 channels, in 3 chunks: 768 blocks, not 256)
+        assert_eq!(chunks((64, 64, 112 * 112)), Some((16384, 49)));
+        assert_eq!(chunks((64, 256, 56 * 56)), Some((16384, 13)));
+        assert_eq!(chunks((64, 256, 14 * 14)), Some((4182, 3)));
+        // a multiprocessor of the simulator's 4 takes 16 blocks
+        assert_eq!(channel_chunks((8, 3, 2500), 4), Some((4096, 5)));
         for (n, s) in [
             (5, 4096),
             (1, 16385),
@@ -231,14 +273,47 @@ mod tests {
             (3, 1 << 31),
             (1 << 20, 1 << 20),
         ] {
-            let (per, chunks) = channel_chunks((n, 3, s)).expect("chunks");
+            let (per, chunks) = chunks((n, 3, s)).expect("chunks");
             let total = n * s;
             assert!((2..=65535).contains(&chunks), "{n} x {s}: {chunks} chunks");
             assert!(
-                per >= 16384 && per * chunks >= total,
+                per >= 4096 && per * chunks >= total,
                 "{n} x {s}: {per} x {chunks}"
             );
             assert!(per * (chunks - 1) < total, "{n} x {s}: an empty last chunk");
+        }
+    }
+
+    /// Batch norm's chunks of rows for single-element planes (132
+    /// multiprocessors): 1024 rows, or fewer (64 at least) until the blocks of
+    /// 32 channels by a chunk are 4 a multiprocessor, and more than 1024 only
+    /// where 65535 chunks would not cover the rows.
+    #[test]
+    fn channel_columns_keep_every_multiprocessor_busy() {
+        let columns = |shape| channel_columns(shape, 132);
+        assert_eq!(columns((64, 8, 49)), None);
+        assert_eq!(columns((0, 8, 1)), None);
+        assert_eq!(columns((8, 0, 1)), None);
+        // ResNet-50 channels-last at batch 64: 64 channels at 112 x 112 (2
+        // tiles of channels) keep 1024 rows; 256 at 14 x 14 and 512 at 7 x 7
+        // took 104 and 64 blocks, now 528
+        assert_eq!(columns((64 * 112 * 112, 64, 1)), Some((1024, 784)));
+        assert_eq!(columns((64 * 14 * 14, 256, 1)), Some((191, 66)));
+        assert_eq!(columns((64 * 7 * 7, 512, 1)), Some((96, 33)));
+        // few rows: one chunk of at least 64
+        assert_eq!(columns((3, 33, 1)), Some((64, 1)));
+        // 2048 channels (64 tiles) at 7 x 7: 9 chunks, 576 blocks (256 before);
+        // 2048 tiles: 1024 rows a chunk already make the blocks
+        assert_eq!(columns((64 * 7 * 7, 2048, 1)), Some((349, 9)));
+        assert_eq!(columns((5000, 1 << 16, 1)), Some((1024, 5)));
+        // rows past 65535 chunks of 1024
+        let n = 65535 * 1024 + 1;
+        let (rows, chunks) = columns((n, 4, 1)).expect("chunks");
+        assert!(rows > 1024 && chunks <= 65535 && rows * chunks >= n);
+        for (n, c) in [(1, 1), (63, 4), (2312, 35), (2100, 40), (1 << 20, 3)] {
+            let (rows, chunks) = columns((n, c, 1)).expect("chunks");
+            assert!((64..=1024).contains(&rows), "{n} x {c}: {rows} rows");
+            assert!(rows * chunks >= n && rows * (chunks - 1) < n, "{n} x {c}");
         }
     }
 

@@ -13,8 +13,9 @@ use std::ffi::c_void;
 
 /// Threads per block of the plane-wise per-channel sums: a block takes at most a
 /// chunk of a channel (16 Ki elements, 64 a thread, unless a channel has more
-/// than 65535 chunks of them), and a channel of many elements is cut into
-/// chunks (`channel_chunks`).
+/// than 65535 chunks of them; down to 4 Ki where few channels would leave
+/// multiprocessors idle), and a channel of many elements is cut into chunks
+/// (`channel_chunks`).
 const CHANNEL_THREADS: u32 = 256;
 
 // a block of them needs registers × threads of a multiprocessor's 64 Ki, and
@@ -28,7 +29,7 @@ pub(crate) fn channel_stats(
     offset: usize,
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
-    if let Some(cols) = channel_columns((n, c, s)) {
+    if let Some(cols) = channel_columns((n, c, s), x.dev().sm_count as usize) {
         return channel_columns_sums((None, None), (x, offset), None, (n, c), cols);
     }
     channel_plane_sums((None, None), (x, offset), None, (n, c, s))
@@ -43,7 +44,7 @@ pub(crate) fn channel_dot(
     mean: (&CudaStorage, usize),
     (n, c, s): (usize, usize, usize),
 ) -> Result<CudaStorage> {
-    if let Some(cols) = channel_columns((n, c, s)) {
+    if let Some(cols) = channel_columns((n, c, s), x.0.dev().sm_count as usize) {
         return channel_columns_sums((Some(g), mask), x, Some(mean), (n, c), cols);
     }
     channel_plane_sums((Some(g), mask), x, Some(mean), (n, c, s))
@@ -70,7 +71,7 @@ fn channel_plane_sums(
     if c == 0 {
         return Ok(out);
     }
-    let chunks = channel_chunks((n, c, s));
+    let chunks = channel_chunks((n, c, s), dev.sm_count as usize);
     let part = match chunks {
         Some((_, k)) => Some(new_out(dev, DType::F64, 2 * k * c)?),
         None => None,
