@@ -243,9 +243,9 @@ mod tests {
     use super::*;
 
     /// Batch norm's chunks of planes (an H200's 132 multiprocessors): none for
-    /// single-element planes (the column path's) or where a block a channel
-    /// already makes 4 blocks a multiprocessor and a channel holds at most 16
-    /// Ki elements; otherwise at least two, covering the channel, at most a
+    /// single-element planes (the column path's), for channels of at most 4 Ki
+    /// elements, or where a block a channel already makes 4 blocks a
+    /// multiprocessor and a channel holds at most 16 Ki elements; otherwise at least two, covering the channel, at most a
     /// grid's 65535, of 4 to 16 Ki elements until a channel needs more than
     /// 65535 of them (a GPU's sums read every element once whatever the size:
     /// the simulator cannot reach these).
