@@ -100,12 +100,18 @@ pub(crate) fn channel_shape(shape: &[usize]) -> (usize, usize, usize) {
     (n, c, shape.iter().skip(2).product())
 }
 
-/// Blocks a multiprocessor of batch norm's per-channel sums keep busy: the
-/// chunks below get smaller (down to a floor) until a grid has this many
-/// blocks per multiprocessor, as [`ReduceRoute`](reduce::ReduceRoute)'s splits
-/// do. (Each of these blocks' threads has a few loads in flight at a time: a
-/// grid of fewer blocks than multiprocessors waited on memory's latency.)
-const CHANNEL_BUSY: usize = 4;
+/// The length of each of the chunks `total` elements (or rows) are cut into
+/// for about `want` chunks: within `[min, max]`, and more than `max` only where
+/// a grid's 65535 chunks would not cover `total`. Batch norm's per-channel sums
+/// cut their work until a grid has [`busy_blocks`](reduce::busy_blocks) blocks
+/// (each of their threads has few loads in flight: a grid of fewer blocks than
+/// multiprocessors waited on memory's latency).
+fn chunk_len(total: usize, want: usize, (min, max): (usize, usize)) -> usize {
+    total
+        .div_ceil(want.max(1))
+        .clamp(min, max)
+        .max(total.div_ceil(65535))
+}
 
 /// The most rows one block of the column-wise per-channel sums takes (see
 /// [`channel_columns`]), unless the rows need more chunks than a grid holds.
@@ -123,18 +129,15 @@ const MIN_COLUMN_ROWS: usize = 64;
 /// in a float64 workspace of `2 · chunks · c` elements (which the meta device
 /// counts too); `None` where it walks each channel's planes in one block.
 /// Chunks are `COLUMN_ROWS` rows, or fewer (down to `MIN_COLUMN_ROWS`) where
-/// that leaves fewer than `CHANNEL_BUSY` blocks a multiprocessor.
+/// that leaves a grid short of [`busy_blocks`](reduce::busy_blocks).
 pub(crate) fn channel_columns(
     (n, c, s): (usize, usize, usize),
     sm_count: usize,
 ) -> Option<(usize, usize)> {
     (s == 1 && n > 0 && c > 0).then(|| {
-        let want = (CHANNEL_BUSY * sm_count.max(1)).div_ceil(c.div_ceil(32));
-        // a grid's y extent is at most 65535 chunks
-        let rows = n
-            .div_ceil(want)
-            .clamp(MIN_COLUMN_ROWS, COLUMN_ROWS)
-            .max(n.div_ceil(65535));
+        // blocks of 32 channels by a chunk of rows
+        let want = reduce::busy_blocks(sm_count).div_ceil(c.div_ceil(32));
+        let rows = chunk_len(n, want, (MIN_COLUMN_ROWS, COLUMN_ROWS));
         (rows, n.div_ceil(rows))
     })
 }
@@ -155,19 +158,15 @@ const MIN_PLANE_CHUNK: usize = 4096;
 /// workspace of `2 · chunks · c` elements (which the meta device counts too);
 /// `None` where one block sums a whole channel, or the planes are single
 /// elements ([`channel_columns`]). Chunks are `PLANE_CHUNK` elements, or fewer
-/// (down to `MIN_PLANE_CHUNK`) where `c` blocks would be fewer than
-/// `CHANNEL_BUSY` a multiprocessor.
+/// (down to `MIN_PLANE_CHUNK`) where `c` blocks would leave a grid short of
+/// [`busy_blocks`](reduce::busy_blocks).
 pub(crate) fn channel_chunks(
     (n, c, s): (usize, usize, usize),
     sm_count: usize,
 ) -> Option<(usize, usize)> {
     let total = n * s;
-    let want = (CHANNEL_BUSY * sm_count.max(1)).div_ceil(c.max(1));
-    // a grid's y extent is at most 65535 chunks
-    let per = total
-        .div_ceil(want)
-        .clamp(MIN_PLANE_CHUNK, PLANE_CHUNK)
-        .max(total.div_ceil(65535));
+    let want = reduce::busy_blocks(sm_count).div_ceil(c.max(1));
+    let per = chunk_len(total, want, (MIN_PLANE_CHUNK, PLANE_CHUNK));
     (s > 1 && c > 0 && total > per).then(|| (per, total.div_ceil(per)))
 }
 
@@ -242,13 +241,23 @@ impl Scalar {
 mod tests {
     use super::*;
 
+    /// `chunks` chunks of `len` cover `total` with no empty last chunk.
+    fn assert_covers(len: usize, chunks: usize, total: usize) {
+        assert!(len * chunks >= total, "{len} x {chunks} < {total}");
+        assert!(
+            len * (chunks - 1) < total,
+            "{len} x {chunks}: an empty last chunk"
+        );
+    }
+
     /// Batch norm's chunks of planes (an H200's 132 multiprocessors): none for
     /// single-element planes (the column path's), for channels of at most 4 Ki
     /// elements, or where a block a channel already makes 4 blocks a
-    /// multiprocessor and a channel holds at most 16 Ki elements; otherwise at least two, covering the channel, at most a
-    /// grid's 65535, of 4 to 16 Ki elements until a channel needs more than
-    /// 65535 of them (a GPU's sums read every element once whatever the size:
-    /// the simulator cannot reach these).
+    /// multiprocessor and a channel holds at most 16 Ki elements; otherwise at
+    /// least two, covering the channel, at most a grid's 65535, of 4 to 16 Ki
+    /// elements until a channel needs more than 65535 of them (a GPU's sums
+    /// read every element once whatever the size: the simulator cannot reach
+    /// these).
     #[test]
     fn channel_chunks_cover_a_channel_within_a_grid() {
         let chunks = |shape| channel_chunks(shape, 132);
@@ -276,11 +285,8 @@ mod tests {
             let (per, chunks) = chunks((n, 3, s)).expect("chunks");
             let total = n * s;
             assert!((2..=65535).contains(&chunks), "{n} x {s}: {chunks} chunks");
-            assert!(
-                per >= 4096 && per * chunks >= total,
-                "{n} x {s}: {per} x {chunks}"
-            );
-            assert!(per * (chunks - 1) < total, "{n} x {s}: an empty last chunk");
+            assert!(per >= 4096, "{n} x {s}: {per} x {chunks}");
+            assert_covers(per, chunks, total);
         }
     }
 
@@ -309,11 +315,12 @@ mod tests {
         // rows past 65535 chunks of 1024
         let n = 65535 * 1024 + 1;
         let (rows, chunks) = columns((n, 4, 1)).expect("chunks");
-        assert!(rows > 1024 && chunks <= 65535 && rows * chunks >= n);
+        assert!(rows > 1024 && chunks <= 65535);
+        assert_covers(rows, chunks, n);
         for (n, c) in [(1, 1), (63, 4), (2312, 35), (2100, 40), (1 << 20, 3)] {
             let (rows, chunks) = columns((n, c, 1)).expect("chunks");
             assert!((64..=1024).contains(&rows), "{n} x {c}: {rows} rows");
-            assert!(rows * chunks >= n && rows * (chunks - 1) < n, "{n} x {c}");
+            assert_covers(rows, chunks, n);
         }
     }
 

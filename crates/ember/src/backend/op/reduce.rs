@@ -70,6 +70,13 @@ codes! {
     }
 }
 
+/// The blocks that keep a GPU of `sm_count` multiprocessors busy, 4 each: the
+/// reductions' splits and batch norm's per-channel chunks cut their work until
+/// a grid has this many.
+pub(crate) fn busy_blocks(sm_count: usize) -> usize {
+    sm_count.max(1) * 4
+}
+
 /// How a GPU with `sm_count` multiprocessors reduces a view over some dims: the
 /// CUDA backend launches by it, and the meta device counts the partial sums it
 /// allocates (so the memory estimate follows the GPU's choice).
@@ -108,8 +115,7 @@ impl ReduceRoute {
         const WARP_LANE: usize = 512;
         /// The fewest elements a chunk of a split lane holds.
         const MIN_CHUNK: usize = 8192;
-        // blocks that keep every multiprocessor busy
-        let busy = sm_count.max(1) * 4;
+        let busy = busy_blocks(sm_count);
         if matches!(code, ReduceCode::Sum | ReduceCode::Mean)
             && l.is_contiguous()
             && crate::layout::are_leading(dims)

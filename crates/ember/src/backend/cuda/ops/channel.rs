@@ -206,8 +206,10 @@ pub(crate) fn channel_affine(
     let relu_ = relu as i32;
     let (k_, vec_) = (k as i32, vec as i32);
     let grid = dev.grid_for(nv, THREADS);
-    if let (grid, true) = affine_grid(grid, lanes.then_some(c / vec), dev.sm_count) {
-        let (nv_, c_, vc_) = (nv as i64, c as i64, (c / vec) as i64);
+    // vectors a row (of one channel each for planes)
+    let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
+    if let (grid, true) = affine_grid(grid, lanes.then_some(vc), dev.sm_count) {
+        let (nv_, c_, vc_) = (nv as i64, c as i64, vc as i64);
         let (sfx, at) = (suffix(p.0.dtype()), ((grid, 1, 1), (THREADS, 1, 1)));
         let mut with_q = args![pp, pq, py, pc, po, nv_, c_, vc_, k_, relu_, vec_];
         let mut without = args![pp, py, pc, po, nv_, c_, vc_, k_, relu_, vec_];
@@ -218,7 +220,6 @@ pub(crate) fn channel_affine(
         launch_kernel(dev, ("reduce", p.0.dtype(), &name), at.0, (at.1, 0), args)?;
         return Ok(out);
     }
-    let (vs, vc) = if lanes { (1, c / vec) } else { (s / vec, c) };
     // (vs and vc are at most nv)
     let small = nv < 1 << 31;
     let (d1, d2) = if small {
