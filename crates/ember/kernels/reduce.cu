@@ -1055,6 +1055,87 @@ __device__ void channel_cols_impl(const T* g, const T* y, const T* x, const type
     }
 }
 
+// channel_cols_impl with 16-byte loads: each thread takes V = 16 / sizeof(T)
+// adjacent channels (c a multiple of V, the arrays aligned to 16 bytes), so L =
+// 32 / V threads read a row's 32-channel tile and a block of 256 threads
+// (blockDim.x) R = 256 / L rows at a time, U of them in flight (four; two of
+// 8 channels, whose 16 float64 sums and loads keep a thread's registers at
+// most 128, two blocks a multiprocessor). The grid,
+// the chunks of `rows` rows and the partial sums in `part` are channel_cols'.
+// A warp's rows are added by shuffles, then the block's 8 warps in shared
+// memory, in a fixed order (the result does not depend on timing).
+template <typename T, int V>
+__device__ void channel_cols_vec_impl(const T* g, const T* y, const T* x, const typename stat_t<T>::type* mean,
+                                      double* part, i64 m, i64 c, i64 rows, int dot) {
+    constexpr int L = 32 / V, R = 256 / L, U = V >= 8 ? 2 : 4;
+    __shared__ double s1s[8][32], s2s[8][32];
+    const int t = threadIdx.x, lane = t % L;
+    const i64 ch0 = (i64)blockIdx.x * 32 + lane * V;
+    const i64 r0 = (i64)blockIdx.y * rows;
+    const i64 r1 = r0 + rows < m ? r0 + rows : m;
+    typedef VecN<T, V> Vec;
+    double s1[V], s2[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) s1[e] = s2[e] = 0;
+    if (ch0 < c) {
+        double k[V];
+        const Vec x0 = *(const Vec*)(x + ch0);
+#pragma unroll
+        for (int e = 0; e < V; e++) k[e] = dot ? (double)mean[ch0 + e] : (double)widen(x0.v[e]);
+        i64 r = r0 + t / L;
+        for (; r + (U - 1) * R < r1; r += U * R) {
+            Vec xs[U], gs[U], ys[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const i64 j = (r + R * u) * c + ch0;
+                xs[u] = *(const Vec*)(x + j);
+                gs[u] = dot ? *(const Vec*)(g + j) : xs[u];
+                ys[u] = y ? *(const Vec*)(y + j) : xs[u];
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    channel_term(gs[u].v[e], ys[u].v[e], xs[u].v[e], y != nullptr, k[e], dot, s1[e], s2[e]);
+        }
+        for (; r < r1; r += R) {
+            const i64 j = r * c + ch0;
+            const Vec xv = *(const Vec*)(x + j);
+            const Vec gv = dot ? *(const Vec*)(g + j) : xv;
+            const Vec yv = y ? *(const Vec*)(y + j) : xv;
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                channel_term(gv.v[e], yv.v[e], xv.v[e], y != nullptr, k[e], dot, s1[e], s2[e]);
+        }
+    }
+    // lanes L apart hold the same channels (of other rows)
+    for (int o = L; o < 32; o <<= 1) {
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            s1[e] += __shfl_xor_sync(0xffffffffu, s1[e], o);
+            s2[e] += __shfl_xor_sync(0xffffffffu, s2[e], o);
+        }
+    }
+    if (t % 32 < L) {
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            s1s[t / 32][lane * V + e] = s1[e];
+            s2s[t / 32][lane * V + e] = s2[e];
+        }
+    }
+    __syncthreads();
+    const i64 ch = (i64)blockIdx.x * 32 + t;
+    if (t < 32 && ch < c) {
+        double a = 0, b = 0;
+        for (int w = 0; w < 8; w++) {
+            a += s1s[w][t];
+            b += s2s[w][t];
+        }
+        part[2 * (i64)blockIdx.y * c + ch] = a;
+        part[(2 * (i64)blockIdx.y + 1) * c + ch] = b;
+    }
+}
+
 // out[ch] and out[c + ch] from the partial sums of `chunks` chunks over m
 // elements a channel (channel_cols' rows, or channel_sums' chunks of planes of s
 // elements): the mean and biased variance (dot == 0; x[ch * s] gives the shift
@@ -1256,6 +1337,11 @@ __device__ void channel_affine_lanes_impl(const T* p, const T* q, const T* y,
                                                 const stat_t<T>::type* mean, double* part, i64 m,    \
                                                 i64 c, i64 rows, int dot) {                          \
         channel_cols_impl(g, y, x, mean, part, m, c, rows, dot);                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(256, 2)                                             \
+        channel_cols_vec_##S(const T* g, const T* y, const T* x, const stat_t<T>::type* mean,        \
+                             double* part, i64 m, i64 c, i64 rows, int dot) {                        \
+        channel_cols_vec_impl<T, 16 / sizeof(T)>(g, y, x, mean, part, m, c, rows, dot);              \
     }                                                                                                \
     extern "C" __global__ void channel_sums_finish_##S(const double* part, const T* x,              \
                                                        stat_t<T>::type* out, i64 chunks, i64 m,     \

@@ -743,10 +743,17 @@ fn batch_norm_over_channel_columns_matches_the_cpu() -> Result<()> {
     let Some(dev) = gpu("batch_norm_over_channel_columns_matches_the_cpu") else {
         return Ok(());
     };
-    // [n, c, h, w] laid out channels-last ([n·h·w, c] rows: 2,312 and 35), a
-    // [2100, 40] batch (the affine map 4 or 8 channels a vector), and fewer rows
-    // than a block's 8 row lanes
-    let shapes: [&[usize]; 3] = [&[8, 35, 17, 17], &[2100, 40], &[3, 33, 1, 1]];
+    // [n, c, h, w] laid out channels-last ([n·h·w, c] rows: 2,312 and 35,
+    // one channel a load), a [2100, 40] batch (the affine map and the sums 4
+    // or 8 channels a vector), 6,400 rows of 64 channels (16-byte loads, four
+    // rows in flight: 800 rows a chunk on the simulator), and fewer rows than
+    // a block's 8 row lanes
+    let shapes: [&[usize]; 4] = [
+        &[8, 35, 17, 17],
+        &[2100, 40],
+        &[16, 64, 20, 20],
+        &[3, 33, 1, 1],
+    ];
     for shape in shapes {
         batch_norm_matches_the_cpu(&dev, shape, shape.len() == 4, 0)?;
     }

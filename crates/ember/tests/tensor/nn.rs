@@ -1691,14 +1691,16 @@ fn batch_norm_with_its_relu_is_the_two_ops(dev: &Device) -> Result<()> {
     ] {
         let what = format!("{dt}, channels-last {channels_last}, training {training}");
         ember::manual_seed(9);
-        let x = Tensor::randn([4, 8, 6, 6], dev)?.to_dtype(dt)?;
+        // (2,304 rows channels-last: a GPU's chunks of them long enough for its
+        // column sums' loads of several rows at a time)
+        let x = Tensor::randn([4, 8, 24, 24], dev)?.to_dtype(dt)?;
         let x = if channels_last {
             x.to_memory_format(ember::MemoryFormat::ChannelsLast)?
         } else {
             x
         };
         // (the upstream gradient reaches both sides of 0)
-        let up = Tensor::randn([4, 8, 6, 6], dev)?.to_dtype(dt)?;
+        let up = Tensor::randn([4, 8, 24, 24], dev)?.to_dtype(dt)?;
         let run = |fused: bool| -> Result<Vec<Vec<f32>>> {
             ember::manual_seed(3);
             let mut bn = nn::BatchNorm2d::new(8, dev)?;

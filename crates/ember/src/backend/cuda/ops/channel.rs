@@ -126,7 +126,9 @@ fn channel_sums_finish(
 /// [`channel_stats`] (without `g`) or [`channel_dot`] (with `g` and the mean) of
 /// `[m, c]` rows, a channel a column: blocks of 32 channels by a chunk of `rows`
 /// rows write their partial sums to a float64 workspace of `2 · chunks · c`,
-/// which a second kernel adds up per channel in chunk order.
+/// which a second kernel adds up per channel in chunk order. A thread loads 16
+/// bytes of a row's channels at a time where `c` and the arrays' addresses
+/// allow (`channel_cols_vec`), else one element.
 fn channel_columns_sums(
     (g, y): MaskedGrad,
     (x, x_off): (&CudaStorage, usize),
@@ -142,11 +144,18 @@ fn channel_columns_sums(
     let (m_, c_, rows_) = (m as i64, c as i64, rows as i64);
     let dot = g.is_some() as i32;
     let sfx = suffix(x.dtype());
+    // 16 bytes of channels a thread where every row's are aligned to that
+    let vec = 16 / x.dtype().size_in_bytes();
+    let wide = c.is_multiple_of(vec) && [pg, py, px].iter().all(|a| a.is_multiple_of(16));
+    let (name, block) = match wide {
+        true => (format!("channel_cols_vec_{sfx}"), (256, 1, 1)),
+        false => (format!("channel_cols_{sfx}"), (32, 8, 1)),
+    };
     launch_kernel(
         dev,
-        ("reduce", x.dtype(), &format!("channel_cols_{sfx}")),
+        ("reduce", x.dtype(), &name),
         (c.div_ceil(32) as u32, chunks as u32, 1),
-        ((32, 8, 1), 0),
+        (block, 0),
         &mut args![pg, py, px, pm, pp, m_, c_, rows_, dot],
     )?;
     channel_sums_finish(x, (&part, px), &out, (chunks, m, c, 1), dot)?;
