@@ -50,13 +50,16 @@ def measure(dev, f, budget):
     one = max(time.perf_counter() - t0, 1e-9)
     inner = min(max(int(2e-3 / one + 0.999), 1), 100000)
     samples = min(max(int(budget / (one * inner)), 5), 200)
-    times = []
+    times, host = [], []
     for _ in range(samples):
         if dev.type == "cuda":
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
+            h0 = time.perf_counter()
             for _ in range(inner):
                 f()
+            # the host's time to queue the calls (ember's `host` column)
+            host.append((time.perf_counter() - h0) / inner)
             e.record(); e.synchronize()
             t = s.elapsed_time(e) * 1e-3
         else:
@@ -67,7 +70,8 @@ def measure(dev, f, budget):
         times.append(t / inner)
     times.sort()
     q = lambda x: times[min(int(round(x * (len(times) - 1))), len(times) - 1)]
-    return q(0.5), q(0.25), q(0.75), len(times)
+    host.sort()
+    return q(0.5), q(0.25), q(0.75), len(times), host[len(host) // 2] if host else None
 
 
 rows = []
@@ -77,13 +81,13 @@ def row(dev, name, kind, amount, f, peak=False):
     """Times f into a row; with peak, on a GPU also the memory allocated at the peak
     of one more call (max_memory_allocated after reset_peak_memory_stats)."""
     # whole training steps take long and vary more: more samples each (as ember)
-    med, p25, p75, n = measure(dev, f, budget * 5 if kind == "samples" else budget)
+    med, p25, p75, n, host = measure(dev, f, budget * 5 if kind == "samples" else budget)
     tp = amount / med / 1e9 if kind else None
     if kind == "samples":
         tp = amount / med
     unit = {"flops": "GFLOP/s", "bytes": "GB/s", "samples": "samples/s", None: "s/call"}[kind]
     r = {"device": str(dev), "name": name, "median_s": med, "p25_s": p25, "p75_s": p75,
-         "samples": n, "throughput": tp, "unit": unit, "framework": "pytorch " + torch.__version__}
+         "host_s": host, "samples": n, "throughput": tp, "unit": unit, "framework": "pytorch " + torch.__version__}
     if peak:
         r["peak_bytes"] = None
         if dev.type == "cuda":
@@ -549,11 +553,18 @@ def pieces_suite(dev):
 
     for tag, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         nb = 2 if dt == torch.bfloat16 else 4
-        for k, c, o, s in ((3, 64, 64, hw[0]), (1, 256, 64, hw[0]), (3, 256, 256, hw[1])):
-            x, w, up = leaf((b, c, s, s), dt), leaf((o, c, k, k), dt), upstream((b, o, s, s), dt)
-            piece(f"conv {k}x{k} {c}->{o} at {s}x{s} b{b} fwd+bwd {tag}", "flops",
-                  3.0 * 2.0 * b * o * s * s * c * k * k, [x, w], up,
-                  lambda x, w, p=k // 2: F.conv2d(x, w, padding=p))
+        # row-major, then channels-last with cudnn.benchmark (the models' channels-last rows)
+        for fmt, cl_name in ((torch.contiguous_format, ""), (torch.channels_last, " channels-last")):
+            timed_before = torch.backends.cudnn.benchmark
+            torch.backends.cudnn.benchmark = timed_before or bool(cl_name)
+            for k, c, o, s in ((3, 64, 64, hw[0]), (1, 256, 64, hw[0]), (3, 256, 256, hw[1])):
+                laid = lambda t: t.detach().to(memory_format=fmt).requires_grad_()
+                x, w = laid(leaf((b, c, s, s), dt)), laid(leaf((o, c, k, k), dt))
+                up = upstream((b, o, s, s), dt).to(memory_format=fmt)
+                piece(f"conv {k}x{k} {c}->{o} at {s}x{s} b{b}{cl_name} fwd+bwd {tag}", "flops",
+                      3.0 * 2.0 * b * o * s * s * c * k * k, [x, w], up,
+                      lambda x, w, p=k // 2: F.conv2d(x, w, padding=p))
+            torch.backends.cudnn.benchmark = timed_before
         shape = (b, 256, hw[0], hw[0])
         elems = b * 256 * hw[0] * hw[0]
         # (batch norm's parameters and statistics in float32, as a model's under autocast)

@@ -9,7 +9,9 @@
 //! from their scalar), so a row is the op's forward and backward kernels and
 //! nothing else. The bf16 rows give the op bfloat16 operands (no autocast),
 //! but for batch norm's parameters and running statistics, float32 as under
-//! autocast.
+//! autocast. The convolutions run again channels-last, with cuDNN's
+//! algorithms timed (`cudnn::set_benchmark`), as the models suite's
+//! channels-last rows run them.
 //! `bench/pytorch/device_ops.py --suite pieces` times the same rows by the same
 //! names.
 
@@ -120,33 +122,45 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
         let bytes = dt.size_in_bytes() as f64;
         // ResNet-50's: a 3x3 and a 1x1 convolution of its first stage, a 3x3 of
         // its third (padding keeps the size), with their input and weight
-        // gradients; counted as 3 products of 2·B·O·H·W·C·k·k
+        // gradients; counted as 3 products of 2·B·O·H·W·C·k·k; row-major, then
+        // channels-last (input, weight and gradients) with cuDNN's algorithms
+        // timed, as the models suite's channels-last rows run them
         let b = z.batch;
-        for (k, c, o, hw) in [
-            (3, 64, 64, z.hw[0]),
-            (1, 256, 64, z.hw[0]),
-            (3, 256, 256, z.hw[1]),
-        ] {
-            let name = format!("conv {k}x{k} {c}->{o} at {hw}x{hw} b{b} fwd+bwd {tag}");
+        for (format, (k, c, o, hw)) in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast]
+            .into_iter()
+            .flat_map(|f| {
+                [
+                    (3, 64, 64, z.hw[0]),
+                    (1, 256, 64, z.hw[0]),
+                    (3, 256, 256, z.hw[1]),
+                ]
+                .map(|shape| (f, shape))
+            })
+        {
+            let cl = format == MemoryFormat::ChannelsLast;
+            let name = format!(
+                "conv {k}x{k} {c}->{o} at {hw}x{hw} b{b}{} fwd+bwd {tag}",
+                if cl { " channels-last" } else { "" }
+            );
             if !keep(&name) {
                 continue;
             }
-            let x = leaf(cx, &[b, c, hw, hw], dt)?;
-            let w = leaf(cx, &[o, c, k, k], dt)?;
-            let up = upstream(cx, &[b, o, hw, hw], dt)?;
+            let laid = |t: Tensor| t.detach().to_memory_format(format)?.requires_grad_(true);
+            let x = laid(leaf(cx, &[b, c, hw, hw], dt)?)?;
+            let w = laid(leaf(cx, &[o, c, k, k], dt)?)?;
+            let up = upstream(cx, &[b, o, hw, hw], dt)?.to_memory_format(format)?;
             let opts = Conv2dOptions {
                 padding: (k / 2, k / 2),
                 ..Conv2dOptions::default()
             };
             let flops = 3.0 * 2.0 * (b * o * hw * hw * c * k * k) as f64;
-            rows.push(piece(
-                cx,
-                name,
-                Work::Flops(flops),
-                &[x, w],
-                Some(&up),
-                |t| t[0].conv2d(&t[1], None, opts),
-            )?);
+            let timed = ember::cuda::cudnn::benchmark();
+            ember::cuda::cudnn::set_benchmark(timed || cl);
+            let row = piece(cx, name, Work::Flops(flops), &[x, w], Some(&up), |t| {
+                t[0].conv2d(&t[1], None, opts)
+            });
+            ember::cuda::cudnn::set_benchmark(timed);
+            rows.push(row?);
         }
         // batch norm in training (running statistics updated) over 256 channels
         // of the first stage, with its weight and bias gradients; its parameters

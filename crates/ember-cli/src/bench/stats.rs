@@ -14,6 +14,11 @@ pub struct Stats {
     pub samples: usize,
     /// Calls per sample.
     pub inner: usize,
+    /// On a GPU, the median host time per call of the same samples: how long
+    /// the calls took to queue their work, without waiting for it. Near
+    /// `median`, the row is bound by the host (the GPU waited for its work);
+    /// well below it, by the GPU. `None` on the CPU, where both are one time.
+    pub host: Option<f64>,
 }
 
 /// The `q`-quantile (0..=1) of sorted values, linearly interpolated.
@@ -33,13 +38,15 @@ pub fn stats(mut per_call: Vec<f64>, inner: usize) -> Stats {
         p75: quantile(&per_call, 0.75),
         samples: per_call.len(),
         inner,
+        host: None,
     }
 }
 
 /// Times `f` on `dev`: one warm-up call, then samples of `inner` calls each
 /// (enough for ~2 ms per sample) until `budget` is spent (at least 5 samples, at
 /// most 200). GPU samples are measured with device events around the calls, so
-/// they count the GPU's work, not just the launches.
+/// they count the GPU's work, not just the launches; the host's time to queue
+/// them is kept beside (`Stats::host`).
 pub fn measure(dev: &Device, budget: Duration, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
     f()?;
     cuda::synchronize(dev)?;
@@ -51,12 +58,15 @@ pub fn measure(dev: &Device, budget: Duration, mut f: impl FnMut() -> Result<()>
     let per_sample = one * inner as f64;
     let samples = ((budget.as_secs_f64() / per_sample) as usize).clamp(5, 200);
     let mut times = Vec::with_capacity(samples);
+    let mut host = Vec::with_capacity(samples);
     for _ in 0..samples {
         let t = if dev.is_cuda() {
             let start = cuda::Event::record(dev)?;
+            let queued = Instant::now();
             for _ in 0..inner {
                 f()?;
             }
+            host.push(queued.elapsed().as_secs_f64() / inner as f64);
             let end = cuda::Event::record(dev)?;
             start.elapsed_ms(&end)? as f64 * 1e-3
         } else {
@@ -68,7 +78,12 @@ pub fn measure(dev: &Device, budget: Duration, mut f: impl FnMut() -> Result<()>
         };
         times.push(t / inner as f64);
     }
-    Ok(stats(times, inner))
+    let mut s = stats(times, inner);
+    if !host.is_empty() {
+        host.sort_by(f64::total_cmp);
+        s.host = Some(quantile(&host, 0.5));
+    }
+    Ok(s)
 }
 
 /// What a row's throughput counts.
@@ -138,12 +153,13 @@ impl Row {
         let opt = |x: Option<f64>| x.map_or("null".to_string(), num);
         let bytes = |x: Option<usize>| x.map_or("null".to_string(), |b| b.to_string());
         format!(
-            "{{\"device\": \"{}\", \"name\": \"{}\", \"median_s\": {}, \"p25_s\": {}, \"p75_s\": {}, \"samples\": {}, \"throughput\": {}, \"unit\": \"{}\", \"share\": {}, \"speedup_vs_cpu\": {}, \"max_err_vs_cpu\": {}, \"peak_bytes\": {}, \"estimate_bytes\": {}}}",
+            "{{\"device\": \"{}\", \"name\": \"{}\", \"median_s\": {}, \"p25_s\": {}, \"p75_s\": {}, \"host_s\": {}, \"samples\": {}, \"throughput\": {}, \"unit\": \"{}\", \"share\": {}, \"speedup_vs_cpu\": {}, \"max_err_vs_cpu\": {}, \"peak_bytes\": {}, \"estimate_bytes\": {}}}",
             self.device,
             self.name,
             num(self.stats.median),
             num(self.stats.p25),
             num(self.stats.p75),
+            opt(self.stats.host),
             self.stats.samples,
             num(tp),
             unit,
@@ -170,7 +186,8 @@ pub fn fmt_time(s: f64) -> String {
 }
 
 /// The table printed at the end (the workload column as wide as the longest
-/// name); the memory columns (measured peak, estimate) only when some row has them.
+/// name); the host column (a GPU row's time to queue a call) and the memory
+/// columns (measured peak, estimate) only when some row has them.
 pub fn table(rows: &[Row]) -> String {
     let w = rows
         .iter()
@@ -186,13 +203,22 @@ pub fn table(rows: &[Row]) -> String {
             String::new()
         }
     };
+    let hosts = rows.iter().any(|r| r.stats.host.is_some());
+    let host = |t: &str| {
+        if hosts {
+            format!(" {t:>11}")
+        } else {
+            String::new()
+        }
+    };
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<8} {:<w$} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}{}\n",
+        "{:<8} {:<w$} {:>11} {:>9}{} {:>18} {:>8} {:>9} {:>9}{}\n",
         "device",
         "workload",
         "median",
         "spread",
+        host("host"),
         "throughput",
         "ceiling",
         "vs cpu",
@@ -220,11 +246,12 @@ pub fn table(rows: &[Row]) -> String {
         let err = r.max_err.map_or("-".into(), |e| format!("{e:.1e}"));
         let bytes = |b: Option<usize>| b.map_or("-".into(), ember::memory::fmt_bytes);
         out.push_str(&format!(
-            "{:<8} {:<w$} {:>11} {:>9} {:>18} {:>8} {:>9} {:>9}{}\n",
+            "{:<8} {:<w$} {:>11} {:>9}{} {:>18} {:>8} {:>9} {:>9}{}\n",
             r.device.to_string(),
             r.name,
             fmt_time(r.stats.median),
             spread,
+            host(&r.stats.host.map_or("-".into(), fmt_time)),
             tp,
             share,
             speed,
@@ -264,6 +291,8 @@ mod tests {
         .unwrap();
         assert!(s.median >= 300e-6, "{s:?}");
         assert!(s.samples >= 5 && s.inner >= 1);
+        // (a CPU row has one time: no host column of its own)
+        assert_eq!(s.host, None);
         assert_eq!(calls, 2 + s.samples * s.inner);
     }
 
@@ -296,8 +325,24 @@ mod tests {
             t.contains("2.000 ms") && t.contains("2.0 GB/s") && t.contains("50%"),
             "{t}"
         );
-        // the memory columns appear only with a row that has them
-        assert!(!t.contains("peak mem"), "{t}");
+        assert!(j.contains("\"host_s\": null"), "{j}");
+        // the host and memory columns appear only with a row that has them
+        assert!(!t.contains("peak mem") && !t.contains("host"), "{t}");
+        let g = Row {
+            stats: Stats {
+                host: Some(7.5e-4),
+                ..r.stats
+            },
+            ..r.clone()
+        };
+        assert!(g.json().contains("\"host_s\": 7.5e-4"), "{}", g.json());
+        let t = table(&[g, r.clone()]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains(" host "), "{t}");
+        assert!(
+            lines[1].contains("750.00 µs") && lines[2].contains(" - "),
+            "{t}"
+        );
         let m = Row {
             peak_bytes: Some(3 << 30),
             estimate_bytes: Some(5 << 20),
