@@ -69,6 +69,8 @@ impl DataLoader {
     /// Shuffles the samples each epoch: epoch `e` visits them in a permutation
     /// drawn from a generator seeded with `seed` (stream `e`), so two loaders with
     /// the same seed give the same batches, and each epoch a different order.
+    /// A loader given a [`sampler`](Self::sampler) visits the sampler's order:
+    /// shuffling is then the sampler's ([`seed`](Self::seed) says `None`).
     pub fn shuffle(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -111,10 +113,20 @@ impl DataLoader {
     }
 
     /// Visits only the samples `sampler` gives this rank, in its order
-    /// (`DataLoader(sampler=DistributedSampler(...))`): the sampler's shuffling
-    /// replaces [`shuffle`](Self::shuffle)'s. The sampler must be for this dataset's
-    /// length.
+    /// (`DataLoader(sampler=DistributedSampler(...))`): the sampler shuffles (or
+    /// not) itself, so a loader already set to [`shuffle`](Self::shuffle) refuses
+    /// it, as PyTorch refuses both ("sampler option is mutually exclusive with
+    /// shuffle"). The sampler must be for this dataset's length.
     pub fn sampler(mut self, sampler: super::DistributedSampler) -> Result<Self> {
+        if let Some(seed) = self.seed {
+            return Err(Error::invalid(
+                "DataLoader::sampler",
+                format!(
+                    "sampler option is mutually exclusive with shuffle (this loader shuffles \
+                     with seed {seed}): shuffle with the sampler's own seed instead"
+                ),
+            ));
+        }
         if sampler.dataset_len() != self.dataset.len() {
             return Err(Error::invalid(
                 "DataLoader::sampler",
@@ -173,9 +185,10 @@ impl DataLoader {
         self.drop_last
     }
 
-    /// The shuffling seed, if shuffling.
+    /// The shuffling seed, if shuffling (`None` with a sampler, whose order
+    /// replaces the loader's).
     pub fn seed(&self) -> Option<u64> {
-        self.seed
+        self.seed.filter(|_| self.sampler.is_none())
     }
 
     /// The dataset.

@@ -254,7 +254,8 @@ impl CharGpt {
     }
 
     /// `n` more ids after `prompt`, each drawn from the softmax of the last
-    /// position's logits divided by `temperature` (0 takes the most likely),
+    /// position's logits divided by `temperature` (0, or one so small that the
+    /// quotients overflow, takes the most likely),
     /// among the `top_k` most likely when given. Runs without recording a graph;
     /// set the model to evaluation first to turn dropout off.
     pub fn generate(
@@ -290,7 +291,12 @@ impl CharGpt {
                 let next = if temperature == 0.0 {
                     last.argmax_all()?.item::<i64>()?
                 } else {
-                    let mut l = last.to_dtype(DType::F32)?.div(temperature)?;
+                    // in float64 (any positive temperature is a number there), shifted
+                    // by the largest logit first (softmax is the same), so that a
+                    // temperature so small that the quotients overflow still gives the
+                    // most likely ids, not NaN
+                    let l = last.to_dtype(DType::F64)?;
+                    let mut l = l.sub(&l.max_all()?)?.div(temperature)?;
                     if let Some(k) = top_k.filter(|&k| k < self.config.vocab_size && k > 0) {
                         let kth = l.topk(k, 0, true)?.0.select(0, k as i64 - 1)?;
                         l = l.masked_fill(&l.lt(&kth)?, f64::NEG_INFINITY)?;

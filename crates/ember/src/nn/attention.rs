@@ -94,7 +94,7 @@ impl MultiheadAttention {
         }
         let e = embed_dim;
         // xavier_uniform_: bound sqrt(6 / (fan_in + fan_out)) for a [3E, E] matrix
-        let bound = (6.0 / (4 * e) as f64).sqrt();
+        let bound = (6.0 / (4 * e).max(1) as f64).sqrt();
         let in_proj_weight = fresh_parameter(Tensor::uniform(
             -bound,
             bound,
@@ -137,6 +137,15 @@ impl MultiheadAttention {
         const OP: &str = "MultiheadAttention";
         let e = self.embed_dim();
         let h = self.num_heads;
+        // (the fields are public: a changed head count is checked here)
+        if h == 0 || !e.is_multiple_of(h) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "embed_dim ({e}) must be divisible by num_heads ({h}), which must be above 0"
+                ),
+            ));
+        }
         let batched = query.rank() == 3;
         if !(batched || query.rank() == 2)
             || key.rank() != query.rank()
@@ -493,7 +502,7 @@ impl Module for MultiheadAttention {
 
     fn reset_parameters(&mut self) -> Result<()> {
         let w = &self.in_proj_weight;
-        let bound = (6.0 / (w.shape()[0] + w.shape()[1]) as f64).sqrt();
+        let bound = (6.0 / (w.shape()[0] + w.shape()[1]).max(1) as f64).sqrt();
         assign(
             w,
             &Tensor::uniform(-bound, bound, w.shape(), w.dtype(), &w.device())?,

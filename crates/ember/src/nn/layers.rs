@@ -119,6 +119,15 @@ macro_rules! weight_bias_methods {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // (the fields are public: a weight set by hand may be of any shape)
+        if self.weight.rank() != 2 {
+            return Err(Error::shape(
+                "Linear",
+                x.shape(),
+                self.weight.shape(),
+                "the weight must be a [out_features, in_features] matrix",
+            ));
+        }
         let in_features = self.weight.shape()[1];
         if x.shape().last() != Some(&in_features) {
             return Err(Error::shape(
@@ -134,7 +143,7 @@ impl Module for Linear {
     weight_bias_methods!();
 
     fn reset_parameters(&mut self) -> Result<()> {
-        let bound = uniform_bound(self.weight.shape()[1]);
+        let bound = uniform_bound(self.weight.shape().get(1).copied().unwrap_or(0));
         reset_uniform(&self.weight, self.bias.as_ref(), bound)
     }
 }
@@ -596,7 +605,18 @@ impl Conv2d {
                 format!("in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({g})"),
             ));
         }
-        let bound = uniform_bound(in_channels / g * kernel * kernel);
+        let fan_in = (in_channels / g)
+            .checked_mul(kernel)
+            .and_then(|f| f.checked_mul(kernel))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "Conv2d",
+                    format!(
+                        "a {kernel}x{kernel} kernel over {in_channels} channels overflows a size"
+                    ),
+                )
+            })?;
+        let bound = uniform_bound(fan_in);
         let shape = [out_channels, in_channels / g, kernel, kernel];
         let weight = fresh_parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?;
         let bias = if bias {
@@ -635,8 +655,8 @@ impl Conv2d {
 impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if self.same {
-            let o = self.options;
-            return x.conv2d_same(&self.weight, self.bias.as_ref(), o.dilation, o.groups);
+            // (refuses a stride set since `padding_same`: the options are public)
+            return x.conv2d_same_opts(&self.weight, self.bias.as_ref(), self.options);
         }
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }

@@ -205,7 +205,8 @@ impl Tensor {
     }
 
     /// `torch.arange(start, end, step, dtype=...)`: `ceil((end - start) / step)`
-    /// values `start + i * step`, computed in f64 and converted to `dtype`.
+    /// values `start + i * step`, computed in f64 and converted to `dtype`. Bool
+    /// is refused, as PyTorch refuses it.
     pub fn arange_step(
         start: f64,
         end: f64,
@@ -214,6 +215,13 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         let (s, e, st) = (start, end, step);
+        if dtype == DType::Bool {
+            return Err(Error::dtype(
+                "arange",
+                dtype,
+                "\"arange_cpu\" not implemented for 'Bool'",
+            ));
+        }
         if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
             return Err(Error::invalid(
                 "arange",
@@ -345,7 +353,9 @@ impl Tensor {
         Tensor::normal(0.0, 1.0, shape, DType::F32, device)
     }
 
-    /// Uniform samples from `[lo, hi)` in a float `dtype`.
+    /// Uniform samples from `[lo, hi)` in a float `dtype` (`lo` where they are
+    /// equal); bounds that are not finite, or `lo > hi`, are refused, as
+    /// PyTorch's `uniform_` refuses them.
     pub fn uniform(
         lo: f64,
         hi: f64,
@@ -355,6 +365,12 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("uniform", &shape)?;
         check_float("uniform", dtype)?;
+        if !(lo <= hi && lo.is_finite() && hi.is_finite()) {
+            return Err(Error::invalid(
+                "uniform",
+                format!("expects to return a [from, to) range of finite bounds, but found from={lo}, to={hi}"),
+            ));
+        }
         Tensor::random(&dims, dtype, *device, Dist::Uniform(lo, hi))
     }
 
@@ -366,7 +382,8 @@ impl Tensor {
         ))
     }
 
-    /// Normal samples with `mean` and `std` in a float `dtype`.
+    /// Normal samples with `mean` and `std` in a float `dtype`; a `std` below 0
+    /// (or NaN) is refused, as PyTorch's `normal` refuses it.
     pub fn normal(
         mean: f64,
         std: f64,
@@ -376,6 +393,12 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("normal", &shape)?;
         check_float("normal", dtype)?;
+        if std.is_nan() || std < 0.0 {
+            return Err(Error::invalid(
+                "normal",
+                format!("expects std >= 0.0, but found std {std}"),
+            ));
+        }
         Tensor::random(&dims, dtype, *device, Dist::Normal(mean, std))
     }
 

@@ -563,9 +563,16 @@ impl Tensor {
                 op: OP,
                 index: lo,
                 dim: self.rank(),
-                size: (hi.max(0) + 1) as usize,
+                size: (hi.max(0) as usize).saturating_add(1),
             });
         }
-        self.one_hot(hi as usize + 1)
+        // (hi + 1 classes: i64::MAX has no room for one more)
+        let classes = (hi as usize).checked_add(1).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("a class value of {hi} leaves no room for a count of classes"),
+            )
+        })?;
+        self.one_hot(classes)
     }
 }

@@ -6,6 +6,7 @@
 
 use super::shape::{dim_list, IntoDims};
 use super::{Scalar, Tensor};
+use crate::backend::host::try_collect;
 use crate::layout::normalize_dim;
 use crate::{
     dtype::DType,
@@ -44,10 +45,14 @@ impl Tensor {
         if self.rank() == 0 {
             return self.copy();
         }
+        // (an empty tensor flips to itself, whatever its other dims hold)
+        if self.numel() == 0 {
+            return self.copy();
+        }
         let mut t = self.clone();
         for &d in &dims {
             let n = self.shape()[d];
-            let idx: Vec<i64> = (0..n as i64).rev().collect();
+            let idx = try_collect(n, (0..n as i64).rev())?;
             t = t.index_select_valid(d, self.indices(idx)?)?;
         }
         if dims.is_empty() {
@@ -131,7 +136,17 @@ impl Tensor {
             split.extend([1, s]);
             expanded.extend([r, s]);
         }
-        let out: Vec<usize> = sizes.iter().zip(&shape).map(|(r, s)| r * s).collect();
+        let out = sizes
+            .iter()
+            .zip(&shape)
+            .map(|(r, s)| r.checked_mul(*s))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "repeat",
+                    format!("repeating {:?} by {sizes:?} overflows a size", self.shape()),
+                )
+            })?;
         self.reshape(&split)?
             .expand(&expanded)?
             .contiguous()?
@@ -157,10 +172,17 @@ impl Tensor {
                 format!("{op}: input tensor must have at least 2 dimensions"),
             ));
         }
+        // (nothing to mask in an empty tensor, however wide its last dims)
+        if self.numel() == 0 {
+            return self.copy();
+        }
         let (m, n) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
-        let drop: Vec<bool> = (0..m as i64)
-            .flat_map(|i| (0..n as i64).map(move |j| if lower { j - i > k } else { j - i < k }))
-            .collect();
+        let drop = try_collect(
+            m * n,
+            (0..m as i64).flat_map(|i| {
+                (0..n as i64).map(move |j| if lower { j - i > k } else { j - i < k })
+            }),
+        )?;
         let mask = Tensor::from_vec(drop, [m, n], &self.device())?;
         let zero = if self.dtype() == DType::Bool {
             Scalar::Bool(false)
@@ -241,9 +263,6 @@ impl Tensor {
             let d = self.rank() - 1 - i;
             let (l, r) = (pads[2 * i], pads[2 * i + 1]);
             let n = self.shape()[d] as i64;
-            let len = n + l + r;
-            // what is left of the input once negative pads have cropped it
-            let core = n + l.min(0) + r.min(0);
             let bad = |what: &str| {
                 Error::invalid(
                     "pad",
@@ -254,6 +273,12 @@ impl Tensor {
                     ),
                 )
             };
+            let len = n
+                .checked_add(l)
+                .and_then(|v| v.checked_add(r))
+                .ok_or_else(|| bad("the padded size overflows"))?;
+            // what is left of the input once negative pads have cropped it
+            let core = n + l.min(0) + r.min(0);
             match mode {
                 // PyTorch crops with narrow first
                 PadMode::Constant(_) | PadMode::Circular if core < 0 => {
@@ -293,7 +318,7 @@ impl Tensor {
                         // relative to the cropped input
                         _ => (-l).max(0) + (j + l.min(0)).rem_euclid(core.max(1)),
                     };
-                    let idx: Vec<i64> = (-l..n + r).map(index).collect();
+                    let idx = try_collect(len as usize, (-l..n + r).map(index))?;
                     t.index_select_valid(d, self.indices(idx)?)?
                 }
             };

@@ -131,7 +131,7 @@ impl Tensor {
     /// (`torch.multinomial`). Draws come from the generator in scope (the global
     /// one by default), on this tensor's device. The weights are checked as
     /// PyTorch does (finite, non-negative, a positive sum per row), which reads
-    /// them back to the host.
+    /// them back to the host; `num_samples` 0 is refused.
     pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Result<Tensor> {
         const OP: &str = "multinomial";
         if !self.dtype().is_float() {
@@ -151,13 +151,23 @@ impl Tensor {
                 "multinomial: the number of categories cannot be zero",
             ));
         }
+        if num_samples == 0 {
+            return Err(Error::invalid(OP, "cannot sample n_sample <= 0 samples"));
+        }
         if !replacement && num_samples > n {
             return Err(Error::invalid(
                 OP,
                 "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
             ));
         }
-        let p = crate::autograd::no_grad(|| self.detach().to_dtype(DType::F32))?;
+        // float64 weights stay float64 (their range and digits), the others race
+        // in float32
+        let work = if self.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
+        let p = crate::autograd::no_grad(|| self.detach().to_dtype(work))?;
         let rows = if self.rank() == 1 {
             p.reshape([1, n])?
         } else {

@@ -66,6 +66,20 @@ impl Checkpoint {
 
 impl Callback for Checkpoint {
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
+        // a diverged run stops here, its last good checkpoint kept: a checkpoint
+        // of NaN parameters would not load (nor resume) without overrides
+        if let Some(name) = crate::io::first_non_finite(ctx.model)? {
+            return Err(Error::invalid(
+                "Checkpoint",
+                format!(
+                    "after epoch {}, parameter {name} holds NaN or infinite values (the \
+                     training diverged: a smaller learning rate may help); the checkpoint in {} \
+                     was not replaced",
+                    ctx.epoch,
+                    self.dir.display()
+                ),
+            ));
+        }
         std::fs::create_dir_all(&self.dir).map_err(|e| Error::Io {
             path: self.dir.display().to_string(),
             source: e,

@@ -275,6 +275,16 @@ fn multinomial_draws_by_weight(dev: &Device) -> Result<()> {
     let a = w.multinomial(8, true)?.to_vec2::<i64>()?;
     ember::manual_seed(5);
     assert_eq!(w.multinomial(8, true)?.to_vec2::<i64>()?, a);
+    // float64 weights are drawn in float64: weights below float32's range, and
+    // above it, are still a distribution (the second: category 0 but for 1e-39)
+    let tiny = Tensor::new([1e-50f64, 3e-50], dev)?.multinomial(400, true)?;
+    let ones = tiny.to_vec1::<i64>()?.iter().filter(|&&i| i == 1).count();
+    assert!(
+        (250..=350).contains(&ones),
+        "{ones} of 400 drew the 3e-50 weight"
+    );
+    let huge = Tensor::new([1e39f64, 1.0], dev)?.multinomial(50, true)?;
+    assert_eq!(huge.to_vec1::<i64>()?, vec![0i64; 50]);
     Ok(())
 }
 

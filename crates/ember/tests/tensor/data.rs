@@ -750,6 +750,27 @@ fn distributed_samplers_deal_equal_shares_of_the_loaders_order() -> Result<()> {
             .collect::<Vec<_>>()
     );
     // a sampler for another length is refused
-    assert!(DataLoader::new(numbered(4)?, 3)?.sampler(rank1).is_err());
+    assert!(DataLoader::new(numbered(4)?, 3)?
+        .sampler(rank1.clone())
+        .is_err());
+    // a loader that shuffles refuses a sampler, as PyTorch's (whose order would
+    // silently replace the shuffle); a shuffle set after a sampler is not the
+    // loader's seed
+    let Err(e) = DataLoader::new(numbered(len)?, 3)?
+        .shuffle(7)
+        .sampler(rank1.clone())
+    else {
+        panic!("shuffle and a sampler are refused");
+    };
+    let e = e.to_string();
+    assert!(e.contains("mutually exclusive with shuffle"), "{e}");
+    let l = DataLoader::new(numbered(len)?, 3)?
+        .sampler(rank1)?
+        .shuffle(7);
+    assert_eq!(l.seed(), None);
+    assert_eq!(
+        DataLoader::new(numbered(len)?, 3)?.shuffle(7).seed(),
+        Some(7)
+    );
     Ok(())
 }

@@ -259,3 +259,95 @@ fn parse_errors_list_the_accepted_forms() {
     let e = "f8".parse::<DType>().unwrap_err().to_string();
     assert!(e.contains("float32") && e.contains("int64"), "{e}");
 }
+
+/// Corners PyTorch refuses, refused here too with its reasons (and no panic,
+/// abort or silent wrong value): random ranges, sample counts, dtypes, layers
+/// whose public fields were set by hand, a shuffling loader given a sampler, and
+/// sizes that overflow.
+#[test]
+fn refused_as_pytorch_refuses() -> Result<()> {
+    use ember::nn::{init, Conv2d, Linear, Module, MultiheadAttention};
+    use ember::PadMode;
+    let _g = super::rng_lock();
+    let cpu = Device::Cpu;
+    let w = Tensor::zeros([3, 4], DType::F32, &cpu)?;
+    err_has(
+        Tensor::uniform(1.0, 0.0, [3], DType::F32, &cpu),
+        &["uniform", "from=1", "to=0"],
+    );
+    err_has(init::uniform_(&w, 1.0, 0.0), &["uniform"]);
+    err_has(init::xavier_uniform_(&w, -1.0), &["uniform"]);
+    err_has(
+        Tensor::uniform(0.0, f64::INFINITY, [3], DType::F32, &cpu),
+        &["uniform"],
+    );
+    err_has(
+        Tensor::normal(0.0, -1.0, [3], DType::F32, &cpu),
+        &["normal", "std >= 0.0", "std -1"],
+    );
+    err_has(init::normal_(&w, 0.0, f64::NAN), &["normal", "std NaN"]);
+    // equal bounds and a zero std are not refused: constants
+    let lo = Tensor::uniform(2.0, 2.0, [3], DType::F32, &cpu)?;
+    assert_eq!(lo.to_vec::<f32>()?, [2.0; 3]);
+    let c = Tensor::normal(5.0, 0.0, [3], DType::F32, &cpu)?;
+    assert_eq!(c.to_vec::<f32>()?, [5.0; 3]);
+
+    let p = Tensor::new([1f32, 2.0], &cpu)?;
+    err_has(p.multinomial(0, true), &["multinomial", "n_sample <= 0"]);
+    err_has(
+        Tensor::arange_step(0.0, 3.0, 1.0, DType::Bool, &cpu),
+        &["arange", "Bool"],
+    );
+
+    // layers whose public fields were changed after construction
+    let x = Tensor::ones([2, 4], DType::F32, &cpu)?;
+    let bad = Linear {
+        weight: Tensor::ones([4], DType::F32, &cpu)?,
+        bias: None,
+    };
+    err_has(bad.forward(&x), &["Linear", "[out_features, in_features]"]);
+    let mut mha = MultiheadAttention::new(4, 2, &cpu)?;
+    mha.num_heads = 0;
+    err_has(mha.forward(&x), &["MultiheadAttention", "num_heads (0)"]);
+    mha.num_heads = 3;
+    err_has(mha.forward(&x), &["MultiheadAttention", "divisible"]);
+    let mut conv = Conv2d::new(3, 8, 3, Default::default(), &cpu)?.padding_same()?;
+    conv.options.stride = (2, 2);
+    let img = Tensor::ones([1, 3, 8, 8], DType::F32, &cpu)?;
+    err_has(conv.forward(&img), &["conv2d", "strided"]);
+    err_has(
+        Conv2d::new(1, 1, 1usize << 32, Default::default(), &cpu).map(|_| ()),
+        &["Conv2d", "overflows"],
+    );
+
+    // sizes that overflow are errors, and an empty tensor's huge dims cost nothing
+    let v = Tensor::zeros([2], DType::F32, &cpu)?;
+    err_has(v.repeat(&[1usize << 63]), &["repeat", "overflows"]);
+    let row = Tensor::zeros([1, 1, 4], DType::F32, &cpu)?;
+    err_has(
+        row.pad(&[i64::MAX, 1], PadMode::Constant(0.0)),
+        &["pad", "overflows"],
+    );
+    err_has(
+        row.pad(&[i64::MAX, 1], PadMode::Replicate),
+        &["pad", "overflows"],
+    );
+    err_has(
+        row.pad(&[1 << 62, 0], PadMode::Replicate),
+        &["out of memory"],
+    );
+    err_has(
+        Tensor::new([-1i64, i64::MAX], &cpu)?.one_hot_inferred(),
+        &["one_hot"],
+    );
+    err_has(
+        Tensor::new([0i64, i64::MAX], &cpu)?.one_hot_inferred(),
+        &["one_hot", "more elements than memory can address"],
+    );
+    let wide = Tensor::zeros([0, 1usize << 40], DType::F32, &cpu)?;
+    assert_eq!(wide.flip([1i64])?.shape(), &[0, 1usize << 40]);
+    let square = Tensor::zeros([0, 1usize << 20, 1usize << 20], DType::F32, &cpu)?;
+    assert_eq!(square.tril(0)?.shape(), square.shape());
+    assert_eq!(square.triu(1)?.shape(), square.shape());
+    Ok(())
+}

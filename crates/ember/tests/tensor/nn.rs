@@ -1414,7 +1414,52 @@ fn init_functions_draw_pytorchs_distributions(dev: &Device) -> Result<()> {
         max <= 2.0 && m.abs() < 5e-3 && (sd - 0.8796).abs() < 5e-3,
         "{m} {sd} {max}"
     );
-    assert!(init::trunc_normal_(&w, 0.0, 1.0, 1.0, 1.0).is_err());
+    // bounds far in a tail draw at once, inside them (the normal over [8, 9]
+    // has mean 8.1212; drawn on the lower side and mirrored), either tail;
+    // a == b fills with a, as PyTorch's
+    let t = std::time::Instant::now();
+    init::trunc_normal_(&w, 0.0, 1.0, 8.0, 9.0)?;
+    let v = vals(&w);
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    assert!(v.iter().all(|&x| (8.0..=9.0).contains(&x)), "{m}");
+    assert!((m - 8.1212).abs() < 0.01, "{m}");
+    init::trunc_normal_(&w, 10.0, 2.0, -8.0, -2.0)?;
+    let v = vals(&w);
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    // (standardised [-9, -6], the lower tail: mean 10 - 2 · 6.1585)
+    assert!(
+        v.iter().all(|&x| (-8.0..=-2.0).contains(&x)) && (m + 2.3170).abs() < 0.02,
+        "{m}"
+    );
+    assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
+    // one-sided: [-1, inf) of the standard normal has mean 0.2828
+    init::trunc_normal_(&w, 0.0, 1.0, -1.0, f64::INFINITY)?;
+    let v = vals(&w);
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    assert!(
+        v.iter().all(|&x| x >= -1.0 && x.is_finite()) && (m - 0.2828).abs() < 0.01,
+        "{m}"
+    );
+    init::trunc_normal_(&w, 0.0, 1.0, 1.0, 1.0)?;
+    assert!(vals(&w).iter().all(|&x| x == 1.0));
+    for (mean, std, a, b) in [
+        (0.0, 1.0, 2.0, 1.0),
+        (0.0, 0.0, -1.0, 1.0),
+        (0.0, -1.0, -1.0, 1.0),
+        (f64::NAN, 1.0, -1.0, 1.0),
+        (0.0, 1.0, f64::NAN, 1.0),
+    ] {
+        assert!(
+            init::trunc_normal_(&w, mean, std, a, b).is_err(),
+            "{mean} {std} {a} {b}"
+        );
+    }
+    // initialising no elements does nothing (PyTorch warns so)
+    let empty = Tensor::zeros([8, 0], DType::F32, dev)?;
+    for mode in [FanMode::FanIn, FanMode::FanOut] {
+        init::kaiming_uniform_(&empty, mode, Nonlinearity::Relu)?;
+        init::kaiming_normal_(&empty, mode, Nonlinearity::Relu)?;
+    }
     for v in [0.0, 1.0, 0.5] {
         init::constant_(&w, v)?;
         assert!(vals(&w).iter().all(|&x| x == v));
@@ -2399,6 +2444,11 @@ fn char_corpus_and_gpt() -> Result<()> {
     let a = m.generate(&c.encode("bcab")?, 10, 0.0, None)?;
     assert_eq!(c.decode(&a)?, "abcababcab", "the most likely continuation");
     assert_eq!(m.generate(&c.encode("bcab")?, 10, 0.0, Some(1))?, a);
+    // a temperature so small that the logits over it overflow is greedy too,
+    // not NaN probabilities
+    for t in [1e-40, 5e-324] {
+        assert_eq!(m.generate(&c.encode("bcab")?, 10, t, None)?, a, "{t}");
+    }
     assert_eq!(m.generate(&c.encode("ab")?, 12, 1.0, Some(2))?.len(), 12);
     assert!(m.generate(&[], 3, 1.0, None).is_err());
     Ok(())
