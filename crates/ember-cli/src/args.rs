@@ -210,8 +210,8 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// Checks `--temperature` and `--top-k` (`op` names the command), before
-    /// anything is trained or loaded.
+    /// Checks `--temperature`, `--top-k` and `--prompt` (`op` names the
+    /// command), before anything is trained or loaded.
     pub fn check(&self, op: &'static str) -> EmberResult<()> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(Error::InvalidArgument {
@@ -228,6 +228,14 @@ impl SamplingArgs {
                 op,
                 msg: "--top-k 0: sampling needs at least one character to choose from; leave \
                       --top-k out to choose among all"
+                    .into(),
+            });
+        }
+        if self.prompt.is_empty() {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: "--prompt '': the model continues a text, so the prompt needs at least \
+                      one character"
                     .into(),
             });
         }
@@ -276,13 +284,25 @@ pub fn data_file(args: &TrainArgs) -> EmberResult<Option<PathBuf>> {
         Some(dir) => {
             let path = dir.join(file);
             if !path.is_file() {
-                return Err(Error::InvalidArgument {
-                    op: "train",
-                    msg: format!("--data {}: there is no {file} in it", dir.display()),
-                });
+                let msg = if !dir.exists() {
+                    format!("--data {}: there is no such folder", dir.display())
+                } else if !dir.is_dir() {
+                    format!(
+                        "--data {}: this is a file; --data names the folder that holds {file}",
+                        dir.display()
+                    )
+                } else {
+                    format!("--data {}: there is no {file} in it", dir.display())
+                };
+                return Err(Error::InvalidArgument { op: "train", msg });
             }
             path
         }
         None => data::find_data_file(file)?,
     }))
+}
+
+/// `n` and `noun`, plural unless `n` is 1: "1 layer", "4 layers".
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }

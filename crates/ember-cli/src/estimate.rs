@@ -58,7 +58,7 @@ pub struct EstimateArgs {
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Estimate inference (a forward pass under no_grad) instead of training.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "optimizer")]
     pub inference: bool,
     /// The step under autocast to this lower precision (`ember train --amp`'s
     /// step: float32 parameters, products and convolutions in bf16 or f16).
@@ -287,7 +287,12 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     };
     println!("batch size {batch} {verdict} on {}{why}", t.what);
     if args.max_batch {
-        match est.max_batch(batch, t.capacity, 1 << 24)? {
+        const LIMIT: usize = 1 << 24;
+        match est.max_batch(batch, t.capacity, LIMIT)? {
+            // (the search stops there: larger batches were not tried)
+            Some(b) if b >= LIMIT => {
+                println!("largest batch size that fits: at least {b} (the search stops at {LIMIT})")
+            }
             Some(b) => println!("largest batch size that fits: {b}"),
             None => println!("not even a batch of one fits"),
         }

@@ -36,6 +36,22 @@ fn invalid(op: &'static str, msg: String) -> Error {
     Error::InvalidArgument { op, msg }
 }
 
+/// The error for `path` where a file to read should be: missing, or there but
+/// not a regular file (a folder, a device).
+fn not_a_file(path: &Path) -> Error {
+    let why = if path.is_dir() {
+        "a folder, not a file"
+    } else if path.exists() {
+        "not a regular file"
+    } else {
+        "no such file"
+    };
+    Error::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
+    }
+}
+
 /// The `torch.save` file, narrowed to `--key`.
 fn open_part(path: &Path, key: Option<&str>) -> Result<PtFile> {
     let file = PtFile::open(path)?;
@@ -68,10 +84,7 @@ fn with_key_hint<T>(r: Result<T>, file: &PtFile) -> Result<T> {
 pub fn inspect(args: &InspectArgs) -> Result<()> {
     let path = &args.file;
     if !path.is_file() {
-        return Err(Error::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-        });
+        return Err(not_a_file(path));
     }
     if io::is_pt_file(path) {
         let file = open_part(path, args.key.as_deref())?;
@@ -111,9 +124,10 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             .iter()
             .fold(0usize, |n, e| n.saturating_add(e.nbytes()));
         println!(
-            "{} tensors in {} storages, {elements} elements, {}",
-            entries.len(),
-            storages.len(),
+            "{} in {}, {}, {}",
+            crate::args::count(entries.len(), "tensor"),
+            crate::args::count(storages.len(), "storage"),
+            crate::args::count(elements, "element"),
             fmt_bytes(bytes)
         );
         let values = file.values()?;
@@ -170,8 +184,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         .sum();
     let bytes: usize = entries.iter().map(|e| e.nbytes).sum();
     println!(
-        "{} tensors, {elements} elements, {}",
-        entries.len(),
+        "{}, {}, {}",
+        crate::args::count(entries.len(), "tensor"),
+        crate::args::count(elements, "element"),
         fmt_bytes(bytes)
     );
     let meta = io::metadata(path)?;
@@ -215,10 +230,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
     let (input, output) = (&args.input, &args.output);
     // every check before the file is read
     if !input.is_file() {
-        return Err(Error::Io {
-            path: input.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-        });
+        return Err(not_a_file(input));
     }
     if !io::is_pt_file(input) {
         return Err(invalid(
@@ -251,7 +263,14 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
     crate::paths::writable_file(output, "OUTPUT")?;
     let file = open_part(input, args.key.as_deref())?;
     // a faithful copy: NaN and infinity too
-    let tensors = with_key_hint(file.load(&Device::Cpu), &file)?;
+    let mut tensors = with_key_hint(file.load(&Device::Cpu), &file)?;
+    // a key that selects one tensor names it by its last part (`model/0.weight`
+    // writes `0.weight`), not by the empty rest of its path
+    if let (Some(key), [(name, _)]) = (&args.key, tensors.as_mut_slice()) {
+        if name.is_empty() {
+            *name = key.rsplit('/').next().unwrap_or(key).to_string();
+        }
+    }
     if tensors.is_empty() {
         return Err(invalid(
             "convert",
@@ -264,8 +283,8 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
         .sum();
     io::save(&tensors, output)?;
     println!(
-        "wrote {} tensors ({}) to {}",
-        tensors.len(),
+        "wrote {} ({}) to {}",
+        crate::args::count(tensors.len(), "tensor"),
         fmt_bytes(bytes),
         output.display()
     );

@@ -83,6 +83,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            // a refused or failed command leaves no empty folder of its own behind
+            paths::remove_made_dirs_if_empty();
             ExitCode::FAILURE
         }
     }

@@ -12,8 +12,23 @@ fn io(flag: &str, path: &Path, source: std::io::Error) -> Error {
     }
 }
 
+/// The folders this process made for its outputs, deepest first.
+static MADE: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes the folders [`writable_dir`] made that are still empty (a command
+/// refused or failed before writing there), deepest first.
+pub fn remove_made_dirs_if_empty() {
+    let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|p| p.into_inner()));
+    for dir in made {
+        // (fails, and keeps the folder, where something was written in it)
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
 /// Makes `dir` (and its parents) if it does not exist and checks that a file can
-/// be written in it; errors name `dir` and say which flag gave it.
+/// be written in it; errors name `dir` and say which flag gave it. The folders
+/// made are noted, so that a command that fails removes them again while they
+/// are empty ([`remove_made_dirs_if_empty`]).
 pub fn writable_dir(dir: &Path, flag: &str) -> ember::Result<()> {
     if dir.exists() && !dir.is_dir() {
         return Err(Error::InvalidArgument {
@@ -24,7 +39,15 @@ pub fn writable_dir(dir: &Path, flag: &str) -> ember::Result<()> {
             ),
         });
     }
+    let missing: Vec<std::path::PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
     std::fs::create_dir_all(dir).map_err(|e| io(flag, dir, e))?;
+    MADE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .splice(0..0, missing);
     // a probe file, removed at once
     let probe = dir.join(format!(".ember-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"").map_err(|e| io(flag, dir, e))?;
@@ -96,6 +119,39 @@ pub fn new_output(
                 path.display()
             ),
         });
+    }
+    Ok(())
+}
+
+/// The rule between the files one command writes (`outputs`: each flag and
+/// its file): no two are one file, and none lies in the `--checkpoint` folder
+/// (whose files the run writes itself, and a resumed run reads), so that no
+/// output replaces another or the checkpoint.
+pub fn distinct_outputs(outputs: &[(&str, &Path)], checkpoint: Option<&Path>) -> ember::Result<()> {
+    for (i, (flag, path)) in outputs.iter().enumerate() {
+        let target = resolved(path);
+        if let Some((other, _)) = outputs[..i].iter().find(|(_, p)| resolved(p) == target) {
+            return Err(Error::InvalidArgument {
+                op: "output",
+                msg: format!(
+                    "{flag} {}: {other} writes that file too; give each output its own name",
+                    path.display()
+                ),
+            });
+        }
+        if let Some(dir) = checkpoint {
+            if target.starts_with(resolved(dir)) {
+                return Err(Error::InvalidArgument {
+                    op: "output",
+                    msg: format!(
+                        "{flag} {}: this is inside the --checkpoint folder {}, whose files the \
+                         run writes (and --resume reads); name a file outside it",
+                        path.display(),
+                        dir.display()
+                    ),
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -12,7 +12,8 @@ pub const WARMUP: usize = 3;
 const TOP: usize = 15;
 
 /// Checks `--profile`'s trace file before any work starts (`Some(None)`: the table
-/// only): writable, none of the run's `inputs`, not there yet unless `force`.
+/// only): writable, none of the run's `inputs`, not there yet unless `force`,
+/// and a `.json` name.
 pub fn check(
     profile: &Option<Option<PathBuf>>,
     inputs: &[PathBuf],
@@ -20,6 +21,22 @@ pub fn check(
 ) -> ember::Result<()> {
     if let Some(Some(path)) = profile {
         crate::paths::new_output(path, "--profile", inputs, force)?;
+        // (the value is optional: `--profile iris` would take a dataset's name
+        // for the trace's file)
+        let json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if !json {
+            return Err(ember::Error::InvalidArgument {
+                op: "profile",
+                msg: format!(
+                    "--profile {}: the trace is a Chrome trace, a file whose name ends in \
+                     .json; to profile without a trace, put --profile last or after the \
+                     command's other words (`ember train iris --profile`)",
+                    path.display()
+                ),
+            });
+        }
     }
     Ok(())
 }

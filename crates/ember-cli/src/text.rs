@@ -214,8 +214,8 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     let (n_train, n_val) = (corpus.ids(Split::Train).len(), corpus.ids(Split::Val).len());
     if !args.quiet {
         println!(
-            "training a character GPT ({} layers, {} heads, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {warmup} steps, cosine decay), on {device}{}",
-            t.layers, t.heads, t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size(),
+            "training a character GPT ({}, {}, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {}, cosine decay), on {device}{}",
+            crate::args::count(t.layers, "layer"), crate::args::count(t.heads, "head"), t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size(), crate::args::count(warmup, "step"),
             match amp {
                 Some(DType::F16) => ", autocast float16 with loss scaling".to_string(),
                 Some(dt) => format!(", autocast {dt}"),
@@ -293,6 +293,16 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         }
         if let Some(dir) = &args.checkpoint {
             if step % every == 0 || step == t.steps {
+                // a diverged run stops, its last good checkpoint kept (one of NaN
+                // parameters would neither load in `generate` nor resume)
+                if let Some(name) = ember::io::first_non_finite(&model)? {
+                    return Err(invalid(format!(
+                        "step {step}: parameter {name} holds NaN or infinite values (the \
+                         training diverged: a smaller --lr may help); the checkpoint in {} was \
+                         not replaced",
+                        dir.display()
+                    )));
+                }
                 let cpu = Device::Cpu;
                 let mut extra = vec![("step".to_string(), Tensor::scalar(step as i64, &cpu)?)];
                 for (k, v) in scaler.state_dict() {
@@ -437,6 +447,14 @@ pub struct GenerateArgs {
 pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
     args.sampling.check("generate")?;
     let device = crate::paths::device(&args.device, "--device")?;
+    if device.is_meta() {
+        return Err(Error::InvalidArgument {
+            op: "generate",
+            msg: "--device meta: a meta tensor has no values to sample from; generate on cpu \
+                  or cuda:N"
+                .into(),
+        });
+    }
     let path = args.checkpoint.join(MODEL_FILE);
     if !path.is_file() {
         return Err(Error::InvalidArgument {

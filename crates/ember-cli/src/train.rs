@@ -17,7 +17,7 @@ use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
 use ember::train::{Checkpoint, Progress, Trial};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Refuses options given for a data set they do not apply to (a value other
@@ -89,6 +89,19 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
         crate::paths::new_output(&csv, "--plot (its curves, .csv)", &inputs, args.force)?;
     }
     crate::profile::check(&args.profile, &inputs, args.force)?;
+    let csv = args.plot.as_ref().map(|p| p.with_extension("csv"));
+    let outputs: Vec<(&str, &Path)> = [
+        ("--plot", args.plot.as_deref()),
+        ("--plot (its curves, .csv)", csv.as_deref()),
+        (
+            "--profile",
+            args.profile.as_ref().and_then(|p| p.as_deref()),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| p.map(|p| (flag, p)))
+    .collect();
+    crate::paths::distinct_outputs(&outputs, args.checkpoint.as_deref())?;
     if let Some(dir) = &args.checkpoint {
         if args.resume {
             if !dir.is_dir() {
@@ -156,10 +169,35 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let sgd = args.optimizer == crate::estimate::OptimizerKind::Sgd;
     let lr = args.lr.unwrap_or(if sgd { 0.05 } else { data.lr });
     let eval_batch = 256;
+    // each rank's samples an epoch (a DistributedSampler's share under `ember
+    // launch`: padded up to an equal share, or cut down with --drop-last)
+    let ranks = dist_opts.as_ref().map_or(1, |o| o.world_size.max(1));
+    let per_rank = if args.drop_last {
+        n_train / ranks
+    } else {
+        n_train.div_ceil(ranks)
+    };
+    if args.drop_last && batch > per_rank {
+        return Err(invalid(format!(
+            "--drop-last with --batch-size {batch}: the {} data has {per_rank} training \
+             samples{}, fewer than one batch, so every batch would be dropped and nothing \
+             trained; use a smaller --batch-size or leave --drop-last out",
+            format!("{:?}", args.dataset).to_lowercase(),
+            if ranks > 1 { " a rank" } else { "" }
+        )));
+    }
     // the estimate (on meta: it also checks, before anything is drawn or loaded on
-    // a device, that the model takes the input), and on a GPU the check that the
-    // training fits
-    let checked = memory_check(args, &data, &device, batch, eval_batch, lr, sgd)?;
+    // a device, that the model takes the input, and the epoch's last batch where
+    // it is smaller), and on a GPU the check that the training fits
+    let checked = memory_check(
+        args,
+        &data,
+        &device,
+        (batch, per_rank % batch),
+        eval_batch,
+        lr,
+        sgd,
+    )?;
     // every rank has checked its arguments and its memory: now they meet
     // NCCL between GPUs, as PyTorch's scripts choose; the CPU backend otherwise
     let pg = dist_opts
@@ -598,7 +636,7 @@ fn memory_check(
     args: &TrainArgs,
     data: &Data,
     device: &Device,
-    batch: usize,
+    (batch, last): (usize, usize),
     eval_batch: usize,
     lr: f64,
     sgd: bool,
@@ -632,6 +670,18 @@ fn memory_check(
     };
     let est = estimator();
     let train = est.estimate(batch)?;
+    // a smaller last batch (without --drop-last) that the model refuses, such as
+    // batch norm over one value a channel, would stop the run at its first
+    // epoch's end: refused now
+    if last > 0 && !args.drop_last {
+        if let Err(e) = est.estimate(last) {
+            return Err(invalid(format!(
+                "the last batch of each epoch holds {last} of the training samples (what \
+                 --batch-size {batch} leaves), and the model refuses a batch of {last}: {e}; \
+                 pass --drop-last, or choose a --batch-size that leaves more"
+            )));
+        }
+    }
     let eval = estimator()
         .training(false)
         .estimate(eval_batch.min(data.x_test.shape()[0]).max(1))?;

@@ -1786,6 +1786,11 @@ fn every_bad_argument_is_named_before_any_work() {
     let in_file = a_file.join("x.svg").to_str().unwrap().to_string();
     let pt = "crates/ember/tests/golden/pt/checkpoint.pt".to_string();
     let out = dir.join("out.safetensors").to_str().unwrap().to_string();
+    // (a folder no command may leave behind: its runs are refused)
+    let ck_dir = dir.join("ck").join("nested");
+    let ck = ck_dir.to_str().unwrap().to_string();
+    let ck_plot = ck_dir.join("history.png").to_str().unwrap().to_string();
+    let ck_trace = ck_dir.join("last.json").to_str().unwrap().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         // train, the classifiers
         (
@@ -1972,6 +1977,52 @@ fn every_bad_argument_is_named_before_any_work() {
         ),
         (vec!["convert", &pt, &out, "--key", "nope"], "--key nope"),
         (vec!["convert", &pt, &pt, "--force"], "OUTPUT"),
+        // an optional value that took the dataset's place; outputs inside the
+        // checkpoint folder; batches that would train nothing, or that the model
+        // refuses at each epoch's end; sampling that could not run
+        (
+            vec!["train", "--profile", "iris", "--epochs", "1"],
+            "--profile iris",
+        ),
+        (
+            vec!["train", "iris", "--checkpoint", &ck, "--plot", &ck_plot],
+            "--plot",
+        ),
+        (
+            vec!["train", "iris", "--checkpoint", &ck, "--profile", &ck_trace],
+            "--profile",
+        ),
+        (
+            vec!["train", "digits", "--drop-last", "--batch-size", "5000"],
+            "--drop-last",
+        ),
+        (
+            vec![
+                "train",
+                "fake",
+                "--model",
+                "resnet18",
+                "--input",
+                "3x32x32",
+                "--samples",
+                "10",
+                "--batch-size",
+                "7",
+            ],
+            "--drop-last",
+        ),
+        (
+            vec!["train", "text", "--sample", "5", "--prompt", ""],
+            "--prompt",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--prompt", ""],
+            "--prompt",
+        ),
+        (
+            vec!["generate", "--checkpoint", "x", "--device", "meta"],
+            "--device meta",
+        ),
     ];
     for (args, flag) in cases {
         let (ok, stdout, err) = ember(&args);
@@ -1986,5 +2037,69 @@ fn every_bad_argument_is_named_before_any_work() {
         );
     }
     assert!(!std::path::Path::new(&out).exists());
+    // the folders the refused runs made for their outputs are gone again
+    assert!(!dir.join("ck").exists());
+    // a filter that keeps no row is an error (after the machine's header, with
+    // nothing measured), not an empty table
+    let (ok, stdout, err) = ember(&["bench", "--suite", "models", "--quick", "--filter", "zzz"]);
+    assert!(
+        !ok && err.contains("--filter \"zzz\" matches none"),
+        "{err}"
+    );
+    assert!(!stdout.contains("workload"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A run whose parameters turn NaN stops at the checkpoint that would hold
+/// them, saying so, and keeps the last good one (which still loads); a part of
+/// a `torch.save` file converted alone keeps its own name.
+#[test]
+fn a_diverged_run_keeps_its_last_good_checkpoint() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-diverged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ck = dir.join("ck");
+    let (ok, _, err) = ember(&[
+        "train",
+        "iris",
+        "--epochs",
+        "3",
+        "--lr",
+        "1e30",
+        "--checkpoint",
+        ck.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("was not replaced"), "{err}");
+    let history = std::fs::read_to_string(ck.join("history.csv")).unwrap();
+    let saved = history.lines().count() - 1;
+    assert!((1..3).contains(&saved), "{history}");
+    // the checkpoint kept loads: --resume gets as far as training again
+    let (_, out, err) = ember(&[
+        "train",
+        "iris",
+        "--epochs",
+        "3",
+        "--lr",
+        "1e30",
+        "--checkpoint",
+        ck.to_str().unwrap(),
+        "--resume",
+    ]);
+    let both = format!("{out}{err}");
+    assert!(
+        both.contains(&format!("after epoch {saved}"))
+            && both.contains(&format!("epoch {}/3", saved + 1)),
+        "{both}"
+    );
+    let part = dir.join("part.safetensors");
+    let (ok, out, err) = ember(&[
+        "convert",
+        "crates/ember/tests/golden/pt/checkpoint.pt",
+        part.to_str().unwrap(),
+        "--key",
+        "model/0.weight",
+    ]);
+    assert!(ok && out.contains("wrote 1 tensor ("), "{out}{err}");
+    let (ok, out, err) = ember(&["inspect", part.to_str().unwrap()]);
+    assert!(ok && out.contains("0.weight"), "{out}{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

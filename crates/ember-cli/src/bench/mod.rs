@@ -259,6 +259,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             )?);
         }
     }
+    if let (Some(f), true) = (&args.filter, rows.is_empty()) {
+        return Err(Error::InvalidArgument {
+            op: "bench",
+            msg: format!(
+                "--filter {f:?} matches none of the suite's rows (it keeps those whose name \
+                 contains it: `ember bench --suite {} --quick` lists them)",
+                args.suite
+            ),
+        });
+    }
     set_shares(&mut rows);
     set_speedups(&mut rows);
     print!("{}", table(&rows));
