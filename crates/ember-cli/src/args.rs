@@ -301,8 +301,3 @@ pub fn data_file(args: &TrainArgs) -> EmberResult<Option<PathBuf>> {
         None => data::find_data_file(file)?,
     }))
 }
-
-/// `n` and `noun`, plural unless `n` is 1: "1 layer", "4 layers".
-pub fn count(n: usize, noun: &str) -> String {
-    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
-}

@@ -125,9 +125,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             .fold(0usize, |n, e| n.saturating_add(e.nbytes()));
         println!(
             "{} in {}, {}, {}",
-            crate::args::count(entries.len(), "tensor"),
-            crate::args::count(storages.len(), "storage"),
-            crate::args::count(elements, "element"),
+            crate::paths::count(entries.len(), "tensor"),
+            crate::paths::count(storages.len(), "storage"),
+            crate::paths::count(elements, "element"),
             fmt_bytes(bytes)
         );
         let values = file.values()?;
@@ -185,8 +185,8 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
     let bytes: usize = entries.iter().map(|e| e.nbytes).sum();
     println!(
         "{}, {}, {}",
-        crate::args::count(entries.len(), "tensor"),
-        crate::args::count(elements, "element"),
+        crate::paths::count(entries.len(), "tensor"),
+        crate::paths::count(elements, "element"),
         fmt_bytes(bytes)
     );
     let meta = io::metadata(path)?;
@@ -284,7 +284,7 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
     io::save(&tensors, output)?;
     println!(
         "wrote {} ({}) to {}",
-        crate::args::count(tensors.len(), "tensor"),
+        crate::paths::count(tensors.len(), "tensor"),
         fmt_bytes(bytes),
         output.display()
     );

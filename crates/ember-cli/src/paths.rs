@@ -39,15 +39,23 @@ pub fn writable_dir(dir: &Path, flag: &str) -> ember::Result<()> {
             ),
         });
     }
-    let missing: Vec<std::path::PathBuf> = dir
+    // each missing level made one at a time, and noted only where this process
+    // made it (another process, such as a rank of the same `ember launch`, may
+    // be making the same folders)
+    let missing: Vec<&Path> = dir
         .ancestors()
         .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .map(Path::to_path_buf)
         .collect();
-    std::fs::create_dir_all(dir).map_err(|e| io(flag, dir, e))?;
-    MADE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .splice(0..0, missing);
+    for level in missing.into_iter().rev() {
+        match std::fs::create_dir(level) {
+            Ok(()) => MADE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(0, level.to_path_buf()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(flag, dir, e)),
+        }
+    }
     // a probe file, removed at once
     let probe = dir.join(format!(".ember-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"").map_err(|e| io(flag, dir, e))?;
@@ -123,34 +131,27 @@ pub fn new_output(
     Ok(())
 }
 
-/// The rule between the files one command writes (`outputs`: each flag and
-/// its file): no two are one file, and none lies in the `--checkpoint` folder
-/// (whose files the run writes itself, and a resumed run reads), so that no
-/// output replaces another or the checkpoint.
-pub fn distinct_outputs(outputs: &[(&str, &Path)], checkpoint: Option<&Path>) -> ember::Result<()> {
-    for (i, (flag, path)) in outputs.iter().enumerate() {
+/// The rule between a command's outputs (`outputs`: each flag and its file) and
+/// its `--checkpoint` folder's own files (`checkpoint`: the checkpoint, its
+/// history, the model): none is one of them, which the run writes itself (and
+/// `--resume` reads). `--plot DIR/history.png` would write its curves over the
+/// checkpoint's `history.csv`.
+pub fn spare_checkpoint_files(
+    outputs: &[(&str, &Path)],
+    checkpoint: &[std::path::PathBuf],
+) -> ember::Result<()> {
+    for (flag, path) in outputs {
         let target = resolved(path);
-        if let Some((other, _)) = outputs[..i].iter().find(|(_, p)| resolved(p) == target) {
+        if let Some(file) = checkpoint.iter().find(|f| resolved(f) == target) {
             return Err(Error::InvalidArgument {
                 op: "output",
                 msg: format!(
-                    "{flag} {}: {other} writes that file too; give each output its own name",
-                    path.display()
+                    "{flag} {}: the checkpoint writes {} itself (and --resume reads it); name \
+                     another file",
+                    path.display(),
+                    file.display()
                 ),
             });
-        }
-        if let Some(dir) = checkpoint {
-            if target.starts_with(resolved(dir)) {
-                return Err(Error::InvalidArgument {
-                    op: "output",
-                    msg: format!(
-                        "{flag} {}: this is inside the --checkpoint folder {}, whose files the \
-                         run writes (and --resume reads); name a file outside it",
-                        path.display(),
-                        dir.display()
-                    ),
-                });
-            }
         }
     }
     Ok(())
@@ -164,7 +165,7 @@ pub fn device(s: &str, flag: &str) -> ember::Result<ember::Device> {
     }
     s.parse().map_err(|e: Error| Error::InvalidArgument {
         op: "arguments",
-        msg: format!("{flag} {s}: {e}"),
+        msg: format!("{flag} {s}: {e} (or auto: the first GPU if there is one, else the CPU)"),
     })
 }
 
@@ -189,4 +190,10 @@ pub fn data_identity(path: &std::path::Path) -> ember::Result<String> {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     Ok(format!("{} bytes, FNV-1a {h:016x}", bytes.len()))
+}
+
+/// `n` and `noun`, plural unless `n` is 1: "1 layer", "4 layers" (for the
+/// messages of every command).
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }

@@ -12,15 +12,14 @@ pub const WARMUP: usize = 3;
 const TOP: usize = 15;
 
 /// Checks `--profile`'s trace file before any work starts (`Some(None)`: the table
-/// only): writable, none of the run's `inputs`, not there yet unless `force`,
-/// and a `.json` name.
+/// only): a `.json` name, writable, none of the run's `inputs`, not there yet
+/// unless `force`.
 pub fn check(
     profile: &Option<Option<PathBuf>>,
     inputs: &[PathBuf],
     force: bool,
 ) -> ember::Result<()> {
     if let Some(Some(path)) = profile {
-        crate::paths::new_output(path, "--profile", inputs, force)?;
         // (the value is optional: `--profile iris` would take a dataset's name
         // for the trace's file)
         let json = path
@@ -37,6 +36,7 @@ pub fn check(
                 ),
             });
         }
+        crate::paths::new_output(path, "--profile", inputs, force)?;
     }
     Ok(())
 }

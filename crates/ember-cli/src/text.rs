@@ -215,7 +215,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
     if !args.quiet {
         println!(
             "training a character GPT ({}, {}, width {}, context {}; {} parameters) on {} ({n_train} train / {n_val} validation characters, {} symbols), batch {batch}, AdamW lr {lr} (weight decay 0.01 on matrices, none on biases and norms; warm-up {}, cosine decay), on {device}{}",
-            crate::args::count(t.layers, "layer"), crate::args::count(t.heads, "head"), t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size(), crate::args::count(warmup, "step"),
+            crate::paths::count(t.layers, "layer"), crate::paths::count(t.heads, "head"), t.width, t.context, model.num_parameters(), path.display(), corpus.vocab_size(), crate::paths::count(warmup, "step"),
             match amp {
                 Some(DType::F16) => ", autocast float16 with loss scaling".to_string(),
                 Some(dt) => format!(", autocast {dt}"),
@@ -297,9 +297,9 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
                 // parameters would neither load in `generate` nor resume)
                 if let Some(name) = ember::io::first_non_finite(&model)? {
                     return Err(invalid(format!(
-                        "step {step}: parameter {name} holds NaN or infinite values (the \
-                         training diverged: a smaller --lr may help); the checkpoint in {} was \
-                         not replaced",
+                        "step {step}: {name} holds NaN or infinite values (the training \
+                         diverged: a smaller --lr may help); nothing was saved, and a \
+                         checkpoint of an earlier step in {} is kept",
                         dir.display()
                     )));
                 }

@@ -4,7 +4,7 @@
 //! first (on the meta device): a run that would not fit is refused before it
 //! starts, and the measured peak is printed next to the estimate after it.
 
-use crate::args::{data_file, Dataset, TextArgs, TrainArgs, MODEL_FILE};
+use crate::args::{data_file, Dataset, TextArgs, TrainArgs, MODEL_FILE, STATE_FILE};
 use crate::estimate::parse_shape;
 use ember::cuda;
 use ember::data::{self, DataLoader, TensorDataset};
@@ -101,7 +101,15 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     .into_iter()
     .filter_map(|(flag, p)| p.map(|p| (flag, p)))
     .collect();
-    crate::paths::distinct_outputs(&outputs, args.checkpoint.as_deref())?;
+    if let Some(dir) = &args.checkpoint {
+        let own = [
+            Checkpoint::file(dir),
+            Checkpoint::history_file(dir),
+            dir.join(MODEL_FILE),
+            dir.join(STATE_FILE),
+        ];
+        crate::paths::spare_checkpoint_files(&outputs, &own)?;
+    }
     if let Some(dir) = &args.checkpoint {
         if args.resume {
             if !dir.is_dir() {

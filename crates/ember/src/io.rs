@@ -478,14 +478,15 @@ pub fn save_checkpoint_with(
     save_checkpoint_full(model, opt, extra, &[], path)
 }
 
-/// The name of the first of `model`'s floating-point parameters that holds a
-/// NaN or an infinity, if any: what [`load_checkpoint`] and [`load_state_dict`]
-/// would refuse by default. A training loop checks it before it saves, so that
-/// a run that diverged keeps its last good checkpoint rather than writing one
-/// that will not load. Reads each parameter's check back to the host.
+/// The name of the first of `model`'s floating-point parameters or buffers
+/// (batch norm's running statistics) that holds a NaN or an infinity, if any:
+/// what [`load_checkpoint`] and [`load_state_dict`] would refuse by default. A
+/// training loop checks it before it saves, so that a run that diverged keeps
+/// its last good checkpoint rather than writing one that will not load. Reads
+/// each tensor's check back to the host.
 pub fn first_non_finite(model: &dyn Module) -> Result<Option<String>> {
     crate::autograd::no_grad(|| {
-        for (name, p) in model.named_parameters() {
+        for (name, p) in model.state_dict() {
             if p.dtype().is_float() && p.numel() > 0 && !p.isfinite()?.all_all()?.item::<bool>()? {
                 return Ok(Some(name));
             }

@@ -263,8 +263,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return Err(Error::InvalidArgument {
             op: "bench",
             msg: format!(
-                "--filter {f:?} matches none of the suite's rows (it keeps those whose name \
-                 contains it: `ember bench --suite {} --quick` lists them)",
+                "--filter {f:?} matches none of the --suite {} rows on this device (it keeps \
+                 those whose name contains it; their names are in the table of a run without \
+                 --filter, and differ with --quick)",
                 args.suite
             ),
         });

@@ -15,9 +15,11 @@ pub struct Stats {
     /// Calls per sample.
     pub inner: usize,
     /// On a GPU, the median host time per call of the same samples: how long
-    /// the calls took to queue their work, without waiting for it. Near
-    /// `median`, the row is bound by the host (the GPU waited for its work);
-    /// well below it, by the GPU. `None` on the CPU, where both are one time.
+    /// the calls took to queue their work, without waiting for it at the end.
+    /// Well below `median`, the row is bound by the GPU; near it, probably by
+    /// the host (but a call that reads a value back, or fills the driver's
+    /// launch queue, waits inside too). `None` on the CPU, where both are one
+    /// time.
     pub host: Option<f64>,
 }
 
@@ -328,21 +330,28 @@ mod tests {
         assert!(j.contains("\"host_s\": null"), "{j}");
         // the host and memory columns appear only with a row that has them
         assert!(!t.contains("peak mem") && !t.contains("host"), "{t}");
+        // (rows whose other columns all have values: the one "-" is the host's)
+        let full = Row {
+            speedup: Some(2.0),
+            max_err: Some(1e-6),
+            ..r.clone()
+        };
         let g = Row {
             stats: Stats {
                 host: Some(7.5e-4),
                 ..r.stats
             },
-            ..r.clone()
+            ..full.clone()
         };
         assert!(g.json().contains("\"host_s\": 7.5e-4"), "{}", g.json());
-        let t = table(&[g, r.clone()]);
+        let t = table(&[g, full]);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].contains(" host "), "{t}");
         assert!(
-            lines[1].contains("750.00 µs") && lines[2].contains(" - "),
+            lines[1].contains("750.00 µs") && !lines[1].contains(" - "),
             "{t}"
         );
+        assert_eq!(lines[2].matches(" - ").count(), 1, "{t}");
         let m = Row {
             peak_bytes: Some(3 << 30),
             estimate_bytes: Some(5 << 20),

@@ -8,15 +8,16 @@ use std::str::FromStr;
 impl FromStr for Device {
     type Err = Error;
 
-    /// Accepts `cpu`, `cuda` (meaning `cuda:0`), `cuda:N` and `meta`, ignoring
-    /// surrounding whitespace and ASCII case.
+    /// Accepts `cpu` (or `cpu:0`), `cuda` (meaning `cuda:0`), `cuda:N` and
+    /// `meta`, ignoring surrounding whitespace and ASCII case.
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::ParseDevice {
             input: s.to_string(),
         };
         let t = s.trim().to_ascii_lowercase();
         match t.as_str() {
-            "cpu" => Ok(Device::Cpu),
+            // (PyTorch's `torch.device("cpu:0")` is the one CPU too)
+            "cpu" | "cpu:0" => Ok(Device::Cpu),
             // PyTorch has no "gpu" device type, and neither does ember
             "cuda" => Ok(Device::Cuda(0)),
             "meta" => Ok(Device::Meta),

@@ -365,7 +365,8 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("uniform", &shape)?;
         check_float("uniform", dtype)?;
-        if !(lo <= hi && lo.is_finite() && hi.is_finite()) {
+        // (the width too: values are lo + (hi - lo) · u)
+        if !(lo <= hi && (hi - lo).is_finite()) {
             return Err(Error::invalid(
                 "uniform",
                 format!("expects to return a [from, to) range of finite bounds, but found from={lo}, to={hi}"),

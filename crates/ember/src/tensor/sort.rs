@@ -194,8 +194,13 @@ impl Tensor {
         // first k is a draw of k without replacement
         let race = |shape: &[usize]| -> Result<Tensor> {
             let u = Tensor::rand(shape, &self.device())?;
-            // 1 - u lies in (0, 1]: -log of it is finite
-            u.neg()?.add(1.0)?.log()?.neg()
+            // 1 - u lies in (0, 1]: -log of it is finite, and kept above 0 (u = 0
+            // would make a zero weight's 0 / 0 a NaN that wins the race)
+            u.neg()?
+                .add(1.0)?
+                .log()?
+                .neg()?
+                .clamp_min(f32::MIN_POSITIVE as f64)
         };
         let out = if replacement {
             let e = race(&[r, num_samples, n])?;

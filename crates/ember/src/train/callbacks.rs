@@ -72,9 +72,9 @@ impl Callback for Checkpoint {
             return Err(Error::invalid(
                 "Checkpoint",
                 format!(
-                    "after epoch {}, parameter {name} holds NaN or infinite values (the \
-                     training diverged: a smaller learning rate may help); the checkpoint in {} \
-                     was not replaced",
+                    "after epoch {}, {name} holds NaN or infinite values (the training \
+                     diverged: a smaller learning rate may help); nothing was saved, and a \
+                     checkpoint of an earlier epoch in {} is kept",
                     ctx.epoch,
                     self.dir.display()
                 ),

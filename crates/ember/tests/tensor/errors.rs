@@ -249,7 +249,11 @@ device_test!(impossible_sizes_are_errors);
 
 #[test]
 fn parse_errors_list_the_accepted_forms() {
-    for s in ["gpu", "gpu:0", "gpu0", "cuda:a", "cuda:-1", "", "metal"] {
+    // PyTorch's "cpu:0" is the CPU; ember has no other CPU index
+    assert_eq!("cpu:0".parse::<Device>().unwrap(), Device::Cpu);
+    for s in [
+        "gpu", "gpu:0", "gpu0", "cuda:a", "cuda:-1", "", "metal", "cpu:1",
+    ] {
         let e = s.parse::<Device>().unwrap_err().to_string();
         assert!(
             e.contains("\"cpu\"") && e.contains("\"cuda\"") && e.contains("\"cuda:N\""),
@@ -277,10 +281,9 @@ fn refused_as_pytorch_refuses() -> Result<()> {
     );
     err_has(init::uniform_(&w, 1.0, 0.0), &["uniform"]);
     err_has(init::xavier_uniform_(&w, -1.0), &["uniform"]);
-    err_has(
-        Tensor::uniform(0.0, f64::INFINITY, [3], DType::F32, &cpu),
-        &["uniform"],
-    );
+    for (lo, hi) in [(0.0, f64::INFINITY), (-f64::MAX, f64::MAX), (f64::NAN, 1.0)] {
+        err_has(Tensor::uniform(lo, hi, [3], DType::F32, &cpu), &["uniform"]);
+    }
     err_has(
         Tensor::normal(0.0, -1.0, [3], DType::F32, &cpu),
         &["normal", "std >= 0.0", "std -1"],
