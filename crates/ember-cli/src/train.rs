@@ -177,21 +177,26 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let sgd = args.optimizer == crate::estimate::OptimizerKind::Sgd;
     let lr = args.lr.unwrap_or(if sgd { 0.05 } else { data.lr });
     let eval_batch = 256;
-    // each rank's samples an epoch (a DistributedSampler's share under `ember
-    // launch`: padded up to an equal share, or cut down with --drop-last)
-    let ranks = dist_opts.as_ref().map_or(1, |o| o.world_size.max(1));
-    let per_rank = if args.drop_last {
-        n_train / ranks
-    } else {
-        n_train.div_ceil(ranks)
-    };
+    // under `ember launch`, each rank's share of every epoch's order; its samples
+    // an epoch (padded up to an equal share, or cut down with --drop-last)
+    let sampler = dist_opts
+        .as_ref()
+        .map(|o| {
+            Ok::<_, Error>(
+                DistributedSampler::new(n_train, o.world_size, o.rank)?
+                    .seed(args.seed)
+                    .drop_last(args.drop_last),
+            )
+        })
+        .transpose()?;
+    let per_rank = sampler.as_ref().map_or(n_train, |s| s.len());
     if args.drop_last && batch > per_rank {
         return Err(invalid(format!(
             "--drop-last with --batch-size {batch}: the {} data has {per_rank} training \
              samples{}, fewer than one batch, so every batch would be dropped and nothing \
              trained; use a smaller --batch-size or leave --drop-last out",
             format!("{:?}", args.dataset).to_lowercase(),
-            if ranks > 1 { " a rank" } else { "" }
+            if sampler.is_some() { " a rank" } else { "" }
         )));
     }
     // the estimate (on meta: it also checks, before anything is drawn or loaded on
@@ -226,13 +231,9 @@ pub fn run(args: &TrainArgs) -> ember::Result<()> {
     let params = model.num_parameters();
     let train = DataLoader::new(TensorDataset::new(data.x_train, data.y_train)?, batch)?
         .drop_last(args.drop_last);
-    let train = match &pg {
+    let train = match sampler {
         // each rank its share of every epoch's order, in batches of --batch-size
-        Some(pg) => train.sampler(
-            DistributedSampler::new(n_train, pg.world_size(), pg.rank())?
-                .seed(args.seed)
-                .drop_last(args.drop_last),
-        )?,
+        Some(s) => train.sampler(s)?,
         None => train.shuffle(args.seed),
     };
     let test = DataLoader::new(TensorDataset::new(data.x_test, data.y_test)?, eval_batch)?;

@@ -80,12 +80,11 @@ pub fn measure(dev: &Device, budget: Duration, mut f: impl FnMut() -> Result<()>
         };
         times.push(t / inner as f64);
     }
-    let mut s = stats(times, inner);
-    if !host.is_empty() {
-        host.sort_by(f64::total_cmp);
-        s.host = Some(quantile(&host, 0.5));
-    }
-    Ok(s)
+    let host = (!host.is_empty()).then(|| stats(host, inner).median);
+    Ok(Stats {
+        host,
+        ..stats(times, inner)
+    })
 }
 
 /// What a row's throughput counts.

@@ -174,7 +174,30 @@ impl Options {
         if std::env::var_os("LOCAL_WORLD_SIZE").is_some() {
             o.local_world_size = Some(num("LOCAL_WORLD_SIZE")?);
         }
+        // refused as soon as read, before a caller sizes its work by them
+        o.check()?;
         Ok(o)
+    }
+
+    /// Whether the rank and world size can make a group: a world of at least
+    /// one rank, and a rank within it.
+    pub fn check(&self) -> Result<()> {
+        let (rank, world) = (self.rank, self.world_size);
+        if world == 0 {
+            return Err(Error::distributed(
+                "init_process_group",
+                "world size 0: a group needs at least one rank",
+            ));
+        }
+        if rank >= world {
+            return Err(Error::distributed(
+                "init_process_group",
+                format!(
+                    "rank {rank} is out of range for world size {world} (ranks are 0..{world})"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The same options with `timeout`.
@@ -235,21 +258,8 @@ impl ProcessGroup {
     /// has joined, or fails after the timeout naming the ranks that did not.
     pub fn new(options: &Options) -> Result<ProcessGroup> {
         let op = "init_process_group";
+        options.check()?;
         let (rank, world) = (options.rank, options.world_size);
-        if world == 0 {
-            return Err(Error::distributed(
-                op,
-                "world size 0: a group needs at least one rank",
-            ));
-        }
-        if rank >= world {
-            return Err(Error::distributed(
-                op,
-                format!(
-                    "rank {rank} is out of range for world size {world} (ranks are 0..{world})"
-                ),
-            ));
-        }
         let timeout = options.timeout.min(MAX_TIMEOUT);
         let spans_machines = options.local_world_size.is_some_and(|l| l < world);
         if options.backend == Backend::Nccl {
