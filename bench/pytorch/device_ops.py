@@ -519,6 +519,18 @@ def models_suite(dev):
             return step
 
         timed(name, gb * t, gpt_step)
+        if gpu and amp is not None:
+            # ember's row of this name sends attention to cuDNN's fused engines
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn_gpt_step(f=gpt_step):
+                step = f()
+
+                def in_cudnn():
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        step()
+                return in_cudnn
+            timed(f"{name}, cudnn attention", gb * t, cudnn_gpt_step)
         if compile_rows:
             timed(f"{name}, torch.compile", gb * t, lambda f=gpt_step: f(compiled=True), compiled=True)
     for name, amount, make_step in later:
@@ -586,6 +598,18 @@ def pieces_suite(dev):
         qkv, up = [leaf(att, dt) for _ in range(3)], upstream(att, dt)
         piece(f"attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}", "flops", 3.5 * 4.0 * ab * ah * al * al * ad / 2,
               qkv, up, lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=True))
+        if gpu and dt != torch.float32:
+            # ember's row of this name sends the call to cuDNN's fused engines
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn_attention(q_, k_, v_):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+            try:
+                piece(f"attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag} cudnn", "flops",
+                      3.5 * 4.0 * ab * ah * al * al * ad / 2, qkv, up, cudnn_attention)
+            except RuntimeError as e:
+                print(f"# PyTorch's cuDNN attention did not run: {e}", file=sys.stderr)
         del qkv, up
         n, d, h = tokens, width, hidden
         x, w, bias, up = leaf((n, d), dt), leaf((d,), dt), leaf((d,), dt), upstream((n, d), dt)

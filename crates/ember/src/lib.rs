@@ -113,9 +113,10 @@ pub mod cuda {
     /// (`torch.backends.cudnn.deterministic`).
     pub mod cudnn {
         pub use crate::backend::cuda::cudnn::{
-            allow_tf32, benchmark, channels_last_convolutions, convolutions, deterministic,
-            enabled, in_use, is_available, set_allow_tf32, set_benchmark, set_deterministic,
-            set_enabled, set_workspace_limit, unavailable_reason, version, workspace_limit,
+            allow_tf32, attention, attention_passes, benchmark, channels_last_convolutions,
+            convolutions, deterministic, enabled, in_use, is_available, set_allow_tf32,
+            set_attention, set_benchmark, set_deterministic, set_enabled, set_workspace_limit,
+            unavailable_reason, version, workspace_limit,
         };
     }
 }

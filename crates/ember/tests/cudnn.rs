@@ -4,8 +4,11 @@
 //! cuDNN's contract stands in for the library.
 
 mod common;
+#[path = "common/training.rs"]
+mod training;
 
 use ember::cuda::cudnn;
+use ember::nn::{self, Module};
 use ember::prelude::*;
 
 /// One test's turn with the global switches: they are put back as they were when
@@ -19,6 +22,7 @@ struct Turn {
     deterministic: bool,
     tf32: bool,
     limit: usize,
+    attention: bool,
 }
 
 impl Drop for Turn {
@@ -28,6 +32,7 @@ impl Drop for Turn {
         cudnn::set_deterministic(self.deterministic);
         cudnn::set_allow_tf32(self.tf32);
         cudnn::set_workspace_limit(self.limit).expect("a limit that was set before");
+        cudnn::set_attention(self.attention);
     }
 }
 
@@ -41,6 +46,7 @@ fn turn() -> Turn {
         deterministic: cudnn::deterministic(),
         tf32: cudnn::allow_tf32(),
         limit: cudnn::workspace_limit(),
+        attention: cudnn::attention(),
     }
 }
 
@@ -333,6 +339,8 @@ fn the_switches_default_as_pytorchs() {
     assert_eq!(cudnn::benchmark(), on("EMBER_CUDNN_BENCHMARK"));
     assert_eq!(cudnn::deterministic(), on("EMBER_CUDNN_DETERMINISTIC"));
     assert_eq!(cudnn::workspace_limit(), 512 << 20);
+    // ember's own choice: off until measured against its kernels on a GPU
+    assert_eq!(cudnn::attention(), on("EMBER_CUDNN_ATTENTION"));
 }
 
 /// With `set_deterministic(true)` a convolution's three passes give the same bits
@@ -486,4 +494,372 @@ fn missing_cudnn_is_reported() {
             assert!(ok, "{reason}");
         }
     }
+}
+
+/// `(out, dq, dk, dv)` of `sum(attention(q, k, v) * up)` over fresh leaves made
+/// from `qkv`, on `path`.
+fn attention_and_grads(
+    path: ember::nn::functional::AttentionPath,
+    qkv: &[Tensor; 3],
+    causal: bool,
+    up: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let leaves: Vec<Tensor> = qkv
+        .iter()
+        .map(|t| t.detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    let out = ember::nn::functional::with_attention_path(path, || {
+        nn::scaled_dot_product_attention(
+            &leaves[0], &leaves[1], &leaves[2], None, 0.0, causal, None,
+        )
+    })?;
+    out.mul(up)?.sum_all()?.backward()?;
+    let mut v = vec![out.detach()];
+    v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+    Ok(v)
+}
+
+/// The largest difference between `got` and `want`, over `want`'s largest
+/// magnitude (half-precision attention rounds its weights once: errors scale
+/// with the values, not elementwise).
+fn scaled_error(got: &Tensor, want: &Tensor) -> Result<f64> {
+    let g = got
+        .to_dtype(DType::F64)?
+        .cpu()?
+        .flatten_all()?
+        .to_vec::<f64>()?;
+    let w = want
+        .to_dtype(DType::F64)?
+        .cpu()?
+        .flatten_all()?
+        .to_vec::<f64>()?;
+    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let err = g
+        .iter()
+        .zip(&w)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    Ok(if g.iter().any(|x| x.is_nan()) {
+        f64::NAN
+    } else {
+        err / scale.max(f64::MIN_POSITIVE)
+    })
+}
+
+/// f16/bf16 attention through cuDNN's fused engines
+/// (`cudnn::set_attention(true)`) against the plain path in float32 on the same
+/// rounded values, forward and the three gradients: causal or not, as many
+/// queries as keys or not (lengths that end mid-tile), head dims 16 to 128,
+/// operands apart (transposed views) or slices of one packed `[B, T, 3, H, d]`
+/// projection. Each call must run on cuDNN (two passes: forward and backward).
+/// On a GPU this checks cuDNN's engines; on ember's simulator, the calls ember
+/// makes (addresses, strides, workspace) against a stand-in with the graphs'
+/// contract.
+#[test]
+fn cudnn_attention_matches_the_plain_path() -> Result<()> {
+    use ember::nn::functional::AttentionPath;
+    let Some(dev) = cudnn_gpu("cudnn_attention_matches_the_plain_path") else {
+        return Ok(());
+    };
+    let _turn = turn();
+    ember::manual_seed(17);
+    for &(b, h, l, s, d, packed) in &[
+        (2, 3, 70, 70, 64, false),
+        (1, 2, 45, 77, 16, false),
+        (2, 1, 80, 33, 96, false),
+        (1, 2, 66, 66, 128, true),
+        (2, 2, 40, 40, 64, true),
+    ] {
+        let base = [
+            Tensor::randn([b, l, h, d], &dev)?,
+            Tensor::randn([b, s, h, d], &dev)?,
+            Tensor::randn([b, s, h, d], &dev)?,
+        ];
+        let up = Tensor::randn([b, h, l, d], &dev)?;
+        for causal in [false, true] {
+            for dt in [DType::BF16, DType::F16] {
+                let what = format!(
+                    "{dt} [{b}, {h}, {l}, {d}] x {s} keys, causal {causal}, packed {packed}"
+                );
+                // [B, H, T, d] views of `[B, T, H, d]` tensors, or of one packed projection
+                let qkv: [Tensor; 3] = if packed {
+                    let p = Tensor::stack(&[&base[0], &base[1], &base[2]], 2)?
+                        .to_dtype(dt)?
+                        .contiguous()?;
+                    [0, 1, 2].map(|i| {
+                        p.select(2, i)
+                            .and_then(|t| t.transpose(1, 2))
+                            .expect("a view")
+                    })
+                } else {
+                    let cast = |t: &Tensor| t.to_dtype(dt).and_then(|t| t.transpose(1, 2));
+                    [cast(&base[0])?, cast(&base[1])?, cast(&base[2])?]
+                };
+                let exact = [0, 1, 2].map(|i| qkv[i].to_dtype(DType::F32).expect("a cast"));
+                cudnn::set_attention(false);
+                let want = attention_and_grads(AttentionPath::Math, &exact, causal, &up)?;
+                cudnn::set_attention(true);
+                let before = cudnn::attention_passes();
+                let got =
+                    attention_and_grads(AttentionPath::Auto, &qkv, causal, &up.to_dtype(dt)?)?;
+                cudnn::set_attention(false);
+                assert_eq!(
+                    cudnn::attention_passes() - before,
+                    2,
+                    "{what}: cuDNN's passes"
+                );
+                let tol = if dt == DType::BF16 { 2e-2 } else { 4e-3 };
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.dtype(), dt, "{what}: result {i}");
+                    assert_eq!(g.shape(), w.shape(), "{what}: result {i}");
+                    let err = scaled_error(g, w)?;
+                    assert!(
+                        err <= tol,
+                        "{what}: result {i} differs by {err} of its scale"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Calls cuDNN's attention does not take keep ember's kernels with the switch
+/// on: float32, a bias (an explicit mask), dropout, and any call while
+/// deterministic algorithms are asked for (cuDNN's backward adds with atomics).
+#[test]
+fn attention_cudnn_does_not_take_runs_embers_kernels() -> Result<()> {
+    let Some(dev) = cudnn_gpu("attention_cudnn_does_not_take_runs_embers_kernels") else {
+        return Ok(());
+    };
+    let _turn = turn();
+    cudnn::set_attention(true);
+    let t = |dt: DType| Tensor::randn([1, 2, 24, 64], &dev).and_then(|t| t.to_dtype(dt));
+    let sdpa = |dt, mask: Option<&Tensor>, dropout| -> Result<Tensor> {
+        let (q, k, v) = (t(dt)?, t(dt)?, t(dt)?);
+        nn::scaled_dot_product_attention(&q, &k, &v, mask, dropout, mask.is_none(), None)
+    };
+    let before = cudnn::attention_passes();
+    sdpa(DType::F32, None, 0.0)?;
+    let mask = Tensor::ones([24, 24], DType::Bool, &dev)?.tril(0)?;
+    sdpa(DType::BF16, Some(&mask), 0.0)?;
+    sdpa(DType::BF16, None, 0.25)?;
+    cudnn::set_deterministic(true);
+    sdpa(DType::BF16, None, 0.0)?;
+    cudnn::set_deterministic(false);
+    ember::cuda::synchronize(&dev)?;
+    assert_eq!(cudnn::attention_passes(), before, "no call went to cuDNN");
+    // and one it takes does
+    sdpa(DType::BF16, None, 0.0)?;
+    assert_eq!(cudnn::attention_passes(), before + 1);
+    Ok(())
+}
+
+/// A forward on one path and its backward on the other (the switch changed in
+/// between) agree with both on one path: cuDNN's log-sum-exps and ember's
+/// kernels' are the same (natural log of each row's sum of exponentials of the
+/// scaled scores, float32), so either backward can follow either forward.
+#[test]
+fn cudnn_and_embers_attention_passes_mix() -> Result<()> {
+    let Some(dev) = cudnn_gpu("cudnn_and_embers_attention_passes_mix") else {
+        return Ok(());
+    };
+    let _turn = turn();
+    ember::manual_seed(23);
+    let (b, h, l, d) = (2, 3, 50, 64);
+    let dt = DType::BF16;
+    let base: Vec<Tensor> = (0..3)
+        .map(|_| Tensor::randn([b, h, l, d], &dev)?.to_dtype(dt))
+        .collect::<Result<_>>()?;
+    let up = Tensor::randn([b, h, l, d], &dev)?.to_dtype(dt)?;
+    // (forward on cuDNN, backward on cuDNN)
+    let run = |forward: bool, backward: bool| -> Result<Vec<Tensor>> {
+        let leaves: Vec<Tensor> = base
+            .iter()
+            .map(|t| t.detach().requires_grad_(true))
+            .collect::<Result<_>>()?;
+        cudnn::set_attention(forward);
+        let out = nn::scaled_dot_product_attention(
+            &leaves[0], &leaves[1], &leaves[2], None, 0.0, true, None,
+        )?;
+        cudnn::set_attention(backward);
+        out.mul(&up)?.sum_all()?.backward()?;
+        cudnn::set_attention(false);
+        let mut v = vec![out.detach()];
+        v.extend(leaves.iter().map(|t| t.grad().expect("a gradient")));
+        Ok(v)
+    };
+    let before = cudnn::attention_passes();
+    let (own, library) = (run(false, false)?, run(true, true)?);
+    for (forward, backward) in [(true, false), (false, true)] {
+        let mixed = run(forward, backward)?;
+        for (i, m) in mixed.iter().enumerate() {
+            // each result against the run whose pass made it
+            let want = if (i == 0 && forward) || (i > 0 && backward) {
+                &library[i]
+            } else {
+                &own[i]
+            };
+            let err = scaled_error(m, want)?;
+            assert!(
+                err <= 2e-2,
+                "forward on cuDNN {forward}, backward {backward}: result {i} differs by {err}"
+            );
+        }
+    }
+    // the library run's two passes and the mixed runs' one each
+    assert_eq!(cudnn::attention_passes() - before, 4);
+    Ok(())
+}
+
+/// `MultiheadAttention` over one input (its gradients come back packed as its
+/// projection, `[N, L, 3, H, d]`) and over a memory that is both keys and values
+/// (`[N, S, 2, H, d]`) in bf16: cuDNN writes the gradients where the packing
+/// puts them, and the module's outputs and parameter gradients agree with
+/// ember's kernels'.
+#[test]
+fn multihead_attention_with_packed_gradients_on_cudnn() -> Result<()> {
+    let Some(dev) = cudnn_gpu("multihead_attention_with_packed_gradients_on_cudnn") else {
+        return Ok(());
+    };
+    let _turn = turn();
+    ember::manual_seed(29);
+    let mut mha = nn::MultiheadAttention::with_options(64, 4, 0.0, true, true, &dev)?;
+    mha.to_dtype(DType::BF16)?;
+    let x = Tensor::randn([2, 40, 64], &dev)?.to_dtype(DType::BF16)?;
+    let memory = Tensor::randn([2, 56, 64], &dev)?.to_dtype(DType::BF16)?;
+    for (what, kv) in [("self-attention", &x), ("over a memory", &memory)] {
+        let run = |library: bool| -> Result<Vec<Tensor>> {
+            for p in mha.parameters() {
+                p.zero_grad();
+            }
+            cudnn::set_attention(library);
+            let opts = nn::AttentionOptions {
+                need_weights: false,
+                ..Default::default()
+            };
+            let out = mha.attend(&x, kv, kv, opts)?.0;
+            out.to_dtype(DType::F32)?.square()?.sum_all()?.backward()?;
+            cudnn::set_attention(false);
+            let mut v = vec![out.detach()];
+            v.extend(
+                mha.parameters()
+                    .iter()
+                    .map(|p| p.grad().expect("a gradient")),
+            );
+            Ok(v)
+        };
+        let want = run(false)?;
+        let before = cudnn::attention_passes();
+        let got = run(true)?;
+        assert_eq!(
+            cudnn::attention_passes() - before,
+            2,
+            "{what}: cuDNN's passes"
+        );
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = scaled_error(g, w)?;
+            assert!(
+                err <= 2e-2,
+                "{what}: result {i} differs by {err} of its scale"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Causal self-attention over `[N, 128, 64]` (4 heads of 16; q, k and v
+/// slices of one projection), the only layer with activations of that size:
+/// attention's backward, whose workspace holds dq in float32, makes a training
+/// step's peak.
+struct SelfAttention(nn::Linear);
+
+impl Module for SelfAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, l, e, h) = (x.shape()[0], x.shape()[1], x.shape()[2], 4);
+        let qkv = self.0.forward(x)?.reshape([n, l, 3, h, e / h])?;
+        let part = |i: i64| qkv.select(2, i).and_then(|t| t.transpose(1, 2));
+        let out = nn::scaled_dot_product_attention(
+            &part(0)?,
+            &part(1)?,
+            &part(2)?,
+            None,
+            0.0,
+            true,
+            None,
+        )?;
+        out.transpose(1, 2)?.reshape([n, l * e])?.narrow(1, 0, 10)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.0.named_parameters()
+    }
+
+    fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.0.to_device(device)
+    }
+
+    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+        self.0.to_dtype(dtype)
+    }
+}
+
+fn self_attention(dev: &Device) -> Result<nn::Sequential> {
+    Ok(nn::Sequential::new().add(SelfAttention(nn::Linear::new(64, 192, dev)?)))
+}
+
+/// The memory estimate follows cuDNN's attention: a training step of an encoder
+/// layer under bf16 autocast with `set_attention(true)` estimates the caching
+/// allocator's peak to the byte (the backward's workspace holds dq in float32;
+/// with the meta device modelling ember's kernels instead, the estimate is
+/// lower).
+#[test]
+fn the_estimate_follows_cudnn_attention() -> Result<()> {
+    let Some(dev) = cudnn_gpu("the_estimate_follows_cudnn_attention") else {
+        return Ok(());
+    };
+    let _turn = turn();
+    cudnn::set_attention(true);
+    let major = match dev {
+        Device::Cuda(i) => ember::cuda::device_properties(i)?.compute_capability.0,
+        _ => 9,
+    };
+    let estimator = |cudnn_modelled| {
+        ember::memory::Estimator::new(self_attention)
+            .multiprocessors(common::multiprocessors(&dev))
+            .cudnn(cudnn_modelled)
+            .input([128, 64])
+            .optimizer(training::adam)
+            .amp(Some(DType::BF16))
+            .compute_capability(major)
+            .estimate(8)
+    };
+    let (est, without) = (estimator(true)?, estimator(false)?);
+    assert!(
+        est.peak_allocated > without.peak_allocated,
+        "with cuDNN's attention {} bytes, without {}",
+        est.peak_allocated,
+        without.peak_allocated
+    );
+    let before = cudnn::attention_passes();
+    let measured = training::measure(
+        &dev,
+        self_attention,
+        &[128, 64],
+        8,
+        training::adam,
+        (DType::F32, Some(DType::BF16)),
+        est.steps,
+    )?;
+    assert!(
+        cudnn::attention_passes() > before,
+        "no attention ran on cuDNN"
+    );
+    training::check_estimate(
+        "causal self-attention, cuDNN attention, autocast bf16, adam",
+        est.peak_allocated,
+        measured,
+        0.10,
+        &est,
+    );
+    Ok(())
 }

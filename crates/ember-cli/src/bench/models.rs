@@ -14,7 +14,10 @@
 //! default where it loads), ResNet-50 also runs channels-last with
 //! `cudnn.benchmark` (the model and the batch laid out so, convolved by cuDNN's
 //! NHWC kernels with the algorithms its timed search finds fastest), as PyTorch's
-//! reference row of the same name, its estimate channels-last too. `--quick`
+//! reference row of the same name, its estimate channels-last too. On a GPU the
+//! bf16 GPT row runs again with its attention on cuDNN's fused engines
+//! (`cuda::cudnn::set_attention(true)`, off by default), beside PyTorch's row
+//! of that name (its cuDNN attention backend). `--quick`
 //! shrinks both models
 //! (ResNet-50 on 32×32 images, a 2-layer GPT of width 128) so the suite runs in
 //! seconds. `bench/pytorch/device_ops.py --suite models` runs the same steps in
@@ -103,9 +106,54 @@ pub(crate) fn workloads(cx: &Ctx) -> Vec<Workload> {
         }
     }
     for (amp, suffix) in PRECISIONS {
-        all.push(gpt_workload(dev, config, &gpt_name, (gb, t), amp, suffix));
+        all.push(gpt_workload(
+            dev,
+            config,
+            &gpt_name,
+            (gb, t),
+            amp,
+            suffix,
+            false,
+        ));
+        // half-precision attention on cuDNN's fused engines (off by default)
+        if gpu && amp.is_some() {
+            all.push(gpt_workload(
+                dev,
+                config,
+                &gpt_name,
+                (gb, t),
+                amp,
+                suffix,
+                true,
+            ));
+        }
     }
     all
+}
+
+/// Runs `f` with `cuda::cudnn::set_attention(on)`, then restores the switch
+/// (also when `f` panics).
+pub(crate) fn with_cudnn_attention<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            cuda::cudnn::set_attention(self.0);
+        }
+    }
+    let _restore = Restore(cuda::cudnn::attention());
+    cuda::cudnn::set_attention(on);
+    f()
+}
+
+/// Says on stderr when a row meant for cuDNN's attention ran none of it (every
+/// call fell back to ember's kernels: `EMBER_CUDNN_LOG=1` says why).
+pub(crate) fn warn_unless_cudnn_attention_ran(name: &str, passes_before: u64) {
+    if cuda::cudnn::attention_passes() == passes_before {
+        eprintln!(
+            "warning: {name}: no attention ran on cuDNN (ember's kernels ran; \
+             EMBER_CUDNN_LOG=1 says why)"
+        );
+    }
 }
 
 /// `--profile`: the steps to profile per row, and the trace file they name.
@@ -130,7 +178,11 @@ pub(crate) fn suite(
         let estimate = (w.estimate)()?;
         let mut step = (w.build)()?;
         let name = w.name.clone();
+        let passes = cuda::cudnn::attention_passes();
         let mut row = cx.row(w.name, w.work, &mut step)?;
+        if name.ends_with("cudnn attention") {
+            warn_unless_cudnn_attention_ran(&name, passes);
+        }
         row.peak_bytes = peak_of_step(&cx.dev, &mut step)?;
         row.estimate_bytes = estimate;
         rows.push(row);
@@ -275,10 +327,16 @@ fn gpt_workload(
     (b, t): (usize, usize),
     amp: Option<DType>,
     suffix: &str,
+    cudnn_attention: bool,
 ) -> Workload {
     let v = config.vocab_size as i64;
+    let attention = if cudnn_attention {
+        ", cudnn attention"
+    } else {
+        ""
+    };
     Workload {
-        name: format!("train {name} b{b}x{t}{suffix}"),
+        name: format!("train {name} b{b}x{t}{suffix}{attention}"),
         work: Work::Samples {
             n: (b * t) as f64,
             flops: Some(gpt_flops_per_token(&config, t) * (b * t) as f64),
@@ -291,13 +349,15 @@ fn gpt_workload(
             let x = Tensor::randint(0, v, [b, t], &Device::Cpu)?.to(&dev)?;
             let y = Tensor::randint(0, v, [b, t], &Device::Cpu)?.to(&dev)?;
             Ok(Box::new(move || {
-                opt.zero_grad();
-                let ac = amp.map(autocast_guard).transpose()?;
-                let loss = gpt.loss(&x, &y)?;
-                drop(ac);
-                loss.backward()?;
-                nn::clip_grad_norm_(&params, GPT_CLIP, 2.0, false)?;
-                opt.step()
+                with_cudnn_attention(cudnn_attention, || {
+                    opt.zero_grad();
+                    let ac = amp.map(autocast_guard).transpose()?;
+                    let loss = gpt.loss(&x, &y)?;
+                    drop(ac);
+                    loss.backward()?;
+                    nn::clip_grad_norm_(&params, GPT_CLIP, 2.0, false)?;
+                    opt.step()
+                })
             }))
         }),
         estimate: Box::new(move || {
@@ -313,8 +373,8 @@ fn gpt_workload(
                 .clip_grad_norm(GPT_CLIP)
                 .amp(amp)
                 .multiprocessors(multiprocessors(dev))
-                .cudnn(!dev.is_cuda() || cuda::cudnn::is_available())
-                .estimate(b)?;
+                .cudnn(!dev.is_cuda() || cuda::cudnn::is_available());
+            let e = with_cudnn_attention(cudnn_attention, || e.estimate(b))?;
             Ok(Some(e.peak_allocated))
         }),
     }

@@ -227,25 +227,42 @@ pub(crate) fn suite(cx: &Ctx, filter: Option<&str>) -> Result<Vec<Row>> {
 
         // GPT-2 small's: causal attention, counted as FlashAttention counts it
         // (4·B·H·L·S·d forward, 2.5 times that backward, halved by the mask)
+        // (and on a GPU in half precision again through cuDNN's fused engines,
+        // `cudnn::set_attention(true)`: PyTorch's row of that name runs its
+        // cuDNN attention backend)
         let [ab, ah, al, ad] = z.attention;
-        let name = format!("attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}");
-        if keep(&name) {
+        let half = dt != DType::F32 && cx.dev.is_cuda();
+        for library in [false, true].into_iter().filter(|&l| !l || half) {
+            let name = format!(
+                "attention causal {ab}x{ah}x{al}x{ad} fwd+bwd {tag}{}",
+                if library { " cudnn" } else { "" }
+            );
+            if !keep(&name) {
+                continue;
+            }
             let qkv: Vec<Tensor> = (0..3)
                 .map(|_| leaf(cx, &z.attention, dt))
                 .collect::<Result<_>>()?;
             let up = upstream(cx, &z.attention, dt)?;
-            rows.push(piece(
-                cx,
-                name,
-                Work::Flops(3.5 * 4.0 * (ab * ah * al * al * ad) as f64 / 2.0),
-                &qkv,
-                Some(&up),
-                |t| {
-                    ember::nn::scaled_dot_product_attention(
-                        &t[0], &t[1], &t[2], None, 0.0, true, None,
-                    )
-                },
-            )?);
+            let passes = ember::cuda::cudnn::attention_passes();
+            let row = super::models::with_cudnn_attention(library, || {
+                piece(
+                    cx,
+                    name.clone(),
+                    Work::Flops(3.5 * 4.0 * (ab * ah * al * al * ad) as f64 / 2.0),
+                    &qkv,
+                    Some(&up),
+                    |t| {
+                        ember::nn::scaled_dot_product_attention(
+                            &t[0], &t[1], &t[2], None, 0.0, true, None,
+                        )
+                    },
+                )
+            });
+            if library {
+                super::models::warn_unless_cudnn_attention_ran(&name, passes);
+            }
+            rows.push(row?);
         }
         // layer norm with its weight and bias: 5 passes (x in, y out; the
         // gradient and x in, the input's gradient out)

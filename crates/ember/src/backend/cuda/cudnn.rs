@@ -36,6 +36,26 @@ pub fn workspace_limit() -> usize {
     policy::library_workspace_limit()
 }
 
+/// Sends float16 and bfloat16 attention on GPUs (`scaled_dot_product_attention`,
+/// `MultiheadAttention`) to cuDNN's fused flash-attention engines where cuDNN
+/// loads, as PyTorch's cuDNN attention backend; calls with a bias (an explicit
+/// mask) or dropout, head dims past 128 or not a multiple of 8, and views not
+/// in whole 16 bytes keep ember's own kernels, as does any call cuDNN has no
+/// engine for (the reason under `EMBER_CUDNN_LOG=1`). **Off by default**: these
+/// graphs are checked to be recognised by cuDNN's heuristics for an H200
+/// without a GPU, but have not yet been run on one; `EMBER_CUDNN_ATTENTION=1`
+/// switches it on for a program. The meta device's memory estimate follows the
+/// switch (the backward's workspace holds dq accumulated in float32). On ember's
+/// simulator a reference with the graphs' contract stands in for cuDNN.
+pub fn set_attention(on: bool) {
+    crate::backend::op::set_library_attention(on)
+}
+
+/// Whether f16/bf16 attention goes to cuDNN where it can (off unless switched on).
+pub fn attention() -> bool {
+    crate::backend::op::library_attention()
+}
+
 // the TF32 switch lives with the library calls that read it
 pub use super::dnn::{
     allow_tf32, benchmark, deterministic, set_allow_tf32, set_benchmark, set_deterministic,
@@ -80,6 +100,20 @@ pub(crate) fn count_pass(nhwc: bool) {
     if nhwc {
         NHWC_PASSES.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+static ATTENTION_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many attention passes (forward or backward) this process has run on
+/// cuDNN's fused engines ([`set_attention`]): a way to see that the switch took
+/// effect.
+pub fn attention_passes() -> u64 {
+    ATTENTION_PASSES.load(Ordering::Relaxed)
+}
+
+/// Counts one attention pass run by cuDNN.
+pub(crate) fn count_attention_pass() {
+    ATTENTION_PASSES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Whether convolutions on a GPU go to cuDNN now: switched on, and available.

@@ -968,6 +968,18 @@ impl CudaDev {
         self.rt.conv(s, c)
     }
 
+    /// As [`Runtime::sdpa`].
+    ///
+    /// # Safety
+    /// As [`Runtime::sdpa`].
+    pub(crate) unsafe fn sdpa(&self, c: &super::dnn::sdpa::SdpaCall) -> Result<()> {
+        let s = self.stream();
+        self.check_capture_stream(s)?;
+        self.rt.sdpa(s, c)?;
+        profile::kernel(|| profile::Name::Static("cudnn_sdpa"));
+        Ok(())
+    }
+
     /// A new communicator id ([`Runtime::comm_unique_id`]).
     pub(crate) fn comm_unique_id(&self) -> Result<[u8; 128]> {
         self.rt.comm_unique_id()

@@ -607,6 +607,11 @@ impl Runtime for Driver {
         self.dnn.conv(self.cu_stream(s)?, c)
     }
 
+    unsafe fn sdpa(&self, s: StreamId, c: &super::dnn::sdpa::SdpaCall) -> Result<()> {
+        self.bind()?;
+        self.dnn.sdpa(self.cu_stream(s)?, c)
+    }
+
     fn comm_unique_id(&self) -> Result<[u8; 128]> {
         // NCCL's first call initialises it on the current device: this one
         self.bind()?;

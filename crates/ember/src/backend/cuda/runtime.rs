@@ -205,6 +205,14 @@ pub(crate) trait Runtime: Send + Sync {
     /// `c.geom`, and `c.workspace` one of `c.workspace_bytes` (the pass's scratch
     /// memory, taken from the caching allocator by the caller).
     unsafe fn conv(&self, s: StreamId, c: &ConvCall) -> Result<()>;
+    /// Queues an attention pass through cuDNN's fused engines on `s` (on the
+    /// simulator, a reference with the same contract); an error where there is
+    /// no engine for it (the caller runs ember's kernels).
+    ///
+    /// # Safety
+    /// `c`'s addresses hold its geometry's operands and results, and its
+    /// workspace `c.workspace_bytes` bytes.
+    unsafe fn sdpa(&self, s: StreamId, c: &super::dnn::sdpa::SdpaCall) -> Result<()>;
 
     /// A new communicator's id (NCCL's `ncclGetUniqueId`), made by rank 0 and
     /// shared with the other ranks.

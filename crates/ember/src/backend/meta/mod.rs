@@ -10,10 +10,11 @@
 pub mod account;
 
 use crate::backend::op::{
-    channel_chunks, channel_columns, channel_shape, foreach_chunks, norm_affine_chunks, row_split,
-    stat_dtype, AdamStep, AttnGrads, AttnOperands, AttnSaved, AttnShape, BinaryOp, BnGradIn,
-    BnParams, BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode,
-    ReduceOp, ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp,
+    attn_library_refuses, attn_library_workspace, channel_chunks, channel_columns, channel_shape,
+    foreach_chunks, norm_affine_chunks, row_split, stat_dtype, AdamStep, AttnGrads, AttnOperands,
+    AttnSaved, AttnShape, AttnViews, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape,
+    NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar,
+    ScanOp, UnaryOp,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -268,18 +269,29 @@ impl BackendStorage for MetaStorage {
 
     fn attention(x: AttnOperands<'_, Self>, sh: AttnShape) -> Result<(Self, Self)> {
         let (q, n) = (x.q.0, sh.batch * sh.heads);
-        Ok((
+        let res = (
             q.like(n * sh.l * sh.d)?,
             MetaStorage::new(stat_dtype(q.dtype), n * sh.l)?,
-        ))
+        );
+        // as the CUDA launcher: cuDNN's attention takes a workspace after them
+        if library_attention_takes(&x, &sh, None) {
+            let _ws = MetaStorage::workspace(DType::U8, attn_library_workspace(&sh, false))?;
+        }
+        Ok(res)
     }
 
     fn attention_backward(
         x: AttnOperands<'_, Self>,
-        _saved: AttnSaved<'_, Self>,
+        saved: AttnSaved<'_, Self>,
         sh: AttnShape,
     ) -> Result<AttnGrads<Self>> {
         let q = x.q.0;
+        if library_attention_takes(&x, &sh, Some(saved.g.1)) {
+            // as the CUDA launcher: the gradients, then cuDNN's workspace
+            let grads = AttnGrads::alloc(&sh, |len| q.like(len))?;
+            let _ws = MetaStorage::workspace(DType::U8, attn_library_workspace(&sh, true))?;
+            return Ok(grads);
+        }
         // as the CUDA launcher: each row's Σ g · out first, freed on return
         let n = sh.batch * sh.heads;
         let _dsum = MetaStorage::workspace(stat_dtype(q.dtype), n * sh.l)?;
@@ -594,4 +606,21 @@ impl BackendStorage for MetaStorage {
     ) -> Result<()> {
         Ok(())
     }
+}
+
+/// Whether the modelled GPU sends this attention call to cuDNN, as the CUDA
+/// launcher decides ([`attn_library_refuses`]; a GPU with cuDNN, sm_80 or later
+/// for ember's kernels the same).
+fn library_attention_takes(
+    x: &AttnOperands<'_, MetaStorage>,
+    sh: &AttnShape,
+    grads: Option<&Layout>,
+) -> bool {
+    if !crate::backend::op::library_attention() {
+        return false;
+    }
+    let layouts = [x.q.1, x.k.1, x.v.1];
+    let views = AttnViews::of(&[&layouts[..], grads.as_slice()].concat());
+    account::modelled_cudnn()
+        && attn_library_refuses(x.q.0.dtype, sh, &views, x.bias.is_some()).is_none()
 }

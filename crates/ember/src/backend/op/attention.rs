@@ -349,6 +349,122 @@ pub(crate) fn attn_view_fits(l: &Layout, dtype: DType) -> bool {
         && (0..3).all(|i| sh[i] == 1 || st[i].is_multiple_of(n))
 }
 
+/// Whether f16/bf16 attention on a GPU goes to cuDNN's fused engines where it
+/// loads (else ember's own kernels). Off by default until measured against
+/// ember's kernels on a GPU; `EMBER_CUDNN_ATTENTION=1` switches it on. Here and
+/// not in the CUDA backend because the meta device models the path it selects.
+static LIBRARY_ATTENTION: super::conv::EnvSwitch =
+    super::conv::EnvSwitch::new("EMBER_CUDNN_ATTENTION", false);
+
+pub(crate) fn set_library_attention(on: bool) {
+    LIBRARY_ATTENTION.set(on)
+}
+
+pub(crate) fn library_attention() -> bool {
+    LIBRARY_ATTENTION.get()
+}
+
+/// The operands of one attention call as the library path checks them: each
+/// operand's (batch, head, row) strides and element offset, in the order q, k,
+/// v, then (the backward's) the output's gradient.
+pub(crate) struct AttnViews {
+    pub views: Vec<([usize; 3], usize)>,
+}
+
+impl AttnViews {
+    pub fn of(layouts: &[&Layout]) -> AttnViews {
+        AttnViews {
+            views: layouts
+                .iter()
+                .map(|l| {
+                    let s = l.strides();
+                    ([s[0], s[1], s[2]], l.offset())
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Why a GPU's attention call does not go to cuDNN (ember's kernels run), or
+/// `None` when it does: the switch ([`library_attention`]) is on and
+/// deterministic algorithms are not asked for; f16 or bf16;
+/// no bias and no dropout; a head dim that is a multiple of 8 up to 128; every
+/// operand's and gradient's strides and start in whole 16 bytes (the buffers
+/// themselves are 256-byte aligned). The meta device asks the same.
+pub(crate) fn attn_library_refuses(
+    dtype: DType,
+    sh: &AttnShape,
+    x: &AttnViews,
+    bias: bool,
+) -> Option<String> {
+    if !library_attention() {
+        return Some("cuDNN attention is switched off (ember::cuda::cudnn::set_attention)".into());
+    }
+    if super::conv::library_deterministic() {
+        return Some(
+            "deterministic algorithms are asked for (cudnn::set_deterministic): cuDNN's \
+             attention backward adds with atomics"
+                .into(),
+        );
+    }
+    let lanes = 8;
+    let places = [sh.out_place()]
+        .into_iter()
+        .chain(sh.grad_places())
+        .map(|p| (p.strides, p.offset));
+    let aligned = x
+        .views
+        .iter()
+        .copied()
+        .chain(places)
+        .all(|(st, off)| off % lanes == 0 && st.iter().all(|s| s % lanes == 0));
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        Some(format!(
+            "cuDNN's fused attention takes f16 or bf16 (got {dtype})"
+        ))
+    } else if bias || sh.dropout > 0.0 {
+        Some("ember sends no bias or dropout to cuDNN's attention".into())
+    } else if sh.d == 0 || !sh.d.is_multiple_of(8) || sh.d > 128 {
+        Some(format!(
+            "cuDNN's fused attention takes a head dim that is a multiple of 8 up to 128 (got {})",
+            sh.d
+        ))
+    } else if sh.batch * sh.heads == 0 || sh.l == 0 || sh.s == 0 {
+        Some("cuDNN's fused attention takes no empty operand".into())
+    } else if !aligned {
+        Some("cuDNN's fused attention takes strides and starts in whole 16 bytes".into())
+    } else {
+        None
+    }
+}
+
+/// Rounds `bytes` up to whole 256-byte blocks.
+fn blocks(bytes: usize) -> usize {
+    bytes.div_ceil(256) * 256
+}
+
+/// The workspace (bytes) of a cuDNN attention call, allocated after its results
+/// and freed once it is queued. Forward: as many bytes as the log-sum-exps (the
+/// plan's; its engines ask for a few hundred). Backward: each row's
+/// `Σ dout · out` in float32, then dq accumulated in float32, then as many bytes
+/// again for the plan. A plan that needs more than its part is not used.
+pub(crate) fn attn_library_workspace(sh: &AttnShape, backward: bool) -> usize {
+    let rows = sh.batch * sh.heads * sh.l;
+    if backward {
+        let (dot, acc) = attn_library_parts(sh);
+        dot + 2 * acc
+    } else {
+        blocks(rows * 4)
+    }
+}
+
+/// The backward workspace's first two parts: `Σ dout · out` and dq's float32
+/// accumulator (bytes, each whole 256-byte blocks).
+pub(crate) fn attn_library_parts(sh: &AttnShape) -> (usize, usize) {
+    let rows = sh.batch * sh.heads * sh.l;
+    (blocks(rows * 4), blocks(rows * sh.d * 4))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

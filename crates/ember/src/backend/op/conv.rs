@@ -115,6 +115,19 @@ impl EnvSwitch {
 /// and not in the CUDA backend because the meta device models the path it selects.
 static LIBRARY: EnvSwitch = EnvSwitch::new("EMBER_CUDNN", true);
 
+/// Whether the vendor library keeps to its deterministic algorithms
+/// (`torch.backends.cudnn.deterministic`). Here and not in the CUDA backend
+/// because the meta device models the attention path it selects.
+static LIBRARY_DETERMINISTIC: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_DETERMINISTIC", false);
+
+pub(crate) fn set_library_deterministic(on: bool) {
+    LIBRARY_DETERMINISTIC.set(on)
+}
+
+pub(crate) fn library_deterministic() -> bool {
+    LIBRARY_DETERMINISTIC.get()
+}
+
 /// The default of [`library_workspace_limit`]: 512 MiB. On an H200 (2026-11-29)
 /// the first of cuDNN's heuristic choices for ResNet-50's convolutions at batch 64
 /// needed up to 303 MiB (FFT algorithms aside); those that did not fit fell back

@@ -25,6 +25,8 @@
 //! [`ConvShape::library_workspace`]: crate::backend::op::ConvShape::library_workspace
 
 mod algos;
+pub(crate) mod graph;
+pub(crate) mod sdpa;
 
 use super::calls::{ConvCall, ConvGeom, ConvPass};
 use super::libs::{self, CudaLib};
@@ -126,8 +128,6 @@ pub fn benchmark() -> bool {
     BENCHMARK.get()
 }
 
-static DETERMINISTIC: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_DETERMINISTIC", false);
-
 /// Keeps convolutions to cuDNN's deterministic algorithms
 /// (`torch.backends.cudnn.deterministic`): those cuDNN reports as giving the same
 /// bits on every run (some of the fastest backward algorithms add with atomics in
@@ -135,14 +135,17 @@ static DETERMINISTIC: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_DETERMINISTIC", fa
 /// `EMBER_CUDNN_DETERMINISTIC=1` switches it on for a program. Applies to the
 /// heuristic's choices and to the timed search's ([`set_benchmark`]) alike; choices
 /// made before are kept apart, so switching back and forth does not choose again.
+/// Attention keeps to ember's own kernels (deterministic) while it is on, as
+/// PyTorch keeps away from cuDNN's attention then: cuDNN's backward adds dq with
+/// atomics ([`super::cudnn::set_attention`]).
 pub fn set_deterministic(on: bool) {
-    DETERMINISTIC.set(on)
+    crate::backend::op::conv::set_library_deterministic(on)
 }
 
 /// Whether convolutions keep to cuDNN's deterministic algorithms (off unless
 /// switched on).
 pub fn deterministic() -> bool {
-    DETERMINISTIC.get()
+    crate::backend::op::conv::library_deterministic()
 }
 
 /// What a remembered algorithm choice was made for: the shape, the pass, and
@@ -187,6 +190,8 @@ struct Dnn {
     /// (geometry, TF32 allowed) -> its descriptors, made once (each pass sets the
     /// convolution descriptor's math type before it runs)
     descs: HashMap<(ConvGeom, bool), Descriptors>,
+    /// attention's plans by geometry, or why cuDNN has none (asked once)
+    sdpa: HashMap<sdpa::SdpaGeom, std::result::Result<SdpaPlan, String>>,
 }
 // SAFETY: the handle is used under the device's dnn mutex only.
 unsafe impl Send for Dnn {}
@@ -348,6 +353,7 @@ impl Cudnn {
                 stream: std::ptr::null_mut(),
                 algos: HashMap::new(),
                 descs: HashMap::new(),
+                sdpa: HashMap::new(),
             });
         }
         let state = g.as_mut().expect("created above");
@@ -481,6 +487,132 @@ impl Cudnn {
                 }
             ),
         }))
+    }
+}
+
+/// An attention plan with the graph and engine configuration it was built from.
+struct SdpaPlan {
+    plan: graph::Plan,
+    _made_of: (graph::OpGraph, graph::Config),
+}
+
+/// The first of cuDNN's engines for `g` whose plan builds on `h` and needs at
+/// most `budget` bytes of workspace.
+fn sdpa_plan(g: &sdpa::SdpaGeom, h: sys::cudnnHandle_t, budget: usize) -> Result<SdpaPlan> {
+    let graph = if g.grads.is_some() {
+        g.backward()?
+    } else {
+        g.forward()?
+    };
+    let target = graph::Target::Handle(h);
+    let mut why = Vec::new();
+    for config in graph.configs(&target)? {
+        let bytes = config.workspace()?;
+        if bytes > budget {
+            why.push(format!(
+                "an engine needs {bytes} bytes of workspace, {budget} are set aside"
+            ));
+            continue;
+        }
+        match graph.plan(&config, &target) {
+            Ok(plan) if plan.workspace <= budget => {
+                return Ok(SdpaPlan {
+                    plan,
+                    _made_of: (graph, config),
+                })
+            }
+            Ok(plan) => why.push(format!(
+                "a plan needs {} bytes of workspace, {budget} are set aside",
+                plan.workspace
+            )),
+            Err(e) => why.push(e.to_string()),
+        }
+    }
+    Err(Error::Cuda {
+        op: "cuDNN attention",
+        msg: if why.is_empty() {
+            "cuDNN proposes no engine for this attention".into()
+        } else {
+            why.join("; ")
+        },
+    })
+}
+
+impl Cudnn {
+    /// Queues attention pass `c` with the plan built for its geometry before, or
+    /// builds one (once: a geometry cuDNN has no engine for is refused at once
+    /// later).
+    ///
+    /// # Safety
+    /// `c`'s addresses hold its geometry's operands and results, its workspace
+    /// `c.workspace_bytes` bytes; `stream` is the device's, its context current.
+    pub(crate) unsafe fn sdpa(&self, stream: CUstream, c: &sdpa::SdpaCall) -> Result<()> {
+        let version = *library()
+            .as_ref()
+            .map_err(|reason| Error::CudaUnavailable {
+                reason: format!("cuDNN: {reason}"),
+            })?;
+        let mut guard = self.handle(stream)?;
+        let state = guard.as_mut().expect("created by handle()");
+        let h = state.handle;
+        // a plan is built (kernels compiled and loaded) outside a CUDA graph
+        // capture only: a geometry first seen while capturing runs ember's kernels
+        // this time, and nothing is remembered
+        if !state.sdpa.contains_key(&c.geom) && capturing(stream) {
+            return Err(Error::Cuda {
+                op: "cuDNN attention",
+                msg: "no plan for this shape yet, and none is built while a CUDA graph \
+                      is captured"
+                    .into(),
+            });
+        }
+        let entry = state.sdpa.entry(c.geom).or_insert_with(|| {
+            let built = sdpa_plan(&c.geom, h, c.plan_budget()).map_err(|e| e.to_string());
+            if log_choices() {
+                match &built {
+                    Ok(b) => eprintln!(
+                        "ember: cuDNN attention for {:?}: a plan with {} bytes of workspace",
+                        c.geom, b.plan.workspace
+                    ),
+                    Err(why) => eprintln!(
+                        "ember: cuDNN attention for {:?}: none ({why}); ember's kernels instead",
+                        c.geom
+                    ),
+                }
+            }
+            built
+        });
+        let built = entry.as_ref().map_err(|msg| Error::Cuda {
+            op: "cuDNN attention",
+            msg: msg.clone(),
+        })?;
+        // cuDNN before 9.6 left dq's float32 accumulator for its caller to zero
+        if c.geom.grads.is_some() && version < 90600 {
+            use cudarc::driver::sys as cu;
+            let acc = c.workspace + c.parts.0 as u64;
+            // SAFETY: the accumulator's bytes lie in the call's workspace.
+            let r = unsafe { cu::cuMemsetD8Async(acc, 0, c.parts.1, stream) };
+            if r != cu::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda {
+                    op: "cuMemsetD8Async",
+                    msg: format!("{r:?}"),
+                });
+            }
+        }
+        // a masked score: -inf, or the lowest float for cuDNN before 9.10
+        let masked = if version >= 91000 {
+            f32::NEG_INFINITY
+        } else {
+            f32::MIN
+        };
+        let scalars = [c.scale, masked, 1.0];
+        let data = c.addresses(&scalars);
+        // SAFETY: as the caller promises; the scalars outlive the call.
+        unsafe {
+            built
+                .plan
+                .execute(h, &data, c.plan_workspace() as usize as *mut c_void)
+        }
     }
 }
 

@@ -4,10 +4,15 @@
 //! values' gradients, then the queries').
 
 use super::{base_ptr, launch_kernel, new_out, suffix};
+use crate::backend::cuda::dnn::{
+    log_choices,
+    sdpa::{SdpaCall, SdpaGeom},
+};
 use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
-    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_packed_refuses, stat_dtype,
-    AttnGrads, AttnOperands, AttnPlace, AttnSaved, AttnShape,
+    attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_library_parts,
+    attn_library_refuses, attn_library_workspace, attn_packed_refuses, stat_dtype, AttnGrads,
+    AttnOperands, AttnPlace, AttnSaved, AttnShape, AttnViews,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -227,6 +232,93 @@ fn launch(
     )
 }
 
+/// The geometry of a call that goes to cuDNN's fused attention
+/// ([`attn_library_refuses`]: switched on, f16/bf16, no bias or dropout, aligned
+/// views), `grads` the output's gradient's layout for the backward's.
+fn library_geom(
+    q: &CudaStorage,
+    [lq, lk, lv]: [&Layout; 3],
+    bias: bool,
+    sh: &AttnShape,
+    grads: Option<&Layout>,
+) -> Option<SdpaGeom> {
+    // (switched off, the default: nothing more to decide or allocate)
+    if !crate::backend::op::library_attention() {
+        return None;
+    }
+    // (the meta device models a GPU with cuDNN or without: Estimator::cudnn)
+    if !crate::backend::cuda::cudnn::is_available() {
+        log_once(|| {
+            let why = crate::backend::cuda::cudnn::unavailable_reason().unwrap_or_default();
+            format!("ember: attention not sent to cuDNN: it is not available ({why})")
+        });
+        return None;
+    }
+    let views = AttnViews::of(&[&[lq, lk, lv][..], grads.as_slice()].concat());
+    if let Some(why) = attn_library_refuses(q.dtype(), sh, &views, bias) {
+        log_once(|| format!("ember: attention {sh:?} not sent to cuDNN: {why}"));
+        return None;
+    }
+    let [dq, dk, dv] = sh.grad_places().map(|p| place_strides(&p));
+    Some(SdpaGeom {
+        dtype: q.dtype(),
+        b: sh.batch as i64,
+        h: sh.heads as i64,
+        l: sh.l as i64,
+        s: sh.s as i64,
+        d: sh.d as i64,
+        q: strides(lq),
+        k: strides(lk),
+        v: strides(lv),
+        o: place_strides(&sh.out_place()),
+        causal: sh.causal,
+        grads: grads.map(|g| [strides(g), dq, dk, dv]),
+    })
+}
+
+/// Queues `call` on cuDNN; `false` (with the reason under `EMBER_CUDNN_LOG`)
+/// where it refuses, for ember's kernels to run instead.
+fn library_ran(dev: &CudaDev, call: &SdpaCall) -> bool {
+    // SAFETY: the caller made every address in `call` from live buffers of the
+    // geometry's sizes (the tensor layer's layouts place the views within them)
+    // and the workspace of `call.workspace_bytes`.
+    match unsafe { dev.sdpa(call) } {
+        Ok(()) => {
+            crate::backend::cuda::cudnn::count_attention_pass();
+            true
+        }
+        Err(e) => {
+            log_once(|| {
+                format!(
+                    "ember: cuDNN attention of {:?} refused ({e}); ember's kernels instead",
+                    call.geom
+                )
+            });
+            false
+        }
+    }
+}
+
+/// Prints `line` on stderr where `EMBER_CUDNN_LOG` asks for it, each distinct
+/// line once.
+fn log_once(line: impl FnOnce() -> String) {
+    if !log_choices() {
+        return;
+    }
+    let line = line();
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.contains(&line) {
+        eprintln!("{line}");
+        seen.push(line);
+    }
+}
+
+/// A view's start on the device.
+fn at(s: &CudaStorage, l: &Layout) -> u64 {
+    s.ptr() + (l.offset() * s.dtype().size_in_bytes()) as u64
+}
+
 /// The output and log-sum-exps of [`BackendStorage::attention`](crate::backend::primitives::BackendStorage::attention).
 pub(crate) fn attention(
     x: AttnOperands<'_, CudaStorage>,
@@ -238,6 +330,27 @@ pub(crate) fn attention(
     let n = sh.batch * sh.heads;
     let out = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
     let lse = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
+    if let Some(geom) = library_geom(q, [lq, lk, lv], bias.is_some(), &sh, None) {
+        // (the meta device allocates the same after the results)
+        let bytes = attn_library_workspace(&sh, false);
+        let ws = new_out(dev, DType::U8, bytes)?;
+        let call = SdpaCall {
+            geom,
+            q: at(q, lq),
+            k: at(k, lk),
+            v: at(v, lv),
+            o: out.ptr(),
+            stats: lse.ptr(),
+            grads: [0; 4],
+            scale: sh.scale as f32,
+            workspace: ws.ptr(),
+            workspace_bytes: bytes,
+            parts: (0, 0),
+        };
+        if library_ran(dev, &call) {
+            return Ok((out, lse));
+        }
+    }
     let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
     // no bias: a null pointer, which the kernels test
@@ -268,6 +381,31 @@ pub(crate) fn attention_backward(
     let dev = q.dev();
     check(dev, q, bias, &sh)?;
     let n = sh.batch * sh.heads;
+    if let Some(geom) = library_geom(q, [lq, lk, lv], bias.is_some(), &sh, Some(lg)) {
+        // the gradients, then the workspace (as the meta device allocates them)
+        let mut grads = AttnGrads::alloc(&sh, |len| new_out(dev, q.dtype(), len))?;
+        let (bases, places) = (grads.per_grad(|g| base_ptr(g, 0)), sh.grad_places());
+        let size = q.dtype().size_in_bytes() as u64;
+        let [pdq, pdk, pdv] = [0, 1, 2].map(|i| bases[i] + places[i].offset as u64 * size);
+        let bytes = attn_library_workspace(&sh, true);
+        let ws = new_out(dev, DType::U8, bytes)?;
+        let call = SdpaCall {
+            geom,
+            q: at(q, lq),
+            k: at(k, lk),
+            v: at(v, lv),
+            o: out.ptr(),
+            stats: lse.ptr(),
+            grads: [at(g, lg), pdq, pdk, pdv],
+            scale: sh.scale as f32,
+            workspace: ws.ptr(),
+            workspace_bytes: bytes,
+            parts: attn_library_parts(&sh),
+        };
+        if library_ran(dev, &call) {
+            return Ok(grads);
+        }
+    }
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
     let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;

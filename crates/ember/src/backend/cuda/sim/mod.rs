@@ -43,6 +43,7 @@ mod launch;
 mod memory;
 mod queue;
 mod runtime;
+mod sdpa;
 
 pub(crate) use compile::compile;
 #[cfg(test)]

@@ -547,6 +547,15 @@ impl Runtime for Sim {
         self.queue_work(s, job)
     }
 
+    unsafe fn sdpa(
+        &self,
+        s: StreamId,
+        c: &crate::backend::cuda::dnn::sdpa::SdpaCall,
+    ) -> Result<()> {
+        let job = super::sdpa::sdpa_job(c)?;
+        self.queue_work(s, job)
+    }
+
     fn comm_unique_id(&self) -> Result<[u8; 128]> {
         // the host side connects the ranks; the id only tells communicators apart
         let mut id = [0u8; 128];
