@@ -114,9 +114,10 @@ pub mod cuda {
     pub mod cudnn {
         pub use crate::backend::cuda::cudnn::{
             allow_tf32, attention, attention_passes, benchmark, channels_last_convolutions,
-            convolutions, deterministic, enabled, in_use, is_available, set_allow_tf32,
-            set_attention, set_benchmark, set_deterministic, set_enabled, set_workspace_limit,
-            unavailable_reason, version, workspace_limit,
+            convolutions, deterministic, enabled, graph_api, graph_convolutions, in_use,
+            is_available, set_allow_tf32, set_attention, set_benchmark, set_deterministic,
+            set_enabled, set_graph_api, set_workspace_limit, unavailable_reason, version,
+            workspace_limit,
         };
     }
 }

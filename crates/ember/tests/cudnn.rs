@@ -23,6 +23,7 @@ struct Turn {
     tf32: bool,
     limit: usize,
     attention: bool,
+    graph: bool,
 }
 
 impl Drop for Turn {
@@ -33,6 +34,7 @@ impl Drop for Turn {
         cudnn::set_allow_tf32(self.tf32);
         cudnn::set_workspace_limit(self.limit).expect("a limit that was set before");
         cudnn::set_attention(self.attention);
+        cudnn::set_graph_api(self.graph);
     }
 }
 
@@ -47,6 +49,7 @@ fn turn() -> Turn {
         tf32: cudnn::allow_tf32(),
         limit: cudnn::workspace_limit(),
         attention: cudnn::attention(),
+        graph: cudnn::graph_api(),
     }
 }
 
@@ -117,7 +120,7 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
         ),
     ];
     cudnn::set_enabled(true);
-    let before = cudnn::convolutions();
+    let (before, graph_before) = (cudnn::convolutions(), cudnn::graph_convolutions());
     ember::manual_seed(5);
     // float32 in FMA math (TF32 off) to float32's tolerance, then with TF32 (the
     // default, as PyTorch's) to TF32's: inputs rounded to 10 bits of mantissa,
@@ -135,9 +138,16 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
         (DType::F32, true, true),
         (DType::BF16, true, true),
     ];
-    for (dtype, tf32, timed) in configs {
+    // each through cuDNN's legacy calls, then through its graph API
+    let rounds = [false, true];
+    for (graph, (dtype, tf32, timed)) in rounds
+        .iter()
+        .flat_map(|&g| configs.iter().map(move |&c| (g, c)))
+    {
+        cudnn::set_graph_api(graph);
         cudnn::set_allow_tf32(tf32);
         cudnn::set_benchmark(timed);
+        let graph_start = cudnn::graph_convolutions();
         // (bf16 is bounded by its terms' magnitudes, below)
         let tol = match (dtype, tf32) {
             (DType::F64, _) => 1e-10,
@@ -185,15 +195,27 @@ fn cudnn_convolutions_match_the_cpu() -> Result<()> {
                 }
             }
         }
+        // on a GPU each pass of the second round went through the graph API
+        // (float64 may take the legacy calls: cuDNN's graph API lacks some of
+        // its engines); the simulator's stand-in has no graph API
+        if graph && !ember::cuda::is_simulated() && dtype != DType::F64 {
+            assert_eq!(
+                cudnn::graph_convolutions() - graph_start,
+                3 * cases.len() as u64,
+                "{dtype}, TF32 {tf32}, timed {timed}: passes through the graph API"
+            );
+        }
     }
     cudnn::set_allow_tf32(true);
     cudnn::set_benchmark(false);
+    cudnn::set_graph_api(false);
     // every case ran its three passes through cuDNN, the half ones too (in their
     // own dtype: nothing fell back to float32)
-    assert_eq!(
-        cudnn::convolutions() - before,
-        (configs.len() * 3 * cases.len()) as u64
-    );
+    let passes = (configs.len() * 3 * cases.len()) as u64;
+    assert_eq!(cudnn::convolutions() - before, rounds.len() as u64 * passes);
+    if ember::cuda::is_simulated() {
+        assert_eq!(cudnn::graph_convolutions(), graph_before);
+    }
 
     // half precision convolves in f32 and rounds once
     let x = Tensor::randn([2, 3, 6, 6], &cpu)?;
@@ -231,12 +253,18 @@ fn channels_last_convolutions_run_nhwc() -> Result<()> {
     cudnn::set_enabled(true);
     cudnn::set_allow_tf32(false);
     ember::manual_seed(6);
-    for (dtype, tol) in [
+    // through cuDNN's legacy calls, then its graph API (NHWC tensors, KRSC filters)
+    let dtypes = [
         (DType::F32, 1e-4),
         (DType::F16, 2e-3),
         (DType::BF16, 1e-2),
         (DType::F64, 1e-10),
-    ] {
+    ];
+    for (graph, (dtype, tol)) in [false, true]
+        .into_iter()
+        .flat_map(|g| dtypes.into_iter().map(move |d| (g, d)))
+    {
+        cudnn::set_graph_api(graph);
         for (xs, ws, o, weight_cl) in &cases {
             let x = Tensor::randn(*xs, &cpu)?
                 .to_dtype(dtype)?
@@ -249,6 +277,7 @@ fn channels_last_convolutions_run_nhwc() -> Result<()> {
             let y_shape = x.conv2d(&w, None, *o)?.shape().to_vec();
             let r = Tensor::randn(y_shape, &cpu)?.to_dtype(dtype)?;
             let (passes, nhwc) = (cudnn::convolutions(), cudnn::channels_last_convolutions());
+            let graph_passes = cudnn::graph_convolutions();
             let run = |dev: &Device| -> Result<Vec<Tensor>> {
                 let xl = x.detach().to(dev)?.requires_grad_(true)?;
                 let wl = w.detach().to(dev)?.requires_grad_(true)?;
@@ -258,8 +287,12 @@ fn channels_last_convolutions_run_nhwc() -> Result<()> {
                 Ok(vec![y, xl.grad().unwrap(), wl.grad().unwrap()])
             };
             let (want, got) = (run(&cpu)?, run(&dev)?);
-            let what = format!("{xs:?} * {ws:?} {o:?} in {dtype}");
+            let what = format!("{xs:?} * {ws:?} {o:?} in {dtype}, graph API {graph}");
             assert_eq!(cudnn::convolutions() - passes, 3, "{what}");
+            // (float64 is row-major here; the simulator has no graph API)
+            if graph && dtype != DType::F64 && !ember::cuda::is_simulated() {
+                assert_eq!(cudnn::graph_convolutions() - graph_passes, 3, "{what}");
+            }
             let expect_nhwc = if dtype == DType::F64 { 0 } else { 3 };
             assert_eq!(
                 cudnn::channels_last_convolutions() - nhwc,
@@ -289,6 +322,7 @@ fn channels_last_convolutions_run_nhwc() -> Result<()> {
         }
     }
     cudnn::set_allow_tf32(true);
+    cudnn::set_graph_api(false);
     Ok(())
 }
 

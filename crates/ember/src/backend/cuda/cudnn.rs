@@ -58,7 +58,8 @@ pub fn attention() -> bool {
 
 // the TF32 switch lives with the library calls that read it
 pub use super::dnn::{
-    allow_tf32, benchmark, deterministic, set_allow_tf32, set_benchmark, set_deterministic,
+    allow_tf32, benchmark, deterministic, graph_api, set_allow_tf32, set_benchmark,
+    set_deterministic, set_graph_api,
 };
 
 /// Whether convolutions can go to cuDNN: its library loads (version 9), or ember's
@@ -100,6 +101,20 @@ pub(crate) fn count_pass(nhwc: bool) {
     if nhwc {
         NHWC_PASSES.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+static GRAPH_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many of [`convolutions`] ran through cuDNN's graph API
+/// ([`set_graph_api`]); the rest took its legacy calls (or, on ember's
+/// simulator, its stand-in, which has no graph API).
+pub fn graph_convolutions() -> u64 {
+    GRAPH_PASSES.load(Ordering::Relaxed)
+}
+
+/// Counts one convolution pass run through the graph API.
+pub(crate) fn count_graph_pass() {
+    GRAPH_PASSES.fetch_add(1, Ordering::Relaxed);
 }
 
 static ATTENTION_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -1,7 +1,8 @@
 //! cuDNN's graph API (its backend descriptors), as much of it as ember's fused
-//! attention needs: tensors, pointwise, reduction, matrix-product and reshape
-//! nodes, an operation graph, cuDNN's heuristic engine choices, execution plans
-//! and their execution with a variant pack.
+//! attention and its convolutions need: tensors, pointwise, reduction,
+//! matrix-product, reshape and convolution nodes, an operation graph, cuDNN's
+//! heuristic engine choices (with their numerical notes), execution plans and
+//! their execution with a variant pack.
 //!
 //! A plan is built for a GPU through its cuDNN handle, or, with no GPU at all,
 //! for a GPU described by its properties ([`DeviceModel`]): cuDNN 9.8 and later
@@ -315,6 +316,81 @@ impl Graph {
         Ok(())
     }
 
+    /// A convolution pass: `y = x ⋆ w` (forward), `x` from `y` and `w`
+    /// (backward data) or `w` from `x` and `y` (backward filter), cross-correlation
+    /// over two spatial dims computed in `comp` (float64 for float64 operands,
+    /// else float32); groups follow from the filter's second dim.
+    pub fn convolution(
+        &mut self,
+        pass: ConvNode,
+        [x, w, y]: [i64; 3],
+        conv: &ConvSpec,
+    ) -> Result<()> {
+        let c = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
+        c.set_dtype(A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE, conv.comp)?;
+        c.set(
+            A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+            T::CUDNN_TYPE_CONVOLUTION_MODE,
+            &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION],
+        )?;
+        c.set_i64(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[2])?;
+        c.set_i64(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &conv.dilation)?;
+        c.set_i64(A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, &conv.stride)?;
+        c.set_i64(A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, &conv.pad)?;
+        c.set_i64(A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, &conv.pad)?;
+        let c = c.finalize()?;
+        use ConvNode::*;
+        let (kind, [ax, aw, ay, desc, alpha, beta]) = match pass {
+            Forward => (
+                D::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                [
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                ],
+            ),
+            BackwardData => (
+                D::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                [
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                ],
+            ),
+            BackwardFilter => (
+                D::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                [
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                    A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                ],
+            ),
+        };
+        let node = Desc::new(kind)?;
+        node.set_descs(ax, &[self.t(x)])?;
+        node.set_descs(aw, &[self.t(w)])?;
+        node.set_descs(ay, &[self.t(y)])?;
+        node.set_descs(desc, &[&c])?;
+        if conv.comp == Dt::CUDNN_DATA_DOUBLE {
+            node.set(alpha, T::CUDNN_TYPE_DOUBLE, &[1f64])?;
+            node.set(beta, T::CUDNN_TYPE_DOUBLE, &[0f64])?;
+        } else {
+            node.set(alpha, T::CUDNN_TYPE_FLOAT, &[1f32])?;
+            node.set(beta, T::CUDNN_TYPE_FLOAT, &[0f32])?;
+        }
+        self.nodes.push(node.finalize()?);
+        Ok(())
+    }
+
     /// `y` as `x` seen with another layout or type (no arithmetic).
     pub fn reshape(&mut self, x: i64, y: i64) -> Result<()> {
         let node = Desc::new(D::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
@@ -324,10 +400,19 @@ impl Graph {
         Ok(())
     }
 
-    /// The finalized operation graph (no handle: cuDNN 9 takes the GPU from the
-    /// heuristics and the plan).
-    pub fn finish(self) -> Result<OpGraph> {
+    /// The finalized operation graph, for the GPU of `handle` (cuDNN 9 takes
+    /// the GPU from the heuristics and the plan too, and deprecates the graph's
+    /// handle; given, it is set as cuDNN's frontend sets it; `None` for a GPU
+    /// described by its properties).
+    pub fn finish(self, handle: Option<sys::cudnnHandle_t>) -> Result<OpGraph> {
         let g = Desc::new(D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+        if let Some(h) = handle {
+            g.set(
+                A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                T::CUDNN_TYPE_HANDLE,
+                &[h],
+            )?;
+        }
         let nodes: Vec<&Desc> = self.nodes.iter().collect();
         g.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &nodes)?;
         let g = g.finalize()?;
@@ -337,6 +422,31 @@ impl Graph {
             specs: self.specs,
         })
     }
+}
+
+/// Which convolution a [`Graph::convolution`] node computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConvNode {
+    Forward,
+    BackwardData,
+    BackwardFilter,
+}
+
+/// A convolution's parameters in cuDNN's terms.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvSpec {
+    pub comp: Dt,
+    pub pad: [i64; 2],
+    pub stride: [i64; 2],
+    pub dilation: [i64; 2],
+}
+
+/// cuDNN's numerical notes of an engine (`cudnnBackendNumericalNote_t`), read as
+/// plain integers: a newer cuDNN may report values the bindings do not list.
+pub(crate) mod note {
+    pub const TENSOR_CORE: u32 = 0;
+    pub const DOWN_CONVERT_INPUTS: u32 = 1;
+    pub const NONDETERMINISTIC: u32 = 4;
 }
 
 /// A finalized operation graph, with the descriptors it was made of.
@@ -352,6 +462,16 @@ pub(crate) enum Target<'a> {
     Handle(sys::cudnnHandle_t),
     #[cfg_attr(not(test), allow(dead_code))]
     Model(&'a DeviceModel),
+}
+
+impl Target<'_> {
+    /// The handle, for a GPU reached through one.
+    pub fn handle(&self) -> Option<sys::cudnnHandle_t> {
+        match self {
+            Target::Handle(h) => Some(*h),
+            Target::Model(_) => None,
+        }
+    }
 }
 
 /// A GPU described by its properties, for cuDNN's heuristics and plans without
@@ -395,18 +515,72 @@ impl Config {
             .get_i64(A::CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE)?
             .max(0) as usize)
     }
+    /// Its engine's numerical notes ([`note`]) and the engine's index.
+    pub fn engine(&self) -> Result<(Vec<u32>, i64)> {
+        let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+        let mut raw = engine.0;
+        let mut n = 0i64;
+        // SAFETY: one created descriptor for cuDNN to fill with the engine.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(
+                self.0 .0,
+                A::CUDNN_ATTR_ENGINECFG_ENGINE,
+                T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                1,
+                &mut n,
+                (&mut raw as *mut sys::cudnnBackendDescriptor_t).cast(),
+            )
+        })?;
+        let mut notes = [0u32; 16];
+        let mut count = 0i64;
+        // SAFETY: room for 16 notes (cuDNN lists a handful), as 32-bit integers.
+        check("cudnnBackendGetAttribute", unsafe {
+            sys::cudnnBackendGetAttribute(
+                engine.0,
+                A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                T::CUDNN_TYPE_NUMERICAL_NOTE,
+                notes.len() as i64,
+                &mut count,
+                notes.as_mut_ptr().cast(),
+            )
+        })?;
+        let index = engine.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)?;
+        Ok((notes[..count.clamp(0, 16) as usize].to_vec(), index))
+    }
 }
 
 impl OpGraph {
     /// cuDNN's engine configurations for this graph, best first (heuristic mode
     /// A), for `target`.
     pub fn configs(&self, target: &Target<'_>) -> Result<Vec<Config>> {
+        self.configs_in(target, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A)
+    }
+
+    /// [`configs`](Self::configs), then cuDNN's fallback list (engines that run
+    /// without its heuristics' ranking: the ones left where the first list's are
+    /// all refused, for their math or determinism).
+    pub fn configs_with_fallback(&self, target: &Target<'_>) -> Result<Vec<Config>> {
+        let mut all = self.configs(target)?;
+        // (a failed fallback query leaves the first list as it is)
+        let fallback = self.configs_in(
+            target,
+            sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK,
+        );
+        all.extend(fallback.unwrap_or_default());
+        Ok(all)
+    }
+
+    fn configs_in(
+        &self,
+        target: &Target<'_>,
+        mode: sys::cudnnBackendHeurMode_t,
+    ) -> Result<Vec<Config>> {
         let h = Desc::new(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
         h.set_descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[&self.graph])?;
         h.set(
             A::CUDNN_ATTR_ENGINEHEUR_MODE,
             T::CUDNN_TYPE_HEUR_MODE,
-            &[sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A],
+            &[mode],
         )?;
         if let Target::Model(m) = target {
             h.set_descs(A::CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, &[&m.0])?;

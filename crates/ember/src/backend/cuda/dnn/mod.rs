@@ -25,6 +25,7 @@
 //! [`ConvShape::library_workspace`]: crate::backend::op::ConvShape::library_workspace
 
 mod algos;
+mod conv_graph;
 pub(crate) mod graph;
 pub(crate) mod sdpa;
 
@@ -142,6 +143,27 @@ pub fn set_deterministic(on: bool) {
     crate::backend::op::conv::set_library_deterministic(on)
 }
 
+static GRAPH_API: EnvSwitch = EnvSwitch::new("EMBER_CUDNN_GRAPH", false);
+
+/// Runs cuDNN convolutions through its graph API (as PyTorch does) instead of its
+/// legacy `cudnnConvolution*` calls: one execution plan per shape, built once,
+/// so that a call then costs a variant pack and one `cudnnBackendExecute`;
+/// engines from cuDNN's heuristics, or timed with [`set_benchmark`]; the same
+/// workspace either way. A pass the graph API cannot take (an operand not on 16
+/// bytes, no engine) runs on the legacy calls (the reason under
+/// `EMBER_CUDNN_LOG=1`). **Off by default, and not yet run on a GPU** (without
+/// one, plans were checked to build for five of ResNet-50's convolution shapes
+/// on an H200 described by its properties); `EMBER_CUDNN_GRAPH=1` switches it
+/// on for a program. [`super::cudnn::graph_convolutions`] counts its passes.
+pub fn set_graph_api(on: bool) {
+    GRAPH_API.set(on)
+}
+
+/// Whether cuDNN convolutions go through its graph API (off unless switched on).
+pub fn graph_api() -> bool {
+    GRAPH_API.get()
+}
+
 /// Whether convolutions keep to cuDNN's deterministic algorithms (off unless
 /// switched on).
 pub fn deterministic() -> bool {
@@ -191,7 +213,9 @@ struct Dnn {
     /// convolution descriptor's math type before it runs)
     descs: HashMap<(ConvGeom, bool), Descriptors>,
     /// attention's plans by geometry, or why cuDNN has none (asked once)
-    sdpa: HashMap<sdpa::SdpaGeom, std::result::Result<SdpaPlan, String>>,
+    sdpa: HashMap<sdpa::SdpaGeom, std::result::Result<sdpa::SdpaPlan, String>>,
+    /// the graph API's convolution plans, or why there is none (asked once)
+    conv_plans: HashMap<ChoiceKey, std::result::Result<conv_graph::ConvPlan, String>>,
 }
 // SAFETY: the handle is used under the device's dnn mutex only.
 unsafe impl Send for Dnn {}
@@ -354,6 +378,7 @@ impl Cudnn {
                 algos: HashMap::new(),
                 descs: HashMap::new(),
                 sdpa: HashMap::new(),
+                conv_plans: HashMap::new(),
             });
         }
         let state = g.as_mut().expect("created above");
@@ -382,6 +407,14 @@ impl Cudnn {
         let state = guard.as_mut().expect("created by dnn()");
         let h = state.handle;
         let tf32 = c.tf32;
+        if graph_api() {
+            // (a pass the graph API refuses takes the legacy calls below; the
+            // reason was logged when its plan was asked for)
+            if conv_graph::graph_conv(state, stream, c).is_ok() {
+                super::cudnn::count_graph_pass();
+                return Ok(());
+            }
+        }
         let d = match state.descs.entry((c.geom, tf32)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -487,132 +520,6 @@ impl Cudnn {
                 }
             ),
         }))
-    }
-}
-
-/// An attention plan with the graph and engine configuration it was built from.
-struct SdpaPlan {
-    plan: graph::Plan,
-    _made_of: (graph::OpGraph, graph::Config),
-}
-
-/// The first of cuDNN's engines for `g` whose plan builds on `h` and needs at
-/// most `budget` bytes of workspace.
-fn sdpa_plan(g: &sdpa::SdpaGeom, h: sys::cudnnHandle_t, budget: usize) -> Result<SdpaPlan> {
-    let graph = if g.grads.is_some() {
-        g.backward()?
-    } else {
-        g.forward()?
-    };
-    let target = graph::Target::Handle(h);
-    let mut why = Vec::new();
-    for config in graph.configs(&target)? {
-        let bytes = config.workspace()?;
-        if bytes > budget {
-            why.push(format!(
-                "an engine needs {bytes} bytes of workspace, {budget} are set aside"
-            ));
-            continue;
-        }
-        match graph.plan(&config, &target) {
-            Ok(plan) if plan.workspace <= budget => {
-                return Ok(SdpaPlan {
-                    plan,
-                    _made_of: (graph, config),
-                })
-            }
-            Ok(plan) => why.push(format!(
-                "a plan needs {} bytes of workspace, {budget} are set aside",
-                plan.workspace
-            )),
-            Err(e) => why.push(e.to_string()),
-        }
-    }
-    Err(Error::Cuda {
-        op: "cuDNN attention",
-        msg: if why.is_empty() {
-            "cuDNN proposes no engine for this attention".into()
-        } else {
-            why.join("; ")
-        },
-    })
-}
-
-impl Cudnn {
-    /// Queues attention pass `c` with the plan built for its geometry before, or
-    /// builds one (once: a geometry cuDNN has no engine for is refused at once
-    /// later).
-    ///
-    /// # Safety
-    /// `c`'s addresses hold its geometry's operands and results, its workspace
-    /// `c.workspace_bytes` bytes; `stream` is the device's, its context current.
-    pub(crate) unsafe fn sdpa(&self, stream: CUstream, c: &sdpa::SdpaCall) -> Result<()> {
-        let version = *library()
-            .as_ref()
-            .map_err(|reason| Error::CudaUnavailable {
-                reason: format!("cuDNN: {reason}"),
-            })?;
-        let mut guard = self.handle(stream)?;
-        let state = guard.as_mut().expect("created by handle()");
-        let h = state.handle;
-        // a plan is built (kernels compiled and loaded) outside a CUDA graph
-        // capture only: a geometry first seen while capturing runs ember's kernels
-        // this time, and nothing is remembered
-        if !state.sdpa.contains_key(&c.geom) && capturing(stream) {
-            return Err(Error::Cuda {
-                op: "cuDNN attention",
-                msg: "no plan for this shape yet, and none is built while a CUDA graph \
-                      is captured"
-                    .into(),
-            });
-        }
-        let entry = state.sdpa.entry(c.geom).or_insert_with(|| {
-            let built = sdpa_plan(&c.geom, h, c.plan_budget()).map_err(|e| e.to_string());
-            if log_choices() {
-                match &built {
-                    Ok(b) => eprintln!(
-                        "ember: cuDNN attention for {:?}: a plan with {} bytes of workspace",
-                        c.geom, b.plan.workspace
-                    ),
-                    Err(why) => eprintln!(
-                        "ember: cuDNN attention for {:?}: none ({why}); ember's kernels instead",
-                        c.geom
-                    ),
-                }
-            }
-            built
-        });
-        let built = entry.as_ref().map_err(|msg| Error::Cuda {
-            op: "cuDNN attention",
-            msg: msg.clone(),
-        })?;
-        // cuDNN before 9.6 left dq's float32 accumulator for its caller to zero
-        if c.geom.grads.is_some() && version < 90600 {
-            use cudarc::driver::sys as cu;
-            let acc = c.workspace + c.parts.0 as u64;
-            // SAFETY: the accumulator's bytes lie in the call's workspace.
-            let r = unsafe { cu::cuMemsetD8Async(acc, 0, c.parts.1, stream) };
-            if r != cu::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda {
-                    op: "cuMemsetD8Async",
-                    msg: format!("{r:?}"),
-                });
-            }
-        }
-        // a masked score: -inf, or the lowest float for cuDNN before 9.10
-        let masked = if version >= 91000 {
-            f32::NEG_INFINITY
-        } else {
-            f32::MIN
-        };
-        let scalars = [c.scale, masked, 1.0];
-        let data = c.addresses(&scalars);
-        // SAFETY: as the caller promises; the scalars outlive the call.
-        unsafe {
-            built
-                .plan
-                .execute(h, &data, c.plan_workspace() as usize as *mut c_void)
-        }
     }
 }
 

@@ -11,9 +11,13 @@
 //! bytes: each row's `Σ dout · out`, then the queries' gradient accumulated in
 //! float32, then the plan's own.
 
-use super::graph::{dense, Dt, Graph, OpGraph, Pw, Red, TensorSpec};
+use super::graph::{dense, Config, Dt, Graph, OpGraph, Plan, Pw, Red, Target, TensorSpec};
+use super::{capturing, library, log_choices};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use cudarc::cudnn::sys;
+use cudarc::driver::sys::CUstream;
+use std::ffi::c_void;
 
 /// An attention call in cuDNN's terms: the operands' type and sizes (batch,
 /// heads, query rows `l`, key rows `s`, head dim `d`), each operand's (batch,
@@ -126,7 +130,7 @@ impl SdpaGeom {
 
     /// The forward's graph: the output `O` and the log-sum-exps `STATS` of
     /// `Q`, `K`, `V` and the host scalars `SCALE` and (causal) `NEG_INF`.
-    pub fn forward(&self) -> Result<OpGraph> {
+    pub fn forward(&self, handle: Option<sys::cudnnHandle_t>) -> Result<OpGraph> {
         let (data, f32_) = (self.data(), Dt::CUDNN_DATA_FLOAT);
         let mut g = Graph::new(FIRST_INNER);
         let (scores, rows) = (
@@ -193,7 +197,7 @@ impl SdpaGeom {
         let p = g.inner(scores, data)?;
         g.pointwise(Pw::CUDNN_POINTWISE_DIV, f32_, (e, Some(sum), None), p, None)?;
         g.matmul(p, uid::V, uid::O)?;
-        g.finish()
+        g.finish(handle)
     }
 
     /// The backward's graph: `DQ`, `DK` and `DV` of `Q`, `K`, `V`, `O`, `DO`
@@ -201,7 +205,7 @@ impl SdpaGeom {
     /// `NEG_INF`,
     /// and two float32 parts of the workspace: `DOT` (each row's `Σ dout · out`)
     /// and `DQ_ACC` (dq before its cast).
-    pub fn backward(&self) -> Result<OpGraph> {
+    pub fn backward(&self, handle: Option<sys::cudnnHandle_t>) -> Result<OpGraph> {
         let [go, dq, dk, dv] = self.grads.ok_or_else(|| Error::Cuda {
             op: "cuDNN attention",
             msg: "a backward geometry without its gradients' strides".into(),
@@ -323,7 +327,7 @@ impl SdpaGeom {
             uid::DQ,
             None,
         )?;
-        g.finish()
+        g.finish(handle)
     }
 }
 
@@ -390,6 +394,132 @@ impl SdpaCall {
     /// Where the plan's own workspace starts.
     pub fn plan_workspace(&self) -> u64 {
         self.workspace + (self.parts.0 + self.parts.1) as u64
+    }
+}
+
+/// An attention plan with the graph and engine configuration it was built from.
+pub(super) struct SdpaPlan {
+    plan: Plan,
+    _made_of: (OpGraph, Config),
+}
+
+/// The first of cuDNN's engines for `g` whose plan builds on `h` and needs at
+/// most `budget` bytes of workspace.
+fn sdpa_plan(g: &SdpaGeom, h: sys::cudnnHandle_t, budget: usize) -> Result<SdpaPlan> {
+    let graph = if g.grads.is_some() {
+        g.backward(Some(h))?
+    } else {
+        g.forward(Some(h))?
+    };
+    let target = Target::Handle(h);
+    let mut why = Vec::new();
+    for config in graph.configs(&target)? {
+        let bytes = config.workspace()?;
+        if bytes > budget {
+            why.push(format!(
+                "an engine needs {bytes} bytes of workspace, {budget} are set aside"
+            ));
+            continue;
+        }
+        match graph.plan(&config, &target) {
+            Ok(plan) if plan.workspace <= budget => {
+                return Ok(SdpaPlan {
+                    plan,
+                    _made_of: (graph, config),
+                })
+            }
+            Ok(plan) => why.push(format!(
+                "a plan needs {} bytes of workspace, {budget} are set aside",
+                plan.workspace
+            )),
+            Err(e) => why.push(e.to_string()),
+        }
+    }
+    Err(Error::Cuda {
+        op: "cuDNN attention",
+        msg: if why.is_empty() {
+            "cuDNN proposes no engine for this attention".into()
+        } else {
+            why.join("; ")
+        },
+    })
+}
+
+impl super::Cudnn {
+    /// Queues attention pass `c` with the plan built for its geometry before, or
+    /// builds one (once: a geometry cuDNN has no engine for is refused at once
+    /// later).
+    ///
+    /// # Safety
+    /// `c`'s addresses hold its geometry's operands and results, its workspace
+    /// `c.workspace_bytes` bytes; `stream` is the device's, its context current.
+    pub(crate) unsafe fn sdpa(&self, stream: CUstream, c: &SdpaCall) -> Result<()> {
+        let version = *library()
+            .as_ref()
+            .map_err(|reason| Error::CudaUnavailable {
+                reason: format!("cuDNN: {reason}"),
+            })?;
+        let mut guard = self.handle(stream)?;
+        let state = guard.as_mut().expect("created by handle()");
+        let h = state.handle;
+        // a plan is built (kernels compiled and loaded) outside a CUDA graph
+        // capture only: a geometry first seen while capturing runs ember's kernels
+        // this time, and nothing is remembered
+        if !state.sdpa.contains_key(&c.geom) && capturing(stream) {
+            return Err(Error::Cuda {
+                op: "cuDNN attention",
+                msg: "no plan for this shape yet, and none is built while a CUDA graph \
+                      is captured"
+                    .into(),
+            });
+        }
+        let entry = state.sdpa.entry(c.geom).or_insert_with(|| {
+            let built = sdpa_plan(&c.geom, h, c.plan_budget()).map_err(|e| e.to_string());
+            if log_choices() {
+                match &built {
+                    Ok(b) => eprintln!(
+                        "ember: cuDNN attention for {:?}: a plan with {} bytes of workspace",
+                        c.geom, b.plan.workspace
+                    ),
+                    Err(why) => eprintln!(
+                        "ember: cuDNN attention for {:?}: none ({why}); ember's kernels instead",
+                        c.geom
+                    ),
+                }
+            }
+            built
+        });
+        let built = entry.as_ref().map_err(|msg| Error::Cuda {
+            op: "cuDNN attention",
+            msg: msg.clone(),
+        })?;
+        // cuDNN before 9.6 left dq's float32 accumulator for its caller to zero
+        if c.geom.grads.is_some() && version < 90600 {
+            use cudarc::driver::sys as cu;
+            let acc = c.workspace + c.parts.0 as u64;
+            // SAFETY: the accumulator's bytes lie in the call's workspace.
+            let r = unsafe { cu::cuMemsetD8Async(acc, 0, c.parts.1, stream) };
+            if r != cu::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda {
+                    op: "cuMemsetD8Async",
+                    msg: format!("{r:?}"),
+                });
+            }
+        }
+        // a masked score: -inf, or the lowest float for cuDNN before 9.10
+        let masked = if version >= 91000 {
+            f32::NEG_INFINITY
+        } else {
+            f32::MIN
+        };
+        let scalars = [c.scale, masked, 1.0];
+        let data = c.addresses(&scalars);
+        // SAFETY: as the caller promises; the scalars outlive the call.
+        unsafe {
+            built
+                .plan
+                .execute(h, &data, c.plan_workspace() as usize as *mut c_void)
+        }
     }
 }
 
@@ -491,9 +621,9 @@ mod tests {
         }
         for g in &cases {
             let graph = if g.grads.is_some() {
-                g.backward()
+                g.backward(None)
             } else {
-                g.forward()
+                g.forward(None)
             };
             let graph = graph.unwrap_or_else(|e| panic!("{g:?}: {e}"));
             let configs = graph.configs(&target).unwrap();
