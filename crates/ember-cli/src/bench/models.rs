@@ -106,26 +106,21 @@ pub(crate) fn workloads(cx: &Ctx) -> Vec<Workload> {
         }
     }
     for (amp, suffix) in PRECISIONS {
-        all.push(gpt_workload(
-            dev,
-            config,
-            &gpt_name,
-            (gb, t),
-            amp,
-            suffix,
-            false,
-        ));
-        // half-precision attention on cuDNN's fused engines (off by default)
-        if gpu && amp.is_some() {
-            all.push(gpt_workload(
-                dev,
-                config,
-                &gpt_name,
-                (gb, t),
-                amp,
-                suffix,
-                true,
-            ));
+        // and on a GPU the half-precision row again with its attention on
+        // cuDNN's fused engines (off by default)
+        for cudnn_attention in [false, true] {
+            if !cudnn_attention || (gpu && amp.is_some()) {
+                let (shape, name) = ((gb, t), &gpt_name);
+                all.push(gpt_workload(
+                    dev,
+                    config,
+                    name,
+                    shape,
+                    amp,
+                    suffix,
+                    cudnn_attention,
+                ));
+            }
         }
     }
     all

@@ -371,7 +371,6 @@ pub(super) unsafe fn graph_conv(state: &mut Dnn, stream: CUstream, c: &ConvCall)
 #[cfg(test)]
 mod tests {
     use super::super::graph::DeviceModel;
-    use super::super::library;
     use super::*;
     use crate::backend::op::{ConvShape, Window};
 
@@ -440,21 +439,11 @@ mod tests {
     /// take the legacy calls.
     #[test]
     fn cudnn_builds_plans_for_the_convolution_graphs() {
-        let v = match library() {
-            Ok(v) => *v,
-            Err(why) => {
-                eprintln!("skipped cudnn_builds_plans_for_the_convolution_graphs: {why}");
-                return;
-            }
-        };
-        if v < 90800 {
-            eprintln!(
-                "skipped cudnn_builds_plans_for_the_convolution_graphs: cuDNN {v} describes \
-                 no GPU without one (9.8 or later does)"
-            );
+        let Some(h200) = DeviceModel::offline_h200("cudnn_builds_plans_for_the_convolution_graphs")
+        else {
             return;
-        }
-        let h200 = DeviceModel::h200().unwrap();
+        };
+
         let target = Target::Model(&h200);
         let shapes = [
             shape(64, 64, 56, 64, 3, 1, 1),

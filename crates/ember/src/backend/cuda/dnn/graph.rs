@@ -479,6 +479,22 @@ impl Target<'_> {
 pub(crate) struct DeviceModel(Desc);
 
 impl DeviceModel {
+    /// For the tests that ask cuDNN about ember's graphs without a GPU: an H200
+    /// described by its properties where cuDNN 9.8 or later loads, else `None`
+    /// after saying why `test` skipped.
+    #[cfg(test)]
+    pub fn offline_h200(test: &str) -> Option<DeviceModel> {
+        let why = match library() {
+            Err(why) => why.clone(),
+            Ok(v) if *v < 90800 => {
+                format!("cuDNN {v} describes no GPU without one (9.8 or later does)")
+            }
+            Ok(_) => return Some(DeviceModel::h200().expect("cuDNN takes the H200's description")),
+        };
+        eprintln!("skipped {test}: {why}");
+        None
+    }
+
     #[cfg_attr(not(test), allow(dead_code))]
     /// An NVIDIA H200 (sm_90, 132 multiprocessors, 227 KiB of shared memory a
     /// block), as cuDNN's JSON describes a device.

@@ -526,7 +526,6 @@ impl super::Cudnn {
 #[cfg(test)]
 mod tests {
     use super::super::graph::{DeviceModel, Target};
-    use super::super::library;
     use super::*;
 
     /// GPT-2 small's attention (8 × 12 heads × 1024 rows × 64), q, k and v read
@@ -561,20 +560,11 @@ mod tests {
     /// GPU, in tests/cudnn.rs.)
     #[test]
     fn cudnn_proposes_engines_for_the_attention_graphs() {
-        let v = match library() {
-            Ok(v) => *v,
-            Err(why) => {
-                eprintln!("skipped cudnn_proposes_engines_for_the_attention_graphs: {why}");
-                return;
-            }
-        };
-        if v < 90800 {
-            eprintln!(
-                "skipped cudnn_proposes_engines_for_the_attention_graphs: cuDNN {v} describes \
-                 no GPU without one (9.8 or later does)"
-            );
+        let Some(h200) =
+            DeviceModel::offline_h200("cudnn_proposes_engines_for_the_attention_graphs")
+        else {
             return;
-        }
+        };
         // cuDNN's attention engines are compiled at run time: its heuristics
         // propose them only where NVRTC and a CUDA driver library load (a GPU
         // need not be there)
@@ -586,7 +576,7 @@ mod tests {
             eprintln!("skipped cudnn_proposes_engines_for_the_attention_graphs: {why}");
             return;
         }
-        let h200 = DeviceModel::h200().unwrap();
+
         let target = Target::Model(&h200);
         let mut cases = vec![];
         for dtype in [DType::BF16, DType::F16] {

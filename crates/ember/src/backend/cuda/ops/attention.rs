@@ -314,9 +314,37 @@ fn log_once(line: impl FnOnce() -> String) {
     }
 }
 
-/// A view's start on the device.
-fn at(s: &CudaStorage, l: &Layout) -> u64 {
-    s.ptr() + (l.offset() * s.dtype().size_in_bytes()) as u64
+/// Each gradient's device address at its view's start in `grads` (the places
+/// [`AttnShape::grad_places`] gives).
+fn grad_ptrs(grads: &mut AttnGrads<CudaStorage>, sh: &AttnShape, dtype: DType) -> [u64; 3] {
+    let (bases, places) = (grads.per_grad(|g| base_ptr(g, 0)), sh.grad_places());
+    [0, 1, 2].map(|i| bases[i] + (places[i].offset * dtype.size_in_bytes()) as u64)
+}
+
+/// The forward's cuDNN call on `x` (each operand at its view's start) into
+/// `out` and `lse`, with the workspace `ws` of `bytes`; the backward's adds its
+/// gradients and workspace parts.
+fn library_call(
+    geom: SdpaGeom,
+    x: &AttnOperands<'_, CudaStorage>,
+    sh: &AttnShape,
+    (out, lse): (&CudaStorage, &CudaStorage),
+    (ws, bytes): (&CudaStorage, usize),
+) -> SdpaCall {
+    let at = |(s, l): (&CudaStorage, &Layout)| base_ptr(s, l.offset());
+    SdpaCall {
+        geom,
+        q: at(x.q),
+        k: at(x.k),
+        v: at(x.v),
+        o: out.ptr(),
+        stats: lse.ptr(),
+        grads: [0; 4],
+        scale: sh.scale as f32,
+        workspace: ws.ptr(),
+        workspace_bytes: bytes,
+        parts: (0, 0),
+    }
 }
 
 /// The output and log-sum-exps of [`BackendStorage::attention`](crate::backend::primitives::BackendStorage::attention).
@@ -324,33 +352,24 @@ pub(crate) fn attention(
     x: AttnOperands<'_, CudaStorage>,
     sh: AttnShape,
 ) -> Result<(CudaStorage, CudaStorage)> {
-    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
+    let (q, lq) = x.q;
     let dev = q.dev();
-    check(dev, q, bias, &sh)?;
+    check(dev, q, x.bias, &sh)?;
     let n = sh.batch * sh.heads;
     let out = new_out(dev, q.dtype(), n * sh.l * sh.d)?;
     let lse = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
-    if let Some(geom) = library_geom(q, [lq, lk, lv], bias.is_some(), &sh, None) {
+    if let Some(geom) = library_geom(q, [lq, x.k.1, x.v.1], x.bias.is_some(), &sh, None) {
         // (the meta device allocates the same after the results)
         let bytes = attn_library_workspace(&sh, false);
         let ws = new_out(dev, DType::U8, bytes)?;
-        let call = SdpaCall {
-            geom,
-            q: at(q, lq),
-            k: at(k, lk),
-            v: at(v, lv),
-            o: out.ptr(),
-            stats: lse.ptr(),
-            grads: [0; 4],
-            scale: sh.scale as f32,
-            workspace: ws.ptr(),
-            workspace_bytes: bytes,
-            parts: (0, 0),
-        };
-        if library_ran(dev, &call) {
+        if library_ran(
+            dev,
+            &library_call(geom, &x, &sh, (&out, &lse), (&ws, bytes)),
+        ) {
             return Ok((out, lse));
         }
     }
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let (pq, pk, pv) = (base_ptr(q, 0), base_ptr(k, 0), base_ptr(v, 0));
     // no bias: a null pointer, which the kernels test
@@ -376,44 +395,32 @@ pub(crate) fn attention_backward(
     saved: AttnSaved<'_, CudaStorage>,
     sh: AttnShape,
 ) -> Result<AttnGrads<CudaStorage>> {
-    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     let (out, lse, (g, lg)) = saved.parts();
+    let (q, lq) = x.q;
     let dev = q.dev();
-    check(dev, q, bias, &sh)?;
+    check(dev, q, x.bias, &sh)?;
     let n = sh.batch * sh.heads;
-    if let Some(geom) = library_geom(q, [lq, lk, lv], bias.is_some(), &sh, Some(lg)) {
+    if let Some(geom) = library_geom(q, [lq, x.k.1, x.v.1], x.bias.is_some(), &sh, Some(lg)) {
         // the gradients, then the workspace (as the meta device allocates them)
         let mut grads = AttnGrads::alloc(&sh, |len| new_out(dev, q.dtype(), len))?;
-        let (bases, places) = (grads.per_grad(|g| base_ptr(g, 0)), sh.grad_places());
-        let size = q.dtype().size_in_bytes() as u64;
-        let [pdq, pdk, pdv] = [0, 1, 2].map(|i| bases[i] + places[i].offset as u64 * size);
+        let [pdq, pdk, pdv] = grad_ptrs(&mut grads, &sh, q.dtype());
         let bytes = attn_library_workspace(&sh, true);
         let ws = new_out(dev, DType::U8, bytes)?;
         let call = SdpaCall {
-            geom,
-            q: at(q, lq),
-            k: at(k, lk),
-            v: at(v, lv),
-            o: out.ptr(),
-            stats: lse.ptr(),
-            grads: [at(g, lg), pdq, pdk, pdv],
-            scale: sh.scale as f32,
-            workspace: ws.ptr(),
-            workspace_bytes: bytes,
+            grads: [base_ptr(g, lg.offset()), pdq, pdk, pdv],
             parts: attn_library_parts(&sh),
+            ..library_call(geom, &x, &sh, (out, lse), (&ws, bytes))
         };
         if library_ran(dev, &call) {
             return Ok(grads);
         }
     }
+    let ((q, lq), (k, lk), (v, lv), bias) = x.parts();
     // each row's Σ g · out, freed once the kernels are queued (the allocator
     // keeps it from reuse until they ran)
     let dsum = new_out(dev, stat_dtype(q.dtype()), n * sh.l)?;
     let mut grads = AttnGrads::alloc(&sh, |len| new_out(dev, q.dtype(), len))?;
-    // each gradient's pointer at its view's start
-    let (bases, places) = (grads.per_grad(|g| base_ptr(g, 0)), sh.grad_places());
-    let size = q.dtype().size_in_bytes() as u64;
-    let [pdq, pdk, pdv] = [0, 1, 2].map(|i| bases[i] + places[i].offset as u64 * size);
+    let [pdq, pdk, pdv] = grad_ptrs(&mut grads, &sh, q.dtype());
     let a = KAttn::new(&sh, lq, lk, lv, bias.map(|b| b.1));
     let ga = a.with_queries(lg);
     let sfx = suffix(q.dtype());
