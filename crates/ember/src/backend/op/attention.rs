@@ -445,24 +445,54 @@ fn blocks(bytes: usize) -> usize {
 
 /// The workspace (bytes) of a cuDNN attention call, allocated after its results
 /// and freed once it is queued. Forward: as many bytes as the log-sum-exps (the
-/// plan's; its engines ask for a few hundred). Backward: each row's
-/// `Σ dout · out` in float32, then dq accumulated in float32, then as many bytes
-/// again for the plan. A plan that needs more than its part is not used.
+/// plan's; its engines ask for a few hundred). Backward: the parts of
+/// [`attn_library_parts`], then as many bytes again as dq's accumulator for the
+/// plan. A plan that needs more than its part is not used.
 pub(crate) fn attn_library_workspace(sh: &AttnShape, backward: bool) -> usize {
     let rows = sh.batch * sh.heads * sh.l;
     if backward {
-        let (dot, acc) = attn_library_parts(sh);
-        dot + 2 * acc
+        let parts = attn_library_parts(sh);
+        parts.total() + parts.acc
     } else {
         blocks(rows * 4)
     }
 }
 
-/// The backward workspace's first two parts: `Σ dout · out` and dq's float32
-/// accumulator (bytes, each whole 256-byte blocks).
-pub(crate) fn attn_library_parts(sh: &AttnShape) -> (usize, usize) {
+/// The backward's workspace before the plan's part (bytes, each whole 256-byte
+/// blocks, in this order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AttnLibraryParts {
+    /// each row's `Σ dout · out` (float32)
+    pub dot: usize,
+    /// dq accumulated in float32
+    pub acc: usize,
+    /// where the key count is not a multiple of 128: the query and key counts,
+    /// one int32 of each a batch, for the padding mask cuDNN's backward engines
+    /// need then (up to cuDNN 9.15, as cuDNN's frontend adds it:
+    /// `SdpaGeom::padding_mask` in backend/cuda/dnn/sdpa/graphs.rs); kept whatever the
+    /// version, so that the meta device's estimate does not depend on it
+    pub lens: usize,
+}
+
+impl AttnLibraryParts {
+    /// All three parts' bytes.
+    pub fn total(&self) -> usize {
+        self.dot + self.acc + self.lens
+    }
+}
+
+/// The parts of a cuDNN attention backward's workspace for `sh`.
+pub(crate) fn attn_library_parts(sh: &AttnShape) -> AttnLibraryParts {
     let rows = sh.batch * sh.heads * sh.l;
-    (blocks(rows * 4), blocks(rows * sh.d * 4))
+    AttnLibraryParts {
+        dot: blocks(rows * 4),
+        acc: blocks(rows * sh.d * 4),
+        lens: if sh.s.is_multiple_of(128) {
+            0
+        } else {
+            blocks(2 * sh.batch * 4)
+        },
+    }
 }
 
 #[cfg(test)]

@@ -48,8 +48,8 @@ mod reduce;
 pub(crate) use attention::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_library_parts,
     attn_library_refuses, attn_library_workspace, attn_packed_refuses, attn_view_fits,
-    library_attention, set_library_attention, AttnGrads, AttnOperands, AttnPacking, AttnPlace,
-    AttnSaved, AttnShape, AttnViews,
+    library_attention, set_library_attention, AttnGrads, AttnLibraryParts, AttnOperands,
+    AttnPacking, AttnPlace, AttnSaved, AttnShape, AttnViews,
 };
 pub(crate) use conv::{ConvShape, Pool, PoolShape, Window};
 pub(crate) use elementwise::*;

@@ -219,6 +219,11 @@ impl Graph {
         Ok(uid)
     }
 
+    /// Whether tensor `uid` is declared.
+    pub fn declared(&self, uid: i64) -> bool {
+        self.tensors.contains_key(&uid)
+    }
+
     /// A new inner tensor of `dims`, dense, of `dtype`.
     pub fn inner(&mut self, dims: [i64; 4], dtype: Dt) -> Result<i64> {
         let uid = self.next_uid;
@@ -277,6 +282,34 @@ impl Graph {
         // the node keeps what it needs of the pointwise descriptor
         drop(pw);
         Ok(())
+    }
+
+    /// [`pointwise`](Self::pointwise) into a new dense inner tensor of `dims`
+    /// and `dtype`, whose id it returns (`GEN_INDEX`: [`index`](Self::index)).
+    pub fn op(
+        &mut self,
+        mode: Pw,
+        prec: Dt,
+        xbt: (i64, Option<i64>, Option<i64>),
+        (dims, dtype): ([i64; 4], Dt),
+    ) -> Result<i64> {
+        let y = self.inner(dims, dtype)?;
+        self.pointwise(mode, prec, xbt, y, None)?;
+        Ok(y)
+    }
+
+    /// Each element's index along `axis` of `x` (of `dims`), as a new int32
+    /// inner tensor, computed in `prec`.
+    pub fn index(&mut self, x: i64, axis: i64, prec: Dt, dims: [i64; 4]) -> Result<i64> {
+        let y = self.inner(dims, Dt::CUDNN_DATA_INT32)?;
+        self.pointwise(
+            Pw::CUDNN_POINTWISE_GEN_INDEX,
+            prec,
+            (x, None, None),
+            y,
+            Some(axis),
+        )?;
+        Ok(y)
     }
 
     /// `y = op` over the dims where `y` has size 1 and `x` does not.

@@ -12,7 +12,7 @@ use crate::backend::cuda::{CudaDev, CudaStorage};
 use crate::backend::op::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_library_parts,
     attn_library_refuses, attn_library_workspace, attn_packed_refuses, stat_dtype, AttnGrads,
-    AttnOperands, AttnPlace, AttnSaved, AttnShape, AttnViews,
+    AttnLibraryParts, AttnOperands, AttnPlace, AttnSaved, AttnShape, AttnViews,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -343,7 +343,7 @@ fn library_call(
         scale: sh.scale as f32,
         workspace: ws.ptr(),
         workspace_bytes: bytes,
-        parts: (0, 0),
+        parts: AttnLibraryParts::default(),
     }
 }
 

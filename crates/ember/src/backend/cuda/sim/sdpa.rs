@@ -2,12 +2,13 @@
 //! contract of ember's attention graphs (`backend/cuda/dnn/sdpa.rs`): strided
 //! f16/bf16 operands `[batch, heads, rows, d]`, the scale and top-left causal
 //! mask, float32 log-sum-exps, and the backward's workspace parts (each row's
-//! `Σ dout · out` and dq's float32 accumulator) written where the graph writes
-//! them; the backward's weights come from the forward's saved log-sum-exps, as
+//! `Σ dout · out` and dq's float32 accumulator written where the graph writes
+//! them, and room for the padding mask's lengths); the backward's weights come from the forward's saved log-sum-exps, as
 //! the graph computes them. It checks every region it touches, so that the calls
 //! ember makes (the addresses, strides and workspace of an [`SdpaCall`]) are
 //! tested without a GPU; the graphs built for cuDNN from them are checked
-//! against cuDNN's heuristics only (`bench/cudnn-offline`) and run on a GPU. The
+//! against those cuDNN's own frontend builds and planned without a GPU
+//! (`bench/cudnn-offline`), and run on a GPU only. The
 //! numbers are an f64 reference, rounded once to the operands' type.
 
 use super::gemm::{read, write};
@@ -47,10 +48,13 @@ pub(crate) unsafe fn sdpa_job(c: &SdpaCall) -> Result<super::Work> {
         check("dq", c.grads[1], span(&g, dq, g.l))?;
         check("dk", c.grads[2], span(&g, dk, g.s))?;
         check("dv", c.grads[3], span(&g, dv, g.s))?;
-        let (dot, acc) = c.parts;
-        if dot < (g.b * g.h * g.l * 4) as usize
-            || acc < (g.b * g.h * g.l * g.d * 4) as usize
-            || c.workspace_bytes < dot + acc
+        let p = c.parts;
+        if p.dot < (g.b * g.h * g.l * 4) as usize
+            || p.acc < (g.b * g.h * g.l * g.d * 4) as usize
+            // (the padding mask's lengths: cuDNN's engines up to 9.15 need them
+            // for these key counts, SdpaGeom::padding_mask)
+            || (g.s % 128 != 0 && p.lens < (8 * g.b) as usize)
+            || c.workspace_bytes < p.total()
         {
             return Err(Error::Cuda {
                 op: "cuDNN attention",
@@ -204,7 +208,7 @@ unsafe fn run(c: &SdpaCall) {
                 }
             }
             Some([_, dqs, dks, dvs]) => {
-                let acc = c.workspace + c.parts.0 as u64;
+                let acc = c.workspace + c.parts.dot as u64;
                 for i in 0..l {
                     // SAFETY: the workspace's parts, checked above.
                     unsafe { write(DType::F32, c.workspace, bh * l + i, b[i as usize]) };
