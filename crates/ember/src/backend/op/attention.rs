@@ -467,7 +467,8 @@ pub(crate) struct AttnLibraryParts {
     /// dq accumulated in float32
     pub acc: usize,
     /// where the key count is not a multiple of 128: the query and key counts,
-    /// one int32 of each a batch, for the padding mask cuDNN's backward engines
+    /// one int32 of each a batch (the keys' from the next 16 bytes), for the
+    /// padding mask cuDNN's backward engines
     /// need then (up to cuDNN 9.15, as cuDNN's frontend adds it:
     /// `SdpaGeom::padding_mask` in backend/cuda/dnn/sdpa/graphs.rs); kept whatever the
     /// version, so that the meta device's estimate does not depend on it
@@ -490,7 +491,7 @@ pub(crate) fn attn_library_parts(sh: &AttnShape) -> AttnLibraryParts {
         lens: if sh.s.is_multiple_of(128) {
             0
         } else {
-            blocks(2 * sh.batch * 4)
+            blocks(4 * (sh.batch.next_multiple_of(4) + sh.batch))
         },
     }
 }

@@ -514,7 +514,7 @@ pub(crate) struct DeviceModel(Desc);
 impl DeviceModel {
     /// For the tests that ask cuDNN about ember's graphs without a GPU: an H200
     /// described by its properties where cuDNN 9.8 or later loads, else `None`
-    /// after saying why `test` skipped.
+    /// after saying why `test` skipped ([`offline_skip`]).
     #[cfg(test)]
     pub fn offline_h200(test: &str) -> Option<DeviceModel> {
         let why = match library() {
@@ -524,7 +524,7 @@ impl DeviceModel {
             }
             Ok(_) => return Some(DeviceModel::h200().expect("cuDNN takes the H200's description")),
         };
-        eprintln!("skipped {test}: {why}");
+        offline_skip(test, &why);
         None
     }
 
@@ -551,6 +551,17 @@ impl DeviceModel {
         )?;
         Ok(DeviceModel(d.finalize()?))
     }
+}
+
+/// Says that the offline cuDNN test `test` skipped and why; fails it instead
+/// where `EMBER_CUDNN_OFFLINE=1` (set by `bench/cudnn-offline`, whose checks
+/// must run).
+#[cfg(test)]
+pub fn offline_skip(test: &str, why: &str) {
+    if std::env::var("EMBER_CUDNN_OFFLINE").is_ok_and(|v| v == "1") {
+        panic!("{test} cannot run: {why}");
+    }
+    eprintln!("skipped {test}: {why}");
 }
 
 /// One engine configuration cuDNN's heuristics proposed.

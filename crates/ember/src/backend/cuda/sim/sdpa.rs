@@ -1,5 +1,5 @@
 //! The simulator's stand-in for cuDNN's fused attention: a reference with the
-//! contract of ember's attention graphs (`backend/cuda/dnn/sdpa.rs`): strided
+//! contract of ember's attention graphs (`backend/cuda/dnn/sdpa/`): strided
 //! f16/bf16 operands `[batch, heads, rows, d]`, the scale and top-left causal
 //! mask, float32 log-sum-exps, and the backward's workspace parts (each row's
 //! `Σ dout · out` and dq's float32 accumulator written where the graph writes

@@ -1,6 +1,7 @@
 //! The forward and backward graphs of cuDNN's fused attention for one
-//! geometry, node for node as cuDNN's frontend writes them (checked by
-//! `bench/cudnn-offline` against `tests/golden/cudnn/graphs.json`).
+//! geometry, node for node as cuDNN's frontend writes them (checked, as far as
+//! cuDNN's debug log shows them and for cuDNN 9.14, by `bench/cudnn-offline`
+//! against `tests/golden/cudnn/graphs.json`).
 
 use super::super::graph::{dense, Dt, Graph, OpGraph, Pw, Red, TensorSpec};
 use super::super::library;
@@ -55,6 +56,16 @@ impl SdpaGeom {
         ([self.b, self.h, self.d, self.s], [st[0], st[1], 1, st[2]])
     }
 
+    /// The loaded cuDNN's version.
+    fn version() -> Result<usize> {
+        library()
+            .as_ref()
+            .copied()
+            .map_err(|reason| Error::CudaUnavailable {
+                reason: format!("cuDNN: {reason}"),
+            })
+    }
+
     /// Declares the masked score `NEG_INF` (a host scalar) once: a graph's
     /// tensors are exactly those its nodes use.
     fn neg_inf(g: &mut Graph) -> Result<()> {
@@ -75,7 +86,10 @@ impl SdpaGeom {
 
     /// `x` (`[b, h, l, s]` float32) with the scores of rows past `SEQ_Q` or
     /// columns past `SEQ_KV` set to `NEG_INF`, as cuDNN's frontend writes its
-    /// padding mask.
+    /// padding mask. (cuDNN's debug log, which `bench/cudnn-offline` compares
+    /// with the frontend's graphs, shows neither the index nodes' axes, nor
+    /// the select's masked value, nor the AND's operands, nor which length
+    /// each comparison takes: those are as the frontend's by reading.)
     fn padded(&self, g: &mut Graph, x: i64) -> Result<i64> {
         let scores = [self.b, self.h, self.l, self.s];
         let lens = [self.b, 1, 1, 1];
@@ -174,11 +188,7 @@ impl SdpaGeom {
             op: "cuDNN attention",
             msg: "a backward geometry without its gradients' strides".into(),
         })?;
-        let version = *library()
-            .as_ref()
-            .map_err(|reason| Error::CudaUnavailable {
-                reason: format!("cuDNN: {reason}"),
-            })?;
+        let version = Self::version()?;
         let (data, f32_) = (self.data(), Dt::CUDNN_DATA_FLOAT);
         let mut g = Graph::new(FIRST_INNER);
         let scores = ([self.b, self.h, self.l, self.s], f32_);

@@ -70,15 +70,29 @@ pub(crate) struct SdpaCall {
     pub parts: AttnLibraryParts,
 }
 
+/// A stretch of device memory a pass needs set before it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// `count` bytes of `value` from `at`
+    Bytes { at: u64, value: u8, count: usize },
+    /// `count` 32-bit words of `value` from `at` (4-byte aligned)
+    Words { at: u64, value: u32, count: usize },
+}
+
 impl SdpaCall {
     /// The workspace bytes left for the plan.
     pub fn plan_budget(&self) -> usize {
         self.workspace_bytes.saturating_sub(self.parts.total())
     }
 
-    /// Each tensor's address by id for an execution (host addresses for the
-    /// by-value scalars in `scalars`: scale, the masked score, one).
-    pub fn addresses(&self, scalars: &[f32; 3]) -> Vec<(i64, *mut std::ffi::c_void)> {
+    /// Each tensor's address by id for an execution with cuDNN `version` (host
+    /// addresses for the by-value scalars in `scalars`: scale, the masked
+    /// score, one).
+    pub fn addresses(
+        &self,
+        scalars: &[f32; 3],
+        version: usize,
+    ) -> Vec<(i64, *mut std::ffi::c_void)> {
         let dev = |p: u64| p as usize as *mut std::ffi::c_void;
         let host = |i: usize| (&scalars[i] as *const f32).cast_mut().cast();
         let mut a = vec![
@@ -102,12 +116,9 @@ impl SdpaCall {
                 (uid::DQ_ACC, dev(ws + self.parts.dot as u64)),
                 (uid::ONE, host(2)),
             ]);
-            if self.parts.lens > 0 {
-                let lens = self.lens();
-                a.extend([
-                    (uid::SEQ_Q, dev(lens)),
-                    (uid::SEQ_KV, dev(lens + 4 * self.geom.b as u64)),
-                ]);
+            if self.geom.padding_mask(version) {
+                let (q, kv) = self.lens();
+                a.extend([(uid::SEQ_Q, dev(q)), (uid::SEQ_KV, dev(kv))]);
             }
         }
         a
@@ -118,9 +129,51 @@ impl SdpaCall {
         self.workspace + self.parts.total() as u64
     }
 
-    /// Where the backward's sequence lengths start (`SEQ_Q`, then `SEQ_KV`).
-    pub fn lens(&self) -> u64 {
-        self.workspace + (self.parts.dot + self.parts.acc) as u64
+    /// Where the backward's sequence lengths lie: `SEQ_Q`, then `SEQ_KV` on the
+    /// next 16 bytes (one int32 a batch each; [`AttnLibraryParts::lens`]).
+    pub fn lens(&self) -> (u64, u64) {
+        let q = self.workspace + (self.parts.dot + self.parts.acc) as u64;
+        (q, q + 4 * (self.geom.b as u64).next_multiple_of(4))
+    }
+
+    /// What the workspace needs written before cuDNN `version` runs this pass:
+    /// dq's accumulator zeroed (cuDNN before 9.6 leaves that to its caller),
+    /// and the padding mask's lengths (every sequence whole:
+    /// [`SdpaGeom::padding_mask`]). Refuses a workspace without room for its
+    /// parts.
+    pub fn fills(&self, version: usize) -> Result<Vec<Fill>> {
+        let g = &self.geom;
+        let p = &self.parts;
+        let b = g.b as usize;
+        let lens_bytes = 4 * (b.next_multiple_of(4) + b);
+        if self.workspace_bytes < p.total() || (g.padding_mask(version) && p.lens < lens_bytes) {
+            return Err(Error::Cuda {
+                op: "cuDNN attention",
+                msg: format!(
+                    "a workspace of {} bytes has no room for its parts {p:?}",
+                    self.workspace_bytes
+                ),
+            });
+        }
+        let mut fills = Vec::new();
+        if g.grads.is_some() && version < 90600 {
+            fills.push(Fill::Bytes {
+                at: self.workspace + p.dot as u64,
+                value: 0,
+                count: p.acc,
+            });
+        }
+        if g.padding_mask(version) {
+            let (q, kv) = self.lens();
+            for (at, len) in [(q, g.l), (kv, g.s)] {
+                fills.push(Fill::Words {
+                    at,
+                    value: len as u32,
+                    count: b,
+                });
+            }
+        }
+        Ok(fills)
     }
 }
 
@@ -131,7 +184,9 @@ pub(super) struct SdpaPlan {
 }
 
 /// The first of cuDNN's engines for `g` whose plan builds for `target` and
-/// needs at most `budget` bytes of workspace.
+/// needs at most `budget` bytes of workspace. (Each geometry compiles its
+/// engine's kernel anew: cuDNN's kernel cache takes dynamic-shape graphs only,
+/// and its attention engines build none, 9.14 and 9.26 alike.)
 fn sdpa_plan(g: &SdpaGeom, target: &Target<'_>, budget: usize) -> Result<SdpaPlan> {
     let graph = if g.grads.is_some() {
         g.backward(target.handle())?
@@ -185,6 +240,8 @@ impl super::Cudnn {
             .map_err(|reason| Error::CudaUnavailable {
                 reason: format!("cuDNN: {reason}"),
             })?;
+        // (checked before a plan is built for it)
+        let fills = c.fills(version)?;
         let mut guard = self.handle(stream)?;
         let state = guard.as_mut().expect("created by handle()");
         let h = state.handle;
@@ -220,39 +277,26 @@ impl super::Cudnn {
             op: "cuDNN attention",
             msg: msg.clone(),
         })?;
-        use cudarc::driver::sys as cu;
-        let done = |op: &'static str, r: cu::CUresult| {
-            if r == cu::CUresult::CUDA_SUCCESS {
-                Ok(())
-            } else {
-                Err(Error::Cuda {
+        for fill in fills {
+            use cudarc::driver::sys as cu;
+            // SAFETY: `fills` placed each within the call's workspace.
+            let (op, r) = unsafe {
+                match fill {
+                    Fill::Bytes { at, value, count } => (
+                        "cuMemsetD8Async",
+                        cu::cuMemsetD8Async(at, value, count, stream),
+                    ),
+                    Fill::Words { at, value, count } => (
+                        "cuMemsetD32Async",
+                        cu::cuMemsetD32Async(at, value, count, stream),
+                    ),
+                }
+            };
+            if r != cu::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda {
                     op,
                     msg: format!("{r:?}"),
-                })
-            }
-        };
-        // cuDNN before 9.6 left dq's float32 accumulator for its caller to zero
-        if c.geom.grads.is_some() && version < 90600 {
-            let acc = c.workspace + c.parts.dot as u64;
-            // SAFETY: the accumulator's bytes lie in the call's workspace.
-            done("cuMemsetD8Async", unsafe {
-                cu::cuMemsetD8Async(acc, 0, c.parts.acc, stream)
-            })?;
-        }
-        // the padding mask's lengths: every sequence whole
-        if c.geom.padding_mask(version) {
-            let b = c.geom.b as usize;
-            if c.parts.lens < 8 * b {
-                return Err(Error::Cuda {
-                    op: "cuDNN attention",
-                    msg: "no room for the padding mask's lengths in the workspace".into(),
                 });
-            }
-            for (at, len) in [(c.lens(), c.geom.l), (c.lens() + 4 * b as u64, c.geom.s)] {
-                // SAFETY: `b` int32s from `at` lie in the call's workspace (above).
-                done("cuMemsetD32Async", unsafe {
-                    cu::cuMemsetD32Async(at, len as u32, b, stream)
-                })?;
             }
         }
         // a masked score: -inf, or the lowest float for cuDNN before 9.10
@@ -262,7 +306,7 @@ impl super::Cudnn {
             f32::MIN
         };
         let scalars = [c.scale, masked, 1.0];
-        let data = c.addresses(&scalars);
+        let data = c.addresses(&scalars, version);
         // SAFETY: as the caller promises; the scalars outlive the call.
         unsafe {
             built

@@ -1,4 +1,4 @@
-use super::super::graph::{DeviceModel, Target};
+use super::super::graph::{offline_skip, DeviceModel, Target};
 use super::*;
 use crate::dtype::DType;
 
@@ -119,7 +119,7 @@ fn cudnn_builds_plans_for_the_attention_graphs() {
         .into_iter()
         .find_map(|lib| ensure(lib).err())
     {
-        eprintln!("skipped cudnn_builds_plans_for_the_attention_graphs: {why}");
+        offline_skip("cudnn_builds_plans_for_the_attention_graphs", &why);
         return;
     }
 
@@ -163,7 +163,7 @@ fn an_execution_gets_each_address_at_its_id() {
     };
     let scalars = [0.125f32, f32::NEG_INFINITY, 1.0];
     let at: std::collections::HashMap<i64, usize> = call
-        .addresses(&scalars)
+        .addresses(&scalars, 91400)
         .into_iter()
         .map(|(id, p)| (id, p as usize))
         .collect();
@@ -197,7 +197,7 @@ fn an_execution_gets_each_address_at_its_id() {
         ..call
     };
     let ids: Vec<i64> = fwd
-        .addresses(&scalars)
+        .addresses(&scalars, 91400)
         .into_iter()
         .map(|(id, _)| id)
         .collect();
@@ -228,7 +228,7 @@ fn an_execution_gets_each_address_at_its_id() {
         ..call
     };
     let at: std::collections::HashMap<i64, usize> = padded
-        .addresses(&scalars)
+        .addresses(&scalars, 91400)
         .into_iter()
         .map(|(id, p)| (id, p as usize))
         .collect();
@@ -240,4 +240,81 @@ fn an_execution_gets_each_address_at_its_id() {
     assert!(g.padding_mask(91400) && !g.padding_mask(91600));
     assert!(!gpt2(DType::BF16, true, 64, true).padding_mask(91400));
     assert!(!gpt2(DType::BF16, true, 64, false).padding_mask(91400));
+    // cuDNN 9.16 on: no mask, so no lengths bound
+    assert_eq!(padded.addresses(&scalars, 91600).len(), want.len());
+}
+
+/// What a pass has written into its workspace before it runs: the padding
+/// mask's lengths (each batch's query and key counts, the keys' from the next
+/// 16 bytes) for cuDNN up to 9.15 where the keys are not a multiple of 128, dq's
+/// accumulator zeroed for cuDNN before 9.6; and a workspace without room for
+/// its parts refused.
+#[test]
+fn a_pass_fills_its_workspace_parts() {
+    let mut g = gpt2(DType::BF16, true, 64, true);
+    (g.b, g.l, g.s) = (3, 300, 700);
+    let call = SdpaCall {
+        geom: g,
+        q: 0x1000,
+        k: 0x2000,
+        v: 0x3000,
+        o: 0x4000,
+        stats: 0x5000,
+        grads: [0x6000, 0x7000, 0x8000, 0x9000],
+        scale: 0.125,
+        workspace: 0x10_0000,
+        workspace_bytes: 0x1000 + 0x100 + 2 * 0x4000,
+        parts: AttnLibraryParts {
+            dot: 0x1000,
+            acc: 0x4000,
+            lens: 0x100,
+        },
+    };
+    let lens = 0x10_5000;
+    let words = |at, value| Fill::Words {
+        at,
+        value,
+        count: 3,
+    };
+    assert_eq!(
+        call.fills(91400).unwrap(),
+        [words(lens, 300), words(lens + 16, 700)]
+    );
+    assert_eq!(call.fills(91600).unwrap(), []);
+    let zero_acc = Fill::Bytes {
+        at: 0x10_1000,
+        value: 0,
+        count: 0x4000,
+    };
+    assert_eq!(
+        call.fills(90500).unwrap(),
+        [zero_acc, words(lens, 300), words(lens + 16, 700)]
+    );
+    // keys a multiple of 128, and the forward: nothing to write
+    let whole = SdpaCall {
+        geom: SdpaGeom { s: 768, ..g },
+        ..call
+    };
+    assert_eq!(whole.fills(91400).unwrap(), []);
+    let fwd = SdpaCall {
+        geom: SdpaGeom { grads: None, ..g },
+        parts: AttnLibraryParts::default(),
+        ..call
+    };
+    assert_eq!(fwd.fills(90500).unwrap(), []);
+    // no room for the lengths (one byte short), or for the parts at all
+    let short = SdpaCall {
+        parts: AttnLibraryParts {
+            lens: 4 * (4 + 3) - 1,
+            ..call.parts
+        },
+        ..call
+    };
+    assert!(short.fills(91400).is_err());
+    assert!(short.fills(91600).is_ok());
+    let small = SdpaCall {
+        workspace_bytes: call.parts.total() - 1,
+        ..call
+    };
+    assert!(small.fills(91600).is_err());
 }
