@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cuDNN's own graphs for ember's cuDNN attention, and a check of ember's against them.
+"""cuDNN's own graphs for ember's cuDNN attention and convolutions, and a check of ember's against them.
 
 ember's fused attention on cuDNN (crates/ember/src/backend/cuda/dnn/sdpa/graphs.rs) writes
 its forward and backward as graphs of cuDNN's backend API: matrix products,
@@ -12,7 +12,11 @@ strides and flags) in a canonical text, graphs.json; `check` then compares the
 graphs ember built (the same log, of `cudnn_builds_plans_for_the_attention_graphs`,
 which `bench/cudnn-offline` runs) with them. Equal graphs compute the same thing.
 No GPU is needed for either: cuDNN 9.8 and later takes an H200 described by its
-properties.
+properties. The same for the convolutions' graphs (crates/ember/src/backend/cuda/
+dnn/conv_graph.rs: one forward, data-gradient or weight-gradient node) against
+the frontend's `conv_fprop`, `conv_dgrad` and `conv_wgrad`, for the
+`convolutions` of cases.json (each must be among the graphs ember's
+`cudnn_builds_plans_for_the_convolution_graphs` built: that test builds more).
 
 In the canonical text each tensor's id is replaced: the ones an execution binds
 (q, k, v, the output, the log-sum-exps, the scale, and the backward's output
@@ -24,8 +28,10 @@ and constants the frontend makes for itself) by their order of first appearance.
   gen_graphs.py generate     writes graphs.json (pip installs the frontend, cuDNN
                              9.14 and NVRTC into a temporary folder; needs a C
                              compiler for a stand-in CUDA runtime: nothing runs)
-  gen_graphs.py check LOG    compares the graphs of the cuDNN debug log LOG with
-                             graphs.json; exits 1 where one differs
+  gen_graphs.py check ATTENTION_LOG CONVOLUTION_LOG
+                             compares the graphs of those cuDNN debug logs (of
+                             the two tests) with graphs.json; exits 1 where one
+                             differs
 """
 import difflib
 import json
@@ -44,6 +50,9 @@ NVRTC = "nvidia-cuda-nvrtc==13.0.88"
 NAMED = {1: "q", 2: "k", 3: "v", 4: "o", 5: "stats", 6: "scale", 8: "do", 9: "dq", 10: "dk", 11: "dv"}
 # and what the frontend's tensors take: those plus FE
 FE = 1000
+# the convolutions' (conv_graph.rs: X, W, Y; in a data-gradient pass x and in a
+# weight-gradient pass w are the results, y the gradient taken)
+CONV_NAMED = {1: "x", 2: "w", 3: "y"}
 
 # the H200's properties as cuDNN's JSON describes a device (as graph.rs's `DeviceModel::h200` does)
 H200 = {
@@ -86,22 +95,26 @@ def graphs_in(log_text, named):
     return out
 
 
-def check(log_path):
+def check(log_path, conv_log_path):
     with open(os.path.join(HERE, "graphs.json")) as f:
-        golden = json.load(f)["graphs"]
+        j = json.load(f)
+    golden, golden_conv = j["graphs"], j["convolutions"]
     with open(os.path.join(HERE, "cases.json")) as f:
         names = [c["name"] for c in json.load(f)["cases"]]
-    if not os.path.exists(log_path):
-        print(f"no cuDNN log at {log_path}: cuDNN did not load, or the test skipped")
+    bad = 0
+    for path in (log_path, conv_log_path):
+        if not os.path.exists(path):
+            print(f"no cuDNN log at {path}: cuDNN did not load, or the test skipped")
+            bad += 1
+    if bad:
         return 1
     with open(log_path, errors="replace") as f:
-        # the attention graphs (the log may hold the convolutions' too), in the
-        # order the test built them (cases.json's), each logged once or more
+        # the attention graphs in the order the test built them (cases.json's),
+        # each logged once or more
         ember = []
         for g in graphs_in(f.read(), NAMED):
             if "OPERATION_MATMUL_DESCRIPTOR" in g and (not ember or ember[-1] != g):
                 ember.append(g)
-    bad = 0
     if len(ember) != len(names):
         bad += 1
         print(f"the log holds {len(ember)} attention graphs; cases.json has {len(names)} geometries")
@@ -113,8 +126,59 @@ def check(log_path):
         print(f"{name}: ember's graph differs from the frontend's:")
         diff = difflib.unified_diff(golden[name].split("\n"), g.split("\n"), "frontend", "ember", lineterm="", n=3)
         print("\n".join(list(diff)[:80]))
-    print(f"{len(names)} of {len(names)} geometries match" if bad == 0 else f"{bad} difference(s)")
+    with open(conv_log_path, errors="replace") as f:
+        convs = {g for g in graphs_in(f.read(), CONV_NAMED) if "OPERATION_CONVOLUTION_" in g}
+    for name, g in golden_conv.items():
+        if g in convs:
+            print(f"{name}: among ember's graphs")
+            continue
+        bad += 1
+        print(f"{name}: ember built no graph equal to the frontend's; against the closest:")
+        closest = max(convs, key=lambda e: difflib.SequenceMatcher(None, e, g).ratio(), default="")
+        diff = difflib.unified_diff(g.split("\n"), closest.split("\n"), "frontend", "ember", lineterm="", n=3)
+        print("\n".join(list(diff)[:60]))
+    total = len(names) + len(golden_conv)
+    print(f"{total} of {total} graphs match" if bad == 0 else f"{bad} difference(s)")
     return 0 if bad == 0 else 1
+
+
+def build_conv(case):
+    """(run with the frontend importable) builds convolution `case`'s graph."""
+    import cudnn
+
+    dt = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF, "f32": cudnn.data_type.FLOAT}[case["dtype"]]
+    f32 = cudnn.data_type.FLOAT
+    g = cudnn.pygraph(
+        io_data_type=dt,
+        intermediate_data_type=f32,
+        compute_data_type=f32,
+        device_property=cudnn.create_device_properties(json.dumps(H200)),
+    )
+
+    def strides(d):
+        _, c, h, w = d
+        return [h * w * c, 1, w * c, c] if case["nhwc"] else [c * h * w, h * w, w, 1]
+
+    def real(name, uid):
+        t = g.tensor(name=name, dim=case[name], stride=strides(case[name]), data_type=dt)
+        t.set_uid(FE + uid)
+        return t
+
+    conv = dict(padding=case["pad"], stride=case["stride"], dilation=case["dilation"], compute_data_type=f32)
+    if case["pass"] == "fwd":
+        out, name = g.conv_fprop(image=real("x", 1), weight=real("w", 2), **conv), "y"
+    elif case["pass"] == "dgrad":
+        out, name = g.conv_dgrad(loss=real("y", 3), filter=real("w", 2), **conv), "x"
+    else:
+        out, name = g.conv_wgrad(image=real("x", 1), loss=real("y", 3), **conv), "w"
+    uid = {"x": 1, "w": 2, "y": 3}[name]
+    out.set_output(True).set_dim(case[name]).set_stride(strides(case[name])).set_data_type(dt).set_uid(FE + uid)
+    g.validate()
+    g.build_operation_graph()
+    try:
+        g.create_execution_plans([cudnn.heur_mode.A])
+    except cudnn.cudnnGraphNotSupportedError:
+        pass
 
 
 def build_one(case):
@@ -171,7 +235,8 @@ def build_one(case):
 
 def generate():
     with open(os.path.join(HERE, "cases.json")) as f:
-        cases = json.load(f)["cases"]
+        j = json.load(f)
+    cases, convolutions = j["cases"], j["convolutions"]
     with tempfile.TemporaryDirectory() as work:
         site = os.path.join(work, "site")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -201,39 +266,53 @@ def generate():
             f.write("\n".join(src) + "\n")
         subprocess.run(["cc", "-shared", "-fPIC", "-w", "-o", os.path.join(rt, "libcudart.so.13"),
                         os.path.join(rt, "rt.c"), "-Wl,-soname,libcudart.so.13"], check=True)
-        graphs = {}
-        for case in cases:
+        # and a cuBLASLt of failing entry points: cuDNN 9.14 aborts where some of
+        # its convolution engines find none
+        lt = set()
+        for n in os.listdir(cudnn_lib):
+            if n.startswith("libcudnn"):
+                lt |= set(re.findall(rb"\b(cublasLt[A-Za-z0-9_]+)\b", open(os.path.join(cudnn_lib, n), "rb").read()))
+        with open(os.path.join(rt, "lt.c"), "w") as f:
+            f.write("\n".join(f"int {n.decode()}(void) {{ return 1; }}" for n in sorted(lt)) + "\n")
+        subprocess.run(["cc", "-shared", "-fPIC", "-w", "-o", os.path.join(rt, "libcublasLt.so.13"),
+                        os.path.join(rt, "lt.c"), "-Wl,-soname,libcublasLt.so.13"], check=True)
+
+        def logged(case, kind, named):
             log = os.path.join(work, case["name"] + ".log")
             env = dict(os.environ, PYTHONPATH=site, CUDNN_LOGLEVEL_DBG="3", CUDNN_LOGDEST_DBG=log,
                        LD_LIBRARY_PATH=":".join(p for p in [rt, cudnn_lib, os.environ.get("LD_LIBRARY_PATH")] if p),
                        CUDNN_FRONTEND_CUDART_LIB_NAME=os.path.join(rt, "libcudart.so.13"))
-            subprocess.run([sys.executable, __file__, "one", json.dumps(case), cudnn_lib], env=env, check=True)
+            subprocess.run([sys.executable, __file__, kind, json.dumps(case), cudnn_lib], env=env, check=True)
             with open(log, errors="replace") as f:
-                found = list(dict.fromkeys(graphs_in(f.read(), {FE + u: n for u, n in NAMED.items()})))
+                found = list(dict.fromkeys(graphs_in(f.read(), {FE + u: n for u, n in named.items()})))
             if len(found) != 1:
                 sys.exit(f"{case['name']}: the frontend finalised {len(found)} distinct graphs, not 1")
-            graphs[case["name"]] = found[0]
             print(f"{case['name']}: {found[0].count('Op: type=')} nodes")
+            return found[0]
+
+        graphs = {case["name"]: logged(case, "one", NAMED) for case in cases}
+        conv_graphs = {case["name"]: logged(case, "conv", CONV_NAMED) for case in convolutions}
     about = ("the operation graphs cuDNN's frontend (" + FRONTEND + ", cuDNN " + CUDNN.split("==")[1]
-             + ") builds for the geometries of cases.json, as gen_graphs.py writes them")
+             + ") builds for the attention geometries and the convolutions of cases.json, as"
+             " gen_graphs.py writes them")
     with open(os.path.join(HERE, "graphs.json"), "w") as f:
-        json.dump({"about": about, "graphs": graphs}, f, indent=1)
+        json.dump({"about": about, "graphs": graphs, "convolutions": conv_graphs}, f, indent=1)
         f.write("\n")
 
 
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "generate":
         generate()
-    elif len(sys.argv) == 3 and sys.argv[1] == "check":
-        sys.exit(check(sys.argv[2]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "one":
+    elif len(sys.argv) == 4 and sys.argv[1] == "check":
+        sys.exit(check(sys.argv[2], sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] in ("one", "conv"):
         import ctypes
 
         # cuDNN's parts loaded first, so that the frontend finds them
         for n in ["graph", "engines_precompiled", "engines_runtime_compiled", "heuristic", "ops", "cnn", "adv"]:
             ctypes.CDLL(os.path.join(sys.argv[3], f"libcudnn_{n}.so.9"), mode=ctypes.RTLD_GLOBAL)
         ctypes.CDLL(os.path.join(sys.argv[3], "libcudnn.so.9"), mode=ctypes.RTLD_GLOBAL)
-        build_one(json.loads(sys.argv[2]))
+        (build_one if sys.argv[1] == "one" else build_conv)(json.loads(sys.argv[2]))
     else:
         sys.exit(__doc__)
 
