@@ -480,6 +480,14 @@ impl AttnLibraryParts {
     pub fn total(&self) -> usize {
         self.dot + self.acc + self.lens
     }
+
+    /// Where in the `lens` part the keys' lengths start (the queries' at 0),
+    /// and the bytes both take, for `batch` sequences: one int32 each, the
+    /// keys' from the next 16 bytes.
+    pub fn lens_layout(batch: usize) -> (usize, usize) {
+        let keys = 4 * batch.next_multiple_of(4);
+        (keys, keys + 4 * batch)
+    }
 }
 
 /// The parts of a cuDNN attention backward's workspace for `sh`.
@@ -491,7 +499,7 @@ pub(crate) fn attn_library_parts(sh: &AttnShape) -> AttnLibraryParts {
         lens: if sh.s.is_multiple_of(128) {
             0
         } else {
-            blocks(4 * (sh.batch.next_multiple_of(4) + sh.batch))
+            blocks(AttnLibraryParts::lens_layout(sh.batch).1)
         },
     }
 }

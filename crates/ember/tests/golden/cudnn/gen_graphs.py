@@ -100,8 +100,14 @@ def check(log_path, conv_log_path):
         j = json.load(f)
     golden, golden_conv = j["graphs"], j["convolutions"]
     with open(os.path.join(HERE, "cases.json")) as f:
-        names = [c["name"] for c in json.load(f)["cases"]]
+        j = json.load(f)
+    names = [c["name"] for c in j["cases"]]
     bad = 0
+    # graphs.json made from this cases.json
+    for kind, want, have in (("attention", names, golden), ("convolutions", [c["name"] for c in j["convolutions"]], golden_conv)):
+        if sorted(want) != sorted(have):
+            print(f"graphs.json's {kind} are not cases.json's: run gen_graphs.py generate")
+            return 1
     for path in (log_path, conv_log_path):
         if not os.path.exists(path):
             print(f"no cuDNN log at {path}: cuDNN did not load, or the test skipped")

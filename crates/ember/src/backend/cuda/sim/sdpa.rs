@@ -13,6 +13,7 @@
 
 use super::gemm::{read, write};
 use crate::backend::cuda::dnn::sdpa::SdpaCall;
+use crate::backend::op::AttnLibraryParts;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -53,7 +54,7 @@ pub(crate) unsafe fn sdpa_job(c: &SdpaCall) -> Result<super::Work> {
             || p.acc < (g.b * g.h * g.l * g.d * 4) as usize
             // (the padding mask's lengths: cuDNN's engines up to 9.15 need them
             // for these key counts, SdpaGeom::padding_mask)
-            || (g.s % 128 != 0 && p.lens < (8 * g.b) as usize)
+            || (g.s % 128 != 0 && p.lens < AttnLibraryParts::lens_layout(g.b as usize).1)
             || c.workspace_bytes < p.total()
         {
             return Err(Error::Cuda {

@@ -133,7 +133,8 @@ impl SdpaCall {
     /// next 16 bytes (one int32 a batch each; [`AttnLibraryParts::lens`]).
     pub fn lens(&self) -> (u64, u64) {
         let q = self.workspace + (self.parts.dot + self.parts.acc) as u64;
-        (q, q + 4 * (self.geom.b as u64).next_multiple_of(4))
+        let (keys, _) = AttnLibraryParts::lens_layout(self.geom.b as usize);
+        (q, q + keys as u64)
     }
 
     /// What the workspace needs written before cuDNN `version` runs this pass:
@@ -145,7 +146,7 @@ impl SdpaCall {
         let g = &self.geom;
         let p = &self.parts;
         let b = g.b as usize;
-        let lens_bytes = 4 * (b.next_multiple_of(4) + b);
+        let (_, lens_bytes) = AttnLibraryParts::lens_layout(b);
         if self.workspace_bytes < p.total() || (g.padding_mask(version) && p.lens < lens_bytes) {
             return Err(Error::Cuda {
                 op: "cuDNN attention",

@@ -317,4 +317,38 @@ fn a_pass_fills_its_workspace_parts() {
         ..call
     };
     assert!(small.fills(91600).is_err());
+    // the parts ember sets aside (attn_library_parts) hold the lengths for
+    // every batch size, the keys' ending within them
+    for b in 1..=70 {
+        let g = SdpaGeom { b, ..g };
+        let sh = crate::backend::op::AttnShape {
+            batch: b as usize,
+            heads: g.h as usize,
+            l: g.l as usize,
+            s: g.s as usize,
+            d: g.d as usize,
+            scale: 1.0,
+            causal: true,
+            dropout: 0.0,
+            seed: 0,
+            packed: crate::backend::op::AttnPacking::Apart,
+        };
+        let parts = crate::backend::op::attn_library_parts(&sh);
+        let c = SdpaCall {
+            geom: g,
+            parts,
+            workspace_bytes: crate::backend::op::attn_library_workspace(&sh, true),
+            ..call
+        };
+        let fills = c.fills(91400).unwrap();
+        let Some(Fill::Words { at, count, .. }) = fills.last() else {
+            panic!("batch {b}: no lengths written");
+        };
+        assert_eq!(*count, b as usize);
+        assert_eq!(at % 16, 0, "batch {b}");
+        assert!(
+            *at + 4 * *count as u64 <= c.lens().0 + parts.lens as u64,
+            "batch {b}: the keys' lengths end past their part"
+        );
+    }
 }
