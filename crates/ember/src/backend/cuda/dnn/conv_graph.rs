@@ -437,7 +437,7 @@ mod tests {
     /// Float64 convolutions are tried too, without asserting: cuDNN 9.26's graph
     /// API has no engine for some (a strided 1x1's forward), and those passes
     /// take the legacy calls. `bench/cudnn-offline` logs the graphs and checks
-    /// 15 of them against those cuDNN's frontend builds
+    /// 18 of them (each pass of each shape) against those cuDNN's frontend builds
     /// (`tests/golden/cudnn/graphs.json`).
     #[test]
     fn cudnn_builds_plans_for_the_convolution_graphs() {
