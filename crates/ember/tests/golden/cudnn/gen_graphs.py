@@ -148,8 +148,9 @@ def check(log_path, conv_log_path):
     return 0 if bad == 0 else 1
 
 
-def build_conv(case):
-    """(run with the frontend importable) builds convolution `case`'s graph."""
+def new_graph(case):
+    """A frontend graph for the H200 in `case`'s data type (float32 inside),
+    and that type."""
     import cudnn
 
     dt = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF, "f32": cudnn.data_type.FLOAT}[case["dtype"]]
@@ -160,6 +161,15 @@ def build_conv(case):
         compute_data_type=f32,
         device_property=cudnn.create_device_properties(json.dumps(H200)),
     )
+    return g, dt
+
+
+def build_conv(case):
+    """(run with the frontend importable) builds convolution `case`'s graph."""
+    import cudnn
+
+    g, dt = new_graph(case)
+    f32 = cudnn.data_type.FLOAT
 
     def strides(d):
         _, c, h, w = d
@@ -191,15 +201,9 @@ def build_one(case):
     """(run with the frontend importable) builds `case`'s graph; cuDNN logs it."""
     import cudnn
 
-    dt = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF}[case["dtype"]]
+    g, dt = new_graph(case)
     f32 = cudnn.data_type.FLOAT
     b, h, l, s, d = (case[k] for k in "bhlsd")
-    g = cudnn.pygraph(
-        io_data_type=dt,
-        intermediate_data_type=f32,
-        compute_data_type=f32,
-        device_property=cudnn.create_device_properties(json.dumps(H200)),
-    )
 
     def real(uid, rows, st, dtype=dt):
         t = g.tensor(name=NAMED[uid], dim=[b, h, rows, d], stride=[st[0], st[1], st[2], 1], data_type=dtype)

@@ -10,7 +10,7 @@
 //! that cuDNN recognises ember's graphs and proposes engines for them on a Hopper
 //! GPU.
 
-use super::library;
+use super::{library, loaded};
 use crate::error::{Error, Result};
 use cudarc::cudnn::sys;
 use std::collections::HashMap;
@@ -67,11 +67,7 @@ impl Drop for Desc {
 
 impl Desc {
     fn new(kind: D) -> Result<Desc> {
-        library()
-            .as_ref()
-            .map_err(|reason| Error::CudaUnavailable {
-                reason: format!("cuDNN: {reason}"),
-            })?;
+        loaded()?;
         let mut d: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
         // SAFETY: one out-parameter.
         check("cudnnBackendCreateDescriptor", unsafe {

@@ -49,6 +49,16 @@ pub(crate) fn log_choices() -> bool {
     *ON.get_or_init(|| std::env::var_os("EMBER_CUDNN_LOG").is_some_and(|v| v != "0"))
 }
 
+/// The loaded cuDNN's version number, or an error saying why none can be used.
+pub(crate) fn loaded() -> Result<usize> {
+    library()
+        .as_ref()
+        .copied()
+        .map_err(|reason| Error::CudaUnavailable {
+            reason: format!("cuDNN: {reason}"),
+        })
+}
+
 /// The loaded cuDNN's version number (90100 for 9.1.0), or why none can be used.
 pub(crate) fn library() -> &'static std::result::Result<usize, String> {
     static LIB: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
@@ -366,11 +376,7 @@ impl Cudnn {
     fn handle(&self, stream: CUstream) -> Result<MutexGuard<'_, Option<Dnn>>> {
         let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
-            library()
-                .as_ref()
-                .map_err(|reason| Error::CudaUnavailable {
-                    reason: format!("cuDNN: {reason}"),
-                })?;
+            loaded()?;
             let h = dnn::create_handle().map_err(dnn_err("cudnnCreate"))?;
             *g = Some(Dnn {
                 handle: h,

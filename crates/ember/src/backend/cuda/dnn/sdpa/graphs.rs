@@ -4,7 +4,7 @@
 //! against `tests/golden/cudnn/graphs.json`).
 
 use super::super::graph::{dense, Dt, Graph, OpGraph, Pw, Red, TensorSpec};
-use super::super::library;
+use super::super::loaded;
 use super::uid;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -54,16 +54,6 @@ impl SdpaGeom {
     /// `k` (or `v`) seen as its transpose `[b, h, d, s]`.
     fn transposed(&self, st: [i64; 3]) -> ([i64; 4], [i64; 4]) {
         ([self.b, self.h, self.d, self.s], [st[0], st[1], 1, st[2]])
-    }
-
-    /// The loaded cuDNN's version.
-    fn version() -> Result<usize> {
-        library()
-            .as_ref()
-            .copied()
-            .map_err(|reason| Error::CudaUnavailable {
-                reason: format!("cuDNN: {reason}"),
-            })
     }
 
     /// Declares the masked score `NEG_INF` (a host scalar) once: a graph's
@@ -136,21 +126,34 @@ impl SdpaGeom {
         )
     }
 
+    /// An operand or result of `rows` rows with (batch, head, row) strides `st`.
+    fn real(&self, rows: i64, st: [i64; 3]) -> TensorSpec {
+        TensorSpec::real(self.dims(rows), Self::strided(st), self.data())
+    }
+
+    /// A graph with what both passes declare alike (`Q`, `K` as its transpose,
+    /// `O`, `STATS` and `SCALE`), and the scores' and rows' sizes with float32.
+    #[allow(clippy::type_complexity)]
+    fn operands(&self) -> Result<(Graph, ([i64; 4], Dt), ([i64; 4], Dt))> {
+        let f32_ = Dt::CUDNN_DATA_FLOAT;
+        let mut g = Graph::new(FIRST_INNER);
+        let scores = ([self.b, self.h, self.l, self.s], f32_);
+        let rows = ([self.b, self.h, self.l, 1], f32_);
+        g.tensor(uid::Q, self.real(self.l, self.q))?;
+        let (kd, ks) = self.transposed(self.k);
+        g.tensor(uid::K, TensorSpec::real(kd, ks, self.data()))?;
+        g.tensor(uid::O, self.real(self.l, self.o))?;
+        g.tensor(uid::STATS, TensorSpec::real(rows.0, dense(rows.0), f32_))?;
+        g.tensor(uid::SCALE, TensorSpec::scalar())?;
+        Ok((g, scores, rows))
+    }
+
     /// The forward's graph: the output `O` and the log-sum-exps `STATS` of
     /// `Q`, `K`, `V` and the host scalars `SCALE` and (causal) `NEG_INF`.
     pub fn forward(&self, handle: Option<sys::cudnnHandle_t>) -> Result<OpGraph> {
         let (data, f32_) = (self.data(), Dt::CUDNN_DATA_FLOAT);
-        let mut g = Graph::new(FIRST_INNER);
-        let scores = ([self.b, self.h, self.l, self.s], f32_);
-        let rows = ([self.b, self.h, self.l, 1], f32_);
-        let real = |rows, st| TensorSpec::real(self.dims(rows), Self::strided(st), data);
-        g.tensor(uid::Q, real(self.l, self.q))?;
-        let (kd, ks) = self.transposed(self.k);
-        g.tensor(uid::K, TensorSpec::real(kd, ks, data))?;
-        g.tensor(uid::V, real(self.s, self.v))?;
-        g.tensor(uid::O, real(self.l, self.o))?;
-        g.tensor(uid::STATS, TensorSpec::real(rows.0, dense(rows.0), f32_))?;
-        g.tensor(uid::SCALE, TensorSpec::scalar())?;
+        let (mut g, scores, rows) = self.operands()?;
+        g.tensor(uid::V, self.real(self.s, self.v))?;
 
         // softmax(scale · q kᵀ [masked]) v, and each row's log-sum-exp
         let s = g.inner(scores.0, f32_)?;
@@ -188,29 +191,19 @@ impl SdpaGeom {
             op: "cuDNN attention",
             msg: "a backward geometry without its gradients' strides".into(),
         })?;
-        let version = Self::version()?;
+        let version = loaded()?;
         let (data, f32_) = (self.data(), Dt::CUDNN_DATA_FLOAT);
-        let mut g = Graph::new(FIRST_INNER);
-        let scores = ([self.b, self.h, self.l, self.s], f32_);
-        let rows = ([self.b, self.h, self.l, 1], f32_);
-        let real = |rows, st| TensorSpec::real(self.dims(rows), Self::strided(st), data);
-        g.tensor(uid::Q, real(self.l, self.q))?;
-        let (kd, ks) = self.transposed(self.k);
-        g.tensor(uid::K, TensorSpec::real(kd, ks, data))?;
+        let (mut g, scores, rows) = self.operands()?;
         let (vd, vs) = self.transposed(self.v);
         g.tensor(uid::V, TensorSpec::real(vd, vs, data))?;
-        g.tensor(uid::O, real(self.l, self.o))?;
-        g.tensor(uid::DO, real(self.l, go))?;
-        g.tensor(uid::STATS, TensorSpec::real(rows.0, dense(rows.0), f32_))?;
-        g.tensor(uid::DQ, real(self.l, dq))?;
-        g.tensor(uid::DK, real(self.s, dk))?;
-        g.tensor(uid::DV, real(self.s, dv))?;
+        g.tensor(uid::DO, self.real(self.l, go))?;
+        g.tensor(uid::DQ, self.real(self.l, dq))?;
+        g.tensor(uid::DK, self.real(self.s, dk))?;
+        g.tensor(uid::DV, self.real(self.s, dv))?;
         g.tensor(uid::DOT, TensorSpec::real(rows.0, dense(rows.0), f32_))?;
         let acc = self.dims(self.l);
         g.tensor(uid::DQ_ACC, TensorSpec::real(acc, dense(acc), f32_))?;
-        for u in [uid::SCALE, uid::ONE] {
-            g.tensor(u, TensorSpec::scalar())?;
-        }
+        g.tensor(uid::ONE, TensorSpec::scalar())?;
         let (mul, sub) = (Pw::CUDNN_POINTWISE_MUL, Pw::CUDNN_POINTWISE_SUB);
 
         // each row's Σ dout · out (the product's strides are the ones cuDNN's

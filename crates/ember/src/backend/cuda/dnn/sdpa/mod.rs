@@ -16,7 +16,7 @@
 //! plans.
 
 use super::graph::{Config, OpGraph, Plan, Target};
-use super::{capturing, library, log_choices};
+use super::{capturing, loaded, log_choices};
 use crate::backend::op::AttnLibraryParts;
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUstream;
@@ -236,11 +236,7 @@ impl super::Cudnn {
     /// `c`'s addresses hold its geometry's operands and results, its workspace
     /// `c.workspace_bytes` bytes; `stream` is the device's, its context current.
     pub(crate) unsafe fn sdpa(&self, stream: CUstream, c: &SdpaCall) -> Result<()> {
-        let version = *library()
-            .as_ref()
-            .map_err(|reason| Error::CudaUnavailable {
-                reason: format!("cuDNN: {reason}"),
-            })?;
+        let version = loaded()?;
         // (checked before a plan is built for it)
         let fills = c.fills(version)?;
         let mut guard = self.handle(stream)?;

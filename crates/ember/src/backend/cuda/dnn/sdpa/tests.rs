@@ -1,5 +1,6 @@
 use super::super::graph::{offline_skip, DeviceModel, Target};
 use super::*;
+use crate::backend::op::{attn_library_parts, attn_library_workspace, AttnPacking, AttnShape};
 use crate::dtype::DType;
 
 /// GPT-2 small's attention (8 × 12 heads × 1024 rows × 64), q, k and v read
@@ -69,12 +70,10 @@ fn golden_cases() -> Vec<(String, SdpaGeom)> {
         .collect()
 }
 
-/// The workspace bytes ember leaves a plan for `g` (as the CUDA backend
-/// sets them aside: backend/cuda/ops/attention.rs).
-fn plan_budget(g: &SdpaGeom) -> usize {
-    use crate::backend::op::AttnShape;
-    use crate::backend::op::{attn_library_parts, attn_library_workspace, AttnPacking};
-    let sh = AttnShape {
+/// `g` as the tensor layer's attention shape (with what cuDNN's graphs do
+/// not take: no dropout, operands apart).
+fn shape_of(g: &SdpaGeom) -> AttnShape {
+    AttnShape {
         batch: g.b as usize,
         heads: g.h as usize,
         l: g.l as usize,
@@ -85,7 +84,13 @@ fn plan_budget(g: &SdpaGeom) -> usize {
         dropout: 0.0,
         seed: 0,
         packed: AttnPacking::Apart,
-    };
+    }
+}
+
+/// The workspace bytes ember leaves a plan for `g` (as the CUDA backend
+/// sets them aside: backend/cuda/ops/attention.rs).
+fn plan_budget(g: &SdpaGeom) -> usize {
+    let sh = shape_of(g);
     let backward = g.grads.is_some();
     let parts = if backward {
         attn_library_parts(&sh)
@@ -93,6 +98,25 @@ fn plan_budget(g: &SdpaGeom) -> usize {
         AttnLibraryParts::default()
     };
     attn_library_workspace(&sh, backward) - parts.total()
+}
+
+/// A backward pass of `geom` at made-up addresses: operands from 0x1000, the
+/// workspace at 0x10_0000 (`parts`, then a plan's part as large as dq's
+/// accumulator).
+fn call_at(geom: SdpaGeom, parts: AttnLibraryParts) -> SdpaCall {
+    SdpaCall {
+        geom,
+        q: 0x1000,
+        k: 0x2000,
+        v: 0x3000,
+        o: 0x4000,
+        stats: 0x5000,
+        grads: [0x6000, 0x7000, 0x8000, 0x9000],
+        scale: 0.125,
+        workspace: 0x10_0000,
+        workspace_bytes: parts.total() + parts.acc,
+        parts,
+    }
 }
 
 /// Where cuDNN, NVRTC and a CUDA driver library load (no GPU needed: an H200
@@ -144,23 +168,15 @@ fn cudnn_builds_plans_for_the_attention_graphs() {
 #[test]
 fn an_execution_gets_each_address_at_its_id() {
     let g = gpt2(DType::BF16, true, 64, true);
-    let call = SdpaCall {
-        geom: g,
-        q: 0x1000,
-        k: 0x2000,
-        v: 0x3000,
-        o: 0x4000,
-        stats: 0x5000,
-        grads: [0x6000, 0x7000, 0x8000, 0x9000],
-        scale: 0.125,
-        workspace: 0x10_0000,
-        workspace_bytes: 0x1000 + 2 * 0x4000,
-        parts: AttnLibraryParts {
+    let call = call_at(
+        g,
+        AttnLibraryParts {
             dot: 0x1000,
             acc: 0x4000,
             lens: 0,
         },
-    };
+    );
+    assert_eq!(call.workspace_bytes, 0x1000 + 2 * 0x4000);
     let scalars = [0.125f32, f32::NEG_INFINITY, 1.0];
     let at: std::collections::HashMap<i64, usize> = call
         .addresses(&scalars, 91400)
@@ -253,23 +269,15 @@ fn an_execution_gets_each_address_at_its_id() {
 fn a_pass_fills_its_workspace_parts() {
     let mut g = gpt2(DType::BF16, true, 64, true);
     (g.b, g.l, g.s) = (3, 300, 700);
-    let call = SdpaCall {
-        geom: g,
-        q: 0x1000,
-        k: 0x2000,
-        v: 0x3000,
-        o: 0x4000,
-        stats: 0x5000,
-        grads: [0x6000, 0x7000, 0x8000, 0x9000],
-        scale: 0.125,
-        workspace: 0x10_0000,
-        workspace_bytes: 0x1000 + 0x100 + 2 * 0x4000,
-        parts: AttnLibraryParts {
+    let call = call_at(
+        g,
+        AttnLibraryParts {
             dot: 0x1000,
             acc: 0x4000,
             lens: 0x100,
         },
-    };
+    );
+    assert_eq!(call.workspace_bytes, 0x1000 + 0x100 + 2 * 0x4000);
     let lens = 0x10_5000;
     let words = |at, value| Fill::Words {
         at,
@@ -321,23 +329,12 @@ fn a_pass_fills_its_workspace_parts() {
     // every batch size, the keys' ending within them
     for b in 1..=70 {
         let g = SdpaGeom { b, ..g };
-        let sh = crate::backend::op::AttnShape {
-            batch: b as usize,
-            heads: g.h as usize,
-            l: g.l as usize,
-            s: g.s as usize,
-            d: g.d as usize,
-            scale: 1.0,
-            causal: true,
-            dropout: 0.0,
-            seed: 0,
-            packed: crate::backend::op::AttnPacking::Apart,
-        };
-        let parts = crate::backend::op::attn_library_parts(&sh);
+        let sh = shape_of(&g);
+        let parts = attn_library_parts(&sh);
         let c = SdpaCall {
             geom: g,
             parts,
-            workspace_bytes: crate::backend::op::attn_library_workspace(&sh, true),
+            workspace_bytes: attn_library_workspace(&sh, true),
             ..call
         };
         let fills = c.fills(91400).unwrap();
