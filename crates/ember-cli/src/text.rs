@@ -32,6 +32,12 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             "--model, --input, --classes and --plot are for the classifiers; the text model takes --layers, --heads, --width, --context",
         ));
     }
+    if args.estimate || args.skip_memory_check || args.drop_last {
+        return Err(invalid(
+            "--estimate, --skip-memory-check and --drop-last are for the classifiers: the text \
+             model draws its batches at random, and its memory is not estimated before training",
+        ));
+    }
     if args.resume && args.checkpoint.is_none() {
         return Err(invalid(
             "--resume continues the run saved in --checkpoint DIR: name the folder",
@@ -295,7 +301,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             if step % every == 0 || step == t.steps {
                 // a diverged run stops, its last good checkpoint kept (one of NaN
                 // parameters would neither load in `generate` nor resume)
-                if let Some(name) = ember::io::first_non_finite(&model)? {
+                if let Some(name) = ember::io::first_non_finite_state(&model, &opt)? {
                     return Err(invalid(format!(
                         "step {step}: {name} holds NaN or infinite values (the training \
                          diverged: a smaller --lr may help); nothing was saved, and a \

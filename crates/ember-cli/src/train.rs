@@ -57,6 +57,11 @@ fn check_applicable(args: &TrainArgs) -> ember::Result<()> {
             if given.len() == 1 { "it" } else { "them" }
         )));
     }
+    if args.dataset == Dataset::Fake && args.data.is_some() {
+        return Err(invalid(
+            "--data names the folder of a data set to read; fake data is made, not read",
+        ));
+    }
     if args.dataset != Dataset::Fake && args.samples != TrainArgs::default().samples {
         return Err(invalid(format!(
             "--samples sets the size of fake data; {dataset} has its own"

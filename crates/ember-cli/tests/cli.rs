@@ -326,6 +326,10 @@ fn bad_flags_and_values_fail_with_one_line() {
         &["train", "iris", "--device", "meta"],
         &["train", "iris", "--optimizer", "lbfgs"],
         &["train", "text", "--cuda-graphs", "--steps", "1"],
+        // flags that do not apply are refused, not ignored
+        &["train", "text", "--estimate", "--steps", "1"],
+        &["train", "text", "--drop-last", "--steps", "1"],
+        &["train", "fake", "--data", "/nonexistent", "--samples", "10"],
         &["bench", "--device", "meta", "--quick"],
     ] {
         let (ok, _, err) = ember(args);

@@ -4,18 +4,36 @@ use crate::error::{Error, Result};
 use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a
-/// rename, so that readers see the old file or the new one, never a part.
+/// rename, so that readers see the old file or the new one, never a part: the
+/// temporary file is flushed to disk before the rename (a crash after it finds
+/// the new file whole), named for this process and call (threads writing one
+/// path do not share it), and removed when any step fails.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    let tmp = path.with_file_name(format!(
+        ".{file_name}.tmp-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
     let io_err = |p: &Path| {
         let path = p.display().to_string();
         move |source| Error::Io { path, source }
     };
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err(&tmp)(e));
+    }
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_err(path)(e)

@@ -165,6 +165,14 @@ pub fn save_with_metadata(
                 format!("duplicate tensor name {name:?}"),
             ));
         }
+        // (the header's own entry: a file with a tensor of that name is unreadable)
+        if name == "__metadata__" {
+            return Err(Error::invalid(
+                "save",
+                "a tensor cannot be named \"__metadata__\" (the safetensors header's \
+                 metadata entry): rename it",
+            ));
+        }
     }
     let mut info: HashMap<String, String> = HashMap::new();
     for (k, v) in metadata {
@@ -191,8 +199,7 @@ pub fn save_with_metadata(
 /// its checksums.
 pub fn metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let meta = read_header(path)?;
     let mut out: Vec<(String, String)> = meta
         .metadata()
         .iter()
@@ -234,8 +241,7 @@ pub fn list(path: impl AsRef<Path>) -> Result<Vec<TensorInfo>> {
             })
             .collect());
     }
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_safetensors(path, e))?;
+    let meta = read_header(path)?;
     let mut out: Vec<(usize, TensorInfo)> = meta
         .tensors()
         .into_iter()
@@ -267,6 +273,45 @@ pub fn list(path: impl AsRef<Path>) -> Result<Vec<TensorInfo>> {
         .collect();
     out.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
     Ok(out.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The header of the safetensors file at `path`, read alone (a file of any size
+/// lists at once), with the reader's checks: a header of at most 100 MB, whose
+/// tensors' offsets follow one another and cover the file's data exactly.
+fn read_header(path: &Path) -> Result<safetensors::tensor::Metadata> {
+    use safetensors::SafeTensorError as E;
+    use std::io::Read;
+    let bad = |e| not_safetensors(path, e);
+    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+    let file_len = f.metadata().map_err(io_err(path))?.len();
+    let mut len = [0u8; 8];
+    if file_len < 8 {
+        return Err(bad(E::HeaderTooSmall));
+    }
+    f.read_exact(&mut len).map_err(io_err(path))?;
+    let n = u64::from_le_bytes(len);
+    if n > 100_000_000 {
+        return Err(bad(E::HeaderTooLarge));
+    }
+    if 8 + n > file_len {
+        return Err(bad(E::InvalidHeaderLength));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(io_err(path))?;
+    let text = std::str::from_utf8(&header).map_err(|e| bad(E::InvalidHeader(e)))?;
+    // (the deserialiser checks the offsets against the shapes and dtypes)
+    let meta: safetensors::tensor::Metadata =
+        serde_json::from_str(text).map_err(|e| bad(E::InvalidHeaderDeserialization(e)))?;
+    let data = meta
+        .tensors()
+        .values()
+        .map(|t| t.data_offsets.1 as u64)
+        .max()
+        .unwrap_or(0);
+    if 8 + n + data != file_len {
+        return Err(bad(E::MetadataIncompleteBuffer));
+    }
+    Ok(meta)
 }
 
 fn not_safetensors(path: &Path, e: safetensors::SafeTensorError) -> Error {
@@ -452,6 +497,18 @@ pub fn load_state_dict_with(
         )?;
         file.load_checked(&device, !options.allow_non_finite)?
     } else {
+        // the same from the header, before any value is read
+        let listed = list(path)?;
+        let shapes: Vec<(&str, &[usize])> = listed
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.as_slice()))
+            .collect();
+        crate::nn::check_state(
+            &model.state_dict(),
+            &shapes,
+            true,
+            &path.display().to_string(),
+        )?;
         load_checked(path, &device, options.allow_non_finite)?
     };
     load_state_into(model, &state, &path.display().to_string())
@@ -485,8 +542,28 @@ pub fn save_checkpoint_with(
 /// its last good checkpoint rather than writing one that will not load. Reads
 /// each tensor's check back to the host.
 pub fn first_non_finite(model: &dyn Module) -> Result<Option<String>> {
+    first_non_finite_of(model.state_dict())
+}
+
+/// [`first_non_finite`] of the model, then of the optimizer's state (named "the
+/// optimizer's NAME"): what [`save_checkpoint`] would write and
+/// [`load_checkpoint`] refuse. (A gradient past float32's range makes Adam's
+/// second moment infinite while the parameters stay finite.)
+pub fn first_non_finite_state(model: &dyn Module, opt: &dyn Optimizer) -> Result<Option<String>> {
+    if let Some(name) = first_non_finite(model)? {
+        return Ok(Some(name));
+    }
+    let state = opt.state()?.into_iter();
+    first_non_finite_of(state.map(|(n, t)| (format!("the optimizer's {n}"), t)))
+}
+
+/// The name of the first of `entries` that holds a NaN or an infinity (float
+/// tensors only), if any.
+fn first_non_finite_of(
+    entries: impl IntoIterator<Item = (String, Tensor)>,
+) -> Result<Option<String>> {
     crate::autograd::no_grad(|| {
-        for (name, p) in model.state_dict() {
+        for (name, p) in entries {
             if p.dtype().is_float() && p.numel() > 0 && !p.isfinite()?.all_all()?.item::<bool>()? {
                 return Ok(Some(name));
             }

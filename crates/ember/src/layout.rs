@@ -136,8 +136,12 @@ impl Layout {
         self.shape.iter().product()
     }
 
-    /// Row-major and dense (size-1 dims may have any stride, as in PyTorch).
+    /// Row-major and dense (size-1 dims may have any stride, and an empty
+    /// layout is contiguous whatever its strides, as in PyTorch).
     pub fn is_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut expected = 1;
         for (&n, &s) in self.shape.iter().zip(self.strides.iter()).rev() {
             if n != 1 {

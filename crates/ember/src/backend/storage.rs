@@ -811,6 +811,12 @@ impl Storage {
         }
     }
 
+    /// `true` when the calling thread is capturing a CUDA graph on this storage's
+    /// device (its current stream); never on the CPU or `meta`.
+    pub(crate) fn is_capturing(&self) -> bool {
+        matches!(self, Storage::Cuda(x) if x.dev().is_capturing())
+    }
+
     /// Whether this device pools f16/bf16 in their own dtype (CUDA, and meta as the
     /// GPU it models); the CPU pools them in float32.
     pub(crate) fn pools_half(&self) -> bool {

@@ -361,5 +361,5 @@ pub fn write_idx(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
     } else {
         raw
     };
-    std::fs::write(path, bytes).map_err(io_err(path))
+    crate::files::write_atomic(path, &bytes)
 }

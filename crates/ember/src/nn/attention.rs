@@ -230,16 +230,34 @@ impl MultiheadAttention {
                 ))
             }
         };
-        if let Some(m) = opts.key_padding_mask {
-            if m.shape() != [n, s] {
+        // [N, S]: an unbatched input's mask is 1-D, [S], as PyTorch wants it
+        let key_padding_mask = match opts.key_padding_mask {
+            None => None,
+            Some(m) if batched && m.shape() == [n, s] => Some(m.clone()),
+            Some(m) if !batched && m.shape() == [s] => Some(m.reshape([1, s])?),
+            Some(m) => {
+                let want: &[usize] = if batched { &[n, s] } else { &[s] };
                 return Err(Error::shape(
                     OP,
                     m.shape(),
-                    &[n, s],
+                    want,
                     format!(
-                        "expected shape of key_padding_mask to be [{n}, {s}], but got {:?}",
+                        "expected shape of key_padding_mask to be {want:?}, but got {:?}",
                         m.shape()
                     ),
+                ));
+            }
+        };
+        // masks hide where true (bool) or are added (floats): PyTorch takes no other
+        for (m, what) in [
+            (opts.attn_mask, "attn_mask"),
+            (opts.key_padding_mask, "key_padding_mask"),
+        ] {
+            if let Some(m) = m.filter(|m| m.dtype() != DType::Bool && !m.dtype().is_float()) {
+                return Err(Error::dtype(
+                    OP,
+                    m.dtype(),
+                    format!("only bool and floating types of {what} are supported"),
                 ));
             }
         }
@@ -292,8 +310,8 @@ impl MultiheadAttention {
             // PyTorch's path without weights: attention over the masks as additive
             // biases (MultiheadAttention's masks hide where they are true), so
             // that a query they leave with no key gets zeros, as there
-            let kpm = opts
-                .key_padding_mask
+            let kpm = key_padding_mask
+                .as_ref()
                 .map(|m| m.reshape([n, 1, 1, s]))
                 .transpose()?;
             // each mask as an additive bias, once
@@ -392,12 +410,13 @@ impl MultiheadAttention {
             if let Some(m) = &attn_mask {
                 scores = add_mask(&scores, m)?;
             }
-            if let Some(m) = opts.key_padding_mask {
+            if let Some(m) = &key_padding_mask {
                 scores = add_mask(&scores, &m.reshape([n, 1, 1, s])?)?;
             }
+            // the weights returned are the ones applied: after dropout, as PyTorch's
             let weights = scores.softmax(-1)?;
-            let dropped = dropout(&weights, self.dropout, self.training)?;
-            (dropped.matmul(&vh)?, Some(weights))
+            let weights = dropout(&weights, self.dropout, self.training)?;
+            (weights.matmul(&vh)?, Some(weights))
         };
         let out = heads.transpose(1, 2)?.reshape([n, l, e])?;
         let out = self.out_proj.forward(&out)?;

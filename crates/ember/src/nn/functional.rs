@@ -265,6 +265,18 @@ pub fn batch_norm(
         }
     };
     let c = x.shape().get(1).copied().unwrap_or(0);
+    // checked before any is updated
+    for (t, what) in [
+        (opts.running_mean, "running_mean"),
+        (opts.running_var, "running_var"),
+    ] {
+        if let Some(t) = t.filter(|t| t.numel() != c) {
+            return Err(Error::invalid(
+                OP,
+                format!("{what} should contain {c} elements not {}", t.numel()),
+            ));
+        }
+    }
     let n = x.numel().checked_div(c).unwrap_or(0);
     // (PyTorch refuses one value a channel, and takes none: an empty output)
     if opts.training && n == 1 {

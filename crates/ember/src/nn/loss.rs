@@ -94,6 +94,13 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
             format!("label_smoothing must be in [0, 1], got {ls}"),
         ));
     }
+    // (probabilities: the input's shape)
+    if input.shape() == target.shape() && opts.ignore_index >= 0 {
+        return Err(Error::invalid(
+            "cross_entropy",
+            "ignore_index is not supported for floating point target",
+        ));
+    }
     if fused_applies(input, target, &opts) {
         return fused_cross_entropy(input, target, opts);
     }
@@ -476,6 +483,22 @@ pub fn bce_with_logits_opts(
         let pw = pos_weight.map(|_| &c[ts.len() - 1]);
         return bce_with_logits_opts(&c[0], &c[1], w, pw, reduction);
     }
+    // the weights broadcast to the logits, never past them (PyTorch applies
+    // them in place)
+    for w in [weight, pos_weight].into_iter().flatten() {
+        let b = crate::layout::broadcast_shapes(OP, w.shape(), logits.shape())?;
+        if b[..] != *logits.shape() {
+            return Err(Error::shape(
+                OP,
+                logits.shape(),
+                &b[..],
+                format!(
+                    "output with shape {:?} doesn't match the broadcast shape {b:?}",
+                    logits.shape()
+                ),
+            ));
+        }
+    }
     let Some(p) = pos_weight else {
         let l = bce_with_logits(logits, target, Reduction::None)?;
         let l = match weight {
@@ -491,9 +514,6 @@ pub fn bce_with_logits_opts(
             target.shape(),
             "logits and targets must have the same shape",
         ));
-    }
-    for w in [Some(p), weight].into_iter().flatten() {
-        crate::layout::broadcast_shapes(OP, w.shape(), logits.shape())?;
     }
     let (x, y) = (logits, target);
     // softplus(-x) = log1p(e^-|x|) + max(-x, 0) = -log_sigmoid(x)

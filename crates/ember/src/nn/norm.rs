@@ -202,9 +202,10 @@ impl<const D: usize> BatchNorm<D> {
             _ => BatchStats::Batch,
         };
         let n = x.numel() / c;
-        // (PyTorch refuses one value a channel, and takes none: an empty output,
-        // the batch counted, the running statistics kept)
-        if self.training && n == 1 {
+        // (PyTorch refuses one value a channel where the batch's statistics are
+        // used, in evaluation too without running statistics, and takes none: an
+        // empty output, the batch counted, the running statistics kept)
+        if use_batch && n == 1 {
             return Err(Error::invalid(
                 "BatchNorm",
                 format!(

@@ -312,6 +312,12 @@ impl Recurrent {
             ));
         }
         let (steps, n, hsz) = (x.shape()[0], x.shape()[1], self.hidden_size);
+        if steps == 0 {
+            return Err(Error::invalid(
+                name,
+                "Expected sequence length to be larger than 0 in RNN",
+            ));
+        }
         let dirs = self.dirs();
         let states = self.options.num_layers * dirs;
         let initial = |s: Option<&Tensor>, what: &str| -> Result<Tensor> {
@@ -359,11 +365,7 @@ impl Recurrent {
                 }
                 let seq: Vec<Tensor> = seq.into_iter().map(|t| t.expect("every step")).collect();
                 let refs: Vec<&Tensor> = seq.iter().collect();
-                outs.push(if refs.is_empty() {
-                    Tensor::zeros([0, n, hsz], layer_in.dtype(), &layer_in.device())?
-                } else {
-                    Tensor::stack(&refs, 0)?
-                });
+                outs.push(Tensor::stack(&refs, 0)?);
                 hn.push(h);
                 if let Some(c) = c {
                     cn.push(c);

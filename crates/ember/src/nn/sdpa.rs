@@ -68,7 +68,7 @@ pub fn scaled_dot_product_attention(
         ));
     }
     if let Some(m) = attn_mask {
-        if m.dtype() != DType::Bool && m.dtype() != q.dtype() {
+        if ![DType::Bool, DType::F32, q.dtype()].contains(&m.dtype()) {
             return Err(Error::dtype(
                 OP,
                 m.dtype(),
@@ -80,6 +80,15 @@ pub fn scaled_dot_product_attention(
             ));
         }
     }
+    // a float32 mask with queries of another float dtype is added in theirs
+    let cast;
+    let attn_mask = match attn_mask {
+        Some(m) if m.dtype() == DType::F32 && q.dtype() != DType::F32 => {
+            cast = m.to_dtype(q.dtype())?;
+            Some(&cast)
+        }
+        m => m,
+    };
     let e = q.shape()[q.rank() - 1];
     let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());

@@ -1,4 +1,4 @@
-//! Adam and AdamW (`torch.optim.Adam`, `AdamW`), with AMSGrad.
+//! Adam and AdamW (`torch.optim.Adam`, `AdamW`).
 
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
@@ -18,14 +18,17 @@ pub struct Adam {
     decoupled: bool,
     /// The first beta a one-cycle schedule has set, in place of `betas.0`.
     cycled: Option<f64>,
-    step: u64,
+    /// The steps each parameter has taken (PyTorch keeps a `step` in each
+    /// parameter's state): a step at which a parameter has no gradient leaves its
+    /// count, and so its bias corrections, where they were.
+    counts: Vec<u64>,
     m: Vec<Option<Tensor>>,
     v: Vec<Option<Tensor>>,
-    /// Capturable form ([`Optimizer::make_capturable`]): the step count on the
-    /// parameters' device (made at the next step from `step`), read by the
+    /// Capturable form ([`Optimizer::make_capturable`]): the counts on the
+    /// parameters' device (made at the next step from `counts`), read by the
     /// bias corrections there.
     capturable: bool,
-    step_on_device: Option<Tensor>,
+    on_device: Option<DeviceCounts>,
     /// The rates the first schedule started from (`initial_lr`).
     initial: InitialLrs,
     /// Multi-tensor steps on GPUs ([`Adam::foreach`]).
@@ -46,11 +49,11 @@ impl Adam {
             weight_decay: 0.0,
             decoupled: false,
             cycled: None,
-            step: 0,
+            counts: vec![0; n],
             m: vec![None; n],
             v: vec![None; n],
             capturable: false,
-            step_on_device: None,
+            on_device: None,
             initial: InitialLrs::default(),
             foreach: true,
         })
@@ -84,55 +87,82 @@ impl Adam {
         Ok(self)
     }
 
-    /// Steps taken so far (in the capturable form, read from the device: a wait
-    /// for it, counting replays of captured steps).
+    /// Steps taken so far: the most any parameter has taken (every step, when
+    /// every parameter has a gradient at each). In the capturable form the counts
+    /// are read from the device (a wait for it), counting replays of captured
+    /// steps.
     pub fn steps(&self) -> u64 {
-        self.device_steps().unwrap_or(self.step)
+        self.param_steps().into_iter().max().unwrap_or(0)
     }
 
-    /// The step count kept on the device, when there is one.
-    fn device_steps(&self) -> Option<u64> {
-        let t = self.step_on_device.as_ref()?;
-        t.item::<f64>().ok().map(|v| v as u64)
+    /// The steps each parameter has taken: a step at which a parameter has no
+    /// gradient does not count for it, and its bias corrections start from its
+    /// own first step (PyTorch's per-parameter `step`).
+    pub fn param_steps(&self) -> Vec<u64> {
+        match &self.on_device {
+            Some(d) => d.read(&self.counts),
+            None => self.counts.clone(),
+        }
     }
 
-    /// (parameter, gradient, moments) of every parameter with a gradient, the
-    /// moments made at their first step.
-    fn items_to_step(&mut self) -> Result<Vec<[Tensor; 4]>> {
+    /// (index, [parameter, gradient, moments]) of every parameter with a
+    /// gradient, the moments made at their first step.
+    fn items_to_step(&mut self) -> Result<Vec<(usize, [Tensor; 4])>> {
         let mut items = Vec::new();
-        for ((p, m), v) in self
+        for (i, ((p, m), v)) in self
             .params
             .iter()
             .zip(self.m.iter_mut())
             .zip(self.v.iter_mut())
+            .enumerate()
         {
             let Some(g) = p.grad() else { continue };
             let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
-            items.push([p.clone(), g, m, v]);
+            items.push((i, [p.clone(), g, m, v]));
         }
         Ok(items)
     }
 
-    /// The capturable step: the count kept on the device and advanced there, the
-    /// bias corrections computed from it there (no value that changes from step
-    /// to step passed from the host): on a GPU by the multi-tensor kernel, which
-    /// reads the count ([`Adam::foreach`]); the parameters it does not take by
-    /// tensor operations that read the corrections.
+    /// The capturable step: the counts kept on the device and advanced there,
+    /// the bias corrections computed from them there (no value that changes from
+    /// step to step passed from the host): on a GPU by the multi-tensor kernel,
+    /// which reads a count ([`Adam::foreach`]); the parameters it does not take by
+    /// tensor operations that read the corrections. Parameters that have stepped
+    /// together share one count (one launch per 48 of them).
     fn capturable_step(&mut self, b1: f64, b2: f64) -> Result<()> {
-        let Some(first) = self.params.first() else {
-            return Ok(());
+        let (dev, capturing) = match self.params.first() {
+            Some(p) => (p.device(), p.read().is_capturing()),
+            None => return Ok(()),
         };
-        let t = match &self.step_on_device {
-            Some(t) => t.clone(),
-            None => self
-                .step_on_device
-                .insert(Tensor::scalar(self.step as f64, &first.device())?)
-                .clone(),
-        };
-        t.add_(1.0)?;
-        self.step += 1;
-        let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
         let items = self.items_to_step()?;
+        let d = match self.on_device.take() {
+            Some(d) => d,
+            None => DeviceCounts::new(&self.counts, &dev)?,
+        };
+        let d = self.on_device.insert(d);
+        let cohorts = d.advance(&items, capturing)?;
+        for (t, members) in cohorts {
+            t.add_(1.0)?;
+            let mut group = Vec::with_capacity(members.len());
+            for k in members {
+                self.counts[items[k].0] += 1;
+                group.push(items[k].1.clone());
+            }
+            self.capturable_update(group, &t, b1, b2)?;
+        }
+        Ok(())
+    }
+
+    /// The capturable update of `items` (parameters that have taken the same
+    /// steps) with their count `t` on the device, already advanced.
+    fn capturable_update(
+        &self,
+        items: Vec<[Tensor; 4]>,
+        t: &Tensor,
+        b1: f64,
+        b2: f64,
+    ) -> Result<()> {
+        let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
         let done = if self.foreach {
             // the corrections are the kernel's, from t: these are unused
             let h = fused::AdamStep {
@@ -146,7 +176,7 @@ impl Adam {
                 decoupled,
             };
             let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
-            fused::adam_foreach(&refs, h, Some(&t))?
+            fused::adam_foreach(&refs, h, Some(t))?
         } else {
             vec![false; items.len()]
         };
@@ -184,6 +214,95 @@ impl Adam {
             )?;
         }
         Ok(())
+    }
+}
+
+/// The capturable form's step counts on the parameters' device: one float64
+/// scalar per cohort of parameters that have taken the same steps
+/// (`cohort[i]` is parameter `i`'s), which the kernels read and advance.
+struct DeviceCounts {
+    scalars: Vec<Tensor>,
+    cohort: Vec<usize>,
+}
+
+impl DeviceCounts {
+    /// The counts `counts` on `dev`, parameters with equal counts in one cohort.
+    fn new(counts: &[u64], dev: &crate::device::Device) -> Result<DeviceCounts> {
+        let mut values: Vec<u64> = Vec::new();
+        let mut cohort = Vec::with_capacity(counts.len());
+        for &c in counts {
+            let k = match values.iter().position(|&v| v == c) {
+                Some(k) => k,
+                None => {
+                    values.push(c);
+                    values.len() - 1
+                }
+            };
+            cohort.push(k);
+        }
+        let scalars = values
+            .iter()
+            .map(|&c| Tensor::scalar(c as f64, dev))
+            .collect::<Result<_>>()?;
+        Ok(DeviceCounts { scalars, cohort })
+    }
+
+    /// Each parameter's count, read from the device (`host` where a read fails).
+    fn read(&self, host: &[u64]) -> Vec<u64> {
+        let values: Vec<Option<u64>> = self
+            .scalars
+            .iter()
+            .map(|t| t.item::<f64>().ok().map(|v| v as u64))
+            .collect();
+        self.cohort
+            .iter()
+            .zip(host)
+            .map(|(&k, &h)| values[k].unwrap_or(h))
+            .collect()
+    }
+
+    /// The counts of the parameters stepping now (`items`, by index), each
+    /// with the positions in `items` of the parameters that share it. Those that
+    /// step without the rest of their cohort leave it with a copy of its count
+    /// (a copy a captured graph would repeat at each replay, so refused while
+    /// capturing).
+    fn advance(
+        &mut self,
+        items: &[(usize, [Tensor; 4])],
+        capturing: bool,
+    ) -> Result<Vec<(Tensor, Vec<usize>)>> {
+        let mut touched: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (k, (i, _)) in items.iter().enumerate() {
+            let c = self.cohort[*i];
+            match touched.iter_mut().find(|(t, _)| *t == c) {
+                Some((_, ks)) => ks.push(k),
+                None => touched.push((c, vec![k])),
+            }
+        }
+        for (c, ks) in touched.iter_mut() {
+            let members = self.cohort.iter().filter(|&&k| k == *c).count();
+            if members == ks.len() {
+                continue;
+            }
+            if capturing {
+                return Err(Error::invalid(
+                    "Adam::step",
+                    "while a CUDA graph is captured, some parameters have a gradient and \
+                     others that took the same steps so far have none: take one eager step \
+                     with this set of gradients before capturing",
+                ));
+            }
+            self.scalars.push(self.scalars[*c].copy()?);
+            let new = self.scalars.len() - 1;
+            for &k in ks.iter() {
+                self.cohort[items[k].0] = new;
+            }
+            *c = new;
+        }
+        Ok(touched
+            .into_iter()
+            .map(|(c, ks)| (self.scalars[c].clone(), ks))
+            .collect())
     }
 }
 
@@ -230,10 +349,7 @@ impl Optimizer for Adam {
         let mut s = buffers_state("exp_avg", &self.m);
         s.extend(buffers_state("exp_avg_sq", &self.v));
         s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
-        s.push((
-            "step".into(),
-            Tensor::scalar(self.steps() as i64, &crate::device::Device::Cpu)?,
-        ));
+        s.push(counts_state(&self.param_steps())?);
         s.push((
             "lr".into(),
             Tensor::scalar(self.lr, &crate::device::Device::Cpu)?,
@@ -271,18 +387,13 @@ impl Optimizer for Adam {
             self.params.len(),
             &[("exp_avg", &m), ("exp_avg_sq", &v)],
         )?;
-        let step = scalar_entry(state, "step")?;
+        let has_state: Vec<bool> = m.iter().map(Option::is_some).collect();
+        let counts = load_counts(state, &has_state)?;
         let lr = scalar_entry(state, "lr")?;
         check_lr("load_state", lr)?;
-        if !(step >= 0.0 && step.fract() == 0.0) {
-            return Err(Error::invalid(
-                "load_state",
-                format!("the optimizer state's step count {step} is not a whole number >= 0"),
-            ));
-        }
         let cycled = load_cycled(state, |b| check_beta(0, b))?;
-        (self.m, self.v, self.step, self.lr, self.cycled) = (m, v, step as u64, lr, cycled);
-        self.step_on_device = None;
+        (self.m, self.v, self.counts, self.lr, self.cycled) = (m, v, counts, lr, cycled);
+        self.on_device = None;
         Ok(())
     }
 
@@ -297,9 +408,9 @@ impl Optimizer for Adam {
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
         replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])?;
-        // the count moves with the parameters (made again on their device)
-        self.step = self.steps();
-        self.step_on_device = None;
+        // the counts move with the parameters (made again on their device)
+        self.counts = self.param_steps();
+        self.on_device = None;
         Ok(())
     }
 
@@ -325,42 +436,55 @@ impl Optimizer for Adam {
         if self.capturable {
             return self.capturable_step(b1, b2);
         }
-        self.step += 1;
-        let bc1 = 1.0 - b1.powi(self.step as i32);
-        let bc2 = 1.0 - b2.powi(self.step as i32);
-        let h = fused::AdamStep {
-            lr: self.lr,
-            b1,
-            b2,
-            eps: self.eps,
-            bc1,
-            bc2,
-            weight_decay: self.weight_decay,
-            decoupled: self.decoupled,
-        };
         let items = self.items_to_step()?;
-        let done = if self.foreach {
-            let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
-            fused::adam_foreach(&refs, h, None)?
-        } else {
-            vec![false; items.len()]
-        };
-        for ([p, g, m, v], done) in items.into_iter().zip(done) {
-            if done || fused::adam(&p, &g, &m, &v, h)? {
-                continue;
+        // the parameters that have taken as many steps share their corrections
+        let mut by_count: Vec<(u64, Vec<[Tensor; 4]>)> = Vec::new();
+        for (i, item) in items {
+            self.counts[i] += 1;
+            let c = self.counts[i];
+            match by_count.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, group)) => group.push(item),
+                None => by_count.push((c, vec![item])),
             }
-            let (p, m, v) = (&p, &m, &v);
-            let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
-            let (step_size, sqrt_bc2) = (lr / bc1, bc2.sqrt());
-            adam_update(
-                p,
-                g,
-                (m, v),
-                (b1, b2),
-                (lr, eps, wd, decoupled),
-                step_size.into(),
-                sqrt_bc2.into(),
-            )?;
+        }
+        for (count, items) in by_count {
+            let t = count.min(i32::MAX as u64) as i32;
+            let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            let h = fused::AdamStep {
+                lr: self.lr,
+                b1,
+                b2,
+                eps: self.eps,
+                bc1,
+                bc2,
+                weight_decay: self.weight_decay,
+                decoupled: self.decoupled,
+            };
+            let done = if self.foreach {
+                let refs: Vec<[&Tensor; 4]> =
+                    items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
+                fused::adam_foreach(&refs, h, None)?
+            } else {
+                vec![false; items.len()]
+            };
+            for ([p, g, m, v], done) in items.into_iter().zip(done) {
+                if done || fused::adam(&p, &g, &m, &v, h)? {
+                    continue;
+                }
+                let (p, m, v) = (&p, &m, &v);
+                let (lr, eps, wd, decoupled) =
+                    (self.lr, self.eps, self.weight_decay, self.decoupled);
+                let (step_size, sqrt_bc2) = (lr / bc1, bc2.sqrt());
+                adam_update(
+                    p,
+                    g,
+                    (m, v),
+                    (b1, b2),
+                    (lr, eps, wd, decoupled),
+                    step_size.into(),
+                    sqrt_bc2.into(),
+                )?;
+            }
         }
         Ok(())
     }

@@ -4,11 +4,7 @@
 use super::state::*;
 use super::state::{non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
-use crate::{
-    device::Device,
-    error::{Error, Result},
-    tensor::Tensor,
-};
+use crate::{device::Device, error::Result, tensor::Tensor};
 
 /// RMSprop: divides each gradient by a running root mean square of the past ones
 /// (`torch.optim.RMSprop`; defaults `alpha = 0.99`, `eps = 1e-8`, no weight decay,
@@ -190,7 +186,9 @@ pub struct Adagrad {
     initial_accumulator_value: f64,
     eps: f64,
     sum: Vec<Option<Tensor>>,
-    steps: u64,
+    /// The steps each parameter has taken (PyTorch's per-parameter `step`,
+    /// which the decayed rate follows).
+    counts: Vec<u64>,
     /// The rates the first schedule started from (`initial_lr`).
     initial: InitialLrs,
 }
@@ -207,7 +205,7 @@ impl Adagrad {
             initial_accumulator_value: 0.0,
             eps: 1e-10,
             sum: vec![None; n],
-            steps: 0,
+            counts: vec![0; n],
             initial: InitialLrs::default(),
         })
     }
@@ -221,10 +219,10 @@ impl Optimizer for Adagrad {
         let _phase = crate::backend::meta::account::enter_phase(
             crate::backend::meta::account::Phase::Optimizer,
         );
-        self.steps += 1;
-        let clr = self.lr / (1.0 + (self.steps - 1) as f64 * self.lr_decay);
         for (i, p) in self.params.iter().enumerate() {
             let Some(mut g) = p.grad() else { continue };
+            self.counts[i] += 1;
+            let clr = self.lr / (1.0 + (self.counts[i] - 1) as f64 * self.lr_decay);
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
@@ -242,10 +240,7 @@ impl Optimizer for Adagrad {
         let mut s = buffers_state("sum", &self.sum);
         s.push(state_mask(self.params.len(), &[&self.sum])?);
         s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
-        s.push((
-            "step".into(),
-            Tensor::scalar(self.steps as f64, &Device::Cpu)?,
-        ));
+        s.push(counts_state(&self.counts)?);
         Ok(s)
     }
 
@@ -255,14 +250,9 @@ impl Optimizer for Adagrad {
         check_mask(state, self.params.len(), &[("sum", &sum)])?;
         let lr = scalar_entry(state, "lr")?;
         check_lr("load_state", lr)?;
-        let steps = scalar_entry(state, "step")?;
-        if !(steps >= 0.0 && steps.fract() == 0.0) {
-            return Err(Error::invalid(
-                "load_state",
-                format!("invalid step count {steps}"),
-            ));
-        }
-        (self.sum, self.lr, self.steps) = (sum, lr, steps as u64);
+        let has_state: Vec<bool> = sum.iter().map(Option::is_some).collect();
+        let counts = load_counts(state, &has_state)?;
+        (self.sum, self.lr, self.counts) = (sum, lr, counts);
         Ok(())
     }
 

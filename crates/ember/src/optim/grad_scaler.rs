@@ -109,8 +109,10 @@ impl GradScaler {
         if backoff_factor.is_nan() || backoff_factor >= 1.0 {
             return bad("The backoff factor must be < 1.0.");
         }
-        if !(init_scale.is_finite() && init_scale > 0.0) {
-            return bad("the initial scale must be a positive finite number");
+        // (the scale is a float32, as PyTorch's)
+        let as_f32 = init_scale as f32;
+        if !(as_f32.is_finite() && as_f32 > 0.0) {
+            return bad("the initial scale must be a positive number finite in float32");
         }
         if growth_interval == 0 {
             return bad("the growth interval must be positive");
@@ -291,9 +293,10 @@ impl GradScaler {
         } else {
             self.growth_tracker += 1;
             if self.growth_tracker == self.growth_interval {
-                let grown = scale * self.growth_factor;
+                // a scale that would overflow float32 stays where it is
+                let grown = (scale * self.growth_factor) as f32;
                 if grown.is_finite() {
-                    self.scale = grown as f32 as f64;
+                    self.scale = grown as f64;
                 }
                 self.growth_tracker = 0;
             }

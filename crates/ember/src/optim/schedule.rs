@@ -195,8 +195,9 @@ impl LinearLr {
     }
 
     fn factor(&self) -> f64 {
+        // (no iterations: PyTorch's rate stays at the start factor's)
         let t = if self.total == 0 {
-            1.0
+            0.0
         } else {
             self.epoch.min(self.total) as f64 / self.total as f64
         };

@@ -299,3 +299,52 @@ macro_rules! non_negative_setters {
     };
 }
 pub(super) use non_negative_setters;
+
+/// The per-parameter step counts as a `step` entry (PyTorch keeps a `step` in
+/// each parameter's state): int64, one per parameter.
+pub(super) fn counts_state(counts: &[u64]) -> Result<(String, Tensor)> {
+    let v: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
+    Ok((
+        "step".into(),
+        Tensor::from_vec(v, [counts.len()], &crate::device::Device::Cpu)?,
+    ))
+}
+
+/// The per-parameter step counts of a `step` entry: one whole number >= 0 per
+/// parameter, or (files written before the counts were kept per parameter) one
+/// count for all, which the parameters with state (`has_state`) took and the
+/// others did not.
+pub(super) fn load_counts(state: &[(String, Tensor)], has_state: &[bool]) -> Result<Vec<u64>> {
+    let n = has_state.len();
+    let t = &state
+        .iter()
+        .find(|(name, _)| name == "step")
+        .ok_or_else(|| Error::invalid("load_state", "the optimizer state has no \"step\" entry"))?
+        .1;
+    let values: Vec<f64> = t.to_dtype(crate::dtype::DType::F64)?.to_vec()?;
+    let whole = |c: f64| -> Result<u64> {
+        if c >= 0.0 && c.fract() == 0.0 && c < 2f64.powi(53) {
+            Ok(c as u64)
+        } else {
+            Err(Error::invalid(
+                "load_state",
+                format!("the optimizer state's step count {c} is not a whole number >= 0"),
+            ))
+        }
+    };
+    match (t.rank(), values.as_slice()) {
+        (0, &[c]) => {
+            let c = whole(c)?;
+            Ok(has_state.iter().map(|&h| if h { c } else { 0 }).collect())
+        }
+        (1, v) if v.len() == n => v.iter().map(|&c| whole(c)).collect(),
+        _ => Err(Error::invalid(
+            "load_state",
+            format!(
+                "the optimizer state's \"step\" entry has shape {:?}: one count per parameter \
+                 ({n}) was expected",
+                t.shape()
+            ),
+        )),
+    }
+}

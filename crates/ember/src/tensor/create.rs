@@ -201,6 +201,24 @@ impl Tensor {
 
     /// `torch.arange(start, end)` with step 1; the dtype is `T`'s.
     pub fn arange<T: WithDType>(start: T, end: T, device: &Device) -> Result<Tensor> {
+        use std::any::Any;
+        // int64 bounds counted in integers: exact beyond 2^53 too
+        if let (Some(&s), Some(&e)) = (
+            (&start as &dyn Any).downcast_ref::<i64>(),
+            (&end as &dyn Any).downcast_ref::<i64>(),
+        ) {
+            check_creatable(device)?;
+            let n = usize::try_from((e as i128 - s as i128).max(0)).unwrap_or(usize::MAX);
+            if n > isize::MAX as usize {
+                return Err(Error::invalid(
+                    "arange",
+                    format!("{n} values (start={s}, end={e}) are more than memory can hold"),
+                ));
+            }
+            return Tensor::from_host_with(&[n], DType::I64, *device, || {
+                try_collect(n, (0..n as i64).map(|i| s + i)).map(CpuData::I64)
+            });
+        }
         Tensor::arange_step(start.to_f64(), end.to_f64(), 1.0, T::DTYPE, device)
     }
 

@@ -49,26 +49,32 @@ impl From<RangeFull> for Idx {
 macro_rules! idx_ranges {
     ($($t:ty),*) => {$(
         impl From<Range<$t>> for Idx {
-            fn from(r: Range<$t>) -> Idx { Idx::Range { start: Some(r.start as i64), end: Some(r.end as i64), step: 1 } }
+            fn from(r: Range<$t>) -> Idx { Idx::Range { start: Some(bound(r.start)), end: Some(bound(r.end)), step: 1 } }
         }
         impl From<RangeFrom<$t>> for Idx {
-            fn from(r: RangeFrom<$t>) -> Idx { Idx::Range { start: Some(r.start as i64), end: None, step: 1 } }
+            fn from(r: RangeFrom<$t>) -> Idx { Idx::Range { start: Some(bound(r.start)), end: None, step: 1 } }
         }
         impl From<RangeTo<$t>> for Idx {
-            fn from(r: RangeTo<$t>) -> Idx { Idx::Range { start: None, end: Some(r.end as i64), step: 1 } }
+            fn from(r: RangeTo<$t>) -> Idx { Idx::Range { start: None, end: Some(bound(r.end)), step: 1 } }
         }
         impl From<RangeInclusive<$t>> for Idx {
             fn from(r: RangeInclusive<$t>) -> Idx {
-                let end = *r.end() as i64 + 1;
-                Idx::Range { start: Some(*r.start() as i64), end: Some(end), step: 1 }
+                let end = bound(*r.end()).saturating_add(1);
+                Idx::Range { start: Some(bound(*r.start())), end: Some(end), step: 1 }
             }
         }
         impl From<RangeToInclusive<$t>> for Idx {
-            fn from(r: RangeToInclusive<$t>) -> Idx { Idx::Range { start: None, end: Some(r.end as i64 + 1), step: 1 } }
+            fn from(r: RangeToInclusive<$t>) -> Idx { Idx::Range { start: None, end: Some(bound(r.end).saturating_add(1)), step: 1 } }
         }
     )*};
 }
 idx_ranges!(i64, i32, usize);
+
+/// A range bound as an i64: one past i64's range (a usize) is as far as any
+/// dimension goes, which slicing clamps to its size.
+fn bound<T: TryInto<i64>>(b: T) -> i64 {
+    b.try_into().unwrap_or(i64::MAX)
+}
 
 /// Anything `Tensor::i` accepts: one [`Idx`]-convertible item or a tuple of them.
 pub trait IndexArg {
@@ -169,10 +175,20 @@ impl Tensor {
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
         let idx = Tensor::index_values("index_select", index, d, size, false)?;
         if self.rank() == 0 {
+            // a scalar's one value, as a scalar
+            if index.numel() != 1 {
+                return Err(Error::invalid(
+                    "index_select",
+                    format!(
+                        "index_select(): Index to scalar can have only 1 value, got {} value(s)",
+                        index.numel()
+                    ),
+                ));
+            }
             return self
                 .reshape([1])?
-                .index_select(0, index)?
-                .reshape(index.shape());
+                .index_select(0, &index.reshape([1])?)?
+                .reshape(Vec::<usize>::new());
         }
         self.index_select_valid(d, idx)
     }

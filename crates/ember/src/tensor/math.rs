@@ -228,7 +228,8 @@ impl Tensor {
         }
     }
 
-    /// Limits every element to `[min, max]` (`torch.clamp`); NaN stays NaN. The
+    /// Limits every element to `[min, max]` (`torch.clamp`); NaN stays NaN, and
+    /// a NaN bound makes every element NaN. The
     /// bounds are Python-style scalars: an integer tensor clamped by float bounds
     /// (`Some(3.0)`) is computed in float32, by integer bounds (`Some(3)`) in its
     /// own dtype, as in PyTorch. A uint8 `min` above 255 or `max` below 0 is an
@@ -269,6 +270,14 @@ impl Tensor {
         } else {
             self.to_dtype(dt)?
         };
+        // a NaN bound makes every element NaN (PyTorch's), with no gradient
+        if bounds
+            .iter()
+            .flatten()
+            .any(|b| matches!(b, Scalar::Float(v) if v.is_nan()))
+        {
+            return t.mul(0.0)?.add(f64::NAN);
+        }
         let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
         let (min, max) = (f(min), f(max));
         t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))

@@ -393,6 +393,13 @@ impl Tensor {
 
     /// The size of dimension `dim` (negative counts from the end).
     pub fn size(&self, dim: i64) -> Result<usize> {
+        // (no wrap for a 0-d tensor here: it has no dimension to give)
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                "size",
+                format!("Dimension specified as {dim} but tensor has no dimensions"),
+            ));
+        }
         let d = crate::layout::normalize_dim("size", dim, self.rank())?;
         Ok(self.shape()[d])
     }

@@ -543,15 +543,25 @@ impl Tensor {
 }
 
 impl Tensor {
-    /// `true` when every `|self - other| <= atol + rtol * |other|` (shapes
-    /// broadcast; NaN is never close), like `torch.allclose`.
+    /// `true` when every `|self - other| <= atol + rtol * |other|`, or the two
+    /// are equal (equal infinities are close; NaN never is), shapes broadcast,
+    /// like `torch.allclose`. A negative `rtol` or `atol` is an error.
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> Result<bool> {
         let _ng = crate::autograd::no_grad_guard();
+        for (name, v) in [("rtol", rtol), ("atol", atol)] {
+            if v.is_nan() || v < 0.0 {
+                return Err(Error::invalid(
+                    "allclose",
+                    format!("{name} must be greater than or equal to zero, but got {v}"),
+                ));
+            }
+        }
         let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
         let diff = a.sub(&b)?.abs()?;
         let tol = b.abs()?.mul(rtol)?.add(atol)?;
         let close = diff
             .le(&tol)?
+            .logical_or(&a.eq(&b)?)?
             .to_dtype(DType::I64)?
             .sum_all()?
             .item::<i64>()?;

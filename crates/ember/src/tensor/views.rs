@@ -412,7 +412,8 @@ impl Tensor {
             "split expects at least a 1-dimensional tensor",
         )?;
         let d = normalize_dim("split_with_sizes", dim, self.rank())?;
-        if sizes.iter().sum::<usize>() != self.shape()[d] {
+        let total = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s));
+        if total != Some(self.shape()[d]) {
             return Err(Error::invalid(
                 "split_with_sizes",
                 format!(

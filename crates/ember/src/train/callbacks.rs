@@ -68,7 +68,8 @@ impl Callback for Checkpoint {
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
         // a diverged run stops here, its last good checkpoint kept: a checkpoint
         // of NaN parameters would not load (nor resume) without overrides
-        if let Some(name) = crate::io::first_non_finite(ctx.model)? {
+        // (the optimizer's state too)
+        if let Some(name) = crate::io::first_non_finite_state(ctx.model, ctx.optimizer)? {
             return Err(Error::invalid(
                 "Checkpoint",
                 format!(
@@ -176,28 +177,38 @@ impl Callback for EarlyStopping {
         let record = ctx.history.last().ok_or_else(|| {
             Error::invalid("EarlyStopping", "called before any epoch was recorded")
         })?;
-        let value = record.get(&self.monitor).ok_or_else(|| {
-            Error::invalid(
+        if record.get(&self.monitor).is_none() {
+            return Err(Error::invalid(
                 "EarlyStopping",
                 format!(
                     "metric {:?} is not recorded (have {:?})",
                     self.monitor,
                     record.metrics.iter().map(|(n, _)| n).collect::<Vec<_>>()
                 ),
-            )
-        })?;
-        let improved = match (self.best, self.mode) {
-            (None, _) => true,
-            (Some(b), Mode::Min) => value < b - self.min_delta,
-            (Some(b), Mode::Max) => value > b + self.min_delta,
-        };
-        if improved {
-            self.best = Some(value);
-            self.waited = 0;
-            return Ok(Control::Continue);
+            ));
         }
-        self.waited += 1;
-        Ok(if self.waited >= self.patience {
+        // the best value and the epochs waited since, from the whole history:
+        // a resumed run (whose history is restored) decides as an uninterrupted one
+        (self.best, self.waited) = (None, 0);
+        for value in ctx
+            .history
+            .records
+            .iter()
+            .filter_map(|r| r.get(&self.monitor))
+        {
+            let improved = match (self.best, self.mode) {
+                (None, _) => true,
+                (Some(b), Mode::Min) => value < b - self.min_delta,
+                (Some(b), Mode::Max) => value > b + self.min_delta,
+            };
+            if improved {
+                self.best = Some(value);
+                self.waited = 0;
+            } else {
+                self.waited += 1;
+            }
+        }
+        Ok(if self.waited >= self.patience && self.waited > 0 {
             Control::Stop
         } else {
             Control::Continue

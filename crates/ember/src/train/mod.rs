@@ -401,7 +401,8 @@ impl Trial {
         self
     }
 
-    /// Steps `scheduler` after each epoch.
+    /// Steps `scheduler` after each epoch. (Set it before
+    /// [`resume`](Self::resume), which puts it at the checkpoint's position.)
     pub fn scheduler(mut self, scheduler: impl LrScheduler + 'static) -> Trial {
         self.scheduler = Some(Box::new(scheduler));
         self
@@ -469,8 +470,30 @@ impl Trial {
                 ),
             ));
         }
-        if let (Some(s), Some(e)) = (self.scheduler.as_mut(), get("scheduler_epoch")?) {
-            s.set_epoch(e);
+        // a schedule resumes at its position; one on one side only would change
+        // the learning rates from there on
+        match (self.scheduler.as_mut(), get("scheduler_epoch")?) {
+            (Some(s), Some(e)) => s.set_epoch(e),
+            (None, None) => {}
+            (None, Some(e)) => {
+                return Err(Error::invalid(
+                    "resume",
+                    format!(
+                        "{} was saved with a learning-rate scheduler (at its epoch {e}) and this \
+                         trial has none: set the same scheduler before resume()",
+                        file.display()
+                    ),
+                ))
+            }
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "resume",
+                    format!(
+                        "{} was saved without a learning-rate scheduler and this trial has one",
+                        file.display()
+                    ),
+                ))
+            }
         }
         if let Some(scaler) = self.scaler.as_mut() {
             let state: Vec<(String, f64)> = extra

@@ -52,6 +52,8 @@ struct Watching;
 thread_local! {
     /// `Some(largest size so far)` while this thread is being watched.
     static LARGEST: Cell<Option<usize>> = const { Cell::new(None) };
+    /// `Some(bytes allocated so far)` while this thread is being watched.
+    static TOTAL: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 fn note(size: usize) {
@@ -59,6 +61,11 @@ fn note(size: usize) {
     let _ = LARGEST.try_with(|l| {
         if let Some(m) = l.get() {
             l.set(Some(m.max(size)));
+        }
+    });
+    let _ = TOTAL.try_with(|t| {
+        if let Some(n) = t.get() {
+            t.set(Some(n.saturating_add(size)));
         }
     });
 }
@@ -93,6 +100,15 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let out = f();
     let largest = LARGEST.with(|l| l.replace(None)).unwrap_or(0);
     (out, largest)
+}
+
+/// Runs `f` and returns its result with the bytes this thread allocated
+/// meanwhile, all allocations together (freed or not).
+fn total_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    TOTAL.with(|t| t.set(Some(0)));
+    let out = f();
+    let total = TOTAL.with(|t| t.replace(None)).unwrap_or(0);
+    (out, total)
 }
 
 // ---------------------------------------------------------------------------

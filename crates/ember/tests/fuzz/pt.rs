@@ -467,6 +467,26 @@ fn repetition_is_refused_before_it_costs() {
     let (e, largest) = refused("copies", &bytes);
     assert!(e.contains("its own copy"), "{e}");
     assert!(largest < 4 << 20, "allocated {largest} bytes");
+    // the same views beside a tensor over a storage that claims 2^38 elements
+    // and is not in the archive (a claim that would raise the copy budget): the
+    // claim is checked before any copy
+    let mut p = Pickler::new();
+    p.op(b'}').op(b'(');
+    for i in 0..1000 {
+        p.str(&format!("t{i}"))
+            .tensor(&f32s("t", "0", 1 << 18, 0, &[1 << 18], &[1]));
+    }
+    p.str("claim")
+        .tensor(&f32s("claim", "1", 1 << 38, 0, &[1], &[1]));
+    p.op(b'u');
+    let bytes = archive(&[("data.pkl", &p.done()), ("data/0", &data)], false);
+    let dir = Scratch::new("claimed");
+    let path = dir.file("crafted.pt");
+    std::fs::write(&path, bytes).unwrap();
+    let (r, total) = total_allocation(|| ember::io::load_pt(&path, &Device::Cpu));
+    let e = r.map(drop).unwrap_err().to_string();
+    assert!(e.contains("not in the archive"), "{e}");
+    assert!(total < 64 << 20, "allocated {total} bytes in all");
     // keys 1 and "1" would name two values alike
     let mut p = Pickler::new();
     p.op(b'}')

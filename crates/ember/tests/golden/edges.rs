@@ -58,11 +58,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "",
         "as seq/sdpa_ (an empty operand takes the plain path)",
     ),
-    (
-        "loss_args/bce_pos_weight|all|",
-        "",
-        "PyTorch refuses a pos_weight that broadcasts the loss larger than the input",
-    ),
 ];
 
 /// The entry of [`KNOWN`] that covers `key`.

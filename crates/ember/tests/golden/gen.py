@@ -319,6 +319,8 @@ def run_op(op, p, x):
     # issue 20: activations, rounding, predicates, elementwise binary, rearranging
     if op in NEW_UNARY:
         return NEW_UNARY[op](a)
+    if op in HARD_UNARY:
+        return HARD_UNARY[op](a)
     if op in NEW_BINARY:
         return getattr(torch, op)(a, x[1])
     if op == "softplus":
@@ -421,10 +423,14 @@ def run_op(op, p, x):
     raise ValueError(f"unknown op {op}")
 
 
-NEW_UNARY = {
-    "silu": F.silu,
+# (the hard activations apart: the families that loop over NEW_UNARY draw their
+# inputs in its order, and the later cases' inputs stay as they were)
+HARD_UNARY = {
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
+}
+NEW_UNARY = {
+    "silu": F.silu,
     "log1p": torch.log1p,
     "expm1": torch.expm1,
     "rsqrt": torch.rsqrt,
@@ -1940,6 +1946,8 @@ SDPA = [
     ("3d", [rn(2, 3, 4), rn(2, 5, 4), rn(2, 5, 2)], False, None),
     ("broadcast_batch", [rn(2, 2, 3, 4), rn(1, 2, 5, 4), rn(1, 2, 5, 4)], False, None),
     ("f64", [d64(Q), d64(K), d64(V)], True, None),
+    # a float32 mask with float64 queries (PyTorch takes bool, float32 or the query's dtype)
+    ("f64_float32_mask", [d64(Q), d64(K), d64(V), T([[0.0, -1.5, 0.5, 0.0, 2.0]])], False, None),
     ("mask_and_causal", [Q, K, V, CAUSAL_LS], True, None),
     ("bad_mask", [Q, K, V, T([[True, False]])], False, None),
     ("int_mask", [Q, K, V, T([[1, 0, 1, 0, 1]], I)], False, None),

@@ -4,7 +4,8 @@ Writes nn_cases.json next to this file:
 - losses: cross_entropy (mean/sum/none, label smoothing), nll, mse, bce_with_logits,
   with their values and input gradients;
 - optimizers: five steps of SGD (plain, momentum+dampening, nesterov+weight decay),
-  Adam (with weight decay) and AdamW on a fixed quadratic-ish objective;
+  Adam (with weight decay), AdamW, RMSprop and Adagrad on a fixed quadratic-ish
+  objective, with a second parameter that has no gradient at the first two steps;
 - schedulers: every schedule's learning rates over two parameter groups, and the
   momentum one-cycle schedules cycle;
 - groups: AdamW and SGD over two parameter groups with their own settings;
@@ -96,16 +97,23 @@ def optimizer_cases():
     ]
     for name, make, cfg in configs:
         w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)
-        opt = make([w])
-        traj = []
-        for _ in range(5):
+        # a second parameter without a gradient at the first two steps: its own
+        # step count (bias corrections, Adagrad's decay) starts at its first step
+        late = torch.tensor([0.7, -1.5], requires_grad=True)
+        opt = make([w, late])
+        traj, late_traj = [], []
+        for step in range(5):
             opt.zero_grad()
             # a non-quadratic objective so every step's gradient differs
             loss = (w ** 4).sum() * 0.1 + (w * torch.tensor([1.0, 2.0, -1.0, 0.5])).sum()
+            if step >= 2:
+                loss = loss + (late ** 4).sum() * 0.2 + (late * torch.tensor([-1.0, 0.5])).sum()
             loss.backward()
             opt.step()
             traj.append(flat(w))
-        out.append({"name": name, "config": cfg, "init": [1.0, -2.0, 0.5, 3.0], "trajectory": traj})
+            late_traj.append(flat(late))
+        out.append({"name": name, "config": cfg, "init": [1.0, -2.0, 0.5, 3.0], "trajectory": traj,
+                    "late_init": [0.7, -1.5], "late_trajectory": late_traj})
     return out
 
 
@@ -122,6 +130,7 @@ def scheduler_cases():
         ("cosine", lambda o: S.CosineAnnealingLR(o, T_max=10, eta_min=0.001), 12),
         ("linear_warmup", lambda o: S.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=4), 8),
         ("linear_decay", lambda o: S.LinearLR(o, start_factor=1.0, end_factor=0.2, total_iters=5), 8),
+        ("linear_none", lambda o: S.LinearLR(o, start_factor=0.5, end_factor=1.0, total_iters=0), 4),
         ("lambda", lambda o: S.LambdaLR(o, lambda e: 0.95 ** e), 8),
         ("sequential", lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.25, 1.0, 3),
                                                     S.CosineAnnealingLR(o, T_max=8, eta_min=0.001)], [3]), 12),

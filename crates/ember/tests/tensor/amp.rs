@@ -456,6 +456,20 @@ pub(crate) fn grad_scaler_refuses_like_pytorch(dev: &Device) -> Result<()> {
             .to_string();
         assert!(e.contains("must be"), "{e}");
     }
+    // the scale is a float32: one past its range is refused, and growth that
+    // would overflow it leaves it where it is (PyTorch's kernels)
+    for s in [1e39, 1e-50] {
+        let e = GradScaler::with_options(s, 2.0, 0.5, 1).unwrap_err();
+        assert!(e.to_string().contains("finite in float32"), "{e}");
+    }
+    let top = 2f64.powi(127);
+    let mut high = GradScaler::with_options(top, 2.0, 0.5, 1)?;
+    let tiny = Tensor::new(vec![1e-30f32, 0.0], dev)?.requires_grad_(true)?;
+    let opt0 = Sgd::new(vec![tiny.clone()], 0.0)?;
+    high.scale(&tiny.sum_all()?)?.backward()?;
+    high.unscale_(&opt0)?;
+    high.update()?;
+    assert_eq!(high.get_scale(), top);
     // disabled: everything passes through (bfloat16 or float32 training)
     let mut off = GradScaler::new().enabled(false);
     let loss = w.square()?.sum_all()?;

@@ -159,6 +159,58 @@ fn bad_input_is_an_error(dev: &Device) -> Result<()> {
 
 device_test!(bad_input_is_an_error);
 
+/// Corners where ember once differed from PyTorch: a 0-d tensor has no size to
+/// give; a NaN clamp bound makes NaN; `index_select` of a scalar is a scalar
+/// (one index only); equal infinities are close; int64 ranges are exact past
+/// 2^53; bounds and sizes past the integer range are errors or clamp, never a
+/// panic; an empty tensor is contiguous whatever its strides.
+fn corners_as_pytorch(dev: &Device) -> Result<()> {
+    let s = Tensor::scalar(5f32, dev)?;
+    err_has(s.size(0), &["no dimensions"]);
+    err_has(s.size(-1), &["no dimensions"]);
+    let x = Tensor::new([0.5f32, 2.0, -1.0], dev)?;
+    for y in [
+        x.clamp(Some(f64::NAN), Some(1.0))?,
+        x.clamp(Some(0.0), Some(f64::NAN))?,
+        x.clamp_min(f64::NAN)?,
+        x.clamp_max(f64::NAN)?,
+    ] {
+        assert!(y.to_vec::<f32>()?.iter().all(|v| v.is_nan()), "{y:?}");
+    }
+    let picked = s.index_select(0, &Tensor::new([0i64], dev)?)?;
+    assert_eq!(picked.shape(), &[] as &[usize]);
+    assert_eq!(picked.item::<f32>()?, 5.0);
+    err_has(
+        s.index_select(0, &Tensor::new([0i64, 0], dev)?),
+        &["Index to scalar can have only 1 value, got 2"],
+    );
+    let inf = Tensor::new([f32::INFINITY, f32::NEG_INFINITY, 1.0], dev)?;
+    assert!(inf.allclose(&inf, 1e-5, 1e-8)?);
+    assert!(!inf.allclose(&inf.neg()?, 1e-5, 1e-8)?);
+    let nan = Tensor::new([f32::NAN], dev)?;
+    assert!(!nan.allclose(&nan, 1e-5, 1e-8)?);
+    err_has(
+        inf.allclose(&inf, -1e-5, 1e-8),
+        &["rtol must be greater than or equal to zero"],
+    );
+    let big = 9_007_199_254_740_993i64;
+    assert_eq!(
+        Tensor::arange(big, big + 2, dev)?.to_vec::<i64>()?,
+        [big, big + 1]
+    );
+    assert_eq!(Tensor::arange(3i64, 1, dev)?.numel(), 0);
+    let v = Tensor::arange(0i64, 6, dev)?;
+    err_has(v.split_with_sizes(&[usize::MAX, 7], 0), &["must sum to"]);
+    assert_eq!(v.i(0..=i64::MAX)?.numel(), 6);
+    assert_eq!(v.i(0..=usize::MAX)?.numel(), 6);
+    assert_eq!(v.i(2..usize::MAX)?.numel(), 4);
+    let empty = Tensor::zeros([0, 3], DType::F32, dev)?.t()?;
+    assert!(empty.is_contiguous());
+    Ok(())
+}
+
+device_test!(corners_as_pytorch);
+
 /// Sizes no memory can hold are errors, not overflows, panics or aborts, and the
 /// process goes on working after them.
 fn impossible_sizes_are_errors(dev: &Device) -> Result<()> {

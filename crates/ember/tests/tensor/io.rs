@@ -189,6 +189,16 @@ fn checksums_catch_damage(dev: &Device) -> Result<()> {
     assert_eq!(ember::io::metadata(&p)?, meta);
     let bad = vec![("crc32.a".to_string(), "0".to_string())];
     assert!(ember::io::save_with_metadata(&t, &bad, &p).is_err());
+    // the header's metadata entry is no tensor name: refused before anything
+    // is written (the file from before stays)
+    let before = std::fs::read(&p).unwrap();
+    let named = vec![(
+        "__metadata__".to_string(),
+        Tensor::ones([1], DType::F32, dev)?,
+    )];
+    let e = ember::io::save(&named, &p).unwrap_err().to_string();
+    assert!(e.contains("__metadata__"), "{e}");
+    assert_eq!(std::fs::read(&p).unwrap(), before);
     std::fs::remove_file(&p).ok();
     Ok(())
 }
@@ -364,6 +374,17 @@ fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
                     .to_string();
                 assert!(e.contains("step"), "{name}: {e}");
             }
+            // one count per parameter (a file from before they were kept per
+            // parameter has one count for all, which loads)
+            let mut st = state.clone();
+            st[i].1 = Tensor::zeros([2], DType::I64, &Device::Cpu)?;
+            let e = make(vec![w2.clone()])?
+                .load_state(&st)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("one count per parameter"), "{name}: {e}");
+            st[i].1 = Tensor::scalar(3i64, &Device::Cpu)?;
+            make(vec![w2.clone()])?.load_state(&st)?;
         }
     }
     assert!(

@@ -90,7 +90,9 @@ fn losses_match_pytorch(dev: &Device) -> Result<()> {
 
 /// Every optimizer follows PyTorch's trajectory; Adam and AdamW also in their
 /// capturable form (PyTorch's `capturable=True`: the step count and bias
-/// corrections on the device).
+/// corrections on the device). A second parameter has no gradient at the first
+/// two steps: its step count, and so its bias corrections (Adam) or decayed rate
+/// (Adagrad), starts at its own first step, as PyTorch's per-parameter `step`.
 fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
     let all = cases()["optimizers"].as_array().unwrap().clone();
     let adams = all
@@ -108,7 +110,14 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
             .map(|x| x.as_f64().unwrap())
             .collect();
         let w = Tensor::new(init, dev)?.requires_grad_(true)?;
-        let params = vec![w.clone()];
+        let late: Vec<f64> = case["late_init"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let late = Tensor::new(late, dev)?.requires_grad_(true)?;
+        let params = vec![w.clone(), late.clone()];
         let mut opt: Box<dyn Optimizer> = match name {
             n if n.starts_with("sgd") => Box::new(
                 Sgd::new(params, f("lr", 0.0))?
@@ -151,27 +160,40 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
         }
         let name = format!("{name}{}", if capturable { " (capturable)" } else { "" });
         let c = Tensor::new([1f64, 2., -1., 0.5], dev)?;
-        for (step, want) in case["trajectory"].as_array().unwrap().iter().enumerate() {
+        let c_late = Tensor::new([-1f64, 0.5], dev)?;
+        let wants = case["trajectory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(case["late_trajectory"].as_array().unwrap());
+        for (step, (want, want_late)) in wants.enumerate() {
             opt.zero_grad();
-            let loss = w
+            let mut loss = w
                 .pow(4.0)?
                 .sum_all()?
                 .mul(0.1)?
                 .add(&w.mul(&c)?.sum_all()?)?;
+            if step >= 2 {
+                let l = late.pow(4.0)?.sum_all()?.mul(0.2)?;
+                loss = loss.add(&l)?.add(&late.mul(&c_late)?.sum_all()?)?;
+            }
             loss.backward()?;
             opt.step()?;
-            let want: Vec<f64> = want
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap())
-                .collect();
-            let got = vals(&w);
-            for (g, e) in got.iter().zip(&want) {
-                assert!(
-                    (g - e).abs() <= 1e-12 + 1e-10 * e.abs(),
-                    "{name} step {step}: got {got:?}, want {want:?}"
-                );
+            for (t, want) in [(&w, want), (&late, want_late)] {
+                let want: Vec<f64> = want
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                let got = vals(t);
+                assert_eq!(got.len(), want.len());
+                for (g, e) in got.iter().zip(&want) {
+                    assert!(
+                        (g - e).abs() <= 1e-12 + 1e-10 * e.abs(),
+                        "{name} step {step}: got {got:?}, want {want:?}"
+                    );
+                }
             }
         }
     }
@@ -476,6 +498,7 @@ fn schedulers_match_pytorch(dev: &Device) -> Result<()> {
             "cosine" => Box::new(CosineAnnealingLr::new(&opt, 10, 0.001)?),
             "linear_warmup" => Box::new(LinearLr::new(&mut opt, 0.1, 1.0, 4)?),
             "linear_decay" => Box::new(LinearLr::new(&mut opt, 1.0, 0.2, 5)?),
+            "linear_none" => Box::new(LinearLr::new(&mut opt, 0.5, 1.0, 0)?),
             "lambda" => Box::new(LambdaLr::new(&mut opt, |e| 0.95f64.powi(e as i32))),
             "sequential" => {
                 // built in the natural order: the warm-up sets the rates to a
@@ -1215,6 +1238,51 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
         AttentionOptions::default(),
     )?;
     assert_eq!((y.shape(), w.unwrap().shape()), (&[3, 8][..], &[3, 3][..]));
+    // an unbatched input's key padding mask is 1-D, [S] ([1, S] is PyTorch's error)
+    let x1 = x.select(1, 0)?;
+    let pad = Tensor::new([false, false, true], dev)?;
+    let o = AttentionOptions {
+        key_padding_mask: Some(&pad),
+        ..Default::default()
+    };
+    let (_, w1) = m.attend(&x1, &x1, &x1, o)?;
+    let w1 = w1.expect("weights");
+    assert_eq!(vals(&w1.select(1, 2)?), vec![0.0; 3], "the padded key");
+    let pad2 = pad.reshape([1, 3])?;
+    let o = AttentionOptions {
+        key_padding_mask: Some(&pad2),
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x1, &x1, &x1, o)).contains("key_padding_mask"));
+    // masks are bool or float: an integer mask is not added to the scores
+    let byte_pad = Tensor::zeros([2, 3], DType::U8, dev)?;
+    let o = AttentionOptions {
+        key_padding_mask: Some(&byte_pad),
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x, &x, &x, o)).contains("only bool and floating types"));
+    let int_mask = Tensor::zeros([3, 3], DType::I64, dev)?;
+    let o = AttentionOptions {
+        attn_mask: Some(&int_mask),
+        ..Default::default()
+    };
+    assert!(msg(m.attend(&x, &x, &x, o)).contains("only bool and floating types of attn_mask"));
+    // in training the weights returned are the ones applied, after dropout
+    // (zeros, and the rest scaled by 1 / (1 - p))
+    let dropping = nn::MultiheadAttention::with_options(8, 2, 0.5, true, true, dev)?;
+    let xb = Tensor::randn([2, 6, 8], dev)?;
+    let o = AttentionOptions {
+        average_attn_weights: false,
+        ..Default::default()
+    };
+    let (_, wd) = dropping.attend(&xb, &xb, &xb, o)?;
+    let wd = vals(&wd.expect("weights"));
+    assert!(wd.contains(&0.0), "dropped weights are zeros");
+    let sums: Vec<f64> = wd.chunks(6).map(|r| r.iter().sum()).collect();
+    assert!(
+        sums.iter().any(|s| (s - 1.0).abs() > 1e-3),
+        "rows after dropout do not sum to 1: {sums:?}"
+    );
 
     let opts = TransformerOptions {
         dim_feedforward: 16,
@@ -1315,6 +1383,18 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
     assert!(e.contains("inconsistent input_size"), "{e}");
     assert_eq!(cell.step(&Tensor::randn([3], dev)?, None)?.shape(), &[4]);
     assert!(nn::GRU::with_options(3, 0, nn::RnnOptions::default(), dev).is_err());
+    // a sequence of no steps (PyTorch's error, batched or not)
+    for x in [
+        Tensor::zeros([0, 2, 3], DType::F32, dev)?,
+        Tensor::zeros([0, 3], DType::F32, dev)?,
+    ] {
+        let e = nn::GRU::new(3, 4, dev)?
+            .forward(&x)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sequence length to be larger than 0"), "{e}");
+        assert!(nn::LSTM::new(3, 4, dev)?.forward(&x).is_err());
+    }
     Ok(())
 }
 
@@ -1942,8 +2022,50 @@ fn group_norm_module_and_index_add_inplace(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Loss options PyTorch refuses: an ignore_index with probability targets, and
+/// BCE weights that would widen the loss past the logits' shape (applied in
+/// place there); the weights that broadcast into it still work.
+fn loss_options_refused_as_pytorch_refuses_them(dev: &Device) -> Result<()> {
+    let x = Tensor::randn([2, 3], dev)?;
+    let probs = x.softmax(1)?;
+    let o = nn::LossOptions {
+        ignore_index: 1,
+        ..Default::default()
+    };
+    let e = nn::cross_entropy_opts(&x, &probs, o)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ignore_index is not supported for floating point target"),
+        "{e}"
+    );
+    // the default (-100) and other negative values are taken
+    let o = nn::LossOptions {
+        ignore_index: -1,
+        ..Default::default()
+    };
+    nn::cross_entropy_opts(&x, &probs, o)?;
+    let (l, y) = (
+        Tensor::randn([3], dev)?,
+        Tensor::zeros([3], DType::F32, dev)?,
+    );
+    let wide = Tensor::ones([2, 3], DType::F32, dev)?;
+    for (w, pw) in [(Some(&wide), None), (None, Some(&wide))] {
+        let e = nn::bce_with_logits_opts(&l, &y, w, pw, nn::Reduction::None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("doesn't match the broadcast shape"), "{e}");
+    }
+    let row = Tensor::ones([1], DType::F32, dev)?.mul(2.0)?;
+    let got = nn::bce_with_logits_opts(&l, &y, Some(&row), None, nn::Reduction::None)?;
+    let want = nn::bce_with_logits(&l, &y, nn::Reduction::None)?.mul(2.0)?;
+    assert_eq!((got.shape(), vals(&got)), (want.shape(), vals(&want)));
+    Ok(())
+}
+
 device_test!(
     group_norm_module_and_index_add_inplace,
+    loss_options_refused_as_pytorch_refuses_them,
     batch_norm_keeps_a_half_input_dtype,
     batch_norm_of_an_empty_batch_is_pytorchs,
     batch_norm_running_statistics_move_wherever_they_lie,
@@ -2197,6 +2319,35 @@ fn batchnorm_and_lazy_linear(dev: &Device) -> Result<()> {
     );
     // a failed forward changed nothing
     assert_eq!(vals(&bn1.named_buffers()[2].1), [0.0]);
+    // without running statistics evaluation uses the batch's too, and refuses
+    // one value a channel as training does
+    let mut untracked = nn::BatchNorm1d::with_options(3, true, false, dev)?;
+    untracked.eval();
+    let err = untracked.forward(&Tensor::randn([1, 3], dev)?).unwrap_err();
+    assert!(
+        err.to_string().contains("more than 1 value per channel"),
+        "{err}"
+    );
+    // the functional form checks the running statistics' size before it
+    // updates either
+    let x = Tensor::randn([4, 3], dev)?;
+    let (rm, rv) = (
+        Tensor::ones([2], DType::F32, dev)?,
+        Tensor::ones([3], DType::F32, dev)?,
+    );
+    let o = nn::functional::BatchNormOptions {
+        running_mean: Some(&rm),
+        running_var: Some(&rv),
+        training: true,
+        ..Default::default()
+    };
+    let err = nn::functional::batch_norm(&x, None, None, o).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("running_mean should contain 3 elements not 2"),
+        "{err}"
+    );
+    assert_eq!((vals(&rm), vals(&rv)), (vec![1.0; 2], vec![1.0; 3]));
 
     let lazy = nn::LazyLinear::new(4, dev);
     assert!(lazy.parameters().is_empty() && lazy.in_features().is_none());

@@ -458,6 +458,91 @@ fn early_stopping_and_errors() -> Result<()> {
     Ok(())
 }
 
+/// A resumed run stops early where an uninterrupted one does (the best value
+/// and the epochs waited come from the restored history), and a scheduler on one
+/// side of a resume only is refused.
+#[test]
+fn resuming_keeps_early_stopping_and_the_schedule() -> Result<()> {
+    let _g = super::rng_lock();
+    let dir = std::env::temp_dir().join(format!("ember-trial-stop-{}", std::process::id()));
+    let make = |sched: bool| -> Result<Trial> {
+        let (train, val) = loaders(5)?;
+        let m = model(6, &Device::Cpu)?;
+        // lr 0: nothing improves after the first epoch
+        let opt = Sgd::new(m.parameters(), 0.0)?;
+        let mut t = Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .callback(Checkpoint::new(&dir))
+            .callback(EarlyStopping::new("val_loss", 3))
+            .with_generators(Some(train), Some(val), None);
+        if sched {
+            let s = StepLr::new(t.optimizer(), 1, 0.5)?;
+            t = t.scheduler(s);
+        }
+        Ok(t)
+    };
+    assert_eq!(make(false)?.run(10)?.len(), 4, "uninterrupted");
+    let mut first = make(false)?;
+    first.run(2)?;
+    drop(first);
+    let mut resumed = make(false)?.resume(&dir)?;
+    assert_eq!(resumed.run(10)?.len(), 4, "resumed after two epochs");
+    // a checkpoint without a scheduler, a trial with one
+    let e = make(true)?.resume(&dir).err().expect("refused").to_string();
+    assert!(e.contains("saved without a learning-rate scheduler"), "{e}");
+    let mut with = make(true)?;
+    with.run(1)?;
+    drop(with);
+    let e = make(false)?
+        .resume(&dir)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("set the same scheduler before resume()"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+/// A checkpoint that would not load is not written over the last good one:
+/// gradients past float32's range make Adam's second moment infinite while the
+/// parameters stay finite, and the run stops with an error naming the entry.
+#[test]
+fn a_checkpoint_of_an_infinite_optimizer_state_is_refused() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _g = super::rng_lock();
+    let dir = std::env::temp_dir().join(format!("ember-trial-inf-{}", std::process::id()));
+    let (train, _) = loaders(7)?;
+    let m = model(8, &Device::Cpu)?;
+    let opt = Adam::new(m.parameters(), 0.01)?;
+    let huge = Arc::new(AtomicBool::new(false));
+    let h = Arc::clone(&huge);
+    let loss = move |out: &Tensor, y: &Tensor| -> Result<Tensor> {
+        let l = nn::cross_entropy(out, y)?;
+        if h.load(Ordering::SeqCst) {
+            l.mul(1e30)
+        } else {
+            Ok(l)
+        }
+    };
+    let mut t = Trial::new(m, opt, loss)
+        .progress(Progress::Quiet)
+        .callback(Checkpoint::new(&dir))
+        .with_generators(Some(train), None, None);
+    t.run(1)?;
+    let before = std::fs::read(Checkpoint::file(&dir)).unwrap();
+    huge.store(true, Ordering::SeqCst);
+    let e = t.run(2).unwrap_err().to_string();
+    assert!(
+        e.contains("the optimizer's exp_avg_sq") && e.contains("nothing was saved"),
+        "{e}"
+    );
+    assert_eq!(ember::io::first_non_finite(t.model())?, None);
+    assert_eq!(std::fs::read(Checkpoint::file(&dir)).unwrap(), before);
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
 #[test]
 fn top_k_accuracy_counts_the_target_among_the_k_best() -> Result<()> {
     let out = Tensor::new(

@@ -27,6 +27,45 @@ impl PtFile {
                 ));
             }
         }
+        // storages in order of first use, each read once for all its views
+        let mut order: Vec<&str> = Vec::new();
+        let mut users: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            let u = users.entry(&e.storage).or_insert_with(|| {
+                order.push(&e.storage);
+                Vec::new()
+            });
+            if let Some(&first) = u.first() {
+                let f: &PtEntry = &entries[first];
+                if (f.dtype, f.storage_numel) != (e.dtype, e.storage_numel) {
+                    return Err(bad_file(
+                        &self.path,
+                        format!(
+                            "tensors {:?} and {:?} name storage {:?} with different types or sizes",
+                            f.name, e.name, e.storage
+                        ),
+                    ));
+                }
+            }
+            u.push(i);
+        }
+        let mut archive = self
+            .archive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // every storage is checked in the archive (there, and of the size the
+        // pickle claims) before any is read: the copy budget below rests on
+        // those sizes
+        for key in &order {
+            let e = &entries[users[key][0]];
+            let nbytes = e
+                .storage_numel
+                .checked_mul(e.dtype.itemsize)
+                .ok_or_else(|| {
+                    bad_file(&self.path, format!("storage {:?} is too large", e.storage))
+                })?;
+            archive.check_storage(key, nbytes as u64, e.dtype.itemsize as u64)?;
+        }
         let total = entries
             .iter()
             .fold(0usize, |n, e| n.saturating_add(e.nbytes()));
@@ -51,33 +90,7 @@ impl PtFile {
                 ),
             ));
         }
-        // storages in order of first use, each read once for all its views
-        let mut order: Vec<&str> = Vec::new();
-        let mut users: HashMap<&str, Vec<usize>> = HashMap::new();
-        for (i, e) in entries.iter().enumerate() {
-            let u = users.entry(&e.storage).or_insert_with(|| {
-                order.push(&e.storage);
-                Vec::new()
-            });
-            if let Some(&first) = u.first() {
-                let f: &PtEntry = &entries[first];
-                if (f.dtype, f.storage_numel) != (e.dtype, e.storage_numel) {
-                    return Err(bad_file(
-                        &self.path,
-                        format!(
-                            "tensors {:?} and {:?} name storage {:?} with different types or sizes",
-                            f.name, e.name, e.storage
-                        ),
-                    ));
-                }
-            }
-            u.push(i);
-        }
         let mut loaded: Vec<Option<Tensor>> = vec![None; entries.len()];
-        let mut archive = self
-            .archive
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for key in order {
             let views: Vec<&PtEntry> = users[key].iter().map(|&i| &entries[i]).collect();
             let tensors = read_views(&mut archive, &views, device, check_finite)?;
