@@ -19,6 +19,15 @@ pub fn check(
     inputs: &[PathBuf],
     force: bool,
 ) -> ember::Result<()> {
+    check_name(profile)?;
+    if let Some(Some(path)) = profile {
+        crate::paths::new_output(path, "--profile", inputs, force)?;
+    }
+    Ok(())
+}
+
+/// Checks `--profile`'s trace name alone: a `.json` name.
+pub fn check_name(profile: &Option<Option<PathBuf>>) -> ember::Result<()> {
     if let Some(Some(path)) = profile {
         // (the value is optional: `--profile iris` would take a dataset's name
         // for the trace's file)
@@ -36,7 +45,6 @@ pub fn check(
                 ),
             });
         }
-        crate::paths::new_output(path, "--profile", inputs, force)?;
     }
     Ok(())
 }

@@ -2096,3 +2096,33 @@ fn a_diverged_run_keeps_its_last_good_checkpoint() {
     assert!(ok && out.contains("0.weight"), "{out}{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `bench --profile FILE` writes one trace a row, named after the row: those
+/// files are checked before anything runs, and one that exists is kept.
+#[test]
+fn bench_profile_checks_the_traces_it_will_write() {
+    let dir = std::env::temp_dir().join(format!("ember-cli-traces-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let row = dir.join("t-cpu-train-resnet50-b2-32x32.json");
+    std::fs::write(&row, "{}").unwrap();
+    let (ok, _, err) = ember(&[
+        "bench",
+        "--suite",
+        "models",
+        "--device",
+        "cpu",
+        "--quick",
+        "--filter",
+        "resnet50 b2 32x32",
+        "--profile",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(!ok, "refused");
+    assert!(
+        err.contains("t-cpu-train-resnet50-b2-32x32.json") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&row).unwrap(), "{}");
+    std::fs::remove_dir_all(&dir).ok();
+}

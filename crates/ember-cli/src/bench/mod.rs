@@ -168,7 +168,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(path) = &args.json {
         crate::paths::new_output(path, "--json", &[], args.force)?;
     }
-    crate::profile::check(&args.profile, &[], args.force)?;
+    // (the trace's name only: the models suite writes one trace a row, named
+    // after it, checked below once the rows are known)
+    crate::profile::check_name(&args.profile)?;
     if args.profile.is_some() && !real {
         return Err(Error::InvalidArgument {
             op: "bench",
@@ -194,6 +196,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.device == "all" && !devs.iter().any(|d| d.is_cuda()) {
         let why = cuda::unavailable_reason().unwrap_or_else(|| "no GPU found".into());
         println!("cuda: no rows ({why})");
+    }
+    // every trace file the run will write, checked before anything runs
+    if let (Some(Some(trace)), true) = (&args.profile, real) {
+        for &dev in &devs {
+            let cx = Ctx {
+                dev,
+                budget,
+                quick: args.quick,
+            };
+            for w in models::workloads(&cx) {
+                if args.filter.as_deref().is_some_and(|f| !w.name.contains(f)) {
+                    continue;
+                }
+                let path = crate::profile::trace_path(trace, Some(&format!("{dev} {}", w.name)));
+                crate::paths::new_output(&path, "--profile", &[], args.force)?;
+            }
+        }
     }
     let mut rows: Vec<Row> = Vec::new();
     for dev in devs {

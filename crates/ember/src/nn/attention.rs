@@ -63,7 +63,7 @@ pub struct MultiheadAttention {
     /// Dropout on the attention weights in training.
     pub dropout: f64,
     pub batch_first: bool,
-    training: bool,
+    pub(super) training: bool,
 }
 
 impl MultiheadAttention {

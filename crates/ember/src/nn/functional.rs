@@ -14,9 +14,9 @@ pub use super::sdpa::{
     AttentionPath,
 };
 pub(crate) use super::sdpa::{
-    attention_saving_memory, fused_attention_refusal, fused_mask_fits, log_attention_path,
-    mask_bias,
+    fused_attention_refusal, fused_mask_fits, log_attention_path, mask_bias,
 };
+pub(crate) use super::sdpa_saving::attention_saving_memory;
 
 /// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,
 /// `weight` `[out, in]` (or `[in]`), `bias` broadcasts to the output. As in

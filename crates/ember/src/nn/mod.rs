@@ -26,6 +26,7 @@ mod loss;
 mod norm;
 mod recurrent;
 mod sdpa;
+mod sdpa_saving;
 mod state;
 mod transformer;
 

@@ -300,13 +300,18 @@ impl Module for TransformerEncoder {
     super::delegate_to_children!(own training);
 }
 
-/// A layer with the same settings and a copy of `layer`'s parameters.
+/// A layer with the same settings and a copy of `layer`'s parameters, in their
+/// dtype, and its training flags (its own and its attention's), as PyTorch's
+/// deep copy keeps them.
 fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
     let e = layer.self_attn.embed_dim();
-    let dev = layer.self_attn.in_proj_weight.device();
-    let mut copy = TransformerEncoderLayer::new(e, layer.self_attn.num_heads, layer.options, &dev)?;
+    let w = &layer.self_attn.in_proj_weight;
+    let mut copy =
+        TransformerEncoderLayer::new(e, layer.self_attn.num_heads, layer.options, &w.device())?;
+    copy.to_dtype(w.dtype())?;
     copy_state(layer, &mut copy)?;
-    copy.training = layer.training;
+    copy.set_training(layer.training);
+    copy.self_attn.training = layer.self_attn.training;
     Ok(copy)
 }
 

@@ -454,6 +454,24 @@ fn repetition_is_refused_before_it_costs() {
     p.op(b'e').op(b's');
     let (e, _) = refused("names", &archive(&[("data.pkl", &p.done())], false));
     assert!(e.contains("many times the file's size"), "{e}");
+    // one 1 MiB key (memoised) nested 130 dicts deep: every level's name holds
+    // the ones above it, gigabytes of names before the depth is refused
+    let mut p = Pickler::new();
+    p.op(b'}').str(&"k".repeat(1 << 20)).op(b'q').op(1).op(b'}');
+    for _ in 0..129 {
+        p.op(b'h').op(1).op(b'}');
+    }
+    for _ in 0..130 {
+        p.op(b's');
+    }
+    let bytes = archive(&[("data.pkl", &p.done())], false);
+    let dir = Scratch::new("nested-names");
+    let path = dir.file("crafted.pt");
+    std::fs::write(&path, bytes).unwrap();
+    let (r, total) = total_allocation(|| ember::io::load_pt(&path, &Device::Cpu));
+    let e = r.map(drop).unwrap_err().to_string();
+    assert!(e.contains("many times the file's size"), "{e}");
+    assert!(total < 256 << 20, "allocated {total} bytes in all");
     // one 1 MiB storage viewed whole by 1,000 tensors: a gigabyte of copies
     let mut p = Pickler::new();
     p.op(b'}').op(b'(');
@@ -487,6 +505,44 @@ fn repetition_is_refused_before_it_costs() {
     let e = r.map(drop).unwrap_err().to_string();
     assert!(e.contains("not in the archive"), "{e}");
     assert!(total < 64 << 20, "allocated {total} bytes in all");
+    // one list of 100,000 pairs made an OrderedDict 20,000 times through the
+    // memo (5 bytes a call): each call would copy the list, 96 GB in all
+    let mut p = Pickler::new();
+    // the pair ("a", 1) in memo 0
+    p.op(b'(')
+        .str("a")
+        .op(b'K')
+        .op(1)
+        .op(b't')
+        .op(b'q')
+        .op(0)
+        .op(b'0');
+    // the list of pairs in memo 1, and the call's arguments (list,) in memo 3
+    p.op(b']').op(b'(');
+    for _ in 0..100_000 {
+        p.op(b'h').op(0);
+    }
+    p.op(b'e').op(b'q').op(1).op(b'0');
+    p.op(b'(').op(b'h').op(1).op(b't').op(b'q').op(3).op(b'0');
+    p.global("collections", "OrderedDict")
+        .op(b'q')
+        .op(2)
+        .op(b'0');
+    for _ in 0..20_000 {
+        p.op(b'h').op(2).op(b'h').op(3).op(b'R').op(b'0');
+    }
+    p.op(b'}');
+    let bytes = archive(&[("data.pkl", &p.done())], false);
+    let dir = Scratch::new("ordered-copies");
+    let path = dir.file("crafted.pt");
+    std::fs::write(&path, bytes).unwrap();
+    let (r, total) = total_allocation(|| ember::io::load_pt(&path, &Device::Cpu));
+    let e = r.map(drop).unwrap_err().to_string();
+    assert!(
+        e.contains("calls copy more items than the pickle holds"),
+        "{e}"
+    );
+    assert!(total < 128 << 20, "allocated {total} bytes in all");
     // keys 1 and "1" would name two values alike
     let mut p = Pickler::new();
     p.op(b'}')

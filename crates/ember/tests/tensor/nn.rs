@@ -1310,6 +1310,19 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
         "no dropout in evaluation"
     );
 
+    // the copies keep the layer's dtype and its training flags (a deep copy)
+    let mut layer = TransformerEncoderLayer::new(8, 2, opts, dev)?;
+    layer.to_dtype(DType::F64)?;
+    layer.eval();
+    let enc = TransformerEncoder::new(layer, 2, None)?;
+    assert!(enc.parameters().iter().all(|p| p.dtype() == DType::F64));
+    let src = src.to_dtype(DType::F64)?;
+    assert_eq!(
+        vals(&enc.forward(&src)?),
+        vals(&enc.forward(&src)?),
+        "the copied layers do not drop out either"
+    );
+
     // recurrent layers: ranks, sizes and states are checked, with PyTorch's names
     let opts = nn::RnnOptions {
         num_layers: 2,

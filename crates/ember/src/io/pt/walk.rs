@@ -238,10 +238,12 @@ impl PtFile {
     ) -> Result<()> {
         let path = &self.path;
         if depth > MAX_DEPTH {
+            // (the name's start only: a deep name can be long)
+            let start: String = name.chars().take(80).collect();
             return Err(bad_file(
                 path,
                 format!(
-                    "{name:?}: containers nest more than {MAX_DEPTH} deep (or hold themselves)"
+                    "{start:?}...: containers nest more than {MAX_DEPTH} deep (or hold themselves)"
                 ),
             ));
         }
@@ -253,12 +255,22 @@ impl PtFile {
             ));
         }
         *w.budget -= 1;
-        let join = |k: &str| {
-            if name.is_empty() {
+        // a child's name, charged to the text budget as it is made (a long key
+        // nested deep would otherwise hold a longer name at every level)
+        let join = |w: &mut Walk, k: &str| -> Result<String> {
+            let joined = if name.is_empty() {
                 k.to_string()
             } else {
                 format!("{name}.{k}")
-            }
+            };
+            w.text_budget = w.text_budget.checked_sub(joined.len()).ok_or_else(|| {
+                bad_file(
+                    path,
+                    "the saved object's names would take many times the file's size to list \
+                     (long names nested deep)",
+                )
+            })?;
+            Ok(joined)
         };
         let leaf = |w: &mut Walk, l: Leaf| -> Result<()> {
             let cost = name.len()
@@ -327,14 +339,16 @@ impl PtFile {
                         let k = key_text(k).expect("checked above");
                         if done.insert(k.clone()) {
                             let v = &items[last[&k]].1;
-                            self.walk_into(v, join(&k), depth + 1, w)?;
+                            let child = join(w, &k)?;
+                            self.walk_into(v, child, depth + 1, w)?;
                         }
                     }
                     Ok(())
                 }
                 Obj::List(items) | Obj::Tuple(items) => {
                     for (i, v) in items.iter().enumerate() {
-                        self.walk_into(v, join(&i.to_string()), depth + 1, w)?;
+                        let child = join(w, &i.to_string())?;
+                        self.walk_into(v, child, depth + 1, w)?;
                     }
                     Ok(())
                 }

@@ -155,13 +155,23 @@ impl Machine<'_> {
             (ORDERED_DICT, []) => Ok(self.new_obj(Obj::Dict(Vec::new()))),
             // Python 2's pickles give an OrderedDict its items as a list of pairs
             (ORDERED_DICT, [items]) => {
-                let pairs = match items {
+                let list = match items {
                     Value::Obj(id) => match &self.objects[*id] {
-                        Obj::List(p) | Obj::Tuple(p) => p.clone(),
+                        Obj::List(p) | Obj::Tuple(p) => p,
                         _ => return Ok(self.new_obj(Obj::Opaque(name))),
                     },
                     _ => return Ok(self.new_obj(Obj::Opaque(name))),
                 };
+                // (counted before the copy)
+                let copied = self.copied.saturating_add(list.len());
+                if copied > self.data.len() {
+                    return self.err(
+                        "calls copy more items than the pickle holds (one list made an \
+                         OrderedDict over and over)",
+                    );
+                }
+                let pairs = list.clone();
+                self.copied = copied;
                 let mut d = Vec::with_capacity(pairs.len());
                 for pair in pairs {
                     match pair {

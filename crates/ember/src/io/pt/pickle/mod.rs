@@ -112,6 +112,10 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u64, Value>,
     objects: Vec<Obj>,
+    /// Items copied by calls so far (an OrderedDict made from a list copies its
+    /// pairs): at most the pickle's length, so that a list called on again and
+    /// again through the memo costs no more than the file.
+    copied: usize,
 }
 
 /// Reads one pickle from the start of `data`; returns it and the number of bytes
@@ -126,6 +130,7 @@ pub(crate) fn parse(data: &[u8]) -> Res<(Pickle, usize)> {
         marks: Vec::new(),
         memo: HashMap::new(),
         objects: Vec::new(),
+        copied: 0,
     };
     let root = m.run()?;
     Ok((
