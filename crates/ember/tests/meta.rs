@@ -712,8 +712,9 @@ fn to_meta_keeps_the_metadata() -> Result<()> {
     Ok(())
 }
 
-/// A user's module that holds state but does not implement `to_empty` or
-/// `reset_parameters` is told so; one without state needs neither.
+/// A user's module that holds state but does not implement `to_empty`,
+/// `to_device` or `reset_parameters` is told so rather than left where it was;
+/// one without state needs none of them.
 #[test]
 fn the_default_to_empty_refuses_modules_with_state() -> Result<()> {
     struct Scale(Tensor);
@@ -737,13 +738,17 @@ fn the_default_to_empty_refuses_modules_with_state() -> Result<()> {
     assert!(err.contains("does not implement"), "{err}");
     let err = s.reset_parameters().unwrap_err().to_string();
     assert!(err.contains("reset_parameters"), "{err}");
+    let err = s.to_device(&Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("to_device"), "{err}");
+    assert!(err.contains("does not implement"), "{err}");
     assert_eq!(
         s.0.device(),
         META,
-        "the failed call left the module as it was"
+        "the failed calls left the module as it was"
     );
     let mut d = Double;
     d.to_empty(&Device::Cpu)?;
+    d.to_device(&Device::Cpu)?;
     d.reset_parameters()?;
     Ok(())
 }

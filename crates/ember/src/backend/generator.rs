@@ -117,3 +117,38 @@ impl Generator {
         self.lock()
     }
 }
+
+thread_local! {
+    /// Whether this thread is inside `with_global_rng`'s closure (a generator
+    /// is locked: a second lock would never return).
+    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An error when this thread is inside `with_global_rng`'s closure.
+pub(crate) fn refuse_if_held() -> crate::error::Result<()> {
+    if HELD.with(|h| h.get()) {
+        return Err(crate::error::Error::invalid(
+            "with_global_rng",
+            "the random generator is already in use on this thread (a random op \
+             inside with_global_rng's closure): draw from the generator it passes",
+        ));
+    }
+    Ok(())
+}
+
+/// Marks this thread as holding a generator until the guard drops; an error
+/// when it already holds one.
+pub(crate) fn hold() -> crate::error::Result<Held> {
+    refuse_if_held()?;
+    HELD.with(|h| h.set(true));
+    Ok(Held)
+}
+
+/// See [`hold`].
+pub(crate) struct Held;
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(false));
+    }
+}

@@ -36,15 +36,15 @@ const DEFAULT_SEED: u64 = 67280421310721;
 /// [`Generator::scope`](crate::Generator::scope)), for an op that must draw the same
 /// values twice: it seeds a [`Generator`](crate::Generator) of its own each time.
 /// The CPU stream gives its next 64 bits; a GPU reserves one Philox counter.
-pub(crate) fn fork_seed(device: &crate::device::Device) -> u64 {
-    match device {
-        crate::device::Device::Cpu => with_global_rng(rand::Rng::next_u64),
+pub(crate) fn fork_seed(device: &crate::device::Device) -> crate::error::Result<u64> {
+    Ok(match device {
+        crate::device::Device::Cpu => with_global_rng(rand::Rng::next_u64)?,
         crate::device::Device::Cuda(_) => {
-            let (seed, counter) = cuda::random::reserve_counters(1);
+            let (seed, counter) = cuda::random::reserve_counters(1)?;
             seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
         }
         crate::device::Device::Meta => 0,
-    }
+    })
 }
 
 /// Seeds ember's global random generators (`torch.manual_seed`): the same seed
@@ -55,4 +55,14 @@ pub(crate) fn fork_seed(device: &crate::device::Device) -> u64 {
 pub fn manual_seed(seed: u64) {
     cpu::random::seed(seed);
     cuda::random::seed(seed);
+}
+
+/// The seed of the last [`manual_seed`] (`torch.initial_seed()`; ember's
+/// default seed before any). Inside a [`Generator::scope`](crate::Generator::scope),
+/// the scope generator's.
+pub fn initial_seed() -> u64 {
+    match generator::current() {
+        Some(g) => g.initial_seed(),
+        None => cpu::random::initial_seed(),
+    }
 }

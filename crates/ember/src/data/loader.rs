@@ -3,6 +3,7 @@
 
 use super::Dataset;
 use crate::backend::cuda::{self, Stream};
+use crate::backend::generator::Generator;
 use crate::{
     device::Device,
     error::{Error, Result},
@@ -26,7 +27,13 @@ use std::thread::JoinHandle;
 ///
 /// By default two batches are prepared ahead on a background thread while the
 /// current one is used ([`prefetch`](Self::prefetch)); the batches are the same
-/// with or without prefetching.
+/// with or without prefetching. A dataset that draws random values while making
+/// its samples (random augmentation) draws them from a generator of the epoch's
+/// own, seeded from the shuffling seed (or, without one, the global seed of
+/// [`manual_seed`](crate::manual_seed)) and the epoch number: what the training
+/// step draws meanwhile changes nothing, and a resumed epoch
+/// ([`set_epoch`](Self::set_epoch)) repeats its samples. (PyTorch seeds each
+/// worker process from its generator at the start of each epoch instead.)
 pub struct DataLoader {
     dataset: Arc<dyn Dataset>,
     batch_size: usize,
@@ -221,6 +228,29 @@ impl DataLoader {
         order
     }
 
+    /// The seed of the generator the dataset draws from while making epoch
+    /// `epoch`'s samples: the shuffling seed's (the sampler's with one, and its
+    /// rank; else the global seed or the open scope's) mixed with the epoch
+    /// number, apart from the stream that shuffles.
+    fn samples_seed(&self, epoch: u64) -> u64 {
+        let base = match (&self.sampler, self.seed) {
+            // each rank its own samples' draws
+            (Some(s), _) => s
+                .seed_value()
+                .wrapping_add((s.rank() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            (None, Some(seed)) => seed,
+            (None, None) => crate::backend::initial_seed(),
+        };
+        // SplitMix64's finaliser, twice: nearby seeds and epochs give unrelated
+        // streams
+        let mix = |mut z: u64| {
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        mix(mix(base ^ 0x5341_4D50_4C45_5321).wrapping_add(epoch))
+    }
+
     /// The batches of the next epoch, and advances the epoch counter: successive
     /// calls give successive epochs (a new order each time when shuffling).
     pub fn iter(&self) -> Batches {
@@ -235,6 +265,7 @@ impl DataLoader {
             order: self.sample_order(epoch),
             batch_size: self.batch_size,
             device: self.device,
+            rng: Generator::new(self.samples_seed(epoch)),
         };
         let total = self.len();
         let state = if self.prefetch == 0 || total == 0 {
@@ -297,13 +328,17 @@ struct Plan {
     order: Vec<usize>,
     batch_size: usize,
     device: Option<Device>,
+    /// What the dataset's random draws come from, batch after batch.
+    rng: Generator,
 }
 
 impl Plan {
     fn batch(&self, b: usize) -> BatchResult {
         let start = b * self.batch_size;
         let end = (start + self.batch_size).min(self.order.len());
-        let (x, y) = self.dataset.get_batch(&self.order[start..end])?;
+        let (x, y) = self
+            .rng
+            .scope(|| self.dataset.get_batch(&self.order[start..end]))?;
         match &self.device {
             Some(Device::Cuda(i)) => {
                 // uploaded on the copy stream; the taker's stream waits for `ready`

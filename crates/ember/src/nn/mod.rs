@@ -116,8 +116,12 @@ pub trait Module: Send + Sync {
 
     /// Moves every parameter (and buffer) to `device`. A model on `meta` has no
     /// values to move: use [`to_empty`](Self::to_empty) for it.
+    ///
+    /// A module with parameters or buffers must implement it; the default is for
+    /// modules without state, and refuses the others rather than leave their
+    /// tensors behind.
     fn to_device(&mut self, _device: &Device) -> Result<()> {
-        Ok(())
+        stateless(self, "to_device")
     }
 
     /// Replaces every parameter and buffer with uninitialised storage of its shape

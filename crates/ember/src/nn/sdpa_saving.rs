@@ -85,7 +85,7 @@ pub(crate) fn attention_saving_memory(
     }
     let dev = q.device();
     let seed = if dropout_p > 0.0 {
-        crate::backend::fork_seed(&dev)
+        crate::backend::fork_seed(&dev)?
     } else {
         0
     };

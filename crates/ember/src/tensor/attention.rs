@@ -222,7 +222,7 @@ fn fused(
         dropout,
         // the masks' seed, drawn from the device's generator; kept for backward
         seed: if dropout > 0.0 {
-            crate::backend::fork_seed(&q4.device())
+            crate::backend::fork_seed(&q4.device())?
         } else {
             0
         },

@@ -170,7 +170,10 @@ fn lower_dtype(t: &Tensor) -> Option<DType> {
     matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16).then_some(dt)
 }
 
-/// `t` in `dtype`, through the cache for parameters.
+/// `t` in `dtype`, through the cache for parameters. Only casts made with
+/// gradients on are cached: one made under `no_grad` has no history, and a
+/// later forward in the region that trains must not reuse it (its parameter
+/// would get no gradient); under `no_grad` a cached cast serves as it is.
 fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     if !(t.is_leaf() && t.requires_grad()) {
         return t.to_dtype(dtype);
@@ -180,7 +183,9 @@ fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
         return Ok(c);
     }
     let c = t.to_dtype(dtype)?;
-    CACHE.with(|m| m.borrow_mut().insert(key, (t.clone(), c.clone())));
+    if crate::autograd::is_grad_enabled() {
+        CACHE.with(|m| m.borrow_mut().insert(key, (t.clone(), c.clone())));
+    }
     Ok(c)
 }
 

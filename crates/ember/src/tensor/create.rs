@@ -433,7 +433,7 @@ impl Tensor {
         check_creatable(device)?;
         let n = dims.iter().product();
         Tensor::from_host_with(&dims, DType::I64, *device, || {
-            super::with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))
+            super::with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))?
                 .map(CpuData::I64)
         })
     }
@@ -445,7 +445,7 @@ impl Tensor {
         checked_numel("randperm", &[n])?;
         Tensor::from_host_with(&[n], DType::I64, *device, || {
             let mut v = try_collect(n, 0..n as i64)?;
-            super::with_global_rng(|r| v.shuffle(r));
+            super::with_global_rng(|r| v.shuffle(r))?;
             Ok(CpuData::I64(v))
         })
     }

@@ -198,9 +198,6 @@ impl Unary {
     }
 }
 
-/// Gradients of a broadcasting binary op for its inputs `a` and `b` (only those
-/// that need one). `y`, the output, is saved by the op whose rule uses it (pow). Each rule reads only the values it needs, so an in-place change to a value
-/// it does not read is no error (PyTorch's rule).
 /// Which operands' values [`binary`]'s rule for `op` reads, given which need a
 /// gradient (PyTorch's `derivatives.yaml` choices): a sum reads neither, a
 /// product the other operand of each that needs one, a quotient the divisor for
@@ -214,6 +211,10 @@ pub(crate) fn binary_reads(op: BinaryCode, needs_a: bool, needs_b: bool) -> [boo
     }
 }
 
+/// Gradients of a broadcasting binary op for its inputs `a` and `b` (only those
+/// that need one). `y`, the output, is saved by the op whose rule uses it
+/// (pow). Each rule reads only the values it needs, so an in-place change to a
+/// value it does not read is no error (PyTorch's rule).
 pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor) -> Result<Grads> {
     let (na, nb) = (ins.needs(0), ins.needs(1));
     let a = || ins.get(0);
@@ -263,15 +264,22 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
                 g.mul(&win_b.to_dtype(g.dtype())?.add(&tie)?)?,
             )
         }
+        // as PyTorch's rules: nothing flows where the exponent is 0 (b·a^(b-1)
+        // would be 0·∞ at a = 0), nor to the exponent where a = 0 and b ≥ 0
+        // (y·ln a would be 0·-∞)
         BinaryCode::Pow => (
             if na {
                 let (a, b) = (a()?, b()?);
-                g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?
+                b.eq(0.0)?
+                    .where_(0.0, &g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?)?
             } else {
                 g.clone()
             },
             if nb {
-                g.mul(&y()?.mul(&a()?.log()?)?)?
+                let (a, b) = (a()?, b()?);
+                a.eq(0.0)?
+                    .logical_and(&b.ge(0.0)?)?
+                    .where_(0.0, &g.mul(&y()?.mul(&a.log()?)?)?)?
             } else {
                 g.clone()
             },

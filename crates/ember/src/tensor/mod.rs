@@ -37,7 +37,7 @@ pub(crate) mod shape;
 mod sort;
 mod views;
 
-pub use crate::backend::{manual_seed, with_global_rng};
+pub use crate::backend::{initial_seed, manual_seed, with_global_rng};
 pub(crate) use batch_norm::{update_running_stats, BatchStats, Momentum, RunningUpdate};
 pub use conv::Conv2dOptions;
 pub use create::NdArray;
@@ -529,7 +529,9 @@ impl Tensor {
             return Ok(out);
         }
         let from = self.dtype();
-        Ok(Tensor::record(out, "to_dtype", &[self], |_| {
+        // the rule saves nothing: a cast that autocast caches for a region serves
+        // every forward in it, and each backward goes through it
+        Ok(Tensor::record_reusable(out, "to_dtype", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to_dtype(from)?)])
         }))
     }

@@ -647,6 +647,10 @@ case(FAM, "pow_half_scalar", "pow", [pos(5), 0.5])
 case(FAM, "pow_neg_base_frac_exp", "pow", [T([-2.0, -1.0, 0.0, 1.0, 4.0]), 0.5])
 case(FAM, "pow_zero_exp", "pow", [T([-2.0, 0.0, float("nan")]), 0.0])
 case(FAM, "pow_tensor_tensor_neg_base", "pow", [T([-2.0, -2.0, -3.0, 0.0]), T([2.0, 3.0, 0.5, -1.0])])
+# at a zero base and a zero exponent the gradients are PyTorch's masked ones (0,
+# not 0·∞), an infinite one where the power is
+case(FAM, "pow_zero_base_grad", "pow",
+     [T([0.0, 0.0, 0.0, 0.0, 2.0, 0.0]), T([0.0, 2.0, 0.5, -1.0, 0.0, 1.0])], grad=True)
 case(FAM, "add_bool_scalar", "add", [rn(3), True])
 # non-contiguous operands
 case(FAM, "add_transposed_lhs", "add", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), rn(3, 4)])

@@ -575,6 +575,49 @@ pub(crate) fn sequence_layers_train_under_autocast(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A region's cast cache serves a forward run without gradients (evaluation)
+/// and the training forwards after it (PyTorch's fix for its issue 112583: a
+/// cast cached under `no_grad` has no history and is made again), and two
+/// forwards in one region each backpropagate through the shared casts: the
+/// gradients add up to twice one step's, bit for bit.
+pub(crate) fn autocast_cache_serves_evaluation_and_two_backwards(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(0);
+    let lin = nn::Linear::new(3, 2, dev)?;
+    let x = Tensor::randn([4, 3], dev)?;
+    let dt = DType::BF16;
+    let loss = || -> Result<Tensor> { lin.forward(&x)?.to_dtype(DType::F32)?.sum_all() };
+    let grads = || -> Vec<Vec<f64>> {
+        lin.parameters()
+            .iter()
+            .map(|p| vals(&p.grad().expect("a gradient")))
+            .collect()
+    };
+    let one = {
+        let _ac = autocast_guard_for(device_type(dev), Some(dt))?;
+        loss()?
+    };
+    one.backward()?;
+    let once = grads();
+    lin.parameters().iter().for_each(|p| p.set_grad(None));
+    {
+        let _ac = autocast_guard_for(device_type(dev), Some(dt))?;
+        let eval = ember::no_grad(loss)?;
+        assert!(!eval.requires_grad());
+        let first = loss()?;
+        assert!(first.requires_grad(), "the evaluation's casts were reused");
+        first.backward()?;
+        assert_eq!(grads(), once, "one backward after an evaluation");
+        loss()?.backward()?;
+    }
+    let twice: Vec<Vec<f64>> = once
+        .iter()
+        .map(|g| g.iter().map(|v| 2.0 * v).collect())
+        .collect();
+    assert_eq!(grads(), twice, "two backwards in one region");
+    Ok(())
+}
+
 #[test]
 fn autocast_to_an_integer_or_wide_dtype_is_an_error() {
     for dt in [DType::I64, DType::F64] {
@@ -593,4 +636,5 @@ device_test!(
     grad_scaler_refuses_like_pytorch,
     grad_scaler_serves_two_optimizers,
     sequence_layers_train_under_autocast,
+    autocast_cache_serves_evaluation_and_two_backwards,
 );

@@ -269,6 +269,53 @@ fn default_get_batch_stacks() -> Result<()> {
     Ok(())
 }
 
+/// Samples with a random augmentation: input `i` is `i` plus a uniform draw.
+struct Jittered;
+
+impl Dataset for Jittered {
+    fn len(&self) -> usize {
+        6
+    }
+    fn get(&self, i: usize) -> Result<(Tensor, Tensor)> {
+        let x = Tensor::rand([2], &Device::Cpu)?.add(i as f64)?;
+        Ok((x, Tensor::new(i as i64, &Device::Cpu)?))
+    }
+}
+
+/// A random dataset's batches are the same with or without prefetching, while
+/// the training thread draws from the global stream between batches, and a
+/// resumed epoch repeats them; another epoch or another global seed draws anew.
+#[test]
+fn random_samples_repeat_with_or_without_prefetching() -> Result<()> {
+    let _g = super::rng_lock();
+    let epoch = |seed: u64, prefetch: usize, epoch: u64| -> Result<Vec<Vec<f64>>> {
+        ember::manual_seed(seed);
+        let l = DataLoader::new(Jittered, 4)?.prefetch(prefetch);
+        l.set_epoch(epoch);
+        let mut got = Vec::new();
+        for b in l.iter() {
+            got.push(vals(&b?.0));
+            // the training step's own draws (dropout, say)
+            Tensor::randn([3], &Device::Cpu)?;
+        }
+        Ok(got)
+    };
+    let inline = epoch(7, 0, 0)?;
+    assert_eq!(inline.len(), 2);
+    assert_eq!(epoch(7, 2, 0)?, inline, "prefetched");
+    assert_eq!(epoch(7, 1, 0)?, inline, "prefetched one ahead");
+    assert_ne!(epoch(7, 0, 1)?, inline, "the next epoch");
+    assert_ne!(epoch(8, 0, 0)?, inline, "another seed");
+    // shuffled: the samples' draws follow the shuffling seed, not the global one
+    let shuffled = |global: u64| -> Result<Vec<Vec<f64>>> {
+        ember::manual_seed(global);
+        let l = DataLoader::new(Jittered, 6)?.shuffle(3);
+        l.iter().map(|b| Ok(vals(&b?.0))).collect()
+    };
+    assert_eq!(shuffled(1)?, shuffled(2)?);
+    Ok(())
+}
+
 /// Batches moved to a device hold the values the same loader makes on the CPU;
 /// on a GPU they are uploaded on the copy stream, and used here on the current
 /// stream, which must wait for each upload (on the simulator, which runs a

@@ -13,19 +13,47 @@ use std::sync::Mutex;
 
 static RNG: Mutex<Option<ChaCha8Rng>> = Mutex::new(None);
 
+/// The seed the stream last started from (`torch.initial_seed()`).
+static INITIAL: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(super::super::DEFAULT_SEED);
+
 /// Restarts the stream from `seed`.
 pub(crate) fn seed(seed: u64) {
-    *RNG.lock().unwrap_or_else(|p| p.into_inner()) = Some(ChaCha8Rng::seed_from_u64(seed));
+    let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
+    *g = Some(ChaCha8Rng::seed_from_u64(seed));
+    INITIAL.store(seed, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The seed of the last [`seed`] (the default seed before any).
+pub(crate) fn initial_seed() -> u64 {
+    INITIAL.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Runs `f` with the global generator (for shuffling, dropout masks, init).
 /// Inside a [`Generator::scope`](crate::Generator::scope), the scope's generator.
-pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
+///
+/// The generator is locked while `f` runs: an op that draws random values
+/// (`Tensor::randn`, dropout, a shuffle, `with_global_rng` itself) called from
+/// inside `f` is an error rather than a thread that waits for ever; draw from
+/// the generator `f` is given instead.
+///
+/// ```
+/// use rand::Rng;
+/// let a: u64 = ember::with_global_rng(|r| r.next_u64())?;
+/// let nested = ember::with_global_rng(|_| ember::Tensor::randn([2], &ember::Device::Cpu));
+/// assert!(nested?.is_err());
+/// # let _ = a;
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> Result<R> {
+    let _held = crate::backend::generator::hold()?;
     if let Some(g) = crate::backend::generator::current() {
-        return f(&mut g.streams().cpu);
+        return Ok(f(&mut g.streams().cpu));
     }
     let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(|| ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED)))
+    Ok(f(g.get_or_insert_with(|| {
+        ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED)
+    })))
 }
 
 /// `n` draws of `dist` in the float `dtype`: f32 draws for the f32-and-narrower
@@ -54,7 +82,7 @@ pub(crate) fn draw(dtype: DType, n: usize, dist: Dist) -> Result<CpuData> {
             n,
             (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
         ),
-    })?;
+    })??;
     if dtype == DType::F64 {
         return Ok(CpuData::F64(v));
     }

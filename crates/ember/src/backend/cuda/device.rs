@@ -458,7 +458,7 @@ impl CudaDev {
         let s = self.stream();
         self.refuse_in_capture("replaying a graph", "graphs do not nest")?;
         if let Some(r) = random {
-            let (seed, offset) = super::random::reserve_counters(r.counters);
+            let (seed, offset) = super::random::reserve_counters(r.counters)?;
             self.htod(r.state, &[seed, offset])?;
         }
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());

@@ -14,14 +14,19 @@ pub(crate) fn seed(seed: u64) {
 
 /// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
 /// Inside a [`Generator::scope`](crate::Generator::scope), from the scope's generator.
-pub(crate) fn reserve_counters(counters: u64) -> (u64, u64) {
+pub(crate) fn reserve_counters(counters: u64) -> crate::error::Result<(u64, u64)> {
     let reserve = |state: &mut (u64, u64)| {
         let at = *state;
         state.1 = state.1.wrapping_add(counters);
         at
     };
-    match crate::backend::generator::current() {
-        Some(g) => reserve(&mut g.streams().philox),
+    Ok(match crate::backend::generator::current() {
+        Some(g) => {
+            // a scope's generator keeps both streams under one lock, which
+            // `with_global_rng` holds while its closure runs
+            crate::backend::generator::refuse_if_held()?;
+            reserve(&mut g.streams().philox)
+        }
         None => reserve(&mut STATE.lock().unwrap_or_else(|p| p.into_inner())),
-    }
+    })
 }

@@ -27,7 +27,7 @@ pub(crate) fn random(
     let (kernel, a, b) = match dev.graph_random(counters as u64)? {
         Some((state, intra)) => ("random_graph", state, intra),
         None => {
-            let (seed, offset) = crate::backend::cuda::random::reserve_counters(counters as u64);
+            let (seed, offset) = crate::backend::cuda::random::reserve_counters(counters as u64)?;
             ("random", seed, offset)
         }
     };
