@@ -82,7 +82,7 @@ pub fn writable_file(path: &Path, flag: &str) -> ember::Result<()> {
 
 /// `path` as the file system resolves it, to compare two paths: canonical when
 /// it exists, else its folder's canonical form joined with its name.
-fn resolved(path: &Path) -> std::path::PathBuf {
+pub(crate) fn resolved(path: &Path) -> std::path::PathBuf {
     if let Ok(p) = path.canonicalize() {
         return p;
     }

@@ -708,6 +708,25 @@ fn profile_prints_the_top_ops_and_writes_the_trace() {
     assert!(dir
         .join("bench-cpu-train-gpt-2x128-v512-b2x64-autocast-bf16.json")
         .exists());
+    // --json naming the file a row's trace would be: refused before any row runs
+    let rows = dir.join("b-cpu-train-gpt-2x128-v512-b2x64-autocast-bf16.json");
+    let (ok, out, err) = ember(&[
+        "bench",
+        "--suite",
+        "models",
+        "--quick",
+        "--device",
+        "cpu",
+        "--filter",
+        "gpt 2x128 v512 b2x64, autocast",
+        "--profile",
+        dir.join("b.json").to_str().unwrap(),
+        "--json",
+        rows.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("would be written where --json is"), "{err}");
+    assert!(!out.contains("profile of") && !rows.exists(), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

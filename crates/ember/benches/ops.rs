@@ -85,7 +85,7 @@ fn cross_entropy(c: &mut Criterion) {
         let id = format!("{rows}x{classes}");
         g.bench_with_input(BenchmarkId::from_parameter(id), &rows, |bch, _| {
             bch.iter(|| {
-                x.set_grad(None);
+                x.zero_grad();
                 ember::nn::cross_entropy(&x, &y)
                     .unwrap()
                     .backward()

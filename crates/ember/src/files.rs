@@ -5,9 +5,10 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a
 /// rename, so that readers see the old file or the new one, never a part: the
-/// temporary file is flushed to disk before the rename (a crash after it finds
-/// the new file whole), named for this process and call (threads writing one
-/// path do not share it), and removed when any step fails.
+/// temporary file is flushed to disk before the rename, and on Unix the folder
+/// after it (so that a crash after this returns finds the new file, whole),
+/// named for this process and call (threads writing one path do not share it),
+/// and removed when any step before the rename fails.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,5 +38,24 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_err(path)(e)
-    })
+    })?;
+    // the rename is an entry in the folder: durable once the folder is synced
+    // (Unix opens a folder as a file; elsewhere the rename is left to the system)
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+            // file systems that cannot sync a folder say so; the file is there
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+                ) => {}
+            r => r.map_err(io_err(dir))?,
+        }
+    }
+    Ok(())
 }

@@ -612,7 +612,20 @@ pub fn load_checkpoint_with(
     path: impl AsRef<Path>,
     options: LoadOptions,
 ) -> Result<Vec<(String, Tensor)>> {
-    let path = path.as_ref();
+    load_checkpoint_checked(model, opt, path.as_ref(), options, |_| Ok(())).map(|(e, ())| e)
+}
+
+/// [`load_checkpoint_with`] that first gives the extra entries to `check`,
+/// before anything is changed: an error from it leaves the model and the
+/// optimizer as they were. Returns the extra entries and what `check` made of
+/// them.
+pub(crate) fn load_checkpoint_checked<T>(
+    model: &dyn Module,
+    opt: &mut dyn Optimizer,
+    path: &Path,
+    options: LoadOptions,
+    check: impl FnOnce(&[(String, Tensor)]) -> Result<T>,
+) -> Result<(Vec<(String, Tensor)>, T)> {
     let device = model
         .parameters()
         .first()
@@ -633,6 +646,7 @@ pub fn load_checkpoint_with(
             ));
         }
     }
+    let checked = check(&extra)?;
     // the optimizer first (restored if anything fails), then the model, which
     // checks everything before it copies
     let before = opt.state()?;
@@ -643,5 +657,5 @@ pub fn load_checkpoint_with(
         opt.load_state(&before)?;
         return Err(e);
     }
-    Ok(extra)
+    Ok((extra, checked))
 }

@@ -654,6 +654,24 @@ fn a_captured_training_step_trains_as_eager_steps_do() -> Result<()> {
         .1;
     // (one count per parameter: each had a gradient at every step)
     assert_eq!(step.to_vec::<i64>()?, vec![4; graphed.parameters().len()]);
+    // an eager step in which some parameters have no gradient would give those
+    // that step a count of their own, which the graph's replays would not
+    // advance: refused, nothing changed
+    adam.zero_grad();
+    nn::cross_entropy(&graphed.forward(&xs)?, &ys)?.backward()?;
+    graphed.parameters()[0].zero_grad();
+    let before: Vec<Vec<f32>> = graphed
+        .parameters()
+        .iter()
+        .map(|p| p.to_vec::<f32>())
+        .collect::<Result<_>>()?;
+    let e = adam.step().unwrap_err().to_string();
+    assert!(e.contains("captured this optimizer's step"), "{e}");
+    for (p, b) in graphed.parameters().iter().zip(&before) {
+        assert_eq!(&p.to_vec::<f32>()?, b);
+    }
+    graph.replay()?;
+    assert_eq!(adam.steps(), 5, "the graph goes on counting");
     Ok(())
 }
 

@@ -197,8 +197,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let why = cuda::unavailable_reason().unwrap_or_else(|| "no GPU found".into());
         println!("cuda: no rows ({why})");
     }
-    // every trace file the run will write, checked before anything runs
+    // every trace file the run will write, checked before anything runs: new
+    // (or --force), and each its own (two rows, or a row and --json, writing
+    // one file would lose the first)
     if let (Some(Some(trace)), true) = (&args.profile, real) {
+        let mut claimed: Vec<(std::path::PathBuf, String)> = args
+            .json
+            .iter()
+            .map(|p| (crate::paths::resolved(p), "--json".to_string()))
+            .collect();
         for &dev in &devs {
             let cx = Ctx {
                 dev,
@@ -211,6 +218,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 }
                 let path = crate::profile::trace_path(trace, Some(&format!("{dev} {}", w.name)));
                 crate::paths::new_output(&path, "--profile", &[], args.force)?;
+                let row = format!("the trace of {dev} {}", w.name);
+                let target = crate::paths::resolved(&path);
+                if let Some((_, by)) = claimed.iter().find(|(c, _)| *c == target) {
+                    return Err(Error::InvalidArgument {
+                        op: "bench",
+                        msg: format!(
+                            "--profile {}: {row} would be written where {by} is; choose \
+                             other names",
+                            path.display()
+                        ),
+                    });
+                }
+                claimed.push((target, row));
             }
         }
     }

@@ -185,8 +185,8 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
         Work::Flops(flops),
         || {
             xs.conv2d(&ws, None, pad1)?.sum_all()?.backward()?;
-            xs.set_grad(None);
-            ws.set_grad(None);
+            xs.zero_grad();
+            ws.zero_grad();
             Ok(())
         },
     )?);
@@ -220,7 +220,7 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
                 .sum_all()?
                 .backward()?;
                 for t in &qkv {
-                    t.set_grad(None);
+                    t.zero_grad();
                 }
                 Ok(())
             },
@@ -248,7 +248,7 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
                 .sum_all()?
                 .backward()?;
             for t in [&lx, &lw, &lb] {
-                t.set_grad(None);
+                t.zero_grad();
             }
             Ok(())
         },

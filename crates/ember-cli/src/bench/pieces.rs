@@ -105,7 +105,7 @@ fn piece(
             None => y.backward()?,
         }
         for t in leaves {
-            t.set_grad(None);
+            t.zero_grad();
         }
         Ok(())
     })

@@ -531,6 +531,16 @@ impl Tensor {
                 "grad must have the output's shape",
             ));
         }
+        if grad.device() != self.device() {
+            return Err(Error::invalid(
+                "backward",
+                format!(
+                    "invalid gradient at index 0 - expected device {} but got {}",
+                    self.device(),
+                    grad.device()
+                ),
+            ));
+        }
         let _no_grad = no_grad_guard();
         let _phase = crate::backend::meta::account::enter_phase(
             crate::backend::meta::account::Phase::Backward,
@@ -632,17 +642,21 @@ impl Tensor {
         Ok(())
     }
 
-    /// Adds `g` to this leaf's `.grad()`, taking `g` over when nothing else holds it.
+    /// Adds `g` to this leaf's `.grad()`, taking `g` over when nothing else
+    /// holds it. A gradient already there is added to in place (PyTorch's
+    /// `grad += new`: no new memory, and a CUDA graph's replays add into the
+    /// same tensor); one that cannot take `g` is left as it was.
     fn accumulate_grad(&self, g: Tensor) -> Result<()> {
         let mut slot = self.grad_slot();
-        let new = match slot.take() {
-            Some(prev) => prev.add(&g)?,
+        match slot.as_ref() {
+            Some(prev) => {
+                prev.add_(&g)?;
+            }
             None => {
                 let unique = g.storage_is_unique();
-                self.grad_laid_out_for(g, unique)?
+                *slot = Some(self.grad_laid_out_for(g, unique)?.detach());
             }
-        };
-        *slot = Some(new.detach());
+        }
         drop(slot);
         let hooks: Vec<_> = self.hook_slot().iter().map(|(_, h)| h.clone()).collect();
         for h in hooks {

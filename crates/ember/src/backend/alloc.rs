@@ -134,6 +134,9 @@ pub(crate) enum AllocError {
         total: usize,
         allocated: usize,
         reserved: usize,
+        /// Whether the cache was emptied and the request tried again first
+        /// (not while a graph is captured: emptying waits for the device).
+        retried: bool,
     },
     Driver(String),
 }
@@ -335,9 +338,16 @@ impl<M: RawMemory> Allocator<M> {
             .get_mut(&addr)
             .expect("block of a free-list entry");
         let rest = block.size - size;
-        let min_split = if small { ROUND } else { MIN_LARGE_SPLIT };
+        // PyTorch's rule: a small block splits off any whole 512 bytes, a large
+        // one only more than 1 MiB (a remainder of exactly 1 MiB stays with
+        // the block)
+        let split = if small {
+            rest >= ROUND
+        } else {
+            rest > MIN_LARGE_SPLIT
+        };
         block.free = false;
-        if rest >= min_split {
+        if split {
             block.size = size;
             let tail = Block {
                 size: rest,
@@ -419,10 +429,11 @@ impl<M: RawMemory> Allocator<M> {
     /// `bytes` from the driver; when it is out of memory, the cache is released and
     /// the request tried once more. `size` is the request reported in the error.
     fn driver_alloc(&mut self, bytes: usize, size: usize) -> std::result::Result<u64, AllocError> {
+        let retried = self.capture.is_none();
         let first = match self.raw.malloc(bytes) {
             // a capture may not wait for the device (what emptying the cache does):
             // no second try then
-            Err(true) if self.capture.is_none() => {
+            Err(true) if retried => {
                 // free the cache and try once more
                 self.stats.num_alloc_retries += 1;
                 self.release_cached();
@@ -441,6 +452,7 @@ impl<M: RawMemory> Allocator<M> {
                     total,
                     allocated: self.stats.allocated,
                     reserved: self.stats.reserved,
+                    retried,
                 })
             }
             Err(false) => Err(AllocError::Driver(self.raw.last_error())),
@@ -885,6 +897,29 @@ mod tests {
         a.release_cached();
         assert_eq!(a.stats().reserved, 0);
         assert_eq!(a.raw().used, 0);
+    }
+
+    /// A large block's remainder splits off only when it is more than 1 MiB
+    /// (PyTorch's `remaining > kSmallSize`); a small block's from 512 bytes.
+    #[test]
+    fn split_thresholds_are_pytorchs() {
+        let mut a = Allocator::new(Fake::new(1 << 30));
+        // 19 MiB of a 20 MiB segment: the 1 MiB left stays with the block
+        let p = a.alloc(19 * MB, S0).unwrap();
+        assert_eq!(a.block_size(p), Some(20 * MB));
+        assert_eq!(a.stats().allocated, 20 * MB);
+        a.free(p);
+        // a byte less leaves more than 1 MiB (rounded to 512 bytes): split
+        let q = a.alloc(19 * MB - 512, S0).unwrap();
+        assert_eq!(a.block_size(q), Some(19 * MB - 512));
+        a.free(q);
+        // small (at most 1 MiB, from 2 MiB segments): even 512 bytes left of
+        // a block are split off
+        let r = a.alloc(MB, S0).unwrap();
+        assert_eq!(a.block_size(r), Some(MB));
+        let t = a.alloc(MB - 512, S0).unwrap();
+        assert_eq!((t, a.block_size(t)), (r + MB as u64, Some(MB - 512)));
+        assert_eq!(a.stats().reserved, 20 * MB + 2 * MB);
     }
 
     #[test]

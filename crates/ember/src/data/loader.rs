@@ -387,8 +387,9 @@ enum State {
 /// Starts the thread that prepares `total` batches, at most `ahead` of them
 /// waiting at any time; falls back to inline batches when no thread can start.
 fn spawn_worker(plan: Plan, total: usize, ahead: usize) -> State {
-    // the worker holds one finished batch while blocked in `send`: `ahead - 1` slots
-    let (tx, rx) = sync_channel::<BatchResult>(ahead - 1);
+    // the worker holds one finished batch while blocked in `send`: `ahead - 1`
+    // slots (no more than the epoch has batches: the channel allocates them)
+    let (tx, rx) = sync_channel::<BatchResult>(ahead.min(total) - 1);
     let stop = Arc::new(AtomicBool::new(false));
     let stop_w = Arc::clone(&stop);
     let plan = Arc::new(plan);

@@ -8,8 +8,9 @@ use std::str::FromStr;
 impl FromStr for Device {
     type Err = Error;
 
-    /// Accepts `cpu` (or `cpu:0`), `cuda` (meaning `cuda:0`), `cuda:N` and
-    /// `meta`, ignoring surrounding whitespace and ASCII case.
+    /// Accepts `cpu` (or `cpu:0`), `cuda` (meaning `cuda:0`), `cuda:N` (N
+    /// without leading zeros, as PyTorch) and `meta`, ignoring surrounding
+    /// whitespace and ASCII case.
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::ParseDevice {
             input: s.to_string(),
@@ -23,7 +24,11 @@ impl FromStr for Device {
             "meta" => Ok(Device::Meta),
             _ => {
                 let n = t.strip_prefix("cuda:").ok_or_else(bad)?;
-                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                // digits, without leading zeros (PyTorch's `[1-9]\d*|0`)
+                if n.is_empty()
+                    || !n.bytes().all(|b| b.is_ascii_digit())
+                    || n.len() > 1 && n.starts_with('0')
+                {
                     return Err(bad());
                 }
                 n.parse().map(Device::Cuda).map_err(|_| bad())

@@ -503,7 +503,7 @@ impl Reducer {
                 match p.grad() {
                     Some(g) => crate::autograd::no_grad(|| g.copy_(v)),
                     None => {
-                        p.set_grad(Some(v.copy()?));
+                        p.set_grad(Some(v.copy()?))?;
                         Ok(())
                     }
                 }

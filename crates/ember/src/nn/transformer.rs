@@ -300,27 +300,52 @@ impl Module for TransformerEncoder {
     super::delegate_to_children!(own training);
 }
 
-/// A layer with the same settings and a copy of `layer`'s parameters, in their
-/// dtype, and its training flags (its own and its attention's), as PyTorch's
-/// deep copy keeps them.
+/// A deep copy of `layer` (PyTorch's `copy.deepcopy`, which `TransformerEncoder`
+/// makes of its layer): every parameter copied with its own dtype, device and
+/// `requires_grad`, the settings and training flags as they are; nothing drawn
+/// from the random generator.
 fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
-    let e = layer.self_attn.embed_dim();
-    let w = &layer.self_attn.in_proj_weight;
-    let mut copy =
-        TransformerEncoderLayer::new(e, layer.self_attn.num_heads, layer.options, &w.device())?;
-    copy.to_dtype(w.dtype())?;
-    copy_state(layer, &mut copy)?;
-    copy.set_training(layer.training);
-    copy.self_attn.training = layer.self_attn.training;
-    Ok(copy)
-}
-
-/// `to`'s parameters made copies of `from`'s (same names and shapes).
-fn copy_state(from: &dyn Module, to: &mut dyn Module) -> Result<()> {
-    for ((_, src), (_, dst)) in from.named_parameters().iter().zip(to.named_parameters()) {
-        crate::autograd::no_grad(|| dst.copy_(src))?;
-    }
-    Ok(())
+    let dup = |t: &Tensor| -> Result<Tensor> {
+        let c = crate::autograd::no_grad(|| t.copy())?;
+        if t.requires_grad() {
+            c.requires_grad_(true)
+        } else {
+            Ok(c)
+        }
+    };
+    let dup_opt = |t: &Option<Tensor>| t.as_ref().map(dup).transpose();
+    let dup_linear = |l: &Linear| -> Result<Linear> {
+        Ok(Linear {
+            weight: dup(&l.weight)?,
+            bias: dup_opt(&l.bias)?,
+        })
+    };
+    let dup_norm = |n: &LayerNorm| -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: dup_opt(&n.weight)?,
+            bias: dup_opt(&n.bias)?,
+            normalized_shape: n.normalized_shape.clone(),
+            eps: n.eps,
+        })
+    };
+    let a = &layer.self_attn;
+    Ok(TransformerEncoderLayer {
+        self_attn: MultiheadAttention {
+            in_proj_weight: dup(&a.in_proj_weight)?,
+            in_proj_bias: dup_opt(&a.in_proj_bias)?,
+            out_proj: dup_linear(&a.out_proj)?,
+            num_heads: a.num_heads,
+            dropout: a.dropout,
+            batch_first: a.batch_first,
+            training: a.training,
+        },
+        linear1: dup_linear(&layer.linear1)?,
+        linear2: dup_linear(&layer.linear2)?,
+        norm1: dup_norm(&layer.norm1)?,
+        norm2: dup_norm(&layer.norm2)?,
+        options: layer.options,
+        training: layer.training,
+    })
 }
 
 /// One transformer decoder layer (`nn.TransformerDecoderLayer`): self-attention

@@ -141,6 +141,7 @@ impl Adam {
         };
         let d = self.on_device.insert(d);
         let cohorts = d.advance(&items, capturing)?;
+        d.captured |= capturing;
         for (t, members) in cohorts {
             t.add_(1.0)?;
             let mut group = Vec::with_capacity(members.len());
@@ -223,6 +224,9 @@ impl Adam {
 struct DeviceCounts {
     scalars: Vec<Tensor>,
     cohort: Vec<usize>,
+    /// Whether a CUDA graph has captured a step: its replays advance the
+    /// scalars it captured, so the cohorts may no longer split.
+    captured: bool,
 }
 
 impl DeviceCounts {
@@ -244,7 +248,11 @@ impl DeviceCounts {
             .iter()
             .map(|&c| Tensor::scalar(c as f64, dev))
             .collect::<Result<_>>()?;
-        Ok(DeviceCounts { scalars, cohort })
+        Ok(DeviceCounts {
+            scalars,
+            cohort,
+            captured: false,
+        })
     }
 
     /// Each parameter's count, read from the device (`host` where a read fails).
@@ -265,7 +273,8 @@ impl DeviceCounts {
     /// with the positions in `items` of the parameters that share it. Those that
     /// step without the rest of their cohort leave it with a copy of its count
     /// (a copy a captured graph would repeat at each replay, so refused while
-    /// capturing).
+    /// capturing; and after a capture, whose replays would go on advancing the
+    /// count the parameters left).
     fn advance(
         &mut self,
         items: &[(usize, [Tensor; 4])],
@@ -290,6 +299,16 @@ impl DeviceCounts {
                     "while a CUDA graph is captured, some parameters have a gradient and \
                      others that took the same steps so far have none: take one eager step \
                      with this set of gradients before capturing",
+                ));
+            }
+            if self.captured {
+                return Err(Error::invalid(
+                    "Adam::step",
+                    "a CUDA graph captured this optimizer's step, and now some parameters \
+                     have a gradient and others that took the same steps have none: the \
+                     graph's replays would advance a count these parameters no longer \
+                     read; step with the same set of gradients as the graph, or use a new \
+                     optimizer (its state loaded) for this one",
                 ));
             }
             self.scalars.push(self.scalars[*c].copy()?);

@@ -102,8 +102,9 @@ pub trait Optimizer: Send {
     /// state in place and reads nothing on the host that changes from step to
     /// step but the learning rate and momentum (which a replay does not see
     /// change: [`Trial`](crate::train::Trial) captures again when they do). SGD
-    /// is; Adam is not yet (its bias corrections are computed on the host each
-    /// step). The default is `false`.
+    /// is; Adam and AdamW are after [`make_capturable`](Self::make_capturable)
+    /// (by default they compute their bias corrections on the host each step).
+    /// The default is `false`.
     fn capturable(&self) -> bool {
         false
     }

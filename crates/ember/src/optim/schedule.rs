@@ -153,7 +153,8 @@ impl CosineAnnealingLr {
 
 /// The learning rate times a factor going linearly from `start_factor` to
 /// `end_factor` over `total_iters` epochs, then staying there (`LinearLR`; a
-/// warm-up with `start_factor < 1`).
+/// warm-up with `start_factor < 1`). With `total_iters` 0 the factor stays
+/// `start_factor` for good, as PyTorch's does.
 pub struct LinearLr {
     bases: Vec<f64>,
     start: f64,

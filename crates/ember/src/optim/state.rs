@@ -337,7 +337,26 @@ pub(super) fn load_counts(state: &[(String, Tensor)], has_state: &[bool]) -> Res
             let c = whole(c)?;
             Ok(has_state.iter().map(|&h| if h { c } else { 0 }).collect())
         }
-        (1, v) if v.len() == n => v.iter().map(|&c| whole(c)).collect(),
+        (1, v) if v.len() == n => {
+            let counts = v.iter().map(|&c| whole(c)).collect::<Result<Vec<u64>>>()?;
+            // a parameter has moments exactly when it has taken steps
+            match counts
+                .iter()
+                .zip(has_state)
+                .position(|(&c, &h)| (c > 0) != h)
+            {
+                Some(i) => Err(Error::invalid(
+                    "load_state",
+                    format!(
+                        "parameter {i} has step count {} but {} state: the counts and the \
+                         state do not belong together",
+                        counts[i],
+                        if has_state[i] { "has" } else { "no" }
+                    ),
+                )),
+                None => Ok(counts),
+            }
+        }
         _ => Err(Error::invalid(
             "load_state",
             format!(

@@ -207,8 +207,17 @@ impl Tensor {
             (&start as &dyn Any).downcast_ref::<i64>(),
             (&end as &dyn Any).downcast_ref::<i64>(),
         ) {
+            if e < s {
+                return Err(Error::invalid(
+                    "arange",
+                    format!(
+                        "upper bound and larger bound inconsistent with step sign \
+                         (start={s}, end={e}, step=1)"
+                    ),
+                ));
+            }
             check_creatable(device)?;
-            let n = usize::try_from((e as i128 - s as i128).max(0)).unwrap_or(usize::MAX);
+            let n = usize::try_from(e as i128 - s as i128).unwrap_or(usize::MAX);
             if n > isize::MAX as usize {
                 return Err(Error::invalid(
                     "arange",

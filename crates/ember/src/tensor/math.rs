@@ -270,13 +270,17 @@ impl Tensor {
         } else {
             self.to_dtype(dt)?
         };
-        // a NaN bound makes every element NaN (PyTorch's), with no gradient
+        // a NaN bound makes every element NaN (PyTorch's), and the gradient 0
+        // (not 0·g, which is NaN where g is infinite)
         if bounds
             .iter()
             .flatten()
             .any(|b| matches!(b, Scalar::Float(v) if v.is_nan()))
         {
-            return t.mul(0.0)?.add(f64::NAN);
+            let out = crate::autograd::no_grad(|| t.full_like(f64::NAN))?;
+            return Ok(Tensor::record(out, "clamp", &[&t], |_| {
+                |g: &Tensor| Ok(vec![Some(g.zeros_like()?)])
+            }));
         }
         let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
         let (min, max) = (f(min), f(max));

@@ -275,14 +275,47 @@ impl Tensor {
         self.grad_slot().clone()
     }
 
-    /// Replaces the accumulated gradient (`None` clears it, like `zero_grad`).
-    pub fn set_grad(&self, grad: Option<Tensor>) {
+    /// Replaces the accumulated gradient (`tensor.grad = g`; `None` clears it,
+    /// like [`zero_grad`](Self::zero_grad)). As PyTorch, a gradient of another
+    /// shape, dtype or device than the tensor's is an error (the gradient is
+    /// left as it was).
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        if let Some(g) = &grad {
+            let differs = if g.shape() != self.shape() {
+                Some(format!(
+                    "of a different size ({:?}; the tensor's is {:?})",
+                    g.shape(),
+                    self.shape()
+                ))
+            } else if g.dtype() != self.dtype() {
+                Some(format!(
+                    "of a different type ({}; the tensor's is {})",
+                    g.dtype(),
+                    self.dtype()
+                ))
+            } else if g.device() != self.device() {
+                Some(format!(
+                    "located on a different device ({}; the tensor is on {})",
+                    g.device(),
+                    self.device()
+                ))
+            } else {
+                None
+            };
+            if let Some(what) = differs {
+                return Err(Error::invalid(
+                    "set_grad",
+                    format!("assigned grad has data {what}"),
+                ));
+            }
+        }
         *self.grad_slot() = grad;
+        Ok(())
     }
 
     /// Clears the accumulated gradient.
     pub fn zero_grad(&self) {
-        self.set_grad(None);
+        *self.grad_slot() = None;
     }
 
     /// The same values, sharing storage, outside the graph (`tensor.detach()`): a

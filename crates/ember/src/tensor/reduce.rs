@@ -559,8 +559,11 @@ impl Tensor {
         let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
         let diff = a.sub(&b)?.abs()?;
         let tol = b.abs()?.mul(rtol)?.add(atol)?;
+        // an infinite difference is never within an (infinite) tolerance:
+        // 1 and ∞, or ∞ and -∞, are not close
         let close = diff
             .le(&tol)?
+            .logical_and(&diff.isfinite()?)?
             .logical_or(&a.eq(&b)?)?
             .to_dtype(DType::I64)?
             .sum_all()?

@@ -443,11 +443,40 @@ impl Trial {
             source: e,
         })?;
         let history = History::from_csv(&text, &hist_file.display().to_string())?;
+        // everything the checkpoint's extra entries decide is checked before
+        // the model and the optimizer are loaded (an error changes neither)
+        let has_scheduler = self.scheduler.is_some();
+        let scaler = self.scaler.clone();
+        let (_, (history, scheduler_epoch, scaler)) = crate::io::load_checkpoint_checked(
+            self.model.as_ref(),
+            self.optimizer.as_mut(),
+            &file,
+            crate::io::LoadOptions::default(),
+            |extra| Self::check_resume(extra, &file, &hist_file, history, has_scheduler, scaler),
+        )?;
         // the optimizer's state is replaced: a captured step would update the old
         self.step_graph = None;
         self.warmed = false;
-        let extra =
-            crate::io::load_checkpoint(self.model.as_ref(), self.optimizer.as_mut(), &file)?;
+        if let (Some(s), Some(e)) = (self.scheduler.as_mut(), scheduler_epoch) {
+            s.set_epoch(e);
+        }
+        self.scaler = scaler;
+        self.history = history;
+        Ok(self)
+    }
+
+    /// What a checkpoint's extra entries (`extra`) restore, checked: the
+    /// history cut to the checkpoint's epoch, the scheduler's epoch (a
+    /// scheduler on one side only is refused: it would change the learning
+    /// rates from there on) and the loss scaler with its state loaded.
+    fn check_resume(
+        extra: &[(String, Tensor)],
+        file: &Path,
+        hist_file: &Path,
+        mut history: History,
+        has_scheduler: bool,
+        mut scaler: Option<GradScaler>,
+    ) -> Result<(History, Option<usize>, Option<GradScaler>)> {
         let get = |name: &str| -> Result<Option<usize>> {
             extra
                 .iter()
@@ -458,7 +487,6 @@ impl Trial {
         let epoch = get("epoch")?.ok_or_else(|| {
             Error::invalid("resume", format!("{}: no epoch count", file.display()))
         })?;
-        let mut history = history;
         history.records.truncate(epoch);
         if history.len() != epoch {
             return Err(Error::invalid(
@@ -470,12 +498,10 @@ impl Trial {
                 ),
             ));
         }
-        // a schedule resumes at its position; one on one side only would change
-        // the learning rates from there on
-        match (self.scheduler.as_mut(), get("scheduler_epoch")?) {
-            (Some(s), Some(e)) => s.set_epoch(e),
-            (None, None) => {}
-            (None, Some(e)) => {
+        let scheduler_epoch = get("scheduler_epoch")?;
+        match (has_scheduler, scheduler_epoch) {
+            (true, Some(_)) | (false, None) => {}
+            (false, Some(e)) => {
                 return Err(Error::invalid(
                     "resume",
                     format!(
@@ -485,7 +511,7 @@ impl Trial {
                     ),
                 ))
             }
-            (Some(_), None) => {
+            (true, None) => {
                 return Err(Error::invalid(
                     "resume",
                     format!(
@@ -495,7 +521,7 @@ impl Trial {
                 ))
             }
         }
-        if let Some(scaler) = self.scaler.as_mut() {
+        if let Some(scaler) = scaler.as_mut() {
             let state: Vec<(String, f64)> = extra
                 .iter()
                 .filter_map(|(n, t)| n.strip_prefix("grad_scaler.").map(|k| (k, t)))
@@ -508,8 +534,7 @@ impl Trial {
                 )
             })?;
         }
-        self.history = history;
-        Ok(self)
+        Ok((history, scheduler_epoch, scaler))
     }
 
     /// Refuses a checkpoint whose recorded configuration differs from this run's.

@@ -541,7 +541,7 @@ pub(crate) fn sequence_layers_train_under_autocast(dev: &Device) -> Result<()> {
         }
     };
     let run_layer = |amp: bool, path: AttentionPath| -> Result<Vec<Vec<f64>>> {
-        layer.parameters().iter().for_each(|p| p.set_grad(None));
+        layer.parameters().iter().for_each(|p| p.zero_grad());
         let loss = with_attention_path(path, || -> Result<Tensor> {
             let _ac = autocast_guard_for(device_type(dev), amp.then_some(DType::BF16))?;
             // a fixed random projection: the mean square of a layer-normed output
@@ -560,7 +560,7 @@ pub(crate) fn sequence_layers_train_under_autocast(dev: &Device) -> Result<()> {
         );
     }
     let run_lstm = |amp: bool| -> Result<(DType, Vec<Vec<f64>>)> {
-        lstm.parameters().iter().for_each(|p| p.set_grad(None));
+        lstm.parameters().iter().for_each(|p| p.zero_grad());
         let _ac = autocast_guard_for(device_type(dev), amp.then_some(DType::BF16))?;
         let (out, _) = lstm.forward_state(&x, None)?;
         let loss = out.to_dtype(DType::F32)?.mul(&r_lstm)?.sum_all()?;
@@ -599,7 +599,7 @@ pub(crate) fn autocast_cache_serves_evaluation_and_two_backwards(dev: &Device) -
     };
     one.backward()?;
     let once = grads();
-    lin.parameters().iter().for_each(|p| p.set_grad(None));
+    lin.parameters().iter().for_each(|p| p.zero_grad());
     {
         let _ac = autocast_guard_for(device_type(dev), Some(dt))?;
         let eval = ember::no_grad(loss)?;

@@ -188,10 +188,35 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
     assert!(!y.is_leaf() && y.requires_grad());
     y.backward()?;
     assert_eq!(vals(&x.grad().unwrap()), vec![3., 5., 7.]);
-    // a second backward through the same graph is refused; a new graph accumulates
+    // a second backward through the same graph is refused; a new graph
+    // accumulates, in place (PyTorch's `grad += new`: a gradient taken before
+    // sees the sum)
     assert!(y.backward().is_err());
+    let held = x.grad().unwrap();
     x.mul(2.0)?.sum_all()?.backward()?;
     assert_eq!(vals(&x.grad().unwrap()), vec![5., 7., 9.]);
+    assert_eq!(vals(&held), vec![5., 7., 9.]);
+    // a gradient set by hand must fit the tensor (PyTorch's errors), and one
+    // refused leaves the gradient as it was
+    for (bad, what) in [
+        (Tensor::new([1f32, 2.], dev)?, "of a different size"),
+        (Tensor::new([1f64, 2., 3.], dev)?, "of a different type"),
+        (
+            Tensor::zeros([3], DType::F32, &Device::Meta)?,
+            "located on a different device",
+        ),
+    ] {
+        let e = x.set_grad(Some(bad)).unwrap_err().to_string();
+        assert!(e.contains(&format!("assigned grad has data {what}")), "{e}");
+    }
+    assert_eq!(vals(&x.grad().unwrap()), vec![5., 7., 9.]);
+    // backward's own gradient must be on the output's device
+    let e = x
+        .mul(2.0)?
+        .backward_with(&Tensor::zeros([3], DType::F32, &Device::Meta)?)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected device"), "{e}");
     x.zero_grad();
     assert!(x.grad().is_none());
     // no_grad records nothing; detach cuts the graph but shares storage

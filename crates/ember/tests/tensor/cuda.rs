@@ -219,6 +219,12 @@ fn without_a_gpu_cuda_requests_are_errors() -> Result<()> {
     assert!(cuda::memory_allocated(&dev).is_err());
     assert!(cuda::Event::record(&dev).is_err());
     assert_eq!(cuda::synchronize(&Device::Cpu).ok(), Some(()));
+    // a GPU never used holds no cache and no peak: nothing to do (PyTorch's
+    // empty_cache without CUDA); a device that is not CUDA is still an error
+    cuda::empty_cache(&dev)?;
+    cuda::reset_peak_memory_stats(&dev)?;
+    assert!(cuda::empty_cache(&Device::Cpu).is_err());
+    assert!(cuda::reset_peak_memory_stats(&Device::Meta).is_err());
     Ok(())
 }
 
@@ -499,7 +505,7 @@ fn foreach_adam_matches_one_launch_per_parameter() -> Result<()> {
                     for (i, (p, g)) in params.iter().zip(step).enumerate() {
                         // parameter 5 never has a gradient
                         if i != 5 {
-                            p.set_grad(Some(g.to(&dev)?));
+                            p.set_grad(Some(g.to(&dev)?))?;
                         }
                     }
                     opt.step()?;
@@ -578,7 +584,7 @@ fn foreach_sgd_matches_the_cpu() -> Result<()> {
                     for (s, step) in grads.iter().enumerate() {
                         for (i, (p, g)) in params.iter().zip(step).enumerate() {
                             // parameter 7 has no gradient in the first step
-                            p.set_grad((s > 0 || i != 7).then(|| g.to(on)).transpose()?);
+                            p.set_grad((s > 0 || i != 7).then(|| g.to(on)).transpose()?)?;
                         }
                         opt.step()?;
                     }
@@ -631,7 +637,7 @@ fn foreach_clipping_matches_the_cpu() -> Result<()> {
                     .iter()
                     .map(|g| {
                         let p = g.zeros_like()?.to(on)?.requires_grad_(true)?;
-                        p.set_grad(Some(g.to(on)?));
+                        p.set_grad(Some(g.to(on)?))?;
                         Ok(p)
                     })
                     .collect::<Result<_>>()?;

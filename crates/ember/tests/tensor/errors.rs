@@ -177,6 +177,11 @@ fn corners_as_pytorch(dev: &Device) -> Result<()> {
     ] {
         assert!(y.to_vec::<f32>()?.iter().all(|v| v.is_nan()), "{y:?}");
     }
+    // its gradient is 0 (PyTorch's), also where the incoming one is infinite
+    let w = x.detach().requires_grad_(true)?;
+    w.clamp_min(f64::NAN)?
+        .backward_with(&Tensor::new([f32::INFINITY, 1.0, f32::NAN], dev)?)?;
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, [0.0; 3]);
     let picked = s.index_select(0, &Tensor::new([0i64], dev)?)?;
     assert_eq!(picked.shape(), &[] as &[usize]);
     assert_eq!(picked.item::<f32>()?, 5.0);
@@ -187,6 +192,12 @@ fn corners_as_pytorch(dev: &Device) -> Result<()> {
     let inf = Tensor::new([f32::INFINITY, f32::NEG_INFINITY, 1.0], dev)?;
     assert!(inf.allclose(&inf, 1e-5, 1e-8)?);
     assert!(!inf.allclose(&inf.neg()?, 1e-5, 1e-8)?);
+    // each alone: an infinite difference is not within the infinite tolerance
+    // that |other| = ∞ gives
+    let one = |v: f32| Tensor::new([v], dev);
+    assert!(!one(f32::INFINITY)?.allclose(&one(f32::NEG_INFINITY)?, 1e-5, 1e-8)?);
+    assert!(!one(1.0)?.allclose(&one(f32::INFINITY)?, 1e-5, 1e-8)?);
+    assert!(!one(f32::INFINITY)?.allclose(&one(1.0)?, 1e-5, 1e-8)?);
     let nan = Tensor::new([f32::NAN], dev)?;
     assert!(!nan.allclose(&nan, 1e-5, 1e-8)?);
     err_has(
@@ -198,7 +209,12 @@ fn corners_as_pytorch(dev: &Device) -> Result<()> {
         Tensor::arange(big, big + 2, dev)?.to_vec::<i64>()?,
         [big, big + 1]
     );
-    assert_eq!(Tensor::arange(3i64, 1, dev)?.numel(), 0);
+    // PyTorch: an end below the start with step 1 is an error, not empty
+    err_has(
+        Tensor::arange(3i64, 1, dev),
+        &["upper bound and larger bound inconsistent with step sign"],
+    );
+    assert_eq!(Tensor::arange(3i64, 3, dev)?.numel(), 0);
     let v = Tensor::arange(0i64, 6, dev)?;
     err_has(v.split_with_sizes(&[usize::MAX, 7], 0), &["must sum to"]);
     assert_eq!(v.i(0..=i64::MAX)?.numel(), 6);
@@ -304,7 +320,7 @@ fn parse_errors_list_the_accepted_forms() {
     // PyTorch's "cpu:0" is the CPU; ember has no other CPU index
     assert_eq!("cpu:0".parse::<Device>().unwrap(), Device::Cpu);
     for s in [
-        "gpu", "gpu:0", "gpu0", "cuda:a", "cuda:-1", "", "metal", "cpu:1",
+        "gpu", "gpu:0", "gpu0", "cuda:a", "cuda:-1", "", "metal", "cpu:1", "cuda:01", "cuda:00",
     ] {
         let e = s.parse::<Device>().unwrap_err().to_string();
         assert!(

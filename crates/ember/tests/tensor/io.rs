@@ -385,6 +385,24 @@ fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
             assert!(e.contains("one count per parameter"), "{name}: {e}");
             st[i].1 = Tensor::scalar(3i64, &Device::Cpu)?;
             make(vec![w2.clone()])?.load_state(&st)?;
+            // a count with no moments, or moments with no count, do not go
+            // together (the bias corrections would be wrong)
+            st[i].1 = Tensor::zeros([1], DType::I64, &Device::Cpu)?;
+            let e = make(vec![w2.clone()])?
+                .load_state(&st)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("do not belong together"), "{name}: {e}");
+            let fresh = make(vec![w2.clone()])?.state()?;
+            let mut st = fresh.clone();
+            let j = st.iter().position(|(k, _)| k == "step").unwrap();
+            st[j].1 = Tensor::new(vec![3i64], &Device::Cpu)?;
+            let e = make(vec![w2.clone()])?
+                .load_state(&st)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("do not belong together"), "{name}: {e}");
+            make(vec![w2.clone()])?.load_state(&fresh)?;
         }
     }
     assert!(

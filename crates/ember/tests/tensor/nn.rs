@@ -1322,6 +1322,35 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
         vals(&enc.forward(&src)?),
         "the copied layers do not drop out either"
     );
+    // each parameter keeps its own dtype (norms kept in float32 in a float64
+    // layer), its values and its requires_grad; making the copies draws no
+    // random number
+    let mut layer = TransformerEncoderLayer::new(8, 2, opts, dev)?;
+    layer.to_dtype(DType::F64)?;
+    layer.norm1.to_dtype(DType::F32)?;
+    layer.linear2.bias = Some(layer.linear2.bias.take().unwrap().detach());
+    let want: Vec<(String, DType, bool, Vec<f64>)> = layer
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.dtype(), p.requires_grad(), vals(&p)))
+        .collect();
+    ember::manual_seed(3);
+    let enc = TransformerEncoder::new(layer, 3, None)?;
+    let next = Tensor::rand([4], &Device::Cpu)?;
+    ember::manual_seed(3);
+    assert_eq!(vals(&next), vals(&Tensor::rand([4], &Device::Cpu)?));
+    for i in 0..3 {
+        let got: Vec<(String, DType, bool, Vec<f64>)> = enc.layers[i]
+            .named_parameters()
+            .into_iter()
+            .map(|(n, p)| (n, p.dtype(), p.requires_grad(), vals(&p)))
+            .collect();
+        assert_eq!(got, want, "layer {i}");
+    }
+    // the copies are the layers' own
+    ember::no_grad(|| enc.layers[0].linear1.weight.add_(1.0))?;
+    assert_eq!(want[4].0, "linear1.weight");
+    assert_eq!(vals(&enc.layers[1].linear1.weight), want[4].3);
 
     // recurrent layers: ranks, sizes and states are checked, with PyTorch's names
     let opts = nn::RnnOptions {
@@ -1426,7 +1455,7 @@ fn gradient_clipping_matches_pytorch(dev: &Device) -> Result<()> {
             .map(|g| {
                 let g = tensor(g, dev)?.to_dtype(DType::F32)?;
                 let p = g.zeros_like()?.requires_grad_(true)?;
-                p.set_grad(Some(g));
+                p.set_grad(Some(g))?;
                 Ok(p)
             })
             .collect::<Result<_>>()?;
@@ -1460,7 +1489,7 @@ fn gradient_clipping_matches_pytorch(dev: &Device) -> Result<()> {
         nn::clip_grad_norm_(&[p.clone()], 1.0, 2.0, false)?.item::<f32>()?,
         0.0
     );
-    p.set_grad(Some(Tensor::new([f32::NAN, 1.0], dev)?));
+    p.set_grad(Some(Tensor::new([f32::NAN, 1.0], dev)?))?;
     assert!(nn::clip_grad_norm_(&[p], 1.0, 2.0, true).is_err());
     Ok(())
 }

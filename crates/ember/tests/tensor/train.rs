@@ -1,6 +1,7 @@
 //! The Trial training loop: history, metrics, callbacks, schedulers, checkpoints
 //! and resuming.
 
+use super::vals;
 use ember::amp::GradScaler;
 use ember::data::{DataLoader, TensorDataset};
 use ember::nn::{self, Module};
@@ -123,7 +124,7 @@ fn trial_resume_matches_uninterrupted(dev: &Device) -> Result<()> {
         .iter()
         .zip(c.model().state_dict().iter())
     {
-        assert_eq!(super::vals(pa), super::vals(pc), "{n} after resuming");
+        assert_eq!(vals(pa), vals(pc), "{n} after resuming");
     }
     assert_eq!(ha.series("loss"), hc.series("loss"));
     assert_eq!(ha.series("val_acc"), hc.series("val_acc"));
@@ -382,7 +383,7 @@ fn trial_with_amp_trains_as_f32_does(dev: &Device) -> Result<()> {
         .iter()
         .zip(c.model().state_dict().iter())
     {
-        assert_eq!(super::vals(pa), super::vals(pc), "{n} after resuming");
+        assert_eq!(vals(pa), vals(pc), "{n} after resuming");
     }
     std::fs::remove_dir_all(&base).ok();
     let m = model(2, &Device::Cpu)?;
@@ -493,12 +494,22 @@ fn resuming_keeps_early_stopping_and_the_schedule() -> Result<()> {
     let mut with = make(true)?;
     with.run(1)?;
     drop(with);
-    let e = make(false)?
-        .resume(&dir)
-        .err()
-        .expect("refused")
-        .to_string();
+    // refused before anything is loaded: parameters held elsewhere (here, by
+    // this test) keep their values, not the checkpoint's
+    let t = make(false)?;
+    let held = t.model().parameters();
+    // (moved off the checkpoint's values, which a new model shares: the same seed)
+    ember::no_grad(|| held.iter().try_for_each(|p| p.add_(1.0).map(|_| ())))?;
+    let before: Vec<Vec<f64>> = held.iter().map(vals).collect();
+    let e = t.resume(&dir).err().expect("refused").to_string();
     assert!(e.contains("set the same scheduler before resume()"), "{e}");
+    assert_eq!(held.iter().map(vals).collect::<Vec<_>>(), before);
+    let saved = make(true)?.resume(&dir)?;
+    let saved: Vec<Vec<f64>> = saved.model().parameters().iter().map(vals).collect();
+    assert_ne!(
+        saved, before,
+        "the checkpoint's values differ from the moved ones"
+    );
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }

@@ -591,18 +591,23 @@ impl CudaDev {
                 total,
                 allocated,
                 reserved,
+                retried,
             } => Error::OutOfMemory {
                 device: self.device(),
                 requested,
                 msg: format!(
                     "GPU {} has a total capacity of {} of which {} is free; ember has {} \
-                     allocated to tensors and {} reserved in total (the cache was emptied \
-                     and the allocation retried)",
+                     allocated to tensors and {} reserved in total ({})",
                     self.ordinal,
                     fmt_bytes(total),
                     fmt_bytes(free),
                     fmt_bytes(allocated),
-                    fmt_bytes(reserved)
+                    fmt_bytes(reserved),
+                    if retried {
+                        "the cache was emptied and the allocation retried"
+                    } else {
+                        "during a graph capture, which cannot empty the cache: not retried"
+                    }
                 ),
             },
             AllocError::Driver(msg) => Error::Cuda {
@@ -643,6 +648,7 @@ impl CudaDev {
             rt: self.rt.as_ref(),
             pool: &self.pinned,
             stream,
+            syncs: &self.syncs,
         }
     }
 

@@ -101,6 +101,9 @@ pub(crate) struct Pinned<'a> {
     pub pool: &'a Mutex<PinnedPool>,
     /// The stream the copies are queued on.
     pub stream: StreamId,
+    /// The device's count of host waits (`cuda::host_syncs`): a copy that
+    /// must wait for a block still in flight adds one.
+    pub syncs: &'a std::sync::atomic::AtomicU64,
 }
 
 impl Pinned<'_> {
@@ -108,6 +111,16 @@ impl Pinned<'_> {
     fn block_idle(&self, b: &PinnedBlock) -> bool {
         // (a block whose copy failed counts as busy: waiting for it reports the error)
         !b.in_flight || self.rt.event_query(&b.event).unwrap_or(false)
+    }
+
+    /// [`block_wait`](Self::block_wait) for a block a copy takes because every
+    /// cached one is in flight: a host wait the caller did not ask for, counted
+    /// (a download's waits for its own chunks are its one counted wait).
+    fn block_wait_for_room(&self, b: &mut PinnedBlock) -> Result<()> {
+        if b.in_flight {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.block_wait(b)
     }
 
     /// Waits for the device copy that last used `b`.
@@ -203,7 +216,7 @@ impl Pinned<'_> {
                 let mut b = pool.free.swap_remove(i);
                 pool.uses += 1;
                 drop(pool);
-                self.block_wait(&mut b)?;
+                self.block_wait_for_room(&mut b)?;
                 return Ok(Some(b));
             }
             // ...or for any, which then makes room on the next round
@@ -212,7 +225,7 @@ impl Pinned<'_> {
                 return Ok(None);
             };
             drop(pool);
-            self.block_wait(&mut b)?;
+            self.block_wait_for_room(&mut b)?;
             self.pinned_pool().free.push(b);
         }
     }

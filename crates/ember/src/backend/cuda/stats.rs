@@ -65,16 +65,24 @@ pub fn max_memory_allocated(device: &Device) -> Result<usize> {
     Ok(memory_stats(device)?.peak_allocated)
 }
 
-/// Starts peak tracking again from the current usage.
+/// Starts peak tracking again from the current usage. A GPU not used yet has
+/// no peak to reset: nothing is done (no CUDA context is made for it, and none
+/// is needed, so this is no error without a GPU either).
 pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
-    dev(cuda_index(*device)?)?.reset_peak();
+    if let Some(d) = existing(cuda_index(*device)?) {
+        d.reset_peak();
+    }
     Ok(())
 }
 
 /// Returns cached, unused device memory to the driver (`torch.cuda.empty_cache`),
-/// and the idle pinned host blocks that stage copies.
+/// and the idle pinned host blocks that stage copies. A GPU not used yet holds
+/// nothing: nothing is done (as PyTorch's, without making a CUDA context, and
+/// without a GPU too).
 pub fn empty_cache(device: &Device) -> Result<()> {
-    dev(cuda_index(*device)?)?.empty_cache();
+    if let Some(d) = existing(cuda_index(*device)?) {
+        d.empty_cache();
+    }
     Ok(())
 }
 
