@@ -68,7 +68,8 @@ pub mod amp {
     //! - **in float32**: the losses (`cross_entropy`, `nll_loss`, `mse_loss`,
     //!   `bce_with_logits`), and on CUDA also `softmax`, `log_softmax` and
     //!   `layer_norm`, as PyTorch's CUDA list has them (its CPU list leaves them in
-    //!   the input's dtype, and so does ember's CPU);
+    //!   the input's dtype, and so does ember's CPU), and on the CPU reflection
+    //!   and replication padding (`pad`), as PyTorch's CPU list has them;
     //! - everything else runs in its inputs' dtype, with the usual promotion when
     //!   they differ (a bfloat16 product plus a float32 bias is float32).
     //!

@@ -34,8 +34,27 @@ fn the_lessons_vector_add_matches_the_cpu() -> Result<()> {
         Arg::output(&c, DType::F32),
         Arg::I32(n as i32),
     ];
+    let versions = (ag.version(), c.version());
     k.launch(cfg, &args)?;
     c.cpu()?.assert_close(&a.add(&b)?, 1e-6, 1e-6)?;
+    // the output counts as written, the inputs do not (`tensor._version`)
+    assert_eq!((ag.version(), c.version()), (versions.0, versions.1 + 1));
+    // and autograd refuses a backward that would read a value saved before the
+    // kernel wrote over it
+    let w = ag.detach().requires_grad_(true)?;
+    let saved = c.mul(1.0)?;
+    let y = w.mul(&saved)?.sum_all()?;
+    k.launch(
+        cfg,
+        &[
+            Arg::input(&ag, DType::F32),
+            Arg::input(&bg, DType::F32),
+            Arg::output(&saved, DType::F32),
+            Arg::I32(n as i32),
+        ],
+    )?;
+    let e = y.backward().unwrap_err().to_string();
+    assert!(e.contains("modified by an inplace operation"), "{e}");
     // in order with ember's own ops on the same stream: a kernel launched after a
     // built-in op sees its result, and an op after the kernel sees the kernel's
     let b2 = bg.mul(2.0)?;
@@ -279,6 +298,12 @@ fn compile_errors_and_missing_kernels_are_errors() {
     }
     let e = Kernel::compile(ADD, "no_such_kernel", &dev).unwrap_err();
     assert!(e.to_string().contains("no_such_kernel"), "{e}");
+    // a C++ name is mangled: the error says how to declare it
+    let mangled = "__global__ void plain(float* x) { x[0] = 1.0f; }\n";
+    let e = Kernel::compile(mangled, "plain", &dev)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("plain") && e.contains("extern \"C\""), "{e}");
 }
 
 /// Runs this binary's ignored test `child` in a child process on the simulator with

@@ -308,9 +308,20 @@ pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
 
-/// Restores the previous grad mode when dropped (see [`no_grad_guard`]).
+/// Restores the previous grad mode when dropped (see [`no_grad_guard`]). The
+/// mode is this thread's: the guard cannot move to another thread (dropped
+/// there, it would set that thread's mode).
+///
+/// ```compile_fail
+/// fn elsewhere<T: Send + 'static>(t: T) {
+///     std::thread::spawn(move || drop(t));
+/// }
+/// elsewhere(ember::no_grad_guard());
+/// ```
+#[must_use = "gradients are off only while the guard lives"]
 pub struct GradModeGuard {
     previous: bool,
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for GradModeGuard {
@@ -323,7 +334,10 @@ impl Drop for GradModeGuard {
 /// (`with torch.no_grad():`).
 pub fn no_grad_guard() -> GradModeGuard {
     let previous = GRAD_ENABLED.with(|g| g.replace(false));
-    GradModeGuard { previous }
+    GradModeGuard {
+        previous,
+        _this_thread: std::marker::PhantomData,
+    }
 }
 
 /// Runs `f` without recording a graph (`torch.no_grad()`).

@@ -20,17 +20,20 @@ enum Stage {
 /// or NaN (on the device), and that count's verdict once `step` has read it.
 #[derive(Clone, Debug)]
 struct OptimizerState {
-    /// The optimizer's address: the optimizer this record belongs to while it
-    /// lives (records last until the next update).
-    key: usize,
+    /// The optimizer's parameters (their identities): the optimizer this
+    /// record belongs to, wherever it has moved since (records last until the
+    /// next update).
+    key: Vec<usize>,
     stage: Stage,
     found_inf: Option<Tensor>,
     found: Option<bool>,
 }
 
-/// Identifies an optimizer by its address, as PyTorch's `id(optimizer)`.
-fn optimizer_key(o: &dyn crate::optim::Optimizer) -> usize {
-    o as *const dyn crate::optim::Optimizer as *const () as usize
+/// Identifies an optimizer by the parameters it updates (PyTorch uses
+/// `id(optimizer)`; a Rust value's address changes when it moves, so that an
+/// optimizer unscaled and then moved would be unscaled twice).
+fn optimizer_key(o: &dyn crate::optim::Optimizer) -> Vec<usize> {
+    o.parameters().iter().map(Tensor::id).collect()
 }
 
 /// Dynamic loss scaling for float16 training (`torch.amp.GradScaler`): the loss

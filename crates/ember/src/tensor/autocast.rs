@@ -55,10 +55,19 @@ thread_local! {
 }
 
 /// Restores the autocast state from before it was made when dropped; the
-/// outermost one also empties the cast cache.
+/// outermost one also empties the cast cache. The state is this thread's: the
+/// guard cannot move to another thread.
+///
+/// ```compile_fail
+/// fn elsewhere<T: Send + 'static>(t: T) {
+///     std::thread::spawn(move || drop(t));
+/// }
+/// elsewhere(ember::amp::autocast_guard(ember::DType::BF16).unwrap());
+/// ```
 #[must_use = "autocast is on only while the guard lives"]
 pub struct AutocastGuard {
     previous: [Option<DType>; 2],
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for AutocastGuard {
@@ -106,7 +115,10 @@ pub fn autocast_guard_for(device_type: DeviceType, dtype: Option<DType>) -> Resu
         prev
     });
     DEPTH.with(|d| d.set(d.get() + 1));
-    Ok(AutocastGuard { previous })
+    Ok(AutocastGuard {
+        previous,
+        _this_thread: std::marker::PhantomData,
+    })
 }
 
 /// Turns autocast to `dtype` (bfloat16 or float16) on for every device type on
@@ -117,7 +129,10 @@ pub fn autocast_guard(dtype: DType) -> Result<AutocastGuard> {
     }
     let previous = STATE.with(|s| s.replace([Some(dtype), Some(dtype)]));
     DEPTH.with(|d| d.set(d.get() + 1));
-    Ok(AutocastGuard { previous })
+    Ok(AutocastGuard {
+        previous,
+        _this_thread: std::marker::PhantomData,
+    })
 }
 
 /// Runs `f` with autocast to `dtype` (bfloat16 or float16) on for every device
@@ -296,6 +311,12 @@ pub(crate) fn would_f32(ts: &[&Tensor]) -> bool {
 /// For an op on both device types' float32 lists (the losses).
 pub(crate) fn to_f32(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     to_f32_on(ts, &DeviceType::ALL)
+}
+
+/// For an op on the CPU's float32 list only (reflection and replication
+/// padding).
+pub(crate) fn to_f32_cpu(ts: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    to_f32_on(ts, &[DeviceType::Cpu])
 }
 
 /// For an op on CUDA's float32 list only (softmax, log_softmax, layer_norm).

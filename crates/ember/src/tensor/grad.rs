@@ -251,18 +251,17 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
             },
         ),
         BinaryCode::Maximum | BinaryCode::Minimum => {
-            // the larger (smaller) input gets the gradient; ties split it evenly
+            // PyTorch's rule: ties split the gradient evenly, and an input gets
+            // nothing only where it lost the comparison, so that where either
+            // is NaN (no comparison holds) both get the whole gradient
             let (a, b) = (a()?, b()?);
-            let (win_a, win_b) = if op == BinaryCode::Maximum {
-                (a.gt(b)?, a.lt(b)?)
-            } else {
+            let (lost_a, lost_b) = if op == BinaryCode::Maximum {
                 (a.lt(b)?, a.gt(b)?)
+            } else {
+                (a.gt(b)?, a.lt(b)?)
             };
-            let tie = a.eq(b)?.to_dtype(g.dtype())?.mul(0.5)?;
-            (
-                g.mul(&win_a.to_dtype(g.dtype())?.add(&tie)?)?,
-                g.mul(&win_b.to_dtype(g.dtype())?.add(&tie)?)?,
-            )
+            let shared = a.eq(b)?.where_(&g.mul(0.5)?, g)?;
+            (lost_a.where_(0.0, &shared)?, lost_b.where_(0.0, &shared)?)
         }
         // as PyTorch's rules: nothing flows where the exponent is 0 (b·a^(b-1)
         // would be 0·∞ at a = 0), nor to the exponent where a = 0 and b ≥ 0

@@ -333,6 +333,12 @@ impl Tensor {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Counts a write made outside [`write`](Self::write) (a user's kernel,
+    /// which writes through a pointer while the storage is read-locked).
+    pub(crate) fn bump_version(&self) {
+        self.0.storage.version.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// The storage for writing; counts as a write for the version counter.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
         self.0.storage.version.fetch_add(1, Ordering::AcqRel);

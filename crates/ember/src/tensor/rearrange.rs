@@ -197,6 +197,13 @@ impl Tensor {
     /// and so on. `Reflect`, `Replicate` and `Circular` pad the last 1, 2 or 3 dims
     /// of an input with one or two leading (batch, channel) dims, as in PyTorch.
     pub fn pad(&self, pads: &[i64], mode: PadMode) -> Result<Tensor> {
+        // reflection and replication padding are on PyTorch's CPU autocast
+        // float32 list
+        if matches!(mode, PadMode::Reflect | PadMode::Replicate) {
+            if let Some(c) = crate::tensor::autocast::to_f32_cpu(&[self])? {
+                return c[0].pad(pads, mode);
+            }
+        }
         if !pads.len().is_multiple_of(2) {
             return Err(Error::invalid(
                 "pad",

@@ -649,6 +649,11 @@ case(FAM, "pow_zero_exp", "pow", [T([-2.0, 0.0, float("nan")]), 0.0])
 case(FAM, "pow_tensor_tensor_neg_base", "pow", [T([-2.0, -2.0, -3.0, 0.0]), T([2.0, 3.0, 0.5, -1.0])])
 # at a zero base and a zero exponent the gradients are PyTorch's masked ones (0,
 # not 0·∞), an infinite one where the power is
+# NaN on either side: both inputs get the whole gradient (no comparison holds)
+for op in ["maximum", "minimum"]:
+    case(FAM, f"{op}_nan_grad", op,
+         [T([float("nan"), 1.0, 2.0, 2.0, 5.0]), T([1.0, float("nan"), 2.0, 3.0, float("nan")])],
+         grad=True)
 case(FAM, "pow_zero_base_grad", "pow",
      [T([0.0, 0.0, 0.0, 0.0, 2.0, 0.0]), T([0.0, 2.0, 0.5, -1.0, 0.0, 1.0])], grad=True)
 case(FAM, "add_bool_scalar", "add", [rn(3), True])

@@ -77,6 +77,12 @@ def dtype_cases():
     case("prod_bf16", lambda x: x.prod(1), a.to(BF))
     case("logsumexp_bf16", lambda x: x.logsumexp(1), a.to(BF))
     case("vector_norm_bf16", lambda x: torch.linalg.vector_norm(x), a.to(BF))
+    # reflection and replication padding are on the CPU's float32 list (not
+    # CUDA's); constant and circular padding keep the input's dtype
+    case("pad_reflect_bf16", lambda x: F.pad(x, (1, 1), mode="reflect"), f32(1, 2, 4).to(BF))
+    case("pad_replicate_bf16", lambda x: F.pad(x, (1, 1, 1, 1), mode="replicate"), f32(1, 2, 4, 4).to(BF))
+    case("pad_constant_bf16", lambda x: F.pad(x, (1, 1)), f32(1, 2, 4).to(BF))
+    case("pad_circular_bf16", lambda x: F.pad(x, (1, 1), mode="circular"), f32(1, 2, 4).to(BF))
     return cases
 
 

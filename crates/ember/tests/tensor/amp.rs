@@ -8,6 +8,7 @@ use ember::amp::{autocast_guard_for, DeviceType, GradScaler};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
+use ember::PadMode;
 use serde_json::Value;
 
 fn cases() -> Value {
@@ -67,6 +68,10 @@ fn device_type(dev: &Device) -> DeviceType {
         DeviceType::Cpu
     }
 }
+
+/// PyTorch's CPU autocast runs these in float32 where its CUDA autocast keeps
+/// the input's dtype.
+const CPU_ONLY_F32: &[&str] = &["pad_reflect_bf16", "pad_replicate_bf16"];
 
 /// PyTorch's CUDA autocast runs these in float32 where its CPU autocast keeps the
 /// input's dtype (`softmax`, `log_softmax` and `sum` with a lower-precision input
@@ -159,16 +164,25 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             "prod_bf16" => make(&[3, 4], a)?.prod(1, false)?,
             "logsumexp_bf16" => make(&[3, 4], a)?.logsumexp(1, false)?,
             "vector_norm_bf16" => make(&[3, 4], a)?.vector_norm(2.0, Vec::<i64>::new(), false)?,
+            "pad_reflect_bf16" => make(&[1, 2, 4], a)?.pad(&[1, 1], PadMode::Reflect)?,
+            "pad_replicate_bf16" => {
+                make(&[1, 2, 4, 4], a)?.pad(&[1, 1, 1, 1], PadMode::Replicate)?
+            }
+            "pad_constant_bf16" => make(&[1, 2, 4], a)?.pad(&[1, 1], PadMode::Constant(0.0))?,
+            "pad_circular_bf16" => make(&[1, 2, 4], a)?.pad(&[1, 1], PadMode::Circular)?,
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
         if dev.is_cuda() && CUDA_IN_F32.contains(&name) {
             want = DType::F32;
         }
+        if dev.is_cuda() && CPU_ONLY_F32.contains(&name) {
+            want = a;
+        }
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 27);
+    assert_eq!(checked, 31);
     Ok(())
 }
 
@@ -423,6 +437,18 @@ pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
     assert!(e.contains("step() has already been called"), "{e}");
     scaler.step(&mut o2)?;
     scaler.update()?;
+    // an optimizer moved between unscale_ and step is still the one unscaled:
+    // its gradients are divided by the scale once
+    let w = Tensor::new(vec![1f32, 2.], dev)?.requires_grad_(true)?;
+    let o = Sgd::new(vec![w.clone()], 0.5)?;
+    let mut scaler = GradScaler::with_options(8.0, 2.0, 0.5, 2)?;
+    scaler
+        .scale(&w.mul(&Tensor::new(vec![2f32, -4.], dev)?)?.sum_all()?)?
+        .backward()?;
+    scaler.unscale_(&o)?;
+    let mut moved = Box::new(o);
+    assert!(scaler.step(moved.as_mut())?);
+    assert_eq!(vals(&w), [0.0, 4.0]);
     Ok(())
 }
 

@@ -107,6 +107,9 @@ const USER_STREAMS: usize = 32;
 /// One of ember's kernel files compiled for one dtype.
 type ModuleKey = (&'static str, DType);
 
+/// A user's kernel: its source, its name and the NVRTC options.
+type UserKernelKey = (String, String, Vec<String>);
+
 /// The runtime of one GPU.
 pub(crate) struct CudaDev {
     pub ordinal: usize,
@@ -117,6 +120,9 @@ pub(crate) struct CudaDev {
     alloc: Mutex<Allocator<RtMemory>>,
     modules: Mutex<HashMap<ModuleKey, Box<dyn LoadedModule>>>,
     functions: Mutex<HashMap<String, Func>>,
+    /// Users' kernels by (source, name, options): a module stays loaded while
+    /// the process runs, so compiling the same kernel again reuses it.
+    user_functions: Mutex<HashMap<UserKernelKey, Func>>,
     /// The dynamic shared memory ember's kernels have been opted in to, by name
     /// ([`CudaDev::allow_dynamic_shared`]).
     dynamic_shared: Mutex<HashMap<String, u32>>,
@@ -279,6 +285,7 @@ impl CudaDev {
             }),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            user_functions: Mutex::new(HashMap::new()),
             dynamic_shared: Mutex::new(HashMap::new()),
             pinned: Mutex::new(PinnedPool::default()),
             syncs: AtomicU64::new(0),
@@ -910,8 +917,33 @@ impl CudaDev {
         name: &str,
         options: &[String],
     ) -> Result<Func> {
-        // the module stays loaded as long as the process runs
-        self.rt.load_module(name, source, options)?.function(name)
+        let key = (source.to_string(), name.to_string(), options.to_vec());
+        let mut loaded = self
+            .user_functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = loaded.get(&key) {
+            return Ok(f.clone());
+        }
+        // the module stays loaded as long as the process runs (once per kernel)
+        let f = self
+            .rt
+            .load_module(name, source, options)?
+            .function(name)
+            .map_err(|e| {
+                if source.contains("extern \"C\"") {
+                    return e;
+                }
+                Error::invalid(
+                    "Kernel::compile",
+                    format!(
+                        "{e} (a kernel is found by its name only when declared \
+                         `extern \"C\" __global__`: C++ names are mangled)"
+                    ),
+                )
+            })?;
+        loaded.insert(key, f.clone());
+        Ok(f)
     }
 
     /// The byte sizes of a kernel's parameters, in order.

@@ -114,7 +114,9 @@ impl Graph {
                 d.drop_graph(c.graph, c.pool, &c.checks, c.random);
                 Err(e)
             }
-            (_, Err(e)) => Err(e),
+            // `f`'s error first: the capture usually failed because of it
+            (Err(e), Err(_)) => Err(e),
+            (Ok(_), Err(e)) => Err(e),
         }
     }
 

@@ -211,19 +211,31 @@ impl Event {
     /// `true` once the work queued before this event has finished, `false` while
     /// it runs, without waiting (`torch.cuda.Event.query()`); an error of that
     /// work is returned as an error.
+    /// Refused while a graph is captured on the device (CUDA forbids it: the
+    /// captured work has not run).
     pub fn query(&self) -> Result<bool> {
+        self.dev.refuse_in_capture(
+            "querying an event",
+            "captured work does not run until the graph is replayed",
+        )?;
         self.dev.rt().event_query(self.raw())
     }
 
     /// Waits until the work queued before this event has finished (a host wait,
-    /// counted by [`host_syncs`]).
+    /// counted by [`host_syncs`]). Refused while a graph is captured on the
+    /// device, as every wait is.
     pub fn synchronize(&self) -> Result<()> {
+        self.dev.refuse_in_capture(
+            "waiting for an event",
+            "captured work does not run until the graph is replayed",
+        )?;
         self.dev.rt().event_synchronize(self.raw())?;
         self.dev.count_sync();
         Ok(())
     }
 
-    /// Milliseconds of GPU time from this event to `end` (waits for `end`).
+    /// Milliseconds of GPU time from this event to `end` (waits for `end`, so
+    /// refused while a graph is captured).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
         if !Arc::ptr_eq(&self.dev, &end.dev) {
             return Err(Error::invalid(

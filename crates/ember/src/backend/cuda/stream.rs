@@ -82,7 +82,9 @@ impl Stream {
     }
 
     /// Makes the work queued here from now on wait for `event`'s work; the host
-    /// does not wait.
+    /// does not wait. An event of another GPU is refused (PyTorch allows it;
+    /// ember has not run on two GPUs yet): [`Event::synchronize`] waits for it
+    /// on the host instead.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         if event.device() != self.device() {
             return Err(Error::invalid(
@@ -98,7 +100,8 @@ impl Stream {
     }
 
     /// Makes the work queued here from now on wait for the work queued on `other`
-    /// so far; the host does not wait.
+    /// so far; the host does not wait. `other` on another GPU is refused, as
+    /// in [`wait_event`](Self::wait_event).
     pub fn wait_stream(&self, other: &Stream) -> Result<()> {
         if other == self {
             return Ok(());
