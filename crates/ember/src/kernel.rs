@@ -84,7 +84,9 @@ impl Kernel {
 
     /// [`compile`](Self::compile) with NVRTC options such as `-use_fast_math`. A
     /// kernel compiled with include folders of its own (`-I...`) is cached in
-    /// memory only, since its headers may change between runs.
+    /// memory only, since its headers may change between runs (within one run
+    /// the same source, name and options give the kernel loaded first: a header
+    /// edited meanwhile is not read again).
     pub fn compile_with(
         source: &str,
         name: &str,

@@ -70,6 +70,10 @@ fn allocator_statistics_and_reuse() -> Result<()> {
     cuda::empty_cache(&dev)?;
     assert_eq!(cuda::memory_reserved(&dev)?, base.reserved);
     assert!(base.reserved < s2.reserved, "the 4 MiB block was cached");
+    // a GPU that is not there is an error, not nothing to do
+    let absent = Device::Cuda(cuda::device_count());
+    assert!(cuda::empty_cache(&absent).is_err());
+    assert!(cuda::reset_peak_memory_stats(&absent).is_err());
     Ok(())
 }
 
@@ -674,6 +678,14 @@ fn a_captured_training_step_trains_as_eager_steps_do() -> Result<()> {
     }
     graph.replay()?;
     assert_eq!(adam.steps(), 5, "the graph goes on counting");
+    // once the graph is gone, the same step splits the counts
+    drop(graph);
+    adam.zero_grad();
+    nn::cross_entropy(&graphed.forward(&xs)?, &ys)?.backward()?;
+    graphed.parameters()[0].zero_grad();
+    adam.step()?;
+    let steps = adam.param_steps();
+    assert_eq!((steps[0], steps[1]), (5, 6));
     Ok(())
 }
 
@@ -727,6 +739,10 @@ fn what_a_graph_cannot_hold_is_an_error_and_the_gpu_goes_on() -> Result<()> {
     );
     assert!(start.elapsed_ms(&end)? >= 0.0);
     let side = cuda::Stream::new(&dev)?;
+    refused(
+        "querying a stream",
+        cuda::Graph::capture(&dev, || side.query().map(|_| ())).map(|_| ()),
+    );
     refused(
         "another stream",
         cuda::Graph::capture(&dev, || cuda::with_stream(&side, || x.add(1.0)).map(|_| ()))

@@ -184,7 +184,7 @@ fn the_estimate_matches_the_allocators_peak_on_a_gpu() -> Result<()> {
     let Some((dev, _turn)) = gpu("the_estimate_matches_the_allocators_peak_on_a_gpu") else {
         return Ok(());
     };
-    check_training_cases(&dev, &training_cases(), 0.05)?;
+    check_training_cases(&dev, &training_cases(), NO_CACHE_TOLERANCE)?;
     // under autocast (ember::amp, meta following CUDA's op lists): products in the
     // lower precision, the parameters' casts kept for the region (alive at the
     // peak, in the backward pass), losses in float32

@@ -33,7 +33,7 @@ fn the_im2col_estimate_matches_the_allocators_peak() -> Result<()> {
         .filter(|c| im2col.contains(&c.0))
         .collect();
     assert_eq!(cases.len(), im2col.len());
-    check_training_cases(&dev, &cases, 0.05)?;
+    check_training_cases(&dev, &cases, NO_CACHE_TOLERANCE)?;
     // inference, where a convolution's patches are alive while its bias is added
     let est = Estimator::new(grouped_cnn)
         .multiprocessors(common::multiprocessors(&dev))

@@ -750,5 +750,17 @@ fn the_default_to_empty_refuses_modules_with_state() -> Result<()> {
     d.to_empty(&Device::Cpu)?;
     d.to_device(&Device::Cpu)?;
     d.reset_parameters()?;
+    // inside a container: refused before any child has moved or been cast
+    let mut seq = nn::Sequential::new()
+        .add(nn::Linear::new(2, 3, &Device::Cpu)?)
+        .add(Scale(Tensor::ones([3], DType::F32, &Device::Cpu)?))
+        .add(nn::Linear::new(3, 2, &Device::Cpu)?);
+    let err = seq.to_device(&META).unwrap_err().to_string();
+    assert!(err.contains("to_device"), "{err}");
+    let err = seq.to_dtype(DType::F64).unwrap_err().to_string();
+    assert!(err.contains("to_dtype"), "{err}");
+    for p in seq.parameters() {
+        assert_eq!((p.device(), p.dtype()), (Device::Cpu, DType::F32));
+    }
     Ok(())
 }

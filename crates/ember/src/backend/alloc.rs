@@ -254,6 +254,11 @@ impl<M: RawMemory> Allocator<M> {
         Some(pool)
     }
 
+    /// Whether `pool` is a graph's that has not been released.
+    pub fn graph_pool_alive(&self, pool: StreamId) -> bool {
+        self.graph_pools.contains(&pool)
+    }
+
     /// Ends the capture under way; its pool and held blocks stay the graph's.
     pub fn end_capture(&mut self) {
         self.capture = None;
@@ -948,6 +953,20 @@ mod tests {
             other => panic!("expected OutOfMemory, got {other:?}"),
         }
         assert_eq!(a.stats().num_ooms, 1);
+        assert!(matches!(
+            a.alloc(500 * MB, S0),
+            Err(AllocError::OutOfMemory { retried: true, .. })
+        ));
+        // during a capture the cache is not emptied (that waits for the
+        // device): no second try, and the error says so
+        let retries = a.stats().num_alloc_retries;
+        a.begin_capture(S0).unwrap();
+        assert!(matches!(
+            a.alloc(500 * MB, S0),
+            Err(AllocError::OutOfMemory { retried: false, .. })
+        ));
+        assert_eq!(a.stats().num_alloc_retries, retries);
+        a.end_capture();
         // the allocator still works
         let r = a.alloc(MB, S0).unwrap();
         a.free(r);

@@ -68,8 +68,24 @@ impl Generator {
         Generator(Arc::new(Mutex::new(Streams::new(seed))))
     }
 
+    /// The streams, locked.
+    ///
+    /// # Panics
+    /// Inside `with_global_rng`'s closure drawing from this generator, which
+    /// holds the lock: a second lock would never return.
     fn lock(&self) -> MutexGuard<'_, Streams> {
+        if holding(self.addr()) {
+            panic!(
+                "this Generator is in use by with_global_rng's closure on this thread: \
+                 use the generator the closure is given"
+            );
+        }
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What [`hold`] calls this generator.
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const () as usize
     }
 
     /// Restarts the streams from `seed` (`generator.manual_seed(seed)`).
@@ -114,19 +130,28 @@ pub(crate) fn current() -> Option<Generator> {
 impl Generator {
     /// This generator's streams, locked.
     pub(crate) fn streams(&self) -> MutexGuard<'_, Streams> {
-        self.lock()
+        // (the callers check `holding` first, returning an error)
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 thread_local! {
-    /// Whether this thread is inside `with_global_rng`'s closure (a generator
-    /// is locked: a second lock would never return).
-    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The generator this thread's `with_global_rng` closure holds locked
+    /// ([`GLOBAL`], a [`Generator::addr`], or 0 for none).
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// [`hold`]'s name for the global CPU stream.
+pub(crate) const GLOBAL: usize = 1;
+
+/// Whether this thread's `with_global_rng` closure holds `which` locked.
+pub(crate) fn holding(which: usize) -> bool {
+    HELD.with(|h| h.get()) == which
 }
 
 /// An error when this thread is inside `with_global_rng`'s closure.
 pub(crate) fn refuse_if_held() -> crate::error::Result<()> {
-    if HELD.with(|h| h.get()) {
+    if HELD.with(|h| h.get()) != 0 {
         return Err(crate::error::Error::invalid(
             "with_global_rng",
             "the random generator is already in use on this thread (a random op \
@@ -136,11 +161,11 @@ pub(crate) fn refuse_if_held() -> crate::error::Result<()> {
     Ok(())
 }
 
-/// Marks this thread as holding a generator until the guard drops; an error
-/// when it already holds one.
-pub(crate) fn hold() -> crate::error::Result<Held> {
+/// Marks this thread as holding generator `which` until the guard drops; an
+/// error when it already holds one.
+pub(crate) fn hold(which: usize) -> crate::error::Result<Held> {
     refuse_if_held()?;
-    HELD.with(|h| h.set(true));
+    HELD.with(|h| h.set(which));
     Ok(Held)
 }
 
@@ -149,6 +174,6 @@ pub(crate) struct Held;
 
 impl Drop for Held {
     fn drop(&mut self) {
-        HELD.with(|h| h.set(false));
+        HELD.with(|h| h.set(0));
     }
 }

@@ -52,6 +52,10 @@ pub(crate) fn fork_seed(device: &crate::device::Device) -> crate::error::Result<
 /// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a
 /// seed gives repeatable values on each device, but not the same values on the CPU
 /// and on a GPU. (`meta` tensors draw nothing.)
+///
+/// # Panics
+/// Inside [`with_global_rng`]'s closure, which holds the global generator (a
+/// wait there would never end).
 pub fn manual_seed(seed: u64) {
     cpu::random::seed(seed);
     cuda::random::seed(seed);

@@ -811,10 +811,20 @@ impl Storage {
         }
     }
 
-    /// `true` when the calling thread is capturing a CUDA graph on this storage's
-    /// device (its current stream); never on the CPU or `meta`.
-    pub(crate) fn is_capturing(&self) -> bool {
-        matches!(self, Storage::Cuda(x) if x.dev().is_capturing())
+    /// The capture the calling thread has under way on this storage's device
+    /// (on its current stream), named by its graph's memory pool; `None` when
+    /// there is none, and never on the CPU or `meta`.
+    pub(crate) fn capture_id(&self) -> Option<u32> {
+        match self {
+            Storage::Cuda(x) if x.dev().is_capturing() => x.dev().capture_pool().map(|p| p.0),
+            _ => None,
+        }
+    }
+
+    /// Whether the graph of capture `id` ([`capture_id`](Self::capture_id)) on
+    /// this tensor's device still exists (captured, not dropped).
+    pub(crate) fn graph_alive(&self, id: u32) -> bool {
+        matches!(self, Storage::Cuda(x) if x.dev().graph_alive(id))
     }
 
     /// Whether this device pools f16/bf16 in their own dtype (CUDA, and meta as the

@@ -29,11 +29,13 @@ use std::thread::JoinHandle;
 /// current one is used ([`prefetch`](Self::prefetch)); the batches are the same
 /// with or without prefetching. A dataset that draws random values while making
 /// its samples (random augmentation) draws them from a generator of the epoch's
-/// own, seeded from the shuffling seed (or, without one, the global seed of
-/// [`manual_seed`](crate::manual_seed)) and the epoch number: what the training
-/// step draws meanwhile changes nothing, and a resumed epoch
-/// ([`set_epoch`](Self::set_epoch)) repeats its samples. (PyTorch seeds each
-/// worker process from its generator at the start of each epoch instead.)
+/// own, seeded from the epoch number and a base the loader draws from the
+/// random stream when it is made (after [`manual_seed`](crate::manual_seed),
+/// the same for the same seed; each loader its own; from the generator given
+/// to [`generator`](Self::generator)): what the training step draws meanwhile
+/// changes nothing, and a resumed epoch ([`set_epoch`](Self::set_epoch)) of a
+/// loader made as before repeats its samples. (PyTorch draws a base seed for
+/// its worker processes at the start of each epoch instead.)
 pub struct DataLoader {
     dataset: Arc<dyn Dataset>,
     batch_size: usize,
@@ -43,6 +45,10 @@ pub struct DataLoader {
     prefetch: usize,
     next_epoch: AtomicU64,
     sampler: Option<super::DistributedSampler>,
+    /// Drawn from the random stream when the loader is made (from its
+    /// generator with [`generator`](Self::generator)): what the dataset's draws
+    /// start from, each epoch (PyTorch's per-iterator base seed).
+    samples_base: u64,
 }
 
 impl DataLoader {
@@ -70,6 +76,7 @@ impl DataLoader {
             prefetch: 2,
             next_epoch: AtomicU64::new(0),
             sampler: None,
+            samples_base: crate::backend::fork_seed(&Device::Cpu)?,
         })
     }
 
@@ -86,8 +93,9 @@ impl DataLoader {
     /// Shuffles with a seed drawn from `generator` (PyTorch's
     /// `DataLoader(generator=g)`): loaders given generators seeded alike shuffle
     /// alike, whatever other threads draw from the global stream.
-    pub fn generator(self, generator: &crate::backend::generator::Generator) -> Self {
+    pub fn generator(mut self, generator: &crate::backend::generator::Generator) -> Self {
         let seed = generator.next_u64();
+        self.samples_base = generator.next_u64();
         self.shuffle(seed)
     }
 
@@ -229,26 +237,17 @@ impl DataLoader {
     }
 
     /// The seed of the generator the dataset draws from while making epoch
-    /// `epoch`'s samples: the shuffling seed's (the sampler's with one, and its
-    /// rank; else the global seed or the open scope's) mixed with the epoch
-    /// number, apart from the stream that shuffles.
+    /// `epoch`'s samples: the loader's own base (drawn when it was made), this
+    /// rank's with a sampler, mixed with the epoch number.
     fn samples_seed(&self, epoch: u64) -> u64 {
-        let base = match (&self.sampler, self.seed) {
-            // each rank its own samples' draws
-            (Some(s), _) => s
-                .seed_value()
-                .wrapping_add((s.rank() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            (None, Some(seed)) => seed,
-            (None, None) => crate::backend::initial_seed(),
-        };
-        // SplitMix64's finaliser, twice: nearby seeds and epochs give unrelated
-        // streams
+        // SplitMix64's finaliser: nearby seeds and epochs give unrelated streams
         let mix = |mut z: u64| {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        mix(mix(base ^ 0x5341_4D50_4C45_5321).wrapping_add(epoch))
+        let rank = self.sampler.as_ref().map_or(0, |s| s.rank() as u64 + 1);
+        mix(mix(self.samples_base ^ mix(rank)).wrapping_add(epoch))
     }
 
     /// The batches of the next epoch, and advances the epoch counter: successive
@@ -294,6 +293,7 @@ impl Clone for DataLoader {
             prefetch: self.prefetch,
             next_epoch: AtomicU64::new(self.next_epoch()),
             sampler: self.sampler.clone(),
+            samples_base: self.samples_base,
         }
     }
 }

@@ -70,11 +70,6 @@ impl DistributedSampler {
         self
     }
 
-    /// The shuffling seed ([`seed`](Self::seed) set it).
-    pub fn seed_value(&self) -> u64 {
-        self.seed
-    }
-
     /// Drops the samples past the last multiple of the world size instead of
     /// repeating the first ones.
     pub fn drop_last(mut self, on: bool) -> Self {

@@ -20,13 +20,13 @@ macro_rules! container_methods {
             self.visit(|m| m.named_buffers())
         }
         fn to_device(&mut self, device: &Device) -> Result<()> {
-            self.each_mut(|m| m.to_device(device))
+            super::to_device_all(self.modules_mut(), device)
         }
         fn to_empty(&mut self, device: &Device) -> Result<()> {
             self.each_mut(|m| m.to_empty(device))
         }
         fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-            self.each_mut(|m| m.to_dtype(dtype))
+            super::to_dtype_all(self.modules_mut(), dtype)
         }
         fn reset_parameters(&mut self) -> Result<()> {
             self.each_mut(|m| m.reset_parameters())
@@ -90,6 +90,13 @@ impl ModuleList {
 
     fn each_mut(&mut self, f: impl Fn(&mut dyn Module) -> Result<()>) -> Result<()> {
         self.modules.iter_mut().try_for_each(|m| f(m.as_mut()))
+    }
+
+    fn modules_mut(&mut self) -> Vec<&mut dyn Module> {
+        self.modules
+            .iter_mut()
+            .map(|m| m.as_mut() as &mut dyn Module)
+            .collect()
     }
 }
 
@@ -183,6 +190,13 @@ impl ModuleDict {
 
     fn each_mut(&mut self, f: impl Fn(&mut dyn Module) -> Result<()>) -> Result<()> {
         self.modules.iter_mut().try_for_each(|(_, m)| f(m.as_mut()))
+    }
+
+    fn modules_mut(&mut self) -> Vec<&mut dyn Module> {
+        self.modules
+            .iter_mut()
+            .map(|(_, m)| m.as_mut() as &mut dyn Module)
+            .collect()
     }
 }
 

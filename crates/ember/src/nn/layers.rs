@@ -298,9 +298,13 @@ impl Module for Sequential {
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.layers
-            .iter_mut()
-            .try_for_each(|(_, l)| l.to_device(device))
+        super::to_device_all(
+            self.layers
+                .iter_mut()
+                .map(|(_, l)| l.as_mut() as &mut dyn Module)
+                .collect(),
+            device,
+        )
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
@@ -310,10 +314,13 @@ impl Module for Sequential {
     }
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        super::float_target(dtype)?;
-        self.layers
-            .iter_mut()
-            .try_for_each(|(_, l)| l.to_dtype(dtype))
+        super::to_dtype_all(
+            self.layers
+                .iter_mut()
+                .map(|(_, l)| l.as_mut() as &mut dyn Module)
+                .collect(),
+            dtype,
+        )
     }
 
     fn reset_parameters(&mut self) -> Result<()> {

@@ -119,7 +119,8 @@ pub trait Module: Send + Sync {
     ///
     /// A module with parameters or buffers must implement it; the default is for
     /// modules without state, and refuses the others rather than leave their
-    /// tensors behind.
+    /// tensors behind. The containers (`Sequential`, `ModuleList`, ...) move all
+    /// their children or none.
     fn to_device(&mut self, _device: &Device) -> Result<()> {
         stateless(self, "to_device")
     }
@@ -319,6 +320,42 @@ fn stateless<M: Module + ?Sized>(m: &M, op: &'static str) -> Result<()> {
     }
 }
 
+/// `m`'s parameters and buffers.
+fn tensors_of(m: &dyn Module) -> impl Iterator<Item = Tensor> {
+    m.named_parameters()
+        .into_iter()
+        .chain(m.named_buffers())
+        .map(|(_, t)| t)
+}
+
+/// Moves `children` to `device`, all or none: each is first asked to move to
+/// the device it is on (which changes nothing), so that one which cannot move
+/// (a module with state that does not implement `to_device`) refuses before
+/// any has moved.
+pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
+    let mut children = children;
+    for m in children.iter_mut() {
+        let here = tensors_of(&**m).next().map_or(*device, |t| t.device());
+        m.to_device(&here)?;
+    }
+    children.into_iter().try_for_each(|m| m.to_device(device))
+}
+
+/// Casts `children` to `dtype`, all or none, as [`to_device_all`] moves them:
+/// each is first asked to cast to the floating-point dtype it has.
+pub(crate) fn to_dtype_all(children: Vec<&mut dyn Module>, dtype: DType) -> Result<()> {
+    float_target(dtype)?;
+    let mut children = children;
+    for m in children.iter_mut() {
+        let now = tensors_of(&**m)
+            .map(|t| t.dtype())
+            .find(|d| d.is_float())
+            .unwrap_or(dtype);
+        m.to_dtype(now)?;
+    }
+    children.into_iter().try_for_each(|m| m.to_dtype(dtype))
+}
+
 pub(crate) use state::{check_state, load_state};
 
 /// The parameters or buffers (`f` of each child) of named children, each name
@@ -363,9 +400,10 @@ macro_rules! delegate_to_children {
             $crate::nn::prefixed(self.children(), |m| m.named_buffers())
         }
         fn to_device(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_device(device))
+            $crate::nn::to_device_all(
+                self.children_mut().into_iter().map(|(_, m)| m).collect(),
+                device,
+            )
         }
         fn to_empty(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
             self.children_mut()
@@ -373,9 +411,10 @@ macro_rules! delegate_to_children {
                 .try_for_each(|(_, m)| m.to_empty(device))
         }
         fn to_dtype(&mut self, dtype: $crate::dtype::DType) -> $crate::error::Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_dtype(dtype))
+            $crate::nn::to_dtype_all(
+                self.children_mut().into_iter().map(|(_, m)| m).collect(),
+                dtype,
+            )
         }
         fn reset_parameters(&mut self) -> $crate::error::Result<()> {
             self.children_mut()

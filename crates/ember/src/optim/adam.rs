@@ -130,18 +130,22 @@ impl Adam {
     /// tensor operations that read the corrections. Parameters that have stepped
     /// together share one count (one launch per 48 of them).
     fn capturable_step(&mut self, b1: f64, b2: f64) -> Result<()> {
-        let (dev, capturing) = match self.params.first() {
-            Some(p) => (p.device(), p.read().is_capturing()),
+        let (dev, capture) = match self.params.first() {
+            Some(p) => (p.device(), p.read().capture_id()),
             None => return Ok(()),
         };
+        let capturing = capture.is_some();
         let items = self.items_to_step()?;
         let d = match self.on_device.take() {
             Some(d) => d,
             None => DeviceCounts::new(&self.counts, &dev)?,
         };
         let d = self.on_device.insert(d);
-        let cohorts = d.advance(&items, capturing)?;
-        d.captured |= capturing;
+        let first = self.params[0].read();
+        d.captured.retain(|&id| first.graph_alive(id));
+        drop(first);
+        let cohorts = d.advance(&items, capturing, !d.captured.is_empty())?;
+        d.captured.extend(capture);
         for (t, members) in cohorts {
             t.add_(1.0)?;
             let mut group = Vec::with_capacity(members.len());
@@ -224,9 +228,10 @@ impl Adam {
 struct DeviceCounts {
     scalars: Vec<Tensor>,
     cohort: Vec<usize>,
-    /// Whether a CUDA graph has captured a step: its replays advance the
-    /// scalars it captured, so the cohorts may no longer split.
-    captured: bool,
+    /// The captures of a step (graphs named by their memory pools): while
+    /// one of their graphs lives, its replays advance the scalars it captured,
+    /// so the cohorts may not split.
+    captured: Vec<u32>,
 }
 
 impl DeviceCounts {
@@ -251,7 +256,7 @@ impl DeviceCounts {
         Ok(DeviceCounts {
             scalars,
             cohort,
-            captured: false,
+            captured: Vec::new(),
         })
     }
 
@@ -279,6 +284,7 @@ impl DeviceCounts {
         &mut self,
         items: &[(usize, [Tensor; 4])],
         capturing: bool,
+        graph_lives: bool,
     ) -> Result<Vec<(Tensor, Vec<usize>)>> {
         let mut touched: Vec<(usize, Vec<usize>)> = Vec::new();
         for (k, (i, _)) in items.iter().enumerate() {
@@ -301,7 +307,7 @@ impl DeviceCounts {
                      with this set of gradients before capturing",
                 ));
             }
-            if self.captured {
+            if graph_lives {
                 return Err(Error::invalid(
                     "Adam::step",
                     "a CUDA graph captured this optimizer's step, and now some parameters \

@@ -20,20 +20,29 @@ enum Stage {
 /// or NaN (on the device), and that count's verdict once `step` has read it.
 #[derive(Clone, Debug)]
 struct OptimizerState {
-    /// The optimizer's parameters (their identities): the optimizer this
-    /// record belongs to, wherever it has moved since (records last until the
-    /// next update).
-    key: Vec<usize>,
+    /// [`optimizer_key`]: the optimizer this record belongs to, wherever it
+    /// has moved since (records last until the next update).
+    key: (usize, usize),
     stage: Stage,
     found_inf: Option<Tensor>,
     found: Option<bool>,
 }
 
-/// Identifies an optimizer by the parameters it updates (PyTorch uses
-/// `id(optimizer)`; a Rust value's address changes when it moves, so that an
-/// optimizer unscaled and then moved would be unscaled twice).
-fn optimizer_key(o: &dyn crate::optim::Optimizer) -> Vec<usize> {
-    o.parameters().iter().map(Tensor::id).collect()
+/// Identifies an optimizer as PyTorch's `id(optimizer)` does, by the address
+/// of its list of parameters (its own allocation, which stays put when the
+/// optimizer moves: the optimizer's own address changes then, and an optimizer
+/// unscaled and then moved would be unscaled twice), or, with no parameters,
+/// by its address.
+fn optimizer_key(o: &dyn crate::optim::Optimizer) -> (usize, usize) {
+    let params = o.parameters();
+    if params.is_empty() {
+        (
+            o as *const dyn crate::optim::Optimizer as *const () as usize,
+            0,
+        )
+    } else {
+        (params.as_ptr() as usize, params.len())
+    }
 }
 
 /// Dynamic loss scaling for float16 training (`torch.amp.GradScaler`): the loss

@@ -335,6 +335,13 @@ pub(super) fn load_counts(state: &[(String, Tensor)], has_state: &[bool]) -> Res
     match (t.rank(), values.as_slice()) {
         (0, &[c]) => {
             let c = whole(c)?;
+            if c == 0 && has_state.iter().any(|&h| h) {
+                return Err(Error::invalid(
+                    "load_state",
+                    "the step count is 0 but some parameters have state: the count and \
+                     the state do not belong together",
+                ));
+            }
             Ok(has_state.iter().map(|&h| if h { c } else { 0 }).collect())
         }
         (1, v) if v.len() == n => {

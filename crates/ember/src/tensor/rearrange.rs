@@ -197,9 +197,9 @@ impl Tensor {
     /// and so on. `Reflect`, `Replicate` and `Circular` pad the last 1, 2 or 3 dims
     /// of an input with one or two leading (batch, channel) dims, as in PyTorch.
     pub fn pad(&self, pads: &[i64], mode: PadMode) -> Result<Tensor> {
-        // reflection and replication padding are on PyTorch's CPU autocast
-        // float32 list
-        if matches!(mode, PadMode::Reflect | PadMode::Replicate) {
+        // reflection (of 1 or 2 dims: not reflection_pad3d) and replication
+        // padding are on PyTorch's CPU autocast float32 list
+        if mode == PadMode::Replicate || (mode == PadMode::Reflect && pads.len() <= 4) {
             if let Some(c) = crate::tensor::autocast::to_f32_cpu(&[self])? {
                 return c[0].pad(pads, mode);
             }

@@ -318,6 +318,13 @@ pub fn training_cases() -> Vec<Case> {
     ]
 }
 
+/// How far the training cases' estimates may be from the peak measured
+/// without the caching allocator (the memory checker's runs), whose blocks the
+/// estimate models: rounding to 512 bytes, and a large block keeping a
+/// remainder of 1 MiB or less (PyTorch's rule), which puts "digits cnn, sgd"
+/// 1 MiB (5.6%) over the uncached peak.
+pub const NO_CACHE_TOLERANCE: f64 = 0.06;
+
 /// Each case's estimate against the measured peak of the same steps on `dev`
 /// ([`check_estimate`], within `no_cache_tolerance` without the caching
 /// allocator).

@@ -83,6 +83,9 @@ def dtype_cases():
     case("pad_replicate_bf16", lambda x: F.pad(x, (1, 1, 1, 1), mode="replicate"), f32(1, 2, 4, 4).to(BF))
     case("pad_constant_bf16", lambda x: F.pad(x, (1, 1)), f32(1, 2, 4).to(BF))
     case("pad_circular_bf16", lambda x: F.pad(x, (1, 1), mode="circular"), f32(1, 2, 4).to(BF))
+    # (reflection_pad3d is not on the list)
+    case("pad_reflect3d_bf16", lambda x: F.pad(x, (1, 1, 1, 1, 1, 1), mode="reflect"),
+         f32(1, 2, 4, 4, 4).to(BF))
     return cases
 
 

@@ -170,6 +170,9 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             }
             "pad_constant_bf16" => make(&[1, 2, 4], a)?.pad(&[1, 1], PadMode::Constant(0.0))?,
             "pad_circular_bf16" => make(&[1, 2, 4], a)?.pad(&[1, 1], PadMode::Circular)?,
+            "pad_reflect3d_bf16" => {
+                make(&[1, 2, 4, 4, 4], a)?.pad(&[1, 1, 1, 1, 1, 1], PadMode::Reflect)?
+            }
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -182,7 +185,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 31);
+    assert_eq!(checked, 32);
     Ok(())
 }
 
@@ -449,6 +452,17 @@ pub(crate) fn grad_scaler_serves_two_optimizers(dev: &Device) -> Result<()> {
     let mut moved = Box::new(o);
     assert!(scaler.step(moved.as_mut())?);
     assert_eq!(vals(&w), [0.0, 4.0]);
+    scaler.update()?;
+    // two optimizers over the same parameter are two optimizers (PyTorch's
+    // `id`): each steps once before the update
+    let (mut a, mut b) = (
+        Sgd::new(vec![w.clone()], 0.5)?,
+        Sgd::new(vec![w.clone()], 0.5)?,
+    );
+    scaler.scale(&w.sum_all()?)?.backward()?;
+    assert!(scaler.step(&mut a)?);
+    assert!(scaler.step(&mut b)?);
+    scaler.update()?;
     Ok(())
 }
 

@@ -284,7 +284,8 @@ impl Dataset for Jittered {
 
 /// A random dataset's batches are the same with or without prefetching, while
 /// the training thread draws from the global stream between batches, and a
-/// resumed epoch repeats them; another epoch or another global seed draws anew.
+/// resumed epoch repeats them; another epoch, another global seed or another
+/// loader draws anew.
 #[test]
 fn random_samples_repeat_with_or_without_prefetching() -> Result<()> {
     let _g = super::rng_lock();
@@ -306,13 +307,31 @@ fn random_samples_repeat_with_or_without_prefetching() -> Result<()> {
     assert_eq!(epoch(7, 1, 0)?, inline, "prefetched one ahead");
     assert_ne!(epoch(7, 0, 1)?, inline, "the next epoch");
     assert_ne!(epoch(8, 0, 0)?, inline, "another seed");
-    // shuffled: the samples' draws follow the shuffling seed, not the global one
-    let shuffled = |global: u64| -> Result<Vec<Vec<f64>>> {
+    // shuffled alike, the global seed still decides the samples' draws, and
+    // two loaders made one after the other draw apart (two augmented views)
+    type Draws = Vec<Vec<f64>>;
+    let shuffled = |global: u64| -> Result<(Draws, Draws)> {
         ember::manual_seed(global);
-        let l = DataLoader::new(Jittered, 6)?.shuffle(3);
+        let (a, b) = (
+            DataLoader::new(Jittered, 6)?.shuffle(3),
+            DataLoader::new(Jittered, 6)?.shuffle(3),
+        );
+        let draws = |l: &DataLoader| -> Result<Vec<Vec<f64>>> {
+            l.iter().map(|b| Ok(vals(&b?.0))).collect()
+        };
+        Ok((draws(&a)?, draws(&b)?))
+    };
+    let (a, b) = shuffled(1)?;
+    assert_ne!(a, b, "two loaders");
+    assert_eq!(shuffled(1)?, (a.clone(), b), "the same seed");
+    assert_ne!(shuffled(2)?.0, a, "another seed");
+    // a loader given a generator draws from it, whatever the global seed
+    let with_gen = |global: u64| -> Result<Vec<Vec<f64>>> {
+        ember::manual_seed(global);
+        let l = DataLoader::new(Jittered, 6)?.generator(&ember::Generator::new(9));
         l.iter().map(|b| Ok(vals(&b?.0))).collect()
     };
-    assert_eq!(shuffled(1)?, shuffled(2)?);
+    assert_eq!(with_gen(1)?, with_gen(2)?);
     Ok(())
 }
 

@@ -422,3 +422,36 @@ fn refused_as_pytorch_refuses() -> Result<()> {
     assert_eq!(square.triu(1)?.shape(), square.shape());
     Ok(())
 }
+
+/// Inside `with_global_rng`'s closure the generator it holds is locked: a
+/// random op there is an error, reseeding it or reading a scope generator's
+/// seed a panic (never a wait that does not end), and the generator works
+/// after the closure.
+#[test]
+fn the_generator_held_by_with_global_rng_is_not_waited_for() -> Result<()> {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let _g = super::rng_lock();
+    let nested = ember::with_global_rng(|_| Tensor::randn([2], &Device::Cpu))?;
+    err_has(nested, &["already in use on this thread"]);
+    let reseed = ember::with_global_rng(|_| catch_unwind(|| ember::manual_seed(1)))?;
+    assert!(reseed.is_err(), "manual_seed inside the closure");
+    let g = ember::Generator::new(5);
+    let seed = g.scope(|| {
+        ember::with_global_rng(|_| catch_unwind(AssertUnwindSafe(|| g.initial_seed())))
+    })?;
+    assert!(
+        seed.is_err(),
+        "the scope generator's seed inside the closure"
+    );
+    // another generator, and the global one outside a scope, are free
+    let other = ember::Generator::new(6);
+    assert_eq!(
+        g.scope(|| ember::with_global_rng(|_| other.initial_seed()))?,
+        6
+    );
+    assert_eq!(g.initial_seed(), 5);
+    ember::manual_seed(2);
+    assert_eq!(ember::initial_seed(), 2);
+    Tensor::randn([2], &Device::Cpu)?;
+    Ok(())
+}

@@ -385,6 +385,12 @@ fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
             assert!(e.contains("one count per parameter"), "{name}: {e}");
             st[i].1 = Tensor::scalar(3i64, &Device::Cpu)?;
             make(vec![w2.clone()])?.load_state(&st)?;
+            st[i].1 = Tensor::scalar(0i64, &Device::Cpu)?;
+            let e = make(vec![w2.clone()])?
+                .load_state(&st)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("do not belong together"), "{name}: {e}");
             // a count with no moments, or moments with no count, do not go
             // together (the bias corrections would be wrong)
             st[i].1 = Tensor::zeros([1], DType::I64, &Device::Cpu)?;

@@ -18,7 +18,16 @@ static INITIAL: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(super::super::DEFAULT_SEED);
 
 /// Restarts the stream from `seed`.
+///
+/// # Panics
+/// Inside `with_global_rng`'s closure, which holds the stream locked.
 pub(crate) fn seed(seed: u64) {
+    if crate::backend::generator::holding(crate::backend::generator::GLOBAL) {
+        panic!(
+            "manual_seed inside with_global_rng's closure, which holds the global \
+             generator: seed before or after it"
+        );
+    }
     let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
     *g = Some(ChaCha8Rng::seed_from_u64(seed));
     INITIAL.store(seed, std::sync::atomic::Ordering::SeqCst);
@@ -46,10 +55,12 @@ pub(crate) fn initial_seed() -> u64 {
 /// # Ok::<(), ember::Error>(())
 /// ```
 pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> Result<R> {
-    let _held = crate::backend::generator::hold()?;
+    use crate::backend::generator::{hold, GLOBAL};
     if let Some(g) = crate::backend::generator::current() {
+        let _held = hold(g.addr())?;
         return Ok(f(&mut g.streams().cpu));
     }
+    let _held = hold(GLOBAL)?;
     let mut g = RNG.lock().unwrap_or_else(|p| p.into_inner());
     Ok(f(g.get_or_insert_with(|| {
         ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED)

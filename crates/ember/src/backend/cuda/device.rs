@@ -298,6 +298,18 @@ impl CudaDev {
         })
     }
 
+    /// The memory pool of the capture under way (its graph's name).
+    pub(crate) fn capture_pool(&self) -> Option<StreamId> {
+        self.capture_state().as_ref().map(|c| c.pool)
+    }
+
+    /// Whether the graph whose pool is `pool.0` was captured and is not
+    /// dropped yet (a capture that failed left none).
+    pub(crate) fn graph_alive(&self, pool: u32) -> bool {
+        self.capture_pool().is_none_or(|p| p.0 != pool)
+            && self.allocator().graph_pool_alive(StreamId(pool))
+    }
+
     fn capture_state(&self) -> MutexGuard<'_, Option<Capture>> {
         self.capture.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -918,32 +930,43 @@ impl CudaDev {
         options: &[String],
     ) -> Result<Func> {
         let key = (source.to_string(), name.to_string(), options.to_vec());
-        let mut loaded = self
-            .user_functions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = loaded.get(&key) {
-            return Ok(f.clone());
+        let cached = |k: &UserKernelKey| {
+            self.user_functions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(k)
+                .cloned()
+        };
+        if let Some(f) = cached(&key) {
+            return Ok(f);
         }
-        // the module stays loaded as long as the process runs (once per kernel)
+        // compiled and loaded without the lock (other kernels' compiles go on);
+        // the module stays loaded as long as the process runs, once per kernel
+        // (two threads loading the same one at once keep the first)
         let f = self
             .rt
             .load_module(name, source, options)?
             .function(name)
-            .map_err(|e| {
-                if source.contains("extern \"C\"") {
-                    return e;
-                }
-                Error::invalid(
-                    "Kernel::compile",
-                    format!(
-                        "{e} (a kernel is found by its name only when declared \
+            .map_err(|e| match e {
+                Error::Cuda {
+                    op: "cuModuleGetFunction",
+                    msg,
+                } if !source.contains("extern \"C\"") => Error::Cuda {
+                    op: "cuModuleGetFunction",
+                    msg: format!(
+                        "{msg} (a kernel is found by its name only when declared \
                          `extern \"C\" __global__`: C++ names are mangled)"
                     ),
-                )
+                },
+                e => e,
             })?;
-        loaded.insert(key, f.clone());
-        Ok(f)
+        Ok(self
+            .user_functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert(f)
+            .clone())
     }
 
     /// The byte sizes of a kernel's parameters, in order.

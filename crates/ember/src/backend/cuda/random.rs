@@ -23,8 +23,10 @@ pub(crate) fn reserve_counters(counters: u64) -> crate::error::Result<(u64, u64)
     Ok(match crate::backend::generator::current() {
         Some(g) => {
             // a scope's generator keeps both streams under one lock, which
-            // `with_global_rng` holds while its closure runs
-            crate::backend::generator::refuse_if_held()?;
+            // `with_global_rng` may hold while its closure runs
+            if crate::backend::generator::holding(g.addr()) {
+                crate::backend::generator::refuse_if_held()?;
+            }
             reserve(&mut g.streams().philox)
         }
         None => reserve(&mut STATE.lock().unwrap_or_else(|p| p.into_inner())),

@@ -20,6 +20,17 @@ fn cuda_index(device: Device) -> Result<usize> {
     }
 }
 
+/// `device`'s index, for a call that has nothing to do on a GPU not used yet:
+/// an error for a device that is not CUDA, or an index past the GPUs there
+/// are (no error without CUDA at all: there is nothing to do either).
+fn unused_or_absent(device: Device) -> Result<usize> {
+    let i = cuda_index(device)?;
+    if super::discover::device_count() > 0 {
+        super::discover::check_device(device)?;
+    }
+    Ok(i)
+}
+
 /// Waits until all work queued on `device` has finished
 /// (`torch.cuda.synchronize(device)`). A no-op for the CPU and `meta`.
 pub fn synchronize(device: &Device) -> Result<()> {
@@ -69,7 +80,7 @@ pub fn max_memory_allocated(device: &Device) -> Result<usize> {
 /// no peak to reset: nothing is done (no CUDA context is made for it, and none
 /// is needed, so this is no error without a GPU either).
 pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
-    if let Some(d) = existing(cuda_index(*device)?) {
+    if let Some(d) = existing(unused_or_absent(*device)?) {
         d.reset_peak();
     }
     Ok(())
@@ -80,7 +91,7 @@ pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
 /// nothing: nothing is done (as PyTorch's, without making a CUDA context, and
 /// without a GPU too).
 pub fn empty_cache(device: &Device) -> Result<()> {
-    if let Some(d) = existing(cuda_index(*device)?) {
+    if let Some(d) = existing(unused_or_absent(*device)?) {
         d.empty_cache();
     }
     Ok(())
