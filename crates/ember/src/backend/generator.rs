@@ -46,6 +46,10 @@ pub struct Generator(Arc<Mutex<Streams>>);
 
 impl std::fmt::Debug for Generator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if holding(self.addr()) {
+            // (inside with_global_rng's closure, which holds it locked)
+            return write!(f, "Generator(in use)");
+        }
         write!(f, "Generator(seed={})", self.initial_seed())
     }
 }

@@ -30,11 +30,12 @@ use std::thread::JoinHandle;
 /// with or without prefetching. A dataset that draws random values while making
 /// its samples (random augmentation) draws them from a generator of the epoch's
 /// own, seeded from the epoch number and a base the loader draws from the
-/// random stream when it is made (after [`manual_seed`](crate::manual_seed),
-/// the same for the same seed; each loader its own; from the generator given
-/// to [`generator`](Self::generator)): what the training step draws meanwhile
+/// random stream when it is first iterated (after
+/// [`manual_seed`](crate::manual_seed), the same for the same seed; each loader
+/// its own; from the generator given to [`generator`](Self::generator), which
+/// leaves the global stream alone): what the training step draws meanwhile
 /// changes nothing, and a resumed epoch ([`set_epoch`](Self::set_epoch)) of a
-/// loader made as before repeats its samples. (PyTorch draws a base seed for
+/// loader made and iterated as before repeats its samples. (PyTorch draws a base seed for
 /// its worker processes at the start of each epoch instead.)
 pub struct DataLoader {
     dataset: Arc<dyn Dataset>,
@@ -45,10 +46,10 @@ pub struct DataLoader {
     prefetch: usize,
     next_epoch: AtomicU64,
     sampler: Option<super::DistributedSampler>,
-    /// Drawn from the random stream when the loader is made (from its
-    /// generator with [`generator`](Self::generator)): what the dataset's draws
-    /// start from, each epoch (PyTorch's per-iterator base seed).
-    samples_base: u64,
+    /// Drawn from the random stream when the loader is first iterated (from
+    /// its generator with [`generator`](Self::generator)): what the dataset's
+    /// draws start from, each epoch (PyTorch's per-iterator base seed).
+    samples_base: std::sync::OnceLock<u64>,
 }
 
 impl DataLoader {
@@ -76,7 +77,7 @@ impl DataLoader {
             prefetch: 2,
             next_epoch: AtomicU64::new(0),
             sampler: None,
-            samples_base: crate::backend::fork_seed(&Device::Cpu)?,
+            samples_base: std::sync::OnceLock::new(),
         })
     }
 
@@ -95,7 +96,7 @@ impl DataLoader {
     /// alike, whatever other threads draw from the global stream.
     pub fn generator(mut self, generator: &crate::backend::generator::Generator) -> Self {
         let seed = generator.next_u64();
-        self.samples_base = generator.next_u64();
+        self.samples_base = std::sync::OnceLock::from(generator.next_u64());
         self.shuffle(seed)
     }
 
@@ -237,8 +238,8 @@ impl DataLoader {
     }
 
     /// The seed of the generator the dataset draws from while making epoch
-    /// `epoch`'s samples: the loader's own base (drawn when it was made), this
-    /// rank's with a sampler, mixed with the epoch number.
+    /// `epoch`'s samples: the loader's own base (drawn when it is first
+    /// iterated), this rank's with a sampler, mixed with the epoch number.
     fn samples_seed(&self, epoch: u64) -> u64 {
         // SplitMix64's finaliser: nearby seeds and epochs give unrelated streams
         let mix = |mut z: u64| {
@@ -246,8 +247,14 @@ impl DataLoader {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
+        let base = *self.samples_base.get_or_init(|| {
+            // (inside with_global_rng's closure, which holds the stream: the
+            // global seed instead)
+            crate::backend::fork_seed(&Device::Cpu)
+                .unwrap_or_else(|_| crate::backend::initial_seed())
+        });
         let rank = self.sampler.as_ref().map_or(0, |s| s.rank() as u64 + 1);
-        mix(mix(self.samples_base ^ mix(rank)).wrapping_add(epoch))
+        mix(mix(base ^ mix(rank)).wrapping_add(epoch))
     }
 
     /// The batches of the next epoch, and advances the epoch counter: successive
@@ -293,7 +300,7 @@ impl Clone for DataLoader {
             prefetch: self.prefetch,
             next_epoch: AtomicU64::new(self.next_epoch()),
             sampler: self.sampler.clone(),
-            samples_base: self.samples_base,
+            samples_base: self.samples_base.clone(),
         }
     }
 }

@@ -119,8 +119,8 @@ pub trait Module: Send + Sync {
     ///
     /// A module with parameters or buffers must implement it; the default is for
     /// modules without state, and refuses the others rather than leave their
-    /// tensors behind. The containers (`Sequential`, `ModuleList`, ...) move all
-    /// their children or none.
+    /// tensors behind. The containers (`Sequential`, `ModuleList`, ...) refuse
+    /// before moving any child when one of them does not implement it.
     fn to_device(&mut self, _device: &Device) -> Result<()> {
         stateless(self, "to_device")
     }
@@ -328,30 +328,40 @@ fn tensors_of(m: &dyn Module) -> impl Iterator<Item = Tensor> {
         .map(|(_, t)| t)
 }
 
-/// Moves `children` to `device`, all or none: each is first asked to move to
-/// the device it is on (which changes nothing), so that one which cannot move
-/// (a module with state that does not implement `to_device`) refuses before
-/// any has moved.
+/// Moves `children` to `device`. Each child whose tensors lie on one device is
+/// first asked to move to that device (which changes nothing), so that one
+/// which cannot move (a module with state that does not implement
+/// `to_device`) refuses before any has moved. (A child without tensors, or
+/// with tensors on several devices, is not asked first: the question would
+/// change it.)
 pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
     let mut children = children;
     for m in children.iter_mut() {
-        let here = tensors_of(&**m).next().map_or(*device, |t| t.device());
-        m.to_device(&here)?;
+        let devices: Vec<Device> = tensors_of(&**m).map(|t| t.device()).collect();
+        if let Some(&here) = devices.first() {
+            if devices.iter().all(|&d| d == here) {
+                m.to_device(&here)?;
+            }
+        }
     }
     children.into_iter().try_for_each(|m| m.to_device(device))
 }
 
-/// Casts `children` to `dtype`, all or none, as [`to_device_all`] moves them:
-/// each is first asked to cast to the floating-point dtype it has.
+/// Casts `children` to `dtype`, each first asked to cast to the one
+/// floating-point dtype its tensors have, as [`to_device_all`] asks.
 pub(crate) fn to_dtype_all(children: Vec<&mut dyn Module>, dtype: DType) -> Result<()> {
     float_target(dtype)?;
     let mut children = children;
     for m in children.iter_mut() {
-        let now = tensors_of(&**m)
+        let dtypes: Vec<DType> = tensors_of(&**m)
             .map(|t| t.dtype())
-            .find(|d| d.is_float())
-            .unwrap_or(dtype);
-        m.to_dtype(now)?;
+            .filter(|d| d.is_float())
+            .collect();
+        if let Some(&now) = dtypes.first() {
+            if dtypes.iter().all(|&d| d == now) {
+                m.to_dtype(now)?;
+            }
+        }
     }
     children.into_iter().try_for_each(|m| m.to_dtype(dtype))
 }

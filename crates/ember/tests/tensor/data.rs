@@ -49,6 +49,8 @@ fn targets(batches: impl Iterator<Item = Result<(Tensor, Tensor)>>) -> Result<Ve
 
 #[test]
 fn loader_batch_sizes() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     let sizes = |l: &DataLoader| -> Result<Vec<usize>> {
         Ok(collect(l.iter())?.iter().map(|(_, y)| y.len()).collect())
     };
@@ -84,6 +86,8 @@ fn loader_batch_sizes() -> Result<()> {
 
 #[test]
 fn loader_shuffle_per_epoch() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     let n = 23;
     let l = DataLoader::new(numbered(n)?, 5)?.shuffle(7);
     assert_eq!(l.next_epoch(), 0);
@@ -143,6 +147,8 @@ fn loader_shuffle_per_epoch() -> Result<()> {
 
 #[test]
 fn loader_prefetch_matches_inline() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     let make = |p: usize| -> Result<DataLoader> {
         Ok(DataLoader::new(numbered(37)?, 6)?.shuffle(3).prefetch(p))
     };
@@ -196,6 +202,8 @@ impl Dataset for Slow {
 
 #[test]
 fn loader_early_drop_stops_the_worker() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     let count = Arc::new(AtomicUsize::new(0));
     let l = DataLoader::new(
         Slow {
@@ -255,6 +263,8 @@ impl Dataset for Squares {
 
 #[test]
 fn default_get_batch_stacks() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     assert!(!Squares.is_empty());
     let (x, y) = Squares.get_batch(&[3, 1])?;
     assert_eq!((x.shape(), y.shape()), (&[2, 2][..], &[2][..]));
@@ -341,6 +351,8 @@ fn random_samples_repeat_with_or_without_prefetching() -> Result<()> {
 /// stream's work only when something waits for it, a missing wait reads memory
 /// not yet written).
 fn loader_moves_batches(dev: &Device) -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     for prefetch in [0, 2] {
         let l = DataLoader::new(numbered(9)?, 4)?
             .shuffle(1)
@@ -779,6 +791,8 @@ fn missing_data_file() {
 
 #[test]
 fn distributed_samplers_deal_equal_shares_of_the_loaders_order() -> Result<()> {
+    // (a loader draws its dataset's base seed from the global stream)
+    let _g = super::rng_lock();
     use ember::data::DistributedSampler;
     let (len, world) = (10, 3);
     let shares: Vec<Vec<usize>> = (0..world)

@@ -1347,6 +1347,20 @@ fn attention_modules_refuse_bad_input(dev: &Device) -> Result<()> {
             .collect();
         assert_eq!(got, want, "layer {i}");
     }
+    // casting a model whose layer mixes dtypes (norms kept in float32 in a
+    // bfloat16 layer) leaves the float32 values exact: no child is cast to
+    // another dtype on the way
+    let mut mixed = TransformerEncoderLayer::new(8, 2, opts, dev)?;
+    mixed.to_dtype(DType::BF16)?;
+    mixed.norm1.to_dtype(DType::F32)?;
+    let fine = Tensor::full([8], 1.001, DType::F32, dev)?;
+    ember::no_grad(|| mixed.norm1.weight.as_ref().unwrap().copy_(&fine))?;
+    let mut model = TransformerEncoder::new(mixed, 1, None)?;
+    model.to_dtype(DType::F32)?;
+    assert_eq!(
+        vals(model.layers[0].norm1.weight.as_ref().unwrap()),
+        vals(&fine)
+    );
     // the copies are the layers' own
     ember::no_grad(|| enc.layers[0].linear1.weight.add_(1.0))?;
     assert_eq!(want[4].0, "linear1.weight");
