@@ -220,16 +220,12 @@ impl Kernel {
         }
         // outputs count as written (`tensor._version`): autograd then refuses
         // a backward that would read values saved before the kernel changed them
-        let mut bumped: Vec<&Tensor> = Vec::new();
         for a in args {
             if let Arg::Tensor {
                 t, writes: true, ..
             } = *a
             {
-                if !bumped.iter().any(|b| b.same_storage(t)) {
-                    t.bump_version();
-                    bumped.push(t);
-                }
+                t.bump_version();
             }
         }
         Ok(())

@@ -153,22 +153,22 @@ pub(crate) fn holding(which: usize) -> bool {
     HELD.with(|h| h.get()) == which
 }
 
-/// An error when this thread is inside `with_global_rng`'s closure.
-pub(crate) fn refuse_if_held() -> crate::error::Result<()> {
-    if HELD.with(|h| h.get()) != 0 {
-        return Err(crate::error::Error::invalid(
-            "with_global_rng",
-            "the random generator is already in use on this thread (a random op \
-             inside with_global_rng's closure): draw from the generator it passes",
-        ));
-    }
-    Ok(())
+/// The error for a draw from a generator this thread's `with_global_rng`
+/// closure holds.
+pub(crate) fn in_use() -> crate::error::Error {
+    crate::error::Error::invalid(
+        "with_global_rng",
+        "the random generator is already in use on this thread (a random op \
+         inside with_global_rng's closure): draw from the generator it passes",
+    )
 }
 
 /// Marks this thread as holding generator `which` until the guard drops; an
 /// error when it already holds one.
 pub(crate) fn hold(which: usize) -> crate::error::Result<Held> {
-    refuse_if_held()?;
+    if HELD.with(|h| h.get()) != 0 {
+        return Err(in_use());
+    }
     HELD.with(|h| h.set(which));
     Ok(Held)
 }

@@ -47,6 +47,15 @@ pub(crate) fn fork_seed(device: &crate::device::Device) -> crate::error::Result<
     })
 }
 
+/// SplitMix64's step: nearby inputs give unrelated seeds (for seeds derived
+/// from other seeds and counters).
+pub(crate) fn split_mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Seeds ember's global random generators (`torch.manual_seed`): the same seed
 /// gives the same sequence of random tensors. The CPU draws from a ChaCha stream and
 /// GPUs from a Philox stream, both started from this seed, so (as in PyTorch) a

@@ -241,12 +241,8 @@ impl DataLoader {
     /// `epoch`'s samples: the loader's own base (drawn when it is first
     /// iterated), this rank's with a sampler, mixed with the epoch number.
     fn samples_seed(&self, epoch: u64) -> u64 {
-        // SplitMix64's finaliser: nearby seeds and epochs give unrelated streams
-        let mix = |mut z: u64| {
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        // nearby seeds and epochs give unrelated streams
+        let mix = crate::backend::split_mix;
         let base = *self.samples_base.get_or_init(|| {
             // (inside with_global_rng's closure, which holds the stream: the
             // global seed instead)

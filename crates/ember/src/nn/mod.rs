@@ -328,42 +328,50 @@ fn tensors_of(m: &dyn Module) -> impl Iterator<Item = Tensor> {
         .map(|(_, t)| t)
 }
 
-/// Moves `children` to `device`. Each child whose tensors lie on one device is
-/// first asked to move to that device (which changes nothing), so that one
-/// which cannot move (a module with state that does not implement
-/// `to_device`) refuses before any has moved. (A child without tensors, or
-/// with tensors on several devices, is not asked first: the question would
+/// Applies `apply(child, target)` to each of `children`. Each child whose
+/// tensors all have one value of `now` (their device, or their floating-point
+/// dtype) is first asked to go to that value, which changes nothing, so that
+/// one which cannot go (a module with state that does not implement the move
+/// or the cast) refuses before any child has changed. (A child without such
+/// tensors, or with several values, is not asked first: the question would
 /// change it.)
-pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
-    let mut children = children;
+fn all_children<K: Copy + PartialEq>(
+    mut children: Vec<&mut dyn Module>,
+    now: impl Fn(&Tensor) -> Option<K>,
+    apply: impl Fn(&mut dyn Module, K) -> Result<()>,
+    target: K,
+) -> Result<()> {
     for m in children.iter_mut() {
-        let devices: Vec<Device> = tensors_of(&**m).map(|t| t.device()).collect();
-        if let Some(&here) = devices.first() {
-            if devices.iter().all(|&d| d == here) {
-                m.to_device(&here)?;
+        let values: Vec<K> = tensors_of(&**m).filter_map(|t| now(&t)).collect();
+        if let Some(&here) = values.first() {
+            if values.iter().all(|&v| v == here) {
+                apply(&mut **m, here)?;
             }
         }
     }
-    children.into_iter().try_for_each(|m| m.to_device(device))
+    children.into_iter().try_for_each(|m| apply(m, target))
 }
 
-/// Casts `children` to `dtype`, each first asked to cast to the one
-/// floating-point dtype its tensors have, as [`to_device_all`] asks.
+/// Moves `children` to `device` ([`all_children`]).
+pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
+    all_children(
+        children,
+        |t| Some(t.device()),
+        |m, d| m.to_device(&d),
+        *device,
+    )
+}
+
+/// Casts `children` to `dtype` ([`all_children`], by their floating-point
+/// tensors' dtype).
 pub(crate) fn to_dtype_all(children: Vec<&mut dyn Module>, dtype: DType) -> Result<()> {
     float_target(dtype)?;
-    let mut children = children;
-    for m in children.iter_mut() {
-        let dtypes: Vec<DType> = tensors_of(&**m)
-            .map(|t| t.dtype())
-            .filter(|d| d.is_float())
-            .collect();
-        if let Some(&now) = dtypes.first() {
-            if dtypes.iter().all(|&d| d == now) {
-                m.to_dtype(now)?;
-            }
-        }
-    }
-    children.into_iter().try_for_each(|m| m.to_dtype(dtype))
+    all_children(
+        children,
+        |t| t.dtype().is_float().then_some(t.dtype()),
+        |m, d| m.to_dtype(d),
+        dtype,
+    )
 }
 
 pub(crate) use state::{check_state, load_state};

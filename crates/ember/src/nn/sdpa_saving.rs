@@ -336,20 +336,14 @@ fn plan_groups(
                     qlen,
                     view,
                     biases: sliced,
-                    seed: split_mix(seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03)),
+                    seed: crate::backend::split_mix(
+                        seed ^ number.wrapping_mul(0xD1B5_4A32_D192_ED03),
+                    ),
                 });
             }
         }
     }
     Ok(groups)
-}
-
-/// SplitMix64's finaliser: nearby inputs give unrelated seeds.
-fn split_mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The attention weights of one group from its queries and keys (in the compute

@@ -306,12 +306,7 @@ impl Module for TransformerEncoder {
 /// from the random generator.
 fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
     let dup = |t: &Tensor| -> Result<Tensor> {
-        let c = crate::autograd::no_grad(|| t.copy())?;
-        if t.requires_grad() {
-            c.requires_grad_(true)
-        } else {
-            Ok(c)
-        }
+        crate::autograd::no_grad(|| t.copy())?.requires_grad_(t.requires_grad())
     };
     let dup_opt = |t: &Option<Tensor>| t.as_ref().map(dup).transpose();
     let dup_linear = |l: &Linear| -> Result<Linear> {

@@ -341,7 +341,7 @@ impl Tensor {
 
     /// The storage for writing; counts as a write for the version counter.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
-        self.0.storage.version.fetch_add(1, Ordering::AcqRel);
+        self.bump_version();
         self.0
             .storage
             .data

@@ -326,6 +326,11 @@ impl CudaDev {
             .is_some_and(|c| c.thread == me && c.stream == s)
     }
 
+    /// Why a capture refuses to read or wait for results
+    /// ([`refuse_in_capture`](Self::refuse_in_capture)'s `why`).
+    pub(crate) const NOT_RUN_YET: &'static str =
+        "captured work does not run until the graph is replayed";
+
     /// An error naming `what` when the calling thread is capturing a graph: work
     /// that a graph cannot hold (a host copy, a wait, fresh random numbers).
     pub(crate) fn refuse_in_capture(&self, what: &str, why: &str) -> Result<()> {
@@ -686,10 +691,7 @@ impl CudaDev {
     /// Copies device address `src` into `dst`, waiting for the work queued before
     /// on the current stream; an error when an index check queued there failed.
     pub(crate) fn dtoh<T>(&self, dst: &mut [T], src: u64) -> Result<()> {
-        self.refuse_in_capture(
-            "reading values",
-            "captured work does not run until the graph is replayed",
-        )?;
+        self.refuse_in_capture("reading values", Self::NOT_RUN_YET)?;
         let s = self.stream();
         profile::kernel(|| profile::Name::Static("memcpy device to host (a host wait)"));
         self.pinned_on(s).dtoh(dst, src)?;

@@ -25,7 +25,7 @@ pub(crate) fn reserve_counters(counters: u64) -> crate::error::Result<(u64, u64)
             // a scope's generator keeps both streams under one lock, which
             // `with_global_rng` may hold while its closure runs
             if crate::backend::generator::holding(g.addr()) {
-                crate::backend::generator::refuse_if_held()?;
+                return Err(crate::backend::generator::in_use());
             }
             reserve(&mut g.streams().philox)
         }

@@ -225,10 +225,8 @@ impl Event {
     /// Refused while a graph is captured on the device (CUDA forbids it: the
     /// captured work has not run).
     pub fn query(&self) -> Result<bool> {
-        self.dev.refuse_in_capture(
-            "querying an event",
-            "captured work does not run until the graph is replayed",
-        )?;
+        self.dev
+            .refuse_in_capture("querying an event", CudaDev::NOT_RUN_YET)?;
         self.dev.rt().event_query(self.raw())
     }
 
@@ -236,10 +234,8 @@ impl Event {
     /// counted by [`host_syncs`]). Refused while a graph is captured on the
     /// device, as every wait is.
     pub fn synchronize(&self) -> Result<()> {
-        self.dev.refuse_in_capture(
-            "waiting for an event",
-            "captured work does not run until the graph is replayed",
-        )?;
+        self.dev
+            .refuse_in_capture("waiting for an event", CudaDev::NOT_RUN_YET)?;
         self.dev.rt().event_synchronize(self.raw())?;
         self.dev.count_sync();
         Ok(())

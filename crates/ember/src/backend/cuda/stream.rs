@@ -118,10 +118,8 @@ impl Stream {
     /// `true` when the work queued here has finished, without waiting.
     /// Refused while a graph is captured on the device (CUDA forbids it).
     pub fn query(&self) -> Result<bool> {
-        self.dev.refuse_in_capture(
-            "querying a stream",
-            "captured work does not run until the graph is replayed",
-        )?;
+        self.dev
+            .refuse_in_capture("querying a stream", CudaDev::NOT_RUN_YET)?;
         self.dev.rt().stream_query(self.id)
     }
 }
