@@ -8,6 +8,10 @@ use crate::{
     tensor::Tensor,
 };
 
+/// A parameter to step: `[parameter, gradient, first moment, second moment]`
+/// and its AMSGrad maximum.
+type Item = ([Tensor; 4], Option<Tensor>);
+
 /// Adam (`torch.optim.Adam`), or AdamW with decoupled weight decay.
 pub struct Adam {
     params: Vec<Tensor>,
@@ -24,6 +28,12 @@ pub struct Adam {
     counts: Vec<u64>,
     m: Vec<Option<Tensor>>,
     v: Vec<Option<Tensor>>,
+    /// AMSGrad's running maximum of `v` ([`Adam::amsgrad`]), made at a
+    /// parameter's first step.
+    vmax: Vec<Option<Tensor>>,
+    amsgrad: bool,
+    /// Steps up the gradient ([`Adam::maximize`]).
+    maximize: bool,
     /// Capturable form ([`Optimizer::make_capturable`]): the counts on the
     /// parameters' device (made at the next step from `counts`), read by the
     /// bias corrections there.
@@ -52,6 +62,9 @@ impl Adam {
             counts: vec![0; n],
             m: vec![None; n],
             v: vec![None; n],
+            vmax: vec![None; n],
+            amsgrad: false,
+            maximize: false,
             capturable: false,
             on_device: None,
             initial: InitialLrs::default(),
@@ -66,6 +79,23 @@ impl Adam {
     /// own launch. CPU parameters are updated one by one either way.
     pub fn foreach(mut self, on: bool) -> Adam {
         self.foreach = on;
+        self
+    }
+
+    /// AMSGrad (PyTorch's `amsgrad=True`): the update divides by the square root
+    /// of the largest second moment seen so far (kept per parameter as
+    /// `max_exp_avg_sq`) instead of the current one. Its steps run as tensor
+    /// operations, without the fused and multi-tensor kernels.
+    pub fn amsgrad(mut self, on: bool) -> Adam {
+        self.amsgrad = on;
+        self
+    }
+
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): each step goes up the gradient, which is negated before
+    /// weight decay and the moments see it.
+    pub fn maximize(mut self, on: bool) -> Adam {
+        self.maximize = on;
         self
     }
 
@@ -116,7 +146,12 @@ impl Adam {
             .zip(self.v.iter_mut())
             .enumerate()
         {
-            let Some(g) = p.grad() else { continue };
+            let Some(g) = step_gradient(p, self.maximize)? else {
+                continue;
+            };
+            if self.amsgrad {
+                moment(p, &mut self.vmax[i])?;
+            }
             let (m, v) = (moment(p, m)?.clone(), moment(p, v)?.clone());
             items.push((i, [p.clone(), g, m, v]));
         }
@@ -150,8 +185,9 @@ impl Adam {
             t.add_(1.0)?;
             let mut group = Vec::with_capacity(members.len());
             for k in members {
-                self.counts[items[k].0] += 1;
-                group.push(items[k].1.clone());
+                let i = items[k].0;
+                self.counts[i] += 1;
+                group.push((items[k].1.clone(), self.vmax[i].clone()));
             }
             self.capturable_update(group, &t, b1, b2)?;
         }
@@ -159,16 +195,17 @@ impl Adam {
     }
 
     /// The capturable update of `items` (parameters that have taken the same
-    /// steps) with their count `t` on the device, already advanced.
+    /// steps, each with its AMSGrad maximum) with their count `t` on the device,
+    /// already advanced.
     fn capturable_update(
         &self,
-        items: Vec<[Tensor; 4]>,
+        items: Vec<Item>,
         t: &Tensor,
         b1: f64,
         b2: f64,
     ) -> Result<()> {
         let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
-        let done = if self.foreach {
+        let done = if self.foreach && !self.amsgrad {
             // the corrections are the kernel's, from t: these are unused
             let h = fused::AdamStep {
                 lr,
@@ -180,7 +217,8 @@ impl Adam {
                 weight_decay: wd,
                 decoupled,
             };
-            let refs: Vec<[&Tensor; 4]> = items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
+            let refs: Vec<[&Tensor; 4]> =
+                items.iter().map(|([p, g, m, v], _)| [p, g, m, v]).collect();
             fused::adam_foreach(&refs, h, Some(t))?
         } else {
             vec![false; items.len()]
@@ -190,7 +228,7 @@ impl Adam {
         let mut corrections = None;
         // lr / bc1 and sqrt(bc2), in each parameter dtype once
         let mut per_dtype: Vec<(crate::dtype::DType, Tensor, Tensor)> = Vec::new();
-        for ([p, g, m, v], done) in items.into_iter().zip(done) {
+        for (([p, g, m, v], vmax), done) in items.into_iter().zip(done) {
             if done {
                 continue;
             }
@@ -211,7 +249,7 @@ impl Adam {
             adam_update(
                 &p,
                 g,
-                (&m, &v),
+                (&m, &v, vmax.as_ref()),
                 (b1, b2),
                 (lr, eps, wd, decoupled),
                 (&step_size).into(),
@@ -342,11 +380,12 @@ pub(super) fn moment<'a>(p: &Tensor, slot: &'a mut Option<Tensor>) -> Result<&'a
 /// Adam's update of `p` from its gradient `g` in tensor operations, PyTorch's
 /// form: `p -= step_size · m / (sqrt(v) / sqrt_bc2 + eps)`, where `step_size` is
 /// `lr / bc1`; the corrections are numbers, or tensors on the device (the
-/// capturable form).
+/// capturable form). With AMSGrad's `vmax`, it takes the larger of itself and
+/// `v`, and divides in place of `v`.
 pub(super) fn adam_update(
     p: &Tensor,
     mut g: Tensor,
-    (m, v): (&Tensor, &Tensor),
+    (m, v, vmax): (&Tensor, &Tensor, Option<&Tensor>),
     (b1, b2): (f64, f64),
     (lr, eps, weight_decay, decoupled): (f64, f64, f64, bool),
     step_size: crate::tensor::Operand<'_>,
@@ -363,7 +402,14 @@ pub(super) fn adam_update(
     m.add_(&g.mul(1.0 - b1)?)?;
     v.mul_(b2)?;
     v.add_(&g.square()?.mul(1.0 - b2)?)?;
-    let denom = v.sqrt()?.div(sqrt_bc2)?.add(eps)?;
+    let second = match vmax {
+        Some(vmax) => {
+            vmax.maximum_(v)?;
+            vmax
+        }
+        None => v,
+    };
+    let denom = second.sqrt()?.div(sqrt_bc2)?.add(eps)?;
     p.sub_(&m.div(&denom)?.mul(step_size)?)
 }
 
@@ -373,6 +419,9 @@ impl Optimizer for Adam {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("exp_avg", &self.m);
         s.extend(buffers_state("exp_avg_sq", &self.v));
+        if self.amsgrad {
+            s.extend(buffers_state("max_exp_avg_sq", &self.vmax));
+        }
         s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
         s.push(counts_state(&self.param_steps())?);
         s.push((
@@ -399,6 +448,7 @@ impl Optimizer for Adam {
             &[
                 "exp_avg",
                 "exp_avg_sq",
+                "max_exp_avg_sq",
                 "has_state",
                 "step",
                 "lr",
@@ -407,17 +457,38 @@ impl Optimizer for Adam {
         )?;
         let m = load_buffers("exp_avg", &self.params, state)?;
         let v = load_buffers("exp_avg_sq", &self.params, state)?;
+        let vmax = load_buffers("max_exp_avg_sq", &self.params, state)?;
         check_mask(
             state,
             self.params.len(),
             &[("exp_avg", &m), ("exp_avg_sq", &v)],
         )?;
+        // AMSGrad's maximum is there exactly when the state was saved with it
+        let saved_with = vmax.iter().any(Option::is_some);
+        if saved_with && !self.amsgrad {
+            return Err(Error::invalid(
+                "load_state",
+                "the optimizer state has max_exp_avg_sq entries (it was saved with \
+                 amsgrad): make this Adam with .amsgrad(true) to load it",
+            ));
+        }
+        if self.amsgrad {
+            if !saved_with && m.iter().any(Option::is_some) {
+                return Err(Error::invalid(
+                    "load_state",
+                    "the optimizer state has no max_exp_avg_sq entries (it was saved \
+                     without amsgrad): make this Adam without .amsgrad(true) to load it",
+                ));
+            }
+            check_mask(state, self.params.len(), &[("max_exp_avg_sq", &vmax)])?;
+        }
         let has_state: Vec<bool> = m.iter().map(Option::is_some).collect();
         let counts = load_counts(state, &has_state)?;
         let lr = scalar_entry(state, "lr")?;
         check_lr("load_state", lr)?;
         let cycled = load_cycled(state, |b| check_beta(0, b))?;
-        (self.m, self.v, self.counts, self.lr, self.cycled) = (m, v, counts, lr, cycled);
+        (self.m, self.v, self.vmax) = (m, v, vmax);
+        (self.counts, self.lr, self.cycled) = (counts, lr, cycled);
         self.on_device = None;
         Ok(())
     }
@@ -432,7 +503,11 @@ impl Optimizer for Adam {
     }
 
     fn set_parameters(&mut self, params: Vec<Tensor>) -> Result<()> {
-        replace_parameters(&mut self.params, params, &mut [&mut self.m, &mut self.v])?;
+        replace_parameters(
+            &mut self.params,
+            params,
+            &mut [&mut self.m, &mut self.v, &mut self.vmax],
+        )?;
         // the counts move with the parameters (made again on their device)
         self.counts = self.param_steps();
         self.on_device = None;
@@ -441,7 +516,7 @@ impl Optimizer for Adam {
 
     fn config(&self) -> Vec<(String, String)> {
         let kind = if self.decoupled { "AdamW" } else { "Adam" };
-        vec![
+        let mut c = vec![
             ("optimizer".into(), kind.into()),
             (
                 "betas".into(),
@@ -449,7 +524,12 @@ impl Optimizer for Adam {
             ),
             ("eps".into(), self.eps.to_string()),
             ("weight_decay".into(), self.weight_decay.to_string()),
-        ]
+        ];
+        push_flags(
+            &mut c,
+            &[(self.amsgrad, "amsgrad"), (self.maximize, "maximize")],
+        );
+        c
     }
 
     fn step(&mut self) -> Result<()> {
@@ -463,10 +543,11 @@ impl Optimizer for Adam {
         }
         let items = self.items_to_step()?;
         // the parameters that have taken as many steps share their corrections
-        let mut by_count: Vec<(u64, Vec<[Tensor; 4]>)> = Vec::new();
+        let mut by_count: Vec<(u64, Vec<Item>)> = Vec::new();
         for (i, item) in items {
             self.counts[i] += 1;
             let c = self.counts[i];
+            let item = (item, self.vmax[i].clone());
             match by_count.iter_mut().find(|(k, _)| *k == c) {
                 Some((_, group)) => group.push(item),
                 None => by_count.push((c, vec![item])),
@@ -485,15 +566,17 @@ impl Optimizer for Adam {
                 weight_decay: self.weight_decay,
                 decoupled: self.decoupled,
             };
-            let done = if self.foreach {
+            // AMSGrad's maximum is not in the fused kernels
+            let fuse = !self.amsgrad;
+            let done = if self.foreach && fuse {
                 let refs: Vec<[&Tensor; 4]> =
-                    items.iter().map(|[p, g, m, v]| [p, g, m, v]).collect();
+                    items.iter().map(|([p, g, m, v], _)| [p, g, m, v]).collect();
                 fused::adam_foreach(&refs, h, None)?
             } else {
                 vec![false; items.len()]
             };
-            for ([p, g, m, v], done) in items.into_iter().zip(done) {
-                if done || fused::adam(&p, &g, &m, &v, h)? {
+            for (([p, g, m, v], vmax), done) in items.into_iter().zip(done) {
+                if done || fuse && fused::adam(&p, &g, &m, &v, h)? {
                     continue;
                 }
                 let (p, m, v) = (&p, &m, &v);
@@ -503,7 +586,7 @@ impl Optimizer for Adam {
                 adam_update(
                     p,
                     g,
-                    (m, v),
+                    (m, v, vmax.as_ref()),
                     (b1, b2),
                     (lr, eps, wd, decoupled),
                     step_size.into(),

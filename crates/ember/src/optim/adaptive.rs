@@ -19,6 +19,8 @@ pub struct RmsProp {
     /// The momentum a one-cycle schedule has set, in place of `momentum`.
     cycled: Option<f64>,
     centered: bool,
+    /// Steps up the gradient ([`RmsProp::maximize`]).
+    maximize: bool,
     square_avg: Vec<Option<Tensor>>,
     momentum_buffer: Vec<Option<Tensor>>,
     grad_avg: Vec<Option<Tensor>>,
@@ -39,6 +41,7 @@ impl RmsProp {
             momentum: 0.0,
             cycled: None,
             centered: false,
+            maximize: false,
             square_avg: vec![None; n],
             momentum_buffer: vec![None; n],
             grad_avg: vec![None; n],
@@ -49,6 +52,13 @@ impl RmsProp {
     /// Normalise by the variance (the mean square minus the squared mean) instead.
     pub fn centered(mut self, on: bool) -> RmsProp {
         self.centered = on;
+        self
+    }
+
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): the gradient is negated before anything else sees it.
+    pub fn maximize(mut self, on: bool) -> RmsProp {
+        self.maximize = on;
         self
     }
 }
@@ -64,7 +74,9 @@ impl Optimizer for RmsProp {
         let a = self.alpha;
         let momentum = self.cycled.unwrap_or(self.momentum);
         for (i, p) in self.params.iter().enumerate() {
-            let Some(mut g) = p.grad() else { continue };
+            let Some(mut g) = step_gradient(p, self.maximize)? else {
+                continue;
+            };
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
@@ -164,14 +176,16 @@ impl Optimizer for RmsProp {
     }
 
     fn config(&self) -> Vec<(String, String)> {
-        vec![
+        let mut c = vec![
             ("optimizer".into(), "RMSprop".into()),
             ("alpha".into(), self.alpha.to_string()),
             ("eps".into(), self.eps.to_string()),
             ("weight_decay".into(), self.weight_decay.to_string()),
             ("momentum".into(), self.momentum.to_string()),
             ("centered".into(), self.centered.to_string()),
-        ]
+        ];
+        push_flags(&mut c, &[(self.maximize, "maximize")]);
+        c
     }
 }
 
@@ -185,6 +199,8 @@ pub struct Adagrad {
     weight_decay: f64,
     initial_accumulator_value: f64,
     eps: f64,
+    /// Steps up the gradient ([`Adagrad::maximize`]).
+    maximize: bool,
     sum: Vec<Option<Tensor>>,
     /// The steps each parameter has taken (PyTorch's per-parameter `step`,
     /// which the decayed rate follows).
@@ -204,10 +220,18 @@ impl Adagrad {
             weight_decay: 0.0,
             initial_accumulator_value: 0.0,
             eps: 1e-10,
+            maximize: false,
             sum: vec![None; n],
             counts: vec![0; n],
             initial: InitialLrs::default(),
         })
+    }
+
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): the gradient is negated before anything else sees it.
+    pub fn maximize(mut self, on: bool) -> Adagrad {
+        self.maximize = on;
+        self
     }
 }
 
@@ -220,7 +244,9 @@ impl Optimizer for Adagrad {
             crate::backend::meta::account::Phase::Optimizer,
         );
         for (i, p) in self.params.iter().enumerate() {
-            let Some(mut g) = p.grad() else { continue };
+            let Some(mut g) = step_gradient(p, self.maximize)? else {
+                continue;
+            };
             self.counts[i] += 1;
             let clr = self.lr / (1.0 + (self.counts[i] - 1) as f64 * self.lr_decay);
             if self.weight_decay != 0.0 {
@@ -261,7 +287,7 @@ impl Optimizer for Adagrad {
     }
 
     fn config(&self) -> Vec<(String, String)> {
-        vec![
+        let mut c = vec![
             ("optimizer".into(), "Adagrad".into()),
             ("lr_decay".into(), self.lr_decay.to_string()),
             ("weight_decay".into(), self.weight_decay.to_string()),
@@ -270,7 +296,9 @@ impl Optimizer for Adagrad {
                 self.initial_accumulator_value.to_string(),
             ),
             ("eps".into(), self.eps.to_string()),
-        ]
+        ];
+        push_flags(&mut c, &[(self.maximize, "maximize")]);
+        c
     }
 }
 

@@ -17,6 +17,8 @@ pub struct Sgd {
     dampening: f64,
     nesterov: bool,
     weight_decay: f64,
+    /// Steps up the gradient ([`Sgd::maximize`]).
+    maximize: bool,
     /// The momentum a one-cycle schedule has set, in place of `momentum`.
     cycled: Option<f64>,
     buffers: Vec<Option<Tensor>>,
@@ -38,11 +40,20 @@ impl Sgd {
             dampening: 0.0,
             nesterov: false,
             weight_decay: 0.0,
+            maximize: false,
             cycled: None,
             buffers: vec![None; n],
             initial: InitialLrs::default(),
             foreach: true,
         })
+    }
+
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): each step goes up the gradient, which is negated before
+    /// weight decay and momentum see it.
+    pub fn maximize(mut self, on: bool) -> Sgd {
+        self.maximize = on;
+        self
     }
 
     /// Whether a step on a GPU updates many parameters per launch (PyTorch's
@@ -59,12 +70,12 @@ impl Sgd {
     /// The step in multi-tensor launches, when every parameter qualifies
     /// ([`fused::sgd_fusable`]); `Ok(false)` (nothing done) otherwise.
     fn foreach_step(&mut self, momentum: f64) -> Result<bool> {
-        let live: Vec<(usize, Tensor, Tensor)> = self
-            .params
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.grad().map(|g| (i, p.clone(), g)))
-            .collect();
+        let mut live: Vec<(usize, Tensor, Tensor)> = Vec::new();
+        for (i, p) in self.params.iter().enumerate() {
+            if let Some(g) = step_gradient(p, self.maximize)? {
+                live.push((i, p.clone(), g));
+            }
+        }
         let uses_buffer = momentum != 0.0;
         let items: Vec<fused::SgdItem<'_>> = live
             .iter()
@@ -218,13 +229,15 @@ impl Optimizer for Sgd {
     }
 
     fn config(&self) -> Vec<(String, String)> {
-        vec![
+        let mut c = vec![
             ("optimizer".into(), "SGD".into()),
             ("momentum".into(), self.momentum.to_string()),
             ("dampening".into(), self.dampening.to_string()),
             ("nesterov".into(), self.nesterov.to_string()),
             ("weight_decay".into(), self.weight_decay.to_string()),
-        ]
+        ];
+        push_flags(&mut c, &[(self.maximize, "maximize")]);
+        c
     }
 
     fn step(&mut self) -> Result<()> {
@@ -236,8 +249,11 @@ impl Optimizer for Sgd {
         if self.foreach && self.foreach_step(momentum)? {
             return Ok(());
         }
-        for (p, buf) in self.params.iter().zip(self.buffers.iter_mut()) {
-            let Some(mut g) = p.grad() else { continue };
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(mut g) = step_gradient(p, self.maximize)? else {
+                continue;
+            };
+            let buf = &mut self.buffers[i];
             if self.weight_decay != 0.0 {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }

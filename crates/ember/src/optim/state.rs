@@ -374,3 +374,24 @@ pub(super) fn load_counts(state: &[(String, Tensor)], has_state: &[bool]) -> Res
         )),
     }
 }
+
+/// `p`'s gradient to step by: its own, or its negation for an optimizer that
+/// maximizes (PyTorch's `maximize=True`, which negates it before anything else
+/// sees it).
+pub(super) fn step_gradient(p: &Tensor, maximize: bool) -> Result<Option<Tensor>> {
+    match p.grad() {
+        Some(g) if maximize => Ok(Some(g.neg()?)),
+        g => Ok(g),
+    }
+}
+
+/// Appends the boolean options that are on (`name = true`) to an optimizer's
+/// configuration. An option that is off is not named, so that the
+/// configurations of runs saved before it existed still match.
+pub(super) fn push_flags(c: &mut Vec<(String, String)>, flags: &[(bool, &str)]) {
+    for &(on, name) in flags {
+        if on {
+            c.push((name.into(), "true".into()));
+        }
+    }
+}

@@ -94,6 +94,22 @@ def optimizer_cases():
         ("adagrad_full", lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
                                                        initial_accumulator_value=0.2, eps=1e-6),
          {"lr": 0.1, "lr_decay": 0.05, "weight_decay": 0.1, "initial_accumulator_value": 0.2, "eps": 1e-6}),
+        # amsgrad with a fast-forgetting second moment, so that its running
+        # maximum differs from the moment itself within five steps
+        ("adam_amsgrad", lambda p: torch.optim.Adam(p, lr=0.05, betas=(0.9, 0.5), amsgrad=True),
+         {"lr": 0.05, "betas": [0.9, 0.5], "amsgrad": True}),
+        ("adam_maximize", lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1, maximize=True),
+         {"lr": 0.01, "weight_decay": 0.1, "maximize": True}),
+        ("adamw_amsgrad_maximize", lambda p: torch.optim.AdamW(p, lr=0.05, betas=(0.8, 0.5), weight_decay=0.1,
+                                                               amsgrad=True, maximize=True),
+         {"lr": 0.05, "betas": [0.8, 0.5], "weight_decay": 0.1, "amsgrad": True, "maximize": True}),
+        ("sgd_maximize", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01, maximize=True),
+         {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "maximize": True}),
+        ("rmsprop_maximize", lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, weight_decay=0.1,
+                                                           centered=True, maximize=True),
+         {"lr": 0.01, "momentum": 0.5, "weight_decay": 0.1, "centered": True, "maximize": True}),
+        ("adagrad_maximize", lambda p: torch.optim.Adagrad(p, lr=0.1, weight_decay=0.1, maximize=True),
+         {"lr": 0.1, "weight_decay": 0.1, "maximize": True}),
     ]
     for name, make, cfg in configs:
         w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)

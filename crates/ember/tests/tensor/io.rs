@@ -315,11 +315,18 @@ fn missing_optimizer_state_is_an_error(dev: &Device) -> Result<()> {
 fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
     use ember::optim::{Adagrad, RmsProp, Sgd};
     type Make = fn(Vec<Tensor>) -> Result<Box<dyn Optimizer>>;
-    let makers: [(&str, Make); 6] = [
+    let makers: [(&str, Make); 8] = [
         ("sgd", |p| {
             Ok(Box::new(Sgd::new(p, 0.05)?.momentum(0.9)?.nesterov(true)?))
         }),
+        ("sgd_maximize", |p| {
+            Ok(Box::new(Sgd::new(p, 0.05)?.momentum(0.9)?.maximize(true)))
+        }),
         ("adam", |p| Ok(Box::new(Adam::new(p, 0.05)?))),
+        // a fast-forgetting second moment: AMSGrad's maximum departs from it
+        ("adam_amsgrad", |p| {
+            Ok(Box::new(Adam::new(p, 0.05)?.betas(0.9, 0.5)?.amsgrad(true)))
+        }),
         ("adamw", |p| {
             Ok(Box::new(Adam::adamw(p, 0.05)?.betas(0.8, 0.99)?))
         }),
@@ -415,6 +422,26 @@ fn every_optimizer_resumes_exactly(dev: &Device) -> Result<()> {
         counted.contains(&"adagrad") && counted.contains(&"adam"),
         "{counted:?}"
     );
+    // AMSGrad's running maximum is part of the state: a state saved with it
+    // loads only into an Adam with amsgrad on, and one saved without it (with
+    // moments) only into one with it off
+    let w = Tensor::new(vec![0.3f32, -0.2, 0.1, 0.4], dev)?.requires_grad_(true)?;
+    let with_max = |on: bool| -> Result<Vec<(String, Tensor)>> {
+        let mut opt = Adam::new(vec![w.clone()], 0.05)?.amsgrad(on);
+        w.square()?.sum_all()?.backward()?;
+        opt.step()?;
+        opt.zero_grad();
+        opt.state()
+    };
+    let (ams, plain) = (with_max(true)?, with_max(false)?);
+    assert!(ams.iter().any(|(k, _)| k == "max_exp_avg_sq.0"));
+    assert!(!plain.iter().any(|(k, _)| k.starts_with("max_exp_avg_sq")));
+    for (st, on) in [(&ams, false), (&plain, true)] {
+        let mut opt = Adam::new(vec![w.clone()], 0.05)?.amsgrad(on);
+        let e = opt.load_state(st).unwrap_err().to_string();
+        assert!(e.contains("amsgrad"), "amsgrad {on}: {e}");
+        assert_eq!(opt.steps(), 0, "nothing loaded");
+    }
     Ok(())
 }
 

@@ -118,40 +118,56 @@ fn optimizers_match_pytorch(dev: &Device) -> Result<()> {
             .collect();
         let late = Tensor::new(late, dev)?.requires_grad_(true)?;
         let params = vec![w.clone(), late.clone()];
+        let flag = |k: &str| cfg[k].as_bool().unwrap_or(false);
+        let maximize = flag("maximize");
         let mut opt: Box<dyn Optimizer> = match name {
             n if n.starts_with("sgd") => Box::new(
                 Sgd::new(params, f("lr", 0.0))?
                     .momentum(f("momentum", 0.0))?
                     .dampening(f("dampening", 0.0))?
                     .weight_decay(f("weight_decay", 0.0))?
-                    .nesterov(cfg["nesterov"].as_bool().unwrap_or(false))?,
+                    .nesterov(flag("nesterov"))?
+                    .maximize(maximize),
             ),
-            "adamw" => Box::new(Adam::adamw(params, f("lr", 0.0))?),
             n if n.starts_with("rmsprop") => Box::new(
                 ember::optim::RmsProp::new(params, f("lr", 0.0))?
                     .alpha(f("alpha", 0.99))?
                     .eps(f("eps", 1e-8))?
                     .weight_decay(f("weight_decay", 0.0))?
                     .momentum(f("momentum", 0.0))?
-                    .centered(cfg["centered"].as_bool().unwrap_or(false)),
+                    .centered(flag("centered"))
+                    .maximize(maximize),
             ),
             n if n.starts_with("adagrad") => Box::new(
                 ember::optim::Adagrad::new(params, f("lr", 0.0))?
                     .lr_decay(f("lr_decay", 0.0))?
                     .weight_decay(f("weight_decay", 0.0))?
                     .initial_accumulator_value(f("initial_accumulator_value", 0.0))?
-                    .eps(f("eps", 1e-10))?,
+                    .eps(f("eps", 1e-10))?
+                    .maximize(maximize),
             ),
-            _ => {
+            n => {
+                assert!(n.starts_with("adam"), "{n}");
                 let b = cfg["betas"]
                     .as_array()
                     .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()));
                 let (b1, b2) = b.unwrap_or((0.9, 0.999));
+                let lr = f("lr", 0.0);
+                let base = if n.starts_with("adamw") {
+                    Adam::adamw(params, lr)?
+                } else {
+                    Adam::new(params, lr)?
+                };
+                // AdamW's default decay is 0.01: set only where the case sets it
+                let base = match cfg["weight_decay"].as_f64() {
+                    Some(wd) => base.weight_decay(wd)?,
+                    None => base,
+                };
                 Box::new(
-                    Adam::new(params, f("lr", 0.0))?
-                        .betas(b1, b2)?
+                    base.betas(b1, b2)?
                         .eps(f("eps", 1e-8))?
-                        .weight_decay(f("weight_decay", 0.0))?,
+                        .amsgrad(flag("amsgrad"))
+                        .maximize(maximize),
                 )
             }
         };
