@@ -372,16 +372,38 @@ __device__ __forceinline__ i64 opaque_scalar(i64 b) {
 }
 template <typename T> __device__ __forceinline__ T opaque_scalar(T b) { return b; }
 
+// The scalar of a scalar op as the op takes it. A float is widened to the type
+// the op computes in (float for float16 and bfloat16): a product or quotient
+// takes the number itself (PyTorch's opmath, so x * 1e-8 in float16 is not 0),
+// the other ops take it rounded to the dtype first. Integers and bools keep T.
+template <typename T> __device__ __forceinline__ auto scalar_operand(int op, double sf, i64 si) {
+    if constexpr (is_float_t<T>::value) {
+        typedef typename acc_t<T>::type W;
+        return (op == B_MUL || op == B_DIV) ? (W)sf : widen(scalar_as<T>(sf, si));
+    } else {
+        return scalar_as<T>(sf, si);
+    }
+}
+
+// op(a, b) for a scalar b from scalar_operand.
+template <typename T, typename B> __device__ __forceinline__ T apply_binary_scalar(int op, T a, B b) {
+    if constexpr (is_float_t<T>::value) {
+        return narrow<T>(binary_float(op, widen(a), b));
+    } else {
+        return apply_binary(op, a, b);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void binary_scalar_impl(const T* a, Layout la, T* out, i64 n, int op, double sf, i64 si) {
-    T b = scalar_as<T>(sf, si);
+    const auto b = scalar_operand<T>(op, sf, si);
     if (la.contiguous) {
         const T* as = a + la.offset;
-#define SCALAR_MAP(C) map1_contiguous(as, out, n, [=](T x) { return apply_binary(C, x, opaque_scalar(b)); })
+#define SCALAR_MAP(C) map1_contiguous(as, out, n, [=](T x) { return apply_binary_scalar(C, x, opaque_scalar(b)); })
         DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_MAP);
 #undef SCALAR_MAP
     } else {
-        FOR_EACH(i, n) { out[i] = apply_binary(op, a[loc(la, i)], b); }
+        FOR_EACH(i, n) { out[i] = apply_binary_scalar(op, a[loc(la, i)], b); }
     }
 }
 
@@ -405,16 +427,16 @@ __device__ __forceinline__ void unary_inplace_impl(T* a, Layout la, i64 n, int o
 
 template <typename T>
 __device__ __forceinline__ void binary_scalar_inplace_impl(T* a, Layout la, i64 n, int op, double sf, i64 si) {
-    T b = scalar_as<T>(sf, si);
+    const auto b = scalar_operand<T>(op, sf, si);
     if (la.contiguous) {
         T* p = a + la.offset;
-#define SCALAR_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T x) { return apply_binary(C, x, opaque_scalar(b)); })
+#define SCALAR_INPLACE_MAP(C) map1_contiguous(p, p, n, [=](T x) { return apply_binary_scalar(C, x, opaque_scalar(b)); })
         DISPATCH_HOT(T, op, HOT_BINARY, SCALAR_INPLACE_MAP);
 #undef SCALAR_INPLACE_MAP
     } else {
         FOR_EACH(i, n) {
             i64 o = loc(la, i);
-            a[o] = apply_binary(op, a[o], b);
+            a[o] = apply_binary_scalar(op, a[o], b);
         }
     }
 }

@@ -969,11 +969,12 @@ fn compare_tensor(got: &Tensor, want: &TensorSpec, rtol: Option<f64>, atol: Opti
         }
         Vals::F(w) => {
             let g = got.to_vec::<f64>().map_err(e)?;
-            // half values are written as the shortest decimals that read back as
-            // them: read back, the comparison is with PyTorch's values themselves
-            // (a decimal may sit most of a tolerance from its value)
+            // half and float32 values are written as the shortest decimals that
+            // read back as them: read back, the comparison is with PyTorch's
+            // values themselves (a decimal may sit most of a tolerance from its
+            // value, and an exact case compares bits)
             let w = match wdt {
-                DType::F16 | DType::BF16 if !w.is_empty() => {
+                DType::F16 | DType::BF16 | DType::F32 if !w.is_empty() => {
                     let n = w.len();
                     Tensor::from_vec(w, [n], &Device::Cpu)
                         .and_then(|t| t.to_dtype(wdt))

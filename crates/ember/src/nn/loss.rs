@@ -399,7 +399,11 @@ fn soft_cross_entropy(
     }
 }
 
-/// Mean squared error (`F.mse_loss`); shapes must match.
+/// Mean squared error (`F.mse_loss`); shapes must match. PyTorch broadcasts
+/// input and target of different shapes with a warning that the result is
+/// likely wrong (a `[N, 1]` prediction against a `[N]` target gives `N·N`
+/// squared differences); ember refuses them instead, so that mistake is an
+/// error and not a silently wrong loss.
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let _record = crate::profiler::function("mse_loss");
     if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {

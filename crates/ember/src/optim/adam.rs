@@ -197,13 +197,7 @@ impl Adam {
     /// The capturable update of `items` (parameters that have taken the same
     /// steps, each with its AMSGrad maximum) with their count `t` on the device,
     /// already advanced.
-    fn capturable_update(
-        &self,
-        items: Vec<Item>,
-        t: &Tensor,
-        b1: f64,
-        b2: f64,
-    ) -> Result<()> {
+    fn capturable_update(&self, items: Vec<Item>, t: &Tensor, b1: f64, b2: f64) -> Result<()> {
         let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
         let done = if self.foreach && !self.amsgrad {
             // the corrections are the kernel's, from t: these are unused

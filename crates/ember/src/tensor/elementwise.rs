@@ -217,6 +217,17 @@ impl Tensor {
             if !crate::autograd::needs_grad(&[self]) {
                 return self.scalar_op(s, float_only, |st, l, s| st.binary_scalar(l, s, op));
             }
+            // a product or quotient by a number goes to the kernel by value with
+            // and without a gradient: in float16 and bfloat16 it is used in
+            // float32, not rounded to the dtype first (PyTorch's opmath), and so is
+            // it in the gradient, `g * s` or `g / s`
+            if matches!(O::CODE, BinaryCode::Mul | BinaryCode::Div) && self.dtype().is_float() {
+                let out = self.scalar_op(s, float_only, |st, l, s| st.binary_scalar(l, s, op))?;
+                let div = O::CODE == BinaryCode::Div;
+                return Ok(Tensor::record(out, name, &[self], |_| {
+                    grad::by_number(div, s)
+                }));
+            }
         }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {

@@ -82,7 +82,11 @@ impl Unary {
     /// where [`saves`](Self::saves) says the rule does not read them).
     pub fn backward(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {
         let dt = g.dtype();
-        if matches!(dt, DType::F16 | DType::BF16) && !self.one_kernel() {
+        // the reciprocal's rule is PyTorch's composite, `-grad * (result *
+        // result)`, which rounds at each step in the half dtypes: computed in the
+        // dtype, in that order, it gives PyTorch's bits
+        let in_dtype = self.one_kernel() || matches!(self, Unary::Recip);
+        if matches!(dt, DType::F16 | DType::BF16) && !in_dtype {
             // computed in float32 and rounded once, as PyTorch's fused backward
             // kernels do for the half dtypes (a composite in f16/bf16 would round
             // at every step)
@@ -209,6 +213,16 @@ pub(crate) fn binary_reads(op: BinaryCode, needs_a: bool, needs_b: bool) -> [boo
         BinaryCode::Div => [needs_b, needs_a || needs_b],
         _ => [true, true],
     }
+}
+
+/// The rule of `x * s` or `x / s` for a number `s` (`div` says which): `g * s`
+/// or `g / s` with the number itself, by value, so that in float16 and
+/// bfloat16 it is used in float32 as in the forward (PyTorch's opmath).
+pub(crate) fn by_number(
+    div: bool,
+    s: crate::backend::op::Scalar,
+) -> impl FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static {
+    move |g: &Tensor| Ok(vec![Some(if div { g.div(s)? } else { g.mul(s)? })])
 }
 
 /// Gradients of a broadcasting binary op for its inputs `a` and `b` (only those

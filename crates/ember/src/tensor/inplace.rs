@@ -77,7 +77,15 @@ impl Tensor {
             let b = if b.same_storage(self) { b.copy()? } else { b };
             // (the node keeps a scalar's 0-d tensor where the rule reads it)
             if let Some(s) = by_value {
-                self.write().binary_scalar_inplace(self.layout(), s, op)?
+                self.write().binary_scalar_inplace(self.layout(), s, op)?;
+                if matches!(O::CODE, BinaryCode::Mul | BinaryCode::Div) {
+                    // the number itself in the rule, as out of place
+                    let div = O::CODE == BinaryCode::Div;
+                    let out =
+                        Tensor::record(self.detach(), name, &[self], |_| grad::by_number(div, s));
+                    self.take_history(&out);
+                    return Ok(());
+                }
             } else {
                 let lb = b.layout().broadcast_to(name, self.shape())?;
                 let src = b.read();

@@ -145,31 +145,17 @@ impl Tensor {
             self.dtype() == DType::Bool,
         )?;
         let dt = self.scalar_dtype(s, false);
-        self.scalar_lhs(s, dt, |a, b| a.sub(b))
+        // the scalar in the result's dtype (PyTorch rounds it to float16 or
+        // bfloat16 there too), then a tensor subtraction
+        scalar_tensor(s, dt, self.device())?.sub(self)
     }
 
-    /// `f(scalar, self)` in `dt`; f16 and bf16 compute in float32 (the scalar is
-    /// not rounded to the half dtype first, as in PyTorch) and round once.
-    fn scalar_lhs(
-        &self,
-        s: Scalar,
-        dt: DType,
-        f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
-        if matches!(dt, DType::F16 | DType::BF16) {
-            let lhs = scalar_tensor(s, DType::F32, self.device())?;
-            return f(&lhs, &self.to_dtype(DType::F32)?)?.to_dtype(dt);
-        }
-        f(&scalar_tensor(s, dt, self.device())?, self)
-    }
-
-    /// `scalar / self`, true division (`torch.div(scalar, self)`, Python's
-    /// `2 / t`): integers and bools give float32, as in PyTorch. The operators
+    /// `scalar / self`, true division (Python's `2 / t`), as PyTorch's operator
+    /// computes it: `self.recip() * scalar`, so the quotient is rounded
+    /// twice and can differ from a correctly rounded quotient in the last bit. Integers and bools give float32, as in PyTorch. The operators
     /// `1.0 / &t` and `2 / &t` panic where this returns the error.
     pub fn rdiv(&self, scalar: impl Into<Scalar>) -> Result<Tensor> {
-        let s = scalar.into();
-        let dt = self.scalar_dtype(s, true);
-        self.scalar_lhs(s, dt, |a, b| a.div(b))
+        self.recip()?.mul(scalar.into())
     }
 
     /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).

@@ -1550,6 +1550,19 @@ case(FAM, "rdiv_bool_bool", "rdiv", [T([True, False]), True])
 case(FAM, "rdiv_f64_int", "rdiv", [T([0.5, -4.0], torch.float64), 3])
 case(FAM, "rdiv_f16_float", "rdiv", [T([1.0, 2.0], torch.float16), 1e5])
 
+# float16 and bfloat16 times or divided by a number use it in float32 (PyTorch's
+# opmath: x * 1e-8 is not 0, x / 1e5 not 0), gradients too; the other ops round
+# it to the dtype first; a number on the left divides as reciprocal(t) * number.
+# Compared exactly (rtol and atol 0). Fixed inputs: they draw nothing.
+FAM = "scalar_opmath"
+for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+    xs = (torch.arange(64, dtype=torch.float64) * 7.31 - 230.0).to(dt)
+    for op, v, g in (("mul", 0.1, True), ("div", 0.1, True), ("mul", 1e-8, False), ("div", 1e5, True),
+                     ("mul", 1 / 3, False), ("add", 0.1, False), ("sub", 1e-3, False),
+                     ("rsub", 0.1, False), ("rdiv", 0.1, True), ("rdiv", 3.7, False)):
+        case(FAM, f"{tag}_{op}_{v:g}", op, [xs, v], rtol=0.0, atol=0.0, grad=g)
+case(FAM, "f32_rdiv_0.1", "rdiv", [torch.arange(1.0, 65.0) * 0.731, 0.1], rtol=0.0, atol=0.0, grad=True)
+
 # torch.max(t, dim): values and indices (ties: the first), bools too
 FAM = "max_dim"
 case(FAM, "ties_d1", "max_dim", [T([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], {"dim": 1, "keepdim": False})

@@ -498,7 +498,65 @@ fn issue43_composites_match_finite_differences(dev: &Device) -> Result<()> {
     grad_check(dev, &[x], &|t| t[0].prod_dtype(0, false, DType::F64))
 }
 
+/// A float16 or bfloat16 tensor times or divided by a number uses the number in
+/// float32, not rounded to the dtype first (PyTorch's opmath), forward and
+/// backward, out of place and in place while recorded: `x / 1e5` in float16 is
+/// `[1.0002e-02, 2.9981e-05]` with gradient `1.0014e-05` in PyTorch 2.15, where
+/// 1e5 rounded to float16 (inf) would give zeros.
+fn half_products_by_a_number_keep_it_in_float32(dev: &Device) -> Result<()> {
+    for dt in [DType::F16, DType::BF16] {
+        let round = |v: f32| {
+            Tensor::new([v], &Device::Cpu)?
+                .to_dtype(dt)?
+                .to_dtype(DType::F32)
+        };
+        let bits = |t: &Tensor| {
+            t.to_dtype(DType::F32)?
+                .to_device(&Device::Cpu)?
+                .to_vec1::<f32>()
+        };
+        for in_place in [false, true] {
+            let x = Tensor::new([1000f32, 3.0], dev)?
+                .to_dtype(dt)?
+                .requires_grad_(true)?;
+            let y = if in_place {
+                // a non-leaf written in place, recorded
+                let y = x.mul(1.0)?;
+                y.div_(1e5)?;
+                y
+            } else {
+                x.div(1e5)?
+            };
+            let x32 = bits(&x.detach())?;
+            let want: Vec<f32> = x32
+                .iter()
+                .map(|&v| round(v / 1e5f32)?.to_vec1::<f32>().map(|w| w[0]))
+                .collect::<Result<_>>()?;
+            assert_eq!(bits(&y.detach())?, want, "{dt} in place {in_place}");
+            assert!(want.iter().all(|&w| w > 0.0));
+            y.sum_all()?.backward()?;
+            let g = round(1.0 / 1e5f32)?.to_vec1::<f32>()?[0];
+            assert!(g > 0.0);
+            assert_eq!(
+                bits(&x.grad().unwrap())?,
+                vec![g, g],
+                "{dt} in place {in_place}"
+            );
+            // and a product: 1e-8 is 0 in float16, not in float32
+            let x = Tensor::new([1000f32, 3.0], dev)?.to_dtype(dt)?;
+            let want: Vec<f32> = x32
+                .iter()
+                .map(|&v| round(v * 1e-8f32)?.to_vec1::<f32>().map(|w| w[0]))
+                .collect::<Result<_>>()?;
+            assert_eq!(bits(&x.mul(1e-8)?)?, want, "{dt}");
+            assert!(want[0] > 0.0);
+        }
+    }
+    Ok(())
+}
+
 device_test!(
+    half_products_by_a_number_keep_it_in_float32,
     issue43_composites_match_finite_differences,
     batch_norm_grads_match_finite_differences,
     max_min_dim_grad_goes_to_the_index,

@@ -563,8 +563,7 @@ pub(crate) fn binary_scalar<O: BinaryOp>(
     op: &O,
 ) -> Result<CpuData> {
     fn go<T: NumElem, O: BinaryOp>(v: &[T], l: &Layout, s: Scalar, op: &O) -> Result<CpuData> {
-        let y: T = s.to();
-        map1(v, l, |x| T::binary(op, x, y)).map(T::wrap)
+        map1(v, l, T::with_scalar(op, s)).map(T::wrap)
     }
     crate::dtype::dispatch!(data, v => go(v, l, s, op))
 }
@@ -577,8 +576,7 @@ pub(crate) fn binary_scalar_inplace<O: BinaryOp>(
     op: &O,
 ) {
     fn go<T: NumElem, O: BinaryOp>(v: &mut [T], l: &Layout, s: Scalar, op: &O) {
-        let y: T = s.to();
-        map_inplace(v, l, |x| T::binary(op, x, y));
+        map_inplace(v, l, T::with_scalar(op, s));
     }
     crate::dtype::dispatch!(data, v => go(v, l, s, op))
 }

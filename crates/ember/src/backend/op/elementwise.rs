@@ -118,6 +118,12 @@ pub(crate) trait BinaryOp: Sync {
 pub(crate) trait NumElem: WithDType {
     fn unary<O: UnaryOp>(op: &O, x: Self) -> Self;
     fn binary<O: BinaryOp>(op: &O, a: Self, b: Self) -> Self;
+    /// `x ↦ op(x, s)` for a scalar `s`, which is converted to this dtype once.
+    #[inline(always)]
+    fn with_scalar<O: BinaryOp>(op: &O, s: super::Scalar) -> impl Fn(Self) -> Self + Sync {
+        let y: Self = s.to();
+        move |x| Self::binary(op, x, y)
+    }
     /// `dst[i] = unary(op, src[i])` over slices of one length.
     #[inline(always)]
     fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
@@ -178,6 +184,17 @@ macro_rules! num_float {
     ($t:ty, half) => {
         impl NumElem for $t {
             float_elem_ops!($t);
+            /// As PyTorch's kernels take a scalar: a product or quotient uses it
+            /// in float32 (its opmath type), not first rounded to this dtype, so
+            /// that `x * 1e-8` or `x / 1e5` is not 0; the other ops round it.
+            #[inline(always)]
+            fn with_scalar<O: BinaryOp>(op: &O, s: super::Scalar) -> impl Fn(Self) -> Self + Sync {
+                let y: f32 = match O::CODE {
+                    BinaryCode::Mul | BinaryCode::Div => s.to(),
+                    _ => s.to::<$t>().to_acc(),
+                };
+                move |x| <$t>::from_acc(op.f(x.to_acc(), y))
+            }
             #[inline(always)]
             fn unary_slice<O: UnaryOp>(op: &O, src: &[Self], dst: &mut [Self]) {
                 if !O::WIDEN_IN_BLOCKS {
