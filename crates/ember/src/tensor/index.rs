@@ -225,8 +225,10 @@ impl Tensor {
     }
 
     /// `out[i][j] = self[index[i][j]][j]` for `dim = 0` and likewise for other dims
-    /// (`torch.gather`); `index` has this tensor's rank and no larger sizes off `dim`.
-    /// Indices must lie in `[0, size)` (negative ones are an error, as in PyTorch).
+    /// (`torch.gather`); `index` has this tensor's rank and no larger sizes off `dim`
+    /// (a 0-d tensor or index counts as 1-d of one element, as in PyTorch: a 0-d
+    /// index picks one element of a 1-d tensor into a 0-d output). Indices must
+    /// lie in `[0, size)` (negative ones are an error, as in PyTorch).
     pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         super::same_device("gather", &[self, index])?;
         let d = normalize_dim("gather", dim, self.rank())?;
@@ -236,12 +238,12 @@ impl Tensor {
             return self.flatten_all()?.narrow(0, 0, 0)?.reshape(index.shape());
         }
         self.check_index_shape("gather", d, index)?;
-        if self.rank() == 0 {
-            // a 0-d tensor and index (the check above): as one element
-            return self
-                .reshape([1])?
-                .gather(0, &index.reshape([1])?)?
-                .reshape([0usize; 0]);
+        if self.rank() == 0 || index.rank() == 0 {
+            // a 0-d tensor or index counts as 1-d of one element (PyTorch's
+            // rule): the output has the index's shape
+            return as_1d(self)?
+                .gather(0, &as_1d(index)?)?
+                .reshape(index.shape());
         }
         let size = self.shape().get(d).copied().unwrap_or(1);
         let idx = Tensor::index_values("gather", index, d, size, false)?;
@@ -267,12 +269,15 @@ impl Tensor {
         }))
     }
 
+    /// PyTorch's shape rule of gather and scatter: `index` has this tensor's
+    /// number of dimensions, a 0-d tensor counting as 1-d of one element on
+    /// either side, and sizes no larger off `d`.
     fn check_index_shape(&self, op: &'static str, d: usize, index: &Tensor) -> Result<()> {
-        if index.rank() != self.rank()
-            || index
-                .shape()
+        let (is, ss) = (shape_1d(index), shape_1d(self));
+        if is.len() != ss.len()
+            || is
                 .iter()
-                .zip(self.shape())
+                .zip(&ss)
                 .enumerate()
                 .any(|(i, (&a, &b))| i != d && a > b)
         {
@@ -288,7 +293,10 @@ impl Tensor {
 
     /// A copy of this tensor with `src` values added at `index` along `dim`
     /// (`torch.scatter_add`): `out[index[i][j]][j] += src[i][j]` for `dim = 0`.
-    /// Indices must lie in `[0, size)` (negative ones are an error, as in PyTorch).
+    /// `index` has this tensor's rank and `src`'s, and is no larger than `src`
+    /// (a 0-d tensor, index or source counts as 1-d of one element, as in
+    /// PyTorch). Indices must lie in `[0, size)` (negative ones are an error, as
+    /// in PyTorch).
     pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         super::same_device("scatter_add", &[self, index, src])?;
         let d = normalize_dim("scatter_add", dim, self.rank())?;
@@ -304,7 +312,8 @@ impl Tensor {
             return self.copy();
         }
         self.check_index_shape("scatter_add", d, index)?;
-        if src.rank() != index.rank() || index.shape().iter().zip(src.shape()).any(|(a, b)| a > b) {
+        let (is, ss) = (shape_1d(index), shape_1d(src));
+        if is.len() != ss.len() || is.iter().zip(&ss).any(|(a, b)| a > b) {
             return Err(Error::shape(
                 "scatter_add",
                 index.shape(),
@@ -312,12 +321,12 @@ impl Tensor {
                 "src must be at least as large as index in every dimension",
             ));
         }
-        if self.rank() == 0 {
-            // a 0-d tensor, index and source (the checks above): as one element
-            let one = |t: &Tensor| t.reshape([1]);
-            return one(self)?
-                .scatter_add(0, &one(index)?, &one(src)?)?
-                .reshape([0usize; 0]);
+        if [self, index, src].iter().any(|t| t.rank() == 0) {
+            // a 0-d tensor, index or source counts as 1-d of one element
+            // (PyTorch's rule): the output has this tensor's shape
+            return as_1d(self)?
+                .scatter_add(0, &as_1d(index)?, &as_1d(src)?)?
+                .reshape(self.shape());
         }
         let size = self.shape().get(d).copied().unwrap_or(1);
         let idx = Tensor::index_values("scatter_add", index, d, size, false)?;
@@ -590,5 +599,22 @@ impl Tensor {
             )
         })?;
         self.one_hot(classes)
+    }
+}
+
+/// A 0-d tensor's shape as 1-d of one element (PyTorch's `ensure_nonempty`);
+/// any other shape as it is.
+fn shape_1d(t: &Tensor) -> Vec<usize> {
+    match t.rank() {
+        0 => vec![1],
+        _ => t.shape().to_vec(),
+    }
+}
+
+/// A 0-d tensor viewed as 1-d of one element; any other as it is.
+fn as_1d(t: &Tensor) -> Result<Tensor> {
+    match t.rank() {
+        0 => t.reshape([1]),
+        _ => Ok(t.clone()),
     }
 }

@@ -474,7 +474,8 @@ ERROR_KINDS = [
      r"|Expected target size|weight tensor should be defined|multi-target not supported|size mismatch .got input"
      r"|Size does not match at dimension|doesn't match the broadcast shape"
      r"|to be a vector of size equal to the number of channels|should be equal to source.size"
-     r"|source tensor shape must match self tensor shape",
+     r"|source tensor shape must match self tensor shape"
+     r"|Index tensor must have the same number of dimensions",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -1562,6 +1563,20 @@ for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
                      ("rsub", 0.1, False), ("rdiv", 0.1, True), ("rdiv", 3.7, False)):
         case(FAM, f"{tag}_{op}_{v:g}", op, [xs, v], rtol=0.0, atol=0.0, grad=g)
 case(FAM, "f32_rdiv_0.1", "rdiv", [torch.arange(1.0, 65.0) * 0.731, 0.1], rtol=0.0, atol=0.0, grad=True)
+
+# gather and scatter_add count a 0-d tensor, index or source as 1-d of one
+# element (fixed inputs: they draw nothing)
+FAM = "gather_0d"
+case(FAM, "gather_0d_src_1d_index", "gather", [T(5.0), T([0, 0], I)], {"dim": 0}, grad=True)
+case(FAM, "gather_1d_src_0d_index", "gather", [T([1.0, 2.0, 3.0]), T(2, I)], {"dim": 0}, grad=True)
+case(FAM, "gather_0d_dim_neg", "gather", [T(5.0), T(0, I)], {"dim": -1}, grad=True)
+case(FAM, "gather_0d_index_oob_error", "gather", [T(5.0), T(1, I)], {"dim": 0})
+case(FAM, "gather_2d_src_0d_index_error", "gather", [T([[1.0, 2.0]]), T(0, I)], {"dim": 0})
+case(FAM, "scatter_add_1d_0d_0d", "scatter_add", [T([1.0, 2.0, 3.0]), T(1, I), T(4.0)], {"dim": 0}, grad=True)
+# (a source larger than the index: PyTorch's backward refuses its own gradient
+# there, ember's gives the source zeros past the index, as for any rank)
+case(FAM, "scatter_add_0d_1d_1d", "scatter_add", [T(1.0), T([0], I), T([4.0, 5.0])], {"dim": 0})
+case(FAM, "scatter_add_1d_0d_1d", "scatter_add", [T([1.0, 2.0, 3.0]), T(2, I), T([4.0, 5.0])], {"dim": 0})
 
 # torch.max(t, dim): values and indices (ties: the first), bools too
 FAM = "max_dim"
