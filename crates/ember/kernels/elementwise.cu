@@ -375,7 +375,10 @@ template <typename T> __device__ __forceinline__ T opaque_scalar(T b) { return b
 // The scalar of a scalar op as the op takes it. A float is widened to the type
 // the op computes in (float for float16 and bfloat16): a product or quotient
 // takes the number itself (PyTorch's opmath, so x * 1e-8 in float16 is not 0),
-// the other ops take it rounded to the dtype first. Integers and bools keep T.
+// the other ops take it rounded to the dtype first. These are PyTorch's CPU
+// rules, which ember keeps on every device (PyTorch's own CUDA kernels may
+// take the number unrounded in more ops, and divide by it as a product with
+// its reciprocal: not measured here). Integers and bools keep T.
 template <typename T> __device__ __forceinline__ auto scalar_operand(int op, double sf, i64 si) {
     if constexpr (is_float_t<T>::value) {
         typedef typename acc_t<T>::type W;

@@ -70,12 +70,14 @@ impl Sgd {
     /// The step in multi-tensor launches, when every parameter qualifies
     /// ([`fused::sgd_fusable`]); `Ok(false)` (nothing done) otherwise.
     fn foreach_step(&mut self, momentum: f64) -> Result<bool> {
-        let mut live: Vec<(usize, Tensor, Tensor)> = Vec::new();
-        for (i, p) in self.params.iter().enumerate() {
-            if let Some(g) = step_gradient(p, self.maximize)? {
-                live.push((i, p.clone(), g));
-            }
-        }
+        // (the gradients as they are decide whether the step fuses: a negated
+        // one, for maximize, is made below with the same layout and dtype)
+        let mut live: Vec<(usize, Tensor, Tensor)> = self
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.grad().map(|g| (i, p.clone(), g)))
+            .collect();
         let uses_buffer = momentum != 0.0;
         let items: Vec<fused::SgdItem<'_>> = live
             .iter()
@@ -89,6 +91,11 @@ impl Sgd {
             return Ok(false);
         }
         drop(items);
+        if self.maximize {
+            for (_, _, g) in live.iter_mut() {
+                *g = g.neg()?;
+            }
+        }
         // buffers made at their first step (written from the gradient there)
         let mut made: Vec<Option<Tensor>> = Vec::with_capacity(live.len());
         for (i, p, _) in &live {

@@ -86,6 +86,11 @@ def dtype_cases():
     # (reflection_pad3d is not on the list)
     case("pad_reflect3d_bf16", lambda x: F.pad(x, (1, 1, 1, 1, 1, 1), mode="reflect"),
          f32(1, 2, 4, 4, 4).to(BF))
+    # reciprocal and rsqrt are on CUDA's float32 list; a number divided by a
+    # tensor is reciprocal(t) * number
+    case("reciprocal_bf16", torch.reciprocal, a.to(BF))
+    case("rsqrt_bf16", torch.rsqrt, a.abs().to(BF))
+    case("rdiv_bf16", lambda x: 2.0 / x, a.to(BF))
     return cases
 
 

@@ -96,13 +96,16 @@ def optimizer_cases():
          {"lr": 0.1, "lr_decay": 0.05, "weight_decay": 0.1, "initial_accumulator_value": 0.2, "eps": 1e-6}),
         # amsgrad with a fast-forgetting second moment, so that its running
         # maximum differs from the moment itself within five steps
-        ("adam_amsgrad", lambda p: torch.optim.Adam(p, lr=0.05, betas=(0.9, 0.5), amsgrad=True),
+        ("adam_amsgrad", lambda p, ams=True: torch.optim.Adam(p, lr=0.05, betas=(0.9, 0.5), amsgrad=ams),
          {"lr": 0.05, "betas": [0.9, 0.5], "amsgrad": True}),
         ("adam_maximize", lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1, maximize=True),
          {"lr": 0.01, "weight_decay": 0.1, "maximize": True}),
-        ("adamw_amsgrad_maximize", lambda p: torch.optim.AdamW(p, lr=0.05, betas=(0.8, 0.5), weight_decay=0.1,
-                                                               amsgrad=True, maximize=True),
-         {"lr": 0.05, "betas": [0.8, 0.5], "weight_decay": 0.1, "amsgrad": True, "maximize": True}),
+        # (a decay strong enough that the gradient shrinks: going up it alone,
+        # the second moment only grows and AMSGrad's maximum changes nothing)
+        ("adamw_amsgrad_maximize", lambda p, ams=True: torch.optim.AdamW(p, lr=0.05, betas=(0.8, 0.5),
+                                                                         weight_decay=3.0, amsgrad=ams,
+                                                                         maximize=True),
+         {"lr": 0.05, "betas": [0.8, 0.5], "weight_decay": 3.0, "amsgrad": True, "maximize": True}),
         ("sgd_maximize", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01, maximize=True),
          {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "maximize": True}),
         ("rmsprop_maximize", lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, weight_decay=0.1,
@@ -111,7 +114,7 @@ def optimizer_cases():
         ("adagrad_maximize", lambda p: torch.optim.Adagrad(p, lr=0.1, weight_decay=0.1, maximize=True),
          {"lr": 0.1, "weight_decay": 0.1, "maximize": True}),
     ]
-    for name, make, cfg in configs:
+    def trajectories(make):
         w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)
         # a second parameter without a gradient at the first two steps: its own
         # step count (bias corrections, Adagrad's decay) starts at its first step
@@ -128,6 +131,13 @@ def optimizer_cases():
             opt.step()
             traj.append(flat(w))
             late_traj.append(flat(late))
+        return traj, late_traj
+
+    for name, make, cfg in configs:
+        traj, late_traj = trajectories(make)
+        if cfg.get("amsgrad"):
+            # the running maximum must matter within the five steps
+            assert trajectories(lambda p: make(p, ams=False)) != (traj, late_traj), name
         out.append({"name": name, "config": cfg, "init": [1.0, -2.0, 0.5, 3.0], "trajectory": traj,
                     "late_init": [0.7, -1.5], "late_trajectory": late_traj})
     return out

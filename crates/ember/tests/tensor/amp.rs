@@ -88,6 +88,9 @@ const CUDA_IN_F32: &[&str] = &[
     "cumprod_bf16",
     "logsumexp_bf16",
     "vector_norm_bf16",
+    "reciprocal_bf16",
+    "rsqrt_bf16",
+    "rdiv_bf16",
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
@@ -173,6 +176,9 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             "pad_reflect3d_bf16" => {
                 make(&[1, 2, 4, 4, 4], a)?.pad(&[1, 1, 1, 1, 1, 1], PadMode::Reflect)?
             }
+            "reciprocal_bf16" => make(&[3, 4], a)?.recip()?,
+            "rsqrt_bf16" => make(&[3, 4], a)?.rsqrt()?,
+            "rdiv_bf16" => make(&[3, 4], a)?.rdiv(2.0)?,
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -185,7 +191,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 32);
+    assert_eq!(checked, 35);
     Ok(())
 }
 
