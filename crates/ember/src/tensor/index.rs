@@ -147,16 +147,18 @@ impl Tensor {
                 "indices must be an int64 tensor",
             ));
         }
-        if size == 0 && index.numel() > 0 {
-            // every index is out of range of an empty dim: refused here, on every
-            // device, before a GPU kernel could read the empty tensor
-            return Err(Error::invalid(
+        if size == 0 && index.numel() > 0 && index.holds_values() {
+            // every index is out of range of an empty dim: refused here, before a
+            // GPU kernel could read the empty tensor, naming the first index as
+            // PyTorch does (a read of one value, on this error only); a meta
+            // index has no values to name, and PyTorch's meta device checks none
+            let first = index.flatten_all()?.narrow(0, 0, 1)?.to_vec::<i64>()?;
+            return Err(Error::IndexOutOfRange {
                 op,
-                format!(
-                    "{} indices into dimension {dim} of size 0: every index is out of bounds",
-                    index.numel()
-                ),
-            ));
+                index: first[0],
+                dim,
+                size: 0,
+            });
         }
         index.map_storage_same(|s, l| s.indices(l, op, dim, size, negative))
     }

@@ -1578,6 +1578,19 @@ case(FAM, "scatter_add_1d_0d_0d", "scatter_add", [T([1.0, 2.0, 3.0]), T(1, I), T
 case(FAM, "scatter_add_0d_1d_1d", "scatter_add", [T(1.0), T([0], I), T([4.0, 5.0])], {"dim": 0})
 case(FAM, "scatter_add_1d_0d_1d", "scatter_add", [T([1.0, 2.0, 3.0]), T(2, I), T([4.0, 5.0])], {"dim": 0})
 
+# nll_loss and cross_entropy with no classes: any target is out of bounds (an
+# IndexError naming the first, with or without class weights); no samples and no
+# classes is NaN for the mean, 0 for the sum, [] per sample
+FAM = "loss_no_classes"
+for red in ("mean", "sum", "none"):
+    for w in (None, []):
+        tag = f"{red}_{'weighted' if w is not None else 'plain'}"
+        opts = {"weight": w, "ignore_index": -100, "reduction": red, "label_smoothing": 0.0}
+        case(FAM, f"nll_n3_{tag}_error", "nll_loss_opts", [torch.zeros(3, 0), T([0, 0, 0], I)], opts)
+        case(FAM, f"ce_n3_{tag}_error", "cross_entropy_opts", [torch.zeros(3, 0), T([0, 0, 0], I)], opts)
+        case(FAM, f"nll_n0_{tag}", "nll_loss_opts", [torch.zeros(0, 0), torch.zeros(0, dtype=I)], opts)
+        case(FAM, f"ce_n0_{tag}", "cross_entropy_opts", [torch.zeros(0, 0), torch.zeros(0, dtype=I)], opts)
+
 # torch.max(t, dim): values and indices (ties: the first), bools too
 FAM = "max_dim"
 case(FAM, "ties_d1", "max_dim", [T([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], {"dim": 1, "keepdim": False})
