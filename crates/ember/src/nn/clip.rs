@@ -1,6 +1,7 @@
 //! Gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`).
 
 use crate::{
+    dtype::DType,
     error::{Error, Result},
     tensor::Tensor,
 };
@@ -25,7 +26,7 @@ pub fn clip_grad_norm_(
                 .first()
                 .map(Tensor::device)
                 .unwrap_or(crate::device::Device::Cpu);
-            return Tensor::zeros((), crate::dtype::DType::F32, &dev);
+            return Tensor::zeros((), DType::F32, &dev);
         };
         // on a GPU, for the 2-norm, in a few launches for all the gradients
         // (PyTorch's foreach form): each gradient's norm, their norm, the scaling
@@ -40,12 +41,18 @@ pub fn clip_grad_norm_(
                 return Ok(total);
             }
         }
-        // the norm of the per-gradient norms is the norm of all their elements
+        // the norm of the per-gradient norms is the norm of all their elements;
+        // each norm is in its gradient's dtype, and they stack in the dtype
+        // they promote to (PyTorch's torch.stack): float64 when a gradient is,
+        // bfloat16 when all are
+        let dt = grads
+            .iter()
+            .fold(first.dtype(), |d, g| DType::promote(d, g.dtype()));
         let norms: Vec<Tensor> = grads
             .iter()
             .map(|g| {
                 g.vector_norm(norm_type, Vec::<i64>::new(), false)?
-                    .to_dtype(first.dtype())?
+                    .to_dtype(dt)?
                     .to(&first.device())
             })
             .collect::<Result<_>>()?;
@@ -71,11 +78,18 @@ fn check_finite(total: &Tensor, norm_type: f64, error_if_nonfinite: bool) -> Res
 }
 
 /// Multiplies each of `grads` in place by `min(1, max_norm / (total + 1e-6))`, one
-/// by one.
+/// by one, the coefficient in the gradient's dtype; a float16 or bfloat16
+/// gradient takes it in float32, as PyTorch's product with a 0-d tensor does
+/// (through a float32 copy of the gradient, one at a time).
 fn scale(grads: &[Tensor], total: &Tensor, max_norm: f64) -> Result<()> {
     let coef = total.add(1e-6)?.recip()?.mul(max_norm)?.clamp_max(1.0)?;
     for g in grads {
-        g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
+        if matches!(g.dtype(), DType::F16 | DType::BF16) {
+            let c = coef.to_dtype(DType::F32)?.to(&g.device())?;
+            g.copy_(&g.to_dtype(DType::F32)?.mul(&c)?)?;
+        } else {
+            g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
+        }
     }
     Ok(())
 }

@@ -607,6 +607,21 @@ def clip_cases():
         out.append({"name": name, "kind": kind, "arg": arg, "norm_type": "inf" if norm_type == float("inf") else norm_type,
                     "grads": [tensor_json(g) for g in grads], "total": total,
                     "clipped": [tensor_json(p.grad) for p in ps]})
+    # gradients of three dtypes: the norms stack in the dtype they promote to
+    # (float64), and each gradient is scaled in its own dtype (bfloat16 through
+    # float32)
+    mixed = [torch.randn(3, 4), torch.randn(5, dtype=torch.float64), (torch.randn(2, 2) * 3).bfloat16()]
+    for name, arg, norm_type in [("mixed_norm2", 1.0, 2.0), ("mixed_norm1", 2.0, 1.0),
+                                 ("mixed_norm_inf", 0.5, float("inf"))]:
+        ps = [torch.zeros_like(g, requires_grad=True) for g in mixed]
+        for p, g in zip(ps, mixed):
+            p.grad = g.clone()
+        total = torch.nn.utils.clip_grad_norm_(ps, arg, norm_type=norm_type)
+        dt = lambda t: str(t.dtype).replace("torch.", "")
+        out.append({"name": name, "kind": "norm", "arg": arg,
+                    "norm_type": "inf" if norm_type == float("inf") else norm_type,
+                    "grads": [dict(tensor_json(g), dtype=dt(g)) for g in mixed], "total": float(total),
+                    "total_dtype": dt(total), "clipped": [dict(tensor_json(p.grad), dtype=dt(p.grad)) for p in ps]})
     return out
 
 
