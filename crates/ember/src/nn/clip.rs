@@ -80,13 +80,15 @@ fn check_finite(total: &Tensor, norm_type: f64, error_if_nonfinite: bool) -> Res
 /// Multiplies each of `grads` in place by `min(1, max_norm / (total + 1e-6))`, one
 /// by one, the coefficient in the gradient's dtype; a float16 or bfloat16
 /// gradient takes it in float32, as PyTorch's product with a 0-d tensor does
-/// (through a float32 copy of the gradient, one at a time).
+/// (through a float32 copy of the gradient, one at a time, scaled in place).
 fn scale(grads: &[Tensor], total: &Tensor, max_norm: f64) -> Result<()> {
     let coef = total.add(1e-6)?.recip()?.mul(max_norm)?.clamp_max(1.0)?;
     for g in grads {
         if matches!(g.dtype(), DType::F16 | DType::BF16) {
             let c = coef.to_dtype(DType::F32)?.to(&g.device())?;
-            g.copy_(&g.to_dtype(DType::F32)?.mul(&c)?)?;
+            let wide = g.to_dtype(DType::F32)?;
+            wide.mul_(&c)?;
+            g.copy_(&wide)?;
         } else {
             g.mul_(&coef.to_dtype(g.dtype())?.to(&g.device())?)?;
         }

@@ -161,8 +161,8 @@ fn fused_cross_entropy(input: &Tensor, target: &Tensor, opts: LossOptions) -> Re
     // a mean; meta has no values to check)
     if c > 0 {
         Tensor::index_values(OP, &valid.where_(&t, 0i64)?, 1, c, false)?;
-    } else if m > 0 && t.holds_values() && valid.any(0, false)?.item::<bool>()? {
-        Tensor::index_values(OP, &t, 1, c, false)?;
+    } else {
+        refuse_any_target(OP, &t, &valid)?;
     }
     let steps = half_steps(input);
     let ce = crate::backend::op::CeOpts {
@@ -300,6 +300,16 @@ fn check_weight(op: &'static str, w: Option<&Tensor>, c: usize) -> Result<()> {
     }
 }
 
+/// With no classes, every target `t` that `valid` keeps is out of bounds: the
+/// first is named (PyTorch's IndexError). Read where the targets are; a meta
+/// target has no values to check.
+fn refuse_any_target(op: &'static str, t: &Tensor, valid: &Tensor) -> Result<()> {
+    if t.numel() > 0 && t.holds_values() && valid.any(0, false)?.item::<bool>()? {
+        Tensor::index_values(op, &t.masked_select(valid)?, 1, 0, false)?;
+    }
+    Ok(())
+}
+
 /// The (weighted, smoothed) negative log-likelihood of rows `logp [M, C]` at
 /// class indices.
 fn weighted_nll(
@@ -316,6 +326,15 @@ fn weighted_nll(
     let m = logp.shape()[0];
     let t = target.reshape([m])?;
     let valid = t.ne(opts.ignore_index)?;
+    if c == 0 {
+        // no classes: a target not ignored is refused; with every row ignored
+        // (or none) the loss is 0 per row, 0 summed, NaN as a mean (0 / 0), as
+        // in PyTorch, and its gradient zeros
+        refuse_any_target(op, &t, &valid)?;
+        let zeros = logp.sum(-1, false)?;
+        let weights = valid.to_dtype(logp.dtype())?;
+        return reduce_losses(zeros, &weights, opts.reduction, shape, input.rank() <= 2);
+    }
     // checked where the targets are: at once on the CPU, on a GPU without waiting
     // for it (a bad target is reported at the next synchronisation)
     let safe = Tensor::index_values(op, &valid.where_(&t, 0i64)?, 1, c, false)?;

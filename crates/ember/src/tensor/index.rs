@@ -150,12 +150,25 @@ impl Tensor {
         if size == 0 && index.numel() > 0 && index.holds_values() {
             // every index is out of range of an empty dim: refused here, before a
             // GPU kernel could read the empty tensor, naming the first index as
-            // PyTorch does (a read of one value, on this error only); a meta
-            // index has no values to name, and PyTorch's meta device checks none
-            let first = index.flatten_all()?.narrow(0, 0, 1)?.to_vec::<i64>()?;
+            // PyTorch does (a read of one value, on this error only; not while a
+            // CUDA graph is captured, where nothing may be read); a meta index
+            // has no values to name, and PyTorch's meta device checks none
+            if index.read().capture_id().is_some() {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "{} indices into dimension {dim} of size 0: every index is out of bounds",
+                        index.numel()
+                    ),
+                ));
+            }
+            let mut first = index.clone();
+            for d in 0..index.rank() {
+                first = first.narrow(d as i64, 0, 1)?;
+            }
             return Err(Error::IndexOutOfRange {
                 op,
-                index: first[0],
+                index: first.to_vec::<i64>()?[0],
                 dim,
                 size: 0,
             });

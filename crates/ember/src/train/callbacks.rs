@@ -137,9 +137,11 @@ pub struct EarlyStopping {
 
 impl EarlyStopping {
     /// Watches `monitor` (for example `"val_loss"`, minimised, or `"val_acc"`,
-    /// maximised: the mode follows from the name, `Mode::Min` unless it ends in `acc`).
+    /// maximised): the mode follows from the name as in torchbearer's and Keras'
+    /// `mode="auto"`, `Mode::Max` for a name that contains `acc` (`val_acc`,
+    /// `val_accuracy`, `top_5_acc`), `Mode::Min` otherwise.
     pub fn new(monitor: &str, patience: usize) -> EarlyStopping {
-        let mode = if monitor.ends_with("acc") {
+        let mode = if monitor.contains("acc") {
             Mode::Max
         } else {
             Mode::Min
@@ -169,6 +171,12 @@ impl EarlyStopping {
     /// The best value seen so far.
     pub fn best(&self) -> Option<f64> {
         self.best
+    }
+
+    /// Whether it looks for a smaller or a larger value (from the name, or as
+    /// set by [`mode`](Self::mode)).
+    pub fn direction(&self) -> Mode {
+        self.mode
     }
 }
 

@@ -1590,6 +1590,14 @@ for red in ("mean", "sum", "none"):
         case(FAM, f"ce_n3_{tag}_error", "cross_entropy_opts", [torch.zeros(3, 0), T([0, 0, 0], I)], opts)
         case(FAM, f"nll_n0_{tag}", "nll_loss_opts", [torch.zeros(0, 0), torch.zeros(0, dtype=I)], opts)
         case(FAM, f"ce_n0_{tag}", "cross_entropy_opts", [torch.zeros(0, 0), torch.zeros(0, dtype=I)], opts)
+        # every target ignored: 0 per row, NaN as a mean; a target after an
+        # ignored one is still refused
+        ign = T([-100, -100, -100], I)
+        case(FAM, f"nll_all_ignored_{tag}", "nll_loss_opts", [torch.zeros(3, 0), ign], opts)
+        case(FAM, f"ce_all_ignored_{tag}", "cross_entropy_opts", [torch.zeros(3, 0), ign], opts)
+        case(FAM, f"nll_late_target_{tag}_error", "nll_loss_opts", [torch.zeros(3, 0), T([-100, 2, 5], I)], opts)
+        case(FAM, f"ce_late_target_{tag}_error", "cross_entropy_opts", [torch.zeros(3, 0), T([-100, 2, 5], I)],
+             opts)
 
 # torch.max(t, dim): values and indices (ties: the first), bools too
 FAM = "max_dim"

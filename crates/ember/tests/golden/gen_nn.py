@@ -607,10 +607,11 @@ def clip_cases():
         out.append({"name": name, "kind": kind, "arg": arg, "norm_type": "inf" if norm_type == float("inf") else norm_type,
                     "grads": [tensor_json(g) for g in grads], "total": total,
                     "clipped": [tensor_json(p.grad) for p in ps]})
-    # gradients of three dtypes: the norms stack in the dtype they promote to
-    # (float64), and each gradient is scaled in its own dtype (bfloat16 through
-    # float32)
-    mixed = [torch.randn(3, 4), torch.randn(5, dtype=torch.float64), (torch.randn(2, 2) * 3).bfloat16()]
+    # gradients of three dtypes, bfloat16 first: the norms stack in the dtype
+    # they promote to (float64), and each gradient is scaled in its own dtype
+    # (bfloat16 through float32); this file's default dtype is float64
+    mixed = [(torch.randn(2, 2) * 3).bfloat16(), torch.randn(3, 4, dtype=torch.float32),
+             torch.randn(5, dtype=torch.float64)]
     for name, arg, norm_type in [("mixed_norm2", 1.0, 2.0), ("mixed_norm1", 2.0, 1.0),
                                  ("mixed_norm_inf", 0.5, float("inf"))]:
         ps = [torch.zeros_like(g, requires_grad=True) for g in mixed]

@@ -227,6 +227,40 @@ fn corners_as_pytorch(dev: &Device) -> Result<()> {
 
 device_test!(corners_as_pytorch);
 
+/// With no classes, PyTorch's IndexError names the first target that is not
+/// ignored ("Target 2 is out of bounds." for `[-100, 2, 5]`), on both paths of
+/// cross-entropy (fused, and through the weighted log-likelihood) and in
+/// `nll_loss`; an index into an empty dimension names its first index.
+fn no_class_errors_name_the_first_target(dev: &Device) -> Result<()> {
+    use ember::nn::{LossOptions, Reduction};
+    let x = Tensor::zeros([3, 0], DType::F32, dev)?;
+    let t = Tensor::new([-100i64, 2, 5], dev)?;
+    let w = Tensor::zeros([0], DType::F32, dev)?;
+    for weight in [None, Some(&w)] {
+        let opts = || LossOptions {
+            weight,
+            reduction: Reduction::Mean,
+            ..Default::default()
+        };
+        for r in [
+            ember::nn::cross_entropy_opts(&x, &t, opts()),
+            ember::nn::nll_loss_opts(&x, &t, opts()),
+        ] {
+            match synced(r) {
+                Err(Error::IndexOutOfRange { index, size, .. }) => {
+                    assert_eq!((index, size), (2, 0))
+                }
+                other => panic!("expected the index error, got {other:?}"),
+            }
+        }
+    }
+    let e = Tensor::zeros([0, 2], DType::F32, dev)?.index_select(0, &Tensor::new([4i64, 1], dev)?);
+    err_has(e, &["index 4 is out of bounds for dimension 0 with size 0"]);
+    Ok(())
+}
+
+device_test!(no_class_errors_name_the_first_target);
+
 /// Sizes no memory can hold are errors, not overflows, panics or aborts, and the
 /// process goes on working after them.
 fn impossible_sizes_are_errors(dev: &Device) -> Result<()> {

@@ -1478,6 +1478,7 @@ fn gradient_clipping_matches_pytorch(dev: &Device) -> Result<()> {
     assert_eq!(cases.len(), 9);
     // a gradient in the dtype the case names (float32 where it names none)
     let dtype_of = |v: &Value| match v["dtype"].as_str() {
+        Some("float32") => DType::F32,
         Some("float64") => DType::F64,
         Some("bfloat16") => DType::BF16,
         Some(other) => panic!("{other}"),

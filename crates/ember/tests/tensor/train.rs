@@ -419,6 +419,24 @@ device_test!(
 
 #[test]
 fn early_stopping_and_errors() -> Result<()> {
+    // the direction from the name, as Keras' and torchbearer's mode "auto":
+    // larger is better for a name with "acc" in it
+    use ember::train::Mode;
+    for (name, mode) in [
+        ("val_loss", Mode::Min),
+        ("val_acc", Mode::Max),
+        ("val_accuracy", Mode::Max),
+        ("top_5_acc", Mode::Max),
+        ("running_loss", Mode::Min),
+    ] {
+        assert_eq!(EarlyStopping::new(name, 2).direction(), mode, "{name}");
+    }
+    assert_eq!(
+        EarlyStopping::new("val_accuracy", 2)
+            .mode(Mode::Min)
+            .direction(),
+        Mode::Min
+    );
     let _g = super::rng_lock();
     let (train, val) = loaders(5)?;
     let m = model(6, &Device::Cpu)?;
