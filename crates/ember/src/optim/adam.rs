@@ -1,7 +1,7 @@
 //! Adam and AdamW (`torch.optim.Adam`, `AdamW`).
 
 use super::state::*;
-use super::state::{non_negative_setters, plain_optimizer_methods};
+use super::state::{flag_setters, non_negative_setters, plain_optimizer_methods};
 use super::{fused, InitialLrs, Optimizer};
 use crate::{
     error::{Error, Result},
@@ -79,23 +79,6 @@ impl Adam {
     /// own launch. CPU parameters are updated one by one either way.
     pub fn foreach(mut self, on: bool) -> Adam {
         self.foreach = on;
-        self
-    }
-
-    /// AMSGrad (PyTorch's `amsgrad=True`): the update divides by the square root
-    /// of the largest second moment seen so far (kept per parameter as
-    /// `max_exp_avg_sq`) instead of the current one. Its steps run as tensor
-    /// operations, without the fused and multi-tensor kernels.
-    pub fn amsgrad(mut self, on: bool) -> Adam {
-        self.amsgrad = on;
-        self
-    }
-
-    /// Maximizes the objective instead of minimizing it (PyTorch's
-    /// `maximize=True`): each step goes up the gradient, which is negated before
-    /// weight decay and the moments see it.
-    pub fn maximize(mut self, on: bool) -> Adam {
-        self.maximize = on;
         self
     }
 
@@ -591,6 +574,18 @@ impl Optimizer for Adam {
         Ok(())
     }
 }
+
+flag_setters!(Adam {
+    /// AMSGrad (PyTorch's `amsgrad=True`): the update divides by the square root
+    /// of the largest second moment seen so far (kept per parameter as
+    /// `max_exp_avg_sq`) instead of the current one. Its steps run as tensor
+    /// operations, without the fused and multi-tensor kernels.
+    amsgrad,
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): each step goes up the gradient, which is negated before
+    /// weight decay and the moments see it.
+    maximize,
+});
 
 non_negative_setters!(Adam, "Adam" {
     /// The term added to the denominator (finite, at least 0).

@@ -2,7 +2,7 @@
 //! PyTorch's update rules, defaults and checks.
 
 use super::state::*;
-use super::state::{non_negative_setters, plain_optimizer_methods};
+use super::state::{flag_setters, non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
 use crate::{device::Device, error::Result, tensor::Tensor};
 
@@ -47,19 +47,6 @@ impl RmsProp {
             grad_avg: vec![None; n],
             initial: InitialLrs::default(),
         })
-    }
-
-    /// Normalise by the variance (the mean square minus the squared mean) instead.
-    pub fn centered(mut self, on: bool) -> RmsProp {
-        self.centered = on;
-        self
-    }
-
-    /// Maximizes the objective instead of minimizing it (PyTorch's
-    /// `maximize=True`): the gradient is negated before anything else sees it.
-    pub fn maximize(mut self, on: bool) -> RmsProp {
-        self.maximize = on;
-        self
     }
 }
 
@@ -226,13 +213,6 @@ impl Adagrad {
             initial: InitialLrs::default(),
         })
     }
-
-    /// Maximizes the objective instead of minimizing it (PyTorch's
-    /// `maximize=True`): the gradient is negated before anything else sees it.
-    pub fn maximize(mut self, on: bool) -> Adagrad {
-        self.maximize = on;
-        self
-    }
 }
 
 impl Optimizer for Adagrad {
@@ -301,6 +281,20 @@ impl Optimizer for Adagrad {
         c
     }
 }
+
+flag_setters!(RmsProp {
+    /// Normalise by the variance (the mean square minus the squared mean) instead.
+    centered,
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): the gradient is negated before anything else sees it.
+    maximize,
+});
+
+flag_setters!(Adagrad {
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): the gradient is negated before anything else sees it.
+    maximize,
+});
 
 non_negative_setters!(RmsProp, "RMSprop" {
     /// The smoothing constant of the running mean of squares.

@@ -2,7 +2,7 @@
 //! decay (`torch.optim.SGD`).
 
 use super::state::*;
-use super::state::{non_negative_setters, plain_optimizer_methods};
+use super::state::{flag_setters, non_negative_setters, plain_optimizer_methods};
 use super::{fused, InitialLrs, Optimizer};
 use crate::{
     error::{Error, Result},
@@ -46,14 +46,6 @@ impl Sgd {
             initial: InitialLrs::default(),
             foreach: true,
         })
-    }
-
-    /// Maximizes the objective instead of minimizing it (PyTorch's
-    /// `maximize=True`): each step goes up the gradient, which is negated before
-    /// weight decay and momentum see it.
-    pub fn maximize(mut self, on: bool) -> Sgd {
-        self.maximize = on;
-        self
     }
 
     /// Whether a step on a GPU updates many parameters per launch (PyTorch's
@@ -285,6 +277,13 @@ impl Optimizer for Sgd {
         Ok(())
     }
 }
+
+flag_setters!(Sgd {
+    /// Maximizes the objective instead of minimizing it (PyTorch's
+    /// `maximize=True`): each step goes up the gradient, which is negated before
+    /// weight decay and momentum see it.
+    maximize,
+});
 
 non_negative_setters!(Sgd, "SGD" {
     /// L2 penalty added to the gradient (negative or not finite is an error).

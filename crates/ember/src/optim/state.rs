@@ -300,6 +300,23 @@ macro_rules! non_negative_setters {
 }
 pub(super) use non_negative_setters;
 
+/// Builder setters for on/off options (`maximize`, `amsgrad`, ...), each
+/// declared once with its doc.
+macro_rules! flag_setters {
+    ($ty:ident { $($(#[$doc:meta])* $name:ident),* $(,)? }) => {
+        impl $ty {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, on: bool) -> $ty {
+                    self.$name = on;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(super) use flag_setters;
+
 /// The per-parameter step counts as a `step` entry (PyTorch keeps a `step` in
 /// each parameter's state): int64, one per parameter.
 pub(super) fn counts_state(counts: &[u64]) -> Result<(String, Tensor)> {
