@@ -14,7 +14,9 @@ fn shape_str(s: &[usize]) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Two tensors on different devices met in one operation.
+    /// Two tensors on different devices met in one operation. (A 0-d CPU
+    /// tensor is no mismatch in an elementwise op, as in PyTorch: it is taken
+    /// as a number beside tensors on any device.)
     #[error("Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! (in {op})")]
     DeviceMismatch {
         op: &'static str,

@@ -29,6 +29,13 @@ macro_rules! scalar_from {
 scalar_from!(f64 => Float, f32 => Float as f64, i64 => Int, i32 => Int as i64, usize => Int as i64, bool => Bool);
 
 /// The right-hand side of a binary op: a tensor or a scalar.
+///
+/// A 0-d tensor on the CPU (what PyTorch calls a CPU scalar) may be the operand
+/// of a tensor on any device, on either side, as in PyTorch: its value goes to
+/// the other's device, its dtype promotes as a 0-d tensor's (a float64 one
+/// leaves float16 float16, makes int64 float64), and a gradient that flows to
+/// it comes back to the CPU. Any other CPU tensor beside a GPU tensor is a
+/// [`DeviceMismatch`](crate::Error::DeviceMismatch).
 #[derive(Clone, Copy)]
 pub enum Operand<'a> {
     Tensor(&'a Tensor),
@@ -79,6 +86,57 @@ pub(crate) fn torch_dtype_name(dt: DType) -> &'static str {
     }
 }
 
+/// Whether `t` is what PyTorch calls a CPU scalar: a 0-d tensor on the CPU, which
+/// its elementwise ops take beside tensors on any device, as a number (where any
+/// other CPU tensor is a device mismatch).
+pub(crate) fn is_cpu_scalar(t: &Tensor) -> bool {
+    t.rank() == 0 && t.device() == Device::Cpu
+}
+
+/// The device an elementwise op over `ts` runs on: that of the tensors that are
+/// not CPU scalars, which must agree (PyTorch's message otherwise), or the CPU
+/// when all are.
+pub(crate) fn elementwise_device(op: &'static str, ts: &[&Tensor]) -> Result<Device> {
+    let on: smallvec::SmallVec<[&Tensor; 4]> =
+        ts.iter().copied().filter(|t| !is_cpu_scalar(t)).collect();
+    if on.is_empty() {
+        Ok(Device::Cpu)
+    } else {
+        super::same_device(op, &on)
+    }
+}
+
+/// `out = a op b` recorded with the op's own rule, where `a` or `b` is a CPU
+/// scalar: the gradient of an input on the CPU, computed beside the other
+/// (possibly on a GPU), comes back to the CPU.
+fn record_beside_cpu_scalar<O: BinaryOp>(
+    out: Tensor,
+    name: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+) -> Tensor {
+    let keep = grad::binary_reads(O::CODE, a.requires_grad(), b.requires_grad());
+    let on_cpu = [a.device() == Device::Cpu, b.device() == Device::Cpu];
+    let back = move |mut gs: crate::autograd::Grads| -> Result<crate::autograd::Grads> {
+        for (g, cpu) in gs.iter_mut().zip(on_cpu) {
+            if let (Some(g), true) = (g, cpu) {
+                *g = g.to(&Device::Cpu)?;
+            }
+        }
+        Ok(gs)
+    };
+    if O::CODE == BinaryCode::Pow {
+        Tensor::record_keeping(out, name, &[a, b], &keep, |y| {
+            let y = y.save();
+            move |g: &Tensor, ab: &Inputs| back(grad::binary(O::CODE, ab, Some(&y), g)?)
+        })
+    } else {
+        Tensor::record_keeping(out, name, &[a, b], &keep, |_| {
+            move |g: &Tensor, ab: &Inputs| back(grad::binary(O::CODE, ab, None, g)?)
+        })
+    }
+}
+
 /// Whether an operand is a bool tensor or a bool scalar.
 pub(super) fn operand_is_bool(o: Operand) -> bool {
     match o {
@@ -110,6 +168,37 @@ pub(super) fn can_cast(from: DType, to: DType) -> bool {
 }
 
 impl Tensor {
+    /// This tensor on `device` where it is a CPU scalar and `device` another: a
+    /// 0-d tensor filled there with its value (a kernel writes it, nothing is
+    /// copied from host memory, so a CUDA graph captures it), or, where a
+    /// gradient flows to it, a recorded copy, whose gradient comes back to the
+    /// CPU. Any other tensor as it is.
+    pub(crate) fn lifted_to(&self, device: Device) -> Result<Cow<'_, Tensor>> {
+        if !is_cpu_scalar(self) || device == Device::Cpu {
+            return Ok(Cow::Borrowed(self));
+        }
+        if crate::autograd::needs_grad(&[self]) {
+            return Ok(Cow::Owned(self.to(&device)?));
+        }
+        Ok(Cow::Owned(scalar_tensor(
+            self.scalar_value()?,
+            self.dtype(),
+            device,
+        )?))
+    }
+
+    /// The value of a one-element tensor as a number of its kind (read without
+    /// recording anything).
+    pub(crate) fn scalar_value(&self) -> Result<Scalar> {
+        crate::autograd::no_grad(|| {
+            Ok(match self.dtype() {
+                DType::Bool => Scalar::Bool(self.item::<bool>()?),
+                d if d.is_float() => Scalar::Float(self.item::<f64>()?),
+                _ => Scalar::Int(self.item::<i64>()?),
+            })
+        })
+    }
+
     /// The other operand as a tensor, and the dtype PyTorch computes `self op rhs` in.
     pub(super) fn promote_with<'a>(
         &self,
@@ -118,10 +207,12 @@ impl Tensor {
     ) -> Result<(Cow<'a, Tensor>, DType)> {
         match rhs {
             Operand::Tensor(t) => {
-                super::same_device(op, &[self, t])?;
+                // (a CPU scalar beside a tensor on another device goes there)
+                let t = t.lifted_to(self.device())?;
+                super::same_device(op, &[self, &t])?;
                 let dt =
                     DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
-                Ok((Cow::Borrowed(t), dt))
+                Ok((t, dt))
             }
             Operand::Scalar(s) => {
                 let dt = self.scalar_dtype(s, false);
@@ -229,6 +320,24 @@ impl Tensor {
                 }));
             }
         }
+        if let Operand::Tensor(t) = rhs {
+            if is_cpu_scalar(self) && t.device() != Device::Cpu {
+                // a CPU scalar on the left: its value on the other operand's
+                // device (rounded to the dtype, as PyTorch's CPU kernels take a
+                // 0-d operand on the left), recorded with the scalar itself as
+                // the input, so that its gradient comes back to the CPU and the
+                // other's is the gradient times the scalar as PyTorch's rule
+                // computes it (with the scalar on the right)
+                let value = scalar_tensor(self.scalar_value()?, self.dtype(), t.device())?;
+                let out = crate::autograd::no_grad(|| value.binary_op(name, rhs, op, float_only))?;
+                return Ok(record_beside_cpu_scalar::<O>(out, name, self, t));
+            }
+            if is_cpu_scalar(t) && !is_cpu_scalar(self) {
+                if let Some(out) = self.binary_by_value(name, t, op, float_only)? {
+                    return Ok(out);
+                }
+            }
+        }
         let (b, mut dt) = self.promote_with(name, rhs)?;
         if float_only && !dt.is_float() {
             dt = DType::F32;
@@ -252,6 +361,45 @@ impl Tensor {
                 |_| |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g),
             ))
         }
+    }
+
+    /// The dtype `self op t` computes in (float32 at least for a `float_only` op).
+    pub(super) fn result_dtype(&self, t: &Tensor, float_only: bool) -> DType {
+        let dt = DType::result_type(self.dtype(), self.rank() == 0, t.dtype(), t.rank() == 0);
+        if float_only && !dt.is_float() {
+            DType::F32
+        } else {
+            dt
+        }
+    }
+
+    /// `self op t` for a CPU scalar `t` (on the right), with its value passed to
+    /// the kernel as a number, as PyTorch's kernels take it, where that is the
+    /// kernel PyTorch runs: beside a tensor on another device, and in a float16
+    /// or bfloat16 product or quotient by a scalar of another dtype (whose value
+    /// is used in float32, not first rounded to the half dtype: PyTorch's CPU
+    /// kernels read the operand's original value). The dtype is the tensors'
+    /// promotion (a 0-d float64 leaves a float16 tensor float16), not a Python
+    /// number's. `None` where the tensor path computes the same.
+    fn binary_by_value<O: BinaryOp>(
+        &self,
+        name: &'static str,
+        t: &Tensor,
+        op: &O,
+        float_only: bool,
+    ) -> Result<Option<Tensor>> {
+        let dt = self.result_dtype(t, float_only);
+        let half_opmath = matches!(O::CODE, BinaryCode::Mul | BinaryCode::Div)
+            && matches!(dt, DType::F16 | DType::BF16)
+            && t.dtype() != dt;
+        if self.device() == Device::Cpu && !half_opmath {
+            return Ok(None);
+        }
+        let s = t.scalar_value()?;
+        let out = self
+            .to_dtype(dt)?
+            .map_storage_elementwise(false, |st, l| st.binary_scalar(l, s, op))?;
+        Ok(Some(record_beside_cpu_scalar::<O>(out, name, self, t)))
     }
 
     /// PyTorch's rule: `-` with a bool operand (tensor or scalar) on either side is
@@ -401,6 +549,12 @@ impl Tensor {
         // comparisons have no gradient: a scalar always goes to the kernel by value
         if let Operand::Scalar(s) = rhs {
             return self.scalar_op(s, false, |st, l, s| st.compare_scalar(l, s, cmp));
+        }
+        if let Operand::Tensor(t) = rhs {
+            if is_cpu_scalar(self) && t.device() != Device::Cpu {
+                // a CPU scalar on the left: on the other operand's device
+                return self.lifted_to(t.device())?.compare(name, rhs, cmp);
+            }
         }
         let (b, dt) = self.promote_with(name, rhs)?;
         self.broadcast2(name, &b, dt, |a, la, b, lb| a.compare(la, b, lb, cmp))
@@ -561,35 +715,44 @@ impl Tensor {
             ));
         }
         let (x, y) = (on_true.into(), on_false.into());
+        // CPU scalars (the condition too) go to the others' device
+        let tensors: Vec<&Tensor> = [x, y]
+            .into_iter()
+            .filter_map(|o| match o {
+                Operand::Tensor(t) => Some(t),
+                Operand::Scalar(_) => None,
+            })
+            .chain([self])
+            .collect();
+        let dev = elementwise_device(OP, &tensors)?;
+        let cond = self.lifted_to(dev)?;
         let dt = match (x, y) {
             (Operand::Tensor(a), Operand::Tensor(b)) => {
-                super::same_device(OP, &[self, a, b])?;
                 DType::result_type(a.dtype(), a.rank() == 0, b.dtype(), b.rank() == 0)
             }
             (Operand::Tensor(a), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Tensor(a)) => {
-                super::same_device(OP, &[self, a])?;
                 a.promote_with(OP, Operand::Scalar(s))?.1
             }
             (Operand::Scalar(a), Operand::Scalar(b)) => DType::promote(a.dtype(), b.dtype()),
         };
         let as_tensor = |o: Operand| match o {
-            Operand::Tensor(t) => t.to_dtype(dt),
-            Operand::Scalar(s) => scalar_tensor(s, dt, self.device()),
+            Operand::Tensor(t) => t.lifted_to(dev)?.to_dtype(dt),
+            Operand::Scalar(s) => scalar_tensor(s, dt, dev),
         };
         let (x, y) = (as_tensor(x)?, as_tensor(y)?);
-        let shape = broadcast_shapes(OP, self.shape(), x.shape())?;
+        let shape = broadcast_shapes(OP, cond.shape(), x.shape())?;
         let shape = broadcast_shapes(OP, &shape, y.shape())?;
         let (lc, lx, ly) = (
-            self.layout().broadcast_to(OP, &shape)?,
+            cond.layout().broadcast_to(OP, &shape)?,
             x.layout().broadcast_to(OP, &shape)?,
             y.layout().broadcast_to(OP, &shape)?,
         );
-        let st = Storages::read(&[self, &x, &y]);
+        let st = Storages::read(&[&cond, &x, &y]);
         let out = st.get(0).where_(&lc, st.get(1), &lx, st.get(2), &ly)?;
         drop(st);
         let out = Tensor::from_storage(out, &shape);
         Ok(Tensor::record(out, OP, &[&x, &y], |_| {
-            let cond = self.save();
+            let cond = cond.save();
             let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());
             move |g: &Tensor| {
                 let cond = cond.get()?;

@@ -28,9 +28,19 @@ impl Tensor {
         let rhs_grad = matches!(rhs, Operand::Tensor(t) if t.requires_grad());
         let recorded = self.check_inplace_target(name, rhs_grad)?;
         // a scalar of this tensor's dtype goes to the kernel by value (one pass
-        // over the elements, no 0-d tensor to broadcast)
+        // over the elements, no 0-d tensor to broadcast), and so does a CPU
+        // scalar that no gradient flows to (PyTorch's kernels take its value: a
+        // float16 product by a float32 one uses it in float32)
         let by_value = match rhs {
             Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => Some(s),
+            Operand::Tensor(t)
+                if super::elementwise::is_cpu_scalar(t)
+                    && !t.requires_grad()
+                    && !t.same_storage(self)
+                    && self.result_dtype(t, float_only) == self.dtype() =>
+            {
+                Some(t.scalar_value()?)
+            }
             _ => None,
         };
         if let (Some(s), false) = (by_value, recorded) {

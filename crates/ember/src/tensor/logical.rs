@@ -13,19 +13,19 @@ impl Tensor {
 
     /// `true` where both elements are non-zero (`torch.logical_and`).
     pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
-        super::same_device("logical_and", &[self, other])?;
+        super::elementwise::elementwise_device("logical_and", &[self, other])?;
         self.ne(0i64)?.mul(&other.ne(0i64)?)
     }
 
     /// `true` where either element is non-zero (`torch.logical_or`).
     pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
-        super::same_device("logical_or", &[self, other])?;
+        super::elementwise::elementwise_device("logical_or", &[self, other])?;
         self.ne(0i64)?.maximum(&other.ne(0i64)?)
     }
 
     /// `true` where exactly one element is non-zero (`torch.logical_xor`).
     pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
-        super::same_device("logical_xor", &[self, other])?;
+        super::elementwise::elementwise_device("logical_xor", &[self, other])?;
         self.ne(0i64)?.ne(&other.ne(0i64)?)
     }
 }

@@ -114,9 +114,11 @@ def enc_tensor(t):
 class In:
     """A tensor input: the base tensor plus view ops applied before the op."""
 
-    def __init__(self, t, pre=None):
+    def __init__(self, t, pre=None, cpu=False):
         self.base = t
         self.pre = pre or []
+        # a 0-d tensor that stays on the CPU on every device (a CPU scalar)
+        self.cpu = cpu
 
     def torch(self):
         t = self.base
@@ -128,6 +130,8 @@ class In:
         d = enc_tensor(self.base)
         if self.pre:
             d["pre"] = self.pre
+        if self.cpu:
+            d["cpu"] = True
         return d
 
 
@@ -1563,6 +1567,38 @@ for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
                      ("rsub", 0.1, False), ("rdiv", 0.1, True), ("rdiv", 3.7, False)):
         case(FAM, f"{tag}_{op}_{v:g}", op, [xs, v], rtol=0.0, atol=0.0, grad=g)
 case(FAM, "f32_rdiv_0.1", "rdiv", [torch.arange(1.0, 65.0) * 0.731, 0.1], rtol=0.0, atol=0.0, grad=True)
+
+# a 0-d CPU tensor (a CPU scalar) beside a tensor: on the CPU as here, and on a
+# GPU, where PyTorch's elementwise ops take it as a number. Its dtype promotes as
+# a 0-d tensor's (a float64 one leaves float16 float16, an int64 tensor times a
+# float64 one is float64); a float16 or bfloat16 product or quotient by one of
+# another dtype uses its value in float32 (PyTorch's kernels read the original
+# value), on the right only; a sum rounds it first. Exact. Fixed inputs.
+FAM = "cpu_scalar"
+for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+    xs = (torch.arange(64, dtype=torch.float64) * 7.31 - 230.0).to(dt)
+    for op, v, sdt, g in (("mul", 0.1, torch.float32, True), ("div", 0.1, torch.float32, True),
+                          ("div", 1e5, torch.float32, True), ("mul", 1e-8, torch.float64, False),
+                          ("mul", 100000, I, False), ("div", 3, I, False),
+                          ("mul", 0.1, dt, True), ("add", 0.1, torch.float32, True),
+                          ("sub", 1e-3, torch.float64, False), ("maximum", 0.1, torch.float32, False)):
+        s = In(torch.tensor(v, dtype=sdt), cpu=True)
+        case(FAM, f"{tag}_{op}_{str(sdt)[6:]}_{v:g}", op, [xs, s], rtol=0.0, atol=0.0, grad=g)
+    # on the left the value is rounded first
+    case(FAM, f"{tag}_0d_mul_left", "mul", [In(torch.tensor(0.1), cpu=True), xs], rtol=0.0, atol=0.0,
+         grad=True)
+    case(FAM, f"{tag}_0d_div_left", "div", [In(torch.tensor(1e5), cpu=True), xs], rtol=0.0, atol=0.0)
+case(FAM, "i64_mul_f64", "mul", [T([1, -2, 3], I), In(torch.tensor(2.5, dtype=torch.float64), cpu=True)])
+case(FAM, "i64_div_i64", "div", [T([1, -2, 3], I), In(torch.tensor(2, dtype=I), cpu=True)])
+case(FAM, "u8_add_i64_wraps", "add", [T([1, 2, 250], U8), In(torch.tensor(300, dtype=I), cpu=True)])
+case(FAM, "bool_add_bool", "add", [T([True, False]), In(torch.tensor(True), cpu=True)])
+case(FAM, "f32_lt_f64", "lt", [T([0.25, 0.5, 1.0]), In(torch.tensor(0.5, dtype=torch.float64), cpu=True)])
+case(FAM, "f32_pow_f32", "pow", [T([0.5, 2.0, 3.0]), In(torch.tensor(1.5), cpu=True)], grad=True)
+case(FAM, "f32_where_cpu_cond", "where", [In(torch.tensor(True), cpu=True), T([1.0, 2.0]), T([3.0, 4.0])],
+     grad=True)
+case(FAM, "f32_where_cpu_value", "where", [T([True, False]), In(torch.tensor(7.0), cpu=True), T([3.0, 4.0])],
+     grad=True)
+case(FAM, "i64_remainder_zero_error", "remainder", [T([1, 2], I), In(torch.tensor(0, dtype=I), cpu=True)])
 
 # gather and scatter_add count a 0-d tensor, index or source as 1-d of one
 # element (fixed inputs: they draw nothing)

@@ -773,4 +773,77 @@ fn scalar_minus_bool_panics_with_the_reason() {
     let _ = 1.0 - &b;
 }
 
-device_test!(refused_like_pytorch, scalar_on_the_left);
+/// A 0-d CPU tensor (PyTorch's CPU scalar) goes with tensors on any device in
+/// elementwise ops, on either side, in place, in comparisons, `where`, `clamp`
+/// and the logical ops; it promotes as a 0-d tensor (not as a Python number);
+/// a gradient that flows to it comes back to the CPU; a CPU tensor of rank 1
+/// beside a GPU tensor is still a device mismatch.
+fn cpu_scalars_go_with_tensors_on_any_device(dev: &Device) -> Result<()> {
+    let cpu = Device::Cpu;
+    let x = Tensor::from_slice(&[1f32, 2., 3.], [3], dev)?;
+    let two = Tensor::scalar(2f32, &cpu)?;
+    let on_dev = |t: Tensor| -> Result<Vec<f64>> {
+        assert_eq!(t.device(), *dev);
+        Ok(vals(&t))
+    };
+    assert_eq!(on_dev(x.mul(&two)?)?, [2., 4., 6.]);
+    assert_eq!(on_dev(two.sub(&x)?)?, [1., 0., -1.]);
+    assert_eq!(on_dev(x.div(&two)?)?, [0.5, 1., 1.5]);
+    assert_eq!(on_dev(x.pow(&two)?)?, [1., 4., 9.]);
+    assert_eq!(on_dev(x.maximum(&two)?)?, [2., 2., 3.]);
+    assert_eq!(on_dev(x.lt(&two)?)?, [1., 0., 0.]);
+    assert_eq!(on_dev(two.lt(&x)?)?, [0., 0., 1.]);
+    assert_eq!(on_dev(x.clamp_tensor(Some(&two), None)?)?, [2., 2., 3.]);
+    assert_eq!(on_dev(x.gt(1.5)?.where_(&two, &x)?)?, [1., 2., 2.]);
+    let yes = Tensor::scalar(true, &cpu)?;
+    assert_eq!(on_dev(yes.where_(&x, 0.0)?)?, [1., 2., 3.]);
+    let zero = Tensor::scalar(0f32, &cpu)?;
+    assert_eq!(on_dev(x.logical_and(&zero)?)?, [0., 0., 0.]);
+    assert_eq!(on_dev(zero.logical_or(&x)?)?, [1., 1., 1.]);
+    let z = x.copy()?;
+    z.add_(&two)?;
+    z.mul_(&Tensor::scalar(0.5f64, &cpu)?)?;
+    assert_eq!(
+        (z.dtype(), on_dev(z.clone())?),
+        (DType::F32, vec![1.5, 2., 2.5])
+    );
+    // a 0-d float64 makes an int64 tensor float64 (a Python float: float32)
+    let i = Tensor::from_slice(&[1i64, -2], [2], dev)?;
+    let r = i.mul(&Tensor::scalar(2.5f64, &cpu)?)?;
+    assert_eq!(
+        (r.dtype(), on_dev(r.clone())?),
+        (DType::F64, vec![2.5, -5.])
+    );
+    assert_eq!(i.mul(2.5)?.dtype(), DType::F32);
+    // a float16 quotient by a float32 one uses it in float32: not 0
+    let h = Tensor::from_slice(&[1000f32, 3.], [2], dev)?.to_dtype(DType::F16)?;
+    let q = h.div(&Tensor::scalar(1e5f32, &cpu)?)?;
+    assert_eq!(q.dtype(), DType::F16);
+    assert!(on_dev(q)?.iter().all(|&v| v > 0.0));
+    // gradients: the scalar's on the CPU, on either side
+    let xg = x.copy()?.requires_grad_(true)?;
+    let s = Tensor::scalar(2f32, &cpu)?.requires_grad_(true)?;
+    xg.mul(&s)?.add(&s.div(&xg)?)?.sum_all()?.backward()?;
+    let sg = s.grad().expect("the scalar's gradient");
+    assert_eq!(sg.device(), cpu);
+    assert_close(&vals(&sg), &[6.0 + 1.0 + 0.5 + 1.0 / 3.0], 1e-6, 0.0);
+    let xgrad = xg.grad().expect("the tensor's gradient");
+    assert_close(
+        &on_dev(xgrad)?,
+        &[0.0, 2. - 0.5, 2. - 2. / 9.], // s - s / x²
+        1e-6,
+        0.0,
+    );
+    if !dev.is_cpu() {
+        let one = Tensor::from_slice(&[1f32], [1], &cpu)?;
+        assert!(matches!(x.add(&one), Err(Error::DeviceMismatch { .. })));
+        assert!(matches!(one.add(&x), Err(Error::DeviceMismatch { .. })));
+    }
+    Ok(())
+}
+
+device_test!(
+    refused_like_pytorch,
+    scalar_on_the_left,
+    cpu_scalars_go_with_tensors_on_any_device
+);
