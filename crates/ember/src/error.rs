@@ -15,8 +15,9 @@ fn shape_str(s: &[usize]) -> String {
 #[non_exhaustive]
 pub enum Error {
     /// Two tensors on different devices met in one operation. (A 0-d CPU
-    /// tensor is no mismatch in an elementwise op, as in PyTorch: it is taken
-    /// as a number beside tensors on any device.)
+    /// tensor is no mismatch in arithmetic, comparisons, `where` and the
+    /// logical ops, as in PyTorch: it is taken as a number beside tensors on any
+    /// device; see [`Operand`](crate::Operand).)
     #[error("Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! (in {op})")]
     DeviceMismatch {
         op: &'static str,

@@ -1036,6 +1036,19 @@ enum Verdict {
 /// (a cancellation that another order rounds differently): not a device's error.
 const CPU_ADDITION_ORDER: &[&str] = &["reduce/sum_cancellation"];
 
+/// Where a case with inputs that stay on the CPU puts its result: on the
+/// device when any other input is a tensor, else on the CPU (`None` for a case
+/// without such inputs).
+fn output_device(case: &Case, dev: Device) -> Option<Device> {
+    case.inputs.iter().any(|i| i.cpu).then(|| {
+        if case.inputs.iter().any(|i| i.tensor.is_some() && !i.cpu) {
+            dev
+        } else {
+            Device::Cpu
+        }
+    })
+}
+
 /// Whether a gradient flows to a float input that stays on the CPU.
 fn cpu_scalar_grad(case: &Case) -> bool {
     case.inputs.iter().any(|i| {
@@ -1109,6 +1122,14 @@ fn check(case: &Case, dev: Device) -> R<Verdict> {
         };
     }
     let out = out?;
+    if let (Out::One(t), Some(want)) = (&out, output_device(case, dev)) {
+        if t.device() != want {
+            return Err(format!(
+                "the result is on {}, expected on {want}",
+                t.device()
+            ));
+        }
+    }
     let done = match (out, x) {
         (Out::Str(s), Expected { str: Some(w), .. }) => {
             // ember prints `dtype=float64` where PyTorch prints `dtype=torch.float64`;
@@ -1172,13 +1193,25 @@ fn check(case: &Case, dev: Device) -> R<Verdict> {
         {
             // a CPU scalar's gradient is copied back from the meta device, which
             // has no values to copy (PyTorch's meta device refuses it too)
-            return Ok(Verdict::Pass);
+            return Ok(Verdict::Skip(
+                "backward: a CPU scalar's gradient from meta has no values",
+            ));
         }
         let grads = grads.map_err(|m| format!("backward: {m}"))?;
         let want = case.grads.as_ref().expect("grads beside grad_out");
         for (k, (g, w)) in grads.iter().zip(want).enumerate() {
             match (g, w) {
                 (Some(g), Some(w)) => {
+                    // a CPU scalar's gradient on the CPU, the others' on the device
+                    if output_device(case, dev).is_some() {
+                        let here = if case.inputs[k].cpu { Device::Cpu } else { dev };
+                        if g.device() != here {
+                            return Err(format!(
+                                "gradient of input {k} is on {}, expected on {here}",
+                                g.device()
+                            ));
+                        }
+                    }
                     // PyTorch's half-precision backward formulas round at each
                     // step (`-0.5 * grad * result.pow(3)` for rsqrt), ember's
                     // compute in float32 and round once: a few ulps apart

@@ -31,11 +31,15 @@ scalar_from!(f64 => Float, f32 => Float as f64, i64 => Int, i32 => Int as i64, u
 /// The right-hand side of a binary op: a tensor or a scalar.
 ///
 /// A 0-d tensor on the CPU (what PyTorch calls a CPU scalar) may be the operand
-/// of a tensor on any device, on either side, as in PyTorch: its value goes to
-/// the other's device, its dtype promotes as a 0-d tensor's (a float64 one
-/// leaves float16 float16, makes int64 float64), and a gradient that flows to
-/// it comes back to the CPU. Any other CPU tensor beside a GPU tensor is a
-/// [`DeviceMismatch`](crate::Error::DeviceMismatch).
+/// of a tensor on any device, on either side, as in PyTorch's arithmetic and
+/// comparisons (and `where`, and the logical ops): its value goes to the
+/// other's device, its dtype promotes as a 0-d tensor's (a float64 one leaves
+/// float16 float16, makes int64 float64), and a gradient that flows to it comes
+/// back to the CPU. Its value is used as PyTorch's CPU kernels use it on every
+/// device (in a float16 or bfloat16 product or quotient, on the right, in
+/// float32; otherwise rounded to the dtype first). Any other CPU tensor beside a
+/// GPU tensor is a [`DeviceMismatch`](crate::Error::DeviceMismatch), and so is a
+/// CPU scalar as `clamp`'s bound (PyTorch's CUDA clamp refuses it).
 #[derive(Clone, Copy)]
 pub enum Operand<'a> {
     Tensor(&'a Tensor),
@@ -302,6 +306,19 @@ impl Tensor {
         op: &O,
         float_only: bool,
     ) -> Result<Tensor> {
+        if let Operand::Tensor(t) = rhs {
+            if is_cpu_scalar(self) && t.device() != Device::Cpu {
+                // a CPU scalar on the left: its value on the other operand's
+                // device (rounded to the dtype, as PyTorch's CPU kernels take a
+                // 0-d operand on the left), recorded with the scalar itself as
+                // the input, so that its gradient comes back to the CPU and the
+                // other's is the gradient times the scalar as PyTorch's rule
+                // computes it (with the scalar on the right)
+                let value = scalar_tensor(self.scalar_value()?, self.dtype(), t.device())?;
+                let out = crate::autograd::no_grad(|| value.binary_op(name, rhs, op, float_only))?;
+                return Ok(record_beside_cpu_scalar::<O>(out, name, self, t));
+            }
+        }
         self.check_bool_sub::<O>(name, rhs)?;
         self.check_division::<O>(name, rhs, float_only)?;
         if let Operand::Scalar(s) = rhs {
@@ -321,17 +338,6 @@ impl Tensor {
             }
         }
         if let Operand::Tensor(t) = rhs {
-            if is_cpu_scalar(self) && t.device() != Device::Cpu {
-                // a CPU scalar on the left: its value on the other operand's
-                // device (rounded to the dtype, as PyTorch's CPU kernels take a
-                // 0-d operand on the left), recorded with the scalar itself as
-                // the input, so that its gradient comes back to the CPU and the
-                // other's is the gradient times the scalar as PyTorch's rule
-                // computes it (with the scalar on the right)
-                let value = scalar_tensor(self.scalar_value()?, self.dtype(), t.device())?;
-                let out = crate::autograd::no_grad(|| value.binary_op(name, rhs, op, float_only))?;
-                return Ok(record_beside_cpu_scalar::<O>(out, name, self, t));
-            }
             if is_cpu_scalar(t) && !is_cpu_scalar(self) {
                 if let Some(out) = self.binary_by_value(name, t, op, float_only)? {
                     return Ok(out);
@@ -374,11 +380,11 @@ impl Tensor {
     }
 
     /// `self op t` for a CPU scalar `t` (on the right), with its value passed to
-    /// the kernel as a number, as PyTorch's kernels take it, where that is the
-    /// kernel PyTorch runs: beside a tensor on another device, and in a float16
-    /// or bfloat16 product or quotient by a scalar of another dtype (whose value
-    /// is used in float32, not first rounded to the half dtype: PyTorch's CPU
-    /// kernels read the operand's original value). The dtype is the tensors'
+    /// the kernel as a number, as PyTorch's kernels take it: beside a tensor on
+    /// another device, and in a float16 or bfloat16 product or quotient by a
+    /// scalar of another dtype (whose value is used in float32, not first
+    /// rounded to the half dtype: PyTorch's CPU kernels read the operand's
+    /// original value). The dtype is the tensors'
     /// promotion (a 0-d float64 leaves a float16 tensor float16), not a Python
     /// number's. `None` where the tensor path computes the same.
     fn binary_by_value<O: BinaryOp>(
@@ -556,7 +562,8 @@ impl Tensor {
                 return self.lifted_to(t.device())?.compare(name, rhs, cmp);
             }
         }
-        let (b, dt) = self.promote_with(name, rhs)?;
+        // (no gradient: a CPU scalar is filled in on the device, not copied)
+        let (b, dt) = crate::autograd::no_grad(|| self.promote_with(name, rhs))?;
         self.broadcast2(name, &b, dt, |a, la, b, lb| a.compare(la, b, lb, cmp))
     }
 }

@@ -35,7 +35,7 @@ impl Tensor {
             Operand::Scalar(s) if self.scalar_dtype(s, float_only) == self.dtype() => Some(s),
             Operand::Tensor(t)
                 if super::elementwise::is_cpu_scalar(t)
-                    && !t.requires_grad()
+                    && !crate::autograd::needs_grad(&[t])
                     && !t.same_storage(self)
                     && self.result_dtype(t, float_only) == self.dtype() =>
             {
@@ -121,7 +121,12 @@ impl Tensor {
             } else {
                 self.clone()
             };
-            let out = a.binary_op(name, Operand::Tensor(&b), op, float_only)?;
+            // (a CPU scalar as it is: the out-of-place op takes its value)
+            let rhs = match rhs {
+                Operand::Tensor(t) if super::elementwise::is_cpu_scalar(t) => rhs,
+                _ => Operand::Tensor(&b),
+            };
+            let out = a.binary_op(name, rhs, op, float_only)?;
             return self.write_history(&out.to_dtype(self.dtype())?);
         }
         if dt != self.dtype() {

@@ -314,8 +314,8 @@ impl Tensor {
         let mut all = vec![self];
         all.extend(min);
         all.extend(max);
-        // (CPU scalars go to the others' device)
-        let dev = super::elementwise::elementwise_device(OP, &all)?;
+        // (a CPU scalar is a device mismatch here, as in PyTorch's CUDA clamp)
+        super::same_device(OP, &all)?;
         // PyTorch's result type of the three: the dimensioned operands' promotion,
         // unless a 0-d one is of a higher category
         let fold = |zero: bool| {
@@ -333,9 +333,9 @@ impl Tensor {
         for b in all[1..].iter() {
             shape = broadcast_shapes(OP, &shape, b.shape())?.to_vec();
         }
-        let x = self.lifted_to(dev)?.to_dtype(dt)?;
-        let lo = min.map(|t| t.lifted_to(dev)?.to_dtype(dt)).transpose()?;
-        let hi = max.map(|t| t.lifted_to(dev)?.to_dtype(dt)).transpose()?;
+        let x = self.to_dtype(dt)?;
+        let lo = min.map(|t| t.to_dtype(dt)).transpose()?;
+        let hi = max.map(|t| t.to_dtype(dt)).transpose()?;
         let out = crate::autograd::no_grad(|| -> Result<Tensor> {
             let mut y = x.expand(&shape[..])?;
             if let Some(lo) = &lo {

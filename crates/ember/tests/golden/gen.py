@@ -1572,22 +1572,42 @@ case(FAM, "f32_rdiv_0.1", "rdiv", [torch.arange(1.0, 65.0) * 0.731, 0.1], rtol=0
 # GPU, where PyTorch's elementwise ops take it as a number. Its dtype promotes as
 # a 0-d tensor's (a float64 one leaves float16 float16, an int64 tensor times a
 # float64 one is float64); a float16 or bfloat16 product or quotient by one of
-# another dtype uses its value in float32 (PyTorch's kernels read the original
-# value), on the right only; a sum rounds it first. Exact. Fixed inputs.
+# another dtype uses its value in float32 (PyTorch's CPU kernels read the
+# original value), on the right only; a sum rounds it first. Exact. Each case's
+# inputs tell the two readings apart (asserted here). Fixed inputs.
 FAM = "cpu_scalar"
+
+
+def _same(a, b):
+    return torch.equal(a.double().nan_to_num(7.0, 8.0, 9.0), b.double().nan_to_num(7.0, 8.0, 9.0))
+
+
 for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
     xs = (torch.arange(64, dtype=torch.float64) * 7.31 - 230.0).to(dt)
-    for op, v, sdt, g in (("mul", 0.1, torch.float32, True), ("div", 0.1, torch.float32, True),
-                          ("div", 1e5, torch.float32, True), ("mul", 1e-8, torch.float64, False),
-                          ("mul", 100000, I, False), ("div", 3, I, False),
-                          ("mul", 0.1, dt, True), ("add", 0.1, torch.float32, True),
-                          ("sub", 1e-3, torch.float64, False), ("maximum", 0.1, torch.float32, False)):
-        s = In(torch.tensor(v, dtype=sdt), cpu=True)
-        case(FAM, f"{tag}_{op}_{str(sdt)[6:]}_{v:g}", op, [xs, s], rtol=0.0, atol=0.0, grad=g)
+    small = (torch.arange(1, 65, dtype=torch.float64) * 1e-4).to(dt)
+    tiny = (torch.arange(64, dtype=torch.float64) * 1e-5).to(dt)
+    # (an integer that the dtype rounds: 2049 in float16, 257 in bfloat16)
+    odd = 2049 if dt == torch.float16 else 257
+    for op, x, v, sdt, unrounded, g in (
+            ("mul", xs, 0.1, torch.float32, True, True), ("div", xs, 0.1, torch.float32, True, True),
+            ("div", xs, 1e5, torch.float32, True, True), ("mul", xs, 1e-8, torch.float64, True, False),
+            ("mul", small, 100000, I, True, False), ("div", xs, odd, I, True, False),
+            ("add", tiny, 1e-3, torch.float32, False, True), ("sub", tiny, 1e-3, torch.float64, False, False)):
+        sc = torch.tensor(v, dtype=sdt)
+        got = getattr(torch, op)(x, sc)
+        assert _same(got, getattr(torch, op)(x.float(), sc.float()).to(dt)) == unrounded, (tag, op, v)
+        assert _same(got, getattr(torch, op)(x, sc.to(dt))) != unrounded, (tag, op, v)
+        case(FAM, f"{tag}_{op}_{str(sdt)[6:]}_{v:g}", op, [x, In(sc, cpu=True)], rtol=0.0, atol=0.0, grad=g)
+    # the same dtype: nothing to round
+    case(FAM, f"{tag}_mul_same_dtype", "mul", [xs, In(torch.tensor(0.1, dtype=dt), cpu=True)], rtol=0.0,
+         atol=0.0, grad=True)
     # on the left the value is rounded first
-    case(FAM, f"{tag}_0d_mul_left", "mul", [In(torch.tensor(0.1), cpu=True), xs], rtol=0.0, atol=0.0,
-         grad=True)
-    case(FAM, f"{tag}_0d_div_left", "div", [In(torch.tensor(1e5), cpu=True), xs], rtol=0.0, atol=0.0)
+    for op, v, g in (("mul", 0.1, True), ("div", 1e5, False)):
+        sc = torch.tensor(v)
+        got = getattr(torch, op)(sc, xs)
+        assert _same(got, getattr(torch, op)(sc.to(dt), xs)), (tag, op)
+        assert not _same(got, getattr(torch, op)(sc, xs.float()).to(dt)), (tag, op)
+        case(FAM, f"{tag}_0d_{op}_left", op, [In(sc, cpu=True), xs], rtol=0.0, atol=0.0, grad=g)
 case(FAM, "i64_mul_f64", "mul", [T([1, -2, 3], I), In(torch.tensor(2.5, dtype=torch.float64), cpu=True)])
 case(FAM, "i64_div_i64", "div", [T([1, -2, 3], I), In(torch.tensor(2, dtype=I), cpu=True)])
 case(FAM, "u8_add_i64_wraps", "add", [T([1, 2, 250], U8), In(torch.tensor(300, dtype=I), cpu=True)])

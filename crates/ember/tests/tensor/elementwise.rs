@@ -774,8 +774,8 @@ fn scalar_minus_bool_panics_with_the_reason() {
 }
 
 /// A 0-d CPU tensor (PyTorch's CPU scalar) goes with tensors on any device in
-/// elementwise ops, on either side, in place, in comparisons, `where`, `clamp`
-/// and the logical ops; it promotes as a 0-d tensor (not as a Python number);
+/// elementwise ops, on either side, in place, in comparisons, `where` and the
+/// logical ops (not as `clamp`'s bound, as in PyTorch's CUDA clamp); it promotes as a 0-d tensor (not as a Python number);
 /// a gradient that flows to it comes back to the CPU; a CPU tensor of rank 1
 /// beside a GPU tensor is still a device mismatch.
 fn cpu_scalars_go_with_tensors_on_any_device(dev: &Device) -> Result<()> {
@@ -793,7 +793,6 @@ fn cpu_scalars_go_with_tensors_on_any_device(dev: &Device) -> Result<()> {
     assert_eq!(on_dev(x.maximum(&two)?)?, [2., 2., 3.]);
     assert_eq!(on_dev(x.lt(&two)?)?, [1., 0., 0.]);
     assert_eq!(on_dev(two.lt(&x)?)?, [0., 0., 1.]);
-    assert_eq!(on_dev(x.clamp_tensor(Some(&two), None)?)?, [2., 2., 3.]);
     assert_eq!(on_dev(x.gt(1.5)?.where_(&two, &x)?)?, [1., 2., 2.]);
     let yes = Tensor::scalar(true, &cpu)?;
     assert_eq!(on_dev(yes.where_(&x, 0.0)?)?, [1., 2., 3.]);
@@ -820,6 +819,17 @@ fn cpu_scalars_go_with_tensors_on_any_device(dev: &Device) -> Result<()> {
     let q = h.div(&Tensor::scalar(1e5f32, &cpu)?)?;
     assert_eq!(q.dtype(), DType::F16);
     assert!(on_dev(q)?.iter().all(|&v| v > 0.0));
+    // in place too, whether or not the scalar requires grad
+    let big = Tensor::scalar(1e5f32, &cpu)?.requires_grad_(true)?;
+    let hq = h.copy()?;
+    ember::autograd::no_grad(|| hq.div_(&big))?;
+    assert!(on_dev(hq)?.iter().all(|&v| v > 0.0));
+    let hg = h.copy()?.requires_grad_(true)?;
+    let hq = hg.mul(1.0)?;
+    hq.div_(&big)?;
+    assert!(on_dev(hq.detach())?.iter().all(|&v| v > 0.0));
+    hq.sum_all()?.backward()?;
+    assert_eq!(big.grad().expect("the divisor's gradient").device(), cpu);
     // gradients: the scalar's on the CPU, on either side
     let xg = x.copy()?.requires_grad_(true)?;
     let s = Tensor::scalar(2f32, &cpu)?.requires_grad_(true)?;
@@ -835,6 +845,11 @@ fn cpu_scalars_go_with_tensors_on_any_device(dev: &Device) -> Result<()> {
         0.0,
     );
     if !dev.is_cpu() {
+        // (PyTorch's CUDA clamp refuses a CPU scalar as a bound)
+        assert!(matches!(
+            x.clamp_tensor(Some(&two), None),
+            Err(Error::DeviceMismatch { .. })
+        ));
         let one = Tensor::from_slice(&[1f32], [1], &cpu)?;
         assert!(matches!(x.add(&one), Err(Error::DeviceMismatch { .. })));
         assert!(matches!(one.add(&x), Err(Error::DeviceMismatch { .. })));
