@@ -489,6 +489,45 @@ fn streams_come_from_a_pool_and_each_thread_has_its_own_current_stream() -> Resu
     Ok(())
 }
 
+/// A 0-d CPU tensor (a CPU scalar) beside GPU tensors is captured in a CUDA
+/// graph as its value when captured, as PyTorch's kernels take it: arithmetic,
+/// in place, comparisons and `where` all run in the capture (nothing is copied
+/// from host memory, which a capture refuses), and a replay recomputes them
+/// from the GPU tensors' new values.
+#[test]
+fn cpu_scalars_are_captured_by_value() -> Result<()> {
+    let Some((dev, _turn)) = gpu("cpu_scalars_are_captured_by_value") else {
+        return Ok(());
+    };
+    let x = Tensor::zeros([4], DType::F32, &dev)?;
+    let (two, half) = (
+        Tensor::scalar(2f32, &Device::Cpu)?,
+        Tensor::scalar(0.5f64, &Device::Cpu)?,
+    );
+    let f = |x: &Tensor| -> Result<(Tensor, Tensor)> {
+        let y = x.mul(&two)?;
+        y.add_(&half)?;
+        let big = x.gt(&two)?;
+        Ok((big.where_(&two, &y)?, two.sub(x)?))
+    };
+    f(&x)?; // warm-up: kernels compiled before the capture
+    let (graph, (picked, left)) = cuda::Graph::capture(&dev, || f(&x))?;
+    for v in [[1f32, 3., -1., 2.5], [0., 5., 1., 2.]] {
+        x.copy_(&Tensor::new(v, &dev)?)?;
+        graph.replay()?;
+        let want: Vec<f32> = v
+            .iter()
+            .map(|&a| if a > 2.0 { 2.0 } else { a * 2.0 + 0.5 })
+            .collect();
+        assert_eq!(picked.to_vec::<f32>()?, want);
+        assert_eq!(
+            left.to_vec::<f32>()?,
+            v.iter().map(|&a| 2.0 - a).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
+}
+
 /// A bad index found by a check queued on a side stream is reported by the wait
 /// for that stream (or the device), not lost.
 #[test]
