@@ -269,12 +269,21 @@ impl Tensor {
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this
-    /// tensor's elements, through views too (`Tensor.copy_`). Recorded by autograd
-    /// when `src` or this tensor requires grad: `src` gets the gradient, the old
-    /// values a zero one (PyTorch's rule); while recording, a view or a tensor with
-    /// live views is refused.
+    /// tensor's elements, through views too (`Tensor.copy_`). `src` may be on
+    /// another device, as in PyTorch (a batch on the CPU into a GPU tensor, a
+    /// GPU result into a CPU buffer): it is moved as [`to`](Self::to) moves it,
+    /// then copied. Recorded by autograd when `src` or this tensor requires
+    /// grad: `src` gets the gradient (on its own device), the old values a zero
+    /// one (PyTorch's rule); while recording, a view or a tensor with live views
+    /// is refused.
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
-        super::same_device("copy_", &[self, src])?;
+        if src.device() != self.device() {
+            // (checked before anything moves: a write PyTorch would refuse)
+            self.check_inplace_target("copy_", src.requires_grad())?;
+            self.check_writable("copy_")?;
+            src.layout().broadcast_to("copy_", self.shape())?;
+            return self.copy_(&src.to(&self.device())?);
+        }
         let recorded = self.check_inplace_target("copy_", src.requires_grad())?;
         self.check_writable("copy_")?;
         if recorded {

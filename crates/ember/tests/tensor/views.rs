@@ -272,3 +272,41 @@ fn circular_pad_wraps_what_the_crop_leaves(dev: &Device) -> Result<()> {
     }
     Ok(())
 }
+
+/// `copy_` takes a source on another device, as PyTorch's does: a CPU batch
+/// into a GPU tensor (broadcast and converted), a GPU result into a CPU buffer,
+/// into a view; the gradient reaches the source on its own device; a shape
+/// that does not broadcast is refused before anything is written; nothing is
+/// copied into a meta tensor, and nothing can be copied out of one.
+fn copy_takes_a_source_on_another_device(dev: &Device) -> Result<()> {
+    let cpu = Device::Cpu;
+    let dst = Tensor::zeros([2, 3], DType::F32, dev)?;
+    dst.copy_(&Tensor::new([1i64, 2, 3], &cpu)?)?;
+    assert_eq!(dst.device(), *dev);
+    assert_eq!(vals(&dst), [1., 2., 3., 1., 2., 3.]);
+    let back = Tensor::zeros([2, 3], DType::F64, &cpu)?;
+    back.copy_(&dst.mul(2.0)?)?;
+    assert_eq!(
+        (back.dtype(), vals(&back)),
+        (DType::F64, vec![2., 4., 6., 2., 4., 6.])
+    );
+    dst.narrow(1, 0, 1)?
+        .copy_(&Tensor::new([[7f32], [8.]], &cpu)?)?;
+    assert_eq!(vals(&dst), [7., 2., 3., 8., 2., 3.]);
+    assert!(dst.copy_(&Tensor::zeros([4], DType::F32, &cpu)?).is_err());
+    assert_eq!(vals(&dst), [7., 2., 3., 8., 2., 3.]);
+    // the gradient goes back to the source's device
+    let src = Tensor::new([1f32, 2., 3.], &cpu)?.requires_grad_(true)?;
+    let y = Tensor::zeros([2, 3], DType::F32, dev)?;
+    y.copy_(&src)?;
+    y.square()?.sum_all()?.backward()?;
+    let g = src.grad().expect("the source's gradient");
+    assert_eq!((g.device(), vals(&g)), (cpu, vec![4., 8., 12.]));
+    // meta: PyTorch copies nothing into it and refuses to copy out of it
+    let meta = Tensor::zeros([3], DType::F32, &Device::Meta)?;
+    meta.copy_(&Tensor::ones([3], DType::F32, &cpu)?)?;
+    assert!(Tensor::zeros([3], DType::F32, &cpu)?.copy_(&meta).is_err());
+    Ok(())
+}
+
+device_test!(copy_takes_a_source_on_another_device);
