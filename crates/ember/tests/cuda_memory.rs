@@ -512,6 +512,8 @@ fn cpu_scalars_are_captured_by_value() -> Result<()> {
     };
     f(&x)?; // warm-up: kernels compiled before the capture
     let (graph, (picked, left)) = cuda::Graph::capture(&dev, || f(&x))?;
+    // the graph holds the values the scalars had when captured
+    two.copy_(&Tensor::scalar(9f32, &Device::Cpu)?)?;
     for v in [[1f32, 3., -1., 2.5], [0., 5., 1., 2.]] {
         x.copy_(&Tensor::new(v, &dev)?)?;
         graph.replay()?;

@@ -384,9 +384,9 @@ impl Tensor {
     /// another device, and in a float16 or bfloat16 product or quotient by a
     /// scalar of another dtype (whose value is used in float32, not first
     /// rounded to the half dtype: PyTorch's CPU kernels read the operand's
-    /// original value). The dtype is the tensors'
-    /// promotion (a 0-d float64 leaves a float16 tensor float16), not a Python
-    /// number's. `None` where the tensor path computes the same.
+    /// original value). The dtype is the tensors' promotion (a 0-d float64
+    /// leaves a float16 tensor float16), not a Python number's. `None` where the
+    /// tensor path computes the same.
     fn binary_by_value<O: BinaryOp>(
         &self,
         name: &'static str,
@@ -559,7 +559,9 @@ impl Tensor {
         if let Operand::Tensor(t) = rhs {
             if is_cpu_scalar(self) && t.device() != Device::Cpu {
                 // a CPU scalar on the left: on the other operand's device
-                return self.lifted_to(t.device())?.compare(name, rhs, cmp);
+                // (filled in there: a comparison has no gradient)
+                let lhs = crate::autograd::no_grad(|| self.lifted_to(t.device()))?;
+                return lhs.compare(name, rhs, cmp);
             }
         }
         // (no gradient: a CPU scalar is filled in on the device, not copied)

@@ -8,6 +8,7 @@ use crate::autograd::Inputs;
 use crate::backend::op::{BinaryCode, BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::{
+    device::Device,
     dtype::DType,
     error::{Error, Result},
 };
@@ -278,10 +279,24 @@ impl Tensor {
     /// is refused.
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         if src.device() != self.device() {
-            // (checked before anything moves: a write PyTorch would refuse)
+            // (refused before anything moves: no transfer for a write that
+            // cannot happen)
             self.check_inplace_target("copy_", src.requires_grad())?;
             self.check_writable("copy_")?;
             src.layout().broadcast_to("copy_", self.shape())?;
+            if src.device() == Device::Meta {
+                return Err(Error::MetaNoData {
+                    op: "copy_",
+                    hint: "there is nothing to copy out of a meta tensor (PyTorch: \"Cannot copy out of meta tensor; no data!\")",
+                });
+            }
+            // converted on the side where it is smaller (a float64 batch for a
+            // float16 GPU tensor moves as float16)
+            let src = if self.dtype().size_in_bytes() < src.dtype().size_in_bytes() {
+                src.to_dtype(self.dtype())?
+            } else {
+                src.clone()
+            };
             return self.copy_(&src.to(&self.device())?);
         }
         let recorded = self.check_inplace_target("copy_", src.requires_grad())?;

@@ -286,10 +286,12 @@ fn copy_takes_a_source_on_another_device(dev: &Device) -> Result<()> {
     assert_eq!(vals(&dst), [1., 2., 3., 1., 2., 3.]);
     let back = Tensor::zeros([2, 3], DType::F64, &cpu)?;
     back.copy_(&dst.mul(2.0)?)?;
-    assert_eq!(
-        (back.dtype(), vals(&back)),
-        (DType::F64, vec![2., 4., 6., 2., 4., 6.])
-    );
+    assert_eq!(vals(&back), [2., 4., 6., 2., 4., 6.]);
+    // converted where it is smaller, the same values
+    let half = Tensor::zeros([3], DType::F16, dev)?;
+    half.copy_(&Tensor::new([0.1f64, 1e5, -2.5], &cpu)?)?;
+    let want = Tensor::new([0.1f64, 1e5, -2.5], &cpu)?.to_dtype(DType::F16)?;
+    assert_eq!(vals(&half), vals(&want));
     dst.narrow(1, 0, 1)?
         .copy_(&Tensor::new([[7f32], [8.]], &cpu)?)?;
     assert_eq!(vals(&dst), [7., 2., 3., 8., 2., 3.]);
@@ -302,10 +304,19 @@ fn copy_takes_a_source_on_another_device(dev: &Device) -> Result<()> {
     y.square()?.sum_all()?.backward()?;
     let g = src.grad().expect("the source's gradient");
     assert_eq!((g.device(), vals(&g)), (cpu, vec![4., 8., 12.]));
+    // a leaf that requires grad is refused, as on one device
+    let leaf = Tensor::zeros([3], DType::F32, dev)?.requires_grad_(true)?;
+    let e = leaf
+        .copy_(&Tensor::ones([3], DType::F32, &cpu)?)
+        .unwrap_err();
+    assert!(e.to_string().contains("leaf Variable"), "{e}");
     // meta: PyTorch copies nothing into it and refuses to copy out of it
     let meta = Tensor::zeros([3], DType::F32, &Device::Meta)?;
     meta.copy_(&Tensor::ones([3], DType::F32, &cpu)?)?;
-    assert!(Tensor::zeros([3], DType::F32, &cpu)?.copy_(&meta).is_err());
+    let e = Tensor::zeros([3], DType::F32, &cpu)?
+        .copy_(&meta)
+        .unwrap_err();
+    assert!(matches!(e, Error::MetaNoData { op: "copy_", .. }), "{e}");
     Ok(())
 }
 
