@@ -65,21 +65,32 @@ enum Rule {
 #[derive(Clone)]
 enum Held {
     Value(Tensor),
-    Shape(smallvec::SmallVec<[usize; 6]>, crate::dtype::DType),
+    Shape(
+        smallvec::SmallVec<[usize; 6]>,
+        crate::dtype::DType,
+        crate::device::Device,
+    ),
 }
 
 impl Held {
     fn shape(&self) -> &[usize] {
         match self {
             Held::Value(t) => t.shape(),
-            Held::Shape(s, _) => s,
+            Held::Shape(s, ..) => s,
         }
     }
 
     fn dtype(&self) -> crate::dtype::DType {
         match self {
             Held::Value(t) => t.dtype(),
-            Held::Shape(_, d) => *d,
+            Held::Shape(_, d, _) => *d,
+        }
+    }
+
+    fn device(&self) -> crate::device::Device {
+        match self {
+            Held::Value(t) => t.device(),
+            Held::Shape(.., d) => *d,
         }
     }
 }
@@ -454,7 +465,7 @@ impl Tensor {
                 } else if keep.get(i).copied().unwrap_or(false) {
                     Held::Value(t.detach())
                 } else {
-                    Held::Shape(t.shape().into(), t.dtype())
+                    Held::Shape(t.shape().into(), t.dtype(), t.device())
                 },
                 node: t.node(),
                 needs: t.requires_grad(),
@@ -644,6 +655,16 @@ impl Tensor {
                         ),
                     ));
                 }
+                // a CPU scalar's gradient, computed beside the tensors on another
+                // device it met there, goes back to the CPU (PyTorch's rule)
+                let pg = if pg.device() != e.value.device()
+                    && e.value.device() == crate::device::Device::Cpu
+                    && e.value.shape().is_empty()
+                {
+                    pg.to(&crate::device::Device::Cpu)?
+                } else {
+                    pg
+                };
                 let pg = pg.to_dtype(e.value.dtype())?;
                 let key = Vertex::of(e)?.key();
                 let sum = match grads.remove(&key) {

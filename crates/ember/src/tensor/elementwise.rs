@@ -110,33 +110,21 @@ pub(crate) fn elementwise_device(op: &'static str, ts: &[&Tensor]) -> Result<Dev
     }
 }
 
-/// `out = a op b` recorded with the op's own rule, where `a` or `b` is a CPU
-/// scalar: the gradient of an input on the CPU, computed beside the other
-/// (possibly on a GPU), comes back to the CPU.
-fn record_beside_cpu_scalar<O: BinaryOp>(
-    out: Tensor,
-    name: &'static str,
-    a: &Tensor,
-    b: &Tensor,
-) -> Tensor {
+/// `out = a op b` recorded with the op's own rule, which reads the inputs from
+/// the node (backward runs without recording). Only pow keeps the output, and a
+/// rule that captures nothing is boxed without an allocation. (A CPU scalar's
+/// gradient, computed beside a tensor on another device, is moved back by the
+/// engine.)
+fn record_binary<O: BinaryOp>(out: Tensor, name: &'static str, a: &Tensor, b: &Tensor) -> Tensor {
     let keep = grad::binary_reads(O::CODE, a.requires_grad(), b.requires_grad());
-    let on_cpu = [a.device() == Device::Cpu, b.device() == Device::Cpu];
-    let back = move |mut gs: crate::autograd::Grads| -> Result<crate::autograd::Grads> {
-        for (g, cpu) in gs.iter_mut().zip(on_cpu) {
-            if let (Some(g), true) = (g, cpu) {
-                *g = g.to(&Device::Cpu)?;
-            }
-        }
-        Ok(gs)
-    };
     if O::CODE == BinaryCode::Pow {
         Tensor::record_keeping(out, name, &[a, b], &keep, |y| {
             let y = y.save();
-            move |g: &Tensor, ab: &Inputs| back(grad::binary(O::CODE, ab, Some(&y), g)?)
+            move |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, Some(&y), g)
         })
     } else {
         Tensor::record_keeping(out, name, &[a, b], &keep, |_| {
-            move |g: &Tensor, ab: &Inputs| back(grad::binary(O::CODE, ab, None, g)?)
+            |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
         })
     }
 }
@@ -311,12 +299,11 @@ impl Tensor {
                 // a CPU scalar on the left: its value on the other operand's
                 // device (rounded to the dtype, as PyTorch's CPU kernels take a
                 // 0-d operand on the left), recorded with the scalar itself as
-                // the input, so that its gradient comes back to the CPU and the
-                // other's is the gradient times the scalar as PyTorch's rule
-                // computes it (with the scalar on the right)
+                // the input, so that the other's gradient is the gradient times
+                // the scalar as PyTorch's rule computes it (on the right)
                 let value = scalar_tensor(self.scalar_value()?, self.dtype(), t.device())?;
                 let out = crate::autograd::no_grad(|| value.binary_op(name, rhs, op, float_only))?;
-                return Ok(record_beside_cpu_scalar::<O>(out, name, self, t));
+                return Ok(record_binary::<O>(out, name, self, t));
             }
         }
         self.check_bool_sub::<O>(name, rhs)?;
@@ -349,24 +336,7 @@ impl Tensor {
             dt = DType::F32;
         }
         let out = self.broadcast2(name, &b, dt, |x, lx, y, ly| x.binary(lx, y, ly, op))?;
-        // the rules read the inputs from the node (backward runs without recording);
-        // only pow keeps the output, and a rule that captures nothing is boxed
-        // without an allocation
-        let keep = grad::binary_reads(O::CODE, self.requires_grad(), b.requires_grad());
-        if O::CODE == BinaryCode::Pow {
-            Ok(Tensor::record_keeping(out, name, &[self, &b], &keep, |y| {
-                let y = y.save();
-                move |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, Some(&y), g)
-            }))
-        } else {
-            Ok(Tensor::record_keeping(
-                out,
-                name,
-                &[self, &b],
-                &keep,
-                |_| |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g),
-            ))
-        }
+        Ok(record_binary::<O>(out, name, self, &b))
     }
 
     /// The dtype `self op t` computes in (float32 at least for a `float_only` op).
@@ -405,7 +375,7 @@ impl Tensor {
         let out = self
             .to_dtype(dt)?
             .map_storage_elementwise(false, |st, l| st.binary_scalar(l, s, op))?;
-        Ok(Some(record_beside_cpu_scalar::<O>(out, name, self, t)))
+        Ok(Some(record_binary::<O>(out, name, self, t)))
     }
 
     /// PyTorch's rule: `-` with a bool operand (tensor or scalar) on either side is
