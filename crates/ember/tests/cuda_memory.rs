@@ -530,6 +530,39 @@ fn cpu_scalars_are_captured_by_value() -> Result<()> {
     Ok(())
 }
 
+/// The in-place fills inside a capture take a CPU scalar's value when captured
+/// (filled in on the device, not copied from the host), and replay.
+#[test]
+fn in_place_fills_are_captured_by_value() -> Result<()> {
+    let Some((dev, _turn)) = gpu("in_place_fills_are_captured_by_value") else {
+        return Ok(());
+    };
+    let x = Tensor::zeros([4], DType::F32, &dev)?;
+    let z = Tensor::zeros([4], DType::F32, &dev)?;
+    let (two, half) = (
+        Tensor::scalar(2f32, &Device::Cpu)?,
+        Tensor::scalar(0.5f64, &Device::Cpu)?,
+    );
+    let f = || -> Result<()> {
+        z.fill_(&two)?;
+        z.masked_fill_(&x.gt(1.0)?, &half)?;
+        z.clamp_(Some(0.0), Some(1.5))?;
+        Ok(())
+    };
+    f()?; // warm-up: kernels compiled before the capture
+    let (graph, ()) = cuda::Graph::capture(&dev, f)?;
+    two.copy_(&Tensor::scalar(9f32, &Device::Cpu)?)?;
+    half.copy_(&Tensor::scalar(-4f64, &Device::Cpu)?)?;
+    for v in [[0f32, 3., 1., 2.], [5., 0., 0., 5.]] {
+        x.copy_(&Tensor::new(v, &dev)?)?;
+        z.zero_()?;
+        graph.replay()?;
+        let want: Vec<f32> = v.iter().map(|&a| if a > 1.0 { 0.5 } else { 1.5 }).collect();
+        assert_eq!(z.to_vec::<f32>()?, want);
+    }
+    Ok(())
+}
+
 /// A bad index found by a check queued on a side stream is reported by the wait
 /// for that stream (or the device), not lost.
 #[test]

@@ -411,6 +411,14 @@ fn run_grad(case: &Case, dev: Device, grad_out: Option<&TensorSpec>) -> R<Vec<Op
         .collect())
 }
 
+/// `f` applied in place to a copy of `t` (a recorded one when `t` requires
+/// grad, as PyTorch's `t.clone().op_()`), which is the result.
+fn in_place(t: &Tensor, f: impl FnOnce(&Tensor) -> ember::Result<()>) -> R<Out> {
+    let c = t.copy().map_err(e)?;
+    f(&c).map_err(e)?;
+    Ok(Out::One(c))
+}
+
 fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
     let p = P(&case.params);
     let a = || args[0].t();
@@ -447,7 +455,17 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
         "square" => one(a().square()),
         "clamp" => one(a().clamp(p.opt_s("min"), p.opt_s("max"))),
         "where" => one(a().where_(args[1].op(), args[2].op())),
-        "masked_fill" => one(a().masked_fill(args[1].t(), args[2].s())),
+        "masked_fill" => one(a().masked_fill(args[1].t(), args[2].op())),
+        // in place on a copy (which records when the input requires grad)
+        "masked_fill_" => in_place(a(), |t| t.masked_fill_(args[1].t(), args[2].op())),
+        "fill_" => in_place(a(), |t| t.fill_(args[1].op())),
+        "zero_" => in_place(a(), |t| t.zero_()),
+        "clamp_" => in_place(a(), |t| t.clamp_(p.opt_s("min"), p.opt_s("max"))),
+        "clamp_tensor_" => {
+            let lo = p.b("min").then(|| args[1].t());
+            let hi = p.b("max").then(|| args[1 + p.b("min") as usize].t());
+            in_place(a(), |t| t.clamp_tensor_(lo, hi))
+        }
         "sum" | "mean" | "max" | "min" => {
             let t = a();
             if p.is_null("dims") {

@@ -741,27 +741,4 @@ impl Tensor {
             }
         }))
     }
-
-    /// `value` where `mask` is true, else this tensor's elements (`masked_fill`).
-    /// The mask broadcasts to this tensor's shape; the dtype stays this tensor's. A
-    /// value the dtype cannot hold is an error, as in [`Tensor::full`].
-    pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
-        if mask.dtype() != DType::Bool {
-            return Err(Error::dtype(
-                "masked_fill",
-                mask.dtype(),
-                "the mask must be a bool tensor",
-            ));
-        }
-        super::same_device("masked_fill", &[self, mask])?;
-        let value = value.into();
-        // a value the dtype cannot hold is an error, as in PyTorch (see `full`)
-        super::create::check_fill_value("masked_fill", value, self.dtype())?;
-        // the mask and this tensor broadcast together, as in PyTorch's
-        // out-of-place masked_fill
-        crate::layout::broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
-        let v = scalar_tensor(value, self.dtype(), self.device())?;
-        let out = mask.where_(&v, self)?;
-        Ok(out)
-    }
 }

@@ -223,34 +223,8 @@ impl Tensor {
     /// (an error, as in PyTorch).
     pub fn clamp<S: Into<Scalar>>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
         let (min, max) = (min.map(Into::into), max.map(Into::into));
-        if min.is_none() && max.is_none() {
-            return Err(Error::invalid(
-                "clamp",
-                "at least one of 'min' or 'max' must not be None",
-            ));
-        }
+        let dt = self.clamp_dtype("clamp", min, max)?;
         let bounds = [min, max];
-        let float = bounds
-            .iter()
-            .flatten()
-            .any(|b| matches!(b, Scalar::Float(_)));
-        let dt = match self.dtype() {
-            d if float => DType::with_scalar(d, true),
-            DType::Bool => DType::I64,
-            d => d,
-        };
-        if dt == DType::U8 {
-            for (which, b, bad) in [("min", min, 255i64), ("max", max, 0)] {
-                if let Some(Scalar::Int(v)) = b {
-                    if (which == "min" && v > bad) || (which == "max" && v < bad) {
-                        return Err(Error::invalid(
-                            "clamp",
-                            format!("Clamp {which} value {v} is outside the representable range of Byte"),
-                        ));
-                    }
-                }
-            }
-        }
         let t = if dt == self.dtype() {
             self.clone()
         } else {
@@ -271,6 +245,45 @@ impl Tensor {
         let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
         let (min, max) = (f(min), f(max));
         t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
+    }
+
+    /// The dtype `clamp` computes in with these scalar bounds (float bounds make
+    /// an integer tensor float32, a bool one is clamped as int64), after
+    /// PyTorch's refusals: no bound at all, or a uint8 bound no uint8 reaches.
+    pub(super) fn clamp_dtype(
+        &self,
+        op: &'static str,
+        min: Option<Scalar>,
+        max: Option<Scalar>,
+    ) -> Result<DType> {
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid(
+                op,
+                "at least one of 'min' or 'max' must not be None",
+            ));
+        }
+        let float = [min, max]
+            .iter()
+            .flatten()
+            .any(|b| matches!(b, Scalar::Float(_)));
+        let dt = match self.dtype() {
+            d if float => DType::with_scalar(d, true),
+            DType::Bool => DType::I64,
+            d => d,
+        };
+        if dt == DType::U8 {
+            for (which, b, bad) in [("min", min, 255i64), ("max", max, 0)] {
+                if let Some(Scalar::Int(v)) = b {
+                    if (which == "min" && v > bad) || (which == "max" && v < bad) {
+                        return Err(Error::invalid(
+                            op,
+                            format!("Clamp {which} value {v} is outside the representable range of Byte"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(dt)
     }
 
     /// `clamp(min, None)`.

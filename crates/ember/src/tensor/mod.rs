@@ -22,6 +22,7 @@ mod cumulative;
 mod display;
 mod einsum;
 mod elementwise;
+mod fill;
 mod format;
 pub(crate) use elementwise::torch_dtype_name;
 mod grad;

@@ -416,6 +416,19 @@ def run_op(op, p, x):
         lo = x[1] if p["min"] else None
         hi = x[1 + p["min"]] if p["max"] else None
         return torch.clamp(a, min=lo, max=hi)
+    # in place on a copy (one that records when the input requires grad)
+    if op == "masked_fill_":
+        return a.clone().masked_fill_(x[1], x[2])
+    if op == "fill_":
+        return a.clone().fill_(x[1])
+    if op == "zero_":
+        return a.clone().zero_()
+    if op == "clamp_":
+        return a.clone().clamp_(p.get("min"), p.get("max"))
+    if op == "clamp_tensor_":
+        lo = x[1] if p["min"] else None
+        hi = x[1 + p["min"]] if p["max"] else None
+        return a.clone().clamp_(min=lo, max=hi)
     if op == "group_norm":
         w = x[1] if p["weight"] else None
         b = x[1 + p["weight"]] if p["bias"] else None
@@ -470,7 +483,8 @@ ERROR_KINDS = [
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
      r"|expected BoolTensor for mask|only supports floating-point dtypes"
      r"|have one of the following scalar types|Expected attn_mask dtype|expected target dtype"
-     r"|does not support bool dtypes|Expected dtype int32/int64 for index", "UnsupportedDType"),
+     r"|does not support bool dtypes|Expected dtype int32/int64 for index|only supports boolean masks",
+     "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
      r"|Kernel size can't be greater|Expected size for first two dimensions|which does not broadcast with previously"
@@ -499,7 +513,9 @@ ERROR_KINDS = [
      r"|integer division or modulo by zero|Expected more than 1 value per channel|divisible by num_groups"
      r"|Expected number of channels to be greater than 0|Expected HxW to be greater than 0"
      r"|Can not infer total number of classes|divisor must be not zero|is out of bounds of the source tensor"
-     r"|At least one of 'min' or 'max'|Expected at least 2 dimensions for input tensor", "InvalidArgument"),
+     r"|At least one of 'min' or 'max'|Expected at least 2 dimensions for input tensor"
+     r"|only supports a 0-dimensional value tensor|only supports 0-dimension value tensor"
+     r"|can't be cast to the desired output type", "InvalidArgument"),
 ]
 
 
@@ -2934,6 +2950,76 @@ FAM = "rms_norm_mixed"
 for dt, tag, rt in ((torch.bfloat16, "bf16", 2e-3), (torch.float16, "f16", 4.8e-4)):
     case(FAM, f"f32_weight_{tag}", "rms_norm", [rn(3, 6, dtype=dt, scale=2.0), rn(6)],
          {"shape": [6], "eps": None}, grad=True, rtol=rt, atol=1e-6)
+
+# ---- writing values: masked_fill with a 0-d tensor value, and the in-place
+# fill_, zero_, masked_fill_ and clamp_ (on a copy of the input, so that they
+# record when it requires grad): values, dtypes, PyTorch's refusals, gradients
+FAM = "fill_ops"
+_M = ri(3, 4, lo=0, hi=2).bool()
+_mk = T([True, False, True])
+_u8 = torch.zeros(3, dtype=torch.uint8)
+case(FAM, "masked_fill_tensor_value", "masked_fill", [rn(3, 4), _M, T(2.5)], grad=True)
+# (the value's gradient is a float32 sum, read back as float64: its order of
+# summation moves the last float32 bit)
+case(FAM, "masked_fill_f64_value", "masked_fill", [rn(3, 4), _M, T(0.1, torch.float64)], grad=True, rtol=1e-6)
+case(FAM, "masked_fill_int_value", "masked_fill", [rn(3, 4), _M, T(3, I)], grad=True)
+case(FAM, "masked_fill_float_value_int_self", "masked_fill", [ri(3, 4), _M, T(2.7)])
+case(FAM, "masked_fill_value_1d", "masked_fill", [rn(3), _mk, T([1.0])], same_message=True)
+case(FAM, "masked_fill_cpu_value", "masked_fill", [rn(3, 4), _M, In(T(1.5), cpu=True)], grad=True)
+case(FAM, "masked_fill_cpu_value_u8_300", "masked_fill", [_u8, _mk, In(T(300, I), cpu=True)])
+case(FAM, "masked_fill_cpu_value_f16_1e10", "masked_fill",
+     [rn(3, dtype=torch.float16), _mk, In(T(1e10, torch.float64), cpu=True)])
+case(FAM, "masked_fill_int_mask", "masked_fill", [rn(3), T([1, 0, 1], I), 1.0])
+case(FAM, "masked_fill_value_broadcast", "masked_fill", [rn(1, 3), ri(2, 3, lo=0, hi=2).bool(), T(-1.0)],
+     grad=True)
+case(FAM, "masked_fill__scalar", "masked_fill_", [rn(3, 4), _M, -1.0], grad=True)
+case(FAM, "masked_fill__tensor_value", "masked_fill_", [rn(3, 4), _M, T(2.5)], grad=True)
+case(FAM, "masked_fill__mask_broadcast", "masked_fill_", [rn(2, 3), _mk, 1.0], grad=True)
+case(FAM, "masked_fill__mask_too_big", "masked_fill_", [rn(3), ri(2, 3, lo=0, hi=2).bool(), 1.0])
+case(FAM, "masked_fill__0d_self_1d_mask", "masked_fill_", [T(1.0), T([True]), 2.0])
+case(FAM, "masked_fill__int_float_value", "masked_fill_", [ri(3), _mk, 2.5])
+case(FAM, "masked_fill__cpu_value", "masked_fill_", [rn(3, 4), _M, In(T(0.5), cpu=True)], grad=True)
+case(FAM, "masked_fill__0d", "masked_fill_", [T(1.0), T(True), T(3.0)], grad=True)
+case(FAM, "masked_fill__transposed", "masked_fill_",
+     [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), _M, -2.0], grad=True)
+case(FAM, "fill__float", "fill_", [rn(2, 3), 1.5], grad=True)
+case(FAM, "fill__int_float_value", "fill_", [ri(2, 3), 2.7])
+case(FAM, "fill__u8_neg1", "fill_", [_u8, -1])
+case(FAM, "fill__u8_300", "fill_", [_u8, 300])
+case(FAM, "fill__f16_1e10", "fill_", [rn(3, dtype=torch.float16), 1e10])
+case(FAM, "fill__bool_2", "fill_", [T([False, True]), 2])
+case(FAM, "fill__int_true", "fill_", [ri(3), True])
+case(FAM, "fill__tensor", "fill_", [rn(2, 3), T(2.0)], grad=True)
+case(FAM, "fill__tensor_1d", "fill_", [rn(2, 3), T([2.0])], same_message=True)
+case(FAM, "fill__tensor_int_value", "fill_", [rn(2, 3), T(2, I)], grad=True)
+case(FAM, "fill__tensor_f64_value", "fill_", [rn(2, 3), T(0.1, torch.float64)], grad=True)
+case(FAM, "fill__tensor_float_into_int", "fill_", [ri(2, 3), T(2.7)])
+case(FAM, "fill__tensor_u8_300", "fill_", [_u8, T(300, I)])
+case(FAM, "fill__cpu_tensor", "fill_", [rn(2, 3), In(T(1.25), cpu=True)], grad=True)
+case(FAM, "fill__0d", "fill_", [T(1.0), -3.0], grad=True)
+case(FAM, "fill__empty", "fill_", [torch.zeros(0, 3), 1.0], grad=True)
+case(FAM, "zero__float", "zero_", [rn(2, 3)], grad=True)
+case(FAM, "zero__int", "zero_", [ri(2, 3)])
+case(FAM, "zero__narrowed", "zero_", [In(rn(3, 4), [{"op": "narrow", "args": [1, 1, 2]}])], grad=True)
+case(FAM, "clamp__both", "clamp_", [rn(3, 4)], {"min": -0.5, "max": 0.5}, grad=True)
+case(FAM, "clamp__min", "clamp_", [rn(3, 4)], {"min": 0.1}, grad=True)
+case(FAM, "clamp__int_int", "clamp_", [ri(3, 4)], {"min": 1, "max": 3})
+case(FAM, "clamp__int_float", "clamp_", [ri(3, 4)], {"min": 0.5})
+case(FAM, "clamp__nan", "clamp_", [rn(3)], {"min": NANV}, grad=True)
+case(FAM, "clamp__bool_int", "clamp_", [T([True, False])], {"min": 0})
+case(FAM, "clamp__none", "clamp_", [rn(3)], {})
+case(FAM, "clamp__u8_min_300", "clamp_", [_u8], {"min": 300})
+case(FAM, "clamp__f16", "clamp_", [rn(3, 4, dtype=torch.float16)], {"min": -0.5, "max": 0.5}, grad=True)
+case(FAM, "clamp_tensor__both", "clamp_tensor_", [rn(3, 4), rn(3, 4), rn(1, 4)], {"min": True, "max": True},
+     grad=True)
+case(FAM, "clamp_tensor__ties", "clamp_tensor_", [ar(4, dtype=torch.float32), T([1.0, 1.0, 1.0, 1.0]), T(2.0)],
+     {"min": True, "max": True}, grad=True)
+case(FAM, "clamp_tensor__min_above_max", "clamp_tensor_", [rn(3, 4), torch.ones(4), -torch.ones(3, 1)],
+     {"min": True, "max": True}, grad=True)
+case(FAM, "clamp_tensor__too_big", "clamp_tensor_", [rn(4), rn(3, 4)], {"min": True, "max": False})
+case(FAM, "clamp_tensor__int_float_min", "clamp_tensor_", [ri(3), rn(3)], {"min": True, "max": False})
+case(FAM, "clamp_tensor__f16_f64_min", "clamp_tensor_", [rn(3, dtype=torch.float16), rn(3, dtype=torch.float64)],
+     {"min": True, "max": False}, grad=True)
 
 # ----------------------------------------------------------------------------------
 

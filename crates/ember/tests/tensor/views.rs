@@ -321,3 +321,65 @@ fn copy_takes_a_source_on_another_device(dev: &Device) -> Result<()> {
 }
 
 device_test!(copy_takes_a_source_on_another_device);
+
+/// The in-place fills write through views into their base, as PyTorch's do (an
+/// expanded view is filled, a narrowed or transposed one writes its elements),
+/// read a value that is an element of the tensor itself before writing, and
+/// refuse what PyTorch refuses without writing anything.
+fn fills_write_through_views(dev: &Device) -> Result<()> {
+    let base = Tensor::zeros([1, 3], DType::F32, dev)?;
+    base.expand([4, 3])?.fill_(2.5)?;
+    assert_eq!(vals(&base), [2.5; 3]);
+    base.expand([2, 4, 3])?.zero_()?;
+    assert_eq!(vals(&base), [0.0; 3]);
+    let x = Tensor::arange(0f32, 6f32, dev)?.reshape([2, 3])?;
+    x.narrow(1, 1, 2)?.fill_(-1.0)?;
+    assert_eq!(vals(&x), [0., -1., -1., 3., -1., -1.]);
+    x.select(1, 0)?
+        .masked_fill_(&Tensor::new([true, false], dev)?, 9.0)?;
+    assert_eq!(vals(&x), [9., -1., -1., 3., -1., -1.]);
+    x.transpose(0, 1)?.clamp_(Some(0.0), Some(5.0))?;
+    assert_eq!(vals(&x), [5., 0., 0., 3., 0., 0.]);
+    // a value that is an element of the tensor itself
+    let y = Tensor::arange(0f32, 3f32, dev)?;
+    y.fill_(&y.select(0, 2)?)?;
+    assert_eq!(vals(&y), [2.0; 3]);
+    let y = Tensor::arange(0f32, 3f32, dev)?;
+    y.masked_fill_(&Tensor::new([true, false, false], dev)?, &y.select(0, 2)?)?;
+    assert_eq!(vals(&y), [2., 1., 2.]);
+    // refused, and nothing written
+    let z = Tensor::ones([3], DType::F32, dev)?;
+    let wide = Tensor::new([[true, false, true], [false, false, true]], dev)?;
+    assert!(matches!(
+        z.masked_fill_(&wide, 0.0),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(z.fill_(&Tensor::zeros([1], DType::F32, dev)?).is_err());
+    assert!(z
+        .clamp_tensor_(Some(&wide.to_dtype(DType::F32)?), None)
+        .is_err());
+    let ints = Tensor::new([1i64, 5, 9], dev)?;
+    assert!(ints.clamp_(Some(2.5), None).is_err());
+    assert_eq!((vals(&z), vals(&ints)), (vec![1.0; 3], vec![1., 5., 9.]));
+    // a leaf that requires grad: refused (its values kept), written under no_grad
+    let w = Tensor::ones([3], DType::F32, dev)?.requires_grad_(true)?;
+    for r in [w.fill_(0.0), w.zero_(), w.clamp_(Some(2.0), None)] {
+        assert!(r.unwrap_err().to_string().contains("leaf Variable"));
+    }
+    assert_eq!(vals(&w), [1.0; 3]);
+    ember::no_grad(|| w.zero_())?;
+    assert_eq!(vals(&w), [0.0; 3]);
+    // a tensor a recorded op reads, overwritten: backward refuses, as PyTorch's
+    let a = Tensor::ones([3], DType::F32, dev)?.requires_grad_(true)?;
+    let h = a.mul(2.0)?;
+    let sq = h.square()?;
+    h.fill_(0.0)?;
+    let e = sq.sum_all()?.backward().unwrap_err();
+    assert!(
+        e.to_string().contains("modified by an inplace operation"),
+        "{e}"
+    );
+    Ok(())
+}
+
+device_test!(fills_write_through_views);
