@@ -34,7 +34,23 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(io_err(&tmp)(e));
+        // named by the path asked for (the temporary file is this function's
+        // business), and a missing folder said as such (PyTorch's "Parent
+        // directory ... does not exist")
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let e = match dir {
+            Some(d) if e.kind() == std::io::ErrorKind::NotFound && !d.is_dir() => {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("the folder {} does not exist", d.display()),
+                )
+            }
+            _ => std::io::Error::new(
+                e.kind(),
+                format!("{e} (writing {} beside it)", tmp.display()),
+            ),
+        };
+        return Err(io_err(path)(e));
     }
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
@@ -54,4 +70,19 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomic;
+
+    #[test]
+    fn a_failed_write_names_the_path_asked_for() {
+        let dir = std::env::temp_dir().join(format!("ember-files-{}", std::process::id()));
+        let target = dir.join("missing").join("model.safetensors");
+        let e = write_atomic(&target, b"x").unwrap_err().to_string();
+        assert!(e.starts_with(&target.display().to_string()), "{e}");
+        assert!(e.contains("does not exist") && !e.contains(".tmp-"), "{e}");
+        assert!(!dir.join("missing").exists());
+    }
 }

@@ -35,6 +35,16 @@ pub enum Control {
 /// Called by [`Trial::run`](super::Trial::run) after each epoch's record is added.
 pub trait Callback: Send {
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control>;
+
+    /// Called by [`Trial::run`](super::Trial::run) before the first epoch with
+    /// the metric names each epoch will record (`loss`, `acc`, ..., and
+    /// `val_loss`, ... with a validation loader): an error here (a metric
+    /// watched that no epoch records) stops the run before it trains. Accepts
+    /// everything by default.
+    fn check_metrics(&self, recorded: &[String]) -> Result<()> {
+        let _ = recorded;
+        Ok(())
+    }
 }
 
 /// Saves everything needed to resume after every epoch: `last.safetensors` (model
@@ -139,7 +149,10 @@ impl EarlyStopping {
     /// Watches `monitor` (for example `"val_loss"`, minimised, or `"val_acc"`,
     /// maximised): the mode follows from the name as in torchbearer's and Keras'
     /// `mode="auto"`, `Mode::Max` for a name that contains `acc` (`val_acc`,
-    /// `val_accuracy`, `top_5_acc`), `Mode::Min` otherwise.
+    /// `top_5_acc`), `Mode::Min` otherwise. The name is a column of the history:
+    /// the `"accuracy"` metric is recorded as `acc` (`val_acc` on the
+    /// validation loader). [`Trial::run`](super::Trial::run) refuses a name that
+    /// no epoch records before it trains.
     pub fn new(monitor: &str, patience: usize) -> EarlyStopping {
         let mode = if monitor.contains("acc") {
             Mode::Max
@@ -181,6 +194,26 @@ impl EarlyStopping {
 }
 
 impl Callback for EarlyStopping {
+    fn check_metrics(&self, recorded: &[String]) -> Result<()> {
+        if recorded.contains(&self.monitor) {
+            return Ok(());
+        }
+        let hint = if self.monitor.starts_with("val_")
+            && !recorded.iter().any(|n| n.starts_with("val_"))
+        {
+            " (a val_ metric needs a validation loader)"
+        } else {
+            ""
+        };
+        Err(Error::invalid(
+            "EarlyStopping",
+            format!(
+                "metric {:?} is not recorded{hint}: the epochs record {recorded:?}",
+                self.monitor
+            ),
+        ))
+    }
+
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
         let record = ctx.history.last().ok_or_else(|| {
             Error::invalid("EarlyStopping", "called before any epoch was recorded")

@@ -21,7 +21,8 @@ pub trait Metric: Send {
     /// Adds one batch: the model's `output`, the `target` and the batch's mean
     /// loss (a 0-d tensor on the output's device, not part of any graph).
     fn update(&mut self, output: &Tensor, target: &Tensor, loss: &Tensor) -> Result<()>;
-    /// The value over the batches seen since the last reset.
+    /// The value over the batches seen since the last reset (NaN before any, for
+    /// the metrics here).
     fn value(&self) -> Result<f64>;
 }
 
@@ -35,11 +36,12 @@ fn accumulate(total: &mut Option<Tensor>, x: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `total / n`, read from the device (0 before any batch).
+/// `total / n`, read from the device (NaN before any batch: no value, rather
+/// than a made-up 0).
 fn mean(total: &Option<Tensor>, n: usize) -> Result<f64> {
     match total {
         Some(t) => Ok(t.item::<f64>()? / n.max(1) as f64),
-        None => Ok(0.0),
+        None => Ok(f64::NAN),
     }
 }
 
@@ -72,7 +74,9 @@ impl Metric for Loss {
 }
 
 /// The fraction of samples whose target class is among the `k` highest scores
-/// (`k = 1`: accuracy). Outputs `[N, C]` scores, targets `[N]` class indices.
+/// (`k = 1`: accuracy), the `k` that `torch.topk` picks (of equal scores, the
+/// first ones). Outputs `[N, C]` scores with `C >= k`, targets `[N]` class
+/// indices.
 pub struct TopKAccuracy {
     k: usize,
     correct: Option<Tensor>,
@@ -118,10 +122,22 @@ impl Metric for TopKAccuracy {
         let correct = if self.k == 1 {
             output.argmax(1, false)?.eq(&target)?
         } else {
-            // the target is in the top k when fewer than k scores beat it
-            let score = output.gather(1, &target.unsqueeze(1)?)?;
-            let beaten_by = output.gt(&score)?.sum(1, false)?;
-            beaten_by.lt(self.k as i64)?
+            // among the k indices torch.topk picks (the first of equal scores,
+            // as argmax for k = 1): a tie at the k-th place is not a hit for
+            // every class in it
+            let classes = output.shape()[1];
+            if self.k > classes {
+                return Err(Error::invalid(
+                    "top-k accuracy",
+                    format!(
+                        "top-{} accuracy of outputs with {classes} classes: k must be at most \
+                         the number of classes (torch.topk: selected index k out of range)",
+                        self.k
+                    ),
+                ));
+            }
+            let (_, picked) = output.topk(self.k, 1, true)?;
+            picked.eq(&target.unsqueeze(1)?)?.any(1, false)?
         };
         accumulate(&mut self.correct, &correct.sum_all()?)?;
         self.n += target.numel();

@@ -607,6 +607,21 @@ impl Trial {
                  bfloat16 autocast (no scaler), or train without cuda_graphs",
             ));
         }
+        // what would waste the run later is refused before its first step: an
+        // epoch without batches (its metrics would be made up), and a callback
+        // watching a metric no epoch records
+        no_batches("Trial::run", "training", train)?;
+        if let Some(v) = &self.val {
+            no_batches("Trial::run", "validation", v)?;
+        }
+        let mut recorded: Vec<String> = self.metrics.iter().map(|m| m.name()).collect();
+        if self.val.is_some() {
+            let val: Vec<String> = recorded.iter().map(|n| format!("val_{n}")).collect();
+            recorded.extend(val);
+        }
+        for c in &self.callbacks {
+            c.check_metrics(&recorded)?;
+        }
         let val = self.val.take();
         let config = self.config_with(Some(train));
         let result = (|| -> Result<()> {
@@ -866,6 +881,15 @@ impl Trial {
                 "no test or validation data: pass them to with_generators",
             ));
         };
+        let what = if from_test { "test" } else { "validation" };
+        if let Err(e) = no_batches("Trial::evaluate", what, &loader) {
+            if from_test {
+                self.test = Some(loader);
+            } else {
+                self.val = Some(loader);
+            }
+            return Err(e);
+        }
         let r = self.eval_loader(&loader, 0);
         if from_test {
             self.test = Some(loader);
@@ -923,6 +947,29 @@ impl Trial {
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
     }
+}
+
+/// An error when `loader` gives no batch in an epoch (too few samples for one
+/// batch under `drop_last`, or an empty dataset): a `what` epoch would then
+/// step nothing and record metrics of nothing.
+fn no_batches(op: &'static str, what: &str, loader: &DataLoader) -> Result<()> {
+    if !loader.is_empty() {
+        return Ok(());
+    }
+    let n = loader.samples_per_epoch();
+    let why = if n == 0 {
+        "its dataset (or this rank's share of it) is empty".to_string()
+    } else {
+        format!(
+            "{n} samples make no whole batch of {} and drop_last drops the rest; \
+             use a smaller batch size, or keep the last batch",
+            loader.batch_size()
+        )
+    };
+    Err(Error::invalid(
+        op,
+        format!("the {what} loader gives no batch in an epoch: {why}"),
+    ))
 }
 
 /// `epoch 3/20  loss 0.4123  acc 0.9120  val_loss ...  12.3 ms  9734 samples/s`

@@ -463,6 +463,11 @@ fn early_stopping_and_errors() -> Result<()> {
         err.to_string().contains("\"val_acc\" is not recorded"),
         "{err}"
     );
+    assert!(
+        err.to_string().contains("needs a validation loader"),
+        "{err}"
+    );
+    assert_eq!(trial.history().len(), 0, "refused before the first epoch");
 
     let m = model(6, &Device::Cpu)?;
     let opt = Sgd::new(m.parameters(), 0.1)?;
@@ -590,6 +595,69 @@ fn top_k_accuracy_counts_the_target_among_the_k_best() -> Result<()> {
     assert!(TopKAccuracy::new(0).is_err());
     let bad = Tensor::new([0i64, 1], &Device::Cpu)?;
     assert!(top1.update(&out, &bad, &loss).is_err());
+    Ok(())
+}
+
+#[test]
+fn top_k_accuracy_takes_topk_s_picks_and_refuses_k_past_the_classes() -> Result<()> {
+    // all scores equal: torch.topk picks the first k classes, so half of the
+    // four targets are among the top 2 (not all four)
+    let out = Tensor::zeros([4, 4], DType::F32, &Device::Cpu)?;
+    let target = Tensor::new([0i64, 1, 2, 3], &Device::Cpu)?;
+    let loss = Tensor::zeros([0usize; 0], DType::F32, &Device::Cpu)?;
+    let mut top2 = TopKAccuracy::new(2)?;
+    assert!(top2.value()?.is_nan(), "no value before any batch");
+    top2.update(&out, &target, &loss)?;
+    assert_eq!(top2.value()?, 0.5);
+    let mut top5 = TopKAccuracy::new(5)?;
+    let e = top5.update(&out, &target, &loss).unwrap_err();
+    assert!(e.to_string().contains("k must be at most"), "{e}");
+    Ok(())
+}
+
+/// What would waste a run is refused before its first step: a loader that
+/// gives no batch (its epoch's metrics would be made up) and an early-stopping
+/// metric no epoch records.
+#[test]
+fn a_run_that_cannot_work_is_refused_before_training() -> Result<()> {
+    let _g = super::rng_lock();
+    let (x, y) = blobs(10, 3)?;
+    let few = DataLoader::new(TensorDataset::new(x, y)?, 16)?.drop_last(true);
+    let (train, val) = loaders(3)?;
+    let fresh = || -> Result<Trial> {
+        let m = model(4, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .metrics(&["loss", "accuracy"])?
+            .progress(Progress::Quiet))
+    };
+    let mut t = fresh()?.with_generators(Some(few.clone()), None, None);
+    let e = t.run(2).unwrap_err().to_string();
+    assert!(
+        e.contains("training loader gives no batch") && e.contains("10 samples"),
+        "{e}"
+    );
+    assert_eq!(t.history().len(), 0);
+    let mut t = fresh()?.with_generators(Some(train.clone()), Some(few.clone()), None);
+    let e = t.run(2).unwrap_err().to_string();
+    assert!(e.contains("validation loader gives no batch"), "{e}");
+    assert_eq!(t.history().len(), 0);
+    let e = t.evaluate().unwrap_err().to_string();
+    assert!(e.contains("validation loader gives no batch"), "{e}");
+    // the accuracy metric is recorded as acc
+    let mut t = fresh()?
+        .callback(EarlyStopping::new("val_accuracy", 2))
+        .with_generators(Some(train.clone()), Some(val.clone()), None);
+    let e = t.run(2).unwrap_err().to_string();
+    assert!(
+        e.contains("\"val_accuracy\" is not recorded") && e.contains("\"val_acc\""),
+        "{e}"
+    );
+    assert_eq!(t.history().len(), 0);
+    let mut t = fresh()?
+        .callback(EarlyStopping::new("val_acc", 2))
+        .with_generators(Some(train), Some(val), None);
+    assert_eq!(t.run(1)?.len(), 1);
     Ok(())
 }
 
