@@ -70,6 +70,7 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
     case U_POW_SCALAR:
         if (p0 == 2.0) return x * x;
         if (p0 == 0.5) return sqrt(x);
+        if (p0 == -0.5) return (A)1 / sqrt(x);
         if (p0 == 1.0) return x;
         return pow(x, (A)p0);
     case U_CLAMP: {

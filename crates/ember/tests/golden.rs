@@ -569,6 +569,7 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             })
         }
         "expand" => one(a().expand(p.list("shape"))),
+        "broadcast_to" => one(a().broadcast_to(p.list("shape"))),
         "contiguous" => one(a().contiguous()),
         "cat" | "stack" => {
             let ts: Vec<&Tensor> = args.iter().map(Arg::t).collect();
@@ -632,7 +633,7 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
         "arange" => {
             let (s, en, st) = (p.get("start"), p.get("end"), p.get("step"));
             one(match p.dtype() {
-                d @ (DType::I64 | DType::F32 | DType::F64) => {
+                d @ (DType::U8 | DType::I64 | DType::F32 | DType::F64) => {
                     Tensor::arange_step(num(s), num(en), num(st), d, &dev)
                 }
                 d => panic!("arange in {d}"),

@@ -272,12 +272,14 @@ impl Tensor {
             ));
         }
         let n = count as usize;
-        if dtype == DType::I64 {
-            // exact integers, also beyond 2^53
+        if matches!(dtype, DType::I64 | DType::U8) {
+            // exact integers, also beyond 2^53, from start and step truncated
+            // first (PyTorch's; a uint8 one then wraps: -1.5 gives 255, 0, 1, ...)
             let (s, st) = (s as i64, st as i64);
             return Tensor::from_host_with(&[n], DType::I64, *device, || {
                 try_collect(n, (0..n as i64).map(|i| s + i * st)).map(CpuData::I64)
-            });
+            })?
+            .to_dtype(dtype);
         }
         Tensor::from_host_with(&[n], DType::F64, *device, || {
             try_collect(n, (0..n).map(|i| s + i as f64 * st)).map(CpuData::F64)

@@ -170,15 +170,23 @@ impl Tensor {
     }
 
     /// Whether every element over `dims` is nonzero (`torch.all(t, dims)`): bool,
-    /// or uint8 for a uint8 input, as in PyTorch.
+    /// or uint8 for a uint8 input, as in PyTorch. An empty list of dims reduces
+    /// nothing (each element's own truth), unlike `sum`'s, as in PyTorch.
     pub fn all(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        if dims.to_dim_list().is_empty() {
+            return self.truth(self.ne(0)?);
+        }
         let zeros = self.eq(0)?.sum(dims, keepdim)?;
         self.truth(zeros.eq(0)?)
     }
 
     /// Whether any element over `dims` is nonzero (`torch.any(t, dims)`); NaN counts
-    /// as nonzero.
+    /// as nonzero. An empty list of dims reduces nothing, as in
+    /// [`all`](Self::all).
     pub fn any(&self, dims: impl IntoDims, keepdim: bool) -> Result<Tensor> {
+        if dims.to_dim_list().is_empty() {
+            return self.truth(self.ne(0)?);
+        }
         let nonzero = self.ne(0)?.sum(dims, keepdim)?;
         self.truth(nonzero.gt(0)?)
     }

@@ -84,8 +84,41 @@ struct Formatter {
     dtype: DType,
 }
 
+/// An element as the printer reads it: a float's value as f64, an integer's
+/// (and a bool's) exactly, as i64 (an int64 past 2^53 has no exact f64).
+trait Cell: Copy {
+    /// The text of a non-float element.
+    fn plain(self, dtype: DType) -> String;
+    /// The value, for a float dtype's notation.
+    fn value(self) -> f64;
+}
+
+impl Cell for f64 {
+    fn plain(self, dtype: DType) -> String {
+        match dtype {
+            DType::Bool => if self != 0.0 { "True" } else { "False" }.into(),
+            _ => format!("{}", self as i64),
+        }
+    }
+    fn value(self) -> f64 {
+        self
+    }
+}
+
+impl Cell for i64 {
+    fn plain(self, dtype: DType) -> String {
+        match dtype {
+            DType::Bool => if self != 0 { "True" } else { "False" }.into(),
+            _ => self.to_string(),
+        }
+    }
+    fn value(self) -> f64 {
+        self as f64
+    }
+}
+
 impl Formatter {
-    fn new(values: &[f64], dtype: DType, opts: &PrintOptions) -> Formatter {
+    fn new<T: Cell>(values: &[T], dtype: DType, opts: &PrintOptions) -> Formatter {
         let mut f = Formatter {
             float: dtype.is_float(),
             int_mode: true,
@@ -96,13 +129,13 @@ impl Formatter {
         };
         if !f.float {
             for &v in values {
-                f.width = f.width.max(f.plain(v).len());
+                f.width = f.width.max(v.plain(dtype).len());
             }
             return f;
         }
         let finite: Vec<f64> = values
             .iter()
-            .copied()
+            .map(|v| v.value())
             .filter(|v| v.is_finite() && *v != 0.0)
             .collect();
         if !finite.is_empty() {
@@ -129,16 +162,10 @@ impl Formatter {
         f
     }
 
-    fn plain(&self, v: f64) -> String {
-        match self.dtype {
-            DType::Bool => if v != 0.0 { "True" } else { "False" }.into(),
-            _ => format!("{}", v as i64),
-        }
-    }
-
-    fn format(&self, v: f64) -> String {
+    fn format<T: Cell>(&self, x: T) -> String {
+        let v = x.value();
         let s = if !self.float {
-            self.plain(v)
+            x.plain(self.dtype)
         } else if !v.is_finite() {
             nonfinite(v)
         } else if self.sci_mode {
@@ -153,7 +180,7 @@ impl Formatter {
 }
 
 /// The values printed: all of them, or only the edges when summarising.
-fn shown_values(v: &[f64], shape: &[usize], summarize: bool, edge: usize) -> Vec<f64> {
+fn shown_values<T: Cell>(v: &[T], shape: &[usize], summarize: bool, edge: usize) -> Vec<T> {
     if shape.is_empty() {
         return v.to_vec();
     }
@@ -175,7 +202,7 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    fn vector(&self, v: &[f64], indent: usize) -> String {
+    fn vector<T: Cell>(&self, v: &[T], indent: usize) -> String {
         let elem = self.fmt.width + 2;
         let per_line = ((self.opts.linewidth.saturating_sub(indent)) / elem).max(1);
         let e = self.opts.edgeitems;
@@ -196,7 +223,7 @@ impl Printer<'_> {
         )
     }
 
-    fn tensor(&self, v: &[f64], shape: &[usize], indent: usize) -> String {
+    fn tensor<T: Cell>(&self, v: &[T], shape: &[usize], indent: usize) -> String {
         match shape.len() {
             0 => self.fmt.format(v[0]),
             1 => self.vector(v, indent),
@@ -232,6 +259,22 @@ fn size_tuple(shape: &[usize]) -> String {
 }
 
 impl Tensor {
+    /// The bracketed values, summarised past the threshold.
+    fn print_values<T: Cell>(&self, values: &[T], opts: &PrintOptions) -> String {
+        let summarize = self.numel() > opts.threshold;
+        let shown = if summarize {
+            shown_values(values, self.shape(), true, opts.edgeitems)
+        } else {
+            values.to_vec()
+        };
+        let printer = Printer {
+            fmt: Formatter::new(&shown, self.dtype(), opts),
+            opts,
+            summarize,
+        };
+        printer.tensor(values, self.shape(), "tensor(".len())
+    }
+
     fn render(&self) -> String {
         let opts = options();
         let prefix = "tensor(";
@@ -259,23 +302,19 @@ impl Tensor {
             if !matches!(self.dtype(), DType::F32 | DType::I64 | DType::Bool) {
                 suffixes.push(format!("dtype={}", self.dtype()));
             }
-            // values as f64 in row-major order (exact for every dtype we print)
-            let values: Vec<f64> = match self.values::<f64>("print") {
-                Ok(v) => v,
-                Err(e) => return format!("tensor(<unreadable: {e}>)"),
-            };
-            let summarize = self.numel() > opts.threshold;
-            let shown = if summarize {
-                shown_values(&values, self.shape(), true, opts.edgeitems)
+            // values in row-major order: floats as f64, integers and bools
+            // exactly as i64
+            let read = if self.dtype().is_float() {
+                self.values::<f64>("print")
+                    .map(|v| self.print_values(&v, &opts))
             } else {
-                values.clone()
+                self.values::<i64>("print")
+                    .map(|v| self.print_values(&v, &opts))
             };
-            let printer = Printer {
-                fmt: Formatter::new(&shown, self.dtype(), &opts),
-                opts: &opts,
-                summarize,
-            };
-            printer.tensor(&values, self.shape(), indent)
+            match read {
+                Ok(body) => body,
+                Err(e) => return format!("tensor(<unreadable: {e}>)"),
+            }
         };
         let mut out = format!("{prefix}{body}");
         let mut last_line = out.len() - out.rfind('\n').map_or(0, |i| i + 1) + 1;

@@ -6,12 +6,13 @@ use super::Tensor;
 use crate::error::{Error, Result};
 
 /// One operand's subscripts: a label per dim, the ellipsis standing for the
-/// broadcast dims (labels `0..` below 'A', one per ellipsis dim, right-aligned).
+/// broadcast dims (labels from 128 up, past every letter, one per ellipsis
+/// dim, right-aligned).
 type Labels = Vec<u8>;
 
-const ELLIPSIS_BASE: u8 = b'0';
-/// The most ellipsis dims an operand can have.
-const MAX_ELLIPSIS: usize = 16;
+const ELLIPSIS_BASE: u8 = 128;
+/// The most ellipsis dims an operand can have (PyTorch's most dims).
+const MAX_ELLIPSIS: usize = 64;
 
 impl Tensor {
     /// Batched matrix product of two 3-D tensors with the same batch size
@@ -133,8 +134,25 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
         ));
     }
     crate::tensor::same_device("einsum", operands)?;
-    let check_chars = |s: &str, at: usize| -> Result<()> {
-        let body = s.replace("...", "");
+    // PyTorch's errors for a '.' outside one ellipsis (`who`: "operand k" or
+    // "output"), then for any other character that is not a letter
+    let check_chars = |s: &str, at: usize, who: &str| -> Result<()> {
+        let body = s.replacen("...", "", 1);
+        if body.contains('.') {
+            let msg = if s.contains("...") {
+                if who == "output" {
+                    "einsum(): found '.' for output but an ellipsis (...) was already found"
+                        .to_string()
+                } else {
+                    format!("einsum(): found '.' for {who} for which an ellipsis was already found")
+                }
+            } else if who == "output" {
+                "einsum(): found '.' for output that is not part of any ellipsis (...)".to_string()
+            } else {
+                format!("einsum(): found '.' for {who} that is not part of any ellipsis")
+            };
+            return Err(Error::invalid("einsum", msg));
+        }
         match body.bytes().position(|c| !c.is_ascii_alphabetic()) {
             None => Ok(()),
             Some(i) => Err(Error::invalid(
@@ -150,7 +168,7 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
     let mut max_ellipsis = 0;
     let mut inputs = Vec::with_capacity(terms.len());
     for (k, (term, t)) in terms.iter().zip(operands).enumerate() {
-        check_chars(term, at)?;
+        check_chars(term, at, &format!("operand {k}"))?;
         at += term.len() + 1;
         let letters = term.replace("...", "");
         let has_ellipsis = term.contains("...");
@@ -166,6 +184,12 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
             ));
         }
         let n_ell = t.rank() - letters.len();
+        if n_ell > MAX_ELLIPSIS {
+            return Err(Error::invalid(
+                "einsum",
+                format!("einsum(): operand {k}'s ellipsis covers {n_ell} dims; at most {MAX_ELLIPSIS} are supported"),
+            ));
+        }
         max_ellipsis = max_ellipsis.max(n_ell);
         let mut labels = Labels::with_capacity(t.rank());
         let (before, after) = term.split_once("...").unwrap_or((term, ""));
@@ -201,7 +225,7 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
         .collect();
     let output = match rhs {
         Some(r) => {
-            check_chars(r, at + 1)?;
+            check_chars(r, at + 1, "output")?;
             let (before, after) = r.split_once("...").unwrap_or((r, ""));
             let mut out: Labels = before.bytes().collect();
             if r.contains("...") {

@@ -6,7 +6,7 @@
 use super::{grad, with_storages2, Storages, Tensor};
 use crate::autograd::Inputs;
 pub use crate::backend::op::Scalar;
-use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryOp};
+use crate::backend::op::{self as ops, BinaryCode, BinaryOp, CmpOp, UnaryCode, UnaryOp};
 use crate::backend::Storage;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{
@@ -482,6 +482,10 @@ impl Tensor {
             if let Some(c) = crate::tensor::autocast::to_f32_cuda(&[self])? {
                 return c[0].unary_op(name, op, rule);
             }
+        }
+        if self.dtype() == DType::Bool && op.code().0 == UnaryCode::Square {
+            // PyTorch squares a bool tensor as int64 (pow(x, 2)'s promotion)
+            return self.to_dtype(DType::I64)?.unary_op(name, op, rule);
         }
         self.check_unary_dtype::<O>(name)?;
         let t = if O::FLOAT_ONLY && !self.dtype().is_float() {

@@ -59,16 +59,22 @@ macro_rules! idx_ranges {
         }
         impl From<RangeInclusive<$t>> for Idx {
             fn from(r: RangeInclusive<$t>) -> Idx {
-                let end = bound(*r.end()).saturating_add(1);
-                Idx::Range { start: Some(bound(*r.start())), end: Some(end), step: 1 }
+                Idx::Range { start: Some(bound(*r.start())), end: inclusive_end(bound(*r.end())), step: 1 }
             }
         }
         impl From<RangeToInclusive<$t>> for Idx {
-            fn from(r: RangeToInclusive<$t>) -> Idx { Idx::Range { start: None, end: Some(bound(r.end).saturating_add(1)), step: 1 } }
+            fn from(r: RangeToInclusive<$t>) -> Idx { Idx::Range { start: None, end: inclusive_end(bound(r.end)), step: 1 } }
         }
     )*};
 }
 idx_ranges!(i64, i32, usize);
+
+/// The exclusive end of a range that ends at `end` inclusive: the next index,
+/// or none for the last element (`-1`, whose next index, 0, would be the
+/// first).
+fn inclusive_end(end: i64) -> Option<i64> {
+    (end != -1).then(|| end.saturating_add(1))
+}
 
 /// A range bound as an i64: one past i64's range (a usize) is as far as any
 /// dimension goes, which slicing clamps to its size.

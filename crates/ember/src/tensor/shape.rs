@@ -110,6 +110,9 @@ pub(crate) fn infer_shape(op: &'static str, s: &impl IntoShape, numel: usize) ->
             ),
         ));
     }
+    // an empty shape whose other sizes multiply past an address (its strides
+    // would), refused as the creation ops refuse it
+    crate::layout::checked_numel(op, &out)?;
     Ok(out)
 }
 

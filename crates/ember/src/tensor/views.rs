@@ -2,7 +2,7 @@
 //! slicing, expand, squeeze/unsqueeze) and the joins and splits (cat, stack, split,
 //! chunk).
 
-use super::shape::{dims_of, infer_shape, IntoShape};
+use super::shape::{infer_shape, IntoShape};
 use super::Tensor;
 use crate::backend::Storage;
 use crate::layout::{checked_numel, normalize_dim, Dims, Layout};
@@ -275,14 +275,10 @@ impl Tensor {
         ))
     }
 
-    /// A view broadcast to `shape` (`torch.broadcast_to`).
+    /// A view broadcast to `shape` (`torch.broadcast_to`, which is
+    /// [`expand`](Self::expand): `-1` keeps a dim's size).
     pub fn broadcast_to(&self, shape: impl IntoShape) -> Result<Tensor> {
-        let dims = dims_of("broadcast_to", &shape)?;
-        Ok(self.view_as(
-            "broadcast_to",
-            self.layout().broadcast_to("broadcast_to", &dims)?,
-            ViewGrad::Expand,
-        ))
+        self.expand(shape)
     }
 
     /// Joins tensors along an existing `dim`; dtypes promote, other dims must match.

@@ -303,6 +303,8 @@ def run_op(op, p, x):
         return torch.linspace(p["start"], p["end"], p["steps"], dtype=DTYPES[p["dtype"]])
     if op == "arange":
         return torch.arange(p["start"], p["end"], p["step"], dtype=DTYPES[p["dtype"]])
+    if op == "broadcast_to":
+        return torch.broadcast_to(a, p["shape"])
     if op == "eye":
         m = p.get("m")
         return torch.eye(p["n"], m if m is not None else p["n"], dtype=DTYPES[p["dtype"]])
@@ -3020,6 +3022,37 @@ case(FAM, "clamp_tensor__too_big", "clamp_tensor_", [rn(4), rn(3, 4)], {"min": T
 case(FAM, "clamp_tensor__int_float_min", "clamp_tensor_", [ri(3), rn(3)], {"min": True, "max": False})
 case(FAM, "clamp_tensor__f16_f64_min", "clamp_tensor_", [rn(3, dtype=torch.float16), rn(3, dtype=torch.float64)],
      {"min": True, "max": False}, grad=True)
+
+# ---- corners a new user met (session 45): einsum's dots outside one ellipsis
+# and more than 16 ellipsis dims, all/any over no dims, int64 past 2^53 cast
+# and printed exactly, pow(x, -0.5) as rsqrt, a bool squared, broadcast_to's -1,
+# a uint8 arange from a fractional start
+FAM = "corners"
+for nm, eq in (("second_ellipsis", "i......"), ("second_ellipsis_out", "i->......"),
+               ("stray_dot", "i."), ("stray_dot_out", "i->i."), ("dot_pair", "i..")):
+    case(FAM, f"einsum_{nm}", "einsum", [rn(3)], {"equation": eq}, same_message=True)
+case(FAM, "einsum_ellipsis_17", "einsum", [rn(*[1] * 16, 2)], {"equation": "...->..."}, grad=True)
+case(FAM, "einsum_ellipsis_broadcast_20", "einsum", [rn(*[1] * 20), rn(2, 2)], {"equation": "...,...->..."},
+     grad=True)
+_L = T([[1.0, 0.0, 2.0], [3.0, 4.0, NANV]])
+for op in ("all", "any"):
+    case(FAM, f"{op}_no_dims", op, [_L], {"dims": [], "keepdim": False})
+    case(FAM, f"{op}_no_dims_keep", op, [_L], {"dims": [], "keepdim": True})
+    case(FAM, f"{op}_no_dims_u8", op, [T([0, 3, 2], U8)], {"dims": [], "keepdim": False})
+_BIG = T([2**53 + 1, 2**60 + 255, 2**60 + 2**36 + 1, -(2**62) - 1, -1, -257, 65519, 65520, 70000, 257], I)
+for dt in ("uint8", "float32", "float16", "bfloat16", "float64", "bool"):
+    case(FAM, f"cast_i64_big_to_{dt}", "to_dtype", [_BIG], {"dtype": dt})
+case(FAM, "print_i64_big", "print", [T([2**53 + 1, -(2**63), 2**63 - 1], I)])
+case(FAM, "print_i64_big_2d", "print", [T([[2**53 + 1, 5], [-7, 2**62 + 3]], I)])
+_SPECIAL = [-0.0, -INF, INF, 0.0, -4.0, 4.0, NANV, 0.25]
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    case(FAM, f"pow_m05_{NAME[dt]}", "pow", [T(_SPECIAL, dt), -0.5])
+case(FAM, "pow_m05_grad", "pow", [T([0.25, 4.0, 9.0]), -0.5], grad=True)
+case(FAM, "square_bool", "square", [T([True, False])])
+case(FAM, "broadcast_to_minus1", "broadcast_to", [rn(3)], {"shape": [2, -1]}, grad=True)
+case(FAM, "broadcast_to_minus1_lead", "broadcast_to", [rn(3)], {"shape": [-1, 3]})
+case(FAM, "arange_u8_frac_start", "arange", [], {"start": -1.5, "end": 3.0, "step": 1.0, "dtype": "uint8"})
+case(FAM, "arange_u8_frac_step", "arange", [], {"start": 1, "end": 10, "step": 2.5, "dtype": "uint8"})
 
 # ----------------------------------------------------------------------------------
 

@@ -383,3 +383,26 @@ fn fills_write_through_views(dev: &Device) -> Result<()> {
 }
 
 device_test!(fills_write_through_views);
+
+/// An inclusive range ending at `-1` reaches the last element (it read as
+/// `..0`: nothing), and a reshape of an empty tensor whose other sizes multiply
+/// past an address is an error (it overflowed computing strides).
+fn inclusive_ranges_and_huge_empty_shapes(dev: &Device) -> Result<()> {
+    let t = Tensor::arange(0f32, 5f32, dev)?;
+    // (an end computed at run time: clippy refuses a literal `1..=-1`)
+    let last = -1i64;
+    assert_eq!(vals(&t.i(1..=last)?), [1., 2., 3., 4.]);
+    assert_eq!(vals(&t.i(..=last)?), [0., 1., 2., 3., 4.]);
+    assert_eq!(vals(&t.i(-3..=-2i64)?), [2., 3.]);
+    assert_eq!(vals(&t.i(1..=3usize)?), [1., 2., 3.]);
+    let empty = Tensor::zeros([0usize], DType::F32, dev)?;
+    let e = empty.reshape([0usize, 1 << 32, 1 << 32]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert_eq!(
+        empty.reshape([0usize, 1 << 20, 1 << 20])?.shape(),
+        [0, 1 << 20, 1 << 20]
+    );
+    Ok(())
+}
+
+device_test!(inclusive_ranges_and_huge_empty_shapes);

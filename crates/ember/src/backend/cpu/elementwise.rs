@@ -365,6 +365,21 @@ pub(crate) fn cast(data: &CpuData, l: &Layout, to: crate::dtype::DType) -> Resul
         (CpuData::F16(v), crate::dtype::DType::F32) => {
             return map1(v, l, f16::to_f32).map(CpuData::F32)
         }
+        // int64 past 2^53 without a trip through f64 (which rounds it first):
+        // uint8 wraps, floats are rounded once (the half types through float32,
+        // as PyTorch's and the CUDA kernels' casts go)
+        (CpuData::I64(v), crate::dtype::DType::U8) => {
+            return map1(v, l, |x| x as u8).map(CpuData::U8)
+        }
+        (CpuData::I64(v), crate::dtype::DType::F32) => {
+            return map1(v, l, |x| x as f32).map(CpuData::F32)
+        }
+        (CpuData::I64(v), crate::dtype::DType::F16) => {
+            return map1(v, l, |x| f16::from_f32(x as f32)).map(CpuData::F16)
+        }
+        (CpuData::I64(v), crate::dtype::DType::BF16) => {
+            return map1(v, l, |x| bf16::from_f32(x as f32)).map(CpuData::BF16)
+        }
         _ => {}
     }
     crate::dtype::dispatch!(data, v => go(v, l, to))

@@ -575,6 +575,9 @@ impl UnaryOp for PowScalar {
         match self.0 {
             2.0 => x * x,
             0.5 => x.sqrt(),
+            // PyTorch's rsqrt path: -0 gives -inf and -inf NaN (powf gives inf
+            // and 0)
+            -0.5 => F::one() / x.sqrt(),
             1.0 => x,
             e => x.powf(F::c(e)),
         }
