@@ -35,8 +35,9 @@ pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Re
     nll_loss_opts(log_probs, target, opts)
 }
 
-/// Cross-entropy of logits `[N, C]` against int64 class indices `[N]`, mean over the
-/// batch (`F.cross_entropy`; a target of -100 is ignored, as there).
+/// Cross-entropy of logits `[N, C]` against int64 (or uint8) class indices `[N]`,
+/// mean over the batch (`F.cross_entropy`; a target of -100 is ignored, as
+/// there).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     cross_entropy_opts(logits, target, LossOptions::default())
 }
@@ -87,6 +88,7 @@ impl Default for LossOptions<'_> {
 /// shape without the class dim, or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("cross_entropy");
+    not_differentiable("cross_entropy", "nll_loss_forward", "weight", opts.weight)?;
     let ls = opts.label_smoothing;
     if !(0.0..=1.0).contains(&ls) {
         return Err(Error::invalid(
@@ -100,6 +102,9 @@ pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) ->
             "cross_entropy",
             "ignore_index is not supported for floating point target",
         ));
+    }
+    if let Some(t) = byte_targets(input, target)? {
+        return cross_entropy_opts(input, &t, opts);
     }
     if fused_applies(input, target, &opts) {
         return fused_cross_entropy(input, target, opts);
@@ -234,11 +239,19 @@ fn check_class_targets(
         return Err(Error::shape(op, input.shape(), target.shape(), msg));
     }
     if target.dtype() != DType::I64 {
+        if input.rank() > 2 && target.dtype() == DType::U8 {
+            // PyTorch's nll_loss2d: "expected scalar type Long but found Byte"
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: DType::I64,
+                rhs: target.dtype(),
+            });
+        }
         return Err(Error::dtype(
             op,
             target.dtype(),
             format!(
-                "expected target dtype to be Long, but got {}",
+                "expected target dtype to be Long or Byte, but got {}",
                 target.dtype()
             ),
         ));
@@ -246,10 +259,46 @@ fn check_class_targets(
     Ok(())
 }
 
+/// PyTorch's refusal of a weight that requires grad while autograd records:
+/// its losses have no derivative for it (a gradient would be silently made up
+/// on one path and missing on another).
+fn not_differentiable(
+    op: &'static str,
+    function: &str,
+    arg: &str,
+    t: Option<&Tensor>,
+) -> Result<()> {
+    if t.is_some_and(|t| crate::autograd::needs_grad(&[t])) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "The function '{function}' is not differentiable with respect to argument \
+                 '{arg}'. This input cannot have requires_grad True."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// uint8 class indices as int64, for an input of `[N, C]` or `[C]`, where
+/// PyTorch takes them beside int64 (labels read from MNIST's IDX files are
+/// uint8); with more dims PyTorch refuses them, and so does the check.
+fn byte_targets(input: &Tensor, target: &Tensor) -> Result<Option<Tensor>> {
+    if target.dtype() == DType::U8 && input.rank() <= 2 && input.shape() != target.shape() {
+        Ok(Some(target.to_dtype(DType::I64)?))
+    } else {
+        Ok(None)
+    }
+}
+
 /// `F.nll_loss` with all its arguments, on log-probabilities of the layouts of
 /// [`cross_entropy_opts`] (class indices only; `label_smoothing` must be 0).
 pub fn nll_loss_opts(log_probs: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("nll_loss");
+    not_differentiable("nll_loss", "nll_loss_forward", "weight", opts.weight)?;
+    if let Some(t) = byte_targets(log_probs, target)? {
+        return nll_loss_opts(log_probs, &t, opts);
+    }
     if let Some(c) = crate::tensor::autocast::to_f32(&[log_probs, target])? {
         return nll_loss_opts(&c[0], &c[1], opts);
     }
@@ -498,6 +547,13 @@ pub fn bce_with_logits_opts(
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("binary_cross_entropy_with_logits");
     const OP: &str = "bce_with_logits";
+    not_differentiable(OP, "binary_cross_entropy_with_logits", "weight", weight)?;
+    not_differentiable(
+        OP,
+        "binary_cross_entropy_with_logits",
+        "pos_weight",
+        pos_weight,
+    )?;
     let mut ts = vec![logits, target];
     ts.extend(weight);
     ts.extend(pos_weight);

@@ -214,11 +214,17 @@ pub trait Module: Send + Sync {
     /// Switches between training (`true`) and evaluation behaviour (dropout, batch norm).
     fn set_training(&mut self, _training: bool) {}
 
-    /// The parameters, in the order of [`named_parameters`](Self::named_parameters).
+    /// The parameters, in the order of [`named_parameters`](Self::named_parameters),
+    /// each once: a tensor two layers share (a tied weight) is listed at its
+    /// first place only, as PyTorch's `parameters()` lists it, so that an
+    /// optimizer steps it once (with the gradient of both uses) and
+    /// [`num_parameters`](Self::num_parameters) counts it once.
     fn parameters(&self) -> Vec<Tensor> {
+        let mut seen = std::collections::HashSet::new();
         self.named_parameters()
             .into_iter()
             .map(|(_, p)| p)
+            .filter(|p| seen.insert(p.id()))
             .collect()
     }
 
@@ -335,12 +341,37 @@ fn tensors_of(m: &dyn Module) -> impl Iterator<Item = Tensor> {
 /// or the cast) refuses before any child has changed. (A child without such
 /// tensors, or with several values, is not asked first: the question would
 /// change it.)
+///
+/// A tensor shared by two children (a weight tied by assigning one tensor to
+/// two layers) that the move would change is refused before anything moves:
+/// each child would make its own copy, and the two would train apart
+/// (PyTorch's `model.to()` keeps them one). Move the model first, then tie.
 fn all_children<K: Copy + PartialEq>(
+    op: &'static str,
     mut children: Vec<&mut dyn Module>,
     now: impl Fn(&Tensor) -> Option<K>,
     apply: impl Fn(&mut dyn Module, K) -> Result<()>,
     target: K,
 ) -> Result<()> {
+    let mut owner: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for (i, m) in children.iter().enumerate() {
+        for t in tensors_of(&**m) {
+            let changes = now(&t).is_some_and(|v| v != target);
+            match owner.insert(t.id(), i) {
+                Some(j) if j != i && changes => {
+                    return Err(crate::error::Error::invalid(
+                        op,
+                        format!(
+                            "children {j} and {i} share a parameter or buffer (a tied \
+                             weight): each would get its own copy, and the two would train \
+                             apart; move or cast the model before tying the weights"
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
     for m in children.iter_mut() {
         let values: Vec<K> = tensors_of(&**m).filter_map(|t| now(&t)).collect();
         if let Some(&here) = values.first() {
@@ -355,6 +386,7 @@ fn all_children<K: Copy + PartialEq>(
 /// Moves `children` to `device` ([`all_children`]).
 pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
     all_children(
+        "to_device",
         children,
         |t| Some(t.device()),
         |m, d| m.to_device(&d),
@@ -367,6 +399,7 @@ pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> 
 pub(crate) fn to_dtype_all(children: Vec<&mut dyn Module>, dtype: DType) -> Result<()> {
     float_target(dtype)?;
     all_children(
+        "to_dtype",
         children,
         |t| t.dtype().is_float().then_some(t.dtype()),
         |m, d| m.to_dtype(d),

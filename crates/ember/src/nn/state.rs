@@ -79,9 +79,13 @@ pub(crate) fn check_state(
     // a name given twice: the later entry wins, as in a Python dict
     let shapes: HashMap<&str, &[usize]> = given.iter().copied().collect();
     let want: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+    // batch norm's `num_batches_tracked` (PyTorch's state version 2) may be
+    // absent, as in states saved before it existed: the model keeps its own,
+    // as PyTorch's batch norm fills it in when loading such a state
+    let optional = |n: &str| n == "num_batches_tracked" || n.ends_with(".num_batches_tracked");
     let missing: Vec<String> = params
         .iter()
-        .filter(|(n, _)| !shapes.contains_key(n.as_str()))
+        .filter(|(n, _)| !shapes.contains_key(n.as_str()) && !optional(n))
         .map(|(n, _)| n.clone())
         .collect();
     let mut unexpected: Vec<String> = Vec::new();

@@ -626,10 +626,11 @@ impl ReduceLrOnPlateau {
     /// PyTorch's defaults: mode `min`, factor 0.1, patience 10, threshold 1e-4
     /// (relative), no cooldown, `min_lr` 0, `eps` 1e-8.
     pub fn new(factor: f64, patience: usize) -> Result<ReduceLrOnPlateau> {
-        if factor >= 1.0 || factor <= 0.0 {
+        // PyTorch's one bound (0 drops to min_lr, as there); NaN is refused
+        if factor >= 1.0 || factor.is_nan() {
             return Err(Error::invalid(
                 "ReduceLROnPlateau",
-                "Factor should be < 1.0.",
+                format!("Factor should be < 1.0 (got {factor})."),
             ));
         }
         Ok(ReduceLrOnPlateau {

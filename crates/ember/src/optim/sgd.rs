@@ -130,7 +130,7 @@ impl Sgd {
 
     /// Momentum factor (0 disables it; negative or not finite is an error).
     pub fn momentum(mut self, m: f64) -> Result<Sgd> {
-        self.check_momentum(m)?;
+        check_non_negative("SGD", "momentum value", m)?;
         self.momentum = m;
         Ok(self)
     }
@@ -154,26 +154,29 @@ impl Sgd {
                 format!("Invalid dampening value: {d}"),
             ));
         }
-        if self.nesterov && d != 0.0 {
-            return Err(Error::invalid(
-                "SGD",
-                "Nesterov momentum requires a momentum and zero dampening",
-            ));
-        }
         self.dampening = d;
         Ok(self)
     }
 
-    /// Nesterov momentum (needs momentum > 0 and no dampening).
+    /// Nesterov momentum (needs momentum > 0 and no dampening). The three
+    /// settings are checked together by the first [`step`](Optimizer::step),
+    /// before anything changes, so the builder calls may come in any order
+    /// (`.nesterov(true)?.momentum(0.9)?` as PyTorch's keyword arguments).
     pub fn nesterov(mut self, on: bool) -> Result<Sgd> {
-        if on && (self.momentum <= 0.0 || self.dampening != 0.0) {
+        self.nesterov = on;
+        Ok(self)
+    }
+
+    /// PyTorch's refusal of Nesterov momentum without a momentum or with
+    /// dampening.
+    fn check_nesterov(&self, momentum: f64) -> Result<()> {
+        if self.nesterov && (momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::invalid(
                 "SGD",
                 "Nesterov momentum requires a momentum and zero dampening",
             ));
         }
-        self.nesterov = on;
-        Ok(self)
+        Ok(())
     }
 }
 
@@ -245,6 +248,7 @@ impl Optimizer for Sgd {
             crate::backend::meta::account::Phase::Optimizer,
         );
         let momentum = self.cycled.unwrap_or(self.momentum);
+        self.check_nesterov(momentum)?;
         if self.foreach && self.foreach_step(momentum)? {
             return Ok(());
         }

@@ -3054,6 +3054,18 @@ case(FAM, "broadcast_to_minus1_lead", "broadcast_to", [rn(3)], {"shape": [-1, 3]
 case(FAM, "arange_u8_frac_start", "arange", [], {"start": -1.5, "end": 3.0, "step": 1.0, "dtype": "uint8"})
 case(FAM, "arange_u8_frac_step", "arange", [], {"start": 1, "end": 10, "step": 2.5, "dtype": "uint8"})
 
+# uint8 class indices, which PyTorch takes beside int64 for [N, C] and [C]
+# inputs (not for more dims); a class weight that requires grad is refused
+_CE = {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}
+_U8T = T([0, 2, 1, 2], U8)
+case(FAM, "ce_u8_target", "cross_entropy_opts", [rn(4, 3), _U8T], _CE, grad=True)
+case(FAM, "nll_u8_target", "nll_loss_opts", [rn(4, 3).log_softmax(1), _U8T], _CE, grad=True)
+case(FAM, "ce_u8_target_unbatched", "cross_entropy_opts", [rn(3), T(1, U8)], _CE, grad=True)
+case(FAM, "ce_u8_target_smooth_ignore", "cross_entropy_opts", [rn(4, 3), _U8T],
+     {"weight": [0.5, 1.0, 2.0], "ignore_index": 2, "reduction": "sum", "label_smoothing": 0.1}, grad=True)
+case(FAM, "ce_u8_target_spatial", "cross_entropy_opts", [rn(2, 3, 2, 2), torch.zeros(2, 2, 2, dtype=U8)], _CE)
+case(FAM, "ce_float_target_spatial", "cross_entropy_opts", [rn(2, 3, 2, 2), torch.zeros(2, 2, 2)], _CE)
+
 # ----------------------------------------------------------------------------------
 
 out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")

@@ -1,6 +1,6 @@
 //! safetensors files, state dicts and checkpoints.
 
-use super::vals;
+use super::{assert_close, vals};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer};
 use ember::prelude::*;
@@ -520,17 +520,24 @@ fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
         .unwrap()
         .to_string();
     assert!(e.contains("Invalid momentum value"), "{e}");
-    // Nesterov needs momentum and no dampening, in either order of the calls
-    assert!(Sgd::new(p(), 0.1)?.nesterov(true).is_err());
-    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
-    assert!(n.dampening(0.1).is_err());
-    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
-    assert!(
-        n.momentum(0.0).is_err(),
-        "Nesterov keeps needing a momentum"
-    );
-    let n = Sgd::new(p(), 0.1)?.momentum(0.9)?.nesterov(true)?;
-    assert!(n.momentum(0.5).is_ok());
+    // Nesterov needs momentum and no dampening: checked together by the first
+    // step, before anything changes, so the builder calls come in any order
+    // (PyTorch's keyword arguments have none)
+    let w = Tensor::ones([2], DType::F32, &Device::Cpu)?.requires_grad_(true)?;
+    w.mul(3.0)?.sum_all()?.backward()?;
+    let sgd = || Sgd::new(vec![w.clone()], 0.1);
+    for mut bad in [
+        sgd()?.nesterov(true)?,
+        sgd()?.momentum(0.9)?.nesterov(true)?.dampening(0.1)?,
+        sgd()?.nesterov(true)?.momentum(0.9)?.momentum(0.0)?,
+    ] {
+        let e = bad.step().unwrap_err().to_string();
+        assert!(e.contains("Nesterov momentum requires"), "{e}");
+        assert_eq!(vals(&w), [1.0, 1.0], "nothing stepped");
+    }
+    sgd()?.nesterov(true)?.momentum(0.9)?.step()?;
+    // PyTorch: buf = g = 3, the step takes g + 0.9 buf = 5.7
+    assert_close(&vals(&w), &[0.43, 0.43], 1e-6, 0.0);
     // a loaded state with a bad learning rate is refused
     let mut opt = Sgd::new(p(), 0.1)?;
     let mut state = opt.state()?;

@@ -381,7 +381,7 @@ fn modules_and_errors(dev: &Device) -> Result<()> {
     )
     .is_err());
     assert!(
-        Sgd::new(vec![], 0.1)?.nesterov(true).is_err(),
+        Sgd::new(vec![], 0.1)?.nesterov(true)?.step().is_err(),
         "nesterov needs momentum"
     );
     Ok(())
@@ -4371,5 +4371,102 @@ fn attention_dropout_draws_new_masks_in_each_graph_replay(dev: &Device) -> Resul
     let second = vals(&y);
     assert!(first.iter().any(|x| *x != 0.0));
     assert_ne!(first, second, "two replays dropped the same weights");
+    Ok(())
+}
+
+/// A weight two layers share (tied as PyTorch's `head.weight = emb.weight`) is
+/// one parameter: listed once and stepped once with the gradient of both uses
+/// (it was stepped twice); a cast or move that would untie it is refused
+/// before anything changes.
+#[test]
+fn a_tied_weight_is_one_parameter() -> Result<()> {
+    let dev = Device::Cpu;
+    ember::manual_seed(0);
+    let emb = nn::Embedding::new(4, 4, &dev)?;
+    let mut head = nn::Linear::with_bias(4, 4, false, &dev)?;
+    head.weight = emb.weight.clone();
+    let mut model = nn::Sequential::new().add(emb).add(head);
+    assert_eq!(model.parameters().len(), 1);
+    assert_eq!(model.num_parameters(), 16);
+    // the state dict keeps both names, as PyTorch's
+    assert_eq!(model.state_dict().len(), 2);
+    let w0 = vals(&model.parameters()[0]);
+    let mut opt = Sgd::new(model.parameters(), 0.1)?;
+    model
+        .forward(&Tensor::new([0i64, 1], &dev)?)?
+        .sum_all()?
+        .backward()?;
+    let g = vals(&model.parameters()[0].grad().expect("a gradient"));
+    opt.step()?;
+    let want: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| w - 0.1 * g).collect();
+    assert_close(&vals(&model.parameters()[0]), &want, 1e-6, 1e-7);
+    let e = model.to_dtype(DType::F64).unwrap_err();
+    assert!(e.to_string().contains("share a parameter"), "{e}");
+    assert_eq!(model.parameters()[0].dtype(), DType::F32);
+    // a move that changes nothing is not a problem
+    model.to_device(&Device::Cpu)?;
+    assert_eq!(model.parameters().len(), 1);
+    Ok(())
+}
+
+/// Corners a PyTorch user meets, as PyTorch has them: a batch norm state saved
+/// before `num_batches_tracked` existed loads strictly (the count is kept); a
+/// loss weight that requires grad is refused while recording (its losses have
+/// no derivative for it); a plateau factor of 0 drops the rate to `min_lr`.
+#[test]
+fn loading_old_batch_norm_states_and_loss_weight_refusals() -> Result<()> {
+    use ember::optim::ReduceLrOnPlateau;
+    let dev = Device::Cpu;
+    let src = nn::BatchNorm2d::new(3, &dev)?;
+    let mean = src.running_mean.as_ref().expect("running statistics");
+    mean.copy_(&Tensor::new([1f32, 2., 3.], &dev)?)?;
+    let old: Vec<(String, Tensor)> = src
+        .state_dict()
+        .into_iter()
+        .filter(|(k, _)| k != "num_batches_tracked")
+        .collect();
+    let bn = nn::BatchNorm2d::new(3, &dev)?;
+    let r = bn.load_state_dict(&old, true)?;
+    assert!(r.is_empty(), "{r:?}");
+    assert_eq!(vals(bn.running_mean.as_ref().unwrap()), [1., 2., 3.]);
+    let model = nn::Sequential::new().add(nn::BatchNorm2d::new(3, &dev)?);
+    let prefixed: Vec<(String, Tensor)> = old
+        .iter()
+        .map(|(k, t)| (format!("0.{k}"), t.clone()))
+        .collect();
+    assert!(model.load_state_dict(&prefixed, true)?.is_empty());
+
+    let x = Tensor::randn([4, 3], &dev)?.requires_grad_(true)?;
+    let y = Tensor::rand([4, 3], &dev)?;
+    let w = Tensor::ones([3], DType::F32, &dev)?.requires_grad_(true)?;
+    for r in [
+        nn::bce_with_logits_opts(&x, &y, Some(&w), None, Reduction::Mean),
+        nn::bce_with_logits_opts(&x, &y, None, Some(&w), Reduction::Mean),
+        nn::cross_entropy_opts(
+            &x,
+            &Tensor::new([0i64, 1, 2, 1], &dev)?,
+            nn::LossOptions {
+                weight: Some(&w),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("is not differentiable with respect to argument"),
+            "{e}"
+        );
+    }
+    // without recording, the weight is a weight
+    ember::no_grad(|| nn::bce_with_logits_opts(&x, &y, None, Some(&w), Reduction::Mean))?;
+
+    let p = Tensor::zeros([1], DType::F32, &dev)?.requires_grad_(true)?;
+    let mut opt = Sgd::new(vec![p], 0.1)?;
+    let mut plateau = ReduceLrOnPlateau::new(0.0, 0)?;
+    plateau.step_metric(&mut opt, 1.0);
+    plateau.step_metric(&mut opt, 2.0);
+    assert_eq!(opt.lr(), 0.0);
+    assert!(ReduceLrOnPlateau::new(1.0, 0).is_err());
+    assert!(ReduceLrOnPlateau::new(f64::NAN, 0).is_err());
     Ok(())
 }
