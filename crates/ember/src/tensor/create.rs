@@ -275,9 +275,22 @@ impl Tensor {
         if matches!(dtype, DType::I64 | DType::U8) {
             // exact integers, also beyond 2^53, from start and step truncated
             // first (PyTorch's; a uint8 one then wraps: -1.5 gives 255, 0, 1, ...)
+            const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+            if [s, e, st].iter().any(|v| !(-TWO_63..TWO_63).contains(v)) {
+                return Err(Error::invalid(
+                    "arange",
+                    format!(
+                        "value cannot be converted to type int64_t without overflow \
+                         (start={s}, end={e}, step={st})"
+                    ),
+                ));
+            }
             let (s, st) = (s as i64, st as i64);
+            // (each value lies between start and end, so the wrapping sum is
+            // exact where `i * st` alone would overflow)
             return Tensor::from_host_with(&[n], DType::I64, *device, || {
-                try_collect(n, (0..n as i64).map(|i| s + i * st)).map(CpuData::I64)
+                try_collect(n, (0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(st))))
+                    .map(CpuData::I64)
             })?
             .to_dtype(dtype);
         }

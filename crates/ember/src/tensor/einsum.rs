@@ -134,35 +134,49 @@ fn parse(equation: &str, operands: &[&Tensor]) -> Result<(Vec<Labels>, Labels)> 
         ));
     }
     crate::tensor::same_device("einsum", operands)?;
-    // PyTorch's errors for a '.' outside one ellipsis (`who`: "operand k" or
-    // "output"), then for any other character that is not a letter
+    // PyTorch's errors, at the first character that is neither a letter nor
+    // part of the term's one ellipsis (`who`: "operand k" or "output")
     let check_chars = |s: &str, at: usize, who: &str| -> Result<()> {
-        let body = s.replacen("...", "", 1);
-        if body.contains('.') {
-            let msg = if s.contains("...") {
-                if who == "output" {
-                    "einsum(): found '.' for output but an ellipsis (...) was already found"
-                        .to_string()
-                } else {
-                    format!("einsum(): found '.' for {who} for which an ellipsis was already found")
+        let b = s.as_bytes();
+        let (mut i, mut ellipsis) = (0, false);
+        while i < b.len() {
+            if b[i] == b'.' {
+                if !ellipsis && b[i..].starts_with(b"...") {
+                    (ellipsis, i) = (true, i + 3);
+                    continue;
                 }
-            } else if who == "output" {
-                "einsum(): found '.' for output that is not part of any ellipsis (...)".to_string()
-            } else {
-                format!("einsum(): found '.' for {who} that is not part of any ellipsis")
-            };
-            return Err(Error::invalid("einsum", msg));
+                let msg = match (ellipsis, who == "output") {
+                    (true, true) => {
+                        "einsum(): found '.' for output but an ellipsis (...) was already found"
+                            .to_string()
+                    }
+                    (true, false) => {
+                        format!(
+                            "einsum(): found '.' for {who} for which an ellipsis was already found"
+                        )
+                    }
+                    (false, true) => {
+                        "einsum(): found '.' for output that is not part of any ellipsis (...)"
+                            .to_string()
+                    }
+                    (false, false) => {
+                        format!("einsum(): found '.' for {who} that is not part of any ellipsis")
+                    }
+                };
+                return Err(Error::invalid("einsum", msg));
+            }
+            if !b[i].is_ascii_alphabetic() {
+                return Err(Error::invalid(
+                    "einsum",
+                    format!(
+                        "einsum(): invalid subscript given at index {} in the equation string, subscripts must be in [a-zA-Z]",
+                        at + i
+                    ),
+                ));
+            }
+            i += 1;
         }
-        match body.bytes().position(|c| !c.is_ascii_alphabetic()) {
-            None => Ok(()),
-            Some(i) => Err(Error::invalid(
-                "einsum",
-                format!(
-                    "einsum(): invalid subscript given at index {} in the equation string, subscripts must be in [a-zA-Z]",
-                    at + s.find(body.as_bytes()[i] as char).unwrap_or(i)
-                ),
-            )),
-        }
+        Ok(())
     };
     let mut at = 0;
     let mut max_ellipsis = 0;

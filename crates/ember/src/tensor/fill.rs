@@ -23,8 +23,10 @@ impl Tensor {
     ///
     /// Autograd: the old values get a zero gradient and a value tensor the sum
     /// of the gradient (PyTorch's rules). A leaf that requires grad is refused,
-    /// as for every in-place op. An expanded view is filled (each of its
-    /// elements takes the value), as PyTorch fills one.
+    /// as for every in-place op. An expanded view is filled by a number or a
+    /// value on another device (each of its elements takes the value), as
+    /// PyTorch fills one; by a 0-d tensor on its device it is refused, as
+    /// `copy_` refuses it (PyTorch's too).
     ///
     /// ```
     /// # use ember::{Device, Tensor};
@@ -95,10 +97,11 @@ impl Tensor {
     /// (`Tensor.masked_fill`). The mask is a bool tensor on this tensor's
     /// device; it and this tensor broadcast together. The dtype stays this
     /// tensor's. The value is a number, or a 0-d tensor (PyTorch's error
-    /// otherwise) on this tensor's device or any other (a CPU scalar beside a
+    /// otherwise) on this tensor's device or on the CPU (a CPU scalar beside a
     /// GPU tensor). A number, or a value on the CPU, that the dtype cannot hold
     /// is an error, as in [`Tensor::full`]; a value on a GPU is converted as
-    /// [`to_dtype`](Self::to_dtype) converts (not read on the host).
+    /// [`to_dtype`](Self::to_dtype) converts, not read on the host (PyTorch's
+    /// CUDA kernel reads it, and refuses 300 for uint8 where ember writes 44).
     ///
     /// Autograd: this tensor gets the gradient where the mask is false, a value
     /// tensor the sum of the gradient where it is true.
@@ -109,7 +112,8 @@ impl Tensor {
     /// In-place [`masked_fill`](Self::masked_fill) (`Tensor.masked_fill_`): the
     /// mask broadcasts to this tensor's shape (not the other way round). While
     /// autograd records, a leaf that requires grad, a view and a tensor with live
-    /// views are refused, as for every in-place op.
+    /// views are refused, as for every in-place op. An expanded view is refused
+    /// (PyTorch writes one with a deprecation warning).
     ///
     /// ```
     /// # use ember::{Device, Tensor};
@@ -159,6 +163,11 @@ impl Tensor {
                             v.rank()
                         ),
                     ));
+                }
+                if v.device() != dev && !is_cpu_scalar(v) {
+                    // PyTorch's masked_fill takes a value on the tensor's device,
+                    // or a CPU scalar
+                    super::same_device(op, &[self, v])?;
                 }
                 if is_cpu_scalar(v) {
                     super::create::check_fill_value(op, v.scalar_value()?, dt)?;

@@ -158,7 +158,11 @@ impl Tensor {
         self.recip()?.mul(scalar.into())
     }
 
-    /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`).
+    /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`). A scalar
+    /// exponent of 0.5 or -0.5 is `sqrt` or `1 / sqrt` on every dtype and
+    /// device, as PyTorch's kernels compute it (so `(-0.0).pow(-0.5)` is -inf);
+    /// PyTorch's CPU kernel for float16 alone uses `pow` there, which differs at
+    /// -0 and -inf.
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
         let exponent = exponent.into();
         // on CUDA's autocast float32 list (base and exponent)

@@ -74,9 +74,9 @@ impl Metric for Loss {
 }
 
 /// The fraction of samples whose target class is among the `k` highest scores
-/// (`k = 1`: accuracy), the `k` that `torch.topk` picks (of equal scores, the
-/// first ones). Outputs `[N, C]` scores with `C >= k`, targets `[N]` class
-/// indices.
+/// (`k = 1`: accuracy); of equal scores the lowest indices count as the higher
+/// (PyTorch's `topk` leaves ties unspecified). Outputs `[N, C]` scores with
+/// `C >= k`, targets `[N]` class indices.
 pub struct TopKAccuracy {
     k: usize,
     correct: Option<Tensor>,
@@ -122,9 +122,11 @@ impl Metric for TopKAccuracy {
         let correct = if self.k == 1 {
             output.argmax(1, false)?.eq(&target)?
         } else {
-            // among the k indices torch.topk picks (the first of equal scores,
-            // as argmax for k = 1): a tie at the k-th place is not a hit for
-            // every class in it
+            // the target is among the k best when fewer than k classes beat it:
+            // a higher score, or an equal one at a lower index (of equal scores
+            // the lowest indices are taken, as argmax takes the first for k = 1;
+            // a tie at the k-th place is not a hit for every class in it). One
+            // pass over the scores, no sort.
             let classes = output.shape()[1];
             if self.k > classes {
                 return Err(Error::invalid(
@@ -136,8 +138,13 @@ impl Metric for TopKAccuracy {
                     ),
                 ));
             }
-            let (_, picked) = output.topk(self.k, 1, true)?;
-            picked.eq(&target.unsqueeze(1)?)?.any(1, false)?
+            let t = target.unsqueeze(1)?;
+            let score = output.gather(1, &t)?;
+            let column = Tensor::arange(0i64, classes as i64, &output.device())?;
+            let ahead = output
+                .gt(&score)?
+                .logical_or(&output.eq(&score)?.logical_and(&column.lt(&t)?)?)?;
+            ahead.sum(1, false)?.lt(self.k as i64)?
         };
         accumulate(&mut self.correct, &correct.sum_all()?)?;
         self.n += target.numel();

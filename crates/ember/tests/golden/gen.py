@@ -2955,7 +2955,9 @@ for dt, tag, rt in ((torch.bfloat16, "bf16", 2e-3), (torch.float16, "f16", 4.8e-
 
 # ---- writing values: masked_fill with a 0-d tensor value, and the in-place
 # fill_, zero_, masked_fill_ and clamp_ (on a copy of the input, so that they
-# record when it requires grad): values, dtypes, PyTorch's refusals, gradients
+# record when it requires grad; "of_transposed" is a copy of a transposed view,
+# and writes through views are tests/tensor/views.rs's): values, dtypes,
+# PyTorch's refusals, gradients
 FAM = "fill_ops"
 _M = ri(3, 4, lo=0, hi=2).bool()
 _mk = T([True, False, True])
@@ -2982,7 +2984,7 @@ case(FAM, "masked_fill__0d_self_1d_mask", "masked_fill_", [T(1.0), T([True]), 2.
 case(FAM, "masked_fill__int_float_value", "masked_fill_", [ri(3), _mk, 2.5])
 case(FAM, "masked_fill__cpu_value", "masked_fill_", [rn(3, 4), _M, In(T(0.5), cpu=True)], grad=True)
 case(FAM, "masked_fill__0d", "masked_fill_", [T(1.0), T(True), T(3.0)], grad=True)
-case(FAM, "masked_fill__transposed", "masked_fill_",
+case(FAM, "masked_fill__of_transposed", "masked_fill_",
      [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), _M, -2.0], grad=True)
 case(FAM, "fill__float", "fill_", [rn(2, 3), 1.5], grad=True)
 case(FAM, "fill__int_float_value", "fill_", [ri(2, 3), 2.7])
@@ -3002,7 +3004,7 @@ case(FAM, "fill__0d", "fill_", [T(1.0), -3.0], grad=True)
 case(FAM, "fill__empty", "fill_", [torch.zeros(0, 3), 1.0], grad=True)
 case(FAM, "zero__float", "zero_", [rn(2, 3)], grad=True)
 case(FAM, "zero__int", "zero_", [ri(2, 3)])
-case(FAM, "zero__narrowed", "zero_", [In(rn(3, 4), [{"op": "narrow", "args": [1, 1, 2]}])], grad=True)
+case(FAM, "zero__of_narrowed", "zero_", [In(rn(3, 4), [{"op": "narrow", "args": [1, 1, 2]}])], grad=True)
 case(FAM, "clamp__both", "clamp_", [rn(3, 4)], {"min": -0.5, "max": 0.5}, grad=True)
 case(FAM, "clamp__min", "clamp_", [rn(3, 4)], {"min": 0.1}, grad=True)
 case(FAM, "clamp__int_int", "clamp_", [ri(3, 4)], {"min": 1, "max": 3})
@@ -3054,6 +3056,14 @@ case(FAM, "broadcast_to_minus1_lead", "broadcast_to", [rn(3)], {"shape": [-1, 3]
 case(FAM, "arange_u8_frac_start", "arange", [], {"start": -1.5, "end": 3.0, "step": 1.0, "dtype": "uint8"})
 case(FAM, "arange_u8_frac_step", "arange", [], {"start": 1, "end": 10, "step": 2.5, "dtype": "uint8"})
 
+for nm, eq in (("dot_before_ellipsis", ".a...->a"), ("dots_then_ellipsis", "a..b..."),
+               ("dot_before_ellipsis_out", "a...->.a...")):
+    case(FAM, f"einsum_{nm}", "einsum", [rn(2, 2)], {"equation": eq}, same_message=True)
+case(FAM, "einsum_bad_char_out", "einsum", [rn(2, 2), rn(2, 2)], {"equation": "ij,jk->i1"}, same_message=True)
+for dt in ("int64", "uint8"):
+    case(FAM, f"arange_{dt}_past_int64", "arange", [],
+         {"start": 9.3e18, "end": 9.3e18 + 4096, "step": 2048.0, "dtype": dt})
+case(FAM, "arange_int64_wide", "arange", [], {"start": -9.2e18, "end": 9.2e18, "step": 4.6e18, "dtype": "int64"})
 # uint8 class indices, which PyTorch takes beside int64 for [N, C] and [C]
 # inputs (not for more dims); a class weight that requires grad is refused
 _CE = {"weight": None, "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0}

@@ -360,6 +360,13 @@ fn fills_write_through_views(dev: &Device) -> Result<()> {
         .is_err());
     let ints = Tensor::new([1i64, 5, 9], dev)?;
     assert!(ints.clamp_(Some(2.5), None).is_err());
+    // a value on another device that is not a CPU scalar
+    let elsewhere = Tensor::scalar(0f32, &Device::Meta)?;
+    let mask = Tensor::new([true, false, true], dev)?;
+    assert!(matches!(
+        z.masked_fill(&mask, &elsewhere),
+        Err(Error::DeviceMismatch { .. })
+    ));
     assert_eq!((vals(&z), vals(&ints)), (vec![1.0; 3], vec![1., 5., 9.]));
     // a leaf that requires grad: refused (its values kept), written under no_grad
     let w = Tensor::ones([3], DType::F32, dev)?.requires_grad_(true)?;
