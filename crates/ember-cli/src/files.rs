@@ -271,6 +271,18 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
             *name = key.rsplit('/').next().unwrap_or(key).to_string();
         }
     }
+    // a file that is one tensor (`torch.save(t, "t.pt")`) has no name for it:
+    // the input's file name gives one
+    if let [(name, _)] = tensors.as_mut_slice() {
+        if name.is_empty() {
+            *name = input
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "tensor".into());
+            println!("the file holds one tensor without a name: writing it as {name:?}");
+        }
+    }
     if tensors.is_empty() {
         return Err(invalid(
             "convert",
@@ -281,10 +293,13 @@ pub fn convert(args: &ConvertArgs) -> Result<()> {
         .iter()
         .map(|(_, t)| t.numel() * t.dtype().size_in_bytes())
         .sum();
-    io::save(&tensors, output)?;
+    let count = tensors.len();
+    // (each tensor dropped once its bytes are made: a checkpoint's size in
+    // memory twice at most, not three times)
+    io::save_owned(tensors, output)?;
     println!(
         "wrote {} ({}) to {}",
-        crate::paths::count(tensors.len(), "tensor"),
+        crate::paths::count(count, "tensor"),
         fmt_bytes(bytes),
         output.display()
     );

@@ -1663,6 +1663,24 @@ fn inspect_and_convert_pytorch_files() {
         let (ok, _, err) = ember(&args);
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
+    // a file that is one tensor: named after the file, and the output says
+    // format = pt (Hugging Face's loaders look for it)
+    let one_out = dir.join("one.safetensors");
+    let (ok, out, err) = ember(&[
+        "convert",
+        &format!("{golden}/one_tensor.pt"),
+        one_out.to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("\"one_tensor\""), "{out}{err}");
+    let written = ember::io::load(&one_out, &ember::Device::Cpu).unwrap();
+    assert_eq!(written[0].0, "one_tensor");
+    assert_eq!(
+        written[0].1.to_vec::<f32>().unwrap(),
+        [0., 1., 2., 3., 4., 5.]
+    );
+    assert!(ember::io::metadata(&one_out)
+        .unwrap()
+        .contains(&("format".to_string(), "pt".to_string())));
     let int_out = dir.join("int32.safetensors");
     let (ok, _, err) = ember(&[
         "convert",

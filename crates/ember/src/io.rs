@@ -78,11 +78,35 @@ impl LoadOptions {
     }
 }
 
-/// A tensor's bytes, little-endian and contiguous, ready to serialize.
+/// A tensor's values, contiguous on the host in their own type (viewed as
+/// little-endian bytes when serialized: one copy of the tensor, not two).
+enum Values {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I64(Vec<i64>),
+    Bytes(Vec<u8>),
+}
+
+/// A tensor ready to serialize.
 struct Raw {
     dtype: Dtype,
     shape: Vec<usize>,
-    bytes: Vec<u8>,
+    values: Values,
+}
+
+impl Raw {
+    fn bytes(&self) -> &[u8] {
+        match &self.values {
+            Values::F32(v) => bytemuck::cast_slice(v),
+            Values::F64(v) => bytemuck::cast_slice(v),
+            Values::F16(v) => bytemuck::cast_slice(v),
+            Values::BF16(v) => bytemuck::cast_slice(v),
+            Values::I64(v) => bytemuck::cast_slice(v),
+            Values::Bytes(v) => v,
+        }
+    }
 }
 
 impl View for &Raw {
@@ -93,46 +117,31 @@ impl View for &Raw {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
+        Cow::Borrowed(self.bytes())
     }
     fn data_len(&self) -> usize {
-        self.bytes.len()
+        self.bytes().len()
     }
 }
 
 fn raw(t: &Tensor) -> Result<Raw> {
     let t = crate::autograd::no_grad(|| t.cpu())?;
-    let (dtype, bytes) = match t.dtype() {
-        DType::F32 => (
-            Dtype::F32,
-            bytemuck::cast_slice(&t.to_vec::<f32>()?).to_vec(),
-        ),
-        DType::F64 => (
-            Dtype::F64,
-            bytemuck::cast_slice(&t.to_vec::<f64>()?).to_vec(),
-        ),
-        DType::F16 => (
-            Dtype::F16,
-            bytemuck::cast_slice(&t.to_vec::<f16>()?).to_vec(),
-        ),
-        DType::BF16 => (
-            Dtype::BF16,
-            bytemuck::cast_slice(&t.to_vec::<bf16>()?).to_vec(),
-        ),
-        DType::I64 => (
-            Dtype::I64,
-            bytemuck::cast_slice(&t.to_vec::<i64>()?).to_vec(),
-        ),
-        DType::U8 => (Dtype::U8, t.to_vec::<u8>()?),
+    let (dtype, values) = match t.dtype() {
+        DType::F32 => (Dtype::F32, Values::F32(t.to_vec()?)),
+        DType::F64 => (Dtype::F64, Values::F64(t.to_vec()?)),
+        DType::F16 => (Dtype::F16, Values::F16(t.to_vec()?)),
+        DType::BF16 => (Dtype::BF16, Values::BF16(t.to_vec()?)),
+        DType::I64 => (Dtype::I64, Values::I64(t.to_vec()?)),
+        DType::U8 => (Dtype::U8, Values::Bytes(t.to_vec()?)),
         DType::Bool => (
             Dtype::BOOL,
-            t.to_vec::<bool>()?.into_iter().map(u8::from).collect(),
+            Values::Bytes(t.to_vec::<bool>()?.into_iter().map(u8::from).collect()),
         ),
     };
     Ok(Raw {
         dtype,
         shape: t.shape().to_vec(),
-        bytes,
+        values,
     })
 }
 
@@ -150,15 +159,46 @@ pub fn save(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> 
 }
 
 /// [`save`] with string metadata of the caller's (read back by [`metadata`]).
-/// Keys starting with `crc32.` are ember's own and refused.
+/// Keys starting with `crc32.` are ember's own and refused. The file says
+/// `format = pt` unless the caller gives a `format` (Hugging Face's loaders
+/// read the tensors as PyTorch's only with it).
 pub fn save_with_metadata(
     tensors: &[(String, Tensor)],
     metadata: &[(String, String)],
     path: impl AsRef<Path>,
 ) -> Result<()> {
-    let path = path.as_ref();
+    check_names(tensors.iter().map(|(n, _)| n.as_str()))?;
+    check_metadata(metadata)?;
+    let raws: Vec<(String, Raw)> = tensors
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), raw(t)?)))
+        .collect::<Result<_>>()?;
+    write_raws(raws, metadata, path.as_ref())
+}
+
+/// [`save`] of tensors the caller gives up: each is turned into the bytes
+/// written, then dropped, so that a file of the size of the memory is written
+/// with the tensors' memory once, not twice (as `ember convert` writes a
+/// large checkpoint).
+pub fn save_owned(tensors: Vec<(String, Tensor)>, path: impl AsRef<Path>) -> Result<()> {
+    check_names(tensors.iter().map(|(n, _)| n.as_str()))?;
+    let raws: Vec<(String, Raw)> = tensors
+        .into_iter()
+        .map(|(n, t)| Ok((n, raw(&t)?)))
+        .collect::<Result<_>>()?;
+    write_raws(raws, &[], path.as_ref())
+}
+
+/// Refuses a tensor name given twice, an empty one, or the header's own entry.
+fn check_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<()> {
     let mut seen = HashSet::new();
-    for (name, _) in tensors {
+    for name in names {
+        if name.is_empty() {
+            return Err(Error::invalid(
+                "save",
+                "a tensor has an empty name: name it (a file's tensors are found by name)",
+            ));
+        }
         if !seen.insert(name) {
             return Err(Error::invalid(
                 "save",
@@ -174,24 +214,34 @@ pub fn save_with_metadata(
             ));
         }
     }
-    let mut info: HashMap<String, String> = HashMap::new();
-    for (k, v) in metadata {
-        if k.starts_with("crc32.") || info.insert(k.clone(), v.clone()).is_some() {
+    Ok(())
+}
+
+/// Refuses a metadata key of ember's own (`crc32.`) or given twice.
+fn check_metadata(metadata: &[(String, String)]) -> Result<()> {
+    let mut seen = HashSet::new();
+    for (k, _) in metadata {
+        if k.starts_with("crc32.") || !seen.insert(k) {
             return Err(Error::invalid(
                 "save",
                 format!("metadata key {k:?} is reserved or repeated"),
             ));
         }
     }
-    let raws: Vec<(String, Raw)> = tensors
-        .iter()
-        .map(|(n, t)| Ok((n.clone(), raw(t)?)))
-        .collect::<Result<_>>()?;
+    Ok(())
+}
+
+/// Writes `raws` with `metadata`, a checksum of each and `format = pt`
+/// (unless `metadata` has a format), atomically.
+fn write_raws(raws: Vec<(String, Raw)>, metadata: &[(String, String)], path: &Path) -> Result<()> {
+    let mut info: HashMap<String, String> = metadata.iter().cloned().collect();
+    info.entry("format".into()).or_insert_with(|| "pt".into());
     for (n, r) in &raws {
-        info.insert(crc_key(n), format!("{:08x}", crc32fast::hash(&r.bytes)));
+        info.insert(crc_key(n), format!("{:08x}", crc32fast::hash(r.bytes())));
     }
     let bytes = safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), Some(info))
         .map_err(|e| Error::invalid("save", format!("{}: {e}", path.display())))?;
+    drop(raws);
     crate::files::write_atomic(path, &bytes)
 }
 
@@ -485,6 +535,11 @@ pub fn load_state_dict_with(
         // is read onto the device
         let file = PtFile::open(path)?;
         let entries = file.entries()?;
+        if entries.is_empty() {
+            // no tensor ember reads: an object it does not build (a whole
+            // model saved) is named as such, not as missing keys
+            file.entries_strict()?;
+        }
         let shapes: Vec<(&str, &[usize])> = entries
             .iter()
             .map(|e| (e.name.as_str(), e.shape.as_slice()))

@@ -213,9 +213,18 @@ pub(super) fn check_names(state: &[(String, Tensor)], allowed: &[&str]) -> Resul
     for (n, _) in state {
         let head = n.split('.').next().unwrap_or("");
         if !allowed.contains(&head) {
+            // PyTorch's optimizer.state_dict() as torch.save wrote it
+            // ({"state": {0: {"step": ..., "exp_avg": ...}}, "param_groups": [...]})
+            let why = if head == "state" || head == "param_groups" {
+                "this is PyTorch's optimizer state_dict() layout (state.N.exp_avg, \
+                 param_groups); ember's optimizers keep their own (exp_avg.N) and do not \
+                 read PyTorch's: load the model's weights, and start the optimizer afresh"
+            } else {
+                "is the checkpoint from another optimizer?"
+            };
             return Err(Error::invalid(
                 "load_state",
-                format!("unexpected optimizer state entry {n:?} (is the checkpoint from another optimizer?)"),
+                format!("unexpected optimizer state entry {n:?} ({why})"),
             ));
         }
     }

@@ -16,6 +16,7 @@ Writes into pt/ next to this file (small files, committed):
   int32.pt                      an int32 and a uint16 tensor (dtypes ember does
                                 not have; uint16 goes through _rebuild_tensor_v3)
   module.pt                     torch.save of a whole nn.Module (not a state dict)
+  one_tensor.pt                 torch.save of one tensor (no name for it)
   os_system.pt, eval.pt         pickles that call os.system / builtins.eval when
                                 PyTorch loads them with weights_only=False
   small_net.pth                 a conv-BN-ReLU-linear net after a few training
@@ -215,6 +216,7 @@ def write_small():
     save("int32.pt", {"ok": torch.ones(2), "counts": torch.tensor([1, 2], dtype=torch.int32),
                       "u16": torch.tensor([1, 2, 3]).to(torch.uint16)}, record=False)
     save("module.pt", nn.Linear(2, 2), record=False)
+    save("one_tensor.pt", torch.arange(6.0).reshape(2, 3), record=False)
     save("os_system.pt", {"weight": torch.ones(2), "payload": SystemCall()}, record=False)
     save("eval.pt", {"payload": EvalCall()}, record=False)
     net, x, y = small_net()

@@ -186,7 +186,16 @@ fn checksums_catch_damage(dev: &Device) -> Result<()> {
     let t = vec![("a".to_string(), Tensor::ones([2], DType::F32, dev)?)];
     let meta = vec![("run".to_string(), "7".to_string())];
     ember::io::save_with_metadata(&t, &meta, &p)?;
-    assert_eq!(ember::io::metadata(&p)?, meta);
+    // (and the format Hugging Face's loaders look for, unless given)
+    let pt = ("format".to_string(), "pt".to_string());
+    assert_eq!(ember::io::metadata(&p)?, [pt, meta[0].clone()]);
+    let mut flax = meta.clone();
+    flax.push(("format".to_string(), "flax".to_string()));
+    ember::io::save_with_metadata(&t, &flax, &p)?;
+    flax.sort();
+    assert_eq!(ember::io::metadata(&p)?, flax);
+    let unnamed = vec![(String::new(), Tensor::ones([2], DType::F32, dev)?)];
+    assert!(ember::io::save(&unnamed, &p).is_err());
     let bad = vec![("crc32.a".to_string(), "0".to_string())];
     assert!(ember::io::save_with_metadata(&t, &bad, &p).is_err());
     // the header's metadata entry is no tensor name: refused before anything
@@ -538,6 +547,16 @@ fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
     sgd()?.nesterov(true)?.momentum(0.9)?.step()?;
     // PyTorch: buf = g = 3, the step takes g + 0.9 buf = 5.7
     assert_close(&vals(&w), &[0.43, 0.43], 1e-6, 0.0);
+    // PyTorch's own optimizer state_dict layout is named as such
+    let pytorch = vec![(
+        "state.0.step".to_string(),
+        Tensor::scalar(2f32, &Device::Cpu)?,
+    )];
+    let e = Adam::new(p(), 1e-3)?
+        .load_state(&pytorch)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("PyTorch's optimizer state_dict() layout"), "{e}");
     // a loaded state with a bad learning rate is refused
     let mut opt = Sgd::new(p(), 0.1)?;
     let mut state = opt.state()?;

@@ -321,6 +321,12 @@ fn a_whole_module_is_refused_with_what_to_save_instead() {
         e.contains("torch.nn.modules.linear.Linear") && e.contains("state_dict()"),
         "{e}"
     );
+    // loaded into a model: the same reason, not the model's keys as missing
+    let linear = nn::Linear::new(2, 2, &Device::Cpu).unwrap();
+    let e = io::load_state_dict(&linear, pt("module.pt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("state_dict()") && !e.contains("missing"), "{e}");
 }
 
 #[test]

@@ -320,6 +320,13 @@ impl PtFile {
         self.entries_of(false)
     }
 
+    /// [`entries`](Self::entries), refusing an object ember does not build as
+    /// [`load`](Self::load) refuses it (with its hint: a whole model saved),
+    /// still without reading a storage.
+    pub(crate) fn entries_strict(&self) -> Result<Vec<PtEntry>> {
+        self.entries_of(true)
+    }
+
     fn entries_of(&self, strict: bool) -> Result<Vec<PtEntry>> {
         let mut out = Vec::new();
         for (name, leaf) in self.walk(strict)? {

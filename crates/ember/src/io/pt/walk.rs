@@ -379,7 +379,14 @@ impl PtFile {
     }
 
     pub(super) fn unknown_object(&self, name: &str, global: &str) -> Error {
-        let hint = if global.starts_with("torch.nn.") || global.starts_with("__main__.") {
+        let hint = if global.starts_with("__torch__.") {
+            " It is a TorchScript model (torch.jit.save, which torch.load hands to \
+             torch.jit.load): save the model's state_dict() with torch.save instead."
+                .to_string()
+        } else if global.starts_with("torch.nn.")
+            || global.starts_with("__main__.")
+            || (name.is_empty() && self.selected.is_empty())
+        {
             " It looks like a whole model was saved (torch.save(model)): save its \
              state_dict() instead, which holds only tensors."
                 .to_string()
