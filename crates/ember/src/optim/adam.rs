@@ -401,10 +401,7 @@ impl Optimizer for Adam {
         }
         s.push(state_mask(self.params.len(), &[&self.m, &self.v])?);
         s.push(counts_state(&self.param_steps())?);
-        s.push((
-            "lr".into(),
-            Tensor::scalar(self.lr, &crate::device::Device::Cpu)?,
-        ));
+        lr_state(&mut s, self.lr, &self.initial)?;
         cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
@@ -429,6 +426,7 @@ impl Optimizer for Adam {
                 "has_state",
                 "step",
                 "lr",
+                "initial_lr",
                 "cycled_momentum",
             ],
         )?;
@@ -461,11 +459,11 @@ impl Optimizer for Adam {
         }
         let has_state: Vec<bool> = m.iter().map(Option::is_some).collect();
         let counts = load_counts(state, &has_state)?;
-        let lr = scalar_entry(state, "lr")?;
-        check_lr("load_state", lr)?;
+        let (lr, initial) = load_lr(state)?;
         let cycled = load_cycled(state, |b| check_beta(0, b))?;
         (self.m, self.v, self.vmax) = (m, v, vmax);
         (self.counts, self.lr, self.cycled) = (counts, lr, cycled);
+        self.initial.set(initial);
         self.on_device = None;
         Ok(())
     }

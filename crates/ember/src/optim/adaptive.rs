@@ -4,7 +4,7 @@
 use super::state::*;
 use super::state::{flag_setters, non_negative_setters, plain_optimizer_methods};
 use super::{InitialLrs, Optimizer};
-use crate::{device::Device, error::Result, tensor::Tensor};
+use crate::{error::Result, tensor::Tensor};
 
 /// RMSprop: divides each gradient by a running root mean square of the past ones
 /// (`torch.optim.RMSprop`; defaults `alpha = 0.99`, `eps = 1e-8`, no weight decay,
@@ -104,7 +104,7 @@ impl Optimizer for RmsProp {
         s.extend(buffers_state("momentum_buffer", &self.momentum_buffer));
         s.extend(buffers_state("grad_avg", &self.grad_avg));
         s.push(state_mask(self.params.len(), &[&self.square_avg])?);
-        s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
+        lr_state(&mut s, self.lr, &self.initial)?;
         cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
@@ -128,6 +128,7 @@ impl Optimizer for RmsProp {
                 "grad_avg",
                 "has_state",
                 "lr",
+                "initial_lr",
                 "cycled_momentum",
             ],
         )?;
@@ -135,8 +136,7 @@ impl Optimizer for RmsProp {
         let mb = load_buffers("momentum_buffer", &self.params, state)?;
         let ga = load_buffers("grad_avg", &self.params, state)?;
         check_mask(state, self.params.len(), &[("square_avg", &sq)])?;
-        let lr = scalar_entry(state, "lr")?;
-        check_lr("load_state", lr)?;
+        let (lr, initial) = load_lr(state)?;
         let cycled = load_cycled(state, |m| {
             check_non_negative("RMSprop", "momentum value", m)
         })?;
@@ -147,6 +147,7 @@ impl Optimizer for RmsProp {
             self.lr,
             self.cycled,
         ) = (sq, mb, ga, lr, cycled);
+        self.initial.set(initial);
         Ok(())
     }
 
@@ -245,20 +246,20 @@ impl Optimizer for Adagrad {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("sum", &self.sum);
         s.push(state_mask(self.params.len(), &[&self.sum])?);
-        s.push(("lr".into(), Tensor::scalar(self.lr, &Device::Cpu)?));
+        lr_state(&mut s, self.lr, &self.initial)?;
         s.push(counts_state(&self.counts)?);
         Ok(s)
     }
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        check_names(state, &["sum", "has_state", "lr", "step"])?;
+        check_names(state, &["sum", "has_state", "lr", "initial_lr", "step"])?;
         let sum = load_buffers("sum", &self.params, state)?;
         check_mask(state, self.params.len(), &[("sum", &sum)])?;
-        let lr = scalar_entry(state, "lr")?;
-        check_lr("load_state", lr)?;
+        let (lr, initial) = load_lr(state)?;
         let has_state: Vec<bool> = sum.iter().map(Option::is_some).collect();
         let counts = load_counts(state, &has_state)?;
         (self.sum, self.lr, self.counts) = (sum, lr, counts);
+        self.initial.set(initial);
         Ok(())
     }
 

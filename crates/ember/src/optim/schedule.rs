@@ -52,7 +52,12 @@ impl InitialLrs {
     }
 
     pub(crate) fn record(&self, lrs: &[f64]) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(lrs.to_vec());
+        self.set(Some(lrs.to_vec()));
+    }
+
+    /// Replaces what is recorded (a loaded state's, or none).
+    pub(crate) fn set(&self, lrs: Option<Vec<f64>>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = lrs;
     }
 }
 

@@ -186,10 +186,7 @@ impl Optimizer for Sgd {
     fn state(&self) -> Result<Vec<(String, Tensor)>> {
         let mut s = buffers_state("momentum_buffer", &self.buffers);
         s.push(state_mask(self.params.len(), &[&self.buffers])?);
-        s.push((
-            "lr".into(),
-            Tensor::scalar(self.lr, &crate::device::Device::Cpu)?,
-        ));
+        lr_state(&mut s, self.lr, &self.initial)?;
         cycled_state(&mut s, self.cycled)?;
         Ok(s)
     }
@@ -197,15 +194,21 @@ impl Optimizer for Sgd {
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
         check_names(
             state,
-            &["momentum_buffer", "has_state", "lr", "cycled_momentum"],
+            &[
+                "momentum_buffer",
+                "has_state",
+                "lr",
+                "initial_lr",
+                "cycled_momentum",
+            ],
         )?;
         let buffers = load_buffers("momentum_buffer", &self.params, state)?;
         check_mask(state, self.params.len(), &[("momentum_buffer", &buffers)])?;
-        let lr = scalar_entry(state, "lr")?;
-        check_lr("load_state", lr)?;
+        let (lr, initial) = load_lr(state)?;
         let cycled = load_cycled(state, |m| self.check_momentum(m))?;
         self.buffers = buffers;
         self.lr = lr;
+        self.initial.set(initial);
         self.cycled = cycled;
         Ok(())
     }

@@ -19,6 +19,36 @@ pub(super) fn cycled_state(s: &mut Vec<(String, Tensor)>, cycled: Option<f64>) -
     Ok(())
 }
 
+/// Pushes the learning rate and, once a schedule recorded it, the rate the
+/// first schedule started from (`initial_lr`, which PyTorch keeps in the groups
+/// it saves): a schedule built after a resume starts from that, not from the
+/// decayed rate the checkpoint holds.
+pub(super) fn lr_state(
+    s: &mut Vec<(String, Tensor)>,
+    lr: f64,
+    initial: &super::InitialLrs,
+) -> Result<()> {
+    let cpu = crate::device::Device::Cpu;
+    s.push(("lr".into(), Tensor::scalar(lr, &cpu)?));
+    if let Some([first]) = initial.get().as_deref() {
+        s.push(("initial_lr".into(), Tensor::scalar(*first, &cpu)?));
+    }
+    Ok(())
+}
+
+/// The `lr` entry of a state and its `initial_lr` if it has one (a state
+/// saved before any schedule, or by an older ember, has none), both checked.
+pub(super) fn load_lr(state: &[(String, Tensor)]) -> Result<(f64, Option<Vec<f64>>)> {
+    let lr = scalar_entry(state, "lr")?;
+    check_lr("load_state", lr)?;
+    if !state.iter().any(|(n, _)| n == "initial_lr") {
+        return Ok((lr, None));
+    }
+    let initial = scalar_entry(state, "initial_lr")?;
+    check_lr("load_state", initial)?;
+    Ok((lr, Some(vec![initial])))
+}
+
 /// The `cycled_momentum` entry of a state, if it has one, checked with `check`.
 pub(super) fn load_cycled(
     state: &[(String, Tensor)],

@@ -206,7 +206,7 @@ impl Tensor {
             .iter()
             .flatten()
             .any(|b| matches!(b, Scalar::Float(v) if v.is_nan()));
-        if nan || dt != self.dtype() {
+        if nan || dt != self.dtype() || super::math::wide_int_bound(dt, &[min, max]) {
             return self.write_from(OP, false, false, |t| t.clamp(min, max));
         }
         let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);

@@ -246,6 +246,12 @@ impl Tensor {
                 |g: &Tensor| Ok(vec![Some(g.zeros_like()?)])
             }));
         }
+        if wide_int_bound(dt, &bounds) {
+            // exact int64 bounds: the kernel's f64 would round them
+            let dev = t.device();
+            let s = |b: Option<Scalar>| b.map(|b| Tensor::scalar(b.by_value().1, &dev)).transpose();
+            return t.clamp_tensor(s(min)?.as_ref(), s(max)?.as_ref());
+        }
         let f = |b: Option<Scalar>| b.map(|b| b.by_value().0);
         let (min, max) = (f(min), f(max));
         t.unary_op("clamp", &ops::Clamp(min, max), grad::Unary::Clamp(min, max))
@@ -425,4 +431,15 @@ impl Tensor {
             }
         }))
     }
+}
+
+/// Whether clamping in `dt` by `bounds` needs them exact as int64: an integer
+/// bound of an int64 clamp past 2^53, which f64 (the elementwise kernel's
+/// parameter) does not hold exactly.
+pub(super) fn wide_int_bound(dt: DType, bounds: &[Option<Scalar>]) -> bool {
+    dt == DType::I64
+        && bounds
+            .iter()
+            .flatten()
+            .any(|b| matches!(b, Scalar::Int(v) if v.unsigned_abs() > 1 << 53))
 }

@@ -3075,6 +3075,12 @@ case(FAM, "ce_u8_target_smooth_ignore", "cross_entropy_opts", [rn(4, 3), _U8T],
      {"weight": [0.5, 1.0, 2.0], "ignore_index": 2, "reduction": "sum", "label_smoothing": 0.1}, grad=True)
 case(FAM, "ce_u8_target_spatial", "cross_entropy_opts", [rn(2, 3, 2, 2), torch.zeros(2, 2, 2, dtype=U8)], _CE)
 case(FAM, "ce_float_target_spatial", "cross_entropy_opts", [rn(2, 3, 2, 2), torch.zeros(2, 2, 2)], _CE)
+# int64 clamped by integer bounds past 2^53 (exact, not through a double)
+_WIDE = T([2**53 + 1, 2**53 + 3, 2**60, -(2**53) - 5, -(2**62), 7], I)
+case(FAM, "clamp_i64_past_2_53", "clamp", [_WIDE], {"min": -(2**53) - 3, "max": 2**53 + 2})
+case(FAM, "clamp_i64_past_2_53_min_only", "clamp", [_WIDE], {"min": 2**53 + 2, "max": None})
+case(FAM, "clamp__i64_past_2_53", "clamp_", [_WIDE], {"min": -(2**53) - 3, "max": 2**53 + 2})
+case(FAM, "clamp_bool_past_2_53", "clamp", [T([True, False])], {"min": None, "max": -(2**60) - 1})
 
 # ----------------------------------------------------------------------------------
 

@@ -463,6 +463,53 @@ device_test!(
     every_optimizer_resumes_exactly
 );
 
+/// A schedule built after a resume starts from the rate the first schedule
+/// started from (saved as PyTorch saves `initial_lr`), not from the decayed rate
+/// in the checkpoint: resuming a step decay does not decay twice.
+#[test]
+fn a_schedule_built_after_a_resume_starts_from_the_initial_rate() -> Result<()> {
+    use ember::optim::{Adam, Groups, LrScheduler, Sgd, StepLr};
+    let dev = Device::Cpu;
+    let p = || Tensor::zeros([2], DType::F32, &dev)?.requires_grad_(true);
+    let (a, b) = (p()?, p()?);
+    let groups = |lr: f64| -> Result<Groups> {
+        Groups::new(vec![
+            Box::new(Sgd::new(vec![a.clone()], lr)?),
+            Box::new(Adam::new(vec![b.clone()], lr / 10.0)?),
+        ])
+    };
+    let mut opt = groups(0.1)?;
+    let mut sched = StepLr::new(&opt, 2, 0.5)?;
+    for _ in 0..5 {
+        sched.step(&mut opt);
+    }
+    assert_eq!(opt.group_lrs(), vec![0.025, 0.0025]);
+    let state = opt.state()?;
+    // the user's script builds the same optimizer, loads, then schedules
+    let mut again = groups(0.1)?;
+    again.load_state(&state)?;
+    assert_eq!(again.group_lrs(), vec![0.025, 0.0025]);
+    let mut resumed = StepLr::new(&again, 2, 0.5)?;
+    resumed.set_epoch(5);
+    assert_eq!(resumed.last_lrs(), vec![0.025, 0.0025]);
+    resumed.step(&mut again);
+    assert_eq!(again.group_lrs(), vec![0.0125, 0.00125]);
+    // a state from before any schedule (or an older ember) has no initial
+    // rate: the current one is the start, and a wrong one is refused
+    let mut plain = Sgd::new(vec![a.clone()], 0.1)?;
+    let mut without = Sgd::new(vec![a.clone()], 0.1)?;
+    StepLr::new(&without, 2, 0.5)?;
+    without.set_lr(0.05);
+    without.load_state(&plain.state()?)?;
+    assert_eq!(StepLr::new(&without, 2, 0.5)?.last_lr(), 0.1);
+    let mut bad = plain.state()?;
+    bad.push(("initial_lr".into(), Tensor::scalar(-1.0, &dev)?));
+    let err = plain.load_state(&bad).unwrap_err().to_string();
+    assert!(err.contains("-1"), "{err}");
+    assert_eq!(plain.lr(), 0.1);
+    Ok(())
+}
+
 #[test]
 fn optimizer_hyper_parameters_are_checked_at_construction() -> Result<()> {
     use ember::optim::Sgd;
