@@ -544,6 +544,7 @@ pub fn load_state_dict_with(
             .iter()
             .map(|e| (e.name.as_str(), e.shape.as_slice()))
             .collect();
+        model.materialize_lazy(&shapes)?;
         crate::nn::check_state(
             &model.state_dict(),
             &shapes,
@@ -558,6 +559,7 @@ pub fn load_state_dict_with(
             .iter()
             .map(|t| (t.name.as_str(), t.shape.as_slice()))
             .collect();
+        model.materialize_lazy(&shapes)?;
         crate::nn::check_state(
             &model.state_dict(),
             &shapes,

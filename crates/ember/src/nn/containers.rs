@@ -19,6 +19,9 @@ macro_rules! container_methods {
         fn named_buffers(&self) -> Vec<(String, Tensor)> {
             self.visit(|m| m.named_buffers())
         }
+        fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> Result<()> {
+            super::materialize_children(self.named(), shapes)
+        }
         fn to_device(&mut self, device: &Device) -> Result<()> {
             super::to_device_all(self.modules_mut(), device)
         }
@@ -74,6 +77,11 @@ impl ModuleList {
 
     pub fn iter(&self) -> impl Iterator<Item = &dyn Module> + '_ {
         self.modules.iter().map(|m| m.as_ref())
+    }
+
+    fn named(&self) -> Vec<(String, &dyn Module)> {
+        let each = self.modules.iter().enumerate();
+        each.map(|(i, m)| (i.to_string(), m.as_ref())).collect()
     }
 
     fn visit(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
@@ -175,6 +183,11 @@ impl ModuleDict {
 
     pub fn is_empty(&self) -> bool {
         self.modules.is_empty()
+    }
+
+    fn named(&self) -> Vec<(String, &dyn Module)> {
+        let each = self.modules.iter();
+        each.map(|(k, m)| (k.clone(), m.as_ref())).collect()
     }
 
     fn visit(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {

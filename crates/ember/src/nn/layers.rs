@@ -297,6 +297,11 @@ impl Module for Sequential {
         self.prefixed(|l| l.named_buffers())
     }
 
+    fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> Result<()> {
+        let children = self.layers.iter().map(|(n, l)| (n, l.as_ref()));
+        super::materialize_children(children, shapes)
+    }
+
     fn to_device(&mut self, device: &Device) -> Result<()> {
         super::to_device_all(
             self.layers
@@ -793,8 +798,10 @@ fn adaptive_avg_pool2d(x: &Tensor, (oh, ow): (usize, usize)) -> Result<Tensor> {
 }
 
 /// A [`Linear`] layer whose `in_features` is taken from the first input it sees
-/// (`nn.LazyLinear`). Until then it has no parameters: run one forward pass (a dry
-/// run on a sample batch) before handing `parameters()` to an optimizer.
+/// (`nn.LazyLinear`), or from the `weight` of a state loaded into it (a state
+/// dict or a checkpoint: [`Module::materialize_lazy`]). Until then it has no
+/// parameters: run one forward pass (a dry run on a sample batch), or load, before
+/// handing `parameters()` to an optimizer.
 pub struct LazyLinear {
     out_features: usize,
     bias: bool,
@@ -831,6 +838,16 @@ impl LazyLinear {
     pub fn linear(&self) -> Option<&Linear> {
         self.inner.get()
     }
+
+    /// Makes the layer for inputs of `in_features` (freshly initialised, in
+    /// the dtype and on the device set so far).
+    fn make(&self, in_features: usize) -> Result<()> {
+        let mut layer = Linear::with_bias(in_features, self.out_features, self.bias, &self.device)?;
+        layer.to_dtype(self.dtype)?;
+        // another thread may have won the race; its layer is used then
+        let _ = self.inner.set(layer);
+        Ok(())
+    }
 }
 
 impl Module for LazyLinear {
@@ -842,11 +859,7 @@ impl Module for LazyLinear {
                     "the input must have at least one dim (the features)",
                 ));
             };
-            let mut layer =
-                Linear::with_bias(in_features, self.out_features, self.bias, &self.device)?;
-            layer.to_dtype(self.dtype)?;
-            // another thread may have won the race; its layer is used then
-            let _ = self.inner.set(layer);
+            self.make(in_features)?;
         }
         match self.inner.get() {
             Some(layer) => layer.forward(x),
@@ -861,6 +874,17 @@ impl Module for LazyLinear {
         self.inner
             .get()
             .map_or_else(Vec::new, |l| l.named_parameters())
+    }
+
+    /// Made from a `weight` entry of `[out_features, in]`, whatever `in` is.
+    fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> Result<()> {
+        if self.inner.get().is_some() {
+            return Ok(());
+        }
+        match shapes.iter().rev().find(|(n, _)| *n == "weight") {
+            Some((_, &[out, in_features])) if out == self.out_features => self.make(in_features),
+            _ => Ok(()),
+        }
     }
 
     fn to_device(&mut self, device: &Device) -> Result<()> {

@@ -114,6 +114,18 @@ pub trait Module: Send + Sync {
         state::load_state(self, state, strict, "the state dict")
     }
 
+    /// Makes the parameters of lazy layers not yet made ([`LazyLinear`]) from
+    /// the shapes of a state about to be loaded (names relative to this
+    /// module), as PyTorch's lazy modules do when a state dict is loaded: a
+    /// lazy model loads a checkpoint without a dry run first. Called by every
+    /// state load before its checks; a layer whose entry is absent or of
+    /// another shape stays lazy (and the check reports it). The default has no
+    /// lazy layer; the containers pass each child the entries under its name.
+    fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> Result<()> {
+        let _ = shapes;
+        Ok(())
+    }
+
     /// Moves every parameter (and buffer) to `device`. A model on `meta` has no
     /// values to move: use [`to_empty`](Self::to_empty) for it.
     ///
@@ -272,6 +284,10 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).load_state_dict(state, strict)
     }
 
+    fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> Result<()> {
+        (**self).materialize_lazy(shapes)
+    }
+
     fn to_device(&mut self, device: &Device) -> Result<()> {
         (**self).to_device(device)
     }
@@ -421,6 +437,25 @@ pub(crate) fn prefixed<N: std::fmt::Display>(
         .collect()
 }
 
+/// [`Module::materialize_lazy`] of named children: each is given the entries
+/// under its name (`"3.weight"` is child `3`'s `"weight"`).
+pub(crate) fn materialize_children<'a, N: std::fmt::Display>(
+    children: impl IntoIterator<Item = (N, &'a dyn Module)>,
+    shapes: &[(&str, &[usize])],
+) -> Result<()> {
+    for (c, m) in children {
+        let prefix = format!("{c}.");
+        let under: Vec<(&str, &[usize])> = shapes
+            .iter()
+            .filter_map(|&(n, s)| n.strip_prefix(prefix.as_str()).map(|r| (r, s)))
+            .collect();
+        if !under.is_empty() {
+            m.materialize_lazy(&under)?;
+        }
+    }
+    Ok(())
+}
+
 /// The `Module` methods of a module whose state is all in its children (every
 /// method but `forward`), from its `children` and `children_mut` (named children,
 /// in state-dict order). `(own training)`: the module also keeps a `training`
@@ -449,6 +484,9 @@ macro_rules! delegate_to_children {
         }
         fn named_buffers(&self) -> Vec<(String, $crate::tensor::Tensor)> {
             $crate::nn::prefixed(self.children(), |m| m.named_buffers())
+        }
+        fn materialize_lazy(&self, shapes: &[(&str, &[usize])]) -> $crate::error::Result<()> {
+            $crate::nn::materialize_children(self.children(), shapes)
         }
         fn to_device(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
             $crate::nn::to_device_all(

@@ -36,9 +36,10 @@ pub(crate) fn load_state<M: Module + ?Sized>(
     strict: bool,
     what: &str,
 ) -> Result<IncompatibleKeys> {
-    let params = model.state_dict();
     let shapes: Vec<(&str, &[usize])> =
         state.iter().map(|(n, t)| (n.as_str(), t.shape())).collect();
+    model.materialize_lazy(&shapes)?;
+    let params = model.state_dict();
     let report = check_state(&params, &shapes, strict, what)?;
     // a name given twice: the later entry wins, as in a Python dict
     let given: HashMap<&str, &Tensor> = state.iter().map(|(n, t)| (n.as_str(), t)).collect();

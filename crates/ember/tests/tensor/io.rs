@@ -460,8 +460,65 @@ device_test!(
     checksums_catch_damage,
     non_finite_values_are_refused,
     missing_optimizer_state_is_an_error,
-    every_optimizer_resumes_exactly
+    every_optimizer_resumes_exactly,
+    a_lazy_model_loads_before_its_first_forward
 );
+
+/// A lazy model loads a state before its first forward (PyTorch's lazy
+/// modules do): its lazy layers take their input size from the entries,
+/// through containers and from a file; a weight of another output size is
+/// refused and leaves the layer lazy.
+fn a_lazy_model_loads_before_its_first_forward(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let known = nn::Sequential::new()
+        .add(nn::Linear::new(3, 4, dev)?)
+        .add(nn::ReLU)
+        .add(nn::Linear::new(4, 2, dev)?);
+    let lazy = || {
+        let mut list = nn::ModuleList::new();
+        list.push(nn::LazyLinear::new(2, dev));
+        nn::Sequential::new()
+            .add(nn::LazyLinear::new(4, dev))
+            .add(nn::ReLU)
+            .add(list)
+    };
+    let state: Vec<(String, Tensor)> = known
+        .state_dict()
+        .into_iter()
+        .map(|(n, t)| (n.replace("2.", "2.0."), t))
+        .collect();
+    let x = Tensor::randn([5, 3], dev)?;
+    let want = vals(&known.forward(&x)?);
+    let model = lazy();
+    assert!(model.load_state_dict(&state, true)?.is_empty());
+    let list = model.get("2").unwrap();
+    let h = model.get("0").unwrap().forward(&x)?.relu()?;
+    assert_eq!(vals(&list.parameters()[0]), vals(&known.parameters()[2]));
+    assert_close(&vals(&list_forward(list, &h)?), &want, 1e-5, 1e-6);
+    // from a file, checked from its header first
+    let path = tmp(&format!("lazy-{dev}.safetensors"));
+    ember::io::save(&state, &path)?;
+    let from_file = lazy();
+    ember::io::load_state_dict(&from_file, &path)?;
+    assert_eq!(from_file.parameters().len(), 4);
+    std::fs::remove_file(&path).ok();
+    // a weight for another output size: refused, the layer still lazy
+    let other = nn::LazyLinear::new(3, dev);
+    let err = other
+        .load_state_dict(&known.get("0").unwrap().state_dict(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("weight"), "{err}");
+    assert!(other.in_features().is_none());
+    Ok(())
+}
+
+/// The list's one layer on `h`.
+fn list_forward(list: &dyn Module, h: &Tensor) -> Result<Tensor> {
+    let w = &list.parameters()[0];
+    let b = &list.parameters()[1];
+    h.matmul(&w.t()?)?.add(b)
+}
 
 /// A schedule built after a resume starts from the rate the first schedule
 /// started from (saved as PyTorch saves `initial_lr`), not from the decayed rate
