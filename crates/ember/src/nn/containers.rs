@@ -26,7 +26,7 @@ macro_rules! container_methods {
             super::to_device_all(self.modules_mut(), device)
         }
         fn to_empty(&mut self, device: &Device) -> Result<()> {
-            self.each_mut(|m| m.to_empty(device))
+            super::converting(|| self.each_mut(|m| m.to_empty(device)))
         }
         fn to_dtype(&mut self, dtype: DType) -> Result<()> {
             super::to_dtype_all(self.modules_mut(), dtype)
@@ -35,7 +35,7 @@ macro_rules! container_methods {
             self.each_mut(|m| m.reset_parameters())
         }
         fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
-            self.each_mut(|m| m.to_memory_format(format))
+            super::converting(|| self.each_mut(|m| m.to_memory_format(format)))
         }
         fn set_training(&mut self, training: bool) {
             let _ = self.each_mut(|m| {

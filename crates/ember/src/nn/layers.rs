@@ -313,9 +313,8 @@ impl Module for Sequential {
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
-        self.layers
-            .iter_mut()
-            .try_for_each(|(_, l)| l.to_empty(device))
+        let layers = self.layers.iter_mut();
+        super::converting(|| layers.into_iter().try_for_each(|(_, l)| l.to_empty(device)))
     }
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
@@ -335,9 +334,8 @@ impl Module for Sequential {
     }
 
     fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
-        self.layers
-            .iter_mut()
-            .try_for_each(|(_, l)| l.to_memory_format(format))
+        let mut layers = self.layers.iter_mut();
+        super::converting(|| layers.try_for_each(|(_, l)| l.to_memory_format(format)))
     }
 
     fn set_training(&mut self, training: bool) {

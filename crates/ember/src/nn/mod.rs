@@ -359,35 +359,14 @@ fn tensors_of(m: &dyn Module) -> impl Iterator<Item = Tensor> {
 /// change it.)
 ///
 /// A tensor shared by two children (a weight tied by assigning one tensor to
-/// two layers) that the move would change is refused before anything moves:
-/// each child would make its own copy, and the two would train apart
-/// (PyTorch's `model.to()` keeps them one). Move the model first, then tie.
+/// two layers) stays shared: it is converted once, and every child gets that
+/// one ([`shared`]), as PyTorch's `model.to()` keeps a tie.
 fn all_children<K: Copy + PartialEq>(
-    op: &'static str,
     mut children: Vec<&mut dyn Module>,
     now: impl Fn(&Tensor) -> Option<K>,
     apply: impl Fn(&mut dyn Module, K) -> Result<()>,
     target: K,
 ) -> Result<()> {
-    let mut owner: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for (i, m) in children.iter().enumerate() {
-        for t in tensors_of(&**m) {
-            let changes = now(&t).is_some_and(|v| v != target);
-            match owner.insert(t.id(), i) {
-                Some(j) if j != i && changes => {
-                    return Err(crate::error::Error::invalid(
-                        op,
-                        format!(
-                            "children {j} and {i} share a parameter or buffer (a tied \
-                             weight): each would get its own copy, and the two would train \
-                             apart; move or cast the model before tying the weights"
-                        ),
-                    ))
-                }
-                _ => {}
-            }
-        }
-    }
     for m in children.iter_mut() {
         let values: Vec<K> = tensors_of(&**m).filter_map(|t| now(&t)).collect();
         if let Some(&here) = values.first() {
@@ -396,13 +375,80 @@ fn all_children<K: Copy + PartialEq>(
             }
         }
     }
+    let _conversions = Conversions::begin();
     children.into_iter().try_for_each(|m| apply(m, target))
+}
+
+thread_local! {
+    /// While a container converts its children: each tensor converted so far
+    /// and what it became, by the old tensor's id.
+    static CONVERTED: std::cell::RefCell<Option<std::collections::HashMap<usize, (Tensor, Tensor)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `f`, a container's conversion of its children (`to_empty`,
+/// `to_memory_format`), in one scope of [`shared`] conversions.
+pub(crate) fn converting(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let _scope = Conversions::begin();
+    f()
+}
+
+/// The scope of one container-wide conversion (the outermost one: nested
+/// containers share it).
+struct Conversions {
+    outermost: bool,
+}
+
+impl Conversions {
+    fn begin() -> Conversions {
+        let outermost = CONVERTED.with(|c| {
+            let mut c = c.borrow_mut();
+            let fresh = c.is_none();
+            if fresh {
+                *c = Some(std::collections::HashMap::new());
+            }
+            fresh
+        });
+        Conversions { outermost }
+    }
+}
+
+impl Drop for Conversions {
+    fn drop(&mut self) {
+        if self.outermost {
+            CONVERTED.with(|c| *c.borrow_mut() = None);
+        }
+    }
+}
+
+/// `convert(t)`, made once per tensor during a container's conversion: a
+/// tensor two children share (a tied weight) becomes one new tensor that both
+/// get, not two copies that would train apart. Outside one, `convert(t)`.
+fn shared(t: &Tensor, convert: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
+    let known = CONVERTED.with(|c| {
+        let c = c.borrow();
+        c.as_ref()
+            .map(|m| m.get(&t.id()).map(|(_, new)| new.clone()))
+    });
+    match known {
+        None => convert(),
+        Some(Some(new)) => Ok(new),
+        Some(None) => {
+            let new = convert()?;
+            CONVERTED.with(|c| {
+                if let Some(m) = c.borrow_mut().as_mut() {
+                    // the old tensor is kept too, so that its id is not reused
+                    m.insert(t.id(), (t.clone(), new.clone()));
+                }
+            });
+            Ok(new)
+        }
+    }
 }
 
 /// Moves `children` to `device` ([`all_children`]).
 pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> Result<()> {
     all_children(
-        "to_device",
         children,
         |t| Some(t.device()),
         |m, d| m.to_device(&d),
@@ -415,7 +461,6 @@ pub(crate) fn to_device_all(children: Vec<&mut dyn Module>, device: &Device) -> 
 pub(crate) fn to_dtype_all(children: Vec<&mut dyn Module>, dtype: DType) -> Result<()> {
     float_target(dtype)?;
     all_children(
-        "to_dtype",
         children,
         |t| t.dtype().is_float().then_some(t.dtype()),
         |m, d| m.to_dtype(d),
@@ -495,9 +540,11 @@ macro_rules! delegate_to_children {
             )
         }
         fn to_empty(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_empty(device))
+            $crate::nn::converting(|| {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.to_empty(device))
+            })
         }
         fn to_dtype(&mut self, dtype: $crate::dtype::DType) -> $crate::error::Result<()> {
             $crate::nn::to_dtype_all(
@@ -514,9 +561,11 @@ macro_rules! delegate_to_children {
             &mut self,
             format: $crate::layout::MemoryFormat,
         ) -> $crate::error::Result<()> {
-            self.children_mut()
-                .into_iter()
-                .try_for_each(|(_, m)| m.to_memory_format(format))
+            $crate::nn::converting(|| {
+                self.children_mut()
+                    .into_iter()
+                    .try_for_each(|(_, m)| m.to_memory_format(format))
+            })
         }
     };
 }
@@ -557,7 +606,9 @@ pub(crate) fn cast_state(t: &Tensor, dtype: DType) -> Result<Tensor> {
     if !t.dtype().is_float() || t.dtype() == dtype {
         return Ok(t.clone());
     }
-    crate::autograd::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
+    shared(t, || {
+        crate::autograd::no_grad(|| t.detach().to_dtype(dtype))?.requires_grad_(t.requires_grad())
+    })
 }
 
 /// `t` laid out in `format` when it is 4-D (a parameter stays a leaf that
@@ -569,8 +620,10 @@ pub(crate) fn format_state(t: &Tensor, format: MemoryFormat) -> Result<Tensor> {
     if t.rank() != 4 || t.suggest_memory_format() == format {
         return Ok(t.clone());
     }
-    crate::autograd::no_grad(|| t.detach().copy_in_format(format))?
-        .requires_grad_(t.requires_grad())
+    shared(t, || {
+        crate::autograd::no_grad(|| t.detach().copy_in_format(format))?
+            .requires_grad_(t.requires_grad())
+    })
 }
 
 /// A fresh leaf that requires a gradient, holding `t`'s values (copied: `t` may
@@ -589,7 +642,9 @@ pub(crate) fn fresh_parameter(t: Tensor) -> Result<Tensor> {
 /// Uninitialised storage of `p`'s shape and dtype on `device`, a leaf that requires
 /// a gradient as `p` does.
 pub(crate) fn empty_parameter(p: &Tensor, device: &Device) -> Result<Tensor> {
-    Tensor::empty(p.shape(), p.dtype(), device)?.requires_grad_(p.requires_grad())
+    shared(p, || {
+        Tensor::empty(p.shape(), p.dtype(), device)?.requires_grad_(p.requires_grad())
+    })
 }
 
 /// Overwrites `p`'s values with `values` (outside the graph).
@@ -602,5 +657,7 @@ pub(crate) fn move_parameter(p: &Tensor, device: &Device) -> Result<Tensor> {
     if p.device() == *device {
         return Ok(p.clone());
     }
-    crate::autograd::no_grad(|| p.detach().to(device))?.requires_grad_(p.requires_grad())
+    shared(p, || {
+        crate::autograd::no_grad(|| p.detach().to(device))?.requires_grad_(p.requires_grad())
+    })
 }

@@ -4376,8 +4376,8 @@ fn attention_dropout_draws_new_masks_in_each_graph_replay(dev: &Device) -> Resul
 
 /// A weight two layers share (tied as PyTorch's `head.weight = emb.weight`) is
 /// one parameter: listed once and stepped once with the gradient of both uses
-/// (it was stepped twice); a cast or move that would untie it is refused
-/// before anything changes.
+/// (it was stepped twice); a cast, a move or `to_empty` keeps it one, as
+/// PyTorch's `model.to()` does.
 #[test]
 fn a_tied_weight_is_one_parameter() -> Result<()> {
     let dev = Device::Cpu;
@@ -4400,12 +4400,20 @@ fn a_tied_weight_is_one_parameter() -> Result<()> {
     opt.step()?;
     let want: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| w - 0.1 * g).collect();
     assert_close(&vals(&model.parameters()[0]), &want, 1e-6, 1e-7);
-    let e = model.to_dtype(DType::F64).unwrap_err();
-    assert!(e.to_string().contains("share a parameter"), "{e}");
-    assert_eq!(model.parameters()[0].dtype(), DType::F32);
-    // a move that changes nothing is not a problem
-    model.to_device(&Device::Cpu)?;
-    assert_eq!(model.parameters().len(), 1);
+    let w1 = vals(&model.parameters()[0]);
+    model.to_dtype(DType::F64)?;
+    let state = model.state_dict();
+    // (parameters() lists a tensor once: one entry is still one tensor)
+    assert_eq!(model.parameters().len(), 1, "still one tensor");
+    assert_eq!((state[0].1.dtype(), vals(&state[1].1)), (DType::F64, w1));
+    model.to_device(&Device::Meta)?;
+    model.to_empty(&Device::Cpu)?;
+    assert_eq!(model.parameters().len(), 1, "still one tensor");
+    // a tie inside a nested container stays one too
+    let mut again = nn::Sequential::new().add(model);
+    again.to_dtype(DType::F32)?;
+    assert_eq!(again.parameters().len(), 1);
+    assert_eq!(again.parameters()[0].dtype(), DType::F32);
     Ok(())
 }
 
