@@ -236,7 +236,9 @@ impl Vertex {
 }
 
 thread_local! {
-    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    /// How many no-grad guards are open: recording is on at 0, whatever order
+    /// the guards drop in (two in a struct drop first field first).
+    static NO_GRAD_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// The callbacks queued during the backward running on this thread
     /// ([`queue_callback`]); `None` outside a backward.
     static CALLBACKS: std::cell::RefCell<Option<Vec<Callback>>> = const { std::cell::RefCell::new(None) };
@@ -316,10 +318,11 @@ impl Drop for CallbackScope {
 
 /// `true` unless inside [`no_grad`] on this thread.
 pub fn is_grad_enabled() -> bool {
-    GRAD_ENABLED.with(|g| g.get())
+    NO_GRAD_DEPTH.with(|g| g.get()) == 0
 }
 
-/// Restores the previous grad mode when dropped (see [`no_grad_guard`]). The
+/// Restores the previous grad mode when dropped (see [`no_grad_guard`]):
+/// recording is back on once every guard has dropped, in whatever order. The
 /// mode is this thread's: the guard cannot move to another thread (dropped
 /// there, it would set that thread's mode).
 ///
@@ -331,22 +334,20 @@ pub fn is_grad_enabled() -> bool {
 /// ```
 #[must_use = "gradients are off only while the guard lives"]
 pub struct GradModeGuard {
-    previous: bool,
     _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for GradModeGuard {
     fn drop(&mut self) {
-        GRAD_ENABLED.with(|g| g.set(self.previous));
+        NO_GRAD_DEPTH.with(|g| g.set(g.get().saturating_sub(1)));
     }
 }
 
 /// Turns graph recording off on this thread until the guard drops
 /// (`with torch.no_grad():`).
 pub fn no_grad_guard() -> GradModeGuard {
-    let previous = GRAD_ENABLED.with(|g| g.replace(false));
+    NO_GRAD_DEPTH.with(|g| g.set(g.get() + 1));
     GradModeGuard {
-        previous,
         _this_thread: std::marker::PhantomData,
     }
 }

@@ -532,6 +532,11 @@ pub fn rms_norm(
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("rms_norm");
     const OP: &str = "rms_norm";
+    if let Some(y) = in_f32_under_autocast((x, weight, None), |x, w, _| {
+        rms_norm(x, normalized_shape, w, eps)
+    })? {
+        return Ok(y);
+    }
     let dims = norm_dims(OP, x, normalized_shape, &[weight])?;
     // others than floats are refused
     if !x.dtype().is_float() {

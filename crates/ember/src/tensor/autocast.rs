@@ -52,10 +52,74 @@ thread_local! {
     /// parameter itself: held, its address cannot be reused by another tensor
     /// while the entry lives.
     static CACHE: RefCell<HashMap<(usize, DType), (Tensor, Tensor)>> = RefCell::new(HashMap::new());
+    /// The open guards' changes, oldest first: a guard dropped out of order
+    /// (two guards in a struct drop first field first) takes out its own
+    /// change and leaves the others' in force.
+    static OPEN: RefCell<Vec<Change>> = const { RefCell::new(Vec::new()) };
+    static NEXT_GUARD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// One open guard's change to the state: `dtype` for one device type's slot,
+/// or for both (`slot` None); `previous` is the state under it.
+#[derive(Clone, Copy)]
+struct Change {
+    id: u64,
+    slot: Option<usize>,
+    dtype: Option<DType>,
+    previous: [Option<DType>; 2],
+}
+
+impl Change {
+    fn apply(&self, mut state: [Option<DType>; 2]) -> [Option<DType>; 2] {
+        match self.slot {
+            Some(i) => state[i] = self.dtype,
+            None => state = [self.dtype; 2],
+        }
+        state
+    }
+}
+
+/// Opens a change (a guard's), in force until [`close`] with the id returned.
+fn open(slot: Option<usize>, dtype: Option<DType>) -> u64 {
+    let id = NEXT_GUARD.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    });
+    let previous = STATE.with(|s| s.get());
+    let change = Change {
+        id,
+        slot,
+        dtype,
+        previous,
+    };
+    STATE.with(|s| s.set(change.apply(previous)));
+    OPEN.with(|o| o.borrow_mut().push(change));
+    id
+}
+
+/// Closes change `id`: the state is what the changes still open make of the
+/// state from before the oldest (the one under `id` when it was the newest).
+fn close(id: u64) {
+    OPEN.with(|o| {
+        let mut o = o.borrow_mut();
+        let Some(i) = o.iter().position(|c| c.id == id) else {
+            return;
+        };
+        let gone = o.remove(i);
+        let mut state = if i == 0 { gone.previous } else { o[0].previous };
+        for c in o.iter_mut() {
+            c.previous = state;
+            state = c.apply(state);
+        }
+        STATE.with(|s| s.set(state));
+    });
 }
 
 /// Restores the autocast state from before it was made when dropped; the
-/// outermost one also empties the cast cache. The state is this thread's: the
+/// outermost one also empties the cast cache. Guards dropped in another order
+/// than they were made (two in a struct, whose fields drop first field first)
+/// each take out their own setting only. The state is this thread's: the
 /// guard cannot move to another thread.
 ///
 /// ```compile_fail
@@ -66,13 +130,13 @@ thread_local! {
 /// ```
 #[must_use = "autocast is on only while the guard lives"]
 pub struct AutocastGuard {
-    previous: [Option<DType>; 2],
+    id: u64,
     _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
-        STATE.with(|s| s.set(self.previous));
+        close(self.id);
         let depth = DEPTH.with(|d| {
             let n = d.get().saturating_sub(1);
             d.set(n);
@@ -107,16 +171,10 @@ pub fn autocast_guard_for(device_type: DeviceType, dtype: Option<DType>) -> Resu
     if let Some(dt) = dtype {
         check_dtype(device_type, dt)?;
     }
-    let previous = STATE.with(|s| {
-        let prev = s.get();
-        let mut now = prev;
-        now[device_type.slot()] = dtype;
-        s.set(now);
-        prev
-    });
+    let id = open(Some(device_type.slot()), dtype);
     DEPTH.with(|d| d.set(d.get() + 1));
     Ok(AutocastGuard {
-        previous,
+        id,
         _this_thread: std::marker::PhantomData,
     })
 }
@@ -127,10 +185,10 @@ pub fn autocast_guard(dtype: DType) -> Result<AutocastGuard> {
     for t in DeviceType::ALL {
         check_dtype(t, dtype)?;
     }
-    let previous = STATE.with(|s| s.replace([Some(dtype), Some(dtype)]));
+    let id = open(None, Some(dtype));
     DEPTH.with(|d| d.set(d.get() + 1));
     Ok(AutocastGuard {
-        previous,
+        id,
         _this_thread: std::marker::PhantomData,
     })
 }
@@ -157,13 +215,13 @@ pub(crate) fn without<R>(f: impl FnOnce() -> R) -> R {
     if all_off() {
         return f();
     }
-    struct Restore([Option<DType>; 2]);
+    struct Restore(u64);
     impl Drop for Restore {
         fn drop(&mut self) {
-            STATE.with(|s| s.set(self.0));
+            close(self.0);
         }
     }
-    let _restore = Restore(STATE.with(|s| s.replace([None, None])));
+    let _restore = Restore(open(None, None));
     f()
 }
 
@@ -331,6 +389,20 @@ mod tests {
         }
         assert_eq!(autocast_dtype(DeviceType::Cpu), None);
         assert_eq!(DEPTH.with(|d| d.get()), 0);
+        // dropped out of order (a struct's fields drop first field first):
+        // each takes out its own setting, and the last leaves autocast off
+        let outer = autocast_guard(DType::BF16).unwrap();
+        let inner = autocast_guard_for(DeviceType::Cpu, None).unwrap();
+        let cuda = autocast_guard_for(DeviceType::Cuda, Some(DType::F16)).unwrap();
+        drop(outer);
+        assert_eq!(autocast_dtype(DeviceType::Cpu), None);
+        assert_eq!(autocast_dtype(DeviceType::Cuda), Some(DType::F16));
+        drop(cuda);
+        assert_eq!(autocast_dtype(DeviceType::Cuda), None);
+        drop(inner);
+        assert!(all_off());
+        assert_eq!(DEPTH.with(|d| d.get()), 0);
+        assert!(OPEN.with(|o| o.borrow().is_empty()));
     }
 
     #[test]

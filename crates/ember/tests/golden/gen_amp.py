@@ -58,6 +58,7 @@ def dtype_cases():
     case("softmax_bf16", lambda x: x.softmax(-1), a.to(BF))
     case("log_softmax_bf16", lambda x: x.log_softmax(-1), a.to(BF))
     case("layer_norm_bf16", lambda x, w, c: F.layer_norm(x, (4,), w, c), a.to(BF), f32(4), f32(4))
+    case("rms_norm_bf16", lambda x, w: F.rms_norm(x, (4,), w), a.to(BF), f32(4))
     case("cross_entropy_bf16", lambda x, t: F.cross_entropy(x, t), a.to(BF), torch.tensor([0, 3, 1]))
     case("mse_loss_bf16", F.mse_loss, a.to(BF), a)
     case("bce_with_logits_bf16", F.binary_cross_entropy_with_logits, a.to(BF), a.sigmoid())

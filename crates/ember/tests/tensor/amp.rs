@@ -62,7 +62,8 @@ fn vals(t: &Tensor) -> Vec<f64> {
 }
 
 fn device_type(dev: &Device) -> DeviceType {
-    if dev.is_cuda() {
+    // (meta follows CUDA's autocast)
+    if dev.is_cuda() || *dev == Device::Meta {
         DeviceType::Cuda
     } else {
         DeviceType::Cpu
@@ -75,11 +76,12 @@ const CPU_ONLY_F32: &[&str] = &["pad_reflect_bf16", "pad_replicate_bf16"];
 
 /// PyTorch's CUDA autocast runs these in float32 where its CPU autocast keeps the
 /// input's dtype (`softmax`, `log_softmax` and `sum` with a lower-precision input
-/// give float32; `layer_norm` and `exp` are on its float32 list).
+/// give float32; `layer_norm`, `rms_norm` and `exp` are on its float32 list).
 const CUDA_IN_F32: &[&str] = &[
     "softmax_bf16",
     "log_softmax_bf16",
     "layer_norm_bf16",
+    "rms_norm_bf16",
     "sum_bf16",
     "exp_bf16",
     "pow_bf16",
@@ -140,6 +142,9 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
                 Some(&make(&[4], c3)?),
                 1e-5,
             )?,
+            "rms_norm_bf16" => {
+                nn::functional::rms_norm(&make(&[3, 4], a)?, &[4], Some(&make(&[4], b)?), None)?
+            }
             "cross_entropy_bf16" | "nll_loss_bf16" => {
                 let t = Tensor::new(vec![0i64, 3, 1], dev)?;
                 let x = make(&[3, 4], a)?;
@@ -182,17 +187,25 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
-        if dev.is_cuda() && CUDA_IN_F32.contains(&name) {
+        // (meta follows CUDA's lists, as the estimates of a CUDA step need)
+        let cuda_lists = dev.is_cuda() || *dev == Device::Meta;
+        if cuda_lists && CUDA_IN_F32.contains(&name) {
             want = DType::F32;
         }
-        if dev.is_cuda() && CPU_ONLY_F32.contains(&name) {
+        if cuda_lists && CPU_ONLY_F32.contains(&name) {
             want = a;
         }
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 35);
+    assert_eq!(checked, 36);
     Ok(())
+}
+
+/// The dtypes on `meta`, which takes CUDA autocast's lists.
+#[test]
+fn dtypes_follow_cudas_lists_on_meta() -> Result<()> {
+    dtypes_follow_pytorchs_lists(&Device::Meta)
 }
 
 /// The golden model's parameters copied into ember's, by PyTorch's names.

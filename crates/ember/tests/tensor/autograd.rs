@@ -228,6 +228,14 @@ fn graph_mechanics(dev: &Device) -> Result<()> {
         assert!(!x.exp()?.requires_grad());
     }
     assert!(ember::is_grad_enabled());
+    // guards dropped out of order (a new one made before the old is dropped):
+    // off while any lives, on once all are gone
+    let first = ember::no_grad_guard();
+    let second = ember::no_grad_guard();
+    drop(first);
+    assert!(!ember::is_grad_enabled());
+    drop(second);
+    assert!(ember::is_grad_enabled());
     let d = x.detach();
     assert!(!d.requires_grad() && d.is_leaf());
     assert!(x.mul(&d)?.requires_grad());
