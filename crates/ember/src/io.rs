@@ -125,7 +125,9 @@ impl View for &Raw {
 }
 
 fn raw(t: &Tensor) -> Result<Raw> {
-    let t = crate::autograd::no_grad(|| t.cpu())?;
+    // (read to the host in its own type at once: a tensor on a GPU is not
+    // first copied whole to a CPU tensor)
+    let t = t.detach();
     let (dtype, values) = match t.dtype() {
         DType::F32 => (Dtype::F32, Values::F32(t.to_vec()?)),
         DType::F64 => (Dtype::F64, Values::F64(t.to_vec()?)),
@@ -176,10 +178,10 @@ pub fn save_with_metadata(
     write_raws(raws, metadata, path.as_ref())
 }
 
-/// [`save`] of tensors the caller gives up: each is turned into the bytes
-/// written, then dropped, so that a file of the size of the memory is written
-/// with the tensors' memory once, not twice (as `ember convert` writes a
-/// large checkpoint).
+/// [`save`] of tensors the caller gives up: each is read to the host and then
+/// dropped, so that writing a large checkpoint (as `ember convert` does) holds
+/// its size in memory twice at the peak (the values read, and the file's
+/// bytes), not three times.
 pub fn save_owned(tensors: Vec<(String, Tensor)>, path: impl AsRef<Path>) -> Result<()> {
     check_names(tensors.iter().map(|(n, _)| n.as_str()))?;
     let raws: Vec<(String, Raw)> = tensors

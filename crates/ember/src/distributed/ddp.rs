@@ -260,9 +260,8 @@ impl<M: Module> DistributedDataParallel<M> {
         for h in self.hooks.drain(..) {
             h.remove();
         }
-        let named: Vec<(String, Tensor)> = self
-            .module
-            .named_parameters()
+        // (a tied weight once: one bucket slot and one hook)
+        let named: Vec<(String, Tensor)> = crate::nn::unique_named_parameters(&self.module)
             .into_iter()
             .filter(|(_, p)| p.requires_grad())
             .collect();

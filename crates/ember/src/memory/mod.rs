@@ -568,7 +568,8 @@ impl<M: Module> Estimator<M> {
                 ),
             ));
         }
-        let params = model.named_parameters();
+        // (a tied weight counted once, as num_parameters counts it)
+        let params = crate::nn::unique_named_parameters(&model);
         let bytes = |ts: &[(String, Tensor)]| -> usize {
             ts.iter()
                 .map(|(_, t)| t.numel() * t.dtype().size_in_bytes())

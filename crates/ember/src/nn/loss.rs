@@ -24,8 +24,8 @@ fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
     }
 }
 
-/// Negative log-likelihood of log-probabilities `[N, C]` at int64 targets `[N]`
-/// (`F.nll_loss`; a target of -100 is ignored, as there). See [`nll_loss_opts`]
+/// Negative log-likelihood of log-probabilities `[N, C]` at int64 (or uint8)
+/// targets `[N]` (`F.nll_loss`; a target of -100 is ignored, as there). See [`nll_loss_opts`]
 /// for the other layouts and arguments.
 pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let opts = LossOptions {
@@ -85,10 +85,15 @@ impl Default for LossOptions<'_> {
 
 /// `F.cross_entropy` with all its arguments: `input` is `[N, C]`, `[N, C, d1,
 /// ...]` or unbatched `[C]`; `target` holds int64 class indices of the input's
-/// shape without the class dim, or class probabilities of the input's shape.
+/// shape without the class dim (uint8 too for `[N, C]` and `[C]` inputs, as in
+/// PyTorch), or class probabilities of the input's shape.
 pub fn cross_entropy_opts(input: &Tensor, target: &Tensor, opts: LossOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("cross_entropy");
-    not_differentiable("cross_entropy", "nll_loss_forward", "weight", opts.weight)?;
+    // (class indices only: with probabilities the weight scales the terms,
+    // and PyTorch gives it a gradient)
+    if input.shape() != target.shape() {
+        not_differentiable("cross_entropy", "nll_loss_forward", "weight", opts.weight)?;
+    }
     let ls = opts.label_smoothing;
     if !(0.0..=1.0).contains(&ls) {
         return Err(Error::invalid(
@@ -240,12 +245,13 @@ fn check_class_targets(
     }
     if target.dtype() != DType::I64 {
         if input.rank() > 2 && target.dtype() == DType::U8 {
-            // PyTorch's nll_loss2d: "expected scalar type Long but found Byte"
-            return Err(Error::DTypeMismatch {
+            // PyTorch's nll_loss2d takes int64 only
+            return Err(Error::dtype(
                 op,
-                lhs: DType::I64,
-                rhs: target.dtype(),
-            });
+                DType::U8,
+                "expected scalar type Long but found Byte: uint8 class indices are taken \
+                 for [N, C] and [C] inputs only; convert the target with to_dtype(DType::I64)",
+            ));
         }
         return Err(Error::dtype(
             op,

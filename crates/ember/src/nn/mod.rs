@@ -63,7 +63,14 @@ pub trait Module: Send + Sync {
     /// Computes the output for `x`.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
-    /// The parameters with dotted names (`"0.weight"`), in a stable order.
+    /// The parameters with dotted names (`"0.weight"`), in a stable order. A
+    /// tensor two layers share (a tied weight) is listed under each of its
+    /// names, as PyTorch's `named_parameters(remove_duplicate=False)` and its
+    /// state dict list it (PyTorch's default lists it once: [`parameters`]
+    /// does, and [`unique_named_parameters`] gives the names that go with
+    /// them).
+    ///
+    /// [`parameters`]: Self::parameters
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         Vec::new()
     }
@@ -327,6 +334,17 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn eval(&mut self) {
         (**self).eval()
     }
+}
+
+/// `m`'s parameters each once, under the first of their names (PyTorch's
+/// `named_parameters()`, which leaves out a tied weight's later names): the
+/// names that go with [`Module::parameters`].
+pub fn unique_named_parameters(m: &(impl Module + ?Sized)) -> Vec<(String, Tensor)> {
+    let mut seen = std::collections::HashSet::new();
+    m.named_parameters()
+        .into_iter()
+        .filter(|(_, p)| seen.insert(p.id()))
+        .collect()
 }
 
 /// `Ok` for a module without parameters or buffers; an error naming `op` (a method

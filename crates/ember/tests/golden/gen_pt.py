@@ -17,6 +17,8 @@ Writes into pt/ next to this file (small files, committed):
                                 not have; uint16 goes through _rebuild_tensor_v3)
   module.pt                     torch.save of a whole nn.Module (not a state dict)
   one_tensor.pt                 torch.save of one tensor (no name for it)
+  script.pt                     torch.jit.save of a scripted nn.Linear (TorchScript)
+  numpy.pt                      torch.save of a numpy array (not a model, no tensor)
   os_system.pt, eval.pt         pickles that call os.system / builtins.eval when
                                 PyTorch loads them with weights_only=False
   small_net.pth                 a conv-BN-ReLU-linear net after a few training
@@ -45,6 +47,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -217,6 +220,9 @@ def write_small():
                       "u16": torch.tensor([1, 2, 3]).to(torch.uint16)}, record=False)
     save("module.pt", nn.Linear(2, 2), record=False)
     save("one_tensor.pt", torch.arange(6.0).reshape(2, 3), record=False)
+    torch.manual_seed(0)
+    torch.jit.save(torch.jit.script(nn.Linear(2, 2)), os.path.join(OUT, "script.pt"))
+    save("numpy.pt", np.arange(3.0), record=False)
     save("os_system.pt", {"weight": torch.ones(2), "payload": SystemCall()}, record=False)
     save("eval.pt", {"payload": EvalCall()}, record=False)
     net, x, y = small_net()

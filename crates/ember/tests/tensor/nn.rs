@@ -4388,8 +4388,14 @@ fn a_tied_weight_is_one_parameter() -> Result<()> {
     let mut model = nn::Sequential::new().add(emb).add(head);
     assert_eq!(model.parameters().len(), 1);
     assert_eq!(model.num_parameters(), 16);
-    // the state dict keeps both names, as PyTorch's
+    // the state dict keeps both names, as PyTorch's; its named_parameters()
+    // names the first
     assert_eq!(model.state_dict().len(), 2);
+    let names: Vec<String> = nn::unique_named_parameters(&model)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["0.weight"]);
     let w0 = vals(&model.parameters()[0]);
     let mut opt = Sgd::new(model.parameters(), 0.1)?;
     model
@@ -4467,6 +4473,26 @@ fn loading_old_batch_norm_states_and_loss_weight_refusals() -> Result<()> {
     }
     // without recording, the weight is a weight
     ember::no_grad(|| nn::bce_with_logits_opts(&x, &y, None, Some(&w), Reduction::Mean))?;
+    // with class probabilities the weight scales the terms and has a gradient
+    // (PyTorch's too): -(1/N) sum over rows of p * log_softmax(x), per class
+    let probs = Tensor::rand([4, 3], &dev)?.softmax(1)?;
+    let opts = nn::LossOptions {
+        weight: Some(&w),
+        ..Default::default()
+    };
+    nn::cross_entropy_opts(&x, &probs, opts)?.backward()?;
+    let want = ember::no_grad(|| {
+        probs
+            .mul(&x.log_softmax(1)?)?
+            .sum(0, false)?
+            .mul(-1.0 / 4.0)
+    })?;
+    assert_close(
+        &vals(&w.grad().expect("a gradient")),
+        &vals(&want),
+        1e-5,
+        1e-6,
+    );
 
     let p = Tensor::zeros([1], DType::F32, &dev)?.requires_grad_(true)?;
     let mut opt = Sgd::new(vec![p], 0.1)?;

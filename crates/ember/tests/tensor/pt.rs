@@ -327,6 +327,19 @@ fn a_whole_module_is_refused_with_what_to_save_instead() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("state_dict()") && !e.contains("missing"), "{e}");
+    // a TorchScript file is named as one
+    let e = io::load_state_dict(&linear, pt("script.pt"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("TorchScript") && e.contains("state_dict()"),
+        "{e}"
+    );
+    // a numpy array is not taken for a model
+    let e = io::load_pt(pt("numpy.pt"), &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("numpy") && !e.contains("model"), "{e}");
 }
 
 #[test]

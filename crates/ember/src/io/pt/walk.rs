@@ -383,12 +383,14 @@ impl PtFile {
             " It is a TorchScript model (torch.jit.save, which torch.load hands to \
              torch.jit.load): save the model's state_dict() with torch.save instead."
                 .to_string()
-        } else if global.starts_with("torch.nn.")
-            || global.starts_with("__main__.")
-            || (name.is_empty() && self.selected.is_empty())
-        {
+        } else if global.starts_with("torch.nn.") || global.starts_with("__main__.") {
             " It looks like a whole model was saved (torch.save(model)): save its \
              state_dict() instead, which holds only tensors."
+                .to_string()
+        } else if name.is_empty() && self.selected.is_empty() && !plain_data(global) {
+            // a class of the user's package, saved whole
+            " If it is a whole model (torch.save(model)), save its state_dict() \
+             instead, which holds only tensors."
                 .to_string()
         } else if !name.is_empty() {
             let keys = self.keys();
@@ -414,6 +416,14 @@ impl PtFile {
             ),
         )
     }
+}
+
+/// Whether `global` builds plain data (an array, a namespace, a container)
+/// rather than an object of the user's classes: no model hint for those.
+fn plain_data(global: &str) -> bool {
+    ["numpy.", "builtins.", "argparse.", "collections.", "torch."]
+        .iter()
+        .any(|p| global.starts_with(p))
 }
 
 #[cfg(test)]
