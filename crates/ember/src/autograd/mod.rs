@@ -616,7 +616,11 @@ impl Tensor {
             };
             let node = match v {
                 Vertex::Leaf(t) => {
-                    t.accumulate_grad(g)?;
+                    // a leaf whose requires_grad was turned off after recording
+                    // gets nothing (PyTorch's AccumulateGrad returns early)
+                    if t.requires_grad() {
+                        t.accumulate_grad(g)?;
+                    }
                     continue;
                 }
                 Vertex::Node(node) => node,

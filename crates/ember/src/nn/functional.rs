@@ -564,6 +564,35 @@ pub fn rms_norm(
     }
 }
 
+/// Dropout's answer in training where no mask is drawn: all dropped at `p`
+/// 1 (zeros, through the graph for a float input), and PyTorch's refusal of an
+/// integer or bool input at 0 < `p` < 1 (the scaled mask is float); `None`
+/// otherwise.
+pub(crate) fn dropout_corner(x: &Tensor, p: f64) -> Result<Option<Tensor>> {
+    if p == 1.0 {
+        return if x.dtype().is_float() {
+            x.mul(0.0).map(Some)
+        } else {
+            x.zeros_like().map(Some)
+        };
+    }
+    if x.dtype().is_float() {
+        return Ok(None);
+    }
+    Err(Error::dtype(
+        "dropout",
+        x.dtype(),
+        format!(
+            "result type Float can't be cast to the desired output type {}",
+            match x.dtype() {
+                DType::Bool => "Bool",
+                DType::U8 => "Byte",
+                _ => "Long",
+            }
+        ),
+    ))
+}
+
 /// Zeroes each element with probability `p` and scales the others by `1 / (1 -
 /// p)` when `training`; `x` itself otherwise (`F.dropout`). Draws from the
 /// generator in scope.
@@ -578,8 +607,8 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     if !training || p == 0.0 {
         return Ok(x.clone());
     }
-    if p == 1.0 {
-        return x.mul(0.0);
+    if let Some(y) = dropout_corner(x, p)? {
+        return Ok(y);
     }
     let keep = Tensor::uniform(0.0, 1.0, x.shape(), DType::F32, &x.device())?.ge(p)?;
     x.mul(&keep.to_dtype(x.dtype())?.mul(1.0 / (1.0 - p))?)

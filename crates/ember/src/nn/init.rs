@@ -182,6 +182,10 @@ pub fn trunc_normal_(t: &Tensor, mean: f64, std: f64, a: f64, b: f64) -> Result<
             format!("needs a finite mean and a finite std above 0, got mean = {mean}, std = {std}"),
         ));
     }
+    if !t.holds_values() {
+        // (meta: nothing to draw, and the generator does not move)
+        return Ok(t.clone());
+    }
     // the standardised bounds; above the mean, drawn on the lower side and mirrored
     let (lo, hi) = ((a - mean) / std, (b - mean) / std);
     let mirror = lo > 0.0;
@@ -254,7 +258,8 @@ pub fn orthogonal_(t: &Tensor, gain: f64) -> Result<Tensor> {
     }
     let rows = t.shape()[0];
     let cols = t.numel() / rows.max(1);
-    if rows == 0 || cols == 0 {
+    if rows == 0 || cols == 0 || !t.holds_values() {
+        // (meta: nothing to draw, and the generator does not move)
         return Ok(t.clone());
     }
     // QR of the tall orientation: m × k with m >= k

@@ -547,8 +547,8 @@ impl Module for Dropout {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
         }
-        if self.p == 1.0 {
-            return x.mul(0.0);
+        if let Some(y) = super::functional::dropout_corner(x, self.p)? {
+            return Ok(y);
         }
         let draw = || Tensor::uniform(0.0, 1.0, x.shape(), DType::F32, &x.device());
         let u = match &self.generator {

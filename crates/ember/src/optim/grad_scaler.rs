@@ -354,6 +354,13 @@ impl GradScaler {
         if !self.enabled {
             return Ok(());
         }
+        if state.is_empty() {
+            return Err(Error::invalid(
+                "GradScaler::load_state_dict",
+                "The source state dict is empty, possibly because it was saved from a \
+                 disabled instance of GradScaler.",
+            ));
+        }
         let get = |k: &str| {
             state
                 .iter()

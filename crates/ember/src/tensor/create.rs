@@ -407,6 +407,37 @@ impl Tensor {
     ) -> Result<Tensor> {
         let dims = dims_of("uniform", &shape)?;
         check_float("uniform", dtype)?;
+        // bounds the dtype holds, and a width it holds (PyTorch's checks, in
+        // its order): a draw past them rounds to an infinity
+        let (max, c10) = match dtype {
+            DType::F16 => (65504.0, "c10::Half"),
+            DType::BF16 => (f32::MAX as f64, "c10::BFloat16"),
+            DType::F32 => (f32::MAX as f64, "float"),
+            _ => (f64::MAX, "double"),
+        };
+        for (which, v) in [("from", lo), ("to", hi)] {
+            if v.is_finite() && v.abs() > max {
+                return Err(Error::invalid(
+                    "uniform",
+                    format!("{which} is out of bounds for {c10}"),
+                ));
+            }
+        }
+        if lo <= hi && hi - lo > max {
+            let ty = match dtype {
+                DType::F16 => "Half",
+                DType::BF16 => "BFloat16",
+                DType::F32 => "float",
+                _ => "double",
+            };
+            return Err(Error::invalid(
+                "uniform",
+                format!(
+                    "uniform_ expects to-from <= std::numeric_limits<{ty}>::max(), but found \
+                     to={hi} and from={lo} which result in to-from to exceed the limit"
+                ),
+            ));
+        }
         // (the width too: values are lo + (hi - lo) · u)
         if !(lo <= hi && (hi - lo).is_finite()) {
             return Err(Error::invalid(

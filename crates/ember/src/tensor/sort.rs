@@ -5,6 +5,7 @@
 use super::Tensor;
 use crate::layout::normalize_dim;
 use crate::{
+    device::Device,
     dtype::DType,
     error::{Error, Result},
 };
@@ -148,7 +149,7 @@ impl Tensor {
         if n == 0 {
             return Err(Error::invalid(
                 OP,
-                "multinomial: the number of categories cannot be zero",
+                "the number of categories cannot be zero",
             ));
         }
         if num_samples == 0 {
@@ -203,8 +204,7 @@ impl Tensor {
                 .clamp_min(f32::MIN_POSITIVE as f64)
         };
         let out = if replacement {
-            let e = race(&[r, num_samples, n])?;
-            rows.unsqueeze(1)?.div(&e)?.argmax(-1, false)?
+            with_replacement(&rows, num_samples, &self.device())?
         } else {
             let e = race(&[r, n])?;
             rows.div(&e)?.topk(num_samples, -1, true)?.1
@@ -215,4 +215,35 @@ impl Tensor {
             Ok(out)
         }
     }
+}
+
+/// `num_samples` draws with replacement from each row of the weights `rows`
+/// (`[r, n]`, checked): a uniform draw (from the device's generator) scaled to
+/// the row's total, found among the running sums in float64, which is O(n + k
+/// log n) a row (a race of k × n exponentials needed that memory). A category
+/// of weight 0 is never drawn: its running sum equals the one before it.
+fn with_replacement(rows: &Tensor, num_samples: usize, device: &Device) -> Result<Tensor> {
+    let (r, n) = (rows.shape()[0], rows.shape()[1]);
+    let u = Tensor::uniform(0.0, 1.0, [r, num_samples], DType::F64, device)?;
+    if !rows.holds_values() {
+        return u.to_dtype(DType::I64);
+    }
+    let weights = rows.to_vec::<f64>()?;
+    let u = u.to_vec::<f64>()?;
+    let mut out = Vec::with_capacity(r * num_samples);
+    let mut sums = vec![0.0f64; n];
+    for (w, u) in weights.chunks(n).zip(u.chunks(num_samples.max(1))) {
+        let mut total = 0.0;
+        for (s, &x) in sums.iter_mut().zip(w) {
+            total += x;
+            *s = total;
+        }
+        // (a draw that rounds up to the total takes the last category drawn)
+        let last = w.iter().rposition(|&x| x > 0.0).unwrap_or(n - 1);
+        out.extend(u.iter().map(|&u| {
+            let at = u * total;
+            sums.partition_point(|&s| s <= at).min(last) as i64
+        }));
+    }
+    Tensor::from_vec(out, [r, num_samples], device)
 }

@@ -697,3 +697,15 @@ device_test!(
     sequence_layers_train_under_autocast,
     autocast_cache_serves_evaluation_and_two_backwards,
 );
+
+/// A disabled scaler's empty state is refused by an enabled one with
+/// PyTorch's reason.
+#[test]
+fn an_empty_scaler_state_says_why() {
+    let empty = GradScaler::new().enabled(false).state_dict();
+    let e = GradScaler::new()
+        .load_state_dict(&empty)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("disabled instance of GradScaler"), "{e}");
+}

@@ -759,3 +759,18 @@ fn queued_callbacks_run_when_backward_ends() -> Result<()> {
     h.remove();
     Ok(())
 }
+
+/// A leaf whose requires_grad is turned off after an op recorded it gets no
+/// gradient from that graph, as PyTorch's accumulation skips it.
+#[test]
+fn a_leaf_turned_off_after_recording_gets_no_gradient() -> Result<()> {
+    let dev = Device::Cpu;
+    let x = Tensor::new([1f32, 2.], &dev)?.requires_grad_(true)?;
+    let w = Tensor::new([3f32, 4.], &dev)?.requires_grad_(true)?;
+    let y = x.mul(&w)?.sum_all()?;
+    let x = x.requires_grad_(false)?;
+    y.backward()?;
+    assert!(x.grad().is_none());
+    assert_eq!(vals(&w.grad().expect("w still requires grad")), [1.0, 2.0]);
+    Ok(())
+}

@@ -285,6 +285,23 @@ fn multinomial_draws_by_weight(dev: &Device) -> Result<()> {
     );
     let huge = Tensor::new([1e39f64, 1.0], dev)?.multinomial(50, true)?;
     assert_eq!(huge.to_vec1::<i64>()?, vec![0i64; 50]);
+    // a weight of 0 beside a subnormal one is never drawn
+    let sub = Tensor::new([0.0f32, 1e-45], dev)?.multinomial(200, true)?;
+    assert!(sub.to_vec1::<i64>()?.iter().all(|&i| i == 1));
+    // as many draws as categories (WeightedRandomSampler's use), in memory of
+    // their size: a dataset's length of each
+    let k = 200_000;
+    let big = Tensor::ones([k], DType::F32, dev)?.multinomial(k, true)?;
+    let seen = big.to_vec1::<i64>()?;
+    assert!(seen.iter().all(|&i| (0..k as i64).contains(&i)));
+    let distinct: std::collections::HashSet<_> = seen.iter().collect();
+    // (1 - 1/e of the categories, within a few standard deviations)
+    let expect = k as f64 * (1.0 - (-1.0f64).exp());
+    assert!(
+        (distinct.len() as f64 - expect).abs() < 2000.0,
+        "{}",
+        distinct.len()
+    );
     Ok(())
 }
 
@@ -440,3 +457,33 @@ device_test!(
     std_of_huge_float32,
     pooling_accepted_like_pytorch
 );
+
+/// `uniform` refuses bounds its dtype cannot hold, and a width past its
+/// largest value, with PyTorch's errors (the draws rounded to infinities).
+#[test]
+fn uniform_refuses_bounds_its_dtype_cannot_hold() {
+    let dev = Device::Cpu;
+    for (lo, hi, dt, want) in [
+        (0.0, 1e6, DType::F16, "to is out of bounds for c10::Half"),
+        (-1e300, 1e300, DType::F32, "from is out of bounds for float"),
+        (
+            0.0,
+            1e39,
+            DType::BF16,
+            "to is out of bounds for c10::BFloat16",
+        ),
+        (
+            -6e4,
+            6e4,
+            DType::F16,
+            "to-from <= std::numeric_limits<Half>::max()",
+        ),
+    ] {
+        let e = Tensor::uniform(lo, hi, [4], dt, &dev)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{lo}, {hi}, {dt}: {e}");
+    }
+    let ok = Tensor::uniform(-3e4, 3e4, [64], DType::F16, &dev).unwrap();
+    assert!(vals(&ok).iter().all(|v| v.is_finite() && v.abs() <= 3e4));
+}

@@ -4504,3 +4504,43 @@ fn loading_old_batch_norm_states_and_loss_weight_refusals() -> Result<()> {
     assert!(ReduceLrOnPlateau::new(f64::NAN, 0).is_err());
     Ok(())
 }
+
+/// Dropout refuses integer and bool inputs in training as PyTorch does (its
+/// scaled mask is float), and drops them all at p = 1; the initialisers that
+/// draw on the host give a meta tensor back without drawing.
+#[test]
+fn dropout_of_integers_and_meta_initialisers() -> Result<()> {
+    let dev = Device::Cpu;
+    let ints = Tensor::new([1i64, 2, 3, 4], &dev)?;
+    let e = nn::functional::dropout(&ints, 0.5, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("can't be cast to the desired output type Long"),
+        "{e}"
+    );
+    let bools = Tensor::new([true, false], &dev)?;
+    let mut layer = nn::Dropout::new(0.5)?;
+    layer.train();
+    let e = layer.forward(&bools).unwrap_err().to_string();
+    assert!(e.contains("output type Bool"), "{e}");
+    let all = nn::functional::dropout(&ints, 1.0, true)?;
+    assert_eq!(
+        (all.dtype(), all.to_vec1::<i64>()?),
+        (DType::I64, vec![0; 4])
+    );
+    assert_eq!(
+        nn::functional::dropout(&ints, 0.0, true)?.to_vec1::<i64>()?,
+        [1, 2, 3, 4]
+    );
+    // meta: nothing drawn, the generator where it was
+    let _g = super::rng_lock();
+    let meta = Tensor::empty([400, 300], DType::F32, &Device::Meta)?;
+    ember::manual_seed(3);
+    nn::init::trunc_normal_(&meta, 0.0, 0.02, -0.04, 0.04)?;
+    nn::init::orthogonal_(&meta, 1.0)?;
+    let after = Tensor::rand([4], &dev)?.to_vec1::<f32>()?;
+    ember::manual_seed(3);
+    assert_eq!(Tensor::rand([4], &dev)?.to_vec1::<f32>()?, after);
+    Ok(())
+}
