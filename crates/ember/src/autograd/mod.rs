@@ -213,6 +213,24 @@ enum Vertex {
     Leaf(Tensor),
 }
 
+/// Whether `t` was made from a leaf that requires grad by its op's first input
+/// (a view of a parameter, as `w.narrow(..)`): PyTorch refuses an in-place op
+/// on such a view as on the leaf.
+pub(crate) fn made_from_grad_leaf(t: &Tensor) -> bool {
+    let Some(node) = t.node() else {
+        return false;
+    };
+    let inner = node.inner.lock().unwrap_or_else(|p| p.into_inner());
+    match inner.as_ref().and_then(|(inputs, _)| inputs.0.first()) {
+        Some(Edge {
+            node: None,
+            value: Held::Value(leaf),
+            ..
+        }) => leaf.requires_grad() && leaf.is_leaf(),
+        _ => false,
+    }
+}
+
 impl Vertex {
     fn key(&self) -> usize {
         match self {

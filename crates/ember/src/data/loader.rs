@@ -50,6 +50,9 @@ pub struct DataLoader {
     /// its generator with [`generator`](Self::generator)): what the dataset's
     /// draws start from, each epoch (PyTorch's per-iterator base seed).
     samples_base: std::sync::OnceLock<u64>,
+    /// Whether `seed` came from [`generator`](Self::generator) rather than
+    /// [`shuffle`](Self::shuffle): a sampler then takes over the order.
+    seed_from_generator: bool,
 }
 
 impl DataLoader {
@@ -78,6 +81,7 @@ impl DataLoader {
             next_epoch: AtomicU64::new(0),
             sampler: None,
             samples_base: std::sync::OnceLock::new(),
+            seed_from_generator: false,
         })
     }
 
@@ -88,16 +92,25 @@ impl DataLoader {
     /// shuffling is then the sampler's ([`seed`](Self::seed) says `None`).
     pub fn shuffle(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self.seed_from_generator = false;
         self
     }
 
     /// Shuffles with a seed drawn from `generator` (PyTorch's
-    /// `DataLoader(generator=g)`): loaders given generators seeded alike shuffle
-    /// alike, whatever other threads draw from the global stream.
+    /// `DataLoader(generator=g, shuffle=True)`), and the dataset's random draws
+    /// start from it too: loaders given generators seeded alike shuffle and
+    /// augment alike, whatever other threads draw from the global stream. With
+    /// a [`sampler`](Self::sampler) (before or after this), the sampler's order
+    /// is visited and the generator seeds the draws only, as PyTorch's
+    /// `generator=` beside a sampler.
     pub fn generator(mut self, generator: &crate::backend::generator::Generator) -> Self {
         let seed = generator.next_u64();
         self.samples_base = std::sync::OnceLock::from(generator.next_u64());
-        self.shuffle(seed)
+        if self.sampler.is_none() {
+            self.seed = Some(seed);
+            self.seed_from_generator = true;
+        }
+        self
     }
 
     /// With `true`, the last batch is skipped when it has fewer than
@@ -134,6 +147,11 @@ impl DataLoader {
     /// it, as PyTorch refuses both ("sampler option is mutually exclusive with
     /// shuffle"). The sampler must be for this dataset's length.
     pub fn sampler(mut self, sampler: super::DistributedSampler) -> Result<Self> {
+        if self.seed_from_generator {
+            // (the generator's draws stay: the sampler takes over the order)
+            self.seed = None;
+            self.seed_from_generator = false;
+        }
         if let Some(seed) = self.seed {
             return Err(Error::invalid(
                 "DataLoader::sampler",
@@ -297,6 +315,7 @@ impl Clone for DataLoader {
             next_epoch: AtomicU64::new(self.next_epoch()),
             sampler: self.sampler.clone(),
             samples_base: self.samples_base.clone(),
+            seed_from_generator: self.seed_from_generator,
         }
     }
 }

@@ -276,6 +276,9 @@ impl Recurrent {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        if matches!(self.cell, Cell::Gru) && cpu_full_precision(x) {
+            return crate::tensor::autocast::without(|| self.run(x, h0, c0));
+        }
         let name = self.cell.name();
         let batched = match x.rank() {
             3 => true,
@@ -297,7 +300,8 @@ impl Recurrent {
             (true, false) => x.clone(),
         };
         // under autocast the input and the states run in the lower precision, as
-        // PyTorch's CUDA autocast runs its recurrent layers (cuDNN's RNN)
+        // PyTorch's CUDA autocast runs its recurrent layers (cuDNN's RNN), and
+        // its CPU autocast its LSTM (a GRU on the CPU has left autocast above)
         let x = crate::tensor::autocast::lower_one(&x)?;
         if x.shape()[2] != self.input_size {
             return Err(Error::shape(
@@ -403,6 +407,14 @@ impl Recurrent {
         };
         Ok((out, hn, cn))
     }
+}
+
+/// Whether `x` is on the CPU under CPU autocast, where PyTorch runs `GRU` and
+/// the single-step cells in float32 (its CPU list lowers only `LSTM`, through
+/// oneDNN's RNN layer; CUDA's lowers them all, through cuDNN).
+fn cpu_full_precision(x: &Tensor) -> bool {
+    x.device() == Device::Cpu
+        && crate::tensor::autocast::is_autocast_enabled(crate::tensor::autocast::DeviceType::Cpu)
 }
 
 macro_rules! recurrent_module {
@@ -539,6 +551,9 @@ macro_rules! cell_module {
                 h: Option<&Tensor>,
                 c: Option<&Tensor>,
             ) -> Result<(Tensor, Option<Tensor>)> {
+                if cpu_full_precision(x) {
+                    return crate::tensor::autocast::without(|| self.step_state(x, h, c));
+                }
                 let r = &self.0;
                 let name = concat!(stringify!($t));
                 let batched = match x.rank() {
@@ -591,6 +606,11 @@ macro_rules! cell_module {
                     Cell::Lstm => Some(state(c)?),
                     Cell::Gru => None,
                 };
+                // under CUDA autocast the step runs in the lower precision, as
+                // PyTorch's lstm_cell and gru_cell are on its list (the CPU's
+                // are not: left above)
+                let low = crate::tensor::autocast::lower_one;
+                let (x, h, c) = (low(&x)?, low(&h)?, c.as_ref().map(low).transpose()?);
                 let p = &r.params[0][0];
                 let (h2, c2) = p.step($cell, &p.input_part(&x)?, &h, c.as_ref())?;
                 let un = |t: Tensor| if batched { Ok(t) } else { t.squeeze(0) };

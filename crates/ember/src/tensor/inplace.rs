@@ -220,6 +220,12 @@ impl Tensor {
                 "a leaf Variable that requires grad is being used in an in-place operation. Update it inside ember::no_grad(|| ...) (as optimizers do) or use the out-of-place op",
             ));
         }
+        if self.is_view() && crate::autograd::made_from_grad_leaf(self) {
+            return Err(Error::invalid(
+                op,
+                "a view of a leaf Variable that requires grad is being used in an in-place operation. Update the leaf inside ember::no_grad(|| ...) (as optimizers and initialisers do)",
+            ));
+        }
         if self.has_views() {
             let which = if self.is_view() {
                 "this tensor is a view"

@@ -709,3 +709,29 @@ fn an_empty_scaler_state_says_why() {
         .to_string();
     assert!(e.contains("disabled instance of GradScaler"), "{e}");
 }
+
+/// The recurrent layers' output dtypes under autocast, as PyTorch 2.15 gives
+/// them: CPU autocast lowers LSTM only (GRU and the cells stay float32), CUDA's
+/// (and so meta's) lowers them all.
+#[test]
+fn recurrent_layers_follow_each_devices_list() -> Result<()> {
+    for (dev, gru, cells) in [
+        (Device::Cpu, DType::F32, DType::F32),
+        (Device::Meta, DType::BF16, DType::BF16),
+    ] {
+        let x = Tensor::zeros([2, 5, 3], DType::F32, &dev)?;
+        let _ac = autocast_guard_for(device_type(&dev), Some(DType::BF16))?;
+        let lstm = nn::LSTM::new(3, 4, &dev)?.forward(&x)?;
+        assert_eq!(lstm.dtype(), DType::BF16, "LSTM on {dev}");
+        assert_eq!(
+            nn::GRU::new(3, 4, &dev)?.forward(&x)?.dtype(),
+            gru,
+            "GRU on {dev}"
+        );
+        let step = x.select(1, 0)?;
+        let lc = nn::LSTMCell::new(3, 4, &dev)?.forward(&step)?;
+        let gc = nn::GRUCell::new(3, 4, &dev)?.forward(&step)?;
+        assert_eq!((lc.dtype(), gc.dtype()), (cells, cells), "cells on {dev}");
+    }
+    Ok(())
+}

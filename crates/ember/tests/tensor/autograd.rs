@@ -774,3 +774,25 @@ fn a_leaf_turned_off_after_recording_gets_no_gradient() -> Result<()> {
     assert_eq!(vals(&w.grad().expect("w still requires grad")), [1.0, 2.0]);
     Ok(())
 }
+
+/// An in-place op on a view of a leaf that requires grad is refused with
+/// PyTorch's reason (and nothing written); inside no_grad it writes the leaf.
+#[test]
+fn an_in_place_op_on_a_view_of_a_parameter_names_the_leaf() -> Result<()> {
+    let dev = Device::Cpu;
+    let x = Tensor::new([1f32, -2., 3.], &dev)?.requires_grad_(true)?;
+    for e in [
+        x.narrow(0, 0, 2)?.fill_(0.0).unwrap_err(),
+        x.narrow(0, 1, 2)?.add_(1.0).unwrap_err(),
+    ] {
+        let e = e.to_string();
+        assert!(
+            e.contains("a view of a leaf Variable that requires grad"),
+            "{e}"
+        );
+    }
+    assert_eq!(vals(&x), [1.0, -2.0, 3.0]);
+    ember::no_grad(|| x.narrow(0, 0, 2)?.fill_(0.0))?;
+    assert_eq!(vals(&x), [0.0, 0.0, 3.0]);
+    Ok(())
+}

@@ -844,6 +844,22 @@ fn distributed_samplers_deal_equal_shares_of_the_loaders_order() -> Result<()> {
     };
     let e = e.to_string();
     assert!(e.contains("mutually exclusive with shuffle"), "{e}");
+    // a generator beside a sampler (either order) seeds the samples' draws
+    // only: the sampler's order is visited, as PyTorch's generator= does
+    let want = targets(
+        DataLoader::new(numbered(len)?, 3)?
+            .sampler(rank1.clone())?
+            .iter(),
+    )?;
+    let g = ember::Generator::new(0);
+    let after = DataLoader::new(numbered(len)?, 3)?
+        .generator(&g)
+        .sampler(rank1.clone())?;
+    let before = DataLoader::new(numbered(len)?, 3)?
+        .sampler(rank1.clone())?
+        .generator(&g);
+    assert_eq!(targets(after.iter())?, want);
+    assert_eq!(targets(before.iter())?, want);
     let l = DataLoader::new(numbered(len)?, 3)?
         .sampler(rank1)?
         .shuffle(7);
