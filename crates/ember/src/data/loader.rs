@@ -107,8 +107,10 @@ impl DataLoader {
         let seed = generator.next_u64();
         self.samples_base = std::sync::OnceLock::from(generator.next_u64());
         if self.sampler.is_none() {
+            // (a shuffle asked for stays asked for, now with this seed: a
+            // sampler is then refused)
+            self.seed_from_generator = self.seed.is_none() || self.seed_from_generator;
             self.seed = Some(seed);
-            self.seed_from_generator = true;
         }
         self
     }

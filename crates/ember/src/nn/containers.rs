@@ -26,7 +26,8 @@ macro_rules! container_methods {
             super::to_device_all(self.modules_mut(), device)
         }
         fn to_empty(&mut self, device: &Device) -> Result<()> {
-            super::converting(|| self.each_mut(|m| m.to_empty(device)))
+            let shared = super::shared_in(&*self);
+            super::converting(shared, || self.each_mut(|m| m.to_empty(device)))
         }
         fn to_dtype(&mut self, dtype: DType) -> Result<()> {
             super::to_dtype_all(self.modules_mut(), dtype)
@@ -35,7 +36,8 @@ macro_rules! container_methods {
             self.each_mut(|m| m.reset_parameters())
         }
         fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
-            super::converting(|| self.each_mut(|m| m.to_memory_format(format)))
+            let shared = super::shared_in(&*self);
+            super::converting(shared, || self.each_mut(|m| m.to_memory_format(format)))
         }
         fn set_training(&mut self, training: bool) {
             let _ = self.each_mut(|m| {

@@ -569,6 +569,10 @@ pub fn rms_norm(
 /// integer or bool input at 0 < `p` < 1 (the scaled mask is float); `None`
 /// otherwise.
 pub(crate) fn dropout_corner(x: &Tensor, p: f64) -> Result<Option<Tensor>> {
+    if x.numel() == 0 && !x.dtype().is_float() {
+        // (nothing to drop: PyTorch returns it)
+        return Ok(Some(x.clone()));
+    }
     if p == 1.0 {
         return if x.dtype().is_float() {
             x.mul(0.0).map(Some)

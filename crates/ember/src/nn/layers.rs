@@ -313,8 +313,11 @@ impl Module for Sequential {
     }
 
     fn to_empty(&mut self, device: &Device) -> Result<()> {
+        let shared = super::shared_in(&*self);
         let layers = self.layers.iter_mut();
-        super::converting(|| layers.into_iter().try_for_each(|(_, l)| l.to_empty(device)))
+        super::converting(shared, || {
+            layers.into_iter().try_for_each(|(_, l)| l.to_empty(device))
+        })
     }
 
     fn to_dtype(&mut self, dtype: DType) -> Result<()> {
@@ -334,8 +337,11 @@ impl Module for Sequential {
     }
 
     fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
+        let shared = super::shared_in(&*self);
         let mut layers = self.layers.iter_mut();
-        super::converting(|| layers.try_for_each(|(_, l)| l.to_memory_format(format)))
+        super::converting(shared, || {
+            layers.try_for_each(|(_, l)| l.to_memory_format(format))
+        })
     }
 
     fn set_training(&mut self, training: bool) {
@@ -880,7 +886,18 @@ impl Module for LazyLinear {
             return Ok(());
         }
         match shapes.iter().rev().find(|(n, _)| *n == "weight") {
-            Some((_, &[out, in_features])) if out == self.out_features => self.make(in_features),
+            Some((_, &[out, in_features])) if out == self.out_features => {
+                // zeros the load overwrites: no draw (the generator stays where
+                // it is, as PyTorch's lazy load leaves it)
+                let w = Tensor::zeros([out, in_features], self.dtype, &self.device)?;
+                let b = if self.bias {
+                    Some(Tensor::zeros([out], self.dtype, &self.device)?)
+                } else {
+                    None
+                };
+                let _ = self.inner.set(Linear::from_weights(&w, b.as_ref())?);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

@@ -393,22 +393,51 @@ fn all_children<K: Copy + PartialEq>(
             }
         }
     }
-    let _conversions = Conversions::begin();
+    let shared = shared_ids(children.iter().flat_map(|m| tensors_of(&**m)));
+    let _conversions = Conversions::begin(shared);
     children.into_iter().try_for_each(|m| apply(m, target))
+}
+
+/// The ids of the tensors listed more than once among `tensors` (a weight two
+/// layers share): only those are converted once for all (the others are freed
+/// as their layers replace them, not kept to the end of the conversion).
+pub(crate) fn shared_ids(
+    tensors: impl Iterator<Item = Tensor>,
+) -> std::collections::HashSet<usize> {
+    let mut seen = std::collections::HashSet::new();
+    tensors
+        .map(|t| t.id())
+        .filter(|&id| !seen.insert(id))
+        .collect()
 }
 
 thread_local! {
     /// While a container converts its children: each tensor converted so far
     /// and what it became, by the old tensor's id.
-    static CONVERTED: std::cell::RefCell<Option<std::collections::HashMap<usize, (Tensor, Tensor)>>> =
-        const { std::cell::RefCell::new(None) };
+    static CONVERTED: std::cell::RefCell<Option<Converted>> = const { std::cell::RefCell::new(None) };
+}
+
+/// One container-wide conversion's memo: the ids of the tensors its children
+/// share, and each of those converted so far with what it became.
+struct Converted {
+    shared: std::collections::HashSet<usize>,
+    done: std::collections::HashMap<usize, (Tensor, Tensor)>,
 }
 
 /// `f`, a container's conversion of its children (`to_empty`,
-/// `to_memory_format`), in one scope of [`shared`] conversions.
-pub(crate) fn converting(f: impl FnOnce() -> Result<()>) -> Result<()> {
-    let _scope = Conversions::begin();
+/// `to_memory_format`), in one scope of [`shared`] conversions: `shared` is
+/// [`shared_in`] the container, taken before `f` borrows it.
+pub(crate) fn converting(
+    shared: std::collections::HashSet<usize>,
+    f: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let _scope = Conversions::begin(shared);
     f()
+}
+
+/// The ids of the tensors `m` lists more than once ([`shared_ids`]).
+pub(crate) fn shared_in(m: &dyn Module) -> std::collections::HashSet<usize> {
+    shared_ids(tensors_of(m))
 }
 
 /// The scope of one container-wide conversion (the outermost one: nested
@@ -418,12 +447,16 @@ struct Conversions {
 }
 
 impl Conversions {
-    fn begin() -> Conversions {
+    /// (a nested container's `shared` is within the outermost's, which is kept)
+    fn begin(shared: std::collections::HashSet<usize>) -> Conversions {
         let outermost = CONVERTED.with(|c| {
             let mut c = c.borrow_mut();
             let fresh = c.is_none();
             if fresh {
-                *c = Some(std::collections::HashMap::new());
+                *c = Some(Converted {
+                    shared,
+                    done: std::collections::HashMap::new(),
+                });
             }
             fresh
         });
@@ -445,8 +478,8 @@ impl Drop for Conversions {
 fn shared(t: &Tensor, convert: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
     let known = CONVERTED.with(|c| {
         let c = c.borrow();
-        c.as_ref()
-            .map(|m| m.get(&t.id()).map(|(_, new)| new.clone()))
+        let m = c.as_ref().filter(|m| m.shared.contains(&t.id()))?;
+        Some(m.done.get(&t.id()).map(|(_, new)| new.clone()))
     });
     match known {
         None => convert(),
@@ -456,7 +489,7 @@ fn shared(t: &Tensor, convert: impl FnOnce() -> Result<Tensor>) -> Result<Tensor
             CONVERTED.with(|c| {
                 if let Some(m) = c.borrow_mut().as_mut() {
                     // the old tensor is kept too, so that its id is not reused
-                    m.insert(t.id(), (t.clone(), new.clone()));
+                    m.done.insert(t.id(), (t.clone(), new.clone()));
                 }
             });
             Ok(new)
@@ -558,7 +591,8 @@ macro_rules! delegate_to_children {
             )
         }
         fn to_empty(&mut self, device: &$crate::device::Device) -> $crate::error::Result<()> {
-            $crate::nn::converting(|| {
+            let shared = $crate::nn::shared_in(&*self);
+            $crate::nn::converting(shared, || {
                 self.children_mut()
                     .into_iter()
                     .try_for_each(|(_, m)| m.to_empty(device))
@@ -579,7 +613,8 @@ macro_rules! delegate_to_children {
             &mut self,
             format: $crate::layout::MemoryFormat,
         ) -> $crate::error::Result<()> {
-            $crate::nn::converting(|| {
+            let shared = $crate::nn::shared_in(&*self);
+            $crate::nn::converting(shared, || {
                 self.children_mut()
                     .into_iter()
                     .try_for_each(|(_, m)| m.to_memory_format(format))

@@ -276,9 +276,14 @@ impl Recurrent {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
-        if matches!(self.cell, Cell::Gru) && cpu_full_precision(x) {
-            return crate::tensor::autocast::without(|| self.run(x, h0, c0));
-        }
+        // (a GRU on the CPU keeps its input and states: see cpu_full_precision)
+        let lower = |t: &Tensor| {
+            if matches!(self.cell, Cell::Gru) && cpu_full_precision(t) {
+                Ok(t.clone())
+            } else {
+                crate::tensor::autocast::lower_one(t)
+            }
+        };
         let name = self.cell.name();
         let batched = match x.rank() {
             3 => true,
@@ -302,7 +307,7 @@ impl Recurrent {
         // under autocast the input and the states run in the lower precision, as
         // PyTorch's CUDA autocast runs its recurrent layers (cuDNN's RNN), and
         // its CPU autocast its LSTM (a GRU on the CPU has left autocast above)
-        let x = crate::tensor::autocast::lower_one(&x)?;
+        let x = lower(&x)?;
         if x.shape()[2] != self.input_size {
             return Err(Error::shape(
                 name,
@@ -340,7 +345,7 @@ impl Recurrent {
                             ),
                         ));
                     }
-                    crate::tensor::autocast::lower_one(&s)
+                    lower(&s)
                 }
             }
         };
@@ -409,9 +414,11 @@ impl Recurrent {
     }
 }
 
-/// Whether `x` is on the CPU under CPU autocast, where PyTorch runs `GRU` and
-/// the single-step cells in float32 (its CPU list lowers only `LSTM`, through
-/// oneDNN's RNN layer; CUDA's lowers them all, through cuDNN).
+/// Whether `x` is on the CPU under CPU autocast, where PyTorch's `GRU` and
+/// single-step cells keep their input and states in float32 (its CPU list has
+/// `LSTM`'s oneDNN layer, not theirs; CUDA's has them all): their products with
+/// the weights still run in the lower precision (their linear layers are on
+/// the list), and the sums with the float32 states come back float32.
 fn cpu_full_precision(x: &Tensor) -> bool {
     x.device() == Device::Cpu
         && crate::tensor::autocast::is_autocast_enabled(crate::tensor::autocast::DeviceType::Cpu)
@@ -551,9 +558,6 @@ macro_rules! cell_module {
                 h: Option<&Tensor>,
                 c: Option<&Tensor>,
             ) -> Result<(Tensor, Option<Tensor>)> {
-                if cpu_full_precision(x) {
-                    return crate::tensor::autocast::without(|| self.step_state(x, h, c));
-                }
                 let r = &self.0;
                 let name = concat!(stringify!($t));
                 let batched = match x.rank() {
@@ -608,8 +612,14 @@ macro_rules! cell_module {
                 };
                 // under CUDA autocast the step runs in the lower precision, as
                 // PyTorch's lstm_cell and gru_cell are on its list (the CPU's
-                // are not: left above)
-                let low = crate::tensor::autocast::lower_one;
+                // are not: there only the products are lowered)
+                let low = |t: &Tensor| {
+                    if cpu_full_precision(t) {
+                        Ok(t.clone())
+                    } else {
+                        crate::tensor::autocast::lower_one(t)
+                    }
+                };
                 let (x, h, c) = (low(&x)?, low(&h)?, c.as_ref().map(low).transpose()?);
                 let p = &r.params[0][0];
                 let (h2, c2) = p.step($cell, &p.input_part(&x)?, &h, c.as_ref())?;

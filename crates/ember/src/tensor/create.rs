@@ -411,12 +411,12 @@ impl Tensor {
         // its order): a draw past them rounds to an infinity
         let (max, c10) = match dtype {
             DType::F16 => (65504.0, "c10::Half"),
-            DType::BF16 => (f32::MAX as f64, "c10::BFloat16"),
+            DType::BF16 => (3.3895313892515355e38, "c10::BFloat16"),
             DType::F32 => (f32::MAX as f64, "float"),
             _ => (f64::MAX, "double"),
         };
         for (which, v) in [("from", lo), ("to", hi)] {
-            if v.is_finite() && v.abs() > max {
+            if !v.is_finite() || v.abs() > max {
                 return Err(Error::invalid(
                     "uniform",
                     format!("{which} is out of bounds for {c10}"),

@@ -228,6 +228,9 @@ fn with_replacement(rows: &Tensor, num_samples: usize, device: &Device) -> Resul
     if !rows.holds_values() {
         return u.to_dtype(DType::I64);
     }
+    if *device != Device::Cpu {
+        return on_device(rows, &u);
+    }
     let weights = rows.to_vec::<f64>()?;
     let u = u.to_vec::<f64>()?;
     let mut out = Vec::with_capacity(r * num_samples);
@@ -246,4 +249,40 @@ fn with_replacement(rows: &Tensor, num_samples: usize, device: &Device) -> Resul
         }));
     }
     Tensor::from_vec(out, [r, num_samples], device)
+}
+
+/// [`with_replacement`] on a GPU, without a trip to the host: each draw
+/// `u · total` is searched for among the running sums, all draws at once (a
+/// binary search of log2(n) steps, each a gather of one sum per draw): the
+/// first category whose running sum is above it. A draw past the last
+/// category of positive weight (one that rounds up to the total) is that
+/// category.
+fn on_device(rows: &Tensor, u: &Tensor) -> Result<Tensor> {
+    let (r, n, k) = (rows.shape()[0], rows.shape()[1], u.shape()[1]);
+    let dev = rows.device();
+    let sums = rows.cumsum_dtype(1, DType::F64)?;
+    let at = u.mul(&sums.narrow(1, n as i64 - 1, 1)?)?;
+    let index = Tensor::arange(0i64, n as i64, &dev)?;
+    let last = rows
+        .gt(0.0)?
+        .to_dtype(DType::I64)?
+        .mul(&index)?
+        .max(1, true)?;
+    // (indices as float64, exact far past any length)
+    let mut lo = Tensor::zeros([r, k], DType::F64, &dev)?;
+    let mut hi = Tensor::full([r, k], n as f64, DType::F64, &dev)?;
+    let steps = usize::BITS - n.leading_zeros();
+    for _ in 0..steps {
+        let mid = lo.add(&hi)?.mul(0.5)?.floor()?;
+        let probe = mid
+            .clamp(Some(0.0), Some((n - 1) as f64))?
+            .to_dtype(DType::I64)?;
+        let below = sums.gather(1, &probe)?.le(&at)?;
+        let active = lo.lt(&hi)?;
+        let right = active.logical_and(&below)?;
+        let left = active.logical_and(&below.logical_not()?)?;
+        lo = right.where_(&mid.add(1.0)?, &lo)?;
+        hi = left.where_(&mid, &hi)?;
+    }
+    lo.to_dtype(DType::I64)?.minimum(&last)
 }

@@ -478,6 +478,18 @@ fn uniform_refuses_bounds_its_dtype_cannot_hold() {
             DType::F16,
             "to-from <= std::numeric_limits<Half>::max()",
         ),
+        (
+            0.0,
+            3.39e38,
+            DType::BF16,
+            "to is out of bounds for c10::BFloat16",
+        ),
+        (
+            0.0,
+            f64::INFINITY,
+            DType::F32,
+            "to is out of bounds for float",
+        ),
     ] {
         let e = Tensor::uniform(lo, hi, [4], dt, &dev)
             .unwrap_err()

@@ -860,6 +860,12 @@ fn distributed_samplers_deal_equal_shares_of_the_loaders_order() -> Result<()> {
         .generator(&g);
     assert_eq!(targets(after.iter())?, want);
     assert_eq!(targets(before.iter())?, want);
+    // a shuffle asked for, then a generator: still a shuffle, and refused
+    assert!(DataLoader::new(numbered(len)?, 3)?
+        .shuffle(7)
+        .generator(&g)
+        .sampler(rank1.clone())
+        .is_err());
     let l = DataLoader::new(numbered(len)?, 3)?
         .sampler(rank1)?
         .shuffle(7);

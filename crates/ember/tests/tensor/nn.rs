@@ -4533,6 +4533,8 @@ fn dropout_of_integers_and_meta_initialisers() -> Result<()> {
         nn::functional::dropout(&ints, 0.0, true)?.to_vec1::<i64>()?,
         [1, 2, 3, 4]
     );
+    let none = Tensor::zeros([0], DType::I64, &dev)?;
+    assert_eq!(nn::functional::dropout(&none, 0.5, true)?.shape(), &[0]);
     // meta: nothing drawn, the generator where it was
     let _g = super::rng_lock();
     let meta = Tensor::empty([400, 300], DType::F32, &Device::Meta)?;
