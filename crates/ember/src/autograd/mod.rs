@@ -213,22 +213,31 @@ enum Vertex {
     Leaf(Tensor),
 }
 
-/// Whether `t` was made from a leaf that requires grad by its op's first input
-/// (a view of a parameter, as `w.narrow(..)`): PyTorch refuses an in-place op
-/// on such a view as on the leaf.
+/// Whether `t` was made from a leaf that requires grad through views only (a
+/// view of a parameter, as `w.narrow(..)`, or a view of such a view): PyTorch
+/// refuses an in-place op on such a view as on the leaf. (Views record
+/// reusable rules, as no other op but a cast does.)
 pub(crate) fn made_from_grad_leaf(t: &Tensor) -> bool {
-    let Some(node) = t.node() else {
-        return false;
-    };
-    let inner = node.inner.lock().unwrap_or_else(|p| p.into_inner());
-    match inner.as_ref().and_then(|(inputs, _)| inputs.0.first()) {
-        Some(Edge {
-            node: None,
-            value: Held::Value(leaf),
-            ..
-        }) => leaf.requires_grad() && leaf.is_leaf(),
-        _ => false,
+    let mut next = t.node();
+    while let Some(node) = next {
+        let inner = node.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((inputs, rule)) = inner.as_ref() else {
+            return false;
+        };
+        if !matches!(rule, Rule::Reusable(_)) || node.name == "to_dtype" {
+            return false;
+        }
+        next = match inputs.0.first() {
+            Some(Edge {
+                node: None,
+                value: Held::Value(leaf),
+                ..
+            }) => return leaf.requires_grad() && leaf.is_leaf(),
+            Some(Edge { node: Some(n), .. }) => Some(n.clone()),
+            _ => None,
+        };
     }
+    false
 }
 
 impl Vertex {

@@ -246,7 +246,10 @@ impl Tensor {
     /// PyTorch writes such a tensor in place. The in-place activation modules then
     /// return a new tensor instead of failing.
     pub(crate) fn inplace_blocked_by_views(&self) -> bool {
-        self.inplace_records(false) && !(self.requires_grad() && self.is_leaf()) && self.has_views()
+        self.inplace_records(false)
+            && !(self.requires_grad() && self.is_leaf())
+            && self.has_views()
+            && !(self.is_view() && crate::autograd::made_from_grad_leaf(self))
     }
 
     /// Whether autograd records an in-place op on this tensor (with an operand

@@ -784,6 +784,8 @@ fn an_in_place_op_on_a_view_of_a_parameter_names_the_leaf() -> Result<()> {
     for e in [
         x.narrow(0, 0, 2)?.fill_(0.0).unwrap_err(),
         x.narrow(0, 1, 2)?.add_(1.0).unwrap_err(),
+        x.narrow(0, 0, 2)?.narrow(0, 0, 1)?.add_(1.0).unwrap_err(),
+        x.unsqueeze(0)?.select(0, 0)?.relu_().unwrap_err(),
     ] {
         let e = e.to_string();
         assert!(
@@ -791,7 +793,17 @@ fn an_in_place_op_on_a_view_of_a_parameter_names_the_leaf() -> Result<()> {
             "{e}"
         );
     }
+    // an in-place module too (PyTorch's ReLU(inplace=True) refuses it)
+    use ember::nn::Module;
+    let e = ember::nn::ReLU::inplace()
+        .forward(&x.narrow(0, 0, 2)?)
+        .unwrap_err();
+    assert!(e.to_string().contains("a view of a leaf Variable"), "{e}");
     assert_eq!(vals(&x), [1.0, -2.0, 3.0]);
+    // a view of a computed tensor is not a view of the leaf
+    let y = x.mul(1.0)?;
+    let e = y.narrow(0, 0, 2)?.fill_(0.0).unwrap_err().to_string();
+    assert!(!e.contains("a view of a leaf"), "{e}");
     ember::no_grad(|| x.narrow(0, 0, 2)?.fill_(0.0))?;
     assert_eq!(vals(&x), [0.0, 0.0, 3.0]);
     Ok(())
