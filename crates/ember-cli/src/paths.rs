@@ -65,6 +65,15 @@ pub fn writable_dir(dir: &Path, flag: &str) -> ember::Result<()> {
 /// Checks that the file `path` can be written later: its folder exists (made if
 /// need be) and is writable, and `path` is not a folder.
 pub fn writable_file(path: &Path, flag: &str) -> ember::Result<()> {
+    // (a name ending in a separator names a folder: Path drops the separator,
+    // and the write at the end of the run would fail)
+    let text = path.as_os_str().to_string_lossy();
+    if text.ends_with('/') || text.ends_with(std::path::MAIN_SEPARATOR) {
+        return Err(Error::InvalidArgument {
+            op: "output",
+            msg: format!("{flag} {text}: this names a folder, and a file name is needed"),
+        });
+    }
     if path.is_dir() {
         return Err(Error::InvalidArgument {
             op: "output",

@@ -84,12 +84,18 @@ pub fn report_run(
     let Some(trace) = flag else {
         return Ok(());
     };
+    // the table counts the training steps alone (an evaluation or a checkpoint
+    // between them is in the trace only)
+    let steps_of = |p: &Profile| p.key_averages().get("train_step").map_or(0, |r| r.count);
     match profile {
-        Some(p) => {
-            let steps = p.key_averages().get("train_step").map_or(0, |r| r.count);
-            report(p, what, steps, trace.as_deref())
+        Some(p) if steps_of(p) > 0 => {
+            report(&p.within("train_step"), what, steps_of(p), None)?;
+            if let Some(path) = trace.as_deref() {
+                export(p, path)?;
+            }
+            Ok(())
         }
-        None => {
+        _ => {
             println!("profile: none (the run had no more than the {WARMUP} warm-up steps)");
             Ok(())
         }
@@ -114,11 +120,17 @@ pub fn report(
     );
     print!("{}", ops.table(SortBy::SelfDevice, TOP));
     if let Some(path) = trace {
-        profile.export_chrome_trace(path)?;
-        println!(
-            "trace: {} (open it in https://ui.perfetto.dev or chrome://tracing)",
-            path.display()
-        );
+        export(profile, path)?;
     }
+    Ok(())
+}
+
+/// Writes `profile`'s trace to `path` and says where.
+fn export(profile: &Profile, path: &Path) -> ember::Result<()> {
+    profile.export_chrome_trace(path)?;
+    println!(
+        "trace: {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+        path.display()
+    );
     Ok(())
 }

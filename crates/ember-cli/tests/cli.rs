@@ -1689,6 +1689,11 @@ fn inspect_and_convert_pytorch_files() {
     ]);
     assert!(!ok && err.contains("\"counts\" is int32"), "{err}");
     assert!(!int_out.exists());
+    // an output named with a trailing separator is a folder: refused before
+    // any work (it failed at the end, the work lost)
+    let (ok, out, err) = ember(&["train", "iris", "--epochs", "1", "--plot", "curves.png/"]);
+    assert!(!ok && err.contains("names a folder"), "{out}{err}");
+    assert!(!out.contains("epoch"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

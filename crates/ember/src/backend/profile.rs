@@ -178,6 +178,8 @@ fn with_log<R>(f: impl FnOnce(&mut ThreadLog) -> R) -> Option<R> {
 pub(crate) struct Scope {
     session: u64,
     index: usize,
+    /// The record is in this thread's log: the scope ends on this thread.
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for Scope {
@@ -203,11 +205,10 @@ fn close(session: u64, index: usize) {
             if let Some(span) = e.span.as_mut() {
                 span.end();
             }
-            // scopes close in order; one dropped out of order closes those inside it
-            while let Some(top) = log.stack.pop() {
-                if top == index {
-                    break;
-                }
+            // scopes close in order; one dropped out of order leaves those
+            // opened inside it open (a struct's guards drop first field first)
+            if let Some(at) = log.stack.iter().rposition(|&i| i == index) {
+                log.stack.remove(at);
             }
         });
     }
@@ -249,6 +250,7 @@ pub(crate) fn begin(b: Begin<'_>, span: Option<Box<dyn DeviceSpan>>) -> Option<S
         Scope {
             session: log.session,
             index,
+            _this_thread: std::marker::PhantomData,
         }
     })
 }
@@ -376,7 +378,9 @@ pub(crate) fn stop() -> Vec<ThreadLog> {
     let mut out = Vec::new();
     for log in registry.iter() {
         let mut log = lock(log);
-        if log.session != s || (log.events.is_empty() && log.loose_alloc == 0) {
+        if log.session != s
+            || (log.events.is_empty() && log.loose_alloc == 0 && log.loose_freed == 0)
+        {
             continue;
         }
         let open = std::mem::take(&mut log.stack);

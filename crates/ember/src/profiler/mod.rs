@@ -128,6 +128,8 @@ pub struct StepProfiler {
     seen: usize,
     on: Option<Profiler>,
     done: Option<Profile>,
+    /// [`stop`](Self::stop) was called: no session starts after it.
+    stopped: bool,
 }
 
 impl StepProfiler {
@@ -146,6 +148,7 @@ impl StepProfiler {
             seen: 0,
             on: None,
             done: None,
+            stopped: false,
         };
         p.advance()?;
         Ok(p)
@@ -158,7 +161,7 @@ impl StepProfiler {
     }
 
     fn advance(&mut self) -> Result<()> {
-        if self.seen == self.warmup && self.on.is_none() && self.done.is_none() {
+        if self.seen == self.warmup && self.on.is_none() && self.done.is_none() && !self.stopped {
             self.on = Some(Profiler::start()?);
         } else if self.seen >= self.warmup + self.active {
             self.stop()?;
@@ -173,6 +176,7 @@ impl StepProfiler {
 
     /// Ends the session now (a loop that ended before its last profiled step).
     pub fn stop(&mut self) -> Result<()> {
+        self.stopped = true;
         if let Some(p) = self.on.take() {
             self.done = Some(p.stop()?);
         }

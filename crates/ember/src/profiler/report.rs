@@ -178,6 +178,44 @@ impl Profile {
 
     /// The per-op table: one row per name and kind (modules left out: see
     /// [`module_averages`](Self::module_averages)).
+    /// The records inside the ranges named `range` (and those ranges): the
+    /// profile of a loop's steps alone (`within("train_step")`), without what
+    /// ran between them (an evaluation, a checkpoint). Parents are re-indexed,
+    /// memory that no kept record counted is left out, and the wall time is
+    /// the whole session's.
+    pub fn within(&self, range: &str) -> Profile {
+        let inside = |mut i: usize| loop {
+            let e = &self.events[i];
+            if e.name == range && e.kind != EventKind::Op {
+                return true;
+            }
+            match e.parent {
+                Some(p) if p != i => i = p,
+                _ => return false,
+            }
+        };
+        let kept: Vec<usize> = (0..self.events.len()).filter(|&i| inside(i)).collect();
+        let mut new_index = vec![None; self.events.len()];
+        for (k, &i) in kept.iter().enumerate() {
+            new_index[i] = Some(k);
+        }
+        let events = kept
+            .iter()
+            .map(|&i| {
+                let mut e = self.events[i].clone();
+                e.parent = e.parent.and_then(|p| new_index[p]);
+                e
+            })
+            .collect();
+        Profile {
+            events,
+            wall_us: self.wall_us,
+            threads: self.threads.clone(),
+            loose_alloc: 0,
+            loose_freed: 0,
+        }
+    }
+
     pub fn key_averages(&self) -> KeyAverages {
         self.averages(|e| e.kind != EventKind::Module, false)
     }
@@ -220,8 +258,10 @@ impl Profile {
             r.alloc_bytes += e.alloc_bytes;
             r.freed_bytes += e.freed_bytes;
         }
-        let self_device_total = self.events.iter().map(|e| e.self_device_us).sum::<f64>();
-        let self_host_total = self.events.iter().map(|e| e.self_host_us).sum::<f64>();
+        // (folded from +0: an empty sum of f64 is -0, printed "-0.000us")
+        let total = |f: fn(&Event) -> f64| self.events.iter().map(f).fold(0.0, |a, b| a + b);
+        let self_device_total = total(|e| e.self_device_us);
+        let self_host_total = total(|e| e.self_host_us);
         KeyAverages {
             rows,
             self_device_total_us: self_device_total,

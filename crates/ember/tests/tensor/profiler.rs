@@ -362,3 +362,51 @@ fn threads_keep_their_own_ranges() -> Result<()> {
     }
     Ok(())
 }
+
+/// What a loop's profile holds: `within` keeps the steps' records (not an
+/// evaluation between them); ranges dropped out of order leave those still
+/// open as the parents of what follows; an empty profile's totals are +0; a
+/// step profiler stopped during its warm-up starts no session after.
+#[test]
+fn steps_alone_out_of_order_ranges_and_stops() -> Result<()> {
+    let _t = turn();
+    let x = Tensor::randn([4, 4], &Device::Cpu)?;
+    let p = Profiler::start()?;
+    for _ in 0..2 {
+        let _step = profiler::range("train_step");
+        x.matmul(&x)?;
+    }
+    x.exp()?; // an evaluation between steps
+    let whole = mine(&p.stop()?);
+    let steps = whole.within("train_step");
+    let mm = |p: &Profile| p.key_averages().get("mm").map_or(0, |r| r.count);
+    assert_eq!((mm(&whole), mm(&steps)), (2, 2));
+    assert!(whole.key_averages().get("exp").is_some());
+    assert!(steps.key_averages().get("exp").is_none());
+
+    let p = Profiler::start()?;
+    let a = profiler::range("a");
+    let b = profiler::range("b");
+    drop(a);
+    let c = profiler::range("c");
+    x.relu()?;
+    drop(c);
+    drop(b);
+    let prof = mine(&p.stop()?);
+    let ev = prof.events();
+    let find = |n: &str| ev.iter().position(|e| e.name == n).unwrap();
+    assert_eq!(ev[find("c")].parent, Some(find("b")));
+    assert_eq!(ev[find("relu")].parent, Some(find("c")));
+
+    let empty = Profiler::start()?.stop()?.filter_threads(|_, _| false);
+    let table = empty.key_averages().table(SortBy::SelfDevice, 5);
+    assert!(!table.contains("-0.000"), "{table}");
+
+    let mut sp = profiler::StepProfiler::new(3, 2)?;
+    sp.stop()?;
+    for _ in 0..5 {
+        sp.step()?;
+        assert!(!sp.is_recording());
+    }
+    Ok(())
+}
