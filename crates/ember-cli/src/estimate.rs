@@ -131,7 +131,13 @@ fn invalid(msg: impl Into<String>) -> Error {
 pub(crate) fn parse_shape(s: &str, op: &'static str) -> ember::Result<Vec<usize>> {
     let dims: Option<Vec<usize>> = s
         .split(['x', 'X', ','])
-        .map(|p| p.trim().parse::<usize>().ok().filter(|&d| d > 0))
+        // (a size past int64 is not a tensor's: refused here, not cast later)
+        .map(|p| {
+            p.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&d| d > 0 && d <= i64::MAX as usize)
+        })
         .collect();
     dims.filter(|d| !d.is_empty() && d.len() <= 4).ok_or_else(|| Error::InvalidArgument {
         op,

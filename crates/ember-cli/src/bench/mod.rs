@@ -106,7 +106,8 @@ fn devices(spec: &str) -> Result<Vec<Device>> {
 }
 
 /// Fills in each row's share of its device's ceilings: bytes against the copy
-/// bandwidth measured in the same run, FLOPs against the best f32 matmul.
+/// bandwidth measured in the same run, FLOPs against the best f32 rate (the
+/// f32 matmul's, unless a row of other f32 work ran faster).
 fn set_shares(rows: &mut [Row]) {
     let devs: Vec<Device> = rows.iter().map(|r| r.device).collect();
     for dev in devs {
@@ -117,7 +118,9 @@ fn set_shares(rows: &mut [Row]) {
                 .fold(0.0, f64::max)
         };
         let bandwidth = of(&|r| r.name.starts_with("copy "));
-        let gemm = of(&|r| r.name.starts_with("matmul ") && r.name.ends_with(" f32"));
+        // (the best f32 matmul, or a faster f32 row where the matmul's size
+        // is too small to be the ceiling: a share past 100% is no share)
+        let gemm = of(&|r| r.name.ends_with(" f32") && matches!(r.work, Work::Flops(_)));
         for r in rows.iter_mut().filter(|r| r.device == dev) {
             let rate = r.rate();
             r.share = match (r.work, rate) {
