@@ -463,11 +463,15 @@ pub fn generate(args: &GenerateArgs) -> ember::Result<()> {
     }
     let path = args.checkpoint.join(MODEL_FILE);
     if !path.is_file() {
+        let what = if args.checkpoint.is_dir() {
+            format!("there is no {MODEL_FILE} in it")
+        } else {
+            format!("there is no such folder (it would hold {MODEL_FILE})")
+        };
         return Err(Error::InvalidArgument {
             op: "generate",
             msg: format!(
-                "--checkpoint {}: there is no {MODEL_FILE} in it (save one with `ember train \
-                 text --checkpoint DIR`)",
+                "--checkpoint {}: {what} (save one with `ember train text --checkpoint DIR`)",
                 args.checkpoint.display()
             ),
         });

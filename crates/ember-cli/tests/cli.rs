@@ -1477,7 +1477,7 @@ fn text_model_trains_saves_and_generates() {
         (&["train", "text", "--steps", "0"][..], "must be positive"),
         (
             &["generate", "--checkpoint", "/nonexistent/ember"][..],
-            "char-gpt.safetensors",
+            "no such folder (it would hold char-gpt.safetensors)",
         ),
     ] {
         let (ok, _, err) = ember(args);
