@@ -37,6 +37,7 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     crate::files::write_atomic(path.as_ref(), bytes)
 }
 
+use crate::dtype::CpuData;
 use crate::nn::Module;
 use crate::optim::Optimizer;
 use crate::{
@@ -78,33 +79,26 @@ impl LoadOptions {
     }
 }
 
-/// A tensor's values, contiguous on the host in their own type (viewed as
-/// little-endian bytes when serialized: one copy of the tensor, not two).
-enum Values {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    F16(Vec<f16>),
-    BF16(Vec<bf16>),
-    I64(Vec<i64>),
-    Bytes(Vec<u8>),
-}
-
-/// A tensor ready to serialize.
+/// A tensor ready to serialize: its values contiguous on the host in their own
+/// type, viewed as little-endian bytes when written (one copy of the tensor,
+/// not two).
 struct Raw {
     dtype: Dtype,
     shape: Vec<usize>,
-    values: Values,
+    values: CpuData,
 }
 
 impl Raw {
     fn bytes(&self) -> &[u8] {
         match &self.values {
-            Values::F32(v) => bytemuck::cast_slice(v),
-            Values::F64(v) => bytemuck::cast_slice(v),
-            Values::F16(v) => bytemuck::cast_slice(v),
-            Values::BF16(v) => bytemuck::cast_slice(v),
-            Values::I64(v) => bytemuck::cast_slice(v),
-            Values::Bytes(v) => v,
+            CpuData::F32(v) => bytemuck::cast_slice(v),
+            CpuData::F64(v) => bytemuck::cast_slice(v),
+            CpuData::F16(v) => bytemuck::cast_slice(v),
+            CpuData::BF16(v) => bytemuck::cast_slice(v),
+            CpuData::I64(v) => bytemuck::cast_slice(v),
+            CpuData::U8(v) => v,
+            // SAFETY: a bool is one byte holding 0 or 1 (safetensors' BOOL)
+            CpuData::Bool(v) => unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) },
         }
     }
 }
@@ -127,18 +121,15 @@ impl View for &Raw {
 fn raw(t: &Tensor) -> Result<Raw> {
     // (read to the host in its own type at once: a tensor on a GPU is not
     // first copied whole to a CPU tensor)
-    let t = t.detach();
-    let (dtype, values) = match t.dtype() {
-        DType::F32 => (Dtype::F32, Values::F32(t.to_vec()?)),
-        DType::F64 => (Dtype::F64, Values::F64(t.to_vec()?)),
-        DType::F16 => (Dtype::F16, Values::F16(t.to_vec()?)),
-        DType::BF16 => (Dtype::BF16, Values::BF16(t.to_vec()?)),
-        DType::I64 => (Dtype::I64, Values::I64(t.to_vec()?)),
-        DType::U8 => (Dtype::U8, Values::Bytes(t.to_vec()?)),
-        DType::Bool => (
-            Dtype::BOOL,
-            Values::Bytes(t.to_vec::<bool>()?.into_iter().map(u8::from).collect()),
-        ),
+    let values = t.detach().host_data("save")?;
+    let dtype = match t.dtype() {
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::I64 => Dtype::I64,
+        DType::U8 => Dtype::U8,
+        DType::Bool => Dtype::BOOL,
     };
     Ok(Raw {
         dtype,

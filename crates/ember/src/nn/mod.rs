@@ -239,12 +239,8 @@ pub trait Module: Send + Sync {
     /// optimizer steps it once (with the gradient of both uses) and
     /// [`num_parameters`](Self::num_parameters) counts it once.
     fn parameters(&self) -> Vec<Tensor> {
-        let mut seen = std::collections::HashSet::new();
-        self.named_parameters()
-            .into_iter()
-            .map(|(_, p)| p)
-            .filter(|p| seen.insert(p.id()))
-            .collect()
+        let unique = unique_named_parameters(self).into_iter();
+        unique.map(|(_, p)| p).collect()
     }
 
     /// The number of scalar parameters.

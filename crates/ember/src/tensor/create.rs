@@ -409,11 +409,11 @@ impl Tensor {
         check_float("uniform", dtype)?;
         // bounds the dtype holds, and a width it holds (PyTorch's checks, in
         // its order): a draw past them rounds to an infinity
-        let (max, c10) = match dtype {
-            DType::F16 => (65504.0, "c10::Half"),
-            DType::BF16 => (3.3895313892515355e38, "c10::BFloat16"),
-            DType::F32 => (f32::MAX as f64, "float"),
-            _ => (f64::MAX, "double"),
+        let (max, c10, limits) = match dtype {
+            DType::F16 => (65504.0, "c10::Half", "Half"),
+            DType::BF16 => (3.3895313892515355e38, "c10::BFloat16", "BFloat16"),
+            DType::F32 => (f32::MAX as f64, "float", "float"),
+            _ => (f64::MAX, "double", "double"),
         };
         for (which, v) in [("from", lo), ("to", hi)] {
             if !v.is_finite() || v.abs() > max {
@@ -424,16 +424,10 @@ impl Tensor {
             }
         }
         if lo <= hi && hi - lo > max {
-            let ty = match dtype {
-                DType::F16 => "Half",
-                DType::BF16 => "BFloat16",
-                DType::F32 => "float",
-                _ => "double",
-            };
             return Err(Error::invalid(
                 "uniform",
                 format!(
-                    "uniform_ expects to-from <= std::numeric_limits<{ty}>::max(), but found \
+                    "uniform_ expects to-from <= std::numeric_limits<{limits}>::max(), but found \
                      to={hi} and from={lo} which result in to-from to exceed the limit"
                 ),
             ));
