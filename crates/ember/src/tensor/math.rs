@@ -159,10 +159,10 @@ impl Tensor {
     }
 
     /// `self ^ exponent` for a tensor or scalar exponent (`torch.pow`). A scalar
-    /// exponent of 0.5 or -0.5 is `sqrt` or `1 / sqrt` on every dtype and
-    /// device, as PyTorch's kernels compute it (so `(-0.0).pow(-0.5)` is -inf);
-    /// PyTorch's CPU kernel for float16 alone uses `pow` there, which differs at
-    /// -0 and -inf.
+    /// exponent of 0.5 or -0.5 is `sqrt` or `1 / sqrt`, as PyTorch's kernels
+    /// compute it (so `(-0.0).pow(-0.5)` is -inf), but for float16 on the CPU,
+    /// where PyTorch's kernel uses `pow` (`(-0.0).pow(-0.5)` is inf there, and
+    /// `(-inf).pow(0.5)` inf).
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
         let exponent = exponent.into();
         // on CUDA's autocast float32 list (base and exponent)
@@ -197,9 +197,10 @@ impl Tensor {
                 // the dtype PyTorch computes in: bool ** int is int64, ints ** float
                 // are float32
                 let t = self.to_dtype(self.scalar_dtype(s, false))?;
+                let plain = t.dtype() == DType::F16 && t.device().is_cpu();
                 t.unary_op(
                     "pow",
-                    &ops::PowScalar(s.to_f64()),
+                    &ops::PowScalar(s.to_f64(), plain),
                     grad::Unary::Pow(s.to_f64()),
                 )
             }

@@ -566,18 +566,20 @@ unop!(GeluTanh, kernel "GeluKernelImpl", |x| {
     F::c(0.5) * x * (F::one() + (k * (x + F::c(0.044715) * x * x * x)).vtanh())
 });
 
-/// `x^e` for a scalar exponent, with fast paths for the common exponents.
-pub(crate) struct PowScalar(pub f64);
+/// `x^e` for a scalar exponent, with fast paths for the common exponents. The
+/// flag keeps `powf` for ±0.5 (PyTorch's CPU kernel for float16, whose
+/// `std::pow` gives inf at -inf for 0.5, and inf at -0 and 0 at -inf for -0.5).
+pub(crate) struct PowScalar(pub f64, pub bool);
 impl UnaryOp for PowScalar {
     const FLOAT_ONLY: bool = false;
     #[inline(always)]
     fn f<F: Real>(&self, x: F) -> F {
         match self.0 {
             2.0 => x * x,
-            0.5 => x.sqrt(),
+            0.5 if !self.1 => x.sqrt(),
             // PyTorch's rsqrt path: -0 gives -inf and -inf NaN (powf gives inf
             // and 0)
-            -0.5 => F::one() / x.sqrt(),
+            -0.5 if !self.1 => F::one() / x.sqrt(),
             1.0 => x,
             e => x.powf(F::c(e)),
         }
