@@ -66,7 +66,9 @@ pub mod amp {
     //!   `scaled_dot_product_attention`, and so `MultiheadAttention` and the
     //!   transformer layers' products;
     //! - **in float32**: the losses (`cross_entropy`, `nll_loss`, `mse_loss`,
-    //!   `bce_with_logits`), and on CUDA also `softmax`, `log_softmax` and
+    //!   `bce_with_logits`, `l1_loss`, `smooth_l1_loss`, `huber_loss`, `kl_div`,
+    //!   and on the CPU `binary_cross_entropy`, which CUDA's autocast refuses as
+    //!   PyTorch's does), and on CUDA also `softmax`, `log_softmax` and
     //!   `layer_norm`, as PyTorch's CUDA list has them (its CPU list leaves them in
     //!   the input's dtype, and so does ember's CPU), and on the CPU reflection
     //!   and replication padding (`pad`), as PyTorch's CPU list has them;

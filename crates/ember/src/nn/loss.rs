@@ -16,7 +16,7 @@ pub enum Reduction {
     None,
 }
 
-fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
+pub(super) fn reduce(l: Tensor, r: Reduction) -> Result<Tensor> {
     match r {
         Reduction::Mean => l.mean_all(),
         Reduction::Sum => l.sum_all(),
@@ -268,7 +268,7 @@ fn check_class_targets(
 /// PyTorch's refusal of a weight that requires grad while autograd records:
 /// its losses have no derivative for it (a gradient would be silently made up
 /// on one path and missing on another).
-fn not_differentiable(
+pub(super) fn not_differentiable(
     op: &'static str,
     function: &str,
     arg: &str,

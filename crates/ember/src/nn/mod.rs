@@ -23,6 +23,7 @@ pub mod functional;
 pub mod init;
 mod layers;
 mod loss;
+mod loss_pointwise;
 mod norm;
 mod recurrent;
 mod sdpa;
@@ -46,6 +47,9 @@ pub use layers::{
 pub use loss::{
     bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,
     mse_loss, nll_loss, nll_loss_opts, LossOptions, Reduction,
+};
+pub use loss_pointwise::{
+    binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
 };
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};

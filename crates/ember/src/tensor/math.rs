@@ -54,6 +54,63 @@ impl Tensor {
         self.unary_op("sign", &ops::Sign, grad::Unary::Zero)
     }
 
+    /// `self · log(other)`, and 0 where `self` is 0 (`torch.xlogy`, the
+    /// `x log x` of entropies and of `kl_div`): NaN where `other` is NaN, else 0
+    /// where `self` is 0 (even at `other` 0 or negative), else `self ·
+    /// log(other)`. The operands broadcast and promote as for a binary op
+    /// (`other` a tensor, a CPU scalar, or a number); integers and bools give
+    /// float32. Float16 and bfloat16 are computed in float32 and rounded once, as
+    /// PyTorch's kernel computes them.
+    ///
+    /// Autograd: PyTorch's rules, `g · xlogy(self ≠ 0, other)` for `self`
+    /// (0 where `self` is 0) and `g · self / other` for `other` (NaN at `self` =
+    /// `other` = 0).
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let p = Tensor::new(&[0.0f32, 0.5, 1.0], &Device::Cpu)?;
+    /// let h = p.xlogy(&p)?.neg()?; // -p log p, 0 at p = 0
+    /// assert_eq!(h.to_vec::<f32>()?, vec![0.0, 0.5 * 2f32.ln(), 0.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn xlogy<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        const OP: &str = "xlogy";
+        let y = match other.into() {
+            Operand::Tensor(t) => t.clone(),
+            Operand::Scalar(s) => scalar_tensor(s, self.scalar_dtype(s, true), self.device())?,
+        };
+        let dev = super::elementwise::elementwise_device(OP, &[self, &y])?;
+        broadcast_shapes(OP, self.shape(), y.shape())?;
+        let dt = self.result_dtype(&y, true);
+        let work = if matches!(dt, DType::F16 | DType::BF16) {
+            DType::F32
+        } else {
+            dt
+        };
+        let out = crate::autograd::no_grad(|| {
+            let x = self.to(&dev)?.to_dtype(work)?;
+            let v = y.to(&dev)?.to_dtype(work)?;
+            let zero = x.eq(0.0)?.logical_and(&v.isnan()?.logical_not()?)?;
+            zero.where_(0.0, &x.mul(&v.log()?)?)?.to_dtype(dt)
+        })?;
+        Ok(Tensor::record(out, OP, &[self, &y], |_| {
+            let (x, v) = (self.save(), y.save());
+            move |g: &Tensor| {
+                let (x, v) = (x.get()?, v.get()?);
+                let (xd, vd) = (x.to(&g.device())?, v.to(&g.device())?);
+                let keep = xd.ne(0.0)?.logical_or(&vd.isnan()?)?;
+                let gx = g.mul(&keep.where_(&vd.log()?, 0.0)?)?;
+                let gy = g.mul(&xd)?.div(&vd)?;
+                let to = |g: Tensor, t: &Tensor| -> Result<Option<Tensor>> {
+                    Ok(Some(
+                        crate::autograd::sum_to(&g, t.shape())?.to_dtype(t.dtype())?,
+                    ))
+                };
+                Ok(vec![to(gx, x)?, to(gy, v)?])
+            }
+        }))
+    }
+
     /// Whether each element is NaN (`torch.isnan`); false for integers and bools.
     pub fn isnan(&self) -> Result<Tensor> {
         if self.dtype().is_float() {

@@ -58,6 +58,21 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "",
         "as seq/sdpa_ (an empty operand takes the plain path)",
     ),
+    (
+        "pointwise_loss/l1_none|",
+        "",
+        "PyTorch broadcasts input and target with a warning; ember refuses other shapes",
+    ),
+    (
+        "pointwise_loss/smooth_l1_none_beta1.0|",
+        "",
+        "as pointwise_loss/l1_none",
+    ),
+    (
+        "pointwise_loss/huber_none_delta1.0|",
+        "",
+        "as pointwise_loss/l1_none",
+    ),
 ];
 
 /// The entry of [`KNOWN`] that covers `key`.

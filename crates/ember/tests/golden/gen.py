@@ -357,6 +357,15 @@ def run_op(op, p, x):
             return F.nll_loss(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"])
         return F.cross_entropy(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"],
                                label_smoothing=p["label_smoothing"])
+    # session 47: the pointwise losses beside mse_loss, and xlogy
+    if op == "xlogy":
+        return torch.xlogy(a, x[1])
+    if op in ("l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
+        kw = {k: p[k] for k in ("beta", "delta", "log_target") if k in p}
+        return getattr(F, op)(a, x[1], reduction=p["reduction"], **kw)
+    if op == "bce_probs":
+        w = None if p["weight"] is None else torch.tensor(p["weight"], dtype=a.dtype)
+        return F.binary_cross_entropy(a, x[1], weight=w, reduction=p["reduction"])
     if op == "bce_opts":
         w = None if p["weight"] is None else torch.tensor(p["weight"], dtype=a.dtype)
         pw = None if p["pos_weight"] is None else torch.tensor(p["pos_weight"], dtype=a.dtype)
@@ -485,7 +494,8 @@ ERROR_KINDS = [
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
      r"|expected BoolTensor for mask|only supports floating-point dtypes"
      r"|have one of the following scalar types|Expected attn_mask dtype|expected target dtype"
-     r"|does not support bool dtypes|Expected dtype int32/int64 for index|only supports boolean masks",
+     r"|does not support bool dtypes|Expected dtype int32/int64 for index|only supports boolean masks"
+     r"|Integral inputs not supported",
      "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
@@ -495,7 +505,7 @@ ERROR_KINDS = [
      r"|Size does not match at dimension|doesn't match the broadcast shape"
      r"|to be a vector of size equal to the number of channels|should be equal to source.size"
      r"|source tensor shape must match self tensor shape"
-     r"|Index tensor must have the same number of dimensions",
+     r"|Index tensor must have the same number of dimensions|that is different to the input size",
      "ShapeMismatch"),
     (r"without overflow|negative integer powers|appears multiple times|duplicate dims|Expected reduction dim"
      r"|expects a tensor with <= 2 dimensions|view size is not compatible|cannot be concatenated"
@@ -517,7 +527,8 @@ ERROR_KINDS = [
      r"|Can not infer total number of classes|divisor must be not zero|is out of bounds of the source tensor"
      r"|At least one of 'min' or 'max'|Expected at least 2 dimensions for input tensor"
      r"|only supports a 0-dimensional value tensor|only supports 0-dimension value tensor"
-     r"|can't be cast to the desired output type", "InvalidArgument"),
+     r"|can't be cast to the desired output type|does not support negative values for beta"
+     r"|does not support non-positive values for delta|should be between 0 and 1", "InvalidArgument"),
 ]
 
 
@@ -3091,6 +3102,65 @@ case(FAM, "clamp_i64_past_2_53", "clamp", [_WIDE], {"min": -(2**53) - 3, "max": 
 case(FAM, "clamp_i64_past_2_53_min_only", "clamp", [_WIDE], {"min": 2**53 + 2, "max": None})
 case(FAM, "clamp__i64_past_2_53", "clamp_", [_WIDE], {"min": -(2**53) - 3, "max": 2**53 + 2})
 case(FAM, "clamp_bool_past_2_53", "clamp", [T([True, False])], {"min": None, "max": -(2**60) - 1})
+
+# ---- session 47: the pointwise losses beside mse_loss (l1, smooth l1, Huber,
+# KL divergence, binary cross-entropy on probabilities) and xlogy, with their
+# gradients for input and target, their corners (ties at the pieces' edges,
+# probabilities of 0 and 1, targets of 0), and PyTorch's refusals
+FAM = "pointwise_loss"
+_D = T([[0.3, -1.7, 2.5, 0.0], [1.0, -1.0, 0.999, -2.0], [0.5, -0.5, 4.0, 1e-3]])
+_Y = T([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]) + rn(3, 4) * 0
+for red in ("none", "mean", "sum"):
+    case(FAM, f"l1_{red}", "l1_loss", [rn(3, 4), rn(3, 4)], {"reduction": red}, grad=True)
+    for beta in (1.0, 0.5, 0.0):
+        case(FAM, f"smooth_l1_{red}_beta{beta}", "smooth_l1_loss", [_D, _Y.clone()],
+             {"reduction": red, "beta": beta}, grad=True)
+    for delta in (1.0, 2.5):
+        case(FAM, f"huber_{red}_delta{delta}", "huber_loss", [_D, _Y.clone()],
+             {"reduction": red, "delta": delta}, grad=True)
+case(FAM, "l1_tie", "l1_loss", [T([1.0, 2.0, -3.0]), T([1.0, 1.0, -3.0])], {"reduction": "sum"}, grad=True)
+case(FAM, "l1_f64", "l1_loss", [rn(5, dtype=torch.float64), rn(5, dtype=torch.float64)], {"reduction": "mean"},
+     grad=True)
+case(FAM, "smooth_l1_random", "smooth_l1_loss", [rn(4, 5), rn(4, 5)], {"reduction": "mean", "beta": 0.7}, grad=True)
+case(FAM, "huber_random_f64", "huber_loss", [rn(4, 5, dtype=torch.float64), rn(4, 5, dtype=torch.float64)],
+     {"reduction": "sum", "delta": 0.3}, grad=True)
+case(FAM, "smooth_l1_beta_negative", "smooth_l1_loss", [rn(3), rn(3)], {"reduction": "mean", "beta": -1.0})
+case(FAM, "huber_delta_zero", "huber_loss", [rn(3), rn(3)], {"reduction": "mean", "delta": 0.0})
+_LP = rn(4, 5).log_softmax(1)
+_Q = rn(4, 5).softmax(1)
+for red in ("none", "mean", "sum", "batchmean"):
+    case(FAM, f"kl_{red}", "kl_div", [_LP, _Q], {"reduction": red, "log_target": False}, grad=True)
+    case(FAM, f"kl_log_target_{red}", "kl_div", [_LP, _Q.log()], {"reduction": red, "log_target": True},
+         grad=True)
+case(FAM, "kl_zero_target", "kl_div", [T([0.5, -1.0, -3.0]), T([0.0, 2.0, 0.25])],
+     {"reduction": "none", "log_target": False})
+case(FAM, "kl_broadcast", "kl_div", [rn(2, 3), pos(3)], {"reduction": "sum", "log_target": False}, grad=True)
+case(FAM, "kl_0d_batchmean", "kl_div", [T(0.5), T(0.3)], {"reduction": "batchmean", "log_target": False},
+     grad=True)
+case(FAM, "kl_int", "kl_div", [T([1, 2]), T([1, 3])], {"reduction": "sum", "log_target": False})
+_PX = T([[0.0, 1e-13, 0.3, 0.7], [1.0, 1.0, 0.5, 0.999]])
+_PY = T([[0.0, 1.0, 0.2, 1.0], [0.0, 1.0, 0.5, 0.25]])
+for red in ("none", "mean", "sum"):
+    case(FAM, f"bce_{red}", "bce_probs", [_PX, _PY], {"reduction": red, "weight": None})
+    case(FAM, f"bce_inner_{red}", "bce_probs", [_PX[:, 2:], _PY[:, 2:]], {"reduction": red, "weight": None},
+         grad=True)
+case(FAM, "bce_weight", "bce_probs", [_PX[:, 2:], _PY[:, 2:]], {"reduction": "mean", "weight": [0.5, 2.0]},
+     grad=True)
+case(FAM, "bce_random_f64", "bce_probs", [pos(3, 4, dtype=torch.float64).div(3), pos(3, 4, dtype=torch.float64).div(3)],
+     {"reduction": "mean", "weight": None}, grad=True)
+case(FAM, "bce_input_above_1", "bce_probs", [T([0.5, 1.5]), T([1.0, 0.0])], {"reduction": "mean", "weight": None})
+case(FAM, "bce_target_negative", "bce_probs", [T([0.5, 0.5]), T([1.0, -0.5])], {"reduction": "mean", "weight": None})
+case(FAM, "bce_shapes", "bce_probs", [T([0.5, 0.5]), T([1.0])], {"reduction": "mean", "weight": None})
+_XL = T([0.0, 0.0, 0.0, 1.0, 2.0, 0.5, -1.0, 3.0])
+_YL = T([0.0, NANV, -1.0, -1.0, INF, 0.25, 2.0, 0.0])
+case(FAM, "xlogy_corners", "xlogy", [_XL, _YL])
+case(FAM, "xlogy_grad", "xlogy", [T([0.0, 0.0, 1.0, 2.0, -0.5]), T([0.0, NANV, 0.0, 3.0, 0.5])], grad=True)
+case(FAM, "xlogy_broadcast", "xlogy", [rn(2, 1), pos(3)], grad=True)
+case(FAM, "xlogy_int", "xlogy", [T([0, 2, 3]), T([3, 4, 0])])
+case(FAM, "xlogy_scalar", "xlogy", [T([0.0, 1.5, 2.0]), 2.5])
+case(FAM, "xlogy_int_scalar", "xlogy", [T([0, 2]), 2.5])
+case(FAM, "xlogy_f16", "xlogy", [T([0.0, 1.5, 2.0, 3.0], torch.float16), T([3.0, 0.1, 7.0, 1e-3], torch.float16)])
+case(FAM, "xlogy_bf16_f32", "xlogy", [T([0.0, 1.5, 2.0], torch.bfloat16), T([3.0, 0.1, 7.0])])
 
 # ----------------------------------------------------------------------------------
 

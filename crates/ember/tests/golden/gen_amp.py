@@ -92,6 +92,13 @@ def dtype_cases():
     case("reciprocal_bf16", torch.reciprocal, a.to(BF))
     case("rsqrt_bf16", torch.rsqrt, a.abs().to(BF))
     case("rdiv_bf16", lambda x: 2.0 / x, a.to(BF))
+    # the pointwise losses are on both float32 lists; binary_cross_entropy is on
+    # the CPU's and refused by CUDA's autocast
+    case("l1_loss_bf16", F.l1_loss, a.to(BF), a.to(BF))
+    case("smooth_l1_loss_bf16", F.smooth_l1_loss, a.to(BF), a.to(BF))
+    case("huber_loss_bf16", F.huber_loss, a.to(BF), a.to(BF))
+    case("kl_div_bf16", lambda x, t: F.kl_div(x, t, reduction="batchmean"), a.to(BF), a.softmax(1).to(BF))
+    case("binary_cross_entropy_bf16", F.binary_cross_entropy, a.sigmoid().to(BF), a.sigmoid().to(BF))
     return cases
 
 

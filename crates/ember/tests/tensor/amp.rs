@@ -184,6 +184,34 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             "reciprocal_bf16" => make(&[3, 4], a)?.recip()?,
             "rsqrt_bf16" => make(&[3, 4], a)?.rsqrt()?,
             "rdiv_bf16" => make(&[3, 4], a)?.rdiv(2.0)?,
+            "l1_loss_bf16" => {
+                nn::l1_loss(&make(&[3, 4], a)?, &make(&[3, 4], b)?, nn::Reduction::Mean)?
+            }
+            "smooth_l1_loss_bf16" => nn::smooth_l1_loss(
+                &make(&[3, 4], a)?,
+                &make(&[3, 4], b)?,
+                nn::Reduction::Mean,
+                1.0,
+            )?,
+            "huber_loss_bf16" => nn::huber_loss(
+                &make(&[3, 4], a)?,
+                &make(&[3, 4], b)?,
+                nn::Reduction::Mean,
+                1.0,
+            )?,
+            "kl_div_bf16" => nn::kl_div_batchmean(&make(&[3, 4], a)?, &make(&[3, 4], b)?, false)?,
+            "binary_cross_entropy_bf16" => {
+                let (x, y) = (make(&[3, 4], a)?, make(&[3, 4], b)?);
+                let out = nn::binary_cross_entropy(&x, &y, None, nn::Reduction::Mean);
+                if dev.is_cuda() || *dev == Device::Meta {
+                    // unsafe to autocast: CUDA's autocast refuses it
+                    let e = out.expect_err("binary_cross_entropy under CUDA autocast");
+                    assert!(e.to_string().contains("bce_with_logits"), "{e}");
+                    checked += 1;
+                    continue;
+                }
+                out?
+            }
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -198,7 +226,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 36);
+    assert_eq!(checked, 41);
     Ok(())
 }
 
