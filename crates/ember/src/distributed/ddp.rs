@@ -39,14 +39,17 @@ const FIRST_BUCKET_CAP: usize = 1 << 20;
 ///
 /// - [`no_sync`](Self::no_sync) skips the reduction (gradient accumulation: the
 ///   gradients of several backward passes add up locally, and the first backward
-///   outside `no_sync` reduces the sum).
+///   outside `no_sync` reduces the sum, of every parameter used since the last
+///   reduction).
 /// - A parameter that received no gradient in a backward is an error at the end
 ///   of that backward, naming it, unless
 ///   [`find_unused_parameters`](Self::find_unused_parameters) is set (then it counts
 ///   as a zero gradient). The group is aborted with the error, so the other ranks
 ///   fail too instead of waiting for this rank's buckets.
-/// - Buffers (batch norm's running statistics) are taken from rank 0 at each
-///   training forward, as PyTorch's `broadcast_buffers=True` does.
+/// - Buffers (batch norm's running statistics) are taken from rank 0 at the first
+///   forward and at each forward after one that ran with gradients outside
+///   `no_sync` (in training or evaluation mode alike), as PyTorch's
+///   `broadcast_buffers=True` does.
 ///
 /// The state dict is the inner module's (no `module.` prefix), so a checkpoint
 /// loads into the model with or without the wrapper.
@@ -57,7 +60,10 @@ pub struct DistributedDataParallel<M: Module> {
     bucket_cap: usize,
     find_unused: bool,
     broadcast_buffers: bool,
-    training: bool,
+    /// Whether the next forward takes rank 0's buffers (PyTorch's
+    /// `require_forward_param_sync`): at first, and after a forward with
+    /// gradients outside `no_sync`.
+    sync_buffers: AtomicBool,
 }
 
 /// The reduction state the parameters' hooks share.
@@ -71,6 +77,9 @@ struct Reducer {
     bucket_of: Vec<usize>,
     sync: AtomicBool,
     find_unused: AtomicBool,
+    /// The parameters whose gradient arrived in a backward under `no_sync` since
+    /// the last reduction: the next reduction counts them as used.
+    used_unsynced: Mutex<Vec<bool>>,
     iter: Mutex<Iteration>,
     /// The communication streams, one per GPU that holds parameters.
     streams: Mutex<Vec<crate::backend::cuda::Stream>>,
@@ -136,7 +145,7 @@ impl<M: Module> DistributedDataParallel<M> {
             bucket_cap: BUCKET_CAP,
             find_unused: false,
             broadcast_buffers: true,
-            training: true,
+            sync_buffers: AtomicBool::new(true),
         };
         ddp.check_same_model()?;
         ddp.sync_from_rank0(true)?;
@@ -164,7 +173,8 @@ impl<M: Module> DistributedDataParallel<M> {
         self
     }
 
-    /// Takes rank 0's buffers at each training forward (the default) or not.
+    /// Takes rank 0's buffers before a forward (the default; see the type's
+    /// documentation for which) or never.
     pub fn broadcast_buffers(mut self, on: bool) -> Self {
         self.broadcast_buffers = on;
         self
@@ -300,6 +310,7 @@ impl<M: Module> DistributedDataParallel<M> {
             bucket_of,
             sync: AtomicBool::new(true),
             find_unused: AtomicBool::new(self.find_unused),
+            used_unsynced: Mutex::new(vec![false; named.len()]),
             iter: Mutex::new(Iteration::default()),
             streams: Mutex::new(Vec::new()),
         });
@@ -344,6 +355,7 @@ impl Reducer {
             bucket_of: Vec::new(),
             sync: AtomicBool::new(true),
             find_unused: AtomicBool::new(false),
+            used_unsynced: Mutex::new(Vec::new()),
             iter: Mutex::new(Iteration::default()),
             streams: Mutex::new(Vec::new()),
         })
@@ -352,6 +364,8 @@ impl Reducer {
     /// Parameter `i`'s gradient has been accumulated.
     fn ready(this: &Arc<Reducer>, i: usize) -> Result<()> {
         if !this.sync.load(Ordering::SeqCst) {
+            let mut used = this.used_unsynced.lock().unwrap_or_else(|p| p.into_inner());
+            used[i] = true;
             return Ok(());
         }
         let mut it = this.iter.lock().unwrap_or_else(|p| p.into_inner());
@@ -428,6 +442,12 @@ impl Reducer {
     /// The end of backward: every bucket reduced and written back.
     fn finish(this: &Arc<Reducer>) -> Result<()> {
         let mut it = std::mem::take(&mut *this.iter.lock().unwrap_or_else(|p| p.into_inner()));
+        // used under no_sync since the last reduction: their accumulated gradients
+        // are reduced now, as PyTorch's `local_used_map` counts them
+        let unsynced = std::mem::replace(
+            &mut *this.used_unsynced.lock().unwrap_or_else(|p| p.into_inner()),
+            vec![false; this.params.len()],
+        );
         let unused: Vec<usize> = (0..this.params.len()).filter(|&i| !it.seen[i]).collect();
         if !unused.is_empty() {
             if !this.find_unused.load(Ordering::SeqCst) {
@@ -444,10 +464,16 @@ impl Reducer {
             }
             this.launch_ready(&mut it)?;
         }
-        // with find_unused_parameters, which parameters any rank used (PyTorch's
+        // with find_unused_parameters, which parameters any rank used in this
+        // backward or under no_sync since the last reduction (PyTorch's
         // `local_used_map`): those no rank used keep their gradient as it is
         let used = if this.find_unused.load(Ordering::SeqCst) {
-            let mine: Vec<u8> = it.seen.iter().map(|s| *s as u8).collect();
+            let mine: Vec<u8> = it
+                .seen
+                .iter()
+                .zip(&unsynced)
+                .map(|(s, u)| (*s || *u) as u8)
+                .collect();
             let (done, wait) = channel();
             let pg = this.pg.clone();
             this.pg.submit(Box::new(move || {
@@ -553,13 +579,19 @@ fn by_dtype_device(tensors: &[Tensor]) -> Vec<Vec<Tensor>> {
 
 impl<M: Module> Module for DistributedDataParallel<M> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if crate::autograd::is_grad_enabled() {
+        let grad = crate::autograd::is_grad_enabled();
+        if grad {
             self.reducer.reset();
         }
-        if self.broadcast_buffers && self.training && crate::autograd::is_grad_enabled() {
+        if self.broadcast_buffers && self.sync_buffers.load(Ordering::SeqCst) {
             self.sync_from_rank0(false)?;
         }
-        self.module.forward(x)
+        let y = self.module.forward(x)?;
+        // the next forward takes rank 0's buffers after one whose backward reduces
+        // (every rank runs it), not after one under no_sync or without gradients
+        let synced = grad && self.reducer.sync.load(Ordering::SeqCst);
+        self.sync_buffers.store(synced, Ordering::SeqCst);
+        Ok(y)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -608,7 +640,6 @@ impl<M: Module> Module for DistributedDataParallel<M> {
     }
 
     fn set_training(&mut self, training: bool) {
-        self.training = training;
         self.module.set_training(training)
     }
 }

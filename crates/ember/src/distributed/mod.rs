@@ -236,6 +236,10 @@ pub struct ProcessGroup {
     watchdog: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
     store: store::Store,
     _server: Option<store::StoreServer>,
+    /// The prefix of this group's keys in the store (see [`store::generation`]).
+    prefix: String,
+    /// The rendezvous address and rank this group was joined as.
+    joined_as: store::JoinedAs,
     timeout: Duration,
     spans_machines: bool,
     /// The communication thread's queue (started by the first job).
@@ -255,9 +259,10 @@ impl std::fmt::Debug for ProcessGroup {
 impl ProcessGroup {
     /// Joins the group `options` describe: rank 0 starts the rendezvous store,
     /// every rank connects to it and to its neighbours. Returns when every rank
-    /// has joined, or fails after the timeout naming the ranks that did not.
+    /// has joined, or fails after the timeout naming the ranks that did not; a
+    /// rank given twice, or a world size that differs from rank 0's, fails every
+    /// rank at once.
     pub fn new(options: &Options) -> Result<ProcessGroup> {
-        let op = "init_process_group";
         options.check()?;
         let (rank, world) = (options.rank, options.world_size);
         let timeout = options.timeout.min(MAX_TIMEOUT);
@@ -272,25 +277,17 @@ impl ProcessGroup {
             None
         };
         let port = server.as_ref().map_or(port, |s| s.port());
-        let st = store::Store::connect(host, port, timeout)?;
-        if st.add(&format!("claim/{rank}"), 1)? > 1 {
-            return Err(Error::distributed(
-                op,
-                format!("rank {rank} joined twice: two workers were given RANK={rank}"),
-            ));
-        }
-        st.set(&format!("world/{rank}"), &(world as u64).to_le_bytes())?;
-        let theirs = st.get("world/0", || "rank 0 to join".into())?;
-        let theirs = u64::from_le_bytes(theirs.try_into().unwrap_or([0; 8])) as usize;
-        if theirs != world {
-            return Err(Error::distributed(
-                op,
-                format!("rank 0 has world size {theirs}, rank {rank} has {world}: every rank must be given the same WORLD_SIZE"),
-            ));
-        }
-        st.add("joined", 1)?;
-        wait_for_all(&st, world, timeout)?;
-        let ring = Ring::connect(&st, "g", rank, world, timeout, spans_machines)?;
+        let joined_as = (host.to_string(), options.master_port, rank);
+        let prefix = format!("{}/", store::generation(&joined_as));
+        let st = store::join(host, port, &prefix, rank, world, timeout)?;
+        let ring = Ring::connect(
+            &st,
+            &format!("{prefix}g"),
+            rank,
+            world,
+            timeout,
+            spans_machines,
+        )?;
         let sockets = ring.handles();
         let shared = Arc::new(Shared::default());
         let watchdog = if options.backend == Backend::Nccl && world > 1 {
@@ -313,6 +310,8 @@ impl ProcessGroup {
             ring: Mutex::new((ring, 0)),
             store: st,
             _server: server,
+            prefix,
+            joined_as,
             timeout,
             spans_machines,
             queue: Mutex::new(None),
@@ -501,7 +500,7 @@ impl ProcessGroup {
             return Ok(c.clone());
         }
         let n = comms.len();
-        let key = format!("nccl/{n}");
+        let key = format!("{}nccl/{n}", self.prefix);
         let id = if self.rank == 0 {
             let id = Communicator::unique_id(device)?;
             self.store.set(&key, &id)?;
@@ -516,7 +515,7 @@ impl ProcessGroup {
         let host: Arc<dyn HostCollectives> = if crate::backend::cuda::discover::is_simulated() {
             let r = Ring::connect(
                 &self.store,
-                &format!("nccl{n}"),
+                &format!("{}nccl{n}", self.prefix),
                 self.rank,
                 self.world,
                 self.timeout,
@@ -857,34 +856,7 @@ impl Drop for ProcessGroup {
             drop(stop);
             let _ = handle.join();
         }
-    }
-}
-
-/// Waits until `world` ranks have joined the store.
-fn wait_for_all(st: &store::Store, world: usize, timeout: Duration) -> Result<()> {
-    let until = std::time::Instant::now() + timeout;
-    loop {
-        let joined = st.add("joined", 0)? as usize;
-        if joined >= world {
-            return Ok(());
-        }
-        if std::time::Instant::now() >= until {
-            let mut missing = Vec::new();
-            for r in 0..world {
-                if st.add(&format!("claim/{r}"), 0)? == 0 {
-                    missing.push(r.to_string());
-                }
-            }
-            return Err(Error::distributed(
-                "init_process_group",
-                format!(
-                    "the rendezvous timed out after {}s: {joined} of {world} ranks joined (missing: rank {})",
-                    timeout.as_secs_f64(),
-                    missing.join(", ")
-                ),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
+        store::left(&self.joined_as);
     }
 }
 
@@ -935,7 +907,10 @@ pub fn group() -> Result<Arc<ProcessGroup>> {
         })
 }
 
-/// Leaves the default group (its connections close).
+/// Leaves the default group (its connections close), once the last handle to it
+/// (a [`DistributedDataParallel`] holds one) is gone too. Rank 0's rendezvous store
+/// stops with it, its port free again: every rank of the job can then
+/// [`init_process_group`] again, on the same port.
 pub fn destroy_process_group() {
     DEFAULT.write().unwrap_or_else(|p| p.into_inner()).take();
 }
