@@ -202,7 +202,6 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
             .collect::<ember::Result<_>>()?;
         scaler.load_state_dict(&scale)?;
         sched.set_epoch(done);
-        opt.set_group_lrs(&sched.last_lrs());
         if done >= t.steps {
             println!(
                 "nothing to do: the checkpoint in {} is at step {done} of {}",

@@ -682,8 +682,20 @@ fn memory_check(
             .cudnn(target.is_none() || cuda::cudnn::is_available())
             .amp(amp)
     };
+    // a shape the model cannot take (too small for its pooling, or not what
+    // its first layer reads) names --input, as `ember estimate` does
+    let input_error = |e: Error| match e {
+        Error::ShapeMismatch { .. } | Error::InvalidArgument { .. } if args.input.is_some() => {
+            invalid(format!(
+                "--input {}: {} cannot take inputs of this shape ({e})",
+                args.input.as_deref().unwrap_or_default(),
+                data.name
+            ))
+        }
+        e => e,
+    };
     let est = estimator();
-    let train = est.estimate(batch)?;
+    let train = est.estimate(batch).map_err(input_error)?;
     // a smaller last batch (without --drop-last) that the model refuses, such as
     // batch norm over one value a channel, would stop the run at its first
     // epoch's end: refused now
@@ -698,7 +710,8 @@ fn memory_check(
     }
     let eval = estimator()
         .training(false)
-        .estimate(eval_batch.min(data.x_test.shape()[0]).max(1))?;
+        .estimate(eval_batch.min(data.x_test.shape()[0]).max(1))
+        .map_err(input_error)?;
     if args.estimate {
         print!("{train}");
     }

@@ -1862,6 +1862,11 @@ fn every_bad_argument_is_named_before_any_work() {
             "--model gpt2_small is a language model",
         ),
         (vec!["train", "fake", "--input", "3x"], "--input"),
+        // a shape the model cannot take (the CNN's linear layer after pooling)
+        (
+            vec!["train", "fake", "--model", "cnn", "--input", "1x2x2"],
+            "--input 1x2x2: cnn cannot take inputs of this shape",
+        ),
         (vec!["train", "fake", "--classes", "0"], "--classes"),
         (vec!["train", "fake", "--samples", "1"], "--samples"),
         (vec!["train", "digits", "--seed", "x"], "--seed"),

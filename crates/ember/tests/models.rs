@@ -660,3 +660,82 @@ fn the_tied_head_gets_the_sum_of_both_gradients() -> Result<()> {
     assert!(empty.head.weight.to_vec::<f32>()?.iter().all(|&v| v == 0.5));
     Ok(())
 }
+
+/// The character GPT draws its weights as GPT-2 does: standard deviation 0.02,
+/// and 0.02 / sqrt(2 * layers) for the projections back into the residual
+/// stream (attention's `out_proj`, the feed-forward's `linear2`; GPT-2's
+/// `c_proj`).
+#[test]
+fn gpt_weights_are_drawn_as_gpt2_s() -> Result<()> {
+    use ember::models::{CharGpt, GptConfig};
+    let _g = rng_lock();
+    ember::manual_seed(0);
+    let config = GptConfig {
+        vocab_size: 64,
+        context: 32,
+        layers: 6,
+        heads: 4,
+        width: 128,
+        dropout: 0.0,
+    };
+    let m = CharGpt::new_tied(config, &Device::Cpu)?;
+    let residual = 0.02 / 12f64.sqrt();
+    let mut checked = 0;
+    for (n, p) in m.named_parameters() {
+        let v = p.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+        let want = if n.contains("norm") || n.starts_with("ln_f") {
+            continue;
+        } else if n.ends_with("bias") {
+            0.0
+        } else if n.ends_with("out_proj.weight") || n.ends_with("linear2.weight") {
+            residual
+        } else {
+            0.02
+        };
+        // (at least 4096 draws each: the sample deviation within 5%)
+        assert!(
+            (sd - want).abs() <= 0.05 * want,
+            "{n}: std {sd}, want {want}"
+        );
+        checked += 1;
+    }
+    // embeddings (the head tied), and per layer: in_proj, out_proj, linear1,
+    // linear2 and their biases
+    assert_eq!(checked, 2 + 6 * 8);
+    Ok(())
+}
+
+/// A sequence shorter than the context sees the top-left corner of the one
+/// causal mask kept per device: every prefix's logits are the full window's
+/// at its positions (causal attention), and generating through every length
+/// up to the context keeps working.
+#[test]
+fn gpt_prefixes_see_the_same_causal_mask() -> Result<()> {
+    use ember::models::{CharGpt, GptConfig};
+    let _g = rng_lock();
+    ember::manual_seed(1);
+    let config = GptConfig {
+        vocab_size: 13,
+        context: 12,
+        layers: 2,
+        heads: 2,
+        width: 16,
+        dropout: 0.0,
+    };
+    let mut m = CharGpt::new(config, &Device::Cpu)?;
+    m.eval();
+    m.to_dtype(DType::F64)?;
+    let ids: Vec<i64> = (0..12).map(|i| (i * 5 + 3) % 13).collect();
+    let full = m.logits(&Tensor::from_vec(ids.clone(), [1, 12], &Device::Cpu)?)?;
+    for t in 1..=12 {
+        let x = Tensor::from_vec(ids[..t].to_vec(), [1, t], &Device::Cpu)?;
+        let got = m.logits(&x)?;
+        let want = full.narrow(1, 0, t)?;
+        assert!(got.allclose(&want, 1e-12, 1e-12)?, "length {t}");
+    }
+    // past the context the window slides; every length is served
+    assert_eq!(m.generate(&[1], 30, 1.0, None)?.len(), 30);
+    Ok(())
+}

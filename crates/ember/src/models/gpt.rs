@@ -69,15 +69,20 @@ pub struct CharGpt {
     pub head: Linear,
     pub config: GptConfig,
     tied: bool,
-    /// The positions `0..t` and the causal mask of each length and device used so
-    /// far: made once (on the host, then copied), not at every forward pass, so a
-    /// step copies nothing from the host and can be captured in a CUDA graph.
-    fixed: std::sync::Mutex<Vec<(usize, Device, Tensor, Tensor)>>,
+    /// The positions `0..context` and the `[context, context]` causal mask of
+    /// each device used so far: made once, not at every forward pass, so a step
+    /// copies nothing from the host and can be captured in a CUDA graph; a
+    /// shorter sequence takes views of them (one pair a device, whatever the
+    /// lengths generation goes through).
+    fixed: std::sync::Mutex<Vec<(Device, Tensor, Tensor)>>,
 }
 
 impl CharGpt {
-    /// Weights drawn as GPT-2's: normal with standard deviation 0.02, biases zero
-    /// (layer norms: weight 1, bias 0).
+    /// Weights drawn as GPT-2's: normal with standard deviation 0.02, except the
+    /// two projections back into the residual stream (each attention's
+    /// `out_proj` and each feed-forward's `linear2`), drawn with
+    /// `0.02 / sqrt(2 * layers)` as GPT-2 scales them (Hugging Face's and
+    /// nanoGPT's `c_proj`); biases zero (layer norms: weight 1, bias 0).
     pub fn new(config: GptConfig, device: &Device) -> Result<CharGpt> {
         CharGpt::build(config, false, Activation::Gelu, device)
     }
@@ -158,12 +163,17 @@ impl CharGpt {
             tied,
             fixed: std::sync::Mutex::new(Vec::new()),
         };
+        // (GPT-2's scaling keeps the residual stream's variance from growing
+        // with the depth: each layer adds two projections to it)
+        let residual_std = 0.02 / (2.0 * c.layers as f64).sqrt();
         for (name, p) in model.named_parameters() {
             if name.contains("norm") || name.starts_with("ln_f") {
                 continue;
             }
             if name.ends_with("bias") {
                 init::zeros_(&p)?;
+            } else if name.ends_with("out_proj.weight") || name.ends_with("linear2.weight") {
+                init::normal_(&p, 0.0, residual_std)?;
             } else {
                 init::normal_(&p, 0.0, 0.02)?;
             }
@@ -236,13 +246,25 @@ impl CharGpt {
     /// `device`.
     fn positions_and_mask(&self, t: usize, device: Device) -> Result<(Tensor, Tensor)> {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, p, m)) = fixed.iter().find(|(l, d, _, _)| *l == t && *d == device) {
-            return Ok((p.clone(), m.clone()));
+        let (pos, causal) = match fixed.iter().find(|(d, _, _)| *d == device) {
+            Some((_, p, m)) => (p.clone(), m.clone()),
+            None => {
+                let c = self.config.context;
+                let pos = Tensor::arange(0i64, c as i64, &device)?;
+                let causal = Tensor::ones([c, c], DType::Bool, &device)?.triu(1)?;
+                fixed.push((device, pos.clone(), causal.clone()));
+                (pos, causal)
+            }
+        };
+        if t == self.config.context {
+            return Ok((pos, causal));
         }
-        let pos = Tensor::arange(0i64, t as i64, &device)?;
-        let causal = Tensor::ones([t, t], DType::Bool, &device)?.triu(1)?;
-        fixed.push((t, device, pos.clone(), causal.clone()));
-        Ok((pos, causal))
+        // the first t positions, and the mask's top-left [t, t] (the same
+        // pattern: the future of each of the first t positions among them)
+        Ok((
+            pos.narrow(0, 0, t)?,
+            causal.narrow(0, 0, t)?.narrow(1, 0, t)?,
+        ))
     }
 
     /// The mean cross-entropy of predicting `targets [B, T]` from `idx [B, T]`.

@@ -1,7 +1,16 @@
-//! More learning-rate schedules, in closed form like [`StepLr`](super::StepLr):
-//! linear warm-up (`LinearLR`), a closure (`LambdaLR`), schedules one after
-//! another (`SequentialLR`), the one-cycle policy (`OneCycleLR`), and the
-//! metric-driven `ReduceLROnPlateau`.
+// Over 800 lines: every learning-rate schedule on the one LrScheduler trait, each with PyTorch's step rule and closed form side by side.
+//! More learning-rate schedules: linear warm-up (`LinearLR`), a closure
+//! (`LambdaLR`), schedules one after another (`SequentialLR`), the one-cycle
+//! policy (`OneCycleLR`), and the metric-driven `ReduceLROnPlateau`.
+//!
+//! As PyTorch's, a step of [`StepLr`](super::StepLr),
+//! [`CosineAnnealingLr`](super::CosineAnnealingLr) and [`LinearLr`] changes
+//! each group's *current* rate (times a factor, or along the cosine from where
+//! it is): two schedules stepped together compose, and a rate set by hand
+//! between steps is built on. [`LrScheduler::set_epoch`] and
+//! [`LrScheduler::step_to`] give the closed form at an epoch instead, from the
+//! initial rates (PyTorch's `step(epoch)`). `LambdaLR` and `OneCycleLR` set
+//! their rates outright, as PyTorch's do.
 
 use super::Optimizer;
 use crate::error::{Error, Result};
@@ -10,28 +19,57 @@ use crate::error::{Error, Result};
 /// every parameter group: each group follows the schedule from its own initial
 /// rate, as PyTorch's schedulers do.
 pub trait LrScheduler: Send {
-    /// Advances one epoch and sets the optimizer's learning rates for the next one.
+    /// Advances one epoch and sets the optimizer's learning rates for the next
+    /// one (from the groups' current rates, for the schedules PyTorch chains).
     fn step(&mut self, opt: &mut dyn Optimizer);
-    /// The first group's learning rate set by the last step (the initial one
-    /// before any step).
+    /// The first group's learning rate set by the last step (the rate the
+    /// schedule started with before any step; after
+    /// [`set_epoch`](Self::set_epoch), the closed form's at that epoch).
     fn last_lr(&self) -> f64;
-    /// Every group's learning rate set by the last step.
+    /// Every group's learning rate set by the last step (as
+    /// [`last_lr`](Self::last_lr)).
     fn last_lrs(&self) -> Vec<f64> {
         vec![self.last_lr()]
     }
     /// Epochs stepped so far.
     fn epoch(&self) -> usize;
-    /// Jumps to `epoch` (to resume from a checkpoint) without touching the optimizer.
+    /// Jumps to `epoch` (to resume from a checkpoint) without touching the
+    /// optimizer: [`last_lrs`](Self::last_lrs) becomes the closed form's at
+    /// `epoch` (PyTorch's `_get_closed_form_lr`), and the next
+    /// [`step`](Self::step) goes on from the groups' rates then (those a
+    /// loaded optimizer state restored).
     fn set_epoch(&mut self, epoch: usize);
+    /// Jumps to `epoch` and sets the optimizer's rates to the closed form's
+    /// there (PyTorch's deprecated `step(epoch)`).
+    fn step_to(&mut self, opt: &mut dyn Optimizer, epoch: usize) {
+        self.set_epoch(epoch);
+        opt.set_group_lrs(&self.last_lrs());
+    }
+    /// Goes back to epoch 0 and sets the rates the schedule starts with from
+    /// the groups' current ones, as building it did (PyTorch's
+    /// `_initial_step`, which `SequentialLR` runs on its first schedule). The
+    /// default sets the closed form's at epoch 0.
+    fn restart(&mut self, opt: &mut dyn Optimizer) {
+        self.step_to(opt, 0);
+    }
+}
+
+/// Each group's current learning rate (the optimizer's `lr()` alone if it
+/// lists no groups).
+fn current_rates(opt: &dyn Optimizer) -> Vec<f64> {
+    let lrs = opt.group_lrs();
+    if lrs.is_empty() {
+        vec![opt.lr()]
+    } else {
+        lrs
+    }
 }
 
 /// The rates a schedule starts from: those recorded when the optimizer's first
-/// schedule was built, or else the groups' current rates (the optimizer's
-/// `lr()` alone if it lists no groups), which are then recorded (PyTorch's
-/// `initial_lr`, set by the first scheduler).
+/// schedule was built, or else the groups' current rates, which are then
+/// recorded (PyTorch's `initial_lr`, set by the first scheduler).
 pub(super) fn initial_rates(opt: &dyn Optimizer) -> Vec<f64> {
-    let lrs = opt.group_lrs();
-    let now = if lrs.is_empty() { vec![opt.lr()] } else { lrs };
+    let now = current_rates(opt);
     match opt.initial_lrs() {
         Some(r) if r.len() == now.len() => r,
         _ => {
@@ -67,14 +105,29 @@ pub(super) fn group_rates(bases: &[f64], rate: impl Fn(f64) -> f64) -> Vec<f64> 
     bases.iter().map(|&b| rate(b)).collect()
 }
 
-/// The `LrScheduler` of a closed-form schedule: its `rate(base)` at its `epoch`
-/// for each group's initial rate in `bases`.
-macro_rules! closed_form_schedule {
+/// Sets each group's rate to `rate(its current rate, its initial rate)`;
+/// returns the rates the optimizer then holds (PyTorch reads them back).
+fn move_rates(opt: &mut dyn Optimizer, bases: &[f64], rate: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+    let lrs: Vec<f64> = current_rates(opt)
+        .into_iter()
+        .zip(bases)
+        .map(|(lr, &b)| rate(lr, b))
+        .collect();
+    opt.set_group_lrs(&lrs);
+    current_rates(opt)
+}
+
+/// The `LrScheduler` of a schedule PyTorch chains. A step moves each group
+/// from its current rate `lr` to `next(lr, base)` at the new epoch (`base`:
+/// the group's initial rate), as PyTorch's `get_lr`; `set_epoch` gives
+/// `closed(base)` at the epoch (`_get_closed_form_lr`); the schedule starts at
+/// `first(lr)` from each group's current rate (the initial step).
+macro_rules! chained_schedule {
     ($($name:ident),*) => {$(
         impl LrScheduler for $name {
             fn step(&mut self, opt: &mut dyn Optimizer) {
                 self.epoch += 1;
-                opt.set_group_lrs(&self.last_lrs());
+                self.last = move_rates(opt, &self.bases, |lr, base| self.next(lr, base));
             }
 
             fn epoch(&self) -> usize {
@@ -83,19 +136,25 @@ macro_rules! closed_form_schedule {
 
             fn set_epoch(&mut self, epoch: usize) {
                 self.epoch = epoch;
+                self.last = group_rates(&self.bases, |b| self.closed(b));
             }
 
             fn last_lr(&self) -> f64 {
-                self.rate(self.bases[0])
+                self.last[0]
             }
 
             fn last_lrs(&self) -> Vec<f64> {
-                group_rates(&self.bases, |b| self.rate(b))
+                self.last.clone()
+            }
+
+            fn restart(&mut self, opt: &mut dyn Optimizer) {
+                self.epoch = 0;
+                self.last = move_rates(opt, &self.bases, |lr, _| self.first(lr));
             }
         }
     )*};
 }
-closed_form_schedule!(StepLr, CosineAnnealingLr, LinearLr);
+chained_schedule!(StepLr, CosineAnnealingLr, LinearLr);
 
 /// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
 pub struct StepLr {
@@ -103,10 +162,12 @@ pub struct StepLr {
     step_size: usize,
     gamma: f64,
     epoch: usize,
+    last: Vec<f64>,
 }
 
 impl StepLr {
-    /// Starts from the optimizer's current learning rates.
+    /// Starts from the optimizer's current learning rates (which it leaves as
+    /// they are).
     pub fn new(opt: &dyn Optimizer, step_size: usize, gamma: f64) -> Result<StepLr> {
         if step_size == 0 {
             return Err(Error::invalid("StepLR", "step_size must be positive"));
@@ -116,25 +177,44 @@ impl StepLr {
             step_size,
             gamma,
             epoch: 0,
+            last: current_rates(opt),
         })
     }
 
-    fn rate(&self, base: f64) -> f64 {
-        base * self.gamma.powi((self.epoch / self.step_size) as i32)
+    fn first(&self, lr: f64) -> f64 {
+        lr
+    }
+
+    /// Times `gamma` at each multiple of `step_size`.
+    fn next(&self, lr: f64, _base: f64) -> f64 {
+        if !self.epoch.is_multiple_of(self.step_size) {
+            lr
+        } else {
+            lr * self.gamma
+        }
+    }
+
+    fn closed(&self, base: f64) -> f64 {
+        // (`powf`: PyTorch's `gamma ** n` is C's `pow`)
+        base * self.gamma.powf((self.epoch / self.step_size) as f64)
     }
 }
 
-/// Cosine annealing from the initial rate down to `eta_min` over `t_max` epochs
-/// (`CosineAnnealingLR`, closed form).
+/// Cosine annealing from the initial rate down to `eta_min` over `t_max` epochs,
+/// then back up over the next `t_max` and so on (`CosineAnnealingLR`). A step
+/// follows PyTorch's recursive form from the current rate; the closed form is
+/// `eta_min + (base - eta_min) (1 + cos(π epoch / t_max)) / 2`.
 pub struct CosineAnnealingLr {
     bases: Vec<f64>,
     t_max: usize,
     eta_min: f64,
     epoch: usize,
+    last: Vec<f64>,
 }
 
 impl CosineAnnealingLr {
-    /// Starts from the optimizer's current learning rates.
+    /// Starts from the optimizer's current learning rates (which it leaves as
+    /// they are).
     pub fn new(opt: &dyn Optimizer, t_max: usize, eta_min: f64) -> Result<CosineAnnealingLr> {
         if t_max == 0 {
             return Err(Error::invalid(
@@ -147,12 +227,32 @@ impl CosineAnnealingLr {
             t_max,
             eta_min,
             epoch: 0,
+            last: current_rates(opt),
         })
     }
 
-    fn rate(&self, base: f64) -> f64 {
-        let t = self.epoch as f64 / self.t_max as f64;
-        self.eta_min + (base - self.eta_min) * (1.0 + (std::f64::consts::PI * t).cos()) / 2.0
+    fn first(&self, lr: f64) -> f64 {
+        lr
+    }
+
+    /// The ratio of the cosine at this epoch to the last one's, applied above
+    /// `eta_min`; the step out of the bottom (where that ratio would divide by
+    /// zero) adds the first step's change instead, as PyTorch does.
+    fn next(&self, lr: f64, base: f64) -> f64 {
+        let (e, t) = (self.epoch as f64, self.t_max as f64);
+        let pi = std::f64::consts::PI;
+        let (epoch, t_max) = (self.epoch as i128, self.t_max as i128);
+        if (epoch - 1 - t_max).rem_euclid(2 * t_max) == 0 {
+            lr + (base - self.eta_min) * (1.0 - (pi / t).cos()) / 2.0
+        } else {
+            (1.0 + (pi * e / t).cos()) / (1.0 + (pi * (e - 1.0) / t).cos()) * (lr - self.eta_min)
+                + self.eta_min
+        }
+    }
+
+    fn closed(&self, base: f64) -> f64 {
+        let (e, t) = (self.epoch as f64, self.t_max as f64);
+        self.eta_min + (base - self.eta_min) * (1.0 + (std::f64::consts::PI * e / t).cos()) / 2.0
     }
 }
 
@@ -166,11 +266,12 @@ pub struct LinearLr {
     end: f64,
     total: usize,
     epoch: usize,
+    last: Vec<f64>,
 }
 
 impl LinearLr {
-    /// Starts from the optimizer's current learning rate (and sets it to
-    /// `start_factor` times it, as PyTorch does at construction).
+    /// Starts from the optimizer's current learning rates, and sets them to
+    /// `start_factor` times them, as PyTorch does at construction.
     pub fn new(
         opt: &mut dyn Optimizer,
         start_factor: f64,
@@ -189,33 +290,43 @@ impl LinearLr {
                 "Ending multiplicative factor expected to be between 0 and 1.",
             ));
         }
-        let s = LinearLr {
+        let mut s = LinearLr {
             bases: initial_rates(opt),
             start: start_factor,
             end: end_factor,
             total: total_iters,
             epoch: 0,
+            last: Vec::new(),
         };
-        opt.set_group_lrs(&s.last_lrs());
+        s.restart(opt);
         Ok(s)
     }
 
-    fn factor(&self) -> f64 {
-        // (no iterations: PyTorch's rate stays at the start factor's)
-        let t = if self.total == 0 {
-            0.0
-        } else {
-            self.epoch.min(self.total) as f64 / self.total as f64
-        };
-        self.start + (self.end - self.start) * t
+    fn first(&self, lr: f64) -> f64 {
+        lr * self.start
     }
 
-    fn rate(&self, base: f64) -> f64 {
-        base * self.factor()
+    /// The factor at this epoch over the last one's, until `total_iters`.
+    fn next(&self, lr: f64, _base: f64) -> f64 {
+        if self.epoch > self.total {
+            return lr;
+        }
+        let change = self.end - self.start;
+        lr * (1.0 + change / (self.total as f64 * self.start + (self.epoch - 1) as f64 * change))
+    }
+
+    fn closed(&self, base: f64) -> f64 {
+        // (no iterations: PyTorch's rate stays at the start factor's)
+        if self.total == 0 {
+            return base * self.start;
+        }
+        let done = self.epoch.min(self.total) as f64;
+        base * (self.start + (self.end - self.start) * done / self.total as f64)
     }
 }
 
-/// The initial learning rate times `f(epoch)` (`LambdaLR`).
+/// The initial learning rate times `f(epoch)` (`LambdaLR`, which sets the rate
+/// outright: it does not build on a rate set since).
 pub struct LambdaLr {
     bases: Vec<f64>,
     f: Box<dyn Fn(usize) -> f64 + Send>,
@@ -260,6 +371,9 @@ impl LrScheduler for LambdaLr {
 /// Build every schedule from the same optimizer first, in any order: each starts
 /// from the rates the optimizer had when its first schedule was built
 /// ([`Optimizer::initial_lrs`], PyTorch's `initial_lr`), then combine them.
+/// Building this one puts the rates back to those and starts the first
+/// schedule from them; at each milestone the next schedule starts at its
+/// closed form's epoch 0, then steps on from there.
 pub struct SequentialLr {
     schedulers: Vec<Box<dyn LrScheduler>>,
     milestones: Vec<usize>,
@@ -293,8 +407,11 @@ impl SequentialLr {
             milestones,
             epoch: 0,
         };
-        s.set_epoch(0);
-        opt.set_group_lrs(&s.last_lrs());
+        // the rates back to the initial ones, then the first schedule's start
+        // (what building the others set is undone)
+        opt.set_group_lrs(&initial_rates(opt));
+        let (i, _) = s.current(0);
+        s.schedulers[i].restart(opt);
         Ok(s)
     }
 
@@ -333,8 +450,14 @@ impl SequentialLr {
 
 impl LrScheduler for SequentialLr {
     fn step(&mut self, opt: &mut dyn Optimizer) {
-        self.set_epoch(self.epoch + 1);
-        opt.set_group_lrs(&self.last_lrs());
+        self.epoch += 1;
+        let (i, e) = self.current(self.epoch);
+        if i > 0 && e == 0 {
+            // a milestone: the next schedule from its closed form's start
+            self.schedulers[i].step_to(opt, 0);
+        } else {
+            self.schedulers[i].step(opt);
+        }
     }
     fn last_lr(&self) -> f64 {
         self.schedulers[self.current(self.epoch).0].last_lr()
@@ -422,8 +545,10 @@ struct Phase {
 /// `total_steps`, then down to the initial rate over `final_div_factor`
 /// (optionally in two phases), while the momentum goes the other way between
 /// `max_momentum` and `base_momentum`. Every parameter group follows the same
-/// rates, as PyTorch's do for a single `max_lr`. Steps past `total_steps` keep
-/// the final values (PyTorch raises an error there).
+/// rates, as PyTorch's do for a single `max_lr`. From step `total_steps` on
+/// the final values stay (PyTorch's step `total_steps` goes on past the last
+/// phase's end, the cosine back up from its minimum and the line below zero,
+/// and later steps raise an error).
 pub struct OneCycleLr {
     phases: Vec<Phase>,
     anneal: Anneal,

@@ -45,6 +45,14 @@ pub trait Callback: Send {
         let _ = recorded;
         Ok(())
     }
+
+    /// Called by [`Trial::run`](super::Trial::run) before the first epoch,
+    /// after [`check_metrics`](Self::check_metrics): an error here (a folder
+    /// that cannot be written) stops the run before it trains. Does nothing by
+    /// default.
+    fn on_train_begin(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Saves everything needed to resume after every epoch: `last.safetensors` (model
@@ -74,7 +82,44 @@ impl Checkpoint {
     }
 }
 
+/// Makes `dir` (and its parents) if missing and checks that a file can be
+/// written in it, before any training: the errors say which folder and what
+/// to do.
+fn writable_dir(dir: &Path) -> Result<()> {
+    let advice = "the Checkpoint folder, checked before training: choose a folder that can \
+                  be written, or make this one writable";
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::invalid(
+            "Checkpoint",
+            format!(
+                "{}: this is a file, and a folder is needed ({advice})",
+                dir.display()
+            ),
+        ));
+    }
+    let io = |e| Error::Io {
+        path: format!("{} ({advice})", dir.display()),
+        source: e,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    // a probe file of this process and thread (ranks of one run may check the
+    // same folder at once), removed at once
+    let probe = dir.join(format!(
+        ".ember-write-check-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&probe, b"").map_err(io)?;
+    std::fs::remove_file(&probe).map_err(io)
+}
+
 impl Callback for Checkpoint {
+    /// Makes the folder if missing and checks that it can be written: a run
+    /// that could not save fails before its first epoch, not after it.
+    fn on_train_begin(&mut self) -> Result<()> {
+        writable_dir(&self.dir)
+    }
+
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {
         // a diverged run stops here, its last good checkpoint kept: a checkpoint
         // of NaN parameters would not load (nor resume) without overrides
@@ -181,7 +226,8 @@ impl EarlyStopping {
         self
     }
 
-    /// The best value seen so far.
+    /// The best value seen so far (`None` before any value improved on the
+    /// mode's worst, infinity; a NaN never does).
     pub fn best(&self) -> Option<f64> {
         self.best
     }
@@ -237,10 +283,11 @@ impl Callback for EarlyStopping {
             .iter()
             .filter_map(|r| r.get(&self.monitor))
         {
-            let improved = match (self.best, self.mode) {
-                (None, _) => true,
-                (Some(b), Mode::Min) => value < b - self.min_delta,
-                (Some(b), Mode::Max) => value > b + self.min_delta,
+            // from the mode's worst value (torchbearer's and Keras' ±inf): a
+            // NaN is no improvement, not a best that nothing beats
+            let improved = match self.mode {
+                Mode::Min => value < self.best.unwrap_or(f64::INFINITY) - self.min_delta,
+                Mode::Max => value > self.best.unwrap_or(f64::NEG_INFINITY) + self.min_delta,
             };
             if improved {
                 self.best = Some(value);

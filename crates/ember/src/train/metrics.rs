@@ -36,12 +36,12 @@ fn accumulate(total: &mut Option<Tensor>, x: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `total / n`, read from the device (NaN before any batch: no value, rather
+/// `total / n`, read from the device (NaN before any sample: no value, rather
 /// than a made-up 0).
 fn mean(total: &Option<Tensor>, n: usize) -> Result<f64> {
     match total {
-        Some(t) => Ok(t.item::<f64>()? / n.max(1) as f64),
-        None => Ok(f64::NAN),
+        Some(t) if n > 0 => Ok(t.item::<f64>()? / n as f64),
+        _ => Ok(f64::NAN),
     }
 }
 
@@ -76,11 +76,22 @@ impl Metric for Loss {
 /// The fraction of samples whose target class is among the `k` highest scores
 /// (`k = 1`: accuracy); of equal scores the lowest indices count as the higher
 /// (PyTorch's `topk` leaves ties unspecified). Outputs `[N, C]` scores with
-/// `C >= k`, targets `[N]` class indices.
+/// `C >= k`, targets `[N]` class indices in `0..C`: another target (such as
+/// the -100 that pads sequences) makes [`value`](Metric::value) an error
+/// naming it, unless it is the [`ignore_index`](Self::ignore_index).
 pub struct TopKAccuracy {
     k: usize,
-    correct: Option<Tensor>,
+    ignore_index: Option<i64>,
+    /// The samples seen.
     n: usize,
+    /// Kept on the device, read once by `value`: the hits, the samples not
+    /// counted (ignored, or with a target outside the classes), and those of
+    /// them outside the classes (an error then).
+    counts: Option<Tensor>,
+    /// The smallest and the largest target outside the classes (read only
+    /// for the error).
+    bad_range: Option<[Tensor; 2]>,
+    classes: usize,
 }
 
 impl TopKAccuracy {
@@ -91,9 +102,36 @@ impl TopKAccuracy {
         }
         Ok(TopKAccuracy {
             k,
-            correct: None,
+            ignore_index: None,
             n: 0,
+            counts: None,
+            bad_range: None,
+            classes: 0,
         })
+    }
+
+    /// Skips the samples whose target is `index`: they count neither as hits
+    /// nor as samples (torchbearer's `ignore_index`; `cross_entropy` ignores
+    /// PyTorch's -100 the same way).
+    pub fn ignore_index(mut self, index: i64) -> TopKAccuracy {
+        self.ignore_index = Some(index);
+        self
+    }
+
+    /// Takes a batch's targets outside `0..classes` (`bad`, those not
+    /// ignored) into the smallest and the largest such target.
+    fn note_bad(&mut self, target: &Tensor, bad: &Tensor) -> Result<()> {
+        let lo = target
+            .masked_fill(&bad.logical_not()?, i64::MAX)?
+            .min_all()?;
+        let hi = target
+            .masked_fill(&bad.logical_not()?, i64::MIN)?
+            .max_all()?;
+        self.bad_range = Some(match self.bad_range.take() {
+            Some([l, h]) => [l.minimum(&lo)?, h.maximum(&hi)?],
+            None => [lo, hi],
+        });
+        Ok(())
     }
 }
 
@@ -106,8 +144,7 @@ impl Metric for TopKAccuracy {
         }
     }
     fn reset(&mut self) {
-        self.correct = None;
-        self.n = 0;
+        (self.n, self.counts, self.bad_range) = (0, None, None);
     }
     fn update(&mut self, output: &Tensor, target: &Tensor, _: &Tensor) -> Result<()> {
         if output.rank() != 2 || target.shape() != [output.shape()[0]] {
@@ -118,27 +155,44 @@ impl Metric for TopKAccuracy {
                 "expected outputs [N, C] and class-index targets [N]",
             ));
         }
+        let classes = output.shape()[1];
+        if self.k > 1 && self.k > classes {
+            return Err(Error::invalid(
+                "top-k accuracy",
+                format!(
+                    "top-{} accuracy of outputs with {classes} classes: k must be at most \
+                     the number of classes (torch.topk: selected index k out of range)",
+                    self.k
+                ),
+            ));
+        }
+        if target.numel() == 0 {
+            return Ok(());
+        }
+        self.classes = classes;
         let target = target.to_dtype(DType::I64)?;
-        let correct = if self.k == 1 {
-            output.argmax(1, false)?.eq(&target)?
+        // the targets that are no class are noted (and reported by `value`);
+        // they and the ignored ones are looked up as class 0, and not counted
+        let ignored = self.ignore_index.map(|i| target.eq(i)).transpose()?;
+        let outside = target.lt(0i64)?.logical_or(&target.ge(classes as i64)?)?;
+        let (bad, skip) = match &ignored {
+            Some(ig) => (
+                outside.logical_and(&ig.logical_not()?)?,
+                outside.logical_or(ig)?,
+            ),
+            None => (outside.clone(), outside),
+        };
+        self.note_bad(&target, &bad)?;
+        let t = target.masked_fill(&skip, 0i64)?;
+        let hit = if self.k == 1 {
+            output.argmax(1, false)?.eq(&t)?
         } else {
             // the target is among the k best when fewer than k classes beat it:
             // a higher score, or an equal one at a lower index (of equal scores
             // the lowest indices are taken, as argmax takes the first for k = 1;
             // a tie at the k-th place is not a hit for every class in it). One
             // pass over the scores, no sort.
-            let classes = output.shape()[1];
-            if self.k > classes {
-                return Err(Error::invalid(
-                    "top-k accuracy",
-                    format!(
-                        "top-{} accuracy of outputs with {classes} classes: k must be at most \
-                         the number of classes (torch.topk: selected index k out of range)",
-                        self.k
-                    ),
-                ));
-            }
-            let t = target.unsqueeze(1)?;
+            let t = t.unsqueeze(1)?;
             let score = output.gather(1, &t)?;
             let column = Tensor::arange(0i64, classes as i64, &output.device())?;
             let ahead = output
@@ -146,12 +200,41 @@ impl Metric for TopKAccuracy {
                 .logical_or(&output.eq(&score)?.logical_and(&column.lt(&t)?)?)?;
             ahead.sum(1, false)?.lt(self.k as i64)?
         };
-        accumulate(&mut self.correct, &correct.sum_all()?)?;
+        let hits = hit.logical_and(&skip.logical_not()?)?.sum_all()?;
+        let counts = Tensor::stack(&[&hits, &skip.sum_all()?, &bad.sum_all()?], 0)?;
+        accumulate(&mut self.counts, &counts)?;
         self.n += target.numel();
         Ok(())
     }
     fn value(&self) -> Result<f64> {
-        mean(&self.correct, self.n)
+        // (one read of the device: the hits, the samples skipped, the bad ones)
+        let Some(counts) = &self.counts else {
+            return Ok(f64::NAN);
+        };
+        let [hits, skipped, bad] = counts.to_vec1::<f64>()?[..] else {
+            return Err(Error::invalid("accuracy", "expected three counts"));
+        };
+        if let (true, Some([lo, hi])) = (bad > 0.0, &self.bad_range) {
+            let (lo, hi) = (lo.item::<i64>()?, hi.item::<i64>()?);
+            let values = if lo == hi {
+                lo.to_string()
+            } else {
+                format!("from {lo} to {hi}")
+            };
+            let (k, c) = (self.k, self.classes);
+            return Err(Error::invalid(
+                "accuracy",
+                format!(
+                    "metric {}: {bad} targets are not classes of the {c} scores (0 to {}): \
+                     {values}; a target that marks samples to skip (such as the -100 of \
+                     padding) needs TopKAccuracy::new({k})?.ignore_index(..)",
+                    self.name(),
+                    c.saturating_sub(1)
+                ),
+            ));
+        }
+        // (0 / 0: NaN while no sample is counted)
+        Ok(hits / (self.n as f64 - skipped))
     }
 }
 

@@ -330,11 +330,26 @@ impl Trial {
 
     /// Replaces the metrics by the named ones (`loss`, `acc`/`accuracy`,
     /// `top_K_acc`).
+    /// Two names of one column (`acc` and `top_1_acc`) are refused.
     pub fn metrics(mut self, names: &[&str]) -> Result<Trial> {
-        self.metrics = names
+        let metrics: Vec<Box<dyn Metric>> = names
             .iter()
             .map(|n| metric_by_name(n))
             .collect::<Result<_>>()?;
+        for (i, m) in metrics.iter().enumerate() {
+            if let Some(j) = metrics[..i].iter().position(|o| o.name() == m.name()) {
+                return Err(Error::invalid(
+                    "Trial::metrics",
+                    format!(
+                        "{:?} and {:?} are both recorded as {:?}: list each metric once",
+                        names[j],
+                        names[i],
+                        m.name()
+                    ),
+                ));
+            }
+        }
+        self.metrics = metrics;
         Ok(self)
     }
 
@@ -615,12 +630,29 @@ impl Trial {
             no_batches("Trial::run", "validation", v)?;
         }
         let mut recorded: Vec<String> = self.metrics.iter().map(|m| m.name()).collect();
+        // (metrics added one by one: `metrics` refuses its own repeats)
+        let twice = (1..recorded.len()).find(|&i| recorded[..i].contains(&recorded[i]));
+        if let Some(n) = twice.map(|i| &recorded[i]) {
+            return Err(Error::invalid(
+                "Trial::run",
+                format!(
+                    "two metrics are recorded as {n:?} (one history column each): add \
+                     each metric once"
+                ),
+            ));
+        }
         if self.val.is_some() {
             let val: Vec<String> = recorded.iter().map(|n| format!("val_{n}")).collect();
             recorded.extend(val);
         }
         for c in &self.callbacks {
             c.check_metrics(&recorded)?;
+        }
+        // (on the rank that runs the callbacks' epoch ends)
+        if self.is_main_rank() {
+            for c in self.callbacks.iter_mut() {
+                c.on_train_begin()?;
+            }
         }
         let val = self.val.take();
         let config = self.config_with(Some(train));

@@ -841,3 +841,501 @@ fn an_optimizer_without_a_config_records_none() -> Result<()> {
     assert_eq!(trial.run_config(), [("seed".to_string(), "1".to_string())]);
     Ok(())
 }
+
+/// Two SGD groups at rates 0.1 and 0.02, as the PyTorch optimizer the values
+/// below came from.
+fn two_groups() -> Result<ember::optim::Groups> {
+    let p = || Tensor::zeros([1], DType::F32, &Device::Cpu)?.requires_grad_(true);
+    ember::optim::Groups::new(vec![
+        Box::new(Sgd::new(vec![p()?], 0.1)?.momentum(0.9)?),
+        Box::new(Sgd::new(vec![p()?], 0.02)?.momentum(0.9)?),
+    ])
+}
+
+/// Schedules build on each group's current rate, as PyTorch's `step()` does:
+/// every rate below is PyTorch 2.15's, bit for bit (Python's `repr`), for
+/// two schedules stepped together, a rate set by hand between steps, each
+/// schedule over its epochs (the cosine past its period), the closed form of
+/// `step(epoch)`, and a schedule resumed from an optimizer's saved state.
+#[test]
+fn schedules_chain_on_the_current_rate_as_pytorch_s() -> Result<()> {
+    use ember::optim::{CosineAnnealingLr, Groups, LinearLr, LrScheduler, SequentialLr};
+    // StepLR(2, 0.5) and CosineAnnealingLR(4) stepped together
+    let mut opt = two_groups()?;
+    let mut a = StepLr::new(&opt, 2, 0.5)?;
+    let mut b = CosineAnnealingLr::new(&opt, 4, 0.0)?;
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        a.step(&mut opt);
+        b.step(&mut opt);
+        got.push(opt.group_lrs());
+    }
+    let want: &[[f64; 2]] = &[
+        [0.08535533905932738, 0.017071067811865476],
+        [0.025, 0.005],
+        [0.0073223304703363135, 0.0014644660940672626],
+        [0.0, 0.0],
+        [0.014644660940672622, 0.0029289321881345244],
+    ];
+    assert_eq!(got, want, "StepLR + CosineAnnealingLR");
+    assert_eq!(b.last_lrs(), opt.group_lrs());
+    // a rate set by hand after the first epoch is the one decayed
+    let mut opt = two_groups()?;
+    let mut s = StepLr::new(&opt, 2, 0.5)?;
+    let mut got = Vec::new();
+    for i in 0..5 {
+        if i == 1 {
+            opt.set_lr(0.01);
+        }
+        s.step(&mut opt);
+        got.push(opt.lr());
+    }
+    assert_eq!(
+        got,
+        [0.1, 0.005, 0.005, 0.0025, 0.0025],
+        "set_lr, then StepLR"
+    );
+    // each schedule alone: the rates after building it, then after each step
+    type Build = fn(&mut Groups) -> Result<Box<dyn LrScheduler>>;
+    let cases: [(&str, Build, &[[f64; 2]]); 8] = [
+        (
+            "step",
+            |o| Ok(Box::new(StepLr::new(o, 3, 0.5)?)),
+            &[
+                [0.1, 0.02],
+                [0.1, 0.02],
+                [0.1, 0.02],
+                [0.05, 0.01],
+                [0.05, 0.01],
+                [0.05, 0.01],
+                [0.025, 0.005],
+                [0.025, 0.005],
+            ],
+        ),
+        (
+            "cos",
+            |o| Ok(Box::new(CosineAnnealingLr::new(o, 4, 0.01)?)),
+            &[
+                [0.1, 0.02],
+                [0.08681980515339464, 0.01853553390593274],
+                [0.05500000000000001, 0.015],
+                [0.023180194846605363, 0.011464466094067262],
+                [0.01, 0.01],
+                [0.023180194846605363, 0.011464466094067262],
+                [0.05500000000000002, 0.015],
+                [0.08681980515339469, 0.01853553390593274],
+                [0.10000000000000006, 0.02],
+                [0.0868198051533947, 0.01853553390593274],
+                [0.05500000000000005, 0.015000000000000003],
+                [0.023180194846605412, 0.011464466094067267],
+                [0.01, 0.01],
+                [0.023180194846605363, 0.011464466094067262],
+            ],
+        ),
+        (
+            "linear",
+            |o| Ok(Box::new(LinearLr::new(o, 0.25, 1.0, 4)?)),
+            &[
+                [0.025, 0.005],
+                [0.043750000000000004, 0.00875],
+                [0.06250000000000001, 0.0125],
+                [0.08125000000000002, 0.01625],
+                [0.10000000000000002, 0.02],
+                [0.10000000000000002, 0.02],
+                [0.10000000000000002, 0.02],
+            ],
+        ),
+        (
+            "linear_decay",
+            |o| Ok(Box::new(LinearLr::new(o, 1.0, 0.2, 5)?)),
+            &[
+                [0.1, 0.02],
+                [0.084, 0.0168],
+                [0.068, 0.0136],
+                [0.052, 0.0104],
+                [0.036, 0.0072],
+                [0.019999999999999997, 0.003999999999999999],
+                [0.019999999999999997, 0.003999999999999999],
+            ],
+        ),
+        (
+            "sequential",
+            |o| {
+                let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(o, 0.25, 1.0, 3)?);
+                let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(o, 8, 0.001)?);
+                Ok(Box::new(SequentialLr::new(o, vec![warm, cos], vec![3])?))
+            },
+            &[
+                [0.025, 0.005],
+                [0.05, 0.01],
+                [0.07500000000000001, 0.015],
+                [0.1, 0.02],
+                [0.0962320368593087, 0.019276855558857223],
+                [0.0855017856687341, 0.0172175144212722],
+                [0.06944282990207196, 0.014135492607468353],
+                [0.0505, 0.010499999999999999],
+                [0.03155717009792806, 0.006864507392531647],
+                [0.0154982143312659, 0.0037824855787277987],
+                [0.004767963140691306, 0.001723144441142776],
+                [0.001, 0.001],
+                [0.004767963140691307, 0.001723144441142776],
+                [0.01549821433126591, 0.003782485578727801],
+            ],
+        ),
+        (
+            "warmup_cosine",
+            |o| Ok(Box::new(SequentialLr::warmup_cosine(o, 3, 10, 0.001)?)),
+            &[
+                [0.001, 0.0002],
+                [0.034, 0.0068000000000000005],
+                [0.067, 0.013400000000000002],
+                [0.1, 0.02],
+                [0.09509795896116975, 0.019059204245072982],
+                [0.08136274519200731, 0.01642315311765797],
+                [0.061514786230837566, 0.012613948872584987],
+                [0.03948521376916245, 0.008386051127415015],
+                [0.019637254807992697, 0.004576846882342032],
+                [0.005902041038830259, 0.001940795754927019],
+                [0.001, 0.001],
+                [0.005902041038830253, 0.001940795754927018],
+            ],
+        ),
+        (
+            // (`powf`: Python's `0.95 ** e` is C's `pow`)
+            "lambda",
+            |o| {
+                Ok(Box::new(ember::optim::LambdaLr::new(o, |e| {
+                    0.95f64.powf(e as f64)
+                })))
+            },
+            &[
+                [0.1, 0.02],
+                [0.095, 0.019],
+                [0.09025, 0.01805],
+                [0.0857375, 0.0171475],
+                [0.081450625, 0.016290125],
+                [0.07737809374999999, 0.015475618749999996],
+                [0.07350918906249998, 0.014701837812499997],
+            ],
+        ),
+        (
+            // the last step PyTorch allows (12) goes past the minimum: not here
+            "onecycle_three_phase",
+            |o| {
+                let three = ember::optim::OneCycleOptions {
+                    three_phase: true,
+                    ..Default::default()
+                };
+                Ok(Box::new(ember::optim::OneCycleLr::with_options(
+                    o, 0.5, 12, three,
+                )?))
+            },
+            &[
+                [0.020000000000000018, 0.020000000000000018],
+                [0.17489482710979154, 0.17489482710979154],
+                [0.43964257956106434, 0.43964257956106434],
+                [0.4725094461567704, 0.4725094461567704],
+                [0.2310711967387223, 0.2310711967387223],
+                [0.02697396381774749, 0.02697396381774749],
+                [0.0190758466212899, 0.0190758466212899],
+                [0.015612309466558462, 0.015612309466558462],
+                [0.01054233494694559, 0.01054233494694559],
+                [0.005317384001442797, 0.005317384001442797],
+                [0.0014332850955002772, 0.0014332850955002772],
+                [2e-06, 2e-06],
+            ],
+        ),
+    ];
+    for (name, build, want) in cases {
+        let mut opt = two_groups()?;
+        let mut s = build(&mut opt)?;
+        let mut got = vec![opt.group_lrs()];
+        assert_eq!(s.last_lrs(), got[0], "{name}: the rates it starts with");
+        for _ in 1..want.len() {
+            s.step(&mut opt);
+            assert_eq!(s.last_lrs(), opt.group_lrs(), "{name}");
+            got.push(opt.group_lrs());
+        }
+        assert_eq!(got, want, "{name}");
+        // resumed from the optimizer's state after 5 epochs: the same rates on
+        let mut opt = two_groups()?;
+        let mut s = build(&mut opt)?;
+        for _ in 0..5 {
+            s.step(&mut opt);
+        }
+        let state = opt.state()?;
+        let mut again = two_groups()?;
+        let mut resumed = build(&mut again)?;
+        again.load_state(&state)?;
+        resumed.set_epoch(5);
+        for (k, want) in want.iter().enumerate().skip(6) {
+            resumed.step(&mut again);
+            assert_eq!(again.group_lrs(), want, "{name} resumed, epoch {k}");
+        }
+    }
+    // PyTorch's `step(epoch)`: the closed form from the initial rates
+    type Closed = fn(&Groups) -> Result<Box<dyn LrScheduler>>;
+    let closed: [(&str, Closed, &[[f64; 2]]); 2] = [
+        (
+            "step",
+            |o| Ok(Box::new(StepLr::new(o, 3, 0.5)?)),
+            &[
+                [0.1, 0.02],
+                [0.1, 0.02],
+                [0.1, 0.02],
+                [0.05, 0.01],
+                [0.05, 0.01],
+                [0.05, 0.01],
+                [0.025, 0.005],
+                [0.025, 0.005],
+                [0.025, 0.005],
+            ],
+        ),
+        (
+            "cos",
+            |o| Ok(Box::new(CosineAnnealingLr::new(o, 4, 0.01)?)),
+            &[
+                [0.1, 0.02],
+                [0.08681980515339464, 0.01853553390593274],
+                [0.05500000000000001, 0.015],
+                [0.023180194846605363, 0.011464466094067262],
+                [0.01, 0.01],
+                [0.023180194846605356, 0.011464466094067262],
+                [0.055, 0.015],
+                [0.08681980515339464, 0.01853553390593274],
+                [0.1, 0.02],
+            ],
+        ),
+    ];
+    for (name, build, want) in closed {
+        for (e, want) in want.iter().enumerate() {
+            let mut opt = two_groups()?;
+            let mut s = build(&opt)?;
+            s.step(&mut opt);
+            s.step_to(&mut opt, e);
+            assert_eq!(opt.group_lrs(), want, "{name} step({e})");
+            assert_eq!((s.epoch(), s.last_lrs()), (e, want.to_vec()));
+        }
+    }
+    let want = [
+        [0.025, 0.005],
+        [0.043750000000000004, 0.00875],
+        [0.0625, 0.0125],
+        [0.08125, 0.01625],
+        [0.1, 0.02],
+        [0.1, 0.02],
+    ];
+    for (e, want) in want.iter().enumerate() {
+        let mut opt = two_groups()?;
+        let mut s = LinearLr::new(&mut opt, 0.25, 1.0, 4)?;
+        s.step_to(&mut opt, e);
+        assert_eq!(opt.group_lrs(), want, "linear step({e})");
+    }
+    Ok(())
+}
+
+/// A checkpoint folder that cannot be made is refused before the first epoch
+/// (not after it), with the folder named and what to do; a missing one is
+/// made then.
+#[test]
+fn a_checkpoint_folder_is_checked_before_training() -> Result<()> {
+    let _g = super::rng_lock();
+    let base = std::env::temp_dir().join(format!("ember-trial-ckdir-{}", std::process::id()));
+    std::fs::create_dir_all(&base).ok();
+    let file = base.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (train, _) = loaders(3)?;
+    let fresh = |dir: &std::path::Path| -> Result<Trial> {
+        let m = model(4, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .callback(Checkpoint::new(dir))
+            .with_generators(Some(train.clone()), None, None))
+    };
+    let under_a_file = file.join("ck");
+    let mut t = fresh(&under_a_file)?;
+    let e = t.run(2).unwrap_err().to_string();
+    assert!(
+        e.contains(&under_a_file.display().to_string())
+            && e.contains("checked before training")
+            && e.contains("choose a folder that can be written"),
+        "{e}"
+    );
+    assert_eq!(t.history().len(), 0, "refused before the first epoch");
+    let e = fresh(&file)?.run(1).unwrap_err().to_string();
+    assert!(e.contains("this is a file, and a folder is needed"), "{e}");
+    // a missing folder (and its parents) is made before training
+    let deep = base.join("new").join("ck");
+    let mut t = fresh(&deep)?;
+    t.run(1)?;
+    assert!(Checkpoint::file(&deep).is_file());
+    let leftovers: Vec<_> = std::fs::read_dir(&deep)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".ember-write-check")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "the probe file is removed");
+    std::fs::remove_dir_all(&base).ok();
+    Ok(())
+}
+
+/// A NaN as the first value is no best that nothing beats: early stopping
+/// starts from the mode's worst value (±inf, as torchbearer's), so the values
+/// after it improve.
+#[test]
+fn early_stopping_after_a_nan_first_value_still_sees_improvements() -> Result<()> {
+    use ember::train::{Callback, Control, EpochEnd, EpochRecord, Mode};
+    let m = nn::Linear::new(1, 1, &Device::Cpu)?;
+    let opt = Sgd::new(m.parameters(), 0.1)?;
+    for (mode, values, best) in [
+        (Mode::Min, [f64::NAN, 1.0, 0.5, 0.25, 0.1], 0.1),
+        (Mode::Max, [f64::NAN, 0.1, 0.2, 0.3, 0.4], 0.4),
+    ] {
+        let mut stop = EarlyStopping::new("loss", 2).mode(mode);
+        let mut h = History::default();
+        for (i, &v) in values.iter().enumerate() {
+            h.records.push(EpochRecord {
+                epoch: i + 1,
+                metrics: vec![("loss".into(), v)],
+                lr: 0.1,
+                seconds: 0.0,
+                samples_per_sec: 0.0,
+            });
+            let ctx = EpochEnd {
+                epoch: i + 1,
+                history: &h,
+                model: &m,
+                optimizer: &opt,
+                scheduler: None,
+                config: &[],
+                grad_scaler: None,
+            };
+            assert_eq!(stop.on_epoch_end(&ctx)?, Control::Continue, "{mode:?} {i}");
+            if i == 0 {
+                assert_eq!(stop.best(), None, "a NaN is no best");
+            }
+        }
+        assert_eq!(stop.best(), Some(best), "{mode:?}");
+    }
+    // NaN after a best is no improvement either: two of them stop the run
+    let mut stop = EarlyStopping::new("loss", 2);
+    let mut h = History::default();
+    let mut last = Control::Continue;
+    for (i, v) in [1.0, f64::NAN, f64::NAN].into_iter().enumerate() {
+        h.records.push(EpochRecord {
+            epoch: i + 1,
+            metrics: vec![("loss".into(), v)],
+            lr: 0.1,
+            seconds: 0.0,
+            samples_per_sec: 0.0,
+        });
+        let ctx = EpochEnd {
+            epoch: i + 1,
+            history: &h,
+            model: &m,
+            optimizer: &opt,
+            scheduler: None,
+            config: &[],
+            grad_scaler: None,
+        };
+        last = stop.on_epoch_end(&ctx)?;
+    }
+    assert_eq!((last, stop.best()), (Control::Stop, Some(1.0)));
+    Ok(())
+}
+
+/// Targets that are no class (the -100 of padding) are an error naming the
+/// metric and the values, not a gather's index error or a silent miss;
+/// `ignore_index` skips them; no sample gives NaN, not 0.
+#[test]
+fn accuracy_refuses_targets_outside_the_classes_unless_ignored() -> Result<()> {
+    let dev = Device::Cpu;
+    let out = Tensor::new(
+        [
+            [0.1f32, 0.5, 0.4],
+            [0.7, 0.2, 0.1],
+            [0.2, 0.3, 0.5],
+            [0.3, 0.3, 0.4],
+        ],
+        &dev,
+    )?;
+    let loss = Tensor::zeros([0usize; 0], DType::F32, &dev)?;
+    let padded = Tensor::new([2i64, -100, 0, 2], &dev)?;
+    for k in [1, 2] {
+        let mut acc = TopKAccuracy::new(k)?;
+        acc.update(&out, &padded, &loss)?;
+        acc.update(&out, &Tensor::new([3i64, 0, 0, 2], &dev)?, &loss)?;
+        let e = acc.value().unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("metric {}", acc.name()))
+                && e.contains("2 targets are not classes of the 3 scores (0 to 2)")
+                && e.contains("from -100 to 3")
+                && e.contains(&format!("TopKAccuracy::new({k})?.ignore_index")),
+            "{e}"
+        );
+        // a new phase starts clean
+        acc.reset();
+        acc.update(&out, &Tensor::new([2i64, 0, 0, 1], &dev)?, &loss)?;
+        assert!(acc.value().is_ok());
+    }
+    // ignored: neither a hit nor a sample (the three others: 1 of 3 top-1
+    // hits, 2 of 3 top-2)
+    let mut top1 = TopKAccuracy::new(1)?.ignore_index(-100);
+    let mut top2 = TopKAccuracy::new(2)?.ignore_index(-100);
+    for m in [&mut top1, &mut top2] {
+        m.update(&out, &padded, &loss)?;
+    }
+    assert_eq!((top1.value()?, top2.value()?), (1.0 / 3.0, 2.0 / 3.0));
+    // an ignore_index inside the classes skips that class
+    let mut skip0 = TopKAccuracy::new(1)?.ignore_index(0);
+    skip0.update(&out, &Tensor::new([2i64, 0, 0, 2], &dev)?, &loss)?;
+    assert_eq!(skip0.value()?, 0.5);
+    // no sample: NaN (an empty batch, or every target ignored), also for the loss
+    let empty = Tensor::zeros([0, 3], DType::F32, &dev)?;
+    let none = Tensor::zeros([0], DType::I64, &dev)?;
+    let mut acc = TopKAccuracy::new(1)?;
+    acc.update(&empty, &none, &loss)?;
+    assert!(acc.value()?.is_nan());
+    let mut all_ignored = TopKAccuracy::new(1)?.ignore_index(-100);
+    all_ignored.update(&out, &Tensor::new([-100i64; 4], &dev)?, &loss)?;
+    assert!(all_ignored.value()?.is_nan());
+    let mut l = ember::train::Loss::default();
+    l.update(&empty, &none, &Tensor::scalar(f32::NAN, &dev)?)?;
+    assert!(l.value()?.is_nan());
+    Ok(())
+}
+
+/// Two metrics of one history column are refused, by name or added one by one.
+#[test]
+fn a_metric_twice_is_refused() -> Result<()> {
+    let _g = super::rng_lock();
+    let (train, _) = loaders(3)?;
+    let fresh = || -> Result<Trial> {
+        let m = model(4, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.1)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy).progress(Progress::Quiet))
+    };
+    for names in [["acc", "top_1_acc"], ["accuracy", "acc"]] {
+        let e = fresh()?.metrics(&names).err().expect("refused").to_string();
+        assert!(
+            e.contains(&format!(
+                "{:?} and {:?} are both recorded as \"acc\"",
+                names[0], names[1]
+            )),
+            "{e}"
+        );
+    }
+    let mut t = fresh()?
+        .metrics(&["loss", "acc"])?
+        .metric(TopKAccuracy::new(1)?)
+        .with_generators(Some(train), None, None);
+    let e = t.run(1).unwrap_err().to_string();
+    assert!(e.contains("two metrics are recorded as \"acc\""), "{e}");
+    assert_eq!(t.history().len(), 0);
+    Ok(())
+}
