@@ -35,6 +35,7 @@ use crate::{
     error::{Error, Result},
     tensor::Tensor,
 };
+use half::{bf16, f16};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -132,7 +133,8 @@ impl Kernel {
     }
 
     /// The byte size of each of the kernel's parameters, as compiled (8 for a
-    /// pointer or a `long long`, 4 for an `int` or a `float`).
+    /// pointer or a `long long`, 4 for an `int` or a `float`, 2 for a `short` or
+    /// a `__half`, 1 for a `bool` or a `char`, a struct's `sizeof`).
     pub fn param_sizes(&self) -> &[usize] {
         &self.params
     }
@@ -181,30 +183,34 @@ impl Kernel {
         }
         let storages = Storages::read(&tensors);
         let mut next = 0;
-        let mut values: Vec<u64> = Vec::with_capacity(args.len());
+        // each value's bytes (little-endian, as the GPU and its host read them)
+        // in 16-byte-aligned words of its own
+        let mut values: Vec<Vec<u128>> = Vec::with_capacity(args.len());
         for a in args {
-            values.push(match *a {
+            // a pointer's or a scalar's bytes
+            let word: [u8; 8];
+            let bytes: &[u8] = match *a {
                 Arg::Tensor { t, dtype, .. } => {
                     let st = storages
                         .get(next)
                         .as_cuda()
                         .expect("a tensor on the kernel's GPU");
                     next += 1;
-                    st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64
+                    let ptr = st.ptr() + (t.layout().offset() * dtype.size_in_bytes()) as u64;
+                    word = ptr.to_le_bytes();
+                    &word
                 }
-                Arg::I32(v) => v as u32 as u64,
-                Arg::U32(v) => v as u64,
-                Arg::F32(v) => v.to_bits() as u64,
-                Arg::I64(v) => v as u64,
-                Arg::U64(v) => v,
-                Arg::F64(v) => v.to_bits(),
-            });
+                Arg::Bytes(b) => b,
+                _ => {
+                    word = a.scalar_bytes();
+                    &word[..a.size()]
+                }
+            };
+            values.push(aligned_words(bytes));
         }
-        // each parameter points at its value's bytes; 4-byte values sit in the low
-        // half of their u64 (little-endian)
         let mut params: Vec<*mut c_void> = values
             .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
+            .map(|v| v.as_mut_ptr() as *mut c_void)
             .collect();
         self.allow_dynamic_shared(config.shared_mem)?;
         // SAFETY: the device pointers lie in live storages (locked above); the
@@ -308,7 +314,8 @@ impl Kernel {
                     "Kernel::launch",
                     format!(
                         "argument {k} of {}: the kernel's parameter takes {want} bytes, but {} is \
-                         {} bytes (a pointer or long long is 8, an int or float 4)",
+                         {} bytes (a pointer or long long is 8, an int or float 4, a short or \
+                         __half 2, a bool or char 1, a struct its sizeof: Arg::Bytes)",
                         self.name,
                         a.describe(),
                         a.size()
@@ -330,12 +337,31 @@ pub enum Arg<'a> {
         dtype: DType,
         writes: bool,
     },
+    /// `bool` (one byte, 0 or 1).
+    Bool(bool),
+    /// `signed char` / `int8_t`.
+    I8(i8),
+    /// `unsigned char` / `uint8_t`.
+    U8(u8),
+    /// `short` / `int16_t`.
+    I16(i16),
+    /// `unsigned short` / `uint16_t`.
+    U16(u16),
     I32(i32),
     U32(u32),
     I64(i64),
     U64(u64),
+    /// `__half` (cuda_fp16.h).
+    F16(f16),
+    /// `__nv_bfloat16` (cuda_bf16.h).
+    BF16(bf16),
     F32(f32),
     F64(f64),
+    /// A parameter passed by value as raw bytes: a struct, whose bytes must be
+    /// laid out as the kernel's C struct is (padding included; a `#[repr(C)]`
+    /// Rust struct of the same fields has that layout, e.g. through
+    /// `bytemuck::bytes_of`). Its length must be the struct's `sizeof`.
+    Bytes(&'a [u8]),
 }
 
 impl<'a> Arg<'a> {
@@ -344,18 +370,53 @@ impl<'a> Arg<'a> {
         match self {
             Arg::Tensor { .. } | Arg::I64(_) | Arg::U64(_) | Arg::F64(_) => 8,
             Arg::I32(_) | Arg::U32(_) | Arg::F32(_) => 4,
+            Arg::I16(_) | Arg::U16(_) | Arg::F16(_) | Arg::BF16(_) => 2,
+            Arg::Bool(_) | Arg::I8(_) | Arg::U8(_) => 1,
+            Arg::Bytes(b) => b.len(),
         }
+    }
+
+    /// A scalar's bytes, little-endian, in the first [`size`](Self::size) of
+    /// eight (zeros after them; zeros for a tensor or raw bytes).
+    fn scalar_bytes(&self) -> [u8; 8] {
+        let mut out = [0u8; 8];
+        let mut put = |b: &[u8]| out[..b.len()].copy_from_slice(b);
+        match *self {
+            Arg::Bool(v) => put(&[v as u8]),
+            Arg::I8(v) => put(&v.to_le_bytes()),
+            Arg::U8(v) => put(&[v]),
+            Arg::I16(v) => put(&v.to_le_bytes()),
+            Arg::U16(v) => put(&v.to_le_bytes()),
+            Arg::I32(v) => put(&v.to_le_bytes()),
+            Arg::U32(v) => put(&v.to_le_bytes()),
+            Arg::I64(v) => put(&v.to_le_bytes()),
+            Arg::U64(v) => put(&v.to_le_bytes()),
+            Arg::F16(v) => put(&v.to_le_bytes()),
+            Arg::BF16(v) => put(&v.to_le_bytes()),
+            Arg::F32(v) => put(&v.to_le_bytes()),
+            Arg::F64(v) => put(&v.to_le_bytes()),
+            Arg::Tensor { .. } | Arg::Bytes(_) => {}
+        }
+        out
     }
 
     fn describe(&self) -> &'static str {
         match self {
             Arg::Tensor { .. } => "a tensor (a device pointer)",
+            Arg::Bool(_) => "Arg::Bool",
+            Arg::I8(_) => "Arg::I8",
+            Arg::U8(_) => "Arg::U8",
+            Arg::I16(_) => "Arg::I16",
+            Arg::U16(_) => "Arg::U16",
             Arg::I32(_) => "Arg::I32",
             Arg::U32(_) => "Arg::U32",
             Arg::I64(_) => "Arg::I64",
             Arg::U64(_) => "Arg::U64",
+            Arg::F16(_) => "Arg::F16",
+            Arg::BF16(_) => "Arg::BF16",
             Arg::F32(_) => "Arg::F32",
             Arg::F64(_) => "Arg::F64",
+            Arg::Bytes(_) => "Arg::Bytes",
         }
     }
 
@@ -376,6 +437,18 @@ impl<'a> Arg<'a> {
             writes: true,
         }
     }
+}
+
+/// `bytes` in 16-byte words of their own (zeros after them): a parameter's value
+/// where the launch reads it, aligned for any parameter type.
+fn aligned_words(bytes: &[u8]) -> Vec<u128> {
+    let mut words = vec![0u128; bytes.len().div_ceil(16).max(1)];
+    for (w, chunk) in words.iter_mut().zip(bytes.chunks(16)) {
+        let mut b = [0u8; 16];
+        b[..chunk.len()].copy_from_slice(chunk);
+        *w = u128::from_le_bytes(b);
+    }
+    words
 }
 
 /// Grid and block dimensions and dynamic shared memory of a launch.

@@ -865,6 +865,158 @@ fn a_graph_draws_new_random_numbers_at_each_replay() -> Result<()> {
     Ok(())
 }
 
+/// Host copies, waits and replays made by the capturing thread are refused on
+/// every stream, as PyTorch's default ("global") capture mode refuses them: one
+/// under `with_stream` on another stream would run at once, before the captured
+/// work it reads has run.
+#[test]
+fn host_work_on_another_stream_is_refused_in_a_capture() -> Result<()> {
+    let Some((dev, _turn)) = gpu("host_work_on_another_stream") else {
+        return Ok(());
+    };
+    let x = Tensor::full([4], 5.0, DType::F32, &dev)?;
+    x.add(1.0)?; // warm-up
+    let side = cuda::Stream::new(&dev)?;
+    let (g, _) = cuda::Graph::capture(&dev, || x.mul(2.0))?;
+    let on_side = |what: &str, f: &dyn Fn() -> Result<()>| {
+        let r = cuda::Graph::capture(&dev, || {
+            let y = x.add(1.0)?;
+            cuda::with_stream(&side, f)?;
+            Ok(y)
+        });
+        match r {
+            Err(Error::InvalidArgument {
+                op: "cuda::Graph",
+                msg,
+            }) => assert!(msg.contains(what), "{msg}"),
+            other => panic!("{what}: expected an error, got {:?}", other.map(|_| ())),
+        }
+    };
+    on_side("reading values", &|| x.to_vec::<f32>().map(|_| ()));
+    on_side("copying values from the host", &|| {
+        Tensor::new([1f32, 2.], &dev).map(|_| ())
+    });
+    on_side("waiting for the GPU", &|| cuda::synchronize(&dev));
+    on_side("waiting for a stream", &|| side.synchronize());
+    on_side("replaying a graph", &|| g.replay());
+    // the device works on, on both streams
+    assert_eq!(x.add(1.0)?.to_vec::<f32>()?, vec![6.0; 4]);
+    let y = cuda::with_stream(&side, || {
+        cuda::current_stream(&dev)?.wait_stream(&cuda::default_stream(&dev)?)?;
+        x.mul(3.0)
+    })?;
+    cuda::default_stream(&dev)?.wait_stream(&side)?;
+    assert_eq!(y.to_vec::<f32>()?, vec![15.0; 4]);
+    Ok(())
+}
+
+/// Draws captured inside a [`Generator`](ember::Generator)'s scope replay from
+/// that generator, wherever the replays are made: each replay gives its next
+/// numbers (those of eager draws from a generator of the same seed), and the
+/// global stream stays where it was; draws from the global stream in the same
+/// capture go on drawing from it.
+#[test]
+fn a_graph_draws_from_the_generator_it_was_captured_with() -> Result<()> {
+    let Some((dev, _turn)) = gpu("a_graph_draws_from_the_generator") else {
+        return Ok(());
+    };
+    Tensor::rand([4], &dev)?; // warm-up
+    let eager_gen = ember::Generator::new(7);
+    let eager: Vec<Vec<f32>> = (0..3)
+        .map(|_| eager_gen.scope(|| Tensor::rand([6], &dev))?.to_vec::<f32>())
+        .collect::<Result<_>>()?;
+    ember::manual_seed(1);
+    let global: Vec<Vec<f32>> = (0..4)
+        .map(|_| Tensor::randn([5], &dev)?.to_vec::<f32>())
+        .collect::<Result<_>>()?;
+    ember::manual_seed(1);
+    let gen = ember::Generator::new(7);
+    let (g, (scoped, plain)) = cuda::Graph::capture(&dev, || {
+        let scoped = gen.scope(|| Tensor::rand([6], &dev))?;
+        Ok((scoped, Tensor::randn([5], &dev)?))
+    })?;
+    let other = ember::Generator::new(99);
+    for (i, want) in eager.iter().enumerate() {
+        // (a replay inside another generator's scope draws from the graph's too)
+        if i == 1 {
+            other.scope(|| g.replay())?;
+        } else {
+            g.replay()?;
+        }
+        assert_eq!(&scoped.to_vec::<f32>()?, want, "replay {i}");
+        assert_eq!(plain.to_vec::<f32>()?, global[i], "replay {i}");
+    }
+    // the global stream moved by the plain draws only; `other` did not move
+    assert_eq!(Tensor::randn([5], &dev)?.to_vec::<f32>()?, global[3]);
+    let fresh = ember::Generator::new(99).scope(|| Tensor::rand([3], &dev))?;
+    let drawn = other.scope(|| Tensor::rand([3], &dev))?;
+    assert_eq!(drawn.to_vec::<f32>()?, fresh.to_vec::<f32>()?);
+    // the generator advanced by the replays: its next draw is its fourth
+    let fourth = eager_gen.scope(|| Tensor::rand([6], &dev))?;
+    let next = gen.scope(|| Tensor::rand([6], &dev))?;
+    assert_eq!(next.to_vec::<f32>()?, fourth.to_vec::<f32>()?);
+    Ok(())
+}
+
+/// Ops that build index, mask or range tensors compute them on the device, so a
+/// graph holds them: tril/triu, flip, reflection/replication/circular padding,
+/// arange, linspace, eye, one_hot, and causal attention on the composite path
+/// with dropout (its mask from tril). The replays give what eager calls give from
+/// the same seed. What is drawn on the host (randint) is refused by name.
+#[test]
+fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
+    let Some((dev, _turn)) = gpu("ranges_masks_and_causal_attention") else {
+        return Ok(());
+    };
+    use ember::nn::functional::scaled_dot_product_attention as sdpa;
+    use ember::PadMode;
+    let x = Tensor::randn([3, 5], &dev)?;
+    let img = Tensor::randn([1, 2, 4, 5], &dev)?;
+    // a head size the fused kernels do not take: the composite path, eager too
+    let q = Tensor::randn([1, 2, 6, 5], &dev)?;
+    let labels = Tensor::new([2i64, 0, 3], &Device::Cpu)?.to(&dev)?;
+    let f = || -> Result<Vec<Tensor>> {
+        Ok(vec![
+            x.tril(0)?,
+            x.triu(1)?,
+            x.flip(&[0i64, 1][..])?,
+            img.pad(&[2, 1, 1, 3], PadMode::Reflect)?,
+            img.pad(&[1, 2, 0, 2], PadMode::Replicate)?,
+            img.pad(&[1, 2, 2, 1], PadMode::Circular)?,
+            Tensor::arange(3i64, 2000, &dev)?.to_dtype(DType::F64)?,
+            Tensor::arange_step(-1.0, 2.0, 0.3, DType::F32, &dev)?,
+            Tensor::linspace(-3, 11, 7, DType::I64, &dev)?,
+            Tensor::linspace(0.0, 1.0, 100, DType::F32, &dev)?,
+            Tensor::eye_rect(3, 4, DType::F32, &dev)?,
+            labels.one_hot(4)?,
+            sdpa(&q, &q, &q, None, 0.2, true, None)?,
+            sdpa(&q, &q, &q, None, 0.0, true, None)?,
+        ])
+    };
+    let vals =
+        |ts: &[Tensor]| -> Result<Vec<Vec<f64>>> { ts.iter().map(|t| t.to_vec::<f64>()).collect() };
+    ember::manual_seed(5);
+    let eager = [vals(&f()?)?, vals(&f()?)?];
+    // the dropout masks differ between calls
+    assert_ne!(eager[0][12], eager[1][12]);
+    ember::manual_seed(5);
+    let (g, ys) = cuda::Graph::capture(&dev, f)?;
+    for (i, want) in eager.iter().enumerate() {
+        g.replay()?;
+        assert_eq!(&vals(&ys)?, want, "replay {i}");
+    }
+    // values drawn on the host are refused, naming the op
+    let e = cuda::Graph::capture(&dev, || Tensor::randint(0, 10, [4], &dev))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("randint") && e.contains("before the capture"),
+        "{e}"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_graphs_memory_is_its_own_until_it_is_dropped() -> Result<()> {
     let Some((dev, _turn)) = gpu("a_graphs_memory_is_its_own") else {

@@ -172,6 +172,105 @@ fn arguments_are_checked_before_the_launch() -> Result<()> {
     Ok(())
 }
 
+/// A kernel taking by value what the API's 4- and 8-byte scalars cannot pass:
+/// `bool`, `char`, `short`, `__half`, `__nv_bfloat16` and a struct (three
+/// floats and a short: 16 bytes with the padding). Without a GPU NVRTC compiles
+/// it for sm_90 (where NVRTC is found), and the simulator runs it with the CUDA
+/// headers' types stood in for by 2-byte structs.
+const BY_VALUE: &str = r#"
+#ifdef EMBER_SIMULATOR
+struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
+#else
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+struct Params { float scale; float shift; float unused; short tag; };
+extern "C" __global__ void by_value(bool flip, const float* x, float* y, char c, Params p,
+                                    short s, __half h, __half* h_out, __nv_bfloat16 b,
+                                    __nv_bfloat16* b_out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (flip ? -x[i] : x[i]) * p.scale + p.shift + c + s + p.tag;
+    if (i == 0) { h_out[0] = h; b_out[0] = b; }
+}"#;
+
+#[test]
+fn small_scalars_and_structs_are_passed_by_value() -> Result<()> {
+    if ember::kernel::compile_for_arch(BY_VALUE, "by_value", 90, &[]).is_ok() {
+        eprintln!("NVRTC compiled by_value for sm_90");
+    }
+    let Some(dev) = gpu("small_scalars_and_structs") else {
+        return Ok(());
+    };
+    let k = Kernel::compile(BY_VALUE, "by_value", &dev)?;
+    assert_eq!(k.param_sizes(), &[1, 8, 8, 1, 16, 2, 2, 8, 2, 8, 4]);
+    let n = 100;
+    let x = Tensor::arange(0f32, n as f32, &dev)?;
+    let y = Tensor::zeros([n], DType::F32, &dev)?;
+    let h = Tensor::zeros([1], DType::F16, &dev)?;
+    let b = Tensor::zeros([1], DType::BF16, &dev)?;
+    // the struct's bytes as the kernel lays it out
+    let mut params = Vec::new();
+    for v in [2.5f32, 0.5, 99.0] {
+        params.extend(v.to_le_bytes());
+    }
+    params.extend(7i16.to_le_bytes());
+    params.extend([0u8; 2]);
+    let (hv, bv) = (half::f16::from_f32(-1.5), half::bf16::from_f32(3.25));
+    let args = |flip: bool, struct_bytes: usize| {
+        [
+            Arg::Bool(flip),
+            Arg::input(&x, DType::F32),
+            Arg::output(&y, DType::F32),
+            Arg::I8(-3),
+            Arg::Bytes(&params[..struct_bytes]),
+            Arg::I16(-300),
+            Arg::F16(hv),
+            Arg::output(&h, DType::F16),
+            Arg::BF16(bv),
+            Arg::output(&b, DType::BF16),
+            Arg::I32(n as i32),
+        ]
+    };
+    for flip in [false, true] {
+        k.launch(LaunchConfig::for_elements(n, 32), &args(flip, 16))?;
+        let want: Vec<f32> = (0..n)
+            .map(|i| {
+                let v = if flip { -(i as f32) } else { i as f32 };
+                v * 2.5 + 0.5 + -3.0 + -300.0 + 7.0
+            })
+            .collect();
+        assert_eq!(y.to_vec::<f32>()?, want, "flip {flip}");
+    }
+    assert_eq!(h.to_vec::<half::f16>()?, vec![hv]);
+    assert_eq!(b.to_vec::<half::bf16>()?, vec![bv]);
+    // sizes are checked: a struct's bytes must be its sizeof, a bool one byte
+    let e = k
+        .launch(LaunchConfig::new(1, 32), &args(true, 12))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument 4") && e.contains("takes 16 bytes") && e.contains("Arg::Bytes"),
+        "{e}"
+    );
+    let mut wrong = args(true, 16);
+    wrong[0] = Arg::I32(1);
+    let e = k
+        .launch(LaunchConfig::new(1, 32), &wrong)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument 0") && e.contains("takes 1 bytes"),
+        "{e}"
+    );
+    wrong[0] = Arg::U8(1);
+    wrong[5] = Arg::F16(hv);
+    wrong[6] = Arg::U16(0xbe00); // -1.5 as a half's bits
+    k.launch(LaunchConfig::for_elements(n, 32), &wrong)?;
+    assert_eq!(h.to_vec::<half::f16>()?, vec![hv]);
+    Ok(())
+}
+
 /// A kernel whose compiled code allows fewer threads than the device (here through
 /// `__launch_bounds__`, which caps its registers so: a GPU reports the same limit)
 /// is refused above that limit with both limits named; at the limit it runs.

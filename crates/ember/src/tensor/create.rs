@@ -1,9 +1,9 @@
-//! Making tensors (zeros, ones, full, arange, linspace, eye, random, from Rust data)
-//! and reading values back (`to_vec*`, `item`).
+//! Making tensors (zeros, ones, full, random, from Rust data; arange, linspace
+//! and eye in `ranges`) and reading values back (`to_vec*`, `item`).
 
 use super::shape::{dims_of, IntoShape};
 use super::Tensor;
-use crate::backend::host::{alloc_filled, try_collect};
+use crate::backend::host::try_collect;
 use crate::backend::op::Scalar;
 use crate::backend::{Dist, Storage};
 use crate::dtype::WithDType;
@@ -17,6 +17,8 @@ use crate::{
 use half::{bf16, f16};
 use rand::RngExt;
 use smallvec::SmallVec;
+
+mod ranges;
 
 /// The C++ name PyTorch's overflow errors give a dtype.
 fn cpp_type_name(dt: DType) -> &'static str {
@@ -199,192 +201,6 @@ impl Tensor {
         Tensor::from_vec(data.to_vec(), shape, device)
     }
 
-    /// `torch.arange(start, end)` with step 1; the dtype is `T`'s.
-    pub fn arange<T: WithDType>(start: T, end: T, device: &Device) -> Result<Tensor> {
-        use std::any::Any;
-        // int64 bounds counted in integers: exact beyond 2^53 too
-        if let (Some(&s), Some(&e)) = (
-            (&start as &dyn Any).downcast_ref::<i64>(),
-            (&end as &dyn Any).downcast_ref::<i64>(),
-        ) {
-            if e < s {
-                return Err(Error::invalid(
-                    "arange",
-                    format!(
-                        "upper bound and larger bound inconsistent with step sign \
-                         (start={s}, end={e}, step=1)"
-                    ),
-                ));
-            }
-            check_creatable(device)?;
-            let n = usize::try_from(e as i128 - s as i128).unwrap_or(usize::MAX);
-            if n > isize::MAX as usize {
-                return Err(Error::invalid(
-                    "arange",
-                    format!("{n} values (start={s}, end={e}) are more than memory can hold"),
-                ));
-            }
-            return Tensor::from_host_with(&[n], DType::I64, *device, || {
-                try_collect(n, (0..n as i64).map(|i| s + i)).map(CpuData::I64)
-            });
-        }
-        Tensor::arange_step(start.to_f64(), end.to_f64(), 1.0, T::DTYPE, device)
-    }
-
-    /// `torch.arange(start, end, step, dtype=...)`: `ceil((end - start) / step)`
-    /// values `start + i * step`, computed in f64 and converted to `dtype`. Bool
-    /// is refused, as PyTorch refuses it.
-    pub fn arange_step(
-        start: f64,
-        end: f64,
-        step: f64,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
-        let (s, e, st) = (start, end, step);
-        if dtype == DType::Bool {
-            return Err(Error::dtype(
-                "arange",
-                dtype,
-                "\"arange_cpu\" not implemented for 'Bool'",
-            ));
-        }
-        if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() {
-            return Err(Error::invalid(
-                "arange",
-                format!("step must be finite and non-zero, got start={s}, end={e}, step={st}"),
-            ));
-        }
-        if (e - s) * st < 0.0 {
-            return Err(Error::invalid(
-                "arange",
-                format!("upper bound and larger bound inconsistent with step sign (start={s}, end={e}, step={st})"),
-            ));
-        }
-        check_creatable(device)?;
-        let count = ((e - s) / st).ceil().max(0.0);
-        if count > isize::MAX as f64 {
-            return Err(Error::invalid(
-                "arange",
-                format!(
-                    "{count} values (start={s}, end={e}, step={st}) are more than memory can hold"
-                ),
-            ));
-        }
-        let n = count as usize;
-        if matches!(dtype, DType::I64 | DType::U8) {
-            // exact integers, also beyond 2^53, from start and step truncated
-            // first (PyTorch's; a uint8 one then wraps: -1.5 gives 255, 0, 1, ...)
-            const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-            if [s, e, st].iter().any(|v| !(-TWO_63..TWO_63).contains(v)) {
-                return Err(Error::invalid(
-                    "arange",
-                    format!(
-                        "value cannot be converted to type int64_t without overflow \
-                         (start={s}, end={e}, step={st})"
-                    ),
-                ));
-            }
-            let (s, st) = (s as i64, st as i64);
-            // (each value lies between start and end, so the wrapping sum is
-            // exact where `i * st` alone would overflow)
-            return Tensor::from_host_with(&[n], DType::I64, *device, || {
-                try_collect(n, (0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(st))))
-                    .map(CpuData::I64)
-            })?
-            .to_dtype(dtype);
-        }
-        Tensor::from_host_with(&[n], DType::F64, *device, || {
-            try_collect(n, (0..n).map(|i| s + i as f64 * st)).map(CpuData::F64)
-        })?
-        .to_dtype(dtype)
-    }
-
-    /// `torch.linspace(start, end, steps)` in `dtype`. `start` and `end` are Python
-    /// numbers (floats, integers or bools), converted to `dtype` first as PyTorch
-    /// converts them (an error when they do not fit, see [`full`](Self::full)):
-    /// for integer dtypes the endpoints are truncated to integers, the step is
-    /// `(end - start) / (steps - 1)` in f64 and each value is truncated back, so
-    /// `linspace(0, 10, 4)` in int64 is `[0, 3, 6, 10]`. Bool is refused.
-    pub fn linspace(
-        start: impl Into<Scalar>,
-        end: impl Into<Scalar>,
-        steps: usize,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
-        let (start, end) = (start.into(), end.into());
-        if dtype == DType::Bool {
-            return Err(Error::dtype(
-                "linspace",
-                dtype,
-                "\"linspace_cpu\" not implemented for 'Bool'",
-            ));
-        }
-        check_fill_value("linspace", start, dtype)?;
-        check_fill_value("linspace", end, dtype)?;
-        check_creatable(device)?;
-        checked_numel("linspace", &[steps])?;
-        // Like PyTorch: fill the first half forward from `start` and the second half
-        // backward from `end`, so both endpoints are exact.
-        let fill = |start: f64, end: f64| {
-            let step = if steps > 1 {
-                (end - start) / (steps - 1) as f64
-            } else {
-                0.0
-            };
-            let half = steps / 2;
-            // fused multiply-adds, as PyTorch's vectorised CPU kernel computes
-            // them (one rounding: an integer linspace truncates the difference)
-            (0..steps).map(move |i| {
-                if i < half || steps == 1 {
-                    step.mul_add(i as f64, start)
-                } else {
-                    (-step).mul_add((steps - 1 - i) as f64, end)
-                }
-            })
-        };
-        if !dtype.is_float() {
-            // the endpoints in the integer dtype (truncated, uint8 wrapping), the
-            // values computed in f64 and truncated back
-            let (a, b) = (start.to::<i64>(), end.to::<i64>());
-            let (a, b) = if dtype == DType::U8 {
-                (start.to::<u8>() as i64, end.to::<u8>() as i64)
-            } else {
-                (a, b)
-            };
-            let v = fill(a as f64, b as f64);
-            return Tensor::from_host_with(&[steps], DType::I64, *device, || {
-                try_collect(steps, v.map(|x| x as i64)).map(CpuData::I64)
-            })?
-            .to_dtype(dtype);
-        }
-        let v = fill(start.to_f64(), end.to_f64());
-        Tensor::from_host_with(&[steps], DType::F64, *device, || {
-            try_collect(steps, v).map(CpuData::F64)
-        })?
-        .to_dtype(dtype)
-    }
-
-    /// The `n × n` identity matrix.
-    pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-        Tensor::eye_rect(n, n, dtype, device)
-    }
-
-    /// An `n × m` matrix with ones on the diagonal.
-    pub fn eye_rect(n: usize, m: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-        check_creatable(device)?;
-        checked_numel("eye", &[n, m])?;
-        Tensor::from_host_with(&[n, m], DType::F64, *device, || {
-            let mut v = alloc_filled(n * m, 0f64)?;
-            for i in 0..n.min(m) {
-                v[i * m + i] = 1.0;
-            }
-            Ok(CpuData::F64(v))
-        })?
-        .to_dtype(dtype)
-    }
-
     /// Uniform samples from `[0, 1)`, float32 (`torch.rand`).
     pub fn rand(shape: impl IntoShape, device: &Device) -> Result<Tensor> {
         Tensor::uniform(0.0, 1.0, shape, DType::F32, device)
@@ -470,7 +286,9 @@ impl Tensor {
         Tensor::random(&dims, dtype, *device, Dist::Normal(mean, std))
     }
 
-    /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`).
+    /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`). They
+    /// are drawn on the host (from the CPU's stream) and copied to `device`: not
+    /// inside a CUDA graph capture, which cannot hold the copy.
     pub fn randint(low: i64, high: i64, shape: impl IntoShape, device: &Device) -> Result<Tensor> {
         let dims = dims_of("randint", &shape)?;
         if high <= low {
@@ -485,9 +303,11 @@ impl Tensor {
             super::with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))?
                 .map(CpuData::I64)
         })
+        .map_err(|e| made_on_host("randint", e))
     }
 
-    /// A random permutation of `0..n`, int64 (`torch.randperm`).
+    /// A random permutation of `0..n`, int64 (`torch.randperm`), drawn on the host
+    /// as [`randint`](Self::randint) is.
     pub fn randperm(n: usize, device: &Device) -> Result<Tensor> {
         use rand::seq::SliceRandom;
         check_creatable(device)?;
@@ -497,6 +317,7 @@ impl Tensor {
             super::with_global_rng(|r| v.shuffle(r))?;
             Ok(CpuData::I64(v))
         })
+        .map_err(|e| made_on_host("randperm", e))
     }
 
     /// Uniform `[0, 1)` samples with this tensor's shape, dtype and device.
@@ -589,6 +410,18 @@ impl Tensor {
             ));
         }
         Ok(())
+    }
+}
+
+/// `op`'s name on a CUDA graph capture's refusal of the copy that brings its
+/// values from the host (other errors unchanged).
+fn made_on_host(op: &'static str, e: Error) -> Error {
+    match e {
+        Error::InvalidArgument {
+            op: "cuda::Graph",
+            msg,
+        } => Error::invalid(op, format!("its values are made on the host: {msg}")),
+        e => e,
     }
 }
 

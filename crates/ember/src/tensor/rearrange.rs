@@ -2,11 +2,12 @@
 //! `tril`/`triu` and `pad`. Each is a composite of views, `cat`, `index_select`
 //! with indices ember builds itself (in range by construction, so not checked on
 //! the device) and `masked_fill`: they run on every device and autograd needs no
-//! rule of their own.
+//! rule of their own. The indices and masks are computed on the tensor's device
+//! from counts ([`Tensor::affine_iota`]), never copied from the host, so these
+//! ops run inside a CUDA graph capture too.
 
 use super::shape::{dim_list, IntoDims};
 use super::{Scalar, Tensor};
-use crate::backend::host::try_collect;
 use crate::layout::normalize_dim;
 use crate::{
     dtype::DType,
@@ -52,8 +53,8 @@ impl Tensor {
         let mut t = self.clone();
         for &d in &dims {
             let n = self.shape()[d];
-            let idx = try_collect(n, (0..n as i64).rev())?;
-            t = t.index_select_valid(d, self.indices(idx)?)?;
+            let idx = Tensor::affine_iota(n, n as i64 - 1, -1, &self.device())?;
+            t = t.index_select_valid(d, idx)?;
         }
         if dims.is_empty() {
             t = t.copy()?;
@@ -177,13 +178,18 @@ impl Tensor {
             return self.copy();
         }
         let (m, n) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
-        let drop = try_collect(
-            m * n,
-            (0..m as i64).flat_map(|i| {
-                (0..n as i64).map(move |j| if lower { j - i > k } else { j - i < k })
-            }),
-        )?;
-        let mask = Tensor::from_vec(drop, [m, n], &self.device())?;
+        // each column against its row's diagonal, `row + k`, broadcast (no [m, n]
+        // of integers); `col - row` lies in `(-m, n)`, so a `k` beyond that
+        // range masks as its end does
+        let dev = self.device();
+        let k = k.clamp(-(m as i64), n as i64);
+        let diagonal = Tensor::affine_iota(m, k, 1, &dev)?.unsqueeze(1)?;
+        let cols = Tensor::affine_iota(n, 0, 1, &dev)?.unsqueeze(0)?;
+        let mask = if lower {
+            cols.gt(&diagonal)?
+        } else {
+            cols.lt(&diagonal)?
+        };
         let zero = if self.dtype() == DType::Bool {
             Scalar::Bool(false)
         } else {
@@ -312,21 +318,7 @@ impl Tensor {
             t = match mode {
                 PadMode::Constant(v) => t.pad_constant(d, l, r, v)?,
                 _ => {
-                    let index = |j: i64| match mode {
-                        PadMode::Reflect => {
-                            let p = j.rem_euclid(2 * (n - 1).max(1));
-                            if p < n {
-                                p
-                            } else {
-                                2 * (n - 1) - p
-                            }
-                        }
-                        PadMode::Replicate => j.clamp(0, n - 1),
-                        // relative to the cropped input
-                        _ => (-l).max(0) + (j + l.min(0)).rem_euclid(core.max(1)),
-                    };
-                    let idx = try_collect(len as usize, (-l..n + r).map(index))?;
-                    t.index_select_valid(d, self.indices(idx)?)?
+                    t.index_select_valid(d, pad_indices(mode, n, l, len, core, &self.device())?)?
                 }
             };
         }
@@ -365,11 +357,31 @@ impl Tensor {
         }
         Ok(t)
     }
+}
 
-    /// Indices ember built (each in range by construction) as a 1-D int64 tensor
-    /// on this tensor's device.
-    fn indices(&self, idx: Vec<i64>) -> Result<Tensor> {
-        let n = idx.len();
-        Tensor::from_vec(idx, [n], &self.device())
+/// The input's index for each of the `len` positions `j` in `-l..n + r` of a dim
+/// of size `n` padded by `mode` (`core`: what negative pads leave of it), int64
+/// on `device`.
+fn pad_indices(
+    mode: PadMode,
+    n: i64,
+    l: i64,
+    len: i64,
+    core: i64,
+    device: &crate::device::Device,
+) -> Result<Tensor> {
+    let len = len as usize;
+    match mode {
+        // the mirror image: j modulo the period 2(n - 1), folded back above n - 1
+        PadMode::Reflect => {
+            let p = Tensor::affine_iota(len, -l, 1, device)?.remainder(2 * (n - 1).max(1))?;
+            let folded = p.mul(-1)?.add(2 * (n - 1))?;
+            p.lt(n)?.where_(&p, &folded)
+        }
+        PadMode::Replicate => Tensor::affine_iota(len, -l, 1, device)?.clamp(Some(0), Some(n - 1)),
+        // relative to the cropped input
+        _ => Tensor::affine_iota(len, -l + l.min(0), 1, device)?
+            .remainder(core.max(1))?
+            .add((-l).max(0)),
     }
 }

@@ -305,7 +305,124 @@ fn multinomial_draws_by_weight(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Ranges and masks are computed on the tensor's device from counts (so that a
+/// CUDA graph capture holds them), to the bit what the host computes: linspace's
+/// fused multiply-adds from both ends (exact on the device where each value is
+/// an int64 times a power of two, on the host elsewhere), arange's `start + i ·
+/// step`, long ranges (rows of 1024 counts), the identity and the triangles.
+fn ranges_are_the_hosts_to_the_bit(dev: &Device) -> Result<()> {
+    // the host's formula, as torch's vectorised CPU kernel computes it
+    let want = |a: f64, b: f64, n: usize| -> Vec<f64> {
+        let step = if n > 1 { (b - a) / (n - 1) as f64 } else { 0.0 };
+        (0..n)
+            .map(|i| {
+                if i < n / 2 || n == 1 {
+                    step.mul_add(i as f64, a)
+                } else {
+                    (-step).mul_add((n - 1 - i) as f64, b)
+                }
+            })
+            .collect()
+    };
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut cases: Vec<(f64, f64, usize)> = vec![
+        (-3.0, 1.0, 7),
+        (-3.0, 11.0, 7),
+        (-3.0, 9.0, 10),
+        (0.0, 1.0, 100),
+        (0.1, 0.7, 4),
+        (5.0, 5.0, 3),
+        (1e-300, 3e-300, 5),
+        (-1e300, 1e300, 9),
+        (1e6, 1e6 + 1e-6, 11),
+        (0.0, 1.0, 5000),        // too long for int64 counts: made on the host
+        (-0.0, -1.0, 3),         // a -0.0 end: on the host
+        (1.0, f64::INFINITY, 3), // not finite: on the host
+        (2.5, 2.5, 1),
+        (0.0, 1.0, 0),
+    ];
+    let mut r = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200 {
+        r = r
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let a = ((r >> 40) % 61) as f64 - 30.0;
+        let b = ((r >> 20) % 61) as f64 - 30.0 + ((r >> 8) % 8) as f64 / 8.0;
+        cases.push((a, b, (r % 50) as usize + 1));
+    }
+    for &(a, b, n) in &cases {
+        let got = Tensor::linspace(a, b, n, DType::F64, dev)?.to_vec::<f64>()?;
+        assert_eq!(bits(&got), bits(&want(a, b, n)), "linspace({a}, {b}, {n})");
+        if a.is_finite() && b.is_finite() && a.abs() < 1e15 && b.abs() < 1e15 {
+            let (ta, tb) = (a.trunc(), b.trunc());
+            let ints = Tensor::linspace(a, b, n, DType::I64, dev)?.to_vec::<i64>()?;
+            let host: Vec<i64> = want(ta, tb, n).iter().map(|&x| x as i64).collect();
+            assert_eq!(ints, host, "int64 linspace({a}, {b}, {n})");
+        }
+        if a.abs() < 1e38 && b.abs() < 1e38 {
+            let f = Tensor::linspace(a, b, n, DType::F32, dev)?.to_vec::<f32>()?;
+            let host: Vec<f32> = want(a, b, n).iter().map(|&x| x as f32).collect();
+            assert_eq!(f, host, "float32 linspace({a}, {b}, {n})");
+        }
+    }
+    for (s, e, st) in [
+        (0.0, 1.0, 0.1),
+        (-2.5, 7.0, 0.3),
+        (10.0, -3.0, -0.7),
+        (0.0, 3000.0, 1.5),
+    ] {
+        let got = Tensor::arange_step(s, e, st, DType::F64, dev)?.to_vec::<f64>()?;
+        let n = ((e - s) / st).ceil() as usize;
+        let host: Vec<f64> = (0..n).map(|i| s + i as f64 * st).collect();
+        assert_eq!(bits(&got), bits(&host), "arange({s}, {e}, {st})");
+    }
+    // past one row of counts, and past one row of rows
+    for (s, n) in [
+        (-7i64, 1024usize),
+        (5, 1025),
+        (-3, 4097),
+        (1 << 40, 1_100_000),
+    ] {
+        let got = Tensor::arange(s, s + n as i64, dev)?;
+        assert!(got.is_contiguous());
+        let host: Vec<i64> = (s..s + n as i64).collect();
+        assert_eq!(got.to_vec::<i64>()?, host);
+    }
+    let wide = Tensor::arange_step(
+        i64::MIN as f64,
+        3.0 * 2f64.powi(61), // i · step wraps around, the sum does not
+        2f64.powi(62),
+        DType::I64,
+        dev,
+    )?;
+    assert_eq!(
+        wide.to_vec::<i64>()?,
+        vec![i64::MIN, -(1 << 62), 0, 1 << 62]
+    );
+    let e = Tensor::eye_rect(3, 1500, DType::F32, dev)?.to_vec2::<f32>()?;
+    for (i, row) in e.iter().enumerate() {
+        assert!(row
+            .iter()
+            .enumerate()
+            .all(|(j, &x)| x == (i == j) as u8 as f32));
+    }
+    let x = Tensor::arange(1i64, 13, dev)?.reshape([3, 4])?;
+    for k in [-4i64, -1, 0, 2, 5, i64::MAX, i64::MIN] {
+        let (lo, up) = (x.tril(k)?.to_vec2::<i64>()?, x.triu(k)?.to_vec2::<i64>()?);
+        for i in 0..3 {
+            for j in 0..4 {
+                let v = (4 * i + j + 1) as i64;
+                let d = j as i64 - i as i64;
+                assert_eq!(lo[i][j], if d <= k { v } else { 0 }, "tril({k})");
+                assert_eq!(up[i][j], if d >= k { v } else { 0 }, "triu({k})");
+            }
+        }
+    }
+    Ok(())
+}
+
 device_test!(
+    ranges_are_the_hosts_to_the_bit,
     multinomial_draws_by_weight,
     zeros_ones_full,
     arange_linspace_eye,

@@ -13,6 +13,7 @@ use super::pinned::{Pinned, PinnedPool};
 use super::runtime::{Func, LoadedModule, RtEvent, RtGraph, Runtime, StreamId, Workspaces};
 use super::{discover, nvrtc, ops};
 use crate::backend::alloc::{self, fmt_bytes, AllocError, Allocator, MemoryStats, RawMemory};
+use crate::backend::generator::{self, Generator};
 use crate::backend::profile;
 use crate::{
     device::Device,
@@ -150,17 +151,21 @@ struct Capture {
     thread: std::thread::ThreadId,
     /// The index checks captured (their slots belong to the graph).
     checks: Vec<GraphCheck>,
-    /// The random draws captured: the device words their seed and first counter
-    /// are read from, and how many counters they use in all.
-    random: Option<GraphRandom>,
+    /// The random draws captured, one record per generator they drew from.
+    random: Vec<GraphRandom>,
 }
 
-/// A graph's random draws: before each replay, `counters` Philox counters are
-/// reserved from the generator and written, with its seed, at `state`.
-#[derive(Clone, Copy, Debug)]
+/// A graph's random draws from one generator: before each replay, `counters`
+/// Philox counters are reserved from that generator and written, with its
+/// seed, at `state` (two device words), where the draws read them.
+#[derive(Clone, Debug)]
 pub(crate) struct GraphRandom {
     pub state: u64,
     pub counters: u64,
+    /// The generator of the scope the draws were captured in (`None`: the
+    /// global one). Replays draw from it, wherever they are made, as PyTorch's
+    /// graphs advance the generator registered at their capture.
+    pub generator: Option<Generator>,
 }
 
 /// An index check inside a graph: armed again at each replay.
@@ -177,7 +182,7 @@ pub(crate) struct Captured {
     pub graph: RtGraph,
     pub pool: StreamId,
     pub checks: Vec<GraphCheck>,
-    pub random: Option<GraphRandom>,
+    pub random: Vec<GraphRandom>,
 }
 
 /// The index checks queued on a device and not yet read. Each has a slot of two
@@ -314,16 +319,28 @@ impl CudaDev {
         self.capture.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `true` when the calling thread is capturing a graph on its current stream.
+    /// `true` when the calling thread is capturing a graph on its current stream
+    /// (work it queues now goes into the graph).
     pub(crate) fn is_capturing(&self) -> bool {
+        let s = self.stream();
+        self.thread_capture(|c| c.stream == s)
+    }
+
+    /// `true` when the calling thread has begun a capture on this device that is
+    /// still under way, whichever stream is current now.
+    fn thread_captures(&self) -> bool {
+        self.thread_capture(|_| true)
+    }
+
+    /// Whether the calling thread's capture under way, if any, passes `f`.
+    fn thread_capture(&self, f: impl FnOnce(&Capture) -> bool) -> bool {
         if !self.capturing.load(Ordering::Acquire) {
             return false;
         }
         let me = std::thread::current().id();
-        let s = self.stream();
         self.capture_state()
             .as_ref()
-            .is_some_and(|c| c.thread == me && c.stream == s)
+            .is_some_and(|c| c.thread == me && f(c))
     }
 
     /// Why a capture refuses to read or wait for results
@@ -332,9 +349,12 @@ impl CudaDev {
         "captured work does not run until the graph is replayed";
 
     /// An error naming `what` when the calling thread is capturing a graph: work
-    /// that a graph cannot hold (a host copy, a wait, fresh random numbers).
+    /// that a graph cannot hold (a host copy, a wait, fresh random numbers). On
+    /// any of its streams, as PyTorch's default ("global") capture mode refuses
+    /// them: a copy or wait under `with_stream` on another stream would run at
+    /// once, before the captured work it reads has ever run.
     pub(crate) fn refuse_in_capture(&self, what: &str, why: &str) -> Result<()> {
-        if self.is_capturing() {
+        if self.thread_captures() {
             return Err(Error::invalid(
                 "cuda::Graph",
                 format!(
@@ -411,7 +431,7 @@ impl CudaDev {
             pool,
             thread: std::thread::current().id(),
             checks: Vec::new(),
-            random: None,
+            random: Vec::new(),
         });
         self.capturing.store(true, Ordering::Release);
         Ok(())
@@ -436,33 +456,43 @@ impl CudaDev {
                 // nothing captured ever ran; blocks held for the graph may still
                 // be read by other streams' work queued before
                 let _ = self.rt.synchronize();
-                self.forget_graph(c.pool, &c.checks, c.random);
+                self.forget_graph(c.pool, &c.checks, &c.random);
                 Err(e)
             }
         }
     }
 
     /// Inside a capture by the calling thread: a random draw of `counters`
-    /// Philox counters joins the graph's; returns the address of the graph's
-    /// (seed, first counter) words and the draw's place after that counter.
-    /// `None` outside a capture.
+    /// Philox counters joins the graph's draws from the generator it would draw
+    /// from now (the scope's, or the global one); returns the address of that
+    /// generator's (seed, first counter) words in the graph and the draw's place
+    /// after that counter. `None` outside a capture.
     pub(crate) fn graph_random(&self, counters: u64) -> Result<Option<(u64, u64)>> {
         if !self.is_capturing() {
             return Ok(None);
         }
+        let generator = generator::current();
         let mut c = self.capture_state();
         let Some(cap) = c.as_mut() else {
             return Ok(None);
         };
-        let r = match &mut cap.random {
-            Some(r) => r,
+        let same = |r: &GraphRandom| {
+            r.generator.as_ref().map(Generator::addr) == generator.as_ref().map(Generator::addr)
+        };
+        let r = match cap.random.iter().position(same) {
+            Some(i) => &mut cap.random[i],
             None => {
                 // outside the caching allocator, freed with the graph
                 let state = self.rt.malloc(16).map_err(|e| Error::Cuda {
                     op: "cuMemAlloc",
                     msg: e.msg,
                 })?;
-                cap.random.insert(GraphRandom { state, counters: 0 })
+                cap.random.push(GraphRandom {
+                    state,
+                    counters: 0,
+                    generator,
+                });
+                cap.random.last_mut().expect("just pushed")
             }
         };
         let intra = r.counters;
@@ -471,18 +501,18 @@ impl CudaDev {
     }
 
     /// Queues `g` on the current stream and arms its index checks there; the
-    /// counters of its random draws are reserved from the generator first, and
-    /// written (with the seed) where the draws read them.
+    /// counters of its random draws are reserved first from the generators they
+    /// were captured with, and written (with the seeds) where the draws read them.
     pub(crate) fn launch_graph(
         &self,
         g: &RtGraph,
         checks: &[GraphCheck],
-        random: Option<GraphRandom>,
+        random: &[GraphRandom],
     ) -> Result<()> {
         let s = self.stream();
         self.refuse_in_capture("replaying a graph", "graphs do not nest")?;
-        if let Some(r) = random {
-            let (seed, offset) = super::random::reserve_counters(r.counters)?;
+        for r in random {
+            let (seed, offset) = super::random::reserve_from(r.generator.as_ref(), r.counters)?;
             self.htod(r.state, &[seed, offset])?;
         }
         let mut c = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
@@ -511,7 +541,7 @@ impl CudaDev {
         g: RtGraph,
         pool: StreamId,
         checks: &[GraphCheck],
-        random: Option<GraphRandom>,
+        random: &[GraphRandom],
     ) {
         // its launches may still run (errors stay for the next wait)
         let _ = self.rt.synchronize();
@@ -519,8 +549,8 @@ impl CudaDev {
         self.forget_graph(pool, checks, random);
     }
 
-    fn forget_graph(&self, pool: StreamId, checks: &[GraphCheck], random: Option<GraphRandom>) {
-        if let Some(r) = random {
+    fn forget_graph(&self, pool: StreamId, checks: &[GraphCheck], random: &[GraphRandom]) {
+        for r in random {
             self.rt.free(r.state);
         }
         self.allocator().release_graph(pool);

@@ -31,11 +31,18 @@
 //! Random draws (`rand`, `randn`, dropout) are captured so that each replay draws
 //! new numbers: before a replay the counters they use are reserved from the
 //! generator, as the same draws made eagerly would reserve them, so a seeded run
-//! draws the same numbers with or without a graph.
+//! draws the same numbers with or without a graph. The generator is the one the
+//! draws were captured with: a [`Generator`](crate::Generator) whose
+//! [`scope`](crate::Generator::scope) was open at the capture (each replay
+//! advances it, and leaves the global one alone), else the global one.
 //!
 //! Inside a capture these are errors, naming what to do instead: copies from or
-//! to the host (`Tensor::new`, `to_vec`, `item`), waits for the GPU, work on
-//! other streams, and a second capture on the same GPU. While a capture is under way the caching allocator
+//! to the host (`Tensor::new`, `to_vec`, `item`, `randint`), waits for the GPU
+//! and replays of graphs, made by the capturing thread on any stream (PyTorch's
+//! default capture mode); work queued on other streams, and a second capture on
+//! the same GPU. Ops that build index, mask or range tensors (`arange`, `eye`,
+//! `tril`, `flip`, `pad`, causal attention's mask) compute them on the device and
+//! are captured. While a capture is under way the caching allocator
 //! neither empties its cache nor looks at events (neither is allowed then): an
 //! allocation that does not fit fails at once. A bad index found by a captured check is reported by
 //! the first wait after the replay that found it, as outside graphs.
@@ -54,7 +61,7 @@ pub struct Graph {
     graph: Option<RtGraph>,
     pool: StreamId,
     checks: Vec<GraphCheck>,
-    random: Option<GraphRandom>,
+    random: Vec<GraphRandom>,
 }
 
 impl Graph {
@@ -94,7 +101,7 @@ impl Graph {
             Ok(out) => out,
             Err(panic) => {
                 if let Ok(c) = captured {
-                    d.drop_graph(c.graph, c.pool, &c.checks, c.random);
+                    d.drop_graph(c.graph, c.pool, &c.checks, &c.random);
                 }
                 std::panic::resume_unwind(panic);
             }
@@ -111,7 +118,7 @@ impl Graph {
                 r,
             )),
             (Err(e), Ok(c)) => {
-                d.drop_graph(c.graph, c.pool, &c.checks, c.random);
+                d.drop_graph(c.graph, c.pool, &c.checks, &c.random);
                 Err(e)
             }
             // `f`'s error first: the capture usually failed because of it
@@ -127,7 +134,7 @@ impl Graph {
             .graph
             .as_ref()
             .expect("a graph is destroyed only by drop");
-        self.dev.launch_graph(g, &self.checks, self.random)
+        self.dev.launch_graph(g, &self.checks, &self.random)
     }
 
     /// The device the graph runs on.
@@ -147,7 +154,8 @@ impl Drop for Graph {
     /// still held stay valid).
     fn drop(&mut self) {
         if let Some(g) = self.graph.take() {
-            self.dev.drop_graph(g, self.pool, &self.checks, self.random);
+            self.dev
+                .drop_graph(g, self.pool, &self.checks, &self.random);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! seeded by `manual_seed`. Each draw reserves a range of counters, so draws never
 //! overlap and repeat for the same seed and sequence of calls.
 
+use crate::backend::generator::Generator;
 use std::sync::Mutex;
 
 /// (seed, next Philox counter).
@@ -15,12 +16,20 @@ pub(crate) fn seed(seed: u64) {
 /// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
 /// Inside a [`Generator::scope`](crate::Generator::scope), from the scope's generator.
 pub(crate) fn reserve_counters(counters: u64) -> crate::error::Result<(u64, u64)> {
+    reserve_from(crate::backend::generator::current().as_ref(), counters)
+}
+
+/// [`reserve_counters`] from generator `g` (`None`: the global stream).
+pub(crate) fn reserve_from(
+    g: Option<&Generator>,
+    counters: u64,
+) -> crate::error::Result<(u64, u64)> {
     let reserve = |state: &mut (u64, u64)| {
         let at = *state;
         state.1 = state.1.wrapping_add(counters);
         at
     };
-    Ok(match crate::backend::generator::current() {
+    Ok(match g {
         Some(g) => {
             // a scope's generator keeps both streams under one lock, which
             // `with_global_rng` may hold while its closure runs
