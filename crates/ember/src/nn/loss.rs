@@ -483,15 +483,37 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
     if let Some(c) = crate::tensor::autocast::to_f32(&[input, target])? {
         return mse_loss(&c[0], &c[1], reduction);
     }
+    same_shape("mse_loss", input, target)?;
+    reduce(input.sub(target)?.square()?, reduction)
+}
+
+/// Refuses an input and a target of different shapes (the pointwise losses):
+/// PyTorch broadcasts them with a warning that the result is likely wrong.
+pub(super) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     if input.shape() != target.shape() {
         return Err(Error::shape(
-            "mse_loss",
+            op,
             input.shape(),
             target.shape(),
             "input and target must have the same shape",
         ));
     }
-    reduce(input.sub(target)?.square()?, reduction)
+    Ok(())
+}
+
+/// Refuses a weight that does not broadcast to `shape` without growing it
+/// (PyTorch applies the weights in place, and says so).
+pub(super) fn weight_broadcasts(op: &'static str, w: &Tensor, shape: &[usize]) -> Result<()> {
+    let b = crate::layout::broadcast_shapes(op, w.shape(), shape)?;
+    if b[..] != *shape {
+        return Err(Error::shape(
+            op,
+            shape,
+            &b[..],
+            format!("output with shape {shape:?} doesn't match the broadcast shape {b:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Binary cross-entropy on logits (`F.binary_cross_entropy_with_logits`),
@@ -571,18 +593,7 @@ pub fn bce_with_logits_opts(
     // the weights broadcast to the logits, never past them (PyTorch applies
     // them in place)
     for w in [weight, pos_weight].into_iter().flatten() {
-        let b = crate::layout::broadcast_shapes(OP, w.shape(), logits.shape())?;
-        if b[..] != *logits.shape() {
-            return Err(Error::shape(
-                OP,
-                logits.shape(),
-                &b[..],
-                format!(
-                    "output with shape {:?} doesn't match the broadcast shape {b:?}",
-                    logits.shape()
-                ),
-            ));
-        }
+        weight_broadcasts(OP, w, logits.shape())?;
     }
     let Some(p) = pos_weight else {
         let l = bce_with_logits(logits, target, Reduction::None)?;

@@ -4,27 +4,13 @@
 //! autocast (PyTorch's float32 lists), and each has PyTorch's gradient for both
 //! the input and the target.
 
-use super::loss::{reduce, Reduction};
+use super::loss::{reduce, same_shape, weight_broadcasts, Reduction};
 use crate::{
     autograd::no_grad,
     error::{Error, Result},
     tensor::autocast::{is_autocast_enabled, DeviceType},
     tensor::Tensor,
 };
-
-/// Refuses an input and a target of different shapes, as `mse_loss` does
-/// (PyTorch broadcasts them with a warning that the result is likely wrong).
-fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
-    if input.shape() != target.shape() {
-        return Err(Error::shape(
-            op,
-            input.shape(),
-            target.shape(),
-            "input and target must have the same shape",
-        ));
-    }
-    Ok(())
-}
 
 /// Refuses integer and bool operands where PyTorch's kernel has no such dtype.
 fn floats(op: &'static str, ts: &[&Tensor]) -> Result<()> {
@@ -283,15 +269,7 @@ pub fn binary_cross_entropy(
     }
     floats(OP, &[input, target])?;
     if let Some(w) = weight {
-        let b = crate::layout::broadcast_shapes(OP, w.shape(), input.shape())?;
-        if b[..] != *input.shape() {
-            return Err(Error::shape(
-                OP,
-                input.shape(),
-                w.shape(),
-                "the weight must broadcast to the input's shape",
-            ));
-        }
+        weight_broadcasts(OP, w, input.shape())?;
     }
     for (t, name) in [(input, "input"), (target, "target")] {
         if t.device().is_cpu() && t.numel() > 0 {
