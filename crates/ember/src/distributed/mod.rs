@@ -238,8 +238,8 @@ pub struct ProcessGroup {
     _server: Option<store::StoreServer>,
     /// The prefix of this group's keys in the store (see [`store::generation`]).
     prefix: String,
-    /// The rendezvous address and rank this group was joined as.
-    joined_as: store::JoinedAs,
+    /// The rendezvous this group was made by, counted as left when it is dropped.
+    _joined: store::Joined,
     timeout: Duration,
     spans_machines: bool,
     /// The communication thread's queue (started by the first job).
@@ -280,6 +280,7 @@ impl ProcessGroup {
         let joined_as = (host.to_string(), options.master_port, rank);
         let prefix = format!("{}/", store::generation(&joined_as));
         let st = store::join(host, port, &prefix, rank, world, timeout)?;
+        let joined = store::Joined(joined_as);
         let ring = Ring::connect(
             &st,
             &format!("{prefix}g"),
@@ -311,7 +312,7 @@ impl ProcessGroup {
             store: st,
             _server: server,
             prefix,
-            joined_as,
+            _joined: joined,
             timeout,
             spans_machines,
             queue: Mutex::new(None),
@@ -856,7 +857,6 @@ impl Drop for ProcessGroup {
             drop(stop);
             let _ = handle.join();
         }
-        store::left(&self.joined_as);
     }
 }
 

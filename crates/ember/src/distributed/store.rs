@@ -472,13 +472,19 @@ pub(super) type JoinedAs = (String, u16, usize);
 /// joined and left there.
 static GROUPS_LEFT: Mutex<BTreeMap<JoinedAs, u64>> = Mutex::new(BTreeMap::new());
 
-/// Counts a group joined at `joined_as` as left (when it is dropped).
-pub(super) fn left(joined_as: &JoinedAs) {
-    *GROUPS_LEFT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(joined_as.clone())
-        .or_default() += 1;
+/// A rendezvous completed at an address as a rank: counted as a group left when
+/// dropped, with the group, or without it when a later step of making the group
+/// failed (so that every rank of the job counts it, whatever happened next).
+pub(super) struct Joined(pub(super) JoinedAs);
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        *GROUPS_LEFT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.0.clone())
+            .or_default() += 1;
+    }
 }
 
 /// The generation of the next group joined at `joined_as`: the prefix of its

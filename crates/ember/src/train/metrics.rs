@@ -121,12 +121,8 @@ impl TopKAccuracy {
     /// Takes a batch's targets outside `0..classes` (`bad`, those not
     /// ignored) into the smallest and the largest such target.
     fn note_bad(&mut self, target: &Tensor, bad: &Tensor) -> Result<()> {
-        let lo = target
-            .masked_fill(&bad.logical_not()?, i64::MAX)?
-            .min_all()?;
-        let hi = target
-            .masked_fill(&bad.logical_not()?, i64::MIN)?
-            .max_all()?;
+        let lo = bad.where_(target, i64::MAX)?.min_all()?;
+        let hi = bad.where_(target, i64::MIN)?.max_all()?;
         self.bad_range = Some(match self.bad_range.take() {
             Some([l, h]) => [l.minimum(&lo)?, h.maximum(&hi)?],
             None => [lo, hi],

@@ -648,11 +648,18 @@ impl Trial {
         for c in &self.callbacks {
             c.check_metrics(&recorded)?;
         }
-        // (on the rank that runs the callbacks' epoch ends)
+        // (on the rank that runs the callbacks' epoch ends; a refusal there breaks
+        // the group, so that the other ranks stop too instead of waiting for it
+        // in their first all-reduce)
         if self.is_main_rank() {
-            for c in self.callbacks.iter_mut() {
-                c.on_train_begin()?;
+            let begun = self
+                .callbacks
+                .iter_mut()
+                .try_for_each(|c| c.on_train_begin());
+            if let (Err(e), Some(pg)) = (&begun, &self.dist) {
+                pg.abort(&format!("rank 0 stopped before training: {e}"));
             }
+            begun?;
         }
         let val = self.val.take();
         let config = self.config_with(Some(train));
