@@ -190,7 +190,17 @@ impl Tensor {
     /// each row's first number (a shorter line of the same kind) plus the
     /// columns' offsets. The result is contiguous (a view of the rows' first `n`
     /// numbers: its storage may hold up to `IOTA_LINE - 1` more).
+    /// On the CPU the numbers are written in one loop, and a meta tensor holds
+    /// none.
     pub(crate) fn affine_iota(n: usize, first: i64, step: i64, device: &Device) -> Result<Tensor> {
+        match device {
+            Device::Cpu => {
+                let v = (0..n as i64).map(|i| first.wrapping_add(step.wrapping_mul(i)));
+                return Tensor::from_vec(try_collect(n, v)?, [n], device);
+            }
+            Device::Meta => return Tensor::zeros([n], DType::I64, device),
+            _ => {}
+        }
         if n <= IOTA_LINE {
             // the running count is 1, 2, ..., n
             return Tensor::ones([n], DType::I64, device)?
