@@ -251,7 +251,7 @@ impl CharGpt {
             None => {
                 let c = self.config.context;
                 let pos = Tensor::arange(0i64, c as i64, &device)?;
-                let causal = Tensor::ones([c, c], DType::Bool, &device)?.triu(1)?;
+                let causal = Tensor::triangle_mask(c, c, 1, false, &device)?;
                 fixed.push((device, pos.clone(), causal.clone()));
                 (pos, causal)
             }

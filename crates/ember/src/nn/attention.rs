@@ -47,7 +47,7 @@ impl Default for AttentionOptions<'_> {
 /// (`nn.Transformer.generate_square_subsequent_mask`): `[size, size]` float32,
 /// 0 on and below the diagonal, `-inf` above it.
 pub fn square_subsequent_mask(size: usize, device: &Device) -> Result<Tensor> {
-    let blocked = Tensor::ones([size, size], DType::Bool, device)?.triu(1)?;
+    let blocked = Tensor::triangle_mask(size, size, 1, false, device)?;
     Tensor::zeros([size, size], DType::F32, device)?.masked_fill(&blocked, f64::NEG_INFINITY)
 }
 

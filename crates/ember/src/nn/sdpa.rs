@@ -117,7 +117,7 @@ pub fn scaled_dot_product_attention(
     // which keys each query may attend to (None: all)
     let allowed = match attn_mask {
         Some(m) if m.dtype() == DType::Bool => Some(m.clone()),
-        _ if is_causal => Some(Tensor::ones([l, s], DType::Bool, &q.device())?.tril(0)?),
+        _ if is_causal => Some(Tensor::triangle_mask(l, s, 0, true, &q.device())?),
         _ => None,
     };
     // the path that keeps no [L, S] weights for backward, where it applies

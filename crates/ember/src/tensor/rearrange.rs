@@ -178,24 +178,43 @@ impl Tensor {
             return self.copy();
         }
         let (m, n) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
-        // each column against its row's diagonal, `row + k`, broadcast (no [m, n]
-        // of integers); `col - row` lies in `(-m, n)`, so a `k` beyond that
-        // range masks as its end does
-        let dev = self.device();
-        let k = k.clamp(-(m as i64), n as i64);
-        let diagonal = Tensor::affine_iota(m, k, 1, &dev)?.unsqueeze(1)?;
-        let cols = Tensor::affine_iota(n, 0, 1, &dev)?.unsqueeze(0)?;
-        let mask = if lower {
-            cols.gt(&diagonal)?
+        // the elements tril(k) sets to 0 are those triu(k + 1) keeps, and the
+        // other way round
+        let zeroed = if lower {
+            Tensor::triangle_mask(m, n, k.saturating_add(1), false, &self.device())?
         } else {
-            cols.lt(&diagonal)?
+            Tensor::triangle_mask(m, n, k.saturating_sub(1), true, &self.device())?
         };
         let zero = if self.dtype() == DType::Bool {
             Scalar::Bool(false)
         } else {
             Scalar::Int(0)
         };
-        self.masked_fill(&mask, zero)
+        self.masked_fill(&zeroed, zero)
+    }
+
+    /// The `[m, n]` bool mask of the elements `tril(k)` keeps (`lower`), or
+    /// `triu(k)`'s, built on `device` (no values from the host, so in a CUDA
+    /// graph capture too): a causal attention mask is `triangle_mask(l, s, 0,
+    /// true)`, its blocked keys `triangle_mask(l, s, 1, false)`.
+    pub(crate) fn triangle_mask(
+        m: usize,
+        n: usize,
+        k: i64,
+        lower: bool,
+        device: &crate::device::Device,
+    ) -> Result<Tensor> {
+        // each column against its row's diagonal, `row + k`, broadcast (no [m, n]
+        // of integers); `col - row` lies in `(-m, n)`, so a `k` beyond that
+        // range masks as its end does
+        let k = k.clamp(-(m as i64), n as i64);
+        let diagonal = Tensor::affine_iota(m, k, 1, device)?.unsqueeze(1)?;
+        let cols = Tensor::affine_iota(n, 0, 1, device)?.unsqueeze(0)?;
+        if lower {
+            cols.le(&diagonal)
+        } else {
+            cols.ge(&diagonal)
+        }
     }
 
     /// Pads (or, with negative amounts, crops) the last dims (`F.pad`): `pads` is
