@@ -533,6 +533,19 @@ __device__ __forceinline__ void where_impl(const bool* c, Layout lc, const T* a,
     }
 EMBER_ALL_TYPES(ELEMENTWISE)
 
+// first + step * i for i in 0..n, int64, wrapping around as two's complement
+// (the ranges, index and mask tensors built on the device)
+extern "C" __global__ void iota_i64(i64* out, i64 n, i64 first, i64 step) {
+    typedef unsigned long long u64;
+    FOR_EACH(i, n) { out[i] = (i64)((u64)first + (u64)step * (u64)i); }
+}
+
+// linspace's values in float64: the first `half` forward from start, the rest
+// backward from end, each one fused multiply-add (one rounding, as the host's)
+extern "C" __global__ void linspace_f64(double* out, i64 n, double start, double end, double step, i64 half) {
+    FOR_EACH(i, n) { out[i] = i < half ? fma(step, (double)i, start) : fma(-step, (double)(n - 1 - i), end); }
+}
+
 // cast_<from>_<to> for every pair of dtypes
 #define CAST_TO(D, DS, S, SS)                                                                        \
     extern "C" __global__ void cast_##SS##_##DS(const S* src, Layout ls, D* dst, i64 n) {           \

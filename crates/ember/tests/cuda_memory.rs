@@ -987,6 +987,7 @@ fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
             Tensor::arange_step(-1.0, 2.0, 0.3, DType::F32, &dev)?,
             Tensor::linspace(-3, 11, 7, DType::I64, &dev)?,
             Tensor::linspace(0.0, 1.0, 100, DType::F32, &dev)?,
+            Tensor::linspace(-0.0, 1.0 / 3.0, 5000, DType::F64, &dev)?,
             Tensor::eye_rect(3, 4, DType::F32, &dev)?,
             labels.one_hot(4)?,
             sdpa(&q, &q, &q, None, 0.2, true, None)?,
@@ -998,7 +999,7 @@ fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
     ember::manual_seed(5);
     let eager = [vals(&f()?)?, vals(&f()?)?];
     // the dropout masks differ between calls
-    assert_ne!(eager[0][12], eager[1][12]);
+    assert_ne!(eager[0][13], eager[1][13]);
     ember::manual_seed(5);
     let (g, ys) = cuda::Graph::capture(&dev, f)?;
     for (i, want) in eager.iter().enumerate() {
@@ -1014,6 +1015,64 @@ fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
         e.starts_with("randint") && e.contains("before the capture"),
         "{e}"
     );
+    Ok(())
+}
+
+/// The memory-saving attention path inside a graph: each replay draws new
+/// dropout masks, and its backward redraws the masks its forward used (with the
+/// identity as values, the output is the dropped-out weights and the values'
+/// gradient of its sum is their column sums).
+#[test]
+fn memory_saving_attention_redraws_its_dropout_masks_in_a_graph() -> Result<()> {
+    let Some((dev, _turn)) = gpu("memory_saving_attention_redraws_its_dropout_masks") else {
+        return Ok(());
+    };
+    use ember::nn::functional::{
+        scaled_dot_product_attention as sdpa, with_attention_path, AttentionPath,
+    };
+    let s = 6;
+    let q = Tensor::randn([2, 3, s, 4], &dev)?;
+    let k = Tensor::randn([2, 3, s, 4], &dev)?;
+    let v = Tensor::eye(s, DType::F32, &dev)?
+        .expand([2, 3, s, s])?
+        .contiguous()?
+        .requires_grad_(true)?;
+    let step = || -> Result<Tensor> {
+        with_attention_path(AttentionPath::MemoryEfficient, || {
+            let out = sdpa(&q, &k, &v, None, 0.5, false, None)?;
+            out.sum_all()?.backward()?;
+            Ok(out.detach())
+        })
+    };
+    // the masks of one step, and whether its backward used them
+    let check = |out: &Tensor, what: &str| -> Result<Vec<f32>> {
+        let cols = out.sum(&[2i64][..], false)?.to_vec::<f32>()?;
+        let grad = v
+            .grad()
+            .expect("a gradient")
+            .select(3, 0)?
+            .to_vec::<f32>()?;
+        for (c, g) in cols.iter().zip(&grad) {
+            assert!(
+                (c - g).abs() <= 1e-5 * c.abs().max(1.0),
+                "{what}: {cols:?} {grad:?}"
+            );
+        }
+        let o = out.to_vec::<f32>()?;
+        assert!(o.contains(&0.0) && o.iter().any(|&x| x > 0.0), "{what}");
+        Ok(o)
+    };
+    let eager = step()?;
+    check(&eager, "eager")?;
+    v.set_grad(None)?;
+    let (g, out) = cuda::Graph::capture(&dev, step)?;
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        g.replay()?;
+        let o = check(&out, &format!("replay {i}"))?;
+        assert!(!seen.contains(&o), "replay {i} repeats a mask");
+        seen.push(o);
+    }
     Ok(())
 }
 

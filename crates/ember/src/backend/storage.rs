@@ -308,6 +308,42 @@ impl Storage {
         })
     }
 
+    /// `first + step · i` for `i` in `0..n`, int64 (wrapping around on
+    /// overflow), computed on `device`: nothing is copied from the host, so a
+    /// CUDA graph capture holds it.
+    pub(crate) fn iota(device: Device, n: usize, first: i64, step: i64) -> Result<Storage> {
+        let _rec = record_on!(device, DType::I64, "iota", n);
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::iota(n, first, step)?),
+            Device::Cuda(i) => {
+                Storage::Cuda(CudaStorage::iota(&super::cuda::dev(i)?, n, first, step)?)
+            }
+            Device::Meta => Storage::Meta(MetaStorage::new(DType::I64, n)?),
+        })
+    }
+
+    /// `torch.linspace(start, end, n)`'s values in float64, computed on `device`
+    /// as PyTorch's CPU kernel computes them: with `step = (end - start) / (n -
+    /// 1)`, the first half `fma(step, i, start)` and the second half
+    /// `fma(-step, n - 1 - i, end)`, so that both ends are exact (one value,
+    /// `start`, when `n` is 1).
+    pub(crate) fn linspace(device: Device, start: f64, end: f64, n: usize) -> Result<Storage> {
+        let _rec = record_on!(device, DType::F64, "linspace", n);
+        let (step, half) = if n > 1 {
+            ((end - start) / (n - 1) as f64, n / 2)
+        } else {
+            (0.0, n)
+        };
+        let line = (start, end, step);
+        Ok(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::linspace(n, line, half)?),
+            Device::Cuda(i) => {
+                Storage::Cuda(CudaStorage::linspace(&super::cuda::dev(i)?, n, line, half)?)
+            }
+            Device::Meta => Storage::Meta(MetaStorage::new(DType::F64, n)?),
+        })
+    }
+
     /// `n` elements of `dtype` on `device` whose values are unspecified: the caller
     /// writes every one (or the user asked for `empty`).
     pub(crate) fn empty(device: Device, dtype: DType, n: usize) -> Result<Storage> {

@@ -797,6 +797,28 @@ impl ReduceLrOnPlateau {
     /// One epoch with its metric; lowers the optimizer's rate when the patience
     /// runs out.
     pub fn step_metric(&mut self, opt: &mut dyn Optimizer, metric: f64) {
+        if !self.observe(metric) {
+            return;
+        }
+        let lrs: Vec<f64> = opt
+            .group_lrs()
+            .into_iter()
+            .map(|old| {
+                let new = (old * self.factor).max(self.min_lr);
+                if old - new > self.eps {
+                    new
+                } else {
+                    old
+                }
+            })
+            .collect();
+        opt.set_group_lrs(&lrs);
+    }
+
+    /// Counts one epoch with its metric: whether the rates are lowered now (the
+    /// count does not depend on the rates, so a resumed run can replay it from
+    /// the metrics recorded).
+    fn observe(&mut self, metric: f64) -> bool {
         self.epoch += 1;
         if self.better(metric) {
             self.best = Some(metric);
@@ -808,23 +830,32 @@ impl ReduceLrOnPlateau {
             self.cooldown_left -= 1;
             self.bad_epochs = 0;
         }
-        if self.bad_epochs > self.patience {
-            let lrs: Vec<f64> = opt
-                .group_lrs()
-                .into_iter()
-                .map(|old| {
-                    let new = (old * self.factor).max(self.min_lr);
-                    if old - new > self.eps {
-                        new
-                    } else {
-                        old
-                    }
-                })
-                .collect();
-            opt.set_group_lrs(&lrs);
+        let lower = self.bad_epochs > self.patience;
+        if lower {
             self.cooldown_left = self.cooldown;
             self.bad_epochs = 0;
         }
+        lower
+    }
+
+    /// Starts again from `metrics`, one per epoch, without changing any rate
+    /// (the rates are the optimizer's, restored with it): the state a run that
+    /// stepped those epochs has.
+    pub fn replay(&mut self, metrics: &[f64]) {
+        (self.best, self.bad_epochs, self.cooldown_left, self.epoch) = (None, 0, 0, 0);
+        for &m in metrics {
+            self.observe(m);
+        }
+    }
+
+    /// The best metric so far (`None` before the first).
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+
+    /// Epochs without improvement counted so far (PyTorch's `num_bad_epochs`).
+    pub fn bad_epochs(&self) -> usize {
+        self.bad_epochs
     }
 
     /// Epochs stepped so far.

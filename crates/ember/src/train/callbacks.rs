@@ -239,25 +239,27 @@ impl EarlyStopping {
     }
 }
 
+/// Refuses a `monitor` that no epoch records (`recorded`: the history's
+/// columns), with a hint where it is a validation metric and there is no
+/// validation loader.
+pub(crate) fn check_recorded(who: &'static str, monitor: &str, recorded: &[String]) -> Result<()> {
+    if recorded.iter().any(|r| r == monitor) {
+        return Ok(());
+    }
+    let hint = if monitor.starts_with("val_") && !recorded.iter().any(|n| n.starts_with("val_")) {
+        " (a val_ metric needs a validation loader)"
+    } else {
+        ""
+    };
+    Err(Error::invalid(
+        who,
+        format!("metric {monitor:?} is not recorded{hint}: the epochs record {recorded:?}"),
+    ))
+}
+
 impl Callback for EarlyStopping {
     fn check_metrics(&self, recorded: &[String]) -> Result<()> {
-        if recorded.contains(&self.monitor) {
-            return Ok(());
-        }
-        let hint = if self.monitor.starts_with("val_")
-            && !recorded.iter().any(|n| n.starts_with("val_"))
-        {
-            " (a val_ metric needs a validation loader)"
-        } else {
-            ""
-        };
-        Err(Error::invalid(
-            "EarlyStopping",
-            format!(
-                "metric {:?} is not recorded{hint}: the epochs record {recorded:?}",
-                self.monitor
-            ),
-        ))
+        check_recorded("EarlyStopping", &self.monitor, recorded)
     }
 
     fn on_epoch_end(&mut self, ctx: &EpochEnd) -> Result<Control> {

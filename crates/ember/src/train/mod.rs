@@ -41,7 +41,7 @@ pub use metrics::{metric_by_name, Loss, Metric, TopKAccuracy};
 use crate::data::DataLoader;
 use crate::nn::Module;
 use crate::optim::GradScaler;
-use crate::optim::{LrScheduler, Optimizer};
+use crate::optim::{LrScheduler, Optimizer, ReduceLrOnPlateau};
 use crate::{
     device::Device,
     dtype::DType,
@@ -80,6 +80,8 @@ pub struct Trial {
     test: Option<DataLoader>,
     callbacks: Vec<Box<dyn Callback>>,
     scheduler: Option<Box<dyn LrScheduler>>,
+    /// A metric-driven scheduler and the history column it watches.
+    plateau: Option<(ReduceLrOnPlateau, String)>,
     progress: Progress,
     history: History,
     config: Vec<(String, String)>,
@@ -99,6 +101,28 @@ pub struct Trial {
     profiling: Option<crate::profiler::StepProfiler>,
     /// The process group of a data-parallel run ([`Trial::distributed`]).
     dist: Option<std::sync::Arc<crate::distributed::ProcessGroup>>,
+}
+
+/// The `monitor` column of every epoch of `history` (an error naming the file
+/// where an epoch lacks it).
+fn plateau_metrics(history: &History, monitor: &str, file: &Path) -> Result<Vec<f64>> {
+    history
+        .records
+        .iter()
+        .map(|r| {
+            r.get(monitor).ok_or_else(|| {
+                Error::invalid(
+                    "resume",
+                    format!(
+                        "{}: epoch {} has no {monitor:?}, which the ReduceLROnPlateau \
+                         scheduler watches",
+                        file.display(),
+                        r.epoch
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// One training step: the last step's gradients cleared (before the forward pass,
@@ -181,6 +205,7 @@ impl Trial {
             test: None,
             callbacks: Vec::new(),
             scheduler: None,
+            plateau: None,
             progress: Progress::Auto,
             history: History::default(),
             config: Vec::new(),
@@ -423,6 +448,19 @@ impl Trial {
         self
     }
 
+    /// Steps `scheduler` after each epoch with that epoch's `monitor` metric, a
+    /// column of the history (`"val_loss"`; `"val_acc"` with
+    /// [`ReduceLrOnPlateau::maximize`]), as PyTorch's `scheduler.step(val_loss)`
+    /// at each epoch's end; after [`scheduler`](Self::scheduler)'s step when both
+    /// are set. [`run`](Self::run) refuses a name that no epoch records before it
+    /// trains; a [`resume`](Self::resume)d run counts the epochs without
+    /// improvement from the restored history (the rates are the optimizer's,
+    /// restored with it), so it lowers the rate when an uninterrupted run would.
+    pub fn plateau_scheduler(mut self, scheduler: ReduceLrOnPlateau, monitor: &str) -> Trial {
+        self.plateau = Some((scheduler, monitor.to_string()));
+        self
+    }
+
     /// How progress is shown (default [`Progress::Auto`]).
     pub fn progress(mut self, p: Progress) -> Trial {
         self.progress = p;
@@ -462,18 +500,29 @@ impl Trial {
         // the model and the optimizer are loaded (an error changes neither)
         let has_scheduler = self.scheduler.is_some();
         let scaler = self.scaler.clone();
+        let watched = self.plateau.as_ref().map(|(_, m)| m.clone());
         let (_, (history, scheduler_epoch, scaler)) = crate::io::load_checkpoint_checked(
             self.model.as_ref(),
             self.optimizer.as_mut(),
             &file,
             crate::io::LoadOptions::default(),
-            |extra| Self::check_resume(extra, &file, &hist_file, history, has_scheduler, scaler),
+            |extra| {
+                let (history, epoch, scaler) =
+                    Self::check_resume(extra, &file, &hist_file, history, has_scheduler, scaler)?;
+                if let Some(m) = &watched {
+                    plateau_metrics(&history, m, &hist_file)?;
+                }
+                Ok((history, epoch, scaler))
+            },
         )?;
         // the optimizer's state is replaced: a captured step would update the old
         self.step_graph = None;
         self.warmed = false;
         if let (Some(s), Some(e)) = (self.scheduler.as_mut(), scheduler_epoch) {
             s.set_epoch(e);
+        }
+        if let Some((p, m)) = self.plateau.as_mut() {
+            p.replay(&plateau_metrics(&history, m, &hist_file)?);
         }
         self.scaler = scaler;
         self.history = history;
@@ -648,6 +697,9 @@ impl Trial {
         for c in &self.callbacks {
             c.check_metrics(&recorded)?;
         }
+        if let Some((_, m)) = &self.plateau {
+            callbacks::check_recorded("ReduceLROnPlateau", m, &recorded)?;
+        }
         // (on the rank that runs the callbacks' epoch ends; a refusal there breaks
         // the group, so that the other ranks stop too instead of waiting for it
         // in their first all-reduce)
@@ -678,6 +730,16 @@ impl Trial {
                 }
                 if let Some(s) = self.scheduler.as_mut() {
                     s.step(self.optimizer.as_mut());
+                }
+                if let Some((p, m)) = self.plateau.as_mut() {
+                    let value = metrics.iter().find(|(n, _)| n == m).map(|(_, v)| *v);
+                    let value = value.ok_or_else(|| {
+                        Error::invalid(
+                            "ReduceLROnPlateau",
+                            format!("metric {m:?} was not recorded this epoch"),
+                        )
+                    })?;
+                    p.step_metric(self.optimizer.as_mut(), value);
                 }
                 let record = EpochRecord {
                     epoch,

@@ -537,6 +537,70 @@ fn resuming_keeps_early_stopping_and_the_schedule() -> Result<()> {
     Ok(())
 }
 
+/// A plateau scheduler lowers the rate after each epoch from the watched metric
+/// as PyTorch's `ReduceLROnPlateau` stepped with it; a resumed run counts its
+/// patience and cooldown from the restored history, so it ends as an
+/// uninterrupted one; a metric no epoch records is refused before training.
+#[test]
+fn a_plateau_scheduler_follows_its_metric_and_resumes() -> Result<()> {
+    use ember::optim::ReduceLrOnPlateau;
+    let _g = super::rng_lock();
+    let dir = std::env::temp_dir().join(format!("ember-trial-plateau-{}", std::process::id()));
+    // a 30% improvement to count, a reduction at the first bad epoch, one
+    // epoch of cooldown after each
+    let plateau = || -> Result<ReduceLrOnPlateau> {
+        let mut p = ReduceLrOnPlateau::new(0.5, 0)?;
+        p.threshold = 0.3;
+        p.cooldown = 1;
+        Ok(p)
+    };
+    let make = |seed: u64, monitor: &str| -> Result<Trial> {
+        let (train, val) = loaders(7)?;
+        let m = model(seed, &Device::Cpu)?;
+        let opt = Sgd::new(m.parameters(), 0.2)?.momentum(0.9)?;
+        Ok(Trial::new(m, opt, nn::cross_entropy)
+            .progress(Progress::Quiet)
+            .plateau_scheduler(plateau()?, monitor)
+            .callback(Checkpoint::new(&dir))
+            .with_generators(Some(train), Some(val), None))
+    };
+    let mut a = make(8, "val_loss")?;
+    let ha = a.run(7)?.clone();
+    // the rates PyTorch's rule gives for these metrics
+    let metric = ha.series("val_loss");
+    let p = ember::Tensor::zeros([1], DType::F32, &Device::Cpu)?.requires_grad_(true)?;
+    let mut opt = Sgd::new(vec![p], 0.2)?;
+    let mut want_sched = plateau()?;
+    let mut want = Vec::new();
+    for &m in &metric {
+        want.push(opt.lr());
+        want_sched.step_metric(&mut opt, m);
+    }
+    let lrs: Vec<f64> = ha.records.iter().map(|r| r.lr).collect();
+    assert_eq!(lrs, want, "{metric:?}");
+    assert!(
+        lrs.iter().any(|&l| l < 0.2),
+        "the test lowers the rate: {lrs:?} for {metric:?}"
+    );
+    // interrupted after 3 epochs; a fresh trial resumes
+    std::fs::remove_dir_all(&dir).ok();
+    make(8, "val_loss")?.run(3)?;
+    let mut c = make(99, "val_loss")?.resume(&dir)?;
+    let hc = c.run(7)?.clone();
+    assert_eq!(hc.records.iter().map(|r| r.lr).collect::<Vec<_>>(), lrs);
+    assert_eq!(hc.series("val_loss"), metric);
+    for (pa, pc) in a.model().parameters().iter().zip(c.model().parameters()) {
+        assert_eq!(vals(pa), vals(&pc));
+    }
+    // a metric that no epoch records: refused before the first epoch
+    let mut t = make(8, "val_acc")?;
+    let e = t.run(2).expect_err("refused").to_string();
+    assert!(e.contains("\"val_acc\" is not recorded"), "{e}");
+    assert_eq!(t.history().len(), 0);
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
 /// A checkpoint that would not load is not written over the last good one:
 /// gradients past float32's range make Adam's second moment infinite while the
 /// parameters stay finite, and the run stops with an error naming the entry.

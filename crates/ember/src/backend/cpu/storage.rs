@@ -1,7 +1,7 @@
 //! CPU storage: a [`CpuData`] buffer, and the CPU's answer to every primitive.
 
 use super::{attention, channel, conv, elementwise as ew, index, matmul, optim, random, reduce};
-use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data};
+use crate::backend::host::{alloc_filled, alloc_uninit, recycle_data, try_collect};
 use crate::backend::op::{
     channel_shape, scan_shape, stat_dtype, wrap_indices, AdamStep, AttnGrads, AttnOperands,
     AttnSaved, AttnShape, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape, NormAffine,
@@ -125,6 +125,25 @@ impl CpuStorage {
             alloc_filled(n, value.to::<T>()).map(T::wrap)
         }
         Ok(CpuStorage::new(with_dtype!(dtype, T => go::<T>(n, value))?))
+    }
+
+    /// `first + step · i` for `i` in `0..n`, int64, wrapping around on overflow.
+    pub fn iota(n: usize, first: i64, step: i64) -> Result<Self> {
+        let v = (0..n as i64).map(|i| first.wrapping_add(step.wrapping_mul(i)));
+        Ok(CpuStorage::new(CpuData::I64(try_collect(n, v)?)))
+    }
+
+    /// `linspace`'s `n` values in float64: the first `half` are
+    /// `fma(step, i, start)`, the others `fma(-step, n - 1 - i, end)`.
+    pub fn linspace(n: usize, (start, end, step): (f64, f64, f64), half: usize) -> Result<Self> {
+        let v = (0..n).map(|i| {
+            if i < half {
+                step.mul_add(i as f64, start)
+            } else {
+                (-step).mul_add((n - 1 - i) as f64, end)
+            }
+        });
+        Ok(CpuStorage::new(CpuData::F64(try_collect(n, v)?)))
     }
 
     /// `n` elements whose values are unspecified.

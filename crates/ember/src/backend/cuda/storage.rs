@@ -271,6 +271,22 @@ impl CudaStorage {
         ops::fill(dev, dtype, n, value)
     }
 
+    /// `first + step · i` for `i` in `0..n` (int64, wrapping).
+    pub fn iota(dev: &Arc<CudaDev>, n: usize, first: i64, step: i64) -> Result<CudaStorage> {
+        ops::iota(dev, n, first, step)
+    }
+
+    /// `linspace`'s `n` values in float64: the first `half` are
+    /// `fma(step, i, start)`, the others `fma(-step, n - 1 - i, end)`.
+    pub fn linspace(
+        dev: &Arc<CudaDev>,
+        n: usize,
+        line: (f64, f64, f64),
+        half: usize,
+    ) -> Result<CudaStorage> {
+        ops::linspace(dev, n, line, half)
+    }
+
     /// `n` draws of `dist` from the GPUs' Philox stream.
     pub fn random(dev: &Arc<CudaDev>, dtype: DType, n: usize, dist: Dist) -> Result<CudaStorage> {
         match dist {

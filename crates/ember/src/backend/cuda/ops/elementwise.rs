@@ -38,6 +38,42 @@ pub(crate) fn fill(
     Ok(out)
 }
 
+/// `first + step · i` for `i` in `0..n`, int64, wrapping around on overflow.
+pub(crate) fn iota(dev: &Arc<CudaDev>, n: usize, first: i64, step: i64) -> Result<CudaStorage> {
+    let out = new_out(dev, DType::I64, n)?;
+    let (p, n64) = (out.ptr(), n as i64);
+    launch_n(
+        dev,
+        "elementwise",
+        DType::I64,
+        "iota_i64",
+        n,
+        &mut args![p, n64, first, step],
+    )?;
+    Ok(out)
+}
+
+/// `linspace(start, end, n)` in float64: the first `half` values
+/// `fma(step, i, start)`, the others `fma(-step, n - 1 - i, end)`.
+pub(crate) fn linspace(
+    dev: &Arc<CudaDev>,
+    n: usize,
+    (start, end, step): (f64, f64, f64),
+    half: usize,
+) -> Result<CudaStorage> {
+    let out = new_out(dev, DType::F64, n)?;
+    let (p, n64, h64) = (out.ptr(), n as i64, half as i64);
+    launch_n(
+        dev,
+        "elementwise",
+        DType::F64,
+        "linspace_f64",
+        n,
+        &mut args![p, n64, start, end, step, h64],
+    )?;
+    Ok(out)
+}
+
 /// `dst[ld] = src[ls]` for two views of the same shape and dtype.
 pub(crate) fn copy(src: &CudaStorage, ls: &Layout, dst: &CudaStorage, ld: &Layout) -> Result<()> {
     let dev = src.dev();
