@@ -536,7 +536,6 @@ EMBER_ALL_TYPES(ELEMENTWISE)
 // first + step * i for i in 0..n, int64, wrapping around as two's complement
 // (the ranges, index and mask tensors built on the device)
 extern "C" __global__ void iota_i64(i64* out, i64 n, i64 first, i64 step) {
-    typedef unsigned long long u64;
     FOR_EACH(i, n) { out[i] = (i64)((u64)first + (u64)step * (u64)i); }
 }
 

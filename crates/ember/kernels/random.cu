@@ -101,6 +101,25 @@ __device__ void random_impl(T* out, i64 n, u64 seed, u64 offset, int normal, dou
     }
 }
 
+// randint: low + w % span for 64-bit words w, two per counter (a modulo bias
+// below span / 2^64).
+__device__ void randint_impl(i64* out, i64 n, u64 seed, u64 offset, i64 low, u64 span) {
+    i64 groups = (n + 1) / 2;
+    FOR_EACH(g, groups) {
+        Philox4 r = philox4x32_10(offset + (u64)g, seed);
+        u64 w[2] = {((u64)r.v[0] << 32) | r.v[1], ((u64)r.v[2] << 32) | r.v[3]};
+        for (int j = 0; j < 2 && 2 * g + j < n; ++j) out[2 * g + j] = (i64)((u64)low + w[j] % span);
+    }
+}
+
+extern "C" __global__ void randint_i64(i64* out, i64 n, u64 seed, u64 offset, i64 low, u64 span) {
+    randint_impl(out, n, seed, offset, low, span);
+}
+
+extern "C" __global__ void randint_graph_i64(i64* out, i64 n, const u64* state, u64 intra, i64 low, u64 span) {
+    randint_impl(out, n, state[0], state[1] + intra, low, span);
+}
+
 // The raw generator, for tests: out[4c .. 4c+3] = Philox4x32-10(offset + c, seed).
 extern "C" __global__ void philox_raw(unsigned* out, i64 counters, u64 seed, u64 offset) {
     FOR_EACH(c, counters) {

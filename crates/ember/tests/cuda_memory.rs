@@ -962,7 +962,8 @@ fn a_graph_draws_from_the_generator_it_was_captured_with() -> Result<()> {
 /// graph holds them: tril/triu, flip, reflection/replication/circular padding,
 /// arange, linspace, eye, one_hot, and causal attention on the composite path
 /// with dropout (its mask from tril). The replays give what eager calls give from
-/// the same seed. What is drawn on the host (randint) is refused by name.
+/// the same seed, randint's draws too. What is drawn on the host (randperm) is
+/// refused by name.
 #[test]
 fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
     let Some((dev, _turn)) = gpu("ranges_masks_and_causal_attention") else {
@@ -992,6 +993,8 @@ fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
             labels.one_hot(4)?,
             sdpa(&q, &q, &q, None, 0.2, true, None)?,
             sdpa(&q, &q, &q, None, 0.0, true, None)?,
+            Tensor::randint(-5, 1 << 40, [7], &dev)?,
+            Tensor::randint(0, 3, [5], &dev)?,
         ])
     };
     let vals =
@@ -1007,12 +1010,12 @@ fn ranges_masks_and_causal_attention_are_captured() -> Result<()> {
         assert_eq!(&vals(&ys)?, want, "replay {i}");
     }
     // values drawn on the host are refused, naming the op
-    let e = cuda::Graph::capture(&dev, || Tensor::randint(0, 10, [4], &dev))
+    let e = cuda::Graph::capture(&dev, || Tensor::randperm(10, &dev))
         .map(|_| ())
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("randint") && e.contains("before the capture"),
+        e.starts_with("randperm") && e.contains("before the capture"),
         "{e}"
     );
     Ok(())

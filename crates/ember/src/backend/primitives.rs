@@ -22,6 +22,8 @@ pub(crate) enum Dist {
     Uniform(f64, f64),
     /// Normal with mean and standard deviation.
     Normal(f64, f64),
+    /// int64 integers uniform in `[low, high)` (`low < high`).
+    Integers(i64, i64),
 }
 
 /// The input and weight gradients of a convolution, each where it was asked for.

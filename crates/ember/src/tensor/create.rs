@@ -15,7 +15,6 @@ use crate::{
     error::{Error, Result},
 };
 use half::{bf16, f16};
-use rand::RngExt;
 use smallvec::SmallVec;
 
 mod ranges;
@@ -286,9 +285,9 @@ impl Tensor {
         Tensor::random(&dims, dtype, *device, Dist::Normal(mean, std))
     }
 
-    /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`). They
-    /// are drawn on the host (from the CPU's stream) and copied to `device`: not
-    /// inside a CUDA graph capture, which cannot hold the copy.
+    /// Integers drawn uniformly from `[low, high)`, int64 (`torch.randint`), on
+    /// `device` from its generator (a GPU's Philox stream: inside a CUDA graph
+    /// capture too, new numbers at each replay).
     pub fn randint(low: i64, high: i64, shape: impl IntoShape, device: &Device) -> Result<Tensor> {
         let dims = dims_of("randint", &shape)?;
         if high <= low {
@@ -298,16 +297,12 @@ impl Tensor {
             ));
         }
         check_creatable(device)?;
-        let n = dims.iter().product();
-        Tensor::from_host_with(&dims, DType::I64, *device, || {
-            super::with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))?
-                .map(CpuData::I64)
-        })
-        .map_err(|e| made_on_host("randint", e))
+        Tensor::random(&dims, DType::I64, *device, Dist::Integers(low, high))
     }
 
     /// A random permutation of `0..n`, int64 (`torch.randperm`), drawn on the host
-    /// as [`randint`](Self::randint) is.
+    /// from the CPU's generator and copied to `device` (not inside a CUDA graph
+    /// capture, which cannot hold the copy).
     pub fn randperm(n: usize, device: &Device) -> Result<Tensor> {
         use rand::seq::SliceRandom;
         check_creatable(device)?;

@@ -90,8 +90,20 @@ fn random_is_seeded(dev: &Device) -> Result<()> {
         let u = vals(&Tensor::uniform(1.0, 2.0, [100_000], dtype, dev)?);
         assert!(u.iter().all(|&x| (1.0..2.0).contains(&x)), "{dtype}");
     }
-    let r = Tensor::randint(3, 6, [500], dev)?;
-    assert!(vals(&r).iter().all(|&x| (3.0..6.0).contains(&x)));
+    let r = Tensor::randint(3, 6, [501], dev)?.to_vec1::<i64>()?;
+    assert!(r.iter().all(|x| (3..6).contains(x)));
+    // each value about as often (167 of 501, a binomial sd of 10.5)
+    for k in 3..6 {
+        let c = r.iter().filter(|&&x| x == k).count();
+        assert!((115..=220).contains(&c), "{k} drawn {c} times of 501");
+    }
+    // the widest range, and a range of one value
+    let wide = Tensor::randint(i64::MIN, i64::MAX, [64], dev)?.to_vec1::<i64>()?;
+    assert!(wide.iter().any(|&x| x < 0) && wide.iter().any(|&x| x > 0));
+    assert_eq!(
+        Tensor::randint(-9, -8, [3], dev)?.to_vec1::<i64>()?,
+        [-9; 3]
+    );
     let p = Tensor::randperm(50, dev)?;
     let mut pv = p.to_vec1::<i64>()?;
     pv.sort();

@@ -70,8 +70,24 @@ pub fn with_global_rng<R>(f: impl FnOnce(&mut ChaCha8Rng) -> R) -> Result<R> {
 /// `n` draws of `dist` in the float `dtype`: f32 draws for the f32-and-narrower
 /// dtypes, f64 for float64, computed in f64 and rounded once.
 pub(crate) fn draw(dtype: DType, n: usize, dist: Dist) -> Result<CpuData> {
-    let v = with_global_rng(|r| match dist {
-        Dist::Uniform(lo, hi) => try_collect(
+    let (p0, p1, normal) = match dist {
+        Dist::Integers(low, high) => {
+            let v =
+                with_global_rng(|r| try_collect(n, (0..n).map(|_| r.random_range(low..high))))??;
+            return Ok(CpuData::I64(v));
+        }
+        Dist::Uniform(lo, hi) => (lo, hi, false),
+        Dist::Normal(mean, std) => (mean, std, true),
+    };
+    let v = with_global_rng(|r| {
+        if normal {
+            return try_collect(
+                n,
+                (0..n).map(|_| p0 + p1 * r.sample::<f64, _>(rand_distr::StandardNormal)),
+            );
+        }
+        let (lo, hi) = (p0, p1);
+        try_collect(
             n,
             (0..n).map(|_| {
                 let u = if dtype == DType::F64 {
@@ -88,11 +104,7 @@ pub(crate) fn draw(dtype: DType, n: usize, dist: Dist) -> Result<CpuData> {
                     round_to(dtype, lo)
                 }
             }),
-        ),
-        Dist::Normal(mean, std) => try_collect(
-            n,
-            (0..n).map(|_| mean + std * r.sample::<f64, _>(rand_distr::StandardNormal)),
-        ),
+        )
     })??;
     if dtype == DType::F64 {
         return Ok(CpuData::F64(v));

@@ -37,7 +37,7 @@
 //! advances it, and leaves the global one alone), else the global one.
 //!
 //! Inside a capture these are errors, naming what to do instead: copies from or
-//! to the host (`Tensor::new`, `to_vec`, `item`, `randint`), waits for the GPU
+//! to the host (`Tensor::new`, `to_vec`, `item`, `randperm`), waits for the GPU
 //! and replays of graphs, made by the capturing thread on any stream (PyTorch's
 //! default capture mode); work queued on other streams, and a second capture on
 //! the same GPU. Ops that build index, mask or range tensors (`arange`, `eye`,

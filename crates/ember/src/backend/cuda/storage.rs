@@ -292,6 +292,9 @@ impl CudaStorage {
         match dist {
             Dist::Uniform(lo, hi) => ops::random(dev, dtype, n, false, lo, hi),
             Dist::Normal(mean, std) => ops::random(dev, dtype, n, true, mean, std),
+            Dist::Integers(low, high) => {
+                ops::randint(dev, n, low, (high as u64).wrapping_sub(low as u64))
+            }
         }
     }
 

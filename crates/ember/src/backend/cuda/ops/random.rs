@@ -43,6 +43,30 @@ pub(crate) fn random(
     Ok(out)
 }
 
+/// `n` integers drawn uniformly from `[low, low + span)` (int64, wrapping) on
+/// the device from the Philox stream, two per counter.
+pub(crate) fn randint(dev: &Arc<CudaDev>, n: usize, low: i64, span: u64) -> Result<CudaStorage> {
+    let out = new_out(dev, DType::I64, n)?;
+    let counters = n.div_ceil(2) as u64;
+    let (po, n64) = (out.ptr(), n as i64);
+    let (kernel, a, b) = match dev.graph_random(counters)? {
+        Some((state, intra)) => ("randint_graph_i64", state, intra),
+        None => {
+            let (seed, offset) = crate::backend::cuda::random::reserve_counters(counters)?;
+            ("randint_i64", seed, offset)
+        }
+    };
+    launch_n(
+        dev,
+        "random",
+        DType::I64,
+        kernel,
+        counters as usize,
+        &mut args![po, n64, a, b, low, span],
+    )?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
