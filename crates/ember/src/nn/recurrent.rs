@@ -203,6 +203,24 @@ struct Recurrent {
 }
 
 impl Recurrent {
+    /// [`new`](Self::new) for a whole sequence layer (`nn.LSTM`, `nn.GRU`),
+    /// which PyTorch refuses without inputs (its cells accept them).
+    fn sequence(
+        cell: Cell,
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        device: &Device,
+    ) -> Result<Self> {
+        if input_size == 0 {
+            return Err(Error::invalid(
+                cell.name(),
+                "input_size must be greater than zero",
+            ));
+        }
+        Recurrent::new(cell, input_size, hidden_size, options, device)
+    }
+
     fn new(
         cell: Cell,
         input_size: usize,
@@ -210,11 +228,16 @@ impl Recurrent {
         options: RnnOptions,
         device: &Device,
     ) -> Result<Self> {
-        if options.num_layers == 0 || hidden_size == 0 {
-            return Err(Error::invalid(
-                cell.name(),
-                "hidden_size and num_layers must be greater than 0",
-            ));
+        for (what, size) in [
+            ("hidden_size", hidden_size),
+            ("num_layers", options.num_layers),
+        ] {
+            if size == 0 {
+                return Err(Error::invalid(
+                    cell.name(),
+                    format!("{what} must be greater than zero"),
+                ));
+            }
         }
         if !(0.0..=1.0).contains(&options.dropout) {
             return Err(Error::invalid(
@@ -308,6 +331,19 @@ impl Recurrent {
         // PyTorch's CUDA autocast runs its recurrent layers (cuDNN's RNN), and
         // its CPU autocast its LSTM (a GRU on the CPU has left autocast above)
         let x = lower(&x)?;
+        let wdt = lower(&self.params[0][0].w_ih)?.dtype();
+        if x.dtype() != wdt {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "RNN input dtype ({}) does not match weight dtype ({wdt}). Convert the \
+                     input: input.to_dtype(DType::{wdt:?}), or the model: \
+                     model.to_dtype(DType::{:?})",
+                    x.dtype(),
+                    x.dtype()
+                ),
+            ));
+        }
         if x.shape()[2] != self.input_size {
             return Err(Error::shape(
                 name,
@@ -471,7 +507,7 @@ impl LSTM {
         options: RnnOptions,
         device: &Device,
     ) -> Result<LSTM> {
-        Recurrent::new(Cell::Lstm, input_size, hidden_size, options, device).map(LSTM)
+        Recurrent::sequence(Cell::Lstm, input_size, hidden_size, options, device).map(LSTM)
     }
 
     /// The output sequence and the final `(h_n, c_n)`, each `[layers·dirs, N, H]`,
@@ -506,7 +542,7 @@ impl GRU {
         options: RnnOptions,
         device: &Device,
     ) -> Result<GRU> {
-        Recurrent::new(Cell::Gru, input_size, hidden_size, options, device).map(GRU)
+        Recurrent::sequence(Cell::Gru, input_size, hidden_size, options, device).map(GRU)
     }
 
     /// The output sequence and the final `h_n` from the initial `h_0` (zeros when

@@ -489,3 +489,44 @@ fn the_generator_held_by_with_global_rng_is_not_waited_for() -> Result<()> {
     Tensor::randn([2], &Device::Cpu)?;
     Ok(())
 }
+
+/// Recurrent layers refuse sizes of zero and an input of another dtype than
+/// their weights with PyTorch's messages, naming the fix (the cells accept an
+/// input size of zero, as PyTorch's do).
+#[test]
+fn recurrent_layers_refuse_zero_sizes_and_a_mismatched_dtype() -> Result<()> {
+    use ember::nn::{GRUCell, Module, RnnOptions, LSTM};
+    let cpu = Device::Cpu;
+    err_has(
+        LSTM::new(0, 4, &cpu).map(|_| ()),
+        &["input_size must be greater than zero"],
+    );
+    err_has(
+        LSTM::new(3, 0, &cpu).map(|_| ()),
+        &["hidden_size must be greater than zero"],
+    );
+    err_has(
+        LSTM::with_options(
+            3,
+            4,
+            RnnOptions {
+                num_layers: 0,
+                ..Default::default()
+            },
+            &cpu,
+        )
+        .map(|_| ()),
+        &["num_layers must be greater than zero"],
+    );
+    GRUCell::new(0, 4, &cpu)?;
+    let lstm = LSTM::new(3, 4, &cpu)?;
+    let x = Tensor::zeros([2, 1, 3], DType::F64, &cpu)?;
+    err_has(
+        lstm.forward(&x),
+        &[
+            "RNN input dtype (float64) does not match weight dtype (float32)",
+            "input.to_dtype(DType::F32)",
+        ],
+    );
+    Ok(())
+}
