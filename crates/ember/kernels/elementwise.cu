@@ -95,6 +95,7 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
     case U_SIGN: return x > (A)0 ? (A)1 : (x < (A)0 ? (A)-1 : (A)0);  // NaN gives 0
     case U_RSQRT: return (A)1 / sqrt(x);
     case U_LOG2: return log2(x);
+    case U_LOG10: return log10(x);
     case U_TAN: return tan(x);
     case U_ATAN: return atan(x);
     case U_HARDSIGMOID:
@@ -105,6 +106,13 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
         if (r > (A)6) r = (A)6;
         return op == U_HARDSWISH ? x * r / (A)6 : r / (A)6;
     }
+    case U_SELU: {
+        // the constants rounded to the accumulator type and multiplied in it
+        const A scale = (A)1.0507009873554804934193349852946;
+        return x > (A)0 ? x * scale : expm1(x) * ((A)1.6732632423543772848170429916717 * scale);
+    }
+    case U_CELU: return x > (A)0 ? x : expm1(x * (A)p1) * (A)p0;  // p1 = 1 / alpha
+    case U_MISH: return x * tanh(log1p(exp(x)));
     }
     return x;
 }

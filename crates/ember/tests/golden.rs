@@ -948,6 +948,58 @@ fn eval(case: &Case, dev: Device, args: &[Arg]) -> R<Out> {
             };
             one(a().vector_norm(p.f("ord"), dims, keep()))
         }
+        // lerp, addcmul/addcdiv, unbind, the activations, cosine similarity, median
+        "lerp" => one(a().lerp(args[1].t(), args[2].op())),
+        "lerp_" => in_place(a(), |t| t.lerp_(args[1].t(), args[2].op())),
+        "addcmul" | "addcdiv" | "addcmul_" | "addcdiv_" => {
+            let (t1, t2, v) = (args[1].t(), args[2].t(), scalar_param(p.get("value")));
+            match case.op.as_str() {
+                "addcmul" => one(a().addcmul(t1, t2, v)),
+                "addcdiv" => one(a().addcdiv(t1, t2, v)),
+                "addcmul_" => in_place(a(), |t| t.addcmul_(t1, t2, v)),
+                _ => in_place(a(), |t| t.addcdiv_(t1, t2, v)),
+            }
+        }
+        "unbind" => many(a().unbind(p.i("dim"))),
+        "unbind_weighted" => {
+            // 0 + the sum of (i + 1) · slice i
+            let us = a().unbind(p.i("dim")).map_err(e)?;
+            let mut shape = a().shape().to_vec();
+            shape.remove(p.i("dim").rem_euclid(a().rank() as i64) as usize);
+            let mut acc = Tensor::zeros(shape, a().dtype(), &dev).map_err(e)?;
+            for (i, u) in us.iter().enumerate() {
+                acc = acc.add(&u.mul((i + 1) as i64).map_err(e)?).map_err(e)?;
+            }
+            Ok(Out::One(acc))
+        }
+        "log10" => one(a().log10()),
+        "log10_" => in_place(a(), |t| t.log10_()),
+        "relu6" => one(a().relu6()),
+        "relu6_" => in_place(a(), |t| t.relu6_()),
+        "selu" => one(a().selu()),
+        "selu_" => in_place(a(), |t| t.selu_()),
+        "mish" => one(a().mish()),
+        "mish_" => in_place(a(), |t| t.mish_()),
+        "hardtanh" => one(a().hardtanh(p.f("min"), p.f("max"))),
+        "hardtanh_" => in_place(a(), |t| t.hardtanh_(p.f("min"), p.f("max"))),
+        "celu" => one(a().celu(p.f("alpha"))),
+        "celu_" => in_place(a(), |t| t.celu_(p.f("alpha"))),
+        "cosine_similarity" => one(ember::nn::functional::cosine_similarity(
+            a(),
+            args[1].t(),
+            p.i("dim"),
+            p.f("eps"),
+        )),
+        "pairwise_distance" => one(ember::nn::functional::pairwise_distance(
+            a(),
+            args[1].t(),
+            p.f("p"),
+            p.f("eps"),
+            keep(),
+        )),
+        "median" => one(a().median()),
+        "median_dim" => many(a().median_dim(p.i("dim"), keep()).map(|(v, i)| vec![v, i])),
+        "median_dim_values" => one(a().median_dim(p.i("dim"), keep()).map(|(v, _)| v)),
         other => panic!("unknown op {other}"),
     }
 }

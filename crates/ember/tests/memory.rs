@@ -175,6 +175,62 @@ fn bad_input_is_an_error() -> Result<()> {
     Ok(())
 }
 
+/// A decoder of the layers gen_nn.py's `layers2` checks (bilinear and nearest
+/// upsampling, composites of index ops; a transposed convolution through the
+/// convolution's backward-data pass; PReLU; instance norm; a 1-D convolution).
+fn upsampling_decoder(dev: &Device) -> Result<nn::Sequential> {
+    use nn::functional::{InterpolateMode, InterpolateOptions};
+    let up = |o: InterpolateOptions| nn::Upsample::new(o);
+    let ct = nn::ConvTranspose2dOptions::default()
+        .stride(2)
+        .padding(1)
+        .output_padding(1);
+    Ok(nn::Sequential::new()
+        .add(nn::Conv2d::new(
+            1,
+            8,
+            3,
+            Conv2dOptions::default().padding(1),
+            dev,
+        )?)
+        .add(nn::PReLU::new(8, dev)?)
+        .add(up(
+            InterpolateOptions::scale_factor(1.5).mode(InterpolateMode::Bilinear)
+        ))
+        .add(nn::InstanceNorm2d::with_options(8, true, true, dev)?)
+        .add(nn::ConvTranspose2d::new(8, 4, 3, ct, dev)?)
+        .add(up(InterpolateOptions::size([20, 20])))
+        .add(nn::Flatten { start: 2, end: -1 })
+        .add(nn::Conv1d::new(
+            4,
+            4,
+            5,
+            nn::Conv1dOptions::default().stride(4),
+            dev,
+        )?)
+        .add(nn::Flatten::default())
+        .add(nn::Linear::new(4 * 99, 10, dev)?))
+}
+
+/// The estimate of training the upsampling decoder equals the measured peak,
+/// as the training cases' do.
+#[test]
+fn the_estimate_matches_the_allocators_peak_for_upsampling_layers() -> Result<()> {
+    let Some((dev, _turn)) = gpu("the_estimate_matches_the_allocators_peak_for_upsampling_layers")
+    else {
+        return Ok(());
+    };
+    let case: Case = (
+        "upsampling decoder, adam",
+        upsampling_decoder,
+        vec![1, 8, 8],
+        16,
+        adam,
+        DType::F32,
+    );
+    check_training_cases(&dev, &[case], NO_CACHE_TOLERANCE)
+}
+
 /// The same steps run on `cuda:0`, from a fresh allocator: the estimate's peak
 /// equals `max_memory_allocated` (minus what was allocated before) to the byte
 /// (within a few percent in the memory checker's runs, without the caching

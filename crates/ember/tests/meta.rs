@@ -86,6 +86,31 @@ fn ops() -> Vec<(&'static str, Op)> {
         ("expm1 of ints", |t| one(t[9].expm1())),
         ("rsqrt", |t| one(t[14].rsqrt())),
         ("log2", |t| one(t[14].log2())),
+        ("log10 of u8", |t| one(t[9].log10())),
+        ("hardtanh", |t| one(t[0].hardtanh(-0.5, 0.5))),
+        ("relu6 of u8", |t| one(t[9].relu6())),
+        ("selu", |t| one(t[12].selu())),
+        ("celu", |t| one(t[0].celu(0.5))),
+        ("mish", |t| one(t[0].mish())),
+        ("lerp", |t| one(t[0].lerp(&t[1], 0.3))),
+        ("lerp tensor weight", |t| one(t[0].lerp(&t[1], &t[14]))),
+        ("addcmul", |t| one(t[0].addcmul(&t[1], &t[9], 0.5))),
+        ("addcdiv", |t| one(t[1].addcdiv(&t[0], &t[14], 2.0))),
+        ("unbind", |t| t[3].unbind(1)),
+        ("median", |t| one(t[12].median())),
+        ("median_dim", |t| {
+            t[0].median_dim(1, true).map(|(v, i)| vec![v, i])
+        }),
+        ("cosine_similarity", |t| {
+            one(ember::nn::functional::cosine_similarity(
+                &t[0], &t[1], -1, 1e-8,
+            ))
+        }),
+        ("pairwise_distance", |t| {
+            one(ember::nn::functional::pairwise_distance(
+                &t[0], &t[1], 2.0, 1e-6, true,
+            ))
+        }),
         ("tan", |t| one(t[0].tan())),
         ("atan", |t| one(t[0].atan())),
         ("floor", |t| one(t[0].floor())),
@@ -293,6 +318,44 @@ fn ops() -> Vec<(&'static str, Op)> {
         }),
         ("avg_pool2d", |t| {
             one(t[3].avg_pool2d(Pool2dOptions::new(3).stride(2).padding(1)))
+        }),
+        // the layers of gen_nn.py's `layers2`
+        ("interpolate bilinear", |t| {
+            let o = nn::functional::InterpolateOptions::scale_factor(1.5)
+                .mode(nn::functional::InterpolateMode::Bilinear);
+            one(nn::functional::interpolate(&t[3], &o))
+        }),
+        ("interpolate nearest", |t| {
+            let o = nn::functional::InterpolateOptions::size([4, 9]);
+            one(nn::functional::interpolate(&t[3], &o))
+        }),
+        ("conv_transpose2d", |t| {
+            let o = nn::ConvTranspose2dOptions::default()
+                .stride(2)
+                .padding(1)
+                .output_padding(1);
+            one(t[3].conv_transpose2d(&t[4].narrow(0, 0, 3)?, Some(&t[5].narrow(0, 0, 3)?), o))
+        }),
+        ("conv1d", |t| {
+            let w = t[10].narrow(2, 0, 2)?;
+            one(nn::functional::conv1d(
+                &t[10],
+                &w,
+                None,
+                nn::Conv1dOptions::default(),
+            ))
+        }),
+        ("prelu", |t| {
+            one(nn::functional::prelu(&t[3], &t[5].narrow(0, 0, 3)?))
+        }),
+        ("instance_norm", |t| {
+            let w = t[5].narrow(0, 0, 3)?;
+            one(nn::functional::instance_norm(
+                &t[3],
+                Some(&w),
+                None,
+                Default::default(),
+            ))
         }),
         // views, joins, splits
         ("reshape", |t| one(t[3].reshape([6, -1]))),

@@ -258,7 +258,11 @@ pub(crate) trait BackendStorage: Sized {
         s: &ConvShape,
     ) -> Result<Self>;
     /// The gradients of `conv2d(x, w)` from the output's gradient `gy`, for the
-    /// input and the weight as `need` asks (`self` is `x`; all contiguous).
+    /// input and the weight as `need` asks (`self` is `x`; all contiguous). `x`
+    /// is read only for the weight's gradient: where the input's alone is asked
+    /// for, `self` may be any storage of the operands' dtype and device (the
+    /// transposed convolution, whose forward is this input gradient, passes
+    /// the weight) and `l` is not read.
     fn conv2d_backward(
         &self,
         l: &Layout,

@@ -1,6 +1,8 @@
 //! The functions behind the layers, as in `torch.nn.functional`: `linear`,
 //! `embedding`, the norms, `dropout`, and (from `nn/sdpa.rs`)
-//! `scaled_dot_product_attention` with its paths. Most are composites of tensor
+//! `scaled_dot_product_attention` with its paths, (from `nn/activation.rs`) the
+//! activations that take an `inplace` flag, and (from `nn/distance.rs`)
+//! `cosine_similarity` and `pairwise_distance`. Most are composites of tensor
 //! ops, so they run on every device and autograd needs no rule of its own.
 
 use crate::{
@@ -9,6 +11,11 @@ use crate::{
     tensor::Tensor,
 };
 
+pub use super::activation::{celu, hardtanh, mish, relu6, selu};
+pub use super::conv_layers::{conv1d, conv_transpose2d};
+pub use super::distance::{cosine_similarity, pairwise_distance};
+pub use super::instance_norm::{instance_norm, InstanceNormOptions};
+pub use super::prelu::prelu;
 pub use super::sdpa::{
     attention_path, scaled_dot_product_attention, with_attention_group_scores, with_attention_path,
     AttentionPath,
@@ -17,6 +24,7 @@ pub(crate) use super::sdpa::{
     fused_attention_refusal, fused_mask_fits, log_attention_path, mask_bias,
 };
 pub(crate) use super::sdpa_saving::attention_saving_memory;
+pub use super::upsample::{interpolate, InterpolateMode, InterpolateOptions};
 
 /// `input · weightᵀ + bias` (`torch.nn.functional.linear`): `input` is `[..., in]`,
 /// `weight` `[out, in]` (or `[in]`), `bias` broadcasts to the output. As in

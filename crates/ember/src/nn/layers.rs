@@ -414,6 +414,12 @@ inplace_activation!(/// `relu6(x + 3) / 6` (`nn.Hardsigmoid`).
     Hardsigmoid, hardsigmoid, hardsigmoid_);
 inplace_activation!(/// `x · relu6(x + 3) / 6` (`nn.Hardswish`, MobileNetV3's activation).
     Hardswish, hardswish, hardswish_);
+inplace_activation!(/// `min(max(x, 0), 6)` (`nn.ReLU6`, MobileNetV2's activation).
+    ReLU6, relu6, relu6_);
+inplace_activation!(/// SELU: `λ x` where `x > 0`, else `λ α (e^x - 1)` (`nn.SELU`).
+    SELU, selu, selu_);
+inplace_activation!(/// Mish: `x · tanh(softplus(x))` (`nn.Mish`).
+    Mish, mish, mish_);
 
 /// Returns its input (`nn.Identity`): a placeholder where a model may or may not
 /// have a layer.
@@ -485,6 +491,60 @@ impl Default for ELU {
 impl Module for ELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.elu(self.alpha)
+    }
+}
+
+/// `x` clamped to `[min_val, max_val]` (`nn.Hardtanh`; defaults -1 and 1),
+/// with PyTorch's gradient (0 at the bounds); `inplace` writes into the input
+/// as [`ReLU::inplace()`](ReLU::inplace) does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hardtanh {
+    /// The lower bound.
+    pub min_val: f64,
+    /// The upper bound.
+    pub max_val: f64,
+    /// Whether `forward` writes into its input.
+    pub inplace: bool,
+}
+
+impl Default for Hardtanh {
+    fn default() -> Self {
+        Hardtanh {
+            min_val: -1.0,
+            max_val: 1.0,
+            inplace: false,
+        }
+    }
+}
+
+impl Module for Hardtanh {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        super::functional::hardtanh(x, self.min_val, self.max_val, self.inplace)
+    }
+}
+
+/// `x` where `x > 0`, else `alpha · (e^(x/alpha) - 1)` (`nn.CELU`; default
+/// `alpha = 1`); `inplace` writes into the input as [`ReLU::inplace()`](ReLU::inplace) does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CELU {
+    /// The scale of the negative part (and of its input).
+    pub alpha: f64,
+    /// Whether `forward` writes into its input.
+    pub inplace: bool,
+}
+
+impl Default for CELU {
+    fn default() -> Self {
+        CELU {
+            alpha: 1.0,
+            inplace: false,
+        }
+    }
+}
+
+impl Module for CELU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        super::functional::celu(x, self.alpha, self.inplace)
     }
 }
 

@@ -15,34 +15,44 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod activation;
 mod attention;
 mod clip;
 mod containers;
+mod conv_layers;
+mod distance;
 mod embed_norm;
 pub mod functional;
 pub mod init;
+mod instance_norm;
 mod layers;
 mod loss;
 mod loss_pointwise;
 mod norm;
+mod prelu;
 mod recurrent;
 mod sdpa;
 mod sdpa_saving;
 mod state;
 mod transformer;
+mod upsample;
 
+pub use crate::tensor::ConvTranspose2dOptions;
 pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
+pub use conv_layers::{Conv1d, Conv1dOptions, ConvTranspose2d};
+pub use distance::{CosineSimilarity, PairwiseDistance};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
 pub use functional::{
     batch_norm, dropout, embedding, group_norm, layer_norm, rms_norm, scaled_dot_product_attention,
     BatchNormOptions,
 };
+pub use instance_norm::{InstanceNorm, InstanceNorm1d, InstanceNorm2d};
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Hardsigmoid, Hardswish, Identity,
-    LazyLinear, LeakyReLU, Linear, MaxPool2d, ReLU, Sequential, SiLU, Sigmoid, Softmax, Softplus,
-    Tanh, ELU, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Hardsigmoid, Hardswish, Hardtanh,
+    Identity, LazyLinear, LeakyReLU, Linear, MaxPool2d, Mish, ReLU, ReLU6, Sequential, SiLU,
+    Sigmoid, Softmax, Softplus, Tanh, CELU, ELU, GELU, SELU,
 };
 pub use loss::{
     bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,
@@ -52,12 +62,14 @@ pub use loss_pointwise::{
     binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
 };
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
+pub use prelu::PReLU;
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 pub use state::IncompatibleKeys;
 pub use transformer::{
     Activation, DecoderMasks, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
     TransformerOptions,
 };
+pub use upsample::Upsample;
 
 use crate::layout::MemoryFormat;
 use crate::{device::Device, dtype::DType, error::Result, tensor::Tensor};

@@ -638,6 +638,12 @@ unary_methods! {
     /// `x · relu6(x + 3) / 6` (`F.hardswish`, MobileNetV3's activation);
     /// floating-point dtypes only.
     hardswish / hardswish_, ops::Hardswish, Hardswish;
+    /// SELU: `λ x` where `x > 0`, else `λ α (e^x - 1)`, with α ≈ 1.6733 and
+    /// λ ≈ 1.0507 (`F.selu`, the self-normalising networks' activation);
+    /// floating-point dtypes only.
+    selu / selu_, ops::Selu, Selu;
+    /// Mish: `x · tanh(softplus(x))` (`F.mish`); floating-point dtypes only.
+    mish / mish_, ops::Mish, Mish;
     /// `ln(1 + x)`, accurate near 0.
     log1p / log1p_, ops::Log1p, Log1p;
     /// `e^x - 1`, accurate near 0.
@@ -646,6 +652,8 @@ unary_methods! {
     rsqrt / rsqrt_, ops::Rsqrt, Rsqrt;
     /// Base-2 logarithm.
     log2 / log2_, ops::Log2, Log2;
+    /// Base-10 logarithm (integers and bools give float32).
+    log10 / log10_, ops::Log10, Log10;
     /// Tangent.
     tan / tan_, ops::Tan, Tan;
     /// Arctangent.

@@ -246,7 +246,7 @@ impl Tensor {
     /// old values where autograd records and `f`'s rule reads them), checked
     /// (its dtype castable to this one, its shape this one) before anything is
     /// written, then written and, while recording, made this tensor's history.
-    fn write_from(
+    pub(super) fn write_from(
         &self,
         op: &'static str,
         rhs_grad: bool,

@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::autograd::{sum_to, Grads, Inputs, Saved};
-use crate::backend::op::BinaryCode;
+use crate::backend::op::{self as ops, BinaryCode};
 use crate::{dtype::DType, error::Result};
 
 /// The derivative of each one-input elementwise op.
@@ -38,6 +38,13 @@ pub(crate) enum Unary {
     Atan,
     Hardsigmoid,
     Hardswish,
+    Log10,
+    Selu,
+    Celu(f64),
+    Mish,
+    /// `hardtanh(min, max)`: the gradient passes where `min < x < max` (and at
+    /// NaN), as PyTorch's `hardtanh_backward`.
+    Hardtanh(f64, f64),
     /// Rounding and sign: a zero gradient, as in PyTorch.
     Zero,
 }
@@ -170,6 +177,29 @@ impl Unary {
             // -1/2 · y^3
             Rsqrt => g.mul(&y.pow(3.0)?.mul(-0.5)?),
             Log2 => g.div(&x.mul(std::f64::consts::LN_2)?),
+            Log10 => g.div(&x.mul(std::f64::consts::LN_10)?),
+            // PyTorch's ELU backward on the input: λ above 0, λ α e^x at and
+            // below it (NaN: λ)
+            Selu => {
+                let (alpha, scale) = (ops::SELU_ALPHA, ops::SELU_SCALE);
+                let neg = x.exp()?.mul(alpha * scale)?;
+                g.mul(&x.le(0.0)?.where_(&neg, scale)?)
+            }
+            // e^(x/α) at and below 0, else 1
+            Celu(alpha) => {
+                let neg = x.mul(1.0 / alpha)?.exp()?;
+                g.mul(&x.le(0.0)?.where_(&neg, 1.0)?)
+            }
+            // t + x σ(x) (1 - t²) with t = tanh(softplus(x)), as PyTorch's kernel
+            Mish => {
+                let t = x.exp()?.log1p()?.tanh()?;
+                let d = t.square()?.neg()?.add(1.0)?.mul(&x.sigmoid()?)?.mul(x)?;
+                g.mul(&t.add(&d)?)
+            }
+            Hardtanh(lo, hi) => {
+                let out = x.le(lo)?.logical_or(&x.ge(hi)?)?;
+                out.where_(0.0, g)
+            }
             Tan => g.mul(&y.square()?.add(1.0)?),
             Atan => g.div(&x.square()?.add(1.0)?),
             // 1/6 strictly inside (-3, 3), else 0 (NaN: 0), as PyTorch's kernel,

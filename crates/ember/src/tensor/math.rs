@@ -1,7 +1,7 @@
 //! Elementwise functions built from the primitives and the method tables:
 //! rounding to decimals, sign and classification (`isnan`, `isinf`,
-//! `isfinite`), `nan_to_num`, softplus, ELU and leaky ReLU, reversed scalar ops,
-//! `pow`, and `clamp` with scalar or tensor bounds.
+//! `isfinite`), `nan_to_num`, softplus, ELU, CELU, leaky ReLU and hardtanh
+//! (relu6), reversed scalar ops, `pow`, and `clamp` with scalar or tensor bounds.
 
 use super::elementwise::{check_bool_sub, not_implemented_for, scalar_tensor};
 use super::{grad, Operand, Tensor};
@@ -187,6 +187,112 @@ impl Tensor {
             &ops::LeakyRelu(negative_slope),
             grad::Unary::LeakyRelu(negative_slope),
         )
+    }
+
+    /// CELU: `x` where `x > 0`, else `alpha · (e^(x/alpha) - 1)` (`F.celu`,
+    /// default `alpha = 1`). Floating-point only; `alpha = 0` is refused, as in
+    /// PyTorch.
+    pub fn celu(&self, alpha: f64) -> Result<Tensor> {
+        check_celu_alpha("celu", alpha)?;
+        self.unary_op("celu", &ops::Celu(alpha), grad::Unary::Celu(alpha))
+    }
+
+    /// In-place [`celu`](Self::celu) (`F.celu(x, alpha, inplace=True)`), recorded
+    /// as the other in-place activations are (a copy of the old values kept for
+    /// the rule).
+    pub fn celu_(&self, alpha: f64) -> Result<()> {
+        check_celu_alpha("celu_", alpha)?;
+        self.unary_inplace("celu_", &ops::Celu(alpha), grad::Unary::Celu(alpha))
+    }
+
+    /// `min` below `min`, `max` above `max`, `x` between (`F.hardtanh`;
+    /// PyTorch's defaults are -1 and 1). The values are `clamp`'s, in the
+    /// input's dtype: an integer tensor stays integer, its bounds truncated
+    /// toward zero as PyTorch converts them; a NaN bound makes every element
+    /// NaN. The gradient is PyTorch's `hardtanh_backward`: it passes strictly
+    /// inside `(min, max)` and at NaN, and is 0 at and beyond the bounds. A
+    /// bool tensor and `min > max` are refused, as in PyTorch.
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let x = Tensor::new(&[-2.0f32, -0.5, 0.5, 3.0], &Device::Cpu)?;
+    /// assert_eq!(x.hardtanh(-1.0, 1.0)?.to_vec::<f32>()?, vec![-1.0, -0.5, 0.5, 1.0]);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn hardtanh(&self, min: f64, max: f64) -> Result<Tensor> {
+        self.hardtanh_named("hardtanh", min, max)
+    }
+
+    /// In-place [`hardtanh`](Self::hardtanh) (`F.hardtanh(x, min, max,
+    /// inplace=True)`); the rule reads a copy of the old values.
+    pub fn hardtanh_(&self, min: f64, max: f64) -> Result<()> {
+        let (op, rule) = self.hardtanh_op("hardtanh_", min, max)?;
+        if min.is_nan() || max.is_nan() {
+            // (clamp's kernel reads a NaN bound as no bound)
+            return self.write_from("hardtanh_", false, true, |t| {
+                t.hardtanh_named("hardtanh_", min, max)
+            });
+        }
+        self.unary_inplace("hardtanh_", &op, rule)
+    }
+
+    /// `min(max(x, 0), 6)` (`F.relu6`, MobileNetV2's activation): `hardtanh(0,
+    /// 6)`, with its gradient (0 at 0 and at 6) and its dtypes.
+    pub fn relu6(&self) -> Result<Tensor> {
+        self.hardtanh_named("relu6", 0.0, 6.0)
+    }
+
+    /// In-place [`relu6`](Self::relu6) (`F.relu6(x, inplace=True)`).
+    pub fn relu6_(&self) -> Result<()> {
+        let (op, rule) = self.hardtanh_op("relu6_", 0.0, 6.0)?;
+        self.unary_inplace("relu6_", &op, rule)
+    }
+
+    fn hardtanh_named(&self, name: &'static str, min: f64, max: f64) -> Result<Tensor> {
+        let (op, rule) = self.hardtanh_op(name, min, max)?;
+        if min.is_nan() || max.is_nan() {
+            // every element NaN (clamp's kernel reads a NaN bound as no bound);
+            // the gradient is the rule's, which passes everywhere
+            let out = crate::autograd::no_grad(|| self.full_like(f64::NAN))?;
+            return Ok(Tensor::record(out, name, &[self], |_| {
+                let x = self.save();
+                move |g: &Tensor| Ok(vec![Some(rule.backward(Some(x.get()?), None, g)?)])
+            }));
+        }
+        self.unary_op(name, &op, rule)
+    }
+
+    /// hardtanh's clamp and rule in this tensor's dtype, after PyTorch's
+    /// refusals (bool, `min > max`).
+    fn hardtanh_op(
+        &self,
+        name: &'static str,
+        min: f64,
+        max: f64,
+    ) -> Result<(ops::Clamp, grad::Unary)> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::dtype(
+                name,
+                DType::Bool,
+                "Bool inputs not supported for hardtanh",
+            ));
+        }
+        if min > max {
+            return Err(Error::invalid(
+                name,
+                format!("min_val cannot be greater than max_val (got {min} and {max})"),
+            ));
+        }
+        // an integer tensor's bounds are converted to its dtype (truncated)
+        let (lo, hi) = if self.dtype().is_float() {
+            (min, max)
+        } else {
+            (min.trunc(), max.trunc())
+        };
+        Ok((
+            ops::Clamp(Some(lo), Some(hi)),
+            grad::Unary::Hardtanh(min, max),
+        ))
     }
 
     /// `scalar - self` (`torch.rsub(self, scalar)`, Python's `2 - t`), with the
@@ -500,4 +606,15 @@ pub(super) fn wide_int_bound(dt: DType, bounds: &[Option<Scalar>]) -> bool {
             .iter()
             .flatten()
             .any(|b| matches!(b, Scalar::Int(v) if v.unsigned_abs() > 1 << 53))
+}
+
+/// PyTorch's refusal of CELU's `alpha = 0` (its `1/alpha` would divide by 0).
+fn check_celu_alpha(op: &'static str, alpha: f64) -> Result<()> {
+    if alpha == 0.0 {
+        return Err(Error::invalid(
+            op,
+            "ZeroDivisionError: alpha cannot be 0 for CELU",
+        ));
+    }
+    Ok(())
 }

@@ -1,6 +1,6 @@
-//! Sorting and selecting: `sort`, `argsort`, `topk` (the `argsort` primitive, the
-//! values gathered, so their gradient is gather's), `nonzero`, `masked_select` and
-//! `multinomial` sampling.
+//! Sorting and selecting: `sort`, `argsort`, `topk` and `median` (the `argsort`
+//! primitive, the values gathered, so their gradient is gather's), `nonzero`,
+//! `masked_select` and `multinomial` sampling.
 
 use super::Tensor;
 use crate::layout::normalize_dim;
@@ -66,6 +66,91 @@ impl Tensor {
             order.narrow(d as i64, 0, k)?.copy()?
         };
         Ok((self.gather_valid(d, idx.clone())?, idx))
+    }
+
+    /// The median of all elements (`torch.median(t)`), a 0-d tensor of this
+    /// dtype: for an even count the lower of the two middle values, as
+    /// PyTorch (not their mean). NaN anywhere gives NaN; an empty tensor gives
+    /// NaN (int64's lowest value, uint8's 0: PyTorch's NaN converted). Bools
+    /// are refused, as in PyTorch. The gradient is PyTorch's: shared evenly
+    /// among the elements equal to the median (the NaNs, for a NaN median).
+    ///
+    /// ```
+    /// # use ember::{Device, Tensor};
+    /// let x = Tensor::new(&[4.0f32, 1.0, 3.0, 2.0], &Device::Cpu)?;
+    /// assert_eq!(x.median()?.item::<f32>()?, 2.0);
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn median(&self) -> Result<Tensor> {
+        const OP: &str = "median";
+        check_median_dtype(OP, "median_cpu", self.dtype())?;
+        let dt = self.dtype();
+        if self.numel() == 0 {
+            let v = match dt {
+                DType::I64 => Tensor::full((), i64::MIN, dt, &self.device())?,
+                DType::U8 => Tensor::zeros((), dt, &self.device())?,
+                _ => Tensor::full((), f64::NAN, dt, &self.device())?,
+            };
+            return Ok(Tensor::record(v, OP, &[self], |_| {
+                let (shape, dev) = (self.shape().to_vec(), self.device());
+                move |_g: &Tensor| Ok(vec![Some(Tensor::zeros(&shape, dt, &dev)?)])
+            }));
+        }
+        let out = crate::autograd::no_grad(|| -> Result<Tensor> {
+            let flat = self.reshape([self.numel()])?;
+            Ok(flat.median_dim(0, false)?.0)
+        })?;
+        Ok(Tensor::record(out, OP, &[self], |y| {
+            let (x, y) = (self.save(), y.save());
+            move |g: &Tensor| {
+                let (x, y) = (x.get()?, y.get()?);
+                let mut mask = x.eq(y)?;
+                if dt.is_float() {
+                    mask = mask.logical_or(&x.isnan()?.logical_and(&y.isnan()?)?)?;
+                }
+                let count = mask.to_dtype(DType::I64)?.sum_all()?;
+                Ok(vec![Some(mask.where_(&g.div(&count)?, 0.0)?)])
+            }
+        }))
+    }
+
+    /// The median along `dim` and its index in each line
+    /// (`torch.median(t, dim, keepdim)`): the lower middle value of the line's
+    /// sorted order; a line with NaN gives NaN and the index of its first NaN,
+    /// as PyTorch. Among equal values the index is that of the first in the
+    /// line (a stable sort's; PyTorch does not promise which). The gradient
+    /// flows to the chosen element. An empty `dim` is refused (empty other dims
+    /// give empty results), and so are bools, as in PyTorch.
+    pub fn median_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "median";
+        check_median_dtype(OP, "median_out", self.dtype())?;
+        let d = normalize_dim(OP, dim, self.rank().max(1))?;
+        if self.rank() == 0 {
+            return Ok((self.copy()?, Tensor::zeros((), DType::I64, &self.device())?));
+        }
+        let n = self.shape()[d];
+        if n == 0 {
+            return Err(Error::invalid(
+                OP,
+                format!("median(): Expected reduction dim {d} to have non-zero size."),
+            ));
+        }
+        let order = self.argsort(d as i64, false)?;
+        let lower = (n - 1) / 2;
+        let idx = if self.dtype().is_float() {
+            // NaN sorts last: a line with c NaNs has its first at n - c
+            let nans = self.isnan()?.to_dtype(DType::I64)?.sum([d as i64], true)?;
+            let at = nans.gt(0)?.where_(&nans.rsub(n as i64)?, lower as i64)?;
+            order.gather_valid(d, at)?
+        } else {
+            order.narrow(d as i64, lower as i64, 1)?.copy()?
+        };
+        let values = self.gather_valid(d, idx.clone())?;
+        if keepdim {
+            Ok((values, idx))
+        } else {
+            Ok((values.squeeze(d as i64)?, idx.squeeze(d as i64)?))
+        }
     }
 
     /// The indices of the nonzero elements (`torch.nonzero`): an int64 tensor of
@@ -285,4 +370,12 @@ fn on_device(rows: &Tensor, u: &Tensor) -> Result<Tensor> {
         hi = left.where_(&mid, &hi)?;
     }
     lo.to_dtype(DType::I64)?.minimum(&last)
+}
+
+/// PyTorch's refusal of a bool median (its kernel `kernel` has no bool instance).
+fn check_median_dtype(op: &'static str, kernel: &str, dt: DType) -> Result<()> {
+    if dt == DType::Bool {
+        return Err(super::elementwise::not_implemented_for(op, kernel, dt));
+    }
+    Ok(())
 }

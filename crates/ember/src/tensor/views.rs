@@ -448,6 +448,24 @@ impl Tensor {
         self.split(n.div_ceil(chunks).max(1), d as i64)
     }
 
+    /// The slices along `dim`, each a view without that dim (`torch.unbind`:
+    /// `t.unbind(0)` of a `[3, 4]` tensor is three views of shape `[4]`, the
+    /// same as `select(0, i)` for each `i`). An empty dim gives no views; a 0-d
+    /// tensor is refused, as in PyTorch. The gradient of each view flows back
+    /// into its slice.
+    pub fn unbind(&self, dim: i64) -> Result<Vec<Tensor>> {
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                "unbind",
+                format!("Dimension specified as {dim} but tensor has no dimensions"),
+            ));
+        }
+        let d = normalize_dim("unbind", dim, self.rank())?;
+        (0..self.shape()[d])
+            .map(|i| self.select(d as i64, i as i64))
+            .collect()
+    }
+
     /// PyTorch's refusal of a 0-d tensor by ops that take a part of a dim.
     fn not_0d(&self, op: &'static str, msg: &'static str) -> Result<()> {
         if self.rank() == 0 {

@@ -357,7 +357,7 @@ def run_op(op, p, x):
             return F.nll_loss(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"])
         return F.cross_entropy(a, x[1], weight=w, ignore_index=p["ignore_index"], reduction=p["reduction"],
                                label_smoothing=p["label_smoothing"])
-    # session 47: the pointwise losses beside mse_loss, and xlogy
+    # the pointwise losses beside mse_loss, and xlogy
     if op == "xlogy":
         return torch.xlogy(a, x[1])
     if op in ("l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
@@ -448,7 +448,56 @@ def run_op(op, p, x):
         return a.index_add(p["dim"], x[1], x[2], alpha=p["alpha"])
     if op == "vector_norm":
         return torch.linalg.vector_norm(a, p["ord"], dim=p["dims"], keepdim=p["keepdim"])
+    # lerp, addcmul/addcdiv, unbind, log10, hardtanh/relu6/selu/celu/mish,
+    # cosine_similarity/pairwise_distance, median (in place on a copy, as above)
+    if op in ("lerp", "lerp_"):
+        return torch.lerp(a, x[1], x[2]) if op == "lerp" else a.clone().lerp_(x[1], x[2])
+    if op in ("addcmul", "addcdiv"):
+        return getattr(torch, op)(a, x[1], x[2], value=p["value"])
+    if op in ("addcmul_", "addcdiv_"):
+        return getattr(a.clone(), op)(x[1], x[2], value=p["value"])
+    if op == "unbind":
+        return list(torch.unbind(a, p["dim"]))
+    if op == "unbind_weighted":  # 0 + the sum of (i + 1) * slice i: every view's gradient
+        us = torch.unbind(a, p["dim"])
+        shape = list(a.shape)
+        del shape[p["dim"]]
+        acc = torch.zeros(shape, dtype=a.dtype)
+        for i, u in enumerate(us):
+            acc = acc + (i + 1) * u
+        return acc
+    if op in MORE_UNARY:
+        return MORE_UNARY[op](a)
+    if op in MORE_INPLACE:
+        return MORE_INPLACE[op](a.clone())
+    if op == "hardtanh":
+        return F.hardtanh(a, p["min"], p["max"])
+    if op == "hardtanh_":
+        return F.hardtanh(a.clone(), p["min"], p["max"], inplace=True)
+    if op == "celu":
+        return F.celu(a, p["alpha"])
+    if op == "celu_":
+        return F.celu(a.clone(), p["alpha"], inplace=True)
+    if op == "cosine_similarity":
+        return F.cosine_similarity(a, x[1], dim=p["dim"], eps=p["eps"])
+    if op == "pairwise_distance":
+        return F.pairwise_distance(a, x[1], p=p["p"], eps=p["eps"], keepdim=p["keepdim"])
+    if op == "median":
+        return a.median()
+    if op == "median_dim":
+        return list(torch.median(a, p["dim"], keepdim=p["keepdim"]))
+    if op == "median_dim_values":
+        return torch.median(a, p["dim"], keepdim=p["keepdim"]).values
     raise ValueError(f"unknown op {op}")
+
+
+MORE_UNARY = {"log10": torch.log10, "relu6": F.relu6, "selu": F.selu, "mish": F.mish}
+MORE_INPLACE = {
+    "log10_": lambda t: t.log10_(),
+    "relu6_": lambda t: F.relu6(t, inplace=True),
+    "selu_": lambda t: F.selu(t, inplace=True),
+    "mish_": lambda t: F.mish(t, inplace=True),
+}
 
 
 # (the hard activations apart: the families that loop over NEW_UNARY draw their
@@ -488,14 +537,15 @@ ERROR_KINDS = [
     (r"out of range in self|out of bounds for dimension|out of DATA bounds|select\(\): index .* out of range"
      r"|Class values must be smaller|Target -?\d+ is out of bounds|Class values must be non-negative", "IndexOutOfRange"),
     (r"to have the same dtype|expected scalar type|all inputs must share same datatype|must have the same dtype"
-     r"|expect parameter to have scalar type|must have the same scalar type", "DTypeMismatch"),
+     r"|expect parameter to have scalar type|must have the same scalar type|expected dtype .* for `", "DTypeMismatch"),
     (r"not implemented for '|does not support bool input|could not infer output dtype"
      r"|only support floating point|only applicable to index tensor|expected condition to be a boolean"
      r"|Subtraction, the `-` operator|Expected a floating point or complex tensor"
      r"|expected BoolTensor for mask|only supports floating-point dtypes"
      r"|have one of the following scalar types|Expected attn_mask dtype|expected target dtype"
      r"|does not support bool dtypes|Expected dtype int32/int64 for index|only supports boolean masks"
-     r"|Integral inputs not supported",
+     r"|Integral inputs not supported|Integer division with addcdiv is no longer supported"
+     r"|Bool inputs not supported for hardtanh|expected common dtype to be floating point",
      "UnsupportedDType"),
     (r"cannot be multiplied|Sizes of tensors must match|stack expects each tensor to be equal size"
      r"|The expanded size of the tensor|channels, but got"
@@ -528,7 +578,8 @@ ERROR_KINDS = [
      r"|At least one of 'min' or 'max'|Expected at least 2 dimensions for input tensor"
      r"|only supports a 0-dimensional value tensor|only supports 0-dimension value tensor"
      r"|can't be cast to the desired output type|does not support negative values for beta"
-     r"|does not support non-positive values for delta|should be between 0 and 1", "InvalidArgument"),
+     r"|does not support non-positive values for delta|should be between 0 and 1"
+     r"|min_val cannot be greater than max_val", "InvalidArgument"),
 ]
 
 
@@ -3040,7 +3091,7 @@ case(FAM, "clamp_tensor__int_float_min", "clamp_tensor_", [ri(3), rn(3)], {"min"
 case(FAM, "clamp_tensor__f16_f64_min", "clamp_tensor_", [rn(3, dtype=torch.float16), rn(3, dtype=torch.float64)],
      {"min": True, "max": False}, grad=True)
 
-# ---- corners a new user met (session 45): einsum's dots outside one ellipsis
+# ---- corners a new user met: einsum's dots outside one ellipsis
 # and more than 16 ellipsis dims, all/any over no dims, int64 past 2^53 cast
 # and printed exactly, pow(x, -0.5) as rsqrt, a bool squared, broadcast_to's -1,
 # a uint8 arange from a fractional start
@@ -3103,7 +3154,7 @@ case(FAM, "clamp_i64_past_2_53_min_only", "clamp", [_WIDE], {"min": 2**53 + 2, "
 case(FAM, "clamp__i64_past_2_53", "clamp_", [_WIDE], {"min": -(2**53) - 3, "max": 2**53 + 2})
 case(FAM, "clamp_bool_past_2_53", "clamp", [T([True, False])], {"min": None, "max": -(2**60) - 1})
 
-# ---- session 47: the pointwise losses beside mse_loss (l1, smooth l1, Huber,
+# ---- the pointwise losses beside mse_loss (l1, smooth l1, Huber,
 # KL divergence, binary cross-entropy on probabilities) and xlogy, with their
 # gradients for input and target, their corners (ties at the pieces' edges,
 # probabilities of 0 and 1, targets of 0), and PyTorch's refusals
@@ -3161,6 +3212,246 @@ case(FAM, "xlogy_scalar", "xlogy", [T([0.0, 1.5, 2.0]), 2.5])
 case(FAM, "xlogy_int_scalar", "xlogy", [T([0, 2]), 2.5])
 case(FAM, "xlogy_f16", "xlogy", [T([0.0, 1.5, 2.0, 3.0], torch.float16), T([3.0, 0.1, 7.0, 1e-3], torch.float16)])
 case(FAM, "xlogy_bf16_f32", "xlogy", [T([0.0, 1.5, 2.0], torch.bfloat16), T([3.0, 0.1, 7.0])])
+
+# ---- lerp, addcmul/addcdiv, unbind, log10, hardtanh/relu6/selu/celu/mish,
+# cosine_similarity/pairwise_distance, median: values, gradients, dtypes (and the
+# ones PyTorch refuses), broadcasting, empty tensors, views, in-place forms
+FAM = "lerp"
+_W = T([[0.0, 0.25, 0.4999, 0.5], [0.75, 1.0, -0.3, -0.6], [1.5, 2.0, -1.0, 0.49]])
+case(FAM, "scalar_small", "lerp", [rn(3, 4), rn(3, 4), 0.3], grad=True)
+case(FAM, "scalar_large", "lerp", [rn(3, 4), rn(3, 4), 0.8], grad=True)
+case(FAM, "scalar_negative", "lerp", [rn(3, 4), rn(3, 4), -0.7], grad=True)
+case(FAM, "scalar_one", "lerp", [rn(3, 4, scale=100.0), rn(3, 4, scale=0.01), 1.0])
+case(FAM, "scalar_int", "lerp", [rn(3, 4), rn(3, 4), 2])
+case(FAM, "tensor_weight", "lerp", [rn(3, 4), rn(3, 4), _W], grad=True)
+case(FAM, "broadcast", "lerp", [rn(2, 1), rn(3), T([[[0.2, 0.7, 1.1]]])], grad=True)
+case(FAM, "broadcast_scalar", "lerp", [rn(2, 1), rn(3), 0.4], grad=True)
+# (a float64 0-d weight's gradient is a float32 sum, whose order a GPU may change:
+# float32's tolerance)
+case(FAM, "weight_0d_f64", "lerp", [rn(3), rn(3), T(0.25, torch.float64)], grad=True, rtol=1e-5)
+case(FAM, "weight_0d_int", "lerp", [rn(3), rn(3), T(1)])
+case(FAM, "f64", "lerp", [d64(rn(3, 4)), d64(rn(3, 4)), d64(_W)], grad=True)
+case(FAM, "f16_scalar", "lerp", [rn(6, dtype=torch.float16), rn(6, dtype=torch.float16), 0.3], grad=True)
+case(FAM, "bf16_tensor", "lerp", [rn(6, dtype=torch.bfloat16), rn(6, dtype=torch.bfloat16),
+                                  T([0.1, 0.6, 0.3, 0.9, -0.2, 1.2], torch.bfloat16)], grad=True)
+case(FAM, "f16_weight_0d_f32", "lerp", [rn(4, dtype=torch.float16), rn(4, dtype=torch.float16), T(0.3)])
+case(FAM, "special", "lerp", [T([NANV, 1.0, INF, -INF, 0.0, 2.0, 1.0]), T([1.0, NANV, 1.0, INF, INF, 3.0, 1.0]),
+                              T([0.5, 0.5, 0.0, 1.0, 0.0, NANV, INF])])
+case(FAM, "transposed", "lerp", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), rn(3, 4), _W], grad=True)
+case(FAM, "empty", "lerp", [rn(0, 3), rn(3), 0.5], grad=True)
+case(FAM, "end_f64_error", "lerp", [rn(3), rn(3, dtype=torch.float64), 0.5])
+case(FAM, "weight_f64_error", "lerp", [rn(3), rn(3), rn(3, dtype=torch.float64)])
+case(FAM, "weight_int_error", "lerp", [rn(2), rn(2), T([1, 0])])
+case(FAM, "int_error", "lerp", [ri(3), ri(3), 0.5])
+case(FAM, "int_tensor_weight_error", "lerp", [ri(3), ri(3), ri(3)])
+case(FAM, "bool_error", "lerp", [T([True]), T([False]), 0.5])
+case(FAM, "shape_error", "lerp", [rn(2, 3), rn(4), 0.5])
+case(FAM, "inplace_scalar", "lerp_", [rn(3, 4), rn(3, 4), 0.6], grad=True)
+case(FAM, "inplace_tensor", "lerp_", [rn(3, 4), rn(4), T([0.2, 0.7, 0.5, -1.0])], grad=True)
+case(FAM, "inplace_broadcast_error", "lerp_", [rn(3), rn(2, 3), 0.3])
+case(FAM, "inplace_weight_broadcast_error", "lerp_", [rn(3), rn(3), rn(2, 3)])
+case(FAM, "inplace_int_error", "lerp_", [ri(3), ri(3), 0.3])
+
+FAM = "addc"
+for op in ("addcmul", "addcdiv"):
+    den = (lambda *s, **k: pos(*s, **k)) if op == "addcdiv" else rn
+    case(FAM, f"{op}_f32", op, [rn(3, 4), rn(3, 4), den(3, 4)], {"value": 0.5}, grad=True)
+    case(FAM, f"{op}_default_value", op, [rn(3, 4), rn(3, 4), den(3, 4)], {"value": 1}, grad=True)
+    case(FAM, f"{op}_broadcast", op, [rn(2, 1), rn(3), den(1, 1, 3)], {"value": -2.0}, grad=True)
+    case(FAM, f"{op}_f64", op, [d64(rn(3, 4)), d64(rn(3, 4)), d64(den(3, 4))], {"value": 0.3}, grad=True)
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16), rn(6, dtype=torch.float16), den(6, dtype=torch.float16)],
+         {"value": 0.7}, grad=True)
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16), rn(6, dtype=torch.bfloat16),
+                                 den(6, dtype=torch.bfloat16)], {"value": 1.5}, grad=True)
+    case(FAM, f"{op}_f16_tiny_value", op, [T([0.0, 0.0], torch.float16), T([1.0, 2.0], torch.float16),
+                                          T([1.0, 2.0], torch.float16)], {"value": 1e-8})
+    case(FAM, f"{op}_mixed", op, [ri(3), rn(3), den(3, dtype=torch.float64)], {"value": 2}, grad=True)
+    # (as lerp/weight_0d_f64: float32's tolerance for the 0-d float64 operand's gradient)
+    case(FAM, f"{op}_0d_f64", op, [rn(3), rn(3), T(2.0, torch.float64)], {"value": 0.5}, grad=True, rtol=1e-5)
+    case(FAM, f"{op}_f16_f32", op, [rn(3, dtype=torch.float16), rn(3), den(3)], {"value": 1.0}, grad=True)
+    case(FAM, f"{op}_transposed", op, [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}]), rn(3, 4), den(3, 4)],
+         {"value": 0.25}, grad=True)
+    case(FAM, f"{op}_empty", op, [rn(0, 3), rn(3), den(3)], {"value": 1.0}, grad=True)
+    case(FAM, f"{op}_special", op, [T([NANV, 1.0, INF, 0.0, 1.0]), T([1.0, INF, 1.0, 0.0, -1.0]),
+                                    T([1.0, 2.0, -INF, 0.0, 0.0])], {"value": 1.0})
+    case(FAM, f"{op}_bool_error", op, [T([True]), T([True]), T([True])], {"value": 1})
+    case(FAM, f"{op}_shape_error", op, [rn(2, 3), rn(4), den(3)], {"value": 1.0})
+    case(FAM, f"{op}_inplace", op + "_", [rn(3, 4), rn(3, 4), den(4)], {"value": -0.5}, grad=True)
+    case(FAM, f"{op}_inplace_broadcast_error", op + "_", [rn(3), rn(2, 3), den(3)], {"value": 1.0})
+    case(FAM, f"{op}_inplace_int_error", op + "_", [ri(3), rn(3), den(3)], {"value": 1.0})
+case(FAM, "addcmul_int", "addcmul", [ri(4), ri(4), ri(4)], {"value": 3})
+case(FAM, "addcmul_int_float_value", "addcmul", [ri(4), ri(4), ri(4)], {"value": 1.7})
+case(FAM, "addcmul_int_neg_float_value", "addcmul", [ri(4), ri(4), ri(4)], {"value": -1.7})
+case(FAM, "addcmul_u8_wraps", "addcmul", [T([200, 1, 3], U8), T([100, 2, 250], U8), T([3, 200, 2], U8)], {"value": 1})
+case(FAM, "addcmul_inplace_int", "addcmul_", [ri(4), ri(4), ri(4)], {"value": 2})
+case(FAM, "addcdiv_int_error", "addcdiv", [ri(3), ri(3), ri(3, lo=1)], {"value": 1})
+case(FAM, "addcdiv_bool_operands_error", "addcdiv", [rn(2), T([True, False]), T([True, True])], {"value": 1})
+case(FAM, "addcdiv_int_self", "addcdiv", [ri(3), rn(3), pos(3)], {"value": 1}, grad=True)
+case(FAM, "addcdiv_int_t1", "addcdiv", [rn(3), ri(3), pos(3)], {"value": 1}, grad=True)
+# (no gradient: PyTorch's rule for tensor1 divides in place into a copy of the
+# integer tensor2 and fails, "result type Float can't be cast")
+case(FAM, "addcdiv_int_t2", "addcdiv", [rn(3), rn(3), ri(3, lo=1)], {"value": 1})
+
+FAM = "unbind"
+_UB = rn(2, 3, 4)
+for d in (0, 1, 2, -1):
+    case(FAM, f"dim{d}", "unbind", [_UB], {"dim": d})
+    case(FAM, f"weighted_dim{d}", "unbind_weighted", [_UB], {"dim": d}, grad=True)
+case(FAM, "transposed", "unbind", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}])], {"dim": 1})
+case(FAM, "weighted_transposed", "unbind_weighted", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}])],
+     {"dim": 0}, grad=True)
+case(FAM, "int64", "unbind", [ri(3, 2)], {"dim": 0})
+case(FAM, "bool", "unbind", [T([[True, False], [False, False]])], {"dim": 1})
+case(FAM, "f16", "unbind", [rn(2, 2, dtype=torch.float16)], {"dim": 0})
+case(FAM, "1d", "unbind", [rn(3)], {"dim": 0})
+case(FAM, "empty_dim", "unbind", [rn(0, 3)], {"dim": 0})
+case(FAM, "empty_other", "unbind", [rn(2, 0)], {"dim": 0})
+case(FAM, "0d_error", "unbind", [T(1.5)], {"dim": 0})
+case(FAM, "dim_error", "unbind", [rn(2, 3)], {"dim": 2})
+
+FAM = "log10"
+case(FAM, "f32", "log10", [pos(2, 5)], grad=True)
+case(FAM, "f64", "log10", [d64(pos(2, 5))], grad=True)
+case(FAM, "special", "log10", [T(SPECIAL2)])
+case(FAM, "powers", "log10", [T([1.0, 10.0, 100.0, 1e-3, 1e10, 0.5])])
+case(FAM, "f16", "log10", [pos(6, dtype=torch.float16)], grad=True)
+case(FAM, "bf16", "log10", [pos(6, dtype=torch.bfloat16)], grad=True)
+case(FAM, "transposed", "log10", [In(pos(3, 4), [{"op": "transpose", "args": [0, 1]}])], grad=True)
+case(FAM, "int64", "log10", [T([1, 10, 1000, 0, -1], I)])
+case(FAM, "u8", "log10", [T([0, 1, 10, 200], U8)])
+case(FAM, "bool", "log10", [T([True, False])])
+case(FAM, "empty", "log10", [pos(0, 2)])
+case(FAM, "inplace", "log10_", [pos(3, 4)], grad=True)
+case(FAM, "inplace_int_error", "log10_", [T([10, 100], I)])
+
+FAM = "activation2"
+_HT = T([-2.0, -1.0, -0.999, -0.0, 0.0, 0.999, 1.0, 2.0, NANV, INF, -INF])
+case(FAM, "hardtanh_edges", "hardtanh", [_HT], {"min": -1.0, "max": 1.0}, grad=True)
+case(FAM, "hardtanh_bounds", "hardtanh", [rn(3, 5, scale=2.0)], {"min": -0.5, "max": 2.0}, grad=True)
+case(FAM, "hardtanh_equal_bounds", "hardtanh", [rn(5)], {"min": 0.5, "max": 0.5}, grad=True)
+case(FAM, "hardtanh_f64", "hardtanh", [d64(rn(6, scale=2.0))], {"min": -1.0, "max": 1.0}, grad=True)
+case(FAM, "hardtanh_f16", "hardtanh", [rn(6, dtype=torch.float16, scale=2.0)], {"min": -1.0, "max": 1.0}, grad=True)
+case(FAM, "hardtanh_bf16", "hardtanh", [rn(6, dtype=torch.bfloat16, scale=2.0)], {"min": -0.25, "max": 0.75},
+     grad=True)
+case(FAM, "hardtanh_int64", "hardtanh", [T([-3, -2, -1, 0, 1, 2, 3], I)], {"min": -2.7, "max": 1.5})
+case(FAM, "hardtanh_int64_default", "hardtanh", [T([-3, 0, 3], I)], {"min": -1.0, "max": 1.0})
+case(FAM, "hardtanh_u8", "hardtanh", [T([0, 1, 3, 200], U8)], {"min": 0.0, "max": 2.0})
+case(FAM, "hardtanh_bool_error", "hardtanh", [T([True])], {"min": -1.0, "max": 1.0})
+case(FAM, "hardtanh_min_above_max", "hardtanh", [rn(3)], {"min": 2.0, "max": 1.0})
+case(FAM, "hardtanh_transposed", "hardtanh", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}])],
+     {"min": -0.5, "max": 0.5}, grad=True)
+case(FAM, "hardtanh_inplace", "hardtanh_", [_HT], {"min": -1.0, "max": 1.0}, grad=True)
+case(FAM, "hardtanh_inplace_int", "hardtanh_", [T([-3, 0, 3], I)], {"min": -1.0, "max": 1.0})
+_R6 = T([-1.0, -0.0, 0.0, 3.0, 5.999, 6.0, 7.0, NANV, INF, -INF])
+case(FAM, "relu6_edges", "relu6", [_R6], grad=True)
+case(FAM, "relu6_random", "relu6", [rn(3, 5, scale=5.0)], grad=True)
+case(FAM, "relu6_f16", "relu6", [rn(6, dtype=torch.float16, scale=5.0)], grad=True)
+case(FAM, "relu6_int64", "relu6", [T([-3, 0, 5, 6, 9], I)])
+case(FAM, "relu6_u8", "relu6", [T([0, 3, 9, 200], U8)])
+case(FAM, "relu6_bool_error", "relu6", [T([True])])
+case(FAM, "relu6_inplace", "relu6_", [_R6], grad=True)
+_EDGE = T([-3.0, -1.0, -1e-4, -0.0, 0.0, 1e-4, 0.5, 2.5, 20.0, -30.0])
+_SPEC = T([NANV, INF, -INF, 100.0, -100.0, 0.0])
+for op in ("selu", "mish"):
+    case(FAM, f"{op}_f32", op, [rn(3, 5, scale=3.0)], grad=True)
+    case(FAM, f"{op}_f64", op, [d64(rn(3, 5, scale=3.0))], grad=True)
+    case(FAM, f"{op}_edges", op, [_EDGE], grad=True)
+    case(FAM, f"{op}_special", op, [_SPEC])
+    case(FAM, f"{op}_f16", op, [rn(6, dtype=torch.float16, scale=3.0)], grad=True)
+    case(FAM, f"{op}_bf16", op, [rn(6, dtype=torch.bfloat16, scale=3.0)], grad=True)
+    case(FAM, f"{op}_transposed", op, [In(rn(4, 3, scale=3.0), [{"op": "transpose", "args": [0, 1]}])], grad=True)
+    case(FAM, f"{op}_empty", op, [rn(0, 3)])
+    case(FAM, f"{op}_int64_error", op, [ri(4)])
+    case(FAM, f"{op}_bool_error", op, [T([True, False])])
+    case(FAM, f"{op}_inplace", op + "_", [rn(3, 5, scale=3.0)], grad=True)
+    case(FAM, f"{op}_inplace_int_error", op + "_", [ri(4)])
+for k, alpha in enumerate((1.0, 0.5, 2.0)):
+    case(FAM, f"celu_{k}_f32", "celu", [rn(3, 5, scale=3.0)], {"alpha": alpha}, grad=True)
+    case(FAM, f"celu_{k}_f64", "celu", [d64(rn(3, 5, scale=3.0))], {"alpha": alpha}, grad=True)
+    case(FAM, f"celu_{k}_edges", "celu", [_EDGE], {"alpha": alpha}, grad=True)
+    case(FAM, f"celu_{k}_special", "celu", [_SPEC], {"alpha": alpha})
+    case(FAM, f"celu_{k}_bf16", "celu", [rn(6, dtype=torch.bfloat16, scale=3.0)], {"alpha": alpha}, grad=True)
+case(FAM, "celu_f16", "celu", [rn(6, dtype=torch.float16, scale=3.0)], {"alpha": 1.5}, grad=True)
+case(FAM, "celu_alpha_zero", "celu", [rn(3)], {"alpha": 0.0})
+case(FAM, "celu_int64_error", "celu", [ri(4)], {"alpha": 1.0})
+case(FAM, "celu_inplace", "celu_", [rn(3, 5, scale=3.0)], {"alpha": 0.7}, grad=True)
+case(FAM, "celu_inplace_alpha_zero", "celu_", [rn(3)], {"alpha": 0.0})
+
+FAM = "cosine"
+_CS = {"dim": 1, "eps": 1e-8}
+case(FAM, "rows", "cosine_similarity", [rn(3, 5), rn(3, 5)], _CS, grad=True)
+case(FAM, "dim0", "cosine_similarity", [rn(3, 5), rn(3, 5)], {"dim": 0, "eps": 1e-8}, grad=True)
+case(FAM, "broadcast", "cosine_similarity", [rn(2, 1, 4), rn(3, 4)], {"dim": -1, "eps": 1e-8}, grad=True)
+case(FAM, "broadcast_along_dim", "cosine_similarity", [rn(2, 4), rn(2, 1)], {"dim": 1, "eps": 1e-8}, grad=True)
+case(FAM, "zero_vector", "cosine_similarity", [T([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]), rn(2, 3)], _CS, grad=True)
+case(FAM, "eps_clamps", "cosine_similarity", [rn(3, 4, scale=0.1), rn(3, 4)], {"dim": 1, "eps": 0.5}, grad=True)
+case(FAM, "f64", "cosine_similarity", [d64(rn(3, 5)), d64(rn(3, 5))], _CS, grad=True)
+case(FAM, "f16", "cosine_similarity", [rn(3, 5, dtype=torch.float16), rn(3, 5, dtype=torch.float16)], _CS)
+case(FAM, "bf16", "cosine_similarity", [rn(3, 5, dtype=torch.bfloat16), rn(3, 5, dtype=torch.bfloat16)], _CS)
+case(FAM, "f16_f32", "cosine_similarity", [rn(3, 5, dtype=torch.float16), rn(3, 5)], _CS, grad=True)
+case(FAM, "int_f32", "cosine_similarity", [ri(3, 5), rn(3, 5)], _CS, grad=True)
+case(FAM, "int_int_error", "cosine_similarity", [ri(3, 5), ri(3, 5)], _CS)
+case(FAM, "shape_error", "cosine_similarity", [rn(2, 3), rn(4)], _CS)
+case(FAM, "dim_error", "cosine_similarity", [rn(2, 3), rn(3)], {"dim": 2, "eps": 1e-8})
+case(FAM, "1d", "cosine_similarity", [rn(5), rn(5)], {"dim": 0, "eps": 1e-8}, grad=True)
+case(FAM, "0d", "cosine_similarity", [T(1.5), T(-2.0)], {"dim": 0, "eps": 1e-8})
+case(FAM, "empty_rows", "cosine_similarity", [rn(0, 3), rn(0, 3)], _CS)
+case(FAM, "transposed", "cosine_similarity", [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}]), rn(3, 5)], _CS,
+     grad=True)
+_PD = {"p": 2.0, "eps": 1e-6, "keepdim": False}
+case(FAM, "pairwise_default", "pairwise_distance", [rn(3, 5), rn(3, 5)], _PD, grad=True)
+case(FAM, "pairwise_p1", "pairwise_distance", [rn(3, 5), rn(3, 5)], {"p": 1.0, "eps": 1e-6, "keepdim": False},
+     grad=True)
+case(FAM, "pairwise_pinf", "pairwise_distance", [rn(3, 5), rn(3, 5)], {"p": INF, "eps": 1e-6, "keepdim": True})
+case(FAM, "pairwise_p3_keepdim", "pairwise_distance", [rn(3, 5), rn(3, 5)], {"p": 3.0, "eps": 1e-6, "keepdim": True},
+     grad=True)
+case(FAM, "pairwise_broadcast", "pairwise_distance", [rn(2, 1, 4), rn(3, 4)], _PD, grad=True)
+case(FAM, "pairwise_equal_rows", "pairwise_distance", [T([[1.0, 2.0], [3.0, 4.0]]), T([[1.0, 2.0], [0.0, 4.0]])],
+     _PD, grad=True)
+case(FAM, "pairwise_int", "pairwise_distance", [ri(2, 3), ri(3)], _PD)
+case(FAM, "pairwise_1d", "pairwise_distance", [rn(4), rn(4)], _PD, grad=True)
+case(FAM, "pairwise_f64", "pairwise_distance", [d64(rn(3, 5)), d64(rn(3, 5))], _PD, grad=True)
+case(FAM, "pairwise_shape_error", "pairwise_distance", [rn(2, 3), rn(4)], _PD)
+
+FAM = "median"
+case(FAM, "odd", "median", [T([3.0, 1.0, 4.0, 1.5, 5.0])], grad=True)
+case(FAM, "even_lower", "median", [T([[4.0, 1.0], [3.0, 2.0]])], grad=True)
+case(FAM, "random", "median", [rn(3, 5)], grad=True)
+case(FAM, "ties_grad", "median", [T([1.0, 2.0, 2.0, 3.0, 2.0, 0.0])], grad=True)
+case(FAM, "nan_grad", "median", [T([1.0, NANV, 2.0, NANV, -1.0])], grad=True)
+case(FAM, "inf", "median", [T([INF, -INF, 1.0, INF])])
+case(FAM, "f64", "median", [d64(rn(4, 3))], grad=True)
+case(FAM, "f16", "median", [rn(7, dtype=torch.float16)], grad=True)
+case(FAM, "bf16", "median", [rn(6, dtype=torch.bfloat16)])
+case(FAM, "int64", "median", [T([5, -3, 8, 2, 2, 9], I)])
+case(FAM, "u8", "median", [T([200, 3, 7, 255], U8)])
+case(FAM, "0d", "median", [T(2.5)], grad=True)
+case(FAM, "empty", "median", [rn(0, 3)])
+case(FAM, "transposed", "median", [In(rn(4, 3), [{"op": "transpose", "args": [0, 1]}])], grad=True)
+case(FAM, "bool_error", "median", [T([True, False])])
+_MD = rn(3, 6)
+for d, kd in ((1, False), (1, True), (0, False), (-1, True)):
+    case(FAM, f"dim{d}_keep{int(kd)}", "median_dim", [_MD], {"dim": d, "keepdim": kd})
+    case(FAM, f"dim{d}_keep{int(kd)}_grad", "median_dim_values", [_MD], {"dim": d, "keepdim": kd}, grad=True)
+_MN = T([[1.0, NANV, 3.0, 0.5], [2.0, 1.0, 0.0, -1.0], [NANV, NANV, 1.0, 2.0], [4.0, 3.0, NANV, 1.0]])
+case(FAM, "dim_nan", "median_dim", [_MN], {"dim": 1, "keepdim": False})
+case(FAM, "dim_nan_grad", "median_dim_values", [_MN], {"dim": 1, "keepdim": False}, grad=True)
+case(FAM, "dim_ties", "median_dim", [T([[2.0, 1.0, 2.0, 2.0, 1.0, 2.0], [5.0, 5.0, 5.0, 1.0, 1.0, 1.0]])],
+     {"dim": 1, "keepdim": False})
+case(FAM, "dim_int64", "median_dim", [T([[5, -3, 8], [2, 9, 4]], I)], {"dim": 1, "keepdim": False})
+case(FAM, "dim_u8", "median_dim", [T([[5, 3, 8, 1], [2, 9, 4, 4]], U8)], {"dim": 0, "keepdim": True})
+case(FAM, "dim_f16", "median_dim", [rn(3, 5, dtype=torch.float16)], {"dim": 1, "keepdim": False})
+case(FAM, "dim_bf16_grad", "median_dim_values", [rn(3, 5, dtype=torch.bfloat16)], {"dim": 0, "keepdim": False},
+     grad=True)
+case(FAM, "dim_f64_grad", "median_dim_values", [d64(rn(4, 5))], {"dim": 1, "keepdim": True}, grad=True)
+case(FAM, "dim_transposed", "median_dim", [In(rn(5, 3), [{"op": "transpose", "args": [0, 1]}])],
+     {"dim": 1, "keepdim": False})
+case(FAM, "dim_3d", "median_dim", [rn(2, 3, 4)], {"dim": 1, "keepdim": False})
+case(FAM, "dim_0d", "median_dim", [T(3.0)], {"dim": 0, "keepdim": False})
+case(FAM, "dim_empty_other", "median_dim", [rn(0, 3)], {"dim": 1, "keepdim": False})
+case(FAM, "dim_empty_error", "median_dim", [rn(2, 0)], {"dim": 1, "keepdim": False})
+case(FAM, "dim_out_of_range", "median_dim", [rn(2, 3)], {"dim": 2, "keepdim": False})
+case(FAM, "dim_bool_error", "median_dim", [T([True, False])], {"dim": 0, "keepdim": False})
 
 # ----------------------------------------------------------------------------------
 

@@ -99,6 +99,12 @@ def dtype_cases():
     case("huber_loss_bf16", F.huber_loss, a.to(BF), a.to(BF))
     case("kl_div_bf16", lambda x, t: F.kl_div(x, t, reduction="batchmean"), a.to(BF), a.softmax(1).to(BF))
     case("binary_cross_entropy_bf16", F.binary_cross_entropy, a.sigmoid().to(BF), a.sigmoid().to(BF))
+    # log10 and cosine_similarity are on CUDA's float32 list only; addcmul and
+    # addcdiv on its promote list (the widest input's dtype, as without autocast)
+    case("log10_bf16", torch.log10, a.abs().to(BF))
+    case("cosine_similarity_bf16", F.cosine_similarity, a.to(BF), a.to(BF))
+    case("addcmul_bf16_f32", torch.addcmul, a.to(BF), a, a.to(BF))
+    case("addcdiv_bf16", torch.addcdiv, a.to(BF), a.to(BF), a.abs().to(BF))
     return cases
 
 

@@ -771,10 +771,175 @@ def memory_format_cases():
     return {"leaves": {k: tensor_json(v) for k, v in base.items()}, "order": names, "programs": out}
 
 
+def layers2_cases():
+    """Upsample (F.interpolate's modes), ConvTranspose2d, Conv1d, PReLU and
+    InstanceNorm1d/2d, each a module with random parameters, in float64 (and
+    float32 where noted): per step (train or eval) the input, output, input
+    gradient and the accumulated parameter gradients for the fixed output
+    gradient linspace(-1, 1); the state before and after. "errors" holds a
+    phrase of PyTorch's message for refused arguments, which ember's message
+    contains too (tests/tensor/nn/layers2.rs builds the same calls by name)."""
+    torch.manual_seed(5)
+    cases, errors = [], []
+
+    def randomize(m):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape) * 0.5 + (0.25 if isinstance(m, nn.PReLU) else 0.0))
+        return m
+
+    def run(name, kind, config, m, steps, dtype=torch.float64):
+        m = randomize(m).to(dtype)
+        state = {k: tensor_json(v) for k, v in m.state_dict().items()}
+        recs = []
+        for train, x in steps:
+            m.train(train)
+            x = x.to(dtype)
+            xg = x.clone().requires_grad_(True)
+            y = m(xg, **config.get("call", {}))
+            y.backward(torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape))
+            recs.append({"train": train, "x": tensor_json(x), "y": tensor_json(y), "x_grad": tensor_json(xg.grad),
+                         "param_grads": {k: tensor_json(p.grad) for k, p in m.named_parameters()}})
+        cases.append({"name": name, "kind": kind, "config": config,
+                      "dtype": "float32" if dtype == torch.float32 else "float64", "state": state,
+                      "steps": recs, "final_state": {k: tensor_json(v) for k, v in m.state_dict().items()}})
+
+    def up(name, x, dtype=torch.float64, **kw):
+        run(name, "upsample", kw, nn.Upsample(**kw), [(True, x)], dtype)
+
+    x4 = torch.randn(2, 3, 5, 7)
+    up("nearest_scale2", x4, scale_factor=2.0)
+    up("nearest_size", x4, size=(7, 10))
+    up("nearest_scale_1_7", x4, scale_factor=1.7)
+    up("nearest_scale_1_7_recompute", x4, scale_factor=1.7, recompute_scale_factor=True)
+    up("nearest_scales_down_up", x4, scale_factor=(0.6, 1.5))
+    up("nearest_2_1", torch.randn(1, 2, 5, 3), scale_factor=2.1)
+    up("nearest_3d_size", torch.randn(2, 3, 6), size=11)
+    up("nearest_5d", torch.randn(1, 2, 2, 3, 2), scale_factor=(2.0, 1.5, 1.7))
+    up("nearest_exact_size", x4, size=(7, 10), mode="nearest-exact")
+    up("nearest_exact_scale", x4, scale_factor=1.7, mode="nearest-exact")
+    up("nearest_exact_down", x4, size=(3, 4), mode="nearest-exact")
+    # (PyTorch's CPU kernels for 3-D and 5-D inputs take no shortcut where the
+    # output is twice the input, those for 4-D do; 3-D's backward does, which
+    # its forward does not, so no such 3-D or 5-D case here)
+    up("nearest_exact_3d", torch.randn(2, 3, 6), size=11, mode="nearest-exact")
+    up("nearest_exact_5d", torch.randn(1, 2, 3, 2, 5), scale_factor=(1.7, 2.0, 0.8), mode="nearest-exact")
+    up("bilinear_scale2", x4, scale_factor=2.0, mode="bilinear")
+    up("bilinear_scale2_align", x4, scale_factor=2.0, mode="bilinear", align_corners=True)
+    up("bilinear_size_align", x4, size=(8, 11), mode="bilinear", align_corners=True)
+    up("bilinear_scale_1_3", x4, scale_factor=1.3, mode="bilinear")
+    up("bilinear_scale_1_3_recompute", x4, scale_factor=1.3, mode="bilinear", recompute_scale_factor=True)
+    up("bilinear_down", x4, size=(3, 4), mode="bilinear")
+    up("bilinear_keep_one_dim", x4, scale_factor=(1.1, 1.5), mode="bilinear")
+    up("bilinear_to_one", x4, size=(1, 9), mode="bilinear", align_corners=True)
+    up("linear", torch.randn(2, 3, 6), scale_factor=2.5, mode="linear")
+    up("linear_align", torch.randn(2, 3, 6), size=4, mode="linear", align_corners=True)
+    up("trilinear", torch.randn(1, 2, 3, 4, 2), scale_factor=(1.5, 2.0, 1.7), mode="trilinear")
+    up("bilinear_scale_1_7_f32", x4, torch.float32, scale_factor=1.7, mode="bilinear")
+    up("bilinear_align_f32", x4, torch.float32, size=(9, 8), mode="bilinear", align_corners=True)
+    up("nearest_scale_1_3_f32", x4, torch.float32, scale_factor=1.3)
+    up("nearest_exact_f32", x4, torch.float32, size=(11, 6), mode="nearest-exact")
+
+    def ct(name, cin, cout, k, steps, dtype=torch.float64, call=None, **kw):
+        cfg = dict(kw, in_channels=cin, out_channels=cout, kernel_size=list(k) if isinstance(k, tuple) else [k, k])
+        if call:
+            cfg["call"] = call
+        run(name, "conv_transpose2d", cfg, nn.ConvTranspose2d(cin, cout, k, **kw), steps, dtype)
+
+    ct("s2_p1_op1", 3, 4, 3, [(True, torch.randn(2, 3, 4, 5))], stride=2, padding=1, output_padding=1)
+    ct("groups_rect_dilation", 4, 6, (3, 2), [(True, torch.randn(2, 4, 3, 4))], stride=(2, 1), padding=(1, 0),
+       dilation=(1, 2), groups=2, bias=False)
+    ct("op_past_stride", 2, 3, 3, [(True, torch.randn(1, 2, 4, 4))], stride=1, dilation=2, output_padding=1)
+    ct("s3_p2_op2_unbatched", 3, 2, 4, [(True, torch.randn(3, 3, 2))], stride=3, padding=2, output_padding=2)
+    ct("output_size", 3, 4, 3, [(True, torch.randn(2, 3, 4, 4))], stride=2, padding=1,
+       call={"output_size": [8, 7]})
+    ct("s2_p1_op1_f32", 3, 4, 3, [(True, torch.randn(2, 3, 4, 5))], torch.float32, stride=2, padding=1,
+       output_padding=1)
+
+    def c1(name, cin, cout, k, steps, dtype=torch.float64, **kw):
+        cfg = dict(kw, in_channels=cin, out_channels=cout, kernel_size=k)
+        run(name, "conv1d", cfg, nn.Conv1d(cin, cout, k, **kw), steps, dtype)
+
+    c1("s2_p1", 3, 4, 3, [(True, torch.randn(2, 3, 9))], stride=2, padding=1)
+    c1("groups_dilation", 3, 6, 2, [(True, torch.randn(2, 3, 7))], groups=3, dilation=2, bias=False)
+    c1("same_even_kernel", 2, 3, 4, [(True, torch.randn(2, 2, 6))], padding="same", dilation=1)
+    c1("unbatched", 2, 3, 3, [(True, torch.randn(2, 8))])
+    c1("s2_p1_f32", 3, 4, 3, [(True, torch.randn(2, 3, 9))], torch.float32, stride=2, padding=1)
+
+    def pr(name, n, x, dtype=torch.float64):
+        run(name, "prelu", {"num_parameters": n}, nn.PReLU(n), [(True, x)], dtype)
+
+    zeros_in = torch.randn(2, 3, 4)
+    zeros_in[0, :, :2] = 0.0
+    pr("one", 1, zeros_in)
+    pr("per_channel", 3, zeros_in)
+    pr("per_channel_4d", 3, torch.randn(2, 3, 2, 2))
+    pr("per_channel_f32", 3, zeros_in, torch.float32)
+
+    def inorm(name, d, steps, dtype=torch.float64, **kw):
+        make = nn.InstanceNorm1d if d == 1 else nn.InstanceNorm2d
+        cfg = dict(kw, dims=d, num_features=steps[0][1].shape[-d - 1])
+        run(name, "instance_norm", cfg, make(cfg["num_features"], **kw), steps, dtype)
+
+    inorm("2d_default", 2, [(True, torch.randn(2, 3, 4, 5) * 2 + 1)])
+    inorm("2d_affine_track", 2, [(True, torch.randn(2, 3, 4, 5) * 2 + 1), (True, torch.randn(3, 3, 4, 5) - 1),
+                                 (False, torch.randn(2, 3, 4, 5))], affine=True, track_running_stats=True)
+    inorm("1d_affine", 1, [(True, torch.randn(3, 2, 6))], affine=True)
+    inorm("1d_unbatched", 1, [(True, torch.randn(2, 6))], affine=True)
+    inorm("1d_track_momentum", 1, [(True, torch.randn(3, 2, 6) * 3), (False, torch.randn(3, 2, 6))],
+          track_running_stats=True, momentum=0.3, eps=1e-3)
+    inorm("2d_affine_track_f32", 2, [(True, torch.randn(2, 3, 4, 5) * 2 + 1), (False, torch.randn(2, 3, 4, 5))],
+          torch.float32, affine=True, track_running_stats=True)
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase, "kind": type(e).__name__})
+            return
+        raise AssertionError(f"{name}: no error")
+
+    x = torch.randn(1, 2, 4, 4)
+    err("interp_both", lambda: F.interpolate(x, size=3, scale_factor=2.0), "only one of size or scale_factor")
+    err("interp_neither", lambda: F.interpolate(x), "either size or scale_factor should be defined")
+    err("interp_align_nearest", lambda: F.interpolate(x, size=3, align_corners=True),
+        "align_corners option can only be set with the interpolating modes")
+    err("interp_bilinear_3d", lambda: F.interpolate(torch.randn(1, 2, 4), size=3, mode="bilinear"),
+        "Got 3D input, but bilinear mode needs 4D input")
+    err("interp_rank_2", lambda: F.interpolate(torch.randn(2, 4), size=3), "Only 3D, 4D and 5D input Tensors")
+    err("interp_size_dims", lambda: F.interpolate(x, size=(2, 3, 4)),
+        "Input and output must have the same number of spatial dimensions")
+    err("interp_recompute_size", lambda: F.interpolate(x, size=3, recompute_scale_factor=True),
+        "recompute_scale_factor is not meaningful with an explicit size")
+    err("interp_zero_output", lambda: F.interpolate(x, scale_factor=0.2),
+        "Input and output sizes should be greater than 0")
+    w = torch.randn(2, 3, 3, 3)
+    err("ct_output_padding", lambda: F.conv_transpose2d(x, w, stride=2, output_padding=2),
+        "output padding must be smaller than either stride or dilation")
+    err("ct_channels", lambda: F.conv_transpose2d(torch.randn(1, 3, 4, 4), w), "expected input[1, 3, 4, 4] to have 2 channels")
+    err("ct_too_small", lambda: F.conv_transpose2d(torch.randn(1, 2, 1, 1), w, padding=3), "Output size is too small")
+    err("conv1d_channels", lambda: F.conv1d(torch.randn(1, 3, 8), torch.randn(4, 2, 3)),
+        "expected input[1, 3, 8] to have 2 channels, but got 3 channels instead")
+    err("conv1d_kernel", lambda: F.conv1d(torch.randn(1, 2, 2), torch.randn(4, 2, 3)),
+        "Kernel size can't be greater than actual input size")
+    err("conv1d_rank", lambda: F.conv1d(torch.randn(1, 2, 2, 2), torch.randn(4, 2, 3)),
+        "Expected 2D (unbatched) or 3D (batched) input to conv1d")
+    err("prelu_channels", lambda: F.prelu(torch.randn(2, 4, 3), torch.randn(3)),
+        "Mismatch of parameter numbers and input channel size")
+    err("instance_norm_one_position", lambda: F.instance_norm(torch.randn(2, 3, 1)),
+        "Expected more than 1 spatial element when training")
+    err("instance_norm2d_rank", lambda: nn.InstanceNorm2d(3)(torch.randn(2, 3, 4, 4, 4)), "expected 3D or 4D input")
+    err("instance_norm_affine_channels", lambda: nn.InstanceNorm1d(3, affine=True)(torch.randn(2, 4, 5)),
+        "expected input's size at dim=1 to match num_features")
+    return {"cases": cases, "errors": errors}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
-            "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases}
+            "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
+            "layers2": layers2_cases}
 
 
 def main():

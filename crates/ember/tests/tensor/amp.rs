@@ -93,6 +93,8 @@ const CUDA_IN_F32: &[&str] = &[
     "reciprocal_bf16",
     "rsqrt_bf16",
     "rdiv_bf16",
+    "log10_bf16",
+    "cosine_similarity_bf16",
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
@@ -212,6 +214,16 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
                 }
                 out?
             }
+            "log10_bf16" => make(&[3, 4], a)?.log10()?,
+            "cosine_similarity_bf16" => {
+                nn::functional::cosine_similarity(&make(&[3, 4], a)?, &make(&[3, 4], b)?, 1, 1e-8)?
+            }
+            "addcmul_bf16_f32" => {
+                make(&[3, 4], a)?.addcmul(&make(&[3, 4], b)?, &make(&[3, 4], c3)?, 1.0)?
+            }
+            "addcdiv_bf16" => {
+                make(&[3, 4], a)?.addcdiv(&make(&[3, 4], b)?, &make(&[3, 4], c3)?, 1.0)?
+            }
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -226,7 +238,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 41);
+    assert_eq!(checked, 45);
     Ok(())
 }
 

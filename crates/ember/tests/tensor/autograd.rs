@@ -808,3 +808,48 @@ fn an_in_place_op_on_a_view_of_a_parameter_names_the_leaf() -> Result<()> {
     assert_eq!(vals(&x), [0.0, 0.0, 3.0]);
     Ok(())
 }
+
+// ---- lerp, addcmul/addcdiv, hardtanh/relu6/selu/celu/mish, cosine similarity,
+// median: their own rules against finite differences ----------------------------
+
+fn pointwise_ops_rules_match_finite_differences(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    ember::manual_seed(48);
+    let (a, b) = (rn(dev, &[3, 4]), rn(dev, &[4]));
+    let (p, q) = (pos(dev, &[3, 4]), pos(dev, &[3, 1]));
+    let w = Tensor::linspace(-0.9, 1.4, 12, DType::F64, dev)?.reshape([3, 4])?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].lerp(&x[1], 0.3))?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| x[0].lerp(&x[1], -0.8))?;
+    grad_check(dev, &[a.clone(), b.clone(), w.clone()], &|x| {
+        x[0].lerp(&x[1], &x[2])
+    })?;
+    grad_check(dev, &[a.clone(), b.clone(), q.clone()], &|x| {
+        x[0].addcmul(&x[1], &x[2], 0.7)
+    })?;
+    grad_check(dev, &[a.clone(), b.clone(), q.clone()], &|x| {
+        x[0].addcdiv(&x[1], &x[2], -1.5)
+    })?;
+    grad_check(dev, &[p.clone()], &|x| x[0].log10())?;
+    // away from the kinks at 0 and at the bounds
+    let away = a.add(&a.gt(0.0)?.to_dtype(DType::F64)?.mul(0.2)?.sub(0.1)?)?;
+    for f in [Tensor::selu, Tensor::mish, Tensor::relu6] {
+        grad_check(dev, &[away.mul(4.0)?], &|x| f(&x[0]))?;
+    }
+    grad_check(dev, &[away.clone()], &|x| x[0].celu(0.6))?;
+    grad_check(dev, &[away.clone()], &|x| x[0].hardtanh(-0.35, 0.45))?;
+    grad_check(dev, &[a.clone(), rn(dev, &[3, 4])], &|x| {
+        ember::nn::functional::cosine_similarity(&x[0], &x[1], 1, 1e-8)
+    })?;
+    grad_check(dev, &[a.clone(), b.clone()], &|x| {
+        ember::nn::functional::pairwise_distance(&x[0], &x[1], 2.0, 1e-6, false)
+    })?;
+    grad_check(dev, &[a.clone()], &|x| x[0].median())?;
+    grad_check(dev, &[a.clone()], &|x| Ok(x[0].median_dim(1, false)?.0))?;
+    grad_check(dev, &[a.clone()], &|x| {
+        let u = x[0].unbind(0)?;
+        u[0].mul(&u[2])?.add(&u[1])
+    })?;
+    Ok(())
+}
+
+device_test!(pointwise_ops_rules_match_finite_differences);

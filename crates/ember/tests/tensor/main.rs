@@ -125,6 +125,7 @@ mod format;
 mod io;
 mod linalg;
 mod nn;
+mod pointwise_ops;
 mod profiler;
 mod props;
 mod pt;

@@ -7,6 +7,9 @@ use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
 use serde_json::Value;
 
+// the layers added with `layers2`'s golden cases (Upsample, ConvTranspose2d, ...)
+mod layers2;
+
 fn cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("nn_cases.json"))

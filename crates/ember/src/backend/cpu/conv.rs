@@ -454,7 +454,13 @@ where
         let mut col_grad = zeros(if need_x { kk * p } else { 0 })?;
         let mut gxc = gxc;
         for ni in first..last {
-            let xs = &x[ni * chw..(ni + 1) * chw];
+            // (x is read only for the weight's gradient: the transposed
+            // convolution, which asks for the input's alone, passes no input)
+            let xs = if need_w {
+                &x[ni * chw..(ni + 1) * chw]
+            } else {
+                &[]
+            };
             let gs = &g[ni * s.o * p..(ni + 1) * s.o * p];
             for grp in 0..s.groups {
                 let gout = &gs[grp * og * p..(grp + 1) * og * p];

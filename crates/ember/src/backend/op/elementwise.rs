@@ -45,6 +45,10 @@ codes! {
         Atan = 31 => "ATAN",
         Hardsigmoid = 32 => "HARDSIGMOID",
         Hardswish = 33 => "HARDSWISH",
+        Log10 = 34 => "LOG10",
+        Selu = 35 => "SELU",
+        Celu = 36 => "CELU",
+        Mish = 37 => "MISH",
     }
 }
 
@@ -507,6 +511,7 @@ unop!(Log1p, true, |x| x.ln_1p());
 unop!(Expm1, true, |x| x.exp_m1());
 unop!(Rsqrt, true, |x| x.sqrt().recip());
 unop!(Log2, true, |x| x.log2());
+unop!(Log10, true, |x| x.log10());
 unop!(Tan, true, |x| x.tan());
 unop!(Atan, true, |x| x.atan());
 // rounding leaves integers as they are (PyTorch returns a copy)
@@ -545,6 +550,25 @@ unop!(Silu, kernel "silu_cpu", |x| x / (F::one() + (-x).vexp()));
 // PyTorch's order of operations; NaN stays NaN
 unop!(Hardsigmoid, kernel "hardsigmoid_cpu", |x| relu6(x + F::c(3.0)) / F::c(6.0));
 unop!(Hardswish, kernel "hardswish_cpu", |x| x * relu6(x + F::c(3.0)) / F::c(6.0));
+
+// SELU: `λ x` where `x > 0`, else `λ α (e^x - 1)`, as PyTorch's ELU kernel
+// computes it (the constants rounded to the dtype, multiplied in it)
+unop!(Selu, kernel "elu_cpu", |x| {
+    let scale = F::c(SELU_SCALE);
+    if x > F::zero() {
+        x * scale
+    } else {
+        x.exp_m1() * (F::c(SELU_ALPHA) * scale)
+    }
+});
+// Mish: `x · tanh(ln(1 + e^x))`, as PyTorch's kernel (no threshold: e^x = ∞
+// gives x)
+unop!(Mish, kernel "mish_cpu", |x| x * x.vexp().ln_1p().tanh());
+
+/// SELU's `α`.
+pub(crate) const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
+/// SELU's `λ` (`scale`).
+pub(crate) const SELU_SCALE: f64 = 1.050_700_987_355_480_5;
 
 /// `min(max(x, 0), 6)`, NaN kept.
 #[inline(always)]
@@ -667,6 +691,26 @@ impl UnaryOp for Elu {
     }
     fn code(&self) -> (UnaryCode, f64, f64) {
         (UnaryCode::Elu, self.0, 0.0)
+    }
+}
+
+/// `x` where `x > 0`, else `α (e^(x/α) - 1)` (`F.celu`), as PyTorch's ELU
+/// kernel computes it: `x · (1/α)`, the quotient taken in double and rounded
+/// to the dtype.
+pub(crate) struct Celu(pub f64);
+impl UnaryOp for Celu {
+    const FLOAT_ONLY: bool = false;
+    const FLOAT_KERNEL: Option<&'static str> = Some("elu_cpu");
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        if x > F::zero() {
+            x
+        } else {
+            (x * F::c(1.0 / self.0)).exp_m1() * F::c(self.0)
+        }
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::Celu, self.0, 1.0 / self.0)
     }
 }
 
