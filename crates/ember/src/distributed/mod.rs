@@ -555,6 +555,8 @@ impl ProcessGroup {
     /// Combines `t` over the ranks in place (`dist.all_reduce(t, op)`).
     pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
         let name = "all_reduce";
+        // refused before any rank sends: an expanded view cannot take the result
+        t.check_writable(name)?;
         if self.uses_nccl(t) {
             return self.nccl(name, t, Some(op), None, |c| {
                 in_place(t, c, CommKind::AllReduce(op))
@@ -575,6 +577,7 @@ impl ProcessGroup {
     pub fn broadcast(&self, t: &Tensor, src: usize) -> Result<()> {
         let name = "broadcast";
         self.check_rank(name, src)?;
+        t.check_writable(name)?;
         if self.uses_nccl(t) {
             return self.nccl(name, t, None, Some(src), |c| {
                 in_place(t, c, CommKind::Broadcast(src))

@@ -200,6 +200,18 @@ fn bad_groups_and_calls_are_errors() {
         .reshape(&[] as &[usize])
         .unwrap();
     assert!(pg.reduce_scatter(&scalar, ReduceOp::Sum).is_err());
+    // an expanded view cannot hold a result: refused before anything is sent
+    let expanded = Tensor::new([1f32], &Device::Cpu)
+        .unwrap()
+        .expand([3])
+        .unwrap();
+    for e in [
+        pg.all_reduce(&expanded, ReduceOp::Sum),
+        pg.broadcast(&expanded, 0),
+    ] {
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("refers to a single memory location"), "{e}");
+    }
     // a world of one: collectives are the identity
     pg.all_reduce(&ints, ReduceOp::Sum).unwrap();
     assert_eq!(ints.to_vec1::<i64>().unwrap(), vec![1, 2]);
