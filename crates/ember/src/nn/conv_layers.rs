@@ -2,9 +2,8 @@
 //! gradient run forward) and `Conv1d` (a `conv2d` over a unit height), with
 //! their functions.
 
-use super::{
-    assign, cast_state, empty_parameter, fresh_parameter, move_parameter, parameter, Module,
-};
+use super::layers::{draw, reset_conv, weight_bias_methods};
+use super::{cast_state, empty_parameter, move_parameter, parameter, Module};
 use crate::tensor::{Conv2dOptions, ConvTranspose2dOptions};
 use crate::{
     device::Device,
@@ -12,38 +11,6 @@ use crate::{
     error::{Error, Result},
     tensor::Tensor,
 };
-
-/// PyTorch's default bound `1/sqrt(fan_in)` of convolution weights and biases
-/// (Kaiming-uniform with a = √5), 0 for an empty fan-in.
-fn uniform_bound(fan_in: usize) -> f64 {
-    if fan_in > 0 {
-        1.0 / (fan_in as f64).sqrt()
-    } else {
-        0.0
-    }
-}
-
-/// A weight of `shape` and (with `bias`) a bias `[out]`, each uniform in
-/// `±1/sqrt(fan_in)` where `fan_in` is the weight's `shape[1]` times the
-/// kernel's size, drawn weight first as PyTorch draws them.
-fn draw(
-    op: &'static str,
-    shape: &[usize],
-    out: usize,
-    bias: bool,
-    device: &Device,
-) -> Result<(Tensor, Option<Tensor>)> {
-    let fan_in = shape[1..]
-        .iter()
-        .try_fold(1usize, |a, &v| a.checked_mul(v))
-        .ok_or_else(|| Error::invalid(op, format!("a weight of {shape:?} overflows a size")))?;
-    let bound = uniform_bound(fan_in);
-    let weight = fresh_parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?;
-    let bias = bias
-        .then(|| fresh_parameter(Tensor::uniform(-bound, bound, [out], DType::F32, device)?))
-        .transpose()?;
-    Ok((weight, bias))
-}
 
 /// PyTorch's refusal of channel counts that groups do not divide.
 fn check_groups(op: &'static str, in_channels: usize, out_channels: usize, g: usize) -> Result<()> {
@@ -60,53 +27,6 @@ fn check_groups(op: &'static str, in_channels: usize, out_channels: usize, g: us
         op,
         format!("{problem} (in_channels {in_channels}, out_channels {out_channels}, groups {g})"),
     ))
-}
-
-/// The `Module` methods of a layer whose parameters are `weight` and an
-/// optional `bias`, drawn again uniform in `±1/sqrt(fan_in)` with `fan_in`
-/// the weight's dims after the first.
-macro_rules! weight_bias {
-    () => {
-        fn named_parameters(&self) -> Vec<(String, Tensor)> {
-            let mut v = vec![("weight".to_string(), self.weight.clone())];
-            v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
-            v
-        }
-
-        fn to_device(&mut self, device: &Device) -> Result<()> {
-            self.weight = move_parameter(&self.weight, device)?;
-            if let Some(b) = &mut self.bias {
-                *b = move_parameter(b, device)?;
-            }
-            Ok(())
-        }
-
-        fn to_empty(&mut self, device: &Device) -> Result<()> {
-            self.weight = empty_parameter(&self.weight, device)?;
-            if let Some(b) = &mut self.bias {
-                *b = empty_parameter(b, device)?;
-            }
-            Ok(())
-        }
-
-        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-            self.weight = cast_state(&self.weight, dtype)?;
-            if let Some(b) = &mut self.bias {
-                *b = cast_state(b, dtype)?;
-            }
-            Ok(())
-        }
-
-        fn reset_parameters(&mut self) -> Result<()> {
-            let fan_in: usize = self.weight.shape()[1..].iter().product();
-            let bound = uniform_bound(fan_in);
-            for p in std::iter::once(&self.weight).chain(&self.bias) {
-                let fresh = Tensor::uniform(-bound, bound, p.shape(), p.dtype(), &p.device())?;
-                assign(p, &fresh)?;
-            }
-            Ok(())
-        }
-    };
 }
 
 /// 2-D transposed convolution (`F.conv_transpose2d`); see
@@ -250,11 +170,10 @@ impl Module for ConvTranspose2d {
         x.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options)
     }
 
-    weight_bias!();
+    weight_bias_methods!();
 
-    fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
-        self.weight = super::format_state(&self.weight, format)?;
-        Ok(())
+    fn reset_parameters(&mut self) -> Result<()> {
+        reset_conv(&self.weight, self.bias.as_ref())
     }
 }
 
@@ -502,5 +421,9 @@ impl Module for Conv1d {
         conv1d_with(x, &self.weight, self.bias.as_ref(), self.options, self.same)
     }
 
-    weight_bias!();
+    weight_bias_methods!(no to_memory_format);
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        reset_conv(&self.weight, self.bias.as_ref())
+    }
 }

@@ -2,6 +2,8 @@
 //! names, shapes and initial values.
 
 use super::functional::{embedding, group_norm, layer_norm, rms_norm};
+use super::layers::weight_bias_methods;
+use super::norm::named;
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::{
     device::Device,
@@ -51,14 +53,6 @@ macro_rules! affine_state_methods {
             Ok(())
         }
     };
-}
-
-/// The named present parameters.
-fn named(slots: [(&str, &Option<Tensor>); 2]) -> Vec<(String, Tensor)> {
-    slots
-        .into_iter()
-        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
-        .collect()
 }
 
 /// A lookup table of `num_embeddings` vectors of size `embedding_dim`
@@ -124,24 +118,7 @@ impl Module for Embedding {
         embedding(x, &self.weight, self.padding_idx)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".to_string(), self.weight.clone())]
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.weight = move_parameter(&self.weight, device)?;
-        Ok(())
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        self.weight = empty_parameter(&self.weight, device)?;
-        Ok(())
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        self.weight = cast_state(&self.weight, dtype)?;
-        Ok(())
-    }
+    weight_bias_methods!(weight only);
 
     fn reset_parameters(&mut self) -> Result<()> {
         let w = &self.weight;

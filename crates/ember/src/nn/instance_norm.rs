@@ -1,7 +1,8 @@
 //! Instance normalisation (`nn.InstanceNorm1d`, `nn.InstanceNorm2d`,
 //! `F.instance_norm`).
 
-use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
+use super::norm::{running_norm_methods, running_norm_state};
+use super::{assign, cast_state, empty_parameter, move_parameter, Module};
 use crate::tensor::{update_running_stats, Momentum};
 use crate::{
     device::Device,
@@ -195,24 +196,8 @@ impl<const D: usize> InstanceNorm<D> {
         track_running_stats: bool,
         device: &Device,
     ) -> Result<Self> {
-        let c = [num_features];
-        let (weight, bias) = if affine {
-            (
-                Some(fresh_parameter(Tensor::ones(c, DType::F32, device)?)?),
-                Some(fresh_parameter(Tensor::zeros(c, DType::F32, device)?)?),
-            )
-        } else {
-            (None, None)
-        };
-        let (running_mean, running_var, num_batches_tracked) = if track_running_stats {
-            (
-                Some(Tensor::zeros(c, DType::F32, device)?),
-                Some(Tensor::ones(c, DType::F32, device)?),
-                Some(Tensor::zeros([0usize; 0], DType::I64, device)?),
-            )
-        } else {
-            (None, None, None)
-        };
+        let [weight, bias, running_mean, running_var, num_batches_tracked] =
+            running_norm_state(num_features, affine, track_running_stats, device)?;
         Ok(InstanceNorm {
             weight,
             bias,
@@ -229,16 +214,6 @@ impl<const D: usize> InstanceNorm<D> {
     /// Whether the layer is in training mode.
     pub fn is_training(&self) -> bool {
         self.training
-    }
-
-    fn tensors_mut(&mut self) -> [&mut Option<Tensor>; 5] {
-        [
-            &mut self.weight,
-            &mut self.bias,
-            &mut self.running_mean,
-            &mut self.running_var,
-            &mut self.num_batches_tracked,
-        ]
     }
 }
 
@@ -283,66 +258,5 @@ impl<const D: usize> Module for InstanceNorm<D> {
         instance_norm(x, self.weight.as_ref(), self.bias.as_ref(), opts)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        [("weight", &self.weight), ("bias", &self.bias)]
-            .into_iter()
-            .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
-            .collect()
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        [
-            ("running_mean", &self.running_mean),
-            ("running_var", &self.running_var),
-            ("num_batches_tracked", &self.num_batches_tracked),
-        ]
-        .into_iter()
-        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
-        .collect()
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        let [w, b, buffers @ ..] = self.tensors_mut();
-        for t in [w, b].into_iter().flatten() {
-            *t = move_parameter(t, device)?;
-        }
-        for t in buffers.into_iter().flatten() {
-            *t = t.to(device)?;
-        }
-        Ok(())
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        let [w, b, buffers @ ..] = self.tensors_mut();
-        for t in [w, b].into_iter().flatten() {
-            *t = empty_parameter(t, device)?;
-        }
-        for t in buffers.into_iter().flatten() {
-            *t = Tensor::empty(t.shape(), t.dtype(), device)?;
-        }
-        Ok(())
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        for t in self.tensors_mut().into_iter().flatten() {
-            *t = cast_state(t, dtype)?;
-        }
-        Ok(())
-    }
-
-    fn reset_parameters(&mut self) -> Result<()> {
-        // weight 1, bias 0; running mean 0, variance 1, no batches tracked
-        let ones = [&self.weight, &self.running_var];
-        let zeros = [&self.bias, &self.running_mean, &self.num_batches_tracked];
-        for (ts, v) in [(&ones[..], 1.0), (&zeros[..], 0.0)] {
-            for t in ts.iter().copied().flatten() {
-                assign(t, &t.full_like(v)?)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
+    running_norm_methods!();
 }

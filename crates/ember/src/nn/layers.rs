@@ -31,25 +31,8 @@ impl Linear {
         bias: bool,
         device: &Device,
     ) -> Result<Linear> {
-        let bound = uniform_bound(in_features);
-        let weight = fresh_parameter(Tensor::uniform(
-            -bound,
-            bound,
-            [out_features, in_features],
-            DType::F32,
-            device,
-        )?)?;
-        let bias = if bias {
-            Some(fresh_parameter(Tensor::uniform(
-                -bound,
-                bound,
-                [out_features],
-                DType::F32,
-                device,
-            )?)?)
-        } else {
-            None
-        };
+        let shape = [out_features, in_features];
+        let (weight, bias) = draw("Linear", &shape, out_features, bias, device)?;
         Ok(Linear { weight, bias })
     }
 
@@ -74,48 +57,59 @@ impl Linear {
 }
 
 /// The `Module` methods of a layer whose parameters are `weight` and an
-/// optional `bias` (`Linear`, `Conv2d`): their names, moving, emptying and
-/// casting them.
+/// optional `bias` (`Linear`, `Conv2d`, `ConvTranspose2d`): their names,
+/// moving, emptying and casting them, and the weight's memory format.
+/// `(no to_memory_format)`: the same but the memory format (`Conv1d`, whose
+/// 3-D weight has none); `(weight only)`: a layer with a `weight` alone
+/// (`Embedding`, `PReLU`).
 macro_rules! weight_bias_methods {
     () => {
-        fn named_parameters(&self) -> Vec<(String, Tensor)> {
-            let mut v = vec![("weight".to_string(), self.weight.clone())];
-            if let Some(b) = &self.bias {
-                v.push(("bias".to_string(), b.clone()));
-            }
-            v
-        }
-
-        fn to_device(&mut self, device: &Device) -> Result<()> {
-            self.weight = move_parameter(&self.weight, device)?;
-            if let Some(b) = &self.bias {
-                self.bias = Some(move_parameter(b, device)?);
-            }
-            Ok(())
-        }
-
-        fn to_empty(&mut self, device: &Device) -> Result<()> {
-            self.weight = empty_parameter(&self.weight, device)?;
-            if let Some(t) = &mut self.bias {
-                *t = empty_parameter(t, device)?;
-            }
-            Ok(())
-        }
-
-        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-            self.weight = cast_state(&self.weight, dtype)?;
-            if let Some(t) = &mut self.bias {
-                *t = cast_state(t, dtype)?;
-            }
-            Ok(())
-        }
+        weight_bias_methods!(@params bias);
 
         fn to_memory_format(&mut self, format: crate::layout::MemoryFormat) -> Result<()> {
             self.weight = super::format_state(&self.weight, format)?;
             Ok(())
         }
     };
+    (no to_memory_format) => {
+        weight_bias_methods!(@params bias);
+    };
+    (weight only) => {
+        weight_bias_methods!(@params);
+    };
+    (@params $($bias:ident)?) => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            std::iter::once(("weight".to_string(), self.weight.clone()))
+                $(.chain(self.$bias.iter().map(|b| ("bias".to_string(), b.clone()))))?
+                .collect()
+        }
+
+        fn to_device(&mut self, device: &Device) -> Result<()> {
+            self.weight = move_parameter(&self.weight, device)?;
+            $(if let Some(b) = &mut self.$bias {
+                *b = move_parameter(b, device)?;
+            })?
+            Ok(())
+        }
+
+        fn to_empty(&mut self, device: &Device) -> Result<()> {
+            self.weight = empty_parameter(&self.weight, device)?;
+            $(if let Some(b) = &mut self.$bias {
+                *b = empty_parameter(b, device)?;
+            })?
+            Ok(())
+        }
+
+        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+            self.weight = cast_state(&self.weight, dtype)?;
+            $(if let Some(b) = &mut self.$bias {
+                *b = cast_state(b, dtype)?;
+            })?
+            Ok(())
+        }
+    };
 }
+pub(super) use weight_bias_methods;
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -148,14 +142,37 @@ impl Module for Linear {
     }
 }
 
-/// PyTorch's default bound `1/sqrt(fan_in)` of Linear and Conv2d weights and biases
-/// (Kaiming-uniform with a = √5), 0 for an empty fan-in.
-fn uniform_bound(fan_in: usize) -> f64 {
+/// PyTorch's default bound `1/sqrt(fan_in)` of Linear and convolution weights
+/// and biases (Kaiming-uniform with a = √5), 0 for an empty fan-in.
+pub(super) fn uniform_bound(fan_in: usize) -> f64 {
     if fan_in > 0 {
         1.0 / (fan_in as f64).sqrt()
     } else {
         0.0
     }
+}
+
+/// A weight of `shape` and (with `bias`) a bias `[out]`, each uniform in
+/// `±1/sqrt(fan_in)` where `fan_in` is the product of the weight's dims
+/// after the first (`shape[1]` times the kernel's size), drawn weight first
+/// as PyTorch draws them.
+pub(super) fn draw(
+    op: &'static str,
+    shape: &[usize],
+    out: usize,
+    bias: bool,
+    device: &Device,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let fan_in = shape[1..]
+        .iter()
+        .try_fold(1usize, |a, &v| a.checked_mul(v))
+        .ok_or_else(|| Error::invalid(op, format!("a weight of {shape:?} overflows a size")))?;
+    let bound = uniform_bound(fan_in);
+    let weight = fresh_parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?;
+    let bias = bias
+        .then(|| fresh_parameter(Tensor::uniform(-bound, bound, [out], DType::F32, device)?))
+        .transpose()?;
+    Ok((weight, bias))
 }
 
 /// Draws `weight` (then `bias`) again, uniform in `±bound`, in place.
@@ -165,6 +182,13 @@ fn reset_uniform(weight: &Tensor, bias: Option<&Tensor>, bound: f64) -> Result<(
         assign(p, &fresh)?;
     }
     Ok(())
+}
+
+/// A convolution's `reset_parameters`: `weight` (then `bias`) drawn again
+/// uniform in `±1/sqrt(fan_in)`, `fan_in` the weight's dims after the first.
+pub(super) fn reset_conv(weight: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+    let fan_in: usize = weight.shape()[1..].iter().product();
+    reset_uniform(weight, bias, uniform_bound(fan_in))
 }
 
 /// Layers applied in order (`nn.Sequential`). Each child has a name: its index
@@ -681,7 +705,9 @@ impl Conv2d {
                 format!("in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({g})"),
             ));
         }
-        let fan_in = (in_channels / g)
+        // (refused here with the kernel in the message, before `draw` takes
+        // the same fan-in)
+        (in_channels / g)
             .checked_mul(kernel)
             .and_then(|f| f.checked_mul(kernel))
             .ok_or_else(|| {
@@ -692,20 +718,8 @@ impl Conv2d {
                     ),
                 )
             })?;
-        let bound = uniform_bound(fan_in);
         let shape = [out_channels, in_channels / g, kernel, kernel];
-        let weight = fresh_parameter(Tensor::uniform(-bound, bound, shape, DType::F32, device)?)?;
-        let bias = if bias {
-            Some(fresh_parameter(Tensor::uniform(
-                -bound,
-                bound,
-                [out_channels],
-                DType::F32,
-                device,
-            )?)?)
-        } else {
-            None
-        };
+        let (weight, bias) = draw("Conv2d", &shape, out_channels, bias, device)?;
         Ok(Conv2d {
             weight,
             bias,
@@ -740,8 +754,7 @@ impl Module for Conv2d {
     weight_bias_methods!();
 
     fn reset_parameters(&mut self) -> Result<()> {
-        let fan_in: usize = self.weight.shape()[1..].iter().product();
-        reset_uniform(&self.weight, self.bias.as_ref(), uniform_bound(fan_in))
+        reset_conv(&self.weight, self.bias.as_ref())
     }
 }
 

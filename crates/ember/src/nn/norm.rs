@@ -54,24 +54,8 @@ impl<const D: usize> BatchNorm<D> {
         if num_features == 0 {
             return Err(Error::invalid("BatchNorm", "num_features must be positive"));
         }
-        let c = [num_features];
-        let (weight, bias) = if affine {
-            (
-                Some(fresh_parameter(Tensor::ones(c, DType::F32, device)?)?),
-                Some(fresh_parameter(Tensor::zeros(c, DType::F32, device)?)?),
-            )
-        } else {
-            (None, None)
-        };
-        let (running_mean, running_var, num_batches_tracked) = if track_running_stats {
-            (
-                Some(Tensor::zeros(c, DType::F32, device)?),
-                Some(Tensor::ones(c, DType::F32, device)?),
-                Some(Tensor::zeros([0usize; 0], DType::I64, device)?),
-            )
-        } else {
-            (None, None, None)
-        };
+        let [weight, bias, running_mean, running_var, num_batches_tracked] =
+            running_norm_state(num_features, affine, track_running_stats, device)?;
         Ok(BatchNorm {
             weight,
             bias,
@@ -122,28 +106,6 @@ impl<const D: usize> BatchNorm<D> {
                     self.features
                 ),
             ));
-        }
-        Ok(())
-    }
-
-    /// Replaces the weight and bias with `param` of them and the running
-    /// statistics and batch count with `buffer` of them (moving the layer, or
-    /// making it anew uninitialised).
-    fn replace_tensors(
-        &mut self,
-        param: impl Fn(&Tensor) -> Result<Tensor>,
-        buffer: impl Fn(&Tensor) -> Result<Tensor>,
-    ) -> Result<()> {
-        for t in [&mut self.weight, &mut self.bias].into_iter().flatten() {
-            *t = param(t)?;
-        }
-        let buffers = [
-            &mut self.running_mean,
-            &mut self.running_var,
-            &mut self.num_batches_tracked,
-        ];
-        for t in buffers.into_iter().flatten() {
-            *t = buffer(t)?;
         }
         Ok(())
     }
@@ -257,62 +219,130 @@ impl<const D: usize> Module for BatchNorm<D> {
         self.run(x, false, None)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        [("weight", &self.weight), ("bias", &self.bias)]
-            .into_iter()
-            .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
-            .collect()
-    }
+    running_norm_methods!();
+}
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        [
-            ("running_mean", &self.running_mean),
-            ("running_var", &self.running_var),
-            ("num_batches_tracked", &self.num_batches_tracked),
-        ]
+/// A batch or instance norm's `[weight, bias, running_mean, running_var,
+/// num_batches_tracked]` for `num_features` channels: with `affine` a weight
+/// of ones and a bias of zeros, with `track_running_stats` a running mean of
+/// zeros, a running variance of ones and no batches tracked.
+pub(super) fn running_norm_state(
+    num_features: usize,
+    affine: bool,
+    track_running_stats: bool,
+    device: &Device,
+) -> Result<[Option<Tensor>; 5]> {
+    let c = [num_features];
+    let (weight, bias) = if affine {
+        (
+            Some(fresh_parameter(Tensor::ones(c, DType::F32, device)?)?),
+            Some(fresh_parameter(Tensor::zeros(c, DType::F32, device)?)?),
+        )
+    } else {
+        (None, None)
+    };
+    let (running_mean, running_var, num_batches_tracked) = if track_running_stats {
+        (
+            Some(Tensor::zeros(c, DType::F32, device)?),
+            Some(Tensor::ones(c, DType::F32, device)?),
+            Some(Tensor::zeros([0usize; 0], DType::I64, device)?),
+        )
+    } else {
+        (None, None, None)
+    };
+    Ok([weight, bias, running_mean, running_var, num_batches_tracked])
+}
+
+/// The named present tensors of `slots`.
+pub(super) fn named<const N: usize>(slots: [(&str, &Option<Tensor>); N]) -> Vec<(String, Tensor)> {
+    slots
         .into_iter()
         .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
         .collect()
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.replace_tensors(|p| move_parameter(p, device), |b| b.to(device))
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        self.replace_tensors(
-            |p| empty_parameter(p, device),
-            |b| Tensor::empty(b.shape(), b.dtype(), device),
-        )
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        let all = [
-            &mut self.weight,
-            &mut self.bias,
-            &mut self.running_mean,
-            &mut self.running_var,
-            &mut self.num_batches_tracked,
-        ];
-        for t in all.into_iter().flatten() {
-            *t = cast_state(t, dtype)?;
-        }
-        Ok(())
-    }
-
-    fn reset_parameters(&mut self) -> Result<()> {
-        // weight 1, bias 0; running mean 0, variance 1, no batches tracked
-        let ones = [&self.weight, &self.running_var];
-        let zeros = [&self.bias, &self.running_mean, &self.num_batches_tracked];
-        for (ts, v) in [(&ones[..], 1.0), (&zeros[..], 0.0)] {
-            for t in ts.iter().copied().flatten() {
-                assign(t, &t.full_like(v)?)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
 }
+
+/// Replaces a norm's present weight and bias (the first two of `state`) with
+/// `param` of them and its other present tensors (the running statistics and
+/// batch count) with `buffer` of them (moving the layer, making it anew
+/// uninitialised, or casting it).
+pub(super) fn replace_norm_state(
+    state: [&mut Option<Tensor>; 5],
+    param: impl Fn(&Tensor) -> Result<Tensor>,
+    buffer: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<()> {
+    let [weight, bias, buffers @ ..] = state;
+    for t in [weight, bias].into_iter().flatten() {
+        *t = param(t)?;
+    }
+    for t in buffers.into_iter().flatten() {
+        *t = buffer(t)?;
+    }
+    Ok(())
+}
+
+/// The `Module` methods but `forward` of a norm with an optional affine
+/// `weight` and `bias` and optional running statistics `running_mean`,
+/// `running_var` and `num_batches_tracked` (`BatchNorm`, `InstanceNorm`),
+/// under PyTorch's state-dict names.
+macro_rules! running_norm_methods {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            super::norm::named([("weight", &self.weight), ("bias", &self.bias)])
+        }
+
+        fn named_buffers(&self) -> Vec<(String, Tensor)> {
+            super::norm::named([
+                ("running_mean", &self.running_mean),
+                ("running_var", &self.running_var),
+                ("num_batches_tracked", &self.num_batches_tracked),
+            ])
+        }
+
+        fn to_device(&mut self, device: &Device) -> Result<()> {
+            running_norm_methods!(@replace self, |p| move_parameter(p, device), |b| b.to(device))
+        }
+
+        fn to_empty(&mut self, device: &Device) -> Result<()> {
+            running_norm_methods!(
+                @replace self,
+                |p| empty_parameter(p, device),
+                |b| Tensor::empty(b.shape(), b.dtype(), device)
+            )
+        }
+
+        fn to_dtype(&mut self, dtype: DType) -> Result<()> {
+            let cast = |t: &Tensor| cast_state(t, dtype);
+            running_norm_methods!(@replace self, cast, cast)
+        }
+
+        fn reset_parameters(&mut self) -> Result<()> {
+            // weight 1, bias 0; running mean 0, variance 1, no batches tracked
+            let ones = [&self.weight, &self.running_var];
+            let zeros = [&self.bias, &self.running_mean, &self.num_batches_tracked];
+            for (ts, v) in [(&ones[..], 1.0), (&zeros[..], 0.0)] {
+                for t in ts.iter().copied().flatten() {
+                    assign(t, &t.full_like(v)?)?;
+                }
+            }
+            Ok(())
+        }
+
+        fn set_training(&mut self, training: bool) {
+            self.training = training;
+        }
+    };
+    (@replace $self:tt, $param:expr, $buffer:expr) => {
+        super::norm::replace_norm_state(
+            [
+                &mut $self.weight,
+                &mut $self.bias,
+                &mut $self.running_mean,
+                &mut $self.running_var,
+                &mut $self.num_batches_tracked,
+            ],
+            $param,
+            $buffer,
+        )
+    };
+}
+pub(super) use running_norm_methods;

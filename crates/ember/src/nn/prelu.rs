@@ -1,5 +1,6 @@
 //! The parametric ReLU (`nn.PReLU`, `F.prelu`).
 
+use super::layers::weight_bias_methods;
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::{
     device::Device,
@@ -114,24 +115,7 @@ impl Module for PReLU {
         prelu(x, &self.weight)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".to_string(), self.weight.clone())]
-    }
-
-    fn to_device(&mut self, device: &Device) -> Result<()> {
-        self.weight = move_parameter(&self.weight, device)?;
-        Ok(())
-    }
-
-    fn to_empty(&mut self, device: &Device) -> Result<()> {
-        self.weight = empty_parameter(&self.weight, device)?;
-        Ok(())
-    }
-
-    fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-        self.weight = cast_state(&self.weight, dtype)?;
-        Ok(())
-    }
+    weight_bias_methods!(weight only);
 
     fn reset_parameters(&mut self) -> Result<()> {
         assign(&self.weight, &self.weight.full_like(self.init)?)

@@ -133,34 +133,11 @@ impl Tensor {
         if let Some(c) = crate::tensor::autocast::lower(&ts)? {
             return c[0].conv2d(&c[1], c.get(2), opts);
         }
-        super::same_device(OP, &ts)?;
-        for t in &ts[1..] {
-            if t.dtype() != self.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: OP,
-                    lhs: self.dtype(),
-                    rhs: t.dtype(),
-                });
-            }
-        }
-        if !self.dtype().is_float() {
-            return Err(Error::dtype(
-                OP,
-                self.dtype(),
-                "convolution needs a floating-point input",
-            ));
-        }
+        check_operands(OP, &ts)?;
         if self.rank() == 3 {
             return self.unsqueeze(0)?.conv2d(weight, bias, opts)?.squeeze(0);
         }
-        if self.rank() != 4 || weight.rank() != 4 {
-            return Err(Error::shape(
-                OP,
-                self.shape(),
-                weight.shape(),
-                "expected a 3-D or 4-D input and a 4-D weight",
-            ));
-        }
+        check_ranks(OP, self, weight)?;
         let [n, c, h, w] = [
             self.shape()[0],
             self.shape()[1],
@@ -182,17 +159,8 @@ impl Tensor {
                 format!("expected input with {} channels (weight's in-channels × groups = {cg} × {g}) and out-channels divisible by groups", cg * g),
             ));
         }
-        if let Some(b) = bias {
-            if b.shape() != [o] {
-                return Err(Error::shape(
-                    OP,
-                    b.shape(),
-                    &[o],
-                    "bias must have one value per output channel",
-                ));
-            }
-        }
-        opts.check(OP)?;
+        check_bias(OP, bias, o)?;
+        check_stride_dilation(OP, opts.stride, opts.dilation)?;
         let win = Window {
             kernel: (kh, kw),
             stride: opts.stride,
@@ -400,14 +368,73 @@ impl Conv2dOptions {
         self.groups = g;
         self
     }
-    fn check(&self, op: &'static str) -> Result<()> {
-        if self.stride.0 == 0 || self.stride.1 == 0 || self.dilation.0 == 0 || self.dilation.1 == 0
-        {
-            return Err(Error::invalid(
+}
+
+/// The checks of a convolution's operands (`[input, weight, bias?]`) that
+/// come before their shapes: one device, one dtype, and that a floating-point
+/// one.
+pub(super) fn check_operands(op: &'static str, ts: &[&Tensor]) -> Result<()> {
+    super::same_device(op, ts)?;
+    let dtype = ts[0].dtype();
+    for t in &ts[1..] {
+        if t.dtype() != dtype {
+            return Err(Error::DTypeMismatch {
                 op,
-                "stride and dilation must be greater than zero",
+                lhs: dtype,
+                rhs: t.dtype(),
+            });
+        }
+    }
+    if !dtype.is_float() {
+        return Err(Error::dtype(
+            op,
+            dtype,
+            "convolution needs a floating-point input",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an input that is not batched `[N, C, H, W]` (a lone sample has
+/// been given its batch dim by now) or a weight that is not 4-D.
+pub(super) fn check_ranks(op: &'static str, x: &Tensor, weight: &Tensor) -> Result<()> {
+    if x.rank() != 4 || weight.rank() != 4 {
+        return Err(Error::shape(
+            op,
+            x.shape(),
+            weight.shape(),
+            "expected a 3-D or 4-D input and a 4-D weight",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a bias that is not one value per output channel (`out` of them).
+pub(super) fn check_bias(op: &'static str, bias: Option<&Tensor>, out: usize) -> Result<()> {
+    if let Some(b) = bias {
+        if b.shape() != [out] {
+            return Err(Error::shape(
+                op,
+                b.shape(),
+                &[out],
+                "bias must have one value per output channel",
             ));
         }
-        Ok(())
     }
+    Ok(())
+}
+
+/// Refuses a zero stride or dilation.
+pub(super) fn check_stride_dilation(
+    op: &'static str,
+    stride: (usize, usize),
+    dilation: (usize, usize),
+) -> Result<()> {
+    if stride.0 == 0 || stride.1 == 0 || dilation.0 == 0 || dilation.1 == 0 {
+        return Err(Error::invalid(
+            op,
+            "stride and dilation must be greater than zero",
+        ));
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 //! for the input's gradient alone, the input's gradient a `conv2d`, and the
 //! weight's gradient `conv2d_backward` asked for the weight's.
 
+use super::conv::{check_bias, check_operands, check_ranks, check_stride_dilation};
 use super::{Storages, Tensor};
 use crate::backend::op::{ConvShape, Window};
 use crate::backend::Storage;
@@ -105,37 +106,14 @@ impl Tensor {
         if let Some(c) = crate::tensor::autocast::lower(&ts)? {
             return c[0].conv_transpose2d(&c[1], c.get(2), opts);
         }
-        super::same_device(OP, &ts)?;
-        for t in &ts[1..] {
-            if t.dtype() != self.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op: OP,
-                    lhs: self.dtype(),
-                    rhs: t.dtype(),
-                });
-            }
-        }
-        if !self.dtype().is_float() {
-            return Err(Error::dtype(
-                OP,
-                self.dtype(),
-                "convolution needs a floating-point input",
-            ));
-        }
+        check_operands(OP, &ts)?;
         if self.rank() == 3 && weight.rank() == 4 {
             return self
                 .unsqueeze(0)?
                 .conv_transpose2d(weight, bias, opts)?
                 .squeeze(0);
         }
-        if self.rank() != 4 || weight.rank() != 4 {
-            return Err(Error::shape(
-                OP,
-                self.shape(),
-                weight.shape(),
-                "expected a 3-D or 4-D input and a 4-D weight",
-            ));
-        }
+        check_ranks(OP, self, weight)?;
         let [n, cin, h, w] = [0, 1, 2, 3].map(|d| self.shape()[d]);
         let [wi, og, kh, kw] = [0, 1, 2, 3].map(|d| weight.shape()[d]);
         let g = opts.groups;
@@ -188,28 +166,14 @@ impl Tensor {
             ));
         }
         let cout = og * g;
-        if let Some(b) = bias {
-            if b.shape() != [cout] {
-                return Err(Error::shape(
-                    OP,
-                    b.shape(),
-                    &[cout],
-                    "bias must have one value per output channel",
-                ));
-            }
-        }
+        check_bias(OP, bias, cout)?;
         let (s, p, d, op) = (
             opts.stride,
             opts.padding,
             opts.dilation,
             opts.output_padding,
         );
-        if s.0 == 0 || s.1 == 0 || d.0 == 0 || d.1 == 0 {
-            return Err(Error::invalid(
-                OP,
-                "stride and dilation must be greater than zero",
-            ));
-        }
+        check_stride_dilation(OP, s, d)?;
         if (op.0 >= s.0 && op.0 >= d.0) || (op.1 >= s.1 && op.1 >= d.1) {
             return Err(Error::invalid(
                 OP,

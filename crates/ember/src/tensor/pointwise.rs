@@ -242,11 +242,7 @@ impl Tensor {
         tensor2: &Tensor,
         value: impl Into<Scalar>,
     ) -> Result<()> {
-        let value = value.into();
-        let rhs_grad = tensor1.requires_grad() || tensor2.requires_grad();
-        self.write_from("addcmul_", rhs_grad, false, |t| {
-            t.addc("addcmul_", tensor1, tensor2, value, false)
-        })
+        self.addc_in_place("addcmul_", tensor1, tensor2, value.into(), false)
     }
 
     /// In-place [`addcdiv`](Self::addcdiv) (`Tensor.addcdiv_`), as
@@ -257,11 +253,21 @@ impl Tensor {
         tensor2: &Tensor,
         value: impl Into<Scalar>,
     ) -> Result<()> {
-        let value = value.into();
-        let rhs_grad = tensor1.requires_grad() || tensor2.requires_grad();
-        self.write_from("addcdiv_", rhs_grad, false, |t| {
-            t.addc("addcdiv_", tensor1, tensor2, value, true)
-        })
+        self.addc_in_place("addcdiv_", tensor1, tensor2, value.into(), true)
+    }
+
+    /// `addcmul_` (or with `div`, `addcdiv_`): [`addc`](Self::addc) written
+    /// into this tensor.
+    fn addc_in_place(
+        &self,
+        op: &'static str,
+        t1: &Tensor,
+        t2: &Tensor,
+        value: Scalar,
+        div: bool,
+    ) -> Result<()> {
+        let rhs_grad = t1.requires_grad() || t2.requires_grad();
+        self.write_from(op, rhs_grad, false, |t| t.addc(op, t1, t2, value, div))
     }
 
     fn addc(
