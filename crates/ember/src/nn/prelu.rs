@@ -27,6 +27,10 @@ pub fn prelu(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let _record = crate::profiler::function("prelu");
     const OP: &str = "prelu";
     crate::tensor::same_device(OP, &[x, weight])?;
+    // a lower-precision op under autocast, as PyTorch lists it
+    if let Some(c) = crate::tensor::autocast::lower(&[x, weight])? {
+        return prelu(&c[0], &c[1]);
+    }
     if weight.rank() > 1 {
         return Err(Error::shape(
             OP,

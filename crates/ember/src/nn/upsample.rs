@@ -231,13 +231,19 @@ pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
                 .zip(&factors)
                 .map(|(&i, &s)| {
                     let v = (i as f64 * s).floor();
-                    if v.is_finite() {
-                        v as i128
-                    } else {
-                        -1
+                    // PyTorch converts the size to int64 first
+                    if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&v) {
+                        return Err(Error::invalid(
+                            "interpolate",
+                            format!(
+                                "value cannot be converted to type int64_t without overflow \
+                                 (input size {i} times scale factor {s})"
+                            ),
+                        ));
                     }
+                    Ok(v as i128)
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             if out.iter().any(|&o| o < 1) || spatial.contains(&0) {
                 return Err(sizes_error(spatial, &out));
             }

@@ -430,3 +430,31 @@ device_test!(
     new_layers_have_pytorchs_parameters,
     interpolate_takes_uint8_and_half,
 );
+
+/// PReLU is a lower-precision op under autocast (PyTorch's lists, CPU and
+/// CUDA): a float32 input and weight give bfloat16, and a bfloat16 input with
+/// a float32 weight is accepted; a scale factor whose output size overflows
+/// int64 is refused with PyTorch's message instead of wrapping around.
+#[test]
+fn prelu_under_autocast_and_huge_scale_factors() -> Result<()> {
+    use ember::nn::functional as F;
+    let cpu = Device::Cpu;
+    let x = Tensor::new([[-1f32, 2.0]], &cpu)?;
+    let w = Tensor::new([0.25f32], &cpu)?;
+    for input in [x.clone(), x.to_dtype(DType::BF16)?] {
+        let y = ember::autocast(DType::BF16, || F::prelu(&input, &w))??;
+        assert_eq!(y.dtype(), DType::BF16);
+        assert_eq!(y.to_dtype(DType::F32)?.to_vec2::<f32>()?, [[-0.25, 2.0]]);
+    }
+    let ones = Tensor::ones([1, 1, 1], DType::F32, &cpu)?;
+    for s in [18446744073709555712.0, 1e300, f64::INFINITY, f64::NAN] {
+        let e = F::interpolate(&ones, &InterpolateOptions::scale_factor(s))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("cannot be converted to type int64_t without overflow"),
+            "{s}: {e}"
+        );
+    }
+    Ok(())
+}
