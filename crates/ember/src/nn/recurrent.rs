@@ -191,6 +191,17 @@ impl CellParams {
     }
 }
 
+/// Refuses the first of `sizes` that is zero, naming it as PyTorch does.
+fn positive(cell: Cell, sizes: &[(&str, usize)]) -> Result<()> {
+    match sizes.iter().find(|(_, n)| *n == 0) {
+        Some((what, _)) => Err(Error::invalid(
+            cell.name(),
+            format!("{what} must be greater than zero"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A multi-layer, optionally bidirectional recurrent network of one cell kind.
 struct Recurrent {
     cell: Cell,
@@ -212,12 +223,7 @@ impl Recurrent {
         options: RnnOptions,
         device: &Device,
     ) -> Result<Self> {
-        if input_size == 0 {
-            return Err(Error::invalid(
-                cell.name(),
-                "input_size must be greater than zero",
-            ));
-        }
+        positive(cell, &[("input_size", input_size)])?;
         Recurrent::new(cell, input_size, hidden_size, options, device)
     }
 
@@ -228,17 +234,13 @@ impl Recurrent {
         options: RnnOptions,
         device: &Device,
     ) -> Result<Self> {
-        for (what, size) in [
-            ("hidden_size", hidden_size),
-            ("num_layers", options.num_layers),
-        ] {
-            if size == 0 {
-                return Err(Error::invalid(
-                    cell.name(),
-                    format!("{what} must be greater than zero"),
-                ));
-            }
-        }
+        positive(
+            cell,
+            &[
+                ("hidden_size", hidden_size),
+                ("num_layers", options.num_layers),
+            ],
+        )?;
         if !(0.0..=1.0).contains(&options.dropout) {
             return Err(Error::invalid(
                 cell.name(),

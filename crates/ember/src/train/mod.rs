@@ -501,7 +501,7 @@ impl Trial {
         let has_scheduler = self.scheduler.is_some();
         let scaler = self.scaler.clone();
         let watched = self.plateau.as_ref().map(|(_, m)| m.clone());
-        let (_, (history, scheduler_epoch, scaler)) = crate::io::load_checkpoint_checked(
+        let (_, (history, scheduler_epoch, scaler, watched)) = crate::io::load_checkpoint_checked(
             self.model.as_ref(),
             self.optimizer.as_mut(),
             &file,
@@ -509,10 +509,10 @@ impl Trial {
             |extra| {
                 let (history, epoch, scaler) =
                     Self::check_resume(extra, &file, &hist_file, history, has_scheduler, scaler)?;
-                if let Some(m) = &watched {
-                    plateau_metrics(&history, m, &hist_file)?;
-                }
-                Ok((history, epoch, scaler))
+                let watched = watched
+                    .map(|m| plateau_metrics(&history, &m, &hist_file))
+                    .transpose()?;
+                Ok((history, epoch, scaler, watched))
             },
         )?;
         // the optimizer's state is replaced: a captured step would update the old
@@ -521,8 +521,8 @@ impl Trial {
         if let (Some(s), Some(e)) = (self.scheduler.as_mut(), scheduler_epoch) {
             s.set_epoch(e);
         }
-        if let Some((p, m)) = self.plateau.as_mut() {
-            p.replay(&plateau_metrics(&history, m, &hist_file)?);
+        if let (Some((p, _)), Some(values)) = (self.plateau.as_mut(), watched) {
+            p.replay(&values);
         }
         self.scaler = scaler;
         self.history = history;
