@@ -404,12 +404,24 @@ pub fn group_norm(
     eps: f64,
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("group_norm");
-    const OP: &str = "group_norm";
     if let Some(y) = in_f32_under_autocast((x, weight, bias), |x, w, b| {
-        group_norm(x, num_groups, w, b, eps)
+        group_norm_in(x, num_groups, w, b, eps)
     })? {
         return Ok(y);
     }
+    group_norm_in(x, num_groups, weight, bias, eps)
+}
+
+/// [`group_norm`] in the operands' dtypes, whatever autocast says: instance
+/// normalisation (not on autocast's lists) runs it directly.
+pub(super) fn group_norm_in(
+    x: &Tensor,
+    num_groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    const OP: &str = "group_norm";
     let mut ts = vec![x];
     ts.extend(weight);
     ts.extend(bias);

@@ -118,7 +118,9 @@ pub fn instance_norm(
             ),
         ));
     }
-    let y = super::functional::group_norm(x, c.max(1), weight, bias, opts.eps)?;
+    // not on autocast's lists: the input's dtype (PyTorch runs a batch norm,
+    // which takes float32 parameters beside a half-precision input)
+    let y = super::functional::group_norm_in(x, c.max(1), weight, bias, opts.eps)?;
     if (opts.running_mean.is_some() || opts.running_var.is_some()) && n > 0 {
         // each sample's statistics averaged over the batch, in float32 at
         // least (float64 for float64), as the batch norm PyTorch runs

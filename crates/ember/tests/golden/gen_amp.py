@@ -105,6 +105,13 @@ def dtype_cases():
     case("cosine_similarity_bf16", F.cosine_similarity, a.to(BF), a.to(BF))
     case("addcmul_bf16_f32", torch.addcmul, a.to(BF), a, a.to(BF))
     case("addcdiv_bf16", torch.addcdiv, a.to(BF), a.to(BF), a.abs().to(BF))
+    # group_norm is on CUDA's float32 list (not the CPU's); instance_norm is on
+    # neither (a batch norm with float32 parameters beside the input)
+    x3 = f32(2, 4, 3).to(BF)
+    case("group_norm_bf16", lambda x, w, c: F.group_norm(x, 2, w, c), x3, f32(4), f32(4))
+    case("instance_norm_bf16", lambda x, w, c: F.instance_norm(x, weight=w, bias=c), x3, f32(4), f32(4))
+    case("instance_norm_running_bf16",
+         lambda x, m, v: F.instance_norm(x, running_mean=m, running_var=v), x3, f32(4), f32(4).abs())
     return cases
 
 

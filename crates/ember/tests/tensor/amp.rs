@@ -95,6 +95,7 @@ const CUDA_IN_F32: &[&str] = &[
     "rdiv_bf16",
     "log10_bf16",
     "cosine_similarity_bf16",
+    "group_norm_bf16",
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
@@ -224,6 +225,30 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
             "addcdiv_bf16" => {
                 make(&[3, 4], a)?.addcdiv(&make(&[3, 4], b)?, &make(&[3, 4], c3)?, 1.0)?
             }
+            "group_norm_bf16" => nn::functional::group_norm(
+                &make(&[2, 4, 3], a)?,
+                2,
+                Some(&make(&[4], b)?),
+                Some(&make(&[4], c3)?),
+                1e-5,
+            )?,
+            "instance_norm_bf16" => nn::functional::instance_norm(
+                &make(&[2, 4, 3], a)?,
+                Some(&make(&[4], b)?),
+                Some(&make(&[4], c3)?),
+                Default::default(),
+            )?,
+            "instance_norm_running_bf16" => {
+                let (mean, var) = (make(&[4], b)?, make(&[4], c3)?);
+                let opts = nn::functional::InstanceNormOptions {
+                    running_mean: Some(&mean),
+                    running_var: Some(&var),
+                    ..Default::default()
+                };
+                let y = nn::functional::instance_norm(&make(&[2, 4, 3], a)?, None, None, opts)?;
+                assert_eq!((mean.dtype(), var.dtype()), (DType::F32, DType::F32));
+                y
+            }
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -238,7 +263,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 45);
+    assert_eq!(checked, 48);
     Ok(())
 }
 
