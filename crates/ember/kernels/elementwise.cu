@@ -84,7 +84,7 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
         const A bx = x * (A)p0;
         return bx > (A)p1 ? x : log1p(exp(bx)) / (A)p0;
     }
-    case U_ELU: return x > (A)0 ? x : expm1(x) * (A)p0;
+    case U_ELU: return x > (A)0 ? x : expm1(x * (A)p1) * (A)p0;  // p1: the input's scale
     case U_LEAKY_RELU: return x > (A)0 ? x : x * (A)p0;
     case U_LOG1P: return log1p(x);
     case U_EXPM1: return expm1(x);
@@ -111,7 +111,6 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
         const A scale = (A)1.0507009873554804934193349852946;
         return x > (A)0 ? x * scale : expm1(x) * ((A)1.6732632423543772848170429916717 * scale);
     }
-    case U_CELU: return x > (A)0 ? x : expm1(x * (A)p1) * (A)p0;  // p1 = 1 / alpha
     case U_MISH: return x * tanh(log1p(exp(x)));
     }
     return x;

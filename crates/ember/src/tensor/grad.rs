@@ -28,7 +28,8 @@ pub(crate) enum Unary {
     Clamp(Option<f64>, Option<f64>),
     Silu,
     Softplus(f64, f64),
-    Elu(f64),
+    /// `α` and the input's scale `s` (`F.celu`: `1/α`).
+    Elu(f64, f64),
     LeakyRelu(f64),
     Log1p,
     Expm1,
@@ -40,7 +41,6 @@ pub(crate) enum Unary {
     Hardswish,
     Log10,
     Selu,
-    Celu(f64),
     Mish,
     /// `hardtanh(min, max)`: the gradient passes where `min < x < max` (and at
     /// NaN), as PyTorch's `hardtanh_backward`.
@@ -162,9 +162,13 @@ impl Unary {
                 let above = bx.gt(threshold)?;
                 g.mul(&above.where_(1.0, &bx.sigmoid()?)?)
             }
-            Elu(alpha) => {
-                let neg = x.exp()?.mul(alpha)?;
-                g.mul(&x.le(0.0)?.where_(&neg, 1.0)?)
+            // α s e^(s x) at and below 0 (PyTorch's product of the two), else 1
+            Elu(alpha, s) => {
+                let e = match s == 1.0 {
+                    true => x.exp()?,
+                    false => x.mul(s)?.exp()?,
+                };
+                g.mul(&x.le(0.0)?.where_(&e.mul(alpha * s)?, 1.0)?)
             }
             LeakyRelu(slope) => g.mul(
                 &x.gt(0.0)?
@@ -184,11 +188,6 @@ impl Unary {
                 let (alpha, scale) = (ops::SELU_ALPHA, ops::SELU_SCALE);
                 let neg = x.exp()?.mul(alpha * scale)?;
                 g.mul(&x.le(0.0)?.where_(&neg, scale)?)
-            }
-            // e^(x/α) at and below 0, else 1
-            Celu(alpha) => {
-                let neg = x.mul(1.0 / alpha)?.exp()?;
-                g.mul(&x.le(0.0)?.where_(&neg, 1.0)?)
             }
             // t + x σ(x) (1 - t²) with t = tanh(softplus(x)), as PyTorch's kernel
             Mish => {

@@ -176,7 +176,11 @@ impl Tensor {
     /// ELU: `x` where `x > 0`, else `alpha · (e^x - 1)` (`F.elu`, default
     /// `alpha = 1`). Floating-point only.
     pub fn elu(&self, alpha: f64) -> Result<Tensor> {
-        self.unary_op("elu", &ops::Elu(alpha), grad::Unary::Elu(alpha))
+        let op = ops::Elu {
+            alpha,
+            input_scale: 1.0,
+        };
+        self.unary_op("elu", &op, grad::Unary::Elu(alpha, 1.0))
     }
 
     /// `x` where `x > 0`, else `negative_slope · x` (`F.leaky_relu`, default
@@ -194,7 +198,8 @@ impl Tensor {
     /// PyTorch.
     pub fn celu(&self, alpha: f64) -> Result<Tensor> {
         check_celu_alpha("celu", alpha)?;
-        self.unary_op("celu", &ops::Celu(alpha), grad::Unary::Celu(alpha))
+        let (op, rule) = celu_op(alpha);
+        self.unary_op("celu", &op, rule)
     }
 
     /// In-place [`celu`](Self::celu) (`F.celu(x, alpha, inplace=True)`), recorded
@@ -202,7 +207,8 @@ impl Tensor {
     /// the rule).
     pub fn celu_(&self, alpha: f64) -> Result<()> {
         check_celu_alpha("celu_", alpha)?;
-        self.unary_inplace("celu_", &ops::Celu(alpha), grad::Unary::Celu(alpha))
+        let (op, rule) = celu_op(alpha);
+        self.unary_inplace("celu_", &op, rule)
     }
 
     /// `min` below `min`, `max` above `max`, `x` between (`F.hardtanh`;
@@ -609,6 +615,16 @@ pub(super) fn wide_int_bound(dt: DType, bounds: &[Option<Scalar>]) -> bool {
 }
 
 /// PyTorch's refusal of CELU's `alpha = 0` (its `1/alpha` would divide by 0).
+/// CELU as PyTorch runs it: ELU with the input scaled by `1/α`.
+fn celu_op(alpha: f64) -> (ops::Elu, grad::Unary) {
+    let s = 1.0 / alpha;
+    let op = ops::Elu {
+        alpha,
+        input_scale: s,
+    };
+    (op, grad::Unary::Elu(alpha, s))
+}
+
 fn check_celu_alpha(op: &'static str, alpha: f64) -> Result<()> {
     if alpha == 0.0 {
         return Err(Error::invalid(

@@ -47,7 +47,6 @@ codes! {
         Hardswish = 33 => "HARDSWISH",
         Log10 = 34 => "LOG10",
         Selu = 35 => "SELU",
-        Celu = 36 => "CELU",
         Mish = 37 => "MISH",
     }
 }
@@ -676,8 +675,13 @@ impl UnaryOp for Softplus {
     }
 }
 
-/// `x` where `x > 0`, else `α (e^x - 1)` (`F.elu`).
-pub(crate) struct Elu(pub f64);
+/// `x` where `x > 0`, else `α (e^(s·x) - 1)`, as PyTorch's ELU kernel: `F.elu`
+/// with `s = 1` (exact: `x · 1 = x`), `F.celu` with `s = 1/α` (the quotient
+/// taken in double and rounded to the dtype).
+pub(crate) struct Elu {
+    pub alpha: f64,
+    pub input_scale: f64,
+}
 impl UnaryOp for Elu {
     const FLOAT_ONLY: bool = false;
     const FLOAT_KERNEL: Option<&'static str> = Some("elu_cpu");
@@ -686,31 +690,11 @@ impl UnaryOp for Elu {
         if x > F::zero() {
             x
         } else {
-            x.exp_m1() * F::c(self.0)
+            (x * F::c(self.input_scale)).exp_m1() * F::c(self.alpha)
         }
     }
     fn code(&self) -> (UnaryCode, f64, f64) {
-        (UnaryCode::Elu, self.0, 0.0)
-    }
-}
-
-/// `x` where `x > 0`, else `α (e^(x/α) - 1)` (`F.celu`), as PyTorch's ELU
-/// kernel computes it: `x · (1/α)`, the quotient taken in double and rounded
-/// to the dtype.
-pub(crate) struct Celu(pub f64);
-impl UnaryOp for Celu {
-    const FLOAT_ONLY: bool = false;
-    const FLOAT_KERNEL: Option<&'static str> = Some("elu_cpu");
-    #[inline(always)]
-    fn f<F: Real>(&self, x: F) -> F {
-        if x > F::zero() {
-            x
-        } else {
-            (x * F::c(1.0 / self.0)).exp_m1() * F::c(self.0)
-        }
-    }
-    fn code(&self) -> (UnaryCode, f64, f64) {
-        (UnaryCode::Celu, self.0, 1.0 / self.0)
+        (UnaryCode::Elu, self.alpha, self.input_scale)
     }
 }
 
