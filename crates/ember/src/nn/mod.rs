@@ -31,6 +31,7 @@ mod loss_pointwise;
 mod norm;
 mod prelu;
 mod recurrent;
+mod rnn;
 mod sdpa;
 mod sdpa_saving;
 mod state;
@@ -64,6 +65,7 @@ pub use loss_pointwise::{
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use prelu::PReLU;
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
+pub use rnn::{RNNCell, RnnNonlinearity, RNN};
 pub use state::IncompatibleKeys;
 pub use transformer::{
     Activation, DecoderMasks, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,

@@ -1,14 +1,16 @@
 //! Recurrent layers: `nn.LSTM`, `nn.GRU`, `nn.LSTMCell` and `nn.GRUCell`, with
 //! PyTorch's parameter names (`weight_ih_l0`, `bias_hh_l1_reverse`, ...), gate
 //! order (LSTM: input, forget, cell, output; GRU: reset, update, new), layouts
-//! and initial values (uniform in `±1/sqrt(hidden_size)`).
+//! and initial values (uniform in `±1/sqrt(hidden_size)`). The machinery here
+//! also runs the Elman layers of `nn/rnn.rs` (one gate and a nonlinearity).
 //!
 //! Each layer projects the whole input sequence with one matrix product, then
 //! steps through time with the hidden-to-hidden product; autograd records the
 //! steps (backpropagation through time).
 
 use super::functional::dropout;
-use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
+use super::rnn::RnnNonlinearity;
+use super::{assign, fresh_parameter, Module};
 use crate::{
     device::Device,
     dtype::DType,
@@ -18,9 +20,11 @@ use crate::{
 
 /// Which cell a recurrent layer runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cell {
+pub(super) enum Cell {
     Lstm,
     Gru,
+    /// The Elman cell: `act(x Wᵢₕᵀ + bᵢₕ + h Wₕₕᵀ + bₕₕ)`.
+    Rnn(RnnNonlinearity),
 }
 
 impl Cell {
@@ -28,19 +32,35 @@ impl Cell {
         match self {
             Cell::Lstm => 4,
             Cell::Gru => 3,
+            Cell::Rnn(_) => 1,
         }
     }
 
+    /// The sequence layer's name, which PyTorch's messages begin with.
     fn name(self) -> &'static str {
         match self {
             Cell::Lstm => "LSTM",
             Cell::Gru => "GRU",
+            Cell::Rnn(_) => "RNN",
         }
+    }
+
+    /// The single-step layer's name.
+    fn cell_name(self) -> &'static str {
+        match self {
+            Cell::Lstm => "LSTMCell",
+            Cell::Gru => "GRUCell",
+            Cell::Rnn(_) => "RNNCell",
+        }
+    }
+
+    fn has_cell_state(self) -> bool {
+        self == Cell::Lstm
     }
 }
 
-/// The settings of [`LSTM`] and [`GRU`] (PyTorch's keyword arguments; the
-/// defaults are PyTorch's).
+/// The settings of [`LSTM`], [`GRU`] and [`RNN`](super::RNN) (PyTorch's
+/// keyword arguments; the defaults are PyTorch's).
 #[derive(Clone, Copy, Debug)]
 pub struct RnnOptions {
     pub num_layers: usize,
@@ -75,12 +95,7 @@ struct CellParams {
 
 impl CellParams {
     fn new(cell: Cell, input: usize, hidden: usize, bias: bool, device: &Device) -> Result<Self> {
-        let g = cell.gates() * hidden;
-        let k = if hidden > 0 {
-            1.0 / (hidden as f64).sqrt()
-        } else {
-            0.0
-        };
+        let (g, k) = (cell.gates() * hidden, bound(hidden));
         let draw = |shape: &[usize]| -> Result<Tensor> {
             fresh_parameter(Tensor::uniform(-k, k, shape, DType::F32, device)?)
         };
@@ -114,12 +129,7 @@ impl CellParams {
     }
 
     fn reset(&self) -> Result<()> {
-        let hidden = self.w_hh.shape()[1];
-        let k = if hidden > 0 {
-            1.0 / (hidden as f64).sqrt()
-        } else {
-            0.0
-        };
+        let k = bound(self.w_hh.shape()[1]);
         let all = [
             Some(&self.w_ih),
             Some(&self.w_hh),
@@ -187,7 +197,17 @@ impl CellParams {
                 let h2 = n.add(&z.mul(&h.sub(&n)?)?)?;
                 Ok((h2, None))
             }
+            Cell::Rnn(act) => Ok((act.apply(&xi.add(&hh)?)?, None)),
         }
+    }
+}
+
+/// PyTorch's initial values lie in `±1/sqrt(hidden_size)`.
+fn bound(hidden: usize) -> f64 {
+    if hidden > 0 {
+        1.0 / (hidden as f64).sqrt()
+    } else {
+        0.0
     }
 }
 
@@ -202,32 +222,25 @@ fn positive(cell: Cell, sizes: &[(&str, usize)]) -> Result<()> {
     }
 }
 
-/// A multi-layer, optionally bidirectional recurrent network of one cell kind.
-struct Recurrent {
+/// A multi-layer, optionally bidirectional recurrent network of one cell kind
+/// (a single-step cell is one layer in one direction).
+pub(super) struct Recurrent {
     cell: Cell,
     /// `[layer][direction]`.
     params: Vec<Vec<CellParams>>,
     input_size: usize,
     hidden_size: usize,
-    options: RnnOptions,
-    training: bool,
+    pub(super) options: RnnOptions,
+    pub(super) training: bool,
+    /// A single-step cell (`nn.LSTMCell`, ...) rather than a sequence layer.
+    single_step: bool,
 }
 
 impl Recurrent {
-    /// [`new`](Self::new) for a whole sequence layer (`nn.LSTM`, `nn.GRU`),
-    /// which PyTorch refuses without inputs (its cells accept them).
-    fn sequence(
-        cell: Cell,
-        input_size: usize,
-        hidden_size: usize,
-        options: RnnOptions,
-        device: &Device,
-    ) -> Result<Self> {
-        positive(cell, &[("input_size", input_size)])?;
-        Recurrent::new(cell, input_size, hidden_size, options, device)
-    }
-
-    fn new(
+    /// A whole sequence layer (`nn.LSTM`, `nn.GRU`, `nn.RNN`), which PyTorch
+    /// refuses without inputs, hidden features or layers (its cells accept
+    /// sizes of zero).
+    pub(super) fn sequence(
         cell: Cell,
         input_size: usize,
         hidden_size: usize,
@@ -237,10 +250,38 @@ impl Recurrent {
         positive(
             cell,
             &[
+                ("input_size", input_size),
                 ("hidden_size", hidden_size),
                 ("num_layers", options.num_layers),
             ],
         )?;
+        Recurrent::new(cell, input_size, hidden_size, options, device)
+    }
+
+    /// A single-step cell (`nn.LSTMCell`, `nn.GRUCell`, `nn.RNNCell`).
+    pub(super) fn cell(
+        cell: Cell,
+        input_size: usize,
+        hidden_size: usize,
+        bias: bool,
+        device: &Device,
+    ) -> Result<Self> {
+        let options = RnnOptions {
+            bias,
+            ..Default::default()
+        };
+        let mut r = Recurrent::new(cell, input_size, hidden_size, options, device)?;
+        r.single_step = true;
+        Ok(r)
+    }
+
+    fn new(
+        cell: Cell,
+        input_size: usize,
+        hidden_size: usize,
+        options: RnnOptions,
+        device: &Device,
+    ) -> Result<Self> {
         if !(0.0..=1.0).contains(&options.dropout) {
             return Err(Error::invalid(
                 cell.name(),
@@ -268,6 +309,7 @@ impl Recurrent {
             hidden_size,
             options,
             training: true,
+            single_step: false,
         })
     }
 
@@ -279,7 +321,11 @@ impl Recurrent {
         }
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    /// PyTorch's names: a cell's without a layer suffix.
+    pub(super) fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        if self.single_step {
+            return self.params[0][0].named("");
+        }
         let mut v = Vec::new();
         for (l, layer) in self.params.iter().enumerate() {
             for (d, p) in layer.iter().enumerate() {
@@ -289,21 +335,35 @@ impl Recurrent {
         v
     }
 
-    fn map(&mut self, f: impl Fn(&Tensor) -> Result<Tensor> + Copy) -> Result<()> {
+    /// A sequence layer's output from zero states, or a cell's next state.
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.single_step {
+            Ok(self.step_once(x, None, None)?.0)
+        } else {
+            Ok(self.run(x, None, None)?.0)
+        }
+    }
+
+    pub(super) fn map(&mut self, f: impl Fn(&Tensor) -> Result<Tensor> + Copy) -> Result<()> {
         self.params.iter_mut().flatten().try_for_each(|p| p.map(f))
+    }
+
+    pub(super) fn reset_parameters(&self) -> Result<()> {
+        self.params.iter().flatten().try_for_each(CellParams::reset)
     }
 
     /// The output sequence and the final states (`h_n`, and `c_n` for an LSTM).
     /// `state` holds the initial `h_0` (and `c_0`), `[layers·dirs, N, H]`.
-    fn run(
+    pub(super) fn run(
         &self,
         x: &Tensor,
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
-        // (a GRU on the CPU keeps its input and states: see cpu_full_precision)
+        // (a GRU or an Elman layer on the CPU keeps its input and states: see
+        // cpu_full_precision)
         let lower = |t: &Tensor| {
-            if matches!(self.cell, Cell::Gru) && cpu_full_precision(t) {
+            if !self.cell.has_cell_state() && cpu_full_precision(t) {
                 Ok(t.clone())
             } else {
                 crate::tensor::autocast::lower_one(t)
@@ -314,15 +374,22 @@ impl Recurrent {
             3 => true,
             2 => false,
             r => {
+                // (PyTorch's RNN says "{r}D tensor", its LSTM and GRU "{r}D")
+                let noun = if matches!(self.cell, Cell::Rnn(_)) {
+                    " tensor"
+                } else {
+                    ""
+                };
                 return Err(Error::invalid(
                     name,
                     format!(
-                        "Expected input to be 2D or 3D, got {r}D instead (input of shape {:?})",
+                        "Expected input to be 2D or 3D, got {r}D{noun} instead (input of shape {:?})",
                         x.shape()
                     ),
-                ))
+                ));
             }
         };
+        state_ranks(self.cell, batched, h0, c0)?;
         // [L, N, in]
         let x = match (batched, self.options.batch_first) {
             (false, _) => x.unsqueeze(1)?,
@@ -388,9 +455,10 @@ impl Recurrent {
             }
         };
         let h0 = initial(h0, "hidden")?;
-        let c0 = match self.cell {
-            Cell::Lstm => Some(initial(c0, "cell")?),
-            Cell::Gru => None,
+        let c0 = if self.cell.has_cell_state() {
+            Some(initial(c0, "cell")?)
+        } else {
+            None
         };
         let mut layer_in = x;
         let (mut hn, mut cn) = (Vec::with_capacity(states), Vec::with_capacity(states));
@@ -450,42 +518,160 @@ impl Recurrent {
         };
         Ok((out, hn, cn))
     }
+
+    /// One step of a single-step cell from `x` `[N, in]` (or `[in]`) and the
+    /// state (zeros when `None`): the new hidden state, and the new cell state
+    /// for an LSTM cell, each `[N, H]` (or `[H]`).
+    pub(super) fn step_once(
+        &self,
+        x: &Tensor,
+        h: Option<&Tensor>,
+        c: Option<&Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (name, hsz) = (self.cell.cell_name(), self.hidden_size);
+        let batched = match x.rank() {
+            2 => true,
+            1 => false,
+            k => {
+                return Err(Error::invalid(
+                    name,
+                    format!("Expected input to be 1D or 2D, got {k}D instead"),
+                ))
+            }
+        };
+        let ranks = [h, c].map(|s| s.map_or(1, Tensor::rank));
+        if let Some(i) = ranks.iter().position(|k| !(1..=2).contains(k)) {
+            // (PyTorch's LSTM cell names its states hx[0] and hx[1])
+            let what = match self.cell {
+                Cell::Lstm => format!("hx[{i}]"),
+                _ => "hidden".into(),
+            };
+            let msg = format!("Expected {what} to be 1D or 2D, got {}D instead", ranks[i]);
+            return Err(Error::invalid(name, msg));
+        }
+        let x = if batched { x.clone() } else { x.unsqueeze(0)? };
+        if x.shape()[1] != self.input_size {
+            return Err(Error::shape(
+                name,
+                x.shape(),
+                &[self.input_size],
+                format!(
+                    "input has inconsistent input_size: got {} expected {}",
+                    x.shape()[1],
+                    self.input_size
+                ),
+            ));
+        }
+        let n = x.shape()[0];
+        let state = |s: Option<&Tensor>, i: usize| -> Result<Tensor> {
+            let Some(s) = s else {
+                return Tensor::zeros([n, hsz], x.dtype(), &x.device());
+            };
+            let s = if batched { s.clone() } else { s.unsqueeze(0)? };
+            let msg = if s.rank() != 2 {
+                format!(
+                    "Expected 2D hidden{i} (batch x hidden_size), but got {}D tensor",
+                    s.rank()
+                )
+            } else if s.shape()[0] != n {
+                format!(
+                    "Input batch size {n} doesn't match hidden{i} batch size {}",
+                    s.shape()[0]
+                )
+            } else if s.shape()[1] != hsz {
+                format!(
+                    "hidden{i} has inconsistent hidden_size: got {}, expected {hsz}",
+                    s.shape()[1]
+                )
+            } else {
+                return Ok(s);
+            };
+            Err(Error::shape(name, s.shape(), &[n, hsz], msg))
+        };
+        let h = state(h, 0)?;
+        let c = if self.cell.has_cell_state() {
+            Some(state(c, 1)?)
+        } else {
+            None
+        };
+        // under CUDA autocast the step runs in the lower precision, as PyTorch's
+        // lstm_cell, gru_cell and rnn_*_cell are on its list (the CPU's are not:
+        // there only the products are lowered)
+        let low = |t: &Tensor| {
+            if cpu_full_precision(t) {
+                Ok(t.clone())
+            } else {
+                crate::tensor::autocast::lower_one(t)
+            }
+        };
+        let (x, h, c) = (low(&x)?, low(&h)?, c.as_ref().map(low).transpose()?);
+        let p = &self.params[0][0];
+        let (h2, c2) = p.step(self.cell, &p.input_part(&x)?, &h, c.as_ref())?;
+        let un = |t: Tensor| if batched { Ok(t) } else { t.squeeze(0) };
+        Ok((un(h2)?, c2.map(un).transpose()?))
+    }
 }
 
-/// Whether `x` is on the CPU under CPU autocast, where PyTorch's `GRU` and
-/// single-step cells keep their input and states in float32 (its CPU list has
-/// `LSTM`'s oneDNN layer, not theirs; CUDA's has them all): their products with
-/// the weights still run in the lower precision (their linear layers are on
-/// the list), and the sums with the float32 states come back float32.
+/// Refuses initial states whose rank does not follow the input's (3-D for a
+/// batch, 2-D for one sequence), with PyTorch's messages.
+fn state_ranks(cell: Cell, batched: bool, h: Option<&Tensor>, c: Option<&Tensor>) -> Result<()> {
+    let (rank, what) = if batched {
+        (3, "batched 3-D")
+    } else {
+        (2, "unbatched 2-D")
+    };
+    let r = |s: Option<&Tensor>| s.map_or(rank, Tensor::rank);
+    if r(h) == rank && r(c) == rank {
+        return Ok(());
+    }
+    let msg = if cell.has_cell_state() {
+        let (h, c) = (r(h), r(c));
+        format!(
+            "For {what} input, hx and cx should also be {rank}-D but got ({h}-D, {c}-D) tensors"
+        )
+    } else {
+        format!(
+            "For {what} input, hx should also be {rank}-D but got {}-D tensor",
+            r(h)
+        )
+    };
+    Err(Error::invalid(cell.name(), msg))
+}
+
+/// Whether `x` is on the CPU under CPU autocast, where PyTorch's `GRU`, `RNN`
+/// and single-step cells keep their input and states in float32 (its CPU list
+/// has `LSTM`'s oneDNN layer, not theirs; CUDA's has them all): their products
+/// with the weights still run in the lower precision (their linear layers are
+/// on the list); a GRU's sums with the float32 states come back float32, an
+/// Elman cell's state is its products' sum, in the lower precision.
 fn cpu_full_precision(x: &Tensor) -> bool {
     x.device() == Device::Cpu
         && crate::tensor::autocast::is_autocast_enabled(crate::tensor::autocast::DeviceType::Cpu)
 }
 
+/// `Module` for a newtype over [`Recurrent`]: a sequence layer's forward is the
+/// output sequence from zero states, a cell's the state after one step from
+/// zeros.
 macro_rules! recurrent_module {
     ($t:ident) => {
         impl Module for $t {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
-                Ok(self.0.run(x, None, None)?.0)
+                self.0.forward(x)
             }
             fn named_parameters(&self) -> Vec<(String, Tensor)> {
                 self.0.named_parameters()
             }
             fn to_device(&mut self, device: &Device) -> Result<()> {
-                self.0.map(|t| move_parameter(t, device))
+                self.0.map(|t| super::move_parameter(t, device))
             }
             fn to_empty(&mut self, device: &Device) -> Result<()> {
-                self.0.map(|t| empty_parameter(t, device))
+                self.0.map(|t| super::empty_parameter(t, device))
             }
             fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-                self.0.map(|t| cast_state(t, dtype))
+                self.0.map(|t| super::cast_state(t, dtype))
             }
             fn reset_parameters(&mut self) -> Result<()> {
-                self.0
-                    .params
-                    .iter()
-                    .flatten()
-                    .try_for_each(CellParams::reset)
+                self.0.reset_parameters()
             }
             fn set_training(&mut self, training: bool) {
                 self.0.training = training;
@@ -493,6 +679,7 @@ macro_rules! recurrent_module {
         }
     };
 }
+pub(super) use recurrent_module;
 
 /// A multi-layer LSTM (`nn.LSTM`). Input `[L, N, input_size]` (`[N, L, ...]` with
 /// `batch_first`, or unbatched `[L, input_size]`); output `[L, N, dirs·H]`.
@@ -568,134 +755,37 @@ pub struct LSTMCell(Recurrent);
 /// One GRU step (`nn.GRUCell`).
 pub struct GRUCell(Recurrent);
 
-macro_rules! cell_module {
+macro_rules! cell_constructors {
     ($t:ident, $cell:expr) => {
         impl $t {
+            /// A cell with biases.
             pub fn new(input_size: usize, hidden_size: usize, device: &Device) -> Result<$t> {
                 Self::with_bias(input_size, hidden_size, true, device)
             }
 
+            /// A cell with or without biases.
             pub fn with_bias(
                 input_size: usize,
                 hidden_size: usize,
                 bias: bool,
                 device: &Device,
             ) -> Result<$t> {
-                let options = RnnOptions {
-                    bias,
-                    ..Default::default()
-                };
-                Recurrent::new($cell, input_size, hidden_size, options, device).map($t)
-            }
-
-            /// The state after one step from `state` (zeros when `None`): `[N, H]`
-            /// (or `[H]` for an unbatched input).
-            fn step_state(
-                &self,
-                x: &Tensor,
-                h: Option<&Tensor>,
-                c: Option<&Tensor>,
-            ) -> Result<(Tensor, Option<Tensor>)> {
-                let r = &self.0;
-                let name = concat!(stringify!($t));
-                let batched = match x.rank() {
-                    2 => true,
-                    1 => false,
-                    k => {
-                        return Err(Error::invalid(
-                            name,
-                            format!("{name}: Expected input to be 1D or 2D, got {k}D instead"),
-                        ))
-                    }
-                };
-                let x = if batched { x.clone() } else { x.unsqueeze(0)? };
-                if x.shape()[1] != r.input_size {
-                    return Err(Error::shape(
-                        name,
-                        x.shape(),
-                        &[r.input_size],
-                        format!(
-                            "input has inconsistent input_size: got {} expected {}",
-                            x.shape()[1],
-                            r.input_size
-                        ),
-                    ));
-                }
-                let n = x.shape()[0];
-                let state = |s: Option<&Tensor>| -> Result<Tensor> {
-                    match s {
-                        None => Tensor::zeros([n, r.hidden_size], x.dtype(), &x.device()),
-                        Some(s) => {
-                            let s = if batched { s.clone() } else { s.unsqueeze(0)? };
-                            if s.shape() != [n, r.hidden_size] {
-                                return Err(Error::shape(
-                                    name,
-                                    s.shape(),
-                                    &[n, r.hidden_size],
-                                    format!(
-                                        "expected a state of shape [{n}, {}], got {:?}",
-                                        r.hidden_size,
-                                        s.shape()
-                                    ),
-                                ));
-                            }
-                            Ok(s)
-                        }
-                    }
-                };
-                let h = state(h)?;
-                let c = match $cell {
-                    Cell::Lstm => Some(state(c)?),
-                    Cell::Gru => None,
-                };
-                // under CUDA autocast the step runs in the lower precision, as
-                // PyTorch's lstm_cell and gru_cell are on its list (the CPU's
-                // are not: there only the products are lowered)
-                let low = |t: &Tensor| {
-                    if cpu_full_precision(t) {
-                        Ok(t.clone())
-                    } else {
-                        crate::tensor::autocast::lower_one(t)
-                    }
-                };
-                let (x, h, c) = (low(&x)?, low(&h)?, c.as_ref().map(low).transpose()?);
-                let p = &r.params[0][0];
-                let (h2, c2) = p.step($cell, &p.input_part(&x)?, &h, c.as_ref())?;
-                let un = |t: Tensor| if batched { Ok(t) } else { t.squeeze(0) };
-                Ok((un(h2)?, c2.map(un).transpose()?))
+                Recurrent::cell($cell, input_size, hidden_size, bias, device).map($t)
             }
         }
 
-        impl Module for $t {
-            fn forward(&self, x: &Tensor) -> Result<Tensor> {
-                Ok(self.step_state(x, None, None)?.0)
-            }
-            fn named_parameters(&self) -> Vec<(String, Tensor)> {
-                self.0.params[0][0].named("")
-            }
-            fn to_device(&mut self, device: &Device) -> Result<()> {
-                self.0.map(|t| move_parameter(t, device))
-            }
-            fn to_empty(&mut self, device: &Device) -> Result<()> {
-                self.0.map(|t| empty_parameter(t, device))
-            }
-            fn to_dtype(&mut self, dtype: DType) -> Result<()> {
-                self.0.map(|t| cast_state(t, dtype))
-            }
-            fn reset_parameters(&mut self) -> Result<()> {
-                self.0.params[0][0].reset()
-            }
-        }
+        recurrent_module!($t);
     };
 }
 
-cell_module!(LSTMCell, Cell::Lstm);
-cell_module!(GRUCell, Cell::Gru);
+cell_constructors!(LSTMCell, Cell::Lstm);
+cell_constructors!(GRUCell, Cell::Gru);
 
 impl LSTMCell {
     /// `(h', c')` after one step from `(h, c)` (zeros when `None`).
     pub fn step(&self, x: &Tensor, state: Option<(&Tensor, &Tensor)>) -> Result<(Tensor, Tensor)> {
-        let (h, c) = self.step_state(x, state.map(|s| s.0), state.map(|s| s.1))?;
+        let (h, c) = state.unzip();
+        let (h, c) = self.0.step_once(x, h, c)?;
         Ok((h, c.expect("an LSTM cell has a cell state")))
     }
 }
@@ -703,6 +793,6 @@ impl LSTMCell {
 impl GRUCell {
     /// `h'` after one step from `h` (zeros when `None`).
     pub fn step(&self, x: &Tensor, h: Option<&Tensor>) -> Result<Tensor> {
-        Ok(self.step_state(x, h, None)?.0)
+        Ok(self.0.step_once(x, h, None)?.0)
     }
 }

@@ -20,6 +20,8 @@ Writes nn_cases.json next to this file:
 - sequence modules: MultiheadAttention (masks, weights), transformer encoder and
   decoder layers and an encoder stack, in float64: outputs and the gradients of
   every input and parameter.
+- rnn: nn.RNN and nn.RNNCell (tanh, relu), with outputs, h_n and the gradients
+  of the input, h0 and every parameter; PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -935,11 +937,119 @@ def layers2_cases():
     return {"cases": cases, "errors": errors}
 
 
+def rnn_cases():
+    """nn.RNN and nn.RNNCell (tanh and relu) with PyTorch's initial parameters, in
+    float64 (and float32 where noted): the output, h_n, and the gradients of the
+    input, h0 and every parameter for the fixed gradients linspace(-1, 1) of the
+    output and linspace(0.5, -0.5) of h_n (a cell's output is its h_n). "errors"
+    holds a phrase of PyTorch's message for each refused argument, which ember's
+    message contains too (tests/tensor/nn/rnn.rs builds the same calls by name)."""
+    torch.manual_seed(7)
+    cases, errors = [], []
+
+    def run(name, kind, config, m, x, h0, train=False, dtype=torch.float64):
+        m = m.to(dtype)
+        m.train(train)
+        state = {k: tensor_json(v) for k, v in m.state_dict().items()}
+        xg = x.to(dtype).requires_grad_(True)
+        hg = h0.to(dtype).requires_grad_(True) if h0 is not None else None
+        if kind == "rnn":
+            y, hn = m(xg, hg) if hg is not None else m(xg)
+        else:
+            y = m(xg, hg) if hg is not None else m(xg)
+            hn = y
+        loss = (y * torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape)).sum()
+        if kind == "rnn":
+            loss = loss + (hn * torch.linspace(0.5, -0.5, hn.numel(), dtype=dtype).reshape(hn.shape)).sum()
+        loss.backward()
+        cases.append({"name": name, "kind": kind, "config": config, "train": train,
+                      "dtype": "float32" if dtype == torch.float32 else "float64", "state": state,
+                      "x": tensor_json(x), "h0": tensor_json(h0) if h0 is not None else None,
+                      "output": tensor_json(y), "h_n": tensor_json(hn), "x_grad": tensor_json(xg.grad),
+                      "h0_grad": tensor_json(hg.grad) if hg is not None else None,
+                      "param_grads": {k: tensor_json(p.grad) for k, p in m.named_parameters()}})
+
+    def layer(name, x_shape, h0_shape, dtype=torch.float64, train=False, **kw):
+        cfg = {"input_size": 5, "hidden_size": 4, "num_layers": 1, "nonlinearity": "tanh", "bias": True,
+               "batch_first": False, "dropout": 0.0, "bidirectional": False}
+        cfg.update(kw)
+        m = nn.RNN(5, 4, **kw)
+        h0 = torch.randn(*h0_shape) if h0_shape else None
+        run(name, "rnn", cfg, m, torch.randn(*x_shape), h0, train, dtype)
+
+    layer("tanh", (3, 2, 5), (1, 2, 4))
+    layer("relu_zero_state", (3, 2, 5), None, nonlinearity="relu")
+    layer("tanh_2layer_bidirectional", (3, 2, 5), (4, 2, 4), num_layers=2, bidirectional=True)
+    layer("relu_2layer_batch_first", (2, 3, 5), (2, 2, 4), num_layers=2, batch_first=True, nonlinearity="relu")
+    layer("tanh_no_bias_zero_state", (4, 2, 5), None, bias=False)
+    layer("relu_bidirectional_batch_first_no_bias", (2, 3, 5), (2, 2, 4), bidirectional=True, batch_first=True,
+          bias=False, nonlinearity="relu")
+    layer("tanh_2layer_unbatched", (4, 5), (2, 4), num_layers=2)
+    layer("relu_bidirectional_unbatched_zero_state", (3, 5), None, bidirectional=True, nonlinearity="relu")
+    # dropout between the layers is off in evaluation
+    layer("tanh_2layer_dropout_eval", (3, 2, 5), (2, 2, 4), num_layers=2, dropout=0.4)
+    layer("relu_3layer_bidirectional_batch_first", (2, 3, 5), (6, 2, 4), num_layers=3, bidirectional=True,
+          batch_first=True, nonlinearity="relu")
+    layer("tanh_2layer_bidirectional_f32", (3, 2, 5), (4, 2, 4), torch.float32, num_layers=2, bidirectional=True)
+
+    def cell(name, x_shape, h_shape, dtype=torch.float64, **kw):
+        cfg = {"input_size": 5, "hidden_size": 4, "nonlinearity": "tanh", "bias": True}
+        cfg.update(kw)
+        h0 = torch.randn(*h_shape) if h_shape else None
+        run(name, "rnn_cell", cfg, nn.RNNCell(5, 4, **kw), torch.randn(*x_shape), h0, dtype=dtype)
+
+    cell("cell_tanh", (3, 5), (3, 4))
+    cell("cell_relu_zero_state", (3, 5), None, nonlinearity="relu")
+    cell("cell_relu_no_bias", (3, 5), (3, 4), nonlinearity="relu", bias=False)
+    cell("cell_tanh_unbatched", (5,), (4,))
+    cell("cell_relu_unbatched_zero_state", (5,), None, nonlinearity="relu")
+    cell("cell_tanh_f32", (3, 5), (3, 4), torch.float32)
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase, "kind": type(e).__name__})
+            return
+        raise AssertionError(f"{name}: no error")
+
+    m, c = nn.RNN(3, 4), nn.RNNCell(3, 4)
+    err("nonlinearity", lambda: nn.RNN(3, 4, nonlinearity="gelu"),
+        "Unknown nonlinearity 'gelu'. Select from 'tanh' or 'relu'.")
+    for name, p in (("dropout_above_one", 1.5), ("dropout_negative", -0.1)):
+        err(name, lambda: nn.RNN(3, 4, dropout=p), "dropout should be a number in range [0, 1]")
+    err("input_size_zero", lambda: nn.RNN(0, 4), "input_size must be greater than zero")
+    err("hidden_size_zero", lambda: nn.RNN(3, 0), "hidden_size must be greater than zero")
+    err("num_layers_zero", lambda: nn.RNN(3, 4, num_layers=0), "num_layers must be greater than zero")
+    err("input_rank", lambda: m(torch.randn(2, 3, 4, 3)), "RNN: Expected input to be 2D or 3D, got 4D tensor instead")
+    err("input_size", lambda: m(torch.randn(5, 2, 4)), "input.size(-1) must be equal to input_size. Expected 3, got 4")
+    err("h0_layers", lambda: m(torch.randn(5, 2, 3), torch.randn(2, 2, 4)), "Expected hidden size (1, 2, 4), got [2, 2, 4]")
+    err("h0_batch", lambda: m(torch.randn(5, 2, 3), torch.randn(1, 3, 4)), "Expected hidden size (1, 2, 4), got [1, 3, 4]")
+    err("h0_rank_batched", lambda: m(torch.randn(5, 2, 3), torch.randn(2, 4)),
+        "For batched 3-D input, hx should also be 3-D but got 2-D tensor")
+    err("h0_rank_unbatched", lambda: m(torch.randn(5, 3), torch.randn(1, 1, 4)),
+        "For unbatched 2-D input, hx should also be 2-D but got 3-D tensor")
+    err("h0_unbatched_size", lambda: m(torch.randn(5, 3), torch.randn(2, 4)), "Expected hidden size (1, 1, 4), got [2, 1, 4]")
+    err("empty_sequence", lambda: m(torch.randn(0, 2, 3)), "Expected sequence length to be larger than 0 in RNN")
+    err("input_dtype", lambda: nn.RNN(3, 4).float()(torch.randn(5, 2, 3).double()), "does not match weight dtype")
+    err("cell_input_rank", lambda: c(torch.randn(2, 2, 3)), "RNNCell: Expected input to be 1D or 2D, got 3D instead")
+    err("cell_input_size", lambda: c(torch.randn(2, 5)), "input has inconsistent input_size: got 5 expected 3")
+    err("cell_hx_batch", lambda: c(torch.randn(2, 3), torch.randn(3, 4)), "Input batch size 2 doesn't match hidden0 batch size 3")
+    err("cell_hx_size", lambda: c(torch.randn(2, 3), torch.randn(2, 5)), "hidden0 has inconsistent hidden_size: got 5, expected 4")
+    err("cell_hx_rank", lambda: c(torch.randn(2, 3), torch.randn(1, 2, 4)), "RNNCell: Expected hidden to be 1D or 2D, got 3D instead")
+    err("cell_hx_unbatched_rank", lambda: c(torch.randn(3), torch.randn(2, 4)),
+        "Expected 2D hidden0 (batch x hidden_size), but got 3D tensor")
+    err("cell_hx_unbatched_size", lambda: c(torch.randn(3), torch.randn(5)), "hidden0 has inconsistent hidden_size: got 5, expected 4")
+    return {"cases": cases, "errors": errors}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
-            "layers2": layers2_cases}
+            "layers2": layers2_cases,
+            "rnn": rnn_cases}
 
 
 def main():

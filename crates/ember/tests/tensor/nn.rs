@@ -9,6 +9,8 @@ use serde_json::Value;
 
 // the layers added with `layers2`'s golden cases (Upsample, ConvTranspose2d, ...)
 mod layers2;
+// nn::RNN and nn::RNNCell against `rnn`'s golden cases
+mod rnn;
 
 fn cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");
