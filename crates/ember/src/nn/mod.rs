@@ -36,6 +36,7 @@ mod sdpa;
 mod sdpa_saving;
 mod state;
 mod transformer;
+mod transformer_model;
 mod upsample;
 
 pub use crate::tensor::ConvTranspose2dOptions;
@@ -71,6 +72,7 @@ pub use transformer::{
     Activation, DecoderMasks, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
     TransformerOptions,
 };
+pub use transformer_model::{Transformer, TransformerDecoder, TransformerMasks};
 pub use upsample::Upsample;
 
 use crate::layout::MemoryFormat;

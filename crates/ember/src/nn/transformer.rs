@@ -1,6 +1,7 @@
 //! `nn.TransformerEncoderLayer`, `nn.TransformerEncoder` and
 //! `nn.TransformerDecoderLayer` over [`MultiheadAttention`], with PyTorch's
-//! parameter names, shapes, initial values and mask conventions.
+//! parameter names, shapes, initial values and mask conventions (the decoder
+//! stack and the full model are in `transformer_model.rs`).
 
 use super::attention::{AttentionOptions, MultiheadAttention};
 use super::functional::dropout;
@@ -273,9 +274,10 @@ impl TransformerEncoder {
         is_causal: bool,
     ) -> Result<Tensor> {
         if is_causal && mask.is_none() {
+            // (PyTorch's attention refuses it with these words)
             return Err(Error::invalid(
                 "TransformerEncoder",
-                "is_causal needs the causal mask as mask (PyTorch's convention)",
+                "Need attn_mask if specifying the is_causal hint. You may use the Transformer module method `generate_square_subsequent_mask` to create this mask.",
             ));
         }
         let mut x = src.clone();
@@ -300,44 +302,73 @@ impl Module for TransformerEncoder {
     super::delegate_to_children!(own training);
 }
 
+/// A copy of parameter `t` (its dtype, device and `requires_grad`), made
+/// outside the graph.
+fn dup(t: &Tensor) -> Result<Tensor> {
+    crate::autograd::no_grad(|| t.copy())?.requires_grad_(t.requires_grad())
+}
+
+fn dup_opt(t: &Option<Tensor>) -> Result<Option<Tensor>> {
+    t.as_ref().map(dup).transpose()
+}
+
+fn dup_linear(l: &Linear) -> Result<Linear> {
+    Ok(Linear {
+        weight: dup(&l.weight)?,
+        bias: dup_opt(&l.bias)?,
+    })
+}
+
+fn dup_norm(n: &LayerNorm) -> Result<LayerNorm> {
+    Ok(LayerNorm {
+        weight: dup_opt(&n.weight)?,
+        bias: dup_opt(&n.bias)?,
+        normalized_shape: n.normalized_shape.clone(),
+        eps: n.eps,
+    })
+}
+
+fn dup_attention(a: &MultiheadAttention) -> Result<MultiheadAttention> {
+    Ok(MultiheadAttention {
+        in_proj_weight: dup(&a.in_proj_weight)?,
+        in_proj_bias: dup_opt(&a.in_proj_bias)?,
+        out_proj: dup_linear(&a.out_proj)?,
+        num_heads: a.num_heads,
+        dropout: a.dropout,
+        batch_first: a.batch_first,
+        training: a.training,
+    })
+}
+
 /// A deep copy of `layer` (PyTorch's `copy.deepcopy`, which `TransformerEncoder`
 /// makes of its layer): every parameter copied with its own dtype, device and
 /// `requires_grad`, the settings and training flags as they are; nothing drawn
 /// from the random generator.
 fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
-    let dup = |t: &Tensor| -> Result<Tensor> {
-        crate::autograd::no_grad(|| t.copy())?.requires_grad_(t.requires_grad())
-    };
-    let dup_opt = |t: &Option<Tensor>| t.as_ref().map(dup).transpose();
-    let dup_linear = |l: &Linear| -> Result<Linear> {
-        Ok(Linear {
-            weight: dup(&l.weight)?,
-            bias: dup_opt(&l.bias)?,
-        })
-    };
-    let dup_norm = |n: &LayerNorm| -> Result<LayerNorm> {
-        Ok(LayerNorm {
-            weight: dup_opt(&n.weight)?,
-            bias: dup_opt(&n.bias)?,
-            normalized_shape: n.normalized_shape.clone(),
-            eps: n.eps,
-        })
-    };
-    let a = &layer.self_attn;
     Ok(TransformerEncoderLayer {
-        self_attn: MultiheadAttention {
-            in_proj_weight: dup(&a.in_proj_weight)?,
-            in_proj_bias: dup_opt(&a.in_proj_bias)?,
-            out_proj: dup_linear(&a.out_proj)?,
-            num_heads: a.num_heads,
-            dropout: a.dropout,
-            batch_first: a.batch_first,
-            training: a.training,
-        },
+        self_attn: dup_attention(&layer.self_attn)?,
         linear1: dup_linear(&layer.linear1)?,
         linear2: dup_linear(&layer.linear2)?,
         norm1: dup_norm(&layer.norm1)?,
         norm2: dup_norm(&layer.norm2)?,
+        options: layer.options,
+        training: layer.training,
+    })
+}
+
+/// A deep copy of a decoder layer, as [`copy_encoder_layer`] makes of an
+/// encoder layer (for `TransformerDecoder`'s stack).
+pub(super) fn copy_decoder_layer(
+    layer: &TransformerDecoderLayer,
+) -> Result<TransformerDecoderLayer> {
+    Ok(TransformerDecoderLayer {
+        self_attn: dup_attention(&layer.self_attn)?,
+        multihead_attn: dup_attention(&layer.multihead_attn)?,
+        linear1: dup_linear(&layer.linear1)?,
+        linear2: dup_linear(&layer.linear2)?,
+        norm1: dup_norm(&layer.norm1)?,
+        norm2: dup_norm(&layer.norm2)?,
+        norm3: dup_norm(&layer.norm3)?,
         options: layer.options,
         training: layer.training,
     })
@@ -375,6 +406,11 @@ pub struct DecoderMasks<'a> {
     pub memory_mask: Option<&'a Tensor>,
     pub tgt_key_padding_mask: Option<&'a Tensor>,
     pub memory_key_padding_mask: Option<&'a Tensor>,
+    /// PyTorch's `tgt_is_causal` hint: `tgt_mask` is the causal mask (which
+    /// must still be given), so that attention may apply it without reading it.
+    pub tgt_is_causal: bool,
+    /// PyTorch's `memory_is_causal` hint, the same for `memory_mask`.
+    pub memory_is_causal: bool,
 }
 
 impl TransformerDecoderLayer {
@@ -419,22 +455,24 @@ impl TransformerDecoderLayer {
                 key_padding_mask: masks.tgt_key_padding_mask,
                 attn_mask: masks.tgt_mask,
                 need_weights: false,
+                is_causal: masks.tgt_is_causal,
                 ..Default::default()
             };
-            dropout(&self.self_attn.attend(x, x, x, opts)?.0, p, t)
+            let a = super::in_module("self_attn", || Ok(self.self_attn.attend(x, x, x, opts)?.0))?;
+            dropout(&a, p, t)
         };
         let mha = |x: &Tensor| -> Result<Tensor> {
             let opts = AttentionOptions {
                 key_padding_mask: masks.memory_key_padding_mask,
                 attn_mask: masks.memory_mask,
                 need_weights: false,
+                is_causal: masks.memory_is_causal,
                 ..Default::default()
             };
-            dropout(
-                &self.multihead_attn.attend(x, memory, memory, opts)?.0,
-                p,
-                t,
-            )
+            let a = super::in_module("multihead_attn", || {
+                Ok(self.multihead_attn.attend(x, memory, memory, opts)?.0)
+            })?;
+            dropout(&a, p, t)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
             dropout(
@@ -443,14 +481,18 @@ impl TransformerDecoderLayer {
                 t,
             )
         };
+        let norm = |which: &str, n: &LayerNorm, x: &Tensor| -> Result<Tensor> {
+            super::in_module(which, || n.forward(x))
+        };
+        let (n1, n2, n3) = (&self.norm1, &self.norm2, &self.norm3);
         if o.norm_first {
-            let x = tgt.add(&sa(&self.norm1.forward(tgt)?)?)?;
-            let x = x.add(&mha(&self.norm2.forward(&x)?)?)?;
-            x.add(&ff(&self.norm3.forward(&x)?)?)
+            let x = tgt.add(&sa(&norm("norm1", n1, tgt)?)?)?;
+            let x = x.add(&mha(&norm("norm2", n2, &x)?)?)?;
+            x.add(&ff(&norm("norm3", n3, &x)?)?)
         } else {
-            let x = self.norm1.forward(&tgt.add(&sa(tgt)?)?)?;
-            let x = self.norm2.forward(&x.add(&mha(&x)?)?)?;
-            self.norm3.forward(&x.add(&ff(&x)?)?)
+            let x = norm("norm1", n1, &tgt.add(&sa(tgt)?)?)?;
+            let x = norm("norm2", n2, &x.add(&mha(&x)?)?)?;
+            norm("norm3", n3, &x.add(&ff(&x)?)?)
         }
     }
 }

@@ -22,6 +22,9 @@ Writes nn_cases.json next to this file:
   every input and parameter.
 - rnn: nn.RNN and nn.RNNCell (tanh, relu), with outputs, h_n and the gradients
   of the input, h0 and every parameter; PyTorch's refusals.
+- transformer2: TransformerDecoder stacks and nn.Transformer (masks, causal hints,
+  batch_first, norm_first, no bias), float64 in evaluation mode: outputs and the
+  gradients of every input and parameter; PyTorch's messages for refused input.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1044,12 +1047,144 @@ def rnn_cases():
     return {"cases": cases, "errors": errors}
 
 
+def transformer2_cases():
+    """TransformerDecoder stacks and the full nn.Transformer in float64 with
+    random parameters, in evaluation mode: the state (and the state-dict names in
+    PyTorch's order), the inputs and masks, the output, and the gradients of every
+    input and parameter for the fixed output gradient linspace(-1, 1). "errors"
+    holds a phrase of PyTorch's message for refused input, which ember's message
+    contains too (tests/tensor/nn/transformer2.rs makes the same calls by name)."""
+    torch.manual_seed(41)
+    cases, errors = [], []
+
+    def mask_json(t):
+        # -inf (a float mask's blocked entries) as the string "-inf": JSON has no infinity
+        vals = [float(x) for x in t.reshape(-1).tolist()]
+        return {"shape": list(t.shape), "values": [v if v != float("-inf") else "-inf" for v in vals],
+                "bool": t.dtype == torch.bool}
+
+    def run(name, kind, config, m, inputs, masks, call, param_grads=True):
+        # the parameters from a formula of their place (the state dict's j-th
+        # entry, element i), which the test computes too: the file need not
+        # hold them
+        m = m.double()
+        with torch.no_grad():
+            for j, p in enumerate(m.state_dict().values()):
+                i = torch.arange(p.numel(), dtype=torch.float64)
+                p.copy_((0.3 * torch.sin(i * i * 0.013 + i * 0.71 + j * 1.1)).reshape(p.shape))
+        m.eval()
+        ins = {k: v.clone().requires_grad_(True) for k, v in inputs.items()}
+        y = call(m, ins, masks)
+        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape))
+        cases.append({"name": name, "kind": kind, "config": config,
+                      "keys": [[k, list(v.shape)] for k, v in m.state_dict().items()],
+                      "inputs": {k: tensor_json(v) for k, v in inputs.items()},
+                      "masks": {k: mask_json(v) for k, v in masks.items()},
+                      "output": tensor_json(y),
+                      "input_grads": {k: tensor_json(v.grad) for k, v in ins.items()},
+                      "param_grads": ({k: tensor_json(p.grad) for k, p in m.named_parameters()}
+                                      if param_grads else None)})
+
+    def options(cfg):
+        return dict(dim_feedforward=cfg["dim_feedforward"], dropout=cfg.get("dropout", 0.0),
+                    activation=cfg.get("activation", "relu"), layer_norm_eps=cfg.get("layer_norm_eps", 1e-5),
+                    batch_first=cfg["batch_first"], norm_first=cfg.get("norm_first", False),
+                    bias=cfg.get("bias", True))
+
+    def seq(bf, n, length):
+        return torch.randn(n, length, 8) if bf else torch.randn(length, n, 8)
+
+    def dec_call(hint):
+        def call(m, ins, masks):
+            return m(ins["tgt"], ins["memory"], tgt_is_causal=hint, **masks)
+        return call
+
+    causal = nn.Transformer.generate_square_subsequent_mask(4)
+    causal_bool = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
+    tgt_pad = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    mem_pad = torch.tensor([[False, False, True, False, True], [False, False, False, False, False]])
+    for name, cfg, masks in [
+        ("decoder_norm_causal_padding", {"batch_first": True, "norm": True, "tgt_is_causal": True},
+         {"tgt_mask": causal, "tgt_key_padding_mask": tgt_pad, "memory_key_padding_mask": mem_pad}),
+        ("decoder_no_norm_seq_first", {"batch_first": False, "norm": False},
+         {"tgt_mask": causal_bool, "memory_mask": torch.randn(4, 5)}),
+        ("decoder_norm_first_gelu", {"batch_first": True, "norm": True, "norm_first": True, "activation": "gelu"},
+         {"tgt_mask": causal, "memory_key_padding_mask": mem_pad}),
+        ("decoder_no_bias_eps", {"batch_first": False, "norm": True, "bias": False, "layer_norm_eps": 1e-3}, {}),
+    ]:
+        cfg = dict(cfg, d_model=8, nhead=2, dim_feedforward=16, num_layers=2)
+        layer = nn.TransformerDecoderLayer(8, 2, **options(cfg))
+        norm = nn.LayerNorm(8, eps=cfg.get("layer_norm_eps", 1e-5), bias=cfg.get("bias", True)) if cfg["norm"] else None
+        m = nn.TransformerDecoder(layer, 2, norm=norm)
+        bf = cfg["batch_first"]
+        run(name, "decoder", cfg, m, {"tgt": seq(bf, 2, 4), "memory": seq(bf, 2, 5)}, masks,
+            dec_call(cfg.get("tgt_is_causal", False)))
+
+    def tr_call(m, ins, masks):
+        return m(ins["src"], ins["tgt"], **masks)
+
+    src_pad = torch.tensor([[False, False, False, False, True], [False, True, False, False, False]])
+    # (the last two without parameter gradients, to keep the file small)
+    for name, cfg, masks, unbatched in [
+        ("transformer_seq_first_all_masks", {"batch_first": False},
+         {"src_mask": torch.randn(5, 5), "tgt_mask": causal, "memory_mask": torch.randn(4, 5) > 1.0,
+          "src_key_padding_mask": src_pad, "tgt_key_padding_mask": tgt_pad, "memory_key_padding_mask": src_pad},
+         False),
+        ("transformer_batch_first_norm_first_gelu", {"batch_first": True, "norm_first": True, "activation": "gelu"},
+         {"tgt_mask": causal}, False),
+        ("transformer_no_bias_eps", {"batch_first": True, "bias": False, "layer_norm_eps": 1e-3},
+         {"tgt_mask": causal_bool, "src_key_padding_mask": src_pad}, False),
+        # dropout set, but the model is in evaluation mode: no dropout anywhere
+        ("transformer_eval_drops_nothing", {"batch_first": False, "dropout": 0.5}, {"tgt_mask": causal}, False),
+        ("transformer_unbatched", {"batch_first": False}, {"tgt_mask": causal}, True),
+    ]:
+        cfg = dict(cfg, d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=16)
+        m = nn.Transformer(8, 2, 2, 2, **options(cfg))
+        bf = cfg["batch_first"]
+        ins = ({"src": torch.randn(5, 8), "tgt": torch.randn(4, 8)} if unbatched
+               else {"src": seq(bf, 2, 5), "tgt": seq(bf, 2, 4)})
+        run(name, "transformer", cfg, m, ins, masks, tr_call, param_grads=not name.startswith(("transformer_eval",
+                                                                                          "transformer_unb")))
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, AssertionError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase, "kind": type(e).__name__})
+            return
+        raise AssertionError(f"{name}: no error")
+
+    t = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0)
+    tb = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0), 2)
+    r = torch.randn
+    batch = "the batch number of src and tgt must be equal"
+    feature = "the feature number of src and tgt must be equal to d_model"
+    causal_hint = "Need attn_mask if specifying the is_causal hint"
+    err("batch", lambda: t(r(5, 2, 8), r(4, 3, 8)), batch)
+    err("batch_first_batch", lambda: tb(r(2, 5, 8), r(3, 4, 8)), batch)
+    err("batched_src_unbatched_tgt", lambda: t(r(5, 2, 8), r(4, 8)), batch)
+    err("feature_src", lambda: t(r(5, 2, 6), r(4, 2, 8)), feature)
+    err("feature_tgt", lambda: t(r(5, 2, 8), r(4, 2, 6)), feature)
+    err("feature_rank_4", lambda: t(r(5, 2, 8, 1), r(4, 2, 8)), feature)
+    err("nhead", lambda: nn.Transformer(8, 3, 1, 1, 16), "embed_dim must be divisible by num_heads")
+    err("src_causal_without_mask", lambda: t(r(5, 2, 8), r(4, 2, 8), src_is_causal=True), causal_hint)
+    err("tgt_causal_without_mask", lambda: t(r(5, 2, 8), r(4, 2, 8), tgt_is_causal=True), causal_hint)
+    err("decoder_causal_without_mask", lambda: dec(r(4, 2, 8), r(5, 2, 8), tgt_is_causal=True), causal_hint)
+    err("tgt_mask_shape", lambda: t(r(5, 2, 8), r(4, 2, 8), tgt_mask=torch.zeros(3, 3)), "but should be (4, 4)")
+    err("memory_mask_shape", lambda: t(r(5, 2, 8), r(4, 2, 8), memory_mask=torch.zeros(4, 4)),
+        "but should be (4, 5)")
+    return {"cases": cases, "errors": errors}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
             "layers2": layers2_cases,
-            "rnn": rnn_cases}
+            "rnn": rnn_cases,
+            "transformer2": transformer2_cases}
 
 
 def main():

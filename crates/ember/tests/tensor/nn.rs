@@ -11,6 +11,8 @@ use serde_json::Value;
 mod layers2;
 // nn::RNN and nn::RNNCell against `rnn`'s golden cases
 mod rnn;
+// TransformerDecoder and the full Transformer (`transformer2`'s golden cases)
+mod transformer2;
 
 fn cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");
