@@ -31,6 +31,7 @@ mod loss_pointwise;
 mod norm;
 mod prelu;
 mod recurrent;
+mod resample;
 mod rnn;
 mod sdpa;
 mod sdpa_saving;

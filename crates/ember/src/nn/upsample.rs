@@ -1,25 +1,13 @@
-//! Resampling (`F.interpolate`, `nn.Upsample`): nearest, nearest-exact and
-//! linear modes over 1, 2 or 3 spatial dims, as composites of index ops.
-//!
-//! Each spatial dim is resampled in turn, from the last to the first, which is
-//! the order of PyTorch's own arithmetic (bilinear is
-//! `h0λ·(w0λ·x00 + w1λ·x01) + h1λ·(w0λ·x10 + w1λ·x11)`): nearest modes gather
-//! the source rows along the dim (`index_select`), linear modes gather the two
-//! neighbours and blend them. The source indices and weights are computed on
-//! the device from an iota (no host copy, so a CUDA graph can capture them)
-//! with PyTorch's CPU arithmetic (see `nearest_index` and `linear_along`).
-//!
-//! Memory: per dim, int64 index vectors (and weight vectors) of the output's
-//! length; forward, the gathered tensors of the dim's result size (for linear
-//! modes two gathers and their two products, about four results' worth at
-//! once, all freed but the sum); autograd keeps only the indices and weights
-//! (not the gathered values), and backward adds each gradient back with
-//! `index_add` into a zero tensor of the dim's input size per gather.
+//! Resampling (`F.interpolate`, `nn.Upsample`): nearest, nearest-exact,
+//! linear, bicubic and area modes over 1, 2 or 3 spatial dims, and
+//! antialiased bilinear and bicubic: the options, PyTorch's checks and output
+//! sizes here, the arithmetic in `resample.rs`.
 
+use super::resample::resample;
 use super::Module;
 use crate::{
-    dtype::DType,
     error::{Error, Result},
+    layout::MemoryFormat,
     tensor::Tensor,
 };
 
@@ -38,6 +26,13 @@ pub enum InterpolateMode {
     Bilinear,
     /// `"trilinear"`: 5-D input `[N, C, D, H, W]`.
     Trilinear,
+    /// `"bicubic"`: 4-D input; Keys' cubic convolution (`a = -0.75`) over the
+    /// 4 × 4 nearest sources, edges repeated. It overshoots: the output can
+    /// leave the input's range.
+    Bicubic,
+    /// `"area"`: each output is the mean of the input cells its window covers
+    /// (adaptive average pooling: `F.adaptive_avg_pool1d/2d/3d`).
+    Area,
 }
 
 impl InterpolateMode {
@@ -49,20 +44,27 @@ impl InterpolateMode {
             InterpolateMode::Linear => "linear",
             InterpolateMode::Bilinear => "bilinear",
             InterpolateMode::Trilinear => "trilinear",
+            InterpolateMode::Bicubic => "bicubic",
+            InterpolateMode::Area => "area",
         }
     }
 
-    fn is_linear(self) -> bool {
+    /// The modes that take `align_corners` (they interpolate between
+    /// sources).
+    fn interpolates(self) -> bool {
         matches!(
             self,
-            InterpolateMode::Linear | InterpolateMode::Bilinear | InterpolateMode::Trilinear
+            InterpolateMode::Linear
+                | InterpolateMode::Bilinear
+                | InterpolateMode::Trilinear
+                | InterpolateMode::Bicubic
         )
     }
 }
 
 /// The arguments of [`interpolate`] (and [`Upsample`]) beside the input:
 /// PyTorch's `size`, `scale_factor`, `mode`, `align_corners` and
-/// `recompute_scale_factor`. A `size` or `scale_factor` of one value stands
+/// `recompute_scale_factor`, `antialias`. A `size` or `scale_factor` of one value stands
 /// for every spatial dim (PyTorch's plain `int` or `float`); otherwise it has
 /// one value per spatial dim.
 ///
@@ -85,13 +87,18 @@ pub struct InterpolateOptions {
     /// The multiplier of the input's spatial size (the output's is rounded down).
     pub scale_factor: Option<Vec<f64>>,
     pub mode: InterpolateMode,
-    /// Linear modes only: whether the corner pixels' centres of the input and
-    /// output are aligned (`None`: `false`, PyTorch's default).
+    /// Linear and bicubic modes only: whether the corner pixels' centres of the
+    /// input and output are aligned (`None`: `false`, PyTorch's default).
     pub align_corners: Option<bool>,
     /// With `scale_factor`: compute the output size, then interpolate as if
     /// it had been given as `size` (`true`), or use the factor itself in the
     /// index arithmetic (`false`, `None`: PyTorch's default).
     pub recompute_scale_factor: Option<bool>,
+    /// Bilinear and bicubic modes on 4-D inputs: where a dim shrinks, widen
+    /// the filter by the factor so that every input cell contributes (a
+    /// low-pass filter before sampling, as image libraries resize; bicubic
+    /// then uses `a = -0.5`). torchvision's `Resize` does this on tensors.
+    pub antialias: bool,
 }
 
 impl InterpolateOptions {
@@ -134,9 +141,15 @@ impl InterpolateOptions {
         self.recompute_scale_factor = Some(recompute);
         self
     }
+
+    /// These options with `antialias` set (bilinear and bicubic on 4-D inputs).
+    pub fn antialias(mut self, antialias: bool) -> InterpolateOptions {
+        self.antialias = antialias;
+        self
+    }
 }
 
-const OP: &str = "interpolate";
+pub(super) const OP: &str = "interpolate";
 
 /// `values` as one value per spatial dim: a single value is repeated; another
 /// count is PyTorch's error, naming the argument `what` and its `form`.
@@ -160,15 +173,18 @@ fn per_dim<T: Copy + std::fmt::Debug>(
 /// Resamples the spatial dims of `x` (`[N, C, W]`, `[N, C, H, W]` or `[N, C, D,
 /// H, W]`) to a given size or by a scale factor (`F.interpolate`), with
 /// PyTorch's index arithmetic and errors (see [`InterpolateOptions`]). The
-/// linear modes need as many spatial dims as their name says (`bilinear`: 2)
-/// and a floating-point input; nearest modes take floating-point and uint8
-/// inputs (gradients for floating point). A composite of index ops (see the module's notes for its
+/// linear modes need as many spatial dims as their name says (`bilinear`: 2),
+/// bicubic 2. Floating-point inputs work in every mode (with gradients);
+/// uint8 images in the nearest modes and in bilinear and bicubic, with
+/// PyTorch's CPU fixed-point arithmetic, value for value, on every device
+/// (PyTorch's CUDA kernels refuse uint8 there). A 4-D channels-last input
+/// gives a channels-last output, as in PyTorch. A composite of index ops (see the module's notes for its
 /// memory), so it runs and differentiates on every device.
 pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("interpolate");
     let mode = opts.mode;
     let rank = x.rank();
-    if !(3..=5).contains(&rank) {
+    if !(3..=5).contains(&rank) || (mode == InterpolateMode::Bicubic && rank != 4) {
         return Err(Error::invalid(
             OP,
             format!(
@@ -177,7 +193,7 @@ pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
             ),
         ));
     }
-    let align = match (mode.is_linear(), opts.align_corners) {
+    let align = match (mode.interpolates(), opts.align_corners) {
         (false, Some(_)) => {
             return Err(Error::invalid(
                 OP,
@@ -186,6 +202,14 @@ pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
         }
         (_, a) => a.unwrap_or(false),
     };
+    if opts.antialias
+        && !(matches!(mode, InterpolateMode::Bilinear | InterpolateMode::Bicubic) && rank == 4)
+    {
+        return Err(Error::invalid(
+            OP,
+            "Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D tensor as input",
+        ));
+    }
     let spatial = &x.shape()[2..];
     let (out, scales) = match (&opts.size, &opts.scale_factor) {
         (Some(_), Some(_)) => {
@@ -283,50 +307,18 @@ pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
         ));
     }
     crate::layout::checked_numel(OP, &[&x.shape()[..2], &out[..]].concat())?;
-    if mode.is_linear() {
-        if !x.dtype().is_float() {
-            return Err(Error::dtype(
-                OP,
-                x.dtype(),
-                format!(
-                    "\"upsample_{}{}d\" not implemented for '{}'",
-                    mode.name(),
-                    dims,
-                    crate::tensor::torch_dtype_name(x.dtype())
-                ),
-            ));
-        }
-        // f16/bf16 blended in float32 and rounded once, as PyTorch's GPU
-        // kernels (its accumulation type)
-        let work = match x.dtype() {
-            DType::F64 => DType::F64,
-            _ => DType::F32,
-        };
-        let mut y = x.to_dtype(work)?;
-        for d in (0..dims).rev() {
-            let scale = scales.as_ref().map(|s| s[d]);
-            y = linear_along(&y, d + 2, (spatial[d], out[d]), scale, align)?;
-        }
-        return y.to_dtype(x.dtype());
+    let y = resample(
+        x,
+        mode,
+        (spatial, &out),
+        scales.as_deref(),
+        (align, opts.antialias),
+    )?;
+    // PyTorch's output takes the input's suggested memory format
+    match x.rank() == 4 && x.suggest_memory_format() == MemoryFormat::ChannelsLast {
+        true => y.to_memory_format(MemoryFormat::ChannelsLast),
+        false => Ok(y),
     }
-    if !x.dtype().is_float() && x.dtype() != DType::U8 {
-        return Err(Error::dtype(
-            OP,
-            x.dtype(),
-            format!(
-                "\"compute_indices_weights_nearest\" not implemented for '{}'",
-                crate::tensor::torch_dtype_name(x.dtype())
-            ),
-        ));
-    }
-    let mut y = x.clone();
-    for d in (0..dims).rev() {
-        let scale = scales.as_ref().map(|s| s[d]);
-        let how = (x.dtype(), dims == 2);
-        let idx = nearest_index(mode, (spatial[d], out[d]), scale, how, &x.device())?;
-        y = y.index_select_valid(d + 2, idx)?;
-    }
-    Ok(y)
 }
 
 /// PyTorch's error for an empty input or output size.
@@ -348,113 +340,6 @@ fn sizes_error(input: &[usize], out: &[i128]) -> Error {
             list(out.iter().map(|v| v.to_string()).collect())
         ),
     )
-}
-
-/// PyTorch's `compute_scales_value`: `1 / scale` where a positive factor was
-/// given, else `input / output`, in float32 (nearest modes) or `work`.
-fn scale_value(scale: Option<f64>, (input, out): (usize, usize), f32_math: bool) -> f64 {
-    match scale {
-        Some(s) if s > 0.0 => match f32_math {
-            true => (1.0 / s) as f32 as f64,
-            false => 1.0 / s,
-        },
-        _ => match f32_math {
-            true => (input as f32 / out as f32) as f64,
-            false => input as f64 / out as f64,
-        },
-    }
-}
-
-/// The int64 source index of each of the `out` positions along a dim of
-/// `input` positions, at most `input - 1`, as PyTorch's CPU kernels compute
-/// it. Those differ by rank: for 4-D inputs (`planar`) legacy nearest copies
-/// where the sizes are equal and halves where the output is twice the input
-/// (whatever the factor), else takes `floor(dst · scale)` in float32, and
-/// nearest-exact `floor((dst + 0.5) · scale)` (the product in float64,
-/// rounded to float32); for 3-D and 5-D inputs both compute in the
-/// accumulation type (float64 for float64 input, else float32), round the
-/// position to float32 and floor it: `dst · scale`, and for nearest-exact
-/// `max(scale · (dst + 0.5) - 0.5, 0) + 0.5`.
-fn nearest_index(
-    mode: InterpolateMode,
-    (input, out): (usize, usize),
-    scale: Option<f64>,
-    (dtype, planar): (DType, bool),
-    device: &crate::device::Device,
-) -> Result<Tensor> {
-    let exact = mode == InterpolateMode::NearestExact;
-    let iota = Tensor::affine_iota(out, 0, 1, device)?;
-    if planar && !exact && out == input {
-        return Ok(iota);
-    }
-    let work = match dtype {
-        DType::F64 if !planar => DType::F64,
-        _ if planar && exact => DType::F64,
-        _ => DType::F32,
-    };
-    let scale = match planar && !exact && out == 2 * input {
-        true => 0.5,
-        false => scale_value(scale, (input, out), planar || work == DType::F32),
-    };
-    let dst = iota.to_dtype(work)?;
-    let src = match (exact, planar) {
-        (false, _) => dst.mul(scale)?,
-        (true, true) => dst.add(0.5)?.mul(scale)?,
-        (true, false) => dst
-            .add(0.5)?
-            .mul(scale)?
-            .sub(0.5)?
-            .clamp_min(0.0)?
-            .add(0.5)?,
-    };
-    src.to_dtype(DType::F32)?
-        .floor()?
-        .to_dtype(DType::I64)?
-        .clamp_max(input as i64 - 1)
-}
-
-/// `y` resampled linearly along `dim` from `input` to `out` positions,
-/// PyTorch's `area_pixel_compute_source_index` and weights in `y`'s dtype
-/// (float32 or float64): the two neighbours gathered and blended. A dim
-/// that keeps its size is copied, whatever the scale factor, as PyTorch's
-/// kernels copy it.
-fn linear_along(
-    y: &Tensor,
-    dim: usize,
-    (input, out): (usize, usize),
-    scale: Option<f64>,
-    align: bool,
-) -> Result<Tensor> {
-    let iota = Tensor::affine_iota(out, 0, 1, &y.device())?;
-    if input == out {
-        return y.index_select_valid(dim, iota);
-    }
-    let work = y.dtype();
-    let f32_math = work == DType::F32;
-    let round = |v: f64| if f32_math { v as f32 as f64 } else { v };
-    let scale = match align {
-        true if out > 1 => round((input - 1) as f64 / (out - 1) as f64),
-        true => 0.0,
-        false => scale_value(scale, (input, out), f32_math),
-    };
-    let dst = iota.to_dtype(work)?;
-    let src = match align {
-        true => dst.mul(scale)?,
-        false => dst.add(0.5)?.mul(scale)?.sub(0.5)?.clamp_min(0.0)?,
-    };
-    let last = input as i64 - 1;
-    // (the source is not negative: truncation is the floor)
-    let i0 = src.floor()?.to_dtype(DType::I64)?.clamp_max(last)?;
-    let l1 = src.sub(&i0.to_dtype(work)?)?.clamp(Some(0.0), Some(1.0))?;
-    let l0 = l1.rsub(1.0)?;
-    let i1 = i0.add(1i64)?.clamp_max(last)?;
-    // the weights along `dim`, broadcast over the dims after it
-    let mut wshape = vec![out];
-    wshape.extend(std::iter::repeat_n(1, y.rank() - dim - 1));
-    let (l0, l1) = (l0.reshape(&wshape[..])?, l1.reshape(&wshape[..])?);
-    let a = y.index_select_valid(dim, i0)?.mul(&l0)?;
-    let b = y.index_select_valid(dim, i1)?.mul(&l1)?;
-    a.add(&b)
 }
 
 /// Resampling as a layer (`nn.Upsample`): [`interpolate`] with its options.

@@ -25,6 +25,9 @@ Writes nn_cases.json next to this file:
 - transformer2: TransformerDecoder stacks and nn.Transformer (masks, causal hints,
   batch_first, norm_first, no bias), float64 in evaluation mode: outputs and the
   gradients of every input and parameter; PyTorch's messages for refused input.
+- resample: F.interpolate's bicubic and area modes and antialiased bilinear and
+  bicubic (float64 and float32: outputs and input gradients), uint8 images'
+  bilinear and bicubic resizing (outputs), PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1178,13 +1181,109 @@ def transformer2_cases():
     return {"cases": cases, "errors": errors}
 
 
+def resample_cases():
+    """F.interpolate's bicubic and area modes and its antialiased bilinear and
+    bicubic resizing, in the form of `layers2` (kind "upsample", the call's
+    keywords as the config), read by tests/tensor/nn/layers2.rs."""
+    torch.manual_seed(6)
+    cases, errors = [], []
+
+    class Interpolate(nn.Module):
+        def __init__(self, **kw):
+            super().__init__()
+            self.kw = kw
+
+        def forward(self, x):
+            return F.interpolate(x, **self.kw)
+
+    def up(name, x, dtype=torch.float64, **kw):
+        x = x.to(dtype)
+        xg = x.clone().requires_grad_(True)
+        y = Interpolate(**kw)(xg)
+        y.backward(torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape))
+        cases.append({"name": name, "kind": "upsample", "config": kw,
+                      "dtype": "float32" if dtype == torch.float32 else "float64", "state": {},
+                      "steps": [{"train": True, "x": tensor_json(x), "y": tensor_json(y),
+                                 "x_grad": tensor_json(xg.grad), "param_grads": {}}],
+                      "final_state": {}})
+
+    x4 = torch.randn(2, 3, 5, 7)
+    up("bicubic_size", x4, size=(7, 10), mode="bicubic")
+    up("bicubic_align", x4, size=(9, 4), mode="bicubic", align_corners=True)
+    up("bicubic_scale_1_7", x4, scale_factor=1.7, mode="bicubic")
+    up("bicubic_shrink", x4, scale_factor=0.6, mode="bicubic")
+    up("bicubic_f32", x4, size=(11, 6), mode="bicubic", dtype=torch.float32)
+    up("area_4d", x4, size=(3, 4), mode="area")
+    up("area_4d_grow", x4, size=(8, 7), mode="area")
+    up("area_3d", torch.randn(2, 3, 7), size=3, mode="area")
+    up("area_3d_grow", torch.randn(2, 3, 7), size=10, mode="area")
+    up("area_5d", torch.randn(1, 2, 4, 5, 6), size=(2, 3, 4), mode="area")
+    up("area_scale_half", x4, scale_factor=0.5, mode="area", dtype=torch.float32)
+    x8 = torch.randn(1, 2, 17, 23)
+    up("aa_bilinear_shrink", x8, size=(5, 7), mode="bilinear", antialias=True)
+    up("aa_bilinear_mixed", x8, size=(30, 9), mode="bilinear", antialias=True)
+    up("aa_bilinear_align", x8, size=(6, 8), mode="bilinear", antialias=True, align_corners=True)
+    up("aa_bilinear_scale", x8, scale_factor=0.3, mode="bilinear", antialias=True)
+    up("aa_bicubic_shrink", x8, size=(5, 7), mode="bicubic", antialias=True)
+    up("aa_bicubic_mixed", x8, size=(8, 40), mode="bicubic", antialias=True)
+    up("aa_bilinear_f32", x8, size=(4, 6), mode="bilinear", antialias=True, dtype=torch.float32)
+    up("aa_bicubic_f32", x8, size=(7, 5), mode="bicubic", antialias=True, dtype=torch.float32)
+
+    # uint8 images (PyTorch's CPU kernels: fixed-point weights, rounded to uint8
+    # after each dim); 3 channels take its vectorised path where the CPU has one
+    # (each image stored once, in "images"; a case names its image)
+    uint8, images = [], {}
+
+    def up8(name, image, **kw):
+        y = F.interpolate(images[image], **kw)
+        uint8.append({"name": name, "image": image, "config": kw, "y": tensor_json(y)})
+
+    images["rgb"] = torch.randint(0, 256, (2, 3, 13, 17), dtype=torch.uint8)
+    images["five"] = torch.randint(0, 256, (1, 5, 9, 11), dtype=torch.uint8)
+    images["row"] = torch.randint(0, 256, (1, 1, 1, 9), dtype=torch.uint8)
+    for mode in ("bilinear", "bicubic"):
+        for aa in (False, True):
+            tag = mode + ("_aa" if aa else "")
+            up8(tag + "_shrink", "rgb", size=(5, 7), mode=mode, antialias=aa)
+            up8(tag + "_grow", "rgb", size=(16, 21), mode=mode, antialias=aa)
+            up8(tag + "_mixed_5ch", "five", size=(4, 19), mode=mode, antialias=aa)
+            up8(tag + "_align", "rgb", size=(6, 25), mode=mode, antialias=aa, align_corners=True)
+            up8(tag + "_scale", "five", scale_factor=0.7, mode=mode, antialias=aa)
+    up8("bilinear_one_dim", "rgb", size=(13, 8), mode="bilinear")
+    up8("bicubic_one_row", "row", size=(3, 4), mode="bicubic")
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase})
+        else:
+            raise AssertionError(name + " was accepted")
+
+    err("bicubic_3d", lambda: F.interpolate(torch.randn(1, 2, 5), size=3, mode="bicubic"),
+        "Only 3D, 4D and 5D input Tensors supported (got 3D)")
+    err("area_align", lambda: F.interpolate(x4, size=3, mode="area", align_corners=False),
+        "align_corners option can only be set with the interpolating modes")
+    err("antialias_nearest", lambda: F.interpolate(x4, size=3, antialias=True),
+        "Anti-alias option is restricted to bilinear")
+    err("antialias_linear_3d", lambda: F.interpolate(torch.randn(1, 2, 5), size=3, mode="linear", antialias=True),
+        "Anti-alias option is restricted to bilinear")
+    err("area_int", lambda: F.interpolate(torch.zeros(1, 2, 5, 4, dtype=torch.int64), size=3, mode="area"),
+        "\"adaptive_avg_pool2d\" not implemented for 'Long'")
+    return {"cases": cases, "errors": errors, "uint8": uint8,
+            "images": {k: tensor_json(v) for k, v in images.items()},
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
             "layers2": layers2_cases,
             "rnn": rnn_cases,
-            "transformer2": transformer2_cases}
+            "transformer2": transformer2_cases,
+            "resample": resample_cases}
 
 
 def main():

@@ -1,4 +1,5 @@
-//! Upsample (`F.interpolate`), ConvTranspose2d, Conv1d, PReLU and
+//! Upsample (`F.interpolate`, and its bicubic, area and antialiased modes from
+//! the `resample` section), ConvTranspose2d, Conv1d, PReLU and
 //! InstanceNorm1d/2d against PyTorch (tests/golden/gen_nn.py, `layers2`): each
 //! case's module with PyTorch's state, its outputs, input and parameter
 //! gradients and final state on every device; the same cases on meta (shapes and
@@ -45,10 +46,13 @@ fn interpolate_options(c: &Value) -> InterpolateOptions {
             "linear" => InterpolateMode::Linear,
             "bilinear" => InterpolateMode::Bilinear,
             "trilinear" => InterpolateMode::Trilinear,
+            "bicubic" => InterpolateMode::Bicubic,
+            "area" => InterpolateMode::Area,
             m => panic!("mode {m}"),
         },
         align_corners: c["align_corners"].as_bool(),
         recompute_scale_factor: c["recompute_scale_factor"].as_bool(),
+        antialias: c["antialias"].as_bool().unwrap_or(false),
     }
 }
 
@@ -150,13 +154,23 @@ fn dtype_of(case: &Value) -> DType {
     }
 }
 
+/// The cases of `layers2` and of `resample` (interpolate's bicubic, area and
+/// antialiased modes).
+fn all_cases(all: &Value) -> Vec<&Value> {
+    let (layers, resample) = (&all["layers2"]["cases"], &all["resample"]["cases"]);
+    let cases: Vec<&Value> = [layers, resample]
+        .iter()
+        .flat_map(|s| s.as_array().unwrap())
+        .collect();
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    cases
+}
+
 /// Every case's steps against PyTorch's values on `dev`.
 fn new_layers_match_pytorch(dev: &Device) -> Result<()> {
     let _rng = crate::rng_lock();
     let all = cases();
-    let cases = all["layers2"]["cases"].as_array().unwrap();
-    assert!(cases.len() >= 40, "{} cases", cases.len());
-    for case in cases {
+    for case in all_cases(&all) {
         let name = format!(
             "{}/{}",
             case["kind"].as_str().unwrap(),
@@ -227,7 +241,7 @@ fn new_layers_run_on_meta_with_the_cpus_shapes() -> Result<()> {
     let _rng = crate::rng_lock();
     let all = cases();
     let meta = Device::Meta;
-    for case in all["layers2"]["cases"].as_array().unwrap() {
+    for case in all_cases(&all) {
         let name = case["name"].as_str().unwrap();
         let dt = dtype_of(case);
         let mut m = layer(case, &meta)?;
@@ -260,8 +274,11 @@ fn new_layers_refuse_as_pytorch(dev: &Device) -> Result<()> {
     let z = |s: &[usize]| Tensor::zeros(s, DType::F32, dev);
     let size = InterpolateOptions::size([3]);
     let ct = ConvTranspose2dOptions::default();
-    let errors = all["layers2"]["errors"].as_array().unwrap();
-    assert!(errors.len() >= 18);
+    let errors: Vec<&Value> = ["layers2", "resample"]
+        .iter()
+        .flat_map(|s| all[s]["errors"].as_array().unwrap())
+        .collect();
+    assert!(errors.len() >= 23);
     for e in errors {
         let name = e["name"].as_str().unwrap();
         let phrase = e["phrase"].as_str().unwrap();
@@ -283,6 +300,26 @@ fn new_layers_refuse_as_pytorch(dev: &Device) -> Result<()> {
             "interp_size_dims" => interpolate(&x, &InterpolateOptions::size([2, 3, 4])),
             "interp_recompute_size" => interpolate(&x, &size.clone().recompute_scale_factor(true)),
             "interp_zero_output" => interpolate(&x, &InterpolateOptions::scale_factor(0.2)),
+            "bicubic_3d" => interpolate(
+                &z(&[1, 2, 5])?,
+                &size.clone().mode(InterpolateMode::Bicubic),
+            ),
+            "area_align" => interpolate(
+                &x,
+                &size
+                    .clone()
+                    .mode(InterpolateMode::Area)
+                    .align_corners(false),
+            ),
+            "antialias_nearest" => interpolate(&x, &size.clone().antialias(true)),
+            "antialias_linear_3d" => interpolate(
+                &z(&[1, 2, 5])?,
+                &size.clone().mode(InterpolateMode::Linear).antialias(true),
+            ),
+            "area_int" => interpolate(
+                &Tensor::zeros([1, 2, 5, 4], DType::I64, dev)?,
+                &size.clone().mode(InterpolateMode::Area),
+            ),
             "ct_output_padding" => conv_transpose2d(&x, &w, None, ct.stride(2).output_padding(2)),
             "ct_channels" => conv_transpose2d(&z(&[1, 3, 4, 4])?, &w, None, ct),
             "ct_too_small" => conv_transpose2d(&z(&[1, 2, 1, 1])?, &w, None, ct.padding(3)),
@@ -423,7 +460,71 @@ fn conv_transpose2d_of_nothing(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A channels-last input gives a channels-last output in every mode (PyTorch's
+/// suggested memory format), with the values of the contiguous input's; other
+/// layouts give contiguous outputs.
+fn interpolate_keeps_channels_last(dev: &Device) -> Result<()> {
+    let _rng = crate::rng_lock();
+    let cl = ember::MemoryFormat::ChannelsLast;
+    let x = Tensor::randn([2, 3, 5, 7], dev)?;
+    let xl = x.to_memory_format(cl)?;
+    let modes = [
+        (InterpolateMode::Nearest, false),
+        (InterpolateMode::NearestExact, false),
+        (InterpolateMode::Bilinear, false),
+        (InterpolateMode::Bilinear, true),
+        (InterpolateMode::Bicubic, false),
+        (InterpolateMode::Bicubic, true),
+        (InterpolateMode::Area, false),
+    ];
+    for (mode, aa) in modes {
+        let opts = InterpolateOptions::size([4, 9]).mode(mode).antialias(aa);
+        let (want, got) = (interpolate(&x, &opts)?, interpolate(&xl, &opts)?);
+        assert!(got.is_contiguous_in(cl), "{mode:?} {aa}");
+        assert!(want.is_contiguous(), "{mode:?} {aa}");
+        assert_eq!(got.to_vec::<f32>()?, want.to_vec::<f32>()?, "{mode:?} {aa}");
+    }
+    Ok(())
+}
+
+/// uint8 bilinear and bicubic resizing, antialiased or not, equal to PyTorch's
+/// CPU kernels value for value (their fixed-point arithmetic; the cases were
+/// made on a CPU whose capability the section records).
+fn uint8_resizes_match_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    let cases = all["resample"]["uint8"].as_array().unwrap();
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let image = &all["resample"]["images"][case["image"].as_str().unwrap()];
+        let x = tensor(image, dev)?.to_dtype(DType::U8)?;
+        let want = tensor(&case["y"], &Device::Cpu)?;
+        let y = interpolate(&x, &interpolate_options(&case["config"]))?;
+        assert_eq!((y.dtype(), y.shape()), (DType::U8, want.shape()), "{name}");
+        let (got, want) = (
+            y.to_dtype(DType::F64)?.to_vec::<f64>()?,
+            want.to_vec::<f64>()?,
+        );
+        let off: Vec<(f64, f64)> = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        assert!(
+            off.is_empty(),
+            "{name}: {} of {} values differ, e.g. {:?}",
+            off.len(),
+            want.len(),
+            &off[..off.len().min(5)]
+        );
+    }
+    Ok(())
+}
+
 device_test!(
+    uint8_resizes_match_pytorch,
+    interpolate_keeps_channels_last,
     conv_transpose2d_of_nothing,
     new_layers_match_pytorch,
     new_layers_refuse_as_pytorch,
