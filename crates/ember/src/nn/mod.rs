@@ -22,6 +22,7 @@ mod containers;
 mod conv_layers;
 mod distance;
 mod embed_norm;
+mod embedding_bag;
 pub mod functional;
 pub mod init;
 mod instance_norm;
@@ -47,6 +48,7 @@ pub use containers::{ModuleDict, ModuleList};
 pub use conv_layers::{Conv1d, Conv1dOptions, ConvTranspose2d};
 pub use distance::{CosineSimilarity, PairwiseDistance};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
+pub use embedding_bag::{BagMode, EmbeddingBag, EmbeddingBagOptions};
 pub use functional::{
     batch_norm, dropout, embedding, group_norm, layer_norm, rms_norm, scaled_dot_product_attention,
     BatchNormOptions,

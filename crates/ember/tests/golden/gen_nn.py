@@ -28,6 +28,8 @@ Writes nn_cases.json next to this file:
 - resample: F.interpolate's bicubic and area modes and antialiased bilinear and
   bicubic (float64 and float32: outputs and input gradients), uint8 images'
   bilinear and bicubic resizing (outputs), PyTorch's refusals.
+- embedding_bag: F.embedding_bag's modes over offsets and 2-D inputs, with
+  padding and per-sample weights: outputs and gradients; PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1276,6 +1278,70 @@ def resample_cases():
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
+def embedding_bag_cases():
+    """F.embedding_bag in its three modes: 1-D inputs cut by offsets (empty bags,
+    include_last_offset with entries after the end), 2-D inputs, padding_idx,
+    per_sample_weights (sum), float64 and float32: the output and the gradients
+    of the weight and per-sample weights for the output gradient
+    linspace(-1, 1); PyTorch's refusals (tests/tensor/nn/bags.rs)."""
+    torch.manual_seed(7)
+    cases, errors = [], []
+
+    def bag(name, input, offsets=None, dtype=torch.float64, psw=False, **kw):
+        w = (torch.randn(10, 3) * 2).to(dtype).requires_grad_(True)
+        p = (torch.rand(input.shape) + 0.5).to(dtype).requires_grad_(True) if psw else None
+        y = F.embedding_bag(input, w, offsets, per_sample_weights=p, **kw)
+        y.backward(torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape))
+        cases.append({"name": name, "config": kw, "dtype": str(dtype).replace("torch.", ""),
+                      "input": tensor_json(input), "offsets": None if offsets is None else tensor_json(offsets),
+                      "weight": tensor_json(w), "psw": None if p is None else tensor_json(p),
+                      "y": tensor_json(y), "weight_grad": tensor_json(w.grad),
+                      "psw_grad": None if p is None else tensor_json(p.grad)})
+
+    i = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 7])
+    o = torch.tensor([0, 3, 3, 7])
+    for mode in ("sum", "mean", "max"):
+        bag(mode + "_offsets", i, o, mode=mode)
+        bag(mode + "_2d", i[:8].reshape(2, 4), mode=mode)
+        bag(mode + "_padding", i, o, mode=mode, padding_idx=4)
+        bag(mode + "_last_offset", i, torch.tensor([0, 2, 2, 10]), mode=mode, include_last_offset=True)
+        bag(mode + "_f32", i, o, dtype=torch.float32, mode=mode)
+        bag(mode + "_trailing_empty", i, torch.tensor([0, 6, 10, 10]), mode=mode)
+    bag("sum_weighted", i, o, psw=True, mode="sum")
+    bag("sum_weighted_padding", i, o, psw=True, mode="sum", padding_idx=-1)
+    bag("sum_weighted_2d", i.reshape(2, 5), psw=True, mode="sum")
+    bag("max_ties", torch.tensor([3, 3, 5, 5, 5]), torch.tensor([0, 2]), mode="max")
+    bag("mean_only_padding", torch.tensor([4, 4, 1]), torch.tensor([0, 2]), mode="mean", padding_idx=4)
+    bag("max_only_padding", torch.tensor([4, 4, 1]), torch.tensor([0, 2]), mode="max", padding_idx=4)
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase})
+        else:
+            raise AssertionError(name + " was accepted")
+
+    w = torch.randn(10, 3)
+    err("no_offsets", lambda: F.embedding_bag(i, w), "offsets has to be a 1D Tensor but got None")
+    err("offsets_2d", lambda: F.embedding_bag(i.reshape(2, 5), w, o), "if input is 2D, then offsets has to be None")
+    err("offsets_rank", lambda: F.embedding_bag(i, w, o.reshape(2, 2)), "offsets has to be a 1D Tensor")
+    err("first_offset", lambda: F.embedding_bag(i, w, torch.tensor([1, 3])), "offsets[0] has to be 0")
+    err("last_offset", lambda: F.embedding_bag(i, w, torch.tensor([0, 11])),
+        "offsets[-1] can not be greater than input's length 10")
+    err("psw_mean", lambda: F.embedding_bag(i, w, o, per_sample_weights=torch.ones(10)),
+        "per_sample_weights is only supported for mode='sum' (got mode='mean')")
+    err("psw_shape", lambda: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=torch.ones(9)),
+        "then it must have the same shape as the input")
+    err("weight_rank", lambda: F.embedding_bag(i, w.reshape(5, 2, 3), o), "weight has to be a 2D Tensor")
+    err("input_rank", lambda: F.embedding_bag(i.reshape(1, 2, 5), w), "input has to be 1D or 2D Tensor")
+    err("padding_range", lambda: F.embedding_bag(i, w, o, padding_idx=12),
+        "padding_idx must be within the number of embeddings, -10 through 9, but got 12")
+    err("float_indices", lambda: F.embedding_bag(i.float(), w, o), "to have one of the following scalar types: Long")
+    return {"cases": cases, "errors": errors}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
@@ -1283,7 +1349,8 @@ SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": s
             "layers2": layers2_cases,
             "rnn": rnn_cases,
             "transformer2": transformer2_cases,
-            "resample": resample_cases}
+            "resample": resample_cases,
+            "embedding_bag": embedding_bag_cases}
 
 
 def main():

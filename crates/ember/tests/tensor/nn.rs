@@ -9,6 +9,8 @@ use serde_json::Value;
 
 // the layers added with `layers2`'s golden cases (Upsample, ConvTranspose2d, ...)
 mod layers2;
+// EmbeddingBag against `embedding_bag`'s golden cases
+mod bags;
 // nn::RNN and nn::RNNCell against `rnn`'s golden cases
 mod rnn;
 // TransformerDecoder and the full Transformer (`transformer2`'s golden cases)
