@@ -8,7 +8,7 @@ use super::Module;
 use crate::{
     error::{Error, Result},
     layout::MemoryFormat,
-    tensor::Tensor,
+    tensor::{autocast, Tensor},
 };
 
 /// How [`interpolate`] computes an output element (`mode=` of `F.interpolate`).
@@ -178,10 +178,23 @@ fn per_dim<T: Copy + std::fmt::Debug>(
 /// uint8 images in the nearest modes and in bilinear and bicubic, with
 /// PyTorch's CPU fixed-point arithmetic, value for value, on every device
 /// (PyTorch's CUDA kernels refuse uint8 there). A 4-D channels-last input
-/// gives a channels-last output, as in PyTorch. A composite of index ops (see the module's notes for its
-/// memory), so it runs and differentiates on every device.
+/// gives a channels-last output, as in PyTorch. Under autocast a
+/// half-precision input is resampled in float32 where PyTorch's lists say so
+/// (CUDA's: every mode but area; the CPU's: 3-d area). A composite of index
+/// ops (see `resample.rs` for its memory), so it runs and differentiates on
+/// every device.
 pub fn interpolate(x: &Tensor, opts: &InterpolateOptions) -> Result<Tensor> {
     let _record = crate::profiler::function("interpolate");
+    // autocast's float32 lists: CUDA's hold every upsampling (not area, an
+    // adaptive average pool); the CPU's the 3-d adaptive average pool only
+    let in_f32 = match (opts.mode, x.rank()) {
+        (InterpolateMode::Area, 5) => autocast::to_f32_cpu(&[x])?,
+        (InterpolateMode::Area, _) => None,
+        _ => autocast::to_f32_cuda(&[x])?,
+    };
+    if let Some(x) = in_f32 {
+        return interpolate(&x[0], opts);
+    }
     let mode = opts.mode;
     let rank = x.rank();
     if !(3..=5).contains(&rank) || (mode == InterpolateMode::Bicubic && rank != 4) {

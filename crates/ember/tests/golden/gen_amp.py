@@ -112,6 +112,14 @@ def dtype_cases():
     case("instance_norm_bf16", lambda x, w, c: F.instance_norm(x, weight=w, bias=c), x3, f32(4), f32(4))
     case("instance_norm_running_bf16",
          lambda x, m, v: F.instance_norm(x, running_mean=m, running_var=v), x3, f32(4), f32(4).abs())
+    # every upsampling is on CUDA's float32 list (not the CPU's); area is an
+    # adaptive average pool, whose 3-d form only is on the CPU's
+    case("interpolate_nearest_bf16", lambda x: F.interpolate(x, size=(3, 5)), f32(1, 2, 4, 4).to(BF))
+    case("interpolate_bilinear_bf16", lambda x: F.interpolate(x, size=(3, 5), mode="bilinear"),
+         f32(1, 2, 4, 4).to(BF))
+    case("interpolate_area_bf16", lambda x: F.interpolate(x, size=(3, 5), mode="area"), f32(1, 2, 4, 4).to(BF))
+    case("interpolate_area3d_bf16", lambda x: F.interpolate(x, size=(3, 2, 3), mode="area"),
+         f32(1, 2, 4, 4, 4).to(BF))
     return cases
 
 

@@ -5,6 +5,7 @@
 
 use super::assert_close;
 use ember::amp::{autocast_guard_for, DeviceType, GradScaler};
+use ember::nn::functional::{interpolate, InterpolateMode, InterpolateOptions};
 use ember::nn::{self, Module};
 use ember::optim::{Adam, Optimizer, Sgd};
 use ember::prelude::*;
@@ -72,7 +73,11 @@ fn device_type(dev: &Device) -> DeviceType {
 
 /// PyTorch's CPU autocast runs these in float32 where its CUDA autocast keeps
 /// the input's dtype.
-const CPU_ONLY_F32: &[&str] = &["pad_reflect_bf16", "pad_replicate_bf16"];
+const CPU_ONLY_F32: &[&str] = &[
+    "pad_reflect_bf16",
+    "pad_replicate_bf16",
+    "interpolate_area3d_bf16",
+];
 
 /// PyTorch's CUDA autocast runs these in float32 where its CPU autocast keeps the
 /// input's dtype (`softmax`, `log_softmax` and `sum` with a lower-precision input
@@ -96,6 +101,8 @@ const CUDA_IN_F32: &[&str] = &[
     "log10_bf16",
     "cosine_similarity_bf16",
     "group_norm_bf16",
+    "interpolate_nearest_bf16",
+    "interpolate_bilinear_bf16",
 ];
 
 pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
@@ -249,6 +256,21 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
                 assert_eq!((mean.dtype(), var.dtype()), (DType::F32, DType::F32));
                 y
             }
+            "interpolate_nearest_bf16" => {
+                interpolate(&make(&[1, 2, 4, 4], a)?, &InterpolateOptions::size([3, 5]))?
+            }
+            "interpolate_bilinear_bf16" => interpolate(
+                &make(&[1, 2, 4, 4], a)?,
+                &InterpolateOptions::size([3, 5]).mode(InterpolateMode::Bilinear),
+            )?,
+            "interpolate_area_bf16" => interpolate(
+                &make(&[1, 2, 4, 4], a)?,
+                &InterpolateOptions::size([3, 5]).mode(InterpolateMode::Area),
+            )?,
+            "interpolate_area3d_bf16" => interpolate(
+                &make(&[1, 2, 4, 4, 4], a)?,
+                &InterpolateOptions::size([3, 2, 3]).mode(InterpolateMode::Area),
+            )?,
             other => panic!("no ember op for the case {other}"),
         };
         let mut want = dtype_named(c["out"].as_str().unwrap());
@@ -263,7 +285,7 @@ pub(crate) fn dtypes_follow_pytorchs_lists(dev: &Device) -> Result<()> {
         assert_eq!(out.dtype(), want, "{name} on {dev}");
         checked += 1;
     }
-    assert_eq!(checked, 48);
+    assert_eq!(checked, 52);
     Ok(())
 }
 
