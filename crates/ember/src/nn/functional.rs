@@ -16,6 +16,10 @@ pub use super::conv_layers::{conv1d, conv_transpose2d};
 pub use super::distance::{cosine_similarity, pairwise_distance};
 pub use super::embedding_bag::{embedding_bag, BagMode, EmbeddingBagOptions};
 pub use super::instance_norm::{instance_norm, InstanceNormOptions};
+pub use super::pointwise_layers::{
+    dropout1d, dropout2d, dropout3d, glu, hardshrink, logsigmoid, softmin, softshrink, softsign,
+    tanhshrink, threshold,
+};
 pub use super::prelu::prelu;
 pub use super::sdpa::{
     attention_path, scaled_dot_product_attention, with_attention_group_scores, with_attention_path,

@@ -30,6 +30,8 @@ mod layers;
 mod loss;
 mod loss_pointwise;
 mod norm;
+mod padding;
+mod pointwise_layers;
 mod prelu;
 mod recurrent;
 mod resample;
@@ -67,6 +69,15 @@ pub use loss_pointwise::{
     binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
 };
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
+pub use padding::{
+    CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
+    Padding, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
+    ReplicationPad2d, ReplicationPad3d, ZeroPad1d, ZeroPad2d, ZeroPad3d,
+};
+pub use pointwise_layers::{
+    Dropout1d, Dropout2d, Dropout3d, Hardshrink, LogSigmoid, LogSoftmax, Softmin, Softshrink,
+    Softsign, Tanhshrink, Threshold, Unflatten, GLU,
+};
 pub use prelu::PReLU;
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 pub use rnn::{RNNCell, RnnNonlinearity, RNN};

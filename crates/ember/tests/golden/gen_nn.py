@@ -30,6 +30,9 @@ Writes nn_cases.json next to this file:
   bilinear and bicubic resizing (outputs), PyTorch's refusals.
 - embedding_bag: F.embedding_bag's modes over offsets and 2-D inputs, with
   padding and per-sample weights: outputs and gradients; PyTorch's refusals.
+- layers3: LogSigmoid, Softsign, Tanhshrink, Softshrink, Hardshrink, Threshold,
+  GLU, Softmin, LogSoftmax, Unflatten and the padding modules (outputs and input
+  gradients); the mask shapes of channel dropout; PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1342,6 +1345,186 @@ def embedding_bag_cases():
     return {"cases": cases, "errors": errors}
 
 
+def layers3_cases():
+    """The pointwise activations LogSigmoid, Softsign, Tanhshrink, Softshrink,
+    Hardshrink, Threshold, GLU, Softmin and LogSoftmax, Unflatten, and the
+    padding modules (Zero/Constant/Reflection/Replication/CircularPad1d-3d):
+    per case the module (its name and keyword arguments), the input, output
+    and input gradient for the output gradient linspace(-1, 1), in float64,
+    float32 and (no gradient) integer dtypes. "dropout" holds, per channel
+    dropout call, the mask shape PyTorch draws (the dims along which its output
+    varies over many draws); "errors" a phrase of PyTorch's message for refused
+    calls (tests/tensor/nn/layers3.rs builds the same calls by name)."""
+    torch.manual_seed(7)
+    cases, errors, dropout = [], [], []
+
+    def run(name, module, args, x, dtype=torch.float64):
+        m = getattr(nn, module)(**args)
+        x = x.to(dtype)
+        rec = {"name": name, "module": module, "args": args, "dtype": str(dtype).replace("torch.", ""),
+               "x": tensor_json(x)}
+        if dtype.is_floating_point:
+            xg = x.clone().requires_grad_(True)
+            y = m(xg)
+            y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape))
+            rec["x_grad"] = tensor_json(xg.grad)
+        else:
+            # (the dtype of an integer input's float result is PyTorch's default)
+            torch.set_default_dtype(torch.float32)
+            try:
+                y = m(x)
+            finally:
+                torch.set_default_dtype(torch.float64)
+        rec["y"] = tensor_json(y)
+        rec["y_dtype"] = str(y.dtype).replace("torch.", "")
+        cases.append(rec)
+
+    wide = torch.tensor([-800.0, -30.0, -20.01, -3.0, -1.0, 0.0, 0.5, 1.0, 20.01, 30.0, 800.0])
+    ties = torch.tensor([[-1.2, -0.5, 0.0, 0.5, 1.2, 0.1], [-0.1, 0.3, -2.0, 2.0, 0.7, -0.7]])
+    ties = torch.cat([ties, torch.randn(2, 6) * 1.5])
+    run("logsigmoid_wide", "LogSigmoid", {}, wide)
+    run("logsigmoid_wide_f32", "LogSigmoid", {}, wide, torch.float32)
+    run("logsigmoid_randn", "LogSigmoid", {}, torch.randn(3, 5) * 4)
+    run("softsign", "Softsign", {}, torch.cat([wide, torch.randn(5) * 3]))
+    run("softsign_f32", "Softsign", {}, torch.randn(3, 4) * 3, torch.float32)
+    run("softsign_int", "Softsign", {}, torch.tensor([[-3, 0, 1, 7]]), torch.int64)
+    run("tanhshrink", "Tanhshrink", {}, torch.cat([wide[2:-2], torch.randn(6) * 2]))
+    run("tanhshrink_f32", "Tanhshrink", {}, torch.randn(2, 5) * 2, torch.float32)
+    run("softshrink_default", "Softshrink", {}, ties)
+    run("softshrink_1_2", "Softshrink", {"lambd": 1.2}, ties)
+    run("softshrink_0", "Softshrink", {"lambd": 0.0}, ties)
+    run("softshrink_0_1_f32", "Softshrink", {"lambd": 0.1}, ties, torch.float32)
+    run("hardshrink_default", "Hardshrink", {}, ties)
+    run("hardshrink_1_2", "Hardshrink", {"lambd": 1.2}, ties)
+    run("hardshrink_negative", "Hardshrink", {"lambd": -1.0}, ties)
+    run("hardshrink_0_1_f32", "Hardshrink", {"lambd": 0.1}, ties, torch.float32)
+    run("threshold", "Threshold", {"threshold": 0.5, "value": -2.0}, ties)
+    run("threshold_0_1_f32", "Threshold", {"threshold": 0.1, "value": 20.0}, ties, torch.float32)
+    run("threshold_int", "Threshold", {"threshold": -1.5, "value": 7.9},
+        torch.tensor([[-3, -2, -1, 0, 1, 2]]), torch.int64)
+    run("glu_last", "GLU", {}, torch.randn(3, 8))
+    run("glu_dim1", "GLU", {"dim": 1}, torch.randn(2, 4, 3))
+    run("glu_f32", "GLU", {"dim": 0}, torch.randn(6, 3), torch.float32)
+    run("softmin_1", "Softmin", {"dim": 1}, torch.randn(3, 5) * 2)
+    run("softmin_0_f32", "Softmin", {"dim": 0}, torch.randn(4, 3) * 2, torch.float32)
+    run("log_softmax_last", "LogSoftmax", {"dim": -1}, torch.randn(2, 3, 4) * 3)
+    run("log_softmax_0", "LogSoftmax", {"dim": 0}, torch.randn(4, 3) * 3)
+    run("unflatten", "Unflatten", {"dim": 1, "unflattened_size": [2, 3]}, torch.randn(2, 6, 2))
+    run("unflatten_inferred", "Unflatten", {"dim": -1, "unflattened_size": [2, -1, 2]}, torch.randn(3, 12))
+    run("unflatten_first", "Unflatten", {"dim": 0, "unflattened_size": [1, 4]}, torch.randn(4))
+
+    x1, x1u = torch.randn(2, 3, 5), torch.randn(3, 5)
+    x2, x2u = torch.randn(2, 2, 4, 5), torch.randn(2, 4, 5)
+    x3, x3u = torch.randn(1, 2, 3, 4, 3), torch.randn(2, 3, 4, 3)
+    for mode in ("Zero", "Constant", "Reflection", "Replication", "Circular"):
+        extra = {"value": 1.5} if mode == "Constant" else {}
+        m1, m2, m3 = (mode + "Pad%dd" % d for d in (1, 2, 3))
+        low = mode.lower()
+        run(low + "1d_int", m1, dict(extra, padding=2), x1)
+        run(low + "1d_sides_unbatched", m1, dict(extra, padding=[3, 1]), x1u)
+        run(low + "2d_int", m2, dict(extra, padding=1), x2)
+        run(low + "2d_sides_unbatched", m2, dict(extra, padding=[2, 0, 1, 3]), x2u)
+        run(low + "3d_sides", m3, dict(extra, padding=[1, 2, 0, 1, 2, 1]), x3)
+        run(low + "3d_int_unbatched", m3, dict(extra, padding=1), x3u)
+        run(low + "2d_f32", m2, dict(extra, padding=[1, 2, 2, 1]), x2, torch.float32)
+        # a negative amount crops (reflection and replication: on one side)
+        run(low + "2d_crop", m2, dict(extra, padding=[-1, 2, 1, -2]), x2)
+    run("zeropad1d_1d", "ZeroPad1d", {"padding": 2}, torch.randn(4))
+    run("zeropad2d_5d", "ZeroPad2d", {"padding": [1, 0, 0, 1]}, torch.randn(1, 2, 1, 3, 2))
+    run("constantpad1d_int", "ConstantPad1d", {"padding": 2, "value": 3.7}, torch.arange(6).reshape(2, 3),
+        torch.int64)
+    run("reflectionpad1d_int", "ReflectionPad1d", {"padding": [2, 1]}, torch.arange(6).reshape(2, 3),
+        torch.int64)
+    run("circularpad2d_int", "CircularPad2d", {"padding": 1}, torch.arange(12).reshape(1, 3, 4),
+        torch.int64)
+
+    # channel dropout: the mask's shape (1 where PyTorch shares one draw)
+    def drop(name, fn, shape, **kw):
+        varies = [False] * len(shape)
+        for _ in range(20):
+            y = fn(torch.ones(shape), 0.5, **kw)
+            for d in range(len(shape)):
+                if shape[d] > 1 and not bool((y == y.narrow(d, 0, 1)).all()):
+                    varies[d] = True
+        dropout.append({"name": name, "fn": fn.__name__, "shape": list(shape),
+                        "mask_shape": [n if v else 1 for n, v in zip(shape, varies)]})
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        drop("1d_batched", F.dropout1d, (4, 6, 5))
+        drop("1d_unbatched", F.dropout1d, (8, 5))
+        drop("2d_batched", F.dropout2d, (4, 6, 3, 2))
+        drop("2d_3d_as_batched_1d", F.dropout2d, (4, 6, 5))
+        drop("2d_2d_elementwise", F.dropout2d, (6, 5))
+        drop("2d_5d", F.dropout2d, (3, 4, 2, 2, 2))
+        drop("3d_batched", F.dropout3d, (3, 5, 2, 2, 2))
+        drop("3d_unbatched", F.dropout3d, (8, 2, 3, 2))
+        drop("3d_3d_unbatched", F.dropout3d, (8, 3, 2))
+        drop("3d_1d_elementwise", F.dropout3d, (12,))
+
+    def err(name, fn, phrase):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn()
+        except (RuntimeError, ValueError, NotImplementedError, IndexError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase})
+        else:
+            raise AssertionError(name + " was accepted")
+
+    ints = torch.zeros(2, 4, dtype=torch.int64)
+    err("logsigmoid_int", lambda: F.logsigmoid(ints), "\"log_sigmoid_cpu\" not implemented for 'Long'")
+    err("softshrink_int", lambda: F.softshrink(ints), "\"softshrink_check\" not implemented for 'Long'")
+    err("softshrink_negative", lambda: F.softshrink(torch.zeros(2, dtype=torch.float32), -0.5),
+        "lambda must be in range [0, 3.40282e+38] for input dtype Float, but found -0.5")
+    err("softshrink_negative_f64", lambda: nn.Softshrink(-1.0)(torch.zeros(2)),
+        "lambda must be in range [0, 1.79769e+308] for input dtype Double, but found -1")
+    err("hardshrink_int", lambda: F.hardshrink(ints), "\"hardshrink_cpu\" not implemented for 'Long'")
+    err("threshold_bool", lambda: F.threshold(torch.zeros(2, dtype=torch.bool), 0.0, 1.0),
+        "\"threshold_cpu\" not implemented for 'Bool'")
+    err("glu_odd", lambda: F.glu(torch.zeros(2, 3), 1), "Halving dimension must be even, but dimension 1 is size 3")
+    err("glu_scalar", lambda: F.glu(torch.zeros(()), 0), "glu does not support scalars because halving size must be even")
+    err("glu_int", lambda: F.glu(ints), "\"glu_cpu\" not implemented for 'Long'")
+    err("glu_dim", lambda: nn.GLU(2)(torch.zeros(2, 4)), "out of range (expected to be in range of [-2, 1], but got 2)")
+    err("softmin_dim", lambda: nn.Softmin(2)(torch.zeros(2, 4)), "out of range (expected to be in range of [-2, 1], but got 2)")
+    err("log_softmax_dim", lambda: nn.LogSoftmax(-3)(torch.zeros(2, 4)), "out of range (expected to be in range of [-2, 1], but got -3)")
+    err("unflatten_sizes", lambda: nn.Unflatten(1, (2, 3))(torch.zeros(2, 7)),
+        "unflatten: Provided sizes [2, 3] don't multiply up to the size of dim 1 (7) in the input tensor")
+    err("unflatten_inferred_sizes", lambda: nn.Unflatten(1, (-1, 4))(torch.zeros(2, 6)),
+        "unflatten: Provided sizes [-1, 4] don't multiply up to the size of dim 1 (6) in the input tensor")
+    err("unflatten_empty", lambda: nn.Unflatten(1, ())(torch.zeros(2, 6)), "unflatten: sizes must be non-empty")
+    err("unflatten_two_inferred", lambda: nn.Unflatten(1, (-1, -1))(torch.zeros(2, 6)), "only one dimension can be inferred")
+    err("unflatten_negative", lambda: nn.Unflatten(1, (-2, 3))(torch.zeros(2, 6)),
+        "invalid shape dimension -2 at index 0 of shape [-2, 3]")
+    err("unflatten_ambiguous", lambda: nn.Unflatten(1, (0, -1))(torch.zeros(2, 0)),
+        "cannot reshape tensor of 0 elements into shape [0, -1] because the unspecified dimension size -1 can be any value and is ambiguous")
+    err("unflatten_dim", lambda: nn.Unflatten(2, (2, 3))(torch.zeros(2, 6)),
+        "out of range (expected to be in range of [-2, 1], but got 2)")
+    err("unflatten_scalar", lambda: nn.Unflatten(0, (1,))(torch.zeros(())), "Dimension specified as 0 but tensor has no dimensions")
+    err("dropout2d_p", lambda: nn.Dropout2d(1.5), "dropout probability has to be between 0 and 1, but got 1.5")
+    err("dropout1d_p", lambda: F.dropout1d(torch.zeros(2, 3), -0.25, training=False),
+        "dropout probability has to be between 0 and 1, but got -0.25")
+    err("dropout1d_rank", lambda: nn.Dropout1d().eval()(torch.zeros(1, 2, 3, 4)),
+        "dropout1d: Expected 2D or 3D input, but received a 4D input")
+    err("dropout2d_scalar", lambda: F.dropout2d(torch.zeros(()), 0.5), "Feature dropout requires at least 2 dimensions in the input")
+    err("dropout3d_int", lambda: F.dropout3d(torch.zeros(2, 3, 2, 2, dtype=torch.int64), 0.5),
+        "can't be cast to the desired output type Long")
+    err("reflection_pad2d_rank", lambda: nn.ReflectionPad2d(1)(torch.zeros(3, 4)),
+        "Padding size 4 is not supported for 2D input tensor")
+    err("replication_pad3d_rank", lambda: nn.ReplicationPad3d(1)(torch.zeros(1, 1, 1, 2, 3, 4)),
+        "Padding size 6 is not supported for 6D input tensor")
+    err("reflection_pad1d_too_big", lambda: nn.ReflectionPad1d(4)(torch.zeros(2, 3, 4)),
+        "Padding size should be less than the corresponding input dimension")
+    err("reflection_pad1d_bool", lambda: nn.ReflectionPad1d(1)(torch.zeros(2, 3, dtype=torch.bool)),
+        "\"reflection_pad1d\" not implemented for 'Bool'")
+    err("circular_pad1d_rank", lambda: nn.CircularPad1d(1)(torch.zeros(1, 2, 3, 4)), "expected 2D or 3D input (got 4D input)")
+    err("circular_pad3d_rank", lambda: nn.CircularPad3d(1)(torch.zeros(2, 3, 4)), "expected 4D or 5D input (got 3D input)")
+    err("circular_pad1d_wrap", lambda: nn.CircularPad1d(5)(torch.zeros(2, 3, 4)), "Padding value causes wrapping around more than once")
+    return {"cases": cases, "errors": errors, "dropout": dropout}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
@@ -1350,7 +1533,8 @@ SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": s
             "rnn": rnn_cases,
             "transformer2": transformer2_cases,
             "resample": resample_cases,
-            "embedding_bag": embedding_bag_cases}
+            "embedding_bag": embedding_bag_cases,
+            "layers3": layers3_cases}
 
 
 def main():

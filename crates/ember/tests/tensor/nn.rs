@@ -9,6 +9,8 @@ use serde_json::Value;
 
 // the layers added with `layers2`'s golden cases (Upsample, ConvTranspose2d, ...)
 mod layers2;
+// the activations, Unflatten, channel dropout and padding modules of `layers3`
+mod layers3;
 // EmbeddingBag against `embedding_bag`'s golden cases
 mod bags;
 // nn::RNN and nn::RNNCell against `rnn`'s golden cases
