@@ -76,41 +76,54 @@ impl Embedding {
         padding_idx: Option<i64>,
         device: &Device,
     ) -> Result<Embedding> {
-        let n = num_embeddings as i64;
-        let padding_idx = padding_idx
-            .map(|p| {
-                let q = if p < 0 { p + n } else { p };
-                if (0..n).contains(&q) {
-                    Ok(q)
-                } else {
-                    Err(Error::invalid(
-                        "Embedding",
-                        "Padding_idx must be within num_embeddings",
-                    ))
-                }
-            })
-            .transpose()?;
-        let weight = Tensor::randn([num_embeddings, embedding_dim], device)?;
-        let e = Embedding {
-            weight: fresh_parameter(weight)?,
+        let (weight, padding_idx) = normal_table(
+            "Embedding",
+            (num_embeddings, embedding_dim),
             padding_idx,
-        };
-        e.zero_padding_row()?;
-        Ok(e)
+            device,
+        )?;
+        Ok(Embedding {
+            weight,
+            padding_idx,
+        })
     }
+}
 
-    fn zero_padding_row(&self) -> Result<()> {
-        if let Some(p) = self.padding_idx {
-            crate::autograd::no_grad(|| {
-                self.weight.narrow(0, p, 1)?.copy_(&Tensor::zeros(
-                    [1, self.weight.shape()[1]],
-                    self.weight.dtype(),
-                    &self.weight.device(),
-                )?)
-            })?;
+/// A lookup table's parameter `[num, dim]`, standard normal with the padding
+/// row zero (PyTorch's start), and the padding index in `[0, num)` (a negative
+/// one counts from the end; `op` names a refused one).
+pub(super) fn normal_table(
+    op: &'static str,
+    (num, dim): (usize, usize),
+    padding_idx: Option<i64>,
+    device: &Device,
+) -> Result<(Tensor, Option<i64>)> {
+    let n = num as i64;
+    let padding_idx = match padding_idx {
+        Some(p) if !(-n..n).contains(&p) => {
+            return Err(Error::invalid(
+                op,
+                "Padding_idx must be within num_embeddings",
+            ))
         }
-        Ok(())
+        p => p.map(|p| if p < 0 { p + n } else { p }),
+    };
+    let weight = fresh_parameter(Tensor::randn([num, dim], device)?)?;
+    reset_table(&weight, padding_idx, false)?;
+    Ok((weight, padding_idx))
+}
+
+/// A lookup table's parameter drawn again (`redraw`) and its padding row
+/// zeroed.
+pub(super) fn reset_table(weight: &Tensor, padding_idx: Option<i64>, redraw: bool) -> Result<()> {
+    if redraw {
+        let normal = Tensor::normal(0.0, 1.0, weight.shape(), weight.dtype(), &weight.device())?;
+        assign(weight, &normal)?;
     }
+    if let Some(p) = padding_idx {
+        crate::autograd::no_grad(|| weight.narrow(0, p, 1)?.zero_())?;
+    }
+    Ok(())
 }
 
 impl Module for Embedding {
@@ -121,12 +134,7 @@ impl Module for Embedding {
     weight_bias_methods!(weight only);
 
     fn reset_parameters(&mut self) -> Result<()> {
-        let w = &self.weight;
-        assign(
-            w,
-            &Tensor::normal(0.0, 1.0, w.shape(), w.dtype(), &w.device())?,
-        )?;
-        self.zero_padding_row()
+        reset_table(&self.weight, self.padding_idx, true)
     }
 }
 

@@ -12,8 +12,9 @@
 //! reads the offsets on the host for the longest bag, as the checks of a 1-D
 //! input do.
 
+use super::embed_norm::{normal_table, reset_table};
 use super::layers::weight_bias_methods;
-use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
+use super::{cast_state, empty_parameter, move_parameter, Module};
 use crate::{
     device::Device,
     dtype::DType,
@@ -119,13 +120,15 @@ pub fn embedding_bag(
     }
     let (n, dim) = (weight.shape()[0] as i64, weight.shape()[1]);
     let padding_idx = match opts.padding_idx {
-        Some(p) if !(-n..n).contains(&p) => return Err(Error::invalid(
-            OP,
-            format!(
+        Some(p) if !(-n..n).contains(&p) => {
+            return Err(Error::invalid(
+                OP,
+                format!(
                 "padding_idx must be within the number of embeddings, -{n} through {}, but got {p}",
                 n - 1
             ),
-        )),
+            ))
+        }
         Some(p) => Some(if p < 0 { p + n } else { p }),
         None => None,
     };
@@ -165,15 +168,7 @@ pub fn embedding_bag(
         return Tensor::zeros([bags.count, dim], weight.dtype(), &device);
     }
     let flat = input.reshape([input.numel()])?;
-    let rows = weight.index_select(0, &flat).map_err(|e| match e {
-        Error::IndexOutOfRange { index, size, .. } => Error::IndexOutOfRange {
-            op: OP,
-            index,
-            dim: 0,
-            size,
-        },
-        e => e,
-    })?;
+    let rows = super::functional::table_rows(OP, weight, &flat)?;
     // which entries count: those not the padding index
     let keep = padding_idx
         .map(|p| flat.ne(p)?.to_dtype(weight.dtype()))
@@ -404,26 +399,16 @@ impl EmbeddingBag {
         options: EmbeddingBagOptions,
         device: &Device,
     ) -> Result<EmbeddingBag> {
-        let n = num_embeddings as i64;
-        let padding_idx = match options.padding_idx {
-            Some(p) if !(-n..n).contains(&p) => {
-                return Err(Error::invalid(
-                    "EmbeddingBag",
-                    "padding_idx must be within num_embeddings",
-                ))
-            }
-            p => p.map(|p| if p < 0 { p + n } else { p }),
-        };
-        let weight = Tensor::randn([num_embeddings, embedding_dim], device)?;
-        let bag = EmbeddingBag {
-            weight: fresh_parameter(weight)?,
+        let size = (num_embeddings, embedding_dim);
+        let (weight, padding_idx) =
+            normal_table("EmbeddingBag", size, options.padding_idx, device)?;
+        Ok(EmbeddingBag {
+            weight,
             options: EmbeddingBagOptions {
                 padding_idx,
                 ..options
             },
-        };
-        bag.zero_padding_row()?;
-        Ok(bag)
+        })
     }
 
     /// [`embedding_bag`] of a 1-D `input` cut at `offsets` (or a 2-D one with
@@ -442,13 +427,6 @@ impl EmbeddingBag {
             self.options,
         )
     }
-
-    fn zero_padding_row(&self) -> Result<()> {
-        if let Some(p) = self.options.padding_idx {
-            crate::autograd::no_grad(|| self.weight.narrow(0, p, 1)?.zero_())?;
-        }
-        Ok(())
-    }
 }
 
 impl Module for EmbeddingBag {
@@ -459,11 +437,6 @@ impl Module for EmbeddingBag {
     weight_bias_methods!(weight only);
 
     fn reset_parameters(&mut self) -> Result<()> {
-        let w = &self.weight;
-        assign(
-            w,
-            &Tensor::normal(0.0, 1.0, w.shape(), w.dtype(), &w.device())?,
-        )?;
-        self.zero_padding_row()
+        reset_table(&self.weight, self.options.padding_idx, true)
     }
 }

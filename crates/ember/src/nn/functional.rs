@@ -125,16 +125,7 @@ pub fn embedding(indices: &Tensor, weight: &Tensor, padding_idx: Option<i64>) ->
     let flat = indices.reshape([indices.numel()])?;
     let mut shape = indices.shape().to_vec();
     shape.push(dim);
-    // an index out of range is reported as embedding's (size: num_embeddings)
-    let rows = weight.index_select(0, &flat).map_err(|e| match e {
-        Error::IndexOutOfRange { index, size, .. } => Error::IndexOutOfRange {
-            op: OP,
-            index,
-            dim: 0,
-            size,
-        },
-        e => e,
-    })?;
+    let rows = table_rows(OP, weight, &flat)?;
     let rows = match pad {
         // the padding rows' values, taken outside the graph
         Some(p) if weight.requires_grad() && crate::autograd::is_grad_enabled() => {
@@ -145,6 +136,20 @@ pub fn embedding(indices: &Tensor, weight: &Tensor, padding_idx: Option<i64>) ->
         _ => rows,
     };
     rows.reshape(shape)
+}
+
+/// The rows `indices` (1-D int64) of a lookup table, an index out of range
+/// reported as `op`'s (size: the table's rows).
+pub(super) fn table_rows(op: &'static str, weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
+    weight.index_select(0, indices).map_err(|e| match e {
+        Error::IndexOutOfRange { index, size, .. } => Error::IndexOutOfRange {
+            op,
+            index,
+            dim: 0,
+            size,
+        },
+        e => e,
+    })
 }
 
 /// Checks `normalized_shape` against `x`'s trailing dims and the affine
