@@ -16,9 +16,15 @@ pub use super::conv_layers::{conv1d, conv_transpose2d};
 pub use super::distance::{cosine_similarity, pairwise_distance};
 pub use super::embedding_bag::{embedding_bag, BagMode, EmbeddingBagOptions};
 pub use super::instance_norm::{instance_norm, InstanceNormOptions};
+pub use super::pixel::{channel_shuffle, fold, pixel_shuffle, pixel_unshuffle, unfold};
 pub use super::pointwise_layers::{
     dropout1d, dropout2d, dropout3d, glu, hardshrink, logsigmoid, softmin, softshrink, softsign,
     tanhshrink, threshold,
+};
+pub use super::pooling::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d,
+    adaptive_max_pool1d_with_indices, adaptive_max_pool2d, adaptive_max_pool2d_with_indices,
+    avg_pool1d, max_pool1d, max_pool1d_with_indices, max_pool2d_with_indices, max_unpool2d,
 };
 pub use super::prelu::prelu;
 pub use super::sdpa::{

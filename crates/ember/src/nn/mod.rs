@@ -31,7 +31,9 @@ mod loss;
 mod loss_pointwise;
 mod norm;
 mod padding;
+mod pixel;
 mod pointwise_layers;
+mod pooling;
 mod prelu;
 mod recurrent;
 mod resample;
@@ -74,9 +76,14 @@ pub use padding::{
     Padding, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
     ReplicationPad2d, ReplicationPad3d, ZeroPad1d, ZeroPad2d, ZeroPad3d,
 };
+pub use pixel::{ChannelShuffle, Fold, FoldOptions, PixelShuffle, PixelUnshuffle, Unfold};
 pub use pointwise_layers::{
     Dropout1d, Dropout2d, Dropout3d, Hardshrink, LogSigmoid, LogSoftmax, Softmin, Softshrink,
     Softsign, Tanhshrink, Threshold, Unflatten, GLU,
+};
+pub use pooling::{
+    AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AvgPool1d, MaxPool1d, MaxUnpool2d,
+    Pool1dOptions,
 };
 pub use prelu::PReLU;
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};

@@ -228,6 +228,66 @@ impl Tensor {
 }
 
 impl Tensor {
+    /// [`max_pool2d`](Self::max_pool2d) with the position of each maximum
+    /// (`F.max_pool2d(..., return_indices=True)`): int64 indices into each
+    /// flattened `H·W` plane, the form [`max_unpool2d`] reads. The values and
+    /// their gradient are `max_pool2d`'s; the indices come from the same kernel
+    /// run again without a gradient (a maximum that ties keeps the first
+    /// position in the window, a NaN wins, as in PyTorch).
+    ///
+    /// [`max_unpool2d`]: crate::nn::functional::max_unpool2d
+    ///
+    /// ```
+    /// # use ember::{Device, Pool2dOptions, Tensor};
+    /// let x = Tensor::new([[[[1f32, 5.0], [7.0, 2.0]]]], &Device::Cpu)?;
+    /// let (y, i) = x.max_pool2d_with_indices(Pool2dOptions::new(2))?;
+    /// assert_eq!((y.to_vec::<f32>()?, i.to_vec::<i64>()?), (vec![7.0], vec![2]));
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn max_pool2d_with_indices(&self, opts: Pool2dOptions) -> Result<(Tensor, Tensor)> {
+        let values = self.max_pool2d(opts)?;
+        let r = self.rank();
+        let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
+        let (oh, ow) = (values.shape()[r - 2], values.shape()[r - 1]);
+        let planes: usize = self.shape()[..r - 2].iter().product();
+        let _ng = crate::autograd::no_grad_guard();
+        if planes == 0 {
+            let index = Tensor::zeros(values.shape(), DType::I64, &self.device())?;
+            return Ok((values, index));
+        }
+        let work = if !self.dtype().is_float() {
+            DType::F64
+        } else if matches!(self.dtype(), DType::F16 | DType::BF16) && !self.read().pools_half() {
+            DType::F32
+        } else {
+            self.dtype()
+        };
+        let ps = PoolShape {
+            planes,
+            h,
+            w,
+            oh,
+            ow,
+            win: opts.window(),
+            nhwc: None,
+        };
+        let x = self.to_dtype(work)?.contiguous()?;
+        let (_, index) = x.read().pool2d(x.layout(), &ps, Pool::Max, true)?;
+        let Some(index) = index else {
+            return Err(Error::invalid(
+                "max_pool2d",
+                "the pooling kernel kept no indices",
+            ));
+        };
+        let index = Tensor::from_storage(index, &[planes, oh, ow]);
+        let index = plane_offsets(&index, &ps)?
+            .reshape(values.shape())?
+            .laid_out(values.suggest_memory_format())?;
+        Ok((values, index))
+    }
+}
+
+impl Tensor {
     /// Average pooling with PyTorch's `divisor_override`: each window's sum
     /// divided by `div` (`count_include_pad` then plays no part). The sum is the
     /// padded-window mean times the window's size there (as the pooling kernel

@@ -33,6 +33,10 @@ Writes nn_cases.json next to this file:
 - layers3: LogSigmoid, Softsign, Tanhshrink, Softshrink, Hardshrink, Threshold,
   GLU, Softmin, LogSoftmax, Unflatten and the padding modules (outputs and input
   gradients); the mask shapes of channel dropout; PyTorch's refusals.
+- layers4: pixel and channel shuffle, 1-D max and average pooling, adaptive
+  average and max pooling (with indices), max_pool2d's indices, max_unpool2d,
+  unfold and fold (outputs, indices, input gradients); bool unfold and fold;
+  PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1345,6 +1349,271 @@ def embedding_bag_cases():
     return {"cases": cases, "errors": errors}
 
 
+def layers4_cases():
+    """Pixel and channel shuffle, 1-D max and average pooling, adaptive average
+    and max pooling (1-D and 2-D, with their indices), max_pool2d's indices,
+    max_unpool2d, unfold and fold, in float64 (and float32 where noted): per
+    case the call's config, the input, output (and indices), and the input
+    gradient for the fixed output gradient linspace(-1, 1). Some inputs are
+    small integers, so that windows hold ties (PyTorch keeps the first
+    maximum). "errors" holds a phrase of PyTorch's message for refused
+    arguments, which ember's contains (tests/tensor/nn/layers4.rs builds the
+    same calls by name)."""
+    torch.manual_seed(7)
+    cases, errors = [], []
+
+    def run(name, kind, config, fn, x, dtype=torch.float64, extra=None):
+        x = x.to(dtype)
+        xg = x.clone().requires_grad_(True)
+        out = fn(xg)
+        y, idx = out if isinstance(out, tuple) else (out, None)
+        y.backward(torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape))
+        case = {"name": name, "kind": kind, "config": config,
+                "dtype": "float32" if dtype == torch.float32 else "float64",
+                "x": tensor_json(x), "y": tensor_json(y), "x_grad": tensor_json(xg.grad)}
+        if idx is not None:
+            case["indices"] = {"shape": list(idx.shape), "values": [int(v) for v in idx.reshape(-1).tolist()]}
+        case.update(extra or {})
+        cases.append(case)
+
+    ties = lambda *s: torch.randint(-3, 4, s).double()
+    # shuffles
+    for name, x, r in [("ps_4d", torch.randn(2, 8, 3, 2), 2), ("ps_3d", torch.randn(9, 2, 3), 3),
+                       ("ps_5d", torch.randn(2, 2, 4, 2, 3), 2)]:
+        run(name, "pixel_shuffle", {"factor": r}, lambda t, r=r: F.pixel_shuffle(t, r), x)
+    for name, x, r in [("pu_4d", torch.randn(2, 2, 4, 6), 2), ("pu_3d", torch.randn(1, 6, 3), 3),
+                       ("pu_5d", torch.randn(2, 1, 3, 4, 2), 2)]:
+        run(name, "pixel_unshuffle", {"factor": r}, lambda t, r=r: F.pixel_unshuffle(t, r), x)
+    for name, x, g in [("cs_4d", torch.randn(2, 6, 2, 2), 3), ("cs_3d", torch.randn(2, 8, 3), 2),
+                       ("cs_5d", torch.randn(1, 4, 2, 3, 2), 4)]:
+        run(name, "channel_shuffle", {"groups": g}, lambda t, g=g: nn.ChannelShuffle(g)(t), x)
+    run("ps_f32", "pixel_shuffle", {"factor": 2}, lambda t: nn.PixelShuffle(2)(t), torch.randn(2, 8, 3, 2),
+        torch.float32)
+
+    # 1-D pools
+    def mp1(name, x, dtype=torch.float64, indices=False, **kw):
+        cfg = dict(kw, return_indices=indices)
+        run(name, "max_pool1d", cfg, lambda t: nn.MaxPool1d(**kw, return_indices=indices)(t), x, dtype)
+
+    mp1("k2", torch.randn(2, 3, 9), kernel_size=2)
+    mp1("k3_s2_p1", torch.randn(2, 3, 10), kernel_size=3, stride=2, padding=1)
+    mp1("k3_d2_ceil", torch.randn(2, 2, 11), kernel_size=3, stride=2, dilation=2, ceil_mode=True)
+    mp1("k2_s1_ties_indices", ties(2, 3, 8), indices=True, kernel_size=2, stride=1)
+    mp1("k4_s3_p2_ceil_unbatched", torch.randn(3, 10), indices=True, kernel_size=4, stride=3, padding=2,
+        ceil_mode=True)
+    mp1("k3_f32", torch.randn(2, 3, 9), torch.float32, kernel_size=3, stride=2)
+
+    def ap1(name, x, dtype=torch.float64, **kw):
+        run(name, "avg_pool1d", kw, lambda t: nn.AvgPool1d(**kw)(t), x, dtype)
+
+    ap1("k2", torch.randn(2, 3, 9), kernel_size=2)
+    ap1("k3_s2_p1", torch.randn(2, 3, 10), kernel_size=3, stride=2, padding=1)
+    ap1("k3_s2_p1_exclude_pad", torch.randn(2, 3, 10), kernel_size=3, stride=2, padding=1, count_include_pad=False)
+    ap1("k4_s3_p2_ceil", torch.randn(2, 2, 10), kernel_size=4, stride=3, padding=2, ceil_mode=True)
+    ap1("k4_s3_p2_ceil_exclude_unbatched", torch.randn(2, 10), kernel_size=4, stride=3, padding=2, ceil_mode=True,
+        count_include_pad=False)
+    ap1("k3_f32", torch.randn(2, 3, 9), torch.float32, kernel_size=3)
+
+    # adaptive pools
+    for name, x, o in [("to_3", torch.randn(2, 3, 10), 3), ("to_4_of_7", torch.randn(2, 7), 4),
+                       ("grow", torch.randn(1, 2, 3), 5), ("to_1", torch.randn(2, 3, 6), 1)]:
+        run(name, "adaptive_avg_pool1d", {"output": o}, lambda t, o=o: nn.AdaptiveAvgPool1d(o)(t), x)
+        run(name, "adaptive_max_pool1d", {"output": o},
+            lambda t, o=o: nn.AdaptiveMaxPool1d(o, return_indices=True)(t), x)
+    run("ties", "adaptive_max_pool1d", {"output": 4}, lambda t: F.adaptive_max_pool1d(t, 4, True), ties(2, 3, 11))
+    for name, x, o in [("to_3x2", torch.randn(2, 3, 7, 5), (3, 2)), ("to_4x4_of_6x5", torch.randn(3, 6, 5), (4, 4)),
+                       ("grow", torch.randn(1, 2, 3, 2), (5, 3)), ("to_1x1", torch.randn(2, 3, 4, 5), (1, 1)),
+                       ("divides", torch.randn(2, 2, 6, 4), (3, 2))]:
+        run(name, "adaptive_avg_pool2d", {"output": list(o)}, lambda t, o=o: F.adaptive_avg_pool2d(t, o), x)
+        run(name, "adaptive_max_pool2d", {"output": list(o)},
+            lambda t, o=o: nn.AdaptiveMaxPool2d(o, return_indices=True)(t), x)
+    run("ties", "adaptive_max_pool2d", {"output": [3, 4]}, lambda t: F.adaptive_max_pool2d(t, (3, 4), True),
+        ties(2, 2, 7, 9))
+    run("ties_f32", "adaptive_max_pool2d", {"output": [2, 3]}, lambda t: F.adaptive_max_pool2d(t, (2, 3), True),
+        ties(2, 2, 5, 7), torch.float32)
+    run("f32", "adaptive_avg_pool1d", {"output": 4}, lambda t: F.adaptive_avg_pool1d(t, 4), torch.randn(2, 3, 9),
+        torch.float32)
+
+    # max_pool2d's indices, and max_unpool2d of them
+    def mp2(name, x, dtype=torch.float64, **kw):
+        run(name, "max_pool2d_indices", kw, lambda t: F.max_pool2d(t, **kw, return_indices=True), x, dtype)
+
+    mp2("k2", torch.randn(2, 3, 6, 5), kernel_size=2)
+    mp2("k3_s2_p1_ceil", torch.randn(1, 2, 7, 8), kernel_size=3, stride=2, padding=1, ceil_mode=True)
+    mp2("k2_s1_ties", ties(2, 2, 4, 5), kernel_size=2, stride=1)
+    mp2("k2_d2_unbatched", torch.randn(2, 7, 6), kernel_size=2, dilation=2)
+    mp2("k2_f32", torch.randn(2, 3, 6, 5), torch.float32, kernel_size=2)
+
+    def unp(name, src, dtype=torch.float64, output_size=None, **kw):
+        pool_kw = {k: v for k, v in kw.items()}
+        _, idx = F.max_pool2d(src, **pool_kw, return_indices=True)
+        x = torch.randn(idx.shape)
+        cfg = dict(kw, output_size=output_size)
+        run(name, "max_unpool2d", cfg, lambda t: F.max_unpool2d(t, idx, output_size=output_size, **kw), x, dtype,
+            {"unpool_indices": {"shape": list(idx.shape), "values": [int(v) for v in idx.reshape(-1).tolist()]}})
+
+    unp("k2", torch.randn(2, 3, 4, 6), kernel_size=2)
+    unp("k2_output_size4", torch.randn(2, 3, 5, 5), kernel_size=2, output_size=[2, 3, 5, 5])
+    unp("k3_s2_p1", torch.randn(1, 2, 7, 5), kernel_size=3, stride=2, padding=1)
+    unp("k2_s1_overlapping", ties(2, 2, 4, 5), kernel_size=2, stride=1)
+    unp("unbatched_output_size", torch.randn(3, 4, 4), kernel_size=2, output_size=[5, 5])
+    unp("k2_f32", torch.randn(2, 3, 4, 6), torch.float32, kernel_size=2)
+
+    # unfold and fold
+    def unf(name, x, dtype=torch.float64, **kw):
+        run(name, "unfold", kw, lambda t: nn.Unfold(**kw)(t), x, dtype)
+
+    unf("k2", torch.randn(2, 3, 4, 5), kernel_size=2)
+    unf("k3_p1_s2", torch.randn(2, 2, 5, 6), kernel_size=3, padding=1, stride=2)
+    unf("rect_dilation", torch.randn(1, 2, 7, 6), kernel_size=[2, 3], dilation=[2, 1], padding=[1, 0],
+        stride=[1, 2])
+    unf("unbatched", torch.randn(3, 4, 4), kernel_size=2, stride=2)
+    unf("k2_f32", torch.randn(2, 3, 4, 5), torch.float32, kernel_size=2, padding=1)
+
+    def fld(name, output_size, x, dtype=torch.float64, **kw):
+        run(name, "fold", dict(kw, output_size=output_size), lambda t: nn.Fold(output_size, **kw)(t), x, dtype)
+
+    fld("k2", [4, 5], torch.randn(2, 12, 12), kernel_size=2)
+    fld("k3_p1_s2", [5, 6], torch.randn(2, 18, 9), kernel_size=3, padding=1, stride=2)
+    fld("rect_dilation", [7, 6], torch.randn(1, 12, 14), kernel_size=[2, 3], dilation=[2, 1], padding=[1, 0],
+        stride=[1, 2])
+    fld("unbatched", [4, 4], torch.randn(12, 4), kernel_size=2, stride=2)
+    fld("k2_f32", [4, 5], torch.randn(2, 12, 30), torch.float32, kernel_size=2, padding=1)
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase})
+        else:
+            raise AssertionError(name + " was accepted")
+
+    x4 = torch.randn(1, 6, 3, 3)
+    err("ps_rank", lambda: F.pixel_shuffle(torch.randn(4, 4), 2),
+        "pixel_shuffle expects input to have at least 3 dimensions, but got input with 2 dimension(s)")
+    err("ps_channels", lambda: F.pixel_shuffle(x4, 2),
+        "pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, "
+        "but input.size(-3)=6 is not divisible by 4")
+    err("ps_zero", lambda: F.pixel_shuffle(x4, 0), "pixel_shuffle expects a positive upscale_factor, but got 0")
+    err("pu_height", lambda: F.pixel_unshuffle(torch.randn(1, 1, 3, 4), 2),
+        "pixel_unshuffle expects height to be divisible by downscale_factor, but input.size(-2)=3 is not divisible by 2")
+    err("pu_width", lambda: F.pixel_unshuffle(torch.randn(1, 1, 4, 3), 2),
+        "pixel_unshuffle expects width to be divisible by downscale_factor, but input.size(-1)=3 is not divisible by 2")
+    err("pu_zero", lambda: F.pixel_unshuffle(x4, 0), "pixel_unshuffle expects a positive downscale_factor, but got 0")
+    err("cs_rank", lambda: F.channel_shuffle(torch.randn(4, 4), 2),
+        "channel_shuffle expects input with > 2 dims, but got input with sizes [4, 4]")
+    err("cs_groups", lambda: F.channel_shuffle(x4, 4),
+        "Number of channels must be divisible by groups. Got 6 channels and 4 groups.")
+    err("cs_zero", lambda: F.channel_shuffle(x4, 0), "Number of groups to divide channels in must be positive")
+    x3 = torch.randn(1, 2, 8)
+    err("mp1_rank", lambda: F.max_pool1d(torch.randn(1, 2, 3, 4), 2),
+        "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input, "
+        "but got:[1, 2, 3, 4]")
+    err("mp1_empty", lambda: F.max_pool1d(torch.randn(1, 0, 5), 2), "but got:[1, 0, 5]")
+    err("mp1_padding", lambda: F.max_pool1d(x3, 3, padding=2),
+        "max_pool1d() padding should be at most half of kernel size, but got padding=2 and kernel_size=3")
+    err("mp1_kernel", lambda: F.max_pool1d(x3, 0), "max_pool1d() kernel_size must be greater than zero, but got 0")
+    err("mp1_stride", lambda: F.max_pool1d(x3, 2, stride=0), "max_pool1d() stride must be greater than zero")
+    err("mp1_dilation", lambda: F.max_pool1d(x3, 2, dilation=0), "max_pool1d() dilation must be greater than zero")
+    err("mp1_small", lambda: F.max_pool1d(torch.randn(1, 2, 2), 3), "max_pool1d() Invalid computed output size: 0")
+    err("mp1_int", lambda: F.max_pool1d(torch.zeros(1, 2, 5, dtype=torch.int64), 2),
+        "\"max_pool1d_impl\" not implemented for 'Long'")
+    err("ap1_rank", lambda: F.avg_pool1d(torch.randn(1, 2, 3, 4), 2),
+        "Expected 2 to 3 dimensions, but got 4-dimensional tensor for argument #1 'self' (while checking arguments "
+        "for avg_pool1d)")
+    err("ap1_padding", lambda: F.avg_pool1d(x3, 3, padding=2), "pad should be at most half of effective kernel size")
+    err("ap1_stride", lambda: F.avg_pool1d(x3, 2, stride=0), "stride should not be zero")
+    err("ap1_small", lambda: F.avg_pool1d(torch.randn(1, 2, 2), 3),
+        "Given input size: (2x1x2). Calculated output size: (2x1x0). Output size is too small")
+    err("ap1_empty", lambda: F.avg_pool1d(torch.randn(1, 0, 5), 2),
+        "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:[1, 0, 1, 5]")
+    err("aap1_rank", lambda: F.adaptive_avg_pool1d(torch.randn(4), 2),
+        "Expected 2 to 3 dimensions, but got 1-dimensional tensor for argument #1 'self' (while checking arguments "
+        "for adaptive_avg_pool1d)")
+    err("aap1_empty", lambda: F.adaptive_avg_pool1d(torch.randn(1, 2, 0), 2),
+        "adaptive_avg_pool2d(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
+        "[1, 2, 1, 0] with dimension 3 being empty")
+    err("aap1_int", lambda: F.adaptive_avg_pool1d(torch.zeros(1, 2, 4, dtype=torch.int64), 2),
+        "\"adaptive_avg_pool2d\" not implemented for 'Long'")
+    err("aap2_rank", lambda: F.adaptive_avg_pool2d(torch.randn(2, 4), 2),
+        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [2, 4]")
+    err("aap2_empty", lambda: F.adaptive_avg_pool2d(torch.randn(1, 2, 0, 4), 2),
+        "but input has sizes [1, 2, 0, 4] with dimension 2 being empty")
+    err("amp1_rank", lambda: F.adaptive_max_pool1d(torch.randn(1, 2, 3, 4), 2),
+        "Expected 2 to 3 dimensions, but got 4-dimensional tensor for argument #1 'self' (while checking arguments "
+        "for adaptive_max_pool1d)")
+    err("amp1_empty", lambda: F.adaptive_max_pool1d(torch.randn(1, 0, 4), 2),
+        "adaptive_max_pool1d(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
+        "[1, 0, 4] with dimension 1 being empty")
+    err("amp1_int", lambda: F.adaptive_max_pool1d(torch.zeros(1, 2, 4, dtype=torch.int64), 2),
+        "\"adaptive_max_pool2d\" not implemented for 'Long'")
+    err("amp2_rank", lambda: F.adaptive_max_pool2d(torch.randn(1, 2, 3, 4, 4), 2),
+        "adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: [1, 2, 3, 4, 4]")
+    err("amp2_empty", lambda: F.adaptive_max_pool2d(torch.randn(1, 2, 0, 4), 2),
+        "adaptive_max_pool2d(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
+        "[1, 2, 0, 4] with dimension 2 being empty")
+    err("amp2_u8", lambda: F.adaptive_max_pool2d(torch.zeros(1, 2, 4, 4, dtype=torch.uint8), 2),
+        "\"adaptive_max_pool2d\" not implemented for 'Byte'")
+    v, i = F.max_pool2d(torch.randn(1, 2, 4, 4), 2, return_indices=True)
+    err("unpool_output_size", lambda: F.max_unpool2d(v, i, 2, output_size=(7, 5)),
+        "invalid output_size \"(7, 5)\" (dim 0 must be between 2 and 6)")
+    err("unpool_output_size_len", lambda: F.max_unpool2d(v, i, 2, output_size=(1, 5, 5)),
+        "output_size should be a sequence containing 2 or 4 elements, but it has a length of '3'")
+    err("unpool_negative", lambda: F.max_unpool2d(v, i, 2, padding=5),
+        "max_unpooling: output_size must contain non-negative spatial dimensions, but got output_size[0]=-6")
+    err("unpool_index_dtype", lambda: F.max_unpool2d(v, i.double(), 2),
+        "elements in indices should be type int64 but got: Double")
+    err("unpool_rank", lambda: F.max_unpool2d(v[0, 0], i[0, 0], 2),
+        "Input to max_unpooling2d should be a 3d or 4d Tensor, but got a tensor with 2 dimensions.")
+    err("unpool_index_shape", lambda: F.max_unpool2d(v, i[:, :1], 2),
+        "Expected shape of indices to be same as that of the input tensor ([1, 2, 2, 2]) but got indices tensor "
+        "with shape: [1, 1, 2, 2]")
+    err("unpool_empty", lambda: F.max_unpool2d(torch.zeros(1, 0, 2, 2), torch.zeros(1, 0, 2, 2, dtype=torch.long), 2),
+        "Expected input to have non-zero size for non-batch dimensions, but input has sizes [1, 0, 2, 2] with "
+        "dimension 1 being empty")
+    err("unpool_int", lambda: F.max_unpool2d(v.long(), i, 2), "\"max_unpool2d\" not implemented for 'Long'")
+    err("unpool_index_range", lambda: F.max_unpool2d(v, i * 0 + 100, 2),
+        "Found an invalid max index: 100 (output volumes are of size 4x4)")
+    x4 = torch.randn(2, 3, 5, 5)
+    err("unfold_rank", lambda: F.unfold(torch.randn(1, 3, 5, 5, 5), 2),
+        "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for input, "
+        "but got: [1, 3, 5, 5, 5]")
+    err("unfold_empty", lambda: F.unfold(torch.randn(2, 0, 5, 5), 2), "but got: [2, 0, 5, 5]")
+    err("unfold_kernel", lambda: F.unfold(x4, 0),
+        "kernel size should be greater than zero, but got kernel_height: 0 kernel_width: 0")
+    err("unfold_stride", lambda: F.unfold(x4, 2, stride=0),
+        "stride should be greater than zero, but got stride_height: 0 stride_width: 0")
+    err("unfold_dilation", lambda: F.unfold(x4, 2, dilation=0),
+        "dilation should be greater than zero, but got dilation_height: 0 dilation_width: 0")
+    err("unfold_too_big", lambda: F.unfold(x4, 3, dilation=3),
+        "Given input with spatial size (5, 5), kernel_size=(3, 3), dilation=(3, 3), padding=(0, 0), calculated "
+        "shape of the array of sliding blocks as (-1, -1), but its components must be at least one.")
+    err("unfold_int", lambda: F.unfold(torch.zeros(2, 3, 5, 5, dtype=torch.int64), 2),
+        "\"im2col_out_cpu\" not implemented for 'Long'")
+    c = torch.randn(2, 12, 16)
+    err("fold_rank", lambda: F.fold(torch.randn(1, 12, 16, 1), (5, 5), 2),
+        "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions for "
+        "input, but got: [1, 12, 16, 1]")
+    err("fold_empty", lambda: F.fold(torch.randn(2, 12, 0), (5, 5), 2), "but got: [2, 12, 0]")
+    err("fold_channels", lambda: F.fold(torch.randn(2, 13, 16), (5, 5), 2),
+        "Expected size of input's dimension 1 to be divisible by the product of kernel_size, but got "
+        "input.size(1)=13 and kernel_size=(2, 2).")
+    err("fold_blocks", lambda: F.fold(torch.randn(2, 12, 15), (5, 5), 2),
+        "Given output_size=(5, 5), kernel_size=(2, 2), dilation=(1, 1), padding=(0, 0), stride=(1, 1), expected "
+        "size of input's dimension 2 to match the calculated number of sliding blocks 4 * 4 = 16, but got "
+        "input.size(2)=15.")
+    err("fold_kernel", lambda: F.fold(c, (5, 5), 0), "kernel size should be greater than zero")
+    err("fold_int", lambda: F.fold(torch.zeros(2, 12, 16, dtype=torch.int64), (5, 5), 2),
+        "\"col2im_out_cpu\" not implemented for 'Long'")
+
+    # bool unfold/fold (PyTorch's CPU kernels take them; fold's sums are ORs)
+    b = torch.rand(2, 2, 4, 5) > 0.6
+    bools = {"x": tensor_json(b), "unfold": tensor_json(F.unfold(b, 2, padding=1)),
+             "fold": tensor_json(F.fold(F.unfold(b, 2), (4, 5), 2))}
+    return {"cases": cases, "errors": errors, "bool": bools}
+
+
 def layers3_cases():
     """The pointwise activations LogSigmoid, Softsign, Tanhshrink, Softshrink,
     Hardshrink, Threshold, GLU, Softmin and LogSoftmax, Unflatten, and the
@@ -1529,11 +1798,9 @@ SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": s
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
-            "layers2": layers2_cases,
-            "rnn": rnn_cases,
-            "transformer2": transformer2_cases,
-            "resample": resample_cases,
-            "embedding_bag": embedding_bag_cases,
+            "layers2": layers2_cases, "rnn": rnn_cases, "transformer2": transformer2_cases,
+            "resample": resample_cases, "embedding_bag": embedding_bag_cases,
+            "layers4": layers4_cases,
             "layers3": layers3_cases}
 
 

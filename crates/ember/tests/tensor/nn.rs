@@ -13,6 +13,9 @@ mod layers2;
 mod layers3;
 // EmbeddingBag against `embedding_bag`'s golden cases
 mod bags;
+// pixel and channel shuffle, 1-D and adaptive pooling, unpooling, unfold and
+// fold (`layers4`'s golden cases)
+mod layers4;
 // nn::RNN and nn::RNNCell against `rnn`'s golden cases
 mod rnn;
 // TransformerDecoder and the full Transformer (`transformer2`'s golden cases)
