@@ -46,6 +46,25 @@ fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
     Tensor::from_vec(values, shape, dev)
 }
 
+/// Asserts that `got` matches PyTorch's recorded `want`: the same shape, and
+/// each value equal or within `atol + rtol·|want|` (in float64), `what`
+/// named in a failure.
+fn assert_matches(what: &str, got: &Tensor, want: &Value, (rtol, atol): (f64, f64)) -> Result<()> {
+    let want = tensor(want, &Device::Cpu)?;
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let (g, w) = (
+        got.to_dtype(DType::F64)?.to_vec::<f64>()?,
+        want.to_vec::<f64>()?,
+    );
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            a == b || (a - b).abs() <= atol + rtol * b.abs(),
+            "{what} [{i}]: {a} vs {b}"
+        );
+    }
+    Ok(())
+}
+
 fn reduction(v: &Value) -> Reduction {
     match v["reduction"].as_str() {
         Some("sum") => Reduction::Sum,

@@ -50,16 +50,7 @@ fn embedding_bags_match_pytorch(dev: &Device) -> Result<()> {
             (1e-5, 1e-5)
         };
         let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
-            let want = tensor(want, &Device::Cpu)?;
-            assert_eq!(got.shape(), want.shape(), "{name} {what}: shape");
-            let (g, w) = (got.to_vec::<f64>()?, want.to_vec::<f64>()?);
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= atol + rtol * b.abs(),
-                    "{name} {what} [{i}]: {a} vs {b}"
-                );
-            }
-            Ok(())
+            super::assert_matches(&format!("{name} {what}"), got, want, (rtol, atol))
         };
         let input = indices(&case["input"], dev)?.unwrap();
         let offsets = indices(&case["offsets"], dev)?;

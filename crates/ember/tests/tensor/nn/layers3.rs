@@ -85,10 +85,6 @@ fn all_cases(all: &Value) -> &Vec<Value> {
     cases
 }
 
-fn f64s(t: &Tensor) -> Result<Vec<f64>> {
-    t.to_dtype(DType::F64)?.to_vec::<f64>()
-}
-
 /// Every case's output and input gradient against PyTorch's on `dev`.
 fn layers3_match_pytorch(dev: &Device) -> Result<()> {
     let all = cases();
@@ -101,16 +97,7 @@ fn layers3_match_pytorch(dev: &Device) -> Result<()> {
             _ => (0.0, 0.0),
         };
         let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
-            let want = tensor(want, &Device::Cpu)?;
-            assert_eq!(got.shape(), want.shape(), "{name} {what}: shape");
-            let (g, w) = (f64s(got)?, f64s(&want)?);
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    a == b || (a - b).abs() <= atol + rtol * b.abs(),
-                    "{name} {what} [{i}]: {a} vs {b}"
-                );
-            }
-            Ok(())
+            super::assert_matches(&format!("{name} {what}"), got, want, (rtol, atol))
         };
         let m = module(case);
         let x = tensor(&case["x"], dev)?.to_dtype(dt)?;

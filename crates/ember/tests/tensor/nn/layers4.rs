@@ -140,16 +140,7 @@ fn layers4_match_pytorch(dev: &Device) -> Result<()> {
             (2e-5, 2e-5)
         };
         let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
-            let want = tensor(want, dev)?;
-            assert_eq!(got.shape(), want.shape(), "{name} {what}: shape");
-            let (g, w) = (got.to_vec::<f64>()?, want.to_vec::<f64>()?);
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= atol + rtol * b.abs(),
-                    "{name} {what} [{i}]: {a} vs {b}"
-                );
-            }
-            Ok(())
+            super::assert_matches(&format!("{name} {what}"), got, want, (rtol, atol))
         };
         let x = tensor(&case["x"], dev)?
             .to_dtype(dt)?

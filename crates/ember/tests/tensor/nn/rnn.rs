@@ -102,17 +102,8 @@ fn rnn_layers_match_pytorch(dev: &Device) -> Result<()> {
             (2e-5, 2e-5)
         };
         let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
-            let want = tensor(want, &Device::Cpu)?;
-            assert_eq!(got.shape(), want.shape(), "{name} {what}: shape");
             assert_eq!(got.dtype(), dt, "{name} {what}: dtype");
-            let (g, w) = (got.to_vec::<f64>()?, want.to_vec::<f64>()?);
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= atol + rtol * b.abs(),
-                    "{name} {what} [{i}]: {a} vs {b}"
-                );
-            }
-            Ok(())
+            super::assert_matches(&format!("{name} {what}"), got, want, (rtol, atol))
         };
         let m = layer(case, dev)?;
         let state = state_of(&case["state"], dev)?;

@@ -180,16 +180,7 @@ fn transformers_match_pytorch_with(dev: &Device) -> Result<()> {
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let close = |what: &str, got: &Tensor, want: &Value| -> Result<()> {
-            let want = tensor(want, dev)?;
-            assert_eq!(got.shape(), want.shape(), "{name} {what}: shape");
-            let (g, w) = (crate::vals(got), crate::vals(&want));
-            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-9 + 1e-7 * b.abs(),
-                    "{name} {what} [{i}]: {a} vs {b}"
-                );
-            }
-            Ok(())
+            super::assert_matches(&format!("{name} {what}"), got, want, (1e-7, 1e-9))
         };
         let mut m = model(case, dev)?;
         // PyTorch's names, shapes and order
