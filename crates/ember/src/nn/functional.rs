@@ -206,14 +206,7 @@ fn upcast(op: &'static str, kernel: &str, x: &Tensor) -> Result<Tensor> {
     match x.dtype() {
         DType::F16 | DType::BF16 => x.to_dtype(DType::F32),
         d if d.is_float() => Ok(x.clone()),
-        d => Err(Error::dtype(
-            op,
-            d,
-            format!(
-                "\"{kernel}\" not implemented for '{}'",
-                crate::tensor::torch_dtype_name(d)
-            ),
-        )),
+        d => Err(crate::tensor::not_implemented_for(op, kernel, d)),
     }
 }
 

@@ -73,8 +73,8 @@ pub use loss_pointwise::{
 pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use padding::{
     CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
-    Padding, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d,
-    ReplicationPad2d, ReplicationPad3d, ZeroPad1d, ZeroPad2d, ZeroPad3d,
+    Padding, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
+    ReplicationPad3d, ZeroPad1d, ZeroPad2d, ZeroPad3d,
 };
 pub use pixel::{ChannelShuffle, Fold, FoldOptions, PixelShuffle, PixelUnshuffle, Unfold};
 pub use pointwise_layers::{

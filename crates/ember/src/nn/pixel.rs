@@ -7,9 +7,8 @@
 //! `index_add` at the same positions: each is the other's gradient, so both
 //! differentiate (twice, too) on every device, meta included.
 
-use super::pooling::not_implemented;
 use super::Module;
-use crate::tensor::{PadMode, Tensor};
+use crate::tensor::{not_implemented_for, PadMode, Tensor};
 use crate::{
     dtype::DType,
     error::{Error, Result},
@@ -265,7 +264,7 @@ fn check_fold_dtype(op: &'static str, kernel: &str, x: &Tensor) -> Result<()> {
     if x.dtype().is_float() || x.dtype() == DType::Bool {
         return Ok(());
     }
-    Err(not_implemented(op, kernel, x.dtype()))
+    Err(not_implemented_for(op, kernel, x.dtype()))
 }
 
 /// The sliding windows of `[N, C, H, W]` (or `[C, H, W]`) as columns

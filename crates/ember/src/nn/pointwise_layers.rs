@@ -17,24 +17,12 @@ use crate::{
     tensor::{Scalar, Tensor},
 };
 
-/// PyTorch's refusal of a dtype its kernel `kernel` has no instance for.
-fn not_implemented(op: &'static str, kernel: &str, dt: DType) -> Error {
-    Error::dtype(
-        op,
-        dt,
-        format!(
-            "\"{kernel}\" not implemented for '{}'",
-            crate::tensor::torch_dtype_name(dt)
-        ),
-    )
-}
-
 /// `Ok` for a floating-point `x`, else PyTorch's error naming `kernel`.
 fn float_only(op: &'static str, kernel: &str, x: &Tensor) -> Result<()> {
     if x.dtype().is_float() {
         Ok(())
     } else {
-        Err(not_implemented(op, kernel, x.dtype()))
+        Err(crate::tensor::not_implemented_for(op, kernel, x.dtype()))
     }
 }
 
@@ -172,7 +160,13 @@ pub fn hardshrink(x: &Tensor, lambd: f64) -> Result<Tensor> {
 pub fn threshold(x: &Tensor, threshold: f64, value: f64, inplace: bool) -> Result<Tensor> {
     const OP: &str = "threshold";
     let (at, value) = match x.dtype() {
-        DType::Bool => return Err(not_implemented(OP, "threshold_cpu", DType::Bool)),
+        DType::Bool => {
+            return Err(crate::tensor::not_implemented_for(
+                OP,
+                "threshold_cpu",
+                DType::Bool,
+            ))
+        }
         dt if dt.is_float() => (Scalar::Float(threshold), Scalar::Float(value)),
         _ => (Scalar::Int(threshold as i64), Scalar::Int(value as i64)),
     };

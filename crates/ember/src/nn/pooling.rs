@@ -13,23 +13,11 @@
 
 use super::layers::AdaptiveAvgPool2d;
 use super::Module;
-use crate::tensor::{Pool2dOptions, Tensor};
+use crate::tensor::{not_implemented_for, Pool2dOptions, Tensor};
 use crate::{
     dtype::DType,
     error::{Error, Result},
 };
-
-/// PyTorch's refusal of a dtype its kernel `kernel` has no version for.
-pub(super) fn not_implemented(op: &'static str, kernel: &str, dt: DType) -> Error {
-    Error::dtype(
-        op,
-        dt,
-        format!(
-            "\"{kernel}\" not implemented for '{}'",
-            crate::tensor::torch_dtype_name(dt)
-        ),
-    )
-}
 
 /// The rank check of PyTorch's 1-D pools: two or three dims.
 fn check_rank_1d(op: &'static str, x: &Tensor) -> Result<()> {
@@ -189,7 +177,7 @@ fn check_max_pool1d(x: &Tensor, o: &Pool1dOptions, ints: bool) -> Result<()> {
     }
     let int_ok = ints && matches!(x.dtype(), DType::I64 | DType::U8);
     if !x.dtype().is_float() && !int_ok {
-        return Err(not_implemented(OP, "max_pool1d_impl", x.dtype()));
+        return Err(not_implemented_for(OP, "max_pool1d_impl", x.dtype()));
     }
     Ok(())
 }
@@ -288,7 +276,7 @@ fn check_adaptive_2d(op: &'static str, x: &Tensor, first_nonempty: usize) -> Res
     }
     check_nonempty(op, &format!("{op}()"), x, first_nonempty)?;
     if !x.dtype().is_float() {
-        return Err(not_implemented(op, op, x.dtype()));
+        return Err(not_implemented_for(op, op, x.dtype()));
     }
     Ok(())
 }
@@ -440,7 +428,7 @@ pub fn adaptive_max_pool1d_with_indices(x: &Tensor, output: usize) -> Result<(Te
     check_rank_1d(OP, x)?;
     check_nonempty(OP, "adaptive_max_pool1d()", x, 1)?;
     if !x.dtype().is_float() {
-        return Err(not_implemented(OP, "adaptive_max_pool2d", x.dtype()));
+        return Err(not_implemented_for(OP, "adaptive_max_pool2d", x.dtype()));
     }
     let (y, i) = adaptive_max(&x.unsqueeze(-2)?, (1, output))?;
     Ok((y.squeeze(-2)?, i.squeeze(-2)?))
@@ -560,7 +548,7 @@ pub fn max_unpool2d(
     }
     check_nonempty(OP, "max_unpooling2d_forward_out_cpu()", x, 1)?;
     if !x.dtype().is_float() {
-        return Err(not_implemented(OP, OP, x.dtype()));
+        return Err(not_implemented_for(OP, OP, x.dtype()));
     }
     crate::tensor::same_device(OP, &[x, indices])?;
     let mut shape = x.shape()[..r - 2].to_vec();

@@ -43,13 +43,10 @@ pub fn prelu(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
         ));
     }
     if !x.dtype().is_float() {
-        return Err(Error::dtype(
+        return Err(crate::tensor::not_implemented_for(
             OP,
+            "prelu_cpu",
             x.dtype(),
-            format!(
-                "\"prelu_cpu\" not implemented for '{}'",
-                crate::tensor::torch_dtype_name(x.dtype())
-            ),
         ));
     }
     if weight.dtype() != x.dtype() {

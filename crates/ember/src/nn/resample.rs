@@ -42,14 +42,8 @@ pub(super) fn resample(
         InterpolateMode::Nearest | InterpolateMode::NearestExact
     ) {
         if !x.dtype().is_float() && x.dtype() != DType::U8 {
-            return Err(Error::dtype(
-                OP,
-                x.dtype(),
-                format!(
-                    "\"compute_indices_weights_nearest\" not implemented for '{}'",
-                    crate::tensor::torch_dtype_name(x.dtype())
-                ),
-            ));
+            let kernel = "compute_indices_weights_nearest";
+            return Err(crate::tensor::not_implemented_for(OP, kernel, x.dtype()));
         }
         let mut y = x.clone();
         for d in (0..dims).rev() {
@@ -72,14 +66,7 @@ pub(super) fn resample(
             InterpolateMode::Bicubic => "compute_indices_weights_cubic".into(),
             _ => format!("upsample_{}{dims}d", mode.name()),
         };
-        return Err(Error::dtype(
-            OP,
-            x.dtype(),
-            format!(
-                "\"{kernel}\" not implemented for '{}'",
-                crate::tensor::torch_dtype_name(x.dtype())
-            ),
-        ));
+        return Err(crate::tensor::not_implemented_for(OP, &kernel, x.dtype()));
     }
     // f16/bf16 blended in float32 and rounded once, as PyTorch's kernels (their
     // accumulation type)

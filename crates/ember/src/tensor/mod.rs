@@ -25,7 +25,7 @@ mod einsum;
 mod elementwise;
 mod fill;
 mod format;
-pub(crate) use elementwise::torch_dtype_name;
+pub(crate) use elementwise::{not_implemented_for, torch_dtype_name};
 mod grad;
 mod index;
 mod inplace;
