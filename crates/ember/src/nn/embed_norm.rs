@@ -69,6 +69,33 @@ impl Embedding {
         Embedding::with_padding(num_embeddings, embedding_dim, None, device)
     }
 
+    /// A table holding a copy of `embeddings` `[num, dim]`
+    /// (`nn.Embedding.from_pretrained`), on their device and in their dtype:
+    /// `freeze` (PyTorch's default) keeps it out of training (no gradient).
+    /// A padding row keeps its values; it gets no gradient.
+    ///
+    /// ```
+    /// use ember::nn::{Embedding, Module};
+    /// use ember::prelude::*;
+    /// let vectors = Tensor::new(&[[0.5f32, 1.0], [2.0, 3.0]], &Device::Cpu)?;
+    /// let table = Embedding::from_pretrained(&vectors, true, None)?;
+    /// let rows = table.forward(&Tensor::new(&[1i64, 1, 0], &Device::Cpu)?)?;
+    /// assert_eq!(rows.to_vec2::<f32>()?, [[2.0, 3.0], [2.0, 3.0], [0.5, 1.0]]);
+    /// assert!(!table.weight.requires_grad());
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    pub fn from_pretrained(
+        embeddings: &Tensor,
+        freeze: bool,
+        padding_idx: Option<i64>,
+    ) -> Result<Embedding> {
+        let (weight, padding_idx) = pretrained_table("Embedding", embeddings, freeze, padding_idx)?;
+        Ok(Embedding {
+            weight,
+            padding_idx,
+        })
+    }
+
     /// With a padding row (negative counts from the end, as in PyTorch).
     pub fn with_padding(
         num_embeddings: usize,
@@ -98,19 +125,46 @@ pub(super) fn normal_table(
     padding_idx: Option<i64>,
     device: &Device,
 ) -> Result<(Tensor, Option<i64>)> {
-    let n = num as i64;
-    let padding_idx = match padding_idx {
-        Some(p) if !(-n..n).contains(&p) => {
-            return Err(Error::invalid(
-                op,
-                "Padding_idx must be within num_embeddings",
-            ))
-        }
-        p => p.map(|p| if p < 0 { p + n } else { p }),
-    };
+    let padding_idx = padding_index(op, num, padding_idx)?;
     let weight = fresh_parameter(Tensor::randn([num, dim], device)?)?;
     reset_table(&weight, padding_idx, false)?;
     Ok((weight, padding_idx))
+}
+
+/// A padding index in `[0, num)` (a negative one counts from the end; `op`
+/// names a refused one).
+fn padding_index(op: &'static str, num: usize, padding_idx: Option<i64>) -> Result<Option<i64>> {
+    let n = num as i64;
+    match padding_idx {
+        Some(p) if !(-n..n).contains(&p) => Err(Error::invalid(
+            op,
+            "Padding_idx must be within num_embeddings",
+        )),
+        p => Ok(p.map(|p| if p < 0 { p + n } else { p })),
+    }
+}
+
+/// A copy of `embeddings` `[num, dim]` as a table's parameter
+/// (`from_pretrained`): frozen (no gradient) or trained; the padding row
+/// keeps its values, as in PyTorch (it gets no gradient).
+pub(super) fn pretrained_table(
+    op: &'static str,
+    embeddings: &Tensor,
+    freeze: bool,
+    padding_idx: Option<i64>,
+) -> Result<(Tensor, Option<i64>)> {
+    if embeddings.rank() != 2 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "Embeddings parameter is expected to be 2-dimensional, got shape {:?}",
+                embeddings.shape()
+            ),
+        ));
+    }
+    let padding_idx = padding_index(op, embeddings.shape()[0], padding_idx)?;
+    let copy = crate::autograd::no_grad(|| embeddings.detach().copy())?;
+    Ok((copy.requires_grad_(!freeze)?, padding_idx))
 }
 
 /// A lookup table's parameter drawn again (`redraw`) and its padding row

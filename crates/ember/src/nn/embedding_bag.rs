@@ -12,7 +12,7 @@
 //! reads the offsets on the host for the longest bag, as the checks of a 1-D
 //! input do.
 
-use super::embed_norm::{normal_table, reset_table};
+use super::embed_norm::{normal_table, pretrained_table, reset_table};
 use super::layers::weight_bias_methods;
 use super::{cast_state, empty_parameter, move_parameter, Module};
 use crate::{
@@ -402,6 +402,25 @@ impl EmbeddingBag {
         let size = (num_embeddings, embedding_dim);
         let (weight, padding_idx) =
             normal_table("EmbeddingBag", size, options.padding_idx, device)?;
+        Ok(EmbeddingBag {
+            weight,
+            options: EmbeddingBagOptions {
+                padding_idx,
+                ..options
+            },
+        })
+    }
+
+    /// A table holding a copy of `embeddings` `[num, dim]`
+    /// (`nn.EmbeddingBag.from_pretrained`): `freeze` (PyTorch's default)
+    /// keeps it out of training; a padding row keeps its values.
+    pub fn from_pretrained(
+        embeddings: &Tensor,
+        freeze: bool,
+        options: EmbeddingBagOptions,
+    ) -> Result<EmbeddingBag> {
+        let (weight, padding_idx) =
+            pretrained_table("EmbeddingBag", embeddings, freeze, options.padding_idx)?;
         Ok(EmbeddingBag {
             weight,
             options: EmbeddingBagOptions {

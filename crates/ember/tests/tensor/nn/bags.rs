@@ -224,7 +224,52 @@ fn embedding_bag_module(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `from_pretrained` for both tables: a copy of the vectors (the caller's
+/// tensor untouched by training), frozen (no gradient) or trained, a padding
+/// row's values kept and its gradient zero, a table that is not 2-D refused.
+fn pretrained_tables(dev: &Device) -> Result<()> {
+    let vectors = Tensor::new([[0.5f32, 1.0], [2.0, 3.0], [-1.0, 4.0]], dev)?;
+    let x = Tensor::new([[0i64, 2], [1, 1]], dev)?;
+    let frozen = nn::Embedding::from_pretrained(&vectors, true, None)?;
+    assert!(!frozen.weight.requires_grad());
+    let y = frozen.forward(&x)?;
+    assert_eq!(
+        y.to_vec3::<f32>()?,
+        [[[0.5, 1.0], [-1.0, 4.0]], [[2.0, 3.0], [2.0, 3.0]]]
+    );
+    let trained = nn::Embedding::from_pretrained(&vectors, false, Some(-1))?;
+    assert_eq!(trained.padding_idx, Some(2));
+    // the padding row keeps its values and gets no gradient
+    let y = trained.forward(&x)?;
+    assert_eq!(y.to_vec3::<f32>()?[0][1], [-1.0, 4.0]);
+    y.sum_all()?.backward()?;
+    let g = trained.weight.grad().unwrap().to_vec2::<f32>()?;
+    assert_eq!(g, [[1.0, 1.0], [2.0, 2.0], [0.0, 0.0]]);
+    assert!(vectors.grad().is_none() && !vectors.requires_grad());
+    let sum = EmbeddingBagOptions {
+        mode: BagMode::Sum,
+        ..Default::default()
+    };
+    let bag = nn::EmbeddingBag::from_pretrained(&vectors, true, sum)?;
+    assert!(!bag.weight.requires_grad());
+    assert_eq!(
+        bag.forward(&x)?.to_vec2::<f32>()?,
+        [[-0.5, 5.0], [4.0, 6.0]]
+    );
+    let flat = vectors.reshape([6])?;
+    match nn::Embedding::from_pretrained(&flat, true, None) {
+        Err(e) => assert!(
+            e.to_string().contains("expected to be 2-dimensional"),
+            "{e}"
+        ),
+        Ok(_) => panic!("a 1-D table was accepted"),
+    }
+    assert!(nn::EmbeddingBag::from_pretrained(&flat, true, sum).is_err());
+    Ok(())
+}
+
 device_test!(
+    pretrained_tables,
     embedding_bags_match_pytorch,
     embedding_bags_refuse_as_pytorch,
     embedding_bag_module,
