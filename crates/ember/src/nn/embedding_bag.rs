@@ -322,6 +322,12 @@ impl Bags {
                 ),
             ));
         }
+        if include_last && offs.is_empty() {
+            return Err(Error::invalid(
+                OP,
+                "include_last_offset: number of offset should be at least 1",
+            ));
+        }
         let count = match include_last {
             true => offs.len().saturating_sub(1),
             false => offs.len(),

@@ -137,7 +137,10 @@ pub fn softshrink(x: &Tensor, lambd: f64) -> Result<Tensor> {
         ));
     }
     let (above, below) = (x.gt(lambd)?, x.lt(-lambd)?);
-    let middle = below.where_(&x.add(lambd)?, &x.mul(0.0)?)?;
+    // inside: x · 0 (a signed zero); a NaN is in neither interval and passes
+    // its gradient through, as PyTorch's backward zeroes only [-λ, λ]
+    let inside = x.isnan()?.where_(x, &x.mul(0.0)?)?;
+    let middle = below.where_(&x.add(lambd)?, &inside)?;
     above.where_(&x.sub(lambd)?, &middle)
 }
 

@@ -156,19 +156,39 @@ fn nearest_index(
 
 /// The source index of each of the `out` positions along a dim (`[out]`
 /// int64, in bounds) and its weight (`[out]`, the working dtype).
-type Tap = (Tensor, Tensor);
+/// With `within` (bool `[out]`) where the outputs have fewer sources than
+/// taps: the term is left out (not multiplied by 0, which would turn an
+/// infinite source into NaN) where it is false.
+struct Tap {
+    index: Tensor,
+    weight: Tensor,
+    within: Option<Tensor>,
+}
+
+impl From<(Tensor, Tensor)> for Tap {
+    fn from((index, weight): (Tensor, Tensor)) -> Tap {
+        Tap {
+            index,
+            weight,
+            within: None,
+        }
+    }
+}
 
 /// `y` resampled along `dim` by `taps`: `Σ_k y[index_k] · weight_k` over the
 /// dim, summed in the taps' order (PyTorch's).
 fn taps_along(y: &Tensor, dim: usize, taps: Vec<Tap>) -> Result<Tensor> {
     let mut sum: Option<Tensor> = None;
-    for (index, weight) in taps {
+    for tap in taps {
         // the weights along `dim`, broadcast over the dims after it
-        let mut wshape = vec![weight.numel()];
+        let mut wshape = vec![tap.weight.numel()];
         wshape.extend(std::iter::repeat_n(1, y.rank() - dim - 1));
-        let term = y
-            .index_select_valid(dim, index)?
-            .mul(&weight.reshape(&wshape[..])?)?;
+        let mut term = y
+            .index_select_valid(dim, tap.index)?
+            .mul(&tap.weight.reshape(&wshape[..])?)?;
+        if let Some(within) = tap.within {
+            term = within.reshape(&wshape[..])?.where_(&term, 0.0)?;
+        }
         sum = Some(match sum {
             None => term,
             Some(s) => s.add(&term)?,
@@ -226,7 +246,7 @@ fn linear_taps(
     let l1 = src.sub(&i0.to_dtype(work)?)?.clamp(Some(0.0), Some(1.0))?;
     let l0 = l1.rsub(1.0)?;
     let i1 = i0.add(1i64)?.clamp_max(last)?;
-    Ok(Some(vec![(i0, l0), (i1, l1)]))
+    Ok(Some(vec![(i0, l0).into(), (i1, l1).into()]))
 }
 
 /// Keys' cubic convolution kernel with parameter `a`, on `|x| < 1` (`near`)
@@ -272,7 +292,7 @@ fn cubic_taps(
     let taps = weights
         .into_iter()
         .enumerate()
-        .map(|(k, w)| Ok((i.add(k as i64 - 1)?.clamp(Some(0i64), Some(last))?, w)))
+        .map(|(k, w)| Ok((i.add(k as i64 - 1)?.clamp(Some(0i64), Some(last))?, w).into()))
         .collect::<Result<_>>()?;
     Ok(Some(taps))
 }
@@ -345,16 +365,20 @@ fn antialias_taps(
         )?,
         false => at.rsub(1.0)?.clamp_min(0.0)?,
     };
-    let w = j.lt(&xsize.unsqueeze(1)?)?.where_(&w, 0.0)?;
+    let within = j.lt(&xsize.unsqueeze(1)?)?;
+    let w = within.where_(&w, 0.0)?;
     let total = w.sum(1, true)?;
     let w = total.ne(0.0)?.where_(&w.div(&total)?, &w)?;
     let index = pos.clamp_max(input as i64 - 1)?;
+    // each tap's column in storage of its own (the index a gather reads whole)
+    let column = |t: &Tensor, c: i64| t.select(1, c)?.copy();
     let taps = (0..k as i64)
         .map(|c| {
-            Ok((
-                index.select(1, c)?.contiguous()?,
-                w.select(1, c)?.contiguous()?,
-            ))
+            Ok(Tap {
+                index: column(&index, c)?,
+                weight: column(&w, c)?,
+                within: Some(column(&within, c)?),
+            })
         })
         .collect::<Result<_>>()?;
     Ok(Some(taps))
@@ -383,8 +407,15 @@ fn area_taps(
     let taps = (0..k)
         .map(|j| {
             let index = start.add(j as i64)?.clamp_max(input as i64 - 1)?;
-            let weight = count.gt(j as f64)?.where_(&share, 0.0)?;
-            Ok((index, weight))
+            let within = count.gt(j as f64)?;
+            let weight = within.where_(&share, 0.0)?;
+            // (windows of one size fill every tap)
+            let within = (!input.is_multiple_of(out)).then_some(within);
+            Ok(Tap {
+                index,
+                weight,
+                within,
+            })
         })
         .collect::<Result<_>>()?;
     Ok(Some(taps))

@@ -217,8 +217,14 @@ impl Tensor {
     /// [`index_select`](Self::index_select) along the normalised `dim` of a tensor
     /// of rank ≥ 1, with indices that are known to lie in `[0, size)` (built by
     /// ember itself, or checked by [`index_values`](Self::index_values)): 1-D int64
-    /// on this tensor's device.
+    /// on this tensor's device, whose storage holds its values alone (a view into
+    /// a larger tensor is copied here when it starts at an offset or is strided;
+    /// a prefix view must be copied by the caller).
     pub(crate) fn index_select_valid(&self, d: usize, idx: Tensor) -> Result<Tensor> {
+        let idx = match idx.layout().offset() == 0 && idx.is_contiguous() {
+            true => idx,
+            false => crate::autograd::no_grad(|| idx.copy())?,
+        };
         let n_idx = idx.numel();
         let mut shape = self.shape().to_vec();
         shape[d] = n_idx;

@@ -172,6 +172,14 @@ fn embedding_bags_refuse_as_pytorch(dev: &Device) -> Result<()> {
         include_last_offset: true,
         ..mean
     };
+    let none = Tensor::zeros([0], DType::I64, dev)?;
+    let msg = embedding_bag(&i, &w, Some(&none), None, last)
+        .expect_err("no offsets with include_last_offset")
+        .to_string();
+    assert!(
+        msg.contains("number of offset should be at least 1"),
+        "{msg}"
+    );
     let short = Tensor::new([0i64, 2, 8], dev)?;
     let msg = embedding_bag(&i, &w, Some(&short), None, last)
         .expect_err("a last offset before the end")

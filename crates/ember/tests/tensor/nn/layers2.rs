@@ -513,7 +513,61 @@ fn uint8_resizes_match_pytorch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Corners of the resampling taps: an antialiased output of one element per
+/// dim (every source weighted, the gradient the normalised weights), and
+/// infinite or NaN sources reaching only the outputs whose windows hold them
+/// (area and antialiased modes leave out the taps beyond a window instead of
+/// multiplying them by 0).
+fn resampling_corners(dev: &Device) -> Result<()> {
+    let x = Tensor::new([0f32, 10.0, 20.0, 30.0], dev)?
+        .reshape([1, 1, 4, 1])?
+        .requires_grad_(true)?;
+    let one = InterpolateOptions::size([1, 1])
+        .mode(InterpolateMode::Bilinear)
+        .antialias(true);
+    let y = interpolate(&x, &one)?;
+    assert!((y.to_vec::<f32>()?[0] - 15.0).abs() < 1e-5);
+    y.sum_all()?.backward()?;
+    // the triangle's weights 5/8, 7/8, 7/8, 5/8 over their sum 3
+    let want = [5.0 / 24.0, 7.0 / 24.0, 7.0 / 24.0, 5.0 / 24.0];
+    for (g, w) in x.grad().unwrap().to_vec::<f32>()?.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+    }
+    let mut v = vec![1f32; 20];
+    v[19] = f32::INFINITY;
+    let row = Tensor::from_vec(v, [1, 1, 1, 20], dev)?;
+    let area = interpolate(
+        &row,
+        &InterpolateOptions::size([1, 7]).mode(InterpolateMode::Area),
+    )?;
+    assert_eq!(
+        area.to_vec::<f32>()?,
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, f32::INFINITY]
+    );
+    let aa = interpolate(
+        &row,
+        &InterpolateOptions::size([1, 7])
+            .mode(InterpolateMode::Bilinear)
+            .antialias(true),
+    )?
+    .to_vec::<f32>()?;
+    assert!(aa[..6].iter().all(|v| (v - 1.0).abs() < 1e-6), "{aa:?}");
+    assert_eq!(aa[6], f32::INFINITY);
+    // a window without the NaN and the infinity stays finite
+    let mut v: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    (v[5], v[10]) = (f32::NAN, f32::INFINITY);
+    let x = Tensor::from_vec(v, [1, 1, 4, 4], dev)?;
+    let y = interpolate(
+        &x,
+        &InterpolateOptions::size([2, 3]).mode(InterpolateMode::Area),
+    )?;
+    // rows 2..4 × columns 0..2: 8, 9, 12, 13
+    assert_eq!(y.to_vec::<f32>()?[3], 10.5);
+    Ok(())
+}
+
 device_test!(
+    resampling_corners,
     uint8_resizes_match_pytorch,
     interpolate_keeps_channels_last,
     conv_transpose2d_of_nothing,

@@ -424,7 +424,20 @@ fn layers3_inplace_half_and_defaults(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A NaN is inside no shrink interval: softshrink passes its gradient through
+/// (PyTorch's backward zeroes only `[-λ, λ]`), and keeps the NaN.
+fn softshrink_passes_a_nans_gradient(dev: &Device) -> Result<()> {
+    let x = Tensor::new([f32::NAN, 0.1, -2.0], dev)?.requires_grad_(true)?;
+    let y = ember::nn::functional::softshrink(&x, 0.5)?;
+    let v = y.to_vec::<f32>()?;
+    assert!(v[0].is_nan() && v[1] == 0.0 && v[2] == -1.5, "{v:?}");
+    y.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, [1.0, 0.0, 1.0]);
+    Ok(())
+}
+
 device_test!(
+    softshrink_passes_a_nans_gradient,
     layers3_match_pytorch,
     layers3_refuse_as_pytorch,
     channel_dropout_masks_have_pytorchs_shapes,
