@@ -225,7 +225,7 @@ fn positive(cell: Cell, sizes: &[(&str, usize)]) -> Result<()> {
 /// A multi-layer, optionally bidirectional recurrent network of one cell kind
 /// (a single-step cell is one layer in one direction).
 pub(super) struct Recurrent {
-    cell: Cell,
+    pub(super) cell: Cell,
     /// `[layer][direction]`.
     params: Vec<Vec<CellParams>>,
     input_size: usize,

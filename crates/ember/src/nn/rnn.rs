@@ -82,7 +82,7 @@ impl std::str::FromStr for RnnNonlinearity {
 /// layouts: input `[L, N, input_size]` (`[N, L, input_size]` with
 /// `batch_first`, or unbatched `[L, input_size]`), output `[L, N, dirs·H]`, and
 /// `h_0`/`h_n` `[layers·dirs, N, H]` (`[layers·dirs, H]` unbatched).
-pub struct RNN(Recurrent, RnnNonlinearity);
+pub struct RNN(Recurrent);
 
 impl RNN {
     /// One layer of tanh steps, with biases (PyTorch's defaults).
@@ -106,7 +106,7 @@ impl RNN {
     ) -> Result<RNN> {
         let cell = Cell::Rnn(nonlinearity);
         let r = Recurrent::sequence(cell, input_size, hidden_size, options, device)?;
-        Ok(RNN(r, nonlinearity))
+        Ok(RNN(r))
     }
 
     /// The output sequence and the final `h_n` from the initial `h_0` (zeros
@@ -121,16 +121,24 @@ impl RNN {
     }
 
     pub fn nonlinearity(&self) -> RnnNonlinearity {
-        self.1
+        nonlinearity(&self.0)
     }
 }
 
 recurrent_module!(RNN);
 
+/// The nonlinearity of an Elman layer's cell (what it was built with).
+fn nonlinearity(r: &Recurrent) -> RnnNonlinearity {
+    match r.cell {
+        Cell::Rnn(n) => n,
+        Cell::Lstm | Cell::Gru => RnnNonlinearity::default(),
+    }
+}
+
 /// One Elman step (`nn.RNNCell`): parameters `weight_ih [H, input_size]`,
 /// `weight_hh [H, H]`, `bias_ih [H]`, `bias_hh [H]`; input `[N, input_size]`
 /// (or `[input_size]`), state `[N, H]` (or `[H]`).
-pub struct RNNCell(Recurrent, RnnNonlinearity);
+pub struct RNNCell(Recurrent);
 
 impl RNNCell {
     /// A tanh cell with biases (PyTorch's defaults).
@@ -159,7 +167,7 @@ impl RNNCell {
     ) -> Result<RNNCell> {
         let cell = Cell::Rnn(nonlinearity);
         let r = Recurrent::cell(cell, input_size, hidden_size, bias, device)?;
-        Ok(RNNCell(r, nonlinearity))
+        Ok(RNNCell(r))
     }
 
     /// `h'` after one step from `h` (zeros when `None`).
@@ -168,7 +176,7 @@ impl RNNCell {
     }
 
     pub fn nonlinearity(&self) -> RnnNonlinearity {
-        self.1
+        nonlinearity(&self.0)
     }
 }
 

@@ -199,6 +199,35 @@ impl Module for TransformerEncoderLayer {
     super::delegate_to_children!(own training);
 }
 
+/// The children of a stack of layers: `layers.0` … `layers.{n-1}`, then the
+/// final `norm` where there is one (the encoder's and decoder's names).
+pub(super) fn stack_children<'a, L: Module>(
+    layers: &'a [L],
+    norm: Option<&'a LayerNorm>,
+) -> Vec<(String, &'a dyn Module)> {
+    let mut v: Vec<(String, &dyn Module)> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("layers.{i}"), l as &dyn Module))
+        .collect();
+    v.extend(norm.map(|n| ("norm".to_string(), n as &dyn Module)));
+    v
+}
+
+/// [`stack_children`], mutable.
+pub(super) fn stack_children_mut<'a, L: Module>(
+    layers: &'a mut [L],
+    norm: Option<&'a mut LayerNorm>,
+) -> Vec<(String, &'a mut dyn Module)> {
+    let mut v: Vec<(String, &mut dyn Module)> = layers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
+        .collect();
+    v.extend(norm.map(|n| ("norm".to_string(), n as &mut dyn Module)));
+    v
+}
+
 /// A stack of encoder layers (`nn.TransformerEncoder`), `layers.0` … `layers.{n-1}`,
 /// each starting as a copy of the given layer (as PyTorch's deep copies), and an
 /// optional final normalisation `norm`.
@@ -229,29 +258,11 @@ impl TransformerEncoder {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        let mut v: Vec<(String, &dyn Module)> = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (format!("layers.{i}"), l as &dyn Module))
-            .collect();
-        if let Some(n) = &self.norm {
-            v.push(("norm".into(), n));
-        }
-        v
+        stack_children(&self.layers, self.norm.as_ref())
     }
 
     fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        let mut v: Vec<(String, &mut dyn Module)> = self
-            .layers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
-            .collect();
-        if let Some(n) = &mut self.norm {
-            v.push(("norm".into(), n));
-        }
-        v
+        stack_children_mut(&mut self.layers, self.norm.as_mut())
     }
 
     /// The stack with a source mask and a key padding mask, passed to every layer.

@@ -17,7 +17,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-use super::transformer::copy_decoder_layer;
+use super::transformer::{copy_decoder_layer, stack_children, stack_children_mut};
 use super::{
     DecoderMasks, LayerNorm, Module, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer, TransformerOptions,
@@ -56,29 +56,11 @@ impl TransformerDecoder {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        let mut v: Vec<(String, &dyn Module)> = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (format!("layers.{i}"), l as &dyn Module))
-            .collect();
-        if let Some(n) = &self.norm {
-            v.push(("norm".into(), n));
-        }
-        v
+        stack_children(&self.layers, self.norm.as_ref())
     }
 
     fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        let mut v: Vec<(String, &mut dyn Module)> = self
-            .layers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, l)| (format!("layers.{i}"), l as &mut dyn Module))
-            .collect();
-        if let Some(n) = &mut self.norm {
-            v.push(("norm".into(), n));
-        }
-        v
+        stack_children_mut(&mut self.layers, self.norm.as_mut())
     }
 
     /// The stack on target `tgt` attending to `memory` (the encoder's output),

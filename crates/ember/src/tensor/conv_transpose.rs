@@ -322,7 +322,10 @@ impl Tensor {
                 &shape,
                 (true, false),
             )?;
-            let y = Tensor::from_storage(y.expect("the input gradient"), &[n, c, h, w]);
+            let y = Tensor::from_storage(
+                y.ok_or_else(|| missing("the input gradient"))?,
+                &[n, c, h, w],
+            );
             match bias {
                 Some(b) => y.add(&b.to_dtype(work)?.reshape([1, c, 1, 1])?),
                 None => Ok(y),
@@ -378,7 +381,7 @@ impl Tensor {
                                 &shape,
                                 (false, true),
                             )?;
-                            let gw = gw.expect("the weight gradient");
+                            let gw = gw.ok_or_else(|| missing("the weight gradient"))?;
                             Ok(Tensor::from_storage(gw, &[wi, og, kh, kw]))
                         };
                         let gw = in_work_dtype("backward", dtype, native, weight_grad)?;
@@ -459,4 +462,13 @@ fn in_work_dtype(
             pass(DType::F32)
         }),
     }
+}
+
+/// The error for a gradient the convolution's backward primitive was asked for
+/// and did not return (a backend's defect, reported instead of a panic).
+fn missing(what: &str) -> Error {
+    Error::invalid(
+        "conv_transpose2d",
+        format!("the convolution's backward returned no {what}"),
+    )
 }
