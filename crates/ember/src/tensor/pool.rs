@@ -46,8 +46,38 @@ fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
         .contiguous()
 }
 
+/// The kept offsets as the caller sees them: `[.., oh, ow]` in the output's
+/// memory format, when asked for.
+fn offsets_out(
+    offsets: Option<Tensor>,
+    keep: bool,
+    shape: &[usize],
+    format: MemoryFormat,
+) -> Result<Option<Tensor>> {
+    if !keep {
+        return Ok(None);
+    }
+    let _ng = crate::autograd::no_grad_guard();
+    offsets
+        .map(|o| o.reshape(shape)?.laid_out(format))
+        .transpose()
+}
+
 impl Tensor {
     fn pool2d(&self, op: &'static str, opts: &Pool2dOptions, kind: Pool) -> Result<Tensor> {
+        self.pool2d_indexed(op, opts, kind, false).map(|(y, _)| y)
+    }
+
+    /// The pooling, and with `keep_index` each maximum's offset in its input
+    /// plane (int64, shaped and laid out as the output), from the same kernel
+    /// run as the values.
+    fn pool2d_indexed(
+        &self,
+        op: &'static str,
+        opts: &Pool2dOptions,
+        kind: Pool,
+        keep_index: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         // PyTorch pools int64 (max and average) and uint8 (max only), not bools
         let int = !self.dtype().is_float();
         let int_ok = match self.dtype() {
@@ -133,7 +163,8 @@ impl Tensor {
             self.dtype()
         };
         // max pooling keeps the position of each maximum for the backward pass
-        let want_index = crate::autograd::needs_grad(&[self]) || (int && kind == Pool::Max);
+        let want_index =
+            keep_index || crate::autograd::needs_grad(&[self]) || (int && kind == Pool::Max);
         // the output and the input's gradient keep the input's memory format; a
         // dense channels-last float input is pooled as it lies where the device
         // can (the GPU's kernels), else row-major and laid out again
@@ -164,15 +195,20 @@ impl Tensor {
                 index.map(|i| Tensor::from_storage_in(i, &shape, cl)),
             )
         };
+        let offsets = match &index {
+            Some(index) if keep_index || int => {
+                let _ng = crate::autograd::no_grad_guard();
+                Some(plane_offsets(index, &ps)?)
+            }
+            _ => None,
+        };
         if int {
             // integers have no gradient
             let _ng = crate::autograd::no_grad_guard();
-            return match (kind, index) {
-                (Pool::Max, Some(index)) => {
+            let out = match (kind, &offsets) {
+                (Pool::Max, Some(offsets)) => {
                     let planes_x = self.contiguous()?.reshape([planes, h * w])?;
-                    let got = planes_x
-                        .gather_valid(1, plane_offsets(&index, &ps)?)?
-                        .reshape(&shape)?;
+                    let got = planes_x.gather_valid(1, offsets.clone())?.reshape(&shape)?;
                     // a window with no element in the input (a dilated one past
                     // the padding): the dtype's lowest value, as PyTorch gives
                     let lowest = if self.dtype() == DType::U8 {
@@ -184,10 +220,12 @@ impl Tensor {
                 }
                 _ => pooled.to_dtype(self.dtype()),
             }
-            .and_then(|t| t.laid_out(format));
+            .and_then(|t| t.laid_out(format))?;
+            return Ok((out, offsets_out(offsets, keep_index, &shape, format)?));
         }
+        let offsets = offsets_out(offsets, keep_index, &shape, format)?;
         let out = pooled.to_dtype(self.dtype())?.laid_out(format)?;
-        Ok(Tensor::record(out, op, &[self], |_| {
+        let out = Tensor::record(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
                 let gc = g.to_dtype(work)?.in_order(cl)?;
@@ -199,7 +237,8 @@ impl Tensor {
                 let gx = Tensor::from_storage_in(gx, &xshape, cl).to_dtype(xdt)?;
                 Ok(vec![Some(gx.laid_out(format)?)])
             }
-        }))
+        });
+        Ok((out, offsets))
     }
 
     /// 2-D max pooling over `[N, C, H, W]` or `[C, H, W]` (`F.max_pool2d`); padded
@@ -232,8 +271,8 @@ impl Tensor {
     /// (`F.max_pool2d(..., return_indices=True)`): int64 indices into each
     /// flattened `H·W` plane, the form [`max_unpool2d`] reads. The values and
     /// their gradient are `max_pool2d`'s; the indices come from the same kernel
-    /// run again without a gradient (a maximum that ties keeps the first
-    /// position in the window, a NaN wins, as in PyTorch).
+    /// run, which keeps them for the gradient anyway (a maximum that ties keeps
+    /// the first position in the window, a NaN wins, as in PyTorch).
     ///
     /// [`max_unpool2d`]: crate::nn::functional::max_unpool2d
     ///
@@ -245,44 +284,9 @@ impl Tensor {
     /// # Ok::<(), ember::Error>(())
     /// ```
     pub fn max_pool2d_with_indices(&self, opts: Pool2dOptions) -> Result<(Tensor, Tensor)> {
-        let values = self.max_pool2d(opts)?;
-        let r = self.rank();
-        let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
-        let (oh, ow) = (values.shape()[r - 2], values.shape()[r - 1]);
-        let planes: usize = self.shape()[..r - 2].iter().product();
-        let _ng = crate::autograd::no_grad_guard();
-        if planes == 0 {
-            let index = Tensor::zeros(values.shape(), DType::I64, &self.device())?;
-            return Ok((values, index));
-        }
-        let work = if !self.dtype().is_float() {
-            DType::F64
-        } else if matches!(self.dtype(), DType::F16 | DType::BF16) && !self.read().pools_half() {
-            DType::F32
-        } else {
-            self.dtype()
-        };
-        let ps = PoolShape {
-            planes,
-            h,
-            w,
-            oh,
-            ow,
-            win: opts.window(),
-            nhwc: None,
-        };
-        let x = self.to_dtype(work)?.contiguous()?;
-        let (_, index) = x.read().pool2d(x.layout(), &ps, Pool::Max, true)?;
-        let Some(index) = index else {
-            return Err(Error::invalid(
-                "max_pool2d",
-                "the pooling kernel kept no indices",
-            ));
-        };
-        let index = Tensor::from_storage(index, &[planes, oh, ow]);
-        let index = plane_offsets(&index, &ps)?
-            .reshape(values.shape())?
-            .laid_out(values.suggest_memory_format())?;
+        let (values, index) = self.pool2d_indexed("max_pool2d", &opts, Pool::Max, true)?;
+        let index = index
+            .ok_or_else(|| Error::invalid("max_pool2d", "the pooling kernel kept no indices"))?;
         Ok((values, index))
     }
 }

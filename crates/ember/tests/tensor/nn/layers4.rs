@@ -432,7 +432,33 @@ fn layers4_keep_channels_last_and_half(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// `max_pool2d_with_indices` pools once: its indices are those the pooling
+/// keeps for the gradient, in every layout, with a gradient or without.
+fn layers4_max_pool_with_indices_pools_once(dev: &Device) -> Result<()> {
+    let x = Tensor::arange(0f32, 2.0 * 3.0 * 7.0 * 6.0, dev)?
+        .mul(0.61)?
+        .cos()?
+        .reshape([2, 3, 7, 6])?;
+    let opts = Pool2dOptions::new(3).stride(2).padding(1);
+    let want = x.max_pool2d_with_indices(opts)?;
+    for (t, grad) in [
+        (x.clone(), false),
+        (x.clone(), true),
+        (x.to_memory_format(ember::MemoryFormat::ChannelsLast)?, true),
+    ] {
+        let t = t.requires_grad_(grad)?;
+        let ((v, i), prof) = ember::profiler::profile(|| t.max_pool2d_with_indices(opts))?;
+        assert_eq!(super::super::this_threads_count(&prof, "max_pool2d"), 1);
+        assert_eq!(v.to_vec::<f32>()?, want.0.to_vec::<f32>()?);
+        assert_eq!(i.to_vec::<i64>()?, want.1.to_vec::<i64>()?);
+        assert!(!i.requires_grad());
+        assert_eq!(v.requires_grad(), grad);
+    }
+    Ok(())
+}
+
 device_test!(
+    layers4_max_pool_with_indices_pools_once,
     layers4_keep_channels_last_and_half,
     layers4_match_pytorch,
     layers4_refuse_as_pytorch,
