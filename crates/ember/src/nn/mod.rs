@@ -298,6 +298,45 @@ pub trait Module: Send + Sync {
     fn eval(&mut self) {
         self.set_training(false)
     }
+
+    /// Clears every parameter's gradient (`model.zero_grad()`, whose default
+    /// `set_to_none=True` this is): the next backward pass starts each anew.
+    fn zero_grad(&self) {
+        for p in self.parameters() {
+            p.zero_grad();
+        }
+    }
+
+    /// Sets whether the parameters require a gradient
+    /// (`model.requires_grad_(on)`): `false` freezes the module, so that
+    /// backward passes give its parameters no gradient and optimizers leave
+    /// them as they are (fine-tuning a part of a model). Buffers are untouched.
+    ///
+    /// ```
+    /// use ember::nn::{self, Module};
+    /// use ember::optim::{Optimizer, Sgd};
+    /// use ember::prelude::*;
+    /// let dev = Device::Cpu;
+    /// let (body, head) = (nn::Linear::new(4, 3, &dev)?, nn::Linear::new(3, 2, &dev)?);
+    /// body.requires_grad_(false)?;
+    /// let mut params = body.parameters();
+    /// params.extend(head.parameters());
+    /// let mut opt = Sgd::new(params, 0.1)?;
+    /// let (before, x) = (body.weight.to_vec2::<f32>()?, Tensor::ones([5, 4], DType::F32, &dev)?);
+    /// head.forward(&body.forward(&x)?)?.sum_all()?.backward()?;
+    /// assert!(body.weight.grad().is_none() && head.weight.grad().is_some());
+    /// opt.step()?;
+    /// assert_eq!(body.weight.to_vec2::<f32>()?, before);
+    /// head.zero_grad();
+    /// assert!(head.weight.grad().is_none());
+    /// # Ok::<(), ember::Error>(())
+    /// ```
+    fn requires_grad_(&self, on: bool) -> Result<()> {
+        for p in self.parameters() {
+            p.requires_grad_(on)?;
+        }
+        Ok(())
+    }
 }
 
 /// A boxed module is a module (`models::by_name` returns one): every method goes to
