@@ -38,6 +38,7 @@ mod prelu;
 mod recurrent;
 mod resample;
 mod rnn;
+mod rnn_utils;
 mod sdpa;
 mod sdpa_saving;
 mod state;
@@ -88,6 +89,7 @@ pub use pooling::{
 pub use prelu::PReLU;
 pub use recurrent::{GRUCell, LSTMCell, RnnOptions, GRU, LSTM};
 pub use rnn::{RNNCell, RnnNonlinearity, RNN};
+pub use rnn_utils::{pad_sequence, unpad_sequence, PadSequenceOptions, PaddingSide};
 pub use state::IncompatibleKeys;
 pub use transformer::{
     Activation, DecoderMasks, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,

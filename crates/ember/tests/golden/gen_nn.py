@@ -37,6 +37,9 @@ Writes nn_cases.json next to this file:
   average and max pooling (with indices), max_pool2d's indices, max_unpool2d,
   unfold and fold (outputs, indices, input gradients); bool unfold and fold;
   PyTorch's refusals.
+- rnn_utils: pad_sequence (lengths, trailing dims, broadcasting, dtypes, both
+  sides, batch-first) with each sequence's gradient, unpad_sequence;
+  PyTorch's refusals.
 Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 (only the named sections are regenerated; the others are kept).
 """
@@ -1794,6 +1797,69 @@ def layers3_cases():
     return {"cases": cases, "errors": errors, "dropout": dropout}
 
 
+def rnn_utils_cases():
+    """torch.nn.utils.rnn.pad_sequence: sequences of different lengths (with
+    trailing dims, broadcast trailing dims, mixed dtypes cast to the first's,
+    an empty sequence), batch-first or not, left or right padding, a padding
+    value (cast for integers): the batch and each sequence's gradient for the
+    output gradient linspace(-1, 1); unpad_sequence of the batch; PyTorch's
+    refusals (tests/tensor/nn/rnn_utils.rs)."""
+    from torch.nn.utils.rnn import pad_sequence, unpad_sequence
+    cases, errors = [], []
+
+    def seq(n, *rest, dtype=torch.float64, k=1.0):
+        numel = n * math.prod(rest)
+        return (torch.arange(numel, dtype=torch.float64) * 0.37 * k).sin().mul(4).round().to(dtype).reshape(n, *rest)
+
+    def pad(name, seqs, **kw):
+        seqs = [s.clone().requires_grad_(s.is_floating_point()) for s in seqs]
+        y = pad_sequence(seqs, **kw)
+        grads = [None] * len(seqs)
+        if y.is_floating_point():
+            y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape))
+            grads = [None if s.grad is None else tensor_json(s.grad) for s in seqs]
+        name_of = lambda t: str(t.dtype).replace("torch.", "")
+        case = {"name": name, "config": kw, "seqs": [tensor_json(s.detach()) for s in seqs],
+                "dtypes": [name_of(s) for s in seqs], "y": tensor_json(y.detach()),
+                "y_dtype": name_of(y), "grads": grads}
+        if seqs[0].dim() >= 1 and all(s.shape[1:] == seqs[0].shape[1:] for s in seqs) \
+                and kw.get("padding_side", "right") == "right":
+            lengths = [s.shape[0] for s in seqs]
+            back = unpad_sequence(y.detach(), torch.tensor(lengths), batch_first=kw.get("batch_first", False))
+            case["lengths"] = lengths
+            case["unpadded"] = [tensor_json(b) for b in back]
+        cases.append(case)
+
+    pad("plain", [seq(3), seq(1, k=2), seq(2, k=3)])
+    pad("batch_first", [seq(3, 2), seq(1, 2, k=2), seq(4, 2, k=3)], batch_first=True)
+    pad("left", [seq(3, 2), seq(1, 2, k=2)], padding_side="left")
+    pad("left_batch_first_value", [seq(2, 2, 3), seq(4, 2, 3, k=2)], batch_first=True,
+        padding_side="left", padding_value=-7.5)
+    pad("empty_sequence", [seq(0, 2), seq(2, 2, k=2)], padding_value=1.0)
+    pad("one", [seq(3, 2)], batch_first=True)
+    pad("same_lengths", [seq(2, 3), seq(2, 3, k=2)])
+    pad("broadcast_trailing", [seq(2, 3), seq(3, 1, k=2)], padding_value=9.0)
+    pad("mixed_dtypes", [seq(2, 2, dtype=torch.float32), seq(3, 2, k=2)])
+    pad("int", [seq(2, dtype=torch.int64), seq(3, dtype=torch.int64, k=2)], padding_value=2.7)
+    pad("int_first_float_second", [seq(2, dtype=torch.int64), seq(3, k=2).add(0.6)], batch_first=True)
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase})
+        else:
+            raise AssertionError(name + " was accepted")
+
+    err("empty_list", lambda: pad_sequence([]), "received an empty list of sequences")
+    err("trailing_mismatch", lambda: pad_sequence([seq(3, 2), seq(2, 3)]),
+        "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 1")
+    err("trailing_mismatch_2", lambda: pad_sequence([seq(3, 4, 2), seq(2, 4, 5)], batch_first=True),
+        "The size of tensor a (2) must match the size of tensor b (5) at non-singleton dimension 2")
+    return {"cases": cases, "errors": errors}
+
+
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
@@ -1801,7 +1867,8 @@ SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": s
             "layers2": layers2_cases, "rnn": rnn_cases, "transformer2": transformer2_cases,
             "resample": resample_cases, "embedding_bag": embedding_bag_cases,
             "layers4": layers4_cases,
-            "layers3": layers3_cases}
+            "layers3": layers3_cases,
+            "rnn_utils": rnn_utils_cases}
 
 
 def main():

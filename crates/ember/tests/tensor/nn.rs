@@ -20,6 +20,8 @@ mod layers4;
 mod rnn;
 // TransformerDecoder and the full Transformer (`transformer2`'s golden cases)
 mod transformer2;
+// pad_sequence and unpad_sequence (`rnn_utils`'s golden cases)
+mod rnn_utils;
 
 fn cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");
