@@ -34,6 +34,7 @@ mod math;
 mod matmul;
 mod pointwise;
 mod pool;
+mod random_fill;
 mod rearrange;
 mod reduce;
 pub(crate) mod shape;

@@ -128,6 +128,7 @@ mod nn;
 mod pointwise_ops;
 mod profiler;
 mod props;
+mod random_fill;
 mod pt;
 mod reduce;
 mod thin;
