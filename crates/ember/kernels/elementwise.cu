@@ -47,6 +47,96 @@ __device__ __forceinline__ void cast_impl(const S* src, Layout ls, D* dst, i64 n
 __device__ __forceinline__ float f_erf(float x) { return erff(x); }
 __device__ __forceinline__ double f_erf(double x) { return erf(x); }
 
+// --- special functions, in double (the CPU's backend/op/special.rs, same methods) --
+
+__device__ __forceinline__ double ember_inf() { return __longlong_as_double(0x7ff0000000000000ll); }
+__device__ __forceinline__ double ember_nan() { return __longlong_as_double(0x7ff8000000000000ll); }
+
+// erf^-1(y): Winitzki's approximation, then three Halley steps on erf(x) - y
+// (above |y| = 0.5 on (1 - |y|) - erfc(x), which keeps the tails accurate).
+__device__ __forceinline__ double ember_erfinv(double y) {
+    if (is_nan(y) || fabs(y) > 1.0) return ember_nan();
+    if (fabs(y) == 1.0) return copysign(ember_inf(), y);
+    if (y == 0.0) return y;
+    const double pi = 3.14159265358979323846;
+    const double a = fabs(y);
+    double x;
+    if (a < 1e-3) {
+        x = 0.886226925452758 * (a + pi / 12.0 * a * a * a);
+    } else {
+        const double w = 0.147;
+        const double l = log1p(-a * a);
+        const double c = 2.0 / (pi * w) + 0.5 * l;
+        x = sqrt(sqrt(c * c - l / w) - c);
+    }
+    for (int i = 0; i < 3; ++i) {
+        const double f = a > 0.5 ? (1.0 - a) - erfc(x) : erf(x) - a;
+        const double d = 1.1283791670955126 * exp(-x * x);  // 2/sqrt(pi) e^{-x^2}
+        if (d == 0.0 || f == 0.0) break;
+        x -= f / (d + x * f);
+    }
+    return copysign(x, y);
+}
+
+// digamma: reflection below 0, the recurrence up to 10, the asymptotic series.
+__device__ __forceinline__ double ember_digamma(double x) {
+    const double pi = 3.14159265358979323846;
+    if (x == 0.0) return copysign(ember_inf(), -x);
+    if (is_nan(x) || x == -ember_inf()) return ember_nan();
+    double reflect = 0.0;
+    if (x < 0.0) {
+        if (x == floor(x)) return ember_nan();
+        reflect = -pi / tan(pi * (x - floor(x)));
+        x = 1.0 - x;
+    }
+    double shift = 0.0;
+    while (x < 10.0) {
+        shift -= 1.0 / x;
+        x += 1.0;
+    }
+    const double z = 1.0 / (x * x);
+    double series = 1.0 / 12.0;
+    series = series * z - 691.0 / 32760.0;
+    series = series * z + 1.0 / 132.0;
+    series = series * z - 1.0 / 240.0;
+    series = series * z + 1.0 / 252.0;
+    series = series * z - 1.0 / 120.0;
+    series = series * z + 1.0 / 12.0;
+    return reflect + shift + log(x) - 0.5 / x - series * z;
+}
+
+// The Hurwitz zeta function by Euler-Maclaurin summation (terms added directly
+// up to q + k >= 10 + s, then ten Bernoulli terms of the tail).
+__device__ __forceinline__ double ember_hurwitz_zeta(double s, double q) {
+    if (is_nan(q) || q == -ember_inf() || q < -1048576.0) return ember_nan();
+    if (q <= 0.0 && q == floor(q)) return ember_inf();
+    double a = q, sum = 0.0;
+    while (a < 10.0 + s) {
+        sum += pow(a, -s);
+        a += 1.0;
+    }
+    const double b[10] = {1.0 / 12.0, -1.0 / 720.0, 1.0 / 30240.0, -1.0 / 1209600.0, 1.0 / 47900160.0,
+                          -691.0 / 1307674368000.0, 1.0 / 74724249600.0, -3617.0 / 10670622842880000.0,
+                          43867.0 / 5109094217170944000.0, -174611.0 / 802857662698291200000.0};
+    const double a_s = pow(a, -s);
+    double tail = a * a_s / (s - 1.0) + 0.5 * a_s;
+    double rising = s * a_s / a;
+    for (int j = 0; j < 10; ++j) {
+        tail += b[j] * rising;
+        const double k = 2.0 * (j + 1);
+        rising *= (s + k - 1.0) * (s + k) / (a * a);
+    }
+    return sum + tail;
+}
+
+// the n-th derivative of digamma: (-1)^(n+1) n! zeta(n + 1, x)
+__device__ __forceinline__ double ember_polygamma(int n, double x) {
+    if (n == 0) return ember_digamma(x);
+    double factorial = 1.0;
+    for (int k = 2; k <= n; ++k) factorial *= (double)k;
+    return (n % 2 == 1 ? 1.0 : -1.0) * factorial * ember_hurwitz_zeta((double)(n + 1), x);
+}
+
 template <typename A> __device__ __forceinline__ A unary_float(int op, A x, double p0, double p1) {
     switch (op) {
     case U_NEG: return -x;
@@ -112,6 +202,18 @@ template <typename A> __device__ __forceinline__ A unary_float(int op, A x, doub
         return x > (A)0 ? x * scale : expm1(x) * ((A)1.6732632423543772848170429916717 * scale);
     }
     case U_MISH: return x * tanh(log1p(exp(x)));
+    case U_SINH: return sinh(x);
+    case U_COSH: return cosh(x);
+    case U_ASIN: return asin(x);
+    case U_ACOS: return acos(x);
+    case U_ASINH: return asinh(x);
+    case U_ACOSH: return acosh(x);
+    case U_ATANH: return atanh(x);
+    case U_ERFC: return erfc(x);
+    case U_LGAMMA: return lgamma(x);
+    case U_ERFINV: return (A)ember_erfinv((double)x);
+    case U_DIGAMMA: return (A)ember_digamma((double)x);
+    case U_POLYGAMMA: return (A)ember_polygamma((int)p0, (double)x);
     }
     return x;
 }

@@ -48,6 +48,7 @@ pub use device::Device;
 pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};
 pub use layout::MemoryFormat;
+pub use tensor::Sections;
 pub use tensor::{
     initial_seed, manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg,
     IntoDims, IntoShape, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions, Scalar, Tensor,

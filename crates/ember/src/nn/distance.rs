@@ -1,13 +1,14 @@
 //! Similarities and distances between batches of vectors:
-//! `cosine_similarity` and `pairwise_distance` (`torch.nn.functional`'s), and
-//! their modules. Composites of tensor ops, so they run on every device and
-//! autograd needs no rule of their own.
+//! `cosine_similarity`, `pairwise_distance` and `normalize`
+//! (`torch.nn.functional`'s), and the modules of the first two. Composites of
+//! tensor ops, so they run on every device and autograd needs no rule of their
+//! own.
 
 use crate::{
     dtype::DType,
     error::{Error, Result},
     layout::broadcast_shapes,
-    tensor::Tensor,
+    tensor::{IntoDims, Tensor},
 };
 
 /// The cosine of the angle between `x1` and `x2` along `dim`
@@ -89,6 +90,28 @@ pub fn pairwise_distance(
 ) -> Result<Tensor> {
     let _record = crate::profiler::function("pairwise_distance");
     x1.sub(x2)?.add(eps)?.vector_norm(p, [-1], keepdim)
+}
+
+/// `input` divided by its `p`-norm over `dim` (`F.normalize`; PyTorch's
+/// defaults are `p = 2`, `dim = 1`, `eps = 1e-12`), the norm clamped below at
+/// `eps`: `v / max(‖v‖_p, eps)` for each vector along `dim` (one dim, or
+/// several together). The norm is [`Tensor::vector_norm`]'s (floating-point
+/// input only; float16 and bfloat16 accumulate in float32), and the clamp is
+/// recorded: where the norm is at or below `eps` its gradient is 0, as in
+/// PyTorch.
+///
+/// ```
+/// # use ember::{Device, Tensor};
+/// use ember::nn::functional::normalize;
+/// let x = Tensor::from_vec(vec![3.0f32, 4.0, 0.0, 0.0], [2, 2], &Device::Cpu)?;
+/// let y = normalize(&x, 2.0, 1, 1e-12)?;
+/// assert_eq!(y.to_vec2::<f32>()?, [[0.6, 0.8], [0.0, 0.0]]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn normalize(input: &Tensor, p: f64, dim: impl IntoDims, eps: f64) -> Result<Tensor> {
+    let _record = crate::profiler::function("normalize");
+    let denom = input.vector_norm(p, dim, true)?.clamp_min(eps)?;
+    input.div(&denom)
 }
 
 /// [`cosine_similarity`] as a module (`nn.CosineSimilarity`; defaults `dim =

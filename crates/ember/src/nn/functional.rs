@@ -1,8 +1,10 @@
 //! The functions behind the layers, as in `torch.nn.functional`: `linear`,
 //! `embedding`, the norms, `dropout`, and (from `nn/sdpa.rs`)
 //! `scaled_dot_product_attention` with its paths, (from `nn/activation.rs`) the
-//! activations that take an `inplace` flag, and (from `nn/distance.rs`)
-//! `cosine_similarity` and `pairwise_distance`. Most are composites of tensor
+//! activations that take an `inplace` flag, (from `nn/distance.rs`)
+//! `cosine_similarity`, `pairwise_distance` and `normalize`, and the losses
+//! (from `nn/loss.rs`, `nn/loss_pointwise.rs` and `nn/loss_more.rs`; the
+//! first two's are also at `nn::`). Most are composites of tensor
 //! ops, so they run on every device and autograd needs no rule of its own.
 
 use crate::{
@@ -13,9 +15,21 @@ use crate::{
 
 pub use super::activation::{celu, hardtanh, mish, relu6, selu};
 pub use super::conv_layers::{conv1d, conv_transpose2d};
-pub use super::distance::{cosine_similarity, pairwise_distance};
+pub use super::distance::{cosine_similarity, normalize, pairwise_distance};
 pub use super::embedding_bag::{embedding_bag, BagMode, EmbeddingBagOptions};
 pub use super::instance_norm::{instance_norm, InstanceNormOptions};
+pub use super::loss::{
+    bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,
+    mse_loss, nll_loss, nll_loss_opts, LossOptions, Reduction,
+};
+pub use super::loss_more::{
+    cosine_embedding_loss, gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss,
+    multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss, poisson_nll_loss,
+    soft_margin_loss, triplet_margin_loss,
+};
+pub use super::loss_pointwise::{
+    binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
+};
 pub use super::pixel::{channel_shuffle, fold, pixel_shuffle, pixel_unshuffle, unfold};
 pub use super::pointwise_layers::{
     dropout1d, dropout2d, dropout3d, glu, hardshrink, logsigmoid, softmin, softshrink, softsign,
@@ -385,7 +399,7 @@ pub fn layer_norm(
     // the affine part inside the normalisation's one pass, in its dtype
     let part = |p: Option<&Tensor>| p.map(|p| p.to_dtype(xf.dtype())).transpose();
     let (w, b) = (part(weight)?, part(bias)?);
-    normalize(OP, &xf, &dims, (eps, false), (w.as_ref(), b.as_ref()))?.to_dtype(x.dtype())
+    normalize_trailing(OP, &xf, &dims, (eps, false), (w.as_ref(), b.as_ref()))?.to_dtype(x.dtype())
 }
 
 /// Group normalisation (`F.group_norm`): the channels of `x` (`[N, C, *]`) are
@@ -498,7 +512,8 @@ pub(super) fn group_norm_in(
     norm_params_dtype(OP, x, &[weight, bias])?;
     let xf = upcast(OP, "GroupNormKernelImpl", x)?;
     let groups = xf.reshape([n, num_groups, c / num_groups * hw])?;
-    let mut y = normalize(OP, &groups, &[2], (eps, false), (None, None))?.reshape(x.shape())?;
+    let mut y =
+        normalize_trailing(OP, &groups, &[2], (eps, false), (None, None))?.reshape(x.shape())?;
     // the parameters along dim 1
     let mut per_channel = vec![c];
     per_channel.extend(std::iter::repeat_n(1, x.rank() - 2));
@@ -515,7 +530,7 @@ pub(super) fn group_norm_in(
 /// plus `b` where given (each of the trailing dims' shape, in `x`'s dtype): rows of
 /// the normalised size go through the fused primitive; an empty tensor is computed
 /// from the definition (its statistics are NaN, as PyTorch's).
-fn normalize(
+fn normalize_trailing(
     op: &'static str,
     x: &Tensor,
     dims: &[i64],
@@ -585,11 +600,11 @@ pub fn rms_norm(
     match weight {
         Some(w) if w.dtype() != x.dtype() => {
             let xf = upcast(OP, "rms_norm", x)?;
-            normalize(OP, &xf, &dims, (eps, true), (None, None))?
+            normalize_trailing(OP, &xf, &dims, (eps, true), (None, None))?
                 .mul(w)?
                 .to_dtype(x.dtype())
         }
-        w => normalize(OP, x, &dims, (eps, true), (w, None)),
+        w => normalize_trailing(OP, x, &dims, (eps, true), (w, None)),
     }
 }
 

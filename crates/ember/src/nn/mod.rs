@@ -28,6 +28,8 @@ pub mod init;
 mod instance_norm;
 mod layers;
 mod loss;
+mod loss_modules;
+mod loss_more;
 mod loss_pointwise;
 mod norm;
 mod padding;
@@ -68,6 +70,8 @@ pub use loss::{
     bce_with_logits, bce_with_logits_opts, cross_entropy, cross_entropy_opts, cross_entropy_with,
     mse_loss, nll_loss, nll_loss_opts, LossOptions, Reduction,
 };
+// every loss module (`CrossEntropyLoss`, ..., `TripletMarginLoss`)
+pub use loss_modules::*;
 pub use loss_pointwise::{
     binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
 };

@@ -510,71 +510,8 @@ impl Unflatten {
 
 impl Module for Unflatten {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        unflatten(x, self.dim, &self.sizes)
+        x.unflatten(self.dim, &self.sizes)
     }
-}
-
-/// `x` with `dim` split into `sizes` (`Tensor.unflatten`), with PyTorch's
-/// checks in its order: sizes given, the dim in range, then the inference
-/// of a -1 (at most one, no other negative size, a size that divides).
-fn unflatten(x: &Tensor, dim: i64, sizes: &[i64]) -> Result<Tensor> {
-    const OP: &str = "unflatten";
-    if sizes.is_empty() {
-        return Err(Error::invalid(OP, "unflatten: sizes must be non-empty"));
-    }
-    if x.rank() == 0 {
-        return Err(Error::invalid(
-            OP,
-            format!("unflatten: Dimension specified as {dim} but tensor has no dimensions"),
-        ));
-    }
-    let d = normalize_dim(OP, dim, x.rank())?;
-    let n = x.shape()[d];
-    let mut inferred = None;
-    let mut known: usize = 1;
-    for (i, &s) in sizes.iter().enumerate() {
-        if s == -1 {
-            if inferred.is_some() {
-                return Err(Error::invalid(
-                    OP,
-                    "unflatten: only one dimension can be inferred",
-                ));
-            }
-            inferred = Some(i);
-        } else if s >= 0 {
-            known = known.saturating_mul(s as usize);
-        } else {
-            return Err(Error::invalid(
-                OP,
-                format!("unflatten: invalid shape dimension {s} at index {i} of shape {sizes:?}"),
-            ));
-        }
-    }
-    let fits = n == known || (inferred.is_some() && known > 0 && n.is_multiple_of(known));
-    if !fits {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({n}) in the input tensor"
-            ),
-        ));
-    }
-    let mut split: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
-    if let Some(i) = inferred {
-        if known == 0 {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "unflatten: cannot reshape tensor of 0 elements into shape {sizes:?} because the unspecified dimension size -1 can be any value and is ambiguous"
-                ),
-            ));
-        }
-        split[i] = n / known;
-    }
-    let mut shape = x.shape()[..d].to_vec();
-    shape.extend(split);
-    shape.extend_from_slice(&x.shape()[d + 1..]);
-    x.reshape(shape)
 }
 
 macro_rules! channel_dropout {

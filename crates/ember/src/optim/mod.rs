@@ -1,7 +1,8 @@
 //! Optimizers that update parameters in place on their device: SGD (momentum,
-//! dampening, Nesterov, weight decay), Adam and AdamW, RMSprop and Adagrad, with
-//! PyTorch's update rules; parameter [`Groups`] with their own settings; and
-//! learning-rate schedules that move every group.
+//! dampening, Nesterov, weight decay), Adam and AdamW, RMSprop and Adagrad,
+//! NAdam, RAdam, Adamax, Adadelta, Rprop and ASGD, with PyTorch's update
+//! rules; parameter [`Groups`] with their own settings; and learning-rate
+//! schedules that move every group.
 //!
 //! ```
 //! use ember::optim::{Optimizer, Sgd};
@@ -14,23 +15,34 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod adadelta;
 mod adam;
+mod adam_family;
 mod adaptive;
 pub(crate) mod fused;
 mod grad_scaler;
 mod groups;
+mod rprop_asgd;
 mod schedule;
+mod schedule_more;
 mod sgd;
 mod state;
 
+pub use adadelta::Adadelta;
 pub use adam::Adam;
+pub use adam_family::{Adamax, NAdam, RAdam};
 pub use adaptive::{Adagrad, RmsProp};
 pub use grad_scaler::GradScaler;
 pub use groups::{split_for_weight_decay, Groups};
+pub use rprop_asgd::{Asgd, Rprop};
 pub(crate) use schedule::InitialLrs;
 pub use schedule::{
     Anneal, CosineAnnealingLr, LambdaLr, LinearLr, LrScheduler, OneCycleLr, OneCycleOptions,
     ReduceLrOnPlateau, SequentialLr, StepLr,
+};
+pub use schedule_more::{
+    ChainedScheduler, ConstantLr, CosineAnnealingWarmRestarts, CyclicLr, CyclicMode, CyclicOptions,
+    ExponentialLr, MultiStepLr, MultiplicativeLr, PolynomialLr,
 };
 pub use sgd::Sgd;
 

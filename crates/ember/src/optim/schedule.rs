@@ -56,7 +56,7 @@ pub trait LrScheduler: Send {
 
 /// Each group's current learning rate (the optimizer's `lr()` alone if it
 /// lists no groups).
-fn current_rates(opt: &dyn Optimizer) -> Vec<f64> {
+pub(super) fn current_rates(opt: &dyn Optimizer) -> Vec<f64> {
     let lrs = opt.group_lrs();
     if lrs.is_empty() {
         vec![opt.lr()]
@@ -107,7 +107,11 @@ pub(super) fn group_rates(bases: &[f64], rate: impl Fn(f64) -> f64) -> Vec<f64> 
 
 /// Sets each group's rate to `rate(its current rate, its initial rate)`;
 /// returns the rates the optimizer then holds (PyTorch reads them back).
-fn move_rates(opt: &mut dyn Optimizer, bases: &[f64], rate: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+pub(super) fn move_rates(
+    opt: &mut dyn Optimizer,
+    bases: &[f64],
+    rate: impl Fn(f64, f64) -> f64,
+) -> Vec<f64> {
     let lrs: Vec<f64> = current_rates(opt)
         .into_iter()
         .zip(bases)
@@ -155,6 +159,8 @@ macro_rules! chained_schedule {
     )*};
 }
 chained_schedule!(StepLr, CosineAnnealingLr, LinearLr);
+// (also used by the schedules of schedule_more.rs)
+pub(super) use chained_schedule;
 
 /// Multiplies the learning rate by `gamma` every `step_size` epochs (`StepLR`).
 pub struct StepLr {

@@ -331,13 +331,13 @@ fn to_f32_on(ts: &[&Tensor], which: &[DeviceType]) -> Result<Option<Vec<Tensor>>
 
 /// The ops of PyTorch's CUDA autocast float32 lists that reach ember's shared
 /// unary and reduction entry points, by the names ember's ops give themselves
-/// (PyTorch's `reciprocal` is ember's `recip`; ember has no `sinh`, `cosh`,
-/// `asin` or `acos`): PyTorch runs them in float32 on CUDA, and leaves them in
-/// the input's dtype on the CPU. The list's other ops (softmax, layer_norm,
+/// (PyTorch's `reciprocal` is ember's `recip`): PyTorch runs them in float32
+/// on CUDA, and leaves them in the input's dtype on the CPU. The list's other ops (softmax, layer_norm,
 /// the scans, logsumexp, the norms, pow, cosine_similarity) call
 /// [`to_f32_cuda`] themselves.
 const CUDA_F32_OPS: &[&str] = &[
     "exp", "expm1", "log", "log2", "log10", "log1p", "recip", "rsqrt", "tan", "softplus", "sum",
+    "acos", "asin", "cosh", "sinh", "erfinv",
 ];
 
 /// Whether PyTorch's CUDA autocast runs the op named `name` in float32.

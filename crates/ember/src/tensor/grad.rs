@@ -47,6 +47,19 @@ pub(crate) enum Unary {
     Hardtanh(f64, f64),
     /// Rounding and sign: a zero gradient, as in PyTorch.
     Zero,
+    Sinh,
+    Cosh,
+    Asin,
+    Acos,
+    Asinh,
+    Acosh,
+    Atanh,
+    Erfc,
+    Erfinv,
+    Lgamma,
+    Digamma,
+    /// `polygamma(n, x)`: its gradient is `polygamma(n + 1, x)`.
+    Polygamma(u32),
 }
 
 impl Unary {
@@ -56,7 +69,9 @@ impl Unary {
         use Unary::*;
         match self {
             Neg | Zero => (false, false),
-            Exp | Sqrt | Tanh | Recip | Sigmoid | Relu | Expm1 | Rsqrt | Tan => (false, true),
+            Exp | Sqrt | Tanh | Recip | Sigmoid | Relu | Expm1 | Rsqrt | Tan | Erfinv => {
+                (false, true)
+            }
             _ => (true, false),
         }
     }
@@ -215,6 +230,26 @@ impl Unary {
                     .where_(0.0, &x.lt(3.0)?.where_(&x.div(3.0)?.add(0.5)?, 1.0)?)?,
             ),
             Zero => g.zeros_like(),
+            Sinh => g.mul(&x.cosh()?),
+            Cosh => g.mul(&x.sinh()?),
+            // ±1/√(1 - x²), PyTorch's `(1 - x²).rsqrt()`
+            Asin => g.mul(&x.square()?.neg()?.add(1.0)?.rsqrt()?),
+            Acos => g.mul(&x.square()?.neg()?.add(1.0)?.rsqrt()?.neg()?),
+            Asinh => g.mul(&x.square()?.add(1.0)?.rsqrt()?),
+            Acosh => g.mul(&x.square()?.sub(1.0)?.rsqrt()?),
+            Atanh => g.div(&x.square()?.neg()?.add(1.0)?),
+            // -2/√π e^(-x²)
+            Erfc => g.mul(
+                &x.square()?
+                    .neg()?
+                    .exp()?
+                    .mul(-2.0 / std::f64::consts::PI.sqrt())?,
+            ),
+            // √π/2 e^(y²), y = erfinv(x) the saved output
+            Erfinv => g.mul(&y.square()?.exp()?.mul(std::f64::consts::PI.sqrt() / 2.0)?),
+            Lgamma => g.mul(&x.digamma()?),
+            Digamma => g.mul(&x.polygamma(1)?),
+            Polygamma(n) => g.mul(&x.polygamma(n as i64 + 1)?),
             Clamp(lo, hi) => {
                 // PyTorch's rule: the gradient passes strictly inside the bounds
                 // (`min < x < max`); at a bound, outside, at NaN (or a NaN bound) 0

@@ -548,27 +548,11 @@ impl Tensor {
     /// like `torch.allclose`. A negative `rtol` or `atol` is an error.
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> Result<bool> {
         let _ng = crate::autograd::no_grad_guard();
-        for (name, v) in [("rtol", rtol), ("atol", atol)] {
-            if v.is_nan() || v < 0.0 {
-                return Err(Error::invalid(
-                    "allclose",
-                    format!("{name} must be greater than or equal to zero, but got {v}"),
-                ));
-            }
-        }
+        super::math_more::check_tolerances("allclose", rtol, atol)?;
         let (a, b) = (self.to_dtype(DType::F64)?, other.to_dtype(DType::F64)?);
-        let diff = a.sub(&b)?.abs()?;
-        let tol = b.abs()?.mul(rtol)?.add(atol)?;
-        // an infinite difference is never within an (infinite) tolerance:
-        // 1 and ∞, or ∞ and -∞, are not close
-        let close = diff
-            .le(&tol)?
-            .logical_and(&diff.isfinite()?)?
-            .logical_or(&a.eq(&b)?)?
-            .to_dtype(DType::I64)?
-            .sum_all()?
-            .item::<i64>()?;
-        Ok(close as usize == diff.numel())
+        let mask = super::math_more::close_mask(&a, &b, rtol, atol, false)?;
+        let close = mask.to_dtype(DType::I64)?.sum_all()?.item::<i64>()?;
+        Ok(close as usize == mask.numel())
     }
 
     /// The largest `|self - other|` (shapes broadcast); NaN when either holds NaN.

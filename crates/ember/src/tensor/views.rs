@@ -17,7 +17,7 @@ impl Tensor {
     pub fn reshape(&self, shape: impl IntoShape) -> Result<Tensor> {
         let dims = infer_shape("reshape", &shape, self.numel())?;
         match self.layout().view(&dims) {
-            Some(l) => Ok(self.view_as("reshape", l, ViewGrad::Reshape)),
+            Some(l) => Ok(self.view_with("reshape", l, ViewGrad::Reshape)),
             None => {
                 let copied = self.copy()?.with_layout_owned(Layout::contiguous(&dims));
                 Ok(Tensor::record(copied, "reshape", &[self], |_| {
@@ -33,7 +33,7 @@ impl Tensor {
     pub fn view(&self, shape: impl IntoShape) -> Result<Tensor> {
         let dims = infer_shape("view", &shape, self.numel())?;
         match self.layout().view(&dims) {
-            Some(l) => Ok(self.view_as("view", l, ViewGrad::Reshape)),
+            Some(l) => Ok(self.view_with("view", l, ViewGrad::Reshape)),
             None => Err(Error::invalid(
                 "view",
                 "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use .reshape(...) instead",
@@ -72,7 +72,7 @@ impl Tensor {
         if self.rank() == 0 || self.shape()[d] != 1 {
             return Ok(self.clone());
         }
-        Ok(self.view_as("squeeze", self.layout().select(d, 0), ViewGrad::Reshape))
+        Ok(self.view_with("squeeze", self.layout().select(d, 0), ViewGrad::Reshape))
     }
 
     /// Removes every size-1 dim.
@@ -83,13 +83,13 @@ impl Tensor {
                 l = l.select(d, 0);
             }
         }
-        Ok(self.view_as("squeeze", l, ViewGrad::Reshape))
+        Ok(self.view_with("squeeze", l, ViewGrad::Reshape))
     }
 
     /// Inserts a size-1 dim at `dim` (which may be `rank`, or negative).
     pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
         let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
-        Ok(self.view_as("unsqueeze", self.layout().unsqueeze(d), ViewGrad::Reshape))
+        Ok(self.view_with("unsqueeze", self.layout().unsqueeze(d), ViewGrad::Reshape))
     }
 
     /// Swaps two dims.
@@ -101,7 +101,7 @@ impl Tensor {
         }
         let a = normalize_dim("transpose", dim0, self.rank())?;
         let b = normalize_dim("transpose", dim1, self.rank())?;
-        Ok(self.view_as(
+        Ok(self.view_with(
             "transpose",
             self.layout().transpose(a, b),
             ViewGrad::Transpose(a, b),
@@ -144,7 +144,7 @@ impl Tensor {
             }
             p.push(n);
         }
-        Ok(self.view_as(
+        Ok(self.view_with(
             "permute",
             self.layout().permute(&p),
             ViewGrad::Permute(p.to_vec()),
@@ -164,7 +164,7 @@ impl Tensor {
             ));
         }
         let (s, e) = (s as usize, s as usize + len);
-        Ok(self.view_as(
+        Ok(self.view_with(
             "narrow",
             self.layout().slice(d, s, e, 1),
             ViewGrad::region(move |t| Ok(t.with_layout(t.layout().slice(d, s, e, 1)))),
@@ -190,7 +190,7 @@ impl Tensor {
         let s = start.map_or(0, fix);
         let e = end.map_or(n as usize, fix);
         let e = e.max(s);
-        Ok(self.view_as(
+        Ok(self.view_with(
             "slice",
             self.layout().slice(d, s, e, step),
             ViewGrad::region(move |t| Ok(t.with_layout(t.layout().slice(d, s, e, step)))),
@@ -212,7 +212,7 @@ impl Tensor {
             });
         }
         let i = i as usize;
-        Ok(self.view_as(
+        Ok(self.view_with(
             "select",
             self.layout().select(d, i),
             ViewGrad::region(move |t| Ok(t.with_layout(t.layout().select(d, i)))),
@@ -268,7 +268,7 @@ impl Tensor {
                 ));
             }
         }
-        Ok(self.view_as(
+        Ok(self.view_with(
             "expand",
             self.layout().broadcast_to("expand", &dims)?,
             ViewGrad::Expand,
@@ -498,7 +498,7 @@ impl ViewGrad {
 
 impl Tensor {
     /// A view with `layout`, recording how its gradient returns to this tensor.
-    fn view_as(&self, name: &'static str, layout: Layout, rule: ViewGrad) -> Tensor {
+    fn view_with(&self, name: &'static str, layout: Layout, rule: ViewGrad) -> Tensor {
         let out = self.with_layout(layout);
         Tensor::record_reusable(out, name, &[self], |_| {
             let shape = self.shape().to_vec();

@@ -37,6 +37,13 @@ Writes nn_cases.json next to this file:
   average and max pooling (with indices), max_pool2d's indices, max_unpool2d,
   unfold and fold (outputs, indices, input gradients); bool unfold and fold;
   PyTorch's refusals.
+- optimizers2: NAdam, RAdam, Adamax, Adadelta, Rprop and ASGD (weight decay,
+  decoupled decay, maximize) on the objective of `optimizers`, their
+  trajectories (and ASGD's averages);
+- schedulers2: MultiStepLR, ExponentialLR, ConstantLR, PolynomialLR,
+  MultiplicativeLR, CosineAnnealingWarmRestarts (also fractional epochs),
+  CyclicLR (its three modes, momentum cycled) and ChainedScheduler over two
+  parameter groups: rates after each step, and step(epoch)'s closed forms.
 - rnn_utils: pad_sequence (lengths, trailing dims, broadcasting, dtypes, both
   sides, batch-first) with each sequence's gradient, unpad_sequence;
   PyTorch's refusals.
@@ -45,6 +52,7 @@ Run from anywhere: python3 crates/ember/tests/golden/gen_nn.py [SECTION...]
 """
 import csv
 import json
+import math
 import os
 import sys
 
@@ -1797,6 +1805,589 @@ def layers3_cases():
     return {"cases": cases, "errors": errors, "dropout": dropout}
 
 
+def optimizer2_cases():
+    """NAdam, RAdam, Adamax, Adadelta, Rprop and ASGD on the objective of `optimizer_cases`
+    (a second parameter without a gradient at the first two steps). RAdam's
+    cases take nine steps: its rectified step starts once the moving
+    average's length passes 5, at a parameter's sixth step."""
+    out = []
+    O = torch.optim
+    configs = [
+        ("nadam", lambda p: O.NAdam(p, lr=0.01), {"lr": 0.01}, 5),
+        ("nadam_full", lambda p: O.NAdam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1,
+                                         momentum_decay=0.01),
+         {"lr": 0.02, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.1, "momentum_decay": 0.01}, 5),
+        ("nadam_decoupled_maximize", lambda p: O.NAdam(p, lr=0.02, weight_decay=0.1, decoupled_weight_decay=True,
+                                                       maximize=True),
+         {"lr": 0.02, "weight_decay": 0.1, "decoupled_weight_decay": True, "maximize": True}, 5),
+        ("radam", lambda p: O.RAdam(p, lr=0.01), {"lr": 0.01}, 9),
+        ("radam_wd", lambda p: O.RAdam(p, lr=0.02, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1),
+         {"lr": 0.02, "betas": [0.8, 0.9], "eps": 1e-6, "weight_decay": 0.1}, 9),
+        ("radam_decoupled_maximize", lambda p: O.RAdam(p, lr=0.02, weight_decay=0.1, decoupled_weight_decay=True,
+                                                       maximize=True),
+         {"lr": 0.02, "weight_decay": 0.1, "decoupled_weight_decay": True, "maximize": True}, 9),
+        ("adamax", lambda p: O.Adamax(p, lr=0.02), {"lr": 0.02}, 5),
+        # a fast-forgetting norm, so that |g| + eps and the decayed norm both win
+        ("adamax_full", lambda p: O.Adamax(p, lr=0.05, betas=(0.8, 0.5), eps=1e-4, weight_decay=0.1),
+         {"lr": 0.05, "betas": [0.8, 0.5], "eps": 1e-4, "weight_decay": 0.1}, 5),
+        ("adamax_maximize", lambda p: O.Adamax(p, lr=0.02, weight_decay=0.1, maximize=True),
+         {"lr": 0.02, "weight_decay": 0.1, "maximize": True}, 5),
+        ("adadelta", lambda p: O.Adadelta(p), {"lr": 1.0}, 5),
+        ("adadelta_full", lambda p: O.Adadelta(p, lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1),
+         {"lr": 0.5, "rho": 0.8, "eps": 1e-4, "weight_decay": 0.1}, 5),
+        ("adadelta_maximize", lambda p: O.Adadelta(p, lr=1.0, weight_decay=0.1, maximize=True),
+         {"lr": 1.0, "weight_decay": 0.1, "maximize": True}, 5),
+        ("rprop", lambda p: O.Rprop(p, lr=0.05), {"lr": 0.05}, 6),
+        # a tight cap on the step size and a fast shrink, with maximize
+        ("rprop_full_maximize", lambda p: O.Rprop(p, lr=0.3, etas=(0.3, 1.5), step_sizes=(0.01, 0.4), maximize=True),
+         {"lr": 0.3, "etas": [0.3, 1.5], "step_sizes": [0.01, 0.4], "maximize": True}, 6),
+        # t0 small enough that the running average starts within the steps
+        ("asgd", lambda p: O.ASGD(p, lr=0.05, lambd=0.01, alpha=0.5, t0=2.0, weight_decay=0.1),
+         {"lr": 0.05, "lambd": 0.01, "alpha": 0.5, "t0": 2.0, "weight_decay": 0.1}, 6),
+        ("asgd_default_maximize", lambda p: O.ASGD(p, lr=0.05, maximize=True), {"lr": 0.05, "maximize": True}, 5),
+    ]
+    for name, make, cfg, steps in configs:
+        w = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)
+        late = torch.tensor([0.7, -1.5], requires_grad=True)
+        opt = make([w, late])
+        traj, late_traj = [], []
+        for step in range(steps):
+            opt.zero_grad()
+            loss = (w ** 4).sum() * 0.1 + (w * torch.tensor([1.0, 2.0, -1.0, 0.5])).sum()
+            if step >= 2:
+                loss = loss + (late ** 4).sum() * 0.2 + (late * torch.tensor([-1.0, 0.5])).sum()
+            loss.backward()
+            opt.step()
+            traj.append(flat(w))
+            late_traj.append(flat(late))
+        case = {"name": name, "config": cfg, "init": [1.0, -2.0, 0.5, 3.0], "trajectory": traj,
+                "late_init": [0.7, -1.5], "late_trajectory": late_traj}
+        if name.startswith("asgd"):
+            # the averaged parameters at the end
+            case["ax"] = [flat(opt.state[p]["ax"]) for p in (w, late)]
+        out.append(case)
+    return out
+
+
+def scheduler2_cases():
+    """More schedules over an optimizer of two parameter groups (lr 0.1 and
+    0.02; SGD with momentum 0.9, or Adam where the name says so): the rates
+    after construction and after each step ("group_lrs"), the first group's
+    momentum (cycled by CyclicLR), and where PyTorch has a closed form (or sets
+    its rates outright) the rates of `step(epoch)` at epochs 0, 1, ... on a
+    fresh schedule ("closed"). "epochs": the fractional epochs a warm-restart
+    case is stepped with instead."""
+    S = torch.optim.lr_scheduler
+    cases = [
+        ("multistep", lambda o: S.MultiStepLR(o, milestones=[2, 5, 5, 9], gamma=0.5), 12, True),
+        ("multistep_zero", lambda o: S.MultiStepLR(o, milestones=[3, 0], gamma=0.1), 6, True),
+        ("exponential", lambda o: S.ExponentialLR(o, gamma=0.8), 8, True),
+        ("constant", lambda o: S.ConstantLR(o, factor=0.25, total_iters=4), 8, True),
+        ("constant_default", lambda o: S.ConstantLR(o), 8, True),
+        ("polynomial", lambda o: S.PolynomialLR(o, total_iters=6, power=2.0), 9, True),
+        ("polynomial_default", lambda o: S.PolynomialLR(o), 8, True),
+        ("multiplicative", lambda o: S.MultiplicativeLR(o, lambda e: 0.9 if e % 2 else 0.7), 8, False),
+        ("warm_restarts", lambda o: S.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2, eta_min=0.001), 24, True),
+        ("warm_restarts_mult1", lambda o: S.CosineAnnealingWarmRestarts(o, T_0=4), 10, True),
+        ("warm_restarts_fractional", lambda o: S.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2, eta_min=0.001),
+         8, False),
+        ("cyclic_triangular", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=3), 14, True),
+        ("cyclic_triangular2", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2, step_size_down=4,
+                                                    mode="triangular2"), 20, True),
+        ("cyclic_exp_range_adam", lambda o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=3, mode="exp_range",
+                                                       gamma=0.9, base_momentum=0.85, max_momentum=0.95), 14, True),
+        ("cyclic_no_momentum", lambda o: S.CyclicLR(o, base_lr=0.02, max_lr=0.2, step_size_up=2,
+                                                    cycle_momentum=False), 8, True),
+        ("chained", lambda o: S.ChainedScheduler([S.ConstantLR(o, factor=0.5, total_iters=3),
+                                                  S.ExponentialLR(o, gamma=0.9)]), 8, False),
+        ("chained_linear_multistep", lambda o: S.ChainedScheduler([S.LinearLR(o, 0.2, 1.0, 3),
+                                                                   S.MultiStepLR(o, [4, 6], 0.5)]), 10, False),
+        ("sequential_constant_exponential", lambda o: S.SequentialLR(o, [S.ConstantLR(o, 0.5, 2),
+                                                                         S.ExponentialLR(o, 0.9)], [3]), 8, False),
+    ]
+    fractional = [0.5, 1.0, 2.25, 3.0, 3.5, 7.75, 10.0, 2.0]
+    import warnings
+
+    def fresh(name):
+        groups = [{"params": [torch.zeros(1, requires_grad=True)]},
+                  {"params": [torch.zeros(1, requires_grad=True)], "lr": 0.02}]
+        adam = "adam" in name
+        opt = torch.optim.Adam(groups, lr=0.1) if adam else torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+
+        def momentum():
+            g = opt.param_groups[0]
+            return g["betas"][0] if adam else g["momentum"]
+        return opt, momentum
+
+    out = []
+    for name, make, steps, has_closed in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            opt, momentum = fresh(name)
+            sched = make(opt)
+            initial = [g["lr"] for g in opt.param_groups]
+            initial_momentum = momentum()
+            lrs, momenta, last = [], [], []
+            epochs = fractional if name.endswith("fractional") else []
+            for k in range(steps):
+                opt.step()
+                sched.step(epochs[k]) if epochs else sched.step()
+                lrs.append([g["lr"] for g in opt.param_groups])
+                momenta.append(momentum())
+                last.append(list(sched.get_last_lr()))
+                assert last[-1] == lrs[-1], name
+            closed = []
+            if has_closed:
+                for k in range(steps):
+                    o2, _ = fresh(name)
+                    s2 = make(o2)
+                    s2.step(k)
+                    closed.append([g["lr"] for g in o2.param_groups])
+        out.append({"name": name, "initial_groups": initial, "group_lrs": lrs,
+                    "initial_momentum": initial_momentum, "momenta": momenta,
+                    "closed": closed, "epochs": epochs,
+                    "last_epoch": sched.last_epoch if hasattr(sched, "last_epoch") else steps})
+    return out
+
+
+def losses2_cases():
+    """The losses added with loss_more.rs (margin ranking, hinge embedding, soft
+    margin, multi-label soft margin, cosine embedding, triplet, Poisson and
+    Gaussian NLL, multi-class and multi-label margin) and F.normalize, in
+    float64 (a few in float32), and the loss modules with options other than
+    their defaults (class weights, ignore_index, label_smoothing, pos_weight,
+    beta, delta, batchmean, ...). Per case: the function ("fn": a functional
+    name, or a module's class name), its options ("args"), its tensors by
+    argument name (int64 class indices marked "int"; "grad" where the tensor
+    requires a gradient), the value, and each gradient PyTorch computes for the
+    output gradient 1 (a reduced loss) or linspace(-1, 1.3) (per element);
+    null where PyTorch gives that tensor none. "half": float16 and bfloat16
+    inputs (values exact in the dtype), with PyTorch CPU's results where its
+    CPU kernel takes them, else the float64 results of the same values
+    ("reference": "float64"). "errors": a phrase of PyTorch's message for
+    refused calls (tests/tensor/nn/losses2.rs builds the same calls by name)."""
+    torch.manual_seed(11)
+    cases, halves, errors = [], [], []
+
+    def num(x):
+        # a non-finite number as a string ("nan", "inf", "-inf"): JSON has none
+        x = float(x)
+        return x if math.isfinite(x) else str(x)
+
+    def tensor_json(t):
+        return {"shape": list(t.shape), "values": [num(v) for v in t.detach().reshape(-1).tolist()]}
+
+    def json_args(args):
+        return {k: (num(v) if isinstance(v, float) else v) for k, v in args.items()}
+
+    def call(fn, args, ts):
+        a = dict(args)
+        red = a.pop("reduction", "mean")
+        if fn == "margin_ranking":
+            return F.margin_ranking_loss(ts["input1"], ts["input2"], ts["target"], margin=a.get("margin", 0.0),
+                                         reduction=red)
+        if fn == "hinge_embedding":
+            return F.hinge_embedding_loss(ts["input"], ts["target"], margin=a.get("margin", 1.0), reduction=red)
+        if fn == "soft_margin":
+            return F.soft_margin_loss(ts["input"], ts["target"], reduction=red)
+        if fn == "multilabel_soft_margin":
+            return F.multilabel_soft_margin_loss(ts["input"], ts["target"], weight=ts.get("weight"), reduction=red)
+        if fn == "cosine_embedding":
+            return F.cosine_embedding_loss(ts["input1"], ts["input2"], ts["target"], margin=a.get("margin", 0.0),
+                                           reduction=red)
+        if fn == "triplet_margin":
+            return F.triplet_margin_loss(ts["anchor"], ts["positive"], ts["negative"], margin=a.get("margin", 1.0),
+                                         p=a.get("p", 2.0), eps=a.get("eps", 1e-6), swap=a.get("swap", False),
+                                         reduction=red)
+        if fn == "poisson_nll":
+            return F.poisson_nll_loss(ts["input"], ts["target"], log_input=a.get("log_input", True),
+                                      full=a.get("full", False), eps=a.get("eps", 1e-8), reduction=red)
+        if fn == "gaussian_nll":
+            var = ts["var"] if "var" in ts else a["var_scalar"]
+            return F.gaussian_nll_loss(ts["input"], ts["target"], var, full=a.get("full", False),
+                                       eps=a.get("eps", 1e-6), reduction=red)
+        if fn == "multi_margin":
+            return F.multi_margin_loss(ts["input"], ts["target"], p=a.get("p", 1), margin=a.get("margin", 1.0),
+                                       weight=ts.get("weight"), reduction=red)
+        if fn == "multilabel_margin":
+            return F.multilabel_margin_loss(ts["input"], ts["target"], reduction=red)
+        if fn == "normalize":
+            return F.normalize(ts["input"], p=a.get("p", 2.0), dim=tuple(a["dim"]), eps=a.get("eps", 1e-12))
+        # the modules
+        w = {k: ts[k] for k in ("weight", "pos_weight") if k in ts}
+        if fn == "CrossEntropyLoss":
+            m = nn.CrossEntropyLoss(ignore_index=a.get("ignore_index", -100), reduction=red,
+                                    label_smoothing=a.get("label_smoothing", 0.0), **w)
+        elif fn == "NLLLoss":
+            m = nn.NLLLoss(ignore_index=a.get("ignore_index", -100), reduction=red, **w)
+        elif fn == "BCELoss":
+            m = nn.BCELoss(reduction=red, **w)
+        elif fn == "BCEWithLogitsLoss":
+            m = nn.BCEWithLogitsLoss(reduction=red, **w)
+        elif fn == "KLDivLoss":
+            m = nn.KLDivLoss(reduction="batchmean" if a.get("batchmean") else red, log_target=a.get("log_target", False))
+        elif fn == "SmoothL1Loss":
+            m = nn.SmoothL1Loss(reduction=red, beta=a.get("beta", 1.0))
+        elif fn == "HuberLoss":
+            m = nn.HuberLoss(reduction=red, delta=a.get("delta", 1.0))
+        elif fn == "L1Loss":
+            m = nn.L1Loss(reduction=red)
+        elif fn == "MSELoss":
+            m = nn.MSELoss(reduction=red)
+        elif fn == "MultiMarginLoss":
+            m = nn.MultiMarginLoss(p=a.get("p", 1), margin=a.get("margin", 1.0), reduction=red, **w)
+        elif fn == "MultiLabelSoftMarginLoss":
+            m = nn.MultiLabelSoftMarginLoss(reduction=red, **w)
+        elif fn == "TripletMarginLoss":
+            m = nn.TripletMarginLoss(margin=a.get("margin", 1.0), p=a.get("p", 2.0), eps=a.get("eps", 1e-6),
+                                     swap=a.get("swap", False), reduction=red)
+            return m(ts["anchor"], ts["positive"], ts["negative"])
+        else:
+            raise AssertionError(fn)
+        return m(ts["input"], ts["target"])
+
+    # tensors that never get a gradient in PyTorch's losses (refused if they require one)
+    NO_GRAD = {("soft_margin", "target"), ("multi_margin", "weight"), ("MultiMarginLoss", "weight"),
+               ("CrossEntropyLoss", "weight"), ("NLLLoss", "weight"), ("BCELoss", "weight"),
+               ("BCEWithLogitsLoss", "weight"), ("BCEWithLogitsLoss", "pos_weight")}
+
+    def run(name, fn, tensors, dtype=torch.float64, **args):
+        """tensors: argument name -> tensor (int64 ones are class indices)."""
+        ts, info = {}, {}
+        for k, t in tensors.items():
+            is_int = not t.is_floating_point()
+            t = t if is_int else t.to(dtype)
+            grad = not is_int and (fn, k) not in NO_GRAD
+            ts[k] = t.clone().requires_grad_(grad)
+            info[k] = {"t": tensor_json(t), "int": is_int, "grad": grad}
+        v = call(fn, args, ts)
+        v.backward(torch.linspace(-1, 1.3, v.numel(), dtype=v.dtype).reshape(v.shape) if v.dim() else None)
+        grads = {k: (tensor_json(ts[k].grad) if ts[k].grad is not None else None)
+                 for k in ts if info[k]["grad"]}
+        cases.append({"name": name, "fn": fn, "args": json_args(args),
+                      "dtype": "float32" if dtype == torch.float32 else "float64",
+                      "tensors": info, "value": tensor_json(v), "value_dtype": str(v.dtype).replace("torch.", ""),
+                      "grads": grads})
+
+    sign = lambda *s: torch.randint(0, 2, s).double() * 2 - 1
+    rn = torch.randn
+    # margin ranking: margins, broadcasting, an integer target, ties at the hinge
+    for red in ("mean", "sum", "none"):
+        run(f"mrl_{red}", "margin_ranking", {"input1": rn(6), "input2": rn(6), "target": sign(6)}, reduction=red)
+    run("mrl_margin_2d", "margin_ranking", {"input1": rn(3, 4), "input2": rn(3, 4), "target": sign(3, 4)}, margin=0.5,
+        reduction="none")
+    run("mrl_broadcast", "margin_ranking", {"input1": rn(3, 4), "input2": rn(1, 4), "target": sign(3, 1)}, margin=0.2,
+        reduction="none")
+    run("mrl_int_target", "margin_ranking", {"input1": rn(5), "input2": rn(5),
+                                             "target": torch.tensor([1, -1, 1, 1, -1])}, margin=0.3)
+    run("mrl_ties", "margin_ranking", {"input1": torch.tensor([1., 2., 3.]), "input2": torch.tensor([1., 2.5, 1.]),
+                                       "target": torch.tensor([1., 1., -1.])}, reduction="sum")
+    run("mrl_0d", "margin_ranking", {"input1": rn(()), "input2": rn(()), "target": torch.tensor(-1.)}, margin=0.4,
+        reduction="none")
+    run("mrl_f32", "margin_ranking", {"input1": rn(8), "input2": rn(8), "target": sign(8)}, torch.float32, margin=0.1)
+    # hinge embedding
+    for red in ("mean", "sum", "none"):
+        run(f"hinge_{red}", "hinge_embedding", {"input": rn(3, 4).abs() * 1.5, "target": sign(3, 4)}, reduction=red)
+    run("hinge_margin_broadcast", "hinge_embedding", {"input": rn(3, 4), "target": sign(4)}, margin=0.5,
+        reduction="none")
+    run("hinge_other_targets", "hinge_embedding", {"input": torch.tensor([0.5, 1.0, 2.0, 0.3, -0.7]),
+                                                   "target": torch.tensor([-1., -1., -1., 0., 2.])}, reduction="none")
+    run("hinge_target_bigger", "hinge_embedding", {"input": rn(4), "target": sign(2, 4)}, margin=2.0, reduction="sum")
+    # soft margin
+    for red in ("mean", "sum", "none"):
+        run(f"soft_{red}", "soft_margin", {"input": rn(3, 5) * 2, "target": sign(3, 5)}, reduction=red)
+    run("soft_broadcast_target", "soft_margin", {"input": rn(3, 4), "target": sign(4)}, reduction="none")
+    run("soft_int_target", "soft_margin", {"input": rn(6), "target": torch.tensor([1, -1, 1, -1, -1, 1])})
+    run("soft_f32", "soft_margin", {"input": rn(7), "target": sign(7)}, torch.float32)
+    # multi-label soft margin
+    for red in ("mean", "sum", "none"):
+        run(f"mlsm_{red}", "multilabel_soft_margin", {"input": rn(4, 5), "target": torch.rand(4, 5).round()},
+            reduction=red)
+    run("mlsm_weight", "multilabel_soft_margin", {"input": rn(4, 5), "target": torch.rand(4, 5),
+                                                  "weight": torch.rand(5) + 0.5}, reduction="none")
+    run("mlsm_1d", "multilabel_soft_margin", {"input": rn(6), "target": torch.rand(6).round()})
+    run("mlsm_3d", "multilabel_soft_margin", {"input": rn(2, 3, 4), "target": torch.rand(2, 3, 4).round(),
+                                              "weight": torch.rand(3, 1) + 0.5}, reduction="none")
+    run("mlsm_target_broadcast", "multilabel_soft_margin", {"input": rn(3, 4), "target": torch.rand(4)},
+        reduction="sum")
+    # cosine embedding
+    for red in ("mean", "sum", "none"):
+        run(f"cos_{red}", "cosine_embedding", {"input1": rn(5, 3), "input2": rn(5, 3), "target": sign(5)},
+            reduction=red)
+    run("cos_margin", "cosine_embedding", {"input1": rn(6, 4), "input2": rn(6, 4),
+                                           "target": torch.tensor([1., -1., -1., 0., -1., 2.])}, margin=-0.2,
+        reduction="none")
+    run("cos_0d_target", "cosine_embedding", {"input1": rn(4), "input2": rn(4), "target": torch.tensor(-1.)},
+        margin=-0.5)
+    run("cos_broadcast", "cosine_embedding", {"input1": rn(4, 3), "input2": rn(1, 3), "target": sign(1)},
+        reduction="none")
+    run("cos_int_target", "cosine_embedding", {"input1": rn(4, 3), "input2": rn(4, 3),
+                                               "target": torch.tensor([1, -1, -1, 1])}, margin=0.1, reduction="sum")
+    run("cos_zero_vector", "cosine_embedding", {"input1": torch.zeros(2, 3), "input2": rn(2, 3),
+                                                "target": torch.tensor([1., -1.])}, reduction="none")
+    # triplet
+    for red in ("mean", "sum", "none"):
+        run(f"trip_{red}", "triplet_margin", {"anchor": rn(5, 3), "positive": rn(5, 3), "negative": rn(5, 3)},
+            reduction=red)
+    run("trip_swap", "triplet_margin", {"anchor": rn(6, 4), "positive": rn(6, 4), "negative": rn(6, 4)}, swap=True,
+        margin=2.0, reduction="none")
+    for p in (1.0, 3.0, float("inf")):
+        run(f"trip_p{p}", "triplet_margin", {"anchor": rn(4, 3), "positive": rn(4, 3), "negative": rn(4, 3)}, p=p,
+            eps=1e-3, margin=1.5, reduction="none")
+    run("trip_3d_broadcast", "triplet_margin", {"anchor": rn(2, 3, 4), "positive": rn(1, 3, 4),
+                                                "negative": rn(2, 1, 4)}, margin=0.5, reduction="none")
+    run("trip_1d", "triplet_margin", {"anchor": rn(5), "positive": rn(5), "negative": rn(5)}, margin=3.0)
+    # Poisson NLL
+    counts = lambda *s: torch.randint(0, 6, s).double()
+    for red in ("mean", "sum", "none"):
+        run(f"pois_{red}", "poisson_nll", {"input": rn(3, 4), "target": counts(3, 4)}, reduction=red)
+    run("pois_full", "poisson_nll", {"input": rn(6), "target": torch.tensor([0., 1., 2., 5., 1.5, 3.])}, full=True,
+        reduction="none")
+    run("pois_rate", "poisson_nll", {"input": torch.rand(5) * 3, "target": counts(5)}, log_input=False)
+    run("pois_rate_full_eps", "poisson_nll", {"input": torch.rand(2, 4) * 3 + 0.1, "target": torch.rand(2, 4) * 5},
+        log_input=False, full=True, eps=0.01, reduction="none")
+    run("pois_broadcast", "poisson_nll", {"input": rn(3, 4), "target": counts(4)}, reduction="sum")
+    run("pois_int_target", "poisson_nll", {"input": rn(4), "target": torch.tensor([0, 1, 4, 2])})
+    # Gaussian NLL: each var shape PyTorch takes
+    for red in ("mean", "sum", "none"):
+        run(f"gauss_{red}", "gaussian_nll", {"input": rn(4, 3), "target": rn(4, 3), "var": torch.rand(4, 3) + 0.1},
+            reduction=red)
+    run("gauss_full", "gaussian_nll", {"input": rn(4, 3), "target": rn(4, 3), "var": torch.rand(4, 3) + 0.1},
+        full=True, reduction="none")
+    run("gauss_var_short", "gaussian_nll", {"input": rn(4, 3), "target": rn(4, 3), "var": torch.rand(4) + 0.1},
+        reduction="none")
+    run("gauss_var_one", "gaussian_nll", {"input": rn(2, 3, 4), "target": rn(2, 3, 4), "var": torch.rand(2, 1, 4) + 0.1},
+        reduction="none")
+    run("gauss_var_clamped", "gaussian_nll", {"input": rn(5), "target": rn(5),
+                                              "var": torch.tensor([0., 1e-9, 0.5, 2.0, 1e-3])}, eps=1e-4,
+        reduction="none")
+    run("gauss_var_scalar", "gaussian_nll", {"input": rn(3, 2), "target": rn(3, 2)}, var_scalar=0.7, full=True)
+    run("gauss_var_0d_1d", "gaussian_nll", {"input": rn(5), "target": rn(5), "var": torch.tensor(0.3)})
+    run("gauss_target_broadcast", "gaussian_nll", {"input": rn(4, 3), "target": rn(1, 3),
+                                                   "var": torch.rand(4, 1) + 0.2}, reduction="none")
+    run("gauss_f32", "gaussian_nll", {"input": rn(6), "target": rn(6), "var": torch.rand(6) + 0.1}, torch.float32)
+    # multi-class margin
+    tg = torch.tensor([0, 3, 1, 2, 3])
+    for red in ("mean", "sum", "none"):
+        run(f"mm_{red}", "multi_margin", {"input": rn(5, 4), "target": tg}, reduction=red)
+    run("mm_p2_margin_weight", "multi_margin", {"input": rn(5, 4), "target": tg, "weight": torch.rand(4) + 0.5}, p=2,
+        margin=0.7, reduction="none")
+    run("mm_weight_mean", "multi_margin", {"input": rn(5, 4), "target": tg, "weight": torch.rand(4) + 0.5})
+    run("mm_1d", "multi_margin", {"input": rn(4), "target": torch.tensor(2)}, margin=2.0, reduction="none")
+    run("mm_1d_target1", "multi_margin", {"input": rn(4), "target": torch.tensor([1])}, margin=2.0, reduction="none")
+    run("mm_ties", "multi_margin", {"input": torch.tensor([[0.5, 1.5, 0.5], [0.0, 1.0, 3.0]]),
+                                    "target": torch.tensor([1, 2])}, reduction="none")
+    run("mm_0d", "multi_margin", {"input": rn(()), "target": torch.tensor(0)}, reduction="none")
+    run("mm_f32", "multi_margin", {"input": rn(6, 5), "target": torch.tensor([0, 1, 2, 3, 4, 0])}, torch.float32, p=2)
+    # multi-label margin
+    mt = torch.tensor([[0, 2, -1, 1], [3, -1, 0, 0], [1, 1, -1, 2], [0, 1, 2, 3], [-1, 0, 1, 2]])
+    for red in ("mean", "sum", "none"):
+        run(f"mml_{red}", "multilabel_margin", {"input": rn(5, 4), "target": mt}, reduction=red)
+    run("mml_1d", "multilabel_margin", {"input": rn(4), "target": torch.tensor([3, 0, -1, 1])}, reduction="none")
+    run("mml_ties", "multilabel_margin", {"input": torch.tensor([[0.5, 1.5, 0.5]]), "target": torch.tensor([[1, -1, 0]])},
+        reduction="none")
+    run("mml_0d", "multilabel_margin", {"input": rn(()), "target": torch.tensor(0)})
+    run("mml_f32", "multilabel_margin", {"input": rn(3, 6), "target": torch.tensor([[5, 0, -1, 0, 0, 0],
+                                                                                   [1, 2, 3, -1, 0, 0],
+                                                                                   [0, 1, 2, 3, 4, 5]])},
+        torch.float32)
+    # F.normalize
+    run("normalize", "normalize", {"input": rn(3, 4)}, dim=[1])
+    run("normalize_p1_dim0", "normalize", {"input": rn(3, 4)}, p=1.0, dim=[0])
+    run("normalize_inf", "normalize", {"input": rn(2, 3, 4)}, p=float("inf"), dim=[-1])
+    run("normalize_dims", "normalize", {"input": rn(2, 3, 4)}, p=3.0, dim=[0, 2])
+    run("normalize_small", "normalize", {"input": torch.tensor([[3., 4.], [0., 0.], [1e-3, 0.]])}, eps=0.01, dim=[1])
+    run("normalize_f32", "normalize", {"input": rn(4, 5)}, torch.float32, dim=[1])
+
+    # the modules, with options other than their defaults
+    logits, cls = rn(6, 4), torch.tensor([0, 3, 1, -1, 2, 3])
+    cw = torch.tensor([0.5, 2.0, 1.0, 1.5])
+    run("ce_weight_ignore_smooth", "CrossEntropyLoss", {"input": logits, "target": cls, "weight": cw},
+        ignore_index=-1, label_smoothing=0.2)
+    run("ce_weight_sum", "CrossEntropyLoss", {"input": logits, "target": cls.clamp_min(0), "weight": cw},
+        reduction="sum")
+    run("ce_ignore_none_2d", "CrossEntropyLoss", {"input": rn(2, 3, 5), "target": torch.tensor([[0, 2, 7, 1, 7],
+                                                                                                [2, 7, 1, 0, 0]])},
+        ignore_index=7, label_smoothing=0.1, reduction="none")
+    run("ce_probs_weight_smooth", "CrossEntropyLoss", {"input": logits, "target": torch.softmax(rn(6, 4), 1),
+                                                       "weight": cw}, label_smoothing=0.3)
+    run("nll_weight_ignore", "NLLLoss", {"input": torch.log_softmax(rn(6, 4), 1), "target": cls, "weight": cw},
+        ignore_index=-1)
+    run("nll_2d_none", "NLLLoss", {"input": torch.log_softmax(rn(2, 4, 3), 1),
+                                   "target": torch.tensor([[0, 3, 2], [1, 1, 0]]), "weight": cw}, reduction="none")
+    x, y = rn(3, 4), torch.rand(3, 4)
+    run("bcel_pos_weight", "BCEWithLogitsLoss", {"input": x, "target": y, "pos_weight": torch.tensor([1., 2., 0.5, 3.])})
+    run("bcel_weight_pos_weight_none", "BCEWithLogitsLoss", {"input": x, "target": y, "weight": torch.rand(3, 1) + 0.5,
+                                                             "pos_weight": torch.tensor([1., 2., 0.5, 3.])},
+        reduction="none")
+    run("bce_weight", "BCELoss", {"input": torch.rand(3, 4) * 0.9 + 0.05, "target": y, "weight": torch.rand(4) + 0.5},
+        reduction="sum")
+    logp = torch.log_softmax(rn(3, 5), 1)
+    run("kl_batchmean", "KLDivLoss", {"input": logp, "target": torch.softmax(rn(3, 5), 1)}, batchmean=True)
+    run("kl_log_target_sum", "KLDivLoss", {"input": logp, "target": torch.log_softmax(rn(3, 5), 1)}, log_target=True,
+        reduction="sum")
+    run("smooth_l1_beta", "SmoothL1Loss", {"input": rn(3, 4), "target": rn(3, 4)}, beta=0.5, reduction="sum")
+    run("huber_delta", "HuberLoss", {"input": rn(3, 4) * 2, "target": rn(3, 4)}, delta=2.0, reduction="none")
+    run("l1_sum", "L1Loss", {"input": rn(5), "target": rn(5)}, reduction="sum")
+    run("mse_none", "MSELoss", {"input": rn(2, 3), "target": rn(2, 3)}, reduction="none")
+    run("multi_margin_module", "MultiMarginLoss", {"input": rn(4, 3), "target": torch.tensor([2, 0, 1, 1]),
+                                                   "weight": torch.tensor([1., 0.5, 2.])}, p=2, margin=0.5,
+        reduction="sum")
+    run("mlsm_module", "MultiLabelSoftMarginLoss", {"input": rn(3, 4), "target": torch.rand(3, 4).round(),
+                                                    "weight": torch.rand(4) + 0.5}, reduction="none")
+    run("triplet_module", "TripletMarginLoss", {"anchor": rn(4, 3), "positive": rn(4, 3), "negative": rn(4, 3)},
+        margin=0.5, p=1.0, swap=True)
+
+    # float16 and bfloat16
+    def half(name, fn, tensors, **args):
+        for dt in (torch.float16, torch.bfloat16):
+            ts, info = {}, {}
+            for k, t in tensors.items():
+                is_int = not t.is_floating_point()
+                t = t if is_int else t.to(dt)
+                grad = not is_int and (fn, k) not in NO_GRAD
+                ts[k] = t.clone().requires_grad_(grad)
+                info[k] = {"t": tensor_json(t), "int": is_int, "grad": grad}
+            try:
+                v = call(fn, args, ts)
+                reference = str(dt).replace("torch.", "")
+            except NotImplementedError:
+                # PyTorch's CPU kernel refuses the dtype: the same values in float64
+                ts = {k: (t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point() else t)
+                      for k, t in ts.items()}
+                v = call(fn, args, ts)
+                reference = "float64"
+            v.backward(torch.linspace(-1, 1.3, v.numel(), dtype=v.dtype).reshape(v.shape) if v.dim() else None)
+            grads = {k: (tensor_json(ts[k].grad) if ts[k].grad is not None else None)
+                     for k in ts if info[k]["grad"]}
+            halves.append({"name": f"{name}_{str(dt).replace('torch.', '')}", "fn": fn, "args": json_args(args),
+                           "dtype": str(dt).replace("torch.", ""), "reference": reference, "tensors": info,
+                           "value": tensor_json(v), "grads": grads})
+
+    half("mrl", "margin_ranking", {"input1": rn(8), "input2": rn(8), "target": sign(8)}, margin=0.25)
+    half("hinge", "hinge_embedding", {"input": rn(3, 4), "target": sign(3, 4)}, reduction="none")
+    half("soft", "soft_margin", {"input": rn(3, 4), "target": sign(3, 4)})
+    half("mlsm", "multilabel_soft_margin", {"input": rn(3, 4), "target": torch.rand(3, 4).round()}, reduction="none")
+    half("cos", "cosine_embedding", {"input1": rn(4, 3), "input2": rn(4, 3), "target": sign(4)}, reduction="none")
+    half("trip", "triplet_margin", {"anchor": rn(4, 3), "positive": rn(4, 3), "negative": rn(4, 3)}, swap=True)
+    half("pois", "poisson_nll", {"input": rn(6), "target": counts(6)}, full=True, reduction="none")
+    half("gauss", "gaussian_nll", {"input": rn(4, 3), "target": rn(4, 3), "var": torch.rand(4, 3) + 0.1})
+    half("mm", "multi_margin", {"input": rn(4, 3), "target": torch.tensor([0, 2, 1, 2])}, reduction="none")
+    half("mml", "multilabel_margin", {"input": rn(2, 3), "target": torch.tensor([[0, 2, -1], [1, -1, 0]])})
+    half("normalize", "normalize", {"input": rn(3, 4)}, dim=[1])
+
+    def err(name, fn, phrase):
+        try:
+            fn()
+        except (RuntimeError, ValueError, NotImplementedError, IndexError) as e:
+            assert phrase in str(e), (name, str(e))
+            errors.append({"name": name, "phrase": phrase, "kind": type(e).__name__})
+            return
+        raise AssertionError(f"{name}: no error")
+
+    z = torch.zeros
+    v4, v3 = rn(4), rn(3)
+    err("mrl_dims", lambda: F.margin_ranking_loss(v4, v4, v4[None]),
+        "margin_ranking_loss : All input tensors should have same dimension but got sizes: input1: torch.Size([4]), "
+        "input2: torch.Size([4]), target: torch.Size([1, 4]) ")
+    err("mrl_broadcast", lambda: F.margin_ranking_loss(v4, v3, v4),
+        "size of tensor a (4) must match the size of tensor b (3) at non-singleton dimension 0")
+    err("mrl_bool_target", lambda: F.margin_ranking_loss(v4, v4, v4 > 0),
+        "Negation, the `-` operator, on a bool tensor is not supported.")
+    err("hinge_broadcast", lambda: F.hinge_embedding_loss(v4, v3), "must match the size of tensor b")
+    err("hinge_int_mean", lambda: F.hinge_embedding_loss(z(4, dtype=torch.long), v4), "could not infer output dtype")
+    err("soft_target_grad", lambda: F.soft_margin_loss(v4, v4.clone().requires_grad_()),
+        "The function 'soft_margin_loss' is not differentiable with respect to argument 'target'. This input cannot "
+        "have requires_grad True.")
+    err("soft_int_input", lambda: F.soft_margin_loss(z(4, dtype=torch.long), v4),
+        "result type Double can't be cast to the desired output type Long")
+    err("soft_target_bigger", lambda: F.soft_margin_loss(v4, z(3, 4)),
+        "output with shape [4] doesn't match the broadcast shape [3, 4]")
+    err("soft_broadcast", lambda: F.soft_margin_loss(v4, v3),
+        "size of tensor a (4) must match the size of tensor b (3) at non-singleton dimension 0")
+    err("mlsm_0d", lambda: F.multilabel_soft_margin_loss(v4[0], v4[0]),
+        "Dimension specified as -1 but tensor has no dimensions")
+    err("mlsm_int", lambda: F.multilabel_soft_margin_loss(z(3, 4, dtype=torch.long), z(3, 4)),
+        "\"log_sigmoid_cpu\" not implemented for 'Long'")
+    err("mlsm_broadcast", lambda: F.multilabel_soft_margin_loss(z(3, 4), z(3, 3)),
+        "size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1")
+    m43 = rn(4, 3)
+    err("cos_target_2d", lambda: F.cosine_embedding_loss(m43, m43, z(4, 1)),
+        "0D or 1D target tensor expected, multi-target not supported")
+    err("cos_1d_target", lambda: F.cosine_embedding_loss(m43, v3, z(4)),
+        "1D target tensor expects 2D input tensors, but found inputs with sizes [4, 3] and [3].")
+    err("cos_0d_target", lambda: F.cosine_embedding_loss(m43, m43, torch.tensor(1.)),
+        "0D target tensor expects 1D input tensors, but found inputs with sizes [4, 3] and [4, 3].")
+    err("cos_size", lambda: F.cosine_embedding_loss(m43, z(4, 2), z(4)),
+        "size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 1")
+    err("cos_target_size", lambda: F.cosine_embedding_loss(m43, m43, z(5)), "must match the size of tensor")
+    err("trip_margin", lambda: F.triplet_margin_loss(m43, m43, m43, margin=0.0), "margin must be greater than 0, got 0.0")
+    err("trip_margin_negative", lambda: F.triplet_margin_loss(m43, m43, m43, margin=-1.5),
+        "margin must be greater than 0, got -1.5")
+    err("trip_dims", lambda: F.triplet_margin_loss(m43, v3, m43),
+        "The anchor, positive, and negative tensors are expected to have the same number of dimensions, but got: "
+        "anchor 2D, positive 1D, and negative 2D inputs")
+    err("trip_size", lambda: F.triplet_margin_loss(m43, z(4, 2), m43),
+        "size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 1")
+    err("pois_size", lambda: F.poisson_nll_loss(v4, v3),
+        "size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0")
+    err("gauss_negative", lambda: F.gaussian_nll_loss(v4, v4, torch.tensor([1., -1., 1., 1.])),
+        "var has negative entry/entries")
+    err("gauss_negative_number", lambda: F.gaussian_nll_loss(v4, v4, -0.5), "var has negative entry/entries")
+    err("gauss_var_bigger", lambda: F.gaussian_nll_loss(v4, v4, torch.ones(2, 4)), "var is of incorrect size")
+    err("gauss_var_two_ones", lambda: F.gaussian_nll_loss(z(4, 3, 2), z(4, 3, 2), torch.ones(4, 1, 1)),
+        "var is of incorrect size")
+    err("gauss_var_empty", lambda: F.gaussian_nll_loss(m43, m43, torch.ones(4, 0)), "var is of incorrect size")
+    err("gauss_int_var", lambda: F.gaussian_nll_loss(m43, m43, torch.ones(4, 3, dtype=torch.long)),
+        "can't be cast to the desired output type long int")
+    tg4 = torch.tensor([0, 2, 1, 2])
+    err("mm_p", lambda: F.multi_margin_loss(m43, tg4, p=3), "only p == 1 and p == 2 supported")
+    err("mm_weight_dim", lambda: F.multi_margin_loss(m43, tg4, weight=torch.ones(1, 3)),
+        "weight must be one-dimensional")
+    err("mm_weight_size", lambda: F.multi_margin_loss(m43, tg4, weight=torch.ones(4)),
+        "inconsistent weight size, expected 3 but got [4]")
+    err("mm_weight_dtype", lambda: F.multi_margin_loss(m43, tg4, weight=torch.ones(3, dtype=torch.float32)),
+        "expected scalar type Double but found Float")
+    err("mm_target_dtype", lambda: F.multi_margin_loss(m43, tg4.double()), "expected scalar type Long but found Double")
+    err("mm_target_size", lambda: F.multi_margin_loss(m43, tg4[:3]),
+        "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch size). "
+        "Expected target size [4], but got [3]. Input has shape [4, 3].")
+    err("mm_target_2d", lambda: F.multi_margin_loss(m43, tg4[None]),
+        "Expected target size [4], but got [1, 4]. Input has shape [4, 3].")
+    err("mm_target_1d_input", lambda: F.multi_margin_loss(v3, tg4[:2]),
+        "Expected target size [1], but got [2]. Input has shape [3].")
+    err("mm_3d", lambda: F.multi_margin_loss(z(2, 4, 3), tg4),
+        "Expected non-empty vector or matrix with optional 0-dim batch size, but got: [2, 4, 3]")
+    err("mm_no_classes", lambda: F.multi_margin_loss(z(4, 0), tg4),
+        "Expected non-empty vector or matrix with optional 0-dim batch size, but got: [4, 0]")
+    err("mm_int", lambda: F.multi_margin_loss(z(4, 3, dtype=torch.long), tg4),
+        "\"multi_margin_loss_cpu_kernel\" not implemented for 'Long'")
+    err("mm_range", lambda: F.multi_margin_loss(m43, tg4 + 1), "target out of range")
+    err("mm_range_negative", lambda: F.multi_margin_loss(m43, tg4 - 1), "target out of range")
+    err("mm_weight_grad", lambda: F.multi_margin_loss(m43, tg4, weight=torch.ones(3, requires_grad=True)),
+        "The function 'multi_margin_loss' is not differentiable with respect to argument 'weight'. This input cannot "
+        "have requires_grad True.")
+    mt4 = torch.tensor([[0, 2, -1], [1, -1, 0], [2, 1, 0], [-1, 0, 0]])
+    err("mml_target_size", lambda: F.multilabel_margin_loss(m43, mt4[:3]),
+        "inconsistent target size: [3, 3] for input of size: [4, 3]")
+    err("mml_1d_size", lambda: F.multilabel_margin_loss(v3, mt4[0, :2]),
+        "inconsistent target size: [2] for input of size: [3]")
+    err("mml_1d_target_2d", lambda: F.multilabel_margin_loss(v3, mt4[:1]),
+        "inconsistent target size: [1, 3] for input of size: [3]")
+    err("mml_3d", lambda: F.multilabel_margin_loss(z(2, 4, 3), mt4),
+        "Expected non-empty vector or matrix with optional 0-dim batch size, but got: [2, 4, 3]")
+    err("mml_int", lambda: F.multilabel_margin_loss(z(4, 3, dtype=torch.long), mt4),
+        "\"multilabel_margin_loss_forward_out_frame\" not implemented for 'Long'")
+    err("mml_target_dtype", lambda: F.multilabel_margin_loss(m43, mt4.double().clamp_min(0)),
+        "expected scalar type Long but found Double")
+    err("mml_range", lambda: F.multilabel_margin_loss(m43, mt4 + 1), "argument #2 'target' is out of range")
+    err("mml_range_negative", lambda: F.multilabel_margin_loss(m43, mt4 - 1), "argument #2 'target' is out of range")
+    err("normalize_int", lambda: F.normalize(z(3, 4, dtype=torch.long)),
+        "linalg.vector_norm: Expected a floating point or complex tensor as input. Got Long")
+    err("normalize_dim", lambda: F.normalize(v3), "expected to be in range of [-1, 0], but got 1")
+    return {"cases": cases, "half": halves, "errors": errors}
+
+
 def rnn_utils_cases():
     """torch.nn.utils.rnn.pad_sequence: sequences of different lengths (with
     trailing dims, broadcast trailing dims, mixed dtypes cast to the first's,
@@ -1861,13 +2452,14 @@ def rnn_utils_cases():
 
 
 SECTIONS = {"losses": loss_cases, "optimizers": optimizer_cases, "schedulers": scheduler_cases,
+            "optimizers2": optimizer2_cases, "schedulers2": scheduler2_cases,
             "groups": group_cases,
             "iris": iris_case, "init": init_cases, "modules": module_cases, "inplace": inplace_cases,
             "seq_modules": seq_module_cases, "clip": clip_cases, "memory_format": memory_format_cases,
             "layers2": layers2_cases, "rnn": rnn_cases, "transformer2": transformer2_cases,
             "resample": resample_cases, "embedding_bag": embedding_bag_cases,
             "layers4": layers4_cases,
-            "layers3": layers3_cases,
+            "layers3": layers3_cases, "losses2": losses2_cases,
             "rnn_utils": rnn_utils_cases}
 
 

@@ -22,6 +22,12 @@ mod rnn;
 mod transformer2;
 // pad_sequence and unpad_sequence (`rnn_utils`'s golden cases)
 mod rnn_utils;
+// the losses of loss_more.rs, F.normalize and the loss modules (`losses2`'s
+// golden cases)
+mod losses2;
+// NAdam, RAdam, Adamax, Adadelta and the further schedules (`optimizers2`
+// and `schedulers2`'s golden cases)
+mod optim2;
 
 fn cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/nn_cases.json");

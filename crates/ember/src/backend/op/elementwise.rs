@@ -5,6 +5,7 @@
 //! CUDA kernels (`U_*`, `B_*`, `C_*`, generated into their source from these
 //! tables).
 
+use super::special;
 use crate::dtype::{FloatDType, Real, WithDType};
 use half::{bf16, f16};
 
@@ -48,6 +49,18 @@ codes! {
         Log10 = 34 => "LOG10",
         Selu = 35 => "SELU",
         Mish = 37 => "MISH",
+        Sinh = 38 => "SINH",
+        Cosh = 39 => "COSH",
+        Asin = 40 => "ASIN",
+        Acos = 41 => "ACOS",
+        Asinh = 42 => "ASINH",
+        Acosh = 43 => "ACOSH",
+        Atanh = 44 => "ATANH",
+        Erfc = 45 => "ERFC",
+        Erfinv = 46 => "ERFINV",
+        Lgamma = 47 => "LGAMMA",
+        Digamma = 48 => "DIGAMMA",
+        Polygamma = 49 => "POLYGAMMA",
     }
 }
 
@@ -513,6 +526,52 @@ unop!(Log2, true, |x| x.log2());
 unop!(Log10, true, |x| x.log10());
 unop!(Tan, true, |x| x.tan());
 unop!(Atan, true, |x| x.atan());
+unop!(Sinh, true, |x| x.sinh());
+unop!(Cosh, true, |x| x.cosh());
+unop!(Asin, true, |x| x.asin());
+unop!(Acos, true, |x| x.acos());
+unop!(Asinh, true, |x| x.asinh());
+unop!(Acosh, true, |x| x.acosh());
+unop!(Atanh, true, |x| x.atanh());
+// float32 through libm's float32 functions (PyTorch's CPU calls the C
+// library's `erfcf` and `lgammaf`), float64 through the double ones
+unop!(Erfc, true, |x| match in_f32(x) {
+    Some(v) => F::c(libm::erfcf(v) as f64),
+    None => F::c(libm::erfc(to_f64(x))),
+});
+unop!(Lgamma, true, |x| match in_f32(x) {
+    Some(v) => F::c(libm::lgammaf(v) as f64),
+    None => F::c(libm::lgamma(to_f64(x))),
+});
+// computed in f64 (backend/op/special.rs) and rounded once
+unop!(Erfinv, true, |x| F::c(special::erfinv(to_f64(x))));
+unop!(Digamma, true, |x| F::c(special::digamma(to_f64(x))));
+
+/// `x` as f64 (exact for both float types).
+#[inline(always)]
+fn to_f64<F: Real>(x: F) -> f64 {
+    x.to_f64().unwrap_or(f64::NAN)
+}
+
+/// `x` as f32 where `F` is f32, else `None`.
+#[inline(always)]
+fn in_f32<F: Real>(x: F) -> Option<f32> {
+    (std::mem::size_of::<F>() == 4).then(|| x.to_f32().unwrap_or(f32::NAN))
+}
+
+/// The n-th derivative of digamma, `ψ⁽ⁿ⁾(x)` (`torch.polygamma`; `n = 0` is
+/// digamma), computed in f64 (backend/op/special.rs) and rounded once.
+pub(crate) struct Polygamma(pub u32);
+impl UnaryOp for Polygamma {
+    const FLOAT_ONLY: bool = true;
+    #[inline(always)]
+    fn f<F: Real>(&self, x: F) -> F {
+        F::c(special::polygamma(self.0, to_f64(x)))
+    }
+    fn code(&self) -> (UnaryCode, f64, f64) {
+        (UnaryCode::Polygamma, self.0 as f64, 0.0)
+    }
+}
 // rounding leaves integers as they are (PyTorch returns a copy)
 unop!(Floor, false, |x| x.floor(), |x| x);
 unop!(Ceil, false, |x| x.ceil(), |x| x);

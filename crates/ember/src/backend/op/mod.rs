@@ -44,6 +44,7 @@ mod index;
 mod norm;
 mod optim;
 mod reduce;
+mod special;
 
 pub(crate) use attention::{
     attn_arch_refuses, attn_bias_refuses, attn_kernel_refuses, attn_library_parts,
