@@ -51,7 +51,8 @@ pub use layout::MemoryFormat;
 pub use tensor::Sections;
 pub use tensor::{
     initial_seed, manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg,
-    IntoDims, IntoShape, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions, Scalar, Tensor,
+    IntoDims, IntoShape, IntoTensorIndex, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions,
+    Scalar, Tensor, TensorIndex,
 };
 
 pub mod amp {
@@ -143,7 +144,9 @@ pub mod cpu {
 pub mod prelude {
     pub use crate::nn::Module;
     pub use crate::optim::Optimizer;
-    pub use crate::{Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor};
+    pub use crate::{
+        Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor, TensorIndex,
+    };
 }
 
 // Compile and run the README's examples as doctests.

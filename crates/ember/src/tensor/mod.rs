@@ -11,6 +11,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
+mod advanced_index;
 mod arith;
 mod attention;
 pub(crate) mod autocast;
@@ -48,6 +49,7 @@ mod special;
 mod views;
 
 pub use crate::backend::{initial_seed, manual_seed, with_global_rng};
+pub use advanced_index::{IntoTensorIndex, TensorIndex};
 pub(crate) use batch_norm::{update_running_stats, BatchStats, Momentum, RunningUpdate};
 pub use conv::Conv2dOptions;
 pub use conv_transpose::ConvTranspose2dOptions;

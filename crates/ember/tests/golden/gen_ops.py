@@ -14,6 +14,10 @@ inputs (shape, dtype, values), every output, and the gradient of each float
 input for the output gradients linspace(-1, 1) (null where the input is not
 float). Indices are unique where a gradient would depend on which duplicate
 wins (PyTorch leaves that unspecified).
+- advanced: advanced indexing, x[...] with int64 and bool index tensors mixed
+  with positions, ranges, None and an ellipsis (reads), torch.index_put
+  (with and without accumulate) and x[...] = v on a clone (writes), and its
+  refusals (advanced.errors);
 - errors: PyTorch's message for refused arguments (ember's message contains
   the recorded phrase).
 Run from anywhere: python3 crates/ember/tests/golden/gen_ops.py [SECTION...]
@@ -317,8 +321,104 @@ def error_cases():
     return {"errors": errors}
 
 
+def advanced_cases():
+    c = []
+    t = torch.tensor
+    x43, x234 = ramp(4, 3), ramp(2, 3, 4)
+
+    def get(name, x, *index_inputs, key, grad=True):
+        """x[key(*index_inputs)]; the index tensors are inputs too."""
+        collect(c, name, lambda x, *ix: x[key(*ix)], x, *index_inputs, grad=grad)
+
+    get("int_dim0", x43, ints([2, 0, 2]), key=lambda i: i)
+    get("int_2d_index", x43, ints([[0, 1], [3, 3]]), key=lambda i: i)
+    get("int_negative_dim1", x43, ints([-1, 0]), key=lambda i: (slice(None), i))
+    get("two_adjacent", x234, ints([0, 2]), ints([1, -1]), key=lambda i, j: (slice(None), i, j))
+    get("two_separated", x234, ints([0, 1]), ints([1, 3]), key=lambda i, j: (i, slice(None), j))
+    get("two_broadcast", ramp(3, 4), ints([[0], [2]]), ints([1, 3, 0]), key=lambda i, j: (i, j))
+    get("three_full", x234, ints([1, 0]), ints([2, 2]), ints([3, 0]), key=lambda i, j, k: (i, j, k))
+    get("select_then_index", x234, ints([0, 1]), key=lambda i: (0, slice(None), i))
+    get("newaxis_ellipsis", x234, ints([0, 2]), key=lambda i: (None, Ellipsis, i))
+    get("ellipsis_middle", x234, ints([1]), ints([3, 2]), key=lambda i, j: (i, Ellipsis, j))
+    get("slice_step_then_index", ramp(5, 4), ints([3, 0]), key=lambda i: (slice(1, None, 2), i))
+    get("mask_full", x43, x43 > 0, key=lambda m: m)
+    get("mask_dim1", x234, t([True, False, True]), key=lambda m: (slice(None), m))
+    get("mask_trailing_2d", x234, ramp(3, 4, scale=0.9) > 0, key=lambda m: (slice(None), m))
+    get("mask_and_int", x43, t([True, False, True, False]), ints([2, 0]), key=lambda m, i: (m, i))
+    get("mask_none_true", x43, torch.zeros(4, dtype=torch.bool), key=lambda m: m)
+    get("mask_0d_true", ramp(2, 3), t(True), key=lambda m: m)
+    get("mask_0d_false", ramp(2, 3), t(False), key=lambda m: m)
+    get("uint8_mask", ramp(3), t([True, False, True]), key=lambda m: m.to(torch.uint8))
+    get("empty_index", x43, ints([], (0,)), key=lambda i: i)
+    get("empty_index_dim1", x43, ints([], (2, 0)), key=lambda i: (slice(None), i))
+    get("index_0d", x43, ints(1), key=lambda i: i)
+    get("index_0d_and_vector", x43, ints(-1), ints([0, 2]), key=lambda i, j: (i, j))
+    get("i64_self", ramp(3, 2, dtype=torch.int64), ints([2, 0]), key=lambda i: i)
+    get("bool_self", ramp(2, 3, dtype=torch.bool), ints([1, 1]), key=lambda i: (slice(None), i))
+    get("f32_self", ramp(4, 3, dtype=torch.float32), ints([3, 1]), key=lambda i: i)
+
+    def put(name, x, v, *index_inputs, accumulate=False, grad=True):
+        collect(c, name, lambda x, v, *ix: torch.index_put(x, ix, v, accumulate), x, v, *index_inputs, grad=grad)
+
+    put("put_rows", x43, ramp(2, 3, scale=1.1), ints([3, 0]))
+    put("put_accumulate_repeats", x43, ramp(3, 3, scale=1.1), ints([1, 1, 2]), accumulate=True)
+    put("put_broadcast_value", x43, ramp(3, scale=1.1), ints([0, 2]))
+    put("put_scalar_value", x43, ramp(scale=1.1), ints([[1], [2]]), ints([0, 2]))
+    put("put_two_accumulate", x234, ramp(2, 4, scale=1.1), ints([0, 0]), ints([1, 1]), accumulate=True)
+    put("put_mask", x43, ramp(scale=1.1), x43 > 0)
+    put("put_mask_accumulate", x43, ramp(scale=1.1), x43 > 0, accumulate=True)
+    put("put_i64", ramp(3, 2, dtype=torch.int64), ints([5, -5]), ints([2, 0]), ints([1, 1]), accumulate=True)
+
+    def setitem(name, x, v, *index_inputs, key, grad=True):
+        def f(x, v, *ix):
+            y = x.clone()
+            y[key(*ix)] = v
+            return y
+        collect(c, name, f, x, v, *index_inputs, grad=grad)
+
+    setitem("set_adjacent", x234, ramp(2, 2, scale=1.1), ints([0, 2]), ints([1, 3]),
+            key=lambda i, j: (slice(None), i, j))
+    setitem("set_separated", x234, ramp(2, 3, scale=1.1), ints([0, 1]), ints([1, 3]),
+            key=lambda i, j: (i, slice(None), j))
+    setitem("set_mask_tensor", x43, ramp(scale=1.1), x43 > 0, key=lambda m: m)
+    setitem("set_mask_rows", x43, ramp(1, 1, 3, scale=1.1), t([False, True, True, False]), key=lambda m: m)
+    setitem("set_ellipsis", x234, ramp(2, 3, 1, scale=1.1), ints([3]), key=lambda i: (Ellipsis, i))
+    # written through a view: no gradient (ember refuses a recorded write into a view)
+    setitem("set_slice_then_index", ramp(4, 3), ramp(2, scale=1.1), ints([2, 0]),
+            key=lambda i: (slice(1, 3), i), grad=False)
+    setitem("set_select_then_mask", x234, ramp(scale=1.1), ramp(3, 4, scale=0.8) > 0,
+            key=lambda m: (1, m), grad=False)
+
+    errors = []
+
+    def err(name, fn, phrase=None):
+        try:
+            fn()
+        except (RuntimeError, IndexError, TypeError) as e:
+            msg = str(e)
+            phrase = phrase or msg.split("\n")[0]
+            assert phrase in msg, (name, msg)
+            errors.append({"name": name, "phrase": phrase})
+            return
+        raise AssertionError(f"{name}: no error")
+
+    z = lambda *s: torch.zeros(*s, dtype=D)
+    err("out_of_bounds", lambda: z(2, 3, 4)[ints([5])])
+    err("out_of_bounds_negative", lambda: z(2, 3, 4)[:, ints([1, -4])])
+    err("out_of_bounds_second", lambda: z(2, 3, 4)[ints([0]), :, ints([9])])
+    err("empty_dim", lambda: z(0, 3)[ints([0])])
+    err("too_many", lambda: z(2, 3)[ints([0]), ints([0]), ints([0])])
+    err("mask_shape", lambda: z(2, 3, 4)[:, t([True, False])])
+    err("mask_shape_2d", lambda: z(2, 3, 4)[:, t([[True, False, True, True], [True, True, True, True]])])
+    err("index_dtype", lambda: z(3)[z(1)])
+    err("broadcast", lambda: z(2, 3, 4)[ints([0, 1]), ints([0, 1, 2])])
+    err("put_dtype", lambda: torch.index_put(z(3), (ints([0]),), torch.zeros(1)))
+    err("put_shape", lambda: torch.index_put(z(2, 3, 4), (ints([0]),), z(2)))
+    return {"cases": c, "errors": errors}
+
+
 SECTIONS = {"reshaping": reshaping_cases, "diagonals": diagonal_cases, "index": index_cases,
-            "errors": error_cases}
+            "advanced": advanced_cases, "errors": error_cases}
 
 
 def main():

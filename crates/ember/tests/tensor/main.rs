@@ -113,6 +113,7 @@ fn bits(t: &ember::Tensor) -> ember::Result<Vec<u64>> {
         .collect())
 }
 
+mod advanced_index;
 mod amp;
 mod autograd;
 mod creation;

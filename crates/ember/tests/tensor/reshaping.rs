@@ -6,7 +6,7 @@
 use ember::prelude::*;
 use serde_json::Value;
 
-fn ops_cases() -> Value {
+pub(super) fn ops_cases() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/ops_cases.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("ops_cases.json"))
         .expect("valid JSON")
@@ -23,7 +23,7 @@ fn dtype_of(name: &str) -> DType {
 }
 
 /// A recorded tensor (shape, dtype, values) on `dev`.
-fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
+pub(super) fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
     let shape: Vec<usize> = v["shape"]
         .as_array()
         .unwrap()
@@ -169,17 +169,17 @@ fn sections() -> [&'static str; 3] {
 }
 
 /// The gradient weights PyTorch's generator used: linspace(-1, 1) per output.
-fn weights(y: &Tensor) -> Result<Tensor> {
+pub(super) fn weights(y: &Tensor) -> Result<Tensor> {
     Tensor::linspace(-1.0, 1.0, y.numel(), y.dtype(), &y.device())?.reshape(y.shape())
 }
 
-fn same(what: &str, got: &Tensor, want: &Value) -> Result<()> {
+pub(super) fn same(what: &str, got: &Tensor, want: &Value) -> Result<()> {
     same_within(what, got, want, 1e-12)
 }
 
 /// [`same`] with a relative tolerance for float64 values (float32 ones
 /// always get 1e-6).
-fn same_within(what: &str, got: &Tensor, want: &Value, f64_tol: f64) -> Result<()> {
+pub(super) fn same_within(what: &str, got: &Tensor, want: &Value, f64_tol: f64) -> Result<()> {
     let want = tensor(want, &Device::Cpu)?;
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
