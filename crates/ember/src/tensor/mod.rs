@@ -19,6 +19,7 @@ mod comm;
 mod conv;
 mod conv_transpose;
 pub(crate) mod create;
+mod counting;
 mod cumulative;
 mod diagonals;
 mod display;
