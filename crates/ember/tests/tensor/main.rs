@@ -115,6 +115,7 @@ fn bits(t: &ember::Tensor) -> ember::Result<Vec<u64>> {
 
 mod amp;
 mod autograd;
+mod counting;
 mod creation;
 mod cuda;
 mod data;
