@@ -19,6 +19,7 @@ mod batch_norm;
 mod comm;
 mod conv;
 mod conv_transpose;
+mod counting;
 pub(crate) mod create;
 mod cumulative;
 mod diagonals;

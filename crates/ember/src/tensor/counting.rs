@@ -1,0 +1,102 @@
+//! Ordering and counting: `msort`, `kthvalue`, `searchsorted` and `bucketize`,
+//! composites of `argsort`, `gather` and comparisons, so they run on every
+//! device (meta included) and `kthvalue`'s values carry gather's gradient.
+
+use super::Tensor;
+use crate::layout::normalize_dim;
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
+
+impl Tensor {
+    /// The tensor sorted along its first dim, ascending (`torch.msort`); the
+    /// gradient flows back to where each value came from.
+    pub fn msort(&self) -> Result<Tensor> {
+        Ok(self.sort(0, false)?.0)
+    }
+
+    /// The `k`-th smallest value (1-based) along `dim` and its index
+    /// (`torch.kthvalue(t, k, dim, keepdim)`). Among equal values the index
+    /// is that of the first in a stable sort (PyTorch does not promise which);
+    /// NaN sorts above every number. The gradient flows to the chosen element.
+    pub fn kthvalue(&self, k: usize, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "kthvalue";
+        let d = normalize_dim(OP, dim, self.rank().max(1))?;
+        let n = self.shape().get(d).copied().unwrap_or(1);
+        if k < 1 || k > n {
+            return Err(Error::invalid(
+                OP,
+                format!("kthvalue(): selected number k out of range for dimension {d}"),
+            ));
+        }
+        if self.rank() == 0 {
+            return Ok((self.copy()?, Tensor::zeros((), DType::I64, &self.device())?));
+        }
+        let order = self.argsort(d as i64, false)?;
+        let idx = order.narrow(d as i64, k as i64 - 1, 1)?.copy()?;
+        let values = self.gather_valid(d, idx.clone())?;
+        if keepdim {
+            Ok((values, idx))
+        } else {
+            Ok((values.squeeze(d as i64)?, idx.squeeze(d as i64)?))
+        }
+    }
+
+    /// Where each of `values` would go in `self`, a sequence sorted along its
+    /// last dim, to keep it sorted (`torch.searchsorted(self, values, right=right)`):
+    /// the first such place, or with `right` the last. `self` is 1-D (any
+    /// `values` shape) or has the leading dims of `values`. The result is int64
+    /// of `values`' shape (ember has no int32, so no `out_int32`); NaN goes past every number,
+    /// as in PyTorch. Computed by counting the sequence's elements below (or not
+    /// above) each value, so it costs `values × sequence length` comparisons.
+    pub fn searchsorted(&self, values: &Tensor, right: bool) -> Result<Tensor> {
+        const OP: &str = "searchsorted";
+        let (seq, vshape) = (self.shape(), values.shape());
+        let leading_match = seq.len() == vshape.len()
+            && !seq.is_empty()
+            && seq[..seq.len() - 1] == vshape[..vshape.len() - 1];
+        if seq.len() != 1 && !leading_match {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "torch.searchsorted(): boundaries tensor should be 1 dimension or the first \
+                     N-1 dimensions of boundaries tensor and input value tensor must match, but \
+                     we got boundaries tensor {seq:?} and input value tensor {vshape:?}"
+                ),
+            ));
+        }
+        crate::autograd::no_grad(|| {
+            let m = *seq.last().unwrap_or(&0) as i64;
+            let v = values.unsqueeze(-1)?;
+            let s = if seq.len() == 1 {
+                self.clone()
+            } else {
+                self.unsqueeze(-2)?
+            };
+            // a NaN in the sequence sorts last: no value is above it
+            let below = if right { s.le(&v)? } else { s.lt(&v)? };
+            let mut count = below.to_dtype(DType::I64)?.sum([-1i64], false)?;
+            if values.dtype().is_float() {
+                count = values.isnan()?.where_(m, &count)?;
+            }
+            Ok(count)
+        })
+    }
+
+    /// The bucket of each element among sorted 1-D `boundaries`
+    /// (`torch.bucketize(self, boundaries, right=right)`): `searchsorted` with
+    /// the roles swapped; int64.
+    pub fn bucketize(&self, boundaries: &Tensor, right: bool) -> Result<Tensor> {
+        if boundaries.rank() != 1 {
+            return Err(Error::invalid(
+                "bucketize",
+                format!(
+                    "boundaries tensor must be 1 dimension, but got dim({})",
+                    boundaries.rank()
+                ),
+            ));
+        }
+        boundaries.searchsorted(self, right)
+    }
+}

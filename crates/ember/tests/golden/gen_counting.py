@@ -1,0 +1,62 @@
+"""Golden values for ember's ordering and counting ops (tensor/counting.rs):
+msort, kthvalue, searchsorted, bucketize. Writes counting_cases.json beside
+this script. Gradients are of the sum of the first output, for float inputs."""
+import json, math, os
+import torch
+
+torch.manual_seed(0)
+
+def rec(t):
+    vals = [None if (isinstance(v, float) and math.isnan(v)) else v for v in t.detach().reshape(-1).tolist()]
+    return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "values": vals}
+
+cases = []
+def case(name, fn, *inputs):
+    xs = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = fn(*xs)
+    out = list(out) if isinstance(out, tuple) else [out]
+    grads = []
+    if out[0].is_floating_point() and out[0].requires_grad:
+        out[0].sum().backward()
+        grads = [rec(x.grad) if x.grad is not None else None for x in xs]
+    cases.append({"name": name, "inputs": [rec(x) for x in inputs],
+                  "outputs": [rec(o) for o in out], "grads": grads})
+
+nan = float("nan")
+x = torch.randn(4, 3, dtype=torch.float64)
+case("msort", lambda a: torch.msort(a), x)
+case("msort_i64", lambda a: torch.msort(a), torch.tensor([[3, 1], [1, 2], [2, 0]]))
+y = torch.tensor([[3., 1., 2., 5.], [0., -1., 4., 4.]])
+case("kthvalue_2_m1", lambda a: torch.kthvalue(a, 2, -1), y)
+case("kthvalue_1_0_keep", lambda a: torch.kthvalue(a, 1, 0, True), y)
+case("kthvalue_4_1", lambda a: torch.kthvalue(a, 4, 1), y)
+case("kthvalue_i64", lambda a: torch.kthvalue(a, 2, 0), torch.tensor([5, 2, 9, 1]))
+seq = torch.tensor([1., 2., 2., 3.])
+vals = torch.tensor([[2., 0.], [5., nan], [2.5, 1.]])
+case("searchsorted_left", lambda s, v: torch.searchsorted(s, v), seq, vals)
+case("searchsorted_right", lambda s, v: torch.searchsorted(s, v, right=True), seq, vals)
+seq2 = torch.tensor([[0., 1., 2.], [10., 20., 30.]])
+vals2 = torch.tensor([[1., 3.], [5., 20.]])
+case("searchsorted_nd", lambda s, v: torch.searchsorted(s, v), seq2, vals2)
+case("searchsorted_nd_right", lambda s, v: torch.searchsorted(s, v, right=True), seq2, vals2)
+case("searchsorted_i64", lambda s, v: torch.searchsorted(s, v), torch.tensor([1, 3, 5, 7]), torch.tensor([0, 3, 8]))
+case("bucketize", lambda v, b: torch.bucketize(v, b), torch.tensor([[0.5, 1.], [3., 9.]]), torch.tensor([1., 3., 5.]))
+case("bucketize_right", lambda v, b: torch.bucketize(v, b, right=True), torch.tensor([[0.5, 1.], [3., 9.]]), torch.tensor([1., 3., 5.]))
+
+errors = []
+def err(name, fn):
+    try:
+        fn()
+    except Exception as e:
+        errors.append({"name": name, "message": str(e).split("\n")[0]})
+        return
+    raise SystemExit(f"{name} did not fail")
+err("kthvalue_k_big", lambda: torch.zeros(3).kthvalue(4))
+err("kthvalue_k_zero", lambda: torch.zeros(3).kthvalue(0))
+err("searchsorted_shape", lambda: torch.searchsorted(torch.zeros(2, 3), torch.zeros(3, 1)))
+err("bucketize_2d", lambda: torch.bucketize(torch.zeros(3), torch.zeros(2, 2)))
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "counting_cases.json")
+with open(out, "w") as f:
+    json.dump({"torch": torch.__version__, "cases": cases, "errors": errors}, f, indent=1)
+print(len(cases), "cases,", len(errors), "errors")

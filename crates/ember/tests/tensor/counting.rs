@@ -1,0 +1,174 @@
+//! Ordering and counting ops against PyTorch (tests/golden/counting_cases.json,
+//! made by tests/golden/gen_counting.py): outputs and the gradients of the
+//! first output's sum on every device, shapes and dtypes on meta, and
+//! PyTorch's refusals in its words.
+
+use ember::prelude::*;
+use serde_json::Value;
+
+fn cases() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/golden/counting_cases.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("counting_cases.json"))
+        .expect("valid JSON")
+}
+
+fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let vals = v["values"].as_array().unwrap();
+    match v["dtype"].as_str().unwrap() {
+        "int64" => Tensor::from_vec(
+            vals.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
+            shape,
+            dev,
+        ),
+        d => {
+            let x: Vec<f64> = vals
+                .iter()
+                .map(|x| x.as_f64().unwrap_or(f64::NAN))
+                .collect();
+            let dt = if d == "float32" {
+                DType::F32
+            } else {
+                DType::F64
+            };
+            Tensor::from_vec(x, shape, dev)?.to_dtype(dt)
+        }
+    }
+}
+
+fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (a, b) = (&x[0], x.get(1));
+    let pair = |r: Result<(Tensor, Tensor)>| r.map(|(v, i)| vec![v, i]);
+    match name {
+        "msort" | "msort_i64" => Ok(vec![a.msort()?]),
+        "kthvalue_2_m1" => pair(a.kthvalue(2, -1, false)),
+        "kthvalue_1_0_keep" => pair(a.kthvalue(1, 0, true)),
+        "kthvalue_4_1" => pair(a.kthvalue(4, 1, false)),
+        "kthvalue_i64" => pair(a.kthvalue(2, 0, false)),
+        "searchsorted_left" | "searchsorted_nd" | "searchsorted_i64" => {
+            Ok(vec![a.searchsorted(b.unwrap(), false)?])
+        }
+        "searchsorted_right" | "searchsorted_nd_right" => {
+            Ok(vec![a.searchsorted(b.unwrap(), true)?])
+        }
+        "bucketize" => Ok(vec![a.bucketize(b.unwrap(), false)?]),
+        "bucketize_right" => Ok(vec![a.bucketize(b.unwrap(), true)?]),
+        n => panic!("case {n}"),
+    }
+}
+
+fn values(t: &Tensor) -> Result<Vec<f64>> {
+    t.to_dtype(DType::F64)?.to_vec::<f64>()
+}
+
+fn counting_matches_pytorch(dev: &Device) -> Result<()> {
+    let all = cases();
+    for case in all["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let inputs: Vec<Tensor> = case["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let t = tensor(v, dev)?;
+                if t.dtype().is_float() {
+                    t.requires_grad_(true)
+                } else {
+                    Ok(t)
+                }
+            })
+            .collect::<Result<_>>()?;
+        let outs = call(name, &inputs)?;
+        for (o, w) in outs.iter().zip(case["outputs"].as_array().unwrap()) {
+            let want = tensor(w, &Device::Cpu)?;
+            assert_eq!(
+                (o.shape(), o.dtype()),
+                (want.shape(), want.dtype()),
+                "{name}"
+            );
+            assert_eq!(o.device(), *dev, "{name}");
+            crate::assert_close(&values(o)?, &values(&want)?, 1e-6, 1e-12);
+        }
+        let grads = case["grads"].as_array().unwrap();
+        if !grads.is_empty() {
+            outs[0].sum_all()?.backward()?;
+            for (x, g) in inputs.iter().zip(grads) {
+                if g.is_null() {
+                    continue;
+                }
+                let got = match x.grad() {
+                    Some(g) => g,
+                    None => x.zeros_like()?,
+                };
+                crate::assert_close(
+                    &values(&got)?,
+                    &values(&tensor(g, &Device::Cpu)?)?,
+                    1e-6,
+                    1e-12,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+device_test!(counting_matches_pytorch);
+
+#[test]
+fn counting_runs_on_meta_with_pytorchs_shapes() -> Result<()> {
+    let all = cases();
+    for case in all["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let inputs: Vec<Tensor> = case["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let t = tensor(v, &Device::Cpu)?;
+                Tensor::zeros(t.shape(), t.dtype(), &Device::Meta)
+            })
+            .collect::<Result<_>>()?;
+        for (o, w) in call(name, &inputs)?
+            .iter()
+            .zip(case["outputs"].as_array().unwrap())
+        {
+            let want = tensor(w, &Device::Cpu)?;
+            assert_eq!(
+                (o.shape(), o.dtype()),
+                (want.shape(), want.dtype()),
+                "{name}"
+            );
+            assert_eq!(o.device(), Device::Meta, "{name}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn counting_refusals_use_pytorchs_words() -> Result<()> {
+    let dev = Device::Cpu;
+    let all = cases();
+    for e in all["errors"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        let want = e["message"].as_str().unwrap();
+        let z = |s: &[usize]| Tensor::zeros(s, DType::F32, &dev);
+        let got = match name {
+            "kthvalue_k_big" => z(&[3])?.kthvalue(4, -1, false).map(|_| ()),
+            "kthvalue_k_zero" => z(&[3])?.kthvalue(0, -1, false).map(|_| ()),
+            "searchsorted_shape" => z(&[2, 3])?.searchsorted(&z(&[3, 1])?, false).map(|_| ()),
+            "bucketize_2d" => z(&[3])?.bucketize(&z(&[2, 2])?, false).map(|_| ()),
+            n => panic!("error case {n}"),
+        };
+        let msg = got.expect_err(name).to_string();
+        assert!(msg.contains(want), "{name}: {msg:?} lacks {want:?}");
+    }
+    Ok(())
+}
