@@ -10,6 +10,12 @@ fn shape_str(s: &[usize]) -> String {
     format!("{s:?}")
 }
 
+/// A shape as Python prints a `torch.Size`, for messages that quote PyTorch's.
+pub(crate) fn torch_size(s: &[usize]) -> String {
+    let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    format!("torch.Size([{}])", dims.join(", "))
+}
+
 /// Everything that can go wrong in ember.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

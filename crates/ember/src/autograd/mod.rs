@@ -39,8 +39,10 @@ use crate::{
     tensor::Tensor,
 };
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+mod walk;
+pub use walk::{backward, grad, grad_with, GradOptions};
 
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
 pub(crate) type Grads = Vec<Option<Tensor>>;
@@ -564,149 +566,7 @@ impl Tensor {
 
     /// Backward from this tensor with `grad` as its gradient (`t.backward(grad)`).
     pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
-        let scope = CallbackScope::enter();
-        self.backward_walk(grad)?;
-        scope.finish()
-    }
-
-    fn backward_walk(&self, grad: &Tensor) -> Result<()> {
-        if !self.requires_grad() {
-            return Err(Error::invalid(
-                "backward",
-                "element 0 of tensors does not require grad and does not have a grad_fn",
-            ));
-        }
-        if grad.shape() != self.shape() {
-            return Err(Error::shape(
-                "backward",
-                self.shape(),
-                grad.shape(),
-                "grad must have the output's shape",
-            ));
-        }
-        if grad.device() != self.device() {
-            return Err(Error::invalid(
-                "backward",
-                format!(
-                    "invalid gradient at index 0 - expected device {} but got {}",
-                    self.device(),
-                    grad.device()
-                ),
-            ));
-        }
-        let _no_grad = no_grad_guard();
-        let _phase = crate::backend::meta::account::enter_phase(
-            crate::backend::meta::account::Phase::Backward,
-        );
-        let root = match self.node() {
-            Some(n) => Vertex::Node(n),
-            None => Vertex::Leaf(self.clone()),
-        };
-        let root_key = root.key();
-        // topological order of the vertices reachable from the root (iterative DFS)
-        let mut order: Vec<Vertex> = Vec::new();
-        let mut seen: HashMap<usize, ()> = HashMap::new();
-        let mut stack: Vec<(Vertex, bool)> = vec![(root, false)];
-        while let Some((v, expanded)) = stack.pop() {
-            if expanded {
-                order.push(v);
-                continue;
-            }
-            if seen.insert(v.key(), ()).is_some() {
-                continue;
-            }
-            let mut children = Vec::new();
-            if let Vertex::Node(node) = &v {
-                let guard = node.inner.lock().unwrap_or_else(|p| p.into_inner());
-                match &*guard {
-                    Some((inputs, _)) => {
-                        for e in inputs.0.iter().filter(|e| e.needs) {
-                            children.push(Vertex::of(e)?);
-                        }
-                    }
-                    None => {
-                        return Err(Error::invalid(
-                            "backward",
-                            format!("trying to backward through the graph a second time ({} was already used)", node.name),
-                        ))
-                    }
-                }
-            }
-            stack.push((v, true));
-            stack.extend(children.into_iter().map(|c| (c, false)));
-        }
-        let mut grads: HashMap<usize, Tensor> = HashMap::new();
-        grads.insert(root_key, grad.to_dtype(self.dtype())?);
-        for v in order.iter().rev() {
-            let Some(g) = grads.remove(&v.key()) else {
-                continue;
-            };
-            let node = match v {
-                Vertex::Leaf(t) => {
-                    // a leaf whose requires_grad was turned off after recording
-                    // gets nothing (PyTorch's AccumulateGrad returns early)
-                    if t.requires_grad() {
-                        t.accumulate_grad(g)?;
-                    }
-                    continue;
-                }
-                Vertex::Node(node) => node,
-            };
-            let _record = crate::profiler::backward_rule(node.name, node.module.as_ref());
-            let (inputs, gs) = {
-                let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
-                let _running = Running::enter(node.name);
-                match slot.take() {
-                    None => continue,
-                    Some((inputs, Rule::Once(rule))) => {
-                        drop(slot);
-                        let gs = rule(&g, &inputs)?;
-                        (inputs, gs)
-                    }
-                    Some((inputs, Rule::Reusable(rule))) => {
-                        *slot = Some((Inputs(inputs.0.clone()), Rule::Reusable(rule.clone())));
-                        drop(slot);
-                        let gs = rule(&g, &inputs)?;
-                        (inputs, gs)
-                    }
-                }
-            };
-            for (e, pg) in inputs.0.iter().zip(gs) {
-                let Some(pg) = pg else { continue };
-                if !e.needs {
-                    continue;
-                }
-                if pg.shape() != e.value.shape() {
-                    return Err(Error::shape(
-                        "backward",
-                        e.value.shape(),
-                        pg.shape(),
-                        format!(
-                            "the gradient rule of {} returned a gradient of the wrong shape",
-                            node.name
-                        ),
-                    ));
-                }
-                // a CPU scalar's gradient, computed beside the tensors on another
-                // device it met there, goes back to the CPU (PyTorch's rule)
-                let pg = if pg.device() != e.value.device()
-                    && e.value.device() == crate::device::Device::Cpu
-                    && e.value.shape().is_empty()
-                {
-                    pg.to(&crate::device::Device::Cpu)?
-                } else {
-                    pg
-                };
-                let pg = pg.to_dtype(e.value.dtype())?;
-                let key = Vertex::of(e)?.key();
-                let sum = match grads.remove(&key) {
-                    Some(prev) => prev.add(&pg)?,
-                    None => pg,
-                };
-                grads.insert(key, sum);
-            }
-        }
-        Ok(())
+        walk::backward(&[self], &[Some(grad)])
     }
 
     /// Adds `g` to this leaf's `.grad()`, taking `g` over when nothing else

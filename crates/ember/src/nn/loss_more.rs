@@ -24,8 +24,7 @@ use crate::{
 
 /// `t`'s shape as Python prints a `torch.Size`.
 fn torch_size(t: &Tensor) -> String {
-    let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
-    format!("torch.Size([{}])", dims.join(", "))
+    crate::error::torch_size(t.shape())
 }
 
 /// `x` as Python prints a float (`0.0`, `-1.5`).

@@ -116,6 +116,7 @@ fn bits(t: &ember::Tensor) -> ember::Result<Vec<u64>> {
 mod advanced_index;
 mod amp;
 mod autograd;
+mod autograd_grad;
 mod counting;
 mod creation;
 mod cuda;
