@@ -42,7 +42,7 @@ mod tensor;
 pub mod train;
 
 pub use amp::{autocast, autocast_guard};
-pub use autograd::{is_grad_enabled, no_grad, no_grad_guard};
+pub use autograd::{enable_grad, enable_grad_guard, is_grad_enabled, no_grad, no_grad_guard};
 pub use backend::generator::Generator;
 pub use device::Device;
 pub use dtype::{DType, FloatDType, WithDType};

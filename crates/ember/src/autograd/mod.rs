@@ -42,6 +42,7 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 mod walk;
+pub(crate) use walk::checkpoint_grads;
 pub use walk::{backward, grad, grad_with, GradOptions};
 
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
@@ -384,6 +385,44 @@ pub fn no_grad_guard() -> GradModeGuard {
 /// Runs `f` without recording a graph (`torch.no_grad()`).
 pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
     let _g = no_grad_guard();
+    f()
+}
+
+/// Restores the grad mode [`enable_grad_guard`] found when dropped.
+#[must_use = "recording is on only while the guard lives"]
+pub struct EnableGradGuard {
+    depth: usize,
+    _this_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for EnableGradGuard {
+    fn drop(&mut self) {
+        NO_GRAD_DEPTH.with(|g| g.set(self.depth));
+    }
+}
+
+/// Turns graph recording on on this thread, inside [`no_grad`] too, until the
+/// guard drops (`with torch.enable_grad():`).
+pub fn enable_grad_guard() -> EnableGradGuard {
+    let depth = NO_GRAD_DEPTH.with(|g| g.replace(0));
+    EnableGradGuard {
+        depth,
+        _this_thread: std::marker::PhantomData,
+    }
+}
+
+/// Runs `f` with graph recording on, inside [`no_grad`] too
+/// (`torch.enable_grad()`).
+///
+/// ```
+/// use ember::prelude::*;
+/// let x = Tensor::new([1f32, 2.], &Device::Cpu)?.requires_grad_(true)?;
+/// let y = ember::no_grad(|| ember::autograd::enable_grad(|| x.mul(2.0)))?;
+/// assert!(y.requires_grad());
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn enable_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _g = enable_grad_guard();
     f()
 }
 

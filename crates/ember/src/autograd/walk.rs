@@ -28,7 +28,27 @@ use crate::{
     error::{torch_size, Error, Result},
     tensor::Tensor,
 };
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+
+/// What a walk does with the gradients it computes.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Adds every leaf's gradient into its `.grad()`.
+    Backward,
+    /// Returns the chosen vertices' gradients, runs only the rules that lead
+    /// to them, and accumulates nothing.
+    Grad,
+    /// Inside a checkpoint's rule: returns the chosen vertices' gradients and
+    /// adds the other leaves' into their `.grad()`, as the walk around it
+    /// would have (an error inside a [`Mode::Grad`] walk, which must not).
+    Checkpoint,
+}
+
+thread_local! {
+    /// Whether the innermost walk running on this thread is a [`Mode::Grad`] one.
+    static IN_GRAD: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Options of [`grad_with`], PyTorch's keywords of `torch.autograd.grad`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -79,7 +99,7 @@ pub fn grad_with(
         keys.push(vertex_of(x).key());
     }
     let scope = CallbackScope::enter();
-    let mut found = walk(&roots, Some(&keys))?;
+    let mut found = walk(&roots, &keys, Mode::Grad)?;
     scope.finish()?;
     let mut out = Vec::with_capacity(inputs.len());
     for (i, (x, key)) in inputs.iter().zip(&keys).enumerate() {
@@ -113,8 +133,21 @@ pub fn grad_with(
 pub fn backward(tensors: &[&Tensor], grad_tensors: &[Option<&Tensor>]) -> Result<()> {
     let roots = roots(tensors, grad_tensors)?;
     let scope = CallbackScope::enter();
-    walk(&roots, None)?;
+    walk(&roots, &[], Mode::Backward)?;
     scope.finish()
+}
+
+/// The walk of an activation checkpoint's rule: backward from `y` (the
+/// recomputed output) with `g`, returning the gradients of `targets` (`None`
+/// where none flows) and adding those of other leaves into their `.grad()`.
+pub(crate) fn checkpoint_grads(
+    y: &Tensor,
+    g: &Tensor,
+    targets: &[Tensor],
+) -> Result<Vec<Option<Tensor>>> {
+    let keys: Vec<usize> = targets.iter().map(|t| vertex_of(t).key()).collect();
+    let mut found = walk(&[(y.clone(), g.clone())], &keys, Mode::Checkpoint)?;
+    Ok(keys.iter().map(|k| found.remove(k)).collect())
 }
 
 /// Pairs each output with its gradient, checked as PyTorch checks them.
@@ -187,11 +220,27 @@ fn vertex_of(t: &Tensor) -> Vertex {
     }
 }
 
-/// Runs the rules reachable from `roots` (each an output and its gradient).
-/// With `capture`, returns the gradients that reach those vertices' keys,
-/// runs only the rules between the roots and them, and accumulates nothing;
-/// without, adds every leaf's gradient into its `.grad()`.
-fn walk(roots: &[(Tensor, Tensor)], capture: Option<&[usize]>) -> Result<HashMap<usize, Tensor>> {
+/// Runs the rules reachable from `roots` (each an output and its gradient),
+/// returning the gradients that reach the vertices keyed in `capture`, as
+/// `mode` says.
+fn walk(
+    roots: &[(Tensor, Tensor)],
+    capture: &[usize],
+    mode: Mode,
+) -> Result<HashMap<usize, Tensor>> {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_GRAD.with(|f| f.set(self.0));
+        }
+    }
+    let in_grad = IN_GRAD.with(|f| f.get());
+    let _restore = Restore(in_grad);
+    match mode {
+        Mode::Backward => IN_GRAD.with(|f| f.set(false)),
+        Mode::Grad => IN_GRAD.with(|f| f.set(true)),
+        Mode::Checkpoint => {}
+    }
     let _no_grad = no_grad_guard();
     let _phase =
         crate::backend::meta::account::enter_phase(crate::backend::meta::account::Phase::Backward);
@@ -233,9 +282,9 @@ fn walk(roots: &[(Tensor, Tensor)], capture: Option<&[usize]>) -> Result<HashMap
         stack.push((v, true));
         stack.extend(children.into_iter().map(|c| (c, false)));
     }
-    // with a capture, the vertices from which a captured one is reached: the
-    // only ones whose rules need to run
-    let leads: Option<HashSet<usize>> = capture.map(|targets| {
+    // for `grad`, the vertices from which a captured one is reached: the only
+    // ones whose rules need to run
+    let leads: Option<HashSet<usize>> = (mode == Mode::Grad).then(|| {
         let mut reaches: HashSet<usize> = HashSet::new();
         let mut leads = HashSet::new();
         for v in &order {
@@ -243,7 +292,7 @@ fn walk(roots: &[(Tensor, Tensor)], capture: Option<&[usize]>) -> Result<HashMap
             if next[&k].iter().any(|c| reaches.contains(c)) {
                 leads.insert(k);
                 reaches.insert(k);
-            } else if targets.contains(&k) {
+            } else if capture.contains(&k) {
                 reaches.insert(k);
             }
         }
@@ -265,16 +314,20 @@ fn walk(roots: &[(Tensor, Tensor)], capture: Option<&[usize]>) -> Result<HashMap
         let Some(g) = grads.remove(&key) else {
             continue;
         };
-        if let Some(targets) = capture {
-            if targets.contains(&key) {
-                captured.insert(key, g.clone());
-            }
+        if capture.contains(&key) {
+            captured.insert(key, g.clone());
         }
         let node = match v {
             Vertex::Leaf(t) => {
                 // a leaf whose requires_grad was turned off after recording
                 // gets nothing (PyTorch's AccumulateGrad returns early)
-                if capture.is_none() && t.requires_grad() {
+                if mode != Mode::Grad && !capture.contains(&key) && t.requires_grad() {
+                    if mode == Mode::Checkpoint && in_grad {
+                        return Err(Error::invalid(
+                            "checkpoint",
+                            "Checkpointing is not compatible with .grad() or when an `inputs` parameter is passed to .backward(). Please use .backward() and do not pass its `inputs` argument.",
+                        ));
+                    }
                     t.accumulate_grad(g)?;
                 }
                 continue;

@@ -125,6 +125,40 @@ impl Generator {
     }
 }
 
+impl Generator {
+    /// A generator that starts where the stream this thread's random draws now
+    /// come from stands (the innermost scope's generator, or the global
+    /// streams) and then goes its own way: draws made in its scope repeat the
+    /// draws that stream is about to make, and leave the stream where it is
+    /// (for recomputing a region with the randomness it had).
+    pub(crate) fn fork_current() -> crate::error::Result<Generator> {
+        let streams = match current() {
+            Some(g) => {
+                if holding(g.addr()) {
+                    return Err(in_use());
+                }
+                let s = g.streams();
+                Streams {
+                    seed: s.seed,
+                    cpu: s.cpu.clone(),
+                    philox: s.philox,
+                }
+            }
+            None => {
+                if holding(GLOBAL) {
+                    return Err(in_use());
+                }
+                Streams {
+                    seed: super::cpu::random::initial_seed(),
+                    cpu: super::cpu::random::snapshot(),
+                    philox: super::cuda::random::snapshot(),
+                }
+            }
+        };
+        Ok(Generator(Arc::new(Mutex::new(streams))))
+    }
+}
+
 /// The generator of the innermost scope open on this thread, if any (`None`: the
 /// caller draws from the global stream).
 pub(crate) fn current() -> Option<Generator> {

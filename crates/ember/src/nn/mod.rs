@@ -16,6 +16,7 @@
 //! ```
 
 mod activation;
+mod activation_checkpoint;
 mod attention;
 mod clip;
 mod containers;
@@ -49,6 +50,7 @@ mod transformer_model;
 mod upsample;
 
 pub use crate::tensor::ConvTranspose2dOptions;
+pub use activation_checkpoint::{checkpoint, Checkpoint};
 pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};

@@ -21,6 +21,35 @@ pub fn mlp(dev: &Device) -> Result<nn::Sequential> {
     models::mlp(&[784, 1024, 1024, 10], dev)
 }
 
+/// Six 512-wide hidden layers, in three blocks of two.
+fn deep_mlp(dev: &Device, checkpointed: bool) -> Result<nn::Sequential> {
+    let mut m = nn::Sequential::new()
+        .add(nn::Linear::new(784, 512, dev)?)
+        .add(nn::ReLU);
+    for _ in 0..3 {
+        let block = nn::Sequential::new()
+            .add(nn::Linear::new(512, 512, dev)?)
+            .add(nn::GELU)
+            .add(nn::Linear::new(512, 512, dev)?)
+            .add(nn::GELU);
+        m = if checkpointed {
+            m.add(nn::Checkpoint::new(block))
+        } else {
+            m.add(block)
+        };
+    }
+    Ok(m.add(nn::Linear::new(512, 10, dev)?))
+}
+
+pub fn deep_mlp_plain(dev: &Device) -> Result<nn::Sequential> {
+    deep_mlp(dev, false)
+}
+
+/// [`deep_mlp_plain`] with each block an activation checkpoint.
+pub fn deep_mlp_checkpointed(dev: &Device) -> Result<nn::Sequential> {
+    deep_mlp(dev, true)
+}
+
 /// The digits CNN of `ember train digits` (8x8 images).
 pub fn digits_cnn(dev: &Device) -> Result<nn::Sequential> {
     models::digits_cnn(dev)
@@ -307,6 +336,14 @@ pub fn training_cases() -> Vec<Case> {
             f32,
         ),
         ("vgg-11 on 32x32, sgd", vgg11, vec![3, 32, 32], 2, sgd, f32),
+        (
+            "deep mlp with checkpointed blocks, adam",
+            deep_mlp_checkpointed,
+            vec![784],
+            256,
+            adam,
+            f32,
+        ),
         (
             "grouped cnn, adam",
             grouped_cnn,

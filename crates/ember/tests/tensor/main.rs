@@ -113,6 +113,7 @@ fn bits(t: &ember::Tensor) -> ember::Result<Vec<u64>> {
         .collect())
 }
 
+mod activation_checkpoint;
 mod advanced_index;
 mod amp;
 mod autograd;

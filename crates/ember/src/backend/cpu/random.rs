@@ -38,6 +38,15 @@ pub(crate) fn initial_seed() -> u64 {
     INITIAL.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// A copy of the stream where it stands (the caller checks that this thread's
+/// `with_global_rng` does not hold it).
+pub(crate) fn snapshot() -> ChaCha8Rng {
+    RNG.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(|| ChaCha8Rng::seed_from_u64(super::super::DEFAULT_SEED))
+        .clone()
+}
+
 /// Runs `f` with the global generator (for shuffling, dropout masks, init).
 /// Inside a [`Generator::scope`](crate::Generator::scope), the scope's generator.
 ///

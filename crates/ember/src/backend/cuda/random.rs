@@ -13,6 +13,11 @@ pub(crate) fn seed(seed: u64) {
     *STATE.lock().unwrap_or_else(|p| p.into_inner()) = (seed, 0);
 }
 
+/// The stream where it stands: (seed, next counter).
+pub(crate) fn snapshot() -> (u64, u64) {
+    *STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Reserves `counters` consecutive Philox counters; returns (seed, first counter).
 /// Inside a [`Generator::scope`](crate::Generator::scope), from the scope's generator.
 pub(crate) fn reserve_counters(counters: u64) -> crate::error::Result<(u64, u64)> {
