@@ -68,6 +68,11 @@ pub struct EstimateArgs {
     /// `memory_format=torch.channels_last`); image models only.
     #[arg(long)]
     pub channels_last: bool,
+    /// Each transformer block an activation checkpoint (recomputed in the
+    /// backward pass instead of kept: `TransformerEncoder::checkpoint_layers`);
+    /// gpt2_small only.
+    #[arg(long)]
+    pub checkpoint: bool,
     /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
     #[arg(long, conflicts_with = "memory")]
     pub device: Option<String>,
@@ -214,6 +219,11 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             "--channels-last lays out 4-D image batches; {name} does not take images"
         )));
     }
+    if args.checkpoint && !lm {
+        return Err(invalid(format!(
+            "--checkpoint makes gpt2_small's transformer blocks activation checkpoints; {name} has none"
+        )));
+    }
     if args.max_batch && args.memory.is_none() && args.device.is_none() {
         return Err(invalid(
             "--max-batch needs the memory to fit in: --device cuda:N or --memory SIZE",
@@ -222,11 +232,20 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
     let target = target(args)?;
     let build_name = name.clone();
-    let mut est = Estimator::new(move |dev| models::by_name(&build_name, classes, dev))
-        .input(&input)
-        .dtype(dtype)
-        .amp(args.amp.map(AmpKind::dtype))
-        .training(!args.inference);
+    let checkpoint = args.checkpoint;
+    let mut est = Estimator::new(move |dev| {
+        if checkpoint {
+            let mut gpt = models::gpt2_small(dev)?;
+            gpt.blocks.checkpoint_layers(true);
+            let m: Box<dyn ember::nn::Module> = Box::new(gpt);
+            return Ok(m);
+        }
+        models::by_name(&build_name, classes, dev)
+    })
+    .input(&input)
+    .dtype(dtype)
+    .amp(args.amp.map(AmpKind::dtype))
+    .training(!args.inference);
     if args.channels_last {
         est = est.memory_format(ember::MemoryFormat::ChannelsLast);
     }

@@ -1,8 +1,8 @@
-//! Activation checkpointing (`torch.utils.checkpoint`): a region runs its
-//! forward pass without keeping what its backward rules would save, keeps only
-//! its inputs, and runs again, recording, when backward reaches it. Memory
-//! then holds the activations of one region at a time instead of all of them,
-//! for one more forward pass of compute.
+//! Activation checkpointing (`torch.utils.checkpoint`): once a region's
+//! forward pass has run, nothing of it is kept for backward but its inputs;
+//! it runs again, recording, when backward reaches it. Memory then holds the
+//! activations of one region at a time instead of all of them, for one more
+//! forward pass of compute.
 //!
 //! The recomputation draws the same random numbers as the forward pass did
 //! (dropout masks repeat: the stream is forked where it stood) and runs under
@@ -11,7 +11,7 @@
 //! again when recomputed, as in PyTorch.
 
 use crate::{
-    autograd::{checkpoint_grads, enable_grad_guard, needs_grad, no_grad, Grads, Inputs},
+    autograd::{checkpoint_grads, enable_grad_guard, is_grad_enabled, needs_grad, Grads, Inputs},
     backend::generator::Generator,
     device::Device,
     dtype::DType,
@@ -73,11 +73,20 @@ where
         autocast_dtype(DeviceType::Cpu),
         autocast_dtype(DeviceType::Cuda),
     ];
-    let given: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
-    let out = no_grad(|| f(&given))?;
-    drop(given);
     let params: Vec<&Tensor> = params.iter().filter(|p| p.requires_grad()).collect();
     let edges: Vec<&Tensor> = inputs.iter().copied().chain(params).collect();
+    if !is_grad_enabled() {
+        let given: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        return f(&given);
+    }
+    // The forward pass records as the recomputation will (ops that choose
+    // their kernel by whether a graph is recorded choose the same one both
+    // times, so the values and random draws are the same), on detached inputs,
+    // and its graph goes as soon as it returns: what its rules saved is freed
+    // then, at the end of the region.
+    let detached = detach_all(inputs)?;
+    let out = f(&detached)?.detach();
+    drop(detached);
     if !needs_grad(&edges) {
         return Ok(out);
     }
@@ -132,6 +141,22 @@ where
             }
         },
     ))
+}
+
+/// Each of `inputs` detached, requiring grad where it did: the region's own
+/// leaves.
+fn detach_all(inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    inputs
+        .iter()
+        .map(|t| {
+            let d = t.detach();
+            if t.requires_grad() {
+                d.requires_grad_(true)
+            } else {
+                Ok(d)
+            }
+        })
+        .collect()
 }
 
 /// A module run as a checkpointed region ([`checkpoint`]): PyTorch's

@@ -235,6 +235,7 @@ pub struct TransformerEncoder {
     pub layers: Vec<TransformerEncoderLayer>,
     pub norm: Option<LayerNorm>,
     training: bool,
+    checkpoint: bool,
 }
 
 impl TransformerEncoder {
@@ -254,7 +255,21 @@ impl TransformerEncoder {
             layers,
             norm,
             training: true,
+            checkpoint: false,
         })
+    }
+
+    /// Runs each layer as an activation checkpoint ([`checkpoint`](super::checkpoint))
+    /// when `on` (Hugging Face's `gradient_checkpointing_enable`): a training
+    /// step then holds each layer's input instead of its activations, and
+    /// backward runs every layer's forward pass again. Gradients are unchanged.
+    pub fn checkpoint_layers(&mut self, on: bool) {
+        self.checkpoint = on;
+    }
+
+    /// Whether the layers run as activation checkpoints.
+    pub fn checkpoints_layers(&self) -> bool {
+        self.checkpoint
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
@@ -296,7 +311,20 @@ impl TransformerEncoder {
             // the previous output moves in, so that it drops inside the layer's
             // scope, as the layer's own temporaries do
             x = super::in_module(format_args!("layers.{i}"), move || {
-                layer.forward_with(&x, mask, src_key_padding_mask, is_causal)
+                if !self.checkpoint {
+                    return layer.forward_with(&x, mask, src_key_padding_mask, is_causal);
+                }
+                // the recomputation runs a copy of the layer that shares its
+                // parameters, and the masks (constants) it was given
+                let shared = copy_encoder_layer_with(layer, |t| Ok(t.clone()))?;
+                let (mask, padding) = (mask.cloned(), src_key_padding_mask.cloned());
+                super::checkpoint(
+                    move |xs| {
+                        shared.forward_with(&xs[0], mask.as_ref(), padding.as_ref(), is_causal)
+                    },
+                    &[&x],
+                    &layer.parameters(),
+                )
             })?;
         }
         match &self.norm {
@@ -319,31 +347,35 @@ fn dup(t: &Tensor) -> Result<Tensor> {
     crate::autograd::no_grad(|| t.copy())?.requires_grad_(t.requires_grad())
 }
 
-fn dup_opt(t: &Option<Tensor>) -> Result<Option<Tensor>> {
-    t.as_ref().map(dup).transpose()
+fn dup_opt(t: &Option<Tensor>, f: Dup) -> Result<Option<Tensor>> {
+    t.as_ref().map(f).transpose()
 }
 
-fn dup_linear(l: &Linear) -> Result<Linear> {
+/// How a layer copy gets each parameter: [`dup`] (a deep copy) or a handle
+/// on the same tensor.
+type Dup = fn(&Tensor) -> Result<Tensor>;
+
+fn dup_linear(l: &Linear, f: Dup) -> Result<Linear> {
     Ok(Linear {
-        weight: dup(&l.weight)?,
-        bias: dup_opt(&l.bias)?,
+        weight: f(&l.weight)?,
+        bias: dup_opt(&l.bias, f)?,
     })
 }
 
-fn dup_norm(n: &LayerNorm) -> Result<LayerNorm> {
+fn dup_norm(n: &LayerNorm, f: Dup) -> Result<LayerNorm> {
     Ok(LayerNorm {
-        weight: dup_opt(&n.weight)?,
-        bias: dup_opt(&n.bias)?,
+        weight: dup_opt(&n.weight, f)?,
+        bias: dup_opt(&n.bias, f)?,
         normalized_shape: n.normalized_shape.clone(),
         eps: n.eps,
     })
 }
 
-fn dup_attention(a: &MultiheadAttention) -> Result<MultiheadAttention> {
+fn dup_attention(a: &MultiheadAttention, f: Dup) -> Result<MultiheadAttention> {
     Ok(MultiheadAttention {
-        in_proj_weight: dup(&a.in_proj_weight)?,
-        in_proj_bias: dup_opt(&a.in_proj_bias)?,
-        out_proj: dup_linear(&a.out_proj)?,
+        in_proj_weight: f(&a.in_proj_weight)?,
+        in_proj_bias: dup_opt(&a.in_proj_bias, f)?,
+        out_proj: dup_linear(&a.out_proj, f)?,
         num_heads: a.num_heads,
         dropout: a.dropout,
         batch_first: a.batch_first,
@@ -356,12 +388,20 @@ fn dup_attention(a: &MultiheadAttention) -> Result<MultiheadAttention> {
 /// `requires_grad`, the settings and training flags as they are; nothing drawn
 /// from the random generator.
 fn copy_encoder_layer(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
+    copy_encoder_layer_with(layer, dup)
+}
+
+/// A copy of `layer` whose parameters each come from `f`.
+fn copy_encoder_layer_with(
+    layer: &TransformerEncoderLayer,
+    f: Dup,
+) -> Result<TransformerEncoderLayer> {
     Ok(TransformerEncoderLayer {
-        self_attn: dup_attention(&layer.self_attn)?,
-        linear1: dup_linear(&layer.linear1)?,
-        linear2: dup_linear(&layer.linear2)?,
-        norm1: dup_norm(&layer.norm1)?,
-        norm2: dup_norm(&layer.norm2)?,
+        self_attn: dup_attention(&layer.self_attn, f)?,
+        linear1: dup_linear(&layer.linear1, f)?,
+        linear2: dup_linear(&layer.linear2, f)?,
+        norm1: dup_norm(&layer.norm1, f)?,
+        norm2: dup_norm(&layer.norm2, f)?,
         options: layer.options,
         training: layer.training,
     })
@@ -373,13 +413,13 @@ pub(super) fn copy_decoder_layer(
     layer: &TransformerDecoderLayer,
 ) -> Result<TransformerDecoderLayer> {
     Ok(TransformerDecoderLayer {
-        self_attn: dup_attention(&layer.self_attn)?,
-        multihead_attn: dup_attention(&layer.multihead_attn)?,
-        linear1: dup_linear(&layer.linear1)?,
-        linear2: dup_linear(&layer.linear2)?,
-        norm1: dup_norm(&layer.norm1)?,
-        norm2: dup_norm(&layer.norm2)?,
-        norm3: dup_norm(&layer.norm3)?,
+        self_attn: dup_attention(&layer.self_attn, dup)?,
+        multihead_attn: dup_attention(&layer.multihead_attn, dup)?,
+        linear1: dup_linear(&layer.linear1, dup)?,
+        linear2: dup_linear(&layer.linear2, dup)?,
+        norm1: dup_norm(&layer.norm1, dup)?,
+        norm2: dup_norm(&layer.norm2, dup)?,
+        norm3: dup_norm(&layer.norm3, dup)?,
         options: layer.options,
         training: layer.training,
     })

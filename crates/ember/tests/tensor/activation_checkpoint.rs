@@ -173,7 +173,44 @@ fn checkpoint_without_input_gradients(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// A transformer encoder whose layers are checkpoints (causal mask, dropout)
+/// gives the gradients of the same encoder without.
+fn checkpointed_encoder_layers(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let run = |checkpointed: bool| -> Result<Vec<Vec<f64>>> {
+        ember::manual_seed(21);
+        let opts = nn::TransformerOptions {
+            dim_feedforward: 16,
+            dropout: 0.2,
+            batch_first: true,
+            ..Default::default()
+        };
+        let layer = nn::TransformerEncoderLayer::new(8, 2, opts, dev)?;
+        let mut enc = nn::TransformerEncoder::new(layer, 3, None)?;
+        enc.checkpoint_layers(checkpointed);
+        assert_eq!(enc.checkpoints_layers(), checkpointed);
+        let x = Tensor::randn([2, 5, 8], dev)?.to_dtype(DType::F64)?;
+        let x = x.requires_grad_(true)?;
+        enc.to_dtype(DType::F64)?;
+        let mask = nn::square_subsequent_mask(5, dev)?.to_dtype(DType::F64)?;
+        let y = enc.forward_with(&x, Some(&mask), None, true)?;
+        y.square()?.sum_all()?.backward()?;
+        let mut out = vec![x.grad().unwrap().to_vec::<f64>()?];
+        for p in enc.parameters() {
+            out.push(p.grad().expect("a gradient").to_vec::<f64>()?);
+        }
+        Ok(out)
+    };
+    let (plain, ckpt) = (run(false)?, run(true)?);
+    assert_eq!(plain.len(), ckpt.len());
+    for (i, (a, b)) in plain.iter().zip(&ckpt).enumerate() {
+        assert_eq!(a, b, "gradient {i}");
+    }
+    Ok(())
+}
+
 device_test!(
+    checkpointed_encoder_layers,
     checkpointing_changes_no_gradient,
     checkpoint_function_form,
     checkpoint_without_input_gradients
