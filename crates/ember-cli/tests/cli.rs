@@ -532,6 +532,41 @@ fn estimate_channels_last() {
     assert!(!ok && err.contains("--channels-last"), "{err}");
 }
 
+/// `--checkpoint` recomputes gpt2_small's blocks in the backward pass instead
+/// of keeping their activations: a lower peak; other models have no blocks to
+/// checkpoint.
+#[test]
+fn estimate_checkpoint() {
+    let args = [
+        "estimate",
+        "--model",
+        "gpt2_small",
+        "--input",
+        "1024",
+        "--batch-size",
+        "4",
+        "--optimizer",
+        "adam",
+    ];
+    let peak = |extra: &[&str]| -> usize {
+        let (ok, out, err) = ember(&[&args[..], extra].concat());
+        assert!(ok, "{err}");
+        let line = out
+            .lines()
+            .find_map(|l| l.strip_prefix("peak allocated:"))
+            .unwrap_or_else(|| panic!("no peak in\n{out}"));
+        let size = line.split(" (").next().unwrap().trim();
+        ember::memory::parse_bytes(size).unwrap_or_else(|e| panic!("{size}: {e}"))
+    };
+    let (kept, recomputed) = (peak(&[]), peak(&["--checkpoint"]));
+    assert!(
+        recomputed < kept,
+        "checkpointed {recomputed} bytes, kept {kept}"
+    );
+    let (ok, _, err) = ember(&["estimate", "--model", "resnet18", "--checkpoint"]);
+    assert!(!ok && err.contains("--checkpoint"), "{err}");
+}
+
 /// `ember bench --suite SUITE --quick --device cpu --json FILE`, which must
 /// succeed: its standard output and the JSON file's text.
 fn quick_cpu_suite(suite: &str) -> (String, String) {
