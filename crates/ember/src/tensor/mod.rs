@@ -37,6 +37,7 @@ mod logical;
 mod math;
 mod math_more;
 mod matmul;
+mod more_ops;
 mod pointwise;
 mod pool;
 mod random_fill;

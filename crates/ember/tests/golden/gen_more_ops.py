@@ -1,0 +1,108 @@
+"""Golden values for ember's tensor/more_ops.rs and tensor/more_products.rs:
+cummax, cummin, logcumsumexp, hypot, heaviside, the bitwise ops and shifts,
+cross, kron, tensordot, baddbmm, addbmm, addmv, addr, cdist, argwhere,
+bincount and histc. Writes more_ops_cases.json beside this script. Gradients
+are of the sum of the first output, for float inputs (none where PyTorch has
+no derivative)."""
+import json, math, os
+import torch
+
+torch.manual_seed(0)
+nan, inf = float("nan"), float("inf")
+t = torch.tensor
+
+def num(v):
+    if isinstance(v, float):
+        if math.isnan(v):
+            return None
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+    return v
+
+def rec(x):
+    return {"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+            "values": [num(v) for v in x.detach().reshape(-1).tolist()]}
+
+cases = []
+def case(name, fn, *inputs, grad=True):
+    xs = [x.clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    out = fn(*xs)
+    out = list(out) if isinstance(out, tuple) else [out]
+    grads = []
+    if grad and out[0].is_floating_point() and out[0].requires_grad:
+        out[0].sum().backward()
+        grads = [rec(x.grad) if x.grad is not None else None for x in xs]
+    cases.append({"name": name, "inputs": [rec(x) for x in inputs],
+                  "outputs": [rec(o) for o in out], "grads": grads})
+
+# running extremes
+x = torch.randn(3, 5, dtype=torch.float64)
+x[1, 3] = x[1, 1]
+case("cummax_1", lambda a: torch.cummax(a, 1), x)
+case("cummin_0", lambda a: torch.cummin(a, 0), x)
+case("cummax_nan", lambda a: torch.cummax(a, 0), t([1., 3., 3., 2., nan, 5., nan]))
+case("cummin_nan", lambda a: torch.cummin(a, -1), t([[2., nan, 1., 1.], [4., 4., -1., nan]]))
+case("cummax_m1", lambda a: torch.cummax(a, -1), torch.randn(2, 3, 4).round())
+case("cummin_i64", lambda a: torch.cummin(a, 0), t([[3, 1], [1, 2], [1, 0], [5, 0]]))
+case("cummax_bool", lambda a: torch.cummax(a, 0), t([True, False, True]))
+case("cummax_0d", lambda a: torch.cummax(a, 0), t(2.5, dtype=torch.float64))
+case("cummin_empty", lambda a: torch.cummin(a, 0), torch.zeros(0, 3))
+case("logcumsumexp_1", lambda a: torch.logcumsumexp(a, 1), torch.randn(3, 6, dtype=torch.float64))
+case("logcumsumexp_big", lambda a: torch.logcumsumexp(a, 0), t([1000., -1000., 999., 0., 1001.], dtype=torch.float64))
+case("logcumsumexp_f32", lambda a: torch.logcumsumexp(a, -2), torch.randn(5, 2) * 30)
+case("logcumsumexp_inf", lambda a: torch.logcumsumexp(a, 0), t([-inf, -inf, 1000., 0.], dtype=torch.float64))
+case("logcumsumexp_0d", lambda a: torch.logcumsumexp(a, 0), t(0.5, dtype=torch.float64))
+
+# elementwise
+case("hypot", lambda a, b: torch.hypot(a, b), torch.randn(3, 1, dtype=torch.float64), torch.randn(4, dtype=torch.float64))
+case("hypot_f32_big", lambda a, b: torch.hypot(a, b), t([3e30, 0., -4., 1e-30]), t([4e30, 0.5, 3., 1e-30]))
+case("hypot_mixed", lambda a, b: torch.hypot(a, b), t([1., -2.]), t([2., 2.], dtype=torch.float64))
+case("hypot_inf", lambda a, b: torch.hypot(a, b), t([inf, nan, -inf, 1.], dtype=torch.float64), t([nan, 1., 2., nan], dtype=torch.float64), grad=False)
+case("heaviside", lambda a, b: torch.heaviside(a, b), t([[nan, 0., -1.5], [2., -0., 0.]], dtype=torch.float64), t([0.5, 2., 3.], dtype=torch.float64), grad=False)
+case("heaviside_i64", lambda a, b: torch.heaviside(a, b), t([1, 0, -2]), t([7]))
+big = t([-7, 3, 2**62 + 5, -2**63, 255, -1, 0, 12345678901])
+other = t([5, -6, 2**40 + 1, -1, 15, 2**63 - 1, -3, 987654321])
+for op in ["and", "or", "xor"]:
+    f = getattr(torch, "bitwise_" + op)
+    case(f"bitwise_{op}_i64", f, big, other)
+    case(f"bitwise_{op}_u8", f, t([200, 3, 255, 0], dtype=torch.uint8), t([[170], [15]], dtype=torch.uint8))
+    case(f"bitwise_{op}_bool", f, t([True, True, False, False]), t([True, False, True, False]))
+case("bitwise_and_bool_u8", torch.bitwise_and, t([True, False, True]), t([3, 2, 254], dtype=torch.uint8))
+case("bitwise_or_i64_u8", torch.bitwise_or, t([[-8], [1024]]), t([1, 2, 255], dtype=torch.uint8))
+case("bitwise_not_i64", torch.bitwise_not, big)
+case("bitwise_not_u8", torch.bitwise_not, t([0, 1, 200, 255], dtype=torch.uint8))
+case("bitwise_not_bool", torch.bitwise_not, t([True, False]))
+a = t([5, -5, 7, -1, 1, 2**62, -3, 9, -9])
+b = t([0, 1, 63, 64, -1, 1, 62, 3, 100])
+case("left_shift_i64", torch.bitwise_left_shift, a, b)
+case("right_shift_i64", torch.bitwise_right_shift, a, b)
+case("left_shift_u8", torch.bitwise_left_shift, t([200, 3, 1, 255], dtype=torch.uint8), t([1, 8, 7, 4], dtype=torch.uint8))
+case("right_shift_u8", torch.bitwise_right_shift, t([200, 3, 128, 255], dtype=torch.uint8), t([1, 9, 7, 4], dtype=torch.uint8))
+case("left_shift_0d", torch.bitwise_left_shift, t([[1, -2], [3, 4]]), t(3))
+
+#@PRODUCTS@
+
+errors = []
+def err(name, fn):
+    try:
+        fn()
+    except Exception as e:
+        errors.append({"name": name, "message": str(e).split("\n")[0]})
+        return
+    raise SystemExit(f"{name} did not fail")
+err("cummax_dim", lambda: torch.cummax(torch.zeros(3), 1))
+err("logcumsumexp_i64", lambda: torch.logcumsumexp(t([1, 2]), 0))
+err("hypot_i64", lambda: torch.hypot(t([1]), t([1])))
+err("heaviside_dtypes", lambda: torch.heaviside(t([1.]), t([1.], dtype=torch.float64)))
+err("bitwise_and_f32", lambda: torch.bitwise_and(t([1.]), t([1.])))
+err("bitwise_or_f32_i64", lambda: torch.bitwise_or(t([1]), t([1.])))
+err("bitwise_xor_f64", lambda: torch.bitwise_xor(t([1.], dtype=torch.float64), t([1], dtype=torch.float64)))
+err("bitwise_not_f32", lambda: torch.bitwise_not(t([1.])))
+err("left_shift_bool", lambda: torch.bitwise_left_shift(t([True]), t([True])))
+err("right_shift_f32", lambda: torch.bitwise_right_shift(t([1.]), t([1.])))
+#@PRODUCT_ERRORS@
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "more_ops_cases.json")
+with open(out, "w") as f:
+    json.dump({"torch": torch.__version__, "cases": cases, "errors": errors}, f, indent=1)
+print(len(cases), "cases,", len(errors), "errors")
