@@ -38,6 +38,7 @@ mod math;
 mod math_more;
 mod matmul;
 mod more_ops;
+mod more_products;
 mod pointwise;
 mod pool;
 mod random_fill;
