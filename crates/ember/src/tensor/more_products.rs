@@ -404,7 +404,10 @@ impl Tensor {
 
     /// A histogram of `bins` equal bins over `[min, max]` (`torch.histc`),
     /// for float tensors, in their dtype: elements outside the range and NaNs
-    /// are left out, `max` itself falls in the last bin. `min == max` takes
+    /// are left out, `max` itself falls in the last bin. An element's bin is
+    /// `(x - min) · bins / (max - min)` truncated, computed in the tensor's
+    /// precision as PyTorch's `histc` does (so elements on an edge fall as
+    /// there, not always as `torch.histogram` puts them). `min == max` takes
     /// the data's range (read back from a GPU; refused on meta), widened by 1
     /// on each side where that is one value. No gradient.
     pub fn histc(&self, bins: usize, min: f64, max: f64) -> Result<Tensor> {
@@ -444,16 +447,26 @@ impl Tensor {
                     format!("torch.histc: range of [{lo}, {hi}] is not finite"),
                 ));
             }
+            // PyTorch's bins: the range in the tensor's precision, each bin by
+            // interpolation alone (as histc's kernel, unlike histogram's, does
+            // not check the neighbouring edges)
+            let (lo, hi, width) = if self.dtype() == DType::F64 {
+                (lo, hi, hi - lo)
+            } else {
+                let (l, h) = (lo as f32, hi as f32);
+                (f64::from(l), f64::from(h), f64::from(h - l))
+            };
+            let dev = self.device();
             let inside = x.ge(lo)?.logical_and(&x.le(hi)?)?;
             let at = x
                 .sub(lo)?
-                .div(hi - lo)?
                 .mul(bins as f64)?
-                .floor()?
+                .div(width)?
+                .trunc()?
                 .clamp(Some(0.0), Some(bins as f64 - 1.0))?;
             // what falls outside goes to one more bin, dropped after
             let at = inside.where_(&at, bins as f64)?.to_dtype(DType::I64)?;
-            let counts = Tensor::zeros([bins + 1], self.dtype(), &self.device())?;
+            let counts = Tensor::zeros([bins + 1], self.dtype(), &dev)?;
             counts
                 .scatter_add(0, &at, &x.ones_like()?)?
                 .narrow(0, 0, bins)

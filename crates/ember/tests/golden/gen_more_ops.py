@@ -97,6 +97,7 @@ case("baddbmm_beta0", lambda s, a, b: torch.baddbmm(s, a, b, beta=0.0), t([[nan,
 case("addbmm", lambda s, a, b: torch.addbmm(s, a, b, alpha=-1.5), r(3, 4), r(2, 3, 5), r(2, 5, 4))
 case("addmv", lambda s, m, v: torch.addmv(s, m, v, beta=2.0, alpha=0.5), r(3), r(3, 4), r(4))
 case("addmv_f32", lambda s, m, v: torch.addmv(s, m, v), torch.randn(1), torch.randn(2, 3), torch.randn(3))
+case("addmv_i64", lambda s, m, v: torch.addmv(s, m, v, beta=1.5, alpha=2.5), t([3, 4]), t([[1, 2], [3, 4]]), t([1, 1]))
 case("addr", lambda s, a, b: torch.addr(s, a, b), r(3, 1), r(3), r(2))
 case("addr_i64", lambda s, a, b: torch.addr(s, a, b, beta=2, alpha=3), t([[1, 2], [3, 4]]), t([1, -2]), t([5, 6]))
 x1 = r(4, 3)
@@ -125,6 +126,12 @@ case("bincount_u8", torch.bincount, t([3, 0, 3], dtype=torch.uint8))
 case("histc", lambda x: torch.histc(x, 7, -1, 1), r(50), grad=False)
 case("histc_auto", lambda x: torch.histc(x, 4), torch.randn(20), grad=False)
 case("histc_same", lambda x: torch.histc(x, 3), t([2., 2.], dtype=f64), grad=False)
+def on_edges(bins, lo, hi, dtype):
+    x = torch.linspace(lo, hi, bins * 3 + 1, dtype=f64)
+    e = t([lo + (hi - lo) * k / bins for k in range(bins + 1)], dtype=f64)
+    return torch.cat([x, e]).to(dtype)
+case("histc_edges", lambda x: torch.histc(x, 10, 0.1, 0.7), on_edges(10, 0.1, 0.7, f64), grad=False)
+case("histc_edges_f32", lambda x: torch.histc(x, 13, 0.1, 0.7), on_edges(13, 0.1, 0.7, torch.float32), grad=False)
 case("histc_nan", lambda x: torch.histc(x, 2, 0, 1), t([nan, 1., 5., 0.5, 1., -0.1, 0.], dtype=f64), grad=False)
 
 errors = []

@@ -101,6 +101,7 @@ fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
         "addbmm" => one(a.addbmm(b(), &x[2], 1.0, -1.5)),
         "addmv" => one(a.addmv(b(), &x[2], 2.0, 0.5)),
         "addmv_f32" => one(a.addmv(b(), &x[2], 1.0, 1.0)),
+        "addmv_i64" => one(a.addmv(b(), &x[2], 1.5, 2.5)),
         "addr" => one(a.addr(b(), &x[2], 1.0, 1.0)),
         "addr_i64" => one(a.addr(b(), &x[2], 2.0, 3.0)),
         "cdist_2" | "cdist_mm" => one(a.cdist(b(), 2.0)),
@@ -121,6 +122,8 @@ fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
             one(a.histc(4 - usize::from(name == "histc_same"), 0.0, 0.0))
         }
         "histc_nan" => one(a.histc(2, 0.0, 1.0)),
+        "histc_edges" => one(a.histc(10, 0.1, 0.7)),
+        "histc_edges_f32" => one(a.histc(13, 0.1, 0.7)),
         n => panic!("case {n}"),
     }
 }
