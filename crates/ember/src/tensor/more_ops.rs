@@ -208,7 +208,7 @@ impl Tensor {
     /// The Heaviside step (`torch.heaviside(self, values)`): 0 where `self` is
     /// negative (or NaN), 1 where positive, and `values` where it is 0,
     /// broadcasting. Both must have one dtype, as PyTorch requires. Not
-    /// differentiable: the result carries no gradient.
+    /// differentiable: a backward pass through it is refused, as PyTorch's.
     pub fn heaviside(&self, values: &Tensor) -> Result<Tensor> {
         const OP: &str = "heaviside";
         if self.dtype() != values.dtype() {
@@ -217,10 +217,11 @@ impl Tensor {
                 "heaviside is not yet implemented for tensors with different dtypes.",
             ));
         }
-        no_grad(|| {
+        let out = no_grad(|| {
             let step = self.gt(0)?.to_dtype(self.dtype())?;
             self.eq(0)?.where_(values, &step)
-        })
+        })?;
+        Ok(no_derivative(out, OP, &[self, values]))
     }
 
     /// Bitwise AND (`torch.bitwise_and`, `&`) of bool, uint8 or int64 tensors,
@@ -374,6 +375,19 @@ impl Tensor {
             }
         })
     }
+}
+
+/// `out` with a node that refuses the backward pass, as PyTorch's ops without
+/// a derivative do, where one of `inputs` requires a gradient.
+pub(super) fn no_derivative(out: Tensor, op: &'static str, inputs: &[&Tensor]) -> Tensor {
+    Tensor::record(out, op, inputs, |_| {
+        move |_: &Tensor| -> Result<crate::autograd::Grads> {
+            Err(Error::invalid(
+                "backward",
+                format!("derivative for aten::{op} is not implemented"),
+            ))
+        }
+    })
 }
 
 /// PyTorch's gradient of `logcumsumexp` along `d` for output `y`: the

@@ -348,7 +348,8 @@ impl Tensor {
     /// counts, at least `minlength`. With `weights` (one per element) each
     /// occurrence adds its weight instead: float32 weights give float32,
     /// others float64, as PyTorch's. The length depends on the values, so a
-    /// GPU tensor is read back and a meta tensor is refused. No gradient.
+    /// GPU tensor is read back and a meta tensor is refused. Not
+    /// differentiable: a backward pass to the weights is refused, as PyTorch's.
     pub fn bincount(&self, weights: Option<&Tensor>, minlength: i64) -> Result<Tensor> {
         const OP: &str = "bincount";
         if self.dtype().is_float() || self.dtype() == DType::Bool {
@@ -378,7 +379,7 @@ impl Tensor {
                 ));
             }
         }
-        no_grad(|| {
+        let out = no_grad(|| {
             let x = self.to_dtype(DType::I64)?;
             let mut len = minlength as usize;
             if x.numel() > 0 {
@@ -399,7 +400,9 @@ impl Tensor {
                 }
             };
             Tensor::zeros([len], dt, &self.device())?.scatter_add(0, &x, &src)
-        })
+        })?;
+        let inputs: Vec<&Tensor> = weights.into_iter().collect();
+        Ok(super::more_ops::no_derivative(out, OP, &inputs))
     }
 
     /// A histogram of `bins` equal bins over `[min, max]` (`torch.histc`),
