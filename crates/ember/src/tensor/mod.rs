@@ -37,6 +37,8 @@ mod logical;
 mod math;
 mod math_more;
 mod matmul;
+mod more_ops;
+mod more_products;
 mod pointwise;
 mod pool;
 mod random_fill;

@@ -129,6 +129,7 @@ mod format;
 mod io;
 mod linalg;
 mod math_more;
+mod more_ops;
 mod nn;
 mod pointwise_ops;
 mod profiler;
