@@ -68,9 +68,9 @@ pub struct EstimateArgs {
     /// `memory_format=torch.channels_last`); image models only.
     #[arg(long)]
     pub channels_last: bool,
-    /// Each transformer block an activation checkpoint (recomputed in the
-    /// backward pass instead of kept: `TransformerEncoder::checkpoint_layers`);
-    /// gpt2_small only.
+    /// Each block of the model an activation checkpoint (recomputed in the
+    /// backward pass instead of kept: `models::checkpointed`): resnet18,
+    /// resnet50 and gpt2_small.
     #[arg(long)]
     pub checkpoint: bool,
     /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
@@ -219,9 +219,10 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             "--channels-last lays out 4-D image batches; {name} does not take images"
         )));
     }
-    if args.checkpoint && !lm {
+    if args.checkpoint && !matches!(name.as_str(), "resnet18" | "resnet50" | "gpt2_small") {
         return Err(invalid(format!(
-            "--checkpoint makes gpt2_small's transformer blocks activation checkpoints; {name} has none"
+            "--checkpoint makes a model's blocks activation checkpoints (resnet18's and \
+             resnet50's residual blocks, gpt2_small's transformer blocks); {name} has none"
         )));
     }
     if args.max_batch && args.memory.is_none() && args.device.is_none() {
@@ -235,10 +236,7 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let checkpoint = args.checkpoint;
     let mut est = Estimator::new(move |dev| {
         if checkpoint {
-            let mut gpt = models::gpt2_small(dev)?;
-            gpt.blocks.checkpoint_layers(true);
-            let m: Box<dyn ember::nn::Module> = Box::new(gpt);
-            return Ok(m);
+            return models::checkpointed(&build_name, classes, dev);
         }
         models::by_name(&build_name, classes, dev)
     })

@@ -533,7 +533,7 @@ fn estimate_channels_last() {
 }
 
 /// `--checkpoint` recomputes gpt2_small's blocks in the backward pass instead
-/// of keeping their activations: a lower peak; other models have no blocks to
+/// of keeping their activations: a lower peak; VGG has no blocks to
 /// checkpoint.
 #[test]
 fn estimate_checkpoint() {
@@ -563,7 +563,7 @@ fn estimate_checkpoint() {
         recomputed < kept,
         "checkpointed {recomputed} bytes, kept {kept}"
     );
-    let (ok, _, err) = ember(&["estimate", "--model", "resnet18", "--checkpoint"]);
+    let (ok, _, err) = ember(&["estimate", "--model", "vgg16", "--checkpoint"]);
     assert!(!ok && err.contains("--checkpoint"), "{err}");
 }
 

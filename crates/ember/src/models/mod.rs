@@ -75,6 +75,51 @@ pub const NAMES: &[&str] = &[
     "gpt2_small",
 ];
 
+/// [`by_name`] with each of the model's blocks an activation checkpoint
+/// ([`nn::Checkpoint`]: kept as its input, recomputed in the backward pass):
+/// the residual blocks of `resnet18` and `resnet50`, the transformer blocks of
+/// `gpt2_small` ([`TransformerEncoder::checkpoint_layers`](crate::nn::TransformerEncoder::checkpoint_layers)).
+/// The parameters and their names are [`by_name`]'s; the other models have no
+/// blocks, and are an error.
+///
+/// ```
+/// use ember::models;
+/// use ember::prelude::*;
+/// let r = models::checkpointed("resnet50", 1000, &Device::Meta)?;
+/// assert_eq!(r.num_parameters(), 25_557_032);
+/// assert!(models::checkpointed("vgg16", 1000, &Device::Meta).is_err());
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn checkpointed(name: &str, num_classes: usize, device: &Device) -> Result<Box<dyn Module>> {
+    Ok(match name {
+        "resnet18" => Box::new(resnet::resnet::<BasicBlock>(
+            &[2, 2, 2, 2],
+            num_classes,
+            true,
+            device,
+        )?),
+        "resnet50" => Box::new(resnet::resnet::<Bottleneck>(
+            &[3, 4, 6, 3],
+            num_classes,
+            true,
+            device,
+        )?),
+        "gpt2_small" => {
+            let mut gpt = gpt2_small(device)?;
+            gpt.blocks.checkpoint_layers(true);
+            Box::new(gpt)
+        }
+        _ if NAMES.contains(&name) => {
+            return Err(Error::invalid(
+                "models::checkpointed",
+                format!("{name} has no blocks to checkpoint: resnet18, resnet50 and gpt2_small do"),
+            ))
+        }
+        // (an unknown name: by_name's error, which lists the names)
+        _ => return by_name(name, num_classes, device),
+    })
+}
+
 /// The model called `name` (one of [`NAMES`]) with `num_classes` outputs on
 /// `device`; an error listing the names for any other. `gpt2_small` has GPT-2's
 /// own vocabulary as its outputs and ignores `num_classes`.
@@ -206,14 +251,14 @@ fn vgg(config: &[usize], num_classes: usize, device: &Device) -> Result<Sequenti
 /// torchvision's `resnet18()`: [`BasicBlock`]s, two per stage (11,689,512
 /// parameters for 1000 classes).
 pub fn resnet18(num_classes: usize, device: &Device) -> Result<Sequential> {
-    resnet::resnet::<BasicBlock>(&[2, 2, 2, 2], num_classes, device)
+    resnet::resnet::<BasicBlock>(&[2, 2, 2, 2], num_classes, false, device)
 }
 
 /// torchvision's `resnet50()`: [`Bottleneck`] blocks (ResNet v1.5, the stride on
 /// the 3 × 3 convolution), 3, 4, 6 and 3 per stage (25,557,032 parameters for 1000
 /// classes).
 pub fn resnet50(num_classes: usize, device: &Device) -> Result<Sequential> {
-    resnet::resnet::<Bottleneck>(&[3, 4, 6, 3], num_classes, device)
+    resnet::resnet::<Bottleneck>(&[3, 4, 6, 3], num_classes, false, device)
 }
 
 /// GPT-2's 124M layout as a [`CharGpt`] ([`GptConfig::gpt2_small`]): token and

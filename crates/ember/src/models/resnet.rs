@@ -232,10 +232,13 @@ impl Block for Bottleneck {
 /// torchvision's `ResNet(block, layers, num_classes)`: `conv1` (7 × 7, stride 2,
 /// padding 3, no bias), `bn1`, `relu`, `maxpool` (3, stride 2, padding 1),
 /// `layer1` .. `layer4` (64, 128, 256, 512 planes; the first block of layers 2-4
-/// with stride 2), `avgpool` (adaptive, 1 × 1), `flatten`, `fc`.
+/// with stride 2), `avgpool` (adaptive, 1 × 1), `flatten`, `fc`. With
+/// `checkpoint`, each block is an activation checkpoint ([`nn::Checkpoint`],
+/// the same parameter names).
 pub(super) fn resnet<B: Block>(
     layers: &[usize; 4],
     num_classes: usize,
+    checkpoint: bool,
     device: &Device,
 ) -> Result<Sequential> {
     let stem = Conv2dOptions::default().stride(2).padding(3);
@@ -252,12 +255,12 @@ pub(super) fn resnet<B: Block>(
         let stride = if i == 0 { 1 } else { 2 };
         let mut layer = Sequential::new();
         for b in 0..blocks {
-            layer = layer.add(B::build(
-                inplanes,
-                planes,
-                if b == 0 { stride } else { 1 },
-                device,
-            )?);
+            let block = B::build(inplanes, planes, if b == 0 { stride } else { 1 }, device)?;
+            layer = if checkpoint {
+                layer.add(nn::Checkpoint::new(block))
+            } else {
+                layer.add(block)
+            };
             inplanes = planes * B::EXPANSION;
         }
         model = model.add_named(format!("layer{}", i + 1), layer)?;

@@ -209,7 +209,38 @@ fn checkpointed_encoder_layers(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// ResNet-18 with checkpointed residual blocks (`models::checkpointed`):
+/// the same parameters and names and, in training (batch norm on the batch's
+/// statistics), the same gradients to the bit.
+fn checkpointed_resnet_blocks(dev: &Device) -> Result<()> {
+    let _g = super::rng_lock();
+    let run = |checkpointed: bool| -> Result<(Vec<String>, Vec<Vec<f64>>)> {
+        ember::manual_seed(2);
+        let m = if checkpointed {
+            ember::models::checkpointed("resnet18", 10, dev)?
+        } else {
+            ember::models::by_name("resnet18", 10, dev)?
+        };
+        let x = Tensor::randn([2, 3, 32, 32], dev)?;
+        m.forward(&x)?.square()?.sum_all()?.backward()?;
+        let names = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        let grads = m
+            .parameters()
+            .iter()
+            .map(|p| p.grad().expect("a gradient").to_vec::<f64>())
+            .collect::<Result<_>>()?;
+        Ok((names, grads))
+    };
+    let (plain, ckpt) = (run(false)?, run(true)?);
+    assert_eq!(plain.0, ckpt.0, "parameter names");
+    for (i, (a, b)) in plain.1.iter().zip(&ckpt.1).enumerate() {
+        assert_eq!(a, b, "gradient of {}", plain.0[i]);
+    }
+    Ok(())
+}
+
 device_test!(
+    checkpointed_resnet_blocks,
     checkpointed_encoder_layers,
     checkpointing_changes_no_gradient,
     checkpoint_function_form,
