@@ -423,9 +423,11 @@ impl Tensor {
     /// [`TensorIndex::NewAxis`], [`TensorIndex::Ellipsis`] and int64 or bool
     /// tensors. Without an index tensor the result is a view, as in PyTorch;
     /// with one, a copy whose gradient flows back to the picked entries
-    /// (repeated picks add up). See the [module](self) for where the indexed
-    /// dims go. A bool mask's true positions are read back to the host; a meta
-    /// tensor refuses a mask (its count depends on values).
+    /// (repeated picks add up). As in PyTorch, the index tensors broadcast to
+    /// one shape `B`, which takes the place of the dims they index when those
+    /// are next to each other, and comes first when other dims separate them.
+    /// A bool mask's true positions are read back to the host; a meta tensor
+    /// refuses a mask (its count depends on values).
     ///
     /// ```
     /// # use ember::{Device, Tensor, TensorIndex};
