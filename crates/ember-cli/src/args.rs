@@ -83,6 +83,11 @@ pub struct TrainArgs {
     /// memory.
     #[arg(long)]
     pub skip_memory_check: bool,
+    /// Make each block of the model an activation checkpoint, recomputed in the
+    /// backward pass instead of kept (less memory, one more forward pass of
+    /// the blocks): resnet18 and resnet50 on fake data, the text model.
+    #[arg(long)]
+    pub checkpoint_activations: bool,
     /// Seed for the split, the initial weights and the shuffling.
     #[arg(long, default_value_t = 32)]
     pub seed: u64,
@@ -141,6 +146,7 @@ impl Default for TrainArgs {
             samples: 640,
             estimate: false,
             skip_memory_check: false,
+            checkpoint_activations: false,
             seed: 32,
             drop_last: false,
             plot: None,

@@ -72,7 +72,7 @@ pub struct EstimateArgs {
     /// backward pass instead of kept: `models::checkpointed`): resnet18,
     /// resnet50 and gpt2_small.
     #[arg(long)]
-    pub checkpoint: bool,
+    pub checkpoint_activations: bool,
     /// The GPU to check the estimate against (its free memory), e.g. cuda:0.
     #[arg(long, conflicts_with = "memory")]
     pub device: Option<String>,
@@ -219,9 +219,11 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             "--channels-last lays out 4-D image batches; {name} does not take images"
         )));
     }
-    if args.checkpoint && !matches!(name.as_str(), "resnet18" | "resnet50" | "gpt2_small") {
+    if args.checkpoint_activations
+        && !matches!(name.as_str(), "resnet18" | "resnet50" | "gpt2_small")
+    {
         return Err(invalid(format!(
-            "--checkpoint makes a model's blocks activation checkpoints (resnet18's and \
+            "--checkpoint-activations makes a model's blocks activation checkpoints (resnet18's and \
              resnet50's residual blocks, gpt2_small's transformer blocks); {name} has none"
         )));
     }
@@ -233,7 +235,7 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
     let classes = args.classes.unwrap_or(if small { 10 } else { 1000 }) as usize;
     let target = target(args)?;
     let build_name = name.clone();
-    let checkpoint = args.checkpoint;
+    let checkpoint = args.checkpoint_activations;
     let mut est = Estimator::new(move |dev| {
         if checkpoint {
             return models::checkpointed(&build_name, classes, dev);

@@ -156,6 +156,7 @@ pub fn run(args: &TrainArgs, device: Device) -> ember::Result<()> {
         dropout: t.dropout,
     };
     let mut model = CharGpt::new(config, &device)?;
+    model.blocks.checkpoint_layers(args.checkpoint_activations);
     let params = model.parameters();
     // no weight decay on biases and the norms' scales, as GPT training does
     let (decay, no_decay) = split_for_weight_decay(params.clone());

@@ -507,6 +507,12 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
              --model gpt2_small` gives its memory",
         ));
     }
+    if args.checkpoint_activations && !matches!(name.as_str(), "resnet18" | "resnet50") {
+        return Err(invalid(format!(
+            "--checkpoint-activations makes a model's blocks activation checkpoints (resnet18's \
+             and resnet50's residual blocks, the text model's transformer blocks); {name} has none"
+        )));
+    }
     if args.dataset != Dataset::Fake && (args.input.is_some() || args.classes.is_some()) {
         return Err(invalid(
             "--input and --classes set the shape of fake data; iris and digits have their own",
@@ -624,6 +630,7 @@ fn fake(args: &TrainArgs, name: String) -> ember::Result<Data> {
     let (x_test, y_test) = draw(n_test)?;
     let shape: Vec<String> = input.iter().map(|d| d.to_string()).collect();
     let model_name = name.clone();
+    let checkpointed = args.checkpoint_activations;
     Ok(Data {
         x_train,
         x_test,
@@ -633,7 +640,13 @@ fn fake(args: &TrainArgs, name: String) -> ember::Result<Data> {
         model: display_name(&name),
         name,
         classes,
-        build: Arc::new(move |d: &Device| models::by_name(&model_name, classes, d)),
+        build: Arc::new(move |d: &Device| {
+            if checkpointed {
+                models::checkpointed(&model_name, classes, d)
+            } else {
+                models::by_name(&model_name, classes, d)
+            }
+        }),
         input,
         lr: 0.001,
         epochs: 1,

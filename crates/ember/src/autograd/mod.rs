@@ -426,6 +426,33 @@ pub fn enable_grad<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+thread_local! {
+    /// Whether a checkpointed region is being recomputed on this thread.
+    static RECOMPUTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `true` while an activation checkpoint recomputes its region on this thread
+/// (`nn::checkpoint`): state a forward pass moves (batch norm's running
+/// statistics and batch count) was moved by the region's first run and stays.
+pub(crate) fn is_recomputing() -> bool {
+    RECOMPUTING.with(|r| r.get())
+}
+
+/// Marks this thread as recomputing a checkpointed region until dropped.
+pub(crate) struct Recomputing(bool);
+
+impl Recomputing {
+    pub(crate) fn enter() -> Recomputing {
+        Recomputing(RECOMPUTING.with(|r| r.replace(true)))
+    }
+}
+
+impl Drop for Recomputing {
+    fn drop(&mut self) {
+        RECOMPUTING.with(|r| r.set(self.0));
+    }
+}
+
 /// `true` when an op on `inputs` must record a node.
 pub(crate) fn needs_grad(inputs: &[&Tensor]) -> bool {
     is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())

@@ -6,12 +6,15 @@
 //!
 //! The recomputation draws the same random numbers as the forward pass did
 //! (dropout masks repeat: the stream is forked where it stood) and runs under
-//! the autocast setting the forward pass had. A layer that changes its own
-//! state in forward (batch norm's running statistics in training) changes it
-//! again when recomputed, as in PyTorch.
+//! the autocast setting the forward pass had. Batch norm's running statistics
+//! and batch count move once, in the first run, as without checkpoints
+//! (PyTorch's checkpoint moves them again in the recomputation).
 
 use crate::{
-    autograd::{checkpoint_grads, enable_grad_guard, is_grad_enabled, needs_grad, Grads, Inputs},
+    autograd::{
+        checkpoint_grads, enable_grad_guard, is_grad_enabled, needs_grad, Grads, Inputs,
+        Recomputing,
+    },
     backend::generator::Generator,
     device::Device,
     dtype::DType,
@@ -115,6 +118,7 @@ where
                     targets.push(ins.get(i)?.clone());
                 }
                 let y = {
+                    let _recomputing = Recomputing::enter();
                     let _recording = enable_grad_guard();
                     let _cpu = autocast_guard_for(DeviceType::Cpu, autocast[0])?;
                     let _cuda = autocast_guard_for(DeviceType::Cuda, autocast[1])?;

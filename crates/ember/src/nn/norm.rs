@@ -200,7 +200,8 @@ impl<const D: usize> BatchNorm<D> {
             (stats, update),
             (self.eps, relu, residual),
         )?;
-        if let (Some((rm, rv)), Some(nb)) = (running, &self.num_batches_tracked) {
+        let counted = !crate::autograd::is_recomputing();
+        if let (Some((rm, rv)), Some(nb), true) = (running, &self.num_batches_tracked, counted) {
             crate::autograd::no_grad(|| nb.add_(1i64))?;
             if n > 0 && self.momentum.is_none() {
                 // a cumulative average's m = 1 / batches in f64, rounded once as

@@ -125,7 +125,8 @@ impl Tensor {
         let batch = matches!(stats, BatchStats::Batch);
         // the running statistics move in the coefficients' launch where they can
         // be written there (else by tensor ops after it)
-        let update = update.filter(|_| batch);
+        // a checkpointed region's recomputation has moved them already
+        let update = update.filter(|_| batch && !crate::autograd::is_recomputing());
         let unbiased = {
             let m = (n * s) as f64;
             m / (m - 1.0)
@@ -407,6 +408,10 @@ pub(crate) fn update_running_stats(
     n: usize,
     m: Momentum,
 ) -> Result<()> {
+    if crate::autograd::is_recomputing() {
+        // (the forward pass of a checkpointed region moved them already)
+        return Ok(());
+    }
     let unbiased = n as f64 / (n - 1) as f64;
     crate::autograd::no_grad(|| -> Result<()> {
         for (running, batch, scale) in [(running_mean, mean, 1.0), (running_var, var, unbiased)] {

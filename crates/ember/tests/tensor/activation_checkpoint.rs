@@ -211,10 +211,12 @@ fn checkpointed_encoder_layers(dev: &Device) -> Result<()> {
 
 /// ResNet-18 with checkpointed residual blocks (`models::checkpointed`):
 /// the same parameters and names and, in training (batch norm on the batch's
-/// statistics), the same gradients to the bit.
+/// statistics), the same gradients to the bit; the running statistics and
+/// batch counts move once, as without checkpoints.
 fn checkpointed_resnet_blocks(dev: &Device) -> Result<()> {
     let _g = super::rng_lock();
-    let run = |checkpointed: bool| -> Result<(Vec<String>, Vec<Vec<f64>>)> {
+    type Run = (Vec<String>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+    let run = |checkpointed: bool| -> Result<Run> {
         ember::manual_seed(2);
         let m = if checkpointed {
             ember::models::checkpointed("resnet18", 10, dev)?
@@ -229,13 +231,20 @@ fn checkpointed_resnet_blocks(dev: &Device) -> Result<()> {
             .iter()
             .map(|p| p.grad().expect("a gradient").to_vec::<f64>())
             .collect::<Result<_>>()?;
-        Ok((names, grads))
+        let buffers = m
+            .named_buffers()
+            .iter()
+            .map(|(_, b)| b.to_vec::<f64>())
+            .collect::<Result<_>>()?;
+        Ok((names, grads, buffers))
     };
     let (plain, ckpt) = (run(false)?, run(true)?);
     assert_eq!(plain.0, ckpt.0, "parameter names");
     for (i, (a, b)) in plain.1.iter().zip(&ckpt.1).enumerate() {
         assert_eq!(a, b, "gradient of {}", plain.0[i]);
     }
+    assert!(!plain.2.is_empty());
+    assert_eq!(plain.2, ckpt.2, "running statistics and batch counts");
     Ok(())
 }
 
