@@ -219,9 +219,7 @@ pub fn run(args: &EstimateArgs) -> ember::Result<()> {
             "--channels-last lays out 4-D image batches; {name} does not take images"
         )));
     }
-    if args.checkpoint_activations
-        && !matches!(name.as_str(), "resnet18" | "resnet50" | "gpt2_small")
-    {
+    if args.checkpoint_activations && !models::WITH_BLOCKS.contains(&name.as_str()) {
         return Err(invalid(format!(
             "--checkpoint-activations makes a model's blocks activation checkpoints (resnet18's and \
              resnet50's residual blocks, gpt2_small's transformer blocks); {name} has none"

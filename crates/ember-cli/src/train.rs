@@ -507,7 +507,8 @@ fn load(args: &TrainArgs) -> ember::Result<Data> {
              --model gpt2_small` gives its memory",
         ));
     }
-    if args.checkpoint_activations && !matches!(name.as_str(), "resnet18" | "resnet50") {
+    // (gpt2_small, the third with blocks, was refused above)
+    if args.checkpoint_activations && !models::WITH_BLOCKS.contains(&name.as_str()) {
         return Err(invalid(format!(
             "--checkpoint-activations makes a model's blocks activation checkpoints (resnet18's \
              and resnet50's residual blocks, the text model's transformer blocks); {name} has none"

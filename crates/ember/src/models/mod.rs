@@ -75,6 +75,9 @@ pub const NAMES: &[&str] = &[
     "gpt2_small",
 ];
 
+/// The models of [`NAMES`] that [`checkpointed`] makes with checkpointed blocks.
+pub const WITH_BLOCKS: &[&str] = &["resnet18", "resnet50", "gpt2_small"];
+
 /// [`by_name`] with each of the model's blocks an activation checkpoint
 /// ([`nn::Checkpoint`]: kept as its input, recomputed in the backward pass):
 /// the residual blocks of `resnet18` and `resnet50`, the transformer blocks of
@@ -91,6 +94,15 @@ pub const NAMES: &[&str] = &[
 /// # Ok::<(), ember::Error>(())
 /// ```
 pub fn checkpointed(name: &str, num_classes: usize, device: &Device) -> Result<Box<dyn Module>> {
+    if NAMES.contains(&name) && !WITH_BLOCKS.contains(&name) {
+        return Err(Error::invalid(
+            "models::checkpointed",
+            format!(
+                "{name} has no blocks to checkpoint: {} do",
+                WITH_BLOCKS.join(", ")
+            ),
+        ));
+    }
     Ok(match name {
         "resnet18" => Box::new(resnet::resnet::<BasicBlock>(
             &[2, 2, 2, 2],
@@ -108,12 +120,6 @@ pub fn checkpointed(name: &str, num_classes: usize, device: &Device) -> Result<B
             let mut gpt = gpt2_small(device)?;
             gpt.blocks.checkpoint_layers(true);
             Box::new(gpt)
-        }
-        _ if NAMES.contains(&name) => {
-            return Err(Error::invalid(
-                "models::checkpointed",
-                format!("{name} has no blocks to checkpoint: resnet18, resnet50 and gpt2_small do"),
-            ))
         }
         // (an unknown name: by_name's error, which lists the names)
         _ => return by_name(name, num_classes, device),

@@ -383,10 +383,14 @@ impl Tensor {
             let x = self.to_dtype(DType::I64)?;
             let mut len = minlength as usize;
             if x.numel() > 0 {
-                if x.min_all()?.item::<i64>()? < 0 {
+                // the output's length depends on the values: one read of both
+                // ends (a synchronisation, as in PyTorch)
+                let (lo, hi) = x.aminmax(None, false)?;
+                let ends = Tensor::stack(&[&lo, &hi], 0)?.to_vec::<i64>()?;
+                if ends[0] < 0 {
                     return Err(refuse());
                 }
-                len = len.max(x.max_all()?.item::<i64>()? as usize + 1);
+                len = len.max(ends[1] as usize + 1);
             }
             let (dt, src) = match weights {
                 None => (DType::I64, x.ones_like()?),
@@ -438,8 +442,12 @@ impl Tensor {
             let x = self.flatten_all()?;
             let (mut lo, mut hi) = (min, max);
             if lo == hi && x.numel() > 0 {
-                lo = x.min_all()?.to_dtype(DType::F64)?.item::<f64>()?;
-                hi = x.max_all()?.to_dtype(DType::F64)?.item::<f64>()?;
+                // the range from the values: one read of both ends
+                let (a, b) = x.aminmax(None, false)?;
+                let ends = Tensor::stack(&[&a, &b], 0)?
+                    .to_dtype(DType::F64)?
+                    .to_vec::<f64>()?;
+                (lo, hi) = (ends[0], ends[1]);
             }
             if lo == hi {
                 (lo, hi) = (lo - 1.0, hi + 1.0);

@@ -11,28 +11,12 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 fn cases() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/golden/autograd_cases.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("autograd_cases.json"))
-        .expect("valid JSON")
+    super::golden("autograd_cases.json")
 }
 
+/// A recorded tensor, made on the CPU and moved to `dev` (meta included).
 fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    let vals: Vec<f64> = v["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
-    Tensor::from_vec(vals, shape, &Device::Cpu)?.to(dev)
+    super::golden_tensor(v, &Device::Cpu)?.to(dev)
 }
 
 /// The case's inputs as fresh leaves (all but `g` require grad).

@@ -3,45 +3,12 @@
 //! first output's sum on every device, shapes and dtypes on meta, and
 //! PyTorch's refusals in its words.
 
+use super::golden_tensor as tensor;
 use ember::prelude::*;
 use serde_json::Value;
 
 fn cases() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/golden/counting_cases.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("counting_cases.json"))
-        .expect("valid JSON")
-}
-
-fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    let vals = v["values"].as_array().unwrap();
-    match v["dtype"].as_str().unwrap() {
-        "int64" => Tensor::from_vec(
-            vals.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        d => {
-            let x: Vec<f64> = vals
-                .iter()
-                .map(|x| x.as_f64().unwrap_or(f64::NAN))
-                .collect();
-            let dt = if d == "float32" {
-                DType::F32
-            } else {
-                DType::F64
-            };
-            Tensor::from_vec(x, shape, dev)?.to_dtype(dt)
-        }
-    }
+    super::golden("counting_cases.json")
 }
 
 fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {

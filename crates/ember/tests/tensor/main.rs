@@ -99,6 +99,59 @@ fn synced(r: ember::Result<ember::Tensor>) -> ember::Result<ember::Tensor> {
     Ok(t)
 }
 
+/// A golden file of `tests/golden/`, parsed.
+fn golden(file: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// A recorded tensor (`shape`, `dtype`, `values`; a float as a number, `null`
+/// for NaN, or "inf" / "-inf") made on `dev`.
+fn golden_tensor(v: &serde_json::Value, dev: &ember::Device) -> ember::Result<ember::Tensor> {
+    use ember::{DType, Tensor};
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .expect("a shape")
+        .iter()
+        .map(|d| d.as_u64().expect("a dim") as usize)
+        .collect();
+    let vals = v["values"].as_array().expect("values");
+    let float = |x: &serde_json::Value| match x.as_str() {
+        Some("inf") => f64::INFINITY,
+        Some("-inf") => f64::NEG_INFINITY,
+        _ => x.as_f64().unwrap_or(f64::NAN),
+    };
+    match v["dtype"].as_str().expect("a dtype") {
+        "int64" => {
+            let x: Vec<i64> = vals.iter().map(|x| x.as_i64().expect("an int")).collect();
+            Tensor::from_vec(x, shape, dev)
+        }
+        "uint8" => {
+            let x: Vec<u8> = vals
+                .iter()
+                .map(|x| x.as_u64().expect("a byte") as u8)
+                .collect();
+            Tensor::from_vec(x, shape, dev)
+        }
+        "bool" => {
+            let x: Vec<bool> = vals.iter().map(|x| x.as_bool().expect("a bool")).collect();
+            Tensor::from_vec(x, shape, dev)
+        }
+        d => {
+            let dt = match d {
+                "float32" => DType::F32,
+                "float64" => DType::F64,
+                other => panic!("golden dtype {other}"),
+            };
+            let x: Vec<f64> = vals.iter().map(float).collect();
+            Tensor::from_vec(x, shape, dev)?.to_dtype(dt)
+        }
+    }
+}
+
 fn vals(t: &ember::Tensor) -> Vec<f64> {
     t.to_vec::<f64>().expect("to_vec")
 }

@@ -3,64 +3,12 @@
 //! outputs and the gradients of the first output's sum on every device,
 //! shapes and dtypes on meta, and PyTorch's refusals in its words.
 
+use super::golden_tensor as tensor;
 use ember::prelude::*;
 use serde_json::Value;
 
 fn cases() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/golden/more_ops_cases.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("more_ops_cases.json"))
-        .expect("valid JSON")
-}
-
-fn number(x: &Value) -> f64 {
-    match x.as_str() {
-        Some("inf") => f64::INFINITY,
-        Some("-inf") => f64::NEG_INFINITY,
-        _ => x.as_f64().unwrap_or(f64::NAN),
-    }
-}
-
-fn tensor(v: &Value, dev: &Device) -> Result<Tensor> {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
-    let vals = v["values"].as_array().unwrap();
-    match v["dtype"].as_str().unwrap() {
-        "int64" => Tensor::from_vec(
-            vals.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        "uint8" => Tensor::from_vec(
-            vals.iter()
-                .map(|x| x.as_u64().unwrap() as u8)
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        "bool" => Tensor::from_vec(
-            vals.iter()
-                .map(|x| x.as_bool().unwrap())
-                .collect::<Vec<_>>(),
-            shape,
-            dev,
-        ),
-        d => {
-            let x: Vec<f64> = vals.iter().map(number).collect();
-            let dt = if d == "float32" {
-                DType::F32
-            } else {
-                DType::F64
-            };
-            Tensor::from_vec(x, shape, dev)?.to_dtype(dt)
-        }
-    }
+    super::golden("more_ops_cases.json")
 }
 
 fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
