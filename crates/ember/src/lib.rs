@@ -33,6 +33,7 @@ mod files;
 pub mod io;
 pub mod kernel;
 pub mod layout;
+pub mod linalg;
 pub mod memory;
 pub mod models;
 pub mod nn;

@@ -205,7 +205,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["backend"],
     &["profiler"],
     &["tensor", "autograd", "kernel"],
-    &["nn", "optim"],
+    &["nn", "optim", "linalg"],
     &["models"],
     &["data", "io"],
     &["distributed"],

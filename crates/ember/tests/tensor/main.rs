@@ -144,6 +144,8 @@ fn golden_tensor(v: &serde_json::Value, dev: &ember::Device) -> ember::Result<em
             let dt = match d {
                 "float32" => DType::F32,
                 "float64" => DType::F64,
+                "bfloat16" => DType::BF16,
+                "float16" => DType::F16,
                 other => panic!("golden dtype {other}"),
             };
             let x: Vec<f64> = vals.iter().map(float).collect();
@@ -175,6 +177,7 @@ mod counting;
 mod creation;
 mod cuda;
 mod data;
+mod decompositions;
 mod distributed;
 mod elementwise;
 mod errors;
