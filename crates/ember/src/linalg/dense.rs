@@ -177,9 +177,9 @@ pub(crate) fn cholesky(a: &[f64], n: usize) -> Result<Vec<f64>, usize> {
     Ok(l)
 }
 
-/// Householder QR of the row-major `m × n` matrix `a`: `Q` with `q_cols`
-/// columns (`min(m, n)` reduced, `m` complete; 0 for none) and `R` with
-/// `r_rows` rows (the same choice), both row-major.
+/// Householder QR of the row-major `m × n` matrix `a`: `Q` (`m × min(m, n)`,
+/// or `m × m` when `complete`; empty unless `want_q`) and `R` (`min(m, n) ×
+/// n`, or `m × n` when `complete`), both row-major.
 pub(crate) fn qr(
     a: &[f64],
     m: usize,
@@ -188,15 +188,15 @@ pub(crate) fn qr(
     want_q: bool,
 ) -> (Vec<f64>, Vec<f64>) {
     let k = m.min(n);
-    let mut r = a.to_vec();
+    // column-major: each reflector reads and updates whole columns
+    let mut r = transpose(a, m, n);
     // each reflector `I - tau v vᵀ` with v[0] = 1, over rows j..m
     let mut reflectors: Vec<(f64, Vec<f64>)> = Vec::with_capacity(k);
     for j in 0..k {
-        let alpha = r[j * n + j];
-        let xnorm = (j + 1..m)
-            .map(|i| r[i * n + j] * r[i * n + j])
-            .sum::<f64>()
-            .sqrt();
+        let (before, rest) = r.split_at_mut((j + 1) * m);
+        let col = &mut before[j * m..];
+        let alpha = col[j];
+        let xnorm = col[j + 1..].iter().map(|x| x * x).sum::<f64>().sqrt();
         if xnorm == 0.0 {
             reflectors.push((0.0, Vec::new()));
             continue;
@@ -205,53 +205,47 @@ pub(crate) fn qr(
         let beta = if alpha >= 0.0 { -norm } else { norm };
         let tau = (beta - alpha) / beta;
         let scale = 1.0 / (alpha - beta);
-        let mut v = vec![1.0; m - j];
-        for i in j + 1..m {
-            v[i - j] = r[i * n + j] * scale;
-        }
-        r[j * n + j] = beta;
-        for i in j + 1..m {
-            r[i * n + j] = 0.0;
-        }
-        for c in j + 1..n {
-            let dot: f64 = (j..m).map(|i| v[i - j] * r[i * n + c]).sum();
-            let f = tau * dot;
-            for i in j..m {
-                r[i * n + c] -= f * v[i - j];
-            }
+        let mut v = Vec::with_capacity(m - j);
+        v.push(1.0);
+        v.extend(col[j + 1..].iter().map(|x| x * scale));
+        col[j] = beta;
+        col[j + 1..].iter_mut().for_each(|x| *x = 0.0);
+        for c in rest.chunks_mut(m) {
+            let seg = &mut c[j..];
+            let f = tau * seg.iter().zip(&v).map(|(x, y)| x * y).sum::<f64>();
+            seg.iter_mut().zip(&v).for_each(|(x, vi)| *x -= f * vi);
         }
         reflectors.push((tau, v));
     }
     let rows = if complete { m } else { k };
     let r: Vec<f64> = (0..rows)
         .flat_map(|i| (0..n).map(move |c| (i, c)))
-        .map(|(i, c)| if c >= i { r[i * n + c] } else { 0.0 })
+        .map(|(i, c)| if c >= i { r[c * m + i] } else { 0.0 })
         .collect();
     if !want_q {
         return (Vec::new(), r);
     }
+    // Q = H_0 ⋯ H_{k-1} applied to the first columns of I, column by column
     let qc = if complete { m } else { k };
     let mut q = vec![0.0; m * qc];
-    for i in 0..qc {
-        q[i * qc + i] = 1.0;
-    }
-    for (j, (tau, v)) in reflectors.iter().enumerate().rev() {
-        if *tau == 0.0 {
-            continue;
-        }
-        for c in 0..qc {
-            let dot: f64 = (j..m).map(|i| v[i - j] * q[i * qc + c]).sum();
-            let f = tau * dot;
-            for i in j..m {
-                q[i * qc + c] -= f * v[i - j];
+    for (c, col) in q.chunks_mut(m).enumerate() {
+        col[c] = 1.0;
+        for (j, (tau, v)) in reflectors.iter().enumerate().rev() {
+            if *tau == 0.0 {
+                continue;
             }
+            let seg = &mut col[j..];
+            let f = tau * seg.iter().zip(v).map(|(x, y)| x * y).sum::<f64>();
+            seg.iter_mut().zip(v).for_each(|(x, vi)| *x -= f * vi);
         }
     }
-    (q, r)
+    (transpose(&q, qc, m), r)
 }
 
 /// Eigenvalues (ascending) and eigenvectors (columns of a row-major `n × n`
-/// matrix) of the symmetric matrix whose `lower` (or upper) triangle is in `a`.
+/// matrix) of the symmetric matrix whose `lower` (or upper) triangle is in `a`:
+/// Householder reduction to tridiagonal form, then implicit QL steps with
+/// Wilkinson's shift.
 pub(crate) fn eigh(a: &[f64], n: usize, lower: bool, want_vectors: bool) -> (Vec<f64>, Vec<f64>) {
     // the full symmetric matrix from the triangle asked for
     let mut s = vec![0.0; n * n];
@@ -261,68 +255,168 @@ pub(crate) fn eigh(a: &[f64], n: usize, lower: bool, want_vectors: bool) -> (Vec
             s[i * n + j] = a[r * n + c];
         }
     }
-    let mut v = vec![0.0; n * n];
-    for i in 0..n {
-        v[i * n + i] = 1.0;
-    }
-    // a rotation is skipped when its entry is negligible beside its two
-    // diagonal entries (which keeps small eigenvalues accurate) or beside the
-    // whole matrix; a sweep without rotations ends the iteration
-    let floor = f64::EPSILON * 1e-20 * s.iter().map(|x| x * x).sum::<f64>().sqrt();
-    for _sweep in 0..100 {
-        let mut rotated = false;
-        for p in 0..n {
-            for q in p + 1..n {
-                let apq = s[p * n + q];
-                let small = f64::EPSILON * (s[p * n + p] * s[q * n + q]).abs().sqrt();
-                if apq.abs() <= small.max(floor) {
-                    continue;
-                }
-                rotated = true;
-                let (app, aqq) = (s[p * n + p], s[q * n + q]);
-                let theta = (aqq - app) / (2.0 * apq);
-                let t = theta.signum() / (theta.abs() + theta.hypot(1.0));
-                let t = if theta == 0.0 { 1.0 } else { t };
-                let c = 1.0 / t.hypot(1.0);
-                let sn = t * c;
-                for r in 0..n {
-                    let (arp, arq) = (s[r * n + p], s[r * n + q]);
-                    s[r * n + p] = c * arp - sn * arq;
-                    s[r * n + q] = sn * arp + c * arq;
-                }
-                for r in 0..n {
-                    let (apr, aqr) = (s[p * n + r], s[q * n + r]);
-                    s[p * n + r] = c * apr - sn * aqr;
-                    s[q * n + r] = sn * apr + c * aqr;
-                }
-                s[p * n + q] = 0.0;
-                s[q * n + p] = 0.0;
-                if want_vectors {
-                    for r in 0..n {
-                        let (vrp, vrq) = (v[r * n + p], v[r * n + q]);
-                        v[r * n + p] = c * vrp - sn * vrq;
-                        v[r * n + q] = sn * vrp + c * vrq;
-                    }
-                }
-            }
-        }
-        if !rotated {
-            break;
-        }
-    }
+    let (mut d, mut e, mut z) = tridiagonalize(s, n, want_vectors);
+    tridiagonal_ql(&mut d, &mut e, &mut z, n);
     let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| s[i * n + i].total_cmp(&s[j * n + j]));
-    let w = order.iter().map(|&i| s[i * n + i]).collect();
+    order.sort_by(|&i, &j| d[i].total_cmp(&d[j]));
+    let w = order.iter().map(|&i| d[i]).collect();
     if !want_vectors {
         return (w, Vec::new());
     }
+    // z holds the eigenvectors as rows
     let mut vs = vec![0.0; n * n];
     for (col, &i) in order.iter().enumerate() {
         for r in 0..n {
-            vs[r * n + col] = v[r * n + i];
+            vs[r * n + col] = z[i * n + r];
         }
     }
     (w, vs)
+}
+
+/// Reduces the symmetric row-major `s` to tridiagonal form `Qᵀ S Q` by
+/// Householder reflections: its diagonal, its subdiagonal (`e[i]` between rows
+/// `i` and `i + 1`, `e[n - 1] = 0`) and, when asked, `Qᵀ` (rows: `Q`'s
+/// columns), else nothing.
+fn tridiagonalize(mut s: Vec<f64>, n: usize, want_q: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut e = vec![0.0; n];
+    let mut reflectors: Vec<(f64, Vec<f64>)> = Vec::with_capacity(n.saturating_sub(2));
+    for k in 0..n.saturating_sub(2) {
+        // the reflector that zeroes column k below its subdiagonal
+        let alpha = s[(k + 1) * n + k];
+        let xnorm = (k + 2..n)
+            .map(|i| s[i * n + k] * s[i * n + k])
+            .sum::<f64>()
+            .sqrt();
+        if xnorm == 0.0 {
+            e[k] = alpha;
+            reflectors.push((0.0, Vec::new()));
+            continue;
+        }
+        let norm = alpha.hypot(xnorm);
+        let beta = if alpha >= 0.0 { -norm } else { norm };
+        let tau = (beta - alpha) / beta;
+        let scale = 1.0 / (alpha - beta);
+        let len = n - k - 1;
+        let mut v = vec![1.0; len];
+        for i in 1..len {
+            v[i] = s[(k + 1 + i) * n + k] * scale;
+        }
+        e[k] = beta;
+        // the trailing block B ← H B H with H = I - tau v vᵀ: p = tau B v,
+        // w = p - (tau/2)(pᵀv) v, B ← B - v wᵀ - w vᵀ
+        let off = k + 1;
+        let mut p = vec![0.0; len];
+        for (i, pi) in p.iter_mut().enumerate() {
+            let row = &s[(off + i) * n + off..(off + i) * n + n];
+            *pi = tau * row.iter().zip(&v).map(|(x, y)| x * y).sum::<f64>();
+        }
+        let half = 0.5 * tau * p.iter().zip(&v).map(|(x, y)| x * y).sum::<f64>();
+        let w: Vec<f64> = p.iter().zip(&v).map(|(pi, vi)| pi - half * vi).collect();
+        for i in 0..len {
+            let row = &mut s[(off + i) * n + off..(off + i) * n + n];
+            let (vi, wi) = (v[i], w[i]);
+            for ((x, vj), wj) in row.iter_mut().zip(&v).zip(&w) {
+                *x -= vi * wj + wi * vj;
+            }
+        }
+        reflectors.push((tau, v));
+    }
+    if n >= 2 {
+        e[n - 2] = s[(n - 1) * n + n - 2];
+    }
+    let d: Vec<f64> = (0..n).map(|i| s[i * n + i]).collect();
+    if !want_q {
+        return (d, e, Vec::new());
+    }
+    // Qᵀ = H_{n-3} ⋯ H_0 (each H symmetric): from I, each row times each
+    // reflector (acting on coordinates k+1..n), last reflector first
+    let mut qt = vec![0.0; n * n];
+    for i in 0..n {
+        qt[i * n + i] = 1.0;
+    }
+    for (k, (tau, v)) in reflectors.iter().enumerate().rev() {
+        if *tau == 0.0 {
+            continue;
+        }
+        let off = k + 1;
+        for r in 0..n {
+            let row = &mut qt[r * n + off..r * n + n];
+            let dot: f64 = row.iter().zip(v).map(|(x, y)| x * y).sum();
+            if dot != 0.0 {
+                let f = tau * dot;
+                for (x, vi) in row.iter_mut().zip(v) {
+                    *x -= f * vi;
+                }
+            }
+        }
+    }
+    // I · H_{n-3} ⋯ H_0 = (H_0 ⋯ H_{n-3})ᵀ = Qᵀ: its rows are Q's columns
+    (d, e, qt)
+}
+
+/// The eigenvalues of the symmetric tridiagonal matrix (diagonal `d`,
+/// subdiagonal `e`) into `d`, by implicit QL steps with Wilkinson's shift;
+/// each step's rotations are applied to the rows of `z` (the eigenvectors,
+/// as rows, when `z` is not empty).
+fn tridiagonal_ql(d: &mut [f64], e: &mut [f64], z: &mut [f64], n: usize) {
+    let vectors = !z.is_empty();
+    for l in 0..n {
+        for _iteration in 0..60 {
+            // the first negligible subdiagonal entry at or after l splits the matrix
+            let mut m = l;
+            while m + 1 < n {
+                let dd = d[m].abs() + d[m + 1].abs();
+                if e[m].abs() <= f64::EPSILON * dd {
+                    break;
+                }
+                m += 1;
+            }
+            if m == l {
+                break;
+            }
+            // Wilkinson's shift from the leading 2 × 2 block
+            let mut g = (d[l + 1] - d[l]) / (2.0 * e[l]);
+            let mut r = g.hypot(1.0);
+            g = d[m] - d[l] + e[l] / (g + if g >= 0.0 { r } else { -r });
+            let (mut sn, mut c, mut p) = (1.0, 1.0, 0.0);
+            let mut deflated = false;
+            for i in (l..m).rev() {
+                let f = sn * e[i];
+                let b = c * e[i];
+                r = f.hypot(g);
+                e[i + 1] = r;
+                if r == 0.0 {
+                    // an exact zero split the block: restart from its top
+                    d[i + 1] -= p;
+                    e[m] = 0.0;
+                    deflated = true;
+                    break;
+                }
+                sn = f / r;
+                c = g / r;
+                g = d[i + 1] - p;
+                r = (d[i] - g) * sn + 2.0 * c * b;
+                p = sn * r;
+                d[i + 1] = g + p;
+                g = c * r - b;
+                if vectors {
+                    let (lo, hi) = z.split_at_mut((i + 1) * n);
+                    let zi = &mut lo[i * n..];
+                    let zi1 = &mut hi[..n];
+                    for (x, y) in zi.iter_mut().zip(zi1.iter_mut()) {
+                        let f = *y;
+                        *y = sn * *x + c * f;
+                        *x = c * *x - sn * f;
+                    }
+                }
+            }
+            if !deflated {
+                d[l] -= p;
+                e[l] = g;
+                e[m] = 0.0;
+            }
+        }
+    }
 }
 
 /// The singular value decomposition of the row-major `m × n` matrix `a`:
@@ -347,20 +441,49 @@ pub(crate) fn svd(
         let (ku, kv) = (ut.len() / m, v.len() / n);
         return (transpose(&ut, ku, m), s, transpose(&v, n, kv));
     }
-    // columns of A (m ≥ n), rotated pairwise until orthogonal
+    // columns of A (m ≥ n), rotated pairwise until orthogonal. Beyond a few
+    // columns they are first turned by the eigenvectors of AᵀA (V₀, a fast
+    // symmetric solve), which leaves them nearly orthogonal: the rotations
+    // then finish in a sweep or two, with Jacobi's accuracy
     let mut cols: Vec<Vec<f64>> = (0..n)
         .map(|j| (0..m).map(|i| a[i * n + j]).collect())
         .collect();
     let mut vcols: Vec<Vec<f64>> = (0..n)
         .map(|j| (0..n).map(|i| if i == j { 1.0 } else { 0.0 }).collect())
         .collect();
+    if n > 16 {
+        let mut gram = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..=i {
+                let g: f64 = cols[i].iter().zip(&cols[j]).map(|(x, y)| x * y).sum();
+                gram[i * n + j] = g;
+                gram[j * n + i] = g;
+            }
+        }
+        let (_, v0) = eigh(&gram, n, true, true);
+        // A V₀, row by row of A
+        let mut turned = vec![vec![0.0; m]; n];
+        for i in 0..m {
+            let row = &a[i * n..(i + 1) * n];
+            for (j, t) in turned.iter_mut().enumerate() {
+                t[i] = (0..n).map(|k| row[k] * v0[k * n + j]).sum();
+            }
+        }
+        cols = turned;
+        if want_vectors {
+            vcols = (0..n)
+                .map(|j| (0..n).map(|i| v0[i * n + j]).collect())
+                .collect();
+        }
+    }
     let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
     for _sweep in 0..100 {
         let mut rotated = false;
+        // squared norms, fresh each sweep and kept up to date by each rotation
+        let mut sq: Vec<f64> = cols.iter().map(|c| dot(c, c)).collect();
         for p in 0..n {
             for q in p + 1..n {
-                let alpha = dot(&cols[p], &cols[p]);
-                let beta = dot(&cols[q], &cols[q]);
+                let (alpha, beta) = (sq[p], sq[q]);
                 let gamma = dot(&cols[p], &cols[q]);
                 if gamma == 0.0 || gamma.abs() <= f64::EPSILON * (alpha * beta).sqrt() {
                     continue;
@@ -371,6 +494,8 @@ pub(crate) fn svd(
                 let t = if zeta == 0.0 { 1.0 } else { t };
                 let c = 1.0 / t.hypot(1.0);
                 let s = c * t;
+                sq[p] = alpha - t * gamma;
+                sq[q] = beta + t * gamma;
                 let rotate = |x: &mut Vec<Vec<f64>>| {
                     let (lo, hi) = x.split_at_mut(q);
                     for (u, w) in lo[p].iter_mut().zip(hi[0].iter_mut()) {
@@ -504,14 +629,46 @@ mod tests {
 
     #[test]
     fn eigh_diagonalises() {
-        let a = [2., 1., 0., 1., 3., 1., 0., 1., 4.];
-        let (w, v) = eigh(&a, 3, true, true);
-        assert!(w[0] <= w[1] && w[1] <= w[2]);
-        let av = matmul(&a, &v, 3, 3, 3);
-        for j in 0..3 {
-            for i in 0..3 {
-                assert!((av[i * 3 + j] - w[j] * v[i * 3 + j]).abs() < 1e-12);
+        // sizes through the tridiagonal reduction's corners (1, 2, 3) and beyond,
+        // with a repeated eigenvalue (the 6 × 6 block diagonal)
+        let mut cases: Vec<(usize, Vec<f64>)> = vec![
+            (1, vec![-2.0]),
+            (2, vec![1., 2., 2., -1.]),
+            (3, vec![2., 1., 0., 1., 3., 1., 0., 1., 4.]),
+        ];
+        let n = 9;
+        cases.push((
+            n,
+            (0..n * n)
+                .map(|k| ((k / n) as f64 - (k % n) as f64).cos() + ((k / n + k % n) as f64).sin())
+                .collect(),
+        ));
+        let mut rep = vec![0.0; 36];
+        for i in 0..6 {
+            rep[i * 6 + i] = if i < 3 { 2.0 } else { 5.0 };
+        }
+        rep[1] = 1.0;
+        rep[6] = 1.0;
+        cases.push((6, rep));
+        for (n, a) in cases {
+            let (w, v) = eigh(&a, n, true, true);
+            assert!(w.windows(2).all(|p| p[0] <= p[1]), "{w:?}");
+            let av = matmul(&a, &v, n, n, n);
+            for j in 0..n {
+                for i in 0..n {
+                    assert!(
+                        (av[i * n + j] - w[j] * v[i * n + j]).abs() < 1e-11,
+                        "n = {n}"
+                    );
+                }
             }
+            close(
+                &matmul(&transpose(&v, n, n), &v, n, n, n),
+                &(0..n * n)
+                    .map(|k| f64::from(u8::from(k / n == k % n)))
+                    .collect::<Vec<_>>(),
+            );
+            assert_eq!(eigh(&a, n, true, false).0, w);
         }
     }
 }
