@@ -1,10 +1,11 @@
 //! Convolutions beside `Conv2d`: `ConvTranspose2d` (the convolution's input
 //! gradient run forward), `Conv1d` (a `conv2d` over a unit height) and
-//! `Conv3d` (the tensor layer's composite of `conv2d`s), with their functions.
+//! `Conv3d` and `ConvTranspose3d` (the tensor layer's composites of the 2-D
+//! ones), with their functions.
 
 use super::layers::{draw, reset_conv, weight_bias_methods};
 use super::{cast_state, empty_parameter, move_parameter, parameter, Module};
-use crate::tensor::{Conv2dOptions, Conv3dOptions, ConvTranspose2dOptions};
+use crate::tensor::{Conv2dOptions, Conv3dOptions, ConvTranspose2dOptions, ConvTranspose3dOptions};
 use crate::{
     device::Device,
     dtype::DType,
@@ -539,6 +540,86 @@ impl Module for Conv3d {
             true => x.conv3d_same_opts(&self.weight, b, self.options),
             false => x.conv3d(&self.weight, b, self.options),
         }
+    }
+
+    weight_bias_methods!(no to_memory_format);
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        reset_conv(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// 3-D transposed convolution (`F.conv_transpose3d`); see
+/// [`Tensor::conv_transpose3d`].
+pub fn conv_transpose3d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    options: ConvTranspose3dOptions,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("conv_transpose3d");
+    x.conv_transpose3d(weight, bias, options)
+}
+
+/// 3-D transposed convolution layer (`nn.ConvTranspose3d`): weight `[in, out
+/// / groups, kD, kH, kW]` (PyTorch's layout) and an optional bias `[out]`,
+/// uniform in `±1/sqrt(fan_in)` with `fan_in = out / groups · kD · kH · kW`
+/// (PyTorch's fan of that layout). State-dict names `weight` and `bias`.
+///
+/// ```
+/// use ember::nn::{self, ConvTranspose3dOptions, Module};
+/// use ember::prelude::*;
+/// let opts = ConvTranspose3dOptions::default().stride(2);
+/// let up = nn::ConvTranspose3d::new(8, 4, 2, opts, &Device::Meta)?;
+/// assert_eq!(up.weight.shape(), &[8, 4, 2, 2, 2]);
+/// let y = up.forward(&Tensor::zeros([2, 8, 3, 5, 5], DType::F32, &Device::Meta)?)?;
+/// assert_eq!(y.shape(), &[2, 4, 6, 10, 10]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct ConvTranspose3d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: ConvTranspose3dOptions,
+}
+
+impl ConvTranspose3d {
+    /// A cubic `kernel × kernel × kernel` layer with bias.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        options: ConvTranspose3dOptions,
+        device: &Device,
+    ) -> Result<ConvTranspose3d> {
+        let k = (kernel, kernel, kernel);
+        ConvTranspose3d::with_kernel(in_channels, out_channels, k, true, options, device)
+    }
+
+    /// A `kD × kH × kW` layer with or without bias.
+    pub fn with_kernel(
+        in_channels: usize,
+        out_channels: usize,
+        (kd, kh, kw): (usize, usize, usize),
+        bias: bool,
+        options: ConvTranspose3dOptions,
+        device: &Device,
+    ) -> Result<ConvTranspose3d> {
+        const OP: &str = "ConvTranspose3d";
+        let g = options.groups;
+        check_groups(OP, in_channels, out_channels, g)?;
+        let shape = [in_channels, out_channels / g, kd, kh, kw];
+        let (weight, bias) = draw(OP, &shape, out_channels, bias, device)?;
+        Ok(ConvTranspose3d {
+            weight,
+            bias,
+            options,
+        })
+    }
+}
+
+impl Module for ConvTranspose3d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv_transpose3d(&self.weight, self.bias.as_ref(), self.options)
     }
 
     weight_bias_methods!(no to_memory_format);

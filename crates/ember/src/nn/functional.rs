@@ -14,7 +14,7 @@ use crate::{
 };
 
 pub use super::activation::{celu, hardtanh, mish, relu6, selu};
-pub use super::conv_layers::{conv1d, conv3d, conv_transpose2d};
+pub use super::conv_layers::{conv1d, conv3d, conv_transpose2d, conv_transpose3d};
 pub use super::distance::{cosine_similarity, normalize, pairwise_distance};
 pub use super::embedding_bag::{embedding_bag, BagMode, EmbeddingBagOptions};
 pub use super::instance_norm::{instance_norm, InstanceNormOptions};

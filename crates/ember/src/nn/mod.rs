@@ -50,12 +50,12 @@ mod transformer;
 mod transformer_model;
 mod upsample;
 
-pub use crate::tensor::{Conv3dOptions, ConvTranspose2dOptions};
+pub use crate::tensor::{Conv3dOptions, ConvTranspose2dOptions, ConvTranspose3dOptions};
 pub use activation_checkpoint::{checkpoint, Checkpoint};
 pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
-pub use conv_layers::{Conv1d, Conv1dOptions, Conv3d, ConvTranspose2d};
+pub use conv_layers::{Conv1d, Conv1dOptions, Conv3d, ConvTranspose2d, ConvTranspose3d};
 pub use distance::{CosineSimilarity, PairwiseDistance};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
 pub use embedding_bag::{BagMode, EmbeddingBag, EmbeddingBagOptions};

@@ -20,6 +20,7 @@ mod comm;
 mod conv;
 mod conv3d;
 mod conv_transpose;
+mod conv_transpose3d;
 mod counting;
 pub(crate) mod create;
 mod cumulative;
@@ -58,6 +59,7 @@ pub(crate) use batch_norm::{update_running_stats, BatchStats, Momentum, RunningU
 pub use conv::Conv2dOptions;
 pub use conv3d::Conv3dOptions;
 pub use conv_transpose::ConvTranspose2dOptions;
+pub use conv_transpose3d::ConvTranspose3dOptions;
 pub use create::NdArray;
 pub use display::{set_print_options, PrintOptions};
 pub use elementwise::{Operand, Scalar};
