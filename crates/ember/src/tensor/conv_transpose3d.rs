@@ -169,7 +169,8 @@ impl Tensor {
     /// those of the ops it is made of.
     ///
     /// ```
-    /// # use ember::{ConvTranspose3dOptions, DType, Device, Tensor};
+    /// # use ember::{DType, Device, Tensor};
+    /// # use ember::nn::ConvTranspose3dOptions;
     /// let x = Tensor::ones([1, 2, 3, 3, 3], DType::F32, &Device::Cpu)?;
     /// let w = Tensor::ones([2, 4, 3, 3, 3], DType::F32, &Device::Cpu)?;
     /// let opts = ConvTranspose3dOptions::default().stride(2).padding(1).output_padding(1);

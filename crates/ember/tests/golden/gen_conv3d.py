@@ -155,7 +155,7 @@ pool("avg_f32", "avg_pool3d", r(2, 1, 6, 4, 5, dtype=f32), (3, 2, 2), (2, 1, 2),
 def adaptive(name, op, x, out):
     fn = (lambda x: F.adaptive_max_pool3d(x, out, return_indices=True)) if op.endswith("max") \
         else (lambda x: F.adaptive_avg_pool3d(x, out))
-    case(name, "adaptive_" + op, {"output": list(out)}, fn, x)
+    case(name, "adaptive_" + op + "_pool3d", {"output": list(out)}, fn, x)
 
 
 adaptive("aavg", "avg", r(2, 2, 5, 7, 4), (2, 3, 2))
