@@ -184,7 +184,7 @@ fn check_pool3d(op: &'static str, x: &Tensor, o: &Pool3dOptions, avg: bool) -> R
             "non-empty 4D or 5D (batch mode) tensor expected for input",
         ));
     }
-    if let Some(i) = (0..3).find(|&i| p[i] > ((k[i] - 1) * d[i] + 1) / 2) {
+    if let Some(i) = (0..3).find(|&i| p[i] > ((k[i] - 1) * d[i]).div_ceil(2)) {
         return Err(Error::invalid(
             op,
             format!(

@@ -195,8 +195,8 @@ impl Tensor {
     /// let w = Tensor::ones([3, 4, 3, 3, 3], DType::F32, &dev)?;
     /// let y = x.conv3d(&w, None, Conv3dOptions::default().padding(1).stride(2))?;
     /// assert_eq!(y.shape(), &[2, 3, 3, 4, 4]);
-    /// // an interior position sums the whole 4 · 3 · 3 · 3 window
-    /// assert_eq!(y.to_vec::<f32>()?[3 * 4 + 4 + 1], 108.0);
+    /// // position (1, 1, 1) lies inside: its window sums 4 · 3 · 3 · 3 ones
+    /// assert_eq!(y.to_vec::<f32>()?[16 + 4 + 1], 108.0);
     /// # Ok::<(), ember::Error>(())
     /// ```
     pub fn conv3d(
