@@ -103,7 +103,7 @@ impl Pool3dOptions {
         }
     }
 
-    /// The 2-D window along depth, over `[.., 1, D]` rows.
+    /// The 2-D window along depth, over `[.., 1, 1, D]` rows.
     fn depth(&self) -> Pool2dOptions {
         Pool2dOptions {
             kernel: (1, self.kernel.0),
@@ -237,22 +237,23 @@ fn fold(x: &Tensor) -> Result<(Tensor, Vec<usize>)> {
 }
 
 /// Both stages of a separable pooling of `[B, D, H, W]`: `plane` maps `[B·D,
-/// H, W]` planes to `[B·D, oh, ow]`, `row` maps `[B·oh·ow, 1, D]` rows to
-/// `[.., 1, od]`; each may also give int64 positions (in its plane, along its
-/// row). The result is `[B, od, oh, ow]`, with the positions (`d·H·W + h·W +
-/// w`) when both stages gave theirs.
+/// 1, H, W]` planes to `[B·D, 1, oh, ow]`, `row` maps `[B·oh·ow, 1, 1, D]`
+/// rows to `[.., 1, 1, od]`; each may also give int64 positions (in its
+/// plane, along its row). The result is `[B, od, oh, ow]`, with the
+/// positions (`d·H·W + h·W + w`) when both stages gave theirs.
 fn separable(
     x: &Tensor,
     plane: impl FnOnce(&Tensor) -> Result<(Tensor, Option<Tensor>)>,
     row: impl FnOnce(&Tensor) -> Result<(Tensor, Option<Tensor>)>,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let [b, d, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let (y, at_plane) = plane(&x.reshape([b * d, h, w])?)?;
-    let (oh, ow) = (y.shape()[1], y.shape()[2]);
+    // (a unit channel dim after the folded one, which may then be empty)
+    let (y, at_plane) = plane(&x.reshape([b * d, 1, h, w])?)?;
+    let (oh, ow) = (y.shape()[2], y.shape()[3]);
     // depth last: one row per (b, h, w) position
     let rows = y.reshape([b, d, oh * ow])?.transpose(1, 2)?;
-    let (z, at_row) = row(&rows.reshape([b * oh * ow, 1, d])?)?;
-    let od = z.shape()[2];
+    let (z, at_row) = row(&rows.reshape([b * oh * ow, 1, 1, d])?)?;
+    let od = z.shape()[3];
     let out = z
         .reshape([b, oh, ow, od])?
         .permute([0, 3, 1, 2])?

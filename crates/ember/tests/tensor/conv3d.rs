@@ -400,3 +400,34 @@ fn conv3d_layers_load_pytorchs_state(dev: &Device) -> Result<()> {
 }
 
 device_test!(conv3d_layers_load_pytorchs_state);
+
+/// An empty batch gives an empty output of PyTorch's shape (the other dims
+/// as for one sample), and int64 max pooling picks the float one's values.
+fn conv3d_and_pools_take_empty_batches_and_integers(dev: &Device) -> Result<()> {
+    let x = Tensor::zeros([0, 2, 4, 5, 4], DType::F32, dev)?;
+    let w = Tensor::ones([3, 2, 2, 2, 2], DType::F32, dev)?;
+    let d = Conv3dOptions::default();
+    assert_eq!(x.conv3d(&w, None, d.padding(1))?.shape(), &[0, 3, 5, 6, 5]);
+    let t = ConvTranspose3dOptions::default().stride(2);
+    let wt = Tensor::ones([2, 3, 2, 2, 2], DType::F32, dev)?;
+    assert_eq!(x.conv_transpose3d(&wt, None, t)?.shape(), &[0, 3, 8, 10, 8]);
+    let p = Pool3dOptions::new(2);
+    assert_eq!(F::max_pool3d(&x, p)?.shape(), &[0, 2, 2, 2, 2]);
+    assert_eq!(F::avg_pool3d(&x, p.padding(1))?.shape(), &[0, 2, 3, 3, 3]);
+    assert_eq!(
+        F::adaptive_avg_pool3d(&x, (2, 3, 1))?.shape(),
+        &[0, 2, 2, 3, 1]
+    );
+    let v = Tensor::arange(0f64, 2.0 * 4.0 * 5.0 * 4.0, dev)?
+        .remainder(11.0)?
+        .reshape([2, 4, 5, 4])?;
+    let opts = Pool3dOptions::cuboid(2, 3, 2).stride(1).padding(1);
+    let (want, wi) = F::max_pool3d_with_indices(&v, opts)?;
+    let (got, gi) = F::max_pool3d_with_indices(&v.to_dtype(DType::I64)?, opts)?;
+    assert_eq!(got.dtype(), DType::I64);
+    assert_eq!(values(&got)?, values(&want)?);
+    assert_eq!(gi.to_vec::<i64>()?, wi.to_vec::<i64>()?);
+    Ok(())
+}
+
+device_test!(conv3d_and_pools_take_empty_batches_and_integers);
