@@ -13,8 +13,11 @@
 
 use super::functional::{adaptive_avg_pool2d, adaptive_max_pool2d_with_indices};
 use super::Module;
-use crate::error::{Error, Result};
 use crate::tensor::{not_implemented_for, Pool2dOptions, Tensor};
+use crate::{
+    dtype::DType,
+    error::{Error, Result},
+};
 
 /// A `(depth, height, width)` triple.
 type Triple = (usize, usize, usize);
@@ -333,8 +336,8 @@ pub fn max_pool3d_with_indices(x: &Tensor, opts: Pool3dOptions) -> Result<(Tenso
 /// 3-D average pooling over `[N, C, D, H, W]` or `[C, D, H, W]`
 /// (`F.avg_pool3d`), with `count_include_pad`, ceil mode and
 /// `divisor_override` as in PyTorch (dilation is refused: average pooling has
-/// none). Floating-point inputs (PyTorch's integer average pooling is not
-/// here).
+/// none). Floating-point and int64 inputs (int64 means truncated toward
+/// zero), as PyTorch's.
 ///
 /// ```
 /// use ember::nn::functional::avg_pool3d;
@@ -351,12 +354,10 @@ pub fn max_pool3d_with_indices(x: &Tensor, opts: Pool3dOptions) -> Result<(Tenso
 pub fn avg_pool3d(x: &Tensor, opts: Pool3dOptions) -> Result<Tensor> {
     const OP: &str = "avg_pool3d";
     check_pool3d(OP, x, &opts, true)?;
-    if !x.dtype().is_float() {
-        return Err(Error::dtype(
-            OP,
-            x.dtype(),
-            "avg_pool3d takes floating-point inputs only",
-        ));
+    match x.dtype() {
+        DType::I64 => return avg_pool3d_int(x, &opts),
+        d if !d.is_float() => return Err(not_implemented_for(OP, "avg_pool3d_out_frame", d)),
+        _ => {}
     }
     let (xs, lead) = fold(x)?;
     let (y, _) = separable(
@@ -369,6 +370,59 @@ pub fn avg_pool3d(x: &Tensor, opts: Pool3dOptions) -> Result<Tensor> {
         None => y,
     };
     unfold(y, &lead)
+}
+
+/// [`avg_pool3d`] of int64 values, as PyTorch's: each window's exact sum (in
+/// float64, exact below 2^53) divided by its divisor and truncated toward
+/// zero.
+fn avg_pool3d_int(x: &Tensor, opts: &Pool3dOptions) -> Result<Tensor> {
+    let sums = Pool3dOptions {
+        divisor_override: Some(1),
+        ..*opts
+    };
+    let (xs, lead) = fold(&x.to_dtype(DType::F64)?)?;
+    // each stage's sums are whole numbers: rounding drops the mean's error
+    let (y, _) = separable(
+        &xs,
+        |t| Ok((t.avg_pool2d(sums.plane())?.round()?, None)),
+        |t| Ok((t.avg_pool2d(sums.depth())?.round()?, None)),
+    )?;
+    let [od, oh, ow] = [1, 2, 3].map(|d| y.shape()[d]);
+    let divisor = match opts.divisor_override {
+        Some(div) => Tensor::full([1, 1, 1], div as f64, DType::F64, &x.device())?,
+        None => {
+            let r = x.rank();
+            let input = [x.shape()[r - 3], x.shape()[r - 2], x.shape()[r - 1]];
+            let (k, s, p) = (
+                list(opts.kernel),
+                list(opts.stride_or_kernel()),
+                list(opts.padding),
+            );
+            // each dim's window sizes: clipped to the padded input, and with
+            // count_include_pad off to the input itself
+            let sizes = |i: usize, out: usize| -> Vec<f64> {
+                (0..out as i64)
+                    .map(|o| {
+                        let start = o * s[i] as i64 - p[i] as i64;
+                        let end = (start + k[i] as i64).min((input[i] + p[i]) as i64);
+                        match opts.count_include_pad {
+                            true => (end - start) as f64,
+                            false => (end.min(input[i] as i64) - start.max(0)) as f64,
+                        }
+                    })
+                    .collect()
+            };
+            let (a, b, c) = (sizes(0, od), sizes(1, oh), sizes(2, ow));
+            let mut cells = Vec::with_capacity(od * oh * ow);
+            for a in &a {
+                for b in &b {
+                    cells.extend(c.iter().map(|c| a * b * c));
+                }
+            }
+            Tensor::from_vec(cells, [od, oh, ow], &x.device())?
+        }
+    };
+    unfold(y.div(&divisor)?.trunc()?.to_dtype(DType::I64)?, &lead)
 }
 
 /// The checks of 3-D adaptive pooling: a `[C, D, H, W]` or `[N, C, D, H, W]`

@@ -151,6 +151,11 @@ pool("avg_unbatched", "avg_pool3d", r(2, 4, 5, 3), (2, 2, 1), 1)
 pool("avg_f32", "avg_pool3d", r(2, 1, 6, 4, 5, dtype=f32), (3, 2, 2), (2, 1, 2), (1, 1, 1),
      ceil_mode=True, count_include_pad=False)
 
+ints = torch.randint(-50, 50, (1, 2, 5, 4, 5))
+pool("avg_i64", "avg_pool3d", ints, (2, 3, 2), (2, 2, 1), (1, 1, 0))
+pool("avg_i64_nocount_ceil", "avg_pool3d", ints, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+pool("avg_i64_divisor", "avg_pool3d", ints, 2, 1, 1, divisor_override=3)
+
 
 def adaptive(name, op, x, out):
     fn = (lambda x: F.adaptive_max_pool3d(x, out, return_indices=True)) if op.endswith("max") \
@@ -214,6 +219,7 @@ err("max_small", lambda: F.max_pool3d(z(1, 1, 1, 4, 4), 3))
 err("avg_rank", lambda: F.avg_pool3d(z(3, 4, 4), 2))
 err("avg_pad", lambda: F.avg_pool3d(z(1, 1, 4, 4, 4), 2, padding=2))
 err("avg_small", lambda: F.avg_pool3d(z(1, 1, 2, 4, 4), 3, padding=1))
+err("avg_u8", lambda: F.avg_pool3d(z(1, 1, 4, 4, 4, dtype=torch.uint8), 2))
 err("avg_divisor_zero", lambda: F.avg_pool3d(z(1, 1, 4, 4, 4), 2, divisor_override=0))
 err("aavg_rank", lambda: F.adaptive_avg_pool3d(z(3, 4, 4), 2))
 err("aavg_empty", lambda: F.adaptive_avg_pool3d(z(1, 1, 0, 4, 4), 2))

@@ -181,6 +181,10 @@ fn conv3d_and_pools_match_pytorch(dev: &Device) -> Result<()> {
             }
         }
         let grads = case["grads"].as_array().unwrap();
+        if !outs[0].dtype().is_float() {
+            assert!(grads.is_empty() && !outs[0].requires_grad(), "{name}");
+            continue;
+        }
         assert!(!grads.is_empty(), "{name} has gradients");
         outs[0].mul(&pattern(&outs[0])?)?.sum_all()?.backward()?;
         for (i, (x, g)) in xs.iter().zip(grads).enumerate() {
@@ -307,6 +311,7 @@ fn conv3d_refusals_use_pytorchs_words() -> Result<()> {
             "avg_rank" => F::avg_pool3d(&z(&[3, 4, 4])?, p(2)).map(|_| ()),
             "avg_pad" => F::avg_pool3d(&z(&[1, 1, 4, 4, 4])?, p(2).padding(2)).map(|_| ()),
             "avg_small" => F::avg_pool3d(&z(&[1, 1, 2, 4, 4])?, p(3).padding(1)).map(|_| ()),
+            "avg_u8" => F::avg_pool3d(&z(&[1, 1, 4, 4, 4])?.to_dtype(DType::U8)?, p(2)).map(|_| ()),
             "avg_divisor_zero" => {
                 F::avg_pool3d(&z(&[1, 1, 4, 4, 4])?, p(2).divisor_override(0)).map(|_| ())
             }
