@@ -615,6 +615,51 @@ impl ConvTranspose3d {
             options,
         })
     }
+
+    /// `forward` with the output's depth, height and width given
+    /// (`module(x, output_size=...)`): the output padding that gives them,
+    /// which must lie within a stride of the smallest output, as PyTorch
+    /// requires.
+    pub fn forward_with_output_size(
+        &self,
+        x: &Tensor,
+        size: (usize, usize, usize),
+    ) -> Result<Tensor> {
+        let o = self.options;
+        let r = x.rank();
+        if !(r == 4 || r == 5) || self.weight.rank() != 5 {
+            return x.conv_transpose3d(&self.weight, self.bias.as_ref(), o);
+        }
+        let want = [size.0, size.1, size.2];
+        let input: [usize; 3] = std::array::from_fn(|i| x.shape()[r - 3 + i]);
+        let (s, p, d) = (
+            [o.stride.0, o.stride.1, o.stride.2],
+            [o.padding.0, o.padding.1, o.padding.2],
+            [o.dilation.0, o.dilation.1, o.dilation.2],
+        );
+        let mut pads = [0usize; 3];
+        for i in 0..3 {
+            let k = self.weight.shape()[2 + i];
+            let min = (input[i] as i128 - 1) * s[i] as i128 - 2 * p[i] as i128
+                + (d[i] * k.saturating_sub(1)) as i128
+                + 1;
+            let max = min + s[i] as i128 - 1;
+            if !(min..=max).contains(&(want[i] as i128)) {
+                return Err(Error::invalid(
+                    "ConvTranspose3d",
+                    format!(
+                        "requested an output size of {size:?}, but valid sizes range from {min} to {max} (for an input of {input:?})"
+                    ),
+                ));
+            }
+            pads[i] = (want[i] as i128 - min) as usize;
+        }
+        let opts = ConvTranspose3dOptions {
+            output_padding: (pads[0], pads[1], pads[2]),
+            ..o
+        };
+        x.conv_transpose3d(&self.weight, self.bias.as_ref(), opts)
+    }
 }
 
 impl Module for ConvTranspose3d {

@@ -352,6 +352,8 @@ fn conv3d_refusals_use_pytorchs_words() -> Result<()> {
 /// `nn::Conv3d`, which then computes PyTorch's output; a fresh layer's
 /// parameters are PyTorch's default uniform in `±1/sqrt(fan_in)`.
 fn conv3d_layers_load_pytorchs_state(dev: &Device) -> Result<()> {
+    // (the layers draw from the global generator)
+    let _rng = crate::rng_lock();
     let all = cases();
     let case = all["cases"]
         .as_array()
@@ -401,6 +403,28 @@ fn conv3d_layers_load_pytorchs_state(dev: &Device) -> Result<()> {
     assert_eq!(up.named_parameters().len(), 1);
     let y = up.forward(&Tensor::ones([4, 2, 2, 2], DType::F32, dev)?)?;
     assert_eq!(y.shape(), &[6, 2, 3, 4]);
+    // an output size within a stride of the smallest picks the output padding
+    let opts = ConvTranspose3dOptions::default().stride(2).padding(1);
+    let up = nn::ConvTranspose3d::new(2, 3, 3, opts, dev)?;
+    let x = Tensor::randn([1, 2, 3, 2, 4], dev)?;
+    let sized = up.forward_with_output_size(&x, (6, 3, 8))?;
+    let padded = x.conv_transpose3d(
+        &up.weight,
+        up.bias.as_ref(),
+        ConvTranspose3dOptions {
+            output_padding: (1, 0, 1),
+            ..opts
+        },
+    )?;
+    assert_eq!(sized.shape(), &[1, 3, 6, 3, 8]);
+    assert_eq!(values(&sized)?, values(&padded)?);
+    let e = up
+        .forward_with_output_size(&x, (7, 3, 8))
+        .expect_err("too big");
+    assert!(
+        e.to_string().contains("valid sizes range from 5 to 6"),
+        "{e}"
+    );
     Ok(())
 }
 
