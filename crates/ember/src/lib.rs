@@ -51,9 +51,9 @@ pub use error::{Error, Result};
 pub use layout::MemoryFormat;
 pub use tensor::Sections;
 pub use tensor::{
-    initial_seed, manual_seed, set_print_options, with_global_rng, Conv2dOptions, Idx, IndexArg,
-    IntoDims, IntoShape, IntoTensorIndex, NdArray, Operand, PadMode, Pool2dOptions, PrintOptions,
-    Scalar, Tensor, TensorIndex,
+    initial_seed, manual_seed, set_print_options, with_global_rng, Conv2dOptions, Conv3dOptions,
+    Idx, IndexArg, IntoDims, IntoShape, IntoTensorIndex, NdArray, Operand, PadMode, Pool2dOptions,
+    PrintOptions, Scalar, Tensor, TensorIndex,
 };
 
 pub mod amp {
@@ -146,7 +146,8 @@ pub mod prelude {
     pub use crate::nn::Module;
     pub use crate::optim::Optimizer;
     pub use crate::{
-        Conv2dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result, Tensor, TensorIndex,
+        Conv2dOptions, Conv3dOptions, DType, Device, Error, IndexArg, Pool2dOptions, Result,
+        Tensor, TensorIndex,
     };
 }
 

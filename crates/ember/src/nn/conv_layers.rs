@@ -1,10 +1,11 @@
 //! Convolutions beside `Conv2d`: `ConvTranspose2d` (the convolution's input
-//! gradient run forward) and `Conv1d` (a `conv2d` over a unit height), with
-//! their functions.
+//! gradient run forward), `Conv1d` (a `conv2d` over a unit height) and
+//! `Conv3d` and `ConvTranspose3d` (the tensor layer's composites of the 2-D
+//! ones), with their functions.
 
 use super::layers::{draw, reset_conv, weight_bias_methods};
 use super::{cast_state, empty_parameter, move_parameter, parameter, Module};
-use crate::tensor::{Conv2dOptions, ConvTranspose2dOptions};
+use crate::tensor::{Conv2dOptions, Conv3dOptions, ConvTranspose2dOptions, ConvTranspose3dOptions};
 use crate::{
     device::Device,
     dtype::DType,
@@ -13,7 +14,12 @@ use crate::{
 };
 
 /// PyTorch's refusal of channel counts that groups do not divide.
-fn check_groups(op: &'static str, in_channels: usize, out_channels: usize, g: usize) -> Result<()> {
+pub(super) fn check_groups(
+    op: &'static str,
+    in_channels: usize,
+    out_channels: usize,
+    g: usize,
+) -> Result<()> {
     let problem = if g == 0 {
         "groups must be a positive integer"
     } else if !in_channels.is_multiple_of(g) {
@@ -419,6 +425,246 @@ impl Module for Conv1d {
             ));
         }
         conv1d_with(x, &self.weight, self.bias.as_ref(), self.options, self.same)
+    }
+
+    weight_bias_methods!(no to_memory_format);
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        reset_conv(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// 3-D convolution (`F.conv3d`): input `[N, C, D, H, W]` (or `[C, D, H, W]`),
+/// weight `[O, C / groups, kD, kH, kW]`, optional bias `[O]`; see
+/// [`Tensor::conv3d`] (and [`Tensor::conv3d_same_opts`] for
+/// `padding="same"`).
+///
+/// ```
+/// use ember::nn::functional::conv3d;
+/// use ember::prelude::*;
+/// let x = Tensor::ones([1, 2, 4, 5, 5], DType::F32, &Device::Cpu)?;
+/// let w = Tensor::ones([6, 1, 3, 3, 3], DType::F32, &Device::Cpu)?;
+/// let b = Tensor::zeros([6], DType::F32, &Device::Cpu)?;
+/// let y = conv3d(&x, &w, Some(&b), Conv3dOptions::default().groups(2).padding(1))?;
+/// assert_eq!(y.shape(), &[1, 6, 4, 5, 5]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn conv3d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    options: Conv3dOptions,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("conv3d");
+    x.conv3d(weight, bias, options)
+}
+
+/// 3-D convolution layer (`nn.Conv3d`): weight `[out, in / groups, kD, kH,
+/// kW]` and an optional bias `[out]`, uniform in `±1/sqrt(fan_in)` with
+/// `fan_in = in / groups · kD · kH · kW`, PyTorch's default. State-dict names
+/// `weight` and `bias`, so a PyTorch `Conv3d`'s state dict loads.
+///
+/// ```
+/// use ember::nn::{self, Module};
+/// use ember::prelude::*;
+/// let conv = nn::Conv3d::new(3, 8, 3, Conv3dOptions::default().padding(1), &Device::Cpu)?;
+/// assert_eq!(conv.weight.shape(), &[8, 3, 3, 3, 3]);
+/// let y = conv.forward(&Tensor::zeros([2, 3, 4, 6, 6], DType::F32, &Device::Cpu)?)?;
+/// assert_eq!(y.shape(), &[2, 8, 4, 6, 6]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct Conv3d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: Conv3dOptions,
+    /// `padding="same"`: the output keeps the input's size (stride 1; the
+    /// padding of `options` is then not used). See [`Conv3d::padding_same`].
+    pub same: bool,
+}
+
+impl Conv3d {
+    /// A cubic `kernel × kernel × kernel` layer with bias.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        options: Conv3dOptions,
+        device: &Device,
+    ) -> Result<Conv3d> {
+        let k = (kernel, kernel, kernel);
+        Conv3d::with_kernel(in_channels, out_channels, k, true, options, device)
+    }
+
+    /// A `kD × kH × kW` layer with or without bias (`nn.Conv3d(in, out, (kD,
+    /// kH, kW), bias=...)`). The weight is drawn first, then the bias, as
+    /// PyTorch does.
+    pub fn with_kernel(
+        in_channels: usize,
+        out_channels: usize,
+        (kd, kh, kw): (usize, usize, usize),
+        bias: bool,
+        options: Conv3dOptions,
+        device: &Device,
+    ) -> Result<Conv3d> {
+        const OP: &str = "Conv3d";
+        let g = options.groups;
+        check_groups(OP, in_channels, out_channels, g)?;
+        let shape = [out_channels, in_channels / g, kd, kh, kw];
+        let (weight, bias) = draw(OP, &shape, out_channels, bias, device)?;
+        Ok(Conv3d {
+            weight,
+            bias,
+            options,
+            same: false,
+        })
+    }
+
+    /// The layer with `padding="same"` (`nn.Conv3d(..., padding="same")`):
+    /// refused for a stride other than 1, as in PyTorch.
+    pub fn padding_same(mut self) -> Result<Conv3d> {
+        if self.options.stride != (1, 1, 1) {
+            return Err(Error::invalid(
+                "Conv3d",
+                "padding='same' is not supported for strided convolutions",
+            ));
+        }
+        self.same = true;
+        Ok(self)
+    }
+}
+
+impl Module for Conv3d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let b = self.bias.as_ref();
+        match self.same {
+            true => x.conv3d_same_opts(&self.weight, b, self.options),
+            false => x.conv3d(&self.weight, b, self.options),
+        }
+    }
+
+    weight_bias_methods!(no to_memory_format);
+
+    fn reset_parameters(&mut self) -> Result<()> {
+        reset_conv(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// 3-D transposed convolution (`F.conv_transpose3d`); see
+/// [`Tensor::conv_transpose3d`].
+pub fn conv_transpose3d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    options: ConvTranspose3dOptions,
+) -> Result<Tensor> {
+    let _record = crate::profiler::function("conv_transpose3d");
+    x.conv_transpose3d(weight, bias, options)
+}
+
+/// 3-D transposed convolution layer (`nn.ConvTranspose3d`): weight `[in, out
+/// / groups, kD, kH, kW]` (PyTorch's layout) and an optional bias `[out]`,
+/// uniform in `±1/sqrt(fan_in)` with `fan_in = out / groups · kD · kH · kW`
+/// (PyTorch's fan of that layout). State-dict names `weight` and `bias`.
+///
+/// ```
+/// use ember::nn::{self, ConvTranspose3dOptions, Module};
+/// use ember::prelude::*;
+/// let opts = ConvTranspose3dOptions::default().stride(2);
+/// let up = nn::ConvTranspose3d::new(8, 4, 2, opts, &Device::Meta)?;
+/// assert_eq!(up.weight.shape(), &[8, 4, 2, 2, 2]);
+/// let y = up.forward(&Tensor::zeros([2, 8, 3, 5, 5], DType::F32, &Device::Meta)?)?;
+/// assert_eq!(y.shape(), &[2, 4, 6, 10, 10]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub struct ConvTranspose3d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: ConvTranspose3dOptions,
+}
+
+impl ConvTranspose3d {
+    /// A cubic `kernel × kernel × kernel` layer with bias.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        options: ConvTranspose3dOptions,
+        device: &Device,
+    ) -> Result<ConvTranspose3d> {
+        let k = (kernel, kernel, kernel);
+        ConvTranspose3d::with_kernel(in_channels, out_channels, k, true, options, device)
+    }
+
+    /// A `kD × kH × kW` layer with or without bias.
+    pub fn with_kernel(
+        in_channels: usize,
+        out_channels: usize,
+        (kd, kh, kw): (usize, usize, usize),
+        bias: bool,
+        options: ConvTranspose3dOptions,
+        device: &Device,
+    ) -> Result<ConvTranspose3d> {
+        const OP: &str = "ConvTranspose3d";
+        let g = options.groups;
+        check_groups(OP, in_channels, out_channels, g)?;
+        let shape = [in_channels, out_channels / g, kd, kh, kw];
+        let (weight, bias) = draw(OP, &shape, out_channels, bias, device)?;
+        Ok(ConvTranspose3d {
+            weight,
+            bias,
+            options,
+        })
+    }
+
+    /// `forward` with the output's depth, height and width given
+    /// (`module(x, output_size=...)`): the output padding that gives them,
+    /// which must lie within a stride of the smallest output, as PyTorch
+    /// requires.
+    pub fn forward_with_output_size(
+        &self,
+        x: &Tensor,
+        size: (usize, usize, usize),
+    ) -> Result<Tensor> {
+        let o = self.options;
+        let r = x.rank();
+        if !(r == 4 || r == 5) || self.weight.rank() != 5 {
+            return x.conv_transpose3d(&self.weight, self.bias.as_ref(), o);
+        }
+        let want = [size.0, size.1, size.2];
+        let input: [usize; 3] = std::array::from_fn(|i| x.shape()[r - 3 + i]);
+        let (s, p, d) = (
+            [o.stride.0, o.stride.1, o.stride.2],
+            [o.padding.0, o.padding.1, o.padding.2],
+            [o.dilation.0, o.dilation.1, o.dilation.2],
+        );
+        let mut pads = [0usize; 3];
+        for i in 0..3 {
+            let k = self.weight.shape()[2 + i];
+            let min = (input[i] as i128 - 1) * s[i] as i128 - 2 * p[i] as i128
+                + (d[i] * k.saturating_sub(1)) as i128
+                + 1;
+            let max = min + s[i] as i128 - 1;
+            if !(min..=max).contains(&(want[i] as i128)) {
+                return Err(Error::invalid(
+                    "ConvTranspose3d",
+                    format!(
+                        "requested an output size of {size:?}, but valid sizes range from {min} to {max} (for an input of {input:?})"
+                    ),
+                ));
+            }
+            pads[i] = (want[i] as i128 - min) as usize;
+        }
+        let opts = ConvTranspose3dOptions {
+            output_padding: (pads[0], pads[1], pads[2]),
+            ..o
+        };
+        x.conv_transpose3d(&self.weight, self.bias.as_ref(), opts)
+    }
+}
+
+impl Module for ConvTranspose3d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv_transpose3d(&self.weight, self.bias.as_ref(), self.options)
     }
 
     weight_bias_methods!(no to_memory_format);

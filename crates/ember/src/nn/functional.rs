@@ -14,7 +14,7 @@ use crate::{
 };
 
 pub use super::activation::{celu, hardtanh, mish, relu6, selu};
-pub use super::conv_layers::{conv1d, conv_transpose2d};
+pub use super::conv_layers::{conv1d, conv3d, conv_transpose2d, conv_transpose3d};
 pub use super::distance::{cosine_similarity, normalize, pairwise_distance};
 pub use super::embedding_bag::{embedding_bag, BagMode, EmbeddingBagOptions};
 pub use super::instance_norm::{instance_norm, InstanceNormOptions};
@@ -34,6 +34,10 @@ pub use super::pixel::{channel_shuffle, fold, pixel_shuffle, pixel_unshuffle, un
 pub use super::pointwise_layers::{
     dropout1d, dropout2d, dropout3d, glu, hardshrink, logsigmoid, softmin, softshrink, softsign,
     tanhshrink, threshold,
+};
+pub use super::pool3d::{
+    adaptive_avg_pool3d, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, avg_pool3d,
+    max_pool3d, max_pool3d_with_indices, Pool3dOptions,
 };
 pub use super::pooling::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d,

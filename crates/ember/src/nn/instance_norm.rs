@@ -183,6 +183,8 @@ pub struct InstanceNorm<const D: usize> {
 pub type InstanceNorm1d = InstanceNorm<1>;
 /// `nn.InstanceNorm2d`: inputs `[N, C, H, W]` or `[C, H, W]`.
 pub type InstanceNorm2d = InstanceNorm<2>;
+/// `nn.InstanceNorm3d`: inputs `[N, C, D, H, W]` or `[C, D, H, W]`.
+pub type InstanceNorm3d = InstanceNorm<3>;
 
 impl<const D: usize> InstanceNorm<D> {
     /// A layer with PyTorch's defaults (`affine=False`,
@@ -221,10 +223,10 @@ impl<const D: usize> InstanceNorm<D> {
 
 impl<const D: usize> Module for InstanceNorm<D> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let op = if D == 1 {
-            "InstanceNorm1d"
-        } else {
-            "InstanceNorm2d"
+        let op = match D {
+            1 => "InstanceNorm1d",
+            2 => "InstanceNorm2d",
+            _ => "InstanceNorm3d",
         };
         let r = x.rank();
         if r != D + 1 && r != D + 2 {

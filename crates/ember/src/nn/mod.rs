@@ -36,6 +36,7 @@ mod norm;
 mod padding;
 mod pixel;
 mod pointwise_layers;
+mod pool3d;
 mod pooling;
 mod prelu;
 mod recurrent;
@@ -49,12 +50,12 @@ mod transformer;
 mod transformer_model;
 mod upsample;
 
-pub use crate::tensor::ConvTranspose2dOptions;
+pub use crate::tensor::{Conv3dOptions, ConvTranspose2dOptions, ConvTranspose3dOptions};
 pub use activation_checkpoint::{checkpoint, Checkpoint};
 pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
-pub use conv_layers::{Conv1d, Conv1dOptions, ConvTranspose2d};
+pub use conv_layers::{Conv1d, Conv1dOptions, Conv3d, ConvTranspose2d, ConvTranspose3d};
 pub use distance::{CosineSimilarity, PairwiseDistance};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};
 pub use embedding_bag::{BagMode, EmbeddingBag, EmbeddingBagOptions};
@@ -62,7 +63,7 @@ pub use functional::{
     batch_norm, dropout, embedding, group_norm, layer_norm, rms_norm, scaled_dot_product_attention,
     BatchNormOptions,
 };
-pub use instance_norm::{InstanceNorm, InstanceNorm1d, InstanceNorm2d};
+pub use instance_norm::{InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d};
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Hardsigmoid, Hardswish, Hardtanh,
     Identity, LazyLinear, LeakyReLU, Linear, MaxPool2d, Mish, ReLU, ReLU6, Sequential, SiLU,
@@ -77,7 +78,7 @@ pub use loss_modules::*;
 pub use loss_pointwise::{
     binary_cross_entropy, huber_loss, kl_div, kl_div_batchmean, l1_loss, smooth_l1_loss,
 };
-pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
+pub use norm::{BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d};
 pub use padding::{
     CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
     Padding, ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
@@ -88,6 +89,7 @@ pub use pointwise_layers::{
     Dropout1d, Dropout2d, Dropout3d, Hardshrink, LogSigmoid, LogSoftmax, Softmin, Softshrink,
     Softsign, Tanhshrink, Threshold, Unflatten, GLU,
 };
+pub use pool3d::{AdaptiveAvgPool3d, AdaptiveMaxPool3d, AvgPool3d, MaxPool3d, Pool3dOptions};
 pub use pooling::{
     AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AvgPool1d, MaxPool1d, MaxUnpool2d,
     Pool1dOptions,
@@ -725,13 +727,10 @@ pub(crate) fn in_module(
 
 /// `Ok` for a floating-point `dtype`, the one kind a module converts to.
 pub(crate) fn float_target(dtype: DType) -> Result<()> {
-    if dtype.is_float() {
-        Ok(())
-    } else {
-        Err(crate::error::Error::invalid(
-            "to_dtype",
-            format!("a module converts only to a floating-point dtype, not {dtype}"),
-        ))
+    let refusal = || format!("a module converts only to a floating-point dtype, not {dtype}");
+    match dtype.is_float() {
+        true => Ok(()),
+        false => Err(crate::error::Error::invalid("to_dtype", refusal())),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
+//! Batch normalisation (`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`).
 
 use super::{assign, cast_state, empty_parameter, fresh_parameter, move_parameter, Module};
 use crate::tensor::BatchStats;
@@ -11,7 +11,8 @@ use crate::{
 };
 
 /// Batch normalisation over the channel dim 1 of inputs of rank `D + 1` or `D + 2`
-/// (`BatchNorm1d`: `[N, C]` or `[N, C, L]`; `BatchNorm2d`: `[N, C, H, W]`).
+/// (`BatchNorm1d`: `[N, C]` or `[N, C, L]`; `BatchNorm2d`: `[N, C, H, W]`;
+/// `BatchNorm3d`: `[N, C, D, H, W]`).
 ///
 /// In training, each channel is normalised with the batch's mean and biased
 /// variance, and the running statistics move towards the batch's (unbiased)
@@ -36,6 +37,8 @@ pub struct BatchNorm<const D: usize> {
 pub type BatchNorm1d = BatchNorm<1>;
 /// `nn.BatchNorm2d`: inputs `[N, C, H, W]`.
 pub type BatchNorm2d = BatchNorm<2>;
+/// `nn.BatchNorm3d`: inputs `[N, C, D, H, W]`.
+pub type BatchNorm3d = BatchNorm<3>;
 
 impl<const D: usize> BatchNorm<D> {
     /// A layer with PyTorch's defaults: affine (weight 1, bias 0), running statistics

@@ -173,6 +173,7 @@ mod advanced_index;
 mod amp;
 mod autograd;
 mod autograd_grad;
+mod conv3d;
 mod counting;
 mod creation;
 mod cuda;
