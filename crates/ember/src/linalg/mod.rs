@@ -50,19 +50,6 @@ use crate::{
 };
 use rayon::prelude::*;
 
-/// PyTorch's name for a dtype in linalg's errors.
-fn torch_name(dt: DType) -> &'static str {
-    match dt {
-        DType::Bool => "Bool",
-        DType::U8 => "Byte",
-        DType::I64 => "Long",
-        DType::F16 => "Half",
-        DType::BF16 => "BFloat16",
-        DType::F32 => "Float",
-        DType::F64 => "Double",
-    }
-}
-
 /// PyTorch's checks of a matrix argument: float32/float64, at least 2-D.
 fn check_matrix(op: &'static str, a: &Tensor, name: &str) -> Result<()> {
     match a.dtype() {
@@ -72,7 +59,7 @@ fn check_matrix(op: &'static str, a: &Tensor, name: &str) -> Result<()> {
                 op,
                 format!(
                     "Low precision dtypes not supported. Got {}",
-                    torch_name(a.dtype())
+                    crate::tensor::torch_dtype_name(a.dtype())
                 ),
             ))
         }
@@ -81,7 +68,7 @@ fn check_matrix(op: &'static str, a: &Tensor, name: &str) -> Result<()> {
                 op,
                 format!(
                     "Expected a floating point or complex tensor as input. Got {}",
-                    torch_name(dt)
+                    crate::tensor::torch_dtype_name(dt)
                 ),
             ))
         }
@@ -376,8 +363,8 @@ pub fn solve_with(a: &Tensor, b: &Tensor, left: bool) -> Result<Tensor> {
             OP,
             format!(
                 "Expected A and B to have the same dtype, but found A of type {} and B of type {} instead",
-                torch_name(a.dtype()),
-                torch_name(b.dtype())
+                crate::tensor::torch_dtype_name(a.dtype()),
+                crate::tensor::torch_dtype_name(b.dtype())
             ),
         ));
     }
@@ -514,8 +501,8 @@ pub fn solve_triangular(
             OP,
             format!(
                 "Expected A and B to have the same dtype, but found A of type {} and B of type {} instead",
-                torch_name(t.dtype()),
-                torch_name(b.dtype())
+                crate::tensor::torch_dtype_name(t.dtype()),
+                crate::tensor::torch_dtype_name(b.dtype())
             ),
         ));
     }

@@ -52,7 +52,7 @@ impl Conv3dOptions {
 }
 
 /// A triple as a list, for messages and loops.
-fn list(t: (usize, usize, usize)) -> [usize; 3] {
+pub(super) fn list(t: (usize, usize, usize)) -> [usize; 3] {
     [t.0, t.1, t.2]
 }
 

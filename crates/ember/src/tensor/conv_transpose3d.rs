@@ -5,7 +5,7 @@
 //! wherever `conv_transpose2d` runs, and autograd follows the ops.
 
 use super::conv::check_operands;
-use super::conv3d::check_rank_3d;
+use super::conv3d::{check_rank_3d, list};
 use super::conv_transpose::ConvTranspose2dOptions;
 use super::{PadMode, Tensor};
 use crate::error::{Error, Result};
@@ -61,10 +61,6 @@ impl ConvTranspose3dOptions {
         self.groups = g;
         self
     }
-}
-
-fn list(t: (usize, usize, usize)) -> [usize; 3] {
-    [t.0, t.1, t.2]
 }
 
 /// PyTorch's checks of a 3-D transposed convolution (`x` batched by now), and
