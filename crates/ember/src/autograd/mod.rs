@@ -43,12 +43,12 @@ use std::sync::{Arc, Mutex};
 
 mod walk;
 pub(crate) use walk::checkpoint_grads;
-pub use walk::{backward, grad, grad_with, GradOptions};
+pub use walk::{backward, backward_with, grad, grad_with, BackwardOptions, GradOptions};
 
 /// Gradients of a node's inputs, in input order (`None`: no gradient flows there).
 pub(crate) type Grads = Vec<Option<Tensor>>;
 /// A rule: the output's gradient and the node's inputs to the inputs' gradients.
-type BackwardFn = Box<dyn FnOnce(&Tensor, &Inputs) -> Result<Grads> + Send + Sync>;
+type BackwardFn = Box<dyn Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync>;
 /// A rule that saved nothing of the forward pass's values (a view's), which
 /// backward can run again.
 type ReusableFn = Arc<dyn Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync>;
@@ -152,10 +152,24 @@ impl Inputs {
 
 /// A tensor a rule keeps for backward (`ctx.save_for_backward`): its values, and
 /// the version they had, so that backward can tell when an in-place op overwrote
-/// them.
+/// them, and where they came from, so that a walk that creates a graph
+/// (`create_graph`) can give a twice-differentiable rule the values with their
+/// history.
 pub(crate) struct Saved {
     t: Tensor,
     version: u64,
+    origin: Origin,
+}
+
+/// The history of a saved value, as PyTorch's `SavedVariable` keeps it: the node
+/// that computed it (an input's), the leaf itself, the op's own output (whose
+/// node is the one whose rule reads it: not held, which would be a cycle), or
+/// none (a constant).
+enum Origin {
+    Constant,
+    Node(Arc<Node>),
+    Leaf(Tensor),
+    Output,
 }
 
 impl Saved {
@@ -164,15 +178,42 @@ impl Saved {
         check_version(&self.t, self.version)?;
         Ok(&self.t)
     }
+
+    /// The saved values as a twice-differentiable rule reads them: with their
+    /// history while a walk creates a graph (so that the gradient it computes
+    /// depends on them), detached otherwise; an error when an in-place op changed
+    /// them since.
+    pub(crate) fn value(&self) -> Result<Tensor> {
+        check_version(&self.t, self.version)?;
+        let Some(running) = CREATING.with(|c| c.borrow().clone()) else {
+            return Ok(self.t.clone());
+        };
+        Ok(match &self.origin {
+            Origin::Constant => self.t.clone(),
+            Origin::Node(n) => self.t.with_node(n.clone()),
+            Origin::Leaf(leaf) => leaf.clone(),
+            Origin::Output => self.t.with_node(running),
+        })
+    }
 }
 
 impl Tensor {
     /// Keeps this tensor's values for a backward rule (detached: a saved output
     /// cannot keep its own node alive).
     pub(crate) fn save(&self) -> Saved {
+        let origin = if RECORDING.with(|r| r.get()) == self.id() {
+            Origin::Output
+        } else if let Some(n) = self.node() {
+            Origin::Node(n)
+        } else if self.requires_grad() {
+            Origin::Leaf(self.clone())
+        } else {
+            Origin::Constant
+        };
         Saved {
             t: self.detach(),
             version: self.version(),
+            origin,
         }
     }
 }
@@ -180,6 +221,12 @@ impl Tensor {
 thread_local! {
     /// The node whose rule is running, named in a saved-tensor error.
     static RUNNING: Cell<&'static str> = const { Cell::new("") };
+    /// The identity of the output whose rule is being built ([`Tensor::save`]
+    /// tells the op's output from other values by it); 0 when none is.
+    static RECORDING: Cell<usize> = const { Cell::new(0) };
+    /// While a walk that creates a graph runs a twice-differentiable rule: that
+    /// rule's node, the history of the output it saved.
+    static CREATING: std::cell::RefCell<Option<Arc<Node>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// PyTorch's error for a saved tensor that an in-place op has overwritten.
@@ -205,6 +252,12 @@ fn check_version(t: &Tensor, saved: u64) -> Result<()> {
 pub(crate) struct Node {
     name: &'static str,
     inner: Mutex<Option<(Inputs, Rule)>>,
+    /// Whether the rule is written in recorded tensor ops on values it reads
+    /// with their history ([`Saved::value`], `Inputs::get`), so that a walk
+    /// that creates a graph can run it recording (twice differentiable). A walk
+    /// that creates a graph runs any other rule without recording and gives
+    /// its gradients a node whose own rule is an error.
+    twice: bool,
     /// The module the op ran in, kept only while a profiling session records (the
     /// profiler names the rule's range after it).
     module: Option<Arc<str>>,
@@ -488,10 +541,29 @@ impl Tensor {
         rule: impl FnOnce(&Tensor) -> F,
     ) -> Tensor
     where
-        F: FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static,
+        F: Fn(&Tensor) -> Result<Grads> + Send + Sync + 'static,
     {
         // the rule saved what it reads: the node keeps none of the inputs' values
         Tensor::record_keeping(out, name, inputs, &[], |y| {
+            let f = rule(y);
+            move |g: &Tensor, _: &Inputs| f(g)
+        })
+    }
+
+    /// [`record`](Self::record) for a twice-differentiable rule: one written in
+    /// recorded tensor ops on the gradient and on values it reads through
+    /// [`Saved::value`], so that a walk that creates a graph
+    /// (`create_graph`) differentiates it.
+    pub(crate) fn record_twice<F>(
+        out: Tensor,
+        name: &'static str,
+        inputs: &[&Tensor],
+        rule: impl FnOnce(&Tensor) -> F,
+    ) -> Tensor
+    where
+        F: Fn(&Tensor) -> Result<Grads> + Send + Sync + 'static,
+    {
+        Tensor::record_with(out, name, inputs, &[], true, |y| {
             let f = rule(y);
             move |g: &Tensor, _: &Inputs| f(g)
         })
@@ -510,20 +582,50 @@ impl Tensor {
         rule: impl FnOnce(&Tensor) -> F,
     ) -> Tensor
     where
-        F: FnOnce(&Tensor, &Inputs) -> Result<Grads> + Send + Sync + 'static,
+        F: Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync + 'static,
+    {
+        Tensor::record_with(out, name, inputs, keep, false, rule)
+    }
+
+    /// [`record_keeping`](Self::record_keeping) for a twice-differentiable rule
+    /// (see [`record_twice`](Self::record_twice)).
+    pub(crate) fn record_keeping_twice<F>(
+        out: Tensor,
+        name: &'static str,
+        inputs: &[&Tensor],
+        keep: &[bool],
+        rule: impl FnOnce(&Tensor) -> F,
+    ) -> Tensor
+    where
+        F: Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync + 'static,
+    {
+        Tensor::record_with(out, name, inputs, keep, true, rule)
+    }
+
+    fn record_with<F>(
+        out: Tensor,
+        name: &'static str,
+        inputs: &[&Tensor],
+        keep: &[bool],
+        twice: bool,
+        rule: impl FnOnce(&Tensor) -> F,
+    ) -> Tensor
+    where
+        F: Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync + 'static,
     {
         if !needs_grad(inputs) {
             return out;
         }
         // the rule sees `out` before it gets its node, so what it saves of the output
         // cannot keep the node alive (no reference cycle)
-        let f: BackwardFn = Box::new(rule(&out));
-        out.attach(name, inputs, keep, Rule::Once(f))
+        let f: BackwardFn = Box::new(building(&out, || rule(&out)));
+        out.attach(name, inputs, keep, twice, Rule::Once(f))
     }
 
     /// [`record`](Self::record) for a rule that saves nothing of the forward
     /// values (views): its node survives backward, so two graphs that share the
-    /// output can each backpropagate through it.
+    /// output can each backpropagate through it. Such rules are written in
+    /// recorded tensor ops: twice differentiable.
     pub(crate) fn record_reusable<F>(
         out: Tensor,
         name: &'static str,
@@ -536,9 +638,9 @@ impl Tensor {
         if !needs_grad(inputs) {
             return out;
         }
-        let f = rule(&out);
+        let f = building(&out, || rule(&out));
         let f: ReusableFn = Arc::new(move |g: &Tensor, _: &Inputs| f(g));
-        out.attach(name, inputs, &[], Rule::Reusable(f))
+        out.attach(name, inputs, &[], true, Rule::Reusable(f))
     }
 
     fn attach(
@@ -546,6 +648,7 @@ impl Tensor {
         name: &'static str,
         inputs: &[&Tensor],
         keep: &[bool],
+        twice: bool,
         rule: Rule,
     ) -> Tensor {
         let edges = inputs
@@ -571,6 +674,7 @@ impl Tensor {
         let node = Arc::new(Node {
             name,
             inner: Mutex::new(Some((Inputs(edges), rule))),
+            twice,
             module: crate::profiler::forward_module(),
         });
         if self.is_unique_handle() {
@@ -638,12 +742,21 @@ impl Tensor {
     /// Adds `g` to this leaf's `.grad()`, taking `g` over when nothing else
     /// holds it. A gradient already there is added to in place (PyTorch's
     /// `grad += new`: no new memory, and a CUDA graph's replays add into the
-    /// same tensor); one that cannot take `g` is left as it was.
-    fn accumulate_grad(&self, g: Tensor) -> Result<()> {
+    /// same tensor); one that cannot take `g` is left as it was. A walk that
+    /// creates a graph (`create`) keeps `g`'s history and replaces a gradient
+    /// already there by the recorded sum (`grad = grad + new`), as PyTorch.
+    fn accumulate_grad(&self, g: Tensor, create: bool) -> Result<()> {
         let mut slot = self.grad_slot();
         match slot.as_ref() {
+            Some(prev) if create => {
+                let sum = prev.add(&g)?;
+                *slot = Some(sum);
+            }
             Some(prev) => {
                 prev.add_(&g)?;
+            }
+            None if create => {
+                *slot = Some(g);
             }
             None => {
                 let unique = g.storage_is_unique();
@@ -657,6 +770,128 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+impl Inputs {
+    /// These inputs as a twice-differentiable rule reads them in a walk that
+    /// creates a graph: each kept value with the history it had when the op
+    /// ran (a leaf is kept as itself).
+    fn attached(&self) -> Inputs {
+        let edges = self
+            .0
+            .iter()
+            .map(|e| match (&e.value, &e.node) {
+                (Held::Value(t), Some(n)) => Edge {
+                    value: Held::Value(t.with_node(n.clone())),
+                    ..e.clone()
+                },
+                _ => e.clone(),
+            })
+            .collect();
+        Inputs(edges)
+    }
+}
+
+/// Marks the node whose twice-differentiable rule runs recording until dropped
+/// (the history [`Saved::value`] gives the op's saved output).
+struct Creating(Option<Arc<Node>>);
+
+impl Creating {
+    fn enter(node: &Arc<Node>) -> Creating {
+        Creating(CREATING.with(|c| c.replace(Some(node.clone()))))
+    }
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        let outer = self.0.take();
+        CREATING.with(|c| *c.borrow_mut() = outer);
+    }
+}
+
+/// Runs `node`'s rule on the output's gradient `g`. A walk that creates a graph
+/// (`create`) runs a twice-differentiable rule recording, on the inputs and
+/// saved values with their history; any other rule runs without recording, and
+/// each gradient it gives gets a node that leads back to `g` and to the op's
+/// inputs and whose rule is an error: a gradient of that gradient is not
+/// available, and asking for one says so (PyTorch's "not implemented" for a
+/// double backward it lacks).
+fn run_rule(
+    node: &Arc<Node>,
+    rule: &Rule,
+    g: &Tensor,
+    inputs: &Inputs,
+    create: bool,
+) -> Result<Grads> {
+    let f: &(dyn Fn(&Tensor, &Inputs) -> Result<Grads> + Send + Sync) = match rule {
+        Rule::Once(f) => &**f,
+        Rule::Reusable(f) => &**f,
+    };
+    if !create {
+        return f(g, inputs);
+    }
+    if node.twice {
+        let attached = inputs.attached();
+        let _creating = Creating::enter(node);
+        return f(g, &attached);
+    }
+    let gs = {
+        let _no_grad = no_grad_guard();
+        f(g, inputs)?
+    };
+    let mut edges: smallvec::SmallVec<[Edge; 2]> =
+        inputs.0.iter().filter(|e| e.needs).cloned().collect();
+    if g.requires_grad() {
+        edges.push(Edge {
+            value: if g.is_leaf() {
+                Held::Value(g.clone())
+            } else {
+                Held::Shape(g.shape().into(), g.dtype(), g.device())
+            },
+            node: g.node(),
+            needs: true,
+            version: g.version(),
+        });
+    }
+    if edges.is_empty() {
+        return Ok(gs);
+    }
+    let op = node.name;
+    Ok(gs
+        .into_iter()
+        .map(|pg| {
+            pg.map(|pg| {
+                let fails: BackwardFn = Box::new(move |_: &Tensor, _: &Inputs| {
+                    Err(Error::invalid(
+                        "backward",
+                        format!(
+                            "the gradient of {op} is not differentiable in ember (its backward is not recorded when a graph is created); the ops whose gradients are differentiable are listed in ember::autograd's documentation"
+                        ),
+                    ))
+                });
+                let n = Arc::new(Node {
+                    name: op,
+                    inner: Mutex::new(Some((Inputs(edges.clone()), Rule::Once(fails)))),
+                    twice: false,
+                    module: None,
+                });
+                pg.detach().with_node(n)
+            })
+        })
+        .collect())
+}
+
+/// Runs `f`, which builds the rule of `out`'s op, with `out` marked as the
+/// output ([`Tensor::save`] tells it from other values by that).
+fn building<R>(out: &Tensor, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            RECORDING.with(|r| r.set(self.0));
+        }
+    }
+    let _restore = Restore(RECORDING.with(|r| r.replace(out.id())));
+    f()
 }
 
 /// Names the node whose rule runs until dropped (for [`check_version`]'s message).

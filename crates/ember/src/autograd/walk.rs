@@ -7,8 +7,9 @@
 //! order, so a vertex's gradient is complete (summed over every path) when it
 //! is reached. For `grad` it runs only the rules that lie between the outputs
 //! and the inputs asked for; the rules it runs are spent, as by `backward`.
-//! Gradients are computed without recording (no `create_graph`): a gradient
-//! of a gradient is not available.
+//! Gradients are computed without recording, and the rules that ran free
+//! what they saved, unless the walk keeps the graph (`retain_graph`) or
+//! records the gradients' own graph (`create_graph`).
 //!
 //! ```
 //! use ember::prelude::*;
@@ -22,7 +23,7 @@
 //! # Ok::<(), ember::Error>(())
 //! ```
 
-use super::{no_grad_guard, CallbackScope, Inputs, Rule, Vertex};
+use super::{enable_grad_guard, no_grad_guard, CallbackScope, Inputs, Rule, Vertex};
 use crate::{
     device::Device,
     error::{torch_size, Error, Result},
@@ -62,6 +63,50 @@ pub struct GradOptions<'a> {
     /// An input that no output depends on gets zeros of its shape (implies
     /// `allow_unused`).
     pub materialize_grads: bool,
+    /// Keeps the graph after the walk (`retain_graph=True`), so that another
+    /// backward or `grad` can go through it again. Without it the rules that
+    /// ran free what they saved, and a second walk through them is an error.
+    pub retain_graph: bool,
+    /// Records the gradients' own graph (`create_graph=True`), so that the
+    /// gradients returned can be differentiated again (a gradient penalty, a
+    /// Hessian-vector product, a derivative in a loss). Keeps the graph, as
+    /// `retain_graph`. See [the module's list](crate::autograd#gradients-of-gradients)
+    /// of the ops whose gradients are themselves differentiable.
+    pub create_graph: bool,
+}
+
+/// Options of [`backward_with`], PyTorch's keywords of `torch.autograd.backward`
+/// and `Tensor.backward`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BackwardOptions<'a> {
+    /// The gradient of each tensor (`grad_tensors`): one entry per tensor, or
+    /// none at all (ones, for one-element tensors).
+    pub grad_tensors: &'a [Option<&'a Tensor>],
+    /// Keeps the graph after the walk (`retain_graph=True`): another backward
+    /// through it is possible.
+    pub retain_graph: bool,
+    /// Records the gradients' graph (`create_graph=True`): the leaves'
+    /// `.grad()` then has a history, and can be differentiated (keeps the
+    /// graph, as `retain_graph`).
+    pub create_graph: bool,
+}
+
+/// How a walk treats the graph it goes through.
+#[derive(Clone, Copy, Default)]
+struct Keep {
+    /// The rules that run stay (with what they saved).
+    retain: bool,
+    /// The rules run recording.
+    create: bool,
+}
+
+impl Keep {
+    fn new(retain: bool, create: bool) -> Keep {
+        Keep {
+            retain: retain || create,
+            create,
+        }
+    }
 }
 
 /// The gradients of the sum of `outputs` (each a one-element tensor) with
@@ -99,7 +144,8 @@ pub fn grad_with(
         keys.push(vertex_of(x).key());
     }
     let scope = CallbackScope::enter();
-    let mut found = walk(&roots, &keys, Mode::Grad)?;
+    let keep = Keep::new(options.retain_graph, options.create_graph);
+    let mut found = walk(&roots, &keys, Mode::Grad, keep)?;
     scope.finish()?;
     let mut out = Vec::with_capacity(inputs.len());
     for (i, (x, key)) in inputs.iter().zip(&keys).enumerate() {
@@ -131,9 +177,36 @@ pub fn grad_with(
 /// before it runs, and added into the leaves' `.grad()`. `grad_tensors` has
 /// one entry per tensor, or none (ones for one-element tensors).
 pub fn backward(tensors: &[&Tensor], grad_tensors: &[Option<&Tensor>]) -> Result<()> {
-    let roots = roots(tensors, grad_tensors)?;
+    backward_with(
+        tensors,
+        BackwardOptions {
+            grad_tensors,
+            ..BackwardOptions::default()
+        },
+    )
+}
+
+/// [`backward`] with PyTorch's options: keep the graph for another backward
+/// (`retain_graph`), or record the gradients' graph (`create_graph`: each
+/// leaf's `.grad()` gets a history, and a gradient already there is replaced
+/// by the sum, `grad = grad + new`, as PyTorch does then).
+///
+/// ```
+/// use ember::autograd::{backward_with, BackwardOptions};
+/// use ember::prelude::*;
+/// let x = Tensor::new(&[1f64, 2.], &Device::Cpu)?.requires_grad_(true)?;
+/// let y = x.square()?.sum_all()?;
+/// let retain = BackwardOptions { retain_graph: true, ..Default::default() };
+/// backward_with(&[&y], retain)?;
+/// y.backward()?; // the graph was kept: the gradients add up
+/// assert_eq!(x.grad().unwrap().to_vec1::<f64>()?, vec![4., 8.]);
+/// # Ok::<(), ember::Error>(())
+/// ```
+pub fn backward_with(tensors: &[&Tensor], options: BackwardOptions<'_>) -> Result<()> {
+    let roots = roots(tensors, options.grad_tensors)?;
     let scope = CallbackScope::enter();
-    walk(&roots, &[], Mode::Backward)?;
+    let keep = Keep::new(options.retain_graph, options.create_graph);
+    walk(&roots, &[], Mode::Backward, keep)?;
     scope.finish()
 }
 
@@ -146,7 +219,12 @@ pub(crate) fn checkpoint_grads(
     targets: &[Tensor],
 ) -> Result<Vec<Option<Tensor>>> {
     let keys: Vec<usize> = targets.iter().map(|t| vertex_of(t).key()).collect();
-    let mut found = walk(&[(y.clone(), g.clone())], &keys, Mode::Checkpoint)?;
+    let mut found = walk(
+        &[(y.clone(), g.clone())],
+        &keys,
+        Mode::Checkpoint,
+        Keep::default(),
+    )?;
     Ok(keys.iter().map(|k| found.remove(k)).collect())
 }
 
@@ -227,6 +305,7 @@ fn walk(
     roots: &[(Tensor, Tensor)],
     capture: &[usize],
     mode: Mode,
+    keep: Keep,
 ) -> Result<HashMap<usize, Tensor>> {
     struct Restore(bool);
     impl Drop for Restore {
@@ -241,7 +320,9 @@ fn walk(
         Mode::Grad => IN_GRAD.with(|f| f.set(true)),
         Mode::Checkpoint => {}
     }
-    let _no_grad = no_grad_guard();
+    // a walk that creates a graph records the rules' ops
+    let _no_grad = (!keep.create).then(no_grad_guard);
+    let _enable_grad = keep.create.then(enable_grad_guard);
     let _phase =
         crate::backend::meta::account::enter_phase(crate::backend::meta::account::Phase::Backward);
     // post-order of the vertices reachable from the roots (iterative DFS):
@@ -271,7 +352,7 @@ fn walk(
                     return Err(Error::invalid(
                         "backward",
                         format!(
-                        "trying to backward through the graph a second time ({} was already used)",
+                        "trying to backward through the graph a second time ({} was already used); keep the graph with retain_graph if you need to backward through it a second time",
                         node.name
                     ),
                     ))
@@ -328,7 +409,7 @@ fn walk(
                             "Checkpointing is not compatible with .grad() or when an `inputs` parameter is passed to .backward(). Please use .backward() and do not pass its `inputs` argument.",
                         ));
                     }
-                    t.accumulate_grad(g)?;
+                    t.accumulate_grad(g, keep.create)?;
                 }
                 continue;
             }
@@ -339,22 +420,22 @@ fn walk(
         }
         let _record = crate::profiler::backward_rule(node.name, node.module.as_ref());
         let (inputs, gs) = {
-            let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
             let _running = super::Running::enter(node.name);
-            match slot.take() {
-                None => continue,
-                Some((inputs, Rule::Once(rule))) => {
-                    drop(slot);
-                    let gs = rule(&g, &inputs)?;
-                    (inputs, gs)
-                }
-                Some((inputs, Rule::Reusable(rule))) => {
-                    *slot = Some((Inputs(inputs.0.clone()), Rule::Reusable(rule.clone())));
-                    drop(slot);
-                    let gs = rule(&g, &inputs)?;
-                    (inputs, gs)
-                }
+            let mut slot = node.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let Some((inputs, rule)) = slot.take() else {
+                continue;
+            };
+            if let Rule::Reusable(f) = &rule {
+                // a view's rule saved nothing and stays
+                *slot = Some((Inputs(inputs.0.clone()), Rule::Reusable(f.clone())));
             }
+            drop(slot);
+            let gs = super::run_rule(node, &rule, &g, &inputs, keep.create);
+            if keep.retain && matches!(rule, Rule::Once(_)) {
+                let again = Inputs(inputs.0.clone());
+                *node.inner.lock().unwrap_or_else(|p| p.into_inner()) = Some((again, rule));
+            }
+            (inputs, gs?)
         };
         for (e, pg) in inputs.0.iter().zip(gs) {
             let Some(pg) = pg else { continue };

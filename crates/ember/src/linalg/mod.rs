@@ -190,7 +190,7 @@ fn record_packed(
     parts: Vec<Tensor>,
     name: &'static str,
     inputs: &[&Tensor],
-    rule: impl FnOnce(Vec<Tensor>) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    rule: impl Fn(Vec<Tensor>) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) -> Result<Vec<Tensor>> {
     if !crate::autograd::needs_grad(inputs) {
         return Ok(parts);

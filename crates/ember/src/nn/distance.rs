@@ -71,7 +71,7 @@ pub fn cosine_similarity(x1: &Tensor, x2: &Tensor, dim: i64, eps: f64) -> Result
 fn clamped_norm(x: &Tensor, dim: i64, eps: f64) -> Result<Tensor> {
     let n = x.vector_norm(2.0, [dim], true)?;
     let clamped = crate::autograd::no_grad(|| n.clamp_min(eps))?;
-    Ok(Tensor::record(clamped, "clamp_min_", &[&n], |_| {
+    Ok(Tensor::record_twice(clamped, "clamp_min_", &[&n], |_| {
         |g: &Tensor| Ok(vec![Some(g.clone())])
     }))
 }

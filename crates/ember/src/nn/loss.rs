@@ -548,10 +548,10 @@ pub fn bce_with_logits(logits: &Tensor, target: &Tensor, reduction: Reduction) -
         target.neg()?.add(1.0)?.mul(logits)?.sub(&log_sigmoid)
     })?;
     // its own rule: d/dx = sigmoid(x) - y everywhere (the composite has a kink at 0)
-    let l = Tensor::record(l, "bce_with_logits", &[logits, target], |_| {
+    let l = Tensor::record_twice(l, "bce_with_logits", &[logits, target], |_| {
         let (x, y) = (logits.save(), target.save());
         move |g: &Tensor| {
-            let (x, y) = (x.get()?, y.get()?);
+            let (x, y) = (&x.value()?, &y.value()?);
             Ok(vec![
                 Some(g.mul(&x.sigmoid()?.sub(y)?)?),
                 Some(g.mul(&x.neg()?)?),
@@ -635,11 +635,11 @@ pub fn bce_with_logits_opts(
     })?;
     // PyTorch's rules (the weights get no gradient):
     // d/dx = w·((1 + (p - 1)·y)·sigmoid(x) - p·y), d/dy = w·((p - 1)·softplus(-x) - x)
-    let l = Tensor::record(l, OP, &[x, y], |_| {
+    let l = Tensor::record_twice(l, OP, &[x, y], |_| {
         let (xs, ys) = (x.save(), y.save());
         let (p, w) = (p.detach(), weight.map(Tensor::detach));
         move |g: &Tensor| {
-            let (x, y) = (xs.get()?, ys.get()?);
+            let (x, y) = (&xs.value()?, &ys.value()?);
             let gx = p
                 .sub(1.0)?
                 .mul(y)?

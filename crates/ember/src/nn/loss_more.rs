@@ -370,7 +370,7 @@ pub fn poisson_nll_loss(
 /// Gaussian loss clamps a clone of the variance in place under `no_grad`.
 fn clamped_keeping_grad(t: &Tensor, min: f64) -> Result<Tensor> {
     let clamped = no_grad(|| t.clamp_min(min))?;
-    Ok(Tensor::record(clamped, "clamp_", &[t], |_| {
+    Ok(Tensor::record_twice(clamped, "clamp_", &[t], |_| {
         |g: &Tensor| Ok(vec![Some(g.clone())])
     }))
 }

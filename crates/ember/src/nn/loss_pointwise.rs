@@ -69,10 +69,10 @@ impl Piecewise {
             let outer = z.sub(c)?.mul(b)?;
             z.lt(edge)?.where_(&inner, &outer)
         })?;
-        let l = Tensor::record(l, self.op, &[input, target], |_| {
+        let l = Tensor::record_twice(l, self.op, &[input, target], |_| {
             let (x, y) = (input.save(), target.save());
             move |g: &Tensor| {
-                let d = x.get()?.sub(y.get()?)?;
+                let d = x.value()?.sub(&y.value()?)?;
                 // d ≤ -edge: -b, d ≥ edge: b, else d/s (PyTorch's order of tests)
                 let slope = d.div(s)?;
                 let slope = d.ge(edge)?.where_(b, &slope)?;
@@ -293,11 +293,11 @@ pub fn binary_cross_entropy(
             None => Ok(l),
         }
     })?;
-    let l = Tensor::record(l, OP, &[x, y], |_| {
+    let l = Tensor::record_twice(l, OP, &[x, y], |_| {
         let (xs, ys) = (x.save(), y.save());
         let w = weight.map(Tensor::detach);
         move |g: &Tensor| {
-            let (x, y) = (xs.get()?, ys.get()?);
+            let (x, y) = (&xs.value()?, &ys.value()?);
             // PyTorch's epsilon is the float 1e-12
             let eps = f64::from(1e-12f32);
             let denom = x.neg()?.add(1.0)?.mul(x)?.clamp_min(eps)?;

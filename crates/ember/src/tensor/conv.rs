@@ -25,7 +25,7 @@ impl Tensor {
         weight: &Tensor,
         bias: Option<&Tensor>,
         out: Tensor,
-        grads: impl FnOnce(&Tensor, (bool, bool)) -> Result<ConvGrads> + Send + Sync + 'static,
+        grads: impl Fn(&Tensor, (bool, bool)) -> Result<ConvGrads> + Send + Sync + 'static,
     ) -> Tensor {
         let mut inputs = vec![self, weight];
         inputs.extend(bias);

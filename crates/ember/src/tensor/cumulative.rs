@@ -79,13 +79,13 @@ impl Tensor {
         let x = x.contiguous()?;
         let out = x.map_storage_same(|s, l| s.cumulative(l, d, op))?;
         let dim = d as i64;
-        Ok(Tensor::record(out, name, &[&x], |y| {
+        Ok(Tensor::record_twice(out, name, &[&x], |y| {
             let saved = (op == ScanOp::Prod).then(|| (x.save(), y.save()));
             move |g: &Tensor| {
                 let gx = match &saved {
                     // each input reaches every later output
                     None => reverse_cumsum(g, dim)?,
-                    Some((x, y)) => cumprod_backward(x.get()?, y.get()?, g, dim)?,
+                    Some((x, y)) => cumprod_backward(&x.value()?, &y.value()?, g, dim)?,
                 };
                 Ok(vec![Some(gx)])
             }
@@ -250,12 +250,12 @@ impl Tensor {
             s.add(&m.reshape(s.shape())?)
         })?;
         let kept = reduced_shape(x.shape(), &dims, true);
-        Ok(Tensor::record(out, "logsumexp", &[&x], |y| {
+        Ok(Tensor::record_twice(out, "logsumexp", &[&x], |y| {
             let (xs, y) = (x.save(), y.save());
             // PyTorch's rule: g · exp(x - y), the softmax over `dims`
             move |g: &Tensor| {
-                let y = y.get()?.reshape(&kept)?;
-                let e = xs.get()?.sub(&y)?.exp()?;
+                let y = y.value()?.reshape(&kept)?;
+                let e = xs.value()?.sub(&y)?.exp()?;
                 Ok(vec![Some(g.reshape(&kept)?.mul(&e)?)])
             }
         }))
@@ -321,16 +321,16 @@ impl Tensor {
             y.to_dtype(self.dtype())
         })?;
         let kept = reduced_shape(self.shape(), &dims, true);
-        Ok(Tensor::record(out, name, &[self], |y| {
+        Ok(Tensor::record_twice(out, name, &[self], |y| {
             let (x, y) = (self.save(), y.save());
             move |g: &Tensor| {
                 if ord == 0.0 {
                     // the count of nonzeros: no gradient, as in PyTorch
                     return Ok(vec![None]);
                 }
-                let (x, y) = (x.get()?, y.get()?.reshape(&kept)?);
+                let (x, y) = (x.value()?, y.value()?.reshape(&kept)?);
                 let g = g.reshape(&kept)?;
-                Ok(vec![Some(norm_backward(x, &y, &g, ord, &dims)?)])
+                Ok(vec![Some(norm_backward(&x, &y, &g, ord, &dims)?)])
             }
         }))
     }

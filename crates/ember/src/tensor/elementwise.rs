@@ -118,12 +118,12 @@ pub(crate) fn elementwise_device(op: &'static str, ts: &[&Tensor]) -> Result<Dev
 fn record_binary<O: BinaryOp>(out: Tensor, name: &'static str, a: &Tensor, b: &Tensor) -> Tensor {
     let keep = grad::binary_reads(O::CODE, a.requires_grad(), b.requires_grad());
     if O::CODE == BinaryCode::Pow {
-        Tensor::record_keeping(out, name, &[a, b], &keep, |y| {
+        Tensor::record_keeping_twice(out, name, &[a, b], &keep, |y| {
             let y = y.save();
             move |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, Some(&y), g)
         })
     } else {
-        Tensor::record_keeping(out, name, &[a, b], &keep, |_| {
+        Tensor::record_keeping_twice(out, name, &[a, b], &keep, |_| {
             |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
         })
     }
@@ -319,7 +319,7 @@ impl Tensor {
             if matches!(O::CODE, BinaryCode::Mul | BinaryCode::Div) && self.dtype().is_float() {
                 let out = self.scalar_op(s, float_only, |st, l, s| st.binary_scalar(l, s, op))?;
                 let div = O::CODE == BinaryCode::Div;
-                return Ok(Tensor::record(out, name, &[self], |_| {
+                return Ok(Tensor::record_twice(out, name, &[self], |_| {
                     grad::by_number(div, s)
                 }));
             }
@@ -494,7 +494,7 @@ impl Tensor {
             self.clone()
         };
         let out = t.map_storage_elementwise(true, |s, l| s.unary(l, op))?;
-        Ok(Tensor::record(out, name, &[self], |y| {
+        Ok(Tensor::record_twice(out, name, &[self], |y| {
             let (sx, sy) = rule.saves();
             rule.recorded(sx.then(|| t.save()), sy.then(|| y.save()))
         }))
@@ -742,11 +742,11 @@ impl Tensor {
         let out = st.get(0).where_(&lc, st.get(1), &lx, st.get(2), &ly)?;
         drop(st);
         let out = Tensor::from_storage(out, &shape);
-        Ok(Tensor::record(out, OP, &[&x, &y], |_| {
+        Ok(Tensor::record_twice(out, OP, &[&x, &y], |_| {
             let cond = cond.save();
             let (sx, sy) = (x.shape().to_vec(), y.shape().to_vec());
             move |g: &Tensor| {
-                let cond = cond.get()?;
+                let cond = cond.value()?;
                 let gx = crate::autograd::sum_to(&cond.where_(g, 0.0)?, &sx)?;
                 let gy = crate::autograd::sum_to(&cond.where_(0.0, g)?, &sy)?;
                 Ok(vec![Some(gx), Some(gy)])

@@ -64,7 +64,7 @@ impl Tensor {
             let out = crate::autograd::no_grad(|| {
                 Tensor::full_scalar(self.shape(), s, self.dtype(), self.device())
             })?;
-            let out = Tensor::record(out, OP, &[self], |_| {
+            let out = Tensor::record_twice(out, OP, &[self], |_| {
                 |g: &Tensor| Ok(vec![Some(g.zeros_like()?)])
             });
             return self.write_history(&out);

@@ -56,9 +56,12 @@ impl Tensor {
         }
         let strides = format_strides(self.shape(), format);
         let out = crate::autograd::no_grad(|| self.copy_with_strides(strides))?;
-        Ok(Tensor::record(out, "to_memory_format", &[self], |_| {
-            |g: &Tensor| Ok(vec![Some(g.clone())])
-        }))
+        Ok(Tensor::record_twice(
+            out,
+            "to_memory_format",
+            &[self],
+            |_| |g: &Tensor| Ok(vec![Some(g.clone())]),
+        ))
     }
 
     /// This tensor dense in channels-last order (`cl`) or row-major, as a

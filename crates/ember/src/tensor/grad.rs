@@ -92,11 +92,11 @@ impl Unary {
         self,
         x: Option<Saved>,
         y: Option<Saved>,
-    ) -> impl FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static {
+    ) -> impl Fn(&Tensor) -> Result<Grads> + Send + Sync + 'static {
         move |g: &Tensor| {
-            let x = x.as_ref().map(Saved::get).transpose()?;
-            let y = y.as_ref().map(Saved::get).transpose()?;
-            Ok(vec![Some(self.backward(x, y, g)?)])
+            let x = x.as_ref().map(Saved::value).transpose()?;
+            let y = y.as_ref().map(Saved::value).transpose()?;
+            Ok(vec![Some(self.backward(x.as_ref(), y.as_ref(), g)?)])
         }
     }
 
@@ -285,7 +285,7 @@ pub(crate) fn binary_reads(op: BinaryCode, needs_a: bool, needs_b: bool) -> [boo
 pub(crate) fn by_number(
     div: bool,
     s: crate::backend::op::Scalar,
-) -> impl FnOnce(&Tensor) -> Result<Grads> + Send + Sync + 'static {
+) -> impl Fn(&Tensor) -> Result<Grads> + Send + Sync + 'static {
     move |g: &Tensor| Ok(vec![Some(if div { g.div(s)? } else { g.mul(s)? })])
 }
 
@@ -298,7 +298,7 @@ pub(crate) fn binary(op: BinaryCode, ins: &Inputs, y: Option<&Saved>, g: &Tensor
     let a = || ins.get(0);
     let b = || ins.get(1);
     let y = || match y {
-        Some(y) => y.get(),
+        Some(y) => y.value(),
         None => Err(crate::error::Error::invalid(
             "backward",
             format!("{op:?}: the output was not saved"),

@@ -92,8 +92,9 @@ impl Tensor {
                 if matches!(O::CODE, BinaryCode::Mul | BinaryCode::Div) {
                     // the number itself in the rule, as out of place
                     let div = O::CODE == BinaryCode::Div;
-                    let out =
-                        Tensor::record(self.detach(), name, &[self], |_| grad::by_number(div, s));
+                    let out = Tensor::record_twice(self.detach(), name, &[self], |_| {
+                        grad::by_number(div, s)
+                    });
                     self.take_history(&out);
                     return Ok(());
                 }
@@ -102,7 +103,7 @@ impl Tensor {
                 let src = b.read();
                 self.write().binary_inplace(self.layout(), &src, &lb, op)?
             }
-            let out = Tensor::record_keeping(self.detach(), name, &[self, &b], &keep, |_| {
+            let out = Tensor::record_keeping_twice(self.detach(), name, &[self, &b], &keep, |_| {
                 |g: &Tensor, ab: &Inputs| grad::binary(O::CODE, ab, None, g)
             });
             self.take_history(&out);
@@ -177,9 +178,17 @@ impl Tensor {
             None
         };
         self.write().unary_inplace(self.layout(), op)?;
-        let out = Tensor::record(self.detach(), name, &[self], |y| {
-            rule.recorded(x, reads_y.then(|| y.save()))
-        });
+        // the input's copy is a constant to a gradient of the gradient: a rule
+        // that reads it is not twice differentiable in place
+        let out = if reads_x {
+            Tensor::record(self.detach(), name, &[self], |y| {
+                rule.recorded(x, reads_y.then(|| y.save()))
+            })
+        } else {
+            Tensor::record_twice(self.detach(), name, &[self], |y| {
+                rule.recorded(x, reads_y.then(|| y.save()))
+            })
+        };
         self.take_history(&out);
         Ok(())
     }
@@ -329,7 +338,7 @@ impl Tensor {
     fn copy_recorded(&self, src: &Tensor) -> Result<()> {
         src.layout().broadcast_to("copy_", self.shape())?;
         let values = crate::autograd::no_grad(|| src.to_dtype(self.dtype())?.expand(self.shape()))?;
-        let values = Tensor::record(values, "copy_", &[self, src], |_| {
+        let values = Tensor::record_twice(values, "copy_", &[self, src], |_| {
             let (dst_shape, src_shape) = (self.shape().to_vec(), src.shape().to_vec());
             let (dst_needs, dst_dt, dst_dev) = (self.requires_grad(), self.dtype(), self.device());
             move |g: &Tensor| {

@@ -93,10 +93,10 @@ impl Tensor {
             let zero = x.eq(0.0)?.logical_and(&v.isnan()?.logical_not()?)?;
             zero.where_(0.0, &x.mul(&v.log()?)?)?.to_dtype(dt)
         })?;
-        Ok(Tensor::record(out, OP, &[self, &y], |_| {
+        Ok(Tensor::record_twice(out, OP, &[self, &y], |_| {
             let (x, v) = (self.save(), y.save());
             move |g: &Tensor| {
-                let (x, v) = (x.get()?, v.get()?);
+                let (x, v) = (x.value()?, v.value()?);
                 let (xd, vd) = (x.to(&g.device())?, v.to(&g.device())?);
                 let keep = xd.ne(0.0)?.logical_or(&vd.isnan()?)?;
                 let gx = g.mul(&keep.where_(&vd.log()?, 0.0)?)?;
@@ -106,7 +106,7 @@ impl Tensor {
                         crate::autograd::sum_to(&g, t.shape())?.to_dtype(t.dtype())?,
                     ))
                 };
-                Ok(vec![to(gx, x)?, to(gy, v)?])
+                Ok(vec![to(gx, &x)?, to(gy, &v)?])
             }
         }))
     }
@@ -260,9 +260,9 @@ impl Tensor {
             // every element NaN (clamp's kernel reads a NaN bound as no bound);
             // the gradient is the rule's, which passes everywhere
             let out = crate::autograd::no_grad(|| self.full_like(f64::NAN))?;
-            return Ok(Tensor::record(out, name, &[self], |_| {
+            return Ok(Tensor::record_twice(out, name, &[self], |_| {
                 let x = self.save();
-                move |g: &Tensor| Ok(vec![Some(rule.backward(Some(x.get()?), None, g)?)])
+                move |g: &Tensor| Ok(vec![Some(rule.backward(Some(&x.value()?), None, g)?)])
             }));
         }
         self.unary_op(name, &op, rule)
@@ -412,7 +412,7 @@ impl Tensor {
             .any(|b| matches!(b, Scalar::Float(v) if v.is_nan()))
         {
             let out = crate::autograd::no_grad(|| t.full_like(f64::NAN))?;
-            return Ok(Tensor::record(out, "clamp", &[&t], |_| {
+            return Ok(Tensor::record_twice(out, "clamp", &[&t], |_| {
                 |g: &Tensor| Ok(vec![Some(g.zeros_like()?)])
             }));
         }
@@ -546,14 +546,14 @@ impl Tensor {
         inputs.extend(lo.as_ref());
         inputs.extend(hi.as_ref());
         let (has_lo, has_hi) = (lo.is_some(), hi.is_some());
-        Ok(Tensor::record(out, OP, &inputs, |_| {
+        Ok(Tensor::record_twice(out, OP, &inputs, |_| {
             let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let saved: Vec<_> = inputs.iter().map(|t| t.save()).collect();
             move |g: &Tensor| {
-                let x = saved[0].get()?;
-                let lo = has_lo.then(|| saved[1].get()).transpose()?;
-                let hi = has_hi.then(|| saved[saved.len() - 1].get()).transpose()?;
+                let x = &saved[0].value()?;
+                let lo = has_lo.then(|| saved[1].value()).transpose()?;
+                let hi = has_hi.then(|| saved[saved.len() - 1].value()).transpose()?;
                 // each operand's share of the gradient, as a weight in g's dtype
                 let pick = |w: Tensor, k: usize| -> Result<Option<Tensor>> {
                     if !wants[k] {
@@ -565,7 +565,7 @@ impl Tensor {
                 let f = |b: Tensor| b.to_dtype(g.dtype());
                 let half = |b: Tensor| -> Result<Tensor> { f(b)?.mul(0.5) };
                 let mut grads = Vec::new();
-                match (lo, hi) {
+                match (lo.as_ref(), hi.as_ref()) {
                     (Some(lo), Some(hi)) => {
                         // PyTorch's shares (checked against it over every order
                         // of x, min, max and NaN): ties with an ordered pair of

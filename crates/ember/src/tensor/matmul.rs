@@ -27,7 +27,7 @@ fn product_grads(
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let ga = match b {
         Some(b) => {
-            let b = b.get()?;
+            let b = &b.value()?;
             Some(if ta {
                 b.matmul(&g.transpose(-1, -2)?)?.transpose(-1, -2)?
             } else {
@@ -38,7 +38,7 @@ fn product_grads(
     };
     let gb = match a {
         Some(a) => {
-            let a = a.get()?;
+            let a = &a.value()?;
             Some(if tb {
                 g.transpose(-1, -2)?.matmul(a)?.transpose(-1, -2)?
             } else {
@@ -88,7 +88,8 @@ impl Tensor {
         if self.rank() >= 3 && rhs.rank() <= 2 && self.shape()[self.rank() - 1] == rhs.shape()[0] {
             return self.folded_matmul(rhs);
         }
-        let _ng = crate::autograd::no_grad_guard();
+        // a 1-D operand's view is recorded: the rule saves it, and a gradient
+        // of the gradient goes back through it
         let a = if self.rank() == 1 {
             self.unsqueeze(0)?
         } else {
@@ -99,6 +100,7 @@ impl Tensor {
         } else {
             rhs.clone()
         };
+        let _ng = crate::autograd::no_grad_guard();
         let (ra, rb) = (a.rank(), b.rank());
         let (m, ka) = (a.shape()[ra - 2], a.shape()[ra - 1]);
         let (kb, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
@@ -135,7 +137,7 @@ impl Tensor {
         drop(_ng);
         let out = Tensor::from_storage(out, &shape);
         let full = with(m, n).to_vec();
-        Ok(Tensor::record(out, OP, &[self, rhs], |_| {
+        Ok(Tensor::record_twice(out, OP, &[self, rhs], |_| {
             let (na, nb) = (self.requires_grad(), rhs.requires_grad());
             // each operand's values are saved only when the other's gradient needs them
             let (ta, tb) = (is_transposed(&a), is_transposed(&b));
@@ -235,7 +237,7 @@ impl Tensor {
             mat1.matmul(mat2)?.add(&expanded)?
         };
         drop(_ng);
-        Ok(Tensor::record(out, OP, &[self, mat1, mat2], |_| {
+        Ok(Tensor::record_twice(out, OP, &[self, mat1, mat2], |_| {
             let (na, nb) = (mat1.requires_grad(), mat2.requires_grad());
             let (ta, tb) = (is_transposed(mat1), is_transposed(mat2));
             let (a, b) = (nb.then(|| mat1.save()), na.then(|| mat2.save()));

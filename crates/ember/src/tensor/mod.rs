@@ -539,7 +539,7 @@ impl Tensor {
         }
         let out = self.map_storage_preserving(|s, l| s.to_device(l, *device))?;
         let from = self.device();
-        Ok(Tensor::record(out, "to", &[self], |_| {
+        Ok(Tensor::record_twice(out, "to", &[self], |_| {
             move |g: &Tensor| Ok(vec![Some(g.to(&from)?)])
         }))
     }
@@ -619,7 +619,7 @@ impl Tensor {
     /// [`Tensor::to_memory_format`] or copy into a tensor of the layout wanted.
     pub fn copy(&self) -> Result<Tensor> {
         let out = self.map_storage_same(|s, l| s.copy(l))?;
-        Ok(Tensor::record(out, "copy", &[self], |_| {
+        Ok(Tensor::record_twice(out, "copy", &[self], |_| {
             |g: &Tensor| Ok(vec![Some(g.clone())])
         }))
     }

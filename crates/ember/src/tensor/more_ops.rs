@@ -156,10 +156,10 @@ impl Tensor {
             let r = doubling_scan(vec![x], d, |l, r| Ok(vec![l[0].logaddexp(&r[0])?]))?;
             Ok(r[0].clone())
         })?;
-        Ok(Tensor::record(out, OP, &[self], |y| {
+        Ok(Tensor::record_twice(out, OP, &[self], |y| {
             let (x, y) = (self.save(), y.save());
             move |g: &Tensor| {
-                let (x, y) = (x.get()?, y.get()?);
+                let (x, y) = (&x.value()?, &y.value()?);
                 Ok(vec![Some(logcumsumexp_backward(x, y, g, d)?)])
             }
         }))
@@ -193,10 +193,10 @@ impl Tensor {
             inf.where_(f64::INFINITY, &h)
         })?;
         let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-        Ok(Tensor::record(out, OP, &[&a, &b], |h| {
+        Ok(Tensor::record_twice(out, OP, &[&a, &b], |h| {
             let (a, b, h) = (a.save(), b.save(), h.save());
             move |g: &Tensor| {
-                let (a, b, h) = (a.get()?, b.get()?, h.get()?);
+                let (a, b, h) = (&a.value()?, &b.value()?, &h.value()?);
                 let part = |x: &Tensor, s: &[usize]| -> Result<Tensor> {
                     crate::autograd::sum_to(&g.mul(x)?.div(h)?, s)
                 };

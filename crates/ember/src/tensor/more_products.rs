@@ -305,10 +305,10 @@ impl Tensor {
             }
         })?;
         let (s1, s2) = (self.shape().to_vec(), x2.shape().to_vec());
-        Ok(Tensor::record(out, OP, &[self, x2], |y| {
+        Ok(Tensor::record_twice(out, OP, &[self, x2], |y| {
             let (a, b, y) = (self.save(), x2.save(), y.save());
             move |g: &Tensor| {
-                let (a, b, y) = (a.get()?, b.get()?, y.get()?);
+                let (a, b, y) = (&a.value()?, &b.value()?, &y.value()?);
                 let diff = a.unsqueeze(-2)?.sub(&b.unsqueeze(-3)?)?;
                 let (g, y) = (g.unsqueeze(-1)?, y.unsqueeze(-1)?);
                 let each = if p == 0.0 {

@@ -134,7 +134,7 @@ impl Tensor {
                     y.to_dtype(dt)
                 })?;
                 let (a, b) = (a.as_ref(), b.as_ref());
-                Ok(Tensor::record(out, op, &[a, b], |_| {
+                Ok(Tensor::record_twice(out, op, &[a, b], |_| {
                     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
                     let needs = [a.requires_grad(), b.requires_grad()];
                     move |g: &Tensor| {
@@ -167,7 +167,7 @@ impl Tensor {
                     let base = small.where_(&x, &e)?;
                     base.add(&coeff.mul(&e.sub(&x)?)?)?.to_dtype(dt)
                 })?;
-                Ok(Tensor::record(out, op, &[a, b, w], |_| {
+                Ok(Tensor::record_twice(out, op, &[a, b, w], |_| {
                     let shapes = [a, b, w].map(|t| t.shape().to_vec());
                     let needs = [a, b, w].map(Tensor::requires_grad);
                     // (the weight's gradient reads the ends, the ends' the weight)
@@ -175,11 +175,12 @@ impl Tensor {
                     let sw = (needs[0] || needs[1]).then(|| w.save());
                     move |g: &Tensor| {
                         let missing = || Error::invalid("backward", "lerp: a value was not saved");
-                        let v = sw.as_ref().map(|w| w.get()).transpose()?;
+                        let v = sw.as_ref().map(|w| w.value()).transpose()?;
+                        let v = v.as_ref();
                         let v = || v.ok_or_else(missing);
                         let gw = || {
                             let (x, e) = ends.as_ref().ok_or_else(missing)?;
-                            g.mul(&e.get()?.sub(x.get()?)?)
+                            g.mul(&e.value()?.sub(&x.value()?)?)
                         };
                         Ok(vec![
                             grad_if(needs[0], || g.mul(&v()?.rsub(1.0)?), &shapes[0], dt)?,
@@ -316,7 +317,7 @@ impl Tensor {
             let p = if div { p.div(&b)? } else { p.mul(&b)? };
             x.add(&p)?.to_dtype(dt)
         })?;
-        Ok(Tensor::record(out, op, &[x, a, b], |_| {
+        Ok(Tensor::record_twice(out, op, &[x, a, b], |_| {
             let shapes = [x, a, b].map(|t| (t.shape().to_vec(), t.dtype()));
             let [needs_x, needs_a, needs_b] = [x, a, b].map(Tensor::requires_grad);
             // each multiplier's gradient reads the other, and a divisor's reads
@@ -327,7 +328,7 @@ impl Tensor {
                 let missing = || Error::invalid("backward", format!("{op}: a value was not saved"));
                 let get = |s: &Option<crate::autograd::Saved>| {
                     s.as_ref()
-                        .map(|s| s.get().and_then(|t| t.to_dtype(dt)))
+                        .map(|s| s.value().and_then(|t| t.to_dtype(dt)))
                         .transpose()
                 };
                 let (a, b) = (get(&sa)?, get(&sb)?);

@@ -125,14 +125,21 @@ impl Tensor {
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
             return Ok(out); // indices have no gradient
         }
-        Ok(Tensor::record(out, name, &[self], |y| {
+        Ok(Tensor::record_twice(out, name, &[self], |y| {
             let (sx, sy) = reduce_saves(op);
             let (x, y) = (sx.then(|| self.save()), sy.then(|| y.save()));
             let shape = self.shape().to_vec();
             move |g: &Tensor| {
-                let x = x.as_ref().map(Saved::get).transpose()?;
-                let y = y.as_ref().map(Saved::get).transpose()?;
-                Ok(vec![Some(reduce_grad(op, &shape, x, y, g, &dims)?)])
+                let x = x.as_ref().map(Saved::value).transpose()?;
+                let y = y.as_ref().map(Saved::value).transpose()?;
+                Ok(vec![Some(reduce_grad(
+                    op,
+                    &shape,
+                    x.as_ref(),
+                    y.as_ref(),
+                    g,
+                    &dims,
+                )?)])
             }
         }))
     }
@@ -360,11 +367,17 @@ impl Tensor {
                 out.transpose(d as i64, last as i64)?.contiguous()
             }
         })?;
-        Ok(Tensor::record(out, name, &[self], |y| {
+        Ok(Tensor::record_twice(out, name, &[self], |y| {
             let y = y.save();
             move |g: &Tensor| {
-                let y = y.get()?;
-                if d + 1 == y.rank() && y.is_contiguous() {
+                let y = &y.value()?;
+                // the one-pass kernel is not recorded: a walk that creates a
+                // graph takes the composite
+                if d + 1 == y.rank()
+                    && y.is_contiguous()
+                    && !y.requires_grad()
+                    && !g.requires_grad()
+                {
                     // over the last dim: one pass per row
                     let g = g.contiguous()?;
                     let gx = g.map_storage_same(|s, l| {

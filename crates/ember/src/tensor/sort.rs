@@ -91,7 +91,7 @@ impl Tensor {
                 DType::U8 => Tensor::zeros((), dt, &self.device())?,
                 _ => Tensor::full((), f64::NAN, dt, &self.device())?,
             };
-            return Ok(Tensor::record(v, OP, &[self], |_| {
+            return Ok(Tensor::record_twice(v, OP, &[self], |_| {
                 let (shape, dev) = (self.shape().to_vec(), self.device());
                 move |_g: &Tensor| Ok(vec![Some(Tensor::zeros(&shape, dt, &dev)?)])
             }));
@@ -100,10 +100,10 @@ impl Tensor {
             let flat = self.reshape([self.numel()])?;
             Ok(flat.median_dim(0, false)?.0)
         })?;
-        Ok(Tensor::record(out, OP, &[self], |y| {
+        Ok(Tensor::record_twice(out, OP, &[self], |y| {
             let (x, y) = (self.save(), y.save());
             move |g: &Tensor| {
-                let (x, y) = (x.get()?, y.get()?);
+                let (x, y) = (&x.value()?, &y.value()?);
                 let mut mask = x.eq(y)?;
                 if dt.is_float() {
                     mask = mask.logical_or(&x.isnan()?.logical_and(&y.isnan()?)?)?;

@@ -10,6 +10,7 @@ use crate::{
     dtype::DType,
     error::{Error, Result},
 };
+use std::sync::Arc;
 
 impl Tensor {
     /// The same elements with a new shape (one size may be -1): a view when the
@@ -20,7 +21,7 @@ impl Tensor {
             Some(l) => Ok(self.view_with("reshape", l, ViewGrad::Reshape)),
             None => {
                 let copied = self.copy()?.with_layout_owned(Layout::contiguous(&dims));
-                Ok(Tensor::record(copied, "reshape", &[self], |_| {
+                Ok(Tensor::record_twice(copied, "reshape", &[self], |_| {
                     let shape = self.shape().to_vec();
                     move |g: &Tensor| Ok(vec![Some(g.reshape(&shape)?)])
                 }))
@@ -350,7 +351,7 @@ impl Tensor {
             at += len;
         }
         let out = Tensor::with_storage(out, full);
-        Ok(Tensor::record(out, "cat", tensors, |_| {
+        Ok(Tensor::record_twice(out, "cat", tensors, |_| {
             let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
             move |g: &Tensor| {
                 let parts = g.split_with_sizes(&sizes, d as i64)?;
@@ -476,7 +477,7 @@ impl Tensor {
 }
 
 /// Re-applies a region view (narrow, slice, select) to another tensor.
-pub(crate) type RegionFn = Box<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
+pub(crate) type RegionFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
 
 /// How the gradient of a view goes back to its base.
 pub(crate) enum ViewGrad {
@@ -492,7 +493,7 @@ pub(crate) enum ViewGrad {
 
 impl ViewGrad {
     fn region(f: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static) -> Self {
-        ViewGrad::Region(Box::new(f))
+        ViewGrad::Region(Arc::new(f))
     }
 }
 
@@ -517,9 +518,17 @@ impl Tensor {
                     }
                     ViewGrad::Expand => crate::autograd::sum_to(g, &shape)?,
                     ViewGrad::Region(view) => {
-                        let z = Tensor::zeros(&shape, dtype, &device)?;
-                        view(&z)?.copy_(g)?;
-                        z
+                        let z = crate::autograd::no_grad(|| -> Result<Tensor> {
+                            let z = Tensor::zeros(&shape, dtype, &device)?;
+                            view(&z)?.copy_(g)?;
+                            Ok(z)
+                        })?;
+                        // recorded where the gradient has a history (a walk that
+                        // creates a graph): its own gradient is the region of it
+                        Tensor::record_reusable(z, "region_backward", &[g], |_| {
+                            let view = view.clone();
+                            move |gg: &Tensor| Ok(vec![Some(view(gg)?)])
+                        })
                     }
                 };
                 Ok(vec![Some(gx)])

@@ -180,6 +180,7 @@ mod cuda;
 mod data;
 mod decompositions;
 mod distributed;
+mod double_backward;
 mod elementwise;
 mod errors;
 mod format;
