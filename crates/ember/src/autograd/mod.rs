@@ -33,6 +33,60 @@
 //! assert_eq!(x.grad().unwrap().to_vec1::<f64>()?, vec![2., 4., 6.]);
 //! # Ok::<(), ember::Error>(())
 //! ```
+//!
+//! # Kept graphs and gradients of gradients
+//!
+//! A walk frees what the rules it ran saved; a second backward through the
+//! same nodes is then an error, unless the first kept the graph
+//! ([`BackwardOptions::retain_graph`], [`GradOptions::retain_graph`]).
+//! With `create_graph` the walk records the gradients' own graph, as
+//! PyTorch's `create_graph=True`: the gradients [`grad_with`] returns (or the
+//! leaves' `.grad()` after [`backward_with`]) have a history and can be
+//! differentiated again, for a gradient penalty, a Hessian-vector product, a
+//! meta-learning step or a derivative inside a loss.
+//!
+//! ```
+//! use ember::autograd::{grad, grad_with, GradOptions};
+//! use ember::prelude::*;
+//! let x = Tensor::new(&[1f64, 2.], &Device::Cpu)?.requires_grad_(true)?;
+//! let y = x.pow(3.0)?.sum_all()?; // y = Σ x³
+//! let create = GradOptions { create_graph: true, ..Default::default() };
+//! let g = grad_with(&[&y], &[&x], create)?[0].clone().unwrap(); // 3x²
+//! let h = grad(&[&g.sum_all()?], &[&x])?; // d/dx Σ 3x² = 6x
+//! assert_eq!(h[0].to_vec1::<f64>()?, vec![6., 12.]);
+//! # Ok::<(), ember::Error>(())
+//! ```
+//!
+//! ## Gradients of gradients
+//!
+//! An op's gradient is differentiable where its rule is written in
+//! differentiable ops. That holds for:
+//! - the elementwise arithmetic (`add`, `sub`, `mul`, `div`, `pow`,
+//!   `maximum`, `minimum`, `atan2`, `remainder`, `fmod`, by a tensor or a
+//!   number) and their in-place forms;
+//! - every one-input elementwise op (`exp`, `log`, `tanh`, `sigmoid`,
+//!   `relu`, `gelu`, `silu`, `softplus`, `elu`, `leaky_relu`, `hardtanh`,
+//!   `clamp` by numbers or tensors, the trigonometric and special functions);
+//!   in place only those whose rule reads their result or nothing (`exp_`,
+//!   `sqrt_`, `tanh_`, `sigmoid_`, `relu_`, `neg_`, ...), not those that read
+//!   their input (`sin_`, `log_`, ...: the copy they keep is a constant);
+//! - `where_`, `xlogy`, `lerp`, `addcmul`, `addcdiv`, `hypot`;
+//! - the reductions `sum`, `mean`, `max` and `min` over dims, `var`, `std`,
+//!   `logsumexp`, `vector_norm`, `median`, and the scans `cumsum`,
+//!   `cumprod`, `logcumsumexp`;
+//! - `softmax`, `log_softmax`, `matmul`, `addmm`, `linear`, `cdist`;
+//! - views and copies (`reshape`, `transpose`, `permute`, `narrow`, `select`,
+//!   `expand`, `unsqueeze`, `cat`, `stack`, `to`, `to_dtype`, `copy`,
+//!   `copy_`, `to_memory_format`);
+//! - the losses `mse_loss`, `smooth_l1_loss`, `huber_loss`,
+//!   `binary_cross_entropy`, `bce_with_logits`, `gaussian_nll_loss`, and
+//!   `cosine_similarity`, `pairwise_distance`;
+//! - anything composed of these.
+//!
+//! The other ops (convolutions, pools, the normalisation kernels, attention,
+//! `cross_entropy`, the index ops, `max_dim`, sorting, `ember::linalg`) give
+//! their first gradient under `create_graph` as usual, but that gradient's
+//! own gradient is an error naming the op, raised when a walk reaches it.
 
 use crate::{
     error::{Error, Result},

@@ -352,7 +352,7 @@ fn walk(
                     return Err(Error::invalid(
                         "backward",
                         format!(
-                        "trying to backward through the graph a second time ({} was already used); keep the graph with retain_graph if you need to backward through it a second time",
+                        "trying to backward through the graph a second time ({} was already used and what it saved freed); set retain_graph on the first backward or grad to go through the graph again",
                         node.name
                     ),
                     ))

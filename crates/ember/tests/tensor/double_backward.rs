@@ -343,6 +343,151 @@ fn hvp_gradient_penalty(dev: &Device) -> Result<()> {
     check_hvp("penalty", penalty, &[&[3, 2], &[2, 4], &[4, 1]], dev)
 }
 
+fn create() -> GradOptions<'static> {
+    GradOptions {
+        create_graph: true,
+        ..Default::default()
+    }
+}
+
+/// `retain_graph` keeps what the rules saved: a second backward adds the same
+/// gradients again; the walk that does not keep the graph spends it, and a
+/// third is PyTorch's error with the hint.
+fn retain_graph_backward(dev: &Device) -> Result<()> {
+    let x = Tensor::from_vec(vec![0.5f64, -1.0, 2.0], [3], dev)?.requires_grad_(true)?;
+    let y = x.mul(&x)?.exp()?.sum_all()?; // Σ e^(x²): 2x e^(x²)
+    let want: Vec<f64> = [0.5f64, -1.0, 2.0]
+        .iter()
+        .map(|v| 2.0 * v * (v * v).exp())
+        .collect();
+    let retain = BackwardOptions {
+        retain_graph: true,
+        ..Default::default()
+    };
+    autograd::backward_with(&[&y], retain)?;
+    assert_close(&x.grad().unwrap().to_vec::<f64>()?, &want, 1e-12, 0.0);
+    autograd::backward_with(&[&y], retain)?;
+    y.backward()?;
+    let thrice: Vec<f64> = want.iter().map(|w| 3.0 * w).collect();
+    assert_close(&x.grad().unwrap().to_vec::<f64>()?, &thrice, 1e-12, 0.0);
+    let e = y.backward().unwrap_err().to_string();
+    assert!(
+        e.contains("second time") && e.contains("retain_graph"),
+        "{e}"
+    );
+    // the gradient is unchanged by the refused walk
+    assert_close(&x.grad().unwrap().to_vec::<f64>()?, &thrice, 1e-12, 0.0);
+    Ok(())
+}
+
+/// `grad` with `retain_graph` leaves the graph for another `grad` or backward.
+fn retain_graph_grad(dev: &Device) -> Result<()> {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], [2], dev)?.requires_grad_(true)?;
+    let y = x.sin()?.mul(&x)?.sum_all()?; // x sin x: sin x + x cos x
+    let keep = GradOptions {
+        retain_graph: true,
+        ..Default::default()
+    };
+    let a = autograd::grad_with(&[&y], &[&x], keep)?[0].clone().unwrap();
+    let b = autograd::grad(&[&y], &[&x])?;
+    assert_eq!(a.to_vec::<f64>()?, b[0].to_vec::<f64>()?);
+    let want: Vec<f64> = [1.0f64, 2.0]
+        .iter()
+        .map(|v| v.sin() + v * v.cos())
+        .collect();
+    assert_close(&a.to_vec::<f64>()?, &want, 1e-12, 0.0);
+    assert!(
+        !a.requires_grad(),
+        "without create_graph a gradient has no history"
+    );
+    assert!(autograd::grad(&[&y], &[&x]).is_err());
+    Ok(())
+}
+
+/// `backward` with `create_graph`: the leaf's `.grad()` has a history (the sum
+/// with what was there, `grad = grad + new`), and differentiating it gives the
+/// second derivative.
+fn create_graph_backward(dev: &Device) -> Result<()> {
+    let x = Tensor::from_vec(vec![0.5f64, 1.5], [2], dev)?.requires_grad_(true)?;
+    x.pow(2.0)?.sum_all()?.backward()?; // .grad() = 2x, no history
+    assert!(!x.grad().unwrap().requires_grad());
+    let y = x.pow(4.0)?.sum_all()?; // 4x³, then 12x²
+    let options = BackwardOptions {
+        create_graph: true,
+        ..Default::default()
+    };
+    autograd::backward_with(&[&y], options)?;
+    let g = x.grad().unwrap();
+    assert!(g.requires_grad(), "create_graph gives .grad() a history");
+    let first: Vec<f64> = [0.5f64, 1.5]
+        .iter()
+        .map(|v| 2.0 * v + 4.0 * v.powi(3))
+        .collect();
+    assert_close(&g.to_vec::<f64>()?, &first, 1e-12, 0.0);
+    let h = autograd::grad(&[&g.sum_all()?], &[&x])?;
+    let second: Vec<f64> = [0.5f64, 1.5].iter().map(|v| 12.0 * v * v).collect();
+    assert_close(&h[0].to_vec::<f64>()?, &second, 1e-12, 0.0);
+    Ok(())
+}
+
+/// An op whose gradient is not differentiable: its first gradient under
+/// `create_graph` is the usual one; differentiating that gradient is an error
+/// naming the op, raised when the walk reaches it, not before.
+fn not_twice_differentiable(dev: &Device) -> Result<()> {
+    let x = input(&[1, 1, 4, 4], 0, dev)?.requires_grad_(true)?;
+    let w = input(&[2, 1, 3, 3], 1, dev)?.requires_grad_(true)?;
+    let y = x
+        .conv2d(&w, None, Default::default())?
+        .square()?
+        .sum_all()?;
+    let plain = autograd::grad_with(
+        &[&y],
+        &[&x, &w],
+        GradOptions {
+            retain_graph: true,
+            ..Default::default()
+        },
+    )?;
+    let made = autograd::grad_with(&[&y], &[&x, &w], create())?;
+    for (p, m) in plain.iter().zip(&made) {
+        let (p, m) = (p.as_ref().unwrap(), m.as_ref().unwrap());
+        assert!(m.requires_grad());
+        assert_close(&m.to_vec::<f64>()?, &p.to_vec::<f64>()?, 1e-12, 1e-12);
+    }
+    let gx = made[0].clone().unwrap();
+    let e = autograd::grad(&[&gx.square()?.sum_all()?], &[&w])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("conv2d") && e.contains("not differentiable"),
+        "{e}"
+    );
+    // a gradient of the gradient that does not go through the op's rule works:
+    // here the squared output's part (2·conv, differentiable) before conv2d
+    let z = x.mul(&x)?.sum_all()?;
+    let gz = autograd::grad_with(&[&z], &[&x], create())?[0]
+        .clone()
+        .unwrap();
+    let h = autograd::grad(&[&gz.sum_all()?], &[&x])?;
+    assert!(h[0].to_vec::<f64>()?.iter().all(|&v| v == 2.0));
+    Ok(())
+}
+
+/// Index ops are first-order only: their gradient's gradient is the error.
+fn index_ops_first_order(dev: &Device) -> Result<()> {
+    let x = input(&[4, 3], 0, dev)?.requires_grad_(true)?;
+    let idx = Tensor::from_vec(vec![2i64, 0, 2], [3], dev)?;
+    let y = x.index_select(0, &idx)?.pow(3.0)?.sum_all()?;
+    let g = autograd::grad_with(&[&y], &[&x], create())?[0]
+        .clone()
+        .unwrap();
+    let e = autograd::grad(&[&g.sum_all()?], &[&x])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("index_select"), "{e}");
+    Ok(())
+}
+
 device_test!(
     hvp_pointwise,
     hvp_transcendental,
@@ -357,4 +502,205 @@ device_test!(
     hvp_losses,
     hvp_in_place,
     hvp_gradient_penalty,
+    retain_graph_backward,
+    retain_graph_grad,
+    create_graph_backward,
+    not_twice_differentiable,
+    index_ops_first_order,
 );
+
+/// The golden file's tensors by name, as fresh leaves (those in `need`
+/// require grad).
+fn golden_inputs(all: &Value, need: &[&str], dev: &Device) -> Result<Vec<(String, Tensor)>> {
+    let mut t = Vec::new();
+    for (k, v) in all["inputs"].as_object().unwrap() {
+        let x = super::golden_tensor(v, dev)?;
+        let x = if need.contains(&k.as_str()) {
+            x.requires_grad_(true)?
+        } else {
+            x
+        };
+        t.push((k.clone(), x));
+    }
+    Ok(t)
+}
+
+/// Runs one golden case in ember: its named results.
+fn golden_case(name: &str, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
+    use ember::nn::functional as F;
+    let all = super::golden("double_backward_cases.json");
+    let need: &[&str] = match name {
+        "wgan_gp" | "maml" => &["w1", "b1", "w2", "b2"],
+        "hvp" => &["w1"],
+        _ => &["x"],
+    };
+    let inputs = golden_inputs(&all, need, dev)?;
+    let t = |k: &str| inputs.iter().find(|(n, _)| n == k).unwrap().1.clone();
+    let params = [t("w1"), t("b1"), t("w2"), t("b2")];
+    let param_refs: Vec<&Tensor> = params.iter().collect();
+    let critic = |z: &Tensor| -> Result<Tensor> {
+        let h = F::linear(z, &params[0], Some(&params[1]))?.leaky_relu(0.2)?;
+        F::linear(&h, &params[2], Some(&params[3]))
+    };
+    let named = |gs: Vec<Option<Tensor>>| -> Vec<(&'static str, Tensor)> {
+        ["w1", "b1", "w2", "b2"]
+            .into_iter()
+            .zip(gs.into_iter().map(|g| g.expect("a gradient")))
+            .collect()
+    };
+    Ok(match name {
+        "wgan_gp" => {
+            let (x, x2, eps) = (t("x"), t("x2"), t("eps"));
+            let mix = eps
+                .mul(&x)?
+                .add(&eps.rsub(1.0)?.mul(&x2)?)?
+                .requires_grad_(true)?;
+            let out = critic(&mix)?;
+            let g = autograd::grad_with(&[&out.sum_all()?], &[&mix], create())?;
+            let g = g[0].clone().unwrap();
+            let penalty = g
+                .vector_norm(2.0, [1], false)?
+                .sub(1.0)?
+                .square()?
+                .mean_all()?;
+            let loss = critic(&x2)?
+                .mean_all()?
+                .sub(&critic(&x)?.mean_all()?)?
+                .add(&penalty.mul(10.0)?)?;
+            let gs = autograd::grad_with(&[&loss], &param_refs, GradOptions::default())?;
+            let mut out = vec![("penalty", penalty)];
+            out.extend(named(gs));
+            out
+        }
+        "maml" => {
+            let net = |p: &[Tensor], z: &Tensor| -> Result<Tensor> {
+                let h = F::linear(z, &p[0], Some(&p[1]))?.tanh()?;
+                F::linear(&h, &p[2], Some(&p[3]))
+            };
+            let mean = ember::nn::Reduction::Mean;
+            let inner = F::mse_loss(&net(&params, &t("x"))?, &t("y"), mean)?;
+            let gs = autograd::grad_with(&[&inner], &param_refs, create())?;
+            let fast: Vec<Tensor> = params
+                .iter()
+                .zip(&gs)
+                .map(|(p, g)| p.sub(&g.as_ref().unwrap().mul(0.1)?))
+                .collect::<Result<_>>()?;
+            let outer = F::mse_loss(&net(&fast, &t("x2"))?, &t("y2"), mean)?;
+            let meta = autograd::grad_with(&[&outer], &param_refs, GradOptions::default())?;
+            let mut out = vec![("outer", outer)];
+            out.extend(named(meta));
+            out
+        }
+        "hvp" => {
+            let w1 = t("w1");
+            let logits = F::linear(&t("x"), &w1, Some(&t("b1")))?;
+            let classes = Tensor::from_vec(vec![0i64, 3, 1, 4], [4], dev)?;
+            let target = classes.one_hot(5)?.to_dtype(DType::F64)?;
+            let loss = logits
+                .log_softmax(1)?
+                .mul(&target)?
+                .sum(1, false)?
+                .mean_all()?
+                .neg()?;
+            let g = autograd::grad_with(&[&loss], &[&w1], create())?[0]
+                .clone()
+                .unwrap();
+            let direction = w1.detach().flip([0])?;
+            let hv = autograd::grad(&[&g.mul(&direction)?.sum_all()?], &[&w1])?;
+            vec![("loss", loss), ("hv", hv[0].clone())]
+        }
+        "hessian" => {
+            let xs = t("x");
+            let x = xs.select(0, 0)?;
+            let prod = x
+                .select(0, 0)?
+                .mul(&x.select(0, 1)?)?
+                .mul(&x.select(0, 2)?)?;
+            let f = x.sin()?.mul(&x.pow(3.0)?)?.sum_all()?.add(&prod.exp()?)?;
+            let g = autograd::grad_with(&[&f], &[&xs], create())?[0]
+                .clone()
+                .unwrap();
+            let keep = GradOptions {
+                retain_graph: true,
+                ..Default::default()
+            };
+            let mut rows = Vec::new();
+            for i in 0..3 {
+                let gi = g.select(0, 0)?.select(0, i)?;
+                let r = autograd::grad_with(&[&gi], &[&xs], keep)?[0]
+                    .clone()
+                    .unwrap();
+                rows.push(r.select(0, 0)?);
+            }
+            let rows: Vec<&Tensor> = rows.iter().collect();
+            vec![("f", f), ("hessian", Tensor::stack(&rows, 0)?)]
+        }
+        "jvp" => {
+            let x = t("x");
+            let y = F::linear(&x, &params[0], Some(&params[1]))?.tanh()?;
+            let u = y.zeros_like()?.requires_grad_(true)?;
+            let options = GradOptions {
+                grad_outputs: &[Some(&u)],
+                create_graph: true,
+                ..Default::default()
+            };
+            let vjp = autograd::grad_with(&[&y], &[&x], options)?[0]
+                .clone()
+                .unwrap();
+            let v = t("v");
+            let options = GradOptions {
+                grad_outputs: &[Some(&v)],
+                ..Default::default()
+            };
+            let jv = autograd::grad_with(&[&vjp], &[&u], options)?[0]
+                .clone()
+                .unwrap();
+            vec![("jvp", jv)]
+        }
+        "backward_twice" => {
+            let x = t("x");
+            let y = x.exp()?.mul(&x.sigmoid()?)?.sum_all()?;
+            let options = BackwardOptions {
+                create_graph: true,
+                ..Default::default()
+            };
+            autograd::backward_with(&[&y], options)?;
+            let g = x.grad().unwrap();
+            let first = g.detach().copy()?;
+            g.mul(&g)?.sum_all()?.backward()?;
+            vec![("first", first), ("grad", x.grad().unwrap())]
+        }
+        "retained" => {
+            let x = t("x");
+            let y = x.pow(2.0)?.mul(&t("x2").cos()?)?.sum_all()?;
+            let retain = BackwardOptions {
+                retain_graph: true,
+                ..Default::default()
+            };
+            autograd::backward_with(&[&y], retain)?;
+            y.backward()?;
+            vec![("grad", x.grad().unwrap())]
+        }
+        other => panic!("no golden case {other}"),
+    })
+}
+
+/// Every golden case against PyTorch's results, to float64's rounding.
+fn golden_cases(dev: &Device) -> Result<()> {
+    let all = super::golden("double_backward_cases.json");
+    for case in all["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let got = golden_case(name, dev)?;
+        let want = case["results"].as_object().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}: results");
+        for (k, t) in got {
+            let w = super::golden_tensor(&want[k], &Device::Cpu)?;
+            assert_eq!(t.shape(), w.shape(), "{name}.{k}: shape");
+            assert_eq!(t.dtype(), DType::F64, "{name}.{k}: dtype");
+            assert_close(&t.to_vec::<f64>()?, &w.to_vec::<f64>()?, 1e-10, 1e-12);
+        }
+    }
+    Ok(())
+}
+
+device_test!(golden_cases);
