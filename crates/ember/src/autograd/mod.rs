@@ -75,6 +75,10 @@
 //!   `logsumexp`, `vector_norm`, `median`, and the scans `cumsum`,
 //!   `cumprod`, `logcumsumexp`;
 //! - `softmax`, `log_softmax`, `matmul`, `addmm`, `linear`, `cdist`;
+//! - `conv2d` and `conv_transpose2d`, and `conv1d`, `conv3d` and
+//!   `conv_transpose3d`, which are made of them: under `create_graph` their gradients are
+//!   computed as convolutions, slower than the fused backward but
+//!   differentiable again;
 //! - views and copies (`reshape`, `transpose`, `permute`, `narrow`, `select`,
 //!   `expand`, `unsqueeze`, `cat`, `stack`, `to`, `to_dtype`, `copy`,
 //!   `copy_`, `to_memory_format`);
@@ -83,10 +87,13 @@
 //!   `cosine_similarity`, `pairwise_distance`;
 //! - anything composed of these.
 //!
-//! The other ops (convolutions, pools, the normalisation kernels, attention,
+//! The other ops (pools, the normalisation kernels, attention,
 //! `cross_entropy`, the index ops, `max_dim`, sorting, `ember::linalg`) give
 //! their first gradient under `create_graph` as usual, but that gradient's
 //! own gradient is an error naming the op, raised when a walk reaches it.
+//! Where PyTorch's backward of an op takes its input but reads only a mask of
+//! it (`abs`, `leaky_relu`, `hardtanh`, `hardsigmoid`), the gradient's own
+//! gradient reaches that input as zeros, as in PyTorch.
 
 use crate::{
     error::{Error, Result},
@@ -255,19 +262,33 @@ impl Tensor {
     /// Keeps this tensor's values for a backward rule (detached: a saved output
     /// cannot keep its own node alive).
     pub(crate) fn save(&self) -> Saved {
-        let origin = if RECORDING.with(|r| r.get()) == self.id() {
-            Origin::Output
-        } else if let Some(n) = self.node() {
-            Origin::Node(n)
-        } else if self.requires_grad() {
-            Origin::Leaf(self.clone())
-        } else {
-            Origin::Constant
-        };
+        self.save_as(self)
+    }
+
+    /// Keeps this tensor's values for a backward rule with the history of
+    /// `source`, of which it is a copy made without recording (the same values
+    /// and dtype in another memory layout): a twice-differentiable rule that
+    /// reads the copy depends on `source` when a walk creates a graph.
+    pub(crate) fn save_as(&self, source: &Tensor) -> Saved {
+        debug_assert!(self.shape() == source.shape() && self.dtype() == source.dtype());
+        let origin = Self::origin_of(source);
         Saved {
             t: self.detach(),
             version: self.version(),
             origin,
+        }
+    }
+
+    /// Where `source`'s values come from, for a [`Saved`].
+    fn origin_of(this: &Tensor) -> Origin {
+        if RECORDING.with(|r| r.get()) == this.id() {
+            Origin::Output
+        } else if let Some(n) = this.node() {
+            Origin::Node(n)
+        } else if this.requires_grad() {
+            Origin::Leaf(this.clone())
+        } else {
+            Origin::Constant
         }
     }
 }
@@ -620,6 +641,20 @@ impl Tensor {
         Tensor::record_with(out, name, inputs, &[], true, |y| {
             let f = rule(y);
             move |g: &Tensor, _: &Inputs| f(g)
+        })
+    }
+
+    /// `self`, a gradient computed from a mask of `x` (comparisons, which record
+    /// nothing), recorded as depending on `x` with a zero derivative where a walk
+    /// creates a graph: PyTorch's fused backward ops (`leaky_relu_backward`,
+    /// `hardtanh_backward`, ...) take `x`, so a gradient of the gradient reaches
+    /// `x` as zeros there, where without the tie it would not reach it at all.
+    pub(crate) fn tied_to(self, x: &Tensor, name: &'static str) -> Tensor {
+        if !is_grad_enabled() || !x.requires_grad() {
+            return self;
+        }
+        Tensor::record_twice(self.detach(), name, &[&self, x], |_| {
+            |g: &Tensor| Ok(vec![Some(g.clone()), Some(g.zeros_like()?)])
         })
     }
 

@@ -29,7 +29,7 @@ impl Tensor {
     ) -> Tensor {
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
-        Tensor::record(out, "conv2d", &inputs, |_| {
+        Tensor::record_twice(out, "conv2d", &inputs, |_| {
             let (xshape, xdt) = (self.shape().to_vec(), self.dtype());
             let (wshape, wdt) = (weight.shape().to_vec(), weight.dtype());
             let need = (self.requires_grad(), weight.requires_grad());
@@ -241,8 +241,13 @@ impl Tensor {
         let out = y.to_dtype(dtype)?.laid_out(format)?;
         drop(ng);
         // both are saved, as PyTorch's convolution saves its input and weight
-        let (x, wt) = (xk.save(), wk.save());
+        let (x, wt) = (xk.save_as(self), wk.save_as(weight));
         Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
+            if crate::autograd::is_grad_enabled() {
+                // a walk that creates a graph: the gradients in recorded ops
+                let (x, wt) = (x.value()?, wt.value()?);
+                return conv2d_grads_recorded(&x, &wt, gy, opts, need);
+            }
             let (x, wt) = (x.get()?, wt.get()?);
             let backward = |work: DType, cl: bool| -> Result<ConvGrads> {
                 let (x, wt) = (
@@ -437,4 +442,78 @@ pub(super) fn check_stride_dilation(
         ));
     }
     Ok(())
+}
+
+/// The input and weight gradients of `conv2d(x, w)` for the output gradient
+/// `gy` in recorded ops, so that they are differentiable again (the rule a walk
+/// that creates a graph runs): the input's is the transposed convolution of
+/// `gy`, the weight's [`conv2d_weight_grad_recorded`].
+fn conv2d_grads_recorded(
+    x: &Tensor,
+    w: &Tensor,
+    gy: &Tensor,
+    opts: Conv2dOptions,
+    need: (bool, bool),
+) -> Result<ConvGrads> {
+    let gx = need
+        .0
+        .then(|| {
+            // the output padding that gives back the input's height and width
+            let pad = |d: usize| -> usize {
+                let (s, p, dil) = match d {
+                    0 => (opts.stride.0, opts.padding.0, opts.dilation.0),
+                    _ => (opts.stride.1, opts.padding.1, opts.dilation.1),
+                };
+                let (size, k, out) = (x.shape()[2 + d], w.shape()[2 + d], gy.shape()[2 + d]);
+                size + 2 * p - ((out - 1) * s + dil * (k - 1) + 1)
+            };
+            let t = crate::tensor::ConvTranspose2dOptions {
+                stride: opts.stride,
+                padding: opts.padding,
+                output_padding: (pad(0), pad(1)),
+                dilation: opts.dilation,
+                groups: opts.groups,
+            };
+            gy.conv_transpose2d(w, None, t)
+        })
+        .transpose()?;
+    let kernel = (w.shape()[2], w.shape()[3]);
+    let gw = need
+        .1
+        .then(|| conv2d_weight_grad_recorded(x, gy, kernel, opts))
+        .transpose()?;
+    Ok((gx, gw))
+}
+
+/// The weight gradient of `conv2d(x, w)` (a `kernel`-sized `w`) for the output
+/// gradient `gy`, in recorded ops: per group, the convolution of the input's
+/// channels (the batch as their channels) with the output gradient's as the
+/// kernel, stride and dilation swapped, cut to the kernel's size.
+pub(crate) fn conv2d_weight_grad_recorded(
+    x: &Tensor,
+    gy: &Tensor,
+    kernel: (usize, usize),
+    opts: Conv2dOptions,
+) -> Result<Tensor> {
+    let g = opts.groups;
+    let (cg, og) = (x.shape()[1] / g, gy.shape()[1] / g);
+    let swapped = Conv2dOptions {
+        stride: opts.dilation,
+        padding: opts.padding,
+        dilation: opts.stride,
+        groups: 1,
+    };
+    let mut parts = Vec::with_capacity(g);
+    for i in 0..g {
+        let xi = x.narrow(1, (i * cg) as i64, cg)?.transpose(0, 1)?;
+        let gi = gy.narrow(1, (i * og) as i64, og)?.transpose(0, 1)?;
+        let r = xi.conv2d(&gi, None, swapped)?;
+        let r = r.narrow(2, 0, kernel.0)?.narrow(3, 0, kernel.1)?;
+        parts.push(r.transpose(0, 1)?);
+    }
+    let parts: Vec<&Tensor> = parts.iter().collect();
+    match parts.len() {
+        1 => Ok(parts[0].clone()),
+        _ => Tensor::cat(&parts, 0),
+    }
 }

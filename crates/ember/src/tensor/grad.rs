@@ -108,17 +108,30 @@ impl Unary {
         // result)`, which rounds at each step in the half dtypes: computed in the
         // dtype, in that order, it gives PyTorch's bits
         let in_dtype = self.one_kernel() || matches!(self, Unary::Recip);
-        if matches!(dt, DType::F16 | DType::BF16) && !in_dtype {
+        let gx = if matches!(dt, DType::F16 | DType::BF16) && !in_dtype {
             // computed in float32 and rounded once, as PyTorch's fused backward
             // kernels do for the half dtypes (a composite in f16/bf16 would round
             // at every step)
             let up = |t: Option<&Tensor>| t.map(|t| t.to_dtype(DType::F32)).transpose();
             let (x, y) = (up(x)?, up(y)?);
-            return self
-                .backward_in(x.as_ref(), y.as_ref(), &g.to_dtype(DType::F32)?)?
-                .to_dtype(dt);
-        }
-        self.backward_in(x, y, g)
+            self.backward_in(x.as_ref(), y.as_ref(), &g.to_dtype(DType::F32)?)?
+                .to_dtype(dt)?
+        } else {
+            self.backward_in(x, y, g)?
+        };
+        // the rules whose PyTorch backward op takes the input but reads only a
+        // mask of it: tied to it, so that its gradient of the gradient is zeros
+        let name = match self {
+            Unary::Abs => "sgn",
+            Unary::LeakyRelu(_) => "leaky_relu_backward",
+            Unary::Hardtanh(..) => "hardtanh_backward",
+            Unary::Hardsigmoid => "hardsigmoid_backward",
+            _ => return Ok(gx),
+        };
+        Ok(match x {
+            Some(x) => gx.tied_to(x, name),
+            None => gx,
+        })
     }
 
     fn backward_in(self, x: Option<&Tensor>, y: Option<&Tensor>, g: &Tensor) -> Result<Tensor> {

@@ -29,6 +29,10 @@ inputs = {
     "y2": randn(4, 1),
     "eps": torch.rand(4, 1, dtype=torch.float64),  # interpolation weights
     "v": randn(4, 3),        # a direction
+    "img": randn(2, 3, 6, 6),   # images for a convolutional critic
+    "k1": randn(4, 3, 3, 3) * 0.3,  # conv 3 -> 4, 3x3, stride 2, padding 1
+    "kb1": randn(4) * 0.1,
+    "k2": randn(2, 2, 3, 3) * 0.3,  # conv 4 -> 2, 3x3, 2 groups
 }
 cases = []
 
@@ -64,6 +68,21 @@ def wgan_gp(t):
 
 
 case("wgan_gp", {"w1", "b1", "w2", "b2"}, wgan_gp)
+
+
+# StyleGAN's R1 penalty for a convolutional critic: the squared gradient of
+# the critic at real images, differentiated with respect to its kernels
+def r1(t):
+    img = t["img"].clone().requires_grad_(True)
+    h = F.leaky_relu(F.conv2d(img, t["k1"], t["kb1"], stride=2, padding=1), 0.2)
+    score = F.conv2d(h, t["k2"], groups=2).sum()
+    (g,) = torch.autograd.grad(score, img, create_graph=True)
+    penalty = g.pow(2).sum() / 2
+    grads = torch.autograd.grad(penalty, [t["k1"], t["kb1"], t["k2"]])
+    return {"penalty": penalty, "k1": grads[0], "kb1": grads[1], "k2": grads[2]}
+
+
+case("r1", {"k1", "kb1", "k2"}, r1)
 
 
 # one MAML step: an inner SGD step on the support set with create_graph, the
