@@ -82,13 +82,18 @@
 //! - views and copies (`reshape`, `transpose`, `permute`, `narrow`, `select`,
 //!   `expand`, `unsqueeze`, `cat`, `stack`, `to`, `to_dtype`, `copy`,
 //!   `copy_`, `to_memory_format`);
-//! - the losses `mse_loss`, `smooth_l1_loss`, `huber_loss`,
-//!   `binary_cross_entropy`, `bce_with_logits`, `gaussian_nll_loss`, and
-//!   `cosine_similarity`, `pairwise_distance`;
+//! - `layer_norm`, `rms_norm`, `group_norm` and `instance_norm` (their fused
+//!   rule is written in recorded ops when a walk creates a graph);
+//! - the index ops `index_select`, `gather`, `scatter_add`, `index_add`,
+//!   `embedding`, and the values of `max_dim` and `min_dim`;
+//! - the losses `cross_entropy` (class indices; its fused rule is written in
+//!   recorded ops when a walk creates a graph), `mse_loss`, `smooth_l1_loss`,
+//!   `huber_loss`, `binary_cross_entropy`, `bce_with_logits`,
+//!   `gaussian_nll_loss`, and `cosine_similarity`, `pairwise_distance`;
 //! - anything composed of these.
 //!
-//! The other ops (pools, the normalisation kernels, attention,
-//! `cross_entropy`, the index ops, `max_dim`, sorting, `ember::linalg`) give
+//! The other ops (pools, `batch_norm`, attention, sorting, `ember::linalg`)
+//! give
 //! their first gradient under `create_graph` as usual, but that gradient's
 //! own gradient is an error naming the op, raised when a walk reaches it.
 //! Where PyTorch's backward of an op takes its input but reads only a mask of

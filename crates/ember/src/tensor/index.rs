@@ -233,10 +233,15 @@ impl Tensor {
             st.get(0).index_select(self.layout(), d, st.get(1), n_idx)?
         };
         let out = Tensor::from_storage(out, &shape);
-        Ok(Tensor::record(out, "index_select", &[self], |_| {
+        Ok(Tensor::record_twice(out, "index_select", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             let idx = idx.save();
             move |g: &Tensor| {
+                if crate::autograd::is_grad_enabled() {
+                    // a walk that creates a graph: index_add, recorded
+                    let z = Tensor::zeros(&shape, dtype, &device)?;
+                    return Ok(vec![Some(z.index_add_valid(d, idx.value()?, g)?)]);
+                }
                 // add the rows back where they came from (index_add: the 1-D index
                 // as it is, no index expanded to the gradient's shape)
                 let g = g.contiguous()?;
@@ -286,12 +291,12 @@ impl Tensor {
             st.get(0).gather(self.layout(), d, st.get(1), idx.shape())?
         };
         let out = Tensor::from_storage(out, idx.shape());
-        Ok(Tensor::record(out, "gather", &[self], |_| {
+        Ok(Tensor::record_twice(out, "gather", &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             let idx = idx.save();
             move |g: &Tensor| {
                 let z = Tensor::zeros(&shape, dtype, &device)?;
-                Ok(vec![Some(z.scatter_add(d as i64, idx.get()?, g)?)])
+                Ok(vec![Some(z.scatter_add_valid(d, idx.value()?, g)?)])
             }
         }))
     }
@@ -376,27 +381,32 @@ impl Tensor {
                 (st.get(1), src.layout()),
             )?;
         }
-        Ok(Tensor::record(out, "scatter_add", &[self, src], |_| {
-            let src_shape = src.shape().to_vec();
-            let idx = idx.save();
-            move |g: &Tensor| {
-                // src positions outside the index's extent received nothing
-                // (the indices were validated by the forward pass)
-                let picked = g.gather_valid(d, idx.get()?.clone())?;
-                let gs = if picked.shape() == src_shape.as_slice() {
-                    picked
-                } else {
-                    let z = Tensor::zeros(&src_shape, g.dtype(), &g.device())?;
-                    let mut region = z.clone();
-                    for (dim, &n) in picked.shape().iter().enumerate() {
-                        region = region.narrow(dim as i64, 0, n)?;
-                    }
-                    region.copy_(&picked)?;
-                    z
-                };
-                Ok(vec![Some(g.clone()), Some(gs)])
-            }
-        }))
+        Ok(Tensor::record_twice(
+            out,
+            "scatter_add",
+            &[self, src],
+            |_| {
+                let src_shape = src.shape().to_vec();
+                let idx = idx.save();
+                move |g: &Tensor| {
+                    // src positions outside the index's extent received nothing
+                    // (the indices were validated by the forward pass)
+                    let picked = g.gather_valid(d, idx.value()?)?;
+                    let gs = if picked.shape() == src_shape.as_slice() {
+                        picked
+                    } else {
+                        let z = Tensor::zeros(&src_shape, g.dtype(), &g.device())?;
+                        let mut region = z.clone();
+                        for (dim, &n) in picked.shape().iter().enumerate() {
+                            region = region.narrow(dim as i64, 0, n)?;
+                        }
+                        region.copy_(&picked)?;
+                        z
+                    };
+                    Ok(vec![Some(g.clone()), Some(gs)])
+                }
+            },
+        ))
     }
 
     /// A copy of this tensor with `alpha * source` added at `index` along `dim`
@@ -546,13 +556,18 @@ impl Tensor {
             out.write()
                 .index_add(self.shape(), d, st.get(0), (st.get(1), src.layout()))?;
         }
-        Ok(Tensor::record(out, "index_add", &[self, &src], |_| {
-            let idx = idx.save();
-            move |g: &Tensor| {
-                let gs = g.index_select_valid(d, idx.get()?.clone())?;
-                Ok(vec![Some(g.clone()), Some(gs)])
-            }
-        }))
+        Ok(Tensor::record_twice(
+            out,
+            "index_add",
+            &[self, &src],
+            |_| {
+                let idx = idx.save();
+                move |g: &Tensor| {
+                    let gs = g.index_select_valid(d, idx.value()?)?;
+                    Ok(vec![Some(g.clone()), Some(gs)])
+                }
+            },
+        ))
     }
 
     /// One-hot encoding of int64 class indices: a new last dim of `num_classes`

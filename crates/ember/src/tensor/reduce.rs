@@ -269,7 +269,7 @@ impl Tensor {
         } else {
             normalize_dim(name, dim, self.rank())?
         };
-        let values = Tensor::record(values, name, &[self], |_| {
+        let values = Tensor::record_twice(values, name, &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             let idx = index.save();
             move |g: &Tensor| {
@@ -277,9 +277,9 @@ impl Tensor {
                     g.reshape(&shape)?
                 } else {
                     // the indices came from argmax / argmin: no check needed
-                    let idx = idx.get()?;
+                    let idx = idx.value()?;
                     let gk = g.reshape(idx.shape())?.contiguous()?;
-                    Tensor::zeros(&shape, dtype, &device)?.scatter_add_valid(d, idx.clone(), &gk)?
+                    Tensor::zeros(&shape, dtype, &device)?.scatter_add_valid(d, idx, &gk)?
                 };
                 Ok(vec![Some(gx)])
             }
@@ -452,13 +452,33 @@ impl Tensor {
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
-        Ok(Tensor::record(y, op, &inputs, |_| {
+        Ok(Tensor::record_twice(y, op, &inputs, |_| {
             let need_x = self.requires_grad();
             let need_w = weight.is_some_and(|w| w.requires_grad());
             let need_b = bias.is_some_and(|b| b.requires_grad());
             let has_b = bias.is_some();
-            let (x, w) = (x.save(), w.map(|w| w.save()));
+            let x = x.save_as(self);
+            let w = w.as_ref().zip(weight).map(|(w, src)| w.save_as(src));
             move |g: &Tensor| {
+                if crate::autograd::is_grad_enabled() {
+                    // a walk that creates a graph: the gradients in recorded ops
+                    let w = w.as_ref().map(|w| w.value()).transpose()?;
+                    let (gx, gw, gb) = norm_rows_grads_recorded(
+                        &x.value()?,
+                        w.as_ref(),
+                        g,
+                        (eps, rms),
+                        (need_x, need_w, need_b),
+                    )?;
+                    let mut out = vec![gx];
+                    if w.is_some() {
+                        out.push(gw);
+                    }
+                    if has_b {
+                        out.push(gb);
+                    }
+                    return Ok(out);
+                }
                 let g = g.contiguous()?;
                 let (x, w) = (x.get()?, w.as_ref().map(|w| w.get()).transpose()?);
                 let mut ts = vec![&g, x, &stats];
@@ -525,9 +545,18 @@ impl Tensor {
             );
             Ok((loss, lse, x, t))
         })?;
-        Ok(Tensor::record(loss, "cross_entropy", &[self], |_| {
-            let x = x.save();
+        Ok(Tensor::record_twice(loss, "cross_entropy", &[self], |_| {
+            let x = x.save_as(self);
             move |g: &Tensor| {
+                if crate::autograd::is_grad_enabled() {
+                    // a walk that creates a graph: the gradient in recorded ops
+                    return Ok(vec![Some(cross_entropy_grad_recorded(
+                        &x.value()?,
+                        &t,
+                        g,
+                        opts,
+                    )?)]);
+                }
                 let x = x.get()?;
                 let g = g.to_dtype(lse.dtype())?.contiguous()?;
                 let st = Storages::read(&[x, &t, &lse, &g]);
@@ -659,4 +688,83 @@ impl Tensor {
                     && seen.insert(t.storage_key())
             })
     }
+}
+
+/// The gradients of [`Tensor::normalize_rows`] (the rows, the weight, the
+/// bias; each where `need` asks) for the output gradient `g`, in recorded ops
+/// (differentiable again: the rule a walk that creates a graph runs). With
+/// `x̂ = (x - mean) · rstd` (or `x · rstd` with `rms`) and `ĝ = g · weight`, the
+/// rows' gradient is `rstd · (ĝ - mean(ĝ) - x̂ · mean(ĝ · x̂))` (without the
+/// `mean(ĝ)` term with `rms`). The half dtypes are computed in float32.
+fn norm_rows_grads_recorded(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    g: &Tensor,
+    (eps, rms): (f64, bool),
+    (need_x, need_w, need_b): (bool, bool, bool),
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let dt = x.dtype();
+    let work = |t: &Tensor| match dt {
+        DType::F16 | DType::BF16 => t.to_dtype(DType::F32),
+        _ => Ok(t.clone()),
+    };
+    let (x, g) = (work(x)?, work(g)?);
+    let cols = *x.shape().last().unwrap_or(&1);
+    let rows = x.numel().checked_div(cols).unwrap_or(0);
+    let centred = match rms {
+        true => x.clone(),
+        false => x.sub(&x.mean(-1, true)?)?,
+    };
+    let rstd = centred.square()?.mean(-1, true)?.add(eps)?.rsqrt()?;
+    let xhat = centred.mul(&rstd)?;
+    let back = |t: Tensor| t.to_dtype(dt);
+    let gx = need_x
+        .then(|| -> Result<Tensor> {
+            let gh = match weight {
+                Some(w) => g.mul(&work(w)?)?,
+                None => g.clone(),
+            };
+            let mut inner = gh.sub(&xhat.mul(&gh.mul(&xhat)?.mean(-1, true)?)?)?;
+            if !rms {
+                inner = inner.sub(&gh.mean(-1, true)?)?;
+            }
+            back(inner.mul(&rstd)?)
+        })
+        .transpose()?;
+    let per_col = |t: Tensor| -> Result<Tensor> { back(t.reshape([rows, cols])?.sum(0, false)?) };
+    let gw = need_w.then(|| per_col(g.mul(&xhat)?)).transpose()?;
+    let gb = need_b.then(|| per_col(g.clone())).transpose()?;
+    Ok((gx, gw, gb))
+}
+
+/// The logits' gradient of [`Tensor::cross_entropy_rows`] for the losses'
+/// gradient `g` (`[M]`), in recorded ops (differentiable again: the rule a
+/// walk that creates a graph runs): `g · (softmax(x) - (1 - ε)·onehot(t) - ε/C)`
+/// per row, 0 in the rows whose target is ignored. The half dtypes are
+/// computed in float32 and rounded once.
+fn cross_entropy_grad_recorded(
+    x: &Tensor,
+    target: &Tensor,
+    g: &Tensor,
+    opts: crate::backend::op::CeOpts,
+) -> Result<Tensor> {
+    let dt = x.dtype();
+    let xw = match dt {
+        DType::F16 | DType::BF16 => x.to_dtype(DType::F32)?,
+        _ => x.clone(),
+    };
+    let classes = x.shape()[1];
+    let kept = target.ne(opts.ignore)?;
+    let t = kept.where_(target, 0)?;
+    let eps = opts.smoothing;
+    let wanted = t
+        .one_hot(classes)?
+        .to_dtype(xw.dtype())?
+        .mul(1.0 - eps)?
+        .add(eps / classes as f64)?;
+    let per_row = g
+        .to_dtype(xw.dtype())?
+        .mul(&kept.to_dtype(xw.dtype())?)?
+        .unsqueeze(1)?;
+    xw.softmax(1)?.sub(&wanted)?.mul(&per_row)?.to_dtype(dt)
 }
