@@ -1,3 +1,4 @@
+// Over 800 lines: the module documentation (kept graphs, the list of twice-differentiable ops) and the node, edge and saved-value machinery that a walk and the rules share.
 //! Reverse-mode automatic differentiation.
 //!
 //! An operation records a node on its output only when grad mode is on and one
