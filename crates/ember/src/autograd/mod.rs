@@ -310,6 +310,13 @@ thread_local! {
     static CREATING: std::cell::RefCell<Option<Arc<Node>>> = const { std::cell::RefCell::new(None) };
 }
 
+/// `true` while a twice-differentiable rule runs in a walk that creates a graph
+/// (`create_graph`): a rule whose usual path is a fused kernel (which records
+/// nothing) computes its gradients in recorded ops instead.
+pub(crate) fn creating_graph() -> bool {
+    CREATING.with(|c| c.borrow().is_some())
+}
+
 /// PyTorch's error for a saved tensor that an in-place op has overwritten.
 fn check_version(t: &Tensor, saved: u64) -> Result<()> {
     let now = t.version();
@@ -656,7 +663,7 @@ impl Tensor {
     /// `hardtanh_backward`, ...) take `x`, so a gradient of the gradient reaches
     /// `x` as zeros there, where without the tie it would not reach it at all.
     pub(crate) fn tied_to(self, x: &Tensor, name: &'static str) -> Tensor {
-        if !is_grad_enabled() || !x.requires_grad() {
+        if !creating_graph() || !x.requires_grad() {
             return self;
         }
         Tensor::record_twice(self.detach(), name, &[&self, x], |_| {

@@ -243,7 +243,7 @@ impl Tensor {
         // both are saved, as PyTorch's convolution saves its input and weight
         let (x, wt) = (xk.save_as(self), wk.save_as(weight));
         Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
-            if crate::autograd::is_grad_enabled() {
+            if crate::autograd::creating_graph() {
                 // a walk that creates a graph: the gradients in recorded ops
                 let (x, wt) = (x.value()?, wt.value()?);
                 return conv2d_grads_recorded(&x, &wt, gy, opts, need);

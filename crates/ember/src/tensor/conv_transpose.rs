@@ -352,7 +352,7 @@ impl Tensor {
             &inputs,
             |_| {
                 move |gy: &Tensor| {
-                    if crate::autograd::is_grad_enabled() {
+                    let (gx, gw) = if crate::autograd::creating_graph() {
                         // a walk that creates a graph: the gradients in recorded
                         // ops (the input's is a convolution of the output's)
                         let (x, wt) = (x.value()?, wt.value()?);
@@ -363,56 +363,54 @@ impl Tensor {
                                 super::conv::conv2d_weight_grad_recorded(gy, &x, (kh, kw), opts)
                             })
                             .transpose()?;
-                        let mut grads = vec![gx, gw];
-                        if let Some(needed) = bias_grad {
-                            grads.push(needed.then(|| gy.sum([0, 2, 3], false)).transpose()?);
-                        }
-                        return Ok(grads);
-                    }
-                    let (x, wt) = (x.get()?, wt.get()?);
-                    // the input's gradient: the convolution of the output's gradient
-                    let gx = match need.0 {
-                        true => {
-                            let gx = gy.conv2d(wt, None, opts)?;
-                            if gx.shape() != xshape.as_slice() {
-                                return Err(Error::shape(
-                                    "conv_transpose2d backward",
-                                    gx.shape(),
-                                    &xshape,
-                                    "the input gradient's shape",
-                                ));
+                        (gx, gw)
+                    } else {
+                        let (x, wt) = (x.get()?, wt.get()?);
+                        // the input's gradient: the convolution of the output's gradient
+                        let gx = match need.0 {
+                            true => {
+                                let gx = gy.conv2d(wt, None, opts)?;
+                                if gx.shape() != xshape.as_slice() {
+                                    return Err(Error::shape(
+                                        "conv_transpose2d backward",
+                                        gx.shape(),
+                                        &xshape,
+                                        "the input gradient's shape",
+                                    ));
+                                }
+                                Some(gx)
                             }
-                            Some(gx)
-                        }
-                        false => None,
-                    };
-                    // the weight's: the convolution's weight gradient, with the
-                    // output's gradient as its input and this input as its output's
-                    let gw = match need.1 {
-                        true => {
-                            let weight_grad = |work: DType| -> Result<Tensor> {
-                                let g = gy.to_dtype(work)?.contiguous()?;
-                                let xw = x.to_dtype(work)?.contiguous()?;
-                                let ww = wt.to_dtype(work)?.contiguous()?;
-                                let st = Storages::read(&[&g, &ww, &xw]);
-                                let (_, gw) = st.get(0).conv2d_backward(
-                                    g.layout(),
-                                    (st.get(1), ww.layout()),
-                                    (st.get(2), xw.layout()),
-                                    &shape,
-                                    (false, true),
-                                )?;
-                                let gw = gw.ok_or_else(|| missing("the weight gradient"))?;
-                                Ok(Tensor::from_storage(gw, &[wi, og, kh, kw]))
-                            };
-                            let gw = in_work_dtype("backward", dtype, native, weight_grad)?;
-                            Some(
-                                gw.reshape(wshape.as_slice())?
-                                    .to_dtype(dtype)?
-                                    .laid_out(wformat)?,
-                            )
-                        }
-                        false => None,
+                            false => None,
+                        };
+                        // the weight's: the convolution's weight gradient, with the
+                        // output's gradient as its input and this input as its output's
+                        let gw = match need.1 {
+                            true => {
+                                let weight_grad = |work: DType| -> Result<Tensor> {
+                                    let g = gy.to_dtype(work)?.contiguous()?;
+                                    let xw = x.to_dtype(work)?.contiguous()?;
+                                    let ww = wt.to_dtype(work)?.contiguous()?;
+                                    let st = Storages::read(&[&g, &ww, &xw]);
+                                    let (_, gw) = st.get(0).conv2d_backward(
+                                        g.layout(),
+                                        (st.get(1), ww.layout()),
+                                        (st.get(2), xw.layout()),
+                                        &shape,
+                                        (false, true),
+                                    )?;
+                                    let gw = gw.ok_or_else(|| missing("the weight gradient"))?;
+                                    Ok(Tensor::from_storage(gw, &[wi, og, kh, kw]))
+                                };
+                                let gw = in_work_dtype("backward", dtype, native, weight_grad)?;
+                                Some(
+                                    gw.reshape(wshape.as_slice())?
+                                        .to_dtype(dtype)?
+                                        .laid_out(wformat)?,
+                                )
+                            }
+                            false => None,
+                        };
+                        (gx, gw)
                     };
                     let mut grads = vec![gx, gw];
                     if let Some(needed) = bias_grad {

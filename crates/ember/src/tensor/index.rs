@@ -237,7 +237,7 @@ impl Tensor {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             let idx = idx.save();
             move |g: &Tensor| {
-                if crate::autograd::is_grad_enabled() {
+                if crate::autograd::creating_graph() {
                     // a walk that creates a graph: index_add, recorded
                     let z = Tensor::zeros(&shape, dtype, &device)?;
                     return Ok(vec![Some(z.index_add_valid(d, idx.value()?, g)?)]);

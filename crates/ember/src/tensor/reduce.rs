@@ -373,11 +373,7 @@ impl Tensor {
                 let y = &y.value()?;
                 // the one-pass kernel is not recorded: a walk that creates a
                 // graph takes the composite
-                if d + 1 == y.rank()
-                    && y.is_contiguous()
-                    && !y.requires_grad()
-                    && !g.requires_grad()
-                {
+                if d + 1 == y.rank() && y.is_contiguous() && !crate::autograd::creating_graph() {
                     // over the last dim: one pass per row
                     let g = g.contiguous()?;
                     let gx = g.map_storage_same(|s, l| {
@@ -460,7 +456,7 @@ impl Tensor {
             let x = x.save_as(self);
             let w = w.as_ref().zip(weight).map(|(w, src)| w.save_as(src));
             move |g: &Tensor| {
-                if crate::autograd::is_grad_enabled() {
+                if crate::autograd::creating_graph() {
                     // a walk that creates a graph: the gradients in recorded ops
                     let w = w.as_ref().map(|w| w.value()).transpose()?;
                     let (gx, gw, gb) = norm_rows_grads_recorded(
@@ -548,7 +544,7 @@ impl Tensor {
         Ok(Tensor::record_twice(loss, "cross_entropy", &[self], |_| {
             let x = x.save_as(self);
             move |g: &Tensor| {
-                if crate::autograd::is_grad_enabled() {
+                if crate::autograd::creating_graph() {
                     // a walk that creates a graph: the gradient in recorded ops
                     return Ok(vec![Some(cross_entropy_grad_recorded(
                         &x.value()?,
