@@ -84,19 +84,29 @@
 //!   `expand`, `unsqueeze`, `cat`, `stack`, `to`, `to_dtype`, `copy`,
 //!   `copy_`, `to_memory_format`);
 //! - `layer_norm`, `rms_norm`, `group_norm` and `instance_norm` (their fused
-//!   rule is written in recorded ops when a walk creates a graph);
+//!   rule is written in recorded ops when a walk creates a graph), and
+//!   `batch_norm` in training and evaluation (its gradients recomputed in
+//!   recorded ops from the input then);
+//! - the pools `max_pool2d`, `avg_pool2d` (their gradient is linear in the
+//!   output's, and its gradient is the pooling again: a gather at the maxima,
+//!   an average pooling), the 1-D and 3-D pools and the adaptive ones made of
+//!   them, and `max_unpool`;
 //! - the index ops `index_select`, `gather`, `scatter_add`, `index_add`,
-//!   `embedding`, and the values of `max_dim` and `min_dim`;
+//!   `embedding`, and the values of `max_dim` and `min_dim`, `sort`, `topk`
+//!   and `kthvalue` (gathers at the positions found);
 //! - the losses `cross_entropy` (class indices; its fused rule is written in
 //!   recorded ops when a walk creates a graph), `mse_loss`, `smooth_l1_loss`,
 //!   `huber_loss`, `binary_cross_entropy`, `bce_with_logits`,
 //!   `gaussian_nll_loss`, and `cosine_similarity`, `pairwise_distance`;
 //! - anything composed of these.
 //!
-//! The other ops (pools, `batch_norm`, attention, sorting, `ember::linalg`)
-//! give
-//! their first gradient under `create_graph` as usual, but that gradient's
-//! own gradient is an error naming the op, raised when a walk reaches it.
+//! The other ops (`ember::linalg`, the fused and memory-saving attention,
+//! regions under [`nn::checkpoint`](crate::nn::checkpoint)) give their first
+//! gradient under `create_graph` as usual, but that gradient's own gradient is
+//! an error naming the op, raised when a walk reaches it. Attention is twice differentiable on its plain path, made of
+//! the ops above: run it under
+//! [`with_attention_path(AttentionPath::Math)`](crate::nn::functional::with_attention_path)
+//! (PyTorch's math backend, the one its double backward takes).
 //! Where PyTorch's backward of an op takes its input but reads only a mask of
 //! it (`abs`, `leaky_relu`, `hardtanh`, `hardsigmoid`), the gradient's own
 //! gradient reaches that input as zeros, as in PyTorch.
@@ -964,10 +974,16 @@ fn run_rule(
         .map(|pg| {
             pg.map(|pg| {
                 let fails: BackwardFn = Box::new(move |_: &Tensor, _: &Inputs| {
+                    // attention has a path made of recorded ops (PyTorch's math
+                    // backend, which its fused kernels also send double backward to)
+                    let hint = match op {
+                        "scaled_dot_product_attention" => "; run the attention under ember::nn::functional::with_attention_path(AttentionPath::Math), whose ops are",
+                        _ => "",
+                    };
                     Err(Error::invalid(
                         "backward",
                         format!(
-                            "the gradient of {op} is not differentiable in ember (its backward is not recorded when a graph is created); the ops whose gradients are differentiable are listed in ember::autograd's documentation"
+                            "the gradient of {op} is not differentiable in ember (its backward is not recorded when a graph is created); the ops whose gradients are differentiable are listed in ember::autograd's documentation{hint}"
                         ),
                     ))
                 });

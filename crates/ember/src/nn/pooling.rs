@@ -591,7 +591,7 @@ pub fn max_unpool2d(
             .reshape(&shape[..])?
             .laid_out(format)?
     };
-    Ok(Tensor::record(out, OP, &[x], |_| {
+    Ok(Tensor::record_twice(out, OP, &[x], |_| {
         let xshape = x.shape().to_vec();
         move |g: &Tensor| {
             let gx = g.reshape([planes, oh * ow])?.gather(1, &idx)?;

@@ -178,15 +178,22 @@ impl Tensor {
         inputs.extend(residual);
         let has_r = residual.is_some();
         let (m, iv) = (mean.clone(), invstd.clone());
-        // the rule reads the input's values, and of the parameters and the
-        // residual their dtypes
-        let keep = [true, false, false, false];
-        let y = Tensor::record_keeping(y, op, &inputs, &keep, move |out| {
+        // the rule reads the input's values, and of the residual its dtype; the
+        // weight's values only in a walk that creates a graph (where the
+        // gradients are functions of it), a reference the parameter's owner
+        // holds anyway
+        let keep = [true, has_w, false, false];
+        let y = Tensor::record_keeping_twice(y, op, &inputs, &keep, move |out| {
             // (with the ReLU its output, whose sign masks the gradient)
             let out = relu.then(|| out.save());
             move |g: &Tensor, inp: &crate::autograd::Inputs| {
-                let x = channel_view(inp.get(0)?, cl)?;
                 let y = out.as_ref().map(|y| y.get()).transpose()?;
+                if crate::autograd::creating_graph() {
+                    let stats = (!batch).then_some((&m, &iv));
+                    let flags = (has_w, has_b, has_r);
+                    return batch_norm_grads_recorded(g, inp, y, (stats, eps), flags);
+                }
+                let x = channel_view(inp.get(0)?, cl)?;
                 // with a residual the masked gradient is made once (it is the
                 // residual's too); without, the passes below mask as they read
                 let (g, y) = match (has_r, y) {
@@ -284,6 +291,84 @@ impl Tensor {
         )?;
         Ok(Tensor::from_storage(out, &[2, c]))
     }
+}
+
+/// Batch normalisation's gradients in recorded ops (differentiable again: the
+/// rule a walk that creates a graph runs), for the output's gradient `g`: the
+/// input's, the weight's, the bias's and the residual's, those the node needs.
+/// With the batch's statistics (`running` `None`) they are recomputed from the
+/// input, so that the gradient's dependence on them is recorded too; running
+/// statistics are constants. With the ReLU its output `relu_out` masks `g` (a
+/// constant mask). Computed in the statistics dtype (float32 for half inputs),
+/// each gradient returned in its input's dtype.
+fn batch_norm_grads_recorded(
+    g: &Tensor,
+    inp: &crate::autograd::Inputs,
+    relu_out: Option<&Tensor>,
+    (running, eps): (Option<(&Tensor, &Tensor)>, f64),
+    (has_w, has_b, has_r): (bool, bool, bool),
+) -> Result<crate::autograd::Grads> {
+    let x = inp.get(0)?;
+    let sd = stat_dtype(x.dtype());
+    let g = match relu_out {
+        Some(y) => y.detach().gt(0.0)?.where_(g, 0.0)?,
+        None => g.clone(),
+    };
+    let rank = x.rank();
+    let dims: Vec<i64> = (0..rank as i64).filter(|&d| d != 1).collect();
+    let mut per_channel = vec![1; rank];
+    per_channel[1] = x.shape()[1];
+    let col = |t: &Tensor| t.reshape(&per_channel[..]);
+    let (xf, gf) = (x.to_dtype(sd)?, g.to_dtype(sd)?);
+    let (centred, rstd) = match running {
+        None => {
+            let centred = xf.sub(&xf.mean(&dims[..], true)?)?;
+            let var = centred.square()?.mean(&dims[..], true)?;
+            (centred, var.add(eps)?.rsqrt()?)
+        }
+        Some((mean, invstd)) => (xf.sub(&col(mean)?)?, col(invstd)?),
+    };
+    let xhat = centred.mul(&rstd)?;
+    let gx = inp
+        .needs(0)
+        .then(|| -> Result<Tensor> {
+            let gh = match has_w {
+                true => gf.mul(&col(&inp.get(1)?.to_dtype(sd)?)?)?,
+                false => gf.clone(),
+            };
+            let inner = match running {
+                None => gh
+                    .sub(&gh.mean(&dims[..], true)?)?
+                    .sub(&xhat.mul(&gh.mul(&xhat)?.mean(&dims[..], true)?)?)?,
+                Some(_) => gh,
+            };
+            inner.mul(&rstd)?.to_dtype(x.dtype())
+        })
+        .transpose()?;
+    let mut grads = vec![gx];
+    let mut i = 1;
+    if has_w {
+        let gw = inp.needs(i).then(|| gf.mul(&xhat)?.sum(&dims[..], false));
+        grads.push(
+            gw.transpose()?
+                .map(|t| t.to_dtype(inp.dtype(1)))
+                .transpose()?,
+        );
+        i += 1;
+    }
+    if has_b {
+        let gb = inp.needs(i).then(|| gf.sum(&dims[..], false));
+        grads.push(
+            gb.transpose()?
+                .map(|t| t.to_dtype(inp.dtype(i)))
+                .transpose()?,
+        );
+        i += 1;
+    }
+    if has_r {
+        grads.push(inp.needs(i).then_some(g));
+    }
+    Ok(grads)
 }
 
 /// Running statistics that a training batch normalisation moves towards the

@@ -447,7 +447,7 @@ impl Tensor {
         let (xshape, wshape) = (self.shape().to_vec(), weight.shape().to_vec());
         let need = (self.requires_grad(), weight.requires_grad());
         let bias_grad = bias.map(|b| b.requires_grad());
-        Ok(Tensor::record(y, "conv_transpose2d", &inputs, |_| {
+        Ok(Tensor::record_twice(y, "conv_transpose2d", &inputs, |_| {
             move |gy: &Tensor| {
                 let zeros = |needed: bool, shape: &[usize]| {
                     needed

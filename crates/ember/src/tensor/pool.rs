@@ -46,6 +46,52 @@ fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
         .contiguous()
 }
 
+/// The pooling's gradient `gx` (of the output's gradient `g`) as a function of
+/// `g`, for a walk that creates a graph: the gradient is linear in `g`, so its
+/// own gradient is the pooling of the incoming one, PyTorch's
+/// `avg_pool2d(gg)` or, for max pooling, `gg` gathered at each window's
+/// maximum. (PyTorch's gradient of it with respect to the input is zeros; here
+/// the input is not reached.)
+fn pool_backward_recorded(
+    gx: Tensor,
+    g: &Tensor,
+    (opts, kind): (&Pool2dOptions, Pool),
+    index: Option<&Tensor>,
+    ps: &PoolShape,
+) -> Result<Tensor> {
+    let offsets = match (kind, index) {
+        (Pool::Max, Some(index)) => {
+            let _ng = crate::autograd::no_grad_guard();
+            Some(plane_offsets(index, ps)?)
+        }
+        (Pool::Max, None) => {
+            return Err(Error::invalid(
+                "max_pool2d",
+                "the pooling kept no indices for its gradient",
+            ))
+        }
+        _ => None,
+    };
+    let (opts, out_shape) = (*opts, g.shape().to_vec());
+    let name = match kind {
+        Pool::Max => "max_pool2d_backward",
+        Pool::Avg { .. } => "avg_pool2d_backward",
+    };
+    Ok(Tensor::record_twice(gx, name, &[g], |_| {
+        let (planes, hw) = (ps.planes, ps.h * ps.w);
+        move |gg: &Tensor| {
+            let pooled = match &offsets {
+                Some(at) => gg
+                    .reshape([planes, hw])?
+                    .gather(1, at)?
+                    .reshape(&out_shape[..])?,
+                None => gg.avg_pool2d(opts)?,
+            };
+            Ok(vec![Some(pooled)])
+        }
+    }))
+}
+
 /// The kept offsets as the caller sees them: `[.., oh, ow]` in the output's
 /// memory format, when asked for.
 fn offsets_out(
@@ -225,7 +271,8 @@ impl Tensor {
         }
         let offsets = offsets_out(offsets, keep_index, &shape, format)?;
         let out = pooled.to_dtype(self.dtype())?.laid_out(format)?;
-        let out = Tensor::record(out, op, &[self], |_| {
+        let opts = *opts;
+        let out = Tensor::record_twice(out, op, &[self], |_| {
             let (xdt, xshape) = (self.dtype(), self.shape().to_vec());
             move |g: &Tensor| {
                 let gc = g.to_dtype(work)?.in_order(cl)?;
@@ -234,8 +281,13 @@ impl Tensor {
                     gc.read()
                         .pool2d_backward(gc.layout(), idx.as_deref(), &ps, kind)?
                 };
-                let gx = Tensor::from_storage_in(gx, &xshape, cl).to_dtype(xdt)?;
-                Ok(vec![Some(gx.laid_out(format)?)])
+                let gx = Tensor::from_storage_in(gx, &xshape, cl);
+                let gx = if crate::autograd::creating_graph() {
+                    pool_backward_recorded(gx, &gc, (&opts, kind), index.as_ref(), &ps)?
+                } else {
+                    gx
+                };
+                Ok(vec![Some(gx.to_dtype(xdt)?.laid_out(format)?)])
             }
         });
         Ok((out, offsets))

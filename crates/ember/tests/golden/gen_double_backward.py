@@ -33,6 +33,19 @@ inputs = {
     "k1": randn(4, 3, 3, 3) * 0.3,  # conv 3 -> 4, 3x3, stride 2, padding 1
     "kb1": randn(4) * 0.1,
     "k2": randn(2, 2, 3, 3) * 0.3,  # conv 4 -> 2, 3x3, 2 groups
+    # a small convolutional classifier for MAML (conv, batch norm, ReLU, pools)
+    "support": randn(4, 1, 6, 6),
+    "query": randn(4, 1, 6, 6),
+    "c1": randn(3, 1, 3, 3) * 0.5,  # conv 1 -> 3, 3x3, padding 1
+    "cb1": randn(3) * 0.1,
+    "gamma": 1 + randn(3) * 0.1,    # batch norm's weight and bias
+    "beta": randn(3) * 0.1,
+    "wh": randn(2, 3) * 0.5,        # linear(3 -> 2)
+    "bh": randn(2) * 0.1,
+    # attention: queries [1, 2, 3, 4], keys and values [1, 2, 5, 4]
+    "q": randn(1, 2, 3, 4),
+    "k": randn(1, 2, 5, 4),
+    "vv": randn(1, 2, 5, 4),
 }
 cases = []
 
@@ -169,6 +182,51 @@ def retained(t):
 
 
 case("retained", {"x"}, retained)
+
+# MAML with a convolutional classifier in training mode (batch statistics, as
+# MAML's few-shot networks run): the inner step's gradients go through batch
+# norm, max pooling and average pooling, and the outer gradient through them
+# again
+CONV_PARAMS = ["c1", "cb1", "gamma", "beta", "wh", "bh"]
+
+
+def conv_net(p, z):
+    h = F.conv2d(z, p[0], p[1], padding=1)
+    h = F.relu(F.batch_norm(h, None, None, p[2], p[3], training=True))
+    h = F.avg_pool2d(F.max_pool2d(h, 2), 3)
+    return F.linear(h.flatten(1), p[4], p[5])
+
+
+def maml_conv(t):
+    params = [t[k] for k in CONV_PARAMS]
+    ys, yq = torch.tensor([0, 1, 1, 0]), torch.tensor([1, 0, 0, 1])
+    inner = F.cross_entropy(conv_net(params, t["support"]), ys)
+    grads = torch.autograd.grad(inner, params, create_graph=True)
+    fast = [p - 0.4 * g for p, g in zip(params, grads)]
+    outer = F.cross_entropy(conv_net(fast, t["query"]), yq)
+    meta = torch.autograd.grad(outer, params)
+    out = {"outer": outer}
+    out.update(dict(zip(CONV_PARAMS, meta)))
+    return out
+
+
+case("maml_conv", set(CONV_PARAMS), maml_conv)
+
+
+# a Hessian-vector product through causal attention on PyTorch's math backend
+# (its fused kernels are not differentiable twice)
+def attention_hvp(t):
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(t["q"], t["k"], t["vv"], is_causal=True)
+        loss = o.sin().sum()
+        g = torch.autograd.grad(loss, [t["q"], t["k"], t["vv"]], create_graph=True)
+        dot = sum((gi * gi.detach().flip(-1)).sum() for gi in g)
+        hv = torch.autograd.grad(dot, [t["q"], t["k"], t["vv"]])
+    return {"loss": loss, "q": hv[0], "k": hv[1], "vv": hv[2]}
+
+
+case("attention_hvp", {"q", "k", "vv"}, attention_hvp)
 
 out = {"torch": torch.__version__,
        "inputs": {k: rec(v) for k, v in inputs.items()},

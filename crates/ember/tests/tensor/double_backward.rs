@@ -14,11 +14,11 @@ use ember::prelude::*;
 use serde_json::Value;
 
 /// A scalar function of some tensors.
-type Scalar = fn(&[Tensor]) -> Result<Tensor>;
+pub(super) type Scalar = fn(&[Tensor]) -> Result<Tensor>;
 
 /// Fixed inputs away from the kinks of relu, abs and max (so that central
 /// differences see one smooth piece).
-fn input(shape: &[usize], seed: usize, dev: &Device) -> Result<Tensor> {
+pub(super) fn input(shape: &[usize], seed: usize, dev: &Device) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = (0..n)
         .map(|i| {
@@ -49,7 +49,7 @@ fn gradient(f: Scalar, xs: &[Tensor]) -> Result<Vec<Tensor>> {
 
 /// Checks `H v` from double backward against central differences of the
 /// gradient along `v`, for every input at once (mixed partials included).
-fn check_hvp(name: &str, f: Scalar, shapes: &[&[usize]], dev: &Device) -> Result<()> {
+pub(super) fn check_hvp(name: &str, f: Scalar, shapes: &[&[usize]], dev: &Device) -> Result<()> {
     let xs: Vec<Tensor> = shapes
         .iter()
         .enumerate()
@@ -477,7 +477,7 @@ fn hvp_gradient_penalty(dev: &Device) -> Result<()> {
     check_hvp("penalty", penalty, &[&[3, 2], &[2, 4], &[4, 1]], dev)
 }
 
-fn create() -> GradOptions<'static> {
+pub(super) fn create() -> GradOptions<'static> {
     GradOptions {
         create_graph: true,
         ..Default::default()
@@ -564,39 +564,6 @@ fn create_graph_backward(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-/// An op whose gradient is not differentiable (max pooling): its first
-/// gradient under `create_graph` is the usual one; differentiating that
-/// gradient is an error naming the op, raised when the walk reaches it.
-fn not_twice_differentiable(dev: &Device) -> Result<()> {
-    let x = input(&[1, 2, 4, 4], 0, dev)?.requires_grad_(true)?;
-    let w = input(&[2, 4, 4], 1, dev)?.requires_grad_(true)?;
-    let pool = ember::Pool2dOptions::new(2);
-    let y = x.mul(&w)?.max_pool2d(pool)?.square()?.sum_all()?;
-    let plain = autograd::grad_with(
-        &[&y],
-        &[&x, &w],
-        GradOptions {
-            retain_graph: true,
-            ..Default::default()
-        },
-    )?;
-    let made = autograd::grad_with(&[&y], &[&x, &w], create())?;
-    for (p, m) in plain.iter().zip(&made) {
-        let (p, m) = (p.as_ref().unwrap(), m.as_ref().unwrap());
-        assert!(m.requires_grad());
-        assert_close(&m.to_vec::<f64>()?, &p.to_vec::<f64>()?, 1e-12, 1e-12);
-    }
-    let gx = made[0].clone().unwrap();
-    let e = autograd::grad(&[&gx.square()?.sum_all()?], &[&w])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("max_pool2d") && e.contains("not differentiable"),
-        "{e}"
-    );
-    Ok(())
-}
-
 device_test!(
     hvp_pointwise,
     hvp_transcendental,
@@ -619,7 +586,6 @@ device_test!(
     retain_graph_backward,
     retain_graph_grad,
     create_graph_backward,
-    not_twice_differentiable,
 );
 
 /// The golden file's tensors by name, as fresh leaves (those in `need`
@@ -646,9 +612,14 @@ fn golden_case(name: &str, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> 
         "wgan_gp" | "maml" => &["w1", "b1", "w2", "b2"],
         "hvp" => &["w1"],
         "r1" => &["k1", "kb1", "k2"],
+        "maml_conv" => &["c1", "cb1", "gamma", "beta", "wh", "bh"],
+        "attention_hvp" => &["q", "k", "vv"],
         _ => &["x"],
     };
     let inputs = golden_inputs(&all, need, dev)?;
+    if matches!(name, "maml_conv" | "attention_hvp") {
+        return super::double_backward_layers::golden_case(name, &inputs, dev);
+    }
     let t = |k: &str| inputs.iter().find(|(n, _)| n == k).unwrap().1.clone();
     let params = [t("w1"), t("b1"), t("w2"), t("b2")];
     let param_refs: Vec<&Tensor> = params.iter().collect();

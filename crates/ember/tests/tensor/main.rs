@@ -181,6 +181,7 @@ mod data;
 mod decompositions;
 mod distributed;
 mod double_backward;
+mod double_backward_layers;
 mod elementwise;
 mod errors;
 mod format;
