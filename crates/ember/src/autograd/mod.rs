@@ -94,14 +94,21 @@
 //! - the index ops `index_select`, `gather`, `scatter_add`, `index_add`,
 //!   `embedding`, and the values of `max_dim` and `min_dim`, `sort`, `topk`
 //!   and `kthvalue` (gathers at the positions found);
+//! - `ember::linalg`: `inv`, `det` (where the matrix is invertible: its
+//!   second derivative goes through the inverse), `slogdet`, `solve`,
+//!   `solve_triangular`, `cholesky`, `qr`, `eigh`, `eigvalsh`, `svd`,
+//!   `svdvals`, and `matrix_power`, `pinv`, `lstsq`, `matrix_norm`, which
+//!   are made of them (their rules are tensor ops of the outputs, given with
+//!   their history; `eigvalsh` and `svdvals` decompose again, recorded);
+//!   `diagonal` and `trace`;
 //! - the losses `cross_entropy` (class indices; its fused rule is written in
 //!   recorded ops when a walk creates a graph), `mse_loss`, `smooth_l1_loss`,
 //!   `huber_loss`, `binary_cross_entropy`, `bce_with_logits`,
 //!   `gaussian_nll_loss`, and `cosine_similarity`, `pairwise_distance`;
 //! - anything composed of these.
 //!
-//! The other ops (`ember::linalg`, the fused and memory-saving attention,
-//! regions under [`nn::checkpoint`](crate::nn::checkpoint)) give their first
+//! The other ops (the fused and memory-saving attention, regions under
+//! [`nn::checkpoint`](crate::nn::checkpoint)) give their first
 //! gradient under `create_graph` as usual, but that gradient's own gradient is
 //! an error naming the op, raised when a walk reaches it. Attention is twice differentiable on its plain path, made of
 //! the ops above: run it under

@@ -74,16 +74,21 @@ pub fn qr(a: &Tensor, mode: QrMode) -> Result<(Tensor, Tensor)> {
     })?;
     let r = f.remove(1);
     let q = f.remove(0);
-    let (qs, rs) = (q.detach(), r.detach());
-    let ad = a.detach();
-    let mut parts = record_packed(vec![q, r], "linalg_qr", &[a], move |g| {
+    let ad = a.save();
+    let mut parts = record_packed(vec![q, r], "linalg_qr", &[a], move |g, qr| {
         if complete && m > n {
             return Err(Error::invalid(
                 "linalg.qr",
                 "The QR decomposition is not differentiable when mode='complete' and nrows > ncols.",
             ));
         }
-        Ok(vec![Some(qr_backward(&ad, &qs, &rs, &g[0], &g[1])?)])
+        Ok(vec![Some(qr_backward(
+            &ad.value()?,
+            &qr[0],
+            &qr[1],
+            &g[0],
+            &g[1],
+        )?)])
     })?;
     let r = parts.remove(1);
     Ok((parts.remove(0), r))
@@ -146,16 +151,20 @@ pub fn eigh(a: &Tensor, uplo: Uplo) -> Result<(Tensor, Tensor)> {
     })?;
     let v = f.remove(1);
     let w = f.remove(0);
-    let (ws, vs) = (w.detach(), v.detach());
     // the packing needs matrices: the eigenvalues travel as a row
-    let mut parts = record_packed(vec![w.unsqueeze(-2)?, v], "linalg_eigh", &[a], move |g| {
-        Ok(vec![Some(eigh_backward(
-            &ws,
-            &vs,
-            &g[0].squeeze(-2)?,
-            Some(&g[1]),
-        )?)])
-    })?;
+    let mut parts = record_packed(
+        vec![w.unsqueeze(-2)?, v],
+        "linalg_eigh",
+        &[a],
+        move |g, wv| {
+            Ok(vec![Some(eigh_backward(
+                &wv[0].squeeze(-2)?,
+                &wv[1],
+                &g[0].squeeze(-2)?,
+                Some(&g[1]),
+            )?)])
+        },
+    )?;
     let v = parts.remove(1);
     Ok((parts.remove(0).squeeze(-2)?, v))
 }
@@ -181,8 +190,16 @@ pub fn eigvalsh(a: &Tensor, uplo: Uplo) -> Result<Tensor> {
     let vs = f.remove(1);
     let w = f.remove(0);
     let ws = w.detach();
-    Ok(Tensor::record(w, "linalg_eigvalsh", &[a], move |_| {
-        move |g: &Tensor| Ok(vec![Some(eigh_backward(&ws, &vs, g, None)?)])
+    Ok(Tensor::record_twice(w, "linalg_eigvalsh", &[a], |_| {
+        let keep = a.save();
+        move |g: &Tensor| {
+            if crate::autograd::creating_graph() {
+                // the vectors as functions of A: the decomposition again, recorded
+                let (w, v) = eigh(&keep.value()?, uplo)?;
+                return Ok(vec![Some(eigh_backward(&w, &v, g, None)?)]);
+            }
+            Ok(vec![Some(eigh_backward(&ws, &vs, g, None)?)])
+        }
     }))
 }
 
@@ -241,22 +258,18 @@ pub fn svd(a: &Tensor, full_matrices: bool) -> Result<(Tensor, Tensor, Tensor)> 
     let vh = f.remove(2);
     let s = f.remove(1);
     let u = f.remove(0);
-    let (uk, sk, vk) = (
-        u.narrow(-1, 0, k)?.detach(),
-        s.detach(),
-        vh.narrow(-2, 0, k)?.detach(),
-    );
     let mut parts = record_packed(
         vec![u, s.unsqueeze(-2)?, vh],
         "linalg_svd",
         &[a],
-        move |g| {
+        move |g, usv| {
             let gu = g[0].narrow(-1, 0, k)?;
             let gvh = g[2].narrow(-2, 0, k)?;
             let gs = g[1].squeeze(-2)?;
+            let (uk, vk) = (usv[0].narrow(-1, 0, k)?, usv[2].narrow(-2, 0, k)?);
             Ok(vec![Some(svd_backward(
                 &uk,
-                &sk,
+                &usv[1].squeeze(-2)?,
                 &vk,
                 &gs,
                 Some((&gu, &gvh)),
@@ -287,8 +300,16 @@ pub fn svdvals(a: &Tensor) -> Result<Tensor> {
         svd(a, false)?
     };
     let sd = s.detach();
-    Ok(Tensor::record(s, "linalg_svdvals", &[a], move |_| {
-        move |g: &Tensor| Ok(vec![Some(svd_backward(&u, &sd, &vh, g, None)?)])
+    Ok(Tensor::record_twice(s, "linalg_svdvals", &[a], |_| {
+        let keep = a.save();
+        move |g: &Tensor| {
+            if crate::autograd::creating_graph() {
+                // the vectors as functions of A: the decomposition again, recorded
+                let (u, s, vh) = svd(&keep.value()?, false)?;
+                return Ok(vec![Some(svd_backward(&u, &s, &vh, g, None)?)]);
+            }
+            Ok(vec![Some(svd_backward(&u, &sd, &vh, g, None)?)])
+        }
     }))
 }
 

@@ -90,9 +90,12 @@ pub fn matrix_power(a: &Tensor, n: i64) -> Result<Tensor> {
         let eye = Tensor::eye(size, a.dtype(), &a.device())?
             .expand(a.shape())?
             .contiguous()?;
-        return Ok(Tensor::record(eye, "linalg_matrix_power", &[a], |_| {
-            |g: &Tensor| Ok(vec![Some(g.zeros_like()?)])
-        }));
+        return Ok(Tensor::record_twice(
+            eye,
+            "linalg_matrix_power",
+            &[a],
+            |_| |g: &Tensor| Ok(vec![Some(g.zeros_like()?)]),
+        ));
     }
     let base = if n < 0 { super::inv(a)? } else { a.clone() };
     let mut e = n.unsigned_abs();

@@ -184,13 +184,15 @@ fn mt(x: &Tensor) -> Result<Tensor> {
 
 /// Records one node for several outputs of one op: they are packed side by side
 /// in one tensor whose rule gets the gradients of all of them (zeros for an
-/// output that got none), and given back as views of it, so a gradient through
-/// any of them reaches the rule.
+/// output that got none) and the outputs themselves (with their history in a
+/// walk that creates a graph, so a rule written in tensor ops of them is
+/// differentiable again), and given back as views of it, so a gradient
+/// through any of them reaches the rule.
 fn record_packed(
     parts: Vec<Tensor>,
     name: &'static str,
     inputs: &[&Tensor],
-    rule: impl Fn(Vec<Tensor>) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    rule: impl Fn(Vec<Tensor>, Vec<Tensor>) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) -> Result<Vec<Tensor>> {
     if !crate::autograd::needs_grad(inputs) {
         return Ok(parts);
@@ -210,25 +212,23 @@ fn record_packed(
     let refs: Vec<&Tensor> = flat.iter().collect();
     let packed = Tensor::cat(&refs, -1)?;
     let (shapes2, widths2) = (shapes.clone(), widths.clone());
-    let packed = Tensor::record(packed, name, inputs, move |_| {
+    let packed = Tensor::record_twice(packed, name, inputs, move |y| {
+        let y = y.save();
         move |g: &Tensor| {
-            let mut at = 0;
-            let grads = shapes2
-                .iter()
-                .zip(&widths2)
-                .map(|(s, &w)| {
-                    let part = g.narrow(-1, at as i64, w)?.reshape(s.as_slice());
-                    at += w;
-                    part
-                })
-                .collect::<Result<Vec<_>>>()?;
-            rule(grads)
+            let grads = unpack(g, &shapes2, &widths2)?;
+            rule(grads, unpack(&y.value()?, &shapes2, &widths2)?)
         }
     });
+    unpack(&packed, &shapes, &widths)
+}
+
+/// The parts of a [`record_packed`] tensor: views of its last dim's `widths`
+/// slices, in their `shapes`.
+fn unpack(packed: &Tensor, shapes: &[Vec<usize>], widths: &[usize]) -> Result<Vec<Tensor>> {
     let mut at = 0;
     shapes
         .iter()
-        .zip(&widths)
+        .zip(widths)
         .map(|(s, &w)| {
             let part = packed.narrow(-1, at as i64, w)?.reshape(s.as_slice());
             at += w;
@@ -266,12 +266,11 @@ pub fn inv(a: &Tensor) -> Result<Tensor> {
         Ok(vec![eye])
     })?
     .remove(0);
-    Ok(Tensor::record(y, "linalg_inv", &[a], |y| {
+    Ok(Tensor::record_twice(y, "linalg_inv", &[a], |y| {
         let y = y.save();
         move |g: &Tensor| {
             // d(A⁻¹) = -A⁻¹ dA A⁻¹
-            let y = y.get()?;
-            let yt = mt(y)?;
+            let yt = mt(&y.value()?)?;
             Ok(vec![Some(yt.matmul(g)?.matmul(&yt)?.neg()?)])
         }
     }))
@@ -287,13 +286,25 @@ pub fn det(a: &Tensor) -> Result<Tensor> {
         Ok(vec![vec![dense::lu_rect(x, n, n).det(n)]])
     })?
     .remove(0);
-    let keep = a.detach();
-    Ok(Tensor::record(d, "linalg_det", &[a], move |_| {
+    Ok(Tensor::record_twice(d, "linalg_det", &[a], |_| {
+        let keep = a.save();
         move |g: &Tensor| {
-            let adj_t = per_matrix("linalg.det", &keep, &[out(&[n, n])], |x| {
-                Ok(vec![adjugate_transposed(x, n)])
-            })?
-            .remove(0);
+            let adj_t = if crate::autograd::creating_graph() {
+                // in recorded ops: det(A) A⁻ᵀ, defined where A is invertible
+                let a = keep.value()?;
+                let it = mt(&inv(&a).map_err(|_| {
+                    Error::invalid(
+                        "linalg.det",
+                        "the gradient of det at a singular matrix is not differentiable in ember (its second derivative is computed through the inverse)",
+                    )
+                })?)?;
+                it.mul(&det(&a)?.unsqueeze(-1)?.unsqueeze(-1)?)?
+            } else {
+                per_matrix("linalg.det", keep.get()?, &[out(&[n, n])], |x| {
+                    Ok(vec![adjugate_transposed(x, n)])
+                })?
+                .remove(0)
+            };
             Ok(vec![Some(adj_t.mul(&g.unsqueeze(-1)?.unsqueeze(-1)?)?)])
         }
     }))
@@ -329,10 +340,10 @@ pub fn slogdet(a: &Tensor) -> Result<(Tensor, Tensor)> {
         Ok(vec![vec![s], vec![l]])
     })?;
     let logabs = r.remove(1);
-    let keep = a.detach();
-    let logabs = Tensor::record(logabs, "linalg_slogdet", &[a], move |_| {
+    let logabs = Tensor::record_twice(logabs, "linalg_slogdet", &[a], |_| {
+        let keep = a.save();
         move |g: &Tensor| {
-            let it = mt(&inv(&keep)?)?;
+            let it = mt(&inv(&keep.value()?)?)?;
             Ok(vec![Some(it.mul(&g.unsqueeze(-1)?.unsqueeze(-1)?)?)])
         }
     });
@@ -430,13 +441,13 @@ fn solve_matrix(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         e => e,
     })?
     .remove(0);
-    let (ad, sa, sb) = (a.detach(), a.shape().to_vec(), b.shape().to_vec());
-    Ok(Tensor::record(x, "linalg_solve", &[a, b], move |x| {
-        let x = x.save();
+    let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+    Ok(Tensor::record_twice(x, "linalg_solve", &[a, b], |x| {
+        let (x, ad) = (x.save(), a.save());
         move |g: &Tensor| {
             // B̄ = A⁻ᵀ X̄, Ā = -B̄ Xᵀ, each summed over the batch dims it was broadcast over
-            let gb = solve_matrix(&mt(&ad)?, g)?;
-            let ga = gb.matmul(&mt(x.get()?)?)?.neg()?;
+            let gb = solve_matrix(&mt(&ad.value()?)?, g)?;
+            let ga = gb.matmul(&mt(&x.value()?)?)?.neg()?;
             Ok(vec![
                 Some(crate::autograd::sum_to(&ga, &sa)?),
                 Some(crate::autograd::sum_to(&gb, &sb)?),
@@ -532,16 +543,16 @@ pub fn solve_triangular(
         Ok(vec![bv])
     })?
     .remove(0);
-    let (td, st, sb) = (t.detach(), t.shape().to_vec(), b.shape().to_vec());
-    Ok(Tensor::record(
+    let (st, sb) = (t.shape().to_vec(), b.shape().to_vec());
+    Ok(Tensor::record_twice(
         x,
         "linalg_solve_triangular",
         &[t, b],
-        move |x| {
-            let x = x.save();
+        |x| {
+            let (x, td) = (x.save(), t.save());
             move |g: &Tensor| {
-                let gb = solve_triangular(&mt(&td)?, g, !upper, true, unitriangular)?;
-                let gt = gb.matmul(&mt(x.get()?)?)?.neg()?;
+                let gb = solve_triangular(&mt(&td.value()?)?, g, !upper, true, unitriangular)?;
+                let gt = gb.matmul(&mt(&x.value()?)?)?.neg()?;
                 let off = i64::from(unitriangular);
                 let gt = if upper { gt.triu(off)? } else { gt.tril(-off)? };
                 Ok(vec![
@@ -571,11 +582,11 @@ pub fn cholesky(a: &Tensor, upper: bool) -> Result<Tensor> {
         })
     })?
     .remove(0);
-    Ok(Tensor::record(l, "linalg_cholesky", &[a], |l| {
+    Ok(Tensor::record_twice(l, "linalg_cholesky", &[a], |l| {
         let l = l.save();
         move |g: &Tensor| {
             // Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ: the lower triangle, its diagonal halved
-            let l = l.get()?;
+            let l = &l.value()?;
             let phi = mt(l)?.matmul(&g.tril(0)?)?.tril(0)?;
             let phi = phi.sub(&phi.diagonal(0, -2, -1)?.mul(0.5)?.diag_embed(0, -2, -1)?)?;
             let left = solve_triangular(&mt(l)?, &phi, true, true, false)?;

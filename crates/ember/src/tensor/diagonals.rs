@@ -92,10 +92,24 @@ impl Tensor {
         Ok(Tensor::record_reusable(out, OP, &[self], |_| {
             let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
             move |g: &Tensor| {
-                let z = Tensor::zeros(&shape, dtype, &device)?;
-                z.with_layout(diagonal_layout(z.layout(), offset, d1, d2))
-                    .copy_(g)?;
-                Ok(vec![Some(z)])
+                let z = crate::autograd::no_grad(|| -> Result<Tensor> {
+                    let z = Tensor::zeros(&shape, dtype, &device)?;
+                    z.with_layout(diagonal_layout(z.layout(), offset, d1, d2))
+                        .copy_(g)?;
+                    Ok(z)
+                })?;
+                // recorded where the gradient has a history (a walk that creates
+                // a graph): its own gradient is the diagonal of the incoming one
+                Ok(vec![Some(Tensor::record_reusable(
+                    z,
+                    "diagonal_backward",
+                    &[g],
+                    |_| {
+                        move |gg: &Tensor| {
+                            Ok(vec![Some(gg.diagonal(offset, d1 as i64, d2 as i64)?)])
+                        }
+                    },
+                ))])
             }
         }))
     }

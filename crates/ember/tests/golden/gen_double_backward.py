@@ -46,6 +46,9 @@ inputs = {
     "q": randn(1, 2, 3, 4),
     "k": randn(1, 2, 5, 4),
     "vv": randn(1, 2, 5, 4),
+    # a covariance factor and residuals for a Gaussian likelihood
+    "m": randn(3, 3) * 0.6,
+    "r": randn(3, 2),
 }
 cases = []
 
@@ -227,6 +230,26 @@ def attention_hvp(t):
 
 
 case("attention_hvp", {"q", "k", "vv"}, attention_hvp)
+
+# a Hessian-vector product of a Gaussian negative log-likelihood whose
+# covariance S = M Mᵀ + I is learned: through Cholesky, a triangular solve, the
+# eigenvalues, the determinant, the inverse and the singular values
+def linalg_hvp(t):
+    m = t["m"]
+    s = m @ m.T + torch.eye(3, dtype=torch.float64)
+    chol = torch.linalg.cholesky(s)
+    z = torch.linalg.solve_triangular(chol, t["r"], upper=False)
+    nll = 0.5 * z.square().sum() + 2 * chol.diagonal().log().sum()
+    extra = torch.linalg.eigvalsh(s).log().sum() + torch.linalg.det(s).sqrt() \
+        + torch.linalg.inv(s).trace() + torch.linalg.svdvals(m).pow(3).sum() \
+        + torch.linalg.slogdet(s)[1]
+    loss = nll + 0.1 * extra
+    (g,) = torch.autograd.grad(loss, m, create_graph=True)
+    (hv,) = torch.autograd.grad((g * inputs["m"].flip(0)).sum(), m)
+    return {"loss": loss, "hv": hv}
+
+
+case("linalg_hvp", {"m"}, linalg_hvp)
 
 out = {"torch": torch.__version__,
        "inputs": {k: rec(v) for k, v in inputs.items()},

@@ -614,11 +614,16 @@ fn golden_case(name: &str, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> 
         "r1" => &["k1", "kb1", "k2"],
         "maml_conv" => &["c1", "cb1", "gamma", "beta", "wh", "bh"],
         "attention_hvp" => &["q", "k", "vv"],
+        "linalg_hvp" => &["m"],
         _ => &["x"],
     };
     let inputs = golden_inputs(&all, need, dev)?;
-    if matches!(name, "maml_conv" | "attention_hvp") {
-        return super::double_backward_layers::golden_case(name, &inputs, dev);
+    match name {
+        "maml_conv" | "attention_hvp" => {
+            return super::double_backward_layers::golden_case(name, &inputs, dev)
+        }
+        "linalg_hvp" => return super::double_backward_linalg::golden_case(name, &inputs, dev),
+        _ => {}
     }
     let t = |k: &str| inputs.iter().find(|(n, _)| n == k).unwrap().1.clone();
     let params = [t("w1"), t("b1"), t("w2"), t("b2")];

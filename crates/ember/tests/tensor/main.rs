@@ -182,6 +182,7 @@ mod decompositions;
 mod distributed;
 mod double_backward;
 mod double_backward_layers;
+mod double_backward_linalg;
 mod elementwise;
 mod errors;
 mod format;
