@@ -56,6 +56,11 @@ def main():
 
         bench(f"cross_entropy_f32/{rows}x{classes}", step, 3 * 4 * rows * classes / 1e9, "GB/s",
               min_time=4.0)
+    for n in (1000, 100000):
+        seq = torch.sort(torch.rand(n)).values
+        values = torch.rand(100000)
+        bench(f"searchsorted_f32/{n}", lambda: torch.searchsorted(seq, values), 100000 / 1e6,
+              "Melem/s")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
 //!   recording, and on `meta`;
 //! - cross-entropy against class indices, forward and backward (the loss and the
 //!   logits' gradient), on `[1024, 50304]` (a language model's vocabulary) and
-//!   `[4096, 1000]` (an image classifier's) f32 logits.
+//!   `[4096, 1000]` (an image classifier's) f32 logits;
+//! - `searchsorted` of 100 000 f32 values in sorted sequences of 1 000 and
+//!   100 000 (bucketing data by quantile boundaries).
 //!
 //! Run: `cargo bench -p ember --bench ops` (or `bench/compare` for both frameworks;
 //! `cargo bench -p ember --bench ops -- cross_entropy` and
@@ -97,10 +99,26 @@ fn cross_entropy(c: &mut Criterion) {
     g.finish();
 }
 
+fn searchsorted(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let mut g = c.benchmark_group("searchsorted_f32");
+    for len in [1_000usize, 100_000] {
+        ember::manual_seed(0);
+        let (seq, _) = Tensor::rand([len], &dev).unwrap().sort(0, false).unwrap();
+        let values = Tensor::rand([100_000], &dev).unwrap();
+        g.throughput(Throughput::Elements(100_000));
+        g.sample_size(10);
+        g.bench_with_input(BenchmarkId::from_parameter(len), &len, |bch, _| {
+            bch.iter(|| black_box(seq.searchsorted(&values, false).unwrap()))
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     // the report's plots need a system font, which a bare machine may lack
     config = Criterion::default().without_plots();
-    targets = matmul, elementwise, tiny_add, cross_entropy
+    targets = matmul, elementwise, tiny_add, cross_entropy, searchsorted
 }
 criterion_main!(benches);

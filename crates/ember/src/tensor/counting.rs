@@ -47,9 +47,10 @@ impl Tensor {
     /// last dim, to keep it sorted (`torch.searchsorted(self, values, right=right)`):
     /// the first such place, or with `right` the last. `self` is 1-D (any
     /// `values` shape) or has the leading dims of `values`. The result is int64
-    /// of `values`' shape (ember has no int32, so no `out_int32`); NaN goes past every number,
-    /// as in PyTorch. Computed by counting the sequence's elements below (or not
-    /// above) each value, so it costs `values × sequence length` comparisons.
+    /// of `values`' shape (ember has no int32, so no `out_int32`); a NaN value
+    /// goes past every element, as in PyTorch. A binary search, PyTorch's (the
+    /// same probes, so the same answer for a sequence with NaNs in it): `log2`
+    /// of the sequence's length steps, each one gather per value.
     pub fn searchsorted(&self, values: &Tensor, right: bool) -> Result<Tensor> {
         const OP: &str = "searchsorted";
         let (seq, vshape) = (self.shape(), values.shape());
@@ -67,20 +68,35 @@ impl Tensor {
             ));
         }
         crate::autograd::no_grad(|| {
-            let m = *seq.last().unwrap_or(&0) as i64;
-            let v = values.unsqueeze(-1)?;
-            let s = if seq.len() == 1 {
-                self.clone()
-            } else {
-                self.unsqueeze(-2)?
-            };
-            // a NaN in the sequence sorts last: no value is above it
-            let below = if right { s.le(&v)? } else { s.lt(&v)? };
-            let mut count = below.to_dtype(DType::I64)?.sum([-1i64], false)?;
-            if values.dtype().is_float() {
-                count = values.isnan()?.where_(m, &count)?;
+            let m = *seq.last().unwrap_or(&0);
+            let (n, out_shape) = (values.numel(), vshape.to_vec());
+            if m == 0 || n == 0 {
+                return Tensor::zeros(&out_shape[..], DType::I64, &values.device());
             }
-            Ok(count)
+            // one row of values per sequence
+            let rows = self.numel() / m;
+            let (s, v) = (self.reshape([rows, m])?, values.reshape([rows, n / rows])?);
+            // [lo, hi) holds the answer; each step halves it by one gather per value
+            let mut lo = v.zeros_like()?.to_dtype(DType::I64)?;
+            let mut hi = lo.add(m as i64)?;
+            for _ in 0..usize::BITS - m.leading_zeros() {
+                let mid = lo.add(&hi)?.floor_divide(2i64)?;
+                let at = s.gather(1, &mid.minimum((m - 1) as i64)?)?;
+                // PyTorch's bounds: an element goes before the value unless it is
+                // at or above it (above it, with `right`), so a NaN element goes
+                // before every value and a NaN value after every element
+                let before = match right {
+                    true => at.gt(&v)?,
+                    false => at.ge(&v)?,
+                }
+                .logical_not()?;
+                let open = lo.lt(&hi)?;
+                lo = open.logical_and(&before)?.where_(&mid.add(1i64)?, &lo)?;
+                hi = open
+                    .logical_and(&before.logical_not()?)?
+                    .where_(&mid, &hi)?;
+            }
+            lo.reshape(&out_shape[..])
         })
     }
 

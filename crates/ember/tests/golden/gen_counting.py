@@ -7,7 +7,13 @@ import torch
 torch.manual_seed(0)
 
 def rec(t):
-    vals = [None if (isinstance(v, float) and math.isnan(v)) else v for v in t.detach().reshape(-1).tolist()]
+    def enc(v):
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        if isinstance(v, float) and math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return v
+    vals = [enc(v) for v in t.detach().reshape(-1).tolist()]
     return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "values": vals}
 
 cases = []
@@ -42,6 +48,24 @@ case("searchsorted_nd_right", lambda s, v: torch.searchsorted(s, v, right=True),
 case("searchsorted_i64", lambda s, v: torch.searchsorted(s, v), torch.tensor([1, 3, 5, 7]), torch.tensor([0, 3, 8]))
 case("bucketize", lambda v, b: torch.bucketize(v, b), torch.tensor([[0.5, 1.], [3., 9.]]), torch.tensor([1., 3., 5.]))
 case("bucketize_right", lambda v, b: torch.bucketize(v, b, right=True), torch.tensor([[0.5, 1.], [3., 9.]]), torch.tensor([1., 3., 5.]))
+# long sequences (the binary search's many steps), duplicates, values at,
+# between and past the elements, infinities, NaN values, and a sequence with
+# NaNs at its end (sorted order), where PyTorch's probes decide
+long_seq = torch.sort(torch.randint(0, 60, (300,)).double()).values
+long_vals = torch.cat([torch.randint(-5, 65, (40,)).double(), torch.rand(20, dtype=torch.float64) * 60,
+                       torch.tensor([nan, float("inf"), -float("inf"), 0., 59.])])
+case("searchsorted_long", lambda s, v: torch.searchsorted(s, v), long_seq, long_vals)
+case("searchsorted_long_right", lambda s, v: torch.searchsorted(s, v, right=True), long_seq, long_vals)
+nan_seq = torch.tensor([1., 2., 2., 4., nan, nan])
+nan_vals = torch.tensor([0., 2., 3., 5., nan, float("inf")])
+case("searchsorted_nan_seq", lambda s, v: torch.searchsorted(s, v), nan_seq, nan_vals)
+case("searchsorted_nan_seq_right", lambda s, v: torch.searchsorted(s, v, right=True), nan_seq, nan_vals)
+batch_seq = torch.sort(torch.randint(-100, 100, (3, 77)), dim=1).values
+batch_vals = torch.randint(-110, 110, (3, 9))
+case("searchsorted_batch_i64", lambda s, v: torch.searchsorted(s, v, right=True), batch_seq, batch_vals)
+case("searchsorted_empty_seq", lambda s, v: torch.searchsorted(s, v), torch.zeros(0), torch.tensor([1., nan]))
+case("searchsorted_empty_values", lambda s, v: torch.searchsorted(s, v), long_seq, torch.zeros(2, 0, dtype=torch.float64))
+case("bucketize_long", lambda v, b: torch.bucketize(v, b), long_vals.reshape(13, 5), long_seq)
 
 errors = []
 def err(name, fn):

@@ -20,13 +20,19 @@ fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
         "kthvalue_1_0_keep" => pair(a.kthvalue(1, 0, true)),
         "kthvalue_4_1" => pair(a.kthvalue(4, 1, false)),
         "kthvalue_i64" => pair(a.kthvalue(2, 0, false)),
-        "searchsorted_left" | "searchsorted_nd" | "searchsorted_i64" => {
-            Ok(vec![a.searchsorted(b.unwrap(), false)?])
-        }
-        "searchsorted_right" | "searchsorted_nd_right" => {
-            Ok(vec![a.searchsorted(b.unwrap(), true)?])
-        }
-        "bucketize" => Ok(vec![a.bucketize(b.unwrap(), false)?]),
+        "searchsorted_left"
+        | "searchsorted_nd"
+        | "searchsorted_i64"
+        | "searchsorted_long"
+        | "searchsorted_nan_seq"
+        | "searchsorted_empty_seq"
+        | "searchsorted_empty_values" => Ok(vec![a.searchsorted(b.unwrap(), false)?]),
+        "searchsorted_right"
+        | "searchsorted_nd_right"
+        | "searchsorted_long_right"
+        | "searchsorted_nan_seq_right"
+        | "searchsorted_batch_i64" => Ok(vec![a.searchsorted(b.unwrap(), true)?]),
+        "bucketize" | "bucketize_long" => Ok(vec![a.bucketize(b.unwrap(), false)?]),
         "bucketize_right" => Ok(vec![a.bucketize(b.unwrap(), true)?]),
         n => panic!("case {n}"),
     }
