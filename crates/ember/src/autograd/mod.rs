@@ -96,11 +96,11 @@
 //!   and `kthvalue` (gathers at the positions found);
 //! - `ember::linalg`: `inv`, `det` (where the matrix is invertible: its
 //!   second derivative goes through the inverse), `slogdet`, `solve`,
-//!   `solve_triangular`, `cholesky`, `qr`, `eigh`, `eigvalsh`, `svd`,
-//!   `svdvals`, and `matrix_power`, `pinv`, `lstsq`, `matrix_norm`, which
-//!   are made of them (their rules are tensor ops of the outputs, given with
-//!   their history; `eigvalsh` and `svdvals` decompose again, recorded);
-//!   `diagonal` and `trace`;
+//!   `solve_triangular`, `cholesky`, `lu`, `lu_factor`, `qr`, `eigh`,
+//!   `eigvalsh`, `svd`, `svdvals`, and `matrix_power`, `pinv`, `lstsq`,
+//!   `matrix_norm`, which are made of them (their rules are tensor ops of the
+//!   outputs, given with their history; `eigvalsh` and `svdvals` decompose
+//!   again, recorded); `diagonal` and `trace`;
 //! - the losses `cross_entropy` (class indices; its fused rule is written in
 //!   recorded ops when a walk creates a graph), `mse_loss`, `smooth_l1_loss`,
 //!   `huber_loss`, `binary_cross_entropy`, `bce_with_logits`,

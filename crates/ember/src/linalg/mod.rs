@@ -600,54 +600,131 @@ pub fn cholesky(a: &Tensor, upper: bool) -> Result<Tensor> {
 /// (`torch.linalg.lu_factor`): `(LU, pivots)`, `L`'s multipliers below the
 /// diagonal and `U` on and above it, `pivots[j]` the (1-based) row swapped
 /// with row `j + 1` at step `j`. PyTorch's pivots are int32; ember's are int64
-/// (it has no int32 dtype). Matrices may be rectangular. Not differentiable in
-/// ember: an input that requires a gradient is refused.
+/// (it has no int32 dtype). Matrices may be rectangular. `LU` has PyTorch's
+/// gradient (that of [`lu`]'s `L` and `U`), defined where `U`'s diagonal has
+/// no zero, and differentiable again.
 pub fn lu_factor(a: &Tensor) -> Result<(Tensor, Tensor)> {
     const OP: &str = "linalg.lu_factor";
     let _record = crate::profiler::function(OP);
     check_matrix(OP, a, "A")?;
-    refuse_grad(OP, a)?;
     let (m, n) = dims(a);
     let k = m.min(n);
-    let mut r = per_matrix(
-        OP,
-        a,
-        &[
-            out(&[m, n]),
-            Out {
-                shape: vec![k],
-                dtype: Some(DType::I64),
-            },
-        ],
-        |x| {
-            let lu = dense::lu_rect(x, m, n);
-            let piv = lu.piv.iter().map(|&p| (p + 1) as f64).collect();
-            Ok(vec![lu.lu, piv])
+    let grad = crate::autograd::needs_grad(&[a]);
+    let mut outs = vec![
+        out(&[m, n]),
+        Out {
+            shape: vec![k],
+            dtype: Some(DType::I64),
         },
-    )?;
+    ];
+    if grad {
+        // the gradient needs the permutation as a matrix
+        outs.push(out(&[m, m]));
+    }
+    let mut r = per_matrix(OP, a, &outs, |x| {
+        let lu = dense::lu_rect(x, m, n);
+        let piv = lu.piv.iter().map(|&p| (p + 1) as f64).collect();
+        let p = grad.then(|| permutation_matrix(&lu, m));
+        let mut parts = vec![lu.lu, piv];
+        parts.extend(p);
+        Ok(parts)
+    })?;
+    if !grad {
+        let piv = r.remove(1);
+        return Ok((r.remove(0), piv));
+    }
+    let p = r.remove(2);
     let piv = r.remove(1);
-    Ok((r.remove(0), piv))
+    let packed = Tensor::record_twice(r.remove(0), "linalg_lu_factor", &[a], |y| {
+        let y = y.save();
+        move |g: &Tensor| {
+            let (l, u) = split_lu(&y.value()?)?;
+            let (gl, gu) = (g.tril(-1)?.narrow(-1, 0, k)?, g.triu(0)?.narrow(-2, 0, k)?);
+            Ok(vec![Some(lu_backward(&p, &l, &u, &gl, &gu)?)])
+        }
+    });
+    Ok((packed, piv))
+}
+
+/// `P` of `A = P L U` for a factorization of `m` rows, row-major: row `i` of
+/// `P A` is row `perm[i]` of `A`, so `P`'s column `i` is `e_perm[i]`.
+fn permutation_matrix(f: &dense::Lu, m: usize) -> Vec<f64> {
+    let mut p = vec![0.0; m * m];
+    for (i, &src) in f.permutation(m).iter().enumerate() {
+        p[src * m + i] = 1.0;
+    }
+    p
+}
+
+/// `L` (unit lower, `m × k`) and `U` (upper, `k × n`) of a compact `LU`, in
+/// recorded ops.
+fn split_lu(lu: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (m, n) = dims(lu);
+    let k = m.min(n);
+    let eye = Tensor::eye_rect(m, k, lu.dtype(), &lu.device())?;
+    let l = lu.tril(-1)?.narrow(-1, 0, k)?.add(&eye)?;
+    Ok((l, lu.triu(0)?.narrow(-2, 0, k)?))
+}
+
+/// The gradient of `A = P L U` (`L` `m × k` unit lower, `U` `k × n` upper, `P`
+/// a constant) from those of `L` and `U`, in tensor ops (differentiable
+/// again). For a square `A`: `P L⁻ᵀ (tril(Lᵀ L̄, -1) + triu(Ū Uᵀ)) U⁻ᵀ`. A wide
+/// `A` splits `U = [U₁ U₂]` (`U₂ = L⁻¹ Pᵀ A₂`: `Ā₂ = P L⁻ᵀ Ū₂`, and `L` sees
+/// `-L⁻ᵀ Ū₂ U₂ᵀ` more); a tall one `L = [L₁; L₂]` (`L₂ = A₂' U⁻¹`: `Ā₂' = L̄₂
+/// U⁻ᵀ`, and `U` sees `-L₂ᵀ L̄₂ U⁻ᵀ` more).
+fn lu_backward(p: &Tensor, l: &Tensor, u: &Tensor, gl: &Tensor, gu: &Tensor) -> Result<Tensor> {
+    let (m, n) = (dims(l).0, dims(u).1);
+    let k = m.min(n);
+    let (l1, u1) = (l.narrow(-2, 0, k)?, u.narrow(-1, 0, k)?);
+    // the square part's M = tril(L₁ᵀ L̄₁, -1) + triu(Ū₁ U₁ᵀ), with the other block's terms
+    let mut lower = mt(&l1)?.matmul(&gl.narrow(-2, 0, k)?)?;
+    let mut upper = gu.narrow(-1, 0, k)?.matmul(&mt(&u1)?)?;
+    if n > k {
+        let (u2, gu2) = (
+            u.narrow(-1, k as i64, n - k)?,
+            gu.narrow(-1, k as i64, n - k)?,
+        );
+        lower = lower.sub(&gu2.matmul(&mt(&u2)?)?)?;
+    }
+    let tall = if m > k {
+        let (l2, gl2) = (
+            l.narrow(-2, k as i64, m - k)?,
+            gl.narrow(-2, k as i64, m - k)?,
+        );
+        upper = upper.sub(&mt(&l2)?.matmul(&gl2)?)?;
+        // L̄₂ U⁻ᵀ: X Uᵀ = L̄₂
+        Some(solve_triangular(&mt(&u1)?, &gl2, false, false, false)?)
+    } else {
+        None
+    };
+    let inner = lower.tril(-1)?.add(&upper.triu(0)?)?;
+    let left = solve_triangular(&mt(&l1)?, &inner, true, true, true)?;
+    let mut ga = solve_triangular(&mt(&u1)?, &left, false, false, false)?;
+    if n > k {
+        let gu2 = gu.narrow(-1, k as i64, n - k)?;
+        let g2 = solve_triangular(&mt(&l1)?, &gu2, true, true, true)?;
+        ga = Tensor::cat(&[&ga, &g2], -1)?;
+    }
+    if let Some(g2) = tall {
+        ga = Tensor::cat(&[&ga, &g2], -2)?;
+    }
+    p.matmul(&ga)
 }
 
 /// The LU factorization with partial pivoting as three matrices
 /// (`torch.linalg.lu`): `(P, L, U)` with `A = P L U`, `L` unit lower
-/// triangular `m × k` and `U` upper triangular `k × n` (`k = min(m, n)`). Not
-/// differentiable in ember: an input that requires a gradient is refused.
+/// triangular `m × k` and `U` upper triangular `k × n` (`k = min(m, n)`).
+/// `L` and `U` have PyTorch's gradients (defined where `U`'s diagonal has no
+/// zero, and differentiable again); `P` has none.
 pub fn lu(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "linalg.lu";
     let _record = crate::profiler::function(OP);
     check_matrix(OP, a, "A")?;
-    refuse_grad(OP, a)?;
     let (m, n) = dims(a);
     let k = m.min(n);
     let mut r = per_matrix(OP, a, &[out(&[m, m]), out(&[m, k]), out(&[k, n])], |x| {
         let f = dense::lu_rect(x, m, n);
-        let perm = f.permutation(m);
-        let mut p = vec![0.0; m * m];
-        for (i, &src) in perm.iter().enumerate() {
-            // row i of P A is row src of A: P's column i is e_src
-            p[src * m + i] = 1.0;
-        }
+        let p = permutation_matrix(&f, m);
         let mut l = vec![0.0; m * k];
         let mut u = vec![0.0; k * n];
         for i in 0..m {
@@ -667,17 +744,14 @@ pub fn lu(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     })?;
     let u = r.remove(2);
     let l = r.remove(1);
-    Ok((r.remove(0), l, u))
-}
-
-/// An error for a function ember does not differentiate, when a gradient would
-/// be asked of it.
-fn refuse_grad(op: &'static str, a: &Tensor) -> Result<()> {
-    if crate::autograd::needs_grad(&[a]) {
-        return Err(Error::invalid(
-            op,
-            "ember has no derivative for this function; call it on a detached tensor (or under no_grad)",
-        ));
+    let p = r.remove(0);
+    if !crate::autograd::needs_grad(&[a]) {
+        return Ok((p, l, u));
     }
-    Ok(())
+    let pc = p.clone();
+    let mut parts = record_packed(vec![l, u], "linalg_lu", &[a], move |g, lu| {
+        Ok(vec![Some(lu_backward(&pc, &lu[0], &lu[1], &g[0], &g[1])?)])
+    })?;
+    let u = parts.remove(1);
+    Ok((p, parts.remove(0), u))
 }

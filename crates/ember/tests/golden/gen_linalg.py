@@ -183,6 +183,15 @@ case("multi_dot", "multi_dot", [torch.randn(4, 10, dtype=f64), torch.randn(10, 2
 case("multi_dot_vectors", "multi_dot", [torch.randn(3, dtype=f64), torch.randn(3, 4, dtype=f64), torch.randn(4, dtype=f64)])
 case("lstsq_tall", "lstsq", [torch.randn(6, 3, dtype=f64), torch.randn(6, 2, dtype=f64)])
 case("lstsq_batch", "lstsq", [torch.randn(2, 5, 3, dtype=f64), torch.randn(2, 5, 1, dtype=f64)])
+# LU's gradients (L and U of lu; the compact LU of lu_factor): square, tall,
+# wide, batched
+case("lu_grad", "lu", [torch.randn(4, 4, dtype=f64)])
+case("lu_grad_tall", "lu", [torch.randn(5, 3, dtype=f64)])
+case("lu_grad_wide", "lu", [torch.randn(3, 5, dtype=f64)])
+case("lu_factor_grad", "lu_factor", [torch.randn(4, 4, dtype=f64)])
+case("lu_factor_grad_tall", "lu_factor", [torch.randn(5, 3, dtype=f64)])
+case("lu_factor_grad_wide", "lu_factor", [torch.randn(3, 5, dtype=f64)])
+case("lu_factor_grad_batch_f32", "lu_factor", [torch.randn(2, 3, 3)])
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linalg_cases.json")
 with open(path, "w") as f:

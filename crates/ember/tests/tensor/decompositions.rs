@@ -275,7 +275,7 @@ fn linalg_matches_pytorch(dev: &Device) -> Result<()> {
         }
         checked += 1;
     }
-    assert_eq!((checked, refusals), (70, 18), "cases run");
+    assert_eq!((checked, refusals), (77, 18), "cases run");
     Ok(())
 }
 
@@ -304,18 +304,23 @@ fn linalg_on_meta(_dev: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Gradients flow through every output of a multi-output factorization, and a
-/// function ember does not differentiate refuses a tensor that needs one.
+/// Gradients flow through every output of a multi-output factorization (QR,
+/// LU), and QR's R mode, which has no Q to differentiate through, refuses at
+/// backward.
 fn linalg_gradients_and_refusals(dev: &Device) -> Result<()> {
     let a = Tensor::new([[4f64, 1., 0.], [1., 3., 1.], [0., 1., 2.]], dev)?.requires_grad_(true)?;
     // Q R = A: the gradient of sum(Q R) is the gradient of sum(A), all ones
     let (q, r) = linalg::qr(&a, QrMode::Reduced)?;
     q.matmul(&r)?.sum_all()?.backward()?;
     super::assert_close(&super::vals(&a.grad().unwrap()), &[1.0; 9], 1e-12, 1e-12);
-    assert!(linalg::lu_factor(&a).is_err());
-    let (p, l, u) = linalg::lu(&a.detach())?;
+    // P L U = A likewise (P has no gradient)
+    a.zero_grad();
+    let (p, l, u) = linalg::lu(&a)?;
+    assert!(!p.requires_grad() && l.requires_grad() && u.requires_grad());
     let back = p.matmul(&l)?.matmul(&u)?;
     super::assert_close(&super::vals(&back), &super::vals(&a), 1e-12, 1e-12);
+    back.sum_all()?.backward()?;
+    super::assert_close(&super::vals(&a.grad().unwrap()), &[1.0; 9], 1e-12, 1e-12);
     // R mode has no Q to differentiate through: an error at backward, as PyTorch's
     let (_, r) = linalg::qr(&a, QrMode::R)?;
     let e = r.sum_all()?.backward().unwrap_err().to_string();

@@ -1,6 +1,6 @@
 //! Gradients of gradients through `ember::linalg`: Hessian-vector products
 //! against central differences (the check of tests/tensor/double_backward.rs)
-//! for the inverse, determinants, solves, Cholesky, QR, the symmetric
+//! for the inverse, determinants, solves, Cholesky, QR, LU, the symmetric
 //! eigendecomposition, the SVD and the functions made of them, and a
 //! Gaussian likelihood's Hessian-vector product against PyTorch
 //! (tests/golden/gen_double_backward.py).
@@ -54,7 +54,7 @@ fn solves(x: &[Tensor]) -> Result<Tensor> {
     s.add(&l.square()?.mul(&weights)?.sum_all()?)
 }
 
-/// QR (tall and wide), the symmetric eigendecomposition and the SVD, through
+/// QR (tall and wide), LU, the symmetric eigendecomposition and the SVD, through
 /// functions that do not depend on the vectors' signs, and what is made of
 /// them (`eigvalsh`, `svdvals`, `pinv`, `lstsq`, the nuclear and 2-norms).
 fn decompositions(x: &[Tensor]) -> Result<Tensor> {
@@ -79,6 +79,12 @@ fn decompositions(x: &[Tensor]) -> Result<Tensor> {
     let s = s.add(&linalg::svdvals(&a.sin()?)?.pow(3.0)?.sum_all()?)?;
     let s = s.add(&linalg::pinv(a)?.square()?.sum_all()?)?;
     let s = s.add(&linalg::lstsq(a, b)?.sin()?.sum_all()?)?;
+    let (_, l, lu_u) = linalg::lu(a)?;
+    let s = s
+        .add(&l.sin()?.sum_all()?)?
+        .add(&lu_u.square()?.sum_all()?)?;
+    let (packed, _) = linalg::lu_factor(&a.transpose(0, 1)?.sin()?)?;
+    let s = s.add(&packed.exp()?.sum_all()?)?;
     let nuc = linalg::matrix_norm(a, MatrixNorm::Nuc, false)?;
     let two = linalg::matrix_norm(&a.cos()?, MatrixNorm::Ord(2.0), false)?;
     s.add(&nuc.square()?)?.add(&two.exp()?)
