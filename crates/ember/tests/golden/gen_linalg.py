@@ -7,7 +7,13 @@ Each case records its inputs, its arguments, its outputs and the gradients of
 a loss over them: the sum of each float output times a recorded weight, except
 for eigh and svd, whose vectors are fixed only up to sign: their loss is
 sum(values * c1) + sum(V diag(c2) V^T * W) (eigh) or
-sum(S * c1) + sum(U diag(c2) Vh * W) (svd), which the signs do not change."""
+sum(S * c1) + sum(U diag(c2) Vh * W) (svd), which the signs do not change.
+
+The cases are drawn in order from one seed, so a case added at the end leaves
+the earlier ones' inputs as they were. Their outputs depend on the machine's
+LAPACK in the last bits (and det_singular's gradient, PyTorch's at a singular
+matrix, more than that): the committed file keeps the earlier cases as first
+generated and has the later ones (from lu_grad on) appended."""
 import json, math, os
 import torch
 
