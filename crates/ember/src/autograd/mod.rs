@@ -94,13 +94,13 @@
 //! - the index ops `index_select`, `gather`, `scatter_add`, `index_add`,
 //!   `embedding`, and the values of `max_dim` and `min_dim`, `sort`, `topk`
 //!   and `kthvalue` (gathers at the positions found);
-//! - `ember::linalg`: `inv`, `det` (where the matrix is invertible: its
-//!   second derivative goes through the inverse), `slogdet`, `solve`,
+//! - `ember::linalg`: `inv`, `det` (its second derivative goes through the
+//!   inverse: at a singular matrix the first gradient is given and
+//!   differentiating it is an error), `slogdet`, `solve`,
 //!   `solve_triangular`, `cholesky`, `lu`, `lu_factor`, `qr`, `eigh`,
 //!   `eigvalsh`, `svd`, `svdvals`, and `matrix_power`, `pinv`, `lstsq`,
 //!   `matrix_norm`, which are made of them (their rules are tensor ops of the
-//!   outputs, given with their history; `eigvalsh` and `svdvals` decompose
-//!   again, recorded); `diagonal` and `trace`;
+//!   outputs, given with their history); `diagonal` and `trace`;
 //! - the losses `cross_entropy` (class indices; its fused rule is written in
 //!   recorded ops when a walk creates a graph), `mse_loss`, `smooth_l1_loss`,
 //!   `huber_loss`, `binary_cross_entropy`, `bce_with_logits`,
@@ -116,7 +116,11 @@
 //! (PyTorch's math backend, the one its double backward takes).
 //! Where PyTorch's backward of an op takes its input but reads only a mask of
 //! it (`abs`, `leaky_relu`, `hardtanh`, `hardsigmoid`), the gradient's own
-//! gradient reaches that input as zeros, as in PyTorch.
+//! gradient reaches that input as zeros, as in PyTorch. The pools' and
+//! `max_unpool`'s gradients do not reach their input at all (PyTorch's reach
+//! it as zeros; tying them to it would keep every pooled input alive for
+//! first-order backward too): ask `grad` with `allow_unused` or
+//! `materialize_grads` where only that path leads to an input.
 
 use crate::{
     error::{Error, Result},

@@ -182,25 +182,27 @@ pub fn eigvalsh(a: &Tensor, uplo: Uplo) -> Result<Tensor> {
         })?
         .remove(0));
     }
-    // the gradient needs the vectors
+    // the gradient needs the vectors: one node over both, of which the
+    // values are given back (the rule reads the vectors with their history in a
+    // walk that creates a graph)
     let mut f = per_matrix(OP, a, &[out(&[n]), out(&[n, n])], |x| {
         let (w, v) = dense::eigh(x, n, lower, true);
         Ok(vec![w, v])
     })?;
-    let vs = f.remove(1);
+    let v = f.remove(1);
     let w = f.remove(0);
-    let ws = w.detach();
-    Ok(Tensor::record_twice(w, "linalg_eigvalsh", &[a], |_| {
-        let keep = a.save();
-        move |g: &Tensor| {
-            if crate::autograd::creating_graph() {
-                // the vectors as functions of A: the decomposition again, recorded
-                let (w, v) = eigh(&keep.value()?, uplo)?;
-                return Ok(vec![Some(eigh_backward(&w, &v, g, None)?)]);
-            }
-            Ok(vec![Some(eigh_backward(&ws, &vs, g, None)?)])
-        }
-    }))
+    let mut parts = record_packed(
+        vec![w.unsqueeze(-2)?, v],
+        "linalg_eigvalsh",
+        &[a],
+        |g, wv| {
+            let (w, gw) = (wv[0].squeeze(-2)?, g[0].squeeze(-2)?);
+            // the vectors get a gradient from a gradient of this gradient (zeros
+            // otherwise)
+            Ok(vec![Some(eigh_backward(&w, &wv[1], &gw, Some(&g[1]))?)])
+        },
+    )?;
+    parts.remove(0).squeeze(-2)
 }
 
 /// `Ā = V (diag(w̄) + F ∘ (Vᵀ V̄)) Vᵀ` with `F_ij = 1 / (w_j - w_i)` off the
@@ -295,22 +297,26 @@ pub fn svdvals(a: &Tensor) -> Result<Tensor> {
         })?
         .remove(0));
     }
-    let (u, s, vh) = {
-        let _ng = crate::autograd::no_grad_guard();
-        svd(a, false)?
-    };
-    let sd = s.detach();
-    Ok(Tensor::record_twice(s, "linalg_svdvals", &[a], |_| {
-        let keep = a.save();
-        move |g: &Tensor| {
-            if crate::autograd::creating_graph() {
-                // the vectors as functions of A: the decomposition again, recorded
-                let (u, s, vh) = svd(&keep.value()?, false)?;
-                return Ok(vec![Some(svd_backward(&u, &s, &vh, g, None)?)]);
-            }
-            Ok(vec![Some(svd_backward(&u, &sd, &vh, g, None)?)])
-        }
-    }))
+    // the gradient needs the vectors: one node over all three, of which the
+    // values are given back (as for `eigvalsh`)
+    let mut f = per_matrix(OP, a, &[out(&[m, k]), out(&[k]), out(&[k, n])], |x| {
+        let (u, s, vt) = dense::svd(x, m, n, false, true);
+        Ok(vec![u, s, vt])
+    })?;
+    let (vh, s, u) = (f.remove(2), f.remove(1), f.remove(0));
+    let mut parts = record_packed(
+        vec![u, s.unsqueeze(-2)?, vh],
+        "linalg_svdvals",
+        &[a],
+        |g, usv| {
+            let (s, gs) = (usv[1].squeeze(-2)?, g[1].squeeze(-2)?);
+            // the vectors get a gradient from a gradient of this gradient (zeros
+            // otherwise)
+            let gvecs = Some((&g[0], &g[2]));
+            Ok(vec![Some(svd_backward(&usv[0], &s, &usv[2], &gs, gvecs)?)])
+        },
+    )?;
+    parts.remove(1).squeeze(-2)
 }
 
 /// The gradient of the reduced SVD `A = U S Vᵀ` (`Vh = Vᵀ`, `k` columns):

@@ -289,21 +289,32 @@ pub fn det(a: &Tensor) -> Result<Tensor> {
     Ok(Tensor::record_twice(d, "linalg_det", &[a], |_| {
         let keep = a.save();
         move |g: &Tensor| {
-            let adj_t = if crate::autograd::creating_graph() {
-                // in recorded ops: det(A) A⁻ᵀ, defined where A is invertible
-                let a = keep.value()?;
-                let it = mt(&inv(&a).map_err(|_| {
-                    Error::invalid(
-                        "linalg.det",
-                        "the gradient of det at a singular matrix is not differentiable in ember (its second derivative is computed through the inverse)",
-                    )
-                })?)?;
-                it.mul(&det(&a)?.unsqueeze(-1)?.unsqueeze(-1)?)?
-            } else {
-                per_matrix("linalg.det", keep.get()?, &[out(&[n, n])], |x| {
+            let adjugate = |x: &Tensor| -> Result<Tensor> {
+                per_matrix("linalg.det", x, &[out(&[n, n])], |x| {
                     Ok(vec![adjugate_transposed(x, n)])
-                })?
-                .remove(0)
+                })
+                .map(|mut r| r.remove(0))
+            };
+            let adj_t = if crate::autograd::creating_graph() {
+                // in recorded ops: det(A) A⁻ᵀ where every matrix is invertible;
+                // otherwise the adjugate, whose own gradient is an error
+                let a = keep.value()?;
+                match inv(&a) {
+                    Ok(i) => mt(&i)?.mul(&det(&a)?.unsqueeze(-1)?.unsqueeze(-1)?)?,
+                    Err(_) => {
+                        let adj_t = crate::autograd::no_grad(|| adjugate(&a))?;
+                        Tensor::record(adj_t, "linalg_det", &[&a], |_| {
+                            |_: &Tensor| -> Result<crate::autograd::Grads> {
+                                Err(Error::invalid(
+                                    "linalg.det",
+                                    "the gradient of det at a singular matrix is not differentiable again in ember (its second derivative is computed through the inverse)",
+                                ))
+                            }
+                        })
+                    }
+                }
+            } else {
+                adjugate(keep.get()?)?
             };
             Ok(vec![Some(adj_t.mul(&g.unsqueeze(-1)?.unsqueeze(-1)?)?)])
         }

@@ -13,6 +13,13 @@ use crate::{
 /// its position `k` in its window (the index max pooling keeps): `(oy·sh − ph +
 /// (k / kw)·dh)·w + ox·sw − pw + (k % kw)·dw`.
 fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
+    plane_offsets_valid(index, ps).map(|(at, _)| at)
+}
+
+/// [`plane_offsets`], and whether each window has its element in the input
+/// (`[planes, oh · ow]` bool: false for a dilated window past the padding,
+/// whose offset is clamped into the plane).
+fn plane_offsets_valid(index: &Tensor, ps: &PoolShape) -> Result<(Tensor, Tensor)> {
     let Window {
         kernel: (_, kw),
         stride: (sh, sw),
@@ -38,12 +45,19 @@ fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
     // outside the plane: the caller replaces its value, the clamp keeps the
     // gather in the plane (never empty: the caller refuses empty planes)
     let last = (ps.h * ps.w).saturating_sub(1) as i64;
-    iy.mul(ps.w as i64)?
+    let inside =
+        |t: &Tensor, n: usize| -> Result<Tensor> { t.ge(0i64)?.logical_and(&t.lt(n as i64)?) };
+    let valid = inside(&iy, ps.h)?
+        .logical_and(&inside(&ix, ps.w)?)?
+        .reshape([ps.planes, ps.oh * ps.ow])?;
+    let at = iy
+        .mul(ps.w as i64)?
         .add(&ix)?
         .maximum(0i64)?
         .minimum(last)?
         .reshape([ps.planes, ps.oh * ps.ow])?
-        .contiguous()
+        .contiguous()?;
+    Ok((at, valid))
 }
 
 /// The pooling's gradient `gx` (of the output's gradient `g`) as a function of
@@ -51,7 +65,8 @@ fn plane_offsets(index: &Tensor, ps: &PoolShape) -> Result<Tensor> {
 /// own gradient is the pooling of the incoming one, PyTorch's
 /// `avg_pool2d(gg)` or, for max pooling, `gg` gathered at each window's
 /// maximum. (PyTorch's gradient of it with respect to the input is zeros; here
-/// the input is not reached.)
+/// the input is not reached: keeping the input for that would hold it for
+/// every first-order backward too.)
 fn pool_backward_recorded(
     gx: Tensor,
     g: &Tensor,
@@ -62,7 +77,7 @@ fn pool_backward_recorded(
     let offsets = match (kind, index) {
         (Pool::Max, Some(index)) => {
             let _ng = crate::autograd::no_grad_guard();
-            Some(plane_offsets(index, ps)?)
+            Some(plane_offsets_valid(index, ps)?)
         }
         (Pool::Max, None) => {
             return Err(Error::invalid(
@@ -81,9 +96,9 @@ fn pool_backward_recorded(
         let (planes, hw) = (ps.planes, ps.h * ps.w);
         move |gg: &Tensor| {
             let pooled = match &offsets {
-                Some(at) => gg
-                    .reshape([planes, hw])?
-                    .gather(1, at)?
+                // a window with no element in the input got nothing, and gives nothing
+                Some((at, valid)) => valid
+                    .where_(&gg.reshape([planes, hw])?.gather(1, at)?, 0.0)?
                     .reshape(&out_shape[..])?,
                 None => gg.avg_pool2d(opts)?,
             };

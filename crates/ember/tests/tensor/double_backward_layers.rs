@@ -7,12 +7,12 @@
 //! order.
 
 use super::assert_close;
-use super::double_backward::{check_hvp, create, input};
+use super::double_backward::{check_hvp, create, input, Scalar};
 use ember::autograd;
 use ember::nn::functional::{self as F, AttentionPath, BatchNormOptions, Pool3dOptions};
 use ember::nn::{BatchNorm2d, Pool1dOptions};
 use ember::prelude::*;
-use ember::Pool2dOptions;
+use ember::{MemoryFormat, Pool2dOptions};
 
 /// Max and average pooling (overlapping, padded, ceil mode, without the
 /// padding in the count, a divisor override), the adaptive pools, 1-D and 3-D
@@ -41,6 +41,18 @@ fn pools(x: &[Tensor]) -> Result<Tensor> {
     total = total.add(&m3.exp()?.sum_all()?)?;
     let a3 = F::avg_pool3d(&v.square()?, Pool3dOptions::new(2).stride(1))?;
     total = total.add(&a3.sin()?.sum_all()?)?;
+    // channels-last inputs (pooled as they lie where the device can)
+    let c = a.to_memory_format(MemoryFormat::ChannelsLast)?.sin()?;
+    let mc = c.max_pool2d(Pool2dOptions::new(2).stride(1))?;
+    let ac = c
+        .mul(&c)?
+        .avg_pool2d(Pool2dOptions::new(3).stride(2).padding(1))?;
+    total = total
+        .add(&mc.square()?.sum_all()?)?
+        .add(&ac.exp()?.sum_all()?)?;
+    // dilated windows reaching into the padding
+    let dilated = Pool2dOptions::new(2).padding(1).dilation(4);
+    total = total.add(&s.max_pool2d(dilated)?.tanh()?.sum_all()?)?;
     let (mp, at) = F::max_pool2d_with_indices(&s, Pool2dOptions::new(2))?;
     let size: &[usize] = &[5, 5];
     let un = F::max_unpool2d(&mp.mul(&mp)?, &at, Pool2dOptions::new(2), Some(size))?;
@@ -70,6 +82,9 @@ fn batch_norms(x: &[Tensor]) -> Result<Tensor> {
     };
     let ye = F::batch_norm(a, Some(&w.mul(w)?), Some(b), eval)?;
     total = total.add(&ye.sin()?.mul(a)?.sum_all()?)?;
+    let cl = a.to_memory_format(MemoryFormat::ChannelsLast)?.tanh()?;
+    let yc = F::batch_norm(&cl, Some(w), None, train)?;
+    total = total.add(&yc.square()?.mul(a)?.sum_all()?)?;
     let mut layer = BatchNorm2d::new(2, &dev)?;
     layer.weight = Some(w.clone());
     layer.bias = Some(b.clone());
@@ -186,7 +201,60 @@ fn not_twice_differentiable(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Pools and batch norm on a channels-last input, for the float32 and
+/// bfloat16 check below.
+fn layers_lowp(x: &[Tensor]) -> Result<Tensor> {
+    let a = x[0].to_memory_format(MemoryFormat::ChannelsLast)?.sin()?;
+    let train = BatchNormOptions {
+        training: true,
+        ..Default::default()
+    };
+    let m = a.max_pool2d(Pool2dOptions::new(2).stride(1))?;
+    let p = m.avg_pool2d(Pool2dOptions::new(2))?;
+    F::batch_norm(&p, None, None, train)?
+        .mul(&p)?
+        .sum_all()?
+        .add(&m.square()?.sum_all()?)
+}
+
+/// `H v` of `f` at `x` by double backward, in the dtype of `x`.
+fn hvp(f: Scalar, x: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let x = x.detach().requires_grad_(true)?;
+    let y = f(std::slice::from_ref(&x))?;
+    let g = autograd::grad_with(&[&y], &[&x], create())?[0]
+        .clone()
+        .unwrap();
+    let dot = g.mul(v)?.sum_all()?;
+    Ok(autograd::grad(&[&dot], &[&x])?[0].clone())
+}
+
+/// The recorded rules of the pools and batch norm in float32 and bfloat16
+/// (computed in float32 where the device does not pool half types) on a
+/// channels-last input: `H v` within each dtype's rounding of float64's.
+fn hvp_low_precision(dev: &Device) -> Result<()> {
+    let (x, v) = (input(&[2, 3, 5, 5], 0, dev)?, input(&[2, 3, 5, 5], 3, dev)?);
+    let want = hvp(layers_lowp, &x, &v)?.to_vec::<f64>()?;
+    let norm = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    for (dt, tol) in [(DType::F32, 1e-4), (DType::BF16, 5e-2)] {
+        let got = hvp(layers_lowp, &x.to_dtype(dt)?, &v.to_dtype(dt)?)?;
+        assert_eq!(got.dtype(), dt);
+        let got = got.to_dtype(DType::F64)?.to_vec::<f64>()?;
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w) * (g - w))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            err <= tol * norm,
+            "{dt}: |H v - float64's| = {err}, |H v| = {norm}"
+        );
+    }
+    Ok(())
+}
+
 device_test!(
+    hvp_low_precision,
     hvp_pools,
     hvp_batch_norm,
     hvp_attention,

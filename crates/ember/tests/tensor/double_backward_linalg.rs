@@ -5,6 +5,7 @@
 //! Gaussian likelihood's Hessian-vector product against PyTorch
 //! (tests/golden/gen_double_backward.py).
 
+use super::assert_close;
 use super::double_backward::{check_hvp, create};
 use ember::autograd;
 use ember::linalg::{self, MatrixNorm, QrMode, Uplo};
@@ -79,6 +80,8 @@ fn decompositions(x: &[Tensor]) -> Result<Tensor> {
     let s = s.add(&linalg::svdvals(&a.sin()?)?.pow(3.0)?.sum_all()?)?;
     let s = s.add(&linalg::pinv(a)?.square()?.sum_all()?)?;
     let s = s.add(&linalg::lstsq(a, b)?.sin()?.sum_all()?)?;
+    let (_, ls, us) = linalg::lu(&sq.sin()?)?;
+    let s = s.add(&ls.exp()?.sum_all()?)?.add(&us.tanh()?.sum_all()?)?;
     let (_, l, lu_u) = linalg::lu(a)?;
     let s = s
         .add(&l.sin()?.sum_all()?)?
@@ -102,7 +105,28 @@ fn hvp_decompositions(dev: &Device) -> Result<()> {
     check_hvp("decompositions", decompositions, &[&[4, 3], &[4, 2]], dev)
 }
 
-device_test!(hvp_inverses, hvp_solves, hvp_decompositions);
+/// `det` at a singular matrix under `create_graph`: the first gradient is
+/// the adjugate's transpose, as without it; differentiating it is an error.
+fn det_singular_twice(dev: &Device) -> Result<()> {
+    let m = Tensor::from_vec(vec![1.0f64, 2.0, 2.0, 4.0], [2, 2], dev)?.requires_grad_(true)?;
+    let g = autograd::grad_with(&[&linalg::det(&m)?], &[&m], create())?[0]
+        .clone()
+        .unwrap();
+    let got = g.to_vec::<f64>()?;
+    assert_close(&got, &[4.0, -2.0, -2.0, 1.0], 1e-12, 1e-12);
+    let e = autograd::grad(&[&g.sum_all()?], &[&m])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("singular") && e.contains("det"), "{e}");
+    Ok(())
+}
+
+device_test!(
+    hvp_inverses,
+    hvp_solves,
+    hvp_decompositions,
+    det_singular_twice
+);
 
 /// The golden case of this file: a Gaussian likelihood with a learned
 /// covariance, its Hessian-vector product in the covariance's factor.
