@@ -1478,6 +1478,39 @@ __device__ __forceinline__ void argsort_impl(const T* x, i64* out, i64 total, i6
     }
 EMBER_ALL_TYPES(ARGSORT)
 
+// searchsorted: the thread of value i (row i / per of `val`, contiguous) searches
+// row i / per of `seq` (m elements, contiguous) as PyTorch's lower/upper bound
+// does (the same midpoints), so a sequence holding NaNs gives PyTorch's answer:
+// an element goes before the value unless it is at or above it (above it, with
+// `right`), which puts a NaN value after every element.
+template <typename T>
+__device__ __forceinline__ void searchsorted_impl(const T* seq, const T* val, i64* out, i64 m, i64 per, int right,
+                                                  i64 n) {
+    FOR_EACH(i, n) {
+        const T* s = seq + (i / per) * m;
+        const auto v = widen(val[i]);
+        i64 lo = 0, hi = m;
+        while (lo < hi) {
+            const i64 mid = lo + ((hi - lo) >> 1);
+            const auto x = widen(s[mid]);
+            const bool before = right ? !(x > v) : !(x >= v);
+            if (before) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        out[i] = lo;
+    }
+}
+
+#define SEARCHSORTED(T, S)                                                                           \
+    extern "C" __global__ void searchsorted_##S(const T* seq, const T* val, i64* out, i64 m, i64 per, \
+                                                int right, i64 n) {                                  \
+        searchsorted_impl(seq, val, out, m, per, right, n);                                          \
+    }
+EMBER_ALL_TYPES(SEARCHSORTED)
+
 // Gradient clipping's 2-norm over the tensors of a TensorList (common.cuh; array
 // 0 is each gradient). clip_sumsq writes each chunk's sum of squares (in the accumulator type),
 // clip_norms each tensor's norm from its chunks' sums, and clip_scale multiplies

@@ -234,6 +234,19 @@ pub(crate) trait BackendStorage: Sized {
     /// `l`, ascending or descending, stable (equal elements keep their order); NaN
     /// sorts above every number, as in PyTorch.
     fn argsort(&self, l: &Layout, dim: usize, descending: bool) -> Result<Self>;
+    /// Where each value of the contiguous view `lv` of `values` (of this
+    /// storage's dtype, `per` to each row) goes in its row of the contiguous
+    /// sorted sequences `ls` (rows of `m`) to keep it sorted: int64, the first
+    /// such place or with `right` the last, by PyTorch's binary search (the same
+    /// midpoints, so NaNs in a sequence give its answers).
+    fn searchsorted(
+        &self,
+        ls: &Layout,
+        values: &Self,
+        lv: &Layout,
+        m_per: (usize, usize),
+        right: bool,
+    ) -> Result<Self>;
 
     // ---- linear algebra
     /// Batched `self[l] · rhs[lr] + bias`: `l` is `batch + [m, k]`, `lr` is

@@ -774,6 +774,19 @@ impl Storage {
         Ok(each!(self, |s| s.argsort(l, dim, descending)?))
     }
 
+    pub(crate) fn searchsorted(
+        &self,
+        ls: &Layout,
+        values: &Storage,
+        lv: &Layout,
+        m_per: (usize, usize),
+        right: bool,
+    ) -> Result<Storage> {
+        let _rec = record!(self, Name::Static("searchsorted"), ls.shape(), lv.shape());
+        Ok(pair!("searchsorted", self, values, |s, v| s
+            .searchsorted(ls, v, lv, m_per, right)?))
+    }
+
     // ---- linear algebra
 
     pub(crate) fn matmul(

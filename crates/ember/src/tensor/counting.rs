@@ -1,6 +1,6 @@
-//! Ordering and counting: `msort`, `kthvalue`, `searchsorted` and `bucketize`,
-//! composites of `argsort`, `gather` and comparisons, so they run on every
-//! device (meta included) and `kthvalue`'s values carry gather's gradient.
+//! Ordering and counting: `msort`, `kthvalue` (composites of `argsort` and
+//! `gather`, so `kthvalue`'s values carry gather's gradient), and
+//! `searchsorted` and `bucketize` (one primitive: a binary search per value).
 
 use super::Tensor;
 use crate::layout::normalize_dim;
@@ -49,8 +49,8 @@ impl Tensor {
     /// `values` shape) or has the leading dims of `values`. The result is int64
     /// of `values`' shape (ember has no int32, so no `out_int32`); a NaN value
     /// goes past every element, as in PyTorch. A binary search, PyTorch's (the
-    /// same probes, so the same answer for a sequence with NaNs in it): `log2`
-    /// of the sequence's length steps, each one gather per value.
+    /// same probes, so the same answer for a sequence with NaNs in it), one
+    /// thread per value on a GPU; the two tensors compare in their promoted dtype.
     pub fn searchsorted(&self, values: &Tensor, right: bool) -> Result<Tensor> {
         const OP: &str = "searchsorted";
         let (seq, vshape) = (self.shape(), values.shape());
@@ -67,37 +67,34 @@ impl Tensor {
                 ),
             ));
         }
-        crate::autograd::no_grad(|| {
-            let m = *seq.last().unwrap_or(&0);
-            let (n, out_shape) = (values.numel(), vshape.to_vec());
-            if m == 0 || n == 0 {
-                return Tensor::zeros(&out_shape[..], DType::I64, &values.device());
-            }
-            // one row of values per sequence
-            let rows = self.numel() / m;
-            let (s, v) = (self.reshape([rows, m])?, values.reshape([rows, n / rows])?);
-            // [lo, hi) holds the answer; each step halves it by one gather per value
-            let mut lo = v.zeros_like()?.to_dtype(DType::I64)?;
-            let mut hi = lo.add(m as i64)?;
-            for _ in 0..usize::BITS - m.leading_zeros() {
-                let mid = lo.add(&hi)?.floor_divide(2i64)?;
-                let at = s.gather(1, &mid.minimum((m - 1) as i64)?)?;
-                // PyTorch's bounds: an element goes before the value unless it is
-                // at or above it (above it, with `right`), so a NaN element goes
-                // before every value and a NaN value after every element
-                let before = match right {
-                    true => at.gt(&v)?,
-                    false => at.ge(&v)?,
-                }
-                .logical_not()?;
-                let open = lo.lt(&hi)?;
-                lo = open.logical_and(&before)?.where_(&mid.add(1i64)?, &lo)?;
-                hi = open
-                    .logical_and(&before.logical_not()?)?
-                    .where_(&mid, &hi)?;
-            }
-            lo.reshape(&out_shape[..])
-        })
+        let dtype = DType::promote(self.dtype(), values.dtype());
+        if dtype == DType::Bool {
+            return Err(crate::tensor::not_implemented_for(
+                OP,
+                "searchsorted_out_cpu",
+                dtype,
+            ));
+        }
+        let m = *seq.last().unwrap_or(&0);
+        let n = values.numel();
+        if m == 0 || n == 0 {
+            return Tensor::zeros(vshape, DType::I64, &values.device());
+        }
+        // both in the dtype they compare in (PyTorch's promotion), contiguous, one
+        // row of values per sequence; the search itself is one primitive
+        let (s, v) = crate::autograd::no_grad(|| {
+            Ok::<_, Error>((
+                self.to_dtype(dtype)?.contiguous()?,
+                values.to_dtype(dtype)?.contiguous()?,
+            ))
+        })?;
+        let rows = self.numel() / m;
+        let out = {
+            let st = super::Storages::read(&[&s, &v]);
+            st.get(0)
+                .searchsorted(s.layout(), st.get(1), v.layout(), (m, n / rows), right)?
+        };
+        Ok(Tensor::from_storage(out, vshape))
     }
 
     /// The bucket of each element among sorted 1-D `boundaries`

@@ -66,6 +66,18 @@ case("searchsorted_batch_i64", lambda s, v: torch.searchsorted(s, v, right=True)
 case("searchsorted_empty_seq", lambda s, v: torch.searchsorted(s, v), torch.zeros(0), torch.tensor([1., nan]))
 case("searchsorted_empty_values", lambda s, v: torch.searchsorted(s, v), long_seq, torch.zeros(2, 0, dtype=torch.float64))
 case("bucketize_long", lambda v, b: torch.bucketize(v, b), long_vals.reshape(13, 5), long_seq)
+# dtypes: the two tensors compare in their promoted dtype; half types, bytes,
+# and a 0-d value
+case("searchsorted_mixed", lambda s, v: torch.searchsorted(s, v), torch.tensor([1., 2., 3.]), torch.tensor([[0, 2], [3, 4]]))
+case("searchsorted_mixed_f64", lambda s, v: torch.searchsorted(s, v, right=True), torch.tensor([1., 2.5, 3.]),
+     torch.tensor([2.5, 2.5000001, 3.0], dtype=torch.float64))
+half_seq = torch.sort(torch.randn(50)).values
+half_vals = torch.cat([torch.randn(20), half_seq[::7]])
+case("searchsorted_bf16", lambda s, v: torch.searchsorted(s, v), half_seq.bfloat16(), half_vals.bfloat16())
+case("searchsorted_f16_right", lambda s, v: torch.searchsorted(s, v, right=True), half_seq.half(), half_vals.half())
+case("searchsorted_u8", lambda s, v: torch.searchsorted(s, v), torch.tensor([1, 4, 4, 200], dtype=torch.uint8),
+     torch.tensor([0, 4, 5, 255], dtype=torch.uint8))
+case("searchsorted_scalar_value", lambda s, v: torch.searchsorted(s, v), long_seq, torch.tensor(30.5, dtype=torch.float64))
 
 errors = []
 def err(name, fn):
@@ -78,6 +90,7 @@ def err(name, fn):
 err("kthvalue_k_big", lambda: torch.zeros(3).kthvalue(4))
 err("kthvalue_k_zero", lambda: torch.zeros(3).kthvalue(0))
 err("searchsorted_shape", lambda: torch.searchsorted(torch.zeros(2, 3), torch.zeros(3, 1)))
+err("searchsorted_bool", lambda: torch.searchsorted(torch.tensor([False, True]), torch.tensor([True])))
 err("bucketize_2d", lambda: torch.bucketize(torch.zeros(3), torch.zeros(2, 2)))
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "counting_cases.json")

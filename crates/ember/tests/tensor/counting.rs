@@ -26,12 +26,18 @@ fn call(name: &str, x: &[Tensor]) -> Result<Vec<Tensor>> {
         | "searchsorted_long"
         | "searchsorted_nan_seq"
         | "searchsorted_empty_seq"
-        | "searchsorted_empty_values" => Ok(vec![a.searchsorted(b.unwrap(), false)?]),
+        | "searchsorted_empty_values"
+        | "searchsorted_mixed"
+        | "searchsorted_bf16"
+        | "searchsorted_u8"
+        | "searchsorted_scalar_value" => Ok(vec![a.searchsorted(b.unwrap(), false)?]),
         "searchsorted_right"
         | "searchsorted_nd_right"
         | "searchsorted_long_right"
         | "searchsorted_nan_seq_right"
-        | "searchsorted_batch_i64" => Ok(vec![a.searchsorted(b.unwrap(), true)?]),
+        | "searchsorted_batch_i64"
+        | "searchsorted_mixed_f64"
+        | "searchsorted_f16_right" => Ok(vec![a.searchsorted(b.unwrap(), true)?]),
         "bucketize" | "bucketize_long" => Ok(vec![a.bucketize(b.unwrap(), false)?]),
         "bucketize_right" => Ok(vec![a.bucketize(b.unwrap(), true)?]),
         n => panic!("case {n}"),
@@ -138,6 +144,9 @@ fn counting_refusals_use_pytorchs_words() -> Result<()> {
             "kthvalue_k_zero" => z(&[3])?.kthvalue(0, -1, false).map(|_| ()),
             "searchsorted_shape" => z(&[2, 3])?.searchsorted(&z(&[3, 1])?, false).map(|_| ()),
             "bucketize_2d" => z(&[3])?.bucketize(&z(&[2, 2])?, false).map(|_| ()),
+            "searchsorted_bool" => Tensor::from_vec(vec![false, true], [2], &dev)?
+                .searchsorted(&Tensor::from_vec(vec![true], [1], &dev)?, false)
+                .map(|_| ()),
             n => panic!("error case {n}"),
         };
         let msg = got.expect_err(name).to_string();
@@ -145,3 +154,39 @@ fn counting_refusals_use_pytorchs_words() -> Result<()> {
     }
     Ok(())
 }
+
+/// Many values over many sequences (the parallel host path and the kernel's
+/// grid), a strided sequence, values exactly at elements: the answers of a
+/// linear scan, on every device.
+fn searchsorted_matches_a_scan(dev: &Device) -> Result<()> {
+    let (rows, m, per) = (3usize, 1000usize, 30_000usize);
+    // elements on a coarse grid (many repeats), values on a finer one (many hits)
+    let seq: Vec<f32> = (0..rows * m)
+        .map(|i| ((i % m) / 3) as f32 * 0.5 + (i / m) as f32)
+        .collect();
+    let vals: Vec<f32> = (0..rows * per)
+        .map(|i| ((i * 7919) % 2200) as f32 * 0.25 - 10.0)
+        .collect();
+    // the sequences stored as columns, so `seq` is a strided view
+    let s = Tensor::from_vec(seq.clone(), [rows, m], dev)?
+        .t()?
+        .contiguous()?
+        .t()?;
+    assert!(!s.is_contiguous());
+    let v = Tensor::from_vec(vals.clone(), [rows, per], dev)?;
+    for right in [false, true] {
+        let got = s.searchsorted(&v, right)?.to_vec::<i64>()?;
+        let want: Vec<i64> = (0..rows * per)
+            .map(|i| {
+                let (row, x) = (&seq[(i / per) * m..][..m], vals[i]);
+                row.iter()
+                    .filter(|&&e| if right { e <= x } else { e < x })
+                    .count() as i64
+            })
+            .collect();
+        assert_eq!(got, want, "right={right}");
+    }
+    Ok(())
+}
+
+device_test!(searchsorted_matches_a_scan);

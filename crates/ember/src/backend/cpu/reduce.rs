@@ -351,6 +351,78 @@ pub(crate) fn argsort(
     }))
 }
 
+/// Where each of the contiguous `vals` of `values` (`per` to each row) goes in its
+/// row (of `m`) of the contiguous sorted sequences `seq` of `data`, by PyTorch's
+/// binary search: the same midpoints, and an element goes before the value
+/// unless it is at or above it (above it, with `right`), so NaNs in a sequence
+/// give PyTorch's answers and a NaN value goes after every element. int64.
+pub(crate) fn searchsorted(
+    data: &CpuData,
+    seq: std::ops::Range<usize>,
+    values: &CpuData,
+    vals: std::ops::Range<usize>,
+    (m, per): (usize, usize),
+    right: bool,
+) -> Result<CpuData> {
+    fn go<T: Copy + Send + Sync, K: PartialOrd + Copy>(
+        s: &[T],
+        v: &[T],
+        (m, per): (usize, usize),
+        right: bool,
+        key: impl Fn(T) -> K + Sync,
+    ) -> Result<Vec<i64>> {
+        let mut out = alloc_uninit::<i64>(v.len())?;
+        if m == 0 {
+            out.fill(0);
+            return Ok(out);
+        }
+        let per = per.max(1);
+        let find = |i: usize| -> i64 {
+            let row = &s[(i / per) * m..][..m];
+            let x = key(v[i]);
+            let (mut lo, mut hi) = (0usize, m);
+            while lo < hi {
+                let mid = lo + ((hi - lo) >> 1);
+                let e = key(row[mid]);
+                // the element goes before the value unless this holds (false
+                // for a NaN on either side)
+                let at_or_above = if right { e > x } else { e >= x };
+                hi = if at_or_above { mid } else { hi };
+                lo = if at_or_above { lo } else { mid + 1 };
+            }
+            lo as i64
+        };
+        const CHUNK: usize = 4096;
+        let fill = |(c, o): (usize, &mut [i64])| {
+            for (j, r) in o.iter_mut().enumerate() {
+                *r = find(c * CHUNK + j);
+            }
+        };
+        if v.len() * (usize::BITS - m.leading_zeros()) as usize >= PAR_MIN {
+            out.par_chunks_mut(CHUNK).enumerate().for_each(fill);
+        } else {
+            out.chunks_mut(CHUNK).enumerate().for_each(fill);
+        }
+        Ok(out)
+    }
+    let g = (m, per);
+    Ok(CpuData::I64(match (data, values) {
+        (CpuData::F32(s), CpuData::F32(v)) => go(&s[seq], &v[vals], g, right, |x| x)?,
+        (CpuData::F64(s), CpuData::F64(v)) => go(&s[seq], &v[vals], g, right, |x| x)?,
+        (CpuData::F16(s), CpuData::F16(v)) => go(&s[seq], &v[vals], g, right, |x| x.to_f32())?,
+        (CpuData::BF16(s), CpuData::BF16(v)) => go(&s[seq], &v[vals], g, right, |x| x.to_f32())?,
+        (CpuData::I64(s), CpuData::I64(v)) => go(&s[seq], &v[vals], g, right, |x| x)?,
+        (CpuData::U8(s), CpuData::U8(v)) => go(&s[seq], &v[vals], g, right, |x| x)?,
+        (CpuData::Bool(s), CpuData::Bool(v)) => go(&s[seq], &v[vals], g, right, |x| x)?,
+        _ => {
+            return Err(crate::error::Error::invalid(
+                "searchsorted",
+                "the sequence and the values must have one dtype",
+            ))
+        }
+    }))
+}
+
 /// Runs `op` over `dims`. Sums of integers and bools give i64; arg-reductions give
 /// i64 indices into the lane; everything else keeps the dtype.
 pub(crate) fn reduce(data: &CpuData, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<CpuData> {

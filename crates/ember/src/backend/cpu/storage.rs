@@ -248,6 +248,19 @@ impl BackendStorage for CpuStorage {
             .map(CpuStorage::new)
     }
 
+    fn searchsorted(
+        &self,
+        ls: &Layout,
+        values: &Self,
+        lv: &Layout,
+        m_per: (usize, usize),
+        right: bool,
+    ) -> Result<Self> {
+        let seq = ls.offset()..ls.offset() + ls.numel();
+        let vals = lv.offset()..lv.offset() + lv.numel();
+        reduce::searchsorted(&self.data, seq, &values.data, vals, m_per, right).map(CpuStorage::new)
+    }
+
     fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
         let range = l.offset()..l.offset() + l.numel();
         reduce::cumulative(&self.data, range, scan_shape(l.shape(), dim), op).map(CpuStorage::new)

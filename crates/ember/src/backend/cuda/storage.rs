@@ -396,6 +396,17 @@ impl BackendStorage for CudaStorage {
         ops::argsort(self, l.offset(), scan_shape(l.shape(), dim), descending)
     }
 
+    fn searchsorted(
+        &self,
+        ls: &Layout,
+        values: &Self,
+        lv: &Layout,
+        m_per: (usize, usize),
+        right: bool,
+    ) -> Result<Self> {
+        ops::searchsorted(self, ls, values, lv, m_per, right)
+    }
+
     fn cumulative(&self, l: &Layout, dim: usize, op: ScanOp) -> Result<Self> {
         let (outer, n, inner) = scan_shape(l.shape(), dim);
         ops::cumulative(self, l.offset(), (outer, n, inner), op)

@@ -374,6 +374,17 @@ impl BackendStorage for MetaStorage {
         MetaStorage::new(DType::I64, l.numel())
     }
 
+    fn searchsorted(
+        &self,
+        _ls: &Layout,
+        _values: &Self,
+        lv: &Layout,
+        _m_per: (usize, usize),
+        _right: bool,
+    ) -> Result<Self> {
+        MetaStorage::new(DType::I64, lv.numel())
+    }
+
     fn matmul(
         &self,
         l: &Layout,

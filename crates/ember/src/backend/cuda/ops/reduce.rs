@@ -462,6 +462,35 @@ pub(crate) fn argsort(
     Ok(out)
 }
 
+/// Where each of the values `val` (contiguous from `lv`, `per` of them to each
+/// row) goes in its row of the contiguous sequences `seq` (from `ls`, rows of `m`):
+/// a binary search per value, a thread each.
+pub(crate) fn searchsorted(
+    seq: &CudaStorage,
+    ls: &Layout,
+    val: &CudaStorage,
+    lv: &Layout,
+    (m, per): (usize, usize),
+    right: bool,
+) -> Result<CudaStorage> {
+    let dev = seq.dev();
+    let n = lv.numel();
+    let out = new_out(dev, DType::I64, n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let name = format!("searchsorted_{}", suffix(seq.dtype()));
+    let (ps, pv, po) = (
+        base_ptr(seq, ls.offset()),
+        base_ptr(val, lv.offset()),
+        out.ptr(),
+    );
+    let (m, per, right, n64) = (m as i64, per.max(1) as i64, right as i32, n as i64);
+    let mut p = args![ps, pv, po, m, per, right, n64];
+    launch_n(dev, "reduce", seq.dtype(), &name, n, &mut p)?;
+    Ok(out)
+}
+
 /// Each row's cross-entropy and (max, log-sum) pair (in [`stat_dtype`]) of the contiguous
 /// rows of `x` against `target` (int64, one per row, contiguous from its offset);
 /// one block per row (see `BackendStorage::cross_entropy_rows`).
