@@ -1478,6 +1478,52 @@ __device__ __forceinline__ void argsort_impl(const T* x, i64* out, i64 total, i6
     }
 EMBER_ALL_TYPES(ARGSORT)
 
+// argsort of long lines: merge passes. Pass `width` merges neighbouring sorted
+// runs of `width` indices (`in`, or the identity on the first pass) into runs of
+// 2 * width (`out`). The thread of position j finds its index's place in the
+// merged run by a binary search of the neighbouring run: the elements there that
+// sort before it. (key, original index) is a total order, so every index lands on
+// a distinct place and the result is the stable sort. log2(n) passes of
+// O(log width) per element, where the counting above is O(n) per element.
+__device__ __forceinline__ i64 merge_idx(const i64* in, int first, i64 base, i64 p, i64 inner) {
+    return first ? p : in[base + p * inner];
+}
+
+template <typename T>
+__device__ __forceinline__ void argsort_merge_impl(const T* x, const i64* in, i64* out, i64 total, i64 n, i64 inner,
+                                                   i64 width, int first, int desc) {
+    FOR_EACH(t, total) {
+        const i64 i = t % inner, j = (t / inner) % n, o = t / (inner * n);
+        const i64 base = o * n * inner + i;
+        const i64 me = merge_idx(in, first, base, j, inner);
+        const auto v = widen(x[base + me * inner]);
+        const i64 run = j / width, start = run * width, pstart = (run ^ 1) * width;
+        i64 pos = j;
+        if (pstart < n) {
+            const i64 plen = pstart + width < n ? width : n - pstart;
+            i64 lo = 0, hi = plen;
+            while (lo < hi) {
+                const i64 mid = lo + ((hi - lo) >> 1);
+                const i64 k = merge_idx(in, first, base, pstart + mid, inner);
+                if (sorts_before(widen(x[base + k * inner]), k, v, me, desc)) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            pos = (start < pstart ? start : pstart) + (j - start) + lo;
+        }
+        out[base + pos * inner] = me;
+    }
+}
+
+#define ARGSORT_MERGE(T, S)                                                                          \
+    extern "C" __global__ void argsort_merge_##S(const T* x, const i64* in, i64* out, i64 total,    \
+                                                 i64 n, i64 inner, i64 width, int first, int desc) { \
+        argsort_merge_impl(x, in, out, total, n, inner, width, first, desc);                         \
+    }
+EMBER_ALL_TYPES(ARGSORT_MERGE)
+
 // searchsorted: the thread of value i (row i / per of `val`, contiguous) searches
 // row i / per of `seq` (m elements, contiguous) as PyTorch's lower/upper bound
 // does (the same midpoints), so a sequence holding NaNs gives PyTorch's answer:

@@ -190,3 +190,69 @@ fn searchsorted_matches_a_scan(dev: &Device) -> Result<()> {
 }
 
 device_test!(searchsorted_matches_a_scan);
+
+/// argsort over lines longer than a GPU's counting sort takes (merge passes
+/// there), with many ties, NaNs and a stride between a line's elements: the
+/// stable order of a host sort, ascending and descending, in f32, bf16 and int64.
+fn long_lines_sort_stably(dev: &Device) -> Result<()> {
+    use std::cmp::Ordering;
+    let (outer, n, inner) = (2usize, 3001usize, 3usize);
+    let vals: Vec<f64> = (0..outer * n * inner)
+        .map(|k| match k % 211 {
+            0 => f64::NAN,
+            _ => ((k * 37) % 50) as f64 - 20.0,
+        })
+        .collect();
+    let want = |desc: bool| -> Vec<i64> {
+        let mut out = vec![0i64; vals.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| vals[(o * n + j) * inner + i];
+                let mut idx: Vec<usize> = (0..n).collect();
+                // NaN above every number; a stable sort keeps equal keys in order
+                idx.sort_by(|&a, &b| {
+                    let ord = match (at(a).is_nan(), at(b).is_nan()) {
+                        (true, true) => Ordering::Equal,
+                        (true, false) => Ordering::Greater,
+                        (false, true) => Ordering::Less,
+                        _ => at(a).partial_cmp(&at(b)).unwrap(),
+                    };
+                    if desc {
+                        ord.reverse()
+                    } else {
+                        ord
+                    }
+                });
+                for (j, &k) in idx.iter().enumerate() {
+                    out[(o * n + j) * inner + i] = k as i64;
+                }
+            }
+        }
+        out
+    };
+    let x = Tensor::from_vec(vals.clone(), [outer, n, inner], dev)?;
+    for dtype in [DType::F32, DType::BF16] {
+        let x = x.to_dtype(dtype)?;
+        for desc in [false, true] {
+            let got = x.argsort(1, desc)?.to_vec::<i64>()?;
+            assert_eq!(got, want(desc), "{dtype:?} descending={desc}");
+        }
+    }
+    // integers (no NaN): a 1-D line of int64, sorted values and indices
+    let ints: Vec<i64> = (0..5000).map(|k| (k * 7919 % 613) as i64 - 300).collect();
+    let t = Tensor::from_vec(ints.clone(), [5000], dev)?;
+    let (v, i) = t.sort(0, true)?;
+    let mut order: Vec<usize> = (0..ints.len()).collect();
+    order.sort_by(|&a, &b| ints[b].cmp(&ints[a]));
+    assert_eq!(
+        i.to_vec::<i64>()?,
+        order.iter().map(|&k| k as i64).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        v.to_vec::<i64>()?,
+        order.iter().map(|&k| ints[k]).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+device_test!(long_lines_sort_stably);

@@ -438,8 +438,8 @@ pub(crate) fn cumulative(
 /// The indices that sort each `(outer, inner)` line along the middle axis of
 /// contiguous elements from `offset`: each thread ranks one element against its
 /// line (stable, NaN last ascending), so a line of `n` costs `n²` comparisons
-/// spread over `n` threads: quick for the lines of sequence models (a vocabulary
-/// of a few thousand), slow for very long ones.
+/// spread over `n` threads, for lines up to [`ARGSORT_COUNT_MAX`]; longer lines
+/// are merge-sorted (log2(n) launches of a binary search per element).
 pub(crate) fn argsort(
     x: &CudaStorage,
     offset: usize,
@@ -452,15 +452,35 @@ pub(crate) fn argsort(
     if total == 0 {
         return Ok(out);
     }
-    let name = format!("argsort_{}", suffix(x.dtype()));
     let px = base_ptr(x, offset);
-    let (po, len, i, desc) = (out.ptr(), n as i64, inner as i64, descending as i32);
-    let t = total as i64;
-    // a thread per element (the kernel loops over those past the grid)
-    let mut p = args![px, po, t, len, i, desc];
-    launch_n(dev, "reduce", x.dtype(), &name, total, &mut p)?;
-    Ok(out)
+    let (len, i, desc, t) = (n as i64, inner as i64, descending as i32, total as i64);
+    if n <= ARGSORT_COUNT_MAX {
+        // a thread per element counts what sorts before it: one launch
+        let name = format!("argsort_{}", suffix(x.dtype()));
+        let po = out.ptr();
+        let mut p = args![px, po, t, len, i, desc];
+        launch_n(dev, "reduce", x.dtype(), &name, total, &mut p)?;
+        return Ok(out);
+    }
+    // merge passes between two index buffers, the last one written returned
+    let name = format!("argsort_merge_{}", suffix(x.dtype()));
+    let other = new_out(dev, DType::I64, total)?;
+    let (mut src, mut dst) = (&other, &out);
+    let mut width = 1usize;
+    let mut first = 1i32;
+    while width < n {
+        let (pi, po, w) = (src.ptr(), dst.ptr(), width as i64);
+        let mut p = args![px, pi, po, t, len, i, w, first, desc];
+        launch_n(dev, "reduce", x.dtype(), &name, total, &mut p)?;
+        (src, dst) = (dst, src);
+        (width, first) = (width * 2, 0);
+    }
+    Ok(if std::ptr::eq(src, &out) { out } else { other })
 }
+
+/// The longest line argsort sorts by counting (each element compares itself
+/// with the whole line, one launch); longer lines take log2(n) merge passes.
+pub(crate) const ARGSORT_COUNT_MAX: usize = 1024;
 
 /// Where each of the values `val` (contiguous from `lv`, `per` of them to each
 /// row) goes in its row of the contiguous sequences `seq` (from `ls`, rows of `m`):
