@@ -1210,6 +1210,25 @@ fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
     Ok(())
 }
 
+/// The meta device makes the allocations a GPU makes for an argsort: the indices
+/// alone for a line sorted by counting, and a second index buffer for the merge
+/// passes of a long line (3,000 elements, along a middle dimension).
+#[test]
+fn meta_allocates_as_the_gpu_for_argsort_of_short_and_long_lines() -> Result<()> {
+    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_argsort_of_short_and_long_lines")
+    else {
+        return Ok(());
+    };
+    for shape in [[2, 100, 3], [2, 3000, 3]] {
+        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+            let x = Tensor::randn(shape, d)?;
+            Ok(Box::new(move || x.argsort(1, true).map(drop)))
+        };
+        allocations_agree(&dev, &format!("argsort {shape:?}"), step)?;
+    }
+    Ok(())
+}
+
 /// Runs what `step` makes on meta (modelling `dev`'s multiprocessors) and on
 /// `dev`, and asserts that both allocate as many blocks.
 fn allocations_agree(

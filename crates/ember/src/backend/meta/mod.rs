@@ -14,7 +14,7 @@ use crate::backend::op::{
     foreach_chunks, norm_affine_chunks, row_split, stat_dtype, AdamStep, AttnGrads, AttnOperands,
     AttnSaved, AttnShape, AttnViews, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape,
     NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar,
-    ScanOp, UnaryOp,
+    ScanOp, UnaryOp, ARGSORT_COUNT_MAX,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -370,8 +370,14 @@ impl BackendStorage for MetaStorage {
         self.like(l.numel())
     }
 
-    fn argsort(&self, l: &Layout, _dim: usize, _descending: bool) -> Result<Self> {
-        MetaStorage::new(DType::I64, l.numel())
+    fn argsort(&self, l: &Layout, dim: usize, _descending: bool) -> Result<Self> {
+        let out = MetaStorage::new(DType::I64, l.numel())?;
+        // as the CUDA launcher: long lines merge between the output and a
+        // second index buffer of its size
+        if l.shape().get(dim).copied().unwrap_or(1) > ARGSORT_COUNT_MAX && l.numel() > 0 {
+            let _other = MetaStorage::workspace(DType::I64, l.numel())?;
+        }
+        Ok(out)
     }
 
     fn searchsorted(

@@ -59,7 +59,9 @@ pub(crate) use norm::{
     norm_affine_chunks, BnGradIn, BnParams, BnRunning, NormAffine, NormSaved, RowNorm,
 };
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
-pub(crate) use reduce::{scan_shape, CeOpts, ReduceCode, ReduceOp, ReduceRoute, ScanOp};
+pub(crate) use reduce::{
+    scan_shape, CeOpts, ReduceCode, ReduceOp, ReduceRoute, ScanOp, ARGSORT_COUNT_MAX,
+};
 
 use crate::dtype::DType;
 

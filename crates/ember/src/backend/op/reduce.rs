@@ -158,6 +158,11 @@ pub(crate) fn scan_shape(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     (outer, shape.get(dim).copied().unwrap_or(1), inner)
 }
 
+/// The longest line a CUDA argsort sorts by counting (each element compares
+/// itself with the whole line, one launch); longer lines take log2(n) merge
+/// passes between two index buffers, one of them a workspace.
+pub(crate) const ARGSORT_COUNT_MAX: usize = 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;

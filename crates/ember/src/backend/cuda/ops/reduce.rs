@@ -10,6 +10,7 @@ use super::{
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
     norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ReduceRoute, ScanOp,
+    ARGSORT_COUNT_MAX,
 };
 use crate::layout::Layout;
 use crate::{
@@ -477,10 +478,6 @@ pub(crate) fn argsort(
     }
     Ok(if std::ptr::eq(src, &out) { out } else { other })
 }
-
-/// The longest line argsort sorts by counting (each element compares itself
-/// with the whole line, one launch); longer lines take log2(n) merge passes.
-pub(crate) const ARGSORT_COUNT_MAX: usize = 1024;
 
 /// Where each of the values `val` (contiguous from `lv`, `per` of them to each
 /// row) goes in its row of the contiguous sequences `seq` (from `ls`, rows of `m`):
