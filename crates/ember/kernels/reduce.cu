@@ -1410,8 +1410,9 @@ __device__ void batch_norm_grad_coefs_impl(const S* sums, const S* mean, const S
 IF_f32(BATCH_NORM_COEFS(float, f32)) IF_f64(BATCH_NORM_COEFS(double, f64))
 
 // Cumulative sum (S_SUM) or product (S_PROD) along the middle axis of
-// (outer, n, inner) contiguous elements: one thread per line. float32 accumulates
-// in double, as the CPU does (PyTorch's CPU kernels accumulate it so); int64 wraps.
+// (outer, n, inner) contiguous elements: one thread per line (long lines in
+// chunks, below). float32 accumulates in double, as the CPU does (PyTorch's CPU
+// kernels accumulate it so); int64 wraps.
 template <typename T> struct scan_t { typedef typename acc_t<T>::type type; };
 template <> struct scan_t<float> { typedef double type; };
 
@@ -1442,6 +1443,72 @@ __device__ __forceinline__ void cumulative_impl(const T* x, T* y, i64 outer, i64
     }
 EMBER_FLOAT_TYPES(CUMULATIVE)
 IF_i64(CUMULATIVE(i64, i64))
+
+// Long lines scan in chunks of `chunk` elements (`chunks` of them a line), in three
+// launches: a thread per chunk folds its chunk into `acc[line * chunks + c]`; a
+// thread per line turns those totals into what comes before each chunk; a thread
+// per chunk scans its chunk again from that carry. Consecutive threads take
+// consecutive inner positions, as the serial kernel does. `acc` holds `A`s.
+template <typename T>
+__device__ __forceinline__ void cumulative_totals_impl(const T* x, typename scan_t<T>::type* acc, i64 outer, i64 n,
+                                                       i64 inner, i64 chunk, i64 chunks, int op) {
+    typedef typename scan_t<T>::type A;
+    FOR_EACH(t, outer * chunks * inner) {
+        const i64 i = t % inner, c = (t / inner) % chunks, o = t / (inner * chunks);
+        const i64 base = o * n * inner + i, end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        A a = op == S_SUM ? (A)0 : (A)1;
+        for (i64 j = c * chunk; j < end; j++) {
+            a = scan_step(op, a, (A)widen(x[base + j * inner]));
+        }
+        acc[(o * inner + i) * chunks + c] = a;
+    }
+}
+
+template <typename A>
+__device__ __forceinline__ void cumulative_carries_impl(A* acc, i64 lines, i64 chunks, int op) {
+    FOR_EACH(l, lines) {
+        A* row = acc + l * chunks;
+        A carry = op == S_SUM ? (A)0 : (A)1;
+        for (i64 c = 0; c < chunks; c++) {
+            const A total = row[c];
+            row[c] = carry;
+            carry = scan_step(op, carry, total);
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void cumulative_chunks_impl(const T* x, T* y, const typename scan_t<T>::type* acc, i64 outer,
+                                                       i64 n, i64 inner, i64 chunk, i64 chunks, int op) {
+    typedef typename scan_t<T>::type A;
+    FOR_EACH(t, outer * chunks * inner) {
+        const i64 i = t % inner, c = (t / inner) % chunks, o = t / (inner * chunks);
+        const i64 base = o * n * inner + i, end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+        A a = acc[(o * inner + i) * chunks + c];
+        for (i64 j = c * chunk; j < end; j++) {
+            a = scan_step(op, a, (A)widen(x[base + j * inner]));
+            y[base + j * inner] = narrow<T>(a);
+        }
+    }
+}
+
+#define CUMULATIVE_CHUNKED(T, S)                                                                     \
+    extern "C" __global__ void cumulative_totals_##S(const T* x, scan_t<T>::type* acc, i64 outer,   \
+                                                     i64 n, i64 inner, i64 chunk, i64 chunks,        \
+                                                     int op) {                                       \
+        cumulative_totals_impl(x, acc, outer, n, inner, chunk, chunks, op);                          \
+    }                                                                                                \
+    extern "C" __global__ void cumulative_carries_##S(scan_t<T>::type* acc, i64 lines, i64 chunks,  \
+                                                      int op) {                                      \
+        cumulative_carries_impl(acc, lines, chunks, op);                                             \
+    }                                                                                                \
+    extern "C" __global__ void cumulative_chunks_##S(const T* x, T* out, const scan_t<T>::type* acc, \
+                                                     i64 outer, i64 n, i64 inner, i64 chunk,         \
+                                                     i64 chunks, int op) {                           \
+        cumulative_chunks_impl(x, out, acc, outer, n, inner, chunk, chunks, op);                     \
+    }
+EMBER_FLOAT_TYPES(CUMULATIVE_CHUNKED)
+IF_i64(CUMULATIVE_CHUNKED(i64, i64))
 
 // argsort: the thread of element (o, j, i) counts the elements of its line that
 // sort before it (ties: the smaller index first, a stable sort; NaN above every

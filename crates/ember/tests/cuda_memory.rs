@@ -1229,6 +1229,24 @@ fn meta_allocates_as_the_gpu_for_argsort_of_short_and_long_lines() -> Result<()>
     Ok(())
 }
 
+/// The meta device makes the allocations a GPU makes for a cumulative sum: the
+/// output alone for short lines, and the chunks' carries for long ones.
+#[test]
+fn meta_allocates_as_the_gpu_for_cumsum_of_short_and_long_lines() -> Result<()> {
+    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_cumsum_of_short_and_long_lines")
+    else {
+        return Ok(());
+    };
+    for shape in [[2, 100, 3], [2, 3000, 3]] {
+        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+            let x = Tensor::randn(shape, d)?;
+            Ok(Box::new(move || x.cumsum(1).map(drop)))
+        };
+        allocations_agree(&dev, &format!("cumsum {shape:?}"), step)?;
+    }
+    Ok(())
+}
+
 /// Runs what `step` makes on meta (modelling `dev`'s multiprocessors) and on
 /// `dev`, and asserts that both allocate as many blocks.
 fn allocations_agree(

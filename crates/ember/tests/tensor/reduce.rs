@@ -513,8 +513,119 @@ fn reductions_over_several_dims(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Cumulative sums and products over lines long enough that a GPU scans them in
+/// chunks (a line of 70,000, lines of 5,000 with a stride, a line of 513 just
+/// past the serial length), against a serial scan on the host: float dtypes
+/// within their rounding, int64 exactly with its wraparound, and a product
+/// whose zero and infinity sit in different chunks giving NaN only from the
+/// infinity on, as a serial product does.
+fn long_scans_match_a_serial_scan(dev: &Device) -> Result<()> {
+    for (shape, dim) in [
+        (vec![70_000usize], 0usize),
+        (vec![3, 5000, 2], 1),
+        (vec![5000, 4], 0),
+        (vec![2, 513], 1),
+    ] {
+        let (outer, n, inner) = (
+            shape[..dim].iter().product::<usize>(),
+            shape[dim],
+            shape[dim + 1..].iter().product::<usize>(),
+        );
+        let at = |o: usize, j: usize, i: usize| (o * n + j) * inner + i;
+        let len = outer * n * inner;
+        let serial = |x: &[f64], prod: bool| -> Vec<f64> {
+            let mut y = vec![0.0; len];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut a = if prod { 1.0 } else { 0.0 };
+                    for j in 0..n {
+                        a = if prod {
+                            a * x[at(o, j, i)]
+                        } else {
+                            a + x[at(o, j, i)]
+                        };
+                        y[at(o, j, i)] = a;
+                    }
+                }
+            }
+            y
+        };
+        let what = format!("{shape:?} along {dim}");
+        // sums: values of both signs, so the running sum wanders
+        let x: Vec<f64> = (0..len)
+            .map(|k| ((k * 7919) % 1001) as f64 / 100.0 - 5.0)
+            .collect();
+        let want = serial(&x, false);
+        let t = Tensor::from_vec(x.clone(), shape.clone(), dev)?;
+        for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 1e-3), (DType::BF16, 2.0)] {
+            let got = t
+                .to_dtype(dtype)?
+                .cumsum(dim as i64)?
+                .to_dtype(DType::F64)?;
+            let got = got.to_vec::<f64>()?;
+            // bf16 rounds each input and output to 8 bits: a running sum of up
+            // to 70,000 terms of magnitude 5 is within a few units of its scale
+            let scale = |k: usize| {
+                if dtype == DType::BF16 {
+                    want[k].abs() / 64.0
+                } else {
+                    0.0
+                }
+            };
+            for k in 0..len {
+                assert!(
+                    (got[k] - want[k]).abs() <= tol + scale(k),
+                    "cumsum {dtype:?} {what} at {k}: {} vs {}",
+                    got[k],
+                    want[k]
+                );
+            }
+        }
+        // int64: large values, so the sum wraps as two's complement
+        let ints: Vec<i64> = (0..len as i64)
+            .map(|k| (k % 7 - 3) * (i64::MAX / 5))
+            .collect();
+        let got = Tensor::from_vec(ints.clone(), shape.clone(), dev)?.cumsum(dim as i64)?;
+        let mut want_i = vec![0i64; len];
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut a = 0i64;
+                for j in 0..n {
+                    a = a.wrapping_add(ints[at(o, j, i)]);
+                    want_i[at(o, j, i)] = a;
+                }
+            }
+        }
+        assert_eq!(got.to_vec::<i64>()?, want_i, "cumsum int64 {what}");
+        // products near 1 (they stay finite), a zero early and an infinity late
+        let mut p: Vec<f64> = (0..len)
+            .map(|k| 1.0 + ((k % 13) as f64 - 6.0) / 1000.0)
+            .collect();
+        for o in 0..outer {
+            for i in 0..inner {
+                p[at(o, n / 5, i)] = 0.0;
+                p[at(o, n - 3, i)] = f64::INFINITY;
+            }
+        }
+        let want = serial(&p, true);
+        let got = Tensor::from_vec(p, shape.clone(), dev)?.cumprod(dim as i64)?;
+        let got = got.to_vec::<f64>()?;
+        for k in 0..len {
+            let close = (got[k] - want[k]).abs() <= 1e-9 * want[k].abs().max(1.0);
+            assert!(
+                close || (got[k].is_nan() && want[k].is_nan()),
+                "cumprod {what} at {k}: {} vs {}",
+                got[k],
+                want[k]
+            );
+        }
+    }
+    Ok(())
+}
+
 device_test!(
     reductions_over_several_dims,
+    long_scans_match_a_serial_scan,
     reductions_of_every_shape,
     sums_and_means,
     max_min_arg,

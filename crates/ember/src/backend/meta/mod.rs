@@ -11,10 +11,10 @@ pub mod account;
 
 use crate::backend::op::{
     attn_library_refuses, attn_library_workspace, channel_chunks, channel_columns, channel_shape,
-    foreach_chunks, norm_affine_chunks, row_split, stat_dtype, AdamStep, AttnGrads, AttnOperands,
-    AttnSaved, AttnShape, AttnViews, BinaryOp, BnGradIn, BnParams, BnRunning, CmpOp, ConvShape,
-    NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp, ReduceRoute, RowNorm, Scalar,
-    ScanOp, UnaryOp, ARGSORT_COUNT_MAX,
+    foreach_chunks, norm_affine_chunks, row_split, scan_chunks, scan_shape, stat_dtype, AdamStep,
+    AttnGrads, AttnOperands, AttnSaved, AttnShape, AttnViews, BinaryOp, BnGradIn, BnParams,
+    BnRunning, CmpOp, ConvShape, NormAffine, NormSaved, Pool, PoolShape, ReduceCode, ReduceOp,
+    ReduceRoute, RowNorm, Scalar, ScanOp, UnaryOp, ARGSORT_COUNT_MAX,
 };
 use crate::backend::primitives::{BackendStorage, ConvGrads};
 use crate::dtype::CpuData;
@@ -366,8 +366,14 @@ impl BackendStorage for MetaStorage {
         Ok((coefs, gw))
     }
 
-    fn cumulative(&self, l: &Layout, _dim: usize, _op: ScanOp) -> Result<Self> {
-        self.like(l.numel())
+    fn cumulative(&self, l: &Layout, dim: usize, _op: ScanOp) -> Result<Self> {
+        let out = self.like(l.numel())?;
+        // as the CUDA launcher: long lines keep their chunks' carries
+        let (outer, n, inner) = scan_shape(l.shape(), dim);
+        if let Some((_, chunks)) = scan_chunks(outer * inner, n).filter(|_| l.numel() > 0) {
+            let _carries = MetaStorage::workspace(DType::I64, outer * inner * chunks)?;
+        }
+        Ok(out)
     }
 
     fn argsort(&self, l: &Layout, dim: usize, _descending: bool) -> Result<Self> {

@@ -60,7 +60,7 @@ pub(crate) use norm::{
 };
 pub(crate) use optim::{foreach_chunks, AdamStep, SgdStep, FOREACH_CHUNK, FOREACH_LIST};
 pub(crate) use reduce::{
-    scan_shape, CeOpts, ReduceCode, ReduceOp, ReduceRoute, ScanOp, ARGSORT_COUNT_MAX,
+    scan_chunks, scan_shape, CeOpts, ReduceCode, ReduceOp, ReduceRoute, ScanOp, ARGSORT_COUNT_MAX,
 };
 
 use crate::dtype::DType;

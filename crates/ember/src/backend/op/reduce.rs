@@ -158,6 +158,22 @@ pub(crate) fn scan_shape(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     (outer, shape.get(dim).copied().unwrap_or(1), inner)
 }
 
+/// How a CUDA cumulative sum or product splits `lines` lines of `n` elements:
+/// `None` for a thread per line, else `(chunk, chunks)`, chunks of about √n
+/// elements (at least 256) scanned by a thread each, with a workspace of
+/// `lines * chunks` accumulators (8 bytes each) for the carries between them.
+/// Many short lines keep a thread each: they fill the GPU already.
+pub(crate) fn scan_chunks(lines: usize, n: usize) -> Option<(usize, usize)> {
+    if n <= 2 * SCAN_CHUNK_MIN || lines >= 1 << 16 {
+        return None;
+    }
+    let chunk = n.isqrt().max(SCAN_CHUNK_MIN);
+    Some((chunk, n.div_ceil(chunk)))
+}
+
+/// The shortest chunk of a chunked scan.
+const SCAN_CHUNK_MIN: usize = 256;
+
 /// The longest line a CUDA argsort sorts by counting (each element compares
 /// itself with the whole line, one launch); longer lines take log2(n) merge
 /// passes between two index buffers, one of them a workspace.
@@ -166,6 +182,19 @@ pub(crate) const ARGSORT_COUNT_MAX: usize = 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_scans_split_into_chunks_that_cover_the_line() {
+        assert_eq!(scan_chunks(4, 512), None);
+        assert_eq!(scan_chunks(1 << 16, 100_000), None);
+        assert_eq!(scan_chunks(2, 513), Some((256, 3)));
+        assert_eq!(scan_chunks(1, 1_000_000), Some((1000, 1000)));
+        for n in [513, 5000, 65_537, 70_000, 1 << 24] {
+            let (chunk, chunks) = scan_chunks(1, n).unwrap();
+            assert!(chunk >= 256 && chunks >= 2, "{n}");
+            assert!((chunks - 1) * chunk < n && n <= chunks * chunk, "{n}");
+        }
+    }
 
     #[test]
     fn reduction_routes() {

@@ -9,8 +9,8 @@ use super::{
 };
 use crate::backend::cuda::CudaStorage;
 use crate::backend::op::{
-    norm_affine_chunks, row_split, stat_dtype, NormSaved, ReduceCode, ReduceRoute, ScanOp,
-    ARGSORT_COUNT_MAX,
+    norm_affine_chunks, row_split, scan_chunks, stat_dtype, NormSaved, ReduceCode, ReduceRoute,
+    ScanOp, ARGSORT_COUNT_MAX,
 };
 use crate::layout::Layout;
 use crate::{
@@ -427,12 +427,54 @@ pub(crate) fn cumulative(
     if total == 0 {
         return Ok(out);
     }
-    let name = format!("cumulative_{}", suffix(x.dtype()));
+    let sfx = suffix(x.dtype());
     let px = base_ptr(x, offset);
     let (po, o, len, i, code) = (out.ptr(), outer as i64, n as i64, inner as i64, op as i32);
-    // a thread per line (the kernel loops over the lines past the grid)
-    let mut p = args![px, po, o, len, i, code];
-    launch_n(dev, "reduce", x.dtype(), &name, outer * inner, &mut p)?;
+    let lines = outer * inner;
+    let Some((chunk, chunks)) = scan_chunks(lines, n) else {
+        // a thread per line (the kernel loops over the lines past the grid)
+        let mut p = args![px, po, o, len, i, code];
+        launch_n(
+            dev,
+            "reduce",
+            x.dtype(),
+            &format!("cumulative_{sfx}"),
+            lines,
+            &mut p,
+        )?;
+        return Ok(out);
+    };
+    // chunk totals, the carries into each chunk, then the chunks from them
+    let acc = new_out(dev, DType::I64, lines * chunks)?;
+    let (pa, c, cs, l) = (acc.ptr(), chunk as i64, chunks as i64, lines as i64);
+    let threads = lines * chunks;
+    let mut p = args![px, pa, o, len, i, c, cs, code];
+    launch_n(
+        dev,
+        "reduce",
+        x.dtype(),
+        &format!("cumulative_totals_{sfx}"),
+        threads,
+        &mut p,
+    )?;
+    let mut p = args![pa, l, cs, code];
+    launch_n(
+        dev,
+        "reduce",
+        x.dtype(),
+        &format!("cumulative_carries_{sfx}"),
+        lines,
+        &mut p,
+    )?;
+    let mut p = args![px, po, pa, o, len, i, c, cs, code];
+    launch_n(
+        dev,
+        "reduce",
+        x.dtype(),
+        &format!("cumulative_chunks_{sfx}"),
+        threads,
+        &mut p,
+    )?;
     Ok(out)
 }
 
