@@ -1210,39 +1210,29 @@ fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
     Ok(())
 }
 
-/// The meta device makes the allocations a GPU makes for an argsort: the indices
-/// alone for a line sorted by counting, and a second index buffer for the merge
-/// passes of a long line (3,000 elements, along a middle dimension).
+/// The meta device makes the allocations a GPU makes for an argsort and a
+/// cumulative sum: the output alone for short lines, and for long ones (3,000
+/// elements along a middle dimension) the argsort's second index buffer for its
+/// merge passes and the cumulative sum's carries between chunks.
 #[test]
-fn meta_allocates_as_the_gpu_for_argsort_of_short_and_long_lines() -> Result<()> {
-    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_argsort_of_short_and_long_lines")
-    else {
+fn meta_allocates_as_the_gpu_for_argsort_and_cumsum_of_short_and_long_lines() -> Result<()> {
+    let name = "meta_allocates_as_the_gpu_for_argsort_and_cumsum_of_short_and_long_lines";
+    let Some((dev, _turn)) = gpu(name) else {
         return Ok(());
     };
-    for shape in [[2, 100, 3], [2, 3000, 3]] {
-        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
-            let x = Tensor::randn(shape, d)?;
-            Ok(Box::new(move || x.argsort(1, true).map(drop)))
-        };
-        allocations_agree(&dev, &format!("argsort {shape:?}"), step)?;
-    }
-    Ok(())
-}
-
-/// The meta device makes the allocations a GPU makes for a cumulative sum: the
-/// output alone for short lines, and the chunks' carries for long ones.
-#[test]
-fn meta_allocates_as_the_gpu_for_cumsum_of_short_and_long_lines() -> Result<()> {
-    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_cumsum_of_short_and_long_lines")
-    else {
-        return Ok(());
-    };
-    for shape in [[2, 100, 3], [2, 3000, 3]] {
-        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
-            let x = Tensor::randn(shape, d)?;
-            Ok(Box::new(move || x.cumsum(1).map(drop)))
-        };
-        allocations_agree(&dev, &format!("cumsum {shape:?}"), step)?;
+    type Op = fn(&Tensor) -> Result<Tensor>;
+    let ops: [(&str, Op); 2] = [
+        ("argsort", |x| x.argsort(1, true)),
+        ("cumsum", |x| x.cumsum(1)),
+    ];
+    for (what, op) in ops {
+        for shape in [[2, 100, 3], [2, 3000, 3]] {
+            let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+                let x = Tensor::randn(shape, d)?;
+                Ok(Box::new(move || op(&x).map(drop)))
+            };
+            allocations_agree(&dev, &format!("{what} {shape:?}"), step)?;
+        }
     }
     Ok(())
 }
