@@ -1210,6 +1210,38 @@ fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
     Ok(())
 }
 
+/// The meta device makes the allocations a GPU makes for a 3-D convolution's
+/// forward and backward passes (each depth tap's slices, 2-D convolution and
+/// gradients, the gradients' depth-major sums), with depth padding and a
+/// stride, and with `padding="same"` and an even kernel (padding copied in on
+/// one side).
+#[test]
+fn meta_allocates_as_the_gpu_for_conv3d() -> Result<()> {
+    let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_conv3d") else {
+        return Ok(());
+    };
+    for same in [false, true] {
+        let step = |d: &Device| -> Result<Box<dyn FnOnce() -> Result<()>>> {
+            let x = Tensor::randn([2, 3, 5, 6, 6], d)?.requires_grad_(true)?;
+            let k = if same { 2 } else { 3 };
+            let w = Tensor::randn([4, 3, k, k, k], d)?.requires_grad_(true)?;
+            let b = Tensor::randn([4], d)?.requires_grad_(true)?;
+            Ok(Box::new(move || {
+                let y = match same {
+                    true => x.conv3d_same(&w, Some(&b), (1, 1, 1), 1)?,
+                    false => {
+                        let opts = ember::Conv3dOptions::default().padding(1).stride(2);
+                        x.conv3d(&w, Some(&b), opts)?
+                    }
+                };
+                y.backward_with(&y.ones_like()?)
+            }))
+        };
+        allocations_agree(&dev, &format!("conv3d, same {same}"), step)?;
+    }
+    Ok(())
+}
+
 /// The meta device makes the allocations a GPU makes for an argsort and a
 /// cumulative sum: the output alone for short lines, and for long ones (3,000
 /// elements along a middle dimension) the argsort's second index buffer for its

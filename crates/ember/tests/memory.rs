@@ -13,7 +13,7 @@ mod training;
 use ember::memory::{parse_bytes, Estimator, Phase};
 use ember::nn::{self, Module};
 use ember::prelude::*;
-use ember::{models, Conv2dOptions};
+use ember::{models, Conv2dOptions, Conv3dOptions};
 use training::*;
 
 /// `cuda:0` and this binary's turn on it: the comparisons read the device's
@@ -566,6 +566,71 @@ fn backward_keeps_only_what_its_rules_read() -> Result<()> {
     );
     y.sum_all()?.backward()?;
     Ok(())
+}
+
+/// A 3-D convolution keeps its input and weight for backward, as PyTorch's does,
+/// not the depth slices each of its kernel's depth taps convolves (a copy of
+/// about the input per tap: three inputs more for a 3 x 3 x 3 kernel): after
+/// the forward pass only the output is new. Its backward holds the output's
+/// gradient in depth-major order, the input's gradient, and one tap's slices
+/// and their gradient at a time (no padded copy of the input or of its
+/// gradient): four inputs and the weight's taps, besides workspaces.
+#[test]
+fn conv3d_keeps_only_its_input_and_weight() -> Result<()> {
+    let dev = Device::Meta;
+    let x = Tensor::zeros([2, 8, 16, 16, 16], DType::F32, &dev)?.requires_grad_(true)?;
+    let w = Tensor::zeros([8, 8, 3, 3, 3], DType::F32, &dev)?.requires_grad_(true)?;
+    let b = Tensor::zeros([8], DType::F32, &dev)?.requires_grad_(true)?;
+    let t = x.numel() * 4; // the bytes of the input, and of a same-size output
+    for (opts, what) in [
+        (Conv3dOptions::default().padding(1), "padding 1"),
+        (Conv3dOptions::default().stride(2), "stride 2"),
+    ] {
+        let (live, y) = live_after(|| x.conv3d(&w, Some(&b), opts))?;
+        assert_eq!(
+            live,
+            y.numel() * 4,
+            "{what}: {live} bytes alive after the forward pass"
+        );
+        let peak = peak_of(|| y.sum_all()?.backward())?;
+        assert!(
+            peak <= 4 * t + 2 * w.numel() * 4,
+            "{what}: backward's peak {peak} bytes, {} inputs",
+            peak as f64 / t as f64
+        );
+        assert_eq!(
+            x.grad().map(|g| g.shape().to_vec()),
+            Some(x.shape().to_vec())
+        );
+        x.set_grad(None)?;
+    }
+    Ok(())
+}
+
+/// The highest meta bytes of tensors alive at once, counted from zero, while
+/// `f` runs (an op's workspace, which it frees before it returns, left out).
+fn peak_of(f: impl FnOnce() -> Result<()>) -> Result<usize> {
+    use ember::meta::{AllocHook, MetaEvent};
+    use std::sync::atomic::{AtomicIsize, Ordering};
+    #[derive(Default)]
+    struct Peak(AtomicIsize, AtomicIsize);
+    impl AllocHook for Peak {
+        fn alloc(&self, e: &MetaEvent) {
+            if !e.workspace {
+                let b = e.bytes as isize;
+                let now = self.0.fetch_add(b, Ordering::Relaxed) + b;
+                self.1.fetch_max(now, Ordering::Relaxed);
+            }
+        }
+        fn free(&self, e: &MetaEvent) {
+            if !e.workspace {
+                self.0.fetch_sub(e.bytes as isize, Ordering::Relaxed);
+            }
+        }
+    }
+    let peak = std::sync::Arc::new(Peak::default());
+    ember::meta::with_hook(peak.clone(), f)?;
+    Ok(peak.1.load(Ordering::Relaxed) as usize)
 }
 
 /// Under bfloat16 autocast a conv -> batch norm -> ReLU -> conv chain keeps its

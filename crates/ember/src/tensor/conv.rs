@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// The input and weight gradients of a convolution, each where it is needed.
-type ConvGrads = (Option<Tensor>, Option<Tensor>);
+pub(crate) type ConvGrads = (Option<Tensor>, Option<Tensor>);
 
 impl Tensor {
     /// Records `out` as `conv2d(self, weight, bias)` (every device's path shares
@@ -137,13 +137,73 @@ impl Tensor {
         if self.rank() == 3 {
             return self.unsqueeze(0)?.conv2d(weight, bias, opts)?.squeeze(0);
         }
-        check_ranks(OP, self, weight)?;
-        let [n, c, h, w] = [
-            self.shape()[0],
-            self.shape()[1],
-            self.shape()[2],
-            self.shape()[3],
-        ];
+        let plan = Plan::new(self, weight, bias, opts)?;
+        let ConvShape { n, o, oh, ow, .. } = plan.shape;
+        let ng = crate::autograd::no_grad_guard();
+        // kept for backward in their own dtype (a half-precision input costs half
+        // the memory of its float32 copy, which lives only while it is used)
+        let nhwc = plan.paths.nhwc;
+        let (xk, wk) = (self.in_order(nhwc)?, weight.in_order(nhwc)?);
+        let forward = |work: DType, cl: bool| -> Result<Tensor> {
+            let (x, wt) = (
+                xk.to_dtype(work)?.in_order(cl)?,
+                wk.to_dtype(work)?.in_order(cl)?,
+            );
+            let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
+            let mut ts = vec![&x, &wt];
+            ts.extend(&b);
+            let st = Storages::read(&ts);
+            let b = b.as_ref().map(|b| (st.get(2), b.layout()));
+            let s = ConvShape {
+                nhwc: cl,
+                ..plan.shape
+            };
+            let y = st
+                .get(0)
+                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &s)?;
+            Ok(Tensor::from_storage_in(y, &[n, o, oh, ow], cl))
+        };
+        let y = plan.paths.run("forward", forward)?;
+        let out = y.to_dtype(plan.paths.dtype)?.laid_out(plan.format)?;
+        drop(ng);
+        // both are saved, as PyTorch's convolution saves its input and weight
+        let (x, wt) = (xk.save_as(self), wk.save_as(weight));
+        Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
+            if crate::autograd::creating_graph() {
+                // a walk that creates a graph: the gradients in recorded ops
+                let (x, wt) = (x.value()?, wt.value()?);
+                return conv2d_grads_recorded(&x, &wt, gy, opts, need);
+            }
+            plan.backward(x.get()?, wt.get()?, gy, need)
+        }))
+    }
+}
+
+/// How one convolution runs: its shapes, the paths its passes may take and the
+/// memory formats of the results.
+#[derive(Clone, Copy)]
+struct Plan {
+    shape: ConvShape,
+    paths: Paths,
+    /// The output's and the input gradient's format.
+    format: MemoryFormat,
+    /// The weight gradient's format (the weight's own).
+    wformat: MemoryFormat,
+    /// The weight's in-channels per group.
+    cg: usize,
+}
+
+impl Plan {
+    /// PyTorch's checks of a batched convolution's operands, and how it runs.
+    fn new(
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Plan> {
+        const OP: &str = "conv2d";
+        check_ranks(OP, x, weight)?;
+        let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
         let [o, cg, kh, kw] = [
             weight.shape()[0],
             weight.shape()[1],
@@ -154,7 +214,7 @@ impl Tensor {
         if g == 0 || c % g != 0 || o % g != 0 || cg * g != c {
             return Err(Error::shape(
                 OP,
-                self.shape(),
+                x.shape(),
                 weight.shape(),
                 format!("expected input with {} channels (weight's in-channels × groups = {cg} × {g}) and out-channels divisible by groups", cg * g),
             ));
@@ -174,7 +234,7 @@ impl Tensor {
         let Some((oh, ow)) = out_hw else {
             return Err(Error::shape(
                 OP,
-                self.shape(),
+                x.shape(),
                 weight.shape(),
                 "kernel size (with dilation) can't be greater than the padded input size",
             ));
@@ -196,84 +256,99 @@ impl Tensor {
         };
         // channels-last when the input or the weight is, as PyTorch's convolutions
         // (its CUDA convolutions keep float64 row-major)
-        let format = conv_memory_format(self, weight);
+        let format = conv_memory_format(x, weight);
         let wformat = weight.suggest_memory_format();
         // f16/bf16 convolve in their own dtype where the device can (cuDNN's half
         // kernels, float32 accumulation), otherwise in f32
-        let dtype = self.dtype();
+        let dtype = x.dtype();
         let half = matches!(dtype, DType::F16 | DType::BF16);
-        let native = half && self.read().conv_takes_half(&shape);
+        let native = half && weight.read().conv_takes_half(&shape);
         // channels-last operands are convolved as they lie where the device can
         // (cuDNN's NHWC kernels); elsewhere row-major, the result laid out again
         let nhwc = format == MemoryFormat::ChannelsLast
             && (!half || native)
-            && self.read().conv_takes_channels_last(&ConvShape {
+            && weight.read().conv_takes_channels_last(&ConvShape {
                 nhwc: true,
                 ..shape
             });
-        let ng = crate::autograd::no_grad_guard();
-        // kept for backward in their own dtype (a half-precision input costs half
-        // the memory of its float32 copy, which lives only while it is used)
-        let (xk, wk) = (self.in_order(nhwc)?, weight.in_order(nhwc)?);
-        let forward = |work: DType, cl: bool| -> Result<Tensor> {
-            let (x, wt) = (
-                xk.to_dtype(work)?.in_order(cl)?,
-                wk.to_dtype(work)?.in_order(cl)?,
-            );
-            let b = bias.map(|b| b.to_dtype(work)?.contiguous()).transpose()?;
-            let mut ts = vec![&x, &wt];
-            ts.extend(&b);
-            let st = Storages::read(&ts);
-            let b = b.as_ref().map(|b| (st.get(2), b.layout()));
-            let s = ConvShape { nhwc: cl, ..shape };
-            let y = st
-                .get(0)
-                .conv2d(x.layout(), (st.get(1), wt.layout()), b, &s)?;
-            Ok(Tensor::from_storage_in(y, &[n, o, oh, ow], cl))
-        };
         let paths = Paths {
             dtype,
             half,
             native,
             nhwc,
         };
-        let y = paths.run("forward", forward)?;
-        let out = y.to_dtype(dtype)?.laid_out(format)?;
-        drop(ng);
-        // both are saved, as PyTorch's convolution saves its input and weight
-        let (x, wt) = (xk.save_as(self), wk.save_as(weight));
-        Ok(self.record_conv2d(weight, bias, out, move |gy, need| {
-            if crate::autograd::creating_graph() {
-                // a walk that creates a graph: the gradients in recorded ops
-                let (x, wt) = (x.value()?, wt.value()?);
-                return conv2d_grads_recorded(&x, &wt, gy, opts, need);
-            }
-            let (x, wt) = (x.get()?, wt.get()?);
-            let backward = |work: DType, cl: bool| -> Result<ConvGrads> {
-                let (x, wt) = (
-                    x.to_dtype(work)?.in_order(cl)?,
-                    wt.to_dtype(work)?.in_order(cl)?,
-                );
-                let gc = gy.to_dtype(work)?.in_order(cl)?;
-                let st = Storages::read(&[&x, &wt, &gc]);
-                let (gx, gw) = st.get(0).conv2d_backward(
-                    x.layout(),
-                    (st.get(1), wt.layout()),
-                    (st.get(2), gc.layout()),
-                    &ConvShape { nhwc: cl, ..shape },
-                    need,
-                )?;
-                Ok((
-                    gx.map(|s| Tensor::from_storage_in(s, &[n, c, h, w], cl).laid_out(format))
-                        .transpose()?,
-                    // in the weight's own format, whichever order the pass ran in
-                    gw.map(|s| Tensor::from_storage_in(s, &[o, cg, kh, kw], cl).laid_out(wformat))
-                        .transpose()?,
-                ))
-            };
-            paths.run("backward", backward)
-        }))
+        Ok(Plan {
+            shape,
+            paths,
+            format,
+            wformat,
+            cg,
+        })
     }
+
+    /// The input and weight gradients, as `need` asks, for the output gradient
+    /// `gy` (in the dtype they were computed in). `x` is read only for the
+    /// weight's gradient.
+    fn backward(
+        &self,
+        x: &Tensor,
+        wt: &Tensor,
+        gy: &Tensor,
+        need: (bool, bool),
+    ) -> Result<ConvGrads> {
+        let ConvShape {
+            n, c, h, w, o, win, ..
+        } = self.shape;
+        let (kh, kw) = win.kernel;
+        let pass = |work: DType, cl: bool| -> Result<ConvGrads> {
+            let wt = wt.to_dtype(work)?.in_order(cl)?;
+            // the input's values only where the weight's gradient reads them;
+            // otherwise the weight stands in for its storage (not read)
+            let x = match need.1 {
+                true => x.to_dtype(work)?.in_order(cl)?,
+                false => wt.clone(),
+            };
+            let gc = gy.to_dtype(work)?.in_order(cl)?;
+            let st = Storages::read(&[&x, &wt, &gc]);
+            let (gx, gw) = st.get(0).conv2d_backward(
+                x.layout(),
+                (st.get(1), wt.layout()),
+                (st.get(2), gc.layout()),
+                &ConvShape {
+                    nhwc: cl,
+                    ..self.shape
+                },
+                need,
+            )?;
+            Ok((
+                gx.map(|s| Tensor::from_storage_in(s, &[n, c, h, w], cl).laid_out(self.format))
+                    .transpose()?,
+                // in the weight's own format, whichever order the pass ran in
+                gw.map(|s| {
+                    Tensor::from_storage_in(s, &[o, self.cg, kh, kw], cl).laid_out(self.wformat)
+                })
+                .transpose()?,
+            ))
+        };
+        self.paths.run("backward", pass)
+    }
+}
+
+/// The input and weight gradients of the batched `x.conv2d(w, None, opts)` for
+/// the output gradient `gy`, as `need` asks, by the paths the convolution's own
+/// backward takes (no recording; in the dtype they were computed in: float32 for
+/// half types a device convolves in float32). `x`'s values are read only for
+/// the weight's gradient: for the input's alone, any tensor of its shape, dtype
+/// and device will do (an expanded scalar).
+pub(crate) fn conv2d_grads(
+    x: &Tensor,
+    w: &Tensor,
+    gy: &Tensor,
+    opts: Conv2dOptions,
+    need: (bool, bool),
+) -> Result<ConvGrads> {
+    let _ng = crate::autograd::no_grad_guard();
+    Plan::new(x, w, None, opts)?.backward(x, w, gy, need)
 }
 
 /// Which paths a convolution's passes may take, most wanted first: channels-last
@@ -448,7 +523,7 @@ pub(super) fn check_stride_dilation(
 /// `gy` in recorded ops, so that they are differentiable again (the rule a walk
 /// that creates a graph runs): the input's is the transposed convolution of
 /// `gy`, the weight's [`conv2d_weight_grad_recorded`].
-fn conv2d_grads_recorded(
+pub(crate) fn conv2d_grads_recorded(
     x: &Tensor,
     w: &Tensor,
     gy: &Tensor,

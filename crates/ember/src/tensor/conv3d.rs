@@ -1,10 +1,13 @@
 //! 3-D convolution (`F.conv3d`) as a composite of 2-D ones: each kernel-depth
 //! tap is a `conv2d` over the input's depth slices it meets, depth folded into
-//! the batch, and the taps are summed. It runs wherever `conv2d` runs (cuDNN on
-//! a GPU, shapes only on meta), and autograd follows the ops it is built of.
+//! the batch, and the taps are added into the output. It runs wherever `conv2d`
+//! runs (cuDNN on a GPU, shapes only on meta). Autograd sees one op that keeps
+//! the input and the weight, as PyTorch's does; backward makes each tap's
+//! slices again and runs its `conv2d`'s gradients.
 
-use super::conv::{check_operands, Conv2dOptions};
-use super::{PadMode, Tensor};
+use super::conv::{check_operands, conv2d_grads, conv2d_weight_grad_recorded, Conv2dOptions};
+use super::{ConvTranspose3dOptions, PadMode, Tensor};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Stride, zero padding, dilation (each `(depth, height, width)`) and groups of
@@ -181,12 +184,14 @@ impl Tensor {
     /// output size is `(in + 2·padding − dilation·(k − 1) − 1) / stride + 1`.
     ///
     /// It is built of 2-D convolutions: for each of the kernel's `kD` depth
-    /// taps, the input's depth slices that tap meets (a strided view, depth
-    /// folded into the batch) are convolved with that tap's `[O, C / groups,
-    /// kH, kW]` kernel, and the taps' outputs are summed. So it runs on every
-    /// device through `conv2d` (cuDNN on a GPU; shapes only on meta), and its
-    /// gradients are those of the ops it is made of. Only depth padding is
-    /// copied into the input; height and width padding is `conv2d`'s own.
+    /// taps, the input's depth slices that tap meets (depth folded into the
+    /// batch) are convolved with that tap's `[O, C / groups, kH, kW]` kernel,
+    /// and the taps' outputs are summed. So it runs on every device through
+    /// `conv2d` (cuDNN on a GPU; shapes only on meta). For backward it keeps
+    /// the input and the weight only, as PyTorch does (a tap's slices live
+    /// only while the tap runs), and its gradients are each tap's `conv2d`
+    /// gradients. Only depth padding is copied into the input; height and
+    /// width padding is `conv2d`'s own.
     ///
     /// ```
     /// # use ember::{Conv3dOptions, DType, Device, Tensor};
@@ -295,55 +300,331 @@ impl Tensor {
                 .squeeze(0);
         }
         check_conv3d(self, weight, bias, &opts, pads)?;
-        let [n, c] = [self.shape()[0], self.shape()[1]];
-        let [o, kd] = [weight.shape()[0], weight.shape()[2]];
-        let (sd, dd) = (opts.stride.0, opts.dilation.0);
-        // height and width: the padding both sides share is conv2d's, any
-        // extra on one side (padding="same") is copied in with depth's
+        let taps = Taps::new(self, weight, opts, pads);
+        let y = {
+            let _ng = crate::autograd::no_grad_guard();
+            taps.forward(self, weight, bias)?
+        };
+        // one node that keeps the input and the weight, as PyTorch's convolution
+        // does (the depth slices each tap convolves are made again in backward)
+        let (x, w) = (self.save(), weight.save());
+        let need = (self.requires_grad(), weight.requires_grad());
+        let bias_grad = bias.map(|b| b.requires_grad());
+        Ok(Tensor::record_twice(y, OP, &ts, |_| {
+            move |gy: &Tensor| {
+                let (gx, gw) = if crate::autograd::creating_graph() {
+                    taps.grads_recorded(&x.value()?, &w.value()?, gy, need)?
+                } else {
+                    taps.grads(x.get()?, w.get()?, gy, need)?
+                };
+                let mut out = vec![gx, gw];
+                if let Some(needed) = bias_grad {
+                    out.push(needed.then(|| gy.sum([0, 2, 3, 4], false)).transpose()?);
+                }
+                Ok(out)
+            }
+        }))
+    }
+}
+
+/// The geometry of a 3-D convolution as `kD` 2-D ones, one per depth tap of the
+/// kernel, each over the input's depth slices it meets (depth folded into the
+/// batch, depth-major: `[D, N, C, H, W]`, so that a run of slices or of output
+/// depths is one block). Depth padding is not copied in: a tap skips the
+/// output depths where it would read padding.
+#[derive(Clone, Copy)]
+struct Taps {
+    n: usize,
+    c: usize,
+    o: usize,
+    kd: usize,
+    /// Depth stride and dilation.
+    sd: usize,
+    dd: usize,
+    /// The input's depth, and the depth padding before and after it.
+    d: usize,
+    pd: (usize, usize),
+    /// The output's depth, height and width.
+    out: [usize; 3],
+    /// The input's height and width once `extra` pads them.
+    hw: [usize; 2],
+    /// The height's and width's padding that is not on both sides
+    /// (`padding="same"`), copied into the input (`pad`'s order: width before
+    /// and after, height before and after); the rest is `conv2d`'s.
+    extra: [usize; 4],
+    /// Each tap's 2-D convolution (the height's and width's stride, padding
+    /// and dilation, the groups).
+    plane: Conv2dOptions,
+}
+
+/// The output depths a tap reaches inside the input: the first and how many,
+/// and the input depth it reads for the first.
+#[derive(Clone, Copy)]
+struct Reach {
+    first: usize,
+    count: usize,
+    start: usize,
+}
+
+impl Taps {
+    fn new(x: &Tensor, weight: &Tensor, opts: Conv3dOptions, pads: [(usize, usize); 3]) -> Taps {
         let (ph, pw) = (pads[1].0.min(pads[1].1), pads[2].0.min(pads[2].1));
-        let explicit = [
+        let extra = [
             pads[2].0 - pw,
             pads[2].1 - pw,
             pads[1].0 - ph,
             pads[1].1 - ph,
-            pads[0].0,
-            pads[0].1,
         ];
-        let x = if explicit.iter().any(|&p| p > 0) {
-            let p: Vec<i64> = explicit.iter().map(|&p| p as i64).collect();
-            self.pad(&p, PadMode::Constant(0.0))?
-        } else {
-            self.clone()
-        };
-        let [dp, hp, wp] = [x.shape()[2], x.shape()[3], x.shape()[4]];
-        let od = (dp - dd * (kd - 1) - 1) / sd + 1;
-        // depth beside the batch: [N, D, C, H, W] (a view)
-        let xt = x.permute([0, 2, 1, 3, 4])?;
-        let plane = Conv2dOptions {
-            stride: (opts.stride.1, opts.stride.2),
-            padding: (ph, pw),
-            dilation: (opts.dilation.1, opts.dilation.2),
-            groups: opts.groups,
-        };
-        let mut sum: Option<Tensor> = None;
-        for i in 0..kd {
-            let start = i * dd;
-            let end = start + (od - 1) * sd + 1;
-            // the od depth slices tap i meets, each a sample of the batch
-            let slices = xt
-                .slice(1, Some(start as i64), Some(end as i64), sd)?
-                .reshape([n * od, c, hp, wp])?;
-            let tap = weight.select(2, i as i64)?;
-            let y = slices.conv2d(&tap, if i == 0 { bias } else { None }, plane)?;
-            sum = Some(match sum {
-                None => y,
-                Some(s) => s.add(&y)?,
-            });
+        let s = x.shape();
+        let hw = [s[3] + extra[2] + extra[3], s[4] + extra[0] + extra[1]];
+        let k = &weight.shape()[2..];
+        let (st, dil) = (list(opts.stride), list(opts.dilation));
+        // (the checks made sure each kernel fits its padded dim)
+        let out_size =
+            |i: usize, size: usize, p: usize| (size + p - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
+        Taps {
+            n: s[0],
+            c: s[1],
+            o: weight.shape()[0],
+            kd: k[0],
+            sd: st[0],
+            dd: dil[0],
+            d: s[2],
+            pd: pads[0],
+            out: [
+                out_size(0, s[2], pads[0].0 + pads[0].1),
+                out_size(1, hw[0], 2 * ph),
+                out_size(2, hw[1], 2 * pw),
+            ],
+            hw,
+            extra,
+            plane: Conv2dOptions {
+                stride: (st[1], st[2]),
+                padding: (ph, pw),
+                dilation: (dil[1], dil[2]),
+                groups: opts.groups,
+            },
         }
-        let y = sum.ok_or_else(|| Error::invalid(OP, "a kernel of zero depth"))?;
-        let (oh, ow) = (y.shape()[2], y.shape()[3]);
-        y.reshape([n, od, o, oh, ow])?
-            .permute([0, 2, 1, 3, 4])?
-            .contiguous()
+    }
+
+    /// The output depths tap `i` computes from the input (at output depth `j`
+    /// it reads input depth `j · sd + i · dd − pd`); `None` where it reads only
+    /// padding.
+    fn reach(&self, i: usize) -> Option<Reach> {
+        let offset = (i * self.dd) as i64 - self.pd.0 as i64;
+        let sd = self.sd as i64;
+        let first = if offset >= 0 {
+            0
+        } else {
+            (-offset + sd - 1) / sd
+        };
+        let last = self.d as i64 - 1 - offset;
+        if last < 0 {
+            return None;
+        }
+        let end = (last / sd + 1).min(self.out[0] as i64);
+        (end > first).then(|| Reach {
+            first: first as usize,
+            count: (end - first) as usize,
+            start: (first * sd + offset) as usize,
+        })
+    }
+
+    /// `x` with the `extra` padding, depth-major: `[D, N, C, H, W]` (a view).
+    fn depth_major(&self, x: &Tensor) -> Result<Tensor> {
+        let x = if self.extra.iter().any(|&p| p > 0) {
+            let mut p: Vec<i64> = self.extra.iter().map(|&p| p as i64).collect();
+            p.extend([0, 0]);
+            x.pad(&p, PadMode::Constant(0.0))?
+        } else {
+            x.clone()
+        };
+        x.permute([2, 0, 1, 3, 4])
+    }
+
+    /// The depth slices a tap reads, each a sample of the batch: `[count · N,
+    /// C, H, W]` (a copy), from [`depth_major`](Self::depth_major)'s view.
+    fn slices(&self, xt: &Tensor, r: Reach) -> Result<Tensor> {
+        let end = r.start + (r.count - 1) * self.sd + 1;
+        let [h, w] = self.hw;
+        xt.slice(0, Some(r.start as i64), Some(end as i64), self.sd)?
+            .reshape([r.count * self.n, self.c, h, w])
+    }
+
+    /// The output gradient's depths a tap reached, from its depth-major copy:
+    /// `[count · N, O, oH, oW]` (a view).
+    fn out_grad(&self, gyt: &Tensor, r: Reach) -> Result<Tensor> {
+        let [_, oh, ow] = self.out;
+        gyt.narrow(0, r.first as i64, r.count)?
+            .reshape([r.count * self.n, self.o, oh, ow])
+    }
+
+    /// The convolution (not recorded): each tap's 2-D convolution added into
+    /// the output's depths it reached, through the output's depth-major view,
+    /// so that no tap's slices outlive its own convolution.
+    fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let (n, o, [od, oh, ow]) = (self.n, self.o, self.out);
+        let shape = [n, o, od, oh, ow];
+        let y = match bias {
+            Some(b) => b.reshape([1, o, 1, 1, 1])?.expand(shape)?.contiguous()?,
+            None => Tensor::zeros(shape, x.dtype(), &x.device())?,
+        };
+        let yt = y.permute([2, 0, 1, 3, 4])?;
+        let xt = self.depth_major(x)?;
+        for i in 0..self.kd {
+            let Some(r) = self.reach(i) else { continue };
+            let tap = weight.select(2, i as i64)?;
+            let part = self.slices(&xt, r)?.conv2d(&tap, None, self.plane)?;
+            yt.narrow(0, r.first as i64, r.count)?
+                .add_(&part.reshape([r.count, n, o, oh, ow])?)?;
+        }
+        Ok(y)
+    }
+
+    /// The input and weight gradients as `need` asks, not recorded: each tap's
+    /// 2-D convolution's gradients (cuDNN's on a GPU), the input's added into
+    /// the depth slices the tap read (in float32 for half types, rounded once).
+    fn grads(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        gy: &Tensor,
+        need: (bool, bool),
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (n, c, [h, w]) = (self.n, self.c, self.hw);
+        let gyt = gy.permute([2, 0, 1, 3, 4])?.contiguous()?;
+        let xt = need.1.then(|| self.depth_major(x)).transpose()?;
+        let sum_dtype = match x.dtype() {
+            DType::F16 | DType::BF16 => DType::F32,
+            dt => dt,
+        };
+        // the input's gradient (with the extra padding) and its depth-major view
+        let gx = need
+            .0
+            .then(|| Tensor::zeros([n, c, self.d, h, w], sum_dtype, &x.device()))
+            .transpose()?;
+        let gxt = gx
+            .as_ref()
+            .map(|g| g.permute([2, 0, 1, 3, 4]))
+            .transpose()?;
+        let mut gw = Vec::with_capacity(self.kd);
+        for i in 0..self.kd {
+            let tap = weight.select(2, i as i64)?;
+            let Some(r) = self.reach(i) else {
+                // a tap that reads only padding: no gradient
+                if need.1 {
+                    gw.push(tap.zeros_like()?);
+                }
+                continue;
+            };
+            let xs = match &xt {
+                Some(xt) => self.slices(xt, r)?,
+                // (not read: the input's gradient alone)
+                None => Tensor::zeros([0usize; 0], x.dtype(), &x.device())?.expand([
+                    r.count * n,
+                    c,
+                    h,
+                    w,
+                ])?,
+            };
+            let (gs, gt) = conv2d_grads(&xs, &tap, &self.out_grad(&gyt, r)?, self.plane, need)?;
+            if let (Some(gxt), Some(gs)) = (&gxt, gs) {
+                let end = r.start + (r.count - 1) * self.sd + 1;
+                gxt.slice(0, Some(r.start as i64), Some(end as i64), self.sd)?
+                    .add_(&gs.reshape([r.count, n, c, h, w])?)?;
+            }
+            gw.extend(gt);
+        }
+        let gx = gx
+            .map(|g| self.unpad(g, 0)?.to_dtype(x.dtype()))
+            .transpose()?;
+        let gw = need
+            .1
+            .then(|| {
+                let taps: Vec<&Tensor> = gw.iter().collect();
+                Tensor::stack(&taps, 2)?.to_dtype(weight.dtype())
+            })
+            .transpose()?;
+        Ok((gx, gw))
+    }
+
+    /// The input and weight gradients as `need` asks in recorded ops, so that
+    /// they are differentiable again (the rule a walk that creates a graph
+    /// runs): the input's is the transposed convolution of `gy`, the weight's
+    /// each tap's 2-D weight gradient in recorded ops.
+    fn grads_recorded(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        gy: &Tensor,
+        need: (bool, bool),
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let gx = need
+            .0
+            .then(|| {
+                // all padding but conv2d's own is in the result, cut off after:
+                // the output padding that gives back the padded input's size
+                let k = &weight.shape()[2..];
+                let st = [self.sd, self.plane.stride.0, self.plane.stride.1];
+                let dil = [self.dd, self.plane.dilation.0, self.plane.dilation.1];
+                let pad = [0, self.plane.padding.0, self.plane.padding.1];
+                let size = [self.d + self.pd.0 + self.pd.1, self.hw[0], self.hw[1]];
+                let rest = |i: usize| {
+                    size[i] + 2 * pad[i] - ((self.out[i] - 1) * st[i] + dil[i] * (k[i] - 1) + 1)
+                };
+                let t = ConvTranspose3dOptions {
+                    stride: (st[0], st[1], st[2]),
+                    padding: (pad[0], pad[1], pad[2]),
+                    output_padding: (rest(0), rest(1), rest(2)),
+                    dilation: (dil[0], dil[1], dil[2]),
+                    groups: self.plane.groups,
+                };
+                self.unpad(gy.conv_transpose3d(weight, None, t)?, self.pd.0)
+            })
+            .transpose()?;
+        let gw = need
+            .1
+            .then(|| {
+                let xt = self.depth_major(x)?;
+                let gyt = gy.permute([2, 0, 1, 3, 4])?;
+                let k = (weight.shape()[3], weight.shape()[4]);
+                let taps = (0..self.kd)
+                    .map(|i| match self.reach(i) {
+                        Some(r) => conv2d_weight_grad_recorded(
+                            &self.slices(&xt, r)?,
+                            &self.out_grad(&gyt, r)?,
+                            k,
+                            self.plane,
+                        ),
+                        None => weight.select(2, i as i64)?.zeros_like(),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let taps: Vec<&Tensor> = taps.iter().collect();
+                Tensor::stack(&taps, 2)
+            })
+            .transpose()?;
+        Ok((gx, gw))
+    }
+
+    /// An input gradient `[N, C, D', H', W']` without the padding it carries:
+    /// `depth_before` depths first, and the height's and width's `extra`.
+    fn unpad(&self, g: Tensor, depth_before: usize) -> Result<Tensor> {
+        let e = self.extra;
+        let cut = [
+            (2, depth_before, self.d),
+            (3, e[2], self.hw[0] - e[2] - e[3]),
+            (4, e[0], self.hw[1] - e[0] - e[1]),
+        ];
+        if cut
+            .iter()
+            .all(|&(dim, before, len)| before == 0 && g.shape()[dim] == len)
+        {
+            return Ok(g);
+        }
+        let mut g = g;
+        for (dim, before, len) in cut {
+            g = g.narrow(dim as i64, before as i64, len)?;
+        }
+        g.contiguous()
     }
 }

@@ -303,7 +303,19 @@ fn convolutions_1d_3d(x: &[Tensor]) -> Result<Tensor> {
     let h = v.conv3d(w3, None, o3)?.sigmoid()?;
     let t = ConvTranspose3dOptions::default().stride(2);
     let u = h.conv_transpose3d(w3, None, t)?;
-    s.add(&h.square()?.sum_all()?)?.add(&u.sin()?.sum_all()?)
+    // padding="same" with an even kernel (one side more than the other), and
+    // a depth stride over padding
+    let e = v.conv3d_same(w3, None, (1, 1, 1), 1)?.tanh()?.sum_all()?;
+    let o3 = ember::Conv3dOptions {
+        stride: (2, 1, 1),
+        padding: (1, 1, 0),
+        ..Default::default()
+    };
+    let f = v.conv3d(w3, None, o3)?.cos()?.sum_all()?;
+    s.add(&h.square()?.sum_all()?)?
+        .add(&u.sin()?.sum_all()?)?
+        .add(&e)?
+        .add(&f)
 }
 
 fn normalisations(x: &[Tensor]) -> Result<Tensor> {
