@@ -165,6 +165,18 @@ def suite(dev):
 
     row(dev, f"conv2d fwd+bwd {bn}x{c}x{hw}x{hw} k3 p1 o{o}", "flops", 3.0 * 2.0 * bn * o * hw * hw * c * 9,
         conv_step)
+    # a 3-D convolution's forward and both gradients (ember's row of the same name)
+    bn, c, o, d, hw = (1, 2, 4, 4, 8) if q else (8, 64, 64, 16, 56) if gpu else (2, 16, 16, 8, 32)
+    x3, w3 = rand(bn, c, d, hw, hw).requires_grad_(), rand(o, c, 3, 3, 3).requires_grad_()
+
+    def conv3d_step():
+        with torch.enable_grad():
+            torch.nn.functional.conv3d(x3, w3, padding=1).sum().backward()
+        x3.grad = w3.grad = None
+
+    row(dev, f"conv3d fwd+bwd {bn}x{c}x{d}x{hw}x{hw} k3 p1 o{o}", "flops",
+        3.0 * 2.0 * bn * o * d * hw * hw * c * 27, conv3d_step)
+    del x3, w3
     # causal attention forward and backward (ember's rows of the same names)
     attention_rows = [((8, 12, 1024, 64), (torch.bfloat16, "bf16")), ((8, 12, 1024, 64), (torch.float32, "f32"))] \
         if gpu and not q else [((1, 2, 128, 64), (torch.float32, "f32"))]

@@ -191,6 +191,30 @@ pub(crate) fn suite(cx: &Ctx, sizes: &[usize], lesson: bool) -> Result<Vec<Row>>
         },
     )?);
 
+    // a 3-D convolution's forward and both gradients: a volume or video
+    // network's 3x3x3 layer (padding 1), counted as 3 products of
+    // 2·B·O·D·H·W·C·27
+    let (bn, c, o, d, hw) = match (q, gpu) {
+        (true, _) => (1, 2, 4, 4, 8),
+        (false, true) => (8, 64, 64, 16, 56),
+        (false, false) => (2, 16, 16, 8, 32),
+    };
+    let x3 = rand(&[bn, c, d, hw, hw])?.requires_grad_(true)?;
+    let w3 = rand(&[o, c, 3, 3, 3])?.requires_grad_(true)?;
+    let flops = 3.0 * 2.0 * (bn * o * d * hw * hw * c * 27) as f64;
+    rows.push(cx.row(
+        format!("conv3d fwd+bwd {bn}x{c}x{d}x{hw}x{hw} k3 p1 o{o}"),
+        Work::Flops(flops),
+        || {
+            let opts = ember::Conv3dOptions::default().padding(1);
+            x3.conv3d(&w3, None, opts)?.sum_all()?.backward()?;
+            x3.zero_grad();
+            w3.zero_grad();
+            Ok(())
+        },
+    )?);
+    drop((x3, w3));
+
     // causal attention forward and backward at GPT-2 small's shape (on GPUs in
     // bf16 and f32: the fused kernels; on the CPU a small f32 one), counted as
     // FlashAttention counts it: 4·B·H·L·S·d forward, 2.5 times that backward,
