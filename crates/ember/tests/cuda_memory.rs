@@ -1214,7 +1214,7 @@ fn meta_allocates_as_the_gpu_for_convolutions_on_both_paths() -> Result<()> {
 /// forward and backward passes (each depth tap's slices, 2-D convolution and
 /// gradients, the gradients' depth-major sums), with depth padding and a
 /// stride, and with `padding="same"` and an even kernel (padding copied in on
-/// one side).
+/// one side); and of a strided, padded 3-D transposed convolution.
 #[test]
 fn meta_allocates_as_the_gpu_for_conv3d() -> Result<()> {
     let Some((dev, _turn)) = gpu("meta_allocates_as_the_gpu_for_conv3d") else {
@@ -1234,7 +1234,18 @@ fn meta_allocates_as_the_gpu_for_conv3d() -> Result<()> {
                         x.conv3d(&w, Some(&b), opts)?
                     }
                 };
-                y.backward_with(&y.ones_like()?)
+                y.backward_with(&y.ones_like()?)?;
+                // and a transposed one back (its weight [in, out, ...])
+                let t = ember::nn::ConvTranspose3dOptions::default()
+                    .stride(2)
+                    .padding(1);
+                let wt = w
+                    .detach()
+                    .transpose(0, 1)?
+                    .contiguous()?
+                    .requires_grad_(true)?;
+                let z = x.conv_transpose3d(&wt, None, t)?;
+                z.backward_with(&z.ones_like()?)
             }))
         };
         allocations_agree(&dev, &format!("conv3d, same {same}"), step)?;

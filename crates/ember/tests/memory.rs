@@ -574,7 +574,8 @@ fn backward_keeps_only_what_its_rules_read() -> Result<()> {
 /// the forward pass only the output is new. Its backward holds the output's
 /// gradient in depth-major order, the input's gradient, and one tap's slices
 /// and their gradient at a time (no padded copy of the input or of its
-/// gradient): four inputs and the weight's taps, besides workspaces.
+/// gradient): four inputs and the weight's taps, besides workspaces. The
+/// transposed convolution keeps no copy of its input either.
 #[test]
 fn conv3d_keeps_only_its_input_and_weight() -> Result<()> {
     let dev = Device::Meta;
@@ -604,6 +605,19 @@ fn conv3d_keeps_only_its_input_and_weight() -> Result<()> {
         );
         x.set_grad(None)?;
     }
+    // the transposed convolution too: the output alone is new
+    let (live, y) = live_after(|| {
+        x.conv_transpose3d(
+            &w,
+            Some(&b),
+            nn::ConvTranspose3dOptions::default().stride(2),
+        )
+    })?;
+    assert_eq!(
+        live,
+        y.numel() * 4,
+        "conv_transpose3d: {live} bytes alive after the forward pass"
+    );
     Ok(())
 }
 

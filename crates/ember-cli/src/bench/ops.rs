@@ -1,5 +1,5 @@
 //! The `ops` suite: tensor operations (copy, elementwise, reductions, softmax,
-//! matrix products in every precision the device has, a convolution, per-op
+//! matrix products in every precision the device has, 2-D and 3-D convolutions, per-op
 //! overhead, and copies between host and device).
 
 use super::stats::{Row, Work};

@@ -1,11 +1,13 @@
 //! 3-D transposed convolution (`F.conv_transpose3d`) as a composite of 2-D
 //! ones: each kernel-depth tap is a `conv_transpose2d` of every input depth
 //! slice (depth folded into the batch), whose outputs land `stride` apart from
-//! the tap's offset along the output's depth; the taps are summed. It runs
-//! wherever `conv_transpose2d` runs, and autograd follows the ops.
+//! the tap's offset along the output's depth, added into the output. It runs
+//! wherever `conv_transpose2d` runs. Autograd sees one op that keeps the input
+//! and the weight, as PyTorch's does: the input's gradient is the 3-D
+//! convolution of the output's, the weight's each tap's 2-D weight gradient.
 
-use super::conv::check_operands;
-use super::conv3d::{check_rank_3d, list};
+use super::conv::{check_operands, conv2d_grads, conv2d_weight_grad_recorded, Conv2dOptions};
+use super::conv3d::{check_rank_3d, list, Conv3dOptions};
 use super::conv_transpose::ConvTranspose2dOptions;
 use super::{PadMode, Tensor};
 use crate::error::{Error, Result};
@@ -161,8 +163,9 @@ impl Tensor {
     /// depth taps, every input depth slice (depth folded into the batch) is
     /// transposed-convolved with that tap's kernel, and the results are laid
     /// `stride` apart from the tap's offset `tap · dilation` along the
-    /// output's depth (cropped by the padding) and summed. Its gradients are
-    /// those of the ops it is made of.
+    /// output's depth (cropped by the padding) and summed. For backward it
+    /// keeps the input and the weight only, as PyTorch does; the input's
+    /// gradient is [`conv3d`](Self::conv3d) of the output's.
     ///
     /// ```
     /// # use ember::{DType, Device, Tensor};
@@ -194,61 +197,237 @@ impl Tensor {
                 .squeeze(0);
         }
         let [od, oh, ow] = check_conv_transpose3d(self, weight, bias, &opts)?;
-        let [n, cin, d, h, w] = [0, 1, 2, 3, 4].map(|i| self.shape()[i]);
-        let cout = weight.shape()[1] * opts.groups;
-        let kd = weight.shape()[2];
-        let (sd, pd, dd) = (opts.stride.0, opts.padding.0, opts.dilation.0);
-        let plane = ConvTranspose2dOptions {
-            stride: (opts.stride.1, opts.stride.2),
-            padding: (opts.padding.1, opts.padding.2),
-            output_padding: (opts.output_padding.1, opts.output_padding.2),
-            dilation: (opts.dilation.1, opts.dilation.2),
-            groups: opts.groups,
+        let taps = TransposedTaps {
+            n: self.shape()[0],
+            cin: self.shape()[1],
+            cout: weight.shape()[1] * opts.groups,
+            kd: weight.shape()[2],
+            d: self.shape()[2],
+            hw: [self.shape()[3], self.shape()[4]],
+            out: [od, oh, ow],
+            opts,
         };
-        // every depth slice a sample of the batch: [N·D, C_in, H, W]
-        let slices = self.permute([0, 2, 1, 3, 4])?.reshape([n * d, cin, h, w])?;
-        // each tap's slices cover `span` full-output positions, `sd` apart
-        let span = (d - 1) * sd + 1;
-        let mut sum: Option<Tensor> = None;
-        for i in 0..kd {
-            // the part of [i·dd, i·dd + span) inside the output's [pd, pd + od)
-            let start = i * dd;
-            let (lo, hi) = (start.max(pd), (start + span).min(pd + od));
-            if lo >= hi {
-                continue;
+        let y = {
+            let _ng = crate::autograd::no_grad_guard();
+            taps.forward(self, weight, bias)?
+        };
+        // one node that keeps the input and the weight, as PyTorch's transposed
+        // convolution does
+        let (x, w) = (self.save(), weight.save());
+        let need = (self.requires_grad(), weight.requires_grad());
+        let bias_grad = bias.map(|b| b.requires_grad());
+        Ok(Tensor::record_twice(y, OP, &ts, |_| {
+            move |gy: &Tensor| {
+                let creating = crate::autograd::creating_graph();
+                let (x, w) = match creating {
+                    true => (x.value()?, w.value()?),
+                    false => (x.get()?.clone(), w.get()?.clone()),
+                };
+                let gx = need.0.then(|| taps.input_grad(&w, gy)).transpose()?;
+                let gw = need
+                    .1
+                    .then(|| taps.weight_grad(&x, &w, gy, creating))
+                    .transpose()?;
+                let mut out = vec![gx, gw];
+                if let Some(needed) = bias_grad {
+                    out.push(needed.then(|| gy.sum([0, 2, 3, 4], false)).transpose()?);
+                }
+                Ok(out)
             }
-            let y = slices
-                .conv_transpose2d(&weight.select(2, i as i64)?, None, plane)?
-                .reshape([n, d, cout, oh, ow])?;
-            // zeros between the slices: [N, D, sd, ...] read as [N, D·sd, ...]
-            let spread = if sd > 1 {
-                y.unsqueeze(2)?
-                    .pad(
-                        &[0, 0, 0, 0, 0, 0, 0, sd as i64 - 1],
+        }))
+    }
+}
+
+/// The geometry of a 3-D transposed convolution as `kD` 2-D ones, one per
+/// depth tap of the kernel: every input depth slice (depth-major, folded into
+/// the batch) is transposed-convolved with the tap's kernel and lands `stride`
+/// apart from the tap's offset along the output's depth; the slices whose
+/// landing place the padding crops are left out.
+#[derive(Clone, Copy)]
+struct TransposedTaps {
+    n: usize,
+    cin: usize,
+    cout: usize,
+    kd: usize,
+    /// The input's depth, height and width; the output's.
+    d: usize,
+    hw: [usize; 2],
+    out: [usize; 3],
+    opts: ConvTranspose3dOptions,
+}
+
+/// The input depths a tap lands inside the output: the first and how many,
+/// and the output depth the first lands on.
+#[derive(Clone, Copy)]
+struct Landing {
+    first: usize,
+    count: usize,
+    at: usize,
+}
+
+impl TransposedTaps {
+    /// Where tap `i`'s slices land (input depth `j` on output depth `j · sd +
+    /// i · dd − pd`); `None` where the padding crops them all.
+    fn landing(&self, i: usize) -> Option<Landing> {
+        let (sd, dd, pd) = (
+            self.opts.stride.0,
+            self.opts.dilation.0,
+            self.opts.padding.0,
+        );
+        let offset = (i * dd) as i64 - pd as i64;
+        let sd = sd as i64;
+        let first = if offset >= 0 {
+            0
+        } else {
+            (-offset + sd - 1) / sd
+        };
+        let last = self.out[0] as i64 - 1 - offset;
+        if last < 0 {
+            return None;
+        }
+        let end = (last / sd + 1).min(self.d as i64);
+        (end > first).then(|| Landing {
+            first: first as usize,
+            count: (end - first) as usize,
+            at: (first * sd + offset) as usize,
+        })
+    }
+
+    /// The output depths a landing covers, in a depth-major view.
+    fn landed(&self, t: &Tensor, l: Landing) -> Result<Tensor> {
+        let end = l.at + (l.count - 1) * self.opts.stride.0 + 1;
+        t.slice(0, Some(l.at as i64), Some(end as i64), self.opts.stride.0)
+    }
+
+    /// Each tap's 2-D transposed convolution.
+    fn plane(&self) -> ConvTranspose2dOptions {
+        let o = self.opts;
+        ConvTranspose2dOptions {
+            stride: (o.stride.1, o.stride.2),
+            padding: (o.padding.1, o.padding.2),
+            output_padding: (o.output_padding.1, o.output_padding.2),
+            dilation: (o.dilation.1, o.dilation.2),
+            groups: o.groups,
+        }
+    }
+
+    /// The 2-D convolution whose input gradient [`plane`](Self::plane) is.
+    fn plane_conv(&self) -> Conv2dOptions {
+        let o = self.opts;
+        Conv2dOptions {
+            stride: (o.stride.1, o.stride.2),
+            padding: (o.padding.1, o.padding.2),
+            dilation: (o.dilation.1, o.dilation.2),
+            groups: o.groups,
+        }
+    }
+
+    /// The transposed convolution (not recorded): the input's depth slices
+    /// made depth-major once, each tap's 2-D transposed convolution of those
+    /// that land added into the output through its depth-major view.
+    fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let (n, cout, [od, oh, ow]) = (self.n, self.cout, self.out);
+        let shape = [n, cout, od, oh, ow];
+        let y = match bias {
+            Some(b) => b.reshape([1, cout, 1, 1, 1])?.expand(shape)?.contiguous()?,
+            None => Tensor::zeros(shape, x.dtype(), &x.device())?,
+        };
+        let yt = y.permute([2, 0, 1, 3, 4])?;
+        // [D, N, C_in, H, W]: a run of depths is one block of samples
+        let xt = x.permute([2, 0, 1, 3, 4])?.contiguous()?;
+        let [h, w] = self.hw;
+        for i in 0..self.kd {
+            let Some(l) = self.landing(i) else { continue };
+            let slices =
+                xt.narrow(0, l.first as i64, l.count)?
+                    .reshape([l.count * n, self.cin, h, w])?;
+            let part = slices.conv_transpose2d(&weight.select(2, i as i64)?, None, self.plane())?;
+            self.landed(&yt, l)?
+                .add_(&part.reshape([l.count, n, cout, oh, ow])?)?;
+        }
+        Ok(y)
+    }
+
+    /// The input's gradient: the 3-D convolution of the output's (recorded
+    /// when a walk creates a graph, as every op here), cut to the input's size
+    /// where an output padding of a stride or more makes it larger.
+    fn input_grad(&self, weight: &Tensor, gy: &Tensor) -> Result<Tensor> {
+        let o = self.opts;
+        let conv = Conv3dOptions {
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+        };
+        let mut gx = gy.conv3d(weight, None, conv)?;
+        let size = [self.d, self.hw[0], self.hw[1]];
+        for (i, &len) in size.iter().enumerate() {
+            if gx.shape()[2 + i] != len {
+                gx = gx.narrow(2 + i as i64, 0, len)?;
+            }
+        }
+        gx.contiguous()
+    }
+
+    /// The weight's gradient: per tap, the weight gradient of the 2-D
+    /// convolution whose input gradient the tap is, with the output gradient's
+    /// landed depths as that convolution's input and the input's slices as its
+    /// output's gradient (in recorded ops where `recorded`).
+    fn weight_grad(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        gy: &Tensor,
+        recorded: bool,
+    ) -> Result<Tensor> {
+        let (n, [h, w], [_, oh, ow]) = (self.n, self.hw, self.out);
+        let k = (weight.shape()[3], weight.shape()[4]);
+        let xt = x.permute([2, 0, 1, 3, 4])?;
+        let gyt = gy.permute([2, 0, 1, 3, 4])?;
+        let mut taps = Vec::with_capacity(self.kd);
+        for i in 0..self.kd {
+            let tap = weight.select(2, i as i64)?;
+            let Some(l) = self.landing(i) else {
+                taps.push(tap.zeros_like()?);
+                continue;
+            };
+            let g = self
+                .landed(&gyt, l)?
+                .reshape([l.count * n, self.cout, oh, ow])?;
+            let xs =
+                xt.narrow(0, l.first as i64, l.count)?
+                    .reshape([l.count * n, self.cin, h, w])?;
+            let gt = if recorded {
+                conv2d_weight_grad_recorded(&g, &xs, k, self.plane_conv())?
+            } else {
+                // the convolution of `g` may reach past the input (an output
+                // padding of a stride or more): no gradient flows from there
+                let (ch, cw) = conv_reach(oh, ow, k, self.plane_conv());
+                let xs = if (ch, cw) != (h, w) {
+                    xs.pad(
+                        &[0, (cw - w) as i64, 0, (ch - h) as i64],
                         PadMode::Constant(0.0),
                     )?
-                    .reshape([n, d * sd, cout, oh, ow])?
-            } else {
-                y
+                } else {
+                    xs
+                };
+                let (_, gt) = conv2d_grads(&g, &tap, &xs, self.plane_conv(), (false, true))?;
+                gt.ok_or_else(|| Error::invalid("conv_transpose3d backward", "no weight gradient"))?
+                    .to_dtype(weight.dtype())?
             };
-            let placed = spread.narrow(1, (lo - start) as i64, hi - lo)?.pad(
-                &[0, 0, 0, 0, 0, 0, (lo - pd) as i64, (pd + od - hi) as i64],
-                PadMode::Constant(0.0),
-            )?;
-            sum = Some(match sum {
-                None => placed,
-                Some(s) => s.add(&placed)?,
-            });
+            taps.push(gt);
         }
-        let y = match sum {
-            Some(y) => y,
-            // no tap reaches the output (the padding crops them all)
-            None => Tensor::zeros([n, od, cout, oh, ow], self.dtype(), &self.device())?,
-        };
-        let y = match bias {
-            Some(b) => y.add(&b.reshape([1, 1, cout, 1, 1])?)?,
-            None => y,
-        };
-        y.permute([0, 2, 1, 3, 4])?.contiguous()
+        let taps: Vec<&Tensor> = taps.iter().collect();
+        Tensor::stack(&taps, 2)
     }
+}
+
+/// The output height and width of a 2-D convolution of an `oh x ow` input.
+fn conv_reach(oh: usize, ow: usize, k: (usize, usize), o: Conv2dOptions) -> (usize, usize) {
+    let size =
+        |n: usize, k: usize, s: usize, p: usize, d: usize| (n + 2 * p - d * (k - 1) - 1) / s + 1;
+    (
+        size(oh, k.0, o.stride.0, o.padding.0, o.dilation.0),
+        size(ow, k.1, o.stride.1, o.padding.1, o.dilation.1),
+    )
 }
