@@ -190,8 +190,10 @@ impl Tensor {
     /// `conv2d` (cuDNN on a GPU; shapes only on meta). For backward it keeps
     /// the input and the weight only, as PyTorch does (a tap's slices live
     /// only while the tap runs), and its gradients are each tap's `conv2d`
-    /// gradients. Only depth padding is copied into the input; height and
-    /// width padding is `conv2d`'s own.
+    /// gradients. No padding is copied into the input but the one-sided extra
+    /// of `padding="same"` with an even kernel: a tap skips the output depths
+    /// where it would read depth padding, and height and width padding is
+    /// `conv2d`'s own.
     ///
     /// ```
     /// # use ember::{Conv3dOptions, DType, Device, Tensor};
@@ -312,7 +314,10 @@ impl Tensor {
         let bias_grad = bias.map(|b| b.requires_grad());
         Ok(Tensor::record_twice(y, OP, &ts, |_| {
             move |gy: &Tensor| {
-                let (gx, gw) = if crate::autograd::creating_graph() {
+                let (gx, gw) = if need == (false, false) {
+                    // the bias's gradient alone
+                    (None, None)
+                } else if crate::autograd::creating_graph() {
                     taps.grads_recorded(&x.value()?, &w.value()?, gy, need)?
                 } else {
                     taps.grads(x.get()?, w.get()?, gy, need)?
@@ -465,8 +470,10 @@ impl Taps {
     fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (n, o, [od, oh, ow]) = (self.n, self.o, self.out);
         let shape = [n, o, od, oh, ow];
+        // (new storage: the taps are added into it in place, and a contiguous
+        // view of the bias, as a one-position output's is, would be the bias)
         let y = match bias {
-            Some(b) => b.reshape([1, o, 1, 1, 1])?.expand(shape)?.contiguous()?,
+            Some(b) => b.reshape([1, o, 1, 1, 1])?.expand(shape)?.copy()?,
             None => Tensor::zeros(shape, x.dtype(), &x.device())?,
         };
         let yt = y.permute([2, 0, 1, 3, 4])?;
@@ -492,6 +499,11 @@ impl Taps {
         need: (bool, bool),
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (n, c, [h, w]) = (self.n, self.c, self.hw);
+        if x.numel() == 0 || gy.numel() == 0 {
+            // nothing to convolve (no device is asked to): zero gradients
+            let zeros = |need: bool, t: &Tensor| need.then(|| t.zeros_like()).transpose();
+            return Ok((zeros(need.0, x)?, zeros(need.1, weight)?));
+        }
         let gyt = gy.permute([2, 0, 1, 3, 4])?.contiguous()?;
         let xt = need.1.then(|| self.depth_major(x)).transpose()?;
         let sum_dtype = match x.dtype() {

@@ -328,8 +328,10 @@ impl TransposedTaps {
     fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (n, cout, [od, oh, ow]) = (self.n, self.cout, self.out);
         let shape = [n, cout, od, oh, ow];
+        // (new storage: the taps are added into it in place, and a contiguous
+        // view of the bias, as a one-position output's is, would be the bias)
         let y = match bias {
-            Some(b) => b.reshape([1, cout, 1, 1, 1])?.expand(shape)?.contiguous()?,
+            Some(b) => b.reshape([1, cout, 1, 1, 1])?.expand(shape)?.copy()?,
             None => Tensor::zeros(shape, x.dtype(), &x.device())?,
         };
         let yt = y.permute([2, 0, 1, 3, 4])?;
@@ -382,6 +384,10 @@ impl TransposedTaps {
     ) -> Result<Tensor> {
         let (n, [h, w], [_, oh, ow]) = (self.n, self.hw, self.out);
         let k = (weight.shape()[3], weight.shape()[4]);
+        if x.numel() == 0 || gy.numel() == 0 {
+            // nothing to convolve (no device is asked to)
+            return weight.zeros_like();
+        }
         let xt = x.permute([2, 0, 1, 3, 4])?;
         let gyt = gy.permute([2, 0, 1, 3, 4])?;
         let mut taps = Vec::with_capacity(self.kd);

@@ -88,6 +88,12 @@ conv("same_even", dyadic(1, 2, 5, 4, 3), dyadic(2, 2, 2, 3, 2), dyadic(2), paddi
 conv("same_dilated_groups", dyadic(1, 4, 4, 5, 3), dyadic(4, 2, 3, 2, 2), dyadic(4),
      padding="same", dilation=(1, 2, 2), groups=2)
 conv("same_unbatched", dyadic(2, 3, 3, 4), dyadic(3, 2, 3, 3, 2), None, padding="same")
+# taps that read only padding at some or all output depths
+conv("padding_only_taps", dyadic(1, 1, 1, 3, 3), dyadic(2, 1, 3, 1, 1), dyadic(2), padding=(1, 0, 0))
+conv("padding_only_taps_strided", dyadic(1, 2, 2, 3, 3), dyadic(1, 2, 3, 1, 2), None,
+     stride=(2, 1, 1), padding=(2, 0, 1))
+# one output position, with a bias
+conv("one_position", dyadic(1, 2, 2, 2, 2), dyadic(3, 2, 2, 2, 2), dyadic(3))
 conv("f32", torch.randn(2, 3, 5, 4, 4), torch.randn(4, 3, 2, 3, 2), torch.randn(4),
      stride=(2, 1, 1), padding=(1, 1, 0))
 conv("f32_dilated", torch.randn(1, 2, 6, 6, 5), torch.randn(3, 2, 2, 2, 2), None,
@@ -103,6 +109,8 @@ def convt(name, x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, d
                                             dilation), x, w, b)
 
 
+convt("t_one_position", dyadic(1, 2, 1, 1, 1), dyadic(2, 3, 1, 1, 1), dyadic(3))
+convt("t_cropped_taps", dyadic(1, 1, 1, 2, 2), dyadic(1, 2, 3, 1, 1), dyadic(2), padding=(1, 0, 0))
 convt("t_basic", dyadic(2, 2, 3, 3, 2), dyadic(2, 3, 2, 2, 2), dyadic(3))
 convt("t_stride_pad", dyadic(1, 2, 3, 2, 3), dyadic(2, 2, 3, 2, 3), dyadic(2),
       stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 0))

@@ -206,6 +206,61 @@ fn conv3d_and_pools_match_pytorch(dev: &Device) -> Result<()> {
 
 device_test!(conv3d_and_pools_match_pytorch);
 
+/// Each golden convolution again with some operands frozen (the input alone,
+/// the weight alone, the bias alone needing a gradient): the gradients that
+/// are asked for are the same as when all are, and the others are not made;
+/// and the bias is not written to by the calls (a one-position output's
+/// bias, laid out as the output, is a contiguous view of it).
+fn conv3d_gradients_with_frozen_operands(dev: &Device) -> Result<()> {
+    let all = cases();
+    for case in all["cases"].as_array().unwrap() {
+        let op = case["op"].as_str().unwrap();
+        if op != "conv3d" && op != "conv_transpose3d" {
+            continue;
+        }
+        let name = case["name"].as_str().unwrap();
+        let full = inputs(case, dev)?;
+        let y = call(case, &full)?.remove(0);
+        y.mul(&pattern(&y)?)?.sum_all()?.backward()?;
+        let bias_before = full[2].as_ref().map(values).transpose()?;
+        for only in 0..3 {
+            let Some(Some(wanted)) = full.get(only) else {
+                continue;
+            };
+            let xs: Vec<Option<Tensor>> = full
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    t.as_ref()
+                        .map(|t| t.detach().requires_grad_(i == only))
+                        .transpose()
+                })
+                .collect::<Result<_>>()?;
+            let y = call(case, &xs)?.remove(0);
+            y.mul(&pattern(&y)?)?.sum_all()?.backward()?;
+            for (i, t) in xs.iter().enumerate() {
+                let Some(t) = t else { continue };
+                match (i == only, t.grad()) {
+                    (true, Some(g)) => crate::assert_close(
+                        &values(&g)?,
+                        &values(&wanted.grad().expect("a gradient"))?,
+                        1e-12,
+                        1e-12,
+                    ),
+                    (true, None) => panic!("{name}: no gradient for operand {i}"),
+                    (false, g) => assert!(g.is_none(), "{name}: a gradient for frozen operand {i}"),
+                }
+            }
+        }
+        if let (Some(b), Some(before)) = (&full[2], bias_before) {
+            assert_eq!(values(b)?, before, "{name}: the bias changed");
+        }
+    }
+    Ok(())
+}
+
+device_test!(conv3d_gradients_with_frozen_operands);
+
 #[test]
 fn conv3d_and_pools_run_on_meta_with_pytorchs_shapes() -> Result<()> {
     let all = cases();
@@ -440,6 +495,19 @@ fn conv3d_and_pools_take_empty_batches_and_integers(dev: &Device) -> Result<()> 
     let t = ConvTranspose3dOptions::default().stride(2);
     let wt = Tensor::ones([2, 3, 2, 2, 2], DType::F32, dev)?;
     assert_eq!(x.conv_transpose3d(&wt, None, t)?.shape(), &[0, 3, 8, 10, 8]);
+    // and their gradients: zeros of the operands' shapes
+    let (xg, wg, wtg) = (
+        x.detach().requires_grad_(true)?,
+        w.detach().requires_grad_(true)?,
+        wt.detach().requires_grad_(true)?,
+    );
+    xg.conv3d(&wg, None, d.padding(1))?.sum_all()?.backward()?;
+    xg.conv_transpose3d(&wtg, None, t)?.sum_all()?.backward()?;
+    for g in [xg.grad(), wg.grad(), wtg.grad()] {
+        let g = g.expect("a gradient");
+        assert!(values(&g)?.iter().all(|&v| v == 0.0));
+    }
+    assert_eq!(wtg.grad().unwrap().shape(), wt.shape());
     let p = Pool3dOptions::new(2);
     assert_eq!(F::max_pool3d(&x, p)?.shape(), &[0, 2, 2, 2, 2]);
     assert_eq!(F::avg_pool3d(&x, p.padding(1))?.shape(), &[0, 2, 3, 3, 3]);

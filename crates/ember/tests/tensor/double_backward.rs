@@ -312,10 +312,27 @@ fn convolutions_1d_3d(x: &[Tensor]) -> Result<Tensor> {
         ..Default::default()
     };
     let f = v.conv3d(w3, None, o3)?.cos()?.sum_all()?;
+    // taps that read only padding at some output depths, and a transposed
+    // convolution whose output padding reaches a stride (under the dilation)
+    let o3 = ember::Conv3dOptions {
+        stride: (2, 1, 1),
+        padding: (2, 1, 0),
+        ..Default::default()
+    };
+    let p = v.conv3d(w3, None, o3)?.sigmoid()?.sum_all()?;
+    let t = ConvTranspose3dOptions {
+        stride: (1, 2, 1),
+        dilation: (2, 1, 2),
+        output_padding: (1, 1, 1),
+        ..Default::default()
+    };
+    let q = h.conv_transpose3d(w3, None, t)?.cos()?.sum_all()?;
     s.add(&h.square()?.sum_all()?)?
         .add(&u.sin()?.sum_all()?)?
         .add(&e)?
-        .add(&f)
+        .add(&f)?
+        .add(&p)?
+        .add(&q)
 }
 
 fn normalisations(x: &[Tensor]) -> Result<Tensor> {
