@@ -12,6 +12,9 @@ use crate::{
     error::{Error, Result},
     tensor::Tensor,
 };
+pub use padding_mode::PaddingMode;
+
+mod padding_mode;
 
 /// PyTorch's refusal of channel counts that groups do not divide.
 pub(super) fn check_groups(
@@ -366,6 +369,8 @@ pub struct Conv1d {
     /// `padding="same"`: the output keeps the input's length (stride 1; the
     /// padding of `options` is then not used). See [`Conv1d::padding_same`].
     pub same: bool,
+    /// How the input is padded (`padding_mode=`; zeros by default).
+    pub padding_mode: PaddingMode,
 }
 
 impl Conv1d {
@@ -399,7 +404,15 @@ impl Conv1d {
             bias,
             options,
             same: false,
+            padding_mode: PaddingMode::Zeros,
         })
+    }
+
+    /// The layer padding its input in `mode` (`nn.Conv1d(...,
+    /// padding_mode=...)`); see [`PaddingMode`].
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Conv1d {
+        self.padding_mode = mode;
+        self
     }
 
     /// The layer with `padding="same"` (`nn.Conv1d(..., padding="same")`):
@@ -424,7 +437,16 @@ impl Module for Conv1d {
                 "padding='same' is not supported for strided convolutions",
             ));
         }
-        conv1d_with(x, &self.weight, self.bias.as_ref(), self.options, self.same)
+        let o = self.options;
+        let k = &self.weight.shape()[self.weight.rank().saturating_sub(1)..];
+        if let Some(xp) =
+            self.padding_mode
+                .pad_input(x, k, &[o.dilation], &[o.padding], self.same)?
+        {
+            let unpadded = Conv1dOptions { padding: 0, ..o };
+            return conv1d_with(&xp, &self.weight, self.bias.as_ref(), unpadded, false);
+        }
+        conv1d_with(x, &self.weight, self.bias.as_ref(), o, self.same)
     }
 
     weight_bias_methods!(no to_memory_format);
@@ -480,6 +502,8 @@ pub struct Conv3d {
     /// `padding="same"`: the output keeps the input's size (stride 1; the
     /// padding of `options` is then not used). See [`Conv3d::padding_same`].
     pub same: bool,
+    /// How the input is padded (`padding_mode=`; zeros by default).
+    pub padding_mode: PaddingMode,
 }
 
 impl Conv3d {
@@ -516,7 +540,15 @@ impl Conv3d {
             bias,
             options,
             same: false,
+            padding_mode: PaddingMode::Zeros,
         })
+    }
+
+    /// The layer padding its input in `mode` (`nn.Conv3d(...,
+    /// padding_mode=...)`); see [`PaddingMode`].
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Conv3d {
+        self.padding_mode = mode;
+        self
     }
 
     /// The layer with `padding="same"` (`nn.Conv3d(..., padding="same")`):
@@ -536,6 +568,25 @@ impl Conv3d {
 impl Module for Conv3d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let b = self.bias.as_ref();
+        let o = self.options;
+        if self.same && o.stride != (1, 1, 1) {
+            return Err(Error::invalid(
+                "conv3d",
+                "padding='same' is not supported for strided convolutions",
+            ));
+        }
+        let k = &self.weight.shape()[self.weight.rank().saturating_sub(3)..];
+        let (dil, pad) = (
+            [o.dilation.0, o.dilation.1, o.dilation.2],
+            [o.padding.0, o.padding.1, o.padding.2],
+        );
+        if let Some(xp) = self.padding_mode.pad_input(x, k, &dil, &pad, self.same)? {
+            let unpadded = Conv3dOptions {
+                padding: (0, 0, 0),
+                ..o
+            };
+            return xp.conv3d(&self.weight, b, unpadded);
+        }
         match self.same {
             true => x.conv3d_same_opts(&self.weight, b, self.options),
             false => x.conv3d(&self.weight, b, self.options),

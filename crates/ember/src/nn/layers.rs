@@ -663,6 +663,8 @@ pub struct Conv2d {
     /// `padding="same"`: the output keeps the input's size (stride 1; the
     /// padding of `options` is then not used). See [`Conv2d::padding_same`].
     pub same: bool,
+    /// How the input is padded (`padding_mode=`; zeros by default).
+    pub padding_mode: super::PaddingMode,
 }
 
 impl Conv2d {
@@ -725,7 +727,15 @@ impl Conv2d {
             bias,
             options,
             same: false,
+            padding_mode: super::PaddingMode::Zeros,
         })
+    }
+
+    /// The layer padding its input in `mode` (`nn.Conv2d(...,
+    /// padding_mode=...)`); see [`PaddingMode`](super::PaddingMode).
+    pub fn padding_mode(mut self, mode: super::PaddingMode) -> Conv2d {
+        self.padding_mode = mode;
+        self
     }
 
     /// The layer with `padding="same"` (`nn.Conv2d(..., padding="same")`): refused
@@ -744,6 +754,22 @@ impl Conv2d {
 
 impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.same && self.options.stride != (1, 1) {
+            return Err(Error::invalid(
+                "conv2d",
+                "padding='same' is not supported for strided convolutions",
+            ));
+        }
+        let o = self.options;
+        let k = &self.weight.shape()[self.weight.rank().saturating_sub(2)..];
+        let (dil, pad) = ([o.dilation.0, o.dilation.1], [o.padding.0, o.padding.1]);
+        if let Some(xp) = self.padding_mode.pad_input(x, k, &dil, &pad, self.same)? {
+            let unpadded = crate::tensor::Conv2dOptions {
+                padding: (0, 0),
+                ..o
+            };
+            return xp.conv2d(&self.weight, self.bias.as_ref(), unpadded);
+        }
         if self.same {
             // (refuses a stride set since `padding_same`: the options are public)
             return x.conv2d_same_opts(&self.weight, self.bias.as_ref(), self.options);

@@ -55,6 +55,7 @@ pub use activation_checkpoint::{checkpoint, Checkpoint};
 pub use attention::{square_subsequent_mask, AttentionOptions, MultiheadAttention};
 pub use clip::{clip_grad_norm_, clip_grad_value_};
 pub use containers::{ModuleDict, ModuleList};
+pub use conv_layers::PaddingMode;
 pub use conv_layers::{Conv1d, Conv1dOptions, Conv3d, ConvTranspose2d, ConvTranspose3d};
 pub use distance::{CosineSimilarity, PairwiseDistance};
 pub use embed_norm::{Embedding, GroupNorm, LayerNorm, RMSNorm};

@@ -223,6 +223,7 @@ fn program(name: &str, l: &BTreeMap<String, Tensor>) -> Result<(Vec<Tensor>, Opt
                 bias: None,
                 options: Conv2dOptions::default(),
                 same: false,
+                padding_mode: nn::PaddingMode::Zeros,
             };
             conv.to_memory_format(CL)?;
             let y = conv.forward(t("x"))?;

@@ -191,6 +191,7 @@ mod linalg;
 mod math_more;
 mod more_ops;
 mod nn;
+mod padding_mode;
 mod pointwise_ops;
 mod profiler;
 mod props;
