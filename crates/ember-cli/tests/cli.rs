@@ -452,6 +452,7 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         "linear 64x32 -> 64 f32",
         "linear 64x32 -> 64 bf16",
         "conv2d fwd+bwd 8x4x8x8 k3 p1 o8",
+        "conv3d fwd+bwd 1x2x4x8x8 k3 p1 o4",
         "attention fwd+bwd causal 1x2x128x64 f32",
         "layer norm fwd+bwd 64x32 f32",
         "tiny add 4x4",
@@ -470,7 +471,7 @@ fn quick_cpu_benchmark_prints_a_table_and_json() {
         assert!(out.contains(want), "{want:?} missing in\n{out}");
     }
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 25, "{lines}");
+    assert_eq!(lines.lines().count(), 26, "{lines}");
     // training rows carry their share of the GEMM rate measured in the ops suite
     let mlp = lines.lines().find(|l| l.contains("train mlp")).unwrap();
     assert!(

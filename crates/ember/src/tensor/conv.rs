@@ -339,7 +339,8 @@ impl Plan {
 /// backward takes (no recording; in the dtype they were computed in: float32 for
 /// half types a device convolves in float32). `x`'s values are read only for
 /// the weight's gradient: for the input's alone, any tensor of its shape, dtype
-/// and device will do (an expanded scalar).
+/// and device will do (an expanded scalar), though its memory format still
+/// chooses the input gradient's, as `x`'s would.
 pub(crate) fn conv2d_grads(
     x: &Tensor,
     w: &Tensor,

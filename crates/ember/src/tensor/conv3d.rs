@@ -448,7 +448,8 @@ impl Taps {
     }
 
     /// The depth slices a tap reads, each a sample of the batch: `[count · N,
-    /// C, H, W]` (a copy), from [`depth_major`](Self::depth_major)'s view.
+    /// C, H, W]` (a copy, unless they already are one block, as for a batch of
+    /// one at depth stride 1), from [`depth_major`](Self::depth_major)'s view.
     fn slices(&self, xt: &Tensor, r: Reach) -> Result<Tensor> {
         let end = r.start + (r.count - 1) * self.sd + 1;
         let [h, w] = self.hw;
