@@ -307,28 +307,121 @@ impl Tensor {
             let _ng = crate::autograd::no_grad_guard();
             taps.forward(self, weight, bias)?
         };
-        // one node that keeps the input and the weight, as PyTorch's convolution
-        // does (the depth slices each tap convolves are made again in backward)
-        let (x, w) = (self.save(), weight.save());
-        let need = (self.requires_grad(), weight.requires_grad());
-        let bias_grad = bias.map(|b| b.requires_grad());
-        Ok(Tensor::record_twice(y, OP, &ts, |_| {
-            move |gy: &Tensor| {
-                let (gx, gw) = if need == (false, false) {
-                    // the bias's gradient alone
-                    (None, None)
-                } else if crate::autograd::creating_graph() {
-                    taps.grads_recorded(&x.value()?, &w.value()?, gy, need)?
-                } else {
-                    taps.grads(x.get()?, w.get()?, gy, need)?
-                };
-                let mut out = vec![gx, gw];
-                if let Some(needed) = bias_grad {
-                    out.push(needed.then(|| gy.sum([0, 2, 3, 4], false)).transpose()?);
-                }
-                Ok(out)
+        // (the depth slices each tap convolves are made again in backward)
+        Ok(record_conv3d(
+            y,
+            OP,
+            self,
+            weight,
+            bias,
+            move |x, w, gy, need, creating| match creating {
+                true => taps.grads_recorded(x, w, gy, need),
+                false => taps.grads(x, w, gy, need),
+            },
+        ))
+    }
+}
+
+/// Records `y` as the 3-D convolution `op` (or its transpose) of `x`,
+/// `weight` and `bias` in one node that keeps the input and the weight, as
+/// PyTorch's convolutions do. `grads(x, w, gy, need, creating)` gives the
+/// input's and weight's gradients as `need` asks (never called with neither
+/// asked for), in recorded ops where `creating` (the values it is given then
+/// carry their history); the bias's is `gy` summed per channel.
+pub(super) fn record_conv3d<G>(
+    y: Tensor,
+    op: &'static str,
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    grads: G,
+) -> Tensor
+where
+    G: Fn(
+            &Tensor,
+            &Tensor,
+            &Tensor,
+            (bool, bool),
+            bool,
+        ) -> Result<(Option<Tensor>, Option<Tensor>)>
+        + Send
+        + Sync
+        + 'static,
+{
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    let (xs, ws) = (x.save(), weight.save());
+    let need = (x.requires_grad(), weight.requires_grad());
+    let bias_grad = bias.map(|b| b.requires_grad());
+    Tensor::record_twice(y, op, &inputs, |_| {
+        move |gy: &Tensor| {
+            let creating = crate::autograd::creating_graph();
+            let (gx, gw) = match (need, creating) {
+                // the bias's gradient alone
+                ((false, false), _) => (None, None),
+                (_, true) => grads(&xs.value()?, &ws.value()?, gy, need, true)?,
+                (_, false) => grads(xs.get()?, ws.get()?, gy, need, false)?,
+            };
+            let mut out = vec![gx, gw];
+            if let Some(needed) = bias_grad {
+                out.push(needed.then(|| gy.sum([0, 2, 3, 4], false)).transpose()?);
             }
-        }))
+            Ok(out)
+        }
+    })
+}
+
+/// A new `shape` (`[N, C, D, H, W]`) tensor holding `bias` per channel, or
+/// zeros: the output the taps of a 3-D convolution are added into (new
+/// storage: a contiguous view of the bias, as a one-position output's is,
+/// would take the adds itself).
+pub(super) fn bias_filled(
+    shape: [usize; 5],
+    bias: Option<&Tensor>,
+    like: &Tensor,
+) -> Result<Tensor> {
+    match bias {
+        Some(b) => b.reshape([1, shape[1], 1, 1, 1])?.expand(shape)?.copy(),
+        None => Tensor::zeros(shape, like.dtype(), &like.device()),
+    }
+}
+
+/// A run of a depth tap's positions `j` in `first .. first + count`, those
+/// whose partner depth `j · stride + offset` lies inside its dim; `start` is
+/// the first's partner.
+#[derive(Clone, Copy)]
+pub(super) struct Run {
+    pub first: usize,
+    pub count: usize,
+    pub start: usize,
+}
+
+impl Run {
+    /// The `j` in `0..positions` with `j · stride + offset` in `0..size`;
+    /// `None` where there are none.
+    pub fn of(offset: i64, stride: usize, size: usize, positions: usize) -> Option<Run> {
+        let sd = stride as i64;
+        let first = if offset >= 0 {
+            0
+        } else {
+            (-offset + sd - 1) / sd
+        };
+        let last = size as i64 - 1 - offset;
+        if last < 0 {
+            return None;
+        }
+        let end = (last / sd + 1).min(positions as i64);
+        (end > first).then(|| Run {
+            first: first as usize,
+            count: (end - first) as usize,
+            start: (first * sd + offset) as usize,
+        })
+    }
+
+    /// The partner depths, `start` on by `stride`, of a depth-major view.
+    pub fn partners(&self, t: &Tensor, stride: usize) -> Result<Tensor> {
+        let end = self.start + (self.count - 1) * stride + 1;
+        t.slice(0, Some(self.start as i64), Some(end as i64), stride)
     }
 }
 
@@ -360,15 +453,6 @@ struct Taps {
     /// Each tap's 2-D convolution (the height's and width's stride, padding
     /// and dilation, the groups).
     plane: Conv2dOptions,
-}
-
-/// The output depths a tap reaches inside the input: the first and how many,
-/// and the input depth it reads for the first.
-#[derive(Clone, Copy)]
-struct Reach {
-    first: usize,
-    count: usize,
-    start: usize,
 }
 
 impl Taps {
@@ -415,24 +499,9 @@ impl Taps {
     /// The output depths tap `i` computes from the input (at output depth `j`
     /// it reads input depth `j · sd + i · dd − pd`); `None` where it reads only
     /// padding.
-    fn reach(&self, i: usize) -> Option<Reach> {
+    fn reach(&self, i: usize) -> Option<Run> {
         let offset = (i * self.dd) as i64 - self.pd.0 as i64;
-        let sd = self.sd as i64;
-        let first = if offset >= 0 {
-            0
-        } else {
-            (-offset + sd - 1) / sd
-        };
-        let last = self.d as i64 - 1 - offset;
-        if last < 0 {
-            return None;
-        }
-        let end = (last / sd + 1).min(self.out[0] as i64);
-        (end > first).then(|| Reach {
-            first: first as usize,
-            count: (end - first) as usize,
-            start: (first * sd + offset) as usize,
-        })
+        Run::of(offset, self.sd, self.d, self.out[0])
     }
 
     /// `x` with the `extra` padding, depth-major: `[D, N, C, H, W]` (a view).
@@ -450,16 +519,15 @@ impl Taps {
     /// The depth slices a tap reads, each a sample of the batch: `[count · N,
     /// C, H, W]` (a copy, unless they already are one block, as for a batch of
     /// one at depth stride 1), from [`depth_major`](Self::depth_major)'s view.
-    fn slices(&self, xt: &Tensor, r: Reach) -> Result<Tensor> {
-        let end = r.start + (r.count - 1) * self.sd + 1;
+    fn slices(&self, xt: &Tensor, r: Run) -> Result<Tensor> {
         let [h, w] = self.hw;
-        xt.slice(0, Some(r.start as i64), Some(end as i64), self.sd)?
+        r.partners(xt, self.sd)?
             .reshape([r.count * self.n, self.c, h, w])
     }
 
     /// The output gradient's depths a tap reached, from its depth-major copy:
     /// `[count · N, O, oH, oW]` (a view).
-    fn out_grad(&self, gyt: &Tensor, r: Reach) -> Result<Tensor> {
+    fn out_grad(&self, gyt: &Tensor, r: Run) -> Result<Tensor> {
         let [_, oh, ow] = self.out;
         gyt.narrow(0, r.first as i64, r.count)?
             .reshape([r.count * self.n, self.o, oh, ow])
@@ -471,12 +539,7 @@ impl Taps {
     fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (n, o, [od, oh, ow]) = (self.n, self.o, self.out);
         let shape = [n, o, od, oh, ow];
-        // (new storage: the taps are added into it in place, and a contiguous
-        // view of the bias, as a one-position output's is, would be the bias)
-        let y = match bias {
-            Some(b) => b.reshape([1, o, 1, 1, 1])?.expand(shape)?.copy()?,
-            None => Tensor::zeros(shape, x.dtype(), &x.device())?,
-        };
+        let y = bias_filled(shape, bias, x)?;
         let yt = y.permute([2, 0, 1, 3, 4])?;
         let xt = self.depth_major(x)?;
         for i in 0..self.kd {
@@ -542,8 +605,7 @@ impl Taps {
             };
             let (gs, gt) = conv2d_grads(&xs, &tap, &self.out_grad(&gyt, r)?, self.plane, need)?;
             if let (Some(gxt), Some(gs)) = (&gxt, gs) {
-                let end = r.start + (r.count - 1) * self.sd + 1;
-                gxt.slice(0, Some(r.start as i64), Some(end as i64), self.sd)?
+                r.partners(gxt, self.sd)?
                     .add_(&gs.reshape([r.count, n, c, h, w])?)?;
             }
             gw.extend(gt);

@@ -7,9 +7,10 @@
 //! convolution of the output's, the weight's each tap's 2-D weight gradient.
 
 use super::conv::{check_operands, conv2d_grads, conv2d_weight_grad_recorded, Conv2dOptions};
-use super::conv3d::{check_rank_3d, list, Conv3dOptions};
+use super::conv3d::{bias_filled, check_rank_3d, list, record_conv3d, Conv3dOptions, Run};
 use super::conv_transpose::ConvTranspose2dOptions;
 use super::{PadMode, Tensor};
+use crate::backend::op::Window;
 use crate::error::{Error, Result};
 
 /// Stride, padding, output padding, dilation (each `(depth, height, width)`)
@@ -211,30 +212,21 @@ impl Tensor {
             let _ng = crate::autograd::no_grad_guard();
             taps.forward(self, weight, bias)?
         };
-        // one node that keeps the input and the weight, as PyTorch's transposed
-        // convolution does
-        let (x, w) = (self.save(), weight.save());
-        let need = (self.requires_grad(), weight.requires_grad());
-        let bias_grad = bias.map(|b| b.requires_grad());
-        Ok(Tensor::record_twice(y, OP, &ts, |_| {
-            move |gy: &Tensor| {
-                let creating = crate::autograd::creating_graph();
-                let (x, w) = match creating {
-                    true => (x.value()?, w.value()?),
-                    false => (x.get()?.clone(), w.get()?.clone()),
-                };
-                let gx = need.0.then(|| taps.input_grad(&w, gy)).transpose()?;
+        Ok(record_conv3d(
+            y,
+            OP,
+            self,
+            weight,
+            bias,
+            move |x, w, gy, need, creating| {
+                let gx = need.0.then(|| taps.input_grad(w, gy)).transpose()?;
                 let gw = need
                     .1
-                    .then(|| taps.weight_grad(&x, &w, gy, creating))
+                    .then(|| taps.weight_grad(x, w, gy, creating))
                     .transpose()?;
-                let mut out = vec![gx, gw];
-                if let Some(needed) = bias_grad {
-                    out.push(needed.then(|| gy.sum([0, 2, 3, 4], false)).transpose()?);
-                }
-                Ok(out)
-            }
-        }))
+                Ok((gx, gw))
+            },
+        ))
     }
 }
 
@@ -256,47 +248,12 @@ struct TransposedTaps {
     opts: ConvTranspose3dOptions,
 }
 
-/// The input depths a tap lands inside the output: the first and how many,
-/// and the output depth the first lands on.
-#[derive(Clone, Copy)]
-struct Landing {
-    first: usize,
-    count: usize,
-    at: usize,
-}
-
 impl TransposedTaps {
     /// Where tap `i`'s slices land (input depth `j` on output depth `j · sd +
     /// i · dd − pd`); `None` where the padding crops them all.
-    fn landing(&self, i: usize) -> Option<Landing> {
-        let (sd, dd, pd) = (
-            self.opts.stride.0,
-            self.opts.dilation.0,
-            self.opts.padding.0,
-        );
-        let offset = (i * dd) as i64 - pd as i64;
-        let sd = sd as i64;
-        let first = if offset >= 0 {
-            0
-        } else {
-            (-offset + sd - 1) / sd
-        };
-        let last = self.out[0] as i64 - 1 - offset;
-        if last < 0 {
-            return None;
-        }
-        let end = (last / sd + 1).min(self.d as i64);
-        (end > first).then(|| Landing {
-            first: first as usize,
-            count: (end - first) as usize,
-            at: (first * sd + offset) as usize,
-        })
-    }
-
-    /// The output depths a landing covers, in a depth-major view.
-    fn landed(&self, t: &Tensor, l: Landing) -> Result<Tensor> {
-        let end = l.at + (l.count - 1) * self.opts.stride.0 + 1;
-        t.slice(0, Some(l.at as i64), Some(end as i64), self.opts.stride.0)
+    fn landing(&self, i: usize) -> Option<Run> {
+        let offset = (i * self.opts.dilation.0) as i64 - self.opts.padding.0 as i64;
+        Run::of(offset, self.opts.stride.0, self.out[0], self.d)
     }
 
     /// Each tap's 2-D transposed convolution.
@@ -330,10 +287,7 @@ impl TransposedTaps {
         let shape = [n, cout, od, oh, ow];
         // (new storage: the taps are added into it in place, and a contiguous
         // view of the bias, as a one-position output's is, would be the bias)
-        let y = match bias {
-            Some(b) => b.reshape([1, cout, 1, 1, 1])?.expand(shape)?.copy()?,
-            None => Tensor::zeros(shape, x.dtype(), &x.device())?,
-        };
+        let y = bias_filled(shape, bias, x)?;
         let yt = y.permute([2, 0, 1, 3, 4])?;
         // [D, N, C_in, H, W]: a run of depths is one block of samples
         let xt = x.permute([2, 0, 1, 3, 4])?.contiguous()?;
@@ -344,7 +298,7 @@ impl TransposedTaps {
                 xt.narrow(0, l.first as i64, l.count)?
                     .reshape([l.count * n, self.cin, h, w])?;
             let part = slices.conv_transpose2d(&weight.select(2, i as i64)?, None, self.plane())?;
-            self.landed(&yt, l)?
+            l.partners(&yt, self.opts.stride.0)?
                 .add_(&part.reshape([l.count, n, cout, oh, ow])?)?;
         }
         Ok(y)
@@ -397,9 +351,9 @@ impl TransposedTaps {
                 taps.push(tap.zeros_like()?);
                 continue;
             };
-            let g = self
-                .landed(&gyt, l)?
-                .reshape([l.count * n, self.cout, oh, ow])?;
+            let g =
+                l.partners(&gyt, self.opts.stride.0)?
+                    .reshape([l.count * n, self.cout, oh, ow])?;
             let xs =
                 xt.narrow(0, l.first as i64, l.count)?
                     .reshape([l.count * n, self.cin, h, w])?;
@@ -408,7 +362,12 @@ impl TransposedTaps {
             } else {
                 // the convolution of `g` may reach past the input (an output
                 // padding of a stride or more): no gradient flows from there
-                let (ch, cw) = conv_reach(oh, ow, k, self.plane_conv());
+                let o = self.plane_conv();
+                let reach = |n, k, i: usize| {
+                    let [s, p, d] = [o.stride, o.padding, o.dilation].map(|t| [t.0, t.1][i]);
+                    Window::out_size(n, k, s, p, d, false).unwrap_or(0)
+                };
+                let (ch, cw) = (reach(oh, k.0, 0), reach(ow, k.1, 1));
                 let xs = if (ch, cw) != (h, w) {
                     xs.pad(
                         &[0, (cw - w) as i64, 0, (ch - h) as i64],
@@ -426,14 +385,4 @@ impl TransposedTaps {
         let taps: Vec<&Tensor> = taps.iter().collect();
         Tensor::stack(&taps, 2)
     }
-}
-
-/// The output height and width of a 2-D convolution of an `oh x ow` input.
-fn conv_reach(oh: usize, ow: usize, k: (usize, usize), o: Conv2dOptions) -> (usize, usize) {
-    let size =
-        |n: usize, k: usize, s: usize, p: usize, d: usize| (n + 2 * p - d * (k - 1) - 1) / s + 1;
-    (
-        size(oh, k.0, o.stride.0, o.padding.0, o.dilation.0),
-        size(ow, k.1, o.stride.1, o.padding.1, o.dilation.1),
-    )
 }

@@ -146,7 +146,7 @@ fn inputs(case: &Value, dev: &Device) -> Result<Vec<Option<Tensor>>> {
 
 /// `1, 2, ..., 7, 1, ...` shaped as `y`: the weights of the summed output
 /// whose gradient is compared (as the generator's).
-fn pattern(y: &Tensor) -> Result<Tensor> {
+pub(super) fn pattern(y: &Tensor) -> Result<Tensor> {
     let n = y.numel() as f64;
     Tensor::arange(0f64, n, &y.device())?
         .remainder(7.0)?

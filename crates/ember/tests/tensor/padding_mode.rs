@@ -6,6 +6,7 @@
 //! input's, weight's and bias's gradients on every device, shapes on meta, and
 //! PyTorch's refusals.
 
+use super::conv3d::pattern;
 use super::golden_tensor as tensor;
 use ember::nn::{self, Conv1dOptions, Module, PaddingMode};
 use ember::prelude::*;
@@ -94,16 +95,6 @@ fn layer(case: &Value, dev: &Device) -> Result<Box<dyn Module>> {
             Box::new(c)
         }
     })
-}
-
-/// `1, 2, ..., 7, 1, ...` shaped as `y` (the generator's weights of the sum).
-fn pattern(y: &Tensor) -> Result<Tensor> {
-    let n = y.numel() as f64;
-    Tensor::arange(0f64, n, &y.device())?
-        .remainder(7.0)?
-        .add(1.0)?
-        .reshape(y.shape())?
-        .to_dtype(y.dtype())
 }
 
 fn values(t: &Tensor) -> Result<Vec<f64>> {
